@@ -1,0 +1,36 @@
+# graphtrain: the two commands of the README are `make run` and `make test`.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+RUN    ?= runs/wordnet-sage
+
+.PHONY: install run test lint crd bench-partition clean
+
+$(STAMP): pyproject.toml setup.py requirements-dev.txt $(wildcard cuda/src/*.cpp cuda/include/graphtrain/*.h)
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -r requirements-dev.txt
+	$(BIN)/pip install -q -e .
+	touch $(STAMP)
+
+install: $(STAMP) ## venv with pinned dependencies and the package (compiles the native core)
+
+run: install ## the main job on the embedded default: fetch WordNet, partition it, print the report
+	$(BIN)/graphtrain partition --spec examples/wordnet-sage.yaml --out $(RUN)/partition --overwrite
+
+test: install ## the whole test suite
+	$(BIN)/ruff check runtime operator api tests bench
+	$(BIN)/pytest
+
+lint: install
+	$(BIN)/ruff check runtime operator api tests bench
+
+crd: install ## regenerate the chart's CRD from runtime/spec.py
+	$(BIN)/graphtrain crd -o charts/graphtrain/crds/graphtrainings.graphtrain.io.yaml
+
+bench-partition: install ## METIS vs random vs bare pymetis on gene-pubmed and wordnet
+	$(BIN)/python bench/partition.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info runtime/native/_core*.so

@@ -1,0 +1,1 @@
+"""The REST status and metrics service (FastAPI), `graphtrain.api`."""

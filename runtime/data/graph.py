@@ -1,0 +1,205 @@
+"""The in-memory graph types every loader returns and the partitioner consumes.
+
+`Graph` is a directed multigraph in CSR form (int64, rows = source nodes) with optional node features
+(dense array or scipy CSR: WordNet's bag-of-words would be 8.5 GB dense), labels, split masks, an edge
+type per edge and the external id of each node. `KnowledgeGraph` is (head, relation, tail) triples with
+their standard or seeded splits. Both check their own consistency on construction, so a loader bug or
+a bad file surfaces as a DataError naming the field instead of a wrong partition later.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import scipy.sparse as sp
+
+from graphtrain.runtime.errors import DataError
+
+Features = np.ndarray | sp.csr_matrix
+MASKS = ("train", "val", "test")
+
+
+@dataclass
+class Graph:
+    """Directed multigraph, CSR by source: out-neighbours of u are indices[indptr[u]:indptr[u+1]]."""
+
+    name: str
+    num_nodes: int
+    indptr: np.ndarray
+    indices: np.ndarray
+    feat: Features | None = None
+    label: np.ndarray | None = None
+    masks: dict[str, np.ndarray] = field(default_factory=dict)
+    etype: np.ndarray | None = None
+    node_ids: np.ndarray | None = None  # external id of each node (file graphs, datasets with ids)
+    ntype: np.ndarray | None = None  # node type per node (e.g. gene / paper), small ints
+    num_classes: int | None = None
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    @property
+    def num_edges(self) -> int:
+        return int(self.indices.shape[0])
+
+    def validate(self) -> None:
+        """Raise DataError naming the first inconsistent field."""
+        n = self.num_nodes
+        if n < 1:
+            raise DataError(f"graph {self.name!r}: empty graph (num_nodes={n})")
+        if self.indptr.dtype != np.int64 or self.indices.dtype != np.int64:
+            raise DataError(f"graph {self.name!r}: indptr/indices must be int64")
+        if self.indptr.shape != (n + 1,) or self.indptr[0] != 0 or self.indptr[-1] != self.indices.shape[0]:
+            raise DataError(f"graph {self.name!r}: indptr must have num_nodes+1 entries from 0 to num_edges")
+        if n and np.any(np.diff(self.indptr) < 0):
+            raise DataError(f"graph {self.name!r}: indptr is not non-decreasing")
+        if self.indices.size and (self.indices.min() < 0 or self.indices.max() >= n):
+            bad = int(self.indices[(self.indices < 0) | (self.indices >= n)][0])
+            raise DataError(f"graph {self.name!r}: edge endpoint {bad} outside [0, {n})")
+        if self.feat is not None and self.feat.shape[0] != n:
+            raise DataError(
+                f"graph {self.name!r}: feat has {self.feat.shape[0]} rows but the graph has {n} nodes"
+            )
+        if self.label is not None and self.label.shape != (n,):
+            raise DataError(f"graph {self.name!r}: label has shape {self.label.shape}, expected ({n},)")
+        for key, mask in self.masks.items():
+            if key not in MASKS:
+                raise DataError(f"graph {self.name!r}: unknown mask {key!r} (expected one of {MASKS})")
+            if mask.shape != (n,) or mask.dtype != np.bool_:
+                raise DataError(f"graph {self.name!r}: {key} mask must be bool of shape ({n},)")
+        if self.etype is not None and self.etype.shape != self.indices.shape:
+            raise DataError(
+                f"graph {self.name!r}: etype has {self.etype.shape[0]} entries, edges {self.num_edges}"
+            )
+        if self.node_ids is not None and self.node_ids.shape != (n,):
+            raise DataError(f"graph {self.name!r}: node_ids must have one entry per node")
+        if self.ntype is not None and self.ntype.shape != (n,):
+            raise DataError(f"graph {self.name!r}: ntype must have one entry per node")
+
+    def edges(self) -> tuple[np.ndarray, np.ndarray]:
+        """(src, dst) arrays in CSR order."""
+        src = np.repeat(np.arange(self.num_nodes, dtype=np.int64), np.diff(self.indptr))
+        return src, self.indices
+
+    def degree(self) -> np.ndarray:
+        """Undirected degree (out + in, self-loops counted twice) of every node, int64."""
+        out_deg = np.diff(self.indptr)
+        in_deg = np.bincount(self.indices, minlength=self.num_nodes)
+        return out_deg + in_deg
+
+    def with_reverse_edges(self) -> Graph:
+        """The graph plus the reverse of every non-loop edge (same edge type), as stored undirected graphs
+        need: a partition keeps the in-edges of its nodes, so without reverses a node's out-neighbours
+        would be invisible to sampling."""
+        src, dst = self.edges()
+        keep = src != dst
+        return Graph.from_edges(
+            self.name,
+            self.num_nodes,
+            np.concatenate([src, dst[keep]]),
+            np.concatenate([dst, src[keep]]),
+            etype=None if self.etype is None else np.concatenate([self.etype, self.etype[keep]]),
+            feat=self.feat,
+            label=self.label,
+            masks=self.masks,
+            node_ids=self.node_ids,
+            ntype=self.ntype,
+            num_classes=self.num_classes,
+        )
+
+    @classmethod
+    def from_edges(
+        cls,
+        name: str,
+        num_nodes: int,
+        src: np.ndarray,
+        dst: np.ndarray,
+        etype: np.ndarray | None = None,
+        **kwargs: object,
+    ) -> Graph:
+        """Build a Graph from an edge list, keeping duplicates and the relative order of each row.
+
+        Raises:
+            DataError: lengths differ or an id is negative or >= num_nodes.
+        """
+        src = np.asarray(src, dtype=np.int64)
+        dst = np.asarray(dst, dtype=np.int64)
+        if src.shape != dst.shape or src.ndim != 1:
+            raise DataError(f"graph {name!r}: src and dst must be 1-D arrays of equal length")
+        for label, ids in (("source", src), ("destination", dst)):
+            if ids.size and (ids.min() < 0 or ids.max() >= num_nodes):
+                bad_at = int(np.flatnonzero((ids < 0) | (ids >= num_nodes))[0])
+                bad = int(ids[bad_at])
+                msg = f"edge {bad_at} has {label} id {bad} outside [0, {num_nodes})"
+                raise DataError(f"graph {name!r}: {msg}")
+        order = np.argsort(src, kind="stable")
+        indptr = np.zeros(num_nodes + 1, dtype=np.int64)
+        np.cumsum(np.bincount(src, minlength=num_nodes), out=indptr[1:])
+        et = None if etype is None else np.asarray(etype)[order]
+        return cls(name=name, num_nodes=num_nodes, indptr=indptr, indices=dst[order], etype=et, **kwargs)
+
+
+@dataclass
+class KnowledgeGraph:
+    """(head, relation, tail) triples with train/valid/test splits."""
+
+    name: str
+    num_entities: int
+    num_relations: int
+    train: np.ndarray
+    valid: np.ndarray
+    test: np.ndarray
+    entity_names: list[str] | None = None
+    relation_names: list[str] | None = None
+
+    def __post_init__(self) -> None:
+        if self.num_entities < 1:
+            raise DataError(f"knowledge graph {self.name!r}: no entities")
+        for split in ("train", "valid", "test"):
+            t = getattr(self, split)
+            if t.dtype != np.int64 or t.ndim != 2 or t.shape[1] != 3:
+                raise DataError(f"knowledge graph {self.name!r}: {split} must be an int64 (n, 3) array")
+            if t.size == 0:
+                continue
+            ents = t[:, [0, 2]]
+            if ents.min() < 0 or ents.max() >= self.num_entities:
+                raise DataError(f"knowledge graph {self.name!r}: {split} has an entity id outside the table")
+            if t[:, 1].min() < 0 or t[:, 1].max() >= self.num_relations:
+                raise DataError(f"knowledge graph {self.name!r}: {split} has a relation id outside the table")
+
+    def to_graph(self, splits: tuple[str, ...] = ("train",)) -> Graph:
+        """The graph head -> tail of the given splits, with the relation as edge type."""
+        t = np.concatenate([getattr(self, s) for s in splits])
+        return Graph.from_edges(self.name, self.num_entities, t[:, 0], t[:, 2], etype=t[:, 1])
+
+
+def random_masks(num_nodes: int, train: float, val: float, seed: int) -> dict[str, np.ndarray]:
+    """Seeded random train/val/test node masks (rest = test), the split used for datasets without one."""
+    perm = np.random.default_rng(seed).permutation(num_nodes)
+    n_train = int(round(train * num_nodes))
+    n_val = int(round(val * num_nodes))
+    masks = {}
+    for key, ids in (
+        ("train", perm[:n_train]),
+        ("val", perm[n_train : n_train + n_val]),
+        ("test", perm[n_train + n_val :]),
+    ):
+        m = np.zeros(num_nodes, dtype=bool)
+        m[ids] = True
+        masks[key] = m
+    return masks
+
+
+def random_triple_split(
+    triples: np.ndarray, train: float, val: float, seed: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Seeded random split of a triple array into train/valid/test."""
+    perm = np.random.default_rng(seed).permutation(len(triples))
+    n_train = int(round(train * len(triples)))
+    n_val = int(round(val * len(triples)))
+    return (
+        triples[np.sort(perm[:n_train])],
+        triples[np.sort(perm[n_train : n_train + n_val])],
+        triples[np.sort(perm[n_train + n_val :])],
+    )

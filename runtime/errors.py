@@ -1,0 +1,25 @@
+"""Errors the user can act on. The CLI prints their message and exits non-zero; no traceback."""
+
+
+class GraphtrainError(Exception):
+    """Base of every error that names a bad input, a missing file or a broken promise."""
+
+
+class DataError(GraphtrainError):
+    """A dataset or graph file is missing, malformed or inconsistent (names the file and the problem)."""
+
+
+class ChecksumError(DataError):
+    """A stored file does not match the sha256 recorded when it was written."""
+
+
+class FetchError(DataError):
+    """A package could not be downloaded from its registry."""
+
+
+class PartitionError(GraphtrainError):
+    """Partitioning was asked for something impossible (bad part count, bad constraint, ...)."""
+
+
+class MemoryEstimateError(PartitionError):
+    """The estimated peak memory of a step exceeds the limit the user set."""

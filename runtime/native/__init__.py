@@ -1,0 +1,52 @@
+"""Python side of the native core: loads the shared library built from cuda/src at install time.
+
+The library has a plain C ABI; arrays cross as raw pointers after the Python side checked dtype,
+shape and contiguity (the C side trusts its inputs). ctypes releases the GIL for every call.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+from pathlib import Path
+
+import numpy as np
+
+from graphtrain.runtime.errors import GraphtrainError
+
+_HERE = Path(__file__).parent
+
+
+class NativeUnavailable(GraphtrainError):
+    """The native core was not built (install the package with pip, which compiles it)."""
+
+
+@functools.cache
+def core() -> ctypes.CDLL:
+    """The loaded native core library (built once by `pip install`)."""
+    candidates = sorted(_HERE.glob("_core*.so")) + sorted(_HERE.glob("_core*.dylib"))
+    if not candidates:
+        raise NativeUnavailable(
+            f"native core not found in {_HERE}; reinstall with `pip install -e .` (needs a C++ compiler)"
+        )
+    lib = ctypes.CDLL(str(candidates[0]))
+    _declare(lib)
+    return lib
+
+
+_P = ctypes.c_void_p
+_I32, _I64, _U64 = ctypes.c_int32, ctypes.c_int64, ctypes.c_uint64
+
+
+def _declare(lib: ctypes.CDLL) -> None:
+    lib.gt_partition_refine.argtypes = [_I64, _P, _P, _P, _I32, _P, _I32, _P, _P, _I32, _I32, _U64, _P]
+    lib.gt_partition_refine.restype = ctypes.c_int
+
+
+def ptr(array: np.ndarray | None, dtype: type, name: str) -> int | None:
+    """Raw pointer of a C-contiguous array of exactly `dtype`, else a TypeError naming it."""
+    if array is None:
+        return None
+    if array.dtype != np.dtype(dtype) or not array.flags.c_contiguous:
+        raise TypeError(f"{name}: expected a C-contiguous {np.dtype(dtype)} array, got {array.dtype}")
+    return array.ctypes.data

@@ -1,0 +1,31 @@
+"""Graph partitioning: METIS (pymetis) or random, balance constraints, contiguous ID ranges, halos,
+and the versioned on-disk format with the original-ID maps.
+
+    result = partition_graph(graph, num_parts=4)          # pure: assignment, relabeling, stats
+    config = write(graph, result, Path("out/wordnet-4"))  # atomic, checksummed
+    part = load_part(load_config(config), 0)              # what a shard server reads
+"""
+
+from graphtrain.runtime.partition.format import (
+    PartData,
+    PartitionConfig,
+    load_config,
+    load_maps,
+    load_part,
+    reassemble,
+    write,
+)
+from graphtrain.runtime.partition.pipeline import DEFAULT_BALANCE, PartitionResult, partition_graph
+
+__all__ = [
+    "DEFAULT_BALANCE",
+    "PartData",
+    "PartitionConfig",
+    "PartitionResult",
+    "load_config",
+    "load_maps",
+    "load_part",
+    "partition_graph",
+    "reassemble",
+    "write",
+]

@@ -1,0 +1,306 @@
+"""The versioned on-disk partition format.
+
+Layout of `<out>/` (written under a temporary name and renamed into place when complete):
+
+    <graph>.json             the partition config (below)
+    node_map.npy             int64, new node id -> original node id
+    node_map_inverse.npy     int64, original node id -> new node id
+    edge_map.npy             int64, new edge id -> original edge id (position in the input's CSR order)
+    external_ids.npy         int64, original node id -> the dataset's own id (when it has one)
+    part-<i>/indptr.npy      int64, in-CSR over the partition's nodes (local row = new id - node_bounds[i])
+    part-<i>/indices.npy     int64, global new id of each in-edge's source; edge ids are
+                             edge_bounds[i] + position, so no edge-id array is stored
+    part-<i>/etype.npy       int64, edge type of each in-edge (when the graph has types)
+    part-<i>/halo.npy        int64, sorted new ids of the remote nodes adjacent to the partition
+    part-<i>/ndata/<key>...  node data of the partition's nodes in new-id order: feat (.npy, or
+                             .indptr/.indices/.data.npy when sparse), label, train/val/test_mask, ntype
+
+Every file is .npy (mmap-able) and its sha256 is in the config. The config (JSON):
+    format "graphtrain-partition", format_version, graph_name, num_nodes, num_edges, num_parts,
+    algorithm, seed, balance, max_imbalance, node_bounds, edge_bounds, edge_owner "destination",
+    num_classes, ndata (entry description per key), parts [{dir, ndata entries}], stats,
+    graphtrain_version, created, files {relative path: sha256}.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from graphtrain.runtime.data import store
+from graphtrain.runtime.data.cache import atomic_dir, hash_tree, read_json, verify_files, write_json
+from graphtrain.runtime.data.graph import MASKS, Graph
+from graphtrain.runtime.errors import DataError
+from graphtrain.runtime.partition.pipeline import PartitionResult
+from graphtrain.runtime.partition.relabel import local_in_csr
+
+FORMAT = "graphtrain-partition"
+FORMAT_VERSION = 1
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("graphtrain")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def _node_data(graph: Graph, ids: np.ndarray) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if graph.feat is not None:
+        out["feat"] = graph.feat[ids]
+    if graph.label is not None:
+        out["label"] = graph.label[ids]
+    for key in MASKS:
+        if key in graph.masks:
+            out[f"{key}_mask"] = graph.masks[key][ids]
+    if graph.ntype is not None:
+        out["ntype"] = graph.ntype[ids]
+    return out
+
+
+def write(graph: Graph, result: PartitionResult, out: Path, overwrite: bool = False) -> Path:
+    """Write the partition atomically under `out`; return the config path.
+
+    Raises:
+        DataError: `out` exists and `overwrite` is False.
+    """
+    rl = result.relabeling
+    k = result.num_parts
+    out = Path(out)
+    config_name = f"{graph.name}.json"
+    with atomic_dir(out, overwrite=overwrite) as tmp:
+        np.save(tmp / "node_map.npy", rl.node_map)
+        np.save(tmp / "node_map_inverse.npy", rl.node_map_inverse)
+        np.save(tmp / "edge_map.npy", rl.edge_map)
+        if graph.node_ids is not None:
+            np.save(tmp / "external_ids.npy", graph.node_ids)
+        parts_meta = []
+        ndata_desc: dict[str, Any] = {}
+        for p in range(k):
+            pdir = tmp / f"part-{p}"
+            pdir.mkdir()
+            indptr, indices = local_in_csr(rl, p)
+            np.save(pdir / "indptr.npy", indptr)
+            np.save(pdir / "indices.npy", indices)
+            if graph.etype is not None:
+                elo, ehi = rl.edge_bounds[p], rl.edge_bounds[p + 1]
+                np.save(pdir / "etype.npy", graph.etype[rl.edge_map[elo:ehi]].astype(np.int64))
+            np.save(pdir / "halo.npy", result.halos[p])
+            ids = rl.node_map[rl.node_bounds[p] : rl.node_bounds[p + 1]]
+            entries = store.write_values(pdir / "ndata", _node_data(graph, ids))
+            parts_meta.append({"dir": f"part-{p}", "ndata": entries})
+            for key, entry in entries.items():
+                desc = {k2: v for k2, v in entry.items() if k2 != "shape"}
+                if "shape" in entry:
+                    desc["shape"] = [graph.num_nodes, *entry["shape"][1:]]
+                ndata_desc[key] = desc
+        config = {
+            "format": FORMAT,
+            "format_version": FORMAT_VERSION,
+            "graph_name": graph.name,
+            "num_nodes": graph.num_nodes,
+            "num_edges": graph.num_edges,
+            "num_parts": k,
+            "algorithm": result.algorithm,
+            "seed": result.seed,
+            "balance": result.constraints.names,
+            "balance_skipped": result.constraints.skipped,
+            "max_imbalance": result.max_imbalance,
+            "node_bounds": rl.node_bounds.tolist(),
+            "edge_bounds": rl.edge_bounds.tolist(),
+            "edge_owner": "destination",
+            "has_etype": graph.etype is not None,
+            "has_external_ids": graph.node_ids is not None,
+            "num_classes": graph.num_classes,
+            "ndata": ndata_desc,
+            "parts": parts_meta,
+            "strategy": result.info.strategy,
+            "stats": result.stats.to_dict(),
+            "graphtrain_version": _version(),
+            "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+            "files": hash_tree(tmp),
+        }
+        write_json(tmp / config_name, config)
+    return out / config_name
+
+
+@dataclass(frozen=True)
+class PartitionConfig:
+    """A partition config read from disk: where it is and what it says."""
+
+    path: Path
+    data: dict[str, Any]
+
+    @property
+    def root(self) -> Path:
+        return self.path.parent
+
+    @property
+    def num_parts(self) -> int:
+        return int(self.data["num_parts"])
+
+    @property
+    def node_bounds(self) -> np.ndarray:
+        return np.asarray(self.data["node_bounds"], dtype=np.int64)
+
+    @property
+    def edge_bounds(self) -> np.ndarray:
+        return np.asarray(self.data["edge_bounds"], dtype=np.int64)
+
+    def verify(self) -> None:
+        """Check the sha256 of every file of the partition."""
+        verify_files(self.root, self.data["files"])
+
+
+_REQUIRED = (
+    "format",
+    "format_version",
+    "num_nodes",
+    "num_edges",
+    "num_parts",
+    "node_bounds",
+    "edge_bounds",
+    "parts",
+    "files",
+)
+
+
+def load_config(path: str | Path) -> PartitionConfig:
+    """Read a partition config from its JSON path or from the partition directory.
+
+    Raises:
+        DataError: missing, not a graphtrain partition, an unsupported version, or inconsistent bounds.
+    """
+    path = Path(path)
+    if path.is_dir():
+        found = sorted(path.glob("*.json"))
+        if len(found) != 1:
+            raise DataError(f"{path}: expected exactly one partition config (*.json), found {len(found)}")
+        path = found[0]
+    data = read_json(path)
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise DataError(f"{path}: not a graphtrain partition config")
+    missing = [k for k in _REQUIRED if k not in data]
+    if missing:
+        raise DataError(f"{path}: missing fields {missing}")
+    if data["format_version"] != FORMAT_VERSION:
+        raise DataError(
+            f"{path}: format version {data['format_version']} is not supported (expected {FORMAT_VERSION})"
+        )
+    k = data["num_parts"]
+    for key, total in (("node_bounds", data["num_nodes"]), ("edge_bounds", data["num_edges"])):
+        b = np.asarray(data[key])
+        if b.shape != (k + 1,) or b[0] != 0 or b[-1] != total or np.any(np.diff(b) < 0):
+            raise DataError(f"{path}: {key} is not a non-decreasing list of {k + 1} values from 0 to {total}")
+    return PartitionConfig(path=path, data=data)
+
+
+@dataclass
+class PartData:
+    """One partition as a shard server loads it."""
+
+    part: int
+    node_range: tuple[int, int]
+    edge_range: tuple[int, int]
+    indptr: np.ndarray
+    indices: np.ndarray
+    etype: np.ndarray | None
+    halo: np.ndarray
+    ndata: dict[str, Any]
+
+
+def load_part(cfg: PartitionConfig, part: int, verify: bool = True, mmap: bool = True) -> PartData:
+    """Load partition `part` (arrays memory-mapped by default), checking its files' sha256 first.
+
+    Raises:
+        DataError: `part` out of range, or a file missing or changed (ChecksumError).
+    """
+    if not 0 <= part < cfg.num_parts:
+        raise DataError(f"partition {part} does not exist ({cfg.path} has {cfg.num_parts})")
+    meta = cfg.data["parts"][part]
+    pdir = cfg.root / meta["dir"]
+    if verify:
+        verify_files(
+            cfg.root, {k: v for k, v in cfg.data["files"].items() if k.startswith(meta["dir"] + "/")}
+        )
+    mode = "r" if mmap else None
+    nb, eb = cfg.node_bounds, cfg.edge_bounds
+    etype_path = pdir / "etype.npy"
+    return PartData(
+        part=part,
+        node_range=(int(nb[part]), int(nb[part + 1])),
+        edge_range=(int(eb[part]), int(eb[part + 1])),
+        indptr=np.load(pdir / "indptr.npy", mmap_mode=mode, allow_pickle=False),
+        indices=np.load(pdir / "indices.npy", mmap_mode=mode, allow_pickle=False),
+        etype=np.load(etype_path, mmap_mode=mode, allow_pickle=False) if etype_path.exists() else None,
+        halo=np.load(pdir / "halo.npy", mmap_mode=mode, allow_pickle=False),
+        ndata=store.read_values(pdir / "ndata", meta["ndata"], mmap=mmap),
+    )
+
+
+def load_maps(cfg: PartitionConfig, verify: bool = True) -> dict[str, np.ndarray]:
+    """The id maps: node_map, node_map_inverse, edge_map and, when present, external_ids."""
+    names = ["node_map", "node_map_inverse", "edge_map"] + (
+        ["external_ids"] if cfg.data.get("has_external_ids") else []
+    )
+    if verify:
+        verify_files(cfg.root, {f"{n}.npy": cfg.data["files"][f"{n}.npy"] for n in names})
+    return {n: np.load(cfg.root / f"{n}.npy", allow_pickle=False) for n in names}
+
+
+def reassemble(cfg: PartitionConfig, verify: bool = True) -> Graph:
+    """Rebuild the input graph in original ids and original edge order from all partitions."""
+    maps = load_maps(cfg, verify)
+    n, m = int(cfg.data["num_nodes"]), int(cfg.data["num_edges"])
+    src = np.empty(m, dtype=np.int64)
+    dst = np.empty(m, dtype=np.int64)
+    etype = np.empty(m, dtype=np.int64) if cfg.data.get("has_etype") else None
+    ndata: dict[str, Any] = {}
+    node_map = maps["node_map"]
+    edge_map = maps["edge_map"]
+    for p in range(cfg.num_parts):
+        part = load_part(cfg, p, verify=verify, mmap=False)
+        lo, hi = part.node_range
+        elo, ehi = part.edge_range
+        local_dst = np.repeat(np.arange(lo, hi, dtype=np.int64), np.diff(part.indptr))
+        orig_edges = edge_map[elo:ehi]
+        src[orig_edges] = node_map[part.indices]
+        dst[orig_edges] = node_map[local_dst]
+        if etype is not None and part.etype is not None:
+            etype[orig_edges] = part.etype
+        for key, value in part.ndata.items():
+            ndata.setdefault(key, []).append(value)
+    inverse = maps["node_map_inverse"]
+    feats: dict[str, Any] = {}
+    for key, chunks in ndata.items():
+        if hasattr(chunks[0], "tocsr"):
+            import scipy.sparse as sp
+
+            feats[key] = sp.vstack(chunks, format="csr")[inverse]
+        else:
+            feats[key] = np.concatenate(chunks)[inverse]
+    # The original CSR is sorted by source with edges in input order: edge ids already say where.
+    indptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(src, minlength=n), out=indptr[1:])
+    if np.any(np.diff(src) < 0):
+        raise DataError(f"{cfg.path}: edge map does not restore a source-sorted edge order")
+    return Graph(
+        name=str(cfg.data.get("graph_name", "graph")),
+        num_nodes=n,
+        indptr=indptr,
+        indices=dst,
+        feat=feats.get("feat"),
+        label=feats.get("label"),
+        masks={k: feats[f"{k}_mask"] for k in MASKS if f"{k}_mask" in feats},
+        etype=etype,
+        node_ids=maps.get("external_ids"),
+        ntype=feats.get("ntype"),
+        num_classes=cfg.data.get("num_classes"),
+    )

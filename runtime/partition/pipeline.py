@@ -1,0 +1,125 @@
+"""partition_graph: from an in-memory Graph to part assignment, relabeling, halos and statistics.
+
+The steps are pure functions of the graph and the options (seeded); writing to disk is format.py's job.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from graphtrain.runtime.data.graph import Graph
+from graphtrain.runtime.errors import MemoryEstimateError, PartitionError
+from graphtrain.runtime.partition import adjacency, assign, constraints, memory, relabel, stats
+
+DEFAULT_BALANCE = ("nodes", "degree", "train", "val", "test")
+ALGORITHMS = ("metis", "random")
+
+
+@dataclass
+class PartitionResult:
+    num_parts: int
+    algorithm: str
+    seed: int
+    max_imbalance: float
+    parts: np.ndarray  # original node id -> partition
+    relabeling: relabel.Relabeling
+    halos: list[np.ndarray]
+    constraints: constraints.Constraints
+    stats: stats.PartitionStats
+    info: assign.AssignInfo = field(default_factory=assign.AssignInfo)
+    memory_estimate: int = 0
+
+
+def check_memory(graph: Graph, limit: int | None) -> int:
+    """Estimate peak memory; raise if it exceeds `limit`, warn if it exceeds what is available.
+
+    Raises:
+        MemoryEstimateError: the estimate is above `limit`.
+    """
+    need = memory.estimate_bytes(graph)
+    if limit is not None and need > limit:
+        raise MemoryEstimateError(
+            f"partitioning {graph.name!r} ({graph.num_nodes:,} nodes, {graph.num_edges:,} edges) needs about "
+            f"{memory.human(need)}, above the memory limit of {memory.human(limit)}"
+        )
+    available = memory.available_bytes()
+    if need > available:
+        warnings.warn(
+            f"partitioning needs about {memory.human(need)} but only {memory.human(available)} is available",
+            ResourceWarning,
+            stacklevel=3,
+        )
+    return need
+
+
+def partition_graph(
+    graph: Graph,
+    num_parts: int,
+    algorithm: str = "metis",
+    balance: Sequence[str] = DEFAULT_BALANCE,
+    max_imbalance: float = 0.05,
+    seed: int = 0,
+    memory_limit: int | None = None,
+) -> PartitionResult:
+    """Assign every node to one of `num_parts` partitions and relabel ids into contiguous ranges.
+
+    Raises:
+        PartitionError: num_parts outside [1, num_nodes], unknown algorithm or constraint, bad tolerance.
+        MemoryEstimateError: the memory estimate exceeds `memory_limit`.
+    """
+    if not 1 <= num_parts <= graph.num_nodes:
+        raise PartitionError(
+            f"num_parts must be between 1 and the node count {graph.num_nodes}, got {num_parts}"
+        )
+    if algorithm not in ALGORITHMS:
+        raise PartitionError(f"unknown algorithm {algorithm!r}; use one of {', '.join(ALGORITHMS)}")
+    if not 0 < max_imbalance <= 1:
+        raise PartitionError(f"max_imbalance must be in (0, 1], got {max_imbalance}")
+    unknown = sorted(set(balance) - set(DEFAULT_BALANCE))
+    if unknown:
+        raise PartitionError(f"unknown balance constraint(s) {unknown}; known: {', '.join(DEFAULT_BALANCE)}")
+    estimate = check_memory(graph, memory_limit)
+    seconds: dict[str, float] = {}
+    t0 = time.perf_counter()
+    cons = constraints.build(graph, list(balance))
+    adj = adjacency.undirected(graph)
+    seconds["prepare"] = time.perf_counter() - t0
+    info = assign.AssignInfo()
+    t = time.perf_counter()
+    if num_parts == 1:
+        parts = np.zeros(graph.num_nodes, dtype=np.int32)
+        info.strategy = "single"
+    elif algorithm == "random":
+        parts = assign.random_assign(graph.num_nodes, num_parts, seed)
+        info.strategy = "random"
+    else:
+        core = adjacency.contract_leaves(adj, cons.weights)
+        where, info = assign.metis_assign(core, cons.names, num_parts, max_imbalance, seed)
+        parts = where[core.owner]
+    seconds["assign"] = time.perf_counter() - t
+    seconds["metis"] = info.metis_seconds
+    t = time.perf_counter()
+    rl = relabel.relabel(graph, parts, num_parts)
+    halo_lists = stats.halos(adj, parts, rl, num_parts)
+    st = stats.compute(adj, parts, num_parts, cons, rl, halo_lists, *graph.edges())
+    seconds["relabel_and_stats"] = time.perf_counter() - t
+    seconds["total"] = time.perf_counter() - t0
+    st.seconds = seconds
+    return PartitionResult(
+        num_parts=num_parts,
+        algorithm=algorithm,
+        seed=seed,
+        max_imbalance=max_imbalance,
+        parts=parts,
+        relabeling=rl,
+        halos=halo_lists,
+        constraints=cons,
+        stats=st,
+        info=info,
+        memory_estimate=estimate,
+    )

@@ -1,0 +1,135 @@
+"""Downloads (pinned sha256), .deb extraction, and the fetch -> cache -> verified load path, offline:
+a real .deb is built in the test and served from a file:// mirror."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from graphtrain.runtime.data import datasets as D
+from graphtrain.runtime.data import fetch as F
+from graphtrain.runtime.data import store
+from graphtrain.runtime.errors import ChecksumError, DataError, FetchError
+from tests.unit.fixtures_formats import build_deb, write_wordnet
+
+
+@pytest.fixture
+def mirror(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    root = tmp_path / "mirror"
+    monkeypatch.setenv(F.ENV_MIRROR, root.as_uri())
+    return root
+
+
+def publish(mirror: Path, pool_path: str, files: dict[str, bytes]) -> F.Package:
+    deb = mirror / pool_path
+    deb.parent.mkdir(parents=True, exist_ok=True)
+    build_deb(deb, files)
+    data = deb.read_bytes()
+    return F.Package(
+        name="fake",
+        version="1",
+        filename=deb.name,
+        sha256=hashlib.sha256(data).hexdigest(),
+        size=len(data),
+        pool_path=pool_path,
+    )
+
+
+def test_download_verifies_and_caches(mirror: Path, tmp_path: Path) -> None:
+    pkg = publish(mirror, "pool/main/f/fake/fake_1_all.deb", {"usr/share/x.txt": b"hello"})
+    got = F.download(pkg, tmp_path / "dl")
+    assert got.read_bytes() == (mirror / pkg.pool_path).read_bytes()
+    (mirror / pkg.pool_path).unlink()  # served from the cache now
+    assert F.download(pkg, tmp_path / "dl") == got
+
+
+def test_wrong_checksum_is_refused_and_nothing_kept(mirror: Path, tmp_path: Path) -> None:
+    pkg = dataclasses.replace(publish(mirror, "pool/f/fake_1_all.deb", {"a": b"x"}), sha256="0" * 64)
+    with pytest.raises(ChecksumError, match="not the pinned"):
+        F.download(pkg, tmp_path / "dl")
+    assert not any((tmp_path / "dl").iterdir())
+
+
+def test_corrupt_cached_download_is_fetched_again(mirror: Path, tmp_path: Path) -> None:
+    pkg = publish(mirror, "pool/f/fake_1_all.deb", {"a": b"x"})
+    (tmp_path / "dl").mkdir()
+    (tmp_path / "dl" / pkg.filename).write_bytes(b"truncated")
+    assert F.download(pkg, tmp_path / "dl").read_bytes() == (mirror / pkg.pool_path).read_bytes()
+
+
+def test_unreachable_mirror_names_the_package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(F.ENV_MIRROR, (tmp_path / "nowhere").as_uri())
+    with pytest.raises(FetchError, match="could not download wordnet-base"):
+        F.download(F.WORDNET_BASE, tmp_path / "dl")
+
+
+def test_extract_deb(tmp_path: Path) -> None:
+    build_deb(tmp_path / "p.deb", {"usr/share/a.txt": b"A", "usr/share/b.txt": b"B" * 3})
+    F.extract_deb(tmp_path / "p.deb", {"usr/share/b.txt": tmp_path / "out" / "b"})
+    assert (tmp_path / "out" / "b").read_bytes() == b"BBB"
+    with pytest.raises(DataError, match="missing"):
+        F.extract_deb(tmp_path / "p.deb", {"usr/share/c.txt": tmp_path / "c"})
+    (tmp_path / "bad.deb").write_bytes(b"garbage")
+    with pytest.raises(DataError, match="not a Debian package"):
+        F.extract_deb(tmp_path / "bad.deb", {})
+
+
+@pytest.fixture
+def fake_wordnet(mirror: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> F.Package:
+    """The wordnet recipe, pointed at a small synthetic wordnet-base package on the file:// mirror."""
+    src = tmp_path / "wn"
+    write_wordnet(src)
+    files = {f"usr/share/wordnet/{f.name}": f.read_bytes() for f in src.iterdir()}
+    files["usr/share/doc/wordnet-base/copyright"] = b"WordNet 3.0 Copyright 2006 by Princeton University."
+    pkg = dataclasses.replace(
+        publish(mirror, F.WORDNET_BASE.pool_path, files),
+        name="wordnet-base",
+        filename=F.WORDNET_BASE.filename,
+    )
+    monkeypatch.setitem(D.RECIPES, "wordnet", dataclasses.replace(D.RECIPES["wordnet"], packages=(pkg,)))
+    return pkg
+
+
+def test_fetch_then_load_with_seeded_split(fake_wordnet: F.Package, data_root: Path) -> None:
+    path = D.fetch("wordnet")
+    assert D.is_fetched("wordnet")
+    manifest = store.read_manifest(path)
+    assert manifest["sources"][0]["sha256"] == fake_wordnet.sha256
+    g = D.load("wordnet")
+    assert g.num_nodes == 6 and g.num_classes == 45
+    assert {k: int(m.sum()) for k, m in g.masks.items()} == {"train": 4, "val": 1, "test": 1}
+    again = D.load("wordnet")
+    assert all(np.array_equal(g.masks[k], again.masks[k]) for k in g.masks)
+
+
+def test_changed_cache_file_is_detected(fake_wordnet: F.Package, data_root: Path) -> None:
+    path = D.fetch("wordnet")
+    label = path / "label.npy"
+    arr = np.load(label)
+    arr[0] = 7
+    np.save(label, arr)
+    with pytest.raises(ChecksumError, match="label.npy"):
+        D.load("wordnet")
+
+
+def test_load_without_fetch_and_unknown_names(data_root: Path) -> None:
+    with pytest.raises(DataError, match="graphtrain data fetch wordnet"):
+        D.load("wordnet", auto_fetch=False)
+    with pytest.raises(DataError, match="unknown dataset 'cora'"):
+        D.load("cora")
+
+
+def test_failed_processing_leaves_no_dataset(
+    fake_wordnet: F.Package, data_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(pkgs, tmp):  # noqa: ANN001, ANN202
+        raise DataError("parser exploded")
+
+    monkeypatch.setitem(D.RECIPES, "wordnet", dataclasses.replace(D.RECIPES["wordnet"], build=broken))
+    with pytest.raises(DataError, match="exploded"):
+        D.fetch("wordnet")
+    assert not D.dataset_dir("wordnet").exists()

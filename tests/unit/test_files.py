@@ -1,0 +1,118 @@
+"""Generic graph files: edge lists and npz, with every bad-input case named."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from graphtrain.runtime.data.files import load_file
+from graphtrain.runtime.errors import DataError
+
+
+def write(tmp_path: Path, name: str, text: str) -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def test_tsv_with_header_comments_and_sparse_ids(tmp_path: Path) -> None:
+    g = load_file(
+        write(tmp_path, "e.tsv", "# a comment\nsrc\tdst\n10\t2000000000000\n2000000000000\t7\n\n10\t7\n")
+    )
+    assert g.num_nodes == 3
+    assert g.node_ids.tolist() == [7, 10, 2000000000000]
+    src, dst = g.edges()
+    pairs = sorted(zip(g.node_ids[src].tolist(), g.node_ids[dst].tolist(), strict=True))
+    assert pairs == [(10, 7), (10, 2000000000000), (2000000000000, 7)]
+
+
+def test_csv_with_edge_types_and_num_nodes(tmp_path: Path) -> None:
+    g = load_file(write(tmp_path, "e.csv", "0,1,2\n1,2,0\n"), num_nodes=5)
+    assert g.num_nodes == 5 and g.node_ids is None
+    assert g.etype.tolist() == [2, 0]
+
+
+@pytest.mark.parametrize(
+    ("text", "kwargs", "needle"),
+    [
+        ("", {}, "no edges"),
+        ("# only comments\n", {}, "no edges"),
+        ("0 1\n-3 2\n", {}, "negative id"),
+        ("0 1\n1 9\n", {"num_nodes": 5}, "outside"),
+        ("0 1\n1 x\n", {}, r"e.tsv:2: .x. is not an integer"),
+        ("0 1\n1 2 3\n", {}, "e.tsv:2: expected 2 columns"),
+        ("0 1 2 3\n", {}, "2 or 3 columns"),
+        ("0 99999999999999999999\n", {}, "int64"),
+    ],
+)
+def test_bad_edge_lists(tmp_path: Path, text: str, kwargs: dict, needle: str) -> None:
+    with pytest.raises(DataError, match=needle):
+        load_file(write(tmp_path, "e.tsv", text), **kwargs)
+
+
+def test_missing_file_and_unknown_extension(tmp_path: Path) -> None:
+    with pytest.raises(DataError, match="file not found"):
+        load_file(tmp_path / "nope.tsv")
+    with pytest.raises(DataError, match="--format"):
+        load_file(write(tmp_path, "e.bin", "0 1\n"))
+
+
+def test_npz_with_node_data(tmp_path: Path) -> None:
+    path = tmp_path / "g.npz"
+    np.savez(
+        path,
+        src=np.array([0, 1]),
+        dst=np.array([1, 2]),
+        num_nodes=4,
+        feat=np.ones((4, 3), np.float32),
+        label=np.array([0, 1, 0, 1]),
+        train_mask=np.array([1, 1, 0, 0], bool),
+    )
+    g = load_file(path)
+    assert g.num_nodes == 4 and g.feat.shape == (4, 3) and g.masks["train"].sum() == 2
+
+
+def test_npz_csr(tmp_path: Path) -> None:
+    path = tmp_path / "g.npz"
+    np.savez(path, indptr=np.array([0, 2, 2, 3]), indices=np.array([1, 2, 0]))
+    g = load_file(path)
+    assert g.num_nodes == 3 and g.num_edges == 3
+
+
+@pytest.mark.parametrize(
+    ("arrays", "needle"),
+    [
+        (
+            {"src": np.array([0]), "dst": np.array([1]), "num_nodes": 2, "feat": np.ones((3, 2))},
+            "feat has 3 rows",
+        ),
+        ({"src": np.array([0, -1]), "dst": np.array([1, 1]), "num_nodes": 2}, "source id -1"),
+        ({"src": np.array([0]), "dst": np.array([5]), "num_nodes": 2}, "destination id 5"),
+        ({"src": np.array([], np.int64), "dst": np.array([], np.int64)}, "empty graph"),
+        ({"edges": np.array([0, 1])}, "needs arrays"),
+        ({"src": np.array([0]), "dst": np.array([1]), "weird": np.array([1])}, "unknown arrays"),
+        ({"src": np.array([0.5]), "dst": np.array([1.0])}, "integer arrays"),
+        ({"src": np.array([0]), "dst": np.array([1]), "feat": np.ones(2)}, "2-D"),
+    ],
+)
+def test_bad_npz(tmp_path: Path, arrays: dict, needle: str) -> None:
+    path = tmp_path / "g.npz"
+    np.savez(path, **arrays)
+    with pytest.raises(DataError, match=needle):
+        load_file(path)
+
+
+def test_npz_never_unpickles(tmp_path: Path) -> None:
+    path = tmp_path / "g.npz"
+    np.savez(path, src=np.array([0]), dst=np.array([1]), feat=np.array([{"x": 1}, None], dtype=object))
+    with pytest.raises(DataError, match="not a readable"):
+        load_file(path)
+
+
+def test_corrupt_npz(tmp_path: Path) -> None:
+    path = tmp_path / "g.npz"
+    path.write_bytes(b"PK\x03\x04 not really a zip")
+    with pytest.raises(DataError, match="not a readable"):
+        load_file(path)

@@ -1,0 +1,127 @@
+"""The on-disk partition format: exact round trips, atomic writes, checksums, config validation."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from graphtrain.runtime import partition as P
+from graphtrain.runtime.data.graph import Graph
+from graphtrain.runtime.errors import ChecksumError, DataError
+from tests.conftest import planted_graph
+
+
+def assert_same_graph(a: Graph, b: Graph) -> None:
+    assert a.num_nodes == b.num_nodes
+    assert np.array_equal(a.indptr, b.indptr) and np.array_equal(a.indices, b.indices)
+    for key in ("etype", "label", "node_ids", "ntype"):
+        x, y = getattr(a, key), getattr(b, key)
+        assert (x is None and y is None) or np.array_equal(x, y), key
+    assert a.masks.keys() == b.masks.keys()
+    assert all(np.array_equal(a.masks[k], b.masks[k]) for k in a.masks)
+    if hasattr(a.feat, "toarray"):
+        assert (a.feat != b.feat).nnz == 0
+    else:
+        assert np.array_equal(a.feat, b.feat)
+
+
+@pytest.mark.parametrize("k", [1, 3, 8])
+@pytest.mark.parametrize("algorithm", ["metis", "random"])
+def test_round_trip_is_exact(tmp_path: Path, planted: Graph, k: int, algorithm: str) -> None:
+    cfg = P.write(planted, P.partition_graph(planted, k, algorithm=algorithm), tmp_path / "out")
+    assert cfg.name == "planted.json"
+    assert_same_graph(planted, P.reassemble(P.load_config(cfg)))
+
+
+def test_round_trip_dense_features_and_no_optional_data(tmp_path: Path) -> None:
+    g = planted_graph(n=300, k=3)
+    dense = Graph.from_edges("dense", g.num_nodes, *g.edges(), feat=np.random.default_rng(0).random((300, 5)))
+    cfg = P.write(dense, P.partition_graph(dense, 3), tmp_path / "d")
+    back = P.reassemble(P.load_config(cfg))
+    assert_same_graph(dense, back)
+    assert back.etype is None and back.node_ids is None
+
+
+def test_every_edge_maps_back_through_the_original_id_map(tmp_path: Path, planted: Graph) -> None:
+    cfg = P.load_config(P.write(planted, P.partition_graph(planted, 4), tmp_path / "o"))
+    maps = P.load_maps(cfg)
+    expected = sorted(zip(*(x.tolist() for x in planted.edges()), strict=True))
+    got = []
+    for p in range(4):
+        part = P.load_part(cfg, p)
+        lo, hi = part.node_range
+        dst = np.repeat(np.arange(lo, hi), np.diff(part.indptr))
+        got += zip(maps["node_map"][part.indices].tolist(), maps["node_map"][dst].tolist(), strict=True)
+        assert part.ndata["label"].shape == (hi - lo,)
+        assert np.array_equal(
+            maps["external_ids"][maps["node_map"][lo:hi]], planted.node_ids[maps["node_map"][lo:hi]]
+        )
+    assert sorted(got) == expected
+
+
+def test_existing_output_is_kept_unless_overwrite(tmp_path: Path, planted: Graph) -> None:
+    result = P.partition_graph(planted, 2)
+    P.write(planted, result, tmp_path / "o")
+    with pytest.raises(DataError, match="already exists"):
+        P.write(planted, result, tmp_path / "o")
+    P.write(planted, P.partition_graph(planted, 3), tmp_path / "o", overwrite=True)
+    assert P.load_config(tmp_path / "o").num_parts == 3
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["o"]
+
+
+def test_a_failing_write_leaves_nothing_behind(tmp_path: Path, planted: Graph, monkeypatch) -> None:
+    result = P.partition_graph(planted, 2)
+    P.write(planted, result, tmp_path / "o")
+    import graphtrain.runtime.partition.format as fmt
+
+    def explode(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        raise OSError("disk full")
+
+    monkeypatch.setattr(fmt, "local_in_csr", explode)
+    with pytest.raises(OSError, match="disk full"):
+        P.write(planted, P.partition_graph(planted, 4), tmp_path / "o", overwrite=True)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["o"], "no temporary directory is left"
+    assert P.load_config(tmp_path / "o").num_parts == 2, "the previous partition is untouched"
+    P.load_config(tmp_path / "o").verify()
+
+
+def test_changed_file_is_detected(tmp_path: Path, planted: Graph) -> None:
+    cfg = P.load_config(P.write(planted, P.partition_graph(planted, 2), tmp_path / "o"))
+    path = tmp_path / "o" / "part-1" / "indices.npy"
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 0xFF
+    path.write_bytes(bytes(data))
+    P.load_part(cfg, 0)  # other partitions still load
+    with pytest.raises(ChecksumError, match="part-1/indices.npy"):
+        P.load_part(cfg, 1)
+    with pytest.raises(ChecksumError):
+        cfg.verify()
+    (tmp_path / "o" / "node_map.npy").unlink()
+    with pytest.raises(ChecksumError, match="node_map.npy: missing"):
+        P.load_maps(cfg)
+
+
+def test_bad_configs(tmp_path: Path, planted: Graph) -> None:
+    path = P.write(planted, P.partition_graph(planted, 2), tmp_path / "o")
+    good = json.loads(path.read_text())
+    cases = [
+        ({**good, "format": "dgl"}, "not a graphtrain partition"),
+        ({**good, "format_version": 99}, "format version 99"),
+        ({**good, "node_bounds": [0, 5, 3, 2000][:3]}, "node_bounds"),
+        ({k: v for k, v in good.items() if k != "edge_bounds"}, "missing fields"),
+    ]
+    for doc, needle in cases:
+        path.write_text(json.dumps(doc))
+        with pytest.raises(DataError, match=needle):
+            P.load_config(path)
+    path.write_text("{not json")
+    with pytest.raises(DataError, match="not valid JSON"):
+        P.load_config(path)
+    with pytest.raises(DataError, match="not found"):
+        P.load_config(tmp_path / "nope.json")
+    path.write_text(json.dumps(good))
+    with pytest.raises(DataError, match="partition 5 does not exist"):
+        P.load_part(P.load_config(path), 5)

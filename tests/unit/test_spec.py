@@ -1,0 +1,166 @@
+"""The GraphTraining spec: defaults, per-field errors (all at once) and cross-field rules."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+
+from graphtrain.runtime import spec as S
+
+ROOT = Path(__file__).resolve().parents[2]
+
+VALID = {
+    "apiVersion": "graphtrain.io/v1alpha1",
+    "kind": "GraphTraining",
+    "metadata": {"name": "wn"},
+    "spec": {
+        "graph": {"dataset": "wordnet"},
+        "partition": {"parts": 2},
+        "embeddings": [{"name": "node", "dim": 128, "optimizer": {"kind": "adam", "lr": 0.003}}],
+        "model": {"kind": "graphsage", "nodeEmbedding": "node"},
+    },
+}
+
+
+def with_spec(**changes: object) -> dict:
+    doc = copy.deepcopy(VALID)
+    doc["spec"].update(changes)
+    return doc
+
+
+def paths(exc: S.SpecError) -> list[str]:
+    return [p.path for p in exc.problems]
+
+
+def test_valid_spec_gets_defaults() -> None:
+    gt = S.parse(VALID)
+    assert gt.spec.num_shards == 2
+    assert gt.spec.training.fanouts == [10, 25]
+    assert gt.spec.partition.balance == ["nodes", "degree", "train", "val", "test"]
+    assert gt.spec.embeddings[0].duplicate_grads == "sum"
+    assert gt.spec.embeddings[0].optimizer.step_count == "row"
+
+
+@pytest.mark.parametrize("example", sorted((ROOT / "examples").glob("*.yaml")), ids=lambda p: p.name)
+def test_examples_are_valid(example: Path) -> None:
+    S.load_yaml(example.read_text())
+
+
+def test_every_field_error_is_reported_at_once() -> None:
+    doc = with_spec(
+        graph={"dataset": "wordnett"},
+        partition={"parts": 0, "balanse": 1},
+        embeddings=[{"name": "Node", "dim": -1, "optimizer": {"lr": "nan"}}],
+        training={"epoch": 3},
+        shardServers={"resources": {"limits": {"memory": "4GG"}}},
+    )
+    with pytest.raises(S.SpecError) as info:
+        S.parse(doc)
+    assert set(paths(info.value)) == {
+        "spec.graph.dataset",
+        "spec.partition.parts",
+        "spec.partition.balanse",
+        "spec.embeddings[0].name",
+        "spec.embeddings[0].dim",
+        "spec.embeddings[0].optimizer.lr",
+        "spec.training.epoch",
+        "spec.shardServers.resources.limits.memory",
+    }
+    assert "unknown field" in str(info.value)
+
+
+def test_cross_field_problems_are_all_reported() -> None:
+    doc = with_spec(
+        model={"kind": "transe", "nodeEmbedding": "nope"},
+        shardServers={"replicas": 3},
+        trainers={"backend": "nccl"},
+    )
+    doc["metadata"]["name"] = "Not_A_DNS_Name"
+    with pytest.raises(S.SpecError) as info:
+        S.parse(doc)
+    assert set(paths(info.value)) == {
+        "metadata.name",
+        "spec.model.nodeEmbedding",
+        "spec.model.entityEmbedding",
+        "spec.model.relationEmbedding",
+        "spec.graph.dataset",
+        "spec.shardServers.replicas",
+        "spec.trainers.backend",
+    }
+
+
+@pytest.mark.parametrize(
+    ("changes", "path", "needle"),
+    [
+        ({"graph": {}}, "spec.graph", "exactly one"),
+        ({"graph": {"dataset": "wordnet", "path": "x.tsv"}}, "spec.graph", "exactly one"),
+        (
+            {"graph": {"dataset": "wordnet", "split": {"train": 0.9, "val": 0.2}}},
+            "spec.graph.split",
+            "must be 1",
+        ),
+        ({"graph": {"dataset": "nations", "split": {}}}, "spec.graph.split", "standard split"),
+        ({"training": {"fanouts": [10]}}, "spec.training.fanouts", "numLayers"),
+        ({"training": {"fanouts": [10, 0]}}, "spec.training", "fanouts"),
+        (
+            {"embeddings": [{"name": "node", "dim": 8, "keys": "custom"}]},
+            "spec.embeddings[0]",
+            "numEmbeddings",
+        ),
+        (
+            {"embeddings": [{"name": "node", "dim": 8, "vocabulary": {"kind": "dynamic"}}]},
+            "spec.embeddings[0].vocabulary",
+            "capacity",
+        ),
+        (
+            {"embeddings": [{"name": "node", "dim": 8, "init": {"low": 1, "high": 0}}]},
+            "spec.embeddings[0].init",
+            "low",
+        ),
+        (
+            {"embeddings": [{"name": "node", "dim": 8}, {"name": "node", "dim": 4}]},
+            "spec.embeddings",
+            "duplicate",
+        ),
+        ({"partition": {"parts": 2, "memoryLimit": "1.5m"}}, "spec.partition.memoryLimit", "memory quantity"),
+    ],
+)
+def test_single_problem_names_its_field(changes: dict, path: str, needle: str) -> None:
+    with pytest.raises(S.SpecError) as info:
+        S.parse(with_spec(**changes))
+    matching = [p for p in info.value.problems if p.path == path]
+    assert matching, info.value.problems
+    assert needle in matching[0].message
+
+
+def test_malformed_yaml_and_non_mapping() -> None:
+    with pytest.raises(S.SpecError, match=r"\(yaml\)"):
+        S.load_yaml("spec: [unclosed")
+    with pytest.raises(S.SpecError, match="expected a mapping"):
+        S.load_yaml("- just a list")
+
+
+@pytest.mark.parametrize(
+    ("text", "nbytes"), [("4Gi", 4 << 30), ("512Mi", 512 << 20), ("1e9", 10**9), ("2k", 2000)]
+)
+def test_quantity_to_bytes(text: str, nbytes: int) -> None:
+    assert S.quantity_to_bytes(text) == nbytes
+
+
+@pytest.mark.parametrize("bad", ["4GG", "abc", "", "1.5m"])
+def test_bad_memory_quantities(bad: str) -> None:
+    with pytest.raises(ValueError):
+        S.quantity_to_bytes(bad)
+
+
+def test_status_round_trips_through_camel_case() -> None:
+    status = S.GraphTrainingStatus(
+        phase="Training",
+        conditions=[S.Condition(type="SpecValid", status="True", reason="Valid")],
+        progress=S.Progress(epoch=3, epochs=10, samples_per_second=1234.5, summary="3/10"),
+    )
+    wire = status.model_dump(by_alias=True, exclude_none=True)
+    assert wire["progress"]["samplesPerSecond"] == 1234.5
+    assert S.GraphTrainingStatus.model_validate(wire) == status
