@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 RUN    ?= runs/wordnet-sage
 
-.PHONY: install run test lint crd bench-partition clean
+.PHONY: install run test lint crd bench-partition bench-optim cuda clean
 
 $(STAMP): pyproject.toml setup.py requirements-dev.txt $(wildcard cuda/src/*.cpp cuda/include/graphtrain/*.h)
 	$(PYTHON) -m venv $(VENV)
@@ -31,6 +31,12 @@ crd: install ## regenerate the chart's CRD from runtime/spec.py
 
 bench-partition: install ## METIS vs random vs bare pymetis on gene-pubmed and wordnet
 	$(BIN)/python bench/partition.py
+
+bench-optim: install ## native sparse optimizers vs DGL's algorithm, torch.optim and the memory roofline
+	$(BIN)/python bench/optim.py
+
+cuda: install ## also build the CUDA core (needs nvcc; GRAPHTRAIN_CUDA_ARCHS, default "80 90")
+	GRAPHTRAIN_BUILD_CUDA=1 $(BIN)/pip install -q -e .
 
 clean:
 	rm -rf $(VENV) build *.egg-info runtime/native/_core*.so

@@ -8,9 +8,14 @@ itself is an implicit namespace package: there is no folder for it.
 The native core (cuda/src/*.cpp) is a plain C-ABI shared library, `graphtrain.runtime.native._core`,
 loaded with ctypes: it needs no Python or torch headers at build time, arrays cross as raw pointers,
 and ctypes releases the GIL during each call. GRAPHTRAIN_NATIVE_ARCH=native adds -march=native.
+GRAPHTRAIN_BUILD_CUDA=1 also builds the CUDA core (cuda/src/*.cu, nvcc) as `_core_cuda`, for the
+architectures in GRAPHTRAIN_CUDA_ARCHS (default "80 90").
 """
 
+import importlib.util
 import os
+import shlex
+import subprocess
 from pathlib import Path
 
 from setuptools import Extension, setup
@@ -31,20 +36,46 @@ def discover() -> tuple[list[str], dict[str, str]]:
     return packages, package_dir
 
 
+def nvcc_command(output: str, archs: list[str]) -> list[str]:
+    """Load cuda/nvcc.py by path (the build backend does not put this folder on sys.path)."""
+    spec = importlib.util.spec_from_file_location("graphtrain_nvcc", Path(__file__).parent / "cuda" / "nvcc.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.nvcc_command(output, archs)
+
+
 class BuildCLibrary(build_ext):
-    """Build the core as a shared library: no PyInit symbol is needed since ctypes loads it."""
+    """Build the core as a shared library (ctypes loads it, so no PyInit symbol is needed), and the
+    CUDA core when asked."""
 
     def get_export_symbols(self, ext):  # noqa: ANN001, ANN201
         return []
 
+    def run(self) -> None:
+        super().run()
+        if os.environ.get("GRAPHTRAIN_BUILD_CUDA") == "1":
+            target = Path(self.get_ext_fullpath("graphtrain.runtime.native._core")).with_name("_core_cuda.so")
+            if self.inplace:
+                target = Path("runtime/native/_core_cuda.so")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            archs = os.environ.get("GRAPHTRAIN_CUDA_ARCHS", "80 90").split()
+            cmd = nvcc_command(str(target), archs)
+            print("building the CUDA core:", shlex.join(cmd))
+            subprocess.run(cmd, check=True)
 
-flags = ["-O3", "-std=c++17", "-fopenmp", "-fvisibility=hidden", "-Wall", "-Wextra"]
+
+# -fno-math-errno: sqrtf may then vectorise (we never read errno); without it gcc keeps a scalar
+# call path per element in Adagrad and Adam.
+flags = ["-O3", "-std=c++17", "-fopenmp", "-fno-math-errno", "-fvisibility=hidden", "-Wall", "-Wextra"]
 if os.environ.get("GRAPHTRAIN_NATIVE_ARCH"):
     flags.append(f"-march={os.environ['GRAPHTRAIN_NATIVE_ARCH']}")
 core = Extension(
     "graphtrain.runtime.native._core",
     sources=sorted(str(p) for p in Path("cuda/src").glob("*.cpp")),
     include_dirs=["cuda/include"],
+    # Rebuild when a header changes too (setuptools only tracks sources by default): a stale library
+    # with an older OptimParams layout would read garbage hyper-parameters.
+    depends=sorted(str(p) for p in Path("cuda/include").rglob("*.h")),
     extra_compile_args=flags,
     extra_link_args=["-fopenmp"],
     language="c++",

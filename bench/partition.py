@@ -75,8 +75,9 @@ def fmt_balance(bal: dict[str, float]) -> str:
 def run_dataset(name: str, parts_list: list[int], repeat: int) -> list[str]:
     g = load(name)
     adj = adjacency.undirected(g)
-    lines = [f"\n## {name}: {g.num_nodes:,} nodes, {g.num_edges:,} stored edges, "
-             f"{adj.nnz // 2:,} undirected edges"]
+    lines = [
+        f"\n## {name}: {g.num_nodes:,} nodes, {g.num_edges:,} stored edges, {adj.nnz // 2:,} undirected edges"
+    ]
     lines.append(
         "| k | method | cut | balance (max/mean) | seconds | cut / (random/3) | cut / bare | time / bare |"
     )
@@ -87,16 +88,26 @@ def run_dataset(name: str, parts_list: list[int], repeat: int) -> list[str]:
         nodes = np.bincount(bare_parts, minlength=k)
         rnd, rnd_s = ours(g, k, 1, algorithm="random")
         rnd_cut = rnd.stats.edge_cut_fraction
-        rows = [("bare pymetis", bare_cut, f"nodes={nodes.max() / nodes.mean():.3f} "
-                 f"edges={edges_balance(g, bare_parts, k):.3f}", bare_s)]
-        for label, kwargs in (("graphtrain metis, balance nodes", {"balance": ["nodes"]}),
-                              ("graphtrain metis, default constraints", {})):
+        rows = [
+            (
+                "bare pymetis",
+                bare_cut,
+                f"nodes={nodes.max() / nodes.mean():.3f} edges={edges_balance(g, bare_parts, k):.3f}",
+                bare_s,
+            )
+        ]
+        for label, kwargs in (
+            ("graphtrain metis, balance nodes", {"balance": ["nodes"]}),
+            ("graphtrain metis, default constraints", {}),
+        ):
             res, secs = ours(g, k, repeat, **kwargs)
             rows.append((label, res.stats.edge_cut_fraction, fmt_balance(res.stats.balance), secs))
         rows.append(("graphtrain random", rnd_cut, fmt_balance(rnd.stats.balance), rnd_s))
         for label, cut, bal, secs in rows:
-            lines.append(f"| {k} | {label} | {100 * cut:.2f} % | {bal} | {secs:.2f} | "
-                         f"{cut / (rnd_cut / 3):.2f} | {cut / bare_cut:.3f} | {secs / bare_s:.2f} |")
+            lines.append(
+                f"| {k} | {label} | {100 * cut:.2f} % | {bal} | {secs:.2f} | "
+                f"{cut / (rnd_cut / 3):.2f} | {cut / bare_cut:.3f} | {secs / bare_s:.2f} |"
+            )
     return lines
 
 
@@ -121,8 +132,11 @@ def _child(name: str, k: int, queue) -> None:  # noqa: ANN001
 
 
 def memory_rows(names: list[str], k: int) -> list[str]:
-    lines = ["\n## memory: estimate vs measured peak RSS growth while partitioning (child process)",
-             "| dataset | k | estimate | measured | estimate / measured |", "|---|---|---|---|---|"]
+    lines = [
+        "\n## memory: estimate vs measured peak RSS growth while partitioning (child process)",
+        "| dataset | k | estimate | measured | estimate / measured |",
+        "|---|---|---|---|---|",
+    ]
     ctx = mp.get_context("spawn")
     for name in names:
         queue = ctx.Queue()
@@ -141,8 +155,10 @@ def main() -> None:
     ap.add_argument("--parts", nargs="+", type=int, default=[2, 4, 8])
     ap.add_argument("--repeat", type=int, default=2, help="timed repetitions; the best is reported")
     args = ap.parse_args()
-    print(f"# bench/partition.py, {time.strftime('%Y-%m-%d')}, {platform.node()}, "
-          f"{platform.processor() or platform.machine()}, pymetis {pymetis.version}")
+    print(
+        f"# bench/partition.py, {time.strftime('%Y-%m-%d')}, {platform.node()}, "
+        f"{platform.processor() or platform.machine()}, pymetis {pymetis.version}"
+    )
     for name in args.datasets:
         print("\n".join(run_dataset(name, args.parts, args.repeat)), flush=True)
     print("\n".join(memory_rows(args.datasets, 4)))

@@ -23,3 +23,7 @@ class PartitionError(GraphtrainError):
 
 class MemoryEstimateError(PartitionError):
     """The estimated peak memory of a step exceeds the limit the user set."""
+
+
+class SparseInputError(GraphtrainError, ValueError):
+    """Bad ids or tensors given to a sparse operation (named in the message); nothing was modified."""

@@ -38,9 +38,63 @@ _P = ctypes.c_void_p
 _I32, _I64, _U64 = ctypes.c_int32, ctypes.c_int64, ctypes.c_uint64
 
 
+class OptimParams(ctypes.Structure):
+    """Mirror of graphtrain::OptimParams in cuda/include/graphtrain/optim_math.h."""
+
+    _fields_ = [
+        ("lr", ctypes.c_float),
+        ("eps", ctypes.c_float),
+        ("beta1", ctypes.c_float),
+        ("beta2", ctypes.c_float),
+        ("one_minus_beta1", ctypes.c_float),
+        ("one_minus_beta2", ctypes.c_float),
+        ("weight_decay", ctypes.c_float),
+        ("eps_inside_sqrt", ctypes.c_int32),
+        ("beta1_exact", ctypes.c_double),
+        ("beta2_exact", ctypes.c_double),
+    ]
+
+
 def _declare(lib: ctypes.CDLL) -> None:
     lib.gt_partition_refine.argtypes = [_I64, _P, _P, _P, _I32, _P, _I32, _P, _P, _I32, _I32, _U64, _P]
     lib.gt_partition_refine.restype = ctypes.c_int
+    lib.gt_sparse_step.argtypes = [
+        _I32,
+        _I64,
+        _P,
+        _P,
+        _I64,
+        _I64,
+        _I32,
+        _P,
+        _P,
+        _P,
+        _P,
+        _I64,
+        OptimParams,
+        _I32,
+        _P,
+    ]
+    lib.gt_sparse_step.restype = _I64
+    lib.gt_dedup.argtypes = [_I64, _P, _P, _I64, _I64, _I32, _P, _P, _P, _I32, _P]
+    lib.gt_dedup.restype = _I64
+    lib.gt_gather.argtypes = [_I64, _P, _P, _I64, _I64, _P, _I32, _P]
+    lib.gt_gather.restype = ctypes.c_int
+    lib.gt_scatter.argtypes = [_I64, _P, _P, _P, _I64, _I64, _I32, _P]
+    lib.gt_scatter.restype = ctypes.c_int
+    lib.gt_advise_hugepages.argtypes = [_P, _I64]
+    lib.gt_advise_hugepages.restype = ctypes.c_int
+    lib.gt_max_threads.argtypes = []
+    lib.gt_max_threads.restype = ctypes.c_int
+
+
+def available() -> bool:
+    """Whether the native core is built and loadable."""
+    try:
+        core()
+    except (NativeUnavailable, OSError):
+        return False
+    return True
 
 
 def ptr(array: np.ndarray | None, dtype: type, name: str) -> int | None:

@@ -1,0 +1,209 @@
+"""Sparse-optimizer benchmark: the native core against the baselines, side by side in one run.
+
+Table N x D float32 (default 5,000,000 rows), batches of B = 100,000 ids, uniform or Zipf(1.1) over
+randomly permuted ranks, D = 32 and 128. For each optimizer it measures unique rows updated per second
+and the bytes the update must move per second (ids, gradients, the touched rows and their state read
+and written), and next to it, in the same process:
+- "dgl torch-ops": DGL 2.1's sparse Adagrad algorithm written with torch ops (torch.unique,
+  index_add_, mean rule, gather state, update, scatter back), row-wise as DGL's distributed
+  SparseAdagrad and element-wise as dgl.optim.SparseAdagrad;
+- "torch.optim": nn.Embedding(sparse=True)'s weight with a sparse gradient, then Adagrad / SparseAdam
+  / SGD .step() (the optimizer only: the gradient is built directly, no forward or backward);
+- "reference": our torch backend;
+- a STREAM-like triad (a = b + s*c on 3 x 200 MB, counted as 3 x bytes), the memory-bandwidth
+  roofline: "% roofline" is the optimizer's bytes/s over the triad's.
+Threads: --threads (default 2) for every contender, torch included.
+
+    python bench/optim.py [--rows 5000000] [--batch 100000] [--dims 32 128] [--steps 8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import platform
+import statistics
+import time
+import warnings
+from collections.abc import Callable
+
+import numpy as np
+import torch
+
+from graphtrain.runtime.native import optim as native
+from graphtrain.runtime.optim import OptimConfig, make_state, sparse_step
+
+KINDS = ("rowwise_adagrad", "adagrad", "adam", "sgd")
+
+
+def batches(num_rows: int, batch: int, dim: int, dist: str, count: int, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    if dist == "uniform":
+        ids = [rng.integers(0, num_rows, batch) for _ in range(count)]
+    else:  # Zipf(1.1) over ranks, ranks mapped to random rows so hot rows are spread over the table
+        p = 1.0 / np.arange(1, num_rows + 1, dtype=np.float64) ** 1.1
+        cdf = np.cumsum(p / p.sum())
+        perm = rng.permutation(num_rows)
+        ids = [perm[np.minimum(np.searchsorted(cdf, rng.random(batch)), num_rows - 1)] for _ in range(count)]
+    g = torch.Generator().manual_seed(seed)
+    return [(torch.from_numpy(i.astype(np.int64)), torch.randn(batch, dim, generator=g)) for i in ids]
+
+
+def bytes_moved(kind: str, unique: int, batch: int, dim: int) -> int:
+    """Bytes an update must touch: ids and gradients read, rows and state read and written."""
+    row = dim * 4
+    state = {"sgd": 0, "rowwise_adagrad": 2 * 4, "adagrad": 2 * row, "adam": 4 * row + 2 * 8}[kind]
+    return batch * (8 + row) + unique * (2 * row + state)
+
+
+def timed(fn: Callable[[torch.Tensor, torch.Tensor], None], data, warmup: int = 2) -> float:
+    for ids, grads in data[:warmup]:
+        fn(ids, grads)
+    times = []
+    for ids, grads in data[warmup:]:
+        t = time.perf_counter()
+        fn(ids, grads)
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def triad_gbps(threads: int, n: int = 50_000_000) -> float:
+    torch.set_num_threads(threads)
+    a, b, c = torch.empty(n), torch.rand(n), torch.rand(n)
+    best = np.inf
+    for _ in range(5):
+        t = time.perf_counter()
+        torch.add(b, c, alpha=3.0, out=a)
+        best = min(best, time.perf_counter() - t)
+    return 3 * n * 4 / best / 1e9
+
+
+def dgl_rowwise(table: torch.Tensor, state: torch.Tensor, lr: float, eps: float):
+    def step(ids: torch.Tensor, grads: torch.Tensor) -> None:
+        uniq, inverse, cnt = torch.unique(ids, return_inverse=True, return_counts=True)
+        values = torch.zeros((len(uniq), grads.shape[1])).index_add_(0, inverse, grads) / cnt.unsqueeze(1)
+        grad_sum = (values * values).mean(1, keepdim=True)
+        new = state[uniq] + grad_sum
+        state[uniq] = new
+        table[uniq] -= lr * values / (new.sqrt() + eps)
+
+    return step
+
+
+def dgl_elementwise(table: torch.Tensor, state: torch.Tensor, lr: float, eps: float):
+    def step(ids: torch.Tensor, grads: torch.Tensor) -> None:
+        uniq, inverse, cnt = torch.unique(ids, return_inverse=True, return_counts=True)
+        values = torch.zeros((len(uniq), grads.shape[1])).index_add_(0, inverse, grads) / cnt.unsqueeze(1)
+        new = state[uniq] + values * values
+        state[uniq] = new
+        table[uniq] -= lr * values / (new.sqrt() + eps)
+
+    return step
+
+
+def torch_optim(table: torch.Tensor, kind: str):
+    param = torch.nn.Parameter(table, requires_grad=True)
+    opt = {
+        "adagrad": lambda: torch.optim.Adagrad([param], lr=0.01),
+        "adam": lambda: torch.optim.SparseAdam([param], lr=0.01),
+        "sgd": lambda: torch.optim.SGD([param], lr=0.01),
+    }[kind]()
+
+    def step(ids: torch.Tensor, grads: torch.Tensor) -> None:
+        param.grad = torch.sparse_coo_tensor(ids.unsqueeze(0), grads, table.shape)
+        opt.step()
+
+    return step
+
+
+def ours(config: OptimConfig, table: torch.Tensor, state: dict[str, torch.Tensor], backend: str):
+    def step(ids: torch.Tensor, grads: torch.Tensor) -> None:
+        sparse_step(config, table, state, ids, grads, backend=backend)
+
+    return step
+
+
+def run(num_rows: int, batch: int, dim: int, dist: str, steps: int, threads: int, triad: float) -> list[str]:
+    torch.set_num_threads(threads)
+    data = batches(num_rows, batch, dim, dist, steps + 2)
+    unique = int(np.mean([len(torch.unique(i)) for i, _ in data]))
+    table = native.empty((num_rows, dim)).uniform_(-1, 1)  # huge pages, advised before the first write
+    lines = []
+    for kind in KINDS:
+        config = OptimConfig(kind, 0.01, eps=1e-8, duplicate="mean" if kind == "rowwise_adagrad" else "sum")
+        state = make_state(config, num_rows, dim)  # on huge pages when large
+        contenders = [
+            ("graphtrain cpu core", ours(config, table, state, "cpu")),
+            ("graphtrain torch reference", ours(config, table, state, "torch")),
+        ]
+        if kind == "rowwise_adagrad":
+            contenders.append(
+                (
+                    "DGL algorithm, torch ops (row-wise)",
+                    dgl_rowwise(table, torch.zeros(num_rows, 1), 0.01, 1e-8),
+                )
+            )
+        if kind == "adagrad":
+            contenders.append(
+                (
+                    "DGL algorithm, torch ops (element-wise)",
+                    dgl_elementwise(table, torch.zeros(num_rows, dim), 0.01, 1e-8),
+                )
+            )
+        if kind in ("adagrad", "adam", "sgd"):
+            contenders.append((f"torch.optim {kind} on nn.Embedding(sparse=True)", torch_optim(table, kind)))
+        results = []
+        for name, fn in contenders:
+            seconds = timed(fn, data)
+            results.append((name, seconds))
+            gc.collect()
+        base = {n: s for n, s in results}
+        for name, seconds in results:
+            gbps = bytes_moved(kind, unique, batch, dim) / seconds / 1e9
+            ratios = []
+            for other in (
+                "DGL algorithm, torch ops (row-wise)",
+                "DGL algorithm, torch ops (element-wise)",
+                f"torch.optim {kind} on nn.Embedding(sparse=True)",
+            ):
+                if other in base and name == "graphtrain cpu core":
+                    ratios.append(f"{base[other] / seconds:.1f}x {other.split(' ')[0]}")
+            lines.append(
+                f"| {dist} | {dim} | {kind} | {name} | {1e3 * seconds:.1f} | {unique / seconds / 1e6:.2f} | "
+                f"{gbps:.2f} | {100 * gbps / triad:.0f} % | {', '.join(ratios)} |"
+            )
+        del state
+        gc.collect()
+    return lines
+
+
+def main() -> None:
+    warnings.filterwarnings("ignore", message="Sparse invariant checks")
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--rows", type=int, default=5_000_000)
+    ap.add_argument("--batch", type=int, default=100_000)
+    ap.add_argument("--dims", type=int, nargs="+", default=[32, 128])
+    ap.add_argument("--dists", nargs="+", default=["uniform", "zipf"])
+    ap.add_argument(
+        "--steps", type=int, default=8, help="timed steps (median reported), after 2 warm-up steps"
+    )
+    ap.add_argument("--threads", type=int, default=2)
+    args = ap.parse_args()
+    triad = triad_gbps(args.threads)
+    print(
+        f"# bench/optim.py, {time.strftime('%Y-%m-%d')}, {platform.node()}, {platform.machine()}, "
+        f"torch {torch.__version__}, {args.threads} threads, N={args.rows:,}, B={args.batch:,}"
+    )
+    print(f"STREAM-like triad: {triad:.1f} GB/s\n")
+    print(
+        "| ids | D | optimizer | implementation | ms/step | M unique rows/s | GB/s | % roofline | speed-up |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
+    for dim in args.dims:
+        for dist in args.dists:
+            for line in run(args.rows, args.batch, dim, dist, args.steps, args.threads, triad):
+                print(line, flush=True)
+
+
+if __name__ == "__main__":
+    main()

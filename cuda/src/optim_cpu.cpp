@@ -1,0 +1,434 @@
+// CPU build of the sparse-optimizer core (C++17 + OpenMP), from the same math as the CUDA build.
+//
+// Fused step (gt_sparse_step), three phases, no locks and no atomics:
+//  1. each thread deduplicates its own contiguous block of the batch in a private open-addressing hash
+//     table, chaining each id's occurrences in batch order;
+//  2. (barrier) each thread looks its ids up in the other threads' tables (read-only): an id held by
+//     one block belongs to its thread, one held by several to a holder picked by the id's hash, which
+//     sums every occurrence across blocks in batch order;
+//  3. the owner applies the optimizer to its rows, reading its block's gradients in order and
+//     prefetching table rows, state and gradients a few rows ahead.
+// One writer per row, and every row's duplicates are summed in batch order whatever the thread count,
+// so results are identical for 1, 2 or 64 threads. Contiguous blocks (rather than hash-owned ids)
+// let each thread read its gradient rows as one stream: on 2 cores the step is memory-parallelism
+// bound, and a thread reading every other row wastes the hardware prefetcher on rows it skips.
+// Workspaces persist between calls, so a steady training loop allocates nothing.
+//
+// Every id is checked against [0, num_rows) before any row is touched; a bad id returns -1 and its
+// position. The caller (runtime/native/optim.py) checks dtypes, shapes and hyper-parameters.
+
+#include "graphtrain/api.h"
+#include "graphtrain/optim_math.h"
+
+#include <omp.h>
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+using graphtrain::AdamCoef;
+using graphtrain::OptimParams;
+
+namespace {
+
+constexpr int kPrefetchRows = 8;
+constexpr int64_t kEmpty = -1;
+
+struct Entry {
+  int64_t key;   // row id, or kEmpty
+  int64_t slot;  // index into the compact arrays
+};
+
+// One thread's view of its block of the batch.
+struct Block {
+  int64_t lo = 0, hi = 0;      // batch positions [lo, hi)
+  int64_t mask = 0;            // hash table size - 1
+  std::vector<Entry> table;    // open-addressing hash table, key and slot side by side
+  std::vector<int64_t> uid;    // compact: row id of each unique in the block
+  std::vector<int64_t> first;  // compact: first position
+  std::vector<int64_t> last;   // compact: last position (to append to the chain)
+  std::vector<int64_t> count;  // compact: occurrences in the block
+  std::vector<int64_t> next;   // per position in the block: next occurrence of the same id, or -1
+  // A one-hash bit filter of the block's ids (~20 bits per id, L2-sized): other threads ask "is id in
+  // this block?" mostly about ids that are not (uniform ids rarely repeat), and the filter answers
+  // that without a cache miss in the 2 MB hash table (the ownership phase went from 1.0 to ~0.3 ms).
+  std::vector<uint64_t> bits;
+  uint64_t bit_mask = 0;
+
+  bool maybe_has(uint64_t h) const {
+    const uint64_t b = (h >> 20) & bit_mask;
+    return (bits[b >> 6] >> (b & 63)) & 1u;
+  }
+
+  int64_t find(int64_t id, uint64_t h) const {
+    if (!maybe_has(h)) return -1;
+    int64_t b = static_cast<int64_t>(h & static_cast<uint64_t>(mask));
+    while (table[b].key != kEmpty) {
+      if (table[b].key == id) return table[b].slot;
+      b = (b + 1) & mask;
+    }
+    return -1;
+  }
+};
+
+// Scratch of one call, shared by its OpenMP team (blocks are read by the other threads after phase 1).
+// thread_local to the *calling* thread: ctypes releases the GIL, so two Python threads may step two
+// tables at once, each with its own team and its own scratch.
+struct StepScratch {
+  std::vector<Block> blocks;
+  std::vector<uint64_t> hashes;
+};
+
+StepScratch& step_scratch() {
+  static thread_local StepScratch s;
+  return s;
+}
+
+// Per-thread scratch that no other thread reads.
+struct Workspace {
+  std::vector<Entry> table;         // gt_dedup's hash table
+  std::vector<int64_t> rows;        // rows this thread updates
+  std::vector<const float*> grad;   // their gradient rows (a batch row, or an accumulation row)
+  std::vector<float> acc;           // reduced rows of ids seen more than once
+  std::vector<int64_t> acc_of;      // index into acc per entry of rows, or -1
+};
+
+Workspace& workspace() {
+  static thread_local Workspace ws;
+  return ws;
+}
+
+std::vector<int64_t>& ws_total() {
+  static thread_local std::vector<int64_t> t;
+  return t;
+}
+
+int64_t pow2_at_least(int64_t x) {
+  int64_t p = 16;
+  while (p < x) p <<= 1;
+  return p;
+}
+
+inline int owner_of(int64_t id, int threads) {
+  return static_cast<int>((graphtrain::mix64(static_cast<uint64_t>(id)) >> 33) % static_cast<uint64_t>(threads));
+}
+
+// First position whose id is outside [0, num_rows), or -1.
+int64_t first_bad(int64_t n, const int64_t* ids, int64_t num_rows, int threads) {
+  int64_t bad = n;
+#pragma omp parallel for num_threads(threads) reduction(min : bad) schedule(static)
+  for (int64_t i = 0; i < n; ++i)
+    if (ids[i] < 0 || ids[i] >= num_rows) bad = std::min(bad, i);
+  return bad == n ? -1 : bad;
+}
+
+inline void prefetch_row(const float* row, int64_t dim) {
+  for (int64_t j = 0; j < dim; j += 16) __builtin_prefetch(row + j, 1, 1);
+}
+
+// Phase 1: deduplicate block [lo, hi) of the batch, chaining each id's occurrences in batch order.
+void dedup_block(Block& bk, int64_t lo, int64_t hi, const int64_t* ids, const uint64_t* h) {
+  bk.lo = lo;
+  bk.hi = hi;
+  const int64_t n = hi - lo;
+  const int64_t cap = pow2_at_least(2 * n + 1);
+  bk.mask = cap - 1;
+  if (static_cast<int64_t>(bk.table.size()) < cap) bk.table.resize(cap);
+  std::fill(bk.table.begin(), bk.table.begin() + cap, Entry{kEmpty, 0});
+  bk.uid.clear();
+  bk.first.clear();
+  bk.last.clear();
+  bk.count.clear();
+  bk.next.assign(n, -1);
+  const int64_t nbits = pow2_at_least(std::max<int64_t>(64, 16 * n));
+  bk.bit_mask = static_cast<uint64_t>(nbits - 1);
+  bk.bits.assign(nbits / 64, 0);
+  for (int64_t i = lo; i < hi; ++i) {
+    const int64_t id = ids[i];
+    const uint64_t fb = (h[i] >> 20) & bk.bit_mask;
+    bk.bits[fb >> 6] |= uint64_t{1} << (fb & 63);
+    int64_t b = static_cast<int64_t>(h[i] & static_cast<uint64_t>(bk.mask));
+    while (bk.table[b].key != kEmpty && bk.table[b].key != id) b = (b + 1) & bk.mask;
+    if (bk.table[b].key == kEmpty) {
+      bk.table[b] = Entry{id, static_cast<int64_t>(bk.uid.size())};
+      bk.uid.push_back(id);
+      bk.first.push_back(i);
+      bk.last.push_back(i);
+      bk.count.push_back(1);
+      continue;
+    }
+    const int64_t sl = bk.table[b].slot;
+    bk.next[bk.last[sl] - lo] = i;
+    bk.last[sl] = i;
+    ++bk.count[sl];
+  }
+}
+
+// Add (or copy, if `started` is false) every occurrence of a block's unique `sl` into dst, in order.
+void sum_block(const Block& bk, int64_t sl, const float* grads, int64_t dim, float* dst, bool& started) {
+  for (int64_t i = bk.first[sl]; i >= 0; i = bk.next[i - bk.lo]) {
+    const float* src = grads + i * dim;
+    if (!started) {
+      std::memcpy(dst, src, sizeof(float) * dim);
+      started = true;
+    } else {
+      for (int64_t j = 0; j < dim; ++j) dst[j] += src[j];
+    }
+  }
+}
+
+// Phase 2: the rows thread `tid` owns and their reduced gradients (pointing into the batch when an id
+// occurs once). Returns the number of rows.
+int64_t own_rows(Workspace& ws, const std::vector<Block>& blocks, int tid, const uint64_t* h, const float* grads,
+                 int64_t dim, bool mean) {
+  const Block& mine = blocks[tid];
+  const int nt = static_cast<int>(blocks.size());
+  const int64_t m = static_cast<int64_t>(mine.uid.size());
+  ws.rows.clear();
+  ws.grad.clear();
+  ws.acc_of.clear();
+  int64_t acc_rows = 0;
+  // First pass: decide ownership and how many accumulation rows are needed. An id held by one block is
+  // its thread's; an id held by several (Zipf's hot ids are in every block) goes to one holder picked by
+  // hash, so the reduction work of hot ids spreads over the threads instead of landing on thread 0.
+  std::vector<int64_t>& total = ws_total();
+  total.assign(m, 0);
+  for (int64_t sl = 0; sl < m; ++sl) {
+    const int64_t id = mine.uid[sl];
+    const uint64_t hv = h[mine.first[sl]];
+    int holders = 0, my_rank = 0;
+    int64_t count = 0;
+    for (int u = 0; u < nt; ++u) {
+      const int64_t other = u == tid ? sl : blocks[u].find(id, hv);
+      if (other < 0) continue;
+      if (u == tid) my_rank = holders;
+      ++holders;
+      count += blocks[u].count[other];
+    }
+    if (holders > 1 && static_cast<int>((hv >> 40) % static_cast<uint64_t>(holders)) != my_rank) continue;
+    total[sl] = count;
+    ws.rows.push_back(id);
+    ws.acc_of.push_back(count > 1 ? acc_rows++ : -1);
+  }
+  if (static_cast<int64_t>(ws.acc.size()) < acc_rows * dim) ws.acc.resize(acc_rows * dim);
+  // Second pass: reduce repeated ids in batch order.
+  int64_t k = 0;
+  for (int64_t sl = 0; sl < m; ++sl) {
+    if (total[sl] == 0) continue;
+    const int64_t a = ws.acc_of[k++];
+    if (a < 0) {
+      ws.grad.push_back(grads + mine.first[sl] * dim);
+      continue;
+    }
+    float* dst = ws.acc.data() + a * dim;
+    bool started = false;
+    const int64_t id = mine.uid[sl];
+    const uint64_t hv = h[mine.first[sl]];
+    for (int u = 0; u < nt; ++u) {  // every block in batch order: the sum is the single-thread sum
+      const int64_t other = u == tid ? sl : blocks[u].find(id, hv);
+      if (other >= 0) sum_block(blocks[u], other, grads, dim, dst, started);
+    }
+    if (mean) {
+      const float c = static_cast<float>(total[sl]);
+      for (int64_t j = 0; j < dim; ++j) dst[j] /= c;  // divide, as the reference does, not * (1/c)
+    }
+    ws.grad.push_back(dst);
+  }
+  return static_cast<int64_t>(ws.rows.size());
+}
+
+void apply_rows(int32_t kind, int64_t count, const int64_t* rows, const float* const* grads, int64_t dim,
+                float* table, float* state0, float* state1, int64_t* row_steps, int64_t global_step,
+                const OptimParams& p) {
+  const AdamCoef global_coef = kind == graphtrain::kAdam && !row_steps ? graphtrain::adam_coef(global_step, p)
+                                                                      : AdamCoef{0, 0, 0};
+  for (int64_t s = 0; s < count; ++s) {
+    if (s + kPrefetchRows < count) {
+      const int64_t ahead = rows[s + kPrefetchRows];
+      prefetch_row(table + ahead * dim, dim);
+      // Gradient rows: a block's rows are read in order, but only those it owns; help the streamer.
+      for (int64_t j = 0; j < dim; j += 16) __builtin_prefetch(grads[s + kPrefetchRows] + j, 0, 0);
+      if (kind == graphtrain::kAdagrad || kind == graphtrain::kAdam) prefetch_row(state0 + ahead * dim, dim);
+      if (kind == graphtrain::kRowwiseAdagrad) __builtin_prefetch(state0 + ahead, 1, 1);
+      if (kind == graphtrain::kAdam) {
+        prefetch_row(state1 + ahead * dim, dim);
+        if (row_steps) __builtin_prefetch(row_steps + ahead, 1, 1);
+      }
+    }
+    const int64_t r = rows[s];
+    float* w = table + r * dim;
+    const float* g = grads[s];
+    switch (kind) {
+      case graphtrain::kSGD:
+        graphtrain::sgd_row(w, g, dim, p);
+        break;
+      case graphtrain::kAdagrad:
+        graphtrain::adagrad_row(w, state0 + r * dim, g, dim, p);
+        break;
+      case graphtrain::kRowwiseAdagrad:
+        graphtrain::rowwise_adagrad_row(w, state0 + r, g, dim, p);
+        break;
+      case graphtrain::kAdam: {
+        const AdamCoef c = row_steps ? graphtrain::adam_coef(++row_steps[r], p) : global_coef;
+        graphtrain::adam_row(w, state0 + r * dim, state1 + r * dim, g, dim, p, c);
+        break;
+      }
+      default:
+        break;
+    }
+  }
+}
+
+}  // namespace
+
+GT_API int gt_version() { return 1; }
+
+GT_API int gt_max_threads() { return omp_get_max_threads(); }
+
+// Deduplicate `ids`, reduce `grads` (n x dim) per unique id, apply optimizer `kind` to those rows.
+// State: adagrad state0 = G (rows x dim); rowwise_adagrad state0 = G (rows); adam state0 = m, state1 = v
+// (rows x dim) and row_steps (rows, int64) for per-row step counts, or row_steps = null and global_step
+// (already incremented by the caller) for one count per table.
+// Returns the number of unique rows updated, or -1 with *bad_pos = position of an id out of range.
+GT_API int64_t gt_sparse_step(int32_t kind, int64_t n, const int64_t* ids, const float* grads, int64_t dim,
+                              int64_t num_rows, int32_t mean, float* table, float* state0, float* state1,
+                              int64_t* row_steps, int64_t global_step, OptimParams params, int32_t threads,
+                              int64_t* bad_pos) {
+  threads = std::max(1, threads);
+  const int64_t bad = first_bad(n, ids, num_rows, threads);
+  if (bad >= 0) {
+    *bad_pos = bad;
+    return -1;
+  }
+  StepScratch& sc = step_scratch();
+  if (static_cast<int64_t>(sc.hashes.size()) < n) sc.hashes.resize(n);
+  if (static_cast<int>(sc.blocks.size()) < threads) sc.blocks.resize(threads);
+  uint64_t* h = sc.hashes.data();
+  int64_t total = 0;
+#pragma omp parallel num_threads(threads) reduction(+ : total)
+  {
+    const int tid = omp_get_thread_num();
+    const int nt = omp_get_num_threads();
+#pragma omp single
+    sc.blocks.resize(nt);
+#pragma omp for schedule(static)
+    for (int64_t i = 0; i < n; ++i) h[i] = graphtrain::mix64(static_cast<uint64_t>(ids[i]));
+    dedup_block(sc.blocks[tid], n * tid / nt, n * (tid + 1) / nt, ids, h);
+#pragma omp barrier
+    Workspace& ws = workspace();
+    const int64_t local = own_rows(ws, sc.blocks, tid, h, grads, dim, mean != 0);
+    apply_rows(kind, local, ws.rows.data(), ws.grad.data(), dim, table, state0, state1, row_steps, global_step, params);
+    total += local;
+  }
+  return total;
+}
+
+// Deduplicate `ids` in first-occurrence order and reduce `grads` per unique id (sum, or mean).
+// out_ids (n) and out_grads (n x dim) receive the first `return value` unique ids and reduced rows.
+// Returns the unique count, or -1 with *bad_pos = position of an id out of range.
+GT_API int64_t gt_dedup(int64_t n, const int64_t* ids, const float* grads, int64_t dim, int64_t num_rows, int32_t mean,
+                        int64_t* out_ids, float* out_grads, int64_t* inverse, int32_t threads, int64_t* bad_pos) {
+  threads = std::max(1, threads);
+  const int64_t bad = first_bad(n, ids, num_rows, threads);
+  if (bad >= 0) {
+    *bad_pos = bad;
+    return -1;
+  }
+  // Sequential first-occurrence numbering: a deterministic order the caller can rely on.
+  Workspace& ws = workspace();
+  const int64_t cap = pow2_at_least(2 * n + 1), mask = cap - 1;
+  if (static_cast<int64_t>(ws.table.size()) < cap) ws.table.resize(cap);
+  std::fill(ws.table.begin(), ws.table.begin() + cap, Entry{kEmpty, 0});
+  int64_t u = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t id = ids[i];
+    int64_t b = static_cast<int64_t>(graphtrain::mix64(static_cast<uint64_t>(id)) & static_cast<uint64_t>(mask));
+    while (ws.table[b].key != kEmpty && ws.table[b].key != id) b = (b + 1) & mask;
+    if (ws.table[b].key == kEmpty) {
+      ws.table[b] = Entry{id, u};
+      out_ids[u++] = id;
+    }
+    inverse[i] = ws.table[b].slot;
+  }
+  const int64_t unique = u;
+  // Parallel reduction: thread t owns unique slots [t*unique/T, (t+1)*unique/T), scanning in batch order.
+#pragma omp parallel num_threads(threads)
+  {
+    const int tid = omp_get_thread_num(), nt = omp_get_num_threads();
+    const int64_t lo = unique * tid / nt, hi = unique * (tid + 1) / nt;
+    std::vector<int64_t> counts(mean ? hi - lo : 0, 0);
+    std::vector<char> seen(hi - lo, 0);
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t s = inverse[i];
+      if (s < lo || s >= hi) continue;
+      float* dst = out_grads + s * dim;
+      const float* src = grads + i * dim;
+      if (!seen[s - lo]) {
+        seen[s - lo] = 1;
+        std::memcpy(dst, src, sizeof(float) * dim);
+      } else {
+        for (int64_t j = 0; j < dim; ++j) dst[j] += src[j];
+      }
+      if (mean) ++counts[s - lo];
+    }
+    if (mean)
+      for (int64_t s = lo; s < hi; ++s)
+        if (counts[s - lo] > 1) {
+          const float c = static_cast<float>(counts[s - lo]);
+          for (int64_t j = 0; j < dim; ++j) out_grads[s * dim + j] /= c;
+        }
+  }
+  return unique;
+}
+
+// out[i] = table[ids[i]] for i < n. Returns 0, or -1 with *bad_pos.
+GT_API int gt_gather(int64_t n, const int64_t* ids, const float* table, int64_t dim, int64_t num_rows, float* out,
+                     int32_t threads, int64_t* bad_pos) {
+  threads = std::max(1, threads);
+  const int64_t bad = first_bad(n, ids, num_rows, threads);
+  if (bad >= 0) {
+    *bad_pos = bad;
+    return -1;
+  }
+#pragma omp parallel for num_threads(threads) schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    if (i + kPrefetchRows < n) __builtin_prefetch(table + ids[i + kPrefetchRows] * dim, 0, 1);
+    std::memcpy(out + i * dim, table + ids[i] * dim, sizeof(float) * dim);
+  }
+  return 0;
+}
+
+// table[ids[i]] = values[i]; with duplicate ids the last one in batch order wins, as a sequential loop.
+// Returns 0, or -1 with *bad_pos.
+GT_API int gt_scatter(int64_t n, const int64_t* ids, const float* values, float* table, int64_t dim,
+                      int64_t num_rows, int32_t threads, int64_t* bad_pos) {
+  threads = std::max(1, threads);
+  const int64_t bad = first_bad(n, ids, num_rows, threads);
+  if (bad >= 0) {
+    *bad_pos = bad;
+    return -1;
+  }
+#pragma omp parallel num_threads(threads)
+  {
+    const int tid = omp_get_thread_num(), nt = omp_get_num_threads();
+    for (int64_t i = 0; i < n; ++i)
+      if (owner_of(ids[i], nt) == tid) std::memcpy(table + ids[i] * dim, values + i * dim, sizeof(float) * dim);
+  }
+  return 0;
+}
+
+// Ask the kernel to back [ptr, ptr+bytes) with transparent huge pages (2 MB), which cuts TLB misses of
+// random row access on multi-GB tables. Returns madvise's result (0 on success), 1 if the range is too small.
+GT_API int gt_advise_hugepages(void* ptr, int64_t bytes) {
+  const uintptr_t huge = 2u << 20;
+  const uintptr_t start = (reinterpret_cast<uintptr_t>(ptr) + huge - 1) & ~(huge - 1);
+  const uintptr_t end = (reinterpret_cast<uintptr_t>(ptr) + static_cast<uintptr_t>(bytes)) & ~(huge - 1);
+  if (end <= start) return 1;
+#ifdef MADV_HUGEPAGE
+  return madvise(reinterpret_cast<void*>(start), end - start, MADV_HUGEPAGE);
+#else
+  return 1;
+#endif
+}

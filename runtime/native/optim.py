@@ -1,0 +1,209 @@
+"""ctypes bindings of the native CPU core's sparse-optimizer operations, on CPU torch tensors.
+
+Every tensor is checked here (device, dtype, shape, contiguity) and crosses as a raw pointer, so the
+call is zero-copy; ids are range-checked by the core before any row is touched.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+from typing import TYPE_CHECKING
+
+import torch
+
+from graphtrain.runtime.errors import SparseInputError
+from graphtrain.runtime.native import NativeUnavailable, OptimParams, core
+
+if TYPE_CHECKING:  # the native layer sits below runtime.optim and must not import it at run time
+    from graphtrain.runtime.optim.config import OptimConfig
+
+# graphtrain::OptimKind in cuda/include/graphtrain/optim_math.h
+KIND_CODE = {"sgd": 0, "adagrad": 1, "rowwise_adagrad": 2, "adam": 3}
+
+__all__ = [
+    "KIND_CODE",
+    "SparseInputError",
+    "advise_hugepages",
+    "dedup",
+    "empty",
+    "gather",
+    "params",
+    "scatter",
+    "sparse_step",
+]
+
+
+def _check(t: torch.Tensor, name: str, dtype: torch.dtype, ndim: int) -> int:
+    if not isinstance(t, torch.Tensor):
+        raise SparseInputError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.device.type != "cpu":
+        raise SparseInputError(f"{name} is on {t.device}; the CPU core needs CPU tensors")
+    if t.dtype != dtype:
+        raise SparseInputError(f"{name} must be {dtype}, got {t.dtype}")
+    if t.dim() != ndim:
+        raise SparseInputError(f"{name} must have {ndim} dimension(s), got shape {tuple(t.shape)}")
+    if not t.is_contiguous():
+        raise SparseInputError(f"{name} must be contiguous")
+    return t.data_ptr()
+
+
+def _bad_id(ids: torch.Tensor, pos: int, num_rows: int) -> SparseInputError:
+    return SparseInputError(f"ids[{pos}] = {int(ids[pos])} is outside the table's rows [0, {num_rows})")
+
+
+def params(config: OptimConfig) -> OptimParams:
+    return OptimParams(
+        config.lr,
+        config.eps,
+        config.beta1,
+        config.beta2,
+        1.0 - config.beta1,
+        1.0 - config.beta2,
+        config.weight_decay,
+        1 if config.step_count == "global" else 0,
+        config.beta1,
+        config.beta2,
+    )
+
+
+def state_tensors(
+    config: OptimConfig, state: dict[str, torch.Tensor]
+) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None, int]:
+    """The core's state arguments: state0, state1, per-row Adam steps (or None) and the table's Adam step."""
+    s0 = state.get("sum", state.get("exp_avg"))
+    s1 = state.get("exp_avg_sq")
+    adam = config.kind == "adam"
+    row_steps = state["step"] if (adam and config.step_count == "row") else None
+    global_step = int(state["step"][0]) if (adam and config.step_count == "global") else 0
+    return s0, s1, row_steps, global_step
+
+
+def sparse_step(
+    config: OptimConfig,
+    table: torch.Tensor,
+    state: dict[str, torch.Tensor],
+    ids: torch.Tensor,
+    grads: torch.Tensor,
+    threads: int,
+) -> int:
+    """Fused dedup + reduce + update (state checked by the caller). Returns the unique row count."""
+    _check(table, "table", torch.float32, 2)
+    n, dim = len(ids), table.shape[1]
+    s0, s1, row_steps, global_step = state_tensors(config, state)
+    bad = ctypes.c_int64(-1)
+    got = core().gt_sparse_step(
+        KIND_CODE[config.kind],
+        n,
+        _check(ids, "ids", torch.int64, 1),
+        _check(grads, "grads", torch.float32, 2),
+        dim,
+        table.shape[0],
+        1 if config.duplicate == "mean" else 0,
+        table.data_ptr(),
+        None if s0 is None else s0.data_ptr(),
+        None if s1 is None else s1.data_ptr(),
+        None if row_steps is None else row_steps.data_ptr(),
+        global_step,
+        params(config),
+        threads,
+        ctypes.byref(bad),
+    )
+    if got < 0:
+        raise _bad_id(ids, bad.value, table.shape[0])
+    return int(got)
+
+
+def dedup(
+    ids: torch.Tensor, grads: torch.Tensor, num_rows: int, mean: bool, threads: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Unique ids in first-occurrence order, their reduced gradients, and each position's unique index."""
+    n = len(ids)
+    dim = grads.shape[1] if grads.dim() == 2 else 0
+    if grads.shape[0] != n:
+        raise SparseInputError(f"grads has {grads.shape[0]} rows but there are {n} ids")
+    out_ids = torch.empty(n, dtype=torch.int64)
+    out_grads = torch.empty((n, dim), dtype=torch.float32)
+    inverse = torch.empty(n, dtype=torch.int64)
+    bad = ctypes.c_int64(-1)
+    u = core().gt_dedup(
+        n,
+        _check(ids, "ids", torch.int64, 1),
+        _check(grads, "grads", torch.float32, 2),
+        dim,
+        num_rows,
+        int(mean),
+        out_ids.data_ptr(),
+        out_grads.data_ptr(),
+        inverse.data_ptr(),
+        threads,
+        ctypes.byref(bad),
+    )
+    if u < 0:
+        raise _bad_id(ids, bad.value, num_rows)
+    return out_ids[:u], out_grads[:u], inverse
+
+
+def gather(
+    table: torch.Tensor, ids: torch.Tensor, threads: int, out: torch.Tensor | None = None
+) -> torch.Tensor:
+    """Rows `ids` of `table` (n x dim)."""
+    _check(table, "table", torch.float32, 2)
+    out = torch.empty((len(ids), table.shape[1]), dtype=torch.float32) if out is None else out
+    bad = ctypes.c_int64(-1)
+    rc = core().gt_gather(
+        len(ids),
+        _check(ids, "ids", torch.int64, 1),
+        table.data_ptr(),
+        table.shape[1],
+        table.shape[0],
+        _check(out, "out", torch.float32, 2),
+        threads,
+        ctypes.byref(bad),
+    )
+    if rc < 0:
+        raise _bad_id(ids, bad.value, table.shape[0])
+    return out
+
+
+def scatter(table: torch.Tensor, ids: torch.Tensor, values: torch.Tensor, threads: int) -> None:
+    """table[ids] = values; for duplicate ids the last one wins."""
+    _check(table, "table", torch.float32, 2)
+    if tuple(values.shape) != (len(ids), table.shape[1]):
+        raise SparseInputError(
+            f"values must have shape {(len(ids), table.shape[1])}, got {tuple(values.shape)}"
+        )
+    bad = ctypes.c_int64(-1)
+    rc = core().gt_scatter(
+        len(ids),
+        _check(ids, "ids", torch.int64, 1),
+        _check(values, "values", torch.float32, 2),
+        table.data_ptr(),
+        table.shape[1],
+        table.shape[0],
+        threads,
+        ctypes.byref(bad),
+    )
+    if rc < 0:
+        raise _bad_id(ids, bad.value, table.shape[0])
+
+
+def advise_hugepages(t: torch.Tensor) -> bool:
+    """Ask for transparent huge pages under a large tensor; True if the kernel accepted.
+
+    Only pages not touched yet are affected: call it before the tensor is first written (see `empty`).
+    """
+    return core().gt_advise_hugepages(t.data_ptr(), t.numel() * t.element_size()) == 0
+
+
+HUGE_PAGE_MIN_BYTES = 4 << 20
+
+
+def empty(shape: tuple[int, ...], dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """An uninitialised CPU tensor backed by 2 MB pages when it is large (4 MB+) and the kernel allows:
+    random row access to multi-GB tables then misses the TLB far less."""
+    t = torch.empty(shape, dtype=dtype)
+    if t.numel() * t.element_size() >= HUGE_PAGE_MIN_BYTES:
+        with contextlib.suppress(OSError, NativeUnavailable):  # huge pages are an optimisation, not a need
+            advise_hugepages(t)
+    return t

@@ -1,0 +1,70 @@
+"""What a sparse optimizer is: its kind, hyper-parameters and duplicate rule, validated once.
+
+The same frozen config drives the torch reference, the native CPU core, the CUDA core and (next) the
+shard servers, so a table's optimizer is described in exactly one place.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+Kind = Literal["sgd", "adagrad", "rowwise_adagrad", "adam"]
+KINDS: tuple[str, ...] = ("sgd", "adagrad", "rowwise_adagrad", "adam")
+
+
+@dataclass(frozen=True)
+class OptimConfig:
+    """A sparse optimizer.
+
+    step_count (adam): "row" counts steps per row and adds eps to sqrt(v_hat) (DGL's SparseAdam);
+    "global" counts steps per table and adds eps to sqrt(v) (torch.optim.SparseAdam). Each matches its
+    model exactly. duplicate: "sum" (torch.optim on nn.Embedding(sparse=True)) or "mean" (DGL).
+    """
+
+    kind: Kind
+    lr: float
+    eps: float = 1e-10
+    beta1: float = 0.9
+    beta2: float = 0.999
+    weight_decay: float = 0.0
+    initial_accumulator: float = 0.0
+    step_count: Literal["row", "global"] = "row"
+    duplicate: Literal["sum", "mean"] = "sum"
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"optimizer kind must be one of {KINDS}, got {self.kind!r}")
+        for name in ("lr", "eps", "beta1", "beta2", "weight_decay", "initial_accumulator"):
+            value = getattr(self, name)
+            if not isinstance(value, int | float) or not math.isfinite(value):
+                raise ValueError(f"optimizer {name} must be a finite number, got {value!r}")
+        if self.lr <= 0:
+            raise ValueError(f"optimizer lr must be > 0, got {self.lr}")
+        for name in ("eps", "weight_decay", "initial_accumulator"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"optimizer {name} must be >= 0, got {getattr(self, name)}")
+        for name in ("beta1", "beta2"):
+            if not 0 <= getattr(self, name) < 1:
+                raise ValueError(f"optimizer {name} must be in [0, 1), got {getattr(self, name)}")
+        if self.step_count not in ("row", "global"):
+            raise ValueError(f"step_count must be 'row' or 'global', got {self.step_count!r}")
+        if self.duplicate not in ("sum", "mean"):
+            raise ValueError(f"duplicate must be 'sum' or 'mean', got {self.duplicate!r}")
+
+    @classmethod
+    def from_spec(cls, table: object) -> OptimConfig:
+        """From a spec's EmbeddingTable (runtime/spec.py)."""
+        opt = table.optimizer  # type: ignore[attr-defined]
+        return cls(
+            kind=str(opt.kind),  # type: ignore[arg-type]
+            lr=opt.lr,
+            eps=opt.eps,
+            beta1=opt.beta1,
+            beta2=opt.beta2,
+            weight_decay=opt.weight_decay,
+            initial_accumulator=opt.initial_accumulator,
+            step_count=str(opt.step_count),  # type: ignore[arg-type]
+            duplicate=str(table.duplicate_grads),  # type: ignore[attr-defined,arg-type]
+        )

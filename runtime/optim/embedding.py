@@ -1,0 +1,109 @@
+"""A learnable embedding table held in this process, trained by the sparse optimizers.
+
+`emb(ids)` returns the rows as a leaf tensor that takes part in autograd; a hook captures its
+gradient at backward time. The optimizer's `step()` then hands every captured (ids, grad) to the
+table, which reduces duplicates and updates rows and state with the native core. Like DGL's
+NodeEmbedding, but without its leak: the table keeps only a weak reference to each forward's rows
+until backward, so forward passes that are never followed by `step()` (evaluation without no_grad,
+say) do not pile up. DistEmbedding (sharded over the shard servers) follows the same protocol.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+
+from graphtrain.runtime.native import available as native_available
+from graphtrain.runtime.native.optim import empty as native_empty
+from graphtrain.runtime.optim import functional
+from graphtrain.runtime.optim.config import OptimConfig
+from graphtrain.runtime.optim.state import make_state
+
+InitFn = Callable[[torch.Tensor], None]
+
+
+def uniform_init(low: float = -1.0, high: float = 1.0, seed: int = 0) -> InitFn:
+    def init(t: torch.Tensor) -> None:
+        t.uniform_(low, high, generator=torch.Generator().manual_seed(seed))
+
+    return init
+
+
+@dataclass
+class _Trace:
+    ids: torch.Tensor
+    rows: weakref.ref
+    grad: torch.Tensor | None = None
+
+
+@dataclass
+class SparseEmbedding:
+    """`num_embeddings` x `dim` float32 rows with a sparse optimizer's state beside them."""
+
+    num_embeddings: int
+    dim: int
+    name: str
+    init: InitFn | None = None
+    device: torch.device | str = "cpu"
+    weight: torch.Tensor = field(init=False)
+    config: OptimConfig | None = field(init=False, default=None)
+    state: dict[str, torch.Tensor] = field(init=False, default_factory=dict)
+    _trace: list[_Trace] = field(init=False, default_factory=list)
+
+    def __post_init__(self) -> None:
+        if self.num_embeddings < 1 or self.dim < 1:
+            raise ValueError(f"embedding {self.name!r}: num_embeddings and dim must be >= 1")
+        if torch.device(self.device).type == "cpu" and native_available():
+            self.weight = native_empty((self.num_embeddings, self.dim))  # huge pages before first write
+        else:
+            self.weight = torch.empty(
+                (self.num_embeddings, self.dim), dtype=torch.float32, device=self.device
+            )
+        (self.init or uniform_init())(self.weight)
+
+    def __call__(self, ids: torch.Tensor) -> torch.Tensor:
+        flat = ids.reshape(-1).to(torch.int64)
+        rows = self.weight.index_select(0, flat)  # raises on ids out of range, before anything is recorded
+        if torch.is_grad_enabled():
+            rows.requires_grad_(True)
+            entry = _Trace(ids=flat, rows=weakref.ref(rows))
+            rows.register_hook(lambda g, e=entry: self._capture(e, g))
+            self._trace = [t for t in self._trace if t.grad is not None or t.rows() is not None]
+            self._trace.append(entry)
+        return rows.view(*ids.shape, self.dim)
+
+    @staticmethod
+    def _capture(entry: _Trace, grad: torch.Tensor) -> None:
+        entry.grad = grad if entry.grad is None else entry.grad + grad
+
+    def attach(self, config: OptimConfig) -> None:
+        """Give the table an optimizer: creates its state (once; a second optimizer is refused)."""
+        if self.config is not None and self.config != config:
+            raise ValueError(f"embedding {self.name!r} already has optimizer {self.config.kind}")
+        if self.config is None:
+            self.config = config
+            self.state = make_state(config, self.num_embeddings, self.dim, self.weight.device)
+
+    def pending(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """All (ids, grads) captured since the last step, concatenated in forward order."""
+        done = [t for t in self._trace if t.grad is not None]
+        if not done:
+            return (
+                torch.empty(0, dtype=torch.int64, device=self.weight.device),
+                torch.empty((0, self.dim), dtype=torch.float32, device=self.weight.device),
+            )
+        ids = torch.cat([t.ids for t in done])
+        grads = torch.cat([t.grad.reshape(-1, self.dim) for t in done]).to(torch.float32)
+        return ids, grads
+
+    def clear(self) -> None:
+        self._trace.clear()
+
+    def apply_gradients(self, ids: torch.Tensor, grads: torch.Tensor, backend: str | None = None) -> int:
+        """Reduce and apply (ids, grads) with the attached optimizer; returns the unique rows updated."""
+        if self.config is None:
+            raise ValueError(f"embedding {self.name!r} has no optimizer")
+        return functional.sparse_step(self.config, self.weight, self.state, ids, grads, backend)

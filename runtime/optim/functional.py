@@ -1,0 +1,114 @@
+"""One sparse optimizer step on a table, on the chosen backend.
+
+Backends: "cuda" (the CUDA core, for tables on a GPU), "cpu" (the native CPU core), "torch" (the
+reference). The default picks the native core for the table's device when it is built and falls back
+to torch; GRAPHTRAIN_OPTIM_BACKEND=cuda|cpu|torch overrides it, and asking for one that is not built
+is an error rather than a silent fallback. Threads: GRAPHTRAIN_OPTIM_THREADS, else torch's setting.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from graphtrain.runtime.errors import SparseInputError
+from graphtrain.runtime.native import available as native_available
+from graphtrain.runtime.optim import reference
+from graphtrain.runtime.optim.config import OptimConfig
+from graphtrain.runtime.optim.state import check_state
+
+ENV_BACKEND = "GRAPHTRAIN_OPTIM_BACKEND"
+ENV_THREADS = "GRAPHTRAIN_OPTIM_THREADS"
+BACKENDS = ("cuda", "cpu", "torch")
+
+
+def cuda_available() -> bool:
+    from graphtrain.runtime.native import cuda
+
+    return cuda.available()
+
+
+def choose_backend(device: torch.device, requested: str | None = None) -> str:
+    """The backend for a table on `device`.
+
+    Raises:
+        ValueError: an unknown backend, one that is not built, or one that cannot serve `device`.
+    """
+    name = requested or os.environ.get(ENV_BACKEND) or None
+    if name is None:
+        if device.type == "cuda":
+            return "cuda" if cuda_available() else "torch"
+        return "cpu" if native_available() else "torch"
+    if name not in BACKENDS:
+        raise ValueError(f"{ENV_BACKEND} must be one of {BACKENDS}, got {name!r}")
+    if name == "cpu" and (device.type != "cpu" or not native_available()):
+        raise ValueError("backend 'cpu' needs the native core (reinstall the package) and a CPU table")
+    if name == "cuda" and (device.type != "cuda" or not cuda_available()):
+        raise ValueError("backend 'cuda' needs the CUDA core (GRAPHTRAIN_BUILD_CUDA=1) and a GPU table")
+    return name
+
+
+def threads() -> int:
+    env = os.environ.get(ENV_THREADS)
+    return max(1, int(env)) if env else max(1, torch.get_num_threads())
+
+
+def _validate(table: torch.Tensor, ids: torch.Tensor, grads: torch.Tensor) -> None:
+    if table.dtype != torch.float32 or table.dim() != 2 or not table.is_contiguous():
+        raise SparseInputError(
+            f"table must be a contiguous 2-D float32 tensor, got {table.dtype} {tuple(table.shape)}"
+        )
+    if ids.dtype != torch.int64 or ids.dim() != 1:
+        raise SparseInputError(f"ids must be a 1-D int64 tensor, got {ids.dtype} {tuple(ids.shape)}")
+    if grads.dtype != torch.float32 or tuple(grads.shape) != (len(ids), table.shape[1]):
+        want, got = (len(ids), table.shape[1]), tuple(grads.shape)
+        raise SparseInputError(f"grads must be float32 of shape {want}, got {grads.dtype} {got}")
+    if ids.device != table.device or grads.device != table.device:
+        raise SparseInputError(
+            f"ids, grads and table must be on one device ({ids.device}, {grads.device}, {table.device})"
+        )
+
+
+def _check_range(ids: torch.Tensor, num_rows: int) -> None:
+    bad = (ids < 0) | (ids >= num_rows)
+    if bool(bad.any()):
+        pos = int(torch.nonzero(bad)[0])
+        raise SparseInputError(f"ids[{pos}] = {int(ids[pos])} is outside the table's rows [0, {num_rows})")
+
+
+def sparse_step(
+    config: OptimConfig,
+    table: torch.Tensor,
+    state: dict[str, torch.Tensor],
+    ids: torch.Tensor,
+    grads: torch.Tensor,
+    backend: str | None = None,
+) -> int:
+    """Reduce duplicate ids' gradients and update their rows and optimizer state in place.
+
+    Returns the number of unique rows updated.
+
+    Raises:
+        SparseInputError: wrong dtype, shape or device, or an id outside the table; nothing is modified.
+    """
+    _validate(table, ids, grads)
+    check_state(config, state, table.shape[0], table.shape[1])
+    ids, grads = ids.contiguous(), grads.contiguous()
+    name = choose_backend(table.device, backend)
+    if name == "torch":
+        _check_range(ids, table.shape[0])
+    global_adam = config.kind == "adam" and config.step_count == "global"
+    if global_adam:
+        if name != "torch":  # the native cores check ranges themselves, before they touch anything
+            _check_range(ids, table.shape[0])
+        state["step"] += 1  # torch.optim.SparseAdam counts every step, an empty batch included
+    if name == "torch":
+        return reference.step(config, table, state, ids, grads)
+    if name == "cpu":
+        from graphtrain.runtime.native import optim as native
+
+        return native.sparse_step(config, table, state, ids, grads, threads())
+    from graphtrain.runtime.native import cuda
+
+    return cuda.sparse_step(config, table, state, ids, grads)

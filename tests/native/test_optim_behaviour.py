@@ -1,0 +1,191 @@
+"""Bad input is refused before anything changes; results do not depend on the thread count; the
+backend choice is explicit; the embedding's gradient capture does not leak."""
+
+from __future__ import annotations
+
+import gc
+
+import pytest
+import torch
+
+from graphtrain.runtime.native import available as native_available
+from graphtrain.runtime.native import optim as native
+from graphtrain.runtime.native.optim import SparseInputError
+from graphtrain.runtime.optim import (
+    OptimConfig,
+    SparseAdam,
+    SparseEmbedding,
+    SparseSGD,
+    choose_backend,
+    make_state,
+    sparse_step,
+)
+
+needs_native = pytest.mark.skipif(not native_available(), reason="native core not built")
+BACKENDS = ["torch"] + (["cpu"] if native_available() else [])
+
+
+def setup(config: OptimConfig, rows: int = 10, dim: int = 4):
+    table = torch.randn(rows, dim, generator=torch.Generator().manual_seed(0))
+    return table, make_state(config, rows, dim)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("kind", ["sgd", "adagrad", "rowwise_adagrad", "adam"])
+@pytest.mark.parametrize("bad", [-1, 10, 2**40])
+def test_bad_ids_change_nothing(backend: str, kind: str, bad: int) -> None:
+    config = OptimConfig(kind, 0.1, step_count="global" if kind == "adam" else "row")
+    table, state = setup(config)
+    before_t, before_s = table.clone(), {k: v.clone() for k, v in state.items()}
+    ids = torch.tensor([1, 2, bad, 3])
+    with pytest.raises(SparseInputError, match=rf"ids\[2\] = {bad} is outside the table's rows \[0, 10\)"):
+        sparse_step(config, table, state, ids, torch.ones(4, 4), backend=backend)
+    assert torch.equal(table, before_t)
+    for key in state:
+        assert torch.equal(state[key], before_s[key]), key
+
+
+@pytest.mark.parametrize(
+    ("ids", "grads", "needle"),
+    [
+        (torch.tensor([1, 2], dtype=torch.int32), torch.ones(2, 4), "ids must be a 1-D int64"),
+        (torch.tensor([[1, 2]]), torch.ones(2, 4), "ids must be a 1-D int64"),
+        (torch.tensor([1, 2]), torch.ones(2, 4, dtype=torch.float64), "grads must be float32"),
+        (torch.tensor([1, 2]), torch.ones(3, 4), r"grads must be float32 of shape \(2, 4\)"),
+        (torch.tensor([1, 2]), torch.ones(2, 5), r"shape \(2, 4\)"),
+    ],
+)
+def test_bad_tensors_are_named(ids: torch.Tensor, grads: torch.Tensor, needle: str) -> None:
+    config = OptimConfig("sgd", 0.1)
+    table, state = setup(config)
+    with pytest.raises(SparseInputError, match=needle):
+        sparse_step(config, table, state, ids, grads)
+
+
+def test_bad_table_and_state() -> None:
+    config = OptimConfig("adagrad", 0.1)
+    table, state = setup(config)
+    with pytest.raises(SparseInputError, match="contiguous 2-D float32"):
+        sparse_step(config, table.t(), state, torch.tensor([0]), torch.ones(1, 10))
+    with pytest.raises(ValueError, match="state 'sum' must be"):
+        sparse_step(config, table, {"sum": torch.zeros(3, 4)}, torch.tensor([0]), torch.ones(1, 4))
+    with pytest.raises(ValueError, match="needs entries"):
+        sparse_step(config, table, {}, torch.tensor([0]), torch.ones(1, 4))
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "needle"),
+    [
+        ({"kind": "sgd", "lr": float("nan")}, "lr must be a finite number"),
+        ({"kind": "sgd", "lr": float("inf")}, "lr must be a finite number"),
+        ({"kind": "sgd", "lr": 0.0}, "lr must be > 0"),
+        ({"kind": "adagrad", "lr": 0.1, "eps": -1.0}, "eps must be >= 0"),
+        ({"kind": "adam", "lr": 0.1, "beta2": 1.0}, r"beta2 must be in \[0, 1\)"),
+        ({"kind": "adam", "lr": 0.1, "weight_decay": float("nan")}, "weight_decay must be a finite"),
+        ({"kind": "adamw", "lr": 0.1}, "kind must be one of"),
+        ({"kind": "adam", "lr": 0.1, "step_count": "epoch"}, "step_count"),
+        ({"kind": "sgd", "lr": 0.1, "duplicate": "max"}, "duplicate"),
+    ],
+)
+def test_bad_hyper_parameters(kwargs: dict, needle: str) -> None:
+    with pytest.raises(ValueError, match=needle):
+        OptimConfig(**kwargs)
+
+
+@needs_native
+@pytest.mark.parametrize("kind", ["adagrad", "rowwise_adagrad", "adam"])
+def test_results_do_not_depend_on_threads(kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    config = OptimConfig(kind, 0.05, duplicate="sum")
+    g = torch.Generator().manual_seed(1)
+    data = [
+        (torch.randint(0, 500, (5000,), generator=g), torch.randn(5000, 24, generator=g)) for _ in range(5)
+    ]
+    results = []
+    for threads in ("1", "2", "3"):
+        monkeypatch.setenv("GRAPHTRAIN_OPTIM_THREADS", threads)
+        table, state = setup(config, rows=500, dim=24)
+        for ids, grads in data:
+            sparse_step(config, table, state, ids, grads, backend="cpu")
+        results.append(table)
+    assert torch.equal(results[0], results[1]) and torch.equal(results[0], results[2])
+
+
+def test_backend_choice(monkeypatch: pytest.MonkeyPatch) -> None:
+    cpu = torch.device("cpu")
+    monkeypatch.delenv("GRAPHTRAIN_OPTIM_BACKEND", raising=False)
+    assert choose_backend(cpu) == ("cpu" if native_available() else "torch")
+    monkeypatch.setenv("GRAPHTRAIN_OPTIM_BACKEND", "torch")
+    assert choose_backend(cpu) == "torch"
+    monkeypatch.setenv("GRAPHTRAIN_OPTIM_BACKEND", "gpu")
+    with pytest.raises(ValueError, match="must be one of"):
+        choose_backend(cpu)
+    monkeypatch.setenv("GRAPHTRAIN_OPTIM_BACKEND", "cuda")
+    with pytest.raises(ValueError, match="CUDA core"):
+        choose_backend(cpu)
+    import graphtrain.runtime.optim.functional as functional
+
+    monkeypatch.setattr(functional, "native_available", lambda: False)
+    monkeypatch.setenv("GRAPHTRAIN_OPTIM_BACKEND", "cpu")
+    with pytest.raises(ValueError, match="needs the native core"):
+        choose_backend(cpu)
+    monkeypatch.delenv("GRAPHTRAIN_OPTIM_BACKEND")
+    assert choose_backend(cpu) == "torch"
+
+
+@needs_native
+def test_native_dedup_gather_scatter() -> None:
+    ids = torch.tensor([5, 2, 5, 9, 2, 5])
+    grads = torch.arange(6 * 3, dtype=torch.float32).reshape(6, 3)
+    uids, summed, inverse = native.dedup(ids, grads, 10, mean=False, threads=2)
+    assert uids.tolist() == [5, 2, 9]  # first-occurrence order
+    assert torch.equal(summed[0], grads[0] + grads[2] + grads[5])
+    assert inverse.tolist() == [0, 1, 0, 2, 1, 0]
+    _, mean, _ = native.dedup(ids, grads, 10, mean=True, threads=2)
+    torch.testing.assert_close(mean[1], (grads[1] + grads[4]) / 2)
+    table = torch.randn(10, 3)
+    torch.testing.assert_close(native.gather(table, ids, threads=2), table[ids])
+    native.scatter(table, ids, grads, threads=2)
+    assert torch.equal(table[5], grads[5]) and torch.equal(table[2], grads[4])  # the last write wins
+    with pytest.raises(SparseInputError, match=r"ids\[1\] = 10"):
+        native.gather(table, torch.tensor([0, 10]), threads=2)
+
+
+def test_embedding_gradients_and_no_leak() -> None:
+    emb = SparseEmbedding(50, 4, "e")
+    opt = SparseSGD([emb], lr=1.0)
+    before = emb.weight.clone()
+    ids = torch.tensor([[1, 2], [2, 3]])
+    out = emb(ids)
+    assert out.shape == (2, 2, 4)
+    out.sum().backward()
+    emb(torch.tensor([3])).sum().backward()  # a second forward in the same step accumulates
+    assert opt.step() == 3
+    expected = before.clone()
+    expected[1] -= 1
+    expected[2] -= 2
+    expected[3] -= 2
+    torch.testing.assert_close(emb.weight, expected)
+    for _ in range(100):  # forwards never followed by step() must not pile up
+        emb(torch.arange(50))
+        gc.collect()
+    assert len(emb._trace) <= 1
+    with torch.no_grad():
+        emb(torch.arange(5))
+    assert len(emb._trace) <= 1
+    emb(torch.tensor([1])).sum().backward()
+    opt.zero_grad()
+    assert opt.step() == 0  # zero_grad dropped the pending gradient
+
+
+def test_embedding_errors() -> None:
+    emb = SparseEmbedding(5, 2, "e")
+    with pytest.raises(IndexError):
+        emb(torch.tensor([5]))
+    SparseSGD([emb], lr=0.1)
+    with pytest.raises(ValueError, match="already has optimizer sgd"):
+        SparseAdam([emb], lr=0.1)
+    other = SparseEmbedding(5, 2, "e")
+    with pytest.raises(ValueError, match="names must be unique"):
+        SparseSGD([other, SparseEmbedding(5, 2, "e")], lr=0.1)
+    with pytest.raises(ValueError, match="num_embeddings and dim"):
+        SparseEmbedding(0, 2, "z")
