@@ -309,6 +309,115 @@ def inspect(
         out.print(f"{len(cfg.data['files'])} files verified")
 
 
+# ------------------------------------------------------------------------------------ shard server
+
+ENV_TOKEN = "GRAPHTRAIN_TOKEN"
+
+
+def read_token(token_file: Path | None) -> str:
+    """The shared token: from --token-file, else $GRAPHTRAIN_TOKEN. Never printed or logged."""
+    import os
+
+    if token_file is not None:
+        try:
+            token = token_file.read_text().strip()
+        except OSError as exc:
+            raise GraphtrainError(f"{token_file}: cannot read the token file ({exc.strerror})") from None
+    else:
+        token = os.environ.get(ENV_TOKEN, "").strip()
+    if not token:
+        raise GraphtrainError(f"no token: pass --token-file or set {ENV_TOKEN}")
+    return token
+
+
+@app.command("shard-server")
+@friendly
+def shard_server(
+    bind: Annotated[
+        str, typer.Option(help="tcp://host:port or ipc://path (port 0: any free port)")
+    ] = "tcp://127.0.0.1:0",
+    shard: Annotated[int, typer.Option(help="this server's shard index")] = 0,
+    token_file: Annotated[
+        Path | None, typer.Option(help=f"file holding the shared token (else ${ENV_TOKEN})")
+    ] = None,
+    workers: Annotated[int, typer.Option(help="request worker threads")] = 4,
+    checkpoint_root: Annotated[
+        Path | None, typer.Option(help="directory checkpoints are written under")
+    ] = None,
+    restore: Annotated[
+        str | None, typer.Option(help="checkpoint (relative to the root) or 'latest' to restore from")
+    ] = None,
+    partition: Annotated[
+        Path | None, typer.Option(help="partition config: hold this shard's node data")
+    ] = None,
+    part: Annotated[int | None, typer.Option(help="partition index to hold (default: --shard)")] = None,
+    metrics_port: Annotated[
+        int | None, typer.Option(help="serve Prometheus metrics on this port (0: any)")
+    ] = None,
+    metrics_host: Annotated[str, typer.Option(help="address the metrics endpoint binds")] = "127.0.0.1",
+    shm: Annotated[bool, typer.Option(help="hold tables in shared memory for clients on this host")] = False,
+    max_request_bytes: Annotated[
+        int, typer.Option(help="refuse larger requests (the connection is closed)")
+    ] = 1 << 30,
+) -> None:
+    """Run a shard server: tables, their optimizer state and node data of one partition.
+
+    Prints one JSON line {"event": "ready", "address": ..., "metrics_port": ...} when it listens, then
+    serves until a shutdown request, SIGTERM or Ctrl-C.
+    """
+    import logging
+
+    from graphtrain.runtime.kvstore.server import serve
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    serve(
+        read_token(token_file),
+        bind,
+        shard,
+        workers,
+        checkpoint_root,
+        restore,
+        partition,
+        part,
+        metrics_port,
+        metrics_host,
+        shm,
+        max_request_bytes,
+    )
+
+
+@app.command()
+@friendly
+def export(
+    checkpoint: Annotated[Path, typer.Argument(help="a complete checkpoint directory")],
+    name: Annotated[str, typer.Option(help="table name")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="output .npy file")],
+    partition: Annotated[
+        Path | None, typer.Option(help="partition config: write rows in original node order")
+    ] = None,
+) -> None:
+    """Write one table of a checkpoint as .npy, in original node-id order when --partition is given."""
+    import numpy as np
+
+    from graphtrain.runtime import partition as P
+    from graphtrain.runtime.kvstore.checkpoint import export_table
+
+    table = export_table(checkpoint, name)
+    if partition is not None:
+        maps = P.load_maps(P.load_config(partition))
+        if len(maps["node_map"]) != len(table):
+            raise GraphtrainError(
+                f"table {name!r} has {len(table)} rows, the partition {len(maps['node_map'])} nodes"
+            )
+        table = table[maps["node_map_inverse"]]  # row of original id i = new row node_map_inverse[i]
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + ".tmp.npy")
+    np.save(tmp, table)
+    tmp.replace(out)
+    out_console = f"{name}: {table.shape[0]:,} x {table.shape[1:] or 1} written to {out}"
+    err.print(out_console, highlight=False)
+
+
 def main() -> None:  # pragma: no cover - console entry point
     app()
 

@@ -1,16 +1,13 @@
 """A learnable embedding table held in this process, trained by the sparse optimizers.
 
-`emb(ids)` returns the rows as a leaf tensor that takes part in autograd; a hook captures its
-gradient at backward time. The optimizer's `step()` then hands every captured (ids, grad) to the
-table, which reduces duplicates and updates rows and state with the native core. Like DGL's
-NodeEmbedding, but without its leak: the table keeps only a weak reference to each forward's rows
-until backward, so forward passes that are never followed by `step()` (evaluation without no_grad,
-say) do not pile up. DistEmbedding (sharded over the shard servers) follows the same protocol.
+`emb(ids)` returns the rows as a leaf tensor that takes part in autograd (capture.py); the optimizer's
+`step()` hands every captured (ids, grad) to the table, which reduces duplicates and updates rows and
+state with the native core. DistEmbedding (sharded over the shard servers) follows the same protocol:
+attach(config), pending(), clear(), apply_gradients(ids, grads).
 """
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -19,6 +16,7 @@ import torch
 from graphtrain.runtime.native import available as native_available
 from graphtrain.runtime.native.optim import empty as native_empty
 from graphtrain.runtime.optim import functional
+from graphtrain.runtime.optim.capture import GradientCapture
 from graphtrain.runtime.optim.config import OptimConfig
 from graphtrain.runtime.optim.state import make_state
 
@@ -33,13 +31,6 @@ def uniform_init(low: float = -1.0, high: float = 1.0, seed: int = 0) -> InitFn:
 
 
 @dataclass
-class _Trace:
-    ids: torch.Tensor
-    rows: weakref.ref
-    grad: torch.Tensor | None = None
-
-
-@dataclass
 class SparseEmbedding:
     """`num_embeddings` x `dim` float32 rows with a sparse optimizer's state beside them."""
 
@@ -51,7 +42,7 @@ class SparseEmbedding:
     weight: torch.Tensor = field(init=False)
     config: OptimConfig | None = field(init=False, default=None)
     state: dict[str, torch.Tensor] = field(init=False, default_factory=dict)
-    _trace: list[_Trace] = field(init=False, default_factory=list)
+    _capture: GradientCapture = field(init=False)
 
     def __post_init__(self) -> None:
         if self.num_embeddings < 1 or self.dim < 1:
@@ -63,21 +54,12 @@ class SparseEmbedding:
                 (self.num_embeddings, self.dim), dtype=torch.float32, device=self.device
             )
         (self.init or uniform_init())(self.weight)
+        self._capture = GradientCapture(self.dim)
 
     def __call__(self, ids: torch.Tensor) -> torch.Tensor:
         flat = ids.reshape(-1).to(torch.int64)
         rows = self.weight.index_select(0, flat)  # raises on ids out of range, before anything is recorded
-        if torch.is_grad_enabled():
-            rows.requires_grad_(True)
-            entry = _Trace(ids=flat, rows=weakref.ref(rows))
-            rows.register_hook(lambda g, e=entry: self._capture(e, g))
-            self._trace = [t for t in self._trace if t.grad is not None or t.rows() is not None]
-            self._trace.append(entry)
-        return rows.view(*ids.shape, self.dim)
-
-    @staticmethod
-    def _capture(entry: _Trace, grad: torch.Tensor) -> None:
-        entry.grad = grad if entry.grad is None else entry.grad + grad
+        return self._capture.rows(flat, rows).view(*ids.shape, self.dim)
 
     def attach(self, config: OptimConfig) -> None:
         """Give the table an optimizer: creates its state (once; a second optimizer is refused)."""
@@ -89,18 +71,10 @@ class SparseEmbedding:
 
     def pending(self) -> tuple[torch.Tensor, torch.Tensor]:
         """All (ids, grads) captured since the last step, concatenated in forward order."""
-        done = [t for t in self._trace if t.grad is not None]
-        if not done:
-            return (
-                torch.empty(0, dtype=torch.int64, device=self.weight.device),
-                torch.empty((0, self.dim), dtype=torch.float32, device=self.weight.device),
-            )
-        ids = torch.cat([t.ids for t in done])
-        grads = torch.cat([t.grad.reshape(-1, self.dim) for t in done]).to(torch.float32)
-        return ids, grads
+        return self._capture.pending(self.weight.device)
 
     def clear(self) -> None:
-        self._trace.clear()
+        self._capture.clear()
 
     def apply_gradients(self, ids: torch.Tensor, grads: torch.Tensor, backend: str | None = None) -> int:
         """Reduce and apply (ids, grads) with the attached optimizer; returns the unique rows updated."""

@@ -168,10 +168,10 @@ def test_embedding_gradients_and_no_leak() -> None:
     for _ in range(100):  # forwards never followed by step() must not pile up
         emb(torch.arange(50))
         gc.collect()
-    assert len(emb._trace) <= 1
+    assert len(emb._capture) <= 1
     with torch.no_grad():
         emb(torch.arange(5))
-    assert len(emb._trace) <= 1
+    assert len(emb._capture) <= 1
     emb(torch.tensor([1])).sum().backward()
     opt.zero_grad()
     assert opt.step() == 0  # zero_grad dropped the pending gradient

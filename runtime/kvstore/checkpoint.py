@@ -1,0 +1,229 @@
+"""Checkpoints of sharded tables: pieces written by each shard server, a manifest written last.
+
+Layout of a checkpoint directory:
+
+    checkpoint.json                          written by the client after every server succeeded: the
+                                             checkpoint is complete iff this file exists
+    <tensor>/rows-<lo>-<hi>/data.npy         rows [lo, hi) of the global table
+    <tensor>/rows-<lo>-<hi>/state.<key>.npy  optimizer state of those rows (or the table's Adam step)
+    <tensor>/rows-<lo>-<hi>/manifest.json    name, global shape, dtype, row range, optimizer config,
+                                             state layout, sha256 of every file
+
+Each piece is written into a temporary directory, fsynced and renamed into place. Restoring reads the
+pieces that checkpoint.json lists and copies the overlap of each with the shard's own range, so a
+checkpoint taken by 2 servers restores into 3, or into standalone mode, row for row.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from graphtrain.runtime.data.cache import atomic_dir, hash_tree, read_json, verify_files, write_json
+from graphtrain.runtime.errors import DataError
+from graphtrain.runtime.optim import OptimConfig, make_state
+
+if TYPE_CHECKING:
+    from graphtrain.runtime.kvstore.state import TensorShard
+
+FORMAT = "graphtrain-checkpoint"
+FORMAT_VERSION = 1
+MANIFEST = "manifest.json"
+TOP = "checkpoint.json"
+
+
+def piece_dir(root: Path, name: str, lo: int, hi: int) -> Path:
+    return root / name / f"rows-{lo:012d}-{hi:012d}"
+
+
+def write_piece(root: Path, t: TensorShard) -> dict[str, Any]:
+    """Write one shard's rows and state of `t` atomically; returns the piece's description."""
+    final = piece_dir(root, t.name, t.lo, t.hi)
+    with atomic_dir(final, overwrite=True) as tmp:
+        np.save(tmp / "data.npy", t.data.numpy())
+        for key, value in t.state.items():
+            np.save(tmp / f"state.{key}.npy", value.numpy())
+        manifest = {
+            "format": FORMAT,
+            "format_version": FORMAT_VERSION,
+            "name": t.name,
+            "num_rows": t.num_rows,
+            "row_shape": list(t.row_shape),
+            "dtype": t.dtype,
+            "lo": t.lo,
+            "hi": t.hi,
+            "optimizer": None if t.config is None else dataclasses.asdict(t.config),
+            "state": {
+                k: {"shape": list(v.shape), "dtype": str(v.dtype).removeprefix("torch.")}
+                for k, v in t.state.items()
+            },
+            "files": hash_tree(tmp),
+        }
+        write_json(tmp / MANIFEST, manifest)
+    return {"name": t.name, "lo": t.lo, "hi": t.hi, "dir": final.relative_to(root).as_posix()}
+
+
+def write_top(
+    root: Path, pieces: list[dict[str, Any]], num_shards: int, extra: dict[str, Any] | None = None
+) -> Path:
+    """Mark the checkpoint complete: list every piece (called after all servers succeeded)."""
+    tensors: dict[str, list[dict[str, Any]]] = {}
+    for p in pieces:
+        tensors.setdefault(p["name"], []).append(p)
+    top = {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "num_shards": num_shards,
+        "tensors": {n: sorted(ps, key=lambda p: p["lo"]) for n, ps in tensors.items()},
+        **(extra or {}),
+    }
+    write_json(root / TOP, top)
+    return root / TOP
+
+
+LATEST = "LATEST"
+
+
+def mark_latest(root: Path, rel: str) -> None:
+    """Point <root>/LATEST at the complete checkpoint <root>/<rel> (atomic replace)."""
+    if not (root / rel / TOP).exists():
+        raise DataError(f"{root / rel}: not a complete checkpoint, cannot mark it latest")
+    tmp = root / f".{LATEST}.tmp"
+    tmp.write_text(rel + "\n")
+    tmp.replace(root / LATEST)
+
+
+def resolve_latest(root: Path) -> Path | None:
+    """The checkpoint <root>/LATEST points at, or None if there is none yet."""
+    try:
+        rel = (root / LATEST).read_text().strip()
+    except FileNotFoundError:
+        return None
+    path = (root / rel).resolve()
+    if root.resolve() not in path.parents:
+        raise DataError(f"{root / LATEST}: points outside the checkpoint root")
+    return path
+
+
+def read_top(root: Path) -> dict[str, Any]:
+    """The complete-checkpoint manifest.
+
+    Raises:
+        DataError: no checkpoint.json (an incomplete or missing checkpoint) or a malformed one.
+    """
+    if not (root / TOP).exists():
+        raise DataError(f"{root}: no {TOP}; not a complete checkpoint")
+    top = read_json(root / TOP)
+    if (
+        not isinstance(top, dict)
+        or top.get("format") != FORMAT
+        or top.get("format_version") != FORMAT_VERSION
+    ):
+        raise DataError(f"{root / TOP}: not a graphtrain checkpoint of version {FORMAT_VERSION}")
+    return top
+
+
+def pieces_of(root: Path, name: str) -> list[tuple[dict[str, Any], Path]]:
+    """Manifests and directories of the pieces of tensor `name`, checked to tile [0, num_rows)."""
+    listed = read_top(root)["tensors"].get(name)
+    if not listed:
+        return []
+    out = []
+    for p in listed:
+        d = root / p["dir"]
+        manifest = read_json(d / MANIFEST)
+        out.append((manifest, d))
+    out.sort(key=lambda x: x[0]["lo"])
+    num_rows = out[0][0]["num_rows"]
+    expect = 0
+    for manifest, d in out:
+        if manifest["num_rows"] != num_rows or manifest["lo"] != expect:
+            raise DataError(f"{d}: pieces of {name!r} do not tile the table (gap or overlap at row {expect})")
+        expect = manifest["hi"]
+    if expect != num_rows:
+        raise DataError(f"{root}: pieces of {name!r} cover rows [0, {expect}) of {num_rows}")
+    return out
+
+
+def restore_into(root: Path, t: TensorShard, verify: bool = True) -> bool:
+    """Copy rows [t.lo, t.hi) and their optimizer state from the checkpoint. False if the tensor is not in it.
+
+    Raises:
+        DataError: shape, dtype or optimizer mismatch, incomplete coverage, or a changed file.
+    """
+    pieces = pieces_of(root, t.name)
+    if not pieces:
+        return False
+    first = pieces[0][0]
+    if (first["num_rows"], tuple(first["row_shape"]), first["dtype"]) != (t.num_rows, t.row_shape, t.dtype):
+        raise DataError(
+            f"checkpoint of {t.name!r} is {first['num_rows']}x{tuple(first['row_shape'])} {first['dtype']}, "
+            f"the table is {t.num_rows}x{t.row_shape} {t.dtype}"
+        )
+    config = OptimConfig(**first["optimizer"]) if first["optimizer"] else None
+    if t.config is not None and config is not None and t.config != config:
+        raise DataError(f"checkpoint of {t.name!r} has optimizer {config}, the table {t.config}")
+    if config is not None:
+        t.config = config
+        t.state = make_state(config, t.rows, t.row_shape[0])
+    global_step = config is not None and config.kind == "adam" and config.step_count == "global"
+    for manifest, d in pieces:
+        a, b = max(t.lo, manifest["lo"]), min(t.hi, manifest["hi"])
+        overlap = a < b
+        if not overlap and not global_step:  # the table-wide Adam step is read from every piece
+            continue
+        if verify:
+            verify_files(d, manifest["files"])
+        src = slice(a - manifest["lo"], b - manifest["lo"])
+        dst = slice(a - t.lo, b - t.lo)
+        if overlap:
+            data = np.load(d / "data.npy", mmap_mode="r", allow_pickle=False)
+            t.data[dst].numpy()[...] = data[src]  # mmap -> table, one copy
+        for key, value in t.state.items():
+            saved = np.load(d / f"state.{key}.npy", mmap_mode="r", allow_pickle=False)
+            if key == "step" and global_step:
+                value[0] = max(int(value[0]), int(saved[0]))
+            elif overlap:
+                value[dst].numpy()[...] = saved[src]
+    return True
+
+
+def export_table(root: Path, name: str, verify: bool = True) -> np.ndarray:
+    """The whole table `name` from a checkpoint, in (relabeled) row order.
+
+    Raises:
+        DataError: the tensor is not in the checkpoint, or a piece is missing or changed.
+    """
+    pieces = pieces_of(root, name)
+    if not pieces:
+        raise DataError(f"{root}: no tensor named {name!r} (has: {sorted(read_top(root)['tensors'])})")
+    parts = []
+    for manifest, d in pieces:
+        if verify:
+            verify_files(d, manifest["files"])
+        parts.append(np.load(d / "data.npy", allow_pickle=False))
+    return np.concatenate(parts)
+
+
+def export_state(root: Path, name: str, verify: bool = True) -> dict[str, np.ndarray]:
+    """The optimizer state of table `name` from a checkpoint, rows concatenated (the table-wide Adam
+    step: the largest of the pieces')."""
+    pieces = pieces_of(root, name)
+    if not pieces:
+        raise DataError(f"{root}: no tensor named {name!r}")
+    out: dict[str, list[np.ndarray]] = {}
+    for manifest, d in pieces:
+        if verify:
+            verify_files(d, manifest["files"])
+        for key in manifest["state"]:
+            out.setdefault(key, []).append(np.load(d / f"state.{key}.npy", allow_pickle=False))
+    result = {}
+    for key, parts in out.items():
+        global_step = key == "step" and all(p.shape == (1,) for p in parts)
+        result[key] = np.array([max(int(p[0]) for p in parts)]) if global_step else np.concatenate(parts)
+    return result

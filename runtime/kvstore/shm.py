@@ -1,0 +1,82 @@
+"""Shared memory between a shard server and the clients on its host.
+
+A server started with --shm holds its tables in POSIX shared memory (mode 0600, names derived from the
+token's hash). A client on the same host (hostname and boot id match) maps them and gathers rows itself:
+a memcpy moves 8-12 GB/s where loopback TCP moves 2.6-5 GB/s. Gradients go the other way through a
+buffer the client owns: the client writes them there and sends only the ids and the buffer's location;
+the server still applies every update (one writer per row). Readers may see a row mid-update, as with
+DGL's shared-memory reads (Hogwild); writes never race.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+from multiprocessing import resource_tracker, shared_memory
+
+import numpy as np
+
+
+def attach(name: str) -> shared_memory.SharedMemory:
+    """Map an existing segment without adopting it: on Python < 3.13 attaching registers the segment
+    with this process's resource tracker, which would unlink the server's table when we exit."""
+    seg = shared_memory.SharedMemory(name=name, create=False)
+    with contextlib.suppress(Exception):  # already untracked (newer Pythons)
+        resource_tracker.unregister(seg._name, "shared_memory")  # noqa: SLF001 - the documented workaround
+    return seg
+
+
+def view(
+    seg: shared_memory.SharedMemory, shape: tuple[int, ...], dtype: np.dtype, offset: int = 0
+) -> np.ndarray:
+    count = int(np.prod(shape, dtype=np.int64))
+    return np.ndarray(shape, dtype=dtype, buffer=seg.buf, offset=offset) if count else np.empty(shape, dtype)
+
+
+class PushBuffer:
+    """A client-owned segment that gradient pushes are written into (grows by doubling)."""
+
+    _gen = itertools.count()
+
+    def __init__(self, prefix: str):
+        self.prefix = prefix
+        self.seg: shared_memory.SharedMemory | None = None
+
+    def take(self, nbytes: int) -> shared_memory.SharedMemory:
+        if self.seg is None or self.seg.size < nbytes:
+            self.close()
+            size = 1 << max(20, (max(nbytes, 1) - 1).bit_length())
+            name = f"{self.prefix}-push-{os.getpid()}-{next(self._gen)}"
+            self.seg = shared_memory.SharedMemory(name=name, create=True, size=size)
+        return self.seg
+
+    def close(self) -> None:
+        if self.seg is not None:
+            self.seg.close()
+            self.seg.unlink()
+            self.seg = None
+
+
+class SegmentCache:
+    """Segments a server opened on clients' behalf, bounded (least recently used closed first)."""
+
+    def __init__(self, prefix: str, limit: int = 32):
+        self.prefix = prefix
+        self.limit = limit
+        self.open: dict[str, shared_memory.SharedMemory] = {}
+
+    def get(self, name: str) -> shared_memory.SharedMemory:
+        if not name.startswith(self.prefix + "-push-"):
+            raise ValueError(f"shared-memory segment {name!r} is not one of this job's push buffers")
+        seg = self.open.pop(name, None) or attach(name)
+        self.open[name] = seg
+        while len(self.open) > self.limit:
+            old = next(iter(self.open))
+            self.open.pop(old).close()
+        return seg
+
+    def close(self) -> None:
+        for seg in self.open.values():
+            seg.close()
+        self.open.clear()

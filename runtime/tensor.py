@@ -1,0 +1,203 @@
+"""Distributed tensors over the shard servers: the partition book, DistTensor and DistEmbedding.
+
+Ownership is a range lookup: ids are relabeled so that each partition owns one contiguous range, and
+the partition book is the num_parts+1 boundaries. A DistTensor reads and writes rows of any shape on
+their owning shards (one request per shard, all in flight together); a DistEmbedding is a float32
+DistTensor with a sparse optimizer on the servers, whose rows take part in autograd like
+SparseEmbedding's. The same code runs standalone (in-process shards) and distributed (ZMQ shards):
+only the KVClient's transport differs.
+
+    client = kvstore.connect(addresses, token)        # or kvstore.standalone()
+    emb = DistEmbedding(n, 128, "node", client=client, init={"kind": "uniform", "low": -1, "high": 1})
+    opt = SparseAdam([emb], lr=0.003)
+    loss = model(emb(ids)).sum(); loss.backward(); opt.step()
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from graphtrain.runtime.kvstore import default_client
+from graphtrain.runtime.kvstore.client import KVClient
+from graphtrain.runtime.optim.capture import GradientCapture
+from graphtrain.runtime.optim.config import OptimConfig
+
+NP_DTYPES = {
+    torch.float32: np.float32,
+    torch.int64: np.int64,
+    torch.int32: np.int32,
+    torch.float64: np.float64,
+}
+WIRE = {torch.float32: "float32", torch.int64: "int64", torch.int32: "int32", torch.float64: "float64"}
+
+
+@dataclass(frozen=True)
+class PartitionBook:
+    """Row ranges of the partitions: partition p owns rows [bounds[p], bounds[p+1])."""
+
+    bounds: np.ndarray
+
+    def __post_init__(self) -> None:
+        b = np.asarray(self.bounds, dtype=np.int64)
+        if b.ndim != 1 or len(b) < 2 or b[0] != 0 or np.any(np.diff(b) < 0):
+            raise ValueError(f"partition bounds must be non-decreasing from 0, got {self.bounds}")
+        object.__setattr__(self, "bounds", b)
+
+    @classmethod
+    def even(cls, num_rows: int, num_parts: int) -> PartitionBook:
+        """Equal contiguous ranges (tables not keyed by graph nodes)."""
+        return cls(np.array([num_rows * p // num_parts for p in range(num_parts + 1)], dtype=np.int64))
+
+    @property
+    def num_parts(self) -> int:
+        return len(self.bounds) - 1
+
+    @property
+    def num_rows(self) -> int:
+        return int(self.bounds[-1])
+
+    def owner(self, ids: np.ndarray) -> np.ndarray:
+        return np.searchsorted(self.bounds, ids, side="right") - 1
+
+    def range(self, part: int) -> tuple[int, int]:
+        return int(self.bounds[part]), int(self.bounds[part + 1])
+
+
+def _book(book: PartitionBook | None, num_rows: int, client: KVClient) -> PartitionBook:
+    book = book or PartitionBook.even(num_rows, client.num_shards)
+    if book.num_rows != num_rows:
+        raise ValueError(f"partition book covers {book.num_rows} rows, the tensor has {num_rows}")
+    if book.num_parts != client.num_shards:
+        raise ValueError(
+            f"partition book has {book.num_parts} parts but there are {client.num_shards} shards"
+        )
+    return book
+
+
+class DistTensor:
+    """A (num_rows, *row_shape) tensor whose rows live on the shard owning them.
+
+    `t[ids]` pulls rows, `t[ids] = values` overwrites them. Creating a DistTensor that exists with the
+    same description attaches to it (every trainer may create the same tensors)."""
+
+    def __init__(
+        self,
+        shape: tuple[int, ...],
+        dtype: torch.dtype,
+        name: str,
+        init: dict[str, Any] | None = None,
+        book: PartitionBook | None = None,
+        client: KVClient | None = None,
+    ):
+        if dtype not in WIRE:
+            raise ValueError(f"DistTensor dtype must be one of {list(WIRE)}, got {dtype}")
+        if len(shape) < 1:
+            raise ValueError("a DistTensor needs at least one dimension (rows)")
+        self.client = client or default_client()
+        self.name = name
+        self.shape = tuple(int(d) for d in shape)
+        self.dtype = dtype
+        self.book = _book(book, self.shape[0], self.client)
+        self.client.create(name, self.shape[0], self.shape[1:], WIRE[dtype], self.book.bounds, init)
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def _ids(self, ids: Any) -> np.ndarray:
+        arr = ids.detach().cpu().numpy() if isinstance(ids, torch.Tensor) else np.asarray(ids)
+        if arr.dtype.kind not in "iu":
+            raise TypeError(f"{self.name}: ids must be integers, got {arr.dtype}")
+        return np.ascontiguousarray(arr.reshape(-1), dtype=np.int64)
+
+    def __getitem__(self, ids: Any) -> torch.Tensor:
+        flat = self._ids(ids)
+        rows = self.client.pull(
+            self.name, flat, self.book.bounds, self.shape[1:], np.dtype(NP_DTYPES[self.dtype])
+        )
+        shape = tuple(ids.shape) if hasattr(ids, "shape") else (len(flat),)
+        return torch.from_numpy(rows).view(*shape, *self.shape[1:])
+
+    def __setitem__(self, ids: Any, values: Any) -> None:
+        flat = self._ids(ids)
+        vals = values.detach().cpu().numpy() if isinstance(values, torch.Tensor) else np.asarray(values)
+        vals = np.ascontiguousarray(vals.reshape(len(flat), *self.shape[1:]), dtype=NP_DTYPES[self.dtype])
+        self.client.push(self.name, flat, vals, self.book.bounds)
+
+
+class DistEmbedding:
+    """A learnable float32 table sharded over the servers, trained by the sparse optimizers.
+
+    `emb(ids)` pulls the rows (all owning shards in parallel) as a leaf that takes part in autograd; the
+    optimizer's step() deduplicates the gradients on the client and pushes each shard its rows, where the
+    native core applies the update (one writer per row)."""
+
+    def __init__(
+        self,
+        num_embeddings: int,
+        dim: int,
+        name: str,
+        init: dict[str, Any] | None = None,
+        book: PartitionBook | None = None,
+        client: KVClient | None = None,
+    ):
+        if num_embeddings < 1 or dim < 1:
+            raise ValueError(f"embedding {name!r}: num_embeddings and dim must be >= 1")
+        self.num_embeddings = num_embeddings
+        self.dim = dim
+        self.name = name
+        self.table = DistTensor(
+            (num_embeddings, dim),
+            torch.float32,
+            name,
+            init or {"kind": "uniform", "low": -1.0, "high": 1.0},
+            book,
+            client,
+        )
+        self.config: OptimConfig | None = None
+        self.steps = 0
+        self._capture = GradientCapture(dim)
+
+    @property
+    def client(self) -> KVClient:
+        return self.table.client
+
+    def __call__(self, ids: torch.Tensor) -> torch.Tensor:
+        flat = ids.reshape(-1).to(torch.int64)
+        rows = self.table[flat]
+        return self._capture.rows(flat, rows).view(*ids.shape, self.dim)
+
+    def attach(self, config: OptimConfig) -> None:
+        """Give the table an optimizer on every shard (idempotent for the same config)."""
+        if self.config is not None and self.config != config:
+            raise ValueError(f"embedding {self.name!r} already has optimizer {self.config.kind}")
+        self.client.set_optimizer(self.name, dataclasses.asdict(config))
+        self.config = config
+
+    def pending(self) -> tuple[torch.Tensor, torch.Tensor]:
+        return self._capture.pending()
+
+    def clear(self) -> None:
+        self._capture.clear()
+
+    def apply_gradients(self, ids: torch.Tensor, grads: torch.Tensor, backend: str | None = None) -> int:
+        """Deduplicate and push (ids, grads); the shards apply the optimizer. Returns unique rows pushed."""
+        if self.config is None:
+            raise ValueError(f"embedding {self.name!r} has no optimizer")
+        self.steps += 1
+        return self.client.push_grad(
+            self.name,
+            ids.numpy(),
+            grads.detach().numpy(),
+            self.table.book.bounds,
+            mean=self.config.duplicate == "mean",
+            step=self.steps,
+        )
+
+    def rows(self, ids: Any) -> torch.Tensor:
+        """Current rows without autograd (evaluation, export)."""
+        return self.table[ids]

@@ -1,0 +1,111 @@
+"""Real shard-server processes for the runtime tests: ports picked by the test, loopback only, every
+wait bounded, every process stopped (shutdown request, then SIGKILL) whatever the test's outcome."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import select
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+TOKEN = "test-token-0123456789"
+READY_TIMEOUT = 60.0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class Server:
+    shard: int
+    port: int
+    proc: subprocess.Popen
+    address: str = ""
+    metrics_port: int | None = None
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+
+
+def start_server(shard: int, port: int, root: Path, *extra: str, token: str = TOKEN) -> Server:
+    cmd = [
+        sys.executable,
+        "-m",
+        "graphtrain.runtime.cli",
+        "shard-server",
+        "--shard",
+        str(shard),
+        "--bind",
+        f"tcp://127.0.0.1:{port}",
+        "--checkpoint-root",
+        str(root),
+        "--workers",
+        "4",
+        *extra,
+    ]
+    env = {**os.environ, "GRAPHTRAIN_TOKEN": token, "GRAPHTRAIN_QUIET": "1", "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    server = Server(shard, port, proc)
+    deadline = time.monotonic() + READY_TIMEOUT
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([proc.stdout], [], [], 0.5)
+        if ready:
+            line = proc.stdout.readline()
+            if not line:
+                break
+            event = json.loads(line)
+            if event.get("event") == "ready":
+                server.address = event["address"]
+                server.metrics_port = event.get("metrics_port")
+                return server
+        if proc.poll() is not None:
+            break
+    server.kill()
+    raise RuntimeError(
+        f"shard server {shard} did not start: {proc.stderr.read()[-2000:] if proc.stderr else ''}"
+    )
+
+
+@contextlib.contextmanager
+def servers(n: int, root: Path, *extra: str) -> Iterator[list[Server]]:
+    started: list[Server] = []
+    try:
+        for s in range(n):
+            started.append(start_server(s, free_port(), root, *extra))
+        yield started
+    finally:
+        if started:
+            from graphtrain.runtime import kvstore
+
+            alive = [s for s in started if s.proc.poll() is None]
+            if alive:
+                with contextlib.suppress(Exception):
+                    c = kvstore.connect([s.address for s in alive], TOKEN, timeout=5, retries=0)
+                    c.shutdown()
+                    c.close()
+            for s in started:
+                try:
+                    s.proc.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    s.kill()
+
+
+@pytest.fixture
+def ckroot(tmp_path: Path) -> Path:
+    root = tmp_path / "checkpoints"
+    root.mkdir()
+    return root

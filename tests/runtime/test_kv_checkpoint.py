@@ -1,0 +1,167 @@
+"""Checkpoints: written by 2 servers, restored into 3 and into standalone mode with identical rows and
+optimizer state; a killed server restarted with --restore latest has its last checkpoint back; and
+`graphtrain export` writes a table in original node order."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from graphtrain.runtime import kvstore
+from graphtrain.runtime.kvstore import checkpoint as ckpt
+from graphtrain.runtime.optim import OptimConfig, SparseOptimizer
+from graphtrain.runtime.tensor import DistEmbedding, PartitionBook
+from tests.runtime.conftest import TOKEN, servers, start_server
+
+ROWS, DIM = 5000, 12
+CONFIG = OptimConfig("adam", 0.01, eps=1e-8, step_count="row")
+
+
+def train(emb: DistEmbedding, opt: SparseOptimizer, steps: int, seed: int) -> None:
+    g = torch.Generator().manual_seed(seed)
+    for _ in range(steps):
+        ids = torch.randint(0, ROWS, (600,), generator=g)
+        (emb(ids) * torch.randn(600, DIM, generator=g)).sum().backward()
+        opt.step()
+
+
+def all_rows(client, book: PartitionBook) -> np.ndarray:
+    return client.pull("emb", np.arange(ROWS), book.bounds, (DIM,), np.float32)
+
+
+@pytest.mark.timeout(240)
+def test_two_servers_restore_into_three_and_standalone(ckroot: Path) -> None:
+    with servers(2, ckroot) as two:
+        c2 = kvstore.connect([s.address for s in two], TOKEN)
+        emb = DistEmbedding(ROWS, DIM, "emb", client=c2)
+        opt = SparseOptimizer([emb], CONFIG)
+        train(emb, opt, 5, seed=1)
+        c2.checkpoint("ck", root=ckroot)
+        rows = all_rows(c2, emb.table.book)
+        c2.close()
+    state = ckpt.export_state(ckroot / "ck", "emb")
+
+    book3 = PartitionBook(np.array([0, 1234, 3000, ROWS]))
+    with servers(3, ckroot) as three:
+        c3 = kvstore.connect([s.address for s in three], TOKEN)
+        DistEmbedding(ROWS, DIM, "emb", book=book3, client=c3, init={"kind": "zeros"})
+        assert c3.restore("ck") == ["emb"]
+        assert np.array_equal(all_rows(c3, book3), rows)
+        c3.checkpoint("ck3", root=ckroot)
+        c3.close()
+    again = ckpt.export_state(ckroot / "ck3", "emb")
+    assert set(again) == set(state)
+    for key in state:
+        assert np.array_equal(again[key], state[key]), key
+
+    alone = kvstore.standalone(1, checkpoint_root=ckroot)
+    DistEmbedding(ROWS, DIM, "emb", client=alone, init={"kind": "zeros"})
+    assert alone.restore("ck") == ["emb"]
+    assert np.array_equal(all_rows(alone, PartitionBook.even(ROWS, 1)), rows)
+    t = alone.transport.states[0].tensors["emb"]
+    assert t.config == CONFIG
+    for key in state:
+        assert np.array_equal(t.state[key].numpy(), state[key]), key
+
+
+@pytest.mark.timeout(240)
+def test_killed_server_restarts_from_its_last_checkpoint(ckroot: Path) -> None:
+    with servers(2, ckroot, "--restore", "latest") as srv:
+        client = kvstore.connect([s.address for s in srv], TOKEN, timeout=20)
+        emb = DistEmbedding(ROWS, DIM, "emb", client=client)
+        opt = SparseOptimizer([emb], CONFIG)
+        train(emb, opt, 3, seed=2)
+        client.checkpoint("step3", root=ckroot)
+        ckpt.mark_latest(ckroot, "step3")
+        saved = all_rows(client, emb.table.book)
+        train(emb, opt, 2, seed=3)  # progress after the checkpoint is lost with the server
+        assert not np.array_equal(all_rows(client, emb.table.book), saved)
+
+        victim = srv[1]
+        victim.kill()
+        srv[1] = start_server(1, victim.port, ckroot, "--restore", "latest")  # same port: clients reconnect
+        DistEmbedding(ROWS, DIM, "emb", client=client)  # re-create (attach) = restore on the new server
+        emb.attach(CONFIG)
+        rows = all_rows(client, emb.table.book)
+        lo = int(emb.table.book.bounds[1])
+        assert np.array_equal(rows[lo:], saved[lo:]), "the restarted shard has its checkpointed rows"
+        assert not np.array_equal(rows[:lo], saved[:lo]), "the surviving shard kept its newer rows"
+        train(emb, opt, 1, seed=4)  # and training goes on
+        client.close()
+
+
+def test_incomplete_checkpoint_is_refused(ckroot: Path) -> None:
+    alone = kvstore.standalone(1, checkpoint_root=ckroot)
+    DistEmbedding(ROWS, DIM, "emb", client=alone)
+    alone.each("checkpoint", None, {"path": "partial"})  # pieces written, never marked complete
+    with pytest.raises(Exception, match="not a complete checkpoint"):
+        alone.restore("partial")
+    with pytest.raises(Exception, match="not a complete checkpoint"):
+        ckpt.mark_latest(ckroot, "partial")
+
+
+def test_changed_checkpoint_file_is_detected(ckroot: Path) -> None:
+    alone = kvstore.standalone(1, checkpoint_root=ckroot)
+    DistEmbedding(ROWS, DIM, "emb", client=alone)
+    alone.checkpoint("ck", root=ckroot)
+    data = next((ckroot / "ck" / "emb").glob("rows-*")) / "data.npy"
+    raw = bytearray(data.read_bytes())
+    raw[-1] ^= 1
+    data.write_bytes(bytes(raw))
+    with pytest.raises(Exception, match="does not match the recorded"):
+        alone.restore("ck")
+
+
+def test_export_writes_original_node_order(ckroot: Path, tmp_path: Path) -> None:
+    from graphtrain.runtime import partition as P
+    from tests.conftest import planted_graph
+
+    g = planted_graph(n=400, k=2)
+    cfg = P.write(g, P.partition_graph(g, 2), tmp_path / "part")
+    book = PartitionBook(P.load_config(cfg).node_bounds)
+    alone = kvstore.standalone(2, checkpoint_root=ckroot)
+    emb = DistEmbedding(400, 3, "node", book=book, client=alone, init={"kind": "zeros"})
+    node_map = P.load_maps(P.load_config(cfg))["node_map"]
+    # row of new id i holds the original id of node i: after export, row j must hold j
+    emb.table[np.arange(400)] = np.repeat(node_map[:, None], 3, axis=1).astype(np.float32)
+    alone.checkpoint("ck", root=ckroot)
+    out = tmp_path / "node.npy"
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "graphtrain.runtime.cli",
+            "export",
+            str(ckroot / "ck"),
+            "--name",
+            "node",
+            "--partition",
+            str(cfg),
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    table = np.load(out)
+    assert np.array_equal(table[:, 0], np.arange(400, dtype=np.float32))
+
+
+def test_standalone_and_distributed_share_the_code_path() -> None:
+    """The same user code on an in-process store: DistEmbedding + optimizer + DistTensor."""
+    alone = kvstore.standalone(3)
+    kvstore.set_default_client(alone)
+    try:
+        emb = DistEmbedding(ROWS, DIM, "emb")
+        opt = SparseOptimizer([emb], CONFIG)
+        train(emb, opt, 2, seed=5)
+        assert sum(s["tensors"]["emb"]["hi"] - s["tensors"]["emb"]["lo"] for s in alone.stats()) == ROWS
+    finally:
+        kvstore.set_default_client(None)

@@ -1,0 +1,64 @@
+"""2 shard servers + 2 client processes train an embedding with each optimizer; the final rows and
+optimizer state equal a single-process reference that applies the same updates in the same order."""
+
+from __future__ import annotations
+
+import dataclasses
+import multiprocessing as mp
+from pathlib import Path
+
+import pytest
+import torch
+
+from graphtrain.runtime.kvstore.checkpoint import export_state, export_table
+from graphtrain.runtime.kvstore.state import init_rows
+from graphtrain.runtime.optim import OptimConfig, make_state, sparse_step
+from tests.runtime import kv_worker as W
+from tests.runtime.conftest import TOKEN, servers
+
+CONFIGS = [
+    OptimConfig("sgd", 0.1),
+    OptimConfig("adagrad", 0.1, eps=1e-8, initial_accumulator=0.1),
+    OptimConfig("rowwise_adagrad", 0.1, eps=1e-8, duplicate="mean"),
+    OptimConfig("adam", 0.01, eps=1e-8, step_count="row"),
+    OptimConfig("adam", 0.01, eps=1e-8, step_count="global", duplicate="mean", weight_decay=0.01),
+]
+
+
+def reference(config: OptimConfig, world: int) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    table = torch.empty(W.NUM_ROWS, W.DIM)
+    init_rows(W.INIT, 0, W.NUM_ROWS, (W.DIM,), table)
+    state = make_state(config, W.NUM_ROWS, W.DIM)
+    for step in range(W.STEPS):
+        for rank in range(world):
+            ids, grads = W.batch(rank, step)
+            if config.kind == "adam" and config.step_count == "global":
+                state["step"][0] = step  # each trainer's push is its step number step + 1
+            sparse_step(config, table, state, ids, grads, backend="torch")
+    return table, state
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("config", CONFIGS, ids=lambda c: f"{c.kind}-{c.step_count}-{c.duplicate}")
+def test_two_servers_two_clients_match_single_process(config: OptimConfig, ckroot: Path) -> None:
+    with servers(2, ckroot) as srv:
+        addresses = [s.address for s in srv]
+        ctx = mp.get_context("spawn")
+        procs = [
+            ctx.Process(
+                target=W.train, args=(addresses, TOKEN, r, 2, dataclasses.asdict(config), str(ckroot))
+            )
+            for r in range(2)
+        ]
+        for p in procs:
+            p.start()
+        for p in procs:
+            p.join(timeout=180)
+            assert p.exitcode == 0, f"client exited with {p.exitcode}"
+    table, state = reference(config, 2)
+    got = torch.from_numpy(export_table(ckroot / "final", "emb"))
+    torch.testing.assert_close(got, table, rtol=1e-5, atol=1e-6)
+    got_state = export_state(ckroot / "final", "emb")
+    assert set(got_state) == set(state)
+    for key, value in state.items():
+        torch.testing.assert_close(torch.from_numpy(got_state[key]), value, rtol=1e-5, atol=1e-6)
