@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 RUN    ?= runs/wordnet-sage
 
-.PHONY: install run test lint crd bench-partition bench-optim cuda clean
+.PHONY: install run test lint crd bench-partition bench-optim bench-kvstore cuda clean
 
 $(STAMP): pyproject.toml setup.py requirements-dev.txt $(wildcard cuda/src/*.cpp cuda/include/graphtrain/*.h)
 	$(PYTHON) -m venv $(VENV)
@@ -34,6 +34,9 @@ bench-partition: install ## METIS vs random vs bare pymetis on gene-pubmed and w
 
 bench-optim: install ## native sparse optimizers vs DGL's algorithm, torch.optim and the memory roofline
 	$(BIN)/python bench/optim.py
+
+bench-kvstore: install ## shard-server throughput vs raw TCP, latency, optimizer step over the network
+	$(BIN)/python bench/kvstore.py
 
 cuda: install ## also build the CUDA core (needs nvcc; GRAPHTRAIN_CUDA_ARCHS, default "80 90")
 	GRAPHTRAIN_BUILD_CUDA=1 $(BIN)/pip install -q -e .
