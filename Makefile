@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 RUN    ?= runs/wordnet-sage
 
-.PHONY: install run test lint crd bench-partition bench-optim bench-kvstore cuda clean
+.PHONY: install run test lint crd bench-partition bench-optim bench-kvstore bench-e2e cuda clean
 
 $(STAMP): pyproject.toml setup.py requirements-dev.txt $(wildcard cuda/src/*.cpp cuda/include/graphtrain/*.h)
 	$(PYTHON) -m venv $(VENV)
@@ -16,8 +16,8 @@ $(STAMP): pyproject.toml setup.py requirements-dev.txt $(wildcard cuda/src/*.cpp
 
 install: $(STAMP) ## venv with pinned dependencies and the package (compiles the native core)
 
-run: install ## the main job on the embedded default: fetch WordNet, partition it, print the report
-	$(BIN)/graphtrain partition --spec examples/wordnet-sage.yaml --out $(RUN)/partition --overwrite
+run: install ## the main job: GraphSAGE on WordNet, 2 shard servers x 2 trainers; prints the test accuracy
+	$(BIN)/graphtrain run examples/wordnet-sage.yaml --run-dir $(RUN)
 
 test: install ## the whole test suite
 	$(BIN)/ruff check runtime operator api tests bench
@@ -37,6 +37,9 @@ bench-optim: install ## native sparse optimizers vs DGL's algorithm, torch.optim
 
 bench-kvstore: install ## shard-server throughput vs raw TCP, latency, optimizer step over the network
 	$(BIN)/python bench/kvstore.py
+
+bench-e2e: install ## throughput and accuracy vs DGL 2.1, KGE MRR vs PyKEEN 1.11 (makes their venvs once)
+	$(BIN)/python bench/e2e.py
 
 cuda: install ## also build the CUDA core (needs nvcc; GRAPHTRAIN_CUDA_ARCHS, default "80 90")
 	GRAPHTRAIN_BUILD_CUDA=1 $(BIN)/pip install -q -e .

@@ -221,7 +221,7 @@ def partition(
         graph_overrides["dataset"] = dataset
     if input_path is not None:
         graph_overrides.update(path=str(input_path), format=fmt, numNodes=num_nodes)
-    source, pspec = _partition_settings(
+    source, pspec, projection = _partition_settings(
         spec_path,
         graph_overrides,
         {
@@ -234,6 +234,10 @@ def partition(
         },
     )
     graph = D.load_source(source, data_dir)
+    if projection:
+        from graphtrain.runtime.data.transform import project_graph_features
+
+        project_graph_features(graph, projection, seed=0)
     limit = S.quantity_to_bytes(pspec.memory_limit) if pspec.memory_limit else None
     with spinner() as bar:
         bar.add_task(f"partitioning {graph.name} into {pspec.parts}", total=None)
@@ -257,15 +261,17 @@ def partition(
 
 def _partition_settings(
     spec_path: Path | None, graph_overrides: dict[str, Any], partition_overrides: dict[str, Any]
-) -> tuple[S.GraphSource, S.PartitionSpec]:
+) -> tuple[S.GraphSource, S.PartitionSpec, int | None]:
     """Merge a spec's graph/partition sections with command-line overrides (None = not given), then
     validate both with the spec models so errors name the same fields a spec would."""
     graph: dict[str, Any] = {}
     part: dict[str, Any] = {}
+    projection = None
     if spec_path is not None:
         gt = S.load_yaml(_read(spec_path))
         graph = gt.spec.graph.model_dump(by_alias=True, exclude_none=True)
         part = gt.spec.partition.model_dump(by_alias=True, exclude_none=True)
+        projection = gt.spec.model.feature_projection
     if "dataset" in graph_overrides or "path" in graph_overrides:
         graph = {k: v for k, v in graph.items() if k not in ("dataset", "path", "format", "numNodes")}
     graph.update({k: v for k, v in graph_overrides.items() if v is not None})
@@ -288,7 +294,7 @@ def _partition_settings(
     if problems:
         raise S.SpecError(problems, title="invalid partition settings")
     assert source is not None and pspec is not None
-    return source, pspec
+    return source, pspec, projection
 
 
 @app.command()
@@ -416,6 +422,92 @@ def export(
     tmp.replace(out)
     out_console = f"{name}: {table.shape[0]:,} x {table.shape[1:] or 1} written to {out}"
     err.print(out_console, highlight=False)
+
+
+# -------------------------------------------------------------------------------------- training
+
+
+@app.command()
+@friendly
+def train(
+    spec_path: Annotated[Path, typer.Option("--spec", help="GraphTraining YAML")],
+    partition: Annotated[Path, typer.Option(help="partition config (<out>/<graph>.json)")],
+    standalone: Annotated[bool, typer.Option(help="hold the shards in this process (no servers)")] = False,
+    servers: Annotated[
+        str | None, typer.Option(help="comma-separated shard-server addresses, shard order")
+    ] = None,
+    token_file: Annotated[Path | None, typer.Option(help=f"shared token file (else ${ENV_TOKEN})")] = None,
+    rank: Annotated[int, typer.Option(help="this trainer's rank")] = 0,
+    world: Annotated[int, typer.Option(help="number of trainers")] = 1,
+    init: Annotated[
+        str | None, typer.Option(help="rendezvous of the trainers: tcp://host:port of rank 0")
+    ] = None,
+    run_dir: Annotated[Path | None, typer.Option(help="where progress.json and result.json go")] = None,
+    checkpoint_root: Annotated[
+        Path | None, typer.Option(help="checkpoint directory (resume from its LATEST)")
+    ] = None,
+    shm: Annotated[bool, typer.Option(help="read shards on this host from shared memory")] = True,
+) -> None:
+    """Run one trainer of a GraphTraining (the launcher and the operator start one per rank)."""
+    import os
+
+    import torch
+
+    from graphtrain.runtime import kvstore
+    from graphtrain.runtime.graph import DistGraph, standalone_client
+    from graphtrain.runtime.train.common import Dist
+    from graphtrain.runtime.train.node_classification import NodeClassification
+
+    gt = S.load_yaml(_read(spec_path))
+    threads = gt.spec.training.threads or max(
+        1, (os.cpu_count() or 1) // (1 if standalone else max(world, 1))
+    )
+    torch.set_num_threads(threads)
+    if standalone:
+        client = loader_client = standalone_client(partition, checkpoint_root)
+    else:
+        if not servers:
+            raise GraphtrainError("--servers is needed unless --standalone")
+        token = read_token(token_file)
+        addresses = [a for a in servers.split(",") if a]
+        client = kvstore.connect(addresses, token, shm=shm)
+        loader_client = kvstore.connect(addresses, token, shm=shm)
+    graph = DistGraph(partition, client)
+    with Dist(rank, world, init, str(gt.spec.trainers.backend)) as dist:
+        if gt.spec.model.kind == S.ModelKind.graphsage:
+            result = NodeClassification(gt, graph, loader_client, dist, run_dir, checkpoint_root).train()
+        else:
+            from graphtrain.runtime.train.kge import KGETraining
+
+            result = KGETraining(gt, graph, dist, run_dir, checkpoint_root).train()
+    if rank == 0 and run_dir is not None:
+        from graphtrain.runtime.data.cache import write_json
+
+        write_json(run_dir / "result.json", result)
+    sys.stdout.write(json.dumps({"event": "done", "rank": rank, "metrics": result}) + "\n")
+
+
+@app.command()
+@friendly
+def run(
+    spec_path: Annotated[Path, typer.Argument(help="GraphTraining YAML")],
+    run_dir: Annotated[Path | None, typer.Option(help="run directory (default: runs/<name>)")] = None,
+    standalone: Annotated[bool, typer.Option(help="one trainer, shards in its process (no servers)")] = False,
+    resume: Annotated[bool, typer.Option(help="continue from the run directory's last checkpoint")] = False,
+    data_dir: DataDir = None,
+) -> None:
+    """Run a whole GraphTraining on this machine: partition, shard servers, trainers; prints the result.
+
+    Progress goes to the terminal, status (GraphTraining status schema) to <run-dir>/status.json.
+    """
+    from graphtrain.runtime.launch.local import LocalRun
+
+    gt = S.load_yaml(_read(spec_path))
+    run_dir = run_dir or Path("runs") / gt.metadata.name
+    result = LocalRun(gt, spec_path, run_dir, standalone=standalone, data_dir=data_dir, resume=resume).run()
+    metrics = ", ".join(f"{k} {v:.4f}" for k, v in result.items() if isinstance(v, float))
+    out.print(f"{gt.metadata.name}: {metrics}")
+    out.print(f"status: {run_dir / 'status.json'}")
 
 
 def main() -> None:  # pragma: no cover - console entry point

@@ -148,6 +148,9 @@ class InProcTransport:
                     c.name, a["num_rows"], tuple(a["row_shape"]), a["dtype"], a["lo"], a["hi"], a.get("init")
                 )
                 return Answer(t.describe(), [])
+            if c.op == "sample":
+                src, counts = s.sample(c.arrays[0], a["fanout"], a.get("seed", 0))
+                return Answer({}, [src, counts])
             if c.op == "set_optimizer":
                 s.set_optimizer(c.name, a["config"])
                 return Answer({}, [])
@@ -536,6 +539,33 @@ class KVClient:
         calls = self._push_calls("push_grad", name, uids, ugrads, bounds, {"step": step})
         self.transport.call_many(calls)
         return len(uids)
+
+    def sample(
+        self, seeds: np.ndarray, fanout: int, bounds: np.ndarray, seed: int = 0
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """In-neighbours of `seeds` (up to `fanout` each, -1: all), each sampled by the shard owning the
+        seed, all shards in parallel. Returns (sources, counts) in the order of `seeds`."""
+        seeds = np.ascontiguousarray(seeds, dtype=np.int64)
+        order, starts = self.split(seeds, bounds)
+        calls = []
+        for s in range(self.num_shards):
+            a, b = starts[s], starts[s + 1]
+            if b > a:
+                calls.append(Call(s, "sample", None, (seeds[order[a:b]],), {"fanout": fanout, "seed": seed}))
+        answers = self.transport.call_many(calls)
+        counts = np.empty(len(seeds), dtype=np.int64)
+        pieces = []
+        for c, ans in zip(calls, answers, strict=True):
+            s = c.shard
+            counts[order[starts[s] : starts[s + 1]]] = ans.arrays[1]
+            pieces.append((order[starts[s] : starts[s + 1]], ans.arrays[0], ans.arrays[1]))
+        offsets = np.concatenate([[0], np.cumsum(counts)])
+        src = np.empty(int(offsets[-1]), dtype=np.int64)
+        for positions, shard_src, shard_counts in pieces:  # back into the caller's seed order
+            from graphtrain.runtime.kvstore.state import _ranges
+
+            src[_ranges(offsets[positions], shard_counts)] = shard_src
+        return src, counts
 
     def barrier(self, key: str, count: int, timeout: float | None = None) -> None:
         """Wait until `count` participants called barrier(key) (coordinated by shard 0)."""

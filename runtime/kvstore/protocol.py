@@ -47,6 +47,7 @@ OPS: dict[str, tuple[bool, bool]] = {
     "push": (True, True),
     "push_grad": (True, False),
     "barrier": (False, False),
+    "sample": (False, True),
     "checkpoint": (False, True),
     "restore": (False, True),
     "shm_info": (False, True),

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import faulthandler
-import hashlib
 import hmac
 import json
 import logging
@@ -35,7 +34,7 @@ import zmq
 from graphtrain.runtime.errors import GraphtrainError
 from graphtrain.runtime.kvstore import protocol as P
 from graphtrain.runtime.kvstore.metrics import ServerMetrics
-from graphtrain.runtime.kvstore.shm import SegmentCache, view
+from graphtrain.runtime.kvstore.shm import SegmentCache, job_prefix, view
 from graphtrain.runtime.kvstore.state import ShardState
 
 log = logging.getLogger("graphtrain.kvstore.server")
@@ -339,6 +338,15 @@ class ShardServer:
             )
         )
 
+    def _op_sample(self, req: P.Request, reply: Replier) -> None:
+        if len(req.arrays) != 1:
+            raise P.ProtocolError(f"sample takes one frame of seeds, got {len(req.arrays)}")
+        fanout = P.arg(req.args, "fanout", int)
+        if fanout == 0 or fanout < -1:
+            raise P.ProtocolError(f"fanout must be positive or -1 (all), got {fanout}")
+        src, counts = self.state.sample(req.arrays[0], fanout, P.arg(req.args, "seed", int, 0))
+        reply.send(P.encode_reply(req.rid, arrays=[src, counts]))
+
     def _op_shutdown(self, req: P.Request, reply: Replier) -> None:
         reply.send(P.encode_reply(req.rid))
         self._stop.set()
@@ -412,38 +420,6 @@ def announce(address: str, metrics_port: int | None) -> None:
     sys.stdout.flush()
 
 
-def load_partition_data(state: ShardState, config_path: Path, part: int) -> list[str]:
-    """Hold partition `part`'s dense node data (features, labels, masks) as tensors "ndata.<key>",
-    rows in the partition's new-id range. Sparse features are not held (they are projected first)."""
-    from graphtrain.runtime.partition import load_config, load_part
-
-    cfg = load_config(config_path)
-    data = load_part(cfg, part, verify=True, mmap=True)
-    lo, hi = data.node_range
-    loaded = []
-    for key, value in data.ndata.items():
-        if not hasattr(value, "dtype") or hasattr(value, "tocsr"):
-            log.info("not holding sparse node data %r", key)
-            continue
-        arr = np.asarray(value)
-        if arr.dtype == np.bool_:
-            arr = arr.astype(np.int32)
-        dtype = {
-            np.dtype(np.float32): "float32",
-            np.dtype(np.int64): "int64",
-            np.dtype(np.int32): "int32",
-            np.dtype(np.float64): "float64",
-            np.dtype(np.int8): "int32",
-        }.get(arr.dtype)
-        if dtype is None:
-            log.info("not holding node data %r of dtype %s", key, arr.dtype)
-            continue
-        t = state.create(f"ndata.{key}", int(cfg.data["num_nodes"]), tuple(arr.shape[1:]), dtype, lo, hi)
-        t.data.copy_(torch.from_numpy(np.ascontiguousarray(arr.astype(P.DTYPES[dtype]))))
-        loaded.append(t.name)
-    return loaded
-
-
 def serve(
     token: str,
     bind: str,
@@ -479,11 +455,11 @@ def serve(
     state = ShardState(
         shard,
         use_shm=use_shm,
-        shm_prefix=f"graphtrain-{hashlib.sha256(token.encode()).hexdigest()[:12]}",
+        shm_prefix=job_prefix(token),
         restore_from=restore_from,
     )
     if partition is not None:
-        loaded = load_partition_data(state, partition, shard if part is None else part)
+        loaded = state.load_partition(partition, shard if part is None else part)
         log.info("holding %s", ", ".join(loaded) or "no node data")
     server = ShardServer(state, token, bind, workers, checkpoint_root, max_request_bytes)
     address = server.start()

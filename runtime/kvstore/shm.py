@@ -11,9 +11,11 @@ DGL's shared-memory reads (Hogwild); writes never race.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import itertools
 import os
 from multiprocessing import resource_tracker, shared_memory
+from pathlib import Path
 
 import numpy as np
 
@@ -32,6 +34,22 @@ def view(
 ) -> np.ndarray:
     count = int(np.prod(shape, dtype=np.int64))
     return np.ndarray(shape, dtype=dtype, buffer=seg.buf, offset=offset) if count else np.empty(shape, dtype)
+
+
+def job_prefix(token: str) -> str:
+    """The names of one job's segments (its tables and push buffers) start with this: the token's hash,
+    so jobs on one host never collide and the launcher can find what killed processes left behind."""
+    return f"graphtrain-{hashlib.sha256(token.encode()).hexdigest()[:12]}"
+
+
+def remove_leftovers(prefix: str, root: Path = Path("/dev/shm")) -> list[str]:
+    """Unlink the segments of a job whose processes have all exited (a SIGKILLed process cannot)."""
+    removed = []
+    for path in root.glob(f"{prefix}-*"):
+        with contextlib.suppress(OSError):
+            path.unlink()
+            removed.append(path.name)
+    return removed
 
 
 class PushBuffer:

@@ -95,6 +95,71 @@ def init_rows(spec: dict[str, Any], lo: int, hi: int, row_shape: tuple[int, ...]
         out[a - lo : b - lo] = vals[a - b_lo : b - b_lo]
 
 
+@dataclass
+class GraphPart:
+    """The in-edges of one partition's nodes [lo, hi): in-CSR over local rows, global source ids."""
+
+    lo: int
+    hi: int
+    indptr: np.ndarray
+    indices: np.ndarray
+
+    def sample(self, seeds: np.ndarray, fanout: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+        """Up to `fanout` in-neighbours of every seed, without replacement (fanout < 0: all of them).
+
+        Returns (sources, counts): the sampled sources of seed i are the next counts[i] entries. The
+        native sampler draws per (seed, node); the numpy fallback per request."""
+        if seeds.ndim != 1 or seeds.dtype != np.int64:
+            raise ProtocolError(f"seeds must be a 1-D int64 array, got {seeds.dtype} {seeds.shape}")
+        if native_available():
+            from graphtrain.runtime.native.graph import sample_neighbors
+
+            try:
+                return sample_neighbors(
+                    self.indptr, self.indices, self.lo, np.ascontiguousarray(seeds), fanout, seed
+                )
+            except SparseInputError as exc:
+                raise ProtocolError(str(exc)) from None
+        bad = np.flatnonzero((seeds < self.lo) | (seeds >= self.hi))
+        if bad.size:
+            raise ProtocolError(
+                f"seed {int(seeds[bad[0]])} is outside this partition's nodes [{self.lo}, {self.hi})"
+            )
+        local = seeds - self.lo
+        starts = self.indptr[local]
+        degs = self.indptr[local + 1] - starts
+        counts = degs if fanout < 0 else np.minimum(degs, fanout)
+        out = np.empty(int(counts.sum()), dtype=np.int64)
+        offsets = np.concatenate([[0], np.cumsum(counts)])
+        full = counts == degs
+        if full.any():  # every in-neighbour
+            f_starts, f_counts = starts[full], counts[full]
+            src_pos = _ranges(f_starts, f_counts)
+            dst_pos = _ranges(offsets[:-1][full], f_counts)
+            out[dst_pos] = self.indices[src_pos]
+        part = ~full
+        if part.any():  # `fanout` of them: the smallest random keys within each seed's edges
+            p_starts, p_degs = starts[part], degs[part]
+            keys = np.random.default_rng([seed, int(seeds[0]), len(seeds)]).random(int(p_degs.sum()))
+            seg = np.repeat(np.arange(len(p_degs)), p_degs)
+            order = np.lexsort((keys, seg))
+            rank = np.arange(len(order)) - np.repeat(np.cumsum(p_degs) - p_degs, p_degs)
+            keep = order[rank < fanout]  # positions (in the concatenated edge lists) of the winners
+            edge = _ranges(p_starts, p_degs)[keep]
+            dst_pos = _ranges(offsets[:-1][part], np.full(len(p_degs), fanout))
+            out[dst_pos] = self.indices[edge]
+        return out, counts.astype(np.int64)
+
+
+def _ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """Concatenation of arange(s, s + c) for each (s, c)."""
+    total = int(counts.sum())
+    if total == 0:
+        return np.empty(0, dtype=np.int64)
+    offsets = np.cumsum(counts) - counts
+    return np.repeat(starts - offsets, counts) + np.arange(total, dtype=np.int64)
+
+
 class ShardState:
     """The tensors of one shard server."""
 
@@ -110,6 +175,7 @@ class ShardState:
         self.shm_prefix = shm_prefix
         # A restarted server restores each tensor from this checkpoint when a client (re)creates it.
         self.restore_from = restore_from
+        self.graph: GraphPart | None = None
         self.tensors: dict[str, TensorShard] = {}
         self._create_lock = threading.Lock()
 
@@ -306,8 +372,52 @@ class ShardState:
                     restored.append(t.name)
         return restored
 
+    def sample(self, seeds: np.ndarray, fanout: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+        if self.graph is None:
+            raise ProtocolError(f"shard {self.shard} holds no graph partition (start it with --partition)")
+        return self.graph.sample(seeds, fanout, seed)
+
+    def load_partition(self, config_path: Path, part: int) -> list[str]:
+        """Hold partition `part`: its in-edges (for sampling) and its dense node data (features, labels,
+        masks) as tensors "ndata.<key>", rows in the partition's new-id range. Sparse features are not
+        held (project them first: graph.featureProjection)."""
+        from graphtrain.runtime.partition import load_config, load_part
+
+        cfg = load_config(config_path)
+        data = load_part(cfg, part, verify=True, mmap=True)
+        lo, hi = data.node_range
+        self.graph = GraphPart(lo, hi, np.asarray(data.indptr), np.asarray(data.indices))
+        loaded = []
+        for key, value in data.ndata.items():
+            if hasattr(value, "tocsr"):
+                continue
+            arr = np.asarray(value)
+            if arr.dtype == np.bool_ or arr.dtype == np.int8:
+                arr = arr.astype(np.int32)
+            dtype = {
+                np.dtype(np.float32): "float32",
+                np.dtype(np.int64): "int64",
+                np.dtype(np.int32): "int32",
+                np.dtype(np.float64): "float64",
+            }.get(arr.dtype)
+            if dtype is None:
+                continue
+            t = self.create(f"ndata.{key}", int(cfg.data["num_nodes"]), tuple(arr.shape[1:]), dtype, lo, hi)
+            t.data.copy_(torch.from_numpy(np.ascontiguousarray(arr.astype(DTYPES[dtype]))))
+            loaded.append(t.name)
+        return loaded
+
     def stats(self) -> dict[str, Any]:
-        return {"shard": self.shard, "tensors": {n: t.describe() for n, t in self.tensors.items()}}
+        graph = (
+            None
+            if self.graph is None
+            else {"lo": self.graph.lo, "hi": self.graph.hi, "edges": int(len(self.graph.indices))}
+        )
+        return {
+            "shard": self.shard,
+            "graph": graph,
+            "tensors": {n: t.describe() for n, t in self.tensors.items()},
+        }
 
     def close(self) -> None:
         for t in self.tensors.values():

@@ -84,6 +84,10 @@ def _declare(lib: ctypes.CDLL) -> None:
     lib.gt_scatter.restype = ctypes.c_int
     lib.gt_advise_hugepages.argtypes = [_P, _I64]
     lib.gt_advise_hugepages.restype = ctypes.c_int
+    lib.gt_sample_neighbors.argtypes = [_P, _P, _I64, _I64, _P, _I64, _I64, _U64, _P, _P, _P]
+    lib.gt_sample_neighbors.restype = _I64
+    lib.gt_relabel.argtypes = [_P, _I64, _P, _I64, _P, _P]
+    lib.gt_relabel.restype = _I64
     lib.gt_max_threads.argtypes = []
     lib.gt_max_threads.restype = ctypes.c_int
 

@@ -32,17 +32,18 @@ class OptimConfig:
     initial_accumulator: float = 0.0
     step_count: Literal["row", "global"] = "row"
     duplicate: Literal["sum", "mean"] = "sum"
+    row_norm: float = 0.0  # > 0: every updated row is then scaled to this L2 norm (KGE entity constraint)
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise ValueError(f"optimizer kind must be one of {KINDS}, got {self.kind!r}")
-        for name in ("lr", "eps", "beta1", "beta2", "weight_decay", "initial_accumulator"):
+        for name in ("lr", "eps", "beta1", "beta2", "weight_decay", "initial_accumulator", "row_norm"):
             value = getattr(self, name)
             if not isinstance(value, int | float) or not math.isfinite(value):
                 raise ValueError(f"optimizer {name} must be a finite number, got {value!r}")
         if self.lr <= 0:
             raise ValueError(f"optimizer lr must be > 0, got {self.lr}")
-        for name in ("eps", "weight_decay", "initial_accumulator"):
+        for name in ("eps", "weight_decay", "initial_accumulator", "row_norm"):
             if getattr(self, name) < 0:
                 raise ValueError(f"optimizer {name} must be >= 0, got {getattr(self, name)}")
         for name in ("beta1", "beta2"):

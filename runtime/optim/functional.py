@@ -104,11 +104,24 @@ def sparse_step(
             _check_range(ids, table.shape[0])
         state["step"] += 1  # torch.optim.SparseAdam counts every step, an empty batch included
     if name == "torch":
-        return reference.step(config, table, state, ids, grads)
-    if name == "cpu":
+        updated = reference.step(config, table, state, ids, grads)
+    elif name == "cpu":
         from graphtrain.runtime.native import optim as native
 
-        return native.sparse_step(config, table, state, ids, grads, threads())
-    from graphtrain.runtime.native import cuda
+        updated = native.sparse_step(config, table, state, ids, grads, threads())
+    else:
+        from graphtrain.runtime.native import cuda
 
-    return cuda.sparse_step(config, table, state, ids, grads)
+        updated = cuda.sparse_step(config, table, state, ids, grads)
+    if config.row_norm and len(ids):
+        project_rows(table, ids, config.row_norm)
+    return updated
+
+
+def project_rows(table: torch.Tensor, ids: torch.Tensor, norm: float) -> None:
+    """Scale the rows `ids` to L2 norm `norm`: the entity constraint of TransE and DistMult (PyKEEN
+    normalizes after each step too), applied to the rows an update touched, so rows stay on the sphere."""
+    rows = torch.unique(ids)
+    values = table.index_select(0, rows)
+    values.mul_(norm / values.norm(dim=1, keepdim=True).clamp_min_(1e-12))
+    table.index_copy_(0, rows, values)

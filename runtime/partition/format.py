@@ -65,6 +65,16 @@ def _node_data(graph: Graph, ids: np.ndarray) -> dict[str, Any]:
     return out
 
 
+def _num_classes(graph: Graph) -> int | None:
+    """The dataset's class count, else 1 + the largest integer label (file graphs carry no count)."""
+    if graph.num_classes is not None:
+        return graph.num_classes
+    label = graph.label
+    if label is None or label.size == 0 or label.dtype.kind not in "iu":
+        return None
+    return int(label.max()) + 1
+
+
 def write(graph: Graph, result: PartitionResult, out: Path, overwrite: bool = False) -> Path:
     """Write the partition atomically under `out`; return the config path.
 
@@ -118,7 +128,7 @@ def write(graph: Graph, result: PartitionResult, out: Path, overwrite: bool = Fa
             "edge_owner": "destination",
             "has_etype": graph.etype is not None,
             "has_external_ids": graph.node_ids is not None,
-            "num_classes": graph.num_classes,
+            "num_classes": _num_classes(graph),
             "ndata": ndata_desc,
             "parts": parts_meta,
             "strategy": result.info.strategy,

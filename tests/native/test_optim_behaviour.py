@@ -189,3 +189,24 @@ def test_embedding_errors() -> None:
         SparseSGD([other, SparseEmbedding(5, 2, "e")], lr=0.1)
     with pytest.raises(ValueError, match="num_embeddings and dim"):
         SparseEmbedding(0, 2, "z")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("kind", ["sgd", "adam"])
+def test_row_norm_projects_the_updated_rows_only(backend: str, kind: str) -> None:
+    """row_norm (the KGE entity constraint): the step, then each touched row scaled to the norm."""
+    plain, projected = OptimConfig(kind, 0.1), OptimConfig(kind, 0.1, row_norm=1.0)
+    table, state = setup(plain)
+    ref_t, ref_s = table.clone(), {k: v.clone() for k, v in state.items()}
+    ids = torch.tensor([1, 4, 4, 7])
+    grads = torch.randn(4, 4, generator=torch.Generator().manual_seed(1))
+    sparse_step(projected, table, state, ids, grads, backend=backend)
+    sparse_step(plain, ref_t, ref_s, ids, grads, backend="torch")
+    touched = torch.tensor([1, 4, 7])
+    expect = ref_t[touched] / ref_t[touched].norm(dim=1, keepdim=True)
+    torch.testing.assert_close(table[touched], expect, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(table.norm(dim=1)[touched], torch.ones(3))
+    others = torch.tensor([i for i in range(10) if i not in (1, 4, 7)])
+    assert torch.equal(table[others], ref_t[others])
+    with pytest.raises(ValueError, match="row_norm"):
+        OptimConfig(kind, 0.1, row_norm=-1.0)

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from graphtrain.runtime import kvstore
+from graphtrain.runtime.kvstore.shm import job_prefix
 from tests.runtime.conftest import TOKEN, servers
 
 
@@ -164,4 +165,5 @@ def test_shared_memory_reads_and_gradient_buffers_match_tcp(ckroot: Path) -> Non
         assert torch.equal(a.rows(everything), b.rows(everything))  # a via shared memory, b via TCP
         local.close()
         remote.close()
-    assert not [f for f in os.listdir("/dev/shm") if f.startswith("graphtrain")]
+    mine = job_prefix(TOKEN)  # other jobs' (killed) processes may have left theirs
+    assert not [f for f in os.listdir("/dev/shm") if f.startswith(mine)]

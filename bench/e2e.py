@@ -1,0 +1,395 @@
+"""End-to-end benchmark: graphtrain beside DGL 2.1 and PyKEEN 1.11, measured in the same run.
+
+1. Throughput (seeds/s, triples/s), standalone and 2 shard servers x 2 trainers, against DGL 2.1
+   (torch 2.2.1, single process; its own venv) running the same model on the same exported inputs:
+   - GraphSAGE on WordNet, features only and with a learnable 128-dim node embedding (SparseAdam);
+   - TransE on gene-kg (entity + relation tables, SparseAdam, 32 negatives per positive).
+   graphtrain's rate is read from the runs' progress reports after a warm-up, training steps only.
+2. Accuracy of the WordNet runs (test, every neighbour): graphtrain standalone and 2x2, and DGL.
+3. Restarts: WordNet 2x2 with backoffLimit 1, a trainer and then a shard server killed after epoch 4;
+   the test accuracy beside the uninterrupted run's.
+4. KGE parity: filtered MRR of TransE and DistMult on Nations, Kinships and UMLS, graphtrain against
+   PyKEEN 1.11 (its own venv) with the same settings, over --seeds seeds each.
+
+    python bench/e2e.py [--seeds 3] [--skip dgl,pykeen,throughput,accuracy,restart,kge] [--threads 2]
+
+The venvs are made once under bench/.venvs (DGL: about 5 GB with torch 2.2.1's CUDA libraries).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import platform
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+VENVS = ROOT / "bench" / ".venvs"
+DGL = (
+    ["torch==2.2.1", "dgl==2.1.0", "pandas<3", "pyyaml", "pydantic", "numpy<2", "scipy"],
+    ["torchdata==0.7.1"],
+)
+PYKEEN = (["torch==2.13.0", "pykeen==1.11.1"], [])
+KG_SETTINGS = {"dim": 128, "epochs": 100, "batch": 256, "lr": 0.005, "negatives": 32, "loss": "crossentropy"}
+
+
+def venv(name: str, packages: tuple[list[str], list[str]]) -> Path:
+    """A venv with `packages` (the second list installed without dependencies), made once."""
+    path = VENVS / name
+    stamp = path / ".installed"
+    want = json.dumps(packages)
+    if not (stamp.exists() and stamp.read_text() == want):
+        print(f"[bench] making the {name} venv (once)", flush=True)
+        subprocess.run([sys.executable, "-m", "venv", "--clear", str(path)], check=True)
+        pip = [str(path / "bin" / "pip"), "install", "-q"]
+        subprocess.run([*pip, *packages[0]], check=True)
+        if packages[1]:
+            subprocess.run([*pip, "--no-deps", *packages[1]], check=True)
+        stamp.write_text(want)
+    return path / "bin" / "python"
+
+
+def run_json(argv: list[str], env: dict[str, str] | None = None) -> dict[str, Any]:
+    """Run a side script in /tmp (so a repo folder never shadows a stdlib module) and parse its last line."""
+    res = subprocess.run(argv, capture_output=True, text=True, cwd=tempfile.gettempdir(), env=env)
+    if res.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv[:3])} failed:\n{res.stderr[-3000:]}")
+    return json.loads(res.stdout.strip().splitlines()[-1])
+
+
+# ------------------------------------------------------------------------------------ graphtrain runs
+
+
+def spec(example: str, **overrides: Any) -> dict[str, Any]:
+    """An example spec with `section.key` overrides."""
+    doc = yaml.safe_load((ROOT / "examples" / example).read_text())
+    for dotted, value in overrides.items():
+        node = doc["spec"]
+        *path, last = dotted.split(".")
+        for key in path:
+            node = node.setdefault(key, {})
+        if value is None:
+            node.pop(last, None)
+        else:
+            node[last] = value
+    return doc
+
+
+def graphtrain_run(
+    doc: dict[str, Any], work: Path, standalone: bool, measure: bool = False
+) -> dict[str, Any]:
+    """Run a spec with `graphtrain run`. measure: stop after a timed window and return the training rate
+    (samples/s from step counts between progress reports, warm-up and evaluation excluded)."""
+    name = doc["metadata"]["name"] + ("-standalone" if standalone else "-2x2")
+    run_dir = work / name
+    spec_path = work / f"{name}.yaml"
+    spec_path.write_text(yaml.safe_dump(doc))
+    argv = [sys.executable, "-m", "graphtrain.runtime.cli", "run", str(spec_path), "--run-dir", str(run_dir)]
+    proc = subprocess.Popen(
+        [*argv, *(["--standalone"] if standalone else [])],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=ROOT,
+    )
+    tr = doc["spec"]["training"]
+    world = 1 if standalone else doc["spec"]["trainers"]["replicas"]
+    seen: list[tuple[float, int]] = []
+    progress = run_dir / "progress.json"
+    while measure and proc.poll() is None:
+        with contextlib.suppress(OSError, json.JSONDecodeError, KeyError):
+            p = json.loads(progress.read_text())
+            if p["epoch"] < tr["epochs"] and p["step"] >= 20 and (not seen or p["step"] != seen[-1][1]):
+                seen.append((time.perf_counter(), p["step"]))
+        if len(seen) >= 2 and seen[-1][0] - seen[0][0] > 40:
+            proc.send_signal(signal.SIGINT)
+            break
+        time.sleep(0.05)
+    out, _ = proc.communicate(timeout=3600)
+    if measure:
+        if len(seen) < 2:
+            raise RuntimeError(f"{name}: too few progress reports to time\n{out[-3000:]}")
+        (t0, s0), (t1, s1) = seen[0], seen[-1]
+        return {"samples_per_second": (s1 - s0) * tr["batchSize"] * world / (t1 - t0)}
+    if proc.returncode != 0:
+        raise RuntimeError(f"{name} failed:\n{out[-3000:]}")
+    return json.loads((run_dir / "result.json").read_text())
+
+
+# -------------------------------------------------------------------------------------------- exports
+
+
+def export_wordnet(path: Path) -> None:
+    from graphtrain.runtime import spec as S
+    from graphtrain.runtime.data import datasets as D
+    from graphtrain.runtime.data.transform import project_graph_features
+
+    gt = S.load_yaml((ROOT / "examples" / "wordnet-sage.yaml").read_text())
+    g = project_graph_features(D.load_source(gt.spec.graph), gt.spec.model.feature_projection or 256, seed=0)
+    src = np.repeat(np.arange(g.num_nodes, dtype=np.int64), np.diff(g.indptr))
+    np.savez(
+        path,
+        src=src,
+        dst=np.asarray(g.indices, np.int64),
+        num_nodes=g.num_nodes,
+        feat=g.feat,
+        label=g.label,
+        **{f"{k}_mask": v for k, v in g.masks.items()},
+    )
+
+
+def export_kg(name: str, path: Path) -> None:
+    from graphtrain.runtime.data import datasets as D
+
+    kg = D.load(name)
+    np.savez(path, train=kg.train, num_entities=kg.num_entities, num_relations=kg.num_relations)
+
+
+# ---------------------------------------------------------------------------------------------- parts
+
+
+def _ratio(x: float, base: float | None) -> str:
+    return f"{x / base:.2f}x" if base else "-"
+
+
+def throughput(work: Path, threads: int, with_dgl: bool, rows: list[list[str]]) -> None:
+    cases = [
+        ("GraphSAGE WordNet, features", "wordnet-sage-features.yaml", ["--features"], "seeds/s"),
+        (
+            "GraphSAGE WordNet, + embedding (Adam)",
+            "wordnet-sage.yaml",
+            ["--features", "--embedding", "128"],
+            "seeds/s",
+        ),
+        ("TransE gene-kg", "gene-kg-transe.yaml", None, "triples/s"),
+    ]
+    if with_dgl:
+        dgl = venv("dgl", DGL)
+        export_wordnet(work / "wordnet.npz")
+        export_kg("gene-kg", work / "gene-kg.npz")
+    for title, example, dgl_args, unit in cases:
+        big = {"training.epochs": 3, "training.evalEvery": 1000, "training.checkpointInterval": 10**9}
+        doc = spec(example, **big)
+        alone = graphtrain_run(doc, work, standalone=True, measure=True)["samples_per_second"]
+        dist = graphtrain_run(doc, work, standalone=False, measure=True)["samples_per_second"]
+        base = None
+        if with_dgl:
+            if dgl_args is not None:
+                argv = [
+                    str(dgl),
+                    str(ROOT / "bench" / "dgl_e2e.py"),
+                    "sage",
+                    "--data",
+                    str(work / "wordnet.npz"),
+                ]
+                argv += [*dgl_args, "--epochs", "3", "--threads", str(threads)]
+                base = run_json(argv)["seeds_per_second"]
+            else:
+                t = doc["spec"]
+                argv = [
+                    str(dgl),
+                    str(ROOT / "bench" / "dgl_e2e.py"),
+                    "transe",
+                    "--data",
+                    str(work / "gene-kg.npz"),
+                ]
+                argv += ["--dim", str(t["embeddings"][0]["dim"]), "--negatives", str(t["model"]["negatives"])]
+                argv += [
+                    "--batch-size",
+                    str(t["training"]["batchSize"]),
+                    "--steps",
+                    "60",
+                    "--threads",
+                    str(threads),
+                ]
+                base = run_json(argv)["triples_per_second"]
+        rows.append(
+            [
+                title,
+                unit,
+                f"{alone:,.0f}",
+                _ratio(alone, base),
+                f"{dist:,.0f}",
+                _ratio(dist, base),
+                f"{base:,.0f}" if base else "-",
+            ]
+        )
+        print(
+            f"[bench] {title}: standalone {alone:,.0f}, 2x2 {dist:,.0f}, DGL {base or 0:,.0f} {unit}",
+            flush=True,
+        )
+
+
+def accuracy(work: Path, threads: int, with_dgl: bool, seeds: int, rows: list[list[str]]) -> None:
+    for title, example, dgl_args in (
+        ("features", "wordnet-sage-features.yaml", ["--features"]),
+        ("+ embedding (SparseAdam)", "wordnet-sage.yaml", ["--features", "--embedding", "128"]),
+    ):
+        ours: dict[str, list[float]] = {"standalone": [], "2x2": []}
+        base = []
+        for seed in range(seeds):
+            doc = spec(example, **{"training.seed": seed, "training.checkpointInterval": 10**9})
+            ours["standalone"].append(graphtrain_run(doc, work, True)["test_accuracy"])
+            ours["2x2"].append(graphtrain_run(doc, work, False)["test_accuracy"])
+            if with_dgl:
+                argv = [str(venv("dgl", DGL)), str(ROOT / "bench" / "dgl_e2e.py"), "sage", "--data"]
+                argv += [str(work / "wordnet.npz"), *dgl_args, "--threads", str(threads), "--seed", str(seed)]
+                if not (work / "wordnet.npz").exists():
+                    export_wordnet(work / "wordnet.npz")
+                base.append(run_json(argv)["test_accuracy"])
+        fmt = lambda v: f"{statistics.mean(v):.4f}" if v else "-"  # noqa: E731
+        rows.append([f"WordNet {title}", fmt(ours["standalone"]), fmt(ours["2x2"]), fmt(base)])
+        print(f"[bench] WordNet {title}: {rows[-1][1:]}", flush=True)
+
+
+def kge(work: Path, threads: int, with_pykeen: bool, seeds: int, rows: list[list[str]]) -> None:
+    py = venv("pykeen", PYKEEN) if with_pykeen else None
+    s = KG_SETTINGS
+    for dataset in ("nations", "kinships", "umls"):
+        for model in ("transe", "distmult"):
+            ours, base = [], []
+            for seed in range(seeds):
+                doc = spec(
+                    f"nations-{model}.yaml",
+                    **{
+                        "graph.dataset": dataset,
+                        "training.seed": seed,
+                        "training.epochs": s["epochs"],
+                        "training.batchSize": s["batch"],
+                        "training.evalEvery": 1000,
+                        "training.checkpointInterval": 10**9,
+                        "model.negatives": s["negatives"],
+                        "model.loss": s["loss"],
+                    },
+                )
+                doc["metadata"]["name"] = f"{dataset}-{model}"
+                for table in doc["spec"]["embeddings"]:
+                    table["dim"] = s["dim"]
+                    table["optimizer"]["lr"] = s["lr"]
+                ours.append(graphtrain_run(doc, work, standalone=True)["test_mrr"])
+                if py is not None:
+                    argv = [
+                        str(py),
+                        str(ROOT / "bench" / "pykeen_kge.py"),
+                        "--dataset",
+                        dataset,
+                        "--model",
+                        model,
+                    ]
+                    argv += [
+                        "--dim",
+                        str(s["dim"]),
+                        "--epochs",
+                        str(s["epochs"]),
+                        "--batch-size",
+                        str(s["batch"]),
+                    ]
+                    argv += ["--lr", str(s["lr"]), "--negatives", str(s["negatives"]), "--loss", s["loss"]]
+                    argv += ["--seed", str(seed), "--threads", str(threads)]
+                    base.append(run_json(argv)["test_mrr"])
+            m_ours = statistics.mean(ours)
+            m_base = statistics.mean(base) if base else float("nan")
+            verdict = "ok" if base and abs(m_ours - m_base) <= 0.03 else ("MISS" if base else "-")
+            rows.append(
+                [dataset, model, f"{m_ours:.4f}", f"{m_base:.4f}", f"{m_ours - m_base:+.4f}", verdict]
+            )
+            print(f"[bench] {dataset} {model}: ours {ours} pykeen {base}", flush=True)
+
+
+def restart(work: Path, rows: list[list[str]]) -> None:
+    """WordNet with the embedding, 2x2, backoffLimit 1: kill `victim` once the 4th epoch's checkpoint is
+    written; the run restarts from it and finishes. Compared with the same run uninterrupted."""
+    import threading
+
+    from graphtrain.runtime import spec as S
+    from graphtrain.runtime.launch.local import LocalRun
+
+    clean = graphtrain_run(spec("wordnet-sage.yaml"), work, False)["test_accuracy"]
+    for victim in ("trainer-1", "shard-0"):
+        doc = spec("wordnet-sage.yaml", **{"runPolicy.backoffLimit": 1})
+        doc["metadata"]["name"] = f"wordnet-restart-{victim}"
+        path = work / f"{doc['metadata']['name']}.yaml"
+        path.write_text(yaml.safe_dump(doc))
+        run = LocalRun(S.load_yaml(path.read_text()), path, work / doc["metadata"]["name"], echo=False)
+        out: dict[str, Any] = {}
+        thread = threading.Thread(target=lambda r=run, o=out: o.update(result=r.run()))
+        thread.start()
+        latest = run.run_dir / "checkpoints" / "LATEST"
+        deadline = time.monotonic() + 1800
+        while time.monotonic() < deadline and thread.is_alive():
+            epoch = None
+            with contextlib.suppress(OSError, ValueError, KeyError):
+                epoch = json.loads((latest.parent / latest.read_text().strip() / "trainer.json").read_text())[
+                    "epoch"
+                ]
+            procs = {c.plan.name: c for c in [*run.trainers, *run.servers]}
+            if epoch is not None and epoch >= 4 and victim in procs:
+                procs[victim].proc.kill()
+                break
+            time.sleep(0.2)
+        thread.join()
+        acc = out["result"]["test_accuracy"]
+        st = json.loads((run.run_dir / "status.json").read_text())
+        rows.append([victim, str(st["restarts"]), f"{clean:.4f}", f"{acc:.4f}", f"{acc - clean:+.4f}"])
+        print(f"[bench] killed {victim}: {rows[-1]}", flush=True)
+
+
+def table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return "\n".join([*lines, *("| " + " | ".join(r) + " |" for r in rows)])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument(
+        "--skip", default="", help="comma-separated: dgl, pykeen, throughput, accuracy, restart, kge"
+    )
+    ap.add_argument("--threads", type=int, default=2)
+    a = ap.parse_args()
+    skip = set(filter(None, a.skip.split(",")))
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    print(
+        f"# e2e benchmark, {time.strftime('%Y-%m-%d')}, {platform.processor() or platform.machine()}, "
+        f"{os.cpu_count()} cores",
+        flush=True,
+    )
+    with tempfile.TemporaryDirectory(prefix="gt-e2e-") as tmp:
+        work = Path(tmp)
+        if "throughput" not in skip:
+            rows: list[list[str]] = []
+            throughput(work, a.threads, "dgl" not in skip, rows)
+            print(
+                table(
+                    ["run", "unit", "standalone", "vs DGL", "2 servers x 2 trainers", "vs DGL", "DGL 2.1"],
+                    rows,
+                )
+            )
+        if "accuracy" not in skip:
+            rows = []
+            accuracy(work, a.threads, "dgl" not in skip, a.seeds, rows)
+            print(table(["test accuracy", "standalone", "2x2", "DGL 2.1"], rows))
+        if "restart" not in skip:
+            rows = []
+            restart(work, rows)
+            print(table(["killed at epoch 4", "restarts", "uninterrupted", "with restart", "diff"], rows))
+        if "kge" not in skip:
+            rows = []
+            kge(work, a.threads, "pykeen" not in skip, a.seeds, rows)
+            print(table(["dataset", "model", "graphtrain MRR", "PyKEEN MRR", "diff", "within 0.03"], rows))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,84 @@
+"""DistGraph: a partitioned graph whose structure and node data live on the shard servers.
+
+Node ids are the partition's new ids (each partition owns one contiguous range); the partition book
+routes every request to the owning shard. The same class runs distributed (a ZMQ client) and
+standalone (in-process shards that load the partitions themselves).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from graphtrain.runtime.kvstore import default_client
+from graphtrain.runtime.kvstore.client import InProcTransport, KVClient
+from graphtrain.runtime.kvstore.state import ShardState
+from graphtrain.runtime.partition import PartitionConfig, load_config
+from graphtrain.runtime.tensor import DistTensor, PartitionBook
+
+TORCH = {"float32": torch.float32, "int64": torch.int64, "int32": torch.int32, "float64": torch.float64}
+WIRE_OF_NPY = {
+    "float32": "float32",
+    "int64": "int64",
+    "int32": "int32",
+    "float64": "float64",
+    "bool": "int32",
+    "int8": "int32",
+}
+
+
+def standalone_client(part_config: str | Path, checkpoint_root: Path | None = None) -> KVClient:
+    """In-process shards, one per partition, each holding its partition (no sockets)."""
+    cfg = load_config(part_config)
+    states = []
+    for p in range(cfg.num_parts):
+        state = ShardState(p)
+        state.load_partition(cfg.path, p)
+        states.append(state)
+    from graphtrain.runtime.native.memory import keep_freed_memory
+
+    keep_freed_memory()
+    return KVClient(InProcTransport(states, checkpoint_root))
+
+
+class DistGraph:
+    """The graph of a partition config, read through shard servers."""
+
+    def __init__(self, part_config: str | Path | PartitionConfig, client: KVClient | None = None):
+        self.config = part_config if isinstance(part_config, PartitionConfig) else load_config(part_config)
+        self.client = client or default_client()
+        if self.client.num_shards != self.config.num_parts:
+            raise ValueError(f"{self.config.num_parts} partitions but {self.client.num_shards} shards")
+        self.book = PartitionBook(self.config.node_bounds)
+        data = self.config.data
+        self.name = str(data.get("graph_name", "graph"))
+        self.num_nodes = int(data["num_nodes"])
+        self.num_edges = int(data["num_edges"])
+        self.num_classes = data.get("num_classes")
+        self.ndata: dict[str, DistTensor] = {}
+        for key, desc in data.get("ndata", {}).items():
+            if desc.get("kind") != "array":
+                continue  # sparse features are not held by the servers
+            wire = WIRE_OF_NPY.get(str(desc["dtype"]))
+            if wire is None:
+                continue
+            name = key.removesuffix("_mask") if key.endswith("_mask") else key
+            self.ndata[name] = DistTensor(
+                (self.num_nodes, *desc["shape"][1:]),
+                TORCH[wire],
+                f"ndata.{key}",
+                book=self.book,
+                client=self.client,
+            )
+
+    def sample_neighbors(
+        self, seeds: np.ndarray, fanout: int, seed: int = 0
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Up to `fanout` in-neighbours of each seed (-1: all), sampled by each seed's owner in parallel.
+        Returns (sources, counts per seed)."""
+        return self.client.sample(seeds, fanout, self.book.bounds, seed)
+
+    def partition_of(self, ids: np.ndarray) -> np.ndarray:
+        return self.book.owner(ids)

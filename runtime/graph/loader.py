@@ -1,0 +1,208 @@
+"""Mini-batches for multi-layer neighbour sampling, prefetched on a thread.
+
+`sample_blocks` starts from the seeds and walks out one layer per fan-out (the last fan-out is the
+output layer's), each layer sampled by the shards owning its frontier. Every block relabels nodes in
+first-occurrence order, so a layer's destination nodes are the first of its source nodes (DGL's block
+convention): h_dst = h_src[:num_dst].
+
+NeighborLoader iterates shuffled seeds in batches and samples the next batches (and, through `fetch`,
+pulls their input features) on a background thread with its own client, so sampling and pulls
+overlap the model's compute.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import warnings
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from graphtrain.runtime.graph.dist_graph import DistGraph
+from graphtrain.runtime.native import available as native_available
+
+
+@dataclass
+class Block:
+    """One layer: messages from src nodes (local ids) to dst nodes (local ids; dst i = src i).
+
+    `mean` is the (num_dst x num_src) CSR matrix whose row i averages dst i's sampled in-neighbours:
+    sampling lists edges grouped by destination, so its row pointer is the running sum of the counts.
+    A sparse-dense product aggregates without an edges x features intermediate (3x faster than
+    index_select + index_add_ forward and backward)."""
+
+    num_src: int
+    num_dst: int
+    src: torch.Tensor
+    dst: torch.Tensor
+    mean: torch.Tensor | None = None
+    mean_t: torch.Tensor | None = (
+        None  # its transpose, for the backward pass (built here, on the loader thread)
+    )
+
+
+def _csr(crow: np.ndarray, col: np.ndarray, values: np.ndarray, shape: tuple[int, int]) -> torch.Tensor:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "sparse CSR support is in beta" / invariant checks
+        return torch.sparse_csr_tensor(
+            torch.from_numpy(crow), torch.from_numpy(col), torch.from_numpy(values), shape
+        )
+
+
+def mean_matrices(
+    counts: np.ndarray, src_local: np.ndarray, num_src: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(A, A^T) with A the row-normalised (num_dst x num_src) adjacency of a block. torch's backward of a
+    CSR product transposes A on every call; a ready A^T halves forward + backward (13.1 -> 7.0 ms for
+    4,000 x 16,000 x 384 here)."""
+    num_dst = len(counts)
+    crow = np.zeros(num_dst + 1, dtype=np.int64)
+    np.cumsum(counts, out=crow[1:])
+    values = np.repeat(1.0 / np.maximum(counts, 1), counts).astype(np.float32)
+    dst_local = np.repeat(np.arange(num_dst, dtype=np.int64), counts)
+    order = np.argsort(src_local, kind="stable")  # the transpose: edges grouped by source
+    crow_t = np.zeros(num_src + 1, dtype=np.int64)
+    np.cumsum(np.bincount(src_local, minlength=num_src), out=crow_t[1:])
+    return (
+        _csr(crow, src_local, values, (num_dst, num_src)),
+        _csr(crow_t, dst_local[order], values[order], (num_src, num_dst)),
+    )
+
+
+@dataclass
+class MiniBatch:
+    seeds: np.ndarray  # output nodes (global new ids)
+    input_nodes: np.ndarray  # every node whose input features the first block reads (global new ids)
+    blocks: list[Block]  # input layer first
+    data: dict[str, Any] = field(default_factory=dict)  # what `fetch` pulled (features, labels, ...)
+
+
+def relabel(frontier: np.ndarray, src: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(nodes, local ids of src): nodes = frontier followed by the new nodes of src, first-occurrence."""
+    if native_available():
+        from graphtrain.runtime.native.graph import relabel as native_relabel
+
+        return native_relabel(
+            np.ascontiguousarray(frontier, dtype=np.int64), np.ascontiguousarray(src, dtype=np.int64)
+        )
+    both = np.concatenate([frontier, src])
+    uniq, first, inverse = np.unique(both, return_index=True, return_inverse=True)
+    order = np.argsort(first, kind="stable")
+    rank = np.empty(len(uniq), dtype=np.int64)
+    rank[order] = np.arange(len(uniq))
+    local = rank[inverse.reshape(-1)]
+    return uniq[order], local[len(frontier) :]
+
+
+def sample_blocks(graph: DistGraph, seeds: np.ndarray, fanouts: list[int], seed: int = 0) -> MiniBatch:
+    """The message-flow blocks of `seeds` for fan-outs [input layer, ..., output layer]."""
+    seeds = np.asarray(seeds, dtype=np.int64)
+    if len(np.unique(seeds)) != len(seeds):
+        raise ValueError("seeds must be distinct")
+    frontier = seeds
+    blocks: list[Block] = []
+    for depth, fanout in enumerate(reversed(fanouts)):
+        src, counts = graph.sample_neighbors(frontier, fanout, seed * 1000 + depth)
+        dst_local = np.repeat(np.arange(len(frontier), dtype=np.int64), counts)
+        nodes, src_local = relabel(frontier, src)
+        blocks.insert(
+            0,
+            Block(
+                len(nodes),
+                len(frontier),
+                torch.from_numpy(src_local),
+                torch.from_numpy(dst_local),
+                *mean_matrices(counts, src_local, len(nodes)),
+            ),
+        )
+        frontier = nodes
+    return MiniBatch(seeds=seeds, input_nodes=frontier, blocks=blocks)
+
+
+class NeighborLoader:
+    """Shuffled batches of seeds with their sampled blocks; `fetch(minibatch)` runs on the loader thread."""
+
+    def __init__(
+        self,
+        graph: DistGraph,
+        seeds: np.ndarray,
+        fanouts: list[int],
+        batch_size: int,
+        shuffle: bool = True,
+        seed: int = 0,
+        drop_last: bool = False,
+        prefetch: int = 2,
+        fetch: Callable[[MiniBatch], None] | None = None,
+    ):
+        self.graph = graph
+        self.seeds = np.asarray(seeds, dtype=np.int64)
+        self.fanouts = list(fanouts)
+        self.batch_size = batch_size
+        self.shuffle = shuffle
+        self.seed = seed
+        self.drop_last = drop_last
+        self.prefetch = max(1, prefetch)
+        self.fetch = fetch
+        self.epoch = 0
+
+    def __len__(self) -> int:
+        n = len(self.seeds)
+        return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
+
+    def _batches(self) -> list[np.ndarray]:
+        order = self.seeds
+        if self.shuffle:
+            order = self.seeds[np.random.default_rng([self.seed, self.epoch]).permutation(len(self.seeds))]
+        return [order[i : i + self.batch_size] for i in range(0, len(self.seeds), self.batch_size)][
+            : len(self)
+        ]
+
+    def _make(self, i: int, batch: np.ndarray) -> MiniBatch:
+        mb = sample_blocks(
+            self.graph, batch, self.fanouts, seed=(self.seed * 7919 + self.epoch) * 100_003 + i
+        )
+        if self.fetch is not None:
+            self.fetch(mb)
+        return mb
+
+    def __iter__(self) -> Iterator[MiniBatch]:
+        batches = self._batches()
+        self.epoch += 1
+        if self.prefetch <= 0 or len(batches) <= 1:
+            for i, b in enumerate(batches):
+                yield self._make(i, b)
+            return
+        q: queue.Queue = queue.Queue(maxsize=self.prefetch)
+        stop = threading.Event()
+
+        def produce() -> None:
+            try:
+                for i, b in enumerate(batches):
+                    if stop.is_set():
+                        return
+                    q.put(self._make(i, b))
+                q.put(None)
+            except BaseException as exc:  # noqa: BLE001 - re-raised in the consumer
+                q.put(exc)
+
+        worker = threading.Thread(target=produce, name="graphtrain-loader", daemon=True)
+        worker.start()
+        try:
+            while True:
+                item = q.get(timeout=600)
+                if item is None:
+                    return
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+        finally:
+            stop.set()
+            while worker.is_alive():  # unblock a producer waiting on a full queue
+                try:
+                    q.get_nowait()
+                except queue.Empty:
+                    worker.join(timeout=0.1)

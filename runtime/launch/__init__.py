@@ -1,0 +1,1 @@
+"""The local executor: runs a whole GraphTraining on one machine as processes."""

@@ -1,0 +1,389 @@
+"""`graphtrain run`: a whole GraphTraining on one machine, as processes.
+
+partition (in this process) -> shard-server processes (ipc:// sockets, shared memory) -> trainer
+processes (gloo rendezvous on a loopback port) -> monitor. The run directory holds the partition, the
+token (mode 0600), each process' log, checkpoints, progress.json (from trainer 0) and status.json in
+the GraphTraining status schema. A process that fails stops the run with its name, exit code and the
+end of its log; with runPolicy.backoffLimit > 0 the trainers (and any dead shard server) are started
+again from the last complete checkpoint instead, up to that many times. Ctrl-C, a deadline or a stall
+(no progress for runPolicy.stallTimeoutSeconds) stop every process. Standalone mode runs one trainer
+whose shards live in its own process: no servers, no sockets.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import select
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from graphtrain.runtime import spec as S
+from graphtrain.runtime.data.cache import write_json
+from graphtrain.runtime.errors import GraphtrainError
+from graphtrain.runtime.launch import plan, status
+from graphtrain.runtime.progress import console
+
+READY_TIMEOUT = 300.0
+POLL_SECONDS = 0.5
+
+
+class RunFailed(GraphtrainError):
+    """A process of the run failed (named in the message), or the run hit its deadline or stalled."""
+
+
+@dataclass
+class Child:
+    plan: plan.ProcessPlan
+    proc: subprocess.Popen
+    log: Path
+    restarts: int = 0
+
+    def tail(self, lines: int = 25) -> str:
+        try:
+            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class LocalRun:
+    def __init__(
+        self,
+        gt: S.GraphTraining,
+        spec_path: Path,
+        run_dir: Path,
+        standalone: bool = False,
+        data_dir: Path | None = None,
+        echo: bool = True,
+        resume: bool = False,
+    ):
+        self.gt = gt
+        self.spec_path = spec_path.resolve()
+        self.run_dir = run_dir.resolve()
+        self.standalone = standalone
+        self.data_dir = data_dir
+        self.echo = echo
+        self.resume = resume
+        self.obs = status.Observed(start_time=status.now())
+        self.servers: list[Child] = []
+        self.trainers: list[Child] = []
+        self.addresses: list[str] = []
+        self._last_summary = ""
+        self._last_epoch: int | None = None
+        self._last_print = 0.0
+
+    # ---------------------------------------------------------------------------------- status
+
+    def write_status(self) -> None:
+        if self.run_dir.exists():
+            st = status.build(self.gt, self.obs)
+            write_json(
+                self.run_dir / "status.json", st.model_dump(by_alias=True, exclude_none=True, mode="json")
+            )
+
+    def say(self, text: str) -> None:
+        if self.echo:
+            console.print(text, highlight=False, markup=False)
+
+    # ------------------------------------------------------------------------------- partition
+
+    def partition(self) -> Path:
+        """Partition the spec's graph into <run_dir>/partition (reused when the spec's graph and
+        partition settings are unchanged)."""
+        from graphtrain.runtime import partition as P
+        from graphtrain.runtime.data import datasets as D
+        from graphtrain.runtime.data.transform import project_graph_features
+
+        spec = self.gt.spec
+        key = json.dumps(
+            {
+                "graph": spec.graph.model_dump(mode="json"),
+                "partition": spec.partition.model_dump(mode="json"),
+                "projection": spec.model.feature_projection,
+            },
+            sort_keys=True,
+        )
+        out = self.run_dir / "partition"
+        settings = self.run_dir / "partition.settings"  # beside, not inside: a partition has one .json
+        if settings.exists() and settings.read_text() == key:
+            with contextlib.suppress(Exception):
+                cfg = P.load_config(out)
+                self.obs.partition = cfg.data
+                return cfg.path
+        graph = D.load_source(spec.graph, self.data_dir)
+        if spec.model.feature_projection:
+            project_graph_features(graph, spec.model.feature_projection, seed=0)
+        limit = S.quantity_to_bytes(spec.partition.memory_limit) if spec.partition.memory_limit else None
+        result = P.partition_graph(
+            graph,
+            spec.partition.parts,
+            str(spec.partition.algorithm),
+            [str(b) for b in spec.partition.balance],
+            spec.partition.max_imbalance,
+            spec.partition.seed,
+            limit,
+        )
+        config = P.write(graph, result, out, overwrite=True)
+        settings.write_text(key)
+        self.obs.partition = P.load_config(config).data
+        return config
+
+    # ------------------------------------------------------------------------------- processes
+
+    def _spawn(self, p: plan.ProcessPlan, announces: bool = False) -> Child:
+        """Start a process, its output into <run_dir>/logs/<name>.log. Only servers keep stdout as a pipe,
+        for the one ready line they print; anyone else's stdout in an unread pipe would block it once the
+        pipe's 64 KB filled."""
+        logs = self.run_dir / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        log = logs / f"{p.name}.log"
+        env = {
+            **os.environ,
+            "GRAPHTRAIN_QUIET": "1",
+            "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
+        }
+        env.pop("GRAPHTRAIN_TOKEN", None)  # processes read the token file
+        handle = open(log, "ab")  # noqa: SIM115 - owned by the child
+        stdout = subprocess.PIPE if announces else handle
+        proc = subprocess.Popen(p.argv, stdout=stdout, stderr=handle, env=env, start_new_session=True)
+        handle.close()
+        return Child(p, proc, log)
+
+    def start_servers(self, partition: Path) -> None:
+        n = self.gt.spec.num_shards
+        self.servers = [
+            self._spawn(plan.shard_server(i, self.run_dir, partition, None, shm=True), announces=True)
+            for i in range(n)
+        ]
+        self.addresses = [self._wait_ready(c) for c in self.servers]
+        self.obs.shards = [
+            {"index": i, "state": S.ShardState.ready.value, "address": a, "restarts": 0}
+            for i, a in enumerate(self.addresses)
+        ]
+
+    def _wait_ready(self, c: Child) -> str:
+        deadline = time.monotonic() + READY_TIMEOUT
+        assert c.proc.stdout is not None
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([c.proc.stdout], [], [], 0.5)
+            if ready:
+                line = c.proc.stdout.readline()
+                if line:
+                    with contextlib.suppress(json.JSONDecodeError):
+                        event = json.loads(line)
+                        if event.get("event") == "ready":
+                            return str(event["address"])
+            if c.proc.poll() is not None:
+                raise RunFailed(
+                    f"{c.plan.name} exited with code {c.proc.returncode} before it was ready:\n{c.tail()}"
+                )
+        raise RunFailed(f"{c.plan.name} was not ready within {READY_TIMEOUT:g} s")
+
+    def start_trainers(self, partition: Path) -> None:
+        if self.standalone:
+            argv = [
+                *plan.entry(),
+                "train",
+                "--spec",
+                str(self.spec_path),
+                "--partition",
+                str(partition),
+                "--standalone",
+                "--run-dir",
+                str(self.run_dir),
+                "--checkpoint-root",
+                str(self.run_dir / "checkpoints"),
+            ]
+            self.trainers = [self._spawn(plan.ProcessPlan("trainer-0", argv))]
+            return
+        world = self.gt.spec.trainers.replicas
+        init = f"tcp://127.0.0.1:{free_port()}"
+        self.trainers = [
+            self._spawn(plan.trainer(r, world, self.run_dir, self.spec_path, partition, self.addresses, init))
+            for r in range(world)
+        ]
+
+    def _restart_dead_servers(self) -> None:
+        for i, c in enumerate(self.servers):
+            if c.proc.poll() is not None:
+                fresh = self._spawn(c.plan, announces=True)
+                fresh.restarts = c.restarts + 1
+                self.servers[i] = fresh
+                self.addresses[i] = self._wait_ready(fresh)
+                self.obs.shards[i].update(state=S.ShardState.ready.value, restarts=fresh.restarts)
+
+    def stop_all(self, grace: float = 10.0) -> None:
+        alive = [c for c in [*self.trainers, *self.servers] if c.proc.poll() is None]
+        for c in alive:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(c.proc.pid, signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        for c in alive:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                c.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            if c.proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(c.proc.pid, signal.SIGKILL)
+                c.proc.wait(timeout=10)
+
+    def _shutdown_servers(self) -> None:
+        if not self.servers:
+            return
+        from graphtrain.runtime import kvstore
+
+        with contextlib.suppress(Exception):
+            client = kvstore.connect(
+                self.addresses, (self.run_dir / "token").read_text().strip(), timeout=10, retries=0
+            )
+            client.shutdown()
+            client.close()
+        for c in self.servers:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                c.proc.wait(timeout=15)
+
+    # ---------------------------------------------------------------------------------- monitor
+
+    def _progress(self) -> None:
+        path = self.run_dir / "progress.json"
+        with contextlib.suppress(OSError, json.JSONDecodeError):
+            self.obs.progress = json.loads(path.read_text())
+            summary = self.obs.progress.get("summary", "")
+            rate = self.obs.progress.get("samples_per_second")
+            line = summary + (f", {rate:,.0f} samples/s" if rate else "")
+            epoch = self.obs.progress.get("epoch")
+            if line != self._last_summary and (
+                epoch != self._last_epoch or time.monotonic() - self._last_print > 10
+            ):
+                self._last_summary, self._last_epoch, self._last_print = line, epoch, time.monotonic()
+                self.say(f"[run] {line}")
+
+    def _failed(self) -> Child | None:
+        for c in [*self.servers, *self.trainers]:
+            code = c.proc.poll()
+            if code is not None and code != 0:
+                return c
+        for c in self.servers:
+            if c.proc.poll() == 0 and any(t.proc.poll() is None for t in self.trainers):
+                return c  # a server left while trainers still need it
+        return None
+
+    def monitor(self, partition: Path) -> None:
+        policy = self.gt.spec.run_policy
+        deadline = (
+            time.monotonic() + policy.active_deadline_seconds if policy.active_deadline_seconds else None
+        )
+        last_change, last_seen = time.monotonic(), None
+        while True:
+            self._progress()
+            stamp = (self.obs.progress or {}).get("updated_at")
+            if stamp != last_seen:
+                last_seen, last_change = stamp, time.monotonic()
+            self.write_status()
+            bad = self._failed()
+            if bad is not None:
+                if self.obs.restarts < policy.backoff_limit:
+                    self.obs.restarts += 1
+                    self.obs.phase = S.Phase.restarting.value
+                    self.say(
+                        f"[run] {bad.plan.name} failed (exit {bad.proc.returncode}); restart "
+                        f"{self.obs.restarts}/{policy.backoff_limit} from the last checkpoint"
+                    )
+                    self.write_status()
+                    for t in self.trainers:
+                        if t.proc.poll() is None:
+                            with contextlib.suppress(ProcessLookupError):
+                                os.killpg(t.proc.pid, signal.SIGKILL)
+                            t.proc.wait(timeout=10)
+                    self._restart_dead_servers()
+                    self.start_trainers(partition)
+                    self.obs.phase = S.Phase.training.value
+                    last_change = time.monotonic()
+                    continue
+                raise RunFailed(
+                    f"{bad.plan.name} exited with code {bad.proc.returncode}; last lines of "
+                    f"{bad.log}:\n{bad.tail()}"
+                )
+            if all(t.proc.poll() == 0 for t in self.trainers):
+                return
+            if deadline is not None and time.monotonic() > deadline:
+                raise RunFailed(
+                    f"the run exceeded runPolicy.activeDeadlineSeconds ({policy.active_deadline_seconds} s)"
+                )
+            if time.monotonic() - last_change > policy.stall_timeout_seconds:
+                raise RunFailed(
+                    f"no progress for {policy.stall_timeout_seconds} s (runPolicy.stallTimeoutSeconds); "
+                    "trainer-0 stopped reporting"
+                )
+            time.sleep(POLL_SECONDS)
+
+    # --------------------------------------------------------------------------------------- run
+
+    def run(self) -> dict:
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        if not self.resume:  # a new run; restarts after a failure (below) do resume
+            shutil.rmtree(self.run_dir / "checkpoints", ignore_errors=True)
+        (self.run_dir / "checkpoints").mkdir(exist_ok=True)
+        token = self.run_dir / "token"
+        if not token.exists():
+            token.touch(mode=0o600)
+            token.write_text(secrets.token_hex(24))
+        for stale in ("progress.json", "result.json"):
+            (self.run_dir / stale).unlink(missing_ok=True)
+        try:
+            self.obs.phase = S.Phase.partitioning.value
+            self.write_status()
+            self.say(
+                f"[run] partitioning {self.gt.spec.graph.dataset or self.gt.spec.graph.path} into "
+                f"{self.gt.spec.partition.parts}"
+            )
+            partition = self.partition()
+            st = self.obs.partition["stats"]
+            self.say(
+                f"[run] edge cut {100 * st['edge_cut_fraction']:.2f} %, balance "
+                + ", ".join(f"{k} {v:.3f}" for k, v in st["balance"].items())
+            )
+            self.obs.phase = S.Phase.starting.value
+            self.write_status()
+            if not self.standalone:
+                self.say(f"[run] starting {self.gt.spec.num_shards} shard server(s)")
+                self.start_servers(partition)
+            n = 1 if self.standalone else self.gt.spec.trainers.replicas
+            self.say(f"[run] starting {n} trainer(s){' (standalone)' if self.standalone else ''}")
+            self.start_trainers(partition)
+            self.obs.phase = S.Phase.training.value
+            self.monitor(partition)
+            self._progress()
+            self._shutdown_servers()
+            self.obs.phase = S.Phase.succeeded.value
+            self.obs.completion_time = status.now()
+            result = json.loads((self.run_dir / "result.json").read_text())
+            return result
+        except BaseException as exc:
+            self.obs.phase = S.Phase.failed.value
+            self.obs.failure = str(exc) if not isinstance(exc, KeyboardInterrupt) else "interrupted (Ctrl-C)"
+            self.obs.completion_time = status.now()
+            raise
+        finally:
+            self.stop_all()
+            self._remove_segments()
+            self.write_status()
+
+    def _remove_segments(self) -> None:
+        """Shared memory that killed processes could not unlink (every process has exited by now)."""
+        from graphtrain.runtime.kvstore.shm import job_prefix, remove_leftovers
+
+        with contextlib.suppress(OSError):
+            remove_leftovers(job_prefix((self.run_dir / "token").read_text().strip()))

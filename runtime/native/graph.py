@@ -1,0 +1,59 @@
+"""ctypes bindings of the native sampling and relabelling (cuda/src/sampling.cpp), on numpy arrays."""
+
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+
+from graphtrain.runtime.errors import SparseInputError
+from graphtrain.runtime.native import core
+
+
+def _i64(a: np.ndarray, name: str) -> int:
+    if a.dtype != np.int64 or not a.flags.c_contiguous or a.ndim != 1:
+        raise SparseInputError(f"{name} must be a contiguous 1-D int64 array, got {a.dtype} {a.shape}")
+    return a.ctypes.data
+
+
+def sample_neighbors(
+    indptr: np.ndarray, indices: np.ndarray, lo: int, seeds: np.ndarray, fanout: int, seed: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """(sources, counts) of up to `fanout` distinct in-neighbours per seed (-1: all)."""
+    lib = core()
+    n = len(seeds)
+    counts = np.empty(n, dtype=np.int64)
+    bad = ctypes.c_int64(-1)
+    args = (
+        _i64(indptr, "indptr"),
+        _i64(indices, "indices"),
+        lo,
+        len(indptr) - 1,
+        _i64(seeds, "seeds"),
+        n,
+        fanout,
+        seed & (2**64 - 1),
+    )
+    total = lib.gt_sample_neighbors(*args, counts.ctypes.data, None, ctypes.byref(bad))
+    if total < 0:
+        raise SparseInputError(
+            f"seed {int(seeds[bad.value])} is outside this partition's nodes [{lo}, {lo + len(indptr) - 1})"
+        )
+    src = np.empty(total, dtype=np.int64)
+    lib.gt_sample_neighbors(*args, counts.ctypes.data, src.ctypes.data, ctypes.byref(bad))
+    return src, counts
+
+
+def relabel(frontier: np.ndarray, src: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(nodes, local ids of src): nodes = frontier then the new ids of src in first-occurrence order."""
+    nodes = np.empty(len(frontier) + len(src), dtype=np.int64)
+    local = np.empty(len(src), dtype=np.int64)
+    count = core().gt_relabel(
+        _i64(frontier, "frontier"),
+        len(frontier),
+        _i64(src, "src"),
+        len(src),
+        nodes.ctypes.data,
+        local.ctypes.data,
+    )
+    return nodes[:count], local

@@ -1,0 +1,1 @@
+"""Models, training loops, evaluation and checkpoints of the trainers."""

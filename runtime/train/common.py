@@ -1,0 +1,227 @@
+"""What every trainer needs: seeds, DDP, progress reports, dense checkpoints and resume.
+
+Progress: rank 0 writes <run_dir>/progress.json (atomically) after every step window and evaluation;
+the local launcher turns it into the run's status, the operator into the GraphTraining's status.
+Dense checkpoints hold the model and optimizer state as tensors, written with torch.save and read
+with torch.load(weights_only=True): no arbitrary object is ever unpickled. Embedding tables are
+checkpointed by the shard servers (kvstore.checkpoint); a checkpoint is complete when both are.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import random
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as torch_dist
+
+from graphtrain.runtime.data.cache import write_json
+from graphtrain.runtime.kvstore import checkpoint as ckpt
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+@dataclass
+class Dist:
+    """This trainer's place among the trainers."""
+
+    rank: int = 0
+    world: int = 1
+    init_method: str | None = None  # tcp://host:port of rank 0 (gloo rendezvous)
+    backend: str = "gloo"
+
+    def __enter__(self) -> Dist:
+        if self.world > 1:
+            if not self.init_method:
+                raise ValueError("several trainers need an init method (tcp://host:port of rank 0)")
+            torch_dist.init_process_group(
+                self.backend,
+                init_method=self.init_method,
+                rank=self.rank,
+                world_size=self.world,
+                timeout=dt.timedelta(seconds=600),
+            )
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.world > 1 and torch_dist.is_initialized():
+            torch_dist.destroy_process_group()
+
+    def sum(self, values: list[float]) -> list[float]:
+        """Element-wise sum over all trainers (evaluation counts)."""
+        t = torch.tensor(values, dtype=torch.float64)
+        if self.world > 1:
+            torch_dist.all_reduce(t)
+        return t.tolist()
+
+    def barrier(self) -> None:
+        if self.world > 1:
+            torch_dist.barrier()
+
+
+@dataclass
+class Progress:
+    epoch: int = 0
+    epochs: int = 0
+    step: int = 0
+    loss: float | None = None
+    samples_per_second: float | None = None
+    eval_metric: str | None = None
+    eval_value: float | None = None
+    metrics: dict[str, float] = field(default_factory=dict)
+    state: str = "Training"
+    updated_at: str = ""
+
+    def summary(self) -> str:
+        parts = [f"epoch {self.epoch}/{self.epochs}"]
+        if self.loss is not None:
+            parts.append(f"loss {self.loss:.3f}")
+        if self.eval_value is not None:
+            parts.append(f"{self.eval_metric} {self.eval_value:.4f}")
+        return ", ".join(parts)
+
+
+class Reporter:
+    """Rank 0 writes progress.json; every rank prints a line per report when asked to."""
+
+    def __init__(self, run_dir: Path | None, rank: int, echo: bool = True):
+        self.path = None if run_dir is None or rank != 0 else run_dir / "progress.json"
+        self.rank = rank
+        self.echo = echo and rank == 0
+        if self.path is not None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+
+    def report(self, p: Progress) -> None:
+        p.updated_at = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+        if self.path is not None:
+            write_json(self.path, {**asdict(p), "summary": p.summary()})
+        if self.echo:
+            rate = f", {p.samples_per_second:,.0f} samples/s" if p.samples_per_second else ""
+            print(f"[trainer] step {p.step} {p.summary()}{rate}", flush=True)
+
+
+class Throughput:
+    """Samples per second over the last window."""
+
+    def __init__(self) -> None:
+        self.start = time.perf_counter()
+        self.samples = 0
+
+    def add(self, n: int) -> None:
+        self.samples += n
+
+    def rate(self, world: int = 1) -> float:
+        elapsed = max(time.perf_counter() - self.start, 1e-9)
+        return self.samples * world / elapsed
+
+
+def save_dense(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
+    """Model and optimizer state (tensors only), written atomically."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict()}, tmp)
+    with open(tmp, "rb+") as f:
+        os.fsync(f.fileno())
+    tmp.replace(path)
+
+
+def load_dense(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
+    """Restore what save_dense wrote (weights_only: tensors and plain values, nothing else)."""
+    state = torch.load(path, map_location="cpu", weights_only=True)
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+
+
+def unwrap(model: torch.nn.Module) -> torch.nn.Module:
+    return model.module if hasattr(model, "module") else model
+
+
+class StepHooks:
+    """What every trainer does after a step and after an epoch: count, report progress (rank 0 writes
+    it), checkpoint on schedule. The trainer provides step, epoch, dist, reporter, spec and checkpoint()."""
+
+    step: int
+    epoch: int
+    dist: Dist
+    reporter: Reporter
+    spec: Any
+
+    checkpoint_root: Path | None
+    graph: Any  # DistGraph: its client reaches every shard server
+
+    # ----------------------------------------------------------------------------- checkpoints
+
+    def save_state(self, directory: Path, meta: dict[str, Any]) -> None:
+        """The trainer's own part of a checkpoint (rank 0); dense models add their state."""
+        directory.mkdir(parents=True, exist_ok=True)
+        write_json(directory / "trainer.json", meta)
+
+    def load_state(self, directory: Path) -> dict[str, Any]:
+        """Restore save_state's part on every rank; returns its metadata (epoch, step)."""
+        return json.loads((directory / "trainer.json").read_text())
+
+    def resumed(self) -> None:
+        """Called once epoch and step are restored (loaders and tables follow them)."""
+
+    def checkpoint(self) -> None:
+        """All trainers pause (no pushes in flight) while rank 0 saves its state and the shard servers
+        theirs; LATEST moves only once every piece is written."""
+        if self.checkpoint_root is None:
+            return
+        self.dist.barrier()
+        if self.dist.rank == 0:
+            tag = f"step-{self.step:09d}"
+            meta = {"epoch": self.epoch, "step": self.step}
+            self.save_state(self.checkpoint_root / tag, meta)
+            self.graph.client.checkpoint(tag, extra={"trainer": meta}, root=self.checkpoint_root)
+            ckpt.mark_latest(self.checkpoint_root, tag)
+        self.dist.barrier()
+
+    def resume(self) -> bool:
+        """Continue from the latest complete checkpoint, if there is one: rank 0 has every shard
+        restore it (servers that survived a failure are ahead of it), every rank its own state."""
+        if self.checkpoint_root is None:
+            return False
+        latest = ckpt.resolve_latest(self.checkpoint_root)
+        if latest is None:
+            return False
+        meta = self.load_state(latest)
+        if self.dist.rank == 0:
+            self.graph.client.restore(latest.relative_to(self.checkpoint_root.resolve()).as_posix())
+        self.dist.barrier()
+        self.epoch, self.step = int(meta["epoch"]), int(meta["step"])
+        self.resumed()
+        return True
+
+    # ------------------------------------------------------------------------------- progress
+
+    def note(self, progress: Progress, window: Throughput, loss: torch.Tensor) -> None:
+        progress.__dict__.update(
+            epoch=self.epoch,
+            step=self.step,
+            loss=float(loss),
+            samples_per_second=window.rate(self.dist.world),
+        )
+
+    def after_step(
+        self, progress: Progress, window: Throughput, loss: torch.Tensor, samples: int, every: int
+    ) -> None:
+        self.step += 1
+        window.add(samples)
+        if self.step % every == 0:
+            self.note(progress, window, loss)
+            self.reporter.report(progress)
+        interval = self.spec.training.checkpoint_interval
+        if interval and self.step % interval == 0:
+            self.checkpoint()

@@ -1,0 +1,137 @@
+"""Knowledge-graph embedding math (pure torch/numpy): scores, negatives, losses and filtered ranks.
+
+The conventions are PyKEEN's, so a run can be compared with it setting for setting: TransE scores
+-||h + r - t||_p and DistMult <h, r, t>; negatives corrupt the head (first half of a batch) or the tail
+(the rest) with another entity drawn uniformly (PyKEEN's BasicNegativeSampler); losses are reduced by the mean
+as PyKEEN's sLCWA losses are; ranks are "realistic" (ties counted half) and filtered by every known
+triple of train, valid and test.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+
+def score(kind: str, h: torch.Tensor, r: torch.Tensor, t: torch.Tensor, p: int = 1) -> torch.Tensor:
+    """Scores of (h, r, t) rows, broadcast over leading dimensions; higher means more plausible."""
+    if kind == "transe":
+        return -torch.linalg.vector_norm(h + r - t, ord=p, dim=-1)
+    if kind == "distmult":
+        return (h * r * t).sum(-1)
+    raise ValueError(f"unknown KGE model {kind!r}")
+
+
+def score_all_tails(kind: str, h: torch.Tensor, r: torch.Tensor, ents: torch.Tensor, p: int) -> torch.Tensor:
+    """(b, num_entities) scores of (h, r, every entity)."""
+    if kind == "transe":
+        return -torch.cdist(h + r, ents, p=p)
+    return (h * r) @ ents.T
+
+
+def score_all_heads(kind: str, r: torch.Tensor, t: torch.Tensor, ents: torch.Tensor, p: int) -> torch.Tensor:
+    """(b, num_entities) scores of (every entity, r, t)."""
+    if kind == "transe":
+        return -torch.cdist(t - r, ents, p=p)
+    return (r * t) @ ents.T
+
+
+def corrupt(pos: torch.Tensor, k: int, num_entities: int, gen: torch.Generator) -> torch.Tensor:
+    """k negatives per positive, (B, k, 3). As PyKEEN's BasicNegativeSampler: the negatives of the first
+    half of the (shuffled) batch replace the head, the rest the tail, so each softmax of the
+    cross-entropy loss compares one side; the replacement is uniform over the other entities."""
+    neg = pos.repeat_interleave(k, dim=0)
+    n = neg.shape[0]
+    half = (n + 1) // 2
+    for column, rows in ((0, slice(0, half)), (2, slice(half, n))):
+        original = neg[rows, column]
+        draw = torch.randint(max(num_entities - 1, 1), (len(original),), generator=gen)
+        if num_entities > 1:
+            draw += (draw >= original).to(draw.dtype)
+        neg[rows, column] = draw
+    return neg.view(-1, k, 3)
+
+
+def loss(kind: str, pos: torch.Tensor, neg: torch.Tensor, margin: float = 1.0) -> torch.Tensor:
+    """pos (B,), neg (B, k) scores -> the mean loss.
+
+    margin: mean of relu(margin - pos + neg) over every (positive, negative) pair;
+    softplus: mean of softplus(-pos) and softplus(neg) over all B + B*k scores;
+    crossentropy: softmax cross-entropy of each positive against its negatives."""
+    if kind == "margin":
+        return F.relu(margin - pos.unsqueeze(1) + neg).mean()
+    if kind == "softplus":
+        return torch.cat([F.softplus(-pos), F.softplus(neg).reshape(-1)]).mean()
+    if kind == "crossentropy":
+        logits = torch.cat([pos.unsqueeze(1), neg], 1)
+        return F.cross_entropy(logits, torch.zeros(len(pos), dtype=torch.long))
+    raise ValueError(f"unknown KGE loss {kind!r}")
+
+
+class FilterIndex:
+    """Every known (key, entity) pair of one side, for filtered ranking: tails by (head, relation)
+    and heads by (relation, tail), each as a sorted key array with the entities alongside."""
+
+    def __init__(self, known: np.ndarray, num_entities: int, num_relations: int):
+        h, r, t = (known[:, i].astype(np.int64) for i in range(3))
+        self.n, self.nr = num_entities, num_relations
+        self.tails = self._index(h * num_relations + r, t)
+        self.heads = self._index(t * num_relations + r, h)
+
+    @staticmethod
+    def _index(keys: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        order = np.argsort(keys, kind="stable")
+        return keys[order], values[order]
+
+    def known(self, side: str, anchor: np.ndarray, rel: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(row, entity) pairs to filter for a batch of queries: side "tail" asks (anchor=h, r, ?),
+        "head" asks (?, r, anchor=t)."""
+        keys, values = self.tails if side == "tail" else self.heads
+        q = anchor.astype(np.int64) * self.nr + rel.astype(np.int64)
+        lo, hi = np.searchsorted(keys, q, "left"), np.searchsorted(keys, q, "right")
+        counts = hi - lo
+        rows = np.repeat(np.arange(len(q)), counts)
+        starts = np.repeat(lo - (np.cumsum(counts) - counts), counts)
+        return rows, values[np.arange(int(counts.sum())) + starts]
+
+
+def filtered_ranks(
+    scores: torch.Tensor, true: torch.Tensor, rows: np.ndarray, cols: np.ndarray
+) -> torch.Tensor:
+    """Realistic ranks (1 + #better + #tied / 2) of the true entities after removing the known ones."""
+    target = scores.gather(1, true.view(-1, 1))
+    scores = scores.clone()
+    scores[torch.from_numpy(rows), torch.from_numpy(cols)] = float("-inf")
+    better = (scores > target).sum(1)
+    tied = (scores == target).sum(1)
+    return 1.0 + better.double() + tied.double() / 2
+
+
+@dataclass
+class RankSums:
+    """Sums over ranked queries (both sides), summable across trainers."""
+
+    rr: float = 0.0
+    hits1: float = 0.0
+    hits3: float = 0.0
+    hits10: float = 0.0
+    count: float = 0.0
+
+    def add(self, ranks: torch.Tensor) -> None:
+        self.rr += float((1.0 / ranks).sum())
+        self.hits1 += float((ranks <= 1).sum())
+        self.hits3 += float((ranks <= 3).sum())
+        self.hits10 += float((ranks <= 10).sum())
+        self.count += len(ranks)
+
+    def as_list(self) -> list[float]:
+        return [self.rr, self.hits1, self.hits3, self.hits10, self.count]
+
+    @staticmethod
+    def metrics(values: list[float]) -> dict[str, float]:
+        rr, h1, h3, h10, n = values
+        n = max(n, 1.0)
+        return {"mrr": rr / n, "hits@1": h1 / n, "hits@3": h3 / n, "hits@10": h10 / n}

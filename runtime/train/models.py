@@ -1,0 +1,136 @@
+"""Models: GraphSAGE for node classification, TransE and DistMult for knowledge-graph embeddings.
+
+GraphSAGE follows DGL's SAGEConv with the mean aggregator (h_dst' = W_self h_dst + W_neigh mean of
+h_src over the sampled in-neighbours), ReLU and dropout between layers; the last layer outputs class
+scores. It reads message-flow blocks whose destination nodes are the first of their source nodes.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from graphtrain.runtime.graph.loader import Block
+
+
+class Dropout(nn.Module):
+    """Dropout from random bytes: torch's CPU dropout draws one Bernoulli variate per element (10.8 ms
+    forward + backward for 4,000 x 256 here, the largest cost of a GraphSAGE step); this takes random
+    64-bit words from torch's generator (seeded by torch.manual_seed), uses 7 of their bytes (random_()
+    leaves an int64's top bit clear) and keeps an element when its byte >= round(256 p): 2.8 ms. The
+    drop probability is p to within 1/512."""
+
+    def __init__(self, p: float):
+        super().__init__()
+        if not 0.0 <= p < 1.0:
+            raise ValueError(f"dropout probability must be in [0, 1), got {p}")
+        self.p = p
+        self.threshold = int(round(p * 256))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.training or self.threshold == 0:
+            return x
+        n = x.numel()
+        words = -(-n // 7)
+        raw = torch.empty(words, dtype=torch.int64, device=x.device).random_()
+        rand = raw.view(torch.uint8).view(words, 8)[:, :7].reshape(-1)[:n].view(x.shape)
+        return x * (rand >= self.threshold) * (1.0 / (1.0 - self.p))
+
+
+class _SparseMean(torch.autograd.Function):
+    """A @ h with the block's precomputed A^T for the gradient (torch would transpose A every call)."""
+
+    @staticmethod
+    def forward(
+        ctx: torch.autograd.function.FunctionCtx, h: torch.Tensor, a: torch.Tensor, a_t: torch.Tensor
+    ) -> torch.Tensor:
+        ctx.a_t = a_t
+        return torch.sparse.mm(a, h)
+
+    @staticmethod
+    def backward(ctx: torch.autograd.function.FunctionCtx, grad: torch.Tensor) -> tuple:
+        return torch.sparse.mm(ctx.a_t, grad), None, None
+
+
+class SAGEConv(nn.Module):
+    """Mean-aggregator GraphSAGE layer. The neighbour transform and the mean commute (both linear), so
+    each block runs them in the cheaper order: transforming first costs num_src x in x out, afterwards
+    num_dst x in x out. DGL decides by in > out alone, which for a wide input layer (projected features
+    plus an embedding: 384 -> 256) transforms the ~16k source rows instead of the ~4k destinations:
+    four times the GEMMs, forward and backward.
+
+    `frozen` leading input columns are data that need no gradient (node features next to a learnable
+    embedding): their weights are kept as separate matrices so backward skips their input-gradient
+    GEMMs, two thirds of the input layer's for 256 feature + 128 embedding columns. Same function, same
+    parameters, and the same initialisation (drawn for the whole matrix, then split)."""
+
+    def __init__(self, in_dim: int, out_dim: int, frozen: int = 0):
+        super().__init__()
+        self.in_dim, self.out_dim, self.frozen = in_dim, out_dim, frozen
+        gain = nn.init.calculate_gain("relu")
+        # DGL's SAGEConv.reset_parameters: Xavier-uniform with ReLU gain, zero bias (nn.Linear's default
+        # Kaiming-uniform(a=sqrt(5)) starts ~2.5x smaller and trains to a different point in 10 epochs).
+        w_self = nn.init.xavier_uniform_(torch.empty(out_dim, in_dim), gain=gain)
+        w_neigh = nn.init.xavier_uniform_(torch.empty(out_dim, in_dim), gain=gain)
+        self.w_self = nn.Parameter(w_self[:, frozen:].clone())
+        self.w_neigh = nn.Parameter(w_neigh[:, frozen:].clone())
+        self.w_self_frozen = nn.Parameter(w_self[:, :frozen].clone()) if frozen else None
+        self.w_neigh_frozen = nn.Parameter(w_neigh[:, :frozen].clone()) if frozen else None
+        self.bias = nn.Parameter(torch.zeros(out_dim))
+
+    def forward(self, block: Block, h: torch.Tensor, frozen: torch.Tensor | None = None) -> torch.Tensor:
+        out = self._part(block, h, self.w_self, self.w_neigh) + self.bias
+        if frozen is not None:
+            out = out + self._part(block, frozen, self.w_self_frozen, self.w_neigh_frozen)
+        return out
+
+    def _part(
+        self, block: Block, h: torch.Tensor, w_self: torch.Tensor, w_neigh: torch.Tensor
+    ) -> torch.Tensor:
+        h_dst = h[: block.num_dst]
+        if block.num_src * w_neigh.shape[0] < block.num_dst * w_neigh.shape[1]:
+            return nn.functional.linear(h_dst, w_self) + self._mean(block, nn.functional.linear(h, w_neigh))
+        return nn.functional.linear(h_dst, w_self) + nn.functional.linear(self._mean(block, h), w_neigh)
+
+    @staticmethod
+    def _mean(block: Block, h: torch.Tensor) -> torch.Tensor:
+        if block.mean is not None:
+            if block.mean_t is not None and h.requires_grad:
+                return _SparseMean.apply(h, block.mean, block.mean_t)
+            return torch.sparse.mm(block.mean, h)
+        agg = torch.zeros((block.num_dst, h.shape[1]), dtype=h.dtype, device=h.device)
+        agg.index_add_(0, block.dst, h.index_select(0, block.src))
+        deg = torch.bincount(block.dst, minlength=block.num_dst).clamp_(min=1).to(h.dtype)
+        return agg / deg.unsqueeze(1)
+
+
+class GraphSAGE(nn.Module):
+    """`frozen`: leading input columns that are data (no gradient), see SAGEConv."""
+
+    def __init__(
+        self,
+        in_dim: int,
+        hidden: int,
+        num_classes: int,
+        num_layers: int = 2,
+        dropout: float = 0.5,
+        frozen: int = 0,
+    ):
+        super().__init__()
+        dims = [in_dim] + [hidden] * (num_layers - 1) + [num_classes]
+        self.layers = nn.ModuleList(
+            SAGEConv(a, b, frozen if i == 0 else 0)
+            for i, (a, b) in enumerate(zip(dims[:-1], dims[1:], strict=True))
+        )
+        self.dropout = Dropout(dropout)
+
+    def forward(
+        self, blocks: list[Block], x: torch.Tensor, frozen: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """x: the input columns that learn (or all of them); frozen: the leading data columns, if split."""
+        h = x
+        for i, (layer, block) in enumerate(zip(self.layers, blocks, strict=True)):
+            h = layer(block, h, frozen) if i == 0 else layer(block, h)
+            if i < len(self.layers) - 1:
+                h = self.dropout(torch.relu(h))
+        return h

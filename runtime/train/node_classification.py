@@ -1,0 +1,200 @@
+"""GraphSAGE node classification over a DistGraph, with node features and/or a learnable node embedding.
+
+Each trainer takes its node_split of the training nodes; a NeighborLoader samples blocks and pulls the
+input features and labels on a background thread (its own client), while the main thread pulls the
+embedding rows (they take part in autograd), runs the model, steps the dense optimizer (gradients
+all-reduced by DistributedDataParallel) and the sparse one (deduplicated pushes to the shard servers).
+Evaluation uses every neighbour (no sampling), each trainer on its share of the nodes, counts summed.
+Checkpoints: at the end of each epoch (training.checkpointInterval 0) or every N steps, all trainers
+pause at a barrier while rank 0 saves the dense state and asks the shard servers for theirs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from graphtrain.runtime.graph import DistGraph, NeighborLoader, node_split
+from graphtrain.runtime.graph.loader import MiniBatch, sample_blocks
+from graphtrain.runtime.kvstore.client import KVClient
+from graphtrain.runtime.optim import OptimConfig, SparseOptimizer
+from graphtrain.runtime.spec import GraphTraining
+from graphtrain.runtime.tensor import DistEmbedding
+from graphtrain.runtime.train.common import (
+    Dist,
+    Progress,
+    Reporter,
+    StepHooks,
+    Throughput,
+    load_dense,
+    save_dense,
+    seed_everything,
+    unwrap,
+)
+from graphtrain.runtime.train.models import GraphSAGE
+
+REPORT_EVERY = 20
+EVAL_BATCH = 4096
+
+
+def _init_spec(table: Any) -> dict[str, Any]:
+    i = table.init
+    return {"kind": str(i.kind), "low": i.low, "high": i.high, "mean": i.mean, "std": i.std, "seed": 0}
+
+
+def _optimizer(kind: str, params: Any, lr: float) -> torch.optim.Optimizer:
+    if kind == "sgd":
+        return torch.optim.SGD(params, lr=lr)
+    if kind == "adagrad":
+        return torch.optim.Adagrad(params, lr=lr)
+    return torch.optim.Adam(params, lr=lr)
+
+
+class NodeClassification(StepHooks):
+    def __init__(
+        self,
+        gt: GraphTraining,
+        graph: DistGraph,
+        loader_client: KVClient,
+        dist: Dist,
+        run_dir: Path | None = None,
+        checkpoint_root: Path | None = None,
+    ):
+        self.spec = gt.spec
+        m, tr = self.spec.model, self.spec.training
+        self.graph = graph
+        self.dist = dist
+        self.checkpoint_root = checkpoint_root
+        self.reporter = Reporter(run_dir, dist.rank)
+        seed_everything(tr.seed)
+        if graph.num_classes is None or "label" not in graph.ndata:
+            raise ValueError("node classification needs labels (node data 'label')")
+        self.feat = graph.ndata.get("feat") if m.use_features else None
+        if m.use_features and self.feat is None:
+            raise ValueError(
+                "model.useFeatures is set but the partition holds no dense features "
+                "(sparse ones need model.featureProjection)"
+            )
+        self.label = graph.ndata["label"]
+        self.emb = None
+        if m.node_embedding:
+            table = next(t for t in self.spec.embeddings if t.name == m.node_embedding)
+            self.emb = DistEmbedding(
+                graph.num_nodes,
+                table.dim,
+                table.name,
+                init=_init_spec(table),
+                book=graph.book,
+                client=graph.client,
+            )
+            self.sparse_opt = SparseOptimizer([self.emb], OptimConfig.from_spec(table))
+        feat_dim = self.feat.shape[1] if self.feat is not None else 0
+        in_dim = feat_dim + (self.emb.dim if self.emb else 0)
+        # Features beside an embedding are passed apart, so backward computes no gradient for them.
+        self.split_inputs = self.emb is not None and self.feat is not None
+        model = GraphSAGE(
+            in_dim,
+            m.hidden_dim,
+            int(graph.num_classes),
+            m.num_layers,
+            m.dropout,
+            frozen=feat_dim if self.split_inputs else 0,
+        )
+        self.model = DDP(model) if dist.world > 1 else model
+        self.dense_opt = _optimizer(str(tr.dense_optimizer), self.model.parameters(), tr.dense_lr)
+        self.train_ids = node_split(graph.config, "train", dist.rank, dist.world)
+        self.loader_graph = DistGraph(graph.config, loader_client)
+        self.loader = NeighborLoader(
+            self.loader_graph,
+            self.train_ids,
+            list(tr.fanouts),
+            tr.batch_size,
+            seed=tr.seed + dist.rank,
+            fetch=self._fetch,
+        )
+        self.epoch = 0
+        self.step = 0
+
+    # -------------------------------------------------------------------------------- batches
+
+    def _fetch(self, mb: MiniBatch) -> None:
+        """Runs on the loader thread: input features and labels of the next batch."""
+        g = self.loader_graph
+        if self.feat is not None:
+            mb.data["x"] = g.ndata["feat"][mb.input_nodes]
+        mb.data["y"] = g.ndata["label"][mb.seeds]
+
+    def _forward(self, model: torch.nn.Module, mb: MiniBatch, x: torch.Tensor | None) -> torch.Tensor:
+        """Class scores of a batch: features and/or the embedding rows of its input nodes."""
+        if self.emb is None:
+            return model(mb.blocks, x)
+        e = self.emb(torch.from_numpy(mb.input_nodes))
+        return model(mb.blocks, e, x) if self.split_inputs else model(mb.blocks, e)
+
+    # ------------------------------------------------------------------------------- training
+
+    def train(self, on_epoch: Callable[[int], None] | None = None) -> dict[str, float]:
+        tr = self.spec.training
+        self.resume()
+        progress = Progress(epochs=tr.epochs)
+        result: dict[str, float] = {}
+        while self.epoch < tr.epochs:
+            window = Throughput()
+            for mb in self.loader:
+                logits = self._forward(self.model, mb, mb.data.get("x"))
+                loss = torch.nn.functional.cross_entropy(logits, mb.data["y"])
+                self.dense_opt.zero_grad()
+                loss.backward()
+                self.dense_opt.step()
+                if self.emb is not None:
+                    self.sparse_opt.step()
+                self.after_step(progress, window, loss, len(mb.seeds), REPORT_EVERY)
+            self.epoch += 1
+            self.note(progress, window, loss)
+            if self.epoch % tr.eval_every == 0 or self.epoch == tr.epochs:
+                result["val_accuracy"] = self.evaluate("val")
+                progress.__dict__.update(eval_metric="val_accuracy", eval_value=result["val_accuracy"])
+            self.reporter.report(progress)
+            if tr.checkpoint_interval == 0:
+                self.checkpoint()
+            if on_epoch is not None:
+                on_epoch(self.epoch)
+        result["test_accuracy"] = self.evaluate("test")
+        progress.__dict__.update(metrics=result, state="Succeeded")
+        self.reporter.report(progress)
+        return result
+
+    @torch.no_grad()
+    def evaluate(self, split: str) -> float:
+        """Accuracy on this trainer's share of `split`, summed over trainers; every neighbour is used."""
+        ids = node_split(self.graph.config, split, self.dist.rank, self.dist.world)
+        model = unwrap(self.model)
+        model.eval()
+        correct = 0
+        for i in range(0, len(ids), EVAL_BATCH):
+            mb = sample_blocks(self.graph, ids[i : i + EVAL_BATCH], [-1] * len(self.spec.training.fanouts))
+            x = self.feat[mb.input_nodes] if self.feat is not None else None
+            pred = self._forward(model, mb, x).argmax(1)
+            correct += int((pred == self.label[mb.seeds]).sum())
+        model.train()
+        total_correct, total = self.dist.sum([correct, len(ids)])
+        return total_correct / max(total, 1)
+
+    # ---------------------------------------------------------------------------- checkpoints
+
+    def save_state(self, directory: Path, meta: dict[str, Any]) -> None:
+        super().save_state(directory, meta)
+        save_dense(directory / "dense.pt", unwrap(self.model), self.dense_opt)
+
+    def load_state(self, directory: Path) -> dict[str, Any]:
+        load_dense(directory / "dense.pt", unwrap(self.model), self.dense_opt)
+        return super().load_state(directory)
+
+    def resumed(self) -> None:
+        self.loader.epoch = self.epoch
+        if self.emb is not None:
+            self.emb.steps = self.step
