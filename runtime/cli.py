@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import json
+import socket
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -205,6 +206,10 @@ def partition(
     ] = None,
     overwrite: Annotated[bool, typer.Option(help="replace an existing output directory")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="print the partition config as JSON")] = False,
+    report_file: Annotated[
+        Path | None,
+        typer.Option(help="also write the partition status (compact JSON) here, e.g. /dev/termination-log"),
+    ] = None,
     data_dir: DataDir = None,
 ) -> None:
     """Partition a graph into contiguous-ID partitions and write the on-disk format with a report.
@@ -252,6 +257,11 @@ def partition(
         )
         config_path = P.write(graph, result, out_dir, overwrite=overwrite)
     config = P.load_config(config_path).data
+    if report_file is not None:
+        from graphtrain.runtime.launch.status import partition_status
+
+        report = partition_status(config).model_dump(by_alias=True, exclude_none=True, mode="json")
+        report_file.write_text(json.dumps(report, separators=(",", ":")))
     if as_json:
         sys.stdout.write(json.dumps({k: v for k, v in config.items() if k != "files"}, indent=2) + "\n")
     else:
@@ -336,6 +346,34 @@ def read_token(token_file: Path | None) -> str:
     return token
 
 
+def hostname_ordinal(hostname: str) -> int:
+    """The ordinal a StatefulSet gives its pods: `<name>-<ordinal>`."""
+    head, _, tail = hostname.rpartition("-")
+    if not head or not tail.isdigit():
+        raise GraphtrainError(f"host name {hostname!r} does not end in -<ordinal> (not a StatefulSet pod?)")
+    return int(tail)
+
+
+@app.command()
+@friendly
+def health(
+    addresses: Annotated[
+        list[str], typer.Argument(help="shard-server addresses (tcp://host:port, ipc://path)")
+    ],
+    token_file: Annotated[Path | None, typer.Option(help=f"shared token file (else ${ENV_TOKEN})")] = None,
+    timeout: Annotated[float, typer.Option(help="seconds to wait for each answer")] = 5.0,
+) -> None:
+    """Ask shard servers for their health (the readiness probe); exit 1 naming any that does not answer."""
+    from graphtrain.runtime import kvstore
+
+    client = kvstore.connect(addresses, read_token(token_file), timeout=timeout, retries=0)
+    try:
+        for address, answer in zip(addresses, client.health(timeout=timeout), strict=True):
+            out.print(f"{address}: {json.dumps(answer)}", highlight=False)
+    finally:
+        client.close()
+
+
 @app.command("shard-server")
 @friendly
 def shard_server(
@@ -343,6 +381,9 @@ def shard_server(
         str, typer.Option(help="tcp://host:port or ipc://path (port 0: any free port)")
     ] = "tcp://127.0.0.1:0",
     shard: Annotated[int, typer.Option(help="this server's shard index")] = 0,
+    shard_from_hostname: Annotated[
+        bool, typer.Option(help="take the shard index from the host name's ordinal (StatefulSet pods)")
+    ] = False,
     token_file: Annotated[
         Path | None, typer.Option(help=f"file holding the shared token (else ${ENV_TOKEN})")
     ] = None,
@@ -376,6 +417,8 @@ def shard_server(
     from graphtrain.runtime.kvstore.server import serve
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    if shard_from_hostname:
+        shard = hostname_ordinal(socket.gethostname())
     serve(
         read_token(token_file),
         bind,
@@ -447,6 +490,12 @@ def train(
         Path | None, typer.Option(help="checkpoint directory (resume from its LATEST)")
     ] = None,
     shm: Annotated[bool, typer.Option(help="read shards on this host from shared memory")] = True,
+    progress_configmap: Annotated[
+        str | None,
+        typer.Option(
+            help="also report progress and a heartbeat into this ConfigMap (in a pod, for the operator)"
+        ),
+    ] = None,
 ) -> None:
     """Run one trainer of a GraphTraining (the launcher and the operator start one per rank)."""
     import os
@@ -475,11 +524,15 @@ def train(
     graph = DistGraph(partition, client)
     with Dist(rank, world, init, str(gt.spec.trainers.backend)) as dist:
         if gt.spec.model.kind == S.ModelKind.graphsage:
-            result = NodeClassification(gt, graph, loader_client, dist, run_dir, checkpoint_root).train()
+            result = NodeClassification(
+                gt, graph, loader_client, dist, run_dir, checkpoint_root, progress_configmap
+            ).train()
         else:
             from graphtrain.runtime.train.kge import KGETraining
 
-            result = KGETraining(gt, graph, dist, run_dir, checkpoint_root).train()
+            result = KGETraining(
+                gt, graph, dist, run_dir, checkpoint_root, progress_configmap=progress_configmap
+            ).train()
     if rank == 0 and run_dir is not None:
         from graphtrain.runtime.data.cache import write_json
 
@@ -508,6 +561,34 @@ def run(
     metrics = ", ".join(f"{k} {v:.4f}" for k, v in result.items() if isinstance(v, float))
     out.print(f"{gt.metadata.name}: {metrics}")
     out.print(f"status: {run_dir / 'status.json'}")
+
+
+@app.command("operator")
+@friendly
+def operator_cmd(
+    namespace: Annotated[
+        list[str] | None, typer.Option("--namespace", "-n", help="watch only these namespaces (default: all)")
+    ] = None,
+    peering: Annotated[
+        str | None, typer.Option(help="kopf peering object for several replicas (default: standalone)")
+    ] = None,
+    liveness: Annotated[
+        str | None, typer.Option(help="liveness endpoint, e.g. http://0.0.0.0:8080/healthz")
+    ] = None,
+) -> None:
+    """Run the GraphTraining operator (kopf) with this process' kube credentials (in-cluster or
+    $KUBECONFIG). Image of the children: $GRAPHTRAIN_IMAGE."""
+    import kopf
+
+    import graphtrain.operator.handlers  # noqa: F401 - registers the handlers
+
+    kopf.run(
+        standalone=peering is None,
+        peering_name=peering,
+        clusterwide=not namespace,
+        namespaces=namespace or [],
+        liveness_endpoint=liveness,
+    )
 
 
 def main() -> None:  # pragma: no cover - console entry point

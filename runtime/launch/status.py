@@ -35,24 +35,29 @@ def condition(kind: S.ConditionType, ok: bool, reason: str, message: str = "") -
     )
 
 
+def partition_status(config: dict[str, Any]) -> S.PartitionStatus:
+    """The status' partition section from a partition config (its stats, counted when written)."""
+    st = config["stats"]
+    return S.PartitionStatus(
+        algorithm=config["algorithm"],
+        parts=config["num_parts"],
+        num_nodes=st["num_nodes"],
+        num_edges=st["num_edges"],
+        cut_edges=st["cut_edges"],
+        edge_cut_fraction=st["edge_cut_fraction"],
+        balance=st["balance"],
+        nodes_per_part=st["nodes_per_part"],
+        edges_per_part=st["edges_per_part"],
+        halo_per_part=st["halo_per_part"],
+        seconds=st.get("seconds", {}).get("total", 0.0),
+    )
+
+
 def build(gt: S.GraphTraining, obs: Observed) -> S.GraphTrainingStatus:
     conds = [condition(S.ConditionType.spec_valid, True, "Valid")]
     part = None
     if obs.partition is not None:
-        st = obs.partition["stats"]
-        part = S.PartitionStatus(
-            algorithm=obs.partition["algorithm"],
-            parts=obs.partition["num_parts"],
-            num_nodes=st["num_nodes"],
-            num_edges=st["num_edges"],
-            cut_edges=st["cut_edges"],
-            edge_cut_fraction=st["edge_cut_fraction"],
-            balance=st["balance"],
-            nodes_per_part=st["nodes_per_part"],
-            edges_per_part=st["edges_per_part"],
-            halo_per_part=st["halo_per_part"],
-            seconds=st.get("seconds", {}).get("total", 0.0),
-        )
+        part = partition_status(obs.partition)
         conds.append(condition(S.ConditionType.partition_ready, True, "Partitioned"))
     ready = [s for s in obs.shards if s.get("state") == S.ShardState.ready.value]
     if obs.shards:

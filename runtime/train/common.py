@@ -13,6 +13,7 @@ import datetime as dt
 import json
 import os
 import random
+import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -93,22 +94,54 @@ class Progress:
 
 
 class Reporter:
-    """Rank 0 writes progress.json; every rank prints a line per report when asked to."""
+    """Rank 0 writes progress.json; every rank prints a line per report when asked to. In a pod
+    (`configmap`), every rank also patches its heartbeat (`rank-<i>`) and rank 0 the progress into the
+    training's progress ConfigMap, at most every HEARTBEAT_SECONDS: the operator reads both."""
 
-    def __init__(self, run_dir: Path | None, rank: int, echo: bool = True):
+    HEARTBEAT_SECONDS = 5.0
+
+    def __init__(self, run_dir: Path | None, rank: int, echo: bool = True, configmap: str | None = None):
         self.path = None if run_dir is None or rank != 0 else run_dir / "progress.json"
         self.rank = rank
         self.echo = echo and rank == 0
+        self.configmap = configmap
+        self._last_patch = 0.0
         if self.path is not None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
 
     def report(self, p: Progress) -> None:
         p.updated_at = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+        doc = {**asdict(p), "summary": p.summary()}
         if self.path is not None:
-            write_json(self.path, {**asdict(p), "summary": p.summary()})
+            write_json(self.path, doc)
         if self.echo:
             rate = f", {p.samples_per_second:,.0f} samples/s" if p.samples_per_second else ""
             print(f"[trainer] step {p.step} {p.summary()}{rate}", flush=True)
+        final = p.state != "Training"
+        if self.configmap and (final or time.monotonic() - self._last_patch >= self.HEARTBEAT_SECONDS):
+            self._last_patch = time.monotonic()
+            self._patch(doc)
+
+    def _patch(self, doc: dict[str, Any]) -> None:
+        """Best effort: a failed patch costs one heartbeat, never the training."""
+        import kubernetes
+
+        data = {f"rank-{self.rank}": json.dumps({"updated_at": doc["updated_at"], "step": doc["step"]})}
+        if self.rank == 0:
+            data["progress"] = json.dumps({k: v for k, v in doc.items() if k not in ("metrics", "state")})
+        try:
+            if not getattr(Reporter, "_configured", False):
+                if os.environ.get("KUBERNETES_SERVICE_HOST"):
+                    kubernetes.config.load_incluster_config()
+                else:  # a trainer outside the cluster, e.g. in tests: $KUBECONFIG
+                    kubernetes.config.load_kube_config()
+                Reporter._configured = True  # type: ignore[attr-defined]
+            namespace = os.environ.get("POD_NAMESPACE", "default")
+            kubernetes.client.CoreV1Api().patch_namespaced_config_map(
+                self.configmap, namespace, {"data": data}
+            )
+        except Exception as exc:  # noqa: BLE001
+            print(f"[trainer] progress ConfigMap {self.configmap}: {exc}", file=sys.stderr, flush=True)
 
 
 class Throughput:

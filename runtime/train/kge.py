@@ -73,13 +73,14 @@ class KGETraining(StepHooks):
         run_dir: Path | None = None,
         checkpoint_root: Path | None = None,
         data_dir: Path | None = None,
+        progress_configmap: str | None = None,
     ):
         self.spec = gt.spec
         m, tr = self.spec.model, self.spec.training
         self.kind, self.norm = str(m.kind), int(m.norm)
         self.graph, self.dist = graph, dist
         self.checkpoint_root = checkpoint_root
-        self.reporter = Reporter(run_dir, dist.rank)
+        self.reporter = Reporter(run_dir, dist.rank, configmap=progress_configmap)
         seed_everything(tr.seed)
         self.kg = load_kg(gt, graph, data_dir)
         tables = {t.name: t for t in self.spec.embeddings}

@@ -63,13 +63,14 @@ class NodeClassification(StepHooks):
         dist: Dist,
         run_dir: Path | None = None,
         checkpoint_root: Path | None = None,
+        progress_configmap: str | None = None,
     ):
         self.spec = gt.spec
         m, tr = self.spec.model, self.spec.training
         self.graph = graph
         self.dist = dist
         self.checkpoint_root = checkpoint_root
-        self.reporter = Reporter(run_dir, dist.rank)
+        self.reporter = Reporter(run_dir, dist.rank, configmap=progress_configmap)
         seed_everything(tr.seed)
         if graph.num_classes is None or "label" not in graph.ndata:
             raise ValueError("node classification needs labels (node data 'label')")

@@ -3,6 +3,8 @@ metrics, and a server holding its partition's node data."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import time
 import urllib.request
@@ -76,6 +78,46 @@ def test_large_push_does_not_stall_small_pulls(ckroot: Path) -> None:
 
 
 @pytest.mark.timeout(120)
+def test_health_command_is_the_readiness_probe(ckroot: Path, tmp_path: Path) -> None:
+    token = tmp_path / "token"
+    token.write_text(TOKEN)
+    with servers(1, ckroot) as srv:
+        ok = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "graphtrain.runtime.cli",
+                "health",
+                srv[0].address,
+                "--token-file",
+                str(token),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert ok.returncode == 0, ok.stderr
+        assert srv[0].address in ok.stdout
+        addr = srv[0].address
+    gone = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "graphtrain.runtime.cli",
+            "health",
+            addr,
+            "--token-file",
+            str(token),
+            "--timeout",
+            "1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert gone.returncode == 1 and addr in gone.stderr + gone.stdout
+
+
 def test_metrics_endpoint(ckroot: Path) -> None:
     with servers(1, ckroot, "--metrics-port", "0") as srv:
         client = kvstore.connect([srv[0].address], TOKEN)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
 import yaml
 from typer.testing import CliRunner
 
@@ -34,6 +35,11 @@ def test_help_on_every_command() -> None:
         ["validate"],
         ["crd"],
         ["inspect"],
+        ["run"],
+        ["train"],
+        ["health"],
+        ["shard-server"],
+        ["operator"],
     ):
         result = runner.invoke(app, [*cmd, "--help"])
         assert result.exit_code == 0, cmd
@@ -124,3 +130,26 @@ def test_data_commands_on_an_empty_cache(data_root: Path) -> None:
     assert info.exit_code == 1 and "graphtrain data fetch wordnet" in info.output
     bad = runner.invoke(app, ["data", "fetch", "cora"])
     assert bad.exit_code == 1 and "unknown dataset 'cora'" in bad.output
+
+
+def test_partition_report_file_is_a_partition_status(tmp_path: Path) -> None:
+    """What the partition Job leaves in its termination message for the operator (< 4 KiB)."""
+    from graphtrain.runtime.spec import PartitionStatus
+
+    report = tmp_path / "termination-log"
+    args = ["partition", "--input", str(write_edges(tmp_path)), "-k", "2", "--out", str(tmp_path / "o")]
+    result = runner.invoke(app, [*args, "--report-file", str(report)])
+    assert result.exit_code == 0, result.output
+    text = report.read_text()
+    status = PartitionStatus.model_validate_json(text)
+    assert status.parts == 2 and status.num_nodes == 400 and len(text) < 4096
+
+
+def test_hostname_ordinal() -> None:
+    from graphtrain.runtime.cli import hostname_ordinal
+    from graphtrain.runtime.errors import GraphtrainError
+
+    assert hostname_ordinal("wn-shards-12") == 12
+    for bad in ("wn-shards", "shards-x", "7"):
+        with pytest.raises(GraphtrainError, match="ordinal"):
+            hostname_ordinal(bad)

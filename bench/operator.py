@@ -1,0 +1,181 @@
+"""Operator benchmark against a real API server (../shared/k8s-testenv, or $GRAPHTRAIN_TEST_KUBECONFIG).
+
+1. Latency: GraphTrainings created one at a time; time from the create call until every child of the
+   Partitioning phase exists (ConfigMaps, Secret, RBAC, claim, partition Job): p50 / p99.
+2. Burst: 100 GraphTrainings created at once; this script plays the Job controller (marks every
+   partition Job complete as soon as it appears) and waits until all 100 reach Starting (shard
+   StatefulSet created). Reports the time and any training that never got there.
+
+The operator runs as `graphtrain operator` in its own process, as in a pod.
+
+    python bench/operator.py [--latency 30] [--burst 100]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import kubernetes
+from kubernetes.dynamic import DynamicClient
+
+ROOT = Path(__file__).resolve().parent.parent
+TESTENV = ROOT.parent / "shared" / "k8s-testenv"
+CRD = ROOT / "charts" / "graphtrain" / "crds" / "graphtrainings.graphtrain.io.yaml"
+CHILDREN = [
+    ("v1", "ConfigMap", "config"),
+    ("v1", "ConfigMap", "progress"),
+    ("v1", "Secret", "token"),
+    ("v1", "ServiceAccount", "trainer"),
+    ("rbac.authorization.k8s.io/v1", "Role", "trainer"),
+    ("rbac.authorization.k8s.io/v1", "RoleBinding", "trainer"),
+    ("v1", "PersistentVolumeClaim", "data"),
+    ("batch/v1", "Job", "partition"),
+]
+
+
+def body(name: str) -> dict:
+    return {
+        "apiVersion": "graphtrain.io/v1alpha1",
+        "kind": "GraphTraining",
+        "metadata": {"name": name},
+        "spec": {
+            "graph": {"dataset": "wordnet"},
+            "partition": {"parts": 2},
+            "embeddings": [{"name": "node", "dim": 16}],
+            "model": {"nodeEmbedding": "node", "featureProjection": 64},
+            "trainers": {"replicas": 2},
+        },
+    }
+
+
+def counts(dyn: DynamicClient, ns: str) -> dict[str, set[str]]:
+    """Names of every child kind present, by kind/suffix."""
+    out: dict[str, set[str]] = {}
+    for api, kind, _ in CHILDREN + [("apps/v1", "StatefulSet", "shards")]:
+        items = dyn.resources.get(api_version=api, kind=kind).get(namespace=ns).items
+        out[kind] = {i.metadata.name for i in items}
+    return out
+
+
+def complete(dyn: DynamicClient, ns: str, names: set[str], now: dict[str, float]) -> dict[str, float]:
+    """Names whose every base child exists, with the time first seen so."""
+    c = counts(dyn, ns)
+    for n in names - now.keys():
+        if all(f"{n}-{suffix}" in c[kind] for _, kind, suffix in CHILDREN):
+            now[n] = time.perf_counter()
+    return now
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--latency", type=int, default=30)
+    ap.add_argument("--burst", type=int, default=100)
+    a = ap.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="gt-opbench-"))
+    kubeconfig = os.environ.get("GRAPHTRAIN_TEST_KUBECONFIG")
+    started = False
+    if not kubeconfig:
+        cache = Path.home() / ".cache" / "graphtrain-testenv"
+        subprocess.run(["bash", str(TESTENV / "install.sh"), str(cache)], check=True, capture_output=True)
+        out = subprocess.run(
+            ["bash", str(TESTENV / "testenv.sh"), "start", str(tmp), str(cache / "bin")],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
+        kubeconfig, started = out.strip().split("=", 1)[1], True
+    env = {**os.environ, "KUBECONFIG": kubeconfig, "GRAPHTRAIN_OPERATOR_TIMER": "5"}
+    kubectl = str(Path(sys.executable).parent / "kubectl")
+    for _ in range(100):
+        if subprocess.run([kubectl, "apply", "-f", str(CRD)], env=env, capture_output=True).returncode == 0:
+            break
+        time.sleep(0.5)
+    subprocess.run(
+        [kubectl, "wait", "--for=condition=Established", "crd/graphtrainings.graphtrain.io"],
+        env=env,
+        check=True,
+        capture_output=True,
+    )
+    op = subprocess.Popen(
+        [sys.executable, "-m", "graphtrain.runtime.cli", "operator"],
+        env=env,
+        stdout=open(tmp / "operator.log", "w"),  # noqa: SIM115
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        kubernetes.config.load_kube_config(config_file=kubeconfig)
+        dyn = DynamicClient(kubernetes.client.ApiClient())
+        gtr = dyn.resources.get(api_version="graphtrain.io/v1alpha1", kind="GraphTraining")
+        core = kubernetes.client.CoreV1Api()
+        for ns in ("lat", "burst"):
+            core.create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+        time.sleep(3)  # the operator's watches start
+
+        lat = []
+        for i in range(a.latency):
+            name = f"l{i}"
+            t0 = time.perf_counter()
+            gtr.create(body=body(name), namespace="lat")
+            seen: dict[str, float] = {}
+            while name not in complete(dyn, "lat", {name}, seen):
+                time.sleep(0.01)
+            lat.append(seen[name] - t0)
+        lat.sort()
+        p99 = lat[min(len(lat) - 1, int(round(0.99 * (len(lat) - 1))))]
+        print(
+            f"create -> all {len(CHILDREN)} children, {a.latency} trainings one at a time: "
+            f"p50 {statistics.median(lat) * 1000:.0f} ms, p99 {p99 * 1000:.0f} ms, "
+            f"max {lat[-1] * 1000:.0f} ms"
+        )
+
+        names = {f"b{i}" for i in range(a.burst)}
+        t0 = time.perf_counter()
+        for n in sorted(names):
+            gtr.create(body=body(n), namespace="burst")
+        created = time.perf_counter() - t0
+        jobs = dyn.resources.get(api_version="batch/v1", kind="Job")
+        done: set[str] = set()
+        starting: set[str] = set()
+        deadline = time.perf_counter() + 600
+        children_at: dict[str, float] = {}
+        while len(starting) < len(names) and time.perf_counter() < deadline:
+            complete(dyn, "burst", names, children_at)
+            for j in jobs.get(namespace="burst").items:
+                if j.metadata.name not in done:
+                    jobs.status.patch(
+                        body={
+                            "status": {"succeeded": 1, "conditions": [{"type": "Complete", "status": "True"}]}
+                        },
+                        name=j.metadata.name,
+                        namespace="burst",
+                        content_type="application/merge-patch+json",
+                    )
+                    done.add(j.metadata.name)
+            for item in gtr.get(namespace="burst").items:
+                if (item.get("status") or {}).get("phase") == "Starting":
+                    starting.add(item.metadata.name)
+            time.sleep(0.2)
+        total = time.perf_counter() - t0
+        missed = sorted(names - starting)
+        spans = sorted(children_at[n] - t0 for n in children_at)
+        print(
+            f"burst: {a.burst} created in {created:.1f} s; all children present for {len(children_at)} "
+            f"after {spans[-1]:.1f} s; Starting: {len(starting)}/{a.burst} after {total:.1f} s; "
+            f"missed: {missed or 'none'}"
+        )
+    finally:
+        op.terminate()
+        op.wait(timeout=30)
+        if started:
+            subprocess.run(["bash", str(TESTENV / "testenv.sh"), "stop", str(tmp)], check=False)
+
+
+if __name__ == "__main__":
+    main()

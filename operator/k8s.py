@@ -1,0 +1,153 @@
+"""The only module that talks to the Kubernetes API: observe a GraphTraining and its children, apply a plan.
+
+Creates are idempotent (409 ignored: another reconcile got there first), deletes too (404 ignored),
+the status is merge-patched on the status subresource only when it changed, and each event of the plan
+is posted against the GraphTraining. Children are found by the graphtrain.io/training label.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import os
+import threading
+import uuid
+from typing import Any
+
+import kubernetes
+from kubernetes.client.rest import ApiException
+from kubernetes.dynamic import DynamicClient
+
+from graphtrain.operator import manifests as M
+from graphtrain.operator.reconcile import Event, Observed, Plan, key
+from graphtrain.runtime import spec as S
+
+log = logging.getLogger("graphtrain.operator")
+GROUP, VERSION = S.API_VERSION.split("/")
+PLURAL = "graphtrainings"
+CHILD_KINDS = [
+    ("v1", "ConfigMap"),
+    ("v1", "Secret"),
+    ("v1", "ServiceAccount"),
+    ("rbac.authorization.k8s.io/v1", "Role"),
+    ("rbac.authorization.k8s.io/v1", "RoleBinding"),
+    ("v1", "PersistentVolumeClaim"),
+    ("batch/v1", "Job"),
+    ("v1", "Service"),
+    ("apps/v1", "StatefulSet"),
+    ("v1", "Pod"),
+]
+_client: DynamicClient | None = None
+_lock = threading.Lock()
+
+
+def load_config() -> None:
+    """In-cluster credentials in a pod, else $KUBECONFIG / ~/.kube/config."""
+    if os.environ.get("KUBERNETES_SERVICE_HOST"):
+        kubernetes.config.load_incluster_config()
+    else:
+        kubernetes.config.load_kube_config()
+
+
+def client() -> DynamicClient:
+    global _client
+    with _lock:
+        if _client is None:
+            _client = DynamicClient(kubernetes.client.ApiClient())
+        return _client
+
+
+def _res(api_version: str, kind: str) -> Any:
+    return client().resources.get(api_version=api_version, kind=kind)
+
+
+def observe(namespace: str, name: str) -> Observed | None:
+    """The GraphTraining and everything labelled as its child; None if it is gone."""
+    try:
+        body = _res(S.API_VERSION, S.KIND).get(name=name, namespace=namespace).to_dict()
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+    selector = f"{M.LABEL_TRAINING}={name}"
+    children: dict[str, Any] = {}
+    pods: list[dict[str, Any]] = []
+    for api_version, kind in CHILD_KINDS:
+        for item in _res(api_version, kind).get(namespace=namespace, label_selector=selector).items:
+            obj = item.to_dict()
+            if not _owned_by(obj, body):
+                continue
+            children[key(kind, obj["metadata"]["name"])] = obj
+            if kind == "Pod":
+                pods.append(obj)
+    return Observed(training=body, children=children, pods=pods, now=dt.datetime.now(dt.UTC))
+
+
+def _owned_by(obj: dict[str, Any], owner: dict[str, Any]) -> bool:
+    """A child of this very object (not of an earlier GraphTraining with the same name). Pods made by a
+    Job or StatefulSet are owned by those, so they count through the training label alone."""
+    refs = obj["metadata"].get("ownerReferences") or []
+    uid = owner["metadata"]["uid"]
+    return any(r.get("uid") == uid for r in refs) or any(
+        r.get("kind") in ("Job", "StatefulSet") for r in refs
+    )
+
+
+def apply(plan: Plan, observed: Observed) -> None:
+    body = observed.training
+    ns = body["metadata"]["namespace"]
+    for action in plan.actions:
+        obj = action.obj
+        res = _res(obj["apiVersion"], obj["kind"])
+        try:
+            if action.verb == "create":
+                res.create(body=obj, namespace=ns)
+            else:
+                res.delete(
+                    name=obj["metadata"]["name"], namespace=ns, body={"propagationPolicy": "Background"}
+                )
+        except ApiException as exc:
+            if exc.status not in (404, 409):
+                raise
+    if plan.status != (body.get("status") or {}) and not _same(plan.status, body.get("status") or {}):
+        _res(S.API_VERSION, S.KIND).status.patch(
+            body={"status": plan.status},
+            name=body["metadata"]["name"],
+            namespace=ns,
+            content_type="application/merge-patch+json",
+        )
+    for event in plan.events:
+        post_event(body, event)
+
+
+def _same(new: dict[str, Any], old: dict[str, Any]) -> bool:
+    return all(old.get(k) == v for k, v in new.items())
+
+
+def post_event(body: dict[str, Any], event: Event) -> None:
+    meta = body["metadata"]
+    now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    ev = {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"name": f"{meta['name']}.{uuid.uuid4().hex[:12]}", "namespace": meta["namespace"]},
+        "involvedObject": {
+            "apiVersion": S.API_VERSION,
+            "kind": S.KIND,
+            "name": meta["name"],
+            "namespace": meta["namespace"],
+            "uid": meta["uid"],
+        },
+        "type": event.type,
+        "reason": event.reason,
+        "message": event.message[:1024],
+        "source": {"component": "graphtrain-operator"},
+        "reportingComponent": "graphtrain-operator",
+        "firstTimestamp": now,
+        "lastTimestamp": now,
+        "count": 1,
+    }
+    try:
+        _res("v1", "Event").create(body=ev, namespace=meta["namespace"])
+    except ApiException as exc:  # events are best effort
+        log.warning("could not post event %s: %s", event.reason, exc.reason)

@@ -1,0 +1,422 @@
+"""Pure builders of every child of a GraphTraining: dicts in, dicts out, no API calls.
+
+Children of `<name>` (ARCHITECTURE.md §6), all with an ownerReference to the GraphTraining and the
+labels graphtrain.io/training and graphtrain.io/role:
+  <name>-config     ConfigMap: the applied spec (spec.yaml), read by every container
+  <name>-token      Secret: the shard servers' shared token
+  <name>-progress   ConfigMap: progress and per-rank heartbeats written by the trainers
+  <name>-trainer    ServiceAccount + Role + RoleBinding: get/patch of <name>-progress only
+  <name>-data       PersistentVolumeClaim (unless storage.volumeClaimName names one)
+  <name>-partition  Job: `graphtrain partition`, stats in its termination message
+  <name>-shards     headless Service + StatefulSet: `graphtrain shard-server`, one per partition
+  <name>-trainers   headless Service for the trainers' rendezvous
+  <name>-trainer-i  Pods: `graphtrain train --rank i`, restartPolicy Never (the operator restarts them)
+
+Why trainers report through a ConfigMap and not the GraphTraining's status: the operator stays the
+only writer of status (no races, no status field a trainer could forge), heartbeats every few seconds
+do not bump the custom resource's resourceVersion or wake its handlers, and the Role can name exactly
+one object (resourceNames), which a status patch permission on graphtrainings/status cannot.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+from graphtrain.runtime import spec as S
+
+LABEL_TRAINING = "graphtrain.io/training"
+LABEL_ROLE = "graphtrain.io/role"
+LABEL_RANK = "graphtrain.io/rank"
+LABEL_ATTEMPT = "graphtrain.io/attempt"
+MANAGED_BY = {"app.kubernetes.io/managed-by": "graphtrain-operator"}
+SHARD_PORT = 7000
+METRICS_PORT = 9090
+RENDEZVOUS_PORT = 29500
+CONFIG_DIR = "/etc/graphtrain"
+TOKEN_DIR = "/etc/graphtrain/token"
+DEFAULT_IMAGE = "ghcr.io/graphtrain/graphtrain:0.1.0"
+RUN_AS = 10001
+
+Obj = dict[str, Any]
+
+
+def names(name: str) -> dict[str, str]:
+    return {
+        "config": f"{name}-config",
+        "token": f"{name}-token",
+        "progress": f"{name}-progress",
+        "account": f"{name}-trainer",
+        "data": f"{name}-data",
+        "partition": f"{name}-partition",
+        "shards": f"{name}-shards",
+        "trainers": f"{name}-trainers",
+    }
+
+
+def trainer_name(name: str, rank: int) -> str:
+    return f"{name}-trainer-{rank}"
+
+
+def owner_reference(owner: Obj) -> Obj:
+    meta = owner["metadata"]
+    return {
+        "apiVersion": S.API_VERSION,
+        "kind": S.KIND,
+        "name": meta["name"],
+        "uid": meta["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def labels(name: str, role: str, **extra: str) -> dict[str, str]:
+    return {LABEL_TRAINING: name, LABEL_ROLE: role, **MANAGED_BY, **extra}
+
+
+def _meta(owner: Obj, name: str, role: str, **extra: str) -> Obj:
+    training = owner["metadata"]["name"]
+    return {
+        "name": name,
+        "namespace": owner["metadata"]["namespace"],
+        "labels": labels(training, role, **extra),
+        "ownerReferences": [owner_reference(owner)],
+    }
+
+
+class Layout:
+    """Where things live inside the pods, from the spec's storage section."""
+
+    def __init__(self, gt: S.GraphTraining):
+        mount = gt.spec.storage.mount_path.rstrip("/")
+        self.mount = mount
+        self.data = f"{mount}/data"
+        self.work = f"{mount}/runs/{gt.metadata.name}"
+        self.partition = f"{self.work}/partition"
+        self.checkpoints = f"{self.work}/checkpoints"
+        self.spec_file = f"{CONFIG_DIR}/spec.yaml"
+        self.token_file = f"{TOKEN_DIR}/token"
+
+
+# ------------------------------------------------------------------------------------ pod pieces
+
+
+def _security(read_only: bool = True) -> Obj:
+    return {
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": read_only,
+        "runAsNonRoot": True,
+        "runAsUser": RUN_AS,
+        "capabilities": {"drop": ["ALL"]},
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+
+
+def _volumes(gt: S.GraphTraining, token: bool) -> list[Obj]:
+    n = names(gt.metadata.name)
+    claim = gt.spec.storage.volume_claim_name or n["data"]
+    vols = [
+        {"name": "config", "configMap": {"name": n["config"]}},
+        {"name": "data", "persistentVolumeClaim": {"claimName": claim}},
+        {"name": "tmp", "emptyDir": {}},
+    ]
+    if token:
+        vols.append({"name": "token", "secret": {"secretName": n["token"], "defaultMode": 0o400}})
+    return vols
+
+
+def _mounts(gt: S.GraphTraining, token: bool) -> list[Obj]:
+    mounts = [
+        {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
+        {"name": "data", "mountPath": Layout(gt).mount},
+        {"name": "tmp", "mountPath": "/tmp"},
+    ]
+    if token:
+        mounts.append({"name": "token", "mountPath": TOKEN_DIR, "readOnly": True})
+    return mounts
+
+
+def _resources(res: S.Resources, gpu: bool) -> Obj:
+    out: Obj = {}
+    if res.requests:
+        out["requests"] = {k: str(v) for k, v in res.requests.items()}
+    limits = {k: str(v) for k, v in res.limits.items()}
+    if gpu:
+        limits.setdefault("nvidia.com/gpu", "1")
+    if limits:
+        out["limits"] = limits
+    return out
+
+
+def _container(gt: S.GraphTraining, image: str, name: str, args: list[str], token: bool, **extra: Any) -> Obj:
+    env = [{"name": "GRAPHTRAIN_DATA", "value": Layout(gt).data}, {"name": "GRAPHTRAIN_QUIET", "value": "1"}]
+    return {
+        "name": name,
+        "image": gt.spec.image or image,
+        "command": ["graphtrain"],
+        "args": args,
+        "env": env,
+        "volumeMounts": _mounts(gt, token),
+        "securityContext": _security(),
+        **extra,
+    }
+
+
+def _pod_spec(gt: S.GraphTraining, containers: list[Obj], token: bool, **extra: Any) -> Obj:
+    return {
+        "containers": containers,
+        "volumes": _volumes(gt, token),
+        "securityContext": {"runAsNonRoot": True, "runAsUser": RUN_AS, "fsGroup": RUN_AS},
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        **extra,
+    }
+
+
+# -------------------------------------------------------------------------------------- children
+
+
+def config_map(owner: Obj, gt: S.GraphTraining) -> Obj:
+    """The applied spec: what every container runs, and what the operator compares updates against."""
+    body = {
+        "apiVersion": S.API_VERSION,
+        "kind": S.KIND,
+        "metadata": {"name": gt.metadata.name, "namespace": owner["metadata"]["namespace"]},
+        "spec": gt.spec.model_dump(by_alias=True, exclude_none=True, mode="json"),
+    }
+    n = names(gt.metadata.name)
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": _meta(owner, n["config"], "config"),
+        "data": {"spec.yaml": yaml.safe_dump(body, sort_keys=False)},
+    }
+
+
+def token_secret(owner: Obj, gt: S.GraphTraining, token: str) -> Obj:
+    n = names(gt.metadata.name)
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": _meta(owner, n["token"], "token"),
+        "type": "Opaque",
+        "stringData": {"token": token},
+    }
+
+
+def progress_map(owner: Obj, gt: S.GraphTraining) -> Obj:
+    n = names(gt.metadata.name)
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": _meta(owner, n["progress"], "progress"),
+        "data": {},
+    }
+
+
+def trainer_rbac(owner: Obj, gt: S.GraphTraining) -> list[Obj]:
+    """ServiceAccount, Role, RoleBinding: trainers may read and patch their progress map, nothing else."""
+    n = names(gt.metadata.name)
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": _meta(owner, n["account"], "rbac"),
+            "automountServiceAccountToken": False,
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": _meta(owner, n["account"], "rbac"),
+            "rules": [
+                {
+                    "apiGroups": [""],
+                    "resources": ["configmaps"],
+                    "resourceNames": [n["progress"]],
+                    "verbs": ["get", "patch"],
+                }
+            ],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": _meta(owner, n["account"], "rbac"),
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": n["account"]},
+            "subjects": [
+                {"kind": "ServiceAccount", "name": n["account"], "namespace": owner["metadata"]["namespace"]}
+            ],
+        },
+    ]
+
+
+def data_claim(owner: Obj, gt: S.GraphTraining) -> Obj | None:
+    """The shared volume for data, partitions and checkpoints, unless the spec names an existing claim."""
+    st = gt.spec.storage
+    if st.volume_claim_name:
+        return None
+    spec: Obj = {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": str(st.size)}}}
+    if st.storage_class_name:
+        spec["storageClassName"] = st.storage_class_name
+    n = names(gt.metadata.name)
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": _meta(owner, n["data"], "data"),
+        "spec": spec,
+    }
+
+
+def partition_job(owner: Obj, gt: S.GraphTraining, image: str) -> Obj:
+    """Partitions the graph onto the shared volume; its compact stats end in the termination message."""
+    n, lay = names(gt.metadata.name), Layout(gt)
+    args = ["partition", "--spec", lay.spec_file, "--out", lay.partition, "--overwrite"]
+    args += ["--data-dir", lay.data, "--report-file", "/dev/termination-log"]
+    container = _container(gt, image, "partition", args, token=False, terminationMessagePolicy="File")
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": _meta(owner, n["partition"], "partition"),
+        "spec": {
+            "backoffLimit": 1,
+            "template": {
+                "metadata": {"labels": labels(gt.metadata.name, "partition")},
+                "spec": _pod_spec(gt, [container], token=False, restartPolicy="Never"),
+            },
+        },
+    }
+
+
+def _headless(owner: Obj, gt: S.GraphTraining, name: str, role: str, ports: dict[str, int]) -> Obj:
+    """A headless Service: stable DNS names per pod, published before the pods are ready."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _meta(owner, name, role),
+        "spec": {
+            "clusterIP": "None",
+            "publishNotReadyAddresses": True,
+            "selector": {LABEL_TRAINING: gt.metadata.name, LABEL_ROLE: role},
+            "ports": [{"name": k, "port": v, "targetPort": v} for k, v in ports.items()],
+        },
+    }
+
+
+def shard_service(owner: Obj, gt: S.GraphTraining) -> Obj:
+    n = names(gt.metadata.name)
+    return _headless(owner, gt, n["shards"], "shards", {"kvstore": SHARD_PORT, "metrics": METRICS_PORT})
+
+
+def shard_addresses(gt: S.GraphTraining, namespace: str) -> list[str]:
+    n = names(gt.metadata.name)
+    return [
+        f"tcp://{n['shards']}-{i}.{n['shards']}.{namespace}.svc:{SHARD_PORT}"
+        for i in range(gt.spec.num_shards)
+    ]
+
+
+def shard_statefulset(owner: Obj, gt: S.GraphTraining, image: str) -> Obj:
+    """One shard server per partition; ready when its health operation answers (exec probe)."""
+    n, lay = names(gt.metadata.name), Layout(gt)
+    ss = gt.spec.shard_servers
+    args = ["shard-server", "--bind", f"tcp://0.0.0.0:{SHARD_PORT}", "--shard-from-hostname"]
+    args += [
+        "--token-file",
+        lay.token_file,
+        "--partition",
+        lay.partition,
+        "--checkpoint-root",
+        lay.checkpoints,
+    ]
+    args += ["--restore", "latest", "--metrics-port", str(METRICS_PORT), "--metrics-host", "0.0.0.0"]
+    probe = {
+        "exec": {
+            "command": [
+                "graphtrain",
+                "health",
+                f"tcp://127.0.0.1:{SHARD_PORT}",
+                "--token-file",
+                lay.token_file,
+            ]
+        },
+        "periodSeconds": 10,
+        "timeoutSeconds": 8,
+        "failureThreshold": 3,
+    }
+    container = _container(
+        gt,
+        image,
+        "shard-server",
+        args,
+        token=True,
+        ports=[
+            {"name": "kvstore", "containerPort": SHARD_PORT},
+            {"name": "metrics", "containerPort": METRICS_PORT},
+        ],
+        readinessProbe=probe,
+        resources=_resources(ss.resources, ss.device == S.Device.cuda),
+    )
+    if ss.threads:
+        container["env"].append({"name": "GRAPHTRAIN_OPTIM_THREADS", "value": str(ss.threads)})
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": _meta(owner, n["shards"], "shards"),
+        "spec": {
+            "serviceName": n["shards"],
+            "replicas": gt.spec.num_shards,
+            "podManagementPolicy": "Parallel",
+            "selector": {"matchLabels": {LABEL_TRAINING: gt.metadata.name, LABEL_ROLE: "shards"}},
+            "template": {
+                "metadata": {"labels": labels(gt.metadata.name, "shards")},
+                "spec": _pod_spec(gt, [container], token=True),
+            },
+        },
+    }
+
+
+def trainer_service(owner: Obj, gt: S.GraphTraining) -> Obj:
+    n = names(gt.metadata.name)
+    return _headless(owner, gt, n["trainers"], "trainer", {"rendezvous": RENDEZVOUS_PORT})
+
+
+def trainer_pod(owner: Obj, gt: S.GraphTraining, image: str, rank: int, attempt: int) -> Obj:
+    """Rank `rank` of attempt `attempt` (restarts recreate every rank with the next attempt number)."""
+    n, lay = names(gt.metadata.name), Layout(gt)
+    ns = owner["metadata"]["namespace"]
+    world = gt.spec.trainers.replicas
+    rank0 = f"{trainer_name(gt.metadata.name, 0)}.{n['trainers']}.{ns}.svc"
+    args = ["train", "--spec", lay.spec_file, "--partition", lay.partition, "--rank", str(rank)]
+    args += ["--world", str(world), "--init", f"tcp://{rank0}:{RENDEZVOUS_PORT}"]
+    args += ["--servers", ",".join(shard_addresses(gt, ns)), "--token-file", lay.token_file, "--no-shm"]
+    args += ["--checkpoint-root", lay.checkpoints, "--progress-configmap", n["progress"]]
+    tr = gt.spec.trainers
+    container = _container(
+        gt,
+        image,
+        "trainer",
+        args,
+        token=True,
+        ports=[{"name": "rendezvous", "containerPort": RENDEZVOUS_PORT}],
+        resources=_resources(tr.resources, tr.backend == S.Backend.nccl),
+    )
+    container["env"].append(
+        {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}
+    )
+    meta = _meta(owner, trainer_name(gt.metadata.name, rank), "trainer")
+    meta["labels"].update({LABEL_RANK: str(rank), LABEL_ATTEMPT: str(attempt)})
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": meta,
+        "spec": _pod_spec(
+            gt,
+            [container],
+            token=True,
+            restartPolicy="Never",
+            hostname=trainer_name(gt.metadata.name, rank),
+            subdomain=n["trainers"],
+            serviceAccountName=n["account"],
+            automountServiceAccountToken=True,
+        ),
+    }

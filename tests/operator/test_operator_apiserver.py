@@ -1,0 +1,250 @@
+"""The operator against a real API server: children with ownerReferences, phases, conditions, events,
+restarts, and invalid specs refused by the CRD schema or ending with SpecValid False."""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import pytest
+import yaml
+
+from tests.operator.conftest import get, wait_for
+
+pytestmark = pytest.mark.timeout(240)
+
+SPEC = """
+apiVersion: graphtrain.io/v1alpha1
+kind: GraphTraining
+metadata: {{name: {name}}}
+spec:
+  graph: {{dataset: wordnet}}
+  partition: {{parts: 2}}
+  embeddings: [{{name: node, dim: 16}}]
+  model: {{nodeEmbedding: node, featureProjection: 64{extra_model}}}
+  training: {{epochs: 2}}
+  trainers: {{replicas: 2}}
+  runPolicy: {{backoffLimit: 1}}
+"""
+
+
+@pytest.fixture
+def ns(kube) -> str:
+    name = f"t-{uuid.uuid4().hex[:8]}"
+    kube("create", "namespace", name)
+    return name
+
+
+def phase(kube, name: str, ns: str) -> str:
+    return kube("get", "gtr", name, "-n", ns, "-o", "jsonpath={.status.phase}")
+
+
+def conditions(kube, name: str, ns: str) -> dict[str, dict]:
+    st = get(kube, "gtr", name, ns).get("status") or {}
+    return {c["type"]: c for c in st.get("conditions") or []}
+
+
+def status_patch(kube, kind: str, name: str, ns: str, status: dict) -> None:
+    kube(
+        "patch",
+        kind,
+        name,
+        "-n",
+        ns,
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        json.dumps({"status": status}),
+    )
+
+
+def names_of(kube, kind: str, ns: str, training: str) -> list[str]:
+    out = kube("get", kind, "-n", ns, "-l", f"graphtrain.io/training={training}", "-o", "name")
+    return sorted(line.split("/", 1)[1] for line in out.split())
+
+
+def test_a_training_goes_through_every_phase(kube, operator, ns: str) -> None:
+    kube("apply", "-n", ns, "-f", "-", input=SPEC.format(name="wn", extra_model=""))
+    assert wait_for(lambda: phase(kube, "wn", ns) == "Partitioning", what="Partitioning")
+    uid = get(kube, "gtr", "wn", ns)["metadata"]["uid"]
+    for kind, expected in [
+        ("configmap", ["wn-config", "wn-progress"]),
+        ("secret", ["wn-token"]),
+        ("job", ["wn-partition"]),
+        ("serviceaccount", ["wn-trainer"]),
+        ("role", ["wn-trainer"]),
+        ("rolebinding", ["wn-trainer"]),
+        ("persistentvolumeclaim", ["wn-data"]),
+    ]:
+        assert names_of(kube, kind, ns, "wn") == expected, kind
+        for n in expected:
+            refs = get(kube, kind, n, ns)["metadata"]["ownerReferences"]
+            assert refs[0]["uid"] == uid and refs[0]["controller"] is True
+
+    # the Job controller and the kubelet: the partition pod succeeds with the stats as its message
+    stats = {
+        "algorithm": "metis",
+        "parts": 2,
+        "numNodes": 117659,
+        "numEdges": 364552,
+        "cutEdges": 5300,
+        "edgeCutFraction": 0.029,
+        "balance": {"nodes": 1.03},
+    }
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": "wn-partition-abcde",
+            "labels": {
+                "graphtrain.io/training": "wn",
+                "graphtrain.io/role": "partition",
+                "job-name": "wn-partition",
+            },
+        },
+        "spec": {"containers": [{"name": "partition", "image": "x"}], "restartPolicy": "Never"},
+    }
+    job_uid = get(kube, "job", "wn-partition", ns)["metadata"]["uid"]
+    pod["metadata"]["ownerReferences"] = [
+        {"apiVersion": "batch/v1", "kind": "Job", "name": "wn-partition", "uid": job_uid, "controller": True}
+    ]
+    kube("apply", "-n", ns, "-f", "-", input=yaml.safe_dump(pod))
+    status_patch(
+        kube,
+        "pod",
+        "wn-partition-abcde",
+        ns,
+        {
+            "phase": "Succeeded",
+            "containerStatuses": [
+                {
+                    "name": "partition",
+                    "ready": False,
+                    "restartCount": 0,
+                    "image": "x",
+                    "imageID": "",
+                    "state": {"terminated": {"exitCode": 0, "message": json.dumps(stats)}},
+                }
+            ],
+        },
+    )
+    status_patch(
+        kube,
+        "job",
+        "wn-partition",
+        ns,
+        {"succeeded": 1, "conditions": [{"type": "Complete", "status": "True"}]},
+    )
+    assert wait_for(lambda: phase(kube, "wn", ns) == "Starting", what="Starting")
+    st = get(kube, "gtr", "wn", ns)["status"]
+    assert (
+        st["partition"]["cutEdges"] == 5300
+        and conditions(kube, "wn", ns)["PartitionReady"]["status"] == "True"
+    )
+    sts = get(kube, "statefulset", "wn-shards", ns)
+    assert sts["spec"]["replicas"] == 2 and sts["metadata"]["ownerReferences"][0]["uid"] == uid
+    assert get(kube, "service", "wn-shards", ns)["spec"]["clusterIP"] == "None"
+
+    status_patch(kube, "statefulset", "wn-shards", ns, {"replicas": 2, "readyReplicas": 2})
+    assert wait_for(lambda: phase(kube, "wn", ns) == "Training", what="Training")
+    assert wait_for(
+        lambda: names_of(kube, "pod", ns, "wn") == ["wn-partition-abcde", "wn-trainer-0", "wn-trainer-1"]
+    )
+    for r in range(2):
+        status_patch(kube, "pod", f"wn-trainer-{r}", ns, {"phase": "Running"})
+    assert wait_for(lambda: conditions(kube, "wn", ns).get("TrainersReady", {}).get("status") == "True")
+
+    # rank 0 reports progress through its ConfigMap
+    progress = {"epoch": 1, "epochs": 2, "step": 70, "loss": 0.7, "summary": "epoch 1/2"}
+    kube(
+        "patch",
+        "configmap",
+        "wn-progress",
+        "-n",
+        ns,
+        "--type=merge",
+        "-p",
+        json.dumps({"data": {"progress": json.dumps(progress)}}),
+    )
+    assert wait_for(lambda: (get(kube, "gtr", "wn", ns)["status"].get("progress") or {}).get("step") == 70)
+
+    # a trainer fails: every rank is recreated (next attempt), counted in status.restarts
+    status_patch(
+        kube,
+        "pod",
+        "wn-trainer-1",
+        ns,
+        {
+            "phase": "Failed",
+            "containerStatuses": [
+                {
+                    "name": "trainer",
+                    "ready": False,
+                    "restartCount": 0,
+                    "image": "x",
+                    "imageID": "",
+                    "state": {"terminated": {"exitCode": 137, "reason": "OOMKilled"}},
+                }
+            ],
+        },
+    )
+    assert wait_for(lambda: get(kube, "gtr", "wn", ns)["status"].get("restarts") == 1, what="a restart")
+    assert wait_for(
+        lambda: all(
+            get(kube, "pod", f"wn-trainer-{r}", ns)["metadata"]["labels"]["graphtrain.io/attempt"] == "1"
+            for r in range(2)
+        ),
+        what="attempt 1 pods",
+    )
+    for r in range(2):
+        status_patch(kube, "pod", f"wn-trainer-{r}", ns, {"phase": "Succeeded"})
+    assert wait_for(lambda: phase(kube, "wn", ns) == "Succeeded", what="Succeeded")
+    assert conditions(kube, "wn", ns)["Succeeded"]["status"] == "True"
+    assert wait_for(lambda: names_of(kube, "statefulset", ns, "wn") == [], what="shards stopped")
+
+    events = yaml.safe_load(kube("get", "events", "-n", ns, "-o", "yaml"))["items"]
+    reasons = [e["reason"] for e in events if e["involvedObject"]["name"] == "wn"]
+    for r in (
+        "Partitioning",
+        "Partitioned",
+        "Starting",
+        "AllReady",
+        "Training",
+        "TrainerFailed",
+        "Restarting",
+        "Succeeded",
+    ):
+        assert r in reasons, (r, reasons)
+    printed = kube("get", "gtr", "wn", "-n", ns)
+    assert "Succeeded" in printed.splitlines()[1] and "PHASE" in printed.splitlines()[0].upper()
+
+
+def test_the_schema_refuses_a_bad_field_naming_it(kube, ns: str) -> None:
+    bad = SPEC.format(name="bad", extra_model="").replace("parts: 2", "parts: 0")
+    out = kube("apply", "-n", ns, "-f", "-", input=bad, check=False)
+    assert "spec.partition.parts" in out and "greater than or equal to 1" in out
+    assert kube("get", "gtr", "-n", ns, "-o", "name") == ""
+
+
+def test_a_semantically_invalid_spec_ends_with_spec_valid_false_and_no_children(
+    kube, operator, ns: str
+) -> None:
+    kube("apply", "-n", ns, "-f", "-", input=SPEC.format(name="odd", extra_model=", numLayers: 3"))
+    assert wait_for(lambda: phase(kube, "odd", ns) == "Failed", what="Failed")
+    spec_valid = conditions(kube, "odd", ns)["SpecValid"]
+    assert spec_valid["status"] == "False" and "spec.training.fanouts" in spec_valid["message"]
+    for kind in ("configmap", "secret", "job", "statefulset", "pod"):
+        assert names_of(kube, kind, ns, "odd") == []
+
+
+def test_trainers_report_into_the_progress_config_map(kube, ns: str, monkeypatch) -> None:
+    """What `graphtrain train --progress-configmap` does on every rank (rank 0 adds the progress)."""
+    from graphtrain.runtime.train.common import Progress, Reporter
+
+    kube("create", "configmap", "p-progress", "-n", ns)
+    monkeypatch.setenv("POD_NAMESPACE", ns)
+    for rank in (0, 1):
+        Reporter(None, rank, echo=False, configmap="p-progress").report(Progress(epoch=1, epochs=3, step=7 + rank))
+    data = get(kube, "configmap", "p-progress", ns)["data"]
+    assert json.loads(data["rank-1"])["step"] == 8 and json.loads(data["rank-0"])["step"] == 7
+    assert json.loads(data["progress"])["epochs"] == 3 and "rank-1" not in data["progress"]
