@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 RUN    ?= runs/wordnet-sage
 
-.PHONY: install run test lint crd bench-partition bench-optim bench-kvstore bench-e2e cuda clean
+.PHONY: install run test lint crd bench-partition bench-optim bench-kvstore bench-e2e bench-operator cuda clean
 
 $(STAMP): pyproject.toml setup.py requirements-dev.txt $(wildcard cuda/src/*.cpp cuda/include/graphtrain/*.h)
 	$(PYTHON) -m venv $(VENV)
@@ -40,6 +40,9 @@ bench-kvstore: install ## shard-server throughput vs raw TCP, latency, optimizer
 
 bench-e2e: install ## throughput and accuracy vs DGL 2.1, KGE MRR vs PyKEEN 1.11 (makes their venvs once)
 	$(BIN)/python bench/e2e.py
+
+bench-operator: install ## operator: create-to-children latency, 100 trainings at once (real API server)
+	$(BIN)/python bench/operator_scale.py
 
 cuda: install ## also build the CUDA core (needs nvcc; GRAPHTRAIN_CUDA_ARCHS, default "80 90")
 	GRAPHTRAIN_BUILD_CUDA=1 $(BIN)/pip install -q -e .

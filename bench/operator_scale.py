@@ -8,7 +8,7 @@
 
 The operator runs as `graphtrain operator` in its own process, as in a pod.
 
-    python bench/operator.py [--latency 30] [--burst 100]
+    python bench/operator_scale.py [--latency 30] [--burst 100]
 """
 
 from __future__ import annotations
