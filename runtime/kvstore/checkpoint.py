@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -96,6 +97,23 @@ def mark_latest(root: Path, rel: str) -> None:
     tmp = root / f".{LATEST}.tmp"
     tmp.write_text(rel + "\n")
     tmp.replace(root / LATEST)
+
+
+def prune(root: Path, keep: int) -> list[str]:
+    """Delete all but the newest `keep` complete checkpoints under `root` (never the LATEST one), and
+    incomplete ones older than LATEST. Names sort by step (step-%09d)."""
+    latest = resolve_latest(root)
+    if latest is None or keep < 1:
+        return []
+    dirs = sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
+    complete = [p for p in dirs if (p / TOP).exists()]
+    keep_set = {p.name for p in complete[-keep:]} | {latest.name}
+    removed = []
+    for p in dirs:
+        if p.name not in keep_set and p.name < latest.name:
+            shutil.rmtree(p, ignore_errors=True)
+            removed.append(p.name)
+    return removed
 
 
 def resolve_latest(root: Path) -> Path | None:

@@ -51,6 +51,7 @@ class TensorShard:
     state: dict[str, torch.Tensor] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)  # one writer per row
     shm: shared_memory.SharedMemory | None = None
+    from_partition: bool = False  # node data loaded from the partition files: not checkpointed
 
     @property
     def rows(self) -> int:
@@ -356,9 +357,12 @@ class ShardState:
     # ---------------------------------------------------------------------------- checkpointing
 
     def checkpoint(self, root: Path) -> list[dict[str, Any]]:
-        """Write every tensor's rows and optimizer state under `root` (atomic per piece)."""
+        """Write every tensor's rows and optimizer state under `root` (atomic per piece). Node data
+        loaded from the partition is left out: the partition files already hold it, unchanged."""
         pieces = []
         for t in self.tensors.values():
+            if t.from_partition and t.config is None:
+                continue
             with t.lock:
                 pieces.append(ckpt.write_piece(root, t))
         return pieces
@@ -404,6 +408,7 @@ class ShardState:
                 continue
             t = self.create(f"ndata.{key}", int(cfg.data["num_nodes"]), tuple(arr.shape[1:]), dtype, lo, hi)
             t.data.copy_(torch.from_numpy(np.ascontiguousarray(arr.astype(DTYPES[dtype]))))
+            t.from_partition = True
             loaded.append(t.name)
         return loaded
 

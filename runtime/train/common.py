@@ -180,6 +180,9 @@ def unwrap(model: torch.nn.Module) -> torch.nn.Module:
     return model.module if hasattr(model, "module") else model
 
 
+KEEP_CHECKPOINTS = 2  # the latest and the one before it (in case the latest's files are damaged)
+
+
 class StepHooks:
     """What every trainer does after a step and after an epoch: count, report progress (rank 0 writes
     it), checkpoint on schedule. The trainer provides step, epoch, dist, reporter, spec and checkpoint()."""
@@ -219,6 +222,7 @@ class StepHooks:
             self.save_state(self.checkpoint_root / tag, meta)
             self.graph.client.checkpoint(tag, extra={"trainer": meta}, root=self.checkpoint_root)
             ckpt.mark_latest(self.checkpoint_root, tag)
+            ckpt.prune(self.checkpoint_root, KEEP_CHECKPOINTS)
         self.dist.barrier()
 
     def resume(self) -> bool:

@@ -244,7 +244,9 @@ def test_trainers_report_into_the_progress_config_map(kube, ns: str, monkeypatch
     kube("create", "configmap", "p-progress", "-n", ns)
     monkeypatch.setenv("POD_NAMESPACE", ns)
     for rank in (0, 1):
-        Reporter(None, rank, echo=False, configmap="p-progress").report(Progress(epoch=1, epochs=3, step=7 + rank))
+        Reporter(None, rank, echo=False, configmap="p-progress").report(
+            Progress(epoch=1, epochs=3, step=7 + rank)
+        )
     data = get(kube, "configmap", "p-progress", ns)["data"]
     assert json.loads(data["rank-1"])["step"] == 8 and json.loads(data["rank-0"])["step"] == 7
     assert json.loads(data["progress"])["epochs"] == 3 and "rank-1" not in data["progress"]

@@ -165,3 +165,20 @@ def test_standalone_and_distributed_share_the_code_path() -> None:
         assert sum(s["tensors"]["emb"]["hi"] - s["tensors"]["emb"]["lo"] for s in alone.stats()) == ROWS
     finally:
         kvstore.set_default_client(None)
+
+
+def test_prune_keeps_the_newest_complete_checkpoints(tmp_path: Path) -> None:
+    for step in (1, 2, 3, 4):
+        d = tmp_path / f"step-{step:09d}"
+        d.mkdir()
+        if step != 2:
+            (d / ckpt.TOP).write_text("{}")
+    (tmp_path / "step-000000005").mkdir()  # being written, newer than LATEST: untouched
+    ckpt.mark_latest(tmp_path, "step-000000004")
+    removed = ckpt.prune(tmp_path, 2)
+    assert removed == ["step-000000001", "step-000000002"]
+    assert sorted(p.name for p in tmp_path.iterdir() if p.is_dir()) == [
+        "step-000000003",
+        "step-000000004",
+        "step-000000005",
+    ]
