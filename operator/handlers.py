@@ -52,6 +52,13 @@ def on_training(name: str, namespace: str, **_: Any) -> None:
     reconcile(namespace, name)
 
 
+@kopf.on.delete(GROUP, VERSION, PLURAL)
+def on_delete(name: str, namespace: str, uid: str, logger: Any, **_: Any) -> None:
+    """Children go with their GraphTraining (a finalizer holds it until they are deleted)."""
+    with _locks[(namespace, name)]:
+        logger.info(f"deleted {k8s.delete_children(namespace, name, uid)} children")
+
+
 @kopf.timer(GROUP, VERSION, PLURAL, interval=TIMER_SECONDS, initial_delay=TIMER_SECONDS)
 def on_timer(name: str, namespace: str, status: dict[str, Any], **_: Any) -> None:
     if status.get("phase") not in ("Succeeded", "Failed"):

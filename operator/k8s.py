@@ -151,3 +151,29 @@ def post_event(body: dict[str, Any], event: Event) -> None:
         _res("v1", "Event").create(body=ev, namespace=meta["namespace"])
     except ApiException as exc:  # events are best effort
         log.warning("could not post event %s: %s", event.reason, exc.reason)
+
+
+def delete_children(namespace: str, name: str, uid: str) -> int:
+    """Delete every child of the training (owned by it, or by its Job/StatefulSet): what the garbage
+    collector does through the ownerReferences, done here too so nothing outlives a GraphTraining on a
+    cluster whose collector is slow or absent (the test API server has none)."""
+    owner = {"metadata": {"uid": uid}}
+    selector = f"{M.LABEL_TRAINING}={name}"
+    deleted = 0
+    for api_version, kind in reversed(CHILD_KINDS):
+        res = _res(api_version, kind)
+        for item in res.get(namespace=namespace, label_selector=selector).items:
+            obj = item.to_dict()
+            if not _owned_by(obj, owner):
+                continue
+            try:
+                res.delete(
+                    name=obj["metadata"]["name"],
+                    namespace=namespace,
+                    body={"propagationPolicy": "Background"},
+                )
+                deleted += 1
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
+    return deleted

@@ -218,6 +218,20 @@ def test_a_training_goes_through_every_phase(kube, operator, ns: str) -> None:
     printed = kube("get", "gtr", "wn", "-n", ns)
     assert "Succeeded" in printed.splitlines()[1] and "PHASE" in printed.splitlines()[0].upper()
 
+    kube("delete", "gtr", "wn", "-n", ns, "--wait=true", "--timeout=60s")
+    for kind in (
+        "configmap",
+        "secret",
+        "job",
+        "serviceaccount",
+        "role",
+        "rolebinding",
+        "pvc",
+        "service",
+        "pod",
+    ):
+        assert names_of(kube, kind, ns, "wn") == [], kind
+
 
 def test_the_schema_refuses_a_bad_field_naming_it(kube, ns: str) -> None:
     bad = SPEC.format(name="bad", extra_model="").replace("parts: 2", "parts: 0")
