@@ -376,7 +376,12 @@ class ModelSpec(_Model):
 
 class Training(_Model):
     epochs: int = Field(10, ge=1, le=100000)
-    batch_size: int = Field(1024, ge=1, le=10_000_000)
+    batch_size: int = Field(
+        1024,
+        ge=1,
+        le=10_000_000,
+        description="global batch: each of the N trainers takes batchSize/N seeds (or triples) per step",
+    )
     fanouts: list[int] = Field(default_factory=lambda: [10, 25], description="per layer, input side first")
     dense_lr: float = Field(0.003, gt=0, allow_inf_nan=False)
     dense_optimizer: DenseOptimizer = DenseOptimizer.adam

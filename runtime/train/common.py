@@ -66,6 +66,11 @@ class Dist:
             torch_dist.all_reduce(t)
         return t.tolist()
 
+    def share(self, batch_size: int) -> int:
+        """This trainer's part of a global batch: N trainers with DDP take the steps one trainer would
+        (same effective batch, same learning rate schedule), so results do not depend on N."""
+        return max(1, batch_size // self.world)
+
     def barrier(self) -> None:
         if self.world > 1:
             torch_dist.barrier()

@@ -142,14 +142,15 @@ class KGETraining(StepHooks):
         progress = Progress(epochs=tr.epochs)
         result: dict[str, float] = {}
         n = len(self.triples)
-        per_epoch = (n + tr.batch_size - 1) // tr.batch_size
+        batch = self.dist.share(tr.batch_size)
+        per_epoch = (n + batch - 1) // batch
         loss = torch.tensor(float("nan"))
         while self.epoch < tr.epochs:
             window = Throughput()
             gen = torch.Generator().manual_seed(tr.seed * 1_000_003 + self.dist.rank * 7919 + self.epoch)
             order = torch.randperm(n, generator=gen)
             for b in range(self.step - self.epoch * per_epoch, per_epoch):  # resumes mid-epoch
-                pos = self.triples[order[b * tr.batch_size : (b + 1) * tr.batch_size]]
+                pos = self.triples[order[b * batch : (b + 1) * batch]]
                 loss = self._batch_loss(pos, gen)
                 loss.backward()
                 self.ent_opt.step()

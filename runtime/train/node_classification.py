@@ -113,7 +113,7 @@ class NodeClassification(StepHooks):
             self.loader_graph,
             self.train_ids,
             list(tr.fanouts),
-            tr.batch_size,
+            dist.share(tr.batch_size),
             seed=tr.seed + dist.rank,
             fetch=self._fetch,
         )
