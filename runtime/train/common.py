@@ -252,7 +252,7 @@ class StepHooks:
         progress.__dict__.update(
             epoch=self.epoch,
             step=self.step,
-            loss=float(loss),
+            loss=float(loss.detach()),
             samples_per_second=window.rate(self.dist.world),
         )
 
