@@ -161,6 +161,10 @@ def export_kg(name: str, path: Path) -> None:
 # ---------------------------------------------------------------------------------------------- parts
 
 
+def dgl_cmd(python: Path, mode: str, data: Path, *args: str) -> list[str]:
+    return [str(python), str(ROOT / "bench" / "dgl_e2e.py"), mode, "--data", str(data), *args]
+
+
 def _ratio(x: float, base: float | None) -> str:
     return f"{x / base:.2f}x" if base else "-"
 
@@ -188,33 +192,13 @@ def throughput(work: Path, threads: int, with_dgl: bool, rows: list[list[str]]) 
         base = None
         if with_dgl:
             if dgl_args is not None:
-                argv = [
-                    str(dgl),
-                    str(ROOT / "bench" / "dgl_e2e.py"),
-                    "sage",
-                    "--data",
-                    str(work / "wordnet.npz"),
-                ]
-                argv += [*dgl_args, "--epochs", "3", "--threads", str(threads)]
-                base = run_json(argv)["seeds_per_second"]
+                argv = dgl_cmd(dgl, "sage", work / "wordnet.npz", *dgl_args, "--epochs", "3")
+                base = run_json([*argv, "--threads", str(threads)])["seeds_per_second"]
             else:
                 t = doc["spec"]
-                argv = [
-                    str(dgl),
-                    str(ROOT / "bench" / "dgl_e2e.py"),
-                    "transe",
-                    "--data",
-                    str(work / "gene-kg.npz"),
-                ]
-                argv += ["--dim", str(t["embeddings"][0]["dim"]), "--negatives", str(t["model"]["negatives"])]
-                argv += [
-                    "--batch-size",
-                    str(t["training"]["batchSize"]),
-                    "--steps",
-                    "60",
-                    "--threads",
-                    str(threads),
-                ]
+                argv = dgl_cmd(dgl, "transe", work / "gene-kg.npz", "--dim", str(t["embeddings"][0]["dim"]))
+                argv += ["--negatives", str(t["model"]["negatives"]), "--steps", "60"]
+                argv += ["--batch-size", str(t["training"]["batchSize"]), "--threads", str(threads)]
                 base = run_json(argv)["triples_per_second"]
         rows.append(
             [
@@ -245,8 +229,8 @@ def accuracy(work: Path, threads: int, with_dgl: bool, seeds: int, rows: list[li
             ours["standalone"].append(graphtrain_run(doc, work, True)["test_accuracy"])
             ours["2x2"].append(graphtrain_run(doc, work, False)["test_accuracy"])
             if with_dgl:
-                argv = [str(venv("dgl", DGL)), str(ROOT / "bench" / "dgl_e2e.py"), "sage", "--data"]
-                argv += [str(work / "wordnet.npz"), *dgl_args, "--threads", str(threads), "--seed", str(seed)]
+                argv = dgl_cmd(venv("dgl", DGL), "sage", work / "wordnet.npz", *dgl_args)
+                argv += ["--threads", str(threads), "--seed", str(seed)]
                 if not (work / "wordnet.npz").exists():
                     export_wordnet(work / "wordnet.npz")
                 base.append(run_json(argv)["test_accuracy"])

@@ -109,7 +109,7 @@ def apply(plan: Plan, observed: Observed) -> None:
         except ApiException as exc:
             if exc.status not in (404, 409):
                 raise
-    if plan.status != (body.get("status") or {}) and not _same(plan.status, body.get("status") or {}):
+    if not _same(plan.status, body.get("status") or {}):
         _res(S.API_VERSION, S.KIND).status.patch(
             body={"status": plan.status},
             name=body["metadata"]["name"],
@@ -121,6 +121,7 @@ def apply(plan: Plan, observed: Observed) -> None:
 
 
 def _same(new: dict[str, Any], old: dict[str, Any]) -> bool:
+    """Nothing to write: a merge patch of `new` would leave `old` as it is."""
     return all(old.get(k) == v for k, v in new.items())
 
 

@@ -335,6 +335,7 @@ def plan(obs: Observed, image: str = M.DEFAULT_IMAGE, token: str = "") -> Plan:
         if p["metadata"].get("labels", {}).get(M.LABEL_ROLE) == "shards"
     }
     shards = []
+    addresses = M.shard_addresses(gt, ns)
     for i in range(replicas):
         pod = shard_pods.get(f"{n['shards']}-{i}")
         restarts = sum(
@@ -350,9 +351,7 @@ def plan(obs: Observed, image: str = M.DEFAULT_IMAGE, token: str = "") -> Plan:
                 if pod_phase(pod) == "Failed"
                 else S.ShardState.loading
             )
-        shards.append(
-            {"index": i, "state": state.value, "address": M.shard_addresses(gt, ns)[i], "restarts": restarts}
-        )
+        shards.append({"index": i, "state": state.value, "address": addresses[i], "restarts": restarts})
     status["shards"] = shards
     all_ready = ready >= replicas
     conds.set(

@@ -513,19 +513,20 @@ def train(
     )
     torch.set_num_threads(threads)
     if standalone:
-        client = loader_client = standalone_client(partition, checkpoint_root)
+        client = standalone_client(partition, checkpoint_root)
+        connect = lambda: client  # noqa: E731 - in-process shards are shared by the loader thread
     else:
         if not servers:
             raise GraphtrainError("--servers is needed unless --standalone")
         token = read_token(token_file)
         addresses = [a for a in servers.split(",") if a]
-        client = kvstore.connect(addresses, token, shm=shm)
-        loader_client = kvstore.connect(addresses, token, shm=shm)
+        connect = lambda: kvstore.connect(addresses, token, shm=shm)  # noqa: E731
+        client = connect()
     graph = DistGraph(partition, client)
     with Dist(rank, world, init, str(gt.spec.trainers.backend)) as dist:
         if gt.spec.model.kind == S.ModelKind.graphsage:
-            result = NodeClassification(
-                gt, graph, loader_client, dist, run_dir, checkpoint_root, progress_configmap
+            result = NodeClassification(  # the loader thread gets its own connection
+                gt, graph, connect(), dist, run_dir, checkpoint_root, progress_configmap
             ).train()
         else:
             from graphtrain.runtime.train.kge import KGETraining

@@ -188,9 +188,30 @@ def unwrap(model: torch.nn.Module) -> torch.nn.Module:
 KEEP_CHECKPOINTS = 2  # the latest and the one before it (in case the latest's files are damaged)
 
 
+def init_spec(table: Any, seed: int = 0) -> dict[str, Any]:
+    """The shard servers' init description of a spec's embedding table."""
+    i = table.init
+    return {"kind": str(i.kind), "low": i.low, "high": i.high, "mean": i.mean, "std": i.std, "seed": seed}
+
+
 class StepHooks:
-    """What every trainer does after a step and after an epoch: count, report progress (rank 0 writes
-    it), checkpoint on schedule. The trainer provides step, epoch, dist, reporter, spec and checkpoint()."""
+    """What every trainer does: set up its place (setup()), and after a step and after an epoch count,
+    report progress (rank 0 writes it) and checkpoint on schedule."""
+
+    def setup(
+        self,
+        spec: Any,
+        graph: Any,
+        dist: Dist,
+        run_dir: Path | None,
+        checkpoint_root: Path | None,
+        progress_configmap: str | None,
+    ) -> None:
+        self.spec, self.graph, self.dist = spec, graph, dist
+        self.checkpoint_root = checkpoint_root
+        self.reporter = Reporter(run_dir, dist.rank, configmap=progress_configmap)
+        self.epoch = self.step = 0
+        seed_everything(spec.training.seed)
 
     step: int
     epoch: int

@@ -18,7 +18,6 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
@@ -31,17 +30,12 @@ from graphtrain.runtime.partition import load_maps
 from graphtrain.runtime.spec import GraphTraining
 from graphtrain.runtime.tensor import DistEmbedding, PartitionBook
 from graphtrain.runtime.train import kge_math as K
-from graphtrain.runtime.train.common import Dist, Progress, Reporter, StepHooks, Throughput, seed_everything
+from graphtrain.runtime.train.common import Dist, Progress, StepHooks, Throughput, init_spec
 
 REPORT_EVERY = 50
 EVAL_MAX_TRIPLES = 1000
 EVAL_BATCH = 256
 PULL_CHUNK = 262_144
-
-
-def _init_spec(table: Any, seed: int) -> dict[str, Any]:
-    i = table.init
-    return {"kind": str(i.kind), "low": i.low, "high": i.high, "mean": i.mean, "std": i.std, "seed": seed}
 
 
 def load_kg(gt: GraphTraining, graph: DistGraph, data_dir: Path | None = None) -> KnowledgeGraph:
@@ -75,24 +69,20 @@ class KGETraining(StepHooks):
         data_dir: Path | None = None,
         progress_configmap: str | None = None,
     ):
-        self.spec = gt.spec
+        self.setup(gt.spec, graph, dist, run_dir, checkpoint_root, progress_configmap)
         m, tr = self.spec.model, self.spec.training
         self.kind, self.norm = str(m.kind), int(m.norm)
-        self.graph, self.dist = graph, dist
-        self.checkpoint_root = checkpoint_root
-        self.reporter = Reporter(run_dir, dist.rank, configmap=progress_configmap)
-        seed_everything(tr.seed)
         self.kg = load_kg(gt, graph, data_dir)
         tables = {t.name: t for t in self.spec.embeddings}
         ent, rel = tables[m.entity_embedding], tables[m.relation_embedding]  # type: ignore[index]
         if ent.dim != rel.dim:
             raise ValueError(f"entity dim {ent.dim} and relation dim {rel.dim} differ")
         self.ent = DistEmbedding(
-            graph.num_nodes, ent.dim, ent.name, _init_spec(ent, tr.seed), graph.book, graph.client
+            graph.num_nodes, ent.dim, ent.name, init_spec(ent, tr.seed), graph.book, graph.client
         )
         rel_book = PartitionBook.even(self.kg.num_relations, graph.client.num_shards)
         self.rel = DistEmbedding(
-            self.kg.num_relations, rel.dim, rel.name, _init_spec(rel, tr.seed + 1), rel_book, graph.client
+            self.kg.num_relations, rel.dim, rel.name, init_spec(rel, tr.seed + 1), rel_book, graph.client
         )
         self.ent_opt = SparseOptimizer(
             [self.ent], dataclasses.replace(OptimConfig.from_spec(ent), row_norm=1.0)
@@ -104,8 +94,6 @@ class KGETraining(StepHooks):
             graph.num_nodes,
             self.kg.num_relations,
         )
-        self.epoch = 0
-        self.step = 0
 
     # ---------------------------------------------------------------------------------- setup
 

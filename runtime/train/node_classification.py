@@ -27,23 +27,17 @@ from graphtrain.runtime.tensor import DistEmbedding
 from graphtrain.runtime.train.common import (
     Dist,
     Progress,
-    Reporter,
     StepHooks,
     Throughput,
+    init_spec,
     load_dense,
     save_dense,
-    seed_everything,
     unwrap,
 )
 from graphtrain.runtime.train.models import GraphSAGE
 
 REPORT_EVERY = 20
 EVAL_BATCH = 4096
-
-
-def _init_spec(table: Any) -> dict[str, Any]:
-    i = table.init
-    return {"kind": str(i.kind), "low": i.low, "high": i.high, "mean": i.mean, "std": i.std, "seed": 0}
 
 
 def _optimizer(kind: str, params: Any, lr: float) -> torch.optim.Optimizer:
@@ -65,13 +59,8 @@ class NodeClassification(StepHooks):
         checkpoint_root: Path | None = None,
         progress_configmap: str | None = None,
     ):
-        self.spec = gt.spec
+        self.setup(gt.spec, graph, dist, run_dir, checkpoint_root, progress_configmap)
         m, tr = self.spec.model, self.spec.training
-        self.graph = graph
-        self.dist = dist
-        self.checkpoint_root = checkpoint_root
-        self.reporter = Reporter(run_dir, dist.rank, configmap=progress_configmap)
-        seed_everything(tr.seed)
         if graph.num_classes is None or "label" not in graph.ndata:
             raise ValueError("node classification needs labels (node data 'label')")
         self.feat = graph.ndata.get("feat") if m.use_features else None
@@ -88,7 +77,7 @@ class NodeClassification(StepHooks):
                 graph.num_nodes,
                 table.dim,
                 table.name,
-                init=_init_spec(table),
+                init=init_spec(table),
                 book=graph.book,
                 client=graph.client,
             )
@@ -117,8 +106,6 @@ class NodeClassification(StepHooks):
             seed=tr.seed + dist.rank,
             fetch=self._fetch,
         )
-        self.epoch = 0
-        self.step = 0
 
     # -------------------------------------------------------------------------------- batches
 
