@@ -560,10 +560,11 @@ def run(
 
     Progress goes to the terminal, status (GraphTraining status schema) to <run-dir>/status.json.
     """
-    from graphtrain.runtime.launch.local import LocalRun
+    from graphtrain.runtime.launch.local import LocalRun, stop_on_signals
 
     gt = S.load_yaml(_read(spec_path))
     run_dir = run_dir or Path("runs") / gt.metadata.name
+    stop_on_signals()
     result = LocalRun(gt, spec_path, run_dir, standalone=standalone, data_dir=data_dir, resume=resume).run()
     metrics = ", ".join(f"{k} {v:.4f}" for k, v in result.items() if isinstance(v, float))
     out.print(f"{gt.metadata.name}: {metrics}")

@@ -59,6 +59,22 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM or SIGHUP to the launcher: stop like Ctrl-C. The children run in their own sessions (a
+    terminal's Ctrl-C must reach the launcher alone, which then stops them in order), so without this
+    a plain `kill` of the launcher would leave every server and trainer running."""
+
+
+def stop_on_signals() -> None:
+    """Turn SIGTERM and SIGHUP into Terminated in the main thread (call it from there)."""
+
+    def handler(signum: int, _frame: object) -> None:
+        raise Terminated(f"terminated ({signal.Signals(signum).name})")
+
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, handler)
+
+
 class LocalRun:
     def __init__(
         self,
@@ -373,7 +389,11 @@ class LocalRun:
             return result
         except BaseException as exc:
             self.obs.phase = S.Phase.failed.value
-            self.obs.failure = str(exc) if not isinstance(exc, KeyboardInterrupt) else "interrupted (Ctrl-C)"
+            self.obs.failure = (
+                str(exc)
+                if not isinstance(exc, KeyboardInterrupt)
+                else (str(exc) if isinstance(exc, Terminated) else "interrupted (Ctrl-C)")
+            )
             self.obs.completion_time = status.now()
             raise
         finally:

@@ -154,3 +154,60 @@ def test_transe_on_nations_standalone(tmp_path: Path) -> None:
     # 14 entities: a random scorer's filtered MRR is about 0.25; TransE reaches about 0.4 in 20 epochs.
     assert result["test_mrr"] > 0.33, result
     assert result["test_triples"] == 201.0 and 0 <= result["test_hits@1"] <= result["test_hits@10"] <= 1
+
+
+def processes_mentioning(text: str) -> list[int]:
+    """Live pids whose command line mentions `text` (zombies excluded)."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if text in cmdline and state != "Z":
+            pids.append(int(proc.name))
+    return pids
+
+
+@pytest.mark.timeout(300)
+def test_sigterm_to_the_launcher_stops_every_process(graph_file: Path, tmp_path: Path) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    run_dir = tmp_path / "run"
+    spec_path = tmp_path / "planted.yaml"
+    spec_path.write_text(yaml.safe_dump(sage_spec(graph_file, epochs=500, batch=32)))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "graphtrain.runtime.cli", "run", str(spec_path), "--run-dir", str(run_dir)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    try:
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline and not (run_dir / "progress.json").exists():
+            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+            time.sleep(0.2)
+        children = [p for p in processes_mentioning(str(run_dir)) if p != proc.pid]
+        assert len(children) == 4, children  # 2 shard servers, 2 trainers
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode != 0
+    left = [p for p in processes_mentioning(str(run_dir)) if p != proc.pid]
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    assert not left, f"still running after the launcher stopped: {left}"
+    st = status(run_dir)
+    assert st["phase"] == "Failed"
+    assert any(c["type"] == "Failed" and "SIGTERM" in c["message"] for c in st["conditions"]), st[
+        "conditions"
+    ]
