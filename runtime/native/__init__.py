@@ -78,7 +78,7 @@ def _declare(lib: ctypes.CDLL) -> None:
     lib.gt_sparse_step.restype = _I64
     lib.gt_dedup.argtypes = [_I64, _P, _P, _I64, _I64, _I32, _P, _P, _P, _I32, _P]
     lib.gt_dedup.restype = _I64
-    lib.gt_gather.argtypes = [_I64, _P, _P, _I64, _I64, _P, _I32, _P]
+    lib.gt_gather.argtypes = [_I64, _P, _P, _I64, _I64, _P, _P, _I32, _P]
     lib.gt_gather.restype = ctypes.c_int
     lib.gt_scatter.argtypes = [_I64, _P, _P, _P, _I64, _I64, _I32, _P]
     lib.gt_scatter.restype = ctypes.c_int
@@ -88,6 +88,10 @@ def _declare(lib: ctypes.CDLL) -> None:
     lib.gt_sample_neighbors.restype = _I64
     lib.gt_relabel.argtypes = [_P, _I64, _P, _I64, _P, _P]
     lib.gt_relabel.restype = _I64
+    lib.gt_relu_dropout.argtypes = [_I64, _P, _P, _P, ctypes.c_uint32, ctypes.c_float, _U64, _I32]
+    lib.gt_relu_dropout.restype = None
+    lib.gt_mask_scale.argtypes = [_I64, _P, _P, ctypes.c_float, _P, _I32]
+    lib.gt_mask_scale.restype = None
     lib.gt_max_threads.argtypes = []
     lib.gt_max_threads.restype = ctypes.c_int
 

@@ -11,30 +11,7 @@ import torch
 from torch import nn
 
 from graphtrain.runtime.graph.loader import Block
-
-
-class Dropout(nn.Module):
-    """Dropout from random bytes: torch's CPU dropout draws one Bernoulli variate per element (10.8 ms
-    forward + backward for 4,000 x 256 here, the largest cost of a GraphSAGE step); this takes random
-    64-bit words from torch's generator (seeded by torch.manual_seed), uses 7 of their bytes (random_()
-    leaves an int64's top bit clear) and keeps an element when its byte >= round(256 p): 2.8 ms. The
-    drop probability is p to within 1/512."""
-
-    def __init__(self, p: float):
-        super().__init__()
-        if not 0.0 <= p < 1.0:
-            raise ValueError(f"dropout probability must be in [0, 1), got {p}")
-        self.p = p
-        self.threshold = int(round(p * 256))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if not self.training or self.threshold == 0:
-            return x
-        n = x.numel()
-        words = -(-n // 7)
-        raw = torch.empty(words, dtype=torch.int64, device=x.device).random_()
-        rand = raw.view(torch.uint8).view(words, 8)[:, :7].reshape(-1)[:n].view(x.shape)
-        return x * (rand >= self.threshold) * (1.0 / (1.0 - self.p))
+from graphtrain.runtime.native.nn import relu_dropout
 
 
 class _SparseMean(torch.autograd.Function):
@@ -79,18 +56,26 @@ class SAGEConv(nn.Module):
         self.bias = nn.Parameter(torch.zeros(out_dim))
 
     def forward(self, block: Block, h: torch.Tensor, frozen: torch.Tensor | None = None) -> torch.Tensor:
-        out = self._part(block, h, self.w_self, self.w_neigh) + self.bias
+        out = self._part(block, h, self.w_self, self.w_neigh, self.bias)
         if frozen is not None:
-            out = out + self._part(block, frozen, self.w_self_frozen, self.w_neigh_frozen)
+            out = self._part(block, frozen, self.w_self_frozen, self.w_neigh_frozen, out)
         return out
 
     def _part(
-        self, block: Block, h: torch.Tensor, w_self: torch.Tensor, w_neigh: torch.Tensor
+        self, block: Block, h: torch.Tensor, w_self: torch.Tensor, w_neigh: torch.Tensor, acc: torch.Tensor
     ) -> torch.Tensor:
+        """acc + h_dst W_self^T + mean(h) W_neigh^T. acc is the bias (1-D) or the output so far, which
+        is added to in place: each product is one GEMM accumulating into the output (addmm, beta 1)
+        rather than a product, then an add, then the bias's broadcast add."""
         h_dst = h[: block.num_dst]
         if block.num_src * w_neigh.shape[0] < block.num_dst * w_neigh.shape[1]:
-            return nn.functional.linear(h_dst, w_self) + self._mean(block, nn.functional.linear(h, w_neigh))
-        return nn.functional.linear(h_dst, w_self) + nn.functional.linear(self._mean(block, h), w_neigh)
+            out = self._mean(block, nn.functional.linear(h, w_neigh))  # a fresh tensor: ours to add to
+            out = out.add_(acc) if acc.dim() == 1 else acc.add_(out)
+        elif acc.dim() == 1:
+            out = torch.addmm(acc, self._mean(block, h), w_neigh.t())
+        else:
+            out = acc.addmm_(self._mean(block, h), w_neigh.t())
+        return out.addmm_(h_dst, w_self.t())
 
     @staticmethod
     def _mean(block: Block, h: torch.Tensor) -> torch.Tensor:
@@ -122,7 +107,9 @@ class GraphSAGE(nn.Module):
             SAGEConv(a, b, frozen if i == 0 else 0)
             for i, (a, b) in enumerate(zip(dims[:-1], dims[1:], strict=True))
         )
-        self.dropout = Dropout(dropout)
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"dropout probability must be in [0, 1), got {dropout}")
+        self.dropout = dropout
 
     def forward(
         self, blocks: list[Block], x: torch.Tensor, frozen: torch.Tensor | None = None
@@ -132,5 +119,5 @@ class GraphSAGE(nn.Module):
         for i, (layer, block) in enumerate(zip(self.layers, blocks, strict=True)):
             h = layer(block, h, frozen) if i == 0 else layer(block, h)
             if i < len(self.layers) - 1:
-                h = self.dropout(torch.relu(h))
+                h = relu_dropout(h, self.dropout, self.training)
         return h

@@ -1,0 +1,58 @@
+"""Fused ReLU + dropout for CPU trainers (cuda/src/nn_cpu.cpp), with the torch fallback it replaces.
+
+torch spends five passes over a hidden layer's activations on relu, the random draw, the comparison
+and the masked, scaled multiply, and as many backward; the native kernel takes one pass each way and
+keeps a byte mask for backward. Everything else (GPU tensors, other dtypes, no native core) takes the
+torch path, which keeps an element with probability 1 - p as well.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from graphtrain.runtime.native import available, core
+
+_SEED_BOUND = 2**63 - 1
+
+
+def _threads() -> int:
+    return max(1, torch.get_num_threads())
+
+
+class _ReluDropout(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: torch.autograd.function.FunctionCtx, x: torch.Tensor, p: float) -> torch.Tensor:
+        x = x.contiguous()
+        out = torch.empty_like(x)
+        mask = torch.empty(x.shape, dtype=torch.uint8)
+        scale = 1.0 / (1.0 - p)
+        seed = int(torch.randint(0, _SEED_BOUND, (1,)))  # from torch's generator: reproducible
+        drop_below = min(int(round(p * 2**32)), 2**32 - 1)
+        core().gt_relu_dropout(
+            x.numel(), x.data_ptr(), out.data_ptr(), mask.data_ptr(), drop_below, scale, seed, _threads()
+        )
+        ctx.save_for_backward(mask)
+        ctx.scale = scale
+        return out
+
+    @staticmethod
+    def backward(ctx: torch.autograd.function.FunctionCtx, grad: torch.Tensor) -> tuple:
+        (mask,) = ctx.saved_tensors
+        grad = grad.contiguous()
+        out = torch.empty_like(grad)
+        core().gt_mask_scale(
+            grad.numel(), grad.data_ptr(), mask.data_ptr(), ctx.scale, out.data_ptr(), _threads()
+        )
+        return out, None
+
+
+def relu_dropout(x: torch.Tensor, p: float, training: bool = True) -> torch.Tensor:
+    """dropout(relu(x), p): each element kept with probability 1 - p and scaled by 1 / (1 - p)."""
+    if not 0.0 <= p < 1.0:
+        raise ValueError(f"dropout probability must be in [0, 1), got {p}")
+    if not training or p == 0.0:
+        return torch.relu(x)
+    if x.device.type == "cpu" and x.dtype == torch.float32 and available():
+        return _ReluDropout.apply(x, p)
+    keep = torch.rand_like(x) >= p
+    return torch.relu(x) * keep * (1.0 / (1.0 - p))

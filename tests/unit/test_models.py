@@ -1,0 +1,73 @@
+"""GraphSAGE's layer against a plain reference (index_add mean, separate products), values and gradients."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from graphtrain.runtime.graph.loader import Block, mean_matrices
+from graphtrain.runtime.train.models import GraphSAGE, SAGEConv
+
+
+def random_block(num_dst: int, num_src: int, seed: int) -> Block:
+    rng = np.random.default_rng(seed)
+    counts = rng.integers(0, 6, num_dst)  # some destinations without neighbours
+    src = rng.integers(0, num_src, int(counts.sum())).astype(np.int64)
+    dst = np.repeat(np.arange(num_dst, dtype=np.int64), counts)
+    return Block(
+        num_src, num_dst, torch.from_numpy(src), torch.from_numpy(dst), *mean_matrices(counts, src, num_src)
+    )
+
+
+def reference(layer: SAGEConv, block: Block, h: torch.Tensor, frozen: torch.Tensor | None) -> torch.Tensor:
+    x = h if frozen is None else torch.cat([frozen, h], 1)
+    w_self, w_neigh = layer.w_self, layer.w_neigh
+    if frozen is not None:
+        w_self = torch.cat([layer.w_self_frozen, w_self], 1)
+        w_neigh = torch.cat([layer.w_neigh_frozen, w_neigh], 1)
+    agg = torch.zeros(block.num_dst, x.shape[1]).index_add_(0, block.dst, x[block.src])
+    deg = torch.bincount(block.dst, minlength=block.num_dst).clamp(min=1).unsqueeze(1)
+    return x[: block.num_dst] @ w_self.T + (agg / deg) @ w_neigh.T + layer.bias
+
+
+@pytest.mark.parametrize(
+    ("in_dim", "out_dim", "frozen"),
+    [(16, 8, 0), (8, 16, 0), (24, 8, 16), (12, 32, 4)],  # transform before / after the mean, split inputs
+)
+def test_layer_matches_reference_values_and_gradients(in_dim: int, out_dim: int, frozen: int) -> None:
+    torch.manual_seed(0)
+    block = random_block(30, 70, seed=1)
+    layer = SAGEConv(in_dim, out_dim, frozen)
+    with torch.no_grad():
+        layer.bias.uniform_(-1, 1)  # a zero bias would hide a dropped bias term
+    h = torch.randn(70, in_dim - frozen, requires_grad=True)
+    x = torch.randn(70, frozen) if frozen else None
+    upstream = torch.randn(30, out_dim)
+
+    got = layer(block, h, x)
+    (got * upstream).sum().backward()
+    grads = [p.grad.clone() for p in layer.parameters()] + [h.grad.clone()]
+    layer.zero_grad()
+    h.grad = None
+    want = reference(layer, block, h, x)
+    (want * upstream).sum().backward()
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    for g, w in zip(grads, [p.grad for p in layer.parameters()] + [h.grad], strict=True):
+        torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)
+
+
+def test_graphsage_is_deterministic_in_eval_and_seeded_in_training() -> None:
+    blocks = [random_block(40, 90, seed=2), random_block(10, 40, seed=3)]
+    x = torch.randn(90, 12)
+    torch.manual_seed(0)
+    model = GraphSAGE(12, 32, 5, dropout=0.5)
+    model.eval()
+    assert torch.equal(model(blocks, x), model(blocks, x))
+    model.train()
+    torch.manual_seed(7)
+    a = model(blocks, x)
+    torch.manual_seed(7)
+    assert torch.equal(a, model(blocks, x))
+    with pytest.raises(ValueError, match="dropout"):
+        GraphSAGE(12, 32, 5, dropout=1.0)
