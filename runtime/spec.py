@@ -389,6 +389,14 @@ class Training(_Model):
     checkpoint_interval: int = Field(0, ge=0, description="steps between checkpoints; 0: end of each epoch")
     eval_every: int = Field(1, ge=1, description="epochs between validation passes")
     threads: int | None = Field(None, ge=1, le=1024, description="intra-op threads per trainer")
+    prefetch: int = Field(
+        0,
+        ge=0,
+        le=64,
+        description="mini-batches sampled ahead on a background thread; 0 samples inline. Ahead pays "
+        "when sampling waits on remote shards and the trainer has cores to spare; a CPU trainer whose "
+        "intra-op threads fill its cores loses more to the contention than it hides",
+    )
 
     @model_validator(mode="after")
     def _fanouts(self) -> Training:

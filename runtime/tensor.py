@@ -184,8 +184,11 @@ class DistEmbedding:
     def clear(self) -> None:
         self._capture.clear()
 
-    def apply_gradients(self, ids: torch.Tensor, grads: torch.Tensor, backend: str | None = None) -> int:
-        """Deduplicate and push (ids, grads); the shards apply the optimizer. Returns unique rows pushed."""
+    def apply_gradients(
+        self, ids: torch.Tensor, grads: torch.Tensor, backend: str | None = None, wait: bool = True
+    ) -> int:
+        """Deduplicate and push (ids, grads); the shards apply the optimizer. Returns unique rows pushed.
+        wait=False: return once sent; the next use of the client waits for the update (KVClient.push_grad)."""
         if self.config is None:
             raise ValueError(f"embedding {self.name!r} has no optimizer")
         self.steps += 1
@@ -196,6 +199,7 @@ class DistEmbedding:
             self.table.book.bounds,
             mean=self.config.duplicate == "mean",
             step=self.steps,
+            wait=wait,
         )
 
     def rows(self, ids: Any) -> torch.Tensor:

@@ -383,9 +383,11 @@ GT_API int64_t gt_dedup(int64_t n, const int64_t* ids, const float* grads, int64
   return unique;
 }
 
-// out[i] = table[ids[i]] for i < n. Returns 0, or -1 with *bad_pos.
+// out[dest[i]] = table[ids[i]] for i < n (dest null: out[i]). A pull whose ids span several shards
+// lands each shard's rows at their places in the caller's output in one pass, without a staging copy.
+// Returns 0, or -1 with *bad_pos (dest is the caller's own, checked by the caller against out's rows).
 GT_API int gt_gather(int64_t n, const int64_t* ids, const float* table, int64_t dim, int64_t num_rows, float* out,
-                     int32_t threads, int64_t* bad_pos) {
+                     const int64_t* dest, int32_t threads, int64_t* bad_pos) {
   threads = std::max(1, threads);
   const int64_t bad = first_bad(n, ids, num_rows, threads);
   if (bad >= 0) {
@@ -395,7 +397,7 @@ GT_API int gt_gather(int64_t n, const int64_t* ids, const float* table, int64_t 
 #pragma omp parallel for num_threads(threads) schedule(static)
   for (int64_t i = 0; i < n; ++i) {
     if (i + kPrefetchRows < n) __builtin_prefetch(table + ids[i + kPrefetchRows] * dim, 0, 1);
-    std::memcpy(out + i * dim, table + ids[i] * dim, sizeof(float) * dim);
+    std::memcpy(out + (dest ? dest[i] : i) * dim, table + ids[i] * dim, sizeof(float) * dim);
   }
   return 0;
 }

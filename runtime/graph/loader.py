@@ -1,13 +1,14 @@
-"""Mini-batches for multi-layer neighbour sampling, prefetched on a thread.
+"""Mini-batches for multi-layer neighbour sampling, made inline or prefetched on a thread.
 
 `sample_blocks` starts from the seeds and walks out one layer per fan-out (the last fan-out is the
 output layer's), each layer sampled by the shards owning its frontier. Every block relabels nodes in
 first-occurrence order, so a layer's destination nodes are the first of its source nodes (DGL's block
 convention): h_dst = h_src[:num_dst].
 
-NeighborLoader iterates shuffled seeds in batches and samples the next batches (and, through `fetch`,
-pulls their input features) on a background thread with its own client, so sampling and pulls
-overlap the model's compute.
+NeighborLoader iterates shuffled seeds in batches; `fetch` pulls each batch's input features. With
+prefetch > 0 it samples and fetches the next batches on a background thread with its own client, so
+waits on remote shards overlap the model's compute; with 0 (the trainers' default) it works inline,
+which is faster when the model's intra-op threads already fill the cores (see Training.prefetch).
 """
 
 from __future__ import annotations
@@ -135,7 +136,7 @@ class NeighborLoader:
         shuffle: bool = True,
         seed: int = 0,
         drop_last: bool = False,
-        prefetch: int = 2,
+        prefetch: int = 0,
         fetch: Callable[[MiniBatch], None] | None = None,
     ):
         self.graph = graph
@@ -145,7 +146,7 @@ class NeighborLoader:
         self.shuffle = shuffle
         self.seed = seed
         self.drop_last = drop_last
-        self.prefetch = max(1, prefetch)
+        self.prefetch = max(0, prefetch)
         self.fetch = fetch
         self.epoch = 0
 

@@ -31,7 +31,7 @@ import zmq
 from graphtrain.runtime.errors import GraphtrainError
 from graphtrain.runtime.kvstore import checkpoint as ckpt
 from graphtrain.runtime.kvstore import protocol as P
-from graphtrain.runtime.kvstore.state import ShardState
+from graphtrain.runtime.kvstore.state import GraphPart, ShardState, _ranges
 
 DEFAULT_TIMEOUT = 30.0
 DEFAULT_RETRIES = 2
@@ -71,6 +71,18 @@ class Transport(Protocol):
         """A shared buffer for gradient pushes (segment, name), if the shards can read this process'."""
         ...
 
+    def local_graph(self, shard: int) -> GraphPart | None:
+        """The shard's graph structure mapped in this process (to sample it here), if it is."""
+        ...
+
+    def begin_many(self, calls: list[Call], timeout: float | None = None) -> None:
+        """Send `calls` now and collect their answers at the next use of this transport (or settle())."""
+        ...
+
+    def settle(self) -> None:
+        """Collect the calls begin_many left in flight, raising their error if one failed."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -79,11 +91,14 @@ def place(c: Call, offset: int, rows: np.ndarray) -> None:
     if c.dest is None:
         c.out[offset : offset + len(rows)] = rows
     else:
-        c.out[c.dest[offset : offset + len(rows)]] = rows
+        gather_rows(rows, np.arange(len(rows), dtype=np.int64), c.out, c.dest[offset : offset + len(rows)])
 
 
-def gather_rows(rows: np.ndarray, local: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-    """rows[local] (into `out` if given) with the native core when it can (float32 tables)."""
+def gather_rows(
+    rows: np.ndarray, local: np.ndarray, out: np.ndarray | None = None, dest: np.ndarray | None = None
+) -> np.ndarray:
+    """rows[local], into `out` if given, at out[dest] if given (out[dest] = rows[local]); with the
+    native core when it can (float32 tables)."""
     if rows.dtype == np.float32 and rows.ndim == 2 and len(local):
         from graphtrain.runtime.native import available
 
@@ -91,12 +106,20 @@ def gather_rows(rows: np.ndarray, local: np.ndarray, out: np.ndarray | None = No
             from graphtrain.runtime.native import optim as native
             from graphtrain.runtime.optim.functional import threads
 
-            dest = None if out is None else torch.from_numpy(out)
-            return native.gather(torch.from_numpy(rows), torch.from_numpy(local), threads(), dest).numpy()
-    if out is not None:
+            return native.gather(
+                torch.from_numpy(rows),
+                torch.from_numpy(local),
+                threads(),
+                None if out is None else torch.from_numpy(out),
+                None if dest is None else torch.from_numpy(np.ascontiguousarray(dest, dtype=np.int64)),
+            ).numpy()
+    if out is None:
+        return rows[local]
+    if dest is None:
         np.take(rows, local, axis=0, out=out)
-        return out
-    return rows[local]
+    else:
+        out[dest] = rows[local]
+    return out
 
 
 # ------------------------------------------------------------------------------------ in-process
@@ -122,6 +145,15 @@ class InProcTransport:
 
     def push_buffer(self, nbytes: int) -> tuple[Any, str] | None:
         return None  # in-process: values are passed as they are
+
+    def local_graph(self, shard: int) -> GraphPart | None:
+        return self.states[shard].graph
+
+    def begin_many(self, calls: list[Call], timeout: float | None = None) -> None:
+        self.call_many(calls, timeout)  # in-process: nothing to overlap, done at once
+
+    def settle(self) -> None:
+        return None
 
     def _path(self, args: dict[str, Any]) -> Path:
         rel = P.arg(args, "path", str)
@@ -210,8 +242,10 @@ class ZmqTransport:
         self.shm = shm
         self._views: dict[tuple[int, str], tuple[np.ndarray, int] | None] = {}
         self._segments: list[Any] = []
+        self._graphs: dict[int, GraphPart] = {}
         self._local_shards: set[int] | None = None
         self._push: Any = None
+        self._open: _Exchange | None = None  # begin_many's calls, collected before anything else
 
     # shared memory (same host) -------------------------------------------------------------
 
@@ -237,10 +271,28 @@ class ZmqTransport:
                 self._segments.append(seg)
                 shape = (t["hi"] - t["lo"], *t["row_shape"])
                 self._views[(shard, name)] = (view(seg, shape, np.dtype(P.DTYPES[t["dtype"]])), t["lo"])
+            g = a.result.get("graph")
+            if g and shard not in self._graphs:
+                try:
+                    segs = [attach(g[k][0]) for k in ("indptr", "indices")]
+                except FileNotFoundError:
+                    continue
+                self._segments.extend(segs)
+                try:
+                    indptr, indices = (
+                        view(seg, (int(g[k][1]),), np.dtype(np.int64))
+                        for seg, k in zip(segs, ("indptr", "indices"), strict=True)
+                    )
+                except (TypeError, ValueError):  # a segment smaller than announced: ask the server
+                    continue
+                lo, hi = int(g["lo"]), int(g["hi"])
+                if len(indptr) == hi - lo + 1 and indptr[0] == 0 and indptr[-1] == len(indices):
+                    self._graphs[shard] = GraphPart(lo, hi, indptr, indices)
 
     def local_view(self, shard: int, name: str) -> tuple[np.ndarray, int] | None:
         if not self.shm:
             return None
+        self.settle()  # rows read from shared memory must include the updates in flight
         if (shard, name) not in self._views:
             self._discover()  # a table created since the last look
             self._views.setdefault((shard, name), None)
@@ -249,12 +301,20 @@ class ZmqTransport:
     def push_buffer(self, nbytes: int) -> tuple[Any, str] | None:
         if not self.shm:
             return None
+        self.settle()  # the servers may still be reading the buffer of a push in flight
         if self._local_shards is None:
             self._discover()
         if self._push is None:
             return None
         seg = self._push.take(nbytes)
         return seg, seg.name
+
+    def local_graph(self, shard: int) -> GraphPart | None:
+        if not self.shm:
+            return None
+        if self._local_shards is None:
+            self._discover()
+        return self._graphs.get(shard)
 
     def is_local(self, shard: int) -> bool:
         return self.shm and self._local_shards is not None and shard in self._local_shards
@@ -264,93 +324,26 @@ class ZmqTransport:
         self.sockets[c.shard].send_multipart(frames, copy=False)
 
     def call_many(self, calls: list[Call], timeout: float | None = None) -> list[Answer]:
-        timeout = self.timeout if timeout is None else timeout
         with self._lock:
-            return self._call_many(calls, timeout)
+            self._settle()
+            return _Exchange(self, calls, self.timeout if timeout is None else timeout).finish()
 
-    def _call_many(self, calls: list[Call], timeout: float) -> list[Answer]:
-        answers: list[Answer | None] = [None] * len(calls)
-        pending: dict[int, int] = {}  # rid -> call index
-        chunks: dict[int, set[int]] = {}  # rid -> chunk indices received
-        attempts = [0] * len(calls)
-        deadline = [0.0] * len(calls)
-        for i, c in enumerate(calls):
-            rid = next(self._rid)
-            pending[rid] = i
-            self._send(c, rid)
-            attempts[i] = 1
-            deadline[i] = time.monotonic() + timeout
-        poller = zmq.Poller()
-        for s in {calls[i].shard for i in range(len(calls))}:
-            poller.register(self.sockets[s], zmq.POLLIN)
-        while pending:
-            now = time.monotonic()
-            wait_ms = max(0, int(1000 * (min(deadline[i] for i in pending.values()) - now)))
-            for sock, _ in poller.poll(wait_ms):
-                while True:
-                    try:
-                        frames = sock.recv_multipart(zmq.NOBLOCK, copy=False)
-                    except zmq.Again:
-                        break
-                    self._take(frames, calls, pending, chunks, answers)
-            now = time.monotonic()
-            for rid, i in list(pending.items()):
-                if now < deadline[i]:
-                    continue
-                c = calls[i]
-                idempotent = P.OPS[c.op][1]
-                if idempotent and attempts[i] <= self.retries:
-                    del pending[rid]
-                    chunks.pop(rid, None)
-                    new = next(self._rid)
-                    pending[new] = i
-                    self._send(c, new)
-                    attempts[i] += 1
-                    deadline[i] = now + timeout
-                    continue
-                raise KVTimeout(
-                    f"shard {c.shard} ({self.addresses[c.shard]}) did not answer {c.op}"
-                    f"{'' if c.name is None else f' of {c.name!r}'} within {timeout:g} s "
-                    f"({attempts[i]} attempt{'s' if attempts[i] > 1 else ''}); is the server running?"
-                )
-        return answers  # type: ignore[return-value]
+    def begin_many(self, calls: list[Call], timeout: float | None = None) -> None:
+        with self._lock:
+            self._settle()
+            self._open = _Exchange(self, calls, self.timeout if timeout is None else timeout)
 
-    def _take(
-        self,
-        frames: list[Any],
-        calls: list[Call],
-        pending: dict[int, int],
-        chunks: dict[int, set[int]],
-        answers: list[Answer | None],
-    ) -> None:
-        try:
-            header, arrays = P.parse_reply([f.buffer for f in frames])
-        except P.ProtocolError:
-            return  # not ours to read; the call times out if no good reply follows
-        rid = header["rid"]
-        if rid not in pending:
-            return  # a late reply to a call that was retried or abandoned
-        i = pending[rid]
-        c = calls[i]
-        if not header.get("ok"):
-            del pending[rid]
-            raise P.RemoteError(
-                f"shard {c.shard} ({self.addresses[c.shard]}) refused {c.op}: {header.get('error')}"
-            )
-        index, count = header.get("chunk", [0, 1])
-        result = header.get("result", {})
-        if c.out is not None and arrays:
-            place(c, int(result.get("offset", 0)), arrays[0])
-            arrays = []
-        got = chunks.setdefault(rid, set())
-        got.add(index)
-        if answers[i] is None:
-            answers[i] = Answer(result, [np.array(a) for a in arrays])  # copy out of the ZMQ frame
-        if len(got) == count:
-            del pending[rid]
-            chunks.pop(rid, None)
+    def settle(self) -> None:
+        with self._lock:
+            self._settle()
+
+    def _settle(self) -> None:
+        if self._open is not None:
+            exchange, self._open = self._open, None
+            exchange.finish()
 
     def close(self) -> None:
+        self.settle()  # a push still in flight is delivered (or its failure raised), not dropped
         for v in list(self._views):
             self._views[v] = None
         for seg in self._segments:
@@ -360,6 +353,90 @@ class ZmqTransport:
         for s in self.sockets:
             s.close(linger=0)
         self.ctx.term()
+
+
+class _Exchange:
+    """The calls of one call_many on the wire: sent at construction, answers collected by finish(),
+    which resends idempotent calls that time out (bounded retries) and raises naming the server."""
+
+    def __init__(self, transport: ZmqTransport, calls: list[Call], timeout: float):
+        self.t, self.calls, self.timeout = transport, calls, timeout
+        self.answers: list[Answer | None] = [None] * len(calls)
+        self.pending: dict[int, int] = {}  # rid -> call index
+        self.chunks: dict[int, set[int]] = {}  # rid -> chunk indices received
+        self.attempts = [1] * len(calls)
+        self.deadline = [0.0] * len(calls)
+        for i, c in enumerate(calls):
+            rid = next(transport._rid)  # noqa: SLF001 - the transport's own helper
+            self.pending[rid] = i
+            transport._send(c, rid)  # noqa: SLF001
+            self.deadline[i] = time.monotonic() + timeout
+
+    def finish(self) -> list[Answer]:
+        t, calls, pending = self.t, self.calls, self.pending
+        poller = zmq.Poller()
+        for s in {c.shard for c in calls}:
+            poller.register(t.sockets[s], zmq.POLLIN)
+        while pending:
+            now = time.monotonic()
+            wait_ms = max(0, int(1000 * (min(self.deadline[i] for i in pending.values()) - now)))
+            for sock, _ in poller.poll(wait_ms):
+                while True:
+                    try:
+                        frames = sock.recv_multipart(zmq.NOBLOCK, copy=False)
+                    except zmq.Again:
+                        break
+                    self._take(frames)
+            now = time.monotonic()
+            for rid, i in list(pending.items()):
+                if now < self.deadline[i]:
+                    continue
+                c = calls[i]
+                idempotent = P.OPS[c.op][1]
+                if idempotent and self.attempts[i] <= t.retries:
+                    del pending[rid]
+                    self.chunks.pop(rid, None)
+                    new = next(t._rid)  # noqa: SLF001
+                    pending[new] = i
+                    t._send(c, new)  # noqa: SLF001
+                    self.attempts[i] += 1
+                    self.deadline[i] = now + self.timeout
+                    continue
+                n = self.attempts[i]
+                raise KVTimeout(
+                    f"shard {c.shard} ({t.addresses[c.shard]}) did not answer {c.op}"
+                    f"{'' if c.name is None else f' of {c.name!r}'} within {self.timeout:g} s "
+                    f"({n} attempt{'s' if n > 1 else ''}); is the server running?"
+                )
+        return self.answers  # type: ignore[return-value]
+
+    def _take(self, frames: list[Any]) -> None:
+        try:
+            header, arrays = P.parse_reply([f.buffer for f in frames])
+        except P.ProtocolError:
+            return  # not ours to read; the call times out if no good reply follows
+        rid = header["rid"]
+        if rid not in self.pending:
+            return  # a late reply to a call that was retried or abandoned
+        i = self.pending[rid]
+        c = self.calls[i]
+        if not header.get("ok"):
+            del self.pending[rid]
+            raise P.RemoteError(
+                f"shard {c.shard} ({self.t.addresses[c.shard]}) refused {c.op}: {header.get('error')}"
+            )
+        index, count = header.get("chunk", [0, 1])
+        result = header.get("result", {})
+        if c.out is not None and arrays:
+            place(c, int(result.get("offset", 0)), arrays[0])
+            arrays = []
+        got = self.chunks.setdefault(rid, set())
+        got.add(index)
+        if self.answers[i] is None:
+            self.answers[i] = Answer(result, [np.array(a) for a in arrays])  # copy out of the ZMQ frame
+        if len(got) == count:
+            del self.pending[rid]
+            self.chunks.pop(rid, None)
 
 
 # ----------------------------------------------------------------------------------- KVClient
@@ -445,12 +522,10 @@ class KVClient:
                 shard_ids = ids[a:b] if in_order else ids[order[a:b]]
                 if shard_ids.size and (shard_ids.min() < lo or shard_ids.max() >= lo + len(rows)):
                     raise P.ProtocolError(f"an id of {name!r} is outside shard {s}'s rows")
-                if in_order:
-                    gather_rows(rows, shard_ids - lo, out[a:b])  # straight into place
+                if in_order:  # straight into place
+                    gather_rows(rows, shard_ids - lo, out[a:b])
                 else:
-                    place(
-                        Call(s, "pull", name, (), None, out, order[a:b]), 0, gather_rows(rows, shard_ids - lo)
-                    )
+                    gather_rows(rows, shard_ids - lo, out, order[a:b])
                 continue
             if in_order:  # one shard, or ids already grouped by owner: rows land in place
                 calls.append(Call(s, "pull", name, (ids[a:b],), None, out[a:b]))
@@ -515,9 +590,13 @@ class KVClient:
         bounds: np.ndarray,
         mean: bool,
         step: int | None = None,
+        wait: bool = True,
     ) -> int:
         """Deduplicate on the client (sum or mean, as the table's optimizer says), then push each shard its
-        rows. Returns the unique rows pushed."""
+        rows. Returns the unique rows pushed. wait=False returns once the pushes are sent: the servers
+        apply them while the caller goes on, and this client's next operation (any pull or push, a
+        shared-memory read included) first waits for them, so it sees every update; a failure is raised
+        there, or by settle()."""
         from graphtrain.runtime.native import available as native_available
 
         ids = np.ascontiguousarray(ids, dtype=np.int64)
@@ -537,8 +616,15 @@ class KVClient:
             u, g = dedup(torch.from_numpy(ids), torch.from_numpy(grads), "mean" if mean else "sum")
             uids, ugrads = u.numpy(), g.numpy()
         calls = self._push_calls("push_grad", name, uids, ugrads, bounds, {"step": step})
-        self.transport.call_many(calls)
+        if wait:
+            self.transport.call_many(calls)
+        else:
+            self.transport.begin_many(calls)
         return len(uids)
+
+    def settle(self) -> None:
+        """Wait for pushes sent with wait=False (raising their error, if any)."""
+        self.transport.settle()
 
     def sample(
         self, seeds: np.ndarray, fanout: int, bounds: np.ndarray, seed: int = 0
@@ -547,23 +633,27 @@ class KVClient:
         seed, all shards in parallel. Returns (sources, counts) in the order of `seeds`."""
         seeds = np.ascontiguousarray(seeds, dtype=np.int64)
         order, starts = self.split(seeds, bounds)
-        calls = []
+        calls, pieces = [], []
         for s in range(self.num_shards):
             a, b = starts[s], starts[s + 1]
-            if b > a:
+            if b <= a:
+                continue
+            graph = self.transport.local_graph(s)
+            if graph is not None:  # in this process or in shared memory: sample it here, same draws
+                pieces.append((order[a:b], *graph.sample(seeds[order[a:b]], fanout, seed)))
+            else:
                 calls.append(Call(s, "sample", None, (seeds[order[a:b]],), {"fanout": fanout, "seed": seed}))
         answers = self.transport.call_many(calls)
+        pieces += [
+            (order[starts[c.shard] : starts[c.shard + 1]], *ans.arrays[:2])
+            for c, ans in zip(calls, answers, strict=True)
+        ]
         counts = np.empty(len(seeds), dtype=np.int64)
-        pieces = []
-        for c, ans in zip(calls, answers, strict=True):
-            s = c.shard
-            counts[order[starts[s] : starts[s + 1]]] = ans.arrays[1]
-            pieces.append((order[starts[s] : starts[s + 1]], ans.arrays[0], ans.arrays[1]))
+        for positions, _, shard_counts in pieces:
+            counts[positions] = shard_counts
         offsets = np.concatenate([[0], np.cumsum(counts)])
         src = np.empty(int(offsets[-1]), dtype=np.int64)
         for positions, shard_src, shard_counts in pieces:  # back into the caller's seed order
-            from graphtrain.runtime.kvstore.state import _ranges
-
             src[_ranges(offsets[positions], shard_counts)] = shard_src
         return src, counts
 

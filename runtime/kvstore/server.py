@@ -334,7 +334,13 @@ class ShardServer:
         }
         reply.send(
             P.encode_reply(
-                req.rid, result={"host": self._host, "prefix": self.state.shm_prefix, "tensors": tensors}
+                req.rid,
+                result={
+                    "host": self._host,
+                    "prefix": self.state.shm_prefix,
+                    "tensors": tensors,
+                    "graph": self.state.graph_info(),
+                },
             )
         )
 

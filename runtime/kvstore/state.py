@@ -12,6 +12,7 @@ initial rows do not depend on how it is split across servers.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from dataclasses import dataclass, field
 from multiprocessing import shared_memory
@@ -177,6 +178,7 @@ class ShardState:
         # A restarted server restores each tensor from this checkpoint when a client (re)creates it.
         self.restore_from = restore_from
         self.graph: GraphPart | None = None
+        self.graph_shm: dict[str, shared_memory.SharedMemory] = {}  # "indptr"/"indices" when use_shm
         self.tensors: dict[str, TensorShard] = {}
         self._create_lock = threading.Lock()
 
@@ -390,7 +392,9 @@ class ShardState:
         cfg = load_config(config_path)
         data = load_part(cfg, part, verify=True, mmap=True)
         lo, hi = data.node_range
-        self.graph = GraphPart(lo, hi, np.asarray(data.indptr), np.asarray(data.indices))
+        self.graph = GraphPart(
+            lo, hi, self._structure("indptr", data.indptr), self._structure("indices", data.indices)
+        )
         loaded = []
         for key, value in data.ndata.items():
             if hasattr(value, "tocsr"):
@@ -412,6 +416,32 @@ class ShardState:
             loaded.append(t.name)
         return loaded
 
+    def _structure(self, name: str, array: np.ndarray) -> np.ndarray:
+        """The partition's CSR array, copied into shared memory with --shm so that trainers on this host
+        sample it themselves (no request, no server CPU), as they read features; else the file's map."""
+        array = np.asarray(array)
+        if not self.use_shm or array.nbytes == 0:
+            return array
+        seg = shared_memory.SharedMemory(
+            create=True, size=array.nbytes, name=f"{self.shm_prefix}-{self.shard}-graph.{name}"
+        )
+        self.graph_shm[name] = seg
+        out = np.ndarray(array.shape, dtype=array.dtype, buffer=seg.buf)
+        out[:] = array
+        return out
+
+    def graph_info(self) -> dict[str, Any] | None:
+        """Where this shard's structure is in shared memory (for shm_info), if it is."""
+        if self.graph is None or set(self.graph_shm) != {"indptr", "indices"}:
+            return None
+        g = self.graph
+        return {
+            "lo": g.lo,
+            "hi": g.hi,
+            "indptr": [self.graph_shm["indptr"].name, len(g.indptr)],
+            "indices": [self.graph_shm["indices"].name, len(g.indices)],
+        }
+
     def stats(self) -> dict[str, Any]:
         graph = (
             None
@@ -431,3 +461,10 @@ class ShardState:
                 t.shm.close()
                 t.shm.unlink()
                 t.shm = None
+        if self.graph_shm:
+            self.graph = None  # drop the views before closing their segments
+            for seg in self.graph_shm.values():
+                with contextlib.suppress(BufferError):  # a view still held elsewhere: unmapped at exit
+                    seg.close()
+                seg.unlink()
+            self.graph_shm = {}

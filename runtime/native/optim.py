@@ -173,19 +173,42 @@ def dedup(
 
 
 def gather(
-    table: torch.Tensor, ids: torch.Tensor, threads: int, out: torch.Tensor | None = None
+    table: torch.Tensor,
+    ids: torch.Tensor,
+    threads: int,
+    out: torch.Tensor | None = None,
+    dest: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Rows `ids` of `table` (n x dim)."""
+    """Rows `ids` of `table` (n x dim): out[i] = table[ids[i]], or out[dest[i]] = table[ids[i]] when
+    `dest` is given (rows of a multi-shard pull written straight to their places in the output)."""
     _check(table, "table", torch.float32, 2)
-    out = torch.empty((len(ids), table.shape[1]), dtype=torch.float32) if out is None else out
+    dim = table.shape[1]
+    if out is None:
+        if dest is not None:
+            raise SparseInputError("dest needs out")
+        out = torch.empty((len(ids), dim), dtype=torch.float32)
+    _check(out, "out", torch.float32, 2)
+    if out.shape[1] != dim:
+        raise SparseInputError(f"out has rows of {out.shape[1]}, the table {dim}")
+    dest_ptr = None
+    if dest is None:
+        if out.shape[0] < len(ids):
+            raise SparseInputError(f"out has {out.shape[0]} rows for {len(ids)} ids")
+    else:
+        dest_ptr = _check(dest, "dest", torch.int64, 1)
+        if len(dest) != len(ids):
+            raise SparseInputError(f"dest has {len(dest)} positions for {len(ids)} ids")
+        if len(dest) and (int(dest.min()) < 0 or int(dest.max()) >= out.shape[0]):
+            raise SparseInputError(f"dest positions must be in [0, {out.shape[0]})")
     bad = ctypes.c_int64(-1)
     rc = core().gt_gather(
         len(ids),
         _check(ids, "ids", torch.int64, 1),
         table.data_ptr(),
-        table.shape[1],
+        dim,
         table.shape[0],
-        _check(out, "out", torch.float32, 2),
+        out.data_ptr(),
+        dest_ptr,
         threads,
         ctypes.byref(bad),
     )

@@ -76,8 +76,11 @@ class SparseEmbedding:
     def clear(self) -> None:
         self._capture.clear()
 
-    def apply_gradients(self, ids: torch.Tensor, grads: torch.Tensor, backend: str | None = None) -> int:
-        """Reduce and apply (ids, grads) with the attached optimizer; returns the unique rows updated."""
+    def apply_gradients(
+        self, ids: torch.Tensor, grads: torch.Tensor, backend: str | None = None, wait: bool = True
+    ) -> int:
+        """Reduce and apply (ids, grads) with the attached optimizer; returns the unique rows updated.
+        A local table is updated at once (`wait` is for tables on shard servers)."""
         if self.config is None:
             raise ValueError(f"embedding {self.name!r} has no optimizer")
         return functional.sparse_step(self.config, self.weight, self.state, ids, grads, backend)

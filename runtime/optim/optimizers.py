@@ -32,13 +32,15 @@ class SparseOptimizer:
         for p in self.params:
             p.attach(config)
 
-    def step(self) -> int:
-        """Apply every gradient captured since the last step; returns the unique rows updated."""
+    def step(self, wait: bool = True) -> int:
+        """Apply every gradient captured since the last step; returns the unique rows updated.
+        wait=False lets tables on shard servers apply it while the caller goes on (the next pull of
+        those tables waits for it, so no read misses an update)."""
         updated = 0
         for p in self.params:
             ids, grads = p.pending()
             p.clear()
-            updated += p.apply_gradients(ids, grads, self.backend)
+            updated += p.apply_gradients(ids, grads, self.backend, wait=wait)
         return updated
 
     def zero_grad(self) -> None:

@@ -241,6 +241,7 @@ class StepHooks:
         theirs; LATEST moves only once every piece is written."""
         if self.checkpoint_root is None:
             return
+        self.graph.client.settle()  # this trainer's pushes in flight are applied before the barrier
         self.dist.barrier()
         if self.dist.rank == 0:
             tag = f"step-{self.step:09d}"

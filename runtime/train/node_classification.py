@@ -105,6 +105,7 @@ class NodeClassification(StepHooks):
             dist.share(tr.batch_size),
             seed=tr.seed + dist.rank,
             fetch=self._fetch,
+            prefetch=tr.prefetch,
         )
 
     # -------------------------------------------------------------------------------- batches
@@ -137,9 +138,9 @@ class NodeClassification(StepHooks):
                 loss = torch.nn.functional.cross_entropy(logits, mb.data["y"])
                 self.dense_opt.zero_grad()
                 loss.backward()
+                if self.emb is not None:  # the servers apply it while the dense step and sampling run
+                    self.sparse_opt.step(wait=False)
                 self.dense_opt.step()
-                if self.emb is not None:
-                    self.sparse_opt.step()
                 self.after_step(progress, window, loss, len(mb.seeds), REPORT_EVERY)
             self.epoch += 1
             self.note(progress, window, loss)

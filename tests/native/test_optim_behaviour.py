@@ -150,6 +150,26 @@ def test_native_dedup_gather_scatter() -> None:
         native.gather(table, torch.tensor([0, 10]), threads=2)
 
 
+@needs_native
+def test_native_gather_to_positions() -> None:
+    table = torch.randn(10, 3)
+    out = torch.zeros(5, 3)
+    dest = torch.tensor([4, 0, 2])
+    native.gather(table, torch.tensor([7, 1, 7]), 2, out, dest)
+    assert torch.equal(out[[4, 0, 2]], table[[7, 1, 7]])
+    assert not out[[1, 3]].any()  # rows not named are left alone
+    for bad, match in (
+        (torch.tensor([0, 5, 1]), r"dest positions must be in \[0, 5\)"),
+        (torch.tensor([0, 1]), "dest has 2 positions for 3 ids"),
+    ):
+        with pytest.raises(SparseInputError, match=match):
+            native.gather(table, torch.tensor([1, 2, 3]), 2, out, bad)
+    with pytest.raises(SparseInputError, match="rows of 4"):
+        native.gather(table, torch.tensor([1]), 2, torch.zeros(1, 4))
+    with pytest.raises(SparseInputError, match="2 rows for 3 ids"):
+        native.gather(table, torch.tensor([1, 2, 3]), 2, torch.zeros(2, 3))
+
+
 def test_embedding_gradients_and_no_leak() -> None:
     emb = SparseEmbedding(50, 4, "e")
     opt = SparseSGD([emb], lr=1.0)

@@ -145,8 +145,8 @@ def test_metrics_endpoint(ckroot: Path) -> None:
         client.close()
 
 
-@pytest.mark.timeout(180)
-def test_server_holds_its_partition_node_data(ckroot: Path, tmp_path: Path) -> None:
+def dense_partition(directory: Path):
+    """A 600-node planted graph with dense features, in 2 METIS parts: (graph, partition config)."""
     from graphtrain.runtime import partition as P
     from graphtrain.runtime.data.graph import Graph
     from tests.conftest import planted_graph
@@ -160,7 +160,14 @@ def test_server_holds_its_partition_node_data(ckroot: Path, tmp_path: Path) -> N
         label=base.label,
         masks=base.masks,
     )
-    cfg = P.write(g, P.partition_graph(g, 2), tmp_path / "part")
+    return g, P.write(g, P.partition_graph(g, 2), directory / "part")
+
+
+@pytest.mark.timeout(180)
+def test_server_holds_its_partition_node_data(ckroot: Path, tmp_path: Path) -> None:
+    from graphtrain.runtime import partition as P
+
+    g, cfg = dense_partition(tmp_path)
     bounds = P.load_config(cfg).node_bounds
     with servers(2, ckroot, "--partition", str(cfg)) as srv:
         client = kvstore.connect([s.address for s in srv], TOKEN)
@@ -173,6 +180,32 @@ def test_server_holds_its_partition_node_data(ckroot: Path, tmp_path: Path) -> N
         assert np.array_equal(label, g.label[maps["node_map"]])
         assert np.array_equal(train.astype(bool), g.masks["train"][maps["node_map"]])
         client.close()
+
+
+@pytest.mark.timeout(180)
+def test_same_host_clients_sample_shared_memory_as_the_servers_do(ckroot: Path, tmp_path: Path) -> None:
+    """With --shm the servers put their partition's structure in shared memory; a client on the host
+    samples it itself and draws exactly what the servers' sample requests return."""
+    import os
+
+    from graphtrain.runtime import partition as P
+
+    _, cfg = dense_partition(tmp_path)
+    bounds = P.load_config(cfg).node_bounds
+    seeds = np.random.default_rng(3).permutation(600)[:200]
+    with servers(2, ckroot, "--partition", str(cfg), "--shm") as srv:
+        addresses = [s.address for s in srv]
+        local = kvstore.connect(addresses, TOKEN, shm=True)
+        remote = kvstore.connect(addresses, TOKEN)
+        assert local.transport.local_graph(1) is not None and remote.transport.local_graph(1) is None
+        for fanout in (3, -1):
+            for seed in (0, 17):
+                got = local.sample(seeds, fanout, bounds, seed)
+                want = remote.sample(seeds, fanout, bounds, seed)
+                assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
+        local.close()
+        remote.close()
+    assert not [f for f in os.listdir("/dev/shm") if f.startswith(job_prefix(TOKEN))]
 
 
 @pytest.mark.timeout(180)
@@ -209,3 +242,40 @@ def test_shared_memory_reads_and_gradient_buffers_match_tcp(ckroot: Path) -> Non
         remote.close()
     mine = job_prefix(TOKEN)  # other jobs' (killed) processes may have left theirs
     assert not [f for f in os.listdir("/dev/shm") if f.startswith(mine)]
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("shm", [False, True], ids=["tcp", "shm"])
+def test_deferred_push_lands_before_the_next_read(ckroot: Path, shm: bool) -> None:
+    """push_grad(wait=False) returns once sent; the client's next read (a socket pull or a shared-memory
+    gather) waits for it, so every read sees the update; a refused push is raised there."""
+    import torch
+
+    from graphtrain.runtime.kvstore.protocol import RemoteError
+    from graphtrain.runtime.optim import OptimConfig
+    from graphtrain.runtime.tensor import DistEmbedding
+
+    rows, dim = 200_000, 32  # a push of ~100,000 unique rows keeps the servers busy for milliseconds
+    with servers(2, ckroot, *(["--shm"] if shm else [])) as srv:
+        client = kvstore.connect([s.address for s in srv], TOKEN, shm=shm)
+        config = OptimConfig("adam", 0.05)
+        deferred = DistEmbedding(rows, dim, "deferred", client=client, init={"kind": "uniform", "seed": 1})
+        direct = DistEmbedding(rows, dim, "direct", client=client, init={"kind": "uniform", "seed": 1})
+        deferred.attach(config)
+        direct.attach(config)
+        g = torch.Generator().manual_seed(0)
+        for n in (150_000, 2_000, 2_000):
+            ids = torch.randint(0, rows, (n,), generator=g)
+            grads = torch.randn(n, dim, generator=g)
+            direct.apply_gradients(ids, grads)
+            deferred.apply_gradients(ids, grads, wait=False)
+            assert torch.equal(deferred.rows(ids), direct.rows(ids))  # read right after the push
+        bare = DistEmbedding(rows, dim, "bare", client=client)  # no optimizer: the server refuses
+        client.push_grad(
+            "bare", np.arange(10), np.ones((10, dim), np.float32), bare.table.book.bounds, False, wait=False
+        )
+        with pytest.raises(RemoteError, match="no optimizer"):
+            client.settle()
+        everything = torch.arange(rows)
+        assert torch.equal(deferred.rows(everything), direct.rows(everything))
+        client.close()

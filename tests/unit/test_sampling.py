@@ -75,11 +75,25 @@ def test_relabel_is_first_occurrence_order() -> None:
     assert local.tolist() == [2, 1, 3, 2, 0]
 
 
-def test_loader_covers_every_seed_once_per_epoch(dist_graph: DistGraph) -> None:
+@pytest.mark.parametrize("prefetch", [0, 2])
+def test_loader_covers_every_seed_once_per_epoch(dist_graph: DistGraph, prefetch: int) -> None:
     ids = node_split(dist_graph.config, "train", 0, 1)
-    loader = NeighborLoader(dist_graph, ids, [3, 3], 64, seed=0)
+    loader = NeighborLoader(dist_graph, ids, [3, 3], 64, seed=0, prefetch=prefetch)
     seen = np.concatenate([mb.seeds for mb in loader])
     assert np.array_equal(np.sort(seen), np.sort(ids))
+
+
+def test_prefetching_loader_makes_the_inline_batches(dist_graph: DistGraph) -> None:
+    ids = node_split(dist_graph.config, "train", 0, 1)
+    fetch = lambda mb: mb.data.update(x=dist_graph.ndata["label"][mb.input_nodes])  # noqa: E731
+    inline, ahead = (
+        list(NeighborLoader(dist_graph, ids, [3, 3], 64, seed=1, prefetch=p, fetch=fetch)) for p in (0, 3)
+    )
+    assert len(inline) == len(ahead) > 1
+    for a, b in zip(inline, ahead, strict=True):
+        assert np.array_equal(a.input_nodes, b.input_nodes)
+        assert torch.equal(a.data["x"], b.data["x"])
+        assert torch.equal(a.blocks[0].src, b.blocks[0].src)
 
 
 def test_splits_are_equal_disjoint_and_partition_local(dist_graph: DistGraph) -> None:
