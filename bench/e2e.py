@@ -114,7 +114,7 @@ def graphtrain_run(
             if p["epoch"] < tr["epochs"] and p["step"] >= 20 and (not seen or p["step"] != seen[-1][1]):
                 seen.append((time.perf_counter(), p["step"]))
         if len(seen) >= 2 and seen[-1][0] - seen[0][0] > 40:
-            proc.send_signal(signal.SIGINT)
+            proc.send_signal(signal.SIGTERM)  # stops every process (SIGINT may be inherited ignored)
             break
         time.sleep(0.05)
     out, _ = proc.communicate(timeout=3600)

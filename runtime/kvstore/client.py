@@ -571,6 +571,13 @@ class KVClient:
                         {**(args or {}), "shm": {"name": seg_name, "offset": offset}},
                     )
                 )
+            elif op == "push_grad" and self.transport.frames_chunked:
+                # One request per chunk: the server applies each while the next is still on the wire.
+                # The ids are distinct after dedup, so the order the chunks land in does not matter.
+                step = max(1, P.CHUNK_BYTES // max(1, vals_g[:1].nbytes))
+                for i in range(a, b, step):
+                    j = min(b, i + step)
+                    calls.append(Call(s, op, name, (ids_g[i:j], vals_g[i:j]), args))
             else:
                 values = self._chunks(vals_g[a:b]) if self.transport.frames_chunked else [vals_g[a:b]]
                 calls.append(Call(s, op, name, (ids_g[a:b], *values), args))
@@ -603,11 +610,17 @@ class KVClient:
         grads = np.ascontiguousarray(grads, dtype=np.float32)
         if native_available() and len(ids):
             from graphtrain.runtime.native import optim as native
+            from graphtrain.runtime.optim.functional import threads
 
             if self._dedup_ws is None:
                 self._dedup_ws = native.DedupWorkspace()
             uids, ugrads, _ = native.dedup(
-                torch.from_numpy(ids), torch.from_numpy(grads), int(bounds[-1]), mean, 1, self._dedup_ws
+                torch.from_numpy(ids),
+                torch.from_numpy(grads),
+                int(bounds[-1]),
+                mean,
+                threads(),
+                self._dedup_ws,
             )
             uids, ugrads = uids.numpy(), ugrads.numpy()
         else:

@@ -66,13 +66,15 @@ class Terminated(KeyboardInterrupt):
 
 
 def stop_on_signals() -> None:
-    """Turn SIGTERM and SIGHUP into Terminated in the main thread (call it from there)."""
+    """Turn SIGTERM and SIGHUP into Terminated in the main thread (call it from there), and let SIGINT
+    interrupt even when the launcher inherited it ignored (started with `&` from a script or nohup)."""
 
     def handler(signum: int, _frame: object) -> None:
         raise Terminated(f"terminated ({signal.Signals(signum).name})")
 
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, handler)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 class LocalRun:

@@ -62,3 +62,37 @@ def test_two_servers_two_clients_match_single_process(config: OptimConfig, ckroo
     assert set(got_state) == set(state)
     for key, value in state.items():
         torch.testing.assert_close(torch.from_numpy(got_state[key]), value, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("config", CONFIGS[2:], ids=lambda c: f"{c.kind}-{c.step_count}")
+def test_push_larger_than_a_chunk_matches_single_process(config: OptimConfig, ckroot: Path) -> None:
+    """A push of 12.8 MB per shard goes as several chunk requests that the server applies while the
+    rest arrive: the result is one optimizer step, as a single request's would be."""
+    import numpy as np
+
+    from graphtrain.runtime import kvstore
+    from graphtrain.runtime.kvstore.protocol import CHUNK_BYTES
+
+    rows, dim, n = 300_000, 32, 200_000
+    assert n // 2 * dim * 4 > 2 * CHUNK_BYTES
+    bounds = np.array([0, rows // 2, rows])
+    init = {"kind": "uniform", "seed": 3}
+    table = torch.empty(rows, dim)
+    init_rows(init, 0, rows, (dim,), table)
+    state = make_state(config, rows, dim)
+    g = torch.Generator().manual_seed(0)
+    with servers(2, ckroot) as srv:
+        client = kvstore.connect([s.address for s in srv], TOKEN)
+        client.create("big", rows, (dim,), "float32", bounds, init)
+        client.set_optimizer("big", dataclasses.asdict(config))
+        for step in range(2):
+            ids = torch.randint(0, rows, (n,), generator=g)
+            grads = torch.randn(n, dim, generator=g)
+            client.push_grad("big", ids.numpy(), grads.numpy(), bounds, config.duplicate == "mean", step + 1)
+            if config.step_count == "global":
+                state["step"][0] = step
+            sparse_step(config, table, state, ids, grads, backend="torch")
+        got = client.pull("big", np.arange(rows), bounds, (dim,), np.float32)
+        client.close()
+    torch.testing.assert_close(torch.from_numpy(got), table, rtol=1e-5, atol=1e-6)
