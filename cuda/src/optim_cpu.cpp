@@ -328,8 +328,11 @@ GT_API int64_t gt_sparse_step(int32_t kind, int64_t n, const int64_t* ids, const
 // Deduplicate `ids` in first-occurrence order and reduce `grads` per unique id (sum, or mean).
 // out_ids (n) and out_grads (n x dim) receive the first `return value` unique ids and reduced rows.
 // Returns the unique count, or -1 with *bad_pos = position of an id out of range.
+// share_distinct: when every id is distinct, out_grads is left unwritten (the caller uses grads as they
+// are: a 51 MB copy saved for a batch of 100,000 distinct rows of 128).
 GT_API int64_t gt_dedup(int64_t n, const int64_t* ids, const float* grads, int64_t dim, int64_t num_rows, int32_t mean,
-                        int64_t* out_ids, float* out_grads, int64_t* inverse, int32_t threads, int64_t* bad_pos) {
+                        int64_t* out_ids, float* out_grads, int64_t* inverse, int32_t threads, int32_t share_distinct,
+                        int64_t* bad_pos) {
   threads = std::max(1, threads);
   const int64_t bad = first_bad(n, ids, num_rows, threads);
   if (bad >= 0) {
@@ -353,6 +356,7 @@ GT_API int64_t gt_dedup(int64_t n, const int64_t* ids, const float* grads, int64
     inverse[i] = ws.table[b].slot;
   }
   const int64_t unique = u;
+  if (share_distinct && unique == n) return unique;
   // Parallel reduction: thread t owns unique slots [t*unique/T, (t+1)*unique/T), scanning in batch order.
 #pragma omp parallel num_threads(threads)
   {

@@ -621,6 +621,7 @@ class KVClient:
                 mean,
                 threads(),
                 self._dedup_ws,
+                share_distinct=True,  # distinct ids (a GraphSAGE batch's input nodes): no 2nd copy
             )
             uids, ugrads = uids.numpy(), ugrads.numpy()
         else:

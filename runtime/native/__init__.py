@@ -76,7 +76,7 @@ def _declare(lib: ctypes.CDLL) -> None:
         _P,
     ]
     lib.gt_sparse_step.restype = _I64
-    lib.gt_dedup.argtypes = [_I64, _P, _P, _I64, _I64, _I32, _P, _P, _P, _I32, _P]
+    lib.gt_dedup.argtypes = [_I64, _P, _P, _I64, _I64, _I32, _P, _P, _P, _I32, _I32, _P]
     lib.gt_dedup.restype = _I64
     lib.gt_gather.argtypes = [_I64, _P, _P, _I64, _I64, _P, _P, _I32, _P]
     lib.gt_gather.restype = ctypes.c_int

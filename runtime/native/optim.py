@@ -140,9 +140,11 @@ def dedup(
     mean: bool,
     threads: int,
     workspace: DedupWorkspace | None = None,
+    share_distinct: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Unique ids in first-occurrence order, their reduced gradients, and each position's unique index.
-    With a workspace the results are views of its buffers, valid until its next use."""
+    With a workspace the results are views of its buffers, valid until its next use. share_distinct:
+    when every id is distinct, the reduced gradients returned are `grads` itself (no copy)."""
     n = len(ids)
     dim = grads.shape[1] if grads.dim() == 2 else 0
     if grads.shape[0] != n:
@@ -165,10 +167,13 @@ def dedup(
         out_grads.data_ptr(),
         inverse.data_ptr(),
         threads,
+        int(share_distinct),
         ctypes.byref(bad),
     )
     if u < 0:
         raise _bad_id(ids, bad.value, num_rows)
+    if share_distinct and u == n:
+        return out_ids[:u], grads, inverse
     return out_ids[:u], out_grads[:u], inverse
 
 

@@ -142,6 +142,12 @@ def test_native_dedup_gather_scatter() -> None:
     assert inverse.tolist() == [0, 1, 0, 2, 1, 0]
     _, mean, _ = native.dedup(ids, grads, 10, mean=True, threads=2)
     torch.testing.assert_close(mean[1], (grads[1] + grads[4]) / 2)
+    _, shared, _ = native.dedup(ids, grads, 10, mean=False, threads=2, share_distinct=True)
+    assert torch.equal(shared, summed)  # duplicates: reduced as always
+    distinct = torch.tensor([4, 0, 7])
+    uids, same, inverse = native.dedup(distinct, grads[:3], 10, mean=True, threads=2, share_distinct=True)
+    assert uids.tolist() == [4, 0, 7] and inverse.tolist() == [0, 1, 2]
+    assert same.data_ptr() == grads.data_ptr()  # every id distinct: the gradients as they are
     table = torch.randn(10, 3)
     torch.testing.assert_close(native.gather(table, ids, threads=2), table[ids])
     native.scatter(table, ids, grads, threads=2)
