@@ -156,6 +156,16 @@ def test_transe_on_nations_standalone(tmp_path: Path) -> None:
     assert result["test_triples"] == 201.0 and 0 <= result["test_hits@1"] <= result["test_hits@10"] <= 1
 
 
+@pytest.mark.timeout(300)
+def test_transe_reproduces_on_two_threads(tmp_path: Path) -> None:
+    """Same seed, same result with 2 intra-op threads (an index backward with atomic adds made TransE
+    differ from run to run)."""
+    doc = yaml.safe_load((Path(__file__).parents[2] / "examples" / "nations-transe.yaml").read_text())
+    doc["spec"]["training"].update(epochs=4, evalEvery=100, threads=2)
+    first, second = (launch(doc, tmp_path / f"run{i}", standalone=True).run() for i in range(2))
+    assert first == second
+
+
 def processes_mentioning(text: str) -> list[int]:
     """Live pids whose command line mentions `text` (zombies excluded)."""
     pids = []
