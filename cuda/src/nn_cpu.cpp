@@ -36,7 +36,7 @@ constexpr int64_t kChunk = 1024;  // divides 2^32: a chunk's indices share their
 
 // out[i] = x[i] * scale if x[i] > 0 and element i is kept, else 0; mask[i] = 1 where out[i] came from x.
 // drop_below = 0 is ReLU alone (every element kept).
-GT_API __attribute__((target_clones("avx512f", "avx2", "default"))) void gt_relu_dropout(
+GT_API GT_CLONES void gt_relu_dropout(
     int64_t n, const float* x, float* out, uint8_t* mask, uint32_t drop_below, float scale, uint64_t seed,
     int32_t threads) {
   const uint32_t lo = static_cast<uint32_t>(seed), hi = static_cast<uint32_t>(seed >> 32);
@@ -62,7 +62,7 @@ GT_API __attribute__((target_clones("avx512f", "avx2", "default"))) void gt_relu
 }
 
 // out[i] = grad[i] * scale where mask[i], else 0 (the backward of gt_relu_dropout).
-GT_API __attribute__((target_clones("avx512f", "avx2", "default"))) void gt_mask_scale(int64_t n, const float* grad, const uint8_t* mask, float scale, float* out,
+GT_API GT_CLONES void gt_mask_scale(int64_t n, const float* grad, const uint8_t* mask, float scale, float* out,
                           int32_t threads) {
 #pragma omp parallel for num_threads(std::max(1, threads)) schedule(static)
   for (int64_t i = 0; i < n; ++i) out[i] = grad[i] * (static_cast<float>(mask[i]) * scale);

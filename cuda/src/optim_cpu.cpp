@@ -242,7 +242,7 @@ int64_t own_rows(Workspace& ws, const std::vector<Block>& blocks, int tid, const
 // Cloned for AVX-512 and AVX2 (picked at load time): the row loops of the optimizer math vectorise
 // wider, row-wise and element-wise Adagrad 16.7 -> ~13.5 and 22.5 -> ~18 ms per 100,000 x 128 step on
 // an AVX-512 Xeon; the baseline x86-64 build (SSE2) stays for other CPUs.
-__attribute__((target_clones("avx512f", "avx2", "default")))
+GT_CLONES
 void apply_rows(int32_t kind, int64_t count, const int64_t* rows, const float* const* grads, int64_t dim,
                 float* table, float* state0, float* state1, int64_t* row_steps, int64_t global_step,
                 const OptimParams& p) {
