@@ -534,9 +534,13 @@ class KVClient:
         self.transport.call_many(calls)
         return out
 
+    @staticmethod
+    def _chunk_rows(values: np.ndarray) -> int:
+        """Rows of `values` per frame or request: CHUNK_BYTES' worth."""
+        return max(1, P.CHUNK_BYTES // max(1, values[:1].nbytes))
+
     def _chunks(self, values: np.ndarray) -> list[np.ndarray]:
-        per_row = max(1, values[:1].nbytes) if len(values) else 1
-        rows = max(1, P.CHUNK_BYTES // per_row)
+        rows = self._chunk_rows(values)
         return [values[i : i + rows] for i in range(0, len(values), rows)] or [values]
 
     def _push_calls(
@@ -574,9 +578,9 @@ class KVClient:
             elif op == "push_grad" and self.transport.frames_chunked:
                 # One request per chunk: the server applies each while the next is still on the wire.
                 # The ids are distinct after dedup, so the order the chunks land in does not matter.
-                step = max(1, P.CHUNK_BYTES // max(1, vals_g[:1].nbytes))
-                for i in range(a, b, step):
-                    j = min(b, i + step)
+                rows = self._chunk_rows(vals_g)
+                for i in range(a, b, rows):
+                    j = min(b, i + rows)
                     calls.append(Call(s, op, name, (ids_g[i:j], vals_g[i:j]), args))
             else:
                 values = self._chunks(vals_g[a:b]) if self.transport.frames_chunked else [vals_g[a:b]]
