@@ -192,12 +192,29 @@ CONFIGS = [
 )
 def test_native_matches_reference(backend: str, config: OptimConfig) -> None:
     table = torch.randn(300, 33, generator=torch.Generator().manual_seed(7))  # odd dim on purpose
-    data = batches(300, 33, seed=4, size=500)
+    assert_matches_reference(config, table, batches(300, 33, seed=4, size=500), backend)
+
+
+def assert_matches_reference(config: OptimConfig, table: torch.Tensor, data, backend: str) -> None:
     ref_t, ref_s = run_ours(config, table, data, "torch")
     got_t, got_s = run_ours(config, table, data, backend)
     torch.testing.assert_close(got_t, ref_t, rtol=RTOL, atol=ATOL)
     for key in ref_s:
         torch.testing.assert_close(got_s[key], ref_s[key], rtol=RTOL, atol=ATOL)
+
+
+@pytest.mark.parametrize("backend", [b for b in BACKENDS if b != "torch"])
+@pytest.mark.parametrize("dim", [16, 32, 64, 128, 256])
+@pytest.mark.parametrize("kind", ["sgd", "adagrad", "rowwise_adagrad", "adam"])
+@pytest.mark.parametrize("weight_decay", [0.0, 0.01])
+def test_native_matches_reference_at_compiled_widths(
+    backend: str, dim: int, kind: str, weight_decay: float
+) -> None:
+    """The CPU core compiles its update loop separately for these row widths (constant at compile
+    time); each copy must agree with the reference like the run-time-width loop above."""
+    config = OptimConfig(kind, 0.05, eps=1e-8, duplicate="mean", weight_decay=weight_decay)
+    table = torch.randn(200, dim, generator=torch.Generator().manual_seed(11))
+    assert_matches_reference(config, table, batches(200, dim, seed=8, size=300), backend)
 
 
 # -------------------------------------------------------------------------- the optimizer classes
