@@ -179,8 +179,14 @@ void dedup_block(Block& bk, int64_t lo, int64_t hi, const int64_t* ids, const ui
 }
 
 // Add (or copy, if `started` is false) every occurrence of a block's unique `sl` into dst, in order.
-void sum_block(const Block& bk, int64_t sl, const float* grads, int64_t dim, float* dst, bool& started) {
-  for (int64_t i = bk.first[sl]; i >= 0; i = bk.next[i - bk.lo]) {
+// The occurrences of a hot id are scattered over the batch, so each one's row is a cache miss: the
+// next occurrence's row is fetched while the current one is added.
+__attribute__((always_inline)) inline void sum_block(const Block& bk, int64_t sl, const float* grads, int64_t dim,
+                                                     float* dst, bool& started) {
+  for (int64_t i = bk.first[sl]; i >= 0;) {
+    const int64_t nx = bk.next[i - bk.lo];
+    if (nx >= 0)
+      for (int64_t j = 0; j < dim; j += 16) __builtin_prefetch(grads + nx * dim + j, 0, 3);
     const float* src = grads + i * dim;
     if (!started) {
       std::memcpy(dst, src, sizeof(float) * dim);
@@ -188,11 +194,13 @@ void sum_block(const Block& bk, int64_t sl, const float* grads, int64_t dim, flo
     } else {
       for (int64_t j = 0; j < dim; ++j) dst[j] += src[j];
     }
+    i = nx;
   }
 }
 
 // Phase 2: the rows thread `tid` owns and their reduced gradients (pointing into the batch when an id
-// occurs once). Returns the number of rows.
+// occurs once). Returns the number of rows. Cloned like apply_rows, for the reduction's row adds.
+GT_CLONES
 int64_t own_rows(Workspace& ws, const std::vector<Block>& blocks, int tid, const uint64_t* h, const float* grads,
                  int64_t dim, bool mean) {
   const Block& mine = blocks[tid];
