@@ -404,6 +404,8 @@ GT_API int64_t gt_dedup(int64_t n, const int64_t* ids, const float* grads, int64
   std::fill(ws.table.begin(), ws.table.begin() + cap, Entry{kEmpty, 0});
   int64_t u = 0;
   for (int64_t i = 0; i < n; ++i) {
+    if (i + kPrefetchIds < n)  // the bucket of an id a few ahead: the table (32n bytes) is not in cache
+      __builtin_prefetch(&ws.table[graphtrain::mix64(static_cast<uint64_t>(ids[i + kPrefetchIds])) & mask], 1, 3);
     const int64_t id = ids[i];
     int64_t b = static_cast<int64_t>(graphtrain::mix64(static_cast<uint64_t>(id)) & static_cast<uint64_t>(mask));
     while (ws.table[b].key != kEmpty && ws.table[b].key != id) b = (b + 1) & mask;
