@@ -403,11 +403,21 @@ GT_API int64_t gt_dedup(int64_t n, const int64_t* ids, const float* grads, int64
   if (static_cast<int64_t>(ws.table.size()) < cap) ws.table.resize(cap);
   std::fill(ws.table.begin(), ws.table.begin() + cap, Entry{kEmpty, 0});
   int64_t u = 0;
+  // Hashes of the next kPrefetchIds ids, each computed once: its bucket is fetched when it enters the
+  // ring, kPrefetchIds inserts before it is used (the table, 2-4n entries of 16 bytes, is not in cache).
+  static_assert((kPrefetchIds & (kPrefetchIds - 1)) == 0, "ring size must be a power of two");
+  uint64_t ring[kPrefetchIds];
+  for (int64_t i = 0; i < std::min<int64_t>(n, kPrefetchIds); ++i)
+    ring[i] = graphtrain::mix64(static_cast<uint64_t>(ids[i]));
   for (int64_t i = 0; i < n; ++i) {
-    if (i + kPrefetchIds < n)  // the bucket of an id a few ahead: the table (32n bytes) is not in cache
-      __builtin_prefetch(&ws.table[graphtrain::mix64(static_cast<uint64_t>(ids[i + kPrefetchIds])) & mask], 1, 3);
+    const uint64_t hv = ring[i & (kPrefetchIds - 1)];
+    if (i + kPrefetchIds < n) {
+      const uint64_t ahead = graphtrain::mix64(static_cast<uint64_t>(ids[i + kPrefetchIds]));
+      ring[i & (kPrefetchIds - 1)] = ahead;
+      __builtin_prefetch(&ws.table[ahead & static_cast<uint64_t>(mask)], 1, 3);
+    }
     const int64_t id = ids[i];
-    int64_t b = static_cast<int64_t>(graphtrain::mix64(static_cast<uint64_t>(id)) & static_cast<uint64_t>(mask));
+    int64_t b = static_cast<int64_t>(hv & static_cast<uint64_t>(mask));
     while (ws.table[b].key != kEmpty && ws.table[b].key != id) b = (b + 1) & mask;
     if (ws.table[b].key == kEmpty) {
       ws.table[b] = Entry{id, u};
