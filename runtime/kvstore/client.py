@@ -494,22 +494,27 @@ class KVClient:
         self.each("set_optimizer", name, {"config": config})
 
     @staticmethod
-    def split(ids: np.ndarray, bounds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(order, per-shard start offsets into ids[order]): ids grouped by owner, stable."""
-        owners = np.searchsorted(bounds, ids, side="right") - 1
-        if ids.size and (owners.min() < 0 or ids.max() >= bounds[-1]):
-            bad = int(ids[(owners < 0) | (ids >= bounds[-1])][0])
+    def split(ids: np.ndarray, bounds: np.ndarray) -> tuple[np.ndarray | None, np.ndarray]:
+        """(order, per-shard start offsets into ids[order]): ids grouped by owner, stable. order is None
+        when the ids already are (one shard, or sorted by owner): no permutation to build or apply
+        (the owner lookup and stable sort of 100,000 ids took ~1 ms before a one-shard pull was sent)."""
+        if ids.size and (ids.min() < bounds[0] or ids.max() >= bounds[-1]):
+            bad = int(ids[(ids < bounds[0]) | (ids >= bounds[-1])][0])
             raise P.ProtocolError(f"id {bad} is outside the table's rows [0, {int(bounds[-1])})")
+        if len(bounds) == 2:
+            return None, np.array([0, len(ids)])
+        owners = np.searchsorted(bounds, ids, side="right") - 1
+        if len(owners) < 2 or bool(np.all(owners[1:] >= owners[:-1])):
+            return None, np.searchsorted(owners, np.arange(len(bounds)))
         order = np.argsort(owners, kind="stable")
-        starts = np.searchsorted(owners[order], np.arange(len(bounds)))
-        return order, starts
+        return order, np.searchsorted(owners[order], np.arange(len(bounds)))
 
     def pull(
         self, name: str, ids: np.ndarray, bounds: np.ndarray, row_shape: tuple[int, ...], dtype: np.dtype
     ) -> np.ndarray:
         ids = np.ascontiguousarray(ids, dtype=np.int64)
         order, starts = self.split(ids, bounds)
-        in_order = bool(np.all(order[1:] > order[:-1])) if len(order) > 1 else True
+        in_order = order is None
         out = np.empty((len(ids), *row_shape), dtype=dtype)
         calls = []
         for s in range(self.num_shards):
@@ -553,8 +558,8 @@ class KVClient:
         args: dict[str, Any] | None,
     ) -> list[Call]:
         order, starts = self.split(ids, bounds)
-        grouped = len(order) < 2 or bool(np.all(order[1:] > order[:-1]))
-        ids_g, vals_g = (ids, values) if grouped else (ids[order], values[order])  # no 51 MB copy if in order
+        # no 51 MB copy when the ids come grouped by owner
+        ids_g, vals_g = (ids, values) if order is None else (ids[order], values[order])
         buffer = self.transport.push_buffer(vals_g.nbytes) if vals_g.nbytes else None
         calls = []
         for s in range(self.num_shards):
@@ -651,6 +656,8 @@ class KVClient:
         seed, all shards in parallel. Returns (sources, counts) in the order of `seeds`."""
         seeds = np.ascontiguousarray(seeds, dtype=np.int64)
         order, starts = self.split(seeds, bounds)
+        if order is None:
+            order = np.arange(len(seeds))
         calls, pieces = [], []
         for s in range(self.num_shards):
             a, b = starts[s], starts[s + 1]
