@@ -27,3 +27,11 @@ class MemoryEstimateError(PartitionError):
 
 class SparseInputError(GraphtrainError, ValueError):
     """Bad ids or tensors given to a sparse operation (named in the message); nothing was modified."""
+
+
+class NonFiniteGradient(SparseInputError):
+    """A gradient row holds a NaN or an infinity; the step was refused before any row changed."""
+
+    def __init__(self, message: str, row: int):
+        super().__init__(message)
+        self.row = row  # batch position of the first such row

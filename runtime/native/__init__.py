@@ -55,27 +55,19 @@ class OptimParams(ctypes.Structure):
     ]
 
 
+# dim, num_rows, mean, table, state0, state1, row_steps, global_step, params: the arguments every sparse
+# step entry point (CPU and CUDA) takes after its gradients
+STEP_TAIL = [_I64, _I64, _I32, _P, _P, _P, _P, _I64, OptimParams]
+
+
 def _declare(lib: ctypes.CDLL) -> None:
     lib.gt_partition_refine.argtypes = [_I64, _P, _P, _P, _I32, _P, _I32, _P, _P, _I32, _I32, _U64, _P]
     lib.gt_partition_refine.restype = ctypes.c_int
-    lib.gt_sparse_step.argtypes = [
-        _I32,
-        _I64,
-        _P,
-        _P,
-        _I64,
-        _I64,
-        _I32,
-        _P,
-        _P,
-        _P,
-        _P,
-        _I64,
-        OptimParams,
-        _I32,
-        _P,
-    ]
+    # kind, n, ids, <the gradients>, then STEP_TAIL, then (pieces only) refuse_nonfinite, then bad_pos
+    lib.gt_sparse_step.argtypes = [_I32, _I64, _P, _P, *STEP_TAIL, _I32, _P]
     lib.gt_sparse_step.restype = _I64
+    lib.gt_sparse_step_pieces.argtypes = [_I32, _I64, _P, _I64, _P, _P, *STEP_TAIL, _I32, _I32, _P]
+    lib.gt_sparse_step_pieces.restype = _I64
     lib.gt_dedup.argtypes = [_I64, _P, _P, _I64, _I64, _I32, _P, _P, _P, _I32, _I32, _P]
     lib.gt_dedup.restype = _I64
     lib.gt_gather.argtypes = [_I64, _P, _P, _I64, _I64, _P, _P, _I32, _P]
@@ -92,6 +84,8 @@ def _declare(lib: ctypes.CDLL) -> None:
     lib.gt_relu_dropout.restype = None
     lib.gt_mask_scale.argtypes = [_I64, _P, _P, ctypes.c_float, _P, _I32]
     lib.gt_mask_scale.restype = None
+    lib.gt_first_nonfinite.argtypes = [_P, _I64]
+    lib.gt_first_nonfinite.restype = _I64
     lib.gt_max_threads.argtypes = []
     lib.gt_max_threads.restype = ctypes.c_int
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from graphtrain.runtime.errors import SparseInputError
-from graphtrain.runtime.native import _HERE, OptimParams
+from graphtrain.runtime.native import _HERE, STEP_TAIL
 from graphtrain.runtime.native.optim import KIND_CODE, params, state_tensors
 
 if TYPE_CHECKING:
@@ -30,23 +30,7 @@ def _lib() -> ctypes.CDLL | None:
     if not found:
         return None
     lib = ctypes.CDLL(str(found[0]))
-    lib.gt_cuda_sparse_step.argtypes = [
-        _I32,
-        _I64,
-        _P,
-        _P,
-        _I64,
-        _I64,
-        _I32,
-        _P,
-        _P,
-        _P,
-        _P,
-        _I64,
-        OptimParams,
-        _P,
-        _P,
-    ]
+    lib.gt_cuda_sparse_step.argtypes = [_I32, _I64, _P, _P, *STEP_TAIL, _P, _P]
     lib.gt_cuda_sparse_step.restype = _I64
     lib.gt_cuda_gather.argtypes = [_I64, _P, _P, _I64, _I64, _P, _P, _P]
     lib.gt_cuda_gather.restype = ctypes.c_int

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import torch
 
-from graphtrain.runtime.errors import SparseInputError
+from graphtrain.runtime.errors import NonFiniteGradient, SparseInputError
 from graphtrain.runtime.native import NativeUnavailable, OptimParams, core
 
 if TYPE_CHECKING:  # the native layer sits below runtime.optim and must not import it at run time
@@ -28,10 +29,12 @@ __all__ = [
     "advise_hugepages",
     "dedup",
     "empty",
+    "first_nonfinite",
     "gather",
     "params",
     "scatter",
     "sparse_step",
+    "sparse_step_pieces",
 ]
 
 
@@ -89,16 +92,59 @@ def sparse_step(
     threads: int,
 ) -> int:
     """Fused dedup + reduce + update (state checked by the caller). Returns the unique row count."""
+    grads_ptr = _check(grads, "grads", torch.float32, 2)
+    return _step(core().gt_sparse_step, (grads_ptr,), (), config, table, state, ids, threads)
+
+
+def sparse_step_pieces(
+    config: OptimConfig,
+    table: torch.Tensor,
+    state: dict[str, torch.Tensor],
+    ids: torch.Tensor,
+    pieces: list[torch.Tensor],
+    threads: int,
+    refuse_nonfinite: bool = False,
+) -> int:
+    """sparse_step with the gradients in row blocks (pieces[0] holds the rows of the first ids, and so
+    on), read where they lie: a push that reached a shard server in several frames is one step, without
+    copying its frames into one array. refuse_nonfinite: scan the gradients first (one pass, in cache)
+    and raise NonFiniteGradient before any row is touched."""
+    dim = table.shape[1]
+    blocks = np.empty(len(pieces), dtype=np.uint64)
+    counts = np.empty(len(pieces), dtype=np.int64)
+    for k, p in enumerate(pieces):
+        blocks[k] = _check(p, f"grads[{k}]", torch.float32, 2)
+        counts[k] = len(p)
+        if p.shape[1] != dim:
+            raise SparseInputError(f"grads[{k}] has rows of {p.shape[1]} values; the table's have {dim}")
+    if int(counts.sum()) != len(ids):
+        raise SparseInputError(f"{int(counts.sum())} gradient rows for {len(ids)} ids")
+    grads_args = (len(pieces), blocks.ctypes.data, counts.ctypes.data)
+    return _step(
+        core().gt_sparse_step_pieces, grads_args, (int(refuse_nonfinite),), config, table, state, ids, threads
+    )
+
+
+def _step(
+    fn: Any,
+    grads_args: tuple[Any, ...],
+    flags: tuple[int, ...],
+    config: OptimConfig,
+    table: torch.Tensor,
+    state: dict[str, torch.Tensor],
+    ids: torch.Tensor,
+    threads: int,
+) -> int:
+    """Call a sparse-step entry point: kind, n, ids, *grads_args, the common tail, threads, *flags, bad."""
     _check(table, "table", torch.float32, 2)
-    n, dim = len(ids), table.shape[1]
     s0, s1, row_steps, global_step = state_tensors(config, state)
     bad = ctypes.c_int64(-1)
-    got = core().gt_sparse_step(
+    got = fn(
         KIND_CODE[config.kind],
-        n,
+        len(ids),
         _check(ids, "ids", torch.int64, 1),
-        _check(grads, "grads", torch.float32, 2),
-        dim,
+        *grads_args,
+        table.shape[1],
         table.shape[0],
         1 if config.duplicate == "mean" else 0,
         table.data_ptr(),
@@ -108,8 +154,11 @@ def sparse_step(
         global_step,
         params(config),
         threads,
+        *flags,
         ctypes.byref(bad),
     )
+    if got == -2:
+        raise NonFiniteGradient(f"gradient row {bad.value} holds NaN or infinity", bad.value)
     if got < 0:
         raise _bad_id(ids, bad.value, table.shape[0])
     return int(got)
@@ -220,6 +269,12 @@ def gather(
     if rc < 0:
         raise _bad_id(ids, bad.value, table.shape[0])
     return out
+
+
+def first_nonfinite(values: torch.Tensor) -> int:
+    """Flat position of the first NaN or infinity of a contiguous float32 CPU tensor, or -1."""
+    _check(values, "values", torch.float32, values.dim())
+    return int(core().gt_first_nonfinite(values.data_ptr(), values.numel()))
 
 
 def scatter(table: torch.Tensor, ids: torch.Tensor, values: torch.Tensor, threads: int) -> None:

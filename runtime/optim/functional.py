@@ -12,7 +12,7 @@ import os
 
 import torch
 
-from graphtrain.runtime.errors import SparseInputError
+from graphtrain.runtime.errors import NonFiniteGradient, SparseInputError
 from graphtrain.runtime.native import available as native_available
 from graphtrain.runtime.optim import reference
 from graphtrain.runtime.optim.config import OptimConfig
@@ -54,20 +54,34 @@ def threads() -> int:
     return max(1, int(env)) if env else max(1, torch.get_num_threads())
 
 
-def _validate(table: torch.Tensor, ids: torch.Tensor, grads: torch.Tensor) -> None:
+def _validate(table: torch.Tensor, ids: torch.Tensor, grads: torch.Tensor | list[torch.Tensor]) -> None:
     if table.dtype != torch.float32 or table.dim() != 2 or not table.is_contiguous():
         raise SparseInputError(
             f"table must be a contiguous 2-D float32 tensor, got {table.dtype} {tuple(table.shape)}"
         )
     if ids.dtype != torch.int64 or ids.dim() != 1:
         raise SparseInputError(f"ids must be a 1-D int64 tensor, got {ids.dtype} {tuple(ids.shape)}")
-    if grads.dtype != torch.float32 or tuple(grads.shape) != (len(ids), table.shape[1]):
-        want, got = (len(ids), table.shape[1]), tuple(grads.shape)
-        raise SparseInputError(f"grads must be float32 of shape {want}, got {grads.dtype} {got}")
-    if ids.device != table.device or grads.device != table.device:
-        raise SparseInputError(
-            f"ids, grads and table must be on one device ({ids.device}, {grads.device}, {table.device})"
-        )
+    blocks = grads if isinstance(grads, list) else [grads]
+    for k, g in enumerate(blocks):
+        rows = len(ids) if not isinstance(grads, list) else (g.shape[0] if g.dim() else 0)
+        if g.dtype != torch.float32 or g.dim() != 2 or tuple(g.shape) != (rows, table.shape[1]):
+            want, got = (rows, table.shape[1]), tuple(g.shape)
+            what = "grads" if not isinstance(grads, list) else f"grads[{k}]"
+            raise SparseInputError(f"{what} must be float32 of shape {want}, got {g.dtype} {got}")
+        if g.device != table.device:
+            raise SparseInputError(f"grads and table must be on one device ({g.device}, {table.device})")
+    rows = sum(len(g) for g in blocks)
+    if rows != len(ids):
+        raise SparseInputError(f"grads hold {rows} rows for {len(ids)} ids")
+    if ids.device != table.device:
+        raise SparseInputError(f"ids and table must be on one device ({ids.device}, {table.device})")
+
+
+def _check_finite(grads: torch.Tensor) -> None:
+    rows = ~torch.isfinite(grads).all(dim=1)
+    if bool(rows.any()):
+        row = int(torch.nonzero(rows)[0])
+        raise NonFiniteGradient(f"gradient row {row} holds NaN or infinity", row)
 
 
 def _check_range(ids: torch.Tensor, num_rows: int) -> None:
@@ -82,20 +96,40 @@ def sparse_step(
     table: torch.Tensor,
     state: dict[str, torch.Tensor],
     ids: torch.Tensor,
-    grads: torch.Tensor,
+    grads: torch.Tensor | list[torch.Tensor],
     backend: str | None = None,
+    finite: bool = False,
 ) -> int:
     """Reduce duplicate ids' gradients and update their rows and optimizer state in place.
 
-    Returns the number of unique rows updated.
+    grads: one row per id, as one tensor or as row blocks in id order (a push that reached a shard
+    server in several frames: the native CPU core reads the blocks where they lie, the other backends
+    get them concatenated). finite: refuse gradients holding NaN or infinity. Returns the number of
+    unique rows updated.
 
     Raises:
+        NonFiniteGradient: finite was asked and a gradient row is not; nothing is modified.
         SparseInputError: wrong dtype, shape or device, or an id outside the table; nothing is modified.
     """
     _validate(table, ids, grads)
     check_state(config, state, table.shape[0], table.shape[1])
-    ids, grads = ids.contiguous(), grads.contiguous()
     name = choose_backend(table.device, backend)
+    if isinstance(grads, list):
+        if name == "cpu" and len(grads) > 1:
+            grads = [g.contiguous() for g in grads]
+        else:
+            grads = (
+                grads[0]
+                if len(grads) == 1
+                else torch.cat(grads)
+                if grads
+                else table.new_empty(0, table.shape[1])
+            )
+    ids = ids.contiguous()
+    if isinstance(grads, torch.Tensor):
+        grads = grads.contiguous()
+        if finite:  # the native pieces path scans in its first pass instead
+            _check_finite(grads)
     if name == "torch":
         _check_range(ids, table.shape[0])
     global_adam = config.kind == "adam" and config.step_count == "global"
@@ -108,7 +142,15 @@ def sparse_step(
     elif name == "cpu":
         from graphtrain.runtime.native import optim as native
 
-        updated = native.sparse_step(config, table, state, ids, grads, threads())
+        if isinstance(grads, list):
+            try:
+                updated = native.sparse_step_pieces(config, table, state, ids, grads, threads(), finite)
+            except NonFiniteGradient:
+                if global_adam:
+                    state["step"] -= 1  # refused: the step did not happen
+                raise
+        else:
+            updated = native.sparse_step(config, table, state, ids, grads, threads())
     else:
         from graphtrain.runtime.native import cuda
 
