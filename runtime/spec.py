@@ -157,6 +157,11 @@ class DuplicateRule(StrEnum):
     mean = "mean"  # averaged (DGL's sparse optimizers)
 
 
+class NonFiniteRule(StrEnum):
+    refuse = "refuse"  # a gradient push holding NaN or infinity is refused whole; no row changes
+    skip = "skip"  # the rows holding one are left out (counted); the others are applied
+
+
 class Sharding(StrEnum):
     server = "server"  # rows live on the shard servers, updated there
     collective = "collective"  # rows live on trainers, exchanged all-to-all (SOK style)
@@ -344,6 +349,10 @@ class EmbeddingTable(_Model):
     init: Init = Field(default_factory=Init)
     optimizer: Optimizer = Field(default_factory=Optimizer)
     duplicate_grads: DuplicateRule = DuplicateRule.sum
+    non_finite_grads: NonFiniteRule = Field(
+        NonFiniteRule.refuse,
+        description="gradients holding NaN or infinity: refuse the push (default) or skip those rows",
+    )
     sharding: Sharding = Sharding.server
     vocabulary: Vocabulary = Field(default_factory=Vocabulary)
 

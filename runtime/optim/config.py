@@ -21,6 +21,8 @@ class OptimConfig:
     step_count (adam): "row" counts steps per row and adds eps to sqrt(v_hat) (DGL's SparseAdam);
     "global" counts steps per table and adds eps to sqrt(v) (torch.optim.SparseAdam). Each matches its
     model exactly. duplicate: "sum" (torch.optim on nn.Embedding(sparse=True)) or "mean" (DGL).
+    nonfinite (shard servers): a gradient push holding NaN or infinity is refused whole ("refuse") or
+    its rows holding one are skipped and counted ("skip").
     """
 
     kind: Kind
@@ -33,6 +35,7 @@ class OptimConfig:
     step_count: Literal["row", "global"] = "row"
     duplicate: Literal["sum", "mean"] = "sum"
     row_norm: float = 0.0  # > 0: every updated row is then scaled to this L2 norm (KGE entity constraint)
+    nonfinite: Literal["refuse", "skip"] = "refuse"
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -53,6 +56,8 @@ class OptimConfig:
             raise ValueError(f"step_count must be 'row' or 'global', got {self.step_count!r}")
         if self.duplicate not in ("sum", "mean"):
             raise ValueError(f"duplicate must be 'sum' or 'mean', got {self.duplicate!r}")
+        if self.nonfinite not in ("refuse", "skip"):
+            raise ValueError(f"nonfinite must be 'refuse' or 'skip', got {self.nonfinite!r}")
 
     @classmethod
     def from_spec(cls, table: object) -> OptimConfig:
@@ -68,4 +73,5 @@ class OptimConfig:
             initial_accumulator=opt.initial_accumulator,
             step_count=str(opt.step_count),  # type: ignore[arg-type]
             duplicate=str(table.duplicate_grads),  # type: ignore[attr-defined,arg-type]
+            nonfinite=str(table.non_finite_grads),  # type: ignore[attr-defined,arg-type]
         )
