@@ -343,6 +343,8 @@ def read_token(token_file: Path | None) -> str:
         token = os.environ.get(ENV_TOKEN, "").strip()
     if not token:
         raise GraphtrainError(f"no token: pass --token-file or set {ENV_TOKEN}")
+    if len(token.encode()) > 255:
+        raise GraphtrainError("the token is longer than 255 bytes (the most a connection can present)")
     return token
 
 
@@ -363,15 +365,23 @@ def health(
     token_file: Annotated[Path | None, typer.Option(help=f"shared token file (else ${ENV_TOKEN})")] = None,
     timeout: Annotated[float, typer.Option(help="seconds to wait for each answer")] = 5.0,
 ) -> None:
-    """Ask shard servers for their health (the readiness probe); exit 1 naming any that does not answer."""
+    """Ask shard servers for their health (the readiness probe); exit 1 naming any that does not answer,
+    refuses the token, or reports itself not live (a thread stopped, or requests wait while no worker
+    finishes any)."""
     from graphtrain.runtime import kvstore
 
     client = kvstore.connect(addresses, read_token(token_file), timeout=timeout, retries=0)
     try:
-        for address, answer in zip(addresses, client.health(timeout=timeout), strict=True):
-            out.print(f"{address}: {json.dumps(answer)}", highlight=False)
+        answers = client.health(timeout=timeout)
     finally:
         client.close()
+    deaf = []
+    for address, answer in zip(addresses, answers, strict=True):
+        out.print(f"{address}: {json.dumps(answer)}", highlight=False)
+        if not answer.get("live", True):
+            deaf.append(f"{address}: {answer.get('why', 'not live')}")
+    if deaf:
+        raise GraphtrainError("not live: " + "; ".join(deaf))
 
 
 @app.command("shard-server")
@@ -404,17 +414,33 @@ def shard_server(
     metrics_host: Annotated[str, typer.Option(help="address the metrics endpoint binds")] = "127.0.0.1",
     shm: Annotated[bool, typer.Option(help="hold tables in shared memory for clients on this host")] = False,
     max_request_bytes: Annotated[
-        int, typer.Option(help="refuse larger requests (the connection is closed)")
-    ] = 1 << 30,
+        int, typer.Option(min=1 << 20, help="refuse requests with more bytes of arrays than this")
+    ] = 64 << 20,
+    max_queued_bytes: Annotated[
+        int,
+        typer.Option(min=1 << 20, help="stop reading new requests while queued ones hold this many bytes"),
+    ] = 512 << 20,
+    stall_seconds: Annotated[
+        float,
+        typer.Option(min=1.0, help="drop a connection that reads none of its pending replies for this long"),
+    ] = 30.0,
+    deaf_seconds: Annotated[
+        float,
+        typer.Option(
+            min=1.0, help="not live (/livez, health) when requests wait this long and no worker finishes one"
+        ),
+    ] = 300.0,
 ) -> None:
     """Run a shard server: tables, their optimizer state and node data of one partition.
 
-    Prints one JSON line {"event": "ready", "address": ..., "metrics_port": ...} when it listens, then
-    serves until a shutdown request, SIGTERM or Ctrl-C.
+    Clients authenticate with the shared token when they connect (nothing of a connection without it
+    is read beyond its handshake). Prints one JSON line {"event": "ready", "address": ...,
+    "metrics_port": ...} when it listens, then serves until a shutdown request, SIGTERM or Ctrl-C. The
+    metrics port also answers /livez (the liveness probe) and /readyz.
     """
     import logging
 
-    from graphtrain.runtime.kvstore.server import serve
+    from graphtrain.runtime.kvstore.server import Limits, serve
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     if shard_from_hostname:
@@ -431,7 +457,12 @@ def shard_server(
         metrics_port,
         metrics_host,
         shm,
-        max_request_bytes,
+        Limits(
+            max_request_bytes=max_request_bytes,
+            max_queued_bytes=max_queued_bytes,
+            stall_seconds=stall_seconds,
+            deaf_seconds=deaf_seconds,
+        ),
     )
 
 

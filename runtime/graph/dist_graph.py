@@ -13,7 +13,8 @@ import numpy as np
 import torch
 
 from graphtrain.runtime.kvstore import default_client
-from graphtrain.runtime.kvstore.client import InProcTransport, KVClient
+from graphtrain.runtime.kvstore.client import KVClient
+from graphtrain.runtime.kvstore.inproc import InProcTransport
 from graphtrain.runtime.kvstore.state import ShardState
 from graphtrain.runtime.partition import PartitionConfig, load_config
 from graphtrain.runtime.tensor import DistTensor, PartitionBook

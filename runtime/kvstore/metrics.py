@@ -15,6 +15,8 @@ from prometheus_client.registry import Collector
 
 from graphtrain.runtime.kvstore.protocol import OPS
 
+REJECT_REASONS = ("malformed", "busy", "dropped")
+DROP_REASONS = ("backlog", "stalled", "gone")
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 
@@ -41,9 +43,33 @@ class TableCollector(Collector):
         yield size
 
 
+class LoadCollector(Collector):
+    """Queued requests, busy workers and open connections' backlogs, read at scrape time."""
+
+    def __init__(self, load: Callable[[], dict[str, float]], shard: int):
+        self._load = load
+        self.shard = str(shard)
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        load = self._load()
+        for key, help_text in (
+            ("queued_requests", "Requests waiting for a worker"),
+            ("busy_workers", "Workers handling a request"),
+            ("parked_streams", "Pull replies waiting for their client to read"),
+            ("live", "1 while every thread of the server makes progress (the liveness verdict)"),
+        ):
+            g = GaugeMetricFamily(f"graphtrain_kvstore_{key}", help_text, labels=["shard"])
+            g.add_metric([self.shard], float(load.get(key, 0)))
+            yield g
+
+
 class ServerMetrics:
     def __init__(
-        self, shard: int, describe: Callable[[], dict[str, Any]], registry: CollectorRegistry | None = None
+        self,
+        shard: int,
+        describe: Callable[[], dict[str, Any]],
+        registry: CollectorRegistry | None = None,
+        load: Callable[[], dict[str, float]] | None = None,
     ):
         self.registry = registry or CollectorRegistry()
         labels = ["shard", "op"]
@@ -78,8 +104,34 @@ class ServerMetrics:
         )
         self.bad_requests = Counter(
             "graphtrain_kvstore_rejected_requests_total",
-            "Requests refused before reaching a handler (malformed, unauthenticated)",
+            "Requests refused before reaching a handler (malformed; busy: the connection had too many "
+            "queued; dropped: from a connection that was dropped)",
             ["shard", "reason"],
+            registry=self.registry,
+        )
+        self.handshakes = Counter(
+            "graphtrain_kvstore_handshakes_total",
+            "Connections' handshakes, by result (refused: a wrong token; failed: no credentials or not ZMTP)",
+            ["shard", "result"],
+            registry=self.registry,
+        )
+        self.dropped_peers = Counter(
+            "graphtrain_kvstore_dropped_peers_total",
+            "Connections whose replies were dropped (backlog: too many unread; stalled: nothing read for "
+            "too long; gone: disconnected with replies pending)",
+            ["shard", "reason"],
+            registry=self.registry,
+        )
+        self.nonfinite = Counter(
+            "graphtrain_kvstore_nonfinite_rows_total",
+            "Gradient rows holding NaN or infinity, by action (refused with their push, or skipped)",
+            ["shard", "action"],
+            registry=self.registry,
+        )
+        self.worker_restarts = Counter(
+            "graphtrain_kvstore_worker_restarts_total",
+            "Request workers restarted after their thread ended unexpectedly",
+            ["shard"],
             registry=self.registry,
         )
         s = str(shard)
@@ -92,6 +144,15 @@ class ServerMetrics:
         for kind in ("overwrite", "gradient"):
             self.rows_pushed.labels(s, kind)
         self.optimizer.labels(s)
-        for reason in ("malformed", "unauthenticated"):
+        for reason in REJECT_REASONS:
             self.bad_requests.labels(s, reason)
+        for result in ("accepted", "refused", "failed"):
+            self.handshakes.labels(s, result)
+        for reason in DROP_REASONS:
+            self.dropped_peers.labels(s, reason)
+        for action in ("refused", "skipped"):
+            self.nonfinite.labels(s, action)
+        self.worker_restarts.labels(s)
         self.registry.register(TableCollector(describe, shard))
+        if load is not None:
+            self.registry.register(LoadCollector(load, shard))

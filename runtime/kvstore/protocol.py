@@ -4,24 +4,32 @@ A message is a ZMQ multipart message: frame 0 is a msgpack map (the header), the
 raw bytes of arrays, described in the header's "frames" list as [dtype, shape]. Arrays cross
 zero-copy in both directions; nothing is ever unpickled.
 
-Request header:  {"v": 1, "op": str, "rid": int, "token": str, "name": str | None,
+Request header:  {"v": 2, "op": str, "rid": int, "name": str | None,
                   "frames": [[dtype, shape], ...], "args": {...}}
-Reply header:    {"v": 1, "rid": int, "ok": bool, "error": str | None,
+Reply header:    {"v": 2, "rid": int, "ok": bool, "error": str | None,
                   "frames": [[dtype, shape], ...], "result": {...}, "chunk": [index, count]}
 
-Pull replies stream as several messages (`chunk`), each holding a few MB of rows, so the server
-gathers the next chunk while the previous one is on the wire. Push and push-gradient requests carry
-their values as several frames of one message ([ids, values_0, values_1, ...]); the server applies
-them frame by frame, without concatenating.
+Peers authenticate once, at the connection (ZMQ's PLAIN mechanism, checked by the server's ZAP
+handler: auth.py), not per request: a peer without the token never gets a message delivered, so it
+can make the server neither parse nor buffer anything beyond one frame of the handshake. Every frame a
+client sends is at most MAX_FRAME_BYTES (the server's ZMQ_MAXMSGSIZE), which bounds that frame: ids
+and values travel as several frames, and a push as [ids_0, values_0, ids_1, values_1, ...].
 
-`parse_request` is a pure function: every field is checked (known op, types, dtypes, shapes against
-the frame sizes, size limits) and any problem becomes a ProtocolError whose message names it; the
-server answers with that message and keeps serving.
+Pull replies stream as several messages (`chunk`) of CHUNK_BYTES of rows each, so the server gathers
+the next chunk while the previous one is on the wire.
+
+Validation is two pure steps: `parse_request` checks the envelope (version, op, rid, frame
+descriptions against the bytes) and never raises anything but ProtocolError, whatever the bytes;
+`validate` checks one op's arrays and arguments and returns them typed. What needs the table (its
+existence, dtype, row range) is checked by the state. Every error message names the field, and never
+echoes more than a few dozen characters of the input.
 """
 
 from __future__ import annotations
 
+import math
 import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,12 +38,21 @@ import numpy as np
 
 from graphtrain.runtime.errors import GraphtrainError
 
-VERSION = 1
-CHUNK_BYTES = 4 << 20  # rows per pull chunk / push frame: 4 MB (pyzmq's sweet spot on loopback)
+VERSION = 2
+CHUNK_BYTES = 4 << 20  # rows per pull chunk and per push request: 4 MB (pyzmq's sweet spot on loopback)
+# Largest frame a client sends, and the server's ZMQ_MAXMSGSIZE: the most one unauthenticated
+# connection can make the server buffer (its handshake is read as frames too): 100 such peers cost the
+# server ~27 MB. A request's frames are applied as one optimizer step (the native core reads each frame
+# where it lies), so 256 KB frames move a 51 MB push as fast as 4 MB ones did (bench/RESULTS.md).
+MAX_FRAME_BYTES = 256 << 10
 MAX_HEADER_BYTES = 64 << 10
-DEFAULT_MAX_REQUEST_BYTES = 1 << 30
-DTYPES = {"float32": np.float32, "int64": np.int64, "int32": np.int32, "float64": np.float64}
+MAX_FRAMES = 4096
+DEFAULT_MAX_REQUEST_BYTES = 64 << 20
+MAX_ROWS = 1 << 40
+ECHO = 40  # characters of a client's value an error message may quote
+DTYPES: dict[str, type] = {"float32": np.float32, "int64": np.int64, "int32": np.int32, "float64": np.float64}
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.:-]{0,127}$")
+INIT_KINDS = ("zeros", "uniform", "normal")
 
 # op -> (needs a tensor name, idempotent: safe to retry after a timeout)
 OPS: dict[str, tuple[bool, bool]] = {
@@ -63,64 +80,97 @@ class RemoteError(GraphtrainError):
     """A shard server answered a request with an error (its message is kept)."""
 
 
+def echo(value: Any) -> str:
+    """A client-supplied value quoted in an error message, cut to a few dozen characters."""
+    try:
+        text = repr(value)
+    except Exception:  # noqa: BLE001 - a value whose repr fails is named by its type
+        text = f"<{type(value).__name__}>"
+    return text if len(text) <= ECHO else text[: ECHO - 3] + "..."
+
+
 @dataclass
 class Request:
     op: str
     rid: int
-    token: str
-    name: str | None
+    name: Any  # str | None once validate() has checked it
     arrays: list[np.ndarray]
     args: dict[str, Any] = field(default_factory=dict)
+    nbytes: int = 0  # bytes of the array frames (what the request holds in memory)
+
+
+# ----------------------------------------------------------------------------------- encoding
 
 
 def _describe(a: np.ndarray) -> list[Any]:
     return [a.dtype.name, list(a.shape)]
 
 
+def _pack(header: dict[str, Any], arrays: Sequence[np.ndarray]) -> list[Any]:
+    arrays = [np.ascontiguousarray(a) for a in arrays]
+    header["frames"] = [_describe(a) for a in arrays]
+    # bytes as a flat uint8 view (not memoryview.cast, which refuses a shape with a zero in it)
+    return [
+        msgpack.packb(header, use_bin_type=True),
+        *[memoryview(a.reshape(-1).view(np.uint8)) for a in arrays],
+    ]
+
+
 def encode_request(
     op: str,
     rid: int,
-    token: str,
     name: str | None = None,
-    arrays: list[np.ndarray] | None = None,
+    arrays: Sequence[np.ndarray] | None = None,
     args: dict[str, Any] | None = None,
 ) -> list[Any]:
     """Frames of a request (header + C-contiguous arrays, not copied)."""
-    arrays = [np.ascontiguousarray(a) for a in (arrays or [])]
-    header = {
-        "v": VERSION,
-        "op": op,
-        "rid": rid,
-        "token": token,
-        "name": name,
-        "frames": [_describe(a) for a in arrays],
-        "args": args or {},
-    }
-    return [msgpack.packb(header, use_bin_type=True), *[memoryview(a).cast("B") for a in arrays]]
+    header = {"v": VERSION, "op": op, "rid": rid, "name": name, "args": args or {}}
+    return _pack(header, arrays or [])
 
 
 def encode_reply(
     rid: int,
     ok: bool = True,
     error: str | None = None,
-    arrays: list[np.ndarray] | None = None,
+    arrays: Sequence[np.ndarray] | None = None,
     result: dict[str, Any] | None = None,
     chunk: tuple[int, int] = (0, 1),
 ) -> list[Any]:
-    arrays = [np.ascontiguousarray(a) for a in (arrays or [])]
     header = {
         "v": VERSION,
         "rid": rid,
         "ok": ok,
         "error": error,
-        "frames": [_describe(a) for a in arrays],
         "result": result or {},
         "chunk": list(chunk),
     }
-    return [msgpack.packb(header, use_bin_type=True), *[memoryview(a).cast("B") for a in arrays]]
+    return _pack(header, arrays or [])
 
 
-def _unpack_header(raw: bytes | memoryview) -> dict[str, Any]:
+def split_rows(a: np.ndarray, max_bytes: int | None = MAX_FRAME_BYTES) -> list[np.ndarray]:
+    """`a` as consecutive row blocks of at most `max_bytes` each (views; None: one block)."""
+    row = max(1, a[:1].nbytes)
+    if max_bytes is None or len(a) * row <= max_bytes:
+        return [a]
+    step = max(1, max_bytes // row)
+    return [a[i : i + step] for i in range(0, len(a), step)]
+
+
+def pairs(ids: np.ndarray, values: np.ndarray, max_bytes: int | None = MAX_FRAME_BYTES) -> list[np.ndarray]:
+    """[ids_0, values_0, ids_1, values_1, ...]: a push's frames, each at most `max_bytes`."""
+    n = len(ids)
+    # an id is 8 bytes: both frames of a piece stay under the bound
+    step = max(n, 1) if max_bytes is None else max(1, max_bytes // max(values[:1].nbytes, 8))
+    out: list[np.ndarray] = []
+    for i in range(0, max(n, 1), step):
+        out += [ids[i : i + step], values[i : i + step]]
+    return out
+
+
+# ----------------------------------------------------------------------------------- decoding
+
+
+def _unpack_header(raw: Any) -> dict[str, Any]:
     if len(raw) > MAX_HEADER_BYTES:
         raise ProtocolError(f"header of {len(raw)} bytes exceeds {MAX_HEADER_BYTES}")
     try:
@@ -130,7 +180,8 @@ def _unpack_header(raw: bytes | memoryview) -> dict[str, Any]:
             strict_map_key=True,
             max_bin_len=0,
             max_ext_len=0,
-            max_array_len=4096,
+            max_str_len=MAX_HEADER_BYTES,
+            max_array_len=MAX_FRAMES,
             max_map_len=256,
         )
     except Exception as exc:  # msgpack raises several unrelated types on garbage
@@ -140,7 +191,12 @@ def _unpack_header(raw: bytes | memoryview) -> dict[str, Any]:
     return header
 
 
-def _arrays(descs: Any, payload: list[Any], max_bytes: int) -> list[np.ndarray]:
+def is_int(x: Any) -> bool:
+    """An integer that is not a bool (msgpack's True would otherwise pass isinstance(x, int))."""
+    return type(x) is int
+
+
+def _arrays(descs: Any, payload: list[Any], max_bytes: int) -> tuple[list[np.ndarray], int]:
     if not isinstance(descs, list) or len(descs) != len(payload):
         got = len(descs) if isinstance(descs, list) else type(descs).__name__
         raise ProtocolError(f"header describes {got} frames but {len(payload)} were sent")
@@ -150,14 +206,14 @@ def _arrays(descs: Any, payload: list[Any], max_bytes: int) -> list[np.ndarray]:
         if not (isinstance(desc, list) and len(desc) == 2 and isinstance(desc[1], list)):
             raise ProtocolError(f"frames[{i}] must be [dtype, shape]")
         dtype_name, shape = desc
-        if dtype_name not in DTYPES:
+        if not isinstance(dtype_name, str) or dtype_name not in DTYPES:
             raise ProtocolError(
-                f"frames[{i}] has unsupported dtype {dtype_name!r} (allowed: {sorted(DTYPES)})"
+                f"frames[{i}] has unsupported dtype {echo(dtype_name)} (allowed: {sorted(DTYPES)})"
             )
-        if len(shape) > 4 or not all(isinstance(d, int) and 0 <= d < 2**40 for d in shape):
-            raise ProtocolError(f"frames[{i}] has an invalid shape {shape!r}")
+        if len(shape) > 4 or not all(is_int(d) and 0 <= d < 2**40 for d in shape):
+            raise ProtocolError(f"frames[{i}] has an invalid shape {echo(shape)}")
         dtype = np.dtype(DTYPES[dtype_name])
-        expected = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        expected = math.prod(shape) * dtype.itemsize  # Python ints: no int64 wrap-around
         size = len(buf)
         total += size
         if total > max_bytes:
@@ -165,40 +221,51 @@ def _arrays(descs: Any, payload: list[Any], max_bytes: int) -> list[np.ndarray]:
         if size != expected:
             raise ProtocolError(f"frames[{i}] holds {size} bytes but {dtype_name}{shape} needs {expected}")
         out.append(np.frombuffer(buf, dtype=dtype).reshape(shape))
-    return out
+    return out, total
 
 
 def parse_request(frames: list[Any], max_bytes: int = DEFAULT_MAX_REQUEST_BYTES) -> Request:
-    """Validate a request's frames (header first) and return it; arrays are views of the frames.
+    """Check a request's envelope (header first) and return it; arrays are views of the frames.
 
     Raises:
-        ProtocolError: anything malformed, named in the message.
+        ProtocolError: anything malformed, named in the message; no other exception escapes.
     """
+    try:
+        return _parse_request(frames, max_bytes)
+    except ProtocolError:
+        raise
+    except Exception as exc:  # a case the checks below missed: still a refused request, never a crash
+        raise ProtocolError(f"malformed request ({type(exc).__name__})") from None
+
+
+def _parse_request(frames: list[Any], max_bytes: int) -> Request:
     if not frames:
         raise ProtocolError("empty message")
     header = _unpack_header(frames[0])
     if header.get("v") != VERSION:
-        raise ProtocolError(f"protocol version {header.get('v')!r} is not {VERSION}")
+        raise ProtocolError(f"protocol version {echo(header.get('v'))} is not {VERSION}")
     op = header.get("op")
-    if op not in OPS:
-        raise ProtocolError(f"unknown op {op!r}")
+    if not isinstance(op, str) or op not in OPS:
+        raise ProtocolError(f"unknown op {echo(op)}")
     rid = header.get("rid")
-    if not isinstance(rid, int) or rid < 0:
-        raise ProtocolError(f"rid must be a non-negative integer, got {rid!r}")
-    token = header.get("token")
-    if not isinstance(token, str):
-        raise ProtocolError("token missing")
+    if not is_int(rid) or not 0 <= rid < 2**63:
+        raise ProtocolError(f"rid must be a non-negative integer, got {echo(rid)}")
     name = header.get("name")
-    if OPS[op][0]:
-        if not isinstance(name, str) or not _NAME.match(name):
-            raise ProtocolError(f"{op} needs a tensor name (letters, digits, _.:-), got {name!r}")
-    elif name is not None and not isinstance(name, str):
-        raise ProtocolError("name must be a string")
     args = header.get("args", {})
     if not isinstance(args, dict):
         raise ProtocolError("args must be a map")
-    arrays = _arrays(header.get("frames", []), list(frames[1:]), max_bytes)
-    return Request(op=op, rid=rid, token=token, name=name, arrays=arrays, args=args)
+    arrays, nbytes = _arrays(header.get("frames", []), list(frames[1:]), max_bytes)
+    return Request(op=op, rid=rid, name=name, arrays=arrays, args=args, nbytes=nbytes)
+
+
+def lenient_rid(frames: list[Any]) -> int:
+    """The rid of a request that failed validation, if its header can be read at all (else -1)."""
+    try:
+        header = _unpack_header(frames[0])
+        rid = header.get("rid")
+        return rid if is_int(rid) and 0 <= rid < 2**63 else -1
+    except Exception:  # noqa: BLE001 - garbage has no rid
+        return -1
 
 
 def parse_reply(frames: list[Any]) -> tuple[dict[str, Any], list[np.ndarray]]:
@@ -207,29 +274,281 @@ def parse_reply(frames: list[Any]) -> tuple[dict[str, Any], list[np.ndarray]]:
     Raises:
         ProtocolError: the reply is malformed.
     """
-    if not frames:
-        raise ProtocolError("empty reply")
-    header = _unpack_header(frames[0])
-    if header.get("v") != VERSION or not isinstance(header.get("rid"), int):
-        raise ProtocolError("reply header lacks version or rid")
-    return header, _arrays(header.get("frames", []), list(frames[1:]), 1 << 62)
+    try:
+        if not frames:
+            raise ProtocolError("empty reply")
+        header = _unpack_header(frames[0])
+        if header.get("v") != VERSION or not is_int(header.get("rid")):
+            raise ProtocolError("reply header lacks version or rid")
+        return header, _arrays(header.get("frames", []), list(frames[1:]), 1 << 62)[0]
+    except ProtocolError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - as parse_request: only ProtocolError leaves
+        raise ProtocolError(f"malformed reply ({type(exc).__name__})") from None
 
 
-def rows_per_chunk(dim: int, itemsize: int = 4) -> int:
-    """Rows of `dim` values that fit one chunk."""
-    return max(1, CHUNK_BYTES // max(1, dim * itemsize))
+# ------------------------------------------------------------------------------ op arguments
 
 
 def arg(args: dict[str, Any], key: str, kind: type | tuple[type, ...], default: Any = ...) -> Any:
-    """A typed argument of a request, or a ProtocolError naming it."""
+    """A typed argument of a request, or a ProtocolError naming it (bools are not ints or floats)."""
     if key not in args:
         if default is ...:
             raise ProtocolError(f"argument {key!r} missing")
         return default
     value = args[key]
-    if isinstance(value, bool) and kind in (int, float):
-        raise ProtocolError(f"argument {key!r} must be {kind.__name__}, got bool")
-    if not isinstance(value, kind):
-        names = kind.__name__ if isinstance(kind, type) else "/".join(k.__name__ for k in kind)
-        raise ProtocolError(f"argument {key!r} must be {names}, got {type(value).__name__}")
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    if isinstance(value, bool) and bool not in kinds:
+        raise ProtocolError(f"argument {key!r} must be {_kind_names(kinds)}, got bool")
+    if not isinstance(value, kinds):
+        raise ProtocolError(f"argument {key!r} must be {_kind_names(kinds)}, got {type(value).__name__}")
     return value
+
+
+def _kind_names(kinds: tuple[type, ...]) -> str:
+    return "/".join("None" if k is type(None) else k.__name__ for k in kinds)
+
+
+def int_arg(args: dict[str, Any], key: str, lo: int, hi: int, default: Any = ...) -> int:
+    """An integer argument in [lo, hi] (None too, when None is the default)."""
+    value = arg(args, key, (int, type(None)) if default is None else int, default)
+    if value is not None and not lo <= value <= hi:
+        raise ProtocolError(f"argument {key!r} must be in [{lo}, {hi}], got {value}")
+    return value
+
+
+def float_arg(args: dict[str, Any], key: str, default: Any = ...) -> float:
+    value = arg(args, key, (int, float), default)
+    if not math.isfinite(value):
+        raise ProtocolError(f"argument {key!r} must be a finite number, got {value}")
+    return float(value)
+
+
+def str_arg(args: dict[str, Any], key: str, max_len: int = 1024, default: Any = ...) -> str:
+    value = arg(args, key, str, default)
+    if len(value) > max_len:
+        raise ProtocolError(f"argument {key!r} is longer than {max_len} characters")
+    return value
+
+
+def _ids(a: np.ndarray, what: str) -> np.ndarray:
+    if a.ndim != 1 or a.dtype != np.int64:
+        raise ProtocolError(f"{what} must be a 1-D int64 array, got {a.dtype} {a.shape}")
+    return a
+
+
+def _id_frames(arrays: list[np.ndarray], what: str) -> list[np.ndarray]:
+    if not arrays:
+        raise ProtocolError(f"{what}: at least one frame of ids is needed")
+    return [_ids(a, what) for a in arrays]
+
+
+def joined(frames: list[np.ndarray]) -> np.ndarray:
+    """Id frames as one array: a view when there is one frame. (A worker joins them, not the server's
+    I/O thread, where a whole-table pull's 40 MB of ids would hold up every other connection.)"""
+    return frames[0] if len(frames) == 1 else np.concatenate(frames)
+
+
+@dataclass(frozen=True)
+class CreateArgs:
+    num_rows: int
+    row_shape: tuple[int, ...]
+    dtype: str
+    lo: int
+    hi: int
+    init: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ShmRef:
+    """Where a same-host client put a push's values: its push buffer segment and an offset."""
+
+    name: str
+    offset: int
+
+
+@dataclass(frozen=True)
+class PushArgs:
+    """push / push_grad: (ids, values) pieces from frames, or ids whose values lie in a client's buffer."""
+
+    pieces: list[tuple[np.ndarray, np.ndarray]]
+    ids: list[np.ndarray] | None = None  # id frames, with shm
+    shm: ShmRef | None = None
+    step: int | None = None
+
+
+@dataclass(frozen=True)
+class PullArgs:
+    ids: list[np.ndarray]  # frames; see joined()
+
+
+@dataclass(frozen=True)
+class SampleArgs:
+    seeds: list[np.ndarray]  # frames
+    fanout: int
+    seed: int
+
+
+@dataclass(frozen=True)
+class BarrierArgs:
+    key: str
+    count: int
+    timeout: float | None
+
+
+@dataclass(frozen=True)
+class PathArgs:
+    path: str
+
+
+@dataclass(frozen=True)
+class OptimizerArgs:
+    config: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class NoArgs:
+    pass
+
+
+OpArgs = CreateArgs | PushArgs | PullArgs | SampleArgs | BarrierArgs | PathArgs | OptimizerArgs | NoArgs
+
+
+def _no_frames(req: Request) -> None:
+    if req.arrays:
+        raise ProtocolError(f"{req.op} takes no frames, got {len(req.arrays)}")
+
+
+def _create(req: Request) -> CreateArgs:
+    _no_frames(req)
+    a = req.args
+    row_shape = arg(a, "row_shape", list)
+    if len(row_shape) > 3 or not all(is_int(d) and 1 <= d <= 1 << 24 for d in row_shape):
+        raise ProtocolError(f"argument 'row_shape' must be 0-3 positive integers, got {echo(row_shape)}")
+    num_rows = int_arg(a, "num_rows", 0, MAX_ROWS)
+    lo, hi = int_arg(a, "lo", 0, MAX_ROWS), int_arg(a, "hi", 0, MAX_ROWS)
+    if not lo <= hi <= num_rows:
+        raise ProtocolError(f"row range [{lo}, {hi}) does not fit a table of {num_rows} rows")
+    dtype = arg(a, "dtype", str)
+    if dtype not in DTYPES:
+        raise ProtocolError(f"dtype {echo(dtype)} is not one of {sorted(DTYPES)}")
+    return CreateArgs(num_rows, tuple(row_shape), dtype, lo, hi, init_spec(arg(a, "init", dict, {})))
+
+
+def init_spec(spec: dict[str, Any]) -> dict[str, Any]:
+    """A table's initial-value spec, checked: {"kind": zeros|uniform|normal, "low", "high", "mean",
+    "std" (finite numbers), "seed" (a non-negative integer)}."""
+    kind = arg(spec, "kind", str, "zeros")
+    if kind not in INIT_KINDS:
+        raise ProtocolError(f"init kind must be one of {INIT_KINDS}, got {echo(kind)}")
+    unknown = set(spec) - {"kind", "low", "high", "mean", "std", "seed"}
+    if unknown:
+        raise ProtocolError(f"init has unknown keys {echo(sorted(map(str, unknown)))}")
+    out: dict[str, Any] = {"kind": kind}
+    for key in ("low", "high", "mean", "std"):
+        if key in spec:
+            out[key] = float_arg(spec, key)
+    if "seed" in spec:
+        out["seed"] = int_arg(spec, "seed", 0, 2**63 - 1)
+    return out
+
+
+def _push(req: Request) -> PushArgs:
+    step = int_arg(req.args, "step", 0, 2**62, None)
+    buf = req.args.get("shm")
+    if buf is not None:
+        if not isinstance(buf, dict):
+            raise ProtocolError("argument 'shm' must be a map")
+        ref = ShmRef(str_arg(buf, "name", 255), int_arg(buf, "offset", 0, 2**62))
+        return PushArgs([], _id_frames(req.arrays, f"{req.op} ids"), ref, step)
+    if not req.arrays or len(req.arrays) % 2:
+        raise ProtocolError(f"{req.op} takes frames [ids, values, ids, values, ...], got {len(req.arrays)}")
+    pieces = []
+    for i in range(0, len(req.arrays), 2):
+        ids, values = _ids(req.arrays[i], f"frames[{i}] (ids)"), req.arrays[i + 1]
+        if values.ndim < 1 or values.shape[0] != len(ids):
+            raise ProtocolError(f"frames[{i + 1}] holds {values.shape[:1]} rows for {len(ids)} ids")
+        pieces.append((ids, values))
+    return PushArgs(pieces, None, None, step)
+
+
+def _pull(req: Request) -> PullArgs:
+    return PullArgs(_id_frames(req.arrays, "pull ids"))
+
+
+def _sample(req: Request) -> SampleArgs:
+    fanout = int_arg(req.args, "fanout", -1, 1 << 20)
+    if fanout == 0:
+        raise ProtocolError("fanout must be positive or -1 (all), got 0")
+    seed = int_arg(req.args, "seed", 0, 2**63 - 1, 0)
+    return SampleArgs(_id_frames(req.arrays, "sample seeds"), fanout, seed)
+
+
+def _barrier(req: Request) -> BarrierArgs:
+    _no_frames(req)
+    timeout = arg(req.args, "timeout", (int, float, type(None)), None)
+    if timeout is not None and not (math.isfinite(timeout) and 0 < timeout <= 86_400):
+        raise ProtocolError(f"argument 'timeout' must be in (0, 86400] seconds, got {timeout}")
+    key = str_arg(req.args, "key", 256)
+    return BarrierArgs(key, int_arg(req.args, "count", 1, 100_000), timeout)
+
+
+def _path(req: Request) -> PathArgs:
+    _no_frames(req)
+    return PathArgs(str_arg(req.args, "path", 1024))
+
+
+def _optimizer(req: Request) -> OptimizerArgs:
+    _no_frames(req)
+    return OptimizerArgs(arg(req.args, "config", dict))
+
+
+def _nothing(req: Request) -> NoArgs:
+    _no_frames(req)
+    return NoArgs()
+
+
+VALIDATORS: dict[str, Callable[[Request], OpArgs]] = {
+    "health": _nothing,
+    "stats": _nothing,
+    "shm_info": _nothing,
+    "shutdown": _nothing,
+    "create": _create,
+    "set_optimizer": _optimizer,
+    "pull": _pull,
+    "push": _push,
+    "push_grad": _push,
+    "barrier": _barrier,
+    "sample": _sample,
+    "checkpoint": _path,
+    "restore": _path,
+}
+assert set(VALIDATORS) == set(OPS)
+
+
+def validate(req: Request) -> OpArgs:
+    """The op's arrays and arguments, checked and typed.
+
+    Raises:
+        ProtocolError: naming the argument or frame; no other exception escapes.
+    """
+    check = VALIDATORS.get(req.op) if isinstance(req.op, str) else None
+    if check is None:
+        raise ProtocolError(f"unknown op {echo(req.op)}")
+    name = req.name
+    if OPS[req.op][0]:
+        if not isinstance(name, str) or not _NAME.match(name):
+            raise ProtocolError(f"{req.op} needs a tensor name (letters, digits, _.:-), got {echo(name)}")
+    elif name is not None:
+        raise ProtocolError(f"{req.op} takes no tensor name")
+    try:
+        return check(req)
+    except ProtocolError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - as parse_request: a refused request, never a crash
+        raise ProtocolError(f"malformed arguments of {req.op} ({type(exc).__name__})") from None
+
+
+def rows_per_chunk(row_bytes: int) -> int:
+    """Rows of `row_bytes` each that fit one chunk."""
+    return max(1, CHUNK_BYTES // max(1, row_bytes))

@@ -1,53 +1,125 @@
-"""The shard server: a ZMQ ROUTER in front of a small pool of worker threads over one ShardState.
+"""The shard server: one I/O thread in front of a pool of workers over one ShardState.
 
-    clients (DEALER) ──tcp:// or ipc://──> ROUTER ──proxy──> inproc DEALER ──> worker threads
+    clients (DEALER, PLAIN) --tcp:// or ipc://--> ROUTER <-> I/O thread --FairQueue--> workers
+                                                    ZAP handler (auth.py) |  ^ Outbox (replies)
 
-A pool, not one loop, so that a 51 MB push does not stall the 1,000-row pulls behind it: the proxy
-hands each message to a free worker, the native core releases the GIL, and writes to one table are
-serialised by that table's lock (one writer per row) while reads go on. Every request is validated
-by protocol.parse_request and authenticated with the shared token (constant-time compare) before a
-handler runs; a bad request gets an error reply naming the problem, and the server keeps serving.
-The ROUTER also caps message size (ZMQ_MAXMSGSIZE), so an oversized message closes that connection
-instead of being buffered. Pull replies stream in chunks of a few MB. Barriers are answered when the
-last participant arrives, without holding a worker.
+Why this shape. Before, a zmq.proxy dealt every message round-robin to DEALER workers, each of which
+parsed, authenticated and answered it: an exception that was not a ProtocolError ended a worker for
+good (four malformed messages made a 4-worker server deaf), a worker waited on its own chunk buffers
+queued to a client that had stopped reading (and the proxy kept dealing it requests), and the token
+was checked only after a whole message had been buffered. Now:
+
+- Peers authenticate at the connection (auth.py): without the token nothing is delivered, and the
+  handshake is read as frames of at most MAX_FRAME_BYTES (ZMQ_MAXMSGSIZE).
+- The I/O thread owns the ROUTER. It parses and validates each request (protocol.py; a bad one is
+  answered there and never costs a worker), answers `health` itself (a probe is answered while every
+  worker is busy), queues the rest per peer (fairqueue.py: round-robin, one task per peer at a time),
+  and sends replies without ever blocking (outbox.py: ZMQ_ROUTER_MANDATORY, bounded backlog per peer,
+  a peer that stops reading is dropped and counted). It also runs the ZAP handler, expires barrier
+  participants and restarts a worker thread that ended (none should: see below).
+- Workers run requests through the Dispatcher (dispatch.py), the same path as standalone mode. No
+  exception ends a worker: anything unexpected is logged and answered as an internal error.
+- A pull streams CHUNK_BYTES chunks from reusable buffers (a buffer is reused once ZMQ's tracker
+  says it is on the wire). A pull whose client has not taken its last WINDOW chunks parks: its worker
+  moves on, and the stream resumes when a chunk is taken. ZMTP heartbeats close a connection whose
+  peer stopped reading altogether, which frees what ZMQ still held for it.
+- `liveness()` tells a deaf server from a busy one: the I/O thread has stopped looping, or requests
+  have waited `deaf_seconds` while no worker finished anything. Served at /livez on the metrics port
+  and in the health reply.
 """
 
 from __future__ import annotations
 
 import contextlib
 import faulthandler
-import hmac
 import json
 import logging
-import socket
+import os
 import sys
 import threading
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import msgpack
-import numpy as np
 import torch
 import zmq
+from zmq.utils.monitor import recv_monitor_message
 
 from graphtrain.runtime.errors import GraphtrainError
+from graphtrain.runtime.kvstore import auth
 from graphtrain.runtime.kvstore import protocol as P
+from graphtrain.runtime.kvstore.dispatch import Dispatcher, Released
+from graphtrain.runtime.kvstore.fairqueue import FairQueue, QueueFull
 from graphtrain.runtime.kvstore.metrics import ServerMetrics
-from graphtrain.runtime.kvstore.shm import SegmentCache, job_prefix, view
-from graphtrain.runtime.kvstore.state import ShardState
+from graphtrain.runtime.kvstore.outbox import Dropped, Outbox, Sent
+from graphtrain.runtime.kvstore.shm import host_id, job_prefix
+from graphtrain.runtime.kvstore.state import PullStream, ShardState
 
 log = logging.getLogger("graphtrain.kvstore.server")
-POLL_MS = 200
+WORKER_POLL = 0.2  # seconds a worker waits for a task before looking at the stop flag again
+IO_IDLE_MS = 200
+IO_STALE = 10.0  # seconds without an I/O loop turn: the server is deaf
+WINDOW = 4  # pull chunks of one stream handed to ZMQ and not yet on the wire
+PATIENCE = 0.005  # seconds a worker waits for its stream's oldest chunk to leave before parking it
+ERROR_CHARS = 500
 
 
-def host_id() -> str:
-    """This machine's identity for shared-memory eligibility: hostname and boot id."""
-    try:
-        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-    except OSError:
-        boot = "unknown"
-    return f"{socket.gethostname()}:{boot}"
+@dataclass(frozen=True)
+class Limits:
+    """What one peer, and all of them together, may cost the server."""
+
+    max_request_bytes: int = P.DEFAULT_MAX_REQUEST_BYTES  # one request's frames
+    max_queued_bytes: int = 512 << 20  # all requests queued or running; past it the server reads no more
+    per_peer_queue: int = 64  # requests one connection may have queued
+    backlog_messages: int = 256  # replies waiting for one connection to read...
+    backlog_bytes: int = 64 << 20  # ...or their bytes; past either, the connection is dropped
+    stall_seconds: float = 30.0  # a connection that takes nothing this long with replies pending: dropped
+    heartbeat_seconds: float = 5.0  # ZMTP PING interval; a peer silent for 6 of them is disconnected
+    handshake_seconds: float = 10.0  # to complete authentication
+    deaf_seconds: float = 300.0  # requests waiting this long with no worker finishing: not live
+
+
+@dataclass
+class Task:
+    req: P.Request
+    args: P.OpArgs
+    arrived: float
+
+
+@dataclass
+class Stream:
+    """A pull on its way to a peer: chunks on the wire (buffer, tracker) and when it parked."""
+
+    rid: int
+    op_start: float
+    pull: PullStream
+    inflight: list[tuple[torch.Tensor, Any]] = field(default_factory=list)
+    parked_at: float = 0.0
+
+
+class ChunkBuffers:
+    """Reusable pull buffers, shared by the workers. A chunk handed to ZMQ zero-copy comes back once its
+    tracker says ZMQ is done with it; fresh buffers per chunk would be faulted in page by page. Sizes are
+    powers of two from 64 KB, so a 1,000-row pull holds 512 KB, not a whole 4 MB chunk."""
+
+    def __init__(self, keep: int = 16):
+        self.keep = keep
+        self._free: list[torch.Tensor] = []
+        self._lock = threading.Lock()
+
+    def take(self, nbytes: int) -> torch.Tensor:
+        size = 1 << max(16, (max(nbytes, 1) - 1).bit_length())
+        with self._lock:
+            for i, buf in enumerate(self._free):
+                if buf.numel() == size:
+                    return self._free.pop(i)
+        return torch.empty(size, dtype=torch.uint8)
+
+    def give(self, buf: torch.Tensor) -> None:
+        with self._lock:
+            if len(self._free) < self.keep:
+                self._free.append(buf)
 
 
 class ShardServer:
@@ -58,366 +130,427 @@ class ShardServer:
         bind: str = "tcp://127.0.0.1:0",
         workers: int = 4,
         checkpoint_root: Path | None = None,
-        max_request_bytes: int = P.DEFAULT_MAX_REQUEST_BYTES,
+        limits: Limits | None = None,
         metrics: ServerMetrics | None = None,
     ):
-        if not token:
+        self._token = auth.check_token(token) if token else b""
+        if not self._token:
             raise GraphtrainError("a shard server needs a non-empty token")
         self.state = state
-        self._token = token.encode()
         self.bind = bind
-        self.workers = max(1, workers)
-        self.checkpoint_root = checkpoint_root.resolve() if checkpoint_root else None
-        self.max_request_bytes = max_request_bytes
-        self.metrics = metrics or ServerMetrics(state.shard, lambda: self.state.stats()["tensors"])
+        self.limits = limits or Limits()
+        self.metrics = metrics or ServerMetrics(
+            state.shard, lambda: self.state.stats()["tensors"], load=self._load
+        )
+        self.dispatcher = Dispatcher(state, checkpoint_root, host_id(), self.metrics)
         self.ctx = zmq.Context()
         self.address = ""
-        self._stop = threading.Event()
+        self.n_workers = max(1, workers)
+        self._queue = FairQueue(self.limits.per_peer_queue)
+        self._wake_fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        self.outbox = Outbox(
+            self._send,
+            self._wake,
+            self.limits.backlog_messages,
+            self.limits.backlog_bytes,
+            self.limits.stall_seconds,
+        )
+        self._buffers = ChunkBuffers()
+        self._stop = threading.Event()  # a stop was asked for (shutdown request, signal)
+        self._closing = threading.Event()  # stop() runs: the I/O thread drains and leaves
         self._threads: list[threading.Thread] = []
-        self._barriers: dict[str, list[tuple[bytes, int]]] = {}
-        self._barrier_lock = threading.Lock()
-        self._backend = f"inproc://workers-{id(self)}"
-        self._host = host_id()
-        self._segments = SegmentCache(state.shm_prefix)
-        self._segments_lock = threading.Lock()
+        self._workers: list[threading.Thread] = []
+        self._busy: list[str | None] = []
+        self._parked: list[tuple[bytes, Stream]] = []
+        self._parked_lock = threading.Lock()
+        self._queued_bytes = 0
+        self._bytes_lock = threading.Lock()
+        self._io_beat = 0.0
+        self._drain_until = 0.0
+        self._last_done = time.monotonic()
+        self._log_times: dict[str, float] = {}
 
     # ------------------------------------------------------------------------------- lifecycle
 
     def start(self) -> str:
-        """Bind and start the proxy and workers; returns the bound address (port 0 resolved)."""
-        frontend = self.ctx.socket(zmq.ROUTER)
-        frontend.setsockopt(zmq.MAXMSGSIZE, self.max_request_bytes + P.MAX_HEADER_BYTES)
-        frontend.setsockopt(zmq.ROUTER_MANDATORY, 0)
-        frontend.setsockopt(zmq.SNDHWM, 0)
-        frontend.setsockopt(zmq.RCVHWM, 0)
-        frontend.bind(self.bind)
-        self.address = frontend.getsockopt_string(zmq.LAST_ENDPOINT)
-        backend = self.ctx.socket(zmq.DEALER)
-        backend.setsockopt(zmq.SNDHWM, 0)
-        backend.setsockopt(zmq.RCVHWM, 0)
-        backend.bind(self._backend)
-        control = self.ctx.socket(zmq.PAIR)
-        control.bind(f"inproc://control-{id(self)}")
-        self._control = self.ctx.socket(zmq.PAIR)
-        self._control.connect(f"inproc://control-{id(self)}")
-
-        def proxy() -> None:
-            try:
-                zmq.proxy_steerable(frontend, backend, None, control)
-            except zmq.ContextTerminated:
-                pass
-            finally:
-                frontend.close(linger=1000)  # flush replies still queued for clients
-                for s in (backend, control):
-                    s.close(linger=0)
-
-        self._threads = [threading.Thread(target=proxy, name="kv-proxy", daemon=True)]
-        for i in range(self.workers):
-            self._threads.append(threading.Thread(target=self._worker, name=f"kv-worker-{i}", daemon=True))
-        for t in self._threads:
-            t.start()
+        """Bind and start the I/O thread and the workers; returns the bound address (port 0 resolved)."""
+        self._zap = self.ctx.socket(zmq.REP)  # bound before the ROUTER accepts anyone
+        self._zap.bind(auth.ZAP_ENDPOINT)
+        router = self.ctx.socket(zmq.ROUTER)
+        auth.secure_server(router)
+        lim = self.limits
+        router.setsockopt(zmq.MAXMSGSIZE, max(P.MAX_FRAME_BYTES, P.MAX_HEADER_BYTES))
+        router.setsockopt(zmq.ROUTER_MANDATORY, 1)  # a full or vanished peer is reported, not waited on
+        router.setsockopt(zmq.SNDHWM, 64)
+        router.setsockopt(zmq.RCVHWM, 64)
+        router.setsockopt(zmq.HANDSHAKE_IVL, int(lim.handshake_seconds * 1000))
+        router.setsockopt(zmq.HEARTBEAT_IVL, int(lim.heartbeat_seconds * 1000))
+        router.setsockopt(zmq.HEARTBEAT_TIMEOUT, int(lim.heartbeat_seconds * 6000))
+        router.setsockopt(zmq.HEARTBEAT_TTL, int(lim.heartbeat_seconds * 6000))
+        self._monitor = router.get_monitor_socket(
+            zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
+        )
+        router.bind(self.bind)
+        self.router = router
+        self.address = router.getsockopt_string(zmq.LAST_ENDPOINT)
+        self._io_beat = time.monotonic()
+        self._threads = [threading.Thread(target=self._io, name="kv-io", daemon=True)]
+        self._threads[0].start()
+        self._busy = [None] * self.n_workers
+        self._workers = [self._start_worker(i) for i in range(self.n_workers)]
         return self.address
 
+    def _start_worker(self, i: int) -> threading.Thread:
+        t = threading.Thread(target=self._worker, args=(i,), name=f"kv-worker-{i}", daemon=True)
+        t.start()
+        return t
+
     def wait(self, timeout: float | None = None) -> bool:
-        """Block until shutdown was requested (True) or the timeout passed (False)."""
+        """Block until a stop was asked for (True) or the timeout passed (False)."""
         return self._stop.wait(timeout)
 
-    def stop(self, drain: float = 0.3) -> None:
-        """Stop serving. Replies already sent by workers (the answer to a shutdown request, say) still
-        cross the proxy and the socket: `drain` seconds for the proxy, then a bounded linger."""
-        if self._stop.is_set() and not self._threads:
+    def request_stop(self) -> None:
+        self._stop.set()
+
+    def stop(self, drain: float = 1.0) -> None:
+        """Stop serving. Replies already posted (the answer to a shutdown request, say) are sent first:
+        up to `drain` seconds for the I/O thread, then a bounded linger."""
+        if self._closing.is_set():
             return
         self._stop.set()
-        time.sleep(drain)
-        with contextlib.suppress(zmq.ZMQError, AttributeError):  # never started, or already stopped
-            self._control.send(b"TERMINATE")
-        for t in self._threads:
+        self._drain_until = time.monotonic() + drain
+        self._closing.set()
+        for t in [*self._threads, *self._workers]:
             if t is not threading.current_thread():
                 t.join(timeout=5)
-        self._threads = []
-        with contextlib.suppress(AttributeError):
-            self._control.close(linger=0)
         self.ctx.term()
-        self._segments.close()
+        with contextlib.suppress(OSError):
+            os.close(self._wake_fd)
+        self.dispatcher.close()
         self.state.close()
+
+    # ---------------------------------------------------------------------------------- status
+
+    def liveness(self, now: float | None = None) -> tuple[bool, str]:
+        """(live, why): False when the server cannot answer any more, not when it is busy."""
+        now = time.monotonic() if now is None else now
+        if not self._threads:
+            return False, "not started"
+        if now - self._io_beat > IO_STALE:
+            return False, f"the I/O thread has not turned for {now - self._io_beat:.0f} s"
+        dead = [t.name for t in self._workers if not t.is_alive()]
+        if dead and not self._closing.is_set():
+            return False, f"worker threads ended: {', '.join(dead)}"
+        wait, idle = self._queue.oldest_wait(now), now - self._last_done
+        if wait > self.limits.deaf_seconds and idle > self.limits.deaf_seconds:
+            busy = ", ".join(op for op in self._busy if op) or "nothing"
+            return (
+                False,
+                f"requests have waited {wait:.0f} s and no worker finished one in {idle:.0f} s ({busy})",
+            )
+        return True, "ok"
+
+    def _load(self) -> dict[str, float]:
+        with self._parked_lock:
+            parked = len(self._parked)
+        return {
+            "queued_requests": self._queue.queued(),
+            "busy_workers": sum(1 for op in self._busy if op),
+            "parked_streams": parked,
+            "live": float(self.liveness()[0]),
+        }
+
+    def health(self) -> dict[str, Any]:
+        live, why = self.liveness()
+        load = self._load()
+        return {
+            "shard": self.state.shard,
+            "tensors": len(self.state.tensors),
+            "live": live,
+            "why": why,
+            "workers": self.n_workers,
+            "busy": int(load["busy_workers"]),
+            "queued": int(load["queued_requests"]),
+        }
+
+    # ------------------------------------------------------------------------------ I/O thread
+
+    def _wake(self) -> None:
+        with contextlib.suppress(OSError):
+            os.eventfd_write(self._wake_fd, 1)
+
+    def _send(self, identity: bytes, frames: list[Any]) -> Sent:
+        try:
+            self.router.send_multipart([identity, *frames], flags=zmq.NOBLOCK, copy=False)
+        except zmq.Again:
+            return Sent.full
+        except zmq.ZMQError as exc:
+            if exc.errno == zmq.EHOSTUNREACH:
+                return Sent.gone
+            raise
+        return Sent.ok
+
+    def _io(self) -> None:
+        poller = zmq.Poller()
+        poller.register(self.router, zmq.POLLIN)
+        poller.register(self._zap, zmq.POLLIN)
+        poller.register(self._wake_fd, zmq.POLLIN)
+        poller.register(self._monitor, zmq.POLLIN)
+        reading, last_sweep = True, time.monotonic()
+        try:
+            while True:
+                now = self._io_beat = time.monotonic()
+                if self._closing.is_set() and (not self.outbox.pending() or now > self._drain_until):
+                    break
+                with self._parked_lock:
+                    parked = bool(self._parked)
+                timeout = 1 if parked else 5 if self.outbox.pending() else IO_IDLE_MS
+                try:
+                    events = dict(poller.poll(timeout))
+                    if self._zap in events:
+                        self._authenticate()
+                    if self._monitor in events:
+                        self._handshake_failures()
+                    if self._wake_fd in events:
+                        with contextlib.suppress(BlockingIOError):
+                            os.eventfd_read(self._wake_fd)
+                    if self.router in events:
+                        self._receive()
+                    now = time.monotonic()
+                    for d in self.outbox.flush(now):
+                        self._dropped(d)
+                    self._unpark(now)
+                    self._expire_barriers(now)
+                    if now - last_sweep > 1.0:
+                        last_sweep = now
+                        self._supervise()
+                        self._queue.forget_idle()
+                    throttle = self._queued_bytes > self.limits.max_queued_bytes
+                    if throttle == reading:  # past the bound: leave requests in ZMQ (TCP pushes back)
+                        reading = not throttle
+                        poller.modify(self.router, 0 if throttle else zmq.POLLIN)
+                except zmq.ContextTerminated:
+                    return
+                except Exception:  # noqa: BLE001 - the I/O thread must outlive any bug
+                    log.exception("I/O loop error (the server keeps serving)")
+        finally:
+            with contextlib.suppress(zmq.ZMQError):
+                self.router.disable_monitor()
+                self.router.close(linger=1000)  # flush replies still queued for clients
+                self._monitor.close(linger=0)
+                self._zap.close(linger=0)
+
+    def _authenticate(self) -> None:
+        for _ in range(64):
+            try:
+                request = self._zap.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            reply, ok = auth.zap_reply(request, self._token)
+            self._zap.send_multipart(reply)
+            self.metrics.handshakes.labels(self.metrics.shard, "accepted" if ok else "refused").inc()
+            if not ok:
+                address = request[3].decode(errors="replace")[:64] if len(request) > 3 else "?"
+                self._log_limited("auth", "refused a connection from %s: wrong or missing token", address)
+
+    def _handshake_failures(self) -> None:
+        """Connections that failed before asking for authentication (not ZMTP, or no credentials)."""
+        while self._monitor.poll(0):
+            recv_monitor_message(self._monitor)
+            self.metrics.handshakes.labels(self.metrics.shard, "failed").inc()
+            self._log_limited("handshake", "a connection failed its handshake (not a graphtrain client?)")
+
+    def _receive(self) -> None:
+        for _ in range(64):
+            try:
+                frames = self.router.recv_multipart(zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                return
+            identity, body = frames[0].bytes, [f.buffer for f in frames[1:]]
+            self._admit(identity, body)
+
+    def _admit(self, identity: bytes, body: list[Any]) -> None:
+        shard = self.metrics.shard
+        if self.outbox.is_dropped(identity):
+            self.metrics.bad_requests.labels(shard, "dropped").inc()
+            return
+        try:
+            req = P.parse_request(body, self.limits.max_request_bytes)
+            args = P.validate(req)
+        except P.ProtocolError as exc:
+            self.metrics.bad_requests.labels(shard, "malformed").inc()
+            self._error(identity, P.lenient_rid(body), str(exc))
+            return
+        if req.op == "health":  # answered here: a probe must not wait behind busy workers
+            self.outbox.post(identity, P.encode_reply(req.rid, result=self.health()))
+            self.metrics.requests.labels(shard, "health", "ok").inc()
+            return
+        try:
+            self._queue.put(identity, Task(req, args, time.monotonic()))
+        except QueueFull:
+            self.metrics.bad_requests.labels(shard, "busy").inc()
+            self._error(
+                identity, req.rid, f"busy: {self.limits.per_peer_queue} requests of this connection wait"
+            )
+            return
+        with self._bytes_lock:
+            self._queued_bytes += req.nbytes
+
+    def _error(self, identity: bytes, rid: int, message: str) -> None:
+        text = message if len(message) <= ERROR_CHARS else message[: ERROR_CHARS - 3] + "..."
+        self.outbox.post(identity, P.encode_reply(rid, ok=False, error=text))
+
+    def _dropped(self, d: Dropped) -> None:
+        for task in self._queue.drop(d.peer):
+            if isinstance(task, Task):
+                self._release(task.req.nbytes)
+        self.metrics.dropped_peers.labels(self.metrics.shard, d.reason).inc()
+        if d.reason != "gone":
+            self._log_limited("drop", "dropped a connection (%s): it stopped reading its replies", d.reason)
+
+    def _unpark(self, now: float) -> None:
+        with self._parked_lock:
+            if not self._parked:
+                return
+            parked, self._parked = self._parked, []
+        keep = []
+        for identity, st in parked:
+            if self.outbox.is_dropped(identity):
+                continue  # its peer is gone; the stream ends here
+            if any(tracker.done for _, tracker in st.inflight):
+                self._queue.resume(identity, st)
+            elif now - st.parked_at > self.limits.stall_seconds:
+                self._dropped(self.outbox.drop(identity, "stalled"))
+            else:
+                keep.append((identity, st))
+        with self._parked_lock:
+            self._parked += keep
+
+    def _expire_barriers(self, now: float) -> None:
+        for e in self.dispatcher.barriers.expire(now):
+            identity, rid = e.who  # type: ignore[misc]
+            self._error(
+                identity, rid, f"barrier {e.key!r} timed out: {e.arrived} of {e.count} participants arrived"
+            )
+
+    def _supervise(self) -> None:
+        if self._closing.is_set():
+            return
+        for i, t in enumerate(self._workers):
+            if not t.is_alive():
+                log.error("worker %d ended unexpectedly; starting a new one", i)
+                self.metrics.worker_restarts.labels(self.metrics.shard).inc()
+                self._busy[i] = None
+                self._workers[i] = self._start_worker(i)
+
+    def _log_limited(self, kind: str, msg: str, *args: Any) -> None:
+        """At most one line per kind every 10 s: a flood of bad peers must not fill the disk with logs."""
+        now = time.monotonic()
+        if now - self._log_times.get(kind, -1e9) >= 10.0:
+            self._log_times[kind] = now
+            log.warning(msg, *args)
 
     # --------------------------------------------------------------------------------- workers
 
-    def _worker(self) -> None:
-        sock = self.ctx.socket(zmq.DEALER)
-        sock.setsockopt(zmq.LINGER, 0)
-        sock.setsockopt(zmq.SNDHWM, 0)
-        sock.connect(self._backend)
-        poller = zmq.Poller()
-        poller.register(sock, zmq.POLLIN)
-        pool = ChunkPool()
-        try:
-            while not self._stop.is_set():
-                if not poller.poll(POLL_MS):
-                    continue
-                frames = sock.recv_multipart(copy=False)
-                identity, body = frames[0].bytes, [f.buffer for f in frames[1:]]
-                self._serve(sock, identity, body, pool)
-        except zmq.ContextTerminated:
-            pass
-        finally:
-            sock.close(linger=0)
+    def _release(self, nbytes: int) -> None:
+        with self._bytes_lock:
+            self._queued_bytes -= nbytes
 
-    def _serve(
-        self, sock: zmq.Socket, identity: bytes, body: list[Any], pool: ChunkPool | None = None
-    ) -> None:
-        reply = Replier(sock, identity, pool)
-        try:
-            req = P.parse_request(body, self.max_request_bytes)
-        except P.ProtocolError as exc:
-            self.metrics.bad_requests.labels(self.metrics.shard, "malformed").inc()
-            reply.send(P.encode_reply(_lenient_rid(body), ok=False, error=str(exc)))
-            return
-        if not hmac.compare_digest(req.token.encode(), self._token):
-            self.metrics.bad_requests.labels(self.metrics.shard, "unauthenticated").inc()
-            reply.send(
-                P.encode_reply(req.rid, ok=False, error="authentication failed: wrong or missing token")
-            )
-            return
+    def _worker(self, index: int) -> None:
+        while not self._stop.is_set():
+            try:
+                item = self._queue.get(WORKER_POLL)
+                if item is None:
+                    continue
+                identity, task = item
+                parked = False
+                try:
+                    if isinstance(task, Stream):
+                        self._busy[index] = "pull"
+                        parked = self._advance(identity, task)
+                    else:
+                        self._busy[index] = task.req.op
+                        parked = self._run(identity, task)
+                finally:
+                    self._busy[index] = None
+                    self._last_done = time.monotonic()
+                    if not parked:
+                        self._queue.finish(identity)
+            except BaseException:  # noqa: BLE001 - no exception may end a worker
+                log.exception("worker %d: unexpected error (it keeps serving)", index)
+
+    def _run(self, identity: bytes, task: Task) -> bool:
+        """Run one request; True if it became a parked stream."""
+        req, shard = task.req, self.metrics.shard
         start = time.perf_counter()
         outcome = "ok"
         try:
-            handler = getattr(self, f"_op_{req.op}")
-            handler(req, reply)
+            out = self.dispatcher.run(req, task.args, who=(identity, req.rid))
+            if isinstance(out, PullStream):
+                return self._advance(identity, Stream(req.rid, start, out))
+            if isinstance(out, Released):
+                for who, rid in out.who:  # type: ignore[misc]
+                    self.outbox.post(who, P.encode_reply(rid, result=out.result))
+            elif out is not None:
+                self.outbox.post(
+                    identity,
+                    P.encode_reply(req.rid, result=out.result, arrays=out.arrays),
+                    sum(a.nbytes for a in out.arrays),
+                )
+            if req.op == "shutdown":
+                self.request_stop()
         except (P.ProtocolError, GraphtrainError, ValueError) as exc:
             outcome = "error"
-            reply.send(P.encode_reply(req.rid, ok=False, error=str(exc)))
+            self._error(identity, req.rid, str(exc))
         except Exception as exc:  # a bug must not kill the server; the client gets its name
             outcome = "error"
             log.exception("op %s failed", req.op)
-            reply.send(
-                P.encode_reply(
-                    req.rid, ok=False, error=f"internal error in {req.op}: {type(exc).__name__}: {exc}"
-                )
-            )
+            self._error(identity, req.rid, f"internal error in {req.op}: {type(exc).__name__}: {exc}")
         finally:
-            labels = (self.metrics.shard, req.op)
-            self.metrics.requests.labels(*labels, outcome).inc()
-            self.metrics.latency.labels(*labels).observe(time.perf_counter() - start)
+            self._release(req.nbytes)
+        self.metrics.requests.labels(shard, req.op, outcome).inc()
+        self.metrics.latency.labels(shard, req.op).observe(time.perf_counter() - start)
+        return False
 
-    # ------------------------------------------------------------------------------------- ops
-
-    def _op_health(self, req: P.Request, reply: Replier) -> None:
-        reply.send(
-            P.encode_reply(req.rid, result={"shard": self.state.shard, "tensors": len(self.state.tensors)})
-        )
-
-    def _op_stats(self, req: P.Request, reply: Replier) -> None:
-        reply.send(P.encode_reply(req.rid, result=self.state.stats()))
-
-    def _op_create(self, req: P.Request, reply: Replier) -> None:
-        a = req.args
-        row_shape = P.arg(a, "row_shape", list)
-        if not all(isinstance(d, int) and not isinstance(d, bool) for d in row_shape):
-            raise P.ProtocolError("argument 'row_shape' must be a list of integers")
-        t = self.state.create(
-            req.name,
-            P.arg(a, "num_rows", int),
-            tuple(row_shape),
-            P.arg(a, "dtype", str),
-            P.arg(a, "lo", int),
-            P.arg(a, "hi", int),
-            P.arg(a, "init", dict, {}),
-        )
-        reply.send(P.encode_reply(req.rid, result=t.describe()))
-
-    def _op_set_optimizer(self, req: P.Request, reply: Replier) -> None:
-        self.state.set_optimizer(req.name, P.arg(req.args, "config", dict))
-        reply.send(P.encode_reply(req.rid))
-
-    def _op_pull(self, req: P.Request, reply: Replier) -> None:
-        if len(req.arrays) != 1:
-            raise P.ProtocolError(f"pull takes one frame of ids, got {len(req.arrays)}")
-        ids = req.arrays[0]
-        t = self.state.get(req.name)
-        per_row = max(1, int(t.data[:1].numel()) * t.data.element_size()) if t.rows else 4
-        chunk_rows = max(1, P.CHUNK_BYTES // per_row)
-        count = max(1, -(-len(ids) // chunk_rows))
-        pool = reply.pool
-        for i, (offset, rows) in enumerate(self.state.pull_chunks(req.name, ids, chunk_rows, pool.take)):
-            pool.sent(
-                reply.send(
-                    P.encode_reply(req.rid, arrays=[rows], result={"offset": offset}, chunk=(i, count)),
-                    track=True,
+    def _advance(self, identity: bytes, st: Stream) -> bool:
+        """Send a pull's next chunks while fewer than WINDOW of them are on their way; True if parked."""
+        pull, t = st.pull, st.pull.t
+        row_shape, dtype = t.row_shape, t.data.dtype
+        try:
+            while not pull.done:
+                if self.outbox.is_dropped(identity):
+                    return False  # nobody to send to
+                if len(st.inflight) >= WINDOW:
+                    with contextlib.suppress(zmq.NotDone):  # a client reading at TCP speed frees one by then
+                        st.inflight[0][1].wait(PATIENCE)
+                for item in [x for x in st.inflight if x[1].done]:
+                    st.inflight.remove(item)
+                    self._buffers.give(item[0])
+                if len(st.inflight) >= WINDOW:  # a slow reader: free the worker, resume when it reads
+                    st.parked_at = time.monotonic()
+                    self._queue.park(identity)
+                    with self._parked_lock:
+                        self._parked.append((identity, st))
+                    self._wake()  # the I/O thread now looks at parked streams every millisecond
+                    return True
+                n = pull.next_rows()
+                nbytes = n * t.data[:1].numel() * t.data.element_size() if t.rows else 0
+                buf = self._buffers.take(nbytes)
+                out = buf[:nbytes].view(dtype).view(n, *row_shape)
+                i, offset, rows = pull.next(out)
+                header, data = P.encode_reply(
+                    st.rid, arrays=[rows], result={"offset": offset}, chunk=(i, pull.count)
                 )
-            )
-        self.metrics.rows_pulled.labels(self.metrics.shard).inc(len(ids))
-
-    def _push_args(self, req: P.Request) -> tuple[Any, list[Any]]:
-        """(ids, value chunks): values in frames, or in a client's shared-memory buffer (same host)."""
-        buf = req.args.get("shm")
-        if buf is None:
-            if len(req.arrays) < 2:
-                raise P.ProtocolError(
-                    f"{req.op} takes ids and at least one frame of values, got {len(req.arrays)}"
-                )
-            return req.arrays[0], req.arrays[1:]
-        if len(req.arrays) != 1 or not isinstance(buf, dict):
-            raise P.ProtocolError(f"{req.op} with a shared-memory buffer takes one frame of ids")
-        t = self.state.get(req.name)
-        rows = len(req.arrays[0])
-        offset = P.arg(buf, "offset", int)
-        width = int(np.prod(t.row_shape, dtype=np.int64)) * np.dtype(P.DTYPES[t.dtype]).itemsize
-        with self._segments_lock:
-            try:
-                seg = self._segments.get(P.arg(buf, "name", str))
-            except (ValueError, FileNotFoundError) as exc:
-                raise P.ProtocolError(f"shared-memory buffer: {exc}") from None
-        if offset < 0 or offset + rows * width > seg.size:
-            raise P.ProtocolError(
-                f"shared-memory buffer of {seg.size} bytes cannot hold {rows} rows at {offset}"
-            )
-        return req.arrays[0], [view(seg, (rows, *t.row_shape), np.dtype(P.DTYPES[t.dtype]), offset)]
-
-    def _op_push(self, req: P.Request, reply: Replier) -> None:
-        ids, chunks = self._push_args(req)
-        n = self.state.push(req.name, ids, chunks)
-        self.metrics.rows_pushed.labels(self.metrics.shard, "overwrite").inc(n)
-        reply.send(P.encode_reply(req.rid, result={"rows": n}))
-
-    def _op_push_grad(self, req: P.Request, reply: Replier) -> None:
-        ids, chunks = self._push_args(req)
-        step = P.arg(req.args, "step", (int, type(None)), None)
-        start = time.perf_counter()
-        n = self.state.push_grad(req.name, ids, chunks, step)
-        self.metrics.optimizer.labels(self.metrics.shard).observe(time.perf_counter() - start)
-        self.metrics.rows_pushed.labels(self.metrics.shard, "gradient").inc(len(ids))
-        reply.send(P.encode_reply(req.rid, result={"rows": n}))
-
-    def _op_barrier(self, req: P.Request, reply: Replier) -> None:
-        key = P.arg(req.args, "key", str)
-        count = P.arg(req.args, "count", int)
-        if count < 1 or count > 100_000:
-            raise P.ProtocolError(f"barrier count must be in [1, 100000], got {count}")
-        with self._barrier_lock:
-            waiting = self._barriers.setdefault(key, [])
-            waiting.append((reply.identity, req.rid))
-            if len(waiting) < count:
-                return  # answered when the last participant arrives
-            del self._barriers[key]
-        for who, rid in waiting:
-            reply.send_to(who, P.encode_reply(rid, result={"key": key, "count": count}))
-
-    def _checkpoint_path(self, req: P.Request) -> Path:
-        if self.checkpoint_root is None:
-            raise P.ProtocolError("this server has no checkpoint root (--checkpoint-root)")
-        rel = P.arg(req.args, "path", str)
-        path = (self.checkpoint_root / rel).resolve()
-        if path != self.checkpoint_root and self.checkpoint_root not in path.parents:
-            raise P.ProtocolError(f"checkpoint path {rel!r} leaves the checkpoint root")
-        return path
-
-    def _op_checkpoint(self, req: P.Request, reply: Replier) -> None:
-        pieces = self.state.checkpoint(self._checkpoint_path(req))
-        reply.send(P.encode_reply(req.rid, result={"pieces": pieces}))
-
-    def _op_restore(self, req: P.Request, reply: Replier) -> None:
-        restored = self.state.restore(self._checkpoint_path(req))
-        reply.send(P.encode_reply(req.rid, result={"restored": restored}))
-
-    def _op_shm_info(self, req: P.Request, reply: Replier) -> None:
-        tensors = {
-            n: {
-                "segment": t.shm.name,
-                "lo": t.lo,
-                "hi": t.hi,
-                "row_shape": list(t.row_shape),
-                "dtype": t.dtype,
-            }
-            for n, t in self.state.tensors.items()
-            if t.shm is not None
-        }
-        reply.send(
-            P.encode_reply(
-                req.rid,
-                result={
-                    "host": self._host,
-                    "prefix": self.state.shm_prefix,
-                    "tensors": tensors,
-                    "graph": self.state.graph_info(),
-                },
-            )
-        )
-
-    def _op_sample(self, req: P.Request, reply: Replier) -> None:
-        if len(req.arrays) != 1:
-            raise P.ProtocolError(f"sample takes one frame of seeds, got {len(req.arrays)}")
-        fanout = P.arg(req.args, "fanout", int)
-        if fanout == 0 or fanout < -1:
-            raise P.ProtocolError(f"fanout must be positive or -1 (all), got {fanout}")
-        src, counts = self.state.sample(req.arrays[0], fanout, P.arg(req.args, "seed", int, 0))
-        reply.send(P.encode_reply(req.rid, arrays=[src, counts]))
-
-    def _op_shutdown(self, req: P.Request, reply: Replier) -> None:
-        reply.send(P.encode_reply(req.rid))
-        self._stop.set()
-
-
-class ChunkPool:
-    """A worker's reusable pull buffers. A chunk handed to ZMQ zero-copy is only reused once ZMQ's
-    tracker says the I/O thread is done with it; fresh buffers per chunk would be faulted in page by
-    page (and madvised ones compacted), which costs more than the transfer."""
-
-    SLOTS = 6
-
-    def __init__(self) -> None:
-        self.buffers: list[torch.Tensor] = []
-        self.trackers: list[zmq.MessageTracker | None] = []
-        self.next = 0
-        self._taken: int | None = None
-
-    def take(self, rows: int, row_shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
-        numel = rows * int(np.prod(row_shape, dtype=np.int64))
-        i = self.next
-        self.next = (self.next + 1) % self.SLOTS
-        if i >= len(self.buffers):
-            self.buffers.append(torch.empty(0, dtype=torch.uint8))
-            self.trackers.append(None)
-        tracker = self.trackers[i]
-        if tracker is not None and not tracker.done:
-            tracker.wait(30)
-        self.trackers[i] = None
-        nbytes = numel * torch.empty((), dtype=dtype).element_size()
-        if self.buffers[i].numel() < nbytes:
-            self.buffers[i] = torch.empty(nbytes, dtype=torch.uint8)
-        self._taken = i
-        return self.buffers[i][:nbytes].view(dtype).view(rows, *row_shape)
-
-    def sent(self, tracker: zmq.MessageTracker | None) -> None:
-        if self._taken is not None:
-            self.trackers[self._taken] = tracker
-            self._taken = None
-
-
-class Replier:
-    """Sends replies through a worker's own socket: to the requesting client, or (barriers) to any
-    client by identity. No extra sockets on the backend: the proxy would deal requests to them too."""
-
-    def __init__(self, sock: zmq.Socket, identity: bytes, pool: ChunkPool | None = None):
-        self.sock = sock
-        self.identity = identity
-        self.pool = pool or ChunkPool()
-
-    def send(self, frames: list[Any], track: bool = False) -> zmq.MessageTracker | None:
-        return self.sock.send_multipart([self.identity, *frames], copy=False, track=track)
-
-    def send_to(self, identity: bytes, frames: list[Any]) -> None:
-        self.sock.send_multipart([identity, *frames], copy=False)
-
-
-def _lenient_rid(body: list[Any]) -> int:
-    """The rid of a request that failed validation, if its header can be read at all (else -1)."""
-    try:
-        header = msgpack.unpackb(bytes(body[0])[: P.MAX_HEADER_BYTES], raw=False, max_bin_len=0)
-        rid = header.get("rid") if isinstance(header, dict) else None
-        return rid if isinstance(rid, int) and rid >= 0 else -1
-    except Exception:
-        return -1
+                frame = zmq.Frame(data, track=True, copy=False)
+                st.inflight.append((buf, frame.tracker))
+                self.outbox.post(identity, [header, frame], nbytes)
+        except (P.ProtocolError, GraphtrainError, ValueError) as exc:
+            self._error(identity, st.rid, str(exc))
+            self.metrics.requests.labels(self.metrics.shard, "pull", "error").inc()
+            return False
+        self.metrics.requests.labels(self.metrics.shard, "pull", "ok").inc()
+        self.metrics.latency.labels(self.metrics.shard, "pull").observe(time.perf_counter() - st.op_start)
+        return False
 
 
 def announce(address: str, metrics_port: int | None) -> None:
@@ -438,13 +571,12 @@ def serve(
     metrics_port: int | None = None,
     metrics_host: str = "127.0.0.1",
     use_shm: bool = False,
-    max_request_bytes: int = P.DEFAULT_MAX_REQUEST_BYTES,
+    limits: Limits | None = None,
 ) -> None:
     """Run a shard server until a shutdown request or SIGTERM/SIGINT."""
     import signal
 
-    from prometheus_client import start_http_server
-
+    from graphtrain.runtime import httpd
     from graphtrain.runtime.kvstore import checkpoint as ckpt
     from graphtrain.runtime.native.memory import keep_freed_memory
 
@@ -458,23 +590,22 @@ def serve(
         )
         if restore_from is not None:
             ckpt.read_top(restore_from)  # refuse an incomplete checkpoint at start, not at first use
-    state = ShardState(
-        shard,
-        use_shm=use_shm,
-        shm_prefix=job_prefix(token),
-        restore_from=restore_from,
-    )
+    state = ShardState(shard, use_shm=use_shm, shm_prefix=job_prefix(token), restore_from=restore_from)
     if partition is not None:
         loaded = state.load_partition(partition, shard if part is None else part)
         log.info("holding %s", ", ".join(loaded) or "no node data")
-    server = ShardServer(state, token, bind, workers, checkpoint_root, max_request_bytes)
+    server = ShardServer(state, token, bind, workers, checkpoint_root, limits)
     address = server.start()
     port = None
     if metrics_port is not None:
-        http, _ = start_http_server(metrics_port, metrics_host, registry=server.metrics.registry)
-        port = http.server_port
+        _, port = httpd.serve(
+            server.metrics.registry,
+            metrics_host,
+            metrics_port,
+            {"/livez": server.liveness, "/readyz": lambda: (True, "ready")},
+        )
     for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: server._stop.set())
+        signal.signal(sig, lambda *_: server.request_stop())
     faulthandler.enable()  # a crash prints where it happened
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1`: every thread's stack to stderr
     announce(address, port)

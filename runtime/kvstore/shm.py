@@ -14,10 +14,20 @@ import contextlib
 import hashlib
 import itertools
 import os
+import socket
 from multiprocessing import resource_tracker, shared_memory
 from pathlib import Path
 
 import numpy as np
+
+
+def host_id() -> str:
+    """This machine's identity for shared-memory eligibility: hostname and boot id."""
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        boot = "unknown"
+    return f"{socket.gethostname()}:{boot}"
 
 
 def attach(name: str) -> shared_memory.SharedMemory:

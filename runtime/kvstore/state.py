@@ -13,6 +13,7 @@ initial rows do not depend on how it is split across servers.
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 from dataclasses import dataclass, field
 from multiprocessing import shared_memory
@@ -20,9 +21,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import psutil
 import torch
 
-from graphtrain.runtime.errors import SparseInputError
+from graphtrain.runtime.errors import NonFiniteGradient, SparseInputError
 from graphtrain.runtime.kvstore import checkpoint as ckpt
 from graphtrain.runtime.kvstore.protocol import DTYPES, ProtocolError
 from graphtrain.runtime.native import available as native_available
@@ -57,6 +59,16 @@ class TensorShard:
     @property
     def rows(self) -> int:
         return self.hi - self.lo
+
+    def release(self) -> None:
+        """Unmap and unlink the table's shared-memory segment, if it has one."""
+        if self.shm is not None:
+            self.data = torch.empty(0)
+            with contextlib.suppress(BufferError):  # a view still held elsewhere: unmapped when it goes
+                self.shm.close()
+            with contextlib.suppress(FileNotFoundError):
+                self.shm.unlink()
+            self.shm = None
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -162,6 +174,57 @@ def _ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
     return np.repeat(starts - offsets, counts) + np.arange(total, dtype=np.int64)
 
 
+def fits(what: str, nbytes: int) -> None:
+    """Refuse an allocation this machine cannot hold, before making it (a bad create must not end the
+    server by the kernel's out-of-memory killer)."""
+    available = psutil.virtual_memory().available
+    if nbytes > available:
+        raise ProtocolError(
+            f"{what} needs {nbytes / 2**30:.2f} GiB; this server has {available / 2**30:.2f} GiB available"
+        )
+
+
+def nonfinite_rows(values: np.ndarray) -> np.ndarray | None:
+    """Which rows of `values` hold a NaN or an infinity, or None when none does (the common case: one
+    vectorised scan of the native core, ~28 GB/s)."""
+    if values.dtype.kind != "f" or values.size == 0:
+        return None
+    if values.dtype == np.float32 and native_available():
+        from graphtrain.runtime.native.optim import first_nonfinite
+
+        if first_nonfinite(torch.from_numpy(np.ascontiguousarray(values))) < 0:
+            return None
+    elif np.isfinite(values).all():
+        return None
+    return ~np.isfinite(values.reshape(len(values), -1)).all(axis=1)
+
+
+class PullStream:
+    """A pull's rows, chunk by chunk. The server gathers each chunk into a reusable buffer while the
+    previous one is on the wire, and can stop between chunks (a client that does not read) without
+    holding a worker; the in-process transport takes the rows in one chunk."""
+
+    def __init__(self, t: TensorShard, local: torch.Tensor, chunk_rows: int):
+        self.t, self.local, self.chunk_rows = t, local, chunk_rows
+        self.count = max(1, -(-len(local) // chunk_rows))
+        self.index = 0
+
+    @property
+    def done(self) -> bool:
+        return self.index >= self.count
+
+    def next_rows(self) -> int:
+        """Rows of the next chunk."""
+        start = self.index * self.chunk_rows
+        return max(0, min(len(self.local), start + self.chunk_rows) - start)
+
+    def next(self, out: torch.Tensor | None = None) -> tuple[int, int, np.ndarray]:
+        """(chunk index, first row's position in the pull, rows) of the next chunk, into `out` if given."""
+        i, start = self.index, self.index * self.chunk_rows
+        self.index += 1
+        return i, start, ShardState.gather(self.t, self.local[start : start + self.chunk_rows], out)
+
+
 class ShardState:
     """The tensors of one shard server."""
 
@@ -216,7 +279,8 @@ class ShardState:
         hi: int,
         init: dict[str, Any] | None = None,
     ) -> TensorShard:
-        """Create the tensor, or attach to it if it exists with the same description."""
+        """Create the tensor, or attach to it if it exists with the same description. A create that
+        fails (a checkpoint that does not fit, say) leaves nothing behind: no table, no segment."""
         if dtype not in DTYPES:
             raise ProtocolError(f"dtype {dtype!r} is not one of {sorted(DTYPES)}")
         if not (0 <= lo <= hi <= num_rows) or num_rows < 0:
@@ -232,11 +296,18 @@ class ShardState:
                         f"rows [{t.lo}, {t.hi}); asked for {num_rows}x{row_shape} {dtype} rows [{lo}, {hi})"
                     )
                 return t
-            data, shm = self._allocate(name, (hi - lo, *row_shape), TORCH_DTYPES[dtype])
-            init_rows(init or {}, lo, hi, row_shape, data)
+            shape = (hi - lo, *row_shape)
+            fits(f"table {name!r}", int(np.prod(shape, dtype=np.int64)) * np.dtype(DTYPES[dtype]).itemsize)
+            data, shm = self._allocate(name, shape, TORCH_DTYPES[dtype])
             t = TensorShard(name, num_rows, row_shape, dtype, lo, hi, data, shm=shm)
-            if self.restore_from is not None:
-                ckpt.restore_into(self.restore_from, t)
+            del data
+            try:
+                init_rows(init or {}, lo, hi, row_shape, t.data)
+                if self.restore_from is not None:
+                    ckpt.restore_into(self.restore_from, t)
+            except BaseException:
+                t.release()
+                raise
             self.tensors[name] = t
             return t
 
@@ -245,15 +316,27 @@ class ShardState:
     ) -> tuple[torch.Tensor, shared_memory.SharedMemory | None]:
         nbytes = int(np.prod(shape, dtype=np.int64)) * torch.empty((), dtype=dtype).element_size()
         if self.use_shm and nbytes > 0:
-            seg = shared_memory.SharedMemory(
-                create=True, size=nbytes, name=f"{self.shm_prefix}-{self.shard}-{name}"
-            )
+            seg = self._segment(name, nbytes)
             return torch.frombuffer(seg.buf, dtype=dtype).view(shape), seg
         if dtype == torch.float32 and native_available() and len(shape) == 2:
             from graphtrain.runtime.native.optim import empty
 
             return empty(shape), None
         return torch.empty(shape, dtype=dtype), None
+
+    def _segment(self, name: str, nbytes: int) -> shared_memory.SharedMemory:
+        """A new shared-memory segment named after the job, this shard, this process and `name`. The pid
+        keeps a restarted server clear of what a SIGKILLed predecessor could not unlink; a segment of
+        the same name can then only be a dead process' whose pid was reused, and is replaced."""
+        full = f"{self.shm_prefix}-{self.shard}-{os.getpid()}-{name}"
+        try:
+            return shared_memory.SharedMemory(create=True, size=nbytes, name=full)
+        except FileExistsError:
+            with contextlib.suppress(FileNotFoundError):
+                stale = shared_memory.SharedMemory(name=full)
+                stale.close()
+                stale.unlink()
+            return shared_memory.SharedMemory(create=True, size=nbytes, name=full)
 
     def set_optimizer(self, name: str, config: dict[str, Any]) -> None:
         """Attach a sparse optimizer (idempotent for the same config; a different one is refused)."""
@@ -269,27 +352,21 @@ class ShardState:
                 if t.config != cfg:
                     raise ProtocolError(f"tensor {name!r} already has optimizer {t.config}")
                 return
+            per_row = {"adagrad": 1, "adam": 2}.get(cfg.kind, 0) * t.row_shape[0] + 1
+            fits(f"optimizer state of {name!r}", per_row * 4 * t.rows)
             t.config = cfg
             t.state = make_state(cfg, t.rows, t.row_shape[0])
 
     # --------------------------------------------------------------------------------- data ops
 
-    def pull_chunks(self, name: str, ids: np.ndarray, chunk_rows: int, buffer: Any = None):
-        """Yield (offset, rows) of `ids` in chunks of at most `chunk_rows` (ids checked first).
-        `buffer(rows, row_shape, dtype)`, if given, supplies reusable output arrays."""
+    def pull_stream(self, name: str, ids: np.ndarray, chunk_bytes: int) -> PullStream:
+        """The rows of `ids` in chunks of about `chunk_bytes` (every id checked before the first)."""
         t = self.get(name)
-        local = self.local_ids(t, ids)
-        for start in range(0, max(len(local), 1), chunk_rows):
-            part = local[start : start + chunk_rows]
-            out = buffer(len(part), t.row_shape, t.data.dtype) if buffer is not None else None
-            yield start, self._gather(t, part, out)
-
-    def pull(self, name: str, ids: np.ndarray) -> np.ndarray:
-        t = self.get(name)
-        return self._gather(t, self.local_ids(t, ids))
+        row = max(1, int(np.prod(t.row_shape, dtype=np.int64)) * np.dtype(DTYPES[t.dtype]).itemsize)
+        return PullStream(t, self.local_ids(t, ids), max(1, chunk_bytes // row))
 
     @staticmethod
-    def _gather(t: TensorShard, local: torch.Tensor, out: torch.Tensor | None = None) -> np.ndarray:
+    def gather(t: TensorShard, local: torch.Tensor, out: torch.Tensor | None = None) -> np.ndarray:
         if t.data.dtype == torch.float32 and t.data.dim() == 2 and native_available() and len(local):
             from graphtrain.runtime.native import optim as native
             from graphtrain.runtime.optim.functional import threads
@@ -300,61 +377,93 @@ class ShardState:
             return out.numpy()
         return t.data.index_select(0, local).numpy()
 
-    def _values(
-        self, t: TensorShard, ids: np.ndarray, chunks: list[np.ndarray]
-    ) -> list[tuple[int, np.ndarray]]:
-        """(offset, values) per chunk, checked against the ids and the row shape."""
-        out, offset = [], 0
+    @staticmethod
+    def _pieces(
+        t: TensorShard, pieces: list[tuple[np.ndarray, np.ndarray]]
+    ) -> tuple[np.ndarray, torch.Tensor]:
+        """All ids of the pieces and their local rows, after every piece's dtype, shape and ids were
+        checked."""
         want = np.dtype(DTYPES[t.dtype])
-        for i, c in enumerate(chunks):
-            if c.dtype != want or tuple(c.shape[1:]) != t.row_shape:
+        for i, (ids, values) in enumerate(pieces):
+            if values.dtype != want or tuple(values.shape[1:]) != t.row_shape:
                 raise ProtocolError(
                     f"values[{i}] for {t.name!r} must be {t.dtype} rows of shape {t.row_shape}, "
-                    f"got {c.dtype} {tuple(c.shape)}"
+                    f"got {values.dtype} {tuple(values.shape)}"
                 )
-            out.append((offset, c))
-            offset += c.shape[0]
-        if offset != len(ids):
-            raise ProtocolError(f"{len(ids)} ids but {offset} value rows for {t.name!r}")
-        return out
+            if len(values) != len(ids):
+                raise ProtocolError(f"{len(ids)} ids but {len(values)} value rows for {t.name!r}")
+        parts = [ids for ids, _ in pieces]
+        ids = parts[0] if len(parts) == 1 else np.concatenate(parts) if parts else np.empty(0, np.int64)
+        return ids, ShardState.local_ids(t, ids)
 
-    def push(self, name: str, ids: np.ndarray, chunks: list[np.ndarray]) -> int:
-        """Overwrite rows (the last of duplicate ids wins). Returns the rows written."""
+    def push(self, name: str, pieces: list[tuple[np.ndarray, np.ndarray]]) -> int:
+        """Overwrite rows (the last of duplicate ids wins). Values holding NaN or infinity are refused
+        before any row is written. Returns the rows written."""
         t = self.get(name)
-        local = self.local_ids(t, ids)
-        parts = self._values(t, ids, chunks)
+        ids, local = self._pieces(t, pieces)
+        for piece_ids, values in pieces:
+            bad = nonfinite_rows(values)
+            if bad is not None:
+                raise ProtocolError(
+                    f"push of {name!r}: {int(bad.sum())} row(s) hold NaN or infinity "
+                    f"(first id {int(piece_ids[bad][0])}); nothing was written"
+                )
         with t.lock:
-            for offset, values in parts:
-                idx = local[offset : offset + len(values)]
-                t.data.index_copy_(0, idx, torch.from_numpy(np.ascontiguousarray(values)))
+            offset = 0
+            for _, values in pieces:
+                rows = local[offset : offset + len(values)]
+                t.data.index_copy_(0, rows, torch.from_numpy(np.ascontiguousarray(values)))
+                offset += len(values)
         return len(ids)
 
-    def push_grad(self, name: str, ids: np.ndarray, chunks: list[np.ndarray], step: int | None = None) -> int:
-        """Apply the tensor's optimizer to gradient rows. Chunks must not share ids (the client
-        deduplicates before pushing); duplicates inside one chunk are reduced by the optimizer's rule.
-        `step`: the client's step count, used by Adam with step_count "global"."""
+    def push_grad(
+        self, name: str, pieces: list[tuple[np.ndarray, np.ndarray]], step: int | None = None
+    ) -> tuple[int, int]:
+        """Apply the tensor's optimizer to gradient rows, all pieces as one step (duplicate ids reduced
+        by the optimizer's rule; the native core reads the pieces where they lie). `step`: the client's
+        step count, used by Adam with step_count "global". Gradients holding NaN or infinity refuse the
+        whole push before any row is touched, or (the table's nonfinite "skip") leave their rows out.
+        Returns (rows updated, rows skipped)."""
         t = self.get(name)
         if t.config is None:
             raise ProtocolError(f"tensor {name!r} has no optimizer; send set_optimizer first")
-        local = self.local_ids(t, ids)
-        parts = self._values(t, ids, chunks)
+        ids, local = self._pieces(t, pieces)
+        refuse = t.config.nonfinite == "refuse"
+        grads, keep, skipped = [], [], 0
+        for _, values in pieces:
+            bad = None if refuse else nonfinite_rows(values)  # refused: the core's first pass scans
+            if bad is not None:
+                skipped += int(bad.sum())
+                values = values[~bad]
+            keep.append(bad)
+            grads.append(torch.from_numpy(np.ascontiguousarray(values)))
+        if skipped:
+            mask = np.concatenate(
+                [np.ones(len(i), bool) if b is None else ~b for (i, _), b in zip(pieces, keep, strict=True)]
+            )
+            local = local[torch.from_numpy(mask)]
         global_adam = t.config.kind == "adam" and t.config.step_count == "global"
-        updated = 0
         with t.lock:
-            # One optimizer step for the whole push: every frame runs at the client's step count (so all
-            # shards agree even when a push skips some of them), else at this shard's next count.
-            target = (step if step is not None else int(t.state["step"][0]) + 1) if global_adam else 0
-            for offset, values in parts:
+            # the client's step count (so all shards agree even when a push skips some of them), else
+            # this shard's next count
+            saved = int(t.state["step"][0]) if global_adam else 0
+            if global_adam and step is not None:
+                t.state["step"][0] = step - 1  # sparse_step adds one
+            try:
+                updated = sparse_step(t.config, t.data, t.state, local, grads, finite=refuse)
+            except NonFiniteGradient:
                 if global_adam:
-                    t.state["step"][0] = target - 1  # sparse_step adds one
-                grads = torch.from_numpy(np.ascontiguousarray(values))
-                try:
-                    updated += sparse_step(
-                        t.config, t.data, t.state, local[offset : offset + len(values)], grads
-                    )
-                except SparseInputError as exc:
-                    raise ProtocolError(str(exc)) from None
-        return updated
+                    t.state["step"][0] = saved
+                rows = np.concatenate([~np.isfinite(v.reshape(len(v), -1)).all(axis=1) for _, v in pieces])
+                raise ProtocolError(
+                    f"push_grad of {name!r}: {int(rows.sum())} gradient row(s) hold NaN or infinity "
+                    f"(first id {int(ids[rows][0])}); no row was updated"
+                ) from None
+            except SparseInputError as exc:
+                if global_adam:
+                    t.state["step"][0] = saved
+                raise ProtocolError(str(exc)) from None
+        return updated, skipped
 
     # ---------------------------------------------------------------------------- checkpointing
 
@@ -422,9 +531,7 @@ class ShardState:
         array = np.asarray(array)
         if not self.use_shm or array.nbytes == 0:
             return array
-        seg = shared_memory.SharedMemory(
-            create=True, size=array.nbytes, name=f"{self.shm_prefix}-{self.shard}-graph.{name}"
-        )
+        seg = self._segment(f"graph.{name}", array.nbytes)
         self.graph_shm[name] = seg
         out = np.ndarray(array.shape, dtype=array.dtype, buffer=seg.buf)
         out[:] = array
@@ -456,11 +563,7 @@ class ShardState:
 
     def close(self) -> None:
         for t in self.tensors.values():
-            if t.shm is not None:
-                t.data = torch.empty(0)
-                t.shm.close()
-                t.shm.unlink()
-                t.shm = None
+            t.release()
         if self.graph_shm:
             self.graph = None  # drop the views before closing their segments
             for seg in self.graph_shm.values():

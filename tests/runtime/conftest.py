@@ -32,8 +32,12 @@ class Server:
     shard: int
     port: int
     proc: subprocess.Popen
+    log: Path
     address: str = ""
     metrics_port: int | None = None
+
+    def log_text(self) -> str:
+        return self.log.read_text(errors="replace")
 
     def kill(self) -> None:
         if self.proc.poll() is None:
@@ -58,8 +62,10 @@ def start_server(shard: int, port: int, root: Path, *extra: str, token: str = TO
         *extra,
     ]
     env = {**os.environ, "GRAPHTRAIN_TOKEN": token, "GRAPHTRAIN_QUIET": "1", "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    server = Server(shard, port, proc)
+    log = root / f"server-{shard}-{port}.log"  # a file, not a pipe: nobody reads stderr while it runs
+    with open(log, "ab") as err:
+        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=err, text=True)
+    server = Server(shard, port, proc, log)
     deadline = time.monotonic() + READY_TIMEOUT
     while time.monotonic() < deadline:
         ready, _, _ = select.select([proc.stdout], [], [], 0.5)
@@ -75,9 +81,7 @@ def start_server(shard: int, port: int, root: Path, *extra: str, token: str = TO
         if proc.poll() is not None:
             break
     server.kill()
-    raise RuntimeError(
-        f"shard server {shard} did not start: {proc.stderr.read()[-2000:] if proc.stderr else ''}"
-    )
+    raise RuntimeError(f"shard server {shard} did not start: {server.log_text()[-2000:]}")
 
 
 @contextlib.contextmanager
@@ -102,6 +106,39 @@ def servers(n: int, root: Path, *extra: str) -> Iterator[list[Server]]:
                     s.proc.wait(timeout=10)
                 except subprocess.TimeoutExpired:
                     s.kill()
+
+
+def dealer(address: str, token: str | None = TOKEN, **options: int):
+    """A raw DEALER on `address`, presenting `token` (None: no credentials at all), with extra socket
+    options (e.g. RCVHWM=1 for a client that stops reading)."""
+    import zmq
+
+    from graphtrain.runtime.kvstore import auth
+
+    sock = zmq.Context.instance().socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    for name, value in options.items():
+        sock.setsockopt(getattr(zmq, name), value)
+    if token is not None:
+        auth.secure_client(sock, token)
+    sock.connect(address)
+    return sock
+
+
+def request(sock, frames: list, timeout_ms: int = 5000) -> dict | None:
+    """Send frames; the reply's header, or None if nothing came back in time."""
+    import msgpack
+
+    sock.send_multipart(frames)
+    if not sock.poll(timeout_ms):
+        return None
+    return msgpack.unpackb(sock.recv_multipart()[0], raw=False)
+
+
+def rss(pid: int) -> int:
+    import psutil
+
+    return psutil.Process(pid).memory_info().rss
 
 
 @pytest.fixture

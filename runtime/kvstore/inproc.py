@@ -1,0 +1,89 @@
+"""The in-process transport of standalone mode: the shards live in this process.
+
+Each call is validated by protocol.validate and run by the shard's Dispatcher, exactly as a shard
+server's worker runs it, so standalone and distributed runs refuse the same requests with the same
+messages. Nothing is encoded or copied: arrays are handed over as they are, and pull rows are gathered
+straight into the caller's output.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from graphtrain.runtime.errors import GraphtrainError
+from graphtrain.runtime.kvstore import protocol as P
+from graphtrain.runtime.kvstore.dispatch import Dispatcher, Released, Reply
+from graphtrain.runtime.kvstore.state import GraphPart, PullStream, ShardState
+from graphtrain.runtime.kvstore.transport import Answer, Call, place
+
+
+class InProcTransport:
+    """Shard states in this process, called directly (standalone mode)."""
+
+    max_frame_bytes = None  # nothing crosses a socket
+    chunked_pushes = False
+
+    def __init__(self, states: list[ShardState], checkpoint_root: Path | None = None):
+        self.states = states
+        self.num_shards = len(states)
+        self.dispatchers = [Dispatcher(s, checkpoint_root, chunk_bytes=1 << 62) for s in states]
+
+    def call_many(self, calls: list[Call], timeout: float | None = None) -> list[Answer]:
+        return [self._call(c) for c in calls]
+
+    def begin_many(self, calls: list[Call], timeout: float | None = None) -> None:
+        self.call_many(calls, timeout)  # in-process: nothing to overlap, done at once
+
+    def settle(self) -> None:
+        return None
+
+    def local_view(self, shard: int, name: str) -> tuple[np.ndarray, int] | None:
+        t = self.states[shard].tensors.get(name)
+        return None if t is None else (t.data.numpy(), t.lo)
+
+    def is_local(self, shard: int) -> bool:
+        return False  # values are handed over as they are, not through a buffer
+
+    def push_buffer(self, nbytes: int) -> tuple[Any, str] | None:
+        return None
+
+    def local_graph(self, shard: int) -> GraphPart | None:
+        return self.states[shard].graph
+
+    def _call(self, c: Call) -> Answer:
+        req = P.Request(c.op, 0, c.name, list(c.arrays), c.args or {}, sum(a.nbytes for a in c.arrays))
+        try:
+            args = P.validate(req)
+            out = self.dispatchers[c.shard].run(req, args, who=c.shard)
+        except (P.ProtocolError, GraphtrainError, ValueError) as exc:
+            raise P.RemoteError(f"shard {c.shard} (in-process) refused {c.op}: {exc}") from None
+        if isinstance(out, PullStream):
+            return self._pull(c, out)
+        if isinstance(out, Released):
+            return Answer(out.result, [])
+        if out is None:  # a barrier of several participants in one process can never complete
+            assert isinstance(args, P.BarrierArgs)
+            self.dispatchers[c.shard].barriers.withdraw(args.key, c.shard)
+            raise P.RemoteError(
+                f"shard {c.shard} (in-process) refused barrier: {args.count} participants cannot meet "
+                "in one process"
+            )
+        assert isinstance(out, Reply)
+        return Answer(out.result, out.arrays)
+
+    @staticmethod
+    def _pull(c: Call, stream: PullStream) -> Answer:
+        _, _, rows = stream.next(None)  # one chunk: chunk_bytes is unbounded here
+        if c.out is None:
+            return Answer({}, [rows])
+        place(c, 0, rows)
+        return Answer({}, [])
+
+    def close(self) -> None:
+        for d in self.dispatchers:
+            d.close()
+        for s in self.states:
+            s.close()
