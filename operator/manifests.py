@@ -316,7 +316,9 @@ def shard_addresses(gt: S.GraphTraining, namespace: str) -> list[str]:
 
 
 def shard_statefulset(owner: Obj, gt: S.GraphTraining, image: str) -> Obj:
-    """One shard server per partition; ready when its health operation answers (exec probe)."""
+    """One shard server per partition; ready when its health operation answers (exec probe, with the
+    token); restarted when /livez on its metrics port says it can no longer answer (a thread stopped,
+    or requests waiting while no worker finishes any), which a busy server does not."""
     n, lay = names(gt.metadata.name), Layout(gt)
     ss = gt.spec.shard_servers
     args = ["shard-server", "--bind", f"tcp://0.0.0.0:{SHARD_PORT}", "--shard-from-hostname"]
@@ -343,6 +345,13 @@ def shard_statefulset(owner: Obj, gt: S.GraphTraining, image: str) -> Obj:
         "timeoutSeconds": 8,
         "failureThreshold": 3,
     }
+    liveness = {
+        "httpGet": {"path": "/livez", "port": "metrics"},
+        "initialDelaySeconds": 10,
+        "periodSeconds": 10,
+        "timeoutSeconds": 5,
+        "failureThreshold": 6,
+    }
     container = _container(
         gt,
         image,
@@ -354,6 +363,7 @@ def shard_statefulset(owner: Obj, gt: S.GraphTraining, image: str) -> Obj:
             {"name": "metrics", "containerPort": METRICS_PORT},
         ],
         readinessProbe=probe,
+        livenessProbe=liveness,
         resources=_resources(ss.resources, ss.device == S.Device.cuda),
     )
     if ss.threads:

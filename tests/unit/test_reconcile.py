@@ -363,4 +363,5 @@ def test_every_rendered_manifest_is_valid_kubernetes() -> None:
     container = sts["spec"]["template"]["spec"]["containers"][0]
     assert container["resources"]["limits"]["nvidia.com/gpu"] == "1"
     assert container["readinessProbe"]["exec"]["command"][:2] == ["graphtrain", "health"]
+    assert container["livenessProbe"]["httpGet"] == {"path": "/livez", "port": "metrics"}
     assert container["securityContext"]["runAsNonRoot"] is True
