@@ -88,6 +88,9 @@ def validate(specs: Annotated[list[Path], typer.Argument(help="GraphTraining YAM
             out.print(f"{path}: valid")
         except S.SpecError as exc:
             bad += 1
+            if len(exc.problems) == 1:
+                err.print(f"{path}: {exc.problems[0]}", highlight=False, markup=False)
+                continue
             err.print(f"{path}: {len(exc.problems)} problem(s)", highlight=False)
             for problem in exc.problems:
                 err.print(f"  - {problem}", highlight=False, markup=False)
