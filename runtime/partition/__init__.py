@@ -9,6 +9,7 @@ and the versioned on-disk format with the original-ID maps.
 from graphtrain.runtime.partition.format import (
     PartData,
     PartitionConfig,
+    check_output,
     load_config,
     load_maps,
     load_part,
@@ -22,6 +23,7 @@ __all__ = [
     "PartData",
     "PartitionConfig",
     "PartitionResult",
+    "check_output",
     "load_config",
     "load_maps",
     "load_part",
