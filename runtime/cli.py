@@ -244,12 +244,14 @@ def partition(
         },
     )
     P.check_output(out_dir, overwrite)  # before any work
+    limit = S.quantity_to_bytes(pspec.memory_limit) if pspec.memory_limit else None
+    if source.num_nodes is not None:
+        P.check_node_count(source.num_nodes, limit)  # before allocating anything for the nodes
     graph = D.load_source(source, data_dir)
     if projection:
         from graphtrain.runtime.data.transform import project_graph_features
 
         project_graph_features(graph, projection, seed=0)
-    limit = S.quantity_to_bytes(pspec.memory_limit) if pspec.memory_limit else None
     with spinner() as bar:
         bar.add_task(f"partitioning {graph.name} into {pspec.parts}", total=None)
         result = P.partition_graph(
