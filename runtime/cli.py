@@ -186,7 +186,8 @@ def partition(
     ] = None,
     dataset: Annotated[str | None, typer.Option(help="bundled dataset name")] = None,
     input_path: Annotated[
-        Path | None, typer.Option("--input", help="edge list (.csv/.tsv) or .npz file")
+        Path | None,
+        typer.Option("--input", help="edge list (.csv/.tsv; a first line of names is a header) or .npz"),
     ] = None,
     fmt: Annotated[str, typer.Option("--format", help="auto | csv | tsv | npz")] = "auto",
     num_nodes: Annotated[int | None, typer.Option(help="node count of an --input graph")] = None,

@@ -130,6 +130,8 @@ class Graph:
         dst = np.asarray(dst, dtype=np.int64)
         if src.shape != dst.shape or src.ndim != 1:
             raise DataError(f"graph {name!r}: src and dst must be 1-D arrays of equal length")
+        if etype is not None and np.shape(etype) != src.shape:
+            raise DataError(f"graph {name!r}: etype has {len(etype)} entries, edges {len(src)}")
         for label, ids in (("source", src), ("destination", dst)):
             if ids.size and (ids.min() < 0 or ids.max() >= num_nodes):
                 bad_at = int(np.flatnonzero((ids < 0) | (ids >= num_nodes))[0])
