@@ -17,6 +17,7 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from graphtrain.runtime import spec as S
 from graphtrain.runtime.errors import GraphtrainError
@@ -47,11 +48,8 @@ def friendly(fn: F) -> F:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
-        except S.SpecError as exc:
-            err.print(f"[red]error:[/red] {exc}", highlight=False, markup=True)
-            raise typer.Exit(1) from None
-        except GraphtrainError as exc:
-            err.print(f"[red]error:[/red] {exc}", highlight=False)
+        except (S.SpecError, GraphtrainError) as exc:  # escaped: a file named "a[/b]" is no markup
+            err.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
             raise typer.Exit(1) from None
 
     return wrapper  # type: ignore[return-value]
@@ -85,21 +83,26 @@ def validate(specs: Annotated[list[Path], typer.Argument(help="GraphTraining YAM
     for path in specs:
         try:
             S.load_yaml(_read(path))
-            out.print(f"{path}: valid")
+            out.print(f"{path}: valid", markup=False)
         except S.SpecError as exc:
             bad += 1
-            err.print(f"{path}: {len(exc.problems)} problem(s)", highlight=False)
+            if len(exc.problems) == 1:
+                err.print(f"{path}: {exc.problems[0]}", highlight=False, markup=False)
+                continue
+            err.print(f"{path}: {len(exc.problems)} problem(s)", highlight=False, markup=False)
             for problem in exc.problems:
                 err.print(f"  - {problem}", highlight=False, markup=False)
+        except GraphtrainError as exc:  # unreadable: names the file
+            bad += 1
+            err.print(str(exc), highlight=False, markup=False)
     if bad:
         raise typer.Exit(1)
 
 
 def _read(path: Path) -> str:
-    try:
-        return path.read_text()
-    except OSError as exc:
-        raise GraphtrainError(f"{path}: {exc.strerror}") from None
+    from graphtrain.runtime.data.cache import read_text
+
+    return read_text(path)
 
 
 # ----------------------------------------------------------------------------------------------- data
@@ -183,7 +186,8 @@ def partition(
     ] = None,
     dataset: Annotated[str | None, typer.Option(help="bundled dataset name")] = None,
     input_path: Annotated[
-        Path | None, typer.Option("--input", help="edge list (.csv/.tsv) or .npz file")
+        Path | None,
+        typer.Option("--input", help="edge list (.csv/.tsv; a first line of names is a header) or .npz"),
     ] = None,
     fmt: Annotated[str, typer.Option("--format", help="auto | csv | tsv | npz")] = "auto",
     num_nodes: Annotated[int | None, typer.Option(help="node count of an --input graph")] = None,
@@ -204,7 +208,9 @@ def partition(
     memory_limit: Annotated[
         str | None, typer.Option(help="refuse if the estimate exceeds this, e.g. 8Gi")
     ] = None,
-    overwrite: Annotated[bool, typer.Option(help="replace an existing output directory")] = False,
+    overwrite: Annotated[
+        bool, typer.Option(help="replace an earlier partition in --out (never a directory of other files)")
+    ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="print the partition config as JSON")] = False,
     report_file: Annotated[
         Path | None,
@@ -238,12 +244,15 @@ def partition(
             "balance": [b.strip() for b in balance.split(",") if b.strip()] if balance else None,
         },
     )
+    P.check_output(out_dir, overwrite)  # before any work
+    limit = S.quantity_to_bytes(pspec.memory_limit) if pspec.memory_limit else None
+    if source.num_nodes is not None:
+        P.check_node_count(source.num_nodes, limit)  # before allocating anything for the nodes
     graph = D.load_source(source, data_dir)
     if projection:
         from graphtrain.runtime.data.transform import project_graph_features
 
         project_graph_features(graph, projection, seed=0)
-    limit = S.quantity_to_bytes(pspec.memory_limit) if pspec.memory_limit else None
     with spinner() as bar:
         bar.add_task(f"partitioning {graph.name} into {pspec.parts}", total=None)
         result = P.partition_graph(
@@ -258,15 +267,19 @@ def partition(
         config_path = P.write(graph, result, out_dir, overwrite=overwrite)
     config = P.load_config(config_path).data
     if report_file is not None:
+        from graphtrain.runtime.data.cache import reason
         from graphtrain.runtime.launch.status import partition_status
 
         report = partition_status(config).model_dump(by_alias=True, exclude_none=True, mode="json")
-        report_file.write_text(json.dumps(report, separators=(",", ":")))
+        try:  # in place, not renamed: /dev/termination-log is a file the kubelet mounted
+            report_file.write_text(json.dumps(report, separators=(",", ":")))
+        except OSError as exc:
+            raise GraphtrainError(f"{report_file}: cannot write the report ({reason(exc)})") from None
     if as_json:
         sys.stdout.write(json.dumps({k: v for k, v in config.items() if k != "files"}, indent=2) + "\n")
     else:
         out.print(partition_table(config))
-        out.print(f"written to {config_path}")
+        out.print(f"written to {config_path}", markup=False)
 
 
 def _partition_settings(
@@ -471,17 +484,24 @@ def shard_server(
 def export(
     checkpoint: Annotated[Path, typer.Argument(help="a complete checkpoint directory")],
     name: Annotated[str, typer.Option(help="table name")],
-    out: Annotated[Path, typer.Option("--out", "-o", help="output .npy file")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="output .npy file (replaced atomically)")],
     partition: Annotated[
         Path | None, typer.Option(help="partition config: write rows in original node order")
     ] = None,
 ) -> None:
-    """Write one table of a checkpoint as .npy, in original node-id order when --partition is given."""
+    """Write one table of a checkpoint as .npy, in original node-id order when --partition is given.
+
+    The file is written under a temporary name and renamed into place; an existing file is replaced.
+    """
     import numpy as np
 
     from graphtrain.runtime import partition as P
+    from graphtrain.runtime.data.cache import atomic_file, check_creatable, make_dirs
     from graphtrain.runtime.kvstore.checkpoint import export_table
 
+    if out.is_dir():
+        raise GraphtrainError(f"{out}: is a directory; give the file to write, e.g. {out / name}.npy")
+    check_creatable(out.parent)  # before reading the checkpoint
     table = export_table(checkpoint, name)
     if partition is not None:
         maps = P.load_maps(P.load_config(partition))
@@ -490,12 +510,11 @@ def export(
                 f"table {name!r} has {len(table)} rows, the partition {len(maps['node_map'])} nodes"
             )
         table = table[maps["node_map_inverse"]]  # row of original id i = new row node_map_inverse[i]
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp.npy")
-    np.save(tmp, table)
-    tmp.replace(out)
+    make_dirs(out.parent)
+    with atomic_file(out) as f:
+        np.save(f, table)
     out_console = f"{name}: {table.shape[0]:,} x {table.shape[1:] or 1} written to {out}"
-    err.print(out_console, highlight=False)
+    err.print(out_console, highlight=False, markup=False)
 
 
 # -------------------------------------------------------------------------------------- training

@@ -14,11 +14,13 @@ report every problem at once and the operator can put them all in the SpecValid 
 
 from __future__ import annotations
 
+import math
 import re
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -90,7 +92,18 @@ def quantity_to_bytes(text: str) -> int:
         raise ValueError(f"{text!r} is not a memory quantity such as '4Gi' or '512Mi'")
     number, suffix = match.groups()
     scale = _BINARY_SUFFIX.get(suffix) or _DECIMAL_SUFFIX[suffix]
-    return int(float(number) * scale)
+    value = float(number) * scale
+    if not math.isfinite(value):
+        raise ValueError(f"{text!r} is too large a memory quantity")
+    return int(value)
+
+
+def _memory_quantity(text: str) -> str:
+    quantity_to_bytes(text)  # ValueError naming the text: '500m' is a quantity, not of memory
+    return text
+
+
+MemoryQuantity = Annotated[Quantity, AfterValidator(_memory_quantity)]
 
 
 # --------------------------------------------------------------------------------------------- enums
@@ -297,7 +310,9 @@ class PartitionSpec(_Model):
     )
     max_imbalance: float = Field(0.05, gt=0, le=1, description="allowed max/mean - 1 per constraint")
     seed: int = Field(0, ge=0)
-    memory_limit: Quantity | None = Field(None, description="refuse to partition if the estimate exceeds it")
+    memory_limit: MemoryQuantity | None = Field(
+        None, description="refuse to partition if the estimate exceeds it"
+    )
 
 
 class Init(_Model):
@@ -683,7 +698,10 @@ class SpecError(ValueError):
 
     def __init__(self, problems: list[Problem], title: str = "invalid GraphTraining"):
         self.problems = problems
-        super().__init__(f"{title}:\n" + "\n".join(f"  - {p}" for p in problems))
+        if len(problems) == 1:  # one problem, one line
+            super().__init__(f"{title}: {problems[0]}")
+        else:
+            super().__init__(f"{title}:\n" + "\n".join(f"  - {p}" for p in problems))
 
 
 def _loc_to_path(loc: tuple[Any, ...]) -> str:
@@ -728,16 +746,37 @@ def parse(data: Any) -> GraphTraining:
         raise SpecError(problems_from_validation(exc)) from None
 
 
+MAX_YAML_DEPTH = 64  # a spec nests about 5 deep; PyYAML's loader recurses, out of stack a few hundred deep
+
+
 def load_yaml(text: str) -> GraphTraining:
     """Parse YAML text into a validated GraphTraining.
 
     Raises:
-        SpecError: the YAML is malformed or the spec is invalid.
+        SpecError: the YAML is malformed, nests deeper than MAX_YAML_DEPTH, or the spec is invalid.
     """
     import yaml
 
     try:
+        _check_depth(text)
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise SpecError([Problem(path="(yaml)", message=str(exc).replace("\n", " "))]) from None
     return parse(data)
+
+
+def _check_depth(text: str) -> None:
+    """Refuse YAML nested deeper than MAX_YAML_DEPTH, reading its events (no recursion) before loading."""
+    import yaml
+
+    depth = 0
+    for event in yaml.parse(text, Loader=yaml.SafeLoader):
+        if isinstance(event, yaml.MappingStartEvent | yaml.SequenceStartEvent):
+            depth += 1
+            if depth > MAX_YAML_DEPTH:
+                mark = event.start_mark
+                where = f"line {mark.line + 1}, column {mark.column + 1}"
+                message = f"nested deeper than {MAX_YAML_DEPTH} levels at {where}"
+                raise SpecError([Problem(path="(yaml)", message=message)])
+        elif isinstance(event, yaml.MappingEndEvent | yaml.SequenceEndEvent):
+            depth -= 1

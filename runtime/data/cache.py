@@ -1,8 +1,9 @@
-"""The data directory, checksummed files and atomic directory writes.
+"""The data directory, checksummed files, reading text, and atomic file and directory writes.
 
 Every file graphtrain writes for later (processed datasets, partitions) is recorded with its sha256 in a
-manifest and checked on load, and every output directory is built under a temporary name and renamed
-into place at the end: a crash or a bad input never leaves a half-written dataset behind.
+manifest and checked on load, and every output file or directory is built under a temporary name and
+renamed into place at the end: a crash, a full disk or a bad input never leaves a half-written dataset
+behind. A file that cannot be read or written is a DataError naming it, never an OSError traceback.
 """
 
 from __future__ import annotations
@@ -11,11 +12,12 @@ import contextlib
 import hashlib
 import json
 import os
+import secrets
 import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from graphtrain.runtime.errors import ChecksumError, DataError
 
@@ -70,26 +72,95 @@ def verify_files(root: Path, files: dict[str, str]) -> None:
             raise ChecksumError(f"{path}: sha256 {actual[:12]}… does not match the recorded {expected[:12]}…")
 
 
+def reason(exc: OSError) -> str:
+    """What went wrong, as the operating system says it ("No space left on device")."""
+    return exc.strerror or str(exc)
+
+
+def read_text(path: Path) -> str:
+    """The UTF-8 text of a file.
+
+    Raises:
+        DataError: the file cannot be read (naming why) or is not UTF-8 text (naming the line).
+    """
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise DataError(f"{path}: {reason(exc)}") from None
+    try:
+        return data.decode()
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise DataError(f"{path}:{line}: not UTF-8 text (byte 0x{data[exc.start]:02x})") from None
+
+
+def check_creatable(directory: Path) -> None:
+    """Raise DataError if `directory` could not be created because a file stands where a directory must."""
+    full = Path(os.path.abspath(directory))
+    for path in (full, *full.parents):
+        if path.exists():
+            if path == full and not path.is_dir():
+                raise DataError(f"{directory}: exists and is not a directory")
+            if not path.is_dir():
+                raise DataError(f"{directory}: cannot create the directory ({path} is not a directory)")
+            return
+
+
+def make_dirs(directory: Path) -> None:
+    """Create `directory` and its parents.
+
+    Raises:
+        DataError: a file is in the way, or the system refuses (permission, read-only file system).
+    """
+    check_creatable(directory)
+    try:
+        Path(directory).mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise DataError(f"{directory}: cannot create the directory ({reason(exc)})") from None
+
+
+@contextlib.contextmanager
+def atomic_file(final: Path) -> Iterator[BinaryIO]:
+    """Yield a binary file that replaces `final` (fsynced) only if the block succeeds; on failure the
+    temporary file is removed and `final` is left as it was.
+
+    Raises:
+        DataError: `final` is a directory or another non-regular file, or writing fails (full disk, ...).
+    """
+    final = Path(final)
+    if final.exists() and not final.is_file():
+        raise DataError(f"{final}: exists and is not a regular file")
+    tmp = final.with_name(f".{final.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
+    try:
+        with open(tmp, "xb") as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, final)
+    except BaseException as exc:
+        tmp.unlink(missing_ok=True)
+        if isinstance(exc, OSError):
+            raise DataError(f"{final}: cannot write ({reason(exc)})") from None
+        raise
+
+
 def write_json(path: Path, obj: Any) -> None:
-    """Write JSON and fsync it, so a manifest is never visible half-written."""
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w") as f:
-        json.dump(obj, f, indent=2, sort_keys=False)
-        f.write("\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    """Write JSON atomically and fsync it, so a manifest is never visible half-written."""
+    with atomic_file(path) as f:
+        f.write((json.dumps(obj, indent=2, sort_keys=False) + "\n").encode())
 
 
 def read_json(path: Path) -> Any:
-    """Read a JSON file, turning absence and syntax errors into DataError naming the file."""
+    """Read a JSON file, turning absence, unreadable text and syntax errors into DataError naming it."""
+    if not Path(path).exists():
+        raise DataError(f"{path}: not found")
+    text = read_text(path)
     try:
-        with open(path) as f:
-            return json.load(f)
-    except FileNotFoundError:
-        raise DataError(f"{path}: not found") from None
+        return json.loads(text)
     except json.JSONDecodeError as exc:
         raise DataError(f"{path}: not valid JSON ({exc})") from None
+    except RecursionError:
+        raise DataError(f"{path}: not valid JSON (nested too deeply)") from None
 
 
 @contextlib.contextmanager
@@ -97,27 +168,38 @@ def atomic_dir(final: Path, overwrite: bool = False) -> Iterator[Path]:
     """Yield a fresh temporary directory that replaces `final` only if the block succeeds.
 
     Raises:
-        DataError: `final` exists and `overwrite` is False.
+        DataError: `final` exists and `overwrite` is False, `final` is not a directory, or it cannot be
+            written (a file in the way, no permission, a full disk).
     """
-    final = Path(final)
-    if final.exists() and not overwrite:
-        raise DataError(f"{final}: already exists (pass --overwrite to replace it)")
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=final.parent))
+    given, final = final, Path(os.path.abspath(final))  # "." and "x/.." have no name to rename
+    if final.exists():
+        if not overwrite:
+            raise DataError(f"{given}: already exists (pass --overwrite to replace it)")
+        if not final.is_dir() or final == final.parent:
+            raise DataError(f"{given}: exists and is not a directory that can be replaced")
+    make_dirs(final.parent)
+    try:
+        tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=final.parent))
+    except OSError as exc:
+        raise DataError(f"{given}: cannot write ({reason(exc)})") from None
+    old: Path | None = None
     try:
         yield tmp
         for path in tmp.rglob("*"):
             if path.is_file():
                 with open(path, "rb+") as f:
                     os.fsync(f.fileno())
-        old = None
         if final.exists():
             old = final.with_name(f".{final.name}.old-{os.getpid()}")
             os.replace(final, old)
         os.replace(tmp, final)
-        fsync_dir(final.parent)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
-    except BaseException:
+    except BaseException as exc:
         shutil.rmtree(tmp, ignore_errors=True)
+        if old is not None:
+            os.replace(old, final)  # the previous output stays
+        if isinstance(exc, OSError):
+            raise DataError(f"{given}: cannot write ({reason(exc)})") from None
         raise
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+    fsync_dir(final.parent)

@@ -21,7 +21,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from graphtrain.runtime.data.cache import sha256_file
+from graphtrain.runtime.data.cache import make_dirs, sha256_file
 from graphtrain.runtime.errors import ChecksumError, DataError, FetchError
 from graphtrain.runtime.progress import progress
 
@@ -103,8 +103,9 @@ def download(pkg: Package, downloads: Path) -> Path:
     Raises:
         FetchError: no mirror could serve it.
         ChecksumError: the bytes served do not have the pinned sha256.
+        DataError: the download directory cannot be created.
     """
-    downloads.mkdir(parents=True, exist_ok=True)
+    make_dirs(downloads)
     target = downloads / pkg.filename
     if target.exists():
         if sha256_file(target) == pkg.sha256:

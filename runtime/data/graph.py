@@ -4,7 +4,8 @@
 (dense array or scipy CSR: WordNet's bag-of-words would be 8.5 GB dense), labels, split masks, an edge
 type per edge and the external id of each node. `KnowledgeGraph` is (head, relation, tail) triples with
 their standard or seeded splits. Both check their own consistency on construction, so a loader bug or
-a bad file surfaces as a DataError naming the field instead of a wrong partition later.
+a bad file surfaces as a DataError naming the field instead of a wrong partition later. A node count
+whose arrays could never fit in this machine's memory is refused before anything is allocated.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
+import psutil
 import scipy.sparse as sp
 
 from graphtrain.runtime.errors import DataError
@@ -121,12 +123,15 @@ class Graph:
         """Build a Graph from an edge list, keeping duplicates and the relative order of each row.
 
         Raises:
-            DataError: lengths differ or an id is negative or >= num_nodes.
+            DataError: lengths differ, an id is negative or >= num_nodes, or the graph cannot fit in memory.
         """
+        check_fits(name, num_nodes, len(src))
         src = np.asarray(src, dtype=np.int64)
         dst = np.asarray(dst, dtype=np.int64)
         if src.shape != dst.shape or src.ndim != 1:
             raise DataError(f"graph {name!r}: src and dst must be 1-D arrays of equal length")
+        if etype is not None and np.shape(etype) != src.shape:
+            raise DataError(f"graph {name!r}: etype has {len(etype)} entries, edges {len(src)}")
         for label, ids in (("source", src), ("destination", dst)):
             if ids.size and (ids.min() < 0 or ids.max() >= num_nodes):
                 bad_at = int(np.flatnonzero((ids < 0) | (ids >= num_nodes))[0])
@@ -138,6 +143,32 @@ class Graph:
         np.cumsum(np.bincount(src, minlength=num_nodes), out=indptr[1:])
         et = None if etype is None else np.asarray(etype)[order]
         return cls(name=name, num_nodes=num_nodes, indptr=indptr, indices=dst[order], etype=et, **kwargs)
+
+
+def check_fits(name: str, num_nodes: int, num_edges: int) -> None:
+    """Refuse a graph whose CSR arrays alone (8 bytes per node twice, per edge four times while building)
+    would exceed this machine's memory, before allocating them.
+
+    Raises:
+        DataError: naming the node count, the estimate and the machine's memory.
+    """
+    need = 8 * (2 * (num_nodes + 1) + 4 * num_edges)
+    total = psutil.virtual_memory().total
+    if need > total:
+        raise DataError(
+            f"graph {name!r}: num_nodes={num_nodes:,}, num_edges={num_edges:,} need at least "
+            f"{human(need)}, more than this machine's memory ({human(total)})"
+        )
+
+
+def human(nbytes: float) -> str:
+    """Bytes in binary units: 1.5 KiB, 72.8 TiB."""
+    units = ("B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB")
+    for unit in units[:-1]:
+        if abs(nbytes) < 1024:
+            return f"{nbytes:.1f} {unit}"
+        nbytes /= 1024
+    return f"{nbytes:.1f} {units[-1]}"
 
 
 @dataclass

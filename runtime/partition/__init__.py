@@ -9,19 +9,27 @@ and the versioned on-disk format with the original-ID maps.
 from graphtrain.runtime.partition.format import (
     PartData,
     PartitionConfig,
+    check_output,
     load_config,
     load_maps,
     load_part,
     reassemble,
     write,
 )
-from graphtrain.runtime.partition.pipeline import DEFAULT_BALANCE, PartitionResult, partition_graph
+from graphtrain.runtime.partition.pipeline import (
+    DEFAULT_BALANCE,
+    PartitionResult,
+    check_node_count,
+    partition_graph,
+)
 
 __all__ = [
     "DEFAULT_BALANCE",
     "PartData",
     "PartitionConfig",
     "PartitionResult",
+    "check_node_count",
+    "check_output",
     "load_config",
     "load_maps",
     "load_part",

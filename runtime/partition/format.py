@@ -32,7 +32,14 @@ from typing import Any
 import numpy as np
 
 from graphtrain.runtime.data import store
-from graphtrain.runtime.data.cache import atomic_dir, hash_tree, read_json, verify_files, write_json
+from graphtrain.runtime.data.cache import (
+    atomic_dir,
+    check_creatable,
+    hash_tree,
+    read_json,
+    verify_files,
+    write_json,
+)
 from graphtrain.runtime.data.graph import MASKS, Graph
 from graphtrain.runtime.errors import DataError
 from graphtrain.runtime.partition.pipeline import PartitionResult
@@ -73,6 +80,34 @@ def _num_classes(graph: Graph) -> int | None:
     if label is None or label.size == 0 or label.dtype.kind not in "iu":
         return None
     return int(label.max()) + 1
+
+
+def check_output(out: Path, overwrite: bool = False) -> None:
+    """Refuse, before any work, an output directory `write` could not or must not replace: one that
+    exists (unless `overwrite`, and then only an empty directory or a partition: never a directory of
+    other files), or one that cannot be created because a file is in the way.
+
+    Raises:
+        DataError: naming `out` and the reason.
+    """
+    out = Path(out)
+    if not out.exists():
+        check_creatable(out)
+        return
+    if not overwrite:
+        raise DataError(f"{out}: already exists (pass --overwrite to replace it)")
+    if not out.is_dir():
+        raise DataError(f"{out}: exists and is not a directory")
+    if any(out.iterdir()) and not any(_is_config(p) for p in out.glob("*.json")):
+        raise DataError(f"{out}: holds no graphtrain partition; --overwrite replaces only a partition")
+
+
+def _is_config(path: Path) -> bool:
+    try:
+        data = read_json(path)
+    except DataError:
+        return False
+    return isinstance(data, dict) and data.get("format") == FORMAT
 
 
 def write(graph: Graph, result: PartitionResult, out: Path, overwrite: bool = False) -> Path:

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import psutil
 
-from graphtrain.runtime.data.graph import Graph
+from graphtrain.runtime.data.graph import Graph, human
+
+__all__ = ["available_bytes", "estimate", "estimate_bytes", "feature_bytes", "human"]
 
 _PER_EDGE = 8 * 14  # src/dst/new ids/edge map + 2x symmetric CSR + METIS adjacency and workspace
 _PER_NODE = 8 * 24  # maps, parts, weights, METIS vertex arrays and workspace
@@ -25,18 +27,15 @@ def feature_bytes(graph: Graph) -> int:
     return int(feat.nbytes)
 
 
+def estimate(num_nodes: int, num_edges: int, feat_bytes: int = 0) -> int:
+    """Estimated peak bytes of partitioning a graph of this size (beyond the graph already in memory)."""
+    return _PER_EDGE * num_edges + _PER_NODE * num_nodes + 2 * feat_bytes
+
+
 def estimate_bytes(graph: Graph) -> int:
     """Estimated peak bytes of partitioning `graph` (beyond the graph already in memory)."""
-    return _PER_EDGE * graph.num_edges + _PER_NODE * graph.num_nodes + 2 * feature_bytes(graph)
+    return estimate(graph.num_nodes, graph.num_edges, feature_bytes(graph))
 
 
 def available_bytes() -> int:
     return int(psutil.virtual_memory().available)
-
-
-def human(nbytes: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(nbytes) < 1024 or unit == "TiB":
-            return f"{nbytes:.1f} {unit}"
-        nbytes /= 1024
-    return f"{nbytes:.1f} TiB"

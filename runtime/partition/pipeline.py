@@ -18,6 +18,7 @@ from graphtrain.runtime.partition import adjacency, assign, constraints, memory,
 
 DEFAULT_BALANCE = ("nodes", "degree", "train", "val", "test")
 ALGORITHMS = ("metis", "random")
+MAX_SEED = 2**63 - 1  # pymetis takes a signed 64-bit seed
 
 
 @dataclass
@@ -42,11 +43,7 @@ def check_memory(graph: Graph, limit: int | None) -> int:
         MemoryEstimateError: the estimate is above `limit`.
     """
     need = memory.estimate_bytes(graph)
-    if limit is not None and need > limit:
-        raise MemoryEstimateError(
-            f"partitioning {graph.name!r} ({graph.num_nodes:,} nodes, {graph.num_edges:,} edges) needs about "
-            f"{memory.human(need)}, above the memory limit of {memory.human(limit)}"
-        )
+    _refuse_above(limit, need, f"{graph.name!r} ({graph.num_nodes:,} nodes, {graph.num_edges:,} edges)")
     available = memory.available_bytes()
     if need > available:
         warnings.warn(
@@ -55,6 +52,24 @@ def check_memory(graph: Graph, limit: int | None) -> int:
             stacklevel=3,
         )
     return need
+
+
+def check_node_count(num_nodes: int, limit: int | None) -> None:
+    """Before loading a graph of a known node count: refuse if its nodes alone put the estimate above
+    `limit`, so a huge count is refused before any array is allocated.
+
+    Raises:
+        MemoryEstimateError: the estimate for `num_nodes` nodes (and no edges yet) is above `limit`.
+    """
+    _refuse_above(limit, memory.estimate(num_nodes, 0), f"a graph of {num_nodes:,} nodes")
+
+
+def _refuse_above(limit: int | None, need: int, what: str) -> None:
+    if limit is not None and need > limit:
+        raise MemoryEstimateError(
+            f"partitioning {what} needs about {memory.human(need)}, "
+            f"above the memory limit of {memory.human(limit)}"
+        )
 
 
 def partition_graph(
@@ -69,13 +84,16 @@ def partition_graph(
     """Assign every node to one of `num_parts` partitions and relabel ids into contiguous ranges.
 
     Raises:
-        PartitionError: num_parts outside [1, num_nodes], unknown algorithm or constraint, bad tolerance.
+        PartitionError: num_parts outside [1, num_nodes], seed outside [0, 2**63), unknown algorithm or
+            constraint, bad tolerance.
         MemoryEstimateError: the memory estimate exceeds `memory_limit`.
     """
     if not 1 <= num_parts <= graph.num_nodes:
         raise PartitionError(
             f"num_parts must be between 1 and the node count {graph.num_nodes}, got {num_parts}"
         )
+    if not 0 <= seed <= MAX_SEED:
+        raise PartitionError(f"seed must be between 0 and {MAX_SEED} (METIS' range), got {seed}")
     if algorithm not in ALGORITHMS:
         raise PartitionError(f"unknown algorithm {algorithm!r}; use one of {', '.join(ALGORITHMS)}")
     if not 0 < max_imbalance <= 1:

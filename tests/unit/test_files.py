@@ -28,6 +28,14 @@ def test_tsv_with_header_comments_and_sparse_ids(tmp_path: Path) -> None:
     assert pairs == [(10, 7), (10, 2000000000000), (2000000000000, 7)]
 
 
+def test_a_header_is_names_only(tmp_path: Path) -> None:
+    g = load_file(write(tmp_path, "e.csv", f"source,target,type\n0,{2**62},1\n{2**63 - 1},0,0\n"))
+    assert g.node_ids.tolist() == [0, 2**62, 2**63 - 1] and g.etype.tolist() == [1, 0]
+    for first in ("0.5\t1", "0x10\t1", "src\t1", "nan\tinf"):
+        with pytest.raises(DataError, match="e.tsv:1: .* is not an integer id"):
+            load_file(write(tmp_path, "e.tsv", f"{first}\n1\t2\n"))
+
+
 def test_csv_with_edge_types_and_num_nodes(tmp_path: Path) -> None:
     g = load_file(write(tmp_path, "e.csv", "0,1,2\n1,2,0\n"), num_nodes=5)
     assert g.num_nodes == 5 and g.node_ids is None
@@ -93,7 +101,7 @@ def test_npz_csr(tmp_path: Path) -> None:
         ({"src": np.array([], np.int64), "dst": np.array([], np.int64)}, "empty graph"),
         ({"edges": np.array([0, 1])}, "needs arrays"),
         ({"src": np.array([0]), "dst": np.array([1]), "weird": np.array([1])}, "unknown arrays"),
-        ({"src": np.array([0.5]), "dst": np.array([1.0])}, "integer arrays"),
+        ({"src": np.array([0.5]), "dst": np.array([1.0])}, "src must be a 1-D integer array"),
         ({"src": np.array([0]), "dst": np.array([1]), "feat": np.ones(2)}, "2-D"),
     ],
 )
@@ -107,7 +115,7 @@ def test_bad_npz(tmp_path: Path, arrays: dict, needle: str) -> None:
 def test_npz_never_unpickles(tmp_path: Path) -> None:
     path = tmp_path / "g.npz"
     np.savez(path, src=np.array([0]), dst=np.array([1]), feat=np.array([{"x": 1}, None], dtype=object))
-    with pytest.raises(DataError, match="not a readable"):
+    with pytest.raises(DataError, match="feat.npy holds Python objects"):
         load_file(path)
 
 

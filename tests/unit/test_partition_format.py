@@ -81,7 +81,7 @@ def test_a_failing_write_leaves_nothing_behind(tmp_path: Path, planted: Graph, m
         raise OSError("disk full")
 
     monkeypatch.setattr(fmt, "local_in_csr", explode)
-    with pytest.raises(OSError, match="disk full"):
+    with pytest.raises(DataError, match="o: cannot write .disk full"):
         P.write(planted, P.partition_graph(planted, 4), tmp_path / "o", overwrite=True)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["o"], "no temporary directory is left"
     assert P.load_config(tmp_path / "o").num_parts == 2, "the previous partition is untouched"
