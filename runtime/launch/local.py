@@ -2,17 +2,23 @@
 
 partition (in this process) -> shard-server processes (ipc:// sockets, shared memory) -> trainer
 processes (gloo rendezvous on a loopback port) -> monitor. The run directory holds the partition, the
-token (mode 0600), each process' log, checkpoints, progress.json (from trainer 0) and status.json in
-the GraphTraining status schema. A process that fails stops the run with its name, exit code and the
-end of its log; with runPolicy.backoffLimit > 0 the trainers (and any dead shard server) are started
-again from the last complete checkpoint instead, up to that many times. Ctrl-C, a deadline or a stall
-(no progress for runPolicy.stallTimeoutSeconds) stop every process. Standalone mode runs one trainer
-whose shards live in its own process: no servers, no sockets.
+token, each process' log, checkpoints, progress.json (from trainer 0) and status.json in the
+GraphTraining status schema. A process that fails stops the run with its name, exit code and the end
+of its log; with runPolicy.backoffLimit > 0 the trainers (and any dead shard server) are started again
+from the last complete checkpoint instead, up to that many times. Ctrl-C, a deadline or a stall (no
+progress for runPolicy.stallTimeoutSeconds) stop every process. Standalone mode runs one trainer whose
+shards live in its own process: no servers, no sockets.
+
+One launcher owns a run directory at a time (a lock held for its lifetime), and its children die with
+it even when it is SIGKILLed (the kernel's parent-death signal), so a launch never meets the processes
+of an earlier one. Each launch writes a fresh token, so its shared-memory names are its own.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import fcntl
 import json
 import os
 import secrets
@@ -22,6 +28,7 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,10 +40,16 @@ from graphtrain.runtime.progress import console
 
 READY_TIMEOUT = 300.0
 POLL_SECONDS = 0.5
+LOCK = "launch.lock"
+TERMINAL = (S.Phase.succeeded.value, S.Phase.failed.value)
 
 
 class RunFailed(GraphtrainError):
     """A process of the run failed (named in the message), or the run hit its deadline or stalled."""
+
+
+class RunDirLocked(GraphtrainError):
+    """Another launcher owns the run directory (its pid in the message)."""
 
 
 @dataclass
@@ -51,6 +64,56 @@ class Child:
             return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
         except OSError:
             return ""
+
+
+@contextlib.contextmanager
+def lock_run_dir(run_dir: Path) -> Iterator[None]:
+    """Own `run_dir` while the block runs: an exclusive flock on <run_dir>/launch.lock, which holds the
+    owner's pid. The kernel releases it when the owner exits, however it exits.
+
+    Raises:
+        RunDirLocked: another process holds it (named by its pid).
+    """
+    fd = os.open(run_dir / LOCK, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = ""
+            for _ in range(10):  # the holder writes its pid just after it takes the lock
+                holder = os.pread(fd, 32, 0).decode(errors="replace").strip()
+                if holder:
+                    break
+                time.sleep(0.05)
+            raise RunDirLocked(
+                f"{run_dir} is in use by another graphtrain run (pid {holder or 'unknown'})"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        yield
+    finally:
+        os.close(fd)
+
+
+def die_with_this_process() -> Callable[[], None]:
+    """A preexec_fn: the child gets SIGKILL when the thread that forked it exits (PR_SET_PDEATHSIG; spawn
+    from a thread that outlives the children, e.g. the main thread), so no child outlives a SIGKILLed
+    launcher. If the launcher died before the call took effect, the child leaves at once. The libc call
+    is looked up here, in the parent: the child only calls it."""
+    parent = os.getpid()
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):  # not Linux: no parent-death signal
+        prctl = None
+    args = (ctypes.c_int(1), ctypes.c_ulong(signal.SIGKILL))  # PR_SET_PDEATHSIG = 1
+
+    def child() -> None:
+        if prctl is not None:
+            prctl(*args)
+        if os.getppid() != parent:
+            os._exit(1)
+
+    return child
 
 
 def free_port() -> int:
@@ -95,6 +158,7 @@ class LocalRun:
         self.data_dir = data_dir
         self.echo = echo
         self.resume = resume
+        self.token = ""
         self.obs = status.Observed(start_time=status.now())
         self.servers: list[Child] = []
         self.trainers: list[Child] = []
@@ -114,7 +178,7 @@ class LocalRun:
 
     def say(self, text: str) -> None:
         if self.echo:
-            console.print(text, highlight=False, markup=False)
+            console.print(text, highlight=False, markup=False, soft_wrap=True)
 
     # ------------------------------------------------------------------------------- partition
 
@@ -164,7 +228,8 @@ class LocalRun:
     def _spawn(self, p: plan.ProcessPlan, announces: bool = False) -> Child:
         """Start a process, its output into <run_dir>/logs/<name>.log. Only servers keep stdout as a pipe,
         for the one ready line they print; anyone else's stdout in an unread pipe would block it once the
-        pipe's 64 KB filled."""
+        pipe's 64 KB filled. The child is in its own session (a terminal's Ctrl-C reaches the launcher
+        alone, which stops the children in order) and dies with the launcher."""
         logs = self.run_dir / "logs"
         logs.mkdir(parents=True, exist_ok=True)
         log = logs / f"{p.name}.log"
@@ -176,7 +241,14 @@ class LocalRun:
         env.pop("GRAPHTRAIN_TOKEN", None)  # processes read the token file
         handle = open(log, "ab")  # noqa: SIM115 - owned by the child
         stdout = subprocess.PIPE if announces else handle
-        proc = subprocess.Popen(p.argv, stdout=stdout, stderr=handle, env=env, start_new_session=True)
+        proc = subprocess.Popen(
+            p.argv,
+            stdout=stdout,
+            stderr=handle,
+            env=env,
+            start_new_session=True,
+            preexec_fn=die_with_this_process(),  # the child runs only a prctl call and getppid
+        )
         handle.close()
         return Child(p, proc, log)
 
@@ -263,9 +335,7 @@ class LocalRun:
         from graphtrain.runtime import kvstore
 
         with contextlib.suppress(Exception):
-            client = kvstore.connect(
-                self.addresses, (self.run_dir / "token").read_text().strip(), timeout=10, retries=0
-            )
+            client = kvstore.connect(self.addresses, self.token, timeout=10, retries=0)
             client.shutdown()
             client.close()
         for c in self.servers:
@@ -350,16 +420,42 @@ class LocalRun:
     # --------------------------------------------------------------------------------------- run
 
     def run(self) -> dict:
+        """The whole run; its result (result.json of trainer 0). Call it from a thread that lives until it
+        returns (the main thread in the CLI): children die when the thread that started them exits.
+
+        Raises:
+            RunDirLocked: another launcher owns the run directory.
+            RunFailed: a process failed, the run hit its deadline or stalled (status.json says so too).
+        """
         self.run_dir.mkdir(parents=True, exist_ok=True)
+        with lock_run_dir(self.run_dir):
+            self._prepare()
+            return self._launch()
+
+    def _prepare(self) -> None:
+        """What the launcher does before the run: say how the previous launch ended if it could not say so
+        itself, and start afresh the token and the run's files."""
+        checkpoints = self.run_dir / "checkpoints"
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            phase = json.loads((self.run_dir / "status.json").read_text()).get("phase")
+            if phase not in TERMINAL:  # and its launcher is gone: we hold the lock
+                self.say(f"[run] the previous launch ended without a final status (killed?); it was {phase}")
         if not self.resume:  # a new run; restarts after a failure (below) do resume
-            shutil.rmtree(self.run_dir / "checkpoints", ignore_errors=True)
-        (self.run_dir / "checkpoints").mkdir(exist_ok=True)
+            shutil.rmtree(checkpoints, ignore_errors=True)
+        checkpoints.mkdir(exist_ok=True)
         token = self.run_dir / "token"
-        if not token.exists():
-            token.touch(mode=0o600)
-            token.write_text(secrets.token_hex(24))
+        with contextlib.suppress(OSError):  # what the previous launch's killed processes left in /dev/shm
+            self._remove_segments(token.read_text().strip())
+        self.token = secrets.token_hex(24)  # fresh shared-memory names for this launch's processes
+        fresh = self.run_dir / ".token.tmp"
+        fresh.unlink(missing_ok=True)
+        fresh.touch(mode=0o600)
+        fresh.write_text(self.token)
+        fresh.replace(token)
         for stale in ("progress.json", "result.json"):
             (self.run_dir / stale).unlink(missing_ok=True)
+
+    def _launch(self) -> dict:
         try:
             self.obs.phase = S.Phase.partitioning.value
             self.write_status()
@@ -400,12 +496,14 @@ class LocalRun:
             raise
         finally:
             self.stop_all()
-            self._remove_segments()
+            self._remove_segments(self.token)
             self.write_status()
 
-    def _remove_segments(self) -> None:
-        """Shared memory that killed processes could not unlink (every process has exited by now)."""
+    @staticmethod
+    def _remove_segments(token: str) -> None:
+        """Shared memory that killed processes of the launch with `token` could not unlink (call it once
+        every one of them has exited)."""
         from graphtrain.runtime.kvstore.shm import job_prefix, remove_leftovers
 
         with contextlib.suppress(OSError):
-            remove_leftovers(job_prefix((self.run_dir / "token").read_text().strip()))
+            remove_leftovers(job_prefix(token))
