@@ -12,6 +12,9 @@ shards live in its own process: no servers, no sockets.
 One launcher owns a run directory at a time (a lock held for its lifetime), and its children die with
 it even when it is SIGKILLed (the kernel's parent-death signal), so a launch never meets the processes
 of an earlier one. Each launch writes a fresh token, so its shared-memory names are its own.
+
+It never deletes checkpoints unasked: without --resume or --overwrite, a directory that holds some is
+refused.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from pathlib import Path
 from graphtrain.runtime import spec as S
 from graphtrain.runtime.data.cache import write_json
 from graphtrain.runtime.errors import GraphtrainError
+from graphtrain.runtime.kvstore import checkpoint as ckpt
 from graphtrain.runtime.launch import plan, status
 from graphtrain.runtime.progress import console
 
@@ -50,6 +54,10 @@ class RunFailed(GraphtrainError):
 
 class RunDirLocked(GraphtrainError):
     """Another launcher owns the run directory (its pid in the message)."""
+
+
+class CheckpointsExist(GraphtrainError):
+    """A new run (neither --resume nor --overwrite) in a directory that holds checkpoints."""
 
 
 @dataclass
@@ -150,6 +158,7 @@ class LocalRun:
         data_dir: Path | None = None,
         echo: bool = True,
         resume: bool = False,
+        overwrite: bool = False,
     ):
         self.gt = gt
         self.spec_path = spec_path.resolve()
@@ -158,6 +167,7 @@ class LocalRun:
         self.data_dir = data_dir
         self.echo = echo
         self.resume = resume
+        self.overwrite = overwrite
         self.token = ""
         self.obs = status.Observed(start_time=status.now())
         self.servers: list[Child] = []
@@ -425,23 +435,34 @@ class LocalRun:
 
         Raises:
             RunDirLocked: another launcher owns the run directory.
+            CheckpointsExist: the directory holds checkpoints and neither resume nor overwrite was asked.
             RunFailed: a process failed, the run hit its deadline or stalled (status.json says so too).
         """
+        if self.resume and self.overwrite:
+            raise GraphtrainError("--resume continues the checkpoints, --overwrite deletes them: pick one")
         self.run_dir.mkdir(parents=True, exist_ok=True)
         with lock_run_dir(self.run_dir):
             self._prepare()
             return self._launch()
 
     def _prepare(self) -> None:
-        """What the launcher does before the run: say how the previous launch ended if it could not say so
-        itself, and start afresh the token and the run's files."""
+        """What the launcher does before the run: refuse to delete checkpoints unasked (changing nothing),
+        say how the previous launch ended if it could not say so itself, and start afresh the token and the
+        run's files."""
         checkpoints = self.run_dir / "checkpoints"
+        held = checkpoints.is_dir() and any(checkpoints.iterdir())
+        if held and not (self.resume or self.overwrite):
+            raise CheckpointsExist(
+                f"{self.run_dir} holds checkpoints ({describe_checkpoints(checkpoints)}): continue them with "
+                "--resume, or delete them with --overwrite"
+            )
         with contextlib.suppress(OSError, ValueError, AttributeError):
             phase = json.loads((self.run_dir / "status.json").read_text()).get("phase")
             if phase not in TERMINAL:  # and its launcher is gone: we hold the lock
                 self.say(f"[run] the previous launch ended without a final status (killed?); it was {phase}")
-        if not self.resume:  # a new run; restarts after a failure (below) do resume
-            shutil.rmtree(checkpoints, ignore_errors=True)
+        if held and not self.resume:
+            self.say(f"[run] --overwrite: deleting {checkpoints} ({describe_checkpoints(checkpoints)})")
+            shutil.rmtree(checkpoints)
         checkpoints.mkdir(exist_ok=True)
         token = self.run_dir / "token"
         with contextlib.suppress(OSError):  # what the previous launch's killed processes left in /dev/shm
@@ -507,3 +528,25 @@ class LocalRun:
 
         with contextlib.suppress(OSError):
             remove_leftovers(job_prefix(token))
+
+
+def describe_checkpoint(path: Path) -> str:
+    """'epoch 3, step 120' from a checkpoint's trainer record, or 'incomplete'."""
+    try:
+        meta = ckpt.read_top(path).get("trainer") or json.loads((path / "trainer.json").read_text())
+        return f"epoch {meta['epoch']}, step {meta['step']}"
+    except (GraphtrainError, OSError, ValueError, KeyError, TypeError):
+        return "incomplete"
+
+
+def describe_checkpoints(root: Path) -> str:
+    """What a checkpoint directory holds, in a few words: its latest checkpoint and how many there are."""
+    dirs = sorted(p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
+    try:
+        latest = ckpt.resolve_latest(root)
+    except GraphtrainError:
+        latest = None
+    count = f"{len(dirs)} checkpoint{'s' if len(dirs) != 1 else ''}"
+    if latest is None:
+        return count + (f", the newest {dirs[-1]}" if dirs else "")
+    return f"latest {latest.name}: {describe_checkpoint(latest)}; {count}"
