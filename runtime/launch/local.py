@@ -170,6 +170,7 @@ class LocalRun:
         self.overwrite = overwrite
         self.token = ""
         self.obs = status.Observed(start_time=status.now())
+        self._conditions: list[S.Condition] = []
         self.servers: list[Child] = []
         self.trainers: list[Child] = []
         self.addresses: list[str] = []
@@ -181,7 +182,8 @@ class LocalRun:
 
     def write_status(self) -> None:
         if self.run_dir.exists():
-            st = status.build(self.gt, self.obs)
+            st = status.build(self.gt, self.obs, self._conditions, status.now())
+            self._conditions = st.conditions
             write_json(
                 self.run_dir / "status.json", st.model_dump(by_alias=True, exclude_none=True, mode="json")
             )
