@@ -15,6 +15,9 @@ of an earlier one. Each launch writes a fresh token, so its shared-memory names 
 
 It never deletes checkpoints unasked: without --resume or --overwrite, a directory that holds some is
 refused.
+
+Each launch starts fresh logs (the previous launches' are kept as <name>.log.1, .2, .3); a failure
+shows the end of the failed process' own output and names the signal that killed it, if one did.
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ from graphtrain.runtime.progress import console
 
 READY_TIMEOUT = 300.0
 POLL_SECONDS = 0.5
+KEEP_LOGS = 3  # earlier launches' logs kept beside the current one: <name>.log.1 .. .3
 LOCK = "launch.lock"
 TERMINAL = (S.Phase.succeeded.value, S.Phase.failed.value)
 
@@ -60,18 +64,33 @@ class CheckpointsExist(GraphtrainError):
     """A new run (neither --resume nor --overwrite) in a directory that holds checkpoints."""
 
 
+def ended(code: int) -> str:
+    """How a process ended, from its return code: 'exited with code 1', 'was killed by SIGKILL'."""
+    if code >= 0:
+        return f"exited with code {code}"
+    try:
+        return f"was killed by {signal.Signals(-code).name}"
+    except ValueError:
+        return f"was killed by signal {-code}"
+
+
 @dataclass
 class Child:
     plan: plan.ProcessPlan
     proc: subprocess.Popen
     log: Path
     restarts: int = 0
+    offset: int = 0  # where this process' output starts in its log (a restart appends to it)
 
-    def tail(self, lines: int = 25) -> str:
+    def tail(self, lines: int = 25, window: int = 1 << 16) -> str:
+        """The last lines this process wrote (not its predecessors' in the same log)."""
         try:
-            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+            with open(self.log, "rb") as f:
+                f.seek(max(self.offset, f.seek(0, os.SEEK_END) - window))
+                text = f.read().decode(errors="replace")
         except OSError:
             return ""
+        return "\n".join(text.splitlines()[-lines:])
 
 
 @contextlib.contextmanager
@@ -101,6 +120,16 @@ def lock_run_dir(run_dir: Path) -> Iterator[None]:
         yield
     finally:
         os.close(fd)
+
+
+def rotate_logs(logs: Path, keep: int = KEEP_LOGS) -> None:
+    """One log per launch: each <name>.log moves to <name>.log.1, .1 to .2, ...; beyond `keep`, dropped."""
+    for log in logs.glob("*.log"):
+        for i in range(keep - 1, 0, -1):
+            older = log.with_name(f"{log.name}.{i}")
+            if older.exists():
+                older.replace(log.with_name(f"{log.name}.{i + 1}"))
+        log.replace(log.with_name(f"{log.name}.1"))
 
 
 def die_with_this_process() -> Callable[[], None]:
@@ -245,6 +274,7 @@ class LocalRun:
         logs = self.run_dir / "logs"
         logs.mkdir(parents=True, exist_ok=True)
         log = logs / f"{p.name}.log"
+        offset = log.stat().st_size if log.exists() else 0
         env = {
             **os.environ,
             "GRAPHTRAIN_QUIET": "1",
@@ -262,7 +292,7 @@ class LocalRun:
             preexec_fn=die_with_this_process(),  # the child runs only a prctl call and getppid
         )
         handle.close()
-        return Child(p, proc, log)
+        return Child(p, proc, log, offset=offset)
 
     def start_servers(self, partition: Path) -> None:
         n = self.gt.spec.num_shards
@@ -289,9 +319,7 @@ class LocalRun:
                         if event.get("event") == "ready":
                             return str(event["address"])
             if c.proc.poll() is not None:
-                raise RunFailed(
-                    f"{c.plan.name} exited with code {c.proc.returncode} before it was ready:\n{c.tail()}"
-                )
+                raise RunFailed(f"{c.plan.name} {ended(c.proc.returncode)} before it was ready:\n{c.tail()}")
         raise RunFailed(f"{c.plan.name} was not ready within {READY_TIMEOUT:g} s")
 
     def start_trainers(self, partition: Path) -> None:
@@ -398,7 +426,7 @@ class LocalRun:
                     self.obs.restarts += 1
                     self.obs.phase = S.Phase.restarting.value
                     self.say(
-                        f"[run] {bad.plan.name} failed (exit {bad.proc.returncode}); restart "
+                        f"[run] {bad.plan.name} {ended(bad.proc.returncode)}; restart "
                         f"{self.obs.restarts}/{policy.backoff_limit} from the last checkpoint"
                     )
                     self.write_status()
@@ -413,8 +441,7 @@ class LocalRun:
                     last_change = time.monotonic()
                     continue
                 raise RunFailed(
-                    f"{bad.plan.name} exited with code {bad.proc.returncode}; last lines of "
-                    f"{bad.log}:\n{bad.tail()}"
+                    f"{bad.plan.name} {ended(bad.proc.returncode)}; last lines of {bad.log}:\n{bad.tail()}"
                 )
             if all(t.proc.poll() == 0 for t in self.trainers):
                 return
@@ -449,8 +476,8 @@ class LocalRun:
 
     def _prepare(self) -> None:
         """What the launcher does before the run: refuse to delete checkpoints unasked (changing nothing),
-        say how the previous launch ended if it could not say so itself, and start afresh the token and the
-        run's files."""
+        say how the previous launch ended if it could not say so itself, and start afresh the token, the
+        logs and the run's files."""
         checkpoints = self.run_dir / "checkpoints"
         held = checkpoints.is_dir() and any(checkpoints.iterdir())
         if held and not (self.resume or self.overwrite):
@@ -475,6 +502,8 @@ class LocalRun:
         fresh.touch(mode=0o600)
         fresh.write_text(self.token)
         fresh.replace(token)
+        if (self.run_dir / "logs").is_dir():
+            rotate_logs(self.run_dir / "logs")
         for stale in ("progress.json", "result.json"):
             (self.run_dir / stale).unlink(missing_ok=True)
 
