@@ -18,6 +18,9 @@ refused.
 
 Each launch starts fresh logs (the previous launches' are kept as <name>.log.1, .2, .3); a failure
 shows the end of the failed process' own output and names the signal that killed it, if one did.
+
+Everything the launch creates is private to the user: the launcher's umask is 0o077, and the servers
+and trainers inherit it.
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ from graphtrain.runtime.progress import console
 
 READY_TIMEOUT = 300.0
 POLL_SECONDS = 0.5
+PRIVATE = 0o077  # umask of the launcher and its children: directories 0700, files 0600
 KEEP_LOGS = 3  # earlier launches' logs kept beside the current one: <name>.log.1 .. .3
 LOCK = "launch.lock"
 TERMINAL = (S.Phase.succeeded.value, S.Phase.failed.value)
@@ -91,6 +95,17 @@ class Child:
         except OSError:
             return ""
         return "\n".join(text.splitlines()[-lines:])
+
+
+@contextlib.contextmanager
+def umask(mask: int) -> Iterator[int]:
+    """This process' umask is `mask` inside the block (processes started there inherit it); yields the
+    one it replaced."""
+    old = os.umask(mask)
+    try:
+        yield old
+    finally:
+        os.umask(old)
 
 
 @contextlib.contextmanager
@@ -198,6 +213,7 @@ class LocalRun:
         self.resume = resume
         self.overwrite = overwrite
         self.token = ""
+        self.user_umask = 0o022  # the caller's (set by run()), for the shared dataset cache
         self.obs = status.Observed(start_time=status.now())
         self._conditions: list[S.Condition] = []
         self.servers: list[Child] = []
@@ -246,7 +262,8 @@ class LocalRun:
                 cfg = P.load_config(out)
                 self.obs.partition = cfg.data
                 return cfg.path
-        graph = D.load_source(spec.graph, self.data_dir)
+        with umask(self.user_umask):  # the dataset cache is shared, not the run's
+            graph = D.load_source(spec.graph, self.data_dir)
         if spec.model.feature_projection:
             project_graph_features(graph, spec.model.feature_projection, seed=0)
         limit = S.quantity_to_bytes(spec.partition.memory_limit) if spec.partition.memory_limit else None
@@ -469,10 +486,12 @@ class LocalRun:
         """
         if self.resume and self.overwrite:
             raise GraphtrainError("--resume continues the checkpoints, --overwrite deletes them: pick one")
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        with lock_run_dir(self.run_dir):
-            self._prepare()
-            return self._launch()
+        with umask(PRIVATE) as self.user_umask:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            self.run_dir.chmod(0o700)  # a directory from before keeps nothing readable to others
+            with lock_run_dir(self.run_dir):
+                self._prepare()
+                return self._launch()
 
     def _prepare(self) -> None:
         """What the launcher does before the run: refuse to delete checkpoints unasked (changing nothing),
