@@ -553,7 +553,9 @@ def run(
     spec_path: Annotated[Path, typer.Argument(help="GraphTraining YAML")],
     run_dir: Annotated[Path | None, typer.Option(help="run directory (default: runs/<name>)")] = None,
     standalone: Annotated[bool, typer.Option(help="one trainer, shards in its process (no servers)")] = False,
-    resume: Annotated[bool, typer.Option(help="continue from the run directory's last checkpoint")] = False,
+    resume: Annotated[
+        bool, typer.Option(help="continue from the run directory's newest checkpoint that checks out")
+    ] = False,
     overwrite: Annotated[
         bool, typer.Option(help="delete the run directory's checkpoints and start over")
     ] = False,

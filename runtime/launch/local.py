@@ -508,7 +508,9 @@ class LocalRun:
             phase = json.loads((self.run_dir / "status.json").read_text()).get("phase")
             if phase not in TERMINAL:  # and its launcher is gone: we hold the lock
                 self.say(f"[run] the previous launch ended without a final status (killed?); it was {phase}")
-        if held and not self.resume:
+        if self.resume:
+            self._choose_checkpoint(checkpoints)
+        elif held:
             self.say(f"[run] --overwrite: deleting {checkpoints} ({describe_checkpoints(checkpoints)})")
             shutil.rmtree(checkpoints)
         checkpoints.mkdir(exist_ok=True)
@@ -525,6 +527,21 @@ class LocalRun:
             rotate_logs(self.run_dir / "logs")
         for stale in ("progress.json", "result.json"):
             (self.run_dir / stale).unlink(missing_ok=True)
+
+    def _choose_checkpoint(self, root: Path) -> None:
+        """On --resume, say which checkpoint the servers and trainers will take: the newest whose files
+        all check out (a damaged latest is skipped, each with its reason)."""
+        if not (root / ckpt.LATEST).exists():
+            self.say(f"[run] no checkpoint in {root}: starting from the beginning")
+            return
+        try:
+            path, skipped = ckpt.latest_verified(root)
+        except GraphtrainError as exc:
+            raise RunFailed(f"cannot resume: {exc}") from None
+        for line in skipped:
+            self.say(f"[run] {line}")
+        if path is not None:
+            self.say(f"[run] resuming from {path.name} ({describe_checkpoint(path)})")
 
     def _launch(self) -> dict:
         try:
