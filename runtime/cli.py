@@ -565,7 +565,13 @@ def run(
 
     Progress goes to the terminal, status (GraphTraining status schema) to <run-dir>/status.json.
 
+    Each process' output goes to <run-dir>/logs/<name>.log; the previous launch's is kept as <name>.log.1.
+
     A run directory that holds checkpoints needs --resume or --overwrite: nothing is deleted unasked.
+
+    One launcher at a time owns a run directory; its servers and trainers end with it, even on kill -9.
+
+    The run directory and everything in it are private to you (mode 0700/0600).
     """
     from graphtrain.runtime.launch.local import LocalRun, stop_on_signals
 
