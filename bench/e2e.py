@@ -97,6 +97,7 @@ def graphtrain_run(
     spec_path = work / f"{name}.yaml"
     spec_path.write_text(yaml.safe_dump(doc))
     argv = [sys.executable, "-m", "graphtrain.runtime.cli", "run", str(spec_path), "--run-dir", str(run_dir)]
+    argv.append("--overwrite")  # the same spec runs again in `work` (seeds, sections): start afresh
     proc = subprocess.Popen(
         [*argv, *(["--standalone"] if standalone else [])],
         stdout=subprocess.PIPE,

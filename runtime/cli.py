@@ -603,19 +603,34 @@ def run(
     spec_path: Annotated[Path, typer.Argument(help="GraphTraining YAML")],
     run_dir: Annotated[Path | None, typer.Option(help="run directory (default: runs/<name>)")] = None,
     standalone: Annotated[bool, typer.Option(help="one trainer, shards in its process (no servers)")] = False,
-    resume: Annotated[bool, typer.Option(help="continue from the run directory's last checkpoint")] = False,
+    resume: Annotated[
+        bool, typer.Option(help="continue from the run directory's newest checkpoint that checks out")
+    ] = False,
+    overwrite: Annotated[
+        bool, typer.Option(help="delete the run directory's checkpoints and start over")
+    ] = False,
     data_dir: DataDir = None,
 ) -> None:
     """Run a whole GraphTraining on this machine: partition, shard servers, trainers; prints the result.
 
     Progress goes to the terminal, status (GraphTraining status schema) to <run-dir>/status.json.
+
+    Each process' output goes to <run-dir>/logs/<name>.log; the previous launch's is kept as <name>.log.1.
+
+    A run directory that holds checkpoints needs --resume or --overwrite: nothing is deleted unasked.
+
+    One launcher at a time owns a run directory; its servers and trainers end with it, even on kill -9.
+
+    The run directory and everything in it are private to you (mode 0700/0600).
     """
     from graphtrain.runtime.launch.local import LocalRun, stop_on_signals
 
     gt = S.load_yaml(_read(spec_path))
     run_dir = run_dir or Path("runs") / gt.metadata.name
     stop_on_signals()
-    result = LocalRun(gt, spec_path, run_dir, standalone=standalone, data_dir=data_dir, resume=resume).run()
+    result = LocalRun(
+        gt, spec_path, run_dir, standalone=standalone, data_dir=data_dir, resume=resume, overwrite=overwrite
+    ).run()
     metrics = ", ".join(f"{k} {v:.4f}" for k, v in result.items() if isinstance(v, float))
     out.print(f"{gt.metadata.name}: {metrics}")
     out.print(f"status: {run_dir / 'status.json'}")

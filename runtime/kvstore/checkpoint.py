@@ -12,6 +12,10 @@ Layout of a checkpoint directory:
 Each piece is written into a temporary directory, fsynced and renamed into place. Restoring reads the
 pieces that checkpoint.json lists and copies the overlap of each with the shard's own range, so a
 checkpoint taken by 2 servers restores into 3, or into standalone mode, row for row.
+
+checkpoint.json may also record the sha256 of files beside the tensors ("files": the trainers' state).
+"Latest" means the newest checkpoint, at or before the one LATEST names, whose every file checks out: a
+damaged latest (a changed byte, a missing piece) is skipped for the one before it, with a line saying why.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -166,6 +171,63 @@ def pieces_of(root: Path, name: str) -> list[tuple[dict[str, Any], Path]]:
     if expect != num_rows:
         raise DataError(f"{root}: pieces of {name!r} cover rows [0, {expect}) of {num_rows}")
     return out
+
+
+def verify_checkpoint(root: Path) -> None:
+    """Check that the checkpoint at `root` is complete and unchanged: checkpoint.json, every piece it lists
+    (tiling its table, sha256 of every file) and the other files it records.
+
+    Raises:
+        DataError: naming the first file missing or changed (ChecksumError), or the gap in a table.
+    """
+    top = read_top(root)
+    for name in top["tensors"]:
+        for manifest, d in pieces_of(root, name):
+            verify_files(d, manifest["files"])
+    verify_files(root, top.get("files", {}))
+
+
+def latest_verified(root: Path) -> tuple[Path | None, list[str]]:
+    """The newest complete checkpoint under `root` that verifies, at or before the one LATEST names (None
+    if there is no LATEST yet), and one line for each newer one skipped: its name and what is wrong.
+
+    Raises:
+        DataError: LATEST exists but no checkpoint at or before it verifies (never a silent fresh start).
+    """
+    latest = resolve_latest(root)
+    if latest is None:
+        return None, []
+    older = sorted(
+        (p for p in root.iterdir() if p.is_dir() and p.name < latest.name and (p / TOP).exists()),
+        key=lambda p: p.name,
+        reverse=True,
+    )
+    skipped = []
+    for path in [latest, *older]:
+        try:
+            verify_checkpoint(path)
+        except (DataError, OSError) as exc:
+            skipped.append(f"checkpoint {path.name} skipped: {' '.join(str(exc).split())}")
+            continue
+        return path, skipped
+    raise DataError(f"{root}: no checkpoint at or before LATEST checks out ({'; '.join(skipped)})")
+
+
+def restore_point(root: Path, which: str, say: Callable[[str], object] = print) -> Path | None:
+    """The checkpoint `--restore which` names under `root`, verified: "latest" is latest_verified's
+    choice (None if there is no checkpoint yet; each skipped one is said), anything else a checkpoint's
+    directory name.
+
+    Raises:
+        DataError: the named checkpoint is incomplete or changed, or none at or before LATEST checks out.
+    """
+    if which != "latest":
+        verify_checkpoint(root / which)
+        return root / which
+    path, skipped = latest_verified(root)
+    for line in skipped:
+        say(line)
+    return path
 
 
 def restore_into(root: Path, t: TensorShard, verify: bool = True) -> bool:

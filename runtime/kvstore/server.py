@@ -585,11 +585,8 @@ def serve(
     if restore:
         if checkpoint_root is None:
             raise GraphtrainError("--restore needs --checkpoint-root")
-        restore_from = (
-            ckpt.resolve_latest(checkpoint_root) if restore == "latest" else checkpoint_root / restore
-        )
-        if restore_from is not None:
-            ckpt.read_top(restore_from)  # refuse an incomplete checkpoint at start, not at first use
+        # a damaged latest falls back to the one before; a damaged or incomplete one is refused at start
+        restore_from = ckpt.restore_point(checkpoint_root, restore, say=log.warning)
     state = ShardState(shard, use_shm=use_shm, shm_prefix=job_prefix(token), restore_from=restore_from)
     if partition is not None:
         loaded = state.load_partition(partition, shard if part is None else part)

@@ -2,17 +2,32 @@
 
 partition (in this process) -> shard-server processes (ipc:// sockets, shared memory) -> trainer
 processes (gloo rendezvous on a loopback port) -> monitor. The run directory holds the partition, the
-token (mode 0600), each process' log, checkpoints, progress.json (from trainer 0) and status.json in
-the GraphTraining status schema. A process that fails stops the run with its name, exit code and the
-end of its log; with runPolicy.backoffLimit > 0 the trainers (and any dead shard server) are started
-again from the last complete checkpoint instead, up to that many times. Ctrl-C, a deadline or a stall
-(no progress for runPolicy.stallTimeoutSeconds) stop every process. Standalone mode runs one trainer
-whose shards live in its own process: no servers, no sockets.
+token, each process' log, checkpoints, progress.json (from trainer 0) and status.json in the
+GraphTraining status schema. A process that fails stops the run with its name, exit code and the end
+of its log; with runPolicy.backoffLimit > 0 the trainers (and any dead shard server) are started again
+from the last complete checkpoint instead, up to that many times. Ctrl-C, a deadline or a stall (no
+progress for runPolicy.stallTimeoutSeconds) stop every process. Standalone mode runs one trainer whose
+shards live in its own process: no servers, no sockets.
+
+One launcher owns a run directory at a time (a lock held for its lifetime), and its children die with
+it even when it is SIGKILLed (the kernel's parent-death signal), so a launch never meets the processes
+of an earlier one. Each launch writes a fresh token, so its shared-memory names are its own.
+
+It never deletes checkpoints unasked: without --resume or --overwrite, a directory that holds some is
+refused.
+
+Each launch starts fresh logs (the previous launches' are kept as <name>.log.1, .2, .3); a failure
+shows the end of the failed process' own output and names the signal that killed it, if one did.
+
+Everything the launch creates is private to the user: the launcher's umask is 0o077, and the servers
+and trainers inherit it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import fcntl
 import json
 import os
 import secrets
@@ -22,21 +37,45 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from graphtrain.runtime import spec as S
 from graphtrain.runtime.data.cache import write_json
 from graphtrain.runtime.errors import GraphtrainError
+from graphtrain.runtime.kvstore import checkpoint as ckpt
 from graphtrain.runtime.launch import plan, status
 from graphtrain.runtime.progress import console
 
 READY_TIMEOUT = 300.0
 POLL_SECONDS = 0.5
+PRIVATE = 0o077  # umask of the launcher and its children: directories 0700, files 0600
+KEEP_LOGS = 3  # earlier launches' logs kept beside the current one: <name>.log.1 .. .3
+LOCK = "launch.lock"
+TERMINAL = (S.Phase.succeeded.value, S.Phase.failed.value)
 
 
 class RunFailed(GraphtrainError):
     """A process of the run failed (named in the message), or the run hit its deadline or stalled."""
+
+
+class RunDirLocked(GraphtrainError):
+    """Another launcher owns the run directory (its pid in the message)."""
+
+
+class CheckpointsExist(GraphtrainError):
+    """A new run (neither --resume nor --overwrite) in a directory that holds checkpoints."""
+
+
+def ended(code: int) -> str:
+    """How a process ended, from its return code: 'exited with code 1', 'was killed by SIGKILL'."""
+    if code >= 0:
+        return f"exited with code {code}"
+    try:
+        return f"was killed by {signal.Signals(-code).name}"
+    except ValueError:
+        return f"was killed by signal {-code}"
 
 
 @dataclass
@@ -45,12 +84,88 @@ class Child:
     proc: subprocess.Popen
     log: Path
     restarts: int = 0
+    offset: int = 0  # where this process' output starts in its log (a restart appends to it)
 
-    def tail(self, lines: int = 25) -> str:
+    def tail(self, lines: int = 25, window: int = 1 << 16) -> str:
+        """The last lines this process wrote (not its predecessors' in the same log)."""
         try:
-            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+            with open(self.log, "rb") as f:
+                f.seek(max(self.offset, f.seek(0, os.SEEK_END) - window))
+                text = f.read().decode(errors="replace")
         except OSError:
             return ""
+        return "\n".join(text.splitlines()[-lines:])
+
+
+@contextlib.contextmanager
+def umask(mask: int) -> Iterator[int]:
+    """This process' umask is `mask` inside the block (processes started there inherit it); yields the
+    one it replaced."""
+    old = os.umask(mask)
+    try:
+        yield old
+    finally:
+        os.umask(old)
+
+
+@contextlib.contextmanager
+def lock_run_dir(run_dir: Path) -> Iterator[None]:
+    """Own `run_dir` while the block runs: an exclusive flock on <run_dir>/launch.lock, which holds the
+    owner's pid. The kernel releases it when the owner exits, however it exits.
+
+    Raises:
+        RunDirLocked: another process holds it (named by its pid).
+    """
+    fd = os.open(run_dir / LOCK, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = ""
+            for _ in range(10):  # the holder writes its pid just after it takes the lock
+                holder = os.pread(fd, 32, 0).decode(errors="replace").strip()
+                if holder:
+                    break
+                time.sleep(0.05)
+            raise RunDirLocked(
+                f"{run_dir} is in use by another graphtrain run (pid {holder or 'unknown'})"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        yield
+    finally:
+        os.close(fd)
+
+
+def rotate_logs(logs: Path, keep: int = KEEP_LOGS) -> None:
+    """One log per launch: each <name>.log moves to <name>.log.1, .1 to .2, ...; beyond `keep`, dropped."""
+    for log in logs.glob("*.log"):
+        for i in range(keep - 1, 0, -1):
+            older = log.with_name(f"{log.name}.{i}")
+            if older.exists():
+                older.replace(log.with_name(f"{log.name}.{i + 1}"))
+        log.replace(log.with_name(f"{log.name}.1"))
+
+
+def die_with_this_process() -> Callable[[], None]:
+    """A preexec_fn: the child gets SIGKILL when the thread that forked it exits (PR_SET_PDEATHSIG; spawn
+    from a thread that outlives the children, e.g. the main thread), so no child outlives a SIGKILLed
+    launcher. If the launcher died before the call took effect, the child leaves at once. The libc call
+    is looked up here, in the parent: the child only calls it."""
+    parent = os.getpid()
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):  # not Linux: no parent-death signal
+        prctl = None
+    args = (ctypes.c_int(1), ctypes.c_ulong(signal.SIGKILL))  # PR_SET_PDEATHSIG = 1
+
+    def child() -> None:
+        if prctl is not None:
+            prctl(*args)
+        if os.getppid() != parent:
+            os._exit(1)
+
+    return child
 
 
 def free_port() -> int:
@@ -87,6 +202,7 @@ class LocalRun:
         data_dir: Path | None = None,
         echo: bool = True,
         resume: bool = False,
+        overwrite: bool = False,
     ):
         self.gt = gt
         self.spec_path = spec_path.resolve()
@@ -95,7 +211,11 @@ class LocalRun:
         self.data_dir = data_dir
         self.echo = echo
         self.resume = resume
+        self.overwrite = overwrite
+        self.token = ""
+        self.user_umask = 0o022  # the caller's (set by run()), for the shared dataset cache
         self.obs = status.Observed(start_time=status.now())
+        self._conditions: list[S.Condition] = []
         self.servers: list[Child] = []
         self.trainers: list[Child] = []
         self.addresses: list[str] = []
@@ -107,14 +227,15 @@ class LocalRun:
 
     def write_status(self) -> None:
         if self.run_dir.exists():
-            st = status.build(self.gt, self.obs)
+            st = status.build(self.gt, self.obs, self._conditions, status.now())
+            self._conditions = st.conditions
             write_json(
                 self.run_dir / "status.json", st.model_dump(by_alias=True, exclude_none=True, mode="json")
             )
 
     def say(self, text: str) -> None:
         if self.echo:
-            console.print(text, highlight=False, markup=False)
+            console.print(text, highlight=False, markup=False, soft_wrap=True)
 
     # ------------------------------------------------------------------------------- partition
 
@@ -141,7 +262,8 @@ class LocalRun:
                 cfg = P.load_config(out)
                 self.obs.partition = cfg.data
                 return cfg.path
-        graph = D.load_source(spec.graph, self.data_dir)
+        with umask(self.user_umask):  # the dataset cache is shared, not the run's
+            graph = D.load_source(spec.graph, self.data_dir)
         if spec.model.feature_projection:
             project_graph_features(graph, spec.model.feature_projection, seed=0)
         limit = S.quantity_to_bytes(spec.partition.memory_limit) if spec.partition.memory_limit else None
@@ -164,10 +286,12 @@ class LocalRun:
     def _spawn(self, p: plan.ProcessPlan, announces: bool = False) -> Child:
         """Start a process, its output into <run_dir>/logs/<name>.log. Only servers keep stdout as a pipe,
         for the one ready line they print; anyone else's stdout in an unread pipe would block it once the
-        pipe's 64 KB filled."""
+        pipe's 64 KB filled. The child is in its own session (a terminal's Ctrl-C reaches the launcher
+        alone, which stops the children in order) and dies with the launcher."""
         logs = self.run_dir / "logs"
         logs.mkdir(parents=True, exist_ok=True)
         log = logs / f"{p.name}.log"
+        offset = log.stat().st_size if log.exists() else 0
         env = {
             **os.environ,
             "GRAPHTRAIN_QUIET": "1",
@@ -176,9 +300,16 @@ class LocalRun:
         env.pop("GRAPHTRAIN_TOKEN", None)  # processes read the token file
         handle = open(log, "ab")  # noqa: SIM115 - owned by the child
         stdout = subprocess.PIPE if announces else handle
-        proc = subprocess.Popen(p.argv, stdout=stdout, stderr=handle, env=env, start_new_session=True)
+        proc = subprocess.Popen(
+            p.argv,
+            stdout=stdout,
+            stderr=handle,
+            env=env,
+            start_new_session=True,
+            preexec_fn=die_with_this_process(),  # the child runs only a prctl call and getppid
+        )
         handle.close()
-        return Child(p, proc, log)
+        return Child(p, proc, log, offset=offset)
 
     def start_servers(self, partition: Path) -> None:
         n = self.gt.spec.num_shards
@@ -205,9 +336,7 @@ class LocalRun:
                         if event.get("event") == "ready":
                             return str(event["address"])
             if c.proc.poll() is not None:
-                raise RunFailed(
-                    f"{c.plan.name} exited with code {c.proc.returncode} before it was ready:\n{c.tail()}"
-                )
+                raise RunFailed(f"{c.plan.name} {ended(c.proc.returncode)} before it was ready:\n{c.tail()}")
         raise RunFailed(f"{c.plan.name} was not ready within {READY_TIMEOUT:g} s")
 
     def start_trainers(self, partition: Path) -> None:
@@ -263,9 +392,7 @@ class LocalRun:
         from graphtrain.runtime import kvstore
 
         with contextlib.suppress(Exception):
-            client = kvstore.connect(
-                self.addresses, (self.run_dir / "token").read_text().strip(), timeout=10, retries=0
-            )
+            client = kvstore.connect(self.addresses, self.token, timeout=10, retries=0)
             client.shutdown()
             client.close()
         for c in self.servers:
@@ -316,7 +443,7 @@ class LocalRun:
                     self.obs.restarts += 1
                     self.obs.phase = S.Phase.restarting.value
                     self.say(
-                        f"[run] {bad.plan.name} failed (exit {bad.proc.returncode}); restart "
+                        f"[run] {bad.plan.name} {ended(bad.proc.returncode)}; restart "
                         f"{self.obs.restarts}/{policy.backoff_limit} from the last checkpoint"
                     )
                     self.write_status()
@@ -331,8 +458,7 @@ class LocalRun:
                     last_change = time.monotonic()
                     continue
                 raise RunFailed(
-                    f"{bad.plan.name} exited with code {bad.proc.returncode}; last lines of "
-                    f"{bad.log}:\n{bad.tail()}"
+                    f"{bad.plan.name} {ended(bad.proc.returncode)}; last lines of {bad.log}:\n{bad.tail()}"
                 )
             if all(t.proc.poll() == 0 for t in self.trainers):
                 return
@@ -350,16 +476,74 @@ class LocalRun:
     # --------------------------------------------------------------------------------------- run
 
     def run(self) -> dict:
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        if not self.resume:  # a new run; restarts after a failure (below) do resume
-            shutil.rmtree(self.run_dir / "checkpoints", ignore_errors=True)
-        (self.run_dir / "checkpoints").mkdir(exist_ok=True)
+        """The whole run; its result (result.json of trainer 0). Call it from a thread that lives until it
+        returns (the main thread in the CLI): children die when the thread that started them exits.
+
+        Raises:
+            RunDirLocked: another launcher owns the run directory.
+            CheckpointsExist: the directory holds checkpoints and neither resume nor overwrite was asked.
+            RunFailed: a process failed, the run hit its deadline or stalled (status.json says so too).
+        """
+        if self.resume and self.overwrite:
+            raise GraphtrainError("--resume continues the checkpoints, --overwrite deletes them: pick one")
+        with umask(PRIVATE) as self.user_umask:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            self.run_dir.chmod(0o700)  # a directory from before keeps nothing readable to others
+            with lock_run_dir(self.run_dir):
+                self._prepare()
+                return self._launch()
+
+    def _prepare(self) -> None:
+        """What the launcher does before the run: refuse to delete checkpoints unasked (changing nothing),
+        say how the previous launch ended if it could not say so itself, and start afresh the token, the
+        logs and the run's files."""
+        checkpoints = self.run_dir / "checkpoints"
+        held = checkpoints.is_dir() and any(checkpoints.iterdir())
+        if held and not (self.resume or self.overwrite):
+            raise CheckpointsExist(
+                f"{self.run_dir} holds checkpoints ({describe_checkpoints(checkpoints)}): continue them with "
+                "--resume, or delete them with --overwrite"
+            )
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            phase = json.loads((self.run_dir / "status.json").read_text()).get("phase")
+            if phase not in TERMINAL:  # and its launcher is gone: we hold the lock
+                self.say(f"[run] the previous launch ended without a final status (killed?); it was {phase}")
+        if self.resume:
+            self._choose_checkpoint(checkpoints)
+        elif held:
+            self.say(f"[run] --overwrite: deleting {checkpoints} ({describe_checkpoints(checkpoints)})")
+            shutil.rmtree(checkpoints)
+        checkpoints.mkdir(exist_ok=True)
         token = self.run_dir / "token"
-        if not token.exists():
-            token.touch(mode=0o600)
-            token.write_text(secrets.token_hex(24))
+        with contextlib.suppress(OSError):  # what the previous launch's killed processes left in /dev/shm
+            self._remove_segments(token.read_text().strip())
+        self.token = secrets.token_hex(24)  # fresh shared-memory names for this launch's processes
+        fresh = self.run_dir / ".token.tmp"
+        fresh.unlink(missing_ok=True)
+        fresh.touch(mode=0o600)
+        fresh.write_text(self.token)
+        fresh.replace(token)
+        if (self.run_dir / "logs").is_dir():
+            rotate_logs(self.run_dir / "logs")
         for stale in ("progress.json", "result.json"):
             (self.run_dir / stale).unlink(missing_ok=True)
+
+    def _choose_checkpoint(self, root: Path) -> None:
+        """On --resume, say which checkpoint the servers and trainers will take: the newest whose files
+        all check out (a damaged latest is skipped, each with its reason)."""
+        if not (root / ckpt.LATEST).exists():
+            self.say(f"[run] no checkpoint in {root}: starting from the beginning")
+            return
+        try:
+            path, skipped = ckpt.latest_verified(root)
+        except GraphtrainError as exc:
+            raise RunFailed(f"cannot resume: {exc}") from None
+        for line in skipped:
+            self.say(f"[run] {line}")
+        if path is not None:
+            self.say(f"[run] resuming from {path.name} ({describe_checkpoint(path)})")
+
+    def _launch(self) -> dict:
         try:
             self.obs.phase = S.Phase.partitioning.value
             self.write_status()
@@ -400,12 +584,36 @@ class LocalRun:
             raise
         finally:
             self.stop_all()
-            self._remove_segments()
+            self._remove_segments(self.token)
             self.write_status()
 
-    def _remove_segments(self) -> None:
-        """Shared memory that killed processes could not unlink (every process has exited by now)."""
+    @staticmethod
+    def _remove_segments(token: str) -> None:
+        """Shared memory that killed processes of the launch with `token` could not unlink (call it once
+        every one of them has exited)."""
         from graphtrain.runtime.kvstore.shm import job_prefix, remove_leftovers
 
         with contextlib.suppress(OSError):
-            remove_leftovers(job_prefix((self.run_dir / "token").read_text().strip()))
+            remove_leftovers(job_prefix(token))
+
+
+def describe_checkpoint(path: Path) -> str:
+    """'epoch 3, step 120' from a checkpoint's trainer record, or 'incomplete'."""
+    try:
+        meta = ckpt.read_top(path).get("trainer") or json.loads((path / "trainer.json").read_text())
+        return f"epoch {meta['epoch']}, step {meta['step']}"
+    except (GraphtrainError, OSError, ValueError, KeyError, TypeError):
+        return "incomplete"
+
+
+def describe_checkpoints(root: Path) -> str:
+    """What a checkpoint directory holds, in a few words: its latest checkpoint and how many there are."""
+    dirs = sorted(p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
+    try:
+        latest = ckpt.resolve_latest(root)
+    except GraphtrainError:
+        latest = None
+    count = f"{len(dirs)} checkpoint{'s' if len(dirs) != 1 else ''}"
+    if latest is None:
+        return count + (f", the newest {dirs[-1]}" if dirs else "")
+    return f"latest {latest.name}: {describe_checkpoint(latest)}; {count}"

@@ -1,4 +1,8 @@
-"""The run's status in the GraphTraining status schema, computed from what the launcher observed (pure)."""
+"""The run's status in the GraphTraining status schema, computed from what the launcher observed (pure).
+
+A condition's lastTransitionTime is the time its status last changed (Kubernetes semantics), not the
+time of the latest write: build() takes the conditions it returned last time and the current time.
+"""
 
 from __future__ import annotations
 
@@ -26,13 +30,19 @@ class Observed:
 
 
 def condition(kind: S.ConditionType, ok: bool, reason: str, message: str = "") -> S.Condition:
-    return S.Condition(
-        type=kind,
-        status="True" if ok else "False",
-        reason=reason,
-        message=message,
-        last_transition_time=now(),
-    )
+    """A condition without its transition time (build() stamps it)."""
+    return S.Condition(type=kind, status="True" if ok else "False", reason=reason, message=message)
+
+
+def stamp(conditions: list[S.Condition], previous: list[S.Condition], at: str) -> list[S.Condition]:
+    """Each condition with its transition time: the previous one's while its status holds, else `at`."""
+    before = {c.type: c for c in previous}
+    out = []
+    for c in conditions:
+        old = before.get(c.type)
+        held = old is not None and old.status == c.status and old.last_transition_time is not None
+        out.append(c.model_copy(update={"last_transition_time": old.last_transition_time if held else at}))
+    return out
 
 
 def partition_status(config: dict[str, Any]) -> S.PartitionStatus:
@@ -53,7 +63,9 @@ def partition_status(config: dict[str, Any]) -> S.PartitionStatus:
     )
 
 
-def build(gt: S.GraphTraining, obs: Observed) -> S.GraphTrainingStatus:
+def build(gt: S.GraphTraining, obs: Observed, previous: list[S.Condition], at: str) -> S.GraphTrainingStatus:
+    """The status from what was observed; `previous`: the conditions of the last status built (their
+    transition times carry over), `at`: the time of this one."""
     conds = [condition(S.ConditionType.spec_valid, True, "Valid")]
     part = None
     if obs.partition is not None:
@@ -91,7 +103,7 @@ def build(gt: S.GraphTraining, obs: Observed) -> S.GraphTrainingStatus:
         conds.append(condition(S.ConditionType.failed, True, "ProcessFailed", obs.failure or ""))
     return S.GraphTrainingStatus(
         phase=obs.phase,
-        conditions=conds,
+        conditions=stamp(conds, previous, at),
         partition=part,
         progress=progress,
         shards=[

@@ -4,7 +4,9 @@ Progress: rank 0 writes <run_dir>/progress.json (atomically) after every step wi
 the local launcher turns it into the run's status, the operator into the GraphTraining's status.
 Dense checkpoints hold the model and optimizer state as tensors, written with torch.save and read
 with torch.load(weights_only=True): no arbitrary object is ever unpickled. Embedding tables are
-checkpointed by the shard servers (kvstore.checkpoint); a checkpoint is complete when both are.
+checkpointed by the shard servers (kvstore.checkpoint); a checkpoint is complete when both are, and its
+checkpoint.json records the sha256 of the trainers' files too, so resuming checks every file and skips a
+damaged latest checkpoint for the newest one that checks out.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import datetime as dt
 import json
 import os
 import random
+import shutil
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -23,7 +26,7 @@ import numpy as np
 import torch
 import torch.distributed as torch_dist
 
-from graphtrain.runtime.data.cache import write_json
+from graphtrain.runtime.data.cache import hash_tree, write_json
 from graphtrain.runtime.kvstore import checkpoint as ckpt
 
 
@@ -74,6 +77,18 @@ class Dist:
     def barrier(self) -> None:
         if self.world > 1:
             torch_dist.barrier()
+
+    def broadcast_text(self, text: str, limit: int = 256) -> str:
+        """Rank 0's `text` (at most `limit` bytes of UTF-8) on every rank."""
+        if self.world == 1:
+            return text
+        raw = text.encode()
+        if len(raw) > limit:
+            raise ValueError(f"{len(raw)} bytes to broadcast, at most {limit}")
+        buf = torch.zeros(limit, dtype=torch.uint8)
+        buf[: len(raw)] = torch.tensor(list(raw), dtype=torch.uint8)
+        torch_dist.broadcast(buf, src=0)
+        return bytes(buf.tolist()).rstrip(b"\0").decode()
 
 
 @dataclass
@@ -246,23 +261,34 @@ class StepHooks:
         if self.dist.rank == 0:
             tag = f"step-{self.step:09d}"
             meta = {"epoch": self.epoch, "step": self.step}
-            self.save_state(self.checkpoint_root / tag, meta)
-            self.graph.client.checkpoint(tag, extra={"trainer": meta}, root=self.checkpoint_root)
+            directory = self.checkpoint_root / tag
+            if directory.exists():  # a damaged one this run resumed from before: nothing of it may stay
+                shutil.rmtree(directory)
+            self.save_state(directory, meta)
+            extra = {"trainer": meta, "files": hash_tree(directory)}  # the trainers' files, checked on resume
+            self.graph.client.checkpoint(tag, extra=extra, root=self.checkpoint_root)
             ckpt.mark_latest(self.checkpoint_root, tag)
             ckpt.prune(self.checkpoint_root, KEEP_CHECKPOINTS)
         self.dist.barrier()
 
     def resume(self) -> bool:
-        """Continue from the latest complete checkpoint, if there is one: rank 0 has every shard
-        restore it (servers that survived a failure are ahead of it), every rank its own state."""
+        """Continue from the latest complete checkpoint that checks out, if there is one: rank 0 picks
+        it (saying which damaged ones it skipped) and has every shard restore it (servers that survived a
+        failure are ahead of it), every rank its own state."""
         if self.checkpoint_root is None:
             return False
-        latest = ckpt.resolve_latest(self.checkpoint_root)
-        if latest is None:
+        name = ""
+        if self.dist.rank == 0:  # one rank reads every file, and all take its choice
+            latest, skipped = ckpt.latest_verified(self.checkpoint_root)
+            for line in skipped:
+                print(f"[trainer] {line}", file=sys.stderr, flush=True)
+            name = latest.name if latest is not None else ""
+        name = self.dist.broadcast_text(name)
+        if not name:
             return False
-        meta = self.load_state(latest)
+        meta = self.load_state(self.checkpoint_root / name)
         if self.dist.rank == 0:
-            self.graph.client.restore(latest.relative_to(self.checkpoint_root.resolve()).as_posix())
+            self.graph.client.restore(name)
         self.dist.barrier()
         self.epoch, self.step = int(meta["epoch"]), int(meta["step"])
         self.resumed()

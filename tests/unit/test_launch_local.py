@@ -1,0 +1,83 @@
+"""The launcher's pure parts: condition transition times, how a process' end is worded, the run
+directory's lock and the per-launch rotation of logs."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from graphtrain.runtime import spec as S
+from graphtrain.runtime.launch import status
+from graphtrain.runtime.launch.local import RunDirLocked, ended, lock_run_dir, rotate_logs
+
+EXAMPLE = Path(__file__).parents[2] / "examples" / "nations-transe.yaml"
+T1, T2, T3 = "2025-01-01T00:00:01+00:00", "2025-01-01T00:00:02+00:00", "2025-01-01T00:00:03+00:00"
+
+
+def times(conditions: list[S.Condition]) -> dict[str, tuple[str, str | None]]:
+    return {str(c.type): (c.status, c.last_transition_time) for c in conditions}
+
+
+def test_a_condition_keeps_the_time_of_its_last_transition() -> None:
+    gt = S.load_yaml(EXAMPLE.read_text())
+    shards = [{"index": 0, "state": "Pending"}, {"index": 1, "state": "Ready"}]
+    obs = status.Observed(phase="Starting", shards=shards)
+    first = status.build(gt, obs, [], T1).conditions
+    assert times(first) == {"SpecValid": ("True", T1), "ShardsReady": ("False", T1)}
+
+    obs.shards[0]["state"] = "Ready"
+    obs.progress = {"epoch": 1, "epochs": 2}
+    second = status.build(gt, obs, first, T2).conditions
+    # SpecValid held: its time stays; ShardsReady turned True: now; TrainersReady is new: now.
+    assert times(second) == {
+        "SpecValid": ("True", T1),
+        "ShardsReady": ("True", T2),
+        "TrainersReady": ("True", T2),
+    }
+
+    third = status.build(gt, obs, second, T3).conditions  # nothing changed: no time moves
+    assert times(third) == times(second)
+
+
+def test_build_is_pure() -> None:
+    gt = S.load_yaml(EXAMPLE.read_text())
+    obs = status.Observed(phase="Training", shards=[{"index": 0, "state": "Ready"}])
+    assert status.build(gt, obs, [], T1) == status.build(gt, obs, [], T1)
+
+
+@pytest.mark.parametrize(
+    "code, text",
+    [
+        (0, "exited with code 0"),
+        (3, "exited with code 3"),
+        (-9, "was killed by SIGKILL"),
+        (-15, "was killed by SIGTERM"),
+        (-11, "was killed by SIGSEGV"),
+    ],
+)
+def test_a_process_end_is_worded_by_signal_name(code: int, text: str) -> None:
+    assert ended(code) == text
+
+
+def test_a_locked_run_directory_names_its_holder(tmp_path: Path) -> None:
+    with lock_run_dir(tmp_path):
+        with pytest.raises(RunDirLocked) as caught, lock_run_dir(tmp_path):
+            pass
+        message = str(caught.value)
+        assert str(tmp_path) in message and f"pid {os.getpid()}" in message
+        assert "\n" not in message
+    with lock_run_dir(tmp_path):  # released with its holder
+        pass
+
+
+def test_logs_rotate_once_per_launch(tmp_path: Path) -> None:
+    for launch in ("first", "second", "third", "fourth"):
+        rotate_logs(tmp_path, keep=2)
+        (tmp_path / "trainer-0.log").write_text(f"{launch}\n")
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert names == ["trainer-0.log", "trainer-0.log.1", "trainer-0.log.2"]
+    assert (tmp_path / "trainer-0.log").read_text() == "fourth\n"
+    assert (tmp_path / "trainer-0.log.1").read_text() == "third\n"
+    assert (tmp_path / "trainer-0.log.2").read_text() == "second\n"
