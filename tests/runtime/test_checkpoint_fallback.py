@@ -102,6 +102,6 @@ def test_a_server_restores_the_newest_intact_checkpoint(ckroot: Path) -> None:
         rows = all_rows(client)
         client.close()
     assert np.array_equal(rows, older)
-    log = srv[0].proc.stderr.read()
+    log = srv[0].log_text()
     said = [line for line in log.splitlines() if NEWER in line]
     assert len(said) == 1 and "does not match the recorded" in said[0], log[-2000:]
