@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 RUN    ?= runs/wordnet-sage
 
-.PHONY: install run test lint crd bench-partition bench-optim bench-kvstore bench-e2e bench-operator cuda clean
+.PHONY: install run test lint crd bench-partition bench-optim bench-kvstore bench-attack bench-soak bench-fuzz bench-e2e bench-operator cuda clean
 
 $(STAMP): pyproject.toml setup.py requirements-dev.txt $(wildcard cuda/src/*.cpp cuda/include/graphtrain/*.h)
 	$(PYTHON) -m venv $(VENV)
@@ -37,6 +37,15 @@ bench-optim: install ## native sparse optimizers vs DGL's algorithm, torch.optim
 
 bench-kvstore: install ## shard-server throughput vs raw TCP, latency, optimizer step over the network
 	$(BIN)/python bench/kvstore.py
+
+bench-attack: install ## a good client's pull latency and the server's memory under each attack of issue 14
+	$(BIN)/python bench/attack.py
+
+bench-soak: install ## 16 clients x 2 shard servers for 10 minutes: throughput per minute, RSS, errors
+	$(BIN)/python bench/soak.py
+
+bench-fuzz: install ## coverage-guided fuzzing of the request path (atheris), 10 minutes
+	$(BIN)/python bench/fuzz.py --seconds 600
 
 bench-e2e: install ## throughput and accuracy vs DGL 2.1, KGE MRR vs PyKEEN 1.11 (makes their venvs once)
 	$(BIN)/python bench/e2e.py

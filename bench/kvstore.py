@@ -25,22 +25,19 @@ Measured side by side in one run, server and client in separate processes on loo
 from __future__ import annotations
 
 import argparse
-import json
 import multiprocessing as mp
-import os
 import platform
 import secrets
 import socket
 import statistics
 import struct
-import subprocess
-import sys
 import tempfile
 import time
 
 import numpy as np
 import torch
 import zmq
+from servers import start_server
 
 from graphtrain.runtime import kvstore
 from graphtrain.runtime.kvstore.protocol import CHUNK_BYTES
@@ -105,32 +102,6 @@ def bracketed(fn, raw: RawTcp, reps: int) -> tuple[list[float], list[float]]:
     before = times_of(raw, reps)
     runs = times_of(fn, reps)
     return runs, before + times_of(raw, reps)
-
-
-def start_server(bind: str, token: str, root: str, *extra: str) -> tuple[subprocess.Popen, str]:
-    """A shard-server process; its log goes to <root>/server.log."""
-    env = {**os.environ, "GRAPHTRAIN_TOKEN": token, "GRAPHTRAIN_QUIET": "1"}
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "graphtrain.runtime.cli",
-            "shard-server",
-            "--bind",
-            bind,
-            "--checkpoint-root",
-            root,
-            "--workers",
-            "2",
-            *extra,
-        ],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=open(os.path.join(root, "server.log"), "a"),  # noqa: SIM115 - the child owns it
-        text=True,
-    )
-    line = json.loads(proc.stdout.readline())
-    return proc, line["address"]
 
 
 def times_of(fn, reps: int) -> list[float]:

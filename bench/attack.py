@@ -1,0 +1,207 @@
+"""Shard server under attack: a good client's 1,000-row pulls, quiet and under each attack, side by side.
+
+One shard-server process (tcp://, 4 workers, a 200,000 x 128 float32 table), one good client in this
+process pulling 1,000 random rows at a time; the attackers run in another process, so they share no
+interpreter with the client. For each scenario: the good client's p50 / p99 and its p99 against the
+quiet p99 measured just before (issue 14's bar: within 2x), the largest growth of the server's RSS
+while the attack lasts (the bar: below 64 MB), and whether every pull succeeded.
+
+Scenarios:
+- claims-1GiB: 100 unauthenticated TCP peers, each sending a ZMTP greeting and a frame that claims
+  1 GiB, then garbage; refused, they reconnect at once (the issue's acceptance case);
+- claims-frame-limit: 100 unauthenticated peers each claiming the largest frame the server reads
+  (protocol.MAX_FRAME_BYTES) and sending all of it but one byte, then holding the connection: the
+  most an unauthenticated peer can make the server keep;
+- wrong-token: 16 ZMQ clients presenting a wrong token, reconnecting, requests queued;
+- stuck-readers: 4 authenticated clients that each ask for the whole table and never read.
+
+    python bench/attack.py [--pulls 2000] [--seconds 8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import os
+import platform
+import secrets
+import socket
+import statistics
+import struct
+import tempfile
+import threading
+import time
+
+import numpy as np
+import psutil
+import zmq
+from servers import start_server
+
+from graphtrain.runtime import kvstore
+from graphtrain.runtime.kvstore import auth
+from graphtrain.runtime.kvstore import protocol as P
+
+ROWS, DIM = 200_000, 128
+
+
+def greeting() -> bytes:
+    """ZMTP 3.0 greeting (RFC 23) asking for PLAIN, as a client would."""
+    return b"\xff" + b"\0" * 8 + b"\x7f" + b"\x03\x00" + b"PLAIN".ljust(20, b"\0") + b"\0" + b"\0" * 31
+
+
+def claiming_peer(port: int, claimed: int, sent: int, stop: mp.Event) -> None:  # type: ignore[valid-type]
+    """Connect, claim a frame of `claimed` bytes, send `sent` bytes of garbage, hold; again when closed."""
+    garbage = b"\xab" * 65536
+    while not stop.is_set():
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+                s.sendall(greeting() + b"\x06" + struct.pack(">Q", claimed))
+                left = sent
+                while left > 0:
+                    n = min(left, len(garbage))
+                    s.sendall(garbage[:n])
+                    left -= n
+                s.settimeout(0.5)
+                while not stop.is_set():  # hold it until the server closes it or the scenario ends
+                    try:
+                        if s.recv(4096) == b"":
+                            break
+                    except TimeoutError:
+                        continue
+        except OSError:
+            time.sleep(0.01)
+
+
+def attacker(kind: str, address: str, token: str, started: mp.Event, stop: mp.Event) -> None:  # type: ignore[valid-type]
+    port = int(address.rsplit(":", 1)[1])
+    threads: list[threading.Thread] = []
+    sockets: list[zmq.Socket] = []
+    ctx = zmq.Context()
+    ctx.setsockopt(zmq.LINGER, 0)
+    if kind == "claims-1GiB":
+        threads = [
+            threading.Thread(target=claiming_peer, args=(port, 1 << 30, 4 << 20, stop)) for _ in range(100)
+        ]
+    elif kind == "claims-frame-limit":
+        limit = P.MAX_FRAME_BYTES
+        threads = [
+            threading.Thread(target=claiming_peer, args=(port, limit, limit - 1, stop)) for _ in range(100)
+        ]
+    elif kind == "wrong-token":
+        for _ in range(16):
+            s = ctx.socket(zmq.DEALER)
+            auth.secure_client(s, "not-the-token")
+            s.connect(address)
+            for _ in range(200):
+                try:
+                    s.send_multipart(P.encode_request("stats", 1), zmq.NOBLOCK)
+                except zmq.Again:
+                    break
+            sockets.append(s)
+    elif kind == "stuck-readers":
+        for _ in range(4):
+            s = ctx.socket(zmq.DEALER)
+            s.setsockopt(zmq.RCVHWM, 1)
+            s.setsockopt(zmq.RCVBUF, 4096)
+            auth.secure_client(s, token)
+            s.connect(address)
+            ids = P.split_rows(np.arange(ROWS, dtype=np.int64))
+            s.send_multipart(P.encode_request("pull", 1, "emb", ids), copy=False)
+            sockets.append(s)
+    for t in threads:
+        t.start()
+    time.sleep(1.0)  # the attack is under way
+    started.set()
+    stop.wait(600)
+    for t in threads:
+        t.join(timeout=10)
+    for s in sockets:
+        s.close()
+    ctx.term()
+
+
+def pull_latencies(client, n: int, seed: int) -> tuple[list[float], int]:
+    """Seconds of n 1,000-row pulls, and how many failed."""
+    rng = np.random.default_rng(seed)
+    bounds = np.array([0, ROWS])
+    out, failed = [], 0
+    for _ in range(n):
+        ids = rng.integers(0, ROWS, 1000)
+        t = time.perf_counter()
+        try:
+            client.pull("emb", ids, bounds, (DIM,), np.float32)
+        except Exception:  # noqa: BLE001 - a failed pull is what the scenario counts
+            failed += 1
+        out.append(time.perf_counter() - t)
+    return out, failed
+
+
+def watch_rss(pid: int, stop: threading.Event, peak: list[int]) -> None:
+    proc = psutil.Process(pid)
+    while not stop.is_set():
+        peak[0] = max(peak[0], proc.memory_info().rss)
+        time.sleep(0.01)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--pulls", type=int, default=2000, help="1,000-row pulls per scenario")
+    ap.add_argument(
+        "--scenarios",
+        default="claims-1GiB,claims-frame-limit,wrong-token,stuck-readers",
+        help="comma-separated",
+    )
+    args = ap.parse_args()
+    token = secrets.token_hex(16)
+    print(
+        f"# bench/attack.py, {time.strftime('%Y-%m-%d %H:%M')}, {platform.node()}, {os.cpu_count()} CPUs, "
+        f"table {ROWS:,} x {DIM}, {args.pulls} pulls of 1,000 rows per scenario"
+    )
+    ctx = mp.get_context("spawn")
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="gt-bench-attack-") as root:
+        proc, address = start_server("tcp://127.0.0.1:0", token, root, "--workers", "4")
+        pid = proc.pid
+        try:
+            client = kvstore.connect([address], token, timeout=10, retries=0)
+            client.create("emb", ROWS, (DIM,), "float32", np.array([0, ROWS]), {"kind": "uniform", "seed": 1})
+            pull_latencies(client, 300, 0)  # warm: buffers, allocator, caches
+            for i, kind in enumerate(args.scenarios.split(",")):
+                quiet, _ = pull_latencies(client, args.pulls, 100 + i)
+                base = psutil.Process(pid).memory_info().rss
+                started, stop = ctx.Event(), ctx.Event()
+                att = ctx.Process(target=attacker, args=(kind, address, token, started, stop), daemon=True)
+                att.start()
+                started.wait(60)
+                peak, done = [base], threading.Event()
+                watcher = threading.Thread(target=watch_rss, args=(pid, done, peak))
+                watcher.start()
+                under, failed = pull_latencies(client, args.pulls, 200 + i)
+                done.set()
+                watcher.join()
+                stop.set()
+                att.join(timeout=30)
+                if att.is_alive():
+                    att.kill()
+                health = client.health(timeout=10)[0]
+                rows.append((kind, quiet, under, failed, (peak[0] - base) / 2**20, health["live"]))
+            client.shutdown()
+            client.close()
+        finally:
+            proc.wait(timeout=30)
+    print(
+        "\n| scenario | quiet p50 / p99 ms | under attack p50 / p99 ms | p99 vs quiet | failed pulls | "
+        "server RSS growth | live after |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    for kind, quiet, under, failed, growth, live in rows:
+        q50, q99 = statistics.median(quiet), float(np.percentile(quiet, 99))
+        u50, u99 = statistics.median(under), float(np.percentile(under, 99))
+        print(
+            f"| {kind} | {1e3 * q50:.2f} / {1e3 * q99:.2f} | {1e3 * u50:.2f} / {1e3 * u99:.2f} | "
+            f"{u99 / q99:.2f}x | {failed} | {growth:.1f} MB | {live} |"
+        )
+
+
+if __name__ == "__main__":
+    main()
