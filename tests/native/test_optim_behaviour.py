@@ -236,3 +236,37 @@ def test_row_norm_projects_the_updated_rows_only(backend: str, kind: str) -> Non
     assert torch.equal(table[others], ref_t[others])
     with pytest.raises(ValueError, match="row_norm"):
         OptimConfig(kind, 0.1, row_norm=-1.0)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("blocks", [False, True], ids=["tensor", "blocks"])
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
+def test_non_finite_gradients_are_refused_before_anything_changes(
+    backend: str, blocks: bool, bad: float
+) -> None:
+    """finite=True (a shard server's default, issue 14 finding 4): one bad element refuses the whole step,
+    the global Adam step included."""
+    from graphtrain.runtime.errors import NonFiniteGradient
+
+    config = OptimConfig("adam", 0.1, step_count="global")
+    table, state = setup(config)
+    before_t, before_s = table.clone(), {k: v.clone() for k, v in state.items()}
+    grads = torch.ones(6, 4)
+    grads[4, 2] = bad
+    ids = torch.tensor([1, 2, 3, 3, 7, 9])
+    with pytest.raises(NonFiniteGradient):
+        sparse_step(
+            config, table, state, ids, [grads[:3], grads[3:]] if blocks else grads, backend, finite=True
+        )
+    assert torch.equal(table, before_t)
+    assert all(torch.equal(state[k], before_s[k]) for k in state)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_finite_gradients_whose_sum_overflows_are_applied(backend: str) -> None:
+    """The fast check sums the gradients: 3e38 + 3e38 overflows to infinity, yet every value is finite."""
+    config = OptimConfig("sgd", 1e-38)
+    table, state = setup(config)
+    grads = torch.full((2, 4), 3e38)
+    sparse_step(config, table, state, torch.tensor([1, 2]), grads, backend, finite=True)
+    assert torch.isfinite(table).all()
