@@ -92,7 +92,7 @@ def seeds() -> list[bytes]:
         ("set_optimizer", "t2", [], {"config": {"kind": "sgd", "lr": 0.1}}),
         ("pull", "emb", [ids], {}),
         ("push", "emb", [ids, vals], {}),
-        ("push_grad", "emb", [ids, vals, ids + 4, vals], {"step": 3}),
+        ("push_grad", "emb", [ids, ids + 4, vals, vals], {"step": 3, "id_frames": 2}),
         ("push_grad", "emb", [ids], {"shm": {"name": "x", "offset": 0}}),
         ("barrier", None, [], {"key": "k", "count": 1, "timeout": 1.0}),
         ("sample", None, [ids], {"fanout": 2, "seed": 1}),

@@ -161,10 +161,10 @@ class KVClient:
                 rows = P.rows_per_chunk(max(1, vals_g[:1].nbytes))
                 for i in range(a, b, rows):
                     j = min(b, i + rows)
-                    pieces = P.pairs(ids_g[i:j], vals_g[i:j], self.transport.max_frame_bytes)
-                    calls.append(Call(s, op, name, pieces, args))
+                    frames, k = P.push_frames(ids_g[i:j], vals_g[i:j], self.transport.max_frame_bytes)
+                    calls.append(Call(s, op, name, frames, {**(args or {}), "id_frames": k}))
             else:
-                calls.append(Call(s, op, name, [ids_g[a:b], vals_g[a:b]], args))
+                calls.append(Call(s, op, name, [ids_g[a:b], vals_g[a:b]], args))  # id_frames: 1
         return calls
 
     def push(self, name: str, ids: np.ndarray, values: np.ndarray, bounds: np.ndarray) -> None:

@@ -104,8 +104,7 @@ class Dispatcher:
     def _pieces(self, req: P.Request, a: P.PushArgs) -> list[tuple[np.ndarray, np.ndarray]]:
         """The push's (ids, values) pieces: from its frames, or from the client's shared buffer."""
         if a.shm is None:
-            return a.pieces
-        assert a.ids is not None
+            return a.pieces()
         ids = P.joined(a.ids)
         t = self.state.get(req.name)
         dtype = np.dtype(P.DTYPES[t.dtype])

@@ -78,8 +78,12 @@ def requests(draw: Any, live: bool = False) -> tuple[str, Any, list[np.ndarray],
         args["config"] = draw(optimizer)
     elif op in ("push", "push_grad") and draw(st.booleans()):
         n = draw(st.integers(0, 10))
-        pieces = [draw(ids.filter(lambda a, n=n: len(a) == n) | ids), draw(rows_values)]
-        return op, name, pieces * draw(st.integers(1, 2)), args
+        k = draw(st.integers(1, 2))  # id frames, then value frames (args.id_frames, 1 when absent)
+        frames = [draw(ids.filter(lambda a, n=n: len(a) == n) | ids) for _ in range(k)]
+        frames += [draw(rows_values) for _ in range(draw(st.integers(1, 2)))]
+        if k > 1 or draw(st.booleans()):
+            args["id_frames"] = draw(st.sampled_from([k, k, 0, k + 1, True]))
+        return op, name, frames, args
     elif op == "barrier":
         args.update(
             key=draw(st.text(max_size=8)), count=draw(st.integers(0, 3)), timeout=draw(st.floats(0.01, 0.2))

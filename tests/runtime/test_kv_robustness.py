@@ -119,12 +119,12 @@ BAD = [
             ids_bytes([1, 2, 3]),
             np.zeros((2, DIM), np.float32).tobytes(),
         ],
-        "frames[1] holds (2,) rows for 3 ids",
+        "push holds 2 value rows for 3 ids",
     ),
     (
-        "push frames not in pairs",
+        "push without values",
         lambda: [header("push", frames=[["int64", [1]]]), ids_bytes([1])],
-        "push takes frames [ids, values, ids, values, ...], got 1",
+        "push takes frames [ids..., values...], got 1",
     ),
     (
         "grad with wrong dtype",

@@ -21,14 +21,28 @@ def pack(**fields) -> bytes:
 def test_round_trip_of_a_push_in_frames_under_the_limit() -> None:
     ids = np.arange(5000, dtype=np.int64)
     values = np.random.default_rng(0).standard_normal((5000, 128)).astype(np.float32)
-    frames = P.encode_request("push_grad", 9, "emb", P.pairs(ids, values), {"step": 3})
+    arrays, k = P.push_frames(ids, values)
+    frames = P.encode_request("push_grad", 9, "emb", arrays, {"step": 3, "id_frames": k})
     assert all(len(f) <= P.MAX_FRAME_BYTES for f in frames[1:])
+    assert k == 1 and len(frames) == 2 + -(-values.nbytes // P.MAX_FRAME_BYTES)
     req = P.parse_request([bytes(f) for f in frames])
     args = P.validate(req)
     assert isinstance(args, P.PushArgs) and args.step == 3
-    assert len(args.pieces) == -(-values.nbytes // P.MAX_FRAME_BYTES)
-    assert np.array_equal(np.concatenate([i for i, _ in args.pieces]), ids)
-    assert np.array_equal(np.concatenate([v for _, v in args.pieces]), values)
+    pieces = args.pieces()
+    assert all(len(i) == len(v) for i, v in pieces)
+    assert np.array_equal(np.concatenate([i for i, _ in pieces]), ids)
+    assert np.array_equal(np.concatenate([v for _, v in pieces]), values)
+
+
+def test_a_push_of_many_narrow_rows_has_several_id_frames() -> None:
+    ids = np.arange(100_000, dtype=np.int64)
+    values = np.ones((100_000, 2), np.float32)
+    arrays, k = P.push_frames(ids, values)
+    assert k == 4 and all(a.nbytes <= P.MAX_FRAME_BYTES for a in arrays)
+    args = P.validate(
+        P.parse_request([bytes(f) for f in P.encode_request("push", 1, "t", arrays, {"id_frames": k})])
+    )
+    assert np.array_equal(np.concatenate([i for i, _ in args.pieces()]), ids)
 
 
 def test_id_frames_are_joined_by_the_worker() -> None:
@@ -75,7 +89,20 @@ def test_malformed_requests_are_named(frames: list[bytes], needle: str) -> None:
         ("pull", [], {}, "at least one frame of ids"),
         ("pull", [np.zeros((2, 2), np.int64)], {}, "must be a 1-D int64 array"),
         ("push", [np.zeros(2, np.int64)], {}, "got 1"),
-        ("push", [np.zeros(2, np.int64), np.zeros((3, 4), np.float32)], {}, "holds (3,) rows for 2 ids"),
+        (
+            "push",
+            [np.zeros(2, np.int64), np.zeros((3, 4), np.float32)],
+            {},
+            "push holds 3 value rows for 2 ids",
+        ),
+        (
+            "push",
+            [np.zeros(2, np.int64), np.zeros((2, 4), np.float32)],
+            {"id_frames": 2},
+            "must be in [1, 1]",
+        ),
+        ("push", [np.zeros(2, np.int64), np.zeros(2, np.int64)], {"id_frames": True}, "id_frames"),
+        ("push", [np.zeros(2, np.int64), np.zeros((), np.float32)], {}, "must hold rows"),
         (
             "push_grad",
             [np.zeros(1, np.int64), np.zeros((1, 4), np.float32)],
