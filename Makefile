@@ -4,6 +4,9 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 RUN    ?= runs/wordnet-sage
+# make run starts the demo afresh in its own run directory (replacing the previous run's checkpoints
+# there); RUN_FLAGS=--resume continues it instead, RUN=<dir> keeps it and trains elsewhere
+RUN_FLAGS ?= --overwrite
 
 .PHONY: install run test lint crd bench-partition bench-optim bench-kvstore bench-attack bench-soak bench-fuzz bench-e2e bench-operator cuda clean
 
@@ -17,7 +20,7 @@ $(STAMP): pyproject.toml setup.py requirements-dev.txt $(wildcard cuda/src/*.cpp
 install: $(STAMP) ## venv with pinned dependencies and the package (compiles the native core)
 
 run: install ## the main job: GraphSAGE on WordNet, 2 shard servers x 2 trainers; prints the test accuracy
-	$(BIN)/graphtrain run examples/wordnet-sage.yaml --run-dir $(RUN)
+	$(BIN)/graphtrain run examples/wordnet-sage.yaml --run-dir $(RUN) $(RUN_FLAGS)
 
 test: install ## the whole test suite
 	$(BIN)/ruff check runtime operator api tests bench
