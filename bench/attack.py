@@ -15,7 +15,11 @@ Scenarios:
 - wrong-token: 16 ZMQ clients presenting a wrong token, reconnecting, requests queued;
 - stuck-readers: 4 authenticated clients that each ask for the whole table and never read.
 
-    python bench/attack.py [--pulls 2000] [--seconds 8]
+Also per scenario: the server's CPU per pull, quiet and under attack (what the attack costs the server
+itself), and the attackers' CPU per pull. On one small host the attackers compete with the server and
+the client for the same cores; `--nice 19` lowers them, standing in for attackers on other hosts.
+
+    python bench/attack.py [--pulls 2000] [--scenarios claims-1GiB,...] [--nice 19]
 """
 
 from __future__ import annotations
@@ -72,7 +76,8 @@ def claiming_peer(port: int, claimed: int, sent: int, stop: mp.Event) -> None:  
             time.sleep(0.01)
 
 
-def attacker(kind: str, address: str, token: str, started: mp.Event, stop: mp.Event) -> None:  # type: ignore[valid-type]
+def attacker(kind: str, address: str, token: str, started: mp.Event, stop: mp.Event, nice: int) -> None:  # type: ignore[valid-type]
+    os.nice(nice)
     port = int(address.rsplit(":", 1)[1])
     threads: list[threading.Thread] = []
     sockets: list[zmq.Socket] = []
@@ -151,11 +156,19 @@ def main() -> None:
         default="claims-1GiB,claims-frame-limit,wrong-token,stuck-readers",
         help="comma-separated",
     )
+    ap.add_argument(
+        "--nice",
+        type=int,
+        default=0,
+        help="niceness of the attackers' process: 19 stands in for attackers on other hosts, whose CPU "
+        "is not the server's (on one small host they otherwise compete with the server and the client)",
+    )
     args = ap.parse_args()
     token = secrets.token_hex(16)
     print(
         f"# bench/attack.py, {time.strftime('%Y-%m-%d %H:%M')}, {platform.node()}, {os.cpu_count()} CPUs, "
-        f"table {ROWS:,} x {DIM}, {args.pulls} pulls of 1,000 rows per scenario"
+        f"table {ROWS:,} x {DIM}, {args.pulls} pulls of 1,000 rows per scenario, "
+        f"attackers at nice {args.nice}"
     )
     ctx = mp.get_context("spawn")
     rows = []
@@ -166,17 +179,25 @@ def main() -> None:
             client = kvstore.connect([address], token, timeout=10, retries=0)
             client.create("emb", ROWS, (DIM,), "float32", np.array([0, ROWS]), {"kind": "uniform", "seed": 1})
             pull_latencies(client, 300, 0)  # warm: buffers, allocator, caches
+            server = psutil.Process(pid)
             for i, kind in enumerate(args.scenarios.split(",")):
+                c0 = cpu_seconds(server)
                 quiet, _ = pull_latencies(client, args.pulls, 100 + i)
+                quiet_cpu = cpu_seconds(server) - c0
                 base = psutil.Process(pid).memory_info().rss
                 started, stop = ctx.Event(), ctx.Event()
-                att = ctx.Process(target=attacker, args=(kind, address, token, started, stop), daemon=True)
+                att = ctx.Process(
+                    target=attacker, args=(kind, address, token, started, stop, args.nice), daemon=True
+                )
                 att.start()
                 started.wait(60)
+                a0, c0 = cpu_seconds(psutil.Process(att.pid)), cpu_seconds(server)
                 peak, done = [base], threading.Event()
                 watcher = threading.Thread(target=watch_rss, args=(pid, done, peak))
                 watcher.start()
                 under, failed = pull_latencies(client, args.pulls, 200 + i)
+                under_cpu = cpu_seconds(server) - c0
+                attack_cpu = cpu_seconds(psutil.Process(att.pid)) - a0
                 done.set()
                 watcher.join()
                 stop.set()
@@ -184,23 +205,35 @@ def main() -> None:
                 if att.is_alive():
                     att.kill()
                 health = client.health(timeout=10)[0]
-                rows.append((kind, quiet, under, failed, (peak[0] - base) / 2**20, health["live"]))
+                cpu = (
+                    1e3 * quiet_cpu / len(quiet),
+                    1e3 * under_cpu / len(under),
+                    1e3 * attack_cpu / len(under),
+                )
+                rows.append((kind, quiet, under, failed, (peak[0] - base) / 2**20, health["live"], cpu))
             client.shutdown()
             client.close()
         finally:
             proc.wait(timeout=30)
     print(
         "\n| scenario | quiet p50 / p99 ms | under attack p50 / p99 ms | p99 vs quiet | failed pulls | "
-        "server RSS growth | live after |"
+        "server RSS growth | live after | server CPU ms per pull, quiet / under | "
+        "attackers' CPU ms per pull |"
     )
-    print("|---|---|---|---|---|---|---|")
-    for kind, quiet, under, failed, growth, live in rows:
+    print("|---|---|---|---|---|---|---|---|---|")
+    for kind, quiet, under, failed, growth, live, cpu in rows:
         q50, q99 = statistics.median(quiet), float(np.percentile(quiet, 99))
         u50, u99 = statistics.median(under), float(np.percentile(under, 99))
         print(
             f"| {kind} | {1e3 * q50:.2f} / {1e3 * q99:.2f} | {1e3 * u50:.2f} / {1e3 * u99:.2f} | "
-            f"{u99 / q99:.2f}x | {failed} | {growth:.1f} MB | {live} |"
+            f"{u99 / q99:.2f}x | {failed} | {growth:.1f} MB | {live} | "
+            f"{cpu[0]:.2f} / {cpu[1]:.2f} | {cpu[2]:.2f} |"
         )
+
+
+def cpu_seconds(proc: psutil.Process) -> float:
+    t = proc.cpu_times()
+    return t.user + t.system
 
 
 if __name__ == "__main__":
