@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from graphtrain.runtime.launch.local import die_with_this_process
+
 TOKEN = "test-token-0123456789"
 READY_TIMEOUT = 60.0
 
@@ -64,7 +66,9 @@ def start_server(shard: int, port: int, root: Path, *extra: str, token: str = TO
     env = {**os.environ, "GRAPHTRAIN_TOKEN": token, "GRAPHTRAIN_QUIET": "1", "OMP_NUM_THREADS": "1"}
     log = root / f"server-{shard}-{port}.log"  # a file, not a pipe: nobody reads stderr while it runs
     with open(log, "ab") as err:
-        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=err, text=True)
+        proc = subprocess.Popen(  # dies with this thread: a killed test run leaves no server behind
+            cmd, env=env, stdout=subprocess.PIPE, stderr=err, text=True, preexec_fn=die_with_this_process()
+        )
     server = Server(shard, port, proc, log)
     deadline = time.monotonic() + READY_TIMEOUT
     while time.monotonic() < deadline:
