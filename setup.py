@@ -2,7 +2,10 @@
 
 `graphtrain.runtime` lives in runtime/, `graphtrain.operator` in operator/, `graphtrain.api` in api/.
 `operator/` must never become a top-level `operator` package (the standard library owns that name),
-so every package is listed here under its `graphtrain.` name with an explicit folder. `graphtrain`
+so every package is listed here under its `graphtrain.` name with an explicit folder, and operator/ has
+no __init__.py: a folder without one is only a namespace portion, which never shadows the standard
+library's module when the repository root is first on sys.path (`python -c ...` or `python -m pip` run
+there died in `import collections` while operator/__init__.py existed). `graphtrain`
 itself is an implicit namespace package: there is no folder for it.
 
 The native core (cuda/src/*.cpp) is a plain C-ABI shared library, `graphtrain.runtime.native._core`,
@@ -28,11 +31,12 @@ def discover() -> tuple[list[str], dict[str, str]]:
     packages: list[str] = []
     package_dir: dict[str, str] = {}
     for folder, name in ROLES.items():
-        for init in sorted(Path(folder).rglob("__init__.py")):
-            rel = init.parent.relative_to(folder)
-            pkg = ".".join([name, *rel.parts])
+        # the role folder itself may have no __init__.py (operator/ must not: see below)
+        dirs = {Path(folder), *(init.parent for init in Path(folder).rglob("__init__.py"))}
+        for d in sorted(dirs):
+            pkg = ".".join([name, *d.relative_to(folder).parts])
             packages.append(pkg)
-            package_dir[pkg] = init.parent.as_posix()
+            package_dir[pkg] = d.as_posix()
     return packages, package_dir
 
 
