@@ -29,7 +29,7 @@ test: install ## the whole test suite
 lint: install
 	$(BIN)/ruff check runtime operator api tests bench
 
-crd: install ## regenerate the chart's CRD from runtime/spec.py
+crd: install ## regenerate the chart's CRD from runtime/spec/model.py
 	$(BIN)/graphtrain crd -o charts/graphtrain/crds/graphtrainings.graphtrain.io.yaml
 
 bench-partition: install ## METIS vs random vs bare pymetis on gene-pubmed and wordnet

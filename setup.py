@@ -42,7 +42,9 @@ def discover() -> tuple[list[str], dict[str, str]]:
 
 def nvcc_command(output: str, archs: list[str]) -> list[str]:
     """Load cuda/nvcc.py by path (the build backend does not put this folder on sys.path)."""
-    spec = importlib.util.spec_from_file_location("graphtrain_nvcc", Path(__file__).parent / "cuda" / "nvcc.py")
+    spec = importlib.util.spec_from_file_location(
+        "graphtrain_nvcc", Path(__file__).parent / "cuda" / "nvcc.py"
+    )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module.nvcc_command(output, archs)

@@ -376,4 +376,3 @@ def test_the_installed_command_prints_one_line(tmp_path: Path) -> None:
     assert result.returncode == 1
     assert result.stdout == "" and result.stderr.count("\n") == 1, result.stderr
     assert "nested deeper than 64 levels" in result.stderr
-
