@@ -22,12 +22,20 @@ install: $(STAMP) ## venv with pinned dependencies and the package (compiles the
 run: install ## the main job: GraphSAGE on WordNet, 2 shard servers x 2 trainers; prints the test accuracy
 	$(BIN)/graphtrain run examples/wordnet-sage.yaml --run-dir $(RUN) $(RUN_FLAGS)
 
-test: install ## the whole test suite
-	$(BIN)/ruff check runtime operator api tests bench
+test: lint ## the whole test suite (after lint)
 	$(BIN)/pytest
 
-lint: install
-	$(BIN)/ruff check runtime operator api tests bench
+PY_DIRS := runtime operator api tests bench cuda setup.py
+VIEW    := build/view/graphtrain
+
+$(VIEW): ## graphtrain/{runtime,operator,api} as links: how import-linter and mypy find the packages
+	mkdir -p $(VIEW) && for r in runtime operator api; do ln -sfn ../../../$$r $(VIEW)/$$r; done
+
+lint: install $(VIEW) ## ruff (check and format), the import contracts (.importlinter) and mypy
+	$(BIN)/ruff check $(PY_DIRS)
+	$(BIN)/ruff format --check $(PY_DIRS)
+	PYTHONPATH=build/view $(BIN)/lint-imports
+	$(BIN)/mypy
 
 crd: install ## regenerate the chart's CRD from runtime/spec/model.py
 	$(BIN)/graphtrain crd -o charts/graphtrain/crds/graphtrainings.graphtrain.io.yaml
