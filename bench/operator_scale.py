@@ -104,7 +104,7 @@ def main() -> None:
         capture_output=True,
     )
     op = subprocess.Popen(
-        [sys.executable, "-m", "graphtrain.runtime.cli", "operator"],
+        [sys.executable, "-m", "graphtrain.cli", "operator"],
         env=env,
         stdout=open(tmp / "operator.log", "w"),  # noqa: SIM115
         stderr=subprocess.STDOUT,

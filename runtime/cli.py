@@ -1,8 +1,9 @@
-"""The `graphtrain` command line.
+"""The runtime's commands of `graphtrain` (cli/ mounts them with the other roles' commands).
 
-Each command is a thin shell over a Python API: it parses options, calls the runtime and prints.
-Errors the user can act on (GraphtrainError, SpecError) are printed as one clear message with exit
-code 1, never as a traceback.
+`python -m graphtrain.runtime.cli` runs them alone: the local launcher starts its processes so. Each
+command is a thin shell over a Python API: it parses options, calls the runtime and prints. Errors the
+user can act on (GraphtrainError, SpecError) are printed as one clear message with exit code 1, never
+as a traceback.
 """
 
 from __future__ import annotations
@@ -634,34 +635,6 @@ def run(
     metrics = ", ".join(f"{k} {v:.4f}" for k, v in result.items() if isinstance(v, float))
     out.print(f"{gt.metadata.name}: {metrics}")
     out.print(f"status: {run_dir / 'status.json'}")
-
-
-@app.command("operator")
-@friendly
-def operator_cmd(
-    namespace: Annotated[
-        list[str] | None, typer.Option("--namespace", "-n", help="watch only these namespaces (default: all)")
-    ] = None,
-    peering: Annotated[
-        str | None, typer.Option(help="kopf peering object for several replicas (default: standalone)")
-    ] = None,
-    liveness: Annotated[
-        str | None, typer.Option(help="liveness endpoint, e.g. http://0.0.0.0:8080/healthz")
-    ] = None,
-) -> None:
-    """Run the GraphTraining operator (kopf) with this process' kube credentials (in-cluster or
-    $KUBECONFIG). Image of the children: $GRAPHTRAIN_IMAGE."""
-    import kopf
-
-    import graphtrain.operator.handlers  # noqa: F401 - registers the handlers
-
-    kopf.run(
-        standalone=peering is None,
-        peering_name=peering,
-        clusterwide=not namespace,
-        namespaces=namespace or [],
-        liveness_endpoint=liveness,
-    )
 
 
 def main() -> None:  # pragma: no cover - console entry point

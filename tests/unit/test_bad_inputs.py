@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from graphtrain.runtime.cli import app
+from graphtrain.cli import app
 
 runner = CliRunner()
 EXAMPLE = Path(__file__).parents[2] / "examples" / "nations-transe.yaml"

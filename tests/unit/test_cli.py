@@ -10,7 +10,7 @@ import yaml
 from typer.testing import CliRunner
 
 from graphtrain.runtime import partition as P
-from graphtrain.runtime.cli import app
+from graphtrain.cli import app
 from graphtrain.runtime.crd import crd_yaml
 
 runner = CliRunner()

@@ -1,0 +1,56 @@
+"""The `graphtrain` command: the composition root that mounts each role's command group.
+
+The runtime (runtime/cli.py: data, partition, shard-server, train, run, ...) and the operator
+(operator/cli.py) each own their commands; only this module sees them all, so the runtime never
+imports the operator or the API (.importlinter). Each group imports its heavy dependencies inside its
+commands: `graphtrain operator --help` works where torch is not installed.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from graphtrain.operator.cli import app as operator_app
+from graphtrain.runtime.cli import app as runtime_app
+
+app = typer.Typer(
+    help="graphtrain: train graph models with huge, sharded, learnable embedding tables.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+app.add_typer(runtime_app)
+app.add_typer(operator_app)
+
+
+# the extra that brings each optional dependency a command may import
+EXTRAS = {
+    **dict.fromkeys(
+        ["torch", "numpy", "scipy", "pymetis", "zmq", "msgpack", "psutil", "prometheus_client"], "runtime"
+    ),
+    "kopf": "operator",
+    "kubernetes": "all",
+}
+
+
+def missing_extra(exc: ModuleNotFoundError) -> str | None:
+    """The one-line message for a command run where its role's dependencies are not installed."""
+    root = (exc.name or "").split(".")[0]
+    if root not in EXTRAS:
+        return None
+    return (
+        f"error: this command needs {root}, which is not installed: pip install 'graphtrain[{EXTRAS[root]}]'"
+    )
+
+
+def main() -> None:  # pragma: no cover - console entry point (tested through a subprocess)
+    try:
+        app()
+    except ModuleNotFoundError as exc:
+        message = missing_extra(exc)
+        if message is None:
+            raise
+        print(message, file=sys.stderr)
+        sys.exit(1)
