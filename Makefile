@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml setup.py requirements-dev.txt $(wildcard cuda/src/*.cpp
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -r requirements-dev.txt
-	$(BIN)/pip install -q -e .
+	$(BIN)/pip install -q -e '.[all]'
 	touch $(STAMP)
 
 install: $(STAMP) ## venv with pinned dependencies and the package (compiles the native core)
@@ -25,11 +25,11 @@ run: install ## the main job: GraphSAGE on WordNet, 2 shard servers x 2 trainers
 test: lint ## the whole test suite (after lint)
 	$(BIN)/pytest
 
-PY_DIRS := runtime operator api tests bench cuda setup.py
+PY_DIRS := cli runtime operator api tests bench cuda setup.py
 VIEW    := build/view/graphtrain
 
-$(VIEW): ## graphtrain/{runtime,operator,api} as links: how import-linter and mypy find the packages
-	mkdir -p $(VIEW) && for r in runtime operator api; do ln -sfn ../../../$$r $(VIEW)/$$r; done
+$(VIEW): ## graphtrain/{cli,runtime,operator,api} as links: how import-linter and mypy find the packages
+	mkdir -p $(VIEW) && for r in cli runtime operator api; do ln -sfn ../../../$$r $(VIEW)/$$r; done
 
 lint: install $(VIEW) ## ruff (check and format), the import contracts (.importlinter) and mypy
 	$(BIN)/ruff check $(PY_DIRS)
@@ -65,7 +65,7 @@ bench-operator: install ## operator: create-to-children latency, 100 trainings a
 	$(BIN)/python bench/operator_scale.py
 
 cuda: install ## also build the CUDA core (needs nvcc; GRAPHTRAIN_CUDA_ARCHS, default "80 90")
-	GRAPHTRAIN_BUILD_CUDA=1 $(BIN)/pip install -q -e .
+	GRAPHTRAIN_BUILD_CUDA=1 $(BIN)/pip install -q -e '.[all]'
 
 clean:
 	rm -rf $(VENV) build *.egg-info runtime/native/_core*.so

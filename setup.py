@@ -12,7 +12,9 @@ The native core (cuda/src/*.cpp) is a plain C-ABI shared library, `graphtrain.ru
 loaded with ctypes: it needs no Python or torch headers at build time, arrays cross as raw pointers,
 and ctypes releases the GIL during each call. GRAPHTRAIN_NATIVE_ARCH=native adds -march=native.
 GRAPHTRAIN_BUILD_CUDA=1 also builds the CUDA core (cuda/src/*.cu, nvcc) as `_core_cuda`, for the
-architectures in GRAPHTRAIN_CUDA_ARCHS (default "80 90").
+architectures in GRAPHTRAIN_CUDA_ARCHS (default "80 90"). GRAPHTRAIN_NATIVE=0 builds no native code at
+all: the control plane (`pip install .[operator]`) needs no compiler; a runtime without its core says so
+when a sparse optimizer is made.
 """
 
 import importlib.util
@@ -24,7 +26,12 @@ from pathlib import Path
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
-ROLES = {"runtime": "graphtrain.runtime", "operator": "graphtrain.operator", "api": "graphtrain.api"}
+ROLES = {
+    "runtime": "graphtrain.runtime",
+    "operator": "graphtrain.operator",
+    "api": "graphtrain.api",
+    "cli": "graphtrain.cli",
+}
 
 
 def discover() -> tuple[list[str], dict[str, str]]:
@@ -91,7 +98,7 @@ packages, package_dir = discover()
 setup(
     packages=packages,
     package_dir=package_dir,
-    ext_modules=[core],
+    ext_modules=[] if os.environ.get("GRAPHTRAIN_NATIVE") == "0" else [core],
     cmdclass={"build_ext": BuildCLibrary},
     include_package_data=True,
 )
