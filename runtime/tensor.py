@@ -22,18 +22,11 @@ from typing import Any
 import numpy as np
 import torch
 
+from graphtrain.runtime import dtypes as D
 from graphtrain.runtime.kvstore import default_client
 from graphtrain.runtime.kvstore.client import KVClient
 from graphtrain.runtime.optim.capture import GradientCapture
 from graphtrain.runtime.optim.config import OptimConfig
-
-NP_DTYPES = {
-    torch.float32: np.float32,
-    torch.int64: np.int64,
-    torch.int32: np.int32,
-    torch.float64: np.float64,
-}
-WIRE = {torch.float32: "float32", torch.int64: "int64", torch.int32: "int32", torch.float64: "float64"}
 
 
 @dataclass(frozen=True)
@@ -94,16 +87,18 @@ class DistTensor:
         book: PartitionBook | None = None,
         client: KVClient | None = None,
     ):
-        if dtype not in WIRE:
-            raise ValueError(f"DistTensor dtype must be one of {list(WIRE)}, got {dtype}")
+        wire = D.wire_name(dtype) if isinstance(dtype, torch.dtype) else None
+        if wire is None:
+            raise ValueError(f"DistTensor dtype must be torch's one of {list(D.NUMPY)}, got {dtype}")
         if len(shape) < 1:
             raise ValueError("a DistTensor needs at least one dimension (rows)")
         self.client = client or default_client()
         self.name = name
         self.shape = tuple(int(d) for d in shape)
         self.dtype = dtype
+        self.np_dtype = D.NUMPY[wire]
         self.book = _book(book, self.shape[0], self.client)
-        self.client.create(name, self.shape[0], self.shape[1:], WIRE[dtype], self.book.bounds, init)
+        self.client.create(name, self.shape[0], self.shape[1:], wire, self.book.bounds, init)
 
     def __len__(self) -> int:
         return self.shape[0]
@@ -116,16 +111,14 @@ class DistTensor:
 
     def __getitem__(self, ids: Any) -> torch.Tensor:
         flat = self._ids(ids)
-        rows = self.client.pull(
-            self.name, flat, self.book.bounds, self.shape[1:], np.dtype(NP_DTYPES[self.dtype])
-        )
+        rows = self.client.pull(self.name, flat, self.book.bounds, self.shape[1:], self.np_dtype)
         shape = tuple(ids.shape) if hasattr(ids, "shape") else (len(flat),)
         return torch.from_numpy(rows).view(*shape, *self.shape[1:])
 
     def __setitem__(self, ids: Any, values: Any) -> None:
         flat = self._ids(ids)
         vals = values.detach().cpu().numpy() if isinstance(values, torch.Tensor) else np.asarray(values)
-        vals = np.ascontiguousarray(vals.reshape(len(flat), *self.shape[1:]), dtype=NP_DTYPES[self.dtype])
+        vals = np.ascontiguousarray(vals.reshape(len(flat), *self.shape[1:]), dtype=self.np_dtype)
         self.client.push(self.name, flat, vals, self.book.bounds)
 
 

@@ -10,24 +10,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-import torch
 
+from graphtrain.runtime import dtypes as D
 from graphtrain.runtime.kvstore import default_client
 from graphtrain.runtime.kvstore.client import KVClient
 from graphtrain.runtime.kvstore.inproc import InProcTransport
 from graphtrain.runtime.kvstore.state import ShardState
 from graphtrain.runtime.partition import PartitionConfig, load_config
 from graphtrain.runtime.tensor import DistTensor, PartitionBook
-
-TORCH = {"float32": torch.float32, "int64": torch.int64, "int32": torch.int32, "float64": torch.float64}
-WIRE_OF_NPY = {
-    "float32": "float32",
-    "int64": "int64",
-    "int32": "int32",
-    "float64": "float64",
-    "bool": "int32",
-    "int8": "int32",
-}
 
 
 def standalone_client(part_config: str | Path, checkpoint_root: Path | None = None) -> KVClient:
@@ -62,13 +52,13 @@ class DistGraph:
         for key, desc in data.get("ndata", {}).items():
             if desc.get("kind") != "array":
                 continue  # sparse features are not held by the servers
-            wire = WIRE_OF_NPY.get(str(desc["dtype"]))
+            wire = D.wire_name(desc["dtype"], widen=True)
             if wire is None:
                 continue
             name = key.removesuffix("_mask") if key.endswith("_mask") else key
             self.ndata[name] = DistTensor(
                 (self.num_nodes, *desc["shape"][1:]),
-                TORCH[wire],
+                D.to_torch(wire),
                 f"ndata.{key}",
                 book=self.book,
                 client=self.client,

@@ -25,16 +25,14 @@ import datetime as dt
 import shutil
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from graphtrain.runtime.data.cache import atomic_dir, hash_tree, read_json, verify_files, write_json
 from graphtrain.runtime.errors import DataError
+from graphtrain.runtime.kvstore.shard import TensorShard
 from graphtrain.runtime.optim import OptimConfig, make_state
-
-if TYPE_CHECKING:
-    from graphtrain.runtime.kvstore.state import TensorShard
 
 FORMAT = "graphtrain-checkpoint"
 FORMAT_VERSION = 1

@@ -32,11 +32,12 @@ import math
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeGuard
 
 import msgpack
 import numpy as np
 
+from graphtrain.runtime.dtypes import NUMPY
 from graphtrain.runtime.errors import GraphtrainError
 
 VERSION = 2
@@ -51,7 +52,7 @@ MAX_FRAMES = 4096
 DEFAULT_MAX_REQUEST_BYTES = 64 << 20
 MAX_ROWS = 1 << 40
 ECHO = 40  # characters of a client's value an error message may quote
-DTYPES: dict[str, type] = {"float32": np.float32, "int64": np.int64, "int32": np.int32, "float64": np.float64}
+DTYPES = NUMPY  # the wire names of the element types (runtime/dtypes.py)
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.:-]{0,127}$")
 INIT_KINDS = ("zeros", "uniform", "normal")
 
@@ -105,7 +106,7 @@ class Request:
 
 # dtype -> its protocol name: numpy's dtype.name is computed on each access (~9 us), a push of 51 MB
 # in 256 KB frames describes ~400 of them
-_DTYPE_NAMES = {np.dtype(t): name for name, t in DTYPES.items()}
+_DTYPE_NAMES = {dtype: name for name, dtype in DTYPES.items()}
 
 
 def _describe(a: np.ndarray) -> list[Any]:
@@ -114,7 +115,7 @@ def _describe(a: np.ndarray) -> list[Any]:
 
 def _bytes(a: np.ndarray) -> memoryview:
     # a flat byte view (not memoryview.cast, which refuses a shape with a zero in it)
-    return memoryview(a.reshape(-1).view(np.uint8))
+    return a.reshape(-1).view(np.uint8).data
 
 
 def _pack(header: dict[str, Any], arrays: Sequence[np.ndarray]) -> list[Any]:
@@ -201,7 +202,7 @@ def _unpack_header(raw: Any) -> dict[str, Any]:
     return header
 
 
-def is_int(x: Any) -> bool:
+def is_int(x: object) -> TypeGuard[int]:
     """An integer that is not a bool (msgpack's True would otherwise pass isinstance(x, int))."""
     return type(x) is int
 

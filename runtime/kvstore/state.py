@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from multiprocessing import shared_memory
 from pathlib import Path
 from typing import Any
@@ -24,64 +24,16 @@ import numpy as np
 import psutil
 import torch
 
+from graphtrain.runtime.dtypes import NUMPY as DTYPES
+from graphtrain.runtime.dtypes import to_torch, wire_name
 from graphtrain.runtime.errors import NonFiniteGradient, SparseInputError
 from graphtrain.runtime.kvstore import checkpoint as ckpt
-from graphtrain.runtime.kvstore.protocol import DTYPES, ProtocolError
+from graphtrain.runtime.kvstore.protocol import ProtocolError
+from graphtrain.runtime.kvstore.shard import TensorShard
 from graphtrain.runtime.native import available as native_available
 from graphtrain.runtime.optim import OptimConfig, make_state, sparse_step
 
 INIT_BLOCK_ROWS = 1 << 16
-TORCH_DTYPES = {
-    "float32": torch.float32,
-    "int64": torch.int64,
-    "int32": torch.int32,
-    "float64": torch.float64,
-}
-
-
-@dataclass
-class TensorShard:
-    """Rows [lo, hi) of the global tensor `name` of shape (num_rows, *row_shape)."""
-
-    name: str
-    num_rows: int
-    row_shape: tuple[int, ...]
-    dtype: str
-    lo: int
-    hi: int
-    data: torch.Tensor
-    config: OptimConfig | None = None
-    state: dict[str, torch.Tensor] = field(default_factory=dict)
-    lock: threading.Lock = field(default_factory=threading.Lock)  # one writer per row
-    shm: shared_memory.SharedMemory | None = None
-    from_partition: bool = False  # node data loaded from the partition files: not checkpointed
-
-    @property
-    def rows(self) -> int:
-        return self.hi - self.lo
-
-    def release(self) -> None:
-        """Unmap and unlink the table's shared-memory segment, if it has one."""
-        if self.shm is not None:
-            self.data = torch.empty(0)
-            with contextlib.suppress(BufferError):  # a view still held elsewhere: unmapped when it goes
-                self.shm.close()
-            with contextlib.suppress(FileNotFoundError):
-                self.shm.unlink()
-            self.shm = None
-
-    def describe(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "num_rows": self.num_rows,
-            "row_shape": list(self.row_shape),
-            "dtype": self.dtype,
-            "lo": self.lo,
-            "hi": self.hi,
-            "bytes": self.data.numel() * self.data.element_size(),
-            "optimizer": None if self.config is None else self.config.kind,
-            "shm": None if self.shm is None else self.shm.name,
-        }
 
 
 def init_rows(spec: dict[str, Any], lo: int, hi: int, row_shape: tuple[int, ...], out: torch.Tensor) -> None:
@@ -298,7 +250,7 @@ class ShardState:
                 return t
             shape = (hi - lo, *row_shape)
             fits(f"table {name!r}", int(np.prod(shape, dtype=np.int64)) * np.dtype(DTYPES[dtype]).itemsize)
-            data, shm = self._allocate(name, shape, TORCH_DTYPES[dtype])
+            data, shm = self._allocate(name, shape, to_torch(dtype))
             t = TensorShard(name, num_rows, row_shape, dtype, lo, hi, data, shm=shm)
             del data
             try:
@@ -509,14 +461,7 @@ class ShardState:
             if hasattr(value, "tocsr"):
                 continue
             arr = np.asarray(value)
-            if arr.dtype == np.bool_ or arr.dtype == np.int8:
-                arr = arr.astype(np.int32)
-            dtype = {
-                np.dtype(np.float32): "float32",
-                np.dtype(np.int64): "int64",
-                np.dtype(np.int32): "int32",
-                np.dtype(np.float64): "float64",
-            }.get(arr.dtype)
+            dtype = wire_name(arr.dtype, widen=True)
             if dtype is None:
                 continue
             t = self.create(f"ndata.{key}", int(cfg.data["num_nodes"]), tuple(arr.shape[1:]), dtype, lo, hi)

@@ -1,0 +1,62 @@
+"""What a shard server holds of one table: its rows, their optimizer state and the row lock.
+
+Its own module so that the shard state (state.py) and the checkpoint format (checkpoint.py), which
+both handle it, do not import each other.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from dataclasses import dataclass, field
+from multiprocessing import shared_memory
+from typing import Any
+
+import torch
+
+from graphtrain.runtime.optim import OptimConfig
+
+
+@dataclass
+class TensorShard:
+    """Rows [lo, hi) of the global tensor `name` of shape (num_rows, *row_shape)."""
+
+    name: str
+    num_rows: int
+    row_shape: tuple[int, ...]
+    dtype: str
+    lo: int
+    hi: int
+    data: torch.Tensor
+    config: OptimConfig | None = None
+    state: dict[str, torch.Tensor] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)  # one writer per row
+    shm: shared_memory.SharedMemory | None = None
+    from_partition: bool = False  # node data loaded from the partition files: not checkpointed
+
+    @property
+    def rows(self) -> int:
+        return self.hi - self.lo
+
+    def release(self) -> None:
+        """Unmap and unlink the table's shared-memory segment, if it has one."""
+        if self.shm is not None:
+            self.data = torch.empty(0)
+            with contextlib.suppress(BufferError):  # a view still held elsewhere: unmapped when it goes
+                self.shm.close()
+            with contextlib.suppress(FileNotFoundError):
+                self.shm.unlink()
+            self.shm = None
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "num_rows": self.num_rows,
+            "row_shape": list(self.row_shape),
+            "dtype": self.dtype,
+            "lo": self.lo,
+            "hi": self.hi,
+            "bytes": self.data.numel() * self.data.element_size(),
+            "optimizer": None if self.config is None else self.config.kind,
+            "shm": None if self.shm is None else self.shm.name,
+        }
