@@ -120,9 +120,10 @@ def make_dirs(directory: Path) -> None:
 
 
 @contextlib.contextmanager
-def atomic_file(final: Path) -> Iterator[BinaryIO]:
+def atomic_file(final: Path, mode: int = 0o666) -> Iterator[BinaryIO]:
     """Yield a binary file that replaces `final` (fsynced) only if the block succeeds; on failure the
-    temporary file is removed and `final` is left as it was.
+    temporary file is removed and `final` is left as it was. `mode` (before the umask) is the file's
+    from its creation: a secret is never readable by others, not even for a moment.
 
     Raises:
         DataError: `final` is a directory or another non-regular file, or writing fails (full disk, ...).
@@ -132,7 +133,7 @@ def atomic_file(final: Path) -> Iterator[BinaryIO]:
         raise DataError(f"{final}: exists and is not a regular file")
     tmp = final.with_name(f".{final.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
     try:
-        with open(tmp, "xb") as f:
+        with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode), "wb") as f:
             yield f
             f.flush()
             os.fsync(f.fileno())

@@ -20,8 +20,9 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from graphtrain.runtime.data.cache import make_dirs, sha256_file
+from graphtrain.runtime.data.cache import atomic_file, make_dirs, sha256_file
 from graphtrain.runtime.errors import ChecksumError, DataError, FetchError
 from graphtrain.runtime.progress import progress
 
@@ -127,26 +128,35 @@ def _download_deb(pkg: Package, target: Path) -> None:
             return
         except ChecksumError:
             raise
-        except (urllib.error.URLError, OSError, TimeoutError) as exc:
+        except (urllib.error.URLError, OSError, TimeoutError, _BrokenDownload) as exc:
             errors.append(f"{url}: {exc}")
     raise FetchError(f"could not download {pkg.name} {pkg.version}: " + "; ".join(errors))
 
 
+class _BrokenDownload(Exception):
+    """The connection failed mid-download: try the next mirror. Not an OSError, which atomic_file would
+    report as a failure to write the file."""
+
+
+def _read(resp: Any) -> bytes:
+    try:
+        return bytes(resp.read(1 << 20))
+    except (OSError, TimeoutError) as exc:
+        raise _BrokenDownload(str(exc) or type(exc).__name__) from None
+
+
 def _http_get(url: str, target: Path, pkg: Package) -> None:
-    tmp = target.with_name(target.name + ".part")
     digest = hashlib.sha256()
-    with urllib.request.urlopen(url, timeout=TIMEOUT_SECONDS) as resp, open(tmp, "wb") as out:
+    with urllib.request.urlopen(url, timeout=TIMEOUT_SECONDS) as resp, atomic_file(target) as out:
         total = int(resp.headers.get("Content-Length") or pkg.size)
         with progress() as bar:
             task = bar.add_task(f"download {pkg.filename}", total=total)
-            while chunk := resp.read(1 << 20):
+            while chunk := _read(resp):
                 digest.update(chunk)
                 out.write(chunk)
                 bar.advance(task, len(chunk))
-    if digest.hexdigest() != pkg.sha256:
-        tmp.unlink(missing_ok=True)
-        raise ChecksumError(f"{url}: sha256 {digest.hexdigest()} is not the pinned {pkg.sha256}")
-    os.replace(tmp, target)
+        if digest.hexdigest() != pkg.sha256:  # inside: the download is never renamed into place
+            raise ChecksumError(f"{url}: sha256 {digest.hexdigest()} is not the pinned {pkg.sha256}")
 
 
 def _download_wheel(pkg: Package, target: Path) -> None:

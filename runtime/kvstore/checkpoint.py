@@ -29,7 +29,14 @@ from typing import Any
 
 import numpy as np
 
-from graphtrain.runtime.data.cache import atomic_dir, hash_tree, read_json, verify_files, write_json
+from graphtrain.runtime.data.cache import (
+    atomic_dir,
+    atomic_file,
+    hash_tree,
+    read_json,
+    verify_files,
+    write_json,
+)
 from graphtrain.runtime.errors import DataError
 from graphtrain.runtime.kvstore.shard import TensorShard
 from graphtrain.runtime.optim import OptimConfig, make_state
@@ -97,9 +104,8 @@ def mark_latest(root: Path, rel: str) -> None:
     """Point <root>/LATEST at the complete checkpoint <root>/<rel> (atomic replace)."""
     if not (root / rel / TOP).exists():
         raise DataError(f"{root / rel}: not a complete checkpoint, cannot mark it latest")
-    tmp = root / f".{LATEST}.tmp"
-    tmp.write_text(rel + "\n")
-    tmp.replace(root / LATEST)
+    with atomic_file(root / LATEST) as f:
+        f.write(f"{rel}\n".encode())
 
 
 def prune(root: Path, keep: int) -> list[str]:
