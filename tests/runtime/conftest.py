@@ -7,7 +7,6 @@ import contextlib
 import json
 import os
 import select
-import socket
 import subprocess
 import sys
 import time
@@ -21,12 +20,6 @@ from graphtrain.runtime.launch.local import die_with_this_process
 
 TOKEN = "test-token-0123456789"
 READY_TIMEOUT = 60.0
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @dataclass
@@ -47,7 +40,10 @@ class Server:
             self.proc.wait(timeout=10)
 
 
-def start_server(shard: int, port: int, root: Path, *extra: str, token: str = TOKEN) -> Server:
+def start_server(shard: int, root: Path, *extra: str, port: int = 0, token: str = TOKEN) -> Server:
+    """Start a shard server on 127.0.0.1: port 0 lets the kernel pick a free port, which the server
+    announces (no window in which another process takes a port chosen beforehand); a given port is
+    for a restart at the address its clients already know."""
     cmd = [
         sys.executable,
         "-m",
@@ -64,7 +60,8 @@ def start_server(shard: int, port: int, root: Path, *extra: str, token: str = TO
         *extra,
     ]
     env = {**os.environ, "GRAPHTRAIN_TOKEN": token, "GRAPHTRAIN_QUIET": "1", "OMP_NUM_THREADS": "1"}
-    log = root / f"server-{shard}-{port}.log"  # a file, not a pipe: nobody reads stderr while it runs
+    # a file, not a pipe: nobody reads stderr while it runs
+    log = root / f"server-{shard}-{port or os.urandom(4).hex()}.log"
     with open(log, "ab") as err:
         proc = subprocess.Popen(  # dies with this thread: a killed test run leaves no server behind
             cmd, env=env, stdout=subprocess.PIPE, stderr=err, text=True, preexec_fn=die_with_this_process()
@@ -80,6 +77,7 @@ def start_server(shard: int, port: int, root: Path, *extra: str, token: str = TO
             event = json.loads(line)
             if event.get("event") == "ready":
                 server.address = event["address"]
+                server.port = int(server.address.rsplit(":", 1)[1])
                 server.metrics_port = event.get("metrics_port")
                 return server
         if proc.poll() is not None:
@@ -93,7 +91,7 @@ def servers(n: int, root: Path, *extra: str) -> Iterator[list[Server]]:
     started: list[Server] = []
     try:
         for s in range(n):
-            started.append(start_server(s, free_port(), root, *extra))
+            started.append(start_server(s, root, *extra))
         yield started
     finally:
         if started:

@@ -71,10 +71,9 @@ def test_unauthenticated_messages_do_not_deafen_the_server(ckroot: Path, credent
 def test_a_wrong_token_is_reported_at_once(ckroot: Path) -> None:
     with servers(1, ckroot) as srv:
         client = kvstore.connect([srv[0].address], "not-the-token", timeout=20, retries=0)
-        start = time.monotonic()
+        # the handshake's failure (KVAuthError), not the 20 s timeout (KVTimeout): no clock needed
         with pytest.raises(KVAuthError, match=r"shard 0 \(tcp://127.0.0.1:\d+\) refused this client's token"):
             client.health()
-        assert time.monotonic() - start < 10  # the handshake's failure, not the 20 s timeout
         client.close()
 
 

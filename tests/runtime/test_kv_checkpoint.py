@@ -84,7 +84,8 @@ def test_killed_server_restarts_from_its_last_checkpoint(ckroot: Path) -> None:
 
         victim = srv[1]
         victim.kill()
-        srv[1] = start_server(1, victim.port, ckroot, "--restore", "latest")  # same port: clients reconnect
+        # the same port: its clients reconnect to the address they know, as to a restarted pod
+        srv[1] = start_server(1, ckroot, "--restore", "latest", port=victim.port)
         DistEmbedding(ROWS, DIM, "emb", client=client)  # re-create (attach) = restore on the new server
         emb.attach(CONFIG)
         rows = all_rows(client, emb.table.book)

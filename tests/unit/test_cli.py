@@ -9,8 +9,8 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from graphtrain.runtime import partition as P
 from graphtrain.cli import app
+from graphtrain.runtime import partition as P
 from graphtrain.runtime.crd import crd_yaml
 
 runner = CliRunner()
