@@ -1,5 +1,3 @@
-"""Datasets from package registries, generic graph loaders, and the in-memory graph types."""
-
-from graphtrain.runtime.data.graph import Graph, KnowledgeGraph
-
-__all__ = ["Graph", "KnowledgeGraph"]
+"""Datasets from package registries, generic graph loaders, the in-memory graph types (graph.py) and
+checksummed, atomic file writes (cache.py). Imports nothing itself: `graphtrain validate` reads a spec
+through cache.py where numpy is not installed."""

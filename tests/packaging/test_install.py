@@ -1,0 +1,99 @@
+"""How a fresh checkout installs and runs: from its root, and by role.
+
+Each test runs real commands in subprocesses (pip, pytest, the `graphtrain` console script), as a user
+would in a fresh clone: the repository root first on sys.path, a venv with only the control-plane extra.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tarfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run(
+    *cmd: str | Path, env: dict[str, str] | None = None, timeout: float = 600
+) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [str(c) for c in cmd], cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=env
+    )
+
+
+def test_pip_runs_from_the_repository_root() -> None:
+    out = run(sys.executable, "-m", "pip", "--version")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("pip ")
+
+
+def test_the_unit_tests_run_from_the_repository_root() -> None:
+    out = run(sys.executable, "-m", "pytest", "tests/unit", "-q", "-x", "-p", "no:cacheprovider")
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
+    assert " passed" in out.stdout
+
+
+@pytest.fixture(scope="module")
+def control_venv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A venv with `pip install -e '.[operator]'` run from the root, without building native code."""
+    venv = tmp_path_factory.mktemp("control") / "venv"
+    out = run(sys.executable, "-m", "venv", venv)
+    assert out.returncode == 0, out.stderr
+    cores = sorted((ROOT / "runtime" / "native").glob("_core*.so"))
+    before = {p: p.stat().st_mtime_ns for p in cores}
+    env = {**os.environ, "GRAPHTRAIN_NATIVE": "0"}
+    pins = ROOT / "requirements-dev.txt"
+    out = run(venv / "bin" / "python", "-m", "pip", "install", "-q", "-c", pins, "-e", ".[operator]", env=env)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    # the runtime's native core, built by the development install, was neither rebuilt nor removed
+    assert {p: p.stat().st_mtime_ns for p in cores} == before
+    yield venv / "bin"
+
+
+def test_the_control_plane_installs_without_torch(control_venv: Path) -> None:
+    for module in ("torch", "numpy", "scipy", "pymetis", "zmq"):
+        out = run(control_venv / "python", "-c", f"import {module}")
+        assert out.returncode == 1 and "ModuleNotFoundError" in out.stderr, module
+    out = run(control_venv / "python", "-c", "import graphtrain.operator.handlers, graphtrain.runtime.crd")
+    assert out.returncode == 0, out.stderr
+
+
+def test_the_operator_command_works_without_torch(control_venv: Path) -> None:
+    out = run(control_venv / "graphtrain", "crd")
+    assert out.returncode == 0 and "CustomResourceDefinition" in out.stdout, out.stderr
+    out = run(control_venv / "graphtrain", "operator", "--help")
+    assert out.returncode == 0, out.stderr
+    assert "Run the GraphTraining operator" in out.stdout
+    out = run(
+        control_venv / "graphtrain", "validate", *sorted(str(p) for p in (ROOT / "examples").glob("*.yaml"))
+    )
+    assert out.returncode == 0, out.stderr
+
+
+def test_a_runtime_command_without_the_runtime_says_what_to_install(
+    control_venv: Path, tmp_path: Path
+) -> None:
+    out = run(control_venv / "graphtrain", "run", "examples/nations-transe.yaml", "--run-dir", tmp_path / "r")
+    assert out.returncode == 1
+    (line,) = out.stderr.strip().splitlines()
+    assert line.startswith("error: this command needs ") and line.endswith(
+        "pip install 'graphtrain[runtime]'"
+    )
+    assert "Traceback" not in out.stderr
+
+
+def test_the_sdist_carries_the_native_sources(tmp_path: Path) -> None:
+    out = run(sys.executable, "-m", "build", "--sdist", "--no-isolation", "-o", tmp_path)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    (sdist,) = tmp_path.glob("graphtrain-*.tar.gz")
+    with tarfile.open(sdist) as tar:
+        names = {Path(*Path(n).parts[1:]).as_posix() for n in tar.getnames()}
+    sources = [p.relative_to(ROOT).as_posix() for p in (ROOT / "cuda").rglob("*") if p.is_file()]
+    assert sources and not set(sources) - names, set(sources) - names
+    assert {"setup.py", "pyproject.toml", "MANIFEST.in", "requirements-dev.txt", "cli/__init__.py"} <= names
+    assert not [n for n in names if n.endswith((".so", ".pyc"))]
