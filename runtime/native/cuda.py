@@ -15,28 +15,19 @@ from typing import TYPE_CHECKING
 import torch
 
 from graphtrain.runtime.errors import SparseInputError
-from graphtrain.runtime.native import _HERE, STEP_TAIL
+from graphtrain.runtime.native import _HERE
+from graphtrain.runtime.native.abi import CUDA, load
 from graphtrain.runtime.native.optim import KIND_CODE, params, state_tensors
 
 if TYPE_CHECKING:
     from graphtrain.runtime.optim.config import OptimConfig
 
-_P, _I32, _I64 = ctypes.c_void_p, ctypes.c_int32, ctypes.c_int64
-
 
 @functools.cache
 def _lib() -> ctypes.CDLL | None:
+    """The CUDA core, its ABI checked (abi.py), or None when it was not built."""
     found = sorted(_HERE.glob("_core_cuda*.so"))
-    if not found:
-        return None
-    lib = ctypes.CDLL(str(found[0]))
-    lib.gt_cuda_sparse_step.argtypes = [_I32, _I64, _P, _P, *STEP_TAIL, _P, _P]
-    lib.gt_cuda_sparse_step.restype = _I64
-    lib.gt_cuda_gather.argtypes = [_I64, _P, _P, _I64, _I64, _P, _P, _P]
-    lib.gt_cuda_gather.restype = ctypes.c_int
-    lib.gt_cuda_scatter.argtypes = [_I64, _P, _P, _P, _I64, _I64, _P, _P]
-    lib.gt_cuda_scatter.restype = ctypes.c_int
-    return lib
+    return load(found[0], CUDA) if found else None
 
 
 def available() -> bool:
