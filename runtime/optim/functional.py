@@ -3,17 +3,20 @@
 Backends: "cuda" (the CUDA core, for tables on a GPU), "cpu" (the native CPU core), "torch" (the
 reference). The default picks the native core for the table's device when it is built and falls back
 to torch; GRAPHTRAIN_OPTIM_BACKEND=cuda|cpu|torch overrides it, and asking for one that is not built
-is an error rather than a silent fallback. Threads: GRAPHTRAIN_OPTIM_THREADS, else torch's setting.
+is an error rather than a silent fallback. The native cores get each OptimConfig converted once
+(`native_args`). Threads: GRAPHTRAIN_OPTIM_THREADS, else torch's setting.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 
 import torch
 
 from graphtrain.runtime.errors import NonFiniteGradient, SparseInputError
 from graphtrain.runtime.native import available as native_available
+from graphtrain.runtime.native import optim as native
 from graphtrain.runtime.optim import reference
 from graphtrain.runtime.optim.config import OptimConfig
 from graphtrain.runtime.optim.state import check_state
@@ -21,6 +24,22 @@ from graphtrain.runtime.optim.state import check_state
 ENV_BACKEND = "GRAPHTRAIN_OPTIM_BACKEND"
 ENV_THREADS = "GRAPHTRAIN_OPTIM_THREADS"
 BACKENDS = ("cuda", "cpu", "torch")
+
+
+@functools.lru_cache(maxsize=256)
+def native_args(config: OptimConfig) -> native.OptimArgs:
+    """`config` in the native cores' terms (they sit below this package and never see an OptimConfig),
+    built once per config: a frozen, hashable dataclass."""
+    return native.optim_args(
+        config.kind,
+        config.lr,
+        config.eps,
+        config.beta1,
+        config.beta2,
+        config.weight_decay,
+        mean=config.duplicate == "mean",
+        global_step=config.step_count == "global",
+    )
 
 
 def cuda_available() -> bool:
@@ -145,21 +164,21 @@ def sparse_step(
     if name == "torch":
         updated = reference.step(config, table, state, ids, grads)
     elif name == "cpu":
-        from graphtrain.runtime.native import optim as native
-
         if isinstance(grads, list):
             try:
-                updated = native.sparse_step_pieces(config, table, state, ids, grads, threads(), finite)
+                updated = native.sparse_step_pieces(
+                    native_args(config), table, state, ids, grads, threads(), finite
+                )
             except NonFiniteGradient:
                 if global_adam:
                     state["step"] -= 1  # refused: the step did not happen
                 raise
         else:
-            updated = native.sparse_step(config, table, state, ids, grads, threads())
+            updated = native.sparse_step(native_args(config), table, state, ids, grads, threads())
     else:
         from graphtrain.runtime.native import cuda
 
-        updated = cuda.sparse_step(config, table, state, ids, grads)
+        updated = cuda.sparse_step(native_args(config), table, state, ids, grads)
     if config.row_norm and len(ids):
         project_rows(table, ids, config.row_norm)
     return updated
