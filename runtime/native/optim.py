@@ -6,7 +6,6 @@ call is zero-copy; ids are range-checked by the core before any row is touched.
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 from dataclasses import dataclass
 from typing import Any
@@ -15,7 +14,7 @@ import numpy as np
 import torch
 
 from graphtrain.runtime.errors import NonFiniteGradient, SparseInputError
-from graphtrain.runtime.native import NativeUnavailable, OptimParams, core
+from graphtrain.runtime.native import OptimParams, core
 
 # graphtrain::OptimKind in cuda/include/graphtrain/optim_math.h
 KIND_CODE = {"sgd": 0, "adagrad": 1, "rowwise_adagrad": 2, "adam": 3}
@@ -27,9 +26,7 @@ __all__ = [
     "DedupWorkspace",
     "OptimArgs",
     "SparseInputError",
-    "advise_hugepages",
     "dedup",
-    "empty",
     "first_nonfinite",
     "gather",
     "optim_args",
@@ -315,24 +312,3 @@ def scatter(table: torch.Tensor, ids: torch.Tensor, values: torch.Tensor, thread
     )
     if rc < 0:
         raise _bad_id(ids, bad.value, table.shape[0])
-
-
-def advise_hugepages(t: torch.Tensor) -> bool:
-    """Ask for transparent huge pages under a large tensor; True if the kernel accepted.
-
-    Only pages not touched yet are affected: call it before the tensor is first written (see `empty`).
-    """
-    return core().gt_advise_hugepages(t.data_ptr(), t.numel() * t.element_size()) == 0
-
-
-HUGE_PAGE_MIN_BYTES = 4 << 20
-
-
-def empty(shape: tuple[int, ...], dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """An uninitialised CPU tensor backed by 2 MB pages when it is large (4 MB+) and the kernel allows:
-    random row access to multi-GB tables then misses the TLB far less."""
-    t = torch.empty(shape, dtype=dtype)
-    if t.numel() * t.element_size() >= HUGE_PAGE_MIN_BYTES:
-        with contextlib.suppress(OSError, NativeUnavailable):  # huge pages are an optimisation, not a need
-            advise_hugepages(t)
-    return t

@@ -1,9 +1,9 @@
 """One sparse optimizer step on a table, on the chosen backend.
 
 Backends: "cuda" (the CUDA core, for tables on a GPU), "cpu" (the native CPU core), "torch" (the
-reference). The default picks the native core for the table's device when it is built and falls back
-to torch; GRAPHTRAIN_OPTIM_BACKEND=cuda|cpu|torch overrides it, and asking for one that is not built
-is an error rather than a silent fallback. The native cores get each OptimConfig converted once
+reference), chosen by runtime/native/backend.py: the native core for the table's device when it is
+built, else torch; GRAPHTRAIN_OPTIM_BACKEND=cuda|cpu|torch overrides it, and asking for one that is not
+built is an error rather than a silent fallback. The native cores get each OptimConfig converted once
 (`native_args`). Threads: GRAPHTRAIN_OPTIM_THREADS, else torch's setting.
 """
 
@@ -15,15 +15,15 @@ import os
 import torch
 
 from graphtrain.runtime.errors import NonFiniteGradient, SparseInputError
-from graphtrain.runtime.native import available as native_available
+from graphtrain.runtime.native import cuda
 from graphtrain.runtime.native import optim as native
+from graphtrain.runtime.native.backend import Backend
+from graphtrain.runtime.native.backend import choose_for_optimizer as choose_backend
 from graphtrain.runtime.optim import reference
 from graphtrain.runtime.optim.config import OptimConfig
 from graphtrain.runtime.optim.state import check_state
 
-ENV_BACKEND = "GRAPHTRAIN_OPTIM_BACKEND"
 ENV_THREADS = "GRAPHTRAIN_OPTIM_THREADS"
-BACKENDS = ("cuda", "cpu", "torch")
 
 
 @functools.lru_cache(maxsize=256)
@@ -40,32 +40,6 @@ def native_args(config: OptimConfig) -> native.OptimArgs:
         mean=config.duplicate == "mean",
         global_step=config.step_count == "global",
     )
-
-
-def cuda_available() -> bool:
-    from graphtrain.runtime.native import cuda
-
-    return cuda.available()
-
-
-def choose_backend(device: torch.device, requested: str | None = None) -> str:
-    """The backend for a table on `device`.
-
-    Raises:
-        ValueError: an unknown backend, one that is not built, or one that cannot serve `device`.
-    """
-    name = requested or os.environ.get(ENV_BACKEND) or None
-    if name is None:
-        if device.type == "cuda":
-            return "cuda" if cuda_available() else "torch"
-        return "cpu" if native_available() else "torch"
-    if name not in BACKENDS:
-        raise ValueError(f"{ENV_BACKEND} must be one of {BACKENDS}, got {name!r}")
-    if name == "cpu" and (device.type != "cpu" or not native_available()):
-        raise ValueError("backend 'cpu' needs the native core (reinstall the package) and a CPU table")
-    if name == "cuda" and (device.type != "cuda" or not cuda_available()):
-        raise ValueError("backend 'cuda' needs the CUDA core (GRAPHTRAIN_BUILD_CUDA=1) and a GPU table")
-    return name
 
 
 def threads() -> int:
@@ -139,7 +113,7 @@ def sparse_step(
     check_state(config, state, table.shape[0], table.shape[1])
     name = choose_backend(table.device, backend)
     if isinstance(grads, list):
-        if name == "cpu" and len(grads) > 1:
+        if name is Backend.CPU and len(grads) > 1:
             grads = [g.contiguous() for g in grads]
         else:
             grads = (
@@ -154,16 +128,16 @@ def sparse_step(
         grads = grads.contiguous()
         if finite:  # the native pieces path scans in its first pass instead
             _check_finite(grads)
-    if name == "torch":
+    if name is Backend.TORCH:
         _check_range(ids, table.shape[0])
     global_adam = config.kind == "adam" and config.step_count == "global"
     if global_adam:
-        if name != "torch":  # the native cores check ranges themselves, before they touch anything
+        if name is not Backend.TORCH:  # the native cores check ranges themselves, before any update
             _check_range(ids, table.shape[0])
         state["step"] += 1  # torch.optim.SparseAdam counts every step, an empty batch included
-    if name == "torch":
+    if name is Backend.TORCH:
         updated = reference.step(config, table, state, ids, grads)
-    elif name == "cpu":
+    elif name is Backend.CPU:
         if isinstance(grads, list):
             try:
                 updated = native.sparse_step_pieces(
@@ -176,8 +150,6 @@ def sparse_step(
         else:
             updated = native.sparse_step(native_args(config), table, state, ids, grads, threads())
     else:
-        from graphtrain.runtime.native import cuda
-
         updated = cuda.sparse_step(native_args(config), table, state, ids, grads)
     if config.row_norm and len(ids):
         project_rows(table, ids, config.row_norm)

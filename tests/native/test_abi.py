@@ -1,6 +1,7 @@
 """The native boundary is checked once, at load: the built core reports the bindings' ABI version and
 OptimParams layout, and libraries built from other sources (compiled here, in tmp) are refused with a
-message saying how to rebuild, never used with garbage hyper-parameters."""
+message saying how to rebuild, never used with garbage hyper-parameters nor silently replaced by the
+torch reference."""
 
 from __future__ import annotations
 
@@ -8,12 +9,15 @@ import ctypes
 import re
 import shutil
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import torch
 
 import graphtrain.runtime.native as native
 from graphtrain.runtime.native import abi
+from graphtrain.runtime.native.backend import Backend, choose, choose_for_optimizer
 
 ROOT = Path(__file__).resolve().parents[2]
 INCLUDE = ROOT / "cuda" / "include"
@@ -101,9 +105,28 @@ def test_stale_library_is_refused_with_how_to_rebuild(tmp_path: Path, case: str,
     assert ("make cuda" if library == abi.CUDA else "pip install -e .") in message
 
 
+@pytest.fixture
+def stale_core(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """The package's CPU core location pointing at a library of an older ABI, for this test only."""
+    path = compile_lib(tmp_path, "older", STALE["older-abi"][0])
+    monkeypatch.setattr(native, "_core_path", lambda: path)
+    native.core.cache_clear()
+    yield path
+    native.core.cache_clear()
+
+
+def test_stale_core_is_never_a_silent_fallback(stale_core: Path) -> None:
+    """Every call site asks the chooser, which raises for a stale core instead of picking torch."""
+    asks = (choose, lambda: choose(torch.device("cpu"), "cpu"), lambda: choose_for_optimizer("cpu"))
+    for ask in (*asks, native.available):
+        with pytest.raises(abi.StaleNativeCore, match="rebuild it with `pip install -e .`"):
+            ask()
+
+
 def test_every_entry_point_is_declared_once() -> None:
     """The built core exports each CPU entry point of the table, with the table's types."""
     lib = native.core()
     for name, sig in abi.SIGNATURES.items():
         if abi.CPU in sig.libraries:
             assert list(getattr(lib, name).argtypes) == sig.argtypes, name
+    assert choose() is Backend.CPU

@@ -9,7 +9,9 @@ import pytest
 import torch
 
 from graphtrain.runtime.native import available as native_available
+from graphtrain.runtime.native import backend as native_backend
 from graphtrain.runtime.native import optim as native
+from graphtrain.runtime.native.backend import Backend, choose
 from graphtrain.runtime.native.optim import SparseInputError
 from graphtrain.runtime.optim import (
     OptimConfig,
@@ -122,14 +124,24 @@ def test_backend_choice(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GRAPHTRAIN_OPTIM_BACKEND", "cuda")
     with pytest.raises(ValueError, match="CUDA core"):
         choose_backend(cpu)
-    import graphtrain.runtime.optim.functional as functional
-
-    monkeypatch.setattr(functional, "native_available", lambda: False)
+    monkeypatch.setattr(native_backend, "available", lambda: False)  # as where the core was not built
     monkeypatch.setenv("GRAPHTRAIN_OPTIM_BACKEND", "cpu")
     with pytest.raises(ValueError, match="needs the native core"):
         choose_backend(cpu)
     monkeypatch.delenv("GRAPHTRAIN_OPTIM_BACKEND")
     assert choose_backend(cpu) == "torch"
+
+
+@needs_native
+def test_only_the_optimizer_reads_the_backend_override(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Gather, dedup, sampling and the rest keep the core when GRAPHTRAIN_OPTIM_BACKEND picks torch for
+    the optimizer (sampling's fallback would draw other neighbours); a device no core serves gets torch."""
+    monkeypatch.setenv("GRAPHTRAIN_OPTIM_BACKEND", "torch")
+    assert choose_backend(torch.device("cpu")) is Backend.TORCH
+    assert choose() is Backend.CPU and choose(torch.device("cpu")) is Backend.CPU
+    assert choose("meta") is Backend.TORCH
+    if not torch.cuda.is_available():
+        assert choose("cuda:0") is Backend.TORCH
 
 
 @needs_native

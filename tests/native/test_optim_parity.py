@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from graphtrain.runtime.native import available as native_available
+from graphtrain.runtime.native.cuda import available as cuda_available
 from graphtrain.runtime.optim import (
     OptimConfig,
     SparseAdagrad,
@@ -23,7 +24,6 @@ from graphtrain.runtime.optim import (
     make_state,
     sparse_step,
 )
-from graphtrain.runtime.optim.functional import cuda_available
 
 BACKENDS = ["torch"] + (["cpu"] if native_available() else []) + (["cuda"] if cuda_available() else [])
 RTOL, ATOL = 1e-5, 1e-6
