@@ -21,6 +21,7 @@ from graphtrain.runtime.native.backend import Backend, choose, choose_for_optimi
 
 ROOT = Path(__file__).resolve().parents[2]
 INCLUDE = ROOT / "cuda" / "include"
+pytestmark = pytest.mark.usefixtures("cpu_core")
 
 
 def compile_lib(tmp_path: Path, name: str, source: str) -> Path:

@@ -5,12 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from graphtrain.runtime.native import available
 from graphtrain.runtime.native import nn as native_nn
 from graphtrain.runtime.native.backend import Backend
 from graphtrain.runtime.native.nn import relu_dropout
 
-pytestmark = pytest.mark.skipif(not available(), reason="native core not built")
+pytestmark = pytest.mark.usefixtures("cpu_core")  # a missing core fails these tests (conftest.py)
 
 
 @pytest.mark.parametrize("p", [0.1, 0.5, 0.9])
