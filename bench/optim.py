@@ -30,7 +30,7 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from graphtrain.runtime.native import optim as native
+from graphtrain.runtime.native.memory import empty
 from graphtrain.runtime.optim import OptimConfig, make_state, sparse_step
 
 KINDS = ("rowwise_adagrad", "adagrad", "adam", "sgd")
@@ -127,7 +127,7 @@ def run(num_rows: int, batch: int, dim: int, dist: str, steps: int, threads: int
     torch.set_num_threads(threads)
     data = batches(num_rows, batch, dim, dist, steps + 2)
     unique = int(np.mean([len(torch.unique(i)) for i, _ in data]))
-    table = native.empty((num_rows, dim)).uniform_(-1, 1)  # huge pages, advised before the first write
+    table = empty((num_rows, dim)).uniform_(-1, 1)  # huge pages, advised before the first write
     lines = []
     for kind in KINDS:
         config = OptimConfig(kind, 0.01, eps=1e-8, duplicate="mean" if kind == "rowwise_adagrad" else "sum")

@@ -17,6 +17,7 @@
 // Every id is checked against [0, num_rows) before any row is touched; a bad id returns -1 and its
 // position. The caller (runtime/native/optim.py) checks dtypes, shapes and hyper-parameters.
 
+#include "graphtrain/abi.h"
 #include "graphtrain/api.h"
 #include "graphtrain/optim_math.h"
 
@@ -351,7 +352,7 @@ void apply_rows(int32_t kind, int64_t count, const int64_t* rows, const float* c
 
 }  // namespace
 
-GT_API int gt_version() { return 1; }
+GT_DEFINE_ABI_EXPORTS()
 
 GT_API int gt_max_threads() { return omp_get_max_threads(); }
 

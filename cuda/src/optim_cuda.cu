@@ -10,6 +10,7 @@
 // All pointers are device pointers; work runs on the caller's stream. Built with nvcc when
 // GRAPHTRAIN_BUILD_CUDA=1 and compiled for sm_80 and sm_90 in CI (no GPU runs it there).
 
+#include "graphtrain/abi.h"
 #include "graphtrain/api.h"
 #include "graphtrain/optim_math.h"
 
@@ -155,6 +156,8 @@ void segment(int64_t n, const int64_t* ids, cudaStream_t stream, Segments& sg) {
 }
 
 }  // namespace
+
+GT_DEFINE_ABI_EXPORTS()
 
 GT_API int64_t gt_cuda_sparse_step(int32_t kind, int64_t n, const int64_t* ids, const float* grads, int64_t dim,
                                    int64_t num_rows, int32_t mean, float* table, float* state0, float* state1,

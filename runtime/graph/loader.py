@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from graphtrain.runtime.graph.dist_graph import DistGraph
-from graphtrain.runtime.native import available as native_available
+from graphtrain.runtime.native.backend import Backend, choose
 
 
 @dataclass
@@ -84,7 +84,7 @@ class MiniBatch:
 
 def relabel(frontier: np.ndarray, src: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(nodes, local ids of src): nodes = frontier followed by the new nodes of src, first-occurrence."""
-    if native_available():
+    if choose() is Backend.CPU:
         from graphtrain.runtime.native.graph import relabel as native_relabel
 
         return native_relabel(

@@ -30,7 +30,7 @@ from graphtrain.runtime.errors import NonFiniteGradient, SparseInputError
 from graphtrain.runtime.kvstore import checkpoint as ckpt
 from graphtrain.runtime.kvstore.protocol import ProtocolError
 from graphtrain.runtime.kvstore.shard import TensorShard
-from graphtrain.runtime.native import available as native_available
+from graphtrain.runtime.native.backend import Backend, choose
 from graphtrain.runtime.optim import OptimConfig, make_state, sparse_step
 
 INIT_BLOCK_ROWS = 1 << 16
@@ -77,7 +77,7 @@ class GraphPart:
         native sampler draws per (seed, node); the numpy fallback per request."""
         if seeds.ndim != 1 or seeds.dtype != np.int64:
             raise ProtocolError(f"seeds must be a 1-D int64 array, got {seeds.dtype} {seeds.shape}")
-        if native_available():
+        if choose() is Backend.CPU:
             from graphtrain.runtime.native.graph import sample_neighbors
 
             try:
@@ -141,7 +141,7 @@ def nonfinite_rows(values: np.ndarray) -> np.ndarray | None:
     vectorised scan of the native core, ~28 GB/s)."""
     if values.dtype.kind != "f" or values.size == 0:
         return None
-    if values.dtype == np.float32 and native_available():
+    if values.dtype == np.float32 and choose() is Backend.CPU:
         from graphtrain.runtime.native.optim import first_nonfinite
 
         if first_nonfinite(torch.from_numpy(np.ascontiguousarray(values))) < 0:
@@ -270,8 +270,8 @@ class ShardState:
         if self.use_shm and nbytes > 0:
             seg = self._segment(name, nbytes)
             return torch.frombuffer(seg.buf, dtype=dtype).view(shape), seg
-        if dtype == torch.float32 and native_available() and len(shape) == 2:
-            from graphtrain.runtime.native.optim import empty
+        if dtype == torch.float32 and len(shape) == 2:
+            from graphtrain.runtime.native.memory import empty
 
             return empty(shape), None
         return torch.empty(shape, dtype=dtype), None
@@ -319,7 +319,12 @@ class ShardState:
 
     @staticmethod
     def gather(t: TensorShard, local: torch.Tensor, out: torch.Tensor | None = None) -> np.ndarray:
-        if t.data.dtype == torch.float32 and t.data.dim() == 2 and native_available() and len(local):
+        if (
+            t.data.dtype == torch.float32
+            and t.data.dim() == 2
+            and len(local)
+            and choose(t.data.device) is Backend.CPU
+        ):
             from graphtrain.runtime.native import optim as native
             from graphtrain.runtime.optim.functional import threads
 

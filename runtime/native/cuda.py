@@ -10,33 +10,20 @@ from __future__ import annotations
 
 import ctypes
 import functools
-from typing import TYPE_CHECKING
 
 import torch
 
 from graphtrain.runtime.errors import SparseInputError
-from graphtrain.runtime.native import _HERE, STEP_TAIL
-from graphtrain.runtime.native.optim import KIND_CODE, params, state_tensors
-
-if TYPE_CHECKING:
-    from graphtrain.runtime.optim.config import OptimConfig
-
-_P, _I32, _I64 = ctypes.c_void_p, ctypes.c_int32, ctypes.c_int64
+from graphtrain.runtime.native import _HERE
+from graphtrain.runtime.native.abi import CUDA, load
+from graphtrain.runtime.native.optim import OptimArgs, state_tensors
 
 
 @functools.cache
 def _lib() -> ctypes.CDLL | None:
+    """The CUDA core, its ABI checked (abi.py), or None when it was not built."""
     found = sorted(_HERE.glob("_core_cuda*.so"))
-    if not found:
-        return None
-    lib = ctypes.CDLL(str(found[0]))
-    lib.gt_cuda_sparse_step.argtypes = [_I32, _I64, _P, _P, *STEP_TAIL, _P, _P]
-    lib.gt_cuda_sparse_step.restype = _I64
-    lib.gt_cuda_gather.argtypes = [_I64, _P, _P, _I64, _I64, _P, _P, _P]
-    lib.gt_cuda_gather.restype = ctypes.c_int
-    lib.gt_cuda_scatter.argtypes = [_I64, _P, _P, _P, _I64, _I64, _P, _P]
-    lib.gt_cuda_scatter.restype = ctypes.c_int
-    return lib
+    return load(found[0], CUDA) if found else None
 
 
 def available() -> bool:
@@ -67,7 +54,7 @@ def _result(rc: int, ids: torch.Tensor, bad: ctypes.c_int64, num_rows: int) -> i
 
 
 def sparse_step(
-    config: OptimConfig,
+    args: OptimArgs,
     table: torch.Tensor,
     state: dict[str, torch.Tensor],
     ids: torch.Tensor,
@@ -75,22 +62,22 @@ def sparse_step(
 ) -> int:
     lib = _lib()
     assert lib is not None
-    s0, s1, row_steps, global_step = state_tensors(config, state)
+    s0, s1, row_steps, global_step = state_tensors(args, state)
     bad = ctypes.c_int64(-1)
     rc = lib.gt_cuda_sparse_step(
-        KIND_CODE[config.kind],
+        args.kind,
         len(ids),
         _ptr(ids, "ids", torch.int64),
         _ptr(grads, "grads", torch.float32),
         table.shape[1],
         table.shape[0],
-        1 if config.duplicate == "mean" else 0,
+        int(args.mean),
         _ptr(table, "table", torch.float32),
         _ptr(s0, "state", torch.float32),
         _ptr(s1, "exp_avg_sq", torch.float32),
         _ptr(row_steps, "step", torch.int64),
         global_step,
-        params(config),
+        args.params,
         _stream(),
         ctypes.byref(bad),
     )

@@ -6,32 +6,30 @@ call is zero-copy; ids are range-checked by the core before any row is touched.
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
 
 from graphtrain.runtime.errors import NonFiniteGradient, SparseInputError
-from graphtrain.runtime.native import NativeUnavailable, OptimParams, core
-
-if TYPE_CHECKING:  # the native layer sits below runtime.optim and must not import it at run time
-    from graphtrain.runtime.optim.config import OptimConfig
+from graphtrain.runtime.native import OptimParams, core
 
 # graphtrain::OptimKind in cuda/include/graphtrain/optim_math.h
 KIND_CODE = {"sgd": 0, "adagrad": 1, "rowwise_adagrad": 2, "adam": 3}
+ADAM = KIND_CODE["adam"]
 
 __all__ = [
+    "ADAM",
     "KIND_CODE",
     "DedupWorkspace",
+    "OptimArgs",
     "SparseInputError",
-    "advise_hugepages",
     "dedup",
-    "empty",
     "first_nonfinite",
     "gather",
-    "params",
+    "optim_args",
     "scatter",
     "sparse_step",
     "sparse_step_pieces",
@@ -56,35 +54,52 @@ def _bad_id(ids: torch.Tensor, pos: int, num_rows: int) -> SparseInputError:
     return SparseInputError(f"ids[{pos}] = {int(ids[pos])} is outside the table's rows [0, {num_rows})")
 
 
-def params(config: OptimConfig) -> OptimParams:
-    return OptimParams(
-        config.lr,
-        config.eps,
-        config.beta1,
-        config.beta2,
-        1.0 - config.beta1,
-        1.0 - config.beta2,
-        config.weight_decay,
-        1 if config.step_count == "global" else 0,
-        config.beta1,
-        config.beta2,
+@dataclass(frozen=True, eq=False)
+class OptimArgs:
+    """An optimizer in the core's own terms: the native layer sits below runtime.optim and never sees
+    its OptimConfig; runtime/optim/functional.py converts each config into one of these, once."""
+
+    kind: int  # graphtrain::OptimKind (KIND_CODE)
+    mean: bool  # duplicate gradients averaged (else summed)
+    global_step: bool  # adam: one step count per table (else per row)
+    params: OptimParams  # the hyper-parameters, as the struct the core reads
+
+    @property
+    def adam(self) -> bool:
+        return self.kind == ADAM
+
+
+def optim_args(
+    kind: str,
+    lr: float,
+    eps: float,
+    beta1: float,
+    beta2: float,
+    weight_decay: float,
+    *,
+    mean: bool,
+    global_step: bool,
+) -> OptimArgs:
+    """OptimArgs from plain numbers; 1 - beta is taken here in double and rounded once (optim_math.h)."""
+    params = OptimParams(
+        lr, eps, beta1, beta2, 1.0 - beta1, 1.0 - beta2, weight_decay, int(global_step), beta1, beta2
     )
+    return OptimArgs(KIND_CODE[kind], mean, global_step, params)
 
 
 def state_tensors(
-    config: OptimConfig, state: dict[str, torch.Tensor]
+    args: OptimArgs, state: dict[str, torch.Tensor]
 ) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None, int]:
     """The core's state arguments: state0, state1, per-row Adam steps (or None) and the table's Adam step."""
     s0 = state.get("sum", state.get("exp_avg"))
     s1 = state.get("exp_avg_sq")
-    adam = config.kind == "adam"
-    row_steps = state["step"] if (adam and config.step_count == "row") else None
-    global_step = int(state["step"][0]) if (adam and config.step_count == "global") else 0
+    row_steps = state["step"] if (args.adam and not args.global_step) else None
+    global_step = int(state["step"][0]) if (args.adam and args.global_step) else 0
     return s0, s1, row_steps, global_step
 
 
 def sparse_step(
-    config: OptimConfig,
+    args: OptimArgs,
     table: torch.Tensor,
     state: dict[str, torch.Tensor],
     ids: torch.Tensor,
@@ -93,11 +108,11 @@ def sparse_step(
 ) -> int:
     """Fused dedup + reduce + update (state checked by the caller). Returns the unique row count."""
     grads_ptr = _check(grads, "grads", torch.float32, 2)
-    return _step(core().gt_sparse_step, (grads_ptr,), (), config, table, state, ids, threads)
+    return _step(core().gt_sparse_step, (grads_ptr,), (), args, table, state, ids, threads)
 
 
 def sparse_step_pieces(
-    config: OptimConfig,
+    args: OptimArgs,
     table: torch.Tensor,
     state: dict[str, torch.Tensor],
     ids: torch.Tensor,
@@ -121,7 +136,7 @@ def sparse_step_pieces(
         raise SparseInputError(f"{int(counts.sum())} gradient rows for {len(ids)} ids")
     grads_args = (len(pieces), blocks.ctypes.data, counts.ctypes.data)
     return _step(
-        core().gt_sparse_step_pieces, grads_args, (int(refuse_nonfinite),), config, table, state, ids, threads
+        core().gt_sparse_step_pieces, grads_args, (int(refuse_nonfinite),), args, table, state, ids, threads
     )
 
 
@@ -129,7 +144,7 @@ def _step(
     fn: Any,
     grads_args: tuple[Any, ...],
     flags: tuple[int, ...],
-    config: OptimConfig,
+    args: OptimArgs,
     table: torch.Tensor,
     state: dict[str, torch.Tensor],
     ids: torch.Tensor,
@@ -137,22 +152,22 @@ def _step(
 ) -> int:
     """Call a sparse-step entry point: kind, n, ids, *grads_args, the common tail, threads, *flags, bad."""
     _check(table, "table", torch.float32, 2)
-    s0, s1, row_steps, global_step = state_tensors(config, state)
+    s0, s1, row_steps, global_step = state_tensors(args, state)
     bad = ctypes.c_int64(-1)
     got = fn(
-        KIND_CODE[config.kind],
+        args.kind,
         len(ids),
         _check(ids, "ids", torch.int64, 1),
         *grads_args,
         table.shape[1],
         table.shape[0],
-        1 if config.duplicate == "mean" else 0,
+        int(args.mean),
         table.data_ptr(),
         None if s0 is None else s0.data_ptr(),
         None if s1 is None else s1.data_ptr(),
         None if row_steps is None else row_steps.data_ptr(),
         global_step,
-        params(config),
+        args.params,
         threads,
         *flags,
         ctypes.byref(bad),
@@ -297,24 +312,3 @@ def scatter(table: torch.Tensor, ids: torch.Tensor, values: torch.Tensor, thread
     )
     if rc < 0:
         raise _bad_id(ids, bad.value, table.shape[0])
-
-
-def advise_hugepages(t: torch.Tensor) -> bool:
-    """Ask for transparent huge pages under a large tensor; True if the kernel accepted.
-
-    Only pages not touched yet are affected: call it before the tensor is first written (see `empty`).
-    """
-    return core().gt_advise_hugepages(t.data_ptr(), t.numel() * t.element_size()) == 0
-
-
-HUGE_PAGE_MIN_BYTES = 4 << 20
-
-
-def empty(shape: tuple[int, ...], dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """An uninitialised CPU tensor backed by 2 MB pages when it is large (4 MB+) and the kernel allows:
-    random row access to multi-GB tables then misses the TLB far less."""
-    t = torch.empty(shape, dtype=dtype)
-    if t.numel() * t.element_size() >= HUGE_PAGE_MIN_BYTES:
-        with contextlib.suppress(OSError, NativeUnavailable):  # huge pages are an optimisation, not a need
-            advise_hugepages(t)
-    return t

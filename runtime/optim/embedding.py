@@ -13,8 +13,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from graphtrain.runtime.native import available as native_available
-from graphtrain.runtime.native.optim import empty as native_empty
+from graphtrain.runtime.native.memory import empty
 from graphtrain.runtime.optim import functional
 from graphtrain.runtime.optim.capture import GradientCapture
 from graphtrain.runtime.optim.config import OptimConfig
@@ -47,12 +46,7 @@ class SparseEmbedding:
     def __post_init__(self) -> None:
         if self.num_embeddings < 1 or self.dim < 1:
             raise ValueError(f"embedding {self.name!r}: num_embeddings and dim must be >= 1")
-        if torch.device(self.device).type == "cpu" and native_available():
-            self.weight = native_empty((self.num_embeddings, self.dim))  # huge pages before first write
-        else:
-            self.weight = torch.empty(
-                (self.num_embeddings, self.dim), dtype=torch.float32, device=self.device
-            )
+        self.weight = empty((self.num_embeddings, self.dim), device=self.device)  # huge pages, if any, first
         (self.init or uniform_init())(self.weight)
         self._capture = GradientCapture(self.dim)
 

@@ -1,52 +1,45 @@
 """One sparse optimizer step on a table, on the chosen backend.
 
 Backends: "cuda" (the CUDA core, for tables on a GPU), "cpu" (the native CPU core), "torch" (the
-reference). The default picks the native core for the table's device when it is built and falls back
-to torch; GRAPHTRAIN_OPTIM_BACKEND=cuda|cpu|torch overrides it, and asking for one that is not built
-is an error rather than a silent fallback. Threads: GRAPHTRAIN_OPTIM_THREADS, else torch's setting.
+reference), chosen by runtime/native/backend.py: the native core for the table's device when it is
+built, else torch; GRAPHTRAIN_OPTIM_BACKEND=cuda|cpu|torch overrides it, and asking for one that is not
+built is an error rather than a silent fallback. The native cores get each OptimConfig converted once
+(`native_args`). Threads: GRAPHTRAIN_OPTIM_THREADS, else torch's setting.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 
 import torch
 
 from graphtrain.runtime.errors import NonFiniteGradient, SparseInputError
-from graphtrain.runtime.native import available as native_available
+from graphtrain.runtime.native import cuda
+from graphtrain.runtime.native import optim as native
+from graphtrain.runtime.native.backend import Backend
+from graphtrain.runtime.native.backend import choose_for_optimizer as choose_backend
 from graphtrain.runtime.optim import reference
 from graphtrain.runtime.optim.config import OptimConfig
 from graphtrain.runtime.optim.state import check_state
 
-ENV_BACKEND = "GRAPHTRAIN_OPTIM_BACKEND"
 ENV_THREADS = "GRAPHTRAIN_OPTIM_THREADS"
-BACKENDS = ("cuda", "cpu", "torch")
 
 
-def cuda_available() -> bool:
-    from graphtrain.runtime.native import cuda
-
-    return cuda.available()
-
-
-def choose_backend(device: torch.device, requested: str | None = None) -> str:
-    """The backend for a table on `device`.
-
-    Raises:
-        ValueError: an unknown backend, one that is not built, or one that cannot serve `device`.
-    """
-    name = requested or os.environ.get(ENV_BACKEND) or None
-    if name is None:
-        if device.type == "cuda":
-            return "cuda" if cuda_available() else "torch"
-        return "cpu" if native_available() else "torch"
-    if name not in BACKENDS:
-        raise ValueError(f"{ENV_BACKEND} must be one of {BACKENDS}, got {name!r}")
-    if name == "cpu" and (device.type != "cpu" or not native_available()):
-        raise ValueError("backend 'cpu' needs the native core (reinstall the package) and a CPU table")
-    if name == "cuda" and (device.type != "cuda" or not cuda_available()):
-        raise ValueError("backend 'cuda' needs the CUDA core (GRAPHTRAIN_BUILD_CUDA=1) and a GPU table")
-    return name
+@functools.lru_cache(maxsize=256)
+def native_args(config: OptimConfig) -> native.OptimArgs:
+    """`config` in the native cores' terms (they sit below this package and never see an OptimConfig),
+    built once per config: a frozen, hashable dataclass."""
+    return native.optim_args(
+        config.kind,
+        config.lr,
+        config.eps,
+        config.beta1,
+        config.beta2,
+        config.weight_decay,
+        mean=config.duplicate == "mean",
+        global_step=config.step_count == "global",
+    )
 
 
 def threads() -> int:
@@ -120,7 +113,7 @@ def sparse_step(
     check_state(config, state, table.shape[0], table.shape[1])
     name = choose_backend(table.device, backend)
     if isinstance(grads, list):
-        if name == "cpu" and len(grads) > 1:
+        if name is Backend.CPU and len(grads) > 1:
             grads = [g.contiguous() for g in grads]
         else:
             grads = (
@@ -135,31 +128,29 @@ def sparse_step(
         grads = grads.contiguous()
         if finite:  # the native pieces path scans in its first pass instead
             _check_finite(grads)
-    if name == "torch":
+    if name is Backend.TORCH:
         _check_range(ids, table.shape[0])
     global_adam = config.kind == "adam" and config.step_count == "global"
     if global_adam:
-        if name != "torch":  # the native cores check ranges themselves, before they touch anything
+        if name is not Backend.TORCH:  # the native cores check ranges themselves, before any update
             _check_range(ids, table.shape[0])
         state["step"] += 1  # torch.optim.SparseAdam counts every step, an empty batch included
-    if name == "torch":
+    if name is Backend.TORCH:
         updated = reference.step(config, table, state, ids, grads)
-    elif name == "cpu":
-        from graphtrain.runtime.native import optim as native
-
+    elif name is Backend.CPU:
         if isinstance(grads, list):
             try:
-                updated = native.sparse_step_pieces(config, table, state, ids, grads, threads(), finite)
+                updated = native.sparse_step_pieces(
+                    native_args(config), table, state, ids, grads, threads(), finite
+                )
             except NonFiniteGradient:
                 if global_adam:
                     state["step"] -= 1  # refused: the step did not happen
                 raise
         else:
-            updated = native.sparse_step(config, table, state, ids, grads, threads())
+            updated = native.sparse_step(native_args(config), table, state, ids, grads, threads())
     else:
-        from graphtrain.runtime.native import cuda
-
-        updated = cuda.sparse_step(config, table, state, ids, grads)
+        updated = cuda.sparse_step(native_args(config), table, state, ids, grads)
     if config.row_norm and len(ids):
         project_rows(table, ids, config.row_norm)
     return updated

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from graphtrain.runtime.native import available as native_available
+from graphtrain.runtime.native.memory import empty
 from graphtrain.runtime.optim.config import OptimConfig
 
 
@@ -19,11 +19,7 @@ def _filled(
     shape: tuple[int, ...], value: float, dtype: torch.dtype, device: torch.device | str
 ) -> torch.Tensor:
     """A filled tensor; on the CPU large ones get huge pages before their first write."""
-    if torch.device(device).type == "cpu" and native_available():
-        from graphtrain.runtime.native.optim import empty
-
-        return empty(shape, dtype).fill_(value)
-    return torch.full(shape, value, dtype=dtype, device=device)
+    return empty(shape, dtype, device).fill_(value)
 
 
 def make_state(

@@ -1,5 +1,6 @@
 """The CUDA core must compile for sm_80 and sm_90 wherever nvcc is installed (CI has it), so a broken
-kernel cannot land. No GPU runs it on the build machines; its CPU twin is tested numerically."""
+kernel cannot land, and must pass the bindings' load-time ABI check (abi.py), which runs no kernel.
+No GPU runs it on the build machines; its CPU twin is tested numerically."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
+
+from graphtrain.runtime.native import abi
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -25,5 +28,9 @@ def test_cuda_core_compiles(arch: str, tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stderr[-4000:]
     symbols = subprocess.run(["nm", "-D", str(out)], capture_output=True, text=True).stdout
-    for name in ("gt_cuda_sparse_step", "gt_cuda_gather", "gt_cuda_scatter"):
+    exported = [name for name, sig in abi.SIGNATURES.items() if abi.CUDA in sig.libraries]
+    assert "gt_cuda_sparse_step" in exported and "gt_abi_version" in exported
+    for name in exported:
         assert f" T {name}" in symbols, name
+    lib = abi.load(out, abi.CUDA)  # opening it needs no GPU: the version, sizeof and entry points
+    assert lib.gt_abi_version() == abi.ABI_VERSION

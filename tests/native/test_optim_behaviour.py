@@ -8,8 +8,9 @@ import gc
 import pytest
 import torch
 
-from graphtrain.runtime.native import available as native_available
+from graphtrain.runtime.native import backend as native_backend
 from graphtrain.runtime.native import optim as native
+from graphtrain.runtime.native.backend import Backend, choose
 from graphtrain.runtime.native.optim import SparseInputError
 from graphtrain.runtime.optim import (
     OptimConfig,
@@ -21,8 +22,7 @@ from graphtrain.runtime.optim import (
     sparse_step,
 )
 
-needs_native = pytest.mark.skipif(not native_available(), reason="native core not built")
-BACKENDS = ["torch"] + (["cpu"] if native_available() else [])
+BACKENDS = ["torch", "cpu"]  # the tensors here are on the CPU; a missing core fails (conftest.py)
 
 
 def setup(config: OptimConfig, rows: int = 10, dim: int = 4):
@@ -92,7 +92,7 @@ def test_bad_hyper_parameters(kwargs: dict, needle: str) -> None:
         OptimConfig(**kwargs)
 
 
-@needs_native
+@pytest.mark.usefixtures("cpu_core")
 @pytest.mark.parametrize("kind", ["adagrad", "rowwise_adagrad", "adam"])
 def test_results_do_not_depend_on_threads(kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
     config = OptimConfig(kind, 0.05, duplicate="sum")
@@ -110,10 +110,11 @@ def test_results_do_not_depend_on_threads(kind: str, monkeypatch: pytest.MonkeyP
     assert torch.equal(results[0], results[1]) and torch.equal(results[0], results[2])
 
 
+@pytest.mark.usefixtures("cpu_core")
 def test_backend_choice(monkeypatch: pytest.MonkeyPatch) -> None:
     cpu = torch.device("cpu")
     monkeypatch.delenv("GRAPHTRAIN_OPTIM_BACKEND", raising=False)
-    assert choose_backend(cpu) == ("cpu" if native_available() else "torch")
+    assert choose_backend(cpu) == "cpu"
     monkeypatch.setenv("GRAPHTRAIN_OPTIM_BACKEND", "torch")
     assert choose_backend(cpu) == "torch"
     monkeypatch.setenv("GRAPHTRAIN_OPTIM_BACKEND", "gpu")
@@ -122,9 +123,7 @@ def test_backend_choice(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GRAPHTRAIN_OPTIM_BACKEND", "cuda")
     with pytest.raises(ValueError, match="CUDA core"):
         choose_backend(cpu)
-    import graphtrain.runtime.optim.functional as functional
-
-    monkeypatch.setattr(functional, "native_available", lambda: False)
+    monkeypatch.setattr(native_backend, "available", lambda: False)  # as where the core was not built
     monkeypatch.setenv("GRAPHTRAIN_OPTIM_BACKEND", "cpu")
     with pytest.raises(ValueError, match="needs the native core"):
         choose_backend(cpu)
@@ -132,7 +131,19 @@ def test_backend_choice(monkeypatch: pytest.MonkeyPatch) -> None:
     assert choose_backend(cpu) == "torch"
 
 
-@needs_native
+@pytest.mark.usefixtures("cpu_core")
+def test_only_the_optimizer_reads_the_backend_override(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Gather, dedup, sampling and the rest keep the core when GRAPHTRAIN_OPTIM_BACKEND picks torch for
+    the optimizer (sampling's fallback would draw other neighbours); a device no core serves gets torch."""
+    monkeypatch.setenv("GRAPHTRAIN_OPTIM_BACKEND", "torch")
+    assert choose_backend(torch.device("cpu")) is Backend.TORCH
+    assert choose() is Backend.CPU and choose(torch.device("cpu")) is Backend.CPU
+    assert choose("meta") is Backend.TORCH
+    if not torch.cuda.is_available():
+        assert choose("cuda:0") is Backend.TORCH
+
+
+@pytest.mark.usefixtures("cpu_core")
 def test_native_dedup_gather_scatter() -> None:
     ids = torch.tensor([5, 2, 5, 9, 2, 5])
     grads = torch.arange(6 * 3, dtype=torch.float32).reshape(6, 3)
@@ -156,7 +167,7 @@ def test_native_dedup_gather_scatter() -> None:
         native.gather(table, torch.tensor([0, 10]), threads=2)
 
 
-@needs_native
+@pytest.mark.usefixtures("cpu_core")
 def test_native_gather_to_positions() -> None:
     table = torch.randn(10, 3)
     out = torch.zeros(5, 3)

@@ -1,0 +1,22 @@
+// The version of the native core's C ABI, reported by every build of the core (CPU and CUDA) and
+// checked by the Python bindings when they load a library (runtime/native/abi.py, which holds the same
+// number; tests/native/test_abi.py compares the two). A library built from older sources is then
+// refused with a message to rebuild it, instead of reading hyper-parameters from a struct whose layout
+// moved. Bump kAbiVersion whenever an exported function's signature or OptimParams changes.
+#pragma once
+
+#include <cstdint>
+
+#include "graphtrain/api.h"
+#include "graphtrain/optim_math.h"
+
+namespace graphtrain {
+inline constexpr int32_t kAbiVersion = 2;  // 1: gt_version(), before the load-time check
+}  // namespace graphtrain
+
+// The two functions of the check, defined once in each library (one use per build).
+#define GT_DEFINE_ABI_EXPORTS()                                                   \
+  GT_API int32_t gt_abi_version() { return graphtrain::kAbiVersion; }             \
+  GT_API int64_t gt_optim_params_size() {                                         \
+    return static_cast<int64_t>(sizeof(graphtrain::OptimParams));                 \
+  }

@@ -1,0 +1,136 @@
+"""The native core's C ABI, declared once for both builds and checked once, when a library loads.
+
+Two libraries share this ABI: the CPU core (cuda/src/*.cpp -> _core*.so, built by `pip install`) and
+the CUDA core (cuda/src/*.cu -> _core_cuda.so, built with GRAPHTRAIN_BUILD_CUDA=1). ctypes trusts
+whatever it is told about a function, so a library built from older sources would silently read
+garbage, above all from OptimParams, which crosses by value. Hence every library reports its ABI
+version and sizeof(OptimParams) (cuda/include/graphtrain/abi.h), `load` compares them with this
+module's before any other call, and the argument types of every entry point come from SIGNATURES.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from graphtrain.runtime.errors import GraphtrainError
+
+# = graphtrain::kAbiVersion in cuda/include/graphtrain/abi.h (tests/native/test_abi.py compares them)
+ABI_VERSION = 2
+
+CPU, CUDA = "cpu", "cuda"
+REBUILD = {
+    CPU: "rebuild it with `pip install -e .` (or `make install`)",
+    CUDA: "rebuild it with `GRAPHTRAIN_BUILD_CUDA=1 pip install -e .` (or `make cuda`)",
+}
+
+
+class NativeUnavailable(GraphtrainError):
+    """The native core was not built (install the package with pip, which compiles it)."""
+
+
+class StaleNativeCore(GraphtrainError):
+    """A native library was built from other sources than these bindings: it must be rebuilt. Not a
+    NativeUnavailable, so nothing falls back to the torch reference because of it."""
+
+
+# The one table of C types the bindings use (no other module declares its own).
+P = ctypes.c_void_p
+INT, I32, I64, U32, U64 = ctypes.c_int, ctypes.c_int32, ctypes.c_int64, ctypes.c_uint32, ctypes.c_uint64
+F32 = ctypes.c_float
+
+
+class OptimParams(ctypes.Structure):
+    """Mirror of graphtrain::OptimParams in cuda/include/graphtrain/optim_math.h."""
+
+    _fields_ = [
+        ("lr", ctypes.c_float),
+        ("eps", ctypes.c_float),
+        ("beta1", ctypes.c_float),
+        ("beta2", ctypes.c_float),
+        ("one_minus_beta1", ctypes.c_float),
+        ("one_minus_beta2", ctypes.c_float),
+        ("weight_decay", ctypes.c_float),
+        ("eps_inside_sqrt", ctypes.c_int32),
+        ("beta1_exact", ctypes.c_double),
+        ("beta2_exact", ctypes.c_double),
+    ]
+
+
+class Signature(NamedTuple):
+    libraries: tuple[str, ...]  # which builds export it
+    restype: Any
+    argtypes: list[Any]
+
+
+# dim, num_rows, mean, table, state0, state1, row_steps, global_step, params: the arguments every sparse
+# step entry point (CPU and CUDA) takes after its gradients
+_STEP_TAIL = [I64, I64, I32, P, P, P, P, I64, OptimParams]
+_BOTH = (CPU, CUDA)
+
+SIGNATURES: dict[str, Signature] = {
+    # the check itself (abi.h)
+    "gt_abi_version": Signature(_BOTH, I32, []),
+    "gt_optim_params_size": Signature(_BOTH, I64, []),
+    # CPU core. Sparse steps: kind, n, ids, <the gradients>, the step tail, threads, (pieces only)
+    # refuse_nonfinite, bad_pos
+    "gt_sparse_step": Signature((CPU,), I64, [I32, I64, P, P, *_STEP_TAIL, I32, P]),
+    "gt_sparse_step_pieces": Signature((CPU,), I64, [I32, I64, P, I64, P, P, *_STEP_TAIL, I32, I32, P]),
+    "gt_dedup": Signature((CPU,), I64, [I64, P, P, I64, I64, I32, P, P, P, I32, I32, P]),
+    "gt_gather": Signature((CPU,), INT, [I64, P, P, I64, I64, P, P, I32, P]),
+    "gt_scatter": Signature((CPU,), INT, [I64, P, P, P, I64, I64, I32, P]),
+    "gt_advise_hugepages": Signature((CPU,), INT, [P, I64]),
+    "gt_first_nonfinite": Signature((CPU,), I64, [P, I64]),
+    "gt_max_threads": Signature((CPU,), INT, []),
+    "gt_partition_refine": Signature((CPU,), INT, [I64, P, P, P, I32, P, I32, P, P, I32, I32, U64, P]),
+    "gt_sample_neighbors": Signature((CPU,), I64, [P, P, I64, I64, P, I64, I64, U64, P, P, P]),
+    "gt_relabel": Signature((CPU,), I64, [P, I64, P, I64, P, P]),
+    "gt_relu_dropout": Signature((CPU,), None, [I64, P, P, P, U32, F32, U64, I32]),
+    "gt_mask_scale": Signature((CPU,), None, [I64, P, P, F32, P, I32]),
+    # CUDA core: device pointers, then the caller's stream before bad_pos
+    "gt_cuda_sparse_step": Signature((CUDA,), I64, [I32, I64, P, P, *_STEP_TAIL, P, P]),
+    "gt_cuda_gather": Signature((CUDA,), INT, [I64, P, P, I64, I64, P, P, P]),
+    "gt_cuda_scatter": Signature((CUDA,), INT, [I64, P, P, P, I64, I64, P, P]),
+}
+
+
+def load(path: Path, library: str) -> ctypes.CDLL:
+    """Open the `library` ("cpu" or "cuda") build at `path`, check its ABI and declare its functions.
+
+    Raises:
+        OSError: the file cannot be loaded at all.
+        StaleNativeCore: it reports another ABI version or OptimParams size, or lacks an entry point.
+    """
+    lib = ctypes.CDLL(str(path))
+    _check(lib, path, library)
+    for name, sig in SIGNATURES.items():
+        if library in sig.libraries:
+            fn = _entry(lib, path, library, name)
+            fn.argtypes, fn.restype = sig.argtypes, sig.restype
+    return lib
+
+
+def _check(lib: ctypes.CDLL, path: Path, library: str) -> None:
+    version = _entry(lib, path, library, "gt_abi_version")
+    size = _entry(lib, path, library, "gt_optim_params_size")
+    version.argtypes, version.restype = [], I32
+    size.argtypes, size.restype = [], I64
+    got = (int(version()), int(size()))
+    if got != (ABI_VERSION, ctypes.sizeof(OptimParams)):
+        raise _stale(path, library, f"it reports ABI version {got[0]} with a {got[1]}-byte OptimParams")
+
+
+def _entry(lib: ctypes.CDLL, path: Path, library: str, name: str) -> Any:
+    try:
+        return getattr(lib, name)
+    except AttributeError:
+        raise _stale(path, library, f"it has no {name}()") from None
+
+
+def _stale(path: Path, library: str, what: str) -> StaleNativeCore:
+    want = f"ABI version {ABI_VERSION} with a {ctypes.sizeof(OptimParams)}-byte OptimParams"
+    return StaleNativeCore(
+        f"the native {library.upper()} core {path} was built from other sources than this package "
+        f"({what}; the bindings expect {want}): {REBUILD[library]}"
+    )

@@ -1,0 +1,58 @@
+"""Which implementation serves a piece of work: the CUDA core, the native CPU core or the torch reference.
+
+One decision for every call site that has a native path and a fallback (the sparse optimizers, dedup,
+gather, the non-finite scan, sampling, relabelling, the fused dropout, huge-page allocation), made
+from the device the data is on, an explicit request, and what is built here. Asking for a core that
+is not there is an error, never a silent fallback; a core that is there but stale raises
+StaleNativeCore (abi.py) wherever it is asked for.
+"""
+
+from __future__ import annotations
+
+import os
+from enum import StrEnum
+
+import torch
+
+from graphtrain.runtime.native import available, cuda
+
+ENV_BACKEND = "GRAPHTRAIN_OPTIM_BACKEND"
+
+
+class Backend(StrEnum):
+    CUDA = "cuda"  # the CUDA core (cuda/src/*.cu): data on a GPU
+    CPU = "cpu"  # the native CPU core (cuda/src/*.cpp, C++ and OpenMP): data in host memory
+    TORCH = "torch"  # the reference: torch or numpy operations, always there
+
+
+BACKENDS: tuple[str, ...] = tuple(b.value for b in Backend)
+
+
+def choose(device: torch.device | str = "cpu", requested: str | None = None) -> Backend:
+    """The backend for data on `device`: the native core built for that device when it loads, else the
+    torch reference; or `requested`, checked.
+
+    Raises:
+        ValueError: an unknown backend, one that is not built, or one that cannot serve `device`.
+        StaleNativeCore: the core for `device` was built from other sources (rebuild it).
+    """
+    kind = device.partition(":")[0] if isinstance(device, str) else device.type  # "cuda:1": "cuda"
+    if requested is None:
+        if kind == "cuda":
+            return Backend.CUDA if cuda.available() else Backend.TORCH
+        return Backend.CPU if kind == "cpu" and available() else Backend.TORCH
+    if requested not in BACKENDS:
+        raise ValueError(f"{ENV_BACKEND} must be one of {BACKENDS}, got {requested!r}")
+    if requested == Backend.CPU and (kind != "cpu" or not available()):
+        raise ValueError("backend 'cpu' needs the native core (reinstall the package) and a CPU table")
+    if requested == Backend.CUDA and (kind != "cuda" or not cuda.available()):
+        raise ValueError("backend 'cuda' needs the CUDA core (GRAPHTRAIN_BUILD_CUDA=1) and a GPU table")
+    return Backend(requested)
+
+
+def choose_for_optimizer(device: torch.device | str, requested: str | None = None) -> Backend:
+    """`choose` for a sparse optimizer step, where GRAPHTRAIN_OPTIM_BACKEND stands in for a request the
+    caller did not make. The override is the optimizers' alone: it exists to run a table's updates on a
+    given implementation (the reference, say); the other call sites' fallbacks only cover a missing
+    core, and sampling's draws differently, so they ignore it."""
+    return choose(device, requested or os.environ.get(ENV_BACKEND) or None)

@@ -1,0 +1,46 @@
+"""The native tests run against the built cores: a core that is missing fails them, with how to build it,
+instead of shrinking their parameter lists to nothing (a green run must mean the core was tested).
+
+Every test whose `backend` parameter is "cpu" or "cuda" needs that core; other tests ask for the CPU core
+with the `cpu_core` fixture. The backend lists are fixed, except that "cuda" is listed only on a machine
+with a GPU: that depends on the hardware, never on what was built.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from graphtrain.runtime.native import NativeUnavailable, core, cuda
+
+GPU = torch.cuda.is_available()
+
+
+def backends(*, reference: bool = True) -> list[str]:
+    """The backends a parity test runs on: the reference (unless left out), the CPU core, and the CUDA
+    core where there is a GPU."""
+    return (["torch"] if reference else []) + ["cpu"] + (["cuda"] if GPU else [])
+
+
+def require(backend: str) -> None:
+    """Fail the calling test (never skip it) when `backend` is a core that is not built."""
+    if backend == "cpu":
+        try:
+            core()
+        except NativeUnavailable as exc:
+            pytest.fail(f"this test needs the native CPU core: {exc}", pytrace=False)
+    elif backend == "cuda" and not cuda.available():
+        pytest.fail("this test needs the CUDA core (a GPU is here): build it with `make cuda`", pytrace=False)
+
+
+@pytest.fixture(autouse=True)
+def _backend_is_built(request: pytest.FixtureRequest) -> None:
+    callspec = getattr(request.node, "callspec", None)
+    if callspec is not None and "backend" in callspec.params:
+        require(callspec.params["backend"])
+
+
+@pytest.fixture
+def cpu_core() -> None:
+    """For tests that call the CPU core directly."""
+    require("cpu")
