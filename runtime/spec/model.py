@@ -874,7 +874,7 @@ class RunPolicy(_Model):
     active_deadline_seconds: int | None = Field(
         default=None,
         ge=1,
-        description="Seconds the run may take in all, in seconds from its start; then it fails. Unset: "
+        description="Seconds the run may take in all, counted from its start; then it fails. Unset: "
         "no deadline.",
     )
     stall_timeout_seconds: int = Field(
