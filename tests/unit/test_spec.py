@@ -8,20 +8,11 @@ from pathlib import Path
 import pytest
 
 from graphtrain.runtime import spec as S
+from tests.unit.spec_cases import GRAPHSAGE
 
 ROOT = Path(__file__).resolve().parents[2]
 
-VALID = {
-    "apiVersion": "graphtrain.io/v1alpha1",
-    "kind": "GraphTraining",
-    "metadata": {"name": "wn"},
-    "spec": {
-        "graph": {"dataset": "wordnet"},
-        "partition": {"parts": 2},
-        "embeddings": [{"name": "node", "dim": 128, "optimizer": {"kind": "adam", "lr": 0.003}}],
-        "model": {"kind": "graphsage", "nodeEmbedding": "node"},
-    },
-}
+VALID = GRAPHSAGE
 
 
 def with_spec(**changes: object) -> dict:
@@ -82,6 +73,7 @@ def test_cross_field_problems_are_all_reported() -> None:
         S.parse(doc)
     assert set(paths(info.value)) == {
         "metadata.name",
+        "spec.embeddings",
         "spec.model.nodeEmbedding",
         "spec.model.entityEmbedding",
         "spec.model.relationEmbedding",
@@ -103,15 +95,15 @@ def test_cross_field_problems_are_all_reported() -> None:
         ),
         ({"graph": {"dataset": "nations", "split": {}}}, "spec.graph.split", "standard split"),
         ({"training": {"fanouts": [10]}}, "spec.training.fanouts", "numLayers"),
-        ({"training": {"fanouts": [10, 0]}}, "spec.training", "fanouts"),
+        ({"training": {"fanouts": [10, 0]}}, "spec.training.fanouts", "positive or -1"),
         (
             {"embeddings": [{"name": "node", "dim": 8, "keys": "custom"}]},
-            "spec.embeddings[0]",
-            "numEmbeddings",
+            "spec.embeddings[0].numEmbeddings",
+            "keys: custom needs numEmbeddings",
         ),
         (
             {"embeddings": [{"name": "node", "dim": 8, "vocabulary": {"kind": "dynamic"}}]},
-            "spec.embeddings[0].vocabulary",
+            "spec.embeddings[0].vocabulary.capacity",
             "capacity",
         ),
         (

@@ -1,0 +1,65 @@
+"""The CRD on a real API server: it refuses what the spec's rules refuse, with the same messages.
+
+Every spec Rule is written in Python and in CEL (runtime/spec/rules.py). Here each example of
+tests/unit/spec_cases.py, built to break one rule, is sent to the API server (a server-side dry run):
+it must be refused, and every problem `graphtrain validate` finds in it must be in the refusal, at the
+same path with the same text. The valid examples must be accepted, and the defaults the API server
+fills in must be the ones the executors assume. The CRD itself being accepted (the API server refuses
+rules whose estimated cost is too high) is the `kube` fixture's first step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import yaml
+
+from graphtrain.runtime import spec as S
+from tests.unit.spec_cases import BREAKS, GRAPHSAGE, TRANSE
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def dry_run(kube: Callable[..., str], doc: dict) -> str:
+    """Create `doc` on the server without storing it: the object as stored (defaults filled in)."""
+    return kube("create", "--dry-run=server", "-o", "yaml", "-f", "-", input=yaml.safe_dump(doc))
+
+
+def refusal(kube: Callable[..., str], doc: dict) -> str:
+    with pytest.raises(RuntimeError) as info:
+        dry_run(kube, doc)
+    return str(info.value)
+
+
+@pytest.mark.parametrize("example", sorted((ROOT / "examples").glob("*.yaml")), ids=lambda p: p.name)
+def test_examples_are_accepted(kube: Callable[..., str], example: Path) -> None:
+    dry_run(kube, yaml.safe_load(example.read_text()))
+
+
+@pytest.mark.parametrize("name", sorted(BREAKS))
+def test_a_broken_rule_is_refused_with_its_message(kube: Callable[..., str], name: str) -> None:
+    doc = BREAKS[name]
+    problems = S.check(doc)[1]
+    assert problems, f"{name}: the Python side finds nothing"
+    refused = refusal(kube, doc)
+    for p in problems:
+        assert f"{p.path}: Invalid value: {p.message}" in refused, f"{name}: {p} missing from:\n{refused}"
+
+
+@pytest.mark.parametrize("base", [GRAPHSAGE, TRANSE], ids=["graphsage", "transe"])
+def test_server_defaults_are_the_executors_defaults(kube: Callable[..., str], base: dict) -> None:
+    stored = yaml.safe_load(dry_run(kube, base))
+    spec = stored["spec"]
+    assert spec["training"]["fanouts"] == [10, 25] and spec["model"]["numLayers"] == 2
+    assert spec["embeddings"][0]["optimizer"]["stepCount"] == "row"
+    as_stored = S.parse({**base, "spec": spec}).spec
+    assert as_stored == S.parse(base).spec
+
+
+def test_explain_shows_descriptions(kube: Callable[..., str]) -> None:
+    for field in ("spec.model", "spec.trainers.replicas", "spec.embeddings.optimizer.lr"):
+        text = kube("explain", f"graphtrainings.{field}")
+        assert "<no description>" not in text and "DESCRIPTION" in text, text
+    assert "Number of trainers. Default: 1." in kube("explain", "graphtrainings.spec.trainers.replicas")

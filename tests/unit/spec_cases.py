@@ -1,0 +1,102 @@
+"""GraphTraining documents: two valid ones, and for every spec Rule one that breaks it.
+
+Shared by the unit tests (the Python side of each rule) and tests/operator/test_crd_validation.py (the
+same documents sent to a real API server, whose CEL side must refuse each with the same message).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from typing import Any
+
+Doc = dict[str, Any]
+
+
+def document(name: str, spec: Doc) -> Doc:
+    return {
+        "apiVersion": "graphtrain.io/v1alpha1",
+        "kind": "GraphTraining",
+        "metadata": {"name": name},
+        "spec": spec,
+    }
+
+
+GRAPHSAGE = document(
+    "wn",
+    {
+        "graph": {"dataset": "wordnet"},
+        "partition": {"parts": 2},
+        "embeddings": [{"name": "node", "dim": 16, "optimizer": {"kind": "adam", "lr": 0.003}}],
+        "model": {"kind": "graphsage", "nodeEmbedding": "node"},
+    },
+)
+
+TRANSE = document(
+    "nations",
+    {
+        "graph": {"dataset": "nations"},
+        "embeddings": [
+            {"name": "entity", "dim": 16},
+            {"name": "relation", "dim": 16, "keys": "relations"},
+        ],
+        "model": {"kind": "transe", "entityEmbedding": "entity", "relationEmbedding": "relation"},
+    },
+)
+
+
+def edit(base: Doc, change: Callable[[Doc], object]) -> Doc:
+    """A deep copy of `base` changed in place by `change` (given the copy's spec)."""
+    doc = copy.deepcopy(base)
+    change(doc["spec"])
+    return doc
+
+
+def _table(**fields: Any) -> Callable[[Doc], object]:
+    return lambda s: s["embeddings"][0].update(fields)
+
+
+def _long_name() -> Doc:
+    doc = copy.deepcopy(GRAPHSAGE)
+    doc["metadata"]["name"] = "a" * 41  # a valid Kubernetes name, too long for the children's names
+    return doc
+
+
+# rule name -> a document that breaks it (and as few others as it can)
+BREAKS: dict[str, Doc] = {
+    "name-dns-label": _long_name(),
+    "split-sums-to-one": edit(GRAPHSAGE, lambda s: s["graph"].update(split={"train": 0.9})),
+    "graph-one-source": edit(GRAPHSAGE, lambda s: s.update(graph={})),
+    "graph-standard-split": edit(TRANSE, lambda s: s["graph"].update(split={})),
+    "init-uniform-ordered": edit(GRAPHSAGE, _table(init={"low": 1, "high": 0})),
+    "vocabulary-fixed-only": edit(GRAPHSAGE, _table(vocabulary={"kind": "dynamic", "capacity": 100})),
+    "vocabulary-dynamic-capacity": edit(GRAPHSAGE, _table(vocabulary={"kind": "dynamic"})),
+    "vocabulary-capacity-dynamic-only": edit(GRAPHSAGE, _table(vocabulary={"capacity": 100})),
+    "table-keys-not-custom": edit(GRAPHSAGE, _table(keys="custom", numEmbeddings=10)),
+    "table-custom-rows": edit(GRAPHSAGE, _table(keys="custom")),
+    "table-rows-custom-only": edit(GRAPHSAGE, _table(numEmbeddings=10)),
+    "table-float32-only": edit(GRAPHSAGE, _table(dtype="bfloat16")),
+    "table-server-sharding-only": edit(GRAPHSAGE, _table(sharding="collective")),
+    "graphsage-has-input": edit(
+        GRAPHSAGE, lambda s: s.update(embeddings=[], model={"kind": "graphsage", "useFeatures": False})
+    ),
+    "node-embedding-graphsage-only": edit(TRANSE, lambda s: s["model"].update(nodeEmbedding="entity")),
+    "kge-needs-entityEmbedding": edit(TRANSE, lambda s: s["model"].pop("entityEmbedding")),
+    "entityEmbedding-kge-only": edit(GRAPHSAGE, lambda s: s["model"].update(entityEmbedding="node")),
+    "kge-needs-relationEmbedding": edit(TRANSE, lambda s: s["model"].pop("relationEmbedding")),
+    "relationEmbedding-kge-only": edit(GRAPHSAGE, lambda s: s["model"].update(relationEmbedding="node")),
+    "fanouts-positive": edit(GRAPHSAGE, lambda s: s.update(training={"fanouts": [10, 0]})),
+    "table-names-unique": edit(GRAPHSAGE, lambda s: s["embeddings"].append({"name": "node", "dim": 8})),
+    "tables-used": edit(GRAPHSAGE, lambda s: s["embeddings"].append({"name": "spare", "dim": 8})),
+    "nodeEmbedding-exists": edit(GRAPHSAGE, lambda s: s["model"].update(nodeEmbedding="nope")),
+    "nodeEmbedding-keys": edit(GRAPHSAGE, _table(keys="relations")),
+    "entityEmbedding-exists": edit(TRANSE, lambda s: s["model"].update(entityEmbedding="nope")),
+    "entityEmbedding-keys": edit(TRANSE, lambda s: s["embeddings"][0].update(keys="relations")),
+    "relationEmbedding-exists": edit(TRANSE, lambda s: s["model"].update(relationEmbedding="nope")),
+    "relationEmbedding-keys": edit(TRANSE, lambda s: s["embeddings"][1].update(keys="nodes")),
+    "fanouts-per-layer": edit(GRAPHSAGE, lambda s: s.update(training={"fanouts": [10]})),
+    "graphsage-labelled-graph": edit(GRAPHSAGE, lambda s: s["graph"].update(dataset="nations")),
+    "kge-knowledge-graph": edit(TRANSE, lambda s: s["graph"].update(dataset="wordnet")),
+    "shards-per-partition": edit(GRAPHSAGE, lambda s: s.update(shardServers={"replicas": 3})),
+    "nccl-needs-cuda": edit(GRAPHSAGE, lambda s: s.update(trainers={"backend": "nccl"})),
+}
