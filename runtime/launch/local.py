@@ -313,9 +313,9 @@ class LocalRun:
 
     def start_servers(self, partition: Path) -> None:
         n = self.gt.spec.num_shards
+        where = plan.files(self.run_dir, self.spec_path, partition)
         self.servers = [
-            self._spawn(plan.shard_server(i, self.run_dir, partition, None, shm=True), announces=True)
-            for i in range(n)
+            self._spawn(plan.shard_server(i, where, self.run_dir), announces=True) for i in range(n)
         ]
         self.addresses = [self._wait_ready(c) for c in self.servers]
         self.obs.shards = [
@@ -340,26 +340,14 @@ class LocalRun:
         raise RunFailed(f"{c.plan.name} was not ready within {READY_TIMEOUT:g} s")
 
     def start_trainers(self, partition: Path) -> None:
+        where = plan.files(self.run_dir, self.spec_path, partition)
         if self.standalone:
-            argv = [
-                *plan.entry(),
-                "train",
-                "--spec",
-                str(self.spec_path),
-                "--partition",
-                str(partition),
-                "--standalone",
-                "--run-dir",
-                str(self.run_dir),
-                "--checkpoint-root",
-                str(self.run_dir / "checkpoints"),
-            ]
-            self.trainers = [self._spawn(plan.ProcessPlan("trainer-0", argv))]
+            self.trainers = [self._spawn(plan.standalone_trainer(where, self.run_dir))]
             return
         world = self.gt.spec.trainers.replicas
         init = f"tcp://127.0.0.1:{free_port()}"
         self.trainers = [
-            self._spawn(plan.trainer(r, world, self.run_dir, self.spec_path, partition, self.addresses, init))
+            self._spawn(plan.trainer(r, world, where, self.run_dir, self.addresses, init))
             for r in range(world)
         ]
 
