@@ -20,6 +20,8 @@ from pydantic import ValidationError
 
 from graphtrain.operator import manifests as M
 from graphtrain.runtime import spec as S
+from graphtrain.runtime.spec import conditions as C
+from graphtrain.runtime.spec.conditions import Event
 
 Obj = dict[str, Any]
 MUTABLE = {"runPolicy"}  # spec sections a running job takes on
@@ -41,13 +43,6 @@ class Action:
     @property
     def key(self) -> str:
         return f"{self.obj['kind']}/{self.obj['metadata']['name']}"
-
-
-@dataclass(frozen=True)
-class Event:
-    type: Literal["Normal", "Warning"]
-    reason: str
-    message: str
 
 
 @dataclass
@@ -150,49 +145,6 @@ def applied_spec(children: dict[str, Obj], name: str) -> S.GraphTraining | None:
         return None
 
 
-# ------------------------------------------------------------------------------------ conditions
-
-
-class Conditions:
-    """The status conditions, keeping lastTransitionTime when a condition's status is unchanged."""
-
-    def __init__(self, old: list[Obj], now: dt.datetime, generation: int | None):
-        self.old = {c["type"]: c for c in old}
-        self.now, self.generation = now, generation
-        self.new: dict[str, Obj] = {}
-
-    def set(self, kind: S.ConditionType, ok: bool, reason: str, message: str = "") -> None:
-        status = "True" if ok else "False"
-        prev = self.old.get(kind.value)
-        since = prev["lastTransitionTime"] if prev and prev.get("status") == status else _iso(self.now)
-        self.new[kind.value] = {
-            "type": kind.value,
-            "status": status,
-            "reason": reason,
-            "message": message,
-            "lastTransitionTime": since,
-            **({"observedGeneration": self.generation} if self.generation is not None else {}),
-        }
-
-    def events(self) -> list[Event]:
-        out = []
-        for t, c in self.new.items():
-            prev = self.old.get(t)
-            if prev is None or prev.get("status") != c["status"] or prev.get("reason") != c["reason"]:
-                bad = (t in ("Failed", "Stalled") and c["status"] == "True") or (
-                    t not in ("Failed", "Stalled") and c["status"] == "False" and c["reason"] not in _WAITING
-                )
-                msg = c["message"] or f"{t} is {c['status']}"
-                out.append(Event("Warning" if bad else "Normal", c["reason"], msg))
-        return out
-
-    def as_list(self) -> list[Obj]:
-        return list(self.new.values())
-
-
-_WAITING = {"Partitioning", "Waiting", "Starting", "NotStarted", "Running", "NoProgressYet", "Progressing"}
-
-
 # ------------------------------------------------------------------------------------------ plan
 
 
@@ -202,7 +154,7 @@ def plan(obs: Observed, image: str = M.DEFAULT_IMAGE, token: str = "") -> Plan:
     meta = body["metadata"]
     name, generation = meta["name"], meta.get("generation")
     old = body.get("status") or {}
-    conds = Conditions(old.get("conditions") or [], obs.now, generation)
+    conds = C.Conditions(C.parse(old.get("conditions") or []), _iso(obs.now), generation)
     status: Obj = {
         "restarts": int(old.get("restarts", 0)),
         "startTime": old.get("startTime") or _iso(obs.now),
@@ -214,20 +166,15 @@ def plan(obs: Observed, image: str = M.DEFAULT_IMAGE, token: str = "") -> Plan:
 
     def finish(phase: S.Phase, observed_generation: int | None = generation) -> Plan:
         status["phase"] = phase.value
-        status["conditions"] = conds.as_list()
+        status["conditions"] = [
+            c.model_dump(by_alias=True, exclude_none=True, mode="json") for c in conds.as_list()
+        ]
         if observed_generation is not None:
             status["observedGeneration"] = observed_generation
         if phase in (S.Phase.succeeded, S.Phase.failed) and "completionTime" not in status:
             status["completionTime"] = _iso(obs.now)
-        events = conds.events()
-        if old.get("phase") != phase.value:
-            events.insert(
-                0,
-                Event(
-                    "Warning" if phase == S.Phase.failed else "Normal", phase.value, f"phase {phase.value}"
-                ),
-            )
-        return Plan(actions, status, events)
+        changed = C.phase_event(old.get("phase"), phase)
+        return Plan(actions, status, [*([changed] if changed else []), *conds.events()])
 
     # --- the spec: valid? and, once running, the applied one ------------------------------------
     try:
@@ -241,11 +188,10 @@ def plan(obs: Observed, image: str = M.DEFAULT_IMAGE, token: str = "") -> Plan:
     observed_generation = generation
     if applied is None:
         if current is None:
-            conds.set(S.ConditionType.spec_valid, False, "InvalidSpec", problem)
-            conds.set(S.ConditionType.failed, True, "InvalidSpec", problem)
+            C.set_spec_invalid(conds, problem)
             return finish(S.Phase.failed)
         gt = current
-        conds.set(S.ConditionType.spec_valid, True, "Valid")
+        C.set_spec_valid(conds)
     else:
         gt = applied
         new = current.spec.model_dump(by_alias=True, mode="json") if current else None
@@ -253,22 +199,18 @@ def plan(obs: Observed, image: str = M.DEFAULT_IMAGE, token: str = "") -> Plan:
         changed = sorted(k for k in had if new is None or new.get(k) != had[k])
         refused = [k for k in changed if k not in MUTABLE]
         if current is None:
-            conds.set(
-                S.ConditionType.spec_valid, False, "UpdateRefused", f"the new spec is invalid: {problem}"
-            )
+            C.set_update_refused(conds, f"the new spec is invalid: {problem}")
             observed_generation = old.get("observedGeneration")
         elif refused:
             fields = ", ".join(f"spec.{k}" for k in refused)
-            conds.set(
-                S.ConditionType.spec_valid,
-                False,
-                "UpdateRefused",
+            C.set_update_refused(
+                conds,
                 f"{fields} cannot change once the training started; the job goes on with the applied spec "
                 "(revert the change or create a new GraphTraining)",
             )
             observed_generation = old.get("observedGeneration")
         else:
-            conds.set(S.ConditionType.spec_valid, True, "Valid")
+            C.set_spec_valid(conds)
         if current is not None:
             gt = gt.model_copy(
                 update={"spec": gt.spec.model_copy(update={"run_policy": current.spec.run_policy})}
@@ -297,9 +239,9 @@ def plan(obs: Observed, image: str = M.DEFAULT_IMAGE, token: str = "") -> Plan:
             )
 
     if old.get("phase") in (S.Phase.succeeded.value, S.Phase.failed.value):  # terminal: report, touch nothing
-        for c in old.get("conditions") or []:
-            if c["type"] != "SpecValid":
-                conds.new.setdefault(c["type"], c)
+        for c in C.parse(old.get("conditions") or []):
+            if c.type != S.ConditionType.spec_valid:
+                conds.keep(c)
         return finish(S.Phase(old["phase"]), observed_generation)
 
     # --- base children and the partition job ----------------------------------------------------
@@ -313,16 +255,15 @@ def plan(obs: Observed, image: str = M.DEFAULT_IMAGE, token: str = "") -> Plan:
     )
     outcome, why = job_outcome(kids.get(key("Job", n["partition"])))
     if outcome == "failed":
-        conds.set(S.ConditionType.partition_ready, False, "PartitionFailed", f"job {n['partition']}: {why}")
-        conds.set(S.ConditionType.failed, True, "PartitionFailed", f"job {n['partition']}: {why}")
+        C.set_partition_failed(conds, f"job {n['partition']}: {why}")
         return finish(S.Phase.failed, observed_generation)
     if outcome != "succeeded":
-        conds.set(S.ConditionType.partition_ready, False, "Partitioning", f"job {n['partition']} is running")
+        C.set_partitioning(conds, f"job {n['partition']} is running")
         return finish(S.Phase.partitioning, observed_generation)
     stats = partition_stats(obs.pods)
     if stats is not None:
         status["partition"] = stats
-    conds.set(S.ConditionType.partition_ready, True, "Partitioned", "the partition job succeeded")
+    C.set_partitioned(conds, "the partition job succeeded")
 
     # --- shard servers --------------------------------------------------------------------------
     ensure(M.shard_service(body, gt), M.shard_statefulset(body, gt, image))
@@ -354,12 +295,7 @@ def plan(obs: Observed, image: str = M.DEFAULT_IMAGE, token: str = "") -> Plan:
         shards.append({"index": i, "state": state.value, "address": addresses[i], "restarts": restarts})
     status["shards"] = shards
     all_ready = ready >= replicas
-    conds.set(
-        S.ConditionType.shards_ready,
-        all_ready,
-        "AllReady" if all_ready else "Waiting",
-        f"{min(ready, replicas)}/{replicas} shard servers ready",
-    )
+    C.set_shards_ready(conds, ready, replicas)
 
     # --- trainers -------------------------------------------------------------------------------
     world = gt.spec.trainers.replicas
@@ -375,21 +311,16 @@ def plan(obs: Observed, image: str = M.DEFAULT_IMAGE, token: str = "") -> Plan:
     if stale:  # a restart in progress: the old attempt's pods go first
         for p in stale.values():
             remove("Pod", p["metadata"]["name"], "v1")
-        conds.set(
-            S.ConditionType.trainers_ready,
-            False,
-            "Restarting",
-            f"recreating the trainers (restart {attempt})",
-        )
+        C.set_trainers_waiting(conds, C.Reason.restarting, f"recreating the trainers (restart {attempt})")
         return finish(S.Phase.restarting, observed_generation)
     if not trainers:
         if not all_ready:
-            conds.set(S.ConditionType.trainers_ready, False, "NotStarted", "waiting for the shard servers")
+            C.set_trainers_waiting(conds, C.Reason.not_started, "waiting for the shard servers")
             return finish(S.Phase.starting, observed_generation)
         ensure(
             M.trainer_service(body, gt), *(M.trainer_pod(body, gt, image, r, attempt) for r in range(world))
         )
-        conds.set(S.ConditionType.trainers_ready, False, "Starting", f"creating {world} trainer pods")
+        C.set_trainers_waiting(conds, C.Reason.starting, f"creating {world} trainer pods")
         return finish(S.Phase.training if attempt == 0 else S.Phase.restarting, observed_generation)
     ensure(*(M.trainer_pod(body, gt, image, r, attempt) for r in range(world) if r not in trainers))
 
@@ -401,40 +332,31 @@ def plan(obs: Observed, image: str = M.DEFAULT_IMAGE, token: str = "") -> Plan:
             status["restarts"] = attempt + 1
             for p in trainers.values():
                 remove("Pod", p["metadata"]["name"], "v1")
-            conds.set(
-                S.ConditionType.trainers_ready,
-                False,
-                "TrainerFailed",
+            C.set_trainer_failed(
+                conds,
                 f"{message}; restart {attempt + 1}/{gt.spec.run_policy.backoff_limit} from the last "
                 "checkpoint",
             )
             return finish(S.Phase.restarting, observed_generation)
-        conds.set(S.ConditionType.trainers_ready, False, "TrainerFailed", message)
-        conds.set(
-            S.ConditionType.failed, True, "BackoffLimitExceeded" if attempt else "TrainerFailed", message
-        )
+        C.set_trainer_failed(conds, message)
+        C.set_failed(conds, C.Reason.backoff_limit_exceeded if attempt else C.Reason.trainer_failed, message)
         remove("StatefulSet", n["shards"], "apps/v1")
         return finish(S.Phase.failed, observed_generation)
     if len(trainers) == world and all(pod_phase(p) == "Succeeded" for p in trainers.values()):
-        conds.set(S.ConditionType.trainers_ready, False, "Completed", "every trainer finished")
-        conds.set(S.ConditionType.succeeded, True, "Completed", "training finished; shard servers stopped")
+        C.set_trainers_waiting(conds, C.Reason.completed, "every trainer finished")
+        C.set_succeeded(conds, "training finished; shard servers stopped")
         remove("StatefulSet", n["shards"], "apps/v1")
         return finish(S.Phase.succeeded, observed_generation)
     running = sum(pod_phase(p) in ("Running", "Succeeded") for p in trainers.values())
-    conds.set(
-        S.ConditionType.trainers_ready,
-        running == world,
-        "Running" if running == world else "Starting",
-        f"{running}/{world} trainers running",
-    )
+    if running == world:
+        C.set_trainers_running(conds, f"{running}/{world} trainers running")
+    else:
+        C.set_trainers_waiting(conds, C.Reason.starting, f"{running}/{world} trainers running")
     if running == world:
         silent = _silent_rank(
             trainers, kids.get(key("ConfigMap", n["progress"])), obs.now, gt.spec.run_policy
         )
-        if silent is not None:
-            conds.set(S.ConditionType.stalled, True, "NoProgress", silent)
-        else:
-            conds.set(S.ConditionType.stalled, False, "Progressing", "every rank reports")
+        C.set_stalled(conds, silent)
     return finish(S.Phase.training, observed_generation)
 
 

@@ -47,6 +47,7 @@ from graphtrain.runtime.errors import GraphtrainError
 from graphtrain.runtime.kvstore import checkpoint as ckpt
 from graphtrain.runtime.launch import plan, status
 from graphtrain.runtime.progress import console
+from graphtrain.runtime.spec.conditions import Reason
 
 READY_TIMEOUT = 300.0
 POLL_SECONDS = 0.5
@@ -57,7 +58,12 @@ TERMINAL = (S.Phase.succeeded.value, S.Phase.failed.value)
 
 
 class RunFailed(GraphtrainError):
-    """A process of the run failed (named in the message), or the run hit its deadline or stalled."""
+    """A process of the run failed (named in the message), or the run hit its deadline or stalled;
+    `reason`: the Failed condition's reason it gives the status."""
+
+    def __init__(self, message: str, reason: Reason = Reason.process_failed):
+        super().__init__(message)
+        self.reason = reason
 
 
 class RunDirLocked(GraphtrainError):
@@ -452,7 +458,8 @@ class LocalRun:
                 return
             if deadline is not None and time.monotonic() > deadline:
                 raise RunFailed(
-                    f"the run exceeded runPolicy.activeDeadlineSeconds ({policy.active_deadline_seconds} s)"
+                    f"the run exceeded runPolicy.activeDeadlineSeconds ({policy.active_deadline_seconds} s)",
+                    Reason.deadline_exceeded,
                 )
             if time.monotonic() - last_change > policy.stall_timeout_seconds:
                 raise RunFailed(
@@ -568,6 +575,8 @@ class LocalRun:
                 if not isinstance(exc, KeyboardInterrupt)
                 else (str(exc) if isinstance(exc, Terminated) else "interrupted (Ctrl-C)")
             )
+            if isinstance(exc, RunFailed):
+                self.obs.failure_reason = exc.reason
             self.obs.completion_time = status.now()
             raise
         finally:

@@ -13,6 +13,8 @@ import pytest
 
 from graphtrain.operator import manifests as M
 from graphtrain.operator.reconcile import Observed, Plan, key, plan
+from graphtrain.runtime import spec as S
+from graphtrain.runtime.spec import conditions as C
 
 NOW = dt.datetime(2026, 11, 22, 12, 0, tzinfo=dt.UTC)
 NAME, NS = "wn", "ml"
@@ -49,6 +51,7 @@ class Cluster:
         self.body = body
         self.children: dict[str, dict] = {}
         self.now = NOW
+        self.events: list[C.Event] = []  # every event posted so far
 
     def observe(self) -> Observed:
         pods = [o for k, o in self.children.items() if k.startswith("Pod/")]
@@ -56,6 +59,8 @@ class Cluster:
 
     def step(self) -> Plan:
         p = plan(self.observe(), token="t0k3n")
+        check_events(p)
+        self.events += p.events
         for a in p.actions:
             k = key(a.obj["kind"], a.obj["metadata"]["name"])
             if a.verb == "create":
@@ -120,6 +125,15 @@ class Cluster:
                     if per_rank.get(f"r{r}", phase) == "Failed"
                     else [],
                 }
+
+
+def check_events(p: Plan) -> None:
+    """Every event has the severity the vocabulary gives its reason (or its phase)."""
+    for e in p.events:
+        if e.message.startswith("phase "):
+            assert e.type == C.phase_severity(S.Phase(e.reason)), e
+        else:
+            assert e.type == C.severity(C.Reason(e.reason)), e
 
 
 def cond(p: Plan, kind: str) -> dict:
@@ -246,6 +260,8 @@ def test_all_trainers_succeed() -> None:
     assert p.status["phase"] == "Succeeded" and cond(p, "Succeeded")["status"] == "True"
     assert kinds(p, "delete") == [f"StatefulSet/{NAME}-shards"]  # shard servers stop with the job
     assert c.step().actions == []
+    assert [e for e in c.events if e.type == "Warning"] == []  # a success warns of nothing
+    assert {"Completed", "Succeeded"} <= {e.reason for e in p.events}
 
 
 def test_a_failed_trainer_restarts_every_rank_from_the_checkpoint_then_gives_up() -> None:
