@@ -21,6 +21,7 @@ from pydantic import ValidationError
 from graphtrain.operator import manifests as M
 from graphtrain.runtime import spec as S
 from graphtrain.runtime.spec import conditions as C
+from graphtrain.runtime.spec import reporting
 from graphtrain.runtime.spec.conditions import Event
 
 Obj = dict[str, Any]
@@ -361,14 +362,11 @@ def plan(obs: Observed, image: str = M.DEFAULT_IMAGE, token: str = "") -> Plan:
 
 
 def _progress(status: Obj, cm: Obj | None) -> None:
-    raw = ((cm or {}).get("data") or {}).get("progress")
-    if not raw:
-        return
-    try:
-        p = S.Progress.model_validate(json.loads(raw))
-    except (ValueError, ValidationError):
-        return
-    status["progress"] = p.model_dump(by_alias=True, exclude_none=True, mode="json")
+    """status.progress from rank 0's report in the progress ConfigMap (a missing or unreadable one keeps
+    the last)."""
+    report = reporting.training_progress((cm or {}).get("data"))
+    if report is not None:
+        status["progress"] = reporting.to_wire(report)
 
 
 def _silent_rank(
@@ -380,13 +378,8 @@ def _silent_rank(
     for rank, pod in trainers.items():
         if pod_phase(pod) == "Succeeded":
             continue
-        seen = None
-        raw = data.get(f"rank-{rank}")
-        if raw:
-            try:
-                seen = _parse_time(json.loads(raw).get("updated_at"))
-            except ValueError:
-                seen = None
+        report = reporting.rank_report(data, rank)
+        seen = _parse_time(report.updated_at if report else None)
         seen = seen or _parse_time((pod.get("status") or {}).get("startTime"))
         if seen is None:
             continue

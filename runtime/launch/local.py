@@ -47,6 +47,7 @@ from graphtrain.runtime.errors import GraphtrainError
 from graphtrain.runtime.kvstore import checkpoint as ckpt
 from graphtrain.runtime.launch import plan, status
 from graphtrain.runtime.progress import console
+from graphtrain.runtime.spec import reporting
 from graphtrain.runtime.spec.conditions import Reason
 
 READY_TIMEOUT = 300.0
@@ -396,18 +397,19 @@ class LocalRun:
     # ---------------------------------------------------------------------------------- monitor
 
     def _progress(self) -> None:
-        path = self.run_dir / "progress.json"
-        with contextlib.suppress(OSError, json.JSONDecodeError):
-            self.obs.progress = json.loads(path.read_text())
-            summary = self.obs.progress.get("summary", "")
-            rate = self.obs.progress.get("samples_per_second")
-            line = summary + (f", {rate:,.0f} samples/s" if rate else "")
-            epoch = self.obs.progress.get("epoch")
-            if line != self._last_summary and (
-                epoch != self._last_epoch or time.monotonic() - self._last_print > 10
-            ):
-                self._last_summary, self._last_epoch, self._last_print = line, epoch, time.monotonic()
-                self.say(f"[run] {line}")
+        """Take trainer 0's latest report (a missing or unreadable one keeps the last) and print its
+        summary when the epoch changed, or every 10 s at most."""
+        report = reporting.decode(read_if_present(self.run_dir / reporting.PROGRESS_FILE))
+        if report is None:
+            return
+        self.obs.progress = report
+        rate = report.samples_per_second
+        line = report.summary + (f", {rate:,.0f} samples/s" if rate else "")
+        if line != self._last_summary and (
+            report.epoch != self._last_epoch or time.monotonic() - self._last_print > 10
+        ):
+            self._last_summary, self._last_epoch, self._last_print = line, report.epoch, time.monotonic()
+            self.say(f"[run] {line}")
 
     def _failed(self) -> Child | None:
         for c in [*self.servers, *self.trainers]:
@@ -427,7 +429,7 @@ class LocalRun:
         last_change, last_seen = time.monotonic(), None
         while True:
             self._progress()
-            stamp = (self.obs.progress or {}).get("updated_at")
+            stamp = self.obs.progress.updated_at if self.obs.progress else None
             if stamp != last_seen:
                 last_seen, last_change = stamp, time.monotonic()
             self.write_status()
@@ -520,7 +522,7 @@ class LocalRun:
         fresh.replace(token)
         if (self.run_dir / "logs").is_dir():
             rotate_logs(self.run_dir / "logs")
-        for stale in ("progress.json", "result.json"):
+        for stale in (reporting.PROGRESS_FILE, "result.json"):
             (self.run_dir / stale).unlink(missing_ok=True)
 
     def _choose_checkpoint(self, root: Path) -> None:
@@ -592,6 +594,14 @@ class LocalRun:
 
         with contextlib.suppress(OSError):
             remove_leftovers(job_prefix(token))
+
+
+def read_if_present(path: Path) -> str | None:
+    """A file's text, or None if it cannot be read (not written yet)."""
+    try:
+        return path.read_text()
+    except OSError:
+        return None
 
 
 def describe_checkpoint(path: Path) -> str:

@@ -25,7 +25,7 @@ class Observed:
     phase: str = S.Phase.pending.value
     partition: dict[str, Any] | None = None  # the partition config's stats
     shards: list[dict[str, Any]] = field(default_factory=list)  # index, state, address, restarts
-    progress: dict[str, Any] | None = None  # the trainers' progress.json
+    progress: S.Progress | None = None  # trainer 0's last report (progress.json)
     restarts: int = 0
     failure: str | None = None
     failure_reason: C.Reason = C.Reason.process_failed
@@ -63,20 +63,7 @@ def build(gt: S.GraphTraining, obs: Observed, previous: list[S.Condition], at: s
     if obs.shards:
         ready = sum(s.get("state") == S.ShardState.ready.value for s in obs.shards)
         C.set_shards_ready(conds, ready, len(obs.shards))
-    progress = None
     if obs.progress is not None:
-        p = obs.progress
-        progress = S.Progress(
-            epoch=p.get("epoch", 0),
-            epochs=p.get("epochs", 0),
-            step=p.get("step", 0),
-            loss=p.get("loss"),
-            samples_per_second=p.get("samples_per_second"),
-            eval_metric=p.get("eval_metric"),
-            eval_value=p.get("eval_value"),
-            summary=p.get("summary", ""),
-            updated_at=p.get("updated_at"),
-        )
         C.set_trainers_running(conds)
     if obs.phase == S.Phase.succeeded.value:
         C.set_succeeded(conds)
@@ -86,7 +73,7 @@ def build(gt: S.GraphTraining, obs: Observed, previous: list[S.Condition], at: s
         phase=obs.phase,
         conditions=conds.as_list(),
         partition=part,
-        progress=progress,
+        progress=obs.progress,
         shards=[
             S.ShardStatus(
                 index=s["index"],

@@ -253,14 +253,19 @@ def test_a_semantically_invalid_spec_ends_with_spec_valid_false_and_no_children(
 
 def test_trainers_report_into_the_progress_config_map(kube, ns: str, monkeypatch) -> None:
     """What `graphtrain train --progress-configmap` does on every rank (rank 0 adds the progress)."""
-    from graphtrain.runtime.train.common import Progress, Reporter
+    from graphtrain.runtime.spec import reporting
+    from graphtrain.runtime.train.common import Progress, Reporter, progress_sinks
 
     kube("create", "configmap", "p-progress", "-n", ns)
     monkeypatch.setenv("POD_NAMESPACE", ns)
     for rank in (0, 1):
-        Reporter(None, rank, echo=False, configmap="p-progress").report(
+        Reporter(rank, progress_sinks(None, rank, "p-progress"), echo=False).report(
             Progress(epoch=1, epochs=3, step=7 + rank)
         )
     data = get(kube, "configmap", "p-progress", ns)["data"]
     assert json.loads(data["rank-1"])["step"] == 8 and json.loads(data["rank-0"])["step"] == 7
     assert json.loads(data["progress"])["epochs"] == 3 and "rank-1" not in data["progress"]
+    # what the operator reads back: the spec's Progress, the same schema as a local run's progress.json
+    progress = reporting.training_progress(data)
+    assert progress is not None and (progress.step, progress.summary) == (7, "epoch 1/3")
+    assert reporting.rank_report(data, 1).updated_at  # the heartbeat the stall detection reads
