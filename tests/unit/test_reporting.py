@@ -60,8 +60,7 @@ def test_both_sinks_write_the_spec_schema_and_both_executors_read_it(tmp_path: P
     report = reporting.decode((tmp_path / reporting.PROGRESS_FILE).read_text())
     gt = S.load_yaml(EXAMPLE.read_text())
     local = status.build(gt, status.Observed(progress=report), [], "2026-01-01T00:00:00+00:00")
-    operator: dict[str, Any] = {}
-    reconcile._progress(operator, {"data": body["data"]})
+    operator = reconcile.progress_status({"data": body["data"]})
     assert local.model_dump(by_alias=True, exclude_none=True, mode="json")["progress"] == operator["progress"]
 
 
