@@ -132,7 +132,7 @@ def _volumes(gt: S.GraphTraining, token: bool) -> list[Obj]:
 
 
 def _mounts(gt: S.GraphTraining, token: bool) -> list[Obj]:
-    mounts = [
+    mounts: list[Obj] = [
         {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
         {"name": "data", "mountPath": Layout(gt).mount},
         {"name": "tmp", "mountPath": "/tmp"},

@@ -233,6 +233,20 @@ def test_a_training_goes_through_every_phase(kube, operator, ns: str) -> None:
         assert names_of(kube, kind, ns, "wn") == [], kind
 
 
+def test_the_deadline_fails_a_training_and_stops_its_children(kube, operator, ns: str) -> None:
+    """Nothing happens to the training but time: it fails with DeadlineExceeded, its partition job goes."""
+    spec = SPEC.format(name="late", extra_model="").replace("{backoffLimit: 1}", "{activeDeadlineSeconds: 3}")
+    kube("apply", "-n", ns, "-f", "-", input=spec)
+    assert wait_for(lambda: names_of(kube, "job", ns, "late") == ["late-partition"], what="the partition job")
+    assert wait_for(lambda: phase(kube, "late", ns) == "Failed", timeout=60, what="Failed")
+    failed = conditions(kube, "late", ns)["Failed"]
+    assert failed["reason"] == "DeadlineExceeded" and "activeDeadlineSeconds (3 s" in failed["message"]
+    assert wait_for(lambda: names_of(kube, "job", ns, "late") == [], what="the job deleted")
+    events = yaml.safe_load(kube("get", "events", "-n", ns, "-o", "yaml"))["items"]
+    said = {(e["type"], e["reason"]) for e in events if e["involvedObject"]["name"] == "late"}
+    assert {("Warning", "DeadlineExceeded"), ("Warning", "Failed"), ("Normal", "Partitioning")} <= said
+
+
 def test_the_schema_refuses_a_bad_field_naming_it(kube, ns: str) -> None:
     bad = SPEC.format(name="bad", extra_model="").replace("parts: 2", "parts: 0")
     out = kube("apply", "-n", ns, "-f", "-", input=bad, check=False)
