@@ -13,6 +13,9 @@ the shared vocabulary (spec.conditions) and either decides the phase or hands on
   shards     the shard servers' StatefulSet and each server's state
   trainers   the trainer pods of the current attempt: start, restart, fail, succeed; progress, stalls
 
+A GraphTraining being deleted (deletionTimestamp set) gets an empty plan: its children are going, and
+no late trigger (a child's event, the timer, a requeue) may make them again.
+
 The applied spec lives in the <name>-config ConfigMap. A later spec change that cannot apply to a
 running job (anything but runPolicy) is refused with SpecValid False / UpdateRefused while the job
 goes on with the applied spec; nothing is half-applied. A spec the models reject never gets children.
@@ -463,6 +466,8 @@ def plan(obs: Observed, image: str = M.DEFAULT_IMAGE, token: str = "") -> Plan:
     then STAGES until one decides the phase. `token`: used if the Secret is missing."""
     body = obs.training
     old = body.get("status") or {}
+    if body["metadata"].get("deletionTimestamp"):  # being deleted: nothing is made for it, nothing said
+        return Plan([], old, [])
     conds = C.Conditions(
         C.parse(old.get("conditions") or []), _iso(obs.now), body["metadata"].get("generation")
     )

@@ -899,3 +899,12 @@ def to_training_from(c: Cluster) -> None:
     c.step()
     c.ready_shards()
     c.step()
+
+
+def test_a_training_being_deleted_is_left_alone() -> None:
+    c = Cluster(training())
+    c.step()
+    c.body["metadata"]["deletionTimestamp"] = "2026-11-22T12:00:30Z"
+    c.children.clear()  # its children are being deleted
+    p = c.step()
+    assert p.actions == [] and p.events == [] and p.status == c.body["status"]
