@@ -9,6 +9,7 @@ and kopf keeps its bookkeeping in annotations so the status holds only fields th
 
 from __future__ import annotations
 
+import logging
 import os
 import secrets
 import threading
@@ -21,6 +22,7 @@ from graphtrain.operator import k8s
 from graphtrain.operator import manifests as M
 from graphtrain.operator.reconcile import plan
 
+log = logging.getLogger("graphtrain.operator")
 GROUP, VERSION, PLURAL = k8s.GROUP, k8s.VERSION, k8s.PLURAL
 TIMER_SECONDS = float(os.environ.get("GRAPHTRAIN_OPERATOR_TIMER", "15"))
 REQUEUE_SLACK = 1.0  # seconds after a plan's requeue time: status times have whole seconds
@@ -63,10 +65,19 @@ def requeue(namespace: str, name: str, after: float | None) -> None:
             pending.cancel()
         if after is None:
             return
-        timer = threading.Timer(after + REQUEUE_SLACK, reconcile, (namespace, name))
+        timer = threading.Timer(after + REQUEUE_SLACK, _requeued, (namespace, name))
         timer.daemon = True
         _timers[(namespace, name)] = timer
         timer.start()
+
+
+def _requeued(namespace: str, name: str) -> None:
+    """A requeue's reconcile, on the timer's own thread: a failure is logged (kopf's periodic timer
+    reconciles again), not lost in the thread."""
+    try:
+        reconcile(namespace, name)
+    except Exception:
+        log.exception("requeued reconcile of %s/%s failed", namespace, name)
 
 
 @kopf.on.resume(GROUP, VERSION, PLURAL)

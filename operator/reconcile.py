@@ -237,6 +237,7 @@ class Step:
 
 
 TERMINAL = (S.Phase.succeeded, S.Phase.failed)
+FINISHED = ("Succeeded", "Failed")  # a pod's terminal phases
 
 
 def spec_stage(obs: Observed, conds: C.Conditions) -> SpecDecision:
@@ -331,15 +332,11 @@ def shut_down(ctx: Context) -> list[Action]:
 
 def stop_running(ctx: Context) -> list[Action]:
     """What a deadline stops besides: the partition job if it runs, and every trainer pod that runs."""
-    n = ctx.names
-    job = ctx.remove("Job", n["partition"], "batch/v1")
-    running = [
-        p["metadata"]["name"] for p in ctx.pods("trainer") if pod_phase(p) not in ("Succeeded", "Failed")
-    ]
-    return [
-        *(job if job_outcome(ctx.child("Job", n["partition"]))[0] == "running" else []),
-        *(a for name in sorted(running) for a in ctx.remove("Pod", name, "v1")),
-    ]
+    job = ctx.names["partition"]
+    actions = ctx.remove("Job", job, "batch/v1") if job_outcome(ctx.child("Job", job))[0] == "running" else []
+    for name in sorted(p["metadata"]["name"] for p in ctx.pods("trainer") if pod_phase(p) not in FINISHED):
+        actions += ctx.remove("Pod", name, "v1")
+    return actions
 
 
 def partition_stage(ctx: Context, conds: C.Conditions) -> Step:

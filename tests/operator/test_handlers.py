@@ -33,3 +33,16 @@ def test_a_new_plan_replaces_the_pending_requeue_and_none_cancels_it(reconciled:
     handlers.requeue("ns", "b", None)
     assert second.finished.is_set() and ("ns", "b") not in handlers._timers
     assert reconciled.empty()
+
+
+def test_a_failed_requeued_reconcile_is_logged(monkeypatch: pytest.MonkeyPatch, caplog) -> None:
+    def fail(namespace: str, name: str) -> None:
+        raise RuntimeError("the API server is away")
+
+    monkeypatch.setattr(handlers, "reconcile", fail)
+    monkeypatch.setattr(handlers, "REQUEUE_SLACK", 0.0)
+    handlers.requeue("ns", "c", 0.01)
+    timer = handlers._timers.pop(("ns", "c"))
+    timer.join(timeout=30)
+    assert not timer.is_alive()
+    assert "requeued reconcile of ns/c failed" in caplog.text and "the API server is away" in caplog.text
