@@ -1,5 +1,6 @@
 """kopf handlers: thin. Every trigger (the GraphTraining created, resumed or changed; any labelled child
-changed; a periodic timer for stall detection) runs the same reconcile: observe, plan, apply.
+changed; a periodic timer for stall detection; a plan's timed requeue, for its deadline) runs the same
+reconcile: observe, plan, apply. Handlers take kopf's keyword arguments by name (kopf passes them all).
 
 Run with `graphtrain operator` (or `kopf run -m graphtrain.operator.handlers`). Watches have server
 and client timeouts (a silent watch is a known kopf pitfall), peering is off by default (one replica),
@@ -8,6 +9,7 @@ and kopf keeps its bookkeeping in annotations so the status holds only fields th
 
 from __future__ import annotations
 
+import logging
 import os
 import secrets
 import threading
@@ -20,9 +22,13 @@ from graphtrain.operator import k8s
 from graphtrain.operator import manifests as M
 from graphtrain.operator.reconcile import plan
 
+log = logging.getLogger("graphtrain.operator")
 GROUP, VERSION, PLURAL = k8s.GROUP, k8s.VERSION, k8s.PLURAL
 TIMER_SECONDS = float(os.environ.get("GRAPHTRAIN_OPERATOR_TIMER", "15"))
+REQUEUE_SLACK = 1.0  # seconds after a plan's requeue time: status times have whole seconds
 _locks: defaultdict[tuple[str, str], threading.Lock] = defaultdict(threading.Lock)
+_timers: dict[tuple[str, str], threading.Timer] = {}
+_timers_lock = threading.Lock()
 
 
 @kopf.on.startup()
@@ -37,35 +43,69 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
 
 
 def reconcile(namespace: str, name: str) -> None:
+    """Observe, plan, apply; then arrange the plan's timed requeue (or cancel the last one)."""
     with _locks[(namespace, name)]:
         observed = k8s.observe(namespace, name)
         if observed is None:
+            requeue(namespace, name, None)
             return
         image = os.environ.get("GRAPHTRAIN_IMAGE", M.DEFAULT_IMAGE)
-        k8s.apply(plan(observed, image=image, token=secrets.token_hex(24)), observed)
+        decided = plan(observed, image=image, token=secrets.token_hex(24))
+        k8s.apply(decided, observed)
+        requeue(namespace, name, decided.requeue_after)
+
+
+def requeue(namespace: str, name: str, after: float | None) -> None:
+    """Reconcile the training again in `after` seconds whatever else happens (its deadline must fire
+    with no event to wake the operator; the periodic timer alone would fire it up to TIMER_SECONDS
+    late); None cancels. One pending requeue per training: a new plan replaces the last one's."""
+    with _timers_lock:
+        pending = _timers.pop((namespace, name), None)
+        if pending is not None:
+            pending.cancel()
+        if after is None:
+            return
+        timer = threading.Timer(after + REQUEUE_SLACK, _requeued, (namespace, name))
+        timer.daemon = True
+        _timers[(namespace, name)] = timer
+        timer.start()
+
+
+def _requeued(namespace: str, name: str) -> None:
+    """A requeue's reconcile, on the timer's own thread: a failure is logged (kopf's periodic timer
+    reconciles again), not lost in the thread."""
+    try:
+        reconcile(namespace, name)
+    except Exception:
+        log.exception("requeued reconcile of %s/%s failed", namespace, name)
 
 
 @kopf.on.resume(GROUP, VERSION, PLURAL)
 @kopf.on.create(GROUP, VERSION, PLURAL)
 @kopf.on.update(GROUP, VERSION, PLURAL, field="spec")
-def on_training(name: str, namespace: str, **_: Any) -> None:
-    reconcile(namespace, name)
+def on_training(*, name: str, namespace: str | None, **_: Any) -> None:
+    if namespace:  # always: GraphTrainings are namespaced
+        reconcile(namespace, name)
 
 
 @kopf.on.delete(GROUP, VERSION, PLURAL)
-def on_delete(name: str, namespace: str, uid: str, logger: Any, **_: Any) -> None:
+def on_delete(*, name: str, namespace: str | None, uid: str, logger: kopf.Logger, **_: Any) -> None:
     """Children go with their GraphTraining (a finalizer holds it until they are deleted)."""
+    if not namespace:
+        return
+    requeue(namespace, name, None)
     with _locks[(namespace, name)]:
         logger.info(f"deleted {k8s.delete_children(namespace, name, uid)} children")
 
 
 @kopf.timer(GROUP, VERSION, PLURAL, interval=TIMER_SECONDS, initial_delay=TIMER_SECONDS)
-def on_timer(name: str, namespace: str, status: dict[str, Any], **_: Any) -> None:
-    if status.get("phase") not in ("Succeeded", "Failed"):
+def on_timer(*, name: str, namespace: str | None, status: kopf.Status, **_: Any) -> None:
+    if namespace and status.get("phase") not in ("Succeeded", "Failed"):
         reconcile(namespace, name)
 
 
-def _child(meta: dict[str, Any], namespace: str, **_: Any) -> None:
+def on_child(*, meta: kopf.Meta, namespace: str | None, **_: Any) -> None:
+    """A labelled child changed: reconcile its training."""
     training = (meta.get("labels") or {}).get(M.LABEL_TRAINING)
     if training and namespace:
         reconcile(namespace, training)
@@ -73,4 +113,4 @@ def _child(meta: dict[str, Any], namespace: str, **_: Any) -> None:
 
 _LABELLED = {M.LABEL_TRAINING: kopf.PRESENT}
 for _resource in (("v1", "pods"), ("batch/v1", "jobs"), ("apps/v1", "statefulsets"), ("v1", "configmaps")):
-    kopf.on.event(*_resource, labels=_LABELLED)(_child)
+    kopf.on.event(*_resource, labels=_LABELLED)(on_child)

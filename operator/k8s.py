@@ -19,8 +19,9 @@ from kubernetes.client.rest import ApiException
 from kubernetes.dynamic import DynamicClient
 
 from graphtrain.operator import manifests as M
-from graphtrain.operator.reconcile import Event, Observed, Plan, key
+from graphtrain.operator.reconcile import Observed, Plan, key
 from graphtrain.runtime import spec as S
+from graphtrain.runtime.spec.conditions import Event
 
 log = logging.getLogger("graphtrain.operator")
 GROUP, VERSION = S.API_VERSION.split("/")

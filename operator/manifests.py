@@ -25,6 +25,7 @@ from typing import Any
 import yaml
 
 from graphtrain.runtime import spec as S
+from graphtrain.runtime.spec import roles
 
 LABEL_TRAINING = "graphtrain.io/training"
 LABEL_ROLE = "graphtrain.io/role"
@@ -36,6 +37,7 @@ METRICS_PORT = 9090
 RENDEZVOUS_PORT = 29500
 CONFIG_DIR = "/etc/graphtrain"
 TOKEN_DIR = "/etc/graphtrain/token"
+TERMINATION_LOG = "/dev/termination-log"  # the partition pod's stats, read back from its status
 DEFAULT_IMAGE = "ghcr.io/graphtrain/graphtrain:0.1.0"
 RUN_AS = 10001
 
@@ -97,6 +99,9 @@ class Layout:
         self.checkpoints = f"{self.work}/checkpoints"
         self.spec_file = f"{CONFIG_DIR}/spec.yaml"
         self.token_file = f"{TOKEN_DIR}/token"
+        self.files = roles.Files(
+            spec=self.spec_file, partition=self.partition, token=self.token_file, checkpoints=self.checkpoints
+        )
 
 
 # ------------------------------------------------------------------------------------ pod pieces
@@ -127,7 +132,7 @@ def _volumes(gt: S.GraphTraining, token: bool) -> list[Obj]:
 
 
 def _mounts(gt: S.GraphTraining, token: bool) -> list[Obj]:
-    mounts = [
+    mounts: list[Obj] = [
         {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
         {"name": "data", "mountPath": Layout(gt).mount},
         {"name": "tmp", "mountPath": "/tmp"},
@@ -154,7 +159,7 @@ def _container(gt: S.GraphTraining, image: str, name: str, args: list[str], toke
     return {
         "name": name,
         "image": gt.spec.image or image,
-        "command": ["graphtrain"],
+        "command": [roles.PROGRAM],
         "args": args,
         "env": env,
         "volumeMounts": _mounts(gt, token),
@@ -270,8 +275,7 @@ def data_claim(owner: Obj, gt: S.GraphTraining) -> Obj | None:
 def partition_job(owner: Obj, gt: S.GraphTraining, image: str) -> Obj:
     """Partitions the graph onto the shared volume; its compact stats end in the termination message."""
     n, lay = names(gt.metadata.name), Layout(gt)
-    args = ["partition", "--spec", lay.spec_file, "--out", lay.partition, "--overwrite"]
-    args += ["--data-dir", lay.data, "--report-file", "/dev/termination-log"]
+    args = roles.partition(lay.files, data_dir=lay.data, report_file=TERMINATION_LOG)
     container = _container(gt, image, "partition", args, token=False, terminationMessagePolicy="File")
     return {
         "apiVersion": "batch/v1",
@@ -321,25 +325,17 @@ def shard_statefulset(owner: Obj, gt: S.GraphTraining, image: str) -> Obj:
     or requests waiting while no worker finishes any), which a busy server does not."""
     n, lay = names(gt.metadata.name), Layout(gt)
     ss = gt.spec.shard_servers
-    args = ["shard-server", "--bind", f"tcp://0.0.0.0:{SHARD_PORT}", "--shard-from-hostname"]
-    args += [
-        "--token-file",
-        lay.token_file,
-        "--partition",
-        lay.partition,
-        "--checkpoint-root",
-        lay.checkpoints,
-    ]
-    args += ["--restore", "latest", "--metrics-port", str(METRICS_PORT), "--metrics-host", "0.0.0.0"]
+    args = roles.shard_server(
+        lay.files,
+        bind=f"tcp://0.0.0.0:{SHARD_PORT}",
+        shard=None,  # the StatefulSet pod's ordinal
+        shm=False,  # trainers run in other pods
+        metrics_port=METRICS_PORT,
+        metrics_host="0.0.0.0",
+    )
     probe = {
         "exec": {
-            "command": [
-                "graphtrain",
-                "health",
-                f"tcp://127.0.0.1:{SHARD_PORT}",
-                "--token-file",
-                lay.token_file,
-            ]
+            "command": [roles.PROGRAM, *roles.health([f"tcp://127.0.0.1:{SHARD_PORT}"], lay.token_file)]
         },
         "periodSeconds": 10,
         "timeoutSeconds": 8,
@@ -396,10 +392,15 @@ def trainer_pod(owner: Obj, gt: S.GraphTraining, image: str, rank: int, attempt:
     ns = owner["metadata"]["namespace"]
     world = gt.spec.trainers.replicas
     rank0 = f"{trainer_name(gt.metadata.name, 0)}.{n['trainers']}.{ns}.svc"
-    args = ["train", "--spec", lay.spec_file, "--partition", lay.partition, "--rank", str(rank)]
-    args += ["--world", str(world), "--init", f"tcp://{rank0}:{RENDEZVOUS_PORT}"]
-    args += ["--servers", ",".join(shard_addresses(gt, ns)), "--token-file", lay.token_file, "--no-shm"]
-    args += ["--checkpoint-root", lay.checkpoints, "--progress-configmap", n["progress"]]
+    args = roles.train(
+        lay.files,
+        servers=shard_addresses(gt, ns),
+        rank=rank,
+        world=world,
+        init=f"tcp://{rank0}:{RENDEZVOUS_PORT}",
+        shm=False,  # the shard servers run in other pods
+        progress_configmap=n["progress"],
+    )
     tr = gt.spec.trainers
     container = _container(
         gt,

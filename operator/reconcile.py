@@ -1,8 +1,20 @@
-"""plan(observed) -> (actions, status, events): every decision of the operator, as a pure function.
+"""plan(observed) -> (actions, status, events): every decision of the operator, as pure functions.
 
 The operator observes a GraphTraining and its children (listed by label), calls plan(), then applies
-the creates and deletes, writes the status if it changed and posts the events. Nothing here talks to
+the creates and deletes, writes the status if it changed, posts the events, and reconciles again after
+`requeue_after` seconds if the plan asks (a deadline fires with no other event). Nothing here talks to
 the API, so every phase transition and failure is a table-driven unit test with literal dicts.
+
+plan() runs stages in order, each a pure function of the observation that sets its conditions through
+the shared vocabulary (spec.conditions) and either decides the phase or hands on to the next:
+  spec       valid? once running, the applied spec with the current runPolicy; other changes refused
+  terminal   a finished training is left alone; one past runPolicy.activeDeadlineSeconds fails
+  partition  the base children and the partition job, until it succeeded
+  shards     the shard servers' StatefulSet and each server's state
+  trainers   the trainer pods of the current attempt: start, restart, fail, succeed; progress, stalls
+
+A GraphTraining being deleted (deletionTimestamp set) gets an empty plan: its children are going, and
+no late trigger (a child's event, the timer, a requeue) may make them again.
 
 The applied spec lives in the <name>-config ConfigMap. A later spec change that cannot apply to a
 running job (anything but runPolicy) is refused with SpecValid False / UpdateRefused while the job
@@ -20,6 +32,9 @@ from pydantic import ValidationError
 
 from graphtrain.operator import manifests as M
 from graphtrain.runtime import spec as S
+from graphtrain.runtime.spec import conditions as C
+from graphtrain.runtime.spec import reporting
+from graphtrain.runtime.spec.conditions import Event
 
 Obj = dict[str, Any]
 MUTABLE = {"runPolicy"}  # spec sections a running job takes on
@@ -43,18 +58,12 @@ class Action:
         return f"{self.obj['kind']}/{self.obj['metadata']['name']}"
 
 
-@dataclass(frozen=True)
-class Event:
-    type: Literal["Normal", "Warning"]
-    reason: str
-    message: str
-
-
 @dataclass
 class Plan:
     actions: list[Action]
     status: Obj
     events: list[Event]
+    requeue_after: float | None = None  # reconcile again in this many seconds (the deadline), events or not
 
 
 def key(kind: str, name: str) -> str:
@@ -150,86 +159,95 @@ def applied_spec(children: dict[str, Obj], name: str) -> S.GraphTraining | None:
         return None
 
 
-# ------------------------------------------------------------------------------------ conditions
+# ---------------------------------------------------------------------------------------- stages
 
 
-class Conditions:
-    """The status conditions, keeping lastTransitionTime when a condition's status is unchanged."""
+@dataclass(frozen=True)
+class SpecDecision:
+    """The spec stage's outcome: the spec the training runs with (None: invalid and never applied, so
+    the training fails without children) and the generation its status reports (a refused update's is
+    not observed)."""
 
-    def __init__(self, old: list[Obj], now: dt.datetime, generation: int | None):
-        self.old = {c["type"]: c for c in old}
-        self.now, self.generation = now, generation
-        self.new: dict[str, Obj] = {}
-
-    def set(self, kind: S.ConditionType, ok: bool, reason: str, message: str = "") -> None:
-        status = "True" if ok else "False"
-        prev = self.old.get(kind.value)
-        since = prev["lastTransitionTime"] if prev and prev.get("status") == status else _iso(self.now)
-        self.new[kind.value] = {
-            "type": kind.value,
-            "status": status,
-            "reason": reason,
-            "message": message,
-            "lastTransitionTime": since,
-            **({"observedGeneration": self.generation} if self.generation is not None else {}),
-        }
-
-    def events(self) -> list[Event]:
-        out = []
-        for t, c in self.new.items():
-            prev = self.old.get(t)
-            if prev is None or prev.get("status") != c["status"] or prev.get("reason") != c["reason"]:
-                bad = (t in ("Failed", "Stalled") and c["status"] == "True") or (
-                    t not in ("Failed", "Stalled") and c["status"] == "False" and c["reason"] not in _WAITING
-                )
-                msg = c["message"] or f"{t} is {c['status']}"
-                out.append(Event("Warning" if bad else "Normal", c["reason"], msg))
-        return out
-
-    def as_list(self) -> list[Obj]:
-        return list(self.new.values())
+    gt: S.GraphTraining | None
+    observed_generation: int | None
 
 
-_WAITING = {"Partitioning", "Waiting", "Starting", "NotStarted", "Running", "NoProgressYet", "Progressing"}
+@dataclass(frozen=True)
+class Context:
+    """What the stages after the spec read: the observation, the spec that applies, and what new
+    children are made with (the image; the token, used if the Secret is missing)."""
+
+    obs: Observed
+    gt: S.GraphTraining
+    image: str = M.DEFAULT_IMAGE
+    token: str = ""
+
+    @property
+    def body(self) -> Obj:
+        return self.obs.training
+
+    @property
+    def old(self) -> Obj:
+        """The status as the operator last wrote it."""
+        return self.obs.training.get("status") or {}
+
+    @property
+    def namespace(self) -> str:
+        return str(self.obs.training["metadata"]["namespace"])
+
+    @property
+    def names(self) -> dict[str, str]:
+        return M.names(self.obs.training["metadata"]["name"])
+
+    @property
+    def attempt(self) -> int:
+        """The trainers' attempt: the number of restarts so far."""
+        return int(self.old.get("restarts", 0))
+
+    def child(self, kind: str, name: str) -> Obj | None:
+        return self.obs.children.get(key(kind, name))
+
+    def pods(self, role: str) -> list[Obj]:
+        return [p for p in self.obs.pods if p["metadata"].get("labels", {}).get(M.LABEL_ROLE) == role]
+
+    def ensure(self, *objs: Obj | None) -> list[Action]:
+        """Creates of the objects not observed (None: not wanted)."""
+        return [
+            Action("create", o)
+            for o in objs
+            if o is not None and key(o["kind"], o["metadata"]["name"]) not in self.obs.children
+        ]
+
+    def remove(self, kind: str, name: str, api_version: str) -> list[Action]:
+        """The delete of a child, if it is observed."""
+        if key(kind, name) not in self.obs.children:
+            return []
+        meta = {"name": name, "namespace": self.namespace}
+        return [Action("delete", {"apiVersion": api_version, "kind": kind, "metadata": meta})]
 
 
-# ------------------------------------------------------------------------------------------ plan
+@dataclass
+class Step:
+    """A stage's decision: what to create or delete, the status fields it observed, and the phase the
+    plan ends with (None: the next stage decides). Conditions go through the shared setters."""
+
+    actions: list[Action] = field(default_factory=list)
+    status: Obj = field(default_factory=dict)
+    phase: S.Phase | None = None
 
 
-def plan(obs: Observed, image: str = M.DEFAULT_IMAGE, token: str = "") -> Plan:
-    """Decide what to create or delete and what the status is. `token`: used if the Secret is missing."""
+TERMINAL = (S.Phase.succeeded, S.Phase.failed)
+FINISHED = ("Succeeded", "Failed")  # a pod's terminal phases
+
+
+def spec_stage(obs: Observed, conds: C.Conditions) -> SpecDecision:
+    """Is the spec valid, and which applies. Before the first children, the current spec (invalid:
+    SpecValid False and Failed). After, the applied one (the config ConfigMap's), taking only the
+    current runPolicy; any other change is refused (SpecValid False / UpdateRefused) and its
+    generation is not reported as observed."""
     body = obs.training
     meta = body["metadata"]
-    name, generation = meta["name"], meta.get("generation")
-    old = body.get("status") or {}
-    conds = Conditions(old.get("conditions") or [], obs.now, generation)
-    status: Obj = {
-        "restarts": int(old.get("restarts", 0)),
-        "startTime": old.get("startTime") or _iso(obs.now),
-    }
-    for keep in ("completionTime", "partition", "progress"):
-        if old.get(keep) is not None:
-            status[keep] = old[keep]
-    actions: list[Action] = []
-
-    def finish(phase: S.Phase, observed_generation: int | None = generation) -> Plan:
-        status["phase"] = phase.value
-        status["conditions"] = conds.as_list()
-        if observed_generation is not None:
-            status["observedGeneration"] = observed_generation
-        if phase in (S.Phase.succeeded, S.Phase.failed) and "completionTime" not in status:
-            status["completionTime"] = _iso(obs.now)
-        events = conds.events()
-        if old.get("phase") != phase.value:
-            events.insert(
-                0,
-                Event(
-                    "Warning" if phase == S.Phase.failed else "Normal", phase.value, f"phase {phase.value}"
-                ),
-            )
-        return Plan(actions, status, events)
-
-    # --- the spec: valid? and, once running, the applied one ------------------------------------
+    generation = meta.get("generation")
     try:
         current: S.GraphTraining | None = S.parse(
             {k: v for k, v in body.items() if k in ("apiVersion", "kind", "metadata", "spec")}
@@ -237,107 +255,128 @@ def plan(obs: Observed, image: str = M.DEFAULT_IMAGE, token: str = "") -> Plan:
         problem = ""
     except S.SpecError as exc:
         current, problem = None, "; ".join(map(str, exc.problems))
-    applied = applied_spec(obs.children, name)
-    observed_generation = generation
+    applied = applied_spec(obs.children, meta["name"])
     if applied is None:
         if current is None:
-            conds.set(S.ConditionType.spec_valid, False, "InvalidSpec", problem)
-            conds.set(S.ConditionType.failed, True, "InvalidSpec", problem)
-            return finish(S.Phase.failed)
-        gt = current
-        conds.set(S.ConditionType.spec_valid, True, "Valid")
-    else:
-        gt = applied
-        new = current.spec.model_dump(by_alias=True, mode="json") if current else None
-        had = applied.spec.model_dump(by_alias=True, mode="json")
-        changed = sorted(k for k in had if new is None or new.get(k) != had[k])
-        refused = [k for k in changed if k not in MUTABLE]
-        if current is None:
-            conds.set(
-                S.ConditionType.spec_valid, False, "UpdateRefused", f"the new spec is invalid: {problem}"
-            )
-            observed_generation = old.get("observedGeneration")
-        elif refused:
-            fields = ", ".join(f"spec.{k}" for k in refused)
-            conds.set(
-                S.ConditionType.spec_valid,
-                False,
-                "UpdateRefused",
-                f"{fields} cannot change once the training started; the job goes on with the applied spec "
-                "(revert the change or create a new GraphTraining)",
-            )
-            observed_generation = old.get("observedGeneration")
+            C.set_spec_invalid(conds, problem)
         else:
-            conds.set(S.ConditionType.spec_valid, True, "Valid")
-        if current is not None:
-            gt = gt.model_copy(
-                update={"spec": gt.spec.model_copy(update={"run_policy": current.spec.run_policy})}
-            )
+            C.set_spec_valid(conds)
+        return SpecDecision(current, generation)
+    new = current.spec.model_dump(by_alias=True, mode="json") if current else None
+    had = applied.spec.model_dump(by_alias=True, mode="json")
+    refused = [k for k in sorted(had) if (new is None or new.get(k) != had[k]) and k not in MUTABLE]
+    observed_generation = generation
+    if current is None:
+        C.set_update_refused(conds, f"the new spec is invalid: {problem}")
+        observed_generation = (body.get("status") or {}).get("observedGeneration")
+    elif refused:
+        fields = ", ".join(f"spec.{k}" for k in refused)
+        C.set_update_refused(
+            conds,
+            f"{fields} cannot change once the training started; the job goes on with the applied spec "
+            "(revert the change or create a new GraphTraining)",
+        )
+        observed_generation = (body.get("status") or {}).get("observedGeneration")
+    else:
+        C.set_spec_valid(conds)
+    if current is not None:
+        run_policy = current.spec.run_policy
+        applied = applied.model_copy(
+            update={"spec": applied.spec.model_copy(update={"run_policy": run_policy})}
+        )
+    return SpecDecision(applied, observed_generation)
 
-    ns = meta["namespace"]
-    n = M.names(name)
-    kids = obs.children
 
-    def ensure(*objs: Obj | None) -> None:
-        for o in objs:
-            if o is not None and key(o["kind"], o["metadata"]["name"]) not in kids:
-                actions.append(Action("create", o))
+def deadline(ctx: Context) -> dt.datetime | None:
+    """When runPolicy.activeDeadlineSeconds runs out, counted from the training's start (status.startTime,
+    set at its first reconcile), as a Job's is from its start; None without a deadline."""
+    seconds = ctx.gt.spec.run_policy.active_deadline_seconds
+    if not seconds:
+        return None
+    started = _parse_time(ctx.old.get("startTime")) or ctx.obs.now
+    return started + dt.timedelta(seconds=seconds)
 
-    def remove(kind: str, obj_name: str, api_version: str) -> None:
-        if key(kind, obj_name) in kids:
-            actions.append(
-                Action(
-                    "delete",
-                    {
-                        "apiVersion": api_version,
-                        "kind": kind,
-                        "metadata": {"name": obj_name, "namespace": ns},
-                    },
-                )
-            )
 
-    if old.get("phase") in (S.Phase.succeeded.value, S.Phase.failed.value):  # terminal: report, touch nothing
-        for c in old.get("conditions") or []:
-            if c["type"] != "SpecValid":
-                conds.new.setdefault(c["type"], c)
-        return finish(S.Phase(old["phase"]), observed_generation)
+def terminal_stage(ctx: Context, conds: C.Conditions) -> Step:
+    """A finished training is reported as it ended and left alone. One past its deadline fails with
+    DeadlineExceeded and stops what still runs; its other conditions stay as last observed."""
+    phase = ctx.old.get("phase")
+    if phase in TERMINAL:
+        _keep_conditions(ctx, conds)
+        return Step(phase=S.Phase(phase))
+    ends = deadline(ctx)
+    if ends is None or ctx.obs.now < ends:
+        return Step()
+    _keep_conditions(ctx, conds)
+    seconds = ctx.gt.spec.run_policy.active_deadline_seconds
+    C.set_failed(
+        conds,
+        C.Reason.deadline_exceeded,
+        f"the training ran past runPolicy.activeDeadlineSeconds ({seconds} s from its start, "
+        f"{ctx.old.get('startTime')}); its partition job, shard servers and trainers are stopped",
+    )
+    return Step(actions=shut_down(ctx) + stop_running(ctx), phase=S.Phase.failed)
 
-    # --- base children and the partition job ----------------------------------------------------
-    ensure(
+
+def _keep_conditions(ctx: Context, conds: C.Conditions) -> None:
+    """Carry the last status' conditions over (the spec stage's SpecValid stands)."""
+    for c in C.parse(ctx.old.get("conditions") or []):
+        if c.type != S.ConditionType.spec_valid:
+            conds.keep(c)
+
+
+def shut_down(ctx: Context) -> list[Action]:
+    """What every failure and the success stop: the shard servers (trainers that still run lose them)."""
+    return ctx.remove("StatefulSet", ctx.names["shards"], "apps/v1")
+
+
+def stop_running(ctx: Context) -> list[Action]:
+    """What a deadline stops besides: the partition job if it runs, and every trainer pod that runs."""
+    job = ctx.names["partition"]
+    actions = ctx.remove("Job", job, "batch/v1") if job_outcome(ctx.child("Job", job))[0] == "running" else []
+    for name in sorted(p["metadata"]["name"] for p in ctx.pods("trainer") if pod_phase(p) not in FINISHED):
+        actions += ctx.remove("Pod", name, "v1")
+    return actions
+
+
+def partition_stage(ctx: Context, conds: C.Conditions) -> Step:
+    """The base children (applied spec, token, progress map, trainer RBAC, data claim) and the partition
+    job; the plan stops here until the job succeeded, and fails if it failed."""
+    gt, body, n = ctx.gt, ctx.body, ctx.names
+    actions = ctx.ensure(
         M.config_map(body, gt),
-        M.token_secret(body, gt, token) if token else None,
+        M.token_secret(body, gt, ctx.token) if ctx.token else None,
         M.progress_map(body, gt),
         *M.trainer_rbac(body, gt),
         M.data_claim(body, gt),
-        M.partition_job(body, gt, image),
+        M.partition_job(body, gt, ctx.image),
     )
-    outcome, why = job_outcome(kids.get(key("Job", n["partition"])))
+    outcome, why = job_outcome(ctx.child("Job", n["partition"]))
     if outcome == "failed":
-        conds.set(S.ConditionType.partition_ready, False, "PartitionFailed", f"job {n['partition']}: {why}")
-        conds.set(S.ConditionType.failed, True, "PartitionFailed", f"job {n['partition']}: {why}")
-        return finish(S.Phase.failed, observed_generation)
+        C.set_partition_failed(conds, f"job {n['partition']}: {why}")
+        return Step(actions, phase=S.Phase.failed)
     if outcome != "succeeded":
-        conds.set(S.ConditionType.partition_ready, False, "Partitioning", f"job {n['partition']} is running")
-        return finish(S.Phase.partitioning, observed_generation)
-    stats = partition_stats(obs.pods)
-    if stats is not None:
-        status["partition"] = stats
-    conds.set(S.ConditionType.partition_ready, True, "Partitioned", "the partition job succeeded")
+        C.set_partitioning(conds, f"job {n['partition']} is running")
+        return Step(actions, phase=S.Phase.partitioning)
+    C.set_partitioned(conds, "the partition job succeeded")
+    stats = partition_stats(ctx.obs.pods)
+    return Step(actions, status={"partition": stats} if stats is not None else {})
 
-    # --- shard servers --------------------------------------------------------------------------
-    ensure(M.shard_service(body, gt), M.shard_statefulset(body, gt, image))
-    replicas = gt.spec.num_shards
-    sts = kids.get(key("StatefulSet", n["shards"]))
-    ready = int(((sts or {}).get("status") or {}).get("readyReplicas") or 0)
-    shard_pods = {
-        p["metadata"]["name"]: p
-        for p in obs.pods
-        if p["metadata"].get("labels", {}).get(M.LABEL_ROLE) == "shards"
-    }
+
+def ready_shards(ctx: Context) -> int:
+    """How many shard servers the StatefulSet reports ready."""
+    sts = ctx.child("StatefulSet", ctx.names["shards"]) or {}
+    return int((sts.get("status") or {}).get("readyReplicas") or 0)
+
+
+def shards_stage(ctx: Context, conds: C.Conditions) -> Step:
+    """The shard servers' Service and StatefulSet, and each server's state from its pod."""
+    gt, n = ctx.gt, ctx.names
+    actions = ctx.ensure(M.shard_service(ctx.body, gt), M.shard_statefulset(ctx.body, gt, ctx.image))
+    pods = {p["metadata"]["name"]: p for p in ctx.pods("shards")}
     shards = []
-    addresses = M.shard_addresses(gt, ns)
-    for i in range(replicas):
-        pod = shard_pods.get(f"{n['shards']}-{i}")
+    for i, address in enumerate(M.shard_addresses(gt, ctx.namespace)):
+        pod = pods.get(f"{n['shards']}-{i}")
         restarts = sum(
             int(cs.get("restartCount", 0))
             for cs in ((pod or {}).get("status") or {}).get("containerStatuses") or []
@@ -351,102 +390,133 @@ def plan(obs: Observed, image: str = M.DEFAULT_IMAGE, token: str = "") -> Plan:
                 if pod_phase(pod) == "Failed"
                 else S.ShardState.loading
             )
-        shards.append({"index": i, "state": state.value, "address": addresses[i], "restarts": restarts})
-    status["shards"] = shards
-    all_ready = ready >= replicas
-    conds.set(
-        S.ConditionType.shards_ready,
-        all_ready,
-        "AllReady" if all_ready else "Waiting",
-        f"{min(ready, replicas)}/{replicas} shard servers ready",
-    )
+        shards.append({"index": i, "state": state.value, "address": address, "restarts": restarts})
+    C.set_shards_ready(conds, ready_shards(ctx), gt.spec.num_shards)
+    return Step(actions, status={"shards": shards})
 
-    # --- trainers -------------------------------------------------------------------------------
-    world = gt.spec.trainers.replicas
-    attempt = status["restarts"]
-    trainers = {
-        int(p["metadata"]["labels"].get(M.LABEL_RANK, -1)): p
-        for p in obs.pods
-        if p["metadata"].get("labels", {}).get(M.LABEL_ROLE) == "trainer"
-    }
-    stale = {
-        r: p for r, p in trainers.items() if p["metadata"]["labels"].get(M.LABEL_ATTEMPT) != str(attempt)
-    }
+
+def trainers_stage(ctx: Context, conds: C.Conditions) -> Step:
+    """The trainer pods of the current attempt: removes an earlier attempt's first, starts them once
+    every shard server is ready, restarts every rank after a failure (up to runPolicy.backoffLimit),
+    and ends the training when all succeeded or one failed for good; reports progress and stalls."""
+    gt, attempt, world = ctx.gt, ctx.attempt, ctx.gt.spec.trainers.replicas
+    trainers = {int(p["metadata"]["labels"].get(M.LABEL_RANK, -1)): p for p in ctx.pods("trainer")}
+    stale = [p for p in trainers.values() if p["metadata"]["labels"].get(M.LABEL_ATTEMPT) != str(attempt)]
     if stale:  # a restart in progress: the old attempt's pods go first
-        for p in stale.values():
-            remove("Pod", p["metadata"]["name"], "v1")
-        conds.set(
-            S.ConditionType.trainers_ready,
-            False,
-            "Restarting",
-            f"recreating the trainers (restart {attempt})",
-        )
-        return finish(S.Phase.restarting, observed_generation)
+        C.set_trainers_waiting(conds, C.Reason.restarting, f"recreating the trainers (restart {attempt})")
+        actions = [a for p in stale for a in ctx.remove("Pod", p["metadata"]["name"], "v1")]
+        return Step(actions, phase=S.Phase.restarting)
     if not trainers:
-        if not all_ready:
-            conds.set(S.ConditionType.trainers_ready, False, "NotStarted", "waiting for the shard servers")
-            return finish(S.Phase.starting, observed_generation)
-        ensure(
-            M.trainer_service(body, gt), *(M.trainer_pod(body, gt, image, r, attempt) for r in range(world))
+        if ready_shards(ctx) < gt.spec.num_shards:
+            C.set_trainers_waiting(conds, C.Reason.not_started, "waiting for the shard servers")
+            return Step(phase=S.Phase.starting)
+        pods = (M.trainer_pod(ctx.body, gt, ctx.image, r, attempt) for r in range(world))
+        C.set_trainers_waiting(conds, C.Reason.starting, f"creating {world} trainer pods")
+        return Step(
+            ctx.ensure(M.trainer_service(ctx.body, gt), *pods),
+            phase=S.Phase.training if attempt == 0 else S.Phase.restarting,
         )
-        conds.set(S.ConditionType.trainers_ready, False, "Starting", f"creating {world} trainer pods")
-        return finish(S.Phase.training if attempt == 0 else S.Phase.restarting, observed_generation)
-    ensure(*(M.trainer_pod(body, gt, image, r, attempt) for r in range(world) if r not in trainers))
-
-    _progress(status, kids.get(key("ConfigMap", n["progress"])))
+    missing = ctx.ensure(
+        *(M.trainer_pod(ctx.body, gt, ctx.image, r, attempt) for r in range(world) if r not in trainers)
+    )
+    cm = ctx.child("ConfigMap", ctx.names["progress"])
+    step = Step(missing, status=progress_status(cm))
     failed = sorted((r, p) for r, p in trainers.items() if pod_phase(p) == "Failed")
     if failed:
-        message = pod_failure(failed[0][1])
-        if attempt < gt.spec.run_policy.backoff_limit:
-            status["restarts"] = attempt + 1
-            for p in trainers.values():
-                remove("Pod", p["metadata"]["name"], "v1")
-            conds.set(
-                S.ConditionType.trainers_ready,
-                False,
-                "TrainerFailed",
-                f"{message}; restart {attempt + 1}/{gt.spec.run_policy.backoff_limit} from the last "
-                "checkpoint",
-            )
-            return finish(S.Phase.restarting, observed_generation)
-        conds.set(S.ConditionType.trainers_ready, False, "TrainerFailed", message)
-        conds.set(
-            S.ConditionType.failed, True, "BackoffLimitExceeded" if attempt else "TrainerFailed", message
-        )
-        remove("StatefulSet", n["shards"], "apps/v1")
-        return finish(S.Phase.failed, observed_generation)
+        return _trainer_failed(ctx, conds, step, pod_failure(failed[0][1]), trainers)
     if len(trainers) == world and all(pod_phase(p) == "Succeeded" for p in trainers.values()):
-        conds.set(S.ConditionType.trainers_ready, False, "Completed", "every trainer finished")
-        conds.set(S.ConditionType.succeeded, True, "Completed", "training finished; shard servers stopped")
-        remove("StatefulSet", n["shards"], "apps/v1")
-        return finish(S.Phase.succeeded, observed_generation)
+        C.set_trainers_waiting(conds, C.Reason.completed, "every trainer finished")
+        C.set_succeeded(conds, "training finished; shard servers stopped")
+        return Step(step.actions + shut_down(ctx), step.status, S.Phase.succeeded)
     running = sum(pod_phase(p) in ("Running", "Succeeded") for p in trainers.values())
-    conds.set(
-        S.ConditionType.trainers_ready,
-        running == world,
-        "Running" if running == world else "Starting",
-        f"{running}/{world} trainers running",
-    )
     if running == world:
-        silent = _silent_rank(
-            trainers, kids.get(key("ConfigMap", n["progress"])), obs.now, gt.spec.run_policy
-        )
-        if silent is not None:
-            conds.set(S.ConditionType.stalled, True, "NoProgress", silent)
-        else:
-            conds.set(S.ConditionType.stalled, False, "Progressing", "every rank reports")
-    return finish(S.Phase.training, observed_generation)
+        C.set_trainers_running(conds, f"{running}/{world} trainers running")
+        C.set_stalled(conds, _silent_rank(trainers, cm, ctx.obs.now, gt.spec.run_policy))
+    else:
+        C.set_trainers_waiting(conds, C.Reason.starting, f"{running}/{world} trainers running")
+    return Step(step.actions, step.status, S.Phase.training)
 
 
-def _progress(status: Obj, cm: Obj | None) -> None:
-    raw = ((cm or {}).get("data") or {}).get("progress")
-    if not raw:
-        return
-    try:
-        p = S.Progress.model_validate(json.loads(raw))
-    except (ValueError, ValidationError):
-        return
-    status["progress"] = p.model_dump(by_alias=True, exclude_none=True, mode="json")
+def _trainer_failed(
+    ctx: Context, conds: C.Conditions, step: Step, message: str, trainers: dict[int, Obj]
+) -> Step:
+    """A trainer failed: every rank restarts from the last checkpoint while runPolicy.backoffLimit
+    allows (the next attempt's pods are made once these are gone), else the training fails."""
+    attempt, limit = ctx.attempt, ctx.gt.spec.run_policy.backoff_limit
+    if attempt < limit:
+        C.set_trainer_failed(conds, f"{message}; restart {attempt + 1}/{limit} from the last checkpoint")
+        removes = [a for p in trainers.values() for a in ctx.remove("Pod", p["metadata"]["name"], "v1")]
+        return Step(step.actions + removes, {**step.status, "restarts": attempt + 1}, S.Phase.restarting)
+    C.set_trainer_failed(conds, message)
+    C.set_failed(conds, C.Reason.backoff_limit_exceeded if attempt else C.Reason.trainer_failed, message)
+    return Step(step.actions + shut_down(ctx), step.status, S.Phase.failed)
+
+
+# ------------------------------------------------------------------------------------------ plan
+
+STAGES = (terminal_stage, partition_stage, shards_stage, trainers_stage)
+"""After the spec stage, in order; each ends the plan with a phase or hands on (the last always ends it)."""
+
+
+def plan(obs: Observed, image: str = M.DEFAULT_IMAGE, token: str = "") -> Plan:
+    """Decide what to create or delete, what the status is and which events say so: the spec stage,
+    then STAGES until one decides the phase. `token`: used if the Secret is missing."""
+    body = obs.training
+    old = body.get("status") or {}
+    if body["metadata"].get("deletionTimestamp"):  # being deleted: nothing is made for it, nothing said
+        return Plan([], old, [])
+    conds = C.Conditions(
+        C.parse(old.get("conditions") or []), _iso(obs.now), body["metadata"].get("generation")
+    )
+    status: Obj = {
+        "restarts": int(old.get("restarts", 0)),
+        "startTime": old.get("startTime") or _iso(obs.now),
+    }
+    status.update({k: old[k] for k in ("completionTime", "partition", "progress") if old.get(k) is not None})
+    decided = spec_stage(obs, conds)
+    if decided.gt is None:
+        return _finish(obs, conds, Step(status=status, phase=S.Phase.failed), decided.observed_generation)
+    ctx = Context(obs, decided.gt, image, token)
+    actions: list[Action] = []
+    for stage in STAGES:
+        step = stage(ctx, conds)
+        actions += step.actions
+        status.update(step.status)
+        if step.phase is not None:
+            ends = deadline(ctx)
+            wait = (
+                None if ends is None or step.phase in TERMINAL else max(0.0, (ends - obs.now).total_seconds())
+            )
+            return _finish(obs, conds, Step(actions, status, step.phase), decided.observed_generation, wait)
+    raise AssertionError("the trainers stage always decides the phase")
+
+
+def _finish(
+    obs: Observed,
+    conds: C.Conditions,
+    step: Step,
+    observed_generation: int | None,
+    requeue_after: float | None = None,
+) -> Plan:
+    """The plan of a decided phase: the status with its conditions, and the events of what changed."""
+    assert step.phase is not None
+    status = {**step.status, "phase": step.phase.value}
+    status["conditions"] = [
+        c.model_dump(by_alias=True, exclude_none=True, mode="json") for c in conds.as_list()
+    ]
+    if observed_generation is not None:
+        status["observedGeneration"] = observed_generation
+    if step.phase in TERMINAL and "completionTime" not in status:
+        status["completionTime"] = _iso(obs.now)
+    changed = C.phase_event((obs.training.get("status") or {}).get("phase"), step.phase)
+    return Plan(step.actions, status, [*([changed] if changed else []), *conds.events()], requeue_after)
+
+
+def progress_status(cm: Obj | None) -> Obj:
+    """status.progress from rank 0's report in the progress ConfigMap; {} when it has none that reads
+    (the last one stays)."""
+    report = reporting.training_progress((cm or {}).get("data"))
+    return {"progress": reporting.to_wire(report)} if report is not None else {}
 
 
 def _silent_rank(
@@ -458,13 +528,8 @@ def _silent_rank(
     for rank, pod in trainers.items():
         if pod_phase(pod) == "Succeeded":
             continue
-        seen = None
-        raw = data.get(f"rank-{rank}")
-        if raw:
-            try:
-                seen = _parse_time(json.loads(raw).get("updated_at"))
-            except ValueError:
-                seen = None
+        report = reporting.rank_report(data, rank)
+        seen = _parse_time(report.updated_at if report else None)
         seen = seen or _parse_time((pod.get("status") or {}).get("startTime"))
         if seen is None:
             continue

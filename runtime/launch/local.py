@@ -47,6 +47,8 @@ from graphtrain.runtime.errors import GraphtrainError
 from graphtrain.runtime.kvstore import checkpoint as ckpt
 from graphtrain.runtime.launch import plan, status
 from graphtrain.runtime.progress import console
+from graphtrain.runtime.spec import reporting
+from graphtrain.runtime.spec.conditions import Reason
 
 READY_TIMEOUT = 300.0
 POLL_SECONDS = 0.5
@@ -57,7 +59,12 @@ TERMINAL = (S.Phase.succeeded.value, S.Phase.failed.value)
 
 
 class RunFailed(GraphtrainError):
-    """A process of the run failed (named in the message), or the run hit its deadline or stalled."""
+    """A process of the run failed (named in the message), or the run hit its deadline or stalled;
+    `reason`: the Failed condition's reason it gives the status."""
+
+    def __init__(self, message: str, reason: Reason = Reason.process_failed):
+        super().__init__(message)
+        self.reason = reason
 
 
 class RunDirLocked(GraphtrainError):
@@ -313,9 +320,9 @@ class LocalRun:
 
     def start_servers(self, partition: Path) -> None:
         n = self.gt.spec.num_shards
+        where = plan.files(self.run_dir, self.spec_path, partition)
         self.servers = [
-            self._spawn(plan.shard_server(i, self.run_dir, partition, None, shm=True), announces=True)
-            for i in range(n)
+            self._spawn(plan.shard_server(i, where, self.run_dir), announces=True) for i in range(n)
         ]
         self.addresses = [self._wait_ready(c) for c in self.servers]
         self.obs.shards = [
@@ -340,26 +347,14 @@ class LocalRun:
         raise RunFailed(f"{c.plan.name} was not ready within {READY_TIMEOUT:g} s")
 
     def start_trainers(self, partition: Path) -> None:
+        where = plan.files(self.run_dir, self.spec_path, partition)
         if self.standalone:
-            argv = [
-                *plan.entry(),
-                "train",
-                "--spec",
-                str(self.spec_path),
-                "--partition",
-                str(partition),
-                "--standalone",
-                "--run-dir",
-                str(self.run_dir),
-                "--checkpoint-root",
-                str(self.run_dir / "checkpoints"),
-            ]
-            self.trainers = [self._spawn(plan.ProcessPlan("trainer-0", argv))]
+            self.trainers = [self._spawn(plan.standalone_trainer(where, self.run_dir))]
             return
         world = self.gt.spec.trainers.replicas
         init = f"tcp://127.0.0.1:{free_port()}"
         self.trainers = [
-            self._spawn(plan.trainer(r, world, self.run_dir, self.spec_path, partition, self.addresses, init))
+            self._spawn(plan.trainer(r, world, where, self.run_dir, self.addresses, init))
             for r in range(world)
         ]
 
@@ -402,18 +397,19 @@ class LocalRun:
     # ---------------------------------------------------------------------------------- monitor
 
     def _progress(self) -> None:
-        path = self.run_dir / "progress.json"
-        with contextlib.suppress(OSError, json.JSONDecodeError):
-            self.obs.progress = json.loads(path.read_text())
-            summary = self.obs.progress.get("summary", "")
-            rate = self.obs.progress.get("samples_per_second")
-            line = summary + (f", {rate:,.0f} samples/s" if rate else "")
-            epoch = self.obs.progress.get("epoch")
-            if line != self._last_summary and (
-                epoch != self._last_epoch or time.monotonic() - self._last_print > 10
-            ):
-                self._last_summary, self._last_epoch, self._last_print = line, epoch, time.monotonic()
-                self.say(f"[run] {line}")
+        """Take trainer 0's latest report (a missing or unreadable one keeps the last) and print its
+        summary when the epoch changed, or every 10 s at most."""
+        report = reporting.decode(read_if_present(self.run_dir / reporting.PROGRESS_FILE))
+        if report is None:
+            return
+        self.obs.progress = report
+        rate = report.samples_per_second
+        line = report.summary + (f", {rate:,.0f} samples/s" if rate else "")
+        if line != self._last_summary and (
+            report.epoch != self._last_epoch or time.monotonic() - self._last_print > 10
+        ):
+            self._last_summary, self._last_epoch, self._last_print = line, report.epoch, time.monotonic()
+            self.say(f"[run] {line}")
 
     def _failed(self) -> Child | None:
         for c in [*self.servers, *self.trainers]:
@@ -433,7 +429,7 @@ class LocalRun:
         last_change, last_seen = time.monotonic(), None
         while True:
             self._progress()
-            stamp = (self.obs.progress or {}).get("updated_at")
+            stamp = self.obs.progress.updated_at if self.obs.progress else None
             if stamp != last_seen:
                 last_seen, last_change = stamp, time.monotonic()
             self.write_status()
@@ -464,7 +460,8 @@ class LocalRun:
                 return
             if deadline is not None and time.monotonic() > deadline:
                 raise RunFailed(
-                    f"the run exceeded runPolicy.activeDeadlineSeconds ({policy.active_deadline_seconds} s)"
+                    f"the run exceeded runPolicy.activeDeadlineSeconds ({policy.active_deadline_seconds} s)",
+                    Reason.deadline_exceeded,
                 )
             if time.monotonic() - last_change > policy.stall_timeout_seconds:
                 raise RunFailed(
@@ -525,7 +522,7 @@ class LocalRun:
         fresh.replace(token)
         if (self.run_dir / "logs").is_dir():
             rotate_logs(self.run_dir / "logs")
-        for stale in ("progress.json", "result.json"):
+        for stale in (reporting.PROGRESS_FILE, "result.json"):
             (self.run_dir / stale).unlink(missing_ok=True)
 
     def _choose_checkpoint(self, root: Path) -> None:
@@ -580,6 +577,8 @@ class LocalRun:
                 if not isinstance(exc, KeyboardInterrupt)
                 else (str(exc) if isinstance(exc, Terminated) else "interrupted (Ctrl-C)")
             )
+            if isinstance(exc, RunFailed):
+                self.obs.failure_reason = exc.reason
             self.obs.completion_time = status.now()
             raise
         finally:
@@ -595,6 +594,14 @@ class LocalRun:
 
         with contextlib.suppress(OSError):
             remove_leftovers(job_prefix(token))
+
+
+def read_if_present(path: Path) -> str | None:
+    """A file's text, or None if it cannot be read (not written yet)."""
+    try:
+        return path.read_text()
+    except OSError:
+        return None
 
 
 def describe_checkpoint(path: Path) -> str:

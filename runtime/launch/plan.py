@@ -1,10 +1,18 @@
-"""Command lines of a local run's processes (pure): the same entry points the operator puts in pods."""
+"""Command lines of a local run's processes (pure): the roles' argv from `spec.roles`, the one builder
+the operator's pods use too, with a local run's values (run-directory paths, ipc:// sockets, shared
+memory, progress.json). The local launcher partitions in its own process (it reuses an unchanged
+partition), so it has no `partition` process."""
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from graphtrain.runtime.spec import roles
+
+SHARD_WORKERS = 2  # request threads per shard server: the trainers share the machine's cores with them
 
 
 @dataclass(frozen=True)
@@ -14,56 +22,38 @@ class ProcessPlan:
 
 
 def entry() -> list[str]:
+    """This interpreter running the CLI: the venv's packages, whether or not its scripts are on PATH."""
     return [sys.executable, "-m", "graphtrain.runtime.cli"]
 
 
-def shard_server(index: int, run_dir: Path, partition: Path, threads: int | None, shm: bool) -> ProcessPlan:
-    argv = [
-        *entry(),
-        "shard-server",
-        "--shard",
-        str(index),
-        "--bind",
-        f"ipc://{run_dir / f'shard-{index}.sock'}",
-        "--partition",
-        str(partition),
-        "--token-file",
-        str(run_dir / "token"),
-        "--checkpoint-root",
-        str(run_dir / "checkpoints"),
-        "--restore",
-        "latest",
-        "--workers",
-        "2",
-    ]
-    if shm:
-        argv.append("--shm")
-    return ProcessPlan(f"shard-{index}", argv)
+def files(run_dir: Path, spec_path: Path, partition: Path) -> roles.Files:
+    """Where a local run keeps what its processes read: all in the run directory but the spec."""
+    return roles.Files(
+        spec=str(spec_path),
+        partition=str(partition),
+        token=str(run_dir / "token"),
+        checkpoints=str(run_dir / "checkpoints"),
+    )
+
+
+def shard_server(index: int, where: roles.Files, run_dir: Path) -> ProcessPlan:
+    """Shard server `index` on an ipc:// socket in the run directory, its tables in shared memory."""
+    bind = f"ipc://{run_dir / f'shard-{index}.sock'}"
+    argv = roles.shard_server(where, bind=bind, shard=index, shm=True, workers=SHARD_WORKERS)
+    return ProcessPlan(f"shard-{index}", [*entry(), *argv])
 
 
 def trainer(
-    rank: int, world: int, run_dir: Path, spec_path: Path, partition: Path, servers: list[str], init: str
+    rank: int, world: int, where: roles.Files, run_dir: Path, servers: Sequence[str], init: str
 ) -> ProcessPlan:
-    argv = [
-        *entry(),
-        "train",
-        "--spec",
-        str(spec_path),
-        "--partition",
-        str(partition),
-        "--rank",
-        str(rank),
-        "--world",
-        str(world),
-        "--init",
-        init,
-        "--servers",
-        ",".join(servers),
-        "--token-file",
-        str(run_dir / "token"),
-        "--run-dir",
-        str(run_dir),
-        "--checkpoint-root",
-        str(run_dir / "checkpoints"),
-    ]
-    return ProcessPlan(f"trainer-{rank}", argv)
+    """Trainer `rank` of `world`, reading co-located shards from shared memory; rank 0 writes
+    progress.json and result.json into the run directory."""
+    argv = roles.train(
+        where, servers=servers, rank=rank, world=world, init=init, shm=True, run_dir=str(run_dir)
+    )
+    return ProcessPlan(f"trainer-{rank}", [*entry(), *argv])
+
+
+def standalone_trainer(where: roles.Files, run_dir: Path) -> ProcessPlan:
+    """The one trainer of a standalone run: the shards live in its process."""
+    return ProcessPlan("trainer-0", [*entry(), *roles.train(where, servers=None, run_dir=str(run_dir))])

@@ -1,7 +1,8 @@
 """What every trainer needs: seeds, DDP, progress reports, dense checkpoints and resume.
 
-Progress: rank 0 writes <run_dir>/progress.json (atomically) after every step window and evaluation;
-the local launcher turns it into the run's status, the operator into the GraphTraining's status.
+Progress: after every step window and evaluation, a trainer reports in the spec's Progress schema
+(spec.reporting) through its sinks: rank 0 to <run_dir>/progress.json (FileSink, for the local launcher),
+every rank to the progress ConfigMap in a pod (progress_k8s.ConfigMapSink, for the operator).
 Dense checkpoints hold the model and optimizer state as tensors, written with torch.save and read
 with torch.load(weights_only=True): no arbitrary object is ever unpickled. Embedding tables are
 checkpointed by the shard servers (kvstore.checkpoint); a checkpoint is complete when both are, and its
@@ -18,16 +19,18 @@ import random
 import shutil
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
 import torch.distributed as torch_dist
 
+from graphtrain.runtime import spec as S
 from graphtrain.runtime.data.cache import hash_tree, write_json
 from graphtrain.runtime.kvstore import checkpoint as ckpt
+from graphtrain.runtime.spec import reporting
 
 
 def seed_everything(seed: int) -> None:
@@ -93,6 +96,9 @@ class Dist:
 
 @dataclass
 class Progress:
+    """A trainer's running tally, reported in the spec's Progress schema (to_spec()). `metrics` and
+    `state` stay in the trainer: the final metrics go to result.json, and `state` marks the final report."""
+
     epoch: int = 0
     epochs: int = 0
     step: int = 0
@@ -112,56 +118,68 @@ class Progress:
             parts.append(f"{self.eval_metric} {self.eval_value:.4f}")
         return ", ".join(parts)
 
+    def to_spec(self) -> S.Progress:
+        """The report every sink writes: the schema of status.progress in both executors."""
+        return S.Progress(
+            epoch=self.epoch,
+            epochs=self.epochs,
+            step=self.step,
+            loss=self.loss,
+            samples_per_second=self.samples_per_second,
+            eval_metric=self.eval_metric,
+            eval_value=self.eval_value,
+            summary=self.summary(),
+            updated_at=self.updated_at or None,
+        )
+
+
+class ProgressSink(Protocol):
+    """Where a trainer's reports go: a file in the run directory (FileSink), the progress ConfigMap in a
+    pod (progress_k8s.ConfigMapSink). Same schema in both; each sink decides how often it writes."""
+
+    def write(self, progress: S.Progress, final: bool) -> None: ...
+
+
+class FileSink:
+    """Rank 0's <run_dir>/progress.json, replaced atomically on every report (the launcher reads it)."""
+
+    def __init__(self, run_dir: Path):
+        run_dir.mkdir(parents=True, exist_ok=True)
+        self.path = run_dir / reporting.PROGRESS_FILE
+
+    def write(self, progress: S.Progress, final: bool) -> None:
+        write_json(self.path, reporting.to_wire(progress))
+
+
+def progress_sinks(run_dir: Path | None, rank: int, configmap: str | None) -> list[ProgressSink]:
+    """A trainer's sinks: progress.json from rank 0 when there is a run directory, the ConfigMap from every
+    rank when one is named (the Kubernetes client is imported only then)."""
+    sinks: list[ProgressSink] = []
+    if run_dir is not None and rank == 0:
+        sinks.append(FileSink(run_dir))
+    if configmap:
+        from graphtrain.runtime.train.progress_k8s import ConfigMapSink
+
+        sinks.append(ConfigMapSink(configmap, rank))
+    return sinks
+
 
 class Reporter:
-    """Rank 0 writes progress.json; every rank prints a line per report when asked to. In a pod
-    (`configmap`), every rank also patches its heartbeat (`rank-<i>`) and rank 0 the progress into the
-    training's progress ConfigMap, at most every HEARTBEAT_SECONDS: the operator reads both."""
+    """Stamps each report, prints a line for it (rank 0, when asked to) and hands it to every sink."""
 
-    HEARTBEAT_SECONDS = 5.0
-
-    def __init__(self, run_dir: Path | None, rank: int, echo: bool = True, configmap: str | None = None):
-        self.path = None if run_dir is None or rank != 0 else run_dir / "progress.json"
+    def __init__(self, rank: int, sinks: list[ProgressSink], echo: bool = True):
         self.rank = rank
+        self.sinks = sinks
         self.echo = echo and rank == 0
-        self.configmap = configmap
-        self._last_patch = 0.0
-        if self.path is not None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
 
     def report(self, p: Progress) -> None:
         p.updated_at = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
-        doc = {**asdict(p), "summary": p.summary()}
-        if self.path is not None:
-            write_json(self.path, doc)
         if self.echo:
             rate = f", {p.samples_per_second:,.0f} samples/s" if p.samples_per_second else ""
             print(f"[trainer] step {p.step} {p.summary()}{rate}", flush=True)
-        final = p.state != "Training"
-        if self.configmap and (final or time.monotonic() - self._last_patch >= self.HEARTBEAT_SECONDS):
-            self._last_patch = time.monotonic()
-            self._patch(doc)
-
-    def _patch(self, doc: dict[str, Any]) -> None:
-        """Best effort: a failed patch costs one heartbeat, never the training."""
-        import kubernetes
-
-        data = {f"rank-{self.rank}": json.dumps({"updated_at": doc["updated_at"], "step": doc["step"]})}
-        if self.rank == 0:
-            data["progress"] = json.dumps({k: v for k, v in doc.items() if k not in ("metrics", "state")})
-        try:
-            if not getattr(Reporter, "_configured", False):
-                if os.environ.get("KUBERNETES_SERVICE_HOST"):
-                    kubernetes.config.load_incluster_config()
-                else:  # a trainer outside the cluster, e.g. in tests: $KUBECONFIG
-                    kubernetes.config.load_kube_config()
-                Reporter._configured = True  # type: ignore[attr-defined]
-            namespace = os.environ.get("POD_NAMESPACE", "default")
-            kubernetes.client.CoreV1Api().patch_namespaced_config_map(
-                self.configmap, namespace, {"data": data}
-            )
-        except Exception as exc:  # noqa: BLE001
-            print(f"[trainer] progress ConfigMap {self.configmap}: {exc}", file=sys.stderr, flush=True)
+        report, final = p.to_spec(), p.state != "Training"
+        for sink in self.sinks:
+            sink.write(report, final)
 
 
 class Throughput:
@@ -224,7 +242,7 @@ class StepHooks:
     ) -> None:
         self.spec, self.graph, self.dist = spec, graph, dist
         self.checkpoint_root = checkpoint_root
-        self.reporter = Reporter(run_dir, dist.rank, configmap=progress_configmap)
+        self.reporter = Reporter(dist.rank, progress_sinks(run_dir, dist.rank, progress_configmap))
         self.epoch = self.step = 0
         seed_everything(spec.training.seed)
 

@@ -67,6 +67,9 @@ def kubeconfig(tmp_path_factory) -> Iterator[str]:
 def kube(kubeconfig: str) -> Callable[..., str]:
     """kubectl against the test server; raises with kubectl's message on failure."""
     os.environ["KUBECONFIG"] = kubeconfig
+    loaded = sys.modules.get("kubernetes.config.kube_config")
+    if loaded is not None:  # imported by a test module already: it read $KUBECONFIG then, not now
+        loaded.KUBE_CONFIG_DEFAULT_LOCATION = kubeconfig
     exe = kubectl_path()
 
     def run(*args: str, input: str | None = None, check: bool = True) -> str:
@@ -88,16 +91,37 @@ def kube(kubeconfig: str) -> Callable[..., str]:
     return run
 
 
+PROBE = """
+apiVersion: graphtrain.io/v1alpha1
+kind: GraphTraining
+metadata: {name: probe}
+spec:
+  graph: {dataset: wordnet}
+  embeddings: [{name: node, dim: 8}]
+  model: {nodeEmbedding: node, numLayers: 3}
+"""  # valid for the schema, not for the operator (3 layers, 2 fan-outs): a status, and no children
+
+
 @pytest.fixture(scope="session")
 def operator(kube) -> Iterator[Any]:
-    """The operator (kopf, standalone), running in this process for the whole session."""
+    """The operator (kopf, standalone), running in this process for the whole session; yielded once it
+    has reconciled a probe GraphTraining (its watch is up and its handlers answer), not after a guess."""
     os.environ["GRAPHTRAIN_OPERATOR_TIMER"] = "1"
     from kopf.testing import KopfRunner
 
     with KopfRunner(
         ["run", "--standalone", "--all-namespaces", "-m", "graphtrain.operator.handlers"]
     ) as runner:
-        time.sleep(2)
+        kube("create", "namespace", "operator-probe")
+        kube("apply", "-n", "operator-probe", "-f", "-", input=PROBE)
+
+        def reacted() -> bool:
+            if runner.future.done():  # it stopped while starting: say why, now
+                raise AssertionError(f"the operator stopped: {runner.exception!r}\n{runner.output[-3000:]}")
+            return kube("get", "gtr", "probe", "-n", "operator-probe", "-o", "jsonpath={.status.phase}") != ""
+
+        wait_for(reacted, timeout=60, what="the operator to reconcile a probe GraphTraining")
+        kube("delete", "gtr", "probe", "-n", "operator-probe", "--wait=false")
         yield runner
     assert runner.exception is None, runner.exception
 

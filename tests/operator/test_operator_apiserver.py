@@ -233,6 +233,20 @@ def test_a_training_goes_through_every_phase(kube, operator, ns: str) -> None:
         assert names_of(kube, kind, ns, "wn") == [], kind
 
 
+def test_the_deadline_fails_a_training_and_stops_its_children(kube, operator, ns: str) -> None:
+    """Nothing happens to the training but time: it fails with DeadlineExceeded, its partition job goes."""
+    spec = SPEC.format(name="late", extra_model="").replace("{backoffLimit: 1}", "{activeDeadlineSeconds: 3}")
+    kube("apply", "-n", ns, "-f", "-", input=spec)
+    assert wait_for(lambda: names_of(kube, "job", ns, "late") == ["late-partition"], what="the partition job")
+    assert wait_for(lambda: phase(kube, "late", ns) == "Failed", timeout=60, what="Failed")
+    failed = conditions(kube, "late", ns)["Failed"]
+    assert failed["reason"] == "DeadlineExceeded" and "activeDeadlineSeconds (3 s" in failed["message"]
+    assert wait_for(lambda: names_of(kube, "job", ns, "late") == [], what="the job deleted")
+    events = yaml.safe_load(kube("get", "events", "-n", ns, "-o", "yaml"))["items"]
+    said = {(e["type"], e["reason"]) for e in events if e["involvedObject"]["name"] == "late"}
+    assert {("Warning", "DeadlineExceeded"), ("Warning", "Failed"), ("Normal", "Partitioning")} <= said
+
+
 def test_the_schema_refuses_a_bad_field_naming_it(kube, ns: str) -> None:
     bad = SPEC.format(name="bad", extra_model="").replace("parts: 2", "parts: 0")
     out = kube("apply", "-n", ns, "-f", "-", input=bad, check=False)
@@ -253,14 +267,19 @@ def test_the_crd_refuses_a_cross_field_problem_before_the_operator_sees_it(kube,
 
 def test_trainers_report_into_the_progress_config_map(kube, ns: str, monkeypatch) -> None:
     """What `graphtrain train --progress-configmap` does on every rank (rank 0 adds the progress)."""
-    from graphtrain.runtime.train.common import Progress, Reporter
+    from graphtrain.runtime.spec import reporting
+    from graphtrain.runtime.train.common import Progress, Reporter, progress_sinks
 
     kube("create", "configmap", "p-progress", "-n", ns)
     monkeypatch.setenv("POD_NAMESPACE", ns)
     for rank in (0, 1):
-        Reporter(None, rank, echo=False, configmap="p-progress").report(
+        Reporter(rank, progress_sinks(None, rank, "p-progress"), echo=False).report(
             Progress(epoch=1, epochs=3, step=7 + rank)
         )
     data = get(kube, "configmap", "p-progress", ns)["data"]
     assert json.loads(data["rank-1"])["step"] == 8 and json.loads(data["rank-0"])["step"] == 7
     assert json.loads(data["progress"])["epochs"] == 3 and "rank-1" not in data["progress"]
+    # what the operator reads back: the spec's Progress, the same schema as a local run's progress.json
+    progress = reporting.training_progress(data)
+    assert progress is not None and (progress.step, progress.summary) == (7, "epoch 1/3")
+    assert reporting.rank_report(data, 1).updated_at  # the heartbeat the stall detection reads

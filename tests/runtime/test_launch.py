@@ -426,3 +426,16 @@ def test_resume_skips_a_damaged_latest_checkpoint(graph_file: Path, tmp_path: Pa
     assert f"resuming from {older} (epoch 1" in done.stderr, done.stderr
     st = status(run_dir)
     assert st["phase"] == "Succeeded" and st["progress"]["epoch"] == 3
+
+
+@pytest.mark.timeout(300)
+def test_the_deadline_stops_the_run_with_the_operators_reason(tmp_path: Path) -> None:
+    doc = nations(epochs=100_000)
+    doc["spec"]["runPolicy"] = {"activeDeadlineSeconds": 2}
+    run = launch(doc, tmp_path / "run", standalone=True)
+    with pytest.raises(RunFailed, match="activeDeadlineSeconds"):
+        run.run()
+    st = status(run.run_dir)
+    failed = next(c for c in st["conditions"] if c["type"] == "Failed")
+    assert st["phase"] == "Failed" and failed["reason"] == "DeadlineExceeded", st["conditions"]
+    assert all(c.proc.poll() is not None for c in run.trainers)

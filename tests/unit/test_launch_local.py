@@ -28,7 +28,7 @@ def test_a_condition_keeps_the_time_of_its_last_transition() -> None:
     assert times(first) == {"SpecValid": ("True", T1), "ShardsReady": ("False", T1)}
 
     obs.shards[0]["state"] = "Ready"
-    obs.progress = {"epoch": 1, "epochs": 2}
+    obs.progress = S.Progress(epoch=1, epochs=2)
     second = status.build(gt, obs, first, T2).conditions
     # SpecValid held: its time stays; ShardsReady turned True: now; TrainersReady is new: now.
     assert times(second) == {

@@ -12,10 +12,22 @@ import json
 import pytest
 
 from graphtrain.operator import manifests as M
+from graphtrain.operator import reconcile as R
 from graphtrain.operator.reconcile import Observed, Plan, key, plan
+from graphtrain.runtime import spec as S
+from graphtrain.runtime.spec import conditions as C
 
 NOW = dt.datetime(2026, 11, 22, 12, 0, tzinfo=dt.UTC)
 NAME, NS = "wn", "ml"
+# the partition pod's report (its termination message)
+STATS = {
+    "algorithm": "metis",
+    "parts": 2,
+    "numNodes": 100,
+    "numEdges": 300,
+    "cutEdges": 9,
+    "edgeCutFraction": 0.03,
+}
 
 
 def training(**spec_overrides) -> dict:
@@ -49,6 +61,7 @@ class Cluster:
         self.body = body
         self.children: dict[str, dict] = {}
         self.now = NOW
+        self.events: list[C.Event] = []  # every event posted so far
 
     def observe(self) -> Observed:
         pods = [o for k, o in self.children.items() if k.startswith("Pod/")]
@@ -56,6 +69,8 @@ class Cluster:
 
     def step(self) -> Plan:
         p = plan(self.observe(), token="t0k3n")
+        check_events(p)
+        self.events += p.events
         for a in p.actions:
             k = key(a.obj["kind"], a.obj["metadata"]["name"])
             if a.verb == "create":
@@ -83,15 +98,7 @@ class Cluster:
             f"{NAME}-partition",
             {"succeeded": 1, "conditions": [{"type": "Complete", "status": "True"}]},
         )
-        stats = {
-            "algorithm": "metis",
-            "parts": 2,
-            "numNodes": 100,
-            "numEdges": 300,
-            "cutEdges": 9,
-            "edgeCutFraction": 0.03,
-            "balance": {"nodes": 1.02},
-        }
+        stats = {**STATS, "balance": {"nodes": 1.02}}
         term = {"state": {"terminated": {"exitCode": 0, "message": json.dumps(stats)}}}
         self.pod(f"{NAME}-partition-x1", "partition", "Succeeded", containerStatuses=[term])
 
@@ -120,6 +127,15 @@ class Cluster:
                     if per_rank.get(f"r{r}", phase) == "Failed"
                     else [],
                 }
+
+
+def check_events(p: Plan) -> None:
+    """Every event has the severity the vocabulary gives its reason (or its phase)."""
+    for e in p.events:
+        if e.message.startswith("phase "):
+            assert e.type == C.phase_severity(S.Phase(e.reason)), e
+        else:
+            assert e.type == C.severity(C.Reason(e.reason)), e
 
 
 def cond(p: Plan, kind: str) -> dict:
@@ -246,6 +262,8 @@ def test_all_trainers_succeed() -> None:
     assert p.status["phase"] == "Succeeded" and cond(p, "Succeeded")["status"] == "True"
     assert kinds(p, "delete") == [f"StatefulSet/{NAME}-shards"]  # shard servers stop with the job
     assert c.step().actions == []
+    assert [e for e in c.events if e.type == "Warning"] == []  # a success warns of nothing
+    assert {"Completed", "Succeeded"} <= {e.reason for e in p.events}
 
 
 def test_a_failed_trainer_restarts_every_rank_from_the_checkpoint_then_gives_up() -> None:
@@ -365,3 +383,528 @@ def test_every_rendered_manifest_is_valid_kubernetes() -> None:
     assert container["readinessProbe"]["exec"]["command"][:2] == ["graphtrain", "health"]
     assert container["livenessProbe"]["httpGet"] == {"path": "/livez", "port": "metrics"}
     assert container["securityContext"]["runAsNonRoot"] is True
+
+
+# ------------------------------------------------------------------------------------ stage tables
+# Each stage of plan() on its own: literal observed objects in; actions, status, conditions and events
+# (with their types) out. A row names only what the stage observes; conditions and events are those the
+# stage sets (no previous status unless the row gives one).
+
+MINUTE = dt.timedelta(minutes=1)
+
+
+def obj(kind: str, name: str, status: dict | None = None, api: str = "v1", **meta) -> dict:
+    return {
+        "apiVersion": api,
+        "kind": kind,
+        "metadata": {"name": name, "namespace": NS, **meta},
+        "status": status or {},
+    }
+
+
+def job(outcome: str) -> dict:
+    status = {
+        "running": {"active": 1},
+        "succeeded": {"succeeded": 1, "conditions": [{"type": "Complete", "status": "True"}]},
+        "failed": {"conditions": [{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded"}]},
+    }[outcome]
+    return obj("Job", f"{NAME}-partition", status, api="batch/v1")
+
+
+def partition_pod(message: str) -> dict:
+    term = {"state": {"terminated": {"exitCode": 0, "message": message}}}
+    return obj(
+        "Pod",
+        f"{NAME}-partition-x1",
+        {"phase": "Succeeded", "containerStatuses": [term]},
+        labels=M.labels(NAME, "partition"),
+    )
+
+
+def sts(ready: int) -> dict:
+    return obj("StatefulSet", f"{NAME}-shards", {"replicas": 2, "readyReplicas": ready}, api="apps/v1")
+
+
+def shard_pod(i: int, ready: bool, phase: str = "Running", restarts: int = 0) -> dict:
+    status = {
+        "phase": phase,
+        "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+        "containerStatuses": [{"restartCount": restarts, "state": {}}],
+    }
+    return obj("Pod", f"{NAME}-shards-{i}", status, labels=M.labels(NAME, "shards"))
+
+
+def trainer(rank: int, phase: str, attempt: int = 0) -> dict:
+    status: dict = {"phase": phase, "startTime": "2026-11-22T11:59:00Z"}
+    if phase == "Failed":
+        status["containerStatuses"] = [
+            {"state": {"terminated": {"exitCode": 1, "reason": "Error", "message": "boom"}}}
+        ]
+    labels = M.labels(NAME, "trainer", **{M.LABEL_RANK: str(rank), M.LABEL_ATTEMPT: str(attempt)})
+    return obj("Pod", M.trainer_name(NAME, rank), status, labels=labels)
+
+
+def progress(**data: dict) -> dict:
+    cm = obj("ConfigMap", f"{NAME}-progress")
+    cm["data"] = {k.replace("_", "-"): json.dumps(v) for k, v in data.items()}
+    return cm
+
+
+def observed(*children: dict, status: dict | None = None, now: dt.datetime = NOW, **spec) -> Observed:
+    body = training(**spec)
+    if status is not None:
+        body["status"] = status
+    kids = {key(o["kind"], o["metadata"]["name"]): o for o in children}
+    return Observed(body, kids, [o for o in children if o["kind"] == "Pod"], now)
+
+
+def context(o: Observed) -> R.Context:
+    return R.Context(
+        o, S.parse({k: o.training[k] for k in ("apiVersion", "kind", "metadata", "spec")}), token="t0k3n"
+    )
+
+
+def row(name: str, o: Observed, phase: str | None, actions: list[str], conds: str, events: str, **status):
+    """One row of a stage table: observed objects in; the phase decided (None: on to the next stage), the
+    actions ("verb Kind/name", any order), the conditions set ("Type=Status Reason, ..."), the events in
+    order ("Type Reason, ..."), and the status fields the stage reports."""
+    return pytest.param(o, phase, sorted(actions), conds, events, status, id=name)
+
+
+def run(stage, o: Observed) -> tuple[str | None, list[str], str, str, dict]:
+    """A stage's result in the tables' terms (the previous conditions are the observed status')."""
+    conds = C.Conditions(C.parse((o.training.get("status") or {}).get("conditions") or []), "T")
+    step = stage(context(o), conds)
+    return (
+        step.phase.value if step.phase else None,
+        sorted(f"{a.verb} {a.key}" for a in step.actions),
+        ", ".join(f"{c.type}={c.status} {c.reason}" for c in conds.as_list()),
+        ", ".join(f"{e.type} {e.reason}" for e in conds.events()),
+        step.status,
+    )
+
+
+TABLE = ("o", "phase", "actions", "conds", "events", "status")
+
+
+def base() -> list[dict]:
+    """The children the partition stage makes, as observed once made (the data claim last)."""
+    gt = S.parse(training())
+    body = training()
+    return [
+        M.config_map(body, gt),
+        M.token_secret(body, gt, "x"),
+        M.progress_map(body, gt),
+        *M.trainer_rbac(body, gt),
+        M.data_claim(body, gt),
+    ]
+
+
+BASE = [f"ConfigMap/{NAME}-config", f"ConfigMap/{NAME}-progress", f"Secret/{NAME}-token"]
+BASE += [f"{k}/{NAME}-trainer" for k in ("ServiceAccount", "Role", "RoleBinding")]
+BASE += [f"PersistentVolumeClaim/{NAME}-data", f"Job/{NAME}-partition"]
+PARTITIONED = {
+    **STATS,
+    "balance": {},
+    "nodesPerPart": [],
+    "edgesPerPart": [],
+    "haloPerPart": [],
+    "seconds": 0.0,
+}
+WAS_PARTITIONING = [
+    {"type": "PartitionReady", "status": "False", "reason": "Partitioning", "lastTransitionTime": "T0"}
+]
+
+
+@pytest.mark.parametrize(
+    TABLE,
+    [
+        row(
+            "first",
+            observed(),
+            "Partitioning",
+            [f"create {k}" for k in BASE],
+            "PartitionReady=False Partitioning",
+            "Normal Partitioning",
+        ),
+        row(
+            "claim-named-by-the-spec",
+            observed(*base()[:-1], job("running"), **{"storage.volumeClaimName": "shared"}),
+            "Partitioning",
+            [],
+            "PartitionReady=False Partitioning",
+            "Normal Partitioning",
+        ),
+        row(
+            "job-failed",
+            observed(*base(), job("failed")),
+            "Failed",
+            [],
+            "PartitionReady=False PartitionFailed, Failed=True PartitionFailed",
+            "Warning PartitionFailed, Warning PartitionFailed",
+        ),
+        row(
+            "job-succeeded",
+            observed(*base(), job("succeeded"), partition_pod(json.dumps(STATS))),
+            None,
+            [],
+            "PartitionReady=True Partitioned",
+            "Normal Partitioned",
+            partition=PARTITIONED,
+        ),
+        row(
+            "unreadable-stats",
+            observed(*base(), job("succeeded"), partition_pod("not json")),
+            None,
+            [],
+            "PartitionReady=True Partitioned",
+            "Normal Partitioned",
+        ),
+        row(
+            "unchanged-no-event",
+            observed(*base(), job("running"), status={"conditions": WAS_PARTITIONING}),
+            "Partitioning",
+            [],
+            "PartitionReady=False Partitioning",
+            "",
+        ),
+    ],
+)
+def test_partition_stage(o: Observed, phase, actions, conds, events, status) -> None:
+    assert run(R.partition_stage, o) == (phase, actions, conds, events, status)
+
+
+SHARDS = [f"create Service/{NAME}-shards", f"create StatefulSet/{NAME}-shards"]
+SVC = obj("Service", f"{NAME}-shards")
+
+
+def shards(*states: tuple[str, int]) -> list[dict]:
+    return [
+        {
+            "index": i,
+            "state": st,
+            "address": f"tcp://{NAME}-shards-{i}.{NAME}-shards.{NS}.svc:7000",
+            "restarts": r,
+        }
+        for i, (st, r) in enumerate(states)
+    ]
+
+
+@pytest.mark.parametrize(
+    TABLE,
+    [
+        row(
+            "none-yet",
+            observed(),
+            None,
+            SHARDS,
+            "ShardsReady=False Waiting",
+            "Normal Waiting",
+            shards=shards(("Pending", 0), ("Pending", 0)),
+        ),
+        row(
+            "one-loading",
+            observed(SVC, sts(1), shard_pod(0, True), shard_pod(1, False, restarts=2)),
+            None,
+            [],
+            "ShardsReady=False Waiting",
+            "Normal Waiting",
+            shards=shards(("Ready", 0), ("Loading", 2)),
+        ),
+        row(
+            "one-failed",
+            observed(SVC, sts(1), shard_pod(0, True), shard_pod(1, False, phase="Failed")),
+            None,
+            [],
+            "ShardsReady=False Waiting",
+            "Normal Waiting",
+            shards=shards(("Ready", 0), ("Failed", 0)),
+        ),
+        row(
+            "all-ready",
+            observed(SVC, sts(2), shard_pod(0, True), shard_pod(1, True)),
+            None,
+            [],
+            "ShardsReady=True AllReady",
+            "Normal AllReady",
+            shards=shards(("Ready", 0), ("Ready", 0)),
+        ),
+    ],
+)
+def test_shards_stage(o: Observed, phase, actions, conds, events, status) -> None:
+    assert run(R.shards_stage, o) == (phase, actions, conds, events, status)
+
+
+FRESH = {"updated_at": "2026-11-22T11:59:55Z", "step": 5}
+SILENT = {"updated_at": "2026-11-22T11:50:00Z", "step": 1}
+PODS = [f"Pod/{NAME}-trainer-0", f"Pod/{NAME}-trainer-1"]
+CREATE_ALL = [*(f"create {p}" for p in PODS), f"create Service/{NAME}-trainers"]
+DELETE_ALL = [f"delete {p}" for p in PODS]
+STOP_SHARDS = [f"delete StatefulSet/{NAME}-shards"]
+RUNNING = (trainer(0, "Running"), trainer(1, "Running"))
+
+
+@pytest.mark.parametrize(
+    TABLE,
+    [
+        row(
+            "shards-not-ready",
+            observed(sts(1)),
+            "Starting",
+            [],
+            "TrainersReady=False NotStarted",
+            "Normal NotStarted",
+        ),
+        row(
+            "create-every-rank",
+            observed(sts(2)),
+            "Training",
+            CREATE_ALL,
+            "TrainersReady=False Starting",
+            "Normal Starting",
+        ),
+        row(
+            "create-next-attempt",
+            observed(sts(2), status={"restarts": 1}),
+            "Restarting",
+            CREATE_ALL,
+            "TrainersReady=False Starting",
+            "Normal Starting",
+        ),
+        row(
+            "stale-attempt-removed-first",
+            observed(sts(2), trainer(0, "Running"), trainer(1, "Failed"), status={"restarts": 1}),
+            "Restarting",
+            DELETE_ALL,
+            "TrainersReady=False Restarting",
+            "Normal Restarting",
+        ),
+        row(
+            "a-missing-rank",
+            observed(sts(2), trainer(0, "Running")),
+            "Training",
+            [f"create {PODS[1]}"],
+            "TrainersReady=False Starting",
+            "Normal Starting",
+        ),
+        row(
+            "all-running-progress-copied",
+            observed(
+                sts(2), *RUNNING, progress(progress={"epoch": 1, "step": 40}, rank_0=FRESH, rank_1=FRESH)
+            ),
+            "Training",
+            [],
+            "TrainersReady=True Running, Stalled=False Progressing",
+            "Normal Running, Normal Progressing",
+            progress={"epoch": 1, "epochs": 0, "step": 40, "summary": ""},
+        ),
+        row(
+            "a-silent-rank",
+            observed(sts(2), *RUNNING, progress(rank_0=FRESH, rank_1=SILENT)),
+            "Training",
+            [],
+            "TrainersReady=True Running, Stalled=True NoProgress",
+            "Normal Running, Warning NoProgress",
+        ),
+        row(
+            "failed-restart",
+            observed(sts(2), trainer(0, "Running"), trainer(1, "Failed")),
+            "Restarting",
+            DELETE_ALL,
+            "TrainersReady=False TrainerFailed",
+            "Warning TrainerFailed",
+            restarts=1,
+        ),
+        row(
+            "failed-backoff-used-up",
+            observed(sts(2), trainer(0, "Running", 1), trainer(1, "Failed", 1), status={"restarts": 1}),
+            "Failed",
+            STOP_SHARDS,
+            "TrainersReady=False TrainerFailed, Failed=True BackoffLimitExceeded",
+            "Warning TrainerFailed, Warning BackoffLimitExceeded",
+        ),
+        row(
+            "failed-no-backoff",
+            observed(sts(2), trainer(0, "Failed"), trainer(1, "Running"), **{"runPolicy.backoffLimit": 0}),
+            "Failed",
+            STOP_SHARDS,
+            "TrainersReady=False TrainerFailed, Failed=True TrainerFailed",
+            "Warning TrainerFailed, Warning TrainerFailed",
+        ),
+        row(
+            "all-succeeded",
+            observed(sts(2), trainer(0, "Succeeded"), trainer(1, "Succeeded")),
+            "Succeeded",
+            STOP_SHARDS,
+            "TrainersReady=False Completed, Succeeded=True Completed",
+            "Normal Completed, Normal Completed",
+        ),
+    ],
+)
+def test_trainers_stage(o: Observed, phase, actions, conds, events, status) -> None:
+    assert run(R.trainers_stage, o) == (phase, actions, conds, events, status)
+
+
+KEPT = [
+    {"type": "PartitionReady", "status": "True", "reason": "Partitioned", "lastTransitionTime": "T0"},
+    {"type": "TrainersReady", "status": "True", "reason": "Running", "lastTransitionTime": "T0"},
+]
+KEPT_CONDS = "PartitionReady=True Partitioned, TrainersReady=True Running"
+DEADLINE = {"runPolicy.activeDeadlineSeconds": 60}
+
+
+def since(start: str, **extra) -> dict:
+    return {"phase": "Training", "startTime": start, **extra}
+
+
+@pytest.mark.parametrize(
+    TABLE,
+    [
+        row(
+            "succeeded",
+            observed(sts(2), status={"phase": "Succeeded", "conditions": KEPT}),
+            "Succeeded",
+            [],
+            KEPT_CONDS,
+            "",
+        ),
+        row(
+            "failed-past-its-deadline",
+            observed(
+                trainer(0, "Running"),
+                status={"phase": "Failed", "conditions": KEPT},
+                now=NOW + 9 * MINUTE,
+                **DEADLINE,
+            ),
+            "Failed",
+            [],
+            KEPT_CONDS,
+            "",
+        ),
+        row("no-deadline", observed(status=since("2026-11-22T11:00:00Z")), None, [], "", ""),
+        row(
+            "before-the-deadline",
+            observed(status=since("2026-11-22T11:59:01Z"), **DEADLINE),
+            None,
+            [],
+            "",
+            "",
+        ),
+        row(
+            "deadline-while-training",
+            observed(
+                job("succeeded"),
+                sts(2),
+                trainer(0, "Running"),
+                trainer(1, "Succeeded"),
+                status=since("2026-11-22T11:59:00Z", conditions=KEPT),
+                **DEADLINE,
+            ),
+            "Failed",
+            [f"delete {PODS[0]}", *STOP_SHARDS],
+            KEPT_CONDS + ", Failed=True DeadlineExceeded",
+            "Warning DeadlineExceeded",
+        ),
+        row(
+            "deadline-while-partitioning",
+            observed(
+                job("running"),
+                status={"phase": "Partitioning", "startTime": "2026-11-22T11:58:00Z"},
+                **DEADLINE,
+            ),
+            "Failed",
+            [f"delete Job/{NAME}-partition"],
+            "Failed=True DeadlineExceeded",
+            "Warning DeadlineExceeded",
+        ),
+    ],
+)
+def test_terminal_stage(o: Observed, phase, actions, conds, events, status) -> None:
+    assert run(R.terminal_stage, o) == (phase, actions, conds, events, status)
+
+
+@pytest.mark.parametrize(
+    ("applied", "current", "expected", "generation", "run_policy"),
+    [
+        ({}, {}, {"SpecValid": "True Valid"}, 2, 1),
+        (None, {}, {"SpecValid": "True Valid"}, 2, 1),
+        (
+            None,
+            {"training.fanouts": [10]},
+            {"SpecValid": "False InvalidSpec", "Failed": "True InvalidSpec"},
+            2,
+            None,
+        ),
+        ({}, {"training.epochs": 50}, {"SpecValid": "False UpdateRefused"}, 1, 1),
+        ({}, {"runPolicy.backoffLimit": 3}, {"SpecValid": "True Valid"}, 2, 3),
+        ({}, {"training.fanouts": [10]}, {"SpecValid": "False UpdateRefused"}, 1, 1),
+    ],
+    ids=["applied-unchanged", "first", "invalid-first", "refused", "run-policy-applies", "invalid-update"],
+)
+def test_spec_stage(
+    applied: dict | None, current: dict, expected: dict, generation: int, run_policy: int | None
+) -> None:
+    """`applied`: overrides of the spec in the config ConfigMap (None: not made yet); `current`: of the
+    GraphTraining's spec, at generation 2 (the status observed generation 1)."""
+    body = training(**current)
+    body["metadata"]["generation"] = 2
+    body["status"] = {"observedGeneration": 1}
+    kids = {}
+    if applied is not None:
+        applied_body = training(**applied)
+        cm = M.config_map(applied_body, S.parse(applied_body))
+        kids[key("ConfigMap", cm["metadata"]["name"])] = cm
+    conds = C.Conditions([], "T", 2)
+    decided = R.spec_stage(Observed(body, kids, [], NOW), conds)
+    assert {str(c.type): f"{c.status} {c.reason}" for c in conds.as_list()} == expected
+    assert decided.observed_generation == generation
+    if run_policy is None:
+        assert decided.gt is None
+    else:
+        assert decided.gt is not None and decided.gt.spec.run_policy.backoff_limit == run_policy
+        assert decided.gt.spec.training.epochs == 2  # the applied spec's, whatever changed
+    for e in conds.events():
+        assert e.type == ("Normal" if e.reason == "Valid" else "Warning")
+
+
+# ------------------------------------------------------------------------------------ the deadline
+
+
+def test_a_deadline_fails_a_running_training_without_any_other_event() -> None:
+    c = Cluster(training(**DEADLINE))
+    first = c.step()
+    assert first.requeue_after == 60  # the plan asks to be run again when the deadline falls
+    to_training_from(c)
+    c.trainers("Running")
+    c.now = NOW + 30 * dt.timedelta(seconds=1)
+    p = c.step()
+    assert p.status["phase"] == "Training" and p.requeue_after == 30
+    c.now = NOW + 60 * dt.timedelta(seconds=1)  # the requeue fires: nothing else changed
+    p = c.step()
+    assert p.status["phase"] == "Failed" and p.requeue_after is None
+    assert cond(p, "Failed")["reason"] == "DeadlineExceeded" and "60 s" in cond(p, "Failed")["message"]
+    assert kinds(p, "delete") == [*PODS, f"StatefulSet/{NAME}-shards"]
+    assert [(e.type, e.reason) for e in p.events] == [("Warning", "Failed"), ("Warning", "DeadlineExceeded")]
+    assert cond(p, "TrainersReady")["status"] == "True"  # as last observed
+    assert "completionTime" in p.status
+    assert c.step().actions == []  # terminal
+
+
+def test_no_deadline_asks_for_no_requeue() -> None:
+    assert Cluster(training()).step().requeue_after is None
+
+
+def to_training_from(c: Cluster) -> None:
+    c.finish_partition()
+    c.step()
+    c.ready_shards()
+    c.step()
+
+
+def test_a_training_being_deleted_is_left_alone() -> None:
+    c = Cluster(training())
+    c.step()
+    c.body["metadata"]["deletionTimestamp"] = "2026-11-22T12:00:30Z"
+    c.children.clear()  # its children are being deleted
+    p = c.step()
+    assert p.actions == [] and p.events == [] and p.status == c.body["status"]

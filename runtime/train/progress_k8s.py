@@ -1,0 +1,70 @@
+"""The trainers' Kubernetes progress adapter: the one runtime module that talks to the Kubernetes API
+(import-linter's `kubernetes` contract names it, beside operator/k8s.py).
+
+In a pod (`graphtrain train --progress-configmap <name>`), each rank patches its report into the
+training's progress ConfigMap, in the schema of spec.reporting; the operator reads it from there.
+Why a ConfigMap and not the GraphTraining's status: see operator/manifests.py.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable
+
+import kubernetes
+
+from graphtrain.runtime import spec as S
+from graphtrain.runtime.spec import reporting
+
+_configured = False
+_configure_lock = threading.Lock()
+
+
+def load_config() -> None:
+    """In-cluster credentials in a pod, else $KUBECONFIG (a trainer outside the cluster, e.g. in tests);
+    once per process."""
+    global _configured
+    with _configure_lock:
+        if _configured:
+            return
+        if os.environ.get("KUBERNETES_SERVICE_HOST"):
+            kubernetes.config.load_incluster_config()
+        else:
+            kubernetes.config.load_kube_config()
+        _configured = True
+
+
+class ConfigMapSink:
+    """Patches this rank's reports into the progress ConfigMap, at most every HEARTBEAT_SECONDS (a final
+    report always): heartbeats often enough for stall detection, few enough API calls. Best effort: a
+    failed patch costs one heartbeat, never the training."""
+
+    HEARTBEAT_SECONDS = 5.0
+
+    def __init__(
+        self,
+        name: str,
+        rank: int,
+        namespace: str | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ):
+        self.name, self.rank = name, rank
+        self.namespace = namespace or os.environ.get("POD_NAMESPACE", "default")  # set by the pod spec
+        self.clock = clock
+        self._last: float | None = None
+
+    def write(self, progress: S.Progress, final: bool) -> None:
+        now = self.clock()
+        if not final and self._last is not None and now - self._last < self.HEARTBEAT_SECONDS:
+            return
+        self._last = now
+        try:
+            load_config()
+            kubernetes.client.CoreV1Api().patch_namespaced_config_map(
+                self.name, self.namespace, {"data": reporting.configmap_data(progress, self.rank)}
+            )
+        except Exception as exc:  # noqa: BLE001 - best effort, see the class docstring
+            print(f"[trainer] progress ConfigMap {self.name}: {exc}", file=sys.stderr, flush=True)

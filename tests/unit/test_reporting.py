@@ -1,0 +1,105 @@
+"""One progress schema: what a trainer reports through either sink (progress.json in a run directory, the
+progress ConfigMap in a pod) is the spec's Progress, and each executor reads it back with the same
+decoder."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from graphtrain.operator import reconcile
+from graphtrain.runtime import spec as S
+from graphtrain.runtime.launch import status
+from graphtrain.runtime.spec import reporting
+from graphtrain.runtime.train import progress_k8s
+from graphtrain.runtime.train.common import Progress, Reporter, progress_sinks
+
+EXAMPLE = Path(__file__).parents[2] / "examples" / "nations-transe.yaml"
+
+
+def tally(**kw: Any) -> Progress:
+    return Progress(epoch=2, epochs=5, step=40, loss=0.25, samples_per_second=1200.0, **kw)
+
+
+class FakeApi:
+    """CoreV1Api's one call a trainer makes."""
+
+    def __init__(self) -> None:
+        self.patches: list[tuple[str, str, dict[str, Any]]] = []
+
+    def patch_namespaced_config_map(self, name: str, namespace: str, body: dict[str, Any]) -> None:
+        self.patches.append((name, namespace, body))
+
+
+@pytest.fixture
+def api(monkeypatch: pytest.MonkeyPatch) -> FakeApi:
+    fake = FakeApi()
+    monkeypatch.setattr(progress_k8s, "load_config", lambda: None)
+    monkeypatch.setattr(progress_k8s.kubernetes.client, "CoreV1Api", lambda: fake)
+    return fake
+
+
+def test_both_sinks_write_the_spec_schema_and_both_executors_read_it(tmp_path: Path, api: FakeApi) -> None:
+    sinks = progress_sinks(tmp_path, 0, "t-progress")
+    assert [type(s).__name__ for s in sinks] == ["FileSink", "ConfigMapSink"]
+    Reporter(0, sinks, echo=False).report(tally(eval_metric="val_accuracy", eval_value=0.8))
+
+    on_disk = json.loads((tmp_path / reporting.PROGRESS_FILE).read_text())
+    ((name, _, body),) = api.patches
+    assert name == "t-progress"
+    in_map = json.loads(body["data"][reporting.PROGRESS_KEY])
+    assert on_disk == in_map == json.loads(body["data"]["rank-0"])
+    assert S.Progress.model_validate(on_disk).summary == "epoch 2/5, loss 0.250, val_accuracy 0.8000"
+    assert set(on_disk) <= {f.alias for f in S.Progress.model_fields.values()}  # nothing beside the schema
+
+    # the launcher's status and the operator's status carry the same document
+    report = reporting.decode((tmp_path / reporting.PROGRESS_FILE).read_text())
+    gt = S.load_yaml(EXAMPLE.read_text())
+    local = status.build(gt, status.Observed(progress=report), [], "2026-01-01T00:00:00+00:00")
+    operator = reconcile.progress_status({"data": body["data"]})
+    assert local.model_dump(by_alias=True, exclude_none=True, mode="json")["progress"] == operator["progress"]
+
+
+def test_only_rank_zero_writes_the_file_and_every_rank_its_heartbeat(tmp_path: Path, api: FakeApi) -> None:
+    assert progress_sinks(tmp_path, 1, None) == []
+    Reporter(1, progress_sinks(tmp_path, 1, "t-progress"), echo=False).report(tally())
+    assert not (tmp_path / reporting.PROGRESS_FILE).exists()
+    ((_, _, body),) = api.patches
+    assert set(body["data"]) == {"rank-1"}
+    beat = reporting.rank_report(body["data"], 1)
+    assert beat is not None and beat.step == 40 and beat.updated_at
+
+
+def test_the_config_map_is_patched_at_most_every_heartbeat_and_always_at_the_end(api: FakeApi) -> None:
+    now = [100.0]
+    sink = progress_k8s.ConfigMapSink("t-progress", 0, namespace="ml", clock=lambda: now[0])
+    report = tally().to_spec()
+    for t, final in [(100.0, False), (101.0, False), (104.9, False), (105.0, False), (105.1, True)]:
+        now[0] = t
+        sink.write(report, final)
+    assert len(api.patches) == 3 and {ns for _, ns, _ in api.patches} == {"ml"}
+
+
+def test_a_failed_patch_costs_a_heartbeat_not_the_training(monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    def refuse() -> None:
+        raise RuntimeError("no cluster here")
+
+    monkeypatch.setattr(progress_k8s, "load_config", refuse)
+    progress_k8s.ConfigMapSink("t-progress", 0).write(tally().to_spec(), final=True)
+    assert "no cluster here" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("text", [None, "", "{", '{"step": -1}', '{"nope": 1}', "[]"])
+def test_an_unreadable_report_reads_as_none(text: str | None) -> None:
+    assert reporting.decode(text) is None
+
+
+def test_a_report_round_trips() -> None:
+    p = S.Progress(
+        epoch=1, epochs=2, step=3, loss=0.5, summary="x", updated_at=dt.datetime(2026, 1, 1).isoformat()
+    )
+    assert reporting.decode(reporting.encode(p)) == p

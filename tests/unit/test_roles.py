@@ -1,0 +1,170 @@
+"""Every command line either executor builds parses with the real CLI, and means the same thing.
+
+The argv of each role (`partition`, `shard-server`, `train`, the `health` probe) comes from one builder
+(graphtrain.runtime.spec.roles), called by the local launcher (runtime/launch/plan.py) and the operator
+(operator/manifests.py) with their own values. Here each argv, for every example spec and variants of
+it, goes through the click command typer builds from graphtrain.runtime.cli.app, with full parsing: an
+unknown option, a missing required one or a value of the wrong type fails the test, as it would fail a
+pod or a process."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+import typer.main
+import yaml
+
+from graphtrain.operator import manifests as M
+from graphtrain.runtime import cli
+from graphtrain.runtime import spec as S
+from graphtrain.runtime.launch import plan
+from graphtrain.runtime.spec import roles
+
+EXAMPLES = sorted((Path(__file__).parents[2] / "examples").glob("*.yaml"))
+COMMAND: Any = typer.main.get_command(cli.app)  # a click group (typer vendors its own click)
+# click's UsageError (unknown or missing option, bad value), reached through typer's public BadParameter
+# because typer 0.29 ships click as a private module
+UsageError = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
+
+VARIANTS: dict[str, dict[str, Any]] = {
+    "as-is": {},
+    "one-trainer-one-part": {"trainers": {"replicas": 1}, "partition": {"parts": 1}},
+    "more-shards-than-trainers": {"trainers": {"replicas": 3}, "partition": {"parts": 4}},
+    "gpu": {
+        "trainers": {"replicas": 2, "backend": "nccl"},
+        "shardServers": {"device": "cuda", "threads": 4, "replicas": 2},
+    },
+    "odd-storage": {"storage": {"mountPath": "/mnt/with space/", "volumeClaimName": "shared"}},
+}
+
+
+def specs() -> list[Any]:
+    out = []
+    for path in EXAMPLES:
+        doc = yaml.safe_load(path.read_text())
+        for variant, override in VARIANTS.items():
+            d = copy.deepcopy(doc)
+            for section, values in override.items():
+                d["spec"].setdefault(section, {}).update(values)
+            out.append(pytest.param(d, id=f"{path.stem}-{variant}"))
+    return out
+
+
+def parse(argv: list[str]) -> dict[str, Any]:
+    """The parameters the CLI gives the role's command for `argv` (role first), as a run would get them.
+
+    Raises:
+        UsageError: an unknown option, a missing required one, a bad value.
+    """
+    role, *rest = argv
+    command = COMMAND.commands.get(role)
+    if command is None:
+        raise UsageError(f"no command {role!r}")
+    with command.make_context(role, list(rest), resilient_parsing=False) as ctx:
+        return dict(ctx.params)
+
+
+def operator_argvs(gt: S.GraphTraining) -> dict[str, list[str]]:
+    """Every command line of the operator's children: container args and the readiness probe."""
+    owner = {"metadata": {"name": gt.metadata.name, "namespace": "ml", "uid": "u1"}}
+    objs = {
+        "partition": M.partition_job(owner, gt, "img"),
+        "shard-server": M.shard_statefulset(owner, gt, "img"),
+        **{f"trainer-{r}": M.trainer_pod(owner, gt, "img", r, 0) for r in range(gt.spec.trainers.replicas)},
+    }
+    out = {}
+    for name, obj in objs.items():
+        pod = obj["spec"]["template"]["spec"] if "template" in obj["spec"] else obj["spec"]
+        (container,) = pod["containers"]
+        assert container["command"] == [roles.PROGRAM]
+        out[name] = container["args"]
+        probe = container.get("readinessProbe", {}).get("exec")
+        if probe:
+            assert probe["command"][0] == roles.PROGRAM
+            out[f"{name}-probe"] = probe["command"][1:]
+    return out
+
+
+def local_argvs(gt: S.GraphTraining, tmp: Path) -> dict[str, list[str]]:
+    """Every command line of a local run's processes, distributed and standalone."""
+    run_dir = tmp / "run dir"
+    where = plan.files(run_dir, tmp / "spec.yaml", run_dir / "partition" / "g.json")
+    servers = [f"ipc://{run_dir}/shard-{i}.sock" for i in range(gt.spec.num_shards)]
+    world = gt.spec.trainers.replicas
+    plans = [plan.shard_server(i, where, run_dir) for i in range(gt.spec.num_shards)]
+    plans += [plan.trainer(r, world, where, run_dir, servers, "tcp://127.0.0.1:29500") for r in range(world)]
+    out = {}
+    for p in plans:
+        assert p.argv[: len(plan.entry())] == plan.entry()
+        out[p.name] = p.argv[len(plan.entry()) :]
+    out["standalone"] = plan.standalone_trainer(where, run_dir).argv[len(plan.entry()) :]
+    return out
+
+
+@pytest.mark.parametrize("doc", specs())
+def test_every_operator_argv_parses_with_the_cli(doc: dict) -> None:
+    gt = S.parse(doc)
+    argvs = operator_argvs(gt)
+    params = {name: parse(argv) for name, argv in argvs.items()}
+    lay = M.Layout(gt)
+    assert params["partition"]["out_dir"] == Path(lay.partition)
+    assert params["shard-server"]["shard_from_hostname"] is True and params["shard-server"]["shm"] is False
+    assert params["shard-server-probe"]["addresses"] == [f"tcp://127.0.0.1:{M.SHARD_PORT}"]
+    world = gt.spec.trainers.replicas
+    for r in range(world):
+        t = params[f"trainer-{r}"]
+        assert (t["rank"], t["world"], t["shm"]) == (r, world, False)
+        assert len(t["servers"].split(",")) == gt.spec.num_shards
+        assert t["progress_configmap"] == M.names(gt.metadata.name)["progress"]
+        # one partition and one checkpoint root for every role of the training
+        assert t["partition"] == params["shard-server"]["partition"] == params["partition"]["out_dir"]
+        assert t["checkpoint_root"] == params["shard-server"]["checkpoint_root"]
+        assert (
+            t["token_file"]
+            == params["shard-server"]["token_file"]
+            == params["shard-server-probe"]["token_file"]
+        )
+
+
+@pytest.mark.parametrize("doc", specs())
+def test_every_local_argv_parses_with_the_cli(doc: dict, tmp_path: Path) -> None:
+    gt = S.parse(doc)
+    params = {name: parse(argv) for name, argv in local_argvs(gt, tmp_path).items()}
+    world = gt.spec.trainers.replicas
+    for i in range(gt.spec.num_shards):
+        s = params[f"shard-{i}"]
+        assert (s["shard"], s["shm"], s["restore"]) == (i, True, "latest")
+        assert s["bind"] == f"ipc://{tmp_path / 'run dir'}/shard-{i}.sock"
+    for r in range(world):
+        t = params[f"trainer-{r}"]
+        assert (t["rank"], t["world"], t["shm"], t["standalone"]) == (r, world, True, False)
+        assert t["run_dir"] == tmp_path / "run dir" and t["progress_configmap"] is None
+        assert t["partition"] == params["shard-0"]["partition"]
+    alone = params["standalone"]
+    assert alone["standalone"] is True and alone["servers"] is None and alone["world"] == 1
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["train", "--partition", "p"],  # --spec is required
+        ["train", "--spec", "s", "--partition", "p", "--no-such-option"],
+        ["shard-server", "--shard", "one"],
+        ["partition", "--spec", "s"],  # --out is required
+        ["no-such-role"],
+    ],
+)
+def test_the_parser_used_here_refuses_what_a_run_would(argv: list[str]) -> None:
+    with pytest.raises(UsageError):
+        parse(argv)
+
+
+def test_a_standalone_trainer_is_one_trainer() -> None:
+    files = roles.Files(spec="s", partition="p", token="t", checkpoints="c")
+    with pytest.raises(ValueError, match="one trainer"):
+        roles.train(files, servers=None, world=2)
+    with pytest.raises(ValueError, match="rendezvous"):
+        roles.train(files, servers=["tcp://a:1"], world=2)
