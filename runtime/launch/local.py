@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from graphtrain.runtime import spec as S
-from graphtrain.runtime.data.cache import write_json
+from graphtrain.runtime.data.cache import atomic_file, write_json
 from graphtrain.runtime.errors import GraphtrainError
 from graphtrain.runtime.kvstore import checkpoint as ckpt
 from graphtrain.runtime.launch import plan, status
@@ -515,11 +515,8 @@ class LocalRun:
         with contextlib.suppress(OSError):  # what the previous launch's killed processes left in /dev/shm
             self._remove_segments(token.read_text().strip())
         self.token = secrets.token_hex(24)  # fresh shared-memory names for this launch's processes
-        fresh = self.run_dir / ".token.tmp"
-        fresh.unlink(missing_ok=True)
-        fresh.touch(mode=0o600)
-        fresh.write_text(self.token)
-        fresh.replace(token)
+        with atomic_file(token, mode=0o600) as f:
+            f.write(self.token.encode())
         if (self.run_dir / "logs").is_dir():
             rotate_logs(self.run_dir / "logs")
         for stale in (reporting.PROGRESS_FILE, "result.json"):

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import os
 import random
 import shutil
 import sys
@@ -28,7 +27,7 @@ import torch
 import torch.distributed as torch_dist
 
 from graphtrain.runtime import spec as S
-from graphtrain.runtime.data.cache import hash_tree, write_json
+from graphtrain.runtime.data.cache import atomic_file, hash_tree, write_json
 from graphtrain.runtime.kvstore import checkpoint as ckpt
 from graphtrain.runtime.spec import reporting
 
@@ -200,11 +199,8 @@ class Throughput:
 def save_dense(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
     """Model and optimizer state (tensors only), written atomically."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict()}, tmp)
-    with open(tmp, "rb+") as f:
-        os.fsync(f.fileno())
-    tmp.replace(path)
+    with atomic_file(path) as f:
+        torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict()}, f)
 
 
 def load_dense(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
