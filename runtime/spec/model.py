@@ -44,7 +44,6 @@ from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import CoreSchema, PydanticCustomError
 
 from graphtrain.runtime.spec.rules import (
-    NO_RULES,
     ROOT_PATH,
     Problem,
     Rule,
@@ -54,6 +53,7 @@ from graphtrain.runtime.spec.rules import (
     partial,
     problems_from_validation,
     rules_of,
+    validate_document,
 )
 
 GROUP: Final = "graphtrain.io"
@@ -1235,7 +1235,7 @@ def check(data: Any) -> tuple[GraphTraining | None, list[Problem]]:
     if not isinstance(data, dict):
         return None, [Problem(path=ROOT_PATH, message=f"expected a mapping, got {type(data).__name__}")]
     try:
-        gt: GraphTraining | None = GraphTraining.model_validate(data, context=NO_RULES)
+        gt: GraphTraining | None = validate_document(GraphTraining, data)
         schema: list[Problem] = []
         tree: Any = gt
     except ValidationError as exc:

@@ -20,13 +20,14 @@ import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Annotated, Any, Final, get_args, get_origin
+from typing import Annotated, Any, Final, TypeVar, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 
 # Validation context that leaves the rules to broken_tree(), which evaluates them on partly valid
 # documents too (pydantic runs a model's validators only when all its fields are valid).
 NO_RULES: Final = {"rules": False}
+M = TypeVar("M", bound=BaseModel)
 
 
 class _Unknown(Exception):
@@ -199,7 +200,7 @@ def partial(model: type[BaseModel], data: Any) -> Any:
     Built without validation (model_construct) from fields validated one by one, sub-models
     recursively, so the rules can run on everything that is valid."""
     try:
-        return model.model_validate(data, context=NO_RULES)
+        return validate_document(model, data)
     except ValidationError:
         pass
     if not isinstance(data, dict):
@@ -217,7 +218,9 @@ def partial(model: type[BaseModel], data: Any) -> Any:
             values[name] = [partial(inner, item) for item in value]
         else:
             try:
-                values[name] = _field_adapter(model, name).validate_python(value, context=NO_RULES)
+                values[name] = _field_adapter(model, name).validate_json(
+                    as_json(value), strict=True, context=NO_RULES, by_alias=True, by_name=False
+                )
             except ValidationError:
                 values[name] = INVALID
     return model.model_construct(**values)
@@ -228,6 +231,29 @@ def model_in(annotation: Any) -> type[BaseModel] | None:
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return annotation
     return next((m for a in get_args(annotation) if (m := model_in(a)) is not None), None)
+
+
+def as_json(data: Any) -> str:
+    """A document as the API server receives it: JSON, mapping keys as strings, YAML's dates as text."""
+
+    def keys_as_text(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {str(k): keys_as_text(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [keys_as_text(v) for v in value]
+        return value
+
+    return json.dumps(keys_as_text(data), default=str)
+
+
+def validate_document(model: type[M], data: Any) -> M:
+    """Validate a user's document (YAML or the API server's object) with the types the CRD's schema
+    checks: strict, so `useFeatures: "off"`, `replicas: true` or `epochs: "10"` are refused where a lax
+    parse would read them as false, 1 and 10; camelCase names only, as on the wire. (Strict on JSON
+    still takes an integer for a float, enum values as strings and arrays for tuples.)"""
+    return model.model_validate_json(
+        as_json(data), strict=True, context=NO_RULES, by_alias=True, by_name=False
+    )
 
 
 @functools.cache

@@ -119,7 +119,7 @@ def test_a_rule_that_reads_an_invalid_field_is_skipped() -> None:
     doc = edit(GRAPHSAGE, lambda s: s.update(training={"fanouts": "ten"}))
     problems = S.check(doc)[1]
     assert [p.path for p in problems] == ["spec.training.fanouts"]
-    assert "valid list" in problems[0].message
+    assert "valid array" in problems[0].message
     # the referenced table has an invalid name: whether it exists is not decided either
     doc = edit(GRAPHSAGE, lambda s: s["model"].update(nodeEmbedding="Node"))
     assert [p.path for p in S.check(doc)[1]] == ["spec.model.nodeEmbedding"]
@@ -191,3 +191,24 @@ def test_validate_accepts_the_examples() -> None:
     result = CliRunner().invoke(app, ["validate", *examples])
     assert result.exit_code == 0, result.output
     assert result.output.count(": valid") == len(examples)
+
+
+def test_types_are_checked_as_the_api_server_checks_them() -> None:
+    """No lax coercion: the API server refuses these, so the local executor must not read "off" as
+    false, true as 1 or "10" as 10; nor snake_case names, which are not on the wire."""
+
+    def lax(s: dict) -> None:
+        s["model"]["useFeatures"] = "off"
+        s["trainers"] = {"replicas": True}
+        s["training"] = {"epochs": "10"}
+        s["partition"] = {"parts": 2.5}
+        s["graph"]["reverse_edges"] = True
+
+    problems = S.check(edit(GRAPHSAGE, lax))[1]
+    assert {p.path: p.message for p in problems} == {
+        "spec.model.useFeatures": "Input should be a valid boolean",
+        "spec.trainers.replicas": "Input should be a valid integer",
+        "spec.training.epochs": "Input should be a valid integer",
+        "spec.partition.parts": "Input should be a valid integer",
+        "spec.graph.reverse_edges": "unknown field",
+    }
