@@ -63,10 +63,11 @@ def build(gt: S.GraphTraining, obs: Observed, previous: list[S.Condition], at: s
     if obs.shards:
         ready = sum(s.get("state") == S.ShardState.ready.value for s in obs.shards)
         C.set_shards_ready(conds, ready, len(obs.shards))
-    if obs.progress is not None:
-        C.set_trainers_running(conds)
-    if obs.phase == S.Phase.succeeded.value:
+    if obs.phase == S.Phase.succeeded.value:  # as the operator says it: the trainers are done
+        C.set_trainers_waiting(conds, C.Reason.completed, "every trainer finished")
         C.set_succeeded(conds)
+    elif obs.progress is not None:
+        C.set_trainers_running(conds)
     if obs.phase == S.Phase.failed.value:
         C.set_failed(conds, obs.failure_reason, obs.failure or "")
     return S.GraphTrainingStatus(

@@ -9,7 +9,9 @@ StaleNativeCore (abi.py) wherever it is asked for.
 
 from __future__ import annotations
 
+import functools
 import os
+import warnings
 from enum import StrEnum
 
 import torch
@@ -40,7 +42,12 @@ def choose(device: torch.device | str = "cpu", requested: str | None = None) -> 
     if requested is None:
         if kind == "cuda":
             return Backend.CUDA if cuda.available() else Backend.TORCH
-        return Backend.CPU if kind == "cpu" and available() else Backend.TORCH
+        if kind != "cpu":
+            return Backend.TORCH
+        if available():
+            return Backend.CPU
+        _core_missing()
+        return Backend.TORCH
     if requested not in BACKENDS:
         raise ValueError(f"{ENV_BACKEND} must be one of {BACKENDS}, got {requested!r}")
     if requested == Backend.CPU and (kind != "cpu" or not available()):
@@ -48,6 +55,19 @@ def choose(device: torch.device | str = "cpu", requested: str | None = None) -> 
     if requested == Backend.CUDA and (kind != "cuda" or not cuda.available()):
         raise ValueError("backend 'cuda' needs the CUDA core (GRAPHTRAIN_BUILD_CUDA=1) and a GPU table")
     return Backend(requested)
+
+
+@functools.cache
+def _core_missing() -> None:
+    """Say once per process that the CPU work runs on the reference: it is correct but several times
+    slower, and sampling draws other neighbours, so a run without its core must not pass unnoticed."""
+    warnings.warn(
+        "the native CPU core is not built here: sparse optimizers, gathers and sampling run the torch "
+        "reference (several times slower; sampling draws differ). Reinstall with a C++ compiler "
+        "(pip install -e . / make install), without GRAPHTRAIN_NATIVE=0",
+        RuntimeWarning,
+        stacklevel=3,
+    )
 
 
 def choose_for_optimizer(device: torch.device | str, requested: str | None = None) -> Backend:

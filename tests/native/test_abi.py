@@ -131,3 +131,17 @@ def test_every_entry_point_is_declared_once() -> None:
         if abi.CPU in sig.libraries:
             assert list(getattr(lib, name).argtypes) == sig.argtypes, name
     assert choose() is Backend.CPU
+
+
+def test_a_missing_core_is_said_once_not_silently_replaced(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without the core the reference serves (correct, slower, other sampling draws): one warning per
+    process, so a run without its core does not pass unnoticed, and no flood of them."""
+    from graphtrain.runtime.native import backend
+
+    monkeypatch.setattr(backend, "available", lambda: False)
+    backend._core_missing.cache_clear()
+    with pytest.warns(RuntimeWarning, match="native CPU core is not built") as seen:
+        assert backend.choose("cpu") is backend.Backend.TORCH
+        assert backend.choose("cpu") is backend.Backend.TORCH
+    assert len(seen) == 1
+    backend._core_missing.cache_clear()

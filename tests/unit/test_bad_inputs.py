@@ -73,7 +73,8 @@ def deep_flow(levels: int = 5000) -> str:
     return "a: " + "[" * levels + "]" * levels + "\n"
 
 
-def deep_block(levels: int = 3000) -> str:
+def deep_block(levels: int = 1000) -> str:
+    """Deep enough to overflow a recursive loader, small enough (~0.5 MB) to reach the depth check."""
     return "a:\n" + "".join(" " * i + "b:\n" for i in range(1, levels))
 
 

@@ -41,6 +41,15 @@ def test_a_condition_keeps_the_time_of_its_last_transition() -> None:
     assert times(third) == times(second)
 
 
+def test_a_finished_run_says_its_trainers_are_done_as_the_operator_does() -> None:
+    gt = S.load_yaml(EXAMPLE.read_text())
+    obs = status.Observed(phase="Succeeded", shards=[{"index": 0, "state": "Ready"}])
+    obs.progress = S.Progress(epoch=2, epochs=2)
+    conds = {str(c.type): c for c in status.build(gt, obs, [], T1).conditions}
+    assert (conds["TrainersReady"].status, conds["TrainersReady"].reason) == ("False", "Completed")
+    assert (conds["Succeeded"].status, conds["Succeeded"].reason) == ("True", "Completed")
+
+
 def test_build_is_pure() -> None:
     gt = S.load_yaml(EXAMPLE.read_text())
     obs = status.Observed(phase="Training", shards=[{"index": 0, "state": "Ready"}])

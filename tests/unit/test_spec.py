@@ -10,6 +10,8 @@ import pytest
 from graphtrain.runtime import spec as S
 from tests.unit.spec_cases import GRAPHSAGE
 
+EXAMPLES = Path(__file__).parents[2] / "examples"
+
 ROOT = Path(__file__).resolve().parents[2]
 
 VALID = GRAPHSAGE
@@ -156,3 +158,21 @@ def test_status_round_trips_through_camel_case() -> None:
     wire = status.model_dump(by_alias=True, exclude_none=True)
     assert wire["progress"]["samplesPerSecond"] == 1234.5
     assert S.GraphTrainingStatus.model_validate(wire) == status
+
+
+def test_a_yaml_alias_bomb_is_refused_before_it_expands() -> None:
+    """Nine levels of ten aliases each are 10^9 values once expanded; the event walk counts them."""
+    lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, 10)]
+    with pytest.raises(S.SpecError, match=r"expands to more than 100,000 values \(YAML aliases\)"):
+        S.load_yaml("\n".join(lines) + "\n")
+
+
+def test_an_oversized_spec_is_refused_before_it_is_parsed() -> None:
+    with pytest.raises(S.SpecError, match=r"characters: a GraphTraining spec is at most 1,048,576"):
+        S.load_yaml("# " + "x" * S.MAX_SPEC_BYTES + "\n")
+
+
+def test_aliases_of_ordinary_size_still_load() -> None:
+    text = (EXAMPLES / "wordnet-sage.yaml").read_text()
+    assert S.load_yaml(text) == S.load_yaml(text.replace("kind: graphsage", "kind: &k graphsage"))
