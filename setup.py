@@ -23,7 +23,14 @@ import shlex
 import subprocess
 from pathlib import Path
 
+import setuptools
 from setuptools import Extension, setup
+
+if int(setuptools.__version__.split(".")[0]) < 77:  # pyproject's SPDX `license` string needs 77
+    raise SystemExit(
+        f"graphtrain builds with setuptools >= 77 (this Python has {setuptools.__version__}): "
+        "pip install ... fetches it; to run setup.py directly, pip install -U 'setuptools>=77' first"
+    )
 from setuptools.command.build_ext import build_ext
 
 ROLES = {

@@ -26,6 +26,13 @@ def operator_cmd(
     import kopf
 
     import graphtrain.operator.handlers  # noqa: F401 - registers the handlers
+    from graphtrain.operator import k8s
+
+    try:  # kopf would log the failure and retry forever: say it once and stop
+        k8s.load_config()
+    except k8s.CredentialsError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
 
     kopf.run(
         standalone=peering is None,

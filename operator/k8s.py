@@ -42,12 +42,24 @@ _client: DynamicClient | None = None
 _lock = threading.Lock()
 
 
+class CredentialsError(Exception):
+    """No usable Kubernetes credentials (the message says which source was tried and why it failed)."""
+
+
 def load_config() -> None:
-    """In-cluster credentials in a pod, else $KUBECONFIG / ~/.kube/config."""
-    if os.environ.get("KUBERNETES_SERVICE_HOST"):
-        kubernetes.config.load_incluster_config()
-    else:
-        kubernetes.config.load_kube_config()
+    """In-cluster credentials in a pod, else $KUBECONFIG / ~/.kube/config.
+
+    Raises:
+        CredentialsError: neither gives a usable configuration.
+    """
+    try:
+        if os.environ.get("KUBERNETES_SERVICE_HOST"):
+            kubernetes.config.load_incluster_config()
+        else:
+            kubernetes.config.load_kube_config()
+    except (kubernetes.config.ConfigException, OSError, TypeError, ValueError) as exc:
+        source = "in-cluster service account" if os.environ.get("KUBERNETES_SERVICE_HOST") else "kubeconfig"
+        raise CredentialsError(f"no Kubernetes credentials ({source}): {exc}") from None
 
 
 def client() -> DynamicClient:

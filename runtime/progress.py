@@ -19,7 +19,16 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 
-console = Console(stderr=True)
+
+class _Console(Console):
+    def on_broken_pipe(self) -> None:
+        """Whoever read this output stopped reading (`graphtrain run ... | head`): stop printing and go
+        on. rich's default exits, which failed a healthy training; the logs and status.json still
+        record everything."""
+        self.quiet = True
+
+
+console = _Console(stderr=True)
 
 
 def quiet() -> bool:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -153,3 +156,14 @@ def test_hostname_ordinal() -> None:
     for bad in ("wn-shards", "shards-x", "7"):
         with pytest.raises(GraphtrainError, match="ordinal"):
             hostname_ordinal(bad)
+
+
+def test_the_operator_without_credentials_says_so_once_and_exits(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "KUBERNETES_SERVICE_HOST"}
+    env.update(KUBECONFIG=str(tmp_path / "missing"), HOME=str(tmp_path))
+    cmd = [sys.executable, "-m", "graphtrain.cli", "operator"]
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 1
+    assert out.stderr.strip().splitlines() == [
+        "error: no Kubernetes credentials (kubeconfig): Invalid kube-config file. No configuration found."
+    ]
