@@ -88,6 +88,7 @@ class _Model(BaseModel):
         extra="forbid",
         validate_default=True,
         use_enum_values=True,
+        allow_inf_nan=False,  # JSON (the API server) has no NaN or infinity: `margin: .inf` is no value
     )
 
     @model_validator(mode="after")
@@ -1232,6 +1233,8 @@ def check(data: Any) -> tuple[GraphTraining | None, list[Problem]]:
     decided: a rule is evaluated on the parts of the document that are valid, and skipped only when it
     reads a value that failed the schema, so a typo in one field hides no cross-field problem elsewhere.
     """
+    if data is None:
+        return None, [Problem(path=ROOT_PATH, message="the document is empty")]
     if not isinstance(data, dict):
         return None, [Problem(path=ROOT_PATH, message=f"expected a mapping, got {type(data).__name__}")]
     try:

@@ -212,3 +212,16 @@ def test_types_are_checked_as_the_api_server_checks_them() -> None:
         "spec.partition.parts": "Input should be a valid integer",
         "spec.graph.reverse_edges": "unknown field",
     }
+
+
+def test_no_nan_or_infinity_and_an_empty_document_says_so() -> None:
+    def nan(s: dict) -> None:
+        s["training"] = {"denseLr": float("nan")}
+        s["embeddings"][0]["optimizer"] = {"kind": "adam", "lr": float("inf")}
+
+    problems = S.check(edit(GRAPHSAGE, nan))[1]
+    assert {p.path: p.message for p in problems} == {
+        "spec.training.denseLr": "Input should be a finite number",
+        "spec.embeddings[0].optimizer.lr": "Input should be a finite number",
+    }
+    assert [str(p) for p in S.check(None)[1]] == ["(root): the document is empty"]
