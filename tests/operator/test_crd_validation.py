@@ -35,7 +35,7 @@ def refusal(kube: Callable[..., str], doc: dict) -> str:
 
 @pytest.mark.parametrize("example", sorted((ROOT / "examples").glob("*.yaml")), ids=lambda p: p.name)
 def test_examples_are_accepted(kube: Callable[..., str], example: Path) -> None:
-    dry_run(kube, yaml.safe_load(example.read_text()))
+    dry_run(kube, S.yaml_document(example.read_text()))
 
 
 @pytest.mark.parametrize("name", sorted(BREAKS))
@@ -50,7 +50,7 @@ def test_a_broken_rule_is_refused_with_its_message(kube: Callable[..., str], nam
 
 @pytest.mark.parametrize("base", [GRAPHSAGE, TRANSE], ids=["graphsage", "transe"])
 def test_server_defaults_are_the_executors_defaults(kube: Callable[..., str], base: dict) -> None:
-    stored = yaml.safe_load(dry_run(kube, base))
+    stored = S.yaml_document(dry_run(kube, base))  # as kubectl reads numbers: eps: 1e-08 is a float
     spec = stored["spec"]
     assert spec["training"]["fanouts"] == [10, 25] and spec["model"]["numLayers"] == 2
     assert spec["embeddings"][0]["optimizer"]["stepCount"] == "row"

@@ -176,3 +176,11 @@ def test_an_oversized_spec_is_refused_before_it_is_parsed() -> None:
 def test_aliases_of_ordinary_size_still_load() -> None:
     text = (EXAMPLES / "wordnet-sage.yaml").read_text()
     assert S.load_yaml(text) == S.load_yaml(text.replace("kind: graphsage", "kind: &k graphsage"))
+
+
+def test_numbers_are_read_as_kubectl_reads_them() -> None:
+    """PyYAML reads `1e-8` (no dot) as a string, kubectl as a number: with strict types the spec
+    `kubectl apply` takes must load here too."""
+    text = (EXAMPLES / "gene-kg-transe.yaml").read_text().replace("eps: 1.0e-8", "eps: 1e-8")
+    assert "eps: 1e-8" in text
+    assert S.load_yaml(text).spec.embeddings[0].optimizer.eps == 1e-8
