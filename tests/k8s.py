@@ -9,7 +9,9 @@ Pods never run: the tests play the kubelet and the Job/StatefulSet controllers b
 
 from __future__ import annotations
 
+import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -46,8 +48,19 @@ def testenv_bin() -> Path:
     return cache / "bin"
 
 
-def start(run: Path, bin_dir: Path) -> str:
-    """Start etcd and the API server on free loopback ports; the path of their kubeconfig."""
+def start(run: Path, bin_dir: Path, server_args: tuple[str, ...] = ()) -> str:
+    """Start etcd and the API server on free loopback ports; the path of their kubeconfig.
+    server_args are added to the API server's command line (testenv.sh has no place for them, so a
+    bin directory of run's holds etcd and a crdserver script that execs the real one with them)."""
+    if server_args:
+        wrapped = run / "bin"
+        wrapped.mkdir(parents=True, exist_ok=True)
+        (wrapped / "etcd").symlink_to(bin_dir / "etcd")
+        script = wrapped / "crdserver"
+        quoted = " ".join(shlex.quote(a) for a in (str(bin_dir / "crdserver"), *server_args))
+        script.write_text(f'#!/bin/sh\nexec {quoted} "$@"\n')  # exec: the pid testenv.sh records
+        script.chmod(0o755)
+        bin_dir = wrapped
     out = subprocess.run(
         ["bash", str(TESTENV / "testenv.sh"), "start", str(run), str(bin_dir)],
         check=True,
@@ -90,3 +103,54 @@ def install_crd(kube: Kubectl) -> None:
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.5)
+
+
+# Kinds the chart and the operator create that the test server has no stand-in for; on a cluster
+# that serves them already, nothing is added.
+STAND_INS = {
+    ("networking.k8s.io", "networkpolicies"): ("NetworkPolicy", "v1"),  # built in everywhere else
+    ("monitoring.coreos.com", "servicemonitors"): ("ServiceMonitor", "v1"),  # the Prometheus Operator's
+}
+
+
+def serve_stand_ins(kube: Kubectl) -> None:
+    """Serve the STAND_INS the cluster lacks as schema-less CRDs (what the test server does for the
+    built-in kinds it knows: real storage, watch and labels; no validation, which kubernetes-validate
+    gives the rendered manifests instead)."""
+    for (group, plural), (kind, version) in STAND_INS.items():
+        if f"{plural}.{group}" in kube("api-resources", f"--api-group={group}", "-o", "name").split():
+            continue
+        crd = {
+            "apiVersion": "apiextensions.k8s.io/v1",
+            "kind": "CustomResourceDefinition",
+            "metadata": {
+                "name": f"{plural}.{group}",
+                # the API server asks this of a CRD in a *.k8s.io group
+                "annotations": {"api-approved.kubernetes.io": "unapproved, a test stand-in"},
+            },
+            "spec": {
+                "group": group,
+                "scope": "Namespaced",
+                "names": {
+                    "plural": plural,
+                    "singular": kind.lower(),
+                    "kind": kind,
+                    "listKind": f"{kind}List",
+                },
+                "versions": [
+                    {
+                        "name": version,
+                        "served": True,
+                        "storage": True,
+                        "schema": {
+                            "openAPIV3Schema": {
+                                "type": "object",
+                                "x-kubernetes-preserve-unknown-fields": True,
+                            }
+                        },
+                    }
+                ],
+            },
+        }
+        kube("apply", "-f", "-", input=json.dumps(crd))
+        kube("wait", "--for=condition=Established", "--timeout=30s", f"crd/{plural}.{group}")
