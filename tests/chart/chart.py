@@ -16,6 +16,19 @@ CHART = ROOT / "charts" / "graphtrain"
 SCENARIOS = sorted(p.name.removesuffix("-values.yaml") for p in (CHART / "ci").glob("*-values.yaml"))
 KUBE_VERSION = "1.36.0"  # the test API server's (../shared/k8s-testenv): Kubernetes 1.36
 RELEASE, NAMESPACE = "gt", "graphtrain"
+# `graphtrain operator`'s options (contract-16.md): the Deployment may pass no other
+CONTRACT_OPTIONS = {
+    "--config",
+    "--namespace",
+    "--leader-elect",
+    "--lease-name",
+    "--lease-namespace",
+    "--lease-duration",
+    "--renew-deadline",
+    "--retry-period",
+    "--health-address",
+    "--metrics-address",
+}
 
 
 def helm_path() -> str:

@@ -19,6 +19,7 @@ import yaml
 from graphtrain.runtime import spec as S
 from tests.chart.chart import (
     CHART,
+    CONTRACT_OPTIONS,
     KUBE_VERSION,
     NAMESPACE,
     ROOT,
@@ -34,19 +35,6 @@ pytestmark = pytest.mark.timeout(120)
 
 OPERATOR = "gt-graphtrain-operator"  # the operator's objects in release "gt"
 CONFIG_PATH = "/etc/graphtrain/operator/config.yaml"
-# `graphtrain operator`'s options (contract-16.md): the Deployment may pass no other
-CONTRACT_OPTIONS = {
-    "--config",
-    "--namespace",
-    "--leader-elect",
-    "--lease-name",
-    "--lease-namespace",
-    "--lease-duration",
-    "--renew-deadline",
-    "--retry-period",
-    "--health-address",
-    "--metrics-address",
-}
 ROLE_DEFAULT_KEYS = {"resources", "nodeSelector", "tolerations", "affinity", "priorityClassName"}
 
 
