@@ -94,6 +94,7 @@ def test_the_validation_refuses_an_unknown_field() -> None:
         ("replica=2", "replica"),  # a typo'd key
         ("replicas=two", "replicas"),  # a wrong type
         ("leaderElection.enable=true", "enable"),
+        ("leaderElection.leaseName=Bad_Name", "leaderElection.leaseName"),
         ("trainings.storage.acessModes={ReadWriteOnce}", "acessModes"),
         ("trainings.storage.accessModes={ReadWriteSome}", "trainings.storage.accessModes"),
         ("trainings.storage.size=lots", "trainings.storage.size"),
@@ -197,6 +198,12 @@ def test_the_operator_runs_with_the_contract_command_line(
     recreate = "--leader-elect" not in args
     assert (deployment["spec"].get("strategy") == {"type": "Recreate"}) == recreate
     assert bool(find(objs, "Role", f"{OPERATOR}-leader-election")) != recreate
+
+
+@pytest.mark.parametrize("timing", ["renewDeadline=15", "retryPeriod=10", "leaseDuration=2"])
+def test_lease_timings_out_of_order_are_refused(timing: str) -> None:
+    res = helm("template", "gt", str(CHART), "--set", f"leaderElection.{timing}", check=False)
+    assert res.returncode != 0 and "leaseDuration (" in res.stderr and "> retryPeriod (" in res.stderr
 
 
 def test_the_operator_pod_probes_ports_and_mounts() -> None:
