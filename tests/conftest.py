@@ -85,4 +85,5 @@ def kube(kubeconfig: str) -> k8s.Kubectl:
         loaded.KUBE_CONFIG_DEFAULT_LOCATION = kubeconfig
     run = k8s.kubectl(kubeconfig)
     k8s.install_crd(run)
+    k8s.serve_stand_ins(run, k8s.NETWORK_POLICY)  # the test server has none; the chart and operator make them
     return run

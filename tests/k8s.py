@@ -105,19 +105,22 @@ def install_crd(kube: Kubectl) -> None:
             time.sleep(0.5)
 
 
-# Kinds the chart and the operator create that the test server has no stand-in for; on a cluster
-# that serves them already, nothing is added.
-STAND_INS = {
-    ("networking.k8s.io", "networkpolicies"): ("NetworkPolicy", "v1"),  # built in everywhere else
-    ("monitoring.coreos.com", "servicemonitors"): ("ServiceMonitor", "v1"),  # the Prometheus Operator's
-}
+# Kinds the chart and the operator create that the test server has no stand-in for: (group, plural,
+# kind, version). On a cluster that serves them already, nothing is added.
+NETWORK_POLICY = ("networking.k8s.io", "networkpolicies", "NetworkPolicy", "v1")  # built in elsewhere
+SERVICE_MONITOR = (
+    "monitoring.coreos.com",
+    "servicemonitors",
+    "ServiceMonitor",
+    "v1",
+)  # Prometheus Operator's
 
 
-def serve_stand_ins(kube: Kubectl) -> None:
-    """Serve the STAND_INS the cluster lacks as schema-less CRDs (what the test server does for the
-    built-in kinds it knows: real storage, watch and labels; no validation, which kubernetes-validate
+def serve_stand_ins(kube: Kubectl, *kinds: tuple[str, str, str, str]) -> None:
+    """Serve those of these kinds the cluster lacks as schema-less CRDs (what the test server does for
+    the built-in kinds it knows: real storage, watch and labels; no validation, which kubernetes-validate
     gives the rendered manifests instead)."""
-    for (group, plural), (kind, version) in STAND_INS.items():
+    for group, plural, kind, version in kinds:
         if f"{plural}.{group}" in kube("api-resources", f"--api-group={group}", "-o", "name").split():
             continue
         crd = {

@@ -22,7 +22,7 @@ INSTANCE = "app.kubernetes.io/instance"
 
 @pytest.fixture(scope="module")
 def cluster(kube: k8s.Kubectl, kubeconfig: str) -> str:
-    k8s.serve_stand_ins(kube)  # NetworkPolicy and ServiceMonitor, which the test server lacks
+    k8s.serve_stand_ins(kube, k8s.SERVICE_MONITOR)  # the monitoring scenario's, where the server lacks it
     for ns in ("a", "b"):  # the namespaced scenario's
         kube("create", "namespace", ns, check=False)
     return kubeconfig

@@ -173,6 +173,7 @@ def server(tmp_path: Path) -> Iterator[Server]:
         )
         kube = k8s.kubectl(kubeconfig)
         k8s.install_crd(kube)
+        k8s.serve_stand_ins(kube, k8s.NETWORK_POLICY)  # for the opk branch's per-training NetworkPolicy
         yield Server(kubeconfig, audit_log, kube)
     finally:
         k8s.stop(run)
