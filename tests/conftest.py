@@ -1,12 +1,18 @@
-"""Shared fixtures: small deterministic graphs with every kind of node data."""
+"""Shared fixtures: small deterministic graphs with every kind of node data, and a real Kubernetes API
+server with kubectl against it (tests/k8s.py), one per test run, for the operator and chart tests."""
 
 from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
 
 import numpy as np
 import pytest
 import scipy.sparse as sp
 
 from graphtrain.runtime.data.graph import Graph, random_masks
+from tests import k8s
 
 
 def planted_graph(
@@ -53,3 +59,31 @@ def data_root(tmp_path, monkeypatch):
     root = tmp_path / "cache"
     monkeypatch.setenv("GRAPHTRAIN_DATA", str(root))
     return root
+
+
+@pytest.fixture(scope="session")
+def kubeconfig(tmp_path_factory) -> Iterator[str]:
+    user = os.environ.get("GRAPHTRAIN_TEST_KUBECONFIG")
+    if user:
+        yield user
+        return
+    bin_dir = k8s.testenv_bin()
+    run = tmp_path_factory.mktemp("apiserver")
+    try:
+        yield k8s.start(run, bin_dir)
+    finally:
+        k8s.stop(run)
+
+
+@pytest.fixture(scope="session")
+def kube(kubeconfig: str) -> k8s.Kubectl:
+    """kubectl against the test server, with the CRD installed; raises with kubectl's message on failure.
+    $KUBECONFIG names the server too, for what runs in this process (the operator, the trainers' adapter)."""
+    os.environ["KUBECONFIG"] = kubeconfig
+    loaded = sys.modules.get("kubernetes.config.kube_config")
+    if loaded is not None:  # imported by a test module already: it read $KUBECONFIG then, not now
+        loaded.KUBE_CONFIG_DEFAULT_LOCATION = kubeconfig
+    run = k8s.kubectl(kubeconfig)
+    k8s.install_crd(run)
+    k8s.serve_stand_ins(run, k8s.NETWORK_POLICY)  # the test server has none; the chart and operator make them
+    return run

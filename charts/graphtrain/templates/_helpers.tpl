@@ -1,0 +1,136 @@
+{{/* Names, labels and image references: every template takes them from here. */}}
+
+{{- define "graphtrain.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* "<release>-<chart>", or the release name alone when it contains the chart's name. */}}
+{{- define "graphtrain.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* The operator's objects: Deployment, ServiceAccount, (Cluster)Role(s), config, Lease. */}}
+{{- define "graphtrain.operator.name" -}}
+{{- printf "%s-operator" (include "graphtrain.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "graphtrain.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Selector labels of the component given as .component (operator, test): never change on upgrade. */}}
+{{- define "graphtrain.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "graphtrain.name" .root }}
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end }}
+
+{{/* Every object's labels: include with (dict "root" $ "component" "operator"). */}}
+{{- define "graphtrain.labels" -}}
+helm.sh/chart: {{ include "graphtrain.chart" .root }}
+{{ include "graphtrain.selectorLabels" . }}
+app.kubernetes.io/version: {{ .root.Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .root.Release.Service }}
+app.kubernetes.io/part-of: graphtrain
+{{- with .root.Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{- define "graphtrain.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "graphtrain.operator.name" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- required "serviceAccount.name is required when serviceAccount.create is false" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/* The operator's image: repository@digest, else repository:tag (tag default: appVersion). */}}
+{{- define "graphtrain.operator.image" -}}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+{{- end }}
+
+{{/* The trainings' images (the config file's `images`), defaulting to the appVersion's. */}}
+{{- define "graphtrain.runtimeImage" -}}
+{{- default (printf "ghcr.io/graphtrain/graphtrain:%s" .Chart.AppVersion) .Values.trainings.images.runtime }}
+{{- end }}
+
+{{- define "graphtrain.cudaImage" -}}
+{{- default (printf "ghcr.io/graphtrain/graphtrain:%s-cuda" .Chart.AppVersion) .Values.trainings.images.cuda }}
+{{- end }}
+
+{{/* "true" when the operator runs with --leader-elect: asked for, or more than one replica. */}}
+{{- define "graphtrain.leaderElect" -}}
+{{- if or .Values.leaderElection.enabled (gt (int .Values.replicas) 1) }}true{{ end }}
+{{- end }}
+
+{{- define "graphtrain.leaseName" -}}
+{{- default (include "graphtrain.operator.name" .) .Values.leaderElection.leaseName }}
+{{- end }}
+
+{{/* The operator's config file (the contract's format), from .Values.trainings. */}}
+{{- define "graphtrain.operator.config" -}}
+{{- $cfg := deepCopy .Values.trainings }}
+{{- $_ := set $cfg.images "runtime" (include "graphtrain.runtimeImage" .) }}
+{{- $_ = set $cfg.images "cuda" (include "graphtrain.cudaImage" .) }}
+{{- toYaml $cfg }}
+{{- end }}
+
+{{/*
+What the operator does in a namespace it watches, one rule per group of verbs. The RBAC test
+(tests/chart/test_rbac.py) records the operator's API requests through a training's whole lifecycle
+and fails on any verb granted here but never used, or used but not granted.
+*/}}
+{{- define "graphtrain.operator.rules" -}}
+# its own resource: watched by kopf, which also patches its finalizer and annotations
+- apiGroups: [graphtrain.io]
+  resources: [graphtrainings]
+  verbs: [get, list, watch, patch]
+- apiGroups: [graphtrain.io]
+  resources: [graphtrainings/status]
+  verbs: [patch]
+# children it watches (kopf.on.event) and creates and deletes; get and patch of ConfigMaps because the
+# Role it creates for the trainers grants them on the progress map (RBAC escalation prevention)
+- apiGroups: [""]
+  resources: [configmaps]
+  verbs: [get, list, watch, create, patch, delete]
+- apiGroups: [""]
+  resources: [pods]
+  verbs: [list, watch, create, delete]
+- apiGroups: [batch]
+  resources: [jobs]
+  verbs: [list, watch, create, delete]
+- apiGroups: [apps]
+  resources: [statefulsets]
+  verbs: [list, watch, create, delete]
+# children it lists (by its training label), creates and deletes
+- apiGroups: [""]
+  resources: [secrets, serviceaccounts, services, persistentvolumeclaims]
+  verbs: [list, create, delete]
+- apiGroups: [rbac.authorization.k8s.io]
+  resources: [roles, rolebindings]
+  verbs: [list, create, delete]
+- apiGroups: [networking.k8s.io]
+  resources: [networkpolicies]
+  verbs: [list, create, delete]
+- apiGroups: [policy]
+  resources: [poddisruptionbudgets]
+  verbs: [list, create, delete]
+# one Event per phase transition
+- apiGroups: [""]
+  resources: [events]
+  verbs: [create]
+{{- end }}

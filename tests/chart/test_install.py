@@ -1,0 +1,204 @@
+"""helm install, test, upgrade and uninstall against the test API server (tests/conftest.py): every
+object of the release is created, changed values change the objects, `helm test` passes or fails with
+its pod, and uninstall leaves no object of the chart behind, but the CRD (by helm's design)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import uuid
+from collections.abc import Iterator
+
+import pytest
+import yaml
+
+from tests import k8s
+from tests.chart.chart import CHART, SCENARIOS, helm, helm_path, values_file
+from tests.operator.conftest import wait_for
+
+pytestmark = pytest.mark.timeout(240)
+INSTANCE = "app.kubernetes.io/instance"
+
+
+@pytest.fixture(scope="module")
+def cluster(kube: k8s.Kubectl, kubeconfig: str) -> str:
+    k8s.serve_stand_ins(kube, k8s.SERVICE_MONITOR)  # the monitoring scenario's, where the server lacks it
+    for ns in ("a", "b"):  # the namespaced scenario's
+        kube("create", "namespace", ns, check=False)
+    return kubeconfig
+
+
+@pytest.fixture
+def release(cluster: str, kube: k8s.Kubectl) -> Iterator[tuple[str, str]]:
+    """A release name and its own namespace; uninstalled afterwards if the test left it installed."""
+    name = f"gt-{uuid.uuid4().hex[:6]}"
+    yield name, f"chart-{name}"
+    if name in helm("list", "-A", "-q", kubeconfig=cluster).stdout.split():
+        helm("uninstall", name, "-n", f"chart-{name}", "--wait", kubeconfig=cluster)
+
+
+def manifest(cluster: str, name: str, ns: str) -> list[dict]:
+    out = helm("get", "manifest", name, "-n", ns, kubeconfig=cluster).stdout
+    return [doc for doc in yaml.safe_load_all(out) if doc]
+
+
+def hooks(cluster: str, name: str, ns: str) -> list[dict]:
+    out = helm("get", "hooks", name, "-n", ns, kubeconfig=cluster).stdout
+    return [doc for doc in yaml.safe_load_all(out) if doc]
+
+
+def install(cluster: str, name: str, ns: str, scenario: str) -> tuple[str, list[dict], set[str]]:
+    """helm install of a ci/ scenario: its output, the release's objects and every kind it renders
+    (its `helm test` hooks included)."""
+    out = helm(
+        "install",
+        name,
+        str(CHART),
+        "-n",
+        ns,
+        "--create-namespace",
+        "-f",
+        values_file(scenario),
+        kubeconfig=cluster,
+    ).stdout
+    objs = manifest(cluster, name, ns)
+    return out, objs, {resource(o) for o in objs + hooks(cluster, name, ns)}
+
+
+def resource(obj: dict) -> str:
+    """kubectl's name for an object's kind: kind.group, or the kind of the core group."""
+    group = obj["apiVersion"].rpartition("/")[0]
+    return f"{obj['kind'].lower()}.{group}" if group else obj["kind"].lower()
+
+
+def left_behind(kube: k8s.Kubectl, name: str, kinds: set[str]) -> dict[str, list[str]]:
+    """Objects of these kinds labelled with the release, in every namespace."""
+    found = {}
+    for kind in sorted(kinds):
+        out = kube("get", kind, "-A", "-l", f"{INSTANCE}={name}", "-o", "name")
+        if out.split():
+            found[kind] = out.split()
+    return found
+
+
+def helm_test(cluster: str, kube: k8s.Kubectl, name: str, ns: str, phase: str) -> subprocess.CompletedProcess:
+    """`helm test`, playing the kubelet: the test pod ends in `phase`."""
+    proc = subprocess.Popen(
+        [helm_path(), "test", name, "-n", ns, "--timeout", "60s", "--kubeconfig", cluster],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        pod = f"{name}-graphtrain-test"
+        wait_for(lambda: kube("get", "pod", pod, "-n", ns, "-o", "name"), what=f"the test pod {pod}")
+        status = {"status": {"phase": phase}}
+        kube("patch", "pod", pod, "-n", ns, "--subresource=status", "--type=merge", "-p", json.dumps(status))
+        out, err = proc.communicate(timeout=90)
+    finally:
+        if proc.poll() is None:  # a failed wait: stop our helm
+            proc.kill()
+            proc.wait(timeout=10)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def get(kube: k8s.Kubectl, kind: str, name: str, ns: str) -> dict:
+    return json.loads(kube("get", kind, name, "-n", ns, "-o", "json"))
+
+
+def test_install_test_upgrade_and_uninstall(
+    cluster: str, kube: k8s.Kubectl, release: tuple[str, str]
+) -> None:
+    name, ns = release
+    operator = f"{name}-graphtrain-operator"
+    out, objs, kinds = install(cluster, name, ns, "default")
+    assert "kubectl get gtr -n default -w" in out and "kubectl delete crd graphtrainings.graphtrain.io" in out
+    assert kinds == {
+        "clusterrole.rbac.authorization.k8s.io",
+        "clusterrolebinding.rbac.authorization.k8s.io",
+        "configmap",
+        "deployment.apps",
+        "networkpolicy.networking.k8s.io",
+        "pod",
+        "role.rbac.authorization.k8s.io",
+        "rolebinding.rbac.authorization.k8s.io",
+        "service",
+        "serviceaccount",
+    }
+    for obj in objs:
+        where = ["-n", obj["metadata"]["namespace"]] if "namespace" in obj["metadata"] else []
+        assert kube("get", resource(obj), obj["metadata"]["name"], *where, "-o", "name"), obj["metadata"][
+            "name"
+        ]
+
+    res = helm_test(cluster, kube, name, ns, "Succeeded")
+    assert res.returncode == 0 and "Phase:          Succeeded" in res.stdout, res.stderr
+    assert left_behind(kube, name, {"pod"}) == {}  # hook-succeeded: the test pod and its spec go
+
+    before = get(kube, "deployment", operator, ns)
+    helm(
+        "upgrade",
+        name,
+        str(CHART),
+        "-n",
+        ns,
+        "-f",
+        values_file("default"),
+        "--set",
+        "replicas=2,resources.limits.memory=1Gi,trainings.storage.size=20Gi",
+        kubeconfig=cluster,
+    )
+    after = get(kube, "deployment", operator, ns)
+    pod, old_pod = after["spec"]["template"], before["spec"]["template"]
+    assert (before["spec"]["replicas"], after["spec"]["replicas"]) == (1, 2)
+    assert pod["spec"]["containers"][0]["resources"]["limits"]["memory"] == "1Gi"
+    assert (
+        pod["metadata"]["annotations"]["checksum/config"]
+        != old_pod["metadata"]["annotations"]["checksum/config"]
+    )
+    config = yaml.safe_load(get(kube, "configmap", f"{operator}-config", ns)["data"]["config.yaml"])
+    assert config["storage"]["size"] == "20Gi"
+    assert after["metadata"]["generation"] > before["metadata"]["generation"]
+    history = json.loads(helm("history", name, "-n", ns, "-o", "json", kubeconfig=cluster).stdout)
+    assert [(h["revision"], h["status"]) for h in history] == [(1, "superseded"), (2, "deployed")]
+
+    assert set(left_behind(kube, name, kinds)) == kinds - {"pod"}  # the check below can fail
+    helm("uninstall", name, "-n", ns, "--wait", kubeconfig=cluster)
+    assert left_behind(kube, name, kinds) == {}
+    assert kube("get", "crd", "graphtrainings.graphtrain.io", "-o", "name")  # kept by design
+
+
+def test_a_failing_helm_test_fails(cluster: str, kube: k8s.Kubectl, release: tuple[str, str]) -> None:
+    name, ns = release
+    install(cluster, name, ns, "default")
+    res = helm_test(cluster, kube, name, ns, "Failed")
+    assert res.returncode != 0 and f"{name}-graphtrain-test" in res.stderr + res.stdout
+    # a failed test pod stays for `kubectl logs` (the next `helm test` replaces it), uninstall or not
+    helm("uninstall", name, "-n", ns, "--wait", kubeconfig=cluster)
+    kept = {"configmap": [f"configmap/{name}-graphtrain-test"], "pod": [f"pod/{name}-graphtrain-test"]}
+    assert left_behind(kube, name, {"configmap", "pod"}) == kept
+    kube("delete", "pod,configmap", "-n", ns, "-l", f"{INSTANCE}={name}")
+
+
+@pytest.mark.parametrize("scenario", [s for s in SCENARIOS if s != "default"])
+def test_each_scenario_installs_and_uninstalls_cleanly(
+    scenario: str, cluster: str, kube: k8s.Kubectl, release: tuple[str, str]
+) -> None:
+    name, ns = release
+    _, objs, kinds = install(cluster, name, ns, scenario)
+    placed = {(resource(o), o["metadata"].get("namespace", ""), o["metadata"]["name"]) for o in objs}
+    for kind, where, obj in placed:
+        assert kube("get", kind, obj, *(["-n", where] if where else []), "-o", "name"), (kind, where, obj)
+    if scenario == "namespaced":
+        roles = {(w, o) for k, w, o in placed if k == "role.rbac.authorization.k8s.io"}
+        assert roles == {
+            ("a", f"{name}-graphtrain-operator"),
+            ("b", f"{name}-graphtrain-operator"),
+            (ns, f"{name}-graphtrain-operator-leader-election"),
+        }
+    if scenario == "monitoring":
+        assert "servicemonitor.monitoring.coreos.com" in kinds
+        assert get(kube, "deployment", f"{name}-graphtrain-operator", ns)["spec"]["replicas"] == 2
+    assert set(left_behind(kube, name, kinds)) == kinds - {"pod"}  # no `helm test` ran: no test pod
+    helm("uninstall", name, "-n", ns, "--wait", kubeconfig=cluster)
+    assert left_behind(kube, name, kinds) == {}
