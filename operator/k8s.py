@@ -35,6 +35,8 @@ CHILD_KINDS = [
     ("v1", "PersistentVolumeClaim"),
     ("batch/v1", "Job"),
     ("v1", "Service"),
+    ("networking.k8s.io/v1", "NetworkPolicy"),
+    ("policy/v1", "PodDisruptionBudget"),
     ("apps/v1", "StatefulSet"),
     ("v1", "Pod"),
 ]

@@ -5,6 +5,8 @@ $GRAPHTRAIN_TEST_KUBECONFIG names a cluster of the user's (kind, k3d, a test clu
 apiextensions-apiserver and etcd on loopback. With neither, the tests fail saying how to provide one:
 a skipped operator test would pass a suite that never ran the operator.
 Pods never run: the tests play the kubelet and the Job/StatefulSet controllers by writing status.
+The test server serves NetworkPolicies only when told to: `kube` adds a schema-less stand-in
+(STAND_INS), as the server itself does for the other built-in kinds.
 """
 
 from __future__ import annotations
@@ -63,6 +65,13 @@ def kubeconfig(tmp_path_factory) -> Iterator[str]:
         subprocess.run(["bash", str(TESTENV / "testenv.sh"), "stop", str(run)], check=False, timeout=60)
 
 
+STAND_INS = Path(__file__).with_name("stand-ins.yaml")  # NetworkPolicy, where the server has none
+
+
+def served(run: Callable[..., str], resource: str) -> bool:
+    return resource in run("api-resources", "-o", "name").split()
+
+
 @pytest.fixture(scope="session")
 def kube(kubeconfig: str) -> Callable[..., str]:
     """kubectl against the test server; raises with kubectl's message on failure."""
@@ -83,6 +92,14 @@ def kube(kubeconfig: str) -> Callable[..., str]:
         try:
             run("apply", "-f", str(CRD))
             run("wait", "--for=condition=Established", "--timeout=30s", "crd/graphtrainings.graphtrain.io")
+            if not served(run, "networkpolicies.networking.k8s.io"):  # a real cluster serves it
+                run("apply", "-f", str(STAND_INS))
+                run(
+                    "wait",
+                    "--for=condition=Established",
+                    "--timeout=30s",
+                    "crd/networkpolicies.networking.k8s.io",
+                )
             break
         except RuntimeError:
             if time.monotonic() > deadline:
@@ -102,11 +119,24 @@ spec:
 """  # a valid training in its own namespace: the operator gives it a phase and children, deleted after
 
 
+# The in-process operator's configuration, read by its startup handler from $GRAPHTRAIN_OPERATOR_CONFIG
+# (as `kopf run -m graphtrain.operator.handlers` has no --config)
+OPERATOR_CONFIG = """
+images: {runtime: "localhost/graphtrain:ci", cuda: "localhost/graphtrain:ci-cuda", pullSecrets: [regcred]}
+defaults:
+  shardServers: {nodeSelector: {pool: memory}, priorityClassName: graphtrain-shards}
+storage: {storageClassName: nfs, size: 20Gi}
+"""
+
+
 @pytest.fixture(scope="session")
-def operator(kube) -> Iterator[Any]:
+def operator(kube, tmp_path_factory) -> Iterator[Any]:
     """The operator (kopf, standalone), running in this process for the whole session; yielded once it
     has reconciled a probe GraphTraining (its watch is up and its handlers answer), not after a guess."""
     os.environ["GRAPHTRAIN_OPERATOR_TIMER"] = "1"
+    config = tmp_path_factory.mktemp("operator") / "config.yaml"
+    config.write_text(OPERATOR_CONFIG)
+    os.environ["GRAPHTRAIN_OPERATOR_CONFIG"] = str(config)
     from kopf.testing import KopfRunner
 
     with KopfRunner(
