@@ -28,6 +28,7 @@ from kubernetes.dynamic import DynamicClient
 ROOT = Path(__file__).resolve().parent.parent
 TESTENV = ROOT.parent / "shared" / "k8s-testenv"
 CRD = ROOT / "charts" / "graphtrain" / "crds" / "graphtrainings.graphtrain.io.yaml"
+STAND_INS = ROOT / "tests" / "operator" / "stand-ins.yaml"  # NetworkPolicy, which the test server lacks
 CHILDREN = [
     ("v1", "ConfigMap", "config"),
     ("v1", "ConfigMap", "progress"),
@@ -103,8 +104,11 @@ def main() -> None:
         check=True,
         capture_output=True,
     )
+    if started:  # the test server: NetworkPolicies, which the operator makes for the shard servers
+        subprocess.run([kubectl, "apply", "-f", str(STAND_INS)], env=env, check=True, capture_output=True)
     op = subprocess.Popen(
-        [sys.executable, "-m", "graphtrain.cli", "operator"],
+        [sys.executable, "-m", "graphtrain.cli", "operator"]
+        + ["--health-address", "127.0.0.1:0", "--metrics-address", "127.0.0.1:0"],
         env=env,
         stdout=open(tmp / "operator.log", "w"),  # noqa: SIM115
         stderr=subprocess.STDOUT,
