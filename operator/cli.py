@@ -127,7 +127,8 @@ class _Stop:
         self.requested.set()  # first, then the loop: bind() sees one or the other
         loop, event = self._loop, self._event
         if loop is not None and event is not None:
-            loop.call_soon_threadsafe(event.set)
+            with contextlib.suppress(RuntimeError):  # the loop closed: kopf has stopped already
+                loop.call_soon_threadsafe(event.set)
 
     def bind(self) -> asyncio.Event:
         """The flag for kopf, in the running loop."""

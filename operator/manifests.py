@@ -469,7 +469,9 @@ def _selector(gt: S.GraphTraining, role: str | None = None) -> Obj:
 def shard_network_policy(owner: Obj, gt: S.GraphTraining, config: OperatorConfig) -> Obj | None:
     """Ingress of the training's shard servers: the kvstore port from its trainers and partition pod
     only, the metrics port from its own pods and the configured scrapers (networkPolicy.metricsFrom);
-    nothing else. Egress is left alone. None when the configuration disables NetworkPolicies."""
+    nothing else. Egress is left alone. The kubelet's liveness probe of the metrics port comes from the
+    node, which the common network plugins (Calico, Cilium) admit to its own pods whatever the policy;
+    the readiness probe runs inside the pod. None when the configuration disables NetworkPolicies."""
     if not config.network_policy.enabled:
         return None
     n = names(gt.metadata.name)

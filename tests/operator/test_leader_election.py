@@ -88,16 +88,22 @@ def ns(kube) -> Iterator[str]:
 
 
 @pytest.fixture
-def operators(kubeconfig: str, ns: str, tmp_path: Path) -> Iterator[Callable[[str], Operator]]:
+def operators(kubeconfig: str, ns: str, tmp_path: Path) -> Iterator[Callable[..., Operator]]:
     """Start `graphtrain operator --leader-elect` processes; all are stopped after the test."""
     started: list[Operator] = []
 
-    def start(name: str) -> Operator:
+    def start(name: str, elect: bool = True) -> Operator:
         env = {**os.environ, "KUBECONFIG": kubeconfig, "POD_NAME": name, "POD_NAMESPACE": ns}
         env.pop("KUBERNETES_SERVICE_HOST", None)
         log = tmp_path / f"{name}.log"
-        cmd = [sys.executable, "-m", "graphtrain.cli", "operator", "--leader-elect", *TIMING, "-n", ns]
-        cmd += ["--health-address", "127.0.0.1:0", "--metrics-address", "127.0.0.1:0"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "graphtrain.cli",
+            "operator",
+            *(["--leader-elect", *TIMING] if elect else []),
+        ]
+        cmd += ["-n", ns, "--health-address", "127.0.0.1:0", "--metrics-address", "127.0.0.1:0"]
         with log.open("wb") as out:
             proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT)
         op = Operator(name, proc, log)
@@ -113,7 +119,8 @@ def operators(kubeconfig: str, ns: str, tmp_path: Path) -> Iterator[Callable[[st
 
 
 def holder(kube, ns: str) -> str:
-    return kube("get", "lease", LEASE, "-n", ns, "-o", "jsonpath={.spec.holderIdentity}", check=False)
+    """The Lease's holderIdentity (kubectl's stdout alone: its stderr may carry throttling notices)."""
+    return kube("get", "lease", LEASE, "-n", ns, "-o", "jsonpath={.spec.holderIdentity}")
 
 
 def stand_by(op: Operator) -> None:
@@ -190,3 +197,13 @@ def test_one_leader_hands_over_on_sigterm_and_on_sigkill(kube, operators, ns: st
         f"{second:.2f} s); SIGKILL -> standby leads in {took_kill:.2f} s, reconciles {sigkill:.2f} s "
         f"after (children in {third:.2f} s)"
     )
+
+
+def test_without_leader_election_it_runs_at_once(kube, operators, ns: str) -> None:
+    op = operators("solo", elect=False)
+    wait_for(lambda: op.leader_metric() == 1, timeout=60, what="solo's /metrics")
+    wait_for(lambda: op.get("health", "/readyz") == (200, "leading\n"), timeout=30, what="solo's handlers")
+    reconciles(kube, op, [], ns, "g0")
+    assert kube("get", "lease", "-n", ns, "-o", "name") == ""  # no Lease without --leader-elect
+    op.proc.send_signal(signal.SIGTERM)
+    assert op.proc.wait(timeout=30) == 0, op.text()[-3000:]
