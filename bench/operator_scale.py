@@ -26,8 +26,9 @@ import kubernetes
 from kubernetes.dynamic import DynamicClient
 
 ROOT = Path(__file__).resolve().parent.parent
-TESTENV = ROOT.parent / "shared" / "k8s-testenv"
-CRD = ROOT / "charts" / "graphtrain" / "crds" / "graphtrainings.graphtrain.io.yaml"
+sys.path.insert(0, str(ROOT))
+from tests import k8s  # noqa: E402 - the test server and its stand-ins, as the tests start them
+
 CHILDREN = [
     ("v1", "ConfigMap", "config"),
     ("v1", "ConfigMap", "progress"),
@@ -80,31 +81,16 @@ def main() -> None:
     a = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="gt-opbench-"))
     kubeconfig = os.environ.get("GRAPHTRAIN_TEST_KUBECONFIG")
-    started = False
-    if not kubeconfig:
-        cache = Path.home() / ".cache" / "graphtrain-testenv"
-        subprocess.run(["bash", str(TESTENV / "install.sh"), str(cache)], check=True, capture_output=True)
-        out = subprocess.run(
-            ["bash", str(TESTENV / "testenv.sh"), "start", str(tmp), str(cache / "bin")],
-            check=True,
-            capture_output=True,
-            text=True,
-        ).stdout
-        kubeconfig, started = out.strip().split("=", 1)[1], True
+    started = not kubeconfig
+    if not kubeconfig:  # the test server, started as the tests start it
+        kubeconfig = k8s.start(tmp, k8s.testenv_bin())
     env = {**os.environ, "KUBECONFIG": kubeconfig, "GRAPHTRAIN_OPERATOR_TIMER": "5"}
-    kubectl = str(Path(sys.executable).parent / "kubectl")
-    for _ in range(100):
-        if subprocess.run([kubectl, "apply", "-f", str(CRD)], env=env, capture_output=True).returncode == 0:
-            break
-        time.sleep(0.5)
-    subprocess.run(
-        [kubectl, "wait", "--for=condition=Established", "crd/graphtrainings.graphtrain.io"],
-        env=env,
-        check=True,
-        capture_output=True,
-    )
+    kube = k8s.kubectl(kubeconfig)
+    k8s.install_crd(kube)
+    k8s.serve_stand_ins(kube, k8s.NETWORK_POLICY)  # the operator makes NetworkPolicies for shard servers
     op = subprocess.Popen(
-        [sys.executable, "-m", "graphtrain.cli", "operator"],
+        [sys.executable, "-m", "graphtrain.cli", "operator"]
+        + ["--health-address", "127.0.0.1:0", "--metrics-address", "127.0.0.1:0"],
         env=env,
         stdout=open(tmp / "operator.log", "w"),  # noqa: SIM115
         stderr=subprocess.STDOUT,
@@ -174,7 +160,7 @@ def main() -> None:
         op.terminate()
         op.wait(timeout=30)
         if started:
-            subprocess.run(["bash", str(TESTENV / "testenv.sh"), "stop", str(tmp)], check=False)
+            k8s.stop(tmp)
 
 
 if __name__ == "__main__":

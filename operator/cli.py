@@ -1,46 +1,242 @@
-"""`graphtrain operator`: the operator's command group, mounted by the top-level command (cli/)."""
+"""`graphtrain operator`: the operator's command, mounted by the top-level command (cli/).
+
+What one operator process does, in order: read its configuration (config.py; a bad file is one line
+and exit 1), load the Kubernetes credentials (none: one line and exit 1), serve /healthz and /readyz
+and /metrics (endpoints.py), then either run the kopf handlers at once or, with --leader-elect, only
+while it holds the Lease (leader.py):
+
+- standby: it campaigns; SIGTERM ends it (exit 0).
+- leader: kopf runs in the main thread (it handles SIGTERM itself). SIGTERM stops kopf, then the Lease
+  is released so a standby takes over at its next try; exit 0. Losing the Lease (no renewal within the
+  renew deadline, or another holder) stops kopf through its stop flag and the process exits 1, as
+  controller-runtime's managers do, so the pod restarts as a standby; if kopf has not stopped by the
+  time the Lease expires for the others, the process exits 1 anyway.
+"""
 
 from __future__ import annotations
 
-from typing import Annotated
+import asyncio
+import contextlib
+import os
+import signal
+import socket
+import threading
+from typing import TYPE_CHECKING, Annotated
 
 import typer
+
+if TYPE_CHECKING:  # the command's imports stay inside it: `graphtrain --help` loads no operator code
+    from graphtrain.operator.config import OperatorConfig
+    from graphtrain.operator.leader import Elector, Timing
 
 app = typer.Typer()
 
 
+def _fail(message: str) -> typer.Exit:
+    typer.echo(f"error: {message}", err=True)
+    return typer.Exit(1)
+
+
 @app.command("operator")
 def operator_cmd(
+    config_path: Annotated[
+        str | None,
+        typer.Option(
+            "--config",
+            help="operator configuration YAML: images, per-role pod defaults, storage, networkPolicy, "
+            "podDisruptionBudget",
+            show_default="$GRAPHTRAIN_OPERATOR_CONFIG, else the built-in defaults",
+        ),
+    ] = None,
     namespace: Annotated[
         list[str] | None, typer.Option("--namespace", "-n", help="watch only these namespaces (default: all)")
     ] = None,
-    peering: Annotated[
-        str | None, typer.Option(help="kopf peering object for several replicas (default: standalone)")
+    leader_elect: Annotated[
+        bool,
+        typer.Option(
+            "--leader-elect", help="run the handlers only while holding a coordination.k8s.io/v1 Lease"
+        ),
+    ] = False,
+    lease_name: Annotated[str, typer.Option(help="name of the Lease")] = "graphtrain-operator",
+    lease_namespace: Annotated[
+        str | None, typer.Option(help="namespace of the Lease", show_default="$POD_NAMESPACE, else default")
     ] = None,
-    liveness: Annotated[
-        str | None, typer.Option(help="liveness endpoint, e.g. http://0.0.0.0:8080/healthz")
-    ] = None,
+    lease_duration: Annotated[
+        int, typer.Option(min=1, help="seconds a Lease holds unrenewed before a standby takes it")
+    ] = 15,
+    renew_deadline: Annotated[
+        float, typer.Option(help="seconds the leader keeps trying to renew before it gives up and exits 1")
+    ] = 10.0,
+    retry_period: Annotated[
+        float, typer.Option(help="seconds between tries to take or renew the Lease")
+    ] = 2.0,
+    health_address: Annotated[
+        str, typer.Option(help="HOST:PORT of GET /healthz and /readyz (port 0: any free port)")
+    ] = "0.0.0.0:8081",
+    metrics_address: Annotated[
+        str, typer.Option(help="HOST:PORT of GET /metrics (Prometheus; port 0: any free port)")
+    ] = "0.0.0.0:8080",
 ) -> None:
-    """Run the GraphTraining operator (kopf) with this process' kube credentials (in-cluster or
-    $KUBECONFIG). Image of the children: $GRAPHTRAIN_IMAGE."""
-    import kopf
+    """Run the GraphTraining operator with this process' kube credentials (in-cluster or $KUBECONFIG).
+    With --leader-elect, of several replicas only the holder of the Lease reconciles (identity
+    $POD_NAME, else hostname-pid); SIGTERM releases it so a standby takes over at once."""
+    from graphtrain.operator import config as C
+    from graphtrain.operator import endpoints, k8s, leader
 
-    import graphtrain.operator.handlers  # noqa: F401 - registers the handlers
-    from graphtrain.operator import k8s
-
+    try:
+        config = C.load(config_path)
+    except C.ConfigError as exc:
+        raise _fail(str(exc)) from None
+    timing = leader.Timing(float(lease_duration), renew_deadline, retry_period)
+    if leader_elect and timing.problems():
+        raise _fail("; ".join(timing.problems()))
+    try:
+        health = endpoints.parse_address(health_address)
+        metrics = endpoints.parse_address(metrics_address)
+    except ValueError as exc:
+        raise _fail(str(exc)) from None
     try:  # kopf would log the failure and retry forever: say it once and stop
         k8s.load_config()
     except k8s.CredentialsError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(1) from None
+        raise _fail(str(exc)) from None
 
-    kopf.run(
-        standalone=peering is None,
-        peering_name=peering,
-        clusterwide=not namespace,
-        namespaces=namespace or [],
-        liveness_endpoint=liveness,
-    )
+    import kopf
+
+    kopf.configure(log_format=kopf.LogFormat.FULL, log_prefix=True)  # one line per event, timestamped
+    elector = None
+    if leader_elect:
+        identity = os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
+        lease_ns = lease_namespace or os.environ.get("POD_NAMESPACE") or "default"
+        store = k8s.LeaseClient(lease_ns, lease_name, timing.request_timeout)
+        elector = leader.Elector(store, identity, timing, unavailable=(k8s.LeaseUnavailable,))
+    raise typer.Exit(_run(config, namespace or [], elector, timing, health, metrics))
+
+
+class _Stop:
+    """A request to stop kopf, from any thread: our signal handler before kopf runs (kopf installs its
+    own), or the elector when the Lease is lost. kopf gets an asyncio.Event in its own loop: given a
+    threading.Event it would wait for it in an executor thread, and asyncio.run() would then wait for
+    that thread forever when kopf stopped for a signal instead."""
+
+    def __init__(self) -> None:
+        self.requested = threading.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._event: asyncio.Event | None = None
+
+    def set(self, *_: object) -> None:
+        self.requested.set()  # first, then the loop: bind() sees one or the other
+        loop, event = self._loop, self._event
+        if loop is not None and event is not None:
+            with contextlib.suppress(RuntimeError):  # the loop closed: kopf has stopped already
+                loop.call_soon_threadsafe(event.set)
+
+    def bind(self) -> asyncio.Event:
+        """The flag for kopf, in the running loop."""
+        self._event = asyncio.Event()
+        self._loop = asyncio.get_running_loop()
+        if self.requested.is_set():
+            self._event.set()
+        return self._event
+
+
+def _run(
+    config: OperatorConfig,
+    namespaces: list[str],
+    elector: Elector | None,
+    timing: Timing,
+    health_address: tuple[str, int],
+    metrics_address: tuple[str, int],
+) -> int:
+    """Serve the endpoints, wait for the Lease if electing, run kopf; the exit code."""
+    import kopf
+
+    import graphtrain.operator.handlers as handlers
+    from graphtrain.operator import endpoints
+
+    handlers.use_config(config)
+    stop = _Stop()  # SIGTERM before kopf runs, or the Lease lost
+    ready = threading.Event()  # kopf's ready flag: its startup handlers ran
+    metrics = endpoints.OperatorMetrics()
+
+    def healthy() -> tuple[bool, str]:
+        if elector is not None and elector.crashed:
+            return False, "leader election failed"
+        return True, "ok"
+
+    def readiness() -> tuple[bool, str]:
+        if elector is not None and not elector.leading.is_set():
+            return elector.tried.is_set(), "standby" if elector.tried.is_set() else "starting"
+        return ready.is_set(), "leading" if ready.is_set() else "starting the handlers"
+
+    def lease_lost() -> None:
+        stop.set()  # kopf stops; should it hang, exit before the Lease expires for the others
+        grace = max(timing.lease_duration - timing.renew_deadline, 1.0)
+        watchdog = threading.Timer(grace, os._exit, (1,))
+        watchdog.daemon = True
+        watchdog.start()
+
+    servers = []
+    for name, address, routes in (
+        (
+            "health",
+            health_address,
+            {"/healthz": endpoints.probe(healthy), "/readyz": endpoints.probe(readiness)},
+        ),
+        ("metrics", metrics_address, {"/metrics": metrics.route}),
+    ):
+        try:
+            servers.append(endpoints.serve(name, address, routes))
+        except OSError as exc:
+            for s in servers:
+                s.close()
+            typer.echo(f"error: {name} endpoint {address[0]}:{address[1]}: {exc}", err=True)
+            return 1
+    signals = {sig: signal.signal(sig, stop.set) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        if elector is not None:
+            elector.on_lost = lease_lost
+            elector.start()
+            while not elector.leading.wait(0.2):  # standby
+                if stop.requested.is_set() or elector.lost.is_set():
+                    stopped = stop.requested.is_set()
+                    handlers.log.info("standing by no more: %s", "stopped" if stopped else "failed")
+                    return 0 if stopped else 1
+        if stop.requested.is_set():
+            return 0
+        metrics.leader.set(1)
+        handlers.log.info("leading: the handlers start")
+
+        @kopf.on.cleanup()
+        def flag_stopping(**_: object) -> None:
+            """Stopping for a signal, kopf still waits for its stop flag's waiter (5 s, then it
+            cancels it): raise the flag as it stops."""
+            stop.set()
+
+        async def operate() -> None:
+            await kopf.operator(
+                standalone=True,
+                clusterwide=not namespaces,
+                namespaces=namespaces,
+                stop_flag=stop.bind(),
+                ready_flag=ready,
+            )
+
+        with contextlib.suppress(asyncio.CancelledError):  # as kopf.run() does
+            asyncio.run(operate())
+        handlers.log.info("the handlers stopped")
+        if elector is not None and elector.lost.is_set():
+            handlers.log.error("the lease was lost: exiting 1 to restart as a standby")
+            return 1
+        return 0
+    finally:
+        metrics.leader.set(0)
+        if elector is not None:
+            elector.stop()
+            elector.release()
+        for s in servers:
+            s.close()
+        for sig, previous in signals.items():
+            signal.signal(sig, previous)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -2,9 +2,15 @@
 changed; a periodic timer for stall detection; a plan's timed requeue, for its deadline) runs the same
 reconcile: observe, plan, apply. Handlers take kopf's keyword arguments by name (kopf passes them all).
 
-Run with `graphtrain operator` (or `kopf run -m graphtrain.operator.handlers`). Watches have server
-and client timeouts (a silent watch is a known kopf pitfall), peering is off by default (one replica),
-and kopf keeps its bookkeeping in annotations so the status holds only fields the CRD declares.
+Run with `graphtrain operator` (or `kopf run --standalone -m graphtrain.operator.handlers`). Watches
+have server and client timeouts (a silent watch is a known kopf pitfall), kopf's own peering is never
+used (several replicas elect a leader on a Lease: leader.py, operator/cli.py), and kopf keeps its
+bookkeeping in annotations so the status holds only fields the CRD declares.
+
+The operator configuration (config.py) is the command's (use_config(), before kopf starts); run
+without the command, the startup handler loads it from $GRAPHTRAIN_OPERATOR_CONFIG or takes the
+built-in defaults. When the operator stops, pending requeues are cancelled: a standby may lead next,
+and a requeue of this process must not reconcile after it let go.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from typing import Any
 
 import kopf
 
+from graphtrain.operator import config as C
 from graphtrain.operator import k8s
 from graphtrain.operator import manifests as M
 from graphtrain.operator.reconcile import plan
@@ -29,6 +36,13 @@ REQUEUE_SLACK = 1.0  # seconds after a plan's requeue time: status times have wh
 _locks: defaultdict[tuple[str, str], threading.Lock] = defaultdict(threading.Lock)
 _timers: dict[tuple[str, str], threading.Timer] = {}
 _timers_lock = threading.Lock()
+_config: C.OperatorConfig | None = None
+
+
+def use_config(config: C.OperatorConfig) -> None:
+    """The configuration the handlers make children with (the command loads it before kopf starts)."""
+    global _config
+    _config = config
 
 
 @kopf.on.startup()
@@ -40,6 +54,17 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix="operator.graphtrain.io")
     settings.posting.enabled = False  # our own events, one per transition (k8s.post_event)
     k8s.load_config()
+    if _config is None:  # not started by `graphtrain operator`
+        use_config(C.load())
+
+
+@kopf.on.cleanup()
+def stop_requeues(**_: Any) -> None:
+    """No reconcile after the operator stopped (a standby may be leading by then)."""
+    with _timers_lock:
+        for timer in _timers.values():
+            timer.cancel()
+        _timers.clear()
 
 
 def reconcile(namespace: str, name: str) -> None:
@@ -49,8 +74,7 @@ def reconcile(namespace: str, name: str) -> None:
         if observed is None:
             requeue(namespace, name, None)
             return
-        image = os.environ.get("GRAPHTRAIN_IMAGE", M.DEFAULT_IMAGE)
-        decided = plan(observed, image=image, token=secrets.token_hex(24))
+        decided = plan(observed, config=_config, token=secrets.token_hex(24))
         k8s.apply(decided, observed)
         requeue(namespace, name, decided.requeue_after)
 

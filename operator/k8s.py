@@ -3,6 +3,9 @@
 Creates are idempotent (409 ignored: another reconcile got there first), deletes too (404 ignored),
 the status is merge-patched on the status subresource only when it changed, and each event of the plan
 is posted against the GraphTraining. Children are found by the graphtrain.io/training label.
+
+LeaseClient reads and writes the operator's leader-election Lease for leader.py (get, create, update:
+the verbs the chart's Role grants on leases), each call with a timeout, a conflict reported as None.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import uuid
 from typing import Any
 
 import kubernetes
+import urllib3
 from kubernetes.client.rest import ApiException
 from kubernetes.dynamic import DynamicClient
 
@@ -35,6 +39,8 @@ CHILD_KINDS = [
     ("v1", "PersistentVolumeClaim"),
     ("batch/v1", "Job"),
     ("v1", "Service"),
+    ("networking.k8s.io/v1", "NetworkPolicy"),
+    ("policy/v1", "PodDisruptionBudget"),
     ("apps/v1", "StatefulSet"),
     ("v1", "Pod"),
 ]
@@ -191,3 +197,48 @@ def delete_children(namespace: str, name: str, uid: str) -> int:
                 if exc.status != 404:
                     raise
     return deleted
+
+
+# ------------------------------------------------------------------------------------------ lease
+
+LEASE = ("coordination.k8s.io/v1", "Lease")
+
+
+class LeaseUnavailable(Exception):
+    """The Lease could not be read or written (the API server refused, failed or did not answer)."""
+
+
+class LeaseClient:
+    """One Lease (`namespace`/`name`) as leader.py uses it: plain dicts in and out, every call bounded
+    by `timeout` seconds; a write that lost a race (409) returns None."""
+
+    def __init__(self, namespace: str, name: str, timeout: float):
+        self.namespace, self.name, self.timeout = namespace, name, timeout
+
+    def _call(self, verb: str, **kwargs: Any) -> dict[str, Any] | None:
+        try:
+            res = _res(*LEASE)
+            method = getattr(res, verb)
+            return dict(method(namespace=self.namespace, _request_timeout=self.timeout, **kwargs).to_dict())
+        except ApiException as exc:
+            if (verb == "get" and exc.status == 404) or (verb != "get" and exc.status == 409):
+                return None
+            raise LeaseUnavailable(
+                f"{verb} lease {self.namespace}/{self.name}: {exc.status} {exc.reason}"
+            ) from None
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise LeaseUnavailable(f"{verb} lease {self.namespace}/{self.name}: {exc}") from None
+
+    def get(self) -> dict[str, Any] | None:
+        """The Lease, or None if there is none."""
+        return self._call("get", name=self.name)
+
+    def create(self, spec: dict[str, Any]) -> dict[str, Any] | None:
+        """Create the Lease with `spec`; None if another candidate created it first."""
+        body = {"apiVersion": LEASE[0], "kind": LEASE[1], "metadata": {"name": self.name}, "spec": spec}
+        return self._call("create", body=body)
+
+    def update(self, lease: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any] | None:
+        """Replace the Lease's spec, if it is still at `lease`'s resourceVersion; None if it changed."""
+        body = {**lease, "spec": spec}
+        return self._call("replace", body=body, name=self.name)

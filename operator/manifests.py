@@ -8,7 +8,10 @@ labels graphtrain.io/training and graphtrain.io/role:
   <name>-trainer    ServiceAccount + Role + RoleBinding: get/patch of <name>-progress only
   <name>-data       PersistentVolumeClaim (unless storage.volumeClaimName names one)
   <name>-partition  Job: `graphtrain partition`, stats in its termination message
-  <name>-shards     headless Service + StatefulSet: `graphtrain shard-server`, one per partition
+  <name>-shards     headless Service + StatefulSet: `graphtrain shard-server`, one per partition;
+                    NetworkPolicy: the kvstore port open to this training's trainers and partition pod
+                    only, the metrics port to its pods and the configured scrapers;
+                    PodDisruptionBudget: no voluntary eviction of a shard server (maxUnavailable 0)
   <name>-trainers   headless Service for the trainers' rendezvous
   <name>-trainer-i  Pods: `graphtrain train --rank i`, restartPolicy Never (the operator restarts them)
 
@@ -16,6 +19,15 @@ Why trainers report through a ConfigMap and not the GraphTraining's status: the 
 only writer of status (no races, no status field a trainer could forge), heartbeats every few seconds
 do not bump the custom resource's resourceVersion or wake its handlers, and the Role can name exactly
 one object (resourceNames), which a status patch permission on graphtrainings/status cannot.
+
+Every pod meets the restricted Pod Security Standard (non-root uid 10001, seccomp RuntimeDefault, every
+capability dropped, no privilege escalation, a read-only root filesystem with /tmp an emptyDir) and has
+requests and limits. Its image, resources and scheduling fields come from placement.py: the spec's own
+when set, else the operator configuration's defaults for the role.
+
+Why a PodDisruptionBudget of maxUnavailable 0: a shard server holds its partition's rows and their
+optimizer state; evicting it (a node drain) loses the updates since the last checkpoint and stalls every
+trainer. The budget makes a drain wait, and the cluster administrator decide, while a training runs.
 """
 
 from __future__ import annotations
@@ -24,6 +36,8 @@ from typing import Any
 
 import yaml
 
+from graphtrain.operator import placement as P
+from graphtrain.operator.config import OperatorConfig
 from graphtrain.runtime import spec as S
 from graphtrain.runtime.spec import roles
 
@@ -38,7 +52,6 @@ RENDEZVOUS_PORT = 29500
 CONFIG_DIR = "/etc/graphtrain"
 TOKEN_DIR = "/etc/graphtrain/token"
 TERMINATION_LOG = "/dev/termination-log"  # the partition pod's stats, read back from its status
-DEFAULT_IMAGE = "ghcr.io/graphtrain/graphtrain:0.1.0"
 RUN_AS = 10001
 
 Obj = dict[str, Any]
@@ -142,39 +155,48 @@ def _mounts(gt: S.GraphTraining, token: bool) -> list[Obj]:
     return mounts
 
 
-def _resources(res: S.Resources, gpu: bool) -> Obj:
-    out: Obj = {}
-    if res.requests:
-        out["requests"] = {k: str(v) for k, v in res.requests.items()}
-    limits = {k: str(v) for k, v in res.limits.items()}
-    if gpu:
-        limits.setdefault("nvidia.com/gpu", "1")
-    if limits:
-        out["limits"] = limits
-    return out
-
-
-def _container(gt: S.GraphTraining, image: str, name: str, args: list[str], token: bool, **extra: Any) -> Obj:
+def _container(
+    gt: S.GraphTraining,
+    config: OperatorConfig,
+    pod: P.PodSettings,
+    name: str,
+    args: list[str],
+    token: bool,
+    **extra: Any,
+) -> Obj:
     env = [{"name": "GRAPHTRAIN_DATA", "value": Layout(gt).data}, {"name": "GRAPHTRAIN_QUIET", "value": "1"}]
+    if config.storage.offline:  # datasets come pre-seeded on the claim; a missing one fails, naming it
+        env.append({"name": roles.ENV_OFFLINE, "value": "1"})
     return {
         "name": name,
-        "image": gt.spec.image or image,
+        "image": pod.image,
+        "imagePullPolicy": pod.pull_policy,
         "command": [roles.PROGRAM],
         "args": args,
         "env": env,
         "volumeMounts": _mounts(gt, token),
         "securityContext": _security(),
+        "resources": pod.resources,
         **extra,
     }
 
 
-def _pod_spec(gt: S.GraphTraining, containers: list[Obj], token: bool, **extra: Any) -> Obj:
+def _pod_spec(
+    gt: S.GraphTraining, pod: P.PodSettings, containers: list[Obj], token: bool, **extra: Any
+) -> Obj:
     return {
         "containers": containers,
         "volumes": _volumes(gt, token),
-        "securityContext": {"runAsNonRoot": True, "runAsUser": RUN_AS, "fsGroup": RUN_AS},
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": RUN_AS,
+            "runAsGroup": RUN_AS,
+            "fsGroup": RUN_AS,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
+        **pod.pod_spec,
         **extra,
     }
 
@@ -255,14 +277,14 @@ def trainer_rbac(owner: Obj, gt: S.GraphTraining) -> list[Obj]:
     ]
 
 
-def data_claim(owner: Obj, gt: S.GraphTraining) -> Obj | None:
+def data_claim(owner: Obj, gt: S.GraphTraining, config: OperatorConfig) -> Obj | None:
     """The shared volume for data, partitions and checkpoints, unless the spec names an existing claim."""
-    st = gt.spec.storage
-    if st.volume_claim_name:
+    if gt.spec.storage.volume_claim_name:
         return None
-    spec: Obj = {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": str(st.size)}}}
-    if st.storage_class_name:
-        spec["storageClassName"] = st.storage_class_name
+    claim = P.claim_settings(gt.spec.storage, config)
+    spec: Obj = {"accessModes": claim.access_modes, "resources": {"requests": {"storage": claim.size}}}
+    if claim.storage_class_name is not None:
+        spec["storageClassName"] = claim.storage_class_name
     n = names(gt.metadata.name)
     return {
         "apiVersion": "v1",
@@ -272,11 +294,12 @@ def data_claim(owner: Obj, gt: S.GraphTraining) -> Obj | None:
     }
 
 
-def partition_job(owner: Obj, gt: S.GraphTraining, image: str) -> Obj:
+def partition_job(owner: Obj, gt: S.GraphTraining, config: OperatorConfig) -> Obj:
     """Partitions the graph onto the shared volume; its compact stats end in the termination message."""
     n, lay = names(gt.metadata.name), Layout(gt)
+    pod = P.pod_settings(gt.spec, config, "partition")
     args = roles.partition(lay.files, data_dir=lay.data, report_file=TERMINATION_LOG)
-    container = _container(gt, image, "partition", args, token=False, terminationMessagePolicy="File")
+    container = _container(gt, config, pod, "partition", args, token=False, terminationMessagePolicy="File")
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -285,7 +308,7 @@ def partition_job(owner: Obj, gt: S.GraphTraining, image: str) -> Obj:
             "backoffLimit": 1,
             "template": {
                 "metadata": {"labels": labels(gt.metadata.name, "partition")},
-                "spec": _pod_spec(gt, [container], token=False, restartPolicy="Never"),
+                "spec": _pod_spec(gt, pod, [container], token=False, restartPolicy="Never"),
             },
         },
     }
@@ -319,7 +342,7 @@ def shard_addresses(gt: S.GraphTraining, namespace: str) -> list[str]:
     ]
 
 
-def shard_statefulset(owner: Obj, gt: S.GraphTraining, image: str) -> Obj:
+def shard_statefulset(owner: Obj, gt: S.GraphTraining, config: OperatorConfig) -> Obj:
     """One shard server per partition; ready when its health operation answers (exec probe, with the
     token); restarted when /livez on its metrics port says it can no longer answer (a thread stopped,
     or requests waiting while no worker finishes any), which a busy server does not."""
@@ -348,9 +371,11 @@ def shard_statefulset(owner: Obj, gt: S.GraphTraining, image: str) -> Obj:
         "timeoutSeconds": 5,
         "failureThreshold": 6,
     }
+    pod = P.pod_settings(gt.spec, config, "shards")
     container = _container(
         gt,
-        image,
+        config,
+        pod,
         "shard-server",
         args,
         token=True,
@@ -360,7 +385,6 @@ def shard_statefulset(owner: Obj, gt: S.GraphTraining, image: str) -> Obj:
         ],
         readinessProbe=probe,
         livenessProbe=liveness,
-        resources=_resources(ss.resources, ss.device == S.Device.cuda),
     )
     if ss.threads:
         container["env"].append({"name": "GRAPHTRAIN_OPTIM_THREADS", "value": str(ss.threads)})
@@ -375,7 +399,7 @@ def shard_statefulset(owner: Obj, gt: S.GraphTraining, image: str) -> Obj:
             "selector": {"matchLabels": {LABEL_TRAINING: gt.metadata.name, LABEL_ROLE: "shards"}},
             "template": {
                 "metadata": {"labels": labels(gt.metadata.name, "shards")},
-                "spec": _pod_spec(gt, [container], token=True),
+                "spec": _pod_spec(gt, pod, [container], token=True),
             },
         },
     }
@@ -386,7 +410,7 @@ def trainer_service(owner: Obj, gt: S.GraphTraining) -> Obj:
     return _headless(owner, gt, n["trainers"], "trainer", {"rendezvous": RENDEZVOUS_PORT})
 
 
-def trainer_pod(owner: Obj, gt: S.GraphTraining, image: str, rank: int, attempt: int) -> Obj:
+def trainer_pod(owner: Obj, gt: S.GraphTraining, config: OperatorConfig, rank: int, attempt: int) -> Obj:
     """Rank `rank` of attempt `attempt` (restarts recreate every rank with the next attempt number)."""
     n, lay = names(gt.metadata.name), Layout(gt)
     ns = owner["metadata"]["namespace"]
@@ -401,15 +425,15 @@ def trainer_pod(owner: Obj, gt: S.GraphTraining, image: str, rank: int, attempt:
         shm=False,  # the shard servers run in other pods
         progress_configmap=n["progress"],
     )
-    tr = gt.spec.trainers
+    pod = P.pod_settings(gt.spec, config, "trainer")
     container = _container(
         gt,
-        image,
+        config,
+        pod,
         "trainer",
         args,
         token=True,
         ports=[{"name": "rendezvous", "containerPort": RENDEZVOUS_PORT}],
-        resources=_resources(tr.resources, tr.backend == S.Backend.nccl),
     )
     container["env"].append(
         {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}
@@ -422,6 +446,7 @@ def trainer_pod(owner: Obj, gt: S.GraphTraining, image: str, rank: int, attempt:
         "metadata": meta,
         "spec": _pod_spec(
             gt,
+            pod,
             [container],
             token=True,
             restartPolicy="Never",
@@ -430,4 +455,56 @@ def trainer_pod(owner: Obj, gt: S.GraphTraining, image: str, rank: int, attempt:
             serviceAccountName=n["account"],
             automountServiceAccountToken=True,
         ),
+    }
+
+
+def _selector(gt: S.GraphTraining, role: str | None = None) -> Obj:
+    """A label selector of this training's pods (of one role)."""
+    match = {LABEL_TRAINING: gt.metadata.name}
+    if role is not None:
+        match[LABEL_ROLE] = role
+    return {"matchLabels": match}
+
+
+def shard_network_policy(owner: Obj, gt: S.GraphTraining, config: OperatorConfig) -> Obj | None:
+    """Ingress of the training's shard servers: the kvstore port from its trainers and partition pod
+    only, the metrics port from its own pods and the configured scrapers (networkPolicy.metricsFrom);
+    nothing else. Egress is left alone. The kubelet's liveness probe of the metrics port comes from the
+    node, which the common network plugins (Calico, Cilium) admit to its own pods whatever the policy;
+    the readiness probe runs inside the pod. None when the configuration disables NetworkPolicies."""
+    if not config.network_policy.enabled:
+        return None
+    n = names(gt.metadata.name)
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": _meta(owner, n["shards"], "network"),
+        "spec": {
+            "podSelector": _selector(gt, "shards"),
+            "policyTypes": ["Ingress"],
+            "ingress": [
+                {
+                    "from": [{"podSelector": _selector(gt, r)} for r in ("trainer", "partition")],
+                    "ports": [{"protocol": "TCP", "port": SHARD_PORT}],
+                },
+                {
+                    "from": [{"podSelector": _selector(gt)}, *config.network_policy.metrics_from],
+                    "ports": [{"protocol": "TCP", "port": METRICS_PORT}],
+                },
+            ],
+        },
+    }
+
+
+def shard_disruption_budget(owner: Obj, gt: S.GraphTraining, config: OperatorConfig) -> Obj | None:
+    """No voluntary eviction (a node drain) of the training's shard servers: each holds rows no other
+    has. None when the configuration disables PodDisruptionBudgets."""
+    if not config.pod_disruption_budget.enabled:
+        return None
+    n = names(gt.metadata.name)
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": _meta(owner, n["shards"], "shards"),
+        "spec": {"maxUnavailable": 0, "selector": _selector(gt, "shards")},
     }

@@ -31,6 +31,7 @@ from typing import Any, Literal
 from pydantic import ValidationError
 
 from graphtrain.operator import manifests as M
+from graphtrain.operator.config import OperatorConfig, built_in
 from graphtrain.runtime import spec as S
 from graphtrain.runtime.spec import conditions as C
 from graphtrain.runtime.spec import reporting
@@ -175,11 +176,11 @@ class SpecDecision:
 @dataclass(frozen=True)
 class Context:
     """What the stages after the spec read: the observation, the spec that applies, and what new
-    children are made with (the image; the token, used if the Secret is missing)."""
+    children are made with (the operator's configuration; the token, used if the Secret is missing)."""
 
     obs: Observed
     gt: S.GraphTraining
-    image: str = M.DEFAULT_IMAGE
+    config: OperatorConfig = field(default_factory=built_in)
     token: str = ""
 
     @property
@@ -348,8 +349,8 @@ def partition_stage(ctx: Context, conds: C.Conditions) -> Step:
         M.token_secret(body, gt, ctx.token) if ctx.token else None,
         M.progress_map(body, gt),
         *M.trainer_rbac(body, gt),
-        M.data_claim(body, gt),
-        M.partition_job(body, gt, ctx.image),
+        M.data_claim(body, gt, ctx.config),
+        M.partition_job(body, gt, ctx.config),
     )
     outcome, why = job_outcome(ctx.child("Job", n["partition"]))
     if outcome == "failed":
@@ -370,9 +371,15 @@ def ready_shards(ctx: Context) -> int:
 
 
 def shards_stage(ctx: Context, conds: C.Conditions) -> Step:
-    """The shard servers' Service and StatefulSet, and each server's state from its pod."""
-    gt, n = ctx.gt, ctx.names
-    actions = ctx.ensure(M.shard_service(ctx.body, gt), M.shard_statefulset(ctx.body, gt, ctx.image))
+    """The shard servers' Service, NetworkPolicy and PodDisruptionBudget (made before the pods they
+    govern), StatefulSet, and each server's state from its pod."""
+    gt, n, body, config = ctx.gt, ctx.names, ctx.body, ctx.config
+    actions = ctx.ensure(
+        M.shard_service(body, gt),
+        M.shard_network_policy(body, gt, config),
+        M.shard_disruption_budget(body, gt, config),
+        M.shard_statefulset(body, gt, config),
+    )
     pods = {p["metadata"]["name"]: p for p in ctx.pods("shards")}
     shards = []
     for i, address in enumerate(M.shard_addresses(gt, ctx.namespace)):
@@ -410,14 +417,14 @@ def trainers_stage(ctx: Context, conds: C.Conditions) -> Step:
         if ready_shards(ctx) < gt.spec.num_shards:
             C.set_trainers_waiting(conds, C.Reason.not_started, "waiting for the shard servers")
             return Step(phase=S.Phase.starting)
-        pods = (M.trainer_pod(ctx.body, gt, ctx.image, r, attempt) for r in range(world))
+        pods = (M.trainer_pod(ctx.body, gt, ctx.config, r, attempt) for r in range(world))
         C.set_trainers_waiting(conds, C.Reason.starting, f"creating {world} trainer pods")
         return Step(
             ctx.ensure(M.trainer_service(ctx.body, gt), *pods),
             phase=S.Phase.training if attempt == 0 else S.Phase.restarting,
         )
     missing = ctx.ensure(
-        *(M.trainer_pod(ctx.body, gt, ctx.image, r, attempt) for r in range(world) if r not in trainers)
+        *(M.trainer_pod(ctx.body, gt, ctx.config, r, attempt) for r in range(world) if r not in trainers)
     )
     cm = ctx.child("ConfigMap", ctx.names["progress"])
     step = Step(missing, status=progress_status(cm))
@@ -458,9 +465,10 @@ STAGES = (terminal_stage, partition_stage, shards_stage, trainers_stage)
 """After the spec stage, in order; each ends the plan with a phase or hands on (the last always ends it)."""
 
 
-def plan(obs: Observed, image: str = M.DEFAULT_IMAGE, token: str = "") -> Plan:
+def plan(obs: Observed, config: OperatorConfig | None = None, token: str = "") -> Plan:
     """Decide what to create or delete, what the status is and which events say so: the spec stage,
-    then STAGES until one decides the phase. `token`: used if the Secret is missing."""
+    then STAGES until one decides the phase. `config`: the operator's (None: the built-in defaults);
+    `token`: used if the Secret is missing."""
     body = obs.training
     old = body.get("status") or {}
     if body["metadata"].get("deletionTimestamp"):  # being deleted: nothing is made for it, nothing said
@@ -476,7 +484,7 @@ def plan(obs: Observed, image: str = M.DEFAULT_IMAGE, token: str = "") -> Plan:
     decided = spec_stage(obs, conds)
     if decided.gt is None:
         return _finish(obs, conds, Step(status=status, phase=S.Phase.failed), decided.observed_generation)
-    ctx = Context(obs, decided.gt, image, token)
+    ctx = Context(obs, decided.gt, config or built_in(), token)
     actions: list[Action] = []
     for stage in STAGES:
         step = stage(ctx, conds)

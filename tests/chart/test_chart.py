@@ -19,7 +19,6 @@ import yaml
 from graphtrain.runtime import spec as S
 from tests.chart.chart import (
     CHART,
-    CONTRACT_OPTIONS,
     KUBE_VERSION,
     NAMESPACE,
     ROOT,
@@ -27,6 +26,7 @@ from tests.chart.chart import (
     find,
     helm,
     one,
+    operator_options,
     render,
     template,
 )
@@ -190,7 +190,7 @@ def test_the_operator_runs_with_the_contract_command_line(
     container = operator_container(objs)
     assert container["command"] == ["graphtrain"]
     assert container["args"] == ["operator", f"--config={CONFIG_PATH}", *args]
-    assert {a.split("=", 1)[0] for a in container["args"][1:]} <= CONTRACT_OPTIONS
+    assert {a.split("=", 1)[0] for a in container["args"][1:]} <= operator_options()
     env = {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in container["env"]}
     assert env == {"POD_NAME": "metadata.name", "POD_NAMESPACE": "metadata.namespace"}
     deployment = one(objs, "Deployment", OPERATOR)

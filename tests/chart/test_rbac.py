@@ -32,33 +32,12 @@ import pytest
 import yaml
 
 from tests import k8s
-from tests.chart.chart import CONTRACT_OPTIONS, NAMESPACE, find, one, render
+from tests.chart.chart import NAMESPACE, find, one, render
 from tests.operator.conftest import wait_for
 from tests.operator.test_operator_apiserver import SPEC
 
 pytestmark = pytest.mark.timeout(300)
 
-# ---------------------------------------------------------------------------------------------------
-# EXPECTED AFTER THE MERGE of branch opk, which the lead removes then (both sets become empty):
-# - The chart grants, per the contract (contract-16.md), what the opk branch's operator uses and this
-#   branch's does not yet: its per-training NetworkPolicy and PodDisruptionBudget, and its Lease.
-#   Pre-merge these grants show as unused; the test requires them to be unused, so once the merged
-#   operator uses one it fails, asking for its removal here.
-# - The Deployment passes the contract's command line, which this branch's `graphtrain operator` does
-#   not take yet; the test drops these options (and only these) when the operator's --help lacks them.
-EXPECTED_AFTER_MERGE_UNUSED = {
-    ("networking.k8s.io", "networkpolicies", "list"),
-    ("networking.k8s.io", "networkpolicies", "create"),
-    ("networking.k8s.io", "networkpolicies", "delete"),
-    ("policy", "poddisruptionbudgets", "list"),
-    ("policy", "poddisruptionbudgets", "create"),
-    ("policy", "poddisruptionbudgets", "delete"),
-    ("coordination.k8s.io", "leases", "create"),
-    ("coordination.k8s.io", "leases", "get"),
-    ("coordination.k8s.io", "leases", "update"),
-}
-EXPECTED_AFTER_MERGE_OPTIONS = CONTRACT_OPTIONS - {"--namespace"}  # all but the one it takes
-# ---------------------------------------------------------------------------------------------------
 
 AUDIT_POLICY = {
     "apiVersion": "audit.k8s.io/v1",
@@ -179,18 +158,9 @@ def server(tmp_path: Path) -> Iterator[Server]:
         k8s.stop(run)
 
 
-def cli_options() -> set[str]:
-    exe = Path(sys.executable).parent / "graphtrain"
-    env = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1", "TERM": "dumb"}
-    out = subprocess.run(
-        [str(exe), "operator", "--help"], capture_output=True, text=True, env=env, timeout=60
-    )
-    return set(re.findall(r"--[a-z][a-z-]*", out.stdout))
-
-
-def command_line(objs: list[dict], config_file: Path) -> tuple[list[str], set[str]]:
+def command_line(objs: list[dict], config_file: Path) -> list[str]:
     """The chart's Deployment's command line, run here: the config file from the rendered ConfigMap,
-    health and metrics on free loopback ports; options the operator lacks are dropped (and returned)."""
+    health and metrics on free loopback ports; every other option as the chart passes it."""
     container = one(objs, "Deployment", OPERATOR_SA)["spec"]["template"]["spec"]["containers"][0]
     config = one(objs, "ConfigMap", f"{OPERATOR_SA}-config")["data"]["config.yaml"]
     config_file.write_text(config)
@@ -199,16 +169,12 @@ def command_line(objs: list[dict], config_file: Path) -> tuple[list[str], set[st
         "--health-address": "127.0.0.1:0",
         "--metrics-address": "127.0.0.1:0",
     }
-    known = cli_options()
-    args, dropped = [], set()
+    args = []
     for arg in container["args"][1:]:  # after "operator"
         option, eq, value = arg.partition("=")
-        if option not in known:
-            dropped.add(option)
-            continue
         args.append(f"{option}={local.get(option, value)}" if eq else option)
     assert container["command"] == ["graphtrain"] and container["args"][0] == "operator"
-    return [str(Path(sys.executable).parent / "graphtrain"), "operator", *args], dropped
+    return [str(Path(sys.executable).parent / "graphtrain"), "operator", *args]
 
 
 @pytest.fixture
@@ -217,8 +183,8 @@ def run_operator(server: Server, tmp_path: Path) -> Iterator:
     procs: list[subprocess.Popen] = []
     logs: list[Path] = []
 
-    def start(objs: list[dict]) -> set[str]:
-        cmd, dropped = command_line(objs, tmp_path / "config.yaml")
+    def start(objs: list[dict]) -> None:
+        cmd = command_line(objs, tmp_path / "config.yaml")
         env = {k: v for k, v in os.environ.items() if k != "KUBERNETES_SERVICE_HOST"}  # not in-cluster
         env.update(
             KUBECONFIG=server.kubeconfig,
@@ -230,7 +196,6 @@ def run_operator(server: Server, tmp_path: Path) -> Iterator:
         logs.append(log)
         with log.open("w") as out:
             procs.append(subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env))
-        return dropped
 
     yield start
     for proc in procs:  # only the operator this fixture started
@@ -345,12 +310,7 @@ def test_the_chart_grants_exactly_what_the_operator_uses(
     objs = render(scenario)
     for ns in {NAMESPACE, *(ns for ns, _ in trainings)}:
         server.kube("create", "namespace", ns)
-    dropped = run_operator(objs)
-    assert dropped == EXPECTED_AFTER_MERGE_OPTIONS, (
-        "the operator's command line changed: options of the chart's Deployment it does not take: "
-        f"{sorted(dropped)}; expected (until the merge) {sorted(EXPECTED_AFTER_MERGE_OPTIONS)}: "
-        "remove those it now takes from EXPECTED_AFTER_MERGE_OPTIONS"
-    )
+    run_operator(objs)
     roles = lifecycle(server.kube, trainings)
     assert roles, "the operator created no Role for the trainers"
 
@@ -362,18 +322,9 @@ def test_the_chart_grants_exactly_what_the_operator_uses(
 
     grants = granted(objs)
     missing = sorted(str(n) for n in needs if not any(covers(g, n) for g in grants))
-    unused = {g for g in grants if not any(covers(g, n) for n in needs)}
-    allowed = {g for g in unused if (g.group, g.resource, g.verb) in EXPECTED_AFTER_MERGE_UNUSED}
-    now_used = EXPECTED_AFTER_MERGE_UNUSED - {(g.group, g.resource, g.verb) for g in allowed}
-    assert not missing and unused == allowed and not now_used, "\n".join(
-        [
-            f"needed but not granted ({scenario}):",
-            *missing,
-            "granted but never used:",
-            *sorted(str(g) for g in unused - allowed),
-            "used now, so no longer to be allowed as unused (remove from EXPECTED_AFTER_MERGE_UNUSED):",
-            *sorted(map(str, now_used)),
-        ]
+    unused = sorted(str(g) for g in grants if not any(covers(g, n) for n in needs))
+    assert not missing and not unused, "\n".join(
+        [f"needed but not granted ({scenario}):", *missing, "granted but never used:", *unused]
     )
 
 

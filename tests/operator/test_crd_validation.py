@@ -63,3 +63,39 @@ def test_explain_shows_descriptions(kube: Callable[..., str]) -> None:
         text = kube("explain", f"graphtrainings.{field}")
         assert "<no description>" not in text and "DESCRIPTION" in text, text
     assert "Number of trainers. Default: 1." in kube("explain", "graphtrainings.spec.trainers.replicas")
+
+
+def test_placement_fields_are_stored_as_written(kube: Callable[..., str]) -> None:
+    """Per-role scheduling and storage fields survive the API server: affinity and tolerations are kept
+    whole (not pruned), and nothing is defaulted in (unset means the operator's default)."""
+    placement = {
+        "resources": {"requests": {"cpu": "2", "memory": "4Gi"}, "limits": {"memory": "8Gi"}},
+        "nodeSelector": {"pool": "memory"},
+        "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "gt", "effect": "NoSchedule"}],
+        "affinity": {
+            "podAntiAffinity": {
+                "preferredDuringSchedulingIgnoredDuringExecution": [
+                    {"weight": 100, "podAffinityTerm": {"topologyKey": "kubernetes.io/hostname"}}
+                ]
+            }
+        },
+        "priorityClassName": "graphtrain-shards",
+    }
+    doc = {
+        **GRAPHSAGE,
+        "spec": {
+            **GRAPHSAGE["spec"],
+            "partition": {**GRAPHSAGE["spec"]["partition"], "nodeSelector": {}, "tolerations": []},
+            "shardServers": placement,
+            "storage": {"accessModes": ["ReadWriteOnce"], "size": "20Gi", "storageClassName": "nfs"},
+        },
+    }
+    stored = S.yaml_document(dry_run(kube, doc))["spec"]
+    for key, value in placement.items():
+        assert stored["shardServers"][key] == value, key
+    assert stored["partition"]["nodeSelector"] == {} and stored["partition"]["tolerations"] == []
+    assert "resources" not in stored["trainers"] and "affinity" not in stored["partition"]
+    assert stored["storage"]["accessModes"] == ["ReadWriteOnce"] and stored["storage"]["size"] == "20Gi"
+    assert S.parse({**doc, "spec": stored}).spec == S.parse(doc).spec
+    bad = {**doc, "spec": {**doc["spec"], "storage": {"accessModes": ["ReadWriteSometimes"]}}}
+    assert "spec.storage.accessModes[0]: Unsupported value" in refusal(kube, bad)

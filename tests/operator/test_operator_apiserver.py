@@ -144,6 +144,22 @@ def test_a_training_goes_through_every_phase(kube, operator, ns: str) -> None:
     sts = get(kube, "statefulset", "wn-shards", ns)
     assert sts["spec"]["replicas"] == 2 and sts["metadata"]["ownerReferences"][0]["uid"] == uid
     assert get(kube, "service", "wn-shards", ns)["spec"]["clusterIP"] == "None"
+    # from the operator's configuration file ($GRAPHTRAIN_OPERATOR_CONFIG: conftest.OPERATOR_CONFIG)
+    pod = sts["spec"]["template"]["spec"]
+    assert pod["nodeSelector"] == {"pool": "memory"} and pod["priorityClassName"] == "graphtrain-shards"
+    assert pod["imagePullSecrets"] == [{"name": "regcred"}]
+    assert pod["containers"][0]["image"] == "localhost/graphtrain:ci"
+    assert pod["containers"][0]["resources"]["limits"] == {"cpu": "2", "memory": "8Gi"}
+    claim = get(kube, "persistentvolumeclaim", "wn-data", ns)["spec"]
+    assert claim["storageClassName"] == "nfs" and claim["resources"]["requests"]["storage"] == "20Gi"
+    policy = get(kube, "networkpolicy", "wn-shards", ns)
+    assert policy["metadata"]["ownerReferences"][0]["uid"] == uid
+    assert policy["spec"]["podSelector"]["matchLabels"] == {
+        "graphtrain.io/training": "wn",
+        "graphtrain.io/role": "shards",
+    }
+    budget = get(kube, "poddisruptionbudget", "wn-shards", ns)
+    assert budget["spec"]["maxUnavailable"] == 0 and budget["metadata"]["ownerReferences"][0]["uid"] == uid
 
     status_patch(kube, "statefulset", "wn-shards", ns, {"replicas": 2, "readyReplicas": 2})
     assert wait_for(lambda: phase(kube, "wn", ns) == "Training", what="Training")
@@ -229,6 +245,8 @@ def test_a_training_goes_through_every_phase(kube, operator, ns: str) -> None:
         "pvc",
         "service",
         "pod",
+        "networkpolicy",
+        "poddisruptionbudget",
     ):
         assert names_of(kube, kind, ns, "wn") == [], kind
 

@@ -56,6 +56,10 @@ def _table(**fields: Any) -> Callable[[Doc], object]:
     return lambda s: s["embeddings"][0].update(fields)
 
 
+def _toleration(toleration: Doc) -> Callable[[Doc], object]:
+    return lambda s: s.update(shardServers={"tolerations": [{"key": "ok", "operator": "Exists"}, toleration]})
+
+
 def _long_name() -> Doc:
     doc = copy.deepcopy(GRAPHSAGE)
     doc["metadata"]["name"] = "a" * 41  # a valid Kubernetes name, too long for the children's names
@@ -99,4 +103,11 @@ BREAKS: dict[str, Doc] = {
     "kge-knowledge-graph": edit(TRANSE, lambda s: s["graph"].update(dataset="wordnet")),
     "shards-per-partition": edit(GRAPHSAGE, lambda s: s.update(shardServers={"replicas": 3})),
     "nccl-needs-cuda": edit(GRAPHSAGE, lambda s: s.update(trainers={"backend": "nccl"})),
+    "toleration-exists-without-value": edit(
+        GRAPHSAGE, _toleration({"key": "gpu", "operator": "Exists", "value": "a100"})
+    ),
+    "toleration-key-or-exists": edit(GRAPHSAGE, _toleration({"value": "a100"})),
+    "toleration-seconds-no-execute": edit(
+        GRAPHSAGE, _toleration({"key": "gpu", "effect": "NoSchedule", "tolerationSeconds": 60})
+    ),
 }

@@ -133,3 +133,44 @@ def test_failed_processing_leaves_no_dataset(
     with pytest.raises(DataError, match="exploded"):
         D.fetch("wordnet")
     assert not D.dataset_dir("wordnet").exists()
+
+
+def test_offline_never_downloads_and_says_how_to_pre_seed(
+    fake_wordnet: F.Package, data_root: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """$GRAPHTRAIN_OFFLINE (the operator's storage.offline): a missing dataset is one line naming it,
+    where it was looked for and the command that pre-seeds it; nothing is downloaded. Pre-seeded, it
+    loads as before."""
+    from typer.testing import CliRunner
+
+    from graphtrain.cli import app
+
+    def no_download(pkg: F.Package, downloads: Path) -> Path:
+        raise AssertionError(f"downloaded {pkg.name} while offline")
+
+    monkeypatch.setenv("GRAPHTRAIN_OFFLINE", "1")
+    real_download = F.download
+    monkeypatch.setattr(F, "download", no_download)
+    spec = tmp_path / "wn.yaml"
+    spec.write_text(
+        "apiVersion: graphtrain.io/v1alpha1\nkind: GraphTraining\nmetadata: {name: wn}\n"
+        "spec: {graph: {dataset: wordnet}, embeddings: [{name: node, dim: 8}],\n"
+        "       model: {nodeEmbedding: node}}\n"
+    )
+    seeded = tmp_path / "volume" / "data"
+    args = ["partition", "--spec", str(spec), "--out", str(tmp_path / "p"), "--data-dir", str(seeded)]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 1
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1, lines
+    assert f"dataset 'wordnet' is not in {seeded / 'datasets' / 'wordnet'}" in lines[0]
+    assert f"`graphtrain data fetch wordnet --data-dir {seeded}`" in lines[0]
+
+    monkeypatch.delenv("GRAPHTRAIN_OFFLINE")  # pre-seeding, where the registries are reachable
+    monkeypatch.setattr(F, "download", real_download)
+    assert CliRunner().invoke(app, ["data", "fetch", "wordnet", "--data-dir", str(seeded)]).exit_code == 0
+    monkeypatch.setenv("GRAPHTRAIN_OFFLINE", "1")
+    monkeypatch.setattr(F, "download", no_download)
+    assert D.load("wordnet", seeded).num_nodes == 6
+    monkeypatch.setenv("GRAPHTRAIN_OFFLINE", "0")  # "0" is online
+    assert not D.offline()

@@ -10,7 +10,7 @@ import pytest
 
 from graphtrain.runtime import spec as S
 from graphtrain.runtime.launch import status
-from graphtrain.runtime.launch.local import RunDirLocked, ended, lock_run_dir, rotate_logs
+from graphtrain.runtime.launch.local import RunDirLocked, ended, lock_run_dir, partition_key, rotate_logs
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "nations-transe.yaml"
 T1, T2, T3 = "2025-01-01T00:00:01+00:00", "2025-01-01T00:00:02+00:00", "2025-01-01T00:00:03+00:00"
@@ -90,3 +90,30 @@ def test_logs_rotate_once_per_launch(tmp_path: Path) -> None:
     assert (tmp_path / "trainer-0.log").read_text() == "fourth\n"
     assert (tmp_path / "trainer-0.log.1").read_text() == "third\n"
     assert (tmp_path / "trainer-0.log.2").read_text() == "second\n"
+
+
+def test_the_partition_is_reused_whatever_the_pods_placement() -> None:
+    """The local executor ignores where Kubernetes would run the partition Job (resources,
+    nodeSelector, ...): changing it does not partition again; changing the partition does."""
+    base = {
+        "apiVersion": "graphtrain.io/v1alpha1",
+        "kind": "GraphTraining",
+        "metadata": {"name": "wn"},
+        "spec": {"graph": {"dataset": "wordnet"}, "partition": {"parts": 2}},
+    }
+    placed = {
+        **base,
+        "spec": {
+            **base["spec"],
+            "partition": {
+                "parts": 2,
+                "resources": {"limits": {"memory": "64Gi"}},
+                "nodeSelector": {"pool": "big"},
+                "tolerations": [{"key": "big", "operator": "Exists"}],
+                "priorityClassName": "batch",
+            },
+        },
+    }
+    assert partition_key(S.parse(placed).spec) == partition_key(S.parse(base).spec)
+    more = {**base, "spec": {**base["spec"], "partition": {"parts": 3}}}
+    assert partition_key(S.parse(more).spec) != partition_key(S.parse(base).spec)

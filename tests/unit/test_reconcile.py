@@ -13,6 +13,7 @@ import pytest
 
 from graphtrain.operator import manifests as M
 from graphtrain.operator import reconcile as R
+from graphtrain.operator.config import built_in
 from graphtrain.operator.reconcile import Observed, Plan, key, plan
 from graphtrain.runtime import spec as S
 from graphtrain.runtime.spec import conditions as C
@@ -218,7 +219,9 @@ def to_training(c: Cluster) -> Plan:
     c.finish_partition()
     p = c.step()
     assert p.status["phase"] == "Starting"
-    assert kinds(p, "create") == [f"Service/{NAME}-shards", f"StatefulSet/{NAME}-shards"]
+    assert kinds(p, "create") == sorted(
+        f"{k}/{NAME}-shards" for k in ("Service", "NetworkPolicy", "PodDisruptionBudget", "StatefulSet")
+    )
     assert p.status["partition"]["cutEdges"] == 9 and cond(p, "PartitionReady")["status"] == "True"
     assert cond(p, "ShardsReady")["status"] == "False"
     c.ready_shards()
@@ -374,6 +377,8 @@ def test_every_rendered_manifest_is_valid_kubernetes() -> None:
         "Service",
         "Pod",
         "Role",
+        "NetworkPolicy",
+        "PodDisruptionBudget",
     }
     for o in objs:
         kv.validate(o, "1.33.0", strict=True)
@@ -496,7 +501,7 @@ def base() -> list[dict]:
         M.token_secret(body, gt, "x"),
         M.progress_map(body, gt),
         *M.trainer_rbac(body, gt),
-        M.data_claim(body, gt),
+        M.data_claim(body, gt, built_in()),
     ]
 
 
@@ -574,8 +579,14 @@ def test_partition_stage(o: Observed, phase, actions, conds, events, status) -> 
     assert run(R.partition_stage, o) == (phase, actions, conds, events, status)
 
 
-SHARDS = [f"create Service/{NAME}-shards", f"create StatefulSet/{NAME}-shards"]
-SVC = obj("Service", f"{NAME}-shards")
+SHARDS = [
+    f"create {k}/{NAME}-shards" for k in ("Service", "NetworkPolicy", "PodDisruptionBudget", "StatefulSet")
+]
+SVC = [
+    obj("Service", f"{NAME}-shards"),
+    obj("NetworkPolicy", f"{NAME}-shards", api="networking.k8s.io/v1"),
+    obj("PodDisruptionBudget", f"{NAME}-shards", api="policy/v1"),
+]
 
 
 def shards(*states: tuple[str, int]) -> list[dict]:
@@ -604,7 +615,7 @@ def shards(*states: tuple[str, int]) -> list[dict]:
         ),
         row(
             "one-loading",
-            observed(SVC, sts(1), shard_pod(0, True), shard_pod(1, False, restarts=2)),
+            observed(*SVC, sts(1), shard_pod(0, True), shard_pod(1, False, restarts=2)),
             None,
             [],
             "ShardsReady=False Waiting",
@@ -613,7 +624,7 @@ def shards(*states: tuple[str, int]) -> list[dict]:
         ),
         row(
             "one-failed",
-            observed(SVC, sts(1), shard_pod(0, True), shard_pod(1, False, phase="Failed")),
+            observed(*SVC, sts(1), shard_pod(0, True), shard_pod(1, False, phase="Failed")),
             None,
             [],
             "ShardsReady=False Waiting",
@@ -622,7 +633,7 @@ def shards(*states: tuple[str, int]) -> list[dict]:
         ),
         row(
             "all-ready",
-            observed(SVC, sts(2), shard_pod(0, True), shard_pod(1, True)),
+            observed(*SVC, sts(2), shard_pod(0, True), shard_pod(1, True)),
             None,
             [],
             "ShardsReady=True AllReady",

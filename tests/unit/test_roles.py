@@ -18,6 +18,7 @@ import typer.main
 import yaml
 
 from graphtrain.operator import manifests as M
+from graphtrain.operator.config import built_in
 from graphtrain.runtime import cli
 from graphtrain.runtime import spec as S
 from graphtrain.runtime.launch import plan
@@ -71,9 +72,12 @@ def operator_argvs(gt: S.GraphTraining) -> dict[str, list[str]]:
     """Every command line of the operator's children: container args and the readiness probe."""
     owner = {"metadata": {"name": gt.metadata.name, "namespace": "ml", "uid": "u1"}}
     objs = {
-        "partition": M.partition_job(owner, gt, "img"),
-        "shard-server": M.shard_statefulset(owner, gt, "img"),
-        **{f"trainer-{r}": M.trainer_pod(owner, gt, "img", r, 0) for r in range(gt.spec.trainers.replicas)},
+        "partition": M.partition_job(owner, gt, built_in()),
+        "shard-server": M.shard_statefulset(owner, gt, built_in()),
+        **{
+            f"trainer-{r}": M.trainer_pod(owner, gt, built_in(), r, 0)
+            for r in range(gt.spec.trainers.replicas)
+        },
     }
     out = {}
     for name, obj in objs.items():

@@ -43,6 +43,14 @@ NOT_READ = {
     "spec.embeddings[].vocabulary.capacity": "allowed only with kind: dynamic, which is refused",
 }
 
+# Spec objects the operator hands to Kubernetes whole (dumped into the pod spec as written): Kubernetes
+# reads their fields, so the object being read counts for all of them. tests/unit/test_placement.py
+# checks each arrives in the pods unchanged.
+PASSED_ON: dict[type[BaseModel], str] = {
+    S.Toleration: "a pod's tolerations, as written (operator/placement.py)",
+    S.Affinity: "a pod's affinity, as written (operator/placement.py)",
+}
+
 
 def executor_files() -> list[Path]:
     files = sorted((ROOT / "runtime").rglob("*.py")) + sorted((ROOT / "operator").rglob("*.py"))
@@ -107,9 +115,13 @@ def models_under(root: type[BaseModel]) -> set[type[BaseModel]]:
 
 
 def field_paths(
-    model: type[BaseModel], prefix: str = "", skip: frozenset[str] = frozenset()
+    model: type[BaseModel],
+    prefix: str = "",
+    skip: frozenset[str] = frozenset(),
+    whole: frozenset[type[BaseModel]] = frozenset(),
 ) -> Iterator[tuple[str, str]]:
-    """(camelCase path, Python name) of every field under `model`, `[]` marking a list's items."""
+    """(camelCase path, Python name) of every field under `model`, `[]` marking a list's items; the
+    fields of a `whole` model are not listed (the field holding it is)."""
     for name, field in model.model_fields.items():
         key = field.alias or name
         path = f"{prefix}.{key}" if prefix else key
@@ -117,16 +129,16 @@ def field_paths(
             continue
         yield path, name
         inner = model_in(field.annotation)
-        if inner is not None:
+        if inner is not None and inner not in whole:
             is_list = "list[" in str(field.annotation)
-            yield from field_paths(inner, path + ("[]" if is_list else ""), skip)
+            yield from field_paths(inner, path + ("[]" if is_list else ""), skip, whole)
 
 
 def unread(root: type[BaseModel], reads: frozenset[str], allowed: dict[str, str]) -> list[str]:
     """Paths of the fields under `root` (status left out) that no executor reads and no entry allows."""
     return [
         path
-        for path, name in field_paths(root, skip=frozenset({"status"}))
+        for path, name in field_paths(root, skip=frozenset({"status"}), whole=frozenset(PASSED_ON))
         if name not in reads
         and path.rsplit(".", 1)[-1].removesuffix("[]") not in reads
         and path not in allowed

@@ -1,0 +1,193 @@
+"""The operator's configuration file: images, per-role pod defaults, storage, NetworkPolicy and
+PodDisruptionBudget switches.
+
+The Helm chart renders it from its values into a ConfigMap mounted at
+/etc/graphtrain/operator/config.yaml and passes `graphtrain operator --config` to it; without a file
+(or $GRAPHTRAIN_OPERATOR_CONFIG) the built-in defaults below apply, which are the chart's defaults too.
+A GraphTraining's own fields win over the per-role defaults (placement.py says how), so the file holds
+what a cluster's administrator decides for every training: which registry the images come from, how
+big a pod is unless its training says otherwise, where pods may run, which storage class the data claim
+uses, whether the cluster has egress to download datasets.
+
+The model is camelCase on the wire, strict (`enabled: "yes"` is no boolean) and refuses unknown keys,
+like the spec's models, so a typo in the file is an error naming the key, not a silent default. Role
+resources must set requests and limits: a pod without them is BestEffort, the first one the kubelet
+kills when a node runs short of memory, and a shard server holds a training's embedding tables.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.metadata
+import os
+from pathlib import Path
+from typing import Annotated, Any, Literal, Self
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic.alias_generators import to_camel
+
+from graphtrain.runtime import spec as S
+
+ENV_CONFIG = "GRAPHTRAIN_OPERATOR_CONFIG"
+IMAGE_REPOSITORY = "ghcr.io/graphtrain/graphtrain"
+MAX_CONFIG_BYTES = 1 << 20  # a configuration is a few KB; a ConfigMap holds at most 1 MiB
+
+
+@functools.cache
+def package_version() -> str:
+    """The installed graphtrain's version: the images' tag (the chart's appVersion)."""
+    return importlib.metadata.version("graphtrain")
+
+
+class _Config(BaseModel):
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, extra="forbid", strict=True, frozen=True
+    )
+
+
+def _resources(requests: dict[str, str], limits: dict[str, str]) -> S.Resources:
+    return S.Resources(requests=requests, limits=limits)
+
+
+class RoleDefaults(_Config):
+    """What a role's pods get when their GraphTraining does not say (each field on its own)."""
+
+    resources: S.Resources = Field(
+        default_factory=lambda: _resources({"cpu": "1", "memory": "2Gi"}, {"cpu": "2", "memory": "8Gi"})
+    )
+    node_selector: dict[str, str] = Field(default_factory=dict)
+    tolerations: list[S.Toleration] = Field(default_factory=list, max_length=S.MAX_TOLERATIONS)
+    affinity: S.Affinity = Field(default_factory=S.Affinity)
+    priority_class_name: str = Field(default="", max_length=253)
+
+    @model_validator(mode="after")
+    def _not_best_effort(self) -> Self:
+        if not self.resources.requests or not self.resources.limits:
+            raise ValueError(
+                "resources must set requests and limits (a pod without them is BestEffort, the first the "
+                "kubelet evicts when a node runs short of memory)"
+            )
+        return self
+
+
+class PartitionDefaults(RoleDefaults):
+    resources: S.Resources = Field(
+        default_factory=lambda: _resources({"cpu": "500m", "memory": "1Gi"}, {"cpu": "2", "memory": "4Gi"})
+    )
+
+
+class Defaults(_Config):
+    """Per role: the partition Job's pod, each shard server, each trainer."""
+
+    partition: PartitionDefaults = Field(default_factory=PartitionDefaults)
+    shard_servers: RoleDefaults = Field(default_factory=RoleDefaults)
+    trainers: RoleDefaults = Field(default_factory=RoleDefaults)
+
+
+def _image(suffix: str = "") -> str:
+    return f"{IMAGE_REPOSITORY}:{package_version()}{suffix}"
+
+
+class Images(_Config):
+    """The runtime images: `runtime` for the partition Job, CPU shard servers and gloo trainers, `cuda`
+    for shardServers.device cuda and nccl trainers (a GraphTraining's spec.image overrides both)."""
+
+    runtime: str = Field(default_factory=_image, min_length=1)
+    cuda: str = Field(default_factory=lambda: _image("-cuda"), min_length=1)
+    pull_policy: Literal["Always", "IfNotPresent", "Never"] = "IfNotPresent"
+    pull_secrets: list[Annotated[str, Field(min_length=1, max_length=253)]] = Field(default_factory=list)
+
+
+class Storage(_Config):
+    """The data claim the operator creates for a training that names none (spec.storage wins)."""
+
+    storage_class_name: str = ""  # "": the cluster's default class
+    access_modes: list[Annotated[S.AccessMode, Field(strict=False)]] = Field(
+        default_factory=lambda: [S.AccessMode.read_write_many], min_length=1
+    )
+    size: S.Quantity = "10Gi"
+    offline: bool = False  # the pods never download a dataset: it must be pre-seeded on the claim
+
+
+class NetworkPolicy(_Config):
+    enabled: bool = True
+    # NetworkPolicyPeer objects (podSelector / namespaceSelector / ipBlock) that may scrape the shard
+    # servers' metrics port, besides the training's own pods
+    metrics_from: list[dict[str, Any]] = Field(default_factory=list)
+
+
+class PodDisruptionBudget(_Config):
+    enabled: bool = True
+
+
+class OperatorConfig(_Config):
+    """The whole file; every section is optional."""
+
+    images: Images = Field(default_factory=Images)
+    defaults: Defaults = Field(default_factory=Defaults)
+    storage: Storage = Field(default_factory=Storage)
+    network_policy: NetworkPolicy = Field(default_factory=NetworkPolicy)
+    pod_disruption_budget: PodDisruptionBudget = Field(default_factory=PodDisruptionBudget)
+
+
+@functools.cache
+def built_in() -> OperatorConfig:
+    """The configuration without a file."""
+    return OperatorConfig()
+
+
+class ConfigError(Exception):
+    """The configuration file cannot be used; the message is one line naming the file and the key."""
+
+
+def parse(data: Any, source: str = "the operator configuration") -> OperatorConfig:
+    """Validate a configuration document (a dict; None or empty: every default).
+
+    Raises:
+        ConfigError: one line naming `source` and each key that is wrong.
+    """
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: expected a mapping of settings, got {type(data).__name__}")
+    try:
+        return OperatorConfig.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(f"{source}: {'; '.join(_problem(e) for e in exc.errors())}") from None
+
+
+def _problem(error: Any) -> str:
+    path = ".".join(str(p) for p in error["loc"])
+    if error["type"] == "rules":  # a spec model's rule (a toleration's): each problem at its own path
+        problems = (error.get("ctx") or {}).get("problems") or []
+        return "; ".join(f"{'.'.join(filter(None, (path, p['path'])))}: {p['message']}" for p in problems)
+    message = str(error["msg"]).removeprefix("Value error, ")
+    if error["type"] == "extra_forbidden":
+        message = "unknown setting"
+    return f"{path}: {message}" if path else message
+
+
+def load(path: str | os.PathLike[str] | None = None) -> OperatorConfig:
+    """The configuration in `path`, else in $GRAPHTRAIN_OPERATOR_CONFIG, else the built-in defaults.
+
+    Raises:
+        ConfigError: the file cannot be read, is not YAML, or holds a wrong setting (one line).
+    """
+    chosen = path if path is not None else os.environ.get(ENV_CONFIG) or None
+    if chosen is None:
+        return built_in()
+    where = Path(chosen)
+    try:
+        text = where.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{where}: cannot read the operator configuration: {exc}") from None
+    if len(text) > MAX_CONFIG_BYTES:
+        raise ConfigError(
+            f"{where}: {len(text):,} characters; a configuration is at most {MAX_CONFIG_BYTES:,}"
+        )
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{where}: not YAML: {' '.join(str(exc).split())}") from None
+    return parse(data, str(where))

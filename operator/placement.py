@@ -1,0 +1,130 @@
+"""What a GraphTraining's pods and data claim get from its spec and the operator's configuration: pure
+merge rules, one function each, tested as tables.
+
+- Resources: the spec's, as a whole, when it sets any request or limit; else the role's default. A
+  whole, not merged key by key: a training that sets only memory limits should not inherit a default
+  CPU limit it did not ask for. GPU pods (shardServers.device cuda, trainers.backend nccl) get a
+  `nvidia.com/gpu` limit of their request, else 1, unless they set one.
+- nodeSelector, tolerations, affinity, priorityClassName: each on its own, the spec's when set (an
+  empty value too: `nodeSelector: {}` clears the default), else the role's default.
+- Image: spec.image for every pod; else the CUDA image for GPU pods, the runtime image for the rest.
+- Data claim: storageClassName, accessModes and size, each the spec's when set, else the
+  configuration's; an empty class name means the cluster's default class (the field is left out).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from graphtrain.operator.config import OperatorConfig, RoleDefaults
+from graphtrain.runtime import spec as S
+
+Role = Literal["partition", "shards", "trainer"]  # the graphtrain.io/role label of the role's pods
+GPU = "nvidia.com/gpu"
+
+
+@dataclass(frozen=True)
+class PodSettings:
+    """The role-specific parts of a pod: its container's image and resources, and its pod spec's
+    scheduling fields (each left out of the pod when empty)."""
+
+    image: str
+    pull_policy: str
+    resources: dict[str, dict[str, str]]
+    pod_spec: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ClaimSettings:
+    storage_class_name: str | None  # None: the cluster's default class
+    access_modes: list[str]
+    size: str
+
+
+def role_spec(spec: S.GraphTrainingSpec, role: Role) -> S.Placement:
+    return {"partition": spec.partition, "shards": spec.shard_servers, "trainer": spec.trainers}[role]
+
+
+def role_defaults(config: OperatorConfig, role: Role) -> RoleDefaults:
+    d = config.defaults
+    return {"partition": d.partition, "shards": d.shard_servers, "trainer": d.trainers}[role]
+
+
+def uses_gpu(spec: S.GraphTrainingSpec, role: Role) -> bool:
+    """Shard servers on cuda and nccl trainers run on GPUs; the partition Job never does."""
+    if role == "shards":
+        return spec.shard_servers.device == S.Device.cuda
+    if role == "trainer":
+        return spec.trainers.backend == S.Backend.nccl
+    return False
+
+
+def resources(own: S.Resources | None, default: S.Resources, gpu: bool) -> dict[str, dict[str, str]]:
+    """The container's resources: `own` as a whole if it sets anything, else `default`; a GPU pod gets
+    a GPU limit (its GPU request, else 1) unless it sets one."""
+    chosen = own if own is not None and (own.requests or own.limits) else default
+    requests = {k: str(v) for k, v in chosen.requests.items()}
+    limits = {k: str(v) for k, v in chosen.limits.items()}
+    if gpu:
+        limits.setdefault(GPU, requests.get(GPU, "1"))
+    out = {}
+    if requests:
+        out["requests"] = requests
+    if limits:
+        out["limits"] = limits
+    return out
+
+
+def image(spec: S.GraphTrainingSpec, config: OperatorConfig, gpu: bool) -> str:
+    if spec.image:
+        return spec.image
+    return config.images.cuda if gpu else config.images.runtime
+
+
+def scheduling(own: S.Placement, default: RoleDefaults) -> dict[str, Any]:
+    """nodeSelector, tolerations, affinity and priorityClassName of the pod spec, each the spec's when
+    set, else the default; empty ones are left out."""
+
+    def dump(value: Any) -> Any:
+        if isinstance(value, list):
+            return [dump(v) for v in value]
+        if isinstance(value, S.Toleration | S.Affinity):
+            return value.model_dump(by_alias=True, exclude_none=True, mode="json")
+        return value
+
+    chosen = {
+        "nodeSelector": own.node_selector if own.node_selector is not None else default.node_selector,
+        "tolerations": own.tolerations if own.tolerations is not None else default.tolerations,
+        "affinity": own.affinity if own.affinity is not None else default.affinity,
+        "priorityClassName": (
+            own.priority_class_name if own.priority_class_name is not None else default.priority_class_name
+        ),
+    }
+    return {k: dump(v) for k, v in chosen.items() if dump(v)}
+
+
+def pod_settings(spec: S.GraphTrainingSpec, config: OperatorConfig, role: Role) -> PodSettings:
+    own, default, gpu = role_spec(spec, role), role_defaults(config, role), uses_gpu(spec, role)
+    pod_spec = scheduling(own, default)
+    if config.images.pull_secrets:
+        pod_spec["imagePullSecrets"] = [{"name": s} for s in config.images.pull_secrets]
+    return PodSettings(
+        image=image(spec, config, gpu),
+        pull_policy=config.images.pull_policy,
+        resources=resources(own.resources, default.resources, gpu),
+        pod_spec=pod_spec,
+    )
+
+
+def claim_settings(storage: S.Storage, config: OperatorConfig) -> ClaimSettings:
+    default = config.storage
+    name = (
+        storage.storage_class_name if storage.storage_class_name is not None else default.storage_class_name
+    )
+    modes = storage.access_modes if storage.access_modes is not None else default.access_modes
+    return ClaimSettings(
+        storage_class_name=name or None,
+        access_modes=[str(m) for m in modes],
+        size=str(storage.size if storage.size is not None else default.size),
+    )

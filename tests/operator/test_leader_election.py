@@ -1,0 +1,209 @@
+"""Two (then three) real `graphtrain operator --leader-elect` processes against the test API server:
+exactly one holds the Lease and reconciles; SIGTERM of the leader hands over at the standby's next
+try; SIGKILL of the leader hands over once the Lease expires; a leader whose Lease is taken exits 1.
+
+Each process watches only this test's namespace and serves its endpoints on 127.0.0.1, port 0 (the
+bound address read from its log). Which process reconciled a GraphTraining is read from the logs
+(kopf prefixes each handler's line with namespace/name), so the session's in-process operator, if it
+runs too, cannot make this test pass. Every wait is bounded; every process started here is stopped.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.operator.conftest import wait_for
+
+pytestmark = pytest.mark.timeout(240)
+
+LEASE = "graphtrain-operator"
+TIMING = ["--lease-duration", "4", "--renew-deadline", "3", "--retry-period", "1"]
+TRAINING = """
+apiVersion: graphtrain.io/v1alpha1
+kind: GraphTraining
+metadata: {{name: {name}}}
+spec:
+  graph: {{dataset: wordnet}}
+  embeddings: [{{name: node, dim: 8}}]
+  model: {{nodeEmbedding: node}}
+"""
+
+
+@dataclass
+class Operator:
+    name: str
+    proc: subprocess.Popen[bytes]
+    log: Path
+
+    def text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def endpoint(self, which: str) -> str:
+        found = re.search(rf"{which} endpoint on (http://127\.0\.0\.1:\d+)", self.text())
+        if not found:
+            raise RuntimeError(f"{self.name}: no {which} endpoint logged yet")
+        return found.group(1)
+
+    def get(self, which: str, path: str) -> tuple[int, str]:
+        try:
+            with urllib.request.urlopen(self.endpoint(which) + path, timeout=5) as r:
+                return r.status, r.read().decode()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read().decode()
+
+    def leader_metric(self) -> float | None:
+        """graphtrain_operator_leader from its /metrics; None while it does not answer."""
+        try:
+            status, text = self.get("metrics", "/metrics")
+        except (RuntimeError, OSError):
+            return None
+        found = re.search(r"^graphtrain_operator_leader (\S+)$", text, re.M)
+        return float(found.group(1)) if status == 200 and found else None
+
+    def reconciled(self, ns: str, training: str) -> bool:
+        return f"[{ns}/{training}] Handler 'on_training' succeeded" in self.text()
+
+    def exited(self) -> int | None:
+        return self.proc.poll()
+
+
+@pytest.fixture
+def ns(kube) -> Iterator[str]:
+    name = f"leader-{uuid.uuid4().hex[:8]}"
+    kube("create", "namespace", name)
+    yield name
+
+
+@pytest.fixture
+def operators(kubeconfig: str, ns: str, tmp_path: Path) -> Iterator[Callable[..., Operator]]:
+    """Start `graphtrain operator --leader-elect` processes; all are stopped after the test."""
+    started: list[Operator] = []
+
+    def start(name: str, elect: bool = True) -> Operator:
+        env = {**os.environ, "KUBECONFIG": kubeconfig, "POD_NAME": name, "POD_NAMESPACE": ns}
+        env.pop("KUBERNETES_SERVICE_HOST", None)
+        log = tmp_path / f"{name}.log"
+        cmd = [
+            sys.executable,
+            "-m",
+            "graphtrain.cli",
+            "operator",
+            *(["--leader-elect", *TIMING] if elect else []),
+        ]
+        cmd += ["-n", ns, "--health-address", "127.0.0.1:0", "--metrics-address", "127.0.0.1:0"]
+        with log.open("wb") as out:
+            proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT)
+        op = Operator(name, proc, log)
+        started.append(op)
+        return op
+
+    yield start
+    for op in started:
+        if op.proc.poll() is None:
+            op.proc.kill()
+        op.proc.wait(timeout=30)
+        print(f"---- {op.name} (exit {op.proc.returncode}):\n{op.text()[-4000:]}")  # shown if the test failed
+
+
+def holder(kube, ns: str) -> str:
+    """The Lease's holderIdentity (kubectl's stdout alone: its stderr may carry throttling notices)."""
+    return kube("get", "lease", LEASE, "-n", ns, "-o", "jsonpath={.spec.holderIdentity}")
+
+
+def stand_by(op: Operator) -> None:
+    """`op` runs, answers its probes as a ready standby and says it does not lead."""
+    wait_for(lambda: op.leader_metric() == 0, timeout=60, what=f"{op.name}'s /metrics")
+    wait_for(lambda: op.get("health", "/readyz") == (200, "standby\n"), timeout=30, what=f"{op.name} ready")
+    assert op.get("health", "/healthz") == (200, "ok\n")
+    assert op.exited() is None
+
+
+def lead(op: Operator, timeout: float) -> float:
+    """Seconds until `op` says it leads (its /metrics)."""
+    start = time.monotonic()
+    wait_for(lambda: op.leader_metric() == 1, timeout=timeout, what=f"{op.name} to lead")
+    return time.monotonic() - start
+
+
+def reconciles(kube, op: Operator, others: list[Operator], ns: str, training: str) -> float:
+    """Apply a GraphTraining; seconds until its children exist, checked made by `op` alone."""
+    start = time.monotonic()
+    kube("apply", "-n", ns, "-f", "-", input=TRAINING.format(name=training))
+    wait_for(
+        lambda: kube("get", "job", f"{training}-partition", "-n", ns, "-o", "name", check=False).startswith(
+            "job"
+        ),
+        timeout=60,
+        what=f"{training}'s partition job",
+    )
+    took = time.monotonic() - start
+    wait_for(lambda: op.reconciled(ns, training), timeout=30, what=f"{op.name} to log {training}")
+    assert not any(o.reconciled(ns, training) for o in others), f"{training} reconciled by a standby too"
+    return took
+
+
+def test_one_leader_hands_over_on_sigterm_and_on_sigkill(kube, operators, ns: str) -> None:
+    a = operators("op-a")
+    wait_for(lambda: a.leader_metric() == 1, timeout=60, what="op-a to lead")
+    wait_for(lambda: a.get("health", "/readyz") == (200, "leading\n"), timeout=30, what="op-a's handlers")
+    b = operators("op-b")
+    stand_by(b)
+    assert holder(kube, ns) == "op-a"
+    first = reconciles(kube, a, [b], ns, "g1")
+    assert b.leader_metric() == 0
+
+    # SIGTERM: op-a stops its handlers, releases the Lease, exits 0; op-b takes over at its next try
+    start = time.monotonic()
+    a.proc.send_signal(signal.SIGTERM)
+    took = lead(b, timeout=30)
+    assert a.proc.wait(timeout=30) == 0, a.text()[-3000:]
+    assert took < 4, f"a released Lease took {took:.1f} s to change hands (the lease duration is 4 s)"
+    assert "op-a released the lease" in a.text()
+    assert holder(kube, ns) == "op-b"
+    second = reconciles(kube, b, [a], ns, "g2")
+    sigterm = time.monotonic() - start
+
+    # SIGKILL: nothing is released; op-c takes over once the Lease has not been renewed for 4 s
+    c = operators("op-c")
+    stand_by(c)
+    start = time.monotonic()
+    b.proc.send_signal(signal.SIGKILL)
+    took_kill = lead(c, timeout=30)
+    assert 2 <= took_kill < 10, f"takeover after SIGKILL in {took_kill:.1f} s (lease duration 4 s)"
+    assert holder(kube, ns) == "op-c"
+    third = reconciles(kube, c, [a, b], ns, "g3")
+    sigkill = time.monotonic() - start
+
+    # a leader whose Lease another holder took stops and exits 1 (to restart as a standby)
+    kube("patch", "lease", LEASE, "-n", ns, "--type=merge", "-p", '{"spec": {"holderIdentity": "intruder"}}')
+    assert c.proc.wait(timeout=30) == 1, c.text()[-3000:]
+    assert "op-c lost the lease: intruder holds it now" in c.text()
+    print(
+        f"\nleader election: children of a new training in {first:.2f} s; SIGTERM -> standby leads in "
+        f"{took:.2f} s, reconciles a new training {sigterm:.2f} s after the signal (children in "
+        f"{second:.2f} s); SIGKILL -> standby leads in {took_kill:.2f} s, reconciles {sigkill:.2f} s "
+        f"after (children in {third:.2f} s)"
+    )
+
+
+def test_without_leader_election_it_runs_at_once(kube, operators, ns: str) -> None:
+    op = operators("solo", elect=False)
+    wait_for(lambda: op.leader_metric() == 1, timeout=60, what="solo's /metrics")
+    wait_for(lambda: op.get("health", "/readyz") == (200, "leading\n"), timeout=30, what="solo's handlers")
+    reconciles(kube, op, [], ns, "g0")
+    assert kube("get", "lease", "-n", ns, "-o", "name") == ""  # no Lease without --leader-elect
+    op.proc.send_signal(signal.SIGTERM)
+    assert op.proc.wait(timeout=30) == 0, op.text()[-3000:]
