@@ -6,8 +6,12 @@ from __future__ import annotations
 import copy
 
 import pytest
+import yaml
 
-from tests.chart.chart import SCENARIOS, render
+from graphtrain.operator import config as C
+from graphtrain.operator import manifests as M
+from graphtrain.runtime import spec as S
+from tests.chart.chart import ROOT, SCENARIOS, render
 from tests.pod_security import pod_specs, violations
 
 GOOD_CONTAINER = {
@@ -166,3 +170,49 @@ def test_pod_specs_are_found_in_every_workload_kind() -> None:
     assert pod_specs(cron) == [("CronJob/c", spec)]
     assert pod_specs({"kind": "Pod", "metadata": {"name": "p"}, "spec": spec}) == [("Pod/p", spec)]
     assert pod_specs({"kind": "ConfigMap", "metadata": {"name": "m"}, "data": {}}) == []
+
+
+# ------------------------------------------------------------- what the operator creates, per scenario
+
+EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
+VARIANTS = {  # what changes a pod: the device, the backend, a spec's own resources and placement
+    "as-is": {},
+    "cuda": {"shardServers": {"device": "cuda"}, "trainers": {"backend": "nccl"}},
+    "own-resources": {
+        "trainers": {
+            "resources": {"requests": {"cpu": "2", "memory": "3Gi"}, "limits": {"cpu": "4", "memory": "6Gi"}},
+            "tolerations": [{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}],
+        }
+    },
+}
+
+
+def children(config: C.OperatorConfig, gt: S.GraphTraining) -> list[dict]:
+    """Every child of a training whose pods the operator makes (one rank stands for all)."""
+    owner = {"metadata": {"name": gt.metadata.name, "namespace": "team", "uid": "u1"}}
+    return [
+        M.partition_job(owner, gt, config),
+        M.shard_statefulset(owner, gt, config),
+        M.trainer_pod(owner, gt, config, 0, 0),
+    ]
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_every_pod_the_operator_creates_under_each_scenario_is_restricted(scenario: str) -> None:
+    """The chart's rendered configuration is one the operator takes (its own parser), and under it
+    every pod of every example, in every variant, is restricted and has requests and limits."""
+    (cm,) = [o for o in render(scenario) if o["kind"] == "ConfigMap" and "config.yaml" in o.get("data", {})]
+    config = C.parse(yaml.safe_load(cm["data"]["config.yaml"]), f"{scenario}: config.yaml")
+    checked = 0
+    for path in EXAMPLES:
+        doc = S.yaml_document(path.read_text())
+        for variant, changes in VARIANTS.items():
+            spec = copy.deepcopy(doc)
+            for section, fields in changes.items():
+                spec["spec"].setdefault(section, {}).update(fields)
+            gt = S.parse(spec)
+            for obj in children(config, gt):
+                for where, pod in pod_specs(obj):
+                    assert violations(pod) == [], f"{scenario}, {path.name} ({variant}): {where}"
+                    checked += 1
+    assert checked == len(EXAMPLES) * len(VARIANTS) * 3
