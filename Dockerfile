@@ -162,9 +162,10 @@ COPY --from=dist-cuda /dist.sha256 /usr/local/share/graphtrain/graphtrain.sha256
 RUN --mount=type=bind,from=dist-cuda,source=/dist,target=/dist \
     pip install --no-index --no-deps /dist/*.whl
 # torch's wheels carry the CUDA libraries and the core links the CUDA runtime statically: the driver is
-# all the host adds (the NVIDIA container toolkit, asked for by these variables).
-ENV NVIDIA_VISIBLE_DEVICES=all \
-    NVIDIA_DRIVER_CAPABILITIES=compute,utility
+# all the host adds (the NVIDIA container toolkit). Which GPUs is the device plugin's to say (or
+# `--gpus`): no NVIDIA_VISIBLE_DEVICES=all here, which would hand every GPU of a node whose default
+# runtime is NVIDIA's to a pod that asked for none.
+ENV NVIDIA_DRIVER_CAPABILITIES=compute,utility
 ARG VERSION=0.1.0
 ARG REVISION=unknown
 LABEL org.opencontainers.image.title="graphtrain" \
