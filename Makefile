@@ -34,9 +34,10 @@ VIEW    := build/view/graphtrain
 $(VIEW): ## graphtrain/{cli,runtime,operator,api} as links: how import-linter and mypy find the packages
 	mkdir -p $(VIEW) && for r in cli runtime operator api; do ln -sfn ../../../$$r $(VIEW)/$$r; done
 
-lint: install $(VIEW) ## ruff (check and format), the import contracts (.importlinter) and mypy
+lint: install $(VIEW) ## ruff (check and format), hadolint (Dockerfile), the import contracts (.importlinter) and mypy
 	$(BIN)/ruff check $(PY_DIRS)
 	$(BIN)/ruff format --check $(PY_DIRS)
+	$(BIN)/hadolint --failure-threshold warning Dockerfile
 	@# each contract alone and uncached: import-linter 2.16 reported the operator contract KEPT, with a
 	@# forbidden import present, when it ran beside the runtime-below-control or native contract
 	for c in $$(sed -n 's/^\[importlinter:contract:\([a-z-]*\)\]$$/\1/p' .importlinter); do \

@@ -8,7 +8,9 @@ commands: `graphtrain operator --help` works where torch is not installed.
 
 from __future__ import annotations
 
+import importlib.metadata
 import sys
+from typing import Annotated
 
 import typer
 
@@ -23,6 +25,33 @@ app = typer.Typer(
 )
 app.add_typer(runtime_app)
 app.add_typer(operator_app)
+
+
+def package_version() -> str:
+    """The installed distribution's version (pyproject.toml's, as recorded in its metadata)."""
+    return importlib.metadata.version("graphtrain")
+
+
+def print_version(value: bool) -> None:
+    if not value:
+        return
+    try:
+        version = package_version()
+    except importlib.metadata.PackageNotFoundError:
+        print("error: graphtrain's package metadata is not installed: pip install -e .", file=sys.stderr)
+        raise typer.Exit(1) from None
+    print(f"graphtrain {version}")
+    raise typer.Exit()
+
+
+@app.callback()
+def options(
+    version: Annotated[
+        bool,
+        typer.Option("--version", help="print the version and exit", is_eager=True, callback=print_version),
+    ] = False,
+) -> None:
+    """Options that come before any command."""
 
 
 # the extra that brings each optional dependency a command may import

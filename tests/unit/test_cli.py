@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import numpy as np
@@ -47,6 +49,28 @@ def test_help_on_every_command() -> None:
         result = runner.invoke(app, [*cmd, "--help"])
         assert result.exit_code == 0, cmd
         assert "Usage" in result.output
+
+
+def test_version_is_the_packages() -> None:
+    pyproject = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())
+    expected = f"graphtrain {pyproject['project']['version']}\n"
+    # the console script (the images run it so) and the in-process command print the same line
+    out = subprocess.run(
+        [sys.executable, "-m", "graphtrain.cli", "--version"], capture_output=True, text=True, timeout=60
+    )
+    assert (out.returncode, out.stdout, out.stderr) == (0, expected, "")
+    result = runner.invoke(app, ["--version"])
+    assert (result.exit_code, result.output) == (0, expected)
+
+
+def test_version_without_package_metadata_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    def missing(name: str) -> str:
+        raise importlib.metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(importlib.metadata, "version", missing)
+    result = runner.invoke(app, ["--version"])
+    assert result.exit_code == 1
+    assert result.output == "error: graphtrain's package metadata is not installed: pip install -e .\n"
 
 
 def test_crd_command_prints_the_generated_crd() -> None:
