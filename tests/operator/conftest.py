@@ -13,6 +13,15 @@ from typing import Any
 import pytest
 import yaml
 
+# The in-process operator's configuration, read by its startup handler from $GRAPHTRAIN_OPERATOR_CONFIG
+# (as `kopf run -m graphtrain.operator.handlers` has no --config)
+OPERATOR_CONFIG = """
+images: {runtime: "localhost/graphtrain:ci", cuda: "localhost/graphtrain:ci-cuda", pullSecrets: [regcred]}
+defaults:
+  shardServers: {nodeSelector: {pool: memory}, priorityClassName: graphtrain-shards}
+storage: {storageClassName: nfs, size: 20Gi}
+"""
+
 PROBE = """
 apiVersion: graphtrain.io/v1alpha1
 kind: GraphTraining
@@ -25,9 +34,12 @@ spec:
 
 
 @pytest.fixture(scope="session")
-def operator(kube) -> Iterator[Any]:
+def operator(kube, tmp_path_factory) -> Iterator[Any]:
     """The operator (kopf, standalone), running in this process for the whole session; yielded once it
     has reconciled a probe GraphTraining (its watch is up and its handlers answer), not after a guess."""
+    config = tmp_path_factory.mktemp("operator") / "config.yaml"
+    config.write_text(OPERATOR_CONFIG)
+    os.environ["GRAPHTRAIN_OPERATOR_CONFIG"] = str(config)
     os.environ["GRAPHTRAIN_OPERATOR_TIMER"] = "1"
     from kopf.testing import KopfRunner
 
