@@ -8,7 +8,7 @@ RUN    ?= runs/wordnet-sage
 # there); RUN_FLAGS=--resume continues it instead, RUN=<dir> keeps it and trains elsewhere
 RUN_FLAGS ?= --overwrite
 
-.PHONY: install run test lint crd bench-partition bench-optim bench-kvstore bench-attack bench-soak bench-fuzz bench-e2e bench-operator cuda clean
+.PHONY: install run test lint crd chart-schema bench-partition bench-optim bench-kvstore bench-attack bench-soak bench-fuzz bench-e2e bench-operator cuda clean
 
 $(STAMP): pyproject.toml setup.py requirements-dev.txt $(wildcard cuda/src/*.cpp cuda/include/graphtrain/*.h)
 	$(PYTHON) -m venv $(VENV)
@@ -48,6 +48,9 @@ lint: install $(VIEW) ## ruff (check and format), hadolint (Dockerfile), the imp
 
 crd: install ## regenerate the chart's CRD from runtime/spec/model.py
 	$(BIN)/graphtrain crd -o charts/graphtrain/crds/graphtrainings.graphtrain.io.yaml
+
+chart-schema: install ## regenerate values.schema.json's toleration and affinity definitions from runtime/spec/model.py
+	$(BIN)/python charts/gen_schema.py
 
 bench-partition: install ## METIS vs random vs bare pymetis on gene-pubmed and wordnet
 	$(BIN)/python bench/partition.py

@@ -4,18 +4,28 @@
 {{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
 {{- end }}
 
-{{/* "<release>-<chart>", or the release name alone when it contains the chart's name. */}}
+{{/*
+"<release>-<chart>", or the release name alone when it contains the chart's name. At most 46 characters
+(the schema bounds the overrides to that), so that the longest name derived from it,
+"<fullname>-operator-metrics" (a Service: a DNS-1035 label), fits in 63.
+*/}}
 {{- define "graphtrain.fullname" -}}
+{{- $full := "" }}
 {{- if .Values.fullnameOverride }}
-{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- $full = .Values.fullnameOverride }}
 {{- else }}
 {{- $name := default .Chart.Name .Values.nameOverride }}
 {{- if contains $name .Release.Name }}
-{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- $full = .Release.Name }}
 {{- else }}
-{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- $full = printf "%s-%s" .Release.Name $name }}
 {{- end }}
 {{- end }}
+{{- $full = $full | trunc 46 | trimSuffix "-" }}
+{{- if not (regexMatch "^[a-z]([-a-z0-9]*[a-z0-9])?$" $full) }}
+{{- fail (printf "the objects' name prefix %q (from the release name or fullnameOverride) must be a DNS-1035 label: lowercase letters, digits and '-', starting with a letter" $full) }}
+{{- end }}
+{{- $full }}
 {{- end }}
 
 {{/* The operator's objects: Deployment, ServiceAccount, (Cluster)Role(s), config, Lease. */}}
@@ -75,6 +85,14 @@ app.kubernetes.io/part-of: graphtrain
 {{/* "true" when the operator runs with --leader-elect: asked for, or more than one replica. */}}
 {{- define "graphtrain.leaderElect" -}}
 {{- if or .Values.leaderElection.enabled (gt (int .Values.replicas) 1) }}true{{ end }}
+{{- end }}
+
+{{/*
+Seconds as `graphtrain operator` parses them: never in exponent form (Go prints 10000000.0 as 1e+07),
+six decimals at most, trailing zeros dropped: 15, 1.5, 0.001.
+*/}}
+{{- define "graphtrain.seconds" -}}
+{{- regexReplaceAll "\\.?0*$" (printf "%.6f" (float64 .)) "" }}
 {{- end }}
 
 {{- define "graphtrain.leaseName" -}}
