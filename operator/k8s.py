@@ -15,6 +15,7 @@ import logging
 import os
 import threading
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import kubernetes
@@ -112,10 +113,14 @@ def _owned_by(obj: dict[str, Any], owner: dict[str, Any]) -> bool:
     )
 
 
-def apply(plan: Plan, observed: Observed) -> None:
+def apply(plan: Plan, observed: Observed, fence: Callable[[], bool] = lambda: True) -> None:
+    """Write the plan: its creates and deletes, the status if it changed, its events. `fence` is asked
+    before each write; once it says no (the Lease was lost meanwhile), nothing more is written."""
     body = observed.training
     ns = body["metadata"]["namespace"]
     for action in plan.actions:
+        if not fence():
+            return
         obj = action.obj
         res = _res(obj["apiVersion"], obj["kind"])
         try:
@@ -128,6 +133,8 @@ def apply(plan: Plan, observed: Observed) -> None:
         except ApiException as exc:
             if exc.status not in (404, 409):
                 raise
+    if not fence():
+        return
     if not _same(plan.status, body.get("status") or {}):
         _res(S.API_VERSION, S.KIND).status.patch(
             body={"status": plan.status},
@@ -136,6 +143,8 @@ def apply(plan: Plan, observed: Observed) -> None:
             content_type="application/merge-patch+json",
         )
     for event in plan.events:
+        if not fence():
+            return
         post_event(body, event)
 
 

@@ -136,6 +136,14 @@ def lost(last_renewal: float, now: float, timing: Timing) -> bool:
     return now - last_renewal >= timing.renew_deadline
 
 
+def may_act(leading: bool, last_renewal: float | None, now: float, timing: Timing) -> bool:
+    """The fence before a handler's reads and writes: this replica says it leads AND its last successful
+    renewal (taken when that attempt began, on its own monotonic clock) is younger than the renew
+    deadline. A leader resumed after a pause (SIGSTOP, a long GC, a frozen VM) fails it at once, before
+    its election thread has even noticed that a standby took the Lease meanwhile; no API call."""
+    return leading and last_renewal is not None and not lost(last_renewal, now, timing)
+
+
 def micro_time(t: dt.datetime) -> str:
     """A Kubernetes MicroTime."""
     return t.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
@@ -175,6 +183,7 @@ class Elector:
         self._observed: Record | None = None
         self._seen_at = 0.0
         self._holder = ""  # the last holder logged, to log changes once
+        self.last_renewal: float | None = None  # clock() when the last successful create/renew/take began
         self._thread = threading.Thread(target=self._run, name="leader-election", daemon=True)
 
     def start(self) -> None:
@@ -185,6 +194,10 @@ class Elector:
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(timeout=self.timing.request_timeout + 1)
+
+    def may_act(self) -> bool:
+        """May the handlers act now (see may_act())."""
+        return may_act(self.leading.is_set(), self.last_renewal, self.clock(), self.timing)
 
     def attempt(self) -> bool:
         """One try to create, renew or take the Lease; True if this candidate holds it now."""
@@ -225,17 +238,20 @@ class Elector:
     def _campaign(self) -> None:
         log.info("%s campaigns for the lease", self.identity)
         while not self._stop.is_set():  # standby
+            began = self.clock()
             if self._try():
+                self.last_renewal = began
                 break
             self._stop.wait(self.timing.retry_period)
         else:
             return
         self.leading.set()
-        last_renewal = self.clock()
         while not self._stop.wait(self.timing.retry_period):  # holder
+            began = self.clock()
             if self._try():
-                last_renewal = self.clock()
+                self.last_renewal = began
                 continue
+            last_renewal = self.last_renewal if self.last_renewal is not None else began
             holder = self._observed.holder if self._observed is not None else ""
             if holder not in ("", self.identity):
                 log.error("%s lost the lease: %s holds it now", self.identity, holder)

@@ -50,6 +50,20 @@ def test_released_and_lost() -> None:
     assert not L.lost(100, 109.9, timing) and L.lost(100, 110, timing)
 
 
+@pytest.mark.parametrize(
+    ("leading", "last_renewal", "now", "expected"),
+    [
+        pytest.param(True, 100.0, 109.9, True, id="renewed-within-the-deadline"),
+        pytest.param(True, 100.0, 110.0, False, id="renewal-as-old-as-the-deadline"),
+        pytest.param(True, 100.0, 117.0, False, id="resumed-after-a-pause"),
+        pytest.param(False, 100.0, 100.5, False, id="not-leading"),
+        pytest.param(True, None, 0.0, False, id="never-renewed"),
+    ],
+)
+def test_may_act(leading: bool, last_renewal: float | None, now: float, expected: bool) -> None:
+    assert L.may_act(leading, last_renewal, now, L.Timing(15, 10, 2)) is expected
+
+
 def test_record_round_trip() -> None:
     record = R("me", 15, "2026-01-01T00:00:00.000000Z", "2026-01-01T00:00:02.000000Z", 3)
     assert L.record_of({"spec": L.spec_of(record)}) == record
@@ -197,6 +211,18 @@ def test_a_holder_cut_off_from_the_api_loses_the_lease_before_it_expires(elector
     assert a.lost.is_set() and not a.leading.is_set()
     assert gave_up < FAST.lease_duration, "it must stop acting before the others may take the lease"
     assert not a.release()  # nothing to give back
+
+
+def test_a_holder_resumed_after_a_pause_may_not_act_before_its_thread_notices(electors: Any) -> None:
+    lease = Lease()
+    skew = [0.0]
+    a = electors(lease, "a", clock=lambda: time.monotonic() + skew[0])
+    wait(a.leading)
+    assert a.may_act()
+    a.stop()  # the whole process paused: no renewal, no release, `leading` still set
+    skew[0] = FAST.renew_deadline + 0.1  # ... and resumed that much later
+    assert a.leading.is_set() and not a.may_act()
+    assert not elector(lease, "b").may_act()  # a standby never may
 
 
 def test_a_holder_whose_lease_was_taken_stops_at_once(electors: Any) -> None:
