@@ -166,7 +166,8 @@ def _run(
 
     def readiness() -> tuple[bool, str]:
         if elector is not None and not elector.leading.is_set():
-            return elector.tried.is_set(), "standby" if elector.tried.is_set() else "starting"
+            reached = elector.reached.is_set()
+            return reached, "standby" if reached else (elector.problem or "starting")
         return ready.is_set(), "leading" if ready.is_set() else "starting the handlers"
 
     def lease_lost() -> None:

@@ -11,6 +11,7 @@ the verbs the chart's Role grants on leases), each call with a timeout, a confli
 from __future__ import annotations
 
 import datetime as dt
+import json
 import logging
 import os
 import threading
@@ -214,7 +215,21 @@ LEASE = ("coordination.k8s.io/v1", "Lease")
 
 
 class LeaseUnavailable(Exception):
-    """The Lease could not be read or written (the API server refused, failed or did not answer)."""
+    """The Lease could not be read or written (the API server refused, failed or did not answer);
+    `status`: the API's HTTP status, None when it did not answer."""
+
+    def __init__(self, message: str, status: int | None = None):
+        super().__init__(message)
+        self.status = status
+
+
+def api_message(exc: ApiException) -> str:
+    """The API server's own words for a refusal (the Status body's message), else its HTTP reason."""
+    try:
+        message = json.loads(exc.body or "{}").get("message")
+    except (ValueError, AttributeError):
+        message = None
+    return str(message or exc.reason or "")
 
 
 class LeaseClient:
@@ -233,7 +248,7 @@ class LeaseClient:
             if (verb == "get" and exc.status == 404) or (verb != "get" and exc.status == 409):
                 return None
             raise LeaseUnavailable(
-                f"{verb} lease {self.namespace}/{self.name}: {exc.status} {exc.reason}"
+                f"{verb} lease {self.namespace}/{self.name}: {exc.status} {api_message(exc)}", exc.status
             ) from None
         except (urllib3.exceptions.HTTPError, OSError) as exc:
             raise LeaseUnavailable(f"{verb} lease {self.namespace}/{self.name}: {exc}") from None

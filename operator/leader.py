@@ -144,6 +144,21 @@ def may_act(leading: bool, last_renewal: float | None, now: float, timing: Timin
     return leading and last_renewal is not None and not lost(last_renewal, now, timing)
 
 
+REFUSAL_LOG_SECONDS = 60.0  # a repeated, unchanged refusal of the Lease is logged this often
+
+
+def refused(status: int | None) -> bool:
+    """An answer of the API server that retrying will not change (403 no RBAC, 422 an invalid lease
+    name, 401, 404 no such namespace), as against a timeout, a 5xx or a 429 that may pass."""
+    return status is not None and 400 <= status < 500 and status not in (408, 409, 429)
+
+
+def worth_logging(message: str, last: tuple[str, float] | None, now: float) -> bool:
+    """Log a failure to reach the Lease now? A new message yes; the same one once per REFUSAL_LOG_SECONDS
+    (a standby retries every retry period, and its log is read by people)."""
+    return last is None or last[0] != message or now - last[1] >= REFUSAL_LOG_SECONDS
+
+
 def micro_time(t: dt.datetime) -> str:
     """A Kubernetes MicroTime."""
     return t.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
@@ -177,7 +192,11 @@ class Elector:
         self.clock, self.wall = clock, wall
         self.leading = threading.Event()
         self.lost = threading.Event()
-        self.tried = threading.Event()  # one attempt reached the API (readiness of a standby)
+        # the last attempt read (or wrote) the Lease: readiness of a standby. A refusal (403, 422)
+        # clears it; a timeout or 5xx leaves it as it was (a blip is no reason to flap)
+        self.reached = threading.Event()
+        self.problem = ""  # why the last attempt failed ("" when it reached the Lease)
+        self._logged: tuple[str, float] | None = None  # the last failure logged, and when
         self.crashed = False  # the campaign died of a bug (health)
         self._stop = threading.Event()
         self._observed: Record | None = None
@@ -220,12 +239,22 @@ class Elector:
 
     def _try(self) -> bool:
         try:
-            return self.attempt()
+            held = self.attempt()
         except self.unavailable as exc:
-            log.warning("leader election: %s", exc)
+            status = getattr(exc, "status", None)
+            if refused(status):
+                self.reached.clear()
+            message = self.problem = str(exc)
+            if worth_logging(message, self._logged, self.clock()):
+                self._logged = (message, self.clock())
+                log.warning("leader election: %s", message)
             return False
-        finally:
-            self.tried.set()
+        if self._logged is not None:
+            log.info("leader election: the lease is reachable again")
+            self._logged = None
+        self.problem = ""
+        self.reached.set()
+        return held
 
     def _run(self) -> None:
         try:

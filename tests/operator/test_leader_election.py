@@ -93,7 +93,13 @@ def operators(kubeconfig: str, ns: str, tmp_path: Path) -> Iterator[Callable[...
     """Start `graphtrain operator --leader-elect` processes; all are stopped after the test."""
     started: list[Operator] = []
 
-    def start(name: str, elect: bool = True, timing: list[str] = TIMING, timer: float = 15) -> Operator:
+    def start(
+        name: str,
+        elect: bool = True,
+        timing: list[str] = TIMING,
+        timer: float = 15,
+        extra: tuple[str, ...] = (),
+    ) -> Operator:
         env = {**os.environ, "KUBECONFIG": kubeconfig, "POD_NAME": name, "POD_NAMESPACE": ns}
         env["GRAPHTRAIN_OPERATOR_TIMER"] = str(timer)
         env.pop("KUBERNETES_SERVICE_HOST", None)
@@ -105,7 +111,7 @@ def operators(kubeconfig: str, ns: str, tmp_path: Path) -> Iterator[Callable[...
             "operator",
             *(["--leader-elect", *timing] if elect else []),
         ]
-        cmd += ["-n", ns, "--health-address", "127.0.0.1:0", "--metrics-address", "127.0.0.1:0"]
+        cmd += ["-n", ns, "--health-address", "127.0.0.1:0", "--metrics-address", "127.0.0.1:0", *extra]
         with log.open("wb") as out:
             proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT)
         op = Operator(name, proc, log)
@@ -200,6 +206,22 @@ def test_one_leader_hands_over_on_sigterm_and_on_sigkill(kube, operators, ns: st
         f"{second:.2f} s); SIGKILL -> standby leads in {took_kill:.2f} s, reconciles {sigkill:.2f} s "
         f"after (children in {third:.2f} s)"
     )
+
+
+def test_a_replica_that_cannot_reach_its_lease_is_not_ready(operators) -> None:
+    """An invalid lease name (422 from the API server) never makes a ready standby; the log says why,
+    once, not at every retry."""
+    op = operators(
+        "op-bad",
+        timing=["--lease-duration", "4", "--renew-deadline", "3", "--retry-period", "0.5"],
+        extra=("--lease-name", "Bad_Name"),
+    )
+    wait_for(lambda: "Bad_Name" in op.text(), timeout=60, what="op-bad to say why")
+    time.sleep(3)  # six tries more
+    status, why = op.get("health", "/readyz")
+    assert status == 503 and "Bad_Name" in why and "422" in why, (status, why)
+    assert op.text().count("leader election: ") == 1, op.text()[-3000:]
+    assert op.leader_metric() == 0 and op.exited() is None
 
 
 def test_without_leader_election_it_runs_at_once(kube, operators, ns: str) -> None:
