@@ -27,7 +27,7 @@ from kubernetes.dynamic import DynamicClient
 from graphtrain.operator import manifests as M
 from graphtrain.operator.reconcile import Observed, Plan, key
 from graphtrain.runtime import spec as S
-from graphtrain.runtime.spec.conditions import Event
+from graphtrain.runtime.spec.conditions import Event, Severity
 
 log = logging.getLogger("graphtrain.operator")
 GROUP, VERSION = S.API_VERSION.split("/")
@@ -119,6 +119,7 @@ def apply(plan: Plan, observed: Observed, fence: Callable[[], bool] = lambda: Tr
     before each write; once it says no (the Lease was lost meanwhile), nothing more is written."""
     body = observed.training
     ns = body["metadata"]["namespace"]
+    refusals: list[Event] = []
     for action in plan.actions:
         if not fence():
             return
@@ -132,7 +133,10 @@ def apply(plan: Plan, observed: Observed, fence: Callable[[], bool] = lambda: Tr
                     name=obj["metadata"]["name"], namespace=ns, body={"propagationPolicy": "Background"}
                 )
         except ApiException as exc:
-            if exc.status not in (404, 409):
+            if action.verb == "create" and exc.status in (400, 422):
+                said = refusal(body, action.key, api_message(exc))
+                refusals += [said] if said is not None else []
+            elif exc.status not in (404, 409):
                 raise
     if not fence():
         return
@@ -143,10 +147,31 @@ def apply(plan: Plan, observed: Observed, fence: Callable[[], bool] = lambda: Tr
             namespace=ns,
             content_type="application/merge-patch+json",
         )
-    for event in plan.events:
+    for event in [*plan.events, *refusals]:
         if not fence():
             return
         post_event(body, event)
+
+
+_reported: set[tuple[str, str, str]] = set()  # (training uid, child, message): each refusal said once
+_REPORTED_MAX = 10_000
+
+
+def refusal(body: dict[str, Any], child: str, message: str) -> Event | None:
+    """A create the API server refused (400/422: the child as made from this spec is invalid, so every
+    retry is refused alike): a Warning event naming the child and the API's words, the status written
+    and the other actions done all the same. Retrying cannot help, so it is logged (no traceback) and
+    posted once per training, child and message in this process, not at every reconcile."""
+    line = " ".join(f"{child} was refused by the API server: {message}".split())
+    seen = (str(body["metadata"].get("uid")), child, message)
+    if seen in _reported:
+        log.debug("%s/%s: %s", body["metadata"]["namespace"], body["metadata"]["name"], line)
+        return None
+    if len(_reported) >= _REPORTED_MAX:
+        _reported.clear()
+    _reported.add(seen)
+    log.warning("%s/%s: %s", body["metadata"]["namespace"], body["metadata"]["name"], line)
+    return Event(Severity.warning, "ChildRefused", line)
 
 
 def _same(new: dict[str, Any], old: dict[str, Any]) -> bool:
