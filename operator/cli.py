@@ -154,6 +154,7 @@ def _run(
     from graphtrain.operator import endpoints
 
     handlers.use_config(config)
+    handlers.use_fence(elector.may_act if elector is not None else handlers.always)
     stop = _Stop()  # SIGTERM before kopf runs, or the Lease lost
     ready = threading.Event()  # kopf's ready flag: its startup handlers ran
     metrics = endpoints.OperatorMetrics()
@@ -165,7 +166,8 @@ def _run(
 
     def readiness() -> tuple[bool, str]:
         if elector is not None and not elector.leading.is_set():
-            return elector.tried.is_set(), "standby" if elector.tried.is_set() else "starting"
+            reached = elector.reached.is_set()
+            return reached, "standby" if reached else (elector.problem or "starting")
         return ready.is_set(), "leading" if ready.is_set() else "starting the handlers"
 
     def lease_lost() -> None:

@@ -20,6 +20,7 @@ import os
 import secrets
 import threading
 from collections import defaultdict
+from collections.abc import Callable
 from typing import Any
 
 import kopf
@@ -39,10 +40,38 @@ _timers_lock = threading.Lock()
 _config: C.OperatorConfig | None = None
 
 
+def always() -> bool:
+    """The fence of a standalone operator (no --leader-elect): it always may act."""
+    return True
+
+
+_fence: Callable[[], bool] = always
+_fenced_logged = threading.Event()  # the first skip is logged at info, the others at debug
+
+
 def use_config(config: C.OperatorConfig) -> None:
     """The configuration the handlers make children with (the command loads it before kopf starts)."""
     global _config
     _config = config
+
+
+def use_fence(fence: Callable[[], bool]) -> None:
+    """What every reconcile asks before it observes and before it writes: with --leader-elect, the
+    elector's may_act (it leads and renewed within the renew deadline); kopf alone cannot know that a
+    replica resumed from a pause has lost the Lease before its election thread noticed."""
+    global _fence
+    _fence = fence
+    _fenced_logged.clear()
+
+
+def may_act(namespace: str, name: str) -> bool:
+    """The fence, logged when it holds a reconcile back (once at info, then at debug)."""
+    if _fence():
+        return True
+    level = logging.DEBUG if _fenced_logged.is_set() else logging.INFO
+    _fenced_logged.set()
+    log.log(level, "not leading (or the lease is not renewed): reconcile of %s/%s skipped", namespace, name)
+    return False
 
 
 @kopf.on.startup()
@@ -70,12 +99,16 @@ def stop_requeues(**_: Any) -> None:
 def reconcile(namespace: str, name: str) -> None:
     """Observe, plan, apply; then arrange the plan's timed requeue (or cancel the last one)."""
     with _locks[(namespace, name)]:
+        if not may_act(namespace, name):
+            return
         observed = k8s.observe(namespace, name)
         if observed is None:
             requeue(namespace, name, None)
             return
         decided = plan(observed, config=_config, token=secrets.token_hex(24))
-        k8s.apply(decided, observed)
+        if not may_act(namespace, name):
+            return
+        k8s.apply(decided, observed, fence=_fence)
         requeue(namespace, name, decided.requeue_after)
 
 
@@ -118,6 +151,8 @@ def on_delete(*, name: str, namespace: str | None, uid: str, logger: kopf.Logger
     if not namespace:
         return
     requeue(namespace, name, None)
+    if not may_act(namespace, name):  # keep the finalizer: the leader deletes the children
+        raise kopf.TemporaryError("not leading: the leader deletes the children", delay=TIMER_SECONDS)
     with _locks[(namespace, name)]:
         logger.info(f"deleted {k8s.delete_children(namespace, name, uid)} children")
 

@@ -11,10 +11,12 @@ the verbs the chart's Role grants on leases), each call with a timeout, a confli
 from __future__ import annotations
 
 import datetime as dt
+import json
 import logging
 import os
 import threading
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import kubernetes
@@ -25,7 +27,7 @@ from kubernetes.dynamic import DynamicClient
 from graphtrain.operator import manifests as M
 from graphtrain.operator.reconcile import Observed, Plan, key
 from graphtrain.runtime import spec as S
-from graphtrain.runtime.spec.conditions import Event
+from graphtrain.runtime.spec.conditions import Event, Severity
 
 log = logging.getLogger("graphtrain.operator")
 GROUP, VERSION = S.API_VERSION.split("/")
@@ -112,10 +114,15 @@ def _owned_by(obj: dict[str, Any], owner: dict[str, Any]) -> bool:
     )
 
 
-def apply(plan: Plan, observed: Observed) -> None:
+def apply(plan: Plan, observed: Observed, fence: Callable[[], bool] = lambda: True) -> None:
+    """Write the plan: its creates and deletes, the status if it changed, its events. `fence` is asked
+    before each write; once it says no (the Lease was lost meanwhile), nothing more is written."""
     body = observed.training
     ns = body["metadata"]["namespace"]
+    refusals: list[Event] = []
     for action in plan.actions:
+        if not fence():
+            return
         obj = action.obj
         res = _res(obj["apiVersion"], obj["kind"])
         try:
@@ -126,8 +133,13 @@ def apply(plan: Plan, observed: Observed) -> None:
                     name=obj["metadata"]["name"], namespace=ns, body={"propagationPolicy": "Background"}
                 )
         except ApiException as exc:
-            if exc.status not in (404, 409):
+            if action.verb == "create" and exc.status in (400, 422):
+                said = refusal(body, action.key, api_message(exc))
+                refusals += [said] if said is not None else []
+            elif exc.status not in (404, 409):
                 raise
+    if not fence():
+        return
     if not _same(plan.status, body.get("status") or {}):
         _res(S.API_VERSION, S.KIND).status.patch(
             body={"status": plan.status},
@@ -135,8 +147,31 @@ def apply(plan: Plan, observed: Observed) -> None:
             namespace=ns,
             content_type="application/merge-patch+json",
         )
-    for event in plan.events:
+    for event in [*plan.events, *refusals]:
+        if not fence():
+            return
         post_event(body, event)
+
+
+_reported: set[tuple[str, str, str]] = set()  # (training uid, child, message): each refusal said once
+_REPORTED_MAX = 10_000
+
+
+def refusal(body: dict[str, Any], child: str, message: str) -> Event | None:
+    """A create the API server refused (400/422: the child as made from this spec is invalid, so every
+    retry is refused alike): a Warning event naming the child and the API's words, the status written
+    and the other actions done all the same. Retrying cannot help, so it is logged (no traceback) and
+    posted once per training, child and message in this process, not at every reconcile."""
+    line = " ".join(f"{child} was refused by the API server: {message}".split())
+    seen = (str(body["metadata"].get("uid")), child, message)
+    if seen in _reported:
+        log.debug("%s/%s: %s", body["metadata"]["namespace"], body["metadata"]["name"], line)
+        return None
+    if len(_reported) >= _REPORTED_MAX:
+        _reported.clear()
+    _reported.add(seen)
+    log.warning("%s/%s: %s", body["metadata"]["namespace"], body["metadata"]["name"], line)
+    return Event(Severity.warning, "ChildRefused", line)
 
 
 def _same(new: dict[str, Any], old: dict[str, Any]) -> bool:
@@ -205,7 +240,21 @@ LEASE = ("coordination.k8s.io/v1", "Lease")
 
 
 class LeaseUnavailable(Exception):
-    """The Lease could not be read or written (the API server refused, failed or did not answer)."""
+    """The Lease could not be read or written (the API server refused, failed or did not answer);
+    `status`: the API's HTTP status, None when it did not answer."""
+
+    def __init__(self, message: str, status: int | None = None):
+        super().__init__(message)
+        self.status = status
+
+
+def api_message(exc: ApiException) -> str:
+    """The API server's own words for a refusal (the Status body's message), else its HTTP reason."""
+    try:
+        message = json.loads(exc.body or "{}").get("message")
+    except (ValueError, AttributeError):
+        message = None
+    return str(message or exc.reason or "")
 
 
 class LeaseClient:
@@ -224,7 +273,7 @@ class LeaseClient:
             if (verb == "get" and exc.status == 404) or (verb != "get" and exc.status == 409):
                 return None
             raise LeaseUnavailable(
-                f"{verb} lease {self.namespace}/{self.name}: {exc.status} {exc.reason}"
+                f"{verb} lease {self.namespace}/{self.name}: {exc.status} {api_message(exc)}", exc.status
             ) from None
         except (urllib3.exceptions.HTTPError, OSError) as exc:
             raise LeaseUnavailable(f"{verb} lease {self.namespace}/{self.name}: {exc}") from None

@@ -136,6 +136,29 @@ def lost(last_renewal: float, now: float, timing: Timing) -> bool:
     return now - last_renewal >= timing.renew_deadline
 
 
+def may_act(leading: bool, last_renewal: float | None, now: float, timing: Timing) -> bool:
+    """The fence before a handler's reads and writes: this replica says it leads AND its last successful
+    renewal (taken when that attempt began, on its own monotonic clock) is younger than the renew
+    deadline. A leader resumed after a pause (SIGSTOP, a long GC, a frozen VM) fails it at once, before
+    its election thread has even noticed that a standby took the Lease meanwhile; no API call."""
+    return leading and last_renewal is not None and not lost(last_renewal, now, timing)
+
+
+REFUSAL_LOG_SECONDS = 60.0  # a repeated, unchanged refusal of the Lease is logged this often
+
+
+def refused(status: int | None) -> bool:
+    """An answer of the API server that retrying will not change (403 no RBAC, 422 an invalid lease
+    name, 401, 404 no such namespace), as against a timeout, a 5xx or a 429 that may pass."""
+    return status is not None and 400 <= status < 500 and status not in (408, 409, 429)
+
+
+def worth_logging(message: str, last: tuple[str, float] | None, now: float) -> bool:
+    """Log a failure to reach the Lease now? A new message yes; the same one once per REFUSAL_LOG_SECONDS
+    (a standby retries every retry period, and its log is read by people)."""
+    return last is None or last[0] != message or now - last[1] >= REFUSAL_LOG_SECONDS
+
+
 def micro_time(t: dt.datetime) -> str:
     """A Kubernetes MicroTime."""
     return t.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
@@ -169,12 +192,17 @@ class Elector:
         self.clock, self.wall = clock, wall
         self.leading = threading.Event()
         self.lost = threading.Event()
-        self.tried = threading.Event()  # one attempt reached the API (readiness of a standby)
+        # the last attempt read (or wrote) the Lease: readiness of a standby. A refusal (403, 422)
+        # clears it; a timeout or 5xx leaves it as it was (a blip is no reason to flap)
+        self.reached = threading.Event()
+        self.problem = ""  # why the last attempt failed ("" when it reached the Lease)
+        self._logged: tuple[str, float] | None = None  # the last failure logged, and when
         self.crashed = False  # the campaign died of a bug (health)
         self._stop = threading.Event()
         self._observed: Record | None = None
         self._seen_at = 0.0
         self._holder = ""  # the last holder logged, to log changes once
+        self.last_renewal: float | None = None  # clock() when the last successful create/renew/take began
         self._thread = threading.Thread(target=self._run, name="leader-election", daemon=True)
 
     def start(self) -> None:
@@ -185,6 +213,10 @@ class Elector:
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(timeout=self.timing.request_timeout + 1)
+
+    def may_act(self) -> bool:
+        """May the handlers act now (see may_act())."""
+        return may_act(self.leading.is_set(), self.last_renewal, self.clock(), self.timing)
 
     def attempt(self) -> bool:
         """One try to create, renew or take the Lease; True if this candidate holds it now."""
@@ -207,12 +239,22 @@ class Elector:
 
     def _try(self) -> bool:
         try:
-            return self.attempt()
+            held = self.attempt()
         except self.unavailable as exc:
-            log.warning("leader election: %s", exc)
+            status = getattr(exc, "status", None)
+            if refused(status):
+                self.reached.clear()
+            message = self.problem = str(exc)
+            if worth_logging(message, self._logged, self.clock()):
+                self._logged = (message, self.clock())
+                log.warning("leader election: %s", message)
             return False
-        finally:
-            self.tried.set()
+        if self._logged is not None:
+            log.info("leader election: the lease is reachable again")
+            self._logged = None
+        self.problem = ""
+        self.reached.set()
+        return held
 
     def _run(self) -> None:
         try:
@@ -225,17 +267,20 @@ class Elector:
     def _campaign(self) -> None:
         log.info("%s campaigns for the lease", self.identity)
         while not self._stop.is_set():  # standby
+            began = self.clock()
             if self._try():
+                self.last_renewal = began
                 break
             self._stop.wait(self.timing.retry_period)
         else:
             return
         self.leading.set()
-        last_renewal = self.clock()
         while not self._stop.wait(self.timing.retry_period):  # holder
+            began = self.clock()
             if self._try():
-                last_renewal = self.clock()
+                self.last_renewal = began
                 continue
+            last_renewal = self.last_renewal if self.last_renewal is not None else began
             holder = self._observed.holder if self._observed is not None else ""
             if holder not in ("", self.identity):
                 log.error("%s lost the lease: %s holds it now", self.identity, holder)

@@ -299,7 +299,9 @@ def partition_job(owner: Obj, gt: S.GraphTraining, config: OperatorConfig) -> Ob
     n, lay = names(gt.metadata.name), Layout(gt)
     pod = P.pod_settings(gt.spec, config, "partition")
     args = roles.partition(lay.files, data_dir=lay.data, report_file=TERMINATION_LOG)
-    container = _container(gt, config, pod, "partition", args, token=False, terminationMessagePolicy="File")
+    container = _container(
+        gt, config, pod, "partition", args, token=False, terminationMessagePolicy="FallbackToLogsOnError"
+    )
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",

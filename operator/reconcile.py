@@ -150,6 +150,19 @@ def partition_stats(pods: list[Obj]) -> Obj | None:
     return None
 
 
+def partition_error(pods: list[Obj], limit: int = 300) -> str:
+    """Why the partition pod failed, in its own words: the last non-empty line of its termination
+    message (the report file if written, else its log's tail, terminationMessagePolicy
+    FallbackToLogsOnError; a command's error is its last line), at most `limit` characters; "" if none."""
+    for pod in sorted(pods, key=lambda p: p["metadata"]["name"], reverse=True):
+        if pod["metadata"].get("labels", {}).get(M.LABEL_ROLE) != "partition" or pod_phase(pod) != "Failed":
+            continue
+        lines = [line.strip() for line in (terminated(pod).get("message") or "").splitlines() if line.strip()]
+        if lines:
+            return lines[-1][:limit]
+    return ""
+
+
 def applied_spec(children: dict[str, Obj], name: str) -> S.GraphTraining | None:
     cm = children.get(key("ConfigMap", M.names(name)["config"]))
     if cm is None:
@@ -354,7 +367,8 @@ def partition_stage(ctx: Context, conds: C.Conditions) -> Step:
     )
     outcome, why = job_outcome(ctx.child("Job", n["partition"]))
     if outcome == "failed":
-        C.set_partition_failed(conds, f"job {n['partition']}: {why}")
+        said = partition_error(ctx.obs.pods)
+        C.set_partition_failed(conds, f"job {n['partition']}: {why}" + (f": {said}" if said else ""))
         return Step(actions, phase=S.Phase.failed)
     if outcome != "succeeded":
         C.set_partitioning(conds, f"job {n['partition']} is running")

@@ -1,6 +1,7 @@
 """Two (then three) real `graphtrain operator --leader-elect` processes against the test API server:
 exactly one holds the Lease and reconciles; SIGTERM of the leader hands over at the standby's next
-try; SIGKILL of the leader hands over once the Lease expires; a leader whose Lease is taken exits 1.
+try; SIGKILL of the leader hands over once the Lease expires; a leader whose Lease is taken exits 1;
+a leader paused (SIGSTOP) past its renew deadline, resumed after a standby took the Lease, writes nothing.
 
 Each process watches only this test's namespace and serves its endpoints on 127.0.0.1, port 0 (the
 bound address read from its log). Which process reconciled a GraphTraining is read from the logs
@@ -92,8 +93,15 @@ def operators(kubeconfig: str, ns: str, tmp_path: Path) -> Iterator[Callable[...
     """Start `graphtrain operator --leader-elect` processes; all are stopped after the test."""
     started: list[Operator] = []
 
-    def start(name: str, elect: bool = True) -> Operator:
+    def start(
+        name: str,
+        elect: bool = True,
+        timing: list[str] = TIMING,
+        timer: float = 15,
+        extra: tuple[str, ...] = (),
+    ) -> Operator:
         env = {**os.environ, "KUBECONFIG": kubeconfig, "POD_NAME": name, "POD_NAMESPACE": ns}
+        env["GRAPHTRAIN_OPERATOR_TIMER"] = str(timer)
         env.pop("KUBERNETES_SERVICE_HOST", None)
         log = tmp_path / f"{name}.log"
         cmd = [
@@ -101,9 +109,9 @@ def operators(kubeconfig: str, ns: str, tmp_path: Path) -> Iterator[Callable[...
             "-m",
             "graphtrain.cli",
             "operator",
-            *(["--leader-elect", *TIMING] if elect else []),
+            *(["--leader-elect", *timing] if elect else []),
         ]
-        cmd += ["-n", ns, "--health-address", "127.0.0.1:0", "--metrics-address", "127.0.0.1:0"]
+        cmd += ["-n", ns, "--health-address", "127.0.0.1:0", "--metrics-address", "127.0.0.1:0", *extra]
         with log.open("wb") as out:
             proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT)
         op = Operator(name, proc, log)
@@ -113,6 +121,7 @@ def operators(kubeconfig: str, ns: str, tmp_path: Path) -> Iterator[Callable[...
     yield start
     for op in started:
         if op.proc.poll() is None:
+            op.proc.send_signal(signal.SIGCONT)  # a test that failed while it was paused
             op.proc.kill()
         op.proc.wait(timeout=30)
         print(f"---- {op.name} (exit {op.proc.returncode}):\n{op.text()[-4000:]}")  # shown if the test failed
@@ -199,6 +208,22 @@ def test_one_leader_hands_over_on_sigterm_and_on_sigkill(kube, operators, ns: st
     )
 
 
+def test_a_replica_that_cannot_reach_its_lease_is_not_ready(operators) -> None:
+    """An invalid lease name (422 from the API server) never makes a ready standby; the log says why,
+    once, not at every retry."""
+    op = operators(
+        "op-bad",
+        timing=["--lease-duration", "4", "--renew-deadline", "3", "--retry-period", "0.5"],
+        extra=("--lease-name", "Bad_Name"),
+    )
+    wait_for(lambda: "Bad_Name" in op.text(), timeout=60, what="op-bad to say why")
+    time.sleep(3)  # six tries more
+    status, why = op.get("health", "/readyz")
+    assert status == 503 and "Bad_Name" in why and "422" in why, (status, why)
+    assert op.text().count("leader election: ") == 1, op.text()[-3000:]
+    assert op.leader_metric() == 0 and op.exited() is None
+
+
 def test_without_leader_election_it_runs_at_once(kube, operators, ns: str) -> None:
     op = operators("solo", elect=False)
     wait_for(lambda: op.leader_metric() == 1, timeout=60, what="solo's /metrics")
@@ -207,3 +232,34 @@ def test_without_leader_election_it_runs_at_once(kube, operators, ns: str) -> No
     assert kube("get", "lease", "-n", ns, "-o", "name") == ""  # no Lease without --leader-elect
     op.proc.send_signal(signal.SIGTERM)
     assert op.proc.wait(timeout=30) == 0, op.text()[-3000:]
+
+
+def test_a_leader_resumed_after_losing_the_lease_writes_nothing(kube, operators, ns: str) -> None:
+    """The old leader (periodic timer 1 s) reconciles g1, is paused past its renew deadline; a standby
+    takes the Lease and is paused in turn (so nobody else reconciles); g1's config map is deleted and a
+    new GraphTraining applied; the old leader resumes: its overdue timer reconciles g1 at once, before
+    its election thread notices the Lease is gone, and the fence (it leads and renewed within the renew
+    deadline) holds that reconcile back: nothing is recreated, nothing made for the new training."""
+    timing = ["--lease-duration", "4", "--renew-deadline", "3", "--retry-period", "0.5"]
+    a = operators("op-a", timing=timing, timer=1)
+    wait_for(lambda: a.get("health", "/readyz") == (200, "leading\n"), timeout=60, what="op-a's handlers")
+    b = operators("op-b", timing=timing, timer=1)
+    stand_by(b)
+    reconciles(kube, a, [b], ns, "g1")
+    a.proc.send_signal(signal.SIGSTOP)
+    paused = time.monotonic()
+    wait_for(lambda: holder(kube, ns) == "op-b", timeout=30, what="op-b to take the Lease")
+    b.proc.send_signal(signal.SIGSTOP)
+    kube("delete", "configmap", "g1-config", "-n", ns)
+    kube("apply", "-n", ns, "-f", "-", input=TRAINING.format(name="late"))
+    time.sleep(max(0.0, 7 - (time.monotonic() - paused)))
+    a.proc.send_signal(signal.SIGCONT)
+    assert a.proc.wait(timeout=30) == 1, a.text()[-3000:]
+    assert "op-a lost the lease" in a.text()  # "op-b holds it now", or "no renewal for 7 s"
+    made = kube("get", "configmap", "g1-config", "-n", ns, "-o", "name", "--ignore-not-found")
+    assert made == "", "the resumed old leader recreated g1's config map"
+    children = kube("get", "configmap,job", "-n", ns, "-l", "graphtrain.io/training=late", "-o", "name")
+    assert children == "", f"the resumed old leader made children of a new training: {children}"
+    tried = re.search(rf"reconcile of {ns}/(g1|late) skipped", a.text())  # the first skip is logged at info
+    assert tried, "op-a never tried to reconcile after it resumed: the test proves nothing"
+    b.proc.send_signal(signal.SIGCONT)  # (the fixture stops it)

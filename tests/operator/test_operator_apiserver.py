@@ -301,3 +301,51 @@ def test_trainers_report_into_the_progress_config_map(kube, ns: str, monkeypatch
     progress = reporting.training_progress(data)
     assert progress is not None and (progress.step, progress.summary) == (7, "epoch 1/3")
     assert reporting.rank_report(data, 1).updated_at  # the heartbeat the stall detection reads
+
+
+def test_a_child_the_api_server_refuses_is_a_warning_event_not_a_traceback(
+    kube, kubeconfig: str, ns: str, monkeypatch, caplog
+) -> None:
+    """k8s.apply: a create refused with 422 (an object made from a spec the CRD accepted but the API
+    server does not) becomes one Warning event naming the child and the API's message and one log line;
+    the other actions and the status are still written; the same refusal again is not said again."""
+    from graphtrain.operator import k8s
+    from graphtrain.operator.reconcile import Action, Plan
+
+    monkeypatch.setenv("KUBECONFIG", kubeconfig)
+    k8s.load_config()
+    kube("apply", "-n", ns, "-f", "-", input=SPEC.format(name="refused", extra_model=""))
+    observed = k8s.observe(ns, "refused")
+    assert observed is not None
+    uid = observed.training["metadata"]["uid"]
+
+    def cm(name: str, data: dict) -> dict:
+        owner = {
+            "apiVersion": "graphtrain.io/v1alpha1",
+            "kind": "GraphTraining",
+            "name": "refused",
+            "uid": uid,
+        }
+        meta = {"name": name, "labels": {"graphtrain.io/training": "refused"}, "ownerReferences": [owner]}
+        return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": data}
+
+    plan = Plan(
+        [
+            Action("create", cm("refused_bad", {"k": "v"})),
+            Action("create", cm("refused-ok", {"k": "v"})),
+        ],
+        {"phase": "Partitioning"},
+        [],
+    )
+    with caplog.at_level("WARNING", logger="graphtrain.operator"):
+        k8s.apply(plan, observed)
+        k8s.apply(plan, observed)  # the next reconcile: refused alike, not said again
+    assert names_of(kube, "configmap", ns, "refused") == ["refused-ok"]
+    lines = [r.getMessage() for r in caplog.records if "refused by the API server" in r.getMessage()]
+    assert len(lines) == 1 and "ConfigMap/refused_bad" in lines[0] and "Invalid value" in lines[0], lines
+    assert not any(r.exc_info for r in caplog.records)
+    events = json.loads(kube("get", "events", "-n", ns, "-o", "json"))["items"]
+    warned = [e for e in events if e["reason"] == "ChildRefused"]
+    assert len(warned) == 1 and warned[0]["type"] == "Warning", warned
+    assert warned[0]["message"].startswith("ConfigMap/refused_bad was refused by the API server: ")
+    assert "\n" not in warned[0]["message"]

@@ -50,6 +50,44 @@ def test_released_and_lost() -> None:
     assert not L.lost(100, 109.9, timing) and L.lost(100, 110, timing)
 
 
+@pytest.mark.parametrize(
+    ("leading", "last_renewal", "now", "expected"),
+    [
+        pytest.param(True, 100.0, 109.9, True, id="renewed-within-the-deadline"),
+        pytest.param(True, 100.0, 110.0, False, id="renewal-as-old-as-the-deadline"),
+        pytest.param(True, 100.0, 117.0, False, id="resumed-after-a-pause"),
+        pytest.param(False, 100.0, 100.5, False, id="not-leading"),
+        pytest.param(True, None, 0.0, False, id="never-renewed"),
+    ],
+)
+def test_may_act(leading: bool, last_renewal: float | None, now: float, expected: bool) -> None:
+    assert L.may_act(leading, last_renewal, now, L.Timing(15, 10, 2)) is expected
+
+
+@pytest.mark.parametrize(
+    ("status", "expected"),
+    [
+        (403, True),
+        (422, True),
+        (401, True),
+        (404, True),
+        (None, False),
+        (409, False),
+        (429, False),
+        (500, False),
+    ],
+)
+def test_refused(status: int | None, expected: bool) -> None:
+    assert L.refused(status) is expected
+
+
+def test_worth_logging() -> None:
+    assert L.worth_logging("403 forbidden", None, 0)
+    assert not L.worth_logging("403 forbidden", ("403 forbidden", 100.0), 100 + L.REFUSAL_LOG_SECONDS - 1)
+    assert L.worth_logging("403 forbidden", ("403 forbidden", 100.0), 100 + L.REFUSAL_LOG_SECONDS)
+    assert L.worth_logging("422 invalid", ("403 forbidden", 100.0), 101)
+
+
 def test_record_round_trip() -> None:
     record = R("me", 15, "2026-01-01T00:00:00.000000Z", "2026-01-01T00:00:02.000000Z", 3)
     assert L.record_of({"spec": L.spec_of(record)}) == record
@@ -75,7 +113,9 @@ def test_timing(timing: L.Timing, problems: int) -> None:
 
 
 class Unavailable(Exception):
-    pass
+    def __init__(self, message: str, status: int | None = None):
+        super().__init__(message)
+        self.status = status
 
 
 class Lease:
@@ -95,10 +135,13 @@ class Store:
 
     def __init__(self, lease: Lease):
         self.lease, self.broken = lease, False
+        self.refusal: tuple[int, str] | None = None  # (status, message) every call gets
 
     def _check(self) -> None:
         if self.broken:
             raise Unavailable("the API server does not answer")
+        if self.refusal is not None:
+            raise Unavailable(self.refusal[1], self.refusal[0])
 
     def get(self) -> dict[str, Any] | None:
         self._check()
@@ -163,7 +206,7 @@ def leader_and_standby(electors: Any, lease: Lease) -> tuple[L.Elector, L.Electo
     a = electors(lease, "a")
     wait(a.leading)
     b = electors(lease, "b")
-    wait(b.tried)
+    wait(b.reached)
     return a, b
 
 
@@ -199,6 +242,18 @@ def test_a_holder_cut_off_from_the_api_loses_the_lease_before_it_expires(elector
     assert not a.release()  # nothing to give back
 
 
+def test_a_holder_resumed_after_a_pause_may_not_act_before_its_thread_notices(electors: Any) -> None:
+    lease = Lease()
+    skew = [0.0]
+    a = electors(lease, "a", clock=lambda: time.monotonic() + skew[0])
+    wait(a.leading)
+    assert a.may_act()
+    a.stop()  # the whole process paused: no renewal, no release, `leading` still set
+    skew[0] = FAST.renew_deadline + 0.1  # ... and resumed that much later
+    assert a.leading.is_set() and not a.may_act()
+    assert not elector(lease, "b").may_act()  # a standby never may
+
+
 def test_a_holder_whose_lease_was_taken_stops_at_once(electors: Any) -> None:
     lease = Lease()
     lost = threading.Event()
@@ -230,9 +285,36 @@ def test_a_standby_stops_when_asked() -> None:
     a.start()
     wait(a.leading)
     b.start()
-    wait(b.tried)
+    wait(b.reached)
     start = time.monotonic()
     b.stop()
     assert time.monotonic() - start < 2 and not b.release()
     a.stop()
     assert a.release()
+
+
+@pytest.mark.parametrize("status", [403, 422])
+def test_a_standby_refused_the_lease_is_not_ready_and_says_why_once(
+    status: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    lease = Lease()
+    b = elector(lease, "b")
+    message = f'get lease ns/Bad_Name: {status} leases.coordination.k8s.io "Bad_Name" is refused'
+    b.store.refusal = (status, message)  # type: ignore[attr-defined]
+    with caplog.at_level("WARNING", logger="graphtrain.operator.leader"):
+        b.start()
+        time.sleep(FAST.retry_period * 8)  # several tries
+        assert not b.reached.is_set() and b.problem == message
+        assert [r.getMessage() for r in caplog.records] == [f"leader election: {message}"]  # once
+        b.store.refusal = None  # type: ignore[attr-defined]
+        wait(b.leading)  # no lease: it creates it
+        assert b.reached.is_set() and b.problem == ""
+    b.stop()
+
+
+def test_a_blip_does_not_make_a_standby_unready(electors: Any) -> None:
+    lease = Lease()
+    a, b = leader_and_standby(electors, lease)
+    b.store.broken = True  # type: ignore[attr-defined]
+    time.sleep(FAST.retry_period * 3)
+    assert b.reached.is_set() and "does not answer" in b.problem

@@ -214,6 +214,30 @@ def test_a_failed_partition_job_fails_the_training_with_its_reason() -> None:
     assert c.step().actions == []  # terminal
 
 
+def test_a_failed_partition_says_why_in_the_pods_own_words() -> None:
+    """Offline mode's "not pre-seeded" error reaches the conditions and the Warning event: the pod's
+    termination message is its log's tail (FallbackToLogsOnError), whose last line is the error."""
+    c = Cluster(training())
+    c.step()
+    failed = {"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded", "message": "backoff"}
+    c.set_status("Job", f"{NAME}-partition", {"failed": 1, "conditions": [failed]})
+    tail = "loading the graph\nerror: dataset 'wordnet' is not in /data/datasets (offline: pre-seed it)\n"
+    term = {"state": {"terminated": {"exitCode": 1, "reason": "Error", "message": tail}}}
+    c.pod(f"{NAME}-partition-x1", "partition", "Failed", containerStatuses=[term])
+    p = c.step()
+    said = "error: dataset 'wordnet' is not in /data/datasets (offline: pre-seed it)"
+    assert p.status["phase"] == "Failed"
+    assert cond(p, "PartitionReady")["message"].endswith(said) and said in cond(p, "Failed")["message"]
+    assert any(e.type == "Warning" and said in e.message for e in p.events)
+    assert "loading the graph" not in cond(p, "PartitionReady")["message"]
+
+
+def test_the_partition_job_falls_back_to_its_log_on_error() -> None:
+    job = M.partition_job(training(), S.parse(training()), built_in())
+    (container,) = job["spec"]["template"]["spec"]["containers"]
+    assert container["terminationMessagePolicy"] == "FallbackToLogsOnError"
+
+
 def to_training(c: Cluster) -> Plan:
     c.step()
     c.finish_partition()
