@@ -71,9 +71,10 @@ SHORT_NAMES: Final = ["gtr"]
 MAX_NAME_LENGTH = 40
 _DNS1035 = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
 _IDENT = r"^[a-z][a-z0-9_]*$"
-# Kubernetes resource.Quantity, the pattern of the Kubernetes OpenAPI definition.
+# Kubernetes resource.Quantity, the pattern of the Kubernetes OpenAPI definition without its minus
+# sign: every quantity in a spec is an amount (resources, sizes, limits), so "-1" is refused.
 _QUANTITY = re.compile(
-    r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
+    r"^\+?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
 )
 # Bounds the API server's CEL cost estimate needs (it refuses a CRD whose rules could cost too much on
 # an unbounded list or string); each is far above what a job uses.
@@ -415,6 +416,26 @@ add_rules(
 # Kubernetes field bounds (so the CRD's CEL rules on tolerations stay within the API server's cost budget).
 MAX_TOLERATIONS = 32
 _DNS1123_SUBDOMAIN_OR_EMPTY = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*)?$"
+_LABEL_NAME = r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
+_LABEL_KEY = re.compile(
+    rf"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?{_LABEL_NAME}$"
+)
+
+
+def _label_key(key: str) -> str:
+    """A Kubernetes label key: an optional DNS-subdomain prefix (at most 253) and '/', then a name of
+    at most 63 characters. Checked here, not by the CRD (a structural schema cannot constrain keys):
+    a wrong key makes the operator say SpecValid False instead of the API server refusing the pods."""
+    prefix, _, _name = key.rpartition("/")
+    if len(prefix) > 253 or not _LABEL_KEY.match(key):
+        raise ValueError(
+            f"{key!r} is not a label key (an optional DNS prefix and '/', then 1-63 of A-Z a-z 0-9 - _ .)"
+        )
+    return key
+
+
+LabelKey = Annotated[str, AfterValidator(_label_key)]
+LabelValue = Annotated[str, Field(max_length=63, pattern=rf"^({_LABEL_NAME})?$")]
 # An object passed to Kubernetes as it is (its own API validates it when the pod is created).
 KubernetesObject = Annotated[
     dict[str, Any], WithJsonSchema({"type": "object", "x-kubernetes-preserve-unknown-fields": True})
@@ -470,6 +491,7 @@ class Toleration(_Model):
     )
     toleration_seconds: int | None = Field(
         default=None,
+        ge=0,
         description="effect NoExecute only: how long the pod stays bound once the taint appears. "
         "Unset: forever.",
     )
@@ -524,7 +546,7 @@ class Placement(_Model):
         description="Requests and limits of each pod's container, taken as a whole. Unset or empty: "
         "the operator's default for this role.",
     )
-    node_selector: dict[str, str] | None = Field(
+    node_selector: dict[LabelKey, LabelValue] | None = Field(
         default=None,
         description="Node labels the pods require (e.g. node.kubernetes.io/instance-type). Unset: the "
         "operator's default; {} none.",
@@ -1021,6 +1043,7 @@ class Storage(_Model):
     storage_class_name: str | None = Field(
         default=None,
         max_length=253,
+        pattern=_DNS1123_SUBDOMAIN_OR_EMPTY,
         description="Storage class of the claim the operator creates. Unset: the operator's default "
         "(whose default is the cluster's default class).",
     )

@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from graphtrain.runtime import spec as S
-from tests.unit.spec_cases import BREAKS, GRAPHSAGE, TRANSE
+from tests.unit.spec_cases import BREAKS, FIELD_BREAKS, GRAPHSAGE, TRANSE
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -99,3 +99,14 @@ def test_placement_fields_are_stored_as_written(kube: Callable[..., str]) -> Non
     assert S.parse({**doc, "spec": stored}).spec == S.parse(doc).spec
     bad = {**doc, "spec": {**doc["spec"], "storage": {"accessModes": ["ReadWriteSometimes"]}}}
     assert "spec.storage.accessModes[0]: Unsupported value" in refusal(kube, bad)
+
+
+@pytest.mark.parametrize("name", sorted(FIELD_BREAKS))
+def test_a_wrong_placement_or_storage_field_is_refused(kube: Callable[..., str], name: str) -> None:
+    """Refused by the Python side always, and by the API server where a structural schema can say it."""
+    doc, by_crd = FIELD_BREAKS[name]
+    assert S.check(doc)[1], f"{name}: the Python side finds nothing"
+    if by_crd:
+        refusal(kube, doc)
+    else:
+        dry_run(kube, doc)  # the API server takes it: the operator's SpecValid False is what refuses it

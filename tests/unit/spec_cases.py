@@ -111,3 +111,37 @@ BREAKS: dict[str, Doc] = {
         GRAPHSAGE, _toleration({"key": "gpu", "effect": "NoSchedule", "tolerationSeconds": 60})
     ),
 }
+
+
+# field constraints outside the rules: (document, where the CRD refuses it too). The CRD's structural
+# schema cannot constrain map keys or (on an int-or-string) a quantity's text, so those two are refused
+# by the Python side only: the operator then says SpecValid False instead of the API server refusing
+# the pods later.
+FIELD_BREAKS: dict[str, tuple[Doc, bool]] = {
+    "negative-request": (
+        edit(
+            GRAPHSAGE,
+            lambda s: s.update(
+                trainers={"resources": {"requests": {"cpu": "-1"}, "limits": {"cpu": "1", "memory": "1Gi"}}}
+            ),
+        ),
+        False,
+    ),
+    "negative-claim-size": (edit(GRAPHSAGE, lambda s: s.update(storage={"size": "-1Gi"})), False),
+    "node-selector-key": (
+        edit(GRAPHSAGE, lambda s: s.update(trainers={"nodeSelector": {"bad key!": "x"}})),
+        False,
+    ),
+    "node-selector-value": (
+        edit(GRAPHSAGE, lambda s: s.update(trainers={"nodeSelector": {"pool": "bad value!"}})),
+        True,
+    ),
+    "storage-class-name": (
+        edit(GRAPHSAGE, lambda s: s.update(storage={"storageClassName": "Bad Class!"})),
+        True,
+    ),
+    "toleration-seconds": (
+        edit(GRAPHSAGE, _toleration({"key": "gpu", "effect": "NoExecute", "tolerationSeconds": -5})),
+        True,
+    ),
+}
