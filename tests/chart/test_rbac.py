@@ -140,9 +140,7 @@ def server(tmp_path: Path) -> Iterator[Server]:
     """A private API server with an audit log: the session's in-process operator (tests/operator)
     would otherwise reconcile these trainings too, and nothing but the recorded operator and this test
     may make requests."""
-    if os.environ.get("GRAPHTRAIN_TEST_KUBECONFIG") and not (k8s.TESTENV / "testenv.sh").exists():
-        pytest.skip("the RBAC test records through a private test API server (../shared/k8s-testenv)")
-    bin_dir = k8s.testenv_bin()
+    bin_dir = k8s.testenv_bin()  # fails saying how to provide ../shared/k8s-testenv when it is missing
     policy, audit_log = tmp_path / "audit-policy.yaml", tmp_path / "audit.log"
     policy.write_text(yaml.safe_dump(AUDIT_POLICY))
     run = tmp_path / "apiserver"
