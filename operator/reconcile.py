@@ -150,10 +150,11 @@ def partition_stats(pods: list[Obj]) -> Obj | None:
     return None
 
 
-def partition_error(pods: list[Obj], limit: int = 300) -> str:
+def partition_error(pods: list[Obj], limit: int = 800) -> str:
     """Why the partition pod failed, in its own words: the last non-empty line of its termination
     message (the report file if written, else its log's tail, terminationMessagePolicy
-    FallbackToLogsOnError; a command's error is its last line), at most `limit` characters; "" if none."""
+    FallbackToLogsOnError; a command's error is its last line), at most `limit` characters (an event
+    holds 1024, and the pre-seed command at the end of offline mode's error must survive); "" if none."""
     for pod in sorted(pods, key=lambda p: p["metadata"]["name"], reverse=True):
         if pod["metadata"].get("labels", {}).get(M.LABEL_ROLE) != "partition" or pod_phase(pod) != "Failed":
             continue

@@ -8,6 +8,9 @@ from __future__ import annotations
 import copy
 import datetime as dt
 import json
+import os
+from pathlib import Path
+from unittest import mock
 
 import pytest
 
@@ -16,7 +19,10 @@ from graphtrain.operator import reconcile as R
 from graphtrain.operator.config import built_in
 from graphtrain.operator.reconcile import Observed, Plan, key, plan
 from graphtrain.runtime import spec as S
+from graphtrain.runtime.data.datasets import fetch
+from graphtrain.runtime.errors import DataError
 from graphtrain.runtime.spec import conditions as C
+from graphtrain.runtime.spec.roles import ENV_OFFLINE
 
 NOW = dt.datetime(2026, 11, 22, 12, 0, tzinfo=dt.UTC)
 NAME, NS = "wn", "ml"
@@ -221,11 +227,15 @@ def test_a_failed_partition_says_why_in_the_pods_own_words() -> None:
     c.step()
     failed = {"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded", "message": "backoff"}
     c.set_status("Job", f"{NAME}-partition", {"failed": 1, "conditions": [failed]})
-    tail = "loading the graph\nerror: dataset 'wordnet' is not in /data/datasets (offline: pre-seed it)\n"
+    data = "/var/lib/graphtrain/data"  # the pod's, as manifests.Layout puts it
+    with mock.patch.dict(os.environ, {ENV_OFFLINE: "1"}), pytest.raises(DataError) as refused:
+        fetch("wordnet", Path(data))
+    said = f"error: {refused.value}"  # the runtime's own words, whole: the pre-seed command must survive
+    tail = f"loading the graph\n{said}\n"
     term = {"state": {"terminated": {"exitCode": 1, "reason": "Error", "message": tail}}}
     c.pod(f"{NAME}-partition-x1", "partition", "Failed", containerStatuses=[term])
     p = c.step()
-    said = "error: dataset 'wordnet' is not in /data/datasets (offline: pre-seed it)"
+    assert f"graphtrain data fetch wordnet --data-dir {data}`" in said
     assert p.status["phase"] == "Failed"
     assert cond(p, "PartitionReady")["message"].endswith(said) and said in cond(p, "Failed")["message"]
     assert any(e.type == "Warning" and said in e.message for e in p.events)
