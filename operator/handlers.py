@@ -82,6 +82,9 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="operator.graphtrain.io")
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix="operator.graphtrain.io")
     settings.posting.enabled = False  # our own events, one per transition (k8s.post_event)
+    # A deletion waits for a running on_timer reconcile to return, then rechecks after this many
+    # seconds; kopf's default (60) held a GraphTraining deleted mid-reconcile for a whole minute.
+    settings.background.cancellation_polling = 1.0
     k8s.load_config()
     if _config is None:  # not started by `graphtrain operator`
         use_config(C.load())
