@@ -25,6 +25,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from graphtrain.operator.logs import LogFormat
+
 if TYPE_CHECKING:  # the command's imports stay inside it: `graphtrain --help` loads no operator code
     from graphtrain.operator.config import OperatorConfig
     from graphtrain.operator.leader import Elector, Timing
@@ -76,12 +78,19 @@ def operator_cmd(
     metrics_address: Annotated[
         str, typer.Option(help="HOST:PORT of GET /metrics (Prometheus; port 0: any free port)")
     ] = "0.0.0.0:8080",
+    log_format: Annotated[
+        LogFormat,
+        typer.Option(help="text: one timestamped line per record; json: one JSON object per line"),
+    ] = LogFormat.text,
+    verbose: Annotated[
+        bool, typer.Option("--verbose", help="also kopf's line per handler run and per watch event")
+    ] = False,
 ) -> None:
     """Run the GraphTraining operator with this process' kube credentials (in-cluster or $KUBECONFIG).
     With --leader-elect, of several replicas only the holder of the Lease reconciles (identity
     $POD_NAME, else hostname-pid); SIGTERM releases it so a standby takes over at once."""
     from graphtrain.operator import config as C
-    from graphtrain.operator import endpoints, k8s, leader
+    from graphtrain.operator import endpoints, k8s, leader, logs
 
     try:
         config = C.load(config_path)
@@ -102,7 +111,13 @@ def operator_cmd(
 
     import kopf
 
-    kopf.configure(log_format=kopf.LogFormat.FULL, log_prefix=True)  # one line per event, timestamped
+    json_lines = log_format == logs.LogFormat.json
+    kopf.configure(
+        verbose=verbose,
+        log_format=kopf.LogFormat.JSON if json_lines else kopf.LogFormat.FULL,
+        log_prefix=True,
+    )
+    logs.drop_routine(verbose)
     elector = None
     if leader_elect:
         identity = os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"

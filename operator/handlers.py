@@ -26,7 +26,7 @@ from typing import Any
 import kopf
 
 from graphtrain.operator import config as C
-from graphtrain.operator import k8s
+from graphtrain.operator import k8s, logs
 from graphtrain.operator import manifests as M
 from graphtrain.operator.reconcile import plan
 
@@ -112,6 +112,7 @@ def reconcile(namespace: str, name: str) -> None:
         if not may_act(namespace, name):
             return
         k8s.apply(decided, observed, fence=_fence)
+        logs.decided(namespace, name, observed.training.get("status") or {}, decided)
         requeue(namespace, name, decided.requeue_after)
 
 

@@ -153,7 +153,7 @@ LEADER_ARGS = [
     "--renew-deadline=10",
     "--retry-period=2",
 ]
-ADDRESSES = ["--health-address=0.0.0.0:8081", "--metrics-address=0.0.0.0:8080"]
+ADDRESSES = ["--health-address=0.0.0.0:8081", "--metrics-address=0.0.0.0:8080", "--log-format=json"]
 
 
 @pytest.mark.parametrize(
@@ -178,8 +178,13 @@ ADDRESSES = ["--health-address=0.0.0.0:8081", "--metrics-address=0.0.0.0:8080"]
                 *LEADER_ARGS[2:5],
                 "--retry-period=1.5",
                 "--health-address=0.0.0.0:9000",
-                ADDRESSES[1],
+                *ADDRESSES[1:],
             ],
+        ),
+        (
+            "default",
+            ["--set", "logging.format=text,logging.verbose=true"],
+            [*LEADER_ARGS, *ADDRESSES[:2], "--log-format=text", "--verbose"],
         ),
     ],
 )

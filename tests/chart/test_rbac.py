@@ -18,6 +18,7 @@ Roles there, a training in each).
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import re
@@ -231,9 +232,9 @@ def terminated(container: str, **state: object) -> list[dict]:
     ]
 
 
-def lifecycle(kube: k8s.Kubectl, trainings: list[tuple[str, str]]) -> list[dict]:
+def lifecycle(kube: k8s.Kubectl, trainings: list[tuple[str, str]], tokens: list[str]) -> list[dict]:
     """Drive each training from creation to deletion, playing the kubelet and the Job and StatefulSet
-    controllers; returns the Roles the operator created for them."""
+    controllers; returns the Roles the operator created for them, adds their tokens to `tokens`."""
 
     def phase(ns: str, name: str) -> str:
         return jsonpath(kube, ns, "{.status.phase}", "gtr", name)
@@ -289,6 +290,9 @@ def lifecycle(kube: k8s.Kubectl, trainings: list[tuple[str, str]]) -> list[dict]
     for ns, name in trainings:
         out = kube("get", "roles", "-n", ns, "-l", f"graphtrain.io/training={name}", "-o", "json")
         roles += json.loads(out)["items"]
+        secret = json.loads(kube("get", "secret", f"{name}-token", "-n", ns, "-o", "json"))
+        encoded = (secret.get("data") or {}).get("token")  # the stand-in keeps stringData as written
+        tokens.append(base64.b64decode(encoded).decode() if encoded else secret["stringData"]["token"])
         kube(
             "delete", "gtr", name, "-n", ns, "--wait=true", "--timeout=60s"
         )  # the finalizer: deleted children
@@ -303,14 +307,22 @@ def lifecycle(kube: k8s.Kubectl, trainings: list[tuple[str, str]]) -> list[dict]
     [("default", [("team", "wn")]), ("namespaced", [("a", "wn"), ("b", "kg")])],
 )
 def test_the_chart_grants_exactly_what_the_operator_uses(
-    scenario: str, trainings: list[tuple[str, str]], server: Server, run_operator
+    scenario: str, trainings: list[tuple[str, str]], server: Server, run_operator, tmp_path: Path
 ) -> None:
     objs = render(scenario)
     for ns in {NAMESPACE, *(ns for ns, _ in trainings)}:
         server.kube("create", "namespace", ns)
     run_operator(objs)
-    roles = lifecycle(server.kube, trainings)
+    tokens: list[str] = []
+    roles = lifecycle(server.kube, trainings, tokens)
     assert roles, "the operator created no Role for the trainers"
+    logged = (tmp_path / "operator.log").read_text()
+    assert all(len(t) >= 32 for t in tokens) and not any(t in logged for t in tokens), "token in the log"
+    decisions = [r["decision"] for r in map(json.loads, logged.splitlines()) if "decision" in r]
+    for ns, name in trainings:  # the chart's --log-format=json: one object per decision
+        phases = [d["phase"] for d in decisions if d["training"] == f"{ns}/{name}"]
+        changes = [p for i, p in enumerate(phases) if i == 0 or p != phases[i - 1]]
+        assert changes == ["Partitioning", "Starting", "Training", "Restarting", "Training", "Succeeded"]
 
     needs, paths = recorded(server.audit_log)
     assert {a.resource for a in needs} >= {"graphtrainings", "pods", "jobs", "statefulsets", "events"}

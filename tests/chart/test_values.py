@@ -102,6 +102,14 @@ def test_lease_timings_the_operator_refuses_are_refused(setting: str, named: str
     assert_refused(template_values("default", setting), named)
 
 
+@pytest.mark.parametrize(
+    ("setting", "named"),
+    [("logging.format=yaml", "logging.format"), ('logging.verbose="yes"', "logging.verbose")],
+)
+def test_a_log_format_the_operator_has_not_is_refused(setting: str, named: str) -> None:
+    assert_refused(template_values("default", setting), named)
+
+
 # ------------------------------------------------------------------------------------- ports, ints
 
 
