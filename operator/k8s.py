@@ -83,35 +83,42 @@ def _res(api_version: str, kind: str) -> Any:
 
 
 def observe(namespace: str, name: str) -> Observed | None:
-    """The GraphTraining and everything labelled as its child; None if it is gone."""
+    """The GraphTraining and its children (see owned()); None if it is gone."""
     try:
         body = _res(S.API_VERSION, S.KIND).get(name=name, namespace=namespace).to_dict()
     except ApiException as exc:
         if exc.status == 404:
             return None
         raise
-    selector = f"{M.LABEL_TRAINING}={name}"
     children: dict[str, Any] = {}
     pods: list[dict[str, Any]] = []
-    for api_version, kind in CHILD_KINDS:
-        for item in _res(api_version, kind).get(namespace=namespace, label_selector=selector).items:
-            obj = item.to_dict()
-            if not _owned_by(obj, body):
-                continue
-            children[key(kind, obj["metadata"]["name"])] = obj
-            if kind == "Pod":
-                pods.append(obj)
+    for _, kind, obj in _children(namespace, name, body["metadata"]["uid"]):
+        children[key(kind, obj["metadata"]["name"])] = obj
+        if kind == "Pod":
+            pods.append(obj)
     return Observed(training=body, children=children, pods=pods, now=dt.datetime.now(dt.UTC))
 
 
-def _owned_by(obj: dict[str, Any], owner: dict[str, Any]) -> bool:
-    """A child of this very object (not of an earlier GraphTraining with the same name). Pods made by a
-    Job or StatefulSet are owned by those, so they count through the training label alone."""
-    refs = obj["metadata"].get("ownerReferences") or []
-    uid = owner["metadata"]["uid"]
-    return any(r.get("uid") == uid for r in refs) or any(
-        r.get("kind") in ("Job", "StatefulSet") for r in refs
-    )
+def owned(obj: dict[str, Any], owners: set[str]) -> bool:
+    """A child of this very training: an ownerReference to it, or (pods) to one of its own Jobs or
+    StatefulSets. An earlier GraphTraining of the same name left children with the same names and
+    labels (until the garbage collector removes them); they never count, nor do their pods."""
+    return any(r.get("uid") in owners for r in obj["metadata"].get("ownerReferences") or [])
+
+
+def _children(namespace: str, name: str, uid: str) -> list[tuple[str, str, dict[str, Any]]]:
+    """(apiVersion, kind, object) of every child of the training with this uid, in CHILD_KINDS order
+    (Jobs and StatefulSets before the pods they own)."""
+    selector = f"{M.LABEL_TRAINING}={name}"
+    owners, found = {uid}, []
+    for api_version, kind in CHILD_KINDS:
+        for item in _res(api_version, kind).get(namespace=namespace, label_selector=selector).items:
+            obj = item.to_dict()
+            if owned(obj, owners):
+                found.append((api_version, kind, obj))
+                if kind in ("Job", "StatefulSet"):
+                    owners.add(obj["metadata"]["uid"])
+    return found
 
 
 def apply(plan: Plan, observed: Observed, fence: Callable[[], bool] = lambda: True) -> None:
@@ -209,28 +216,19 @@ def post_event(body: dict[str, Any], event: Event) -> None:
 
 
 def delete_children(namespace: str, name: str, uid: str) -> int:
-    """Delete every child of the training (owned by it, or by its Job/StatefulSet): what the garbage
+    """Delete every child of the training (owned by it, or by its own Job/StatefulSet): what the garbage
     collector does through the ownerReferences, done here too so nothing outlives a GraphTraining on a
     cluster whose collector is slow or absent (the test API server has none)."""
-    owner = {"metadata": {"uid": uid}}
-    selector = f"{M.LABEL_TRAINING}={name}"
     deleted = 0
-    for api_version, kind in reversed(CHILD_KINDS):
-        res = _res(api_version, kind)
-        for item in res.get(namespace=namespace, label_selector=selector).items:
-            obj = item.to_dict()
-            if not _owned_by(obj, owner):
-                continue
-            try:
-                res.delete(
-                    name=obj["metadata"]["name"],
-                    namespace=namespace,
-                    body={"propagationPolicy": "Background"},
-                )
-                deleted += 1
-            except ApiException as exc:
-                if exc.status != 404:
-                    raise
+    for api_version, kind, obj in reversed(_children(namespace, name, uid)):
+        try:
+            _res(api_version, kind).delete(
+                name=obj["metadata"]["name"], namespace=namespace, body={"propagationPolicy": "Background"}
+            )
+            deleted += 1
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
     return deleted
 
 

@@ -5,8 +5,9 @@ a leader paused (SIGSTOP) past its renew deadline, resumed after a standby took 
 
 Each process watches only this test's namespace and serves its endpoints on 127.0.0.1, port 0 (the
 bound address read from its log). Which process reconciled a GraphTraining is read from the logs
-(kopf prefixes each handler's line with namespace/name), so the session's in-process operator, if it
-runs too, cannot make this test pass. Every wait is bounded; every process started here is stopped.
+(kopf prefixes each handler's line with namespace/name); the session's in-process operator watches
+every namespace but these (leader-*), so it can neither make these tests pass nor fail. Every wait is
+bounded; every process started here is stopped.
 """
 
 from __future__ import annotations
