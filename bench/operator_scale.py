@@ -5,6 +5,9 @@
 2. Burst: 100 GraphTrainings created at once; this script plays the Job controller (marks every
    partition Job complete as soon as it appears) and waits until all 100 reach Starting (shard
    StatefulSet created). Reports the time and any training that never got there.
+3. Deletion: all 100 deleted at once (the API server has no garbage collector: the operator's
+   finalizer deletes the children); the time until every GraphTraining is gone, and every child of
+   every kind left behind (must be none).
 
 The operator runs as `graphtrain operator` in its own process, as in a pod.
 
@@ -62,6 +65,31 @@ def counts(dyn: DynamicClient, ns: str) -> dict[str, set[str]]:
     for api, kind, _ in CHILDREN + [("apps/v1", "StatefulSet", "shards")]:
         items = dyn.resources.get(api_version=api, kind=kind).get(namespace=ns).items
         out[kind] = {i.metadata.name for i in items}
+    return out
+
+
+ALL_KINDS = (
+    CHILDREN[:1]
+    + CHILDREN[2:]
+    + [
+        ("v1", "Service", ""),
+        ("networking.k8s.io/v1", "NetworkPolicy", ""),
+        ("policy/v1", "PodDisruptionBudget", ""),
+        ("apps/v1", "StatefulSet", ""),
+        ("v1", "Pod", ""),
+    ]
+)
+
+
+def leftovers(dyn: DynamicClient, ns: str) -> list[str]:
+    """Every object of a child kind labelled as some training's child."""
+    out = []
+    for api, kind, _ in ALL_KINDS:
+        res = dyn.resources.get(api_version=api, kind=kind)
+        out += [
+            f"{kind}/{i.metadata.name}"
+            for i in res.get(namespace=ns, label_selector="graphtrain.io/training").items
+        ]
     return out
 
 
@@ -155,6 +183,20 @@ def main() -> None:
             f"burst: {a.burst} created in {created:.1f} s; all children present for {len(children_at)} "
             f"after {spans[-1]:.1f} s; Starting: {len(starting)}/{a.burst} after {total:.1f} s; "
             f"missed: {missed or 'none'}"
+        )
+
+        t0 = time.perf_counter()
+        kube("delete", "gtr", "--all", "-n", "burst", "--wait=false")  # one deletecollection request
+        deadline = time.perf_counter() + 600
+        while gtr.get(namespace="burst").items and time.perf_counter() < deadline:
+            time.sleep(0.2)
+        gone = time.perf_counter() - t0
+        left_gtr = len(gtr.get(namespace="burst").items)
+        time.sleep(10)  # two operator timer periods: a child made again after deletion would show
+        left = leftovers(dyn, "burst")
+        print(
+            f"delete all {a.burst} at once: GraphTrainings gone after {gone:.1f} s ({left_gtr} left); "
+            f"children left 10 s later: {len(left)}{' ' + str(left[:10]) if left else ''}"
         )
     finally:
         op.terminate()
