@@ -96,7 +96,8 @@ def observe(namespace: str, name: str) -> Observed | None:
     for api_version, kind in CHILD_KINDS:
         for item in _res(api_version, kind).get(namespace=namespace, label_selector=selector).items:
             obj = item.to_dict()
-            if not _owned_by(obj, body):
+            retained = kind == "PersistentVolumeClaim" and M.retained_claim(obj, name)
+            if not (_owned_by(obj, body) or retained):
                 continue
             children[key(kind, obj["metadata"]["name"])] = obj
             if kind == "Pod":
