@@ -92,7 +92,7 @@ def observe(namespace: str, name: str) -> Observed | None:
         raise
     children: dict[str, Any] = {}
     pods: list[dict[str, Any]] = []
-    for _, kind, obj in _children(namespace, name, body["metadata"]["uid"]):
+    for _, kind, obj in _children(namespace, name, body["metadata"]["uid"], retained=True):
         children[key(kind, obj["metadata"]["name"])] = obj
         if kind == "Pod":
             pods.append(obj)
@@ -106,15 +106,20 @@ def owned(obj: dict[str, Any], owners: set[str]) -> bool:
     return any(r.get("uid") in owners for r in obj["metadata"].get("ownerReferences") or [])
 
 
-def _children(namespace: str, name: str, uid: str) -> list[tuple[str, str, dict[str, Any]]]:
+def _children(
+    namespace: str, name: str, uid: str, retained: bool = False
+) -> list[tuple[str, str, dict[str, Any]]]:
     """(apiVersion, kind, object) of every child of the training with this uid, in CHILD_KINDS order
-    (Jobs and StatefulSets before the pods they own)."""
+    (Jobs and StatefulSets before the pods they own); `retained`: also the data claim a training of
+    this name kept (storage.whenDeleted Retain: no owner), which the training uses but never deletes."""
     selector = f"{M.LABEL_TRAINING}={name}"
     owners, found = {uid}, []
     for api_version, kind in CHILD_KINDS:
         for item in _res(api_version, kind).get(namespace=namespace, label_selector=selector).items:
             obj = item.to_dict()
-            if owned(obj, owners):
+            if owned(obj, owners) or (
+                retained and kind == "PersistentVolumeClaim" and M.retained_claim(obj, name)
+            ):
                 found.append((api_version, kind, obj))
                 if kind in ("Job", "StatefulSet"):
                     owners.add(obj["metadata"]["uid"])

@@ -6,7 +6,8 @@ labels graphtrain.io/training and graphtrain.io/role:
   <name>-token      Secret: the shard servers' shared token
   <name>-progress   ConfigMap: progress and per-rank heartbeats written by the trainers
   <name>-trainer    ServiceAccount + Role + RoleBinding: get/patch of <name>-progress only
-  <name>-data       PersistentVolumeClaim (unless storage.volumeClaimName names one)
+  <name>-data       PersistentVolumeClaim (unless storage.volumeClaimName names one); owned only with
+                    storage.whenDeleted Delete, else retained (and reused by a later training of the name)
   <name>-partition  Job: `graphtrain partition`, stats in its termination message
   <name>-shards     headless Service + StatefulSet: `graphtrain shard-server`, one per partition;
                     NetworkPolicy: the kvstore port open to this training's trainers and partition pod
@@ -100,14 +101,28 @@ def _meta(owner: Obj, name: str, role: str, **extra: str) -> Obj:
     }
 
 
+def training_uid(gt: S.GraphTraining) -> str | None:
+    """The uid of the GraphTraining a spec belongs to: metadata.uid, which config_map() records in the
+    applied spec (None: a spec applied before it did, or one that is no object of the API server)."""
+    uid = (gt.metadata.model_extra or {}).get("uid")
+    return str(uid) if uid else None
+
+
 class Layout:
-    """Where things live inside the pods, from the spec's storage section."""
+    """Where things live inside the pods, from the spec's storage section.
+
+    The work directory (partition, checkpoints) is per training: <mount>/runs/<name>/<uid>. A claim
+    outlives its training (storage.whenDeleted Retain, or a claim the spec names), and a GraphTraining
+    re-created with the same name must start afresh, not resume the checkpoints of the one before it
+    (its trainers and shard servers restore whatever LATEST their checkpoint root holds). A training
+    whose applied spec has no uid (applied by an operator before this) keeps <mount>/runs/<name>."""
 
     def __init__(self, gt: S.GraphTraining):
         mount = gt.spec.storage.mount_path.rstrip("/")
         self.mount = mount
         self.data = f"{mount}/data"
-        self.work = f"{mount}/runs/{gt.metadata.name}"
+        uid = training_uid(gt)
+        self.work = f"{mount}/runs/{gt.metadata.name}" + (f"/{uid}" if uid else "")
         self.partition = f"{self.work}/partition"
         self.checkpoints = f"{self.work}/checkpoints"
         self.spec_file = f"{CONFIG_DIR}/spec.yaml"
@@ -206,10 +221,13 @@ def _pod_spec(
 
 def config_map(owner: Obj, gt: S.GraphTraining) -> Obj:
     """The applied spec: what every container runs, and what the operator compares updates against."""
+    meta = {"name": gt.metadata.name, "namespace": owner["metadata"]["namespace"]}
+    if owner["metadata"].get("uid"):  # the work directory's name (Layout), fixed with the applied spec
+        meta["uid"] = owner["metadata"]["uid"]
     body = {
         "apiVersion": S.API_VERSION,
         "kind": S.KIND,
-        "metadata": {"name": gt.metadata.name, "namespace": owner["metadata"]["namespace"]},
+        "metadata": meta,
         "spec": gt.spec.model_dump(by_alias=True, exclude_none=True, mode="json"),
     }
     n = names(gt.metadata.name)
@@ -278,7 +296,9 @@ def trainer_rbac(owner: Obj, gt: S.GraphTraining) -> list[Obj]:
 
 
 def data_claim(owner: Obj, gt: S.GraphTraining, config: OperatorConfig) -> Obj | None:
-    """The shared volume for data, partitions and checkpoints, unless the spec names an existing claim."""
+    """The shared volume for data, partitions and checkpoints, unless the spec names an existing claim.
+    Owned by the training (deleted with it) only with storage.whenDeleted Delete: a retained claim has
+    no ownerReference, so neither the garbage collector nor the operator's delete handler takes it."""
     if gt.spec.storage.volume_claim_name:
         return None
     claim = P.claim_settings(gt.spec.storage, config)
@@ -286,12 +306,23 @@ def data_claim(owner: Obj, gt: S.GraphTraining, config: OperatorConfig) -> Obj |
     if claim.storage_class_name is not None:
         spec["storageClassName"] = claim.storage_class_name
     n = names(gt.metadata.name)
-    return {
-        "apiVersion": "v1",
-        "kind": "PersistentVolumeClaim",
-        "metadata": _meta(owner, n["data"], "data"),
-        "spec": spec,
-    }
+    meta = _meta(owner, n["data"], "data")
+    if gt.spec.storage.when_deleted != S.ClaimRetention.delete:
+        del meta["ownerReferences"]
+    return {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": meta, "spec": spec}
+
+
+def retained_claim(claim: Obj, training: str) -> bool:
+    """`claim` (a PersistentVolumeClaim) is the data claim of the training named `training` kept with
+    storage.whenDeleted Retain (no ownerReference): the training of that name uses it, like a
+    StatefulSet's retained claims, whichever training made it; its own work directory keeps it from
+    resuming another's checkpoints (Layout)."""
+    meta = claim.get("metadata") or {}
+    return (
+        meta.get("name") == names(training)["data"]
+        and (meta.get("labels") or {}).get(LABEL_TRAINING) == training
+        and not meta.get("ownerReferences")
+    )
 
 
 def partition_job(owner: Obj, gt: S.GraphTraining, config: OperatorConfig) -> Obj:

@@ -7,11 +7,18 @@ the API, so every phase transition and failure is a table-driven unit test with 
 
 plan() runs stages in order, each a pure function of the observation that sets its conditions through
 the shared vocabulary (spec.conditions) and either decides the phase or hands on to the next:
-  spec       valid? once running, the applied spec with the current runPolicy; other changes refused
-  terminal   a finished training is left alone; one past runPolicy.activeDeadlineSeconds fails
+  spec       valid? once running, the applied spec with the current runPolicy and suspend; other
+             changes refused
+  terminal   a finished training keeps its pods cleaned (runPolicy.cleanPodPolicy) and is deleted
+             runPolicy.ttlSecondsAfterFinished after it finished; one past activeDeadlineSeconds fails
+  suspend    spec.suspend: every pod stopped, the rest kept, phase Suspended
   partition  the base children and the partition job, until it succeeded
   shards     the shard servers' StatefulSet and each server's state
   trainers   the trainer pods of the current attempt: start, restart, fail, succeed; progress, stalls
+             (reported, or restarted with runPolicy.stallPolicy Restart)
+Pods that cannot start (unschedulable, a container waiting in ImagePullBackOff, CrashLoopBackOff, ...)
+are named in their stage's condition (PodsNotStarting), and fail the training after
+runPolicy.startTimeoutSeconds (StartTimeout).
 
 A GraphTraining being deleted (deletionTimestamp set) gets an empty plan: its children are going, and
 no late trigger (a child's event, the timer, a requeue) may make them again.
@@ -38,7 +45,7 @@ from graphtrain.runtime.spec import reporting
 from graphtrain.runtime.spec.conditions import Event
 
 Obj = dict[str, Any]
-MUTABLE = {"runPolicy"}  # spec sections a running job takes on
+MUTABLE = {"runPolicy", "suspend"}  # spec sections a running job takes on
 
 
 @dataclass
@@ -64,7 +71,8 @@ class Plan:
     actions: list[Action]
     status: Obj
     events: list[Event]
-    requeue_after: float | None = None  # reconcile again in this many seconds (the deadline), events or not
+    # reconcile again in this many seconds (a deadline, a start timeout, a TTL), events or not
+    requeue_after: float | None = None
 
 
 def key(kind: str, name: str) -> str:
@@ -130,6 +138,77 @@ def pod_failure(pod: Obj) -> str:
     return f"{pod['metadata']['name']} failed ({why}{f', exit code {code}' if code is not None else ''})" + (
         f": {detail.strip()[:300]}" if detail else ""
     )
+
+
+# A container waiting for one of these will not start by itself: a wrong image or tag, a missing pull
+# secret, ConfigMap or Secret, a command that crashes at once. ContainerCreating, PodInitializing (a slow
+# pull, a large volume) are on their way and not listed.
+NOT_STARTING = frozenset(
+    {
+        "ErrImagePull",
+        "ImagePullBackOff",
+        "ErrImageNeverPull",
+        "InvalidImageName",
+        "CrashLoopBackOff",
+        "CreateContainerConfigError",
+        "CreateContainerError",
+        "RunContainerError",
+    }
+)
+
+
+@dataclass(frozen=True)
+class Trouble:
+    """Why a pod cannot start, and since when (None: unknown, so no timeout can be counted)."""
+
+    pod: str
+    reason: str
+    message: str
+    since: dt.datetime | None
+
+    def __str__(self) -> str:
+        said = " ".join(self.message.split())[:300]
+        return f"pod {self.pod}: {self.reason}" + (f": {said}" if said else "")
+
+
+def _condition(pod: Obj, kind: str) -> Obj:
+    return next((c for c in (pod.get("status") or {}).get("conditions") or [] if c.get("type") == kind), {})
+
+
+def pod_trouble(pod: Obj) -> Trouble | None:
+    """Why `pod` cannot start: unschedulable (PodScheduled False), or a container (init containers
+    first) waiting for a reason in NOT_STARTING; None for a pod that runs, finished, is being deleted or
+    is on its way. Since: when it was last ready (a crash loop after hours of serving counts from its
+    crash), else when it was scheduled or refused scheduling, else its creation."""
+    meta, st = pod["metadata"], pod.get("status") or {}
+    if meta.get("deletionTimestamp") or pod_phase(pod) in FINISHED:
+        return None
+    created = _parse_time(meta.get("creationTimestamp"))
+    scheduled = _condition(pod, "PodScheduled")
+    if (
+        scheduled.get("status") == "False" and scheduled.get("reason") == "Unschedulable"
+    ):  # not SchedulingGated
+        since = _parse_time(scheduled.get("lastTransitionTime")) or created
+        return Trouble(
+            meta["name"], scheduled.get("reason") or "Unschedulable", scheduled.get("message", ""), since
+        )
+    for cs in [*(st.get("initContainerStatuses") or []), *(st.get("containerStatuses") or [])]:
+        waiting = (cs.get("state") or {}).get("waiting") or {}
+        if waiting.get("reason") in NOT_STARTING:
+            ready = _condition(pod, "Ready")
+            since = (
+                _parse_time(ready.get("lastTransitionTime"))
+                or _parse_time(scheduled.get("lastTransitionTime"))
+                or created
+            )
+            return Trouble(meta["name"], waiting["reason"], waiting.get("message", ""), since)
+    return None
+
+
+def troubles(pods: list[Obj]) -> list[Trouble]:
+    """The troubles of the pods that cannot start, by pod name."""
+    found = (pod_trouble(p) for p in sorted(pods, key=lambda p: p["metadata"]["name"]))
+    return [t for t in found if t is not None]
 
 
 def partition_stats(pods: list[Obj]) -> Obj | None:
@@ -234,8 +313,9 @@ class Context:
         ]
 
     def remove(self, kind: str, name: str, api_version: str) -> list[Action]:
-        """The delete of a child, if it is observed."""
-        if key(kind, name) not in self.obs.children:
+        """The delete of a child, if it is observed and not being deleted already."""
+        child = self.obs.children.get(key(kind, name))
+        if child is None or child["metadata"].get("deletionTimestamp"):
             return []
         meta = {"name": name, "namespace": self.namespace}
         return [Action("delete", {"apiVersion": api_version, "kind": kind, "metadata": meta})]
@@ -249,6 +329,7 @@ class Step:
     actions: list[Action] = field(default_factory=list)
     status: Obj = field(default_factory=dict)
     phase: S.Phase | None = None
+    requeue_after: float | None = None  # seconds until something falls due with no event (a timeout)
 
 
 TERMINAL = (S.Phase.succeeded, S.Phase.failed)
@@ -258,8 +339,8 @@ FINISHED = ("Succeeded", "Failed")  # a pod's terminal phases
 def spec_stage(obs: Observed, conds: C.Conditions) -> SpecDecision:
     """Is the spec valid, and which applies. Before the first children, the current spec (invalid:
     SpecValid False and Failed). After, the applied one (the config ConfigMap's), taking only the
-    current runPolicy; any other change is refused (SpecValid False / UpdateRefused) and its
-    generation is not reported as observed."""
+    current runPolicy and suspend; any other change is refused (SpecValid False / UpdateRefused) and
+    its generation is not reported as observed."""
     body = obs.training
     meta = body["metadata"]
     generation = meta.get("generation")
@@ -295,16 +376,15 @@ def spec_stage(obs: Observed, conds: C.Conditions) -> SpecDecision:
     else:
         C.set_spec_valid(conds)
     if current is not None:
-        run_policy = current.spec.run_policy
-        applied = applied.model_copy(
-            update={"spec": applied.spec.model_copy(update={"run_policy": run_policy})}
-        )
+        mutable = {"run_policy": current.spec.run_policy, "suspend": current.spec.suspend}
+        applied = applied.model_copy(update={"spec": applied.spec.model_copy(update=mutable)})
     return SpecDecision(applied, observed_generation)
 
 
 def deadline(ctx: Context) -> dt.datetime | None:
     """When runPolicy.activeDeadlineSeconds runs out, counted from the training's start (status.startTime,
-    set at its first reconcile), as a Job's is from its start; None without a deadline."""
+    set at its first reconcile and again when it resumes from a suspension), as a Job's is from its
+    start; None without a deadline."""
     seconds = ctx.gt.spec.run_policy.active_deadline_seconds
     if not seconds:
         return None
@@ -312,13 +392,29 @@ def deadline(ctx: Context) -> dt.datetime | None:
     return started + dt.timedelta(seconds=seconds)
 
 
+def expiry(ctx: Context, completion: str | None) -> dt.datetime | None:
+    """When a finished training is deleted: runPolicy.ttlSecondsAfterFinished after its completionTime
+    (None: no TTL, or no completion time)."""
+    ttl, done = ctx.gt.spec.run_policy.ttl_seconds_after_finished, _parse_time(completion)
+    if ttl is None or done is None:
+        return None
+    return done + dt.timedelta(seconds=ttl)
+
+
 def terminal_stage(ctx: Context, conds: C.Conditions) -> Step:
-    """A finished training is reported as it ended and left alone. One past its deadline fails with
-    DeadlineExceeded and stops what still runs; its other conditions stay as last observed."""
+    """A finished training is reported as it ended; what its clean-up policy stops stays stopped (a pod
+    that was still terminating, a delete that failed), and once its TTL ran out it is deleted. One past
+    its deadline fails with DeadlineExceeded and is cleaned up; its other conditions stay as last
+    observed."""
     phase = ctx.old.get("phase")
     if phase in TERMINAL:
         _keep_conditions(ctx, conds)
-        return Step(phase=S.Phase(phase))
+        actions = clean_up(ctx)
+        ends = expiry(ctx, ctx.old.get("completionTime"))
+        if ends is not None and ctx.obs.now >= ends:
+            meta = {"name": ctx.body["metadata"]["name"], "namespace": ctx.namespace}
+            actions.append(Action("delete", {"apiVersion": S.API_VERSION, "kind": S.KIND, "metadata": meta}))
+        return Step(actions, phase=S.Phase(phase))
     ends = deadline(ctx)
     if ends is None or ctx.obs.now < ends:
         return Step()
@@ -328,9 +424,10 @@ def terminal_stage(ctx: Context, conds: C.Conditions) -> Step:
         conds,
         C.Reason.deadline_exceeded,
         f"the training ran past runPolicy.activeDeadlineSeconds ({seconds} s from its start, "
-        f"{ctx.old.get('startTime')}); its partition job, shard servers and trainers are stopped",
+        f"{ctx.old.get('startTime')}); its pods are stopped as runPolicy.cleanPodPolicy "
+        f"{ctx.gt.spec.run_policy.clean_pod_policy} says",
     )
-    return Step(actions=shut_down(ctx) + stop_running(ctx), phase=S.Phase.failed)
+    return Step(actions=clean_up(ctx), phase=S.Phase.failed)
 
 
 def _keep_conditions(ctx: Context, conds: C.Conditions) -> None:
@@ -340,18 +437,86 @@ def _keep_conditions(ctx: Context, conds: C.Conditions) -> None:
             conds.keep(c)
 
 
-def shut_down(ctx: Context) -> list[Action]:
-    """What every failure and the success stop: the shard servers (trainers that still run lose them)."""
-    return ctx.remove("StatefulSet", ctx.names["shards"], "apps/v1")
-
-
-def stop_running(ctx: Context) -> list[Action]:
-    """What a deadline stops besides: the partition job if it runs, and every trainer pod that runs."""
+def _partition_if_running(ctx: Context) -> list[Action]:
     job = ctx.names["partition"]
-    actions = ctx.remove("Job", job, "batch/v1") if job_outcome(ctx.child("Job", job))[0] == "running" else []
-    for name in sorted(p["metadata"]["name"] for p in ctx.pods("trainer") if pod_phase(p) not in FINISHED):
+    return ctx.remove("Job", job, "batch/v1") if job_outcome(ctx.child("Job", job))[0] == "running" else []
+
+
+def clean_up(ctx: Context) -> list[Action]:
+    """What a finished training stops, by runPolicy.cleanPodPolicy: Running, the shard servers'
+    StatefulSet, a running partition Job and the trainer pods not finished; All, also the partition Job
+    and every trainer pod; None, nothing. (The pods of a deleted Job or StatefulSet go with it: the
+    garbage collector, background propagation.)"""
+    policy = ctx.gt.spec.run_policy.clean_pod_policy
+    if policy == S.CleanPodPolicy.none:
+        return []
+    every = policy == S.CleanPodPolicy.all_
+    actions = ctx.remove("StatefulSet", ctx.names["shards"], "apps/v1")
+    actions += ctx.remove("Job", ctx.names["partition"], "batch/v1") if every else _partition_if_running(ctx)
+    for name in sorted(
+        p["metadata"]["name"] for p in ctx.pods("trainer") if every or pod_phase(p) not in FINISHED
+    ):
         actions += ctx.remove("Pod", name, "v1")
     return actions
+
+
+def stop_all(ctx: Context) -> list[Action]:
+    """What a suspension stops: the shard servers, a running partition Job and every trainer pod (the
+    trainers of a world restart together), whatever the clean-up policy."""
+    actions = ctx.remove("StatefulSet", ctx.names["shards"], "apps/v1") + _partition_if_running(ctx)
+    for name in sorted(p["metadata"]["name"] for p in ctx.pods("trainer")):
+        actions += ctx.remove("Pod", name, "v1")
+    return actions
+
+
+def suspend_stage(ctx: Context, conds: C.Conditions) -> Step:
+    """spec.suspend (a Job's, for Kueue): every pod stops, the rest stays (claim, partition, token,
+    checkpoints); phase Suspended and startTime cleared (the deadline does not run). Back to false,
+    Suspended False Resumed and the next stages make the pods again, which restore the last checkpoint.
+    Created suspended, nothing is made: its spec stays free to change until it first runs."""
+    was = any(c.type == S.ConditionType.suspended for c in C.parse(ctx.old.get("conditions") or []))
+    if not ctx.gt.spec.suspend:
+        if was:
+            C.set_resumed(conds, "spec.suspend is false: resumed from the last checkpoint")
+        return Step()
+    for c in C.parse(ctx.old.get("conditions") or []):  # a partition made stays; one stopped midway
+        if c.type == S.ConditionType.partition_ready and c.status == "True":  # is made again on resumption
+            conds.keep(c)
+    C.set_suspended(
+        conds,
+        "spec.suspend is true: every pod is stopped, the data claim and checkpoints kept; "
+        "spec.suspend false resumes from the last checkpoint",
+    )
+    return Step(stop_all(ctx), status={"startTime": None}, phase=S.Phase.suspended)
+
+
+def _cannot_start(
+    ctx: Context, conds: C.Conditions, stuck: list[Trouble], kind: S.ConditionType, what: str
+) -> Step:
+    """Pods of a stage cannot start: its condition names each (PodsNotStarting); once one of them has
+    not started for runPolicy.startTimeoutSeconds the training fails (StartTimeout) and is cleaned up,
+    until then the plan asks to run again when that time falls (phase None: the stage goes on)."""
+    claim = ctx.child("PersistentVolumeClaim", ctx.names["data"])
+    pending = (claim or {}).get("status", {}).get("phase") == "Pending"
+    message = f"{what}: " + "; ".join(map(str, stuck))
+    if pending and any(t.reason == "Unschedulable" for t in stuck):
+        message += f"; claim {ctx.names['data']} is Pending (no volume bound)"
+    C.set_pods_not_starting(conds, kind, message)
+    timeout = ctx.gt.spec.run_policy.start_timeout_seconds
+    known = [t for t in stuck if t.since is not None]
+    if not known:
+        return Step()
+    first = min(known, key=lambda t: t.since or ctx.obs.now)
+    waited = (ctx.obs.now - (first.since or ctx.obs.now)).total_seconds()
+    if waited < timeout:
+        return Step(requeue_after=timeout - waited)
+    C.set_failed(
+        conds,
+        C.Reason.start_timeout,
+        f"pod {first.pod} could not start for {waited:.0f} s (runPolicy.startTimeoutSeconds {timeout}): "
+        + message,
+    )
+    return Step(clean_up(ctx), phase=S.Phase.failed)
 
 
 def partition_stage(ctx: Context, conds: C.Conditions) -> Step:
@@ -370,8 +535,13 @@ def partition_stage(ctx: Context, conds: C.Conditions) -> Step:
     if outcome == "failed":
         said = partition_error(ctx.obs.pods)
         C.set_partition_failed(conds, f"job {n['partition']}: {why}" + (f": {said}" if said else ""))
-        return Step(actions, phase=S.Phase.failed)
+        return Step(actions + clean_up(ctx), phase=S.Phase.failed)
     if outcome != "succeeded":
+        stuck = troubles(ctx.pods("partition"))
+        if stuck:
+            kind = S.ConditionType.partition_ready
+            held = _cannot_start(ctx, conds, stuck, kind, f"job {n['partition']}")
+            return Step(actions + held.actions, {}, held.phase or S.Phase.partitioning, held.requeue_after)
         C.set_partitioning(conds, f"job {n['partition']} is running")
         return Step(actions, phase=S.Phase.partitioning)
     C.set_partitioned(conds, "the partition job succeeded")
@@ -413,7 +583,13 @@ def shards_stage(ctx: Context, conds: C.Conditions) -> Step:
                 else S.ShardState.loading
             )
         shards.append({"index": i, "state": state.value, "address": address, "restarts": restarts})
-    C.set_shards_ready(conds, ready_shards(ctx), gt.spec.num_shards)
+    ready, total = ready_shards(ctx), gt.spec.num_shards
+    C.set_shards_ready(conds, ready, total)
+    stuck = troubles(list(pods.values()))
+    if stuck and ready < total:
+        kind = S.ConditionType.shards_ready
+        held = _cannot_start(ctx, conds, stuck, kind, f"{min(ready, total)}/{total} shard servers ready")
+        return Step(actions + held.actions, {"shards": shards}, held.phase, held.requeue_after)
     return Step(actions, status={"shards": shards})
 
 
@@ -428,6 +604,12 @@ def trainers_stage(ctx: Context, conds: C.Conditions) -> Step:
         C.set_trainers_waiting(conds, C.Reason.restarting, f"recreating the trainers (restart {attempt})")
         actions = [a for p in stale for a in ctx.remove("Pod", p["metadata"]["name"], "v1")]
         return Step(actions, phase=S.Phase.restarting)
+    leaving = sorted(
+        p["metadata"]["name"] for p in trainers.values() if p["metadata"].get("deletionTimestamp")
+    )
+    if leaving:  # stopped by a suspension (or by hand): judged by nothing, made again once gone
+        C.set_trainers_waiting(conds, C.Reason.not_started, f"waiting for {', '.join(leaving)} to stop")
+        return Step(phase=S.Phase.starting)
     if not trainers:
         if ready_shards(ctx) < gt.spec.num_shards:
             C.set_trainers_waiting(conds, C.Reason.not_started, "waiting for the shard servers")
@@ -448,14 +630,26 @@ def trainers_stage(ctx: Context, conds: C.Conditions) -> Step:
         return _trainer_failed(ctx, conds, step, pod_failure(failed[0][1]), trainers)
     if len(trainers) == world and all(pod_phase(p) == "Succeeded" for p in trainers.values()):
         C.set_trainers_waiting(conds, C.Reason.completed, "every trainer finished")
-        C.set_succeeded(conds, "training finished; shard servers stopped")
-        return Step(step.actions + shut_down(ctx), step.status, S.Phase.succeeded)
+        kept = gt.spec.run_policy.clean_pod_policy == S.CleanPodPolicy.none
+        said = "shard servers kept (runPolicy.cleanPodPolicy None)" if kept else "shard servers stopped"
+        C.set_succeeded(conds, f"training finished; {said}")
+        return Step(step.actions + clean_up(ctx), step.status, S.Phase.succeeded)
     running = sum(pod_phase(p) in ("Running", "Succeeded") for p in trainers.values())
     if running == world:
         C.set_trainers_running(conds, f"{running}/{world} trainers running")
-        C.set_stalled(conds, _silent_rank(trainers, cm, ctx.obs.now, gt.spec.run_policy))
-    else:
-        C.set_trainers_waiting(conds, C.Reason.starting, f"{running}/{world} trainers running")
+        silent = _silent_rank(trainers, cm, ctx.obs.now, gt.spec.run_policy)
+        C.set_stalled(conds, silent)
+        if silent is not None and gt.spec.run_policy.stall_policy == S.StallPolicy.restart:
+            return _trainer_failed(ctx, conds, step, f"{silent}; runPolicy.stallPolicy is Restart", trainers)
+        return Step(step.actions, step.status, S.Phase.training)
+    C.set_trainers_waiting(conds, C.Reason.starting, f"{running}/{world} trainers running")
+    stuck = troubles(list(trainers.values()))
+    if stuck:
+        kind = S.ConditionType.trainers_ready
+        held = _cannot_start(ctx, conds, stuck, kind, f"{running}/{world} trainers running")
+        return Step(
+            step.actions + held.actions, step.status, held.phase or S.Phase.training, held.requeue_after
+        )
     return Step(step.actions, step.status, S.Phase.training)
 
 
@@ -471,12 +665,12 @@ def _trainer_failed(
         return Step(step.actions + removes, {**step.status, "restarts": attempt + 1}, S.Phase.restarting)
     C.set_trainer_failed(conds, message)
     C.set_failed(conds, C.Reason.backoff_limit_exceeded if attempt else C.Reason.trainer_failed, message)
-    return Step(step.actions + shut_down(ctx), step.status, S.Phase.failed)
+    return Step(step.actions + clean_up(ctx), step.status, S.Phase.failed)
 
 
 # ------------------------------------------------------------------------------------------ plan
 
-STAGES = (terminal_stage, partition_stage, shards_stage, trainers_stage)
+STAGES = (terminal_stage, suspend_stage, partition_stage, shards_stage, trainers_stage)
 """After the spec stage, in order; each ends the plan with a phase or hands on (the last always ends it)."""
 
 
@@ -501,15 +695,19 @@ def plan(obs: Observed, config: OperatorConfig | None = None, token: str = "") -
         return _finish(obs, conds, Step(status=status, phase=S.Phase.failed), decided.observed_generation)
     ctx = Context(obs, decided.gt, config or built_in(), token)
     actions: list[Action] = []
+    waits: list[float] = []
     for stage in STAGES:
         step = stage(ctx, conds)
         actions += step.actions
         status.update(step.status)
+        waits += [step.requeue_after] if step.requeue_after is not None else []
         if step.phase is not None:
-            ends = deadline(ctx)
-            wait = (
-                None if ends is None or step.phase in TERMINAL else max(0.0, (ends - obs.now).total_seconds())
-            )
+            if step.phase in TERMINAL:  # the TTL counts from completionTime (set now if it just ended)
+                ends = expiry(ctx, status.get("completionTime") or _iso(obs.now))
+            else:  # a suspended training has no startTime: its deadline does not run
+                ends = deadline(ctx) if step.phase != S.Phase.suspended else None
+            waits += [max(0.0, (ends - obs.now).total_seconds())] if ends is not None else []
+            wait = min(waits, default=None)
             return _finish(obs, conds, Step(actions, status, step.phase), decided.observed_generation, wait)
     raise AssertionError("the trainers stage always decides the phase")
 
@@ -545,15 +743,21 @@ def progress_status(cm: Obj | None) -> Obj:
 def _silent_rank(
     trainers: dict[int, Obj], cm: Obj | None, now: dt.datetime, policy: S.RunPolicy
 ) -> str | None:
-    """The rank whose last heartbeat (else its pod's start) is oldest, if older than stallTimeoutSeconds."""
+    """The rank whose last heartbeat (or its pod's start, if later) is oldest, if older than
+    stallTimeoutSeconds."""
     data = (cm or {}).get("data") or {}
     worst: tuple[float, int] | None = None
     for rank, pod in trainers.items():
         if pod_phase(pod) == "Succeeded":
             continue
         report = reporting.rank_report(data, rank)
-        seen = _parse_time(report.updated_at if report else None)
-        seen = seen or _parse_time((pod.get("status") or {}).get("startTime"))
+        # the later of its last report and its pod's start: a report of an earlier attempt (before a
+        # restart or a suspension) says nothing of this pod
+        times = (
+            _parse_time(report.updated_at if report else None),
+            _parse_time((pod.get("status") or {}).get("startTime")),
+        )
+        seen = max((t for t in times if t is not None), default=None)
         if seen is None:
             continue
         age = (now - seen).total_seconds()

@@ -55,6 +55,10 @@ class Reason(StrEnum):
     deadline_exceeded = "DeadlineExceeded"  # the training ran past runPolicy.activeDeadlineSeconds
     no_progress = "NoProgress"  # a trainer has not reported for runPolicy.stallTimeoutSeconds
     progressing = "Progressing"  # every trainer reports
+    pods_not_starting = "PodsNotStarting"  # a pod cannot start (image pull, crash loop, unschedulable)
+    start_timeout = "StartTimeout"  # a pod could not start for runPolicy.startTimeoutSeconds
+    suspended = "Suspended"  # spec.suspend is true: every pod is stopped, the data kept
+    resumed = "Resumed"  # spec.suspend went back to false: the training resumes from its checkpoint
 
 
 _T, _R = ConditionType, Reason  # short names for the tables
@@ -62,15 +66,17 @@ VOCABULARY: dict[tuple[ConditionType, bool], frozenset[Reason]] = {
     (_T.spec_valid, True): frozenset({_R.valid}),
     (_T.spec_valid, False): frozenset({_R.invalid_spec, _R.update_refused}),
     (_T.partition_ready, True): frozenset({_R.partitioned}),
-    (_T.partition_ready, False): frozenset({_R.partitioning, _R.partition_failed}),
+    (_T.partition_ready, False): frozenset({_R.partitioning, _R.partition_failed, _R.pods_not_starting}),
     (_T.shards_ready, True): frozenset({_R.all_ready}),
-    (_T.shards_ready, False): frozenset({_R.waiting}),
+    (_T.shards_ready, False): frozenset({_R.waiting, _R.pods_not_starting}),
     (_T.trainers_ready, True): frozenset({_R.running}),
     (_T.trainers_ready, False): frozenset(
-        {_R.not_started, _R.starting, _R.restarting, _R.trainer_failed, _R.completed}
+        {_R.not_started, _R.starting, _R.restarting, _R.trainer_failed, _R.completed, _R.pods_not_starting}
     ),
     (_T.stalled, True): frozenset({_R.no_progress}),
     (_T.stalled, False): frozenset({_R.progressing}),
+    (_T.suspended, True): frozenset({_R.suspended}),
+    (_T.suspended, False): frozenset({_R.resumed}),
     (_T.succeeded, True): frozenset({_R.completed}),
     (_T.failed, True): frozenset(
         {
@@ -80,6 +86,7 @@ VOCABULARY: dict[tuple[ConditionType, bool], frozenset[Reason]] = {
             _R.backoff_limit_exceeded,
             _R.process_failed,
             _R.deadline_exceeded,
+            _R.start_timeout,
         }
     ),
 }
@@ -95,6 +102,8 @@ FAILURES = frozenset(
         _R.process_failed,
         _R.deadline_exceeded,
         _R.no_progress,
+        _R.pods_not_starting,
+        _R.start_timeout,
     }
 )
 """The reasons that say something went wrong: their events are Warnings, every other reason's Normal."""
@@ -221,6 +230,20 @@ def set_partitioned(c: Conditions, message: str = "") -> None:
 def set_partition_failed(c: Conditions, message: str) -> None:
     c.set(ConditionType.partition_ready, False, Reason.partition_failed, message)
     c.set(ConditionType.failed, True, Reason.partition_failed, message)
+
+
+def set_pods_not_starting(c: Conditions, kind: ConditionType, message: str) -> None:
+    """The condition of a stage (PartitionReady, ShardsReady, TrainersReady) whose pods cannot start:
+    the message names each pod, its reason and its message."""
+    c.set(kind, False, Reason.pods_not_starting, message)
+
+
+def set_suspended(c: Conditions, message: str) -> None:
+    c.set(ConditionType.suspended, True, Reason.suspended, message)
+
+
+def set_resumed(c: Conditions, message: str) -> None:
+    c.set(ConditionType.suspended, False, Reason.resumed, message)
 
 
 def set_shards_ready(c: Conditions, ready: int, total: int) -> None:

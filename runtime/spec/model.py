@@ -294,6 +294,7 @@ class Phase(StrEnum):
     starting = "Starting"
     training = "Training"
     restarting = "Restarting"
+    suspended = "Suspended"
     succeeded = "Succeeded"
     failed = "Failed"
 
@@ -304,8 +305,32 @@ class ConditionType(StrEnum):
     shards_ready = "ShardsReady"
     trainers_ready = "TrainersReady"
     stalled = "Stalled"
+    suspended = "Suspended"
     succeeded = "Succeeded"
     failed = "Failed"
+
+
+class CleanPodPolicy(StrEnum):
+    """Which pods a finished training stops (Kubeflow's runPolicy.cleanPodPolicy, same names)."""
+
+    running = "Running"  # those still running or pending: shard servers, trainers, a partition job
+    all_ = "All"  # those and the finished ones: the partition job and every trainer pod too
+    none = "None"  # none: the shard servers keep serving until the GraphTraining is deleted
+
+
+class StallPolicy(StrEnum):
+    """What the operator does when a trainer stops reporting (runPolicy.stallTimeoutSeconds)."""
+
+    report = "Report"  # Stalled True and a Warning event; the trainers are left as they are
+    restart = "Restart"  # that, and every trainer restarts from the last checkpoint (a backoffLimit retry)
+
+
+class ClaimRetention(StrEnum):
+    """What happens to the data claim the operator made when its GraphTraining is deleted (the names of
+    a StatefulSet's persistentVolumeClaimRetentionPolicy)."""
+
+    retain = "Retain"  # the claim stays (no ownerReference): checkpoints and trained tables outlive it
+    delete = "Delete"  # the claim is deleted with the training (an ownerReference to it)
 
 
 class ShardState(StrEnum):
@@ -1009,7 +1034,8 @@ class Trainers(Placement):
 
 
 class RunPolicy(_Model):
-    """When a run is restarted, stalled or out of time."""
+    """When a run is restarted, stalled, stuck or out of time, and what is left once it ended. Every
+    field may change while the training runs (the operator takes the new value at once)."""
 
     backoff_limit: int = Field(
         default=0,
@@ -1027,6 +1053,41 @@ class RunPolicy(_Model):
         default=600,
         ge=10,
         description="Seconds without training progress after which the run is marked Stalled.",
+    )
+    stall_policy: StallPolicy = Field(
+        default=StallPolicy.report,
+        description="What a stall does (Kubernetes only): Report (default) sets Stalled True with a "
+        "Warning event naming the silent rank and leaves the trainers as they are; Restart also "
+        "restarts every trainer from the last checkpoint, which counts as one of runPolicy.backoffLimit's "
+        "retries (with none left the training fails).",
+    )
+    start_timeout_seconds: int = Field(
+        default=600,
+        ge=10,
+        description="Seconds a pod may be unable to start before the training fails with StartTimeout "
+        "(Kubernetes only; as a Deployment's progressDeadlineSeconds). Unable to start: unschedulable, "
+        "or a container waiting in ImagePullBackOff, ErrImagePull, CrashLoopBackOff, "
+        "CreateContainerConfigError or a like error; counted from when the pod was last ready (else "
+        "scheduled, else created). A slow image pull or a long load is not counted. Until then the "
+        "condition of the pod's stage (PartitionReady, ShardsReady or TrainersReady) says PodsNotStarting "
+        "with each pod, its reason and its message.",
+    )
+    clean_pod_policy: CleanPodPolicy = Field(
+        default=CleanPodPolicy.running,
+        description="Which pods are stopped once the training Succeeded or Failed (Kubernetes only; "
+        "Kubeflow's names): Running (default) deletes every pod still running or pending (the shard "
+        "servers' StatefulSet, running trainers, a running partition Job) and keeps finished pods for "
+        "their logs; All deletes the finished ones too (the partition Job and every trainer pod); None "
+        "deletes nothing, even at a deadline, so the shard servers keep serving (and holding their "
+        "resources) until the GraphTraining is deleted. The data claim is never touched: see "
+        "storage.whenDeleted.",
+    )
+    ttl_seconds_after_finished: int | None = Field(
+        default=None,
+        ge=0,
+        description="Seconds after completionTime (Succeeded or Failed) at which the operator deletes "
+        "the GraphTraining, and with it its children (Kubernetes only; as a Job's). The data claim goes "
+        "only if storage.whenDeleted is Delete. Unset: kept until deleted.",
     )
 
 
@@ -1066,6 +1127,16 @@ class Storage(_Model):
         max_length=4096,
         description="Where the volume is mounted in every pod (an absolute path).",
     )
+    when_deleted: ClaimRetention = Field(
+        default=ClaimRetention.retain,
+        description="What deleting the GraphTraining does to the claim the operator made for it "
+        "(StatefulSet's names): Retain (default) keeps it, with its datasets, partition, checkpoints "
+        "and trained tables (it has no ownerReference; delete it with kubectl when done); Delete deletes "
+        "it with the training. A claim named by volumeClaimName is never deleted. A retained claim is "
+        "reused by a GraphTraining later created with the same name (its datasets are not fetched "
+        "again), which still starts afresh: each training works in its own directory, "
+        "<mountPath>/runs/<name>/<uid>.",
+    )
 
 
 class GraphTrainingSpec(_Model):
@@ -1085,7 +1156,22 @@ class GraphTrainingSpec(_Model):
     training: Training = Field(default_factory=Training, description="The training loop.")
     shard_servers: ShardServers = Field(default_factory=ShardServers, description="The shard servers.")
     trainers: Trainers = Field(default_factory=Trainers, description="The trainers.")
-    run_policy: RunPolicy = Field(default_factory=RunPolicy, description="Restarts, stalls and deadline.")
+    run_policy: RunPolicy = Field(
+        default_factory=RunPolicy,
+        description="Restarts, stalls, pods that cannot start, deadline and clean-up; may change while "
+        "the training runs.",
+    )
+    suspend: bool = Field(
+        default=False,
+        description="True stops every pod of the training (trainers, shard servers, a running partition "
+        "Job) and keeps the rest (the data claim with its checkpoints, the partition, the token): phase "
+        "Suspended, condition Suspended True. False again resumes it: the shard servers and trainers "
+        "restart from the last checkpoint (a suspension is not a restart of runPolicy.backoffLimit). As a "
+        "Job's (for Kueue): may change while the training runs; status.startTime is cleared while "
+        "suspended and set again on resumption, so activeDeadlineSeconds counts from the last "
+        "resumption; created suspended, the training makes no children, and its spec may still change "
+        "until it first runs. Kubernetes only: `graphtrain run` ignores it.",
+    )
     storage: Storage = Field(default_factory=Storage, description="The shared volume (Kubernetes only).")
     image: str | None = Field(
         default=None,
@@ -1238,7 +1324,7 @@ class Condition(_Model):
 
     type: ConditionType = Field(
         description="What is observed: SpecValid, PartitionReady, ShardsReady, TrainersReady, Stalled, "
-        "Succeeded or Failed."
+        "Suspended, Succeeded or Failed."
     )
     status: Literal["True", "False", "Unknown"] = Field(description="Whether the condition holds.")
     reason: str = Field(
@@ -1317,7 +1403,7 @@ class GraphTrainingStatus(_Model):
 
     phase: Phase = Field(
         default=Phase.pending,
-        description="Pending, Partitioning, Starting, Training, Restarting, Succeeded or Failed.",
+        description="Pending, Partitioning, Starting, Training, Restarting, Suspended, Succeeded or Failed.",
     )
     conditions: list[Condition] = Field(
         default_factory=list, description="The latest observations, one per type."
@@ -1334,7 +1420,8 @@ class GraphTrainingStatus(_Model):
     start_time: str | None = Field(
         default=None,
         json_schema_extra={"format": "date-time"},
-        description="When the run started (RFC 3339).",
+        description="When the run started, or last resumed after spec.suspend (RFC 3339); unset "
+        "while suspended.",
     )
     completion_time: str | None = Field(
         default=None,

@@ -4,7 +4,8 @@ What it uses is recorded, not listed: the operator runs as a process, with the c
 chart's Deployment, against a private API server whose audit log names every request's verb,
 resource, subresource, namespace and object (the API server's own reading of the URL: what RBAC
 checks). A training is driven through its whole lifecycle (partition, shards, trainers, a failed
-trainer and the restart, success, deletion), as in tests/operator/test_operator_apiserver.py.
+trainer and the restart, success, deletion by its runPolicy.ttlSecondsAfterFinished with its data
+claim, storage.whenDeleted Delete), as in tests/operator/test_operator_apiserver.py.
 Needed = every resource request of the operator, plus the rules of every Role it created for a
 training (RBAC escalation prevention: it may only grant what it holds). Non-resource requests
 (discovery: /api, /apis, /version, /openapi) are granted to every authenticated user by the built-in
@@ -239,8 +240,12 @@ def lifecycle(kube: k8s.Kubectl, trainings: list[tuple[str, str]], tokens: list[
     def phase(ns: str, name: str) -> str:
         return jsonpath(kube, ns, "{.status.phase}", "gtr", name)
 
-    for ns, name in trainings:
-        kube("apply", "-n", ns, "-f", "-", input=SPEC.format(name=name, extra_model=""))
+    for ns, name in trainings:  # deleted by the operator once finished, its claim with it
+        spec = SPEC.format(name=name, extra_model="").replace(
+            "{backoffLimit: 1}",
+            "{backoffLimit: 1, ttlSecondsAfterFinished: 0}\n  storage: {whenDeleted: Delete}",
+        )
+        kube("apply", "-n", ns, "-f", "-", input=spec)
     wait_all(trainings, lambda ns, name: phase(ns, name) == "Partitioning", "Partitioning")
     stats = {"algorithm": "metis", "parts": 2, "numNodes": 100, "numEdges": 300, "cutEdges": 9}
     for ns, name in trainings:
@@ -282,20 +287,24 @@ def lifecycle(kube: k8s.Kubectl, trainings: list[tuple[str, str]], tokens: list[
         killed = terminated("trainer", terminated={"exitCode": 137, "reason": "OOMKilled"})
         status(kube, "pod", f"{name}-trainer-1", ns, {"phase": "Failed", "containerStatuses": killed})
     wait_all(trainings, lambda ns, name: trainers(ns, name, "1"), "the restarted trainers")
-    for ns, name in trainings:
-        for rank in (0, 1):
-            status(kube, "pod", f"{name}-trainer-{rank}", ns, {"phase": "Succeeded"})
-    wait_all(trainings, lambda ns, name: phase(ns, name) == "Succeeded", "Succeeded")
     roles = []
-    for ns, name in trainings:
+    for ns, name in trainings:  # read before the TTL (0 s) deletes them, and their Roles with them
         out = kube("get", "roles", "-n", ns, "-l", f"graphtrain.io/training={name}", "-o", "json")
         roles += json.loads(out)["items"]
         secret = json.loads(kube("get", "secret", f"{name}-token", "-n", ns, "-o", "json"))
         encoded = (secret.get("data") or {}).get("token")  # the stand-in keeps stringData as written
         tokens.append(base64.b64decode(encoded).decode() if encoded else secret["stringData"]["token"])
-        kube(
-            "delete", "gtr", name, "-n", ns, "--wait=true", "--timeout=60s"
-        )  # the finalizer: deleted children
+    for ns, name in trainings:
+        for rank in (0, 1):
+            status(kube, "pod", f"{name}-trainer-{rank}", ns, {"phase": "Succeeded"})
+    for ns, name in trainings:  # Succeeded, then deleted by the operator (the finalizer: deleted children)
+        kube("wait", "--for=delete", f"gtr/{name}", "-n", ns, "--timeout=60s")
+        wait_for(
+            lambda ns=ns, name=name: (
+                jsonpath(kube, ns, "{.items}", "pvc", "-l", f"graphtrain.io/training={name}") in ("", "[]")
+            ),
+            what="the claim deleted",
+        )
     return roles
 
 

@@ -1,5 +1,6 @@
 """Deleting GraphTrainings against the real API server (issue 17, 3a): a training deleted before it
-finished leaves no child (child-deletion events must not make them again), and a training re-created
+finished leaves no child but its retained data claim (child-deletion events must not make them
+again), and a training re-created
 with an earlier one's name never counts that one's leftovers (same names, same labels) as its own."""
 
 from __future__ import annotations
@@ -58,7 +59,10 @@ def test_deleting_every_training_while_partitioning_leaves_no_child(kube, operat
     assert len(children(kube, ns)) >= 8 * len(trainings)
     kube("delete", "gtr", "--all", "-n", ns, "--wait=true", "--timeout=60s")
     time.sleep(3)  # three of the operator's timer periods (1 s here) and every child event's reconcile
-    assert children(kube, ns) == []
+    kept = [f"persistentvolumeclaim/{name}-data" for name in trainings]  # storage.whenDeleted: Retain
+    assert children(kube, ns) == kept
+    for name in trainings:
+        assert not get(kube, "pvc", f"{name}-data", ns)["metadata"].get("ownerReferences")
 
 
 def test_a_recreated_training_never_counts_an_earlier_ones_leftovers(kube, operator, ns: str) -> None:

@@ -77,12 +77,12 @@ def test_a_training_goes_through_every_phase(kube, operator, ns: str) -> None:
         ("serviceaccount", ["wn-trainer"]),
         ("role", ["wn-trainer"]),
         ("rolebinding", ["wn-trainer"]),
-        ("persistentvolumeclaim", ["wn-data"]),
     ]:
         assert names_of(kube, kind, ns, "wn") == expected, kind
         for n in expected:
             refs = get(kube, kind, n, ns)["metadata"]["ownerReferences"]
             assert refs[0]["uid"] == uid and refs[0]["controller"] is True
+    assert names_of(kube, "persistentvolumeclaim", ns, "wn") == ["wn-data"]  # retained: owned by nothing
 
     # the Job controller and the kubelet: the partition pod succeeds with the stats as its message
     stats = {
@@ -245,13 +245,15 @@ def test_a_training_goes_through_every_phase(kube, operator, ns: str) -> None:
         "serviceaccount",
         "role",
         "rolebinding",
-        "pvc",
         "service",
         "pod",
         "networkpolicy",
         "poddisruptionbudget",
     ):
         assert names_of(kube, kind, ns, "wn") == [], kind
+    # storage.whenDeleted Retain (the default): the claim with the checkpoints stays, owned by nothing
+    assert names_of(kube, "pvc", ns, "wn") == ["wn-data"]
+    assert "ownerReferences" not in get(kube, "pvc", "wn-data", ns)["metadata"]
 
 
 def test_a_training_deleted_mid_timer_reconcile_goes_at_once(kube, operator, ns: str, monkeypatch) -> None:
@@ -381,3 +383,177 @@ def test_a_child_the_api_server_refuses_is_a_warning_event_not_a_traceback(
     assert len(warned) == 1 and warned[0]["type"] == "Warning", warned
     assert warned[0]["message"].startswith("ConfigMap/refused_bad was refused by the API server: ")
     assert "\n" not in warned[0]["message"]
+
+
+# ------------------------------------------------------------------------------ lifecycle (issue 17)
+
+
+def apply_training(kube, ns: str, name: str, run_policy: str) -> None:
+    """SPEC named `name` with `run_policy` as its runPolicy's fields."""
+    spec = SPEC.format(name=name, extra_model="").replace("{backoffLimit: 1}", "{" + run_policy + "}")
+    kube("apply", "-n", ns, "-f", "-", input=spec)
+
+
+def partition_pod(kube, ns: str, name: str, status: dict) -> None:
+    """The Job controller's pod of <name>-partition, with `status` (the kubelet's)."""
+    job = f"{name}-partition"
+    owner = {"apiVersion": "batch/v1", "kind": "Job", "name": job, "controller": True}
+    owner["uid"] = get(kube, "job", job, ns)["metadata"]["uid"]
+    labels = {"graphtrain.io/training": name, "graphtrain.io/role": "partition", "job-name": job}
+    meta = {"name": f"{job}-x", "labels": labels, "ownerReferences": [owner]}
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": meta,
+        "spec": {"containers": [{"name": "partition"}]},
+    }
+    kube("apply", "-n", ns, "-f", "-", input=json.dumps(pod))
+    status_patch(kube, "pod", f"{job}-x", ns, status)
+
+
+def to_training(kube, ns: str, name: str) -> None:
+    """Partitioned, shards ready, both trainers running."""
+    assert wait_for(lambda: names_of(kube, "job", ns, name) == [f"{name}-partition"], what="the job")
+    status_patch(
+        kube,
+        "job",
+        f"{name}-partition",
+        ns,
+        {"succeeded": 1, "conditions": [{"type": "Complete", "status": "True"}]},
+    )
+    assert wait_for(lambda: names_of(kube, "statefulset", ns, name) == [f"{name}-shards"], what="the shards")
+    status_patch(kube, "statefulset", f"{name}-shards", ns, {"replicas": 2, "readyReplicas": 2})
+    trainers = [f"{name}-trainer-0", f"{name}-trainer-1"]
+    assert wait_for(lambda: set(trainers) <= set(names_of(kube, "pod", ns, name)), what="the trainers")
+    for pod in trainers:
+        status_patch(kube, "pod", pod, ns, {"phase": "Running"})
+    assert wait_for(lambda: conditions(kube, name, ns).get("TrainersReady", {}).get("status") == "True")
+
+
+def container(**state: object) -> list[dict]:
+    return [{"name": "c", "ready": False, "restartCount": 0, "image": "x", "imageID": "", "state": state}]
+
+
+def test_clean_up_ttl_and_a_retained_claim_reused_afresh(kube, operator, ns: str) -> None:
+    """c: a failed training stops what still runs (cleanPodPolicy Running) and keeps the finished
+    trainer for its logs; its TTL deletes it; its claim stays (whenDeleted Retain) and the training
+    re-created with the name uses it without resuming the old one's work (its own directory)."""
+    apply_training(kube, ns, "ttl", "backoffLimit: 0, ttlSecondsAfterFinished: 4")
+    to_training(kube, ns, "ttl")
+    first = get(kube, "gtr", "ttl", ns)["metadata"]["uid"]
+    claim = get(kube, "pvc", "ttl-data", ns)["metadata"]
+    assert "ownerReferences" not in claim
+    killed = container(terminated={"exitCode": 137, "reason": "OOMKilled"})
+    status_patch(kube, "pod", "ttl-trainer-1", ns, {"phase": "Failed", "containerStatuses": killed})
+    assert wait_for(lambda: phase(kube, "ttl", ns) == "Failed", what="Failed")
+    assert wait_for(
+        lambda: names_of(kube, "pod", ns, "ttl") == ["ttl-trainer-1"], what="the running rank stopped"
+    )
+    assert names_of(kube, "statefulset", ns, "ttl") == [] and names_of(kube, "job", ns, "ttl") == [
+        "ttl-partition"
+    ]
+    done = time.monotonic()
+    kube("wait", "--for=delete", "gtr/ttl", "-n", ns, "--timeout=30s")  # the TTL, with no other event
+    assert time.monotonic() - done >= 1.0  # not at once: completionTime has whole seconds
+    assert wait_for(lambda: names_of(kube, "pod", ns, "ttl") == [], what="the children deleted")
+    assert names_of(kube, "pvc", ns, "ttl") == ["ttl-data"]
+
+    apply_training(kube, ns, "ttl", "backoffLimit: 0")
+    assert wait_for(lambda: names_of(kube, "job", ns, "ttl") == ["ttl-partition"], what="the new job")
+    second = get(kube, "gtr", "ttl", ns)["metadata"]["uid"]
+    assert second != first
+    assert get(kube, "pvc", "ttl-data", ns)["metadata"]["uid"] == claim["uid"]  # the same claim, reused
+    args = get(kube, "job", "ttl-partition", ns)["spec"]["template"]["spec"]["containers"][0]["args"]
+    out = args[args.index("--out") + 1]
+    assert f"/runs/ttl/{second}/" in out and first not in out
+    assert "Failed" not in conditions(kube, "ttl", ns)
+
+
+def test_a_pod_that_cannot_start_is_named_then_fails_the_training(kube, operator, ns: str) -> None:
+    """e: the partition pod in ImagePullBackOff: PartitionReady says so (pod, reason, message), not
+    "job ... is running"; after startTimeoutSeconds the training fails with StartTimeout and the job goes."""
+    apply_training(kube, ns, "stuck", "startTimeoutSeconds: 10")
+    assert wait_for(lambda: names_of(kube, "job", ns, "stuck") == ["stuck-partition"], what="the job")
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    said = 'Back-off pulling image "localhost/graphtrain:nope"'
+    partition_pod(
+        kube,
+        ns,
+        "stuck",
+        {
+            "phase": "Pending",
+            "conditions": [{"type": "Ready", "status": "False", "lastTransitionTime": now}],
+            "containerStatuses": container(waiting={"reason": "ImagePullBackOff", "message": said}),
+        },
+    )
+    partition = lambda: conditions(kube, "stuck", ns).get("PartitionReady", {})  # noqa: E731
+    assert wait_for(lambda: partition().get("reason") == "PodsNotStarting", what="PodsNotStarting")
+    assert partition()["message"] == f"job stuck-partition: pod stuck-partition-x: ImagePullBackOff: {said}"
+    assert phase(kube, "stuck", ns) == "Partitioning"
+    assert wait_for(lambda: phase(kube, "stuck", ns) == "Failed", timeout=30, what="StartTimeout")
+    failed = conditions(kube, "stuck", ns)["Failed"]
+    assert failed["reason"] == "StartTimeout" and "runPolicy.startTimeoutSeconds 10" in failed["message"]
+    assert wait_for(lambda: names_of(kube, "job", ns, "stuck") == [], what="the job stopped")
+    events = yaml.safe_load(kube("get", "events", "-n", ns, "-o", "yaml"))["items"]
+    warned = {
+        e["reason"] for e in events if e["involvedObject"]["name"] == "stuck" and e["type"] == "Warning"
+    }
+    assert {"PodsNotStarting", "StartTimeout"} <= warned
+
+
+def test_a_stall_restarts_the_trainers_when_the_policy_says_so(kube, operator, ns: str) -> None:
+    """f: stallPolicy Restart: a rank silent for stallTimeoutSeconds restarts every rank (attempt 1, a
+    restart counted), the NoProgress event naming the rank."""
+    policy = "backoffLimit: 1, stallTimeoutSeconds: 10, stallPolicy: Restart"
+    apply_training(kube, ns, "stall", policy)
+    to_training(kube, ns, "stall")
+    # rank 1 started long ago and never reported (rank 0 has no start time yet: not judged)
+    long_ago = {"phase": "Running", "startTime": "2020-01-01T00:00:00Z"}
+    status_patch(kube, "pod", "stall-trainer-1", ns, long_ago)
+    assert wait_for(lambda: get(kube, "gtr", "stall", ns)["status"].get("restarts") == 1, what="a restart")
+    assert wait_for(
+        lambda: (
+            [
+                get(kube, "pod", f"stall-trainer-{r}", ns)["metadata"]["labels"]["graphtrain.io/attempt"]
+                for r in range(2)
+            ]
+            == ["1", "1"]
+        ),
+        what="attempt 1",
+    )
+    events = yaml.safe_load(kube("get", "events", "-n", ns, "-o", "yaml"))["items"]
+    said = {e["reason"]: e["message"] for e in events if e["involvedObject"]["name"] == "stall"}
+    assert "has not reported" in said["NoProgress"]  # the conditions of the moment are the restart's
+    assert "runPolicy.stallPolicy is Restart; restart 1/1" in said["TrainerFailed"]
+    assert get(kube, "gtr", "stall", ns)["status"]["restarts"] == 1  # once: attempt 1 is not stalled at once
+
+
+def test_suspend_stops_the_pods_keeps_the_data_and_resumes(kube, operator, ns: str) -> None:
+    """g: suspend true mid-training: trainers and shard servers go, claim, token, config and partition
+    job stay, phase Suspended, no startTime; false: the shard servers and the same attempt's trainers
+    come back."""
+    apply_training(kube, ns, "sus", "backoffLimit: 1, activeDeadlineSeconds: 3600")
+    to_training(kube, ns, "sus")
+    kube("patch", "gtr", "sus", "-n", ns, "--type=merge", "-p", '{"spec": {"suspend": true}}')
+    assert wait_for(lambda: phase(kube, "sus", ns) == "Suspended", what="Suspended")
+    assert wait_for(lambda: names_of(kube, "pod", ns, "sus") == [], what="the trainers stopped")
+    assert names_of(kube, "statefulset", ns, "sus") == []
+    for kind, kept in [("pvc", ["sus-data"]), ("secret", ["sus-token"]), ("job", ["sus-partition"])]:
+        assert names_of(kube, kind, ns, "sus") == kept, kind
+    st = get(kube, "gtr", "sus", ns)["status"]
+    assert "startTime" not in st and st["restarts"] == 0
+    assert conditions(kube, "sus", ns)["Suspended"]["status"] == "True"
+    kube("patch", "gtr", "sus", "-n", ns, "--type=merge", "-p", '{"spec": {"suspend": false}}')
+    assert wait_for(
+        lambda: names_of(kube, "statefulset", ns, "sus") == ["sus-shards"], what="the shards back"
+    )
+    resumed = conditions(kube, "sus", ns)["Suspended"]
+    assert (resumed["status"], resumed["reason"]) == ("False", "Resumed")
+    assert get(kube, "gtr", "sus", ns)["status"].get("startTime")
+    status_patch(kube, "statefulset", "sus-shards", ns, {"replicas": 2, "readyReplicas": 2})
+    assert wait_for(
+        lambda: names_of(kube, "pod", ns, "sus") == ["sus-trainer-0", "sus-trainer-1"],
+        what="the trainers back",
+    )
+    assert get(kube, "pod", "sus-trainer-0", ns)["metadata"]["labels"]["graphtrain.io/attempt"] == "0"
+    assert phase(kube, "sus", ns) == "Training"

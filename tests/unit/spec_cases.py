@@ -144,4 +144,21 @@ FIELD_BREAKS: dict[str, tuple[Doc, bool]] = {
         edit(GRAPHSAGE, _toleration({"key": "gpu", "effect": "NoExecute", "tolerationSeconds": -5})),
         True,
     ),
+    # the lifecycle fields (issue 17): each refused by both sides, naming the field
+    "clean-pod-policy": (edit(GRAPHSAGE, lambda s: s.update(runPolicy={"cleanPodPolicy": "Finished"})), True),
+    "ttl-negative": (edit(GRAPHSAGE, lambda s: s.update(runPolicy={"ttlSecondsAfterFinished": -1})), True),
+    "start-timeout": (edit(GRAPHSAGE, lambda s: s.update(runPolicy={"startTimeoutSeconds": 0})), True),
+    "stall-policy": (edit(GRAPHSAGE, lambda s: s.update(runPolicy={"stallPolicy": "Kill"})), True),
+    "when-deleted": (edit(GRAPHSAGE, lambda s: s.update(storage={"whenDeleted": "Keep"})), True),
+    "suspend-not-boolean": (edit(GRAPHSAGE, lambda s: s.update(suspend="yes")), True),
+}
+
+# the field each lifecycle case above breaks, as `graphtrain validate` and the API server name it
+LIFECYCLE_FIELDS = {
+    "clean-pod-policy": "spec.runPolicy.cleanPodPolicy",
+    "ttl-negative": "spec.runPolicy.ttlSecondsAfterFinished",
+    "start-timeout": "spec.runPolicy.startTimeoutSeconds",
+    "stall-policy": "spec.runPolicy.stallPolicy",
+    "when-deleted": "spec.storage.whenDeleted",
+    "suspend-not-boolean": "spec.suspend",
 }

@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 from graphtrain.cli import app
 from graphtrain.runtime import partition as P
 from graphtrain.runtime.crd import crd_yaml
+from tests.unit.spec_cases import FIELD_BREAKS, LIFECYCLE_FIELDS
 
 runner = CliRunner()
 
@@ -76,6 +77,17 @@ def test_version_without_package_metadata_says_so(monkeypatch: pytest.MonkeyPatc
 def test_crd_command_prints_the_generated_crd() -> None:
     result = runner.invoke(app, ["crd"])
     assert result.exit_code == 0 and result.output == crd_yaml()
+
+
+@pytest.mark.parametrize("case", sorted(LIFECYCLE_FIELDS))
+def test_validate_names_a_bad_lifecycle_field(tmp_path: Path, case: str) -> None:
+    """runPolicy.cleanPodPolicy, ttlSecondsAfterFinished, startTimeoutSeconds, stallPolicy,
+    storage.whenDeleted, suspend: a wrong value is one problem naming its field, exit 1."""
+    spec = tmp_path / "bad.yaml"
+    spec.write_text(yaml.safe_dump(FIELD_BREAKS[case][0]))
+    result = runner.invoke(app, ["validate", str(spec)])
+    assert result.exit_code == 1 and len(result.output.splitlines()) == 1, result.output
+    assert f"bad.yaml: {LIFECYCLE_FIELDS[case]}: " in result.output
 
 
 def test_validate_reports_every_problem(tmp_path: Path) -> None:

@@ -30,6 +30,10 @@ EXPECTED = {
     R.deadline_exceeded: "Warning",
     R.no_progress: "Warning",
     R.progressing: "Normal",
+    R.pods_not_starting: "Warning",
+    R.start_timeout: "Warning",
+    R.suspended: "Normal",
+    R.resumed: "Normal",
 }
 T0, T1 = "2026-01-01T00:00:00Z", "2026-01-01T00:01:00Z"
 

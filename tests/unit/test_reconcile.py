@@ -170,8 +170,11 @@ def test_a_new_training_gets_its_base_children_and_partition_job() -> None:
         ]
     )
     for a in p.actions:
-        assert a.obj["metadata"]["ownerReferences"][0]["uid"] == "uid-1"
         assert a.obj["metadata"]["labels"][M.LABEL_TRAINING] == NAME
+        if a.obj["kind"] == "PersistentVolumeClaim":  # storage.whenDeleted Retain: it outlives the training
+            assert "ownerReferences" not in a.obj["metadata"]
+        else:
+            assert a.obj["metadata"]["ownerReferences"][0]["uid"] == "uid-1"
     assert cond(p, "SpecValid")["status"] == "True"
     assert [e.reason for e in p.events][0] == "Partitioning"
     assert p.status["observedGeneration"] == 1
@@ -354,6 +357,8 @@ def test_no_heartbeat_for_the_stall_timeout_names_the_silent_rank() -> None:
     c = Cluster(training())
     to_training(c)
     c.trainers("Running")
+    for r in range(2):
+        c.children[key("Pod", M.trainer_name(NAME, r))]["status"]["startTime"] = "2026-11-22T11:40:00Z"
     c.children[key("ConfigMap", f"{NAME}-progress")]["data"] = {
         "rank-0": json.dumps({"updated_at": "2026-11-22T11:59:55Z"}),
         "rank-1": json.dumps({"updated_at": "2026-11-22T11:50:00Z"}),
@@ -473,8 +478,8 @@ def shard_pod(i: int, ready: bool, phase: str = "Running", restarts: int = 0) ->
     return obj("Pod", f"{NAME}-shards-{i}", status, labels=M.labels(NAME, "shards"))
 
 
-def trainer(rank: int, phase: str, attempt: int = 0) -> dict:
-    status: dict = {"phase": phase, "startTime": "2026-11-22T11:59:00Z"}
+def trainer(rank: int, phase: str, attempt: int = 0, start: str = "2026-11-22T11:59:00Z", **status) -> dict:
+    status = {"phase": phase, "startTime": start, **status}
     if phase == "Failed":
         status["containerStatuses"] = [
             {"state": {"terminated": {"exitCode": 1, "reason": "Error", "message": "boom"}}}
@@ -687,6 +692,7 @@ CREATE_ALL = [*(f"create {p}" for p in PODS), f"create Service/{NAME}-trainers"]
 DELETE_ALL = [f"delete {p}" for p in PODS]
 STOP_SHARDS = [f"delete StatefulSet/{NAME}-shards"]
 RUNNING = (trainer(0, "Running"), trainer(1, "Running"))
+EARLY = "2026-11-22T11:40:00Z"  # pods started before their ranks' last reports
 
 
 @pytest.mark.parametrize(
@@ -745,7 +751,12 @@ RUNNING = (trainer(0, "Running"), trainer(1, "Running"))
         ),
         row(
             "a-silent-rank",
-            observed(sts(2), *RUNNING, progress(rank_0=FRESH, rank_1=SILENT)),
+            observed(
+                sts(2),
+                trainer(0, "Running", start=EARLY),
+                trainer(1, "Running", start=EARLY),
+                progress(rank_0=FRESH, rank_1=SILENT),
+            ),
             "Training",
             [],
             "TrainersReady=True Running, Stalled=True NoProgress",
@@ -764,7 +775,7 @@ RUNNING = (trainer(0, "Running"), trainer(1, "Running"))
             "failed-backoff-used-up",
             observed(sts(2), trainer(0, "Running", 1), trainer(1, "Failed", 1), status={"restarts": 1}),
             "Failed",
-            STOP_SHARDS,
+            [*STOP_SHARDS, f"delete {PODS[0]}"],  # cleanPodPolicy Running: the rank still running stops
             "TrainersReady=False TrainerFailed, Failed=True BackoffLimitExceeded",
             "Warning TrainerFailed, Warning BackoffLimitExceeded",
         ),
@@ -772,7 +783,7 @@ RUNNING = (trainer(0, "Running"), trainer(1, "Running"))
             "failed-no-backoff",
             observed(sts(2), trainer(0, "Failed"), trainer(1, "Running"), **{"runPolicy.backoffLimit": 0}),
             "Failed",
-            STOP_SHARDS,
+            [*STOP_SHARDS, f"delete {PODS[1]}"],
             "TrainersReady=False TrainerFailed, Failed=True TrainerFailed",
             "Warning TrainerFailed, Warning TrainerFailed",
         ),
@@ -809,7 +820,7 @@ def since(start: str, **extra) -> dict:
             "succeeded",
             observed(sts(2), status={"phase": "Succeeded", "conditions": KEPT}),
             "Succeeded",
-            [],
+            STOP_SHARDS,  # a StatefulSet seen after the end (a delete that failed) is deleted again
             KEPT_CONDS,
             "",
         ),
@@ -822,7 +833,7 @@ def since(start: str, **extra) -> dict:
                 **DEADLINE,
             ),
             "Failed",
-            [],
+            [f"delete {PODS[0]}"],  # a trainer still running after the end is stopped
             KEPT_CONDS,
             "",
         ),
@@ -953,3 +964,585 @@ def test_a_training_being_deleted_is_left_alone() -> None:
     c.children.clear()  # its children are being deleted
     p = c.step()
     assert p.actions == [] and p.events == [] and p.status == c.body["status"]
+
+
+# --------------------------------------------------------------------- clean-up, TTL and the claim
+# Issue 17 c: a finished training stops its pods as runPolicy.cleanPodPolicy says, is deleted
+# ttlSecondsAfterFinished after it finished, and keeps its data claim unless storage.whenDeleted Delete.
+
+ENDED = {"phase": "Failed", "completionTime": "2026-11-22T11:59:00Z", "conditions": KEPT}
+FINISHED_PODS = (job("succeeded"), sts(2), trainer(0, "Succeeded"), trainer(1, "Running"))
+DELETE_TRAINING = f"delete GraphTraining/{NAME}"
+
+
+@pytest.mark.parametrize(
+    TABLE,
+    [
+        row(
+            "running-stops-what-runs",
+            observed(*FINISHED_PODS, status=ENDED),
+            "Failed",
+            [*STOP_SHARDS, f"delete {PODS[1]}"],
+            KEPT_CONDS,
+            "",
+        ),
+        row(
+            "running-stops-a-running-partition-job",
+            observed(job("running"), status=ENDED),
+            "Failed",
+            [f"delete Job/{NAME}-partition"],
+            KEPT_CONDS,
+            "",
+        ),
+        row(
+            "all-deletes-finished-pods-too",
+            observed(*FINISHED_PODS, status=ENDED, **{"runPolicy.cleanPodPolicy": "All"}),
+            "Failed",
+            [*STOP_SHARDS, f"delete Job/{NAME}-partition", *DELETE_ALL],
+            KEPT_CONDS,
+            "",
+        ),
+        row(
+            "none-keeps-everything",
+            observed(*FINISHED_PODS, status=ENDED, **{"runPolicy.cleanPodPolicy": "None"}),
+            "Failed",
+            [],
+            KEPT_CONDS,
+            "",
+        ),
+        row(
+            "pods-being-deleted-are-not-deleted-again",
+            observed(
+                obj("StatefulSet", f"{NAME}-shards", api="apps/v1", deletionTimestamp="2026-11-22T11:59:30Z"),
+                status=ENDED,
+            ),
+            "Failed",
+            [],
+            KEPT_CONDS,
+            "",
+        ),
+        row(
+            "ttl-not-yet",
+            observed(status=ENDED, **{"runPolicy.ttlSecondsAfterFinished": 61}),
+            "Failed",
+            [],
+            KEPT_CONDS,
+            "",
+        ),
+        row(
+            "ttl-ran-out",
+            observed(status=ENDED, **{"runPolicy.ttlSecondsAfterFinished": 60}),
+            "Failed",
+            [DELETE_TRAINING],
+            KEPT_CONDS,
+            "",
+        ),
+        row(
+            "ttl-zero-with-clean-up",
+            observed(sts(2), status=ENDED, **{"runPolicy.ttlSecondsAfterFinished": 0}),
+            "Failed",
+            [*STOP_SHARDS, DELETE_TRAINING],
+            KEPT_CONDS,
+            "",
+        ),
+    ],
+)
+def test_terminal_clean_up_and_ttl(o: Observed, phase, actions, conds, events, status) -> None:
+    assert run(R.terminal_stage, o) == (phase, actions, conds, events, status)
+
+
+@pytest.mark.parametrize(
+    ("policy", "deleted"),
+    [
+        ("Running", [*STOP_SHARDS]),
+        ("All", [*STOP_SHARDS, f"Job/{NAME}-partition", *PODS]),
+        ("None", []),
+    ],
+)
+def test_a_success_cleans_up_as_the_policy_says(policy: str, deleted: list[str]) -> None:
+    c = Cluster(training(**{"runPolicy.cleanPodPolicy": policy}))
+    to_training(c)
+    c.trainers("Succeeded")
+    p = c.step()
+    assert p.status["phase"] == "Succeeded"
+    assert kinds(p, "delete") == sorted(d.removeprefix("delete ") for d in deleted)
+    assert ("kept" in cond(p, "Succeeded")["message"]) == (policy == "None")
+
+
+def test_the_ttl_deletes_a_finished_training_when_it_falls() -> None:
+    """The plan that ends the training asks to run again when its TTL falls (no event may come), and
+    that run deletes the GraphTraining (its children go with it: the delete handler, the collector)."""
+    c = Cluster(training(**{"runPolicy.ttlSecondsAfterFinished": 90}))
+    to_training(c)
+    c.trainers("Succeeded")
+    p = c.step()
+    assert p.status["phase"] == "Succeeded" and p.requeue_after == 90
+    c.now = NOW + dt.timedelta(seconds=30)
+    p = c.step()
+    assert kinds(p, "delete") == [] and p.requeue_after == 60
+    c.now = NOW + dt.timedelta(seconds=90)
+    p = c.step()
+    (gone,) = [a.obj for a in p.actions]
+    assert gone["kind"] == "GraphTraining" and gone["apiVersion"] == S.API_VERSION
+    assert gone["metadata"] == {"name": NAME, "namespace": NS}
+    assert p.events == []  # nothing to say: it is going
+
+
+def test_no_ttl_asks_for_no_requeue_once_finished() -> None:
+    c = Cluster(training())
+    to_training(c)
+    c.trainers("Succeeded")
+    assert c.step().requeue_after is None and c.step().requeue_after is None
+
+
+@pytest.mark.parametrize(("when", "owned"), [("Retain", False), ("Delete", True), (None, False)])
+def test_the_data_claim_is_owned_only_when_deleted_with_the_training(when: str | None, owned: bool) -> None:
+    body = training(**({"storage.whenDeleted": when} if when else {}))
+    claim = M.data_claim(body, S.parse(body), built_in())
+    assert claim is not None
+    assert ("ownerReferences" in claim["metadata"]) == owned
+    assert M.retained_claim(claim, NAME) == (not owned)
+    assert not M.retained_claim(claim, "other")  # another training's claim is never taken
+    named = training(**{"storage.volumeClaimName": "mine", "storage.whenDeleted": "Delete"})
+    assert M.data_claim(named, S.parse(named), built_in()) is None  # a claim it did not make: never deleted
+
+
+def test_a_retained_claim_observed_is_not_made_again() -> None:
+    """observe() lists the retained claim of the name (k8s.py); ensure() then makes no second one."""
+    retained = M.data_claim(training(), S.parse(training()), built_in())
+    assert retained is not None
+    o = observed(retained)
+    assert f"PersistentVolumeClaim/{NAME}-data" not in [
+        a.key for a in R.partition_stage(context(o), C.Conditions([], "T")).actions
+    ]
+
+
+def test_each_training_works_in_its_own_directory() -> None:
+    """A training re-created with the same name on a kept claim must not resume the checkpoints of the
+    one before: the work directory is per uid, recorded in the applied spec (config ConfigMap) so that
+    it stays fixed; a spec applied before (no uid) keeps the old directory."""
+    body = training()
+    lay = M.Layout(S.parse(body))
+    assert lay.work == f"/var/lib/graphtrain/runs/{NAME}/uid-1"
+    assert lay.checkpoints.startswith(lay.work) and lay.partition.startswith(lay.work)
+    again = {**body, "metadata": {**body["metadata"], "uid": "uid-2"}}
+    assert M.Layout(S.parse(again)).checkpoints != lay.checkpoints
+    applied = R.applied_spec({key("ConfigMap", f"{NAME}-config"): M.config_map(body, S.parse(body))}, NAME)
+    assert applied is not None and M.Layout(applied).work == lay.work
+    old = {**body, "metadata": {k: v for k, v in body["metadata"].items() if k != "uid"}}
+    assert M.Layout(S.parse(old)).work == f"/var/lib/graphtrain/runs/{NAME}"
+    # every pod of the training reads and writes there
+    pods = [
+        M.partition_job(body, S.parse(body), built_in()),
+        M.trainer_pod(body, S.parse(body), built_in(), 0, 0),
+    ]
+    for made in pods:
+        spec = made["spec"].get("template", made)["spec"]
+        assert any(a.startswith(lay.work) for a in spec["containers"][0]["args"]), made["kind"]
+
+
+# ------------------------------------------------------------------------ pods that cannot start
+# Issue 17 e: the waiting reason of a pod that cannot start is in its stage's condition, and the training
+# fails after runPolicy.startTimeoutSeconds (600 s unless the spec says otherwise).
+
+T_PULL = "2026-11-22T11:55:00Z"  # 5 minutes before NOW
+
+
+def waiting(reason: str, message: str = "", init: bool = False) -> dict:
+    statuses = [{"name": "c", "state": {"waiting": {"reason": reason, "message": message}}}]
+    return {"initContainerStatuses" if init else "containerStatuses": statuses}
+
+
+def pod_with(name: str, role: str, phase: str = "Pending", conditions=(), **status) -> dict:
+    body = {"phase": phase, "conditions": list(conditions), **status}
+    return obj("Pod", name, body, labels=M.labels(NAME, role), creationTimestamp="2026-11-22T11:50:00Z")
+
+
+UNSCHEDULED = {
+    "type": "PodScheduled",
+    "status": "False",
+    "reason": "Unschedulable",
+    "message": "0/3 nodes are available: pod has unbound immediate PersistentVolumeClaims.",
+    "lastTransitionTime": T_PULL,
+}
+NOT_READY = {"type": "Ready", "status": "False", "lastTransitionTime": T_PULL}
+
+
+@pytest.mark.parametrize(
+    ("pod", "expected"),
+    [
+        (
+            pod_with("p", "x", **waiting("ImagePullBackOff", 'Back-off pulling image "x"')),
+            ("ImagePullBackOff", "11:50"),
+        ),
+        (pod_with("p", "x", conditions=[NOT_READY], **waiting("ErrImagePull")), ("ErrImagePull", "11:55")),
+        (
+            pod_with("p", "x", "Running", [NOT_READY], **waiting("CrashLoopBackOff")),
+            ("CrashLoopBackOff", "11:55"),
+        ),
+        (
+            pod_with("p", "x", **waiting("CreateContainerConfigError", 'secret "t" not found', init=True)),
+            ("CreateContainerConfigError", "11:50"),
+        ),
+        (pod_with("p", "x", conditions=[UNSCHEDULED]), ("Unschedulable", "11:55")),
+        (
+            pod_with("p", "x", conditions=[{**UNSCHEDULED, "reason": "SchedulingGated"}]),
+            None,
+        ),  # held by Kueue
+        (pod_with("p", "x", **waiting("ContainerCreating")), None),  # a slow pull is on its way
+        (pod_with("p", "x", **waiting("PodInitializing")), None),
+        (pod_with("p", "x"), None),  # no status yet
+        (pod_with("p", "x", "Failed", **waiting("CrashLoopBackOff")), None),  # finished: its stage judges it
+        (
+            {
+                **pod_with("p", "x", **waiting("ErrImagePull")),
+                "metadata": {"name": "p", "deletionTimestamp": "x"},
+            },
+            None,
+        ),
+    ],
+    ids=[
+        "backoff",
+        "pull-error-since-not-ready",
+        "crash-loop",
+        "config-error-init",
+        "unschedulable",
+        "gated",
+        "creating",
+        "initializing",
+        "no-status",
+        "finished",
+        "being-deleted",
+    ],
+)
+def test_why_a_pod_cannot_start(pod: dict, expected: tuple[str, str] | None) -> None:
+    trouble = R.pod_trouble(pod)
+    if expected is None:
+        assert trouble is None
+        return
+    assert trouble is not None and trouble.reason == expected[0] and trouble.pod == "p"
+    assert trouble.since == dt.datetime.fromisoformat(f"2026-11-22T{expected[1]}:00+00:00")
+    assert str(trouble).startswith(f"pod p: {expected[0]}")
+
+
+PULL_BACKOFF = waiting("ImagePullBackOff", 'Back-off pulling image "localhost/nope:1"')
+SLOW = {"runPolicy.startTimeoutSeconds": 900}  # the pods above have not started for 600 s at NOW
+
+
+@pytest.mark.parametrize(
+    TABLE,
+    [
+        row(
+            "partition-pod-cannot-pull",
+            observed(
+                *base(), job("running"), pod_with(f"{NAME}-partition-x1", "partition", **PULL_BACKOFF), **SLOW
+            ),
+            "Partitioning",
+            [],
+            "PartitionReady=False PodsNotStarting",
+            "Warning PodsNotStarting",
+        ),
+        row(
+            "partition-pod-timed-out",
+            observed(*base(), job("running"), pod_with(f"{NAME}-partition-x1", "partition", **PULL_BACKOFF)),
+            "Failed",
+            [f"delete Job/{NAME}-partition"],
+            "PartitionReady=False PodsNotStarting, Failed=True StartTimeout",
+            "Warning PodsNotStarting, Warning StartTimeout",
+        ),
+    ],
+)
+def test_partition_pods_that_cannot_start(o: Observed, phase, actions, conds, events, status) -> None:
+    assert run(R.partition_stage, o) == (phase, actions, conds, events, status)
+
+
+def test_the_condition_names_the_pod_its_reason_and_message_and_the_pending_claim() -> None:
+    claim = {**M.data_claim(training(), S.parse(training()), built_in()), "status": {"phase": "Pending"}}
+    o = observed(
+        *base()[:-1],
+        job("succeeded"),
+        *SVC,
+        claim,
+        sts(0),
+        pod_with(f"{NAME}-shards-0", "shards", conditions=[UNSCHEDULED]),
+        pod_with(f"{NAME}-shards-1", "shards", conditions=[UNSCHEDULED]),
+    )
+    conds = C.Conditions([], "T")
+    step = R.shards_stage(context(o), conds)
+    said = conds.get(S.ConditionType.shards_ready)
+    assert said is not None and said.reason == "PodsNotStarting"
+    assert said.message == (
+        f"0/2 shard servers ready: pod {NAME}-shards-0: Unschedulable: 0/3 nodes are available: pod has "
+        f"unbound immediate PersistentVolumeClaims.; pod {NAME}-shards-1: Unschedulable: 0/3 nodes are "
+        f"available: pod has unbound immediate PersistentVolumeClaims.; claim {NAME}-data is Pending "
+        "(no volume bound)"
+    )
+    assert step.phase is None and step.requeue_after == 600 - 300  # on to the trainers, who wait
+    p = plan(o)
+    assert p.status["phase"] == "Starting" and p.requeue_after == 300
+
+
+def test_a_trainer_that_cannot_start_fails_the_training_after_the_start_timeout() -> None:
+    c = Cluster(training(**{"runPolicy.startTimeoutSeconds": 120}))
+    to_training(c)
+    c.trainers("Running")
+    pod = c.children[key("Pod", M.trainer_name(NAME, 1))]
+    pod["status"] = {
+        "phase": "Pending",
+        "conditions": [{**NOT_READY, "lastTransitionTime": "2026-11-22T12:00:00Z"}],
+        **PULL_BACKOFF,
+    }
+    p = c.step()
+    assert p.status["phase"] == "Training" and p.requeue_after == 120
+    assert cond(p, "TrainersReady")["reason"] == "PodsNotStarting"
+    assert (
+        f"1/2 trainers running: pod {NAME}-trainer-1: ImagePullBackOff" in cond(p, "TrainersReady")["message"]
+    )
+    c.now = NOW + dt.timedelta(seconds=119)
+    assert c.step().status["phase"] == "Training"
+    c.now = NOW + dt.timedelta(seconds=120)
+    p = c.step()
+    assert p.status["phase"] == "Failed" and cond(p, "Failed")["reason"] == "StartTimeout"
+    assert "runPolicy.startTimeoutSeconds 120" in cond(p, "Failed")["message"]
+    assert kinds(p, "delete") == sorted([*PODS, f"StatefulSet/{NAME}-shards"])  # cleanPodPolicy Running
+    assert ("Warning", "StartTimeout") in [(e.type, e.reason) for e in p.events]
+
+
+def test_a_shard_crash_looping_after_hours_counts_from_when_it_was_last_ready() -> None:
+    c = Cluster(training())
+    to_training(c)
+    c.trainers("Running")
+    c.now = NOW + dt.timedelta(hours=5)
+    crashed = (NOW + dt.timedelta(hours=5) - dt.timedelta(seconds=60)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    c.set_status("StatefulSet", f"{NAME}-shards", {"readyReplicas": 1, "replicas": 2})
+    c.children[key("Pod", f"{NAME}-shards-1")]["status"] = {
+        "phase": "Running",
+        "conditions": [{"type": "Ready", "status": "False", "lastTransitionTime": crashed}],
+        **waiting("CrashLoopBackOff", "back-off 5m0s restarting failed container"),
+    }
+    p = c.step()
+    assert p.status["phase"] == "Training" and cond(p, "ShardsReady")["reason"] == "PodsNotStarting"
+    assert p.requeue_after == 540
+
+
+# --------------------------------------------------------------------------------- stall policy
+# Issue 17 f: runPolicy.stallPolicy Restart restarts the trainers from the last checkpoint.
+
+STALLED = (
+    trainer(0, "Running", start=EARLY),
+    trainer(1, "Running", start=EARLY),
+    progress(rank_0=FRESH, rank_1=SILENT),
+)
+RESTART = {"runPolicy.stallPolicy": "Restart"}
+
+
+@pytest.mark.parametrize(
+    TABLE,
+    [
+        row(
+            "report-only-by-default",
+            observed(sts(2), *STALLED),
+            "Training",
+            [],
+            "TrainersReady=True Running, Stalled=True NoProgress",
+            "Normal Running, Warning NoProgress",
+        ),
+        row(
+            "restart-from-the-checkpoint",
+            observed(sts(2), *STALLED, **RESTART),
+            "Restarting",
+            DELETE_ALL,
+            "TrainersReady=False TrainerFailed, Stalled=True NoProgress",
+            "Warning TrainerFailed, Warning NoProgress",
+            restarts=1,
+        ),
+        row(
+            "restart-with-no-retry-left",
+            observed(sts(2), *STALLED, **RESTART, **{"runPolicy.backoffLimit": 0}),
+            "Failed",
+            [*STOP_SHARDS, *DELETE_ALL],
+            "TrainersReady=False TrainerFailed, Stalled=True NoProgress, Failed=True TrainerFailed",
+            "Warning TrainerFailed, Warning NoProgress, Warning TrainerFailed",
+        ),
+        row(
+            "a-report-older-than-its-pod-is-not-a-stall",  # the rank's report is of an earlier attempt
+            observed(sts(2), *RUNNING, progress(rank_0=SILENT, rank_1=SILENT), **RESTART),
+            "Training",
+            [],
+            "TrainersReady=True Running, Stalled=False Progressing",
+            "Normal Running, Normal Progressing",
+        ),
+    ],
+)
+def test_stall_policy(o: Observed, phase, actions, conds, events, status) -> None:
+    assert run(R.trainers_stage, o) == (phase, actions, conds, events, status)
+
+
+def test_a_stall_restart_says_why_and_the_next_attempt_is_not_stalled_at_once() -> None:
+    c = Cluster(training(**RESTART))
+    to_training(c)
+    c.trainers("Running")
+    for r in range(2):
+        c.children[key("Pod", M.trainer_name(NAME, r))]["status"]["startTime"] = EARLY
+    c.children[key("ConfigMap", f"{NAME}-progress")]["data"] = {
+        "rank-0": json.dumps(FRESH),
+        "rank-1": json.dumps(SILENT),
+    }
+    p = c.step()
+    assert p.status["phase"] == "Restarting" and p.status["restarts"] == 1
+    assert "rank 1 has not reported" in cond(p, "TrainersReady")["message"]
+    assert "runPolicy.stallPolicy is Restart; restart 1/1" in cond(p, "TrainersReady")["message"]
+    c.step()  # attempt 1's pods
+    c.trainers("Running", attempt=1)
+    for r in range(2):  # they start now; rank 1's report in the map is still the silent one
+        c.children[key("Pod", M.trainer_name(NAME, r))]["status"]["startTime"] = "2026-11-22T12:00:00Z"
+    p = c.step()
+    assert p.status["phase"] == "Training" and cond(p, "Stalled")["status"] == "False"
+
+
+# -------------------------------------------------------------------------------------- suspend
+# Issue 17 g: spec.suspend stops every pod and keeps the rest; false resumes from the last checkpoint.
+
+SUSPEND = {"suspend": True}
+WAS_SUSPENDED = [{"type": "Suspended", "status": "True", "reason": "Suspended", "lastTransitionTime": "T0"}]
+PARTITIONED_KEPT = [
+    {"type": "PartitionReady", "status": "True", "reason": "Partitioned", "lastTransitionTime": "T0"},
+    {"type": "ShardsReady", "status": "True", "reason": "AllReady", "lastTransitionTime": "T0"},
+]
+
+
+@pytest.mark.parametrize(
+    TABLE,
+    [
+        row("not-suspended", observed(sts(2), *RUNNING), None, [], "", ""),
+        row(
+            "suspended-while-training",
+            observed(job("succeeded"), sts(2), *RUNNING, status={"conditions": PARTITIONED_KEPT}, **SUSPEND),
+            "Suspended",
+            [*STOP_SHARDS, *DELETE_ALL],
+            "PartitionReady=True Partitioned, Suspended=True Suspended",
+            "Normal Suspended",
+            startTime=None,
+        ),
+        row(
+            "suspended-while-partitioning",
+            observed(*base(), job("running"), status={"conditions": WAS_PARTITIONING}, **SUSPEND),
+            "Suspended",
+            [f"delete Job/{NAME}-partition"],
+            "Suspended=True Suspended",
+            "Normal Suspended",
+            startTime=None,
+        ),
+        row(
+            "created-suspended-makes-nothing",
+            observed(**SUSPEND),
+            "Suspended",
+            [],
+            "Suspended=True Suspended",
+            "Normal Suspended",
+            startTime=None,
+        ),
+        row(
+            "finished-trainers-go-too",  # the world restarts together on resumption
+            observed(trainer(0, "Succeeded"), trainer(1, "Running"), **SUSPEND),
+            "Suspended",
+            DELETE_ALL,
+            "Suspended=True Suspended",
+            "Normal Suspended",
+            startTime=None,
+        ),
+        row(
+            "resumed",
+            observed(status={"conditions": WAS_SUSPENDED}),
+            None,
+            [],
+            "Suspended=False Resumed",
+            "Normal Resumed",
+        ),
+    ],
+)
+def test_suspend_stage(o: Observed, phase, actions, conds, events, status) -> None:
+    assert run(R.suspend_stage, o) == (phase, actions, conds, events, status)
+
+
+def test_suspend_then_resume_from_the_checkpoint() -> None:
+    """Suspended mid-training: pods stop, the claim and the rest stay, no restart is counted, the deadline
+    does not run; resumed: shard servers and trainers are made again (they restore LATEST), startTime is
+    the resumption's, so the deadline counts from there."""
+    c = Cluster(training(**{"runPolicy.activeDeadlineSeconds": 600}))
+    to_training(c)
+    c.trainers("Running")
+    c.step()
+    c.body["spec"]["suspend"] = True
+    c.body["metadata"]["generation"] = 2
+    c.now = NOW + dt.timedelta(seconds=100)
+    p = c.step()
+    assert p.status["phase"] == "Suspended" and p.status["startTime"] is None
+    assert cond(p, "Suspended")["status"] == "True" and cond(p, "SpecValid")["status"] == "True"
+    assert kinds(p, "delete") == sorted([*PODS, f"StatefulSet/{NAME}-shards"])
+    assert p.requeue_after is None  # no deadline runs while suspended
+    assert {"Suspended"} <= {e.reason for e in p.events}
+    kept = {k.split("/")[0] for k in c.children}  # the claim, the partition, the token, the services
+    assert {"PersistentVolumeClaim", "Secret", "ConfigMap", "Service", "Job"} <= kept
+    assert not [k for k in c.children if k.startswith(f"Pod/{NAME}-trainer")]
+    c.now = NOW + dt.timedelta(hours=2)  # far past the deadline: it is not counted while suspended
+    p = c.step()
+    assert p.status["phase"] == "Suspended" and p.actions == [] and p.events == []
+    c.body["spec"]["suspend"] = False
+    c.body["metadata"]["generation"] = 3
+    p = c.step()
+    assert p.status["phase"] == "Starting" and p.status["startTime"] == "2026-11-22T14:00:00Z"
+    assert kinds(p, "create") == [f"StatefulSet/{NAME}-shards"] and p.requeue_after == 600
+    assert cond(p, "Suspended")["status"] == "False" and cond(p, "Suspended")["reason"] == "Resumed"
+    c.ready_shards()
+    p = c.step()
+    assert p.status["phase"] == "Training" and kinds(p, "create") == [*PODS]
+    assert all(a.obj["metadata"]["labels"][M.LABEL_ATTEMPT] == "0" for a in p.actions)  # not a restart
+    assert p.status["restarts"] == 0
+    c.trainers("Running")
+    p = c.step()
+    assert cond(p, "Suspended")["reason"] == "Resumed"  # kept, as a Job's Suspended False
+
+
+def test_trainers_still_stopping_after_a_resumption_are_waited_for_not_judged() -> None:
+    """A trainer SIGTERMed by the suspension may show Failed while it terminates: not a failure."""
+    going = trainer(1, "Failed")
+    going["metadata"]["deletionTimestamp"] = "2026-11-22T11:59:50Z"
+    step = R.trainers_stage(context(observed(sts(2), trainer(0, "Running"), going)), C.Conditions([], "T"))
+    assert step.phase == S.Phase.starting and step.actions == [] and "restarts" not in step.status
+
+
+def test_a_training_created_suspended_makes_no_child_and_its_spec_may_change() -> None:
+    c = Cluster(training(**SUSPEND))
+    p = c.step()
+    assert p.status["phase"] == "Suspended" and p.actions == [] and p.status["startTime"] is None
+    c.body["spec"]["trainers"]["nodeSelector"] = {"pool": "a100"}  # as Kueue does on admission
+    c.body["spec"]["suspend"] = False
+    p = c.step()
+    assert p.status["phase"] == "Partitioning" and cond(p, "SpecValid")["status"] == "True"
+    applied = next(a.obj for a in p.actions if a.key == f"ConfigMap/{NAME}-config")
+    assert "a100" in applied["data"]["spec.yaml"]
+
+
+def test_suspend_is_taken_by_a_running_training_and_other_changes_still_refused() -> None:
+    c = Cluster(training())
+    to_training(c)
+    c.body["spec"]["suspend"] = True
+    c.body["spec"]["training"]["epochs"] = 9
+    p = c.step()
+    assert p.status["phase"] == "Suspended"
+    assert (
+        cond(p, "SpecValid")["reason"] == "UpdateRefused"
+        and "spec.training " in cond(p, "SpecValid")["message"]
+    )
+    assert "suspend" not in cond(p, "SpecValid")["message"]
+
+
+def test_a_finished_training_ignores_suspend() -> None:
+    c = Cluster(training())
+    to_training(c)
+    c.trainers("Succeeded")
+    c.step()
+    c.body["spec"]["suspend"] = True
+    p = c.step()
+    assert p.status["phase"] == "Succeeded" and "Suspended" not in [x["type"] for x in p.status["conditions"]]

@@ -113,10 +113,11 @@ What the operator does in a namespace it watches, one rule per group of verbs. T
 and fails on any verb granted here but never used, or used but not granted.
 */}}
 {{- define "graphtrain.operator.rules" -}}
-# its own resource: watched by kopf, which also patches its finalizer and annotations
+# its own resource: watched by kopf, which also patches its finalizer and annotations; deleted by the
+# operator runPolicy.ttlSecondsAfterFinished after it finished
 - apiGroups: [graphtrain.io]
   resources: [graphtrainings]
-  verbs: [get, list, watch, patch]
+  verbs: [get, list, watch, patch, delete]
 - apiGroups: [graphtrain.io]
   resources: [graphtrainings/status]
   verbs: [patch]
@@ -134,7 +135,8 @@ and fails on any verb granted here but never used, or used but not granted.
 - apiGroups: [apps]
   resources: [statefulsets]
   verbs: [list, watch, create, delete]
-# children it lists (by its training label), creates and deletes
+# children it lists (by its training label), creates and deletes (the data claim only with
+# storage.whenDeleted Delete)
 - apiGroups: [""]
   resources: [secrets, serviceaccounts, services, persistentvolumeclaims]
   verbs: [list, create, delete]
