@@ -781,7 +781,9 @@ class PodRunner:
             argv.append("--security-opt=no-new-privileges")
         for k, v in env.items():
             argv.append(f"--env={k}={v}")
-        for src, dst, ro in run.mounts:
+        inside = {dst: Path(src) for src, dst, _ in run.mounts if Path(src).is_dir()}
+        for src, dst, ro in run.mounts:  # runc cannot mkdir a nested mount point in a read-only volume
+            self._mount_point(Path(dst), Path(src).is_dir(), inside, host=False)
             argv.append(f"--volume={src}:{dst}{':ro' if ro else ''}")
         if command:
             argv.append(f"--entrypoint={json.dumps(command)}")
@@ -815,7 +817,7 @@ class PodRunner:
         argv = ["unshare", "--mount", "--uts", "--propagation", "private", "--", "sh", "-c", "\n".join(lines)]
         return [*argv, "sh", *command, *args], popen_env
 
-    def _mount_point(self, dst: Path, is_dir: bool, inside: dict[str, Path]) -> None:
+    def _mount_point(self, dst: Path, is_dir: bool, inside: dict[str, Path], host: bool = True) -> None:
         """Make the mount point: inside a volume mounted above it (as the runtime does), else on the host
         (recorded, removed when the runner stops)."""
         for outer in sorted(inside, key=len, reverse=True):
@@ -824,7 +826,7 @@ class PodRunner:
                 if not target.exists():
                     target.mkdir(parents=True) if is_dir else target.touch()
                 return
-        if dst.exists():
+        if dst.exists() or not host:
             return
         with self._points_lock:
             missing = [p for p in [dst, *dst.parents] if not p.exists()]
