@@ -54,6 +54,7 @@ CONFIG_DIR = "/etc/graphtrain"
 TOKEN_DIR = "/etc/graphtrain/token"
 TERMINATION_LOG = "/dev/termination-log"  # the partition pod's stats, read back from its status
 RUN_AS = 10001
+POD_IP_ENV = "POD_IP"  # the shard server's own address (downward API status.podIP), what it binds
 
 Obj = dict[str, Any]
 
@@ -376,25 +377,27 @@ def shard_addresses(gt: S.GraphTraining, namespace: str) -> list[str]:
 
 
 def shard_statefulset(owner: Obj, gt: S.GraphTraining, config: OperatorConfig) -> Obj:
-    """One shard server per partition; ready when its health operation answers (exec probe, with the
-    token); restarted when /livez on its metrics port says it can no longer answer (a thread stopped,
-    or requests waiting while no worker finishes any), which a busy server does not."""
+    """One shard server per partition. It binds its kvstore and metrics ports on its own pod IP
+    ($(POD_IP), from the downward API), not 0.0.0.0: the same on a cluster, and what lets servers that
+    share a host's network (the test pod runner, hostNetwork) each keep port 7000. Ready when GET
+    /readyz on the metrics port answers (its rows loaded and its request loop turning: a cheap probe
+    where an exec of `graphtrain health` cost a 1.9 s, 256 MB process every 10 s); restarted when
+    /livez says it can no longer answer (a thread stopped, or requests waiting while no worker
+    finishes any), which a busy server does not."""
     n, lay = names(gt.metadata.name), Layout(gt)
     ss = gt.spec.shard_servers
     args = roles.shard_server(
         lay.files,
-        bind=f"tcp://0.0.0.0:{SHARD_PORT}",
+        bind=f"tcp://$({POD_IP_ENV}):{SHARD_PORT}",
         shard=None,  # the StatefulSet pod's ordinal
         shm=False,  # trainers run in other pods
         metrics_port=METRICS_PORT,
-        metrics_host="0.0.0.0",
+        metrics_host=f"$({POD_IP_ENV})",
     )
     probe = {
-        "exec": {
-            "command": [roles.PROGRAM, *roles.health([f"tcp://127.0.0.1:{SHARD_PORT}"], lay.token_file)]
-        },
-        "periodSeconds": 10,
-        "timeoutSeconds": 8,
+        "httpGet": {"path": "/readyz", "port": "metrics"},
+        "periodSeconds": 5,
+        "timeoutSeconds": 3,
         "failureThreshold": 3,
     }
     liveness = {
@@ -419,6 +422,7 @@ def shard_statefulset(owner: Obj, gt: S.GraphTraining, config: OperatorConfig) -
         readinessProbe=probe,
         livenessProbe=liveness,
     )
+    container["env"].append({"name": POD_IP_ENV, "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}})
     if ss.threads:
         container["env"].append({"name": "GRAPHTRAIN_OPTIM_THREADS", "value": str(ss.threads)})
     return {
@@ -502,9 +506,9 @@ def _selector(gt: S.GraphTraining, role: str | None = None) -> Obj:
 def shard_network_policy(owner: Obj, gt: S.GraphTraining, config: OperatorConfig) -> Obj | None:
     """Ingress of the training's shard servers: the kvstore port from its trainers and partition pod
     only, the metrics port from its own pods and the configured scrapers (networkPolicy.metricsFrom);
-    nothing else. Egress is left alone. The kubelet's liveness probe of the metrics port comes from the
-    node, which the common network plugins (Calico, Cilium) admit to its own pods whatever the policy;
-    the readiness probe runs inside the pod. None when the configuration disables NetworkPolicies."""
+    nothing else. Egress is left alone. The kubelet's probes of the metrics port (/readyz, /livez) come
+    from the node, which the common network plugins (Calico, Cilium) admit to its own pods whatever the
+    policy. None when the configuration disables NetworkPolicies."""
     if not config.network_policy.enabled:
         return None
     n = names(gt.metadata.name)

@@ -25,7 +25,8 @@ was checked only after a whole message had been buffered. Now:
   peer stopped reading altogether, which frees what ZMQ still held for it.
 - `liveness()` tells a deaf server from a busy one: the I/O thread has stopped looping, or requests
   have waited `deaf_seconds` while no worker finished anything. Served at /livez on the metrics port
-  and in the health reply.
+  and in the health reply. `readiness()` (/readyz, the StatefulSet's readiness probe) is stricter:
+  started, not stopping, and the request loop turned within seconds.
 """
 
 from __future__ import annotations
@@ -60,6 +61,7 @@ log = logging.getLogger("graphtrain.kvstore.server")
 WORKER_POLL = 0.2  # seconds a worker waits for a task before looking at the stop flag again
 IO_IDLE_MS = 200
 IO_STALE = 10.0  # seconds without an I/O loop turn: the server is deaf
+READY_STALE = 3.0  # seconds without an I/O loop turn: not ready (it turns every IO_IDLE_MS when idle)
 WINDOW = 4  # pull chunks of one stream handed to ZMQ and not yet on the wire
 PATIENCE = 0.005  # seconds a worker waits for its stream's oldest chunk to leave before parking it
 ERROR_CHARS = 500
@@ -249,6 +251,25 @@ class ShardServer:
                 f"requests have waited {wait:.0f} s and no worker finished one in {idle:.0f} s ({busy})",
             )
         return True, "ok"
+
+    def readiness(self, now: float | None = None) -> tuple[bool, str]:
+        """(ready, why): the shard's rows are loaded (they are before the server starts: a partition, a
+        restored checkpoint) and its request loop answers now: the I/O thread turned within
+        READY_STALE seconds and the server is live. Served at /readyz, the StatefulSet's readiness
+        probe: a cheap GET on the server itself where an exec probe spawned a 256 MB `graphtrain health`
+        process every 10 s. Stricter than liveness: a server stops taking new clients seconds before
+        the kubelet would restart it."""
+        now = time.monotonic() if now is None else now
+        if not self._threads or not self.address:
+            return False, "not started"
+        if self._stop.is_set():
+            return False, "stopping"
+        if not self._threads[0].is_alive() or now - self._io_beat > READY_STALE:
+            return False, f"the request loop has not turned for {now - self._io_beat:.1f} s"
+        live, why = self.liveness(now)
+        if not live:
+            return False, why
+        return True, f"ready: shard {self.state.shard}, {len(self.state.tensors)} tables"
 
     def _load(self) -> dict[str, float]:
         with self._parked_lock:
@@ -599,7 +620,7 @@ def serve(
             server.metrics.registry,
             metrics_host,
             metrics_port,
-            {"/livez": server.liveness, "/readyz": lambda: (True, "ready")},
+            {"/livez": server.liveness, "/readyz": server.readiness},
         )
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: server.request_stop())

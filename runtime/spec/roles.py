@@ -1,5 +1,5 @@
-"""The command line of each runtime role (`partition`, `shard-server`, `train`, and the `health` probe),
-built once for both executors.
+"""The command line of each runtime role (`partition`, `shard-server`, `train`), built once for both
+executors.
 
 Both executors run the same entry points (ARCHITECTURE.md §2): the local launcher as processes
 (`python -m graphtrain.runtime.cli <role> ...`), the operator as container args (`graphtrain <role> ...`).
@@ -119,8 +119,3 @@ def train(
     if progress_configmap is not None:
         args += ["--progress-configmap", progress_configmap]
     return args
-
-
-def health(addresses: Sequence[str], token_file: str) -> list[str]:
-    """Ask shard servers whether they answer (exit 1 if one does not): the readiness probe."""
-    return ["health", *addresses, "--token-file", token_file]

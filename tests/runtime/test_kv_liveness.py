@@ -124,6 +124,24 @@ def test_a_stalled_io_thread_is_deaf(server: ShardServer) -> None:
     assert not live and "I/O thread" in why
 
 
+def test_readiness_is_the_request_loop_answering_now() -> None:
+    """/readyz (the StatefulSet's readiness probe) is honest: not before the server started, not once
+    a stop was asked for, not when the I/O thread stopped turning for seconds (well before liveness
+    gives up on it), and ready with the shard and its tables otherwise."""
+    srv = ShardServer(ShardState(3), TOKEN, "tcp://127.0.0.1:0", workers=1)
+    assert srv.readiness() == (False, "not started")
+    srv.start()
+    try:
+        assert srv.readiness() == (True, "ready: shard 3, 0 tables")
+        ready, why = srv.readiness(now=time.monotonic() + 5)
+        assert not ready and "request loop has not turned" in why
+        assert srv.liveness(now=time.monotonic() + 5)[0]  # still live: the kubelet does not restart it
+        srv.request_stop()
+        assert srv.readiness() == (False, "stopping")
+    finally:
+        srv.stop()
+
+
 @pytest.mark.timeout(60)
 def test_livez_answers_the_verdict(server: ShardServer) -> None:
     verdict = {"v": (True, "ok")}
@@ -147,6 +165,8 @@ def test_a_server_process_serves_livez_and_readyz(ckroot: Path) -> None:
         base = f"http://127.0.0.1:{srv[0].metrics_port}"
         for path in ("/livez", "/readyz"):
             assert urllib.request.urlopen(base + path, timeout=5).status == 200
+        said = urllib.request.urlopen(base + "/readyz?verbose", timeout=5).read().decode()
+        assert said == "ready: shard 0, 0 tables\n"
         client = kvstore.connect([srv[0].address], TOKEN)
         client.create("t", 10, (2,), "float32", np.array([0, 10]))
         assert client.health()[0] == {

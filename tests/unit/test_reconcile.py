@@ -424,7 +424,10 @@ def test_every_rendered_manifest_is_valid_kubernetes() -> None:
     sts = next(o for o in objs if o["kind"] == "StatefulSet")
     container = sts["spec"]["template"]["spec"]["containers"][0]
     assert container["resources"]["limits"]["nvidia.com/gpu"] == "1"
-    assert container["readinessProbe"]["exec"]["command"][:2] == ["graphtrain", "health"]
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
+    assert "tcp://$(POD_IP):7000" in container["args"]
+    pod_ip = {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}
+    assert pod_ip in container["env"]
     assert container["livenessProbe"]["httpGet"] == {"path": "/livez", "port": "metrics"}
     assert container["securityContext"]["runAsNonRoot"] is True
 

@@ -1,0 +1,419 @@
+"""The pod runner's decisions, as pure functions of literal Kubernetes objects (dicts in, dicts out).
+
+What the test API server lacks (tests/k8s.py: no controllers, no kubelet) is played by runner.py; every
+choice it makes is made here, so a unit test can pin it with literal objects (tests/podrunner/
+test_decide.py): the Job controller (pods from the template, backoffLimit, conditions), the StatefulSet
+controller (Parallel: every ordinal at once, deleted or finished pods recreated, readyReplicas), the
+garbage collector (background propagation: an object all of whose owners are gone), the kubelet's
+$(VAR) expansion and downward API, probe bookkeeping, restart backoff and the pod status it reports,
+and cluster DNS as a hosts file. Where the real controllers do more (rolling updates, Job
+parallelism or activeDeadlineSeconds, init containers), the runner refuses or ignores, and says which
+in runner.py's docstring.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+Obj = dict[str, Any]
+
+LABEL_JOB = "batch.kubernetes.io/job-name"
+LABEL_STS_POD = "statefulset.kubernetes.io/pod-name"
+LABEL_POD_INDEX = "apps.kubernetes.io/pod-index"
+TERMINATION_MESSAGE_BYTES = 4096  # the kubelet's cap of a termination message
+LOG_TAIL_LINES = 80  # FallbackToLogsOnError takes at most this many lines of the log (and 2048 bytes)
+LOG_TAIL_BYTES = 2048
+BACKOFF_FIRST, BACKOFF_CAP = 1.0, 10.0  # the kubelet's restart backoff is 10 s doubling to 300 s
+
+
+# --------------------------------------------------------------------------- objects and owners
+
+
+def meta(obj: Obj) -> Obj:
+    return obj.get("metadata") or {}
+
+
+def owner_ref(owner: Obj) -> Obj:
+    m = meta(owner)
+    return {
+        "apiVersion": owner["apiVersion"],
+        "kind": owner["kind"],
+        "name": m["name"],
+        "uid": m["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def owned_by(obj: Obj, owner: Obj) -> bool:
+    uid = meta(owner).get("uid")
+    return any(r.get("uid") == uid for r in meta(obj).get("ownerReferences") or [])
+
+
+def gc_victims(objects: Iterable[Obj], live_uids: set[str]) -> list[Obj]:
+    """What the garbage collector deletes (background propagation): objects with ownerReferences none
+    of whose owners exists any more (an object with one live owner left stays)."""
+    out = []
+    for obj in objects:
+        refs = meta(obj).get("ownerReferences") or []
+        if refs and not any(r.get("uid") in live_uids for r in refs):
+            out.append(obj)
+    return out
+
+
+def pod_from_template(owner: Obj, name: str, labels: Mapping[str, str], **spec_extra: Any) -> Obj:
+    """A pod of a Job's or StatefulSet's template: its labels plus the controller's, owned by it."""
+    template = owner["spec"]["template"]
+    tmeta = template.get("metadata") or {}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": meta(owner)["namespace"],
+            "labels": {**(tmeta.get("labels") or {}), **labels},
+            "annotations": dict(tmeta.get("annotations") or {}),
+            "ownerReferences": [owner_ref(owner)],
+        },
+        "spec": {**template["spec"], **spec_extra},
+    }
+
+
+# ----------------------------------------------------------------------------------------- pods
+
+
+def phase(pod: Obj) -> str:
+    return (pod.get("status") or {}).get("phase") or "Pending"
+
+
+def is_ready(pod: Obj) -> bool:
+    return any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in (pod.get("status") or {}).get("conditions") or []
+    )
+
+
+def terminal(pod: Obj) -> bool:
+    return phase(pod) in ("Succeeded", "Failed")
+
+
+def exit_reason(exit_code: int) -> str:
+    """The terminated state's reason, as the kubelet gives it (no OOM killer here to say OOMKilled)."""
+    return "Completed" if exit_code == 0 else "Error"
+
+
+def exit_code_of(returncode: int) -> int:
+    """A process' return code as a container's exit code: killed by signal N is 128 + N."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def termination_message(policy: str | None, written: str, log: str, exit_code: int) -> str:
+    """What a terminated container reports: the file it wrote, else (FallbackToLogsOnError, on failure
+    only) the tail of its log, capped as the kubelet caps them."""
+    if written:
+        return written[-TERMINATION_MESSAGE_BYTES:]
+    if policy == "FallbackToLogsOnError" and exit_code != 0:
+        tail = "\n".join(log.splitlines()[-LOG_TAIL_LINES:])
+        return tail[-LOG_TAIL_BYTES:]
+    return ""
+
+
+def restart_delay(restarts: int) -> float:
+    """Seconds before restart number `restarts` + 1 (the kubelet's doubling backoff, shortened)."""
+    return min(BACKOFF_CAP, BACKOFF_FIRST * 2 ** max(0, restarts))
+
+
+def should_restart(policy: str, exit_code: int) -> bool:
+    return policy == "Always" or (policy == "OnFailure" and exit_code != 0)
+
+
+def pod_phase(policy: str, states: list[Obj]) -> str:
+    """A pod's phase from its containers' states (`{"running": ...}` etc.) under its restartPolicy:
+    Running while one runs or will be restarted; Succeeded when all ended 0, Failed when one failed
+    and none will restart."""
+    if not states or any(
+        "waiting" in s and s["waiting"].get("reason") == "ContainerCreating" for s in states
+    ):
+        return "Pending"
+    if any("running" in s or "waiting" in s for s in states):
+        return "Running"
+    codes = [s["terminated"]["exitCode"] for s in states]
+    if policy == "Always":
+        return "Running"
+    if all(c == 0 for c in codes):
+        return "Succeeded"
+    return "Running" if policy == "OnFailure" else "Failed"
+
+
+def pod_conditions(scheduled: bool, ready: bool, now: str, old: list[Obj] | None = None) -> list[Obj]:
+    """PodScheduled, Initialized, ContainersReady and Ready; lastTransitionTime kept while unchanged."""
+    before = {c["type"]: c for c in old or []}
+    out = []
+    for kind, ok in (
+        ("PodScheduled", scheduled),
+        ("Initialized", scheduled),
+        ("ContainersReady", ready),
+        ("Ready", ready),
+    ):
+        status = "True" if ok else "False"
+        prev = before.get(kind)
+        since = prev["lastTransitionTime"] if prev and prev.get("status") == status else now
+        out.append({"type": kind, "status": status, "lastTransitionTime": since})
+    return out
+
+
+# --------------------------------------------------------------------- environment and expansion
+
+_VAR = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)")
+
+
+def expand(text: str, env: Mapping[str, str]) -> str:
+    """Kubernetes' $(VAR) expansion: a defined variable is replaced, an undefined reference stays as
+    written, and $$ is a literal $ ($$(VAR) is the text $(VAR))."""
+
+    def sub(m: re.Match[str]) -> str:
+        if m.group(0) == "$$":
+            return "$"
+        return env.get(m.group(1), m.group(0))
+
+    return _VAR.sub(sub, text)
+
+
+_LABEL_PATH = re.compile(r"metadata\.(labels|annotations)\['([^']+)'\]$")
+
+
+def field_ref(pod: Obj, path: str) -> str:
+    """The downward API's value of a fieldRef path (what the kubelet supports for env)."""
+    m, st, spec = meta(pod), pod.get("status") or {}, pod.get("spec") or {}
+    simple = {
+        "metadata.name": m.get("name"),
+        "metadata.namespace": m.get("namespace"),
+        "metadata.uid": m.get("uid"),
+        "spec.nodeName": spec.get("nodeName"),
+        "spec.serviceAccountName": spec.get("serviceAccountName"),
+        "status.podIP": st.get("podIP"),
+        "status.hostIP": st.get("hostIP"),
+    }
+    if path in simple:
+        return str(simple[path] or "")
+    found = _LABEL_PATH.match(path)
+    if found:
+        return str((m.get(found.group(1)) or {}).get(found.group(2), ""))
+    raise ValueError(f"unsupported fieldRef {path!r}")
+
+
+def container_env(
+    pod: Obj, container: Obj, configmaps: Mapping[str, Obj], secrets: Mapping[str, Obj]
+) -> dict[str, str]:
+    """A container's environment: values (expanded from the variables before them), the downward API,
+    ConfigMap and Secret keys (Secrets as stringData or base64 data). Raises KeyError naming a missing
+    ConfigMap, Secret or key (CreateContainerConfigError) unless the reference is optional."""
+    import base64
+
+    env: dict[str, str] = {}
+    for item in container.get("env") or []:
+        name = item["name"]
+        if "value" in item:
+            env[name] = expand(str(item["value"]), env)
+            continue
+        src = item.get("valueFrom") or {}
+        if "fieldRef" in src:
+            env[name] = field_ref(pod, src["fieldRef"]["fieldPath"])
+        elif "configMapKeyRef" in src or "secretKeyRef" in src:
+            is_cm = "configMapKeyRef" in src
+            ref = src["configMapKeyRef" if is_cm else "secretKeyRef"]
+            obj = (configmaps if is_cm else secrets).get(ref["name"])
+            data = {}
+            if obj is not None:
+                data = dict(obj.get("data") or {})
+                if not is_cm:
+                    data = {k: base64.b64decode(v).decode() for k, v in data.items()}
+                    data.update(obj.get("stringData") or {})
+            if ref["key"] in data:
+                env[name] = data[ref["key"]]
+            elif not ref.get("optional"):
+                kind = "configmap" if is_cm else "secret"
+                raise KeyError(f'{kind} "{ref["name"]}" has no key "{ref["key"]}"')
+        else:
+            raise ValueError(f"unsupported valueFrom of {name}: {sorted(src)}")
+    return env
+
+
+def command_line(container: Obj, env: Mapping[str, str]) -> tuple[list[str], list[str]]:
+    """(command, args) with $(VAR) expanded from the container's environment."""
+    return (
+        [expand(str(a), env) for a in container.get("command") or []],
+        [expand(str(a), env) for a in container.get("args") or []],
+    )
+
+
+def port_number(container: Obj, port: int | str) -> int:
+    """A probe's port: a number, or the name of one of the container's ports."""
+    if isinstance(port, int) or str(port).isdigit():
+        return int(port)
+    for p in container.get("ports") or []:
+        if p.get("name") == port:
+            return int(p["containerPort"])
+    raise ValueError(f"container {container.get('name')} has no port named {port!r}")
+
+
+# -------------------------------------------------------------------------------------- probes
+
+
+@dataclass(frozen=True)
+class ProbeTrack:
+    """One probe's outcomes so far: consecutive successes and failures, and its verdict (a readiness
+    probe starts failed, a liveness probe passed; thresholds flip them)."""
+
+    passing: bool
+    successes: int = 0
+    failures: int = 0
+
+    def record(self, ok: bool, probe: Obj) -> ProbeTrack:
+        if ok:
+            n = self.successes + 1
+            flip = n >= int(probe.get("successThreshold", 1))
+            return replace(self, successes=n, failures=0, passing=self.passing or flip)
+        n = self.failures + 1
+        flip = n >= int(probe.get("failureThreshold", 3))
+        return replace(self, successes=0, failures=n, passing=self.passing and not flip)
+
+
+def probe_timing(probe: Obj) -> tuple[float, float, float]:
+    """(initial delay, period, timeout) in seconds, with Kubernetes' defaults."""
+    return (
+        float(probe.get("initialDelaySeconds", 0)),
+        float(probe.get("periodSeconds", 10)),
+        float(probe.get("timeoutSeconds", 1)),
+    )
+
+
+# ------------------------------------------------------------------------------------------ Jobs
+
+
+def job_counts(job: Obj, pods: list[Obj]) -> tuple[int, int, int]:
+    """(active, succeeded, failed) pods of a Job."""
+    mine = [p for p in pods if owned_by(p, job)]
+    return (
+        sum(1 for p in mine if not terminal(p)),
+        sum(1 for p in mine if phase(p) == "Succeeded"),
+        sum(1 for p in mine if phase(p) == "Failed"),
+    )
+
+
+def job_decision(job: Obj, pods: list[Obj]) -> tuple[int, Obj]:
+    """(pods to create, status) of a Job of one completion at a time: a new pod while none runs, none
+    succeeded and the failures are within backoffLimit (default 6); Complete once one succeeded,
+    Failed (BackoffLimitExceeded) once more than backoffLimit failed. A finished Job stays finished."""
+    st = job.get("status") or {}
+    conditions = st.get("conditions") or []
+    finished = any(c.get("type") in ("Complete", "Failed") and c.get("status") == "True" for c in conditions)
+    active, succeeded, failed = job_counts(job, pods)
+    limit = int((job.get("spec") or {}).get("backoffLimit", 6))
+    completions = int((job.get("spec") or {}).get("completions") or 1)
+    status: Obj = {"active": active, "succeeded": succeeded, "failed": failed}
+    if finished:
+        return 0, {**status, "conditions": conditions}
+    if succeeded >= completions:
+        done = [
+            {"type": "SuccessCriteriaMet", "status": "True", "reason": "CompletionsReached"},
+            {"type": "Complete", "status": "True", "reason": "CompletionsReached"},
+        ]
+        return 0, {**status, "conditions": done}
+    if failed > limit:
+        why = {
+            "reason": "BackoffLimitExceeded",
+            "message": "Job has reached the specified backoff limit",
+        }
+        fail = [
+            {"type": "FailureTarget", "status": "True", **why},
+            {"type": "Failed", "status": "True", **why},
+        ]
+        return 0, {**status, "conditions": fail}
+    return (1 if active == 0 else 0), status
+
+
+# ---------------------------------------------------------------------------------- StatefulSets
+
+
+def sts_pod_name(sts: Obj, ordinal: int) -> str:
+    return f"{meta(sts)['name']}-{ordinal}"
+
+
+def sts_decision(sts: Obj, pods: list[Obj]) -> tuple[list[int], list[str], Obj]:
+    """(ordinals to create, pod names to delete, status) of a StatefulSet: every missing ordinal at once
+    (podManagementPolicy Parallel; OrderedReady is not played), a finished pod deleted to be recreated
+    (a StatefulSet's pods always run), ordinals at or above replicas deleted."""
+    replicas = int((sts.get("spec") or {}).get("replicas", 1))
+    mine = {meta(p)["name"]: p for p in pods if owned_by(p, sts)}
+    create = [i for i in range(replicas) if sts_pod_name(sts, i) not in mine]
+    delete = sorted(
+        name
+        for name, p in mine.items()
+        if terminal(p) or not name.rsplit("-", 1)[-1].isdigit() or int(name.rsplit("-", 1)[-1]) >= replicas
+    )
+    live = [p for n, p in mine.items() if n not in delete]
+    ready = sum(1 for p in live if is_ready(p))
+    status = {
+        "observedGeneration": meta(sts).get("generation", 1),
+        "replicas": len(live),
+        "readyReplicas": ready,
+        "availableReplicas": ready,
+        "currentReplicas": len(live),
+        "updatedReplicas": len(live),
+    }
+    return create, delete, status
+
+
+def sts_pod(sts: Obj, ordinal: int) -> Obj:
+    name = sts_pod_name(sts, ordinal)
+    labels = {LABEL_STS_POD: name, LABEL_POD_INDEX: str(ordinal)}
+    return pod_from_template(sts, name, labels, hostname=name, subdomain=sts["spec"].get("serviceName"))
+
+
+# ------------------------------------------------------------------------------------------ DNS
+
+
+def _selects(selector: Mapping[str, str], pod: Obj) -> bool:
+    labels = meta(pod).get("labels") or {}
+    return bool(selector) and all(labels.get(k) == v for k, v in selector.items())
+
+
+def dns_names(pods: list[Obj], services: list[Obj]) -> list[tuple[str, str]]:
+    """(IP, name) pairs of cluster DNS for pods with an IP: a pod with hostname and subdomain is
+    `<hostname>.<subdomain>.<ns>.svc[.cluster.local]`; a Service is its selected pods' IPs (ready ones,
+    or all of them for a headless Service that publishes not-ready addresses)."""
+    out: list[tuple[str, str]] = []
+    for pod in pods:
+        ip, spec, m = (pod.get("status") or {}).get("podIP"), pod.get("spec") or {}, meta(pod)
+        if not ip or terminal(pod):
+            continue
+        if spec.get("hostname") and spec.get("subdomain"):
+            base = f"{spec['hostname']}.{spec['subdomain']}.{m['namespace']}.svc"
+            out += [(ip, base), (ip, f"{base}.cluster.local")]
+    for svc in services:
+        m, spec = meta(svc), svc.get("spec") or {}
+        everyone = spec.get("clusterIP") == "None" and spec.get("publishNotReadyAddresses")
+        for pod in pods:
+            ip = (pod.get("status") or {}).get("podIP")
+            if (
+                not ip
+                or terminal(pod)
+                or meta(pod).get("namespace") != m["namespace"]
+                or not _selects(spec.get("selector") or {}, pod)
+                or not (everyone or is_ready(pod))
+            ):
+                continue
+            base = f"{m['name']}.{m['namespace']}.svc"
+            out += [(ip, base), (ip, f"{base}.cluster.local")]
+    return out
+
+
+def hosts_file(own_ip: str, hostname: str, names: list[tuple[str, str]]) -> str:
+    """A pod's /etc/hosts: localhost, its own host name on its own address, then cluster DNS."""
+    lines = ["127.0.0.1\tlocalhost", "::1\tlocalhost ip6-localhost ip6-loopback", f"{own_ip}\t{hostname}"]
+    lines += [f"{ip}\t{name}" for ip, name in names]
+    return "\n".join(lines) + "\n"

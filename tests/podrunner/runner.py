@@ -1,0 +1,886 @@
+"""The pod runner: the test API server's missing controllers and kubelet, so an operator's pods run.
+
+    with PodRunner(kubeconfig, mode="podman", image="localhost/graphtrain:ci", root=tmp_path) as runner:
+        ...  # create a GraphTraining; its Job, StatefulSet and pods now run, their status is written
+
+One thread polls the API server (every POLL seconds, every call with a timeout) and plays, with the
+decisions of decide.py:
+- the Job controller (one completion, backoffLimit, Complete / Failed conditions), the StatefulSet
+  controller (Parallel, deleted or finished pods recreated, readyReplicas), the volume provisioner (a
+  claim is Bound to a host directory) and the garbage collector (background propagation, every GC
+  seconds);
+- the kubelet: each pod gets its own loopback address (127.<n>.<m>.<k>, a block per runner so that
+  concurrent runners never meet) and a hosts file (localhost, its own name, every pod's
+  <hostname>.<subdomain>.<ns>.svc[.cluster.local] and each Service's endpoints), rewritten in place as
+  pods come and go (glibc and libzmq read /etc/hosts at each lookup); its volumes as host directories
+  (ConfigMap and Secret keys as files with their modes, a claim as one directory per claim shared by
+  its pods, emptyDir per pod), a service-account directory (token and CA of the kubeconfig: test pods
+  act as the kubeconfig's user, the server's admin; KUBERNETES_SERVICE_HOST=localhost, the name on its
+  certificate), env with the downward API and $(VAR) expansion, the termination message file
+  (FallbackToLogsOnError), restartPolicy with a short doubling backoff, exec / httpGet / tcpSocket
+  probes with their timings, and SIGTERM then SIGKILL after terminationGracePeriodSeconds when a pod
+  is deleted.
+
+Two modes run a container:
+- podman: `podman run` of the image as the pod says (--user, --read-only, --cap-drop=ALL,
+  no-new-privileges, --network host with --hostname, every volume, the hosts file over /etc/hosts).
+  The image is resolved to its id when the runner starts, so a rebuild of its tag meanwhile changes
+  nothing under a running test.
+- process: the same command line as a host process (the current Python environment's `graphtrain`
+  first on PATH) in its own mount and UTS namespaces (`unshare --mount --uts --propagation private`):
+  the pod's host name, and each volume and the hosts file bind-mounted at its container path (mount
+  points the runner had to create are removed when it stops). It runs as root without an image: fast
+  for local work, not a check of the image or of uid 10001.
+
+Not played: init and sidecar containers, Job parallelism, activeDeadlineSeconds and pod failure
+policies, StatefulSet OrderedReady and rolling updates, scheduling (every pod is placed at once; no
+resources are enforced), ConfigMap volumes updated after start. A pod asking for what is not played
+fails at creation with a message saying so rather than run differently.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import os
+import random
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+import uuid
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import urllib3
+import yaml
+
+from tests.podrunner import decide as D
+
+Obj = dict[str, Any]
+POLL = 0.3  # seconds between two passes over the API server
+GC = 2.0  # seconds between two garbage collections
+PREFIX = "gtpr"  # podman container names: gtpr-<runner>-<pod>-<n>
+SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+CONTAINERS_CONF = Path(__file__).resolve().parents[1] / "images" / "containers.conf"
+# kinds the garbage collector sweeps and whose objects may own others: (api path, plural)
+GC_KINDS = [
+    ("api/v1", "pods"),
+    ("api/v1", "services"),
+    ("api/v1", "configmaps"),
+    ("api/v1", "secrets"),
+    ("api/v1", "persistentvolumeclaims"),
+    ("api/v1", "serviceaccounts"),
+    ("apis/batch/v1", "jobs"),
+    ("apis/apps/v1", "statefulsets"),
+    ("apis/policy/v1", "poddisruptionbudgets"),
+    ("apis/networking.k8s.io/v1", "networkpolicies"),
+    ("apis/rbac.authorization.k8s.io/v1", "roles"),
+    ("apis/rbac.authorization.k8s.io/v1", "rolebindings"),
+]
+OWNER_ONLY = [("apis/graphtrain.io/v1alpha1", "graphtrainings")]
+
+
+def now_iso() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, text: str):
+        super().__init__(f"{status}: {text[:500]}")
+        self.status = status
+
+
+class Api:
+    """The few REST calls the runner makes, as dicts, each with a timeout (urllib3 with the
+    kubeconfig's server, CA, TLS server name and token: no client library's calling conventions)."""
+
+    def __init__(self, kubeconfig: str):
+        cfg = yaml.safe_load(Path(kubeconfig).read_text())
+        cluster, user = cfg["clusters"][0]["cluster"], cfg["users"][0]["user"]
+        self.server = cluster["server"].rstrip("/")
+        ca = cluster.get("certificate-authority")
+        self.ca = (
+            Path(ca).read_bytes() if ca else base64.b64decode(cluster.get("certificate-authority-data", ""))
+        )
+        self.token = user.get("token", "")
+        self.http = urllib3.PoolManager(
+            cert_reqs="CERT_REQUIRED",
+            ca_cert_data=self.ca.decode(),
+            server_hostname=cluster.get("tls-server-name"),
+            assert_hostname=cluster.get("tls-server-name"),
+            timeout=urllib3.Timeout(total=20),
+            retries=False,
+        )
+
+    def call(self, method: str, path: str, body: Any = None, content_type: str = "application/json") -> Any:
+        headers = {"Accept": "application/json", "Authorization": f"Bearer {self.token}"}
+        data = None
+        if body is not None:
+            headers["Content-Type"] = content_type
+            data = json.dumps(body).encode()
+        resp = self.http.request(method, self.server + path, body=data, headers=headers)
+        if resp.status >= 300:
+            raise ApiError(resp.status, resp.data.decode(errors="replace"))
+        return json.loads(resp.data) if resp.data else None
+
+    def list(self, prefix: str, plural: str) -> list[Obj]:
+        items = self.call("GET", f"/{prefix}/{plural}")["items"]
+        kind = {"pods": "Pod", "jobs": "Job", "statefulsets": "StatefulSet", "services": "Service"}
+        for item in items:  # list items carry no kind; decide.owner_ref needs it
+            item.setdefault("kind", kind.get(plural, plural))
+            item.setdefault("apiVersion", prefix.split("/", 1)[1] if prefix.startswith("apis/") else "v1")
+        return items
+
+    def get(self, prefix: str, ns: str, plural: str, name: str) -> Obj | None:
+        try:
+            return self.call("GET", f"/{prefix}/namespaces/{ns}/{plural}/{name}")
+        except ApiError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def create(self, prefix: str, ns: str, plural: str, body: Obj) -> None:
+        self.call("POST", f"/{prefix}/namespaces/{ns}/{plural}", body, "application/json")
+
+    def status(self, prefix: str, ns: str, plural: str, name: str, status: Obj) -> None:
+        path = f"/{prefix}/namespaces/{ns}/{plural}/{name}/status"
+        self.call("PATCH", path, {"status": status}, "application/merge-patch+json")
+
+    def delete(self, prefix: str, ns: str, plural: str, name: str) -> None:
+        with contextlib.suppress(ApiError):  # gone already
+            self.call(
+                "DELETE", f"/{prefix}/namespaces/{ns}/{plural}/{name}", {"propagationPolicy": "Background"}
+            )
+
+
+# -------------------------------------------------------------------------------- a container
+
+
+@dataclass
+class Container:
+    """One container of a pod on this runner: its process, restarts, probes and reported state."""
+
+    spec: Obj
+    policy: str
+    restarts: int = 0
+    proc: subprocess.Popen | None = None
+    name: str = ""  # podman's container name
+    started: str = ""
+    state: Obj = field(default_factory=lambda: {"waiting": {"reason": "ContainerCreating"}})
+    last: Obj | None = None
+    next_start: float = 0.0
+    ready: D.ProbeTrack = field(default_factory=lambda: D.ProbeTrack(passing=False))
+    live: D.ProbeTrack = field(default_factory=lambda: D.ProbeTrack(passing=True))
+    stop_probes: threading.Event = field(default_factory=threading.Event)
+    killing: bool = False
+
+    def status(self) -> Obj:
+        ready = "running" in self.state and (self.ready.passing if "readinessProbe" in self.spec else True)
+        out = {
+            "name": self.spec["name"],
+            "image": self.spec.get("image", ""),
+            "imageID": "",
+            "ready": bool(ready),
+            "started": "running" in self.state,
+            "restartCount": self.restarts,
+            "state": self.state,
+        }
+        if self.last:
+            out["lastState"] = self.last
+        return out
+
+
+@dataclass
+class PodRun:
+    """A pod this runner admitted: where it lives on the host and its containers."""
+
+    ns: str
+    name: str
+    uid: str
+    ip: str
+    dir: Path
+    pod: Obj
+    containers: list[Container]
+    hosts: str = ""
+    env: dict[str, dict[str, str]] = field(default_factory=dict)
+    mounts: list[tuple[str, str, bool]] = field(default_factory=list)  # (host, container path, ro)
+    failed: str = ""  # why it could not start (CreateContainerConfigError)
+    start: str = field(default_factory=now_iso)
+    reported: Obj = field(default_factory=dict)
+
+
+# ----------------------------------------------------------------------------------- the runner
+
+
+class PodRunner:
+    def __init__(
+        self,
+        kubeconfig: str,
+        mode: str = "podman",
+        image: str | None = None,
+        root: Path | None = None,
+        grace_cap: float = 30.0,
+    ):
+        if mode not in ("podman", "process"):
+            raise ValueError(f"mode must be podman or process, not {mode!r}")
+        self.kubeconfig, self.mode = kubeconfig, mode
+        self.root = Path(root or Path.cwd() / "podrunner").resolve()
+        self.grace_cap = grace_cap
+        self.api = Api(kubeconfig)
+        self.id = uuid.uuid4().hex[:6]
+        self.net = (random.randint(16, 250), random.randint(0, 200))  # noqa: S311 - a block, not a secret
+        self.pods: dict[tuple[str, str], PodRun] = {}
+        self.errors: list[str] = []
+        self.images: dict[str, str] = {}
+        self._pin = image
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._created_points: list[Path] = []
+        self._points_lock = threading.Lock()
+        self._killers: list[threading.Thread] = []
+        self._last_gc = 0.0
+        self._ips: set[str] = set()
+        cfg = yaml.safe_load(Path(kubeconfig).read_text())
+        cluster = cfg["clusters"][0]["cluster"]
+        user = cfg["users"][0]["user"]
+        self.api_port = str(int(cluster["server"].rsplit(":", 1)[1].strip("/")))
+        ca = cluster.get("certificate-authority")
+        self.ca = (
+            Path(ca).read_bytes() if ca else base64.b64decode(cluster.get("certificate-authority-data", ""))
+        )
+        self.token = user.get("token", "")
+        self.env_podman = {**os.environ, "CONTAINERS_CONF": str(CONTAINERS_CONF)}
+
+    # -------------------------------------------------------------------------------- lifecycle
+
+    def __enter__(self) -> PodRunner:
+        self.root.mkdir(parents=True, exist_ok=True)
+        if self.mode == "podman":
+            if shutil.which("podman") is None:
+                raise RuntimeError("podman is not installed (apt-get install podman runc uidmap)")
+            if self._pin:
+                self.images[self._pin] = self._image_id(self._pin) or ""
+                if not self.images[self._pin]:
+                    raise RuntimeError(f"image {self._pin} is not in podman's store: build it first")
+        else:
+            for tool in ("unshare", "nsenter", "mount"):
+                if shutil.which(tool) is None:
+                    raise RuntimeError(f"{tool} is missing (util-linux)")
+            if os.geteuid() != 0:
+                raise RuntimeError("process mode mounts volumes in a mount namespace: run as root")
+        self._thread = threading.Thread(target=self._loop, name="podrunner", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=60)
+        for run in list(self.pods.values()):
+            self._kill_pod(run, grace=2.0)
+        for t in self._killers:
+            t.join(timeout=60)
+        if self.mode == "podman":  # conmon may keep a container whose client died: remove ours by name
+            names = [c.name for r in self.pods.values() for c in r.containers if c.name]
+            for name in names:
+                self._podman("rm", "-f", "-t", "0", name, timeout=60)
+        with self._points_lock:
+            for point in reversed(self._created_points):
+                with contextlib.suppress(OSError):
+                    point.rmdir() if point.is_dir() else point.unlink()
+
+    # ---------------------------------------------------------------------------- what tests use
+
+    def logs(self, ns: str, name: str) -> str:
+        """Every log of a pod's containers on this runner (all attempts), for a test's message."""
+        out = []
+        for path in sorted((self.root / "pods").glob(f"{ns}_{name}_*/*.log")):
+            out.append(f"--- {path.parent.name}/{path.name}\n{path.read_text(errors='replace')[-6000:]}")
+        return "\n".join(out)
+
+    def pid(self, ns: str, name: str) -> int | None:
+        """The host pid of a pod's first container (process mode; podman: its client), if running."""
+        run = self.pods.get((ns, name))
+        if run is None or not run.containers or run.containers[0].proc is None:
+            return None
+        return run.containers[0].proc.pid
+
+    def kill_container(self, ns: str, name: str, sig: int = signal.SIGKILL) -> None:
+        """Send a signal to a pod's first container, as a crash or the OOM killer would."""
+        run = self.pods[(ns, name)]
+        c = run.containers[0]
+        if self.mode == "podman":
+            self._podman("kill", "--signal", str(int(sig)), c.name, timeout=30)
+        elif c.proc is not None:
+            os.killpg(c.proc.pid, sig)
+
+    # ------------------------------------------------------------------------------------ loop
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            started = time.monotonic()
+            try:
+                self._pass()
+            except Exception as exc:  # noqa: BLE001 - a test reads self.errors; the loop goes on
+                if not (isinstance(exc, ApiError) and exc.status in (404, 409, 429)):
+                    self.errors.append(f"{type(exc).__name__}: {exc}"[:2000])
+            self._stop.wait(max(0.0, POLL - (time.monotonic() - started)))
+
+    def _pass(self) -> None:
+        pods = self.api.list("api/v1", "pods")
+        jobs = self.api.list("apis/batch/v1", "jobs")
+        sets = self.api.list("apis/apps/v1", "statefulsets")
+        services = self.api.list("api/v1", "services")
+        for job in jobs:
+            self._job(job, pods)
+        for sts in sets:
+            self._statefulset(sts, pods)
+        self._claims()
+        if time.monotonic() - self._last_gc > GC:
+            self._gc()
+            self._last_gc = time.monotonic()
+        self._kubelet(pods, services)
+
+    # ----------------------------------------------------------------------------- controllers
+
+    def _job(self, job: Obj, pods: list[Obj]) -> None:
+        m = D.meta(job)
+        if m.get("deletionTimestamp"):
+            return
+        create, status = D.job_decision(job, pods)
+        old = job.get("status") or {}
+        status["startTime"] = old.get("startTime") or now_iso()
+        if any(c["type"] == "Complete" for c in status.get("conditions") or []):
+            status["completionTime"] = old.get("completionTime") or now_iso()
+        stamped = []
+        for c in status.get("conditions") or []:
+            prev = next((o for o in old.get("conditions") or [] if o.get("type") == c["type"]), {})
+            stamped.append({**c, "lastTransitionTime": prev.get("lastTransitionTime") or now_iso()})
+        if stamped:
+            status["conditions"] = stamped
+        if {k: old.get(k) for k in status} != status:
+            self.api.status("apis/batch/v1", m["namespace"], "jobs", m["name"], status)
+        if create:
+            name = f"{m['name']}-{uuid.uuid4().hex[:5]}"
+            labels = {
+                "job-name": m["name"],
+                D.LABEL_JOB: m["name"],
+                "controller-uid": m["uid"],
+                "batch.kubernetes.io/controller-uid": m["uid"],
+            }
+            self.api.create("api/v1", m["namespace"], "pods", D.pod_from_template(job, name, labels))
+
+    def _statefulset(self, sts: Obj, pods: list[Obj]) -> None:
+        m = D.meta(sts)
+        if m.get("deletionTimestamp"):
+            return
+        create, delete, status = D.sts_decision(sts, pods)
+        for name in delete:
+            self.api.delete("api/v1", m["namespace"], "pods", name)
+        for ordinal in create:
+            self.api.create("api/v1", m["namespace"], "pods", D.sts_pod(sts, ordinal))
+        old = sts.get("status") or {}
+        if {k: old.get(k) for k in status} != status:
+            self.api.status("apis/apps/v1", m["namespace"], "statefulsets", m["name"], status)
+
+    def _claims(self) -> None:
+        for pvc in self.api.list("api/v1", "persistentvolumeclaims"):
+            m = D.meta(pvc)
+            if (pvc.get("status") or {}).get("phase") != "Bound" and not m.get("deletionTimestamp"):
+                self._claim_dir(m["namespace"], m["name"])
+                status = {"phase": "Bound", "accessModes": (pvc.get("spec") or {}).get("accessModes", [])}
+                self.api.status("api/v1", m["namespace"], "persistentvolumeclaims", m["name"], status)
+
+    def _gc(self) -> None:
+        objects: list[tuple[str, str, Obj]] = []
+        uids: set[str] = set()
+        for prefix, plural in GC_KINDS + OWNER_ONLY:
+            try:
+                items = self.api.list(prefix, plural)
+            except ApiError as exc:
+                if exc.status == 404:  # a kind this server does not serve
+                    continue
+                raise
+            uids |= {D.meta(i).get("uid", "") for i in items}
+            if (prefix, plural) in GC_KINDS:
+                objects += [(prefix, plural, i) for i in items]
+        victims = {id(v) for v in D.gc_victims([o for _, _, o in objects], uids)}
+        for prefix, plural, obj in objects:
+            if id(obj) in victims:
+                m = D.meta(obj)
+                self.api.delete(prefix, m["namespace"], plural, m["name"])
+
+    # -------------------------------------------------------------------------------- kubelet
+
+    def _kubelet(self, pods: list[Obj], services: list[Obj]) -> None:
+        seen = {}
+        for pod in pods:
+            m = D.meta(pod)
+            key = (m["namespace"], m["name"])
+            run = self.pods.get(key)
+            if run is not None and run.uid != m["uid"]:  # deleted and re-created meanwhile
+                self._forget(run)
+                run = None
+            if run is None:
+                if D.terminal(pod) or m.get("deletionTimestamp"):
+                    continue
+                run = self._admit(pod)
+            run.pod = pod
+            seen[key] = run
+        for key, run in list(self.pods.items()):
+            if key not in seen:  # deleted from the API: stop it (SIGTERM, grace, SIGKILL)
+                self._forget(run)
+        known = [
+            {**r.pod, "status": {**(r.pod.get("status") or {}), "podIP": r.ip}} for r in self.pods.values()
+        ]
+        names = D.dns_names(known, services)
+        for run in self.pods.values():
+            self._hosts(run, names)
+        for run in list(self.pods.values()):
+            self._step(run)
+
+    def _forget(self, run: PodRun) -> None:
+        self.pods.pop((run.ns, run.name), None)
+        grace = float((run.pod.get("spec") or {}).get("terminationGracePeriodSeconds", 30))
+        self._kill_pod(run, grace=min(grace, self.grace_cap))
+
+    def _ip(self) -> str:
+        """A new address per pod, never reused by this runner: a re-created pod does not wait for its
+        predecessor's ports to close."""
+        n = len(self._ips)
+        a, b = self.net
+        ip = f"127.{a}.{(b + n // 253) % 256}.{2 + n % 253}"
+        self._ips.add(ip)
+        return ip
+
+    def _admit(self, pod: Obj) -> PodRun:
+        m, spec = D.meta(pod), pod["spec"]
+        ip = self._ip()
+        pdir = self.root / "pods" / f"{m['namespace']}_{m['name']}_{m['uid'][:8]}"
+        pdir.mkdir(parents=True, exist_ok=True)
+        policy = spec.get("restartPolicy", "Always")
+        run = PodRun(
+            m["namespace"],
+            m["name"],
+            m["uid"],
+            ip,
+            pdir,
+            pod,
+            [Container(c, policy) for c in spec.get("containers") or []],
+        )
+        self.pods[(run.ns, run.name)] = run
+        pod.setdefault("status", {})["podIP"] = ip
+        pod["status"]["hostIP"] = ip
+        try:
+            if spec.get("initContainers"):
+                raise ValueError("initContainers are not played by the pod runner")
+            self._volumes(run)
+        except (ValueError, KeyError, OSError) as exc:
+            run.failed = str(exc)
+        return run
+
+    def _claim_dir(self, ns: str, claim: str) -> Path:
+        path = self.root / "claims" / ns / claim
+        if not path.exists():
+            path.mkdir(parents=True)
+            path.chmod(0o777)  # any pod's uid writes there (a fresh volume with fsGroup)
+        return path
+
+    def _volumes(self, run: PodRun) -> None:
+        """Host directories of the pod's volumes, and (host, container path, read-only) mounts."""
+        spec = run.pod["spec"]
+        ctx = spec.get("securityContext") or {}
+        uid, gid = ctx.get("runAsUser", 0), ctx.get("fsGroup", ctx.get("runAsGroup", 0))
+        host: dict[str, Path] = {}
+        for vol in spec.get("volumes") or []:
+            path = run.dir / "volumes" / vol["name"]
+            if "emptyDir" in vol:
+                path.mkdir(parents=True, exist_ok=True)
+                path.chmod(0o1777)
+            elif "persistentVolumeClaim" in vol:
+                path = self._claim_dir(run.ns, vol["persistentVolumeClaim"]["claimName"])
+            elif "configMap" in vol or "secret" in vol:
+                is_cm = "configMap" in vol
+                src = vol["configMap" if is_cm else "secret"]
+                name = src["name" if is_cm else "secretName"]
+                obj = self.api.get("api/v1", run.ns, "configmaps" if is_cm else "secrets", name)
+                if obj is None:
+                    raise KeyError(f'{"configmap" if is_cm else "secret"} "{name}" not found')
+                data = {k: v.encode() for k, v in (obj.get("data") or {}).items()}
+                if not is_cm:
+                    data = {k: base64.b64decode(v) for k, v in data.items()}
+                    data.update({k: v.encode() for k, v in (obj.get("stringData") or {}).items()})
+                path.mkdir(parents=True, exist_ok=True)
+                mode = int(src.get("defaultMode", 0o644))
+                for key, raw in data.items():
+                    f = path / key
+                    f.write_bytes(raw)
+                    f.chmod(mode)
+                    os.chown(f, uid, gid)
+            else:
+                raise ValueError(
+                    f"volume {vol['name']}: only configMap, secret, persistentVolumeClaim and emptyDir"
+                )
+            if "emptyDir" in vol:
+                os.chown(path, uid, gid)
+            host[vol["name"]] = path
+        c0 = (spec.get("containers") or [{}])[0]
+        for mnt in c0.get("volumeMounts") or []:
+            if mnt.get("subPath"):
+                raise ValueError("subPath mounts are not played by the pod runner")
+            run.mounts.append((str(host[mnt["name"]]), mnt["mountPath"], bool(mnt.get("readOnly"))))
+        if spec.get("automountServiceAccountToken", True):
+            sa = run.dir / "serviceaccount"
+            sa.mkdir(exist_ok=True)
+            for key, raw in (
+                ("token", self.token.encode()),
+                ("ca.crt", self.ca),
+                ("namespace", run.ns.encode()),
+            ):
+                (sa / key).write_bytes(raw)
+                (sa / key).chmod(0o644)
+            run.mounts.append((str(sa), SA_DIR, True))
+        for c in run.containers:
+            term = run.dir / f"{c.spec['name']}.termination-log"
+            term.touch()
+            term.chmod(0o666)
+            run.mounts.append(
+                (str(term), c.spec.get("terminationMessagePath", "/dev/termination-log"), False)
+            )
+            env = {
+                "HOSTNAME": spec.get("hostname") or run.name,
+                "KUBERNETES_SERVICE_HOST": "localhost",
+                "KUBERNETES_SERVICE_PORT": self.api_port,
+            }
+            maps = self._referenced(run, "configMapKeyRef", "configmaps")
+            env.update(
+                D.container_env(run.pod, c.spec, maps, self._referenced(run, "secretKeyRef", "secrets"))
+            )
+            run.env[c.spec["name"]] = env
+
+    def _referenced(self, run: PodRun, ref: str, plural: str) -> dict[str, Obj]:
+        """The ConfigMaps or Secrets (`ref` configMapKeyRef or secretKeyRef) the pod's env names."""
+        names = {
+            e["valueFrom"][ref]["name"]
+            for c in run.pod["spec"].get("containers") or []
+            for e in c.get("env") or []
+            if ref in (e.get("valueFrom") or {})
+        }
+        return {n: o for n in names if (o := self.api.get("api/v1", run.ns, plural, n)) is not None}
+
+    def _hosts(self, run: PodRun, names: list[tuple[str, str]]) -> None:
+        hostname = run.pod["spec"].get("hostname") or run.name
+        text = D.hosts_file(run.ip, hostname, names)
+        if text == run.hosts:
+            return
+        path = run.dir / "hosts"
+        # in place (same inode): the file is bind-mounted into running containers; longer first, then cut
+        with open(path, "a+b") as f:
+            f.seek(0)
+            f.write(text.encode())
+            f.truncate()
+        path.chmod(0o644)
+        run.hosts = text
+
+    # -------------------------------------------------------------------------- containers
+
+    def _step(self, run: PodRun) -> None:
+        now = time.monotonic()
+        for c in run.containers:
+            if run.failed:
+                c.state = {"waiting": {"reason": "CreateContainerConfigError", "message": run.failed}}
+                continue
+            if c.proc is None and not self._ended_for_good(c) and now >= c.next_start:
+                self._start(run, c)
+            elif c.proc is not None and c.proc.poll() is not None:
+                self._exited(run, c)
+            elif c.proc is not None and not c.live.passing and not c.killing:
+                c.killing = True  # liveness failed: restart it, as the kubelet does
+                grace = float(run.pod["spec"].get("terminationGracePeriodSeconds", 30))
+                self._kill_container(c, min(grace, self.grace_cap))
+        self._report(run)
+
+    def _ended_for_good(self, c: Container) -> bool:
+        return "terminated" in c.state
+
+    def _start(self, run: PodRun, c: Container) -> None:
+        env = run.env[c.spec["name"]]
+        command, args = D.command_line(c.spec, env)
+        if not command and not args:
+            c.state = {"waiting": {"reason": "CreateContainerConfigError", "message": "no command"}}
+            return
+        n = c.restarts
+        log = run.dir / f"{c.spec['name']}-{n}.log"
+        (run.dir / f"{c.spec['name']}.termination-log").write_text("")
+        if self.mode == "podman":
+            image = self._image(c.spec.get("image", ""))
+            if image is None:
+                c.state = {
+                    "waiting": {
+                        "reason": "ErrImagePull",
+                        "message": f"image {c.spec.get('image')!r} is not in podman's store",
+                    }
+                }
+                c.next_start = time.monotonic() + 5
+                return
+            c.name = f"{PREFIX}-{self.id}-{run.name}-{n}"[:120]
+            argv = self._podman_argv(run, c, env, image, command, args)
+            popen_env = self.env_podman
+        else:
+            argv, popen_env = self._process_argv(run, c, env, command, args)
+        with open(log, "wb") as out:
+            c.proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=popen_env,
+                start_new_session=True,
+            )
+        c.started = now_iso()
+        c.state = {"running": {"startedAt": c.started}}
+        c.killing = False
+        c.ready = D.ProbeTrack(passing=False)
+        c.live = D.ProbeTrack(passing=True)
+        c.stop_probes = threading.Event()
+        for kind in ("readinessProbe", "livenessProbe"):
+            if kind in c.spec:
+                threading.Thread(
+                    target=self._probe_loop,
+                    args=(run, c, kind, c.stop_probes),
+                    name=f"probe-{run.name}",
+                    daemon=True,
+                ).start()
+
+    def _exited(self, run: PodRun, c: Container) -> None:
+        assert c.proc is not None
+        c.stop_probes.set()
+        code = D.exit_code_of(c.proc.returncode)
+        if self.mode == "podman" and code == 125:  # podman itself failed: say why, as a config error
+            code = 128
+        c.proc = None
+        written = (run.dir / f"{c.spec['name']}.termination-log").read_text(errors="replace")
+        log = (run.dir / f"{c.spec['name']}-{c.restarts}.log").read_text(errors="replace")
+        term = {
+            "exitCode": code,
+            "reason": D.exit_reason(code),
+            "startedAt": c.started,
+            "finishedAt": now_iso(),
+            "containerID": f"{self.mode}://{c.name or run.name}",
+        }
+        if code > 128:
+            term["signal"] = code - 128
+        message = D.termination_message(c.spec.get("terminationMessagePolicy"), written, log, code)
+        if message:
+            term["message"] = message
+        if D.should_restart(c.policy, code) and not self._stop.is_set():
+            c.last = {"terminated": term}
+            c.next_start = time.monotonic() + D.restart_delay(c.restarts)
+            c.restarts += 1
+            c.state = {
+                "waiting": {"reason": "CrashLoopBackOff", "message": f"back-off restarting {c.spec['name']}"}
+            }
+        else:
+            c.state = {"terminated": term}
+
+    def _report(self, run: PodRun) -> None:
+        states = [c.state for c in run.containers]
+        policy = run.pod["spec"].get("restartPolicy", "Always")
+        phase = "Pending" if run.failed else D.pod_phase(policy, states)
+        statuses = [c.status() for c in run.containers]
+        ready = phase == "Running" and all(s["ready"] for s in statuses)
+        old = run.pod.get("status") or {}
+        status = {
+            "phase": phase,
+            "podIP": run.ip,
+            "podIPs": [{"ip": run.ip}],
+            "hostIP": run.ip,
+            "startTime": run.start,
+            "conditions": D.pod_conditions(True, ready, now_iso(), old.get("conditions")),
+            "containerStatuses": statuses,
+        }
+        if status != run.reported:
+            self.api.status("api/v1", run.ns, "pods", run.name, status)
+            run.reported = status
+
+    # -------------------------------------------------------------------------------- probes
+
+    def _probe_loop(self, run: PodRun, c: Container, kind: str, stop: threading.Event) -> None:
+        probe = c.spec[kind]
+        delay, period, timeout = D.probe_timing(probe)
+        if stop.wait(delay):
+            return
+        while not stop.is_set():
+            ok = self._probe_once(run, c, probe, timeout)
+            if kind == "readinessProbe":
+                c.ready = c.ready.record(ok, probe)
+            else:
+                c.live = c.live.record(ok, probe)
+            if stop.wait(period):
+                return
+
+    def _probe_once(self, run: PodRun, c: Container, probe: Obj, timeout: float) -> bool:
+        try:
+            if "httpGet" in probe:
+                get = probe["httpGet"]
+                port = D.port_number(c.spec, get["port"])
+                url = f"http://{run.ip}:{port}{get.get('path', '/')}"
+                with urllib.request.urlopen(url, timeout=timeout) as resp:  # noqa: S310 - a pod's own port
+                    return 200 <= resp.status < 400
+            if "tcpSocket" in probe:
+                port = D.port_number(c.spec, probe["tcpSocket"]["port"])
+                with socket.create_connection((run.ip, port), timeout=timeout):
+                    return True
+            if "exec" in probe:
+                cmd = [D.expand(a, run.env[c.spec["name"]]) for a in probe["exec"]["command"]]
+                proc = c.proc
+                if proc is None:
+                    return False
+                if self.mode == "podman":
+                    argv = ["podman", "exec", c.name, *cmd]
+                else:
+                    argv = ["nsenter", "-t", str(proc.pid), "-m", "-u", "--", *cmd]
+                env = {**os.environ, **run.env[c.spec["name"]]} if self.mode == "process" else self.env_podman
+                res = subprocess.run(argv, capture_output=True, timeout=timeout, env=env)
+                return res.returncode == 0
+        except (OSError, ValueError, subprocess.TimeoutExpired):
+            return False
+        return False
+
+    # ------------------------------------------------------------------------ starting, stopping
+
+    def _podman_argv(
+        self, run: PodRun, c: Container, env: dict[str, str], image: str, command: list[str], args: list[str]
+    ) -> list[str]:
+        spec = run.pod["spec"]
+        pctx, cctx = spec.get("securityContext") or {}, c.spec.get("securityContext") or {}
+        uid = cctx.get("runAsUser", pctx.get("runAsUser"))
+        gid = cctx.get("runAsGroup", pctx.get("runAsGroup", uid))
+        argv = ["podman", "run", "--rm", f"--name={c.name}", "--network=host", "--pull=never"]
+        argv.append(f"--hostname={spec.get('hostname') or run.name}")
+        argv.append(f"--volume={run.dir / 'hosts'}:/etc/hosts:ro")
+        if uid is not None:
+            argv.append(f"--user={uid}:{gid}")
+        if pctx.get("fsGroup") is not None:
+            argv.append(f"--group-add={pctx['fsGroup']}")
+        if cctx.get("readOnlyRootFilesystem"):
+            argv += ["--read-only", "--read-only-tmpfs=false"]
+        drop = (cctx.get("capabilities") or {}).get("drop") or []
+        if "ALL" in drop:
+            argv.append("--cap-drop=all")
+        if cctx.get("allowPrivilegeEscalation") is False:
+            argv.append("--security-opt=no-new-privileges")
+        for k, v in env.items():
+            argv.append(f"--env={k}={v}")
+        inside = {dst: Path(src) for src, dst, _ in run.mounts if Path(src).is_dir()}
+        for src, dst, ro in run.mounts:  # runc cannot mkdir a nested mount point in a read-only volume
+            self._mount_point(Path(dst), Path(src).is_dir(), inside, host=False)
+            argv.append(f"--volume={src}:{dst}{':ro' if ro else ''}")
+        if command:
+            argv.append(f"--entrypoint={json.dumps(command)}")
+        return [*argv, image, *args]
+
+    def _process_argv(
+        self, run: PodRun, c: Container, env: dict[str, str], command: list[str], args: list[str]
+    ) -> tuple[list[str], dict[str, str]]:
+        root_str = str(self.root)
+        for _, dst, _ in run.mounts:
+            if sys.prefix.startswith(dst.rstrip("/") + "/"):
+                raise ValueError(f"process mode: {dst} would hide this Python ({sys.prefix})")
+
+        def hides_root(dst: str) -> bool:
+            return root_str == dst or root_str.startswith(dst.rstrip("/") + "/")
+
+        mounts = [(str(run.dir / "hosts"), "/etc/hosts", True), *run.mounts]
+        # mounts over an ancestor of the runner's directory (/tmp) last: they would hide the sources
+        mounts.sort(key=lambda m: (hides_root(m[1]), m[1].count("/")))
+        inside = {dst: Path(src) for src, dst, _ in mounts if Path(src).is_dir()}
+        lines = ["set -e", f"hostname {shlex.quote(run.pod['spec'].get('hostname') or run.name)}"]
+        for src, dst, _ in mounts:
+            self._mount_point(Path(dst), Path(src).is_dir(), inside)
+            lines.append(f"mount --bind {shlex.quote(src)} {shlex.quote(dst)}")
+        for _, dst, ro in mounts:
+            if ro:
+                lines.append(f"mount -o remount,bind,ro {shlex.quote(dst)}")
+        lines.append('exec "$@"')
+        bindir = str(Path(sys.executable).parent)
+        popen_env = {"PATH": f"{bindir}:/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", **env}
+        argv = ["unshare", "--mount", "--uts", "--propagation", "private", "--", "sh", "-c", "\n".join(lines)]
+        return [*argv, "sh", *command, *args], popen_env
+
+    def _mount_point(self, dst: Path, is_dir: bool, inside: dict[str, Path], host: bool = True) -> None:
+        """Make the mount point: inside a volume mounted above it (as the runtime does), else on the host
+        (recorded, removed when the runner stops)."""
+        for outer in sorted(inside, key=len, reverse=True):
+            if str(dst).startswith(outer.rstrip("/") + "/") and str(dst) != outer:
+                target = inside[outer] / str(dst)[len(outer.rstrip("/")) + 1 :]
+                if not target.exists():
+                    target.mkdir(parents=True) if is_dir else target.touch()
+                return
+        if dst.exists() or not host:
+            return
+        with self._points_lock:
+            missing = [p for p in [dst, *dst.parents] if not p.exists()]
+            for p in reversed(missing):
+                if p == dst and not is_dir:
+                    p.touch()
+                else:
+                    p.mkdir()
+                self._created_points.append(p)
+
+    def _kill_pod(self, run: PodRun, grace: float) -> None:
+        for c in run.containers:
+            if c.proc is not None:
+                self._kill_container(c, grace)
+
+    def _kill_container(self, c: Container, grace: float) -> None:
+        """SIGTERM, then SIGKILL after `grace` seconds, on a thread (the loop goes on meanwhile)."""
+        proc, name = c.proc, c.name
+        c.stop_probes.set()
+        if proc is None:
+            return
+
+        def kill() -> None:
+            self._signal(proc, name, signal.SIGTERM)
+            try:
+                proc.wait(timeout=grace)
+            except subprocess.TimeoutExpired:
+                self._signal(proc, name, signal.SIGKILL)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(timeout=30)
+
+        t = threading.Thread(target=kill, name="podrunner-kill", daemon=True)
+        t.start()
+        self._killers.append(t)
+
+    def _signal(self, proc: subprocess.Popen, name: str, sig: int) -> None:
+        if self.mode == "podman":
+            self._podman("kill", "--signal", str(int(sig)), name, timeout=30)
+        else:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, sig)
+
+    # ---------------------------------------------------------------------------------- podman
+
+    def _podman(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            ["podman", *args], capture_output=True, text=True, timeout=timeout, env=self.env_podman
+        )
+
+    def _image_id(self, ref: str) -> str | None:
+        out = self._podman("image", "inspect", "--format", "{{.Id}}", ref)
+        return out.stdout.strip() if out.returncode == 0 else None
+
+    def _image(self, ref: str) -> str | None:
+        if ref not in self.images:
+            self.images[ref] = self._image_id(ref) or ""
+        return self.images[ref] or None
