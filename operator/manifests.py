@@ -51,7 +51,8 @@ SHARD_PORT = 7000
 METRICS_PORT = 9090
 RENDEZVOUS_PORT = 29500
 CONFIG_DIR = "/etc/graphtrain"
-TOKEN_DIR = "/etc/graphtrain/token"
+# not under CONFIG_DIR: runc cannot make a mount point inside a read-only volume
+TOKEN_DIR = "/var/run/secrets/graphtrain.io"
 TERMINATION_LOG = "/dev/termination-log"  # the partition pod's stats, read back from its status
 RUN_AS = 10001
 POD_IP_ENV = "POD_IP"  # the shard server's own address (downward API status.podIP), what it binds
