@@ -96,9 +96,9 @@ def test_nations_transe_trains_through_the_operator(
     # (0.4418, 0.4509: two trainers push sparse gradients asynchronously, so updates interleave
     # differently), and one run through the operator measured 0.017 from its reference (0.4336)
     assert abs(progress["evalValue"] - reference) <= MRR_TOLERANCE, (progress["evalValue"], reference)
-    assert [s["state"] for s in status["shards"]] == ["Ready", "Ready"] or status["shards"]
+    print(f"test MRR through the operator {progress['evalValue']:.4f}, graphtrain run {reference:.4f}")
     # the trained entity table, exported from the claim's checkpoint in original node order
-    work = runner.root / "claims" / ns / f"{NAME}-data" / "runs" / NAME
+    work = runner.root / "claims" / ns / f"{NAME}-data" / "runs" / NAME / body["metadata"]["uid"]
     (config,) = (work / "partition").glob("*.json")
     latest = (work / "checkpoints" / "LATEST").read_text().strip()
     out = tmp_path / "entity.npy"
