@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 
 from tests.e2e.conftest import ROOT, Cluster, events, wait_phase
 from tests.podrunner import PodRunner
@@ -49,7 +50,7 @@ def in_order(seen: list[str], expected: list[str]) -> bool:
     return all(p in it for p in expected)
 
 
-@pytest.mark.parametrize("mode", ["process", "podman"])
+@pytest.mark.parametrize("mode", ["podman"])  # process mode: the one-trainer and fault tests
 def test_nations_transe_trains_through_the_operator(
     mode: str, cluster: Cluster, reference: float, tmp_path: Path, request
 ) -> None:
@@ -92,9 +93,10 @@ def test_nations_transe_trains_through_the_operator(
     # the same result as the local executor
     progress = status["progress"]
     assert progress["evalMetric"] == "test_mrr"
-    # Not 0.01 (issue 17's acceptance): two `graphtrain run`s of this spec differ by up to 0.009
-    # (0.4418, 0.4509: two trainers push sparse gradients asynchronously, so updates interleave
-    # differently), and one run through the operator measured 0.017 from its reference (0.4336)
+    # Not 0.01 (issue 17's acceptance): two trainers push sparse gradients asynchronously, so updates
+    # interleave differently run to run: `graphtrain run`s gave 0.4387-0.4509, runs through the
+    # operator 0.4336-0.4458, one 0.017 from its reference. The exact comparison is the one-trainer
+    # test below (equal to the last bit).
     assert abs(progress["evalValue"] - reference) <= MRR_TOLERANCE, (progress["evalValue"], reference)
     print(f"test MRR through the operator {progress['evalValue']:.4f}, graphtrain run {reference:.4f}")
     # the trained entity table, exported from the claim's checkpoint in original node order
@@ -122,3 +124,38 @@ def test_nations_transe_trains_through_the_operator(
     entity = np.load(out)
     assert entity.shape == (14, 128)
     np.testing.assert_allclose(np.linalg.norm(entity, axis=1), 1.0, atol=1e-4)  # TransE keeps unit norm
+
+
+def one_trainer_spec(path: Path) -> Path:
+    """The example with one trainer and 10 epochs: one trainer's updates land in one order, so the
+    result is exact (two `graphtrain run`s of it gave the same MRR to the last bit)."""
+    spec = yaml.safe_load(SPEC.read_text())
+    spec["metadata"]["name"] = "nations-one"
+    spec["spec"]["trainers"]["replicas"] = 1
+    spec["spec"]["training"].update(epochs=10, evalEvery=10)
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+def test_one_trainer_through_the_operator_computes_what_graphtrain_run_computes(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """The same partition, shard servers and trainer through the operator's pods as in `graphtrain run`:
+    the same test MRR to 1e-9 (the two-trainer test above can only bound an asynchronous spread)."""
+    spec = one_trainer_spec(tmp_path / "one.yaml")
+    run_dir = tmp_path / "run"
+    res = subprocess.run(
+        [GRAPHTRAIN, "run", str(spec), "--run-dir", str(run_dir)], capture_output=True, text=True, timeout=900
+    )
+    assert res.returncode == 0, res.stderr[-3000:]
+    local = json.loads((run_dir / "status.json").read_text())["progress"]["evalValue"]
+    kube, ns = cluster.kube, "e2e-one"
+    with PodRunner(cluster.kubeconfig, mode="process", root=tmp_path / "runner") as runner:
+        kube("create", "namespace", ns)
+        kube("apply", "-n", ns, "-f", str(spec))
+        body = wait_phase(kube, ns, "nations-one", {"Succeeded", "Failed"}, 900, [])
+        assert body["status"]["phase"] == "Succeeded", json.dumps(body["status"])[:3000]
+        assert runner.errors == []
+    through = body["status"]["progress"]["evalValue"]
+    print(f"one trainer: test MRR through the operator {through!r}, graphtrain run {local!r}")
+    assert abs(through - local) <= 1e-9, (through, local)
