@@ -743,7 +743,7 @@ def progress_status(cm: Obj | None) -> Obj:
 def _silent_rank(
     trainers: dict[int, Obj], cm: Obj | None, now: dt.datetime, policy: S.RunPolicy
 ) -> str | None:
-    """The rank whose last heartbeat (or its pod's start, if later) is oldest, if older than
+    """The rank whose last heartbeat (or its container's start, if later) is oldest, if older than
     stallTimeoutSeconds."""
     data = (cm or {}).get("data") or {}
     worst: tuple[float, int] | None = None
@@ -751,11 +751,18 @@ def _silent_rank(
         if pod_phase(pod) == "Succeeded":
             continue
         report = reporting.rank_report(data, rank)
-        # the later of its last report and its pod's start: a report of an earlier attempt (before a
-        # restart or a suspension) says nothing of this pod
+        # the latest of its last report, its pod's start and its container's: a report of an earlier
+        # attempt (before a restart or a suspension) says nothing of this pod, and the pod's startTime
+        # is before its image pull (minutes for a cold CUDA image), when the rank could not report yet
+        st = pod.get("status") or {}
+        started = [
+            ((cs.get("state") or {}).get("running") or {}).get("startedAt")
+            for cs in st.get("containerStatuses") or []
+        ]
         times = (
             _parse_time(report.updated_at if report else None),
-            _parse_time((pod.get("status") or {}).get("startTime")),
+            _parse_time(st.get("startTime")),
+            *map(_parse_time, started),
         )
         seen = max((t for t in times if t is not None), default=None)
         if seen is None:

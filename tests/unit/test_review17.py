@@ -1,0 +1,26 @@
+"""Review of issue 17's lifecycle: defects found by attacking the pure decisions (reconcile.plan), each a
+case that failed before its fix."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from graphtrain.operator import reconcile as R
+from graphtrain.runtime.spec import conditions as C
+from tests.unit.test_reconcile import NOW, context, observed, sts, trainer
+
+
+def test_a_rank_is_silent_from_its_container_start_not_from_its_image_pull() -> None:
+    """A pod's status.startTime is when the kubelet took it, before the image pull (a cold CUDA image
+    pulls for minutes); the rank can report only once its container runs. Counted from startTime,
+    a pull longer than stallTimeoutSeconds made a rank that had just started 'silent', and with
+    stallPolicy Restart the restart of a fresh world used up backoffLimit."""
+    pulled = (NOW - dt.timedelta(minutes=11)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    running = {"running": {"startedAt": (NOW - dt.timedelta(seconds=5)).strftime("%Y-%m-%dT%H:%M:%SZ")}}
+    ranks = [trainer(r, "Running", start=pulled, containerStatuses=[{"state": running}]) for r in (0, 1)]
+    o = observed(sts(2), *ranks, **{"runPolicy.stallPolicy": "Restart"})  # stallTimeoutSeconds 60
+    conds = C.Conditions([], "T")
+    step = R.trainers_stage(context(o), conds)
+    assert step.phase is not None and step.phase.value == "Training" and step.actions == []
+    stalled = conds.get(C.ConditionType.stalled)
+    assert stalled is not None and stalled.status == "False", stalled
