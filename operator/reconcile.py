@@ -411,8 +411,9 @@ def terminal_stage(ctx: Context, conds: C.Conditions) -> Step:
         _keep_conditions(ctx, conds)
         actions = clean_up(ctx)
         ends = expiry(ctx, ctx.old.get("completionTime"))
-        if ends is not None and ctx.obs.now >= ends:
+        if ends is not None and ctx.obs.now >= ends:  # this very training (its uid), not a re-created one
             meta = {"name": ctx.body["metadata"]["name"], "namespace": ctx.namespace}
+            meta |= {"uid": ctx.body["metadata"]["uid"]} if ctx.body["metadata"].get("uid") else {}
             actions.append(Action("delete", {"apiVersion": S.API_VERSION, "kind": S.KIND, "metadata": meta}))
         return Step(actions, phase=S.Phase(phase))
     ends = deadline(ctx)

@@ -1084,7 +1084,7 @@ def test_the_ttl_deletes_a_finished_training_when_it_falls() -> None:
     p = c.step()
     (gone,) = [a.obj for a in p.actions]
     assert gone["kind"] == "GraphTraining" and gone["apiVersion"] == S.API_VERSION
-    assert gone["metadata"] == {"name": NAME, "namespace": NS}
+    assert gone["metadata"] == {"name": NAME, "namespace": NS, "uid": "uid-1"}  # this one, not a new one
     assert p.events == []  # nothing to say: it is going
 
 
