@@ -27,7 +27,10 @@ def test_the_ttl_never_deletes_a_recreated_training_of_the_same_name(
     """The TTL's delete is decided on an observation of the finished training; by the time it is sent,
     that training may be gone and a new one created with its name (a pipeline re-applying it). The
     delete named the training only, so it deleted the new one; as Kubernetes' own TTL controller does,
-    it must hold only for the uid it judged (a precondition)."""
+    it must hold only for the uid it judged (a precondition). Within one operator the per-training lock
+    and the finalizer close this window; it opens when the finalizer is removed by hand, or for a write
+    of another process. (The stale status is still written on the new training: a status patch cannot
+    carry a uid precondition, the API server drops metadata there.)"""
     from graphtrain.operator import k8s
     from graphtrain.operator.reconcile import plan
 
@@ -49,4 +52,33 @@ def test_the_ttl_never_deletes_a_recreated_training_of_the_same_name(
     new = get(kube, "gtr", "again", ns)["metadata"]
     k8s.apply(decided, stale)  # the TTL's delete arrives late
     still = get(kube, "gtr", "again", ns)["metadata"]
-    assert still["uid"] == new["uid"] and not still.get("deletionTimestamp"), "the new training was deleted"
+    assert still["uid"] == new["uid"], "the new training was deleted"
+    assert not still.get("deletionTimestamp"), "the new training is being deleted"
+    kube("delete", "gtr", "again", "-n", ns, "--wait=false")
+
+
+def test_a_failed_requeued_reconcile_is_tried_again(monkeypatch) -> None:
+    """A finished training is reconciled only by its requeue (the periodic timer skips Succeeded and
+    Failed): when the reconcile that was to delete it at its TTL failed (an API server restarting, a
+    timeout), nothing ever tried again and the training stayed forever."""
+    import queue
+
+    from graphtrain.operator import handlers
+
+    calls: queue.Queue = queue.Queue()
+    real = handlers.reconcile
+
+    def flaky(namespace: str, name: str) -> None:
+        if (namespace, name) != ("ns", "ttl"):  # a requeue of the session's operator: as it was
+            return real(namespace, name)
+        calls.put(name)
+        if calls.qsize() == 1:
+            raise RuntimeError("the API server is away")
+
+    monkeypatch.setattr(handlers, "reconcile", flaky)
+    monkeypatch.setattr(handlers, "REQUEUE_SLACK", 0.0)
+    monkeypatch.setattr(handlers, "TIMER_SECONDS", 0.1)
+    handlers.requeue("ns", "ttl", 0.01)
+    assert calls.get(timeout=30) == "ttl"
+    assert calls.get(timeout=30) == "ttl", "never tried again"
+    handlers.requeue("ns", "ttl", None)
