@@ -6,8 +6,9 @@ from __future__ import annotations
 import datetime as dt
 
 from graphtrain.operator import reconcile as R
+from graphtrain.operator.reconcile import Observed, plan
 from graphtrain.runtime.spec import conditions as C
-from tests.unit.test_reconcile import NOW, context, observed, sts, trainer
+from tests.unit.test_reconcile import NAME, NOW, context, observed, sts, trainer, training
 
 
 def test_a_rank_is_silent_from_its_container_start_not_from_its_image_pull() -> None:
@@ -24,3 +25,17 @@ def test_a_rank_is_silent_from_its_container_start_not_from_its_image_pull() -> 
     assert step.phase is not None and step.phase.value == "Training" and step.actions == []
     stalled = conds.get(C.ConditionType.stalled)
     assert stalled is not None and stalled.status == "False", stalled
+
+
+def test_a_training_failed_for_its_spec_is_deleted_at_its_ttl_too() -> None:
+    """ttlSecondsAfterFinished deletes a Failed training; one that failed for a rule only the Python
+    side checks (a nodeSelector key, which the CRD cannot constrain) never got a requeue nor its delete,
+    and the periodic timer skips Failed trainings: it stayed forever."""
+    body = training(**{"runPolicy.ttlSecondsAfterFinished": 30, "trainers.nodeSelector": {"bad key!": "x"}})
+    first = plan(Observed(body, now=NOW))
+    assert first.status["phase"] == "Failed" and first.actions == []
+    assert first.requeue_after == 30
+    body["status"] = first.status
+    later = plan(Observed(body, now=NOW + dt.timedelta(seconds=30)))
+    assert [f"{a.verb} {a.key}" for a in later.actions] == [f"delete GraphTraining/{NAME}"]
+    assert later.actions[0].obj["metadata"]["uid"] == "uid-1"
