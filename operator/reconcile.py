@@ -503,7 +503,8 @@ def suspend_stage(ctx: Context, conds: C.Conditions) -> Step:
         "spec.suspend is true: every pod is stopped, the data claim and checkpoints kept; "
         "spec.suspend false resumes from the last checkpoint",
     )
-    return Step(stop_all(ctx), status={"startTime": None}, phase=S.Phase.suspended)
+    # None: the merge patch removes them (no startTime, no shard server while suspended)
+    return Step(stop_all(ctx), status={"startTime": None, "shards": None}, phase=S.Phase.suspended)
 
 
 def _cannot_start(

@@ -1423,6 +1423,7 @@ PARTITIONED_KEPT = [
             "PartitionReady=True Partitioned, Suspended=True Suspended",
             "Normal Suspended",
             startTime=None,
+            shards=None,
         ),
         row(
             "suspended-while-partitioning",
@@ -1432,6 +1433,7 @@ PARTITIONED_KEPT = [
             "Suspended=True Suspended",
             "Normal Suspended",
             startTime=None,
+            shards=None,
         ),
         row(
             "created-suspended-makes-nothing",
@@ -1441,6 +1443,7 @@ PARTITIONED_KEPT = [
             "Suspended=True Suspended",
             "Normal Suspended",
             startTime=None,
+            shards=None,
         ),
         row(
             "finished-trainers-go-too",  # the world restarts together on resumption
@@ -1450,6 +1453,7 @@ PARTITIONED_KEPT = [
             "Suspended=True Suspended",
             "Normal Suspended",
             startTime=None,
+            shards=None,
         ),
         row(
             "resumed",

@@ -39,3 +39,19 @@ def test_a_training_failed_for_its_spec_is_deleted_at_its_ttl_too() -> None:
     later = plan(Observed(body, now=NOW + dt.timedelta(seconds=30)))
     assert [f"{a.verb} {a.key}" for a in later.actions] == [f"delete GraphTraining/{NAME}"]
     assert later.actions[0].obj["metadata"]["uid"] == "uid-1"
+
+
+def test_a_suspended_training_reports_no_shard_server() -> None:
+    """The status is merge-patched (k8s.apply): a field the plan leaves out keeps its last value. While
+    suspended there is no shard server, yet status.shards went on saying each was Ready."""
+    from tests.unit.test_reconcile import Cluster
+    from tests.unit.test_reconcile import to_training as run_to_training
+
+    c = Cluster(training())
+    run_to_training(c)
+    c.trainers("Running")
+    assert [s["state"] for s in c.step().status["shards"]] == ["Ready", "Ready"]
+    c.body["spec"]["suspend"] = True
+    p = c.step()
+    assert p.status["phase"] == "Suspended"
+    assert "shards" in p.status and p.status["shards"] is None  # None: the merge patch removes it
