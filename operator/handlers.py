@@ -133,12 +133,17 @@ def requeue(namespace: str, name: str, after: float | None) -> None:
 
 
 def _requeued(namespace: str, name: str) -> None:
-    """A requeue's reconcile, on the timer's own thread: a failure is logged (kopf's periodic timer
-    reconciles again), not lost in the thread."""
+    """A requeue's reconcile, on the timer's own thread: a failure is logged, not lost in the thread,
+    and tried again a timer period later unless another plan asked for a requeue meanwhile (the
+    periodic timer skips finished trainings, whose TTL only this requeue fires)."""
     try:
         reconcile(namespace, name)
     except Exception:
         log.exception("requeued reconcile of %s/%s failed", namespace, name)
+        with _timers_lock:
+            again = _timers.get((namespace, name)) in (None, threading.current_thread())
+        if again:
+            requeue(namespace, name, TIMER_SECONDS)
 
 
 @kopf.on.resume(GROUP, VERSION, PLURAL)

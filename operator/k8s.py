@@ -140,10 +140,11 @@ def apply(plan: Plan, observed: Observed, fence: Callable[[], bool] = lambda: Tr
         try:
             if action.verb == "create":
                 res.create(body=obj, namespace=ns)
-            else:
-                res.delete(
-                    name=obj["metadata"]["name"], namespace=ns, body={"propagationPolicy": "Background"}
-                )
+            else:  # with a uid: only that object (409 if the name now holds another), as the TTL controller
+                options: dict[str, Any] = {"propagationPolicy": "Background"}
+                if obj["metadata"].get("uid"):
+                    options["preconditions"] = {"uid": obj["metadata"]["uid"]}
+                res.delete(name=obj["metadata"]["name"], namespace=ns, body=options)
         except ApiException as exc:
             if action.verb == "create" and exc.status in (400, 422):
                 said = refusal(body, action.key, api_message(exc))

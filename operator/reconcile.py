@@ -392,13 +392,30 @@ def deadline(ctx: Context) -> dt.datetime | None:
     return started + dt.timedelta(seconds=seconds)
 
 
-def expiry(ctx: Context, completion: str | None) -> dt.datetime | None:
-    """When a finished training is deleted: runPolicy.ttlSecondsAfterFinished after its completionTime
-    (None: no TTL, or no completion time)."""
-    ttl, done = ctx.gt.spec.run_policy.ttl_seconds_after_finished, _parse_time(completion)
+def expiry(ttl: int | None, completion: str | None) -> dt.datetime | None:
+    """When a finished training is deleted: runPolicy.ttlSecondsAfterFinished (`ttl`) after its
+    completionTime (None: no TTL, or no completion time)."""
+    done = _parse_time(completion)
     if ttl is None or done is None:
         return None
     return done + dt.timedelta(seconds=ttl)
+
+
+def delete_training(body: Obj) -> Action:
+    """The delete of the GraphTraining itself at its TTL: of this very one (its uid), never of one
+    re-created with its name meanwhile."""
+    meta = {"name": body["metadata"]["name"], "namespace": body["metadata"]["namespace"]}
+    meta |= {"uid": body["metadata"]["uid"]} if body["metadata"].get("uid") else {}
+    return Action("delete", {"apiVersion": S.API_VERSION, "kind": S.KIND, "metadata": meta})
+
+
+def _invalid_ttl(body: Obj) -> int | None:
+    """runPolicy.ttlSecondsAfterFinished of a spec that failed validation, if its runPolicy alone reads."""
+    try:
+        raw = (body.get("spec") or {}).get("runPolicy") or {}
+        return S.RunPolicy.model_validate(raw).ttl_seconds_after_finished
+    except ValidationError:
+        return None
 
 
 def terminal_stage(ctx: Context, conds: C.Conditions) -> Step:
@@ -410,10 +427,9 @@ def terminal_stage(ctx: Context, conds: C.Conditions) -> Step:
     if phase in TERMINAL:
         _keep_conditions(ctx, conds)
         actions = clean_up(ctx)
-        ends = expiry(ctx, ctx.old.get("completionTime"))
+        ends = expiry(ctx.gt.spec.run_policy.ttl_seconds_after_finished, ctx.old.get("completionTime"))
         if ends is not None and ctx.obs.now >= ends:
-            meta = {"name": ctx.body["metadata"]["name"], "namespace": ctx.namespace}
-            actions.append(Action("delete", {"apiVersion": S.API_VERSION, "kind": S.KIND, "metadata": meta}))
+            actions.append(delete_training(ctx.body))
         return Step(actions, phase=S.Phase(phase))
     ends = deadline(ctx)
     if ends is None or ctx.obs.now < ends:
@@ -487,7 +503,8 @@ def suspend_stage(ctx: Context, conds: C.Conditions) -> Step:
         "spec.suspend is true: every pod is stopped, the data claim and checkpoints kept; "
         "spec.suspend false resumes from the last checkpoint",
     )
-    return Step(stop_all(ctx), status={"startTime": None}, phase=S.Phase.suspended)
+    # None: the merge patch removes them (no startTime, no shard server while suspended)
+    return Step(stop_all(ctx), status={"startTime": None, "shards": None}, phase=S.Phase.suspended)
 
 
 def _cannot_start(
@@ -691,8 +708,12 @@ def plan(obs: Observed, config: OperatorConfig | None = None, token: str = "") -
     }
     status.update({k: old[k] for k in ("completionTime", "partition", "progress") if old.get(k) is not None})
     decided = spec_stage(obs, conds)
-    if decided.gt is None:
-        return _finish(obs, conds, Step(status=status, phase=S.Phase.failed), decided.observed_generation)
+    if decided.gt is None:  # failed for its spec; its TTL still runs, if its runPolicy reads
+        ends = expiry(_invalid_ttl(body), old.get("completionTime") or _iso(obs.now))
+        gone = [delete_training(body)] if ends is not None and obs.now >= ends else []
+        wait = max(0.0, (ends - obs.now).total_seconds()) if ends is not None else None
+        step = Step(gone, status, S.Phase.failed)
+        return _finish(obs, conds, step, decided.observed_generation, wait)
     ctx = Context(obs, decided.gt, config or built_in(), token)
     actions: list[Action] = []
     waits: list[float] = []
@@ -703,7 +724,8 @@ def plan(obs: Observed, config: OperatorConfig | None = None, token: str = "") -
         waits += [step.requeue_after] if step.requeue_after is not None else []
         if step.phase is not None:
             if step.phase in TERMINAL:  # the TTL counts from completionTime (set now if it just ended)
-                ends = expiry(ctx, status.get("completionTime") or _iso(obs.now))
+                ttl = ctx.gt.spec.run_policy.ttl_seconds_after_finished
+                ends = expiry(ttl, status.get("completionTime") or _iso(obs.now))
             else:  # a suspended training has no startTime: its deadline does not run
                 ends = deadline(ctx) if step.phase != S.Phase.suspended else None
             waits += [max(0.0, (ends - obs.now).total_seconds())] if ends is not None else []
@@ -743,7 +765,7 @@ def progress_status(cm: Obj | None) -> Obj:
 def _silent_rank(
     trainers: dict[int, Obj], cm: Obj | None, now: dt.datetime, policy: S.RunPolicy
 ) -> str | None:
-    """The rank whose last heartbeat (or its pod's start, if later) is oldest, if older than
+    """The rank whose last heartbeat (or its container's start, if later) is oldest, if older than
     stallTimeoutSeconds."""
     data = (cm or {}).get("data") or {}
     worst: tuple[float, int] | None = None
@@ -751,11 +773,18 @@ def _silent_rank(
         if pod_phase(pod) == "Succeeded":
             continue
         report = reporting.rank_report(data, rank)
-        # the later of its last report and its pod's start: a report of an earlier attempt (before a
-        # restart or a suspension) says nothing of this pod
+        # the latest of its last report, its pod's start and its container's: a report of an earlier
+        # attempt (before a restart or a suspension) says nothing of this pod, and the pod's startTime
+        # is before its image pull (minutes for a cold CUDA image), when the rank could not report yet
+        st = pod.get("status") or {}
+        started = [
+            ((cs.get("state") or {}).get("running") or {}).get("startedAt")
+            for cs in st.get("containerStatuses") or []
+        ]
         times = (
             _parse_time(report.updated_at if report else None),
-            _parse_time((pod.get("status") or {}).get("startTime")),
+            _parse_time(st.get("startTime")),
+            *map(_parse_time, started),
         )
         seen = max((t for t in times if t is not None), default=None)
         if seen is None:

@@ -46,3 +46,5 @@ def test_a_failed_requeued_reconcile_is_logged(monkeypatch: pytest.MonkeyPatch, 
     timer.join(timeout=30)
     assert not timer.is_alive()
     assert "requeued reconcile of ns/c failed" in caplog.text and "the API server is away" in caplog.text
+    assert ("ns", "c") in handlers._timers  # tried again a timer period later
+    handlers.requeue("ns", "c", None)

@@ -1087,7 +1087,7 @@ def test_the_ttl_deletes_a_finished_training_when_it_falls() -> None:
     p = c.step()
     (gone,) = [a.obj for a in p.actions]
     assert gone["kind"] == "GraphTraining" and gone["apiVersion"] == S.API_VERSION
-    assert gone["metadata"] == {"name": NAME, "namespace": NS}
+    assert gone["metadata"] == {"name": NAME, "namespace": NS, "uid": "uid-1"}  # this one, not a new one
     assert p.events == []  # nothing to say: it is going
 
 
@@ -1426,6 +1426,7 @@ PARTITIONED_KEPT = [
             "PartitionReady=True Partitioned, Suspended=True Suspended",
             "Normal Suspended",
             startTime=None,
+            shards=None,
         ),
         row(
             "suspended-while-partitioning",
@@ -1435,6 +1436,7 @@ PARTITIONED_KEPT = [
             "Suspended=True Suspended",
             "Normal Suspended",
             startTime=None,
+            shards=None,
         ),
         row(
             "created-suspended-makes-nothing",
@@ -1444,6 +1446,7 @@ PARTITIONED_KEPT = [
             "Suspended=True Suspended",
             "Normal Suspended",
             startTime=None,
+            shards=None,
         ),
         row(
             "finished-trainers-go-too",  # the world restarts together on resumption
@@ -1453,6 +1456,7 @@ PARTITIONED_KEPT = [
             "Suspended=True Suspended",
             "Normal Suspended",
             startTime=None,
+            shards=None,
         ),
         row(
             "resumed",

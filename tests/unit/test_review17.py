@@ -1,0 +1,57 @@
+"""Review of issue 17's lifecycle: defects found by attacking the pure decisions (reconcile.plan), each a
+case that failed before its fix."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from graphtrain.operator import reconcile as R
+from graphtrain.operator.reconcile import Observed, plan
+from graphtrain.runtime.spec import conditions as C
+from tests.unit.test_reconcile import NAME, NOW, context, observed, sts, trainer, training
+
+
+def test_a_rank_is_silent_from_its_container_start_not_from_its_image_pull() -> None:
+    """A pod's status.startTime is when the kubelet took it, before the image pull (a cold CUDA image
+    pulls for minutes); the rank can report only once its container runs. Counted from startTime,
+    a pull longer than stallTimeoutSeconds made a rank that had just started 'silent', and with
+    stallPolicy Restart the restart of a fresh world used up backoffLimit."""
+    pulled = (NOW - dt.timedelta(minutes=11)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    running = {"running": {"startedAt": (NOW - dt.timedelta(seconds=5)).strftime("%Y-%m-%dT%H:%M:%SZ")}}
+    ranks = [trainer(r, "Running", start=pulled, containerStatuses=[{"state": running}]) for r in (0, 1)]
+    o = observed(sts(2), *ranks, **{"runPolicy.stallPolicy": "Restart"})  # stallTimeoutSeconds 60
+    conds = C.Conditions([], "T")
+    step = R.trainers_stage(context(o), conds)
+    assert step.phase is not None and step.phase.value == "Training" and step.actions == []
+    stalled = conds.get(C.ConditionType.stalled)
+    assert stalled is not None and stalled.status == "False", stalled
+
+
+def test_a_training_failed_for_its_spec_is_deleted_at_its_ttl_too() -> None:
+    """ttlSecondsAfterFinished deletes a Failed training; one that failed for a rule only the Python
+    side checks (a nodeSelector key, which the CRD cannot constrain) never got a requeue nor its delete,
+    and the periodic timer skips Failed trainings: it stayed forever."""
+    body = training(**{"runPolicy.ttlSecondsAfterFinished": 30, "trainers.nodeSelector": {"bad key!": "x"}})
+    first = plan(Observed(body, now=NOW))
+    assert first.status["phase"] == "Failed" and first.actions == []
+    assert first.requeue_after == 30
+    body["status"] = first.status
+    later = plan(Observed(body, now=NOW + dt.timedelta(seconds=30)))
+    assert [f"{a.verb} {a.key}" for a in later.actions] == [f"delete GraphTraining/{NAME}"]
+    assert later.actions[0].obj["metadata"]["uid"] == "uid-1"
+
+
+def test_a_suspended_training_reports_no_shard_server() -> None:
+    """The status is merge-patched (k8s.apply): a field the plan leaves out keeps its last value. While
+    suspended there is no shard server, yet status.shards went on saying each was Ready."""
+    from tests.unit.test_reconcile import Cluster
+    from tests.unit.test_reconcile import to_training as run_to_training
+
+    c = Cluster(training())
+    run_to_training(c)
+    c.trainers("Running")
+    assert [s["state"] for s in c.step().status["shards"]] == ["Ready", "Ready"]
+    c.body["spec"]["suspend"] = True
+    p = c.step()
+    assert p.status["phase"] == "Suspended"
+    assert "shards" in p.status and p.status["shards"] is None  # None: the merge patch removes it
