@@ -485,12 +485,24 @@ def stop_all(ctx: Context) -> list[Action]:
     return actions
 
 
+def trainers_done(ctx: Context) -> bool:
+    """Every rank of the current attempt succeeded."""
+    done = [
+        p
+        for p in ctx.pods("trainer")
+        if p["metadata"]["labels"].get(M.LABEL_ATTEMPT) == str(ctx.attempt) and pod_phase(p) == "Succeeded"
+    ]
+    return len(done) == ctx.gt.spec.trainers.replicas
+
+
 def suspend_stage(ctx: Context, conds: C.Conditions) -> Step:
     """spec.suspend (a Job's, for Kueue): every pod stops, the rest stays (claim, partition, token,
     checkpoints); phase Suspended and startTime cleared (the deadline does not run). Back to false,
     Suspended False Resumed and the next stages make the pods again, which restore the last checkpoint.
     Created suspended, nothing is made: its spec stays free to change until it first runs."""
     was = any(c.type == S.ConditionType.suspended for c in C.parse(ctx.old.get("conditions") or []))
+    if ctx.gt.spec.suspend and trainers_done(ctx):  # finished before the suspension was seen:
+        return Step()  # it succeeds (trainers stage), not re-run from the last checkpoint on resumption
     if not ctx.gt.spec.suspend:
         if was:
             C.set_resumed(conds, "spec.suspend is false: resumed from the last checkpoint")

@@ -1134,7 +1134,8 @@ class Storage(_Model):
         "and trained tables (it has no ownerReference; delete it with kubectl when done); Delete deletes "
         "it with the training. A claim named by volumeClaimName is never deleted. A retained claim is "
         "reused by a GraphTraining later created with the same name (its datasets are not fetched "
-        "again), which still starts afresh: each training works in its own directory, "
+        "again) and then stays theirs: Delete on the later training does not delete a claim an earlier "
+        "one chose to keep. Each training still starts afresh in its own directory, "
         "<mountPath>/runs/<name>/<uid>.",
     )
 

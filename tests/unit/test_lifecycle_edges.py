@@ -1,4 +1,4 @@
-"""Review of issue 17's lifecycle: defects found by attacking the pure decisions (reconcile.plan), each a
+"""Edges of issue 17's lifecycle found by attacking the pure decisions (reconcile.plan) in review, each a
 case that failed before its fix."""
 
 from __future__ import annotations
@@ -55,3 +55,19 @@ def test_a_suspended_training_reports_no_shard_server() -> None:
     p = c.step()
     assert p.status["phase"] == "Suspended"
     assert "shards" in p.status and p.status["shards"] is None  # None: the merge patch removes it
+
+
+def test_a_suspension_seen_after_every_trainer_succeeded_does_not_undo_the_success() -> None:
+    """The suspend stage ran before the trainers stage: a suspension arriving after the last rank
+    finished but before the operator saw it deleted the Succeeded pods and, on resumption, trained
+    again from the last checkpoint."""
+    from tests.unit.test_reconcile import Cluster
+    from tests.unit.test_reconcile import to_training as run_to_training
+
+    c = Cluster(training())
+    run_to_training(c)
+    c.trainers("Succeeded")
+    c.body["spec"]["suspend"] = True
+    p = c.step()
+    assert p.status["phase"] == "Succeeded"
+    assert not any(a.verb == "delete" and a.obj["kind"] == "Pod" for a in p.actions)
