@@ -66,6 +66,7 @@ import yaml
 from tests.podrunner import decide as D
 
 Obj = dict[str, Any]
+REPO = Path(__file__).resolve().parents[2]  # this checkout (graphtrain is installed from it)
 POLL = 0.3  # seconds between two passes over the API server
 GC = 2.0  # seconds between two garbage collections
 PREFIX = "gtpr"  # podman container names: gtpr-<runner>-<pod>-<n>
@@ -295,6 +296,8 @@ class PodRunner:
                 self._podman("rm", "-f", "-t", "0", name, timeout=60)
         with self._points_lock:
             for point in reversed(self._created_points):
+                if point.name.startswith("graphtrain-podrunner-"):  # the stash and its per-pod dirs
+                    shutil.rmtree(point, ignore_errors=True)
                 with contextlib.suppress(OSError):
                     point.rmdir() if point.is_dir() else point.unlink()
 
@@ -793,21 +796,30 @@ class PodRunner:
         self, run: PodRun, c: Container, env: dict[str, str], command: list[str], args: list[str]
     ) -> tuple[list[str], dict[str, str]]:
         root_str = str(self.root)
-        for _, dst, _ in run.mounts:
-            if sys.prefix.startswith(dst.rstrip("/") + "/"):
-                raise ValueError(f"process mode: {dst} would hide this Python ({sys.prefix})")
+
+        def under(path: str, dst: str) -> bool:
+            return path == dst or path.startswith(dst.rstrip("/") + "/")
 
         def hides_root(dst: str) -> bool:
-            return root_str == dst or root_str.startswith(dst.rstrip("/") + "/")
+            return under(root_str, dst)
 
         mounts = [(str(run.dir / "hosts"), "/etc/hosts", True), *run.mounts]
         # mounts over an ancestor of the runner's directory (/tmp) last: they would hide the sources
         mounts.sort(key=lambda m: (hides_root(m[1]), m[1].count("/")))
         inside = {dst: Path(src) for src, dst, _ in mounts if Path(src).is_dir()}
+        # this Python and this checkout (an editable install) stay visible where a volume covers them
+        # (a checkout under /tmp, under the pods' emptyDir at /tmp): bound aside first, back after
+        keep = sorted({sys.prefix, sys.base_prefix, str(REPO)})
+        hidden = [k for k in keep if any(under(k, dst) for _, dst, _ in mounts)]
+        stash = self._stash() / run.uid if hidden else None
         lines = ["set -e", f"hostname {shlex.quote(run.pod['spec'].get('hostname') or run.name)}"]
+        for i, k in enumerate(hidden):
+            lines += [f"mkdir -p {stash}/{i}", f"mount --bind {shlex.quote(k)} {stash}/{i}"]
         for src, dst, _ in mounts:
             self._mount_point(Path(dst), Path(src).is_dir(), inside)
             lines.append(f"mount --bind {shlex.quote(src)} {shlex.quote(dst)}")
+        for i, k in enumerate(hidden):
+            lines += [f"mkdir -p {shlex.quote(k)}", f"mount --bind {stash}/{i} {shlex.quote(k)}"]
         for _, dst, ro in mounts:
             if ro:
                 lines.append(f"mount -o remount,bind,ro {shlex.quote(dst)}")
@@ -816,6 +828,13 @@ class PodRunner:
         popen_env = {"PATH": f"{bindir}:/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", **env}
         argv = ["unshare", "--mount", "--uts", "--propagation", "private", "--", "sh", "-c", "\n".join(lines)]
         return [*argv, "sh", *command, *args], popen_env
+
+    def _stash(self) -> Path:
+        """A host directory outside every volume's path (/run), for process mode's stashed binds:
+        created once per runner, removed when it stops."""
+        stash = Path("/run") / f"graphtrain-podrunner-{os.getpid()}-{id(self):x}"
+        self._mount_point(stash, True, {})
+        return stash
 
     def _mount_point(self, dst: Path, is_dir: bool, inside: dict[str, Path], host: bool = True) -> None:
         """Make the mount point: inside a volume mounted above it (as the runtime does), else on the host
