@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -123,3 +124,12 @@ def wait_phase(
     raise AssertionError(
         f"{ns}/{name} not {until} after {timeout:.0f} s: {json.dumps(body.get('status'))[:3000]}"
     )
+
+
+def fail_fast(runner: Any) -> Callable[[dict], None]:
+    """wait_phase's on_poll: a runner that failed to run a pod fails the test now, not at its timeout."""
+
+    def check(body: dict) -> None:
+        assert not runner.errors, runner.errors[-3:]
+
+    return check

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import IMAGE, ROOT, Cluster, events, wait_phase
+from tests.e2e.conftest import IMAGE, ROOT, Cluster, events, fail_fast, wait_phase
 from tests.podrunner import PodRunner
 
 # offline: the partition pod finds no pre-seeded dataset on the fresh claim and fails, saying so
@@ -28,7 +28,7 @@ def test_a_failed_partition_job_fails_the_training_with_the_pods_error(
     with PodRunner(cluster.kubeconfig, mode="process", root=tmp_path / "runner") as runner:
         kube("create", "namespace", ns)
         kube("apply", "-n", ns, "-f", str(SPEC))
-        body = wait_phase(kube, ns, NAME, {"Failed", "Succeeded"}, 300, [])
+        body = wait_phase(kube, ns, NAME, {"Failed", "Succeeded"}, 300, [], fail_fast(runner))
         pods = json.loads(kube("get", "pods", "-n", ns, "-o", "json"))["items"]
         assert runner.errors == []
     status = body["status"]

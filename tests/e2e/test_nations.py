@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import yaml
 
-from tests.e2e.conftest import ROOT, Cluster, events, wait_phase
+from tests.e2e.conftest import ROOT, Cluster, events, fail_fast, wait_phase
 from tests.podrunner import PodRunner
 
 SPEC = ROOT / "examples" / "nations-transe.yaml"
@@ -153,7 +153,7 @@ def test_one_trainer_through_the_operator_computes_what_graphtrain_run_computes(
     with PodRunner(cluster.kubeconfig, mode="process", root=tmp_path / "runner") as runner:
         kube("create", "namespace", ns)
         kube("apply", "-n", ns, "-f", str(spec))
-        body = wait_phase(kube, ns, "nations-one", {"Succeeded", "Failed"}, 900, [])
+        body = wait_phase(kube, ns, "nations-one", {"Succeeded", "Failed"}, 900, [], fail_fast(runner))
         assert body["status"]["phase"] == "Succeeded", json.dumps(body["status"])[:3000]
         assert runner.errors == []
     through = body["status"]["progress"]["evalValue"]
