@@ -300,11 +300,13 @@ class PodRunner:
 
     # ---------------------------------------------------------------------------- what tests use
 
-    def logs(self, ns: str, name: str) -> str:
-        """Every log of a pod's containers on this runner (all attempts), for a test's message."""
+    def logs(self, ns: str, name: str, tail: int | None = 6000) -> str:
+        """Every log of a pod's containers on this runner (all attempts, every pod of that name), each
+        cut to its last `tail` characters (None: whole), for a test's message or check."""
         out = []
         for path in sorted((self.root / "pods").glob(f"{ns}_{name}_*/*.log")):
-            out.append(f"--- {path.parent.name}/{path.name}\n{path.read_text(errors='replace')[-6000:]}")
+            text = path.read_text(errors="replace")
+            out.append(f"--- {path.parent.name}/{path.name}\n{text if tail is None else text[-tail:]}")
         return "\n".join(out)
 
     def pid(self, ns: str, name: str) -> int | None:
