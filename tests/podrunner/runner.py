@@ -585,9 +585,11 @@ class PodRunner:
         if text == run.hosts:
             return
         path = run.dir / "hosts"
-        # in place (same inode): the file is bind-mounted into running containers; longer first, then cut
-        with open(path, "a+b") as f:
-            f.seek(0)
+        # in place (same inode): the file is bind-mounted into running containers; overwritten from the
+        # start, then cut. Not "a" mode: it appends every write, so the first address of a name (the
+        # first a resolver finds) stayed, and a recreated pod was never found at its new one
+        path.touch()
+        with open(path, "r+b") as f:
             f.write(text.encode())
             f.truncate()
         path.chmod(0o644)
