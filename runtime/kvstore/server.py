@@ -608,6 +608,8 @@ def serve(
             raise GraphtrainError("--restore needs --checkpoint-root")
         # a damaged latest falls back to the one before; a damaged or incomplete one is refused at start
         restore_from = ckpt.restore_point(checkpoint_root, restore, say=log.warning)
+        if restore_from is not None:  # a restarted server: `kubectl logs` says what it came back with
+            log.info("restores its tables from checkpoint %s as clients create them", restore_from.name)
     state = ShardState(shard, use_shm=use_shm, shm_prefix=job_prefix(token), restore_from=restore_from)
     if partition is not None:
         loaded = state.load_partition(partition, shard if part is None else part)

@@ -4,7 +4,9 @@ Every call has a timeout; idempotent operations (pull, create, stats, ...) are r
 of times, the others (push_grad, barrier) are not, since a retried gradient push could be applied
 twice. Giving up raises KVTimeout naming the shard, its address and the operation: a dead server is
 reported, never waited for forever. A server that refuses the token is reported as soon as the
-handshake fails (a socket-monitor event), not after the timeout.
+handshake fails (a socket-monitor event), not after the timeout; so is a connection that closes while
+calls on it wait (a server stopped or restarted): their replies can never come (a reconnection is a new
+peer to the server), so the idempotent ones are resent at once and the others fail at once.
 
 Calls to several shards are in flight together; a call's arrays go out in frames of at most
 protocol.MAX_FRAME_BYTES (the server's per-frame limit). Pull replies arrive as chunks and are copied
@@ -36,6 +38,7 @@ _HANDSHAKE_EVENTS = (
     | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
     | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
 )
+_MONITORED = _HANDSHAKE_EVENTS | zmq.EVENT_DISCONNECTED
 
 
 class ZmqTransport:
@@ -72,7 +75,7 @@ class ZmqTransport:
             s.setsockopt(zmq.SNDHWM, 0)
             s.setsockopt(zmq.RCVHWM, 0)
             auth.secure_client(s, token)
-            self.monitors.append(s.get_monitor_socket(_HANDSHAKE_EVENTS))
+            self.monitors.append(s.get_monitor_socket(_MONITORED))
             s.connect(addr)
             self.sockets.append(s)
         self._rid = itertools.count(1)
@@ -143,12 +146,17 @@ class ZmqTransport:
             exchange, self._open = self._open, None
             exchange.finish()
 
-    def check_handshakes(self, shards: set[int]) -> None:
-        """Raise KVAuthError if a server among `shards` refused this client's handshake."""
+    def check_handshakes(self, shards: set[int]) -> set[int]:
+        """Raise KVAuthError if a server among `shards` refused this client's handshake; the shards whose
+        connection closed since the last look."""
+        lost = set()
         for s in shards:
             mon = self.monitors[s]
             while mon.poll(0):
                 event = recv_monitor_message(mon)
+                if event["event"] == zmq.EVENT_DISCONNECTED:
+                    lost.add(s)
+                    continue
                 if event["event"] == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
                     raise KVAuthError(
                         f"shard {s} ({self.addresses[s]}) refused this client's token (authentication failed)"
@@ -157,6 +165,7 @@ class ZmqTransport:
                     f"shard {s} ({self.addresses[s]}): the connection's handshake failed "
                     f"({_event_name(event['event'])}); is it a graphtrain shard server of this version?"
                 )
+        return lost
 
     def close(self) -> None:
         try:
@@ -189,6 +198,7 @@ class _Exchange:
         self.chunks: dict[int, set[int]] = {}  # rid -> chunk indices received
         self.attempts = [1] * len(calls)
         self.deadline = [0.0] * len(calls)
+        transport.check_handshakes({c.shard for c in calls})  # closings seen now predate these calls
         for i, c in enumerate(calls):
             rid = next(transport._rid)  # noqa: SLF001 - the transport's own helper
             self.pending[rid] = i
@@ -207,7 +217,7 @@ class _Exchange:
             wait_ms = max(0, int(1000 * (min(self.deadline[i] for i in pending.values()) - now)))
             events = dict(poller.poll(wait_ms))
             if any(t.monitors[s] in events for s in shards):
-                t.check_handshakes(shards)
+                self._lost(t.check_handshakes(shards))
             for s in shards:
                 if t.sockets[s] not in events:
                     continue
@@ -239,6 +249,23 @@ class _Exchange:
                     f"({n} attempt{'s' if n > 1 else ''}); is the server running?"
                 )
         return self.answers  # type: ignore[return-value]
+
+    def _lost(self, shards: set[int]) -> None:
+        """The connections to `shards` closed with calls waiting on them: no reply to those can come. An
+        idempotent call falls due now (resent below, as after a timeout); any other fails at once."""
+        now = time.monotonic()
+        for i in self.pending.values():
+            c = self.calls[i]
+            if c.shard not in shards:
+                continue
+            if P.OPS[c.op][1]:
+                self.deadline[i] = now
+                continue
+            raise KVTimeout(
+                f"shard {c.shard} ({self.t.addresses[c.shard]}) closed the connection before answering "
+                f"{c.op}{'' if c.name is None else f' of {c.name!r}'} (not retried: it may have been "
+                "applied); did the server stop or restart?"
+            )
 
     def _take(self, frames: list[Any]) -> None:
         try:

@@ -302,6 +302,8 @@ class StepHooks:
             return False
         meta = self.load_state(self.checkpoint_root / name)
         if self.dist.rank == 0:
+            said = f"epoch {meta.get('epoch')}, step {meta.get('step')}"
+            print(f"[trainer] resuming from {name} ({said})", file=sys.stderr, flush=True)
             self.graph.client.restore(name)
         self.dist.barrier()
         self.epoch, self.step = int(meta["epoch"]), int(meta["step"])

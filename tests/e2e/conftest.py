@@ -1,5 +1,5 @@
-"""End to end through the operator: a private API server, `graphtrain operator` as a process, and the
-pod runner (tests/podrunner) running the pods it makes.
+"""End to end through the operator: a private API server, `graphtrain operator` as a process
+(tests/e2e/cluster.py), and the pod runner (tests/podrunner) running the pods it makes.
 
 A private server per module, as tests/chart/test_rbac.py has: the session's in-process operator
 (tests/operator) watches every namespace of the shared server and would reconcile these trainings too.
@@ -8,19 +8,17 @@ A private server per module, as tests/chart/test_rbac.py has: the session's in-p
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests import k8s
+from tests.e2e.cluster import Cluster, operator_cluster
 from tests.images import test_images as images_test
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -30,52 +28,14 @@ images: {{runtime: "{IMAGE}", cuda: "{IMAGE}", pullPolicy: Never}}
 """
 
 
-@dataclass
-class Cluster:
-    kubeconfig: str
-    kube: k8s.Kubectl
-    operator_log: Path
-
-
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory, request) -> Iterator[Cluster]:
     """A private API server with the CRD, and the operator running against it as the chart runs it (a
     process with a config file, the test module's OPERATOR_CONFIG if it has one; health and metrics on
     free loopback ports)."""
-    bin_dir = k8s.testenv_bin()
-    tmp = tmp_path_factory.mktemp("e2e")
-    run = tmp / "apiserver"
-    proc = None
-    try:
-        kubeconfig = k8s.start(run, bin_dir)
-        kube = k8s.kubectl(kubeconfig)
-        k8s.install_crd(kube)
-        k8s.serve_stand_ins(kube, k8s.NETWORK_POLICY)
-        config = tmp / "operator.yaml"
-        config.write_text(getattr(request.module, "OPERATOR_CONFIG", OPERATOR_CONFIG))
-        env = {k: v for k, v in os.environ.items() if k != "KUBERNETES_SERVICE_HOST"}
-        env.update(KUBECONFIG=kubeconfig, GRAPHTRAIN_OPERATOR_TIMER="1", POD_NAMESPACE="default")
-        log = tmp / "operator.log"
-        cmd = [
-            str(Path(sys.executable).parent / "graphtrain"),
-            "operator",
-            "--config",
-            str(config),
-            "--health-address=127.0.0.1:0",
-            "--metrics-address=127.0.0.1:0",
-        ]
-        with log.open("w") as out:
-            proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
-        yield Cluster(kubeconfig, kube, log)
-    finally:
-        if proc is not None and proc.poll() is None:  # only the operator this fixture started
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=10)
-        k8s.stop(run)
+    config = getattr(request.module, "OPERATOR_CONFIG", OPERATOR_CONFIG)
+    with operator_cluster(tmp_path_factory.mktemp("e2e"), config) as running:
+        yield running
 
 
 @pytest.fixture(scope="session")
@@ -85,6 +45,18 @@ def runtime_image() -> str:
     images_test.build_base()
     images_test.build("runtime", IMAGE)
     return IMAGE
+
+
+def graphtrain_run_mrr(spec: Path, run_dir: Path) -> float:
+    """The test MRR of `graphtrain run` of a KGE spec (about 30 to 60 s for Nations TransE here)."""
+    graphtrain = str(Path(sys.executable).parent / "graphtrain")
+    res = subprocess.run(
+        [graphtrain, "run", str(spec), "--run-dir", str(run_dir)], capture_output=True, text=True, timeout=900
+    )
+    assert res.returncode == 0, res.stderr[-3000:]
+    progress = json.loads((run_dir / "status.json").read_text())["progress"]
+    assert progress["evalMetric"] == "test_mrr"
+    return float(progress["evalValue"])
 
 
 def gtr(kube: k8s.Kubectl, ns: str, name: str) -> dict:

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import yaml
 
-from tests.e2e.conftest import ROOT, Cluster, events, fail_fast, wait_phase
+from tests.e2e.conftest import ROOT, Cluster, events, fail_fast, graphtrain_run_mrr, wait_phase
 from tests.podrunner import PodRunner
 
 SPEC = ROOT / "examples" / "nations-transe.yaml"
@@ -35,14 +35,7 @@ pytestmark = pytest.mark.timeout(1800)
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory) -> float:
     """The test MRR of `graphtrain run` of the same spec (about 45 s here)."""
-    run_dir = tmp_path_factory.mktemp("reference") / "run"
-    res = subprocess.run(
-        [GRAPHTRAIN, "run", str(SPEC), "--run-dir", str(run_dir)], capture_output=True, text=True, timeout=900
-    )
-    assert res.returncode == 0, res.stderr[-3000:]
-    progress = json.loads((run_dir / "status.json").read_text())["progress"]
-    assert progress["evalMetric"] == "test_mrr"
-    return float(progress["evalValue"])
+    return graphtrain_run_mrr(SPEC, tmp_path_factory.mktemp("reference") / "run")
 
 
 def in_order(seen: list[str], expected: list[str]) -> bool:

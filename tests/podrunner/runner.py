@@ -303,11 +303,13 @@ class PodRunner:
 
     # ---------------------------------------------------------------------------- what tests use
 
-    def logs(self, ns: str, name: str) -> str:
-        """Every log of a pod's containers on this runner (all attempts), for a test's message."""
+    def logs(self, ns: str, name: str, tail: int | None = 6000) -> str:
+        """Every log of a pod's containers on this runner (all attempts, every pod of that name), each
+        cut to its last `tail` characters (None: whole), for a test's message or check."""
         out = []
         for path in sorted((self.root / "pods").glob(f"{ns}_{name}_*/*.log")):
-            out.append(f"--- {path.parent.name}/{path.name}\n{path.read_text(errors='replace')[-6000:]}")
+            text = path.read_text(errors="replace")
+            out.append(f"--- {path.parent.name}/{path.name}\n{text if tail is None else text[-tail:]}")
         return "\n".join(out)
 
     def pid(self, ns: str, name: str) -> int | None:
@@ -586,9 +588,11 @@ class PodRunner:
         if text == run.hosts:
             return
         path = run.dir / "hosts"
-        # in place (same inode): the file is bind-mounted into running containers; longer first, then cut
-        with open(path, "a+b") as f:
-            f.seek(0)
+        # in place (same inode): the file is bind-mounted into running containers; overwritten from the
+        # start, then cut. Not "a" mode: it appends every write, so the first address of a name (the
+        # first a resolver finds) stayed, and a recreated pod was never found at its new one
+        path.touch()
+        with open(path, "r+b") as f:
             f.write(text.encode())
             f.truncate()
         path.chmod(0o644)

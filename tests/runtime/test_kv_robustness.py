@@ -6,6 +6,8 @@ gets a clear timeout, not a hang. (Unauthenticated peers: test_kv_attacks.py.)""
 from __future__ import annotations
 
 import os
+import threading
+import time
 from pathlib import Path
 
 import msgpack
@@ -315,6 +317,28 @@ def test_gradient_pushes_are_not_retried(ckroot: Path) -> None:
         srv.kill()
         with pytest.raises(KVTimeout, match=r"push_grad of 'g' within 1 s \(1 attempt\)"):
             client.push_grad("g", np.array([1]), np.ones((1, 2), np.float32), np.array([0, 10]), mean=False)
+        client.close()
+    finally:
+        srv.kill()
+
+
+@pytest.mark.timeout(120)
+def test_a_server_that_dies_while_a_call_waits_is_reported_at_once(ckroot: Path) -> None:
+    """A barrier waits on the server (non-idempotent, not retried) when the server is killed: the
+    closed connection fails it at once, not after the call's 30 s (the reply can never come)."""
+    srv = start_server(0, ckroot)
+    try:
+        client = kvstore.connect([srv.address], TOKEN, timeout=30.0, retries=3)
+        assert client.health()[0]["shard"] == 0
+        killer = threading.Timer(1.0, srv.kill)
+        killer.start()
+        began = time.monotonic()
+        with pytest.raises(
+            KVTimeout, match=rf"shard 0 \({srv.address}\) closed the connection before answering barrier"
+        ):
+            client.barrier("two", 2, timeout=30.0)  # one participant of two: waits until the kill
+        assert time.monotonic() - began < 10
+        killer.join()
         client.close()
     finally:
         srv.kill()

@@ -177,6 +177,9 @@ def test_graphsage_trains_and_reports(graph_file: Path, tmp_path: Path, standalo
     st = status(run_dir)
     assert st["phase"] == "Succeeded"
     assert st["partition"]["parts"] == 2 and st["progress"]["epoch"] == 3
+    # the final report names the test metric (what status.progress shows through the operator)
+    assert st["progress"]["evalMetric"] == "test_accuracy", st["progress"]
+    assert st["progress"]["evalValue"] == pytest.approx(result["test_accuracy"])
     assert {c["type"] for c in st["conditions"]} >= {"SpecValid", "PartitionReady", "Succeeded"}
     if not standalone:
         assert [s["state"] for s in st["shards"]] == ["Ready", "Ready"]
