@@ -419,7 +419,8 @@ def _invalid_ttl(body: Obj) -> int | None:
 
 
 def terminal_stage(ctx: Context, conds: C.Conditions) -> Step:
-    """A finished training is reported as it ended; what its clean-up policy stops stays stopped (a pod
+    """A finished training is reported as it ended (with rank 0's last progress report, which can come
+    after the pods' end); what its clean-up policy stops stays stopped (a pod
     that was still terminating, a delete that failed), and once its TTL ran out it is deleted. One past
     its deadline fails with DeadlineExceeded and is cleaned up; its other conditions stay as last
     observed."""
@@ -430,7 +431,9 @@ def terminal_stage(ctx: Context, conds: C.Conditions) -> Step:
         ends = expiry(ctx.gt.spec.run_policy.ttl_seconds_after_finished, ctx.old.get("completionTime"))
         if ends is not None and ctx.obs.now >= ends:
             actions.append(delete_training(ctx.body))
-        return Step(actions, phase=S.Phase(phase))
+        # rank 0's last report (the final test metric) may land after the pods' end decided the phase
+        progress = progress_status(ctx.child("ConfigMap", ctx.names["progress"]))
+        return Step(actions, status=progress, phase=S.Phase(phase))
     ends = deadline(ctx)
     if ends is None or ctx.obs.now < ends:
         return Step()

@@ -71,3 +71,17 @@ def test_a_suspension_seen_after_every_trainer_succeeded_does_not_undo_the_succe
     p = c.step()
     assert p.status["phase"] == "Succeeded"
     assert not any(a.verb == "delete" and a.obj["kind"] == "Pod" for a in p.actions)
+
+
+def test_a_finished_training_takes_rank_0s_last_report() -> None:
+    """The trainers' end decides Succeeded; rank 0's final report (the test metric) can reach the
+    progress ConfigMap after that reconcile: a finished training must still take it, or its status
+    keeps the last validation figure forever (seen in the shard-fault test: epoch 90, val_mrr)."""
+    from tests.unit.test_reconcile import progress
+
+    final = {"epoch": 100, "epochs": 100, "step": 900, "evalMetric": "test_mrr", "evalValue": 0.44}
+    done = {"phase": "Succeeded", "completionTime": "2026-01-01T00:00:00Z", "progress": {"epoch": 90}}
+    o = observed(progress(progress=final), status=done)
+    p = plan(o)
+    assert p.status["phase"] == "Succeeded"
+    assert p.status["progress"]["evalMetric"] == "test_mrr" and p.status["progress"]["epoch"] == 100
