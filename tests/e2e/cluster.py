@@ -5,11 +5,13 @@ session's in-process operator of tests/operator watches every namespace of the s
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -73,3 +75,20 @@ def seed_claim(runner_root: Path, ns: str, claim: str, dataset: str) -> None:
     shutil.copytree(data_dir() / "datasets" / dataset, target / "data" / "datasets" / dataset)
     for path in [target, *target.rglob("*")]:
         path.chmod(0o777 if path.is_dir() else 0o666)  # any pod's uid reads and writes there
+
+
+def final_progress(kube: k8s.Kubectl, ns: str, name: str, metric: str, timeout: float = 60) -> dict:
+    """status.progress once it carries the final `metric` (e.g. test_mrr): rank 0's last report can reach
+    the operator after the trainers' end made the training Succeeded (the operator takes it then)."""
+    deadline = time.monotonic() + timeout
+    progress: dict = {}
+    while time.monotonic() < deadline:
+        progress = (json.loads(kube("get", "gtr", name, "-n", ns, "-o", "json")).get("status") or {}).get(
+            "progress"
+        ) or {}
+        if progress.get("evalMetric") == metric:
+            return progress
+        time.sleep(0.5)
+    raise AssertionError(
+        f"{ns}/{name}: no final {metric} in status.progress after {timeout:.0f} s: {progress}"
+    )
