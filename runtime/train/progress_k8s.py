@@ -43,6 +43,7 @@ class ConfigMapSink:
     failed patch costs one heartbeat, never the training."""
 
     HEARTBEAT_SECONDS = 5.0
+    ATTEMPTS = 5  # a patch refused for a conflict (409) is sent again, up to this many times in all
 
     def __init__(
         self,
@@ -61,10 +62,20 @@ class ConfigMapSink:
         if not final and self._last is not None and now - self._last < self.HEARTBEAT_SECONDS:
             return
         self._last = now
-        try:
-            load_config()
-            kubernetes.client.CoreV1Api().patch_namespaced_config_map(
-                self.name, self.namespace, {"data": reporting.configmap_data(progress, self.rank)}
-            )
-        except Exception as exc:  # noqa: BLE001 - best effort, see the class docstring
-            print(f"[trainer] progress ConfigMap {self.name}: {exc}", file=sys.stderr, flush=True)
+        body = {"data": reporting.configmap_data(progress, self.rank)}
+        for attempt in range(self.ATTEMPTS):
+            try:
+                load_config()
+                kubernetes.client.CoreV1Api().patch_namespaced_config_map(self.name, self.namespace, body)
+                return
+            except kubernetes.client.ApiException as exc:
+                # 409: another rank's patch won a race the server did not retry itself (a real API
+                # server retries a patch's conflicts; a stand-in may not): this rank's keys are its own
+                if exc.status == 409 and attempt + 1 < self.ATTEMPTS:
+                    time.sleep(0.05 * 2**attempt)
+                    continue
+                print(f"[trainer] progress ConfigMap {self.name}: {exc.status} {exc.reason}", file=sys.stderr)
+                return
+            except Exception as exc:  # noqa: BLE001 - best effort, see the class docstring
+                print(f"[trainer] progress ConfigMap {self.name}: {exc}", file=sys.stderr, flush=True)
+                return

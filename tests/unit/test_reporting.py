@@ -84,6 +84,25 @@ def test_the_config_map_is_patched_at_most_every_heartbeat_and_always_at_the_end
     assert len(api.patches) == 3 and {ns for _, ns, _ in api.patches} == {"ml"}
 
 
+def test_a_patch_refused_for_a_conflict_is_sent_again(api: FakeApi, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two ranks patch one ConfigMap; a server that does not retry a patch's conflict itself answers
+    409 to one of them. The final report (the test metric) must not be lost to it (the shard-fault
+    test saw a Succeeded training keep epoch 83's val_mrr)."""
+    refusals = [2]
+    patch = api.patch_namespaced_config_map
+
+    def contested(name: str, namespace: str, body: dict[str, Any]) -> None:
+        if refusals[0]:
+            refusals[0] -= 1
+            raise progress_k8s.kubernetes.client.ApiException(status=409, reason="Conflict")
+        patch(name, namespace, body)
+
+    monkeypatch.setattr(api, "patch_namespaced_config_map", contested)
+    monkeypatch.setattr(progress_k8s.time, "sleep", lambda s: None)
+    progress_k8s.ConfigMapSink("t-progress", 0).write(tally().to_spec(), final=True)
+    assert len(api.patches) == 1
+
+
 def test_a_failed_patch_costs_a_heartbeat_not_the_training(monkeypatch: pytest.MonkeyPatch, capsys) -> None:
     def refuse() -> None:
         raise RuntimeError("no cluster here")
