@@ -43,9 +43,8 @@ def operator(kube, tmp_path_factory) -> Iterator[Any]:
     os.environ["GRAPHTRAIN_OPERATOR_TIMER"] = "1"
     from kopf.testing import KopfRunner
 
-    # every namespace but the leader-election tests' (their own operators must be alone there)
     with KopfRunner(
-        ["run", "--standalone", "--namespace", "!leader-*", "-m", "graphtrain.operator.handlers"]
+        ["run", "--standalone", "--all-namespaces", "-m", "graphtrain.operator.handlers"]
     ) as runner:
         kube("create", "namespace", "operator-probe")
         kube("apply", "-n", "operator-probe", "-f", "-", input=PROBE)

@@ -5,8 +5,9 @@ a leader paused (SIGSTOP) past its renew deadline, resumed after a standby took 
 
 Each process watches only this test's namespace and serves its endpoints on 127.0.0.1, port 0 (the
 bound address read from its log). Which process reconciled a GraphTraining is read from the logs
-(kopf prefixes each handler's line with namespace/name); the session's in-process operator watches
-every namespace but these (leader-*), so it can neither make these tests pass nor fail. Every wait is
+(kopf prefixes each handler's line with namespace/name). They run against an API server of their own:
+the session's in-process operator, which watches every namespace of the shared one, can then neither
+make them pass nor fail (it once recreated the config map a paused leader must not). Every wait is
 bounded; every process started here is stopped.
 """
 
@@ -27,6 +28,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import k8s
 from tests.operator.conftest import wait_for
 
 pytestmark = pytest.mark.timeout(240)
@@ -80,6 +82,29 @@ class Operator:
 
     def exited(self) -> int | None:
         return self.proc.poll()
+
+
+@pytest.fixture(scope="module")
+def kubeconfig(tmp_path_factory) -> Iterator[str]:
+    """This module's own API server (overrides the session's; see the module docstring), or a user's
+    test cluster as the session's fixture takes it."""
+    user = os.environ.get("GRAPHTRAIN_TEST_KUBECONFIG")
+    if user:
+        yield user
+        return
+    run = tmp_path_factory.mktemp("leader-apiserver")
+    try:
+        yield k8s.start(run, k8s.testenv_bin())
+    finally:
+        k8s.stop(run)
+
+
+@pytest.fixture(scope="module")
+def kube(kubeconfig: str) -> k8s.Kubectl:
+    run = k8s.kubectl(kubeconfig)
+    k8s.install_crd(run)
+    k8s.serve_stand_ins(run, k8s.NETWORK_POLICY)  # the operator makes a NetworkPolicy per training
+    return run
 
 
 @pytest.fixture
