@@ -1033,6 +1033,11 @@ class Trainers(Placement):
     )
 
 
+# The longest duration a runPolicy field takes: ten years. Beyond it a timer or a date computed from the
+# field overflows (1e20 validated before, and the CRD's int64 took what Python's timedelta cannot).
+MAX_SECONDS = 10 * 365 * 24 * 3600
+
+
 class RunPolicy(_Model):
     """When a run is restarted, stalled, stuck or out of time, and what is left once it ended. Every
     field may change while the training runs (the operator takes the new value at once)."""
@@ -1046,12 +1051,14 @@ class RunPolicy(_Model):
     active_deadline_seconds: int | None = Field(
         default=None,
         ge=1,
+        le=MAX_SECONDS,
         description="Seconds the run may take in all, counted from its start; then it fails. Unset: "
         "no deadline.",
     )
     stall_timeout_seconds: int = Field(
         default=600,
         ge=10,
+        le=MAX_SECONDS,
         description="Seconds without training progress after which the run is marked Stalled.",
     )
     stall_policy: StallPolicy = Field(
@@ -1064,6 +1071,7 @@ class RunPolicy(_Model):
     start_timeout_seconds: int = Field(
         default=600,
         ge=10,
+        le=MAX_SECONDS,
         description="Seconds a pod may be unable to start before the training fails with StartTimeout "
         "(Kubernetes only; as a Deployment's progressDeadlineSeconds). Unable to start: unschedulable, "
         "or a container waiting in ImagePullBackOff, ErrImagePull, CrashLoopBackOff, "
@@ -1085,6 +1093,7 @@ class RunPolicy(_Model):
     ttl_seconds_after_finished: int | None = Field(
         default=None,
         ge=0,
+        le=MAX_SECONDS,
         description="Seconds after completionTime (Succeeded or Failed) at which the operator deletes "
         "the GraphTraining, and with it its children (Kubernetes only; as a Job's). The data claim goes "
         "only if storage.whenDeleted is Delete. Unset: kept until deleted.",

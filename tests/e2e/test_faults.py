@@ -34,6 +34,7 @@ from tests.e2e.conftest import (
     fail_fast,
     graphtrain_run_mrr,
     gtr,
+    no_errors,
     wait_phase,
 )
 from tests.podrunner import PodRunner
@@ -134,10 +135,6 @@ def start_training(cluster: Cluster, runner: PodRunner, ns: str, spec: Path) -> 
     phase = gtr(kube, ns, NAME)["status"]["phase"]
     assert phase == "Training", f"{phase} before the fault: give the training more epochs"
     return uid, root
-
-
-def no_errors(runner: PodRunner) -> None:
-    assert not runner.errors, runner.errors[-3:]  # a broken runner fails now, not at the timeout
 
 
 def finish(cluster: Cluster, runner: PodRunner, ns: str, seen: list[str]) -> dict:

@@ -152,12 +152,25 @@ FIELD_BREAKS: dict[str, tuple[Doc, bool]] = {
     "when-deleted": (edit(GRAPHSAGE, lambda s: s.update(storage={"whenDeleted": "Keep"})), True),
     "suspend-not-boolean": (edit(GRAPHSAGE, lambda s: s.update(suspend="yes")), True),
 }
+# durations beyond ten years (runPolicy's MAX_SECONDS): a timer or a date from them overflows
+HUGE_DURATIONS = {
+    f"{field}-huge": field
+    for field in (
+        "startTimeoutSeconds",
+        "ttlSecondsAfterFinished",
+        "activeDeadlineSeconds",
+        "stallTimeoutSeconds",
+    )
+}
+for _case, _field in HUGE_DURATIONS.items():
+    FIELD_BREAKS[_case] = (edit(GRAPHSAGE, lambda s, f=_field: s.update(runPolicy={f: 400_000_000})), True)
 
 # the field each lifecycle case above breaks, as `graphtrain validate` and the API server name it
 LIFECYCLE_FIELDS = {
     "clean-pod-policy": "spec.runPolicy.cleanPodPolicy",
     "ttl-negative": "spec.runPolicy.ttlSecondsAfterFinished",
     "start-timeout": "spec.runPolicy.startTimeoutSeconds",
+    **{case: f"spec.runPolicy.{field}" for case, field in HUGE_DURATIONS.items()},
     "stall-policy": "spec.runPolicy.stallPolicy",
     "when-deleted": "spec.storage.whenDeleted",
     "suspend-not-boolean": "spec.suspend",
