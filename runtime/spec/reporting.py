@@ -82,8 +82,11 @@ def rank_report(data: Mapping[str, str] | None, rank: int) -> Progress | None:
 
 
 def append_history(history: list[Progress], entry: Progress, limit: int = HISTORY_LIMIT) -> list[Progress]:
-    """`history` with `entry` last, cut to its latest `limit` entries (a new list; `history` is kept)."""
-    return [*history, entry][-limit:] if limit > 0 else []
+    """`history` with `entry` last, cut to its latest `limit` entries (a new list; `history` is kept).
+    Entries of `entry`'s epoch or later go: a training resumed from an earlier checkpoint trains those
+    epochs again, and the history holds one entry per epoch, in order."""
+    kept = [p for p in history if p.epoch < entry.epoch]
+    return [*kept, entry][-limit:] if limit > 0 else []
 
 
 def encode_history(history: list[Progress]) -> str:

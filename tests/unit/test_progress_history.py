@@ -12,7 +12,8 @@ from graphtrain.runtime.spec import reporting
 
 
 def entry(epoch: int, **kw: object) -> S.Progress:
-    return S.Progress(epoch=epoch, epochs=10, step=epoch * 20, loss=1.0 / (epoch + 1), **kw)  # type: ignore[arg-type]
+    fields: dict[str, object] = {"epoch": epoch, "epochs": 10, "step": epoch * 20, "loss": 1.0 / (epoch + 1)}
+    return S.Progress.model_validate({**fields, **kw})
 
 
 def test_append_keeps_the_latest_entries_within_the_limit() -> None:
@@ -56,3 +57,9 @@ def test_bad_entries_are_skipped_and_the_others_kept() -> None:
 def test_a_rank_file_is_relative_to_the_run_directory() -> None:
     assert reporting.rank_file(0) == "trainers/rank-0.json"
     assert reporting.rank_file(12) == "trainers/rank-12.json"
+
+
+def test_epochs_trained_again_after_a_resume_replace_their_entries() -> None:
+    history = [entry(e) for e in (1, 2, 3, 4)]
+    resumed = reporting.append_history(history, entry(3, loss=0.5))
+    assert [(p.epoch, p.loss) for p in resumed] == [(1, 1 / 2), (2, 1 / 3), (3, 0.5)]
