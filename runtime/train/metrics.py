@@ -82,12 +82,13 @@ class TrainerMetrics:
         self.samples.inc(samples)
 
     def reported(self, progress: S.Progress, at: float | None = None) -> None:
-        """A progress report went out: its loss, epoch and evaluation, and when."""
+        """A progress report went out: its loss, epoch and evaluation (rank 0's: every rank has the same
+        all-reduced value, and a dashboard must not average copies), and when."""
         self.last_report.set(time.time() if at is None else at)
         self.epoch.set(progress.epoch)
         if progress.loss is not None:
             self.loss.set(progress.loss)
-        if progress.eval_metric and progress.eval_value is not None:
+        if self.rank == "0" and progress.eval_metric and progress.eval_value is not None:
             self.eval_metric.labels(self.rank, progress.eval_metric).set(progress.eval_value)
 
     def clock(self) -> StageClock:

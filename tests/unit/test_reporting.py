@@ -191,3 +191,15 @@ def test_a_report_round_trips() -> None:
         epoch=1, epochs=2, step=3, loss=0.5, summary="x", updated_at=dt.datetime(2026, 1, 1).isoformat()
     )
     assert reporting.decode(reporting.encode(p)) == p
+
+
+def test_only_rank_zero_exports_the_eval_metric() -> None:
+    metrics = TrainerMetrics(1, CollectorRegistry())
+    Reporter(1, [], echo=False, metrics=metrics).report(tally(eval_metric="val_mrr", eval_value=0.5))
+    assert (
+        metrics.registry.get_sample_value(
+            "graphtrain_trainer_eval_metric", {"rank": "1", "metric": "val_mrr"}
+        )
+        is None
+    )
+    assert metrics.registry.get_sample_value("graphtrain_trainer_epoch", {"rank": "1"}) == 2
