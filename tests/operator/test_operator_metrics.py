@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import urllib.request
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -34,7 +34,7 @@ def ns(kube) -> str:
 
 
 @pytest.fixture
-def scrape(operator) -> Iterator[callable]:
+def scrape(operator) -> Iterator[Callable[[], dict[str, dict[tuple[tuple[str, str], ...], float]]]]:
     """The in-process operator's metrics, served as `graphtrain operator` serves them; a scrape of them
     as {name: {labels: value}}."""
     server = endpoints.serve("metrics", ("127.0.0.1", 0), {"/metrics": handlers.metrics().route})
