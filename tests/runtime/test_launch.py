@@ -253,6 +253,14 @@ def test_restart_from_the_last_checkpoint(graph_file: Path, tmp_path: Path, vict
     assert st["progress"]["epoch"] == 6
     if victim == "shard-0":
         assert st["shards"][0]["restarts"] == 1
+    # the scrape targets name the processes that came back, on their new ports
+    doc = json.loads((run.run_dir / "prometheus" / "targets.json").read_text())
+    ports = {
+        (t["labels"]["job"], t["labels"].get("shard", t["labels"].get("rank"))): t["targets"] for t in doc
+    }
+    for kind, children in (("shard", run.servers), ("trainer", run.trainers)):
+        for i, c in enumerate(children):
+            assert ports[(f"graphtrain-{kind}", str(i))] == [f"127.0.0.1:{c.metrics_port}"], (kind, i, doc)
 
 
 @pytest.mark.timeout(300)
