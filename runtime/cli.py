@@ -634,7 +634,7 @@ def serve_metrics(registry: Any, host: str, port: int, port_file: Path | None) -
     from graphtrain.runtime.data.cache import write_json
 
     try:
-        _, bound = httpd.serve(registry, host, port)
+        bound = httpd.serve_metrics(registry, host, port).port
     except OSError as exc:
         raise GraphtrainError(f"metrics endpoint {host}:{port}: {exc.strerror or exc}") from None
     if port_file is not None:

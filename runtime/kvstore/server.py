@@ -618,12 +618,12 @@ def serve(
     address = server.start()
     port = None
     if metrics_port is not None:
-        _, port = httpd.serve(
+        port = httpd.serve_metrics(
             server.metrics.registry,
             metrics_host,
             metrics_port,
             {"/livez": server.liveness, "/readyz": server.readiness},
-        )
+        ).port
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: server.request_stop())
     faulthandler.enable()  # a crash prints where it happened

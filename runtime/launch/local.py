@@ -302,12 +302,12 @@ class LocalRun:
         from graphtrain.runtime.launch.metrics import registry
 
         reg = registry(self.namespace, self.gt.metadata.name, lambda: self.last_status)
-        self._metrics_server, self.metrics_port = httpd.serve(reg, targets.HOST, 0)
+        self._metrics_server = httpd.serve_metrics(reg, targets.HOST, 0)
+        self.metrics_port = self._metrics_server.port
 
     def _stop_metrics(self) -> None:
         if self._metrics_server is not None:
-            self._metrics_server.shutdown()
-            self._metrics_server.server_close()
+            self._metrics_server.close()
             self._metrics_server = None
 
     # ---------------------------------------------------------------------------------- status

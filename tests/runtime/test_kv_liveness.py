@@ -145,7 +145,8 @@ def test_readiness_is_the_request_loop_answering_now() -> None:
 @pytest.mark.timeout(60)
 def test_livez_answers_the_verdict(server: ShardServer) -> None:
     verdict = {"v": (True, "ok")}
-    http, port = httpd.serve(server.metrics.registry, "127.0.0.1", 0, {"/livez": lambda: verdict["v"]})
+    http = httpd.serve_metrics(server.metrics.registry, "127.0.0.1", 0, {"/livez": lambda: verdict["v"]})
+    port = http.port
     try:
         body = urllib.request.urlopen(f"http://127.0.0.1:{port}/livez", timeout=5).read().decode()
         assert body.strip() == "ok"
@@ -157,7 +158,7 @@ def test_livez_answers_the_verdict(server: ShardServer) -> None:
         assert 'graphtrain_kvstore_live{shard="0"} 1.0' in metrics
         assert "\nprocess_resident_memory_bytes " in metrics  # the dashboards' memory panel
     finally:
-        http.shutdown()
+        http.close()
 
 
 @pytest.mark.timeout(120)

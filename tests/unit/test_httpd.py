@@ -1,24 +1,27 @@
-"""A process' metrics port (runtime/httpd.py) is bounded like the operator's endpoints: idle clients hold
-neither a thread each nor the port, so the probes served there keep answering."""
+"""The endpoints of every process (runtime/httpd.py: the metrics port of shard servers, trainers and the
+launcher, the operator's health and metrics ports): idle, half-sent or never-reading clients hold no
+thread each and never keep a probe out."""
 
 from __future__ import annotations
 
 import http.client
+import resource
 import socket
 import threading
 import time
 import urllib.error
 import urllib.request
 
-from prometheus_client import CollectorRegistry, Counter
+import pytest
+from prometheus_client import CollectorRegistry, Counter, Gauge
 from prometheus_client.parser import text_string_to_metric_families
 
 from graphtrain.runtime import httpd
 
 
-def get(url: str, timeout: float = 10) -> tuple[int, str]:
+def get(url: str, timeout: float = 10, method: str = "GET") -> tuple[int, str]:
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as r:
+        with urllib.request.urlopen(urllib.request.Request(url, method=method), timeout=timeout) as r:
             return r.status, r.read().decode()
     except urllib.error.HTTPError as exc:
         return exc.code, exc.read().decode()
@@ -31,74 +34,146 @@ def half_request(port: int) -> socket.socket:
     return s
 
 
-def test_metrics_and_checks_over_http() -> None:
+def closed_within(client: socket.socket, seconds: float) -> float | None:
+    """Seconds until the server closed `client` (None: still open after `seconds`)."""
+    start = time.monotonic()
+    client.settimeout(seconds)
+    try:
+        while client.recv(65536):
+            pass
+    except TimeoutError:
+        return None
+    except OSError:  # reset
+        pass
+    return time.monotonic() - start
+
+
+@pytest.fixture
+def live() -> dict[str, tuple[bool, str]]:
+    return {"v": (True, "ok")}
+
+
+@pytest.fixture
+def server(live: dict[str, tuple[bool, str]]):
     registry = CollectorRegistry()
     Counter("demo_total", "a counter", registry=registry).inc(3)
-    verdict = {"live": (True, "ok")}
-    server, port = httpd.serve(registry, "127.0.0.1", 0, {"/livez": lambda: verdict["live"]})
-    try:
-        assert get(f"http://127.0.0.1:{port}/livez") == (200, "ok\n")
-        verdict["live"] = (False, "stuck")
-        assert get(f"http://127.0.0.1:{port}/livez?verbose") == (503, "stuck\n")
-        status, text = get(f"http://127.0.0.1:{port}/metrics")
-        families = {f.name: f for f in text_string_to_metric_families(text)}
-        assert status == 200 and families["demo"].samples[0].value == 3
-    finally:
-        server.shutdown()
-        server.server_close()
+    s = httpd.serve_metrics(registry, "127.0.0.1", 0, {"/livez": lambda: live["v"]}, timeout=0.5)
+    yield s
+    s.close()
 
 
-def test_a_failing_check_is_a_failed_probe() -> None:
+def test_metrics_and_checks_over_http(server: httpd.Server, live: dict) -> None:
+    assert get(f"{server.url}/livez") == (200, "ok\n")
+    live["v"] = (False, "stuck")
+    assert get(f"{server.url}/livez?verbose") == (503, "stuck\n")
+    status, text = get(f"{server.url}/metrics")
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    assert status == 200 and families["demo"].samples[0].value == 3
+    assert get(f"{server.url}/nothing") == (404, "not found\n")
+    assert get(f"{server.url}/livez", method="POST")[0] == 405
+    assert get(f"{server.url}/livez", method="HEAD") == (503, "")
+
+
+def test_a_failing_check_is_a_failed_probe_and_a_failing_route_a_500() -> None:
     def broken() -> tuple[bool, str]:
         raise RuntimeError("boom")
 
-    server, port = httpd.serve(CollectorRegistry(), "127.0.0.1", 0, {"/readyz": broken})
+    def crash() -> tuple[int, str, bytes]:
+        raise ValueError("boom")
+
+    s = httpd.serve("t", ("127.0.0.1", 0), {"/readyz": httpd.probe(broken), "/crash": crash})
     try:
-        assert get(f"http://127.0.0.1:{port}/readyz") == (503, "check failed: RuntimeError\n")
+        assert get(f"{s.url}/readyz") == (503, "check failed: RuntimeError\n")
+        assert get(f"{s.url}/crash") == (500, "ValueError\n")
+        assert get(f"{s.url}/readyz")[0] == 503  # still serving
     finally:
-        server.shutdown()
-        server.server_close()
+        s.close()
 
 
-def test_a_half_request_is_dropped_after_the_timeout() -> None:
-    server, port = httpd.serve(CollectorRegistry(), "127.0.0.1", 0, timeout=0.5)
+def test_garbage_and_oversized_requests_are_dropped_and_the_port_keeps_answering(
+    server: httpd.Server,
+) -> None:
+    for junk in (
+        b"\x00\xff" * 100 + b"\r\n\r\n",
+        b"GET /" + b"a" * 40_000 + b" HTTP/1.1\r\n\r\n",
+        b"HELLO\r\n\r\n",
+    ):
+        c = socket.create_connection(("127.0.0.1", server.port), timeout=5)
+        c.sendall(junk)
+        assert closed_within(c, 5) is not None
+        c.close()
+    assert get(f"{server.url}/livez") == (200, "ok\n")
+
+
+def test_a_half_request_is_dropped_after_the_timeout(server: httpd.Server) -> None:
+    client = half_request(server.port)
+    took = closed_within(client, 5)
+    client.close()
+    assert took is not None and took < 3, took
+
+
+def test_a_client_that_never_reads_a_large_answer_is_dropped() -> None:
+    registry = CollectorRegistry()
+    g = Gauge("big", "many series", ["i"], registry=registry)
+    for i in range(40_000):  # ~1.5 MB of text: more than the socket buffers hold
+        g.labels(str(i)).set(i)
+    s = httpd.serve_metrics(registry, "127.0.0.1", 0, {"/livez": lambda: (True, "ok")}, timeout=0.5)
     try:
-        client = half_request(port)
-        start = time.monotonic()
-        client.settimeout(5)
+        c = socket.socket()
+        c.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        c.connect(("127.0.0.1", s.port))
+        c.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        time.sleep(2)  # never reads; the server gave up draining after 0.5 s
+        assert get(f"{s.url}/livez", timeout=2) == (200, "ok\n")
+        c.settimeout(5)
+        received = 0
         try:
-            while client.recv(4096):
-                pass
-        except OSError:  # reset, or still open after 5 s (TimeoutError): the assertion below says which
+            while chunk := c.recv(1 << 20):
+                received += len(chunk)
+        except OSError:
             pass
-        assert time.monotonic() - start < 3
-        client.close()
+        assert received < 1_500_000, received  # cut off, not sent in full
+        c.close()
     finally:
-        server.shutdown()
-        server.server_close()
+        s.close()
 
 
-def test_100_idle_clients_hold_no_thread_each_and_livez_still_answers_within_a_second() -> None:
-    timeout = 0.5
+def test_idle_clients_hold_no_thread_each_and_never_keep_a_probe_out() -> None:
+    """1000 idle half-requests (four times the cap) with the default 5 s timeout: the thread count
+    stays put and /livez answers at once, every time (a thread per connection with a cap of 32 refused
+    it for the timeout: a liveness failure on demand)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < 2500:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(4096, hard), hard))
     before = threading.active_count()
-    server, port = httpd.serve(CollectorRegistry(), "127.0.0.1", 0, {"/livez": lambda: (True, "ok")}, timeout)
-    idle = []
+    s = httpd.serve_metrics(CollectorRegistry(), "127.0.0.1", 0, {"/livez": lambda: (True, "ok")})
+    idle: list[socket.socket] = []
     try:
-        idle = [half_request(port) for _ in range(100)]
-        time.sleep(0.2)
-        cap = httpd.MAX_CONNECTIONS
-        assert threading.active_count() <= before + 1 + cap, threading.active_count()  # + serve_forever
-        start, answer = time.monotonic(), None
-        while answer is None and time.monotonic() - start < 5:
+        for _ in range(1000):
+            idle.append(half_request(s.port))
+        time.sleep(0.3)
+        assert threading.active_count() <= before + 1 + httpd.ROUTE_WORKERS, threading.active_count()
+        for _ in range(20):
+            start = time.monotonic()
             try:
-                answer = get(f"http://127.0.0.1:{port}/livez", timeout=1)
-            except (OSError, http.client.HTTPException):  # closed at once while every slot is taken
-                time.sleep(0.02)
-        took = time.monotonic() - start
-        assert answer == (200, "ok\n") and took < 1.0, f"answered {answer} after {took:.2f} s"
-        assert threading.active_count() <= before + 1 + cap
+                answer = get(f"{s.url}/livez", timeout=1)
+            except (OSError, http.client.HTTPException) as exc:
+                answer = (0, repr(exc))
+            took = time.monotonic() - start
+            assert answer == (200, "ok\n") and took < 0.5, f"{answer} after {took:.2f} s"
+            idle.append(half_request(s.port))  # the flood goes on between probes
+        assert threading.active_count() <= before + 1 + httpd.ROUTE_WORKERS
     finally:
-        for s in idle:
-            s.close()
-        server.shutdown()
-        server.server_close()
+        for c in idle:
+            c.close()
+        s.close()
+    assert threading.active_count() <= before + httpd.ROUTE_WORKERS  # the loop's thread ended
+
+
+def test_close_frees_the_port() -> None:
+    s = httpd.serve("t", ("127.0.0.1", 0), {"/x": lambda: (200, "text/plain", b"x")})
+    port = s.port
+    s.close()
+    s.close()  # idempotent
+    again = httpd.serve("t", ("127.0.0.1", port), {})
+    again.close()
