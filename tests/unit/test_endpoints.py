@@ -1,11 +1,8 @@
-"""The operator's health and metrics endpoints, served on 127.0.0.1, port 0."""
+"""The operator's health and metrics endpoints, served on 127.0.0.1, port 0 (their server is runtime/httpd.py:
+idle and never-reading clients are tested in test_httpd.py)."""
 
 from __future__ import annotations
 
-import http.client
-import socket
-import threading
-import time
 import urllib.error
 import urllib.request
 
@@ -76,66 +73,3 @@ def test_probes_and_metrics_over_http() -> None:
     finally:
         health.close()
         scrape.close()
-
-
-def half_request(server: E.Server) -> socket.socket:
-    """A client that sends half a request and never finishes it."""
-    s = socket.create_connection(server.address, timeout=10)
-    s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
-    return s
-
-
-def closed_within(s: socket.socket, seconds: float) -> float | None:
-    """Seconds until the server closed `s` (None: still open after `seconds`)."""
-    start = time.monotonic()
-    s.settimeout(seconds)
-    try:
-        while s.recv(4096):
-            pass
-    except TimeoutError:
-        return None
-    except OSError:
-        pass
-    return time.monotonic() - start
-
-
-def test_a_half_request_is_dropped_after_the_timeout() -> None:
-    server = E.serve("health", ("127.0.0.1", 0), {"/healthz": E.probe(lambda: (True, "ok"))}, timeout=0.5)
-    try:
-        client = half_request(server)
-        took = closed_within(client, 5)
-        client.close()
-        assert took is not None and took < 3, took
-    finally:
-        server.close()
-
-
-def test_idle_clients_beyond_the_cap_neither_pile_up_threads_nor_starve_a_probe() -> None:
-    cap, timeout = 4, 1.0
-    before = threading.active_count()
-    server = E.serve(
-        "health",
-        ("127.0.0.1", 0),
-        {"/healthz": E.probe(lambda: (True, "ok"))},
-        timeout=timeout,
-        max_connections=cap,
-    )
-    idle = []
-    try:
-        for _ in range(200):
-            idle.append(half_request(server))
-        time.sleep(0.3)
-        assert threading.active_count() <= before + 1 + cap, threading.active_count()  # + the server's thread
-        start, answer = time.monotonic(), None
-        while answer is None and time.monotonic() - start < timeout + 5:
-            try:
-                answer = get(f"{server.url}/healthz")
-            except (OSError, http.client.HTTPException):  # closed at once while the slots are taken
-                time.sleep(0.05)
-        assert answer == (200, "ok\n"), f"no answer within {time.monotonic() - start:.1f} s"
-        assert time.monotonic() - start < timeout + 3
-        assert threading.active_count() <= before + 1 + cap
-    finally:
-        for s in idle:
-            s.close()
-        server.close()
