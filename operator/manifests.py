@@ -14,7 +14,8 @@ labels graphtrain.io/training and graphtrain.io/role:
                     only, the metrics port to its pods and the configured scrapers;
                     PodDisruptionBudget: no voluntary eviction of a shard server (maxUnavailable 0)
   <name>-trainers   headless Service for the trainers' rendezvous
-  <name>-trainer-i  Pods: `graphtrain train --rank i`, restartPolicy Never (the operator restarts them)
+  <name>-trainer-i  Pods: `graphtrain train --rank i`, restartPolicy Never (the operator restarts them);
+                    Prometheus metrics on their pod IP's METRICS_PORT (named `metrics`, as the shards')
 
 Why trainers report through a ConfigMap and not the GraphTraining's status: the operator stays the
 only writer of status (no races, no status field a trainer could forge), heartbeats every few seconds
@@ -55,7 +56,7 @@ CONFIG_DIR = "/etc/graphtrain"
 TOKEN_DIR = "/var/run/secrets/graphtrain.io"
 TERMINATION_LOG = "/dev/termination-log"  # the partition pod's stats, read back from its status
 RUN_AS = 10001
-POD_IP_ENV = "POD_IP"  # the shard server's own address (downward API status.podIP), what it binds
+POD_IP_ENV = "POD_IP"  # a pod's own address (downward API status.podIP): what its servers bind
 
 Obj = dict[str, Any]
 
@@ -462,6 +463,8 @@ def trainer_pod(owner: Obj, gt: S.GraphTraining, config: OperatorConfig, rank: i
         init=f"tcp://{rank0}:{RENDEZVOUS_PORT}",
         shm=False,  # the shard servers run in other pods
         progress_configmap=n["progress"],
+        metrics_port=METRICS_PORT,
+        metrics_host=f"$({POD_IP_ENV})",  # its own pod IP, as the shard servers bind theirs
     )
     pod = P.pod_settings(gt.spec, config, "trainer")
     container = _container(
@@ -471,11 +474,15 @@ def trainer_pod(owner: Obj, gt: S.GraphTraining, config: OperatorConfig, rank: i
         "trainer",
         args,
         token=True,
-        ports=[{"name": "rendezvous", "containerPort": RENDEZVOUS_PORT}],
+        ports=[
+            {"name": "rendezvous", "containerPort": RENDEZVOUS_PORT},
+            {"name": "metrics", "containerPort": METRICS_PORT},  # what the chart's PodMonitor scrapes
+        ],
     )
-    container["env"].append(
-        {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}
-    )
+    container["env"] += [
+        {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+        {"name": POD_IP_ENV, "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+    ]
     meta = _meta(owner, trainer_name(gt.metadata.name, rank), "trainer")
     meta["labels"].update({LABEL_RANK: str(rank), LABEL_ATTEMPT: str(attempt)})
     return {

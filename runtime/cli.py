@@ -547,8 +547,21 @@ def train(
             help="also report progress and a heartbeat into this ConfigMap (in a pod, for the operator)"
         ),
     ] = None,
+    metrics_port: Annotated[
+        int | None, typer.Option(help="serve Prometheus metrics on this port (0: any free port)")
+    ] = None,
+    metrics_host: Annotated[str, typer.Option(help="address the metrics endpoint binds")] = "127.0.0.1",
+    metrics_port_file: Annotated[
+        Path | None,
+        typer.Option(help='once the metrics port is bound, write {"port": N, "pid": PID} here (atomically)'),
+    ] = None,
 ) -> None:
-    """Run one trainer of a GraphTraining (the launcher and the operator start one per rank)."""
+    """Run one trainer of a GraphTraining (the launcher and the operator start one per rank).
+
+    With --metrics-port, /metrics answers from the start (steps, samples, step and stage seconds, loss,
+    eval metric, epoch); the bound port goes to --metrics-port-file, which is how the local launcher
+    learns a port 0 picked.
+    """
     import os
 
     import torch
@@ -556,9 +569,13 @@ def train(
     from graphtrain.runtime import kvstore
     from graphtrain.runtime.graph import DistGraph, standalone_client
     from graphtrain.runtime.train.common import Dist
+    from graphtrain.runtime.train.metrics import TrainerMetrics
     from graphtrain.runtime.train.node_classification import NodeClassification
 
     gt = S.load_yaml(_read(spec_path))
+    metrics = TrainerMetrics(rank)
+    if metrics_port is not None:
+        serve_metrics(metrics.registry, metrics_host, metrics_port, metrics_port_file)
     threads = gt.spec.training.threads or max(
         1, (os.cpu_count() or 1) // (1 if standalone else max(world, 1))
     )
@@ -577,13 +594,19 @@ def train(
     with Dist(rank, world, init, str(gt.spec.trainers.backend)) as dist:
         if gt.spec.model.kind == S.ModelKind.graphsage:
             result = NodeClassification(  # the loader thread gets its own connection
-                gt, graph, connect(), dist, run_dir, checkpoint_root, progress_configmap
+                gt, graph, connect(), dist, run_dir, checkpoint_root, progress_configmap, metrics
             ).train()
         else:
             from graphtrain.runtime.train.kge import KGETraining
 
             result = KGETraining(
-                gt, graph, dist, run_dir, checkpoint_root, progress_configmap=progress_configmap
+                gt,
+                graph,
+                dist,
+                run_dir,
+                checkpoint_root,
+                progress_configmap=progress_configmap,
+                metrics=metrics,
             ).train()
     if rank == 0 and run_dir is not None:
         from graphtrain.runtime.data.cache import write_json
@@ -596,6 +619,28 @@ def train(
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)
+
+
+def serve_metrics(registry: Any, host: str, port: int, port_file: Path | None) -> int:
+    """Serve `registry` on host:port (0: any free port) from a daemon thread; the bound port is written to
+    `port_file` (with this pid, so a reader can tell it from a predecessor's file) once it listens.
+
+    Raises:
+        GraphtrainError: the port cannot be bound.
+    """
+    import os
+
+    from graphtrain.runtime import httpd
+    from graphtrain.runtime.data.cache import write_json
+
+    try:
+        _, bound = httpd.serve(registry, host, port)
+    except OSError as exc:
+        raise GraphtrainError(f"metrics endpoint {host}:{port}: {exc.strerror or exc}") from None
+    if port_file is not None:
+        port_file.parent.mkdir(parents=True, exist_ok=True)
+        write_json(port_file, {"port": bound, "pid": os.getpid()})
+    return bound
 
 
 @app.command()

@@ -1,7 +1,9 @@
 """Prometheus metrics of a shard server (one registry per server, so tests can read their own).
 
 Names follow the conventions: counters end in _total, durations are _seconds histograms, sizes in
-bytes; table gauges are read at scrape time by a collector rather than updated on every request.
+bytes; table gauges are read at scrape time by a collector rather than updated on every request. A
+registry made here also has the process collector (process_resident_memory_bytes, CPU seconds, open
+files: the dashboards' memory panel); one given by the caller is left as it is.
 """
 
 from __future__ import annotations
@@ -9,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Histogram, ProcessCollector
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -71,7 +73,10 @@ class ServerMetrics:
         registry: CollectorRegistry | None = None,
         load: Callable[[], dict[str, float]] | None = None,
     ):
-        self.registry = registry or CollectorRegistry()
+        if registry is None:
+            registry = CollectorRegistry()
+            ProcessCollector(registry=registry)
+        self.registry = registry
         labels = ["shard", "op"]
         self.requests = Counter(
             "graphtrain_kvstore_requests_total",

@@ -1,7 +1,11 @@
 """Command lines of a local run's processes (pure): the roles' argv from `spec.roles`, the one builder
 the operator's pods use too, with a local run's values (run-directory paths, ipc:// sockets, shared
 memory, progress.json). The local launcher partitions in its own process (it reuses an unchanged
-partition), so it has no `partition` process."""
+partition), so it has no `partition` process.
+
+Every process serves Prometheus metrics on 127.0.0.1, on a port it picks itself (0): a shard server
+announces it in its ready line, a trainer writes it to its port file (port_file()), so no port is
+chosen ahead and lost to a race."""
 
 from __future__ import annotations
 
@@ -36,10 +40,15 @@ def files(run_dir: Path, spec_path: Path, partition: Path) -> roles.Files:
     )
 
 
+def port_file(run_dir: Path, rank: int) -> Path:
+    """Where trainer `rank` writes the metrics port it bound ({"port": N, "pid": PID})."""
+    return run_dir / "prometheus" / f"trainer-{rank}.port.json"
+
+
 def shard_server(index: int, where: roles.Files, run_dir: Path) -> ProcessPlan:
     """Shard server `index` on an ipc:// socket in the run directory, its tables in shared memory."""
     bind = f"ipc://{run_dir / f'shard-{index}.sock'}"
-    argv = roles.shard_server(where, bind=bind, shard=index, shm=True, workers=SHARD_WORKERS)
+    argv = roles.shard_server(where, bind=bind, shard=index, shm=True, workers=SHARD_WORKERS, metrics_port=0)
     return ProcessPlan(f"shard-{index}", [*entry(), *argv])
 
 
@@ -49,11 +58,26 @@ def trainer(
     """Trainer `rank` of `world`, reading co-located shards from shared memory; rank 0 writes
     progress.json and result.json into the run directory."""
     argv = roles.train(
-        where, servers=servers, rank=rank, world=world, init=init, shm=True, run_dir=str(run_dir)
+        where,
+        servers=servers,
+        rank=rank,
+        world=world,
+        init=init,
+        shm=True,
+        run_dir=str(run_dir),
+        metrics_port=0,
+        metrics_port_file=str(port_file(run_dir, rank)),
     )
     return ProcessPlan(f"trainer-{rank}", [*entry(), *argv])
 
 
 def standalone_trainer(where: roles.Files, run_dir: Path) -> ProcessPlan:
     """The one trainer of a standalone run: the shards live in its process."""
-    return ProcessPlan("trainer-0", [*entry(), *roles.train(where, servers=None, run_dir=str(run_dir))])
+    argv = roles.train(
+        where,
+        servers=None,
+        run_dir=str(run_dir),
+        metrics_port=0,
+        metrics_port_file=str(port_file(run_dir, 0)),
+    )
+    return ProcessPlan("trainer-0", [*entry(), *argv])

@@ -7,6 +7,12 @@ camelCase JSON, as in a GraphTraining's status.progress), two places it is writt
   heartbeat the operator's stall detection reads), and rank 0 also under `progress` (what the operator
   copies into status.progress).
 
+Beside the latest report, rank 0 keeps a history: one entry per finished epoch (after its evaluation),
+the last HISTORY_LIMIT of them, as a JSON list of reports: <run-dir>/progress-history.json in a local
+run, the progress ConfigMap's `history` key in a pod (500 entries are ~125 KB, well under a ConfigMap's
+1 MiB). In a local run every rank also writes its own latest report to <run-dir>/trainers/rank-<i>.json
+(its heartbeat, as `rank-<i>` is in the ConfigMap).
+
 Encoding and decoding live here, beside the schema, so that writers (runtime/train) and readers (the
 launcher, the operator) cannot disagree on a key; a report that does not parse reads as absent, never as
 an error: a reader keeps what it had.
@@ -24,11 +30,19 @@ from graphtrain.runtime.spec.model import Progress
 
 PROGRESS_FILE = "progress.json"  # in a local run's directory
 PROGRESS_KEY = "progress"  # in the progress ConfigMap: the training's progress (rank 0's)
+HISTORY_FILE = "progress-history.json"  # in a local run's directory
+HISTORY_KEY = "history"  # in the progress ConfigMap
+HISTORY_LIMIT = 500  # entries kept: the latest ones
 
 
 def heartbeat_key(rank: int) -> str:
     """The progress ConfigMap's key of one rank's own report."""
     return f"rank-{rank}"
+
+
+def rank_file(rank: int) -> str:
+    """Where rank `rank` writes its own latest report in a local run, relative to the run directory."""
+    return f"trainers/rank-{rank}.json"
 
 
 def to_wire(progress: Progress) -> dict[str, Any]:
@@ -65,3 +79,35 @@ def training_progress(data: Mapping[str, str] | None) -> Progress | None:
 def rank_report(data: Mapping[str, str] | None, rank: int) -> Progress | None:
     """Rank `rank`'s last report from the progress ConfigMap's data."""
     return decode((data or {}).get(heartbeat_key(rank)))
+
+
+def append_history(history: list[Progress], entry: Progress, limit: int = HISTORY_LIMIT) -> list[Progress]:
+    """`history` with `entry` last, cut to its latest `limit` entries (a new list; `history` is kept).
+    Entries of `entry`'s epoch or later go: a training resumed from an earlier checkpoint trains those
+    epochs again, and the history holds one entry per epoch, in order."""
+    kept = [p for p in history if p.epoch < entry.epoch]
+    return [*kept, entry][-limit:] if limit > 0 else []
+
+
+def encode_history(history: list[Progress]) -> str:
+    return json.dumps([to_wire(p) for p in history], separators=(",", ":"))
+
+
+def decode_history(text: str | bytes | None) -> list[Progress]:
+    """A history read back: [] when there is none or it is not a JSON list; an entry that does not
+    parse is skipped, the others kept (one bad entry costs one point of a chart, not the chart)."""
+    if not text:
+        return []
+    try:
+        items = json.loads(text)
+    except ValueError:
+        return []
+    if not isinstance(items, list):
+        return []
+    history = []
+    for item in items:
+        try:
+            history.append(Progress.model_validate(item))
+        except ValidationError:
+            continue
+    return history

@@ -91,11 +91,16 @@ def train(
     shm: bool = True,
     run_dir: str | None = None,
     progress_configmap: str | None = None,
+    metrics_port: int | None = None,
+    metrics_host: str | None = None,
+    metrics_port_file: str | None = None,
 ) -> list[str]:
     """One trainer. `servers`: the shard servers' addresses in shard order, or None for standalone mode
     (one trainer holding the shards in its process: no servers, no token, no rendezvous); `init`: the
     rendezvous (tcp://host:port of rank 0) when `world` > 1; `shm`: read co-located shards from shared
-    memory; progress goes to `run_dir`/progress.json and/or the `progress_configmap` (in a pod).
+    memory; progress goes to `run_dir`/progress.json and/or the `progress_configmap` (in a pod);
+    `metrics_port` (0: any) and `metrics_host`: its Prometheus endpoint, None: none (host: the CLI's
+    default); `metrics_port_file`: where it writes the port it bound (how a launcher learns a port 0).
 
     Raises:
         ValueError: standalone with more than one trainer, or several trainers without a rendezvous.
@@ -118,4 +123,10 @@ def train(
     args += ["--checkpoint-root", files.checkpoints]
     if progress_configmap is not None:
         args += ["--progress-configmap", progress_configmap]
+    if metrics_port is not None:
+        args += ["--metrics-port", str(metrics_port)]
+    if metrics_host is not None:
+        args += ["--metrics-host", metrics_host]
+    if metrics_port_file is not None:
+        args += ["--metrics-port-file", metrics_port_file]
     return args

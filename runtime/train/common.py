@@ -2,7 +2,10 @@
 
 Progress: after every step window and evaluation, a trainer reports in the spec's Progress schema
 (spec.reporting) through its sinks: rank 0 to <run_dir>/progress.json (FileSink, for the local launcher),
-every rank to the progress ConfigMap in a pod (progress_k8s.ConfigMapSink, for the operator).
+every rank to <run_dir>/trainers/rank-<i>.json (HeartbeatFileSink) and to the progress ConfigMap in a
+pod (progress_k8s.ConfigMapSink, for the operator). At the end of each epoch (after its evaluation) rank
+0 also appends the report to the progress history, which the same sinks keep (progress-history.json, the
+ConfigMap's `history`). Each report also sets the trainer's gauges (train/metrics.py).
 Dense checkpoints hold the model and optimizer state as tensors, written with torch.save and read
 with torch.load(weights_only=True): no arbitrary object is ever unpickled. Embedding tables are
 checkpointed by the shard servers (kvstore.checkpoint); a checkpoint is complete when both are, and its
@@ -30,6 +33,7 @@ from graphtrain.runtime import spec as S
 from graphtrain.runtime.data.cache import atomic_file, hash_tree, write_json
 from graphtrain.runtime.kvstore import checkpoint as ckpt
 from graphtrain.runtime.spec import reporting
+from graphtrain.runtime.train.metrics import TrainerMetrics
 
 
 def seed_everything(seed: int) -> None:
@@ -133,29 +137,62 @@ class Progress:
 
 
 class ProgressSink(Protocol):
-    """Where a trainer's reports go: a file in the run directory (FileSink), the progress ConfigMap in a
-    pod (progress_k8s.ConfigMapSink). Same schema in both; each sink decides how often it writes."""
+    """Where a trainer's reports go: files in the run directory (FileSink, HeartbeatFileSink), the
+    progress ConfigMap in a pod (progress_k8s.ConfigMapSink). Same schema in all; each sink decides how
+    often it writes. `history`: rank 0's progress history, given at the end of an epoch (else None)."""
 
-    def write(self, progress: S.Progress, final: bool) -> None: ...
+    def write(self, progress: S.Progress, final: bool, history: list[S.Progress] | None = None) -> None: ...
+
+    def load_history(self) -> list[S.Progress]:
+        """The history kept so far (a restarted trainer continues it); [] if none."""
+        ...
 
 
 class FileSink:
-    """Rank 0's <run_dir>/progress.json, replaced atomically on every report (the launcher reads it)."""
+    """Rank 0's <run_dir>/progress.json, replaced atomically on every report (the launcher reads it), and
+    <run_dir>/progress-history.json at the end of each epoch."""
 
     def __init__(self, run_dir: Path):
         run_dir.mkdir(parents=True, exist_ok=True)
         self.path = run_dir / reporting.PROGRESS_FILE
+        self.history_path = run_dir / reporting.HISTORY_FILE
 
-    def write(self, progress: S.Progress, final: bool) -> None:
+    def write(self, progress: S.Progress, final: bool, history: list[S.Progress] | None = None) -> None:
         write_json(self.path, reporting.to_wire(progress))
+        if history is not None:
+            with atomic_file(self.history_path) as f:
+                f.write(reporting.encode_history(history).encode())
+
+    def load_history(self) -> list[S.Progress]:
+        try:
+            return reporting.decode_history(self.history_path.read_bytes())
+        except OSError:
+            return []
+
+
+class HeartbeatFileSink:
+    """Every rank's own latest report, <run_dir>/trainers/rank-<i>.json (its heartbeat in a local run,
+    as its `rank-<i>` key is in the progress ConfigMap)."""
+
+    def __init__(self, run_dir: Path, rank: int):
+        self.path = run_dir / reporting.rank_file(rank)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+
+    def write(self, progress: S.Progress, final: bool, history: list[S.Progress] | None = None) -> None:
+        write_json(self.path, reporting.to_wire(progress))
+
+    def load_history(self) -> list[S.Progress]:
+        return []
 
 
 def progress_sinks(run_dir: Path | None, rank: int, configmap: str | None) -> list[ProgressSink]:
-    """A trainer's sinks: progress.json from rank 0 when there is a run directory, the ConfigMap from every
-    rank when one is named (the Kubernetes client is imported only then)."""
+    """A trainer's sinks: with a run directory, progress.json from rank 0 and every rank's heartbeat file;
+    the ConfigMap from every rank when one is named (the Kubernetes client is imported only then)."""
     sinks: list[ProgressSink] = []
-    if run_dir is not None and rank == 0:
-        sinks.append(FileSink(run_dir))
+    if run_dir is not None:
+        if rank == 0:
+            sinks.append(FileSink(run_dir))
+        sinks.append(HeartbeatFileSink(run_dir, rank))
     if configmap:
         from graphtrain.runtime.train.progress_k8s import ConfigMapSink
 
@@ -164,21 +201,33 @@ def progress_sinks(run_dir: Path | None, rank: int, configmap: str | None) -> li
 
 
 class Reporter:
-    """Stamps each report, prints a line for it (rank 0, when asked to) and hands it to every sink."""
+    """Stamps each report, prints a line for it (rank 0, when asked to), sets the trainer's gauges and
+    hands it to every sink; at the end of an epoch, rank 0 appends it to the history first."""
 
-    def __init__(self, rank: int, sinks: list[ProgressSink], echo: bool = True):
+    def __init__(
+        self, rank: int, sinks: list[ProgressSink], echo: bool = True, metrics: TrainerMetrics | None = None
+    ):
         self.rank = rank
         self.sinks = sinks
         self.echo = echo and rank == 0
+        self.metrics = metrics
+        self.history: list[S.Progress] | None = None  # rank 0's, read from the sinks at the first epoch end
 
-    def report(self, p: Progress) -> None:
+    def report(self, p: Progress, epoch_end: bool = False) -> None:
         p.updated_at = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
         if self.echo:
             rate = f", {p.samples_per_second:,.0f} samples/s" if p.samples_per_second else ""
             print(f"[trainer] step {p.step} {p.summary()}{rate}", flush=True)
         report, final = p.to_spec(), p.state != "Training"
+        if self.metrics is not None:
+            self.metrics.reported(report)
+        history = None
+        if epoch_end and self.rank == 0:
+            if self.history is None:
+                self.history = next((h for h in (s.load_history() for s in self.sinks) if h), [])
+            history = self.history = reporting.append_history(self.history, report)
         for sink in self.sinks:
-            sink.write(report, final)
+            sink.write(report, final, history)
 
 
 class Throughput:
@@ -235,16 +284,20 @@ class StepHooks:
         run_dir: Path | None,
         checkpoint_root: Path | None,
         progress_configmap: str | None,
+        metrics: TrainerMetrics | None = None,
     ) -> None:
         self.spec, self.graph, self.dist = spec, graph, dist
         self.checkpoint_root = checkpoint_root
-        self.reporter = Reporter(dist.rank, progress_sinks(run_dir, dist.rank, progress_configmap))
+        self.metrics = metrics or TrainerMetrics(dist.rank)
+        sinks = progress_sinks(run_dir, dist.rank, progress_configmap)
+        self.reporter = Reporter(dist.rank, sinks, metrics=self.metrics)
         self.epoch = self.step = 0
         seed_everything(spec.training.seed)
 
     step: int
     epoch: int
     dist: Dist
+    metrics: TrainerMetrics
     reporter: Reporter
     spec: Any
 
@@ -325,6 +378,7 @@ class StepHooks:
     ) -> None:
         self.step += 1
         window.add(samples)
+        self.metrics.stepped(samples)
         if self.step % every == 0:
             self.note(progress, window, loss)
             self.reporter.report(progress)

@@ -31,6 +31,7 @@ from graphtrain.runtime.spec import GraphTraining
 from graphtrain.runtime.tensor import DistEmbedding, PartitionBook
 from graphtrain.runtime.train import kge_math as K
 from graphtrain.runtime.train.common import Dist, Progress, StepHooks, Throughput, init_spec
+from graphtrain.runtime.train.metrics import StageClock, TrainerMetrics
 
 REPORT_EVERY = 50
 EVAL_MAX_TRIPLES = 1000
@@ -68,8 +69,9 @@ class KGETraining(StepHooks):
         checkpoint_root: Path | None = None,
         data_dir: Path | None = None,
         progress_configmap: str | None = None,
+        metrics: TrainerMetrics | None = None,
     ):
-        self.setup(gt.spec, graph, dist, run_dir, checkpoint_root, progress_configmap)
+        self.setup(gt.spec, graph, dist, run_dir, checkpoint_root, progress_configmap, metrics)
         m, tr = self.spec.model, self.spec.training
         self.kind, self.norm = str(m.kind), int(m.norm)
         self.kg = load_kg(gt, graph, data_dir)
@@ -109,18 +111,23 @@ class KGETraining(StepHooks):
 
     # ------------------------------------------------------------------------------- training
 
-    def _batch_loss(self, pos: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+    def _batch_loss(self, pos: torch.Tensor, gen: torch.Generator, clock: StageClock) -> torch.Tensor:
+        """The loss of a batch of positive triples: its negatives drawn (stage sample), its entity and
+        relation rows pulled once each (pull), its scores (forward_backward: backward follows)."""
         m = self.spec.model
         neg = K.corrupt(pos, m.negatives, self.graph.num_nodes, gen)
         ents = torch.cat([pos[:, [0, 2]].reshape(-1), neg[..., [0, 2]].reshape(-1)])
         uniq, inverse = torch.unique(ents, return_inverse=True)
+        rel_ids, rel_inv = torch.unique(pos[:, 1], return_inverse=True)
+        clock.lap("sample")
+        ent_rows, rel_rows = self.ent(uniq), self.rel(rel_ids)
+        clock.lap("pull")
         # index_select, not rows[inverse]: the latter's backward on CPU adds with atomics across
         # threads, so runs on 2+ threads were not reproducible (and it is 2.4x slower).
-        rows = self.ent(uniq).index_select(0, inverse)
+        rows = ent_rows.index_select(0, inverse)
         b, k = len(pos), m.negatives
         pe, ne = rows[: 2 * b].view(b, 2, -1), rows[2 * b :].view(b, k, 2, -1)
-        rel_ids, rel_inv = torch.unique(pos[:, 1], return_inverse=True)
-        r = self.rel(rel_ids).index_select(0, rel_inv)
+        r = rel_rows.index_select(0, rel_inv)
         pos_s = K.score(self.kind, pe[:, 0], r, pe[:, 1], self.norm)
         neg_s = K.score(self.kind, ne[:, :, 0], r.unsqueeze(1), ne[:, :, 1], self.norm)
         return K.loss(str(m.loss), pos_s, neg_s, m.margin)
@@ -139,12 +146,17 @@ class KGETraining(StepHooks):
             window = Throughput()
             gen = torch.Generator().manual_seed(tr.seed * 1_000_003 + self.dist.rank * 7919 + self.epoch)
             order = torch.randperm(n, generator=gen)
+            clock = self.metrics.clock()
             for b in range(self.step - self.epoch * per_epoch, per_epoch):  # resumes mid-epoch
+                clock.start()
                 pos = self.triples[order[b * batch : (b + 1) * batch]]
-                loss = self._batch_loss(pos, gen)
+                loss = self._batch_loss(pos, gen, clock)
                 loss.backward()
+                clock.lap("forward_backward")
                 self.ent_opt.step()
                 self.rel_opt.step()
+                clock.lap("push")
+                clock.done()
                 self.after_step(progress, window, loss, len(pos), REPORT_EVERY)
             self.epoch += 1
             self.note(progress, window, loss)
@@ -152,7 +164,7 @@ class KGETraining(StepHooks):
                 metrics = self.evaluate("valid")
                 result.update({f"val_{k}": v for k, v in metrics.items()})
                 progress.__dict__.update(eval_metric="val_mrr", eval_value=metrics["mrr"])
-            self.reporter.report(progress)
+            self.reporter.report(progress, epoch_end=True)
             if tr.checkpoint_interval == 0:
                 self.checkpoint()
             if on_epoch is not None:

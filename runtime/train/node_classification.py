@@ -34,6 +34,7 @@ from graphtrain.runtime.train.common import (
     save_dense,
     unwrap,
 )
+from graphtrain.runtime.train.metrics import TrainerMetrics
 from graphtrain.runtime.train.models import GraphSAGE
 
 REPORT_EVERY = 20
@@ -57,8 +58,9 @@ class NodeClassification(StepHooks):
         run_dir: Path | None = None,
         checkpoint_root: Path | None = None,
         progress_configmap: str | None = None,
+        metrics: TrainerMetrics | None = None,
     ):
-        self.setup(gt.spec, graph, dist, run_dir, checkpoint_root, progress_configmap)
+        self.setup(gt.spec, graph, dist, run_dir, checkpoint_root, progress_configmap, metrics)
         m, tr = self.spec.model, self.spec.training
         if graph.num_classes is None or "label" not in graph.ndata:
             raise ValueError("node classification needs labels (node data 'label')")
@@ -116,12 +118,21 @@ class NodeClassification(StepHooks):
             mb.data["x"] = g.ndata["feat"][mb.input_nodes]
         mb.data["y"] = g.ndata["label"][mb.seeds]
 
+    def _pull(self, mb: MiniBatch) -> torch.Tensor | None:
+        """The embedding rows of the batch's input nodes (None without an embedding)."""
+        return None if self.emb is None else self.emb(torch.from_numpy(mb.input_nodes))
+
+    def _model_forward(
+        self, model: torch.nn.Module, mb: MiniBatch, e: torch.Tensor | None, x: torch.Tensor | None
+    ) -> torch.Tensor:
+        """Class scores of a batch from its features `x` and/or its embedding rows `e`."""
+        if e is None:
+            return model(mb.blocks, x)
+        return model(mb.blocks, e, x) if self.split_inputs else model(mb.blocks, e)
+
     def _forward(self, model: torch.nn.Module, mb: MiniBatch, x: torch.Tensor | None) -> torch.Tensor:
         """Class scores of a batch: features and/or the embedding rows of its input nodes."""
-        if self.emb is None:
-            return model(mb.blocks, x)
-        e = self.emb(torch.from_numpy(mb.input_nodes))
-        return model(mb.blocks, e, x) if self.split_inputs else model(mb.blocks, e)
+        return self._model_forward(model, mb, self._pull(mb), x)
 
     # ------------------------------------------------------------------------------- training
 
@@ -132,21 +143,31 @@ class NodeClassification(StepHooks):
         result: dict[str, float] = {}
         while self.epoch < tr.epochs:
             window = Throughput()
+            clock = self.metrics.clock()  # sample: the wait for the loader's next batch
             for mb in self.loader:
-                logits = self._forward(self.model, mb, mb.data.get("x"))
+                clock.lap("sample")
+                e = self._pull(mb)
+                if e is not None:
+                    clock.lap("pull")
+                logits = self._model_forward(self.model, mb, e, mb.data.get("x"))
                 loss = torch.nn.functional.cross_entropy(logits, mb.data["y"])
                 self.dense_opt.zero_grad()
                 loss.backward()
+                clock.lap("forward_backward")
                 if self.emb is not None:  # the servers apply it while the dense step and sampling run
                     self.sparse_opt.step(wait=False)
+                    clock.lap("push")
                 self.dense_opt.step()
+                clock.lap("forward_backward")  # the dense step: the model's part of the step
+                clock.done()
                 self.after_step(progress, window, loss, len(mb.seeds), REPORT_EVERY)
+                clock.start()
             self.epoch += 1
             self.note(progress, window, loss)
             if self.epoch % tr.eval_every == 0 or self.epoch == tr.epochs:
                 result["val_accuracy"] = self.evaluate("val")
                 progress.__dict__.update(eval_metric="val_accuracy", eval_value=result["val_accuracy"])
-            self.reporter.report(progress)
+            self.reporter.report(progress, epoch_end=True)
             if tr.checkpoint_interval == 0:
                 self.checkpoint()
             if on_epoch is not None:

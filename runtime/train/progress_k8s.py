@@ -39,8 +39,10 @@ def load_config() -> None:
 
 class ConfigMapSink:
     """Patches this rank's reports into the progress ConfigMap, at most every HEARTBEAT_SECONDS (a final
-    report always): heartbeats often enough for stall detection, few enough API calls. Best effort: a
-    failed patch costs one heartbeat, never the training."""
+    report always): heartbeats often enough for stall detection, few enough API calls. Rank 0's history,
+    given at the end of an epoch, goes with the next patch that is sent (so epochs shorter than a
+    heartbeat cost no extra call, and the final report carries the whole history). Best effort: a failed
+    patch costs one heartbeat, never the training."""
 
     HEARTBEAT_SECONDS = 5.0
     ATTEMPTS = 5  # a patch refused for a conflict (409) is sent again, up to this many times in all
@@ -56,18 +58,38 @@ class ConfigMapSink:
         self.namespace = namespace or os.environ.get("POD_NAMESPACE", "default")  # set by the pod spec
         self.clock = clock
         self._last: float | None = None
+        self._history: str | None = None  # the history not sent yet
 
-    def write(self, progress: S.Progress, final: bool) -> None:
+    def write(self, progress: S.Progress, final: bool, history: list[S.Progress] | None = None) -> None:
+        if history is not None:
+            self._history = reporting.encode_history(history)
         now = self.clock()
         if not final and self._last is not None and now - self._last < self.HEARTBEAT_SECONDS:
             return
         self._last = now
-        body = {"data": reporting.configmap_data(progress, self.rank)}
+        data = reporting.configmap_data(progress, self.rank)
+        if self._history is not None:
+            data[reporting.HISTORY_KEY] = self._history
+        if self._patch({"data": data}):
+            self._history = None
+
+    def load_history(self) -> list[S.Progress]:
+        """The history in the ConfigMap (a restarted rank 0 continues it); [] if it cannot be read."""
+        try:
+            load_config()
+            cm = kubernetes.client.CoreV1Api().read_namespaced_config_map(self.name, self.namespace)
+        except Exception as exc:  # noqa: BLE001 - best effort, see the class docstring
+            print(f"[trainer] progress ConfigMap {self.name}: history not read ({exc})", file=sys.stderr)
+            return []
+        return reporting.decode_history((cm.data or {}).get(reporting.HISTORY_KEY))
+
+    def _patch(self, body: dict[str, dict[str, str]]) -> bool:
+        """Send one patch (again after a conflict); whether it went through."""
         for attempt in range(self.ATTEMPTS):
             try:
                 load_config()
                 kubernetes.client.CoreV1Api().patch_namespaced_config_map(self.name, self.namespace, body)
-                return
+                return True
             except kubernetes.client.ApiException as exc:
                 # 409: another rank's patch won a race the server did not retry itself (a real API
                 # server retries a patch's conflicts; a stand-in may not): this rank's keys are its own
@@ -75,7 +97,8 @@ class ConfigMapSink:
                     time.sleep(0.05 * 2**attempt)
                     continue
                 print(f"[trainer] progress ConfigMap {self.name}: {exc.status} {exc.reason}", file=sys.stderr)
-                return
+                return False
             except Exception as exc:  # noqa: BLE001 - best effort, see the class docstring
                 print(f"[trainer] progress ConfigMap {self.name}: {exc}", file=sys.stderr, flush=True)
-                return
+                return False
+        return False

@@ -155,6 +155,7 @@ def test_livez_answers_the_verdict(server: ShardServer) -> None:
         assert exc.value.code == 503 and b"not turned" in exc.value.read()
         metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
         assert 'graphtrain_kvstore_live{shard="0"} 1.0' in metrics
+        assert "\nprocess_resident_memory_bytes " in metrics  # the dashboards' memory panel
     finally:
         http.shutdown()
 

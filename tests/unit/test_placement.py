@@ -281,6 +281,24 @@ def test_shard_network_policy_admits_only_the_trainings_pods() -> None:
         assert got[M.LABEL_ROLE] == role and got[M.LABEL_TRAINING] == "wn"
 
 
+def test_trainer_pods_serve_metrics_on_a_named_port_of_their_own_ip() -> None:
+    """The chart's PodMonitor scrapes the port named `metrics` of shard and trainer pods alike."""
+    gt = S.parse(GRAPHSAGE)
+    (container,) = M.trainer_pod(OWNER, gt, CONFIG, 1, 0)["spec"]["containers"]
+    assert {"name": "metrics", "containerPort": M.METRICS_PORT} in container["ports"]
+    args = container["args"]
+    assert args[args.index("--metrics-port") + 1] == str(M.METRICS_PORT)
+    assert args[args.index("--metrics-host") + 1] == f"$({M.POD_IP_ENV})"
+    assert {"name": M.POD_IP_ENV, "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}} in container[
+        "env"
+    ]
+    # the training's only NetworkPolicy selects its shard servers: a trainer's ingress (its metrics port
+    # included) is not restricted by it
+    policy = M.shard_network_policy(OWNER, gt, CONFIG)
+    assert policy is not None
+    assert policy["spec"]["podSelector"]["matchLabels"][M.LABEL_ROLE] == "shards"
+
+
 def test_shard_disruption_budget_allows_no_eviction() -> None:
     pdb = M.shard_disruption_budget(OWNER, S.parse(GRAPHSAGE), CONFIG)
     assert pdb is not None and pdb["apiVersion"] == "policy/v1"

@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from prometheus_client import CollectorRegistry
 
 from graphtrain.operator import reconcile
 from graphtrain.runtime import spec as S
@@ -17,12 +20,13 @@ from graphtrain.runtime.launch import status
 from graphtrain.runtime.spec import reporting
 from graphtrain.runtime.train import progress_k8s
 from graphtrain.runtime.train.common import Progress, Reporter, progress_sinks
+from graphtrain.runtime.train.metrics import TrainerMetrics
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "nations-transe.yaml"
 
 
 def tally(**kw: Any) -> Progress:
-    return Progress(epoch=2, epochs=5, step=40, loss=0.25, samples_per_second=1200.0, **kw)
+    return Progress(**{"epoch": 2, "epochs": 5, "step": 40, "loss": 0.25, "samples_per_second": 1200.0, **kw})
 
 
 class FakeApi:
@@ -33,6 +37,9 @@ class FakeApi:
 
     def patch_namespaced_config_map(self, name: str, namespace: str, body: dict[str, Any]) -> None:
         self.patches.append((name, namespace, body))
+
+    def read_namespaced_config_map(self, name: str, namespace: str) -> Any:
+        return SimpleNamespace(data=None)  # a new training's ConfigMap: no history yet
 
 
 @pytest.fixture
@@ -45,7 +52,7 @@ def api(monkeypatch: pytest.MonkeyPatch) -> FakeApi:
 
 def test_both_sinks_write_the_spec_schema_and_both_executors_read_it(tmp_path: Path, api: FakeApi) -> None:
     sinks = progress_sinks(tmp_path, 0, "t-progress")
-    assert [type(s).__name__ for s in sinks] == ["FileSink", "ConfigMapSink"]
+    assert [type(s).__name__ for s in sinks] == ["FileSink", "HeartbeatFileSink", "ConfigMapSink"]
     Reporter(0, sinks, echo=False).report(tally(eval_metric="val_accuracy", eval_value=0.8))
 
     on_disk = json.loads((tmp_path / reporting.PROGRESS_FILE).read_text())
@@ -65,13 +72,75 @@ def test_both_sinks_write_the_spec_schema_and_both_executors_read_it(tmp_path: P
 
 
 def test_only_rank_zero_writes_the_file_and_every_rank_its_heartbeat(tmp_path: Path, api: FakeApi) -> None:
-    assert progress_sinks(tmp_path, 1, None) == []
-    Reporter(1, progress_sinks(tmp_path, 1, "t-progress"), echo=False).report(tally())
+    assert [type(s).__name__ for s in progress_sinks(tmp_path, 1, None)] == ["HeartbeatFileSink"]
+    assert progress_sinks(None, 1, None) == []
+    Reporter(1, progress_sinks(tmp_path, 1, "t-progress"), echo=False).report(tally(), epoch_end=True)
     assert not (tmp_path / reporting.PROGRESS_FILE).exists()
+    assert not (tmp_path / reporting.HISTORY_FILE).exists()  # the history is rank 0's
+    on_disk = reporting.decode((tmp_path / reporting.rank_file(1)).read_text())
+    assert on_disk is not None and on_disk.step == 40
     ((_, _, body),) = api.patches
     assert set(body["data"]) == {"rank-1"}
     beat = reporting.rank_report(body["data"], 1)
     assert beat is not None and beat.step == 40 and beat.updated_at
+
+
+def test_rank_zero_keeps_one_history_entry_per_epoch_end_in_both_sinks(tmp_path: Path, api: FakeApi) -> None:
+    metrics = TrainerMetrics(0, CollectorRegistry())
+    reporter = Reporter(0, progress_sinks(tmp_path, 0, "t-progress"), echo=False, metrics=metrics)
+    for epoch in (1, 2):
+        reporter.report(tally(epoch=epoch))  # a step window's report: no entry
+        reporter.report(tally(epoch=epoch, eval_metric="val_mrr", eval_value=0.1 * epoch), epoch_end=True)
+    history = reporting.decode_history((tmp_path / reporting.HISTORY_FILE).read_text())
+    assert [(p.epoch, p.eval_value) for p in history] == [(1, 0.1), (2, 0.2)]
+    assert all(reporting.HISTORY_KEY not in b["data"] for _, _, b in api.patches)  # within a heartbeat
+    reporter.report(tally(epoch=2, state="Succeeded"))  # the final report carries it
+    assert reporting.decode_history(api.patches[-1][2]["data"][reporting.HISTORY_KEY]) == history
+    # the gauges follow the reports
+    assert metrics.registry.get_sample_value("graphtrain_trainer_epoch", {"rank": "0"}) == 2
+    assert metrics.registry.get_sample_value("graphtrain_trainer_loss", {"rank": "0"}) == 0.25
+    said = {"rank": "0", "metric": "val_mrr"}
+    assert metrics.registry.get_sample_value("graphtrain_trainer_eval_metric", said) == pytest.approx(0.2)
+    stamp = metrics.registry.get_sample_value(
+        "graphtrain_trainer_last_report_timestamp_seconds", {"rank": "0"}
+    )
+    assert stamp is not None and abs(stamp - time.time()) < 60
+
+    # a restarted rank 0 continues the history it finds; epochs trained again replace their entries
+    again = Reporter(0, progress_sinks(tmp_path, 0, None), echo=False)
+    again.report(tally(epoch=2, eval_metric="val_mrr", eval_value=0.5), epoch_end=True)
+    history = reporting.decode_history((tmp_path / reporting.HISTORY_FILE).read_text())
+    assert [(p.epoch, p.eval_value) for p in history] == [(1, 0.1), (2, 0.5)]
+
+
+def test_the_history_goes_with_the_next_patch_sent_and_the_final_one(api: FakeApi) -> None:
+    now = [100.0]
+    sink = progress_k8s.ConfigMapSink("t-progress", 0, clock=lambda: now[0])
+    one, two = tally(epoch=1).to_spec(), tally(epoch=2).to_spec()
+    sink.write(one, False, [one])  # sent at once with it
+    now[0] = 101.0
+    sink.write(two, False, [one, two])  # within the heartbeat: kept
+    now[0] = 102.0
+    sink.write(two, final=True)  # the final report carries it
+    keys = [set(b["data"]) for _, _, b in api.patches]
+    assert keys == [{"rank-0", "progress", "history"}] * 2
+    assert reporting.decode_history(api.patches[-1][2]["data"]["history"]) == [one, two]
+    sink.write(two, final=True)
+    assert "history" not in api.patches[-1][2]["data"]  # sent once
+
+
+def test_a_restarted_rank_reads_the_history_from_the_config_map(
+    api: FakeApi, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stored = reporting.encode_history([tally(epoch=1).to_spec()])
+    api.read_namespaced_config_map = lambda name, ns: SimpleNamespace(data={"history": stored})  # type: ignore[attr-defined]
+    assert [p.epoch for p in progress_k8s.ConfigMapSink("t-progress", 0).load_history()] == [1]
+
+    def gone(name: str, ns: str) -> None:
+        raise progress_k8s.kubernetes.client.ApiException(status=403, reason="Forbidden")
+
+    api.read_namespaced_config_map = gone  # type: ignore[attr-defined]
+    assert progress_k8s.ConfigMapSink("t-progress", 0).load_history() == []
 
 
 def test_the_config_map_is_patched_at_most_every_heartbeat_and_always_at_the_end(api: FakeApi) -> None:

@@ -130,6 +130,9 @@ def test_every_operator_argv_parses_with_the_cli(doc: dict) -> None:
         assert t["partition"] == params["shard-server"]["partition"] == params["partition"]["out_dir"]
         assert t["checkpoint_root"] == params["shard-server"]["checkpoint_root"]
         assert t["token_file"] == params["shard-server"]["token_file"]
+        # metrics on the pod's own IP, as the shard servers' (the PodMonitor scrapes port `metrics`)
+        assert (t["metrics_port"], t["metrics_host"]) == (M.METRICS_PORT, "$(POD_IP)")
+        assert t["metrics_port_file"] is None
 
 
 @pytest.mark.parametrize("doc", specs())
@@ -140,13 +143,19 @@ def test_every_local_argv_parses_with_the_cli(doc: dict, tmp_path: Path) -> None
     for i in range(gt.spec.num_shards):
         s = params[f"shard-{i}"]
         assert (s["shard"], s["shm"], s["restore"]) == (i, True, "latest")
+        assert (s["metrics_port"], s["metrics_host"]) == (0, "127.0.0.1")  # announced in its ready line
         assert s["bind"] == f"ipc://{tmp_path / 'run dir'}/shard-{i}.sock"
     for r in range(world):
         t = params[f"trainer-{r}"]
         assert (t["rank"], t["world"], t["shm"], t["standalone"]) == (r, world, True, False)
         assert t["run_dir"] == tmp_path / "run dir" and t["progress_configmap"] is None
         assert t["partition"] == params["shard-0"]["partition"]
+        assert (t["metrics_port"], t["metrics_host"]) == (0, "127.0.0.1")
+        assert t["metrics_port_file"] == plan.port_file(tmp_path / "run dir", r)
     alone = params["standalone"]
+    assert alone["metrics_port"] == 0 and alone["metrics_port_file"] == plan.port_file(
+        tmp_path / "run dir", 0
+    )
     assert alone["standalone"] is True and alone["servers"] is None and alone["world"] == 1
 
 
