@@ -94,3 +94,12 @@ def defined_series_names() -> set[str]:
     names = registry_names(shard.registry) | registry_names(trainer.registry) | registry_names(process)
     names |= registry_names(OperatorMetrics().registry)
     return names | {family.name for family in telemetry.FAMILIES}
+
+
+def selectors(expr: str) -> list[str]:
+    """The vector selectors of an expression as written: each metric name with its matchers."""
+    names = metric_names(expr)
+    blanked = re.sub(r'"(?:[^"\\]|\\.)*"', lambda m: '"' + " " * (len(m.group()) - 2) + '"', expr)
+    found = re.finditer(r"([a-zA-Z_:][a-zA-Z0-9_:]*)\s*(\{[^}]*\})?", blanked)
+    spans = [(m.start(), m.end(), m.group(1)) for m in found if m.group(1) in names]
+    return [expr[start:end].strip() for start, end, _ in spans]
