@@ -21,6 +21,13 @@ shows the end of the failed process' own output and names the signal that killed
 
 Everything the launch creates is private to the user: the launcher's umask is 0o077, and the servers
 and trainers inherit it.
+
+Metrics: every process serves Prometheus metrics on 127.0.0.1 on a port it picks (a shard server names
+it in its ready line, a trainer writes it to its port file, plan.port_file), the launcher too (the
+executor-level training metrics, launch/metrics.py). The launcher keeps <run_dir>/prometheus/targets.json
+(Prometheus file_sd, launch/targets.py) up to date: rewritten as ports become known, and when a
+restarted process comes back on a new one. Callers add targets of their own with add_target() (the API
+of `graphtrain run --api`).
 """
 
 from __future__ import annotations
@@ -36,16 +43,18 @@ import shutil
 import signal
 import socket
 import subprocess
+import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from graphtrain.runtime import spec as S
 from graphtrain.runtime.data.cache import atomic_file, write_json
 from graphtrain.runtime.errors import GraphtrainError
 from graphtrain.runtime.kvstore import checkpoint as ckpt
-from graphtrain.runtime.launch import plan, status
+from graphtrain.runtime.launch import plan, status, targets
 from graphtrain.runtime.progress import console
 from graphtrain.runtime.spec import reporting
 from graphtrain.runtime.spec.conditions import Reason
@@ -105,6 +114,19 @@ class Child:
     log: Path
     restarts: int = 0
     offset: int = 0  # where this process' output starts in its log (a restart appends to it)
+    metrics_port: int | None = None  # once known: a server's ready line, a trainer's port file
+
+    def learn_port(self) -> bool:
+        """Read the metrics port from this process' port file, if it wrote it (a predecessor's file,
+        another pid, does not count); whether the port became known now."""
+        if self.metrics_port is not None or self.plan.port_file is None:
+            return False
+        with contextlib.suppress(OSError, ValueError, AttributeError, TypeError):
+            said = json.loads(self.plan.port_file.read_text())
+            if said.get("pid") == self.proc.pid:
+                self.metrics_port = int(said["port"])
+                return True
+        return False
 
     def tail(self, lines: int = 25, window: int = 1 << 16) -> str:
         """The last lines this process wrote (not its predecessors' in the same log)."""
@@ -242,6 +264,51 @@ class LocalRun:
         self._last_summary = ""
         self._last_epoch: int | None = None
         self._last_print = 0.0
+        self.namespace = gt.metadata.namespace or "default"
+        self.last_status: S.GraphTrainingStatus | None = None  # what the launcher's metrics read
+        self.metrics_port: int | None = None  # the launcher's own, while it runs
+        self._metrics_server: Any = None
+        self._extra_targets: list[tuple[str, int, dict[str, str]]] = []
+        self._targets_lock = threading.Lock()
+        self._targets_written = False
+
+    # --------------------------------------------------------------------------------- metrics
+
+    def add_target(self, job: str, port: int, labels: Mapping[str, str] | None = None) -> None:
+        """Scrape 127.0.0.1:`port` too, as `job` (namespace and training labels added): for processes the
+        caller runs beside the launch (the API of `graphtrain run --api`). Safe from any thread, before
+        or during run(); the targets file is rewritten at once if the run has written it already."""
+        with self._targets_lock:
+            self._extra_targets.append((job, port, dict(labels or {})))
+        if self._targets_written:
+            self.write_targets()
+
+    def write_targets(self) -> Path:
+        """Replace <run_dir>/prometheus/targets.json with every port known now."""
+        with self._targets_lock:
+            doc = targets.document(
+                self.namespace,
+                self.gt.metadata.name,
+                [c.metrics_port for c in self.servers],
+                [c.metrics_port for c in self.trainers],
+                self.metrics_port,
+                self._extra_targets,
+            )
+            self._targets_written = True
+            return targets.write(self.run_dir, doc)
+
+    def _serve_metrics(self) -> None:
+        from graphtrain.runtime import httpd
+        from graphtrain.runtime.launch.metrics import registry
+
+        reg = registry(self.namespace, self.gt.metadata.name, lambda: self.last_status)
+        self._metrics_server, self.metrics_port = httpd.serve(reg, targets.HOST, 0)
+
+    def _stop_metrics(self) -> None:
+        if self._metrics_server is not None:
+            self._metrics_server.shutdown()
+            self._metrics_server.server_close()
+            self._metrics_server = None
 
     # ---------------------------------------------------------------------------------- status
 
@@ -249,6 +316,7 @@ class LocalRun:
         if self.run_dir.exists():
             st = status.build(self.gt, self.obs, self._conditions, status.now())
             self._conditions = st.conditions
+            self.last_status = st
             write_json(
                 self.run_dir / "status.json", st.model_dump(by_alias=True, exclude_none=True, mode="json")
             )
@@ -311,6 +379,8 @@ class LocalRun:
             "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
         }
         env.pop("GRAPHTRAIN_TOKEN", None)  # processes read the token file
+        if p.port_file is not None:  # a predecessor's port is no longer this process'
+            p.port_file.unlink(missing_ok=True)
         handle = open(log, "ab")  # noqa: SIM115 - owned by the child
         stdout = subprocess.PIPE if announces else handle
         proc = subprocess.Popen(
@@ -331,6 +401,7 @@ class LocalRun:
             self._spawn(plan.shard_server(i, where, self.run_dir), announces=True) for i in range(n)
         ]
         self.addresses = [self._wait_ready(c) for c in self.servers]
+        self.write_targets()
         self.obs.shards = [
             {"index": i, "state": S.ShardState.ready.value, "address": a, "restarts": 0}
             for i, a in enumerate(self.addresses)
@@ -347,6 +418,8 @@ class LocalRun:
                     with contextlib.suppress(json.JSONDecodeError):
                         event = json.loads(line)
                         if event.get("event") == "ready":
+                            port = event.get("metrics_port")
+                            c.metrics_port = int(port) if port else None
                             return str(event["address"])
             if c.proc.poll() is not None:
                 raise RunFailed(f"{c.plan.name} {ended(c.proc.returncode)} before it was ready:\n{c.tail()}")
@@ -372,6 +445,7 @@ class LocalRun:
                 self.servers[i] = fresh
                 self.addresses[i] = self._wait_ready(fresh)
                 self.obs.shards[i].update(state=S.ShardState.ready.value, restarts=fresh.restarts)
+                self.write_targets()  # on its new port
 
     def stop_all(self, grace: float = 10.0) -> None:
         alive = [c for c in [*self.trainers, *self.servers] if c.proc.poll() is None]
@@ -434,6 +508,8 @@ class LocalRun:
         )
         last_change, last_seen = time.monotonic(), None
         while True:
+            if any([c.learn_port() for c in self.trainers]):  # every one read, not the first only
+                self.write_targets()
             self._progress()
             stamp = self.obs.progress.updated_at if self.obs.progress else None
             if stamp != last_seen:
@@ -527,6 +603,9 @@ class LocalRun:
             rotate_logs(self.run_dir / "logs")
         for stale in (reporting.PROGRESS_FILE, "result.json"):
             (self.run_dir / stale).unlink(missing_ok=True)
+        if not self.resume:  # a resumed run continues its history; a new one starts its own
+            (self.run_dir / reporting.HISTORY_FILE).unlink(missing_ok=True)
+        shutil.rmtree(self.run_dir / "trainers", ignore_errors=True)  # the previous launch's heartbeats
 
     def _choose_checkpoint(self, root: Path) -> None:
         """On --resume, say which checkpoint the servers and trainers will take: the newest whose files
@@ -545,8 +624,10 @@ class LocalRun:
 
     def _launch(self) -> dict:
         try:
+            self._serve_metrics()
             self.obs.phase = S.Phase.partitioning.value
             self.write_status()
+            self.write_targets()
             self.say(
                 f"[run] partitioning {self.gt.spec.graph.dataset or self.gt.spec.graph.path} into "
                 f"{self.gt.spec.partition.parts}"
@@ -588,6 +669,7 @@ class LocalRun:
             self.stop_all()
             self._remove_segments(self.token)
             self.write_status()
+            self._stop_metrics()
 
     @staticmethod
     def _remove_segments(token: str) -> None:

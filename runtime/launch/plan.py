@@ -23,6 +23,7 @@ SHARD_WORKERS = 2  # request threads per shard server: the trainers share the ma
 class ProcessPlan:
     name: str  # shard-0, trainer-1, ...
     argv: list[str]
+    port_file: Path | None = None  # where it writes its metrics port (trainers; servers announce theirs)
 
 
 def entry() -> list[str]:
@@ -68,7 +69,7 @@ def trainer(
         metrics_port=0,
         metrics_port_file=str(port_file(run_dir, rank)),
     )
-    return ProcessPlan(f"trainer-{rank}", [*entry(), *argv])
+    return ProcessPlan(f"trainer-{rank}", [*entry(), *argv], port_file(run_dir, rank))
 
 
 def standalone_trainer(where: roles.Files, run_dir: Path) -> ProcessPlan:
@@ -80,4 +81,4 @@ def standalone_trainer(where: roles.Files, run_dir: Path) -> ProcessPlan:
         metrics_port=0,
         metrics_port_file=str(port_file(run_dir, 0)),
     )
-    return ProcessPlan("trainer-0", [*entry(), *argv])
+    return ProcessPlan("trainer-0", [*entry(), *argv], port_file(run_dir, 0))
