@@ -173,6 +173,7 @@ def _run(
     stop = _Stop()  # SIGTERM before kopf runs, or the Lease lost
     ready = threading.Event()  # kopf's ready flag: its startup handlers ran
     metrics = endpoints.OperatorMetrics()
+    handlers.use_metrics(metrics)
 
     def healthy() -> tuple[bool, str]:
         if elector is not None and elector.crashed:

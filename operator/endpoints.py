@@ -5,8 +5,11 @@
   whose handlers started, a standby that reached the API server (a Deployment of two replicas must not
   wait for the standby to lead before it counts as rolled out).
 - metrics (`--metrics-address`, default 0.0.0.0:8080): GET /metrics in the Prometheus text format from
-  the operator's own registry: `graphtrain_operator_leader` (1 while this replica runs the handlers)
-  and the process and platform collectors.
+  the operator's own registry: `graphtrain_operator_leader` (1 while this replica runs the handlers),
+  reconciles by result and their duration, failed Kubernetes API calls by verb, the restarts it
+  decided by role, the executor-level training metrics of every GraphTraining it reconciled
+  (spec.telemetry, read at scrape time; dropped when the training is gone), and the process and
+  platform collectors.
 
 Port 0 takes a free port; the bound address is logged and returned, so tests and people see it.
 Each connection has a socket timeout (a client that sends half a request is dropped after it) and at
@@ -19,11 +22,17 @@ from __future__ import annotations
 import logging
 import socket
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 import prometheus_client as prom
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from graphtrain.runtime import spec as S
+from graphtrain.runtime.spec import telemetry
 
 log = logging.getLogger("graphtrain.operator")
 Check = Callable[[], tuple[bool, str]]  # (fine?, why)
@@ -55,19 +64,115 @@ def probe(check: Check) -> Route:
     return route
 
 
+RESULTS = ("ok", "error", "skipped")  # skipped: not leading, or the training is gone
+VERBS = ("get", "list", "create", "patch", "replace", "delete")
+ROLES = ("trainer", "shard")
+RECONCILE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+
+
+class TrainingCollector(Collector):
+    """The executor-level metrics of every training in `statuses` ((namespace, name) -> its status, as
+    the last reconcile decided it), read at scrape time. The launcher has its own (runtime/launch): the
+    operator may import nothing of the runtime but the spec."""
+
+    def __init__(self, statuses: Mapping[tuple[str, str], S.GraphTrainingStatus], lock: threading.Lock):
+        self._statuses, self._lock = statuses, lock
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        with self._lock:
+            trainings = list(self._statuses.items())
+        samples = [s for (ns, name), st in trainings for s in telemetry.training_samples(ns, name, st)]
+        for family, values in telemetry.grouped(samples):
+            gauge = GaugeMetricFamily(family.name, family.help, labels=list(family.labels))
+            for labels, value in values:
+                gauge.add_metric(labels, value)
+            yield gauge
+
+
+def restarts(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, int]:
+    """Restarts between two statuses (wire form) of a training, by role: the trainers' (status.restarts,
+    which the operator decides) and the shard servers' (shards[].restarts, the kubelet's restarts the
+    operator observed). Never negative: a status read back older counts nothing."""
+    old_shards = {s.get("index"): int(s.get("restarts", 0)) for s in old.get("shards") or []}
+    shard = sum(
+        max(0, int(s.get("restarts", 0)) - old_shards.get(s.get("index"), 0)) for s in new.get("shards") or []
+    )
+    trainer = max(0, int(new.get("restarts", 0)) - int(old.get("restarts", 0)))
+    return {"trainer": trainer, "shard": shard}
+
+
 class OperatorMetrics:
     """The operator's metrics, in a registry of their own (tests make as many as they like)."""
 
     def __init__(self) -> None:
-        self.registry = prom.CollectorRegistry()
-        prom.ProcessCollector(registry=self.registry)
-        prom.PlatformCollector(registry=self.registry)
+        self.registry = reg = prom.CollectorRegistry()
+        prom.ProcessCollector(registry=reg)
+        prom.PlatformCollector(registry=reg)
         self.leader = prom.Gauge(
             "graphtrain_operator_leader",
             "1 while this operator replica holds the leader lease and runs the handlers, else 0",
-            registry=self.registry,
+            registry=reg,
         )
         self.leader.set(0)
+        self.reconciles = prom.Counter(
+            "graphtrain_operator_reconciles_total",
+            "Reconciles by result (skipped: not leading, or the training is gone)",
+            ["result"],
+            registry=reg,
+        )
+        self.reconcile_seconds = prom.Histogram(
+            "graphtrain_operator_reconcile_seconds",
+            "Time of one reconcile: observe, plan, apply",
+            buckets=RECONCILE_BUCKETS,
+            registry=reg,
+        )
+        self.api_errors = prom.Counter(
+            "graphtrain_operator_api_errors_total",
+            "Kubernetes API calls that failed, by verb (the 404s and 409s the operator expects excluded)",
+            ["verb"],
+            registry=reg,
+        )
+        self.restarts = prom.Counter(
+            "graphtrain_operator_restarts_total",
+            "Restarts by role: of trainers (decided by the operator), of shard servers (observed)",
+            ["role"],
+            registry=reg,
+        )
+        for result in RESULTS:  # pre-initialised: a rate reads 0, not absent
+            self.reconciles.labels(result)
+        for verb in VERBS:
+            self.api_errors.labels(verb)
+        for role in ROLES:
+            self.restarts.labels(role)
+        self._statuses: dict[tuple[str, str], S.GraphTrainingStatus] = {}
+        self._lock = threading.Lock()
+        reg.register(TrainingCollector(self._statuses, self._lock))
+
+    def reconciled(self, result: str, seconds: float) -> None:
+        self.reconciles.labels(result).inc()
+        self.reconcile_seconds.observe(seconds)
+
+    def api_error(self, verb: str) -> None:
+        self.api_errors.labels(verb).inc()
+
+    def training(self, namespace: str, name: str, old: Mapping[str, Any], new: Mapping[str, Any]) -> None:
+        """A reconcile of the training decided status `new` (wire form) over `old`: count its restarts
+        and export it (a status that does not parse keeps the last one)."""
+        for role, n in restarts(old, new).items():
+            if n:
+                self.restarts.labels(role).inc(n)
+        try:
+            status = S.GraphTrainingStatus.model_validate({**old, **new})
+        except S.ValidationError:
+            log.warning("%s/%s: status not exported (it does not parse)", namespace, name)
+            return
+        with self._lock:
+            self._statuses[(namespace, name)] = status
+
+    def forget(self, namespace: str, name: str) -> None:
+        """The training is gone: its metrics go too."""
+        with self._lock:
+            self._statuses.pop((namespace, name), None)
 
     def route(self) -> tuple[int, str, bytes]:
         return 200, prom.CONTENT_TYPE_LATEST, prom.generate_latest(self.registry)

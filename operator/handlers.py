@@ -9,8 +9,12 @@ bookkeeping in annotations so the status holds only fields the CRD declares.
 
 The operator configuration (config.py) is the command's (use_config(), before kopf starts); run
 without the command, the startup handler loads it from $GRAPHTRAIN_OPERATOR_CONFIG or takes the
-built-in defaults. When the operator stops, pending requeues are cancelled: a standby may lead next,
-and a requeue of this process must not reconcile after it let go.
+built-in defaults. So are its metrics (use_metrics(): the registry its /metrics serves): every
+reconcile is counted by result and timed, and the status it decided is what the training's metrics
+show; the Kubernetes API calls that fail are counted where they are made (k8s.py).
+
+When the operator stops, pending requeues are cancelled: a standby may lead next, and a requeue of
+this process must not reconcile after it let go.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import logging
 import os
 import secrets
 import threading
+import time
 from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
@@ -28,6 +33,7 @@ import kopf
 from graphtrain.operator import config as C
 from graphtrain.operator import k8s, logs
 from graphtrain.operator import manifests as M
+from graphtrain.operator.endpoints import OperatorMetrics
 from graphtrain.operator.reconcile import plan
 
 log = logging.getLogger("graphtrain.operator")
@@ -38,6 +44,7 @@ _locks: defaultdict[tuple[str, str], threading.Lock] = defaultdict(threading.Loc
 _timers: dict[tuple[str, str], threading.Timer] = {}
 _timers_lock = threading.Lock()
 _config: C.OperatorConfig | None = None
+_metrics = OperatorMetrics()  # unserved until the command gives the one it serves (use_metrics)
 
 
 def always() -> bool:
@@ -53,6 +60,18 @@ def use_config(config: C.OperatorConfig) -> None:
     """The configuration the handlers make children with (the command loads it before kopf starts)."""
     global _config
     _config = config
+
+
+def metrics() -> OperatorMetrics:
+    """The metrics the handlers count into now."""
+    return _metrics
+
+
+def use_metrics(metrics: OperatorMetrics) -> None:
+    """The metrics the handlers and the API calls count into (the command serves their registry)."""
+    global _metrics
+    _metrics = metrics
+    k8s.use_error_counter(metrics.api_error)
 
 
 def use_fence(fence: Callable[[], bool]) -> None:
@@ -100,20 +119,34 @@ def stop_requeues(**_: Any) -> None:
 
 
 def reconcile(namespace: str, name: str) -> None:
-    """Observe, plan, apply; then arrange the plan's timed requeue (or cancel the last one)."""
+    """Observe, plan, apply; then arrange the plan's timed requeue (or cancel the last one). Counted by
+    result (ok, error, skipped) and timed."""
+    start, result = time.perf_counter(), "error"
+    try:
+        result = _reconcile(namespace, name)
+    finally:
+        _metrics.reconciled(result, time.perf_counter() - start)
+
+
+def _reconcile(namespace: str, name: str) -> str:
     with _locks[(namespace, name)]:
         if not may_act(namespace, name):
-            return
+            return "skipped"
         observed = k8s.observe(namespace, name)
         if observed is None:
             requeue(namespace, name, None)
-            return
+            _metrics.forget(namespace, name)
+            return "skipped"
         decided = plan(observed, config=_config, token=secrets.token_hex(24))
         if not may_act(namespace, name):
-            return
-        k8s.apply(decided, observed, fence=_fence)
-        logs.decided(namespace, name, observed.training.get("status") or {}, decided)
+            return "skipped"
+        if not k8s.apply(decided, observed, fence=_fence):
+            return "skipped"  # the lease was lost meanwhile: the new leader writes the rest
+        old = observed.training.get("status") or {}
+        logs.decided(namespace, name, old, decided)
+        _metrics.training(namespace, name, old, decided.status)
         requeue(namespace, name, decided.requeue_after)
+        return "ok"
 
 
 def requeue(namespace: str, name: str, after: float | None) -> None:
@@ -160,6 +193,7 @@ def on_delete(*, name: str, namespace: str | None, uid: str, logger: kopf.Logger
     if not namespace:
         return
     requeue(namespace, name, None)
+    _metrics.forget(namespace, name)
     if not may_act(namespace, name):  # keep the finalizer: the leader deletes the children
         raise kopf.TemporaryError("not leading: the leader deletes the children", delay=TIMER_SECONDS)
     with _locks[(namespace, name)]:

@@ -6,17 +6,22 @@ is posted against the GraphTraining. Children are found by the graphtrain.io/tra
 
 LeaseClient reads and writes the operator's leader-election Lease for leader.py (get, create, update:
 the verbs the chart's Role grants on leases), each call with a timeout, a conflict reported as None.
+
+Every call that fails is counted by its verb (use_error_counter(): the operator's
+graphtrain_operator_api_errors_total), but for the answers the code expects and handles as normal: a
+404 where something may be gone, a 409 where another writer may have been first.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import logging
 import os
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import kubernetes
@@ -48,6 +53,34 @@ CHILD_KINDS = [
 ]
 _client: DynamicClient | None = None
 _lock = threading.Lock()
+
+
+def _uncounted(verb: str) -> None:
+    pass
+
+
+_count_error: Callable[[str], None] = _uncounted
+
+
+def use_error_counter(count: Callable[[str], None]) -> None:
+    """Where failed API calls are counted: count(verb), verb in get|list|create|patch|replace|delete."""
+    global _count_error
+    _count_error = count
+
+
+@contextlib.contextmanager
+def calling(verb: str, expected: tuple[int, ...] = ()) -> Iterator[None]:
+    """Count the API call made in the block if it fails, unless with one of the `expected` statuses;
+    the exception goes on to the caller as it was."""
+    try:
+        yield
+    except ApiException as exc:
+        if exc.status not in expected:
+            _count_error(verb)
+        raise
+    except (urllib3.exceptions.HTTPError, OSError):
+        _count_error(verb)
+        raise
 
 
 class CredentialsError(Exception):
@@ -85,7 +118,8 @@ def _res(api_version: str, kind: str) -> Any:
 def observe(namespace: str, name: str) -> Observed | None:
     """The GraphTraining and its children (see owned()); None if it is gone."""
     try:
-        body = _res(S.API_VERSION, S.KIND).get(name=name, namespace=namespace).to_dict()
+        with calling("get", expected=(404,)):
+            body = _res(S.API_VERSION, S.KIND).get(name=name, namespace=namespace).to_dict()
     except ApiException as exc:
         if exc.status == 404:
             return None
@@ -115,7 +149,9 @@ def _children(
     selector = f"{M.LABEL_TRAINING}={name}"
     owners, found = {uid}, []
     for api_version, kind in CHILD_KINDS:
-        for item in _res(api_version, kind).get(namespace=namespace, label_selector=selector).items:
+        with calling("list"):
+            items = _res(api_version, kind).get(namespace=namespace, label_selector=selector).items
+        for item in items:
             obj = item.to_dict()
             if owned(obj, owners) or (
                 retained and kind == "PersistentVolumeClaim" and M.retained_claim(obj, name)
@@ -126,25 +162,27 @@ def _children(
     return found
 
 
-def apply(plan: Plan, observed: Observed, fence: Callable[[], bool] = lambda: True) -> None:
+def apply(plan: Plan, observed: Observed, fence: Callable[[], bool] = lambda: True) -> bool:
     """Write the plan: its creates and deletes, the status if it changed, its events. `fence` is asked
-    before each write; once it says no (the Lease was lost meanwhile), nothing more is written."""
+    before each write; once it says no (the Lease was lost meanwhile), nothing more is written and
+    False is returned (True: all of it was written)."""
     body = observed.training
     ns = body["metadata"]["namespace"]
     refusals: list[Event] = []
     for action in plan.actions:
         if not fence():
-            return
+            return False
         obj = action.obj
-        res = _res(obj["apiVersion"], obj["kind"])
         try:
-            if action.verb == "create":
-                res.create(body=obj, namespace=ns)
-            else:  # with a uid: only that object (409 if the name now holds another), as the TTL controller
-                options: dict[str, Any] = {"propagationPolicy": "Background"}
-                if obj["metadata"].get("uid"):
-                    options["preconditions"] = {"uid": obj["metadata"]["uid"]}
-                res.delete(name=obj["metadata"]["name"], namespace=ns, body=options)
+            with calling(action.verb, expected=(404, 409)):
+                res = _res(obj["apiVersion"], obj["kind"])
+                if action.verb == "create":
+                    res.create(body=obj, namespace=ns)
+                else:  # with a uid: only that object (409 if the name now holds another), as TTLs do
+                    options: dict[str, Any] = {"propagationPolicy": "Background"}
+                    if obj["metadata"].get("uid"):
+                        options["preconditions"] = {"uid": obj["metadata"]["uid"]}
+                    res.delete(name=obj["metadata"]["name"], namespace=ns, body=options)
         except ApiException as exc:
             if action.verb == "create" and exc.status in (400, 422):
                 said = refusal(body, action.key, api_message(exc))
@@ -152,18 +190,20 @@ def apply(plan: Plan, observed: Observed, fence: Callable[[], bool] = lambda: Tr
             elif exc.status not in (404, 409):
                 raise
     if not fence():
-        return
+        return False
     if not _same(plan.status, body.get("status") or {}):
-        _res(S.API_VERSION, S.KIND).status.patch(
-            body={"status": plan.status},
-            name=body["metadata"]["name"],
-            namespace=ns,
-            content_type="application/merge-patch+json",
-        )
+        with calling("patch"):
+            _res(S.API_VERSION, S.KIND).status.patch(
+                body={"status": plan.status},
+                name=body["metadata"]["name"],
+                namespace=ns,
+                content_type="application/merge-patch+json",
+            )
     for event in [*plan.events, *refusals]:
         if not fence():
-            return
+            return False
         post_event(body, event)
+    return True
 
 
 _reported: set[tuple[str, str, str]] = set()  # (training uid, child, message): each refusal said once
@@ -216,7 +256,8 @@ def post_event(body: dict[str, Any], event: Event) -> None:
         "count": 1,
     }
     try:
-        _res("v1", "Event").create(body=ev, namespace=meta["namespace"])
+        with calling("create"):
+            _res("v1", "Event").create(body=ev, namespace=meta["namespace"])
     except ApiException as exc:  # events are best effort
         log.warning("could not post event %s: %s", event.reason, exc.reason)
 
@@ -228,9 +269,12 @@ def delete_children(namespace: str, name: str, uid: str) -> int:
     deleted = 0
     for api_version, kind, obj in reversed(_children(namespace, name, uid)):
         try:
-            _res(api_version, kind).delete(
-                name=obj["metadata"]["name"], namespace=namespace, body={"propagationPolicy": "Background"}
-            )
+            with calling("delete", expected=(404,)):
+                _res(api_version, kind).delete(
+                    name=obj["metadata"]["name"],
+                    namespace=namespace,
+                    body={"propagationPolicy": "Background"},
+                )
             deleted += 1
         except ApiException as exc:
             if exc.status != 404:
@@ -270,9 +314,10 @@ class LeaseClient:
 
     def _call(self, verb: str, **kwargs: Any) -> dict[str, Any] | None:
         try:
-            res = _res(*LEASE)
-            method = getattr(res, verb)
-            return dict(method(namespace=self.namespace, _request_timeout=self.timeout, **kwargs).to_dict())
+            with calling(verb, expected=(404,) if verb == "get" else (409,)):
+                method = getattr(_res(*LEASE), verb)
+                answer = method(namespace=self.namespace, _request_timeout=self.timeout, **kwargs)
+            return dict(answer.to_dict())
         except ApiException as exc:
             if (verb == "get" and exc.status == 404) or (verb != "get" and exc.status == 409):
                 return None
