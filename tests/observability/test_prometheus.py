@@ -289,6 +289,7 @@ def test_every_dashboard_panel_and_alert_has_data_from_a_real_prometheus(
                 if not finite(prom.query_range(expr, start, end)):
                     empty.append(f"{board_name} / {panel['title']}: {expr}")
     assert empty == [], "panels or variables without data:\n" + "\n".join(empty)
+    assert not finite(prom.query_range("graphtrain_trainer_loss_total", start, end))  # the check can fail
     assert evaluated >= 30
     print(f"{evaluated} panel expressions evaluated, every one with data")
 
