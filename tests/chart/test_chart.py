@@ -38,8 +38,8 @@ CONFIG_PATH = "/etc/graphtrain/operator/config.yaml"
 ROLE_DEFAULT_KEYS = {"resources", "nodeSelector", "tolerations", "affinity", "priorityClassName"}
 
 
-def test_the_scenarios_are_the_five_of_issue_16() -> None:
-    assert SCENARIOS == ["default", "existing-claim", "gpu", "monitoring", "namespaced"]
+def test_the_scenarios_are_the_five_of_issue_16_and_observability() -> None:
+    assert SCENARIOS == ["default", "existing-claim", "gpu", "monitoring", "namespaced", "observability"]
 
 
 def test_lint_with_default_values() -> None:
@@ -72,13 +72,18 @@ def validate(manifests: str) -> subprocess.CompletedProcess[str]:
 @pytest.mark.parametrize("scenario", SCENARIOS)
 def test_each_scenario_renders_valid_kubernetes_objects(scenario: str) -> None:
     """Every object against 1.36's OpenAPI schemas, unknown fields refused; the ServiceMonitor (a CRD the
-    package has no schema for) is checked against its Service in test_the_service_monitor_..."""
+    package has no schema for) is checked against its Service in test_the_service_monitor_..., the
+    Prometheus Operator's other kinds in test_monitoring.py"""
     res = validate(template(scenario))
     lines = [line for line in (res.stdout + res.stderr).splitlines() if line.strip()]
     unchecked = [line for line in lines if "Couldn't find schema" in line]
     assert res.returncode == 0 and len(lines) == len(unchecked), "\n".join(lines)
-    expected = ["kind ServiceMonitor"] if scenario == "monitoring" else []
-    assert [u for u in unchecked if "kind ServiceMonitor" not in u] == [] and len(unchecked) == len(expected)
+    expected = {
+        "monitoring": ["ServiceMonitor"],
+        "observability": ["PodMonitor", "PrometheusRule", "ServiceMonitor", "ServiceMonitor"],
+    }.get(scenario, [])
+    kinds = sorted(line.split("kind ")[1].split()[0] for line in unchecked)
+    assert kinds == expected
 
 
 def test_the_validation_refuses_an_unknown_field() -> None:
@@ -105,9 +110,15 @@ def test_the_validation_refuses_an_unknown_field() -> None:
         ("watchNamespaces={Team_A}", "watchNamespaces"),
         ("metrics.serviceMonitor.interval=30", "metrics.serviceMonitor.interval"),
         ("networkPolicy.apiServer.cidrs={10.0.0.1}", "networkPolicy.apiServer.cidrs"),
-        ("api.enabled=true", "api.enabled"),  # reserved for the observability work
-        ("dashboards.enabled=true", "dashboards.enabled"),
-        ("metrics.podMonitor.enabled=true", "metrics.podMonitor.enabled"),
+        ("api.enabled=yes", "api.enabled"),
+        ("api.auth.existingSecret=Bad_Name", "api.auth.existingSecret"),
+        ("api.servicemonitor.enabled=true", "servicemonitor"),
+        ("dashboards.labelValue=a b", "dashboards.labelValue"),
+        ("dashboards.namespace=Grafana", "dashboards.namespace"),
+        ("metrics.podMonitor.namespaceSelector.all=true", "all"),
+        ("prometheusRule.noProgressMinutes=0", "prometheusRule.noProgressMinutes"),
+        ("prometheusRule.shardRestartWindow=15", "prometheusRule.shardRestartWindow"),
+        ("prometheusRule.severity.failed=Page Me", "prometheusRule.severity.failed"),
     ],
 )
 def test_the_schema_refuses_a_bad_value_naming_it(setting: str, named: str) -> None:

@@ -4,6 +4,7 @@ its pod, and uninstall leaves no object of the chart behind, but the CRD (by hel
 
 from __future__ import annotations
 
+import base64
 import json
 import subprocess
 import uuid
@@ -18,11 +19,15 @@ from tests.operator.conftest import wait_for
 
 pytestmark = pytest.mark.timeout(240)
 INSTANCE = "app.kubernetes.io/instance"
+# the Prometheus Operator's other kinds the observability scenario renders
+POD_MONITOR = ("monitoring.coreos.com", "podmonitors", "PodMonitor", "v1")
+PROMETHEUS_RULE = ("monitoring.coreos.com", "prometheusrules", "PrometheusRule", "v1")
 
 
 @pytest.fixture(scope="module")
 def cluster(kube: k8s.Kubectl, kubeconfig: str) -> str:
-    k8s.serve_stand_ins(kube, k8s.SERVICE_MONITOR)  # the monitoring scenario's, where the server lacks it
+    # the monitoring and observability scenarios', where the server lacks them
+    k8s.serve_stand_ins(kube, k8s.SERVICE_MONITOR, POD_MONITOR, PROMETHEUS_RULE)
     for ns in ("a", "b"):  # the namespaced scenario's
         kube("create", "namespace", ns, check=False)
     return kubeconfig
@@ -199,6 +204,18 @@ def test_each_scenario_installs_and_uninstalls_cleanly(
     if scenario == "monitoring":
         assert "servicemonitor.monitoring.coreos.com" in kinds
         assert get(kube, "deployment", f"{name}-graphtrain-operator", ns)["spec"]["replicas"] == 2
+    if scenario == "observability":
+        monitoring = {
+            f"{k}.monitoring.coreos.com" for k in ("servicemonitor", "podmonitor", "prometheusrule")
+        }
+        assert monitoring <= kinds
+        dashboards = kube("get", "configmap", "-n", ns, "-l", "grafana_dashboard=1", "-o", "name").split()
+        assert len(dashboards) == 3  # what the Grafana sidecar finds
+        # the API's token: generated at install, kept by an upgrade (read back with lookup)
+        token = get(kube, "secret", f"{name}-graphtrain-api-tokens", ns)["data"]["tokens"]
+        helm("upgrade", name, str(CHART), "-n", ns, "-f", values_file(scenario), kubeconfig=cluster)
+        assert get(kube, "secret", f"{name}-graphtrain-api-tokens", ns)["data"]["tokens"] == token
+        assert len(base64.b64decode(token)) == 48
     assert set(left_behind(kube, name, kinds)) == kinds - {"pod"}  # no `helm test` ran: no test pod
     helm("uninstall", name, "-n", ns, "--wait", kubeconfig=cluster)
     assert left_behind(kube, name, kinds) == {}

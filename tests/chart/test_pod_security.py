@@ -39,8 +39,10 @@ def test_every_pod_the_chart_renders_is_restricted(scenario: str) -> None:
         for where, spec in pod_specs(obj):
             assert violations(spec) == [], f"{scenario}: {where}"
             checked.append(where)
-    # the operator's Deployment and the `helm test` pod (init container included)
-    assert checked == ["Deployment/gt-graphtrain-operator", "Pod/gt-graphtrain-test"]
+    # the operator's Deployment, the status API's (observability) and the `helm test` pod (init
+    # container included)
+    api = ["Deployment/gt-graphtrain-api"] if scenario == "observability" else []
+    assert checked == [*api, "Deployment/gt-graphtrain-operator", "Pod/gt-graphtrain-test"]
 
 
 def test_a_good_pod_passes_with_settings_on_the_pod_or_on_every_container() -> None:

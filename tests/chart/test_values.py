@@ -40,10 +40,17 @@ def docs(stdout: str) -> list[dict[str, Any]]:
     return [d for d in yaml.safe_load_all(stdout) if d]
 
 
+def operator_deployment(objs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The operator's Deployment (the observability scenario renders the status API's too)."""
+    found = [o for o in objs if o["kind"] == "Deployment" and o["metadata"]["name"].endswith("-operator")]
+    assert len(found) == 1, [o["metadata"]["name"] for o in objs if o["kind"] == "Deployment"]
+    return found[0]
+
+
 def operator_params(objs: list[dict[str, Any]]) -> dict[str, Any]:
     """The Deployment's args as `graphtrain operator` parses them (its own click options and types);
     a value it refuses raises click's error."""
-    args = one(objs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+    args = operator_deployment(objs)["spec"]["template"]["spec"]["containers"][0]["args"]
     assert args[0] == "operator"
     command = typer.main.get_command(operator_cli.app)
     with command.make_context("operator", list(args[1:])) as ctx:
@@ -51,7 +58,7 @@ def operator_params(objs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def operator_config(objs: list[dict[str, Any]]) -> C.OperatorConfig:
-    data = one(objs, "ConfigMap", f"{one(objs, 'Deployment')['metadata']['name']}-config")["data"]
+    data = one(objs, "ConfigMap", f"{operator_deployment(objs)['metadata']['name']}-config")["data"]
     return C.parse(yaml.safe_load(data["config.yaml"]), "the rendered config.yaml")
 
 
@@ -143,9 +150,9 @@ def test_the_largest_integers_render_in_full() -> None:
     res = template_values("default", "replicas=2147483647", "metrics.service.port=65535")
     assert res.returncode == 0, res.stderr
     objs = docs(res.stdout)
-    assert one(objs, "Deployment")["spec"]["replicas"] == 2147483647
+    assert operator_deployment(objs)["spec"]["replicas"] == 2147483647
     assert one(objs, "Service")["spec"]["ports"][0]["port"] == 65535
-    assert "e+" not in one(objs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"][-1]
+    assert "e+" not in operator_deployment(objs)["spec"]["template"]["spec"]["containers"][0]["args"][-1]
 
 
 # ---------------------------------------------------------------------------------- selector labels
@@ -164,7 +171,7 @@ def test_extra_labels_leave_the_selectors_matching() -> None:
     res = template_values("default", 'podLabels={"team":"graphs"}', 'commonLabels={"cost-center":"ml"}')
     assert res.returncode == 0, res.stderr
     objs = docs(res.stdout)
-    deployment = one(objs, "Deployment")
+    deployment = operator_deployment(objs)
     pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
     assert pod_labels["team"] == "graphs" and pod_labels["cost-center"] == "ml"
     assert deployment["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
@@ -210,7 +217,7 @@ def test_every_name_fits_its_kind_for_the_longest_names(release: str, sets: list
             continue
         objs = docs(res.stdout)
         assert_names_fit(objs)
-        assert operator_params(objs)["lease_name"] == one(objs, "Deployment")["metadata"]["name"]
+        assert operator_params(objs)["lease_name"] == operator_deployment(objs)["metadata"]["name"]
 
 
 def test_a_release_name_that_is_no_service_name_is_refused() -> None:

@@ -154,3 +154,40 @@ and fails on any verb granted here but never used, or used but not granted.
   resources: [events]
   verbs: [create]
 {{- end }}
+
+{{/* The status API's objects: Deployment, Service, ServiceAccount, (Cluster)Role(s), NetworkPolicy. */}}
+{{- define "graphtrain.api.name" -}}
+{{- printf "%s-api" (include "graphtrain.fullname" .) }}
+{{- end }}
+
+{{/* The Secret holding the API's bearer tokens (one per line): the user's, or the one the chart makes. */}}
+{{- define "graphtrain.api.tokenSecret" -}}
+{{- default (printf "%s-tokens" (include "graphtrain.api.name" .)) .Values.api.auth.existingSecret }}
+{{- end }}
+
+{{- define "graphtrain.api.tokenKey" -}}
+{{- if .Values.api.auth.existingSecret }}{{ .Values.api.auth.existingSecretKey }}{{ else }}tokens{{ end }}
+{{- end }}
+
+{{/* Where the API reads its tokens (`--token-file`): a Secret volume, never an argument or a variable. */}}
+{{- define "graphtrain.api.tokenDir" -}}
+/var/run/secrets/graphtrain.io/api
+{{- end }}
+
+{{/*
+What the status API reads, in every namespace it serves: GraphTrainings, their progress ConfigMaps,
+their pods and the events about them. Read-only: no verb here writes.
+*/}}
+{{- define "graphtrain.api.rules" -}}
+- apiGroups: [graphtrain.io]
+  resources: [graphtrainings]
+  verbs: [get, list, watch]
+- apiGroups: [""]
+  resources: [configmaps, pods, events]
+  verbs: [get, list, watch]
+{{- end }}
+
+{{/* The training selector of the monitoring objects: the roles of a training's pods that serve metrics. */}}
+{{- define "graphtrain.monitoring.roles" -}}
+[shards, trainer]
+{{- end }}
