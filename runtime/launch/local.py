@@ -47,7 +47,7 @@ from graphtrain.runtime.errors import GraphtrainError
 from graphtrain.runtime.kvstore import checkpoint as ckpt
 from graphtrain.runtime.launch import plan, status
 from graphtrain.runtime.progress import console
-from graphtrain.runtime.spec import reporting
+from graphtrain.runtime.spec import reporting, rundir
 from graphtrain.runtime.spec.conditions import Reason
 
 READY_TIMEOUT = 300.0
@@ -527,6 +527,10 @@ class LocalRun:
             rotate_logs(self.run_dir / "logs")
         for stale in (reporting.PROGRESS_FILE, "result.json"):
             (self.run_dir / stale).unlink(missing_ok=True)
+        # what readers of the directory (the REST API's local source) take the training's identity from
+        write_json(
+            self.run_dir / rundir.SPEC_FILE, self.gt.model_dump(by_alias=True, exclude_none=True, mode="json")
+        )
 
     def _choose_checkpoint(self, root: Path) -> None:
         """On --resume, say which checkpoint the servers and trainers will take: the newest whose files

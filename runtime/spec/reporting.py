@@ -65,3 +65,47 @@ def training_progress(data: Mapping[str, str] | None) -> Progress | None:
 def rank_report(data: Mapping[str, str] | None, rank: int) -> Progress | None:
     """Rank `rank`'s last report from the progress ConfigMap's data."""
     return decode((data or {}).get(heartbeat_key(rank)))
+
+
+# ------------------------------------------------------------------------------ progress history
+# One entry per finished epoch (after its evaluation), the same Progress schema, bounded: a reader (the
+# API) gets a training's curve without a time-series database, and the writer's file or ConfigMap key
+# never grows past HISTORY_LIMIT entries (500 entries ~ 125 KB, well under a ConfigMap's 1 MiB).
+
+HISTORY_FILE = "progress-history.json"  # in a local run's directory, written by rank 0
+HISTORY_KEY = "history"  # in the progress ConfigMap, patched by rank 0
+HISTORY_LIMIT = 500
+
+
+def rank_file(rank: int) -> str:
+    """A local run's file of one rank's own latest report (its heartbeat), relative to the run directory."""
+    return f"trainers/rank-{rank}.json"
+
+
+def append_history(history: list[Progress], entry: Progress, limit: int = HISTORY_LIMIT) -> list[Progress]:
+    """The history with `entry` appended, keeping only the last `limit` entries (a new list)."""
+    return [*history, entry][-limit:] if limit > 0 else []
+
+
+def encode_history(history: list[Progress]) -> str:
+    return json.dumps([to_wire(p) for p in history], separators=(",", ":"))
+
+
+def decode_history(text: str | bytes | None) -> list[Progress]:
+    """A history read back: [] when there is none or it does not parse, entries that do not parse
+    skipped (a reader shows what it can)."""
+    if not text:
+        return []
+    try:
+        entries = json.loads(text)
+    except ValueError:
+        return []
+    if not isinstance(entries, list):
+        return []
+    history = []
+    for entry in entries:
+        try:
+            history.append(Progress.model_validate(entry))
+        except ValidationError:
+            continue
+    return history
