@@ -12,12 +12,15 @@ from typing import Any
 
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
+from starlette.routing import Route
 
 from graphtrain.api import auth, problems
 from graphtrain.api.routers import health, metrics, trainings
 from graphtrain.api.settings import Settings
 from graphtrain.api.sources.base import StatusSource
 from graphtrain.api.telemetry import ApiMetrics, RequestMetrics
+
+ROUTERS = (trainings.router, health.router, metrics.router)
 
 
 def create_app(source: StatusSource, settings: Settings | None = None) -> FastAPI:
@@ -29,17 +32,19 @@ def create_app(source: StatusSource, settings: Settings | None = None) -> FastAP
     )
     app.state.source = source
     app.state.registry = settings.registry
-    app.include_router(trainings.router)
-    app.include_router(health.router)
-    app.include_router(metrics.router)
+    for router in ROUTERS:
+        app.include_router(router)
     problems.install(app)
 
     if settings.tokens is not None:
         open_paths = auth.OPEN_PATHS | ({"/metrics"} if settings.metrics_open else set())
         app.add_middleware(auth.BearerAuth, tokens=settings.tokens, open_paths=frozenset(open_paths))
+    routes = [r for router in ROUTERS for r in router.routes] + [
+        r for r in app.routes if isinstance(r, Route)
+    ]
     api_metrics = ApiMetrics(settings.registry)
-    api_metrics.initialise(app.routes)
-    app.add_middleware(RequestMetrics, metrics=api_metrics, routes=app.routes)
+    api_metrics.initialise(routes)
+    app.add_middleware(RequestMetrics, metrics=api_metrics, routes=routes)
 
     def openapi() -> dict[str, Any]:
         """The generated document, errors as problem details, and the bearer scheme (for /docs)."""

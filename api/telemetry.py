@@ -14,7 +14,7 @@ import time
 from collections.abc import Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
-from starlette.routing import BaseRoute, Match, Route
+from starlette.routing import BaseRoute, Match
 
 from graphtrain.api.auth import ASGIApp, Message, Receive, Scope, Send
 
@@ -41,14 +41,12 @@ class ApiMetrics:
         )
 
     def initialise(self, routes: Iterable[BaseRoute]) -> None:
-        for route in routes:
-            if isinstance(route, Route):
-                for method in sorted(route.methods or ()):
-                    if method == "HEAD":
-                        continue
-                    self.seconds.labels(route.path, method)
-                    for status in STATUSES:
-                        self.requests.labels(route.path, method, status)
+        for route in routes:  # FastAPI's APIRoute and Starlette's Route both have path and methods
+            path, methods = getattr(route, "path", None), getattr(route, "methods", None) or ()
+            for method in sorted(set(methods) - {"HEAD"}) if path else ():
+                self.seconds.labels(path, method)
+                for status in STATUSES:
+                    self.requests.labels(path, method, status)
 
 
 def route_template(routes: Iterable[BaseRoute], scope: Scope) -> str:
@@ -64,7 +62,8 @@ def route_template(routes: Iterable[BaseRoute], scope: Scope) -> str:
 
 
 class RequestMetrics:
-    """ASGI middleware recording each HTTP request in `metrics`; `routes` is the app's route list."""
+    """ASGI middleware recording each HTTP request in `metrics`; `routes`: every route of the app, flat
+    (create_app lists them: FastAPI keeps included routers' routes nested)."""
 
     def __init__(self, app: ASGIApp, metrics: ApiMetrics, routes: list[BaseRoute]):
         self.app, self.metrics, self.routes = app, metrics, routes
@@ -85,7 +84,9 @@ class RequestMetrics:
         try:
             await self.app(scope, receive, sent)
         finally:
-            route = route_template(self.routes, scope)
+            # routing names the route it chose; a request refused before routing (401) is matched here
+            chosen = getattr(scope.get("route"), "path", None)
+            route = chosen if isinstance(chosen, str) else route_template(self.routes, scope)
             method = scope["method"] if scope["method"] in METHODS else "other"
             self.metrics.requests.labels(route, method, str(status)).inc()
             self.metrics.seconds.labels(route, method).observe(time.perf_counter() - start)
