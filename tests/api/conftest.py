@@ -36,4 +36,6 @@ def token_file(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def secured(source: FakeSource, token_file: Path) -> TestClient:
-    return TestClient(create_app(source, Settings(tokens=TokenFile(token_file))), raise_server_exceptions=False)
+    return TestClient(
+        create_app(source, Settings(tokens=TokenFile(token_file))), raise_server_exceptions=False
+    )

@@ -189,7 +189,10 @@ def test_metrics_count_route_templates_not_paths(client: TestClient) -> None:
     assert after[key] == 1
     miss = ("graphtrain_api_requests_total", (("method", "GET"), ("route", one), ("status", "404")))
     assert after[miss] == 3  # team-a/job-1 is in team-b
-    unmatched = ("graphtrain_api_requests_total", (("method", "GET"), ("route", "unmatched"), ("status", "404")))
+    unmatched = (
+        "graphtrain_api_requests_total",
+        (("method", "GET"), ("route", "unmatched"), ("status", "404")),
+    )
     assert after[unmatched] == 1
     routes = {dict(labels)["route"] for (name, labels) in after if name == "graphtrain_api_requests_total"}
     assert not any("job-" in r or "nope" in r or "scanner" in r for r in routes)
