@@ -10,8 +10,10 @@ directory itself, reads each run's identity from its own files, and looks a requ
 `../../etc` is a name no run has (and the routes refuse it before).
 
 Speed: every file is parsed once per version. A bounded cache keeps each parsed file with its stat
-signature (inode, size, mtime): a request costs a stat per file, and a launcher's atomic replace (a new
-inode) is seen at once.
+signature (inode, size, mtime): a request for one training costs a stat per file it reads, and a
+launcher's atomic replace (a new inode) is seen at once. Listing the directory and reading every run's
+identity costs ~35 us a run, so the list and the name index are kept for SCAN_SECONDS (1 s): a
+training's own endpoints are current, the list and a run just started may be a second late.
 """
 
 from __future__ import annotations
@@ -20,8 +22,10 @@ import json
 import logging
 import os
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -35,6 +39,7 @@ from graphtrain.runtime.spec import reporting, rundir
 log = logging.getLogger("graphtrain.api")
 T = TypeVar("T")
 CACHE_ENTRIES = 8192  # parsed files kept (a run has about 3 + its ranks')
+SCAN_SECONDS = 1.0  # the list and the name -> directory index are at most this old
 SOURCE = "graphtrain-run"
 
 
@@ -97,6 +102,15 @@ def parse_history(data: bytes) -> list[S.Progress]:
     return reporting.decode_history(data)
 
 
+@dataclass(frozen=True)
+class Scan:
+    """The runs directory as last read: which directory holds which training, and their summaries."""
+
+    taken: float
+    index: dict[tuple[str, str], Path]
+    summaries: list[models.TrainingSummary]
+
+
 class LocalSource:
     """The runs under `runs_root` (each subdirectory that holds a status.json or a graphtraining.json),
     or the one run in `run_dir` (`graphtrain run --api`: the API may start before the run wrote a file)."""
@@ -106,6 +120,8 @@ class LocalSource:
             raise ValueError("give runs_root or run_dir")
         self.runs_root, self.run_dir = runs_root, run_dir
         self.files = FileCache()
+        self._scanned: Scan | None = None
+        self._scan_lock = threading.Lock()
 
     # ------------------------------------------------------------------------------ discovery
 
@@ -139,10 +155,10 @@ class LocalSource:
     def _status(self, path: Path) -> S.GraphTrainingStatus:
         return self.files.load(path / rundir.STATUS_FILE, parse_status) or S.GraphTrainingStatus()
 
-    def _index(self) -> dict[tuple[str, str], Path]:
-        """(namespace, name) -> run directory; where two directories run the same training, the one
-        whose status was written last."""
-        index: dict[tuple[str, str], tuple[int, Path]] = {}
+    def _scan(self) -> Scan:
+        """Every run: (namespace, name) -> run directory and its summary; where two directories run
+        the same training, the one whose status was written last."""
+        found: dict[tuple[str, str], tuple[int, Path, models.TrainingSummary]] = {}
         for path in self._run_dirs():
             meta, _ = self._identity(path)
             key = (meta.namespace, meta.name)
@@ -150,12 +166,22 @@ class LocalSource:
                 written = os.stat(path / rundir.STATUS_FILE).st_mtime_ns
             except OSError:
                 written = 0
-            if key not in index or written > index[key][0]:
-                index[key] = (written, path)
-        return {k: v[1] for k, v in index.items()}
+            if key not in found or written > found[key][0]:
+                found[key] = (written, path, models.summary(meta, self._status(path)))
+        return Scan(time.monotonic(), {k: v[1] for k, v in found.items()}, [v[2] for v in found.values()])
+
+    def _current(self) -> Scan:
+        """The last scan, made again once older than SCAN_SECONDS (one thread scans, others wait)."""
+        scan = self._scanned
+        if scan is None or time.monotonic() - scan.taken > SCAN_SECONDS:
+            with self._scan_lock:
+                scan = self._scanned
+                if scan is None or time.monotonic() - scan.taken > SCAN_SECONDS:
+                    scan = self._scanned = self._scan()
+        return scan
 
     def _find(self, namespace: str, name: str) -> Path:
-        path = self._index().get((namespace, name))
+        path = self._current().index.get((namespace, name))
         if path is None:
             raise NotFound(f"no training {namespace}/{name}")
         return path
@@ -163,11 +189,7 @@ class LocalSource:
     # ---------------------------------------------------------------------------------- reads
 
     def list_trainings(self, query: ListQuery) -> models.TrainingList:
-        summaries = []
-        for path in self._index().values():
-            meta, _ = self._identity(path)
-            summaries.append(models.summary(meta, self._status(path)))
-        return page(summaries, query)
+        return page(self._current().summaries, query)
 
     def get_training(self, namespace: str, name: str) -> models.Training:
         path = self._find(namespace, name)
