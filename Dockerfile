@@ -1,7 +1,7 @@
 # graphtrain's images, one Dockerfile, three targets (README "Container images"):
 #   runtime       partition Jobs, CPU shard servers, gloo trainers: CPU torch and the native core
 #   runtime-cuda  the same with CUDA torch and the CUDA core (nvcc, sm_80 and sm_90)
-#   control       the operator (and the API to come): no torch, no compiler
+#   control       the operator and the REST status API: no torch, no compiler
 #
 #   podman build --target runtime -t ghcr.io/graphtrain/graphtrain:0.1.0 .
 #   podman build --target control -t ghcr.io/graphtrain/graphtrain-control:0.1.0 .
@@ -40,8 +40,9 @@ WORKDIR /requirements
 COPY pyproject.toml requirements-dev.txt ./
 RUN python -c 'import tomllib; p = tomllib.load(open("pyproject.toml", "rb"))["project"]; \
 [open(f"{r}.txt", "w").write("\n".join(p["dependencies"] + p["optional-dependencies"][r]) + "\n") \
- for r in ("runtime", "operator")]' \
+ for r in ("runtime", "operator", "api")]' \
  && grep -v '^torch\b' runtime.txt > runtime-without-torch.txt \
+ && cat operator.txt api.txt > control.txt \
  && mv requirements-dev.txt constraints.txt
 
 # Wheels of the runtime's dependencies. torch comes alone from TORCH_INDEX_URL, by default the index of
@@ -69,8 +70,8 @@ RUN pip download --only-binary=:all: --dest /wheelhouse --index-url "${TORCH_CUD
 
 FROM requirements AS control-deps
 ARG PIP_FIND_LINKS
-RUN pip download --only-binary=:all: --dest /wheelhouse -c constraints.txt -r operator.txt \
- && cp constraints.txt operator.txt /wheelhouse/ \
+RUN pip download --only-binary=:all: --dest /wheelhouse -c constraints.txt -r control.txt \
+ && cp constraints.txt control.txt /wheelhouse/ \
  && sha256sum /wheelhouse/* > /wheelhouse.sha256
 
 # The sources the wheel is built from (not tests, bench or charts: see also .dockerignore).
@@ -178,14 +179,14 @@ CMD ["graphtrain", "--help"]
 FROM final AS control
 COPY --from=control-deps /wheelhouse.sha256 /usr/local/share/graphtrain/dependencies.sha256
 RUN --mount=type=bind,from=control-deps,source=/wheelhouse,target=/wheelhouse \
-    pip install --no-index --find-links /wheelhouse -c /wheelhouse/constraints.txt -r /wheelhouse/operator.txt
+    pip install --no-index --find-links /wheelhouse -c /wheelhouse/constraints.txt -r /wheelhouse/control.txt
 COPY --from=dist-control /dist.sha256 /usr/local/share/graphtrain/graphtrain.sha256
 RUN --mount=type=bind,from=dist-control,source=/dist,target=/dist \
     pip install --no-index --no-deps /dist/*.whl
 ARG VERSION=0.1.0
 ARG REVISION=unknown
 LABEL org.opencontainers.image.title="graphtrain-control" \
-      org.opencontainers.image.description="graphtrain control plane: the GraphTraining operator" \
+      org.opencontainers.image.description="graphtrain control plane: the GraphTraining operator and the REST status API" \
       org.opencontainers.image.version="${VERSION}" \
       org.opencontainers.image.revision="${REVISION}"
 USER 10001:10001

@@ -8,7 +8,7 @@ RUN    ?= runs/wordnet-sage
 # there); RUN_FLAGS=--resume continues it instead, RUN=<dir> keeps it and trains elsewhere
 RUN_FLAGS ?= --overwrite
 
-.PHONY: install run test lint crd chart-schema bench-partition bench-optim bench-kvstore bench-attack bench-soak bench-fuzz bench-e2e bench-operator bench-operator-wordnet cuda clean
+.PHONY: install run test lint crd chart-schema bench-partition bench-optim bench-kvstore bench-attack bench-soak bench-fuzz bench-e2e bench-operator bench-operator-wordnet bench-api cuda clean
 
 $(STAMP): pyproject.toml setup.py requirements-dev.txt $(wildcard cuda/src/*.cpp cuda/include/graphtrain/*.h)
 	$(PYTHON) -m venv $(VENV)
@@ -78,6 +78,9 @@ bench-operator: install ## operator: create-to-children latency, 100 trainings a
 
 bench-operator-wordnet: install ## WordNet GraphSAGE through the operator and the pod runner beside graphtrain run (root)
 	$(BIN)/python bench/operator_wordnet.py
+
+bench-api: install ## REST status API: 100 clients x 30 s, 100 trainings, local and Kubernetes sources
+	$(BIN)/python bench/api.py
 
 cuda: install ## also build the CUDA core (needs nvcc; GRAPHTRAIN_CUDA_ARCHS, default "80 90")
 	GRAPHTRAIN_BUILD_CUDA=1 $(BIN)/pip install -q -e '.[all]'

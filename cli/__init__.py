@@ -10,14 +10,28 @@ from __future__ import annotations
 
 import importlib.metadata
 import sys
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
+from typer.core import TyperGroup
 
+from graphtrain.api.cli import app as api_app
+from graphtrain.api.cli import with_api
 from graphtrain.operator.cli import app as operator_app
 from graphtrain.runtime.cli import app as runtime_app
 
+
+class Composed(TyperGroup):
+    """The root group: the roles' commands, with `run` given the API's --api options (the runtime's
+    command knows nothing of the API; api/cli.py adds them)."""
+
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
+        command = super().get_command(ctx, cmd_name)
+        return with_api(command) if cmd_name == "run" and command is not None else command
+
+
 app = typer.Typer(
+    cls=Composed,
     help="graphtrain: train graph models with huge, sharded, learnable embedding tables.",
     no_args_is_help=True,
     add_completion=False,
@@ -25,6 +39,7 @@ app = typer.Typer(
 )
 app.add_typer(runtime_app)
 app.add_typer(operator_app)
+app.add_typer(api_app, name="api", help="Serve the read-only REST status API (OpenAPI at /docs).")
 
 
 def package_version() -> str:
@@ -61,6 +76,7 @@ EXTRAS = {
     ),
     "kopf": "operator",
     "kubernetes": "all",
+    **dict.fromkeys(["fastapi", "starlette", "uvicorn"], "api"),
 }
 
 

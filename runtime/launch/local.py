@@ -56,7 +56,7 @@ from graphtrain.runtime.errors import GraphtrainError
 from graphtrain.runtime.kvstore import checkpoint as ckpt
 from graphtrain.runtime.launch import plan, status, targets
 from graphtrain.runtime.progress import console
-from graphtrain.runtime.spec import reporting
+from graphtrain.runtime.spec import reporting, rundir
 from graphtrain.runtime.spec.conditions import Reason
 
 READY_TIMEOUT = 300.0
@@ -606,6 +606,10 @@ class LocalRun:
         if not self.resume:  # a resumed run continues its history; a new one starts its own
             (self.run_dir / reporting.HISTORY_FILE).unlink(missing_ok=True)
         shutil.rmtree(self.run_dir / "trainers", ignore_errors=True)  # the previous launch's heartbeats
+        # what readers of the directory (the REST API's local source) take the training's identity from
+        write_json(
+            self.run_dir / rundir.SPEC_FILE, self.gt.model_dump(by_alias=True, exclude_none=True, mode="json")
+        )
 
     def _choose_checkpoint(self, root: Path) -> None:
         """On --resume, say which checkpoint the servers and trainers will take: the newest whose files

@@ -1,0 +1,217 @@
+"""The API's response models: the spec's status models as they are (GraphTrainingStatus, Condition,
+Progress, ShardStatus, PartitionStatus: one schema with the CRD and status.json), wrapped in the few
+shapes only the API has (a training's identity, a spec summary, trainers, events, lists).
+
+The builders here are pure: each source reads its own storage and hands them plain values.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+from pydantic.config import JsonDict
+
+from graphtrain.runtime import spec as S
+
+DATE_TIME: JsonDict = {"format": "date-time"}
+
+
+class _Model(BaseModel):
+    """camelCase on the wire, like the spec."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, serialize_by_alias=True)
+
+
+class Metadata(_Model):
+    """Which training: its namespace and name, as Kubernetes names it (a local run: its spec's)."""
+
+    namespace: str = Field(description="The namespace (a local run: metadata.namespace or 'default').")
+    name: str = Field(description="The GraphTraining's name.")
+    labels: dict[str, str] = Field(default_factory=dict, description="metadata.labels.")
+    uid: str | None = Field(default=None, description="metadata.uid (Kubernetes only).")
+    generation: int | None = Field(default=None, description="metadata.generation (Kubernetes only).")
+    creation_timestamp: str | None = Field(
+        default=None, json_schema_extra=DATE_TIME, description="When it was created (a local run: started)."
+    )
+
+
+class TableSummary(_Model):
+    name: str
+    dim: int
+    optimizer: S.OptimizerKind
+    sharding: S.Sharding
+
+
+class SpecSummary(_Model):
+    """The spec in a few fields: what is trained, on what, by how many processes."""
+
+    graph: str = Field(description="The dataset's name, or the path of the graph's file.")
+    model: S.ModelKind
+    epochs: int
+    batch_size: int
+    partition_algorithm: S.PartitionAlgorithm
+    partitions: int
+    embeddings: list[TableSummary]
+    shard_servers: int = Field(description="Shard servers (one per partition unless set).")
+    trainers: int
+    backend: S.Backend
+    device: S.Device
+    suspend: bool
+
+
+class TrainerState(StrEnum):
+    pending = "Pending"
+    running = "Running"
+    succeeded = "Succeeded"
+    failed = "Failed"
+    unknown = "Unknown"
+
+
+class TrainerStatus(_Model):
+    """One trainer rank: its process' (pod's) state and its last report, which is its heartbeat."""
+
+    rank: int = Field(ge=0)
+    state: TrainerState
+    restarts: int = Field(default=0, ge=0, description="Times this rank was started again.")
+    pod: str | None = Field(default=None, description="Its pod (Kubernetes only).")
+    last_heartbeat: str | None = Field(
+        default=None, json_schema_extra=DATE_TIME, description="When it last reported (its report's time)."
+    )
+    progress: S.Progress | None = Field(default=None, description="Its last report.")
+
+
+class Training(_Model):
+    """One training: identity, spec summary, the whole status, and its trainers."""
+
+    metadata: Metadata
+    spec: SpecSummary | None = Field(default=None, description="None when the spec cannot be read.")
+    status: S.GraphTrainingStatus
+    trainers: list[TrainerStatus] = Field(default_factory=list)
+
+
+class TrainingSummary(_Model):
+    """A training in a list: identity, phase and progress."""
+
+    metadata: Metadata
+    phase: S.Phase
+    progress: S.Progress | None = None
+    restarts: int = 0
+    start_time: str | None = Field(default=None, json_schema_extra=DATE_TIME)
+    completion_time: str | None = Field(default=None, json_schema_extra=DATE_TIME)
+
+
+class TrainingList(_Model):
+    items: list[TrainingSummary]
+    continue_: str | None = Field(
+        default=None,
+        alias="continue",
+        description="Pass it as ?continue= for the next page; absent on the last page.",
+    )
+
+    @classmethod
+    def of(cls, items: list[TrainingSummary], token: str | None = None) -> TrainingList:
+        return cls.model_validate({"items": items, "continue": token})
+
+
+class Event(_Model):
+    """Something that happened to the training (Kubernetes: an Event; a local run: a condition's change)."""
+
+    type: Literal["Normal", "Warning"]
+    reason: str
+    message: str = ""
+    count: int = Field(default=1, ge=1)
+    first_timestamp: str | None = Field(default=None, json_schema_extra=DATE_TIME)
+    last_timestamp: str | None = Field(default=None, json_schema_extra=DATE_TIME)
+    source: str | None = Field(default=None, description="Who reported it.")
+
+
+class EventList(_Model):
+    items: list[Event]
+
+
+class History(_Model):
+    """One entry per finished epoch, oldest first; at most `limit` are kept where they are stored."""
+
+    items: list[S.Progress]
+    limit: int = Field(description="How many entries the training keeps (the oldest are dropped).")
+
+
+class ShardList(_Model):
+    items: list[S.ShardStatus]
+
+
+class TrainerList(_Model):
+    items: list[TrainerStatus]
+
+
+class Health(_Model):
+    status: Literal["ok"] = "ok"
+
+
+# ---------------------------------------------------------------------------------------- builders
+
+
+def spec_summary(spec: S.GraphTrainingSpec) -> SpecSummary:
+    return SpecSummary(
+        graph=str(spec.graph.dataset or spec.graph.path or ""),
+        model=spec.model.kind,
+        epochs=spec.training.epochs,
+        batch_size=spec.training.batch_size,
+        partition_algorithm=spec.partition.algorithm,
+        partitions=spec.partition.parts,
+        embeddings=[
+            TableSummary(name=t.name, dim=t.dim, optimizer=t.optimizer.kind, sharding=t.sharding)
+            for t in spec.embeddings
+        ],
+        shard_servers=spec.num_shards,
+        trainers=spec.trainers.replicas,
+        backend=spec.trainers.backend,
+        device=spec.shard_servers.device,
+        suspend=spec.suspend,
+    )
+
+
+def summary(metadata: Metadata, status: S.GraphTrainingStatus) -> TrainingSummary:
+    return TrainingSummary(
+        metadata=metadata,
+        phase=status.phase,
+        progress=status.progress,
+        restarts=status.restarts,
+        start_time=status.start_time,
+        completion_time=status.completion_time,
+    )
+
+
+WARNING_CONDITIONS = {S.ConditionType.failed.value, S.ConditionType.stalled.value}
+
+
+def condition_events(status: S.GraphTrainingStatus, source: str) -> list[Event]:
+    """A status' conditions as the events of their last change, oldest first: what a local run has in
+    place of Kubernetes events (a Failed or Stalled condition that holds is a Warning)."""
+    events = [
+        Event(
+            type="Warning" if c.type in WARNING_CONDITIONS and c.status == "True" else "Normal",
+            reason=c.reason,
+            message=c.message or f"{c.type} is {c.status}",
+            first_timestamp=c.last_transition_time,
+            last_timestamp=c.last_transition_time,
+            source=source,
+        )
+        for c in status.conditions
+    ]
+    return sorted(events, key=lambda e: e.last_timestamp or "")
+
+
+def trainer_state(phase: S.Phase | str, reported: bool) -> TrainerState:
+    """A rank's state where no process state is seen (a local run): from the run's phase and whether
+    the rank has reported."""
+    if phase == S.Phase.succeeded:
+        return TrainerState.succeeded
+    if phase == S.Phase.failed:
+        return TrainerState.failed
+    if phase in (S.Phase.training, S.Phase.restarting) and reported:
+        return TrainerState.running
+    return TrainerState.pending

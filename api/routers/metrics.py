@@ -1,0 +1,26 @@
+"""GET /metrics: the app's registry in Prometheus' text format (behind the bearer token unless
+settings.metrics_open: see auth.py)."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request, Response
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+from graphtrain.api.problems import problem_responses
+
+router = APIRouter(tags=["metrics"])
+
+
+def get_registry(request: Request) -> CollectorRegistry:
+    registry: CollectorRegistry = request.app.state.registry
+    return registry
+
+
+@router.get(
+    "/metrics",
+    response_class=Response,
+    summary="Prometheus metrics of this server",
+    responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}}, **problem_responses(401)},
+)
+def metrics(request: Request) -> Response:
+    return Response(generate_latest(get_registry(request)), media_type=CONTENT_TYPE_LATEST)

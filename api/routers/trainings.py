@@ -1,0 +1,148 @@
+"""The trainings resource: list (filters, pagination), one training, and its shards, trainers, events
+and progress history.
+
+Path parameters are DNS labels (Kubernetes' names for namespaces and GraphTrainings), checked here, so
+nothing else (a path like ../../etc, a label selector like `a,b!=c`) reaches a source.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Path, Query, Response
+from pydantic import BaseModel
+
+from graphtrain.api import models
+from graphtrain.api.problems import problem_responses
+from graphtrain.api.selectors import SelectorError, parse
+from graphtrain.api.sources.base import InvalidParameter, ListQuery, StatusSource, get_source
+from graphtrain.runtime import spec as S
+from graphtrain.runtime.spec import reporting
+
+DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
+MAX_LIMIT = 500
+
+router = APIRouter(prefix="/api/v1", tags=["trainings"], responses=problem_responses(401, 503, 500))
+
+Source = Annotated[StatusSource, Depends(get_source)]
+
+
+def answer(model: BaseModel) -> Response:
+    """The model as JSON, serialised once by pydantic. `response_model` still documents each route;
+    FastAPI's own path would dump the model, validate the dict against it again (the spec models'
+    rules included) and encode it a second time: 3x the cost of a request for one training."""
+    return Response(model.model_dump_json(by_alias=True), media_type="application/json")
+
+
+Namespace = Annotated[str, Path(pattern=DNS_LABEL, max_length=63, description="The namespace.")]
+Name = Annotated[str, Path(pattern=DNS_LABEL, max_length=63, description="The GraphTraining's name.")]
+ONE = problem_responses(404, 422)
+
+
+def list_query(
+    in_namespace: Annotated[
+        str | None,
+        Query(alias="namespace", pattern=DNS_LABEL, max_length=63, description="Only this namespace."),
+    ] = None,
+    label_selector: Annotated[
+        str | None,
+        Query(alias="labelSelector", max_length=4096, description="A Kubernetes label selector."),
+    ] = None,
+    phase: Annotated[S.Phase | None, Query(description="Only trainings in this phase.")] = None,
+    limit: Annotated[int, Query(ge=1, le=MAX_LIMIT, description="At most this many items.")] = 100,
+    continue_token: Annotated[
+        str | None,
+        Query(alias="continue", max_length=4096, description="The previous page's `continue` value."),
+    ] = None,
+) -> ListQuery:
+    """The list filters, validated: a bad selector is a 400 naming labelSelector."""
+    try:
+        selector = parse(label_selector or "")
+    except SelectorError as exc:
+        raise InvalidParameter("labelSelector", str(exc)) from None
+    return ListQuery(
+        namespace=in_namespace,
+        selector=selector,
+        phase=phase,
+        limit=limit,
+        continue_token=continue_token or None,
+    )
+
+
+@router.get(
+    "/trainings",
+    response_model=models.TrainingList,
+    summary="List trainings",
+    responses=problem_responses(400, 422),
+)
+def list_trainings(source: Source, query: Annotated[ListQuery, Depends(list_query)]) -> Response:
+    """Trainings in namespace/name order, `limit` at a time; pass `continue` back for the next page. A
+    page may hold fewer than `limit` items before the last (the phase filter, applied after paging
+    on the Kubernetes API server)."""
+    return answer(source.list_trainings(query))
+
+
+@router.get(
+    "/namespaces/{namespace}/trainings",
+    response_model=models.TrainingList,
+    summary="List the trainings of one namespace",
+    responses=problem_responses(400, 422),
+)
+def list_namespace(
+    source: Source, namespace: Namespace, query: Annotated[ListQuery, Depends(list_query)]
+) -> Response:
+    return answer(
+        source.list_trainings(
+            ListQuery(namespace, query.selector, query.phase, query.limit, query.continue_token)
+        )
+    )
+
+
+@router.get(
+    "/trainings/{namespace}/{name}",
+    response_model=models.Training,
+    summary="One training: spec summary, status, trainers",
+    responses=ONE,
+)
+def get_training(source: Source, namespace: Namespace, name: Name) -> Response:
+    return answer(source.get_training(namespace, name))
+
+
+@router.get(
+    "/trainings/{namespace}/{name}/shards",
+    response_model=models.ShardList,
+    summary="Its shard servers: state, address, restarts",
+    responses=ONE,
+)
+def shards(source: Source, namespace: Namespace, name: Name) -> Response:
+    return answer(models.ShardList(items=source.get_training(namespace, name).status.shards))
+
+
+@router.get(
+    "/trainings/{namespace}/{name}/trainers",
+    response_model=models.TrainerList,
+    summary="Its trainers: rank, state, restarts, last heartbeat",
+    responses=ONE,
+)
+def trainers(source: Source, namespace: Namespace, name: Name) -> Response:
+    return answer(models.TrainerList(items=source.get_training(namespace, name).trainers))
+
+
+@router.get(
+    "/trainings/{namespace}/{name}/events",
+    response_model=models.EventList,
+    summary="What happened to it, oldest first",
+    responses=ONE,
+)
+def events(source: Source, namespace: Namespace, name: Name) -> Response:
+    return answer(models.EventList(items=source.events(namespace, name)))
+
+
+@router.get(
+    "/trainings/{namespace}/{name}/history",
+    response_model=models.History,
+    summary="Its progress per finished epoch (loss, samples/s, eval metric), oldest first",
+    responses=ONE,
+)
+def history(source: Source, namespace: Namespace, name: Name) -> Response:
+    return answer(models.History(items=source.history(namespace, name), limit=reporting.HISTORY_LIMIT))

@@ -1,0 +1,118 @@
+"""A status source held in memory, for the API's tests: trainings built from literal values, and
+switches that make it fail as a real source can (unavailable: 503; broken: an unexpected error, 500)."""
+
+from __future__ import annotations
+
+from graphtrain.api import models
+from graphtrain.api.sources.base import ListQuery, NotFound, SourceUnavailable, page
+from graphtrain.runtime import spec as S
+
+SPEC = {
+    "graph": {"dataset": "wordnet"},
+    "embeddings": [{"name": "node", "dim": 8}],
+    "model": {"nodeEmbedding": "node"},
+    "partition": {"parts": 2},
+    "trainers": {"replicas": 2},
+}
+AT = "2025-01-02T03:04:05+00:00"
+
+
+def progress(epoch: int, loss: float = 1.0) -> S.Progress:
+    return S.Progress(
+        epoch=epoch,
+        epochs=10,
+        step=epoch * 20,
+        loss=loss,
+        samples_per_second=1000.0 + epoch,
+        eval_metric="val_accuracy",
+        eval_value=0.5 + epoch / 100,
+        summary=f"epoch {epoch}/10",
+        updated_at=AT,
+    )
+
+
+def training(
+    namespace: str, name: str, phase: S.Phase = S.Phase.training, labels: dict[str, str] | None = None
+) -> models.Training:
+    status = S.GraphTrainingStatus(
+        phase=phase,
+        conditions=[
+            S.Condition(
+                type=S.ConditionType.spec_valid, status="True", reason="Valid", last_transition_time=AT
+            ),
+            S.Condition(
+                type=S.ConditionType.failed,
+                status="True" if phase == S.Phase.failed else "False",
+                reason="ProcessFailed" if phase == S.Phase.failed else "NotFailed",
+                last_transition_time=AT,
+            ),
+        ],
+        progress=progress(3),
+        shards=[S.ShardStatus(index=i, state=S.ShardState.ready, restarts=i) for i in range(2)],
+        restarts=1,
+        start_time=AT,
+    )
+    return models.Training(
+        metadata=models.Metadata(namespace=namespace, name=name, labels=labels or {}, creation_timestamp=AT),
+        spec=models.spec_summary(S.GraphTrainingSpec.model_validate(SPEC)),
+        status=status,
+        trainers=[
+            models.TrainerStatus(
+                rank=r, state=models.TrainerState.running, last_heartbeat=AT, progress=progress(3)
+            )
+            for r in range(2)
+        ],
+    )
+
+
+class FakeSource:
+    def __init__(self, trainings: list[models.Training]):
+        self.trainings = {(t.metadata.namespace, t.metadata.name): t for t in trainings}
+        self.unavailable = False
+        self.broken = False
+        self.calls = 0
+
+    def _answer(self) -> None:
+        self.calls += 1
+        if self.unavailable:
+            raise SourceUnavailable("the fake source is down")
+        if self.broken:
+            raise RuntimeError("/secret/path token=abc: an unexpected failure")
+
+    def _get(self, namespace: str, name: str) -> models.Training:
+        self._answer()
+        try:
+            return self.trainings[(namespace, name)]
+        except KeyError:
+            raise NotFound(f"no training {namespace}/{name}") from None
+
+    def list_trainings(self, query: ListQuery) -> models.TrainingList:
+        self._answer()
+        return page((models.summary(t.metadata, t.status) for t in self.trainings.values()), query)
+
+    def get_training(self, namespace: str, name: str) -> models.Training:
+        return self._get(namespace, name)
+
+    def events(self, namespace: str, name: str) -> list[models.Event]:
+        return models.condition_events(self._get(namespace, name).status, "fake")
+
+    def history(self, namespace: str, name: str) -> list[S.Progress]:
+        self._get(namespace, name)
+        return [progress(e, loss=1.0 / (e + 1)) for e in range(1, 4)]
+
+    def check(self) -> None:
+        self._answer()
+
+
+def many(count: int = 7) -> list[models.Training]:
+    """Trainings in two namespaces, with labels and phases to filter on."""
+    phases = [S.Phase.training, S.Phase.succeeded, S.Phase.failed]
+    return [
+        training(
+            "team-a" if i % 2 == 0 else "team-b",
+            f"job-{i}",
+            phases[i % 3],
+            {"team": "a" if i % 2 == 0 else "b", "size": "big" if i < 3 else "small"},
+        )
+        for i in range(count)
+    ]

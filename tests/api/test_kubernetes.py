@@ -1,0 +1,150 @@
+"""The Kubernetes source on the test API server (tests/conftest.py's `kube`), direct and from its
+snapshot: GraphTrainings with status, progress ConfigMaps, trainer pods and events made directly, as
+the operator and the trainers leave them (tests/api/cluster.py)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import kubernetes
+import pytest
+from fastapi.testclient import TestClient
+
+from graphtrain.api import selectors
+from graphtrain.api.app import create_app
+from graphtrain.api.settings import Settings
+from graphtrain.api.sources.base import InvalidParameter, ListQuery, NotFound, SourceUnavailable
+from graphtrain.api.sources.kubernetes import KubernetesSource
+from graphtrain.runtime import spec as S
+from graphtrain.runtime.spec.conditions import Severity
+from tests.api import cluster
+
+NS, OTHER = "api-a", "api-b"
+PHASES = [S.Phase.training, S.Phase.succeeded, S.Phase.failed, S.Phase.training, S.Phase.pending]
+
+
+@pytest.fixture(scope="module")
+def api(kube, kubeconfig: str) -> Iterator[kubernetes.client.ApiClient]:
+    """Five trainings in NS (labelled team=a for the even ones), one of the same name in OTHER, and
+    events of an earlier training of the same name (another uid) that must not show."""
+    client = cluster.client(kubeconfig)
+    for ns in (NS, OTHER):
+        cluster.ensure_namespace(client, ns)
+    for i, phase in enumerate(PHASES):
+        labels = {"team": "a" if i % 2 == 0 else "b"}
+        cluster.create_training(
+            client, NS, f"t-{i}", phase, labels, epochs_done=i + 1, attempt=i % 2, pods=i != 4
+        )
+    other = cluster.create_training(client, OTHER, "t-0", S.Phase.failed)
+    earlier = {**other, "metadata": {**other["metadata"], "namespace": NS, "uid": "an-earlier-uid"}}
+    cluster.post_event(earlier, Severity.warning, "Earlier", "of a training deleted since")
+    yield client
+    client.close()
+
+
+@pytest.fixture(params=[0.0, 30.0], ids=["direct", "snapshot"])
+def source(api: kubernetes.client.ApiClient, request: pytest.FixtureRequest) -> KubernetesSource:
+    return KubernetesSource(cache_ttl=request.param, timeout=5.0, client=api)
+
+
+def names(page) -> list[str]:
+    return [f"{s.metadata.namespace}/{s.metadata.name}" for s in page.items]
+
+
+def test_list_filters(source: KubernetesSource) -> None:
+    assert names(source.list_trainings(ListQuery(namespace=NS))) == [f"{NS}/t-{i}" for i in range(5)]
+    assert names(source.list_trainings(ListQuery(namespace=OTHER))) == [f"{OTHER}/t-0"]
+    team_a = ListQuery(namespace=NS, selector=selectors.parse("team in (a)"))
+    assert names(source.list_trainings(team_a)) == [f"{NS}/t-0", f"{NS}/t-2", f"{NS}/t-4"]
+    training = ListQuery(namespace=NS, phase=S.Phase.training)
+    assert names(source.list_trainings(training)) == [f"{NS}/t-0", f"{NS}/t-3"]
+    unlabelled = names(source.list_trainings(ListQuery(selector=selectors.parse("!team"))))  # all namespaces
+    assert f"{OTHER}/t-0" in unlabelled and not any(n.startswith(f"{NS}/t-") for n in unlabelled)
+
+
+def test_pages_cover_the_list_once(source: KubernetesSource) -> None:
+    seen, token = [], None
+    for _ in range(10):
+        page = source.list_trainings(ListQuery(namespace=NS, limit=2, continue_token=token))
+        assert len(page.items) <= 2
+        seen += names(page)
+        token = page.continue_
+        if token is None:
+            break
+    assert seen == [f"{NS}/t-{i}" for i in range(5)]
+
+
+def test_a_bad_continue_token_names_the_parameter(source: KubernetesSource) -> None:
+    with pytest.raises(InvalidParameter) as raised:
+        source.list_trainings(ListQuery(namespace=NS, continue_token="bm90LWEtdG9rZW4"))
+    assert raised.value.parameter == "continue"
+
+
+def test_one_training(source: KubernetesSource) -> None:
+    t = source.get_training(NS, "t-3")
+    assert t.metadata.uid and t.metadata.labels == {"team": "b"}
+    assert t.spec is not None and t.spec.graph == "wordnet" and t.spec.trainers == 2
+    assert t.status.phase == "Training" and t.status.progress and t.status.progress.epoch == 4
+    assert [(s.index, s.state) for s in t.status.shards] == [(0, "Ready"), (1, "Ready")]
+    assert [(r.rank, r.state, r.restarts, r.pod) for r in t.trainers] == [
+        (0, "Running", 1, "t-3-trainer-0"),  # attempt 1, no container restart
+        (1, "Running", 2, "t-3-trainer-1"),  # attempt 1, one container restart
+    ]
+    assert [r.last_heartbeat for r in t.trainers] == ["2025-01-02T03:04:00Z"] * 2
+    assert t.trainers[1].progress and t.trainers[1].progress.samples_per_second == 1000.0
+    waiting = source.get_training(NS, "t-4")  # no pods yet
+    assert [(r.rank, r.state, r.pod) for r in waiting.trainers] == [
+        (0, "Pending", None),
+        (1, "Pending", None),
+    ]
+
+
+def test_history_and_events(source: KubernetesSource) -> None:
+    assert [p.epoch for p in source.history(NS, "t-2")] == [1, 2, 3]
+    events = source.events(NS, "t-0")
+    assert [(e.type, e.reason, e.source) for e in events] == [("Normal", "Started", "graphtrain-operator")]
+
+
+def test_unknown_training_and_namespace_scope(
+    api: kubernetes.client.ApiClient, source: KubernetesSource
+) -> None:
+    for call in (source.get_training, source.events, source.history):
+        with pytest.raises(NotFound):
+            call(NS, "missing")
+    scoped = KubernetesSource(OTHER, client=api, cache_ttl=source.cache_ttl)
+    with pytest.raises(NotFound):
+        scoped.get_training(NS, "t-0")
+    assert names(scoped.list_trainings(ListQuery())) == [f"{OTHER}/t-0"]
+
+
+def test_snapshot_refreshes_in_the_background(api: kubernetes.client.ApiClient) -> None:
+    source = KubernetesSource(NS, client=api, cache_ttl=0.5)
+    before = names(source.list_trainings(ListQuery()))
+    cluster.create_training(api, NS, "late", S.Phase.pending, pods=False)
+    deadline = time.monotonic() + 30
+    while f"{NS}/late" not in names(source.list_trainings(ListQuery())):
+        assert time.monotonic() < deadline, "the snapshot never showed the new training"
+        time.sleep(0.2)
+    assert f"{NS}/late" not in before
+
+
+def test_the_app_over_kubernetes(source: KubernetesSource) -> None:
+    client = TestClient(create_app(source, Settings()))
+    assert client.get("/readyz").status_code == 200
+    body = client.get(f"/api/v1/trainings/{NS}/t-1/trainers").json()
+    assert [t["state"] for t in body["items"]] == ["Running", "Running"]
+    assert client.get(f"/api/v1/trainings/{NS}/nope").status_code == 404
+    assert client.get("/api/v1/trainings", params={"namespace": NS, "continue": "garbage"}).status_code == 400
+
+
+def test_an_api_server_that_does_not_answer_is_503() -> None:
+    config = kubernetes.client.Configuration()
+    config.host = "https://127.0.0.1:1"  # nothing listens there
+    source = KubernetesSource(client=kubernetes.client.ApiClient(config), timeout=2.0)
+    with pytest.raises(SourceUnavailable):
+        source.check()
+    client = TestClient(create_app(source, Settings()))
+    assert client.get("/readyz").status_code == 503
+    resp = client.get("/api/v1/trainings/a/b")
+    assert resp.status_code == 503 and resp.headers["retry-after"] == "5"

@@ -1,0 +1,173 @@
+"""The local source on a real `graphtrain run` (2 shard servers x 2 trainers on the planted graph of
+tests/runtime/test_launch.py), once for the module: `graphtrain run --api 0` serves the run while it
+goes, and afterwards the source reads the finished run directory beside a decoy. Plus the source's own
+rules on literal run directories: identity from the spec, files re-read when replaced, no path from a
+request."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+from fastapi.testclient import TestClient
+
+from graphtrain.api.app import create_app
+from graphtrain.api.settings import Settings
+from graphtrain.api.sources.base import ListQuery, NotFound
+from graphtrain.api.sources.local import LocalSource
+from graphtrain.runtime import spec as S
+from graphtrain.runtime.spec import reporting, rundir
+from tests.runtime.test_launch import ONE_THREAD, graph_file, sage_spec  # noqa: F401 - graph_file: a fixture
+
+CLI = [sys.executable, "-m", "graphtrain.cli"]
+EPOCHS = 4
+
+
+def get(url: str) -> dict:
+    with urllib.request.urlopen(url, timeout=10) as resp:  # noqa: S310 - a loopback URL of the test's
+        return json.loads(resp.read())
+
+
+def poll(fn, what: str, proc: subprocess.Popen, timeout: float = 180):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = fn()
+        if value:
+            return value
+        assert proc.poll() is None, f"graphtrain run ended ({proc.returncode}) before {what}"
+        time.sleep(0.2)
+    raise AssertionError(f"no {what} within {timeout:g} s")
+
+
+class Run:
+    def __init__(self, root: Path, run_dir: Path, seen_live: dict):
+        self.root, self.run_dir, self.seen_live = root, run_dir, seen_live
+
+
+@pytest.fixture(scope="module")
+def run(graph_file: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:  # noqa: F811
+    """One real run with --api 0; what its API answered while it trained; then the finished directory."""
+    root = tmp_path_factory.mktemp("runs")
+    run_dir = root / "planted"
+    spec = root.parent / "planted.yaml"
+    spec.write_text(yaml.safe_dump(sage_spec(graph_file, epochs=EPOCHS, batch=64)))
+    out = root.parent / "run.out"
+    with open(out, "wb") as sink:
+        proc = subprocess.Popen(
+            [*CLI, "run", str(spec), "--run-dir", str(run_dir), "--api", "0", "--api-no-auth"],
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            env=ONE_THREAD,
+        )
+    try:
+        base = poll(
+            lambda: (m := re.search(r"status API on (http://127\.0\.0\.1:\d+)", out.read_text())) and m[1],
+            "the API's address",
+            proc,
+            timeout=60,
+        )
+        one = f"{base}/api/v1/trainings/default/planted"
+        training = poll(
+            lambda: (
+                (t := get(one))["status"]["phase"] == "Training" and t["trainers"][0]["lastHeartbeat"] and t
+            ),
+            "a training trainer 0 reported on",
+            proc,
+        )
+        seen = {"training": training, "list": get(f"{base}/api/v1/trainings"), "base": base}
+        assert proc.wait(timeout=240) == 0, out.read_text()[-3000:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
+    (root / "decoy").mkdir()  # no status, no spec: not a run
+    (root / "decoy" / "notes.txt").write_text("nothing")
+    yield Run(root, run_dir, seen)
+
+
+def test_api_serves_the_run_while_it_trains(run: Run) -> None:
+    live = run.seen_live["training"]
+    assert live["metadata"]["namespace"] == "default" and live["metadata"]["name"] == "planted"
+    assert live["spec"]["trainers"] == 2 and live["spec"]["partitions"] == 2
+    assert live["spec"]["embeddings"] == [
+        {"name": "node", "dim": 8, "optimizer": "adam", "sharding": "server"}
+    ]
+    assert [(s["index"], s["state"]) for s in live["status"]["shards"]] == [(0, "Ready"), (1, "Ready")]
+    assert live["status"]["partition"]["parts"] == 2
+    assert live["trainers"][0]["state"] == "Running" and live["trainers"][0]["progress"]["epochs"] == EPOCHS
+    listed = run.seen_live["list"]["items"]
+    assert [(i["metadata"]["name"], i["phase"]) for i in listed] == [("planted", "Training")]
+
+
+def test_api_stops_with_the_run(run: Run) -> None:
+    with pytest.raises(OSError):
+        get(run.seen_live["base"] + "/healthz")
+
+
+def test_finished_run_from_the_runs_directory(run: Run) -> None:
+    client = TestClient(create_app(LocalSource(run.root), Settings()))
+    listed = client.get("/api/v1/trainings").json()["items"]
+    assert [(i["metadata"]["name"], i["phase"]) for i in listed] == [("planted", "Succeeded")]
+    one = client.get("/api/v1/trainings/default/planted").json()
+    assert one["status"]["progress"]["epoch"] == EPOCHS
+    assert [t["state"] for t in one["trainers"]] == ["Succeeded", "Succeeded"]
+    reasons = [e["reason"] for e in client.get("/api/v1/trainings/default/planted/events").json()["items"]]
+    assert "Succeeded" in {c["type"] for c in one["status"]["conditions"]}
+    assert sorted(reasons) == sorted(c["reason"] for c in one["status"]["conditions"])  # one per condition
+    history = client.get("/api/v1/trainings/default/planted/history").json()["items"]
+    kept = run.run_dir / reporting.HISTORY_FILE  # written by rank 0 once the metrics branch is merged
+    written = reporting.decode_history(kept.read_bytes()) if kept.exists() else []
+    assert [h["epoch"] for h in history] == [p.epoch for p in written]
+    assert client.get("/api/v1/trainings/default/decoy").status_code == 404
+    assert client.get("/api/v1/trainings/default/%2E%2E").status_code == 422
+
+
+def test_a_request_never_names_a_path(run: Run) -> None:
+    source = LocalSource(run.root)
+    for name in ("..", "../planted", "planted/../planted", "/etc", "decoy"):
+        with pytest.raises(NotFound):
+            source.get_training("default", name)
+    assert source.get_training("default", "planted").metadata.name == "planted"
+
+
+def write_run(path: Path, name: str, phase: str, namespace: str | None = None) -> None:
+    path.mkdir(parents=True)
+    doc = {
+        "apiVersion": S.API_VERSION,
+        "kind": S.KIND,
+        "metadata": {"name": name, **({"namespace": namespace} if namespace else {})},
+        "spec": {
+            "graph": {"dataset": "wordnet"},
+            "embeddings": [{"name": "n", "dim": 4}],
+            "model": {"nodeEmbedding": "n"},
+        },
+    }
+    (path / rundir.SPEC_FILE).write_text(json.dumps(doc))
+    (path / rundir.STATUS_FILE).write_text(json.dumps({"phase": phase}))
+
+
+def test_identity_comes_from_the_spec_and_replacements_are_seen(tmp_path: Path) -> None:
+    write_run(tmp_path / "dir-a", "alpha", "Training", namespace="team")
+    write_run(tmp_path / "dir-b", "beta", "Pending")
+    (tmp_path / "dir-c").mkdir()
+    (tmp_path / "dir-c" / rundir.STATUS_FILE).write_text("{not json")  # a status mid-write: Pending
+    source = LocalSource(tmp_path)
+    page = source.list_trainings(ListQuery())
+    assert [(s.metadata.namespace, s.metadata.name, s.phase) for s in page.items] == [
+        ("default", "beta", "Pending"),
+        ("default", "dir-c", "Pending"),
+        ("team", "alpha", "Training"),
+    ]
+    replacement = tmp_path / "dir-a" / "status.new"
+    replacement.write_text(json.dumps({"phase": "Succeeded"}))
+    replacement.replace(tmp_path / "dir-a" / rundir.STATUS_FILE)  # the launcher's atomic replace
+    assert source.get_training("team", "alpha").status.phase == "Succeeded"
+    assert source.history("team", "alpha") == []
