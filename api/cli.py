@@ -191,6 +191,9 @@ def with_api(command: Any) -> Any:
             return original(**kwargs)
         server = start_for_run(Path(run_dir), port, host, token_file, no_auth)
         print(f"[run] status API on http://{host}:{server.port}/api/v1/trainings", file=sys.stderr)
+        from graphtrain.runtime.spec.telemetry import JOB_API
+
+        kwargs["scrape_also"] = [*(kwargs.get("scrape_also") or []), f"{JOB_API}={server.port}"]
         try:
             return original(**kwargs)
         finally:

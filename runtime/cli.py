@@ -656,6 +656,14 @@ def run(
         bool, typer.Option(help="delete the run directory's checkpoints and start over")
     ] = False,
     data_dir: DataDir = None,
+    scrape_also: Annotated[
+        list[str] | None,
+        typer.Option(
+            hidden=True,
+            help="JOB=PORT: one more target in <run-dir>/prometheus/targets.json (for a process the caller "
+            "runs beside the launch: `graphtrain run --api`'s status API)",
+        ),
+    ] = None,
 ) -> None:
     """Run a whole GraphTraining on this machine: partition, shard servers, trainers; prints the result.
 
@@ -674,9 +682,15 @@ def run(
     gt = S.load_yaml(_read(spec_path))
     run_dir = run_dir or Path("runs") / gt.metadata.name
     stop_on_signals()
-    result = LocalRun(
+    launch = LocalRun(
         gt, spec_path, run_dir, standalone=standalone, data_dir=data_dir, resume=resume, overwrite=overwrite
-    ).run()
+    )
+    for target in scrape_also or []:
+        job, _, port = target.rpartition("=")
+        if not job or not port.isdigit():
+            raise GraphtrainError(f"--scrape-also {target!r} is not JOB=PORT")
+        launch.add_target(job, int(port))
+    result = launch.run()
     metrics = ", ".join(f"{k} {v:.4f}" for k, v in result.items() if isinstance(v, float))
     out.print(f"{gt.metadata.name}: {metrics}")
     out.print(f"status: {run_dir / 'status.json'}")

@@ -10,13 +10,21 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from graphtrain.runtime.data.cache import atomic_file
+from graphtrain.runtime.spec.telemetry import JOB_API, JOB_LAUNCHER, JOB_SHARD, JOB_TRAINER
+
+__all__ = [
+    "JOB_API",
+    "JOB_LAUNCHER",
+    "JOB_SHARD",
+    "JOB_TRAINER",
+    "TARGETS_FILE",
+    "HOST",
+    "document",
+    "target",
+]
 
 TARGETS_FILE = "prometheus/targets.json"  # relative to the run directory
 HOST = "127.0.0.1"
-JOB_SHARD = "graphtrain-shard"
-JOB_TRAINER = "graphtrain-trainer"
-JOB_LAUNCHER = "graphtrain-launcher"
-JOB_API = "graphtrain-api"
 
 Target = dict[str, object]
 

@@ -21,6 +21,11 @@ from typing import NamedTuple
 from graphtrain.runtime.spec.model import GraphTrainingStatus, Phase
 
 TRAINING_LABELS = ("namespace", "training")
+# Scrape jobs, as a local run's targets file and the chart's monitors name them (dashboards select by them)
+JOB_SHARD = "graphtrain-shard"
+JOB_TRAINER = "graphtrain-trainer"
+JOB_LAUNCHER = "graphtrain-launcher"
+JOB_API = "graphtrain-api"
 
 
 @dataclass(frozen=True)

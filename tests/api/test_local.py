@@ -82,7 +82,13 @@ def run(graph_file: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
             "a training trainer 0 reported on",
             proc,
         )
-        seen = {"training": training, "list": get(f"{base}/api/v1/trainings"), "base": base}
+        targets = json.loads((run_dir / "prometheus" / "targets.json").read_text())
+        seen = {
+            "training": training,
+            "list": get(f"{base}/api/v1/trainings"),
+            "base": base,
+            "targets": targets,
+        }
         assert proc.wait(timeout=240) == 0, out.read_text()[-3000:]
     finally:
         if proc.poll() is None:
@@ -107,6 +113,12 @@ def test_api_serves_the_run_while_it_trains(run: Run) -> None:
     assert [(i["metadata"]["name"], i["phase"]) for i in listed] == [("planted", "Training")]
 
 
+def test_the_api_is_a_scrape_target_of_the_run(run: Run) -> None:
+    port = run.seen_live["base"].rsplit(":", 1)[1]
+    api = [t for t in run.seen_live["targets"] if t["labels"]["job"] == "graphtrain-api"]
+    assert [(t["targets"], t["labels"]["training"]) for t in api] == [([f"127.0.0.1:{port}"], "planted")]
+
+
 def test_api_stops_with_the_run(run: Run) -> None:
     with pytest.raises(OSError):
         get(run.seen_live["base"] + "/healthz")
@@ -123,9 +135,8 @@ def test_finished_run_from_the_runs_directory(run: Run) -> None:
     assert "Succeeded" in {c["type"] for c in one["status"]["conditions"]}
     assert sorted(reasons) == sorted(c["reason"] for c in one["status"]["conditions"])  # one per condition
     history = client.get("/api/v1/trainings/default/planted/history").json()["items"]
-    kept = run.run_dir / reporting.HISTORY_FILE  # written by rank 0 once the metrics branch is merged
-    written = reporting.decode_history(kept.read_bytes()) if kept.exists() else []
-    assert [h["epoch"] for h in history] == [p.epoch for p in written]
+    written = reporting.decode_history((run.run_dir / reporting.HISTORY_FILE).read_bytes())
+    assert [h["epoch"] for h in history] == [p.epoch for p in written] == list(range(1, EPOCHS + 1))
     assert client.get("/api/v1/trainings/default/decoy").status_code == 404
     assert client.get("/api/v1/trainings/default/%2E%2E").status_code == 422
 
