@@ -2,21 +2,81 @@
 from uvicorn at once rather than queueing without end), idle keep-alive connections closed after a few
 seconds, no access log on the hot path (/metrics counts every request).
 
+uvicorn alone has no deadline for a request to arrive, and counts idle connections against
+limit_concurrency: 256 connections that each sent half a request made every later request a 503, the
+probes' too (a liveness restart on demand), and they were never closed. GuardedProtocol (uvicorn's
+httptools protocol, given to it as `http`) adds the two missing bounds:
+- a request must arrive and its answer be taken within REQUEST_SECONDS of the connection's start or of
+  the previous answer (a half-sent request, or a client that never reads its answer, is cut off);
+- at most MAX_OPEN connections are kept: a new one beyond that closes the oldest with no request in
+  progress, so idle sockets cannot hold the port and limit_concurrency counts real requests.
+
 BackgroundServer runs it on a thread beside another job (`graphtrain run --api`): started on port 0 or
 a given one, `port` is the one bound, for the caller to announce (e.g. as a Prometheus target).
 """
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
+import weakref
+from collections import OrderedDict
 from typing import Any
 
 import uvicorn
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-LIMIT_CONCURRENCY = 256
+LIMIT_CONCURRENCY = 1024  # requests in progress (idle connections are evicted before they count)
+MAX_OPEN = 512  # connections kept open
 KEEP_ALIVE_SECONDS = 5
+REQUEST_SECONDS = 10.0
 START_TIMEOUT = 10.0
+
+# each server's connections, oldest first (uvicorn keeps them in a set)
+_open: weakref.WeakKeyDictionary[Any, OrderedDict[GuardedProtocol, None]] = weakref.WeakKeyDictionary()
+
+
+class GuardedProtocol(HttpToolsProtocol):
+    """uvicorn's protocol with a deadline per request and eviction of idle connections (see above)."""
+
+    _guard: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        order = _open.setdefault(self.server_state, OrderedDict())
+        order[self] = None
+        while len(order) > MAX_OPEN:
+            victim = next((c for c in order if c is not self and not c.busy), None)
+            if victim is None:
+                break
+            order.pop(victim)
+            victim.transport.abort()
+        self._arm()
+
+    @property
+    def busy(self) -> bool:
+        return self.cycle is not None and not self.cycle.response_complete
+
+    def _arm(self) -> None:
+        if self._guard is not None:
+            self._guard.cancel()
+        self._guard = self.loop.call_later(REQUEST_SECONDS, self._expire)
+
+    def _expire(self) -> None:
+        self.transport.abort()  # too slow to send its request or to read its answer
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        self._arm()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._guard is not None:
+            self._guard.cancel()
+        order = _open.get(self.server_state)
+        if order is not None:
+            order.pop(self, None)
+        super().connection_lost(exc)
 
 
 def config(app: Any, host: str, port: int, limit_concurrency: int = LIMIT_CONCURRENCY) -> uvicorn.Config:
@@ -24,6 +84,7 @@ def config(app: Any, host: str, port: int, limit_concurrency: int = LIMIT_CONCUR
         app,
         host=host,
         port=port,
+        http=GuardedProtocol,
         limit_concurrency=limit_concurrency,
         timeout_keep_alive=KEEP_ALIVE_SECONDS,
         timeout_graceful_shutdown=5,

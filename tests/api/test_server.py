@@ -1,0 +1,111 @@
+"""The API as served (uvicorn with api/server.py's GuardedProtocol, on 127.0.0.1, port 0): idle or
+half-sent connections neither hold the port nor turn the probes into 503s, and they are cut off."""
+
+from __future__ import annotations
+
+import contextlib
+import resource
+import socket
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+
+import pytest
+
+from graphtrain.api import server as S
+from graphtrain.api.app import create_app
+from graphtrain.api.settings import Settings
+from tests.api.fake import FakeSource
+
+
+@pytest.fixture
+def served(monkeypatch: pytest.MonkeyPatch) -> Iterator[S.BackgroundServer]:
+    monkeypatch.setattr(S, "REQUEST_SECONDS", 1.0)
+    monkeypatch.setattr(S, "MAX_OPEN", 300)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < 3000:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(4096, hard), hard))
+    background = S.BackgroundServer(create_app(FakeSource([]), Settings()), "127.0.0.1", 0).start()
+    yield background
+    background.stop()
+
+
+def half_request(port: int) -> socket.socket:
+    s = socket.create_connection(("127.0.0.1", port), timeout=10)
+    s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+    return s
+
+
+def healthz(port: int) -> tuple[int, float]:
+    start = time.monotonic()
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=3) as r:
+            status = r.status
+    except urllib.error.HTTPError as exc:
+        status = exc.code
+    return status, time.monotonic() - start
+
+
+def open_count(sockets: list[socket.socket]) -> int:
+    """How many of `sockets` the server still holds open (a closed one reads b"" or fails)."""
+    held = 0
+    for s in sockets:
+        s.setblocking(False)
+        try:
+            held += s.recv(16) != b""
+        except BlockingIOError:
+            held += 1
+        except OSError:
+            pass
+    return held
+
+
+def test_idle_half_requests_never_turn_the_probes_into_503s_and_are_cut_off(
+    served: S.BackgroundServer,
+) -> None:
+    """1000 half-sent requests, three times the open-connection cap: before, 256 of them made every
+    request a 503 for as long as they stayed (forever)."""
+    idle: list[socket.socket] = []
+    try:
+        for i in range(1000):
+            idle.append(half_request(served.port))
+            if i % 250 == 249:
+                status, took = healthz(served.port)
+                assert status == 200 and took < 1.0, (i, status, took)
+        time.sleep(0.2)
+        assert open_count(idle) <= S.MAX_OPEN
+        deadline = time.monotonic() + 10
+        while open_count(idle) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert open_count(idle) == 0  # each cut off after REQUEST_SECONDS
+        assert healthz(served.port)[0] == 200
+    finally:
+        for s in idle:
+            s.close()
+
+
+def test_a_slow_request_is_cut_off_but_a_keep_alive_client_is_served(served: S.BackgroundServer) -> None:
+    slow = socket.create_connection(("127.0.0.1", served.port), timeout=10)
+    try:
+        start = time.monotonic()
+        for chunk in (b"GET /healthz HTTP/1.1\r\n", b"Host: x\r\n", b"X-A: 1\r\n", b"X-B: 2\r\n"):
+            try:
+                slow.sendall(chunk)  # a byte now and then never renews the deadline
+            except OSError:
+                break
+            time.sleep(0.4)
+        slow.settimeout(5)
+        with contextlib.suppress(ConnectionResetError):  # cut off: closed or reset
+            assert slow.recv(100) == b""
+        assert time.monotonic() - start < 4
+    finally:
+        slow.close()
+    keep = socket.create_connection(("127.0.0.1", served.port), timeout=5)
+    try:
+        for _ in range(3):  # three requests on one connection, each within the deadline
+            keep.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert keep.recv(4096).startswith(b"HTTP/1.1 200")
+            time.sleep(0.6)
+    finally:
+        keep.close()
