@@ -27,8 +27,9 @@ import prometheus_client as prom
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from graphtrain.runtime import httpd
 from graphtrain.runtime import spec as S
-from graphtrain.runtime.httpd import Check, Route, Server, probe, serve
+from graphtrain.runtime.httpd import Check, Route, Server, probe
 
 __all__ = ["Check", "Route", "Server", "probe", "serve", "parse_address", "OperatorMetrics"]
 from graphtrain.runtime.spec import telemetry
@@ -162,3 +163,20 @@ class OperatorMetrics:
 
     def route(self) -> tuple[int, str, bytes]:
         return 200, prom.CONTENT_TYPE_LATEST, prom.generate_latest(self.registry)
+
+
+def serve(
+    name: str,
+    address: tuple[str, int],
+    routes: dict[str, Route],
+    timeout: float = httpd.TIMEOUT,
+    max_connections: int = httpd.MAX_CONNECTIONS,
+) -> Server:
+    """runtime/httpd.py's server, its bound address logged (port 0: people and tests learn it here).
+
+    Raises:
+        OSError: the address cannot be bound.
+    """
+    server = httpd.serve(name, address, routes, timeout, max_connections)
+    log.info("%s endpoint on %s (%s)", name, server.url, ", ".join(sorted(routes)))
+    return server

@@ -17,6 +17,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -275,6 +276,43 @@ def test_control_is_small_without_torch_or_compiler(images: dict[str, float]) ->
     assert inspect(tag)["Size"] < inspect(IMAGES["runtime"])["Size"] / 3
 
 
+# In the container: start `graphtrain api` as the chart's Deployment does (token file, not --no-auth),
+# read /healthz and a refused /api/v1/trainings, stop it.
+SERVE_API = """
+import json, subprocess, sys, time, urllib.error, urllib.request
+open("/tmp/tokens", "w").write("t" * 32 + "\\n")
+api = subprocess.Popen(["graphtrain", "api", "--source", "local", "--runs-dir", "/tmp", "--host", "127.0.0.1",
+                        "--port", sys.argv[1], "--token-file", "/tmp/tokens"])
+base, seen = f"http://127.0.0.1:{sys.argv[1]}", {}
+try:
+    for _ in range(300):
+        try:
+            seen["healthz"] = urllib.request.urlopen(base + "/healthz", timeout=2).status
+            break
+        except OSError:
+            time.sleep(0.1)
+    try:
+        urllib.request.urlopen(base + "/api/v1/trainings", timeout=5)
+    except urllib.error.HTTPError as exc:
+        seen["anonymous"] = exc.code
+    req = urllib.request.Request(base + "/api/v1/trainings", headers={"Authorization": "Bearer " + "t" * 32})
+    seen["items"] = json.load(urllib.request.urlopen(req, timeout=5))["items"]
+finally:
+    api.terminate()
+    api.wait(timeout=10)
+print(json.dumps(seen))
+"""
+
+
+def test_control_serves_the_status_api_as_a_restricted_pod(images: dict[str, float]) -> None:
+    with socket.socket() as s:  # host network: a port free on the host
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    out = in_container(IMAGES["control"], "python", "-c", SERVE_API, str(port))
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert json.loads(out.stdout.splitlines()[-1]) == {"healthz": 200, "anonymous": 401, "items": []}
+
+
 def test_runtime_has_cpu_torch_the_core_and_no_compiler(images: dict[str, float]) -> None:
     tag = IMAGES["runtime"]
     out = in_container(tag, "sh", "-c", NO_COMPILER)
@@ -290,7 +328,10 @@ def test_runtime_has_cpu_torch_the_core_and_no_compiler(images: dict[str, float]
 
 @pytest.mark.parametrize(
     ("target", "role"),
-    [("runtime", ["torch", "numpy", "scipy", "pymetis", "pyzmq", "msgpack"]), ("control", ["kopf"])],
+    [
+        ("runtime", ["torch", "numpy", "scipy", "pymetis", "pyzmq", "msgpack"]),
+        ("control", ["kopf", "fastapi", "uvicorn"]),
+    ],
 )
 def test_images_hold_the_pinned_versions_and_no_dev_tools(
     images: dict[str, float], target: str, role: list[str]

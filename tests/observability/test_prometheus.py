@@ -40,7 +40,7 @@ from tests import k8s
 from tests.chart.chart import CHART, one, render
 from tests.observability import promql
 from tests.operator.conftest import wait_for
-from tests.runtime.test_launch import graph_file, sage_spec, start_launcher  # noqa: F401 - a fixture
+from tests.runtime.test_launch import ONE_THREAD, graph_file, sage_spec, write_spec  # noqa: F401 - a fixture
 
 pytestmark = pytest.mark.timeout(420)
 
@@ -248,7 +248,16 @@ def test_every_dashboard_panel_and_alert_has_data_from_a_real_prometheus(
         }
     )
     start = time.time()
-    launcher = start_launcher(sage_spec(graph_file, epochs=EPOCHS, batch=32), run_dir)
+    # the whole command (graphtrain.cli): `run --api` serves the run's REST status API, a target too
+    write_spec(sage_spec(graph_file, epochs=EPOCHS, batch=32), run_dir)
+    command = [sys.executable, "-m", "graphtrain.cli", "run", str(run_dir.parent / "run.yaml")]
+    with open(run_dir.parent / "run.out", "wb") as out:
+        launcher = subprocess.Popen(
+            [*command, "--run-dir", str(run_dir), "--api", "0", "--api-no-auth"],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=ONE_THREAD,
+        )
     try:
         code = launcher.wait(timeout=300)
     finally:
@@ -260,9 +269,16 @@ def test_every_dashboard_panel_and_alert_has_data_from_a_real_prometheus(
 
     up = prom.query_range("up", start, end)
     jobs = {s["metric"]["job"] for s in up if any(v == "1" for _, v in s["values"])}
-    assert {"graphtrain-shard", "graphtrain-trainer", "graphtrain-launcher", "graphtrain-operator"} <= jobs, (
-        up
-    )
+    every = {
+        "graphtrain-shard",
+        "graphtrain-trainer",
+        "graphtrain-launcher",
+        "graphtrain-api",
+        "graphtrain-operator",
+    }
+    assert every <= jobs, up
+    scrapes = 'graphtrain_api_requests_total{route="/metrics",method="GET",status="200"}'
+    assert finite(prom.query_range(scrapes, start, end)), "the API's request metrics"
     variables = {
         "namespace": f"default|{operator_ns}",  # the run's (its spec names none) and the operator's
         "training": "planted|watched",
