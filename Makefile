@@ -79,8 +79,9 @@ bench-operator: install ## operator: create-to-children latency, 100 trainings a
 bench-operator-wordnet: install ## WordNet GraphSAGE through the operator and the pod runner beside graphtrain run (root)
 	$(BIN)/python bench/operator_wordnet.py
 
-cuda: install ## also build the CUDA core (needs nvcc; GRAPHTRAIN_CUDA_ARCHS, default "80 90")
-	GRAPHTRAIN_BUILD_CUDA=1 $(BIN)/pip install -q -e '.[all]'
+cuda: install ## also build the CUDA core (needs nvcc of torch's CUDA major; GRAPHTRAIN_CUDA_ARCHS, default "80 90")
+	GRAPHTRAIN_BUILD_CUDA=1 GRAPHTRAIN_TORCH_CUDA=$$($(BIN)/python -c 'import torch; print(torch.version.cuda or "")') \
+	  $(BIN)/pip install -q -e '.[all]'
 
 clean:
 	rm -rf $(VENV) build *.egg-info runtime/native/_core*.so
