@@ -262,3 +262,13 @@ def test_public_calls_refuse_cpu_tensors_before_touching_cuda(monkeypatch: pytes
     with pytest.raises(SparseInputError, match="expected a torch.Tensor"):
         cuda.gather(table, [1, 2])  # type: ignore[arg-type]
 
+
+def test_shard_server_device_option_is_checked_where_no_gpu_is_needed() -> None:
+    from graphtrain.runtime.kvstore.protocol import ProtocolError
+    from graphtrain.runtime.kvstore.state import ShardState
+
+    with pytest.raises(ProtocolError, match="--shm needs --device cpu"):
+        ShardState(0, use_shm=True, device="cuda")
+    with pytest.raises(ProtocolError, match="not on meta"):
+        ShardState(0, device="meta")
+    assert ShardState(0, device="cpu").device == CPU
