@@ -8,7 +8,7 @@ RUN    ?= runs/wordnet-sage
 # there); RUN_FLAGS=--resume continues it instead, RUN=<dir> keeps it and trains elsewhere
 RUN_FLAGS ?= --overwrite
 
-.PHONY: install run test lint crd chart-schema bench-partition bench-optim bench-kvstore bench-attack bench-soak bench-fuzz bench-e2e bench-operator bench-operator-wordnet bench-api cuda clean
+.PHONY: install run test lint crd chart-schema bench-partition bench-optim bench-kvstore bench-attack bench-soak bench-fuzz bench-e2e bench-operator bench-operator-wordnet bench-api cuda gpu-check clean
 
 $(STAMP): pyproject.toml setup.py requirements-dev.txt $(wildcard cuda/src/*.cpp cuda/include/graphtrain/*.h)
 	$(PYTHON) -m venv $(VENV)
@@ -82,8 +82,12 @@ bench-operator-wordnet: install ## WordNet GraphSAGE through the operator and th
 bench-api: install ## REST status API: 100 clients x 30 s, 100 trainings, local and Kubernetes sources
 	$(BIN)/python bench/api.py
 
-cuda: install ## also build the CUDA core (needs nvcc; GRAPHTRAIN_CUDA_ARCHS, default "80 90")
-	GRAPHTRAIN_BUILD_CUDA=1 $(BIN)/pip install -q -e '.[all]'
+cuda: install ## also build the CUDA core (needs nvcc of torch's CUDA major; GRAPHTRAIN_CUDA_ARCHS, default "80 90")
+	GRAPHTRAIN_BUILD_CUDA=1 GRAPHTRAIN_TORCH_CUDA=$$($(BIN)/python -c 'import torch; print(torch.version.cuda or "")') \
+	  $(BIN)/pip install -q -e '.[all]'
+
+gpu-check: install ## on a GPU machine: report, CUDA build, tests/gpu, compute-sanitizer, bench (scripts/gpu-check)
+	scripts/gpu-check
 
 clean:
 	rm -rf $(VENV) build *.egg-info runtime/native/_core*.so

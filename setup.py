@@ -12,9 +12,10 @@ The native core (cuda/src/*.cpp) is a plain C-ABI shared library, `graphtrain.ru
 loaded with ctypes: it needs no Python or torch headers at build time, arrays cross as raw pointers,
 and ctypes releases the GIL during each call. GRAPHTRAIN_NATIVE_ARCH=native adds -march=native.
 GRAPHTRAIN_BUILD_CUDA=1 also builds the CUDA core (cuda/src/*.cu, nvcc) as `_core_cuda`, for the
-architectures in GRAPHTRAIN_CUDA_ARCHS (default "80 90"). GRAPHTRAIN_NATIVE=0 builds no native code at
-all: the control plane (`pip install .[operator]`) needs no compiler; a runtime without its core says so
-when a sparse optimizer is made.
+architectures in GRAPHTRAIN_CUDA_ARCHS (default "80 90", plus PTX of the newest), from a toolkit of the
+CUDA major version in GRAPHTRAIN_TORCH_CUDA (torch.version.cuda; `make cuda` sets it).
+GRAPHTRAIN_NATIVE=0 builds no native code at all: the control plane (`pip install .[operator]`) needs
+no compiler; a runtime without its core says so when a sparse optimizer is made.
 """
 
 import importlib.util
@@ -54,14 +55,14 @@ def discover() -> tuple[list[str], dict[str, str]]:
     return packages, package_dir
 
 
-def nvcc_command(output: str, archs: list[str]) -> list[str]:
-    """Load cuda/nvcc.py by path (the build backend does not put this folder on sys.path)."""
+def nvcc_module():  # noqa: ANN201
+    """cuda/nvcc.py, loaded by path (the build backend does not put this folder on sys.path)."""
     spec = importlib.util.spec_from_file_location(
         "graphtrain_nvcc", Path(__file__).parent / "cuda" / "nvcc.py"
     )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module.nvcc_command(output, archs)
+    return module
 
 
 class BuildCLibrary(build_ext):
@@ -78,8 +79,14 @@ class BuildCLibrary(build_ext):
             if self.inplace:
                 target = Path("runtime/native/_core_cuda.so")
             target.parent.mkdir(parents=True, exist_ok=True)
-            archs = os.environ.get("GRAPHTRAIN_CUDA_ARCHS", "80 90").split()
-            cmd = nvcc_command(str(target), archs)
+            nvcc = nvcc_module()
+            # the CUDA version torch was built with (`make cuda` passes it: the isolated build has no
+            # torch); the core must come from a toolkit of the same major version
+            refused = nvcc.check_toolkit(nvcc.toolkit_version(), os.environ.get("GRAPHTRAIN_TORCH_CUDA"))
+            if refused:
+                raise SystemExit(f"not building the CUDA core: {refused}")
+            archs = os.environ.get("GRAPHTRAIN_CUDA_ARCHS", " ".join(nvcc.DEFAULT_ARCHS)).split()
+            cmd = nvcc.nvcc_command(str(target), archs)
             print("building the CUDA core:", shlex.join(cmd))
             subprocess.run(cmd, check=True)
 

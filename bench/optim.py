@@ -14,7 +14,11 @@ and written), and next to it, in the same process:
   roofline: "% roofline" is the optimizer's bytes/s over the triad's.
 Threads: --threads (default 2) for every contender, torch included.
 
-    python bench/optim.py [--rows 5000000] [--batch 100000] [--dims 32 128] [--steps 8]
+--device cuda (scripts/gpu-check runs it on a GPU machine): the CUDA core beside the CPU core, the torch
+reference on the GPU and torch.optim on the GPU, each timed to the end of its device work; the roofline
+is then a triad on the GPU.
+
+    python bench/optim.py [--rows 5000000] [--batch 100000] [--dims 32 128] [--steps 8] [--device cpu]
 """
 
 from __future__ import annotations
@@ -57,14 +61,34 @@ def bytes_moved(kind: str, unique: int, batch: int, dim: int) -> int:
 
 
 def timed(fn: Callable[[torch.Tensor, torch.Tensor], None], data, warmup: int = 2) -> float:
+    gpu = data[0][0].is_cuda
     for ids, grads in data[:warmup]:
         fn(ids, grads)
     times = []
     for ids, grads in data[warmup:]:
+        if gpu:
+            torch.cuda.synchronize()
         t = time.perf_counter()
         fn(ids, grads)
+        if gpu:  # the step's device work, not only its launches
+            torch.cuda.synchronize()
         times.append(time.perf_counter() - t)
     return statistics.median(times)
+
+
+def gpu_triad_gbps(n: int = 100_000_000) -> float:
+    a = torch.empty(n, device="cuda")
+    b, c = torch.rand(n, device="cuda"), torch.rand(n, device="cuda")
+    best = np.inf
+    for _ in range(10):
+        torch.cuda.synchronize()
+        t = time.perf_counter()
+        torch.add(b, c, alpha=3.0, out=a)
+        torch.cuda.synchronize()
+        best = min(best, time.perf_counter() - t)
+    del a, b, c
+    torch.cuda.empty_cache()
+    return 3 * n * 4 / best / 1e9
 
 
 def triad_gbps(threads: int, n: int = 50_000_000) -> float:
@@ -123,7 +147,32 @@ def ours(config: OptimConfig, table: torch.Tensor, state: dict[str, torch.Tensor
     return step
 
 
-def run(num_rows: int, batch: int, dim: int, dist: str, steps: int, threads: int, triad: float) -> list[str]:
+def gpu_contenders(config: OptimConfig, kind: str, table: torch.Tensor, data):
+    """The CUDA core, the reference and torch.optim on a copy of the table on the GPU, and the CPU core on
+    the table, each with its own data (moved to the GPU once, outside the timing)."""
+    gpu_table = table.cuda()
+    gpu_state = make_state(config, table.shape[0], table.shape[1], "cuda")
+    gpu_data = [(i.cuda(), g.cuda()) for i, g in data]
+    out = [
+        ("graphtrain cuda core", ours(config, gpu_table, gpu_state, "cuda"), gpu_data),
+        ("graphtrain cpu core", ours(config, table, make_state(config, *table.shape), "cpu"), data),
+        ("graphtrain torch reference on the GPU", ours(config, gpu_table, gpu_state, "torch"), gpu_data),
+    ]
+    if kind in ("adagrad", "adam", "sgd"):
+        out.append((f"torch.optim {kind} on the GPU", torch_optim(gpu_table, kind), gpu_data))
+    return out
+
+
+def run(
+    num_rows: int,
+    batch: int,
+    dim: int,
+    dist: str,
+    steps: int,
+    threads: int,
+    triad: float,
+    device: str = "cpu",
+) -> list[str]:
     torch.set_num_threads(threads)
     data = batches(num_rows, batch, dim, dist, steps + 2)
     unique = int(np.mean([len(torch.unique(i)) for i, _ in data]))
@@ -131,6 +180,17 @@ def run(num_rows: int, batch: int, dim: int, dist: str, steps: int, threads: int
     lines = []
     for kind in KINDS:
         config = OptimConfig(kind, 0.01, eps=1e-8, duplicate="mean" if kind == "rowwise_adagrad" else "sum")
+        if device == "cuda":
+            timings = [(name, timed(fn, d)) for name, fn, d in gpu_contenders(config, kind, table, data)]
+            torch.cuda.empty_cache()
+            for name, seconds in timings:
+                gbps = bytes_moved(kind, unique, batch, dim) / seconds / 1e9
+                rate = unique / seconds / 1e6
+                lines.append(
+                    f"| {dist} | {dim} | {kind} | {name} | {1e3 * seconds:.2f} | {rate:.2f} | "
+                    f"{gbps:.1f} | {100 * gbps / triad:.0f} % | |"
+                )
+            continue
         state = make_state(config, num_rows, dim)  # on huge pages when large
         contenders = [
             ("graphtrain cpu core", ours(config, table, state, "cpu")),
@@ -188,20 +248,22 @@ def main() -> None:
         "--steps", type=int, default=8, help="timed steps (median reported), after 2 warm-up steps"
     )
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="cuda: the GPU contenders")
     args = ap.parse_args()
-    triad = triad_gbps(args.threads)
+    triad = triad_gbps(args.threads) if args.device == "cpu" else gpu_triad_gbps()
+    where = f"{args.threads} threads" if args.device == "cpu" else f"GPU {torch.cuda.get_device_name()}"
     print(
         f"# bench/optim.py, {time.strftime('%Y-%m-%d')}, {platform.node()}, {platform.machine()}, "
-        f"torch {torch.__version__}, {args.threads} threads, N={args.rows:,}, B={args.batch:,}"
+        f"torch {torch.__version__}, {where}, N={args.rows:,}, B={args.batch:,}"
     )
-    print(f"STREAM-like triad: {triad:.1f} GB/s\n")
+    print(f"STREAM-like triad ({args.device}): {triad:.1f} GB/s\n")
     print(
         "| ids | D | optimizer | implementation | ms/step | M unique rows/s | GB/s | % roofline | speed-up |"
     )
     print("|---|---|---|---|---|---|---|---|---|")
     for dim in args.dims:
         for dist in args.dists:
-            for line in run(args.rows, args.batch, dim, dist, args.steps, args.threads, triad):
+            for line in run(args.rows, args.batch, dim, dist, args.steps, args.threads, triad, args.device):
                 print(line, flush=True)
 
 

@@ -444,6 +444,12 @@ def shard_server(
             min=1.0, help="not live (/livez, health) when requests wait this long and no worker finishes one"
         ),
     ] = 300.0,
+    device: Annotated[
+        str,
+        typer.Option(
+            help="where tables and optimizer state live: cpu, or cuda[:N] (pushes run the CUDA core)"
+        ),
+    ] = "cpu",
 ) -> None:
     """Run a shard server: tables, their optimizer state and node data of one partition.
 
@@ -477,6 +483,7 @@ def shard_server(
             stall_seconds=stall_seconds,
             deaf_seconds=deaf_seconds,
         ),
+        device,
     )
 
 

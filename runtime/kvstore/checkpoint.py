@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
 from graphtrain.runtime.data.cache import (
     atomic_dir,
@@ -55,9 +56,9 @@ def write_piece(root: Path, t: TensorShard) -> dict[str, Any]:
     """Write one shard's rows and state of `t` atomically; returns the piece's description."""
     final = piece_dir(root, t.name, t.lo, t.hi)
     with atomic_dir(final, overwrite=True) as tmp:
-        np.save(tmp / "data.npy", t.data.numpy())
+        np.save(tmp / "data.npy", t.data.cpu().numpy())  # .cpu(): a GPU shard server's rows
         for key, value in t.state.items():
-            np.save(tmp / f"state.{key}.npy", value.numpy())
+            np.save(tmp / f"state.{key}.npy", value.cpu().numpy())
         manifest = {
             "format": FORMAT,
             "format_version": FORMAT_VERSION,
@@ -254,7 +255,7 @@ def restore_into(root: Path, t: TensorShard, verify: bool = True) -> bool:
         raise DataError(f"checkpoint of {t.name!r} has optimizer {config}, the table {t.config}")
     if config is not None:
         t.config = config
-        t.state = make_state(config, t.rows, t.row_shape[0])
+        t.state = make_state(config, t.rows, t.row_shape[0], t.data.device)
     global_step = config is not None and config.kind == "adam" and config.step_count == "global"
     for manifest, d in pieces:
         a, b = max(t.lo, manifest["lo"]), min(t.hi, manifest["hi"])
@@ -267,14 +268,23 @@ def restore_into(root: Path, t: TensorShard, verify: bool = True) -> bool:
         dst = slice(a - t.lo, b - t.lo)
         if overlap:
             data = np.load(d / "data.npy", mmap_mode="r", allow_pickle=False)
-            t.data[dst].numpy()[...] = data[src]  # mmap -> table, one copy
+            _copy_into(t.data[dst], data[src])
         for key, value in t.state.items():
             saved = np.load(d / f"state.{key}.npy", mmap_mode="r", allow_pickle=False)
             if key == "step" and global_step:
                 value[0] = max(int(value[0]), int(saved[0]))
             elif overlap:
-                value[dst].numpy()[...] = saved[src]
+                _copy_into(value[dst], saved[src])
     return True
+
+
+def _copy_into(dst: torch.Tensor, src: np.ndarray) -> None:
+    """Rows from a checkpoint file into a table or its state: mmap -> table, one copy (a GPU shard
+    server's tensors take them through the host)."""
+    if dst.device.type == "cpu":
+        dst.numpy()[...] = src
+    else:
+        dst.copy_(torch.from_numpy(np.ascontiguousarray(src)))
 
 
 def export_table(root: Path, name: str, verify: bool = True) -> np.ndarray:

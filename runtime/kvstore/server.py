@@ -593,8 +593,10 @@ def serve(
     metrics_host: str = "127.0.0.1",
     use_shm: bool = False,
     limits: Limits | None = None,
+    device: str = "cpu",
 ) -> None:
-    """Run a shard server until a shutdown request or SIGTERM/SIGINT."""
+    """Run a shard server until a shutdown request or SIGTERM/SIGINT. device: where its tables and their
+    optimizer state live ("cuda", "cuda:1": pushes then run the CUDA core, runtime/native/cuda.py)."""
     import signal
 
     from graphtrain.runtime import httpd
@@ -610,7 +612,9 @@ def serve(
         restore_from = ckpt.restore_point(checkpoint_root, restore, say=log.warning)
         if restore_from is not None:  # a restarted server: `kubectl logs` says what it came back with
             log.info("restores its tables from checkpoint %s as clients create them", restore_from.name)
-    state = ShardState(shard, use_shm=use_shm, shm_prefix=job_prefix(token), restore_from=restore_from)
+    state = ShardState(
+        shard, use_shm=use_shm, shm_prefix=job_prefix(token), restore_from=restore_from, device=device
+    )
     if partition is not None:
         loaded = state.load_partition(partition, shard if part is None else part)
         log.info("holding %s", ", ".join(loaded) or "no node data")

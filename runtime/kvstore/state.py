@@ -30,6 +30,7 @@ from graphtrain.runtime.errors import NonFiniteGradient, SparseInputError
 from graphtrain.runtime.kvstore import checkpoint as ckpt
 from graphtrain.runtime.kvstore.protocol import ProtocolError
 from graphtrain.runtime.kvstore.shard import TensorShard
+from graphtrain.runtime.native import cuda
 from graphtrain.runtime.native.backend import Backend, choose
 from graphtrain.runtime.optim import OptimConfig, make_state, sparse_step
 
@@ -186,7 +187,13 @@ class ShardState:
         use_shm: bool = False,
         shm_prefix: str = "graphtrain",
         restore_from: Path | None = None,
+        device: str = "cpu",
     ):
+        self.device = torch.device(device)
+        if self.device.type not in ("cpu", "cuda"):
+            raise ProtocolError(f"a shard server holds its tables on the CPU or a GPU, not on {self.device}")
+        if use_shm and self.device.type != "cpu":
+            raise ProtocolError("tables in shared memory are host memory: --shm needs --device cpu")
         self.shard = shard
         self.use_shm = use_shm
         self.shm_prefix = shm_prefix
@@ -217,7 +224,8 @@ class ShardState:
                     f"id {int(ids[first])} (position {first}) of {t.name!r} is outside this shard's rows "
                     f"[{t.lo}, {t.hi})"
                 )
-        return torch.from_numpy(ids - t.lo)
+        local = torch.from_numpy(ids - t.lo)
+        return local if t.data.device.type == "cpu" else local.to(t.data.device)
 
     # ------------------------------------------------------------------------------------- create
 
@@ -267,6 +275,8 @@ class ShardState:
         self, name: str, shape: tuple[int, ...], dtype: torch.dtype
     ) -> tuple[torch.Tensor, shared_memory.SharedMemory | None]:
         nbytes = int(np.prod(shape, dtype=np.int64)) * torch.empty((), dtype=dtype).element_size()
+        if self.device.type != "cpu":  # a GPU shard server (--device cuda): rows and state on the device
+            return torch.empty(shape, dtype=dtype, device=self.device), None
         if self.use_shm and nbytes > 0:
             seg = self._segment(name, nbytes)
             return torch.frombuffer(seg.buf, dtype=dtype).view(shape), seg
@@ -307,7 +317,7 @@ class ShardState:
             per_row = {"adagrad": 1, "adam": 2}.get(cfg.kind, 0) * t.row_shape[0] + 1
             fits(f"optimizer state of {name!r}", per_row * 4 * t.rows)
             t.config = cfg
-            t.state = make_state(cfg, t.rows, t.row_shape[0])
+            t.state = make_state(cfg, t.rows, t.row_shape[0], t.data.device)
 
     # --------------------------------------------------------------------------------- data ops
 
@@ -329,6 +339,9 @@ class ShardState:
             from graphtrain.runtime.optim.functional import threads
 
             return native.gather(t.data, local, threads=threads(), out=out).numpy()
+        if t.data.device.type == "cuda":  # the CUDA core where it runs, else torch; rows go to the host
+            rows = cuda.gather(t.data, local) if choose(t.data.device) is Backend.CUDA else t.data[local]
+            return (rows.cpu() if out is None else out.copy_(rows)).numpy()
         if out is not None:
             torch.index_select(t.data, 0, local, out=out)
             return out.numpy()
@@ -369,7 +382,7 @@ class ShardState:
             offset = 0
             for _, values in pieces:
                 rows = local[offset : offset + len(values)]
-                t.data.index_copy_(0, rows, torch.from_numpy(np.ascontiguousarray(values)))
+                t.data.index_copy_(0, rows, torch.from_numpy(np.ascontiguousarray(values)).to(t.data.device))
                 offset += len(values)
         return len(ids)
 
@@ -393,12 +406,12 @@ class ShardState:
                 skipped += int(bad.sum())
                 values = values[~bad]
             keep.append(bad)
-            grads.append(torch.from_numpy(np.ascontiguousarray(values)))
+            grads.append(torch.from_numpy(np.ascontiguousarray(values)).to(t.data.device))
         if skipped:
             mask = np.concatenate(
                 [np.ones(len(i), bool) if b is None else ~b for (i, _), b in zip(pieces, keep, strict=True)]
             )
-            local = local[torch.from_numpy(mask)]
+            local = local[torch.from_numpy(mask).to(local.device)]
         global_adam = t.config.kind == "adam" and t.config.step_count == "global"
         with t.lock:
             # the client's step count (so all shards agree even when a push skips some of them), else

@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 from graphtrain.runtime.errors import GraphtrainError
 
 # = graphtrain::kAbiVersion in cuda/include/graphtrain/abi.h (tests/native/test_abi.py compares them)
-ABI_VERSION = 2
+ABI_VERSION = 3
 
 CPU, CUDA = "cpu", "cuda"
 REBUILD = {
@@ -64,8 +64,8 @@ class Signature(NamedTuple):
     argtypes: list[Any]
 
 
-# dim, num_rows, mean, table, state0, state1, row_steps, global_step, params: the arguments every sparse
-# step entry point (CPU and CUDA) takes after its gradients
+# dim, num_rows, mean, table, state0, state1, row_steps, global_step, params: the arguments the CPU
+# core's sparse step entry points take after their gradients
 _STEP_TAIL = [I64, I64, I32, P, P, P, P, I64, OptimParams]
 _BOTH = (CPU, CUDA)
 
@@ -88,10 +88,18 @@ SIGNATURES: dict[str, Signature] = {
     "gt_relabel": Signature((CPU,), I64, [P, I64, P, I64, P, P]),
     "gt_relu_dropout": Signature((CPU,), None, [I64, P, P, P, U32, F32, U64, I32]),
     "gt_mask_scale": Signature((CPU,), None, [I64, P, P, F32, P, I32]),
-    # CUDA core: device pointers, then the caller's stream before bad_pos
-    "gt_cuda_sparse_step": Signature((CUDA,), I64, [I32, I64, P, P, *_STEP_TAIL, P, P]),
-    "gt_cuda_gather": Signature((CUDA,), INT, [I64, P, P, I64, I64, P, P, P]),
-    "gt_cuda_scatter": Signature((CUDA,), INT, [I64, P, P, P, I64, I64, P, P]),
+    # CUDA core (cuda/src/optim_cuda.cu): every call returns an error code and leaves its message in
+    # gt_cuda_last_error. Device pointers; the sparse step's tail has the flag "steps is the table's one
+    # Adam count" where the CPU's has the count itself; then the device, the caller's stream, a workspace
+    # (pointer, bytes: gt_cuda_workspace_bytes) and bad_pos
+    "gt_cuda_last_error": Signature((CUDA,), ctypes.c_char_p, []),
+    "gt_cuda_probe": Signature((CUDA,), INT, [I32, P]),
+    "gt_cuda_workspace_bytes": Signature((CUDA,), INT, [I32, I64, I64, I32, P]),
+    "gt_cuda_sparse_step": Signature(
+        (CUDA,), I64, [I32, I64, P, P, I64, I64, I32, P, P, P, P, I32, OptimParams, I32, P, P, I64, P]
+    ),
+    "gt_cuda_gather": Signature((CUDA,), INT, [I64, P, P, I64, I64, P, I32, P, P, I64, P]),
+    "gt_cuda_scatter": Signature((CUDA,), INT, [I64, P, P, P, I64, I64, I32, P, P, I64, P]),
 }
 
 

@@ -38,10 +38,11 @@ def choose(device: torch.device | str = "cpu", requested: str | None = None) -> 
         ValueError: an unknown backend, one that is not built, or one that cannot serve `device`.
         StaleNativeCore: the core for `device` was built from other sources (rebuild it).
     """
-    kind = device.partition(":")[0] if isinstance(device, str) else device.type  # "cuda:1": "cuda"
+    dev = torch.device(device)
+    kind, index = dev.type, dev.index or 0  # "cuda:1": "cuda", 1
     if requested is None:
         if kind == "cuda":
-            return Backend.CUDA if cuda.available() else Backend.TORCH
+            return Backend.CUDA if cuda.available(index) else Backend.TORCH
         if kind != "cpu":
             return Backend.TORCH
         if available():
@@ -52,8 +53,9 @@ def choose(device: torch.device | str = "cpu", requested: str | None = None) -> 
         raise ValueError(f"{ENV_BACKEND} must be one of {BACKENDS}, got {requested!r}")
     if requested == Backend.CPU and (kind != "cpu" or not available()):
         raise ValueError("backend 'cpu' needs the native core (reinstall the package) and a CPU table")
-    if requested == Backend.CUDA and (kind != "cuda" or not cuda.available()):
-        raise ValueError("backend 'cuda' needs the CUDA core (GRAPHTRAIN_BUILD_CUDA=1) and a GPU table")
+    if requested == Backend.CUDA and (kind != "cuda" or not cuda.available(index)):
+        why = cuda.unavailable_reason(index) if kind == "cuda" else f"the table is on {dev}"
+        raise ValueError(f"backend 'cuda' needs the CUDA core and a GPU table that it runs on: {why}")
     return Backend(requested)
 
 

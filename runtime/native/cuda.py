@@ -1,56 +1,260 @@
 """ctypes bindings of the CUDA core (built when GRAPHTRAIN_BUILD_CUDA=1), on CUDA torch tensors.
 
-Same contract as the CPU bindings (runtime/native/optim.py): tensors are checked here, pass as device
-pointers with the current CUDA stream, and ids are range-checked on the device before any row is
-touched. Without a GPU (as on the project's build machines) `available()` is False and the CPU core
-or the torch reference serves.
+Same contract as the CPU bindings (runtime/native/optim.py), and three more rules:
+- Every tensor's device, dtype, shape and contiguity is checked here, before any CUDA call (the checks
+  work on descriptions of tensors, so they are tested on machines without a GPU): all of a call's tensors
+  on the table's device, ids 1-D int64, gradients and values (len(ids), dim).
+- The work runs on the table's device and its current torch stream, in a workspace from torch's caching
+  allocator: a steady training loop makes no cudaMalloc, and the core waits for the device once per call
+  (it reads the first bad id's position and the unique-row count together). An out-of-range id leaves
+  everything untouched, the table's Adam step count included (the core counts it on the device).
+- The core never aborts the process: a failed call returns an error code and leaves a message naming
+  the function, its stage and the CUDA error, raised here as CudaCoreError.
+
+`available()` is honest: the library must be built, load with this ABI, find a driver new enough for
+the CUDA runtime it links statically, a device, and machine code or PTX for that device's architecture
+(the probe asks for an update kernel's attributes). Without a GPU (as on the build machines) it is False
+and `unavailable_reason()` says why; the CPU core or the torch reference then serves.
 """
 
 from __future__ import annotations
 
 import ctypes
 import functools
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NamedTuple
 
 import torch
 
-from graphtrain.runtime.errors import SparseInputError
+from graphtrain.runtime.errors import GraphtrainError, SparseInputError
 from graphtrain.runtime.native import _HERE
 from graphtrain.runtime.native.abi import CUDA, load
-from graphtrain.runtime.native.optim import OptimArgs, state_tensors
+from graphtrain.runtime.native.optim import KIND_CODE, OptimArgs
+
+# Return codes of cuda/src/optim_cuda.cu
+RC_BAD_ID, RC_CUDA_ERROR, RC_BAD_ARGUMENT = -1, -2, -3
+# gt_cuda_workspace_bytes' operations
+OP_STEP, OP_SCATTER, OP_GATHER = 0, 1, 2
+MAX_BATCH = 2**31 - 1  # the core sorts 32-bit positions
+
+
+class CudaCoreError(GraphtrainError, RuntimeError):
+    """A call of the CUDA core failed on the device; the message names the function, the stage and the
+    CUDA error (cudaErrorMemoryAllocation, cudaErrorIllegalAddress, ...)."""
+
+
+class CudaUnavailable(GraphtrainError):
+    """The CUDA core cannot run here (not built, no driver, an old driver, no device, no image for the
+    device's architecture); the message says which."""
+
+
+def _library_path() -> Path | None:
+    found = sorted(_HERE.glob("_core_cuda*.so"))
+    return found[0] if found else None
 
 
 @functools.cache
 def _lib() -> ctypes.CDLL | None:
     """The CUDA core, its ABI checked (abi.py), or None when it was not built."""
-    found = sorted(_HERE.glob("_core_cuda*.so"))
-    return load(found[0], CUDA) if found else None
+    path = _library_path()
+    return load(path, CUDA) if path is not None else None
 
 
-def available() -> bool:
-    return torch.cuda.is_available() and _lib() is not None
+@dataclass(frozen=True)
+class Probe:
+    """What the core found on one device (versions as CUDA numbers them: 13000 is 13.0)."""
 
+    ok: bool
+    reason: str  # why not, or ""
+    runtime: int = 0  # the CUDA runtime the core was built with (linked statically)
+    driver: int = 0  # the CUDA version the driver supports; 0: no driver
+    devices: int = 0
+    capability: int = 0  # major * 10 + minor
+    binary_version: int = 0  # of the update kernel's image the driver picked (0: none)
+    ptx_version: int = 0
 
-def _ptr(t: torch.Tensor | None, name: str, dtype: torch.dtype) -> int | None:
-    if t is None:
-        return None
-    if t.device.type != "cuda" or t.dtype != dtype or not t.is_contiguous():
-        raise SparseInputError(
-            f"{name} must be a contiguous {dtype} CUDA tensor, got {t.dtype} on {t.device}"
+    def describe(self) -> str:
+        def v(n: int) -> str:
+            return f"{n // 1000}.{n % 1000 // 10}" if n else "none"
+
+        return (
+            f"runtime {v(self.runtime)}, driver {v(self.driver)}, {self.devices} device(s), "
+            f"sm_{self.capability or '?'}, kernel binary {self.binary_version or '-'} "
+            f"ptx {self.ptx_version or '-'}"
         )
-    return t.data_ptr()
 
 
-def _stream() -> int:
-    return torch.cuda.current_stream().cuda_stream
+def probe_library(lib: ctypes.CDLL, device: int = 0) -> Probe:
+    """Ask a loaded core whether it runs on `device`; never raises for a missing driver or device."""
+    info = (ctypes.c_int64 * 6)()
+    rc = lib.gt_cuda_probe(device, info)
+    fields = [int(x) for x in info]
+    if rc != 0:
+        return Probe(False, _message(lib), *fields)
+    torch_cuda = torch.version.cuda
+    if torch_cuda is None:
+        return Probe(False, "torch is a CPU-only build: it makes no CUDA tensors", *fields)
+    if int(torch_cuda.split(".")[0]) != fields[0] // 1000:
+        return Probe(
+            False,
+            f"the core was built with CUDA {fields[0] // 1000}, torch with CUDA {torch_cuda}: rebuild it "
+            "with the toolkit of torch's major version (`make cuda`)",
+            *fields,
+        )
+    return Probe(True, "", *fields)
 
 
-def _result(rc: int, ids: torch.Tensor, bad: ctypes.c_int64, num_rows: int) -> int:
-    if rc == -1:
+@functools.cache
+def probe(device: int = 0) -> Probe:
+    """The probe of the installed core on `device`, once per process and device.
+
+    Raises:
+        StaleNativeCore: the core was built from other sources (rebuild it).
+    """
+    lib = _lib()
+    if lib is None:
+        return Probe(
+            False, "the CUDA core is not built (GRAPHTRAIN_BUILD_CUDA=1 pip install -e . / make cuda)"
+        )
+    return probe_library(lib, device)
+
+
+def available(device: int = 0) -> bool:
+    """Whether the core is built and runs on CUDA device `device` (unavailable_reason says why not)."""
+    return probe(device).ok
+
+
+def unavailable_reason(device: int = 0) -> str:
+    """Why `available(device)` is False ("" when it is True)."""
+    return probe(device).reason
+
+
+def _message(lib: ctypes.CDLL) -> str:
+    raw = lib.gt_cuda_last_error()
+    return raw.decode(errors="replace") if raw else "(no message)"
+
+
+# ----------------------------------------------------------------------------------------- checks
+
+
+class Desc(NamedTuple):
+    """What the checks need of a tensor: tests build these for devices this machine does not have."""
+
+    device: torch.device
+    dtype: torch.dtype
+    shape: tuple[int, ...]
+    contiguous: bool = True
+
+
+def describe(t: torch.Tensor) -> Desc:
+    if not isinstance(t, torch.Tensor):
+        raise SparseInputError(f"expected a torch.Tensor, got {type(t).__name__}")
+    return Desc(t.device, t.dtype, tuple(t.shape), t.is_contiguous())
+
+
+def _device_index(d: torch.device) -> int:
+    return d.index if d.index is not None else 0
+
+
+def _tensor(name: str, d: Desc, device: torch.device, dtype: torch.dtype, shape: tuple[int, ...]) -> None:
+    if d.device.type != "cuda" or _device_index(d.device) != _device_index(device):
+        raise SparseInputError(f"{name} is on {d.device}; the table is on {device}: move it there first")
+    if d.dtype != dtype:
+        raise SparseInputError(f"{name} must be {dtype}, got {d.dtype}")
+    if d.shape != shape:
+        raise SparseInputError(f"{name} must have shape {shape}, got {d.shape}")
+    if not d.contiguous:
+        raise SparseInputError(f"{name} must be contiguous")
+
+
+def check_table(table: Desc) -> None:
+    if table.device.type != "cuda":
+        raise SparseInputError(f"the CUDA core needs a table on a GPU, this one is on {table.device}")
+    if table.dtype != torch.float32 or len(table.shape) != 2 or not table.contiguous:
+        raise SparseInputError(
+            f"table must be a contiguous 2-D float32 tensor, got {table.dtype} {table.shape}"
+        )
+
+
+def check_ids(table: Desc, ids: Desc) -> int:
+    """The number of ids, after checking them against the table; ids must be 1-D int64."""
+    if len(ids.shape) != 1:
+        raise SparseInputError(f"ids must be 1-D, got shape {ids.shape}")
+    _tensor("ids", ids, table.device, torch.int64, ids.shape)
+    if ids.shape[0] > MAX_BATCH:
+        raise SparseInputError(f"{ids.shape[0]} ids in one call; the CUDA core takes at most {MAX_BATCH}")
+    return ids.shape[0]
+
+
+def check_step(args: OptimArgs, table: Desc, state: dict[str, Desc], ids: Desc, grads: Desc) -> None:
+    """Everything the sparse step reads or writes, before any CUDA call."""
+    check_table(table)
+    n = check_ids(table, ids)
+    rows, dim = table.shape
+    _tensor("grads", grads, table.device, torch.float32, (n, dim))
+    want: dict[str, tuple[torch.dtype, tuple[int, ...]]] = {}
+    if args.kind == KIND_CODE["adagrad"]:
+        want["sum"] = (torch.float32, (rows, dim))
+    elif args.kind == KIND_CODE["rowwise_adagrad"]:
+        want["sum"] = (torch.float32, (rows,))
+    elif args.adam:
+        steps = (1,) if args.global_step else (rows,)
+        want = {
+            "exp_avg": (torch.float32, (rows, dim)),
+            "exp_avg_sq": (torch.float32, (rows, dim)),
+            "step": (torch.int64, steps),
+        }
+    if set(state) != set(want):
+        raise SparseInputError(f"the optimizer's state needs entries {sorted(want)}, got {sorted(state)}")
+    for key, (dtype, shape) in want.items():
+        _tensor(f"state {key!r}", state[key], table.device, dtype, shape)
+
+
+def check_gather(table: Desc, ids: Desc) -> None:
+    check_table(table)
+    check_ids(table, ids)
+
+
+def check_scatter(table: Desc, ids: Desc, values: Desc) -> None:
+    check_table(table)
+    n = check_ids(table, ids)
+    _tensor("values", values, table.device, torch.float32, (n, table.shape[1]))
+
+
+# ------------------------------------------------------------------------------------------- calls
+
+
+def _ready(table: torch.Tensor) -> tuple[ctypes.CDLL, int, int]:
+    """The library, the table's device index and its current stream, once the core can run there."""
+    device = _device_index(table.device)
+    found = probe(device)
+    lib = _lib()
+    if not found.ok or lib is None:
+        raise CudaUnavailable(f"the CUDA core cannot run on {table.device}: {found.reason}")
+    return lib, device, torch.cuda.current_stream(table.device).cuda_stream
+
+
+def _workspace(lib: ctypes.CDLL, op: int, n: int, table: torch.Tensor, device: int) -> torch.Tensor:
+    """Device scratch of one call, from torch's caching allocator (no cudaMalloc once it is warm)."""
+    size = ctypes.c_int64(0)
+    rc = lib.gt_cuda_workspace_bytes(op, n, table.shape[0], device, ctypes.byref(size))
+    _raise(lib, rc, "gt_cuda_workspace_bytes")
+    return torch.empty(max(1, size.value), dtype=torch.uint8, device=table.device)
+
+
+def _raise(lib: ctypes.CDLL, rc: int, fn: str) -> None:
+    """CudaCoreError for a failed call (RC_CUDA_ERROR, RC_BAD_ARGUMENT), with the core's message."""
+    if rc < 0 and rc != RC_BAD_ID:
+        raise CudaCoreError(f"CUDA core call {fn} failed: {_message(lib)}")
+
+
+def _result(lib: ctypes.CDLL, rc: int, fn: str, ids: torch.Tensor, bad: ctypes.c_int64, num_rows: int) -> int:
+    if rc == RC_BAD_ID:
         pos = bad.value
         raise SparseInputError(f"ids[{pos}] = {int(ids[pos])} is outside the table's rows [0, {num_rows})")
-    if rc < -1:
-        raise RuntimeError("CUDA core kernel failed (see CUDA error state)")
-    return rc
+    _raise(lib, rc, fn)
+    return int(rc)
 
 
 def sparse_step(
@@ -60,61 +264,90 @@ def sparse_step(
     ids: torch.Tensor,
     grads: torch.Tensor,
 ) -> int:
-    lib = _lib()
-    assert lib is not None
-    s0, s1, row_steps, global_step = state_tensors(args, state)
+    """Fused dedup + reduce + update on the table's device. Returns the unique row count. Adam with one
+    step count per table: the core adds this step to state["step"] (on the device, once the ids are
+    known valid; an empty batch counts), so the caller must not.
+
+    Raises:
+        SparseInputError: a tensor on another device, of another dtype or shape, or an id outside the
+            table; nothing was modified.
+        CudaUnavailable: the core cannot run on the table's device.
+        CudaCoreError: the device failed the call.
+    """
+    check_step(
+        args, describe(table), {k: describe(v) for k, v in state.items()}, describe(ids), describe(grads)
+    )
+    lib, device, stream = _ready(table)
+    s0 = state.get("sum", state.get("exp_avg"))
+    s1 = state.get("exp_avg_sq")
+    steps = state.get("step")
+    n = len(ids)
+    ws = _workspace(lib, OP_STEP, n, table, device)
     bad = ctypes.c_int64(-1)
     rc = lib.gt_cuda_sparse_step(
         args.kind,
-        len(ids),
-        _ptr(ids, "ids", torch.int64),
-        _ptr(grads, "grads", torch.float32),
+        n,
+        ids.data_ptr(),
+        grads.data_ptr(),
         table.shape[1],
         table.shape[0],
         int(args.mean),
-        _ptr(table, "table", torch.float32),
-        _ptr(s0, "state", torch.float32),
-        _ptr(s1, "exp_avg_sq", torch.float32),
-        _ptr(row_steps, "step", torch.int64),
-        global_step,
+        table.data_ptr(),
+        None if s0 is None else s0.data_ptr(),
+        None if s1 is None else s1.data_ptr(),
+        None if steps is None else steps.data_ptr(),
+        int(args.adam and args.global_step),
         args.params,
-        _stream(),
+        device,
+        stream,
+        ws.data_ptr(),
+        ws.numel(),
         ctypes.byref(bad),
     )
-    return _result(rc, ids, bad, table.shape[0])
+    return _result(lib, rc, "gt_cuda_sparse_step", ids, bad, table.shape[0])
 
 
 def gather(table: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
-    lib = _lib()
-    assert lib is not None
+    """table[ids] (len(ids) x dim), on the table's device."""
+    check_gather(describe(table), describe(ids))
+    lib, device, stream = _ready(table)
     out = torch.empty((len(ids), table.shape[1]), dtype=torch.float32, device=table.device)
+    ws = _workspace(lib, OP_GATHER, len(ids), table, device)
     bad = ctypes.c_int64(-1)
     rc = lib.gt_cuda_gather(
         len(ids),
-        _ptr(ids, "ids", torch.int64),
-        _ptr(table, "table", torch.float32),
+        ids.data_ptr(),
+        table.data_ptr(),
         table.shape[1],
         table.shape[0],
         out.data_ptr(),
-        _stream(),
+        device,
+        stream,
+        ws.data_ptr(),
+        ws.numel(),
         ctypes.byref(bad),
     )
-    _result(rc, ids, bad, table.shape[0])
+    _result(lib, rc, "gt_cuda_gather", ids, bad, table.shape[0])
     return out
 
 
 def scatter(table: torch.Tensor, ids: torch.Tensor, values: torch.Tensor) -> None:
-    lib = _lib()
-    assert lib is not None
+    """table[ids] = values; for duplicate ids the last one wins. Nothing is written when an id is bad."""
+    check_scatter(describe(table), describe(ids), describe(values))
+    lib, device, stream = _ready(table)
+    ws = _workspace(lib, OP_SCATTER, len(ids), table, device)
     bad = ctypes.c_int64(-1)
     rc = lib.gt_cuda_scatter(
         len(ids),
-        _ptr(ids, "ids", torch.int64),
-        _ptr(values, "values", torch.float32),
-        _ptr(table, "table", torch.float32),
+        ids.data_ptr(),
+        values.data_ptr(),
+        table.data_ptr(),
         table.shape[1],
         table.shape[0],
-        _stream(),
+        device,
+        stream,
+        ws.data_ptr(),
+        ws.numel(),
         ctypes.byref(bad),
     )
-    _result(rc, ids, bad, table.shape[0])
+    _result(lib, rc, "gt_cuda_scatter", ids, bad, table.shape[0])

@@ -131,10 +131,12 @@ def sparse_step(
     if name is Backend.TORCH:
         _check_range(ids, table.shape[0])
     global_adam = config.kind == "adam" and config.step_count == "global"
-    if global_adam:
-        if name is not Backend.TORCH:  # the native cores check ranges themselves, before any update
+    # torch.optim.SparseAdam counts every step, an empty batch included. The CUDA core counts it itself, on
+    # the device once its ids are checked (a check here would wait for the device a second time).
+    if global_adam and name is not Backend.CUDA:
+        if name is not Backend.TORCH:  # the native core checks ranges itself, before any update
             _check_range(ids, table.shape[0])
-        state["step"] += 1  # torch.optim.SparseAdam counts every step, an empty batch included
+        state["step"] += 1
     if name is Backend.TORCH:
         updated = reference.step(config, table, state, ids, grads)
     elif name is Backend.CPU:

@@ -8,12 +8,19 @@ with a GPU: that depends on the hardware, never on what was built.
 
 from __future__ import annotations
 
+import importlib.util
+import shutil
+import subprocess
+from pathlib import Path
+from types import ModuleType
+
 import pytest
 import torch
 
 from graphtrain.runtime.native import NativeUnavailable, core, cuda
 
 GPU = torch.cuda.is_available()
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def backends(*, reference: bool = True) -> list[str]:
@@ -44,3 +51,30 @@ def _backend_is_built(request: pytest.FixtureRequest) -> None:
 def cpu_core() -> None:
     """For tests that call the CPU core directly."""
     require("cpu")
+
+
+@pytest.fixture(scope="session")
+def cuda_build(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """The CUDA core built once per session as setup.py builds it (cuda/nvcc.py: sm_80, sm_90 and PTX of
+    sm_90) into a temporary directory, and nvcc's output. Skipped where nvcc is not installed (CI has it)."""
+    if shutil.which("nvcc") is None:
+        pytest.skip("nvcc not installed (CI has it)")
+    out = tmp_path_factory.mktemp("cuda") / "core_cuda.so"
+    result = subprocess.run(
+        nvcc_module().nvcc_command(str(out), nvcc_module().DEFAULT_ARCHS),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    return out, result.stdout + result.stderr
+
+
+def nvcc_module() -> ModuleType:
+    """cuda/nvcc.py (not a package: loaded by path, as setup.py does)."""
+    spec = importlib.util.spec_from_file_location("graphtrain_nvcc", ROOT / "cuda" / "nvcc.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

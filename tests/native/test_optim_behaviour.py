@@ -284,3 +284,19 @@ def test_finite_gradients_whose_sum_overflows_are_applied(backend: str) -> None:
     grads = torch.full((2, 4), 3e38)
     sparse_step(config, table, state, torch.tensor([1, 2]), grads, backend, finite=True)
     assert torch.isfinite(table).all()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("kind", ["sgd", "adagrad", "rowwise_adagrad", "adam"])
+@pytest.mark.parametrize("dim", [4, 17, 33])  # 17, 33: row-wise Adagrad's tail past its 16 lanes
+def test_no_weight_decay_reads_no_weight(backend: str, kind: str, dim: int) -> None:
+    """weight_decay 0 adds no 0 * w: an infinite weight stays one element's problem instead of turning
+    its row's (row-wise: its accumulator's) update into NaN. The CUDA kernels share the rule (tests/gpu)."""
+    config = OptimConfig(kind, 0.1)
+    table, state = setup(config, dim=dim)
+    table[3, dim - 1] = float("inf")
+    sparse_step(config, table, state, torch.tensor([3, 5]), torch.ones(2, dim), backend=backend)
+    assert torch.isfinite(table[3, : dim - 1]).all() and torch.isfinite(table[5]).all()
+    assert table[3, dim - 1] == float("inf")
+    for key, value in state.items():
+        assert torch.isfinite(value.float()).all(), key

@@ -11,7 +11,9 @@
 #include "graphtrain/optim_math.h"
 
 namespace graphtrain {
-inline constexpr int32_t kAbiVersion = 2;  // 1: gt_version(), before the load-time check
+// 1: gt_version(), before the load-time check; 2: OptimParams' exact betas; 3: the CUDA core's error codes,
+// probe, caller's workspace and device
+inline constexpr int32_t kAbiVersion = 3;
 }  // namespace graphtrain
 
 // The two functions of the check, defined once in each library (one use per build).

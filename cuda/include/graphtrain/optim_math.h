@@ -52,6 +52,9 @@ struct OptimParams {
 // below and the CUDA kernels are both built from these ----
 
 GT_HD float decayed(float g, float w, float wd) { return g + wd * w; }
+// decayed, except that no decay reads nothing of w: with wd = 0, 0 * inf would turn an infinite weight's
+// gradient into NaN (the reference and torch.optim skip the term too).
+GT_HD float maybe_decayed(float g, float w, float wd) { return wd == 0.0f ? g : decayed(g, w, wd); }
 
 GT_HD void sgd_elem(float& w, float gd, const OptimParams& p) { w -= p.lr * gd; }
 
@@ -70,15 +73,21 @@ struct AdamCoef {
   float a, b, e;
 };
 
-GT_HD AdamCoef adam_coef(int64_t t, const OptimParams& p) {
-  const double bc1 = 1.0 - pow(p.beta1_exact, static_cast<double>(t));
-  const double bc2 = 1.0 - pow(p.beta2_exact, static_cast<double>(t));
+// From the bias corrections bc1 = 1 - beta1^t and bc2 = 1 - beta2^t (the CUDA build computes the two
+// powers on two lanes of a warp at once, then every lane calls this).
+GT_HD double adam_bias_correction(double beta_exact, int64_t t) { return 1.0 - pow(beta_exact, static_cast<double>(t)); }
+
+GT_HD AdamCoef adam_coef_from(double bc1, double bc2, const OptimParams& p) {
   const double inv_sqrt_bc2 = 1.0 / sqrt(bc2);
   AdamCoef c;
   c.a = static_cast<float>(p.lr / bc1);
   c.b = static_cast<float>(inv_sqrt_bc2);
   c.e = static_cast<float>(p.eps_inside_sqrt ? p.eps * inv_sqrt_bc2 : p.eps);
   return c;
+}
+
+GT_HD AdamCoef adam_coef(int64_t t, const OptimParams& p) {
+  return adam_coef_from(adam_bias_correction(p.beta1_exact, t), adam_bias_correction(p.beta2_exact, t), p);
 }
 
 GT_HD void adam_elem(float& w, float& m, float& v, float gd, const OptimParams& p, const AdamCoef& c) {
@@ -131,7 +140,7 @@ GT_HD float sum_sq_decayed(const float* w, const float* g, int64_t dim, float wd
       }
   }
   for (int l = 0; j < dim; ++j, ++l) {
-    const float gd = decayed(g[j], w[j], wd);
+    const float gd = maybe_decayed(g[j], w[j], wd);
     part[l] += gd * gd;
   }
   float sq = 0.0f;
