@@ -395,6 +395,7 @@ def shard_statefulset(owner: Obj, gt: S.GraphTraining, config: OperatorConfig) -
         shm=False,  # trainers run in other pods
         metrics_port=METRICS_PORT,
         metrics_host=f"$({POD_IP_ENV})",
+        device=S.Device(ss.device).value,
     )
     probe = {
         "httpGet": {"path": "/readyz", "port": "metrics"},

@@ -394,11 +394,17 @@ class LocalRun:
         handle.close()
         return Child(p, proc, log, offset=offset)
 
+    @property
+    def device(self) -> str:
+        """Where the shard servers keep their tables (spec shardServers.device): cpu or cuda."""
+        return S.Device(self.gt.spec.shard_servers.device).value
+
     def start_servers(self, partition: Path) -> None:
         n = self.gt.spec.num_shards
         where = plan.files(self.run_dir, self.spec_path, partition)
         self.servers = [
-            self._spawn(plan.shard_server(i, where, self.run_dir), announces=True) for i in range(n)
+            self._spawn(plan.shard_server(i, where, self.run_dir, self.device), announces=True)
+            for i in range(n)
         ]
         self.addresses = [self._wait_ready(c) for c in self.servers]
         self.write_targets()
@@ -433,7 +439,9 @@ class LocalRun:
         world = self.gt.spec.trainers.replicas
         init = f"tcp://127.0.0.1:{free_port()}"
         self.trainers = [
-            self._spawn(plan.trainer(r, world, where, self.run_dir, self.addresses, init))
+            self._spawn(
+                plan.trainer(r, world, where, self.run_dir, self.addresses, init, shm=self.device == "cpu")
+            )
             for r in range(world)
         ]
 

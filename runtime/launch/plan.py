@@ -46,25 +46,40 @@ def port_file(run_dir: Path, rank: int) -> Path:
     return run_dir / "prometheus" / f"trainer-{rank}.port.json"
 
 
-def shard_server(index: int, where: roles.Files, run_dir: Path) -> ProcessPlan:
-    """Shard server `index` on an ipc:// socket in the run directory, its tables in shared memory."""
+def shard_server(index: int, where: roles.Files, run_dir: Path, device: str = "cpu") -> ProcessPlan:
+    """Shard server `index` on an ipc:// socket in the run directory, its tables in shared memory (on
+    the GPU with device cuda: then trainers pull them over the socket)."""
     bind = f"ipc://{run_dir / f'shard-{index}.sock'}"
-    argv = roles.shard_server(where, bind=bind, shard=index, shm=True, workers=SHARD_WORKERS, metrics_port=0)
+    argv = roles.shard_server(
+        where,
+        bind=bind,
+        shard=index,
+        shm=device == "cpu",
+        workers=SHARD_WORKERS,
+        metrics_port=0,
+        device=device,
+    )
     return ProcessPlan(f"shard-{index}", [*entry(), *argv])
 
 
 def trainer(
-    rank: int, world: int, where: roles.Files, run_dir: Path, servers: Sequence[str], init: str
+    rank: int,
+    world: int,
+    where: roles.Files,
+    run_dir: Path,
+    servers: Sequence[str],
+    init: str,
+    shm: bool = True,
 ) -> ProcessPlan:
-    """Trainer `rank` of `world`, reading co-located shards from shared memory; rank 0 writes
-    progress.json and result.json into the run directory."""
+    """Trainer `rank` of `world`, reading co-located shards from shared memory (`shm`: the servers'
+    tables are in host memory); rank 0 writes progress.json and result.json into the run directory."""
     argv = roles.train(
         where,
         servers=servers,
         rank=rank,
         world=world,
         init=init,
-        shm=True,
+        shm=shm,
         run_dir=str(run_dir),
         metrics_port=0,
         metrics_port_file=str(port_file(run_dir, rank)),

@@ -55,10 +55,18 @@ def shard_server(
     workers: int | None = None,
     metrics_port: int | None = None,
     metrics_host: str | None = None,
+    device: str = "cpu",
 ) -> list[str]:
     """One shard server. `shard`: its index, or None to take it from the host name's ordinal (a
     StatefulSet pod); `bind`: ipc://path on one host, tcp://host:port across pods; `shm`: hold the tables
-    in shared memory for trainers on the same host; `workers`/`metrics_*`: None keeps the CLI's default."""
+    in shared memory for trainers on the same host (host memory: not with a cuda `device`);
+    `workers`/`metrics_*`: None keeps the CLI's default; `device`: where the tables live (cpu, cuda).
+
+    Raises:
+        ValueError: shared memory asked for with tables on a GPU.
+    """
+    if shm and device != "cpu":
+        raise ValueError(f"shared memory holds host memory: no --shm with device {device}")
     args = ["shard-server", "--bind", bind]
     args += ["--shard-from-hostname"] if shard is None else ["--shard", str(shard)]
     args += [
@@ -77,6 +85,8 @@ def shard_server(
         args += ["--metrics-port", str(metrics_port)]
     if metrics_host is not None:
         args += ["--metrics-host", metrics_host]
+    if device != "cpu":
+        args += ["--device", device]
     args.append("--shm" if shm else "--no-shm")
     return args
 

@@ -98,8 +98,12 @@ def local_argvs(gt: S.GraphTraining, tmp: Path) -> dict[str, list[str]]:
     where = plan.files(run_dir, tmp / "spec.yaml", run_dir / "partition" / "g.json")
     servers = [f"ipc://{run_dir}/shard-{i}.sock" for i in range(gt.spec.num_shards)]
     world = gt.spec.trainers.replicas
-    plans = [plan.shard_server(i, where, run_dir) for i in range(gt.spec.num_shards)]
-    plans += [plan.trainer(r, world, where, run_dir, servers, "tcp://127.0.0.1:29500") for r in range(world)]
+    device = S.Device(gt.spec.shard_servers.device).value
+    plans = [plan.shard_server(i, where, run_dir, device) for i in range(gt.spec.num_shards)]
+    init = "tcp://127.0.0.1:29500"
+    plans += [
+        plan.trainer(r, world, where, run_dir, servers, init, shm=device == "cpu") for r in range(world)
+    ]
     out = {}
     for p in plans:
         assert p.argv[: len(plan.entry())] == plan.entry()
@@ -119,6 +123,7 @@ def test_every_operator_argv_parses_with_the_cli(doc: dict) -> None:
     # each server binds its own pod IP (the pod runner's servers share one host's loopback)
     assert params["shard-server"]["bind"] == f"tcp://$(POD_IP):{M.SHARD_PORT}"
     assert params["shard-server"]["metrics_host"] == "$(POD_IP)"
+    assert params["shard-server"]["device"] == S.Device(gt.spec.shard_servers.device).value
     assert "shard-server-probe" not in params  # readiness is GET /readyz, no exec of a process
     world = gt.spec.trainers.replicas
     for r in range(world):
@@ -140,14 +145,16 @@ def test_every_local_argv_parses_with_the_cli(doc: dict, tmp_path: Path) -> None
     gt = S.parse(doc)
     params = {name: parse(argv) for name, argv in local_argvs(gt, tmp_path).items()}
     world = gt.spec.trainers.replicas
+    device = S.Device(gt.spec.shard_servers.device).value
+    shm = device == "cpu"  # shared memory is host memory: tables on a GPU are pulled over the socket
     for i in range(gt.spec.num_shards):
         s = params[f"shard-{i}"]
-        assert (s["shard"], s["shm"], s["restore"]) == (i, True, "latest")
+        assert (s["shard"], s["shm"], s["restore"], s["device"]) == (i, shm, "latest", device)
         assert (s["metrics_port"], s["metrics_host"]) == (0, "127.0.0.1")  # announced in its ready line
         assert s["bind"] == f"ipc://{tmp_path / 'run dir'}/shard-{i}.sock"
     for r in range(world):
         t = params[f"trainer-{r}"]
-        assert (t["rank"], t["world"], t["shm"], t["standalone"]) == (r, world, True, False)
+        assert (t["rank"], t["world"], t["shm"], t["standalone"]) == (r, world, shm, False)
         assert t["run_dir"] == tmp_path / "run dir" and t["progress_configmap"] is None
         assert t["partition"] == params["shard-0"]["partition"]
         assert (t["metrics_port"], t["metrics_host"]) == (0, "127.0.0.1")
