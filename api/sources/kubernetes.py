@@ -28,7 +28,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import kubernetes
 import urllib3
@@ -41,6 +41,8 @@ from graphtrain.api.sources.base import InvalidParameter, ListQuery, NotFound, S
 from graphtrain.operator import manifests as M
 from graphtrain.runtime import spec as S
 from graphtrain.runtime.spec import reporting
+
+T = TypeVar("T")
 
 log = logging.getLogger("graphtrain.api")
 GROUP, VERSION = S.API_VERSION.split("/")
@@ -298,6 +300,17 @@ class Snapshot:
     pods: dict[tuple[str, str], list[Obj]] = field(default_factory=lambda: defaultdict(list))
     events: dict[tuple[str, str], list[Obj]] = field(default_factory=lambda: defaultdict(list))
     summaries: list[models.TrainingSummary] = field(default_factory=list)
+    # answers built from this snapshot, built once: (kind, namespace, name) -> answer (a snapshot
+    # changes only by replacement, so they never go stale; they go with it)
+    built: dict[tuple[str, str, str], Any] = field(default_factory=dict)
+
+    def memo(self, key: tuple[str, str, str], build: Callable[[], T]) -> T:
+        """`build()`, once per snapshot (two threads racing both build it: harmless, same answer)."""
+        try:
+            return self.built[key]
+        except KeyError:
+            answer = self.built[key] = build()
+            return answer
 
 
 class KubernetesSource:
@@ -363,6 +376,10 @@ class KubernetesSource:
             snap = self.snapshot()
             data = snap.progress.get((namespace, progress), {})
             pods = snap.pods.get((namespace, name), [])
+            return snap.memo(
+                ("training", namespace, name),
+                lambda: training_of(obj, data, [p for p in pods if owned_by(p, uid)]),
+            )
         else:
             data = self._progress_data(namespace, progress, uid)
             selector = f"{M.LABEL_TRAINING}={name},{M.LABEL_ROLE}=trainer"
@@ -380,21 +397,25 @@ class KubernetesSource:
         obj = self._training(namespace, name)
         progress = M.names(name)["progress"]
         if self.cache_ttl > 0:
-            data = self.snapshot().progress.get((namespace, progress), {})
-        else:
-            data = self._progress_data(namespace, progress, obj["metadata"].get("uid"))
+            snap = self.snapshot()
+            data = snap.progress.get((namespace, progress), {})
+            return snap.memo(
+                ("history", namespace, name),
+                lambda: reporting.decode_history(data.get(reporting.HISTORY_KEY)),
+            )
+        data = self._progress_data(namespace, progress, obj["metadata"].get("uid"))
         return reporting.decode_history(data.get(reporting.HISTORY_KEY))
 
     def events(self, namespace: str, name: str) -> list[models.Event]:
         obj = self._training(namespace, name)
         uid = obj["metadata"].get("uid")
         if self.cache_ttl > 0:
-            return sorted_events(
-                [
-                    e
-                    for e in self.snapshot().events.get((namespace, name), [])
-                    if involves(e, namespace, name, uid)
-                ]
+            snap = self.snapshot()
+            return snap.memo(
+                ("events", namespace, name),
+                lambda: sorted_events(
+                    [e for e in snap.events.get((namespace, name), []) if involves(e, namespace, name, uid)]
+                ),
             )
         found = [e for e in self._events(namespace, name) if involves(e, namespace, name, uid)]
         return sorted_events(found)
