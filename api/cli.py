@@ -19,8 +19,6 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from graphtrain.api.auth import check_bind
-
 if TYPE_CHECKING:
     from graphtrain.api.server import BackgroundServer
     from graphtrain.api.settings import Settings
@@ -44,10 +42,11 @@ def settings_for(host: str, token_file: Path | None, no_auth: bool, metrics_open
         raise fail("error: --no-auth and --token-file exclude each other")
     if not no_auth and token_file is None:
         raise fail("error: give --token-file (one bearer token per line), or --no-auth on a loopback address")
+    from graphtrain.api.auth import TokenFile, TokenFileError, check_bind
+
     refused = check_bind(host, auth=not no_auth)
     if refused:
         raise fail(refused)
-    from graphtrain.api.auth import TokenFile, TokenFileError
     from graphtrain.api.settings import Settings
 
     try:

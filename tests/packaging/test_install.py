@@ -87,6 +87,15 @@ def test_a_runtime_command_without_the_runtime_says_what_to_install(
     assert "Traceback" not in out.stderr
 
 
+def test_the_api_command_without_its_extra_says_what_to_install(control_venv: Path) -> None:
+    """The operator's install has no FastAPI: every other command still works (above), and `graphtrain
+    api` says which extra brings it."""
+    out = run(control_venv / "graphtrain", "api", "--source", "local", "--runs-dir", ".", "--no-auth")
+    assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr
+    (line,) = out.stderr.strip().splitlines()
+    assert line.startswith("error: this command needs ") and line.endswith("pip install 'graphtrain[api]'")
+
+
 def test_the_sdist_carries_the_native_sources(tmp_path: Path) -> None:
     out = run(sys.executable, "-m", "build", "--sdist", "--no-isolation", "-o", tmp_path)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
