@@ -56,7 +56,7 @@ def settings_for(host: str, token_file: Path | None, no_auth: bool, metrics_open
     return Settings(tokens=tokens, metrics_open=metrics_open)
 
 
-@app.callback(invoke_without_command=True)
+@app.command("api")
 def api(
     source: Annotated[SourceKind, typer.Option(help="where trainings are read from")] = SourceKind.kubernetes,
     runs_dir: Annotated[
@@ -95,7 +95,7 @@ def api(
         raise fail(f"error: --runs-dir {runs_dir} is not a directory")
     settings = settings_for(host, token_file, no_auth, metrics_open)
     from graphtrain.api.app import create_app
-    from graphtrain.api.server import serve
+    from graphtrain.api.server import bind, serve
     from graphtrain.api.sources.base import SourceUnavailable
 
     status_source: Any
@@ -112,8 +112,14 @@ def api(
             status_source = K.KubernetesSource(namespace, cache_ttl=cache_ttl)
         except SourceUnavailable as exc:
             raise fail(f"error: {exc}") from None
-    print(f"graphtrain api: {source} source on http://{host}:{port} (docs at /docs)", file=sys.stderr)
-    serve(create_app(status_source, settings), host, port)
+    try:
+        sock = bind(host, port)
+    except OSError as exc:
+        raise fail(f"error: cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    bound = sock.getsockname()[1]
+    where = f"[{host}]" if ":" in host else host
+    print(f"graphtrain api: {source} source on http://{where}:{bound} (docs at /docs)", file=sys.stderr)
+    serve(create_app(status_source, settings), sock)
 
 
 # ---------------------------------------------------------------------------- graphtrain run --api
@@ -123,8 +129,13 @@ def start_for_run(
     run_dir: Path, port: int, host: str, token_file: Path | None, no_auth: bool
 ) -> BackgroundServer:
     """The API on `host:port` (0: any free port) serving one run directory, on a thread; its `port` is
-    the one bound. Raises typer.Exit(1) after one line for bad options or a port it cannot bind."""
-    settings = settings_for(host, token_file, no_auth)
+    the one bound. Raises typer.Exit(1) after one line for bad options or a port it cannot bind.
+    On a loopback address /metrics is open, as every other target of the run's targets.json is (its
+    Prometheus has no token); the status routes keep their token."""
+    from graphtrain.api.auth import check_bind
+
+    loopback = check_bind(host, auth=False) is None
+    settings = settings_for(host, token_file, no_auth, metrics_open=loopback)
     from graphtrain.api.app import create_app
     from graphtrain.api.server import BackgroundServer
     from graphtrain.api.sources.local import LocalSource

@@ -8,6 +8,7 @@ probes' too (a liveness restart on demand), and they were never closed. GuardedP
 httptools protocol, given to it as `http`) adds the two missing bounds:
 - a request must arrive and its answer be taken within REQUEST_SECONDS of the connection's start or of
   the previous answer (a half-sent request, or a client that never reads its answer, is cut off);
+- a request's line and headers may take MAX_HEAD_BYTES, no more (httptools has no limit);
 - at most MAX_OPEN connections are kept: a new one beyond that closes the oldest with no request in
   progress, so idle sockets cannot hold the port and limit_concurrency counts real requests.
 
@@ -18,6 +19,7 @@ a given one, `port` is the one bound, for the caller to announce (e.g. as a Prom
 from __future__ import annotations
 
 import asyncio
+import socket
 import threading
 import time
 import weakref
@@ -31,7 +33,9 @@ LIMIT_CONCURRENCY = 1024  # requests in progress (idle connections are evicted b
 MAX_OPEN = 512  # connections kept open
 KEEP_ALIVE_SECONDS = 5
 REQUEST_SECONDS = 10.0
+MAX_HEAD_BYTES = 64 * 1024  # request line and headers (a GET has no body)
 START_TIMEOUT = 10.0
+BACKLOG = 2048  # uvicorn's own default
 
 # each server's connections, oldest first (uvicorn keeps them in a set)
 _open: weakref.WeakKeyDictionary[Any, OrderedDict[GuardedProtocol, None]] = weakref.WeakKeyDictionary()
@@ -41,6 +45,18 @@ class GuardedProtocol(HttpToolsProtocol):
     """uvicorn's protocol with a deadline per request and eviction of idle connections (see above)."""
 
     _guard: asyncio.TimerHandle | None = None
+    _head_bytes = 0  # received since the last answer: the request line and headers being sent
+
+    def data_received(self, data: bytes) -> None:
+        """Bytes of a request not yet parsed count against MAX_HEAD_BYTES: httptools keeps an
+        unfinished header in memory without a limit (one endless header held ~100 MB per connection
+        before the deadline cut it), and no token is checked before the request is parsed."""
+        if not self.busy:
+            self._head_bytes += len(data)
+            if self._head_bytes > MAX_HEAD_BYTES:
+                self.transport.abort()
+                return
+        super().data_received(data)
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -68,6 +84,7 @@ class GuardedProtocol(HttpToolsProtocol):
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
+        self._head_bytes = 0
         self._arm()
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -95,9 +112,28 @@ def config(app: Any, host: str, port: int, limit_concurrency: int = LIMIT_CONCUR
     )
 
 
-def serve(app: Any, host: str, port: int, limit_concurrency: int = LIMIT_CONCURRENCY) -> None:
-    """Serve until interrupted (SIGINT/SIGTERM)."""
-    uvicorn.Server(config(app, host, port, limit_concurrency)).run()
+def bind(host: str, port: int) -> socket.socket:
+    """A listening socket on host:port (0: any free port), bound before uvicorn starts: a port in use
+    is one line from the caller (uvicorn logged it and exited 3), and port 0's choice can be told.
+
+    Raises:
+        OSError: the address cannot be bound.
+    """
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(BACKLOG)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+def serve(app: Any, sock: socket.socket, limit_concurrency: int = LIMIT_CONCURRENCY) -> None:
+    """Serve on `sock` (from bind()) until interrupted (SIGINT/SIGTERM)."""
+    host, port = sock.getsockname()[:2]
+    uvicorn.Server(config(app, host, port, limit_concurrency)).run(sockets=[sock])
 
 
 class BackgroundServer:

@@ -39,7 +39,7 @@ app = typer.Typer(
 )
 app.add_typer(runtime_app)
 app.add_typer(operator_app)
-app.add_typer(api_app, name="api", help="Serve the read-only REST status API (OpenAPI at /docs).")
+app.add_typer(api_app)
 
 
 def package_version() -> str:

@@ -224,7 +224,7 @@ def partition_stats(pods: list[Obj]) -> Obj | None:
             return S.PartitionStatus.model_validate(data).model_dump(
                 by_alias=True, exclude_none=True, mode="json"
             )
-        except (ValueError, ValidationError):
+        except (ValueError, RecursionError, ValidationError):  # a pod's message nested too deep too
             return None
     return None
 

@@ -15,7 +15,9 @@ router = APIRouter(tags=["health"])
 
 
 @router.get("/healthz", response_model=models.Health, summary="The server answers")
-def healthz() -> models.Health:
+async def healthz() -> models.Health:
+    """On the event loop, needing no worker thread: the liveness probe answers while every worker
+    waits on a slow source (a sync route queued behind them)."""
     return models.Health()
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import stat
 import threading
 import time
 from collections import OrderedDict
@@ -41,6 +42,27 @@ T = TypeVar("T")
 CACHE_ENTRIES = 8192  # parsed files kept (a run has about 3 + its ranks')
 SCAN_SECONDS = 1.0  # the list and the name -> directory index are at most this old
 SOURCE = "graphtrain-run"
+MAX_FILE_BYTES = 16 << 20  # a run's largest file, its history of 500 entries, is ~125 KB
+
+
+def read_regular(path: Path) -> bytes:
+    """The bytes of a regular file, at most MAX_FILE_BYTES, never through a symbolic link and never
+    waiting on a FIFO or device swapped in after the lstat.
+
+    Raises:
+        OSError: not such a file, or unreadable.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(f"{path} is not a regular file")
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            data = f.read(MAX_FILE_BYTES + 1)
+    finally:
+        os.close(fd)
+    if len(data) > MAX_FILE_BYTES:
+        raise OSError(f"{path} is larger than {MAX_FILE_BYTES} bytes")
+    return data
 
 
 class FileCache:
@@ -55,9 +77,11 @@ class FileCache:
     def load(self, path: Path, parse: Callable[[bytes], T]) -> T | None:
         """`parse` of the file's bytes, None when the file is absent or unreadable."""
         try:
-            st = os.stat(path)
+            st = os.lstat(path)
         except OSError:
             return None
+        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_FILE_BYTES:
+            return None  # a FIFO blocked a reader (every request behind it), a link leads elsewhere
         sig = (st.st_ino, st.st_size, st.st_mtime_ns)
         key = (path, parse.__qualname__)
         with self._lock:
@@ -66,7 +90,7 @@ class FileCache:
                 self._items.move_to_end(key)
                 return hit[1]
         try:
-            value = parse(path.read_bytes())
+            value = parse(read_regular(path))
         except OSError:
             return None
         with self._lock:
@@ -83,14 +107,14 @@ class FileCache:
 def parse_spec(data: bytes) -> S.GraphTraining | None:
     try:
         return S.parse(json.loads(data))
-    except (ValueError, S.SpecError):
+    except (ValueError, RecursionError, S.SpecError):  # RecursionError: nested too deep
         return None
 
 
 def parse_status(data: bytes) -> S.GraphTrainingStatus | None:
     try:
         return S.GraphTrainingStatus.model_validate(json.loads(data))
-    except (ValueError, ValidationError):
+    except (ValueError, RecursionError, ValidationError):
         return None
 
 

@@ -163,6 +163,7 @@ def _download_wheel(pkg: Package, target: Path) -> None:
     with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
         cmd = [
             sys.executable,
+            "-P",  # not pip from the working directory (see launch/plan.entry)
             "-m",
             "pip",
             "download",

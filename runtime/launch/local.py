@@ -306,9 +306,14 @@ class LocalRun:
         self.metrics_port = self._metrics_server.port
 
     def _stop_metrics(self) -> None:
+        """The launch is over: no process of it serves metrics, so its targets file lists none (a port
+        it named may be another process' by the next scrape)."""
         if self._metrics_server is not None:
             self._metrics_server.close()
             self._metrics_server = None
+        with self._targets_lock:
+            if self._targets_written:
+                targets.write(self.run_dir, [])
 
     # ---------------------------------------------------------------------------------- status
 

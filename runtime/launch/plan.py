@@ -28,7 +28,9 @@ class ProcessPlan:
 
 def entry() -> list[str]:
     """This interpreter running the CLI: the venv's packages, whether or not its scripts are on PATH."""
-    return [sys.executable, "-m", "graphtrain.runtime.cli"]
+    # -P: the working directory stays off sys.path (with -m it comes first): a `graphtrain/` folder
+    # where the user runs (an old checkout, or one planted in a shared /tmp) must not be what runs
+    return [sys.executable, "-P", "-m", "graphtrain.runtime.cli"]
 
 
 def files(run_dir: Path, spec_path: Path, partition: Path) -> roles.Files:

@@ -60,7 +60,9 @@ def decode(text: str | bytes | None) -> Progress | None:
         return None
     try:
         return Progress.model_validate(json.loads(text))
-    except (ValueError, ValidationError):  # JSONDecodeError is a ValueError
+    # JSONDecodeError is a ValueError; a document nested deeper than the interpreter recurses (a crafted
+    # ConfigMap or file: '[' * 200000) raises RecursionError: as unreadable as any other
+    except (ValueError, RecursionError, ValidationError):
         return None
 
 
@@ -100,7 +102,7 @@ def decode_history(text: str | bytes | None) -> list[Progress]:
         return []
     try:
         items = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         return []
     if not isinstance(items, list):
         return []

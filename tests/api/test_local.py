@@ -7,6 +7,7 @@ request."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -182,3 +183,31 @@ def test_identity_comes_from_the_spec_and_replacements_are_seen(tmp_path: Path) 
     replacement.replace(tmp_path / "dir-a" / rundir.STATUS_FILE)  # the launcher's atomic replace
     assert source.get_training("team", "alpha").status.phase == "Succeeded"
     assert source.history("team", "alpha") == []
+
+
+def test_hostile_files_in_a_run_directory_cost_that_run_only(tmp_path: Path) -> None:
+    """A status nested deeper than Python recurses (RecursionError: every list a 500, and never
+    cached), a FIFO (a read that blocks every request behind it, the probes' too), a link to a file
+    elsewhere, a history or heartbeat that is a directory: each reads as absent, the others are served."""
+    root = tmp_path / "runs"
+    write_run(root / "good", "good", "Training")
+    (root / "good" / reporting.HISTORY_FILE).write_text("[" * 200_000 + "]" * 200_000)
+    write_run(root / "deep", "deep", "Training")
+    (root / "deep" / rundir.STATUS_FILE).write_text("[" * 200_000 + "]" * 200_000)
+    write_run(root / "fifo", "fifo", "Training")
+    (root / "fifo" / rundir.STATUS_FILE).unlink()
+    os.mkfifo(root / "fifo" / rundir.STATUS_FILE)
+    secret = tmp_path / "elsewhere.json"
+    secret.write_text(json.dumps({"phase": "Failed"}))
+    write_run(root / "link", "link", "Training")
+    (root / "link" / rundir.STATUS_FILE).unlink()
+    (root / "link" / rundir.STATUS_FILE).symlink_to(secret)
+    (root / "good" / "trainers" / "rank-0.json").mkdir(parents=True)
+    client = TestClient(create_app(LocalSource(root), Settings()))
+    listed = client.get("/api/v1/trainings")
+    assert listed.status_code == 200, listed.text
+    phases = {i["metadata"]["name"]: i["phase"] for i in listed.json()["items"]}
+    assert phases == {"good": "Training", "deep": "Pending", "fifo": "Pending", "link": "Pending"}
+    assert client.get("/api/v1/trainings/default/good/history").json()["items"] == []
+    assert client.get("/api/v1/trainings/default/good").status_code == 200
+    assert client.get("/healthz").status_code == 200

@@ -109,3 +109,26 @@ def test_a_slow_request_is_cut_off_but_a_keep_alive_client_is_served(served: S.B
             time.sleep(0.6)
     finally:
         keep.close()
+
+
+def test_an_endless_header_is_cut_off_at_the_cap(
+    served: S.BackgroundServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """httptools keeps an unfinished header without a limit, before any token is checked: one endless
+    header held ~100 MB of the API's memory per connection until the deadline cut it."""
+    monkeypatch.setattr(S, "REQUEST_SECONDS", 60.0)  # only the cap can end this connection soon
+    c = socket.create_connection(("127.0.0.1", served.port), timeout=5)
+    try:
+        start = time.monotonic()
+        with contextlib.suppress(OSError):  # reset or broken pipe once cut off
+            c.sendall(b"GET /api/v1/trainings HTTP/1.1\r\nHost: x\r\nX-Pad: ")
+            for _ in range(16):  # 1 MB, in pieces
+                c.sendall(b"a" * 65536)
+        closed = False
+        with contextlib.suppress(OSError):
+            closed = c.recv(100) == b""
+        assert closed or time.monotonic() - start < 5  # closed, or reset (recv raised)
+        assert time.monotonic() - start < 5
+    finally:
+        c.close()
+    assert healthz(served.port)[0] == 200

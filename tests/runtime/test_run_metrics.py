@@ -110,6 +110,8 @@ def test_every_process_of_a_run_is_a_scrape_target(graph_file: Path, tmp_path: P
     finally:
         thread.join(timeout=240)
     assert not thread.is_alive() and "result" in out, "the run did not finish"
+    # the launch is over: none of its ports is a target any more
+    assert json.loads((run_dir / targets.TARGETS_FILE).read_text()) == []
     history = reporting.decode_history((run_dir / reporting.HISTORY_FILE).read_text())
     assert [p.epoch for p in history] == list(range(1, EPOCHS + 1))
     assert all(p.eval_metric == "val_accuracy" and p.eval_value is not None for p in history)

@@ -63,3 +63,12 @@ def test_epochs_trained_again_after_a_resume_replace_their_entries() -> None:
     history = [entry(e) for e in (1, 2, 3, 4)]
     resumed = reporting.append_history(history, entry(3, loss=0.5))
     assert [(p.epoch, p.loss) for p in resumed] == [(1, 1 / 2), (2, 1 / 3), (3, 0.5)]
+
+
+def test_documents_nested_deeper_than_python_recurses_read_as_absent() -> None:
+    """'[' * 200000 in a progress ConfigMap or file raised RecursionError through every reader (the
+    operator's reconcile, the API): unreadable, like any other bad report."""
+    deep = "[" * 200_000 + "]" * 200_000
+    assert reporting.decode(deep) is None
+    assert reporting.decode_history(deep) == []
+    assert reporting.training_progress({reporting.PROGRESS_KEY: deep}) is None

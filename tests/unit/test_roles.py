@@ -10,6 +10,7 @@ pod or a process."""
 from __future__ import annotations
 
 import copy
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -187,3 +188,16 @@ def test_a_standalone_trainer_is_one_trainer() -> None:
         roles.train(files, servers=None, world=2)
     with pytest.raises(ValueError, match="rendezvous"):
         roles.train(files, servers=["tcp://a:1"], world=2)
+
+
+def test_a_runs_processes_never_import_graphtrain_from_the_working_directory(tmp_path: Path) -> None:
+    """`python -m` puts the working directory first on sys.path: a `graphtrain/` folder where the user
+    runs (planted in a shared /tmp, or an old checkout) would be what the servers and trainers run."""
+    planted = tmp_path / "graphtrain" / "runtime"
+    planted.mkdir(parents=True)
+    (tmp_path / "graphtrain" / "__init__.py").write_text("")
+    (planted / "__init__.py").write_text("")
+    (planted / "cli.py").write_text(f"open({str(tmp_path / 'PWNED')!r}, 'w').write('ran')\n")
+    out = subprocess.run([*plan.entry(), "--help"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and "shard-server" in out.stdout, out.stderr[-2000:]
+    assert not (tmp_path / "PWNED").exists()
