@@ -178,6 +178,39 @@ class PullStream:
         return i, start, ShardState.gather(self.t, self.local[start : start + self.chunk_rows], out)
 
 
+def table_device(text: str) -> torch.device:
+    """Where a shard server keeps its tables: cpu or cuda[:N].
+
+    Raises:
+        ProtocolError: not a device, or neither cpu nor cuda.
+    """
+    try:
+        device = torch.device(text)
+    except (RuntimeError, ValueError):
+        raise ProtocolError(f"--device {text!r} is not a device: cpu, cuda or cuda:N") from None
+    if device.type not in ("cpu", "cuda"):
+        raise ProtocolError(f"a shard server holds its tables on the CPU or a GPU, not on {device}")
+    return device
+
+
+def check_usable(device: torch.device) -> None:
+    """A GPU and the CUDA core usable on `device`, checked at start: a server never announces ready
+    and then fails its first create.
+
+    Raises:
+        ProtocolError: no such GPU here, or the CUDA core cannot run on it (the reason named).
+    """
+    if device.type != "cuda":
+        return
+    from graphtrain.runtime.native import cuda as core
+
+    index = device.index or 0
+    if not torch.cuda.is_available() or index >= torch.cuda.device_count():
+        raise ProtocolError(f"--device {device}: no such GPU here (torch sees {torch.cuda.device_count()})")
+    if not core.available(index):
+        raise ProtocolError(f"--device {device}: the CUDA core cannot run: {core.unavailable_reason(index)}")
+
+
 class ShardState:
     """The tensors of one shard server."""
 
@@ -189,11 +222,10 @@ class ShardState:
         restore_from: Path | None = None,
         device: str = "cpu",
     ):
-        self.device = torch.device(device)
-        if self.device.type not in ("cpu", "cuda"):
-            raise ProtocolError(f"a shard server holds its tables on the CPU or a GPU, not on {self.device}")
+        self.device = table_device(device)
         if use_shm and self.device.type != "cpu":
             raise ProtocolError("tables in shared memory are host memory: --shm needs --device cpu")
+        check_usable(self.device)
         self.shard = shard
         self.use_shm = use_shm
         self.shm_prefix = shm_prefix

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import math
 import random
 import shutil
 import sys
@@ -97,6 +98,11 @@ class Dist:
         return bytes(buf.tolist()).rstrip(b"\0").decode()
 
 
+def finite_or_none(value: float | None) -> float | None:
+    """`value` when it is a finite number, else None."""
+    return value if value is not None and math.isfinite(value) else None
+
+
 @dataclass
 class Progress:
     """A trainer's running tally, reported in the spec's Progress schema (to_spec()). `metrics` and
@@ -122,15 +128,17 @@ class Progress:
         return ", ".join(parts)
 
     def to_spec(self) -> S.Progress:
-        """The report every sink writes: the schema of status.progress in both executors."""
+        """The report every sink writes: the schema of status.progress in both executors. A value that
+        is not finite (a diverging loss: NaN, inf) is reported absent, which the schema allows; the
+        summary line still shows it (the schema refuses NaN, and a refused report killed the trainer)."""
         return S.Progress(
             epoch=self.epoch,
             epochs=self.epochs,
             step=self.step,
-            loss=self.loss,
-            samples_per_second=self.samples_per_second,
+            loss=finite_or_none(self.loss),
+            samples_per_second=finite_or_none(self.samples_per_second),
             eval_metric=self.eval_metric,
-            eval_value=self.eval_value,
+            eval_value=finite_or_none(self.eval_value),
             summary=self.summary(),
             updated_at=self.updated_at or None,
         )

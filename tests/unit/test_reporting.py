@@ -203,3 +203,12 @@ def test_only_rank_zero_exports_the_eval_metric() -> None:
         is None
     )
     assert metrics.registry.get_sample_value("graphtrain_trainer_epoch", {"rank": "1"}) == 2
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
+def test_a_diverging_training_reports_its_loss_absent_and_keeps_training(bad: float) -> None:
+    """The schema refuses NaN and infinity; a trainer whose loss diverged died on its own report."""
+    report = Progress(epoch=1, epochs=2, step=3, loss=bad, samples_per_second=bad).to_spec()
+    assert report.loss is None and report.samples_per_second is None
+    assert reporting.decode(reporting.encode(report)) == report
+    assert str(bad) in report.summary  # people still see it
