@@ -19,6 +19,11 @@ from graphtrain.runtime import spec as S
 DATE_TIME: JsonDict = {"format": "date-time"}
 
 
+# A namespace's or GraphTraining's name (Kubernetes' DNS label): what the routes take, so what a
+# source may list (a run directory named otherwise, without a spec naming it, is no training)
+DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
+
+
 class _Model(BaseModel):
     """camelCase on the wire, like the spec."""
 

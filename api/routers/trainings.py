@@ -19,7 +19,7 @@ from graphtrain.api.sources.base import InvalidParameter, ListQuery, StatusSourc
 from graphtrain.runtime import spec as S
 from graphtrain.runtime.spec import reporting
 
-DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
+DNS_LABEL = models.DNS_LABEL
 MAX_LIMIT = 500
 
 router = APIRouter(prefix="/api/v1", tags=["trainings"], responses=problem_responses(401, 503, 500))

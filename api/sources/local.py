@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import stat
 import threading
 import time
@@ -185,6 +186,8 @@ class LocalSource:
         found: dict[tuple[str, str], tuple[int, Path, models.TrainingSummary]] = {}
         for path in self._run_dirs():
             meta, _ = self._identity(path)
+            if not re.match(models.DNS_LABEL, meta.name):
+                continue  # a directory named like no training (Bad_Dir) and no spec naming it
             key = (meta.namespace, meta.name)
             try:
                 written = os.stat(path / rundir.STATUS_FILE).st_mtime_ns

@@ -203,6 +203,8 @@ def test_hostile_files_in_a_run_directory_cost_that_run_only(tmp_path: Path) -> 
     (root / "link" / rundir.STATUS_FILE).unlink()
     (root / "link" / rundir.STATUS_FILE).symlink_to(secret)
     (root / "good" / "trainers" / "rank-0.json").mkdir(parents=True)
+    (root / "Bad_Dir").mkdir()  # no spec, and named like no training: listed, it could not be fetched
+    (root / "Bad_Dir" / rundir.STATUS_FILE).write_text(json.dumps({"phase": "Training"}))
     client = TestClient(create_app(LocalSource(root), Settings()))
     listed = client.get("/api/v1/trainings")
     assert listed.status_code == 200, listed.text
