@@ -221,7 +221,9 @@ class Reporter:
         self.metrics = metrics
         self.history: list[S.Progress] | None = None  # rank 0's, read from the sinks at the first epoch end
 
-    def report(self, p: Progress, epoch_end: bool = False) -> None:
+    def report(self, p: Progress, epoch_end: bool = False, evaluated: bool = False) -> None:
+        """`epoch_end`: an epoch just finished (rank 0 appends the report to the history, with its eval
+        metric only if `evaluated` this epoch: an epoch between evaluations repeated the last one's)."""
         p.updated_at = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
         if self.echo:
             rate = f", {p.samples_per_second:,.0f} samples/s" if p.samples_per_second else ""
@@ -233,7 +235,9 @@ class Reporter:
         if epoch_end and self.rank == 0:
             if self.history is None:
                 self.history = next((h for h in (s.load_history() for s in self.sinks) if h), [])
-            history = self.history = reporting.append_history(self.history, report)
+            stale = {"eval_metric": None, "eval_value": None}
+            entry = report if evaluated else report.model_copy(update=stale)
+            history = self.history = reporting.append_history(self.history, entry)
         for sink in self.sinks:
             sink.write(report, final, history)
 

@@ -160,11 +160,12 @@ class KGETraining(StepHooks):
                 self.after_step(progress, window, loss, len(pos), REPORT_EVERY)
             self.epoch += 1
             self.note(progress, window, loss)
-            if self.epoch % tr.eval_every == 0 and self.epoch < tr.epochs:
+            evaluated = self.epoch % tr.eval_every == 0 and self.epoch < tr.epochs
+            if evaluated:
                 metrics = self.evaluate("valid")
                 result.update({f"val_{k}": v for k, v in metrics.items()})
                 progress.__dict__.update(eval_metric="val_mrr", eval_value=metrics["mrr"])
-            self.reporter.report(progress, epoch_end=True)
+            self.reporter.report(progress, epoch_end=True, evaluated=evaluated)
             if tr.checkpoint_interval == 0:
                 self.checkpoint()
             if on_epoch is not None:

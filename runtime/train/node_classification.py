@@ -164,10 +164,11 @@ class NodeClassification(StepHooks):
                 clock.start()
             self.epoch += 1
             self.note(progress, window, loss)
-            if self.epoch % tr.eval_every == 0 or self.epoch == tr.epochs:
+            evaluated = self.epoch % tr.eval_every == 0 or self.epoch == tr.epochs
+            if evaluated:
                 result["val_accuracy"] = self.evaluate("val")
                 progress.__dict__.update(eval_metric="val_accuracy", eval_value=result["val_accuracy"])
-            self.reporter.report(progress, epoch_end=True)
+            self.reporter.report(progress, epoch_end=True, evaluated=evaluated)
             if tr.checkpoint_interval == 0:
                 self.checkpoint()
             if on_epoch is not None:

@@ -90,7 +90,8 @@ def test_rank_zero_keeps_one_history_entry_per_epoch_end_in_both_sinks(tmp_path:
     reporter = Reporter(0, progress_sinks(tmp_path, 0, "t-progress"), echo=False, metrics=metrics)
     for epoch in (1, 2):
         reporter.report(tally(epoch=epoch))  # a step window's report: no entry
-        reporter.report(tally(epoch=epoch, eval_metric="val_mrr", eval_value=0.1 * epoch), epoch_end=True)
+        tallied = tally(epoch=epoch, eval_metric="val_mrr", eval_value=0.1 * epoch)
+        reporter.report(tallied, epoch_end=True, evaluated=True)
     history = reporting.decode_history((tmp_path / reporting.HISTORY_FILE).read_text())
     assert [(p.epoch, p.eval_value) for p in history] == [(1, 0.1), (2, 0.2)]
     assert all(reporting.HISTORY_KEY not in b["data"] for _, _, b in api.patches)  # within a heartbeat
@@ -108,9 +109,13 @@ def test_rank_zero_keeps_one_history_entry_per_epoch_end_in_both_sinks(tmp_path:
 
     # a restarted rank 0 continues the history it finds; epochs trained again replace their entries
     again = Reporter(0, progress_sinks(tmp_path, 0, None), echo=False)
-    again.report(tally(epoch=2, eval_metric="val_mrr", eval_value=0.5), epoch_end=True)
+    again.report(tally(epoch=2, eval_metric="val_mrr", eval_value=0.5), epoch_end=True, evaluated=True)
     history = reporting.decode_history((tmp_path / reporting.HISTORY_FILE).read_text())
     assert [(p.epoch, p.eval_value) for p in history] == [(1, 0.1), (2, 0.5)]
+    # an epoch without an evaluation carries none (the last one's value, repeated, read as measured)
+    again.report(tally(epoch=3, eval_metric="val_mrr", eval_value=0.5), epoch_end=True)
+    history = reporting.decode_history((tmp_path / reporting.HISTORY_FILE).read_text())
+    assert [(p.epoch, p.eval_metric, p.eval_value) for p in history][-1] == (3, None, None)
 
 
 def test_the_history_goes_with_the_next_patch_sent_and_the_final_one(api: FakeApi) -> None:
