@@ -104,9 +104,10 @@ class _Connections:
 
 def _response(status: int, content_type: str, body: bytes, head: bool) -> bytes:
     reason = HTTPStatus(status).phrase if status in HTTPStatus._value2member_map_ else ""
+    allow = "Allow: GET, HEAD\r\n" if status == 405 else ""  # RFC 9110: a 405 says what is allowed
     header = (
         f"HTTP/1.1 {status} {reason}\r\nContent-Type: {content_type}\r\n"
-        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+        f"Content-Length: {len(body)}\r\n{allow}Connection: close\r\n\r\n"
     ).encode()
     return header if head else header + body
 

@@ -70,7 +70,9 @@ def test_metrics_and_checks_over_http(server: httpd.Server, live: dict) -> None:
     families = {f.name: f for f in text_string_to_metric_families(text)}
     assert status == 200 and families["demo"].samples[0].value == 3
     assert get(f"{server.url}/nothing") == (404, "not found\n")
-    assert get(f"{server.url}/livez", method="POST")[0] == 405
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(urllib.request.Request(f"{server.url}/livez", method="POST"), timeout=5)
+    assert refused.value.code == 405 and refused.value.headers["Allow"] == "GET, HEAD"
     assert get(f"{server.url}/livez", method="HEAD") == (503, "")
 
 
