@@ -253,8 +253,10 @@ def test_restart_from_the_last_checkpoint(graph_file: Path, tmp_path: Path, vict
     assert st["progress"]["epoch"] == 6
     if victim == "shard-0":
         assert st["shards"][0]["restarts"] == 1
-    # the scrape targets name the processes that came back, on their new ports
-    doc = json.loads((run.run_dir / "prometheus" / "targets.json").read_text())
+    # the launch is over: its targets file lists nothing; what it lists for the processes as they ended
+    # names the ones that came back, on their new ports
+    assert json.loads((run.run_dir / "prometheus" / "targets.json").read_text()) == []
+    doc = json.loads(run.write_targets().read_text())
     ports = {
         (t["labels"]["job"], t["labels"].get("shard", t["labels"].get("rank"))): t["targets"] for t in doc
     }
