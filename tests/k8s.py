@@ -13,10 +13,11 @@ import json
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -157,3 +158,37 @@ def serve_stand_ins(kube: Kubectl, *kinds: tuple[str, str, str, str]) -> None:
         }
         kube("apply", "-f", "-", input=json.dumps(crd))
         kube("wait", "--for=condition=Established", "--timeout=30s", f"crd/{plural}.{group}")
+
+
+def own_api_server(factory: pytest.TempPathFactory, name: str) -> Iterator[str]:
+    """A module's own API server (a fixture's body: `yield from`), or the user's test cluster
+    ($GRAPHTRAIN_TEST_KUBECONFIG) as the session's fixture takes it."""
+    user = os.environ.get("GRAPHTRAIN_TEST_KUBECONFIG")
+    if user:
+        yield user
+        return
+    run = factory.mktemp(name)
+    try:
+        yield start(run, testenv_bin())
+    finally:
+        stop(run)
+
+
+def kubectl_for_operator(kubeconfig: str) -> Kubectl:
+    """kubectl on `kubeconfig`, the CRD installed and the NetworkPolicy stand-in served (the operator
+    makes one per training)."""
+    run = kubectl(kubeconfig)
+    install_crd(run)
+    serve_stand_ins(run, NETWORK_POLICY)
+    return run
+
+
+def terminate(proc: subprocess.Popen, grace: float = 20) -> None:
+    """SIGTERM a process this test started, SIGKILL it after `grace` seconds."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)

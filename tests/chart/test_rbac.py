@@ -23,7 +23,6 @@ import base64
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -199,13 +198,7 @@ def run_operator(server: Server, tmp_path: Path) -> Iterator:
 
     yield start
     for proc in procs:  # only the operator this fixture started
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=10)
+        k8s.terminate(proc)
     for log in logs:
         print(f"--- {log}\n{log.read_text()[-4000:]}")
 

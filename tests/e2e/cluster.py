@@ -8,7 +8,6 @@ import contextlib
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -57,13 +56,8 @@ def operator_cluster(tmp: Path, config: str) -> Iterator[Cluster]:
             proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
         yield Cluster(kubeconfig, kube, log)
     finally:
-        if proc is not None and proc.poll() is None:  # only the operator started here
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=10)
+        if proc is not None:  # only the operator started here
+            k8s.terminate(proc, grace=30)
         k8s.stop(run)
 
 

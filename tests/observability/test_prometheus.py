@@ -19,7 +19,6 @@ import math
 import os
 import re
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -44,7 +43,8 @@ from tests.runtime.test_launch import ONE_THREAD, graph_file, sage_spec, write_s
 
 pytestmark = pytest.mark.timeout(420)
 
-EPOCHS = 12  # long enough for Prometheus to scrape every process many times (a second apart)
+EPOCHS = 40  # ~10 s of training on a quiet machine: Prometheus scrapes each trainer several times
+# (12 epochs at batch 32 lasted ~2 s once the machine was idle: too few scrapes for a rate)
 RATE_INTERVAL = "5s"  # $__rate_interval: 5 scrapes
 OPERATOR_TRAINING = """
 apiVersion: graphtrain.io/v1alpha1
@@ -95,26 +95,15 @@ def free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def kubeconfig(tmp_path_factory) -> Iterator[str]:
+def kubeconfig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """This module's own API server: the session's in-process operator (tests/operator/conftest.py)
     must not reconcile the training this test's operator does, nor this one its."""
-    user = os.environ.get("GRAPHTRAIN_TEST_KUBECONFIG")
-    if user:
-        yield user
-        return
-    run = tmp_path_factory.mktemp("prometheus-apiserver")
-    try:
-        yield k8s.start(run, k8s.testenv_bin())
-    finally:
-        k8s.stop(run)
+    yield from k8s.own_api_server(tmp_path_factory, "prometheus-apiserver")
 
 
 @pytest.fixture(scope="module")
 def kube(kubeconfig: str) -> k8s.Kubectl:
-    run = k8s.kubectl(kubeconfig)
-    k8s.install_crd(run)
-    k8s.serve_stand_ins(run, k8s.NETWORK_POLICY)  # the operator makes one per training
-    return run
+    return k8s.kubectl_for_operator(kubeconfig)
 
 
 @pytest.fixture
@@ -146,18 +135,8 @@ def operator(kube: k8s.Kubectl, kubeconfig: str, tmp_path: Path) -> Iterator[tup
         wait_for(lambda: kube("get", "gtr", "watched", "-n", ns, "-o", phase), timeout=60, what="a reconcile")
         yield where, ns
     finally:
-        stop(proc)
+        k8s.terminate(proc)
         print(f"---- operator:\n{log.read_text(errors='replace')[-3000:]}")  # shown if the test failed
-
-
-def stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
 
 
 @pytest.fixture
@@ -198,7 +177,7 @@ def prometheus(tmp_path: Path) -> Callable[[dict[str, Any]], Prometheus]:
 
     yield start
     for p in started:
-        stop(p.proc)
+        k8s.terminate(p.proc)
         print(f"---- {p.log.name}:\n{p.log.read_text(errors='replace')[-3000:]}")
 
 
@@ -249,7 +228,7 @@ def test_every_dashboard_panel_and_alert_has_data_from_a_real_prometheus(
     )
     start = time.time()
     # the whole command (graphtrain.cli): `run --api` serves the run's REST status API, a target too
-    write_spec(sage_spec(graph_file, epochs=EPOCHS, batch=32), run_dir)
+    write_spec(sage_spec(graph_file, epochs=EPOCHS, batch=16), run_dir)
     command = [sys.executable, "-m", "graphtrain.cli", "run", str(run_dir.parent / "run.yaml")]
     with open(run_dir.parent / "run.out", "wb") as out:
         launcher = subprocess.Popen(
@@ -261,7 +240,7 @@ def test_every_dashboard_panel_and_alert_has_data_from_a_real_prometheus(
     try:
         code = launcher.wait(timeout=300)
     finally:
-        stop(launcher)
+        k8s.terminate(launcher)
     output = (run_dir.parent / "run.out").read_text(errors="replace")
     assert code == 0, output[-3000:]
     time.sleep(3)  # the last scrapes and rule evaluations

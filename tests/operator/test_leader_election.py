@@ -85,26 +85,15 @@ class Operator:
 
 
 @pytest.fixture(scope="module")
-def kubeconfig(tmp_path_factory) -> Iterator[str]:
+def kubeconfig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """This module's own API server (overrides the session's; see the module docstring), or a user's
     test cluster as the session's fixture takes it."""
-    user = os.environ.get("GRAPHTRAIN_TEST_KUBECONFIG")
-    if user:
-        yield user
-        return
-    run = tmp_path_factory.mktemp("leader-apiserver")
-    try:
-        yield k8s.start(run, k8s.testenv_bin())
-    finally:
-        k8s.stop(run)
+    yield from k8s.own_api_server(tmp_path_factory, "leader-apiserver")
 
 
 @pytest.fixture(scope="module")
 def kube(kubeconfig: str) -> k8s.Kubectl:
-    run = k8s.kubectl(kubeconfig)
-    k8s.install_crd(run)
-    k8s.serve_stand_ins(run, k8s.NETWORK_POLICY)  # the operator makes a NetworkPolicy per training
-    return run
+    return k8s.kubectl_for_operator(kubeconfig)
 
 
 @pytest.fixture
