@@ -34,9 +34,15 @@ class Graph:
     label: np.ndarray | None = None
     masks: dict[str, np.ndarray] = field(default_factory=dict)
     etype: np.ndarray | None = None
-    node_ids: np.ndarray | None = None  # external id of each node (file graphs, datasets with ids)
+    # external id of each node (file graphs, datasets with ids): int64, or unicode ('<U') for string ids
+    node_ids: np.ndarray | None = None
     ntype: np.ndarray | None = None  # node type per node (e.g. gene / paper), small ints
     num_classes: int | None = None
+    class_names: np.ndarray | None = None  # unicode, label i is class_names[i] (string labels)
+    relation_names: np.ndarray | None = None  # unicode, edge type i is relation_names[i]
+    # a knowledge graph's splits, (n, 3) int64 (head, relation, tail) in this graph's node ids:
+    # "train", "valid", "test" (the edges are the train triples; KGE evaluation needs the others)
+    triples: dict[str, np.ndarray] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.validate()
@@ -74,8 +80,25 @@ class Graph:
             raise DataError(
                 f"graph {self.name!r}: etype has {self.etype.shape[0]} entries, edges {self.num_edges}"
             )
-        if self.node_ids is not None and self.node_ids.shape != (n,):
-            raise DataError(f"graph {self.name!r}: node_ids must have one entry per node")
+        if self.node_ids is not None and (
+            self.node_ids.shape != (n,) or self.node_ids.dtype.kind not in "iU"
+        ):
+            raise DataError(f"graph {self.name!r}: node_ids must have one integer or string entry per node")
+        for key, names in (("class_names", self.class_names), ("relation_names", self.relation_names)):
+            if names is not None and (names.ndim != 1 or names.dtype.kind != "U"):
+                raise DataError(f"graph {self.name!r}: {key} must be a 1-D unicode array")
+        if self.class_names is not None and self.label is not None and self.label.size:
+            if int(self.label.max()) >= len(self.class_names):
+                raise DataError(
+                    f"graph {self.name!r}: a label is beyond the {len(self.class_names)} class names"
+                )
+        for key, t in self.triples.items():
+            if key not in ("train", "valid", "test"):
+                raise DataError(f"graph {self.name!r}: unknown triple split {key!r}")
+            if t.dtype != np.int64 or t.ndim != 2 or t.shape[1] != 3:
+                raise DataError(f"graph {self.name!r}: {key} triples must be an int64 (n, 3) array")
+            if t.size and (t[:, [0, 2]].min() < 0 or t[:, [0, 2]].max() >= n):
+                raise DataError(f"graph {self.name!r}: {key} triples name an entity outside [0, {n})")
         if self.ntype is not None and self.ntype.shape != (n,):
             raise DataError(f"graph {self.name!r}: ntype must have one entry per node")
 
@@ -108,6 +131,9 @@ class Graph:
             node_ids=self.node_ids,
             ntype=self.ntype,
             num_classes=self.num_classes,
+            class_names=self.class_names,
+            relation_names=self.relation_names,
+            triples=self.triples,
         )
 
     @classmethod
@@ -181,8 +207,8 @@ class KnowledgeGraph:
     train: np.ndarray
     valid: np.ndarray
     test: np.ndarray
-    entity_names: list[str] | None = None
-    relation_names: list[str] | None = None
+    entity_names: list[str] | np.ndarray | None = None  # label of each entity id (strings)
+    relation_names: list[str] | np.ndarray | None = None  # label of each relation id
 
     def __post_init__(self) -> None:
         if self.num_entities < 1:
@@ -200,9 +226,25 @@ class KnowledgeGraph:
                 raise DataError(f"knowledge graph {self.name!r}: {split} has a relation id outside the table")
 
     def to_graph(self, splits: tuple[str, ...] = ("train",)) -> Graph:
-        """The graph head -> tail of the given splits, with the relation as edge type."""
+        """The graph head -> tail of the given splits, with the relation as edge type; it carries every
+        split (`triples`) and the entity and relation labels, so a partition holds the whole KG."""
         t = np.concatenate([getattr(self, s) for s in splits])
-        return Graph.from_edges(self.name, self.num_entities, t[:, 0], t[:, 2], etype=t[:, 1])
+        return Graph.from_edges(
+            self.name,
+            self.num_entities,
+            t[:, 0],
+            t[:, 2],
+            etype=t[:, 1],
+            node_ids=None if self.entity_names is None else np.asarray(self.entity_names, dtype=str),
+            relation_names=None
+            if self.relation_names is None
+            else np.asarray(self.relation_names, dtype=str),
+            triples={s: getattr(self, s) for s in ("train", "valid", "test")},
+        )
+
+    @property
+    def num_triples(self) -> int:
+        return len(self.train) + len(self.valid) + len(self.test)
 
 
 def random_masks(num_nodes: int, train: float, val: float, seed: int) -> dict[str, np.ndarray]:

@@ -375,8 +375,87 @@ add_rules(
 )
 
 
+class TripleColumn(StrEnum):
+    """A column of a triples file."""
+
+    head = "head"
+    relation = "relation"
+    tail = "tail"
+
+
+class TriplesSource(_Model):
+    """A knowledge graph from the user's own (head, relation, tail) files, as PyKEEN's
+    `TriplesFactory.from_path` reads them: one triple per line, labels as strings or integers."""
+
+    path: str = Field(
+        min_length=1,
+        max_length=4096,
+        description="The training triples (.tsv/.txt tab-separated, .csv comma-separated; a first line of "
+        "column names is a header; # comments). Without valid and test: all triples, split by graph.split "
+        "(default 80/10/10). Relative paths are resolved from the spec's directory (in Kubernetes: from "
+        "storage.mountPath).",
+    )
+    valid: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=4096,
+        description="The user's own validation triples (same columns); set with test.",
+    )
+    test: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=4096,
+        description="The user's own test triples (same columns); set with valid.",
+    )
+    columns: list[TripleColumn] = Field(
+        default_factory=lambda: [TripleColumn.head, TripleColumn.relation, TripleColumn.tail],
+        min_length=3,
+        max_length=3,
+        description="The order of the columns in the files: head, relation, tail in any order "
+        "(e.g. [head, tail, relation] for files written as h-t-r).",
+    )
+    format: FileFormat = Field(
+        default=FileFormat.auto,
+        description="How the files are read: auto (by extension), csv or tsv.",
+    )
+
+
+add_rules(
+    TriplesSource,
+    Rule(
+        "triples-columns-distinct",
+        "columns",
+        lambda t: len(set(t.columns)) == 3,
+        cel="self.columns.all(c, self.columns.exists_one(d, d == c))",
+        message="must name head, relation and tail once each",
+    ),
+    Rule(
+        "triples-valid-with-test",
+        "",
+        lambda t: (t.valid is None) == (t.test is None),
+        cel="has(self.valid) == has(self.test)",
+        message="set both valid and test (the user's own split) or neither (split by graph.split)",
+    ),
+    Rule(
+        "triples-text-format",
+        "format",
+        lambda t: t.format != FileFormat.npz,
+        cel="self.format != 'npz'",
+        message="triples are read from csv or tsv files",
+    ),
+)
+
+
+class NodeIds(StrEnum):
+    """How the node ids of an edge list are read."""
+
+    auto = "auto"  # integers when every id is a decimal integer, else strings
+    integer = "integer"
+    string = "string"
+
+
 class GraphSource(_Model):
-    """Where the graph comes from: a bundled dataset or a file (exactly one)."""
+    """Where the graph comes from: a bundled dataset, a graph file, or triples files (exactly one)."""
 
     dataset: Dataset | None = Field(
         default=None,
@@ -390,8 +469,36 @@ class GraphSource(_Model):
         default=None,
         min_length=1,
         max_length=4096,
-        description="A graph file instead of a dataset: an edge list (.csv/.tsv) or an .npz archive. "
-        "Set this or dataset.",
+        description="A graph file instead of a dataset: an edge list (.csv/.tsv: src, dst[, etype]) or an "
+        ".npz archive. Relative paths are resolved from the spec's directory (in Kubernetes: from "
+        "storage.mountPath). Set one of dataset, path, triples.",
+    )
+    triples: TriplesSource | None = Field(
+        default=None,
+        description="A knowledge graph from (head, relation, tail) files, for transe and distmult. Set one "
+        "of dataset, path, triples.",
+    )
+    node_ids: NodeIds = Field(
+        default=NodeIds.auto,
+        description="Node ids of an edge list (and the id column of features/labels files): integer, "
+        "string (any text, e.g. names; kept as labels in the partition and the outputs), or auto (integer "
+        "when every id is a decimal integer).",
+    )
+    features: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=4096,
+        description="Node features of a path graph from their own file: .npy (nodes x dims, row i = node "
+        "i), .npz (a scipy.sparse CSR matrix saved by save_npz), .csv or .parquet (an `id` column "
+        "holding the edge list's node ids, every other column a feature; without `id`, row i = node i).",
+    )
+    labels: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=4096,
+        description="Node class labels of a path graph from their own file: .npy (one integer per node, -1 "
+        "unlabelled), .csv or .parquet (columns `id` and `label`; nodes without a row are unlabelled; "
+        "string labels are class names, kept in the partition and the outputs).",
     )
     format: FileFormat = Field(
         default=FileFormat.auto,
@@ -420,9 +527,30 @@ add_rules(
     Rule(
         "graph-one-source",
         "",
-        lambda g: (g.dataset is None) != (g.path is None),
-        cel="has(self.dataset) != has(self.path)",
-        message="set exactly one of graph.dataset and graph.path",
+        lambda g: [g.dataset, g.path, g.triples].count(None) == 2,
+        cel="(has(self.dataset) ? 1 : 0) + (has(self.path) ? 1 : 0) + (has(self.triples) ? 1 : 0) == 1",
+        message="set exactly one of graph.dataset, graph.path and graph.triples",
+    ),
+    Rule(
+        "graph-node-files-need-path",
+        "",
+        lambda g: g.path is not None or (g.features is None and g.labels is None),
+        cel="has(self.path) || (!has(self.features) && !has(self.labels))",
+        message="graph.features and graph.labels belong to a graph.path edge list or .npz",
+    ),
+    Rule(
+        "triples-split-or-own",
+        "split",
+        lambda g: g.split is None or g.triples is None or g.triples.valid is None,
+        cel="!has(self.split) || !has(self.triples) || !has(self.triples.valid)",
+        message="graph.triples names its own valid and test files; remove graph.split",
+    ),
+    Rule(
+        "triples-no-reverse",
+        "reverseEdges",
+        lambda g: not (g.reverse_edges and g.triples is not None),
+        cel="!has(self.triples) || !self.reverseEdges",
+        message="a knowledge graph's triples are directed (a reversed triple is another fact)",
     ),
     Rule(
         "graph-standard-split",
@@ -935,6 +1063,22 @@ add_rules(
 )
 
 
+class EarlyStopping(_Model):
+    """Stop when the validation metric (accuracy for graphsage, filtered MRR for transe/distmult) has not
+    improved for `patience` validation passes; the best checkpoint is kept either way."""
+
+    patience: int = Field(
+        default=5, ge=1, le=100000, description="Validation passes without improvement before stopping."
+    )
+    min_delta: float = Field(
+        default=0.0,
+        ge=0,
+        le=1,
+        allow_inf_nan=False,
+        description="Smallest rise of the validation metric counted as an improvement.",
+    )
+
+
 class Training(_Model):
     """The training loop: epochs, batches, sampling and the dense optimizer."""
 
@@ -969,6 +1113,10 @@ class Training(_Model):
         default=0, ge=0, description="Steps between checkpoints; 0: one at the end of each epoch."
     )
     eval_every: int = Field(default=1, ge=1, description="Epochs between validation passes.")
+    early_stopping: EarlyStopping | None = Field(
+        default=None,
+        description="Stop early when the validation metric stops improving. Unset: train every epoch.",
+    )
     threads: int | None = Field(
         default=None,
         ge=1,
@@ -1297,12 +1445,20 @@ add_rules(
         args=(("self.graph.dataset", lambda s: s.graph.dataset),),
     ),
     Rule(
+        "graphsage-no-triples",
+        "graph.triples",
+        lambda s: _kge(s.model.kind) or s.graph.triples is None,
+        cel="self.model.kind != 'graphsage' || !has(self.graph.triples)",
+        message="triples carry no node labels to classify; use model.kind transe or distmult",
+    ),
+    Rule(
         "kge-knowledge-graph",
         "graph.dataset",
-        lambda s: not _kge(s.model.kind) or s.graph.dataset in KG_DATASETS,
-        cel=f"self.model.kind == 'graphsage' || "
+        lambda s: not _kge(s.model.kind) or s.graph.dataset in KG_DATASETS or s.graph.triples is not None,
+        cel=f"self.model.kind == 'graphsage' || has(self.graph.triples) || "
         f"(has(self.graph.dataset) && self.graph.dataset in {_cel_list(KG_DATASETS)})",
-        message="%s needs graph.dataset to name a knowledge graph (" + ", ".join(sorted(KG_DATASETS)) + ")",
+        message="%s needs graph.triples (your own head/relation/tail files) or graph.dataset naming a "
+        "knowledge graph (" + ", ".join(sorted(KG_DATASETS)) + ")",
         args=(("self.model.kind", lambda s: s.model.kind),),
     ),
     Rule(

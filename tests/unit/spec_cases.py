@@ -101,6 +101,24 @@ BREAKS: dict[str, Doc] = {
     "fanouts-per-layer": edit(GRAPHSAGE, lambda s: s.update(training={"fanouts": [10]})),
     "graphsage-labelled-graph": edit(GRAPHSAGE, lambda s: s["graph"].update(dataset="nations")),
     "kge-knowledge-graph": edit(TRANSE, lambda s: s["graph"].update(dataset="wordnet")),
+    "graphsage-no-triples": edit(GRAPHSAGE, lambda s: s.update(graph={"triples": {"path": "t.tsv"}})),
+    "graph-node-files-need-path": edit(GRAPHSAGE, lambda s: s["graph"].update(labels="labels.csv")),
+    "triples-split-or-own": edit(
+        TRANSE,
+        lambda s: s.update(graph={"triples": {"path": "a", "valid": "b", "test": "c"}, "split": {}}),
+    ),
+    "triples-no-reverse": edit(
+        TRANSE, lambda s: s.update(graph={"triples": {"path": "a"}, "reverseEdges": True})
+    ),
+    "triples-valid-with-test": edit(
+        TRANSE, lambda s: s.update(graph={"triples": {"path": "a", "valid": "b"}})
+    ),
+    "triples-text-format": edit(
+        TRANSE, lambda s: s.update(graph={"triples": {"path": "a", "format": "npz"}})
+    ),
+    "triples-columns-distinct": edit(
+        TRANSE, lambda s: s.update(graph={"triples": {"path": "a", "columns": ["head", "head", "tail"]}})
+    ),
     "shards-per-partition": edit(GRAPHSAGE, lambda s: s.update(shardServers={"replicas": 3})),
     "nccl-needs-cuda": edit(GRAPHSAGE, lambda s: s.update(trainers={"backend": "nccl"})),
     "toleration-exists-without-value": edit(

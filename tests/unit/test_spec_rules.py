@@ -138,7 +138,7 @@ def test_a_sub_model_reports_its_rules() -> None:
     with pytest.raises(ValidationError) as info:
         S.GraphSource.model_validate({})
     assert [str(p) for p in S.problems_from_validation(info.value)] == [
-        "(root): set exactly one of graph.dataset and graph.path"
+        "(root): set exactly one of graph.dataset, graph.path and graph.triples"
     ]
 
 
