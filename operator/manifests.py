@@ -332,7 +332,7 @@ def partition_job(owner: Obj, gt: S.GraphTraining, config: OperatorConfig) -> Ob
     """Partitions the graph onto the shared volume; its compact stats end in the termination message."""
     n, lay = names(gt.metadata.name), Layout(gt)
     pod = P.pod_settings(gt.spec, config, "partition")
-    args = roles.partition(lay.files, data_dir=lay.data, report_file=TERMINATION_LOG)
+    args = roles.partition(lay.files, data_dir=lay.data, report_file=TERMINATION_LOG, base_dir=lay.mount)
     container = _container(
         gt, config, pod, "partition", args, token=False, terminationMessagePolicy="FallbackToLogsOnError"
     )

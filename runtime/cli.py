@@ -217,14 +217,23 @@ def partition(
         Path | None,
         typer.Option(help="also write the partition status (compact JSON) here, e.g. /dev/termination-log"),
     ] = None,
+    base_dir: Annotated[
+        Path | None,
+        typer.Option(
+            help="where relative paths of the spec's graph section start (default: the spec's directory)"
+        ),
+    ] = None,
     data_dir: DataDir = None,
 ) -> None:
     """Partition a graph into contiguous-ID partitions and write the on-disk format with a report.
 
-    Settings come from --spec (its graph and partition sections) and are overridden by options.
+    Settings come from --spec (its graph and partition sections) and are overridden by options. Relative
+    file paths in the spec are read from the spec's directory (or --base-dir).
     """
     from graphtrain.runtime import partition as P
     from graphtrain.runtime.data import datasets as D
+    from graphtrain.runtime.data.checks import check_data
+    from graphtrain.runtime.data.inputs import resolve
     from graphtrain.runtime.progress import spinner
     from graphtrain.runtime.report import partition_table
 
@@ -233,7 +242,7 @@ def partition(
         graph_overrides["dataset"] = dataset
     if input_path is not None:
         graph_overrides.update(path=str(input_path), format=fmt, numNodes=num_nodes)
-    source, pspec, projection = _partition_settings(
+    source, pspec, projection, gt = _partition_settings(
         spec_path,
         graph_overrides,
         {
@@ -246,10 +255,15 @@ def partition(
         },
     )
     P.check_output(out_dir, overwrite)  # before any work
+    base = base_dir if base_dir is not None else (spec_path.parent if spec_path is not None else Path.cwd())
+    source = resolve(source, base)
     limit = S.quantity_to_bytes(pspec.memory_limit) if pspec.memory_limit else None
     if source.num_nodes is not None:
         P.check_node_count(source.num_nodes, limit)  # before allocating anything for the nodes
-    graph = D.load_source(source, data_dir)
+    with say_warnings():
+        graph = D.load_source(source, data_dir)
+        if gt is not None:
+            check_data(gt, graph)
     if projection:
         from graphtrain.runtime.data.transform import project_graph_features
 
@@ -285,19 +299,22 @@ def partition(
 
 def _partition_settings(
     spec_path: Path | None, graph_overrides: dict[str, Any], partition_overrides: dict[str, Any]
-) -> tuple[S.GraphSource, S.PartitionSpec, int | None]:
+) -> tuple[S.GraphSource, S.PartitionSpec, int | None, S.GraphTraining | None]:
     """Merge a spec's graph/partition sections with command-line overrides (None = not given), then
-    validate both with the spec models so errors name the same fields a spec would."""
+    validate both with the spec models so errors name the same fields a spec would. The spec comes back
+    too (None without --spec) for the checks of its model against the data."""
     graph: dict[str, Any] = {}
     part: dict[str, Any] = {}
     projection = None
+    gt = None
     if spec_path is not None:
         gt = S.load_yaml(_read(spec_path))
         graph = gt.spec.graph.model_dump(by_alias=True, exclude_none=True)
         part = gt.spec.partition.model_dump(by_alias=True, exclude_none=True)
         projection = gt.spec.model.feature_projection
     if "dataset" in graph_overrides or "path" in graph_overrides:
-        graph = {k: v for k, v in graph.items() if k not in ("dataset", "path", "format", "numNodes")}
+        graph = {k: v for k, v in graph.items() if k not in _SOURCE_KEYS}
+        gt = None  # another graph than the spec's: its model is not checked against it
     graph.update({k: v for k, v in graph_overrides.items() if v is not None})
     part.update({k: v for k, v in partition_overrides.items() if v is not None})
     problems: list[S.Problem] = []
@@ -318,7 +335,31 @@ def _partition_settings(
     if problems:
         raise S.SpecError(problems, title="invalid partition settings")
     assert source is not None and pspec is not None
-    return source, pspec, projection
+    return source, pspec, projection, gt
+
+
+_SOURCE_KEYS = ("dataset", "path", "triples", "format", "numNodes", "nodeIds", "features", "labels")
+
+
+def say_warnings() -> Any:
+    """A context in which DataWarnings are printed as `warning:` lines on stderr when it ends."""
+    import contextlib
+    import warnings
+
+    from graphtrain.runtime.errors import DataWarning
+
+    @contextlib.contextmanager
+    def context() -> Any:
+        with warnings.catch_warnings(record=True) as said:
+            warnings.simplefilter("always", DataWarning)
+            try:
+                yield
+            finally:
+                for w in said:
+                    if issubclass(w.category, DataWarning):
+                        err.print(f"[yellow]warning:[/yellow] {escape(str(w.message))}", highlight=False)
+
+    return context()
 
 
 @app.command()

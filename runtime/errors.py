@@ -35,3 +35,8 @@ class NonFiniteGradient(SparseInputError):
     def __init__(self, message: str, row: int):
         super().__init__(message)
         self.row = row  # batch position of the first such row
+
+
+class DataWarning(UserWarning):
+    """Something in the input a user must hear about but that need not stop them (isolated nodes dropped
+    by id compaction, a directed graph without reverseEdges): commands print it as a `warning:` line."""

@@ -45,6 +45,7 @@ import socket
 import subprocess
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,7 +53,8 @@ from typing import Any
 
 from graphtrain.runtime import spec as S
 from graphtrain.runtime.data.cache import atomic_file, write_json
-from graphtrain.runtime.errors import GraphtrainError
+from graphtrain.runtime.data.checks import check_data, graph_name
+from graphtrain.runtime.errors import DataWarning, GraphtrainError
 from graphtrain.runtime.kvstore import checkpoint as ckpt
 from graphtrain.runtime.launch import plan, status, targets
 from graphtrain.runtime.progress import console
@@ -67,12 +69,15 @@ LOCK = "launch.lock"
 TERMINAL = (S.Phase.succeeded.value, S.Phase.failed.value)
 
 
-def partition_key(spec: S.GraphTrainingSpec) -> str:
-    """What a run's partition depends on: a partition made for the same key is reused. Where the
-    partition Job's pod runs (resources, nodeSelector, ...: Kubernetes only) is not part of it."""
+def partition_key(spec: S.GraphTrainingSpec, source: S.GraphSource, inputs: Mapping[str, str]) -> str:
+    """What a run's partition depends on: a partition made for the same key is reused. `source`: the
+    spec's graph section with its paths resolved; `inputs`: the content hashes of its files
+    (data.inputs.fingerprint), so a rewritten input is partitioned again even under the same name. Where
+    the partition Job's pod runs (resources, nodeSelector, ...: Kubernetes only) is not part of it."""
     return json.dumps(
         {
-            "graph": spec.graph.model_dump(mode="json"),
+            "graph": source.model_dump(mode="json"),
+            "inputs": dict(inputs),
             "partition": spec.partition.model_dump(mode="json", exclude=set(S.PLACEMENT_FIELDS)),
             "projection": spec.model.feature_projection,
         },
@@ -333,24 +338,42 @@ class LocalRun:
     # ------------------------------------------------------------------------------- partition
 
     def partition(self) -> Path:
-        """Partition the spec's graph into <run_dir>/partition (reused when the spec's graph and
-        partition settings are unchanged)."""
+        """Partition the spec's graph into <run_dir>/partition, or reuse the partition there when the
+        graph and partition settings and the input files' contents are unchanged. Relative input paths are
+        the spec's directory's. What the data says that the run should know (isolated nodes dropped, a
+        directed graph without reverseEdges) is said; what the spec needs that the data lacks stops the
+        run here, naming the field, before any server starts."""
         from graphtrain.runtime import partition as P
         from graphtrain.runtime.data import datasets as D
-        from graphtrain.runtime.data.transform import project_graph_features
+        from graphtrain.runtime.data import inputs
 
         spec = self.gt.spec
-        key = partition_key(spec)
+        source = inputs.resolve(spec.graph, self.spec_path.parent)
+        cached = None
+        if source.dataset is not None:
+            with umask(self.user_umask):  # the dataset cache is shared, not the run's
+                cached = D.fetch(str(source.dataset), self.data_dir)
+        key = partition_key(spec, source, inputs.fingerprint(source, cached))
         out = self.run_dir / "partition"
         settings = self.run_dir / "partition.settings"  # beside, not inside: a partition has one .json
         if settings.exists() and settings.read_text() == key:
             with contextlib.suppress(Exception):
                 cfg = P.load_config(out)
                 self.obs.partition = cfg.data
+                self.say(f"[run] reusing the partition in {out} (same settings, same input files)")
                 return cfg.path
-        with umask(self.user_umask):  # the dataset cache is shared, not the run's
-            graph = D.load_source(spec.graph, self.data_dir)
+        self.say(f"[run] partitioning {source.dataset or graph_name(source)} into {spec.partition.parts}")
+        settings.unlink(missing_ok=True)  # a partition replaced halfway is never taken for the old one
+        with umask(self.user_umask), warnings.catch_warnings(record=True) as said:
+            warnings.simplefilter("always", DataWarning)
+            graph = D.load_source(source, self.data_dir)
+            check_data(self.gt, graph)
+        for w in said:
+            if issubclass(w.category, DataWarning):
+                self.say(f"[run] warning: {w.message}")
         if spec.model.feature_projection:
+            from graphtrain.runtime.data.transform import project_graph_features
+
             project_graph_features(graph, spec.model.feature_projection, seed=0)
         limit = S.quantity_to_bytes(spec.partition.memory_limit) if spec.partition.memory_limit else None
         result = P.partition_graph(
@@ -645,10 +668,6 @@ class LocalRun:
             self.obs.phase = S.Phase.partitioning.value
             self.write_status()
             self.write_targets()
-            self.say(
-                f"[run] partitioning {self.gt.spec.graph.dataset or self.gt.spec.graph.path} into "
-                f"{self.gt.spec.partition.parts}"
-            )
             partition = self.partition()
             st = self.obs.partition["stats"]
             self.say(

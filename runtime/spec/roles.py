@@ -33,13 +33,22 @@ class Files:
     checkpoints: str  # the checkpoint root (servers and trainers restore from its LATEST)
 
 
-def partition(files: Files, *, data_dir: str | None = None, report_file: str | None = None) -> list[str]:
+def partition(
+    files: Files,
+    *,
+    data_dir: str | None = None,
+    report_file: str | None = None,
+    base_dir: str | None = None,
+) -> list[str]:
     """Partition the spec's graph into `files.partition` (an earlier partition there is replaced: a
     retried job starts over). `report_file`: where the compact partition status also goes (a pod's
-    termination message)."""
+    termination message); `base_dir`: where the spec's relative input paths start (None: the spec's
+    directory; a pod's spec is a mounted ConfigMap, so the operator names the data volume)."""
     args = ["partition", "--spec", files.spec, "--out", files.partition, "--overwrite"]
     if data_dir is not None:
         args += ["--data-dir", data_dir]
+    if base_dir is not None:
+        args += ["--base-dir", base_dir]
     if report_file is not None:
         args += ["--report-file", report_file]
     return args

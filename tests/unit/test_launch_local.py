@@ -114,6 +114,13 @@ def test_the_partition_is_reused_whatever_the_pods_placement() -> None:
             },
         },
     }
-    assert partition_key(S.parse(placed).spec) == partition_key(S.parse(base).spec)
+
+    def key(doc: dict) -> str:
+        spec = S.parse(doc).spec
+        return partition_key(spec, spec.graph, {"graph.dataset": "abc"})
+
+    assert key(placed) == key(base)
     more = {**base, "spec": {**base["spec"], "partition": {"parts": 3}}}
-    assert partition_key(S.parse(more).spec) != partition_key(S.parse(base).spec)
+    assert key(more) != key(base)
+    spec = S.parse(base).spec
+    assert partition_key(spec, spec.graph, {"graph.dataset": "other"}) != key(base)  # other input bytes

@@ -1,0 +1,80 @@
+"""The files a spec's `graph:` section reads: where they are and what they hold.
+
+Relative paths in a spec (graph.path, features, labels, triples.*) mean "beside the spec": they are resolved
+from the spec's directory (the local launcher, `validate`, `partition --spec`) or from a base directory the
+caller names (`partition --base-dir`: the operator's pods resolve from storage.mountPath, since their spec
+is a mounted ConfigMap). Absolute paths stay as they are.
+
+A partition is reused only while its inputs are the same bytes: `fingerprint` is the sha256 of every input
+file (a bundled dataset: its manifest, which records the sha256 of each processed file), so a rewritten
+file with the same name, size or even mtime is noticed and the graph partitioned again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+from typing import Any
+
+from graphtrain.runtime.data.cache import reason
+from graphtrain.runtime.errors import DataError
+from graphtrain.runtime.spec import GraphSource
+
+_PATH_FIELDS = ("path", "features", "labels")
+_TRIPLE_FIELDS = ("path", "valid", "test")
+
+
+def _absolute(value: str | None, base: Path) -> str | None:
+    if value is None:
+        return None
+    path = Path(value).expanduser()
+    return str(path if path.is_absolute() else base / path)
+
+
+def resolve(source: GraphSource, base: Path) -> GraphSource:
+    """`source` with every relative file path made absolute from `base` (the spec's directory)."""
+    base = Path(base).absolute()
+    update: dict[str, Any] = {f: _absolute(getattr(source, f), base) for f in _PATH_FIELDS}
+    if source.triples is not None:
+        update["triples"] = source.triples.model_copy(
+            update={f: _absolute(getattr(source.triples, f), base) for f in _TRIPLE_FIELDS}
+        )
+    return source.model_copy(update=update)
+
+
+def files(source: GraphSource) -> dict[str, Path]:
+    """The input files of a (resolved) source, keyed by the spec field naming each."""
+    out = {f"graph.{f}": Path(v) for f in _PATH_FIELDS if (v := getattr(source, f)) is not None}
+    if source.triples is not None:
+        out |= {
+            f"graph.triples.{f}": Path(v)
+            for f in _TRIPLE_FIELDS
+            if (v := getattr(source.triples, f)) is not None
+        }
+    return out
+
+
+def sha256_of(path: Path, field: str) -> str:
+    """sha256 of one input file; a missing or unreadable one is a DataError naming the field."""
+    try:
+        with open(path, "rb") as f:
+            if not os.path.isfile(path):
+                raise DataError(f"{field}: {path} is not a regular file")
+            return hashlib.file_digest(f, "sha256").hexdigest()
+    except FileNotFoundError:
+        raise DataError(f"{field}: {path}: file not found") from None
+    except OSError as exc:
+        raise DataError(f"{field}: {path}: {reason(exc)}") from None
+
+
+def fingerprint(source: GraphSource, dataset_dir: Path | None = None) -> dict[str, str]:
+    """What the graph is made of, as content hashes: {spec field: sha256} of a (resolved) source's files,
+    or {"graph.dataset": sha256 of the dataset's manifest} (`dataset_dir`: where it is cached; a dataset
+    not fetched yet has no manifest and fingerprints as "unfetched")."""
+    if source.dataset is not None:
+        manifest = None if dataset_dir is None else dataset_dir / "manifest.json"
+        if manifest is None or not manifest.is_file():
+            return {"graph.dataset": "unfetched"}
+        return {"graph.dataset": sha256_of(manifest, "graph.dataset")}
+    return {field: sha256_of(path, field) for field, path in files(source).items()}
