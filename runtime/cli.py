@@ -192,6 +192,9 @@ def partition(
     ] = None,
     fmt: Annotated[str, typer.Option("--format", help="auto | csv | tsv | npz")] = "auto",
     num_nodes: Annotated[int | None, typer.Option(help="node count of an --input graph")] = None,
+    node_ids: Annotated[
+        str | None, typer.Option("--node-ids", help="ids of an --input edge list: auto | integer | string")
+    ] = None,
     reverse_edges: Annotated[
         bool | None, typer.Option(help="add the reverse of every edge (undirected graphs)")
     ] = None,
@@ -233,6 +236,8 @@ def partition(
         graph_overrides["dataset"] = dataset
     if input_path is not None:
         graph_overrides.update(path=str(input_path), format=fmt, numNodes=num_nodes)
+    if node_ids is not None:
+        graph_overrides["nodeIds"] = node_ids
     source, pspec, projection = _partition_settings(
         spec_path,
         graph_overrides,

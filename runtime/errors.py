@@ -9,6 +9,11 @@ class DataError(GraphtrainError):
     """A dataset or graph file is missing, malformed or inconsistent (names the file and the problem)."""
 
 
+class DataWarning(UserWarning):
+    """The input is usable but probably not what the user meant (isolated nodes dropped, a directed edge
+    list): raised through `warnings.warn`, never silent; the CLI prints it as a `warning:` line."""
+
+
 class ChecksumError(DataError):
     """A stored file does not match the sha256 recorded when it was written."""
 
