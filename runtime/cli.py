@@ -8,11 +8,13 @@ as a traceback.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import socket
 import sys
-from collections.abc import Callable
+import warnings
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
@@ -78,26 +80,77 @@ def crd(
 
 @app.command()
 @friendly
-def validate(specs: Annotated[list[Path], typer.Argument(help="GraphTraining YAML file(s)")]) -> None:
-    """Validate GraphTraining specs and report every problem in each (exit 1 if any is invalid)."""
+def validate(
+    specs: Annotated[list[Path], typer.Argument(help="GraphTraining YAML file(s)")],
+    no_data: Annotated[
+        bool, typer.Option("--no-data", help="check the spec only, not what the model needs from its data")
+    ] = False,
+    data_dir: DataDir = None,
+) -> None:
+    """Validate GraphTraining specs and report every problem in each (exit 1 if any is invalid).
+
+    After the schema, the spec's inputs are loaded (paths relative to the spec's directory) and checked
+    against what the model needs (labels, features, triples, sizes), unless --no-data."""
     bad = 0
     for path in specs:
         try:
-            S.load_yaml(_read(path))
-            out.print(f"{path}: valid", markup=False)
+            gt = S.load_yaml(_read(path))
+            found, note = ([], "") if no_data else _data_problems(gt.spec, path.parent, data_dir)
         except S.SpecError as exc:
+            found, note = list(exc.problems), ""
+        except GraphtrainError as exc:  # unreadable spec or data: names the file
             bad += 1
-            if len(exc.problems) == 1:
-                err.print(f"{path}: {exc.problems[0]}", highlight=False, markup=False)
-                continue
-            err.print(f"{path}: {len(exc.problems)} problem(s)", highlight=False, markup=False)
-            for problem in exc.problems:
-                err.print(f"  - {problem}", highlight=False, markup=False)
-        except GraphtrainError as exc:  # unreadable: names the file
-            bad += 1
-            err.print(str(exc), highlight=False, markup=False)
+            err.print(f"{path}: {exc}", highlight=False, markup=False)
+            continue
+        if not found:
+            out.print(f"{path}: valid{note}", markup=False)
+            continue
+        bad += 1
+        if len(found) == 1:
+            err.print(f"{path}: {found[0]}", highlight=False, markup=False)
+            continue
+        err.print(f"{path}: {len(found)} problem(s)", highlight=False, markup=False)
+        for problem in found:
+            err.print(f"  - {problem}", highlight=False, markup=False)
     if bad:
         raise typer.Exit(1)
+
+
+def _data_problems(spec: S.GraphTrainingSpec, base_dir: Path, data_dir: Path | None) -> tuple[list[Any], str]:
+    """The requirements problems of `spec`'s data, and a note when the data could not be read yet (a
+    bundled dataset not fetched: validate downloads nothing; a control-plane install without the
+    runtime's numpy and scipy, as in the operator's image, checks the spec alone)."""
+    try:
+        from graphtrain.runtime.data import datasets as D
+        from graphtrain.runtime.data.checks import review
+    except ModuleNotFoundError as exc:
+        return [], f" (data not checked: {exc.name} is not installed: pip install 'graphtrain[runtime]')"
+
+    dataset = spec.graph.dataset
+    if dataset is not None and not D.is_fetched(str(dataset), data_dir):
+        return [], f" (data not checked: dataset {dataset} is not fetched; `graphtrain data fetch {dataset}`)"
+    with shown_warnings():
+        found, notes = review(spec, D.load_source(spec.graph, data_dir, base_dir=base_dir))
+    for note in notes:
+        err.print(f"[yellow]warning:[/yellow] {escape(note)}", highlight=False)
+    return list(found), ""
+
+
+@contextlib.contextmanager
+def shown_warnings() -> Iterator[None]:
+    """Print the DataWarnings raised inside as `warning: ...` lines (a word, never silent)."""
+    from graphtrain.runtime.errors import DataWarning
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", DataWarning)
+        try:
+            yield
+        finally:
+            for w in caught:
+                if issubclass(w.category, DataWarning):
+                    err.print(f"[yellow]warning:[/yellow] {escape(str(w.message))}", highlight=False)
+                else:
+                    warnings.showwarning(w.message, w.category, w.filename, w.lineno)
 
 
 def _read(path: Path) -> str:
@@ -153,26 +206,49 @@ def data_fetch(
 
 @data_app.command("info")
 @friendly
-def data_info(name: str, data_dir: DataDir = None) -> None:
-    """Load a fetched dataset (verifying its checksums) and print its size and contents."""
+def data_info(
+    name: Annotated[str, typer.Argument(help="a bundled dataset's name, or a graph or triples file")],
+    fmt: Annotated[S.FileFormat, typer.Option("--format", help="how FILE is read")] = S.FileFormat.auto,
+    node_ids: Annotated[
+        S.NodeIds, typer.Option("--node-ids", help="ids of an edge list FILE")
+    ] = S.NodeIds.auto,
+    num_nodes: Annotated[int | None, typer.Option(help="node count of an edge list FILE")] = None,
+    features: Annotated[Path | None, typer.Option(help="node features of FILE (.npy/.npz/.csv)")] = None,
+    labels: Annotated[Path | None, typer.Option(help="node labels of FILE (.npy/.csv/.parquet)")] = None,
+    triples: Annotated[
+        bool, typer.Option("--triples", help="FILE holds (head, relation, tail) triples")
+    ] = False,
+    data_dir: DataDir = None,
+) -> None:
+    """Summarise a fetched dataset or a file: nodes, edges, isolated nodes, direction, degrees, features,
+    classes, masks, edge types and knowledge-graph splits."""
     from graphtrain.runtime.data import datasets as D
-    from graphtrain.runtime.data.graph import KnowledgeGraph
+    from graphtrain.runtime.data.summary import summarise
 
-    g = D.load(name, data_dir, auto_fetch=False)
-    if isinstance(g, KnowledgeGraph):
-        out.print(
-            f"{name}: knowledge graph, {g.num_entities:,} entities, {g.num_relations} relations, "
-            f"train/valid/test {len(g.train):,}/{len(g.valid):,}/{len(g.test):,} triples"
+    path = Path(name)
+    if name in D.RECIPES and not path.exists():
+        with shown_warnings():
+            graph: Any = D.load(name, data_dir, auto_fetch=False)
+    elif path.exists():
+        if triples:
+            source = S.GraphSource(triples=S.TriplesSource(path=name, format=fmt))
+        else:
+            source = S.GraphSource(
+                path=name,
+                format=fmt,
+                node_ids=node_ids,
+                num_nodes=num_nodes,
+                features=None if features is None else str(features),
+                labels=None if labels is None else str(labels),
+            )
+        with shown_warnings():
+            graph = D.load_source(source, data_dir)
+    else:
+        raise GraphtrainError(
+            f"{name}: no such file, and not a bundled dataset (known: {', '.join(D.RECIPES)})"
         )
-        return
-    parts = [f"{g.num_nodes:,} nodes", f"{g.num_edges:,} edges"]
-    if g.feat is not None:
-        parts.append(f"features {g.feat.shape[1]:,} dims" + (" (sparse)" if hasattr(g.feat, "nnz") else ""))
-    if g.label is not None:
-        parts.append(f"{g.num_classes or int(g.label.max()) + 1} classes")
-    if g.masks:
-        parts.append("split " + "/".join(f"{int(m.sum()):,}" for m in g.masks.values()))
-    out.print(f"{name}: " + ", ".join(parts))
+    for line in summarise(graph).lines():
+        out.print(line, markup=False, highlight=False)
 
 
 # ------------------------------------------------------------------------------------------ partition
@@ -192,6 +268,9 @@ def partition(
     ] = None,
     fmt: Annotated[str, typer.Option("--format", help="auto | csv | tsv | npz")] = "auto",
     num_nodes: Annotated[int | None, typer.Option(help="node count of an --input graph")] = None,
+    node_ids: Annotated[
+        str | None, typer.Option("--node-ids", help="ids of an --input edge list: auto | integer | string")
+    ] = None,
     reverse_edges: Annotated[
         bool | None, typer.Option(help="add the reverse of every edge (undirected graphs)")
     ] = None,
@@ -242,6 +321,8 @@ def partition(
         graph_overrides["dataset"] = dataset
     if input_path is not None:
         graph_overrides.update(path=str(input_path), format=fmt, numNodes=num_nodes)
+    if node_ids is not None:
+        graph_overrides["nodeIds"] = node_ids
     source, pspec, projection, gt = _partition_settings(
         spec_path,
         graph_overrides,
@@ -260,7 +341,7 @@ def partition(
     limit = S.quantity_to_bytes(pspec.memory_limit) if pspec.memory_limit else None
     if source.num_nodes is not None:
         P.check_node_count(source.num_nodes, limit)  # before allocating anything for the nodes
-    with say_warnings():
+    with shown_warnings():
         graph = D.load_source(source, data_dir)
         if gt is not None:
             check_data(gt, graph)
@@ -339,27 +420,6 @@ def _partition_settings(
 
 
 _SOURCE_KEYS = ("dataset", "path", "triples", "format", "numNodes", "nodeIds", "features", "labels")
-
-
-def say_warnings() -> Any:
-    """A context in which DataWarnings are printed as `warning:` lines on stderr when it ends."""
-    import contextlib
-    import warnings
-
-    from graphtrain.runtime.errors import DataWarning
-
-    @contextlib.contextmanager
-    def context() -> Any:
-        with warnings.catch_warnings(record=True) as said:
-            warnings.simplefilter("always", DataWarning)
-            try:
-                yield
-            finally:
-                for w in said:
-                    if issubclass(w.category, DataWarning):
-                        err.print(f"[yellow]warning:[/yellow] {escape(str(w.message))}", highlight=False)
-
-    return context()
 
 
 @app.command()

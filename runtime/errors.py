@@ -9,6 +9,11 @@ class DataError(GraphtrainError):
     """A dataset or graph file is missing, malformed or inconsistent (names the file and the problem)."""
 
 
+class DataWarning(UserWarning):
+    """The input is usable but probably not what the user meant (isolated nodes dropped, a directed edge
+    list): raised through `warnings.warn`, never silent; the CLI prints it as a `warning:` line."""
+
+
 class ChecksumError(DataError):
     """A stored file does not match the sha256 recorded when it was written."""
 
@@ -35,8 +40,3 @@ class NonFiniteGradient(SparseInputError):
     def __init__(self, message: str, row: int):
         super().__init__(message)
         self.row = row  # batch position of the first such row
-
-
-class DataWarning(UserWarning):
-    """Something in the input a user must hear about but that need not stop them (isolated nodes dropped
-    by id compaction, a directed graph without reverseEdges): commands print it as a `warning:` line."""

@@ -1,26 +1,25 @@
-"""What a run checks in its graph once loaded, before anything is partitioned or started.
+"""The check of a loaded graph against the spec, before anything is partitioned or started.
 
-A spec can be valid and still not fit its data (a GraphSAGE run on a graph without labels, a feature
-projection with no features): those are problems naming the spec field, raised before any work, by
-`graphtrain validate` and by every executor's partition step alike. What is legal but probably not meant
-(a one-direction edge list given to GraphSAGE, which then sees only in-neighbours) is a DataWarning.
+A spec can be valid and still not fit its data (GraphSAGE on a graph without labels, a feature projection
+with no features): requirements.problems names the spec field for each, and this raises them all at once
+in every executor's partition step, as `graphtrain validate` reports them, so a run never dies on its data
+after its servers started. What is legal but probably not meant (a one-direction edge list given to
+GraphSAGE, which then sees only in-neighbours) comes back as DataWarnings.
 """
 
 from __future__ import annotations
 
 import warnings
 
-import numpy as np
-
 from graphtrain.runtime import spec as S
+from graphtrain.runtime.data import requirements
 from graphtrain.runtime.data.graph import Graph
+from graphtrain.runtime.data.summary import summarise
 from graphtrain.runtime.errors import DataWarning
-
-DIRECTED_WARN = 0.5  # share of edges without their reverse above which an input is called directed
 
 
 def graph_name(source: S.GraphSource) -> str:
-    """How a source is named in messages: the dataset, the file, or the triples file."""
+    """How a source is named in messages: the dataset, the file, or the training triples file."""
     if source.dataset is not None:
         return str(source.dataset)
     if source.triples is not None:
@@ -28,30 +27,20 @@ def graph_name(source: S.GraphSource) -> str:
     return str(source.path)
 
 
-def directedness(graph: Graph) -> float:
-    """Share of the non-loop edges (u, v) whose reverse (v, u) is not in the graph: 0 for an undirected
-    graph stored both ways, 1 for a one-direction edge list."""
-    src, dst = graph.edges()
-    keep = src != dst
-    if not keep.any():
-        return 0.0
-    n = np.int64(graph.num_nodes)
-    forward = np.sort(src[keep] * n + dst[keep])
-    backward = dst[keep] * n + src[keep]
-    at = np.minimum(np.searchsorted(forward, backward), len(forward) - 1)
-    return float(1.0 - (forward[at] == backward).mean())
+def review(spec: S.GraphTrainingSpec, graph: Graph) -> tuple[list[S.Problem], list[str]]:
+    """What `graph` lacks for `spec` (problems naming spec fields) and what is probably not meant (notes)."""
+    summary = summarise(graph)
+    return requirements.problems(spec, summary), requirements.notes(spec, summary)
 
 
 def check_data(gt: S.GraphTraining, graph: Graph) -> None:
-    """Warn about what is probably not meant. (Stream A's requirements check joins here.)"""
-    spec = gt.spec
-    if spec.model.kind == S.ModelKind.graphsage and not spec.graph.reverse_edges:
-        share = directedness(graph)
-        if share > DIRECTED_WARN:
-            warnings.warn(
-                f"{graph_name(spec.graph)}: {100 * share:.0f} % of its edges have no reverse edge and "
-                "graph.reverseEdges is false, so GraphSAGE sees each node's in-neighbours only; set "
-                "graph.reverseEdges: true if the graph is undirected",
-                DataWarning,
-                stacklevel=2,
-            )
+    """Raise every problem `graph` has for `gt`'s model, then warn about what is probably not meant.
+
+    Raises:
+        SpecError: naming the spec field of each problem.
+    """
+    found, notes = review(gt.spec, graph)
+    if found:
+        raise S.SpecError(found, title=f"{graph_name(gt.spec.graph)} does not fit the spec")
+    for note in notes:
+        warnings.warn(note, DataWarning, stacklevel=2)

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from graphtrain.runtime.data import fetch as F
-from graphtrain.runtime.data import files, gene, metis_graph, pykeen_kg, store, wordnet
+from graphtrain.runtime.data import files, gene, metis_graph, pykeen_kg, store, triples, wordnet
 from graphtrain.runtime.data.cache import atomic_dir, data_dir
 from graphtrain.runtime.data.graph import Graph, KnowledgeGraph, random_masks, random_triple_split
 from graphtrain.runtime.errors import DataError
@@ -276,15 +276,51 @@ def load(
     )
 
 
-def load_source(source: GraphSource, root: Path | None = None) -> Graph:
-    """The graph a spec's `graph:` section names: a dataset (KGs as their training graph) or a file."""
+def load_source(source: GraphSource, root: Path | None = None, base_dir: Path | None = None) -> Graph:
+    """The graph a spec's `graph:` section names: a dataset (KGs as their training graph), a file (with
+    its features and labels files), or triples files (their training graph, carrying every split and
+    the entity and relation names). Relative paths resolve from `base_dir` (the spec's directory);
+    labelled graphs without masks get a seeded split of their labelled nodes."""
+    if source.triples is not None:
+        kg = triples.load_triples(source.triples, source.split, _name(source.triples.path), base_dir)
+        return kg.to_graph(("train",))
     if source.path is not None:
-        g = files.load_file(source.path, source.format, source.num_nodes)
+        path = files.resolve(source.path, base_dir)
+        g = files.load_file(
+            path,
+            source.format,
+            source.num_nodes,
+            node_ids=source.node_ids,
+            features=None if source.features is None else files.resolve(source.features, base_dir),
+            labels=None if source.labels is None else files.resolve(source.labels, base_dir),
+        )
         if g.label is not None and not g.masks:
             split = source.split or Split()
-            g.masks = random_masks(g.num_nodes, split.train, split.val, split.seed)
+            g.masks = labelled_masks(g.label, split)
     else:
         assert source.dataset is not None
         loaded = load(str(source.dataset), root, split=source.split)
         g = loaded.to_graph(("train",)) if isinstance(loaded, KnowledgeGraph) else loaded
     return g.with_reverse_edges() if source.reverse_edges else g
+
+
+def _name(path: str) -> str:
+    """A graph's name from its file: the stem, or the folder's name for a generic stem (train.tsv)."""
+    p = Path(path)
+    generic = p.stem.lower() in {"train", "training", "triples", "edges", "graph", "all", "data"}
+    return p.parent.name if generic and p.parent.name not in ("", ".", "/") else p.stem
+
+
+def labelled_masks(label: np.ndarray, split: Split) -> dict[str, np.ndarray]:
+    """Seeded train/val/test masks over the labelled nodes (label >= 0) only: an unlabelled node is in
+    no mask. With every node labelled this is random_masks exactly (the same permutation)."""
+    labelled = np.flatnonzero(label >= 0)
+    if len(labelled) == len(label):
+        return random_masks(len(label), split.train, split.val, split.seed)
+    inner = random_masks(len(labelled), split.train, split.val, split.seed)
+    masks: dict[str, np.ndarray] = {}
+    for key, m in inner.items():
+        full = np.zeros(len(label), dtype=bool)
+        full[labelled[m]] = True
+        masks[key] = full
+    return masks

@@ -3,7 +3,12 @@
 Every package is pinned by version *and* sha256, so a mirror serving something else is refused rather
 than parsed. Debian packages are fetched over HTTP from the mirror's pool (no apt state, no root, nothing
 installed) and unpacked in Python (a .deb is an `ar` archive holding data.tar.xz); wheels are fetched
-with pip, so the user's index configuration (mirrors, proxies) applies.
+with pip, so the user's index configuration (pip config, $PIP_INDEX_URL, proxies) applies.
+
+No mirror host is named here: the Debian mirrors are the machine's own, from its apt sources
+(/etc/apt/sources.list.d/*.sources in deb822 form, and the one-line /etc/apt/sources.list), so a
+corporate mirror or proxy configured for apt serves these downloads too; $GRAPHTRAIN_DEBIAN_MIRROR
+overrides them (a machine without apt, or a snapshot mirror holding an older pinned version).
 """
 
 from __future__ import annotations
@@ -27,10 +32,8 @@ from graphtrain.runtime.errors import ChecksumError, DataError, FetchError
 from graphtrain.runtime.progress import progress
 
 ENV_MIRROR = "GRAPHTRAIN_DEBIAN_MIRROR"
-DEBIAN_MIRRORS = (
-    "http://deb.debian.org/debian",
-    "https://snapshot.debian.org/archive/debian/20250520T000000Z",
-)
+APT_SOURCES = (Path("/etc/apt/sources.list"), Path("/etc/apt/sources.list.d"))
+_SCHEMES = ("http://", "https://", "file:")  # apt's cdrom:, mirror+, tor+ ... are not fetched here
 TIMEOUT_SECONDS = 60
 
 
@@ -93,9 +96,73 @@ PYKEEN_WHEEL = Package(
 )
 
 
-def mirrors() -> list[str]:
+def mirrors(sources: tuple[Path, ...] | None = None) -> list[str]:
+    """Where Debian packages come from: $GRAPHTRAIN_DEBIAN_MIRROR, else the machine's apt sources
+    (`sources`, default APT_SOURCES), in the order apt reads them."""
     env = os.environ.get(ENV_MIRROR)
-    return [env.rstrip("/")] if env else list(DEBIAN_MIRRORS)
+    if env:
+        return [env.rstrip("/")]
+    found: list[str] = []
+    for path in APT_SOURCES if sources is None else sources:
+        files = sorted(path.glob("*.list")) + sorted(path.glob("*.sources")) if path.is_dir() else [path]
+        for f in files:
+            try:
+                text = f.read_text(encoding="utf-8", errors="replace")
+            except OSError:
+                continue  # absent or unreadable: not a source
+            parse = parse_deb822 if f.suffix == ".sources" else parse_sources_list
+            found += [u for u in parse(text) if u not in found]
+    return found
+
+
+def _archive(uri: str, suites: list[str]) -> str | None:
+    """`uri` (without a trailing /) if it is a fetchable archive holding packages, not only security
+    updates (whose pool lacks the pinned versions)."""
+    uri = uri.rstrip("/")
+    if not uri.startswith(_SCHEMES) or (suites and all(s.endswith("-security") for s in suites)):
+        return None
+    return uri
+
+
+def parse_sources_list(text: str) -> list[str]:
+    """Archive URIs of one-line apt sources: `deb [options] URI suite [components]`."""
+    out = []
+    for line in text.splitlines():
+        fields = line.split("#", 1)[0].split()
+        if not fields or fields[0] != "deb":
+            continue
+        rest = fields[1:]
+        if rest and rest[0].startswith("["):  # [arch=amd64 signed-by=...]
+            while rest and not rest[0].endswith("]"):
+                rest = rest[1:]
+            rest = rest[1:]
+        if rest and (uri := _archive(rest[0], rest[1:2])) and uri not in out:
+            out.append(uri)
+    return out
+
+
+def parse_deb822(text: str) -> list[str]:
+    """Archive URIs of deb822 apt sources (stanzas of Types, URIs, Suites, Enabled)."""
+    out = []
+    for stanza in text.split("\n\n"):
+        fields: dict[str, str] = {}
+        key = None
+        for line in stanza.splitlines():
+            if line.startswith("#") or not line.strip():
+                continue
+            if line[0].isspace() and key:  # a continuation line
+                fields[key] += " " + line.strip()
+            elif ":" in line:
+                key, value = line.split(":", 1)
+                key = key.strip().lower()
+                fields[key] = value.strip()
+        if "deb" not in fields.get("types", "").split() or fields.get("enabled", "yes").lower() == "no":
+            continue
+        for uri in fields.get("uris", "").split():
+            archive = _archive(uri, fields.get("suites", "").split())
+            if archive and archive not in out:
+                out.append(archive)
+    return out
 
 
 def download(pkg: Package, downloads: Path) -> Path:
@@ -121,7 +188,13 @@ def download(pkg: Package, downloads: Path) -> Path:
 
 def _download_deb(pkg: Package, target: Path) -> None:
     errors = []
-    for mirror in mirrors():
+    found = mirrors()
+    if not found:
+        raise FetchError(
+            f"could not download {pkg.name} {pkg.version}: this machine's apt sources name no Debian "
+            f"mirror; set ${ENV_MIRROR} (e.g. a Debian mirror's /debian URL)"
+        )
+    for mirror in found:
         url = f"{mirror}/{pkg.pool_path}"
         try:
             _http_get(url, target, pkg)
@@ -130,7 +203,10 @@ def _download_deb(pkg: Package, target: Path) -> None:
             raise
         except (urllib.error.URLError, OSError, TimeoutError, _BrokenDownload) as exc:
             errors.append(f"{url}: {exc}")
-    raise FetchError(f"could not download {pkg.name} {pkg.version}: " + "; ".join(errors))
+    raise FetchError(
+        f"could not download {pkg.name} {pkg.version} from the apt sources' mirrors (or set ${ENV_MIRROR}): "
+        + "; ".join(errors)
+    )
 
 
 class _BrokenDownload(Exception):

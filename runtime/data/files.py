@@ -1,11 +1,17 @@
 """Generic graph files: edge lists (.csv/.tsv, header optional) and numpy archives (.npz).
 
-Edge list: UTF-8 text, one edge per line, `src<sep>dst[<sep>etype]`, decimal integer ids, `#` comments
-allowed. The first line may be a header of names only (`src dst`, `source,target,type`); any other
-first line that is not integer ids (`0.5 1`, `0x10 1`) is an error naming the line, like a bad line
-anywhere else. Without `num_nodes`, ids may be any non-negative int64 (e.g. database keys) and are
-compacted to 0..n-1, their values kept as the graph's node_ids; with `num_nodes`, ids are used as they
-are and must lie in [0, num_nodes).
+Edge list: UTF-8 text, one edge per line, `src<sep>dst[<sep>etype]`, `#` comments allowed. Node ids
+(graph.nodeIds) are integers (decimal, within int64), strings (any text: names), or auto: integers when
+every id is a decimal integer. The first line may be a header of names only (`src dst`,
+`source,target,type`); with string ids only a line of known column names (HEADER_NAMES) is a header,
+as any other line is an edge between two named nodes. An integer-id line that is not integers (`0.5 1`,
+`0x10 1`) is an error naming the line. Edge types are integers or names (numbered in sorted order).
+
+Node numbering: with `num_nodes`, integer ids are used as they are and must lie in [0, num_nodes); with
+a positional node file (row i = node i) the same with its row count; otherwise the ids of the edges and
+of the keyed node files are sorted and numbered 0..n-1, their values kept as the graph's node_ids (a
+sorted order, so the same file gives the same numbering everywhere). A compaction that drops integer
+ids from a numbered range (isolated nodes) is a DataWarning, never silent.
 
 npz: `src`+`dst` (or `indptr`+`indices`), optional `num_nodes` (one integer), `feat` (finite numbers),
 `label`, `train_mask`, `val_mask`, `test_mask`, `etype`, `node_ids`; ids and labels integer arrays within
@@ -19,16 +25,19 @@ from __future__ import annotations
 import math
 import re
 import stat
+import warnings
 import zipfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn
 
 import numpy as np
 import psutil
 
+from graphtrain.runtime.data import nodefiles, text
 from graphtrain.runtime.data.cache import read_text, reason
 from graphtrain.runtime.data.graph import MASKS, Graph, human
-from graphtrain.runtime.errors import DataError
+from graphtrain.runtime.errors import DataError, DataWarning
 
 
 def detect_format(path: Path, fmt: str = "auto") -> str:
@@ -45,15 +54,44 @@ def detect_format(path: Path, fmt: str = "auto") -> str:
 
 
 def load_file(
-    path: str | Path, fmt: str = "auto", num_nodes: int | None = None, name: str | None = None
+    path: str | Path,
+    fmt: str = "auto",
+    num_nodes: int | None = None,
+    name: str | None = None,
+    node_ids: str = "auto",
+    features: str | Path | None = None,
+    labels: str | Path | None = None,
 ) -> Graph:
-    """Load an edge list or npz file into a Graph.
+    """Load an edge list or npz file into a Graph, with node features and labels from their own files.
+
+    `node_ids` (auto|integer|string) says how an edge list's ids are read; `features` and `labels` are
+    files read by nodefiles (.npy/.npz/.csv/.tsv/.parquet). Node ids are sorted into 0..n-1, so the
+    numbering is the same on every run and every machine.
 
     Raises:
         DataError: missing or unreadable file, text that is not UTF-8, bad ids (naming the line),
             arrays of the wrong kind (naming the array), an empty graph, or a graph too big for memory.
     """
-    path = Path(path)
+    path = _regular_file(Path(path))
+    name = name or path.stem
+    kind = detect_format(path, fmt)
+    feats = None if features is None else nodefiles.read_features(_regular_file(Path(features)))
+    labs = None if labels is None else nodefiles.read_labels(_regular_file(Path(labels)))
+    if kind == "npz":
+        g = _load_npz(path, num_nodes, name)
+        nodefiles.attach(g, path, feats, labs)
+        return g
+    edges = read_edge_list(path, kind, node_ids)
+    return assemble(name, edges, num_nodes, feats, labs)
+
+
+def resolve(path: str, base_dir: Path | None) -> Path:
+    """A spec's path: absolute as it is, relative from `base_dir` (the spec's directory) when given."""
+    p = Path(path).expanduser()
+    return p if p.is_absolute() or base_dir is None else base_dir / p
+
+
+def _regular_file(path: Path) -> Path:
     try:
         mode = path.stat().st_mode
     except FileNotFoundError:
@@ -64,16 +102,29 @@ def load_file(
         raise DataError(f"{path}: is a directory, not a graph file")
     if not stat.S_ISREG(mode):
         raise DataError(f"{path}: not a regular file")
-    name = name or path.stem
-    kind = detect_format(path, fmt)
-    if kind == "npz":
-        return _load_npz(path, num_nodes, name)
-    return _load_edge_list(path, "," if kind == "csv" else None, num_nodes, name)
+    return path
 
 
 # ------------------------------------------------------------------------------------------ edge lists
 
 _ID = re.compile(r"[+-]?[0-9]+")  # ASCII decimal: not 0x10, 1_000, 0.5 or other scripts' digits
+# a first line of these names is a header even when the ids are strings (any names-only line could be
+# an edge between two named nodes otherwise)
+HEADER_NAMES = frozenset(
+    ("src", "dst", "source", "target", "from", "to", "u", "v", "head", "tail", "node1", "node2")
+    + ("etype", "type", "relation", "rel", "edge_type", "label")
+)
+
+
+@dataclass(frozen=True)
+class EdgeList:
+    """An edge list as written: ids int64 or unicode (not yet numbered), edge types numbered."""
+
+    path: Path
+    src: np.ndarray
+    dst: np.ndarray
+    etype: np.ndarray | None = None
+    relation_names: np.ndarray | None = None  # edge type i is relation_names[i] (named edge types)
 
 
 def _is_id(token: str) -> bool:
@@ -95,44 +146,165 @@ def _is_row(line: str) -> bool:
     return bool(line.strip()) and not line.lstrip().startswith("#")
 
 
-def _load_edge_list(path: Path, sep: str | None, num_nodes: int | None, name: str) -> Graph:
+def read_edge_list(path: Path, kind: str, node_ids: str = "auto") -> EdgeList:
+    """The edges of a .csv/.tsv edge list, ids as written. `node_ids` integer: every id must be a
+    decimal integer; string: ids are text; auto: integer when every id is a decimal integer. A third
+    column holds edge types: integers, or names (numbered in sorted order, kept as relation_names).
+
+    Raises:
+        DataError: naming the file, the line and the bad value.
+    """
+    if node_ids != "string":
+        parsed = _integer_edge_list(path, "," if kind == "csv" else None, strict=node_ids == "integer")
+        if parsed is not None:
+            return parsed
+    return _text_edge_list(text.read_rows(path, kind), node_ids)
+
+
+def _integer_edge_list(path: Path, sep: str | None, strict: bool) -> EdgeList | None:
+    """The fast path: every field a decimal integer (ids and edge types), parsed by numpy at once.
+    None when a field is not an integer and `strict` is off (the ids are strings then)."""
     lines = read_text(path).split("\n")
     start = next((i for i, ln in enumerate(lines) if _is_row(ln)), len(lines))
     if start < len(lines) and all(_is_name(f.strip()) for f in lines[start].split(sep)):
         start += 1  # a header: names only
     rows = [ln for ln in lines[start:] if ln.strip() and not ln.lstrip().startswith("#")]  # _is_row, inline
+    if not rows and not strict and start < len(lines):
+        return None  # one line of names: an edge between two named nodes, not a header
     if not rows:
         raise DataError(f"{path}: no edges (an empty graph cannot be partitioned)")
     width = len(rows[0].split(sep))
     if width not in (2, 3):
         line = _line_of(lines, start, 0)
         raise DataError(f"{path}:{line}: expected 2 or 3 columns (src, dst[, etype]), found {width}")
-    text = " ".join(ln.replace(",", " ") if sep == "," else ln for ln in rows)
-    flat = text.split()
+    text_ = " ".join(ln.replace(",", " ") if sep == "," else ln for ln in rows)
+    flat = text_.split()
     try:
         # numpy parses ids as int() does, which also takes 1_000 and other scripts' digits: not ids here
-        if len(flat) != width * len(rows) or not text.isascii() or "_" in text:
+        if len(flat) != width * len(rows) or not text_.isascii() or "_" in text_:
             raise ValueError("ragged or not decimal")
         arr = np.array(flat, dtype=np.int64).reshape(-1, width)
     except (ValueError, OverflowError):
+        if not strict and not all(_is_id(f) for f in flat):
+            return None
         _raise_bad_line(path, lines, start, sep, width)
     ids = arr[:, :2]
     checks = [((ids < 0).any(axis=1), "negative id")]
-    if num_nodes is not None:
-        checks.append(((ids >= num_nodes).any(axis=1), f"id outside [0, {num_nodes})"))
     if width == 3:
         checks.append((arr[:, 2] < 0, "negative edge type"))
     for bad, what in checks:
         if bad.any():
             i = int(np.argmax(bad))
             raise DataError(f"{path}:{_line_of(lines, start, i)}: {what} in {rows[i].strip()!r}")
-    src, dst = arr[:, 0], arr[:, 1]
-    etype = arr[:, 2] if width == 3 else None
-    if num_nodes is None:
-        node_ids, inverse = np.unique(np.concatenate([src, dst]), return_inverse=True)
-        src, dst = inverse[: len(src)], inverse[len(src) :]
-        return Graph.from_edges(name, len(node_ids), src, dst, etype=etype, node_ids=node_ids)
-    return Graph.from_edges(name, num_nodes, src, dst, etype=etype)
+    return EdgeList(path, arr[:, 0], arr[:, 1], arr[:, 2] if width == 3 else None)
+
+
+def _text_edge_list(rows: text.Rows, node_ids: str) -> EdgeList:
+    """The slow path: ids that are names (or integer ids beside named edge types)."""
+    fields = rows.fields
+    if not fields:
+        raise DataError(f"{rows.path}: no edges (an empty graph cannot be partitioned)")
+    first = fields[0]
+    names_only = all(_is_name(f) for f in first)
+    body = fields[1:] if names_only else fields
+    integer = node_ids == "integer" or (
+        node_ids == "auto" and bool(body) and all(_is_id(f) for row in body for f in row[:2])
+    )
+    header = names_only and (integer or all(f.lower() in HEADER_NAMES for f in first))
+    skip = 1 if header else 0
+    if len(fields) == skip:
+        raise DataError(f"{rows.path}: no edges (an empty graph cannot be partitioned)")
+    width = len(fields[skip])
+    if width not in (2, 3):
+        raise DataError(f"{rows.where(skip)}: expected 2 or 3 columns (src, dst[, etype]), found {width}")
+    for i in range(skip, len(fields)):
+        if len(fields[i]) != width:
+            raise DataError(f"{rows.where(i)}: expected {width} columns, found {len(fields[i])}")
+        if integer:
+            for f in fields[i][:2]:
+                if not _is_id(f):
+                    hint = " (set graph.nodeIds: string for ids that are names)"
+                    raise DataError(f"{rows.where(i)}: {f!r} is not an integer id{hint}")
+                if not 0 <= int(f) < 2**63:
+                    what = "negative id" if int(f) < 0 else f"id {f} does not fit in int64"
+                    raise DataError(f"{rows.where(i)}: {what} in {' '.join(fields[i])!r}")
+    data = fields[skip:]
+    dtype = np.int64 if integer else np.str_
+    src = np.array([r[0] for r in data], dtype=dtype)
+    dst = np.array([r[1] for r in data], dtype=dtype)
+    if width == 2:
+        return EdgeList(rows.path, src, dst)
+    types = [r[2] for r in data]
+    if all(_is_id(t) for t in types):
+        etype = np.array(types, dtype=np.int64)
+        if (etype < 0).any():
+            i = int(np.argmax(etype < 0)) + skip
+            raise DataError(f"{rows.where(i)}: negative edge type in {' '.join(fields[i])!r}")
+        return EdgeList(rows.path, src, dst, etype)
+    names, etype = np.unique(np.array(types, dtype=np.str_), return_inverse=True)
+    return EdgeList(rows.path, src, dst, etype.astype(np.int64), names)
+
+
+def assemble(
+    name: str,
+    edges: EdgeList,
+    num_nodes: int | None,
+    feats: nodefiles.NodeTable | None = None,
+    labels: nodefiles.NodeTable | None = None,
+) -> Graph:
+    """The Graph of an edge list and its node files: which nodes exist and how they are numbered.
+
+    - `num_nodes`: integer ids used as they are, in [0, num_nodes).
+    - a positional node file (.npy, or a table without `id`): row i is node i, so ids are integers in
+      [0, rows).
+    - otherwise the nodes are every id of the edge list and of the keyed node files, sorted: a node that
+      only a features or labels file names is an isolated node, kept.
+    """
+    string_ids = edges.src.dtype.kind == "U"
+    feats = None if feats is None else nodefiles.typed(feats, string_ids)
+    labels = None if labels is None else nodefiles.typed(labels, string_ids)
+    tables = [t for t in (feats, labels) if t is not None]
+    positional = [t for t in tables if t.ids is None]
+    if string_ids and (num_nodes is not None or positional):
+        what = "graph.numNodes" if num_nodes is not None else f"{positional[0].path} (no id column)"
+        raise DataError(
+            f"{edges.path}: node ids are strings, so {what} cannot number them: give the node files "
+            "an `id` column (.csv/.parquet) naming each node"
+        )
+    for t in positional:
+        if num_nodes is not None and t.rows != num_nodes:
+            raise DataError(
+                f"{t.path}: {t.rows:,} rows but graph.numNodes is {num_nodes:,} (row i is node i)"
+            )
+        num_nodes = t.rows  # every positional file has this many rows (checked against the first)
+    src, dst = edges.src, edges.dst
+    node_ids = None
+    if num_nodes is not None:
+        named = [(edges.path, np.concatenate([src, dst]))] + [(t.path, t.ids) for t in tables]
+        for where, ids in named:
+            if ids is not None and ids.size and int(ids.max()) >= num_nodes:
+                why = "graph.numNodes" if not positional else f"the rows of {positional[0].path}"
+                raise DataError(f"{where}: id {int(ids.max())} is outside [0, {num_nodes:,}) ({why})")
+    else:
+        keyed = [t.ids for t in tables if t.ids is not None]
+        node_ids, inverse = np.unique(np.concatenate([src, dst, *keyed]), return_inverse=True)
+        src, dst = inverse[: len(src)], inverse[len(src) : 2 * len(src)]
+        num_nodes = len(node_ids)
+        if not keyed and not string_ids:
+            missing = dropped_ids(node_ids)
+            if missing:
+                warnings.warn(
+                    f"{edges.path}: {missing:,} ids between {int(node_ids[0])} and {int(node_ids[-1])} "
+                    "have no edge and are left out (the others are renumbered 0..n-1): set graph.numNodes "
+                    "(or give a features/labels file) to keep them",
+                    DataWarning,
+                    stacklevel=3,
+                )
+    g = Graph.from_edges(
+        name, num_nodes, src, dst, etype=edges.etype, node_ids=node_ids, relation_names=edges.relation_names
+    )
+    nodefiles.attach(g, edges.path, feats, labels)
+    return g
 
 
 def _line_of(lines: list[str], start: int, row: int) -> int:
@@ -155,11 +327,23 @@ def _raise_bad_line(path: Path, lines: list[str], start: int, sep: str | None, w
             raise DataError(f"{path}:{lineno}: expected {width} columns, found {len(fields)}")
         for f in fields:
             if not _is_id(f):
-                hint = " (a header line may hold only names, such as src and dst)" if lineno == first else ""
+                hint = " (set graph.nodeIds: string for ids that are names)"
+                if lineno == first:
+                    hint = " (a header line may hold only names, such as src and dst)"
                 raise DataError(f"{path}:{lineno}: {f!r} is not an integer id{hint}")
             if not -(2**63) <= int(f) < 2**63:
                 raise DataError(f"{path}:{lineno}: id {f} does not fit in int64")
     raise DataError(f"{path}: could not parse the edge list")
+
+
+def dropped_ids(node_ids: np.ndarray) -> int:
+    """How many integers between the smallest and the largest id are missing, when they look like
+    isolated nodes of a numbered range (at most as many as the ids present); 0 for sparse keys such
+    as database ids, whose gaps mean nothing."""
+    if node_ids.size == 0 or node_ids.dtype.kind == "U":
+        return 0
+    missing = int(node_ids[-1]) - int(node_ids[0]) + 1 - len(node_ids)
+    return missing if 0 < missing <= len(node_ids) else 0
 
 
 # ------------------------------------------------------------------------------------------------ npz
@@ -167,7 +351,7 @@ def _raise_bad_line(path: Path, lines: list[str], start: int, sep: str | None, w
 _FEATURE_CHUNK = 1 << 16  # rows checked for NaN/inf at a time
 
 
-def _read_npz(path: Path) -> dict[str, np.ndarray]:
+def read_npz(path: Path) -> dict[str, np.ndarray]:
     """Every array of an .npz. Each member's header is read first: a member that is not a .npy array,
     holds Python objects, or declares more data than it holds or than this machine's memory is refused
     before anything is allocated for it."""
@@ -247,8 +431,21 @@ def _check_feat(path: Path, feat: np.ndarray) -> None:
             raise DataError(f"{path}: feat[{row}, {col}] is {feat[row, col]} (features must be finite)")
 
 
+def _check_rows_reached(path: Path, reached: int, **arrays: np.ndarray | None) -> None:
+    """Without num_nodes an archive's node count is the largest edge id + 1: per-node arrays with more
+    rows mean the last nodes have no edge, which only num_nodes can say."""
+    for key, arr in arrays.items():
+        if arr is not None and arr.ndim >= 1 and arr.shape[0] > reached:
+            extra = arr.shape[0] - reached
+            raise DataError(
+                f"{path}: {key} has {arr.shape[0]:,} rows but the edges reach only {reached:,} nodes: the "
+                f"last {extra:,} nodes have no edge: add num_nodes to the archive "
+                f"(np.savez(..., num_nodes={arr.shape[0]}))"
+            )
+
+
 def _load_npz(path: Path, num_nodes: int | None, name: str) -> Graph:
-    arrays = _read_npz(path)
+    arrays = read_npz(path)
     if "num_nodes" in arrays:
         num_nodes = _num_nodes(path, arrays.pop("num_nodes"), num_nodes)
     feat = arrays.pop("feat", None)
@@ -284,6 +481,14 @@ def _load_npz(path: Path, num_nodes: int | None, name: str) -> Graph:
             raise DataError(f"{path}: src and dst must be of equal length, got {len(src)} and {len(dst)}")
         if num_nodes is None:
             num_nodes = int(max(src.max(initial=-1), dst.max(initial=-1))) + 1
+            _check_rows_reached(
+                path,
+                num_nodes,
+                feat=feat,
+                label=label,
+                node_ids=node_ids,
+                **{f"{k}_mask": m for k, m in masks.items()},
+            )
     else:
         raise DataError(f"{path}: needs arrays src+dst or indptr+indices (found {sorted(arrays) or 'none'})")
     if arrays:

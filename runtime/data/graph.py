@@ -87,11 +87,9 @@ class Graph:
         for key, names in (("class_names", self.class_names), ("relation_names", self.relation_names)):
             if names is not None and (names.ndim != 1 or names.dtype.kind != "U"):
                 raise DataError(f"graph {self.name!r}: {key} must be a 1-D unicode array")
-        top = int(self.label.max()) if self.label is not None and self.label.size else -1
-        if self.class_names is not None and top >= len(self.class_names):
-            raise DataError(
-                f"graph {self.name!r}: label {top} is beyond the {len(self.class_names)} class names"
-            )
+        names, label = self.class_names, self.label
+        if names is not None and label is not None and label.size and int(label.max()) >= len(names):
+            raise DataError(f"graph {self.name!r}: a label is beyond the {len(names)} class names")
         for key, t in self.triples.items():
             if key not in ("train", "valid", "test"):
                 raise DataError(f"graph {self.name!r}: unknown triple split {key!r}")

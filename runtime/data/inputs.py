@@ -17,6 +17,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from graphtrain.runtime.data import files
 from graphtrain.runtime.data.cache import reason
 from graphtrain.runtime.errors import DataError
 from graphtrain.runtime.spec import GraphSource
@@ -26,10 +27,7 @@ _TRIPLE_FIELDS = ("path", "valid", "test")
 
 
 def _absolute(value: str | None, base: Path) -> str | None:
-    if value is None:
-        return None
-    path = Path(value).expanduser()
-    return str(path if path.is_absolute() else base / path)
+    return None if value is None else str(files.resolve(value, base))
 
 
 def resolve(source: GraphSource, base: Path) -> GraphSource:
@@ -43,7 +41,7 @@ def resolve(source: GraphSource, base: Path) -> GraphSource:
     return source.model_copy(update=update)
 
 
-def files(source: GraphSource) -> dict[str, Path]:
+def input_files(source: GraphSource) -> dict[str, Path]:
     """The input files of a (resolved) source, keyed by the spec field naming each."""
     out = {f"graph.{f}": Path(v) for f in _PATH_FIELDS if (v := getattr(source, f)) is not None}
     if source.triples is not None:
@@ -77,4 +75,4 @@ def fingerprint(source: GraphSource, dataset_dir: Path | None = None) -> dict[st
         if manifest is None or not manifest.is_file():
             return {"graph.dataset": "unfetched"}
         return {"graph.dataset": sha256_of(manifest, "graph.dataset")}
-    return {field: sha256_of(path, field) for field, path in files(source).items()}
+    return {field: sha256_of(path, field) for field, path in input_files(source).items()}

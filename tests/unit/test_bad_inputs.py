@@ -86,6 +86,11 @@ def edges(tmp: Path, content: str | bytes, *args: str, name: str = "e.tsv") -> l
     return partition(tmp, "--input", text(tmp, name, content), *args)
 
 
+def int_edges(tmp: Path, content: str) -> list[str]:
+    """An edge list read with integer ids (graph.nodeIds: integer), where a non-integer id is an error."""
+    return edges(tmp, content, "--node-ids", "integer")
+
+
 def npz_input(tmp: Path, **arrays: object) -> list[str]:
     return partition(tmp, "--input", npz(tmp, **arrays))
 
@@ -194,12 +199,13 @@ CASES = [
         lambda t: edges(t, E) + ["--out", text(t, "somefile", "x") + "/sub"],
         "somefile is not a directory",
     ),
-    # finding 9: a first line that is not a header is an error naming it
-    Case("edge-list-float-line-1", lambda t: edges(t, "0.5\t1\n1\t2\n"), "e.tsv:1: '0.5' is not an integer"),
-    Case("edge-list-hex-line-1", lambda t: edges(t, "0x10\t1\n1\t2\n"), "e.tsv:1: '0x10' is not an integer"),
-    Case("edge-list-nan-line-1", lambda t: edges(t, "nan\t1\n1\t2\n"), "e.tsv:1: 'nan' is not an integer"),
-    Case("edge-list-underscore-id", lambda t: edges(t, "1_000\t1\n1\t2\n"), "e.tsv:1: '1_000'"),
-    Case("edge-list-arabic-digit", lambda t: edges(t, "\u0661\t1\n1\t2\n"), "e.tsv:1: '\u0661'"),
+    # finding 9: a first line that is not a header is an error naming it (ids read as integers; auto
+    # would read a file with such ids as string ids)
+    Case("edge-list-float-line-1", lambda t: int_edges(t, "0.5\t1\n1\t2\n"), "e.tsv:1: '0.5' is not an"),
+    Case("edge-list-hex-line-1", lambda t: int_edges(t, "0x10\t1\n1\t2\n"), "e.tsv:1: '0x10' is not an"),
+    Case("edge-list-nan-line-1", lambda t: int_edges(t, "nan\t1\n1\t2\n"), "e.tsv:1: 'nan' is not an"),
+    Case("edge-list-underscore-id", lambda t: int_edges(t, "1_000\t1\n1\t2\n"), "e.tsv:1: '1_000'"),
+    Case("edge-list-arabic-digit", lambda t: int_edges(t, "\u0661\t1\n1\t2\n"), "e.tsv:1: '\u0661'"),
     Case("edge-list-negative-id-line", lambda t: edges(t, "src\tdst\n0\t1\n1\t-2\n"), "e.tsv:3: negative id"),
     Case(
         "csv-negative-type-line",

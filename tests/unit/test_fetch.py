@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import re
 from pathlib import Path
 
 import numpy as np
@@ -174,3 +175,70 @@ def test_offline_never_downloads_and_says_how_to_pre_seed(
     assert D.load("wordnet", seeded).num_nodes == 6
     monkeypatch.setenv("GRAPHTRAIN_OFFLINE", "0")  # "0" is online
     assert not D.offline()
+
+
+# ------------------------------------------------------- mirrors from the machine's apt sources (issue 20)
+
+DEB822 = """\
+Types: deb
+# http://snapshot.debian.org/archive/debian/20250520T000000Z
+URIs: http://mirror.corp.example/debian
+Suites: bookworm bookworm-updates
+Components: main
+
+Types: deb
+URIs: http://mirror.corp.example/debian-security
+Suites: bookworm-security
+Components: main
+
+Types: deb-src
+URIs: http://src.example/debian
+Suites: bookworm
+
+Types: deb
+Enabled: no
+URIs: http://disabled.example/debian
+Suites: bookworm
+
+Types: deb
+URIs:
+ https://second.example/debian/
+ cdrom:/media/
+Suites: bookworm
+"""
+
+ONE_LINE = """\
+# deb http://commented.example/debian bookworm main
+deb [arch=amd64 signed-by=/usr/share/keyrings/k.gpg] http://one.example/debian bookworm main
+deb http://one.example/debian-security bookworm-security main
+deb-src http://one.example/debian bookworm main
+deb http://mirror.corp.example/debian bookworm contrib
+"""
+
+
+def test_mirrors_come_from_the_apt_sources(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(F.ENV_MIRROR, raising=False)
+    (tmp_path / "sources.list.d").mkdir()
+    (tmp_path / "sources.list.d" / "debian.sources").write_text(DEB822)
+    (tmp_path / "sources.list").write_text(ONE_LINE)
+    sources = (tmp_path / "sources.list", tmp_path / "sources.list.d")
+    assert F.mirrors(sources) == [
+        "http://one.example/debian",
+        "http://mirror.corp.example/debian",
+        "https://second.example/debian",
+    ]
+    monkeypatch.setenv(F.ENV_MIRROR, "http://override.example/debian/")
+    assert F.mirrors(sources) == ["http://override.example/debian"]
+    monkeypatch.delenv(F.ENV_MIRROR)
+    assert F.mirrors((tmp_path / "absent",)) == []
+
+
+def test_no_mirror_host_in_the_code() -> None:
+    assert not re.search(r"https?://\w", Path(F.__file__).read_text())  # a scheme, never a host
+
+
+def test_no_apt_source_says_set_the_variable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(F.ENV_MIRROR, raising=False)
+    monkeypatch.setattr(F, "APT_SOURCES", (tmp_path / "none",))
+    with pytest.raises(FetchError, match=f"name no Debian mirror; set \\${F.ENV_MIRROR}"):
+        F.download(F.WORDNET_BASE, tmp_path / "dl")

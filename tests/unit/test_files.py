@@ -33,7 +33,9 @@ def test_a_header_is_names_only(tmp_path: Path) -> None:
     assert g.node_ids.tolist() == [0, 2**62, 2**63 - 1] and g.etype.tolist() == [1, 0]
     for first in ("0.5\t1", "0x10\t1", "src\t1", "nan\tinf"):
         with pytest.raises(DataError, match="e.tsv:1: .* is not an integer id"):
-            load_file(write(tmp_path, "e.tsv", f"{first}\n1\t2\n"))
+            load_file(write(tmp_path, "e.tsv", f"{first}\n1\t2\n"), node_ids="integer")
+        # auto: a file whose ids are not all integers has string ids
+        assert load_file(write(tmp_path, "e.tsv", f"{first}\n1\t2\n")).node_ids.dtype.kind == "U"
 
 
 def test_csv_with_edge_types_and_num_nodes(tmp_path: Path) -> None:
@@ -49,7 +51,7 @@ def test_csv_with_edge_types_and_num_nodes(tmp_path: Path) -> None:
         ("# only comments\n", {}, "no edges"),
         ("0 1\n-3 2\n", {}, "negative id"),
         ("0 1\n1 9\n", {"num_nodes": 5}, "outside"),
-        ("0 1\n1 x\n", {}, r"e.tsv:2: .x. is not an integer"),
+        ("0 1\n1 x\n", {"node_ids": "integer"}, r"e.tsv:2: .x. is not an integer id \(set graph.nodeIds"),
         ("0 1\n1 2 3\n", {}, "e.tsv:2: expected 2 columns"),
         ("0 1 2 3\n", {}, "2 or 3 columns"),
         ("0 99999999999999999999\n", {}, "int64"),

@@ -15,8 +15,6 @@ from graphtrain.runtime import partition as P
 from graphtrain.runtime import spec as S
 from graphtrain.runtime.cli import app
 from graphtrain.runtime.data import inputs
-from graphtrain.runtime.data.checks import directedness
-from graphtrain.runtime.data.graph import Graph
 from graphtrain.runtime.errors import DataError
 from graphtrain.runtime.launch.local import LocalRun
 
@@ -61,7 +59,7 @@ def test_relative_paths_start_at_the_spec_directory(tmp_path: Path) -> None:
         str(tmp_path / "f.npy"),
         "/l.csv",
     )
-    assert inputs.files(graph) == {
+    assert inputs.input_files(graph) == {
         "graph.path": tmp_path / "g.tsv",
         "graph.features": tmp_path / "f.npy",
         "graph.labels": Path("/l.csv"),
@@ -146,11 +144,3 @@ def test_a_one_direction_edge_list_for_graphsage_is_named(tmp_path: Path) -> Non
         )
         assert result.exit_code == 0, result.output
         assert ("reverseEdges: true" in result.output) == warned, result.output
-
-
-def test_directedness() -> None:
-    both = Graph.from_edges("g", 3, np.array([0, 1, 1, 2]), np.array([1, 0, 2, 1]))
-    one = Graph.from_edges("g", 3, np.array([0, 1, 2]), np.array([1, 2, 2]))
-    assert directedness(both) == 0.0
-    assert directedness(one) == 1.0
-    assert directedness(Graph.from_edges("g", 2, np.array([0]), np.array([0]))) == 0.0

@@ -1,0 +1,127 @@
+"""What the chosen model needs from the data, checked before anything runs.
+
+The spec's rules (runtime/spec) see only the spec's text; whether `graph.path` holds labels, whether the
+features are sparse or the graph has fewer nodes than partitions is known only from the files. Before
+this check a spec validated and then died at run time with a traceback in a trainer (`node
+classification needs labels`). `problems` is pure: it reads the spec and the input's Summary, and
+names the spec field to change in each Problem; `graphtrain validate` and the partition step call it,
+so a spec that validates does not fail on its data later. `notes` are the warnings (usable, probably
+not meant).
+"""
+
+from __future__ import annotations
+
+from graphtrain.runtime.data.graph import MASKS
+from graphtrain.runtime.data.summary import Summary
+from graphtrain.runtime.spec import GraphSource, GraphTrainingSpec, ModelKind
+from graphtrain.runtime.spec.rules import Problem
+
+
+def _source_field(graph: GraphSource, own_file: str) -> str:
+    """The field a user changes to give the graph what it lacks: its own file (graph.features or
+    graph.labels) for a path graph, else the source itself."""
+    if graph.path is not None:
+        return own_file
+    return "graph.triples" if graph.triples is not None else "graph.dataset"
+
+
+def problems(spec: GraphTrainingSpec, summary: Summary) -> list[Problem]:
+    """Everything the data lacks for `spec`'s model and sizes, each naming the spec field."""
+    out: list[Problem] = []
+    m, name = spec.model, summary.name
+    if m.kind == ModelKind.graphsage:
+        out += _node_classification(spec, summary)
+    else:
+        if not summary.triples.get("train") or not summary.num_edge_types:
+            out.append(
+                Problem(
+                    path=_source_field(spec.graph, "graph.triples"),
+                    message=f"model.kind {m.kind} learns from (head, relation, tail) triples, and {name} "
+                    "holds no training triples with relations",
+                )
+            )
+        elif spec.trainers.replicas > summary.triples["train"]:
+            out.append(_too_many_trainers(spec, summary.triples["train"], "training triples"))
+    if spec.partition.parts > summary.num_nodes:
+        out.append(
+            Problem(
+                path="partition.parts",
+                message=f"is {spec.partition.parts} but {name} has {summary.num_nodes:,} nodes: every "
+                "partition needs at least one node",
+            )
+        )
+    return out
+
+
+def _node_classification(spec: GraphTrainingSpec, s: Summary) -> list[Problem]:
+    m, name, out = spec.model, s.name, []
+    labels = _source_field(spec.graph, "graph.labels")
+    if not s.has_labels:
+        out.append(
+            Problem(
+                path=labels,
+                message=f"model.kind graphsage classifies nodes, but {name} has no labels: give a labels "
+                "file (.npy, or .csv/.parquet with columns id and label)",
+            )
+        )
+    elif (s.num_classes or 0) < 2:
+        out.append(
+            Problem(path=labels, message=f"{name} has {s.num_classes} class: classification needs at least 2")
+        )
+    else:
+        replicas = spec.trainers.replicas
+        for key in MASKS:
+            count = s.masks.get(key, 0)
+            if count < replicas:
+                out.append(
+                    Problem(
+                        path="graph.split" if spec.graph.dataset is None else labels,
+                        message=f"the {key} split of {name} holds {count:,} labelled nodes but there are "
+                        f"{replicas} trainers (trainers.replicas): each trainer needs at least one",
+                    )
+                )
+    features = _source_field(spec.graph, "graph.features")
+    if m.use_features and s.feature_dims is None:
+        out.append(
+            Problem(
+                path="model.useFeatures",
+                message=f"{name} has no node features: give {features}, or set useFeatures: false with "
+                "a model.nodeEmbedding",
+            )
+        )
+    elif m.use_features and s.sparse_features and m.feature_projection is None:
+        out.append(
+            Problem(
+                path="model.featureProjection",
+                message=f"{name}'s features are sparse ({s.feature_dims:,} dims): set featureProjection "
+                "(e.g. 256) to feed them to the first layer",
+            )
+        )
+    if m.feature_projection is not None and s.feature_dims is None:
+        out.append(Problem(path="model.featureProjection", message=f"{name} has no node features to project"))
+    return out
+
+
+def _too_many_trainers(spec: GraphTrainingSpec, available: int, what: str) -> Problem:
+    return Problem(
+        path="trainers.replicas",
+        message=f"is {spec.trainers.replicas} but there are {available:,} {what}: each trainer needs a share",
+    )
+
+
+DIRECTED_SHARE = 0.5  # above this share of one-way edges, an edge list was probably written one way
+
+
+def notes(spec: GraphTrainingSpec, summary: Summary) -> list[str]:
+    """Warnings: the run works, but probably not as meant (a one-direction edge list for GraphSAGE)."""
+    out = []
+    if (
+        spec.model.kind == ModelKind.graphsage
+        and not spec.graph.reverse_edges
+        and summary.directed > DIRECTED_SHARE
+    ):
+        out.append(
+            f"{summary.name}: {summary.directed:.0%} of edges have no reverse edge, and GraphSAGE aggregates "
+            "in-neighbours only: set graph.reverseEdges: true if the graph is undirected"
+        )
+    return out

@@ -1,0 +1,207 @@
+"""Issue 20: `summarise`/`directedness` (item 10's facts, item 4's directed input), the requirements check
+(item 3: "validate must check what the chosen model needs"), `graphtrain validate` on the data and
+`graphtrain data info FILE` (item 9)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from typer.testing import CliRunner
+
+from graphtrain.cli import app
+from graphtrain.runtime.data.graph import Graph, KnowledgeGraph
+from graphtrain.runtime.data.requirements import notes, problems
+from graphtrain.runtime.data.summary import directedness, summarise
+from graphtrain.runtime.spec import load_yaml
+
+runner = CliRunner()
+
+
+def graph(src: list[int], dst: list[int], n: int, **kw: object) -> Graph:
+    return Graph.from_edges("g", n, np.array(src), np.array(dst), **kw)
+
+
+def test_directedness() -> None:
+    assert directedness(graph([0, 1, 2], [1, 2, 0], 3)) == 1.0
+    assert directedness(graph([0, 1, 2, 2], [1, 0, 2, 0], 3)) == 0.25  # 2->0 has no 0->2; a loop is its own
+    assert directedness(graph([0, 1], [1, 2], 4).with_reverse_edges()) == 0.0
+
+
+def test_summarise_a_labelled_graph() -> None:
+    label = np.array([0, 1, -1, 1, 0])
+    g = graph(
+        [0, 1, 2],
+        [1, 2, 0],
+        5,
+        feat=sp.random(5, 4, density=0.5, format="csr", random_state=0),
+        label=label,
+        class_names=np.array(["a", "b"]),
+        masks={"train": label >= 0, "val": np.zeros(5, bool)},
+        node_ids=np.array(["n0", "n1", "n2", "n3", "n4"]),
+    )
+    s = summarise(g)
+    assert (s.num_nodes, s.num_edges, s.isolated, s.directed) == (5, 3, 2, 1.0)
+    assert (s.degree_min, s.degree_max, s.degree_median) == (0, 2, 2.0)
+    assert (s.feature_dims, s.sparse_features, s.num_classes, s.labelled) == (4, True, 2, 4)
+    assert s.class_names == ["a", "b"] and s.masks == {"train": 4, "val": 0} and s.node_ids == "string"
+    text = "\n".join(s.lines())
+    for needle in (
+        "5 nodes, 3 edges",
+        "isolated nodes: 2",
+        "4 dims (sparse)",
+        "classes: 2 (a, b)",
+        "train 4",
+    ):
+        assert needle in text
+
+
+def test_summarise_a_knowledge_graph() -> None:
+    t = np.array([[0, 0, 1], [1, 1, 2]])
+    kg = KnowledgeGraph("k", 3, 2, t, t[:1], t[1:], ["a", "b", "c"], ["likes", "knows"])
+    s = summarise(kg)
+    assert s.triples == {"train": 2, "valid": 1, "test": 1}
+    assert s.num_edge_types == 2 and s.relation_names == ["likes", "knows"]
+
+
+SPEC = """
+apiVersion: graphtrain.io/v1alpha1
+kind: GraphTraining
+metadata: {{name: t}}
+spec:
+  graph: {graph}
+  partition: {{parts: {parts}}}
+  model: {model}
+  training: {{fanouts: [5, 5]}}
+  trainers: {{replicas: {replicas}}}
+  embeddings: [{tables}]
+"""
+
+
+def spec(
+    graph: str = "{path: e.tsv}",
+    model: str = "{kind: graphsage}",
+    parts: int = 1,
+    replicas: int = 1,
+    tables: str = "",
+):  # noqa: ANN201
+    text = SPEC.format(graph=graph, model=model, parts=parts, replicas=replicas, tables=tables)
+    return load_yaml(text).spec
+
+
+def labelled(n: int = 10, feat: object = "dense") -> Graph:
+    label = np.arange(n) % 2
+    f = np.ones((n, 3), np.float32) if isinstance(feat, str) else feat
+    masks = {k: np.arange(n) % 3 == i for i, k in enumerate(("train", "val", "test"))}
+    return graph(list(range(n)), [(i + 1) % n for i in range(n)], n, feat=f, label=label, masks=masks)
+
+
+@pytest.mark.parametrize(
+    ("the_spec", "g", "fields"),
+    [
+        (spec(), labelled(), []),
+        (spec(), graph([0], [1], 2, feat=np.ones((2, 2))), ["graph.labels"]),
+        (spec("{dataset: wordnet}"), graph([0], [1], 2, feat=np.ones((2, 2))), ["graph.dataset"]),
+        (spec(), labelled(feat=None), ["model.useFeatures"]),
+        (spec(), labelled(feat=sp.csr_matrix(np.ones((10, 3)))), ["model.featureProjection"]),
+        (
+            spec(
+                model="{kind: graphsage, featureProjection: 8, useFeatures: false, nodeEmbedding: x}",
+                tables="{name: x, dim: 4}",
+            ),
+            labelled(feat=None),
+            ["model.featureProjection"],
+        ),
+        (spec(parts=11), labelled(), ["partition.parts"]),
+        (spec(replicas=4), labelled(), ["graph.split", "graph.split"]),  # 3 val / 3 test nodes for 4 trainers
+    ],
+)
+def test_problems_name_the_field(the_spec, g: Graph, fields: list[str]) -> None:  # noqa: ANN001
+    found = problems(the_spec, summarise(g))
+    assert [p.path for p in found] == fields, found
+
+
+def test_kge_needs_triples() -> None:
+    kge = spec(
+        "{triples: {path: t.tsv}}",
+        "{kind: transe, entityEmbedding: e, relationEmbedding: r}",
+        tables="{name: e, dim: 4}, {name: r, dim: 4, keys: relations}",
+    )
+    found = problems(kge, summarise(graph([0], [1], 2)))
+    assert [p.path for p in found] == ["graph.triples"]
+
+
+def test_a_directed_edge_list_is_noted_for_graphsage() -> None:
+    assert "graph.reverseEdges: true" in notes(spec(), summarise(labelled()))[0]
+    assert notes(spec("{path: e.tsv, reverseEdges: true}"), summarise(labelled())) == []
+
+
+# ---------------------------------------------------------------------------------------- the CLI
+
+SAGE = """apiVersion: graphtrain.io/v1alpha1
+kind: GraphTraining
+metadata: {name: mine}
+spec:
+  graph: {path: data/e.tsv, features: data/f.npy%s}
+  model: {kind: graphsage}
+  training: {fanouts: [5, 5]}
+"""
+
+
+def write_inputs(root: Path, labels: bool) -> Path:
+    (root / "data").mkdir(parents=True)
+    n = 30
+    (root / "data" / "e.tsv").write_text(
+        "".join(f"n{i}\tn{(i + 1) % n}\n" for i in range(n)).replace("n", "")
+    )
+    np.save(root / "data" / "f.npy", np.ones((n, 4), np.float32))
+    (root / "data" / "l.csv").write_text("id,label\n" + "".join(f"{i},{'ab'[i % 2]}\n" for i in range(n)))
+    path = root / "mine.yaml"
+    path.write_text(SAGE % (", labels: data/l.csv, reverseEdges: true" if labels else ""))
+    return path
+
+
+def test_validate_checks_the_data_from_the_spec_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    good = write_inputs(tmp_path / "good", labels=True)
+    bad = write_inputs(tmp_path / "bad", labels=False)
+    monkeypatch.chdir(tmp_path)  # relative paths resolve from each spec's directory, not from here
+    ok = runner.invoke(app, ["validate", str(good)])
+    assert ok.exit_code == 0 and "mine.yaml: valid" in ok.output, ok.output
+    result = runner.invoke(app, ["validate", str(bad)])
+    assert result.exit_code == 1
+    assert "graph.labels: model.kind graphsage classifies nodes, but e has no labels" in result.output
+    assert "warning:" in result.output and "graph.reverseEdges: true" in result.output  # one-way edges
+    assert "Traceback" not in result.output
+    assert runner.invoke(app, ["validate", "--no-data", str(bad)]).exit_code == 0
+
+
+def test_validate_names_a_missing_data_file(tmp_path: Path) -> None:
+    path = write_inputs(tmp_path, labels=True)
+    (tmp_path / "data" / "l.csv").unlink()
+    result = runner.invoke(app, ["validate", str(path)])
+    assert result.exit_code == 1 and "l.csv: file not found" in result.output
+
+
+def test_data_info_on_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    write_inputs(tmp_path, labels=True)
+    monkeypatch.chdir(tmp_path / "data")
+    result = runner.invoke(app, ["data", "info", "e.tsv", "--features", "f.npy", "--labels", "l.csv"])
+    assert result.exit_code == 0, result.output
+    for needle in (
+        "30 nodes, 30 edges",
+        "100% of edges have no reverse",
+        "features: 4 dims",
+        "classes: 2 (a, b)",
+    ):
+        assert needle in result.output
+    (tmp_path / "data" / "t.tsv").write_text("a\tr\tb\nb\tr\tc\n")
+    kg = runner.invoke(app, ["data", "info", "t.tsv", "--triples"])
+    assert kg.exit_code == 0 and "edge types: 1 (r)" in kg.output and "triples: train" in kg.output
+    (tmp_path / "data" / "g.tsv").write_text("0\t1\n1\t5\n")
+    gap = runner.invoke(app, ["data", "info", "g.tsv"])
+    assert gap.exit_code == 0 and "warning: g.tsv: 3 ids between 0 and 5 have no edge" in gap.output
+    missing = runner.invoke(app, ["data", "info", "my.npz"])
+    assert missing.exit_code == 1
+    assert "my.npz: no such file, and not a bundled dataset" in missing.output
