@@ -22,21 +22,19 @@ refused without allocating it.
 
 from __future__ import annotations
 
-import math
 import re
 import stat
 import warnings
-import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn
 
 import numpy as np
-import psutil
 
 from graphtrain.runtime.data import nodefiles, text
 from graphtrain.runtime.data.cache import read_text, reason
-from graphtrain.runtime.data.graph import MASKS, Graph, human
+from graphtrain.runtime.data.graph import MASKS, Graph
+from graphtrain.runtime.data.npz import read_npz
 from graphtrain.runtime.errors import DataError, DataWarning
 
 
@@ -349,47 +347,6 @@ def dropped_ids(node_ids: np.ndarray) -> int:
 # ------------------------------------------------------------------------------------------------ npz
 
 _FEATURE_CHUNK = 1 << 16  # rows checked for NaN/inf at a time
-
-
-def read_npz(path: Path) -> dict[str, np.ndarray]:
-    """Every array of an .npz. Each member's header is read first: a member that is not a .npy array,
-    holds Python objects, or declares more data than it holds or than this machine's memory is refused
-    before anything is allocated for it."""
-    try:
-        with zipfile.ZipFile(path) as zf:
-            declared = 0
-            for info in zf.infolist():
-                declared += _member_bytes(path, zf, info)
-            if declared > psutil.virtual_memory().total:
-                raise DataError(
-                    f"{path}: its arrays need {human(declared)}, more than this machine's memory "
-                    f"({human(psutil.virtual_memory().total)})"
-                )
-        with np.load(path, allow_pickle=False) as z:
-            return {k: z[k] for k in z.files}
-    except (zipfile.BadZipFile, ValueError, OSError, EOFError) as exc:
-        raise DataError(f"{path}: not a readable .npz archive ({exc})") from None
-
-
-def _member_bytes(path: Path, zf: zipfile.ZipFile, info: zipfile.ZipInfo) -> int:
-    """Bytes the .npy member `info` declares in its header, checked against what it holds."""
-    member = info.filename
-    if not member.endswith(".npy"):
-        raise DataError(f"{path}: member {member!r} is not a .npy array (an .npz holds only .npy files)")
-    with zf.open(info) as f:
-        major, _ = np.lib.format.read_magic(f)
-        read = np.lib.format.read_array_header_1_0 if major == 1 else np.lib.format.read_array_header_2_0
-        shape, _, dtype = read(f)
-        header = f.tell()
-    if dtype.hasobject:
-        raise DataError(f"{path}: {member} holds Python objects; only plain arrays are read")
-    need = math.prod(shape) * dtype.itemsize
-    if header + need > info.file_size:
-        raise DataError(
-            f"{path}: {member} declares shape {shape} {dtype} ({human(need)}) but holds "
-            f"{info.file_size - header:,} bytes"
-        )
-    return need
 
 
 def _describe(arr: np.ndarray) -> str:

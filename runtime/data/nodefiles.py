@@ -27,6 +27,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from graphtrain.runtime.data.graph import Features, Graph
+from graphtrain.runtime.data.npz import read_npz  # the header-checked reader of every .npz
 from graphtrain.runtime.errors import DataError
 
 ID_COLUMN = "id"
@@ -145,7 +146,6 @@ def _load_npy(path: Path) -> np.ndarray:
 
 def _load_sparse(path: Path) -> sp.csr_matrix:
     """A scipy.sparse.save_npz archive, read as arrays (header-checked) and rebuilt as CSR."""
-    from graphtrain.runtime.data.files import read_npz  # the header-checked reader of every .npz
 
     arrays = read_npz(path)
     fmt = arrays.get("format")
