@@ -490,39 +490,46 @@ def shard_server(
 @app.command()
 @friendly
 def export(
-    checkpoint: Annotated[Path, typer.Argument(help="a complete checkpoint directory")],
-    name: Annotated[str, typer.Option(help="table name")],
-    out: Annotated[Path, typer.Option("--out", "-o", help="output .npy file (replaced atomically)")],
+    checkpoint: Annotated[
+        Path,
+        typer.Argument(help="a checkpoint directory, its LATEST/BEST file, or the checkpoints directory"),
+    ],
+    out: Annotated[
+        Path, typer.Option("--out", "-o", help="output .npy, .csv or .parquet (replaced atomically)")
+    ],
+    name: Annotated[
+        str | None, typer.Option(help="table name (default: the checkpoint's only table)")
+    ] = None,
     partition: Annotated[
-        Path | None, typer.Option(help="partition config: write rows in original node order")
+        Path | None,
+        typer.Option(help="partition config the run trained on (default: the one the checkpoint names)"),
     ] = None,
 ) -> None:
-    """Write one table of a checkpoint as .npy, in original node-id order when --partition is given.
+    """Write one table of a checkpoint with node rows in original node order (relation rows in relation
+    order): .npy holds the rows alone, .csv/.parquet an `id` column first (the user's ids or labels).
 
     The file is written under a temporary name and renamed into place; an existing file is replaced.
     """
-    import numpy as np
+    from graphtrain.runtime import outputs
+    from graphtrain.runtime.kvstore import checkpoint as ckpt
 
-    from graphtrain.runtime import partition as P
-    from graphtrain.runtime.data.cache import atomic_file, check_creatable, make_dirs
-    from graphtrain.runtime.kvstore.checkpoint import export_table
-
-    if out.is_dir():
-        raise GraphtrainError(f"{out}: is a directory; give the file to write, e.g. {out / name}.npy")
-    check_creatable(out.parent)  # before reading the checkpoint
-    table = export_table(checkpoint, name)
-    if partition is not None:
-        maps = P.load_maps(P.load_config(partition))
-        if len(maps["node_map"]) != len(table):
-            raise GraphtrainError(
-                f"table {name!r} has {len(table)} rows, the partition {len(maps['node_map'])} nodes"
-            )
-        table = table[maps["node_map_inverse"]]  # row of original id i = new row node_map_inverse[i]
-    make_dirs(out.parent)
-    with atomic_file(out) as f:
-        np.save(f, table)
-    out_console = f"{name}: {table.shape[0]:,} x {table.shape[1:] or 1} written to {out}"
-    err.print(out_console, highlight=False, markup=False)
+    outputs.check_target(out)  # before reading the checkpoint
+    root = ckpt.resolve_checkpoint(checkpoint)
+    if name is None:
+        tables = sorted(ckpt.read_top(root)["tensors"])
+        if len(tables) != 1:
+            raise GraphtrainError(f"{root}: holds tables {tables}: pick one with --name")
+        name = tables[0]
+    cfg = outputs.checkpoint_partition(root, partition)
+    rows = outputs.original_order(root, name, cfg)
+    outputs.write_rows(out, rows)
+    order = {"nodes": "original node order", "relations": "relation order", "rows": "stored order"}
+    err.print(
+        f"{name}: {rows.values.shape[0]:,} x {rows.values.shape[1:] or 1} from {root.name}, "
+        f"{order[rows.keying]}, written to {out}",
+        highlight=False,
+        markup=False,
+    )
 
 
 # -------------------------------------------------------------------------------------- training
