@@ -532,6 +532,90 @@ def export(
     )
 
 
+@app.command()
+@friendly
+def predict(
+    checkpoint: Annotated[
+        Path,
+        typer.Argument(help="a checkpoint directory, its LATEST/BEST file, or the checkpoints directory"),
+    ],
+    spec_path: Annotated[Path, typer.Option("--spec", help="the GraphTraining YAML the run trained with")],
+    output: Annotated[
+        Path | None,
+        typer.Option(
+            "--out", "-o", help="write the predictions here: .parquet or .csv (needed for graphsage)"
+        ),
+    ] = None,
+    partition: Annotated[
+        Path | None,
+        typer.Option(help="partition config the run trained on (default: the one the checkpoint names)"),
+    ] = None,
+    nodes: Annotated[
+        str | None,
+        typer.Option(help="graphsage: node ids, comma-separated or a file of one per line (default: all)"),
+    ] = None,
+    embeddings: Annotated[
+        bool, typer.Option(help="graphsage: write the last hidden layer's output instead of probabilities")
+    ] = False,
+    head: Annotated[str | None, typer.Option(help="KGE: the head label of (head, relation, ?)")] = None,
+    relation: Annotated[str | None, typer.Option(help="KGE: the relation label of the query")] = None,
+    tail: Annotated[str | None, typer.Option(help="KGE: the tail label of (?, relation, tail)")] = None,
+    top: Annotated[int, typer.Option("-k", "--top", min=1, help="KGE: how many answers")] = 10,
+) -> None:
+    """Predict from a checkpoint in this process (no servers), with the user's own ids and labels.
+
+    GraphSAGE: per node its id, predicted class and p_<class> probabilities (dim_<j> with --embeddings),
+    for every node or --nodes. TransE/DistMult: the top -k tails of --head/--relation (or heads of
+    --tail/--relation) with their scores and the split already holding each triple ('' if none),
+    printed as a table and written to -o if given.
+    """
+    from graphtrain.runtime import outputs
+    from graphtrain.runtime import predict as PR
+    from graphtrain.runtime.kvstore import checkpoint as ckpt
+
+    gt = S.load_yaml(_read(spec_path))
+    kge = gt.spec.model.kind != S.ModelKind.graphsage
+    if output is not None:
+        outputs.check_target(output, (".parquet", ".csv"))
+    if kge and relation is None:
+        raise GraphtrainError(
+            f"model.kind is {gt.spec.model.kind}: ask with --relation and --head (or --tail)"
+        )
+    if not kge and output is None:
+        raise GraphtrainError("graphsage predictions are per node: give -o OUT.parquet or OUT.csv")
+    root = ckpt.resolve_checkpoint(checkpoint)
+    cfg = outputs.checkpoint_partition(root, partition)
+    if kge:
+        assert relation is not None
+        cols = PR.kge_answer(gt, root, cfg, relation, head=head, tail=tail, k=top).columns
+        out.print(_answer_table(cols, f"({head or '?'}, {relation}, {tail or '?'})"))
+        if output is not None:
+            outputs.write_columns(output, cols)
+            err.print(f"{len(cols['rank'])} answers written to {output}", highlight=False, markup=False)
+        return
+    assert output is not None
+    wanted = None if nodes is None else PR.node_ids(cfg, PR.read_tokens(nodes))
+    result = PR.node_outputs(gt, root, cfg, wanted, embeddings=embeddings)
+    outputs.write_columns(output, {"id": result.ids, **result.columns})
+    what = "output embeddings" if embeddings else "class probabilities"
+    err.print(
+        f"{what} of {len(result.ids):,} node(s) from {root.name} written to {output}",
+        highlight=False,
+        markup=False,
+    )
+
+
+def _answer_table(cols: dict[str, Any], title: str) -> Any:
+    from rich.table import Table
+
+    table = Table(title=title)
+    for col in cols:
+        table.add_column(col, justify="right" if col in ("rank", "score") else "left")
+    for i in range(len(cols["rank"])):
+        table.add_row(*(f"{cols[c][i]:.4f}" if c == "score" else escape(str(cols[c][i])) for c in cols))
+    return table
+
+
 # -------------------------------------------------------------------------------------- training
 
 

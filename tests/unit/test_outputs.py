@@ -50,18 +50,28 @@ def write_checkpoint(run: Path, graph: Graph, record: bool = True, tag: str = "s
     return root / tag
 
 
-def export(*args: str) -> str:
-    result = runner.invoke(app, ["export", *args])
+def ok(*args: str) -> str:
+    """A `graphtrain` command that must succeed; its output."""
+    result = runner.invoke(app, list(args))
     assert result.exit_code == 0, result.output
     return result.output
 
 
-def one_line_error(args: list[str], needle: str) -> str:
-    result = runner.invoke(app, ["export", *args])
+def fails(args: list[str], needle: str) -> str:
+    """A `graphtrain` command that must fail with one line (exit 1, no traceback) containing `needle`."""
+    result = runner.invoke(app, args)
     assert result.exit_code == 1 and "Traceback" not in result.output, result.output
     message = result.output.strip()
     assert "\n" not in message and needle in message, message
     return message
+
+
+def export(*args: str) -> str:
+    return ok("export", *args)
+
+
+def one_line_error(args: list[str], needle: str) -> str:
+    return fails(["export", *args], needle)
 
 
 @pytest.fixture(scope="module")
