@@ -327,14 +327,20 @@ def inspect(
     path: Annotated[Path, typer.Argument(help="partition directory or its <graph>.json")],
     verify: Annotated[bool, typer.Option(help="check every file's sha256")] = True,
 ) -> None:
-    """Show the report of a written partition, after checking its files."""
+    """Show a written partition: per-partition sizes and cut, the strategy in words, and the graph it
+    holds (directedness, degrees, isolated nodes, features, classes, masks, edge types, KG splits, disk).
+    """
     from graphtrain.runtime import partition as P
-    from graphtrain.runtime.report import partition_table
+    from graphtrain.runtime.partition.summary import summarise
+    from graphtrain.runtime.report import partition_table, summary_lines
 
     cfg = P.load_config(path)
     if verify:
         cfg.verify()
-    out.print(partition_table(cfg.data))
+    summary = summarise(cfg)
+    out.print(partition_table(cfg.data, summary))
+    for line in summary_lines(summary):
+        out.print(line, markup=False, highlight=False)
     if verify:
         out.print(f"{len(cfg.data['files'])} files verified")
 
