@@ -428,14 +428,20 @@ def inspect(
     path: Annotated[Path, typer.Argument(help="partition directory or its <graph>.json")],
     verify: Annotated[bool, typer.Option(help="check every file's sha256")] = True,
 ) -> None:
-    """Show the report of a written partition, after checking its files."""
+    """Show a written partition: per-partition sizes and cut, the strategy in words, and the graph it
+    holds (directedness, degrees, isolated nodes, features, classes, masks, edge types, KG splits, disk).
+    """
     from graphtrain.runtime import partition as P
-    from graphtrain.runtime.report import partition_table
+    from graphtrain.runtime.partition.summary import summarise
+    from graphtrain.runtime.report import partition_table, summary_lines
 
     cfg = P.load_config(path)
     if verify:
         cfg.verify()
-    out.print(partition_table(cfg.data))
+    summary = summarise(cfg)
+    out.print(partition_table(cfg.data, summary))
+    for line in summary_lines(summary):
+        out.print(line, markup=False, highlight=False)
     if verify:
         out.print(f"{len(cfg.data['files'])} files verified")
 
@@ -591,39 +597,130 @@ def shard_server(
 @app.command()
 @friendly
 def export(
-    checkpoint: Annotated[Path, typer.Argument(help="a complete checkpoint directory")],
-    name: Annotated[str, typer.Option(help="table name")],
-    out: Annotated[Path, typer.Option("--out", "-o", help="output .npy file (replaced atomically)")],
+    checkpoint: Annotated[
+        Path,
+        typer.Argument(help="a checkpoint directory, its LATEST/BEST file, or the checkpoints directory"),
+    ],
+    out: Annotated[
+        Path, typer.Option("--out", "-o", help="output .npy, .csv or .parquet (replaced atomically)")
+    ],
+    name: Annotated[
+        str | None, typer.Option(help="table name (default: the checkpoint's only table)")
+    ] = None,
     partition: Annotated[
-        Path | None, typer.Option(help="partition config: write rows in original node order")
+        Path | None,
+        typer.Option(help="partition config the run trained on (default: the one the checkpoint names)"),
     ] = None,
 ) -> None:
-    """Write one table of a checkpoint as .npy, in original node-id order when --partition is given.
+    """Write one table of a checkpoint with node rows in original node order (relation rows in relation
+    order): .npy holds the rows alone, .csv/.parquet an `id` column first (the user's ids or labels).
 
     The file is written under a temporary name and renamed into place; an existing file is replaced.
     """
-    import numpy as np
+    from graphtrain.runtime import outputs
+    from graphtrain.runtime.kvstore import checkpoint as ckpt
 
-    from graphtrain.runtime import partition as P
-    from graphtrain.runtime.data.cache import atomic_file, check_creatable, make_dirs
-    from graphtrain.runtime.kvstore.checkpoint import export_table
+    outputs.check_target(out)  # before reading the checkpoint
+    root = ckpt.resolve_checkpoint(checkpoint)
+    if name is None:
+        tables = sorted(ckpt.read_top(root)["tensors"])
+        if len(tables) != 1:
+            raise GraphtrainError(f"{root}: holds tables {tables}: pick one with --name")
+        name = tables[0]
+    cfg = outputs.checkpoint_partition(root, partition)
+    rows = outputs.original_order(root, name, cfg)
+    outputs.write_rows(out, rows)
+    order = {"nodes": "original node order", "relations": "relation order", "rows": "stored order"}
+    err.print(
+        f"{name}: {rows.values.shape[0]:,} x {rows.values.shape[1:] or 1} from {root.name}, "
+        f"{order[rows.keying]}, written to {out}",
+        highlight=False,
+        markup=False,
+    )
 
-    if out.is_dir():
-        raise GraphtrainError(f"{out}: is a directory; give the file to write, e.g. {out / name}.npy")
-    check_creatable(out.parent)  # before reading the checkpoint
-    table = export_table(checkpoint, name)
-    if partition is not None:
-        maps = P.load_maps(P.load_config(partition))
-        if len(maps["node_map"]) != len(table):
-            raise GraphtrainError(
-                f"table {name!r} has {len(table)} rows, the partition {len(maps['node_map'])} nodes"
-            )
-        table = table[maps["node_map_inverse"]]  # row of original id i = new row node_map_inverse[i]
-    make_dirs(out.parent)
-    with atomic_file(out) as f:
-        np.save(f, table)
-    out_console = f"{name}: {table.shape[0]:,} x {table.shape[1:] or 1} written to {out}"
-    err.print(out_console, highlight=False, markup=False)
+
+@app.command()
+@friendly
+def predict(
+    checkpoint: Annotated[
+        Path,
+        typer.Argument(help="a checkpoint directory, its LATEST/BEST file, or the checkpoints directory"),
+    ],
+    spec_path: Annotated[Path, typer.Option("--spec", help="the GraphTraining YAML the run trained with")],
+    output: Annotated[
+        Path | None,
+        typer.Option(
+            "--out", "-o", help="write the predictions here: .parquet or .csv (needed for graphsage)"
+        ),
+    ] = None,
+    partition: Annotated[
+        Path | None,
+        typer.Option(help="partition config the run trained on (default: the one the checkpoint names)"),
+    ] = None,
+    nodes: Annotated[
+        str | None,
+        typer.Option(help="graphsage: node ids, comma-separated or a file of one per line (default: all)"),
+    ] = None,
+    embeddings: Annotated[
+        bool, typer.Option(help="graphsage: write the last hidden layer's output instead of probabilities")
+    ] = False,
+    head: Annotated[str | None, typer.Option(help="KGE: the head label of (head, relation, ?)")] = None,
+    relation: Annotated[str | None, typer.Option(help="KGE: the relation label of the query")] = None,
+    tail: Annotated[str | None, typer.Option(help="KGE: the tail label of (?, relation, tail)")] = None,
+    top: Annotated[int, typer.Option("-k", "--top", min=1, help="KGE: how many answers")] = 10,
+) -> None:
+    """Predict from a checkpoint in this process (no servers), with the user's own ids and labels.
+
+    GraphSAGE: per node its id, predicted class and p_<class> probabilities (dim_<j> with --embeddings),
+    for every node or --nodes. TransE/DistMult: the top -k tails of --head/--relation (or heads of
+    --tail/--relation) with their scores and the split already holding each triple ('' if none),
+    printed as a table and written to -o if given.
+    """
+    from graphtrain.runtime import outputs
+    from graphtrain.runtime import predict as PR
+    from graphtrain.runtime.kvstore import checkpoint as ckpt
+
+    gt = S.load_yaml(_read(spec_path))
+    kge = gt.spec.model.kind != S.ModelKind.graphsage
+    if output is not None:
+        outputs.check_target(output, (".parquet", ".csv"))
+    if kge and relation is None:
+        raise GraphtrainError(
+            f"model.kind is {gt.spec.model.kind}: ask with --relation and --head (or --tail)"
+        )
+    if not kge and output is None:
+        raise GraphtrainError("graphsage predictions are per node: give -o OUT.parquet or OUT.csv")
+    root = ckpt.resolve_checkpoint(checkpoint)
+    cfg = outputs.checkpoint_partition(root, partition)
+    if kge:
+        assert relation is not None
+        cols = PR.kge_answer(gt, root, cfg, relation, head=head, tail=tail, k=top).columns
+        out.print(_answer_table(cols, f"({head or '?'}, {relation}, {tail or '?'})"))
+        if output is not None:
+            outputs.write_columns(output, cols)
+            err.print(f"{len(cols['rank'])} answers written to {output}", highlight=False, markup=False)
+        return
+    assert output is not None
+    wanted = None if nodes is None else PR.node_ids(cfg, PR.read_tokens(nodes))
+    result = PR.node_outputs(gt, root, cfg, wanted, embeddings=embeddings)
+    outputs.write_columns(output, {"id": result.ids, **result.columns})
+    what = "output embeddings" if embeddings else "class probabilities"
+    err.print(
+        f"{what} of {len(result.ids):,} node(s) from {root.name} written to {output}",
+        highlight=False,
+        markup=False,
+    )
+
+
+def _answer_table(cols: dict[str, Any], title: str) -> Any:
+    from rich.table import Table
+
+    table = Table(title=title)
+    for col in cols:
+        table.add_column(col, justify="right" if col in ("rank", "score") else "left")
+    for i in range(len(cols["rank"])):
+        table.add_row(*(f"{cols[c][i]:.4f}" if c == "score" else escape(str(cols[c][i])) for c in cols))
+    return table
 
 
 # -------------------------------------------------------------------------------------- training

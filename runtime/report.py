@@ -7,13 +7,42 @@ from typing import Any
 from rich.table import Table
 
 from graphtrain.runtime.partition.memory import human
+from graphtrain.runtime.partition.summary import PartitionSummary
+
+STRATEGIES = {
+    "single": "one partition: nothing to cut",
+    "random": "random: nodes dealt to partitions by a seeded shuffle (the cut baseline)",
+    "metis": "metis: METIS minimised the edge cut under the one balance constraint",
+    "metis-multi": "metis-multi: METIS minimised the edge cut under all balance constraints at once, "
+    "and its result was within bounds",
+}
 
 
-def partition_table(config: dict[str, Any]) -> Table:
-    """Per-partition nodes, stored edges and halo, with the totals and balance in the caption."""
+def strategy_words(strategy: str) -> str:
+    """What a partition config's `strategy` means, in a sentence."""
+    if strategy.startswith("metis(") and strategy.endswith(")+balance"):
+        first = strategy[len("metis(") : -len(")+balance")]
+        return (
+            f"{strategy}: METIS' multi-constraint result was out of bounds, so METIS cut balancing {first} "
+            "alone, then nodes were moved between partitions until every constraint was within bounds"
+        )
+    return STRATEGIES.get(strategy, strategy)
+
+
+def edge_words(directed: float | None) -> str:
+    """How the edge cut's unit reads: undirected edges only when the edge list is symmetric."""
+    if directed is None or directed > 0:
+        return "node pairs joined by an edge (either direction)"
+    return "undirected edges"
+
+
+def partition_table(config: dict[str, Any], summary: PartitionSummary | None = None) -> Table:
+    """Per-partition nodes, stored edges, halo (and bytes on disk with a summary), with the totals,
+    balance and the strategy in words in the caption."""
     stats = config["stats"]
     table = Table(title=f"{config['graph_name']}: {config['num_parts']} partition(s), {config['algorithm']}")
-    for col in ("part", "node range", "nodes", "edges", "halo"):
+    cols = ("part", "node range", "nodes", "edges", "halo") + (("disk",) if summary else ())
+    for col in cols:
         table.add_column(col, justify="right")
     bounds = config["node_bounds"]
     for p in range(config["num_parts"]):
@@ -23,18 +52,59 @@ def partition_table(config: dict[str, Any]) -> Table:
             f"{stats['nodes_per_part'][p]:,}",
             f"{stats['edges_per_part'][p]:,}",
             f"{stats['halo_per_part'][p]:,}",
+            *((human(summary.bytes_per_part[p]),) if summary else ()),
         )
     balance = ", ".join(f"{k} {v:.3f}" for k, v in stats["balance"].items())
     seconds = stats.get("seconds", {})
     table.caption = (
-        f"edge cut {stats['cut_edges']:,} of {stats['num_undirected_edges']:,} undirected edges "
+        f"edge cut {stats['cut_edges']:,} of {stats['num_undirected_edges']:,} "
+        f"{edge_words(summary.directed if summary else None)} "
         f"({100 * stats['edge_cut_fraction']:.2f} %), "
         f"remote in-edges {100 * stats['remote_edge_fraction']:.2f} %\n"
         f"balance (max/mean): {balance}\n"
-        f"strategy {config.get('strategy', '?')}, {seconds.get('total', 0):.2f} s"
+        f"strategy {strategy_words(config.get('strategy', '?'))}; {seconds.get('total', 0):.2f} s\n"
+        "halo: nodes of other partitions with an edge to this partition's nodes (sampling reads them "
+        "remotely)"
         + (f"; skipped constraints: {config['balance_skipped']}" if config.get("balance_skipped") else "")
     )
     return table
+
+
+def summary_lines(s: PartitionSummary, most: int = 12) -> list[str]:
+    """The graph a partition holds, one fact a line (the most common `most` edge types)."""
+    if s.directed is None:
+        direction = "directedness not measured (more than 20M edges)"
+    elif s.directed == 0:
+        direction = "undirected: every edge is stored both ways"
+    else:
+        direction = f"directed: {100 * s.directed:.1f} % of edges have no reverse edge"
+    d = s.degree
+    lines = [
+        f"nodes {s.num_nodes:,}, edges {s.num_edges:,} ({direction})",
+        f"degree (in + out) min {d['min']:g}, mean {d['mean']:.2f}, median {d['median']:g}, "
+        f"max {d['max']:g}; isolated nodes {s.isolated:,}",
+        "features: none"
+        if s.feat_dims is None
+        else f"features: {s.feat_dims:,} dims" + (" (sparse)" if s.feat_sparse else ""),
+    ]
+    if s.num_classes is not None:
+        named = (
+            f" ({', '.join(s.class_names[:most])}{', ...' if len(s.class_names) > most else ''})"
+            if s.class_names
+            else ""
+        )
+        labelled = f", {s.labelled:,} labelled nodes" if s.labelled is not None else ""
+        lines.append(f"classes: {s.num_classes}{named}{labelled}")
+    if s.masks:
+        lines.append("masks: " + ", ".join(f"{k} {v:,}" for k, v in s.masks.items()))
+    if s.edge_types:
+        top = sorted(s.edge_types.items(), key=lambda kv: -kv[1])[:most]
+        more = f", ... ({len(s.edge_types)} in all)" if len(s.edge_types) > most else ""
+        lines.append("edge types: " + ", ".join(f"{k} {v:,}" for k, v in top) + more)
+    if s.kg:
+        lines.append("knowledge graph triples: " + ", ".join(f"{k} {v:,}" for k, v in s.kg.items()))
+    lines.append(f"on disk: {human(s.bytes_total)}")
+    return lines
 
 
 def datasets_table(rows: list[dict[str, Any]]) -> Table:

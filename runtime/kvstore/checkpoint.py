@@ -13,7 +13,9 @@ Each piece is written into a temporary directory, fsynced and renamed into place
 pieces that checkpoint.json lists and copies the overlap of each with the shard's own range, so a
 checkpoint taken by 2 servers restores into 3, or into standalone mode, row for row.
 
-checkpoint.json may also record the sha256 of files beside the tensors ("files": the trainers' state).
+checkpoint.json may also record the sha256 of files beside the tensors ("files": the trainers' state)
+and the partition the run trained on ("partition": partition_record), so an export can put node-keyed
+rows back in the original node order without being told which partition they came from.
 "Latest" means the newest checkpoint, at or before the one LATEST names, whose every file checks out: a
 damaged latest (a changed byte, a missing piece) is skipped for the one before it, with a line saying why.
 """
@@ -22,10 +24,11 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import os
 import shutil
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -41,6 +44,9 @@ from graphtrain.runtime.data.cache import (
 from graphtrain.runtime.errors import DataError
 from graphtrain.runtime.kvstore.shard import TensorShard
 from graphtrain.runtime.optim import OptimConfig, make_state
+
+if TYPE_CHECKING:
+    from graphtrain.runtime.partition.format import PartitionConfig
 
 FORMAT = "graphtrain-checkpoint"
 FORMAT_VERSION = 1
@@ -107,6 +113,58 @@ def mark_latest(root: Path, rel: str) -> None:
         raise DataError(f"{root / rel}: not a complete checkpoint, cannot mark it latest")
     with atomic_file(root / LATEST) as f:
         f.write(f"{rel}\n".encode())
+
+
+def partition_record(
+    cfg: PartitionConfig, checkpoint_dir: Path, table_keys: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """What checkpoint.json says about the partition the tables were trained on: its config (absolute,
+    and relative to the checkpoint, so a run directory copied elsewhere still finds it), the sha256 of
+    its node map (which fixes the row order of node-keyed tables) and what each table's rows stand for
+    (the spec's embeddings[].keys: nodes, relations or custom)."""
+    config = cfg.path.resolve()
+    return {
+        "config": str(config),
+        "relative": os.path.relpath(config, checkpoint_dir.resolve()),
+        "node_map_sha256": cfg.data["files"]["node_map.npy"],
+        "num_nodes": int(cfg.data["num_nodes"]),
+        "table_keys": dict(sorted((table_keys or {}).items())),
+    }
+
+
+MARKER_MAX_BYTES = 4096
+
+
+def resolve_checkpoint(path: Path) -> Path:
+    """The checkpoint directory a user points at: the directory itself, a marker file beside it (LATEST,
+    BEST: a text file naming the checkpoint), or a checkpoint root (then its LATEST).
+
+    Raises:
+        DataError: naming `path` and what it is instead.
+    """
+    path = Path(path)
+    if path.is_dir():
+        if (path / TOP).exists():
+            return path
+        if (path / LATEST).is_file():
+            return resolve_checkpoint(path / LATEST)
+        raise DataError(f"{path}: not a complete checkpoint (no {TOP}) and no {LATEST} file in it")
+    if not path.is_file():
+        raise DataError(f"{path}: no such checkpoint")
+    raw = path.read_bytes()[: MARKER_MAX_BYTES + 1]
+    try:
+        rel = raw.decode().strip()
+    except UnicodeDecodeError:
+        rel = ""
+    if not rel or len(raw) > MARKER_MAX_BYTES or "\n" in rel:
+        raise DataError(f"{path}: not a checkpoint marker (a {LATEST}-like file naming one checkpoint)")
+    root = path.parent.resolve()
+    target = (root / rel).resolve()
+    if root not in target.parents:
+        raise DataError(f"{path}: names {rel!r}, outside {root}")
+    if not (target / TOP).exists():
+        raise DataError(f"{path}: names {rel!r}, which is not a complete checkpoint (no {TOP})")
+    return target
 
 
 def prune(root: Path, keep: int) -> list[str]:

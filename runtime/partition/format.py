@@ -6,7 +6,12 @@ Layout of `<out>/` (written under a temporary name and renamed into place when c
     node_map.npy             int64, new node id -> original node id
     node_map_inverse.npy     int64, original node id -> new node id
     edge_map.npy             int64, new edge id -> original edge id (position in the input's CSR order)
-    external_ids.npy         int64, original node id -> the dataset's own id (when it has one)
+    external_ids.npy         original node id -> the user's own id (when it has one): int64, or
+                             unicode for string ids (np.save/np.load of '<U' arrays need no pickle)
+    class_names.npy          unicode, label i -> class_names[i] (string labels)
+    relation_names.npy       unicode, edge type / relation i -> relation_names[i]
+    kg/<split>.npy           int64 (n, 3) (head, relation, tail) in ORIGINAL node ids: a knowledge
+                             graph's train/valid/test triples (KGE evaluation needs all three)
     part-<i>/indptr.npy      int64, in-CSR over the partition's nodes (local row = new id - node_bounds[i])
     part-<i>/indices.npy     int64, global new id of each in-edge's source; edge ids are
                              edge_bounds[i] + position, so no edge-id array is stored
@@ -19,7 +24,11 @@ Every file is .npy (mmap-able) and its sha256 is in the config. The config (JSON
     format "graphtrain-partition", format_version, graph_name, num_nodes, num_edges, num_parts,
     algorithm, seed, balance, max_imbalance, node_bounds, edge_bounds, edge_owner "destination",
     num_classes, ndata (entry description per key), parts [{dir, ndata entries}], stats,
-    graphtrain_version, created, files {relative path: sha256}.
+    has_external_ids, has_class_names, has_relation_names, kg {num_relations, triples {split: count}}
+    (knowledge graphs only), graphtrain_version, created, files {relative path: sha256}.
+
+The names and the KG splits are additive (format version 1): a partition written before them reads as
+one without names or splits.
 """
 
 from __future__ import annotations
@@ -73,13 +82,36 @@ def _node_data(graph: Graph, ids: np.ndarray) -> dict[str, Any]:
 
 
 def _num_classes(graph: Graph) -> int | None:
-    """The dataset's class count, else 1 + the largest integer label (file graphs carry no count)."""
+    """The dataset's class count, else the number of class names (a class no node has still counts),
+    else 1 + the largest integer label (file graphs carry no count)."""
     if graph.num_classes is not None:
         return graph.num_classes
+    if graph.class_names is not None:
+        return len(graph.class_names)
     label = graph.label
     if label is None or label.size == 0 or label.dtype.kind not in "iu":
         return None
     return int(label.max()) + 1
+
+
+SPLITS = ("train", "valid", "test")
+
+
+def _kg_meta(graph: Graph) -> dict[str, Any] | None:
+    """The config's `kg` entry: relation count and triples per split (None: not a knowledge graph)."""
+    if not graph.triples:
+        return None
+    if graph.relation_names is not None:
+        num_relations = len(graph.relation_names)
+    else:
+        seen = [t[:, 1] for t in graph.triples.values() if t.size]
+        if graph.etype is not None and graph.etype.size:
+            seen.append(graph.etype)
+        num_relations = int(max(int(r.max()) for r in seen)) + 1 if seen else 0
+    return {
+        "num_relations": num_relations,
+        "triples": {s: int(len(graph.triples[s])) for s in SPLITS if s in graph.triples},
+    }
 
 
 def check_output(out: Path, overwrite: bool = False) -> None:
@@ -126,6 +158,14 @@ def write(graph: Graph, result: PartitionResult, out: Path, overwrite: bool = Fa
         np.save(tmp / "edge_map.npy", rl.edge_map)
         if graph.node_ids is not None:
             np.save(tmp / "external_ids.npy", graph.node_ids)
+        for key in ("class_names", "relation_names"):
+            names = getattr(graph, key)
+            if names is not None:
+                np.save(tmp / f"{key}.npy", names)
+        if graph.triples:
+            (tmp / "kg").mkdir()
+            for split, t in graph.triples.items():
+                np.save(tmp / "kg" / f"{split}.npy", np.ascontiguousarray(t, dtype=np.int64))
         parts_meta = []
         ndata_desc: dict[str, Any] = {}
         for p in range(k):
@@ -163,8 +203,11 @@ def write(graph: Graph, result: PartitionResult, out: Path, overwrite: bool = Fa
             "edge_owner": "destination",
             "has_etype": graph.etype is not None,
             "has_external_ids": graph.node_ids is not None,
+            "has_class_names": graph.class_names is not None,
+            "has_relation_names": graph.relation_names is not None,
             "num_classes": _num_classes(graph),
             "ndata": ndata_desc,
+            **({"kg": kg} if (kg := _kg_meta(graph)) is not None else {}),
             "parts": parts_meta,
             "strategy": result.info.strategy,
             "stats": result.stats.to_dict(),
@@ -290,14 +333,47 @@ def load_part(cfg: PartitionConfig, part: int, verify: bool = True, mmap: bool =
     )
 
 
-def load_maps(cfg: PartitionConfig, verify: bool = True) -> dict[str, np.ndarray]:
-    """The id maps: node_map, node_map_inverse, edge_map and, when present, external_ids."""
-    names = ["node_map", "node_map_inverse", "edge_map"] + (
-        ["external_ids"] if cfg.data.get("has_external_ids") else []
-    )
+def _load_files(cfg: PartitionConfig, rels: list[str], verify: bool) -> dict[str, np.ndarray]:
+    """Arrays at `rels` (paths relative to the partition), each checked against its recorded sha256."""
     if verify:
-        verify_files(cfg.root, {f"{n}.npy": cfg.data["files"][f"{n}.npy"] for n in names})
-    return {n: np.load(cfg.root / f"{n}.npy", allow_pickle=False) for n in names}
+        missing = [r for r in rels if r not in cfg.data["files"]]
+        if missing:
+            raise DataError(f"{cfg.path}: {missing[0]} is not recorded in the partition's files")
+        verify_files(cfg.root, {r: cfg.data["files"][r] for r in rels})
+    return {r: np.load(cfg.root / r, allow_pickle=False) for r in rels}
+
+
+_NAMES = {"node_ids": "external_ids", "class_names": "class_names", "relation_names": "relation_names"}
+
+
+def load_maps(cfg: PartitionConfig, verify: bool = True) -> dict[str, np.ndarray]:
+    """The id maps: node_map, node_map_inverse, edge_map and, when present, external_ids, class_names
+    and relation_names."""
+    names = ["node_map", "node_map_inverse", "edge_map"] + [
+        n for n in _NAMES.values() if cfg.data.get(f"has_{n}")
+    ]
+    loaded = _load_files(cfg, [f"{n}.npy" for n in names], verify)
+    return {n: loaded[f"{n}.npy"] for n in names}
+
+
+def load_names(cfg: PartitionConfig, verify: bool = True) -> dict[str, np.ndarray]:
+    """The user's names kept with the partition, under the Graph's field names: node_ids (int64 or
+    unicode: original node id i is node_ids[i]), class_names, relation_names; only those present."""
+    present = {k: f for k, f in _NAMES.items() if cfg.data.get(f"has_{f}")}
+    loaded = _load_files(cfg, [f"{f}.npy" for f in present.values()], verify)
+    return {k: loaded[f"{f}.npy"] for k, f in present.items()}
+
+
+def load_triples(cfg: PartitionConfig, verify: bool = True) -> dict[str, np.ndarray]:
+    """A knowledge graph's splits {"train", "valid", "test"}: int64 (n, 3) (head, relation, tail) in
+    ORIGINAL node ids (map them with node_map_inverse for table rows); empty for other graphs."""
+    splits = [s for s in SPLITS if s in cfg.data.get("kg", {}).get("triples", {})]
+    loaded = _load_files(cfg, [f"kg/{s}.npy" for s in splits], verify)
+    out = {s: loaded[f"kg/{s}.npy"] for s in splits}
+    for split, t in out.items():
+        if t.dtype != np.int64 or t.ndim != 2 or t.shape[1] != 3:
+            raise DataError(f"{cfg.root / 'kg' / split}.npy: not an int64 (n, 3) triple array")
+    return out
 
 
 def reassemble(cfg: PartitionConfig, verify: bool = True) -> Graph:
@@ -348,4 +424,7 @@ def reassemble(cfg: PartitionConfig, verify: bool = True) -> Graph:
         node_ids=maps.get("external_ids"),
         ntype=feats.get("ntype"),
         num_classes=cfg.data.get("num_classes"),
+        class_names=maps.get("class_names"),
+        relation_names=maps.get("relation_names"),
+        triples=load_triples(cfg, verify),
     )

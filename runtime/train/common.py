@@ -344,7 +344,14 @@ class StepHooks:
             if directory.exists():  # a damaged one this run resumed from before: nothing of it may stay
                 shutil.rmtree(directory)
             self.save_state(directory, meta)
-            extra = {"trainer": meta, "files": hash_tree(directory)}  # the trainers' files, checked on resume
+            extra = {
+                "trainer": meta,
+                "files": hash_tree(directory),  # the trainers' files, checked on resume
+                # which partition orders the node-keyed rows: `graphtrain export` reads it
+                "partition": ckpt.partition_record(
+                    self.graph.config, directory, {t.name: str(t.keys) for t in self.spec.embeddings}
+                ),
+            }
             self.graph.client.checkpoint(tag, extra=extra, root=self.checkpoint_root)
             ckpt.mark_latest(self.checkpoint_root, tag)
             ckpt.prune(self.checkpoint_root, KEEP_CHECKPOINTS)

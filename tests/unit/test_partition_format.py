@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from graphtrain.runtime import partition as P
-from graphtrain.runtime.data.graph import Graph
+from graphtrain.runtime.data.graph import Graph, KnowledgeGraph
 from graphtrain.runtime.errors import ChecksumError, DataError
 from tests.conftest import planted_graph
 
@@ -125,3 +125,76 @@ def test_bad_configs(tmp_path: Path, planted: Graph) -> None:
     path.write_text(json.dumps(good))
     with pytest.raises(DataError, match="partition 5 does not exist"):
         P.load_part(P.load_config(path), 5)
+
+
+def string_kg() -> KnowledgeGraph:
+    """A small knowledge graph with string entity and relation labels and its own three splits."""
+    names = np.array(["ann", "bob", "cy", "dee", "eve", "fay"])
+    rels = np.array(["likes", "parent_of"])
+    rng = np.random.default_rng(1)
+    t = np.stack([rng.integers(0, 6, 40), rng.integers(0, 2, 40), rng.integers(0, 6, 40)], 1)
+    return KnowledgeGraph("family", 6, 2, t[:30], t[30:35], t[35:], names, rels)
+
+
+@pytest.mark.parametrize("k", [1, 2])
+def test_a_knowledge_graph_keeps_its_names_and_splits(tmp_path: Path, k: int) -> None:
+    kg = string_kg()
+    g = kg.to_graph()
+    cfg = P.load_config(P.write(g, P.partition_graph(g, k, algorithm="random"), tmp_path / "kg"))
+    assert cfg.data["kg"] == {"num_relations": 2, "triples": {"train": 30, "valid": 5, "test": 5}}
+    assert cfg.data["has_relation_names"] and not cfg.data["has_class_names"]
+    assert {"kg/train.npy", "kg/valid.npy", "kg/test.npy", "relation_names.npy"} <= set(cfg.data["files"])
+    triples = P.load_triples(cfg)
+    for split in ("train", "valid", "test"):  # original ids, whatever the relabeling
+        assert np.array_equal(triples[split], getattr(kg, split)), split
+    names = P.load_names(cfg)
+    assert sorted(names) == ["node_ids", "relation_names"]
+    assert names["node_ids"].dtype.kind == "U" and list(names["node_ids"]) == list(kg.entity_names)
+    assert list(names["relation_names"]) == ["likes", "parent_of"]
+    assert list(P.load_maps(cfg)["relation_names"]) == ["likes", "parent_of"]
+    back = P.reassemble(cfg)
+    assert_same_graph(g, back)
+    assert list(back.relation_names) == ["likes", "parent_of"]
+    assert back.triples.keys() == g.triples.keys()
+    assert all(np.array_equal(back.triples[s], g.triples[s]) for s in g.triples)
+
+
+def test_string_ids_and_class_names_round_trip_without_pickle(tmp_path: Path) -> None:
+    g0 = planted_graph(n=300, k=3)
+    g = Graph.from_edges(
+        "named",
+        g0.num_nodes,
+        *g0.edges(),
+        label=g0.label,
+        masks=g0.masks,
+        node_ids=np.array([f"user-{i:04d}" for i in range(300)]),
+        class_names=np.array(["blue", "green", "red", "unused"]),  # a class no node has still counts
+    )
+    cfg = P.load_config(P.write(g, P.partition_graph(g, 3), tmp_path / "n"))
+    assert cfg.data["num_classes"] == 4 and cfg.data["has_class_names"]
+    assert "kg" not in cfg.data and P.load_triples(cfg) == {}
+    for key in ("external_ids", "class_names"):  # plain unicode arrays: no pickle to read them
+        arr = np.load(cfg.root / f"{key}.npy", allow_pickle=False)
+        assert arr.dtype.kind == "U"
+    back = P.reassemble(cfg)
+    assert_same_graph(g, back)
+    assert list(back.class_names) == ["blue", "green", "red", "unused"]
+
+
+def test_a_changed_triples_file_is_detected(tmp_path: Path) -> None:
+    g = string_kg().to_graph()
+    cfg = P.load_config(P.write(g, P.partition_graph(g, 1), tmp_path / "kg"))
+    valid = np.load(cfg.root / "kg" / "valid.npy")
+    valid[0, 0] = (valid[0, 0] + 1) % 6
+    np.save(cfg.root / "kg" / "valid.npy", valid)
+    with pytest.raises(ChecksumError, match="valid.npy"):
+        P.load_triples(cfg)
+    assert P.load_triples(cfg, verify=False)["valid"][0, 0] == valid[0, 0]
+
+
+def test_a_partition_written_before_names_reads_as_one_without_them(tmp_path: Path) -> None:
+    g = string_kg().to_graph()
+    cfg = P.load_config(P.write(g, P.partition_graph(g, 1), tmp_path / "kg"))
+    data = {k: v for k, v in cfg.data.items() if k not in ("kg", "has_class_names", "has_relation_names")}
+    old = P.PartitionConfig(cfg.path, data)
+    assert P.load_triples(old) == {} and sorted(P.load_names(old)) == ["node_ids"]

@@ -1,0 +1,192 @@
+"""What leaves a run for the user: tables of a checkpoint in the user's own order and ids, as .npy,
+.csv or .parquet.
+
+Node-keyed tables are stored in the partition's relabeled order; written out in that order they look
+right and are wrong (row i is not node i). So every node-keyed export goes through the partition the
+run trained on: the checkpoint names it (checkpoint.json "partition", with the sha256 of its node
+map), a `--partition` given by hand must have that same node map, and a checkpoint that names none
+needs `--partition`. The choices are pure functions (`pick_partition`, `table_keying`); the rest reads
+and writes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+from graphtrain.runtime.data.cache import atomic_file, check_creatable, make_dirs
+from graphtrain.runtime.errors import GraphtrainError
+from graphtrain.runtime.kvstore import checkpoint as ckpt
+from graphtrain.runtime.partition.format import PartitionConfig, load_config, load_maps, load_names
+
+SUFFIXES = (".npy", ".csv", ".parquet")
+Keying = Literal["nodes", "relations", "rows"]
+
+
+def pick_partition(
+    checkpoint: Path, record: dict[str, Any] | None, found: list[tuple[Path, str | None]]
+) -> Path:
+    """The partition config to read a checkpoint's rows with, from its record and the candidates
+    looked at (path, node-map sha256 or None when absent), in preference order.
+
+    Raises:
+        GraphtrainError: the checkpoint names no partition, or none found has its node map.
+    """
+    if record is None:
+        raise GraphtrainError(
+            f"{checkpoint}: the checkpoint does not name the partition it was trained on: pass "
+            "--partition <run-dir>/partition (without it, rows would come out in partition order)"
+        )
+    for path, sha in found:
+        if sha == record["node_map_sha256"]:
+            return path
+    changed = [str(p) for p, sha in found if sha is not None]
+    if changed:
+        raise GraphtrainError(
+            f"{changed[0]}: not the partition {checkpoint.name} was trained on (its node order differs, "
+            "it was partitioned again): pass --partition naming the one the run used"
+        )
+    raise GraphtrainError(
+        f"{checkpoint}: its partition {record['config']} is gone: pass --partition naming a copy of it"
+    )
+
+
+def checkpoint_partition(checkpoint: Path, override: Path | None = None) -> PartitionConfig:
+    """The partition a checkpoint's node-keyed rows are ordered by: `override` if given (and it must
+    have the recorded node map when there is a record), else the one checkpoint.json names.
+
+    Raises:
+        GraphtrainError: see pick_partition; DataError for an unreadable partition.
+    """
+    record = ckpt.read_top(checkpoint).get("partition")
+    if override is not None:
+        cfg = load_config(override)
+        if record is not None and _node_map_sha(cfg) != record["node_map_sha256"]:
+            raise GraphtrainError(
+                f"{cfg.path}: not the partition {checkpoint.name} was trained on ({record['config']}): "
+                "its node order differs, so rows would be misplaced"
+            )
+        return cfg
+    found: list[tuple[Path, str | None]] = []
+    if record is not None:
+        for candidate in (checkpoint / record["relative"], Path(record["config"])):
+            cfg_or_none = _try_config(candidate)
+            found.append((candidate, None if cfg_or_none is None else _node_map_sha(cfg_or_none)))
+    return load_config(pick_partition(checkpoint, record, found))
+
+
+def _node_map_sha(cfg: PartitionConfig) -> str | None:
+    sha = cfg.data["files"].get("node_map.npy")
+    return None if sha is None else str(sha)
+
+
+def _try_config(path: Path) -> PartitionConfig | None:
+    try:
+        return load_config(path) if path.is_file() else None
+    except GraphtrainError:
+        return None
+
+
+def table_keying(
+    name: str, num_rows: int, num_nodes: int, num_relations: int | None, table_keys: dict[str, str]
+) -> Keying:
+    """What a table's rows stand for: the graph's nodes (stored in partition order), its relations
+    (stored in relation order) or nothing known (written as stored). The spec's `keys`, as the
+    checkpoint records it, decides; a checkpoint without it is judged by the row count."""
+    recorded = table_keys.get(name)
+    if recorded is not None:
+        return "nodes" if recorded == "nodes" else "relations" if recorded == "relations" else "rows"
+    if num_rows == num_nodes:
+        return "nodes"
+    if num_relations is not None and num_rows == num_relations:
+        return "relations"
+    return "rows"
+
+
+@dataclass
+class Rows:
+    """A table in the user's order: `ids[i]` (their id or label) names `values[i]`."""
+
+    name: str
+    keying: Keying
+    ids: np.ndarray
+    values: np.ndarray
+
+
+def original_order(checkpoint: Path, name: str, cfg: PartitionConfig) -> Rows:
+    """Table `name` of `checkpoint` with node rows in original node order and the user's ids.
+
+    Raises:
+        DataError: the table is not in the checkpoint or a file changed.
+    """
+    table = ckpt.export_table(checkpoint, name)
+    record = ckpt.read_top(checkpoint).get("partition") or {}
+    num_nodes = int(cfg.data["num_nodes"])
+    kg = cfg.data.get("kg")
+    keying = table_keying(
+        name,
+        len(table),
+        num_nodes,
+        None if kg is None else int(kg["num_relations"]),
+        dict(record.get("table_keys", {})),
+    )
+    names = load_names(cfg)
+    if keying == "nodes":
+        table = table[load_maps(cfg)["node_map_inverse"]]  # row of original id i = new row inverse[i]
+        ids = names.get("node_ids", np.arange(num_nodes, dtype=np.int64))
+    elif keying == "relations" and "relation_names" in names and len(names["relation_names"]) == len(table):
+        ids = names["relation_names"]
+    else:
+        ids = np.arange(len(table), dtype=np.int64)
+    return Rows(name, keying, ids, table)
+
+
+def check_target(out: Path, suffixes: tuple[str, ...] = SUFFIXES) -> None:
+    """Refuse an output path before any work: a directory, an unknown suffix, an uncreatable parent.
+
+    Raises:
+        GraphtrainError: naming `out`.
+    """
+    if out.is_dir():
+        raise GraphtrainError(f"{out}: is a directory; give the file to write, e.g. {out}/table.npy")
+    if out.exists() and not out.is_file():
+        raise GraphtrainError(f"{out}: exists and is not a regular file")
+    if out.suffix.lower() not in suffixes:
+        raise GraphtrainError(f"{out}: unknown output format {out.suffix!r} (use {', '.join(suffixes)})")
+    check_creatable(out.parent)
+
+
+def columns(ids: np.ndarray, values: np.ndarray, prefix: str = "dim_") -> dict[str, np.ndarray]:
+    """The columns of a table file: `id` first, then one per value column."""
+    flat = values.reshape(len(values), -1)
+    return {"id": ids, **{f"{prefix}{j}": flat[:, j] for j in range(flat.shape[1])}}
+
+
+def write_columns(out: Path, cols: dict[str, np.ndarray]) -> None:
+    """Columns as .csv or .parquet (pyarrow), written under a temporary name and renamed into place."""
+    import pyarrow as pa  # type: ignore[import-untyped]
+
+    table = pa.table({k: pa.array(np.asarray(v)) for k, v in cols.items()})
+    make_dirs(out.parent)
+    with atomic_file(out) as f:
+        if out.suffix.lower() == ".parquet":
+            import pyarrow.parquet as pq  # type: ignore[import-untyped]
+
+            pq.write_table(table, f)
+        else:
+            import pyarrow.csv as pcsv  # type: ignore[import-untyped]
+
+            pcsv.write_csv(table, f)
+
+
+def write_rows(out: Path, rows: Rows) -> None:
+    """.npy: the values alone (row i = the i-th id); .csv/.parquet: the ids first, then the values."""
+    if out.suffix.lower() == ".npy":
+        make_dirs(out.parent)
+        with atomic_file(out) as f:
+            np.save(f, rows.values)
+        return
+    write_columns(out, columns(rows.ids, rows.values))

@@ -1,0 +1,298 @@
+"""Predictions from a checkpoint, in this process (no servers): GraphSAGE class probabilities or output
+embeddings per node, and KGE answers to (head, relation, ?) and (?, relation, tail), all named with the
+user's own ids and labels.
+
+Everything a prediction needs is on disk: the partition (graph, features, id maps, names, KG splits),
+the checkpoint's tables (kvstore.checkpoint.export_table) and its dense model (dense.pt, read with
+torch.load(weights_only=True): tensors only, never an arbitrary object). The partition is the one the
+checkpoint names (outputs.checkpoint_partition), so ids are mapped with the node order the tables were
+trained in. Label lookups are pure (`lookup`): an unknown label is one line naming it, with the closest
+known label when there is one.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from graphtrain.runtime import spec as S
+from graphtrain.runtime.errors import GraphtrainError
+from graphtrain.runtime.kvstore import checkpoint as ckpt
+from graphtrain.runtime.partition.format import PartitionConfig, load_maps, load_names, load_triples
+
+BATCH = 4096
+SUGGEST_MAX = 50_000  # labels to compare an unknown one with (difflib is linear in them)
+
+
+# ------------------------------------------------------------------------------------------ labels
+
+
+def lookup(tokens: list[str], known: np.ndarray, what: str) -> np.ndarray:
+    """Positions in `known` (labels: unicode, or int64 ids) of the user's `tokens`.
+
+    Raises:
+        GraphtrainError: naming the first token that is not a known label (and a close match, if any).
+    """
+    integer = known.dtype.kind in "iu"
+    index = {str(v): i for i, v in enumerate(known.tolist())}
+    out = np.empty(len(tokens), dtype=np.int64)
+    for j, token in enumerate(tokens):
+        key = token.strip()
+        if integer and key.lstrip("-").isdigit():
+            key = str(int(key))
+        pos = index.get(key)
+        if pos is None:
+            raise GraphtrainError(f"{what} {token!r}: not in the graph{_suggest(key, index)}")
+        out[j] = pos
+    return out
+
+
+def _suggest(token: str, index: dict[str, int]) -> str:
+    if len(index) > SUGGEST_MAX:
+        return ""
+    close = difflib.get_close_matches(token, list(index), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def node_ids(cfg: PartitionConfig, tokens: list[str]) -> np.ndarray:
+    """Original node ids of the user's node ids (their own, or 0..n-1 when the graph has none).
+
+    Raises:
+        GraphtrainError: naming an id the graph does not have.
+    """
+    known = load_names(cfg).get("node_ids")
+    if known is None:
+        known = np.arange(int(cfg.data["num_nodes"]), dtype=np.int64)
+    return lookup(tokens, known, "node")
+
+
+def read_tokens(value: str) -> list[str]:
+    """`--nodes`: a file with one id per line (a first line `id` is a header) or a comma-separated list."""
+    path = Path(value)
+    if path.is_file():
+        from graphtrain.runtime.data.cache import read_text
+
+        lines = [line.strip() for line in read_text(path).splitlines() if line.strip()]
+        return lines[1:] if lines and lines[0].lower() == "id" else lines
+    tokens = [t.strip() for t in value.split(",") if t.strip()]
+    if not tokens:
+        raise GraphtrainError(f"--nodes {value!r}: neither a file nor a comma-separated list of ids")
+    return tokens
+
+
+# ------------------------------------------------------------------------------------- GraphSAGE
+
+
+@dataclass
+class NodeOutput:
+    """Per requested node (original ids `nodes`): `values` rows, named by `columns` (after `id`)."""
+
+    ids: np.ndarray
+    columns: dict[str, np.ndarray]
+
+
+def _dense_state(root: Path) -> dict[str, torch.Tensor]:
+    path = root / "dense.pt"
+    if not path.is_file():
+        raise GraphtrainError(f"{root}: no dense.pt (not a GraphSAGE checkpoint)")
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # an unreadable or foreign file: the message, never the unpickler's traceback
+        raise GraphtrainError(f"{path}: cannot read the dense model ({type(exc).__name__})") from None
+    if not isinstance(state, dict) or not isinstance(state.get("model"), dict):
+        raise GraphtrainError(f"{path}: not a graphtrain dense checkpoint (no model state)")
+    return dict(state["model"])
+
+
+def model_mismatch(expected: dict[str, tuple[int, ...]], saved: dict[str, tuple[int, ...]]) -> str | None:
+    """The first difference between the model the spec builds and the one saved, in words (pure)."""
+    for key in sorted(expected.keys() | saved.keys()):
+        if key not in saved:
+            return f"the checkpoint has no {key} (model.numLayers?)"
+        if key not in expected:
+            return f"the checkpoint has {key}, which the spec's model lacks (model.numLayers?)"
+        if expected[key] != saved[key]:
+            return (
+                f"the checkpoint's {key} is {tuple(saved[key])}, the spec's model needs "
+                f"{tuple(expected[key])} (model.hiddenDim, model.useFeatures or an embedding's dim?)"
+            )
+    return None
+
+
+def node_outputs(
+    gt: S.GraphTraining,
+    root: Path,
+    cfg: PartitionConfig,
+    nodes: np.ndarray | None = None,
+    embeddings: bool = False,
+) -> NodeOutput:
+    """GraphSAGE on original node ids `nodes` (all when None), every neighbour used as in evaluation:
+    class probabilities (`predicted` and p_<class> columns) or, with `embeddings`, the last hidden
+    layer (`dim_<j>` columns).
+
+    Raises:
+        GraphtrainError: the checkpoint does not fit the spec (named field) or the partition lacks data.
+    """
+    from graphtrain.runtime.graph import DistGraph, standalone_client
+    from graphtrain.runtime.graph.loader import sample_blocks
+    from graphtrain.runtime.train.models import GraphSAGE
+
+    m = gt.spec.model
+    if m.kind != S.ModelKind.graphsage:
+        raise GraphtrainError(f"model.kind is {m.kind}: class predictions need graphsage")
+    num_classes = cfg.data.get("num_classes")
+    if not num_classes:
+        raise GraphtrainError(f"{cfg.path}: the partition holds no labels (num_classes)")
+    graph = DistGraph(cfg, standalone_client(cfg.path))
+    feat = graph.ndata.get("feat") if m.use_features else None
+    if m.use_features and feat is None:
+        raise GraphtrainError(
+            f"{cfg.path}: model.useFeatures is set but the partition holds no dense features"
+        )
+    emb = None
+    if m.node_embedding:
+        emb = torch.from_numpy(ckpt.export_table(root, m.node_embedding))
+        if len(emb) != graph.num_nodes:
+            raise GraphtrainError(
+                f"table {m.node_embedding!r} has {len(emb)} rows, the partition {graph.num_nodes} nodes"
+            )
+    feat_dim = int(feat.shape[1]) if feat is not None else 0
+    split = emb is not None and feat is not None
+    in_dim = feat_dim + (int(emb.shape[1]) if emb is not None else 0)
+    model = GraphSAGE(
+        in_dim, m.hidden_dim, int(num_classes), m.num_layers, m.dropout, frozen=feat_dim if split else 0
+    )
+    state = _dense_state(root)
+    why = model_mismatch(
+        {k: tuple(v.shape) for k, v in model.state_dict().items()},
+        {k: tuple(v.shape) for k, v in state.items()},
+    )
+    if why:
+        raise GraphtrainError(f"{root / 'dense.pt'}: {why}: predict needs the spec the run trained with")
+    model.load_state_dict(state)
+    model.eval()
+
+    maps = load_maps(cfg)
+    orig = np.arange(graph.num_nodes, dtype=np.int64) if nodes is None else nodes
+    uniq, back = np.unique(maps["node_map_inverse"][orig], return_inverse=True)  # seeds must be distinct
+    layers = m.num_layers if not embeddings else m.num_layers - 1
+    chunks = []
+    with torch.no_grad():
+        for i in range(0, len(uniq), BATCH):
+            mb = sample_blocks(graph, uniq[i : i + BATCH], [-1] * layers)
+            x = (
+                None
+                if feat is None
+                else torch.as_tensor(np.asarray(feat[mb.input_nodes]), dtype=torch.float32)
+            )
+            e = None if emb is None else emb[torch.from_numpy(mb.input_nodes)]
+            learn, frozen = (e, x) if split else ((e if e is not None else x), None)
+            assert learn is not None
+            if embeddings:
+                chunks.append(_hidden(model, mb.blocks, learn, frozen))
+            else:
+                chunks.append(torch.softmax(model(mb.blocks, learn, frozen), dim=1))
+    values = torch.cat(chunks).numpy()[back]
+    names = load_names(cfg)
+    ids = names["node_ids"][orig] if "node_ids" in names else orig
+    if embeddings:
+        return NodeOutput(ids, {f"dim_{j}": values[:, j] for j in range(values.shape[1])})
+    classes = names.get("class_names", np.arange(int(num_classes)))
+    cols: dict[str, np.ndarray] = {"predicted": classes[values.argmax(1)]}
+    cols.update({f"p_{c}": values[:, j] for j, c in enumerate(classes.tolist())})
+    return NodeOutput(ids, cols)
+
+
+def _hidden(model: Any, blocks: list[Any], x: torch.Tensor, frozen: torch.Tensor | None) -> torch.Tensor:
+    """The output of the last hidden layer (before the classifier), as GraphSAGE.forward computes it in
+    evaluation; a one-layer model's is its input (data columns first, as SAGEConv reads them)."""
+    if not blocks:
+        return x if frozen is None else torch.cat([frozen, x], dim=1)
+    h = x
+    for i, (layer, block) in enumerate(zip(model.layers[:-1], blocks, strict=True)):
+        h = torch.relu(layer(block, h, frozen) if i == 0 else layer(block, h))
+    return h
+
+
+# ------------------------------------------------------------------------------------------- KGE
+
+
+@dataclass
+class Answer:
+    """The top-k of a KGE query, best first: triples as labels, scores, and the split that holds the
+    triple ('' when it is new, which is what a prediction is for)."""
+
+    columns: dict[str, np.ndarray]
+
+
+def kge_answer(
+    gt: S.GraphTraining,
+    root: Path,
+    cfg: PartitionConfig,
+    relation: str,
+    head: str | None = None,
+    tail: str | None = None,
+    k: int = 10,
+) -> Answer:
+    """Top-k tails of (head, relation, ?) or heads of (?, relation, tail), by the trained model's score
+    (higher is more plausible: -||h + r - t|| for TransE, <h, r, t> for DistMult).
+
+    Raises:
+        GraphtrainError: a label not in the graph (named), both or neither of head and tail, a spec
+        that is not a KGE model.
+    """
+    from graphtrain.runtime.train import kge_math as K
+
+    m = gt.spec.model
+    if m.kind not in (S.ModelKind.transe, S.ModelKind.distmult):
+        raise GraphtrainError(f"model.kind is {m.kind}: (head, relation, ?) queries need transe or distmult")
+    if (head is None) == (tail is None):
+        raise GraphtrainError("give one of --head and --tail (with --relation): the other is what is asked")
+    assert m.entity_embedding and m.relation_embedding
+    maps = load_maps(cfg)
+    ents = torch.from_numpy(ckpt.export_table(root, m.entity_embedding)[maps["node_map_inverse"]])
+    rels = torch.from_numpy(ckpt.export_table(root, m.relation_embedding))
+    names = load_names(cfg)
+    ent_names = names.get("node_ids", np.arange(len(ents), dtype=np.int64))
+    rel_names = names.get("relation_names", np.arange(len(rels), dtype=np.int64))
+    r = int(lookup([relation], rel_names, "relation")[0])
+    given = int(lookup([head if head is not None else str(tail)], ent_names, "entity")[0])
+    with torch.no_grad():
+        if head is not None:
+            scores = K.score_all_tails(str(m.kind), ents[given][None], rels[r][None], ents, int(m.norm))[0]
+        else:
+            scores = K.score_all_heads(str(m.kind), rels[r][None], ents[given][None], ents, int(m.norm))[0]
+    top = torch.topk(scores, min(k, len(ents)))
+    found = top.indices.numpy()
+    heads = np.full(len(found), given) if head is not None else found
+    tails = found if head is not None else np.full(len(found), given)
+    known = known_splits(load_triples(cfg), heads, r, tails)
+    return Answer(
+        {
+            "rank": np.arange(1, len(found) + 1),
+            "head": ent_names[heads],
+            "relation": np.repeat(rel_names[r : r + 1], len(found)),
+            "tail": ent_names[tails],
+            "score": top.values.numpy().astype(np.float64),
+            "known": known,
+        }
+    )
+
+
+def known_splits(triples: dict[str, np.ndarray], heads: np.ndarray, r: int, tails: np.ndarray) -> np.ndarray:
+    """For each (heads[i], r, tails[i]): the first split holding it ('' if none)."""
+    out = np.full(len(heads), "", dtype=object)
+    for split in ("train", "valid", "test"):
+        t = triples.get(split)
+        if t is None or not len(t):
+            continue
+        have = {(int(a), int(b)) for a, b in t[t[:, 1] == r][:, [0, 2]]}
+        for i, (h, tl) in enumerate(zip(heads.tolist(), tails.tolist(), strict=True)):
+            if not out[i] and (h, tl) in have:
+                out[i] = split
+    return out.astype(str)
