@@ -22,11 +22,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from graphtrain.runtime.data import datasets as D
 from graphtrain.runtime.data.graph import KnowledgeGraph
+from graphtrain.runtime.errors import GraphtrainError
 from graphtrain.runtime.graph import DistGraph, edge_split
 from graphtrain.runtime.optim import OptimConfig, SparseOptimizer
-from graphtrain.runtime.partition import load_maps
+from graphtrain.runtime.partition import load_maps, load_triples
 from graphtrain.runtime.spec import GraphTraining
 from graphtrain.runtime.tensor import DistEmbedding, PartitionBook
 from graphtrain.runtime.train import kge_math as K
@@ -39,24 +39,36 @@ EVAL_BATCH = 256
 PULL_CHUNK = 262_144
 
 
-def load_kg(gt: GraphTraining, graph: DistGraph, data_dir: Path | None = None) -> KnowledgeGraph:
-    """The spec's knowledge graph with its splits in the partition's new entity ids."""
-    source = gt.spec.graph
-    if source.dataset is None:
-        raise ValueError("KGE training needs graph.dataset naming a knowledge graph (valid/test splits)")
-    kg = D.load(str(source.dataset), data_dir, split=source.split)
-    if not isinstance(kg, KnowledgeGraph):
-        raise ValueError(f"{source.dataset} is not a knowledge graph")
-    if kg.num_entities != graph.num_nodes:
-        raise ValueError(
-            f"the partition has {graph.num_nodes} nodes but {kg.name} {kg.num_entities} entities"
+def load_kg(graph: DistGraph) -> KnowledgeGraph:
+    """The knowledge graph's train/valid/test triples in the partition's new entity ids, from the
+    partition itself (it keeps every split beside the training graph: a trainer reads no dataset and
+    no input file, so it needs neither the data directory nor the user's files).
+
+    Raises:
+        GraphtrainError: the partition holds no triples (not made from a knowledge graph, or by a
+            graphtrain before the splits were kept there).
+    """
+    cfg = graph.config
+    meta = cfg.data.get("kg")
+    if not meta:
+        raise GraphtrainError(
+            f"{cfg.path}: the partition holds no knowledge-graph triples (it was made from a graph, or by an "
+            "older graphtrain): partition the spec's graph again"
         )
-    new = load_maps(graph.config, verify=False)["node_map_inverse"]
+    triples = load_triples(cfg, verify=False)
+    new = load_maps(cfg, verify=False)["node_map_inverse"]
 
     def relabel(t: np.ndarray) -> np.ndarray:
         return np.stack([new[t[:, 0]], t[:, 1], new[t[:, 2]]], 1).astype(np.int64)
 
-    return dataclasses.replace(kg, train=relabel(kg.train), valid=relabel(kg.valid), test=relabel(kg.test))
+    return KnowledgeGraph(
+        name=str(cfg.data.get("graph_name", "graph")),
+        num_entities=graph.num_nodes,
+        num_relations=int(meta["num_relations"]),
+        train=relabel(triples["train"]),
+        valid=relabel(triples["valid"]),
+        test=relabel(triples["test"]),
+    )
 
 
 class KGETraining(StepHooks):
@@ -67,14 +79,13 @@ class KGETraining(StepHooks):
         dist: Dist,
         run_dir: Path | None = None,
         checkpoint_root: Path | None = None,
-        data_dir: Path | None = None,
         progress_configmap: str | None = None,
         metrics: TrainerMetrics | None = None,
     ):
         self.setup(gt.spec, graph, dist, run_dir, checkpoint_root, progress_configmap, metrics)
         m, tr = self.spec.model, self.spec.training
         self.kind, self.norm = str(m.kind), int(m.norm)
-        self.kg = load_kg(gt, graph, data_dir)
+        self.kg = load_kg(graph)
         tables = {t.name: t for t in self.spec.embeddings}
         ent, rel = tables[m.entity_embedding], tables[m.relation_embedding]  # type: ignore[index]
         if ent.dim != rel.dim:
