@@ -80,6 +80,7 @@ _QUANTITY = re.compile(
 # an unbounded list or string); each is far above what a job uses.
 MAX_TABLES = 8  # a model reads at most 3 tables
 MAX_LAYERS = 8
+MAX_INIT = 1e38  # |low|, |high| of a uniform init: high - low stays below float32's 3.4e38
 
 
 class _Model(BaseModel):
@@ -767,8 +768,11 @@ class Init(_Model):
         default=InitKind.uniform,
         description="uniform: U(low, high); normal: N(mean, std); zeros: all 0.",
     )
-    low: float = Field(default=-1.0, description="Lower bound of a uniform init.")
-    high: float = Field(default=1.0, description="Upper bound of a uniform init; above low.")
+    low: float = Field(default=-1.0, allow_inf_nan=False, description="Lower bound of a uniform init.")
+    high: float = Field(
+        default=1.0, allow_inf_nan=False, description="Upper bound of a uniform init; above low."
+    )
+
     mean: float = Field(default=0.0, description="Mean of a normal init.")
     std: float = Field(default=1.0, ge=0, description="Standard deviation of a normal init.")
 
@@ -781,6 +785,15 @@ add_rules(
         lambda i: i.kind != InitKind.uniform or i.low < i.high,
         cel="self.kind != 'uniform' || self.low < self.high",
         message="uniform init needs low < high",
+    ),
+    Rule(
+        "init-uniform-float32",
+        "",
+        lambda i: abs(i.low) <= MAX_INIT and abs(i.high) <= MAX_INIT,
+        cel=f"self.low >= -{MAX_INIT:g} && self.low <= {MAX_INIT:g} && self.high >= -{MAX_INIT:g} && "
+        f"self.high <= {MAX_INIT:g}",
+        message=f"low and high must lie within ±{MAX_INIT:g}, so that high - low is a float32 (torch's "
+        "uniform init overflows beyond it)",
     ),
 )
 
