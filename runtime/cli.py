@@ -562,6 +562,7 @@ def train(
         Path | None,
         typer.Option(help='once the metrics port is bound, write {"port": N, "pid": PID} here (atomically)'),
     ] = None,
+    data_dir: DataDir = None,
 ) -> None:
     """Run one trainer of a GraphTraining (the launcher and the operator start one per rank).
 
@@ -612,6 +613,7 @@ def train(
                 dist,
                 run_dir,
                 checkpoint_root,
+                data_dir=data_dir,
                 progress_configmap=progress_configmap,
                 metrics=metrics,
             ).train()

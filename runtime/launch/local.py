@@ -439,13 +439,15 @@ class LocalRun:
     def start_trainers(self, partition: Path) -> None:
         where = plan.files(self.run_dir, self.spec_path, partition)
         if self.standalone:
-            self.trainers = [self._spawn(plan.standalone_trainer(where, self.run_dir))]
+            self.trainers = [self._spawn(plan.standalone_trainer(where, self.run_dir, self.data_dir))]
             return
         world = self.gt.spec.trainers.replicas
         init = f"tcp://127.0.0.1:{free_port()}"
         self.trainers = [
             self._spawn(
-                plan.trainer(r, world, where, self.run_dir, self.addresses, init, shm=self.device == "cpu")
+                plan.trainer(
+                    r, world, where, self.run_dir, self.addresses, init, self.device == "cpu", self.data_dir
+                )
             )
             for r in range(world)
         ]

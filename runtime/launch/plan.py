@@ -72,9 +72,11 @@ def trainer(
     servers: Sequence[str],
     init: str,
     shm: bool = True,
+    data_dir: Path | None = None,
 ) -> ProcessPlan:
     """Trainer `rank` of `world`, reading co-located shards from shared memory (`shm`: the servers'
-    tables are in host memory); rank 0 writes progress.json and result.json into the run directory."""
+    tables are in host memory); rank 0 writes progress.json and result.json into the run directory;
+    `data_dir`: the dataset cache `graphtrain run --data-dir` named (trainers that read a dataset)."""
     argv = roles.train(
         where,
         servers=servers,
@@ -85,11 +87,12 @@ def trainer(
         run_dir=str(run_dir),
         metrics_port=0,
         metrics_port_file=str(port_file(run_dir, rank)),
+        data_dir=str(data_dir.resolve()) if data_dir is not None else None,
     )
     return ProcessPlan(f"trainer-{rank}", [*entry(), *argv], port_file(run_dir, rank))
 
 
-def standalone_trainer(where: roles.Files, run_dir: Path) -> ProcessPlan:
+def standalone_trainer(where: roles.Files, run_dir: Path, data_dir: Path | None = None) -> ProcessPlan:
     """The one trainer of a standalone run: the shards live in its process."""
     argv = roles.train(
         where,
@@ -97,5 +100,6 @@ def standalone_trainer(where: roles.Files, run_dir: Path) -> ProcessPlan:
         run_dir=str(run_dir),
         metrics_port=0,
         metrics_port_file=str(port_file(run_dir, 0)),
+        data_dir=str(data_dir.resolve()) if data_dir is not None else None,
     )
     return ProcessPlan("trainer-0", [*entry(), *argv], port_file(run_dir, 0))

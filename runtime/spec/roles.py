@@ -104,13 +104,15 @@ def train(
     metrics_port: int | None = None,
     metrics_host: str | None = None,
     metrics_port_file: str | None = None,
+    data_dir: str | None = None,
 ) -> list[str]:
     """One trainer. `servers`: the shard servers' addresses in shard order, or None for standalone mode
     (one trainer holding the shards in its process: no servers, no token, no rendezvous); `init`: the
     rendezvous (tcp://host:port of rank 0) when `world` > 1; `shm`: read co-located shards from shared
     memory; progress goes to `run_dir`/progress.json and/or the `progress_configmap` (in a pod);
     `metrics_port` (0: any) and `metrics_host`: its Prometheus endpoint, None: none (host: the CLI's
-    default); `metrics_port_file`: where it writes the port it bound (how a launcher learns a port 0).
+    default); `metrics_port_file`: where it writes the port it bound (how a launcher learns a port 0);
+    `data_dir`: the dataset cache, for a trainer that reads a bundled dataset (`run --data-dir`).
 
     Raises:
         ValueError: standalone with more than one trainer, or several trainers without a rendezvous.
@@ -139,4 +141,6 @@ def train(
         args += ["--metrics-host", metrics_host]
     if metrics_port_file is not None:
         args += ["--metrics-port-file", metrics_port_file]
+    if data_dir is not None:
+        args += ["--data-dir", data_dir]
     return args
