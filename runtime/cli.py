@@ -746,6 +746,20 @@ def result_lines(name: str, result: dict[str, Any], run_dir: Path) -> list[str]:
     return lines
 
 
+@app.command()
+@friendly
+def plot(
+    run_dir: Annotated[Path, typer.Argument(help="a run directory (holding metrics.csv)")],
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", help="PNG to write (default: <run-dir>/metrics.png)")
+    ] = None,
+) -> None:
+    """Draw a run's training loss and validation metrics by epoch as a PNG (from its metrics.csv)."""
+    from graphtrain.runtime.plot import plot_run
+
+    out.print(str(plot_run(run_dir, output)))
+
+
 def main() -> None:  # pragma: no cover - console entry point
     app()
 
