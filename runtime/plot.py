@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
 
 from graphtrain.runtime.errors import GraphtrainError
+from graphtrain.runtime.spec import rundir
 from graphtrain.runtime.train.history import LEADING, METRICS_FILE, TRAILING
 
 
@@ -80,7 +82,10 @@ def plot(m: Metrics, out: Path, title: str = "") -> Path:
         right.plot(xs, ys, marker="o", markersize=3, label=name)
     right.set(xlabel="epoch", title="validation")
     if m.validation:
-        right.legend(loc="lower right")
+        first = next(iter(m.validation.values()))
+        best = max((v, -e) for e, v in zip(m.epochs, first, strict=True) if not math.isnan(v))
+        right.axvline(-best[1], color="grey", linestyle=":", label=f"best epoch {-best[1]}")
+        right.legend(loc="best", fontsize="small")
     else:
         right.text(0.5, 0.5, "no validation pass", ha="center", va="center", transform=right.transAxes)
     for ax in (left, right):
@@ -110,4 +115,12 @@ def plot_run(run_dir: Path, out: Path | None = None) -> Path:
     except OSError as exc:
         raise GraphtrainError(f"{path}: {exc.strerror or exc}") from None
     out = out or run_dir / "metrics.png"
-    return plot(read_metrics(text, str(path)), out, title=run_dir.name)
+    return plot(read_metrics(text, str(path)), out, title=run_name(run_dir))
+
+
+def run_name(run_dir: Path) -> str:
+    """The training's name, as its run directory records it (else the directory's name)."""
+    try:
+        return str(json.loads((run_dir / rundir.SPEC_FILE).read_text())["metadata"]["name"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return run_dir.name
