@@ -882,9 +882,10 @@ def run(
 
     The run directory and everything in it are private to you (mode 0700/0600).
     """
-    from graphtrain.runtime.launch.local import LocalRun, stop_on_signals
+    from graphtrain.runtime.launch.local import LocalRun, Terminated, stop_on_signals
 
     gt = S.load_yaml(_read(spec_path))
+    explicit_run_dir = run_dir is not None
     run_dir = run_dir or Path("runs") / gt.metadata.name
     stop_on_signals()
     launch = LocalRun(
@@ -895,10 +896,64 @@ def run(
         if not job or not port.isdigit():
             raise GraphtrainError(f"--scrape-also {target!r} is not JOB=PORT")
         launch.add_target(job, int(port))
-    result = launch.run()
-    metrics = ", ".join(f"{k} {v:.4f}" for k, v in result.items() if isinstance(v, float))
-    out.print(f"{gt.metadata.name}: {metrics}")
+    try:
+        result = launch.run()
+    except KeyboardInterrupt as exc:  # Ctrl-C, or Terminated (SIGTERM, SIGHUP): every process is stopped
+        what = str(exc) if isinstance(exc, Terminated) else "interrupted"
+        hint = resume_command(spec_path, run_dir, explicit_run_dir, standalone, data_dir)
+        err.print(f"{what}; continue with: {hint}", highlight=False, markup=False)
+        raise typer.Exit(130 if not isinstance(exc, Terminated) else 143) from None
+    for line in result_lines(gt.metadata.name, result, run_dir):
+        out.print(line, highlight=False, markup=False)
     out.print(f"status: {run_dir / 'status.json'}")
+
+
+def resume_command(
+    spec_path: Path, run_dir: Path, explicit_run_dir: bool, standalone: bool, data_dir: Path | None
+) -> str:
+    """The command that continues an interrupted `graphtrain run` from its last checkpoint (the same
+    options, --resume instead of --overwrite)."""
+    import shlex
+
+    words = ["graphtrain", "run", str(spec_path)]
+    if explicit_run_dir:
+        words += ["--run-dir", str(run_dir)]
+    if standalone:
+        words.append("--standalone")
+    if data_dir is not None:
+        words += ["--data-dir", str(data_dir)]
+    return shlex.join([*words, "--resume"])
+
+
+def result_lines(name: str, result: dict[str, Any], run_dir: Path) -> list[str]:
+    """What `run` prints at the end: the metrics (of the last model, at the epoch training ended) and
+    the best validation pass with its checkpoint."""
+    metrics = ", ".join(f"{k} {v:.4f}" for k, v in result.items() if k[:4] in ("test", "val_"))
+    epoch = result.get("last_epoch")
+    lines = [f"{name}: {metrics}" + (f" (the last model, epoch {epoch})" if epoch is not None else "")]
+    best = next((k for k in result if k.startswith("best_val_")), None)
+    if best is not None:
+        where = ""
+        if result.get("best_checkpoint"):
+            where = f": {run_dir / 'checkpoints' / result['best_checkpoint']} (checkpoints/BEST)"
+        lines.append(
+            f"best: {best.removeprefix('best_')} {result[best]:.4f} at epoch {result['best_epoch']}{where}"
+        )
+    return lines
+
+
+@app.command()
+@friendly
+def plot(
+    run_dir: Annotated[Path, typer.Argument(help="a run directory (holding metrics.csv)")],
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", help="PNG to write (default: <run-dir>/metrics.png)")
+    ] = None,
+) -> None:
+    """Draw a run's training loss and validation metrics by epoch as a PNG (from its metrics.csv)."""
+    from graphtrain.runtime.plot import plot_run
+
+    out.print(str(plot_run(run_dir, output)))
 
 
 def main() -> None:  # pragma: no cover - console entry point

@@ -167,15 +167,30 @@ def resolve_checkpoint(path: Path) -> Path:
     return target
 
 
+BEST = "BEST"  # names the checkpoint of the best validation pass (the trainers' runtime/train/best.py)
+
+
+def mark_best(root: Path, rel: str) -> None:
+    """Point <root>/BEST at the complete checkpoint <root>/<rel> (atomic replace); prune keeps it."""
+    if not (root / rel / TOP).exists():
+        raise DataError(f"{root / rel}: not a complete checkpoint, cannot mark it best")
+    with atomic_file(root / BEST) as f:
+        f.write(f"{rel}\n".encode())
+
+
 def prune(root: Path, keep: int) -> list[str]:
-    """Delete all but the newest `keep` complete checkpoints under `root` (never the LATEST one), and
-    incomplete ones older than LATEST. Names sort by step (step-%09d)."""
+    """Delete all but the newest `keep` complete checkpoints under `root` (never the LATEST one nor the
+    BEST one), and incomplete ones older than LATEST. Names sort by step (step-%09d)."""
     latest = resolve_latest(root)
     if latest is None or keep < 1:
         return []
     dirs = sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
     complete = [p for p in dirs if (p / TOP).exists()]
-    keep_set = {p.name for p in complete[-keep:]} | {latest.name}
+    try:
+        best = {(root / BEST).read_text().strip()}
+    except OSError:
+        best = set()
+    keep_set = {p.name for p in complete[-keep:]} | {latest.name} | best
     removed = []
     for p in dirs:
         if p.name not in keep_set and p.name < latest.name:

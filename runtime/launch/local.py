@@ -22,6 +22,12 @@ shows the end of the failed process' own output and names the signal that killed
 Everything the launch creates is private to the user: the launcher's umask is 0o077, and the servers
 and trainers inherit it.
 
+What it prints: each line starts with the time (HH:MM:SS); one line per finished epoch, taken from trainer
+0's progress history (progress-history.json), so none is missed or repeated however fast epochs go, each
+with that epoch's mean loss and its own validation metric (none when it was not evaluated); a line on
+the current epoch only when one runs longer than IN_EPOCH_EVERY. A failed process is one line: the
+`error: ...` line it printed (a known error), or the last line of its traceback, and where its log is.
+
 Metrics: every process serves Prometheus metrics on 127.0.0.1 on a port it picks (a shard server names
 it in its ready line, a trainer writes it to its port file, plan.port_file), the launcher too (the
 executor-level training metrics, launch/metrics.py). The launcher keeps <run_dir>/prometheus/targets.json
@@ -37,6 +43,7 @@ import ctypes
 import fcntl
 import json
 import os
+import re
 import secrets
 import select
 import shutil
@@ -60,6 +67,8 @@ from graphtrain.runtime.launch import plan, status, targets
 from graphtrain.runtime.progress import console
 from graphtrain.runtime.spec import reporting, rundir
 from graphtrain.runtime.spec.conditions import Reason
+from graphtrain.runtime.train import history
+from graphtrain.runtime.train.resumable import check_resumable
 
 READY_TIMEOUT = 300.0
 POLL_SECONDS = 0.5
@@ -67,6 +76,7 @@ PRIVATE = 0o077  # umask of the launcher and its children: directories 0700, fil
 KEEP_LOGS = 3  # earlier launches' logs kept beside the current one: <name>.log.1 .. .3
 LOCK = "launch.lock"
 TERMINAL = (S.Phase.succeeded.value, S.Phase.failed.value)
+IN_EPOCH_EVERY = 30.0  # seconds between lines on an epoch still running (none for shorter epochs)
 
 
 def partition_key(spec: S.GraphTrainingSpec, source: S.GraphSource, inputs: Mapping[str, str]) -> str:
@@ -102,6 +112,25 @@ class CheckpointsExist(GraphtrainError):
     """A new run (neither --resume nor --overwrite) in a directory that holds checkpoints."""
 
 
+def failure_line(text: str) -> str | None:
+    """Why a process failed, in one line of its output: its last `error: ...` line (a known error, as the
+    CLI prints it), else the exception line that ends its last traceback; None if it printed neither (a
+    process killed by a signal)."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    for line in reversed(lines):
+        if line.startswith("error: "):
+            return line.removeprefix("error: ")
+    if not any(line.startswith("Traceback (most recent call last)") for line in lines):
+        return None
+    for line in reversed(lines):
+        if EXCEPTION_LINE.match(line):
+            return line
+    return None
+
+
+EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)\b(: .*)?$")
+
+
 def ended(code: int) -> str:
     """How a process ended, from its return code: 'exited with code 1', 'was killed by SIGKILL'."""
     if code >= 0:
@@ -132,6 +161,16 @@ class Child:
                 self.metrics_port = int(said["port"])
                 return True
         return False
+
+    def why(self, when: str = "") -> str:
+        """How this process ended (`when`: " before it was ready") and why, in one line (or with the end
+        of its log, if it said nothing that tells why)."""
+        how = f"{self.plan.name} {ended(self.proc.returncode)}{when}"
+        text = self.tail(lines=200)
+        line = failure_line(text)
+        if line is not None:
+            return f"{how}: {line} (log: {self.log})"
+        return f"{how}; last lines of {self.log}:\n{self.tail()}"
 
     def tail(self, lines: int = 25, window: int = 1 << 16) -> str:
         """The last lines this process wrote (not its predecessors' in the same log)."""
@@ -266,9 +305,10 @@ class LocalRun:
         self.servers: list[Child] = []
         self.trainers: list[Child] = []
         self.addresses: list[str] = []
-        self._last_summary = ""
-        self._last_epoch: int | None = None
-        self._last_print = 0.0
+        self._seen: set[tuple[int, int, str | None]] = set()  # history entries printed (or from before)
+        self._history_stat: tuple[int, int] | None = None
+        self._last_print = time.monotonic()
+        self._last_step = -1
         self.namespace = gt.metadata.namespace or "default"
         self.last_status: S.GraphTrainingStatus | None = None  # what the launcher's metrics read
         self.metrics_port: int | None = None  # the launcher's own, while it runs
@@ -332,8 +372,11 @@ class LocalRun:
             )
 
     def say(self, text: str) -> None:
+        """One line of the launcher's, after the time of day."""
         if self.echo:
-            console.print(text, highlight=False, markup=False, soft_wrap=True)
+            console.print(
+                f"{time.strftime('%H:%M:%S')} {text}", highlight=False, markup=False, soft_wrap=True
+            )
 
     # ------------------------------------------------------------------------------- partition
 
@@ -456,7 +499,7 @@ class LocalRun:
                             c.metrics_port = int(port) if port else None
                             return str(event["address"])
             if c.proc.poll() is not None:
-                raise RunFailed(f"{c.plan.name} {ended(c.proc.returncode)} before it was ready:\n{c.tail()}")
+                raise RunFailed(c.why(" before it was ready"))
         raise RunFailed(f"{c.plan.name} was not ready within {READY_TIMEOUT:g} s")
 
     def start_trainers(self, partition: Path) -> None:
@@ -513,19 +556,35 @@ class LocalRun:
     # ---------------------------------------------------------------------------------- monitor
 
     def _progress(self) -> None:
-        """Take trainer 0's latest report (a missing or unreadable one keeps the last) and print its
-        summary when the epoch changed, or every 10 s at most."""
+        """Take trainer 0's latest report (a missing or unreadable one keeps the last), print a line for
+        each epoch its history gained, and one on the running epoch when no line came for IN_EPOCH_EVERY."""
         report = reporting.decode(read_if_present(self.run_dir / reporting.PROGRESS_FILE))
-        if report is None:
+        if report is not None:
+            self.obs.progress = report
+        for entry in self._new_epochs():
+            self.say(f"[run] {reporting.epoch_line(entry)}")
+            self._last_print, self._last_step = time.monotonic(), entry.step
+        if report is None or report.step <= self._last_step or report.epoch >= report.epochs:
             return
-        self.obs.progress = report
-        rate = report.samples_per_second
-        line = report.summary + (f", {rate:,.0f} samples/s" if rate else "")
-        if line != self._last_summary and (
-            report.epoch != self._last_epoch or time.monotonic() - self._last_print > 10
-        ):
-            self._last_summary, self._last_epoch, self._last_print = line, report.epoch, time.monotonic()
-            self.say(f"[run] {line}")
+        if time.monotonic() - self._last_print >= IN_EPOCH_EVERY and not (
+            report.eval_metric or ""
+        ).startswith("test_"):
+            self.say(f"[run] {in_epoch_line(report)}")
+            self._last_print, self._last_step = time.monotonic(), report.step
+
+    def _new_epochs(self) -> list[S.Progress]:
+        """The history's entries not printed yet (the file is read again only when it changed)."""
+        path = self.run_dir / reporting.HISTORY_FILE
+        try:
+            st = path.stat()
+        except OSError:
+            return []
+        if (st.st_mtime_ns, st.st_size) == self._history_stat:
+            return []
+        self._history_stat = (st.st_mtime_ns, st.st_size)
+        fresh = reporting.unseen(reporting.decode_history(read_if_present(path)), self._seen)
+        self._seen.update(reporting.entry_key(p) for p in fresh)
+        return fresh
 
     def _failed(self) -> Child | None:
         for c in [*self.servers, *self.trainers]:
@@ -571,9 +630,7 @@ class LocalRun:
                     self.obs.phase = S.Phase.training.value
                     last_change = time.monotonic()
                     continue
-                raise RunFailed(
-                    f"{bad.plan.name} {ended(bad.proc.returncode)}; last lines of {bad.log}:\n{bad.tail()}"
-                )
+                raise RunFailed(bad.why())
             if all(t.proc.poll() == 0 for t in self.trainers):
                 return
             if deadline is not None and time.monotonic() > deadline:
@@ -641,6 +698,11 @@ class LocalRun:
             (self.run_dir / stale).unlink(missing_ok=True)
         if not self.resume:  # a resumed run continues its history; a new one starts its own
             (self.run_dir / reporting.HISTORY_FILE).unlink(missing_ok=True)
+            (self.run_dir / history.METRICS_FILE).unlink(missing_ok=True)
+            shutil.rmtree(self.run_dir / history.TENSORBOARD_DIR, ignore_errors=True)
+        # the epochs of earlier launches were printed by them
+        before = reporting.decode_history(read_if_present(self.run_dir / reporting.HISTORY_FILE))
+        self._seen = {reporting.entry_key(p) for p in before}
         shutil.rmtree(self.run_dir / "trainers", ignore_errors=True)  # the previous launch's heartbeats
         # what readers of the directory (the REST API's local source) take the training's identity from
         write_json(
@@ -659,8 +721,15 @@ class LocalRun:
             raise RunFailed(f"cannot resume: {exc}") from None
         for line in skipped:
             self.say(f"[run] {line}")
-        if path is not None:
-            self.say(f"[run] resuming from {path.name} ({describe_checkpoint(path)})")
+        if path is None:
+            return
+        meta = trainer_record(path)
+        try:
+            check_resumable(meta.get("model"), self.gt.spec, path.name)
+        except GraphtrainError as exc:
+            raise RunFailed(f"cannot resume: {exc}") from None
+        said = f"step {meta['step']} (epoch {meta['epoch']}, " if {"step", "epoch"} <= set(meta) else "("
+        self.say(f"[run] resuming from {said}checkpoint {path.name})")
 
     def _launch(self) -> dict:
         try:
@@ -689,6 +758,10 @@ class LocalRun:
             self.obs.phase = S.Phase.succeeded.value
             self.obs.completion_time = status.now()
             result = json.loads((self.run_dir / "result.json").read_text())
+            if result.get("stopped_early"):
+                self.say(
+                    f"[run] stopped early after epoch {result.get('last_epoch')}: {result['stopped_early']}"
+                )
             return result
         except BaseException as exc:
             self.obs.phase = S.Phase.failed.value
@@ -717,6 +790,17 @@ class LocalRun:
             remove_leftovers(job_prefix(token))
 
 
+def in_epoch_line(p: S.Progress) -> str:
+    """A line on an epoch still running: `epoch N/E running  step S  loss L  R samples/s` (the loss of
+    the latest steps: the epoch's mean comes with its own line)."""
+    parts = [f"epoch {p.epoch + 1}/{p.epochs} running", f"step {p.step}"]
+    if p.loss is not None:
+        parts.append(f"loss {p.loss:.4f}")
+    if p.samples_per_second:
+        parts.append(f"{p.samples_per_second:,.0f} samples/s")
+    return "  ".join(parts)
+
+
 def read_if_present(path: Path) -> str | None:
     """A file's text, or None if it cannot be read (not written yet)."""
     try:
@@ -725,13 +809,21 @@ def read_if_present(path: Path) -> str | None:
         return None
 
 
-def describe_checkpoint(path: Path) -> str:
-    """'epoch 3, step 120' from a checkpoint's trainer record, or 'incomplete'."""
+def trainer_record(path: Path) -> dict[str, Any]:
+    """A checkpoint's trainer record (epoch, step, model), {} when it has none that reads."""
     try:
         meta = ckpt.read_top(path).get("trainer") or json.loads((path / "trainer.json").read_text())
+    except (GraphtrainError, OSError, ValueError, AttributeError):
+        return {}
+    return meta if isinstance(meta, dict) else {}
+
+
+def describe_checkpoint(path: Path) -> str:
+    """'epoch 3, step 120' from a checkpoint's trainer record, or 'incomplete'."""
+    meta = trainer_record(path)
+    if "epoch" in meta and "step" in meta:
         return f"epoch {meta['epoch']}, step {meta['step']}"
-    except (GraphtrainError, OSError, ValueError, KeyError, TypeError):
-        return "incomplete"
+    return "incomplete"
 
 
 def describe_checkpoints(root: Path) -> str:

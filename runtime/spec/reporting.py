@@ -91,6 +91,30 @@ def append_history(history: list[Progress], entry: Progress, limit: int = HISTOR
     return [*kept, entry][-limit:] if limit > 0 else []
 
 
+def epoch_line(p: Progress) -> str:
+    """One finished epoch as people read it: `epoch N/E  loss L  val_<metric> V  R samples/s`. The loss is
+    the epoch's mean and the metric the one evaluated in that epoch (a history entry carries none when
+    the epoch was not evaluated, so no stale value is ever shown)."""
+    parts = [f"epoch {p.epoch}/{p.epochs}"]
+    if p.loss is not None:
+        parts.append(f"loss {p.loss:.4f}")
+    if p.eval_metric and p.eval_value is not None:
+        parts.append(f"{p.eval_metric} {p.eval_value:.4f}")
+    if p.samples_per_second:
+        parts.append(f"{p.samples_per_second:,.0f} samples/s")
+    return "  ".join(parts)
+
+
+def entry_key(p: Progress) -> tuple[int, int, str | None]:
+    """What tells history entries apart: an epoch trained again after a resume is a new entry."""
+    return (p.epoch, p.step, p.updated_at)
+
+
+def unseen(history: list[Progress], seen: set[tuple[int, int, str | None]]) -> list[Progress]:
+    """The entries of `history` not in `seen` (by entry_key), in order: what a reader prints next."""
+    return [p for p in history if entry_key(p) not in seen]
+
+
 def encode_history(history: list[Progress]) -> str:
     return json.dumps([to_wire(p) for p in history], separators=(",", ":"))
 

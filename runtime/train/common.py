@@ -11,6 +11,12 @@ with torch.load(weights_only=True): no arbitrary object is ever unpickled. Embed
 checkpointed by the shard servers (kvstore.checkpoint); a checkpoint is complete when both are, and its
 checkpoint.json records the sha256 of the trainers' files too, so resuming checks every file and skips a
 damaged latest checkpoint for the newest one that checks out.
+
+At the end of each epoch (end_epoch) rank 0 also writes metrics.csv and TensorBoard events (history.py),
+the best epoch's checkpoint is marked BEST (best.py) and, with training.earlyStopping, rank 0 decides
+whether to stop and every rank follows. A trainer's log lines start with an ISO-8601 timestamp.
+A resumed trainer first checks that the checkpoint was trained with the spec's model (model_record):
+a changed model.hiddenDim is one line naming it, not a size mismatch deep in torch.
 """
 
 from __future__ import annotations
@@ -32,9 +38,19 @@ import torch.distributed as torch_dist
 
 from graphtrain.runtime import spec as S
 from graphtrain.runtime.data.cache import atomic_file, hash_tree, write_json
+from graphtrain.runtime.errors import GraphtrainError
 from graphtrain.runtime.kvstore import checkpoint as ckpt
 from graphtrain.runtime.spec import reporting
+from graphtrain.runtime.train import best as B
+from graphtrain.runtime.train.history import MetricsLog
 from graphtrain.runtime.train.metrics import TrainerMetrics
+from graphtrain.runtime.train.resumable import check_resumable, model_record
+
+
+def log(text: str) -> None:
+    """One line of a trainer's log (stderr), stamped with the local time in ISO-8601."""
+    stamp = dt.datetime.now().astimezone().isoformat(timespec="seconds")
+    print(f"{stamp} {text}", file=sys.stderr, flush=True)
 
 
 def seed_everything(seed: int) -> None:
@@ -85,6 +101,10 @@ class Dist:
         if self.world > 1:
             torch_dist.barrier()
 
+    def agree(self, flag: bool) -> bool:
+        """Rank 0's `flag` on every rank: one decision, taken once (early stopping)."""
+        return self.broadcast_text("1" if flag else "") == "1"
+
     def broadcast_text(self, text: str, limit: int = 256) -> str:
         """Rank 0's `text` (at most `limit` bytes of UTF-8) on every rank."""
         if self.world == 1:
@@ -115,17 +135,18 @@ class Progress:
     samples_per_second: float | None = None
     eval_metric: str | None = None
     eval_value: float | None = None
-    metrics: dict[str, float] = field(default_factory=dict)
+    metrics: dict[str, Any] = field(default_factory=dict)
     state: str = "Training"
     updated_at: str = ""
+    evaluation: dict[str, float] = field(default_factory=dict)  # this epoch's validation metrics, if any
 
     def summary(self) -> str:
         parts = [f"epoch {self.epoch}/{self.epochs}"]
         if self.loss is not None:
-            parts.append(f"loss {self.loss:.3f}")
+            parts.append(f"loss {self.loss:.4f}")
         if self.eval_value is not None:
             parts.append(f"{self.eval_metric} {self.eval_value:.4f}")
-        return ", ".join(parts)
+        return "  ".join(parts)
 
     def to_spec(self) -> S.Progress:
         """The report every sink writes: the schema of status.progress in both executors. A value that
@@ -209,35 +230,47 @@ def progress_sinks(run_dir: Path | None, rank: int, configmap: str | None) -> li
 
 
 class Reporter:
-    """Stamps each report, prints a line for it (rank 0, when asked to), sets the trainer's gauges and
-    hands it to every sink; at the end of an epoch, rank 0 appends it to the history first."""
+    """Stamps each report, logs a line for it (rank 0, when asked to), sets the trainer's gauges and
+    hands it to every sink; at the end of an epoch, rank 0 appends it to the history first (and to
+    metrics.csv and TensorBoard through `metrics_log`)."""
 
     def __init__(
-        self, rank: int, sinks: list[ProgressSink], echo: bool = True, metrics: TrainerMetrics | None = None
+        self,
+        rank: int,
+        sinks: list[ProgressSink],
+        echo: bool = True,
+        metrics: TrainerMetrics | None = None,
+        metrics_log: MetricsLog | None = None,
     ):
         self.rank = rank
         self.sinks = sinks
         self.echo = echo and rank == 0
         self.metrics = metrics
+        self.metrics_log = metrics_log if rank == 0 else None
         self.history: list[S.Progress] | None = None  # rank 0's, read from the sinks at the first epoch end
 
     def report(self, p: Progress, epoch_end: bool = False, evaluated: bool = False) -> None:
         """`epoch_end`: an epoch just finished (rank 0 appends the report to the history, with its eval
         metric only if `evaluated` this epoch: an epoch between evaluations repeated the last one's)."""
         p.updated_at = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
-        if self.echo:
-            rate = f", {p.samples_per_second:,.0f} samples/s" if p.samples_per_second else ""
-            print(f"[trainer] step {p.step} {p.summary()}{rate}", flush=True)
         report, final = p.to_spec(), p.state != "Training"
         if self.metrics is not None:
             self.metrics.reported(report)
+        stale = {"eval_metric": None, "eval_value": None}
+        entry = report if evaluated or not epoch_end else report.model_copy(update=stale)
+        if self.echo:
+            rate = f"  {p.samples_per_second:,.0f} samples/s" if p.samples_per_second else ""
+            said = reporting.epoch_line(entry) if epoch_end else f"step {p.step}  {p.summary()}{rate}"
+            log(f"[trainer] {said}")
         history = None
         if epoch_end and self.rank == 0:
             if self.history is None:
                 self.history = next((h for h in (s.load_history() for s in self.sinks) if h), [])
-            stale = {"eval_metric": None, "eval_value": None}
-            entry = report if evaluated else report.model_copy(update=stale)
             history = self.history = reporting.append_history(self.history, entry)
+            if self.metrics_log is not None:
+                self.metrics_log.epoch(entry, p.evaluation if evaluated else {})
+        if final and self.metrics_log is not None:
+            self.metrics_log.final(report.step, p.metrics)
         for sink in self.sinks:
             sink.write(report, final, history)
 
@@ -265,14 +298,40 @@ def save_dense(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimi
 
 
 def load_dense(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
-    """Restore what save_dense wrote (weights_only: tensors and plain values, nothing else)."""
+    """Restore what save_dense wrote (weights_only: tensors and plain values, nothing else).
+
+    Raises:
+        GraphtrainError: the checkpoint's model has other shapes than `model` (one line naming the first
+            parameter; a checkpoint with a model record is checked by field before this).
+    """
     state = torch.load(path, map_location="cpu", weights_only=True)
+    mismatch = shape_mismatch(state["model"], model.state_dict())
+    if mismatch:
+        raise GraphtrainError(
+            f"{path}: the checkpoint's dense model does not fit the spec's ({mismatch}): --resume needs the "
+            "same model.hiddenDim, model.numLayers, model.useFeatures and embedding dims (or --overwrite)"
+        )
     model.load_state_dict(state["model"])
     optimizer.load_state_dict(state["optimizer"])
 
 
+def shape_mismatch(saved: dict[str, Any], current: dict[str, Any]) -> str:
+    """The first difference between two state dicts' keys or shapes, in words; "" when they fit."""
+    for name in sorted(set(saved) | set(current)):
+        if name not in current:
+            return f"{name} is in the checkpoint, not in the model"
+        if name not in saved:
+            return f"{name} is in the model, not in the checkpoint"
+        a, b = tuple(saved[name].shape), tuple(current[name].shape)
+        if a != b:
+            return f"{name}: checkpoint {list(a)}, spec {list(b)}"
+    return ""
+
+
 def unwrap(model: torch.nn.Module) -> torch.nn.Module:
-    return model.module if hasattr(model, "module") else model
+    """The model inside a DistributedDataParallel wrapper (or `model` itself)."""
+    inner = getattr(model, "module", model)
+    return inner if isinstance(inner, torch.nn.Module) else model
 
 
 KEEP_CHECKPOINTS = 2  # the latest and the one before it (in case the latest's files are damaged)
@@ -285,8 +344,11 @@ def init_spec(table: Any, seed: int = 0) -> dict[str, Any]:
 
 
 class StepHooks:
-    """What every trainer does: set up its place (setup()), and after a step and after an epoch count,
-    report progress (rank 0 writes it) and checkpoint on schedule."""
+    """What every trainer does: set up its place (setup()), resume (begin()), and after a step and after an
+    epoch report progress (rank 0 writes it), checkpoint on schedule and when an epoch is the best so far,
+    and stop early when training.earlyStopping says so (end_epoch()); finish() writes the final report."""
+
+    EVAL_METRICS: tuple[str, ...] = ()  # a validation pass's metrics, the first one picking the best epoch
 
     def setup(
         self,
@@ -302,8 +364,14 @@ class StepHooks:
         self.checkpoint_root = checkpoint_root
         self.metrics = metrics or TrainerMetrics(dist.rank)
         sinks = progress_sinks(run_dir, dist.rank, progress_configmap)
-        self.reporter = Reporter(dist.rank, sinks, metrics=self.metrics)
+        self.metrics_log = MetricsLog(run_dir, self.EVAL_METRICS) if run_dir and dist.rank == 0 else None
+        self.reporter = Reporter(dist.rank, sinks, metrics=self.metrics, metrics_log=self.metrics_log)
         self.epoch = self.step = 0
+        self.passes: list[B.Pass] = []  # this timeline's validation passes
+        self.best = B.Best()
+        self.saved_step: int | None = None  # the step of the last checkpoint this trainer took
+        self.loss_sum, self.loss_count = 0.0, 0  # this epoch's, on this rank
+        self.stopped: str | None = None  # why training stopped early, if it did
         seed_everything(spec.training.seed)
 
     step: int
@@ -315,6 +383,11 @@ class StepHooks:
 
     checkpoint_root: Path | None
     graph: Any  # DistGraph: its client reaches every shard server
+
+    @property
+    def min_delta(self) -> float:
+        es = self.spec.training.early_stopping
+        return es.min_delta if es is not None else 0.0
 
     # ----------------------------------------------------------------------------- checkpoints
 
@@ -330,16 +403,21 @@ class StepHooks:
     def resumed(self) -> None:
         """Called once epoch and step are restored (loaders and tables follow them)."""
 
-    def checkpoint(self) -> None:
+    def checkpoint(self, best: bool = False) -> None:
         """All trainers pause (no pushes in flight) while rank 0 saves its state and the shard servers
-        theirs; LATEST moves only once every piece is written."""
+        theirs; LATEST moves only once every piece is written, and BEST too when `best` (this epoch is the
+        best so far). A step already checkpointed is not saved again: only the BEST marker moves."""
         if self.checkpoint_root is None:
+            return
+        tag = B.checkpoint_name(self.step)
+        if self.saved_step == self.step:  # the same on every rank: no barrier is skipped by one alone
+            if best and self.dist.rank == 0:
+                ckpt.mark_best(self.checkpoint_root, tag)
             return
         self.graph.client.settle()  # this trainer's pushes in flight are applied before the barrier
         self.dist.barrier()
         if self.dist.rank == 0:
-            tag = f"step-{self.step:09d}"
-            meta = {"epoch": self.epoch, "step": self.step}
+            meta = {"epoch": self.epoch, "step": self.step, "model": model_record(self.spec)}
             directory = self.checkpoint_root / tag
             if directory.exists():  # a damaged one this run resumed from before: nothing of it may stay
                 shutil.rmtree(directory)
@@ -354,33 +432,64 @@ class StepHooks:
             }
             self.graph.client.checkpoint(tag, extra=extra, root=self.checkpoint_root)
             ckpt.mark_latest(self.checkpoint_root, tag)
+            if best:
+                ckpt.mark_best(self.checkpoint_root, tag)
             ckpt.prune(self.checkpoint_root, KEEP_CHECKPOINTS)
         self.dist.barrier()
+        self.saved_step = self.step
 
     def resume(self) -> bool:
         """Continue from the latest complete checkpoint that checks out, if there is one: rank 0 picks
         it (saying which damaged ones it skipped) and has every shard restore it (servers that survived a
-        failure are ahead of it), every rank its own state."""
+        failure are ahead of it), every rank its own state, once the checkpoint is known to have been
+        trained with the spec's model. The validation passes up to it are replayed (best.py).
+
+        Raises:
+            GraphtrainError: the checkpoint was trained with another model (the fields named).
+        """
         if self.checkpoint_root is None:
             return False
         name = ""
         if self.dist.rank == 0:  # one rank reads every file, and all take its choice
             latest, skipped = ckpt.latest_verified(self.checkpoint_root)
             for line in skipped:
-                print(f"[trainer] {line}", file=sys.stderr, flush=True)
+                log(f"[trainer] {line}")
             name = latest.name if latest is not None else ""
         name = self.dist.broadcast_text(name)
         if not name:
             return False
-        meta = self.load_state(self.checkpoint_root / name)
-        if self.dist.rank == 0:
-            said = f"epoch {meta.get('epoch')}, step {meta.get('step')}"
-            print(f"[trainer] resuming from {name} ({said})", file=sys.stderr, flush=True)
-            self.graph.client.restore(name)
-        self.dist.barrier()
+        directory = self.checkpoint_root / name
+        recorded = json.loads((directory / "trainer.json").read_text()).get("model")
+        check_resumable(recorded, self.spec, name)  # every rank reads the same file: all stop alike
+        meta = self.load_state(directory)
         self.epoch, self.step = int(meta["epoch"]), int(meta["step"])
+        self.saved_step = self.step
+        self.passes = B.until(B.load(self.checkpoint_root), self.step)
+        self.best = B.replay(self.passes, self.min_delta)
+        if self.dist.rank == 0:
+            log(f"[trainer] resuming from step {self.step} (epoch {self.epoch}, checkpoint {name})")
+            self.graph.client.restore(name)
+            self._remark_best()
+        self.dist.barrier()
         self.resumed()
         return True
+
+    def _remark_best(self) -> None:
+        """After a resume, BEST names this timeline's best checkpoint (a pass of an abandoned one, after
+        the checkpoint resumed from, may have moved it)."""
+        assert self.checkpoint_root is not None
+        best = self.best.best
+        if best is None:
+            (self.checkpoint_root / ckpt.BEST).unlink(missing_ok=True)
+        elif (self.checkpoint_root / B.checkpoint_name(best.step) / ckpt.TOP).exists():
+            ckpt.mark_best(self.checkpoint_root, B.checkpoint_name(best.step))
+
+    def begin(self) -> bool:
+        """Resume if there is a checkpoint (whether it did), then open metrics.csv and TensorBoard there."""
+        resumed = self.resume()
+        if self.metrics_log is not None:
+            self.metrics_log.open(self.epoch, self.step)
+        return resumed
 
     # ------------------------------------------------------------------------------- progress
 
@@ -396,6 +505,8 @@ class StepHooks:
         self, progress: Progress, window: Throughput, loss: torch.Tensor, samples: int, every: int
     ) -> None:
         self.step += 1
+        self.loss_sum += float(loss.detach())
+        self.loss_count += 1
         window.add(samples)
         self.metrics.stepped(samples)
         if self.step % every == 0:
@@ -404,3 +515,59 @@ class StepHooks:
         interval = self.spec.training.checkpoint_interval
         if interval and self.step % interval == 0:
             self.checkpoint()
+
+    def end_epoch(self, progress: Progress, window: Throughput, values: dict[str, float] | None) -> bool:
+        """An epoch just ended (self.epoch counts it), evaluated when `values` (its validation metrics) is
+        given: report it with its mean loss over every trainer, checkpoint on schedule and whenever it is
+        the best so far, and say whether to stop early (rank 0 decides, every rank follows)."""
+        tr = self.spec.training
+        total, count = self.dist.sum([self.loss_sum, float(self.loss_count)])
+        self.loss_sum, self.loss_count = 0.0, 0
+        progress.__dict__.update(
+            epoch=self.epoch,
+            step=self.step,
+            loss=total / count if count else None,
+            samples_per_second=window.rate(self.dist.world),
+            evaluation=dict(values or {}),
+        )
+        improved = False
+        if values is not None:
+            metric = self.EVAL_METRICS[0]
+            progress.__dict__.update(eval_metric=metric, eval_value=values[metric])
+            this = B.Pass(self.epoch, self.step, values[metric])
+            self.passes = [*self.passes, this]
+            self.best, improved = B.update(self.best, this, self.min_delta)
+            if self.dist.rank == 0 and self.checkpoint_root is not None:
+                B.save(self.checkpoint_root, self.passes)
+        self.reporter.report(progress, epoch_end=True, evaluated=values is not None)
+        if tr.checkpoint_interval == 0 or improved:
+            self.checkpoint(best=improved)
+        es = tr.early_stopping
+        stop = values is not None and es is not None and B.should_stop(self.best, es.patience)
+        if not self.dist.agree(stop) or es is None:
+            return False
+        self.stopped = B.stop_reason(self.best, self.EVAL_METRICS[0], es.patience, es.min_delta)
+        if self.dist.rank == 0:
+            log(f"[trainer] stopping early after epoch {self.epoch}: {self.stopped}")
+        return True
+
+    def finish(self, progress: Progress, result: dict[str, Any], test_metric: str) -> dict[str, Any]:
+        """The final report and result: the test metric (of the last model: the one training ended
+        with), the epoch it ended at, the best validation pass and its checkpoint, why it stopped early."""
+        result["last_epoch"] = self.epoch
+        best = self.best.best
+        if best is not None:
+            result["best_epoch"] = best.epoch
+            result[f"best_{self.EVAL_METRICS[0]}"] = best.value
+            name = B.checkpoint_name(best.step)
+            if self.checkpoint_root is not None and (self.checkpoint_root / name / ckpt.TOP).exists():
+                result["best_checkpoint"] = name
+        if self.stopped:
+            result["stopped_early"] = self.stopped
+        # the final report carries the test metric: in a pod it is what status.progress (and `kubectl
+        # get gtr`) shows, there being no result.json beside it
+        progress.__dict__.update(
+            eval_metric=test_metric, eval_value=result[test_metric], metrics=result, state="Succeeded"
+        )
+        self.reporter.report(progress)
+        return result

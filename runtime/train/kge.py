@@ -10,7 +10,8 @@ after each step); rows start there too. There are no dense parameters, so no DDP
 Evaluation ranks the true head and tail of each valid/test triple against every entity, filtered by
 all known triples, each trainer on its share of the queries, sums all-reduced. Large graphs are
 evaluated on a seeded sample of EVAL_MAX_TRIPLES triples (gene-kg has 113k test triples against
-877k entities), reported as such (`*_triples` in the result).
+877k entities), reported as such (`*_triples` in the result). The validation filtered MRR picks the best
+epoch (its checkpoint marked BEST) and drives early stopping; the test metrics are the last model's.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -72,6 +74,8 @@ def load_kg(graph: DistGraph) -> KnowledgeGraph:
 
 
 class KGETraining(StepHooks):
+    EVAL_METRICS = ("val_mrr", "val_hits@1", "val_hits@3", "val_hits@10")
+
     def __init__(
         self,
         gt: GraphTraining,
@@ -89,7 +93,10 @@ class KGETraining(StepHooks):
         tables = {t.name: t for t in self.spec.embeddings}
         ent, rel = tables[m.entity_embedding], tables[m.relation_embedding]  # type: ignore[index]
         if ent.dim != rel.dim:
-            raise ValueError(f"entity dim {ent.dim} and relation dim {rel.dim} differ")
+            raise GraphtrainError(
+                f"embeddings[{ent.name}].dim {ent.dim} and embeddings[{rel.name}].dim {rel.dim} differ: "
+                "model.entityEmbedding and model.relationEmbedding need the same dim"
+            )
         self.ent = DistEmbedding(
             graph.num_nodes, ent.dim, ent.name, init_spec(ent, tr.seed), graph.book, graph.client
         )
@@ -143,16 +150,17 @@ class KGETraining(StepHooks):
         neg_s = K.score(self.kind, ne[:, :, 0], r.unsqueeze(1), ne[:, :, 1], self.norm)
         return K.loss(str(m.loss), pos_s, neg_s, m.margin)
 
-    def train(self, on_epoch: Callable[[int], None] | None = None) -> dict[str, float]:
+    def train(self, on_epoch: Callable[[int], None] | None = None) -> dict[str, Any]:
         tr = self.spec.training
-        if not self.resume():
+        if not self.begin():
             self._normalise_start()
         progress = Progress(epochs=tr.epochs)
-        result: dict[str, float] = {}
+        result: dict[str, Any] = {}
+        last: dict[str, float] | None = None  # the latest validation pass, and its epoch
+        last_epoch = -1
         n = len(self.triples)
         batch = self.dist.share(tr.batch_size)
         per_epoch = (n + batch - 1) // batch
-        loss = torch.tensor(float("nan"))
         while self.epoch < tr.epochs:
             window = Throughput()
             gen = torch.Generator().manual_seed(tr.seed * 1_000_003 + self.dist.rank * 7919 + self.epoch)
@@ -170,24 +178,20 @@ class KGETraining(StepHooks):
                 clock.done()
                 self.after_step(progress, window, loss, len(pos), REPORT_EVERY)
             self.epoch += 1
-            self.note(progress, window, loss)
-            evaluated = self.epoch % tr.eval_every == 0 and self.epoch < tr.epochs
-            if evaluated:
-                metrics = self.evaluate("valid")
-                result.update({f"val_{k}": v for k, v in metrics.items()})
-                progress.__dict__.update(eval_metric="val_mrr", eval_value=metrics["mrr"])
-            self.reporter.report(progress, epoch_end=True, evaluated=evaluated)
-            if tr.checkpoint_interval == 0:
-                self.checkpoint()
+            values = None
+            if self.epoch % tr.eval_every == 0 or self.epoch == tr.epochs:
+                last, last_epoch = {f"val_{k}": v for k, v in self.evaluate("valid").items()}, self.epoch
+                values = {k: last[k] for k in self.EVAL_METRICS}
+            stop = self.end_epoch(progress, window, values)
             if on_epoch is not None:
                 on_epoch(self.epoch)
-        result.update({f"val_{k}": v for k, v in self.evaluate("valid").items()})
+            if stop:
+                break
+        if last is None or last_epoch != self.epoch:  # the last model's, evaluated once
+            last = {f"val_{k}": v for k, v in self.evaluate("valid").items()}
+        result.update(last)
         result.update({f"test_{k}": v for k, v in self.evaluate("test").items()})
-        progress.__dict__.update(
-            eval_metric="test_mrr", eval_value=result["test_mrr"], metrics=result, state="Succeeded"
-        )
-        self.reporter.report(progress)
-        return result
+        return self.finish(progress, result, "test_mrr")
 
     # ----------------------------------------------------------------------------- evaluation
 

@@ -5,8 +5,10 @@ input features and labels on a background thread (its own client), while the mai
 embedding rows (they take part in autograd), runs the model, steps the dense optimizer (gradients
 all-reduced by DistributedDataParallel) and the sparse one (deduplicated pushes to the shard servers).
 Evaluation uses every neighbour (no sampling), each trainer on its share of the nodes, counts summed.
-Checkpoints: at the end of each epoch (training.checkpointInterval 0) or every N steps, all trainers
-pause at a barrier while rank 0 saves the dense state and asks the shard servers for theirs.
+Checkpoints: at the end of each epoch (training.checkpointInterval 0) or every N steps, and at the end
+of an epoch whose validation accuracy is the best so far (marked BEST), all trainers pause at a barrier
+while rank 0 saves the dense state and asks the shard servers for theirs. The test accuracy is the last
+model's (the one training ended with, early or not); the best epoch's model is the BEST checkpoint.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any
 import torch
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+from graphtrain.runtime.errors import GraphtrainError
 from graphtrain.runtime.graph import DistGraph, NeighborLoader, node_split
 from graphtrain.runtime.graph.loader import MiniBatch, sample_blocks
 from graphtrain.runtime.kvstore.client import KVClient
@@ -49,6 +52,8 @@ def _optimizer(kind: str, params: Any, lr: float) -> torch.optim.Optimizer:
 
 
 class NodeClassification(StepHooks):
+    EVAL_METRICS = ("val_accuracy",)
+
     def __init__(
         self,
         gt: GraphTraining,
@@ -63,10 +68,10 @@ class NodeClassification(StepHooks):
         self.setup(gt.spec, graph, dist, run_dir, checkpoint_root, progress_configmap, metrics)
         m, tr = self.spec.model, self.spec.training
         if graph.num_classes is None or "label" not in graph.ndata:
-            raise ValueError("node classification needs labels (node data 'label')")
+            raise GraphtrainError("model.kind graphsage needs node labels: the graph has none (graph.labels)")
         self.feat = graph.ndata.get("feat") if m.use_features else None
         if m.use_features and self.feat is None:
-            raise ValueError(
+            raise GraphtrainError(
                 "model.useFeatures is set but the partition holds no dense features "
                 "(sparse ones need model.featureProjection)"
             )
@@ -136,11 +141,11 @@ class NodeClassification(StepHooks):
 
     # ------------------------------------------------------------------------------- training
 
-    def train(self, on_epoch: Callable[[int], None] | None = None) -> dict[str, float]:
+    def train(self, on_epoch: Callable[[int], None] | None = None) -> dict[str, Any]:
         tr = self.spec.training
-        self.resume()
+        self.begin()
         progress = Progress(epochs=tr.epochs)
-        result: dict[str, float] = {}
+        result: dict[str, Any] = {}
         while self.epoch < tr.epochs:
             window = Throughput()
             clock = self.metrics.clock()  # sample: the wait for the loader's next batch
@@ -163,24 +168,17 @@ class NodeClassification(StepHooks):
                 self.after_step(progress, window, loss, len(mb.seeds), REPORT_EVERY)
                 clock.start()
             self.epoch += 1
-            self.note(progress, window, loss)
-            evaluated = self.epoch % tr.eval_every == 0 or self.epoch == tr.epochs
-            if evaluated:
-                result["val_accuracy"] = self.evaluate("val")
-                progress.__dict__.update(eval_metric="val_accuracy", eval_value=result["val_accuracy"])
-            self.reporter.report(progress, epoch_end=True, evaluated=evaluated)
-            if tr.checkpoint_interval == 0:
-                self.checkpoint()
+            values = None
+            if self.epoch % tr.eval_every == 0 or self.epoch == tr.epochs:
+                values = {"val_accuracy": self.evaluate("val")}
+                result.update(values)
+            stop = self.end_epoch(progress, window, values)
             if on_epoch is not None:
                 on_epoch(self.epoch)
+            if stop:
+                break
         result["test_accuracy"] = self.evaluate("test")
-        # the final report carries the test metric, as KGE's does: in a pod it is what status.progress
-        # (and `kubectl get gtr`) shows, there being no result.json beside it
-        progress.__dict__.update(
-            eval_metric="test_accuracy", eval_value=result["test_accuracy"], metrics=result, state="Succeeded"
-        )
-        self.reporter.report(progress)
-        return result
+        return self.finish(progress, result, "test_accuracy")
 
     @torch.no_grad()
     def evaluate(self, split: str) -> float:

@@ -14,6 +14,7 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -436,7 +437,7 @@ def test_resume_skips_a_damaged_latest_checkpoint(graph_file: Path, tmp_path: Pa
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     said = [line for line in done.stderr.splitlines() if damaged.name in line]  # [run] lines: stderr
     assert len(said) == 1 and "does not match the recorded" in said[0], done.stderr
-    assert f"resuming from {older} (epoch 1" in done.stderr, done.stderr
+    assert re.search(rf"resuming from step \d+ \(epoch 1, checkpoint {older}\)", done.stderr), done.stderr
     st = status(run_dir)
     assert st["phase"] == "Succeeded" and st["progress"]["epoch"] == 3
 

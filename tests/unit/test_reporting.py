@@ -60,7 +60,7 @@ def test_both_sinks_write_the_spec_schema_and_both_executors_read_it(tmp_path: P
     assert name == "t-progress"
     in_map = json.loads(body["data"][reporting.PROGRESS_KEY])
     assert on_disk == in_map == json.loads(body["data"]["rank-0"])
-    assert S.Progress.model_validate(on_disk).summary == "epoch 2/5, loss 0.250, val_accuracy 0.8000"
+    assert S.Progress.model_validate(on_disk).summary == "epoch 2/5  loss 0.2500  val_accuracy 0.8000"
     assert set(on_disk) <= {f.alias for f in S.Progress.model_fields.values()}  # nothing beside the schema
 
     # the launcher's status and the operator's status carry the same document

@@ -33,9 +33,6 @@ SPEC_SIDE = tuple(ROOT / "runtime" / p for p in ("spec/model.py", "spec/rules.py
 # Spec fields no executor reads, each with why that is honest.
 NOT_READ = {
     "metadata.annotations": "kept for the Kubernetes round trip; no behaviour depends on them",
-    "spec.embeddings[].keys": "fixed by the table's role: rules *-keys make it what the executor reading "
-    "the table assumes (nodes for node and entity tables, relations for the relation table), and custom "
-    "is refused (not supported yet)",
     "spec.embeddings[].sharding": "only server is accepted (collective is refused as not supported yet), "
     "which is what both executors do",
     "spec.embeddings[].vocabulary": "only kind fixed is accepted (dynamic is refused as not supported "

@@ -1,0 +1,65 @@
+"""Whether a checkpoint can be resumed under a spec: it must have been trained with the same model (pure,
+no torch: the launcher checks before it starts anything, every trainer again before it restores).
+
+A checkpoint's trainer.json records the fields that fix the shapes of the dense model and the tables
+(model_record); a changed one is named with both values, rather than surfacing as torch's
+`size mismatch for layers.0.bias` from deep inside load_state_dict.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from graphtrain.runtime.errors import GraphtrainError
+
+
+def model_record(spec: Any) -> dict[str, Any]:
+    """What a checkpoint must have been trained with to be resumed under `spec`: the fields that fix the
+    shapes of the dense model and the tables (wire names, as the user writes them)."""
+    m = spec.model
+    record: dict[str, Any] = {"model.kind": str(m.kind)}
+    if str(m.kind) == "graphsage":  # the KGE models have no dense part: their tables are all
+        record.update(
+            {
+                "model.hiddenDim": m.hidden_dim,
+                "model.numLayers": m.num_layers,
+                "model.useFeatures": m.use_features,
+                "model.nodeEmbedding": m.node_embedding,
+                "model.featureProjection": m.feature_projection,
+            }
+        )
+    for t in spec.embeddings:
+        record[f"embeddings[{t.name}].dim"] = t.dim
+    return record
+
+
+def model_changes(recorded: dict[str, Any] | None, spec: Any) -> list[str]:
+    """The fields of `spec` that differ from a checkpoint's model record, each as 'FIELD OLD, the spec says
+    NEW' (nothing to compare when the checkpoint has no record: load_dense checks shapes then). Fields a
+    record lacks are not compared (an older record), but a table it lacks is a change."""
+    if not recorded:
+        return []
+    now = model_record(spec)
+    changes = []
+    for k in [*recorded, *(k for k in now if k.startswith("embeddings[") and k not in recorded)]:
+        if k not in now:
+            changes.append(f"{k} {recorded[k]}, the spec has no such table")
+        elif k not in recorded:
+            changes.append(f"no {k.split('.')[0]}, the spec has one")
+        elif recorded[k] != now[k]:
+            changes.append(f"{k} {recorded[k]}, the spec says {now[k]}")
+    return changes
+
+
+def check_resumable(recorded: dict[str, Any] | None, spec: Any, name: str) -> None:
+    """Refuse to resume checkpoint `name` under a spec whose model differs from the one it was trained with.
+
+    Raises:
+        GraphtrainError: one line naming every changed field with both values.
+    """
+    changes = model_changes(recorded, spec)
+    if changes:
+        raise GraphtrainError(
+            f"checkpoint {name} was trained with {'; '.join(changes)}: --resume needs the same model "
+            "(or --overwrite to start over)"
+        )

@@ -1,0 +1,279 @@
+"""Issue 20's training and progress parts, their pure pieces: the epoch line (one per finished epoch, its
+own metric, never a stale one), trainer log timestamps, metrics.csv and TensorBoard events, the best
+epoch and early stopping, the one-line refusal to resume a changed model, the one-line reason of a
+failed trainer, the resume hint after Ctrl-C, `--data-dir` in a trainer's command line and `graphtrain
+plot`. The end-to-end runs are in tests/runtime/test_training_progress.py."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from pathlib import Path
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from graphtrain.runtime import spec as S
+from graphtrain.runtime.cli import app, result_lines, resume_command
+from graphtrain.runtime.errors import GraphtrainError
+from graphtrain.runtime.kvstore import checkpoint as ckpt
+from graphtrain.runtime.launch.local import failure_line, in_epoch_line
+from graphtrain.runtime.plot import plot_run, read_metrics
+from graphtrain.runtime.spec import reporting
+from graphtrain.runtime.train import best as B
+from graphtrain.runtime.train import history
+from graphtrain.runtime.train.common import Progress, Reporter, load_dense, save_dense
+from graphtrain.runtime.train.resumable import check_resumable, model_changes, model_record
+
+ROOT = Path(__file__).parents[2]
+EXAMPLE = ROOT / "examples" / "nations-transe.yaml"
+ISO = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[+-]\d\d:\d\d"
+
+
+def entry(epoch: int, **kw: object) -> S.Progress:
+    fields: dict[str, object] = {"epoch": epoch, "epochs": 5, "step": 10 * epoch, "loss": 0.5 / epoch}
+    return S.Progress.model_validate({**fields, **kw})
+
+
+def sage_spec(**model: object) -> S.GraphTrainingSpec:
+    doc = {
+        "apiVersion": "graphtrain.io/v1alpha1",
+        "kind": "GraphTraining",
+        "metadata": {"name": "t"},
+        "spec": {
+            "graph": {"path": "g.npz"},
+            "embeddings": [{"name": "node", "dim": 8}],
+            "model": {"hiddenDim": 32, "nodeEmbedding": "node", **model},
+            "training": {"fanouts": [5, 5]},
+        },
+    }
+    return S.GraphTraining.model_validate(doc).spec
+
+
+# ------------------------------------------------------------------------------------ epoch lines
+
+
+def test_an_epoch_line_has_its_mean_loss_its_own_metric_and_its_rate() -> None:
+    line = reporting.epoch_line(
+        entry(2, loss=0.25, eval_metric="val_accuracy", eval_value=0.8125, samples_per_second=12345.6)
+    )
+    assert line == "epoch 2/5  loss 0.2500  val_accuracy 0.8125  12,346 samples/s"
+    assert reporting.epoch_line(entry(3, loss=0.125)) == "epoch 3/5  loss 0.1250"
+
+
+def test_a_reader_gets_each_history_entry_once_and_an_epoch_trained_again_anew() -> None:
+    seen: set = set()
+    history = [entry(1), entry(2)]
+    assert [p.epoch for p in reporting.unseen(history, seen)] == [1, 2]
+    seen |= {reporting.entry_key(p) for p in history}
+    assert reporting.unseen(history, seen) == []
+    again = [entry(1), entry(2, step=21, updated_at="2026-01-01T00:00:00+00:00")]  # after a resume
+    assert [p.step for p in reporting.unseen(again, seen)] == [21]
+
+
+def test_the_trainer_logs_one_stamped_epoch_line_without_a_stale_metric(
+    capsys: pytest.CaptureFixture,
+) -> None:
+    reporter = Reporter(0, [])
+    p = Progress(epoch=1, epochs=3, step=10, loss=0.5, eval_metric="val_accuracy", eval_value=0.7)
+    reporter.report(p, epoch_end=True, evaluated=True)
+    p.__dict__.update(epoch=2, step=20, loss=0.4)  # not evaluated: the tally still holds epoch 1's value
+    reporter.report(p, epoch_end=True, evaluated=False)
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 2 and all(re.match(ISO + r" \[trainer\] epoch \d/3", line) for line in lines), lines
+    assert lines[0].endswith("epoch 1/3  loss 0.5000  val_accuracy 0.7000")
+    assert lines[1].endswith("epoch 2/3  loss 0.4000")
+
+
+def test_a_running_epoch_line_says_it_is_running() -> None:
+    p = entry(2, step=25, loss=0.3, samples_per_second=1000.0)
+    assert in_epoch_line(p) == "epoch 3/5 running  step 25  loss 0.3000  1,000 samples/s"
+
+
+# ------------------------------------------------------------------------------ metrics history
+
+
+def test_metrics_csv_has_a_row_per_epoch_and_an_empty_cell_when_not_evaluated(tmp_path: Path) -> None:
+    log = history.MetricsLog(tmp_path, ["val_accuracy"])
+    log.open(0, 0)
+    log.epoch(entry(1, samples_per_second=100.0), {"val_accuracy": 0.5})
+    log.epoch(entry(2), {})
+    log.final(20, {"test_accuracy": 0.75, "best_checkpoint": "step-000000010"})
+    rows = (tmp_path / "metrics.csv").read_text().splitlines()
+    assert rows[0] == "epoch,step,loss,val_accuracy,samples_per_second,wall_time"
+    assert rows[1].startswith("1,10,0.5,0.5,100.0,") and rows[2].startswith("2,20,0.25,,,")
+    m = read_metrics((tmp_path / "metrics.csv").read_text())
+    assert m.epochs == [1, 2] and m.loss == [0.5, 0.25]
+    assert m.validation["val_accuracy"][0] == 0.5 and math.isnan(m.validation["val_accuracy"][1])
+
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(tmp_path / "tensorboard"))
+    events.Reload()
+    assert {"loss", "val_accuracy", "test_accuracy"} <= set(events.Tags()["scalars"])
+    assert [(e.step, e.value) for e in events.Scalars("loss")] == [(10, 0.5), (20, 0.25)]
+    assert [e.step for e in events.Scalars("val_accuracy")] == [10]
+
+
+def test_a_resumed_run_drops_the_rows_of_the_epochs_it_trains_again(tmp_path: Path) -> None:
+    log = history.MetricsLog(tmp_path, ["val_mrr"])
+    log.open(0, 0)
+    for e in (1, 2, 3):
+        log.epoch(entry(e), {"val_mrr": 0.1 * e})
+    log.close()
+    again = history.MetricsLog(tmp_path, ["val_mrr"])
+    again.open(1, 10)  # resumed from epoch 1's checkpoint
+    again.epoch(entry(2, loss=0.9), {"val_mrr": 0.9})
+    again.close()
+    m = read_metrics((tmp_path / "metrics.csv").read_text())
+    assert m.epochs == [1, 2] and m.loss == [0.5, 0.9]
+
+
+# ------------------------------------------------------------------------ best and early stopping
+
+
+def test_the_best_pass_moves_on_any_rise_and_patience_counts_rises_over_min_delta() -> None:
+    passes = [B.Pass(1, 10, 0.50), B.Pass(2, 20, 0.52), B.Pass(3, 30, 0.51), B.Pass(4, 40, 0.70)]
+    state = B.Best()
+    said = []
+    for p in passes:
+        state, improved = B.update(state, p, min_delta=0.05)
+        said.append((improved, state.stale))
+    # 0.52 is the best so far but not 0.05 over 0.50: patience goes on counting
+    assert said == [(True, 0), (True, 1), (False, 2), (True, 0)]
+    assert state.best == passes[3] and B.replay(passes, 0.05) == state
+    assert not B.should_stop(B.replay(passes[:3], 0.05), None)  # no earlyStopping: never
+    assert B.should_stop(B.replay(passes[:3], 0.05), 2) and not B.should_stop(B.replay(passes[:3], 0.05), 3)
+    why = B.stop_reason(B.replay(passes[:3], 0.05), "val_mrr", 2, 0.05)
+    assert why == (
+        "val_mrr has not improved by more than 0.05 for 2 validation passes "
+        "(training.earlyStopping.patience); best 0.5200 at epoch 2"
+    )
+
+
+def test_the_passes_replayed_on_resume_end_at_the_checkpoint(tmp_path: Path) -> None:
+    passes = [B.Pass(1, 10, 0.5), B.Pass(2, 20, 0.9), B.Pass(3, 30, 0.4)]
+    B.save(tmp_path, passes)
+    assert B.until(B.load(tmp_path), 10) == passes[:1]  # resumed from step 10: epoch 2's 0.9 never happened
+    (tmp_path / B.VALIDATION_FILE).write_text("{not json")
+    assert B.load(tmp_path) == []
+
+
+def test_prune_keeps_the_best_checkpoint(tmp_path: Path) -> None:
+    for step in (10, 20, 30, 40):
+        d = tmp_path / B.checkpoint_name(step)
+        d.mkdir()
+        (d / ckpt.TOP).write_text("{}")
+    ckpt.mark_best(tmp_path, B.checkpoint_name(10))
+    ckpt.mark_latest(tmp_path, B.checkpoint_name(40))
+    assert ckpt.prune(tmp_path, 2) == [B.checkpoint_name(20)]
+    assert (tmp_path / "BEST").read_text().strip() == B.checkpoint_name(10)
+    with pytest.raises(GraphtrainError, match="not a complete checkpoint"):
+        ckpt.mark_best(tmp_path, "step-000000099")
+
+
+# ---------------------------------------------------------------------------------- resume checks
+
+
+def test_resuming_a_changed_hidden_dim_names_the_field_and_both_values() -> None:
+    recorded = model_record(sage_spec(hiddenDim=256))
+    assert model_changes(recorded, sage_spec(hiddenDim=256)) == []
+    with pytest.raises(GraphtrainError) as err:
+        check_resumable(recorded, sage_spec(hiddenDim=64), "step-000000120")
+    assert str(err.value) == (
+        "checkpoint step-000000120 was trained with model.hiddenDim 256, the spec says 64: --resume needs "
+        "the same model (or --overwrite to start over)"
+    )
+    assert model_changes(None, sage_spec()) == []  # an older checkpoint: load_dense checks the shapes
+
+
+def test_a_kge_record_ignores_graphsage_fields_but_not_a_table_dim() -> None:
+    doc = S.load_yaml(EXAMPLE.read_text())
+    recorded = model_record(doc.spec)
+    assert not any(k.startswith("model.hidden") for k in recorded)
+    changed = doc.spec.model_copy(deep=True)
+    changed.embeddings[0].dim += 1
+    name = changed.embeddings[0].name
+    assert model_changes(recorded, changed) == [
+        f"embeddings[{name}].dim {doc.spec.embeddings[0].dim}, the spec says {changed.embeddings[0].dim}"
+    ]
+
+
+def test_a_dense_state_of_other_shapes_is_one_line_not_a_size_mismatch(tmp_path: Path) -> None:
+    big, small = torch.nn.Linear(4, 256), torch.nn.Linear(4, 64)
+    save_dense(tmp_path / "dense.pt", big, torch.optim.Adam(big.parameters()))
+    with pytest.raises(GraphtrainError) as err:
+        load_dense(tmp_path / "dense.pt", small, torch.optim.Adam(small.parameters()))
+    assert "bias: checkpoint [256], spec [64]" in str(err.value) and "model.hiddenDim" in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+# --------------------------------------------------------------------------- failures and hints
+
+
+def test_a_failed_process_is_its_error_line_else_its_exception_line() -> None:
+    said = "2026-01-01T00:00:00+00:00 [trainer] epoch 1/3\nerror: checkpoint x was trained with ...\n"
+    assert failure_line(said) == "checkpoint x was trained with ..."
+    traceback = (
+        "Traceback (most recent call last):\n"
+        '  File "x.py", line 1, in <module>\n'
+        "    model.load_state_dict(state)\n"
+        "RuntimeError: Error(s) in loading state_dict for GraphSAGE:\n"
+        "\tsize mismatch for layers.0.bias: copying a param with shape torch.Size([256])\n"
+    )
+    assert failure_line(traceback) == "RuntimeError: Error(s) in loading state_dict for GraphSAGE:"
+    assert failure_line("epoch 1/3\nepoch 2/3\n") is None  # killed by a signal: nothing said
+
+
+def test_the_hint_after_ctrl_c_is_the_same_command_with_resume() -> None:
+    spec = Path("my specs/a.yaml")
+    assert (
+        resume_command(spec, Path("runs/a"), False, False, None)
+        == "graphtrain run 'my specs/a.yaml' --resume"
+    )
+    assert resume_command(spec, Path("r"), True, True, Path("/d")) == (
+        "graphtrain run 'my specs/a.yaml' --run-dir r --standalone --data-dir /d --resume"
+    )
+
+
+def test_the_final_lines_name_the_last_model_and_the_best_epoch() -> None:
+    result = {
+        "val_accuracy": 0.8,
+        "test_accuracy": 0.75,
+        "last_epoch": 9,
+        "best_epoch": 6,
+        "best_val_accuracy": 0.85,
+        "best_checkpoint": "step-000000120",
+    }
+    assert result_lines("planted", result, Path("runs/planted")) == [
+        "planted: val_accuracy 0.8000, test_accuracy 0.7500 (the last model, epoch 9)",
+        "best: val_accuracy 0.8500 at epoch 6: runs/planted/checkpoints/step-000000120 (checkpoints/BEST)",
+    ]
+
+
+# ------------------------------------------------------------------------------------------- plot
+
+
+def test_plot_draws_a_png_from_a_runs_metrics(tmp_path: Path) -> None:
+    log = history.MetricsLog(tmp_path, ["val_mrr", "val_hits@10"])
+    log.open(0, 0)
+    for e in (1, 2, 3, 4):
+        log.epoch(entry(e), {"val_mrr": 0.1 * e, "val_hits@10": 0.2 * e} if e % 2 == 0 else {})
+    log.close()
+    out = CliRunner().invoke(app, ["plot", str(tmp_path), "-o", str(tmp_path / "c.png")])
+    assert out.exit_code == 0, out.output
+    assert (tmp_path / "c.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert plot_run(tmp_path) == tmp_path / "metrics.png"
+
+
+def test_plot_of_a_run_without_history_is_one_line(tmp_path: Path) -> None:
+    out = CliRunner().invoke(app, ["plot", str(tmp_path)])
+    assert out.exit_code == 1
+    said = "has no metric history (metrics.csv): not a run directory, or no epoch finished yet"
+    assert out.output.strip().splitlines() == [f"error: {tmp_path} {said}"]
+    (tmp_path / "metrics.csv").write_text(",".join(history.columns(["val_mrr"])) + "\n")
+    out = CliRunner().invoke(app, ["plot", str(tmp_path)])
+    assert out.exit_code == 1 and "no epoch finished yet, nothing to plot" in out.output
+    assert json.dumps(out.output).count("\\n") == 1  # one line
