@@ -161,7 +161,7 @@ class Health(_Model):
 
 def spec_summary(spec: S.GraphTrainingSpec) -> SpecSummary:
     return SpecSummary(
-        graph=str(spec.graph.dataset or spec.graph.path or ""),
+        graph=spec.graph.described,
         model=spec.model.kind,
         epochs=spec.training.epochs,
         batch_size=spec.training.batch_size,

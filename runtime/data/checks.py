@@ -18,15 +18,6 @@ from graphtrain.runtime.data.summary import summarise
 from graphtrain.runtime.errors import DataWarning
 
 
-def graph_name(source: S.GraphSource) -> str:
-    """How a source is named in messages: the dataset, the file, or the training triples file."""
-    if source.dataset is not None:
-        return str(source.dataset)
-    if source.triples is not None:
-        return source.triples.path
-    return str(source.path)
-
-
 def review(spec: S.GraphTrainingSpec, graph: Graph) -> tuple[list[S.Problem], list[str]]:
     """What `graph` lacks for `spec` (problems naming spec fields) and what is probably not meant (notes)."""
     summary = summarise(graph)
@@ -41,6 +32,6 @@ def check_data(gt: S.GraphTraining, graph: Graph) -> None:
     """
     found, notes = review(gt.spec, graph)
     if found:
-        raise S.SpecError(found, title=f"{graph_name(gt.spec.graph)} does not fit the spec")
+        raise S.SpecError(found, title=f"{gt.spec.graph.described} does not fit the spec")
     for note in notes:
         warnings.warn(note, DataWarning, stacklevel=2)

@@ -60,7 +60,7 @@ from typing import Any
 
 from graphtrain.runtime import spec as S
 from graphtrain.runtime.data.cache import atomic_file, write_json
-from graphtrain.runtime.data.checks import check_data, graph_name
+from graphtrain.runtime.data.checks import check_data
 from graphtrain.runtime.errors import DataWarning, GraphtrainError
 from graphtrain.runtime.kvstore import checkpoint as ckpt
 from graphtrain.runtime.launch import plan, status, targets
@@ -405,7 +405,7 @@ class LocalRun:
                 self.obs.partition = cfg.data
                 self.say(f"[run] reusing the partition in {out} (same settings, same input files)")
                 return cfg.path
-        self.say(f"[run] partitioning {source.dataset or graph_name(source)} into {spec.partition.parts}")
+        self.say(f"[run] partitioning {source.described} into {spec.partition.parts}")
         settings.unlink(missing_ok=True)  # a partition replaced halfway is never taken for the old one
         with umask(self.user_umask), warnings.catch_warnings(record=True) as said:
             warnings.simplefilter("always", DataWarning)

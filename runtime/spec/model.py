@@ -522,6 +522,16 @@ class GraphSource(_Model):
         "(WordNet 60/20/20, gene-kg 90/5/5); refused for datasets with a standard split.",
     )
 
+    @property
+    def described(self) -> str:
+        """What the graph is read from, for messages and summaries: the dataset, the graph file, or the
+        training triples file."""
+        if self.dataset is not None:
+            return str(self.dataset)
+        if self.triples is not None:
+            return self.triples.path
+        return str(self.path)
+
 
 add_rules(
     GraphSource,
