@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -54,16 +55,22 @@ def input_files(source: GraphSource) -> dict[str, Path]:
 
 
 def sha256_of(path: Path, field: str) -> str:
-    """sha256 of one input file; a missing or unreadable one is a DataError naming the field."""
+    """sha256 of one input file; a missing, unreadable or not regular one (a FIFO would block the run
+    forever) is a DataError naming the field. Opened without blocking, then checked by fstat, so what is
+    hashed is what was checked."""
     try:
-        with open(path, "rb") as f:
-            if not os.path.isfile(path):
-                raise DataError(f"{field}: {path} is not a regular file")
-            return hashlib.file_digest(f, "sha256").hexdigest()
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except FileNotFoundError:
         raise DataError(f"{field}: {path}: file not found") from None
     except OSError as exc:
         raise DataError(f"{field}: {path}: {reason(exc)}") from None
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise DataError(f"{field}: {path} is not a regular file")
+        try:
+            return hashlib.file_digest(f, "sha256").hexdigest()
+        except OSError as exc:
+            raise DataError(f"{field}: {path}: {reason(exc)}") from None
 
 
 def fingerprint(source: GraphSource, dataset_dir: Path | None = None) -> dict[str, str]:

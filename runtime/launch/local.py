@@ -95,6 +95,21 @@ def partition_key(spec: S.GraphTrainingSpec, source: S.GraphSource, inputs: Mapp
     )
 
 
+def partition_changes(before: str, after: str) -> list[str]:
+    """What differs between two partition keys, in spec terms: the input files whose contents changed
+    (graph.path (contents)), then the graph, partition and projection settings."""
+    old, new = json.loads(before), json.loads(after)
+    files = sorted(set(old.get("inputs", {})) | set(new.get("inputs", {})))
+    out = [f"{f} (contents)" for f in files if old.get("inputs", {}).get(f) != new.get("inputs", {}).get(f)]
+    names = {
+        "graph": "graph settings",
+        "partition": "partition settings",
+        "projection": "model.featureProjection",
+    }
+    out += [name for part, name in names.items() if old.get(part) != new.get(part)]
+    return out or ["the partition settings"]
+
+
 class RunFailed(GraphtrainError):
     """A process of the run failed (named in the message), or the run hit its deadline or stalled;
     `reason`: the Failed condition's reason it gives the status."""
@@ -399,12 +414,24 @@ class LocalRun:
         key = partition_key(spec, source, inputs.fingerprint(source, cached))
         out = self.run_dir / "partition"
         settings = self.run_dir / "partition.settings"  # beside, not inside: a partition has one .json
-        if settings.exists() and settings.read_text() == key:
+        before = settings.read_text() if settings.exists() else None
+        if before == key:
             with contextlib.suppress(Exception):
                 cfg = P.load_config(out)
                 self.obs.partition = cfg.data
                 self.say(f"[run] reusing the partition in {out} (same settings, same input files)")
                 return cfg.path
+        if (
+            before is not None
+            and before != key
+            and self.resume
+            and (self.run_dir / "checkpoints" / ckpt.LATEST).exists()
+        ):
+            raise GraphtrainError(
+                f"cannot resume: {', '.join(partition_changes(before, key))} changed since the checkpoints "
+                "were written, and a new partition gives the nodes other rows of the tables; start over "
+                "with --overwrite, or put back what changed"
+            )
         self.say(f"[run] partitioning {source.described} into {spec.partition.parts}")
         settings.unlink(missing_ok=True)  # a partition replaced halfway is never taken for the old one
         with umask(self.user_umask), warnings.catch_warnings(record=True) as said:

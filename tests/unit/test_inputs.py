@@ -15,7 +15,7 @@ from graphtrain.runtime import partition as P
 from graphtrain.runtime import spec as S
 from graphtrain.runtime.cli import app
 from graphtrain.runtime.data import inputs
-from graphtrain.runtime.errors import DataError
+from graphtrain.runtime.errors import DataError, GraphtrainError
 from graphtrain.runtime.launch.local import LocalRun
 
 
@@ -144,3 +144,40 @@ def test_a_one_direction_edge_list_for_graphsage_is_named(tmp_path: Path) -> Non
         )
         assert result.exit_code == 0, result.output
         assert ("reverseEdges: true" in result.output) == warned, result.output
+
+
+def test_a_fifo_input_is_refused_not_waited_on(tmp_path: Path) -> None:
+    fifo = tmp_path / "g.tsv"
+    os.mkfifo(fifo)
+    source = inputs.resolve(S.GraphSource.model_validate({"path": "g.tsv"}), tmp_path)
+    with pytest.raises(DataError, match=r"graph.path: .*g.tsv is not a regular file"):
+        inputs.fingerprint(source)  # on the first version: open() blocked until a writer came
+
+
+def test_resume_refuses_a_partition_made_from_changed_inputs(tmp_path: Path) -> None:
+    """A --resume after the data file changed continued the old tables on a new partition: every node
+    took another node's trained row, silently, and the old checkpoints lost the partition they need."""
+    n = 200
+    data = tmp_path / "mine.npz"
+    write_npz(data, np.arange(n) % 3)
+    spec_file = tmp_path / "mine.yaml"
+    spec_file.write_text(yaml.safe_dump(spec_doc({"path": "mine.npz"})))
+    gt = S.load_yaml(spec_file.read_text())
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    first = LocalRun(gt, spec_file, run_dir, echo=False).partition()
+    node_map = (first.parent / "node_map.npy").read_bytes()
+    (run_dir / "checkpoints").mkdir()
+    (run_dir / "checkpoints" / "LATEST").write_text("step-000000010\n")
+    write_npz(data, np.arange(n) % 3, seed=1)  # other edges
+    with pytest.raises(
+        GraphtrainError, match=r"cannot resume: graph.path \(contents\) changed .*--overwrite"
+    ):
+        LocalRun(gt, spec_file, run_dir, echo=False, resume=True).partition()
+    assert (first.parent / "node_map.npy").read_bytes() == node_map  # the old partition is kept
+    doc = spec_doc({"path": "mine.npz"})
+    doc["spec"]["partition"]["parts"] = 3
+    more = S.parse(doc)
+    with pytest.raises(GraphtrainError, match=r"graph.path \(contents\), partition settings changed"):
+        LocalRun(more, spec_file, run_dir, echo=False, resume=True).partition()
+    LocalRun(gt, spec_file, run_dir, echo=False, overwrite=True).partition()  # asked for: partitioned anew
