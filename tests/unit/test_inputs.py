@@ -41,6 +41,15 @@ def write_npz(path: Path, label: np.ndarray, n: int = 200, seed: int = 0) -> Non
     np.savez(path, src=np.r_[src, dst], dst=np.r_[dst, src], num_nodes=np.int64(n), feat=feat, label=label)
 
 
+def npz_project(tmp_path: Path, n: int) -> tuple[Path, Path, S.GraphTraining]:
+    """mine.npz (n nodes, 3 classes) and mine.yaml reading it by a relative path."""
+    data = tmp_path / "mine.npz"
+    write_npz(data, np.arange(n) % 3)
+    spec_file = tmp_path / "mine.yaml"
+    spec_file.write_text(yaml.safe_dump(spec_doc({"path": "mine.npz"})))
+    return data, spec_file, S.load_yaml(spec_file.read_text())
+
+
 def test_relative_paths_start_at_the_spec_directory(tmp_path: Path) -> None:
     source = S.GraphSource.model_validate(
         {
@@ -99,11 +108,7 @@ def test_partition_cli_reads_relative_paths_from_the_spec_directory(tmp_path: Pa
 def test_a_rewritten_input_is_partitioned_again(tmp_path: Path) -> None:
     """Issue 20 item 2: the same spec over a rewritten .npz (labels shuffled) trained on the old labels."""
     n = 200
-    data = tmp_path / "mine.npz"
-    write_npz(data, np.arange(n) % 3)
-    spec_file = tmp_path / "mine.yaml"
-    spec_file.write_text(yaml.safe_dump(spec_doc({"path": "mine.npz"})))
-    gt = S.load_yaml(spec_file.read_text())
+    data, spec_file, gt = npz_project(tmp_path, n)
     said: list[str] = []
 
     def partition_labels() -> np.ndarray:
@@ -158,11 +163,7 @@ def test_resume_refuses_a_partition_made_from_changed_inputs(tmp_path: Path) -> 
     """A --resume after the data file changed continued the old tables on a new partition: every node
     took another node's trained row, silently, and the old checkpoints lost the partition they need."""
     n = 200
-    data = tmp_path / "mine.npz"
-    write_npz(data, np.arange(n) % 3)
-    spec_file = tmp_path / "mine.yaml"
-    spec_file.write_text(yaml.safe_dump(spec_doc({"path": "mine.npz"})))
-    gt = S.load_yaml(spec_file.read_text())
+    data, spec_file, gt = npz_project(tmp_path, n)
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     first = LocalRun(gt, spec_file, run_dir, echo=False).partition()
