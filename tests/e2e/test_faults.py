@@ -11,6 +11,7 @@ Every wait polls for a condition with a deadline; none sleeps for a guessed time
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -218,7 +219,7 @@ def test_a_deleted_shard_server_comes_back_from_its_checkpoint_and_the_training_
     # the trainers failed on the server that lost their tables and restarted from the checkpoint
     assert 1 <= status["restarts"] <= 2, status["restarts"]
     assert "Restarting" in seen or any(e["reason"] == "Restarting" for e in events(kube, ns, NAME))
-    assert "resuming from step-" in trainer_log, trainer_log[-3000:]  # rank 0 of attempt 1 says so
+    assert "resuming from step " in trainer_log, trainer_log[-3000:]  # rank 0 of attempt 1 says so
     mrr = final_progress(kube, ns, NAME, "test_mrr")["evalValue"]
     reference = graphtrain_run_mrr(spec, tmp_path / "reference")
     print(
@@ -262,9 +263,10 @@ def test_a_killed_trainer_is_counted_and_restarted_from_the_last_checkpoint(
     # every rank was recreated as attempt 1 and resumed from a checkpoint, not from scratch
     trainers = [p for p in pods if p["metadata"]["labels"].get(M.LABEL_ROLE) == "trainer"]
     assert {p["metadata"]["labels"].get(M.LABEL_ATTEMPT) for p in trainers} == {"1"}, trainers
-    resumed = [line for line in trainer_log.splitlines() if "resuming from step-" in line]
-    assert resumed and resumed[-1].split("resuming from ", 1)[1][:14] >= taken, (resumed, taken)
-    print(f"trainer fault: {elapsed:.0f} s to Succeeded; phases {seen}; {resumed[-1].strip()}")
+    # "resuming from step N (epoch E, checkpoint step-...)"
+    resumed = re.findall(r"resuming from step \d+ \(epoch \d+, checkpoint (step-\d+)\)", trainer_log)
+    assert resumed and resumed[-1] >= taken, (trainer_log[-3000:], taken)
+    print(f"trainer fault: {elapsed:.0f} s to Succeeded; phases {seen}; resumed from {resumed[-1]}")
 
 
 def test_a_trainer_failing_past_the_backoff_limit_fails_the_training(
