@@ -89,6 +89,9 @@ class MetricsLog:
         except ImportError as exc:  # the runtime extra brings it; a bare install still trains
             print(f"warning: no TensorBoard events ({exc}): pip install tensorboard", file=sys.stderr)
             return
+        if self.tb_dir.is_symlink():  # everything a run writes stays inside its run directory
+            print(f"warning: no TensorBoard events: {self.tb_dir} is a symbolic link", file=sys.stderr)
+            return
         self.writer = SummaryWriter(str(self.tb_dir), purge_step=step + 1 if step else None)
 
     def epoch(self, p: S.Progress, values: Mapping[str, float]) -> None:

@@ -117,6 +117,21 @@ def test_metrics_csv_has_a_row_per_epoch_and_an_empty_cell_when_not_evaluated(tm
     assert [e.step for e in events.Scalars("val_accuracy")] == [10]
 
 
+def test_a_symlinked_tensorboard_directory_is_not_followed(tmp_path: Path, capsys) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "tensorboard").symlink_to(outside)
+    log = history.MetricsLog(run, ["val_accuracy"])
+    log.open(0, 0)
+    log.epoch(entry(1), {"val_accuracy": 0.5})
+    log.final(10, {"test_accuracy": 0.75})
+    assert list(outside.iterdir()) == []  # nothing written through the link
+    assert "is a symbolic link" in capsys.readouterr().err
+    assert (run / "metrics.csv").read_text().count("\n") == 2  # the CSV is kept all the same
+
+
 def test_a_resumed_run_drops_the_rows_of_the_epochs_it_trains_again(tmp_path: Path) -> None:
     log = history.MetricsLog(tmp_path, ["val_mrr"])
     log.open(0, 0)
