@@ -78,7 +78,8 @@ def reason(exc: OSError) -> str:
 
 
 def read_text(path: Path) -> str:
-    """The UTF-8 text of a file.
+    """The UTF-8 text of a file, without a leading byte order mark (Excel's "CSV UTF-8" and Notepad write
+    one; left in, it would glue itself to the first field and turn a header into data).
 
     Raises:
         DataError: the file cannot be read (naming why) or is not UTF-8 text (naming the line).
@@ -88,10 +89,11 @@ def read_text(path: Path) -> str:
     except OSError as exc:
         raise DataError(f"{path}: {reason(exc)}") from None
     try:
-        return data.decode()
+        text = data.decode()
     except UnicodeDecodeError as exc:
         line = data.count(b"\n", 0, exc.start) + 1
         raise DataError(f"{path}:{line}: not UTF-8 text (byte 0x{data[exc.start]:02x})") from None
+    return text.removeprefix("\ufeff")
 
 
 def check_creatable(directory: Path) -> None:

@@ -1,23 +1,26 @@
 """Generic graph files: edge lists (.csv/.tsv, header optional) and numpy archives (.npz).
 
-Edge list: UTF-8 text, one edge per line, `src<sep>dst[<sep>etype]`, `#` comments allowed. Node ids
-(graph.nodeIds) are integers (decimal, within int64), strings (any text: names), or auto: integers when
-every id is a decimal integer. The first line may be a header of names only (`src dst`,
-`source,target,type`); with string ids only a line of known column names (HEADER_NAMES) is a header,
-as any other line is an edge between two named nodes. An integer-id line that is not integers (`0.5 1`,
-`0x10 1`) is an error naming the line. Edge types are integers or names (numbered in sorted order).
+Edge list: UTF-8 text, one edge per line, `src<sep>dst[<sep>etype]`, lines starting with `#` are comments
+(counted in a DataWarning). Node ids (graph.nodeIds) are integers (decimal, within int64), strings (any
+text: names), or auto: integers when every id is a decimal integer written canonically (`007` or `+7`
+makes them strings, so `007` and `7` stay two nodes and keep their spelling). The first line may be a
+header of names only (`src dst`, `source,target,type`); with string ids only a line of known column names
+(HEADER_NAMES) is a header, as any other line is an edge between two named nodes. An integer-id line that
+is not integers (`0.5 1`, `0x10 1`) is an error naming the line. Edge types are integers or names
+(numbered in sorted order).
 
 Node numbering: with `num_nodes`, integer ids are used as they are and must lie in [0, num_nodes); with
 a positional node file (row i = node i) the same with its row count; otherwise the ids of the edges and
 of the keyed node files are sorted and numbered 0..n-1, their values kept as the graph's node_ids (a
 sorted order, so the same file gives the same numbering everywhere). A compaction that drops integer
-ids from a numbered range (isolated nodes) is a DataWarning, never silent.
+ids from a numbered range (isolated nodes) is a DataWarning, never silent, and so are the ids of keyed
+node files that the edge list lacks (they become isolated nodes: a typo or a stray space shows).
 
 npz: `src`+`dst` (or `indptr`+`indices`), optional `num_nodes` (one integer), `feat` (finite numbers),
 `label`, `train_mask`, `val_mask`, `test_mask`, `etype`, `node_ids`; ids and labels integer arrays within
-int64. Loaded with allow_pickle=False: an archive is data, never code. Every member's .npy header is
-checked before its data is read, so an archive promising more than it holds or than fits in memory is
-refused without allocating it.
+int64; `feat` is read as float32. Loaded with allow_pickle=False: an archive is data, never code. Every
+member's .npy header is checked before its data is read, so an archive promising more than it holds or
+than fits in memory is refused without allocating it.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from typing import NoReturn
 import numpy as np
 
 from graphtrain.runtime.data import nodefiles, text
-from graphtrain.runtime.data.cache import read_text, reason
+from graphtrain.runtime.data.cache import reason
 from graphtrain.runtime.data.graph import MASKS, Graph
 from graphtrain.runtime.data.npz import read_npz
 from graphtrain.runtime.errors import DataError, DataWarning
@@ -70,11 +73,11 @@ def load_file(
         DataError: missing or unreadable file, text that is not UTF-8, bad ids (naming the line),
             arrays of the wrong kind (naming the array), an empty graph, or a graph too big for memory.
     """
-    path = _regular_file(Path(path))
+    path = regular_file(Path(path))
     name = name or path.stem
     kind = detect_format(path, fmt)
-    feats = None if features is None else nodefiles.read_features(_regular_file(Path(features)))
-    labs = None if labels is None else nodefiles.read_labels(_regular_file(Path(labels)))
+    feats = None if features is None else nodefiles.read_features(regular_file(Path(features), "features"))
+    labs = None if labels is None else nodefiles.read_labels(regular_file(Path(labels), "labels"))
     if kind == "npz":
         g = _load_npz(path, num_nodes, name)
         nodefiles.attach(g, path, feats, labs)
@@ -89,7 +92,8 @@ def resolve(path: str, base_dir: Path | None) -> Path:
     return p if p.is_absolute() or base_dir is None else base_dir / p
 
 
-def _regular_file(path: Path) -> Path:
+def regular_file(path: Path, what: str = "graph") -> Path:
+    """`path` if it is a regular file (symlinks followed), else DataError saying what it is instead."""
     try:
         mode = path.stat().st_mode
     except FileNotFoundError:
@@ -97,7 +101,7 @@ def _regular_file(path: Path) -> Path:
     except OSError as exc:
         raise DataError(f"{path}: {reason(exc)}") from None
     if stat.S_ISDIR(mode):
-        raise DataError(f"{path}: is a directory, not a graph file")
+        raise DataError(f"{path}: is a directory, not a {what} file")
     if not stat.S_ISREG(mode):
         raise DataError(f"{path}: not a regular file")
     return path
@@ -129,6 +133,11 @@ def _is_id(token: str) -> bool:
     return _ID.fullmatch(token) is not None
 
 
+def _is_canonical(token: str) -> bool:
+    """An integer written as int() prints it back: `7`, not `007` or `+7` (which name other nodes)."""
+    return _is_id(token) and _NON_CANONICAL.match(token) is None
+
+
 def _is_name(token: str) -> bool:
     """A header field: a name such as `src`, nothing that looks like a number (0.5, -1, 0x10, nan)."""
     if not token or token[0] in "+-.0123456789":
@@ -140,42 +149,72 @@ def _is_name(token: str) -> bool:
     return False
 
 
-def _is_row(line: str) -> bool:
-    return bool(line.strip()) and not line.lstrip().startswith("#")
-
-
 def read_edge_list(path: Path, kind: str, node_ids: str = "auto") -> EdgeList:
     """The edges of a .csv/.tsv edge list, ids as written. `node_ids` integer: every id must be a
-    decimal integer; string: ids are text; auto: integer when every id is a decimal integer. A third
-    column holds edge types: integers, or names (numbered in sorted order, kept as relation_names).
+    decimal integer; string: ids are text; auto: integer when every id is a decimal integer written as
+    Python writes it (`007` and `+7` name other nodes than `7`, so one of them makes every id a string:
+    merging distinct texts would lose data). A third column holds edge types: integers, or names
+    (numbered in sorted order, kept as relation_names). A file that looks like (head, relation, tail)
+    triples is a DataWarning (graph.triples reads those).
 
     Raises:
         DataError: naming the file, the line and the bad value.
     """
+    numbered = text.numbered_lines(path)
+    edges = None
     if node_ids != "string":
-        parsed = _integer_edge_list(path, "," if kind == "csv" else None, strict=node_ids == "integer")
-        if parsed is not None:
-            return parsed
-    return _text_edge_list(text.read_rows(path, kind), node_ids)
+        edges = _integer_edge_list(path, numbered, "," if kind == "csv" else None, node_ids == "integer")
+    if edges is None:
+        edges = _text_edge_list(text.split_rows(path, numbered, kind), node_ids)
+    _warn_if_triples(edges, numbered, kind)
+    return edges
 
 
-def _integer_edge_list(path: Path, sep: str | None, strict: bool) -> EdgeList | None:
+# a field written otherwise than int() would print it back: 007, +7 (`(?<!\S)`: at a field's start)
+_NON_CANONICAL = re.compile(r"(?<!\S)(?:\+|0[0-9])")
+TRIPLE_HEADERS = ({"head", "tail"}, {"subject", "object"}, {"h", "r", "t"})
+TRIPLE_SHARE = 0.5  # more distinct edge types than this share of edges: relations of triples, not types
+TRIPLE_MIN_EDGES = 20
+
+
+def _warn_if_triples(edges: EdgeList, numbered: list[tuple[int, str]], kind: str) -> None:
+    first = {f.strip().lower() for f in (numbered[0][1].split("," if kind == "csv" else None))}
+    why = ""
+    if any(names <= first for names in TRIPLE_HEADERS):
+        why = f"its header names {', '.join(sorted(first))}"
+    elif edges.etype is not None and len(edges.etype) >= TRIPLE_MIN_EDGES:
+        types = int(np.unique(edges.etype).size)
+        if types > TRIPLE_SHARE * len(edges.etype):
+            why = f"{types:,} edge types among {len(edges.etype):,} edges"
+    if why:
+        warnings.warn(
+            f"{edges.path}: looks like (head, relation, tail) triples ({why}), but is read as an edge "
+            "list src, dst, etype: a knowledge graph belongs in graph.triples (data info --triples)",
+            DataWarning,
+            stacklevel=3,
+        )
+
+
+def _integer_edge_list(
+    path: Path, numbered: list[tuple[int, str]], sep: str | None, strict: bool
+) -> EdgeList | None:
     """The fast path: every field a decimal integer (ids and edge types), parsed by numpy at once.
-    None when a field is not an integer and `strict` is off (the ids are strings then)."""
-    lines = read_text(path).split("\n")
-    start = next((i for i, ln in enumerate(lines) if _is_row(ln)), len(lines))
-    if start < len(lines) and all(_is_name(f.strip()) for f in lines[start].split(sep)):
-        start += 1  # a header: names only
-    rows = [ln for ln in lines[start:] if ln.strip() and not ln.lstrip().startswith("#")]  # _is_row, inline
-    if not rows and not strict and start < len(lines):
+    None when a field is not an integer, or not written canonically, and `strict` is off (the ids are
+    strings then)."""
+    if not numbered:
+        raise DataError(f"{path}: no edges (an empty graph cannot be partitioned)")
+    start = 1 if all(_is_name(f.strip()) for f in numbered[0][1].split(sep)) else 0  # a header: names only
+    rows = numbered[start:]
+    if not rows and not strict:
         return None  # one line of names: an edge between two named nodes, not a header
     if not rows:
         raise DataError(f"{path}: no edges (an empty graph cannot be partitioned)")
-    width = len(rows[0].split(sep))
+    width = len(rows[0][1].split(sep))
     if width not in (2, 3):
-        line = _line_of(lines, start, 0)
-        raise DataError(f"{path}:{line}: expected 2 or 3 columns (src, dst[, etype]), found {width}")
-    text_ = " ".join(ln.replace(",", " ") if sep == "," else ln for ln in rows)
+        if not strict:
+            return None  # names with spaces, quoted commas: the text reader's
+        raise DataError(f"{path}:{rows[0][0]}: expected 2 or 3 columns (src, dst[, etype]), found {width}")
+    text_ = " ".join(ln.replace(",", " ") if sep == "," else ln for _, ln in rows)
     flat = text_.split()
     try:
         # numpy parses ids as int() does, which also takes 1_000 and other scripts' digits: not ids here
@@ -185,7 +224,9 @@ def _integer_edge_list(path: Path, sep: str | None, strict: bool) -> EdgeList | 
     except (ValueError, OverflowError):
         if not strict and not all(_is_id(f) for f in flat):
             return None
-        _raise_bad_line(path, lines, start, sep, width)
+        _raise_bad_line(path, rows, sep, width, numbered[0][0])
+    if not strict and _NON_CANONICAL.search(text_):
+        return None
     ids = arr[:, :2]
     checks = [((ids < 0).any(axis=1), "negative id")]
     if width == 3:
@@ -193,7 +234,7 @@ def _integer_edge_list(path: Path, sep: str | None, strict: bool) -> EdgeList | 
     for bad, what in checks:
         if bad.any():
             i = int(np.argmax(bad))
-            raise DataError(f"{path}:{_line_of(lines, start, i)}: {what} in {rows[i].strip()!r}")
+            raise DataError(f"{path}:{rows[i][0]}: {what} in {rows[i][1].strip()!r}")
     return EdgeList(path, arr[:, 0], arr[:, 1], arr[:, 2] if width == 3 else None)
 
 
@@ -206,7 +247,7 @@ def _text_edge_list(rows: text.Rows, node_ids: str) -> EdgeList:
     names_only = all(_is_name(f) for f in first)
     body = fields[1:] if names_only else fields
     integer = node_ids == "integer" or (
-        node_ids == "auto" and bool(body) and all(_is_id(f) for row in body for f in row[:2])
+        node_ids == "auto" and bool(body) and all(_is_canonical(f) for row in body for f in row[:2])
     )
     header = names_only and (integer or all(f.lower() in HEADER_NAMES for f in first))
     skip = 1 if header else 0
@@ -224,7 +265,7 @@ def _text_edge_list(rows: text.Rows, node_ids: str) -> EdgeList:
                     hint = " (set graph.nodeIds: string for ids that are names)"
                     raise DataError(f"{rows.where(i)}: {f!r} is not an integer id{hint}")
                 if not 0 <= int(f) < 2**63:
-                    what = "negative id" if int(f) < 0 else f"id {f} does not fit in int64"
+                    what = "negative id" if int(f) < 0 else f"id {f} does not fit in int64{_BIG}"
                     raise DataError(f"{rows.where(i)}: {what} in {' '.join(fields[i])!r}")
     data = fields[skip:]
     dtype = np.int64 if integer else np.str_
@@ -233,7 +274,7 @@ def _text_edge_list(rows: text.Rows, node_ids: str) -> EdgeList:
     if width == 2:
         return EdgeList(rows.path, src, dst)
     types = [r[2] for r in data]
-    if all(_is_id(t) for t in types):
+    if all(_is_canonical(t) for t in types):
         etype = np.array(types, dtype=np.int64)
         if (etype < 0).any():
             i = int(np.argmax(etype < 0)) + skip
@@ -288,6 +329,8 @@ def assemble(
         node_ids, inverse = np.unique(np.concatenate([src, dst, *keyed]), return_inverse=True)
         src, dst = inverse[: len(src)], inverse[len(src) : 2 * len(src)]
         num_nodes = len(node_ids)
+        if keyed:
+            _warn_unknown_ids(edges, tables)
         if not keyed and not string_ids:
             missing = dropped_ids(node_ids)
             if missing:
@@ -305,21 +348,31 @@ def assemble(
     return g
 
 
-def _line_of(lines: list[str], start: int, row: int) -> int:
-    """1-based line number of data row `row` (counting from lines[start], skipping comments and blanks)."""
-    seen = -1
-    for lineno, line in enumerate(lines[start:], start + 1):
-        seen += _is_row(line)
-        if seen == row:
-            return lineno
-    return len(lines)
-
-
-def _raise_bad_line(path: Path, lines: list[str], start: int, sep: str | None, width: int) -> NoReturn:
-    first = next(i for i, ln in enumerate(lines) if _is_row(ln)) + 1
-    for lineno, line in enumerate(lines[start:], start + 1):
-        if not _is_row(line):
+def _warn_unknown_ids(edges: EdgeList, tables: list[nodefiles.NodeTable]) -> None:
+    """A DataWarning per keyed node file naming ids the edge list lacks: they become isolated nodes."""
+    edge_nodes = np.unique(np.concatenate([edges.src, edges.dst]))
+    for t in tables:
+        if t.ids is None:
             continue
+        _, found = nodefiles.positions(edge_nodes, t.ids)
+        if not found.all():
+            extra = t.ids[~found]
+            shown = ", ".join(repr(v.item()) for v in extra[:5]) + (", ..." if len(extra) > 5 else "")
+            warnings.warn(
+                f"{t.path}: {len(extra):,} ids are not in {edges.path} ({shown}): they become nodes "
+                "without edges",
+                DataWarning,
+                stacklevel=4,
+            )
+
+
+_BIG = " (set graph.nodeIds: string for ids beyond int64)"
+
+
+def _raise_bad_line(
+    path: Path, rows: list[tuple[int, str]], sep: str | None, width: int, first: int
+) -> NoReturn:
+    for lineno, line in rows:
         fields = [f.strip() for f in line.split(sep)]
         if len(fields) != width:
             raise DataError(f"{path}:{lineno}: expected {width} columns, found {len(fields)}")
@@ -330,7 +383,7 @@ def _raise_bad_line(path: Path, lines: list[str], start: int, sep: str | None, w
                     hint = " (a header line may hold only names, such as src and dst)"
                 raise DataError(f"{path}:{lineno}: {f!r} is not an integer id{hint}")
             if not -(2**63) <= int(f) < 2**63:
-                raise DataError(f"{path}:{lineno}: id {f} does not fit in int64")
+                raise DataError(f"{path}:{lineno}: id {f} does not fit in int64{_BIG}")
     raise DataError(f"{path}: could not parse the edge list")
 
 
@@ -452,6 +505,7 @@ def _load_npz(path: Path, num_nodes: int | None, name: str) -> Graph:
         raise DataError(f"{path}: unknown arrays {sorted(arrays)}")
     if feat is not None:
         _check_feat(path, feat)
+        feat = nodefiles.as_float32(path, feat, "feat")
     return Graph.from_edges(
         name,
         num_nodes,

@@ -2,13 +2,19 @@
 
 Formats, chosen by extension:
 - `.npy`: one row per node, row i = node i (positional). Features: 2-D numbers; labels: 1-D integers
-  (-1 = unlabelled) or strings (class names, "" = unlabelled). np.load(allow_pickle=False): data only.
+  (-1 = unlabelled) or strings (class names, "" = unlabelled). Its header is checked before its data
+  is read (npz.read_npy), and np.load(allow_pickle=False): data only.
 - `.npz` (features only): a scipy.sparse matrix saved by `save_npz` (csr, csc or coo), row i = node i;
   its arrays are header-checked and read as data, never unpickled.
 - `.csv`, `.tsv`, `.parquet` (pyarrow): a table. With an `id` column, each row names its node by the
-  edge list's id (keyed): ids only these files name are nodes too (isolated nodes are kept). Without
-  one, row i = node i. Features: every other column is a numeric feature. Labels: a `label` column,
+  edge list's id (keyed; surrounding spaces stripped, as the edge list's fields are): ids only these
+  files name are nodes too (isolated nodes are kept, with a DataWarning counting them and showing the
+  first few, so a typo or a stray space is seen). Without one, row i = node i. Features: every other
+  column is a numeric feature. Labels: a `label` column (a parquet dictionary column is decoded),
   integers (-1 or empty = unlabelled) or strings (class names); a node without a row is unlabelled.
+
+Features are float32, whatever the file holds (numpy's float64 default, integers): the models compute in
+float32, and a value beyond float32's range is an error, as NaN and inf are.
 
 String labels become class ids in sorted order, their names kept as the graph's class_names, so a
 prediction can be written as the user's own class name. Ids are read as text and typed once the edge
@@ -27,7 +33,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from graphtrain.runtime.data.graph import Features, Graph
-from graphtrain.runtime.data.npz import read_npz  # the header-checked reader of every .npz
+from graphtrain.runtime.data.npz import read_npy, read_npz  # the header-checked readers
 from graphtrain.runtime.errors import DataError
 
 ID_COLUMN = "id"
@@ -62,9 +68,9 @@ def read_features(path: Path) -> NodeTable:
     """
     suffix = path.suffix.lower()
     if suffix == ".npy":
-        feat = _load_npy(path)
+        feat = read_npy(path)
         _check_numbers(path, feat, 2)
-        return NodeTable(path, "features", None, feat)
+        return NodeTable(path, "features", None, as_float32(path, feat))
     if suffix == ".npz":
         return NodeTable(path, "features", None, _load_sparse(path))
     table = _read_table(path)
@@ -86,7 +92,7 @@ def read_labels(path: Path) -> NodeTable:
         DataError: naming the file and the bad column, row or value.
     """
     if path.suffix.lower() == ".npy":
-        arr = _load_npy(path)
+        arr = read_npy(path)
         if arr.ndim != 1:
             raise DataError(f"{path}: labels must be 1-D (one per node), got shape {arr.shape}")
         if arr.dtype.kind == "U":
@@ -100,14 +106,16 @@ def read_labels(path: Path) -> NodeTable:
     import pyarrow as pa
 
     column = table.column(LABEL_COLUMN)
+    if pa.types.is_dictionary(column.type):  # pandas' category
+        column = column.cast(column.type.value_type)
     if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
         present = np.asarray(column.is_valid())
-        values = np.array(column.fill_null("").to_pylist(), dtype=np.str_)
+        values = np.char.strip(np.array(column.fill_null("").to_pylist(), dtype=np.str_))
         label, names = encode_names(values, present & (values != ""))
         return NodeTable(path, "labels", ids, label, names)
     if not (pa.types.is_integer(column.type) or pa.types.is_floating(column.type)):
         raise DataError(f"{path}: column `{LABEL_COLUMN}` holds {column.type}, not integers or class names")
-    values = np.asarray(column.to_numpy(zero_copy_only=False), dtype=np.float64)
+    values = np.array(column.to_numpy(zero_copy_only=False), dtype=np.float64)  # a copy: written below
     values[np.isnan(values)] = -1  # an empty cell: unlabelled
     return NodeTable(path, "labels", ids, _integer_labels(path, values))
 
@@ -135,13 +143,17 @@ def _integer_labels(path: Path, arr: np.ndarray) -> np.ndarray:
     return label
 
 
-def _load_npy(path: Path) -> np.ndarray:
-    try:
-        return np.asarray(np.load(path, allow_pickle=False))
-    except ValueError as exc:  # object arrays, among others: never unpickled
-        raise DataError(f"{path}: not a plain .npy array ({exc})") from None
-    except OSError as exc:
-        raise DataError(f"{path}: not a readable .npy file ({exc})") from None
+def as_float32(path: Path, feat: np.ndarray, what: str = "feature") -> np.ndarray:
+    """`feat` (numbers, finite) as float32, what the models compute in; a value beyond float32's range
+    is an error naming it (large integers merely lose precision, as float32 does)."""
+    if feat.dtype == np.float32:
+        return feat
+    with np.errstate(over="ignore"):  # checked just below, naming the value
+        out = feat.astype(np.float32)
+    if out.dtype.kind == "f" and not np.isfinite(out).all():
+        where = tuple(int(v) for v in np.argwhere(~np.isfinite(out))[0])
+        raise DataError(f"{path}: {what} {feat[where]} at {list(where)} is beyond float32's range")
+    return out
 
 
 def _load_sparse(path: Path) -> sp.csr_matrix:
@@ -169,6 +181,7 @@ def _load_sparse(path: Path) -> sp.csr_matrix:
     except (KeyError, ValueError, TypeError) as exc:
         raise DataError(f"{path}: not a consistent {kind} matrix ({exc})") from None
     _check_numbers(path, csr.data, 1)
+    csr.data = as_float32(path, csr.data)
     return csr
 
 
@@ -214,11 +227,21 @@ def _id_column(path: Path, table: Any) -> np.ndarray | None:
     if column.null_count:
         row = int(np.argmin(np.asarray(column.is_valid())))
         raise DataError(f"{path}: row {row} has no {ID_COLUMN}")
-    ids = np.array([str(v) for v in column.to_pylist()], dtype=np.str_)
-    names, counts = np.unique(ids, return_counts=True)
-    if (counts > 1).any():
-        raise DataError(f"{path}: id {str(names[np.argmax(counts > 1)])!r} appears on {counts.max()} rows")
+    ids = np.array([str(v).strip() for v in column.to_pylist()], dtype=np.str_)
+    _unique_ids(path, ids, ids)
     return ids
+
+
+def _unique_ids(path: Path, ids: np.ndarray, written: np.ndarray) -> None:
+    """DataError naming the first id that two rows share (`written`: each row's id as in the file)."""
+    order = np.argsort(ids, kind="stable")
+    ranked = ids[order]
+    same = np.flatnonzero(ranked[1:] == ranked[:-1])
+    if same.size:
+        a, b = sorted((int(order[same[0]]), int(order[same[0] + 1])))
+        x, y = str(written[a]), str(written[b])
+        both = f"id {x!r}" if x == y else f"ids {x!r} and {y!r} (the same integer)"
+        raise DataError(f"{path}: {both} on rows {a} and {b}: one row per node")
 
 
 def _numeric_column(path: Path, table: Any, column: str) -> np.ndarray:
@@ -253,7 +276,9 @@ def typed(table: NodeTable, string_ids: bool) -> NodeTable:
                 f"{table.path}: id {value!r} (row {row}) is not a non-negative integer id like the edge "
                 "list's (set graph.nodeIds: string for ids that are names)"
             )
-    return dataclasses.replace(table, ids=ids.astype(np.int64))
+    numbers = ids.astype(np.int64)
+    _unique_ids(table.path, numbers, ids)
+    return dataclasses.replace(table, ids=numbers)
 
 
 def positions(universe: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -64,6 +64,16 @@ def _node_classification(spec: GraphTrainingSpec, s: Summary) -> list[Problem]:
                 "file (.npy, or .csv/.parquet with columns id and label)",
             )
         )
+    elif s.class_names is None and _too_sparse(s):
+        top = (s.num_classes or 0) - 1
+        out.append(
+            Problem(
+                path=labels,
+                message=f"{name}'s largest class id is {top:,} but it has {s.labelled:,} labelled nodes: the "
+                "model has one output per class id up to the largest, so class ids are 0..k-1; give the "
+                "classes as names (a label column of text) or renumber them",
+            )
+        )
     elif (s.num_classes or 0) < 2:
         out.append(
             Problem(path=labels, message=f"{name} has {s.num_classes} class: classification needs at least 2")
@@ -100,6 +110,15 @@ def _node_classification(spec: GraphTrainingSpec, s: Summary) -> list[Problem]:
     if m.feature_projection is not None and s.feature_dims is None:
         out.append(Problem(path="model.featureProjection", message=f"{name} has no node features to project"))
     return out
+
+
+MAX_CLASS_ID = 1_000_000  # integer labels are class ids: the model's output layer has one row per id
+CLASS_SPREAD = 100  # ... and at most this many per labelled node (a sparse id such as 10**12 is a name)
+
+
+def _too_sparse(s: Summary) -> bool:
+    top = (s.num_classes or 0) - 1
+    return top > MAX_CLASS_ID or top > CLASS_SPREAD * max(s.labelled, 1)
 
 
 def _too_many_trainers(spec: GraphTrainingSpec, available: int, what: str) -> Problem:

@@ -9,6 +9,14 @@ file would be read in another order than it was written in.
 Ids: entities and relations are numbered in sorted label order, the labels kept as entity_names and
 relation_names, so the same files give the same ids on every machine.
 
+Duplicates: a triple written twice in one file is kept once, with a DataWarning counting the copies
+(PyKEEN keeps them; a copy weighs its triple twice, and in a one-file split it would land in train and
+in test at once). The one-file split is made after this.
+
+Leakage: a valid or test triple that is also a training triple is an error naming file:line (and how
+many more there are): its answer would be in training, and the filtered metrics inflated; valid and
+test sharing triples is a DataWarning counting them (the model is then selected on its test).
+
 Splits: with valid and test files, the user's own. An entity or relation of valid/test that train does
 not hold is an error naming file:line and the label: the model has no row trained for it, and
 dropping such triples silently would change the test set (PyKEEN filters them with a log line; here
@@ -17,14 +25,15 @@ the user decides). With one file, a seeded split by graph.split (default 80/10/1
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import numpy as np
 
 from graphtrain.runtime.data import text
-from graphtrain.runtime.data.files import resolve
+from graphtrain.runtime.data.files import regular_file, resolve
 from graphtrain.runtime.data.graph import KnowledgeGraph, random_triple_split
-from graphtrain.runtime.errors import DataError
+from graphtrain.runtime.errors import DataError, DataWarning
 from graphtrain.runtime.spec import Split, TriplesSource
 
 DEFAULT_SPLIT = Split(train=0.8, val=0.1, test=0.1, seed=0)
@@ -97,16 +106,32 @@ def load_triples(
     if source.valid is None or source.test is None:
         entities = np.unique(np.concatenate([train.columns[0], train.columns[2]]))
         relations = np.unique(train.columns[1])
-        triples = _encode(train, entities, relations)
+        triples = _unique(train, _encode(train, entities, relations))
         s = split or DEFAULT_SPLIT
         tr, va, te = random_triple_split(triples, s.train, s.val, s.seed)
     else:
         entities = np.unique(np.concatenate([train.columns[0], train.columns[2]]))
         relations = np.unique(train.columns[1])
-        tr = _encode(train, entities, relations)
-        va, te = (
-            _encode(read_labels(_file(p, base_dir), fmt, columns), entities, relations, train.rows.path)
-            for p in (source.valid, source.test)
+        tr = _unique(train, _encode(train, entities, relations))
+        held = [read_labels(_file(p, base_dir), fmt, columns) for p in (source.valid, source.test)]
+        encoded = [_encode(h, entities, relations, train.rows.path) for h in held]
+        for h, ids in zip(held, encoded, strict=True):
+            _refuse_leaks(h, ids, tr, train.rows.path)
+        va, te = (_unique(h, ids) for h, ids in zip(held, encoded, strict=True))
+        shared = int(_member(te, va).sum())
+        if shared:
+            warnings.warn(
+                f"{held[1].rows.path}: {shared:,} of its {len(te):,} test triples are also valid triples "
+                f"({held[0].rows.path}): the model is chosen on its own test set",
+                DataWarning,
+                stacklevel=2,
+            )
+    if len(relations) > ORDER_SHARE * len(tr) and len(tr) >= ORDER_MIN_TRIPLES:
+        warnings.warn(
+            f"{train.rows.path}: {len(relations):,} relations among {len(tr):,} triples: is the column "
+            f"order [{', '.join(columns)}] (graph.triples.columns) the file's?",
+            DataWarning,
+            stacklevel=2,
         )
     return KnowledgeGraph(
         name=name,
@@ -120,11 +145,53 @@ def load_triples(
     )
 
 
+ORDER_SHARE = 0.5  # more relations than this share of triples: columns probably in another order
+ORDER_MIN_TRIPLES = 20
+
+
 def _file(path: str, base_dir: Path | None) -> Path:
-    p = resolve(path, base_dir)
-    if not p.is_file():
-        raise DataError(f"{p}: {'is a directory, not a triples file' if p.is_dir() else 'file not found'}")
-    return p
+    return regular_file(resolve(path, base_dir), "triples")
+
+
+def _keys(triples: np.ndarray) -> np.ndarray:
+    """One comparable value per (head, relation, tail) row."""
+    return np.ascontiguousarray(triples).view(np.dtype((np.void, triples.dtype.itemsize * 3))).ravel()
+
+
+def _member(triples: np.ndarray, of: np.ndarray) -> np.ndarray:
+    """Which rows of `triples` are rows of `of`."""
+    return np.isin(_keys(triples), _keys(of))
+
+
+def _unique(labels: Labels, triples: np.ndarray) -> np.ndarray:
+    """`triples` without repeated rows (first copies kept, file order), with a DataWarning counting them."""
+    _, first = np.unique(_keys(triples), return_index=True)
+    if len(first) == len(triples):
+        return triples
+    kept = np.zeros(len(triples), dtype=bool)
+    kept[first] = True
+    copy = int(np.argmin(kept))
+    warnings.warn(
+        f"{labels.rows.path}: {len(triples) - len(first):,} duplicate triples dropped (the first at "
+        f"{labels.where(copy)})",
+        DataWarning,
+        stacklevel=3,
+    )
+    return triples[np.sort(first)]
+
+
+def _refuse_leaks(labels: Labels, triples: np.ndarray, train: np.ndarray, train_path: Path) -> None:
+    """DataError naming the first row of `labels` (encoded as `triples`, row for row) that train holds."""
+    leak = _member(triples, train)
+    if leak.any():
+        i = int(np.argmax(leak))
+        more = int(leak.sum()) - 1
+        shown = " ".join(str(c[i]) for c in labels.columns)
+        raise DataError(
+            f"{labels.where(i)}: the triple {shown!r} (head relation tail) is also a training triple "
+            f"({train_path}){f', as are {more:,} more' if more else ''}: its answer would be "
+            "learnt, inflating the metrics (remove it from one of the files)"
+        )
 
 
 def _encode(
