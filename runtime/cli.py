@@ -683,7 +683,7 @@ def predict(
     gt = S.load_yaml(_read(spec_path))
     kge = gt.spec.model.kind != S.ModelKind.graphsage
     if output is not None:
-        outputs.check_target(output, (".parquet", ".csv"))
+        outputs.check_target(output, (".parquet", ".csv"), "predictions")
     if kge and relation is None:
         raise GraphtrainError(
             f"model.kind is {gt.spec.model.kind}: ask with --relation and --head (or --tail)"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 from pathlib import Path
 
@@ -277,3 +278,61 @@ def test_plot_of_a_run_without_history_is_one_line(tmp_path: Path) -> None:
     out = CliRunner().invoke(app, ["plot", str(tmp_path)])
     assert out.exit_code == 1 and "no epoch finished yet, nothing to plot" in out.output
     assert json.dumps(out.output).count("\\n") == 1  # one line
+
+
+def one_line_error(args: list[str]) -> str:
+    out = CliRunner().invoke(app, args)
+    assert out.exit_code == 1, out.output
+    assert out.exception is None or isinstance(out.exception, SystemExit), out.exception
+    lines = out.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), out.output
+    return lines[0]
+
+
+def write_metrics(run: Path, rows: list[str]) -> Path:
+    run.mkdir(exist_ok=True)
+    (run / "metrics.csv").write_text(
+        "epoch,step,loss,val_accuracy,samples_per_second,wall_time\n" + "".join(rows)
+    )
+    return run
+
+
+@pytest.mark.parametrize("cell", ["", "inf", "nan", "-1", "1.5", "x"])
+def test_plot_of_a_damaged_epoch_cell_names_the_line(tmp_path: Path, cell: str) -> None:
+    run = write_metrics(tmp_path / "r", ["1,1,0.5,0.3,1,1\n", f"{cell},2,0.4,0.5,1,1\n"])
+    said = one_line_error(["plot", str(run)])
+    assert f"metrics.csv:3: epoch {cell!r} is not a whole number of epochs" in said
+    assert not (run / "metrics.png").exists()
+
+
+def test_plot_of_a_non_utf8_metrics_csv_is_one_line(tmp_path: Path) -> None:
+    run = write_metrics(tmp_path / "r", ["1,1,0.5,0.3,1,1\n"])
+    (run / "metrics.csv").write_bytes((run / "metrics.csv").read_bytes() + b"2,2,\xff\n")
+    assert "metrics.csv:3: not UTF-8 text" in one_line_error(["plot", str(run)])
+
+
+def test_plot_refuses_a_directory_a_fifo_or_another_format(tmp_path: Path) -> None:
+    run = write_metrics(tmp_path / "r", ["1,1,0.5,0.3,1,1\n"])
+    said = one_line_error(["plot", str(run), "-o", str(tmp_path)])
+    assert said == f"error: {tmp_path}: is a directory; give the file to write, e.g. {tmp_path}/metrics.png"
+    assert not (tmp_path.parent / f"{tmp_path.name}.png").exists()
+    assert "unknown output format '.txt' (use .png)" in one_line_error(
+        ["plot", str(run), "-o", str(run / "x.txt")]
+    )
+    assert "unknown output format ''" in one_line_error(["plot", str(run), "-o", str(run / "x")])
+    (run / "metrics.csv").unlink()
+    os.mkfifo(run / "metrics.csv")
+    assert one_line_error(["plot", str(run)]) == f"error: {run / 'metrics.csv'}: not a regular file"
+
+
+def test_plot_creates_missing_directories_and_writes_atomically(tmp_path: Path) -> None:
+    """The rule of export and predict: a missing parent is created; the PNG appears only when whole."""
+    run = write_metrics(tmp_path / "r", ["1,1,0.5,0.3,1,1\n", "2,2,0.4,,1,1\n"])
+    target = tmp_path / "new" / "deeper" / "c.png"
+    out = CliRunner().invoke(app, ["plot", str(run), "-o", str(target)])
+    assert out.exit_code == 0, out.output
+    assert out.output.strip() == str(target)
+    assert target.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert sorted(p.name for p in target.parent.iterdir()) == ["c.png"]  # no temporary left
+    (tmp_path / "file").write_text("x")
+    assert "is not a directory" in one_line_error(["plot", str(run), "-o", str(tmp_path / "file" / "c.png")])
