@@ -659,7 +659,10 @@ def predict(
     ] = None,
     nodes: Annotated[
         str | None,
-        typer.Option(help="graphsage: node ids, comma-separated or a file of one per line (default: all)"),
+        typer.Option(
+            help="graphsage: node ids, comma-separated or a file of one per line (default: all); "
+            "one row per node, in the order first named"
+        ),
     ] = None,
     embeddings: Annotated[
         bool, typer.Option(help="graphsage: write the last hidden layer's output instead of probabilities")
@@ -701,12 +704,15 @@ def predict(
             err.print(f"{len(cols['rank'])} answers written to {output}", highlight=False, markup=False)
         return
     assert output is not None
-    wanted = None if nodes is None else PR.node_ids(cfg, PR.read_tokens(nodes))
+    wanted, repeated = None, 0
+    if nodes is not None:  # one row per node: a node named twice is written once, where first named
+        wanted, repeated = PR.distinct(PR.node_ids(cfg, PR.read_tokens(nodes)))
     result = PR.node_outputs(gt, root, cfg, wanted, embeddings=embeddings)
     outputs.write_columns(output, {"id": result.ids, **result.columns})
     what = "output embeddings" if embeddings else "class probabilities"
+    once = f" ({repeated:,} repeated id(s) written once)" if repeated else ""
     err.print(
-        f"{what} of {len(result.ids):,} node(s) from {root.name} written to {output}",
+        f"{what} of {len(result.ids):,} node(s) from {root.name} written to {output}{once}",
         highlight=False,
         markup=False,
     )
