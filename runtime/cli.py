@@ -931,10 +931,20 @@ def resume_command(
     return shlex.join([*words, "--resume"])
 
 
+COUNTS = ("_triples",)  # result entries that count things (KGE: the triples evaluated), not metrics
+
+
+def result_value(key: str, value: Any) -> str:
+    """A result's value as printed: a count as a whole number, a metric with 4 decimals."""
+    if isinstance(value, int | float) and key.endswith(COUNTS) and float(value).is_integer():
+        return str(int(value))
+    return f"{value:.4f}"
+
+
 def result_lines(name: str, result: dict[str, Any], run_dir: Path) -> list[str]:
     """What `run` prints at the end: the metrics (of the last model, at the epoch training ended) and
     the best validation pass with its checkpoint."""
-    metrics = ", ".join(f"{k} {v:.4f}" for k, v in result.items() if k[:4] in ("test", "val_"))
+    metrics = ", ".join(f"{k} {result_value(k, v)}" for k, v in result.items() if k[:4] in ("test", "val_"))
     epoch = result.get("last_epoch")
     lines = [f"{name}: {metrics}" + (f" (the last model, epoch {epoch})" if epoch is not None else "")]
     best = next((k for k in result if k.startswith("best_val_")), None)
