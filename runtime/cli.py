@@ -659,7 +659,10 @@ def predict(
     ] = None,
     nodes: Annotated[
         str | None,
-        typer.Option(help="graphsage: node ids, comma-separated or a file of one per line (default: all)"),
+        typer.Option(
+            help="graphsage: node ids, comma-separated or a file of one per line (default: all); "
+            "one row per node, in the order first named"
+        ),
     ] = None,
     embeddings: Annotated[
         bool, typer.Option(help="graphsage: write the last hidden layer's output instead of probabilities")
@@ -683,7 +686,7 @@ def predict(
     gt = S.load_yaml(_read(spec_path))
     kge = gt.spec.model.kind != S.ModelKind.graphsage
     if output is not None:
-        outputs.check_target(output, (".parquet", ".csv"))
+        outputs.check_target(output, (".parquet", ".csv"), "predictions")
     if kge and relation is None:
         raise GraphtrainError(
             f"model.kind is {gt.spec.model.kind}: ask with --relation and --head (or --tail)"
@@ -701,12 +704,15 @@ def predict(
             err.print(f"{len(cols['rank'])} answers written to {output}", highlight=False, markup=False)
         return
     assert output is not None
-    wanted = None if nodes is None else PR.node_ids(cfg, PR.read_tokens(nodes))
+    wanted, repeated = None, 0
+    if nodes is not None:  # one row per node: a node named twice is written once, where first named
+        wanted, repeated = PR.distinct(PR.node_ids(cfg, PR.read_tokens(nodes)))
     result = PR.node_outputs(gt, root, cfg, wanted, embeddings=embeddings)
     outputs.write_columns(output, {"id": result.ids, **result.columns})
     what = "output embeddings" if embeddings else "class probabilities"
+    once = f" ({repeated:,} repeated id(s) written once)" if repeated else ""
     err.print(
-        f"{what} of {len(result.ids):,} node(s) from {root.name} written to {output}",
+        f"{what} of {len(result.ids):,} node(s) from {root.name} written to {output}{once}",
         highlight=False,
         markup=False,
     )
@@ -925,10 +931,20 @@ def resume_command(
     return shlex.join([*words, "--resume"])
 
 
+COUNTS = ("_triples",)  # result entries that count things (KGE: the triples evaluated), not metrics
+
+
+def result_value(key: str, value: Any) -> str:
+    """A result's value as printed: a count as a whole number, a metric with 4 decimals."""
+    if isinstance(value, int | float) and key.endswith(COUNTS) and float(value).is_integer():
+        return str(int(value))
+    return f"{value:.4f}"
+
+
 def result_lines(name: str, result: dict[str, Any], run_dir: Path) -> list[str]:
     """What `run` prints at the end: the metrics (of the last model, at the epoch training ended) and
     the best validation pass with its checkpoint."""
-    metrics = ", ".join(f"{k} {v:.4f}" for k, v in result.items() if k[:4] in ("test", "val_"))
+    metrics = ", ".join(f"{k} {result_value(k, v)}" for k, v in result.items() if k[:4] in ("test", "val_"))
     epoch = result.get("last_epoch")
     lines = [f"{name}: {metrics}" + (f" (the last model, epoch {epoch})" if epoch is not None else "")]
     best = next((k for k in result if k.startswith("best_val_")), None)

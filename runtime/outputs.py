@@ -144,14 +144,18 @@ def original_order(checkpoint: Path, name: str, cfg: PartitionConfig) -> Rows:
     return Rows(name, keying, ids, table)
 
 
-def check_target(out: Path, suffixes: tuple[str, ...] = SUFFIXES) -> None:
-    """Refuse an output path before any work: a directory, an unknown suffix, an uncreatable parent.
+def check_target(out: Path, suffixes: tuple[str, ...] = SUFFIXES, example: str = "table") -> None:
+    """Refuse an output path before any work: a directory (`example` names a file to give instead),
+    an unknown suffix, a parent that cannot be created. The one rule of export, predict and plot: a
+    missing parent directory is created when the file is written (write_rows, write_columns, plot).
 
     Raises:
         GraphtrainError: naming `out`.
     """
     if out.is_dir():
-        raise GraphtrainError(f"{out}: is a directory; give the file to write, e.g. {out}/table.npy")
+        raise GraphtrainError(
+            f"{out}: is a directory; give the file to write, e.g. {out / (example + suffixes[0])}"
+        )
     if out.exists() and not out.is_file():
         raise GraphtrainError(f"{out}: exists and is not a regular file")
     if out.suffix.lower() not in suffixes:

@@ -15,7 +15,9 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from graphtrain.runtime.data.cache import atomic_file, make_dirs, read_text
 from graphtrain.runtime.errors import GraphtrainError
+from graphtrain.runtime.outputs import check_target
 from graphtrain.runtime.spec import rundir
 from graphtrain.runtime.train.history import LEADING, METRICS_FILE, TRAILING
 
@@ -36,6 +38,14 @@ def _number(cell: str) -> float:
         return math.nan
 
 
+def _epoch(cell: str, where: str) -> int:
+    """An epoch cell: a whole number >= 0 (a damaged or edited file says where it is not)."""
+    value = _number(cell)
+    if not math.isfinite(value) or value < 0 or value != int(value):
+        raise GraphtrainError(f"{where}: epoch {cell!r} is not a whole number of epochs")
+    return int(value)
+
+
 def read_metrics(text: str, source: str = METRICS_FILE) -> Metrics:
     """The columns of a metrics.csv (history.py's layout).
 
@@ -47,23 +57,25 @@ def read_metrics(text: str, source: str = METRICS_FILE) -> Metrics:
         raise GraphtrainError(
             f"{source}: not a graphtrain metrics.csv (its header should start with epoch,step,loss)"
         )
-    header, body = rows[0], [r for r in rows[1:] if len(r) == len(rows[0])]
+    header = rows[0]
+    body = [(n, r) for n, r in enumerate(rows[1:], start=2) if len(r) == len(header)]
     if not body:
         raise GraphtrainError(f"{source}: no epoch finished yet, nothing to plot")
     names = [c for c in header if c not in LEADING and c not in TRAILING]
-    cols = {c: [_number(r[i]) for r in body] for i, c in enumerate(header)}
+    cols = {c: [_number(r[i]) for _, r in body] for i, c in enumerate(header)}
     return Metrics(
-        epochs=[int(e) for e in cols["epoch"]],
+        epochs=[_epoch(r[0], f"{source}:{n}") for n, r in body],
         loss=cols["loss"],
         validation={n: cols[n] for n in names if any(not math.isnan(v) for v in cols[n])},
     )
 
 
 def plot(m: Metrics, out: Path, title: str = "") -> Path:
-    """Draw `m` into the PNG `out` (its directory must exist).
+    """Draw `m` into the PNG `out`, written under a temporary name and renamed into place (its missing
+    parent directories created, as export and predict do).
 
     Raises:
-        GraphtrainError: matplotlib is not installed (the `plot` extra).
+        GraphtrainError: matplotlib is not installed (the `plot` extra), or `out` cannot be written.
     """
     try:
         import matplotlib
@@ -94,8 +106,12 @@ def plot(m: Metrics, out: Path, title: str = "") -> Path:
     if title:
         fig.suptitle(title)
     fig.tight_layout()
-    fig.savefig(out)
-    plt.close(fig)
+    try:
+        make_dirs(out.parent)
+        with atomic_file(out) as f:
+            fig.savefig(f, format="png")
+    finally:
+        plt.close(fig)
     return out
 
 
@@ -103,18 +119,21 @@ def plot_run(run_dir: Path, out: Path | None = None) -> Path:
     """The curves of the run in `run_dir` into `out` (default <run_dir>/metrics.png).
 
     Raises:
-        GraphtrainError: the run has no metrics.csv or no finished epoch in it.
+        GraphtrainError: the run has no metrics.csv or no finished epoch in it, or `out` is not a .png
+            file that can be written.
     """
+    out = out or run_dir / "metrics.png"
+    check_target(
+        out, (".png",), "metrics"
+    )  # before any work: not a directory, a .png, a parent that can be made
     path = run_dir / METRICS_FILE
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
+    if not path.exists():
         raise GraphtrainError(
             f"{run_dir} has no metric history ({METRICS_FILE}): not a run directory, or no epoch finished yet"
-        ) from None
-    except OSError as exc:
-        raise GraphtrainError(f"{path}: {exc.strerror or exc}") from None
-    out = out or run_dir / "metrics.png"
+        )
+    if not path.is_file():  # a FIFO would block the read
+        raise GraphtrainError(f"{path}: not a regular file")
+    text = read_text(path)  # one line for an unreadable or non-UTF-8 file
     return plot(read_metrics(text, str(path)), out, title=run_name(run_dir))
 
 

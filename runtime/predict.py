@@ -24,6 +24,7 @@ from graphtrain.runtime import spec as S
 from graphtrain.runtime.errors import GraphtrainError
 from graphtrain.runtime.kvstore import checkpoint as ckpt
 from graphtrain.runtime.partition.format import PartitionConfig, load_maps, load_names, load_triples
+from graphtrain.runtime.train.resumable import model_changes
 
 BATCH = 4096
 SUGGEST_MAX = 50_000  # labels to compare an unknown one with (difflib is linear in them)
@@ -71,6 +72,14 @@ def node_ids(cfg: PartitionConfig, tokens: list[str]) -> np.ndarray:
     return lookup(tokens, known, "node")
 
 
+def distinct(ids: np.ndarray) -> tuple[np.ndarray, int]:
+    """`ids` with each repeated one kept at its first place only (one output row per node), and how
+    many repeats were dropped (pure)."""
+    _, first = np.unique(ids, return_index=True)
+    kept = ids[np.sort(first)]
+    return kept, len(ids) - len(kept)
+
+
 def read_tokens(value: str) -> list[str]:
     """`--nodes`: a file with one id per line (a first line `id` is a header) or a comma-separated list."""
     path = Path(value)
@@ -109,19 +118,41 @@ def _dense_state(root: Path) -> dict[str, torch.Tensor]:
     return dict(state["model"])
 
 
-def model_mismatch(expected: dict[str, tuple[int, ...]], saved: dict[str, tuple[int, ...]]) -> str | None:
-    """The first difference between the model the spec builds and the one saved, in words (pure)."""
+SHAPE_FIELDS = "model.hiddenDim, model.numLayers, model.useFeatures or an embedding's dim"
+
+
+def model_mismatch(
+    expected: dict[str, tuple[int, ...]],
+    saved: dict[str, tuple[int, ...]],
+    recorded: dict[str, Any] | None = None,
+    spec: Any = None,
+) -> str | None:
+    """The difference between the model the spec builds and the one saved, in words (pure). The fields
+    the checkpoint records it was trained with (its trainer record's model, resumable.model_record) name
+    what differs; a checkpoint without a record is told by the first parameter whose shape differs."""
+    if expected.keys() == saved.keys() and all(expected[k] == saved[k] for k in expected):
+        return None
+    changes = model_changes(recorded, spec) if spec is not None else []
+    if changes:
+        return f"the checkpoint was trained with {'; '.join(changes)}"
     for key in sorted(expected.keys() | saved.keys()):
         if key not in saved:
-            return f"the checkpoint has no {key} (model.numLayers?)"
+            return f"the checkpoint has no {key} ({SHAPE_FIELDS}?)"
         if key not in expected:
-            return f"the checkpoint has {key}, which the spec's model lacks (model.numLayers?)"
+            return f"the checkpoint has {key}, which the spec's model lacks ({SHAPE_FIELDS}?)"
         if expected[key] != saved[key]:
             return (
                 f"the checkpoint's {key} is {tuple(saved[key])}, the spec's model needs "
-                f"{tuple(expected[key])} (model.hiddenDim, model.useFeatures or an embedding's dim?)"
+                f"{tuple(expected[key])} ({SHAPE_FIELDS}?)"
             )
     return None
+
+
+def _recorded_model(root: Path) -> dict[str, Any] | None:
+    """The model fields checkpoint `root` was trained with (its trainer record), None if it has none."""
+    trainer = ckpt.read_top(root).get("trainer")
+    model = trainer.get("model") if isinstance(trainer, dict) else None
+    return model if isinstance(model, dict) else None
 
 
 def node_outputs(
@@ -171,6 +202,8 @@ def node_outputs(
     why = model_mismatch(
         {k: tuple(v.shape) for k, v in model.state_dict().items()},
         {k: tuple(v.shape) for k, v in state.items()},
+        _recorded_model(root),
+        gt.spec,
     )
     if why:
         raise GraphtrainError(f"{root / 'dense.pt'}: {why}: predict needs the spec the run trained with")

@@ -26,6 +26,7 @@ import dataclasses
 import datetime as dt
 import os
 import shutil
+import stat
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -135,6 +136,42 @@ def partition_record(
 MARKER_MAX_BYTES = 4096
 
 
+def read_marker(path: Path) -> str:
+    """The checkpoint a marker file (LATEST, BEST) names, relative to its directory. At most
+    MARKER_MAX_BYTES + 1 bytes are read, and only from a regular file: opened without blocking, so a
+    FIFO in its place is refused rather than waited on, and a huge file is not read whole.
+
+    Raises:
+        FileNotFoundError: there is no such file.
+        DataError: naming `path` and what it is instead of a marker (a FIFO, a directory, a long or
+            binary or multi-line file), or why it cannot be read.
+    """
+    marker = f"a checkpoint marker (a {LATEST}-like file naming one checkpoint)"
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        raise DataError(f"{path}: cannot read the checkpoint marker ({exc.strerror or exc})") from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            what = "a FIFO" if stat.S_ISFIFO(mode) else "a directory" if stat.S_ISDIR(mode) else "a device"
+            raise DataError(f"{path}: is {what}, not {marker}")
+        raw = os.read(fd, MARKER_MAX_BYTES + 1)
+    except OSError as exc:
+        raise DataError(f"{path}: cannot read the checkpoint marker ({exc.strerror or exc})") from None
+    finally:
+        os.close(fd)
+    try:
+        rel = raw.decode().strip()
+    except UnicodeDecodeError:
+        rel = ""
+    if not rel or len(raw) > MARKER_MAX_BYTES or "\n" in rel:
+        raise DataError(f"{path}: not {marker}")
+    return rel
+
+
 def resolve_checkpoint(path: Path) -> Path:
     """The checkpoint directory a user points at: the directory itself, a marker file beside it (LATEST,
     BEST: a text file naming the checkpoint), or a checkpoint root (then its LATEST).
@@ -146,18 +183,13 @@ def resolve_checkpoint(path: Path) -> Path:
     if path.is_dir():
         if (path / TOP).exists():
             return path
-        if (path / LATEST).is_file():
+        if (path / LATEST).exists():
             return resolve_checkpoint(path / LATEST)
         raise DataError(f"{path}: not a complete checkpoint (no {TOP}) and no {LATEST} file in it")
-    if not path.is_file():
-        raise DataError(f"{path}: no such checkpoint")
-    raw = path.read_bytes()[: MARKER_MAX_BYTES + 1]
     try:
-        rel = raw.decode().strip()
-    except UnicodeDecodeError:
-        rel = ""
-    if not rel or len(raw) > MARKER_MAX_BYTES or "\n" in rel:
-        raise DataError(f"{path}: not a checkpoint marker (a {LATEST}-like file naming one checkpoint)")
+        rel = read_marker(path)
+    except FileNotFoundError:
+        raise DataError(f"{path}: no such checkpoint") from None
     root = path.parent.resolve()
     target = (root / rel).resolve()
     if root not in target.parents:
@@ -187,8 +219,8 @@ def prune(root: Path, keep: int) -> list[str]:
     dirs = sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
     complete = [p for p in dirs if (p / TOP).exists()]
     try:
-        best = {(root / BEST).read_text().strip()}
-    except OSError:
+        best = {read_marker(root / BEST)}
+    except (OSError, DataError):
         best = set()
     keep_set = {p.name for p in complete[-keep:]} | {latest.name} | best
     removed = []
@@ -202,7 +234,7 @@ def prune(root: Path, keep: int) -> list[str]:
 def resolve_latest(root: Path) -> Path | None:
     """The checkpoint <root>/LATEST points at, or None if there is none yet."""
     try:
-        rel = (root / LATEST).read_text().strip()
+        rel = read_marker(root / LATEST)
     except FileNotFoundError:
         return None
     path = (root / rel).resolve()

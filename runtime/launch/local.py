@@ -331,6 +331,7 @@ class LocalRun:
         self._extra_targets: list[tuple[str, int, dict[str, str]]] = []
         self._targets_lock = threading.Lock()
         self._targets_written = False
+        self.finished: dict[str, Any] | None = None  # --resume of a run already complete: its result
 
     # --------------------------------------------------------------------------------- metrics
 
@@ -596,7 +597,7 @@ class LocalRun:
         if time.monotonic() - self._last_print >= IN_EPOCH_EVERY and not (
             report.eval_metric or ""
         ).startswith("test_"):
-            self.say(f"[run] {in_epoch_line(report)}")
+            self.say(f"[run] {reporting.in_epoch_line(report)}")
             self._last_print, self._last_step = time.monotonic(), report.step
 
     def _new_epochs(self) -> list[S.Progress]:
@@ -690,7 +691,7 @@ class LocalRun:
             self.run_dir.chmod(0o700)  # a directory from before keeps nothing readable to others
             with lock_run_dir(self.run_dir):
                 self._prepare()
-                return self._launch()
+                return self.finished if self.finished is not None else self._launch()
 
     def _prepare(self) -> None:
         """What the launcher does before the run: refuse to delete checkpoints unasked (changing nothing),
@@ -709,6 +710,8 @@ class LocalRun:
                 self.say(f"[run] the previous launch ended without a final status (killed?); it was {phase}")
         if self.resume:
             self._choose_checkpoint(checkpoints)
+            if self.finished is not None:  # nothing to start: the previous launch's files stay as they are
+                return
         elif held:
             self.say(f"[run] --overwrite: deleting {checkpoints} ({describe_checkpoints(checkpoints)})")
             shutil.rmtree(checkpoints)
@@ -755,6 +758,14 @@ class LocalRun:
             check_resumable(meta.get("model"), self.gt.spec, path.name)
         except GraphtrainError as exc:
             raise RunFailed(f"cannot resume: {exc}") from None
+        self.finished = finished_result(self.run_dir, meta, self.gt.spec.training.epochs)
+        if self.finished is not None:
+            self.say(
+                f"[run] the run is complete: checkpoint {path.name} ends epoch {meta['epoch']} of "
+                f"{self.gt.spec.training.epochs}, nothing to train (raise training.epochs to train on, "
+                "or --overwrite to start over); its result:"
+            )
+            return
         said = f"step {meta['step']} (epoch {meta['epoch']}, " if {"step", "epoch"} <= set(meta) else "("
         self.say(f"[run] resuming from {said}checkpoint {path.name})")
 
@@ -817,17 +828,6 @@ class LocalRun:
             remove_leftovers(job_prefix(token))
 
 
-def in_epoch_line(p: S.Progress) -> str:
-    """A line on an epoch still running: `epoch N/E running  step S  loss L  R samples/s` (the loss of
-    the latest steps: the epoch's mean comes with its own line)."""
-    parts = [f"epoch {p.epoch + 1}/{p.epochs} running", f"step {p.step}"]
-    if p.loss is not None:
-        parts.append(f"loss {p.loss:.4f}")
-    if p.samples_per_second:
-        parts.append(f"{p.samples_per_second:,.0f} samples/s")
-    return "  ".join(parts)
-
-
 def read_if_present(path: Path) -> str | None:
     """A file's text, or None if it cannot be read (not written yet)."""
     try:
@@ -843,6 +843,22 @@ def trainer_record(path: Path) -> dict[str, Any]:
     except (GraphtrainError, OSError, ValueError, AttributeError):
         return {}
     return meta if isinstance(meta, dict) else {}
+
+
+def finished_result(run_dir: Path, meta: dict[str, Any], epochs: int) -> dict[str, Any] | None:
+    """The result of the run in `run_dir` when there is nothing left to train: the newest checkpoint
+    (trainer record `meta`) ends the last of `epochs`, and the launch that wrote it succeeded and left
+    its result.json for that epoch. None otherwise (then --resume starts the processes as usual)."""
+    if meta.get("epoch") != epochs:
+        return None
+    try:
+        phase = json.loads((run_dir / "status.json").read_text()).get("phase")
+        result = json.loads((run_dir / "result.json").read_text())
+    except (OSError, ValueError, AttributeError):
+        return None
+    if phase != S.Phase.succeeded.value or not isinstance(result, dict):
+        return None
+    return result if result.get("last_epoch") == epochs else None
 
 
 def describe_checkpoint(path: Path) -> str:

@@ -290,6 +290,23 @@ def load_config(path: str | Path) -> PartitionConfig:
     return PartitionConfig(path=path, data=data)
 
 
+def load_npy(path: Path, mmap_mode: str | None = None) -> np.ndarray:
+    """One .npy of a partition, never unpickled: a file that is not a plain array (an object array, a
+    truncated or foreign file; its sha256 may have been edited to match) is one line naming it.
+
+    Raises:
+        DataError: naming `path` and why it cannot be read.
+    """
+    try:
+        return np.load(path, mmap_mode=mmap_mode, allow_pickle=False)
+    except ValueError as exc:  # object arrays ("cannot be loaded when allow_pickle=False"), bad headers
+        objects = "allow_pickle" in str(exc) or "Python objects" in str(exc)  # np.load, or mmap'd
+        what = "holds Python objects" if objects else f"not a .npy array ({exc})"
+        raise DataError(f"{path}: {what}: not a graphtrain partition file") from None
+    except OSError as exc:
+        raise DataError(f"{path}: cannot read ({exc.strerror or exc})") from None
+
+
 @dataclass
 class PartData:
     """One partition as a shard server loads it."""
@@ -321,15 +338,19 @@ def load_part(cfg: PartitionConfig, part: int, verify: bool = True, mmap: bool =
     mode = "r" if mmap else None
     nb, eb = cfg.node_bounds, cfg.edge_bounds
     etype_path = pdir / "etype.npy"
+    try:  # store.read_values loads without pickle too: an object array there is a ValueError
+        ndata = store.read_values(pdir / "ndata", meta["ndata"], mmap=mmap)
+    except ValueError as exc:
+        raise DataError(f"{pdir / 'ndata'}: a file is not a plain .npy array ({exc})") from None
     return PartData(
         part=part,
         node_range=(int(nb[part]), int(nb[part + 1])),
         edge_range=(int(eb[part]), int(eb[part + 1])),
-        indptr=np.load(pdir / "indptr.npy", mmap_mode=mode, allow_pickle=False),
-        indices=np.load(pdir / "indices.npy", mmap_mode=mode, allow_pickle=False),
-        etype=np.load(etype_path, mmap_mode=mode, allow_pickle=False) if etype_path.exists() else None,
-        halo=np.load(pdir / "halo.npy", mmap_mode=mode, allow_pickle=False),
-        ndata=store.read_values(pdir / "ndata", meta["ndata"], mmap=mmap),
+        indptr=load_npy(pdir / "indptr.npy", mode),
+        indices=load_npy(pdir / "indices.npy", mode),
+        etype=load_npy(etype_path, mode) if etype_path.exists() else None,
+        halo=load_npy(pdir / "halo.npy", mode),
+        ndata=ndata,
     )
 
 
@@ -340,7 +361,7 @@ def _load_files(cfg: PartitionConfig, rels: list[str], verify: bool) -> dict[str
         if missing:
             raise DataError(f"{cfg.path}: {missing[0]} is not recorded in the partition's files")
         verify_files(cfg.root, {r: cfg.data["files"][r] for r in rels})
-    return {r: np.load(cfg.root / r, allow_pickle=False) for r in rels}
+    return {r: load_npy(cfg.root / r) for r in rels}
 
 
 _NAMES = {"node_ids": "external_ids", "class_names": "class_names", "relation_names": "relation_names"}

@@ -105,6 +105,19 @@ def epoch_line(p: Progress) -> str:
     return "  ".join(parts)
 
 
+def in_epoch_line(p: Any) -> str:
+    """A line on an epoch still running: `epoch N/E running  step S  loss L  R samples/s` (the loss of
+    the latest steps: the epoch's mean comes with its own line; no validation metric, which belongs to
+    an epoch already finished). `p`: a Progress, or a trainer's tally with the same fields (epoch counts
+    the epochs done, so the one running is epoch + 1). The launcher's line and the trainer log's alike."""
+    parts = [f"epoch {p.epoch + 1}/{p.epochs} running", f"step {p.step}"]
+    if p.loss is not None:
+        parts.append(f"loss {p.loss:.4f}")
+    if p.samples_per_second:
+        parts.append(f"{p.samples_per_second:,.0f} samples/s")
+    return "  ".join(parts)
+
+
 def entry_key(p: Progress) -> tuple[int, int, str | None]:
     """What tells history entries apart: an epoch trained again after a resume is a new entry."""
     return (p.epoch, p.step, p.updated_at)

@@ -259,8 +259,7 @@ class Reporter:
         stale = {"eval_metric": None, "eval_value": None}
         entry = report if evaluated or not epoch_end else report.model_copy(update=stale)
         if self.echo:
-            rate = f"  {p.samples_per_second:,.0f} samples/s" if p.samples_per_second else ""
-            said = reporting.epoch_line(entry) if epoch_end else f"step {p.step}  {p.summary()}{rate}"
+            said = reporting.epoch_line(entry) if epoch_end else reporting.in_epoch_line(p)
             log(f"[trainer] {said}")
         history = None
         if epoch_end and self.rank == 0:

@@ -3,6 +3,7 @@ that does not needs --partition), LATEST/BEST marker files accepted, ids and lab
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -226,3 +227,47 @@ def test_resolve_checkpoint_refuses_what_is_no_checkpoint(tmp_path: Path) -> Non
     (tmp_path / "bin").write_bytes(b"\xff\xfe\x00")
     with pytest.raises(DataError, match="not a checkpoint marker"):
         ckpt.resolve_checkpoint(tmp_path / "bin")
+
+
+def test_a_marker_is_read_at_most_its_limit_plus_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A huge BEST is refused after reading 4 KiB + 1 bytes, not after reading it whole."""
+    marker = tmp_path / "BEST"
+    with open(marker, "wb") as f:
+        f.truncate(1 << 30)  # sparse: 1 GiB of zeros on no disk
+    asked: list[int] = []
+    real_read = ckpt.os.read
+
+    def read(fd: int, n: int) -> bytes:
+        asked.append(n)
+        return real_read(fd, n)
+
+    def whole(self: Path) -> bytes:
+        raise AssertionError(f"{self} read whole")
+
+    monkeypatch.setattr(ckpt.os, "read", read)
+    monkeypatch.setattr(Path, "read_bytes", whole)
+    monkeypatch.setattr(Path, "read_text", whole)
+    with pytest.raises(DataError, match="BEST: not a checkpoint marker"):
+        ckpt.resolve_checkpoint(marker)
+    assert asked == [ckpt.MARKER_MAX_BYTES + 1]
+
+
+def test_a_fifo_or_directory_marker_says_what_it_is(run: Path, tmp_path: Path) -> None:
+    """Opened without blocking (no writer needed), and named for what it is, not "no such checkpoint"."""
+    marker = run / "checkpoints" / "FIFO"
+    os.mkfifo(marker)
+    try:
+        one_line_error(
+            [str(marker), "-o", str(tmp_path / "x.npy")], "FIFO: is a FIFO, not a checkpoint marker"
+        )
+    finally:
+        marker.unlink()
+    root = tmp_path / "fifo-root"  # a checkpoint root whose LATEST is a FIFO: --resume waited on it
+    root.mkdir()
+    os.mkfifo(root / ckpt.LATEST)
+    with pytest.raises(DataError, match="LATEST: is a FIFO, not a checkpoint marker"):
+        ckpt.resolve_latest(root)
+    (root / ckpt.LATEST).unlink()
+    (root / ckpt.LATEST).mkdir()
+    with pytest.raises(DataError, match="LATEST: is a directory, not a checkpoint marker"):
+        ckpt.resolve_latest(root)

@@ -198,3 +198,45 @@ def test_a_partition_written_before_names_reads_as_one_without_them(tmp_path: Pa
     data = {k: v for k, v in cfg.data.items() if k not in ("kg", "has_class_names", "has_relation_names")}
     old = P.PartitionConfig(cfg.path, data)
     assert P.load_triples(old) == {} and sorted(P.load_names(old)) == ["node_ids"]
+
+
+def tamper(cfg: P.PartitionConfig, rel: str, value: np.ndarray) -> P.PartitionConfig:
+    """Replace a partition file with `value` (np.save, pickling an object array) and record its sha256,
+    as an attacker with write access would: the checksum no longer catches it."""
+    import hashlib
+
+    np.save(cfg.root / rel, value, allow_pickle=True)
+    cfg.data["files"][rel] = hashlib.sha256((cfg.root / rel).read_bytes()).hexdigest()
+    cfg.path.write_text(json.dumps(cfg.data))
+    return P.load_config(cfg.path)
+
+
+OBJECTS = np.array([{"a": 1}, "x", None], dtype=object)
+
+
+@pytest.mark.parametrize(
+    ("rel", "load"),
+    [
+        ("class_names.npy", P.load_names),
+        ("external_ids.npy", P.load_maps),
+        ("node_map.npy", P.load_maps),
+        ("part-0/halo.npy", lambda cfg: P.load_part(cfg, 0)),
+        ("part-1/ndata/label.npy", lambda cfg: P.load_part(cfg, 1)),
+    ],
+)
+def test_an_object_array_in_a_partition_is_one_line_never_unpickled(tmp_path: Path, rel: str, load) -> None:  # noqa: ANN001
+    g0 = planted_graph(n=300, k=3)
+    g = Graph.from_edges(
+        "named",
+        300,
+        *g0.edges(),
+        label=g0.label,
+        node_ids=np.array([f"u{i}" for i in range(300)]),
+        class_names=np.array(["a", "b", "c"]),
+    )
+    cfg = tamper(P.load_config(P.write(g, P.partition_graph(g, 2), tmp_path / "p")), rel, OBJECTS)
+    with pytest.raises(
+        DataError, match=r"p/part-1/ndata: a file is not a plain \.npy array|holds Python objects"
+    ) as e:
+        load(cfg)
+    assert "\n" not in str(e.value) and str(tmp_path / "p") in str(e.value)

@@ -15,12 +15,14 @@ import yaml
 from graphtrain.runtime import kvstore
 from graphtrain.runtime import partition as P
 from graphtrain.runtime import predict as PR
+from graphtrain.runtime import spec as S
 from graphtrain.runtime.data.graph import Graph, KnowledgeGraph, random_masks
 from graphtrain.runtime.errors import GraphtrainError
 from graphtrain.runtime.kvstore import checkpoint as ckpt
 from graphtrain.runtime.tensor import DistEmbedding, PartitionBook
 from graphtrain.runtime.train.common import save_dense
 from graphtrain.runtime.train.models import GraphSAGE
+from graphtrain.runtime.train.resumable import model_record
 from tests.conftest import planted_graph
 from tests.unit.test_outputs import fails, ok
 
@@ -56,7 +58,7 @@ def named_graph() -> Graph:
     )
 
 
-def sage_checkpoint(run: Path, parts: int) -> Path:
+def sage_checkpoint(run: Path, parts: int, trainer: dict | None = None) -> Path:
     """The same trained state (dense model, node table in original order) in a partition of `parts`."""
     g = named_graph()
     cfg = P.load_config(P.write(g, P.partition_graph(g, parts), run / "partition"))
@@ -69,7 +71,8 @@ def sage_checkpoint(run: Path, parts: int) -> Path:
     model = GraphSAGE(FEAT + EMB, HIDDEN, 3, 2, 0.5, frozen=FEAT)
     tag = "step-000000003"
     save_dense(root / tag / "dense.pt", model, torch.optim.Adam(model.parameters()))
-    client.checkpoint(tag, extra={"partition": ckpt.partition_record(cfg, root / tag)}, root=root)
+    extra = {"partition": ckpt.partition_record(cfg, root / tag), **({"trainer": trainer} if trainer else {})}
+    client.checkpoint(tag, extra=extra, root=root)
     ckpt.mark_latest(root, tag)
     return root / tag
 
@@ -114,7 +117,10 @@ def test_nodes_from_a_list_or_a_file_give_the_same_rows(
     spec, _, three = sage
     predict(str(three), "--spec", str(spec), "-o", str(tmp_path / "all.csv"))
     full = pcsv.read_csv(tmp_path / "all.csv").to_pydict()
-    predict(str(three), "--spec", str(spec), "-o", str(tmp_path / "some.csv"), "--nodes", "u150,u007,u150")
+    said = predict(
+        str(three), "--spec", str(spec), "-o", str(tmp_path / "some.csv"), "--nodes", "u150,u007,u150"
+    )
+    assert "of 2 node(s)" in said and "(1 repeated id(s) written once)" in said
     (tmp_path / "ids.txt").write_text("id\nu150\nu007\nu150\n")
     predict(
         str(three),
@@ -127,9 +133,9 @@ def test_nodes_from_a_list_or_a_file_give_the_same_rows(
     )
     for name in ("some.csv", "file.csv"):
         some = pcsv.read_csv(tmp_path / name).to_pydict()
-        assert some["id"] == ["u150", "u007", "u150"]
+        assert some["id"] == ["u150", "u007"]  # one row per node, in the order first named
         for col in ("p_blue", "p_red"):
-            assert some[col] == pytest.approx([full[col][150], full[col][7], full[col][150]], rel=1e-5)
+            assert some[col] == pytest.approx([full[col][150], full[col][7]], rel=1e-5)
 
 
 def test_embeddings_are_the_last_hidden_layer(sage: tuple[Path, Path, Path], tmp_path: Path) -> None:
@@ -241,3 +247,48 @@ def test_lookup_is_pure_and_reads_integer_ids() -> None:
         PR.lookup(["x"], np.array([1, 3, 5]), "node")
     assert PR.model_mismatch({"a": (2,)}, {"a": (2,)}) is None
     assert "has no b" in str(PR.model_mismatch({"a": (2,), "b": (1,)}, {"a": (2,)}))
+    assert PR.distinct(np.array([5, 5, 2, 7, 2])) == (pytest.approx([5, 2, 7]), 2)
+
+
+def test_a_different_num_layers_is_named_not_hidden_dim(tmp_path: Path) -> None:
+    """The checkpoint records the model fields it was trained with: the one that differs is named, not
+    the first parameter whose shape differs (layers.1.bias, which suggested hiddenDim)."""
+    spec = S.GraphTraining.model_validate(sage_doc()).spec
+    trained = sage_checkpoint(tmp_path / "run", 1, {"epoch": 1, "step": 3, "model": model_record(spec)})
+    deeper = sage_doc()
+    deeper["spec"]["model"]["numLayers"] = 3
+    deeper["spec"]["training"]["fanouts"] = [5, 5, 5]
+    (tmp_path / "deeper.yaml").write_text(yaml.safe_dump(deeper))
+    said = one_line_error(
+        [str(trained), "--spec", str(tmp_path / "deeper.yaml"), "-o", str(tmp_path / "x.csv")],
+        "the checkpoint was trained with model.numLayers 2, the spec says 3",
+    )
+    assert "hiddenDim" not in said and "layers.1" not in said
+    # without a record (an older checkpoint): the shape, with every field that could explain it
+    old = sage_checkpoint(tmp_path / "old", 1)
+    said = one_line_error(
+        [str(old), "--spec", str(tmp_path / "deeper.yaml"), "-o", str(tmp_path / "x.csv")], "model.numLayers"
+    )
+    assert "the checkpoint's" in said or "the checkpoint has" in said
+
+
+def test_a_tampered_names_file_is_one_line(tmp_path: Path) -> None:
+    """class_names.npy replaced by an object array, its sha256 updated to match: never unpickled, and
+    one line naming the file (was: numpy's ValueError traceback)."""
+    import hashlib
+    import json
+
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(yaml.safe_dump(sage_doc()))
+    trained = sage_checkpoint(tmp_path / "run", 1)
+    cfg = P.load_config(tmp_path / "run" / "partition")
+    np.save(cfg.root / "class_names.npy", np.array([{"x": 1}, None], dtype=object), allow_pickle=True)
+    cfg.data["files"]["class_names.npy"] = hashlib.sha256(
+        (cfg.root / "class_names.npy").read_bytes()
+    ).hexdigest()
+    cfg.path.write_text(json.dumps(cfg.data))
+    one_line_error(
+        [str(trained), "--spec", str(spec), "-o", str(tmp_path / "x.csv")],
+        "class_names.npy: holds Python objects: not a graphtrain partition file",
+    )
+    fails(["inspect", str(cfg.root)], "class_names.npy: holds Python objects")

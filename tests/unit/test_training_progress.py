@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 from pathlib import Path
 
@@ -19,7 +20,7 @@ from graphtrain.runtime import spec as S
 from graphtrain.runtime.cli import app, result_lines, resume_command
 from graphtrain.runtime.errors import GraphtrainError
 from graphtrain.runtime.kvstore import checkpoint as ckpt
-from graphtrain.runtime.launch.local import failure_line, in_epoch_line
+from graphtrain.runtime.launch.local import failure_line
 from graphtrain.runtime.plot import plot_run, read_metrics
 from graphtrain.runtime.spec import reporting
 from graphtrain.runtime.train import best as B
@@ -89,7 +90,7 @@ def test_the_trainer_logs_one_stamped_epoch_line_without_a_stale_metric(
 
 def test_a_running_epoch_line_says_it_is_running() -> None:
     p = entry(2, step=25, loss=0.3, samples_per_second=1000.0)
-    assert in_epoch_line(p) == "epoch 3/5 running  step 25  loss 0.3000  1,000 samples/s"
+    assert reporting.in_epoch_line(p) == "epoch 3/5 running  step 25  loss 0.3000  1,000 samples/s"
 
 
 # ------------------------------------------------------------------------------ metrics history
@@ -268,6 +269,90 @@ def test_the_final_lines_name_the_last_model_and_the_best_epoch() -> None:
     ]
 
 
+def test_counts_in_the_final_line_are_whole_numbers() -> None:
+    result = {"val_mrr": 0.5, "val_triples": 1000.0, "test_mrr": 1.0, "test_triples": 40, "last_epoch": 2}
+    assert result_lines("kg", result, Path("runs/kg"))[0] == (
+        "kg: val_mrr 0.5000, val_triples 1000, test_mrr 1.0000, test_triples 40 (the last model, epoch 2)"
+    )
+
+
+def test_a_step_line_names_the_epoch_in_progress_and_no_stale_metric(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Step 140 runs inside epoch 6 of 6 after epoch 5 was evaluated: the trainer log says epoch 6/6
+    running (as the launcher's in-epoch line does), and not epoch 5's val_accuracy."""
+    p = Progress(epoch=5, epochs=6, step=140, loss=0.25, samples_per_second=1000.0)
+    p.eval_metric, p.eval_value = "val_accuracy", 0.7907
+    Reporter(0, []).report(p)
+    said = capsys.readouterr()
+    line = (said.out + said.err).strip().splitlines()[-1]
+    assert line.endswith("[trainer] epoch 6/6 running  step 140  loss 0.2500  1,000 samples/s"), line
+    assert p.summary().startswith("epoch 5/6")  # the status summary keeps its meaning: epochs done
+
+
+def finished_run(run_dir: Path, spec: S.GraphTrainingSpec, epoch: int, phase: str = "Succeeded") -> dict:
+    """A run directory as a launch that trained `epoch` epochs leaves it: a checkpoint of that epoch
+    (LATEST names it), status.json in `phase` and trainer 0's result.json."""
+    from graphtrain.runtime import kvstore
+    from graphtrain.runtime.tensor import DistEmbedding
+
+    root = run_dir / "checkpoints"
+    client = kvstore.standalone(1, checkpoint_root=root)
+    DistEmbedding(4, 2, "node", client=client)
+    tag = B.checkpoint_name(10 * epoch)
+    client.checkpoint(
+        tag, extra={"trainer": {"epoch": epoch, "step": 10 * epoch, "model": model_record(spec)}}, root=root
+    )
+    ckpt.mark_latest(root, tag)
+    result = {"val_accuracy": 0.8, "test_accuracy": 0.75, "last_epoch": epoch}
+    (run_dir / "result.json").write_text(json.dumps(result))
+    (run_dir / "status.json").write_text(json.dumps({"phase": phase}))
+    return result
+
+
+def sage_training(epochs: int) -> S.GraphTraining:
+    return S.GraphTraining.model_validate(
+        {
+            "apiVersion": "graphtrain.io/v1alpha1",
+            "kind": "GraphTraining",
+            "metadata": {"name": "t"},
+            "spec": {
+                "graph": {"path": "g.npz"},
+                "embeddings": [{"name": "node", "dim": 2}],
+                "model": {"hiddenDim": 32, "nodeEmbedding": "node"},
+                "training": {"fanouts": [5, 5], "epochs": epochs},
+            },
+        }
+    )
+
+
+def test_resuming_a_complete_run_starts_nothing_and_gives_its_result(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from graphtrain.runtime.launch.local import LocalRun, finished_result
+
+    gt = sage_training(3)
+    result = finished_run(tmp_path, gt.spec, 3)
+
+    def launch(self: LocalRun) -> dict:
+        raise AssertionError("servers and trainers started for a complete run")
+
+    monkeypatch.setattr(LocalRun, "_launch", launch)
+    run = LocalRun(gt, tmp_path / "t.yaml", tmp_path, resume=True, echo=False)
+    assert run.run() == result
+    assert json.loads((tmp_path / "result.json").read_text()) == result  # left as it was
+    # anything else trains: more epochs asked, a launch that failed, no result, an older checkpoint
+    meta = {"epoch": 3, "step": 30}
+    assert finished_result(tmp_path, meta, 3) == result
+    assert finished_result(tmp_path, meta, 4) is None
+    assert finished_result(tmp_path, {"epoch": 2}, 3) is None
+    (tmp_path / "status.json").write_text(json.dumps({"phase": "Failed"}))
+    assert finished_result(tmp_path, meta, 3) is None
+    (tmp_path / "status.json").write_text(json.dumps({"phase": "Succeeded"}))
+    (tmp_path / "result.json").unlink()
+    assert finished_result(tmp_path, meta, 3) is None
+
+
 # ------------------------------------------------------------------------------------------- plot
 
 
@@ -292,3 +377,61 @@ def test_plot_of_a_run_without_history_is_one_line(tmp_path: Path) -> None:
     out = CliRunner().invoke(app, ["plot", str(tmp_path)])
     assert out.exit_code == 1 and "no epoch finished yet, nothing to plot" in out.output
     assert json.dumps(out.output).count("\\n") == 1  # one line
+
+
+def one_line_error(args: list[str]) -> str:
+    out = CliRunner().invoke(app, args)
+    assert out.exit_code == 1, out.output
+    assert out.exception is None or isinstance(out.exception, SystemExit), out.exception
+    lines = out.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), out.output
+    return lines[0]
+
+
+def write_metrics(run: Path, rows: list[str]) -> Path:
+    run.mkdir(exist_ok=True)
+    (run / "metrics.csv").write_text(
+        "epoch,step,loss,val_accuracy,samples_per_second,wall_time\n" + "".join(rows)
+    )
+    return run
+
+
+@pytest.mark.parametrize("cell", ["", "inf", "nan", "-1", "1.5", "x"])
+def test_plot_of_a_damaged_epoch_cell_names_the_line(tmp_path: Path, cell: str) -> None:
+    run = write_metrics(tmp_path / "r", ["1,1,0.5,0.3,1,1\n", f"{cell},2,0.4,0.5,1,1\n"])
+    said = one_line_error(["plot", str(run)])
+    assert f"metrics.csv:3: epoch {cell!r} is not a whole number of epochs" in said
+    assert not (run / "metrics.png").exists()
+
+
+def test_plot_of_a_non_utf8_metrics_csv_is_one_line(tmp_path: Path) -> None:
+    run = write_metrics(tmp_path / "r", ["1,1,0.5,0.3,1,1\n"])
+    (run / "metrics.csv").write_bytes((run / "metrics.csv").read_bytes() + b"2,2,\xff\n")
+    assert "metrics.csv:3: not UTF-8 text" in one_line_error(["plot", str(run)])
+
+
+def test_plot_refuses_a_directory_a_fifo_or_another_format(tmp_path: Path) -> None:
+    run = write_metrics(tmp_path / "r", ["1,1,0.5,0.3,1,1\n"])
+    said = one_line_error(["plot", str(run), "-o", str(tmp_path)])
+    assert said == f"error: {tmp_path}: is a directory; give the file to write, e.g. {tmp_path}/metrics.png"
+    assert not (tmp_path.parent / f"{tmp_path.name}.png").exists()
+    assert "unknown output format '.txt' (use .png)" in one_line_error(
+        ["plot", str(run), "-o", str(run / "x.txt")]
+    )
+    assert "unknown output format ''" in one_line_error(["plot", str(run), "-o", str(run / "x")])
+    (run / "metrics.csv").unlink()
+    os.mkfifo(run / "metrics.csv")
+    assert one_line_error(["plot", str(run)]) == f"error: {run / 'metrics.csv'}: not a regular file"
+
+
+def test_plot_creates_missing_directories_and_writes_atomically(tmp_path: Path) -> None:
+    """The rule of export and predict: a missing parent is created; the PNG appears only when whole."""
+    run = write_metrics(tmp_path / "r", ["1,1,0.5,0.3,1,1\n", "2,2,0.4,,1,1\n"])
+    target = tmp_path / "new" / "deeper" / "c.png"
+    out = CliRunner().invoke(app, ["plot", str(run), "-o", str(target)])
+    assert out.exit_code == 0, out.output
+    assert out.output.strip() == str(target)
+    assert target.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert sorted(p.name for p in target.parent.iterdir()) == ["c.png"]  # no temporary left
+    (tmp_path / "file").write_text("x")
+    assert "is not a directory" in one_line_error(["plot", str(run), "-o", str(tmp_path / "file" / "c.png")])
