@@ -85,16 +85,21 @@ def _names(names: list[str] | None, most: int = 8) -> str:
     return shown + (f", ... ({len(names) - most} more)" if len(names) > most else "")
 
 
-def directedness(graph: Graph) -> float:
-    """Share of edges (u, v) with no edge (v, u) (self-loops are their own reverse), edge types aside."""
-    src, dst = graph.edges()
+def directed_share(src: np.ndarray, dst: np.ndarray, num_nodes: int) -> float:
+    """Share of edges (src[i], dst[i]) with no edge (dst[i], src[i]) (self-loops are their own reverse,
+    edge types aside): 0 for an edge list stored both ways, 1 for a one-direction list."""
     if src.size == 0:
         return 0.0
-    n = np.int64(graph.num_nodes)
-    keys = np.unique(src * n + dst)
-    reverse = dst * n + src
+    n = np.int64(num_nodes)
+    keys = np.unique(src.astype(np.int64) * n + dst)
+    reverse = dst.astype(np.int64) * n + src
     at = np.searchsorted(keys, reverse).clip(0, len(keys) - 1)
     return float(np.mean(keys[at] != reverse))
+
+
+def directedness(graph: Graph) -> float:
+    """directed_share of `graph`'s edges."""
+    return directed_share(*graph.edges(), graph.num_nodes)
 
 
 def summarise(graph: Graph | KnowledgeGraph) -> Summary:

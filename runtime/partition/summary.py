@@ -1,6 +1,7 @@
 """What a written partition holds, counted from its own files for `graphtrain inspect`: directedness,
 degrees and isolated nodes, features, classes, masks, edge types, a knowledge graph's splits and the
-bytes on disk. The counting is pure (`degree_stats`, `directed_share`); `summarise` reads the files.
+bytes on disk. The counting is pure (`degree_stats`; directedness is data.summary's directed_share);
+`summarise` reads the files.
 
 Directedness decides the words: the partitioner's edge cut counts node pairs joined by an edge in
 either direction, which for a symmetric edge list are its undirected edges and for a one-direction
@@ -13,6 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from graphtrain.runtime.data.summary import directed_share
 from graphtrain.runtime.partition.format import PartitionConfig, load_names, load_part
 
 DIRECTED_MAX_EDGES = 20_000_000  # above this the reverse-edge check (a sort of all edges) is skipped
@@ -28,17 +30,6 @@ def degree_stats(degree: np.ndarray) -> dict[str, float]:
         "median": float(np.median(degree)),
         "max": float(degree.max()),
     }
-
-
-def directed_share(src: np.ndarray, dst: np.ndarray, num_nodes: int) -> float:
-    """Share of edges (src[i], dst[i]) whose reverse is not an edge: 0 for a symmetric edge list, 1 for
-    one with no edge stored both ways (self-loops are their own reverse)."""
-    if src.size == 0:
-        return 0.0
-    n = np.int64(num_nodes)
-    keys = src.astype(np.int64) * n + dst
-    reverse = dst.astype(np.int64) * n + src
-    return float(1.0 - np.isin(reverse, keys).mean())
 
 
 @dataclass

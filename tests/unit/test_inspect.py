@@ -11,7 +11,8 @@ import pytest
 
 from graphtrain.runtime import partition as P
 from graphtrain.runtime.data.graph import Graph, KnowledgeGraph, random_masks
-from graphtrain.runtime.partition.summary import degree_stats, directed_share, summarise
+from graphtrain.runtime.data.summary import directed_share
+from graphtrain.runtime.partition.summary import degree_stats, summarise
 from graphtrain.runtime.report import strategy_words
 from tests.unit.test_outputs import ok
 
