@@ -79,6 +79,7 @@ FROM python AS source
 WORKDIR /src
 COPY pyproject.toml setup.py MANIFEST.in README.md requirements-dev.txt ./
 COPY cli cli
+COPY contract contract
 COPY runtime runtime
 COPY operator operator
 COPY api api

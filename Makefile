@@ -28,11 +28,11 @@ run: install ## the main job: GraphSAGE on WordNet, 2 shard servers x 2 trainers
 test: lint ## the whole test suite (after lint)
 	$(BIN)/pytest
 
-PY_DIRS := cli runtime operator api tests bench cuda charts setup.py
+PY_DIRS := cli contract runtime operator api tests bench cuda charts setup.py
 VIEW    := build/view/graphtrain
 
-$(VIEW): ## graphtrain/{cli,runtime,operator,api} as links: how import-linter and mypy find the packages
-	mkdir -p $(VIEW) && for r in cli runtime operator api; do ln -sfn ../../../$$r $(VIEW)/$$r; done
+$(VIEW): ## graphtrain/{cli,contract,runtime,operator,api} as links: how import-linter and mypy find the packages
+	mkdir -p $(VIEW) && for r in cli contract runtime operator api; do ln -sfn ../../../$$r $(VIEW)/$$r; done
 
 lint: install $(VIEW) ## ruff (check and format), hadolint (Dockerfile), the import contracts (.importlinter) and mypy
 	$(BIN)/ruff check $(PY_DIRS)
@@ -46,10 +46,10 @@ lint: install $(VIEW) ## ruff (check and format), hadolint (Dockerfile), the imp
 	done
 	$(BIN)/mypy
 
-crd: install ## regenerate the chart's CRD from runtime/spec/model.py
+crd: install ## regenerate the chart's CRD from contract/spec/
 	$(BIN)/graphtrain crd -o charts/graphtrain/crds/graphtrainings.graphtrain.io.yaml
 
-chart-schema: install ## regenerate values.schema.json's toleration and affinity definitions from runtime/spec/model.py
+chart-schema: install ## regenerate values.schema.json's toleration and affinity definitions from contract/spec/
 	$(BIN)/python charts/gen_schema.py
 
 bench-partition: install ## METIS vs random vs bare pymetis on gene-pubmed and wordnet

@@ -1,6 +1,7 @@
 """Package discovery and the native core build for the one-distribution, folders-by-role layout.
 
-`graphtrain.runtime` lives in runtime/, `graphtrain.operator` in operator/, `graphtrain.api` in api/.
+`graphtrain.contract` lives in contract/, `graphtrain.runtime` in runtime/, `graphtrain.operator` in
+operator/, `graphtrain.api` in api/, `graphtrain.cli` in cli/.
 `operator/` must never become a top-level `operator` package (the standard library owns that name),
 so every package is listed here under its `graphtrain.` name with an explicit folder, and operator/ has
 no __init__.py: a folder without one is only a namespace portion, which never shadows the standard
@@ -35,6 +36,7 @@ if int(setuptools.__version__.split(".")[0]) < 77:  # pyproject's SPDX `license`
 from setuptools.command.build_ext import build_ext
 
 ROLES = {
+    "contract": "graphtrain.contract",
     "runtime": "graphtrain.runtime",
     "operator": "graphtrain.operator",
     "api": "graphtrain.api",

@@ -106,10 +106,10 @@ def api(
         single = (runs_dir / "status.json").exists() or (runs_dir / "graphtraining.json").exists()
         status_source = LocalSource(run_dir=runs_dir) if single else LocalSource(runs_dir)
     else:
-        from graphtrain.api.sources import kubernetes as K
+        from graphtrain.api.sources import kubernetes as kubernetes_source
 
         try:
-            status_source = K.KubernetesSource(namespace, cache_ttl=cache_ttl)
+            status_source = kubernetes_source.KubernetesSource(namespace, cache_ttl=cache_ttl)
         except SourceUnavailable as exc:
             raise fail(f"error: {exc}") from None
     try:
@@ -174,11 +174,11 @@ def api_params() -> list[Any]:
 def default_run_dir(spec_path: Path) -> Path | None:
     """runs/<metadata.name>, as `graphtrain run` picks it; None when the spec does not load (the run
     itself then says why)."""
-    from graphtrain.runtime import spec as S
+    from graphtrain.contract.spec import SpecError, load_yaml
 
     try:
-        return Path("runs") / S.load_yaml(spec_path.read_text()).metadata.name
-    except (OSError, UnicodeDecodeError, S.SpecError):
+        return Path("runs") / load_yaml(spec_path.read_text()).metadata.name
+    except (OSError, UnicodeDecodeError, SpecError):
         return None
 
 
@@ -201,7 +201,7 @@ def with_api(command: Any) -> Any:
             return original(**kwargs)
         server = start_for_run(Path(run_dir), port, host, token_file, no_auth)
         print(f"[run] status API on http://{host}:{server.port}/api/v1/trainings", file=sys.stderr)
-        from graphtrain.runtime.spec.telemetry import JOB_API
+        from graphtrain.contract.telemetry import JOB_API
 
         kwargs["scrape_also"] = [*(kwargs.get("scrape_also") or []), f"{JOB_API}={server.port}"]
         try:

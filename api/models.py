@@ -14,7 +14,20 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 from pydantic.config import JsonDict
 
-from graphtrain.runtime import spec as S
+from graphtrain.contract.spec import (
+    Backend,
+    ConditionType,
+    Device,
+    GraphTrainingSpec,
+    GraphTrainingStatus,
+    ModelKind,
+    OptimizerKind,
+    PartitionAlgorithm,
+    Phase,
+    Progress,
+    Sharding,
+    ShardStatus,
+)
 
 DATE_TIME: JsonDict = {"format": "date-time"}
 
@@ -46,24 +59,24 @@ class Metadata(_Model):
 class TableSummary(_Model):
     name: str
     dim: int
-    optimizer: S.OptimizerKind
-    sharding: S.Sharding
+    optimizer: OptimizerKind
+    sharding: Sharding
 
 
 class SpecSummary(_Model):
     """The spec in a few fields: what is trained, on what, by how many processes."""
 
     graph: str = Field(description="The dataset's name, or the path of the graph's file.")
-    model: S.ModelKind
+    model: ModelKind
     epochs: int
     batch_size: int
-    partition_algorithm: S.PartitionAlgorithm
+    partition_algorithm: PartitionAlgorithm
     partitions: int
     embeddings: list[TableSummary]
     shard_servers: int = Field(description="Shard servers (one per partition unless set).")
     trainers: int
-    backend: S.Backend
-    device: S.Device
+    backend: Backend
+    device: Device
     suspend: bool
 
 
@@ -85,7 +98,7 @@ class TrainerStatus(_Model):
     last_heartbeat: str | None = Field(
         default=None, json_schema_extra=DATE_TIME, description="When it last reported (its report's time)."
     )
-    progress: S.Progress | None = Field(default=None, description="Its last report.")
+    progress: Progress | None = Field(default=None, description="Its last report.")
 
 
 class Training(_Model):
@@ -93,7 +106,7 @@ class Training(_Model):
 
     metadata: Metadata
     spec: SpecSummary | None = Field(default=None, description="None when the spec cannot be read.")
-    status: S.GraphTrainingStatus
+    status: GraphTrainingStatus
     trainers: list[TrainerStatus] = Field(default_factory=list)
 
 
@@ -101,8 +114,8 @@ class TrainingSummary(_Model):
     """A training in a list: identity, phase and progress."""
 
     metadata: Metadata
-    phase: S.Phase
-    progress: S.Progress | None = None
+    phase: Phase
+    progress: Progress | None = None
     restarts: int = 0
     start_time: str | None = Field(default=None, json_schema_extra=DATE_TIME)
     completion_time: str | None = Field(default=None, json_schema_extra=DATE_TIME)
@@ -140,12 +153,12 @@ class EventList(_Model):
 class History(_Model):
     """One entry per finished epoch, oldest first; at most `limit` are kept where they are stored."""
 
-    items: list[S.Progress]
+    items: list[Progress]
     limit: int = Field(description="How many entries the training keeps (the oldest are dropped).")
 
 
 class ShardList(_Model):
-    items: list[S.ShardStatus]
+    items: list[ShardStatus]
 
 
 class TrainerList(_Model):
@@ -159,7 +172,7 @@ class Health(_Model):
 # ---------------------------------------------------------------------------------------- builders
 
 
-def spec_summary(spec: S.GraphTrainingSpec) -> SpecSummary:
+def spec_summary(spec: GraphTrainingSpec) -> SpecSummary:
     return SpecSummary(
         graph=spec.graph.described,
         model=spec.model.kind,
@@ -179,7 +192,7 @@ def spec_summary(spec: S.GraphTrainingSpec) -> SpecSummary:
     )
 
 
-def summary(metadata: Metadata, status: S.GraphTrainingStatus) -> TrainingSummary:
+def summary(metadata: Metadata, status: GraphTrainingStatus) -> TrainingSummary:
     return TrainingSummary(
         metadata=metadata,
         phase=status.phase,
@@ -190,10 +203,10 @@ def summary(metadata: Metadata, status: S.GraphTrainingStatus) -> TrainingSummar
     )
 
 
-WARNING_CONDITIONS = {S.ConditionType.failed.value, S.ConditionType.stalled.value}
+WARNING_CONDITIONS = {ConditionType.failed.value, ConditionType.stalled.value}
 
 
-def condition_events(status: S.GraphTrainingStatus, source: str) -> list[Event]:
+def condition_events(status: GraphTrainingStatus, source: str) -> list[Event]:
     """A status' conditions as the events of their last change, oldest first: what a local run has in
     place of Kubernetes events (a Failed or Stalled condition that holds is a Warning)."""
     events = [
@@ -210,13 +223,13 @@ def condition_events(status: S.GraphTrainingStatus, source: str) -> list[Event]:
     return sorted(events, key=lambda e: e.last_timestamp or "")
 
 
-def trainer_state(phase: S.Phase | str, reported: bool) -> TrainerState:
+def trainer_state(phase: Phase | str, reported: bool) -> TrainerState:
     """A rank's state where no process state is seen (a local run): from the run's phase and whether
     the rank has reported."""
-    if phase == S.Phase.succeeded:
+    if phase == Phase.succeeded:
         return TrainerState.succeeded
-    if phase == S.Phase.failed:
+    if phase == Phase.failed:
         return TrainerState.failed
-    if phase in (S.Phase.training, S.Phase.restarting) and reported:
+    if phase in (Phase.training, Phase.restarting) and reported:
         return TrainerState.running
     return TrainerState.pending

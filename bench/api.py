@@ -172,8 +172,15 @@ def measure(app, names: list[tuple[str, str]], clients: int, seconds: float, thi
 
 def local_runs(root: Path, count: int) -> list[tuple[str, str]]:
     """`count` run directories as `graphtrain run` leaves them mid-training."""
-    from graphtrain.runtime import spec as S
-    from graphtrain.runtime.spec import reporting, rundir
+    from graphtrain.contract import reporting, rundir
+    from graphtrain.contract.spec import (
+        API_VERSION,
+        KIND,
+        GraphTrainingStatus,
+        Phase,
+        ShardState,
+        ShardStatus,
+    )
     from tests.api.cluster import report
     from tests.api.fake import SPEC
 
@@ -183,25 +190,25 @@ def local_runs(root: Path, count: int) -> list[tuple[str, str]]:
         d = root / name
         (d / "trainers").mkdir(parents=True)
         doc = {
-            "apiVersion": S.API_VERSION,
-            "kind": S.KIND,
+            "apiVersion": API_VERSION,
+            "kind": KIND,
             "metadata": {"name": name, "labels": {"i": str(i)}},
             "spec": SPEC,
         }
         (d / rundir.SPEC_FILE).write_text(json.dumps(doc))
-        status = S.GraphTrainingStatus(
-            phase=S.Phase.training,
+        status = GraphTrainingStatus(
+            phase=Phase.training,
             progress=report(5),
-            shards=[S.ShardStatus(index=s, state=S.ShardState.ready) for s in range(2)],
+            shards=[ShardStatus(index=s, state=ShardState.ready) for s in range(2)],
             start_time="2025-01-02T03:04:05Z",
         )
         (d / rundir.STATUS_FILE).write_text(
             json.dumps(status.model_dump(by_alias=True, exclude_none=True, mode="json"))
         )
-        (d / reporting.PROGRESS_FILE).write_text(reporting.encode(report(5)))
-        (d / reporting.HISTORY_FILE).write_text(reporting.encode_history([report(e) for e in range(1, 51)]))
+        (d / rundir.PROGRESS_FILE).write_text(reporting.encode(report(5)))
+        (d / rundir.HISTORY_FILE).write_text(reporting.encode_history([report(e) for e in range(1, 51)]))
         for rank in range(2):
-            (d / reporting.rank_file(rank)).write_text(reporting.encode(report(5, rank)))
+            (d / rundir.rank_file(rank)).write_text(reporting.encode(report(5, rank)))
         names.append(("default", name))
     return names
 

@@ -42,8 +42,7 @@ import zmq
 from servers import start_server
 
 from graphtrain.runtime import kvstore
-from graphtrain.runtime.kvstore import auth
-from graphtrain.runtime.kvstore import protocol as P
+from graphtrain.runtime.kvstore import auth, protocol
 
 ROWS, DIM = 200_000, 128
 
@@ -88,7 +87,7 @@ def attacker(kind: str, address: str, token: str, started: mp.Event, stop: mp.Ev
             threading.Thread(target=claiming_peer, args=(port, 1 << 30, 4 << 20, stop)) for _ in range(100)
         ]
     elif kind == "claims-frame-limit":
-        limit = P.MAX_FRAME_BYTES
+        limit = protocol.MAX_FRAME_BYTES
         threads = [
             threading.Thread(target=claiming_peer, args=(port, limit, limit - 1, stop)) for _ in range(100)
         ]
@@ -99,7 +98,7 @@ def attacker(kind: str, address: str, token: str, started: mp.Event, stop: mp.Ev
             s.connect(address)
             for _ in range(200):
                 try:
-                    s.send_multipart(P.encode_request("stats", 1), zmq.NOBLOCK)
+                    s.send_multipart(protocol.encode_request("stats", 1), zmq.NOBLOCK)
                 except zmq.Again:
                     break
             sockets.append(s)
@@ -110,8 +109,8 @@ def attacker(kind: str, address: str, token: str, started: mp.Event, stop: mp.Ev
             s.setsockopt(zmq.RCVBUF, 4096)
             auth.secure_client(s, token)
             s.connect(address)
-            ids = P.split_rows(np.arange(ROWS, dtype=np.int64))
-            s.send_multipart(P.encode_request("pull", 1, "emb", ids), copy=False)
+            ids = protocol.split_rows(np.arange(ROWS, dtype=np.int64))
+            s.send_multipart(protocol.encode_request("pull", 1, "emb", ids), copy=False)
             sockets.append(s)
     for t in threads:
         t.start()

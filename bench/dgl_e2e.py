@@ -19,8 +19,8 @@ import time
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import nn
+from torch.nn import functional
 
 
 def sage(a: argparse.Namespace) -> dict:
@@ -53,7 +53,7 @@ def sage(a: argparse.Namespace) -> dict:
             for i, (layer, block) in enumerate(zip(self.layers, blocks, strict=True)):
                 h = layer(block, h)
                 if i != len(self.layers) - 1:
-                    h = self.dropout(F.relu(h))
+                    h = self.dropout(functional.relu(h))
             return h
 
     def inputs(nodes):
@@ -74,7 +74,7 @@ def sage(a: argparse.Namespace) -> dict:
     for epoch in range(a.epochs):
         start = time.perf_counter()
         for input_nodes, output_nodes, blocks in loader:
-            loss = F.cross_entropy(model(blocks, inputs(input_nodes)), label[output_nodes])
+            loss = functional.cross_entropy(model(blocks, inputs(input_nodes)), label[output_nodes])
             opt.zero_grad()
             if emb is not None:
                 sparse.zero_grad()
@@ -120,9 +120,11 @@ def transe(a: argparse.Namespace) -> dict:
         neg[half:, 2] = torch.randint(n_ent, (len(neg) - half,), generator=gen)
         h, r, t = ent(pos[:, 0]), rel(pos[:, 1]), ent(pos[:, 2])
         nh, nt = ent(neg[:, 0]).view(b, k, -1), ent(neg[:, 2]).view(b, k, -1)
-        ps = -(F.normalize(h, dim=-1) + r - F.normalize(t, dim=-1)).norm(p=1, dim=-1)
-        ns = -(F.normalize(nh, dim=-1) + r.unsqueeze(1) - F.normalize(nt, dim=-1)).norm(p=1, dim=-1)
-        loss = F.cross_entropy(torch.cat([ps.unsqueeze(1), ns], 1), torch.zeros(b, dtype=torch.long))
+        ps = -(functional.normalize(h, dim=-1) + r - functional.normalize(t, dim=-1)).norm(p=1, dim=-1)
+        ns = -(functional.normalize(nh, dim=-1) + r.unsqueeze(1) - functional.normalize(nt, dim=-1)).norm(
+            p=1, dim=-1
+        )
+        loss = functional.cross_entropy(torch.cat([ps.unsqueeze(1), ns], 1), torch.zeros(b, dtype=torch.long))
         opt.zero_grad()
         loss.backward()
         opt.step()

@@ -134,12 +134,14 @@ def graphtrain_run(
 
 
 def export_wordnet(path: Path) -> None:
-    from graphtrain.runtime import spec as S
-    from graphtrain.runtime.data import datasets as D
+    from graphtrain.contract.spec import load_yaml
+    from graphtrain.runtime.data import datasets
     from graphtrain.runtime.data.transform import project_graph_features
 
-    gt = S.load_yaml((ROOT / "examples" / "wordnet-sage.yaml").read_text())
-    g = project_graph_features(D.load_source(gt.spec.graph), gt.spec.model.feature_projection or 256, seed=0)
+    gt = load_yaml((ROOT / "examples" / "wordnet-sage.yaml").read_text())
+    g = project_graph_features(
+        datasets.load_source(gt.spec.graph), gt.spec.model.feature_projection or 256, seed=0
+    )
     src = np.repeat(np.arange(g.num_nodes, dtype=np.int64), np.diff(g.indptr))
     np.savez(
         path,
@@ -153,9 +155,9 @@ def export_wordnet(path: Path) -> None:
 
 
 def export_kg(name: str, path: Path) -> None:
-    from graphtrain.runtime.data import datasets as D
+    from graphtrain.runtime.data import datasets
 
-    kg = D.load(name)
+    kg = datasets.load(name)
     np.savez(path, train=kg.train, num_entities=kg.num_entities, num_relations=kg.num_relations)
 
 
@@ -299,7 +301,7 @@ def restart(work: Path, rows: list[list[str]]) -> None:
     written; the run restarts from it and finishes. Compared with the same run uninterrupted."""
     import threading
 
-    from graphtrain.runtime import spec as S
+    from graphtrain.contract.spec import load_yaml
     from graphtrain.runtime.launch.local import LocalRun
 
     clean = graphtrain_run(spec("wordnet-sage.yaml"), work, False)["test_accuracy"]
@@ -308,7 +310,7 @@ def restart(work: Path, rows: list[list[str]]) -> None:
         doc["metadata"]["name"] = f"wordnet-restart-{victim}"
         path = work / f"{doc['metadata']['name']}.yaml"
         path.write_text(yaml.safe_dump(doc))
-        run = LocalRun(S.load_yaml(path.read_text()), path, work / doc["metadata"]["name"], echo=False)
+        run = LocalRun(load_yaml(path.read_text()), path, work / doc["metadata"]["name"], echo=False)
         out: dict[str, Any] = {}
         thread = threading.Thread(target=lambda r=run, o=out: o.update(result=r.run()))
         thread.start()

@@ -31,22 +31,22 @@ import torch
 
 with atheris.instrument_imports(include=["graphtrain.runtime.kvstore"]):
     from graphtrain.runtime.errors import GraphtrainError
-    from graphtrain.runtime.kvstore import protocol as P
-    from graphtrain.runtime.kvstore import state as S
+    from graphtrain.runtime.kvstore import protocol
+    from graphtrain.runtime.kvstore import state as shard_state
     from graphtrain.runtime.kvstore.dispatch import Dispatcher
 
 ROWS, DIM = 64, 8
 FUZZ_MEMORY = 64 << 20
-_real_fits = S.fits
+_real_fits = shard_state.fits
 
 
 def _capped_fits(what: str, nbytes: int) -> None:
     if nbytes > FUZZ_MEMORY:
-        raise P.ProtocolError(f"{what}: over the fuzzer's {FUZZ_MEMORY} bytes")
+        raise protocol.ProtocolError(f"{what}: over the fuzzer's {FUZZ_MEMORY} bytes")
     _real_fits(what, nbytes)
 
 
-S.fits = _capped_fits
+shard_state.fits = _capped_fits
 
 
 class Shard:
@@ -55,7 +55,7 @@ class Shard:
         self.reset()
 
     def reset(self) -> None:
-        state = S.ShardState(0)
+        state = shard_state.ShardState(0)
         state.create("emb", ROWS, (DIM,), "float32", 0, ROWS, {"kind": "uniform", "seed": 1})
         state.set_optimizer("emb", {"kind": "adam", "lr": 0.1})
         self.d = Dispatcher(state, self.root)
@@ -99,7 +99,10 @@ def seeds() -> list[bytes]:
         ("checkpoint", None, [], {"path": "ck"}),
         ("restore", None, [], {"path": "ck"}),
     ]
-    return [encode_input(P.encode_request(op, 1, name, arrays, args)) for op, name, arrays, args in requests]
+    return [
+        encode_input(protocol.encode_request(op, 1, name, arrays, args))
+        for op, name, arrays, args in requests
+    ]
 
 
 def make_target(shard: Shard):  # noqa: ANN201
@@ -110,13 +113,13 @@ def make_target(shard: Shard):  # noqa: ANN201
         d = shard.d
         before = shard.snapshot()
         try:
-            req = P.parse_request(frames_of(data))
-            out = d.run(req, P.validate(req), who=("fuzz", req.rid))
+            req = protocol.parse_request(frames_of(data))
+            out = d.run(req, protocol.validate(req), who=("fuzz", req.rid))
             while out is not None and hasattr(out, "done") and not out.done:
                 out.next()
             if req.op == "barrier" and out is None:
                 d.barriers.withdraw(req.args.get("key"), ("fuzz", req.rid))
-        except (P.ProtocolError, GraphtrainError, ValueError):
+        except (protocol.ProtocolError, GraphtrainError, ValueError):
             after = shard.snapshot()
             if after.keys() != before.keys() or any(not torch.equal(after[k], v) for k, v in before.items()):
                 raise AssertionError("a refused request changed the shard") from None

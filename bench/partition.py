@@ -27,15 +27,15 @@ import psutil
 import pymetis
 import scipy.sparse as sp
 
-from graphtrain.runtime import partition as P
-from graphtrain.runtime.data import datasets as D
+from graphtrain.runtime import partition
+from graphtrain.runtime.data import datasets
 from graphtrain.runtime.partition import adjacency, memory
 
 GRAPHS = {"gene-pubmed": dict(reverse=True), "wordnet": dict(reverse=False)}
 
 
 def load(name: str):
-    g = D.load(name)
+    g = datasets.load(name)
     return g.with_reverse_edges() if GRAPHS[name]["reverse"] else g
 
 
@@ -63,7 +63,7 @@ def ours(g, k: int, repeat: int, **kwargs):
     best, result = np.inf, None
     for _ in range(repeat):
         t = time.perf_counter()
-        result = P.partition_graph(g, k, **kwargs)
+        result = partition.partition_graph(g, k, **kwargs)
         best = min(best, time.perf_counter() - t)
     return result, best
 
@@ -125,7 +125,7 @@ def _child(name: str, k: int, queue) -> None:  # noqa: ANN001
 
     thread = threading.Thread(target=sample, daemon=True)
     thread.start()
-    P.partition_graph(g, k)
+    partition.partition_graph(g, k)
     done.set()
     thread.join()
     queue.put((memory.estimate_bytes(g), peak[0] - base))

@@ -3,7 +3,7 @@ models (a toleration, the tolerations of a role, an affinity), so that `helm ins
 operator would refuse at start (and crash-loop on) instead of installing it.
 
 The models' own JSON schema gives the fields, their types, enums and lengths; the rules the models check
-across fields (runtime/spec/model.py's add_rules) have no JSON schema of their own and are written below
+across fields (contract/spec/'s add_rules) have no JSON schema of their own and are written below
 as if/then, one per rule: a rule added to a model without one here stops this script.
 
 `make chart-schema` runs it; `--check` exits 1 when the committed file differs from what it writes.
@@ -16,8 +16,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from graphtrain.runtime import spec as S
-from graphtrain.runtime.spec.rules import rules_of
+from graphtrain.contract.spec import MAX_TOLERATIONS, Affinity, Toleration
+from graphtrain.contract.spec.rules import rules_of
 
 SCHEMA = Path(__file__).resolve().parent / "graphtrain" / "values.schema.json"
 # a taint's key: a label key ([prefix/]name), or "" (with operator Exists)
@@ -26,7 +26,7 @@ LABEL_KEY_OR_EMPTY = (
     r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$"
 )
 
-# The cross-field rules of S.Toleration as JSON Schema, by rule name.
+# The cross-field rules of Toleration as JSON Schema, by rule name.
 TOLERATION_RULES: dict[str, dict[str, Any]] = {
     "toleration-exists-without-value": {
         "if": {"required": ["operator"], "properties": {"operator": {"const": "Exists"}}},
@@ -68,19 +68,19 @@ def _with_rules(model: type, schema: dict[str, Any], rules: dict[str, dict[str, 
 
 
 def definitions() -> dict[str, Any]:
-    toleration = _clean(S.Toleration.model_json_schema(by_alias=True))
+    toleration = _clean(Toleration.model_json_schema(by_alias=True))
     toleration["properties"]["key"]["anyOf"][0]["pattern"] = LABEL_KEY_OR_EMPTY
-    toleration["description"] += " (generated from runtime/spec/model.py by charts/gen_schema.py)"
-    affinity = _clean(S.Affinity.model_json_schema(by_alias=True))
-    affinity["description"] += " (generated from runtime/spec/model.py by charts/gen_schema.py)"
+    toleration["description"] += " (generated from contract/spec/ by charts/gen_schema.py)"
+    affinity = _clean(Affinity.model_json_schema(by_alias=True))
+    affinity["description"] += " (generated from contract/spec/ by charts/gen_schema.py)"
     return {
-        "toleration": _with_rules(S.Toleration, toleration, TOLERATION_RULES),
+        "toleration": _with_rules(Toleration, toleration, TOLERATION_RULES),
         "tolerations": {
             "type": "array",
             "items": {"$ref": "#/definitions/toleration"},
-            "maxItems": S.MAX_TOLERATIONS,
+            "maxItems": MAX_TOLERATIONS,
         },
-        "affinity": _with_rules(S.Affinity, affinity, {}),
+        "affinity": _with_rules(Affinity, affinity, {}),
     }
 
 

@@ -89,12 +89,12 @@ def operator_cmd(
     """Run the GraphTraining operator with this process' kube credentials (in-cluster or $KUBECONFIG).
     With --leader-elect, of several replicas only the holder of the Lease reconciles (identity
     $POD_NAME, else hostname-pid); SIGTERM releases it so a standby takes over at once."""
-    from graphtrain.operator import config as C
+    from graphtrain.operator import config as operator_config
     from graphtrain.operator import endpoints, k8s, leader, logs
 
     try:
-        config = C.load(config_path)
-    except C.ConfigError as exc:
+        config = operator_config.load(config_path)
+    except operator_config.ConfigError as exc:
         raise _fail(str(exc)) from None
     timing = leader.Timing(float(lease_duration), renew_deadline, retry_period)
     if leader_elect and timing.problems():

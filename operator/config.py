@@ -27,7 +27,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic.alias_generators import to_camel
 
-from graphtrain.runtime import spec as S
+from graphtrain.contract.spec import MAX_TOLERATIONS, AccessMode, Affinity, Quantity, Resources, Toleration
 
 ENV_CONFIG = "GRAPHTRAIN_OPERATOR_CONFIG"
 IMAGE_REPOSITORY = "ghcr.io/graphtrain/graphtrain"
@@ -46,19 +46,19 @@ class _Config(BaseModel):
     )
 
 
-def _resources(requests: dict[str, str], limits: dict[str, str]) -> S.Resources:
-    return S.Resources(requests=requests, limits=limits)
+def _resources(requests: dict[str, str], limits: dict[str, str]) -> Resources:
+    return Resources(requests=requests, limits=limits)
 
 
 class RoleDefaults(_Config):
     """What a role's pods get when their GraphTraining does not say (each field on its own)."""
 
-    resources: S.Resources = Field(
+    resources: Resources = Field(
         default_factory=lambda: _resources({"cpu": "1", "memory": "2Gi"}, {"cpu": "2", "memory": "8Gi"})
     )
     node_selector: dict[str, str] = Field(default_factory=dict)
-    tolerations: list[S.Toleration] = Field(default_factory=list, max_length=S.MAX_TOLERATIONS)
-    affinity: S.Affinity = Field(default_factory=S.Affinity)
+    tolerations: list[Toleration] = Field(default_factory=list, max_length=MAX_TOLERATIONS)
+    affinity: Affinity = Field(default_factory=Affinity)
     priority_class_name: str = Field(default="", max_length=253)
 
     @model_validator(mode="after")
@@ -72,7 +72,7 @@ class RoleDefaults(_Config):
 
 
 class PartitionDefaults(RoleDefaults):
-    resources: S.Resources = Field(
+    resources: Resources = Field(
         default_factory=lambda: _resources({"cpu": "500m", "memory": "1Gi"}, {"cpu": "2", "memory": "4Gi"})
     )
 
@@ -103,10 +103,10 @@ class Storage(_Config):
     """The data claim the operator creates for a training that names none (spec.storage wins)."""
 
     storage_class_name: str = ""  # "": the cluster's default class
-    access_modes: list[Annotated[S.AccessMode, Field(strict=False)]] = Field(
-        default_factory=lambda: [S.AccessMode.read_write_many], min_length=1
+    access_modes: list[Annotated[AccessMode, Field(strict=False)]] = Field(
+        default_factory=lambda: [AccessMode.read_write_many], min_length=1
     )
-    size: S.Quantity = "10Gi"
+    size: Quantity = "10Gi"
     offline: bool = False  # the pods never download a dataset: it must be pre-seeded on the claim
 
 

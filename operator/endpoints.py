@@ -12,7 +12,7 @@
   platform collectors.
 
 Port 0 takes a free port; the bound address is logged and returned, so tests and people see it.
-The servers are runtime/httpd.py's (one implementation for every process' probes: why asyncio, and
+The servers are contract/httpd.py's (one implementation for every process' probes: why asyncio, and
 how idle or never-reading clients are kept from starving a probe, is said there).
 """
 
@@ -20,19 +20,18 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import prometheus_client as prom
-from prometheus_client.core import GaugeMetricFamily
-from prometheus_client.registry import Collector
+from pydantic import ValidationError
 
-from graphtrain.runtime import httpd
-from graphtrain.runtime import spec as S
-from graphtrain.runtime.httpd import Check, Route, Server, probe
+from graphtrain.contract import httpd
+from graphtrain.contract.httpd import Check, Route, Server, probe
+from graphtrain.contract.metrics import TrainingCollector
+from graphtrain.contract.spec import GraphTrainingStatus
 
 __all__ = ["Check", "Route", "Server", "probe", "serve", "parse_address", "OperatorMetrics"]
-from graphtrain.runtime.spec import telemetry
 
 log = logging.getLogger("graphtrain.operator")
 
@@ -55,25 +54,6 @@ RESULTS = ("ok", "error", "skipped")  # skipped: not leading, or the training is
 VERBS = ("get", "list", "create", "patch", "replace", "delete")
 ROLES = ("trainer", "shard")
 RECONCILE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
-
-
-class TrainingCollector(Collector):
-    """The executor-level metrics of every training in `statuses` ((namespace, name) -> its status, as
-    the last reconcile decided it), read at scrape time. The launcher has its own (runtime/launch): the
-    operator may import nothing of the runtime but the spec."""
-
-    def __init__(self, statuses: Mapping[tuple[str, str], S.GraphTrainingStatus], lock: threading.Lock):
-        self._statuses, self._lock = statuses, lock
-
-    def collect(self) -> Iterator[GaugeMetricFamily]:
-        with self._lock:
-            trainings = list(self._statuses.items())
-        samples = [s for (ns, name), st in trainings for s in telemetry.training_samples(ns, name, st)]
-        for family, values in telemetry.grouped(samples):
-            gauge = GaugeMetricFamily(family.name, family.help, labels=list(family.labels))
-            for labels, value in values:
-                gauge.add_metric(labels, value)
-            yield gauge
 
 
 def restarts(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, int]:
@@ -131,9 +111,13 @@ class OperatorMetrics:
             self.api_errors.labels(verb)
         for role in ROLES:
             self.restarts.labels(role)
-        self._statuses: dict[tuple[str, str], S.GraphTrainingStatus] = {}
+        self._statuses: dict[tuple[str, str], GraphTrainingStatus] = {}
         self._lock = threading.Lock()
-        reg.register(TrainingCollector(self._statuses, self._lock))
+        reg.register(TrainingCollector(self._snapshot))
+
+    def _snapshot(self) -> list[tuple[str, str, GraphTrainingStatus]]:
+        with self._lock:
+            return [(ns, name, st) for (ns, name), st in self._statuses.items()]
 
     def reconciled(self, result: str, seconds: float) -> None:
         self.reconciles.labels(result).inc()
@@ -149,8 +133,8 @@ class OperatorMetrics:
             if n:
                 self.restarts.labels(role).inc(n)
         try:
-            status = S.GraphTrainingStatus.model_validate({**old, **new})
-        except S.ValidationError:
+            status = GraphTrainingStatus.model_validate({**old, **new})
+        except ValidationError:
             log.warning("%s/%s: status not exported (it does not parse)", namespace, name)
             return
         with self._lock:
@@ -172,7 +156,7 @@ def serve(
     timeout: float = httpd.TIMEOUT,
     max_connections: int = httpd.MAX_CONNECTIONS,
 ) -> Server:
-    """runtime/httpd.py's server, its bound address logged (port 0: people and tests learn it here).
+    """contract/httpd.py's server, its bound address logged (port 0: people and tests learn it here).
 
     Raises:
         OSError: the address cannot be bound.

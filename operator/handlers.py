@@ -30,9 +30,9 @@ from typing import Any
 
 import kopf
 
-from graphtrain.operator import config as C
+from graphtrain.contract.children import LABEL_TRAINING
+from graphtrain.operator import config as operator_config
 from graphtrain.operator import k8s, logs
-from graphtrain.operator import manifests as M
 from graphtrain.operator.endpoints import OperatorMetrics
 from graphtrain.operator.reconcile import plan
 
@@ -43,7 +43,7 @@ REQUEUE_SLACK = 1.0  # seconds after a plan's requeue time: status times have wh
 _locks: defaultdict[tuple[str, str], threading.Lock] = defaultdict(threading.Lock)
 _timers: dict[tuple[str, str], threading.Timer] = {}
 _timers_lock = threading.Lock()
-_config: C.OperatorConfig | None = None
+_config: operator_config.OperatorConfig | None = None
 _metrics = OperatorMetrics()  # unserved until the command gives the one it serves (use_metrics)
 
 
@@ -56,7 +56,7 @@ _fence: Callable[[], bool] = always
 _fenced_logged = threading.Event()  # the first skip is logged at info, the others at debug
 
 
-def use_config(config: C.OperatorConfig) -> None:
+def use_config(config: operator_config.OperatorConfig) -> None:
     """The configuration the handlers make children with (the command loads it before kopf starts)."""
     global _config
     _config = config
@@ -106,7 +106,7 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.background.cancellation_polling = 1.0
     k8s.load_config()
     if _config is None:  # not started by `graphtrain operator`
-        use_config(C.load())
+        use_config(operator_config.load())
 
 
 @kopf.on.cleanup()
@@ -208,11 +208,11 @@ def on_timer(*, name: str, namespace: str | None, status: kopf.Status, **_: Any)
 
 def on_child(*, meta: kopf.Meta, namespace: str | None, **_: Any) -> None:
     """A labelled child changed: reconcile its training."""
-    training = (meta.get("labels") or {}).get(M.LABEL_TRAINING)
+    training = (meta.get("labels") or {}).get(LABEL_TRAINING)
     if training and namespace:
         reconcile(namespace, training)
 
 
-_LABELLED = {M.LABEL_TRAINING: kopf.PRESENT}
+_LABELLED = {LABEL_TRAINING: kopf.PRESENT}
 for _resource in (("v1", "pods"), ("batch/v1", "jobs"), ("apps/v1", "statefulsets"), ("v1", "configmaps")):
     kopf.on.event(*_resource, labels=_LABELLED)(on_child)

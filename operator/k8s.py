@@ -29,13 +29,14 @@ import urllib3
 from kubernetes.client.rest import ApiException
 from kubernetes.dynamic import DynamicClient
 
-from graphtrain.operator import manifests as M
+from graphtrain.contract.children import LABEL_TRAINING
+from graphtrain.contract.conditions import Event, Severity
+from graphtrain.contract.spec import API_VERSION, KIND
+from graphtrain.operator import manifests
 from graphtrain.operator.reconcile import Observed, Plan, key
-from graphtrain.runtime import spec as S
-from graphtrain.runtime.spec.conditions import Event, Severity
 
 log = logging.getLogger("graphtrain.operator")
-GROUP, VERSION = S.API_VERSION.split("/")
+GROUP, VERSION = API_VERSION.split("/")
 PLURAL = "graphtrainings"
 CHILD_KINDS = [
     ("v1", "ConfigMap"),
@@ -119,7 +120,7 @@ def observe(namespace: str, name: str) -> Observed | None:
     """The GraphTraining and its children (see owned()); None if it is gone."""
     try:
         with calling("get", expected=(404,)):
-            body = _res(S.API_VERSION, S.KIND).get(name=name, namespace=namespace).to_dict()
+            body = _res(API_VERSION, KIND).get(name=name, namespace=namespace).to_dict()
     except ApiException as exc:
         if exc.status == 404:
             return None
@@ -146,7 +147,7 @@ def _children(
     """(apiVersion, kind, object) of every child of the training with this uid, in CHILD_KINDS order
     (Jobs and StatefulSets before the pods they own); `retained`: also the data claim a training of
     this name kept (storage.whenDeleted Retain: no owner), which the training uses but never deletes."""
-    selector = f"{M.LABEL_TRAINING}={name}"
+    selector = f"{LABEL_TRAINING}={name}"
     owners, found = {uid}, []
     for api_version, kind in CHILD_KINDS:
         with calling("list"):
@@ -154,7 +155,7 @@ def _children(
         for item in items:
             obj = item.to_dict()
             if owned(obj, owners) or (
-                retained and kind == "PersistentVolumeClaim" and M.retained_claim(obj, name)
+                retained and kind == "PersistentVolumeClaim" and manifests.retained_claim(obj, name)
             ):
                 found.append((api_version, kind, obj))
                 if kind in ("Job", "StatefulSet"):
@@ -193,7 +194,7 @@ def apply(plan: Plan, observed: Observed, fence: Callable[[], bool] = lambda: Tr
         return False
     if not _same(plan.status, body.get("status") or {}):
         with calling("patch"):
-            _res(S.API_VERSION, S.KIND).status.patch(
+            _res(API_VERSION, KIND).status.patch(
                 body={"status": plan.status},
                 name=body["metadata"]["name"],
                 namespace=ns,
@@ -240,8 +241,8 @@ def post_event(body: dict[str, Any], event: Event) -> None:
         "kind": "Event",
         "metadata": {"name": f"{meta['name']}.{uuid.uuid4().hex[:12]}", "namespace": meta["namespace"]},
         "involvedObject": {
-            "apiVersion": S.API_VERSION,
-            "kind": S.KIND,
+            "apiVersion": API_VERSION,
+            "kind": KIND,
             "name": meta["name"],
             "namespace": meta["namespace"],
             "uid": meta["uid"],

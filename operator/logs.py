@@ -46,7 +46,7 @@ def decision(
 ) -> tuple[str, dict[str, Any]] | None:
     """The line (message, structured fields) of a plan, or None when it changes nothing: same phase,
     no action, no event. `before`: the training's status as observed."""
-    from graphtrain.runtime.spec.conditions import Severity
+    from graphtrain.contract.conditions import Severity
 
     old, new = before.get("phase"), plan.status.get("phase")
     if old == new and not plan.actions and not plan.events:

@@ -38,16 +38,21 @@ from typing import Any
 
 import yaml
 
-from graphtrain.operator import placement as P
+from graphtrain.contract import roles
+from graphtrain.contract.children import (
+    LABEL_ATTEMPT,
+    LABEL_RANK,
+    LABEL_ROLE,
+    LABEL_TRAINING,
+    labels,
+    names,
+    owner_reference,
+    trainer_name,
+)
+from graphtrain.contract.spec import API_VERSION, KIND, ClaimRetention, Device, GraphTraining
+from graphtrain.operator import placement
 from graphtrain.operator.config import OperatorConfig
-from graphtrain.runtime import spec as S
-from graphtrain.runtime.spec import roles
 
-LABEL_TRAINING = "graphtrain.io/training"
-LABEL_ROLE = "graphtrain.io/role"
-LABEL_RANK = "graphtrain.io/rank"
-LABEL_ATTEMPT = "graphtrain.io/attempt"
-MANAGED_BY = {"app.kubernetes.io/managed-by": "graphtrain-operator"}
 SHARD_PORT = 7000
 METRICS_PORT = 9090
 RENDEZVOUS_PORT = 29500
@@ -61,39 +66,6 @@ POD_IP_ENV = "POD_IP"  # a pod's own address (downward API status.podIP): what i
 Obj = dict[str, Any]
 
 
-def names(name: str) -> dict[str, str]:
-    return {
-        "config": f"{name}-config",
-        "token": f"{name}-token",
-        "progress": f"{name}-progress",
-        "account": f"{name}-trainer",
-        "data": f"{name}-data",
-        "partition": f"{name}-partition",
-        "shards": f"{name}-shards",
-        "trainers": f"{name}-trainers",
-    }
-
-
-def trainer_name(name: str, rank: int) -> str:
-    return f"{name}-trainer-{rank}"
-
-
-def owner_reference(owner: Obj) -> Obj:
-    meta = owner["metadata"]
-    return {
-        "apiVersion": S.API_VERSION,
-        "kind": S.KIND,
-        "name": meta["name"],
-        "uid": meta["uid"],
-        "controller": True,
-        "blockOwnerDeletion": True,
-    }
-
-
-def labels(name: str, role: str, **extra: str) -> dict[str, str]:
-    return {LABEL_TRAINING: name, LABEL_ROLE: role, **MANAGED_BY, **extra}
-
-
 def _meta(owner: Obj, name: str, role: str, **extra: str) -> Obj:
     training = owner["metadata"]["name"]
     return {
@@ -104,7 +76,7 @@ def _meta(owner: Obj, name: str, role: str, **extra: str) -> Obj:
     }
 
 
-def training_uid(gt: S.GraphTraining) -> str | None:
+def training_uid(gt: GraphTraining) -> str | None:
     """The uid of the GraphTraining a spec belongs to: metadata.uid, which config_map() records in the
     applied spec (None: a spec applied before it did, or one that is no object of the API server)."""
     uid = (gt.metadata.model_extra or {}).get("uid")
@@ -120,7 +92,7 @@ class Layout:
     (its trainers and shard servers restore whatever LATEST their checkpoint root holds). A training
     whose applied spec has no uid (applied by an operator before this) keeps <mount>/runs/<name>."""
 
-    def __init__(self, gt: S.GraphTraining):
+    def __init__(self, gt: GraphTraining):
         mount = gt.spec.storage.mount_path.rstrip("/")
         self.mount = mount
         self.data = f"{mount}/data"
@@ -149,7 +121,7 @@ def _security(read_only: bool = True) -> Obj:
     }
 
 
-def _volumes(gt: S.GraphTraining, token: bool) -> list[Obj]:
+def _volumes(gt: GraphTraining, token: bool) -> list[Obj]:
     n = names(gt.metadata.name)
     claim = gt.spec.storage.volume_claim_name or n["data"]
     vols = [
@@ -162,7 +134,7 @@ def _volumes(gt: S.GraphTraining, token: bool) -> list[Obj]:
     return vols
 
 
-def _mounts(gt: S.GraphTraining, token: bool) -> list[Obj]:
+def _mounts(gt: GraphTraining, token: bool) -> list[Obj]:
     mounts: list[Obj] = [
         {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
         {"name": "data", "mountPath": Layout(gt).mount},
@@ -174,9 +146,9 @@ def _mounts(gt: S.GraphTraining, token: bool) -> list[Obj]:
 
 
 def _container(
-    gt: S.GraphTraining,
+    gt: GraphTraining,
     config: OperatorConfig,
-    pod: P.PodSettings,
+    pod: placement.PodSettings,
     name: str,
     args: list[str],
     token: bool,
@@ -200,7 +172,7 @@ def _container(
 
 
 def _pod_spec(
-    gt: S.GraphTraining, pod: P.PodSettings, containers: list[Obj], token: bool, **extra: Any
+    gt: GraphTraining, pod: placement.PodSettings, containers: list[Obj], token: bool, **extra: Any
 ) -> Obj:
     return {
         "containers": containers,
@@ -222,14 +194,14 @@ def _pod_spec(
 # -------------------------------------------------------------------------------------- children
 
 
-def config_map(owner: Obj, gt: S.GraphTraining) -> Obj:
+def config_map(owner: Obj, gt: GraphTraining) -> Obj:
     """The applied spec: what every container runs, and what the operator compares updates against."""
     meta = {"name": gt.metadata.name, "namespace": owner["metadata"]["namespace"]}
     if owner["metadata"].get("uid"):  # the work directory's name (Layout), fixed with the applied spec
         meta["uid"] = owner["metadata"]["uid"]
     body = {
-        "apiVersion": S.API_VERSION,
-        "kind": S.KIND,
+        "apiVersion": API_VERSION,
+        "kind": KIND,
         "metadata": meta,
         "spec": gt.spec.model_dump(by_alias=True, exclude_none=True, mode="json"),
     }
@@ -242,7 +214,7 @@ def config_map(owner: Obj, gt: S.GraphTraining) -> Obj:
     }
 
 
-def token_secret(owner: Obj, gt: S.GraphTraining, token: str) -> Obj:
+def token_secret(owner: Obj, gt: GraphTraining, token: str) -> Obj:
     n = names(gt.metadata.name)
     return {
         "apiVersion": "v1",
@@ -253,7 +225,7 @@ def token_secret(owner: Obj, gt: S.GraphTraining, token: str) -> Obj:
     }
 
 
-def progress_map(owner: Obj, gt: S.GraphTraining) -> Obj:
+def progress_map(owner: Obj, gt: GraphTraining) -> Obj:
     n = names(gt.metadata.name)
     return {
         "apiVersion": "v1",
@@ -263,7 +235,7 @@ def progress_map(owner: Obj, gt: S.GraphTraining) -> Obj:
     }
 
 
-def trainer_rbac(owner: Obj, gt: S.GraphTraining) -> list[Obj]:
+def trainer_rbac(owner: Obj, gt: GraphTraining) -> list[Obj]:
     """ServiceAccount, Role, RoleBinding: trainers may read and patch their progress map, nothing else."""
     n = names(gt.metadata.name)
     return [
@@ -298,19 +270,19 @@ def trainer_rbac(owner: Obj, gt: S.GraphTraining) -> list[Obj]:
     ]
 
 
-def data_claim(owner: Obj, gt: S.GraphTraining, config: OperatorConfig) -> Obj | None:
+def data_claim(owner: Obj, gt: GraphTraining, config: OperatorConfig) -> Obj | None:
     """The shared volume for data, partitions and checkpoints, unless the spec names an existing claim.
     Owned by the training (deleted with it) only with storage.whenDeleted Delete: a retained claim has
     no ownerReference, so neither the garbage collector nor the operator's delete handler takes it."""
     if gt.spec.storage.volume_claim_name:
         return None
-    claim = P.claim_settings(gt.spec.storage, config)
+    claim = placement.claim_settings(gt.spec.storage, config)
     spec: Obj = {"accessModes": claim.access_modes, "resources": {"requests": {"storage": claim.size}}}
     if claim.storage_class_name is not None:
         spec["storageClassName"] = claim.storage_class_name
     n = names(gt.metadata.name)
     meta = _meta(owner, n["data"], "data")
-    if gt.spec.storage.when_deleted != S.ClaimRetention.delete:
+    if gt.spec.storage.when_deleted != ClaimRetention.delete:
         del meta["ownerReferences"]
     return {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": meta, "spec": spec}
 
@@ -328,10 +300,10 @@ def retained_claim(claim: Obj, training: str) -> bool:
     )
 
 
-def partition_job(owner: Obj, gt: S.GraphTraining, config: OperatorConfig) -> Obj:
+def partition_job(owner: Obj, gt: GraphTraining, config: OperatorConfig) -> Obj:
     """Partitions the graph onto the shared volume; its compact stats end in the termination message."""
     n, lay = names(gt.metadata.name), Layout(gt)
-    pod = P.pod_settings(gt.spec, config, "partition")
+    pod = placement.pod_settings(gt.spec, config, "partition")
     args = roles.partition(lay.files, data_dir=lay.data, report_file=TERMINATION_LOG, base_dir=lay.mount)
     container = _container(
         gt, config, pod, "partition", args, token=False, terminationMessagePolicy="FallbackToLogsOnError"
@@ -350,7 +322,7 @@ def partition_job(owner: Obj, gt: S.GraphTraining, config: OperatorConfig) -> Ob
     }
 
 
-def _headless(owner: Obj, gt: S.GraphTraining, name: str, role: str, ports: dict[str, int]) -> Obj:
+def _headless(owner: Obj, gt: GraphTraining, name: str, role: str, ports: dict[str, int]) -> Obj:
     """A headless Service: stable DNS names per pod, published before the pods are ready."""
     return {
         "apiVersion": "v1",
@@ -365,12 +337,12 @@ def _headless(owner: Obj, gt: S.GraphTraining, name: str, role: str, ports: dict
     }
 
 
-def shard_service(owner: Obj, gt: S.GraphTraining) -> Obj:
+def shard_service(owner: Obj, gt: GraphTraining) -> Obj:
     n = names(gt.metadata.name)
     return _headless(owner, gt, n["shards"], "shards", {"kvstore": SHARD_PORT, "metrics": METRICS_PORT})
 
 
-def shard_addresses(gt: S.GraphTraining, namespace: str) -> list[str]:
+def shard_addresses(gt: GraphTraining, namespace: str) -> list[str]:
     n = names(gt.metadata.name)
     return [
         f"tcp://{n['shards']}-{i}.{n['shards']}.{namespace}.svc:{SHARD_PORT}"
@@ -378,7 +350,7 @@ def shard_addresses(gt: S.GraphTraining, namespace: str) -> list[str]:
     ]
 
 
-def shard_statefulset(owner: Obj, gt: S.GraphTraining, config: OperatorConfig) -> Obj:
+def shard_statefulset(owner: Obj, gt: GraphTraining, config: OperatorConfig) -> Obj:
     """One shard server per partition. It binds its kvstore and metrics ports on its own pod IP
     ($(POD_IP), from the downward API), not 0.0.0.0: the same on a cluster, and what lets servers that
     share a host's network (the test pod runner, hostNetwork) each keep port 7000. Ready when GET
@@ -395,7 +367,7 @@ def shard_statefulset(owner: Obj, gt: S.GraphTraining, config: OperatorConfig) -
         shm=False,  # trainers run in other pods
         metrics_port=METRICS_PORT,
         metrics_host=f"$({POD_IP_ENV})",
-        device=S.Device(ss.device).value,
+        device=Device(ss.device).value,
     )
     probe = {
         "httpGet": {"path": "/readyz", "port": "metrics"},
@@ -410,7 +382,7 @@ def shard_statefulset(owner: Obj, gt: S.GraphTraining, config: OperatorConfig) -
         "timeoutSeconds": 5,
         "failureThreshold": 6,
     }
-    pod = P.pod_settings(gt.spec, config, "shards")
+    pod = placement.pod_settings(gt.spec, config, "shards")
     container = _container(
         gt,
         config,
@@ -445,12 +417,12 @@ def shard_statefulset(owner: Obj, gt: S.GraphTraining, config: OperatorConfig) -
     }
 
 
-def trainer_service(owner: Obj, gt: S.GraphTraining) -> Obj:
+def trainer_service(owner: Obj, gt: GraphTraining) -> Obj:
     n = names(gt.metadata.name)
     return _headless(owner, gt, n["trainers"], "trainer", {"rendezvous": RENDEZVOUS_PORT})
 
 
-def trainer_pod(owner: Obj, gt: S.GraphTraining, config: OperatorConfig, rank: int, attempt: int) -> Obj:
+def trainer_pod(owner: Obj, gt: GraphTraining, config: OperatorConfig, rank: int, attempt: int) -> Obj:
     """Rank `rank` of attempt `attempt` (restarts recreate every rank with the next attempt number)."""
     n, lay = names(gt.metadata.name), Layout(gt)
     ns = owner["metadata"]["namespace"]
@@ -467,7 +439,7 @@ def trainer_pod(owner: Obj, gt: S.GraphTraining, config: OperatorConfig, rank: i
         metrics_port=METRICS_PORT,
         metrics_host=f"$({POD_IP_ENV})",  # its own pod IP, as the shard servers bind theirs
     )
-    pod = P.pod_settings(gt.spec, config, "trainer")
+    pod = placement.pod_settings(gt.spec, config, "trainer")
     container = _container(
         gt,
         config,
@@ -504,7 +476,7 @@ def trainer_pod(owner: Obj, gt: S.GraphTraining, config: OperatorConfig, rank: i
     }
 
 
-def _selector(gt: S.GraphTraining, role: str | None = None) -> Obj:
+def _selector(gt: GraphTraining, role: str | None = None) -> Obj:
     """A label selector of this training's pods (of one role)."""
     match = {LABEL_TRAINING: gt.metadata.name}
     if role is not None:
@@ -512,7 +484,7 @@ def _selector(gt: S.GraphTraining, role: str | None = None) -> Obj:
     return {"matchLabels": match}
 
 
-def shard_network_policy(owner: Obj, gt: S.GraphTraining, config: OperatorConfig) -> Obj | None:
+def shard_network_policy(owner: Obj, gt: GraphTraining, config: OperatorConfig) -> Obj | None:
     """Ingress of the training's shard servers: the kvstore port from its trainers and partition pod
     only, the metrics port from its own pods and the configured scrapers (networkPolicy.metricsFrom);
     nothing else. Egress is left alone. The kubelet's probes of the metrics port (/readyz, /livez) come
@@ -542,7 +514,7 @@ def shard_network_policy(owner: Obj, gt: S.GraphTraining, config: OperatorConfig
     }
 
 
-def shard_disruption_budget(owner: Obj, gt: S.GraphTraining, config: OperatorConfig) -> Obj | None:
+def shard_disruption_budget(owner: Obj, gt: GraphTraining, config: OperatorConfig) -> Obj | None:
     """No voluntary eviction (a node drain) of the training's shard servers: each holds rows no other
     has. None when the configuration disables PodDisruptionBudgets."""
     if not config.pod_disruption_budget.enabled:

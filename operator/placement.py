@@ -17,8 +17,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from graphtrain.contract.spec import (
+    Affinity,
+    Backend,
+    Device,
+    GraphTrainingSpec,
+    Placement,
+    Resources,
+    Storage,
+    Toleration,
+)
 from graphtrain.operator.config import OperatorConfig, RoleDefaults
-from graphtrain.runtime import spec as S
 
 Role = Literal["partition", "shards", "trainer"]  # the graphtrain.io/role label of the role's pods
 GPU = "nvidia.com/gpu"
@@ -42,7 +51,7 @@ class ClaimSettings:
     size: str
 
 
-def role_spec(spec: S.GraphTrainingSpec, role: Role) -> S.Placement:
+def role_spec(spec: GraphTrainingSpec, role: Role) -> Placement:
     return {"partition": spec.partition, "shards": spec.shard_servers, "trainer": spec.trainers}[role]
 
 
@@ -51,16 +60,16 @@ def role_defaults(config: OperatorConfig, role: Role) -> RoleDefaults:
     return {"partition": d.partition, "shards": d.shard_servers, "trainer": d.trainers}[role]
 
 
-def uses_gpu(spec: S.GraphTrainingSpec, role: Role) -> bool:
+def uses_gpu(spec: GraphTrainingSpec, role: Role) -> bool:
     """Shard servers on cuda and nccl trainers run on GPUs; the partition Job never does."""
     if role == "shards":
-        return spec.shard_servers.device == S.Device.cuda
+        return spec.shard_servers.device == Device.cuda
     if role == "trainer":
-        return spec.trainers.backend == S.Backend.nccl
+        return spec.trainers.backend == Backend.nccl
     return False
 
 
-def resources(own: S.Resources | None, default: S.Resources, gpu: bool) -> dict[str, dict[str, str]]:
+def resources(own: Resources | None, default: Resources, gpu: bool) -> dict[str, dict[str, str]]:
     """The container's resources: `own` as a whole if it sets anything, else `default`; a GPU pod gets
     a GPU limit (its GPU request, else 1) unless it sets one."""
     chosen = own if own is not None and (own.requests or own.limits) else default
@@ -76,20 +85,20 @@ def resources(own: S.Resources | None, default: S.Resources, gpu: bool) -> dict[
     return out
 
 
-def image(spec: S.GraphTrainingSpec, config: OperatorConfig, gpu: bool) -> str:
+def image(spec: GraphTrainingSpec, config: OperatorConfig, gpu: bool) -> str:
     if spec.image:
         return spec.image
     return config.images.cuda if gpu else config.images.runtime
 
 
-def scheduling(own: S.Placement, default: RoleDefaults) -> dict[str, Any]:
+def scheduling(own: Placement, default: RoleDefaults) -> dict[str, Any]:
     """nodeSelector, tolerations, affinity and priorityClassName of the pod spec, each the spec's when
     set, else the default; empty ones are left out."""
 
     def dump(value: Any) -> Any:
         if isinstance(value, list):
             return [dump(v) for v in value]
-        if isinstance(value, S.Toleration | S.Affinity):
+        if isinstance(value, Toleration | Affinity):
             return value.model_dump(by_alias=True, exclude_none=True, mode="json")
         return value
 
@@ -104,7 +113,7 @@ def scheduling(own: S.Placement, default: RoleDefaults) -> dict[str, Any]:
     return {k: dump(v) for k, v in chosen.items() if dump(v)}
 
 
-def pod_settings(spec: S.GraphTrainingSpec, config: OperatorConfig, role: Role) -> PodSettings:
+def pod_settings(spec: GraphTrainingSpec, config: OperatorConfig, role: Role) -> PodSettings:
     own, default, gpu = role_spec(spec, role), role_defaults(config, role), uses_gpu(spec, role)
     pod_spec = scheduling(own, default)
     if config.images.pull_secrets:
@@ -117,7 +126,7 @@ def pod_settings(spec: S.GraphTrainingSpec, config: OperatorConfig, role: Role) 
     )
 
 
-def claim_settings(storage: S.Storage, config: OperatorConfig) -> ClaimSettings:
+def claim_settings(storage: Storage, config: OperatorConfig) -> ClaimSettings:
     default = config.storage
     name = (
         storage.storage_class_name if storage.storage_class_name is not None else default.storage_class_name

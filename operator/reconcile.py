@@ -37,12 +37,26 @@ from typing import Any, Literal
 
 from pydantic import ValidationError
 
-from graphtrain.operator import manifests as M
+from graphtrain.contract import conditions, reporting
+from graphtrain.contract.children import LABEL_ATTEMPT, LABEL_RANK, LABEL_ROLE, names
+from graphtrain.contract.conditions import Event
+from graphtrain.contract.spec import (
+    API_VERSION,
+    KIND,
+    CleanPodPolicy,
+    ConditionType,
+    GraphTraining,
+    PartitionStatus,
+    Phase,
+    RunPolicy,
+    ShardState,
+    SpecError,
+    StallPolicy,
+    load_yaml,
+    parse,
+)
+from graphtrain.operator import manifests
 from graphtrain.operator.config import OperatorConfig, built_in
-from graphtrain.runtime import spec as S
-from graphtrain.runtime.spec import conditions as C
-from graphtrain.runtime.spec import reporting
-from graphtrain.runtime.spec.conditions import Event
 
 Obj = dict[str, Any]
 MUTABLE = {"runPolicy", "suspend"}  # spec sections a running job takes on
@@ -214,14 +228,11 @@ def troubles(pods: list[Obj]) -> list[Trouble]:
 def partition_stats(pods: list[Obj]) -> Obj | None:
     """The partition status from the succeeded partition pod's termination message (JSON)."""
     for pod in pods:
-        if (
-            pod["metadata"].get("labels", {}).get(M.LABEL_ROLE) != "partition"
-            or pod_phase(pod) != "Succeeded"
-        ):
+        if pod["metadata"].get("labels", {}).get(LABEL_ROLE) != "partition" or pod_phase(pod) != "Succeeded":
             continue
         try:
             data = json.loads(terminated(pod).get("message") or "")
-            return S.PartitionStatus.model_validate(data).model_dump(
+            return PartitionStatus.model_validate(data).model_dump(
                 by_alias=True, exclude_none=True, mode="json"
             )
         except (ValueError, RecursionError, ValidationError):  # a pod's message nested too deep too
@@ -235,7 +246,7 @@ def partition_error(pods: list[Obj], limit: int = 800) -> str:
     FallbackToLogsOnError; a command's error is its last line), at most `limit` characters (an event
     holds 1024, and the pre-seed command at the end of offline mode's error must survive); "" if none."""
     for pod in sorted(pods, key=lambda p: p["metadata"]["name"], reverse=True):
-        if pod["metadata"].get("labels", {}).get(M.LABEL_ROLE) != "partition" or pod_phase(pod) != "Failed":
+        if pod["metadata"].get("labels", {}).get(LABEL_ROLE) != "partition" or pod_phase(pod) != "Failed":
             continue
         lines = [line.strip() for line in (terminated(pod).get("message") or "").splitlines() if line.strip()]
         if lines:
@@ -243,12 +254,12 @@ def partition_error(pods: list[Obj], limit: int = 800) -> str:
     return ""
 
 
-def applied_spec(children: dict[str, Obj], name: str) -> S.GraphTraining | None:
-    cm = children.get(key("ConfigMap", M.names(name)["config"]))
+def applied_spec(children: dict[str, Obj], name: str) -> GraphTraining | None:
+    cm = children.get(key("ConfigMap", names(name)["config"]))
     if cm is None:
         return None
     try:
-        return S.load_yaml(cm["data"]["spec.yaml"])
+        return load_yaml(cm["data"]["spec.yaml"])
     except Exception:  # noqa: BLE001 - a hand-edited config map: treat as absent, recreated below
         return None
 
@@ -262,7 +273,7 @@ class SpecDecision:
     the training fails without children) and the generation its status reports (a refused update's is
     not observed)."""
 
-    gt: S.GraphTraining | None
+    gt: GraphTraining | None
     observed_generation: int | None
 
 
@@ -272,7 +283,7 @@ class Context:
     children are made with (the operator's configuration; the token, used if the Secret is missing)."""
 
     obs: Observed
-    gt: S.GraphTraining
+    gt: GraphTraining
     config: OperatorConfig = field(default_factory=built_in)
     token: str = ""
 
@@ -291,7 +302,7 @@ class Context:
 
     @property
     def names(self) -> dict[str, str]:
-        return M.names(self.obs.training["metadata"]["name"])
+        return names(self.obs.training["metadata"]["name"])
 
     @property
     def attempt(self) -> int:
@@ -302,7 +313,7 @@ class Context:
         return self.obs.children.get(key(kind, name))
 
     def pods(self, role: str) -> list[Obj]:
-        return [p for p in self.obs.pods if p["metadata"].get("labels", {}).get(M.LABEL_ROLE) == role]
+        return [p for p in self.obs.pods if p["metadata"].get("labels", {}).get(LABEL_ROLE) == role]
 
     def ensure(self, *objs: Obj | None) -> list[Action]:
         """Creates of the objects not observed (None: not wanted)."""
@@ -328,15 +339,15 @@ class Step:
 
     actions: list[Action] = field(default_factory=list)
     status: Obj = field(default_factory=dict)
-    phase: S.Phase | None = None
+    phase: Phase | None = None
     requeue_after: float | None = None  # seconds until something falls due with no event (a timeout)
 
 
-TERMINAL = (S.Phase.succeeded, S.Phase.failed)
+TERMINAL = (Phase.succeeded, Phase.failed)
 FINISHED = ("Succeeded", "Failed")  # a pod's terminal phases
 
 
-def spec_stage(obs: Observed, conds: C.Conditions) -> SpecDecision:
+def spec_stage(obs: Observed, conds: conditions.Conditions) -> SpecDecision:
     """Is the spec valid, and which applies. Before the first children, the current spec (invalid:
     SpecValid False and Failed). After, the applied one (the config ConfigMap's), taking only the
     current runPolicy and suspend; any other change is refused (SpecValid False / UpdateRefused) and
@@ -345,36 +356,36 @@ def spec_stage(obs: Observed, conds: C.Conditions) -> SpecDecision:
     meta = body["metadata"]
     generation = meta.get("generation")
     try:
-        current: S.GraphTraining | None = S.parse(
+        current: GraphTraining | None = parse(
             {k: v for k, v in body.items() if k in ("apiVersion", "kind", "metadata", "spec")}
         )
         problem = ""
-    except S.SpecError as exc:
+    except SpecError as exc:
         current, problem = None, "; ".join(map(str, exc.problems))
     applied = applied_spec(obs.children, meta["name"])
     if applied is None:
         if current is None:
-            C.set_spec_invalid(conds, problem)
+            conditions.set_spec_invalid(conds, problem)
         else:
-            C.set_spec_valid(conds)
+            conditions.set_spec_valid(conds)
         return SpecDecision(current, generation)
     new = current.spec.model_dump(by_alias=True, mode="json") if current else None
     had = applied.spec.model_dump(by_alias=True, mode="json")
     refused = [k for k in sorted(had) if (new is None or new.get(k) != had[k]) and k not in MUTABLE]
     observed_generation = generation
     if current is None:
-        C.set_update_refused(conds, f"the new spec is invalid: {problem}")
+        conditions.set_update_refused(conds, f"the new spec is invalid: {problem}")
         observed_generation = (body.get("status") or {}).get("observedGeneration")
     elif refused:
         fields = ", ".join(f"spec.{k}" for k in refused)
-        C.set_update_refused(
+        conditions.set_update_refused(
             conds,
             f"{fields} cannot change once the training started; the job goes on with the applied spec "
             "(revert the change or create a new GraphTraining)",
         )
         observed_generation = (body.get("status") or {}).get("observedGeneration")
     else:
-        C.set_spec_valid(conds)
+        conditions.set_spec_valid(conds)
     if current is not None:
         mutable = {"run_policy": current.spec.run_policy, "suspend": current.spec.suspend}
         applied = applied.model_copy(update={"spec": applied.spec.model_copy(update=mutable)})
@@ -406,19 +417,19 @@ def delete_training(body: Obj) -> Action:
     re-created with its name meanwhile."""
     meta = {"name": body["metadata"]["name"], "namespace": body["metadata"]["namespace"]}
     meta |= {"uid": body["metadata"]["uid"]} if body["metadata"].get("uid") else {}
-    return Action("delete", {"apiVersion": S.API_VERSION, "kind": S.KIND, "metadata": meta})
+    return Action("delete", {"apiVersion": API_VERSION, "kind": KIND, "metadata": meta})
 
 
 def _invalid_ttl(body: Obj) -> int | None:
     """runPolicy.ttlSecondsAfterFinished of a spec that failed validation, if its runPolicy alone reads."""
     try:
         raw = (body.get("spec") or {}).get("runPolicy") or {}
-        return S.RunPolicy.model_validate(raw).ttl_seconds_after_finished
+        return RunPolicy.model_validate(raw).ttl_seconds_after_finished
     except ValidationError:
         return None
 
 
-def terminal_stage(ctx: Context, conds: C.Conditions) -> Step:
+def terminal_stage(ctx: Context, conds: conditions.Conditions) -> Step:
     """A finished training is reported as it ended (with rank 0's last progress report, which can come
     after the pods' end); what its clean-up policy stops stays stopped (a pod
     that was still terminating, a delete that failed), and once its TTL ran out it is deleted. One past
@@ -433,26 +444,26 @@ def terminal_stage(ctx: Context, conds: C.Conditions) -> Step:
             actions.append(delete_training(ctx.body))
         # rank 0's last report (the final test metric) may land after the pods' end decided the phase
         progress = progress_status(ctx.child("ConfigMap", ctx.names["progress"]))
-        return Step(actions, status=progress, phase=S.Phase(phase))
+        return Step(actions, status=progress, phase=Phase(phase))
     ends = deadline(ctx)
     if ends is None or ctx.obs.now < ends:
         return Step()
     _keep_conditions(ctx, conds)
     seconds = ctx.gt.spec.run_policy.active_deadline_seconds
-    C.set_failed(
+    conditions.set_failed(
         conds,
-        C.Reason.deadline_exceeded,
+        conditions.Reason.deadline_exceeded,
         f"the training ran past runPolicy.activeDeadlineSeconds ({seconds} s from its start, "
         f"{ctx.old.get('startTime')}); its pods are stopped as runPolicy.cleanPodPolicy "
         f"{ctx.gt.spec.run_policy.clean_pod_policy} says",
     )
-    return Step(actions=clean_up(ctx), phase=S.Phase.failed)
+    return Step(actions=clean_up(ctx), phase=Phase.failed)
 
 
-def _keep_conditions(ctx: Context, conds: C.Conditions) -> None:
+def _keep_conditions(ctx: Context, conds: conditions.Conditions) -> None:
     """Carry the last status' conditions over (the spec stage's SpecValid stands)."""
-    for c in C.parse(ctx.old.get("conditions") or []):
-        if c.type != S.ConditionType.spec_valid:
+    for c in conditions.parse(ctx.old.get("conditions") or []):
+        if c.type != ConditionType.spec_valid:
             conds.keep(c)
 
 
@@ -467,9 +478,9 @@ def clean_up(ctx: Context) -> list[Action]:
     and every trainer pod; None, nothing. (The pods of a deleted Job or StatefulSet go with it: the
     garbage collector, background propagation.)"""
     policy = ctx.gt.spec.run_policy.clean_pod_policy
-    if policy == S.CleanPodPolicy.none:
+    if policy == CleanPodPolicy.none:
         return []
-    every = policy == S.CleanPodPolicy.all_
+    every = policy == CleanPodPolicy.all_
     actions = ctx.remove("StatefulSet", ctx.names["shards"], "apps/v1")
     actions += ctx.remove("Job", ctx.names["partition"], "batch/v1") if every else _partition_if_running(ctx)
     for name in sorted(
@@ -493,37 +504,37 @@ def trainers_done(ctx: Context) -> bool:
     done = [
         p
         for p in ctx.pods("trainer")
-        if p["metadata"]["labels"].get(M.LABEL_ATTEMPT) == str(ctx.attempt) and pod_phase(p) == "Succeeded"
+        if p["metadata"]["labels"].get(LABEL_ATTEMPT) == str(ctx.attempt) and pod_phase(p) == "Succeeded"
     ]
     return len(done) == ctx.gt.spec.trainers.replicas
 
 
-def suspend_stage(ctx: Context, conds: C.Conditions) -> Step:
+def suspend_stage(ctx: Context, conds: conditions.Conditions) -> Step:
     """spec.suspend (a Job's, for Kueue): every pod stops, the rest stays (claim, partition, token,
     checkpoints); phase Suspended and startTime cleared (the deadline does not run). Back to false,
     Suspended False Resumed and the next stages make the pods again, which restore the last checkpoint.
     Created suspended, nothing is made: its spec stays free to change until it first runs."""
-    was = any(c.type == S.ConditionType.suspended for c in C.parse(ctx.old.get("conditions") or []))
+    was = any(c.type == ConditionType.suspended for c in conditions.parse(ctx.old.get("conditions") or []))
     if ctx.gt.spec.suspend and trainers_done(ctx):  # finished before the suspension was seen:
         return Step()  # it succeeds (trainers stage), not re-run from the last checkpoint on resumption
     if not ctx.gt.spec.suspend:
         if was:
-            C.set_resumed(conds, "spec.suspend is false: resumed from the last checkpoint")
+            conditions.set_resumed(conds, "spec.suspend is false: resumed from the last checkpoint")
         return Step()
-    for c in C.parse(ctx.old.get("conditions") or []):  # a partition made stays; one stopped midway
-        if c.type == S.ConditionType.partition_ready and c.status == "True":  # is made again on resumption
+    for c in conditions.parse(ctx.old.get("conditions") or []):  # a partition made stays; one stopped midway
+        if c.type == ConditionType.partition_ready and c.status == "True":  # is made again on resumption
             conds.keep(c)
-    C.set_suspended(
+    conditions.set_suspended(
         conds,
         "spec.suspend is true: every pod is stopped, the data claim and checkpoints kept; "
         "spec.suspend false resumes from the last checkpoint",
     )
     # None: the merge patch removes them (no startTime, no shard server while suspended)
-    return Step(stop_all(ctx), status={"startTime": None, "shards": None}, phase=S.Phase.suspended)
+    return Step(stop_all(ctx), status={"startTime": None, "shards": None}, phase=Phase.suspended)
 
 
 def _cannot_start(
-    ctx: Context, conds: C.Conditions, stuck: list[Trouble], kind: S.ConditionType, what: str
+    ctx: Context, conds: conditions.Conditions, stuck: list[Trouble], kind: ConditionType, what: str
 ) -> Step:
     """Pods of a stage cannot start: its condition names each (PodsNotStarting); once one of them has
     not started for runPolicy.startTimeoutSeconds the training fails (StartTimeout) and is cleaned up,
@@ -533,7 +544,7 @@ def _cannot_start(
     message = f"{what}: " + "; ".join(map(str, stuck))
     if pending and any(t.reason == "Unschedulable" for t in stuck):
         message += f"; claim {ctx.names['data']} is Pending (no volume bound)"
-    C.set_pods_not_starting(conds, kind, message)
+    conditions.set_pods_not_starting(conds, kind, message)
     timeout = ctx.gt.spec.run_policy.start_timeout_seconds
     known = [t for t in stuck if t.since is not None]
     if not known:
@@ -542,41 +553,41 @@ def _cannot_start(
     waited = (ctx.obs.now - (first.since or ctx.obs.now)).total_seconds()
     if waited < timeout:
         return Step(requeue_after=timeout - waited)
-    C.set_failed(
+    conditions.set_failed(
         conds,
-        C.Reason.start_timeout,
+        conditions.Reason.start_timeout,
         f"pod {first.pod} could not start for {waited:.0f} s (runPolicy.startTimeoutSeconds {timeout}): "
         + message,
     )
-    return Step(clean_up(ctx), phase=S.Phase.failed)
+    return Step(clean_up(ctx), phase=Phase.failed)
 
 
-def partition_stage(ctx: Context, conds: C.Conditions) -> Step:
+def partition_stage(ctx: Context, conds: conditions.Conditions) -> Step:
     """The base children (applied spec, token, progress map, trainer RBAC, data claim) and the partition
     job; the plan stops here until the job succeeded, and fails if it failed."""
     gt, body, n = ctx.gt, ctx.body, ctx.names
     actions = ctx.ensure(
-        M.config_map(body, gt),
-        M.token_secret(body, gt, ctx.token) if ctx.token else None,
-        M.progress_map(body, gt),
-        *M.trainer_rbac(body, gt),
-        M.data_claim(body, gt, ctx.config),
-        M.partition_job(body, gt, ctx.config),
+        manifests.config_map(body, gt),
+        manifests.token_secret(body, gt, ctx.token) if ctx.token else None,
+        manifests.progress_map(body, gt),
+        *manifests.trainer_rbac(body, gt),
+        manifests.data_claim(body, gt, ctx.config),
+        manifests.partition_job(body, gt, ctx.config),
     )
     outcome, why = job_outcome(ctx.child("Job", n["partition"]))
     if outcome == "failed":
         said = partition_error(ctx.obs.pods)
-        C.set_partition_failed(conds, f"job {n['partition']}: {why}" + (f": {said}" if said else ""))
-        return Step(actions + clean_up(ctx), phase=S.Phase.failed)
+        conditions.set_partition_failed(conds, f"job {n['partition']}: {why}" + (f": {said}" if said else ""))
+        return Step(actions + clean_up(ctx), phase=Phase.failed)
     if outcome != "succeeded":
         stuck = troubles(ctx.pods("partition"))
         if stuck:
-            kind = S.ConditionType.partition_ready
+            kind = ConditionType.partition_ready
             held = _cannot_start(ctx, conds, stuck, kind, f"job {n['partition']}")
-            return Step(actions + held.actions, {}, held.phase or S.Phase.partitioning, held.requeue_after)
-        C.set_partitioning(conds, f"job {n['partition']} is running")
-        return Step(actions, phase=S.Phase.partitioning)
-    C.set_partitioned(conds, "the partition job succeeded")
+            return Step(actions + held.actions, {}, held.phase or Phase.partitioning, held.requeue_after)
+        conditions.set_partitioning(conds, f"job {n['partition']} is running")
+        return Step(actions, phase=Phase.partitioning)
+    conditions.set_partitioned(conds, "the partition job succeeded")
     stats = partition_stats(ctx.obs.pods)
     return Step(actions, status={"partition": stats} if stats is not None else {})
 
@@ -587,73 +598,83 @@ def ready_shards(ctx: Context) -> int:
     return int((sts.get("status") or {}).get("readyReplicas") or 0)
 
 
-def shards_stage(ctx: Context, conds: C.Conditions) -> Step:
+def shards_stage(ctx: Context, conds: conditions.Conditions) -> Step:
     """The shard servers' Service, NetworkPolicy and PodDisruptionBudget (made before the pods they
     govern), StatefulSet, and each server's state from its pod."""
     gt, n, body, config = ctx.gt, ctx.names, ctx.body, ctx.config
     actions = ctx.ensure(
-        M.shard_service(body, gt),
-        M.shard_network_policy(body, gt, config),
-        M.shard_disruption_budget(body, gt, config),
-        M.shard_statefulset(body, gt, config),
+        manifests.shard_service(body, gt),
+        manifests.shard_network_policy(body, gt, config),
+        manifests.shard_disruption_budget(body, gt, config),
+        manifests.shard_statefulset(body, gt, config),
     )
     pods = {p["metadata"]["name"]: p for p in ctx.pods("shards")}
     shards = []
-    for i, address in enumerate(M.shard_addresses(gt, ctx.namespace)):
+    for i, address in enumerate(manifests.shard_addresses(gt, ctx.namespace)):
         pod = pods.get(f"{n['shards']}-{i}")
         restarts = sum(
             int(cs.get("restartCount", 0))
             for cs in ((pod or {}).get("status") or {}).get("containerStatuses") or []
         )
-        state = S.ShardState.pending
+        state = ShardState.pending
         if pod is not None:
             state = (
-                S.ShardState.ready
+                ShardState.ready
                 if pod_ready(pod)
-                else S.ShardState.failed
+                else ShardState.failed
                 if pod_phase(pod) == "Failed"
-                else S.ShardState.loading
+                else ShardState.loading
             )
         shards.append({"index": i, "state": state.value, "address": address, "restarts": restarts})
     ready, total = ready_shards(ctx), gt.spec.num_shards
-    C.set_shards_ready(conds, ready, total)
+    conditions.set_shards_ready(conds, ready, total)
     stuck = troubles(list(pods.values()))
     if stuck and ready < total:
-        kind = S.ConditionType.shards_ready
+        kind = ConditionType.shards_ready
         held = _cannot_start(ctx, conds, stuck, kind, f"{min(ready, total)}/{total} shard servers ready")
         return Step(actions + held.actions, {"shards": shards}, held.phase, held.requeue_after)
     return Step(actions, status={"shards": shards})
 
 
-def trainers_stage(ctx: Context, conds: C.Conditions) -> Step:
+def trainers_stage(ctx: Context, conds: conditions.Conditions) -> Step:
     """The trainer pods of the current attempt: removes an earlier attempt's first, starts them once
     every shard server is ready, restarts every rank after a failure (up to runPolicy.backoffLimit),
     and ends the training when all succeeded or one failed for good; reports progress and stalls."""
     gt, attempt, world = ctx.gt, ctx.attempt, ctx.gt.spec.trainers.replicas
-    trainers = {int(p["metadata"]["labels"].get(M.LABEL_RANK, -1)): p for p in ctx.pods("trainer")}
-    stale = [p for p in trainers.values() if p["metadata"]["labels"].get(M.LABEL_ATTEMPT) != str(attempt)]
+    trainers = {int(p["metadata"]["labels"].get(LABEL_RANK, -1)): p for p in ctx.pods("trainer")}
+    stale = [p for p in trainers.values() if p["metadata"]["labels"].get(LABEL_ATTEMPT) != str(attempt)]
     if stale:  # a restart in progress: the old attempt's pods go first
-        C.set_trainers_waiting(conds, C.Reason.restarting, f"recreating the trainers (restart {attempt})")
+        conditions.set_trainers_waiting(
+            conds, conditions.Reason.restarting, f"recreating the trainers (restart {attempt})"
+        )
         actions = [a for p in stale for a in ctx.remove("Pod", p["metadata"]["name"], "v1")]
-        return Step(actions, phase=S.Phase.restarting)
+        return Step(actions, phase=Phase.restarting)
     leaving = sorted(
         p["metadata"]["name"] for p in trainers.values() if p["metadata"].get("deletionTimestamp")
     )
     if leaving:  # stopped by a suspension (or by hand): judged by nothing, made again once gone
-        C.set_trainers_waiting(conds, C.Reason.not_started, f"waiting for {', '.join(leaving)} to stop")
-        return Step(phase=S.Phase.starting)
+        conditions.set_trainers_waiting(
+            conds, conditions.Reason.not_started, f"waiting for {', '.join(leaving)} to stop"
+        )
+        return Step(phase=Phase.starting)
     if not trainers:
         if ready_shards(ctx) < gt.spec.num_shards:
-            C.set_trainers_waiting(conds, C.Reason.not_started, "waiting for the shard servers")
-            return Step(phase=S.Phase.starting)
-        pods = (M.trainer_pod(ctx.body, gt, ctx.config, r, attempt) for r in range(world))
-        C.set_trainers_waiting(conds, C.Reason.starting, f"creating {world} trainer pods")
+            conditions.set_trainers_waiting(
+                conds, conditions.Reason.not_started, "waiting for the shard servers"
+            )
+            return Step(phase=Phase.starting)
+        pods = (manifests.trainer_pod(ctx.body, gt, ctx.config, r, attempt) for r in range(world))
+        conditions.set_trainers_waiting(conds, conditions.Reason.starting, f"creating {world} trainer pods")
         return Step(
-            ctx.ensure(M.trainer_service(ctx.body, gt), *pods),
-            phase=S.Phase.training if attempt == 0 else S.Phase.restarting,
+            ctx.ensure(manifests.trainer_service(ctx.body, gt), *pods),
+            phase=Phase.training if attempt == 0 else Phase.restarting,
         )
     missing = ctx.ensure(
-        *(M.trainer_pod(ctx.body, gt, ctx.config, r, attempt) for r in range(world) if r not in trainers)
+        *(
+            manifests.trainer_pod(ctx.body, gt, ctx.config, r, attempt)
+            for r in range(world)
+            if r not in trainers
+        )
     )
     cm = ctx.child("ConfigMap", ctx.names["progress"])
     step = Step(missing, status=progress_status(cm))
@@ -661,43 +682,49 @@ def trainers_stage(ctx: Context, conds: C.Conditions) -> Step:
     if failed:
         return _trainer_failed(ctx, conds, step, pod_failure(failed[0][1]), trainers)
     if len(trainers) == world and all(pod_phase(p) == "Succeeded" for p in trainers.values()):
-        C.set_trainers_waiting(conds, C.Reason.completed, "every trainer finished")
-        kept = gt.spec.run_policy.clean_pod_policy == S.CleanPodPolicy.none
+        conditions.set_trainers_waiting(conds, conditions.Reason.completed, "every trainer finished")
+        kept = gt.spec.run_policy.clean_pod_policy == CleanPodPolicy.none
         said = "shard servers kept (runPolicy.cleanPodPolicy None)" if kept else "shard servers stopped"
-        C.set_succeeded(conds, f"training finished; {said}")
-        return Step(step.actions + clean_up(ctx), step.status, S.Phase.succeeded)
+        conditions.set_succeeded(conds, f"training finished; {said}")
+        return Step(step.actions + clean_up(ctx), step.status, Phase.succeeded)
     running = sum(pod_phase(p) in ("Running", "Succeeded") for p in trainers.values())
     if running == world:
-        C.set_trainers_running(conds, f"{running}/{world} trainers running")
+        conditions.set_trainers_running(conds, f"{running}/{world} trainers running")
         silent = _silent_rank(trainers, cm, ctx.obs.now, gt.spec.run_policy)
-        C.set_stalled(conds, silent)
-        if silent is not None and gt.spec.run_policy.stall_policy == S.StallPolicy.restart:
+        conditions.set_stalled(conds, silent)
+        if silent is not None and gt.spec.run_policy.stall_policy == StallPolicy.restart:
             return _trainer_failed(ctx, conds, step, f"{silent}; runPolicy.stallPolicy is Restart", trainers)
-        return Step(step.actions, step.status, S.Phase.training)
-    C.set_trainers_waiting(conds, C.Reason.starting, f"{running}/{world} trainers running")
+        return Step(step.actions, step.status, Phase.training)
+    conditions.set_trainers_waiting(conds, conditions.Reason.starting, f"{running}/{world} trainers running")
     stuck = troubles(list(trainers.values()))
     if stuck:
-        kind = S.ConditionType.trainers_ready
+        kind = ConditionType.trainers_ready
         held = _cannot_start(ctx, conds, stuck, kind, f"{running}/{world} trainers running")
         return Step(
-            step.actions + held.actions, step.status, held.phase or S.Phase.training, held.requeue_after
+            step.actions + held.actions, step.status, held.phase or Phase.training, held.requeue_after
         )
-    return Step(step.actions, step.status, S.Phase.training)
+    return Step(step.actions, step.status, Phase.training)
 
 
 def _trainer_failed(
-    ctx: Context, conds: C.Conditions, step: Step, message: str, trainers: dict[int, Obj]
+    ctx: Context, conds: conditions.Conditions, step: Step, message: str, trainers: dict[int, Obj]
 ) -> Step:
     """A trainer failed: every rank restarts from the last checkpoint while runPolicy.backoffLimit
     allows (the next attempt's pods are made once these are gone), else the training fails."""
     attempt, limit = ctx.attempt, ctx.gt.spec.run_policy.backoff_limit
     if attempt < limit:
-        C.set_trainer_failed(conds, f"{message}; restart {attempt + 1}/{limit} from the last checkpoint")
+        conditions.set_trainer_failed(
+            conds, f"{message}; restart {attempt + 1}/{limit} from the last checkpoint"
+        )
         removes = [a for p in trainers.values() for a in ctx.remove("Pod", p["metadata"]["name"], "v1")]
-        return Step(step.actions + removes, {**step.status, "restarts": attempt + 1}, S.Phase.restarting)
-    C.set_trainer_failed(conds, message)
-    C.set_failed(conds, C.Reason.backoff_limit_exceeded if attempt else C.Reason.trainer_failed, message)
-    return Step(step.actions + clean_up(ctx), step.status, S.Phase.failed)
+        return Step(step.actions + removes, {**step.status, "restarts": attempt + 1}, Phase.restarting)
+    conditions.set_trainer_failed(conds, message)
+    conditions.set_failed(
+        conds,
+        conditions.Reason.backoff_limit_exceeded if attempt else conditions.Reason.trainer_failed,
+        message,
+    )
+    return Step(step.actions + clean_up(ctx), step.status, Phase.failed)
 
 
 # ------------------------------------------------------------------------------------------ plan
@@ -714,8 +741,8 @@ def plan(obs: Observed, config: OperatorConfig | None = None, token: str = "") -
     old = body.get("status") or {}
     if body["metadata"].get("deletionTimestamp"):  # being deleted: nothing is made for it, nothing said
         return Plan([], old, [])
-    conds = C.Conditions(
-        C.parse(old.get("conditions") or []), _iso(obs.now), body["metadata"].get("generation")
+    conds = conditions.Conditions(
+        conditions.parse(old.get("conditions") or []), _iso(obs.now), body["metadata"].get("generation")
     )
     status: Obj = {
         "restarts": int(old.get("restarts", 0)),
@@ -727,7 +754,7 @@ def plan(obs: Observed, config: OperatorConfig | None = None, token: str = "") -
         ends = expiry(_invalid_ttl(body), old.get("completionTime") or _iso(obs.now))
         gone = [delete_training(body)] if ends is not None and obs.now >= ends else []
         wait = max(0.0, (ends - obs.now).total_seconds()) if ends is not None else None
-        step = Step(gone, status, S.Phase.failed)
+        step = Step(gone, status, Phase.failed)
         return _finish(obs, conds, step, decided.observed_generation, wait)
     ctx = Context(obs, decided.gt, config or built_in(), token)
     actions: list[Action] = []
@@ -742,7 +769,7 @@ def plan(obs: Observed, config: OperatorConfig | None = None, token: str = "") -
                 ttl = ctx.gt.spec.run_policy.ttl_seconds_after_finished
                 ends = expiry(ttl, status.get("completionTime") or _iso(obs.now))
             else:  # a suspended training has no startTime: its deadline does not run
-                ends = deadline(ctx) if step.phase != S.Phase.suspended else None
+                ends = deadline(ctx) if step.phase != Phase.suspended else None
             waits += [max(0.0, (ends - obs.now).total_seconds())] if ends is not None else []
             wait = min(waits, default=None)
             return _finish(obs, conds, Step(actions, status, step.phase), decided.observed_generation, wait)
@@ -751,7 +778,7 @@ def plan(obs: Observed, config: OperatorConfig | None = None, token: str = "") -
 
 def _finish(
     obs: Observed,
-    conds: C.Conditions,
+    conds: conditions.Conditions,
     step: Step,
     observed_generation: int | None,
     requeue_after: float | None = None,
@@ -766,7 +793,7 @@ def _finish(
         status["observedGeneration"] = observed_generation
     if step.phase in TERMINAL and "completionTime" not in status:
         status["completionTime"] = _iso(obs.now)
-    changed = C.phase_event((obs.training.get("status") or {}).get("phase"), step.phase)
+    changed = conditions.phase_event((obs.training.get("status") or {}).get("phase"), step.phase)
     return Plan(step.actions, status, [*([changed] if changed else []), *conds.events()], requeue_after)
 
 
@@ -777,9 +804,7 @@ def progress_status(cm: Obj | None) -> Obj:
     return {"progress": reporting.to_wire(report)} if report is not None else {}
 
 
-def _silent_rank(
-    trainers: dict[int, Obj], cm: Obj | None, now: dt.datetime, policy: S.RunPolicy
-) -> str | None:
+def _silent_rank(trainers: dict[int, Obj], cm: Obj | None, now: dt.datetime, policy: RunPolicy) -> str | None:
     """The rank whose last heartbeat (or its container's start, if later) is oldest, if older than
     stallTimeoutSeconds."""
     data = (cm or {}).get("data") or {}

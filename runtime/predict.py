@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from graphtrain.runtime import spec as S
+from graphtrain.contract.spec import GraphTraining, ModelKind
 from graphtrain.runtime.errors import GraphtrainError
 from graphtrain.runtime.kvstore import checkpoint as ckpt
 from graphtrain.runtime.partition.format import PartitionConfig, load_maps, load_names, load_triples
@@ -156,7 +156,7 @@ def _recorded_model(root: Path) -> dict[str, Any] | None:
 
 
 def node_outputs(
-    gt: S.GraphTraining,
+    gt: GraphTraining,
     root: Path,
     cfg: PartitionConfig,
     nodes: np.ndarray | None = None,
@@ -174,7 +174,7 @@ def node_outputs(
     from graphtrain.runtime.train.models import GraphSAGE
 
     m = gt.spec.model
-    if m.kind != S.ModelKind.graphsage:
+    if m.kind != ModelKind.graphsage:
         raise GraphtrainError(f"model.kind is {m.kind}: class predictions need graphsage")
     num_classes = cfg.data.get("num_classes")
     if not num_classes:
@@ -264,7 +264,7 @@ class Answer:
 
 
 def kge_answer(
-    gt: S.GraphTraining,
+    gt: GraphTraining,
     root: Path,
     cfg: PartitionConfig,
     relation: str,
@@ -279,10 +279,10 @@ def kge_answer(
         GraphtrainError: a label not in the graph (named), both or neither of head and tail, a spec
         that is not a KGE model.
     """
-    from graphtrain.runtime.train import kge_math as K
+    from graphtrain.runtime.train import kge_math
 
     m = gt.spec.model
-    if m.kind not in (S.ModelKind.transe, S.ModelKind.distmult):
+    if m.kind not in (ModelKind.transe, ModelKind.distmult):
         raise GraphtrainError(f"model.kind is {m.kind}: (head, relation, ?) queries need transe or distmult")
     if (head is None) == (tail is None):
         raise GraphtrainError("give one of --head and --tail (with --relation): the other is what is asked")
@@ -297,9 +297,13 @@ def kge_answer(
     given = int(lookup([head if head is not None else str(tail)], ent_names, "entity")[0])
     with torch.no_grad():
         if head is not None:
-            scores = K.score_all_tails(str(m.kind), ents[given][None], rels[r][None], ents, int(m.norm))[0]
+            scores = kge_math.score_all_tails(
+                str(m.kind), ents[given][None], rels[r][None], ents, int(m.norm)
+            )[0]
         else:
-            scores = K.score_all_heads(str(m.kind), rels[r][None], ents[given][None], ents, int(m.norm))[0]
+            scores = kge_math.score_all_heads(
+                str(m.kind), rels[r][None], ents[given][None], ents, int(m.norm)
+            )[0]
     top = torch.topk(scores, min(k, len(ents)))
     found = top.indices.numpy()
     heads = np.full(len(found), given) if head is not None else found

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from graphtrain.runtime import dtypes as D
+from graphtrain.runtime import dtypes
 from graphtrain.runtime.kvstore import default_client
 from graphtrain.runtime.kvstore.client import KVClient
 from graphtrain.runtime.optim.capture import GradientCapture
@@ -87,16 +87,16 @@ class DistTensor:
         book: PartitionBook | None = None,
         client: KVClient | None = None,
     ):
-        wire = D.wire_name(dtype) if isinstance(dtype, torch.dtype) else None
+        wire = dtypes.wire_name(dtype) if isinstance(dtype, torch.dtype) else None
         if wire is None:
-            raise ValueError(f"DistTensor dtype must be torch's one of {list(D.NUMPY)}, got {dtype}")
+            raise ValueError(f"DistTensor dtype must be torch's one of {list(dtypes.NUMPY)}, got {dtype}")
         if len(shape) < 1:
             raise ValueError("a DistTensor needs at least one dimension (rows)")
         self.client = client or default_client()
         self.name = name
         self.shape = tuple(int(d) for d in shape)
         self.dtype = dtype
-        self.np_dtype = D.NUMPY[wire]
+        self.np_dtype = dtypes.NUMPY[wire]
         self.book = _book(book, self.shape[0], self.client)
         self.client.create(name, self.shape[0], self.shape[1:], wire, self.book.bounds, init)
 

@@ -16,8 +16,8 @@ from graphtrain.api import models
 from graphtrain.api.problems import problem_responses
 from graphtrain.api.selectors import SelectorError, parse
 from graphtrain.api.sources.base import InvalidParameter, ListQuery, StatusSource, get_source
-from graphtrain.runtime import spec as S
-from graphtrain.runtime.spec import reporting
+from graphtrain.contract import reporting
+from graphtrain.contract.spec import Phase
 
 DNS_LABEL = models.DNS_LABEL
 MAX_LIMIT = 500
@@ -48,7 +48,7 @@ def list_query(
         str | None,
         Query(alias="labelSelector", max_length=4096, description="A Kubernetes label selector."),
     ] = None,
-    phase: Annotated[S.Phase | None, Query(description="Only trainings in this phase.")] = None,
+    phase: Annotated[Phase | None, Query(description="Only trainings in this phase.")] = None,
     limit: Annotated[int, Query(ge=1, le=MAX_LIMIT, description="At most this many items.")] = 100,
     continue_token: Annotated[
         str | None,

@@ -19,7 +19,7 @@ from fastapi import Request
 
 from graphtrain.api import models
 from graphtrain.api.selectors import Requirement, matches
-from graphtrain.runtime import spec as S
+from graphtrain.contract.spec import Phase, Progress
 
 
 class NotFound(LookupError):
@@ -44,7 +44,7 @@ class ListQuery:
 
     namespace: str | None = None
     selector: tuple[Requirement, ...] = ()
-    phase: S.Phase | None = None
+    phase: Phase | None = None
     limit: int = 100
     continue_token: str | None = None
 
@@ -59,7 +59,7 @@ class StatusSource(Protocol):
 
     def events(self, namespace: str, name: str) -> list[models.Event]: ...
 
-    def history(self, namespace: str, name: str) -> list[S.Progress]: ...
+    def history(self, namespace: str, name: str) -> list[Progress]: ...
 
     def check(self) -> None:
         """Return when the source answers (readiness); raise SourceUnavailable otherwise."""

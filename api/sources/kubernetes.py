@@ -1,7 +1,7 @@
 """Trainings read from the Kubernetes API (read-only): GraphTrainings, their progress ConfigMaps
 (`<name>-progress`: each rank's report and rank 0's history), their trainer pods (labels
 graphtrain.io/training, graphtrain.io/role=trainer, graphtrain.io/rank) and the events involving them.
-The only API module that imports `kubernetes` (.importlinter); the operator's manifests name the objects.
+The only API module that imports `kubernetes` (.importlinter); contract/children.py names the objects.
 
 Every call has a timeout; lists page through the API server's `limit`/`continue`. Responses are read as
 plain JSON (`_preload_content=False`): the client's model objects cost more than the request.
@@ -38,14 +38,22 @@ from pydantic import ValidationError
 from graphtrain.api import models
 from graphtrain.api.selectors import render
 from graphtrain.api.sources.base import InvalidParameter, ListQuery, NotFound, SourceUnavailable, page
-from graphtrain.operator import manifests as M
-from graphtrain.runtime import spec as S
-from graphtrain.runtime.spec import reporting
+from graphtrain.contract import reporting
+from graphtrain.contract.children import LABEL_ATTEMPT, LABEL_RANK, LABEL_ROLE, LABEL_TRAINING, names
+from graphtrain.contract.spec import (
+    API_VERSION,
+    KIND,
+    PLURAL,
+    GraphTrainingSpec,
+    GraphTrainingStatus,
+    Phase,
+    Progress,
+)
 
 T = TypeVar("T")
 
 log = logging.getLogger("graphtrain.api")
-GROUP, VERSION = S.API_VERSION.split("/")
+GROUP, VERSION = API_VERSION.split("/")
 PAGE = 500  # objects per API-server page when listing whole collections
 MAX_OBJECTS = 10_000  # per kind in a snapshot: the list stops there (logged)
 POOL = 32  # HTTP connections to the API server (the routers' thread pool is 40)
@@ -77,14 +85,14 @@ def api_client() -> kubernetes.client.ApiClient:
 # ------------------------------------------------------------------------- building (pure, dicts in)
 
 
-def status_of(obj: Obj) -> S.GraphTrainingStatus:
+def status_of(obj: Obj) -> GraphTrainingStatus:
     """A GraphTraining's status; one that does not validate keeps only its phase."""
     raw = obj.get("status") or {}
     try:
-        return S.GraphTrainingStatus.model_validate(raw)
+        return GraphTrainingStatus.model_validate(raw)
     except ValidationError:
         phase = raw.get("phase")
-        return S.GraphTrainingStatus(phase=phase if phase in set(S.Phase) else S.Phase.pending)
+        return GraphTrainingStatus(phase=phase if phase in set(Phase) else Phase.pending)
 
 
 def metadata_of(obj: Obj) -> models.Metadata:
@@ -99,9 +107,9 @@ def metadata_of(obj: Obj) -> models.Metadata:
     )
 
 
-def spec_of(obj: Obj) -> S.GraphTrainingSpec | None:
+def spec_of(obj: Obj) -> GraphTrainingSpec | None:
     try:
-        return S.GraphTrainingSpec.model_validate(obj.get("spec") or {})
+        return GraphTrainingSpec.model_validate(obj.get("spec") or {})
     except ValidationError:
         return None
 
@@ -114,16 +122,16 @@ def _int(text: Any) -> int:
 
 
 def trainers_of(
-    spec: S.GraphTrainingSpec | None, data: dict[str, str], pods: list[Obj]
+    spec: GraphTrainingSpec | None, data: dict[str, str], pods: list[Obj]
 ) -> list[models.TrainerStatus]:
     """Each rank: its newest attempt's pod (state, restarts: the operator's attempts plus the kubelet's
     container restarts) and its own report in the progress ConfigMap (the heartbeat)."""
     newest: dict[int, Obj] = {}
     for pod in pods:
         labels = pod["metadata"].get("labels") or {}
-        rank, attempt = _int(labels.get(M.LABEL_RANK)), _int(labels.get(M.LABEL_ATTEMPT))
+        rank, attempt = _int(labels.get(LABEL_RANK)), _int(labels.get(LABEL_ATTEMPT))
         held = newest.get(rank)
-        if held is None or attempt >= _int(held["metadata"]["labels"].get(M.LABEL_ATTEMPT)):
+        if held is None or attempt >= _int(held["metadata"]["labels"].get(LABEL_ATTEMPT)):
             newest[rank] = pod
     world = spec.trainers.replicas if spec else max([*newest, -1]) + 1
     trainers = []
@@ -143,7 +151,7 @@ def trainers_of(
             kubelet = sum(
                 _int(c.get("restartCount")) for c in (pod.get("status") or {}).get("containerStatuses") or []
             )
-            restarts = _int(pod["metadata"]["labels"].get(M.LABEL_ATTEMPT)) + kubelet
+            restarts = _int(pod["metadata"]["labels"].get(LABEL_ATTEMPT)) + kubelet
             name = pod["metadata"]["name"]
         trainers.append(
             models.TrainerStatus(
@@ -192,7 +200,7 @@ def event_of(ev: Obj) -> models.Event:
 def involves(ev: Obj, namespace: str, name: str, uid: str | None) -> bool:
     inv = ev.get("involvedObject") or {}
     return (
-        inv.get("kind") == S.KIND
+        inv.get("kind") == KIND
         and inv.get("name") == name
         and inv.get("namespace", namespace) == namespace
         and (uid is None or inv.get("uid") in (None, uid))
@@ -241,12 +249,12 @@ class Api:
     def trainings(self, namespace: str | None, **kw: Any) -> Obj:
         if namespace:
             return self.call(
-                self.custom.list_namespaced_custom_object, GROUP, VERSION, namespace, S.PLURAL, **kw
+                self.custom.list_namespaced_custom_object, GROUP, VERSION, namespace, PLURAL, **kw
             )
-        return self.call(self.custom.list_cluster_custom_object, GROUP, VERSION, S.PLURAL, **kw)
+        return self.call(self.custom.list_cluster_custom_object, GROUP, VERSION, PLURAL, **kw)
 
     def training(self, namespace: str, name: str) -> Obj:
-        return self.call(self.custom.get_namespaced_custom_object, GROUP, VERSION, namespace, S.PLURAL, name)
+        return self.call(self.custom.get_namespaced_custom_object, GROUP, VERSION, namespace, PLURAL, name)
 
     def config_map(self, namespace: str, name: str) -> Obj | None:
         try:
@@ -371,7 +379,7 @@ class KubernetesSource:
     def get_training(self, namespace: str, name: str) -> models.Training:
         obj = self._training(namespace, name)
         uid = obj["metadata"].get("uid")
-        progress = M.names(name)["progress"]
+        progress = names(name)["progress"]
         if self.cache_ttl > 0:
             snap = self.snapshot()
             data = snap.progress.get((namespace, progress), {})
@@ -382,7 +390,7 @@ class KubernetesSource:
             )
         else:
             data = self._progress_data(namespace, progress, uid)
-            selector = f"{M.LABEL_TRAINING}={name},{M.LABEL_ROLE}=trainer"
+            selector = f"{LABEL_TRAINING}={name},{LABEL_ROLE}=trainer"
             pods = list(self.api.every(self.api.pods, namespace, selector, limit=self.max_objects))
         return training_of(obj, data, [p for p in pods if owned_by(p, uid)])
 
@@ -393,9 +401,9 @@ class KubernetesSource:
             return {}
         return cm.get("data") or {}
 
-    def history(self, namespace: str, name: str) -> list[S.Progress]:
+    def history(self, namespace: str, name: str) -> list[Progress]:
         obj = self._training(namespace, name)
-        progress = M.names(name)["progress"]
+        progress = names(name)["progress"]
         if self.cache_ttl > 0:
             snap = self.snapshot()
             data = snap.progress.get((namespace, progress), {})
@@ -424,7 +432,7 @@ class KubernetesSource:
         """Events involving GraphTrainings (of `name` if given): by field selector where the server
         supports it for events (every real one), else the namespace's events, filtered here."""
         if self._field_selectors:
-            selector = f"involvedObject.kind={S.KIND}" + (f",involvedObject.name={name}" if name else "")
+            selector = f"involvedObject.kind={KIND}" + (f",involvedObject.name={name}" if name else "")
             try:
                 yield from self.api.every(
                     self.api.events, namespace, field_selector=selector, limit=self.max_objects
@@ -473,17 +481,17 @@ class KubernetesSource:
         for obj in api.every(api.trainings, ns, limit=bound):
             snap.trainings[(obj["metadata"]["namespace"], obj["metadata"]["name"])] = obj
         uids = {key: obj["metadata"].get("uid") for key, obj in snap.trainings.items()}
-        for cm in api.every(api.config_maps, ns, f"{M.LABEL_ROLE}=progress", limit=bound):
+        for cm in api.every(api.config_maps, ns, f"{LABEL_ROLE}=progress", limit=bound):
             meta = cm["metadata"]
-            owner = (meta.get("labels") or {}).get(M.LABEL_TRAINING, "")
+            owner = (meta.get("labels") or {}).get(LABEL_TRAINING, "")
             if owned_by(cm, uids.get((meta["namespace"], owner))):
                 snap.progress[(meta["namespace"], meta["name"])] = cm.get("data") or {}
-        for pod in api.every(api.pods, ns, f"{M.LABEL_TRAINING},{M.LABEL_ROLE}=trainer", limit=bound):
+        for pod in api.every(api.pods, ns, f"{LABEL_TRAINING},{LABEL_ROLE}=trainer", limit=bound):
             meta = pod["metadata"]
-            snap.pods[(meta["namespace"], meta["labels"][M.LABEL_TRAINING])].append(pod)
+            snap.pods[(meta["namespace"], meta["labels"][LABEL_TRAINING])].append(pod)
         for ev in self._events(ns, None):
             inv = ev.get("involvedObject") or {}
-            if inv.get("kind") == S.KIND:
+            if inv.get("kind") == KIND:
                 snap.events[
                     (inv.get("namespace") or ev["metadata"]["namespace"], inv.get("name", ""))
                 ].append(ev)

@@ -35,8 +35,9 @@ from pydantic import ValidationError
 
 from graphtrain.api import models
 from graphtrain.api.sources.base import ListQuery, NotFound, SourceUnavailable, page
-from graphtrain.runtime import spec as S
-from graphtrain.runtime.spec import reporting, rundir
+from graphtrain.contract import reporting, rundir
+from graphtrain.contract.spec import GraphTraining, GraphTrainingStatus, Progress, SpecError
+from graphtrain.contract.spec import parse as parse_document
 
 log = logging.getLogger("graphtrain.api")
 T = TypeVar("T")
@@ -105,25 +106,25 @@ class FileCache:
 # --------------------------------------------------------------------------- parsers (pure, bytes in)
 
 
-def parse_spec(data: bytes) -> S.GraphTraining | None:
+def parse_spec(data: bytes) -> GraphTraining | None:
     try:
-        return S.parse(json.loads(data))
-    except (ValueError, RecursionError, S.SpecError):  # RecursionError: nested too deep
+        return parse_document(json.loads(data))
+    except (ValueError, RecursionError, SpecError):  # RecursionError: nested too deep
         return None
 
 
-def parse_status(data: bytes) -> S.GraphTrainingStatus | None:
+def parse_status(data: bytes) -> GraphTrainingStatus | None:
     try:
-        return S.GraphTrainingStatus.model_validate(json.loads(data))
+        return GraphTrainingStatus.model_validate(json.loads(data))
     except (ValueError, RecursionError, ValidationError):
         return None
 
 
-def parse_report(data: bytes) -> S.Progress | None:
+def parse_report(data: bytes) -> Progress | None:
     return reporting.decode(data)
 
 
-def parse_history(data: bytes) -> list[S.Progress]:
+def parse_history(data: bytes) -> list[Progress]:
     return reporting.decode_history(data)
 
 
@@ -166,7 +167,7 @@ class LocalSource:
                     found.append(path)
         return found
 
-    def _identity(self, path: Path) -> tuple[models.Metadata, S.GraphTraining | None]:
+    def _identity(self, path: Path) -> tuple[models.Metadata, GraphTraining | None]:
         gt = self.files.load(path / rundir.SPEC_FILE, parse_spec)
         status = self._status(path)
         meta = models.Metadata(
@@ -177,8 +178,8 @@ class LocalSource:
         )
         return meta, gt
 
-    def _status(self, path: Path) -> S.GraphTrainingStatus:
-        return self.files.load(path / rundir.STATUS_FILE, parse_status) or S.GraphTrainingStatus()
+    def _status(self, path: Path) -> GraphTrainingStatus:
+        return self.files.load(path / rundir.STATUS_FILE, parse_status) or GraphTrainingStatus()
 
     def _scan(self) -> Scan:
         """Every run: (namespace, name) -> run directory and its summary; where two directories run
@@ -230,14 +231,14 @@ class LocalSource:
         )
 
     def _trainers(
-        self, path: Path, gt: S.GraphTraining | None, status: S.GraphTrainingStatus
+        self, path: Path, gt: GraphTraining | None, status: GraphTrainingStatus
     ) -> list[models.TrainerStatus]:
         world = gt.spec.trainers.replicas if gt else 1
         trainers = []
         for rank in range(world):
-            report = self.files.load(path / reporting.rank_file(rank), parse_report)
+            report = self.files.load(path / rundir.rank_file(rank), parse_report)
             if report is None and rank == 0:  # before the heartbeat files: rank 0's progress.json
-                report = self.files.load(path / reporting.PROGRESS_FILE, parse_report)
+                report = self.files.load(path / rundir.PROGRESS_FILE, parse_report)
             trainers.append(
                 models.TrainerStatus(
                     rank=rank,
@@ -252,9 +253,9 @@ class LocalSource:
     def events(self, namespace: str, name: str) -> list[models.Event]:
         return models.condition_events(self._status(self._find(namespace, name)), SOURCE)
 
-    def history(self, namespace: str, name: str) -> list[S.Progress]:
+    def history(self, namespace: str, name: str) -> list[Progress]:
         path = self._find(namespace, name)
-        return self.files.load(path / reporting.HISTORY_FILE, parse_history) or []
+        return self.files.load(path / rundir.HISTORY_FILE, parse_history) or []
 
     def check(self) -> None:
         where = self.run_dir if self.run_dir is not None else self.runs_root

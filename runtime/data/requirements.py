@@ -1,6 +1,6 @@
 """What the chosen model needs from the data, checked before anything runs.
 
-The spec's rules (runtime/spec) see only the spec's text; whether `graph.path` holds labels, whether the
+The spec's rules (contract/spec) see only the spec's text; whether `graph.path` holds labels, whether the
 features are sparse or the graph has fewer nodes than partitions is known only from the files. Before
 this check a spec validated and then died at run time with a traceback in a trainer (`node
 classification needs labels`). `problems` is pure: it reads the spec and the input's Summary, and
@@ -11,10 +11,10 @@ not meant).
 
 from __future__ import annotations
 
+from graphtrain.contract.spec import GraphSource, GraphTrainingSpec, ModelKind
+from graphtrain.contract.spec.rules import Problem
 from graphtrain.runtime.data.graph import MASKS
 from graphtrain.runtime.data.summary import Summary
-from graphtrain.runtime.spec import GraphSource, GraphTrainingSpec, ModelKind
-from graphtrain.runtime.spec.rules import Problem
 
 
 def _source_field(graph: GraphSource, own_file: str) -> str:

@@ -30,11 +30,11 @@ from pathlib import Path
 
 import numpy as np
 
+from graphtrain.contract.spec import Split, TriplesSource
 from graphtrain.runtime.data import text
 from graphtrain.runtime.data.files import regular_file, resolve
 from graphtrain.runtime.data.graph import KnowledgeGraph, random_triple_split
 from graphtrain.runtime.errors import DataError, DataWarning
-from graphtrain.runtime.spec import Split, TriplesSource
 
 DEFAULT_SPLIT = Split(train=0.8, val=0.1, test=0.1, seed=0)
 ROLES = ("head", "relation", "tail")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from graphtrain.runtime import dtypes as D
+from graphtrain.runtime import dtypes
 from graphtrain.runtime.kvstore import default_client
 from graphtrain.runtime.kvstore.client import KVClient
 from graphtrain.runtime.kvstore.inproc import InProcTransport
@@ -52,13 +52,13 @@ class DistGraph:
         for key, desc in data.get("ndata", {}).items():
             if desc.get("kind") != "array":
                 continue  # sparse features are not held by the servers
-            wire = D.wire_name(desc["dtype"], widen=True)
+            wire = dtypes.wire_name(desc["dtype"], widen=True)
             if wire is None:
                 continue
             name = key.removesuffix("_mask") if key.endswith("_mask") else key
             self.ndata[name] = DistTensor(
                 (self.num_nodes, *desc["shape"][1:]),
-                D.to_torch(wire),
+                dtypes.to_torch(wire),
                 f"ndata.{key}",
                 book=self.book,
                 client=self.client,

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from graphtrain.runtime.kvstore import checkpoint as ckpt
-from graphtrain.runtime.kvstore import protocol as P
+from graphtrain.runtime.kvstore import protocol
 from graphtrain.runtime.kvstore.inproc import InProcTransport
 from graphtrain.runtime.kvstore.state import _ranges
 from graphtrain.runtime.kvstore.transport import Answer, Call, KVAuthError, KVTimeout, Transport, gather_rows
@@ -86,7 +86,7 @@ class KVClient:
         (the owner lookup and stable sort of 100,000 ids took ~1 ms before a one-shard pull was sent)."""
         if ids.size and (ids.min() < bounds[0] or ids.max() >= bounds[-1]):
             bad = int(ids[(ids < bounds[0]) | (ids >= bounds[-1])][0])
-            raise P.ProtocolError(f"id {bad} is outside the table's rows [0, {int(bounds[-1])})")
+            raise protocol.ProtocolError(f"id {bad} is outside the table's rows [0, {int(bounds[-1])})")
         if len(bounds) == 2:
             return None, np.array([0, len(ids)])
         owners = np.searchsorted(bounds, ids, side="right") - 1
@@ -112,7 +112,7 @@ class KVClient:
                 rows, lo = local
                 shard_ids = ids[a:b] if in_order else ids[order[a:b]]
                 if shard_ids.size and (shard_ids.min() < lo or shard_ids.max() >= lo + len(rows)):
-                    raise P.ProtocolError(f"an id of {name!r} is outside shard {s}'s rows")
+                    raise protocol.ProtocolError(f"an id of {name!r} is outside shard {s}'s rows")
                 if in_order:  # straight into place
                     gather_rows(rows, shard_ids - lo, out[a:b])
                 else:
@@ -128,7 +128,7 @@ class KVClient:
 
     def _frames(self, a: np.ndarray) -> list[np.ndarray]:
         """`a` in frames the transport accepts."""
-        return P.split_rows(a, self.transport.max_frame_bytes)
+        return protocol.split_rows(a, self.transport.max_frame_bytes)
 
     def _push_calls(
         self,
@@ -158,10 +158,10 @@ class KVClient:
                 # One request per chunk: the server applies each while the next is on the wire, in the
                 # order sent (it runs one request of a connection at a time). After dedup the ids of a
                 # gradient push are distinct, so chunks never update a row twice.
-                rows = P.rows_per_chunk(max(1, vals_g[:1].nbytes))
+                rows = protocol.rows_per_chunk(max(1, vals_g[:1].nbytes))
                 for i in range(a, b, rows):
                     j = min(b, i + rows)
-                    frames, k = P.push_frames(ids_g[i:j], vals_g[i:j], self.transport.max_frame_bytes)
+                    frames, k = protocol.push_frames(ids_g[i:j], vals_g[i:j], self.transport.max_frame_bytes)
                     calls.append(Call(s, op, name, frames, {**(args or {}), "id_frames": k}))
             else:
                 calls.append(Call(s, op, name, [ids_g[a:b], vals_g[a:b]], args))  # id_frames: 1

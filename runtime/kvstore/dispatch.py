@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from graphtrain.runtime.kvstore import protocol as P
+from graphtrain.runtime.kvstore import protocol
 from graphtrain.runtime.kvstore.barrier import Barriers
 from graphtrain.runtime.kvstore.shm import SegmentCache, view
 from graphtrain.runtime.kvstore.state import PullStream, ShardState
@@ -58,7 +58,7 @@ class Dispatcher:
         checkpoint_root: Path | None = None,
         host: str = "",
         metrics: ServerMetrics | None = None,
-        chunk_bytes: int = P.CHUNK_BYTES,
+        chunk_bytes: int = protocol.CHUNK_BYTES,
     ):
         self.state = state
         self.checkpoint_root = checkpoint_root.resolve() if checkpoint_root else None
@@ -69,7 +69,9 @@ class Dispatcher:
         self._segments = SegmentCache(state.shm_prefix)
         self._segments_lock = threading.Lock()
 
-    def run(self, req: P.Request, args: P.OpArgs, who: Hashable = None, now: float | None = None) -> Outcome:
+    def run(
+        self, req: protocol.Request, args: protocol.OpArgs, who: Hashable = None, now: float | None = None
+    ) -> Outcome:
         """Execute one validated request; `who` names the requester (barriers answer it later)."""
         handler = getattr(self, f"_op_{req.op}")
         return handler(req, args, who, time.monotonic() if now is None else now)
@@ -80,59 +82,61 @@ class Dispatcher:
 
     # ------------------------------------------------------------------------------------- ops
 
-    def _op_health(self, req: P.Request, args: P.OpArgs, who: Hashable, now: float) -> Reply:
+    def _op_health(self, req: protocol.Request, args: protocol.OpArgs, who: Hashable, now: float) -> Reply:
         return Reply({"shard": self.state.shard, "tensors": len(self.state.tensors)})
 
-    def _op_stats(self, req: P.Request, args: P.OpArgs, who: Hashable, now: float) -> Reply:
+    def _op_stats(self, req: protocol.Request, args: protocol.OpArgs, who: Hashable, now: float) -> Reply:
         return Reply(self.state.stats())
 
-    def _op_create(self, req: P.Request, a: P.CreateArgs, who: Hashable, now: float) -> Reply:
+    def _op_create(self, req: protocol.Request, a: protocol.CreateArgs, who: Hashable, now: float) -> Reply:
         t = self.state.create(req.name, a.num_rows, a.row_shape, a.dtype, a.lo, a.hi, a.init)
         return Reply(t.describe())
 
-    def _op_set_optimizer(self, req: P.Request, a: P.OptimizerArgs, who: Hashable, now: float) -> Reply:
+    def _op_set_optimizer(
+        self, req: protocol.Request, a: protocol.OptimizerArgs, who: Hashable, now: float
+    ) -> Reply:
         self.state.set_optimizer(req.name, a.config)
         return Reply()
 
-    def _op_pull(self, req: P.Request, a: P.PullArgs, who: Hashable, now: float) -> PullStream:
-        ids = P.joined(a.ids)
+    def _op_pull(self, req: protocol.Request, a: protocol.PullArgs, who: Hashable, now: float) -> PullStream:
+        ids = protocol.joined(a.ids)
         stream = self.state.pull_stream(req.name, ids, self.chunk_bytes)
         if self.metrics is not None:
             self.metrics.rows_pulled.labels(self.metrics.shard).inc(len(ids))
         return stream
 
-    def _pieces(self, req: P.Request, a: P.PushArgs) -> list[tuple[np.ndarray, np.ndarray]]:
+    def _pieces(self, req: protocol.Request, a: protocol.PushArgs) -> list[tuple[np.ndarray, np.ndarray]]:
         """The push's (ids, values) pieces: from its frames, or from the client's shared buffer."""
         if a.shm is None:
             return a.pieces()
-        ids = P.joined(a.ids)
+        ids = protocol.joined(a.ids)
         t = self.state.get(req.name)
-        dtype = np.dtype(P.DTYPES[t.dtype])
+        dtype = np.dtype(protocol.DTYPES[t.dtype])
         width = math.prod(t.row_shape) * dtype.itemsize
         with self._segments_lock:
             try:
                 seg = self._segments.get(a.shm.name)
             except (ValueError, FileNotFoundError) as exc:
-                raise P.ProtocolError(f"shared-memory buffer: {exc}") from None
+                raise protocol.ProtocolError(f"shared-memory buffer: {exc}") from None
         rows = len(ids)
         if a.shm.offset + rows * width > seg.size:
-            raise P.ProtocolError(
+            raise protocol.ProtocolError(
                 f"shared-memory buffer of {seg.size} bytes cannot hold {rows} rows at {a.shm.offset}"
             )
         return [(ids, view(seg, (rows, *t.row_shape), dtype, a.shm.offset))]
 
-    def _op_push(self, req: P.Request, a: P.PushArgs, who: Hashable, now: float) -> Reply:
+    def _op_push(self, req: protocol.Request, a: protocol.PushArgs, who: Hashable, now: float) -> Reply:
         n = self.state.push(req.name, self._pieces(req, a))
         if self.metrics is not None:
             self.metrics.rows_pushed.labels(self.metrics.shard, "overwrite").inc(n)
         return Reply({"rows": n})
 
-    def _op_push_grad(self, req: P.Request, a: P.PushArgs, who: Hashable, now: float) -> Reply:
+    def _op_push_grad(self, req: protocol.Request, a: protocol.PushArgs, who: Hashable, now: float) -> Reply:
         pieces = self._pieces(req, a)
         start = time.perf_counter()
         try:
             n, skipped = self.state.push_grad(req.name, pieces, a.step)
-        except P.ProtocolError as exc:
+        except protocol.ProtocolError as exc:
             if self.metrics is not None and "NaN or infinity" in str(exc):
                 rows = sum(len(ids) for ids, _ in pieces)
                 self.metrics.nonfinite.labels(self.metrics.shard, "refused").inc(rows)
@@ -145,7 +149,9 @@ class Dispatcher:
                 m.nonfinite.labels(s, "skipped").inc(skipped)
         return Reply({"rows": n, "skipped": skipped})
 
-    def _op_barrier(self, req: P.Request, a: P.BarrierArgs, who: Hashable, now: float) -> Released | None:
+    def _op_barrier(
+        self, req: protocol.Request, a: protocol.BarrierArgs, who: Hashable, now: float
+    ) -> Released | None:
         limit = a.timeout if a.timeout is not None else 3600.0
         deadline = now + max(0.1, limit - BARRIER_MARGIN)
         released = self.barriers.arrive(a.key, a.count, who, deadline)
@@ -153,21 +159,23 @@ class Dispatcher:
             return None
         return Released(released, {"key": a.key, "count": a.count})
 
-    def _checkpoint_path(self, a: P.PathArgs) -> Path:
+    def _checkpoint_path(self, a: protocol.PathArgs) -> Path:
         if self.checkpoint_root is None:
-            raise P.ProtocolError("this shard has no checkpoint root (--checkpoint-root)")
+            raise protocol.ProtocolError("this shard has no checkpoint root (--checkpoint-root)")
         path = (self.checkpoint_root / a.path).resolve()
         if path != self.checkpoint_root and self.checkpoint_root not in path.parents:
-            raise P.ProtocolError(f"checkpoint path {P.echo(a.path)} leaves the checkpoint root")
+            raise protocol.ProtocolError(
+                f"checkpoint path {protocol.echo(a.path)} leaves the checkpoint root"
+            )
         return path
 
-    def _op_checkpoint(self, req: P.Request, a: P.PathArgs, who: Hashable, now: float) -> Reply:
+    def _op_checkpoint(self, req: protocol.Request, a: protocol.PathArgs, who: Hashable, now: float) -> Reply:
         return Reply({"pieces": self.state.checkpoint(self._checkpoint_path(a))})
 
-    def _op_restore(self, req: P.Request, a: P.PathArgs, who: Hashable, now: float) -> Reply:
+    def _op_restore(self, req: protocol.Request, a: protocol.PathArgs, who: Hashable, now: float) -> Reply:
         return Reply({"restored": self.state.restore(self._checkpoint_path(a))})
 
-    def _op_shm_info(self, req: P.Request, args: P.OpArgs, who: Hashable, now: float) -> Reply:
+    def _op_shm_info(self, req: protocol.Request, args: protocol.OpArgs, who: Hashable, now: float) -> Reply:
         tensors = {
             n: {
                 "segment": t.shm.name,
@@ -188,9 +196,9 @@ class Dispatcher:
             }
         )
 
-    def _op_sample(self, req: P.Request, a: P.SampleArgs, who: Hashable, now: float) -> Reply:
-        src, counts = self.state.sample(P.joined(a.seeds), a.fanout, a.seed)
+    def _op_sample(self, req: protocol.Request, a: protocol.SampleArgs, who: Hashable, now: float) -> Reply:
+        src, counts = self.state.sample(protocol.joined(a.seeds), a.fanout, a.seed)
         return Reply(arrays=[src, counts])
 
-    def _op_shutdown(self, req: P.Request, args: P.OpArgs, who: Hashable, now: float) -> Reply:
+    def _op_shutdown(self, req: protocol.Request, args: protocol.OpArgs, who: Hashable, now: float) -> Reply:
         return Reply()  # the server stops after answering; in process there is nothing to stop

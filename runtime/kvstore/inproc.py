@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from graphtrain.runtime.errors import GraphtrainError
-from graphtrain.runtime.kvstore import protocol as P
+from graphtrain.runtime.kvstore import protocol
 from graphtrain.runtime.kvstore.dispatch import Dispatcher, Released, Reply
 from graphtrain.runtime.kvstore.state import GraphPart, PullStream, ShardState
 from graphtrain.runtime.kvstore.transport import Answer, Call, place
@@ -54,20 +54,20 @@ class InProcTransport:
         return self.states[shard].graph
 
     def _call(self, c: Call) -> Answer:
-        req = P.Request(c.op, 0, c.name, list(c.arrays), c.args or {}, sum(a.nbytes for a in c.arrays))
+        req = protocol.Request(c.op, 0, c.name, list(c.arrays), c.args or {}, sum(a.nbytes for a in c.arrays))
         try:
-            args = P.validate(req)
+            args = protocol.validate(req)
             out = self.dispatchers[c.shard].run(req, args, who=c.shard)
-        except (P.ProtocolError, GraphtrainError, ValueError) as exc:
-            raise P.RemoteError(f"shard {c.shard} (in-process) refused {c.op}: {exc}") from None
+        except (protocol.ProtocolError, GraphtrainError, ValueError) as exc:
+            raise protocol.RemoteError(f"shard {c.shard} (in-process) refused {c.op}: {exc}") from None
         if isinstance(out, PullStream):
             return self._pull(c, out)
         if isinstance(out, Released):
             return Answer(out.result, [])
         if out is None:  # a barrier of several participants in one process can never complete
-            assert isinstance(args, P.BarrierArgs)
+            assert isinstance(args, protocol.BarrierArgs)
             self.dispatchers[c.shard].barriers.withdraw(args.key, c.shard)
-            raise P.RemoteError(
+            raise protocol.RemoteError(
                 f"shard {c.shard} (in-process) refused barrier: {args.count} participants cannot meet "
                 "in one process"
             )

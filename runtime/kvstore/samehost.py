@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from graphtrain.runtime.kvstore import protocol as P
+from graphtrain.runtime.kvstore import protocol
 from graphtrain.runtime.kvstore.shm import PushBuffer, attach, host_id, view
 from graphtrain.runtime.kvstore.state import GraphPart
 
@@ -46,7 +46,7 @@ class SameHost:
                 self._segments.append(seg)
                 shape = (t["hi"] - t["lo"], *t["row_shape"])
                 try:
-                    rows = view(seg, shape, np.dtype(P.DTYPES[t["dtype"]]))
+                    rows = view(seg, shape, np.dtype(protocol.DTYPES[t["dtype"]]))
                 except (TypeError, ValueError):  # a segment smaller than announced
                     continue
                 self.views[(shard, name)] = (rows, t["lo"])

@@ -48,8 +48,7 @@ import zmq
 from zmq.utils.monitor import recv_monitor_message
 
 from graphtrain.runtime.errors import GraphtrainError
-from graphtrain.runtime.kvstore import auth
-from graphtrain.runtime.kvstore import protocol as P
+from graphtrain.runtime.kvstore import auth, protocol
 from graphtrain.runtime.kvstore.dispatch import Dispatcher, Released
 from graphtrain.runtime.kvstore.fairqueue import FairQueue, QueueFull
 from graphtrain.runtime.kvstore.metrics import ServerMetrics
@@ -71,7 +70,7 @@ ERROR_CHARS = 500
 class Limits:
     """What one peer, and all of them together, may cost the server."""
 
-    max_request_bytes: int = P.DEFAULT_MAX_REQUEST_BYTES  # one request's frames
+    max_request_bytes: int = protocol.DEFAULT_MAX_REQUEST_BYTES  # one request's frames
     max_queued_bytes: int = 512 << 20  # all requests queued or running; past it the server reads no more
     per_peer_queue: int = 64  # requests one connection may have queued
     backlog_messages: int = 256  # replies waiting for one connection to read...
@@ -84,8 +83,8 @@ class Limits:
 
 @dataclass
 class Task:
-    req: P.Request
-    args: P.OpArgs
+    req: protocol.Request
+    args: protocol.OpArgs
     arrived: float
 
 
@@ -181,7 +180,7 @@ class ShardServer:
         router = self.ctx.socket(zmq.ROUTER)
         auth.secure_server(router)
         lim = self.limits
-        router.setsockopt(zmq.MAXMSGSIZE, max(P.MAX_FRAME_BYTES, P.MAX_HEADER_BYTES))
+        router.setsockopt(zmq.MAXMSGSIZE, max(protocol.MAX_FRAME_BYTES, protocol.MAX_HEADER_BYTES))
         router.setsockopt(zmq.ROUTER_MANDATORY, 1)  # a full or vanished peer is reported, not waited on
         router.setsockopt(zmq.SNDHWM, 64)
         router.setsockopt(zmq.RCVHWM, 64)
@@ -396,14 +395,14 @@ class ShardServer:
             self.metrics.bad_requests.labels(shard, "dropped").inc()
             return
         try:
-            req = P.parse_request(body, self.limits.max_request_bytes)
-            args = P.validate(req)
-        except P.ProtocolError as exc:
+            req = protocol.parse_request(body, self.limits.max_request_bytes)
+            args = protocol.validate(req)
+        except protocol.ProtocolError as exc:
             self.metrics.bad_requests.labels(shard, "malformed").inc()
-            self._error(identity, P.lenient_rid(body), str(exc))
+            self._error(identity, protocol.lenient_rid(body), str(exc))
             return
         if req.op == "health":  # answered here: a probe must not wait behind busy workers
-            self.outbox.post(identity, P.encode_reply(req.rid, result=self.health()))
+            self.outbox.post(identity, protocol.encode_reply(req.rid, result=self.health()))
             self.metrics.requests.labels(shard, "health", "ok").inc()
             return
         try:
@@ -419,7 +418,7 @@ class ShardServer:
 
     def _error(self, identity: bytes, rid: int, message: str) -> None:
         text = message if len(message) <= ERROR_CHARS else message[: ERROR_CHARS - 3] + "..."
-        self.outbox.post(identity, P.encode_reply(rid, ok=False, error=text))
+        self.outbox.post(identity, protocol.encode_reply(rid, ok=False, error=text))
 
     def _dropped(self, d: Dropped) -> None:
         for task in self._queue.drop(d.peer):
@@ -511,16 +510,16 @@ class ShardServer:
                 return self._advance(identity, Stream(req.rid, start, out))
             if isinstance(out, Released):
                 for who, rid in out.who:  # type: ignore[misc]
-                    self.outbox.post(who, P.encode_reply(rid, result=out.result))
+                    self.outbox.post(who, protocol.encode_reply(rid, result=out.result))
             elif out is not None:
                 self.outbox.post(
                     identity,
-                    P.encode_reply(req.rid, result=out.result, arrays=out.arrays),
+                    protocol.encode_reply(req.rid, result=out.result, arrays=out.arrays),
                     sum(a.nbytes for a in out.arrays),
                 )
             if req.op == "shutdown":
                 self.request_stop()
-        except (P.ProtocolError, GraphtrainError, ValueError) as exc:
+        except (protocol.ProtocolError, GraphtrainError, ValueError) as exc:
             outcome = "error"
             self._error(identity, req.rid, str(exc))
         except Exception as exc:  # a bug must not kill the server; the client gets its name
@@ -559,13 +558,13 @@ class ShardServer:
                 buf = self._buffers.take(nbytes)
                 out = buf[:nbytes].view(dtype).view(n, *row_shape)
                 i, offset, rows = pull.next(out)
-                header, data = P.encode_reply(
+                header, data = protocol.encode_reply(
                     st.rid, arrays=[rows], result={"offset": offset}, chunk=(i, pull.count)
                 )
                 frame = zmq.Frame(data, track=True, copy=False)
                 st.inflight.append((buf, frame.tracker))
                 self.outbox.post(identity, [header, frame], nbytes)
-        except (P.ProtocolError, GraphtrainError, ValueError) as exc:
+        except (protocol.ProtocolError, GraphtrainError, ValueError) as exc:
             self._error(identity, st.rid, str(exc))
             self.metrics.requests.labels(self.metrics.shard, "pull", "error").inc()
             return False
@@ -599,7 +598,7 @@ def serve(
     optimizer state live ("cuda", "cuda:1": pushes then run the CUDA core, runtime/native/cuda.py)."""
     import signal
 
-    from graphtrain.runtime import httpd
+    from graphtrain.contract import httpd
     from graphtrain.runtime.kvstore import checkpoint as ckpt
     from graphtrain.runtime.native.memory import keep_freed_memory
 

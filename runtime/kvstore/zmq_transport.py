@@ -25,8 +25,7 @@ import zmq
 from zmq.utils.monitor import recv_monitor_message
 
 from graphtrain.runtime.errors import GraphtrainError
-from graphtrain.runtime.kvstore import auth
-from graphtrain.runtime.kvstore import protocol as P
+from graphtrain.runtime.kvstore import auth, protocol
 from graphtrain.runtime.kvstore.samehost import SameHost
 from graphtrain.runtime.kvstore.state import GraphPart
 from graphtrain.runtime.kvstore.transport import Answer, Call, KVAuthError, KVTimeout, place
@@ -44,7 +43,7 @@ _MONITORED = _HANDSHAKE_EVENTS | zmq.EVENT_DISCONNECTED
 class ZmqTransport:
     """One DEALER per shard; requests to several shards are in flight together."""
 
-    max_frame_bytes = P.MAX_FRAME_BYTES
+    max_frame_bytes = protocol.MAX_FRAME_BYTES
     chunked_pushes = True
 
     def __init__(
@@ -124,7 +123,7 @@ class ZmqTransport:
     # ------------------------------------------------------------------------------- requests
 
     def _send(self, c: Call, rid: int) -> None:
-        frames = P.encode_request(c.op, rid, c.name, list(c.arrays), c.args)
+        frames = protocol.encode_request(c.op, rid, c.name, list(c.arrays), c.args)
         self.sockets[c.shard].send_multipart(frames, copy=False)
 
     def call_many(self, calls: list[Call], timeout: float | None = None) -> list[Answer]:
@@ -232,7 +231,7 @@ class _Exchange:
                 if now < self.deadline[i]:
                     continue
                 c = calls[i]
-                idempotent = P.OPS[c.op][1]
+                idempotent = protocol.OPS[c.op][1]
                 if idempotent and self.attempts[i] <= t.retries:
                     del pending[rid]
                     self.chunks.pop(rid, None)
@@ -258,7 +257,7 @@ class _Exchange:
             c = self.calls[i]
             if c.shard not in shards:
                 continue
-            if P.OPS[c.op][1]:
+            if protocol.OPS[c.op][1]:
                 self.deadline[i] = now
                 continue
             raise KVTimeout(
@@ -269,8 +268,8 @@ class _Exchange:
 
     def _take(self, frames: list[Any]) -> None:
         try:
-            header, arrays = P.parse_reply([f.buffer for f in frames])
-        except P.ProtocolError:
+            header, arrays = protocol.parse_reply([f.buffer for f in frames])
+        except protocol.ProtocolError:
             return  # not ours to read; the call times out if no good reply follows
         rid = header["rid"]
         if rid not in self.pending:
@@ -279,7 +278,7 @@ class _Exchange:
         c = self.calls[i]
         if not header.get("ok"):
             del self.pending[rid]
-            raise P.RemoteError(
+            raise protocol.RemoteError(
                 f"shard {c.shard} ({self.t.addresses[c.shard]}) refused {c.op}: {header.get('error')}"
             )
         index, count = header.get("chunk", [0, 1])

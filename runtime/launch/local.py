@@ -58,15 +58,27 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from graphtrain.runtime import spec as S
+from graphtrain.contract import reporting, rundir
+from graphtrain.contract.conditions import Reason
+from graphtrain.contract.spec import (
+    PLACEMENT_FIELDS,
+    Condition,
+    Device,
+    GraphSource,
+    GraphTraining,
+    GraphTrainingSpec,
+    GraphTrainingStatus,
+    Phase,
+    Progress,
+    ShardState,
+    quantity_to_bytes,
+)
 from graphtrain.runtime.data.cache import atomic_file, write_json
 from graphtrain.runtime.data.checks import check_data
 from graphtrain.runtime.errors import DataWarning, GraphtrainError
 from graphtrain.runtime.kvstore import checkpoint as ckpt
 from graphtrain.runtime.launch import plan, status, targets
 from graphtrain.runtime.progress import console
-from graphtrain.runtime.spec import reporting, rundir
-from graphtrain.runtime.spec.conditions import Reason
 from graphtrain.runtime.train import history
 from graphtrain.runtime.train.resumable import check_resumable
 
@@ -75,11 +87,11 @@ POLL_SECONDS = 0.5
 PRIVATE = 0o077  # umask of the launcher and its children: directories 0700, files 0600
 KEEP_LOGS = 3  # earlier launches' logs kept beside the current one: <name>.log.1 .. .3
 LOCK = "launch.lock"
-TERMINAL = (S.Phase.succeeded.value, S.Phase.failed.value)
+TERMINAL = (Phase.succeeded.value, Phase.failed.value)
 IN_EPOCH_EVERY = 30.0  # seconds between lines on an epoch still running (none for shorter epochs)
 
 
-def partition_key(spec: S.GraphTrainingSpec, source: S.GraphSource, inputs: Mapping[str, str]) -> str:
+def partition_key(spec: GraphTrainingSpec, source: GraphSource, inputs: Mapping[str, str]) -> str:
     """What a run's partition depends on: a partition made for the same key is reused. `source`: the
     spec's graph section with its paths resolved; `inputs`: the content hashes of its files
     (data.inputs.fingerprint), so a rewritten input is partitioned again even under the same name. Where
@@ -88,7 +100,7 @@ def partition_key(spec: S.GraphTrainingSpec, source: S.GraphSource, inputs: Mapp
         {
             "graph": source.model_dump(mode="json"),
             "inputs": dict(inputs),
-            "partition": spec.partition.model_dump(mode="json", exclude=set(S.PLACEMENT_FIELDS)),
+            "partition": spec.partition.model_dump(mode="json", exclude=set(PLACEMENT_FIELDS)),
             "projection": spec.model.feature_projection,
         },
         sort_keys=True,
@@ -296,7 +308,7 @@ def stop_on_signals() -> None:
 class LocalRun:
     def __init__(
         self,
-        gt: S.GraphTraining,
+        gt: GraphTraining,
         spec_path: Path,
         run_dir: Path,
         standalone: bool = False,
@@ -316,7 +328,7 @@ class LocalRun:
         self.token = ""
         self.user_umask = 0o022  # the caller's (set by run()), for the shared dataset cache
         self.obs = status.Observed(start_time=status.now())
-        self._conditions: list[S.Condition] = []
+        self._conditions: list[Condition] = []
         self.servers: list[Child] = []
         self.trainers: list[Child] = []
         self.addresses: list[str] = []
@@ -325,7 +337,7 @@ class LocalRun:
         self._last_print = time.monotonic()
         self._last_step = -1
         self.namespace = gt.metadata.namespace or "default"
-        self.last_status: S.GraphTrainingStatus | None = None  # what the launcher's metrics read
+        self.last_status: GraphTrainingStatus | None = None  # what the launcher's metrics read
         self.metrics_port: int | None = None  # the launcher's own, while it runs
         self._metrics_server: Any = None
         self._extra_targets: list[tuple[str, int, dict[str, str]]] = []
@@ -359,7 +371,7 @@ class LocalRun:
             return targets.write(self.run_dir, doc)
 
     def _serve_metrics(self) -> None:
-        from graphtrain.runtime import httpd
+        from graphtrain.contract import httpd
         from graphtrain.runtime.launch.metrics import registry
 
         reg = registry(self.namespace, self.gt.metadata.name, lambda: self.last_status)
@@ -402,23 +414,22 @@ class LocalRun:
         the spec's directory's. What the data says that the run should know (isolated nodes dropped, a
         directed graph without reverseEdges) is said; what the spec needs that the data lacks stops the
         run here, naming the field, before any server starts."""
-        from graphtrain.runtime import partition as P
-        from graphtrain.runtime.data import datasets as D
-        from graphtrain.runtime.data import inputs
+        from graphtrain.runtime import partition as partitioning
+        from graphtrain.runtime.data import datasets, inputs
 
         spec = self.gt.spec
         source = inputs.resolve(spec.graph, self.spec_path.parent)
         cached = None
         if source.dataset is not None:
             with umask(self.user_umask):  # the dataset cache is shared, not the run's
-                cached = D.fetch(str(source.dataset), self.data_dir)
+                cached = datasets.fetch(str(source.dataset), self.data_dir)
         key = partition_key(spec, source, inputs.fingerprint(source, cached))
         out = self.run_dir / "partition"
         settings = self.run_dir / "partition.settings"  # beside, not inside: a partition has one .json
         before = settings.read_text() if settings.exists() else None
         if before == key:
             with contextlib.suppress(Exception):
-                cfg = P.load_config(out)
+                cfg = partitioning.load_config(out)
                 self.obs.partition = cfg.data
                 self.say(f"[run] reusing the partition in {out} (same settings, same input files)")
                 return cfg.path
@@ -437,7 +448,7 @@ class LocalRun:
         settings.unlink(missing_ok=True)  # a partition replaced halfway is never taken for the old one
         with umask(self.user_umask), warnings.catch_warnings(record=True) as said:
             warnings.simplefilter("always", DataWarning)
-            graph = D.load_source(source, self.data_dir)
+            graph = datasets.load_source(source, self.data_dir)
             check_data(self.gt, graph)
         for w in said:
             if issubclass(w.category, DataWarning):
@@ -446,8 +457,8 @@ class LocalRun:
             from graphtrain.runtime.data.transform import project_graph_features
 
             project_graph_features(graph, spec.model.feature_projection, seed=0)
-        limit = S.quantity_to_bytes(spec.partition.memory_limit) if spec.partition.memory_limit else None
-        result = P.partition_graph(
+        limit = quantity_to_bytes(spec.partition.memory_limit) if spec.partition.memory_limit else None
+        result = partitioning.partition_graph(
             graph,
             spec.partition.parts,
             str(spec.partition.algorithm),
@@ -456,9 +467,9 @@ class LocalRun:
             spec.partition.seed,
             limit,
         )
-        config = P.write(graph, result, out, overwrite=True)
+        config = partitioning.write(graph, result, out, overwrite=True)
         settings.write_text(key)
-        self.obs.partition = P.load_config(config).data
+        self.obs.partition = partitioning.load_config(config).data
         return config
 
     # ------------------------------------------------------------------------------- processes
@@ -496,7 +507,7 @@ class LocalRun:
     @property
     def device(self) -> str:
         """Where the shard servers keep their tables (spec shardServers.device): cpu or cuda."""
-        return S.Device(self.gt.spec.shard_servers.device).value
+        return Device(self.gt.spec.shard_servers.device).value
 
     def start_servers(self, partition: Path) -> None:
         n = self.gt.spec.num_shards
@@ -508,7 +519,7 @@ class LocalRun:
         self.addresses = [self._wait_ready(c) for c in self.servers]
         self.write_targets()
         self.obs.shards = [
-            {"index": i, "state": S.ShardState.ready.value, "address": a, "restarts": 0}
+            {"index": i, "state": ShardState.ready.value, "address": a, "restarts": 0}
             for i, a in enumerate(self.addresses)
         ]
 
@@ -551,7 +562,7 @@ class LocalRun:
                 fresh.restarts = c.restarts + 1
                 self.servers[i] = fresh
                 self.addresses[i] = self._wait_ready(fresh)
-                self.obs.shards[i].update(state=S.ShardState.ready.value, restarts=fresh.restarts)
+                self.obs.shards[i].update(state=ShardState.ready.value, restarts=fresh.restarts)
                 self.write_targets()  # on its new port
 
     def stop_all(self, grace: float = 10.0) -> None:
@@ -586,7 +597,7 @@ class LocalRun:
     def _progress(self) -> None:
         """Take trainer 0's latest report (a missing or unreadable one keeps the last), print a line for
         each epoch its history gained, and one on the running epoch when no line came for IN_EPOCH_EVERY."""
-        report = reporting.decode(read_if_present(self.run_dir / reporting.PROGRESS_FILE))
+        report = reporting.decode(read_if_present(self.run_dir / rundir.PROGRESS_FILE))
         if report is not None:
             self.obs.progress = report
         for entry in self._new_epochs():
@@ -600,9 +611,9 @@ class LocalRun:
             self.say(f"[run] {reporting.in_epoch_line(report)}")
             self._last_print, self._last_step = time.monotonic(), report.step
 
-    def _new_epochs(self) -> list[S.Progress]:
+    def _new_epochs(self) -> list[Progress]:
         """The history's entries not printed yet (the file is read again only when it changed)."""
-        path = self.run_dir / reporting.HISTORY_FILE
+        path = self.run_dir / rundir.HISTORY_FILE
         try:
             st = path.stat()
         except OSError:
@@ -642,7 +653,7 @@ class LocalRun:
             if bad is not None:
                 if self.obs.restarts < policy.backoff_limit:
                     self.obs.restarts += 1
-                    self.obs.phase = S.Phase.restarting.value
+                    self.obs.phase = Phase.restarting.value
                     self.say(
                         f"[run] {bad.plan.name} {ended(bad.proc.returncode)}; restart "
                         f"{self.obs.restarts}/{policy.backoff_limit} from the last checkpoint"
@@ -655,7 +666,7 @@ class LocalRun:
                             t.proc.wait(timeout=10)
                     self._restart_dead_servers()
                     self.start_trainers(partition)
-                    self.obs.phase = S.Phase.training.value
+                    self.obs.phase = Phase.training.value
                     last_change = time.monotonic()
                     continue
                 raise RunFailed(bad.why())
@@ -724,14 +735,14 @@ class LocalRun:
             f.write(self.token.encode())
         if (self.run_dir / "logs").is_dir():
             rotate_logs(self.run_dir / "logs")
-        for stale in (reporting.PROGRESS_FILE, "result.json"):
+        for stale in (rundir.PROGRESS_FILE, "result.json"):
             (self.run_dir / stale).unlink(missing_ok=True)
         if not self.resume:  # a resumed run continues its history; a new one starts its own
-            (self.run_dir / reporting.HISTORY_FILE).unlink(missing_ok=True)
+            (self.run_dir / rundir.HISTORY_FILE).unlink(missing_ok=True)
             (self.run_dir / history.METRICS_FILE).unlink(missing_ok=True)
             shutil.rmtree(self.run_dir / history.TENSORBOARD_DIR, ignore_errors=True)
         # the epochs of earlier launches were printed by them
-        before = reporting.decode_history(read_if_present(self.run_dir / reporting.HISTORY_FILE))
+        before = reporting.decode_history(read_if_present(self.run_dir / rundir.HISTORY_FILE))
         self._seen = {reporting.entry_key(p) for p in before}
         shutil.rmtree(self.run_dir / "trainers", ignore_errors=True)  # the previous launch's heartbeats
         # what readers of the directory (the REST API's local source) take the training's identity from
@@ -772,7 +783,7 @@ class LocalRun:
     def _launch(self) -> dict:
         try:
             self._serve_metrics()
-            self.obs.phase = S.Phase.partitioning.value
+            self.obs.phase = Phase.partitioning.value
             self.write_status()
             self.write_targets()
             partition = self.partition()
@@ -781,7 +792,7 @@ class LocalRun:
                 f"[run] edge cut {100 * st['edge_cut_fraction']:.2f} %, balance "
                 + ", ".join(f"{k} {v:.3f}" for k, v in st["balance"].items())
             )
-            self.obs.phase = S.Phase.starting.value
+            self.obs.phase = Phase.starting.value
             self.write_status()
             if not self.standalone:
                 self.say(f"[run] starting {self.gt.spec.num_shards} shard server(s)")
@@ -789,11 +800,11 @@ class LocalRun:
             n = 1 if self.standalone else self.gt.spec.trainers.replicas
             self.say(f"[run] starting {n} trainer(s){' (standalone)' if self.standalone else ''}")
             self.start_trainers(partition)
-            self.obs.phase = S.Phase.training.value
+            self.obs.phase = Phase.training.value
             self.monitor(partition)
             self._progress()
             self._shutdown_servers()
-            self.obs.phase = S.Phase.succeeded.value
+            self.obs.phase = Phase.succeeded.value
             self.obs.completion_time = status.now()
             result = json.loads((self.run_dir / "result.json").read_text())
             if result.get("stopped_early"):
@@ -802,7 +813,7 @@ class LocalRun:
                 )
             return result
         except BaseException as exc:
-            self.obs.phase = S.Phase.failed.value
+            self.obs.phase = Phase.failed.value
             self.obs.failure = (
                 str(exc)
                 if not isinstance(exc, KeyboardInterrupt)
@@ -856,7 +867,7 @@ def finished_result(run_dir: Path, meta: dict[str, Any], epochs: int) -> dict[st
         result = json.loads((run_dir / "result.json").read_text())
     except (OSError, ValueError, AttributeError):
         return None
-    if phase != S.Phase.succeeded.value or not isinstance(result, dict):
+    if phase != Phase.succeeded.value or not isinstance(result, dict):
         return None
     return result if result.get("last_epoch") == epochs else None
 

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from graphtrain.runtime.spec import roles
+from graphtrain.contract import roles
 
 SHARD_WORKERS = 2  # request threads per shard server: the trainers share the machine's cores with them
 

@@ -12,8 +12,17 @@ import datetime as dt
 from dataclasses import dataclass, field
 from typing import Any
 
-from graphtrain.runtime import spec as S
-from graphtrain.runtime.spec import conditions as C
+from graphtrain.contract import conditions
+from graphtrain.contract.spec import (
+    Condition,
+    GraphTraining,
+    GraphTrainingStatus,
+    PartitionStatus,
+    Phase,
+    Progress,
+    ShardState,
+    ShardStatus,
+)
 
 
 def now() -> str:
@@ -22,21 +31,21 @@ def now() -> str:
 
 @dataclass
 class Observed:
-    phase: str = S.Phase.pending.value
+    phase: str = Phase.pending.value
     partition: dict[str, Any] | None = None  # the partition config's stats
     shards: list[dict[str, Any]] = field(default_factory=list)  # index, state, address, restarts
-    progress: S.Progress | None = None  # trainer 0's last report (progress.json)
+    progress: Progress | None = None  # trainer 0's last report (progress.json)
     restarts: int = 0
     failure: str | None = None
-    failure_reason: C.Reason = C.Reason.process_failed
+    failure_reason: conditions.Reason = conditions.Reason.process_failed
     start_time: str | None = None
     completion_time: str | None = None
 
 
-def partition_status(config: dict[str, Any]) -> S.PartitionStatus:
+def partition_status(config: dict[str, Any]) -> PartitionStatus:
     """The status' partition section from a partition config (its stats, counted when written)."""
     st = config["stats"]
-    return S.PartitionStatus(
+    return PartitionStatus(
         algorithm=config["algorithm"],
         parts=config["num_parts"],
         num_nodes=st["num_nodes"],
@@ -51,32 +60,32 @@ def partition_status(config: dict[str, Any]) -> S.PartitionStatus:
     )
 
 
-def build(gt: S.GraphTraining, obs: Observed, previous: list[S.Condition], at: str) -> S.GraphTrainingStatus:
+def build(gt: GraphTraining, obs: Observed, previous: list[Condition], at: str) -> GraphTrainingStatus:
     """The status from what was observed; `previous`: the conditions of the last status built (their
     transition times carry over), `at`: the time of this one."""
-    conds = C.Conditions(previous, at)
-    C.set_spec_valid(conds)
+    conds = conditions.Conditions(previous, at)
+    conditions.set_spec_valid(conds)
     part = None
     if obs.partition is not None:
         part = partition_status(obs.partition)
-        C.set_partitioned(conds)
+        conditions.set_partitioned(conds)
     if obs.shards:
-        ready = sum(s.get("state") == S.ShardState.ready.value for s in obs.shards)
-        C.set_shards_ready(conds, ready, len(obs.shards))
-    if obs.phase == S.Phase.succeeded.value:  # as the operator says it: the trainers are done
-        C.set_trainers_waiting(conds, C.Reason.completed, "every trainer finished")
-        C.set_succeeded(conds)
+        ready = sum(s.get("state") == ShardState.ready.value for s in obs.shards)
+        conditions.set_shards_ready(conds, ready, len(obs.shards))
+    if obs.phase == Phase.succeeded.value:  # as the operator says it: the trainers are done
+        conditions.set_trainers_waiting(conds, conditions.Reason.completed, "every trainer finished")
+        conditions.set_succeeded(conds)
     elif obs.progress is not None:
-        C.set_trainers_running(conds)
-    if obs.phase == S.Phase.failed.value:
-        C.set_failed(conds, obs.failure_reason, obs.failure or "")
-    return S.GraphTrainingStatus(
+        conditions.set_trainers_running(conds)
+    if obs.phase == Phase.failed.value:
+        conditions.set_failed(conds, obs.failure_reason, obs.failure or "")
+    return GraphTrainingStatus(
         phase=obs.phase,
         conditions=conds.as_list(),
         partition=part,
         progress=obs.progress,
         shards=[
-            S.ShardStatus(
+            ShardStatus(
                 index=s["index"],
                 state=s.get("state", "Pending"),
                 address=s.get("address"),

@@ -9,8 +9,8 @@ import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from graphtrain.contract.telemetry import JOB_API, JOB_LAUNCHER, JOB_SHARD, JOB_TRAINER
 from graphtrain.runtime.data.cache import atomic_file
-from graphtrain.runtime.spec.telemetry import JOB_API, JOB_LAUNCHER, JOB_SHARD, JOB_TRAINER
 
 __all__ = [
     "JOB_API",

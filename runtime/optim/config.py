@@ -61,7 +61,7 @@ class OptimConfig:
 
     @classmethod
     def from_spec(cls, table: object) -> OptimConfig:
-        """From a spec's EmbeddingTable (runtime/spec/model.py)."""
+        """From a spec's EmbeddingTable (contract/spec/tables.py)."""
         opt = table.optimizer  # type: ignore[attr-defined]
         return cls(
             kind=str(opt.kind),  # type: ignore[arg-type]

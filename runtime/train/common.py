@@ -36,12 +36,12 @@ import numpy as np
 import torch
 import torch.distributed as torch_dist
 
-from graphtrain.runtime import spec as S
+from graphtrain.contract import reporting, rundir
+from graphtrain.contract.spec import Progress as SpecProgress
 from graphtrain.runtime.data.cache import atomic_file, hash_tree, write_json
 from graphtrain.runtime.errors import GraphtrainError
 from graphtrain.runtime.kvstore import checkpoint as ckpt
-from graphtrain.runtime.spec import reporting
-from graphtrain.runtime.train import best as B
+from graphtrain.runtime.train import best as best_record
 from graphtrain.runtime.train.history import MetricsLog
 from graphtrain.runtime.train.metrics import TrainerMetrics
 from graphtrain.runtime.train.resumable import check_resumable, model_record
@@ -148,11 +148,11 @@ class Progress:
             parts.append(f"{self.eval_metric} {self.eval_value:.4f}")
         return "  ".join(parts)
 
-    def to_spec(self) -> S.Progress:
+    def to_spec(self) -> SpecProgress:
         """The report every sink writes: the schema of status.progress in both executors. A value that
         is not finite (a diverging loss: NaN, inf) is reported absent, which the schema allows; the
         summary line still shows it (the schema refuses NaN, and a refused report killed the trainer)."""
-        return S.Progress(
+        return SpecProgress(
             epoch=self.epoch,
             epochs=self.epochs,
             step=self.step,
@@ -170,9 +170,11 @@ class ProgressSink(Protocol):
     progress ConfigMap in a pod (progress_k8s.ConfigMapSink). Same schema in all; each sink decides how
     often it writes. `history`: rank 0's progress history, given at the end of an epoch (else None)."""
 
-    def write(self, progress: S.Progress, final: bool, history: list[S.Progress] | None = None) -> None: ...
+    def write(
+        self, progress: SpecProgress, final: bool, history: list[SpecProgress] | None = None
+    ) -> None: ...
 
-    def load_history(self) -> list[S.Progress]:
+    def load_history(self) -> list[SpecProgress]:
         """The history kept so far (a restarted trainer continues it); [] if none."""
         ...
 
@@ -183,16 +185,16 @@ class FileSink:
 
     def __init__(self, run_dir: Path):
         run_dir.mkdir(parents=True, exist_ok=True)
-        self.path = run_dir / reporting.PROGRESS_FILE
-        self.history_path = run_dir / reporting.HISTORY_FILE
+        self.path = run_dir / rundir.PROGRESS_FILE
+        self.history_path = run_dir / rundir.HISTORY_FILE
 
-    def write(self, progress: S.Progress, final: bool, history: list[S.Progress] | None = None) -> None:
+    def write(self, progress: SpecProgress, final: bool, history: list[SpecProgress] | None = None) -> None:
         write_json(self.path, reporting.to_wire(progress))
         if history is not None:
             with atomic_file(self.history_path) as f:
                 f.write(reporting.encode_history(history).encode())
 
-    def load_history(self) -> list[S.Progress]:
+    def load_history(self) -> list[SpecProgress]:
         try:
             return reporting.decode_history(self.history_path.read_bytes())
         except OSError:
@@ -204,13 +206,13 @@ class HeartbeatFileSink:
     as its `rank-<i>` key is in the progress ConfigMap)."""
 
     def __init__(self, run_dir: Path, rank: int):
-        self.path = run_dir / reporting.rank_file(rank)
+        self.path = run_dir / rundir.rank_file(rank)
         self.path.parent.mkdir(parents=True, exist_ok=True)
 
-    def write(self, progress: S.Progress, final: bool, history: list[S.Progress] | None = None) -> None:
+    def write(self, progress: SpecProgress, final: bool, history: list[SpecProgress] | None = None) -> None:
         write_json(self.path, reporting.to_wire(progress))
 
-    def load_history(self) -> list[S.Progress]:
+    def load_history(self) -> list[SpecProgress]:
         return []
 
 
@@ -247,7 +249,7 @@ class Reporter:
         self.echo = echo and rank == 0
         self.metrics = metrics
         self.metrics_log = metrics_log if rank == 0 else None
-        self.history: list[S.Progress] | None = None  # rank 0's, read from the sinks at the first epoch end
+        self.history: list[SpecProgress] | None = None  # rank 0's, read from the sinks at the first epoch end
 
     def report(self, p: Progress, epoch_end: bool = False, evaluated: bool = False) -> None:
         """`epoch_end`: an epoch just finished (rank 0 appends the report to the history, with its eval
@@ -366,8 +368,8 @@ class StepHooks:
         self.metrics_log = MetricsLog(run_dir, self.EVAL_METRICS) if run_dir and dist.rank == 0 else None
         self.reporter = Reporter(dist.rank, sinks, metrics=self.metrics, metrics_log=self.metrics_log)
         self.epoch = self.step = 0
-        self.passes: list[B.Pass] = []  # this timeline's validation passes
-        self.best = B.Best()
+        self.passes: list[best_record.Pass] = []  # this timeline's validation passes
+        self.best = best_record.Best()
         self.saved_step: int | None = None  # the step of the last checkpoint this trainer took
         self.loss_sum, self.loss_count = 0.0, 0  # this epoch's, on this rank
         self.stopped: str | None = None  # why training stopped early, if it did
@@ -408,7 +410,7 @@ class StepHooks:
         best so far). A step already checkpointed is not saved again: only the BEST marker moves."""
         if self.checkpoint_root is None:
             return
-        tag = B.checkpoint_name(self.step)
+        tag = best_record.checkpoint_name(self.step)
         if self.saved_step == self.step:  # the same on every rank: no barrier is skipped by one alone
             if best and self.dist.rank == 0:
                 ckpt.mark_best(self.checkpoint_root, tag)
@@ -463,8 +465,8 @@ class StepHooks:
         meta = self.load_state(directory)
         self.epoch, self.step = int(meta["epoch"]), int(meta["step"])
         self.saved_step = self.step
-        self.passes = B.until(B.load(self.checkpoint_root), self.step)
-        self.best = B.replay(self.passes, self.min_delta)
+        self.passes = best_record.until(best_record.load(self.checkpoint_root), self.step)
+        self.best = best_record.replay(self.passes, self.min_delta)
         if self.dist.rank == 0:
             log(f"[trainer] resuming from step {self.step} (epoch {self.epoch}, checkpoint {name})")
             self.graph.client.restore(name)
@@ -480,8 +482,8 @@ class StepHooks:
         best = self.best.best
         if best is None:
             (self.checkpoint_root / ckpt.BEST).unlink(missing_ok=True)
-        elif (self.checkpoint_root / B.checkpoint_name(best.step) / ckpt.TOP).exists():
-            ckpt.mark_best(self.checkpoint_root, B.checkpoint_name(best.step))
+        elif (self.checkpoint_root / best_record.checkpoint_name(best.step) / ckpt.TOP).exists():
+            ckpt.mark_best(self.checkpoint_root, best_record.checkpoint_name(best.step))
 
     def begin(self) -> bool:
         """Resume if there is a checkpoint (whether it did), then open metrics.csv and TensorBoard there."""
@@ -533,19 +535,19 @@ class StepHooks:
         if values is not None:
             metric = self.EVAL_METRICS[0]
             progress.__dict__.update(eval_metric=metric, eval_value=values[metric])
-            this = B.Pass(self.epoch, self.step, values[metric])
+            this = best_record.Pass(self.epoch, self.step, values[metric])
             self.passes = [*self.passes, this]
-            self.best, improved = B.update(self.best, this, self.min_delta)
+            self.best, improved = best_record.update(self.best, this, self.min_delta)
             if self.dist.rank == 0 and self.checkpoint_root is not None:
-                B.save(self.checkpoint_root, self.passes)
+                best_record.save(self.checkpoint_root, self.passes)
         self.reporter.report(progress, epoch_end=True, evaluated=values is not None)
         if tr.checkpoint_interval == 0 or improved:
             self.checkpoint(best=improved)
         es = tr.early_stopping
-        stop = values is not None and es is not None and B.should_stop(self.best, es.patience)
+        stop = values is not None and es is not None and best_record.should_stop(self.best, es.patience)
         if not self.dist.agree(stop) or es is None:
             return False
-        self.stopped = B.stop_reason(self.best, self.EVAL_METRICS[0], es.patience, es.min_delta)
+        self.stopped = best_record.stop_reason(self.best, self.EVAL_METRICS[0], es.patience, es.min_delta)
         if self.dist.rank == 0:
             log(f"[trainer] stopping early after epoch {self.epoch}: {self.stopped}")
         return True
@@ -558,7 +560,7 @@ class StepHooks:
         if best is not None:
             result["best_epoch"] = best.epoch
             result[f"best_{self.EVAL_METRICS[0]}"] = best.value
-            name = B.checkpoint_name(best.step)
+            name = best_record.checkpoint_name(best.step)
             if self.checkpoint_root is not None and (self.checkpoint_root / name / ckpt.TOP).exists():
                 result["best_checkpoint"] = name
         if self.stopped:

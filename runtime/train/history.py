@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from graphtrain.runtime import spec as S
+from graphtrain.contract.spec import Progress
 from graphtrain.runtime.data.cache import atomic_file
 
 METRICS_FILE = "metrics.csv"
@@ -34,7 +34,7 @@ def columns(metrics: Sequence[str]) -> list[str]:
     return [*LEADING, *metrics, *TRAILING]
 
 
-def row(header: Sequence[str], p: S.Progress, values: Mapping[str, float], wall_time: float) -> list[str]:
+def row(header: Sequence[str], p: Progress, values: Mapping[str, float], wall_time: float) -> list[str]:
     """One epoch's CSV row: `p` (a history entry), this epoch's validation `values` (empty if none)."""
     cells: dict[str, Any] = {
         "epoch": p.epoch,
@@ -94,7 +94,7 @@ class MetricsLog:
             return
         self.writer = SummaryWriter(str(self.tb_dir), purge_step=step + 1 if step else None)
 
-    def epoch(self, p: S.Progress, values: Mapping[str, float]) -> None:
+    def epoch(self, p: Progress, values: Mapping[str, float]) -> None:
         """Record a finished epoch: `p` (its history entry), `values` (its validation metrics, or {})."""
         now = time.time()
         with open(self.path, "a", newline="") as f:

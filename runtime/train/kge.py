@@ -24,14 +24,14 @@ from typing import Any
 import numpy as np
 import torch
 
+from graphtrain.contract.spec import GraphTraining
 from graphtrain.runtime.data.graph import KnowledgeGraph
 from graphtrain.runtime.errors import GraphtrainError
 from graphtrain.runtime.graph import DistGraph, edge_split
 from graphtrain.runtime.optim import OptimConfig, SparseOptimizer
 from graphtrain.runtime.partition import load_maps, load_triples
-from graphtrain.runtime.spec import GraphTraining
 from graphtrain.runtime.tensor import DistEmbedding, PartitionBook
-from graphtrain.runtime.train import kge_math as K
+from graphtrain.runtime.train import kge_math
 from graphtrain.runtime.train.common import Dist, Progress, StepHooks, Throughput, init_spec
 from graphtrain.runtime.train.metrics import StageClock, TrainerMetrics
 
@@ -109,7 +109,7 @@ class KGETraining(StepHooks):
         )
         self.rel_opt = SparseOptimizer([self.rel], OptimConfig.from_spec(rel))
         self.triples = torch.from_numpy(edge_split(graph.config, dist.rank, dist.world))
-        self.filter = K.FilterIndex(
+        self.filter = kge_math.FilterIndex(
             np.concatenate([self.kg.train, self.kg.valid, self.kg.test]),
             graph.num_nodes,
             self.kg.num_relations,
@@ -133,7 +133,7 @@ class KGETraining(StepHooks):
         """The loss of a batch of positive triples: its negatives drawn (stage sample), its entity and
         relation rows pulled once each (pull), its scores (forward_backward: backward follows)."""
         m = self.spec.model
-        neg = K.corrupt(pos, m.negatives, self.graph.num_nodes, gen)
+        neg = kge_math.corrupt(pos, m.negatives, self.graph.num_nodes, gen)
         ents = torch.cat([pos[:, [0, 2]].reshape(-1), neg[..., [0, 2]].reshape(-1)])
         uniq, inverse = torch.unique(ents, return_inverse=True)
         rel_ids, rel_inv = torch.unique(pos[:, 1], return_inverse=True)
@@ -146,9 +146,9 @@ class KGETraining(StepHooks):
         b, k = len(pos), m.negatives
         pe, ne = rows[: 2 * b].view(b, 2, -1), rows[2 * b :].view(b, k, 2, -1)
         r = rel_rows.index_select(0, rel_inv)
-        pos_s = K.score(self.kind, pe[:, 0], r, pe[:, 1], self.norm)
-        neg_s = K.score(self.kind, ne[:, :, 0], r.unsqueeze(1), ne[:, :, 1], self.norm)
-        return K.loss(str(m.loss), pos_s, neg_s, m.margin)
+        pos_s = kge_math.score(self.kind, pe[:, 0], r, pe[:, 1], self.norm)
+        neg_s = kge_math.score(self.kind, ne[:, :, 0], r.unsqueeze(1), ne[:, :, 1], self.norm)
+        return kge_math.loss(str(m.loss), pos_s, neg_s, m.margin)
 
     def train(self, on_epoch: Callable[[int], None] | None = None) -> dict[str, Any]:
         tr = self.spec.training
@@ -221,16 +221,16 @@ class KGETraining(StepHooks):
         hi = (self.dist.rank + 1) * len(triples) // self.dist.world
         mine = triples[lo:hi]
         ents, rels = self._all_rows(self.ent), self._all_rows(self.rel)
-        sums = K.RankSums()
+        sums = kge_math.RankSums()
         for i in range(0, len(mine), EVAL_BATCH):
             t = mine[i : i + EVAL_BATCH]
             h_ids, r_ids, t_ids = (torch.from_numpy(t[:, j]) for j in range(3))
             h, r, tt = ents[h_ids], rels[r_ids], ents[t_ids]
-            scores = K.score_all_tails(self.kind, h, r, ents, self.norm)
-            sums.add(K.filtered_ranks(scores, t_ids, *self.filter.known("tail", t[:, 0], t[:, 1])))
-            scores = K.score_all_heads(self.kind, r, tt, ents, self.norm)
-            sums.add(K.filtered_ranks(scores, h_ids, *self.filter.known("head", t[:, 2], t[:, 1])))
-        out = K.RankSums.metrics(self.dist.sum(sums.as_list()))
+            scores = kge_math.score_all_tails(self.kind, h, r, ents, self.norm)
+            sums.add(kge_math.filtered_ranks(scores, t_ids, *self.filter.known("tail", t[:, 0], t[:, 1])))
+            scores = kge_math.score_all_heads(self.kind, r, tt, ents, self.norm)
+            sums.add(kge_math.filtered_ranks(scores, h_ids, *self.filter.known("head", t[:, 2], t[:, 1])))
+        out = kge_math.RankSums.metrics(self.dist.sum(sums.as_list()))
         out["triples"] = float(len(triples))
         return out
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-import torch.nn.functional as F
+from torch.nn import functional
 
 
 def score(kind: str, h: torch.Tensor, r: torch.Tensor, t: torch.Tensor, p: int = 1) -> torch.Tensor:
@@ -62,12 +62,12 @@ def loss(kind: str, pos: torch.Tensor, neg: torch.Tensor, margin: float = 1.0) -
     softplus: mean of softplus(-pos) and softplus(neg) over all B + B*k scores;
     crossentropy: softmax cross-entropy of each positive against its negatives."""
     if kind == "margin":
-        return F.relu(margin - pos.unsqueeze(1) + neg).mean()
+        return functional.relu(margin - pos.unsqueeze(1) + neg).mean()
     if kind == "softplus":
-        return torch.cat([F.softplus(-pos), F.softplus(neg).reshape(-1)]).mean()
+        return torch.cat([functional.softplus(-pos), functional.softplus(neg).reshape(-1)]).mean()
     if kind == "crossentropy":
         logits = torch.cat([pos.unsqueeze(1), neg], 1)
-        return F.cross_entropy(logits, torch.zeros(len(pos), dtype=torch.long))
+        return functional.cross_entropy(logits, torch.zeros(len(pos), dtype=torch.long))
     raise ValueError(f"unknown KGE loss {kind!r}")
 
 

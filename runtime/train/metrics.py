@@ -21,7 +21,7 @@ import time
 
 import prometheus_client as prom
 
-from graphtrain.runtime import spec as S
+from graphtrain.contract.spec import Progress
 
 STAGES = ("sample", "pull", "forward_backward", "push")
 STEP_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
@@ -81,7 +81,7 @@ class TrainerMetrics:
         self.steps.inc()
         self.samples.inc(samples)
 
-    def reported(self, progress: S.Progress, at: float | None = None) -> None:
+    def reported(self, progress: Progress, at: float | None = None) -> None:
         """A progress report went out: its loss, epoch and evaluation (rank 0's: every rank has the same
         all-reduced value, and a dashboard must not average copies), and when."""
         self.last_report.set(time.time() if at is None else at)

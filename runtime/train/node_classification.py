@@ -20,12 +20,12 @@ from typing import Any
 import torch
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+from graphtrain.contract.spec import GraphTraining
 from graphtrain.runtime.errors import GraphtrainError
 from graphtrain.runtime.graph import DistGraph, NeighborLoader, node_split
 from graphtrain.runtime.graph.loader import MiniBatch, sample_blocks
 from graphtrain.runtime.kvstore.client import KVClient
 from graphtrain.runtime.optim import OptimConfig, SparseOptimizer
-from graphtrain.runtime.spec import GraphTraining
 from graphtrain.runtime.tensor import DistEmbedding
 from graphtrain.runtime.train.common import (
     Dist,

@@ -16,8 +16,8 @@ from collections.abc import Callable
 
 import kubernetes
 
-from graphtrain.runtime import spec as S
-from graphtrain.runtime.spec import reporting
+from graphtrain.contract import reporting
+from graphtrain.contract.spec import Progress
 
 _configured = False
 _configure_lock = threading.Lock()
@@ -60,7 +60,7 @@ class ConfigMapSink:
         self._last: float | None = None
         self._history: str | None = None  # the history not sent yet
 
-    def write(self, progress: S.Progress, final: bool, history: list[S.Progress] | None = None) -> None:
+    def write(self, progress: Progress, final: bool, history: list[Progress] | None = None) -> None:
         if history is not None:
             self._history = reporting.encode_history(history)
         now = self.clock()
@@ -73,7 +73,7 @@ class ConfigMapSink:
         if self._patch({"data": data}):
             self._history = None
 
-    def load_history(self) -> list[S.Progress]:
+    def load_history(self) -> list[Progress]:
         """The history in the ConfigMap (a restarted rank 0 continues it); [] if it cannot be read."""
         try:
             load_config()

@@ -1,7 +1,7 @@
 """GraphTrainings as the operator and the trainers leave them on an API server, made directly with the
 Kubernetes client (tests/api and bench/api.py): the GraphTraining with its status, its progress
 ConfigMap (each rank's report, rank 0's progress and history), its trainer pods with their state, and
-events involving it. Names, labels and owner references come from the operator's manifests."""
+events involving it. Names, labels and owner references come from contract/children.py."""
 
 from __future__ import annotations
 
@@ -10,14 +10,34 @@ from typing import Any
 import kubernetes
 from kubernetes.client.rest import ApiException
 
+from graphtrain.contract import reporting
+from graphtrain.contract.children import (
+    LABEL_ATTEMPT,
+    LABEL_RANK,
+    names,
+    owner_reference,
+    trainer_name,
+)
+from graphtrain.contract.children import (
+    labels as child_labels,
+)
+from graphtrain.contract.conditions import Event, Severity
+from graphtrain.contract.spec import (
+    API_VERSION,
+    KIND,
+    PLURAL,
+    Condition,
+    ConditionType,
+    GraphTrainingStatus,
+    Phase,
+    Progress,
+    ShardState,
+    ShardStatus,
+)
 from graphtrain.operator import k8s
-from graphtrain.operator import manifests as M
-from graphtrain.runtime import spec as S
-from graphtrain.runtime.spec import reporting
-from graphtrain.runtime.spec.conditions import Event, Severity
 from tests.api.fake import SPEC
 
-GROUP, VERSION = S.API_VERSION.split("/")
+GROUP, VERSION = API_VERSION.split("/")
 AT = "2025-01-02T03:04:05Z"
 
 
@@ -27,8 +47,8 @@ def client(kubeconfig: str) -> kubernetes.client.ApiClient:
     return kubernetes.client.ApiClient()
 
 
-def report(epoch: int, rank: int = 0) -> S.Progress:
-    return S.Progress(
+def report(epoch: int, rank: int = 0) -> Progress:
+    return Progress(
         epoch=epoch,
         epochs=10,
         step=epoch * 10,
@@ -55,7 +75,7 @@ def create_training(
     api: kubernetes.client.ApiClient,
     namespace: str,
     name: str,
-    phase: S.Phase = S.Phase.training,
+    phase: Phase = Phase.training,
     labels: dict[str, str] | None = None,
     epochs_done: int = 3,
     attempt: int = 0,
@@ -64,23 +84,19 @@ def create_training(
     """The GraphTraining `namespace/name` and what surrounds it; returns the GraphTraining."""
     custom, core = kubernetes.client.CustomObjectsApi(api), kubernetes.client.CoreV1Api(api)
     body = {
-        "apiVersion": S.API_VERSION,
-        "kind": S.KIND,
+        "apiVersion": API_VERSION,
+        "kind": KIND,
         "metadata": {"name": name, "labels": labels or {}},
         "spec": SPEC,
     }
-    gt = custom.create_namespaced_custom_object(GROUP, VERSION, namespace, S.PLURAL, body)
-    status = S.GraphTrainingStatus(
+    gt = custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
+    status = GraphTrainingStatus(
         phase=phase,
         conditions=[
-            S.Condition(
-                type=S.ConditionType.spec_valid, status="True", reason="Valid", last_transition_time=AT
-            )
+            Condition(type=ConditionType.spec_valid, status="True", reason="Valid", last_transition_time=AT)
         ],
         progress=report(epochs_done),
-        shards=[
-            S.ShardStatus(index=i, state=S.ShardState.ready, address=f"tcp://s{i}:7000") for i in range(2)
-        ],
+        shards=[ShardStatus(index=i, state=ShardState.ready, address=f"tcp://s{i}:7000") for i in range(2)],
         restarts=attempt,
         start_time=AT,
     )
@@ -88,11 +104,11 @@ def create_training(
         GROUP,
         VERSION,
         namespace,
-        S.PLURAL,
+        PLURAL,
         name,
         {"status": status.model_dump(by_alias=True, exclude_none=True, mode="json")},
     )
-    owner = [M.owner_reference(gt)]
+    owner = [owner_reference(gt)]
     data = {
         **reporting.configmap_data(report(epochs_done, 0), 0),
         **reporting.configmap_data(report(epochs_done, 1), 1),
@@ -104,8 +120,8 @@ def create_training(
             "apiVersion": "v1",
             "kind": "ConfigMap",
             "metadata": {
-                "name": M.names(name)["progress"],
-                "labels": M.labels(name, "progress"),
+                "name": names(name)["progress"],
+                "labels": child_labels(name, "progress"),
                 "ownerReferences": owner,
             },
             "data": data,
@@ -113,7 +129,7 @@ def create_training(
         _preload_content=False,
     )
     for rank in range(2) if pods else ():
-        pod_name = M.trainer_name(name, rank)
+        pod_name = trainer_name(name, rank)
         core.create_namespaced_pod(
             namespace,
             {
@@ -121,8 +137,10 @@ def create_training(
                 "kind": "Pod",
                 "metadata": {
                     "name": pod_name,
-                    "labels": M.labels(
-                        name, "trainer", **{M.LABEL_RANK: str(rank), M.LABEL_ATTEMPT: str(attempt)}
+                    "labels": child_labels(
+                        name,
+                        "trainer",
+                        **{LABEL_RANK: str(rank), LABEL_ATTEMPT: str(attempt)},
                     ),
                     "ownerReferences": owner,
                 },

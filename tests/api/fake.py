@@ -5,7 +5,16 @@ from __future__ import annotations
 
 from graphtrain.api import models
 from graphtrain.api.sources.base import ListQuery, NotFound, SourceUnavailable, page
-from graphtrain.runtime import spec as S
+from graphtrain.contract.spec import (
+    Condition,
+    ConditionType,
+    GraphTrainingSpec,
+    GraphTrainingStatus,
+    Phase,
+    Progress,
+    ShardState,
+    ShardStatus,
+)
 
 SPEC = {
     "graph": {"dataset": "wordnet"},
@@ -17,8 +26,8 @@ SPEC = {
 AT = "2025-01-02T03:04:05+00:00"
 
 
-def progress(epoch: int, loss: float = 1.0) -> S.Progress:
-    return S.Progress(
+def progress(epoch: int, loss: float = 1.0) -> Progress:
+    return Progress(
         epoch=epoch,
         epochs=10,
         step=epoch * 20,
@@ -32,29 +41,27 @@ def progress(epoch: int, loss: float = 1.0) -> S.Progress:
 
 
 def training(
-    namespace: str, name: str, phase: S.Phase = S.Phase.training, labels: dict[str, str] | None = None
+    namespace: str, name: str, phase: Phase = Phase.training, labels: dict[str, str] | None = None
 ) -> models.Training:
-    status = S.GraphTrainingStatus(
+    status = GraphTrainingStatus(
         phase=phase,
         conditions=[
-            S.Condition(
-                type=S.ConditionType.spec_valid, status="True", reason="Valid", last_transition_time=AT
-            ),
-            S.Condition(
-                type=S.ConditionType.failed,
-                status="True" if phase == S.Phase.failed else "False",
-                reason="ProcessFailed" if phase == S.Phase.failed else "NotFailed",
+            Condition(type=ConditionType.spec_valid, status="True", reason="Valid", last_transition_time=AT),
+            Condition(
+                type=ConditionType.failed,
+                status="True" if phase == Phase.failed else "False",
+                reason="ProcessFailed" if phase == Phase.failed else "NotFailed",
                 last_transition_time=AT,
             ),
         ],
         progress=progress(3),
-        shards=[S.ShardStatus(index=i, state=S.ShardState.ready, restarts=i) for i in range(2)],
+        shards=[ShardStatus(index=i, state=ShardState.ready, restarts=i) for i in range(2)],
         restarts=1,
         start_time=AT,
     )
     return models.Training(
         metadata=models.Metadata(namespace=namespace, name=name, labels=labels or {}, creation_timestamp=AT),
-        spec=models.spec_summary(S.GraphTrainingSpec.model_validate(SPEC)),
+        spec=models.spec_summary(GraphTrainingSpec.model_validate(SPEC)),
         status=status,
         trainers=[
             models.TrainerStatus(
@@ -96,7 +103,7 @@ class FakeSource:
     def events(self, namespace: str, name: str) -> list[models.Event]:
         return models.condition_events(self._get(namespace, name).status, "fake")
 
-    def history(self, namespace: str, name: str) -> list[S.Progress]:
+    def history(self, namespace: str, name: str) -> list[Progress]:
         self._get(namespace, name)
         return [progress(e, loss=1.0 / (e + 1)) for e in range(1, 4)]
 
@@ -106,7 +113,7 @@ class FakeSource:
 
 def many(count: int = 7) -> list[models.Training]:
     """Trainings in two namespaces, with labels and phases to filter on."""
-    phases = [S.Phase.training, S.Phase.succeeded, S.Phase.failed]
+    phases = [Phase.training, Phase.succeeded, Phase.failed]
     return [
         training(
             "team-a" if i % 2 == 0 else "team-b",

@@ -16,12 +16,12 @@ from graphtrain.api.app import create_app
 from graphtrain.api.settings import Settings
 from graphtrain.api.sources.base import InvalidParameter, ListQuery, NotFound, SourceUnavailable
 from graphtrain.api.sources.kubernetes import KubernetesSource
-from graphtrain.runtime import spec as S
-from graphtrain.runtime.spec.conditions import Severity
+from graphtrain.contract.conditions import Severity
+from graphtrain.contract.spec import Phase
 from tests.api import cluster
 
 NS, OTHER = "api-a", "api-b"
-PHASES = [S.Phase.training, S.Phase.succeeded, S.Phase.failed, S.Phase.training, S.Phase.pending]
+PHASES = [Phase.training, Phase.succeeded, Phase.failed, Phase.training, Phase.pending]
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +36,7 @@ def api(kube, kubeconfig: str) -> Iterator[kubernetes.client.ApiClient]:
         cluster.create_training(
             client, NS, f"t-{i}", phase, labels, epochs_done=i + 1, attempt=i % 2, pods=i != 4
         )
-    other = cluster.create_training(client, OTHER, "t-0", S.Phase.failed)
+    other = cluster.create_training(client, OTHER, "t-0", Phase.failed)
     earlier = {**other, "metadata": {**other["metadata"], "namespace": NS, "uid": "an-earlier-uid"}}
     cluster.post_event(earlier, Severity.warning, "Earlier", "of a training deleted since")
     yield client
@@ -57,7 +57,7 @@ def test_list_filters(source: KubernetesSource) -> None:
     assert names(source.list_trainings(ListQuery(namespace=OTHER))) == [f"{OTHER}/t-0"]
     team_a = ListQuery(namespace=NS, selector=selectors.parse("team in (a)"))
     assert names(source.list_trainings(team_a)) == [f"{NS}/t-0", f"{NS}/t-2", f"{NS}/t-4"]
-    training = ListQuery(namespace=NS, phase=S.Phase.training)
+    training = ListQuery(namespace=NS, phase=Phase.training)
     assert names(source.list_trainings(training)) == [f"{NS}/t-0", f"{NS}/t-3"]
     unlabelled = names(source.list_trainings(ListQuery(selector=selectors.parse("!team"))))  # all namespaces
     assert f"{OTHER}/t-0" in unlabelled and not any(n.startswith(f"{NS}/t-") for n in unlabelled)
@@ -121,7 +121,7 @@ def test_unknown_training_and_namespace_scope(
 def test_snapshot_refreshes_in_the_background(api: kubernetes.client.ApiClient) -> None:
     source = KubernetesSource(NS, client=api, cache_ttl=0.5)
     before = names(source.list_trainings(ListQuery()))
-    cluster.create_training(api, NS, "late", S.Phase.pending, pods=False)
+    cluster.create_training(api, NS, "late", Phase.pending, pods=False)
     deadline = time.monotonic() + 30
     while f"{NS}/late" not in names(source.list_trainings(ListQuery())):
         assert time.monotonic() < deadline, "the snapshot never showed the new training"

@@ -24,8 +24,8 @@ from graphtrain.api.app import create_app
 from graphtrain.api.settings import Settings
 from graphtrain.api.sources.base import ListQuery, NotFound
 from graphtrain.api.sources.local import LocalSource
-from graphtrain.runtime import spec as S
-from graphtrain.runtime.spec import reporting, rundir
+from graphtrain.contract import reporting, rundir
+from graphtrain.contract.spec import API_VERSION, KIND
 from tests.runtime.test_launch import ONE_THREAD, graph_file, sage_spec  # noqa: F401 - graph_file: a fixture
 
 CLI = [sys.executable, "-m", "graphtrain.cli"]
@@ -136,7 +136,7 @@ def test_finished_run_from_the_runs_directory(run: Run) -> None:
     assert "Succeeded" in {c["type"] for c in one["status"]["conditions"]}
     assert sorted(reasons) == sorted(c["reason"] for c in one["status"]["conditions"])  # one per condition
     history = client.get("/api/v1/trainings/default/planted/history").json()["items"]
-    written = reporting.decode_history((run.run_dir / reporting.HISTORY_FILE).read_bytes())
+    written = reporting.decode_history((run.run_dir / rundir.HISTORY_FILE).read_bytes())
     assert [h["epoch"] for h in history] == [p.epoch for p in written] == list(range(1, EPOCHS + 1))
     assert client.get("/api/v1/trainings/default/decoy").status_code == 404
     assert client.get("/api/v1/trainings/default/%2E%2E").status_code == 422
@@ -153,8 +153,8 @@ def test_a_request_never_names_a_path(run: Run) -> None:
 def write_run(path: Path, name: str, phase: str, namespace: str | None = None) -> None:
     path.mkdir(parents=True)
     doc = {
-        "apiVersion": S.API_VERSION,
-        "kind": S.KIND,
+        "apiVersion": API_VERSION,
+        "kind": KIND,
         "metadata": {"name": name, **({"namespace": namespace} if namespace else {})},
         "spec": {
             "graph": {"dataset": "wordnet"},
@@ -191,7 +191,7 @@ def test_hostile_files_in_a_run_directory_cost_that_run_only(tmp_path: Path) -> 
     elsewhere, a history or heartbeat that is a directory: each reads as absent, the others are served."""
     root = tmp_path / "runs"
     write_run(root / "good", "good", "Training")
-    (root / "good" / reporting.HISTORY_FILE).write_text("[" * 200_000 + "]" * 200_000)
+    (root / "good" / rundir.HISTORY_FILE).write_text("[" * 200_000 + "]" * 200_000)
     write_run(root / "deep", "deep", "Training")
     (root / "deep" / rundir.STATUS_FILE).write_text("[" * 200_000 + "]" * 200_000)
     write_run(root / "fifo", "fifo", "Training")

@@ -13,20 +13,20 @@ from collections.abc import Iterator
 
 import pytest
 
-from graphtrain.api import server as S
+from graphtrain.api import server
 from graphtrain.api.app import create_app
 from graphtrain.api.settings import Settings
 from tests.api.fake import FakeSource
 
 
 @pytest.fixture
-def served(monkeypatch: pytest.MonkeyPatch) -> Iterator[S.BackgroundServer]:
-    monkeypatch.setattr(S, "REQUEST_SECONDS", 1.0)
-    monkeypatch.setattr(S, "MAX_OPEN", 300)
+def served(monkeypatch: pytest.MonkeyPatch) -> Iterator[server.BackgroundServer]:
+    monkeypatch.setattr(server, "REQUEST_SECONDS", 1.0)
+    monkeypatch.setattr(server, "MAX_OPEN", 300)
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft < 3000:
         resource.setrlimit(resource.RLIMIT_NOFILE, (min(4096, hard), hard))
-    background = S.BackgroundServer(create_app(FakeSource([]), Settings()), "127.0.0.1", 0).start()
+    background = server.BackgroundServer(create_app(FakeSource([]), Settings()), "127.0.0.1", 0).start()
     yield background
     background.stop()
 
@@ -62,7 +62,7 @@ def open_count(sockets: list[socket.socket]) -> int:
 
 
 def test_idle_half_requests_never_turn_the_probes_into_503s_and_are_cut_off(
-    served: S.BackgroundServer,
+    served: server.BackgroundServer,
 ) -> None:
     """1000 half-sent requests, three times the open-connection cap: before, 256 of them made every
     request a 503 for as long as they stayed (forever)."""
@@ -74,7 +74,7 @@ def test_idle_half_requests_never_turn_the_probes_into_503s_and_are_cut_off(
                 status, took = healthz(served.port)
                 assert status == 200 and took < 1.0, (i, status, took)
         time.sleep(0.2)
-        assert open_count(idle) <= S.MAX_OPEN
+        assert open_count(idle) <= server.MAX_OPEN
         deadline = time.monotonic() + 10
         while open_count(idle) and time.monotonic() < deadline:
             time.sleep(0.2)
@@ -85,7 +85,7 @@ def test_idle_half_requests_never_turn_the_probes_into_503s_and_are_cut_off(
             s.close()
 
 
-def test_a_slow_request_is_cut_off_but_a_keep_alive_client_is_served(served: S.BackgroundServer) -> None:
+def test_a_slow_request_is_cut_off_but_a_keep_alive_client_is_served(served: server.BackgroundServer) -> None:
     slow = socket.create_connection(("127.0.0.1", served.port), timeout=10)
     try:
         start = time.monotonic()
@@ -112,11 +112,11 @@ def test_a_slow_request_is_cut_off_but_a_keep_alive_client_is_served(served: S.B
 
 
 def test_an_endless_header_is_cut_off_at_the_cap(
-    served: S.BackgroundServer, monkeypatch: pytest.MonkeyPatch
+    served: server.BackgroundServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """httptools keeps an unfinished header without a limit, before any token is checked: one endless
     header held ~100 MB of the API's memory per connection until the deadline cut it."""
-    monkeypatch.setattr(S, "REQUEST_SECONDS", 60.0)  # only the cap can end this connection soon
+    monkeypatch.setattr(server, "REQUEST_SECONDS", 60.0)  # only the cap can end this connection soon
     c = socket.create_connection(("127.0.0.1", served.port), timeout=5)
     try:
         start = time.monotonic()

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from graphtrain.runtime import spec as S
+from graphtrain.contract.spec import Resources
 from tests.chart.chart import (
     CHART,
     KUBE_VERSION,
@@ -251,7 +251,7 @@ def test_the_config_file_has_the_contract_format(scenario: str) -> None:
     assert set(cfg["defaults"]) == {"partition", "shardServers", "trainers"}
     for role, defaults in cfg["defaults"].items():
         assert set(defaults) == ROLE_DEFAULT_KEYS, role
-        S.Resources.model_validate(defaults["resources"])  # quantities the spec's own model takes
+        Resources.model_validate(defaults["resources"])  # quantities the spec's own model takes
         for section in ("requests", "limits"):
             assert {"cpu", "memory"} <= set(defaults["resources"][section]), (role, section)
     assert set(cfg["storage"]) == {"storageClassName", "accessModes", "size", "offline"}

@@ -20,9 +20,9 @@ import pytest
 import typer
 import yaml
 
-from graphtrain.operator import config as C
-from graphtrain.operator import manifests as M
-from graphtrain.runtime import spec as S
+from graphtrain.contract.spec import Phase, load_yaml
+from graphtrain.operator import config as operator_config
+from graphtrain.operator import manifests
 from tests.chart.chart import CHART, NAMESPACE, ROOT, find, helm, one, render
 from tests.observability import promql
 
@@ -94,7 +94,7 @@ def phase_series(training: str, phase: str, minutes: int, ns: str = "ml") -> lis
             "series": f'graphtrain_training_phase{{namespace="{ns}",training="{training}",phase="{p}"}}',
             "values": f"{int(p == phase)}x{minutes}",
         }
-        for p in S.Phase
+        for p in Phase
     ]
 
 
@@ -233,19 +233,19 @@ def test_the_pod_monitor_finds_the_shard_servers_and_trainers_the_operator_makes
     roles = "__meta_kubernetes_pod_label_graphtrain_io_role"
     assert relabel[((roles,), "graphtrain-shard")] == relabel[((roles,), "graphtrain-trainer")] == "job"
 
-    config = C.parse({}, "defaults")
-    gt = S.load_yaml((ROOT / "examples" / "nations-transe.yaml").read_text())
+    config = operator_config.parse({}, "defaults")
+    gt = load_yaml((ROOT / "examples" / "nations-transe.yaml").read_text())
     owner = {"metadata": {"name": gt.metadata.name, "namespace": "team", "uid": "u1"}}
     pods = {
-        "shards": M.shard_statefulset(owner, gt, config)["spec"]["template"],
-        "trainer": M.trainer_pod(owner, gt, config, 0, 0),
+        "shards": manifests.shard_statefulset(owner, gt, config)["spec"]["template"],
+        "trainer": manifests.trainer_pod(owner, gt, config, 0, 0),
     }
     for role, pod in pods.items():
         labels = pod["metadata"]["labels"]
         assert matches(spec["selector"], labels), role
         ports = {p.get("name") for c in pod["spec"]["containers"] for p in c.get("ports", [])}
         assert "metrics" in ports, role
-    partition = M.partition_job(owner, gt, config)["spec"]["template"]["metadata"]["labels"]
+    partition = manifests.partition_job(owner, gt, config)["spec"]["template"]["metadata"]["labels"]
     assert not matches(spec["selector"], partition)  # it serves no metrics
     assert find(render(), "PodMonitor") == []
 

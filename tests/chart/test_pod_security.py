@@ -8,9 +8,9 @@ import copy
 import pytest
 import yaml
 
-from graphtrain.operator import config as C
-from graphtrain.operator import manifests as M
-from graphtrain.runtime import spec as S
+from graphtrain.contract.spec import GraphTraining, parse, yaml_document
+from graphtrain.operator import config as operator_config
+from graphtrain.operator import manifests
 from tests.chart.chart import ROOT, SCENARIOS, render
 from tests.pod_security import pod_specs, violations
 
@@ -189,13 +189,13 @@ VARIANTS = {  # what changes a pod: the device, the backend, a spec's own resour
 }
 
 
-def children(config: C.OperatorConfig, gt: S.GraphTraining) -> list[dict]:
+def children(config: operator_config.OperatorConfig, gt: GraphTraining) -> list[dict]:
     """Every child of a training whose pods the operator makes (one rank stands for all)."""
     owner = {"metadata": {"name": gt.metadata.name, "namespace": "team", "uid": "u1"}}
     return [
-        M.partition_job(owner, gt, config),
-        M.shard_statefulset(owner, gt, config),
-        M.trainer_pod(owner, gt, config, 0, 0),
+        manifests.partition_job(owner, gt, config),
+        manifests.shard_statefulset(owner, gt, config),
+        manifests.trainer_pod(owner, gt, config, 0, 0),
     ]
 
 
@@ -204,15 +204,15 @@ def test_every_pod_the_operator_creates_under_each_scenario_is_restricted(scenar
     """The chart's rendered configuration is one the operator takes (its own parser), and under it
     every pod of every example, in every variant, is restricted and has requests and limits."""
     (cm,) = [o for o in render(scenario) if o["kind"] == "ConfigMap" and "config.yaml" in o.get("data", {})]
-    config = C.parse(yaml.safe_load(cm["data"]["config.yaml"]), f"{scenario}: config.yaml")
+    config = operator_config.parse(yaml.safe_load(cm["data"]["config.yaml"]), f"{scenario}: config.yaml")
     checked = 0
     for path in EXAMPLES:
-        doc = S.yaml_document(path.read_text())
+        doc = yaml_document(path.read_text())
         for variant, changes in VARIANTS.items():
             spec = copy.deepcopy(doc)
             for section, fields in changes.items():
                 spec["spec"].setdefault(section, {}).update(fields)
-            gt = S.parse(spec)
+            gt = parse(spec)
             for obj in children(config, gt):
                 for where, pod in pod_specs(obj):
                     assert violations(pod) == [], f"{scenario}, {path.name} ({variant}): {where}"

@@ -16,9 +16,9 @@ import pytest
 import typer
 import yaml
 
+from graphtrain.contract.spec import Toleration
 from graphtrain.operator import cli as operator_cli
-from graphtrain.operator import config as C
-from graphtrain.runtime import spec as S
+from graphtrain.operator import config
 from tests.chart.chart import CHART, ROOT, SCENARIOS, helm, one
 
 pytestmark = pytest.mark.timeout(300)
@@ -57,9 +57,9 @@ def operator_params(objs: list[dict[str, Any]]) -> dict[str, Any]:
         return dict(ctx.params)
 
 
-def operator_config(objs: list[dict[str, Any]]) -> C.OperatorConfig:
+def operator_config(objs: list[dict[str, Any]]) -> config.OperatorConfig:
     data = one(objs, "ConfigMap", f"{operator_deployment(objs)['metadata']['name']}-config")["data"]
-    return C.parse(yaml.safe_load(data["config.yaml"]), "the rendered config.yaml")
+    return config.parse(yaml.safe_load(data["config.yaml"]), "the rendered config.yaml")
 
 
 def assert_refused(res: Any, named: str) -> None:
@@ -299,7 +299,7 @@ def test_helm_refuses_naming_the_value_or_the_operator_accepts(
     try:
         operator_config(objs)
         operator_params(objs)
-    except (C.ConfigError, click.ClickException) as exc:
+    except (config.ConfigError, click.ClickException) as exc:
         pytest.fail(f"helm accepted {setting} but the operator refuses it: {exc}")
     assert not named, f"{setting}: the schema was expected to refuse it (the operator takes it: too lax?)"
 
@@ -328,7 +328,7 @@ def test_every_cross_field_rule_of_the_models_has_its_json_schema() -> None:
     gen = gen_schema()
     with pytest.raises(SystemExit, match="toleration-seconds-no-execute"):
         gen._with_rules(
-            S.Toleration,
+            Toleration,
             {},
             {k: v for k, v in gen.TOLERATION_RULES.items() if k != "toleration-seconds-no-execute"},
         )

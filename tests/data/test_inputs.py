@@ -12,11 +12,11 @@ import pyarrow.parquet as pq
 import pytest
 import scipy.sparse as sp
 
-from graphtrain.runtime.data import datasets as D
+from graphtrain.contract.spec import GraphSource, Split, TriplesSource
+from graphtrain.runtime.data import datasets
 from graphtrain.runtime.data.files import load_file
 from graphtrain.runtime.data.triples import load_triples
 from graphtrain.runtime.errors import DataError, DataWarning
-from graphtrain.runtime.spec import GraphSource, Split, TriplesSource
 
 
 def write(path: Path, text: str) -> Path:
@@ -141,13 +141,13 @@ def test_masks_split_only_labelled_nodes(tmp_path: Path) -> None:
     write(tmp_path / "e.tsv", "".join(f"{i}\t{(i + 1) % n}\n" for i in range(n)))
     write(tmp_path / "l.csv", "id,label\n" + "".join(f"{i},{i % 3}\n" for i in range(0, n, 2)))
     src = GraphSource(path="e.tsv", labels="l.csv", split=Split(train=0.6, val=0.2, test=0.2, seed=3))
-    g = D.load_source(src, base_dir=tmp_path)
+    g = datasets.load_source(src, base_dir=tmp_path)
     labelled = g.label >= 0
     total = sum(int(m.sum()) for m in g.masks.values())
     assert total == int(labelled.sum()) == 25
     assert all(not (m & ~labelled).any() for m in g.masks.values())
     assert [int(m.sum()) for m in g.masks.values()] == [15, 5, 5]
-    again = D.load_source(src, base_dir=tmp_path)
+    again = datasets.load_source(src, base_dir=tmp_path)
     assert all(np.array_equal(g.masks[k], again.masks[k]) for k in g.masks)
 
 
@@ -219,7 +219,7 @@ def test_one_file_seeded_split(tmp_path: Path) -> None:
 def test_load_source_triples_is_the_training_graph_with_splits(tmp_path: Path) -> None:
     family(tmp_path)
     source = GraphSource(triples=TriplesSource(path="train.tsv", valid="valid.tsv", test="test.tsv"))
-    g = D.load_source(source, base_dir=tmp_path)
+    g = datasets.load_source(source, base_dir=tmp_path)
     assert g.num_edges == 4 and g.node_ids.tolist() == ["ann", "bob", "cid", "dee"]
     assert g.relation_names.tolist() == ["parent_of", "sibling_of"]
     assert {k: len(v) for k, v in g.triples.items()} == {"train": 4, "valid": 1, "test": 1}
@@ -231,9 +231,11 @@ def test_load_source_resolves_relative_paths_from_base_dir(tmp_path: Path, monke
     write(spec_dir / "e.tsv", "0\t1\n1\t2\n")
     np.save(spec_dir / "f.npy", np.ones((3, 2), np.float32))
     monkeypatch.chdir(tmp_path)  # not the spec's directory
-    g = D.load_source(GraphSource(path="e.tsv", features="f.npy"), base_dir=spec_dir)
+    g = datasets.load_source(GraphSource(path="e.tsv", features="f.npy"), base_dir=spec_dir)
     assert g.feat.shape == (3, 2)
-    absolute = D.load_source(GraphSource(path=str(spec_dir / "e.tsv")), base_dir=tmp_path / "elsewhere")
+    absolute = datasets.load_source(
+        GraphSource(path=str(spec_dir / "e.tsv")), base_dir=tmp_path / "elsewhere"
+    )
     assert absolute.num_nodes == 3
 
 

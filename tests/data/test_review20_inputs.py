@@ -12,12 +12,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from graphtrain.contract.spec import TriplesSource
 from graphtrain.runtime.data.files import load_file
 from graphtrain.runtime.data.requirements import problems
 from graphtrain.runtime.data.summary import summarise
 from graphtrain.runtime.data.triples import load_triples
 from graphtrain.runtime.errors import DataError, DataWarning
-from graphtrain.runtime.spec import TriplesSource
 from tests.data.test_summary_requirements import spec
 
 

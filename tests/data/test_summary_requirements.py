@@ -12,10 +12,10 @@ import scipy.sparse as sp
 from typer.testing import CliRunner
 
 from graphtrain.cli import app
+from graphtrain.contract.spec import load_yaml
 from graphtrain.runtime.data.graph import Graph, KnowledgeGraph
 from graphtrain.runtime.data.requirements import notes, problems
 from graphtrain.runtime.data.summary import directedness, summarise
-from graphtrain.runtime.spec import load_yaml
 
 runner = CliRunner()
 

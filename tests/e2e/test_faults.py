@@ -23,7 +23,7 @@ from typing import TypeVar
 import pytest
 import yaml
 
-from graphtrain.operator import manifests as M
+from graphtrain.contract.children import LABEL_ATTEMPT, LABEL_ROLE
 from tests import k8s
 from tests.e2e import cluster as cluster_helpers
 from tests.e2e.cluster import final_progress
@@ -261,8 +261,8 @@ def test_a_killed_trainer_is_counted_and_restarted_from_the_last_checkpoint(
     assert "restart 1/1" in failed[0]["message"], failed[0]["message"]
     assert any(e["reason"] == "Restarting" for e in posted), [e["reason"] for e in posted]
     # every rank was recreated as attempt 1 and resumed from a checkpoint, not from scratch
-    trainers = [p for p in pods if p["metadata"]["labels"].get(M.LABEL_ROLE) == "trainer"]
-    assert {p["metadata"]["labels"].get(M.LABEL_ATTEMPT) for p in trainers} == {"1"}, trainers
+    trainers = [p for p in pods if p["metadata"]["labels"].get(LABEL_ROLE) == "trainer"]
+    assert {p["metadata"]["labels"].get(LABEL_ATTEMPT) for p in trainers} == {"1"}, trainers
     # "resuming from step N (epoch E, checkpoint step-...)"
     resumed = re.findall(r"resuming from step \d+ \(epoch \d+, checkpoint (step-\d+)\)", trainer_log)
     assert resumed and resumed[-1] >= taken, (trainer_log[-3000:], taken)
@@ -286,7 +286,7 @@ def test_a_trainer_failing_past_the_backoff_limit_fails_the_training(
             no_errors(runner)
             p = pod(kube, ns, victim)
             running = p is not None and (p.get("status") or {}).get("phase") == "Running"
-            attempt = p is not None and p["metadata"]["labels"].get(M.LABEL_ATTEMPT) == "1"
+            attempt = p is not None and p["metadata"]["labels"].get(LABEL_ATTEMPT) == "1"
             return running and attempt and runner.pid(ns, victim) is not None
 
         wait_for(f"{victim} of attempt 1 running", attempt_1_running, 300)
@@ -295,7 +295,7 @@ def test_a_trainer_failing_past_the_backoff_limit_fails_the_training(
 
         def shard_servers_gone() -> list[dict] | None:
             items = json.loads(kube("get", "pods", "-n", ns, "-o", "json"))["items"]
-            shards = [p for p in items if p["metadata"]["labels"].get(M.LABEL_ROLE) == "shards"]
+            shards = [p for p in items if p["metadata"]["labels"].get(LABEL_ROLE) == "shards"]
             return None if shards else items
 
         pods = wait_for("shard servers stopped", shard_servers_gone, 60)  # the runner's GC: every 2 s
@@ -306,9 +306,7 @@ def test_a_trainer_failing_past_the_backoff_limit_fails_the_training(
     assert failed["status"] == "True" and failed["reason"] == "BackoffLimitExceeded", failed
     assert victim in failed["message"] and "exit code 137" in failed["message"], failed["message"]
     attempts = {
-        p["metadata"]["labels"].get(M.LABEL_ATTEMPT)
-        for p in pods
-        if M.LABEL_ATTEMPT in p["metadata"]["labels"]
+        p["metadata"]["labels"].get(LABEL_ATTEMPT) for p in pods if LABEL_ATTEMPT in p["metadata"]["labels"]
     }
     assert attempts <= {"1"}, attempts  # no attempt 2
     reasons = [e["reason"] for e in events(kube, ns, NAME)]

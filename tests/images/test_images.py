@@ -360,13 +360,13 @@ def test_runtime_partitions_and_trains_nations_as_a_restricted_pod(
 ) -> None:
     """Partition nations, then a one-epoch standalone TransE, in the image as a pod would run them; the
     result must be the one the source computes (same seed, same pins) and beat a random scorer."""
-    from graphtrain.runtime.data import datasets as D
+    from graphtrain.contract.spec import load_yaml
+    from graphtrain.runtime.data import datasets
     from graphtrain.runtime.launch.local import LocalRun
-    from graphtrain.runtime.spec import load_yaml
 
     # the dataset as the partition Job would find it on its claim: fetched on the host, mounted read-only
     data = tmp_path / "data"
-    shutil.copytree(D.fetch("nations"), data / "datasets" / "nations")
+    shutil.copytree(datasets.fetch("nations"), data / "datasets" / "nations")
     for path in [data, *data.rglob("*")]:
         path.chmod(0o755 if path.is_dir() else 0o644)
     doc = yaml.safe_load((ROOT / "examples" / "nations-transe.yaml").read_text())

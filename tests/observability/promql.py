@@ -80,10 +80,10 @@ def registry_names(registry: CollectorRegistry) -> set[str]:
 def defined_series_names() -> set[str]:
     """The series names graphtrain's code exposes, from the registries it builds: shard servers',
     trainers' (an evaluation reported, so the labelled gauge has a child), the operator's and the
-    executor-level training metrics (the families of runtime/spec/telemetry.py), process_*."""
+    executor-level training metrics (the families of contract/telemetry.py), process_*."""
+    from graphtrain.contract import telemetry
     from graphtrain.operator.endpoints import OperatorMetrics
     from graphtrain.runtime.kvstore.metrics import ServerMetrics
-    from graphtrain.runtime.spec import telemetry
     from graphtrain.runtime.train.metrics import TrainerMetrics
 
     shard = ServerMetrics(0, lambda: {"node": {"lo": 0, "hi": 1, "bytes": 8}}, load=lambda: {})

@@ -1,6 +1,6 @@
 """The CRD on a real API server: it refuses what the spec's rules refuse, with the same messages.
 
-Every spec Rule is written in Python and in CEL (runtime/spec/rules.py). Here each example of
+Every spec Rule is written in Python and in CEL (contract/spec/rules.py). Here each example of
 tests/unit/spec_cases.py, built to break one rule, is sent to the API server (a server-side dry run):
 it must be refused, and every problem `graphtrain validate` finds in it must be in the refusal, at the
 same path with the same text. The valid examples must be accepted, and the defaults the API server
@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from graphtrain.runtime import spec as S
+from graphtrain.contract.spec import check, parse, yaml_document
 from tests.unit.spec_cases import BREAKS, FIELD_BREAKS, GRAPHSAGE, TRANSE
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -35,13 +35,13 @@ def refusal(kube: Callable[..., str], doc: dict) -> str:
 
 @pytest.mark.parametrize("example", sorted((ROOT / "examples").glob("*.yaml")), ids=lambda p: p.name)
 def test_examples_are_accepted(kube: Callable[..., str], example: Path) -> None:
-    dry_run(kube, S.yaml_document(example.read_text()))
+    dry_run(kube, yaml_document(example.read_text()))
 
 
 @pytest.mark.parametrize("name", sorted(BREAKS))
 def test_a_broken_rule_is_refused_with_its_message(kube: Callable[..., str], name: str) -> None:
     doc = BREAKS[name]
-    problems = S.check(doc)[1]
+    problems = check(doc)[1]
     assert problems, f"{name}: the Python side finds nothing"
     refused = refusal(kube, doc)
     for p in problems:
@@ -50,12 +50,12 @@ def test_a_broken_rule_is_refused_with_its_message(kube: Callable[..., str], nam
 
 @pytest.mark.parametrize("base", [GRAPHSAGE, TRANSE], ids=["graphsage", "transe"])
 def test_server_defaults_are_the_executors_defaults(kube: Callable[..., str], base: dict) -> None:
-    stored = S.yaml_document(dry_run(kube, base))  # as kubectl reads numbers: eps: 1e-08 is a float
+    stored = yaml_document(dry_run(kube, base))  # as kubectl reads numbers: eps: 1e-08 is a float
     spec = stored["spec"]
     assert spec["training"]["fanouts"] == [10, 25] and spec["model"]["numLayers"] == 2
     assert spec["embeddings"][0]["optimizer"]["stepCount"] == "row"
-    as_stored = S.parse({**base, "spec": spec}).spec
-    assert as_stored == S.parse(base).spec
+    as_stored = parse({**base, "spec": spec}).spec
+    assert as_stored == parse(base).spec
 
 
 def test_explain_shows_descriptions(kube: Callable[..., str]) -> None:
@@ -90,13 +90,13 @@ def test_placement_fields_are_stored_as_written(kube: Callable[..., str]) -> Non
             "storage": {"accessModes": ["ReadWriteOnce"], "size": "20Gi", "storageClassName": "nfs"},
         },
     }
-    stored = S.yaml_document(dry_run(kube, doc))["spec"]
+    stored = yaml_document(dry_run(kube, doc))["spec"]
     for key, value in placement.items():
         assert stored["shardServers"][key] == value, key
     assert stored["partition"]["nodeSelector"] == {} and stored["partition"]["tolerations"] == []
     assert "resources" not in stored["trainers"] and "affinity" not in stored["partition"]
     assert stored["storage"]["accessModes"] == ["ReadWriteOnce"] and stored["storage"]["size"] == "20Gi"
-    assert S.parse({**doc, "spec": stored}).spec == S.parse(doc).spec
+    assert parse({**doc, "spec": stored}).spec == parse(doc).spec
     bad = {**doc, "spec": {**doc["spec"], "storage": {"accessModes": ["ReadWriteSometimes"]}}}
     assert "spec.storage.accessModes[0]: Unsupported value" in refusal(kube, bad)
 
@@ -105,7 +105,7 @@ def test_placement_fields_are_stored_as_written(kube: Callable[..., str]) -> Non
 def test_a_wrong_placement_or_storage_field_is_refused(kube: Callable[..., str], name: str) -> None:
     """Refused by the Python side always, and by the API server where a structural schema can say it."""
     doc, by_crd = FIELD_BREAKS[name]
-    assert S.check(doc)[1], f"{name}: the Python side finds nothing"
+    assert check(doc)[1], f"{name}: the Python side finds nothing"
     if by_crd:
         refusal(kube, doc)
     else:

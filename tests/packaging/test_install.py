@@ -59,7 +59,7 @@ def test_the_control_plane_installs_without_torch(control_venv: Path) -> None:
     for module in ("torch", "numpy", "scipy", "pymetis", "zmq"):
         out = run(control_venv / "python", "-c", f"import {module}")
         assert out.returncode == 1 and "ModuleNotFoundError" in out.stderr, module
-    out = run(control_venv / "python", "-c", "import graphtrain.operator.handlers, graphtrain.runtime.crd")
+    out = run(control_venv / "python", "-c", "import graphtrain.operator.handlers, graphtrain.contract.crd")
     assert out.returncode == 0, out.stderr
 
 

@@ -15,7 +15,7 @@ import msgpack
 import numpy as np
 from hypothesis import strategies as st
 
-from graphtrain.runtime.kvstore import protocol as P
+from graphtrain.runtime.kvstore import protocol
 
 ROWS, DIM = 64, 8
 NAMES = ["emb", "emb", "nope", "ndata.feat", "x" * 200, "", None]
@@ -51,7 +51,7 @@ small_create = st.fixed_dictionaries(
     {
         "num_rows": st.integers(-1, 300),
         "row_shape": st.lists(st.integers(-1, 9), max_size=4),
-        "dtype": st.sampled_from([*P.DTYPES, "f16"]),
+        "dtype": st.sampled_from([*protocol.DTYPES, "f16"]),
         "lo": st.integers(-1, 300),
         "hi": st.integers(-1, 300),
     },
@@ -68,7 +68,7 @@ optimizer = st.fixed_dictionaries(
 @st.composite
 def requests(draw: Any, live: bool = False) -> tuple[str, Any, list[np.ndarray], dict[str, Any]]:
     """A drawn request; `live`: one a running server is sent (no shutdown: that one is honoured)."""
-    ops = [op for op in [*P.OPS, "bogus"] if not (live and op == "shutdown")]
+    ops = [op for op in [*protocol.OPS, "bogus"] if not (live and op == "shutdown")]
     op = draw(st.sampled_from(ops))
     name = draw(st.sampled_from(NAMES))
     args: dict[str, Any] = draw(st.dictionaries(st.sampled_from(ARG_KEYS), value, max_size=4))
@@ -98,7 +98,7 @@ def encode(
 ) -> list[bytes]:
     """Wire frames of a drawn request; `mutate` XORs bytes into the header (a flipped byte on the wire)."""
     try:
-        frames = [bytes(f) for f in P.encode_request(op, 1, name, arrs, args)]
+        frames = [bytes(f) for f in protocol.encode_request(op, 1, name, arrs, args)]
     except (TypeError, ValueError, OverflowError):
         frames = [b"\xc1", *[a.tobytes() for a in arrs]]
     if mutate:

@@ -18,7 +18,7 @@ import pytest
 import zmq
 
 from graphtrain.runtime import kvstore
-from graphtrain.runtime.kvstore import protocol as P
+from graphtrain.runtime.kvstore import protocol
 from graphtrain.runtime.kvstore.protocol import RemoteError
 from graphtrain.runtime.kvstore.transport import KVAuthError
 from tests.runtime.conftest import TOKEN, dealer, rss, servers
@@ -112,7 +112,7 @@ def rss_peak(pid: int, stop: threading.Event, out: list[int]) -> None:
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize(
     ("claimed", "sent"),
-    [(1 << 30, 4 * MB), (P.MAX_FRAME_BYTES, P.MAX_FRAME_BYTES - 1)],
+    [(1 << 30, 4 * MB), (protocol.MAX_FRAME_BYTES, protocol.MAX_FRAME_BYTES - 1)],
     ids=["claims-1GiB", "claims-the-frame-limit"],
 )
 def test_unauthenticated_peers_cost_bounded_memory(ckroot: Path, claimed: int, sent: int) -> None:
@@ -203,8 +203,8 @@ def stuck_pull(address: str, rows: int) -> zmq.Socket:
     """An authenticated client that asks for a whole table and never reads: a pipe of one message and
     a small kernel buffer, so the server's sends back up at once."""
     sock = dealer(address, TOKEN, RCVHWM=1, RCVBUF=4096)
-    ids = P.split_rows(np.arange(rows, dtype=np.int64))
-    sock.send_multipart(P.encode_request("pull", 1, "emb", ids), copy=False)
+    ids = protocol.split_rows(np.arange(rows, dtype=np.int64))
+    sock.send_multipart(protocol.encode_request("pull", 1, "emb", ids), copy=False)
     return sock
 
 

@@ -119,15 +119,15 @@ def test_changed_checkpoint_file_is_detected(ckroot: Path) -> None:
 
 
 def test_export_writes_original_node_order(ckroot: Path, tmp_path: Path) -> None:
-    from graphtrain.runtime import partition as P
+    from graphtrain.runtime import partition
     from tests.conftest import planted_graph
 
     g = planted_graph(n=400, k=2)
-    cfg = P.write(g, P.partition_graph(g, 2), tmp_path / "part")
-    book = PartitionBook(P.load_config(cfg).node_bounds)
+    cfg = partition.write(g, partition.partition_graph(g, 2), tmp_path / "part")
+    book = PartitionBook(partition.load_config(cfg).node_bounds)
     alone = kvstore.standalone(2, checkpoint_root=ckroot)
     emb = DistEmbedding(400, 3, "node", book=book, client=alone, init={"kind": "zeros"})
-    node_map = P.load_maps(P.load_config(cfg))["node_map"]
+    node_map = partition.load_maps(partition.load_config(cfg))["node_map"]
     # row of new id i holds the original id of node i: after export, row j must hold j
     emb.table[np.arange(400)] = np.repeat(node_map[:, None], 3, axis=1).astype(np.float32)
     alone.checkpoint("ck", root=ckroot)

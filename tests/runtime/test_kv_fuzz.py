@@ -19,10 +19,10 @@ from hypothesis import strategies as st
 
 from graphtrain.runtime import kvstore
 from graphtrain.runtime.errors import GraphtrainError
-from graphtrain.runtime.kvstore import protocol as P
+from graphtrain.runtime.kvstore import protocol
 from graphtrain.runtime.kvstore.dispatch import Dispatcher
 from graphtrain.runtime.kvstore.state import PullStream, ShardState
-from tests.runtime import kv_fuzz as F
+from tests.runtime import kv_fuzz
 from tests.runtime.conftest import TOKEN, dealer, servers
 
 _dispatcher: Dispatcher | None = None
@@ -34,7 +34,9 @@ def dispatcher() -> Dispatcher:
     if _dispatcher is None:
         root = Path(tempfile.mkdtemp(prefix="gt-fuzz-"))
         state = ShardState(0)
-        state.create("emb", F.ROWS, (F.DIM,), "float32", 0, F.ROWS, {"kind": "uniform", "seed": 1})
+        state.create(
+            "emb", kv_fuzz.ROWS, (kv_fuzz.DIM,), "float32", 0, kv_fuzz.ROWS, {"kind": "uniform", "seed": 1}
+        )
         state.set_optimizer("emb", {"kind": "adam", "lr": 0.1})
         _dispatcher = Dispatcher(state, root)
     return _dispatcher
@@ -49,20 +51,20 @@ def snapshot(state: ShardState) -> dict[str, torch.Tensor]:
 
 
 @settings(max_examples=4000, deadline=None, suppress_health_check=list(HealthCheck))
-@given(F.requests())
+@given(kv_fuzz.requests())
 def test_a_refused_request_changes_nothing(drawn) -> None:
     op, name, arrays, args = drawn
     d = dispatcher()
     before = snapshot(d.state)
-    req = P.Request(op, 1, name, arrays, args, sum(a.nbytes for a in arrays))
+    req = protocol.Request(op, 1, name, arrays, args, sum(a.nbytes for a in arrays))
     try:
-        out = d.run(req, P.validate(req), who=("fuzz", 1))
+        out = d.run(req, protocol.validate(req), who=("fuzz", 1))
         if isinstance(out, PullStream):
             while not out.done:
                 out.next()
         if op == "barrier" and out is None:
             d.barriers.withdraw(args["key"], ("fuzz", 1))
-    except (P.ProtocolError, GraphtrainError, ValueError):
+    except (protocol.ProtocolError, GraphtrainError, ValueError):
         after = snapshot(d.state)
         assert after.keys() == before.keys()
         for key, value in before.items():
@@ -77,7 +79,9 @@ def live(tmp_path_factory: pytest.TempPathFactory):
     root = tmp_path_factory.mktemp("fuzz")
     with servers(1, root) as srv:
         client = kvstore.connect([srv[0].address], TOKEN, timeout=20, retries=0)
-        client.create("emb", F.ROWS, (F.DIM,), "float32", np.array([0, F.ROWS]), {"kind": "uniform"})
+        client.create(
+            "emb", kv_fuzz.ROWS, (kv_fuzz.DIM,), "float32", np.array([0, kv_fuzz.ROWS]), {"kind": "uniform"}
+        )
         client.set_optimizer("emb", {"kind": "adagrad", "lr": 0.1})
         sock = dealer(srv[0].address, RCVHWM=0)
         yield srv[0], client, sock
@@ -87,10 +91,10 @@ def live(tmp_path_factory: pytest.TempPathFactory):
 
 
 @settings(max_examples=2500, deadline=None, suppress_health_check=list(HealthCheck))
-@given(F.requests(live=True), st.binary(max_size=3) | st.just(b""), st.booleans())
+@given(kv_fuzz.requests(live=True), st.binary(max_size=3) | st.just(b""), st.booleans())
 def test_a_live_server_answers_every_message(live, drawn, flip: bytes, garbage_frame: bool) -> None:
     srv, client, sock = live
-    frames = F.encode(*drawn, mutate=flip)
+    frames = kv_fuzz.encode(*drawn, mutate=flip)
     if garbage_frame:
         frames.append(b"\x00\xff" * 3)
     sock.send_multipart(frames)
@@ -104,7 +108,9 @@ def test_the_live_server_survived_the_fuzzing(live) -> None:
     srv, client, _ = live
     health = client.health()[0]
     assert health["live"] is True and health["workers"] == 4
-    rows = client.pull("emb", np.arange(F.ROWS), np.array([0, F.ROWS]), (F.DIM,), np.float32)
+    rows = client.pull(
+        "emb", np.arange(kv_fuzz.ROWS), np.array([0, kv_fuzz.ROWS]), (kv_fuzz.DIM,), np.float32
+    )
     assert np.isfinite(rows).all()
     log = srv.log_text()
     assert "internal error" not in log and "Traceback" not in log, log[-3000:]

@@ -13,7 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from graphtrain.runtime import httpd, kvstore
+from graphtrain.contract import httpd
+from graphtrain.runtime import kvstore
 from graphtrain.runtime.kvstore.server import Limits, ShardServer
 from graphtrain.runtime.kvstore.state import ShardState
 from tests.runtime.conftest import TOKEN, servers

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from graphtrain.runtime import kvstore
-from graphtrain.runtime.kvstore import protocol as P
+from graphtrain.runtime.kvstore import protocol
 from graphtrain.runtime.kvstore.client import KVTimeout
 from tests.runtime.conftest import TOKEN, dealer, request, servers, start_server
 
@@ -272,14 +272,14 @@ def test_oversized_requests_are_refused(server) -> None:
     the server keeps serving."""
     srv, client, raw = server
     before = snapshot(client)
-    rows = P.MAX_FRAME_BYTES // (DIM * 4)
+    rows = protocol.MAX_FRAME_BYTES // (DIM * 4)
     piece = [["int64", [rows]], ["float32", [rows, DIM]]]
     ids, values = ids_bytes(list(range(rows))), np.zeros((rows, DIM), np.float32).tobytes()
-    over = (1 << 20) // P.MAX_FRAME_BYTES + 1  # pieces: just over the 1 MiB request limit
+    over = (1 << 20) // protocol.MAX_FRAME_BYTES + 1  # pieces: just over the 1 MiB request limit
     reply = request(raw, [header("push", frames=piece * over), *([ids, values] * over)])
     assert reply is not None and "exceeds the limit of 1048576" in reply["error"]
     big = dealer(srv.address)
-    huge = np.zeros(P.MAX_FRAME_BYTES // 4 + 100, np.float32)
+    huge = np.zeros(protocol.MAX_FRAME_BYTES // 4 + 100, np.float32)
     frames = [
         header("push", frames=[["int64", [1]], ["float32", [1, len(huge)]]]),
         ids_bytes([1]),

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from graphtrain.runtime import kvstore
+from graphtrain.runtime import kvstore, partition
 from graphtrain.runtime.kvstore.shm import job_prefix
 from tests.runtime.conftest import TOKEN, servers
 
@@ -147,7 +147,6 @@ def test_metrics_endpoint(ckroot: Path) -> None:
 
 def dense_partition(directory: Path):
     """A 600-node planted graph with dense features, in 2 METIS parts: (graph, partition config)."""
-    from graphtrain.runtime import partition as P
     from graphtrain.runtime.data.graph import Graph
     from tests.conftest import planted_graph
 
@@ -160,18 +159,17 @@ def dense_partition(directory: Path):
         label=base.label,
         masks=base.masks,
     )
-    return g, P.write(g, P.partition_graph(g, 2), directory / "part")
+    return g, partition.write(g, partition.partition_graph(g, 2), directory / "part")
 
 
 @pytest.mark.timeout(180)
 def test_server_holds_its_partition_node_data(ckroot: Path, tmp_path: Path) -> None:
-    from graphtrain.runtime import partition as P
 
     g, cfg = dense_partition(tmp_path)
-    bounds = P.load_config(cfg).node_bounds
+    bounds = partition.load_config(cfg).node_bounds
     with servers(2, ckroot, "--partition", str(cfg)) as srv:
         client = kvstore.connect([s.address for s in srv], TOKEN)
-        maps = P.load_maps(P.load_config(cfg))
+        maps = partition.load_maps(partition.load_config(cfg))
         new_ids = np.arange(600)
         feat = client.pull("ndata.feat", new_ids, bounds, (5,), np.float32)
         label = client.pull("ndata.label", new_ids, bounds, (), np.int64)
@@ -188,10 +186,8 @@ def test_same_host_clients_sample_shared_memory_as_the_servers_do(ckroot: Path, 
     samples it itself and draws exactly what the servers' sample requests return."""
     import os
 
-    from graphtrain.runtime import partition as P
-
     _, cfg = dense_partition(tmp_path)
-    bounds = P.load_config(cfg).node_bounds
+    bounds = partition.load_config(cfg).node_bounds
     seeds = np.random.default_rng(3).permutation(600)[:200]
     with servers(2, ckroot, "--partition", str(cfg), "--shm") as srv:
         addresses = [s.address for s in srv]

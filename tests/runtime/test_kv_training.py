@@ -13,7 +13,7 @@ import torch
 from graphtrain.runtime.kvstore.checkpoint import export_state, export_table
 from graphtrain.runtime.kvstore.state import init_rows
 from graphtrain.runtime.optim import OptimConfig, make_state, sparse_step
-from tests.runtime import kv_worker as W
+from tests.runtime import kv_worker
 from tests.runtime.conftest import TOKEN, servers
 
 CONFIGS = [
@@ -26,12 +26,12 @@ CONFIGS = [
 
 
 def reference(config: OptimConfig, world: int) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    table = torch.empty(W.NUM_ROWS, W.DIM)
-    init_rows(W.INIT, 0, W.NUM_ROWS, (W.DIM,), table)
-    state = make_state(config, W.NUM_ROWS, W.DIM)
-    for step in range(W.STEPS):
+    table = torch.empty(kv_worker.NUM_ROWS, kv_worker.DIM)
+    init_rows(kv_worker.INIT, 0, kv_worker.NUM_ROWS, (kv_worker.DIM,), table)
+    state = make_state(config, kv_worker.NUM_ROWS, kv_worker.DIM)
+    for step in range(kv_worker.STEPS):
         for rank in range(world):
-            ids, grads = W.batch(rank, step)
+            ids, grads = kv_worker.batch(rank, step)
             if config.kind == "adam" and config.step_count == "global":
                 state["step"][0] = step  # each trainer's push is its step number step + 1
             sparse_step(config, table, state, ids, grads, backend="torch")
@@ -46,7 +46,7 @@ def test_two_servers_two_clients_match_single_process(config: OptimConfig, ckroo
         ctx = mp.get_context("spawn")
         procs = [
             ctx.Process(
-                target=W.train, args=(addresses, TOKEN, r, 2, dataclasses.asdict(config), str(ckroot))
+                target=kv_worker.train, args=(addresses, TOKEN, r, 2, dataclasses.asdict(config), str(ckroot))
             )
             for r in range(2)
         ]

@@ -27,7 +27,7 @@ import psutil
 import pytest
 import yaml
 
-from graphtrain.runtime import spec as S
+from graphtrain.contract.spec import load_yaml
 from graphtrain.runtime.launch.local import LocalRun, RunFailed
 from tests.conftest import planted_graph
 
@@ -84,7 +84,7 @@ def write_spec(doc: dict, run_dir: Path) -> Path:
 def launch(doc: dict, run_dir: Path, standalone: bool = False, **options: bool) -> LocalRun:
     spec_path = write_spec(doc, run_dir)
     return LocalRun(
-        S.load_yaml(spec_path.read_text()), spec_path, run_dir, standalone=standalone, echo=False, **options
+        load_yaml(spec_path.read_text()), spec_path, run_dir, standalone=standalone, echo=False, **options
     )
 
 

@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from graphtrain.cli import app
-from graphtrain.runtime import partition as P
+from graphtrain.runtime import partition
 from graphtrain.runtime.kvstore import checkpoint as ckpt
 from tests.conftest import planted_graph
 from tests.runtime.test_launch import launch, sage_spec
@@ -39,10 +39,10 @@ def test_a_runs_checkpoint_exports_and_predicts_in_original_order(tmp_path: Path
     assert record["table_keys"] == {"node": "nodes"} and record["num_nodes"] == 600
     res = runner.invoke(app, ["export", str(latest), "-o", str(tmp_path / "node.npy")])
     assert res.exit_code == 0, res.output
-    cfg = P.load_config(run / "partition")
+    cfg = partition.load_config(run / "partition")
     stored = ckpt.export_table(ckpt.resolve_checkpoint(latest), "node")  # partition order
     np.testing.assert_array_equal(
-        np.load(tmp_path / "node.npy"), stored[P.load_maps(cfg)["node_map_inverse"]]
+        np.load(tmp_path / "node.npy"), stored[partition.load_maps(cfg)["node_map_inverse"]]
     )
 
     out = tmp_path / "p.csv"

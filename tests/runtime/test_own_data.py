@@ -146,11 +146,11 @@ def test_edge_list_with_npy_features_and_csv_labels_matches_the_npz_route(
 
 def test_run_data_dir_is_the_only_dataset_cache(tmp_path: Path) -> None:
     """Issue 20 item 5: trainers read the default cache, not `run --data-dir`."""
-    from graphtrain.runtime.data import datasets as D
+    from graphtrain.runtime.data import datasets
     from graphtrain.runtime.data.cache import data_dir
 
     cache = data_dir()
-    D.fetch("nations", cache)  # where the test machine keeps it (fetched once)
+    datasets.fetch("nations", cache)  # where the test machine keeps it (fetched once)
     doc = yaml.safe_load((ROOT / "examples" / "nations-transe.yaml").read_text())
     doc["spec"]["training"].update(epochs=1, evalEvery=1)
     doc["spec"]["trainers"] = {"replicas": 2}

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from graphtrain.contract import reporting, rundir
 from graphtrain.runtime.launch import targets
-from graphtrain.runtime.spec import reporting
 from tests.runtime.test_launch import graph_file, launch, sage_spec  # noqa: F401 - graph_file: a fixture
 
 EPOCHS = 10
@@ -112,9 +112,9 @@ def test_every_process_of_a_run_is_a_scrape_target(graph_file: Path, tmp_path: P
     assert not thread.is_alive() and "result" in out, "the run did not finish"
     # the launch is over: none of its ports is a target any more
     assert json.loads((run_dir / targets.TARGETS_FILE).read_text()) == []
-    history = reporting.decode_history((run_dir / reporting.HISTORY_FILE).read_text())
+    history = reporting.decode_history((run_dir / rundir.HISTORY_FILE).read_text())
     assert [p.epoch for p in history] == list(range(1, EPOCHS + 1))
     assert all(p.eval_metric == "val_accuracy" and p.eval_value is not None for p in history)
     for rank in (0, 1):
-        beat = reporting.decode((run_dir / reporting.rank_file(rank)).read_text())
+        beat = reporting.decode((run_dir / rundir.rank_file(rank)).read_text())
         assert beat is not None and beat.epoch == EPOCHS

@@ -318,7 +318,7 @@ def test_bad_input_gives_one_line(case: Case, tmp_path: Path) -> None:
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from graphtrain.runtime import kvstore
-    from graphtrain.runtime import partition as P
+    from graphtrain.runtime import partition as partitioning
     from graphtrain.runtime.data.graph import Graph
     from graphtrain.runtime.kvstore.checkpoint import partition_record
     from graphtrain.runtime.tensor import DistEmbedding
@@ -326,7 +326,9 @@ def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("ckpt")
     ring = np.arange(10, dtype=np.int64)
     g = Graph.from_edges("ring", 10, ring, (ring + 1) % 10)
-    cfg = P.load_config(P.write(g, P.partition_graph(g, 1), root / "partition"))
+    cfg = partitioning.load_config(
+        partitioning.write(g, partitioning.partition_graph(g, 1), root / "partition")
+    )
     client = kvstore.standalone(1, checkpoint_root=root)
     DistEmbedding(10, 3, "emb", client=client)
     client.checkpoint("ck", extra={"partition": partition_record(cfg, root / "ck")}, root=root)

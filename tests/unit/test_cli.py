@@ -15,8 +15,8 @@ import yaml
 from typer.testing import CliRunner
 
 from graphtrain.cli import app
-from graphtrain.runtime import partition as P
-from graphtrain.runtime.crd import crd_yaml
+from graphtrain.contract.crd import crd_yaml
+from graphtrain.runtime import partition
 from tests.unit.spec_cases import FIELD_BREAKS, LIFECYCLE_FIELDS
 
 runner = CliRunner()
@@ -129,7 +129,7 @@ def test_partition_an_edge_list(tmp_path: Path) -> None:
     )
     assert result.exit_code == 0, result.output
     assert "edge cut" in result.output
-    cfg = P.load_config(tmp_path / "out")
+    cfg = partition.load_config(tmp_path / "out")
     assert cfg.num_parts == 3 and cfg.data["balance"] == ["nodes", "degree"]
     inspected = runner.invoke(app, ["inspect", str(tmp_path / "out")])
     assert inspected.exit_code == 0 and "files verified" in inspected.output
@@ -173,7 +173,7 @@ def test_data_commands_on_an_empty_cache(data_root: Path) -> None:
 
 def test_partition_report_file_is_a_partition_status(tmp_path: Path) -> None:
     """What the partition Job leaves in its termination message for the operator (< 4 KiB)."""
-    from graphtrain.runtime.spec import PartitionStatus
+    from graphtrain.contract.spec import PartitionStatus
 
     report = tmp_path / "termination-log"
     args = ["partition", "--input", str(write_edges(tmp_path)), "-k", "2", "--out", str(tmp_path / "o")]

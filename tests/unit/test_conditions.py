@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from graphtrain.runtime import spec as S
-from graphtrain.runtime.spec import conditions as C
+from graphtrain.contract import conditions
+from graphtrain.contract.spec import Condition, ConditionType, Phase
 
-R = C.Reason
+R = conditions.Reason
 # Written out by hand, not derived: a new reason fails here until someone decides what its events say.
 EXPECTED = {
     R.valid: "Normal",
@@ -38,25 +38,29 @@ EXPECTED = {
 T0, T1 = "2026-01-01T00:00:00Z", "2026-01-01T00:01:00Z"
 
 
-def states() -> list[tuple[S.ConditionType, bool, C.Reason]]:
-    return [(kind, ok, reason) for (kind, ok), reasons in C.VOCABULARY.items() for reason in sorted(reasons)]
+def states() -> list[tuple[ConditionType, bool, conditions.Reason]]:
+    return [
+        (kind, ok, reason)
+        for (kind, ok), reasons in conditions.VOCABULARY.items()
+        for reason in sorted(reasons)
+    ]
 
 
 def test_every_reason_has_a_decided_severity_and_a_condition() -> None:
-    assert set(EXPECTED) == set(C.Reason)
+    assert set(EXPECTED) == set(conditions.Reason)
     used = {reason for _, _, reason in states()}
-    assert used == set(C.Reason), f"reasons no condition may carry: {set(C.Reason) - used}"
+    assert used == set(conditions.Reason), f"reasons no condition may carry: {set(conditions.Reason) - used}"
 
 
 @pytest.mark.parametrize(("kind", "ok", "reason"), states(), ids=lambda v: str(v))
 def test_every_transition_posts_its_reasons_severity(
-    kind: S.ConditionType, ok: bool, reason: C.Reason
+    kind: ConditionType, ok: bool, reason: conditions.Reason
 ) -> None:
-    befores: list[S.Condition | None] = [None]  # first set, then from every other state of the same type
+    befores: list[Condition | None] = [None]  # first set, then from every other state of the same type
     for other_kind, other_ok, other_reason in states():
         if other_kind == kind and (other_ok, other_reason) != (ok, reason):
             befores.append(
-                S.Condition(
+                Condition(
                     type=kind,
                     status="True" if other_ok else "False",
                     reason=other_reason.value,
@@ -64,14 +68,14 @@ def test_every_transition_posts_its_reasons_severity(
                 )
             )
     for before in befores:
-        conds = C.Conditions([before] if before else [], T1)
+        conds = conditions.Conditions([before] if before else [], T1)
         conds.set(kind, ok, reason, "why")
         (event,) = conds.events()
         assert (event.type, event.reason, event.message) == (EXPECTED[reason], reason.value, "why"), before
     # the same state again: no event
-    first = C.Conditions([], T0)
+    first = conditions.Conditions([], T0)
     first.set(kind, ok, reason)
-    conds = C.Conditions(first.as_list(), T1)
+    conds = conditions.Conditions(first.as_list(), T1)
     conds.set(kind, ok, reason)
     assert conds.events() == []
 
@@ -79,62 +83,62 @@ def test_every_transition_posts_its_reasons_severity(
 @pytest.mark.parametrize(
     ("kind", "ok", "severity"),
     [
-        (S.ConditionType.failed, True, "Warning"),
-        (S.ConditionType.stalled, True, "Warning"),
-        (S.ConditionType.succeeded, True, "Normal"),
-        (S.ConditionType.spec_valid, True, "Normal"),
-        (S.ConditionType.partition_ready, True, "Normal"),
-        (S.ConditionType.shards_ready, True, "Normal"),
-        (S.ConditionType.trainers_ready, True, "Normal"),
-        (S.ConditionType.stalled, False, "Normal"),
+        (ConditionType.failed, True, "Warning"),
+        (ConditionType.stalled, True, "Warning"),
+        (ConditionType.succeeded, True, "Normal"),
+        (ConditionType.spec_valid, True, "Normal"),
+        (ConditionType.partition_ready, True, "Normal"),
+        (ConditionType.shards_ready, True, "Normal"),
+        (ConditionType.trainers_ready, True, "Normal"),
+        (ConditionType.stalled, False, "Normal"),
     ],
 )
-def test_failures_warn_and_progress_does_not(kind: S.ConditionType, ok: bool, severity: str) -> None:
-    for reason in C.VOCABULARY[(kind, ok)]:
-        assert C.severity(reason) == severity, reason
+def test_failures_warn_and_progress_does_not(kind: ConditionType, ok: bool, severity: str) -> None:
+    for reason in conditions.VOCABULARY[(kind, ok)]:
+        assert conditions.severity(reason) == severity, reason
 
 
 def test_a_finished_training_posts_no_warning() -> None:
     """The bug this vocabulary fixed: TrainersReady False / Completed was posted as a Warning."""
-    conds = C.Conditions([], T0)
-    C.set_trainers_waiting(conds, R.completed, "every trainer finished")
-    C.set_succeeded(conds, "done")
+    conds = conditions.Conditions([], T0)
+    conditions.set_trainers_waiting(conds, R.completed, "every trainer finished")
+    conditions.set_succeeded(conds, "done")
     assert {e.type for e in conds.events()} == {"Normal"}
 
 
-@pytest.mark.parametrize("phase", list(S.Phase))
-def test_a_phase_change_warns_only_when_it_fails(phase: S.Phase) -> None:
-    event = C.phase_event("Something", phase)
+@pytest.mark.parametrize("phase", list(Phase))
+def test_a_phase_change_warns_only_when_it_fails(phase: Phase) -> None:
+    event = conditions.phase_event("Something", phase)
     assert event is not None and event.reason == phase.value
-    assert event.type == ("Warning" if phase == S.Phase.failed else "Normal")
-    assert C.phase_event(phase.value, phase) is None
+    assert event.type == ("Warning" if phase == Phase.failed else "Normal")
+    assert conditions.phase_event(phase.value, phase) is None
 
 
-def since(conds: C.Conditions, kind: S.ConditionType) -> str | None:
+def since(conds: conditions.Conditions, kind: ConditionType) -> str | None:
     found = conds.get(kind)
     assert found is not None
     return found.last_transition_time
 
 
 def test_a_transition_time_moves_only_when_the_status_changes() -> None:
-    first = C.Conditions([], T0)
-    C.set_shards_ready(first, 1, 2)
-    second = C.Conditions(first.as_list(), T1)
-    C.set_shards_ready(second, 1, 2)
-    C.set_spec_valid(second)
-    assert since(second, S.ConditionType.shards_ready) == T0  # still 1/2: held
-    assert since(second, S.ConditionType.spec_valid) == T1  # new
-    third = C.Conditions(second.as_list(), "2026-01-01T00:02:00Z")
-    C.set_shards_ready(third, 2, 2)
-    assert since(third, S.ConditionType.shards_ready) == "2026-01-01T00:02:00Z"  # turned True
+    first = conditions.Conditions([], T0)
+    conditions.set_shards_ready(first, 1, 2)
+    second = conditions.Conditions(first.as_list(), T1)
+    conditions.set_shards_ready(second, 1, 2)
+    conditions.set_spec_valid(second)
+    assert since(second, ConditionType.shards_ready) == T0  # still 1/2: held
+    assert since(second, ConditionType.spec_valid) == T1  # new
+    third = conditions.Conditions(second.as_list(), "2026-01-01T00:02:00Z")
+    conditions.set_shards_ready(third, 2, 2)
+    assert since(third, ConditionType.shards_ready) == "2026-01-01T00:02:00Z"  # turned True
 
 
 def test_a_combination_outside_the_vocabulary_is_refused() -> None:
-    conds = C.Conditions([], T0)
+    conds = conditions.Conditions([], T0)
     with pytest.raises(ValueError, match="vocabulary"):
-        conds.set(S.ConditionType.succeeded, True, R.running)
+        conds.set(ConditionType.succeeded, True, R.running)
     with pytest.raises(ValueError, match="vocabulary"):
-        conds.set(S.ConditionType.failed, False, R.trainer_failed)
+        conds.set(ConditionType.failed, False, R.trainer_failed)
 
 
 def test_unreadable_conditions_lend_no_time() -> None:
@@ -142,4 +146,4 @@ def test_unreadable_conditions_lend_no_time() -> None:
         {"type": "SpecValid", "status": "True", "reason": "Valid", "lastTransitionTime": T0},
         {"type": "x"},
     ]
-    assert [c.type for c in C.parse(raw)] == ["SpecValid"]
+    assert [c.type for c in conditions.parse(raw)] == ["SpecValid"]

@@ -7,8 +7,8 @@ from typing import Any
 
 import yaml
 
-from graphtrain.runtime import crd
-from graphtrain.runtime import spec as S
+from graphtrain.contract import crd
+from graphtrain.contract.spec import MAX_LAYERS, MAX_TABLES, RULES, GraphTrainingStatus, ModelSpec, Toleration
 
 CHART_CRD = Path(__file__).resolve().parents[2] / "charts/graphtrain/crds/graphtrainings.graphtrain.io.yaml"
 
@@ -44,7 +44,7 @@ def test_schema_is_structural() -> None:
 def test_every_status_field_is_declared() -> None:
     status = crd.openapi_schema()["properties"]["status"]["properties"]
     declared = set(status)
-    expected = {f.alias or name for name, f in S.GraphTrainingStatus.model_fields.items()}
+    expected = {f.alias or name for name, f in GraphTrainingStatus.model_fields.items()}
     assert declared == expected
     progress = status["progress"]["properties"]
     assert {"epoch", "step", "loss", "samplesPerSecond", "evalMetric", "evalValue", "summary"} <= set(
@@ -99,7 +99,7 @@ def test_descriptions_state_defaults() -> None:
         "Default: metis."
     )
     # an object's default is whole (the API server checks it against the rules as it stands)
-    assert spec["properties"]["model"]["default"] == S.ModelSpec().model_dump(
+    assert spec["properties"]["model"]["default"] == ModelSpec().model_dump(
         by_alias=True, exclude_none=True, mode="json"
     )
 
@@ -110,8 +110,8 @@ def test_every_rule_is_in_the_crd() -> None:
     in_crd = [v for _, node in walk(schema) for v in node.get("x-kubernetes-validations", [])]
     # EmbeddingTable's (and its sub-models') node appears once, as the items of spec.embeddings;
     # Toleration's once per role whose pods it places (partition, shardServers, trainers)
-    roles = {S.Toleration: 3}
-    expected = [r.cel for model, rules in S.RULES.items() for r in rules for _ in range(roles.get(model, 1))]
+    roles = {Toleration: 3}
+    expected = [r.cel for model, rules in RULES.items() for r in rules for _ in range(roles.get(model, 1))]
     assert sorted(v["rule"] for v in in_crd) == sorted(expected)
     root = schema["x-kubernetes-validations"]
     assert [v["fieldPath"] for v in root] == [".metadata.name"]
@@ -121,5 +121,5 @@ def test_cel_reads_only_bounded_lists() -> None:
     """The API server estimates a rule's cost from maxItems; an unbounded list read by a rule makes it
     refuse the CRD (the real check is the API server's, in tests/operator/test_crd_validation.py)."""
     spec = crd.openapi_schema()["properties"]["spec"]["properties"]
-    assert spec["embeddings"]["maxItems"] == S.MAX_TABLES
-    assert spec["training"]["properties"]["fanouts"]["maxItems"] == S.MAX_LAYERS
+    assert spec["embeddings"]["maxItems"] == MAX_TABLES
+    assert spec["training"]["properties"]["fanouts"]["maxItems"] == MAX_LAYERS

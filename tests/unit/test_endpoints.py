@@ -1,5 +1,5 @@
-"""The operator's health and metrics endpoints, served on 127.0.0.1, port 0 (their server is runtime/httpd.py:
-idle and never-reading clients are tested in test_httpd.py)."""
+"""The operator's health and metrics endpoints, served on 127.0.0.1, port 0 (their server is
+contract/httpd.py: idle and never-reading clients are tested in test_httpd.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import urllib.request
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from graphtrain.operator import endpoints as E
+from graphtrain.operator import endpoints
 
 
 @pytest.mark.parametrize(
@@ -23,13 +23,13 @@ from graphtrain.operator import endpoints as E
     ],
 )
 def test_parse_address(text: str, expected: tuple[str, int]) -> None:
-    assert E.parse_address(text) == expected
+    assert endpoints.parse_address(text) == expected
 
 
 @pytest.mark.parametrize("text", ["8080", ":8080", "host:", "host:http", "host:65536", "host:-1", ""])
 def test_parse_address_refuses(text: str) -> None:
     with pytest.raises(ValueError, match="is not HOST:PORT"):
-        E.parse_address(text)
+        endpoints.parse_address(text)
 
 
 def get(url: str) -> tuple[int, str]:
@@ -42,16 +42,16 @@ def get(url: str) -> tuple[int, str]:
 
 def test_probes_and_metrics_over_http() -> None:
     state = {"ready": False}
-    metrics = E.OperatorMetrics()
-    health = E.serve(
+    metrics = endpoints.OperatorMetrics()
+    health = endpoints.serve(
         "health",
         ("127.0.0.1", 0),
         {
-            "/healthz": E.probe(lambda: (True, "ok")),
-            "/readyz": E.probe(lambda: (state["ready"], "standby" if state["ready"] else "starting")),
+            "/healthz": endpoints.probe(lambda: (True, "ok")),
+            "/readyz": endpoints.probe(lambda: (state["ready"], "standby" if state["ready"] else "starting")),
         },
     )
-    scrape = E.serve("metrics", ("127.0.0.1", 0), {"/metrics": metrics.route})
+    scrape = endpoints.serve("metrics", ("127.0.0.1", 0), {"/metrics": metrics.route})
     try:
         assert health.address[0] == "127.0.0.1" and health.address[1] > 0
         assert get(f"{health.url}/healthz") == (200, "ok\n")

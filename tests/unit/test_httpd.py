@@ -1,4 +1,4 @@
-"""The endpoints of every process (runtime/httpd.py: the metrics port of shard servers, trainers and the
+"""The endpoints of every process (contract/httpd.py: the metrics port of shard servers, trainers and the
 launcher, the operator's health and metrics ports): idle, half-sent or never-reading clients hold no
 thread each and never keep a probe out."""
 
@@ -16,7 +16,7 @@ import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge
 from prometheus_client.parser import text_string_to_metric_families
 
-from graphtrain.runtime import httpd
+from graphtrain.contract import httpd
 
 
 def get(url: str, timeout: float = 10, method: str = "GET") -> tuple[int, str]:

@@ -11,8 +11,8 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from graphtrain.runtime import partition as P
-from graphtrain.runtime import spec as S
+from graphtrain.contract.spec import API_VERSION, GraphSource, GraphTraining, load_yaml, parse
+from graphtrain.runtime import partition
 from graphtrain.runtime.cli import app
 from graphtrain.runtime.data import inputs
 from graphtrain.runtime.errors import DataError, GraphtrainError
@@ -21,7 +21,7 @@ from graphtrain.runtime.launch.local import LocalRun
 
 def spec_doc(graph: dict, **model: object) -> dict:
     return {
-        "apiVersion": S.API_VERSION,
+        "apiVersion": API_VERSION,
         "kind": "GraphTraining",
         "metadata": {"name": "mine"},
         "spec": {
@@ -41,17 +41,17 @@ def write_npz(path: Path, label: np.ndarray, n: int = 200, seed: int = 0) -> Non
     np.savez(path, src=np.r_[src, dst], dst=np.r_[dst, src], num_nodes=np.int64(n), feat=feat, label=label)
 
 
-def npz_project(tmp_path: Path, n: int) -> tuple[Path, Path, S.GraphTraining]:
+def npz_project(tmp_path: Path, n: int) -> tuple[Path, Path, GraphTraining]:
     """mine.npz (n nodes, 3 classes) and mine.yaml reading it by a relative path."""
     data = tmp_path / "mine.npz"
     write_npz(data, np.arange(n) % 3)
     spec_file = tmp_path / "mine.yaml"
     spec_file.write_text(yaml.safe_dump(spec_doc({"path": "mine.npz"})))
-    return data, spec_file, S.load_yaml(spec_file.read_text())
+    return data, spec_file, load_yaml(spec_file.read_text())
 
 
 def test_relative_paths_start_at_the_spec_directory(tmp_path: Path) -> None:
-    source = S.GraphSource.model_validate(
+    source = GraphSource.model_validate(
         {
             "triples": {"path": "kg/train.tsv", "valid": "/abs/valid.tsv", "test": "kg/test.tsv"},
         }
@@ -61,7 +61,7 @@ def test_relative_paths_start_at_the_spec_directory(tmp_path: Path) -> None:
     assert got.triples.path == str(tmp_path / "specs" / "kg" / "train.tsv")
     assert got.triples.valid == "/abs/valid.tsv"
     graph = inputs.resolve(
-        S.GraphSource.model_validate({"path": "g.tsv", "features": "f.npy", "labels": "/l.csv"}), tmp_path
+        GraphSource.model_validate({"path": "g.tsv", "features": "f.npy", "labels": "/l.csv"}), tmp_path
     )
     assert (graph.path, graph.features, graph.labels) == (
         str(tmp_path / "g.tsv"),
@@ -78,7 +78,7 @@ def test_relative_paths_start_at_the_spec_directory(tmp_path: Path) -> None:
 def test_the_fingerprint_sees_new_bytes_under_the_same_size_and_mtime(tmp_path: Path) -> None:
     f = tmp_path / "g.tsv"
     f.write_text("0\t1\n1\t2\n")
-    source = inputs.resolve(S.GraphSource.model_validate({"path": "g.tsv"}), tmp_path)
+    source = inputs.resolve(GraphSource.model_validate({"path": "g.tsv"}), tmp_path)
     before = inputs.fingerprint(source)
     stat = f.stat()
     f.write_text("0\t2\n1\t2\n")  # same size
@@ -102,7 +102,7 @@ def test_partition_cli_reads_relative_paths_from_the_spec_directory(tmp_path: Pa
         app, ["partition", "--spec", str(specs / "mine.yaml"), "--out", str(tmp_path / "out")]
     )
     assert result.exit_code == 0, result.output
-    assert P.load_config(tmp_path / "out").data["num_nodes"] == n
+    assert partition.load_config(tmp_path / "out").data["num_nodes"] == n
 
 
 def test_a_rewritten_input_is_partitioned_again(tmp_path: Path) -> None:
@@ -115,7 +115,7 @@ def test_a_rewritten_input_is_partitioned_again(tmp_path: Path) -> None:
         run = LocalRun(gt, spec_file, tmp_path / "run", echo=False)
         run.say = said.append  # type: ignore[method-assign]
         (tmp_path / "run").mkdir(exist_ok=True)
-        return P.reassemble(P.load_config(run.partition())).label  # type: ignore[return-value]
+        return partition.reassemble(partition.load_config(run.partition())).label  # type: ignore[return-value]
 
     first = partition_labels()
     again = partition_labels()
@@ -154,7 +154,7 @@ def test_a_one_direction_edge_list_for_graphsage_is_named(tmp_path: Path) -> Non
 def test_a_fifo_input_is_refused_not_waited_on(tmp_path: Path) -> None:
     fifo = tmp_path / "g.tsv"
     os.mkfifo(fifo)
-    source = inputs.resolve(S.GraphSource.model_validate({"path": "g.tsv"}), tmp_path)
+    source = inputs.resolve(GraphSource.model_validate({"path": "g.tsv"}), tmp_path)
     with pytest.raises(DataError, match=r"graph.path: .*g.tsv is not a regular file"):
         inputs.fingerprint(source)  # on the first version: open() blocked until a writer came
 
@@ -178,7 +178,7 @@ def test_resume_refuses_a_partition_made_from_changed_inputs(tmp_path: Path) -> 
     assert (first.parent / "node_map.npy").read_bytes() == node_map  # the old partition is kept
     doc = spec_doc({"path": "mine.npz"})
     doc["spec"]["partition"]["parts"] = 3
-    more = S.parse(doc)
+    more = parse(doc)
     with pytest.raises(GraphtrainError, match=r"graph.path \(contents\), partition settings changed"):
         LocalRun(more, spec_file, run_dir, echo=False, resume=True).partition()
     LocalRun(gt, spec_file, run_dir, echo=False, overwrite=True).partition()  # asked for: partitioned anew

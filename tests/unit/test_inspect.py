@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from graphtrain.runtime import partition as P
+from graphtrain.runtime import partition
 from graphtrain.runtime.data.graph import Graph, KnowledgeGraph, random_masks
 from graphtrain.runtime.data.summary import directed_share
 from graphtrain.runtime.partition.summary import degree_stats, summarise
@@ -37,7 +37,9 @@ def ring(symmetric: bool) -> Graph:
 
 
 def inspect(graph: Graph, tmp_path: Path, parts: int = 2) -> str:
-    cfg = P.write(graph, P.partition_graph(graph, parts, algorithm="random"), tmp_path / "part")
+    cfg = partition.write(
+        graph, partition.partition_graph(graph, parts, algorithm="random"), tmp_path / "part"
+    )
     return " ".join(ok("inspect", str(cfg)).split())
 
 
@@ -104,7 +106,7 @@ def test_summary_counts_match_the_graph(tmp_path: Path) -> None:
     from tests.conftest import planted_graph
 
     g = planted_graph(n=500, k=3)
-    cfg = P.load_config(P.write(g, P.partition_graph(g, 3), tmp_path / "p"))
+    cfg = partition.load_config(partition.write(g, partition.partition_graph(g, 3), tmp_path / "p"))
     s = summarise(cfg)
     deg = g.degree()
     assert s.isolated == int((deg == 0).sum()) and s.degree["max"] == deg.max()

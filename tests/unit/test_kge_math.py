@@ -6,13 +6,13 @@ import numpy as np
 import pytest
 import torch
 
-from graphtrain.runtime.train import kge_math as K
+from graphtrain.runtime.train import kge_math
 
 
 def test_corrupt_changes_exactly_one_side_and_never_to_the_original() -> None:
     gen = torch.Generator().manual_seed(0)
     pos = torch.tensor([[0, 1, 2], [3, 0, 4], [5, 2, 6], [7, 1, 8]])
-    neg = K.corrupt(pos, 50, 10, gen)
+    neg = kge_math.corrupt(pos, 50, 10, gen)
     assert neg.shape == (4, 50, 3)
     flat, orig = neg.view(-1, 3), pos.repeat_interleave(50, 0)
     half = len(flat) // 2
@@ -25,33 +25,33 @@ def test_corrupt_changes_exactly_one_side_and_never_to_the_original() -> None:
 
 def test_scores() -> None:
     h, r, t = torch.tensor([[1.0, 2.0]]), torch.tensor([[0.5, -1.0]]), torch.tensor([[1.0, 0.0]])
-    assert K.score("transe", h, r, t, 1).item() == pytest.approx(-(0.5 + 1.0))
-    assert K.score("transe", h, r, t, 2).item() == pytest.approx(-np.hypot(0.5, 1.0))
-    assert K.score("distmult", h, r, t).item() == pytest.approx(0.5)
+    assert kge_math.score("transe", h, r, t, 1).item() == pytest.approx(-(0.5 + 1.0))
+    assert kge_math.score("transe", h, r, t, 2).item() == pytest.approx(-np.hypot(0.5, 1.0))
+    assert kge_math.score("distmult", h, r, t).item() == pytest.approx(0.5)
     ents = torch.randn(7, 2, generator=torch.Generator().manual_seed(1))
     for kind in ("transe", "distmult"):
-        tails = K.score_all_tails(kind, h, r, ents, 1)
-        heads = K.score_all_heads(kind, r, t, ents, 1)
+        tails = kge_math.score_all_tails(kind, h, r, ents, 1)
+        heads = kge_math.score_all_heads(kind, r, t, ents, 1)
         for e in range(7):
             assert tails[0, e].item() == pytest.approx(
-                K.score(kind, h, r, ents[e : e + 1], 1).item(), abs=1e-5
+                kge_math.score(kind, h, r, ents[e : e + 1], 1).item(), abs=1e-5
             )
             assert heads[0, e].item() == pytest.approx(
-                K.score(kind, ents[e : e + 1], r, t, 1).item(), abs=1e-5
+                kge_math.score(kind, ents[e : e + 1], r, t, 1).item(), abs=1e-5
             )
 
 
 def test_losses_match_their_definitions() -> None:
     pos, neg = torch.tensor([2.0, -1.0]), torch.tensor([[1.0, 3.0], [0.0, -2.0]])
     margin = np.mean([max(0, 1 - 2 + 1), max(0, 1 - 2 + 3), max(0, 1 + 1 + 0), max(0, 1 + 1 - 2)])
-    assert K.loss("margin", pos, neg, 1.0).item() == pytest.approx(margin)
+    assert kge_math.loss("margin", pos, neg, 1.0).item() == pytest.approx(margin)
     sp = lambda x: np.log1p(np.exp(x))  # noqa: E731
     softplus = np.mean([sp(-2), sp(1), sp(1), sp(3), sp(0), sp(-2)])
-    assert K.loss("softplus", pos, neg).item() == pytest.approx(softplus, rel=1e-6)
+    assert kge_math.loss("softplus", pos, neg).item() == pytest.approx(softplus, rel=1e-6)
     ce = np.mean([-2 + np.log(np.exp([2, 1, 3]).sum()), 1 + np.log(np.exp([-1, 0, -2]).sum())])
-    assert K.loss("crossentropy", pos, neg).item() == pytest.approx(ce, rel=1e-6)
+    assert kge_math.loss("crossentropy", pos, neg).item() == pytest.approx(ce, rel=1e-6)
     with pytest.raises(ValueError, match="unknown KGE loss"):
-        K.loss("hinge", pos, neg)
+        kge_math.loss("hinge", pos, neg)
 
 
 def brute_rank(scores: np.ndarray, true: int, filtered: set[int]) -> float:
@@ -66,12 +66,12 @@ def test_filtered_ranks_equal_brute_force() -> None:
     known = np.unique(
         np.stack([rng.integers(0, n, 400), rng.integers(0, nr, 400), rng.integers(0, n, 400)], 1), axis=0
     )
-    index = K.FilterIndex(known, n, nr)
+    index = kge_math.FilterIndex(known, n, nr)
     queries = known[rng.choice(len(known), 25, replace=False)]
     scores = torch.from_numpy(rng.integers(0, 5, (25, n)).astype(np.float32))  # many ties
     for side, anchor_col, true_col in (("tail", 0, 2), ("head", 2, 0)):
         rows, cols = index.known(side, queries[:, anchor_col], queries[:, 1])
-        ranks = K.filtered_ranks(scores, torch.from_numpy(queries[:, true_col]), rows, cols)
+        ranks = kge_math.filtered_ranks(scores, torch.from_numpy(queries[:, true_col]), rows, cols)
         for i, q in enumerate(queries):
             if side == "tail":
                 others = {int(t) for h, r, t in known if h == q[0] and r == q[1]}
@@ -83,8 +83,8 @@ def test_filtered_ranks_equal_brute_force() -> None:
 
 
 def test_rank_sums_metrics() -> None:
-    sums = K.RankSums()
+    sums = kge_math.RankSums()
     sums.add(torch.tensor([1.0, 2.0, 4.0, 20.0]))
-    m = K.RankSums.metrics(sums.as_list())
+    m = kge_math.RankSums.metrics(sums.as_list())
     assert m["mrr"] == pytest.approx((1 + 0.5 + 0.25 + 0.05) / 4)
     assert (m["hits@1"], m["hits@3"], m["hits@10"]) == (0.25, 0.5, 0.75)

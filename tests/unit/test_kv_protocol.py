@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from graphtrain.runtime.kvstore import protocol as P
+from graphtrain.runtime.kvstore import protocol
 
 
 def pack(**fields) -> bytes:
@@ -21,13 +21,13 @@ def pack(**fields) -> bytes:
 def test_round_trip_of_a_push_in_frames_under_the_limit() -> None:
     ids = np.arange(5000, dtype=np.int64)
     values = np.random.default_rng(0).standard_normal((5000, 128)).astype(np.float32)
-    arrays, k = P.push_frames(ids, values)
-    frames = P.encode_request("push_grad", 9, "emb", arrays, {"step": 3, "id_frames": k})
-    assert all(len(f) <= P.MAX_FRAME_BYTES for f in frames[1:])
-    assert k == 1 and len(frames) == 2 + -(-values.nbytes // P.MAX_FRAME_BYTES)
-    req = P.parse_request([bytes(f) for f in frames])
-    args = P.validate(req)
-    assert isinstance(args, P.PushArgs) and args.step == 3
+    arrays, k = protocol.push_frames(ids, values)
+    frames = protocol.encode_request("push_grad", 9, "emb", arrays, {"step": 3, "id_frames": k})
+    assert all(len(f) <= protocol.MAX_FRAME_BYTES for f in frames[1:])
+    assert k == 1 and len(frames) == 2 + -(-values.nbytes // protocol.MAX_FRAME_BYTES)
+    req = protocol.parse_request([bytes(f) for f in frames])
+    args = protocol.validate(req)
+    assert isinstance(args, protocol.PushArgs) and args.step == 3
     pieces = args.pieces()
     assert all(len(i) == len(v) for i, v in pieces)
     assert np.array_equal(np.concatenate([i for i, _ in pieces]), ids)
@@ -37,22 +37,26 @@ def test_round_trip_of_a_push_in_frames_under_the_limit() -> None:
 def test_a_push_of_many_narrow_rows_has_several_id_frames() -> None:
     ids = np.arange(100_000, dtype=np.int64)
     values = np.ones((100_000, 2), np.float32)
-    arrays, k = P.push_frames(ids, values)
-    assert k == 4 and all(a.nbytes <= P.MAX_FRAME_BYTES for a in arrays)
-    args = P.validate(
-        P.parse_request([bytes(f) for f in P.encode_request("push", 1, "t", arrays, {"id_frames": k})])
+    arrays, k = protocol.push_frames(ids, values)
+    assert k == 4 and all(a.nbytes <= protocol.MAX_FRAME_BYTES for a in arrays)
+    args = protocol.validate(
+        protocol.parse_request(
+            [bytes(f) for f in protocol.encode_request("push", 1, "t", arrays, {"id_frames": k})]
+        )
     )
     assert np.array_equal(np.concatenate([i for i, _ in args.pieces()]), ids)
 
 
 def test_id_frames_are_joined_by_the_worker() -> None:
     ids = np.arange(200_000, dtype=np.int64)
-    frames = P.split_rows(ids)
-    assert len(frames) == -(-ids.nbytes // P.MAX_FRAME_BYTES) and all(
-        f.nbytes <= P.MAX_FRAME_BYTES for f in frames
+    frames = protocol.split_rows(ids)
+    assert len(frames) == -(-ids.nbytes // protocol.MAX_FRAME_BYTES) and all(
+        f.nbytes <= protocol.MAX_FRAME_BYTES for f in frames
     )
-    args = P.validate(P.parse_request([bytes(f) for f in P.encode_request("pull", 1, "t", frames)]))
-    assert np.array_equal(P.joined(args.ids), ids)
+    args = protocol.validate(
+        protocol.parse_request([bytes(f) for f in protocol.encode_request("pull", 1, "t", frames)])
+    )
+    assert np.array_equal(protocol.joined(args.ids), ids)
 
 
 @pytest.mark.parametrize(
@@ -77,8 +81,8 @@ def test_id_frames_are_joined_by_the_worker() -> None:
     ],
 )
 def test_malformed_requests_are_named(frames: list[bytes], needle: str) -> None:
-    with pytest.raises(P.ProtocolError) as exc:
-        P.validate(P.parse_request(frames))
+    with pytest.raises(protocol.ProtocolError) as exc:
+        protocol.validate(protocol.parse_request(frames))
     assert needle in str(exc.value)
     assert len(str(exc.value)) < 200
 
@@ -144,9 +148,9 @@ def test_malformed_requests_are_named(frames: list[bytes], needle: str) -> None:
     ],
 )
 def test_op_arguments_are_checked(op: str, arrays: list, args: dict, needle: str) -> None:
-    req = P.Request(op, 1, "t" if P.OPS[op][0] else None, arrays, args)
-    with pytest.raises(P.ProtocolError, match=None) as exc:
-        P.validate(req)
+    req = protocol.Request(op, 1, "t" if protocol.OPS[op][0] else None, arrays, args)
+    with pytest.raises(protocol.ProtocolError, match=None) as exc:
+        protocol.validate(req)
     assert needle in str(exc.value)
 
 
@@ -165,8 +169,11 @@ _value = st.recursive(
     lambda c: st.lists(c, max_size=4) | st.dictionaries(st.text(max_size=8), c, max_size=4),
     max_leaves=12,
 )
-_ops = st.sampled_from([*P.OPS, "nope"]) | _value
-_desc = st.lists(st.one_of(st.sampled_from([*P.DTYPES, "object"]), _value), min_size=0, max_size=3) | _value
+_ops = st.sampled_from([*protocol.OPS, "nope"]) | _value
+_desc = (
+    st.lists(st.one_of(st.sampled_from([*protocol.DTYPES, "object"]), _value), min_size=0, max_size=3)
+    | _value
+)
 _header = st.fixed_dictionaries(
     {"v": st.sampled_from([2, 2, 1]) | _value, "op": _ops, "rid": st.integers(-1, 2**64) | _value},
     optional={
@@ -211,14 +218,14 @@ def _packed(header: dict) -> bytes:
 @given(_header, st.lists(st.binary(max_size=64), max_size=4))
 def test_decoding_any_message_raises_only_protocol_errors(header: dict, payload: list[bytes]) -> None:
     try:
-        req = P.parse_request([_packed(header), *payload], max_bytes=1 << 16)
-        P.validate(req)
-    except P.ProtocolError as exc:
+        req = protocol.parse_request([_packed(header), *payload], max_bytes=1 << 16)
+        protocol.validate(req)
+    except protocol.ProtocolError as exc:
         assert len(str(exc)) < 400
 
 
 @settings(max_examples=500, deadline=None)
 @given(st.lists(st.binary(max_size=256), min_size=0, max_size=5))
 def test_decoding_random_bytes_raises_only_protocol_errors(frames: list[bytes]) -> None:
-    with contextlib.suppress(P.ProtocolError):
-        P.validate(P.parse_request(frames))
+    with contextlib.suppress(protocol.ProtocolError):
+        protocol.validate(protocol.parse_request(frames))

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from graphtrain.runtime import spec as S
+from graphtrain.contract.spec import Condition, Progress, load_yaml, parse
 from graphtrain.runtime.launch import status
 from graphtrain.runtime.launch.local import RunDirLocked, ended, lock_run_dir, partition_key, rotate_logs
 
@@ -16,19 +16,19 @@ EXAMPLE = Path(__file__).parents[2] / "examples" / "nations-transe.yaml"
 T1, T2, T3 = "2025-01-01T00:00:01+00:00", "2025-01-01T00:00:02+00:00", "2025-01-01T00:00:03+00:00"
 
 
-def times(conditions: list[S.Condition]) -> dict[str, tuple[str, str | None]]:
+def times(conditions: list[Condition]) -> dict[str, tuple[str, str | None]]:
     return {str(c.type): (c.status, c.last_transition_time) for c in conditions}
 
 
 def test_a_condition_keeps_the_time_of_its_last_transition() -> None:
-    gt = S.load_yaml(EXAMPLE.read_text())
+    gt = load_yaml(EXAMPLE.read_text())
     shards = [{"index": 0, "state": "Pending"}, {"index": 1, "state": "Ready"}]
     obs = status.Observed(phase="Starting", shards=shards)
     first = status.build(gt, obs, [], T1).conditions
     assert times(first) == {"SpecValid": ("True", T1), "ShardsReady": ("False", T1)}
 
     obs.shards[0]["state"] = "Ready"
-    obs.progress = S.Progress(epoch=1, epochs=2)
+    obs.progress = Progress(epoch=1, epochs=2)
     second = status.build(gt, obs, first, T2).conditions
     # SpecValid held: its time stays; ShardsReady turned True: now; TrainersReady is new: now.
     assert times(second) == {
@@ -42,16 +42,16 @@ def test_a_condition_keeps_the_time_of_its_last_transition() -> None:
 
 
 def test_a_finished_run_says_its_trainers_are_done_as_the_operator_does() -> None:
-    gt = S.load_yaml(EXAMPLE.read_text())
+    gt = load_yaml(EXAMPLE.read_text())
     obs = status.Observed(phase="Succeeded", shards=[{"index": 0, "state": "Ready"}])
-    obs.progress = S.Progress(epoch=2, epochs=2)
+    obs.progress = Progress(epoch=2, epochs=2)
     conds = {str(c.type): c for c in status.build(gt, obs, [], T1).conditions}
     assert (conds["TrainersReady"].status, conds["TrainersReady"].reason) == ("False", "Completed")
     assert (conds["Succeeded"].status, conds["Succeeded"].reason) == ("True", "Completed")
 
 
 def test_build_is_pure() -> None:
-    gt = S.load_yaml(EXAMPLE.read_text())
+    gt = load_yaml(EXAMPLE.read_text())
     obs = status.Observed(phase="Training", shards=[{"index": 0, "state": "Ready"}])
     assert status.build(gt, obs, [], T1) == status.build(gt, obs, [], T1)
 
@@ -116,11 +116,11 @@ def test_the_partition_is_reused_whatever_the_pods_placement() -> None:
     }
 
     def key(doc: dict) -> str:
-        spec = S.parse(doc).spec
+        spec = parse(doc).spec
         return partition_key(spec, spec.graph, {"graph.dataset": "abc"})
 
     assert key(placed) == key(base)
     more = {**base, "spec": {**base["spec"], "partition": {"parts": 3}}}
     assert key(more) != key(base)
-    spec = S.parse(base).spec
+    spec = parse(base).spec
     assert partition_key(spec, spec.graph, {"graph.dataset": "other"}) != key(base)  # other input bytes

@@ -7,7 +7,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from graphtrain.runtime import spec as S
+from graphtrain.contract.spec import parse
 from graphtrain.runtime.launch import local, plan, targets
 from tests.unit.spec_cases import GRAPHSAGE
 
@@ -71,7 +71,7 @@ def test_a_trainers_port_is_learnt_from_its_own_port_file_only(tmp_path: Path) -
 
 
 def test_the_launcher_rewrites_its_targets_with_the_callers_ones(tmp_path: Path) -> None:
-    gt = S.parse({**GRAPHSAGE, "metadata": {"name": "wn", "namespace": "ml"}})
+    gt = parse({**GRAPHSAGE, "metadata": {"name": "wn", "namespace": "ml"}})
     run = local.LocalRun(gt, tmp_path / "spec.yaml", tmp_path / "run", echo=False)
     run.add_target(targets.JOB_API, 9500)  # before the run: kept for its first write
     assert not (run.run_dir / targets.TARGETS_FILE).exists()

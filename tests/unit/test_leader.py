@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from graphtrain.operator import leader as L
+from graphtrain.operator import leader
 
-R = L.Record
+R = leader.Record
 
 
 @pytest.mark.parametrize(
@@ -27,8 +27,8 @@ R = L.Record
         pytest.param(R("other", 15), 100, 110, "wait", id="seen-late-counts-from-then"),
     ],
 )
-def test_decide(current: L.Record | None, seen_at: float, now: float, expected: str) -> None:
-    assert L.decide(current, seen_at, now, "me") == expected
+def test_decide(current: leader.Record | None, seen_at: float, now: float, expected: str) -> None:
+    assert leader.decide(current, seen_at, now, "me") == expected
 
 
 @pytest.mark.parametrize(
@@ -40,14 +40,14 @@ def test_decide(current: L.Record | None, seen_at: float, now: float, expected: 
         pytest.param(R("", 1, "T0", "T0", 3), R("me", 4, "T1", "T1", 4), id="take-released"),
     ],
 )
-def test_claim(current: L.Record | None, expected: L.Record) -> None:
-    assert L.claim(current, "me", "T1", 3.5) == expected
+def test_claim(current: leader.Record | None, expected: leader.Record) -> None:
+    assert leader.claim(current, "me", "T1", 3.5) == expected
 
 
 def test_released_and_lost() -> None:
-    assert L.released(R("me", 15, "T0", "T5", 2), "T9") == R("", 1, "T9", "T9", 2)
-    timing = L.Timing(15, 10, 2)
-    assert not L.lost(100, 109.9, timing) and L.lost(100, 110, timing)
+    assert leader.released(R("me", 15, "T0", "T5", 2), "T9") == R("", 1, "T9", "T9", 2)
+    timing = leader.Timing(15, 10, 2)
+    assert not leader.lost(100, 109.9, timing) and leader.lost(100, 110, timing)
 
 
 @pytest.mark.parametrize(
@@ -61,7 +61,7 @@ def test_released_and_lost() -> None:
     ],
 )
 def test_may_act(leading: bool, last_renewal: float | None, now: float, expected: bool) -> None:
-    assert L.may_act(leading, last_renewal, now, L.Timing(15, 10, 2)) is expected
+    assert leader.may_act(leading, last_renewal, now, leader.Timing(15, 10, 2)) is expected
 
 
 @pytest.mark.parametrize(
@@ -78,34 +78,36 @@ def test_may_act(leading: bool, last_renewal: float | None, now: float, expected
     ],
 )
 def test_refused(status: int | None, expected: bool) -> None:
-    assert L.refused(status) is expected
+    assert leader.refused(status) is expected
 
 
 def test_worth_logging() -> None:
-    assert L.worth_logging("403 forbidden", None, 0)
-    assert not L.worth_logging("403 forbidden", ("403 forbidden", 100.0), 100 + L.REFUSAL_LOG_SECONDS - 1)
-    assert L.worth_logging("403 forbidden", ("403 forbidden", 100.0), 100 + L.REFUSAL_LOG_SECONDS)
-    assert L.worth_logging("422 invalid", ("403 forbidden", 100.0), 101)
+    assert leader.worth_logging("403 forbidden", None, 0)
+    assert not leader.worth_logging(
+        "403 forbidden", ("403 forbidden", 100.0), 100 + leader.REFUSAL_LOG_SECONDS - 1
+    )
+    assert leader.worth_logging("403 forbidden", ("403 forbidden", 100.0), 100 + leader.REFUSAL_LOG_SECONDS)
+    assert leader.worth_logging("422 invalid", ("403 forbidden", 100.0), 101)
 
 
 def test_record_round_trip() -> None:
     record = R("me", 15, "2026-01-01T00:00:00.000000Z", "2026-01-01T00:00:02.000000Z", 3)
-    assert L.record_of({"spec": L.spec_of(record)}) == record
-    assert L.record_of(None) is None
-    assert L.record_of({"spec": {}}) == R("", 0, None, None, 0)
+    assert leader.record_of({"spec": leader.spec_of(record)}) == record
+    assert leader.record_of(None) is None
+    assert leader.record_of({"spec": {}}) == R("", 0, None, None, 0)
 
 
 @pytest.mark.parametrize(
     ("timing", "problems"),
     [
-        pytest.param(L.Timing(15, 10, 2), 0, id="client-go-defaults"),
-        pytest.param(L.Timing(4, 3, 1), 0, id="fast"),
-        pytest.param(L.Timing(10, 10, 2), 1, id="lease-not-longer-than-deadline"),
-        pytest.param(L.Timing(15, 2, 2), 1, id="deadline-not-longer-than-retry"),
-        pytest.param(L.Timing(15, 10, 0), 1, id="no-retry-period"),
+        pytest.param(leader.Timing(15, 10, 2), 0, id="client-go-defaults"),
+        pytest.param(leader.Timing(4, 3, 1), 0, id="fast"),
+        pytest.param(leader.Timing(10, 10, 2), 1, id="lease-not-longer-than-deadline"),
+        pytest.param(leader.Timing(15, 2, 2), 1, id="deadline-not-longer-than-retry"),
+        pytest.param(leader.Timing(15, 10, 0), 1, id="no-retry-period"),
     ],
 )
-def test_timing(timing: L.Timing, problems: int) -> None:
+def test_timing(timing: leader.Timing, problems: int) -> None:
     assert len(timing.problems()) == problems
 
 
@@ -172,11 +174,11 @@ class Store:
             return ((self.lease.obj or {}).get("spec") or {}).get("holderIdentity", "")
 
 
-FAST = L.Timing(lease_duration=1.0, renew_deadline=0.6, retry_period=0.1)
+FAST = leader.Timing(lease_duration=1.0, renew_deadline=0.6, retry_period=0.1)
 
 
-def elector(lease: Lease, name: str, **kw: Any) -> L.Elector:
-    return L.Elector(lease.view(), name, FAST, unavailable=(Unavailable,), **kw)
+def elector(lease: Lease, name: str, **kw: Any) -> leader.Elector:
+    return leader.Elector(lease.view(), name, FAST, unavailable=(Unavailable,), **kw)
 
 
 def wait(event: threading.Event, seconds: float = 10) -> float:
@@ -188,9 +190,9 @@ def wait(event: threading.Event, seconds: float = 10) -> float:
 
 @pytest.fixture
 def electors() -> Any:
-    made: list[L.Elector] = []
+    made: list[leader.Elector] = []
 
-    def make(lease: Lease, name: str, **kw: Any) -> L.Elector:
+    def make(lease: Lease, name: str, **kw: Any) -> leader.Elector:
         e = elector(lease, name, **kw)
         made.append(e)
         e.start()
@@ -201,7 +203,7 @@ def electors() -> Any:
         e.stop()
 
 
-def leader_and_standby(electors: Any, lease: Lease) -> tuple[L.Elector, L.Elector]:
+def leader_and_standby(electors: Any, lease: Lease) -> tuple[leader.Elector, leader.Elector]:
     """ "a" leading, then "b" campaigning (it has read the Lease once)."""
     a = electors(lease, "a")
     wait(a.leading)
@@ -219,7 +221,7 @@ def test_one_leads_and_a_release_hands_over_at_the_next_try(electors: Any) -> No
     assert a.release() and lease.view().holder() == ""
     took = wait(b.leading)
     assert took < FAST.lease_duration, f"a released lease took {took:.2f} s, as long as an expired one"
-    assert lease.view().holder() == "b" and L.record_of(lease.obj).transitions == 1
+    assert lease.view().holder() == "b" and leader.record_of(lease.obj).transitions == 1
 
 
 def test_a_holder_that_stops_renewing_is_replaced_after_the_lease_duration(electors: Any) -> None:

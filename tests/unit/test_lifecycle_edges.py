@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import datetime as dt
 
-from graphtrain.operator import reconcile as R
+from graphtrain.contract import conditions
+from graphtrain.operator import reconcile
 from graphtrain.operator.reconcile import Observed, plan
-from graphtrain.runtime.spec import conditions as C
 from tests.unit.test_reconcile import NAME, NOW, context, observed, sts, trainer, training
 
 
@@ -20,10 +20,10 @@ def test_a_rank_is_silent_from_its_container_start_not_from_its_image_pull() -> 
     running = {"running": {"startedAt": (NOW - dt.timedelta(seconds=5)).strftime("%Y-%m-%dT%H:%M:%SZ")}}
     ranks = [trainer(r, "Running", start=pulled, containerStatuses=[{"state": running}]) for r in (0, 1)]
     o = observed(sts(2), *ranks, **{"runPolicy.stallPolicy": "Restart"})  # stallTimeoutSeconds 60
-    conds = C.Conditions([], "T")
-    step = R.trainers_stage(context(o), conds)
+    conds = conditions.Conditions([], "T")
+    step = reconcile.trainers_stage(context(o), conds)
     assert step.phase is not None and step.phase.value == "Training" and step.actions == []
-    stalled = conds.get(C.ConditionType.stalled)
+    stalled = conds.get(conditions.ConditionType.stalled)
     assert stalled is not None and stalled.status == "False", stalled
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from graphtrain.operator import config as C
+from graphtrain.operator import config
 
 FULL = """
 images:
@@ -34,7 +34,7 @@ podDisruptionBudget: {enabled: false}
 
 
 def test_built_in_defaults_leave_no_pod_best_effort() -> None:
-    cfg = C.OperatorConfig()
+    cfg = config.OperatorConfig()
     for role in (cfg.defaults.partition, cfg.defaults.shard_servers, cfg.defaults.trainers):
         assert role.resources.requests and role.resources.limits
     assert cfg.defaults.partition.resources.limits == {"cpu": "2", "memory": "4Gi"}
@@ -47,7 +47,7 @@ def test_built_in_defaults_leave_no_pod_best_effort() -> None:
 def test_a_full_file_reads_as_written(tmp_path: Path) -> None:
     path = tmp_path / "config.yaml"
     path.write_text(FULL)
-    cfg = C.load(path)
+    cfg = config.load(path)
     assert cfg.images.cuda == "registry.local/graphtrain:1-cuda" and cfg.images.pull_secrets == ["regcred"]
     assert cfg.defaults.partition.resources.limits == {"cpu": "1", "memory": "2Gi"}
     shards = cfg.defaults.shard_servers
@@ -61,10 +61,10 @@ def test_a_full_file_reads_as_written(tmp_path: Path) -> None:
 def test_the_environment_names_the_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "c.yaml"
     path.write_text("storage: {size: 1Ti}\n")
-    monkeypatch.setenv(C.ENV_CONFIG, str(path))
-    assert C.load().storage.size == "1Ti"
-    monkeypatch.setenv(C.ENV_CONFIG, "")
-    assert C.load() == C.OperatorConfig()
+    monkeypatch.setenv(config.ENV_CONFIG, str(path))
+    assert config.load().storage.size == "1Ti"
+    monkeypatch.setenv(config.ENV_CONFIG, "")
+    assert config.load() == config.OperatorConfig()
 
 
 @pytest.mark.parametrize(
@@ -93,8 +93,8 @@ def test_the_environment_names_the_file(tmp_path: Path, monkeypatch: pytest.Monk
 def test_a_bad_file_is_one_line_naming_the_key(tmp_path: Path, text: str, needle: str) -> None:
     path = tmp_path / "config.yaml"
     path.write_text(text)
-    with pytest.raises(C.ConfigError) as info:
-        C.load(path)
+    with pytest.raises(config.ConfigError) as info:
+        config.load(path)
     message = str(info.value)
     assert "\n" not in message and message.startswith(str(path)) and needle in message, message
 
@@ -111,7 +111,7 @@ def test_the_command_refuses_a_bad_file_in_one_line_before_anything_else(tmp_pat
     assert out.returncode == 1 and out.stdout == ""
     (line,) = out.stderr.strip().splitlines()
     assert line.startswith(f"error: {path}: ") and "images.runtime" in line and "storage.offline" in line
-    env = {**os.environ, C.ENV_CONFIG: str(tmp_path / "missing.yaml")}
+    env = {**os.environ, config.ENV_CONFIG: str(tmp_path / "missing.yaml")}
     out = operator_command(env=env)
     (line,) = out.stderr.strip().splitlines()
     assert out.returncode == 1 and "missing.yaml: cannot read the operator configuration" in line

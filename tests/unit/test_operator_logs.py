@@ -7,9 +7,9 @@ import json
 import subprocess
 import sys
 
+from graphtrain.contract.conditions import Event, Severity
 from graphtrain.operator import logs
 from graphtrain.operator.reconcile import Action, Plan
-from graphtrain.runtime.spec.conditions import Event, Severity
 
 JOB = {"kind": "Job", "metadata": {"name": "wn-partition"}}
 

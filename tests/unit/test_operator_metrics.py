@@ -9,22 +9,21 @@ import pytest
 import urllib3
 from kubernetes.client.rest import ApiException
 
-from graphtrain.operator import endpoints as E
-from graphtrain.operator import k8s
+from graphtrain.operator import endpoints, k8s
 from graphtrain.operator.reconcile import Action, Observed, Plan
 
 
 @pytest.fixture
-def metrics(monkeypatch: pytest.MonkeyPatch) -> E.OperatorMetrics:
-    m = E.OperatorMetrics()
+def metrics(monkeypatch: pytest.MonkeyPatch) -> endpoints.OperatorMetrics:
+    m = endpoints.OperatorMetrics()
     monkeypatch.setattr(k8s, "_count_error", m.api_error)
     return m
 
 
-def errors(m: E.OperatorMetrics) -> dict[str, float]:
+def errors(m: endpoints.OperatorMetrics) -> dict[str, float]:
     return {
         v: m.registry.get_sample_value("graphtrain_operator_api_errors_total", {"verb": v}) or 0
-        for v in E.VERBS
+        for v in endpoints.VERBS
     }
 
 
@@ -75,20 +74,24 @@ def api(status: int) -> ApiException:
     ],
 )
 def test_a_failed_call_is_counted_by_verb_unless_expected(
-    metrics: E.OperatorMetrics, verb: str, raised: BaseException, expected: tuple[int, ...], counted: bool
+    metrics: endpoints.OperatorMetrics,
+    verb: str,
+    raised: BaseException,
+    expected: tuple[int, ...],
+    counted: bool,
 ) -> None:
     with pytest.raises(type(raised)), k8s.calling(verb, expected):
         raise raised
-    assert errors(metrics) == {v: float(counted and v == verb) for v in E.VERBS}
+    assert errors(metrics) == {v: float(counted and v == verb) for v in endpoints.VERBS}
 
 
-def test_a_call_that_succeeds_is_not_counted(metrics: E.OperatorMetrics) -> None:
+def test_a_call_that_succeeds_is_not_counted(metrics: endpoints.OperatorMetrics) -> None:
     with k8s.calling("get"):
         pass
     assert set(errors(metrics).values()) == {0}
 
 
-def test_the_lease_client_counts_only_real_failures(metrics: E.OperatorMetrics, monkeypatch) -> None:
+def test_the_lease_client_counts_only_real_failures(metrics: endpoints.OperatorMetrics, monkeypatch) -> None:
     outcome: dict[str, BaseException | None] = {"get": api(404), "create": api(409), "replace": api(409)}
     monkeypatch.setattr(k8s, "_res", lambda *a: FakeResource(outcome))
     lease = k8s.LeaseClient("ns", "l", timeout=1)
@@ -98,11 +101,11 @@ def test_the_lease_client_counts_only_real_failures(metrics: E.OperatorMetrics, 
     for call in (lease.get, lambda: lease.update({}, {})):
         with pytest.raises(k8s.LeaseUnavailable):
             call()
-    assert errors(metrics) == {**dict.fromkeys(E.VERBS, 0.0), "get": 1.0, "replace": 1.0}
+    assert errors(metrics) == {**dict.fromkeys(endpoints.VERBS, 0.0), "get": 1.0, "replace": 1.0}
 
 
 def test_apply_counts_a_refused_create_and_a_failed_status_patch(
-    metrics: E.OperatorMetrics, monkeypatch
+    metrics: endpoints.OperatorMetrics, monkeypatch
 ) -> None:
     outcome: dict[str, BaseException | None] = {"create": api(409), "delete": api(404), "patch": api(500)}
     monkeypatch.setattr(k8s, "_res", lambda *a: FakeResource(outcome))
@@ -112,7 +115,7 @@ def test_apply_counts_a_refused_create_and_a_failed_status_patch(
     plan = Plan([Action("create", obj), Action("delete", obj)], {"phase": "Pending"}, [])
     with pytest.raises(ApiException):
         k8s.apply(plan, Observed(training))
-    assert errors(metrics) == {**dict.fromkeys(E.VERBS, 0.0), "patch": 1.0}  # 409 and 404: expected
+    assert errors(metrics) == {**dict.fromkeys(endpoints.VERBS, 0.0), "patch": 1.0}  # 409 and 404: expected
     assert not k8s.apply(plan, Observed(training), fence=lambda: False)  # fenced: nothing written
 
 
@@ -136,11 +139,11 @@ def test_apply_counts_a_refused_create_and_a_failed_status_patch(
     ],
 )
 def test_restarts_between_two_statuses(old: dict, new: dict, expected: dict[str, int]) -> None:
-    assert E.restarts(old, new) == expected
+    assert endpoints.restarts(old, new) == expected
 
 
 def test_a_training_is_exported_until_forgotten() -> None:
-    m = E.OperatorMetrics()
+    m = endpoints.OperatorMetrics()
     reg = m.registry
     m.training("ns", "a", {"restarts": 0}, {"phase": "Restarting", "restarts": 1})
     m.training("ns", "b", {}, {"phase": "Training", "shards": [{"index": 0, "restarts": 2}]})
@@ -163,7 +166,7 @@ def test_a_training_is_exported_until_forgotten() -> None:
 def test_reconcile_counts_each_result(monkeypatch: pytest.MonkeyPatch) -> None:
     from graphtrain.operator import handlers
 
-    m = E.OperatorMetrics()
+    m = endpoints.OperatorMetrics()
     monkeypatch.setattr(handlers, "_metrics", m)
     monkeypatch.setattr(handlers, "requeue", lambda *a: None)
     training = {"metadata": {"name": "t", "namespace": "ns", "uid": "u"}, "status": {}}
@@ -175,7 +178,7 @@ def test_reconcile_counts_each_result(monkeypatch: pytest.MonkeyPatch) -> None:
     def counts() -> dict[str, float]:
         return {
             r: m.registry.get_sample_value("graphtrain_operator_reconciles_total", {"result": r}) or 0
-            for r in E.RESULTS
+            for r in endpoints.RESULTS
         }
 
     handlers.reconcile("ns", "t")

@@ -14,9 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from graphtrain.cli import app
-from graphtrain.runtime import kvstore
-from graphtrain.runtime import outputs as O
-from graphtrain.runtime import partition as P
+from graphtrain.runtime import kvstore, outputs, partition
 from graphtrain.runtime.data.graph import Graph, KnowledgeGraph
 from graphtrain.runtime.errors import DataError, GraphtrainError
 from graphtrain.runtime.kvstore import checkpoint as ckpt
@@ -37,13 +35,15 @@ def named_graph() -> Graph:
 def write_checkpoint(run: Path, graph: Graph, record: bool = True, tag: str = "step-000000007") -> Path:
     """A run directory as `graphtrain run` leaves it: run/partition (2 parts), run/checkpoints/<tag> with a
     node table whose row of original node i holds i, and LATEST naming it."""
-    cfg = P.load_config(P.write(graph, P.partition_graph(graph, 2), run / "partition"))
+    cfg = partition.load_config(
+        partition.write(graph, partition.partition_graph(graph, 2), run / "partition")
+    )
     root = run / "checkpoints"
     client = kvstore.standalone(2, checkpoint_root=root)
     emb = DistEmbedding(
         N, 2, "node", book=PartitionBook(cfg.node_bounds), client=client, init={"kind": "zeros"}
     )
-    node_map = P.load_maps(cfg)["node_map"]  # new id -> original id
+    node_map = partition.load_maps(cfg)["node_map"]  # new id -> original id
     emb.table[np.arange(N)] = np.repeat(node_map[:, None], 2, axis=1).astype(np.float32)
     extra = {"partition": ckpt.partition_record(cfg, root / tag)} if record else None
     client.checkpoint(tag, extra=extra, root=root)
@@ -118,7 +118,11 @@ def test_a_moved_run_directory_still_finds_its_partition(run: Path, tmp_path: Pa
     shutil.copytree(run, moved)
     out = tmp_path / "node.npy"
     with pytest.MonkeyPatch.context() as mp:  # the recorded absolute path is gone: the relative one serves
-        mp.setattr(O, "_try_config", lambda p: None if str(p).startswith(str(run)) else P.load_config(p))
+        mp.setattr(
+            outputs,
+            "_try_config",
+            lambda p: None if str(p).startswith(str(run)) else partition.load_config(p),
+        )
         export(str(moved / "checkpoints" / "LATEST"), "-o", str(out))
     assert np.array_equal(np.load(out)[:, 0], np.arange(N, dtype=np.float32))
 
@@ -135,7 +139,7 @@ def test_a_checkpoint_that_names_no_partition_needs_one(tmp_path: Path) -> None:
 
 def test_another_partition_is_refused(run: Path, tmp_path: Path) -> None:
     g = named_graph()
-    other = P.write(g, P.partition_graph(g, 3), tmp_path / "other")
+    other = partition.write(g, partition.partition_graph(g, 3), tmp_path / "other")
     one_line_error(
         [str(run / "checkpoints" / "LATEST"), "-o", str(tmp_path / "x.npy"), "--partition", str(other)],
         "not the partition step-000000007 was trained on",
@@ -146,7 +150,7 @@ def test_a_repartitioned_run_is_refused(tmp_path: Path) -> None:
     run = tmp_path / "run"
     write_checkpoint(run, named_graph())
     g = named_graph()
-    P.write(g, P.partition_graph(g, 3), run / "partition", overwrite=True)
+    partition.write(g, partition.partition_graph(g, 3), run / "partition", overwrite=True)
     one_line_error([str(run / "checkpoints"), "-o", str(tmp_path / "x.npy")], "its node order differs")
 
 
@@ -155,7 +159,9 @@ def test_a_relation_table_comes_out_in_relation_order_with_its_labels(tmp_path: 
     t = np.array([[0, 0, 1], [1, 1, 2], [2, 2, 3], [3, 0, 0]], dtype=np.int64)
     kg = KnowledgeGraph("fam", 4, 3, t[:2], t[2:3], t[3:], names, np.array(["a", "b", "c"]))
     g = kg.to_graph()
-    cfg = P.load_config(P.write(g, P.partition_graph(g, 2, algorithm="random"), tmp_path / "part"))
+    cfg = partition.load_config(
+        partition.write(g, partition.partition_graph(g, 2, algorithm="random"), tmp_path / "part")
+    )
     root = tmp_path / "ck"
     client = kvstore.standalone(2, checkpoint_root=root)
     rel = DistEmbedding(
@@ -203,20 +209,20 @@ def test_unknown_suffix_and_ambiguous_table_are_one_line(tmp_path: Path) -> None
 def test_pick_partition_and_keying_are_pure() -> None:
     ck = Path("/runs/r/checkpoints/step-1")
     record = {"node_map_sha256": "aa", "config": "/runs/r/partition/g.json"}
-    assert O.pick_partition(ck, record, [(Path("x"), None), (Path("y"), "aa")]) == Path("y")
+    assert outputs.pick_partition(ck, record, [(Path("x"), None), (Path("y"), "aa")]) == Path("y")
     with pytest.raises(GraphtrainError, match="is gone"):
-        O.pick_partition(ck, record, [(Path("x"), None)])
+        outputs.pick_partition(ck, record, [(Path("x"), None)])
     with pytest.raises(GraphtrainError, match="x: not the partition"):
-        O.pick_partition(ck, record, [(Path("x"), "bb")])
+        outputs.pick_partition(ck, record, [(Path("x"), "bb")])
     with pytest.raises(GraphtrainError, match="--partition"):
-        O.pick_partition(ck, None, [])
+        outputs.pick_partition(ck, None, [])
     keys = {"rel": "relations", "ent": "nodes", "vocab": "custom"}
-    assert O.table_keying("rel", 10, 10, 10, keys) == "relations"
-    assert O.table_keying("ent", 10, 10, 10, keys) == "nodes"
-    assert O.table_keying("vocab", 10, 10, 10, keys) == "rows"
-    assert O.table_keying("x", 3, 10, 3, {}) == "relations"
-    assert O.table_keying("x", 10, 10, 3, {}) == "nodes"
-    assert O.table_keying("x", 4, 10, None, {}) == "rows"
+    assert outputs.table_keying("rel", 10, 10, 10, keys) == "relations"
+    assert outputs.table_keying("ent", 10, 10, 10, keys) == "nodes"
+    assert outputs.table_keying("vocab", 10, 10, 10, keys) == "rows"
+    assert outputs.table_keying("x", 3, 10, 3, {}) == "relations"
+    assert outputs.table_keying("x", 10, 10, 3, {}) == "nodes"
+    assert outputs.table_keying("x", 4, 10, None, {}) == "rows"
 
 
 def test_resolve_checkpoint_refuses_what_is_no_checkpoint(tmp_path: Path) -> None:

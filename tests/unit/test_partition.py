@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from graphtrain.runtime import partition as P
+from graphtrain.runtime import partition
 from graphtrain.runtime.data.graph import Graph
 from graphtrain.runtime.errors import MemoryEstimateError, PartitionError
 from graphtrain.runtime.partition import adjacency, assign, constraints, relabel
@@ -21,15 +21,15 @@ def brute_force_cut(g: Graph, parts: np.ndarray) -> tuple[int, int]:
 
 @pytest.mark.parametrize("k", [2, 4, 8])
 def test_metis_balances_every_constraint(planted: Graph, k: int) -> None:
-    r = P.partition_graph(planted, k)
+    r = partition.partition_graph(planted, k)
     for name, value in r.stats.balance.items():
         assert value <= 1.05 + 1e-9, (name, value)
-    rnd = P.partition_graph(planted, k, algorithm="random")
+    rnd = partition.partition_graph(planted, k, algorithm="random")
     assert r.stats.edge_cut_fraction <= rnd.stats.edge_cut_fraction / 2
 
 
 def test_statistics_are_counted(planted: Graph) -> None:
-    r = P.partition_graph(planted, 4)
+    r = partition.partition_graph(planted, 4)
     cut, total = brute_force_cut(planted, r.parts)
     assert (r.stats.cut_edges, r.stats.num_undirected_edges) == (cut, total)
     assert r.stats.nodes_per_part == np.bincount(r.parts, minlength=4).tolist()
@@ -47,7 +47,7 @@ def test_statistics_are_counted(planted: Graph) -> None:
 
 
 def test_relabeling_gives_contiguous_ranges(planted: Graph) -> None:
-    r = P.partition_graph(planted, 4)
+    r = partition.partition_graph(planted, 4)
     rl = r.relabeling
     assert np.array_equal(np.sort(rl.node_map), np.arange(planted.num_nodes))
     assert np.array_equal(rl.node_map[rl.node_map_inverse], np.arange(planted.num_nodes))
@@ -69,15 +69,15 @@ def test_random_assignment_is_balanced_and_seeded() -> None:
 
 
 def test_random_partition_is_independent_of_the_split(planted: Graph) -> None:
-    r = P.partition_graph(planted, 4, algorithm="random")
+    r = partition.partition_graph(planted, 4, algorithm="random")
     assert r.stats.balance["val"] < 1.2  # the split and the partition use different random streams
 
 
 def test_one_part_and_one_node_per_part() -> None:
     g = planted_graph(n=60, k=2, avg_degree=4)
-    one = P.partition_graph(g, 1)
+    one = partition.partition_graph(g, 1)
     assert one.stats.cut_edges == 0 and one.relabeling.node_bounds.tolist() == [0, 60]
-    each = P.partition_graph(g, 60, algorithm="random", balance=["nodes"])
+    each = partition.partition_graph(g, 60, algorithm="random", balance=["nodes"])
     assert each.stats.nodes_per_part == [1] * 60
 
 
@@ -94,7 +94,7 @@ def test_one_part_and_one_node_per_part() -> None:
 )
 def test_bad_partition_requests(planted: Graph, kwargs: dict, error: type, needle: str) -> None:
     with pytest.raises(error, match=needle):
-        P.partition_graph(planted, **kwargs)
+        partition.partition_graph(planted, **kwargs)
 
 
 def test_constraints_without_data_are_skipped() -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from graphtrain.runtime import partition as P
+from graphtrain.runtime import partition
 from graphtrain.runtime.data.graph import Graph, KnowledgeGraph
 from graphtrain.runtime.errors import ChecksumError, DataError
 from tests.conftest import planted_graph
@@ -31,27 +31,31 @@ def assert_same_graph(a: Graph, b: Graph) -> None:
 @pytest.mark.parametrize("k", [1, 3, 8])
 @pytest.mark.parametrize("algorithm", ["metis", "random"])
 def test_round_trip_is_exact(tmp_path: Path, planted: Graph, k: int, algorithm: str) -> None:
-    cfg = P.write(planted, P.partition_graph(planted, k, algorithm=algorithm), tmp_path / "out")
+    cfg = partition.write(
+        planted, partition.partition_graph(planted, k, algorithm=algorithm), tmp_path / "out"
+    )
     assert cfg.name == "planted.json"
-    assert_same_graph(planted, P.reassemble(P.load_config(cfg)))
+    assert_same_graph(planted, partition.reassemble(partition.load_config(cfg)))
 
 
 def test_round_trip_dense_features_and_no_optional_data(tmp_path: Path) -> None:
     g = planted_graph(n=300, k=3)
     dense = Graph.from_edges("dense", g.num_nodes, *g.edges(), feat=np.random.default_rng(0).random((300, 5)))
-    cfg = P.write(dense, P.partition_graph(dense, 3), tmp_path / "d")
-    back = P.reassemble(P.load_config(cfg))
+    cfg = partition.write(dense, partition.partition_graph(dense, 3), tmp_path / "d")
+    back = partition.reassemble(partition.load_config(cfg))
     assert_same_graph(dense, back)
     assert back.etype is None and back.node_ids is None
 
 
 def test_every_edge_maps_back_through_the_original_id_map(tmp_path: Path, planted: Graph) -> None:
-    cfg = P.load_config(P.write(planted, P.partition_graph(planted, 4), tmp_path / "o"))
-    maps = P.load_maps(cfg)
+    cfg = partition.load_config(
+        partition.write(planted, partition.partition_graph(planted, 4), tmp_path / "o")
+    )
+    maps = partition.load_maps(cfg)
     expected = sorted(zip(*(x.tolist() for x in planted.edges()), strict=True))
     got = []
     for p in range(4):
-        part = P.load_part(cfg, p)
+        part = partition.load_part(cfg, p)
         lo, hi = part.node_range
         dst = np.repeat(np.arange(lo, hi), np.diff(part.indptr))
         got += zip(maps["node_map"][part.indices].tolist(), maps["node_map"][dst].tolist(), strict=True)
@@ -63,18 +67,18 @@ def test_every_edge_maps_back_through_the_original_id_map(tmp_path: Path, plante
 
 
 def test_existing_output_is_kept_unless_overwrite(tmp_path: Path, planted: Graph) -> None:
-    result = P.partition_graph(planted, 2)
-    P.write(planted, result, tmp_path / "o")
+    result = partition.partition_graph(planted, 2)
+    partition.write(planted, result, tmp_path / "o")
     with pytest.raises(DataError, match="already exists"):
-        P.write(planted, result, tmp_path / "o")
-    P.write(planted, P.partition_graph(planted, 3), tmp_path / "o", overwrite=True)
-    assert P.load_config(tmp_path / "o").num_parts == 3
+        partition.write(planted, result, tmp_path / "o")
+    partition.write(planted, partition.partition_graph(planted, 3), tmp_path / "o", overwrite=True)
+    assert partition.load_config(tmp_path / "o").num_parts == 3
     assert sorted(p.name for p in tmp_path.iterdir()) == ["o"]
 
 
 def test_a_failing_write_leaves_nothing_behind(tmp_path: Path, planted: Graph, monkeypatch) -> None:
-    result = P.partition_graph(planted, 2)
-    P.write(planted, result, tmp_path / "o")
+    result = partition.partition_graph(planted, 2)
+    partition.write(planted, result, tmp_path / "o")
     import graphtrain.runtime.partition.format as fmt
 
     def explode(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
@@ -82,30 +86,32 @@ def test_a_failing_write_leaves_nothing_behind(tmp_path: Path, planted: Graph, m
 
     monkeypatch.setattr(fmt, "local_in_csr", explode)
     with pytest.raises(DataError, match="o: cannot write .disk full"):
-        P.write(planted, P.partition_graph(planted, 4), tmp_path / "o", overwrite=True)
+        partition.write(planted, partition.partition_graph(planted, 4), tmp_path / "o", overwrite=True)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["o"], "no temporary directory is left"
-    assert P.load_config(tmp_path / "o").num_parts == 2, "the previous partition is untouched"
-    P.load_config(tmp_path / "o").verify()
+    assert partition.load_config(tmp_path / "o").num_parts == 2, "the previous partition is untouched"
+    partition.load_config(tmp_path / "o").verify()
 
 
 def test_changed_file_is_detected(tmp_path: Path, planted: Graph) -> None:
-    cfg = P.load_config(P.write(planted, P.partition_graph(planted, 2), tmp_path / "o"))
+    cfg = partition.load_config(
+        partition.write(planted, partition.partition_graph(planted, 2), tmp_path / "o")
+    )
     path = tmp_path / "o" / "part-1" / "indices.npy"
     data = bytearray(path.read_bytes())
     data[-1] ^= 0xFF
     path.write_bytes(bytes(data))
-    P.load_part(cfg, 0)  # other partitions still load
+    partition.load_part(cfg, 0)  # other partitions still load
     with pytest.raises(ChecksumError, match="part-1/indices.npy"):
-        P.load_part(cfg, 1)
+        partition.load_part(cfg, 1)
     with pytest.raises(ChecksumError):
         cfg.verify()
     (tmp_path / "o" / "node_map.npy").unlink()
     with pytest.raises(ChecksumError, match="node_map.npy: missing"):
-        P.load_maps(cfg)
+        partition.load_maps(cfg)
 
 
 def test_bad_configs(tmp_path: Path, planted: Graph) -> None:
-    path = P.write(planted, P.partition_graph(planted, 2), tmp_path / "o")
+    path = partition.write(planted, partition.partition_graph(planted, 2), tmp_path / "o")
     good = json.loads(path.read_text())
     cases = [
         ({**good, "format": "dgl"}, "not a graphtrain partition"),
@@ -116,15 +122,15 @@ def test_bad_configs(tmp_path: Path, planted: Graph) -> None:
     for doc, needle in cases:
         path.write_text(json.dumps(doc))
         with pytest.raises(DataError, match=needle):
-            P.load_config(path)
+            partition.load_config(path)
     path.write_text("{not json")
     with pytest.raises(DataError, match="not valid JSON"):
-        P.load_config(path)
+        partition.load_config(path)
     with pytest.raises(DataError, match="not found"):
-        P.load_config(tmp_path / "nope.json")
+        partition.load_config(tmp_path / "nope.json")
     path.write_text(json.dumps(good))
     with pytest.raises(DataError, match="partition 5 does not exist"):
-        P.load_part(P.load_config(path), 5)
+        partition.load_part(partition.load_config(path), 5)
 
 
 def string_kg() -> KnowledgeGraph:
@@ -140,19 +146,21 @@ def string_kg() -> KnowledgeGraph:
 def test_a_knowledge_graph_keeps_its_names_and_splits(tmp_path: Path, k: int) -> None:
     kg = string_kg()
     g = kg.to_graph()
-    cfg = P.load_config(P.write(g, P.partition_graph(g, k, algorithm="random"), tmp_path / "kg"))
+    cfg = partition.load_config(
+        partition.write(g, partition.partition_graph(g, k, algorithm="random"), tmp_path / "kg")
+    )
     assert cfg.data["kg"] == {"num_relations": 2, "triples": {"train": 30, "valid": 5, "test": 5}}
     assert cfg.data["has_relation_names"] and not cfg.data["has_class_names"]
     assert {"kg/train.npy", "kg/valid.npy", "kg/test.npy", "relation_names.npy"} <= set(cfg.data["files"])
-    triples = P.load_triples(cfg)
+    triples = partition.load_triples(cfg)
     for split in ("train", "valid", "test"):  # original ids, whatever the relabeling
         assert np.array_equal(triples[split], getattr(kg, split)), split
-    names = P.load_names(cfg)
+    names = partition.load_names(cfg)
     assert sorted(names) == ["node_ids", "relation_names"]
     assert names["node_ids"].dtype.kind == "U" and list(names["node_ids"]) == list(kg.entity_names)
     assert list(names["relation_names"]) == ["likes", "parent_of"]
-    assert list(P.load_maps(cfg)["relation_names"]) == ["likes", "parent_of"]
-    back = P.reassemble(cfg)
+    assert list(partition.load_maps(cfg)["relation_names"]) == ["likes", "parent_of"]
+    back = partition.reassemble(cfg)
     assert_same_graph(g, back)
     assert list(back.relation_names) == ["likes", "parent_of"]
     assert back.triples.keys() == g.triples.keys()
@@ -170,37 +178,37 @@ def test_string_ids_and_class_names_round_trip_without_pickle(tmp_path: Path) ->
         node_ids=np.array([f"user-{i:04d}" for i in range(300)]),
         class_names=np.array(["blue", "green", "red", "unused"]),  # a class no node has still counts
     )
-    cfg = P.load_config(P.write(g, P.partition_graph(g, 3), tmp_path / "n"))
+    cfg = partition.load_config(partition.write(g, partition.partition_graph(g, 3), tmp_path / "n"))
     assert cfg.data["num_classes"] == 4 and cfg.data["has_class_names"]
-    assert "kg" not in cfg.data and P.load_triples(cfg) == {}
+    assert "kg" not in cfg.data and partition.load_triples(cfg) == {}
     for key in ("external_ids", "class_names"):  # plain unicode arrays: no pickle to read them
         arr = np.load(cfg.root / f"{key}.npy", allow_pickle=False)
         assert arr.dtype.kind == "U"
-    back = P.reassemble(cfg)
+    back = partition.reassemble(cfg)
     assert_same_graph(g, back)
     assert list(back.class_names) == ["blue", "green", "red", "unused"]
 
 
 def test_a_changed_triples_file_is_detected(tmp_path: Path) -> None:
     g = string_kg().to_graph()
-    cfg = P.load_config(P.write(g, P.partition_graph(g, 1), tmp_path / "kg"))
+    cfg = partition.load_config(partition.write(g, partition.partition_graph(g, 1), tmp_path / "kg"))
     valid = np.load(cfg.root / "kg" / "valid.npy")
     valid[0, 0] = (valid[0, 0] + 1) % 6
     np.save(cfg.root / "kg" / "valid.npy", valid)
     with pytest.raises(ChecksumError, match="valid.npy"):
-        P.load_triples(cfg)
-    assert P.load_triples(cfg, verify=False)["valid"][0, 0] == valid[0, 0]
+        partition.load_triples(cfg)
+    assert partition.load_triples(cfg, verify=False)["valid"][0, 0] == valid[0, 0]
 
 
 def test_a_partition_written_before_names_reads_as_one_without_them(tmp_path: Path) -> None:
     g = string_kg().to_graph()
-    cfg = P.load_config(P.write(g, P.partition_graph(g, 1), tmp_path / "kg"))
+    cfg = partition.load_config(partition.write(g, partition.partition_graph(g, 1), tmp_path / "kg"))
     data = {k: v for k, v in cfg.data.items() if k not in ("kg", "has_class_names", "has_relation_names")}
-    old = P.PartitionConfig(cfg.path, data)
-    assert P.load_triples(old) == {} and sorted(P.load_names(old)) == ["node_ids"]
+    old = partition.PartitionConfig(cfg.path, data)
+    assert partition.load_triples(old) == {} and sorted(partition.load_names(old)) == ["node_ids"]
 
 
-def tamper(cfg: P.PartitionConfig, rel: str, value: np.ndarray) -> P.PartitionConfig:
+def tamper(cfg: partition.PartitionConfig, rel: str, value: np.ndarray) -> partition.PartitionConfig:
     """Replace a partition file with `value` (np.save, pickling an object array) and record its sha256,
     as an attacker with write access would: the checksum no longer catches it."""
     import hashlib
@@ -208,7 +216,7 @@ def tamper(cfg: P.PartitionConfig, rel: str, value: np.ndarray) -> P.PartitionCo
     np.save(cfg.root / rel, value, allow_pickle=True)
     cfg.data["files"][rel] = hashlib.sha256((cfg.root / rel).read_bytes()).hexdigest()
     cfg.path.write_text(json.dumps(cfg.data))
-    return P.load_config(cfg.path)
+    return partition.load_config(cfg.path)
 
 
 OBJECTS = np.array([{"a": 1}, "x", None], dtype=object)
@@ -217,11 +225,11 @@ OBJECTS = np.array([{"a": 1}, "x", None], dtype=object)
 @pytest.mark.parametrize(
     ("rel", "load"),
     [
-        ("class_names.npy", P.load_names),
-        ("external_ids.npy", P.load_maps),
-        ("node_map.npy", P.load_maps),
-        ("part-0/halo.npy", lambda cfg: P.load_part(cfg, 0)),
-        ("part-1/ndata/label.npy", lambda cfg: P.load_part(cfg, 1)),
+        ("class_names.npy", partition.load_names),
+        ("external_ids.npy", partition.load_maps),
+        ("node_map.npy", partition.load_maps),
+        ("part-0/halo.npy", lambda cfg: partition.load_part(cfg, 0)),
+        ("part-1/ndata/label.npy", lambda cfg: partition.load_part(cfg, 1)),
     ],
 )
 def test_an_object_array_in_a_partition_is_one_line_never_unpickled(tmp_path: Path, rel: str, load) -> None:  # noqa: ANN001
@@ -234,7 +242,11 @@ def test_an_object_array_in_a_partition_is_one_line_never_unpickled(tmp_path: Pa
         node_ids=np.array([f"u{i}" for i in range(300)]),
         class_names=np.array(["a", "b", "c"]),
     )
-    cfg = tamper(P.load_config(P.write(g, P.partition_graph(g, 2), tmp_path / "p")), rel, OBJECTS)
+    cfg = tamper(
+        partition.load_config(partition.write(g, partition.partition_graph(g, 2), tmp_path / "p")),
+        rel,
+        OBJECTS,
+    )
     with pytest.raises(
         DataError, match=r"p/part-1/ndata: a file is not a plain \.npy array|holds Python objects"
     ) as e:

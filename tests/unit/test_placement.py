@@ -8,17 +8,25 @@ from typing import Any
 
 import pytest
 
-from graphtrain.operator import config as C
-from graphtrain.operator import manifests as M
-from graphtrain.operator import placement as P
-from graphtrain.runtime import spec as S
+from graphtrain.contract.children import LABEL_ROLE, LABEL_TRAINING
+from graphtrain.contract.spec import (
+    Affinity,
+    GraphTraining,
+    GraphTrainingSpec,
+    Resources,
+    Toleration,
+    Trainers,
+    parse,
+)
+from graphtrain.operator import config as operator_config
+from graphtrain.operator import manifests, placement
 from tests.unit.spec_cases import GRAPHSAGE, edit
 
 CPU_DEFAULT = {"requests": {"cpu": "1", "memory": "2Gi"}, "limits": {"cpu": "2", "memory": "8Gi"}}
 
 
-def res(requests: dict | None = None, limits: dict | None = None) -> S.Resources:
-    return S.Resources(requests=requests or {}, limits=limits or {})
+def res(requests: dict | None = None, limits: dict | None = None) -> Resources:
+    return Resources(requests=requests or {}, limits=limits or {})
 
 
 DEFAULT = res({"cpu": "1", "memory": "2Gi"}, {"cpu": "2", "memory": "8Gi"})
@@ -61,14 +69,14 @@ DEFAULT = res({"cpu": "1", "memory": "2Gi"}, {"cpu": "2", "memory": "8Gi"})
         ),
     ],
 )
-def test_resources(own: S.Resources | None, gpu: bool, expected: dict) -> None:
-    assert P.resources(own, DEFAULT, gpu) == expected
+def test_resources(own: Resources | None, gpu: bool, expected: dict) -> None:
+    assert placement.resources(own, DEFAULT, gpu) == expected
 
 
-ROLE_DEFAULT = C.RoleDefaults(
+ROLE_DEFAULT = operator_config.RoleDefaults(
     node_selector={"pool": "gpu"},
-    tolerations=[S.Toleration(key="gpu", operator="Exists", effect="NoSchedule")],
-    affinity=S.Affinity(pod_anti_affinity={"preferredDuringSchedulingIgnoredDuringExecution": []}),
+    tolerations=[Toleration(key="gpu", operator="Exists", effect="NoSchedule")],
+    affinity=Affinity(pod_anti_affinity={"preferredDuringSchedulingIgnoredDuringExecution": []}),
     priority_class_name="batch",
 )
 DEFAULT_SCHEDULING = {
@@ -82,7 +90,7 @@ DEFAULT_SCHEDULING = {
 @pytest.mark.parametrize(
     ("own", "default", "expected"),
     [
-        pytest.param({}, C.RoleDefaults(), {}, id="nothing-anywhere-nothing-in-the-pod"),
+        pytest.param({}, operator_config.RoleDefaults(), {}, id="nothing-anywhere-nothing-in-the-pod"),
         pytest.param({}, ROLE_DEFAULT, DEFAULT_SCHEDULING, id="unset-takes-every-default"),
         pytest.param(
             {"nodeSelector": {"disk": "ssd"}, "priorityClassName": "urgent"},
@@ -98,22 +106,24 @@ DEFAULT_SCHEDULING = {
         ),
         pytest.param(
             {"tolerations": [{"operator": "Exists"}], "affinity": {"nodeAffinity": {"x": 1}}},
-            C.RoleDefaults(),
+            operator_config.RoleDefaults(),
             {"tolerations": [{"operator": "Exists"}], "affinity": {"nodeAffinity": {"x": 1}}},
             id="passed-on-as-written",
         ),
     ],
 )
-def test_scheduling(own: dict, default: C.RoleDefaults, expected: dict) -> None:
-    assert P.scheduling(S.Trainers.model_validate(own), default) == expected
+def test_scheduling(own: dict, default: operator_config.RoleDefaults, expected: dict) -> None:
+    assert placement.scheduling(Trainers.model_validate(own), default) == expected
 
 
-def spec(**sections: Any) -> S.GraphTrainingSpec:
-    return S.parse(edit(GRAPHSAGE, lambda s: s.update(sections))).spec
+def spec(**sections: Any) -> GraphTrainingSpec:
+    return parse(edit(GRAPHSAGE, lambda s: s.update(sections))).spec
 
 
 GPU_SPEC = {"shardServers": {"device": "cuda"}, "trainers": {"backend": "nccl"}}
-IMAGES = C.OperatorConfig.model_validate({"images": {"runtime": "reg/rt:1", "cuda": "reg/rt:1-cuda"}})
+IMAGES = operator_config.OperatorConfig.model_validate(
+    {"images": {"runtime": "reg/rt:1", "cuda": "reg/rt:1-cuda"}}
+)
 
 
 @pytest.mark.parametrize(
@@ -132,21 +142,21 @@ IMAGES = C.OperatorConfig.model_validate({"images": {"runtime": "reg/rt:1", "cud
         pytest.param({"image": "mine:2"}, "partition", "mine:2", id="spec-image-partition"),
     ],
 )
-def test_image(sections: dict, role: P.Role, expected: str) -> None:
+def test_image(sections: dict, role: placement.Role, expected: str) -> None:
     s = spec(**sections)
-    assert P.image(s, IMAGES, P.uses_gpu(s, role)) == expected
+    assert placement.image(s, IMAGES, placement.uses_gpu(s, role)) == expected
 
 
 def test_default_images_are_the_package_version() -> None:
-    images = C.OperatorConfig().images
-    version = C.package_version()
+    images = operator_config.OperatorConfig().images
+    version = operator_config.package_version()
     assert (images.runtime, images.cuda) == (
         f"ghcr.io/graphtrain/graphtrain:{version}",
         f"ghcr.io/graphtrain/graphtrain:{version}-cuda",
     )
 
 
-CLAIMS = C.OperatorConfig.model_validate(
+CLAIMS = operator_config.OperatorConfig.model_validate(
     {"storage": {"storageClassName": "nfs", "accessModes": ["ReadWriteOnce"], "size": "50Gi"}}
 )
 
@@ -154,33 +164,43 @@ CLAIMS = C.OperatorConfig.model_validate(
 @pytest.mark.parametrize(
     ("storage", "config", "expected"),
     [
-        pytest.param({}, C.OperatorConfig(), P.ClaimSettings(None, ["ReadWriteMany"], "10Gi"), id="built-in"),
-        pytest.param({}, CLAIMS, P.ClaimSettings("nfs", ["ReadWriteOnce"], "50Gi"), id="configured"),
+        pytest.param(
+            {},
+            operator_config.OperatorConfig(),
+            placement.ClaimSettings(None, ["ReadWriteMany"], "10Gi"),
+            id="built-in",
+        ),
+        pytest.param({}, CLAIMS, placement.ClaimSettings("nfs", ["ReadWriteOnce"], "50Gi"), id="configured"),
         pytest.param(
             {"storageClassName": "fast", "accessModes": ["ReadWriteOncePod"], "size": "1Ti"},
             CLAIMS,
-            P.ClaimSettings("fast", ["ReadWriteOncePod"], "1Ti"),
+            placement.ClaimSettings("fast", ["ReadWriteOncePod"], "1Ti"),
             id="spec-wins",
         ),
         pytest.param(
             {"size": 5000000000},
             CLAIMS,
-            P.ClaimSettings("nfs", ["ReadWriteOnce"], "5000000000"),
+            placement.ClaimSettings("nfs", ["ReadWriteOnce"], "5000000000"),
             id="each-field-on-its-own",
         ),
         pytest.param(
-            {"storageClassName": ""}, CLAIMS, P.ClaimSettings(None, ["ReadWriteOnce"], "50Gi"), id="empty"
+            {"storageClassName": ""},
+            CLAIMS,
+            placement.ClaimSettings(None, ["ReadWriteOnce"], "50Gi"),
+            id="empty",
         ),
     ],
 )
-def test_claim(storage: dict, config: C.OperatorConfig, expected: P.ClaimSettings) -> None:
-    assert P.claim_settings(spec(storage=storage).storage, config) == expected
+def test_claim(
+    storage: dict, config: operator_config.OperatorConfig, expected: placement.ClaimSettings
+) -> None:
+    assert placement.claim_settings(spec(storage=storage).storage, config) == expected
 
 
 # ------------------------------------------------------------------------------------ rendered pods
 
 OWNER = {"metadata": {"name": "wn", "namespace": "ml", "uid": "u1"}}
-CONFIG = C.OperatorConfig.model_validate(
+CONFIG = operator_config.OperatorConfig.model_validate(
     {
         "images": {
             "runtime": "reg/rt:1",
@@ -200,17 +220,17 @@ CONFIG = C.OperatorConfig.model_validate(
 )
 
 
-def pods(gt: S.GraphTraining, config: C.OperatorConfig) -> dict[str, dict]:
+def pods(gt: GraphTraining, config: operator_config.OperatorConfig) -> dict[str, dict]:
     """role -> the pod spec the operator renders for it."""
     return {
-        "partition": M.partition_job(OWNER, gt, config)["spec"]["template"]["spec"],
-        "shards": M.shard_statefulset(OWNER, gt, config)["spec"]["template"]["spec"],
-        "trainer": M.trainer_pod(OWNER, gt, config, 0, 0)["spec"],
+        "partition": manifests.partition_job(OWNER, gt, config)["spec"]["template"]["spec"],
+        "shards": manifests.shard_statefulset(OWNER, gt, config)["spec"]["template"]["spec"],
+        "trainer": manifests.trainer_pod(OWNER, gt, config, 0, 0)["spec"],
     }
 
 
 def test_every_pod_gets_its_roles_settings_and_is_restricted() -> None:
-    gt = S.parse(
+    gt = parse(
         edit(
             GRAPHSAGE,
             lambda s: s.update(
@@ -248,85 +268,87 @@ def test_every_pod_gets_its_roles_settings_and_is_restricted() -> None:
 
 
 def test_online_pods_may_download() -> None:
-    for role, pod in pods(S.parse(GRAPHSAGE), C.OperatorConfig()).items():
+    for role, pod in pods(parse(GRAPHSAGE), operator_config.OperatorConfig()).items():
         assert all(e["name"] != "GRAPHTRAIN_OFFLINE" for e in pod["containers"][0]["env"]), role
         assert "imagePullSecrets" not in pod, role
 
 
 def test_shard_network_policy_admits_only_the_trainings_pods() -> None:
-    gt = S.parse(GRAPHSAGE)
-    policy = M.shard_network_policy(OWNER, gt, CONFIG)
-    assert policy is not None and policy["metadata"]["labels"][M.LABEL_ROLE] == "network"
+    gt = parse(GRAPHSAGE)
+    policy = manifests.shard_network_policy(OWNER, gt, CONFIG)
+    assert policy is not None and policy["metadata"]["labels"][LABEL_ROLE] == "network"
     spec = policy["spec"]
-    assert spec["podSelector"] == {"matchLabels": {M.LABEL_TRAINING: "wn", M.LABEL_ROLE: "shards"}}
+    assert spec["podSelector"] == {"matchLabels": {LABEL_TRAINING: "wn", LABEL_ROLE: "shards"}}
     assert spec["policyTypes"] == ["Ingress"]
     kvstore, metrics = spec["ingress"]
-    assert kvstore["ports"] == [{"protocol": "TCP", "port": M.SHARD_PORT}]
+    assert kvstore["ports"] == [{"protocol": "TCP", "port": manifests.SHARD_PORT}]
     assert kvstore["from"] == [
-        {"podSelector": {"matchLabels": {M.LABEL_TRAINING: "wn", M.LABEL_ROLE: role}}}
+        {"podSelector": {"matchLabels": {LABEL_TRAINING: "wn", LABEL_ROLE: role}}}
         for role in ("trainer", "partition")
     ]
-    assert metrics["ports"] == [{"protocol": "TCP", "port": M.METRICS_PORT}]
+    assert metrics["ports"] == [{"protocol": "TCP", "port": manifests.METRICS_PORT}]
     assert metrics["from"] == [
-        {"podSelector": {"matchLabels": {M.LABEL_TRAINING: "wn"}}},
+        {"podSelector": {"matchLabels": {LABEL_TRAINING: "wn"}}},
         {"namespaceSelector": {"matchLabels": {"name": "monitoring"}}},
     ]
     # the pods the rules name carry those labels
     labels = {
-        "trainer": M.trainer_pod(OWNER, gt, CONFIG, 0, 0)["metadata"]["labels"],
-        "partition": M.partition_job(OWNER, gt, CONFIG)["spec"]["template"]["metadata"]["labels"],
-        "shards": M.shard_statefulset(OWNER, gt, CONFIG)["spec"]["template"]["metadata"]["labels"],
+        "trainer": manifests.trainer_pod(OWNER, gt, CONFIG, 0, 0)["metadata"]["labels"],
+        "partition": manifests.partition_job(OWNER, gt, CONFIG)["spec"]["template"]["metadata"]["labels"],
+        "shards": manifests.shard_statefulset(OWNER, gt, CONFIG)["spec"]["template"]["metadata"]["labels"],
     }
     for role, got in labels.items():
-        assert got[M.LABEL_ROLE] == role and got[M.LABEL_TRAINING] == "wn"
+        assert got[LABEL_ROLE] == role and got[LABEL_TRAINING] == "wn"
 
 
 def test_trainer_pods_serve_metrics_on_a_named_port_of_their_own_ip() -> None:
     """The chart's PodMonitor scrapes the port named `metrics` of shard and trainer pods alike."""
-    gt = S.parse(GRAPHSAGE)
-    (container,) = M.trainer_pod(OWNER, gt, CONFIG, 1, 0)["spec"]["containers"]
-    assert {"name": "metrics", "containerPort": M.METRICS_PORT} in container["ports"]
+    gt = parse(GRAPHSAGE)
+    (container,) = manifests.trainer_pod(OWNER, gt, CONFIG, 1, 0)["spec"]["containers"]
+    assert {"name": "metrics", "containerPort": manifests.METRICS_PORT} in container["ports"]
     args = container["args"]
-    assert args[args.index("--metrics-port") + 1] == str(M.METRICS_PORT)
-    assert args[args.index("--metrics-host") + 1] == f"$({M.POD_IP_ENV})"
-    assert {"name": M.POD_IP_ENV, "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}} in container[
-        "env"
-    ]
+    assert args[args.index("--metrics-port") + 1] == str(manifests.METRICS_PORT)
+    assert args[args.index("--metrics-host") + 1] == f"$({manifests.POD_IP_ENV})"
+    assert {
+        "name": manifests.POD_IP_ENV,
+        "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}},
+    } in container["env"]
     # the training's only NetworkPolicy selects its shard servers: a trainer's ingress (its metrics port
     # included) is not restricted by it
-    policy = M.shard_network_policy(OWNER, gt, CONFIG)
+    policy = manifests.shard_network_policy(OWNER, gt, CONFIG)
     assert policy is not None
-    assert policy["spec"]["podSelector"]["matchLabels"][M.LABEL_ROLE] == "shards"
+    assert policy["spec"]["podSelector"]["matchLabels"][LABEL_ROLE] == "shards"
 
 
 def test_shard_disruption_budget_allows_no_eviction() -> None:
-    pdb = M.shard_disruption_budget(OWNER, S.parse(GRAPHSAGE), CONFIG)
+    pdb = manifests.shard_disruption_budget(OWNER, parse(GRAPHSAGE), CONFIG)
     assert pdb is not None and pdb["apiVersion"] == "policy/v1"
     assert pdb["spec"] == {
         "maxUnavailable": 0,
-        "selector": {"matchLabels": {M.LABEL_TRAINING: "wn", M.LABEL_ROLE: "shards"}},
+        "selector": {"matchLabels": {LABEL_TRAINING: "wn", LABEL_ROLE: "shards"}},
     }
 
 
 def test_disabled_policies_are_not_made() -> None:
-    off = C.OperatorConfig.model_validate(
+    off = operator_config.OperatorConfig.model_validate(
         {"networkPolicy": {"enabled": False}, "podDisruptionBudget": {"enabled": False}}
     )
-    gt = S.parse(GRAPHSAGE)
+    gt = parse(GRAPHSAGE)
     assert (
-        M.shard_network_policy(OWNER, gt, off) is None and M.shard_disruption_budget(OWNER, gt, off) is None
+        manifests.shard_network_policy(OWNER, gt, off) is None
+        and manifests.shard_disruption_budget(OWNER, gt, off) is None
     )
 
 
 def test_the_data_claim_follows_spec_and_config() -> None:
-    gt = S.parse(edit(GRAPHSAGE, lambda s: s.update(storage={"size": "20Gi"})))
-    claim = M.data_claim(OWNER, gt, CLAIMS)
+    gt = parse(edit(GRAPHSAGE, lambda s: s.update(storage={"size": "20Gi"})))
+    claim = manifests.data_claim(OWNER, gt, CLAIMS)
     assert claim is not None and claim["spec"] == {
         "accessModes": ["ReadWriteOnce"],
         "resources": {"requests": {"storage": "20Gi"}},
         "storageClassName": "nfs",
     }
-    default = M.data_claim(OWNER, S.parse(GRAPHSAGE), C.OperatorConfig())
+    default = manifests.data_claim(OWNER, parse(GRAPHSAGE), operator_config.OperatorConfig())
     assert default is not None and "storageClassName" not in default["spec"]
-    named = S.parse(edit(GRAPHSAGE, lambda s: s.update(storage={"volumeClaimName": "seeded"})))
-    assert M.data_claim(OWNER, named, CLAIMS) is None
+    named = parse(edit(GRAPHSAGE, lambda s: s.update(storage={"volumeClaimName": "seeded"})))
+    assert manifests.data_claim(OWNER, named, CLAIMS) is None

@@ -12,10 +12,9 @@ import pytest
 import torch
 import yaml
 
-from graphtrain.runtime import kvstore
-from graphtrain.runtime import partition as P
-from graphtrain.runtime import predict as PR
-from graphtrain.runtime import spec as S
+from graphtrain.contract.spec import GraphTraining, load_yaml
+from graphtrain.runtime import kvstore, partition
+from graphtrain.runtime import predict as prediction
 from graphtrain.runtime.data.graph import Graph, KnowledgeGraph, random_masks
 from graphtrain.runtime.errors import GraphtrainError
 from graphtrain.runtime.kvstore import checkpoint as ckpt
@@ -61,12 +60,14 @@ def named_graph() -> Graph:
 def sage_checkpoint(run: Path, parts: int, trainer: dict | None = None) -> Path:
     """The same trained state (dense model, node table in original order) in a partition of `parts`."""
     g = named_graph()
-    cfg = P.load_config(P.write(g, P.partition_graph(g, parts), run / "partition"))
+    cfg = partition.load_config(partition.write(g, partition.partition_graph(g, parts), run / "partition"))
     root = run / "checkpoints"
     client = kvstore.standalone(parts, checkpoint_root=root)
     emb = DistEmbedding(N, EMB, "node", book=PartitionBook(cfg.node_bounds), client=client)
     rows = torch.from_numpy(np.random.default_rng(3).standard_normal((N, EMB)).astype(np.float32))
-    emb.table[np.arange(N)] = rows[torch.from_numpy(P.load_maps(cfg)["node_map"])]  # new id -> its row
+    emb.table[np.arange(N)] = rows[
+        torch.from_numpy(partition.load_maps(cfg)["node_map"])
+    ]  # new id -> its row
     torch.manual_seed(0)
     model = GraphSAGE(FEAT + EMB, HIDDEN, 3, 2, 0.5, frozen=FEAT)
     tag = "step-000000003"
@@ -191,13 +192,15 @@ def kge_checkpoint(base: Path, kind: str) -> tuple[Path, Path]:
     t = np.array([[0, 0, 1], [1, 1, 2], [3, 0, 4], [2, 1, 3], [0, 0, 2]], dtype=np.int64)
     kg = KnowledgeGraph("fam", 5, 2, t[:3], t[3:4], t[4:], np.array(ENTS), np.array(RELS))
     g = kg.to_graph()
-    cfg = P.load_config(P.write(g, P.partition_graph(g, 2, algorithm="random"), base / "partition"))
+    cfg = partition.load_config(
+        partition.write(g, partition.partition_graph(g, 2, algorithm="random"), base / "partition")
+    )
     root = base / "checkpoints"
     client = kvstore.standalone(2, checkpoint_root=root)
     ent = DistEmbedding(5, 5, "entity", book=PartitionBook(cfg.node_bounds), client=client)
     rel = DistEmbedding(2, 5, "relation", book=PartitionBook.even(2, 2), client=client)
     eye = np.eye(5, dtype=np.float32)
-    ent.table[np.arange(5)] = eye[P.load_maps(cfg)["node_map"]]
+    ent.table[np.arange(5)] = eye[partition.load_maps(cfg)["node_map"]]
     likes = eye[2] - eye[0] if kind == "transe" else eye[2] + 2 * eye[0]
     rel.table[np.arange(2)] = np.stack([likes, eye[1]])
     keys = {"entity": "nodes", "relation": "relations"}
@@ -220,8 +223,13 @@ def test_transe_answers_head_relation_query_with_tail_labels(tmp_path: Path) -> 
     assert rows["score"] == sorted(rows["score"], reverse=True)
     assert rows["known"][0] == "test"  # (ann, likes, cy) is the test triple
     assert "cy" in printed and "(ann, likes, ?)" in printed
-    heads = PR.kge_answer(
-        PR.S.load_yaml(spec.read_text()), ck, P.load_config(tmp_path / "partition"), "likes", tail="cy", k=1
+    heads = prediction.kge_answer(
+        load_yaml(spec.read_text()),
+        ck,
+        partition.load_config(tmp_path / "partition"),
+        "likes",
+        tail="cy",
+        k=1,
     )
     assert list(heads.columns["head"]) == ["ann"]
 
@@ -230,8 +238,8 @@ def test_distmult_answers_and_unknown_labels_are_one_line(tmp_path: Path) -> Non
     spec, ck = kge_checkpoint(tmp_path, "distmult")
     printed = predict(str(ck), "--spec", str(spec), "--head", "ann", "--relation", "likes", "-k", "2")
     assert "(ann, likes, ?)" in printed
-    cfg = P.load_config(tmp_path / "partition")
-    ans = PR.kge_answer(PR.S.load_yaml(spec.read_text()), ck, cfg, "likes", "ann")
+    cfg = partition.load_config(tmp_path / "partition")
+    ans = prediction.kge_answer(load_yaml(spec.read_text()), ck, cfg, "likes", "ann")
     assert ans.columns["tail"][0] == "ann" and ans.columns["score"][0] == pytest.approx(2.0)
     one_line_error(
         [str(ck), "--spec", str(spec), "--head", "ann", "--relation", "like"], "(did you mean 'likes'?)"
@@ -242,18 +250,18 @@ def test_distmult_answers_and_unknown_labels_are_one_line(tmp_path: Path) -> Non
 
 
 def test_lookup_is_pure_and_reads_integer_ids() -> None:
-    assert PR.lookup(["3", " 1"], np.array([1, 3, 5]), "node").tolist() == [1, 0]
+    assert prediction.lookup(["3", " 1"], np.array([1, 3, 5]), "node").tolist() == [1, 0]
     with pytest.raises(GraphtrainError, match="node 'x': not in the graph"):
-        PR.lookup(["x"], np.array([1, 3, 5]), "node")
-    assert PR.model_mismatch({"a": (2,)}, {"a": (2,)}) is None
-    assert "has no b" in str(PR.model_mismatch({"a": (2,), "b": (1,)}, {"a": (2,)}))
-    assert PR.distinct(np.array([5, 5, 2, 7, 2])) == (pytest.approx([5, 2, 7]), 2)
+        prediction.lookup(["x"], np.array([1, 3, 5]), "node")
+    assert prediction.model_mismatch({"a": (2,)}, {"a": (2,)}) is None
+    assert "has no b" in str(prediction.model_mismatch({"a": (2,), "b": (1,)}, {"a": (2,)}))
+    assert prediction.distinct(np.array([5, 5, 2, 7, 2])) == (pytest.approx([5, 2, 7]), 2)
 
 
 def test_a_different_num_layers_is_named_not_hidden_dim(tmp_path: Path) -> None:
     """The checkpoint records the model fields it was trained with: the one that differs is named, not
     the first parameter whose shape differs (layers.1.bias, which suggested hiddenDim)."""
-    spec = S.GraphTraining.model_validate(sage_doc()).spec
+    spec = GraphTraining.model_validate(sage_doc()).spec
     trained = sage_checkpoint(tmp_path / "run", 1, {"epoch": 1, "step": 3, "model": model_record(spec)})
     deeper = sage_doc()
     deeper["spec"]["model"]["numLayers"] = 3
@@ -281,7 +289,7 @@ def test_a_tampered_names_file_is_one_line(tmp_path: Path) -> None:
     spec = tmp_path / "spec.yaml"
     spec.write_text(yaml.safe_dump(sage_doc()))
     trained = sage_checkpoint(tmp_path / "run", 1)
-    cfg = P.load_config(tmp_path / "run" / "partition")
+    cfg = partition.load_config(tmp_path / "run" / "partition")
     np.save(cfg.root / "class_names.npy", np.array([{"x": 1}, None], dtype=object), allow_pickle=True)
     cfg.data["files"]["class_names.npy"] = hashlib.sha256(
         (cfg.root / "class_names.npy").read_bytes()

@@ -7,17 +7,17 @@ import json
 
 import pytest
 
-from graphtrain.runtime import spec as S
-from graphtrain.runtime.spec import reporting
+from graphtrain.contract import reporting, rundir
+from graphtrain.contract.spec import Progress
 
 
-def entry(epoch: int, **kw: object) -> S.Progress:
+def entry(epoch: int, **kw: object) -> Progress:
     fields: dict[str, object] = {"epoch": epoch, "epochs": 10, "step": epoch * 20, "loss": 1.0 / (epoch + 1)}
-    return S.Progress.model_validate({**fields, **kw})
+    return Progress.model_validate({**fields, **kw})
 
 
 def test_append_keeps_the_latest_entries_within_the_limit() -> None:
-    history: list[S.Progress] = []
+    history: list[Progress] = []
     for epoch in range(1, 8):
         before = list(history)
         history = reporting.append_history(history, entry(epoch), limit=3)
@@ -26,7 +26,7 @@ def test_append_keeps_the_latest_entries_within_the_limit() -> None:
 
 
 def test_the_default_limit_is_the_contracts() -> None:
-    history: list[S.Progress] = []
+    history: list[Progress] = []
     for epoch in range(reporting.HISTORY_LIMIT + 5):
         history = reporting.append_history(history, entry(epoch))
     assert len(history) == reporting.HISTORY_LIMIT == 500
@@ -55,8 +55,8 @@ def test_bad_entries_are_skipped_and_the_others_kept() -> None:
 
 
 def test_a_rank_file_is_relative_to_the_run_directory() -> None:
-    assert reporting.rank_file(0) == "trainers/rank-0.json"
-    assert reporting.rank_file(12) == "trainers/rank-12.json"
+    assert rundir.rank_file(0) == "trainers/rank-0.json"
+    assert rundir.rank_file(12) == "trainers/rank-12.json"
 
 
 def test_epochs_trained_again_after_a_resume_replace_their_entries() -> None:

@@ -14,15 +14,15 @@ from unittest import mock
 
 import pytest
 
-from graphtrain.operator import manifests as M
-from graphtrain.operator import reconcile as R
+from graphtrain.contract import conditions as vocab
+from graphtrain.contract.children import LABEL_ATTEMPT, LABEL_RANK, LABEL_TRAINING, labels, trainer_name
+from graphtrain.contract.roles import ENV_OFFLINE
+from graphtrain.contract.spec import API_VERSION, ConditionType, Phase, parse
+from graphtrain.operator import manifests, reconcile
 from graphtrain.operator.config import built_in
 from graphtrain.operator.reconcile import Observed, Plan, key, plan
-from graphtrain.runtime import spec as S
 from graphtrain.runtime.data.datasets import fetch
 from graphtrain.runtime.errors import DataError
-from graphtrain.runtime.spec import conditions as C
-from graphtrain.runtime.spec.roles import ENV_OFFLINE
 
 NOW = dt.datetime(2026, 11, 22, 12, 0, tzinfo=dt.UTC)
 NAME, NS = "wn", "ml"
@@ -68,7 +68,7 @@ class Cluster:
         self.body = body
         self.children: dict[str, dict] = {}
         self.now = NOW
-        self.events: list[C.Event] = []  # every event posted so far
+        self.events: list[vocab.Event] = []  # every event posted so far
 
     def observe(self) -> Observed:
         pods = [o for k, o in self.children.items() if k.startswith("Pod/")]
@@ -91,11 +91,11 @@ class Cluster:
         self.children[key(kind, name)]["status"] = status
 
     def pod(self, name: str, role: str, phase: str, **extra) -> None:
-        labels = M.labels(NAME, role, **extra.pop("labels", {}))
+        pod_labels = labels(NAME, role, **extra.pop("labels", {}))
         self.children[key("Pod", name)] = {
             "apiVersion": "v1",
             "kind": "Pod",
-            "metadata": {"name": name, "namespace": NS, "labels": labels},
+            "metadata": {"name": name, "namespace": NS, "labels": pod_labels},
             "status": {"phase": phase, **extra},
         }
 
@@ -123,7 +123,7 @@ class Cluster:
 
     def trainers(self, phase: str, attempt: int = 0, **per_rank: str) -> None:
         for r in range(2):
-            name = M.trainer_name(NAME, r)
+            name = trainer_name(NAME, r)
             if key("Pod", name) in self.children:
                 self.children[key("Pod", name)]["status"] = {
                     "phase": per_rank.get(f"r{r}", phase),
@@ -140,9 +140,9 @@ def check_events(p: Plan) -> None:
     """Every event has the severity the vocabulary gives its reason (or its phase)."""
     for e in p.events:
         if e.message.startswith("phase "):
-            assert e.type == C.phase_severity(S.Phase(e.reason)), e
+            assert e.type == vocab.phase_severity(Phase(e.reason)), e
         else:
-            assert e.type == C.severity(C.Reason(e.reason)), e
+            assert e.type == vocab.severity(vocab.Reason(e.reason)), e
 
 
 def cond(p: Plan, kind: str) -> dict:
@@ -170,7 +170,7 @@ def test_a_new_training_gets_its_base_children_and_partition_job() -> None:
         ]
     )
     for a in p.actions:
-        assert a.obj["metadata"]["labels"][M.LABEL_TRAINING] == NAME
+        assert a.obj["metadata"]["labels"][LABEL_TRAINING] == NAME
         if a.obj["kind"] == "PersistentVolumeClaim":  # storage.whenDeleted Retain: it outlives the training
             assert "ownerReferences" not in a.obj["metadata"]
         else:
@@ -246,7 +246,7 @@ def test_a_failed_partition_says_why_in_the_pods_own_words() -> None:
 
 
 def test_the_partition_job_falls_back_to_its_log_on_error() -> None:
-    job = M.partition_job(training(), S.parse(training()), built_in())
+    job = manifests.partition_job(training(), parse(training()), built_in())
     (container,) = job["spec"]["template"]["spec"]["containers"]
     assert container["terminationMessagePolicy"] == "FallbackToLogsOnError"
 
@@ -280,7 +280,7 @@ def test_partition_then_shards_then_trainers() -> None:
     args = pod["spec"]["containers"][0]["args"]
     assert args[args.index("--rank") + 1] == "1" and args[args.index("--world") + 1] == "2"
     assert f"tcp://{NAME}-shards-1.{NAME}-shards.{NS}.svc:7000" in args[args.index("--servers") + 1]
-    assert pod["metadata"]["labels"][M.LABEL_ATTEMPT] == "0"
+    assert pod["metadata"]["labels"][LABEL_ATTEMPT] == "0"
     c.trainers("Running")
     c.children[key("ConfigMap", f"{NAME}-progress")]["data"] = {
         "progress": json.dumps(
@@ -318,7 +318,7 @@ def test_a_failed_trainer_restarts_every_rank_from_the_checkpoint_then_gives_up(
     p = c.step()  # pods gone: the next attempt
     assert p.status["phase"] == "Restarting"
     created = [a.obj for a in p.actions if a.obj["kind"] == "Pod"]
-    assert len(created) == 2 and all(o["metadata"]["labels"][M.LABEL_ATTEMPT] == "1" for o in created)
+    assert len(created) == 2 and all(o["metadata"]["labels"][LABEL_ATTEMPT] == "1" for o in created)
     c.trainers("Running")
     assert c.step().status["phase"] == "Training"
     c.trainers("Running", r0="Failed")  # backoffLimit 1 is used up
@@ -358,7 +358,7 @@ def test_no_heartbeat_for_the_stall_timeout_names_the_silent_rank() -> None:
     to_training(c)
     c.trainers("Running")
     for r in range(2):
-        c.children[key("Pod", M.trainer_name(NAME, r))]["status"]["startTime"] = "2026-11-22T11:40:00Z"
+        c.children[key("Pod", trainer_name(NAME, r))]["status"]["startTime"] = "2026-11-22T11:40:00Z"
     c.children[key("ConfigMap", f"{NAME}-progress")]["data"] = {
         "rank-0": json.dumps({"updated_at": "2026-11-22T11:59:55Z"}),
         "rank-1": json.dumps({"updated_at": "2026-11-22T11:50:00Z"}),
@@ -464,7 +464,7 @@ def partition_pod(message: str) -> dict:
         "Pod",
         f"{NAME}-partition-x1",
         {"phase": "Succeeded", "containerStatuses": [term]},
-        labels=M.labels(NAME, "partition"),
+        labels=labels(NAME, "partition"),
     )
 
 
@@ -478,7 +478,7 @@ def shard_pod(i: int, ready: bool, phase: str = "Running", restarts: int = 0) ->
         "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
         "containerStatuses": [{"restartCount": restarts, "state": {}}],
     }
-    return obj("Pod", f"{NAME}-shards-{i}", status, labels=M.labels(NAME, "shards"))
+    return obj("Pod", f"{NAME}-shards-{i}", status, labels=labels(NAME, "shards"))
 
 
 def trainer(rank: int, phase: str, attempt: int = 0, start: str = "2026-11-22T11:59:00Z", **status) -> dict:
@@ -487,8 +487,8 @@ def trainer(rank: int, phase: str, attempt: int = 0, start: str = "2026-11-22T11
         status["containerStatuses"] = [
             {"state": {"terminated": {"exitCode": 1, "reason": "Error", "message": "boom"}}}
         ]
-    labels = M.labels(NAME, "trainer", **{M.LABEL_RANK: str(rank), M.LABEL_ATTEMPT: str(attempt)})
-    return obj("Pod", M.trainer_name(NAME, rank), status, labels=labels)
+    pod_labels = labels(NAME, "trainer", **{LABEL_RANK: str(rank), LABEL_ATTEMPT: str(attempt)})
+    return obj("Pod", trainer_name(NAME, rank), status, labels=pod_labels)
 
 
 def progress(**data: dict) -> dict:
@@ -505,9 +505,9 @@ def observed(*children: dict, status: dict | None = None, now: dt.datetime = NOW
     return Observed(body, kids, [o for o in children if o["kind"] == "Pod"], now)
 
 
-def context(o: Observed) -> R.Context:
-    return R.Context(
-        o, S.parse({k: o.training[k] for k in ("apiVersion", "kind", "metadata", "spec")}), token="t0k3n"
+def context(o: Observed) -> reconcile.Context:
+    return reconcile.Context(
+        o, parse({k: o.training[k] for k in ("apiVersion", "kind", "metadata", "spec")}), token="t0k3n"
     )
 
 
@@ -520,7 +520,7 @@ def row(name: str, o: Observed, phase: str | None, actions: list[str], conds: st
 
 def run(stage, o: Observed) -> tuple[str | None, list[str], str, str, dict]:
     """A stage's result in the tables' terms (the previous conditions are the observed status')."""
-    conds = C.Conditions(C.parse((o.training.get("status") or {}).get("conditions") or []), "T")
+    conds = vocab.Conditions(vocab.parse((o.training.get("status") or {}).get("conditions") or []), "T")
     step = stage(context(o), conds)
     return (
         step.phase.value if step.phase else None,
@@ -536,14 +536,14 @@ TABLE = ("o", "phase", "actions", "conds", "events", "status")
 
 def base() -> list[dict]:
     """The children the partition stage makes, as observed once made (the data claim last)."""
-    gt = S.parse(training())
+    gt = parse(training())
     body = training()
     return [
-        M.config_map(body, gt),
-        M.token_secret(body, gt, "x"),
-        M.progress_map(body, gt),
-        *M.trainer_rbac(body, gt),
-        M.data_claim(body, gt, built_in()),
+        manifests.config_map(body, gt),
+        manifests.token_secret(body, gt, "x"),
+        manifests.progress_map(body, gt),
+        *manifests.trainer_rbac(body, gt),
+        manifests.data_claim(body, gt, built_in()),
     ]
 
 
@@ -618,7 +618,7 @@ WAS_PARTITIONING = [
     ],
 )
 def test_partition_stage(o: Observed, phase, actions, conds, events, status) -> None:
-    assert run(R.partition_stage, o) == (phase, actions, conds, events, status)
+    assert run(reconcile.partition_stage, o) == (phase, actions, conds, events, status)
 
 
 SHARDS = [
@@ -685,7 +685,7 @@ def shards(*states: tuple[str, int]) -> list[dict]:
     ],
 )
 def test_shards_stage(o: Observed, phase, actions, conds, events, status) -> None:
-    assert run(R.shards_stage, o) == (phase, actions, conds, events, status)
+    assert run(reconcile.shards_stage, o) == (phase, actions, conds, events, status)
 
 
 FRESH = {"updated_at": "2026-11-22T11:59:55Z", "step": 5}
@@ -801,7 +801,7 @@ EARLY = "2026-11-22T11:40:00Z"  # pods started before their ranks' last reports
     ],
 )
 def test_trainers_stage(o: Observed, phase, actions, conds, events, status) -> None:
-    assert run(R.trainers_stage, o) == (phase, actions, conds, events, status)
+    assert run(reconcile.trainers_stage, o) == (phase, actions, conds, events, status)
 
 
 KEPT = [
@@ -879,7 +879,7 @@ def since(start: str, **extra) -> dict:
     ],
 )
 def test_terminal_stage(o: Observed, phase, actions, conds, events, status) -> None:
-    assert run(R.terminal_stage, o) == (phase, actions, conds, events, status)
+    assert run(reconcile.terminal_stage, o) == (phase, actions, conds, events, status)
 
 
 @pytest.mark.parametrize(
@@ -911,10 +911,10 @@ def test_spec_stage(
     kids = {}
     if applied is not None:
         applied_body = training(**applied)
-        cm = M.config_map(applied_body, S.parse(applied_body))
+        cm = manifests.config_map(applied_body, parse(applied_body))
         kids[key("ConfigMap", cm["metadata"]["name"])] = cm
-    conds = C.Conditions([], "T", 2)
-    decided = R.spec_stage(Observed(body, kids, [], NOW), conds)
+    conds = vocab.Conditions([], "T", 2)
+    decided = reconcile.spec_stage(Observed(body, kids, [], NOW), conds)
     assert {str(c.type): f"{c.status} {c.reason}" for c in conds.as_list()} == expected
     assert decided.observed_generation == generation
     if run_policy is None:
@@ -1051,7 +1051,7 @@ DELETE_TRAINING = f"delete GraphTraining/{NAME}"
     ],
 )
 def test_terminal_clean_up_and_ttl(o: Observed, phase, actions, conds, events, status) -> None:
-    assert run(R.terminal_stage, o) == (phase, actions, conds, events, status)
+    assert run(reconcile.terminal_stage, o) == (phase, actions, conds, events, status)
 
 
 @pytest.mark.parametrize(
@@ -1086,7 +1086,7 @@ def test_the_ttl_deletes_a_finished_training_when_it_falls() -> None:
     c.now = NOW + dt.timedelta(seconds=90)
     p = c.step()
     (gone,) = [a.obj for a in p.actions]
-    assert gone["kind"] == "GraphTraining" and gone["apiVersion"] == S.API_VERSION
+    assert gone["kind"] == "GraphTraining" and gone["apiVersion"] == API_VERSION
     assert gone["metadata"] == {"name": NAME, "namespace": NS, "uid": "uid-1"}  # this one, not a new one
     assert p.events == []  # nothing to say: it is going
 
@@ -1101,22 +1101,24 @@ def test_no_ttl_asks_for_no_requeue_once_finished() -> None:
 @pytest.mark.parametrize(("when", "owned"), [("Retain", False), ("Delete", True), (None, False)])
 def test_the_data_claim_is_owned_only_when_deleted_with_the_training(when: str | None, owned: bool) -> None:
     body = training(**({"storage.whenDeleted": when} if when else {}))
-    claim = M.data_claim(body, S.parse(body), built_in())
+    claim = manifests.data_claim(body, parse(body), built_in())
     assert claim is not None
     assert ("ownerReferences" in claim["metadata"]) == owned
-    assert M.retained_claim(claim, NAME) == (not owned)
-    assert not M.retained_claim(claim, "other")  # another training's claim is never taken
+    assert manifests.retained_claim(claim, NAME) == (not owned)
+    assert not manifests.retained_claim(claim, "other")  # another training's claim is never taken
     named = training(**{"storage.volumeClaimName": "mine", "storage.whenDeleted": "Delete"})
-    assert M.data_claim(named, S.parse(named), built_in()) is None  # a claim it did not make: never deleted
+    assert (
+        manifests.data_claim(named, parse(named), built_in()) is None
+    )  # a claim it did not make: never deleted
 
 
 def test_a_retained_claim_observed_is_not_made_again() -> None:
     """observe() lists the retained claim of the name (k8s.py); ensure() then makes no second one."""
-    retained = M.data_claim(training(), S.parse(training()), built_in())
+    retained = manifests.data_claim(training(), parse(training()), built_in())
     assert retained is not None
     o = observed(retained)
     assert f"PersistentVolumeClaim/{NAME}-data" not in [
-        a.key for a in R.partition_stage(context(o), C.Conditions([], "T")).actions
+        a.key for a in reconcile.partition_stage(context(o), vocab.Conditions([], "T")).actions
     ]
 
 
@@ -1125,19 +1127,21 @@ def test_each_training_works_in_its_own_directory() -> None:
     one before: the work directory is per uid, recorded in the applied spec (config ConfigMap) so that
     it stays fixed; a spec applied before (no uid) keeps the old directory."""
     body = training()
-    lay = M.Layout(S.parse(body))
+    lay = manifests.Layout(parse(body))
     assert lay.work == f"/var/lib/graphtrain/runs/{NAME}/uid-1"
     assert lay.checkpoints.startswith(lay.work) and lay.partition.startswith(lay.work)
     again = {**body, "metadata": {**body["metadata"], "uid": "uid-2"}}
-    assert M.Layout(S.parse(again)).checkpoints != lay.checkpoints
-    applied = R.applied_spec({key("ConfigMap", f"{NAME}-config"): M.config_map(body, S.parse(body))}, NAME)
-    assert applied is not None and M.Layout(applied).work == lay.work
+    assert manifests.Layout(parse(again)).checkpoints != lay.checkpoints
+    applied = reconcile.applied_spec(
+        {key("ConfigMap", f"{NAME}-config"): manifests.config_map(body, parse(body))}, NAME
+    )
+    assert applied is not None and manifests.Layout(applied).work == lay.work
     old = {**body, "metadata": {k: v for k, v in body["metadata"].items() if k != "uid"}}
-    assert M.Layout(S.parse(old)).work == f"/var/lib/graphtrain/runs/{NAME}"
+    assert manifests.Layout(parse(old)).work == f"/var/lib/graphtrain/runs/{NAME}"
     # every pod of the training reads and writes there
     pods = [
-        M.partition_job(body, S.parse(body), built_in()),
-        M.trainer_pod(body, S.parse(body), built_in(), 0, 0),
+        manifests.partition_job(body, parse(body), built_in()),
+        manifests.trainer_pod(body, parse(body), built_in(), 0, 0),
     ]
     for made in pods:
         spec = made["spec"].get("template", made)["spec"]
@@ -1158,7 +1162,7 @@ def waiting(reason: str, message: str = "", init: bool = False) -> dict:
 
 def pod_with(name: str, role: str, phase: str = "Pending", conditions=(), **status) -> dict:
     body = {"phase": phase, "conditions": list(conditions), **status}
-    return obj("Pod", name, body, labels=M.labels(NAME, role), creationTimestamp="2026-11-22T11:50:00Z")
+    return obj("Pod", name, body, labels=labels(NAME, role), creationTimestamp="2026-11-22T11:50:00Z")
 
 
 UNSCHEDULED = {
@@ -1219,7 +1223,7 @@ NOT_READY = {"type": "Ready", "status": "False", "lastTransitionTime": T_PULL}
     ],
 )
 def test_why_a_pod_cannot_start(pod: dict, expected: tuple[str, str] | None) -> None:
-    trouble = R.pod_trouble(pod)
+    trouble = reconcile.pod_trouble(pod)
     if expected is None:
         assert trouble is None
         return
@@ -1256,11 +1260,14 @@ SLOW = {"runPolicy.startTimeoutSeconds": 900}  # the pods above have not started
     ],
 )
 def test_partition_pods_that_cannot_start(o: Observed, phase, actions, conds, events, status) -> None:
-    assert run(R.partition_stage, o) == (phase, actions, conds, events, status)
+    assert run(reconcile.partition_stage, o) == (phase, actions, conds, events, status)
 
 
 def test_the_condition_names_the_pod_its_reason_and_message_and_the_pending_claim() -> None:
-    claim = {**M.data_claim(training(), S.parse(training()), built_in()), "status": {"phase": "Pending"}}
+    claim = {
+        **manifests.data_claim(training(), parse(training()), built_in()),
+        "status": {"phase": "Pending"},
+    }
     o = observed(
         *base()[:-1],
         job("succeeded"),
@@ -1270,9 +1277,9 @@ def test_the_condition_names_the_pod_its_reason_and_message_and_the_pending_clai
         pod_with(f"{NAME}-shards-0", "shards", conditions=[UNSCHEDULED]),
         pod_with(f"{NAME}-shards-1", "shards", conditions=[UNSCHEDULED]),
     )
-    conds = C.Conditions([], "T")
-    step = R.shards_stage(context(o), conds)
-    said = conds.get(S.ConditionType.shards_ready)
+    conds = vocab.Conditions([], "T")
+    step = reconcile.shards_stage(context(o), conds)
+    said = conds.get(ConditionType.shards_ready)
     assert said is not None and said.reason == "PodsNotStarting"
     assert said.message == (
         f"0/2 shard servers ready: pod {NAME}-shards-0: Unschedulable: 0/3 nodes are available: pod has "
@@ -1289,7 +1296,7 @@ def test_a_trainer_that_cannot_start_fails_the_training_after_the_start_timeout(
     c = Cluster(training(**{"runPolicy.startTimeoutSeconds": 120}))
     to_training(c)
     c.trainers("Running")
-    pod = c.children[key("Pod", M.trainer_name(NAME, 1))]
+    pod = c.children[key("Pod", trainer_name(NAME, 1))]
     pod["status"] = {
         "phase": "Pending",
         "conditions": [{**NOT_READY, "lastTransitionTime": "2026-11-22T12:00:00Z"}],
@@ -1378,7 +1385,7 @@ RESTART = {"runPolicy.stallPolicy": "Restart"}
     ],
 )
 def test_stall_policy(o: Observed, phase, actions, conds, events, status) -> None:
-    assert run(R.trainers_stage, o) == (phase, actions, conds, events, status)
+    assert run(reconcile.trainers_stage, o) == (phase, actions, conds, events, status)
 
 
 def test_a_stall_restart_says_why_and_the_next_attempt_is_not_stalled_at_once() -> None:
@@ -1386,7 +1393,7 @@ def test_a_stall_restart_says_why_and_the_next_attempt_is_not_stalled_at_once() 
     to_training(c)
     c.trainers("Running")
     for r in range(2):
-        c.children[key("Pod", M.trainer_name(NAME, r))]["status"]["startTime"] = EARLY
+        c.children[key("Pod", trainer_name(NAME, r))]["status"]["startTime"] = EARLY
     c.children[key("ConfigMap", f"{NAME}-progress")]["data"] = {
         "rank-0": json.dumps(FRESH),
         "rank-1": json.dumps(SILENT),
@@ -1398,7 +1405,7 @@ def test_a_stall_restart_says_why_and_the_next_attempt_is_not_stalled_at_once() 
     c.step()  # attempt 1's pods
     c.trainers("Running", attempt=1)
     for r in range(2):  # they start now; rank 1's report in the map is still the silent one
-        c.children[key("Pod", M.trainer_name(NAME, r))]["status"]["startTime"] = "2026-11-22T12:00:00Z"
+        c.children[key("Pod", trainer_name(NAME, r))]["status"]["startTime"] = "2026-11-22T12:00:00Z"
     p = c.step()
     assert p.status["phase"] == "Training" and cond(p, "Stalled")["status"] == "False"
 
@@ -1469,7 +1476,7 @@ PARTITIONED_KEPT = [
     ],
 )
 def test_suspend_stage(o: Observed, phase, actions, conds, events, status) -> None:
-    assert run(R.suspend_stage, o) == (phase, actions, conds, events, status)
+    assert run(reconcile.suspend_stage, o) == (phase, actions, conds, events, status)
 
 
 def test_suspend_then_resume_from_the_checkpoint() -> None:
@@ -1504,7 +1511,7 @@ def test_suspend_then_resume_from_the_checkpoint() -> None:
     c.ready_shards()
     p = c.step()
     assert p.status["phase"] == "Training" and kinds(p, "create") == [*PODS]
-    assert all(a.obj["metadata"]["labels"][M.LABEL_ATTEMPT] == "0" for a in p.actions)  # not a restart
+    assert all(a.obj["metadata"]["labels"][LABEL_ATTEMPT] == "0" for a in p.actions)  # not a restart
     assert p.status["restarts"] == 0
     c.trainers("Running")
     p = c.step()
@@ -1515,8 +1522,10 @@ def test_trainers_still_stopping_after_a_resumption_are_waited_for_not_judged() 
     """A trainer SIGTERMed by the suspension may show Failed while it terminates: not a failure."""
     going = trainer(1, "Failed")
     going["metadata"]["deletionTimestamp"] = "2026-11-22T11:59:50Z"
-    step = R.trainers_stage(context(observed(sts(2), trainer(0, "Running"), going)), C.Conditions([], "T"))
-    assert step.phase == S.Phase.starting and step.actions == [] and "restarts" not in step.status
+    step = reconcile.trainers_stage(
+        context(observed(sts(2), trainer(0, "Running"), going)), vocab.Conditions([], "T")
+    )
+    assert step.phase == Phase.starting and step.actions == [] and "restarts" not in step.status
 
 
 def test_a_training_created_suspended_makes_no_child_and_its_spec_may_change() -> None:

@@ -14,10 +14,11 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
+from graphtrain.contract import reporting, rundir
+from graphtrain.contract.spec import Progress as SpecProgress
+from graphtrain.contract.spec import load_yaml
 from graphtrain.operator import reconcile
-from graphtrain.runtime import spec as S
 from graphtrain.runtime.launch import status
-from graphtrain.runtime.spec import reporting
 from graphtrain.runtime.train import progress_k8s
 from graphtrain.runtime.train.common import Progress, Reporter, progress_sinks
 from graphtrain.runtime.train.metrics import TrainerMetrics
@@ -55,17 +56,17 @@ def test_both_sinks_write_the_spec_schema_and_both_executors_read_it(tmp_path: P
     assert [type(s).__name__ for s in sinks] == ["FileSink", "HeartbeatFileSink", "ConfigMapSink"]
     Reporter(0, sinks, echo=False).report(tally(eval_metric="val_accuracy", eval_value=0.8))
 
-    on_disk = json.loads((tmp_path / reporting.PROGRESS_FILE).read_text())
+    on_disk = json.loads((tmp_path / rundir.PROGRESS_FILE).read_text())
     ((name, _, body),) = api.patches
     assert name == "t-progress"
     in_map = json.loads(body["data"][reporting.PROGRESS_KEY])
     assert on_disk == in_map == json.loads(body["data"]["rank-0"])
-    assert S.Progress.model_validate(on_disk).summary == "epoch 2/5  loss 0.2500  val_accuracy 0.8000"
-    assert set(on_disk) <= {f.alias for f in S.Progress.model_fields.values()}  # nothing beside the schema
+    assert SpecProgress.model_validate(on_disk).summary == "epoch 2/5  loss 0.2500  val_accuracy 0.8000"
+    assert set(on_disk) <= {f.alias for f in SpecProgress.model_fields.values()}  # nothing beside the schema
 
     # the launcher's status and the operator's status carry the same document
-    report = reporting.decode((tmp_path / reporting.PROGRESS_FILE).read_text())
-    gt = S.load_yaml(EXAMPLE.read_text())
+    report = reporting.decode((tmp_path / rundir.PROGRESS_FILE).read_text())
+    gt = load_yaml(EXAMPLE.read_text())
     local = status.build(gt, status.Observed(progress=report), [], "2026-01-01T00:00:00+00:00")
     operator = reconcile.progress_status({"data": body["data"]})
     assert local.model_dump(by_alias=True, exclude_none=True, mode="json")["progress"] == operator["progress"]
@@ -75,9 +76,9 @@ def test_only_rank_zero_writes_the_file_and_every_rank_its_heartbeat(tmp_path: P
     assert [type(s).__name__ for s in progress_sinks(tmp_path, 1, None)] == ["HeartbeatFileSink"]
     assert progress_sinks(None, 1, None) == []
     Reporter(1, progress_sinks(tmp_path, 1, "t-progress"), echo=False).report(tally(), epoch_end=True)
-    assert not (tmp_path / reporting.PROGRESS_FILE).exists()
-    assert not (tmp_path / reporting.HISTORY_FILE).exists()  # the history is rank 0's
-    on_disk = reporting.decode((tmp_path / reporting.rank_file(1)).read_text())
+    assert not (tmp_path / rundir.PROGRESS_FILE).exists()
+    assert not (tmp_path / rundir.HISTORY_FILE).exists()  # the history is rank 0's
+    on_disk = reporting.decode((tmp_path / rundir.rank_file(1)).read_text())
     assert on_disk is not None and on_disk.step == 40
     ((_, _, body),) = api.patches
     assert set(body["data"]) == {"rank-1"}
@@ -92,7 +93,7 @@ def test_rank_zero_keeps_one_history_entry_per_epoch_end_in_both_sinks(tmp_path:
         reporter.report(tally(epoch=epoch))  # a step window's report: no entry
         tallied = tally(epoch=epoch, eval_metric="val_mrr", eval_value=0.1 * epoch)
         reporter.report(tallied, epoch_end=True, evaluated=True)
-    history = reporting.decode_history((tmp_path / reporting.HISTORY_FILE).read_text())
+    history = reporting.decode_history((tmp_path / rundir.HISTORY_FILE).read_text())
     assert [(p.epoch, p.eval_value) for p in history] == [(1, 0.1), (2, 0.2)]
     assert all(reporting.HISTORY_KEY not in b["data"] for _, _, b in api.patches)  # within a heartbeat
     reporter.report(tally(epoch=2, state="Succeeded"))  # the final report carries it
@@ -110,11 +111,11 @@ def test_rank_zero_keeps_one_history_entry_per_epoch_end_in_both_sinks(tmp_path:
     # a restarted rank 0 continues the history it finds; epochs trained again replace their entries
     again = Reporter(0, progress_sinks(tmp_path, 0, None), echo=False)
     again.report(tally(epoch=2, eval_metric="val_mrr", eval_value=0.5), epoch_end=True, evaluated=True)
-    history = reporting.decode_history((tmp_path / reporting.HISTORY_FILE).read_text())
+    history = reporting.decode_history((tmp_path / rundir.HISTORY_FILE).read_text())
     assert [(p.epoch, p.eval_value) for p in history] == [(1, 0.1), (2, 0.5)]
     # an epoch without an evaluation carries none (the last one's value, repeated, read as measured)
     again.report(tally(epoch=3, eval_metric="val_mrr", eval_value=0.5), epoch_end=True)
-    history = reporting.decode_history((tmp_path / reporting.HISTORY_FILE).read_text())
+    history = reporting.decode_history((tmp_path / rundir.HISTORY_FILE).read_text())
     assert [(p.epoch, p.eval_metric, p.eval_value) for p in history][-1] == (3, None, None)
 
 
@@ -192,7 +193,7 @@ def test_an_unreadable_report_reads_as_none(text: str | None) -> None:
 
 
 def test_a_report_round_trips() -> None:
-    p = S.Progress(
+    p = SpecProgress(
         epoch=1, epochs=2, step=3, loss=0.5, summary="x", updated_at=dt.datetime(2026, 1, 1).isoformat()
     )
     assert reporting.decode(reporting.encode(p)) == p

@@ -1,7 +1,7 @@
 """Every command line either executor builds parses with the real CLI, and means the same thing.
 
 The argv of each role (`partition`, `shard-server`, `train`, the `health` probe) comes from one builder
-(graphtrain.runtime.spec.roles), called by the local launcher (runtime/launch/plan.py) and the operator
+(graphtrain.contract.roles), called by the local launcher (runtime/launch/plan.py) and the operator
 (operator/manifests.py) with their own values. Here each argv, for every example spec and variants of
 it, goes through the click command typer builds from graphtrain.runtime.cli.app, with full parsing: an
 unknown option, a missing required one or a value of the wrong type fails the test, as it would fail a
@@ -18,12 +18,14 @@ import pytest
 import typer.main
 import yaml
 
-from graphtrain.operator import manifests as M
+from graphtrain.contract import roles
+from graphtrain.contract.children import names
+from graphtrain.contract.spec import Device, GraphTraining
+from graphtrain.contract.spec import parse as parse_spec
+from graphtrain.operator import manifests
 from graphtrain.operator.config import built_in
 from graphtrain.runtime import cli
-from graphtrain.runtime import spec as S
 from graphtrain.runtime.launch import plan
-from graphtrain.runtime.spec import roles
 
 EXAMPLES = sorted((Path(__file__).parents[2] / "examples").glob("*.yaml"))
 COMMAND: Any = typer.main.get_command(cli.app)  # a click group (typer vendors its own click)
@@ -69,14 +71,14 @@ def parse(argv: list[str]) -> dict[str, Any]:
         return dict(ctx.params)
 
 
-def operator_argvs(gt: S.GraphTraining) -> dict[str, list[str]]:
+def operator_argvs(gt: GraphTraining) -> dict[str, list[str]]:
     """Every command line of the operator's children: container args and the readiness probe."""
     owner = {"metadata": {"name": gt.metadata.name, "namespace": "ml", "uid": "u1"}}
     objs = {
-        "partition": M.partition_job(owner, gt, built_in()),
-        "shard-server": M.shard_statefulset(owner, gt, built_in()),
+        "partition": manifests.partition_job(owner, gt, built_in()),
+        "shard-server": manifests.shard_statefulset(owner, gt, built_in()),
         **{
-            f"trainer-{r}": M.trainer_pod(owner, gt, built_in(), r, 0)
+            f"trainer-{r}": manifests.trainer_pod(owner, gt, built_in(), r, 0)
             for r in range(gt.spec.trainers.replicas)
         },
     }
@@ -93,13 +95,13 @@ def operator_argvs(gt: S.GraphTraining) -> dict[str, list[str]]:
     return out
 
 
-def local_argvs(gt: S.GraphTraining, tmp: Path) -> dict[str, list[str]]:
+def local_argvs(gt: GraphTraining, tmp: Path) -> dict[str, list[str]]:
     """Every command line of a local run's processes, distributed and standalone."""
     run_dir = tmp / "run dir"
     where = plan.files(run_dir, tmp / "spec.yaml", run_dir / "partition" / "g.json")
     servers = [f"ipc://{run_dir}/shard-{i}.sock" for i in range(gt.spec.num_shards)]
     world = gt.spec.trainers.replicas
-    device = S.Device(gt.spec.shard_servers.device).value
+    device = Device(gt.spec.shard_servers.device).value
     plans = [plan.shard_server(i, where, run_dir, device) for i in range(gt.spec.num_shards)]
     init = "tcp://127.0.0.1:29500"
     plans += [
@@ -115,38 +117,38 @@ def local_argvs(gt: S.GraphTraining, tmp: Path) -> dict[str, list[str]]:
 
 @pytest.mark.parametrize("doc", specs())
 def test_every_operator_argv_parses_with_the_cli(doc: dict) -> None:
-    gt = S.parse(doc)
+    gt = parse_spec(doc)
     argvs = operator_argvs(gt)
     params = {name: parse(argv) for name, argv in argvs.items()}
-    lay = M.Layout(gt)
+    lay = manifests.Layout(gt)
     assert params["partition"]["out_dir"] == Path(lay.partition)
     assert params["shard-server"]["shard_from_hostname"] is True and params["shard-server"]["shm"] is False
     # each server binds its own pod IP (the pod runner's servers share one host's loopback)
-    assert params["shard-server"]["bind"] == f"tcp://$(POD_IP):{M.SHARD_PORT}"
+    assert params["shard-server"]["bind"] == f"tcp://$(POD_IP):{manifests.SHARD_PORT}"
     assert params["shard-server"]["metrics_host"] == "$(POD_IP)"
-    assert params["shard-server"]["device"] == S.Device(gt.spec.shard_servers.device).value
+    assert params["shard-server"]["device"] == Device(gt.spec.shard_servers.device).value
     assert "shard-server-probe" not in params  # readiness is GET /readyz, no exec of a process
     world = gt.spec.trainers.replicas
     for r in range(world):
         t = params[f"trainer-{r}"]
         assert (t["rank"], t["world"], t["shm"]) == (r, world, False)
         assert len(t["servers"].split(",")) == gt.spec.num_shards
-        assert t["progress_configmap"] == M.names(gt.metadata.name)["progress"]
+        assert t["progress_configmap"] == names(gt.metadata.name)["progress"]
         # one partition and one checkpoint root for every role of the training
         assert t["partition"] == params["shard-server"]["partition"] == params["partition"]["out_dir"]
         assert t["checkpoint_root"] == params["shard-server"]["checkpoint_root"]
         assert t["token_file"] == params["shard-server"]["token_file"]
         # metrics on the pod's own IP, as the shard servers' (the PodMonitor scrapes port `metrics`)
-        assert (t["metrics_port"], t["metrics_host"]) == (M.METRICS_PORT, "$(POD_IP)")
+        assert (t["metrics_port"], t["metrics_host"]) == (manifests.METRICS_PORT, "$(POD_IP)")
         assert t["metrics_port_file"] is None
 
 
 @pytest.mark.parametrize("doc", specs())
 def test_every_local_argv_parses_with_the_cli(doc: dict, tmp_path: Path) -> None:
-    gt = S.parse(doc)
+    gt = parse_spec(doc)
     params = {name: parse(argv) for name, argv in local_argvs(gt, tmp_path).items()}
     world = gt.spec.trainers.replicas
-    device = S.Device(gt.spec.shard_servers.device).value
+    device = Device(gt.spec.shard_servers.device).value
     shm = device == "cpu"  # shared memory is host memory: tables on a GPU are pulled over the socket
     for i in range(gt.spec.num_shards):
         s = params[f"shard-{i}"]

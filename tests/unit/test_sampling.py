@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from graphtrain.runtime import partition as P
+from graphtrain.runtime import partition
 from graphtrain.runtime.graph import DistGraph, NeighborLoader, edge_split, node_split, sample_blocks
 from graphtrain.runtime.graph.dist_graph import standalone_client
 from graphtrain.runtime.graph.loader import relabel
@@ -20,8 +20,8 @@ from tests.conftest import planted_graph
 def dist_graph(tmp_path_factory) -> DistGraph:
     g = planted_graph(n=600, k=3, seed=5)
     g.feat = None  # sparse features are not served
-    result = P.partition_graph(g, 3, "metis", ["nodes"], 0.1, 0, None)
-    config = P.write(g, result, tmp_path_factory.mktemp("part") / "p")
+    result = partition.partition_graph(g, 3, "metis", ["nodes"], 0.1, 0, None)
+    config = partition.write(g, result, tmp_path_factory.mktemp("part") / "p")
     return DistGraph(config, standalone_client(config))
 
 

@@ -7,7 +7,16 @@ from pathlib import Path
 
 import pytest
 
-from graphtrain.runtime import spec as S
+from graphtrain.contract.spec import (
+    MAX_SPEC_BYTES,
+    Condition,
+    GraphTrainingStatus,
+    Progress,
+    SpecError,
+    load_yaml,
+    parse,
+    quantity_to_bytes,
+)
 from tests.unit.spec_cases import GRAPHSAGE
 
 EXAMPLES = Path(__file__).parents[2] / "examples"
@@ -23,12 +32,12 @@ def with_spec(**changes: object) -> dict:
     return doc
 
 
-def paths(exc: S.SpecError) -> list[str]:
+def paths(exc: SpecError) -> list[str]:
     return [p.path for p in exc.problems]
 
 
 def test_valid_spec_gets_defaults() -> None:
-    gt = S.parse(VALID)
+    gt = parse(VALID)
     assert gt.spec.num_shards == 2
     assert gt.spec.training.fanouts == [10, 25]
     assert gt.spec.partition.balance == ["nodes", "degree", "train", "val", "test"]
@@ -38,7 +47,7 @@ def test_valid_spec_gets_defaults() -> None:
 
 @pytest.mark.parametrize("example", sorted((ROOT / "examples").glob("*.yaml")), ids=lambda p: p.name)
 def test_examples_are_valid(example: Path) -> None:
-    S.load_yaml(example.read_text())
+    load_yaml(example.read_text())
 
 
 def test_every_field_error_is_reported_at_once() -> None:
@@ -49,8 +58,8 @@ def test_every_field_error_is_reported_at_once() -> None:
         training={"epoch": 3},
         shardServers={"resources": {"limits": {"memory": "4GG"}}},
     )
-    with pytest.raises(S.SpecError) as info:
-        S.parse(doc)
+    with pytest.raises(SpecError) as info:
+        parse(doc)
     assert set(paths(info.value)) == {
         "spec.graph.dataset",
         "spec.partition.parts",
@@ -71,8 +80,8 @@ def test_cross_field_problems_are_all_reported() -> None:
         trainers={"backend": "nccl"},
     )
     doc["metadata"]["name"] = "Not_A_DNS_Name"
-    with pytest.raises(S.SpecError) as info:
-        S.parse(doc)
+    with pytest.raises(SpecError) as info:
+        parse(doc)
     assert set(paths(info.value)) == {
         "metadata.name",
         "spec.embeddings",
@@ -122,60 +131,60 @@ def test_cross_field_problems_are_all_reported() -> None:
     ],
 )
 def test_single_problem_names_its_field(changes: dict, path: str, needle: str) -> None:
-    with pytest.raises(S.SpecError) as info:
-        S.parse(with_spec(**changes))
+    with pytest.raises(SpecError) as info:
+        parse(with_spec(**changes))
     matching = [p for p in info.value.problems if p.path == path]
     assert matching, info.value.problems
     assert needle in matching[0].message
 
 
 def test_malformed_yaml_and_non_mapping() -> None:
-    with pytest.raises(S.SpecError, match=r"\(yaml\)"):
-        S.load_yaml("spec: [unclosed")
-    with pytest.raises(S.SpecError, match="expected a mapping"):
-        S.load_yaml("- just a list")
+    with pytest.raises(SpecError, match=r"\(yaml\)"):
+        load_yaml("spec: [unclosed")
+    with pytest.raises(SpecError, match="expected a mapping"):
+        load_yaml("- just a list")
 
 
 @pytest.mark.parametrize(
     ("text", "nbytes"), [("4Gi", 4 << 30), ("512Mi", 512 << 20), ("1e9", 10**9), ("2k", 2000)]
 )
 def test_quantity_to_bytes(text: str, nbytes: int) -> None:
-    assert S.quantity_to_bytes(text) == nbytes
+    assert quantity_to_bytes(text) == nbytes
 
 
 @pytest.mark.parametrize("bad", ["4GG", "abc", "", "1.5m"])
 def test_bad_memory_quantities(bad: str) -> None:
     with pytest.raises(ValueError):
-        S.quantity_to_bytes(bad)
+        quantity_to_bytes(bad)
 
 
 def test_status_round_trips_through_camel_case() -> None:
-    status = S.GraphTrainingStatus(
+    status = GraphTrainingStatus(
         phase="Training",
-        conditions=[S.Condition(type="SpecValid", status="True", reason="Valid")],
-        progress=S.Progress(epoch=3, epochs=10, samples_per_second=1234.5, summary="3/10"),
+        conditions=[Condition(type="SpecValid", status="True", reason="Valid")],
+        progress=Progress(epoch=3, epochs=10, samples_per_second=1234.5, summary="3/10"),
     )
     wire = status.model_dump(by_alias=True, exclude_none=True)
     assert wire["progress"]["samplesPerSecond"] == 1234.5
-    assert S.GraphTrainingStatus.model_validate(wire) == status
+    assert GraphTrainingStatus.model_validate(wire) == status
 
 
 def test_a_yaml_alias_bomb_is_refused_before_it_expands() -> None:
     """Nine levels of ten aliases each are 10^9 values once expanded; the event walk counts them."""
     lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
     lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, 10)]
-    with pytest.raises(S.SpecError, match=r"expands to more than 100,000 values \(YAML aliases\)"):
-        S.load_yaml("\n".join(lines) + "\n")
+    with pytest.raises(SpecError, match=r"expands to more than 100,000 values \(YAML aliases\)"):
+        load_yaml("\n".join(lines) + "\n")
 
 
 def test_an_oversized_spec_is_refused_before_it_is_parsed() -> None:
-    with pytest.raises(S.SpecError, match=r"characters: a GraphTraining spec is at most 1,048,576"):
-        S.load_yaml("# " + "x" * S.MAX_SPEC_BYTES + "\n")
+    with pytest.raises(SpecError, match=r"characters: a GraphTraining spec is at most 1,048,576"):
+        load_yaml("# " + "x" * MAX_SPEC_BYTES + "\n")
 
 
 def test_aliases_of_ordinary_size_still_load() -> None:
     text = (EXAMPLES / "wordnet-sage.yaml").read_text()
-    assert S.load_yaml(text) == S.load_yaml(text.replace("kind: graphsage", "kind: &k graphsage"))
+    assert load_yaml(text) == load_yaml(text.replace("kind: graphsage", "kind: &k graphsage"))
 
 
 def test_numbers_are_read_as_kubectl_reads_them() -> None:
@@ -183,4 +192,4 @@ def test_numbers_are_read_as_kubectl_reads_them() -> None:
     `kubectl apply` takes must load here too."""
     text = (EXAMPLES / "gene-kg-transe.yaml").read_text().replace("eps: 1.0e-8", "eps: 1e-8")
     assert "eps: 1e-8" in text
-    assert S.load_yaml(text).spec.embeddings[0].optimizer.eps == 1e-8
+    assert load_yaml(text).spec.embeddings[0].optimizer.eps == 1e-8

@@ -22,13 +22,20 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from graphtrain.runtime import spec as S
-from graphtrain.runtime.spec.rules import model_in
+from graphtrain.contract.spec import (
+    Affinity,
+    GraphTraining,
+    GraphTrainingSpec,
+    GraphTrainingStatus,
+    Toleration,
+    Trainers,
+)
+from graphtrain.contract.spec.rules import model_in
 
 ROOT = Path(__file__).resolve().parents[2]
-# The spec's own definitions; the rest of runtime/spec/ (roles, conditions, reporting) is the code both
+# The spec's own definitions; the rest of contract/ (roles, conditions, reporting) is the code both
 # executors share, so it counts as theirs.
-SPEC_SIDE = tuple(ROOT / "runtime" / p for p in ("spec/model.py", "spec/rules.py", "crd.py"))
+SPEC_SIDE = (ROOT / "contract" / "spec", ROOT / "contract" / "crd.py")
 
 # Spec fields no executor reads, each with why that is honest.
 NOT_READ = {
@@ -44,13 +51,13 @@ NOT_READ = {
 # reads their fields, so the object being read counts for all of them. tests/unit/test_placement.py
 # checks each arrives in the pods unchanged.
 PASSED_ON: dict[type[BaseModel], str] = {
-    S.Toleration: "a pod's tolerations, as written (operator/placement.py)",
-    S.Affinity: "a pod's affinity, as written (operator/placement.py)",
+    Toleration: "a pod's tolerations, as written (operator/placement.py)",
+    Affinity: "a pod's affinity, as written (operator/placement.py)",
 }
 
 
 def executor_files() -> list[Path]:
-    files = sorted((ROOT / "runtime").rglob("*.py")) + sorted((ROOT / "operator").rglob("*.py"))
+    files = [f for d in ("contract", "runtime", "operator") for f in sorted((ROOT / d).rglob("*.py"))]
     return [f for f in files if not any(f == s or s in f.parents for s in SPEC_SIDE)]
 
 
@@ -95,7 +102,7 @@ def executor_reads() -> frozenset[str]:
     reads = set()
     for path in executor_files():
         reads |= loaded_attributes(ast.parse(path.read_text(), str(path)))
-    for model in models_under(S.GraphTraining):
+    for model in models_under(GraphTraining):
         for name, member in vars(model).items():
             if isinstance(member, property) and name in reads and member.fget is not None:
                 reads |= loaded_attributes(ast.parse(textwrap.dedent(inspect.getsource(member.fget))))
@@ -143,16 +150,16 @@ def unread(root: type[BaseModel], reads: frozenset[str], allowed: dict[str, str]
 
 
 def test_every_spec_field_is_read_by_an_executor() -> None:
-    missing = unread(S.GraphTraining, executor_reads(), NOT_READ)
+    missing = unread(GraphTraining, executor_reads(), NOT_READ)
     assert not missing, (
         f"spec fields read by no executor: {missing}. Read them in runtime/ or operator/, refuse the "
-        "values that are not supported yet (a Rule in runtime/spec/model.py), or add an entry to NOT_READ "
+        "values that are not supported yet (a Rule in contract/spec/), or add an entry to NOT_READ "
         "saying why unread is honest"
     )
 
 
 def test_not_read_entries_are_current() -> None:
-    paths = dict(field_paths(S.GraphTraining, skip=frozenset({"status"})))
+    paths = dict(field_paths(GraphTraining, skip=frozenset({"status"})))
     assert set(NOT_READ) <= set(paths), f"NOT_READ names no field: {set(NOT_READ) - set(paths)}"
     read_now = [
         p for p in NOT_READ if paths[p] in executor_reads() or p.rsplit(".", 1)[-1] in executor_reads()
@@ -163,13 +170,13 @@ def test_not_read_entries_are_current() -> None:
 def test_a_new_unread_field_fails() -> None:
     """By construction: a spec grown by a field nobody reads is caught, at its path."""
 
-    class Knob(S.Trainers):
+    class Knob(Trainers):
         pinned_cpus_per_trainer: int = 0
 
-    class Spec(S.GraphTrainingSpec):
+    class Spec(GraphTrainingSpec):
         trainers: Knob = Knob()
 
-    class Training(S.GraphTraining):
+    class Training(GraphTraining):
         spec: Spec
 
     assert unread(Training, executor_reads(), NOT_READ) == ["spec.trainers.pinnedCpusPerTrainer"]
@@ -205,7 +212,7 @@ def test_every_status_field_is_written_by_an_executor() -> None:
         written |= written_names(ast.parse(path.read_text(), str(path)))
     missing = [
         path
-        for path, name in field_paths(S.GraphTrainingStatus)
+        for path, name in field_paths(GraphTrainingStatus)
         if name not in written and path.rsplit(".", 1)[-1].rstrip("[]") not in written
     ]
     assert not missing, f"status fields written by no executor: {missing}"

@@ -15,9 +15,16 @@ import yaml
 from pydantic import ValidationError
 from typer.testing import CliRunner
 
-from graphtrain.runtime import spec as S
+from graphtrain.contract.spec import (
+    GraphSource,
+    GraphTraining,
+    SpecError,
+    check,
+    parse,
+    problems_from_validation,
+)
+from graphtrain.contract.spec.rules import RULES, Rule
 from graphtrain.runtime.cli import app
-from graphtrain.runtime.spec.rules import RULES, Rule
 from tests.unit.spec_cases import BREAKS, GRAPHSAGE, TRANSE, edit
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -39,13 +46,13 @@ def test_rule_names_are_unique() -> None:
 
 @pytest.mark.parametrize("base", [GRAPHSAGE, TRANSE], ids=["graphsage", "transe"])
 def test_the_bases_are_valid(base: dict) -> None:
-    assert S.check(base)[1] == []
+    assert check(base)[1] == []
 
 
 @pytest.mark.parametrize("name", sorted(BREAKS))
 def test_each_example_breaks_its_rule(name: str) -> None:
     _, rule = ALL_RULES[name]
-    gt, problems = S.check(BREAKS[name])
+    gt, problems = check(BREAKS[name])
     assert gt is None
     hits = [
         p
@@ -68,8 +75,8 @@ def test_each_example_breaks_its_rule(name: str) -> None:
 )
 def test_unsupported_values_are_refused_with_their_field(table: dict, path: str) -> None:
     doc = edit(GRAPHSAGE, lambda s: s["embeddings"][0].update(table))
-    with pytest.raises(S.SpecError) as info:
-        S.parse(doc)
+    with pytest.raises(SpecError) as info:
+        parse(doc)
     refused = [p for p in info.value.problems if p.path == path]
     assert len(refused) == 1 and "not supported yet" in refused[0].message
 
@@ -89,7 +96,7 @@ def test_schema_errors_and_every_decidable_rule_at_once() -> None:
         shardServers={"replicas": 3},
         trainers={"backend": "nccl"},
     )
-    gt, problems = S.check(doc)
+    gt, problems = check(doc)
     assert gt is None
     schema = {
         "spec.graph.dataset",
@@ -117,12 +124,12 @@ def test_schema_errors_and_every_decidable_rule_at_once() -> None:
 def test_a_rule_that_reads_an_invalid_field_is_skipped() -> None:
     # fanouts is no list: the layer-count rule cannot be decided, so it says nothing
     doc = edit(GRAPHSAGE, lambda s: s.update(training={"fanouts": "ten"}))
-    problems = S.check(doc)[1]
+    problems = check(doc)[1]
     assert [p.path for p in problems] == ["spec.training.fanouts"]
     assert "valid array" in problems[0].message
     # the referenced table has an invalid name: whether it exists is not decided either
     doc = edit(GRAPHSAGE, lambda s: s["model"].update(nodeEmbedding="Node"))
-    assert [p.path for p in S.check(doc)[1]] == ["spec.model.nodeEmbedding"]
+    assert [p.path for p in check(doc)[1]] == ["spec.model.nodeEmbedding"]
 
 
 @pytest.mark.parametrize("name", ["fanouts-per-layer", "graph-one-source", "init-uniform-ordered"])
@@ -130,14 +137,14 @@ def test_pydantic_validation_reports_the_same_rules(name: str) -> None:
     """Models validated directly (the operator, `graphtrain partition`) run the rules as validators."""
     doc = BREAKS[name]
     with pytest.raises(ValidationError) as info:
-        S.GraphTraining.model_validate(doc)
-    assert S.problems_from_validation(info.value) == S.check(doc)[1]
+        GraphTraining.model_validate(doc)
+    assert problems_from_validation(info.value) == check(doc)[1]
 
 
 def test_a_sub_model_reports_its_rules() -> None:
     with pytest.raises(ValidationError) as info:
-        S.GraphSource.model_validate({})
-    assert [str(p) for p in S.problems_from_validation(info.value)] == [
+        GraphSource.model_validate({})
+    assert [str(p) for p in problems_from_validation(info.value)] == [
         "(root): set exactly one of graph.dataset, graph.path and graph.triples"
     ]
 
@@ -204,7 +211,7 @@ def test_types_are_checked_as_the_api_server_checks_them() -> None:
         s["partition"] = {"parts": 2.5}
         s["graph"]["reverse_edges"] = True
 
-    problems = S.check(edit(GRAPHSAGE, lax))[1]
+    problems = check(edit(GRAPHSAGE, lax))[1]
     assert {p.path: p.message for p in problems} == {
         "spec.model.useFeatures": "Input should be a valid boolean",
         "spec.trainers.replicas": "Input should be a valid integer",
@@ -219,9 +226,9 @@ def test_no_nan_or_infinity_and_an_empty_document_says_so() -> None:
         s["training"] = {"denseLr": float("nan")}
         s["embeddings"][0]["optimizer"] = {"kind": "adam", "lr": float("inf")}
 
-    problems = S.check(edit(GRAPHSAGE, nan))[1]
+    problems = check(edit(GRAPHSAGE, nan))[1]
     assert {p.path: p.message for p in problems} == {
         "spec.training.denseLr": "Input should be a finite number",
         "spec.embeddings[0].optimizer.lr": "Input should be a finite number",
     }
-    assert [str(p) for p in S.check(None)[1]] == ["(root): the document is empty"]
+    assert [str(p) for p in check(None)[1]] == ["(root): the document is empty"]

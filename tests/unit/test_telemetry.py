@@ -7,17 +7,17 @@ from typing import Any
 
 import pytest
 
-from graphtrain.runtime import spec as S
-from graphtrain.runtime.spec import telemetry as T
+from graphtrain.contract import telemetry
+from graphtrain.contract.spec import GraphTrainingStatus, Phase
 
-PHASES = [p.value for p in S.Phase]
+PHASES = [p.value for p in Phase]
 
 
-def values(samples: list[T.Sample], name: str) -> dict[tuple[tuple[str, str], ...], float]:
+def values(samples: list[telemetry.Sample], name: str) -> dict[tuple[tuple[str, str], ...], float]:
     return {tuple(sorted(s.labels.items())): s.value for s in samples if s.name == name}
 
 
-def one(samples: list[T.Sample], name: str) -> float | None:
+def one(samples: list[telemetry.Sample], name: str) -> float | None:
     found = [s.value for s in samples if s.name == name]
     assert len(found) <= 1
     return found[0] if found else None
@@ -66,39 +66,39 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
 
 @pytest.mark.parametrize(("status", "expected"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
 def test_training_samples(status: dict[str, Any], expected: dict[str, Any]) -> None:
-    samples = T.training_samples("ns", "gt", S.GraphTrainingStatus.model_validate(status))
+    samples = telemetry.training_samples("ns", "gt", GraphTrainingStatus.model_validate(status))
     training = {"namespace": "ns", "training": "gt"}
     assert all(s.labels.items() >= training.items() for s in samples)
-    phases = {dict(k)["phase"]: v for k, v in values(samples, T.PHASE.name).items()}
+    phases = {dict(k)["phase"]: v for k, v in values(samples, telemetry.PHASE.name).items()}
     assert phases == {p: float(p == expected["phase"]) for p in PHASES}  # every phase, one of them 1
-    assert one(samples, T.RESTARTS.name) == expected["restarts"]
-    shards = {dict(k)["shard"]: v for k, v in values(samples, T.SHARD_RESTARTS.name).items()}
+    assert one(samples, telemetry.RESTARTS.name) == expected["restarts"]
+    shards = {dict(k)["shard"]: v for k, v in values(samples, telemetry.SHARD_RESTARTS.name).items()}
     assert shards == expected["shards"]
-    assert one(samples, T.EPOCH.name) == expected["epoch"]
-    assert one(samples, T.PROGRESS_RATIO.name) == expected["ratio"]
-    assert one(samples, T.LAST_PROGRESS.name) == expected["stamp"]
+    assert one(samples, telemetry.EPOCH.name) == expected["epoch"]
+    assert one(samples, telemetry.PROGRESS_RATIO.name) == expected["ratio"]
+    assert one(samples, telemetry.LAST_PROGRESS.name) == expected["stamp"]
 
 
 def test_a_naive_time_is_utc() -> None:
-    assert T.unix_seconds("2025-01-02T03:04:05") == 1735787045.0
-    assert T.unix_seconds("2025-01-02T04:04:05+01:00") == 1735787045.0
-    assert T.unix_seconds(None) is None and T.unix_seconds("") is None
+    assert telemetry.unix_seconds("2025-01-02T03:04:05") == 1735787045.0
+    assert telemetry.unix_seconds("2025-01-02T04:04:05+01:00") == 1735787045.0
+    assert telemetry.unix_seconds(None) is None and telemetry.unix_seconds("") is None
 
 
 def test_every_sample_has_exactly_its_familys_labels_and_grouped_keeps_every_family() -> None:
-    status = S.GraphTrainingStatus.model_validate(
+    status = GraphTrainingStatus.model_validate(
         {"shards": [{"index": 0}], "progress": {"epoch": 1, "epochs": 2, "updatedAt": "2025-01-01T00:00:00Z"}}
     )
-    samples = T.training_samples("ns", "gt", status)
-    families = {f.name: f for f in T.FAMILIES}
+    samples = telemetry.training_samples("ns", "gt", status)
+    families = {f.name: f for f in telemetry.FAMILIES}
     assert {s.name for s in samples} == set(families)
     for s in samples:
         assert tuple(s.labels) == families[s.name].labels
-    groups = T.grouped(samples)
-    assert [f for f, _ in groups] == list(T.FAMILIES)
+    groups = telemetry.grouped(samples)
+    assert [f for f, _ in groups] == list(telemetry.FAMILIES)
     assert sum(len(v) for _, v in groups) == len(samples)
-    phase_values = dict(groups)[T.PHASE]
+    phase_values = dict(groups)[telemetry.PHASE]
     assert (["ns", "gt", "Pending"], 1.0) in phase_values
     assert all(len(f.labels) == len(lv) for f, v in groups for lv, _ in v)
-    assert all(f.name.startswith("graphtrain_training_") for f in T.FAMILIES)
-    assert [f for f, v in T.grouped([]) if v] == []  # no training: every family, no sample
+    assert all(f.name.startswith("graphtrain_training_") for f in telemetry.FAMILIES)
+    assert [f for f, v in telemetry.grouped([]) if v] == []  # no training: every family, no sample

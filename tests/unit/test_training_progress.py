@@ -16,15 +16,15 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from graphtrain.runtime import spec as S
+from graphtrain.contract import reporting
+from graphtrain.contract.spec import GraphTraining, GraphTrainingSpec, load_yaml
+from graphtrain.contract.spec import Progress as SpecProgress
 from graphtrain.runtime.cli import app, result_lines, resume_command
 from graphtrain.runtime.errors import GraphtrainError
 from graphtrain.runtime.kvstore import checkpoint as ckpt
 from graphtrain.runtime.launch.local import failure_line
 from graphtrain.runtime.plot import plot_run, read_metrics
-from graphtrain.runtime.spec import reporting
-from graphtrain.runtime.train import best as B
-from graphtrain.runtime.train import history
+from graphtrain.runtime.train import best, history
 from graphtrain.runtime.train.common import Progress, Reporter, load_dense, save_dense
 from graphtrain.runtime.train.resumable import check_resumable, model_changes, model_record
 
@@ -33,12 +33,12 @@ EXAMPLE = ROOT / "examples" / "nations-transe.yaml"
 ISO = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[+-]\d\d:\d\d"
 
 
-def entry(epoch: int, **kw: object) -> S.Progress:
+def entry(epoch: int, **kw: object) -> SpecProgress:
     fields: dict[str, object] = {"epoch": epoch, "epochs": 5, "step": 10 * epoch, "loss": 0.5 / epoch}
-    return S.Progress.model_validate({**fields, **kw})
+    return SpecProgress.model_validate({**fields, **kw})
 
 
-def sage_spec(**model: object) -> S.GraphTrainingSpec:
+def sage_spec(**model: object) -> GraphTrainingSpec:
     doc = {
         "apiVersion": "graphtrain.io/v1alpha1",
         "kind": "GraphTraining",
@@ -50,7 +50,7 @@ def sage_spec(**model: object) -> S.GraphTrainingSpec:
             "training": {"fanouts": [5, 5]},
         },
     }
-    return S.GraphTraining.model_validate(doc).spec
+    return GraphTraining.model_validate(doc).spec
 
 
 # ------------------------------------------------------------------------------------ epoch lines
@@ -151,18 +151,20 @@ def test_a_resumed_run_drops_the_rows_of_the_epochs_it_trains_again(tmp_path: Pa
 
 
 def test_the_best_pass_moves_on_any_rise_and_patience_counts_rises_over_min_delta() -> None:
-    passes = [B.Pass(1, 10, 0.50), B.Pass(2, 20, 0.52), B.Pass(3, 30, 0.51), B.Pass(4, 40, 0.70)]
-    state = B.Best()
+    passes = [best.Pass(1, 10, 0.50), best.Pass(2, 20, 0.52), best.Pass(3, 30, 0.51), best.Pass(4, 40, 0.70)]
+    state = best.Best()
     said = []
     for p in passes:
-        state, improved = B.update(state, p, min_delta=0.05)
+        state, improved = best.update(state, p, min_delta=0.05)
         said.append((improved, state.stale))
     # 0.52 is the best so far but not 0.05 over 0.50: patience goes on counting
     assert said == [(True, 0), (True, 1), (False, 2), (True, 0)]
-    assert state.best == passes[3] and B.replay(passes, 0.05) == state
-    assert not B.should_stop(B.replay(passes[:3], 0.05), None)  # no earlyStopping: never
-    assert B.should_stop(B.replay(passes[:3], 0.05), 2) and not B.should_stop(B.replay(passes[:3], 0.05), 3)
-    why = B.stop_reason(B.replay(passes[:3], 0.05), "val_mrr", 2, 0.05)
+    assert state.best == passes[3] and best.replay(passes, 0.05) == state
+    assert not best.should_stop(best.replay(passes[:3], 0.05), None)  # no earlyStopping: never
+    assert best.should_stop(best.replay(passes[:3], 0.05), 2) and not best.should_stop(
+        best.replay(passes[:3], 0.05), 3
+    )
+    why = best.stop_reason(best.replay(passes[:3], 0.05), "val_mrr", 2, 0.05)
     assert why == (
         "val_mrr has not improved by more than 0.05 for 2 validation passes "
         "(training.earlyStopping.patience); best 0.5200 at epoch 2"
@@ -170,22 +172,24 @@ def test_the_best_pass_moves_on_any_rise_and_patience_counts_rises_over_min_delt
 
 
 def test_the_passes_replayed_on_resume_end_at_the_checkpoint(tmp_path: Path) -> None:
-    passes = [B.Pass(1, 10, 0.5), B.Pass(2, 20, 0.9), B.Pass(3, 30, 0.4)]
-    B.save(tmp_path, passes)
-    assert B.until(B.load(tmp_path), 10) == passes[:1]  # resumed from step 10: epoch 2's 0.9 never happened
-    (tmp_path / B.VALIDATION_FILE).write_text("{not json")
-    assert B.load(tmp_path) == []
+    passes = [best.Pass(1, 10, 0.5), best.Pass(2, 20, 0.9), best.Pass(3, 30, 0.4)]
+    best.save(tmp_path, passes)
+    assert (
+        best.until(best.load(tmp_path), 10) == passes[:1]
+    )  # resumed from step 10: epoch 2's 0.9 never happened
+    (tmp_path / best.VALIDATION_FILE).write_text("{not json")
+    assert best.load(tmp_path) == []
 
 
 def test_prune_keeps_the_best_checkpoint(tmp_path: Path) -> None:
     for step in (10, 20, 30, 40):
-        d = tmp_path / B.checkpoint_name(step)
+        d = tmp_path / best.checkpoint_name(step)
         d.mkdir()
         (d / ckpt.TOP).write_text("{}")
-    ckpt.mark_best(tmp_path, B.checkpoint_name(10))
-    ckpt.mark_latest(tmp_path, B.checkpoint_name(40))
-    assert ckpt.prune(tmp_path, 2) == [B.checkpoint_name(20)]
-    assert (tmp_path / "BEST").read_text().strip() == B.checkpoint_name(10)
+    ckpt.mark_best(tmp_path, best.checkpoint_name(10))
+    ckpt.mark_latest(tmp_path, best.checkpoint_name(40))
+    assert ckpt.prune(tmp_path, 2) == [best.checkpoint_name(20)]
+    assert (tmp_path / "BEST").read_text().strip() == best.checkpoint_name(10)
     with pytest.raises(GraphtrainError, match="not a complete checkpoint"):
         ckpt.mark_best(tmp_path, "step-000000099")
 
@@ -206,7 +210,7 @@ def test_resuming_a_changed_hidden_dim_names_the_field_and_both_values() -> None
 
 
 def test_a_kge_record_ignores_graphsage_fields_but_not_a_table_dim() -> None:
-    doc = S.load_yaml(EXAMPLE.read_text())
+    doc = load_yaml(EXAMPLE.read_text())
     recorded = model_record(doc.spec)
     assert not any(k.startswith("model.hidden") for k in recorded)
     changed = doc.spec.model_copy(deep=True)
@@ -290,7 +294,7 @@ def test_a_step_line_names_the_epoch_in_progress_and_no_stale_metric(
     assert p.summary().startswith("epoch 5/6")  # the status summary keeps its meaning: epochs done
 
 
-def finished_run(run_dir: Path, spec: S.GraphTrainingSpec, epoch: int, phase: str = "Succeeded") -> dict:
+def finished_run(run_dir: Path, spec: GraphTrainingSpec, epoch: int, phase: str = "Succeeded") -> dict:
     """A run directory as a launch that trained `epoch` epochs leaves it: a checkpoint of that epoch
     (LATEST names it), status.json in `phase` and trainer 0's result.json."""
     from graphtrain.runtime import kvstore
@@ -299,7 +303,7 @@ def finished_run(run_dir: Path, spec: S.GraphTrainingSpec, epoch: int, phase: st
     root = run_dir / "checkpoints"
     client = kvstore.standalone(1, checkpoint_root=root)
     DistEmbedding(4, 2, "node", client=client)
-    tag = B.checkpoint_name(10 * epoch)
+    tag = best.checkpoint_name(10 * epoch)
     client.checkpoint(
         tag, extra={"trainer": {"epoch": epoch, "step": 10 * epoch, "model": model_record(spec)}}, root=root
     )
@@ -310,8 +314,8 @@ def finished_run(run_dir: Path, spec: S.GraphTrainingSpec, epoch: int, phase: st
     return result
 
 
-def sage_training(epochs: int) -> S.GraphTraining:
-    return S.GraphTraining.model_validate(
+def sage_training(epochs: int) -> GraphTraining:
+    return GraphTraining.model_validate(
         {
             "apiVersion": "graphtrain.io/v1alpha1",
             "kind": "GraphTraining",

@@ -23,7 +23,7 @@ from typing import Any, Literal
 
 from pydantic import ValidationError
 
-from graphtrain.runtime.spec.model import Condition, ConditionType, Phase
+from graphtrain.contract.spec import Condition, ConditionType, Phase
 
 
 class Severity(StrEnum):

@@ -26,11 +26,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from graphtrain.runtime.spec.model import Progress
+from graphtrain.contract.spec import Progress
 
-PROGRESS_FILE = "progress.json"  # in a local run's directory
 PROGRESS_KEY = "progress"  # in the progress ConfigMap: the training's progress (rank 0's)
-HISTORY_FILE = "progress-history.json"  # in a local run's directory
 HISTORY_KEY = "history"  # in the progress ConfigMap
 HISTORY_LIMIT = 500  # entries kept: the latest ones
 
@@ -38,11 +36,6 @@ HISTORY_LIMIT = 500  # entries kept: the latest ones
 def heartbeat_key(rank: int) -> str:
     """The progress ConfigMap's key of one rank's own report."""
     return f"rank-{rank}"
-
-
-def rank_file(rank: int) -> str:
-    """Where rank `rank` writes its own latest report in a local run, relative to the run directory."""
-    return f"trainers/rank-{rank}.json"
 
 
 def to_wire(progress: Progress) -> dict[str, Any]:

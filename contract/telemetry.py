@@ -2,8 +2,8 @@
 its status (the operator for every GraphTraining it reconciled, the local launcher for its one run).
 
 Defined once here, beside the status schema they read, so that the two executors cannot disagree on a
-name, a label or a meaning: each wraps training_samples() in a prometheus_client Collector of its own
-(this package is a leaf and imports no prometheus_client). Values are read at scrape time from the
+name, a label or a meaning: both register metrics.py's Collector over training_samples() (this module
+imports no prometheus_client, so the spec side stays light). Values are read at scrape time from the
 latest status, so a scrape always agrees with status.json or the GraphTraining's status.
 
 Every family is a gauge. `graphtrain_training_phase` has one sample per phase (1 for the current one,
@@ -18,7 +18,7 @@ import datetime as dt
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from graphtrain.runtime.spec.model import GraphTrainingStatus, Phase
+from graphtrain.contract.spec import GraphTrainingStatus, Phase
 
 TRAINING_LABELS = ("namespace", "training")
 # Scrape jobs, as a local run's targets file and the chart's monitors name them (dashboards select by them)

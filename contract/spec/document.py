@@ -1,0 +1,250 @@
+"""The whole GraphTraining: its spec with the rules that span sections, its metadata and status."""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+)
+from pydantic.alias_generators import to_camel
+
+from graphtrain.contract.spec.base import API_VERSION, DNS1035, KIND, MAX_NAME_LENGTH, MAX_TABLES, SpecModel
+from graphtrain.contract.spec.enums import Backend, Device, TableKeys
+from graphtrain.contract.spec.execution import RunPolicy, ShardServers, Storage, Trainers
+from graphtrain.contract.spec.graph import KG_DATASETS, GraphSource, cel_list
+from graphtrain.contract.spec.model import ModelSpec, is_kge
+from graphtrain.contract.spec.placement import PartitionSpec
+from graphtrain.contract.spec.rules import (
+    Rule,
+    add_rules,
+)
+from graphtrain.contract.spec.status import GraphTrainingStatus
+from graphtrain.contract.spec.tables import EmbeddingTable
+from graphtrain.contract.spec.training import Training
+
+
+class GraphTrainingSpec(SpecModel):
+    """A whole training job: graph, partitioning, tables, model, training and the processes that run it."""
+
+    graph: GraphSource = Field(description="Where the graph comes from; required.")
+    partition: PartitionSpec = Field(
+        default_factory=PartitionSpec, description="How the graph is partitioned."
+    )
+    embeddings: list[EmbeddingTable] = Field(
+        default_factory=list,
+        max_length=MAX_TABLES,
+        description="Learnable tables, sharded by row across the shard servers; each is read by one "
+        "model input. Default: none.",
+    )
+    model: ModelSpec = Field(default_factory=ModelSpec, description="The model trained.")
+    training: Training = Field(default_factory=Training, description="The training loop.")
+    shard_servers: ShardServers = Field(default_factory=ShardServers, description="The shard servers.")
+    trainers: Trainers = Field(default_factory=Trainers, description="The trainers.")
+    run_policy: RunPolicy = Field(
+        default_factory=RunPolicy,
+        description="Restarts, stalls, pods that cannot start, deadline and clean-up; may change while "
+        "the training runs.",
+    )
+    suspend: bool = Field(
+        default=False,
+        description="True stops every pod of the training (trainers, shard servers, a running partition "
+        "Job) and keeps the rest (the data claim with its checkpoints, the partition, the token): phase "
+        "Suspended, condition Suspended True. False again resumes it: the shard servers and trainers "
+        "restart from the last checkpoint (a suspension is not a restart of runPolicy.backoffLimit). As a "
+        "Job's (for Kueue): may change while the training runs; status.startTime is cleared while "
+        "suspended and set again on resumption, so activeDeadlineSeconds counts from the last "
+        "resumption; created suspended, the training makes no children, and its spec may still change "
+        "until it first runs. Kubernetes only: `graphtrain run` ignores it.",
+    )
+    storage: Storage = Field(default_factory=Storage, description="The shared volume (Kubernetes only).")
+    image: str | None = Field(
+        default=None,
+        max_length=1024,
+        description="Container image of the runtime. Unset: the operator's default image.",
+    )
+
+    @property
+    def num_shards(self) -> int:
+        return self.shard_servers.replicas or self.partition.parts
+
+
+_REFS = ("node_embedding", "entity_embedding", "relation_embedding")
+
+
+def _cel_has_ref(table: str) -> str:
+    """CEL: the table `table` (a CEL expression) is named by some model input."""
+    return " || ".join(
+        f"(has(self.model.{to_camel(f)}) && self.model.{to_camel(f)} == {table}.name)" for f in _REFS
+    )
+
+
+def _unused_tables(spec: GraphTrainingSpec) -> list[str]:
+    refs = {getattr(spec.model, f) for f in _REFS}
+    return [t.name for t in spec.embeddings if t.name not in refs]
+
+
+def _first_duplicate(spec: GraphTrainingSpec) -> str | None:
+    names = [t.name for t in spec.embeddings]
+    return next((n for n in names if names.count(n) > 1), None)
+
+
+def _ref_rules(field: str, keys: TableKeys) -> tuple[Rule, ...]:
+    """A model input names an existing table, keyed as that input reads it."""
+    camel = to_camel(field)
+    ref = f"self.model.{camel}"
+
+    def exists(s: GraphTrainingSpec) -> bool:
+        name = getattr(s.model, field)
+        return name is None or any(t.name == name for t in s.embeddings)
+
+    def keyed(s: GraphTrainingSpec) -> bool:
+        name = getattr(s.model, field)
+        return name is None or all(t.keys == keys for t in s.embeddings if t.name == name)
+
+    return (
+        Rule(
+            f"{camel}-exists",
+            f"model.{camel}",
+            exists,
+            cel=f"!has({ref}) || self.embeddings.exists(t, t.name == {ref})",
+            message="no embedding table named '%s' (tables: %s)",
+            args=(
+                (ref, lambda s: getattr(s.model, field)),
+                ("self.embeddings.map(t, t.name)", lambda s: [t.name for t in s.embeddings]),
+            ),
+        ),
+        Rule(
+            f"{camel}-keys",
+            f"model.{camel}",
+            keyed,
+            cel=f"!has({ref}) || self.embeddings.all(t, t.name != {ref} || t.keys == '{keys.value}')",
+            message=f"table '%s' must have keys: {keys.value}",
+            args=((ref, lambda s: getattr(s.model, field)),),
+        ),
+    )
+
+
+add_rules(
+    GraphTrainingSpec,
+    Rule(
+        "table-names-unique",
+        "embeddings",
+        lambda s: _first_duplicate(s) is None,
+        cel="self.embeddings.all(t, self.embeddings.exists_one(u, u.name == t.name))",
+        message="duplicate table name '%s'",
+        args=(
+            (
+                "self.embeddings.filter(t, !self.embeddings.exists_one(u, u.name == t.name))[0].name",
+                _first_duplicate,
+            ),
+        ),
+    ),
+    Rule(
+        "tables-used",
+        "embeddings",
+        lambda s: not _unused_tables(s),
+        cel=f"self.embeddings.all(t, {_cel_has_ref('t')})",
+        message="read by no model input (model.nodeEmbedding, entityEmbedding, relationEmbedding): %s",
+        args=((f"self.embeddings.filter(t, !({_cel_has_ref('t')})).map(t, t.name)", _unused_tables),),
+    ),
+    *_ref_rules("node_embedding", TableKeys.nodes),
+    *_ref_rules("entity_embedding", TableKeys.nodes),
+    *_ref_rules("relation_embedding", TableKeys.relations),
+    Rule(
+        "fanouts-per-layer",
+        "training.fanouts",
+        lambda s: is_kge(s.model.kind) or len(s.training.fanouts) == s.model.num_layers,
+        cel="self.model.kind != 'graphsage' || size(self.training.fanouts) == self.model.numLayers",
+        message="has %d entries but model.numLayers is %d",
+        args=(
+            ("size(self.training.fanouts)", lambda s: len(s.training.fanouts)),
+            ("self.model.numLayers", lambda s: s.model.num_layers),
+        ),
+    ),
+    Rule(
+        "graphsage-labelled-graph",
+        "graph.dataset",
+        lambda s: is_kge(s.model.kind) or s.graph.dataset not in KG_DATASETS,
+        cel=f"self.model.kind != 'graphsage' || !has(self.graph.dataset) || "
+        f"!(self.graph.dataset in {cel_list(KG_DATASETS)})",
+        message="%s is a knowledge graph without node labels; use model.kind transe or distmult",
+        args=(("self.graph.dataset", lambda s: s.graph.dataset),),
+    ),
+    Rule(
+        "graphsage-no-triples",
+        "graph.triples",
+        lambda s: is_kge(s.model.kind) or s.graph.triples is None,
+        cel="self.model.kind != 'graphsage' || !has(self.graph.triples)",
+        message="triples carry no node labels to classify; use model.kind transe or distmult",
+    ),
+    Rule(
+        "kge-knowledge-graph",
+        "graph.dataset",
+        lambda s: not is_kge(s.model.kind) or s.graph.dataset in KG_DATASETS or s.graph.triples is not None,
+        cel=f"self.model.kind == 'graphsage' || has(self.graph.triples) || "
+        f"(has(self.graph.dataset) && self.graph.dataset in {cel_list(KG_DATASETS)})",
+        message="%s needs graph.triples (your own head/relation/tail files) or graph.dataset naming a "
+        "knowledge graph (" + ", ".join(sorted(KG_DATASETS)) + ")",
+        args=(("self.model.kind", lambda s: s.model.kind),),
+    ),
+    Rule(
+        "shards-per-partition",
+        "shardServers.replicas",
+        lambda s: s.shard_servers.replicas is None or s.shard_servers.replicas == s.partition.parts,
+        cel="!has(self.shardServers.replicas) || self.shardServers.replicas == self.partition.parts",
+        message="is %d but partition.parts is %d: each shard server holds one partition",
+        args=(
+            ("self.shardServers.replicas", lambda s: s.shard_servers.replicas),
+            ("self.partition.parts", lambda s: s.partition.parts),
+        ),
+    ),
+    Rule(
+        "nccl-needs-cuda",
+        "trainers.backend",
+        lambda s: s.trainers.backend != Backend.nccl or s.shard_servers.device == Device.cuda,
+        cel="self.trainers.backend != 'nccl' || self.shardServers.device == 'cuda'",
+        message="nccl needs GPUs; use gloo for CPU trainers",
+    ),
+)
+
+
+class ObjectMeta(BaseModel):
+    """The part of Kubernetes metadata the spec cares about; the rest is kept as is."""
+
+    model_config = ConfigDict(extra="allow")
+
+    name: str = Field(min_length=1)
+    namespace: str | None = None
+    labels: dict[str, str] = Field(default_factory=dict)
+    annotations: dict[str, str] = Field(default_factory=dict)
+    generation: int | None = None
+
+
+class GraphTraining(SpecModel):
+    """A whole GraphTraining document: what both executors run, and (Kubernetes) its status."""
+
+    api_version: Literal["graphtrain.io/v1alpha1"] = API_VERSION
+    kind: Literal["GraphTraining"] = KIND
+    metadata: ObjectMeta
+    spec: GraphTrainingSpec
+    status: GraphTrainingStatus | None = None
+
+
+add_rules(
+    GraphTraining,
+    Rule(
+        "name-dns-label",
+        "metadata.name",
+        lambda gt: (
+            len(gt.metadata.name) <= MAX_NAME_LENGTH and re.match(DNS1035, gt.metadata.name) is not None
+        ),
+        cel=f"size(self.metadata.name) <= {MAX_NAME_LENGTH} && self.metadata.name.matches('{DNS1035}')",
+        message="'%s' must be a lowercase DNS label (a-z, 0-9, '-', starting with a letter) of at most "
+        f"{MAX_NAME_LENGTH} characters",
+        args=(("self.metadata.name", lambda gt: gt.metadata.name),),
+    ),
+)

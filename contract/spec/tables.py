@@ -1,0 +1,233 @@
+"""spec.embeddings: learnable tables, their init, optimizer and vocabulary."""
+
+from __future__ import annotations
+
+from pydantic import (
+    Field,
+)
+
+from graphtrain.contract.spec.base import IDENT, MAX_INIT, SpecModel
+from graphtrain.contract.spec.enums import (
+    DType,
+    DuplicateRule,
+    InitKind,
+    NonFiniteRule,
+    OptimizerKind,
+    Sharding,
+    StepCount,
+    TableKeys,
+    VocabularyKind,
+)
+from graphtrain.contract.spec.rules import (
+    Rule,
+    add_rules,
+)
+
+
+class Init(SpecModel):
+    """How a table's rows start: seeded, so every shard server draws the same rows for a row id."""
+
+    kind: InitKind = Field(
+        default=InitKind.uniform,
+        description="uniform: U(low, high); normal: N(mean, std); zeros: all 0.",
+    )
+    low: float = Field(default=-1.0, allow_inf_nan=False, description="Lower bound of a uniform init.")
+    high: float = Field(
+        default=1.0, allow_inf_nan=False, description="Upper bound of a uniform init; above low."
+    )
+
+    mean: float = Field(default=0.0, description="Mean of a normal init.")
+    std: float = Field(default=1.0, ge=0, description="Standard deviation of a normal init.")
+
+
+add_rules(
+    Init,
+    Rule(
+        "init-uniform-ordered",
+        "",
+        lambda i: i.kind != InitKind.uniform or i.low < i.high,
+        cel="self.kind != 'uniform' || self.low < self.high",
+        message="uniform init needs low < high",
+    ),
+    Rule(
+        "init-uniform-float32",
+        "",
+        lambda i: abs(i.low) <= MAX_INIT and abs(i.high) <= MAX_INIT,
+        cel=f"self.low >= -{MAX_INIT:g} && self.low <= {MAX_INIT:g} && self.high >= -{MAX_INIT:g} && "
+        f"self.high <= {MAX_INIT:g}",
+        message=f"low and high must lie within ±{MAX_INIT:g}, so that high - low is a float32 (torch's "
+        "uniform init overflows beyond it)",
+    ),
+)
+
+
+class Optimizer(SpecModel):
+    """Sparse optimizer applied on the shard servers to the rows a step touched.
+
+    Weight decay is L2 folded into the gradient (g' = g + weightDecay * w) for every kind."""
+
+    kind: OptimizerKind = Field(
+        default=OptimizerKind.adagrad,
+        description="sgd: w -= lr * g; adagrad: element-wise G += g^2, w -= lr * g / (sqrt(G) + eps); "
+        "rowwise_adagrad: one G per row, G += mean(g^2); adam: lazy Adam, only the touched rows, "
+        "bias-corrected by their step count.",
+    )
+    lr: float = Field(default=0.01, gt=0, allow_inf_nan=False, description="Learning rate.")
+    eps: float = Field(
+        default=1e-10,
+        ge=0,
+        allow_inf_nan=False,
+        description="Added to the denominator of adagrad, rowwise_adagrad and adam (see stepCount).",
+    )
+    beta1: float = Field(
+        default=0.9, ge=0, lt=1, description="Adam's decay rate of the first moment (the mean)."
+    )
+    beta2: float = Field(
+        default=0.999, ge=0, lt=1, description="Adam's decay rate of the second moment (the variance)."
+    )
+    weight_decay: float = Field(
+        default=0.0,
+        ge=0,
+        allow_inf_nan=False,
+        description="L2 penalty folded into the gradient: g' = g + weightDecay * w. 0: none.",
+    )
+    initial_accumulator: float = Field(
+        default=0.0,
+        ge=0,
+        allow_inf_nan=False,
+        description="Starting value of the adagrad and rowwise_adagrad accumulator G.",
+    )
+    step_count: StepCount = Field(
+        default=StepCount.row,
+        description="Adam only. row: steps counted per row, eps added to sqrt(v_hat) (DGL's SparseAdam); "
+        "global: one count per table, eps added to sqrt(v) (torch.optim.SparseAdam).",
+    )
+
+
+class Vocabulary(SpecModel):
+    """Which ids a table has rows for."""
+
+    kind: VocabularyKind = Field(
+        default=VocabularyKind.fixed,
+        description="fixed: ids 0..rows-1; dynamic (not supported yet): arbitrary int64 keys mapped to "
+        "rows on first use, up to capacity.",
+    )
+    capacity: int | None = Field(
+        default=None, ge=1, description="Rows of a dynamic vocabulary; only with kind: dynamic."
+    )
+
+
+add_rules(
+    Vocabulary,
+    Rule(
+        "vocabulary-fixed-only",
+        "kind",
+        lambda v: v.kind != VocabularyKind.dynamic,
+        cel="self.kind != 'dynamic'",
+        message="dynamic is not supported yet: a table has rows for the ids 0..rows-1 (kind: fixed)",
+    ),
+    Rule(
+        "vocabulary-dynamic-capacity",
+        "capacity",
+        lambda v: v.kind != VocabularyKind.dynamic or v.capacity is not None,
+        cel="self.kind != 'dynamic' || has(self.capacity)",
+        message="a dynamic vocabulary needs a capacity",
+    ),
+    Rule(
+        "vocabulary-capacity-dynamic-only",
+        "capacity",
+        lambda v: v.capacity is None or v.kind == VocabularyKind.dynamic,
+        cel="!has(self.capacity) || self.kind == 'dynamic'",
+        message="is only for kind: dynamic",
+    ),
+)
+
+
+class EmbeddingTable(SpecModel):
+    """A learnable table, sharded by row across the shard servers."""
+
+    name: str = Field(
+        pattern=IDENT,
+        max_length=63,
+        description="Name of the table (lowercase letters, digits, '_'), as model.nodeEmbedding, "
+        "entityEmbedding or relationEmbedding name it; required.",
+    )
+    dim: int = Field(ge=1, le=65536, description="Width of a row (the embedding dimension); required.")
+    keys: TableKeys = Field(
+        default=TableKeys.nodes,
+        description="What a row stands for: nodes (one row per graph node or KG entity, sharded like the "
+        "graph), relations (one row per KG relation), custom (not supported yet: numEmbeddings rows). "
+        "Must match the model input that reads the table.",
+    )
+    num_embeddings: int | None = Field(
+        default=None, ge=1, description="Row count of a keys: custom table; only with keys: custom."
+    )
+    dtype: DType = Field(
+        default=DType.float32,
+        description="Element type of the rows and the optimizer state: float32 (float16 and bfloat16 are "
+        "not supported yet).",
+    )
+    init: Init = Field(default_factory=Init, description="How the rows start.")
+    optimizer: Optimizer = Field(
+        default_factory=Optimizer, description="The sparse optimizer the shard servers apply to the rows."
+    )
+    duplicate_grads: DuplicateRule = Field(
+        default=DuplicateRule.sum,
+        description="Gradients of an id that occurs more than once in a step: sum (torch.optim on "
+        "nn.Embedding(sparse=True)) or mean (DGL's sparse optimizers).",
+    )
+    non_finite_grads: NonFiniteRule = Field(
+        default=NonFiniteRule.refuse,
+        description="A gradient push holding NaN or infinity: refuse (the whole push, no row changes) or "
+        "skip (those rows are left out and counted, the others applied).",
+    )
+    sharding: Sharding = Field(
+        default=Sharding.server,
+        description="Where the rows live: server (on the shard servers, updated there); collective (not "
+        "supported yet: on the trainers, exchanged all-to-all).",
+    )
+    vocabulary: Vocabulary = Field(
+        default_factory=Vocabulary, description="Which ids the table has rows for."
+    )
+
+
+add_rules(
+    EmbeddingTable,
+    Rule(
+        "table-keys-not-custom",
+        "keys",
+        lambda t: t.keys != TableKeys.custom,
+        cel="self.keys != 'custom'",
+        message="custom is not supported yet: a model reads tables keyed by nodes or relations",
+    ),
+    Rule(
+        "table-custom-rows",
+        "numEmbeddings",
+        lambda t: t.keys != TableKeys.custom or t.num_embeddings is not None,
+        cel="self.keys != 'custom' || has(self.numEmbeddings)",
+        message="keys: custom needs numEmbeddings",
+    ),
+    Rule(
+        "table-rows-custom-only",
+        "numEmbeddings",
+        lambda t: t.num_embeddings is None or t.keys == TableKeys.custom,
+        cel="!has(self.numEmbeddings) || self.keys == 'custom'",
+        message="is only for keys: custom (keys is %s)",
+        args=(("self.keys", lambda t: t.keys),),
+    ),
+    Rule(
+        "table-float32-only",
+        "dtype",
+        lambda t: t.dtype == DType.float32,
+        cel="self.dtype == 'float32'",
+        message="%s is not supported yet: tables are float32",
+        args=(("self.dtype", lambda t: t.dtype),),
+    ),
+    Rule(
+        "table-server-sharding-only",
+        "sharding",
+        lambda t: t.sharding != Sharding.collective,
+        cel="self.sharding != 'collective'",
+        message="collective is not supported yet: rows live on the shard servers (sharding: server)",
+    ),
+)

@@ -1,0 +1,102 @@
+"""spec.training: epochs, batches, sampling, the dense optimizer, checkpoints, early stopping."""
+
+from __future__ import annotations
+
+from pydantic import (
+    Field,
+)
+
+from graphtrain.contract.spec.base import MAX_LAYERS, SpecModel
+from graphtrain.contract.spec.enums import DenseOptimizer
+from graphtrain.contract.spec.rules import (
+    Rule,
+    add_rules,
+)
+
+
+class EarlyStopping(SpecModel):
+    """Stop when the validation metric (accuracy for graphsage, filtered MRR for transe/distmult) has not
+    improved for `patience` validation passes; the best checkpoint is kept either way."""
+
+    patience: int = Field(
+        default=5, ge=1, le=100000, description="Validation passes without improvement before stopping."
+    )
+    min_delta: float = Field(
+        default=0.0,
+        ge=0,
+        le=1,
+        allow_inf_nan=False,
+        description="Smallest rise of the validation metric counted as an improvement.",
+    )
+
+
+class Training(SpecModel):
+    """The training loop: epochs, batches, sampling and the dense optimizer."""
+
+    epochs: int = Field(
+        default=10, ge=1, le=100000, description="Passes over the training nodes (or triples)."
+    )
+    batch_size: int = Field(
+        default=1024,
+        ge=1,
+        le=10_000_000,
+        description="Global batch: each of the N trainers takes batchSize/N seed nodes (or triples) per "
+        "step.",
+    )
+    fanouts: list[int] = Field(
+        default_factory=lambda: [10, 25],
+        max_length=MAX_LAYERS,
+        description="GraphSAGE: neighbours sampled per node at each layer, input side first; -1 takes all. "
+        "One entry per model.numLayers.",
+    )
+    dense_lr: float = Field(
+        default=0.003,
+        gt=0,
+        allow_inf_nan=False,
+        description="Learning rate of the dense (GraphSAGE) parameters.",
+    )
+    dense_optimizer: DenseOptimizer = Field(
+        default=DenseOptimizer.adam,
+        description="torch optimizer of the dense parameters: adam, sgd or adagrad.",
+    )
+    seed: int = Field(default=0, ge=0, description="Seed of sampling, negatives and dense initialisation.")
+    checkpoint_interval: int = Field(
+        default=0, ge=0, description="Steps between checkpoints; 0: one at the end of each epoch."
+    )
+    eval_every: int = Field(default=1, ge=1, description="Epochs between validation passes.")
+    early_stopping: EarlyStopping | None = Field(
+        default=None,
+        description="Stop early when the validation metric stops improving. Unset: train every epoch.",
+    )
+    threads: int | None = Field(
+        default=None,
+        ge=1,
+        le=1024,
+        description="Intra-op (torch) threads per trainer. Unset: the cores shared out among the trainers.",
+    )
+    prefetch: int = Field(
+        default=0,
+        ge=0,
+        le=64,
+        description="Mini-batches sampled ahead on a background thread; 0 samples inline. Ahead pays "
+        "when sampling waits on remote shards and the trainer has cores to spare; a CPU trainer whose "
+        "intra-op threads fill its cores loses more to the contention than it hides.",
+    )
+
+
+add_rules(
+    Training,
+    Rule(
+        "fanouts-positive",
+        "fanouts",
+        lambda t: all(f >= 1 or f == -1 for f in t.fanouts),
+        cel="self.fanouts.all(f, f >= 1 || f == -1)",
+        message="must be positive or -1 (all neighbours), got %s",
+        args=(
+            (
+                "self.fanouts.filter(f, f < 1 && f != -1)",
+                lambda t: [f for f in t.fanouts if f < 1 and f != -1],
+            ),
+        ),
+    ),
+)
