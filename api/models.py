@@ -37,13 +37,13 @@ DATE_TIME: JsonDict = {"format": "date-time"}
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
 
 
-class _Model(BaseModel):
+class ApiModel(BaseModel):
     """camelCase on the wire, like the spec."""
 
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, serialize_by_alias=True)
 
 
-class Metadata(_Model):
+class Metadata(ApiModel):
     """Which training: its namespace and name, as Kubernetes names it (a local run: its spec's)."""
 
     namespace: str = Field(description="The namespace (a local run: metadata.namespace or 'default').")
@@ -56,14 +56,14 @@ class Metadata(_Model):
     )
 
 
-class TableSummary(_Model):
+class TableSummary(ApiModel):
     name: str
     dim: int
     optimizer: OptimizerKind
     sharding: Sharding
 
 
-class SpecSummary(_Model):
+class SpecSummary(ApiModel):
     """The spec in a few fields: what is trained, on what, by how many processes."""
 
     graph: str = Field(description="The dataset's name, or the path of the graph's file.")
@@ -88,7 +88,7 @@ class TrainerState(StrEnum):
     unknown = "Unknown"
 
 
-class TrainerStatus(_Model):
+class TrainerStatus(ApiModel):
     """One trainer rank: its process' (pod's) state and its last report, which is its heartbeat."""
 
     rank: int = Field(ge=0)
@@ -101,7 +101,7 @@ class TrainerStatus(_Model):
     progress: Progress | None = Field(default=None, description="Its last report.")
 
 
-class Training(_Model):
+class TrainingResource(ApiModel):
     """One training: identity, spec summary, the whole status, and its trainers."""
 
     metadata: Metadata
@@ -110,7 +110,7 @@ class Training(_Model):
     trainers: list[TrainerStatus] = Field(default_factory=list)
 
 
-class TrainingSummary(_Model):
+class TrainingSummary(ApiModel):
     """A training in a list: identity, phase and progress."""
 
     metadata: Metadata
@@ -121,7 +121,7 @@ class TrainingSummary(_Model):
     completion_time: str | None = Field(default=None, json_schema_extra=DATE_TIME)
 
 
-class TrainingList(_Model):
+class TrainingList(ApiModel):
     items: list[TrainingSummary]
     continue_: str | None = Field(
         default=None,
@@ -134,7 +134,7 @@ class TrainingList(_Model):
         return cls.model_validate({"items": items, "continue": token})
 
 
-class Event(_Model):
+class TrainingEvent(ApiModel):
     """Something that happened to the training (Kubernetes: an Event; a local run: a condition's change)."""
 
     type: Literal["Normal", "Warning"]
@@ -146,26 +146,26 @@ class Event(_Model):
     source: str | None = Field(default=None, description="Who reported it.")
 
 
-class EventList(_Model):
-    items: list[Event]
+class EventList(ApiModel):
+    items: list[TrainingEvent]
 
 
-class History(_Model):
+class History(ApiModel):
     """One entry per finished epoch, oldest first; at most `limit` are kept where they are stored."""
 
     items: list[Progress]
     limit: int = Field(description="How many entries the training keeps (the oldest are dropped).")
 
 
-class ShardList(_Model):
+class ShardList(ApiModel):
     items: list[ShardStatus]
 
 
-class TrainerList(_Model):
+class TrainerList(ApiModel):
     items: list[TrainerStatus]
 
 
-class Health(_Model):
+class Health(ApiModel):
     status: Literal["ok"] = "ok"
 
 
@@ -206,11 +206,11 @@ def summary(metadata: Metadata, status: GraphTrainingStatus) -> TrainingSummary:
 WARNING_CONDITIONS = {ConditionType.failed.value, ConditionType.stalled.value}
 
 
-def condition_events(status: GraphTrainingStatus, source: str) -> list[Event]:
+def condition_events(status: GraphTrainingStatus, source: str) -> list[TrainingEvent]:
     """A status' conditions as the events of their last change, oldest first: what a local run has in
     place of Kubernetes events (a Failed or Stalled condition that holds is a Warning)."""
     events = [
-        Event(
+        TrainingEvent(
             type="Warning" if c.type in WARNING_CONDITIONS and c.status == "True" else "Normal",
             reason=c.reason,
             message=c.message or f"{c.type} is {c.status}",

@@ -40,7 +40,7 @@ class ParameterError(BaseModel):
     message: str = Field(description="Why it was refused.")
 
 
-class Problem(BaseModel):
+class ProblemDetails(BaseModel):
     """An RFC 9457 problem details document."""
 
     type: str = Field(default=BLANK, description="A URI naming the kind of problem.")
@@ -56,7 +56,7 @@ class Problem(BaseModel):
 def problem_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
     """The error responses a route documents (schemathesis holds each answer to them); document()
     gives them their media type."""
-    return {s: {"description": http.HTTPStatus(s).phrase, "model": Problem} for s in statuses}
+    return {s: {"description": http.HTTPStatus(s).phrase, "model": ProblemDetails} for s in statuses}
 
 
 def document(openapi: dict[str, Any]) -> dict[str, Any]:
@@ -82,7 +82,7 @@ def response(
     headers: dict[str, str] | None = None,
 ) -> JSONResponse:
     """The problem response for `status`; title defaults to the status' reason phrase."""
-    doc = Problem(
+    doc = ProblemDetails(
         type=type,
         title=title or http.HTTPStatus(status).phrase,
         status=status,

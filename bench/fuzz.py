@@ -1,6 +1,6 @@
 """Coverage-guided fuzzing of the shard server's request path (atheris, libFuzzer): the long run.
 
-CI fuzzes for about a minute (tests/runtime/test_kv_fuzz.py, hypothesis); this runs for as long as
+CI fuzzes for about a minute (tests/runtime/kvstore/test_fuzz.py, hypothesis); this runs for as long as
 asked, guided by coverage of graphtrain.runtime.kvstore. An input is a list of frames, each a 2-byte
 big-endian length and its bytes; the corpus starts from one valid request of every op, which libFuzzer
 mutates. Each input goes through protocol.parse_request, protocol.validate and a Dispatcher over an
@@ -55,7 +55,7 @@ class Shard:
         self.reset()
 
     def reset(self) -> None:
-        state = shard_state.ShardState(0)
+        state = shard_state.ShardTensors(0)
         state.create("emb", ROWS, (DIM,), "float32", 0, ROWS, {"kind": "uniform", "seed": 1})
         state.set_optimizer("emb", {"kind": "adam", "lr": 0.1})
         self.d = Dispatcher(state, self.root)

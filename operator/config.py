@@ -99,7 +99,7 @@ class Images(_Config):
     pull_secrets: list[Annotated[str, Field(min_length=1, max_length=253)]] = Field(default_factory=list)
 
 
-class Storage(_Config):
+class ClaimDefaults(_Config):
     """The data claim the operator creates for a training that names none (spec.storage wins)."""
 
     storage_class_name: str = ""  # "": the cluster's default class
@@ -126,7 +126,7 @@ class OperatorConfig(_Config):
 
     images: Images = Field(default_factory=Images)
     defaults: Defaults = Field(default_factory=Defaults)
-    storage: Storage = Field(default_factory=Storage)
+    storage: ClaimDefaults = Field(default_factory=ClaimDefaults)
     network_policy: NetworkPolicy = Field(default_factory=NetworkPolicy)
     pod_disruption_budget: PodDisruptionBudget = Field(default_factory=PodDisruptionBudget)
 

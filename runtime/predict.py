@@ -256,7 +256,7 @@ def _hidden(model: Any, blocks: list[Any], x: torch.Tensor, frozen: torch.Tensor
 
 
 @dataclass
-class Answer:
+class KGEAnswer:
     """The top-k of a KGE query, best first: triples as labels, scores, and the split that holds the
     triple ('' when it is new, which is what a prediction is for)."""
 
@@ -271,7 +271,7 @@ def kge_answer(
     head: str | None = None,
     tail: str | None = None,
     k: int = 10,
-) -> Answer:
+) -> KGEAnswer:
     """Top-k tails of (head, relation, ?) or heads of (?, relation, tail), by the trained model's score
     (higher is more plausible: -||h + r - t|| for TransE, <h, r, t> for DistMult).
 
@@ -309,7 +309,7 @@ def kge_answer(
     heads = np.full(len(found), given) if head is not None else found
     tails = found if head is not None else np.full(len(found), given)
     known = known_splits(load_triples(cfg), heads, r, tails)
-    return Answer(
+    return KGEAnswer(
         {
             "rank": np.arange(1, len(found) + 1),
             "head": ent_names[heads],

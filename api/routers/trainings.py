@@ -100,7 +100,7 @@ def list_namespace(
 
 @router.get(
     "/trainings/{namespace}/{name}",
-    response_model=models.Training,
+    response_model=models.TrainingResource,
     summary="One training: spec summary, status, trainers",
     responses=ONE,
 )

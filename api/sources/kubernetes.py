@@ -166,9 +166,9 @@ def trainers_of(
     return trainers
 
 
-def training_of(obj: Obj, data: dict[str, str], pods: list[Obj]) -> models.Training:
+def training_of(obj: Obj, data: dict[str, str], pods: list[Obj]) -> models.TrainingResource:
     spec = spec_of(obj)
-    return models.Training(
+    return models.TrainingResource(
         metadata=metadata_of(obj),
         spec=models.spec_summary(spec) if spec else None,
         status=status_of(obj),
@@ -181,12 +181,12 @@ def owned_by(obj: Obj, uid: str | None) -> bool:
     return uid is None or any(r.get("uid") == uid for r in obj["metadata"].get("ownerReferences") or [])
 
 
-def event_of(ev: Obj) -> models.Event:
+def event_of(ev: Obj) -> models.TrainingEvent:
     source = ev.get("reportingComponent") or (ev.get("source") or {}).get("component")
     first = (
         ev.get("firstTimestamp") or ev.get("eventTime") or (ev.get("metadata") or {}).get("creationTimestamp")
     )
-    return models.Event(
+    return models.TrainingEvent(
         type="Warning" if ev.get("type") == "Warning" else "Normal",
         reason=ev.get("reason") or "",
         message=ev.get("message") or "",
@@ -207,7 +207,7 @@ def involves(ev: Obj, namespace: str, name: str, uid: str | None) -> bool:
     )
 
 
-def sorted_events(events: list[Obj]) -> list[models.Event]:
+def sorted_events(events: list[Obj]) -> list[models.TrainingEvent]:
     return sorted((event_of(e) for e in events), key=lambda e: e.last_timestamp or "")
 
 
@@ -376,7 +376,7 @@ class KubernetesSource:
         except NotFound:
             raise NotFound(f"no training {namespace}/{name}") from None
 
-    def get_training(self, namespace: str, name: str) -> models.Training:
+    def get_training(self, namespace: str, name: str) -> models.TrainingResource:
         obj = self._training(namespace, name)
         uid = obj["metadata"].get("uid")
         progress = names(name)["progress"]
@@ -414,7 +414,7 @@ class KubernetesSource:
         data = self._progress_data(namespace, progress, obj["metadata"].get("uid"))
         return reporting.decode_history(data.get(reporting.HISTORY_KEY))
 
-    def events(self, namespace: str, name: str) -> list[models.Event]:
+    def events(self, namespace: str, name: str) -> list[models.TrainingEvent]:
         obj = self._training(namespace, name)
         uid = obj["metadata"].get("uid")
         if self.cache_ttl > 0:

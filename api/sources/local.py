@@ -219,11 +219,11 @@ class LocalSource:
     def list_trainings(self, query: ListQuery) -> models.TrainingList:
         return page(self._current().summaries, query)
 
-    def get_training(self, namespace: str, name: str) -> models.Training:
+    def get_training(self, namespace: str, name: str) -> models.TrainingResource:
         path = self._find(namespace, name)
         meta, gt = self._identity(path)
         status = self._status(path)
-        return models.Training(
+        return models.TrainingResource(
             metadata=meta,
             spec=models.spec_summary(gt.spec) if gt else None,
             status=status,
@@ -250,7 +250,7 @@ class LocalSource:
             )
         return trainers
 
-    def events(self, namespace: str, name: str) -> list[models.Event]:
+    def events(self, namespace: str, name: str) -> list[models.TrainingEvent]:
         return models.condition_events(self._status(self._find(namespace, name)), SOURCE)
 
     def history(self, namespace: str, name: str) -> list[Progress]:

@@ -17,7 +17,7 @@ the local executor checks the first, the API server the second (the CRD's x-kube
 The spec is honest: a value that no executor implements yet (`sharding: collective`, a `dynamic`
 vocabulary, `float16`/`bfloat16` tables, `keys: custom`) stays in the schema's enums, so the work that
 builds it only lifts a rule, but is refused with a message saying it is not supported yet.
-tests/unit/test_spec_fields.py fails when a spec field is read by no executor.
+tests/contract/test_spec_fields.py fails when a spec field is read by no executor.
 
 `check()` returns every problem of a document at once: schema errors, then every rule that can be
 evaluated on the parts that are valid (a rule that reads a value that failed the schema is skipped).

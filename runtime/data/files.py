@@ -238,7 +238,7 @@ def _integer_edge_list(
     return EdgeList(path, arr[:, 0], arr[:, 1], arr[:, 2] if width == 3 else None)
 
 
-def _text_edge_list(rows: text.Rows, node_ids: str) -> EdgeList:
+def _text_edge_list(rows: text.TextRows, node_ids: str) -> EdgeList:
     """The slow path: ids that are names (or integer ids beside named edge types)."""
     fields = rows.fields
     if not fields:

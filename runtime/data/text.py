@@ -21,7 +21,7 @@ from graphtrain.runtime.errors import DataError, DataWarning
 
 
 @dataclass(frozen=True)
-class Rows:
+class TextRows:
     """The data rows of a text file: fields per row and the 1-based line of each row."""
 
     path: Path
@@ -64,7 +64,7 @@ def numbered_lines(path: Path) -> list[tuple[int, str]]:
     return out
 
 
-def read_rows(path: Path, kind: str) -> Rows:
+def read_rows(path: Path, kind: str) -> TextRows:
     """The rows of `path` read as `kind` ("csv" or "tsv").
 
     Raises:
@@ -73,7 +73,7 @@ def read_rows(path: Path, kind: str) -> Rows:
     return split_rows(path, numbered_lines(path), kind)
 
 
-def split_rows(path: Path, numbered: list[tuple[int, str]], kind: str) -> Rows:
+def split_rows(path: Path, numbered: list[tuple[int, str]], kind: str) -> TextRows:
     """The fields of `numbered` (from numbered_lines) read as `kind` ("csv" or "tsv")."""
     fields: list[list[str]] = []
     if kind == "csv":
@@ -87,4 +87,4 @@ def split_rows(path: Path, numbered: list[tuple[int, str]], kind: str) -> Rows:
         tabs = bool(numbered) and "\t" in numbered[0][1]
         for _, line in numbered:
             fields.append([f.strip() for f in line.split("\t")] if tabs else line.split())
-    return Rows(path, fields, [i for i, _ in numbered])
+    return TextRows(path, fields, [i for i, _ in numbered])

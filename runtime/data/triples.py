@@ -48,7 +48,7 @@ HEADER_NAMES = {
 class Labels:
     """The labels of one triples file, columns in (head, relation, tail) order, with their lines."""
 
-    def __init__(self, rows: text.Rows, skip: int, order: list[int]):
+    def __init__(self, rows: text.TextRows, skip: int, order: list[int]):
         self.rows = rows
         self.skip = skip
         data = rows.fields[skip:]

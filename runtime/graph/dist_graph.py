@@ -15,7 +15,7 @@ from graphtrain.runtime import dtypes
 from graphtrain.runtime.kvstore import default_client
 from graphtrain.runtime.kvstore.client import KVClient
 from graphtrain.runtime.kvstore.inproc import InProcTransport
-from graphtrain.runtime.kvstore.state import ShardState
+from graphtrain.runtime.kvstore.state import ShardTensors
 from graphtrain.runtime.partition import PartitionConfig, load_config
 from graphtrain.runtime.tensor import DistTensor, PartitionBook
 
@@ -25,7 +25,7 @@ def standalone_client(part_config: str | Path, checkpoint_root: Path | None = No
     cfg = load_config(part_config)
     states = []
     for p in range(cfg.num_parts):
-        state = ShardState(p)
+        state = ShardTensors(p)
         state.load_partition(cfg.path, p)
         states.append(state)
     from graphtrain.runtime.native.memory import keep_freed_memory

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from graphtrain.runtime.graph.dist_graph import DistGraph
-from graphtrain.runtime.native.backend import Backend, choose
+from graphtrain.runtime.native.backend import CoreBackend, choose
 
 
 @dataclass
@@ -84,7 +84,7 @@ class MiniBatch:
 
 def relabel(frontier: np.ndarray, src: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(nodes, local ids of src): nodes = frontier followed by the new nodes of src, first-occurrence."""
-    if choose() is Backend.CPU:
+    if choose() is CoreBackend.CPU:
         from graphtrain.runtime.native.graph import relabel as native_relabel
 
         return native_relabel(

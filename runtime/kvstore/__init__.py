@@ -34,11 +34,11 @@ def connect(
 def standalone(num_shards: int = 1, checkpoint_root: Path | None = None) -> KVClient:
     """A client whose shards live in this process: no sockets, no copies."""
     from graphtrain.runtime.kvstore.client import InProcTransport, KVClient
-    from graphtrain.runtime.kvstore.state import ShardState
+    from graphtrain.runtime.kvstore.state import ShardTensors
     from graphtrain.runtime.native.memory import keep_freed_memory
 
     keep_freed_memory()
-    return KVClient(InProcTransport([ShardState(s) for s in range(num_shards)], checkpoint_root))
+    return KVClient(InProcTransport([ShardTensors(s) for s in range(num_shards)], checkpoint_root))
 
 
 def set_default_client(client: KVClient | None) -> None:

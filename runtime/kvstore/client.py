@@ -188,11 +188,11 @@ class KVClient:
         apply them while the caller goes on, and this client's next operation (any pull or push, a
         shared-memory read included) first waits for them, so it sees every update; a failure is raised
         there, or by settle()."""
-        from graphtrain.runtime.native.backend import Backend, choose
+        from graphtrain.runtime.native.backend import CoreBackend, choose
 
         ids = np.ascontiguousarray(ids, dtype=np.int64)
         grads = np.ascontiguousarray(grads, dtype=np.float32)
-        if len(ids) and choose() is Backend.CPU:
+        if len(ids) and choose() is CoreBackend.CPU:
             from graphtrain.runtime.native import optim as native
             from graphtrain.runtime.optim.functional import threads
 

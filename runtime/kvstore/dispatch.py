@@ -1,4 +1,5 @@
-"""The one request path behind the transports: a validated request executed against a ShardState.
+"""The one request path behind the transports: a validated request executed against a ShardTensors
+(the tensors of one shard).
 
 The shard server's workers and the in-process transport of standalone mode both hand requests to a
 `Dispatcher` after `protocol.validate`, so both modes check the same things and answer the same
@@ -28,7 +29,7 @@ import numpy as np
 from graphtrain.runtime.kvstore import protocol
 from graphtrain.runtime.kvstore.barrier import Barriers
 from graphtrain.runtime.kvstore.shm import SegmentCache, view
-from graphtrain.runtime.kvstore.state import PullStream, ShardState
+from graphtrain.runtime.kvstore.state import PullStream, ShardTensors
 
 if TYPE_CHECKING:
     from graphtrain.runtime.kvstore.metrics import ServerMetrics
@@ -54,7 +55,7 @@ Outcome = Reply | PullStream | Released | None
 class Dispatcher:
     def __init__(
         self,
-        state: ShardState,
+        state: ShardTensors,
         checkpoint_root: Path | None = None,
         host: str = "",
         metrics: ServerMetrics | None = None,

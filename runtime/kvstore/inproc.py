@@ -16,7 +16,7 @@ import numpy as np
 from graphtrain.runtime.errors import GraphtrainError
 from graphtrain.runtime.kvstore import protocol
 from graphtrain.runtime.kvstore.dispatch import Dispatcher, Released, Reply
-from graphtrain.runtime.kvstore.state import GraphPart, PullStream, ShardState
+from graphtrain.runtime.kvstore.state import GraphPart, PullStream, ShardTensors
 from graphtrain.runtime.kvstore.transport import Answer, Call, place
 
 
@@ -26,7 +26,7 @@ class InProcTransport:
     max_frame_bytes = None  # nothing crosses a socket
     chunked_pushes = False
 
-    def __init__(self, states: list[ShardState], checkpoint_root: Path | None = None):
+    def __init__(self, states: list[ShardTensors], checkpoint_root: Path | None = None):
         self.states = states
         self.num_shards = len(states)
         self.dispatchers = [Dispatcher(s, checkpoint_root, chunk_bytes=1 << 62) for s in states]

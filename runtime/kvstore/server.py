@@ -1,4 +1,5 @@
-"""The shard server: one I/O thread in front of a pool of workers over one ShardState.
+"""The shard server: one I/O thread in front of a pool of workers over one ShardTensors (its tables
+and node data).
 
     clients (DEALER, PLAIN) --tcp:// or ipc://--> ROUTER <-> I/O thread --FairQueue--> workers
                                                     ZAP handler (auth.py) |  ^ Outbox (replies)
@@ -54,7 +55,7 @@ from graphtrain.runtime.kvstore.fairqueue import FairQueue, QueueFull
 from graphtrain.runtime.kvstore.metrics import ServerMetrics
 from graphtrain.runtime.kvstore.outbox import Dropped, Outbox, Sent
 from graphtrain.runtime.kvstore.shm import host_id, job_prefix
-from graphtrain.runtime.kvstore.state import PullStream, ShardState
+from graphtrain.runtime.kvstore.state import PullStream, ShardTensors
 
 log = logging.getLogger("graphtrain.kvstore.server")
 WORKER_POLL = 0.2  # seconds a worker waits for a task before looking at the stop flag again
@@ -126,7 +127,7 @@ class ChunkBuffers:
 class ShardServer:
     def __init__(
         self,
-        state: ShardState,
+        state: ShardTensors,
         token: str,
         bind: str = "tcp://127.0.0.1:0",
         workers: int = 4,
@@ -611,7 +612,7 @@ def serve(
         restore_from = ckpt.restore_point(checkpoint_root, restore, say=log.warning)
         if restore_from is not None:  # a restarted server: `kubectl logs` says what it came back with
             log.info("restores its tables from checkpoint %s as clients create them", restore_from.name)
-    state = ShardState(
+    state = ShardTensors(
         shard, use_shm=use_shm, shm_prefix=job_prefix(token), restore_from=restore_from, device=device
     )
     if partition is not None:

@@ -1,6 +1,6 @@
 """What one shard server holds and does, independent of the transport.
 
-A `ShardState` keeps, per tensor name, the rows [lo, hi) of a global table (any row shape, float32
+A `ShardTensors` keeps, per tensor name, the rows [lo, hi) of a global table (any row shape, float32
 tables may carry a sparse optimizer and its state) and serves create-or-attach, pull, push (overwrite),
 push-gradients (the optimizer runs here: one writer per row), checkpoint and restore. The ZMQ server
 (server.py) and the in-process backend of standalone mode (client.py) both call it, so both modes run
@@ -31,7 +31,7 @@ from graphtrain.runtime.kvstore import checkpoint as ckpt
 from graphtrain.runtime.kvstore.protocol import ProtocolError
 from graphtrain.runtime.kvstore.shard import TensorShard
 from graphtrain.runtime.native import cuda
-from graphtrain.runtime.native.backend import Backend, choose
+from graphtrain.runtime.native.backend import CoreBackend, choose
 from graphtrain.runtime.optim import OptimConfig, make_state, sparse_step
 
 INIT_BLOCK_ROWS = 1 << 16
@@ -78,7 +78,7 @@ class GraphPart:
         native sampler draws per (seed, node); the numpy fallback per request."""
         if seeds.ndim != 1 or seeds.dtype != np.int64:
             raise ProtocolError(f"seeds must be a 1-D int64 array, got {seeds.dtype} {seeds.shape}")
-        if choose() is Backend.CPU:
+        if choose() is CoreBackend.CPU:
             from graphtrain.runtime.native.graph import sample_neighbors
 
             try:
@@ -142,7 +142,7 @@ def nonfinite_rows(values: np.ndarray) -> np.ndarray | None:
     vectorised scan of the native core, ~28 GB/s)."""
     if values.dtype.kind != "f" or values.size == 0:
         return None
-    if values.dtype == np.float32 and choose() is Backend.CPU:
+    if values.dtype == np.float32 and choose() is CoreBackend.CPU:
         from graphtrain.runtime.native.optim import first_nonfinite
 
         if first_nonfinite(torch.from_numpy(np.ascontiguousarray(values))) < 0:
@@ -175,7 +175,7 @@ class PullStream:
         """(chunk index, first row's position in the pull, rows) of the next chunk, into `out` if given."""
         i, start = self.index, self.index * self.chunk_rows
         self.index += 1
-        return i, start, ShardState.gather(self.t, self.local[start : start + self.chunk_rows], out)
+        return i, start, ShardTensors.gather(self.t, self.local[start : start + self.chunk_rows], out)
 
 
 def table_device(text: str) -> torch.device:
@@ -211,7 +211,7 @@ def check_usable(device: torch.device) -> None:
         raise ProtocolError(f"--device {device}: the CUDA core cannot run: {core.unavailable_reason(index)}")
 
 
-class ShardState:
+class ShardTensors:
     """The tensors of one shard server."""
 
     def __init__(
@@ -365,14 +365,14 @@ class ShardState:
             t.data.dtype == torch.float32
             and t.data.dim() == 2
             and len(local)
-            and choose(t.data.device) is Backend.CPU
+            and choose(t.data.device) is CoreBackend.CPU
         ):
             from graphtrain.runtime.native import optim as native
             from graphtrain.runtime.optim.functional import threads
 
             return native.gather(t.data, local, threads=threads(), out=out).numpy()
         if t.data.device.type == "cuda":  # the CUDA core where it runs, else torch; rows go to the host
-            rows = cuda.gather(t.data, local) if choose(t.data.device) is Backend.CUDA else t.data[local]
+            rows = cuda.gather(t.data, local) if choose(t.data.device) is CoreBackend.CUDA else t.data[local]
             return (rows.cpu() if out is None else out.copy_(rows)).numpy()
         if out is not None:
             torch.index_select(t.data, 0, local, out=out)
@@ -396,7 +396,7 @@ class ShardState:
                 raise ProtocolError(f"{len(ids)} ids but {len(values)} value rows for {t.name!r}")
         parts = [ids for ids, _ in pieces]
         ids = parts[0] if len(parts) == 1 else np.concatenate(parts) if parts else np.empty(0, np.int64)
-        return ids, ShardState.local_ids(t, ids)
+        return ids, ShardTensors.local_ids(t, ids)
 
     def push(self, name: str, pieces: list[tuple[np.ndarray, np.ndarray]]) -> int:
         """Overwrite rows (the last of duplicate ids wins). Values holding NaN or infinity are refused

@@ -93,9 +93,9 @@ def gather_rows(
     """rows[local], into `out` if given, at out[dest] if given (out[dest] = rows[local]); with the
     native core when it can (float32 tables)."""
     if rows.dtype == np.float32 and rows.ndim == 2 and len(local):
-        from graphtrain.runtime.native.backend import Backend, choose
+        from graphtrain.runtime.native.backend import CoreBackend, choose
 
-        if choose() is Backend.CPU:
+        if choose() is CoreBackend.CPU:
             from graphtrain.runtime.native import optim as native
             from graphtrain.runtime.optim.functional import threads
 

@@ -327,7 +327,7 @@ class LocalRun:
         self.overwrite = overwrite
         self.token = ""
         self.user_umask = 0o022  # the caller's (set by run()), for the shared dataset cache
-        self.obs = status.Observed(start_time=status.now())
+        self.obs = status.RunObserved(start_time=status.now())
         self._conditions: list[Condition] = []
         self.servers: list[Child] = []
         self.trainers: list[Child] = []

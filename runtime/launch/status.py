@@ -30,7 +30,7 @@ def now() -> str:
 
 
 @dataclass
-class Observed:
+class RunObserved:
     phase: str = Phase.pending.value
     partition: dict[str, Any] | None = None  # the partition config's stats
     shards: list[dict[str, Any]] = field(default_factory=list)  # index, state, address, restarts
@@ -60,7 +60,7 @@ def partition_status(config: dict[str, Any]) -> PartitionStatus:
     )
 
 
-def build(gt: GraphTraining, obs: Observed, previous: list[Condition], at: str) -> GraphTrainingStatus:
+def build(gt: GraphTraining, obs: RunObserved, previous: list[Condition], at: str) -> GraphTrainingStatus:
     """The status from what was observed; `previous`: the conditions of the last status built (their
     transition times carry over), `at`: the time of this one."""
     conds = conditions.Conditions(previous, at)

@@ -21,16 +21,16 @@ from graphtrain.runtime.native import available, cuda
 ENV_BACKEND = "GRAPHTRAIN_OPTIM_BACKEND"
 
 
-class Backend(StrEnum):
+class CoreBackend(StrEnum):
     CUDA = "cuda"  # the CUDA core (cuda/src/*.cu): data on a GPU
     CPU = "cpu"  # the native CPU core (cuda/src/*.cpp, C++ and OpenMP): data in host memory
     TORCH = "torch"  # the reference: torch or numpy operations, always there
 
 
-BACKENDS: tuple[str, ...] = tuple(b.value for b in Backend)
+BACKENDS: tuple[str, ...] = tuple(b.value for b in CoreBackend)
 
 
-def choose(device: torch.device | str = "cpu", requested: str | None = None) -> Backend:
+def choose(device: torch.device | str = "cpu", requested: str | None = None) -> CoreBackend:
     """The backend for data on `device`: the native core built for that device when it loads, else the
     torch reference; or `requested`, checked.
 
@@ -42,21 +42,21 @@ def choose(device: torch.device | str = "cpu", requested: str | None = None) -> 
     kind, index = dev.type, dev.index or 0  # "cuda:1": "cuda", 1
     if requested is None:
         if kind == "cuda":
-            return Backend.CUDA if cuda.available(index) else Backend.TORCH
+            return CoreBackend.CUDA if cuda.available(index) else CoreBackend.TORCH
         if kind != "cpu":
-            return Backend.TORCH
+            return CoreBackend.TORCH
         if available():
-            return Backend.CPU
+            return CoreBackend.CPU
         _core_missing()
-        return Backend.TORCH
+        return CoreBackend.TORCH
     if requested not in BACKENDS:
         raise ValueError(f"{ENV_BACKEND} must be one of {BACKENDS}, got {requested!r}")
-    if requested == Backend.CPU and (kind != "cpu" or not available()):
+    if requested == CoreBackend.CPU and (kind != "cpu" or not available()):
         raise ValueError("backend 'cpu' needs the native core (reinstall the package) and a CPU table")
-    if requested == Backend.CUDA and (kind != "cuda" or not cuda.available(index)):
+    if requested == CoreBackend.CUDA and (kind != "cuda" or not cuda.available(index)):
         why = cuda.unavailable_reason(index) if kind == "cuda" else f"the table is on {dev}"
         raise ValueError(f"backend 'cuda' needs the CUDA core and a GPU table that it runs on: {why}")
-    return Backend(requested)
+    return CoreBackend(requested)
 
 
 @functools.cache
@@ -72,7 +72,7 @@ def _core_missing() -> None:
     )
 
 
-def choose_for_optimizer(device: torch.device | str, requested: str | None = None) -> Backend:
+def choose_for_optimizer(device: torch.device | str, requested: str | None = None) -> CoreBackend:
     """`choose` for a sparse optimizer step, where GRAPHTRAIN_OPTIM_BACKEND stands in for a request the
     caller did not make. The override is the optimizers' alone: it exists to run a table's updates on a
     given implementation (the reference, say); the other call sites' fallbacks only cover a missing

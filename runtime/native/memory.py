@@ -20,7 +20,7 @@ import functools
 import torch
 
 from graphtrain.runtime.native import core
-from graphtrain.runtime.native.backend import Backend, choose
+from graphtrain.runtime.native.backend import CoreBackend, choose
 
 M_TRIM_THRESHOLD = -1
 M_MMAP_THRESHOLD = -3
@@ -57,6 +57,6 @@ def empty(
     """An uninitialised tensor; in host memory with the native core, a large one (4 MB+) is backed by
     2 MB pages when the kernel allows (an optimisation, never a need: a refusal is ignored)."""
     t = torch.empty(shape, dtype=dtype, device=device)
-    if t.numel() * t.element_size() >= HUGE_PAGE_MIN_BYTES and choose(t.device) is Backend.CPU:
+    if t.numel() * t.element_size() >= HUGE_PAGE_MIN_BYTES and choose(t.device) is CoreBackend.CPU:
         advise_hugepages(t)
     return t

@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 
 from graphtrain.runtime.native import core
-from graphtrain.runtime.native.backend import Backend, choose
+from graphtrain.runtime.native.backend import CoreBackend, choose
 
 _SEED_BOUND = 2**63 - 1
 
@@ -53,7 +53,7 @@ def relu_dropout(x: torch.Tensor, p: float, training: bool = True) -> torch.Tens
         raise ValueError(f"dropout probability must be in [0, 1), got {p}")
     if not training or p == 0.0:
         return torch.relu(x)
-    if x.dtype == torch.float32 and choose(x.device) is Backend.CPU:
+    if x.dtype == torch.float32 and choose(x.device) is CoreBackend.CPU:
         return _ReluDropout.apply(x, p)
     keep = torch.rand_like(x) >= p
     return torch.relu(x) * keep * (1.0 / (1.0 - p))

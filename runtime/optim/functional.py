@@ -17,7 +17,7 @@ import torch
 from graphtrain.runtime.errors import NonFiniteGradient, SparseInputError
 from graphtrain.runtime.native import cuda
 from graphtrain.runtime.native import optim as native
-from graphtrain.runtime.native.backend import Backend
+from graphtrain.runtime.native.backend import CoreBackend
 from graphtrain.runtime.native.backend import choose_for_optimizer as choose_backend
 from graphtrain.runtime.optim import reference
 from graphtrain.runtime.optim.config import OptimConfig
@@ -113,7 +113,7 @@ def sparse_step(
     check_state(config, state, table.shape[0], table.shape[1])
     name = choose_backend(table.device, backend)
     if isinstance(grads, list):
-        if name is Backend.CPU and len(grads) > 1:
+        if name is CoreBackend.CPU and len(grads) > 1:
             grads = [g.contiguous() for g in grads]
         else:
             grads = (
@@ -128,18 +128,18 @@ def sparse_step(
         grads = grads.contiguous()
         if finite:  # the native pieces path scans in its first pass instead
             _check_finite(grads)
-    if name is Backend.TORCH:
+    if name is CoreBackend.TORCH:
         _check_range(ids, table.shape[0])
     global_adam = config.kind == "adam" and config.step_count == "global"
     # torch.optim.SparseAdam counts every step, an empty batch included. The CUDA core counts it itself, on
     # the device once its ids are checked (a check here would wait for the device a second time).
-    if global_adam and name is not Backend.CUDA:
-        if name is not Backend.TORCH:  # the native core checks ranges itself, before any update
+    if global_adam and name is not CoreBackend.CUDA:
+        if name is not CoreBackend.TORCH:  # the native core checks ranges itself, before any update
             _check_range(ids, table.shape[0])
         state["step"] += 1
-    if name is Backend.TORCH:
+    if name is CoreBackend.TORCH:
         updated = reference.step(config, table, state, ids, grads)
-    elif name is Backend.CPU:
+    elif name is CoreBackend.CPU:
         if isinstance(grads, list):
             try:
                 updated = native.sparse_step_pieces(

@@ -1,6 +1,6 @@
 """What every trainer needs: seeds, DDP, progress reports, dense checkpoints and resume.
 
-Progress: after every step window and evaluation, a trainer reports in the spec's Progress schema
+TrainerProgress: after every step window and evaluation, a trainer reports in the spec's Progress schema
 (spec.reporting) through its sinks: rank 0 to <run_dir>/progress.json (FileSink, for the local launcher),
 every rank to <run_dir>/trainers/rank-<i>.json (HeartbeatFileSink) and to the progress ConfigMap in a
 pod (progress_k8s.ConfigMapSink, for the operator). At the end of each epoch (after its evaluation) rank
@@ -37,7 +37,7 @@ import torch
 import torch.distributed as torch_dist
 
 from graphtrain.contract import reporting, rundir
-from graphtrain.contract.spec import Progress as SpecProgress
+from graphtrain.contract.spec import Progress
 from graphtrain.runtime.data.cache import atomic_file, hash_tree, write_json
 from graphtrain.runtime.errors import GraphtrainError
 from graphtrain.runtime.kvstore import checkpoint as ckpt
@@ -124,7 +124,7 @@ def finite_or_none(value: float | None) -> float | None:
 
 
 @dataclass
-class Progress:
+class TrainerProgress:
     """A trainer's running tally, reported in the spec's Progress schema (to_spec()). `metrics` and
     `state` stay in the trainer: the final metrics go to result.json, and `state` marks the final report."""
 
@@ -148,11 +148,11 @@ class Progress:
             parts.append(f"{self.eval_metric} {self.eval_value:.4f}")
         return "  ".join(parts)
 
-    def to_spec(self) -> SpecProgress:
+    def to_spec(self) -> Progress:
         """The report every sink writes: the schema of status.progress in both executors. A value that
         is not finite (a diverging loss: NaN, inf) is reported absent, which the schema allows; the
         summary line still shows it (the schema refuses NaN, and a refused report killed the trainer)."""
-        return SpecProgress(
+        return Progress(
             epoch=self.epoch,
             epochs=self.epochs,
             step=self.step,
@@ -170,11 +170,9 @@ class ProgressSink(Protocol):
     progress ConfigMap in a pod (progress_k8s.ConfigMapSink). Same schema in all; each sink decides how
     often it writes. `history`: rank 0's progress history, given at the end of an epoch (else None)."""
 
-    def write(
-        self, progress: SpecProgress, final: bool, history: list[SpecProgress] | None = None
-    ) -> None: ...
+    def write(self, progress: Progress, final: bool, history: list[Progress] | None = None) -> None: ...
 
-    def load_history(self) -> list[SpecProgress]:
+    def load_history(self) -> list[Progress]:
         """The history kept so far (a restarted trainer continues it); [] if none."""
         ...
 
@@ -188,13 +186,13 @@ class FileSink:
         self.path = run_dir / rundir.PROGRESS_FILE
         self.history_path = run_dir / rundir.HISTORY_FILE
 
-    def write(self, progress: SpecProgress, final: bool, history: list[SpecProgress] | None = None) -> None:
+    def write(self, progress: Progress, final: bool, history: list[Progress] | None = None) -> None:
         write_json(self.path, reporting.to_wire(progress))
         if history is not None:
             with atomic_file(self.history_path) as f:
                 f.write(reporting.encode_history(history).encode())
 
-    def load_history(self) -> list[SpecProgress]:
+    def load_history(self) -> list[Progress]:
         try:
             return reporting.decode_history(self.history_path.read_bytes())
         except OSError:
@@ -209,10 +207,10 @@ class HeartbeatFileSink:
         self.path = run_dir / rundir.rank_file(rank)
         self.path.parent.mkdir(parents=True, exist_ok=True)
 
-    def write(self, progress: SpecProgress, final: bool, history: list[SpecProgress] | None = None) -> None:
+    def write(self, progress: Progress, final: bool, history: list[Progress] | None = None) -> None:
         write_json(self.path, reporting.to_wire(progress))
 
-    def load_history(self) -> list[SpecProgress]:
+    def load_history(self) -> list[Progress]:
         return []
 
 
@@ -249,9 +247,9 @@ class Reporter:
         self.echo = echo and rank == 0
         self.metrics = metrics
         self.metrics_log = metrics_log if rank == 0 else None
-        self.history: list[SpecProgress] | None = None  # rank 0's, read from the sinks at the first epoch end
+        self.history: list[Progress] | None = None  # rank 0's, read from the sinks at the first epoch end
 
-    def report(self, p: Progress, epoch_end: bool = False, evaluated: bool = False) -> None:
+    def report(self, p: TrainerProgress, epoch_end: bool = False, evaluated: bool = False) -> None:
         """`epoch_end`: an epoch just finished (rank 0 appends the report to the history, with its eval
         metric only if `evaluated` this epoch: an epoch between evaluations repeated the last one's)."""
         p.updated_at = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
@@ -494,7 +492,7 @@ class StepHooks:
 
     # ------------------------------------------------------------------------------- progress
 
-    def note(self, progress: Progress, window: Throughput, loss: torch.Tensor) -> None:
+    def note(self, progress: TrainerProgress, window: Throughput, loss: torch.Tensor) -> None:
         progress.__dict__.update(
             epoch=self.epoch,
             step=self.step,
@@ -503,7 +501,7 @@ class StepHooks:
         )
 
     def after_step(
-        self, progress: Progress, window: Throughput, loss: torch.Tensor, samples: int, every: int
+        self, progress: TrainerProgress, window: Throughput, loss: torch.Tensor, samples: int, every: int
     ) -> None:
         self.step += 1
         self.loss_sum += float(loss.detach())
@@ -517,7 +515,9 @@ class StepHooks:
         if interval and self.step % interval == 0:
             self.checkpoint()
 
-    def end_epoch(self, progress: Progress, window: Throughput, values: dict[str, float] | None) -> bool:
+    def end_epoch(
+        self, progress: TrainerProgress, window: Throughput, values: dict[str, float] | None
+    ) -> bool:
         """An epoch just ended (self.epoch counts it), evaluated when `values` (its validation metrics) is
         given: report it with its mean loss over every trainer, checkpoint on schedule and whenever it is
         the best so far, and say whether to stop early (rank 0 decides, every rank follows)."""
@@ -552,7 +552,7 @@ class StepHooks:
             log(f"[trainer] stopping early after epoch {self.epoch}: {self.stopped}")
         return True
 
-    def finish(self, progress: Progress, result: dict[str, Any], test_metric: str) -> dict[str, Any]:
+    def finish(self, progress: TrainerProgress, result: dict[str, Any], test_metric: str) -> dict[str, Any]:
         """The final report and result: the test metric (of the last model: the one training ended
         with), the epoch it ended at, the best validation pass and its checkpoint, why it stopped early."""
         result["last_epoch"] = self.epoch

@@ -32,7 +32,7 @@ from graphtrain.runtime.optim import OptimConfig, SparseOptimizer
 from graphtrain.runtime.partition import load_maps, load_triples
 from graphtrain.runtime.tensor import DistEmbedding, PartitionBook
 from graphtrain.runtime.train import kge_math
-from graphtrain.runtime.train.common import Dist, Progress, StepHooks, Throughput, init_spec
+from graphtrain.runtime.train.common import Dist, StepHooks, Throughput, TrainerProgress, init_spec
 from graphtrain.runtime.train.metrics import StageClock, TrainerMetrics
 
 REPORT_EVERY = 50
@@ -154,7 +154,7 @@ class KGETraining(StepHooks):
         tr = self.spec.training
         if not self.begin():
             self._normalise_start()
-        progress = Progress(epochs=tr.epochs)
+        progress = TrainerProgress(epochs=tr.epochs)
         result: dict[str, Any] = {}
         last: dict[str, float] | None = None  # the latest validation pass, and its epoch
         last_epoch = -1

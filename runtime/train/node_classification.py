@@ -29,9 +29,9 @@ from graphtrain.runtime.optim import OptimConfig, SparseOptimizer
 from graphtrain.runtime.tensor import DistEmbedding
 from graphtrain.runtime.train.common import (
     Dist,
-    Progress,
     StepHooks,
     Throughput,
+    TrainerProgress,
     init_spec,
     load_dense,
     save_dense,
@@ -144,7 +144,7 @@ class NodeClassification(StepHooks):
     def train(self, on_epoch: Callable[[int], None] | None = None) -> dict[str, Any]:
         tr = self.spec.training
         self.begin()
-        progress = Progress(epochs=tr.epochs)
+        progress = TrainerProgress(epochs=tr.epochs)
         result: dict[str, Any] = {}
         while self.epoch < tr.epochs:
             window = Throughput()

@@ -42,7 +42,7 @@ def progress(epoch: int, loss: float = 1.0) -> Progress:
 
 def training(
     namespace: str, name: str, phase: Phase = Phase.training, labels: dict[str, str] | None = None
-) -> models.Training:
+) -> models.TrainingResource:
     status = GraphTrainingStatus(
         phase=phase,
         conditions=[
@@ -59,7 +59,7 @@ def training(
         restarts=1,
         start_time=AT,
     )
-    return models.Training(
+    return models.TrainingResource(
         metadata=models.Metadata(namespace=namespace, name=name, labels=labels or {}, creation_timestamp=AT),
         spec=models.spec_summary(GraphTrainingSpec.model_validate(SPEC)),
         status=status,
@@ -73,7 +73,7 @@ def training(
 
 
 class FakeSource:
-    def __init__(self, trainings: list[models.Training]):
+    def __init__(self, trainings: list[models.TrainingResource]):
         self.trainings = {(t.metadata.namespace, t.metadata.name): t for t in trainings}
         self.unavailable = False
         self.broken = False
@@ -86,7 +86,7 @@ class FakeSource:
         if self.broken:
             raise RuntimeError("/secret/path token=abc: an unexpected failure")
 
-    def _get(self, namespace: str, name: str) -> models.Training:
+    def _get(self, namespace: str, name: str) -> models.TrainingResource:
         self._answer()
         try:
             return self.trainings[(namespace, name)]
@@ -97,10 +97,10 @@ class FakeSource:
         self._answer()
         return page((models.summary(t.metadata, t.status) for t in self.trainings.values()), query)
 
-    def get_training(self, namespace: str, name: str) -> models.Training:
+    def get_training(self, namespace: str, name: str) -> models.TrainingResource:
         return self._get(namespace, name)
 
-    def events(self, namespace: str, name: str) -> list[models.Event]:
+    def events(self, namespace: str, name: str) -> list[models.TrainingEvent]:
         return models.condition_events(self._get(namespace, name).status, "fake")
 
     def history(self, namespace: str, name: str) -> list[Progress]:
@@ -111,7 +111,7 @@ class FakeSource:
         self._answer()
 
 
-def many(count: int = 7) -> list[models.Training]:
+def many(count: int = 7) -> list[models.TrainingResource]:
     """Trainings in two namespaces, with labels and phases to filter on."""
     phases = [Phase.training, Phase.succeeded, Phase.failed]
     return [

@@ -1,5 +1,5 @@
 """The local source on a real `graphtrain run` (2 shard servers x 2 trainers on the planted graph of
-tests/runtime/test_launch.py), once for the module: `graphtrain run --api 0` serves the run while it
+tests/runtime/launch/test_run.py), once for the module: `graphtrain run --api 0` serves the run while it
 goes, and afterwards the source reads the finished run directory beside a decoy. Plus the source's own
 rules on literal run directories: identity from the spec, files re-read when replaced, no path from a
 request."""
@@ -26,7 +26,7 @@ from graphtrain.api.sources.base import ListQuery, NotFound
 from graphtrain.api.sources.local import LocalSource
 from graphtrain.contract import reporting, rundir
 from graphtrain.contract.spec import API_VERSION, KIND
-from tests.runtime.test_launch import ONE_THREAD, graph_file, sage_spec  # noqa: F401 - graph_file: a fixture
+from tests.runtime.launch.test_run import ONE_THREAD, graph_file, sage_spec  # noqa: F401 - graph_file: a fixture
 
 CLI = [sys.executable, "-m", "graphtrain.cli"]
 EPOCHS = 4

@@ -400,7 +400,7 @@ def test_runtime_partitions_and_trains_nations_as_a_restricted_pod(
     status = json.loads((work / "run" / "status.json").read_text())
     assert status["phase"] == "Succeeded", status
     result = json.loads((work / "run" / "result.json").read_text())
-    # 14 entities: a random scorer's filtered MRR is about 0.25 (tests/runtime/test_launch.py)
+    # 14 entities: a random scorer's filtered MRR is about 0.25 (tests/runtime/launch/test_run.py)
     assert result["test_triples"] == 201.0 and result["test_mrr"] > 0.26, result
     host = LocalRun(load_yaml(spec.read_text()), spec, tmp_path / "host-run", standalone=True, echo=False)
     assert result == pytest.approx(host.run(), abs=1e-6)

@@ -17,7 +17,7 @@ import torch
 
 import graphtrain.runtime.native as native
 from graphtrain.runtime.native import abi
-from graphtrain.runtime.native.backend import Backend, choose, choose_for_optimizer
+from graphtrain.runtime.native.backend import CoreBackend, choose, choose_for_optimizer
 
 ROOT = Path(__file__).resolve().parents[2]
 INCLUDE = ROOT / "cuda" / "include"
@@ -130,7 +130,7 @@ def test_every_entry_point_is_declared_once() -> None:
     for name, sig in abi.SIGNATURES.items():
         if abi.CPU in sig.libraries:
             assert list(getattr(lib, name).argtypes) == sig.argtypes, name
-    assert choose() is Backend.CPU
+    assert choose() is CoreBackend.CPU
 
 
 def test_a_missing_core_is_said_once_not_silently_replaced(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -141,7 +141,7 @@ def test_a_missing_core_is_said_once_not_silently_replaced(monkeypatch: pytest.M
     monkeypatch.setattr(backend, "available", lambda: False)
     backend._core_missing.cache_clear()
     with pytest.warns(RuntimeWarning, match="native CPU core is not built") as seen:
-        assert backend.choose("cpu") is backend.Backend.TORCH
-        assert backend.choose("cpu") is backend.Backend.TORCH
+        assert backend.choose("cpu") is backend.CoreBackend.TORCH
+        assert backend.choose("cpu") is backend.CoreBackend.TORCH
     assert len(seen) == 1
     backend._core_missing.cache_clear()

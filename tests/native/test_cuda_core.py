@@ -265,16 +265,16 @@ def test_public_calls_refuse_cpu_tensors_before_touching_cuda(monkeypatch: pytes
 
 def test_shard_server_device_option_is_checked_where_no_gpu_is_needed() -> None:
     from graphtrain.runtime.kvstore.protocol import ProtocolError
-    from graphtrain.runtime.kvstore.state import ShardState
+    from graphtrain.runtime.kvstore.state import ShardTensors
 
     with pytest.raises(ProtocolError, match="--shm needs --device cpu"):
-        ShardState(0, use_shm=True, device="cuda")
+        ShardTensors(0, use_shm=True, device="cuda")
     with pytest.raises(ProtocolError, match="not on meta"):
-        ShardState(0, device="meta")
+        ShardTensors(0, device="meta")
     for bad in ("gpu", "cuda:-1", "cuda:0,cpu"):
         with pytest.raises(ProtocolError, match="is not a device"):
-            ShardState(0, device=bad)
+            ShardTensors(0, device=bad)
     # before: a server with GPU tables here announced ready, then failed its first create
     with pytest.raises(ProtocolError, match="no such GPU here"):
-        ShardState(0, use_shm=False, device="cuda")
-    assert ShardState(0, device="cpu").device == CPU
+        ShardTensors(0, use_shm=False, device="cuda")
+    assert ShardTensors(0, device="cpu").device == CPU

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from graphtrain.runtime.native import nn as native_nn
-from graphtrain.runtime.native.backend import Backend
+from graphtrain.runtime.native.backend import CoreBackend
 from graphtrain.runtime.native.nn import relu_dropout
 
 pytestmark = pytest.mark.usefixtures("cpu_core")  # a missing core fails these tests (conftest.py)
@@ -61,7 +61,7 @@ def test_eval_and_zero_p_are_relu_and_bad_p_is_refused() -> None:
 
 
 def test_torch_fallback_has_the_same_statistics(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(native_nn, "choose", lambda device: Backend.TORCH)  # as where no core serves
+    monkeypatch.setattr(native_nn, "choose", lambda device: CoreBackend.TORCH)  # as where no core serves
     torch.manual_seed(0)
     x = torch.randn(500, 200, requires_grad=True)
     out = relu_dropout(x, 0.25)

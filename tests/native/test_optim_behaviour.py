@@ -10,7 +10,7 @@ import torch
 
 from graphtrain.runtime.native import backend as native_backend
 from graphtrain.runtime.native import optim as native
-from graphtrain.runtime.native.backend import Backend, choose
+from graphtrain.runtime.native.backend import CoreBackend, choose
 from graphtrain.runtime.native.optim import SparseInputError
 from graphtrain.runtime.optim import (
     OptimConfig,
@@ -139,11 +139,11 @@ def test_only_the_optimizer_reads_the_backend_override(monkeypatch: pytest.Monke
     """Gather, dedup, sampling and the rest keep the core when GRAPHTRAIN_OPTIM_BACKEND picks torch for
     the optimizer (sampling's fallback would draw other neighbours); a device no core serves gets torch."""
     monkeypatch.setenv("GRAPHTRAIN_OPTIM_BACKEND", "torch")
-    assert choose_backend(torch.device("cpu")) is Backend.TORCH
-    assert choose() is Backend.CPU and choose(torch.device("cpu")) is Backend.CPU
-    assert choose("meta") is Backend.TORCH
+    assert choose_backend(torch.device("cpu")) is CoreBackend.TORCH
+    assert choose() is CoreBackend.CPU and choose(torch.device("cpu")) is CoreBackend.CPU
+    assert choose("meta") is CoreBackend.TORCH
     if not torch.cuda.is_available():
-        assert choose("cuda:0") is Backend.TORCH
+        assert choose("cuda:0") is CoreBackend.TORCH
 
 
 @pytest.mark.usefixtures("cpu_core")

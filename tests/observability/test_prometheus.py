@@ -39,7 +39,7 @@ from tests import k8s
 from tests.chart.chart import CHART, one, render
 from tests.observability import promql
 from tests.operator.conftest import wait_for
-from tests.runtime.test_launch import ONE_THREAD, graph_file, sage_spec, write_spec  # noqa: F401 - a fixture
+from tests.runtime.launch.test_run import ONE_THREAD, graph_file, sage_spec, write_spec  # noqa: F401 - a fixture
 
 pytestmark = pytest.mark.timeout(420)
 

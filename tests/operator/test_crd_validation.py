@@ -1,7 +1,7 @@
 """The CRD on a real API server: it refuses what the spec's rules refuse, with the same messages.
 
 Every spec Rule is written in Python and in CEL (contract/spec/rules.py). Here each example of
-tests/unit/spec_cases.py, built to break one rule, is sent to the API server (a server-side dry run):
+tests/contract/spec_cases.py, built to break one rule, is sent to the API server (a server-side dry run):
 it must be refused, and every problem `graphtrain validate` finds in it must be in the refusal, at the
 same path with the same text. The valid examples must be accepted, and the defaults the API server
 fills in must be the ones the executors assume. The CRD itself being accepted (the API server refuses
@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from graphtrain.contract.spec import check, parse, yaml_document
-from tests.unit.spec_cases import BREAKS, FIELD_BREAKS, GRAPHSAGE, TRANSE
+from tests.contract.spec_cases import BREAKS, FIELD_BREAKS, GRAPHSAGE, TRANSE
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -308,7 +308,7 @@ def test_the_schema_refuses_a_bad_field_naming_it(kube, ns: str) -> None:
 def test_the_crd_refuses_a_cross_field_problem_before_the_operator_sees_it(kube, ns: str) -> None:
     """A spec breaking a rule (here fan-outs vs layers) is refused by the CRD's CEL rules, with the
     message `graphtrain validate` gives; the operator's SpecValid=False path is covered by
-    tests/unit/test_reconcile.py, and every rule by tests/operator/test_crd_validation.py."""
+    tests/operator/test_reconcile.py, and every rule by tests/operator/test_crd_validation.py."""
     out = kube(
         "apply", "-n", ns, "-f", "-", input=SPEC.format(name="odd", extra_model=", numLayers: 3"), check=False
     )
@@ -319,13 +319,13 @@ def test_the_crd_refuses_a_cross_field_problem_before_the_operator_sees_it(kube,
 def test_trainers_report_into_the_progress_config_map(kube, ns: str, monkeypatch) -> None:
     """What `graphtrain train --progress-configmap` does on every rank (rank 0 adds the progress)."""
     from graphtrain.contract import reporting
-    from graphtrain.runtime.train.common import Progress, Reporter, progress_sinks
+    from graphtrain.runtime.train.common import Reporter, TrainerProgress, progress_sinks
 
     kube("create", "configmap", "p-progress", "-n", ns)
     monkeypatch.setenv("POD_NAMESPACE", ns)
     for rank in (0, 1):
         Reporter(rank, progress_sinks(None, rank, "p-progress"), echo=False).report(
-            Progress(epoch=1, epochs=3, step=7 + rank)
+            TrainerProgress(epoch=1, epochs=3, step=7 + rank)
         )
     data = get(kube, "configmap", "p-progress", ns)["data"]
     assert json.loads(data["rank-1"])["step"] == 8 and json.loads(data["rank-0"])["step"] == 7

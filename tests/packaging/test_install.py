@@ -32,8 +32,8 @@ def test_pip_runs_from_the_repository_root() -> None:
     assert out.stdout.startswith("pip ")
 
 
-def test_the_unit_tests_run_from_the_repository_root() -> None:
-    out = run(sys.executable, "-m", "pytest", "tests/unit", "-q", "-x", "-p", "no:cacheprovider")
+def test_the_contract_tests_run_from_the_repository_root() -> None:
+    out = run(sys.executable, "-m", "pytest", "tests/contract", "-q", "-x", "-p", "no:cacheprovider")
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
     assert " passed" in out.stdout
 

@@ -1,0 +1,205 @@
+"""The command line: exit codes, messages without tracebacks, and the partition command end to end."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from graphtrain.cli import app
+from graphtrain.contract.crd import crd_yaml
+from graphtrain.runtime import partition
+from tests.contract.spec_cases import FIELD_BREAKS, LIFECYCLE_FIELDS
+
+runner = CliRunner()
+
+
+def write_edges(tmp_path: Path, n: int = 400) -> Path:
+    rng = np.random.default_rng(0)
+    src, dst = rng.integers(0, n, 2000), rng.integers(0, n, 2000)
+    path = tmp_path / "edges.tsv"
+    path.write_text("src\tdst\n" + "".join(f"{a}\t{b}\n" for a, b in zip(src, dst, strict=True)))
+    return path
+
+
+def test_help_on_every_command() -> None:
+    for cmd in (
+        [],
+        ["data"],
+        ["data", "fetch"],
+        ["data", "list"],
+        ["data", "info"],
+        ["partition"],
+        ["validate"],
+        ["crd"],
+        ["inspect"],
+        ["run"],
+        ["train"],
+        ["health"],
+        ["shard-server"],
+        ["operator"],
+    ):
+        result = runner.invoke(app, [*cmd, "--help"])
+        assert result.exit_code == 0, cmd
+        assert "Usage" in result.output
+
+
+def test_version_is_the_packages() -> None:
+    pyproject = tomllib.loads((Path(__file__).parents[3] / "pyproject.toml").read_text())
+    expected = f"graphtrain {pyproject['project']['version']}\n"
+    # the console script (the images run it so) and the in-process command print the same line
+    out = subprocess.run(
+        [sys.executable, "-m", "graphtrain.cli", "--version"], capture_output=True, text=True, timeout=60
+    )
+    assert (out.returncode, out.stdout, out.stderr) == (0, expected, "")
+    result = runner.invoke(app, ["--version"])
+    assert (result.exit_code, result.output) == (0, expected)
+
+
+def test_version_without_package_metadata_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    def missing(name: str) -> str:
+        raise importlib.metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(importlib.metadata, "version", missing)
+    result = runner.invoke(app, ["--version"])
+    assert result.exit_code == 1
+    assert result.output == "error: graphtrain's package metadata is not installed: pip install -e .\n"
+
+
+def test_crd_command_prints_the_generated_crd() -> None:
+    result = runner.invoke(app, ["crd"])
+    assert result.exit_code == 0 and result.output == crd_yaml()
+
+
+@pytest.mark.parametrize("case", sorted(LIFECYCLE_FIELDS))
+def test_validate_names_a_bad_lifecycle_field(tmp_path: Path, case: str) -> None:
+    """runPolicy.cleanPodPolicy, ttlSecondsAfterFinished, startTimeoutSeconds, stallPolicy,
+    storage.whenDeleted, suspend: a wrong value is one problem naming its field, exit 1."""
+    spec = tmp_path / "bad.yaml"
+    spec.write_text(yaml.safe_dump(FIELD_BREAKS[case][0]))
+    result = runner.invoke(app, ["validate", str(spec)])
+    assert result.exit_code == 1 and len(result.output.splitlines()) == 1, result.output
+    assert f"bad.yaml: {LIFECYCLE_FIELDS[case]}: " in result.output
+
+
+def test_validate_reports_every_problem(tmp_path: Path) -> None:
+    spec = tmp_path / "bad.yaml"
+    spec.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "graphtrain.io/v1alpha1",
+                "kind": "GraphTraining",
+                "metadata": {"name": "x"},
+                "spec": {"graph": {"dataset": "cora"}, "training": {"epochs": 0}},
+            }
+        )
+    )
+    result = runner.invoke(app, ["validate", str(spec)])
+    assert result.exit_code == 1
+    assert "2 problem(s)" in result.output
+    assert "spec.graph.dataset" in result.output and "spec.training.epochs" in result.output
+    assert "Traceback" not in result.output
+    missing = runner.invoke(app, ["validate", str(tmp_path / "missing.yaml")])
+    assert missing.exit_code == 1 and "No such file" in missing.output
+
+
+def test_partition_an_edge_list(tmp_path: Path) -> None:
+    edges = write_edges(tmp_path)
+    result = runner.invoke(
+        app,
+        [
+            "partition",
+            "--input",
+            str(edges),
+            "-k",
+            "3",
+            "--balance",
+            "nodes,degree",
+            "--out",
+            str(tmp_path / "out"),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    assert "edge cut" in result.output
+    cfg = partition.load_config(tmp_path / "out")
+    assert cfg.num_parts == 3 and cfg.data["balance"] == ["nodes", "degree"]
+    inspected = runner.invoke(app, ["inspect", str(tmp_path / "out")])
+    assert inspected.exit_code == 0 and "files verified" in inspected.output
+
+
+def test_partition_errors_name_the_problem(tmp_path: Path) -> None:
+    edges = write_edges(tmp_path, n=50)
+    cases = [
+        (["--input", str(edges), "-k", "0"], "partition.parts"),
+        (["--input", str(edges), "-k", "2", "--balance", "nodes,colour"], "partition.balance[1]"),
+        (["--input", str(tmp_path / "none.tsv"), "-k", "2"], "file not found"),
+        (["--input", str(edges), "-k", "51"], "between 1 and the node count 50"),
+        (["--input", str(edges), "-k", "2", "--memory-limit", "1Ki"], "above the memory limit"),
+        (["-k", "2"], "exactly one of graph.dataset, graph.path and graph.triples"),
+    ]
+    for args, needle in cases:
+        result = runner.invoke(app, ["partition", *args, "--out", str(tmp_path / "o")])
+        assert result.exit_code == 1, (args, result.output)
+        assert needle in " ".join(result.output.split()), (args, result.output)
+        assert "Traceback" not in result.output
+    assert not (tmp_path / "o").exists()
+
+
+def test_partition_refuses_to_overwrite(tmp_path: Path) -> None:
+    edges = write_edges(tmp_path)
+    args = ["partition", "--input", str(edges), "-k", "2", "--out", str(tmp_path / "o")]
+    assert runner.invoke(app, args).exit_code == 0
+    again = runner.invoke(app, args)
+    assert again.exit_code == 1 and "--overwrite" in again.output
+    assert runner.invoke(app, [*args, "--overwrite"]).exit_code == 0
+
+
+def test_data_commands_on_an_empty_cache(data_root: Path) -> None:
+    listed = runner.invoke(app, ["data", "list"])
+    assert listed.exit_code == 0 and "gene-pubmed" in listed.output
+    info = runner.invoke(app, ["data", "info", "wordnet"])
+    assert info.exit_code == 1 and "graphtrain data fetch wordnet" in info.output
+    bad = runner.invoke(app, ["data", "fetch", "cora"])
+    assert bad.exit_code == 1 and "unknown dataset 'cora'" in bad.output
+
+
+def test_partition_report_file_is_a_partition_status(tmp_path: Path) -> None:
+    """What the partition Job leaves in its termination message for the operator (< 4 KiB)."""
+    from graphtrain.contract.spec import PartitionStatus
+
+    report = tmp_path / "termination-log"
+    args = ["partition", "--input", str(write_edges(tmp_path)), "-k", "2", "--out", str(tmp_path / "o")]
+    result = runner.invoke(app, [*args, "--report-file", str(report)])
+    assert result.exit_code == 0, result.output
+    text = report.read_text()
+    status = PartitionStatus.model_validate_json(text)
+    assert status.parts == 2 and status.num_nodes == 400 and len(text) < 4096
+
+
+def test_hostname_ordinal() -> None:
+    from graphtrain.runtime.cli import hostname_ordinal
+    from graphtrain.runtime.errors import GraphtrainError
+
+    assert hostname_ordinal("wn-shards-12") == 12
+    for bad in ("wn-shards", "shards-x", "7"):
+        with pytest.raises(GraphtrainError, match="ordinal"):
+            hostname_ordinal(bad)
+
+
+def test_the_operator_without_credentials_says_so_once_and_exits(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "KUBERNETES_SERVICE_HOST"}
+    env.update(KUBECONFIG=str(tmp_path / "missing"), HOME=str(tmp_path))
+    cmd = [sys.executable, "-m", "graphtrain.cli", "operator"]
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 1
+    assert out.stderr.strip().splitlines() == [
+        "error: no Kubernetes credentials (kubeconfig): Invalid kube-config file. No configuration found."
+    ]

@@ -1,0 +1,184 @@
+"""Liveness: a shard server tells "deaf" (nothing can be answered any more) from "busy" (workers are in
+long requests but finish them), restarts a worker thread that ended, and serves its verdict at /livez
+(the operator's liveness probe) and in the health reply (the readiness probe)."""
+
+from __future__ import annotations
+
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from graphtrain.contract import httpd
+from graphtrain.runtime import kvstore
+from graphtrain.runtime.kvstore.server import Limits, ShardServer
+from graphtrain.runtime.kvstore.state import ShardTensors
+from tests.runtime.conftest import TOKEN, servers
+
+
+@pytest.fixture
+def server():
+    srv = ShardServer(ShardTensors(0), TOKEN, "tcp://127.0.0.1:0", workers=2, limits=Limits(deaf_seconds=1.0))
+    srv.start()
+    yield srv
+    srv.stop()
+
+
+def block_stats(srv: ShardServer) -> threading.Event:
+    """Make every `stats` request hold its worker until the returned event is set."""
+    release = threading.Event()
+    run = srv.dispatcher.run
+
+    def slow(req, args, who=None, now=None):
+        if req.op == "stats":
+            release.wait(30)
+        return run(req, args, who, now)
+
+    srv.dispatcher.run = slow  # type: ignore[method-assign]
+    return release
+
+
+def wait_for(predicate, seconds: float = 10.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+@pytest.mark.timeout(60)
+def test_workers_stuck_with_requests_waiting_is_deaf_and_recovers(server: ShardServer) -> None:
+    release = block_stats(server)
+    clients = [kvstore.connect([server.address], TOKEN, timeout=30, retries=0) for _ in range(3)]
+    threads = [threading.Thread(target=c.stats) for c in clients]  # 2 hold the workers, 1 waits
+    for t in threads:
+        t.start()
+    assert wait_for(lambda: not server.liveness()[0], 10)
+    live, why = server.liveness()
+    assert "requests have waited" in why and "stats" in why
+    probe = kvstore.connect([server.address], TOKEN, timeout=5, retries=0)
+    health = probe.health()[0]  # answered by the I/O thread although both workers are stuck
+    assert health["live"] is False and health["busy"] == 2 and health["queued"] == 1
+    release.set()
+    for t in threads:
+        t.join(timeout=10)
+    assert wait_for(lambda: server.liveness()[0], 5)
+    for c in [*clients, probe]:
+        c.close()
+
+
+@pytest.mark.timeout(60)
+def test_busy_workers_that_finish_requests_are_live(server: ShardServer) -> None:
+    run = server.dispatcher.run
+
+    def slow(req, args, who=None, now=None):
+        time.sleep(0.3)  # each request is long, but they keep finishing
+        return run(req, args, who, now)
+
+    server.dispatcher.run = slow  # type: ignore[method-assign]
+    clients = [kvstore.connect([server.address], TOKEN, timeout=30, retries=0) for _ in range(4)]
+    stop = time.monotonic() + 3.0
+    verdicts = []
+
+    def load(c) -> None:
+        while time.monotonic() < stop:
+            c.stats()
+
+    threads = [threading.Thread(target=load, args=(c,)) for c in clients]
+    for t in threads:
+        t.start()
+    while time.monotonic() < stop:
+        verdicts.append(server.liveness()[0])
+        time.sleep(0.1)
+    for t in threads:
+        t.join(timeout=10)
+    assert all(verdicts), "a busy server was reported deaf"
+    for c in clients:
+        c.close()
+
+
+@pytest.mark.timeout(60)
+def test_a_worker_thread_that_ended_is_replaced(server: ShardServer) -> None:
+    dead = threading.Thread(target=lambda: None)
+    dead.start()
+    dead.join()
+    server._workers[0] = dead  # noqa: SLF001 - as if the thread had ended
+    assert not server.liveness()[0]
+    assert wait_for(lambda: server._workers[0] is not dead and server._workers[0].is_alive(), 5)  # noqa: SLF001
+    assert server.liveness()[0]
+    value = server.metrics.registry.get_sample_value(
+        "graphtrain_kvstore_worker_restarts_total", {"shard": "0"}
+    )
+    assert value == 1.0
+    c = kvstore.connect([server.address], TOKEN, timeout=5, retries=0)
+    assert c.stats()[0]["shard"] == 0
+    c.close()
+
+
+def test_a_stalled_io_thread_is_deaf(server: ShardServer) -> None:
+    live, why = server.liveness(now=time.monotonic() + 60)
+    assert not live and "I/O thread" in why
+
+
+def test_readiness_is_the_request_loop_answering_now() -> None:
+    """/readyz (the StatefulSet's readiness probe) is honest: not before the server started, not once
+    a stop was asked for, not when the I/O thread stopped turning for seconds (well before liveness
+    gives up on it), and ready with the shard and its tables otherwise."""
+    srv = ShardServer(ShardTensors(3), TOKEN, "tcp://127.0.0.1:0", workers=1)
+    assert srv.readiness() == (False, "not started")
+    srv.start()
+    try:
+        assert srv.readiness() == (True, "ready: shard 3, 0 tables")
+        ready, why = srv.readiness(now=time.monotonic() + 5)
+        assert not ready and "request loop has not turned" in why
+        assert srv.liveness(now=time.monotonic() + 5)[0]  # still live: the kubelet does not restart it
+        srv.request_stop()
+        assert srv.readiness() == (False, "stopping")
+    finally:
+        srv.stop()
+
+
+@pytest.mark.timeout(60)
+def test_livez_answers_the_verdict(server: ShardServer) -> None:
+    verdict = {"v": (True, "ok")}
+    http = httpd.serve_metrics(server.metrics.registry, "127.0.0.1", 0, {"/livez": lambda: verdict["v"]})
+    port = http.port
+    try:
+        body = urllib.request.urlopen(f"http://127.0.0.1:{port}/livez", timeout=5).read().decode()
+        assert body.strip() == "ok"
+        verdict["v"] = (False, "the I/O thread has not turned for 12 s")
+        with pytest.raises(urllib.error.HTTPError) as exc:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/livez", timeout=5)
+        assert exc.value.code == 503 and b"not turned" in exc.value.read()
+        metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+        assert 'graphtrain_kvstore_live{shard="0"} 1.0' in metrics
+        assert "\nprocess_resident_memory_bytes " in metrics  # the dashboards' memory panel
+    finally:
+        http.close()
+
+
+@pytest.mark.timeout(120)
+def test_a_server_process_serves_livez_and_readyz(ckroot: Path) -> None:
+    with servers(1, ckroot, "--metrics-port", "0") as srv:
+        base = f"http://127.0.0.1:{srv[0].metrics_port}"
+        for path in ("/livez", "/readyz"):
+            assert urllib.request.urlopen(base + path, timeout=5).status == 200
+        said = urllib.request.urlopen(base + "/readyz?verbose", timeout=5).read().decode()
+        assert said == "ready: shard 0, 0 tables\n"
+        client = kvstore.connect([srv[0].address], TOKEN)
+        client.create("t", 10, (2,), "float32", np.array([0, 10]))
+        assert client.health()[0] == {
+            "shard": 0,
+            "tensors": 1,
+            "live": True,
+            "why": "ok",
+            "workers": 4,
+            "busy": 0,
+            "queued": 0,
+        }
+        client.close()

@@ -1,0 +1,98 @@
+"""2 shard servers + 2 client processes train an embedding with each optimizer; the final rows and
+optimizer state equal a single-process reference that applies the same updates in the same order."""
+
+from __future__ import annotations
+
+import dataclasses
+import multiprocessing as mp
+from pathlib import Path
+
+import pytest
+import torch
+
+from graphtrain.runtime.kvstore.checkpoint import export_state, export_table
+from graphtrain.runtime.kvstore.state import init_rows
+from graphtrain.runtime.optim import OptimConfig, make_state, sparse_step
+from tests.runtime.conftest import TOKEN, servers
+from tests.runtime.kvstore import workers as kv_worker
+
+CONFIGS = [
+    OptimConfig("sgd", 0.1),
+    OptimConfig("adagrad", 0.1, eps=1e-8, initial_accumulator=0.1),
+    OptimConfig("rowwise_adagrad", 0.1, eps=1e-8, duplicate="mean"),
+    OptimConfig("adam", 0.01, eps=1e-8, step_count="row"),
+    OptimConfig("adam", 0.01, eps=1e-8, step_count="global", duplicate="mean", weight_decay=0.01),
+]
+
+
+def reference(config: OptimConfig, world: int) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    table = torch.empty(kv_worker.NUM_ROWS, kv_worker.DIM)
+    init_rows(kv_worker.INIT, 0, kv_worker.NUM_ROWS, (kv_worker.DIM,), table)
+    state = make_state(config, kv_worker.NUM_ROWS, kv_worker.DIM)
+    for step in range(kv_worker.STEPS):
+        for rank in range(world):
+            ids, grads = kv_worker.batch(rank, step)
+            if config.kind == "adam" and config.step_count == "global":
+                state["step"][0] = step  # each trainer's push is its step number step + 1
+            sparse_step(config, table, state, ids, grads, backend="torch")
+    return table, state
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("config", CONFIGS, ids=lambda c: f"{c.kind}-{c.step_count}-{c.duplicate}")
+def test_two_servers_two_clients_match_single_process(config: OptimConfig, ckroot: Path) -> None:
+    with servers(2, ckroot) as srv:
+        addresses = [s.address for s in srv]
+        ctx = mp.get_context("spawn")
+        procs = [
+            ctx.Process(
+                target=kv_worker.train, args=(addresses, TOKEN, r, 2, dataclasses.asdict(config), str(ckroot))
+            )
+            for r in range(2)
+        ]
+        for p in procs:
+            p.start()
+        for p in procs:
+            p.join(timeout=180)
+            assert p.exitcode == 0, f"client exited with {p.exitcode}"
+    table, state = reference(config, 2)
+    got = torch.from_numpy(export_table(ckroot / "final", "emb"))
+    torch.testing.assert_close(got, table, rtol=1e-5, atol=1e-6)
+    got_state = export_state(ckroot / "final", "emb")
+    assert set(got_state) == set(state)
+    for key, value in state.items():
+        torch.testing.assert_close(torch.from_numpy(got_state[key]), value, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("config", CONFIGS[2:], ids=lambda c: f"{c.kind}-{c.step_count}")
+def test_push_larger_than_a_chunk_matches_single_process(config: OptimConfig, ckroot: Path) -> None:
+    """A push of 12.8 MB per shard goes as several chunk requests that the server applies while the
+    rest arrive: the result is one optimizer step, as a single request's would be."""
+    import numpy as np
+
+    from graphtrain.runtime import kvstore
+    from graphtrain.runtime.kvstore.protocol import CHUNK_BYTES
+
+    rows, dim, n = 300_000, 32, 200_000
+    assert n // 2 * dim * 4 > 2 * CHUNK_BYTES
+    bounds = np.array([0, rows // 2, rows])
+    init = {"kind": "uniform", "seed": 3}
+    table = torch.empty(rows, dim)
+    init_rows(init, 0, rows, (dim,), table)
+    state = make_state(config, rows, dim)
+    g = torch.Generator().manual_seed(0)
+    with servers(2, ckroot) as srv:
+        client = kvstore.connect([s.address for s in srv], TOKEN)
+        client.create("big", rows, (dim,), "float32", bounds, init)
+        client.set_optimizer("big", dataclasses.asdict(config))
+        for step in range(2):
+            ids = torch.randint(0, rows, (n,), generator=g)
+            grads = torch.randn(n, dim, generator=g)
+            client.push_grad("big", ids.numpy(), grads.numpy(), bounds, config.duplicate == "mean", step + 1)
+            if config.step_count == "global":
+                state["step"][0] = step
+            sparse_step(config, table, state, ids, grads, backend="torch")
+        got = client.pull("big", np.arange(rows), bounds, (dim,), np.float32)
+        client.close()
+    torch.testing.assert_close(torch.from_numpy(got), table, rtol=1e-5, atol=1e-6)

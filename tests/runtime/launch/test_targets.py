@@ -1,0 +1,90 @@
+"""The file_sd targets a local run writes (launch/targets.py) and how the launcher keeps them."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+from graphtrain.contract.spec import parse
+from graphtrain.runtime.launch import local, plan, targets
+from tests.contract.spec_cases import GRAPHSAGE
+
+
+def test_the_document_has_every_known_port_with_its_labels() -> None:
+    doc = targets.document(
+        "ml", "wn", [7001, None], [8001, 8002], 9001, [("graphtrain-api", 9500, {"extra": "x"})]
+    )
+    assert doc == [
+        {
+            "targets": ["127.0.0.1:7001"],
+            "labels": {"job": "graphtrain-shard", "namespace": "ml", "training": "wn", "shard": "0"},
+        },
+        {
+            "targets": ["127.0.0.1:8001"],
+            "labels": {"job": "graphtrain-trainer", "namespace": "ml", "training": "wn", "rank": "0"},
+        },
+        {
+            "targets": ["127.0.0.1:8002"],
+            "labels": {"job": "graphtrain-trainer", "namespace": "ml", "training": "wn", "rank": "1"},
+        },
+        {
+            "targets": ["127.0.0.1:9001"],
+            "labels": {"job": "graphtrain-launcher", "namespace": "ml", "training": "wn"},
+        },
+        {
+            "targets": ["127.0.0.1:9500"],
+            "labels": {"job": "graphtrain-api", "namespace": "ml", "training": "wn", "extra": "x"},
+        },
+    ]
+    assert targets.document("ml", "wn", [], [], None) == []
+
+
+def test_the_file_is_replaced_whole(tmp_path: Path) -> None:
+    path = targets.write(tmp_path, [targets.target("j", 1, "ns", "t")])
+    assert path == tmp_path / "prometheus" / "targets.json"
+    targets.write(tmp_path, [])
+    assert json.loads(path.read_text()) == []
+    assert [p.name for p in path.parent.iterdir()] == ["targets.json"]  # no temporary file left
+
+
+def fake_child(tmp_path: Path, rank: int, pid: int) -> local.Child:
+    proc = subprocess.Popen.__new__(subprocess.Popen)
+    proc.pid = pid
+    p = plan.ProcessPlan(f"trainer-{rank}", [], plan.port_file(tmp_path, rank))
+    return local.Child(p, proc, tmp_path / "log")
+
+
+def test_a_trainers_port_is_learnt_from_its_own_port_file_only(tmp_path: Path) -> None:
+    child = fake_child(tmp_path, 1, pid=os.getpid())
+    assert not child.learn_port()  # not written yet
+    assert child.plan.port_file is not None
+    child.plan.port_file.parent.mkdir(parents=True)
+    child.plan.port_file.write_text(json.dumps({"port": 4242, "pid": os.getpid() + 1}))
+    assert not child.learn_port() and child.metrics_port is None  # a predecessor's
+    child.plan.port_file.write_text("{half")
+    assert not child.learn_port()
+    child.plan.port_file.write_text(json.dumps({"port": 4242, "pid": os.getpid()}))
+    assert child.learn_port() and child.metrics_port == 4242
+    assert not child.learn_port()  # known already: nothing new
+
+
+def test_the_launcher_rewrites_its_targets_with_the_callers_ones(tmp_path: Path) -> None:
+    gt = parse({**GRAPHSAGE, "metadata": {"name": "wn", "namespace": "ml"}})
+    run = local.LocalRun(gt, tmp_path / "spec.yaml", tmp_path / "run", echo=False)
+    run.add_target(targets.JOB_API, 9500)  # before the run: kept for its first write
+    assert not (run.run_dir / targets.TARGETS_FILE).exists()
+    run.metrics_port = 9001
+    run.trainers = [fake_child(tmp_path, 0, pid=1)]
+    run.trainers[0].metrics_port = 8001
+    run.write_targets()
+    run.add_target("graphtrain-other", 9600, {"k": "v"})  # during the run: written at once
+    doc = json.loads((run.run_dir / targets.TARGETS_FILE).read_text())
+    assert [(e["labels"]["job"], e["targets"][0]) for e in doc] == [
+        ("graphtrain-trainer", "127.0.0.1:8001"),
+        ("graphtrain-launcher", "127.0.0.1:9001"),
+        ("graphtrain-api", "127.0.0.1:9500"),
+        ("graphtrain-other", "127.0.0.1:9600"),
+    ]
+    assert {e["labels"]["namespace"] for e in doc} == {"ml"} and doc[-1]["labels"]["k"] == "v"
