@@ -900,7 +900,8 @@ def run(
 
     The run directory and everything in it are private to you (mode 0700/0600).
     """
-    from graphtrain.runtime.launch.local import LocalRun, Terminated, stop_on_signals
+    from graphtrain.runtime.launch.local import LocalRun
+    from graphtrain.runtime.launch.processes import Terminated, stop_on_signals
 
     gt = load_yaml(_read(spec_path))
     explicit_run_dir = run_dir is not None
