@@ -13,32 +13,25 @@ import functools
 import json
 import socket
 import sys
-import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import typer
-from pydantic import ValidationError
 from rich.console import Console
 from rich.markup import escape
 
 from graphtrain.contract.spec import (
     FileFormat,
     GraphSource,
-    GraphTraining,
     GraphTrainingSpec,
     ModelKind,
     NodeIds,
-    PartitionSpec,
-    Problem,
     SpecError,
     TriplesSource,
     load_yaml,
-    problems_from_validation,
-    quantity_to_bytes,
 )
-from graphtrain.runtime.errors import GraphtrainError
+from graphtrain.runtime.errors import GraphtrainError, data_warnings
 
 app = typer.Typer(
     help="graphtrain: train graph models with huge, sharded, learnable embedding tables.",
@@ -147,25 +140,20 @@ def _data_problems(spec: GraphTrainingSpec, base_dir: Path, data_dir: Path | Non
     with shown_warnings():
         found, notes = review(spec, datasets.load_source(spec.graph, data_dir, base_dir=base_dir))
     for note in notes:
-        err.print(f"[yellow]warning:[/yellow] {escape(note)}", highlight=False)
+        warn(note)
     return list(found), ""
+
+
+def warn(message: str) -> None:
+    """One `warning: ...` line on stderr (a DataWarning's message, a note on the data)."""
+    err.print(f"[yellow]warning:[/yellow] {escape(message)}", highlight=False)
 
 
 @contextlib.contextmanager
 def shown_warnings() -> Iterator[None]:
     """Print the DataWarnings raised inside as `warning: ...` lines (a word, never silent)."""
-    from graphtrain.runtime.errors import DataWarning
-
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", DataWarning)
-        try:
-            yield
-        finally:
-            for w in caught:
-                if issubclass(w.category, DataWarning):
-                    err.print(f"[yellow]warning:[/yellow] {escape(str(w.message))}", highlight=False)
-                else:
-                    warnings.showwarning(w.message, w.category, w.filename, w.lineno)
+    with data_warnings(warn):
+        yield
 
 
 def _read(path: Path) -> str:
@@ -322,116 +310,37 @@ def partition(
     Settings come from --spec (its graph and partition sections) and are overridden by options. Relative
     file paths in the spec are read from the spec's directory (or --base-dir).
     """
-    from graphtrain.runtime import partition as partitioning
-    from graphtrain.runtime.data import datasets
-    from graphtrain.runtime.data.checks import check_data
-    from graphtrain.runtime.data.inputs import resolve
-    from graphtrain.runtime.progress import spinner
+    from graphtrain.contract.roles import PartitionParams
+    from graphtrain.runtime.launch import partition_step
     from graphtrain.runtime.report import partition_table
 
-    graph_overrides: dict[str, Any] = {"reverseEdges": reverse_edges}
-    if dataset is not None:
-        graph_overrides["dataset"] = dataset
-    if input_path is not None:
-        graph_overrides.update(path=str(input_path), format=fmt, numNodes=num_nodes)
-    if node_ids is not None:
-        graph_overrides["nodeIds"] = node_ids
-    source, pspec, projection, gt = _partition_settings(
-        spec_path,
-        graph_overrides,
-        {
-            "parts": parts,
-            "algorithm": algorithm,
-            "maxImbalance": max_imbalance,
-            "seed": seed,
-            "memoryLimit": memory_limit,
-            "balance": [b.strip() for b in balance.split(",") if b.strip()] if balance else None,
-        },
+    params = PartitionParams(
+        spec_path=spec_path,
+        out_dir=out_dir,
+        dataset=dataset,
+        input_path=input_path,
+        fmt=fmt,
+        num_nodes=num_nodes,
+        node_ids=node_ids,
+        reverse_edges=reverse_edges,
+        parts=parts,
+        algorithm=algorithm,
+        balance=balance,
+        max_imbalance=max_imbalance,
+        seed=seed,
+        memory_limit=memory_limit,
+        overwrite=overwrite,
+        as_json=as_json,
+        data_dir=data_dir,
+        base_dir=base_dir,
+        report_file=report_file,
     )
-    partitioning.check_output(out_dir, overwrite)  # before any work
-    base = base_dir if base_dir is not None else (spec_path.parent if spec_path is not None else Path.cwd())
-    source = resolve(source, base)
-    limit = quantity_to_bytes(pspec.memory_limit) if pspec.memory_limit else None
-    if source.num_nodes is not None:
-        partitioning.check_node_count(source.num_nodes, limit)  # before allocating anything for the nodes
-    with shown_warnings():
-        graph = datasets.load_source(source, data_dir)
-        if gt is not None:
-            check_data(gt, graph)
-    if projection:
-        from graphtrain.runtime.data.transform import project_graph_features
-
-        project_graph_features(graph, projection, seed=0)
-    with spinner() as bar:
-        bar.add_task(f"partitioning {graph.name} into {pspec.parts}", total=None)
-        result = partitioning.partition_graph(
-            graph,
-            pspec.parts,
-            str(pspec.algorithm),
-            [str(b) for b in pspec.balance],
-            pspec.max_imbalance,
-            pspec.seed,
-            limit,
-        )
-        config_path = partitioning.write(graph, result, out_dir, overwrite=overwrite)
-    config = partitioning.load_config(config_path).data
-    if report_file is not None:
-        from graphtrain.runtime.data.cache import reason
-        from graphtrain.runtime.launch.status import partition_status
-
-        report = partition_status(config).model_dump(by_alias=True, exclude_none=True, mode="json")
-        try:  # in place, not renamed: /dev/termination-log is a file the kubelet mounted
-            report_file.write_text(json.dumps(report, separators=(",", ":")))
-        except OSError as exc:
-            raise GraphtrainError(f"{report_file}: cannot write the report ({reason(exc)})") from None
+    config = partition_step.job(params, warn)
     if as_json:
-        sys.stdout.write(json.dumps({k: v for k, v in config.items() if k != "files"}, indent=2) + "\n")
+        sys.stdout.write(json.dumps({k: v for k, v in config.data.items() if k != "files"}, indent=2) + "\n")
     else:
-        out.print(partition_table(config))
-        out.print(f"written to {config_path}", markup=False)
-
-
-def _partition_settings(
-    spec_path: Path | None, graph_overrides: dict[str, Any], partition_overrides: dict[str, Any]
-) -> tuple[GraphSource, PartitionSpec, int | None, GraphTraining | None]:
-    """Merge a spec's graph/partition sections with command-line overrides (None = not given), then
-    validate both with the spec models so errors name the same fields a spec would. The spec comes back
-    too (None without --spec) for the checks of its model against the data."""
-    graph: dict[str, Any] = {}
-    part: dict[str, Any] = {}
-    projection = None
-    gt = None
-    if spec_path is not None:
-        gt = load_yaml(_read(spec_path))
-        graph = gt.spec.graph.model_dump(by_alias=True, exclude_none=True)
-        part = gt.spec.partition.model_dump(by_alias=True, exclude_none=True)
-        projection = gt.spec.model.feature_projection
-    if "dataset" in graph_overrides or "path" in graph_overrides:
-        graph = {k: v for k, v in graph.items() if k not in _SOURCE_KEYS}
-        gt = None  # another graph than the spec's: its model is not checked against it
-    graph.update({k: v for k, v in graph_overrides.items() if v is not None})
-    part.update({k: v for k, v in partition_overrides.items() if v is not None})
-    problems: list[Problem] = []
-    source = pspec = None
-    for prefix, model, data in (("graph", GraphSource, graph), ("partition", PartitionSpec, part)):
-        try:
-            validated = model.model_validate(data)
-        except ValidationError as exc:
-            problems += [
-                Problem(path=f"{prefix}.{p.path}", message=p.message) for p in problems_from_validation(exc)
-            ]
-            continue
-        if prefix == "graph":
-            source = validated
-        else:
-            pspec = validated
-    if problems:
-        raise SpecError(problems, title="invalid partition settings")
-    assert source is not None and pspec is not None
-    return source, pspec, projection, gt
-
-
-_SOURCE_KEYS = ("dataset", "path", "triples", "format", "numNodes", "nodeIds", "features", "labels")
+        out.print(partition_table(config.data))
+        out.print(f"written to {config.path}", markup=False)
 
 
 @app.command()

@@ -28,8 +28,9 @@ with that epoch's mean loss and its own validation metric (none when it was not 
 the current epoch only when one runs longer than IN_EPOCH_EVERY. A failed process is one line: the
 `error: ...` line it printed (a known error), or the last line of its traceback, and where its log is.
 
-Its parts: processes.py starts, watches and stops the processes and owns the run directory; reuse.py
-decides what a launch takes over from the one before (an unchanged partition, the checkpoint to resume).
+Its parts: processes.py starts, watches and stops the processes and owns the run directory;
+partition_step.py is the partition pipeline the operator's partition Job runs too; reuse.py decides
+what a launch takes over from the one before (an unchanged partition, the checkpoint to resume).
 
 Metrics: every process serves Prometheus metrics on 127.0.0.1 on a port it picks (a shard server names
 it in its ready line, a trainer writes it to its port file, plan.port_file), the launcher too (the
@@ -50,7 +51,6 @@ import signal
 import subprocess
 import threading
 import time
-import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -65,12 +65,10 @@ from graphtrain.contract.spec import (
     Phase,
     Progress,
     ShardState,
-    quantity_to_bytes,
 )
 from graphtrain.runtime.data.cache import atomic_file, write_json
-from graphtrain.runtime.data.checks import check_data
-from graphtrain.runtime.errors import DataWarning, GraphtrainError
-from graphtrain.runtime.launch import plan, reuse, status, targets
+from graphtrain.runtime.errors import GraphtrainError
+from graphtrain.runtime.launch import partition_step, plan, reuse, status, targets
 from graphtrain.runtime.launch.processes import (
     Child,
     RunFailed,
@@ -197,53 +195,37 @@ class LocalRun:
     # ------------------------------------------------------------------------------- partition
 
     def partition(self) -> Path:
-        """Partition the spec's graph into <run_dir>/partition, or reuse the partition there when the
-        graph and partition settings and the input files' contents are unchanged (launch/reuse.py).
-        Relative input paths are the spec's directory's. What the data says that the run should know
-        (isolated nodes dropped, a directed graph without reverseEdges) is said; what the spec needs that
-        the data lacks stops the run here, naming the field, before any server starts."""
-        from graphtrain.runtime import partition as partitioning
+        """Partition the spec's graph into <run_dir>/partition (launch/partition_step.py: the pipeline the
+        partition Job runs too), or reuse the partition there when the graph and partition settings and
+        the input files' contents are unchanged (launch/reuse.py). Relative input paths are the spec's
+        directory's. What the data says that the run should know (isolated nodes dropped, a directed
+        graph without reverseEdges) is said; what the spec needs that the data lacks stops the run here,
+        naming the field, before any server starts."""
         from graphtrain.runtime.data import datasets, inputs
 
-        spec = self.gt.spec
-        source = inputs.resolve(spec.graph, self.spec_path.parent)
+        work = partition_step.from_spec(self.gt, self.spec_path.parent)
         cached = None
-        if source.dataset is not None:
+        if work.source.dataset is not None:
             with umask(self.user_umask):  # the dataset cache is shared, not the run's
-                cached = datasets.fetch(str(source.dataset), self.data_dir)
-        key = reuse.partition_key(spec, source, inputs.fingerprint(source, cached))
+                cached = datasets.fetch(str(work.source.dataset), self.data_dir)
+        key = reuse.partition_key(self.gt.spec, work.source, inputs.fingerprint(work.source, cached))
         out = self.run_dir / "partition"
         cfg = reuse.reusable_partition(self.run_dir, key, self.resume)
         if cfg is not None:
             self.say(f"[run] reusing the partition in {out} (same settings, same input files)")
-            self.obs.partition = cfg.data
-            return cfg.path
-        self.say(f"[run] partitioning {source.described} into {spec.partition.parts}")
-        with umask(self.user_umask), warnings.catch_warnings(record=True) as said:
-            warnings.simplefilter("always", DataWarning)
-            graph = datasets.load_source(source, self.data_dir)
-            check_data(self.gt, graph)
-        for w in said:
-            if issubclass(w.category, DataWarning):
-                self.say(f"[run] warning: {w.message}")
-        if spec.model.feature_projection:
-            from graphtrain.runtime.data.transform import project_graph_features
-
-            project_graph_features(graph, spec.model.feature_projection, seed=0)
-        limit = quantity_to_bytes(spec.partition.memory_limit) if spec.partition.memory_limit else None
-        result = partitioning.partition_graph(
-            graph,
-            spec.partition.parts,
-            str(spec.partition.algorithm),
-            [str(b) for b in spec.partition.balance],
-            spec.partition.max_imbalance,
-            spec.partition.seed,
-            limit,
-        )
-        config = partitioning.write(graph, result, out, overwrite=True)
-        reuse.partitioned_for(self.run_dir, key)
-        self.obs.partition = partitioning.load_config(config).data
-        return config
+        else:
+            self.say(f"[run] partitioning {work.source.described} into {work.settings.parts}")
+            cfg = partition_step.partition(
+                work,
+                out,
+                overwrite=True,
+                data_dir=self.data_dir,
+                warn=lambda message: self.say(f"[run] warning: {message}"),
+                loading=lambda: umask(self.user_umask),
+            )
+            reuse.partitioned_for(self.run_dir, key)
+        self.obs.partition = cfg.data
+        return cfg.path
 
     # ------------------------------------------------------------------------------- processes
 
