@@ -1,7 +1,7 @@
 """The command line of each runtime role (`partition`, `shard-server`, `train`), built once for both
 executors.
 
-Both executors run the same entry points (ARCHITECTURE.md §2): the local launcher as processes
+Both executors run the same entry points (docs/architecture.md §2): the local launcher as processes
 (`python -m graphtrain.runtime.cli <role> ...`), the operator as container args (`graphtrain <role> ...`).
 They differ only in values: where the files live, ipc:// or tcp://, shared memory or not, where progress
 goes. So each builder takes those values as parameters and no executor spells a CLI option itself; a

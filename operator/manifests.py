@@ -1,7 +1,7 @@
 """Pure builders of every child of a GraphTraining: dicts in, dicts out, no API calls.
 
-Children of `<name>` (ARCHITECTURE.md §6), all with an ownerReference to the GraphTraining and the
-labels graphtrain.io/training and graphtrain.io/role:
+Children of `<name>` (docs/architecture.md §2; names and labels from contract/children.py), all with an
+ownerReference to the GraphTraining and the labels graphtrain.io/training and graphtrain.io/role:
   <name>-config     ConfigMap: the applied spec (spec.yaml), read by every container
   <name>-token      Secret: the shard servers' shared token
   <name>-progress   ConfigMap: progress and per-rank heartbeats written by the trainers
