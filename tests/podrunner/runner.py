@@ -63,7 +63,7 @@ from typing import Any
 import urllib3
 import yaml
 
-from tests.podrunner import decide as D
+from tests.podrunner import decide
 
 Obj = dict[str, Any]
 REPO = Path(__file__).resolve().parents[2]  # this checkout (graphtrain is installed from it)
@@ -179,8 +179,8 @@ class Container:
     state: Obj = field(default_factory=lambda: {"waiting": {"reason": "ContainerCreating"}})
     last: Obj | None = None
     next_start: float = 0.0
-    ready: D.ProbeTrack = field(default_factory=lambda: D.ProbeTrack(passing=False))
-    live: D.ProbeTrack = field(default_factory=lambda: D.ProbeTrack(passing=True))
+    ready: decide.ProbeTrack = field(default_factory=lambda: decide.ProbeTrack(passing=False))
+    live: decide.ProbeTrack = field(default_factory=lambda: decide.ProbeTrack(passing=True))
     stop_probes: threading.Event = field(default_factory=threading.Event)
     killing: bool = False
 
@@ -358,10 +358,10 @@ class PodRunner:
     # ----------------------------------------------------------------------------- controllers
 
     def _job(self, job: Obj, pods: list[Obj]) -> None:
-        m = D.meta(job)
+        m = decide.meta(job)
         if m.get("deletionTimestamp"):
             return
-        create, status = D.job_decision(job, pods)
+        create, status = decide.job_decision(job, pods)
         old = job.get("status") or {}
         status["startTime"] = old.get("startTime") or now_iso()
         if any(c["type"] == "Complete" for c in status.get("conditions") or []):
@@ -378,28 +378,28 @@ class PodRunner:
             name = f"{m['name']}-{uuid.uuid4().hex[:5]}"
             labels = {
                 "job-name": m["name"],
-                D.LABEL_JOB: m["name"],
+                decide.LABEL_JOB: m["name"],
                 "controller-uid": m["uid"],
                 "batch.kubernetes.io/controller-uid": m["uid"],
             }
-            self.api.create("api/v1", m["namespace"], "pods", D.pod_from_template(job, name, labels))
+            self.api.create("api/v1", m["namespace"], "pods", decide.pod_from_template(job, name, labels))
 
     def _statefulset(self, sts: Obj, pods: list[Obj]) -> None:
-        m = D.meta(sts)
+        m = decide.meta(sts)
         if m.get("deletionTimestamp"):
             return
-        create, delete, status = D.sts_decision(sts, pods)
+        create, delete, status = decide.sts_decision(sts, pods)
         for name in delete:
             self.api.delete("api/v1", m["namespace"], "pods", name)
         for ordinal in create:
-            self.api.create("api/v1", m["namespace"], "pods", D.sts_pod(sts, ordinal))
+            self.api.create("api/v1", m["namespace"], "pods", decide.sts_pod(sts, ordinal))
         old = sts.get("status") or {}
         if {k: old.get(k) for k in status} != status:
             self.api.status("apis/apps/v1", m["namespace"], "statefulsets", m["name"], status)
 
     def _claims(self) -> None:
         for pvc in self.api.list("api/v1", "persistentvolumeclaims"):
-            m = D.meta(pvc)
+            m = decide.meta(pvc)
             if (pvc.get("status") or {}).get("phase") != "Bound" and not m.get("deletionTimestamp"):
                 self._claim_dir(m["namespace"], m["name"])
                 status = {"phase": "Bound", "accessModes": (pvc.get("spec") or {}).get("accessModes", [])}
@@ -415,13 +415,13 @@ class PodRunner:
                 if exc.status == 404:  # a kind this server does not serve
                     continue
                 raise
-            uids |= {D.meta(i).get("uid", "") for i in items}
+            uids |= {decide.meta(i).get("uid", "") for i in items}
             if (prefix, plural) in GC_KINDS:
                 objects += [(prefix, plural, i) for i in items]
-        victims = {id(v) for v in D.gc_victims([o for _, _, o in objects], uids)}
+        victims = {id(v) for v in decide.gc_victims([o for _, _, o in objects], uids)}
         for prefix, plural, obj in objects:
             if id(obj) in victims:
-                m = D.meta(obj)
+                m = decide.meta(obj)
                 self.api.delete(prefix, m["namespace"], plural, m["name"])
 
     # -------------------------------------------------------------------------------- kubelet
@@ -429,14 +429,14 @@ class PodRunner:
     def _kubelet(self, pods: list[Obj], services: list[Obj]) -> None:
         seen = {}
         for pod in pods:
-            m = D.meta(pod)
+            m = decide.meta(pod)
             key = (m["namespace"], m["name"])
             run = self.pods.get(key)
             if run is not None and run.uid != m["uid"]:  # deleted and re-created meanwhile
                 self._forget(run)
                 run = None
             if run is None:
-                if D.terminal(pod) or m.get("deletionTimestamp"):
+                if decide.terminal(pod) or m.get("deletionTimestamp"):
                     continue
                 run = self._admit(pod)
             run.pod = pod
@@ -447,7 +447,7 @@ class PodRunner:
         known = [
             {**r.pod, "status": {**(r.pod.get("status") or {}), "podIP": r.ip}} for r in self.pods.values()
         ]
-        names = D.dns_names(known, services)
+        names = decide.dns_names(known, services)
         for run in self.pods.values():
             self._hosts(run, names)
         for run in list(self.pods.values()):
@@ -468,7 +468,7 @@ class PodRunner:
         return ip
 
     def _admit(self, pod: Obj) -> PodRun:
-        m, spec = D.meta(pod), pod["spec"]
+        m, spec = decide.meta(pod), pod["spec"]
         ip = self._ip()
         pdir = self.root / "pods" / f"{m['namespace']}_{m['name']}_{m['uid'][:8]}"
         pdir.mkdir(parents=True, exist_ok=True)
@@ -568,7 +568,7 @@ class PodRunner:
             }
             maps = self._referenced(run, "configMapKeyRef", "configmaps")
             env.update(
-                D.container_env(run.pod, c.spec, maps, self._referenced(run, "secretKeyRef", "secrets"))
+                decide.container_env(run.pod, c.spec, maps, self._referenced(run, "secretKeyRef", "secrets"))
             )
             run.env[c.spec["name"]] = env
 
@@ -584,7 +584,7 @@ class PodRunner:
 
     def _hosts(self, run: PodRun, names: list[tuple[str, str]]) -> None:
         hostname = run.pod["spec"].get("hostname") or run.name
-        text = D.hosts_file(run.ip, hostname, names)
+        text = decide.hosts_file(run.ip, hostname, names)
         if text == run.hosts:
             return
         path = run.dir / "hosts"
@@ -621,7 +621,7 @@ class PodRunner:
 
     def _start(self, run: PodRun, c: Container) -> None:
         env = run.env[c.spec["name"]]
-        command, args = D.command_line(c.spec, env)
+        command, args = decide.command_line(c.spec, env)
         if not command and not args:
             c.state = {"waiting": {"reason": "CreateContainerConfigError", "message": "no command"}}
             return
@@ -656,8 +656,8 @@ class PodRunner:
         c.started = now_iso()
         c.state = {"running": {"startedAt": c.started}}
         c.killing = False
-        c.ready = D.ProbeTrack(passing=False)
-        c.live = D.ProbeTrack(passing=True)
+        c.ready = decide.ProbeTrack(passing=False)
+        c.live = decide.ProbeTrack(passing=True)
         c.stop_probes = threading.Event()
         for kind in ("readinessProbe", "livenessProbe"):
             if kind in c.spec:
@@ -671,7 +671,7 @@ class PodRunner:
     def _exited(self, run: PodRun, c: Container) -> None:
         assert c.proc is not None
         c.stop_probes.set()
-        code = D.exit_code_of(c.proc.returncode)
+        code = decide.exit_code_of(c.proc.returncode)
         if self.mode == "podman" and code == 125:  # podman itself failed: say why, as a config error
             code = 128
         c.proc = None
@@ -679,19 +679,19 @@ class PodRunner:
         log = (run.dir / f"{c.spec['name']}-{c.restarts}.log").read_text(errors="replace")
         term = {
             "exitCode": code,
-            "reason": D.exit_reason(code),
+            "reason": decide.exit_reason(code),
             "startedAt": c.started,
             "finishedAt": now_iso(),
             "containerID": f"{self.mode}://{c.name or run.name}",
         }
         if code > 128:
             term["signal"] = code - 128
-        message = D.termination_message(c.spec.get("terminationMessagePolicy"), written, log, code)
+        message = decide.termination_message(c.spec.get("terminationMessagePolicy"), written, log, code)
         if message:
             term["message"] = message
-        if D.should_restart(c.policy, code) and not self._stop.is_set():
+        if decide.should_restart(c.policy, code) and not self._stop.is_set():
             c.last = {"terminated": term}
-            c.next_start = time.monotonic() + D.restart_delay(c.restarts)
+            c.next_start = time.monotonic() + decide.restart_delay(c.restarts)
             c.restarts += 1
             c.state = {
                 "waiting": {"reason": "CrashLoopBackOff", "message": f"back-off restarting {c.spec['name']}"}
@@ -702,7 +702,7 @@ class PodRunner:
     def _report(self, run: PodRun) -> None:
         states = [c.state for c in run.containers]
         policy = run.pod["spec"].get("restartPolicy", "Always")
-        phase = "Pending" if run.failed else D.pod_phase(policy, states)
+        phase = "Pending" if run.failed else decide.pod_phase(policy, states)
         statuses = [c.status() for c in run.containers]
         ready = phase == "Running" and all(s["ready"] for s in statuses)
         old = run.pod.get("status") or {}
@@ -712,7 +712,7 @@ class PodRunner:
             "podIPs": [{"ip": run.ip}],
             "hostIP": run.ip,
             "startTime": run.start,
-            "conditions": D.pod_conditions(True, ready, now_iso(), old.get("conditions")),
+            "conditions": decide.pod_conditions(True, ready, now_iso(), old.get("conditions")),
             "containerStatuses": statuses,
         }
         if status != run.reported:
@@ -723,7 +723,7 @@ class PodRunner:
 
     def _probe_loop(self, run: PodRun, c: Container, kind: str, stop: threading.Event) -> None:
         probe = c.spec[kind]
-        delay, period, timeout = D.probe_timing(probe)
+        delay, period, timeout = decide.probe_timing(probe)
         if stop.wait(delay):
             return
         while not stop.is_set():
@@ -739,16 +739,16 @@ class PodRunner:
         try:
             if "httpGet" in probe:
                 get = probe["httpGet"]
-                port = D.port_number(c.spec, get["port"])
+                port = decide.port_number(c.spec, get["port"])
                 url = f"http://{run.ip}:{port}{get.get('path', '/')}"
                 with urllib.request.urlopen(url, timeout=timeout) as resp:  # noqa: S310 - a pod's own port
                     return 200 <= resp.status < 400
             if "tcpSocket" in probe:
-                port = D.port_number(c.spec, probe["tcpSocket"]["port"])
+                port = decide.port_number(c.spec, probe["tcpSocket"]["port"])
                 with socket.create_connection((run.ip, port), timeout=timeout):
                     return True
             if "exec" in probe:
-                cmd = [D.expand(a, run.env[c.spec["name"]]) for a in probe["exec"]["command"]]
+                cmd = [decide.expand(a, run.env[c.spec["name"]]) for a in probe["exec"]["command"]]
                 proc = c.proc
                 if proc is None:
                     return False

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.podrunner import decide as D
+from tests.podrunner import decide
 
 NS = "ml"
 
@@ -64,7 +64,7 @@ def test_job_pods_backoff_and_conditions(
 ) -> None:
     job = owner("Job", "p", "J", {"backoffLimit": limit, "template": TEMPLATE})
     pods = [pod(f"p-{i}", "J", ph) for i, ph in enumerate(phases)] + [pod("other", "K", "Failed")]
-    n, status = D.job_decision(job, pods)
+    n, status = decide.job_decision(job, pods)
     assert n == create
     types = {c["type"] for c in status.get("conditions", [])}
     assert (outcome in types) if outcome else not types
@@ -77,13 +77,13 @@ def test_job_pods_backoff_and_conditions(
 def test_a_finished_job_stays_finished() -> None:
     done = [{"type": "Complete", "status": "True"}]
     job = owner("Job", "p", "J", {"template": TEMPLATE}, {"conditions": done})
-    assert D.job_decision(job, []) == (0, {"active": 0, "succeeded": 0, "failed": 0, "conditions": done})
+    assert decide.job_decision(job, []) == (0, {"active": 0, "succeeded": 0, "failed": 0, "conditions": done})
 
 
 def test_a_job_pod_comes_from_the_template_owned_by_the_job() -> None:
     job = owner("Job", "p", "J", {"template": TEMPLATE})
-    p = D.pod_from_template(job, "p-abcde", {D.LABEL_JOB: "p"})
-    assert p["metadata"]["labels"] == {"app": "x", D.LABEL_JOB: "p"}
+    p = decide.pod_from_template(job, "p-abcde", {decide.LABEL_JOB: "p"})
+    assert p["metadata"]["labels"] == {"app": "x", decide.LABEL_JOB: "p"}
     assert p["metadata"]["ownerReferences"][0] == {
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -101,15 +101,15 @@ def test_a_job_pod_comes_from_the_template_owned_by_the_job() -> None:
 def test_statefulset_creates_every_missing_ordinal_and_recreates_finished_pods() -> None:
     sts = owner("StatefulSet", "s", "S", {"replicas": 3, "serviceName": "svc", "template": TEMPLATE})
     pods = [pod("s-0", "S", ready=True), pod("s-1", "S", "Failed"), pod("s-5", "S"), pod("s-2", "T")]
-    create, delete, status = D.sts_decision(sts, pods)
+    create, delete, status = decide.sts_decision(sts, pods)
     assert create == [2]  # s-2 belongs to another owner: this one's ordinal 2 is missing
     assert delete == ["s-1", "s-5"]  # finished: recreated next; above replicas: scaled down
     assert status["readyReplicas"] == 1 and status["replicas"] == 1 and status["observedGeneration"] == 2
-    p = D.sts_pod(sts, 2)
+    p = decide.sts_pod(sts, 2)
     assert (
         p["metadata"]["name"] == "s-2" and p["spec"]["hostname"] == "s-2" and p["spec"]["subdomain"] == "svc"
     )
-    assert p["metadata"]["labels"][D.LABEL_POD_INDEX] == "2"
+    assert p["metadata"]["labels"][decide.LABEL_POD_INDEX] == "2"
 
 
 # ------------------------------------------------------------------------------------------- GC
@@ -120,7 +120,7 @@ def test_gc_deletes_objects_all_of_whose_owners_are_gone() -> None:
     two = pod("b", "gone")
     two["metadata"]["ownerReferences"].append({"uid": "here"})
     free = pod("c", None)
-    assert D.gc_victims([orphan, two, free], {"here"}) == [orphan]
+    assert decide.gc_victims([orphan, two, free], {"here"}) == [orphan]
 
 
 # ------------------------------------------------------------------------------- env and probes
@@ -128,8 +128,8 @@ def test_gc_deletes_objects_all_of_whose_owners_are_gone() -> None:
 
 def test_expansion_follows_kubernetes() -> None:
     env = {"POD_IP": "127.0.0.7", "A": "x"}
-    assert D.expand("tcp://$(POD_IP):7000", env) == "tcp://127.0.0.7:7000"
-    assert D.expand("$(MISSING) $$(A) $$ $(A)", env) == "$(MISSING) $(A) $ x"
+    assert decide.expand("tcp://$(POD_IP):7000", env) == "tcp://127.0.0.7:7000"
+    assert decide.expand("$(MISSING) $$(A) $$ $(A)", env) == "$(MISSING) $(A) $ x"
 
 
 def test_container_env_downward_api_and_references() -> None:
@@ -146,30 +146,31 @@ def test_container_env_downward_api_and_references() -> None:
         ]
     }
     secrets = {"s": {"data": {"k": "dmFs"}}}  # base64 of "val"
-    env = D.container_env(p, container, {"m": {"data": {"c": "cv"}}}, secrets)
+    env = decide.container_env(p, container, {"m": {"data": {"c": "cv"}}}, secrets)
     ip = p["status"]["podIP"]
     assert env == {"POD_IP": ip, "NS": NS, "RANK": "3", "ADDR": f"{ip}:1", "K": "val", "C": "cv"}
     with pytest.raises(KeyError, match='secret "s" has no key "k"'):
-        D.container_env(p, container, {"m": {"data": {"c": "cv"}}}, {})
-    assert D.command_line({"command": ["g"], "args": ["--bind", "$(ADDR)"]}, env) == (
+        decide.container_env(p, container, {"m": {"data": {"c": "cv"}}}, {})
+    assert decide.command_line({"command": ["g"], "args": ["--bind", "$(ADDR)"]}, env) == (
         ["g"],
         ["--bind", f"{ip}:1"],
     )
     assert (
-        D.port_number({"name": "c", "ports": [{"name": "metrics", "containerPort": 9090}]}, "metrics") == 9090
+        decide.port_number({"name": "c", "ports": [{"name": "metrics", "containerPort": 9090}]}, "metrics")
+        == 9090
     )
 
 
 def test_probe_thresholds() -> None:
     probe = {"failureThreshold": 2, "successThreshold": 2}
-    ready = D.ProbeTrack(passing=False).record(True, probe)
+    ready = decide.ProbeTrack(passing=False).record(True, probe)
     assert not ready.passing
     ready = ready.record(True, probe)
     assert ready.passing
     ready = ready.record(False, probe)
     assert ready.passing  # one failure of two allowed
     assert not ready.record(False, probe).passing
-    assert D.probe_timing({}) == (0.0, 10.0, 1.0)
+    assert decide.probe_timing({}) == (0.0, 10.0, 1.0)
 
 
 # -------------------------------------------------------------------------- container to pod status
@@ -187,24 +188,24 @@ def test_probe_thresholds() -> None:
     ],
 )
 def test_pod_phase_from_container_states(policy: str, states: list[dict], phase: str) -> None:
-    assert D.pod_phase(policy, states) == phase
+    assert decide.pod_phase(policy, states) == phase
 
 
 def test_exit_codes_reasons_and_termination_messages() -> None:
-    assert (D.exit_code_of(-9), D.exit_code_of(3)) == (137, 3)
-    assert (D.exit_reason(0), D.exit_reason(137)) == ("Completed", "Error")
+    assert (decide.exit_code_of(-9), decide.exit_code_of(3)) == (137, 3)
+    assert (decide.exit_reason(0), decide.exit_reason(137)) == ("Completed", "Error")
     log = "\n".join(f"line {i}" for i in range(200))
-    assert D.termination_message("FallbackToLogsOnError", "", log, 1).splitlines()[-1] == "line 199"
-    assert D.termination_message("FallbackToLogsOnError", "", log, 0) == ""  # only on error
-    assert D.termination_message("File", "", log, 1) == ""
-    assert D.termination_message("FallbackToLogsOnError", "written", log, 1) == "written"
-    assert [D.restart_delay(n) for n in range(6)] == [1, 2, 4, 8, 10, 10]
-    assert D.should_restart("OnFailure", 1) and not D.should_restart("OnFailure", 0)
+    assert decide.termination_message("FallbackToLogsOnError", "", log, 1).splitlines()[-1] == "line 199"
+    assert decide.termination_message("FallbackToLogsOnError", "", log, 0) == ""  # only on error
+    assert decide.termination_message("File", "", log, 1) == ""
+    assert decide.termination_message("FallbackToLogsOnError", "written", log, 1) == "written"
+    assert [decide.restart_delay(n) for n in range(6)] == [1, 2, 4, 8, 10, 10]
+    assert decide.should_restart("OnFailure", 1) and not decide.should_restart("OnFailure", 0)
 
 
 def test_pod_conditions_keep_their_transition_times() -> None:
-    old = D.pod_conditions(True, False, "t0")
-    new = D.pod_conditions(True, True, "t1", old)
+    old = decide.pod_conditions(True, False, "t0")
+    new = decide.pod_conditions(True, True, "t1", old)
     assert {c["type"]: c["lastTransitionTime"] for c in new} == {
         "PodScheduled": "t0",
         "Initialized": "t0",
@@ -225,11 +226,11 @@ def test_dns_names_of_pods_and_services() -> None:
         "spec": {"clusterIP": "None", "publishNotReadyAddresses": True, "selector": {"app": "x"}},
     }
     plain = {"metadata": {"name": "web", "namespace": NS}, "spec": {"selector": {"app": "x"}}}
-    names = D.dns_names([shard, trainer, done], [headless, plain])
+    names = decide.dns_names([shard, trainer, done], [headless, plain])
     ip_s, ip_t = shard["status"]["podIP"], trainer["status"]["podIP"]
     assert (ip_s, f"s-0.s.{NS}.svc") in names and (ip_s, f"s-0.s.{NS}.svc.cluster.local") in names
     assert (ip_s, f"s.{NS}.svc") in names  # headless, publishing not-ready addresses
     assert (ip_s, f"web.{NS}.svc") not in names and (ip_t, f"web.{NS}.svc") in names  # ready endpoints only
     assert not [n for ip, n in names if ip == done["status"]["podIP"]]  # a finished pod has no name
-    hosts = D.hosts_file("127.0.0.9", "s-0", names)
+    hosts = decide.hosts_file("127.0.0.9", "s-0", names)
     assert hosts.startswith("127.0.0.1\tlocalhost\n") and "127.0.0.9\ts-0\n" in hosts
