@@ -8,7 +8,8 @@ garbage collector (background propagation: an object all of whose owners are gon
 $(VAR) expansion and downward API, probe bookkeeping, restart backoff and the pod status it reports,
 and cluster DNS as a hosts file. Where the real controllers do more (rolling updates, Job
 parallelism or activeDeadlineSeconds, init containers), the runner refuses or ignores, and says which
-in runner.py's docstring.
+in runner.py's docstring. The runner's podman container names are chosen here too, so that a re-created
+pod provably never meets the one still stopping under its name.
 """
 
 from __future__ import annotations
@@ -417,3 +418,19 @@ def hosts_file(own_ip: str, hostname: str, names: list[tuple[str, str]]) -> str:
     lines = ["127.0.0.1\tlocalhost", "::1\tlocalhost ip6-localhost ip6-loopback", f"{own_ip}\t{hostname}"]
     lines += [f"{ip}\t{name}" for ip, name in names]
     return "\n".join(lines) + "\n"
+
+
+# ------------------------------------------------------------------------- the runner's own names
+
+PREFIX = "gtpr"  # podman containers gtpr-<runner>-<seq>-<pod>-<restarts>
+NAME_LIMIT = 120  # characters of a podman container name
+
+
+def container_name(runner: str, seq: int, pod: str, restarts: int) -> str:
+    """The podman name of a container: unique per (runner, pod number, restart), so a re-created pod
+    (a new number) never asks for the name of its predecessor's container while that one stops. Once
+    a name had only the pod's name and the restart count: a trainer re-created under its name found
+    the name in use (podman exit 125) and failed, which cost the training a restart. The pod's name
+    is cut to fit NAME_LIMIT, never the number or the count."""
+    head, tail = f"{PREFIX}-{runner}-{seq}-", f"-{restarts}"
+    return head + pod[: NAME_LIMIT - len(head) - len(tail)] + tail

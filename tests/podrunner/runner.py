@@ -19,7 +19,8 @@ decisions of decide.py:
   certificate), env with the downward API and $(VAR) expansion, the termination message file
   (FallbackToLogsOnError), restartPolicy with a short doubling backoff, exec / httpGet / tcpSocket
   probes with their timings, and SIGTERM then SIGKILL after terminationGracePeriodSeconds when a pod
-  is deleted.
+  is deleted. A re-created pod (a new uid under the same name) gets a new number, so new container
+  names (decide.container_name), never those of the one still stopping.
 
 Two modes run a container:
 - podman: `podman run` of the image as the pod says (--user, --read-only, --cap-drop=ALL,
@@ -69,7 +70,6 @@ Obj = dict[str, Any]
 REPO = Path(__file__).resolve().parents[2]  # this checkout (graphtrain is installed from it)
 POLL = 0.3  # seconds between two passes over the API server
 GC = 2.0  # seconds between two garbage collections
-PREFIX = "gtpr"  # podman container names: gtpr-<runner>-<pod>-<n>
 SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 CONTAINERS_CONF = Path(__file__).resolve().parents[1] / "images" / "containers.conf"
 # kinds the garbage collector sweeps and whose objects may own others: (api path, plural)
@@ -211,6 +211,7 @@ class PodRun:
     dir: Path
     pod: Obj
     containers: list[Container]
+    seq: int = 0  # the runner's number of this pod: its container names
     hosts: str = ""
     env: dict[str, dict[str, str]] = field(default_factory=dict)
     mounts: list[tuple[str, str, bool]] = field(default_factory=list)  # (host, container path, ro)
@@ -250,6 +251,8 @@ class PodRunner:
         self._killers: list[threading.Thread] = []
         self._last_gc = 0.0
         self._ips: set[str] = set()
+        self._seq = 0  # pods admitted so far
+        self._names: list[str] = []  # every podman container name this runner used
         cfg = yaml.safe_load(Path(kubeconfig).read_text())
         cluster = cfg["clusters"][0]["cluster"]
         user = cfg["users"][0]["user"]
@@ -290,10 +293,8 @@ class PodRunner:
             self._kill_pod(run, grace=2.0)
         for t in self._killers:
             t.join(timeout=60)
-        if self.mode == "podman":  # conmon may keep a container whose client died: remove ours by name
-            names = [c.name for r in self.pods.values() for c in r.containers if c.name]
-            for name in names:
-                self._podman("rm", "-f", "-t", "0", name, timeout=60)
+        if self.mode == "podman" and self._names:  # conmon may keep a container whose client died
+            self._podman("rm", "--force", "--ignore", "--time", "0", *self._names, timeout=120)
         with self._points_lock:
             for point in reversed(self._created_points):
                 if point.name.startswith("graphtrain-podrunner-"):  # the stash and its per-pod dirs
@@ -468,7 +469,10 @@ class PodRunner:
         return ip
 
     def _admit(self, pod: Obj) -> PodRun:
+        """A new pod: a new number (so new container names, never those of a pod of the same name
+        still stopping), its address, hosts file and volumes."""
         m, spec = decide.meta(pod), pod["spec"]
+        seq, self._seq = self._seq, self._seq + 1
         ip = self._ip()
         pdir = self.root / "pods" / f"{m['namespace']}_{m['name']}_{m['uid'][:8]}"
         pdir.mkdir(parents=True, exist_ok=True)
@@ -481,6 +485,7 @@ class PodRunner:
             pdir,
             pod,
             [Container(c, policy) for c in spec.get("containers") or []],
+            seq=seq,
         )
         self.pods[(run.ns, run.name)] = run
         pod.setdefault("status", {})["podIP"] = ip
@@ -639,7 +644,8 @@ class PodRunner:
                 }
                 c.next_start = time.monotonic() + 5
                 return
-            c.name = f"{PREFIX}-{self.id}-{run.name}-{n}"[:120]
+            c.name = decide.container_name(self.id, run.seq, run.name, n)
+            self._names.append(c.name)
             argv = self._podman_argv(run, c, env, image, command, args)
             popen_env = self.env_podman
         else:
