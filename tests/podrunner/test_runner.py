@@ -1,0 +1,166 @@
+"""The runner's pods on a private API server, in both modes: each in a network namespace of its own
+(two pods bind every interface on port 29500, reach each other by cluster name and the API server
+at localhost), and a pod re-created under its name while its predecessor still stops runs beside it.
+
+podman mode runs the local Debian base (tests/images/base-image.sh; reused while that script is
+unchanged); process mode runs the same commands as host processes. About 10 s a mode here."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests import k8s
+from tests.images import test_images as images_test
+from tests.podrunner import PodRunner, decide, net
+
+NS = "net"
+# pod a: every interface's port 29500, answers one connection
+SERVE = """
+import socket
+with socket.create_server(("0.0.0.0", 29500)) as s:
+    s.settimeout(60)
+    conn, _ = s.accept()
+    conn.sendall(b"hello from a")
+    conn.close()
+"""
+# pod b: the same port of its own, then a's by its cluster name, then the API server as in-cluster
+# clients reach it (localhost, the service account's token and CA; NO_PROXY keeps it off the proxy)
+CALL = """
+import json, os, socket, ssl, time, urllib.request
+mine = socket.create_server(("0.0.0.0", 29500))
+for _ in range(150):
+    try:
+        conn = socket.create_connection(("a.s.net.svc.cluster.local", 29500), timeout=5)
+        break
+    except OSError:
+        time.sleep(0.2)
+got = conn.recv(100)
+assert got == b"hello from a", got
+sa = "/var/run/secrets/kubernetes.io/serviceaccount"
+host, port = os.environ["KUBERNETES_SERVICE_HOST"], os.environ["KUBERNETES_SERVICE_PORT"]
+req = urllib.request.Request(
+    f"https://{host}:{port}/api/v1/namespaces/net/pods/a",
+    headers={"Authorization": "Bearer " + open(f"{sa}/token").read()},
+)
+ctx = ssl.create_default_context(cafile=f"{sa}/ca.crt")
+print("a is at", json.load(urllib.request.urlopen(req, context=ctx, timeout=10))["status"]["podIP"])
+"""
+# a pod that takes its time to stop: SIGTERM ignored (for 60 s, past any grace period here)
+SLOW = "trap '' TERM; i=0; while [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done"
+
+
+@pytest.fixture(scope="module")
+def kubeconfig(tmp_path_factory) -> Iterator[str]:
+    """A private server: a runner plays every pod, Job and StatefulSet of its server, and the
+    session's is shared with tests that play them themselves."""
+    run = tmp_path_factory.mktemp("runner-api")
+    try:
+        yield k8s.start(run, k8s.testenv_bin())
+    finally:
+        k8s.stop(run)
+
+
+def image_for(mode: str) -> str | None:
+    if mode == "process":
+        return None
+    images_test.build_base()
+    return images_test.BASE
+
+
+def pod(name: str, image: str, command: list[str], **spec: object) -> dict:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {
+            "hostname": name,
+            "subdomain": "s",
+            "restartPolicy": "Never",
+            "containers": [{"name": "c", "image": image, "command": command}],
+            **spec,
+        },
+    }
+
+
+def wait_pod(
+    runner: PodRunner, name: str, done: set[str], uid: str | None = None, timeout: float = 120
+) -> dict:
+    """The pod once its phase is in `done` (of the pod with `uid`, if given)."""
+    deadline = time.monotonic() + timeout
+    body: dict | None = None
+    while time.monotonic() < deadline:
+        assert not runner.errors, runner.errors[-3:]
+        body = runner.api.get("api/v1", NS, "pods", name)
+        ok = body is not None and (uid is None or body["metadata"]["uid"] == uid)
+        if ok and (body.get("status") or {}).get("phase") in done:
+            return body
+        time.sleep(0.2)
+    raise AssertionError(
+        f"{name} not {done} after {timeout:.0f} s: {json.dumps(body)[:2000]}\n{runner.logs(NS, name)}"
+    )
+
+
+def our_namespaces(block: int) -> list[str]:
+    return [p.name for p in net.NETNS_DIR.iterdir() if decide.netns_block(p.name) == block]
+
+
+@pytest.mark.parametrize("mode", ["process", "podman"])
+def test_pods_have_their_own_network_and_reach_each_other_and_the_api(
+    mode: str, kubeconfig: str, tmp_path: Path
+) -> None:
+    image = image_for(mode)
+    kube = k8s.kubectl(kubeconfig)
+    kube("create", "namespace", NS, check=False)
+    kube("delete", "pods", "--all", "-n", NS, "--wait=false")
+    with PodRunner(kubeconfig, mode=mode, image=image, root=tmp_path / "runner") as runner:
+        block = runner.network.block
+        for name, script in (("a", SERVE), ("b", CALL)):
+            runner.api.create("api/v1", NS, "pods", pod(name, image or "none", ["python3", "-c", script]))
+        b = wait_pod(runner, "b", {"Succeeded", "Failed"})
+        a = wait_pod(runner, "a", {"Succeeded", "Failed"})
+        assert (a["status"]["phase"], b["status"]["phase"]) == ("Succeeded", "Succeeded"), runner.logs(
+            NS, "b"
+        )
+        ips = {a["status"]["podIP"], b["status"]["podIP"]}
+        assert ips == {decide.pod_address(block, 0), decide.pod_address(block, 1)}
+        assert f"a is at {a['status']['podIP']}" in runner.logs(NS, "b")
+        assert sorted(our_namespaces(block)) == sorted(
+            [decide.hub_netns(block), decide.pod_netns(block, 0), decide.pod_netns(block, 1)]
+        )
+        kube("delete", "pods", "--all", "-n", NS, "--wait=false")
+    assert our_namespaces(block) == []  # every namespace, veth and bridge gone with the runner
+
+
+@pytest.mark.parametrize("mode", ["process", "podman"])
+def test_a_recreated_pod_runs_beside_its_predecessor_still_stopping(
+    mode: str, kubeconfig: str, tmp_path: Path
+) -> None:
+    """Issue 32 item 7.2: a pod deleted and created again under its name (a StatefulSet's server, the
+    operator's trainer of the next attempt) while the old one is in its grace period. podman once
+    refused the new container the old one's name (exit 125): a trainer (restartPolicy Never) failed."""
+    image = image_for(mode)
+    kube = k8s.kubectl(kubeconfig)
+    kube("create", "namespace", NS, check=False)
+    kube("delete", "pods", "--all", "-n", NS, "--wait=false")
+    slow = pod("slow", image or "none", ["sh", "-c", SLOW], terminationGracePeriodSeconds=8)
+    with PodRunner(kubeconfig, mode=mode, image=image, root=tmp_path / "runner") as runner:
+        runner.api.create("api/v1", NS, "pods", slow)
+        first = wait_pod(runner, "slow", {"Running"})
+        kube("delete", "pod", "slow", "-n", NS, "--wait=false")
+        deadline = time.monotonic() + 30
+        while runner.api.get("api/v1", NS, "pods", "slow") is not None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        runner.api.create("api/v1", NS, "pods", slow)
+        uid = runner.api.get("api/v1", NS, "pods", "slow")["metadata"]["uid"]
+        second = wait_pod(runner, "slow", {"Running", "Failed"}, uid=uid)
+        status = second["status"]["containerStatuses"][0]
+        assert second["status"]["phase"] == "Running", (status, runner.logs(NS, "slow"))
+        assert second["status"]["podIP"] != first["status"]["podIP"]
+        # the first still stops beside it (its namespace goes once it has)
+        assert (net.NETNS_DIR / decide.pod_netns(runner.network.block, 0)).exists()
+        kube("delete", "pods", "--all", "-n", NS, "--wait=false")
