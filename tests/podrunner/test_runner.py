@@ -164,3 +164,28 @@ def test_a_recreated_pod_runs_beside_its_predecessor_still_stopping(
         # the first still stops beside it (its namespace goes once it has)
         assert (net.NETNS_DIR / decide.pod_netns(runner.network.block, 0)).exists()
         kube("delete", "pods", "--all", "-n", NS, "--wait=false")
+
+
+# a pod's downloads: https (CONNECT) and http (an absolute URL) through the runner's egress proxy
+FETCH = """
+import urllib.request
+for url in ("https://pypi.org/simple/pip/", "http://deb.debian.org/debian/dists/bookworm/Release"):
+    with urllib.request.urlopen(urllib.request.Request(url, method="HEAD"), timeout=60) as resp:
+        print(url, resp.status)
+"""
+
+
+@pytest.mark.network
+def test_a_pod_reaches_the_package_registries_through_the_egress_proxy(
+    kubeconfig: str, tmp_path: Path
+) -> None:
+    kube = k8s.kubectl(kubeconfig)
+    kube("create", "namespace", NS, check=False)
+    kube("delete", "pods", "--all", "-n", NS, "--wait=false")
+    with PodRunner(kubeconfig, mode="process", root=tmp_path / "runner") as runner:
+        runner.api.create("api/v1", NS, "pods", pod("fetch", "none", ["python3", "-c", FETCH]))
+        done = wait_pod(runner, "fetch", {"Succeeded", "Failed"})
+        log = runner.logs(NS, "fetch")
+        kube("delete", "pods", "--all", "-n", NS, "--wait=false")
+    assert done["status"]["phase"] == "Succeeded", log
+    assert "https://pypi.org/simple/pip/ 200" in log and "Release 200" in log, log
