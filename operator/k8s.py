@@ -33,7 +33,8 @@ from graphtrain.contract.children import LABEL_TRAINING
 from graphtrain.contract.conditions import Event, Severity
 from graphtrain.contract.spec import API_VERSION, KIND
 from graphtrain.operator import manifests
-from graphtrain.operator.reconcile import Observed, Plan, key
+from graphtrain.operator.context import Plan
+from graphtrain.operator.observation import Observed, key
 
 log = logging.getLogger("graphtrain.operator")
 GROUP, VERSION = API_VERSION.split("/")

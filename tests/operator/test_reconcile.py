@@ -18,9 +18,11 @@ from graphtrain.contract import conditions as vocab
 from graphtrain.contract.children import LABEL_ATTEMPT, LABEL_RANK, LABEL_TRAINING, labels, trainer_name
 from graphtrain.contract.roles import ENV_OFFLINE
 from graphtrain.contract.spec import API_VERSION, ConditionType, Phase, parse
-from graphtrain.operator import manifests, reconcile
+from graphtrain.operator import lifecycle, manifests, observation, stages
 from graphtrain.operator.config import built_in
-from graphtrain.operator.reconcile import Observed, Plan, key, plan
+from graphtrain.operator.context import Context, Plan
+from graphtrain.operator.observation import Observed, key
+from graphtrain.operator.reconcile import plan
 from graphtrain.runtime.data.datasets import fetch
 from graphtrain.runtime.errors import DataError
 
@@ -505,8 +507,8 @@ def observed(*children: dict, status: dict | None = None, now: dt.datetime = NOW
     return Observed(body, kids, [o for o in children if o["kind"] == "Pod"], now)
 
 
-def context(o: Observed) -> reconcile.Context:
-    return reconcile.Context(
+def context(o: Observed) -> Context:
+    return Context(
         o, parse({k: o.training[k] for k in ("apiVersion", "kind", "metadata", "spec")}), token="t0k3n"
     )
 
@@ -618,7 +620,7 @@ WAS_PARTITIONING = [
     ],
 )
 def test_partition_stage(o: Observed, phase, actions, conds, events, status) -> None:
-    assert run(reconcile.partition_stage, o) == (phase, actions, conds, events, status)
+    assert run(stages.partition_stage, o) == (phase, actions, conds, events, status)
 
 
 SHARDS = [
@@ -685,7 +687,7 @@ def shards(*states: tuple[str, int]) -> list[dict]:
     ],
 )
 def test_shards_stage(o: Observed, phase, actions, conds, events, status) -> None:
-    assert run(reconcile.shards_stage, o) == (phase, actions, conds, events, status)
+    assert run(stages.shards_stage, o) == (phase, actions, conds, events, status)
 
 
 FRESH = {"updated_at": "2026-11-22T11:59:55Z", "step": 5}
@@ -801,7 +803,7 @@ EARLY = "2026-11-22T11:40:00Z"  # pods started before their ranks' last reports
     ],
 )
 def test_trainers_stage(o: Observed, phase, actions, conds, events, status) -> None:
-    assert run(reconcile.trainers_stage, o) == (phase, actions, conds, events, status)
+    assert run(stages.trainers_stage, o) == (phase, actions, conds, events, status)
 
 
 KEPT = [
@@ -879,7 +881,7 @@ def since(start: str, **extra) -> dict:
     ],
 )
 def test_terminal_stage(o: Observed, phase, actions, conds, events, status) -> None:
-    assert run(reconcile.terminal_stage, o) == (phase, actions, conds, events, status)
+    assert run(lifecycle.terminal_stage, o) == (phase, actions, conds, events, status)
 
 
 @pytest.mark.parametrize(
@@ -914,7 +916,7 @@ def test_spec_stage(
         cm = manifests.config_map(applied_body, parse(applied_body))
         kids[key("ConfigMap", cm["metadata"]["name"])] = cm
     conds = vocab.Conditions([], "T", 2)
-    decided = reconcile.spec_stage(Observed(body, kids, [], NOW), conds)
+    decided = stages.spec_stage(Observed(body, kids, [], NOW), conds)
     assert {str(c.type): f"{c.status} {c.reason}" for c in conds.as_list()} == expected
     assert decided.observed_generation == generation
     if run_policy is None:
@@ -1051,7 +1053,7 @@ DELETE_TRAINING = f"delete GraphTraining/{NAME}"
     ],
 )
 def test_terminal_clean_up_and_ttl(o: Observed, phase, actions, conds, events, status) -> None:
-    assert run(reconcile.terminal_stage, o) == (phase, actions, conds, events, status)
+    assert run(lifecycle.terminal_stage, o) == (phase, actions, conds, events, status)
 
 
 @pytest.mark.parametrize(
@@ -1118,7 +1120,7 @@ def test_a_retained_claim_observed_is_not_made_again() -> None:
     assert retained is not None
     o = observed(retained)
     assert f"PersistentVolumeClaim/{NAME}-data" not in [
-        a.key for a in reconcile.partition_stage(context(o), vocab.Conditions([], "T")).actions
+        a.key for a in stages.partition_stage(context(o), vocab.Conditions([], "T")).actions
     ]
 
 
@@ -1132,7 +1134,7 @@ def test_each_training_works_in_its_own_directory() -> None:
     assert lay.checkpoints.startswith(lay.work) and lay.partition.startswith(lay.work)
     again = {**body, "metadata": {**body["metadata"], "uid": "uid-2"}}
     assert manifests.Layout(parse(again)).checkpoints != lay.checkpoints
-    applied = reconcile.applied_spec(
+    applied = observation.applied_spec(
         {key("ConfigMap", f"{NAME}-config"): manifests.config_map(body, parse(body))}, NAME
     )
     assert applied is not None and manifests.Layout(applied).work == lay.work
@@ -1223,7 +1225,7 @@ NOT_READY = {"type": "Ready", "status": "False", "lastTransitionTime": T_PULL}
     ],
 )
 def test_why_a_pod_cannot_start(pod: dict, expected: tuple[str, str] | None) -> None:
-    trouble = reconcile.pod_trouble(pod)
+    trouble = observation.pod_trouble(pod)
     if expected is None:
         assert trouble is None
         return
@@ -1260,7 +1262,7 @@ SLOW = {"runPolicy.startTimeoutSeconds": 900}  # the pods above have not started
     ],
 )
 def test_partition_pods_that_cannot_start(o: Observed, phase, actions, conds, events, status) -> None:
-    assert run(reconcile.partition_stage, o) == (phase, actions, conds, events, status)
+    assert run(stages.partition_stage, o) == (phase, actions, conds, events, status)
 
 
 def test_the_condition_names_the_pod_its_reason_and_message_and_the_pending_claim() -> None:
@@ -1278,7 +1280,7 @@ def test_the_condition_names_the_pod_its_reason_and_message_and_the_pending_clai
         pod_with(f"{NAME}-shards-1", "shards", conditions=[UNSCHEDULED]),
     )
     conds = vocab.Conditions([], "T")
-    step = reconcile.shards_stage(context(o), conds)
+    step = stages.shards_stage(context(o), conds)
     said = conds.get(ConditionType.shards_ready)
     assert said is not None and said.reason == "PodsNotStarting"
     assert said.message == (
@@ -1385,7 +1387,7 @@ RESTART = {"runPolicy.stallPolicy": "Restart"}
     ],
 )
 def test_stall_policy(o: Observed, phase, actions, conds, events, status) -> None:
-    assert run(reconcile.trainers_stage, o) == (phase, actions, conds, events, status)
+    assert run(stages.trainers_stage, o) == (phase, actions, conds, events, status)
 
 
 def test_a_stall_restart_says_why_and_the_next_attempt_is_not_stalled_at_once() -> None:
@@ -1476,7 +1478,7 @@ PARTITIONED_KEPT = [
     ],
 )
 def test_suspend_stage(o: Observed, phase, actions, conds, events, status) -> None:
-    assert run(reconcile.suspend_stage, o) == (phase, actions, conds, events, status)
+    assert run(lifecycle.suspend_stage, o) == (phase, actions, conds, events, status)
 
 
 def test_suspend_then_resume_from_the_checkpoint() -> None:
@@ -1522,7 +1524,7 @@ def test_trainers_still_stopping_after_a_resumption_are_waited_for_not_judged() 
     """A trainer SIGTERMed by the suspension may show Failed while it terminates: not a failure."""
     going = trainer(1, "Failed")
     going["metadata"]["deletionTimestamp"] = "2026-11-22T11:59:50Z"
-    step = reconcile.trainers_stage(
+    step = stages.trainers_stage(
         context(observed(sts(2), trainer(0, "Running"), going)), vocab.Conditions([], "T")
     )
     assert step.phase == Phase.starting and step.actions == [] and "restarts" not in step.status
