@@ -87,6 +87,14 @@ class Context:
             if o is not None and key(o["kind"], o["metadata"]["name"]) not in self.obs.children
         ]
 
+    def gone(self, kind: str, name: str, actions: list[Action]) -> bool:
+        """A child that is absent (and not created by `actions`), being deleted, or deleted by
+        `actions`: whatever it ran has stopped or is stopping."""
+        child, done = self.child(kind, name), {(a.verb, a.key) for a in actions}
+        if child is None:
+            return ("create", key(kind, name)) not in done
+        return bool(child["metadata"].get("deletionTimestamp")) or ("delete", key(kind, name)) in done
+
     def remove(self, kind: str, name: str, api_version: str) -> list[Action]:
         """The delete of a child, if it is observed and not being deleted already."""
         child = self.obs.children.get(key(kind, name))

@@ -11,8 +11,10 @@ the spec (stages.py), then the lifecycle's terminal and suspend stages (lifecycl
 partition, shards and trainers stages (stages.py). What the stages read is observation.py's; the
 units they decide in (Action, Plan, Context, Step) are context.py's.
 
-A GraphTraining being deleted (deletionTimestamp set) gets an empty plan: its children are going, and
-no late trigger (a child's event, the timer, a requeue) may make them again.
+A plan that ends the training (Succeeded or Failed, for any cause) is settled (lifecycle.settle):
+the roles it stopped no longer read as ready or running. A GraphTraining being deleted (deletionTimestamp
+set) gets a plan with no action and no event (its children are going, and no late trigger, a child's
+event, the timer or a requeue, may make them again) whose status says every role is stopped.
 
 The applied spec lives in the <name>-config ConfigMap. A later spec change that cannot apply to a
 running job (anything but runPolicy and suspend) is refused with SpecValid False / UpdateRefused while
@@ -40,11 +42,12 @@ def plan(obs: Observed, config: OperatorConfig | None = None, token: str = "") -
     `token`: used if the Secret is missing."""
     body = obs.training
     old = body.get("status") or {}
+    previous = conditions.parse(old.get("conditions") or [])
     if body["metadata"].get("deletionTimestamp"):  # being deleted: nothing is made for it, nothing said
-        return Plan([], old, [])
-    conds = conditions.Conditions(
-        conditions.parse(old.get("conditions") or []), iso(obs.now), body["metadata"].get("generation")
-    )
+        conds = conditions.Conditions(previous, iso(obs.now), old.get("observedGeneration"))
+        going = lifecycle.deleting(body, conds)
+        return Plan([], {**old, **going, "conditions": dumped(conds)}, [])
+    conds = conditions.Conditions(previous, iso(obs.now), body["metadata"].get("generation"))
     status: Obj = {
         "restarts": int(old.get("restarts", 0)),
         "startTime": old.get("startTime") or iso(obs.now),
@@ -67,6 +70,7 @@ def plan(obs: Observed, config: OperatorConfig | None = None, token: str = "") -
         waits += [step.requeue_after] if step.requeue_after is not None else []
         if step.phase is not None:
             if step.phase in TERMINAL:  # the TTL counts from completionTime (set now if it just ended)
+                status.update(lifecycle.settle(ctx, conds, actions, status, step.phase))
                 ttl = ctx.gt.spec.run_policy.ttl_seconds_after_finished
                 ends = lifecycle.expiry(ttl, status.get("completionTime") or iso(obs.now))
             else:  # a suspended training has no startTime: its deadline does not run

@@ -258,8 +258,8 @@ def trainers_stage(ctx: Context, conds: conditions.Conditions) -> Step:
     cm = ctx.child("ConfigMap", ctx.names["progress"])
     step = Step(missing, status=progress_status(cm))
     failed = sorted((r, p) for r, p in trainers.items() if pod_phase(p) == "Failed")
-    if failed:
-        return _trainer_failed(ctx, conds, step, pod_failure(failed[0][1]), trainers)
+    if failed:  # no missing rank is made: every rank restarts, or the training ends
+        return _trainer_failed(ctx, conds, step.status, pod_failure(failed[0][1]), trainers)
     if len(trainers) == world and all(pod_phase(p) == "Succeeded" for p in trainers.values()):
         conditions.set_trainers_waiting(conds, conditions.Reason.completed, "every trainer finished")
         kept = gt.spec.run_policy.clean_pod_policy == CleanPodPolicy.none
@@ -273,7 +273,7 @@ def trainers_stage(ctx: Context, conds: conditions.Conditions) -> Step:
         conditions.set_stalled(conds, silent)
         if silent is not None and gt.spec.run_policy.stall_policy == StallPolicy.restart:
             why = f"{silent}; runPolicy.stallPolicy is Restart"
-            return _trainer_failed(ctx, conds, step, why, trainers)
+            return _trainer_failed(ctx, conds, step.status, why, trainers)
         return Step(step.actions, step.status, Phase.training)
     conditions.set_trainers_waiting(conds, conditions.Reason.starting, f"{running}/{world} trainers running")
     stuck = troubles(list(trainers.values()))
@@ -287,7 +287,7 @@ def trainers_stage(ctx: Context, conds: conditions.Conditions) -> Step:
 
 
 def _trainer_failed(
-    ctx: Context, conds: conditions.Conditions, step: Step, message: str, trainers: dict[int, Obj]
+    ctx: Context, conds: conditions.Conditions, status: Obj, message: str, trainers: dict[int, Obj]
 ) -> Step:
     """A trainer failed: every rank restarts from the last checkpoint while runPolicy.backoffLimit
     allows (the next attempt's pods are made once these are gone), else the training fails."""
@@ -297,11 +297,11 @@ def _trainer_failed(
             conds, f"{message}; restart {attempt + 1}/{limit} from the last checkpoint"
         )
         removes = [a for p in trainers.values() for a in ctx.remove("Pod", p["metadata"]["name"], "v1")]
-        return Step(step.actions + removes, {**step.status, "restarts": attempt + 1}, Phase.restarting)
+        return Step(removes, {**status, "restarts": attempt + 1}, Phase.restarting)
     conditions.set_trainer_failed(conds, message)
     conditions.set_failed(
         conds,
         conditions.Reason.backoff_limit_exceeded if attempt else conditions.Reason.trainer_failed,
         message,
     )
-    return Step(step.actions + clean_up(ctx), step.status, Phase.failed)
+    return Step(clean_up(ctx), status, Phase.failed)
