@@ -111,9 +111,12 @@ def test_failed_past_the_backoff_limit(kube, operator, rest: TestClient, ns: str
 
 def test_deadline(kube, operator, rest: TestClient, ns: str) -> None:
     """The issue's report: after a deadline failure TrainersReady said "2/2 trainers running"."""
-    apply_training(kube, ns, "late", "activeDeadlineSeconds: 6")
+    apply_training(kube, ns, "late", "backoffLimit: 0")
     to_training(kube, ns, "late")
     assert roles(kube, "late", ns)["TrainersReady"][:2] == ("True", "Running")
+    # runPolicy may change while it runs: a deadline already past since its startTime fails it now
+    patch = {"spec": {"runPolicy": {"activeDeadlineSeconds": 1}}}
+    kube("patch", "gtr", "late", "-n", ns, "--type=merge", "-p", json.dumps(patch))
     assert wait_for(lambda: phase(kube, "late", ns) == "Failed", timeout=30, what="the deadline")
     assert wait_for(lambda: names_of(kube, "statefulset", ns, "late") == [], what="the shards stopped")
     assert_no_running_role(kube, rest, "late", ns)
