@@ -343,7 +343,7 @@ def test_a_child_the_api_server_refuses_is_a_warning_event_not_a_traceback(
     server does not) becomes one Warning event naming the child and the API's message and one log line;
     the other actions and the status are still written; the same refusal again is not said again."""
     from graphtrain.operator import k8s
-    from graphtrain.operator.reconcile import Action, Plan
+    from graphtrain.operator.context import Action, Plan
 
     monkeypatch.setenv("KUBECONFIG", kubeconfig)
     k8s.load_config()
