@@ -352,8 +352,9 @@ def shard_addresses(gt: GraphTraining, namespace: str) -> list[str]:
 
 def shard_statefulset(owner: Obj, gt: GraphTraining, config: OperatorConfig) -> Obj:
     """One shard server per partition. It binds its kvstore and metrics ports on its own pod IP
-    ($(POD_IP), from the downward API), not 0.0.0.0: the same on a cluster, and what lets servers that
-    share a host's network (the test pod runner, hostNetwork) each keep port 7000. Ready when GET
+    ($(POD_IP), from the downward API), not 0.0.0.0: nothing of the pod's listens on an address the
+    pod does not own, and servers of pods that share a host's network (hostNetwork) each keep port
+    7000. Ready when GET
     /readyz on the metrics port answers (its rows loaded and its request loop turning: a cheap probe
     where an exec of `graphtrain health` cost a 1.9 s, 256 MB process every 10 s); restarted when
     /livez says it can no longer answer (a thread stopped, or requests waiting while no worker
