@@ -24,8 +24,10 @@ from graphtrain.runtime.kvstore import checkpoint as ckpt
 from graphtrain.runtime.launch.local import failure_line
 from graphtrain.runtime.plot import plot_run, read_metrics
 from graphtrain.runtime.train import best, history
-from graphtrain.runtime.train.common import Reporter, TrainerProgress, load_dense, save_dense
+from graphtrain.runtime.train.dense import load_dense, save_dense
+from graphtrain.runtime.train.reporter import Reporter
 from graphtrain.runtime.train.resumable import check_resumable, model_changes, model_record
+from graphtrain.runtime.train.tally import TrainerProgress
 
 ROOT = Path(__file__).parents[3]
 EXAMPLE = ROOT / "examples" / "nations-transe.yaml"
