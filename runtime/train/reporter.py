@@ -24,6 +24,15 @@ def log(text: str) -> None:
     print(f"{stamp} {text}", file=sys.stderr, flush=True)
 
 
+def line(p: TrainerProgress, entry: Progress, epoch_end: bool) -> str:
+    """What the trainer log says of a report: a finished epoch's line, the final report's summary (the
+    epochs done and the test metric: `epoch 200/200 ...`, not a 201st epoch running), else the line of
+    the epoch running (its tally counts the epochs done, so that one is epoch + 1)."""
+    if epoch_end:
+        return reporting.epoch_line(entry)
+    return p.summary() if p.final else reporting.in_epoch_line(p)
+
+
 class Reporter:
     """Stamps each report, logs a line for it (rank 0, when asked to), sets the trainer's gauges and
     hands it to every sink; at the end of an epoch, rank 0 appends it to the history first (and to
@@ -54,8 +63,7 @@ class Reporter:
         stale = {"eval_metric": None, "eval_value": None}
         entry = report if evaluated or not epoch_end else report.model_copy(update=stale)
         if self.echo:
-            said = reporting.epoch_line(entry) if epoch_end else reporting.in_epoch_line(p)
-            log(f"[trainer] {said}")
+            log(f"[trainer] {line(p, entry, epoch_end)}")
         history = None
         if epoch_end and self.rank == 0:
             if self.history is None:

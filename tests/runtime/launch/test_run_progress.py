@@ -54,6 +54,8 @@ def test_one_line_per_epoch_a_history_and_a_changed_model_refused_in_one_line(
     assert all(re.match(HHMMSS + r" \[run\] ", line) for line in done.stderr.splitlines() if "[run]" in line)
     trainer_log = (run_dir / "logs" / "trainer-0.log").read_text().splitlines()
     assert all(re.match(ISO + " ", line) for line in trainer_log if "[trainer]" in line), trainer_log
+    said = [line for line in trainer_log if "[trainer] epoch" in line]  # the last: 3/3, never 4/3 running
+    assert said[-1].split("[trainer] ")[1].startswith("epoch 3/3  ") and "epoch 4/3" not in "".join(said)
     result = json.loads((run_dir / "result.json").read_text())
     assert "(the last model, epoch 3)" in done.stdout and f"at epoch {result['best_epoch']}" in done.stdout
 

@@ -295,6 +295,18 @@ def test_a_step_line_names_the_epoch_in_progress_and_no_stale_metric(
     assert p.summary().startswith("epoch 5/6")  # the status summary keeps its meaning: epochs done
 
 
+def test_the_final_report_says_the_last_epoch_not_one_more_running(capsys: pytest.CaptureFixture) -> None:
+    """After 200 of 200 epochs the trainer's last line said `epoch 201/200 running`: the final report (not
+    an epoch's end) was worded as a step report, whose epoch is the one after those done. It is the
+    training's summary now, as status.progress.summary says it."""
+    p = TrainerProgress(epoch=200, epochs=200, step=4000, loss=0.25, samples_per_second=1000.0)
+    p.eval_metric, p.eval_value, p.state = "test_accuracy", 0.85, "Succeeded"
+    Reporter(0, []).report(p)
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert line.endswith("[trainer] epoch 200/200  loss 0.2500  test_accuracy 0.8500"), line
+    assert p.to_spec().summary == "epoch 200/200  loss 0.2500  test_accuracy 0.8500"
+
+
 def finished_run(run_dir: Path, spec: GraphTrainingSpec, epoch: int, phase: str = "Succeeded") -> dict:
     """A run directory as a launch that trained `epoch` epochs leaves it: a checkpoint of that epoch
     (LATEST names it), status.json in `phase` and trainer 0's result.json."""
