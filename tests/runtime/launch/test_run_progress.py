@@ -15,6 +15,8 @@ import psutil
 import pytest
 import yaml
 
+from graphtrain.runtime.graph import node_split
+from graphtrain.runtime.partition import load_config
 from tests.runtime.launch.test_run import (
     CLI,
     ONE_THREAD,
@@ -96,6 +98,9 @@ def test_ctrl_c_says_how_to_resume_and_the_resume_says_where_it_starts(
 ) -> None:
     run_dir = tmp_path / "run"
     doc = sage_spec(graph_file, epochs=300, batch=32)
+    # a checkpoint every 25 steps, none at an epoch's end (no validation pass before the last epoch): the
+    # launch stops after a checkpoint inside an epoch, and the resume continues that epoch
+    doc["spec"]["training"].update(checkpointInterval=25, evalEvery=1000)
     proc = start_launcher(doc, run_dir, "--standalone")
     children: list[psutil.Process] = []
     try:
@@ -120,6 +125,12 @@ def test_ctrl_c_says_how_to_resume_and_the_resume_says_where_it_starts(
     assert f"resuming from step {meta['step']} (epoch {meta['epoch']}, checkpoint {latest})" in done.stderr
     lines = epoch_lines(done.stderr)  # the epochs printed before the interrupt are not printed again
     assert len(lines) == 1 and f"epoch {meta['epoch'] + 1}/{meta['epoch'] + 1}" in lines[0], done.stderr
+    # it went on inside the epoch: only the epoch's remaining steps were taken
+    train_ids = node_split(load_config(next((run_dir / "partition").glob("*.json"))), "train", 0, 1)
+    per_epoch = -(-len(train_ids) // 32)
+    assert 0 < meta["epoch_step"] == meta["step"] - meta["epoch"] * per_epoch < per_epoch, (meta, per_epoch)
+    progress = json.loads((run_dir / "status.json").read_text())["progress"]
+    assert progress["step"] == (meta["epoch"] + 1) * per_epoch, (progress, meta, per_epoch)
     rows = (run_dir / "metrics.csv").read_text().splitlines()[1:]
     assert [int(r.split(",")[0]) for r in rows] == list(range(1, meta["epoch"] + 2))
 
