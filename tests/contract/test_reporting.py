@@ -19,8 +19,10 @@ from graphtrain.contract.spec import Progress, load_yaml
 from graphtrain.operator import observation
 from graphtrain.runtime.launch import status
 from graphtrain.runtime.train import progress_k8s
-from graphtrain.runtime.train.common import Reporter, TrainerProgress, progress_sinks
 from graphtrain.runtime.train.metrics import TrainerMetrics
+from graphtrain.runtime.train.reporter import Reporter
+from graphtrain.runtime.train.sinks import progress_sinks
+from graphtrain.runtime.train.tally import TrainerProgress
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "nations-transe.yaml"
 
