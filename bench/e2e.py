@@ -123,7 +123,7 @@ def graphtrain_run(
         if len(seen) < 2:
             raise RuntimeError(f"{name}: too few progress reports to time\n{out[-3000:]}")
         (t0, s0), (t1, s1) = seen[0], seen[-1]
-        per_trainer = max(1, tr["batchSize"] // world)  # batchSize is global (runtime/train/common.py)
+        per_trainer = max(1, tr["batchSize"] // world)  # batchSize is global (train/dist.py: Dist.share)
         return {"samples_per_second": (s1 - s0) * per_trainer * world / (t1 - t0)}
     if proc.returncode != 0:
         raise RuntimeError(f"{name} failed:\n{out[-3000:]}")

@@ -4,7 +4,7 @@
 2. The same spec applied to a private API server with `graphtrain operator` running against it (as the
    chart runs it) and the pod runner (tests/podrunner, process mode) playing the kubelet and the Job and
    StatefulSet controllers: the partition Job, the shard servers' StatefulSet and the trainer pods run
-   as host processes, each pod on its own loopback address. The operator is offline and the claim is
+   as host processes, each pod in its own network namespace. The operator is offline and the claim is
    pre-seeded with the dataset from this machine's cache, so neither side downloads.
 
 For each: the wall time (launch to the final status; the operator's from `kubectl apply` to

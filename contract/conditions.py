@@ -12,11 +12,16 @@ event (as a successful training's Warning event `Completed` once did).
 
 Each status is built afresh from what is observed: the conditions it holds are the ones set for it
 (plus those a terminal status keeps); the previous status lends only the transition times.
+
+At the end (Succeeded, Failed for any cause, or the training being deleted) a status must not describe
+stopped pods as at work: set_stopped() turns every role condition still saying ready, running,
+starting or waiting into False / Stopped, and keeps what ended as it ended (Partitioned,
+PartitionFailed, Completed, the TrainerFailed that failed the training).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Literal
@@ -59,6 +64,7 @@ class Reason(StrEnum):
     start_timeout = "StartTimeout"  # a pod could not start for runPolicy.startTimeoutSeconds
     suspended = "Suspended"  # spec.suspend is true: every pod is stopped, the data kept
     resumed = "Resumed"  # spec.suspend went back to false: the training resumes from its checkpoint
+    stopped = "Stopped"  # the role's pods (processes) are stopped: the training ended or is being deleted
 
 
 _T, _R = ConditionType, Reason  # short names for the tables
@@ -66,15 +72,25 @@ VOCABULARY: dict[tuple[ConditionType, bool], frozenset[Reason]] = {
     (_T.spec_valid, True): frozenset({_R.valid}),
     (_T.spec_valid, False): frozenset({_R.invalid_spec, _R.update_refused}),
     (_T.partition_ready, True): frozenset({_R.partitioned}),
-    (_T.partition_ready, False): frozenset({_R.partitioning, _R.partition_failed, _R.pods_not_starting}),
+    (_T.partition_ready, False): frozenset(
+        {_R.partitioning, _R.partition_failed, _R.pods_not_starting, _R.stopped}
+    ),
     (_T.shards_ready, True): frozenset({_R.all_ready}),
-    (_T.shards_ready, False): frozenset({_R.waiting, _R.pods_not_starting}),
+    (_T.shards_ready, False): frozenset({_R.waiting, _R.pods_not_starting, _R.stopped}),
     (_T.trainers_ready, True): frozenset({_R.running}),
     (_T.trainers_ready, False): frozenset(
-        {_R.not_started, _R.starting, _R.restarting, _R.trainer_failed, _R.completed, _R.pods_not_starting}
+        {
+            _R.not_started,
+            _R.starting,
+            _R.restarting,
+            _R.trainer_failed,
+            _R.completed,
+            _R.pods_not_starting,
+            _R.stopped,
+        }
     ),
     (_T.stalled, True): frozenset({_R.no_progress}),
-    (_T.stalled, False): frozenset({_R.progressing}),
+    (_T.stalled, False): frozenset({_R.progressing, _R.stopped}),
     (_T.suspended, True): frozenset({_R.suspended}),
     (_T.suspended, False): frozenset({_R.resumed}),
     (_T.succeeded, True): frozenset({_R.completed}),
@@ -286,3 +302,30 @@ def set_succeeded(c: Conditions, message: str = "") -> None:
 
 def set_failed(c: Conditions, reason: Reason, message: str) -> None:
     c.set(ConditionType.failed, True, reason, message)
+
+
+ENDED = frozenset({_R.partitioned, _R.partition_failed, _R.completed, _R.stopped})
+"""Reasons that say how a role ended: set_stopped() keeps them."""
+TRAINER_FAILURES = frozenset({_R.trainer_failed, _R.backoff_limit_exceeded})
+"""The Failed reasons whose cause TrainersReady TrainerFailed names: that one ended the trainers too."""
+
+
+def set_stopped(c: Conditions, roles: Mapping[ConditionType, str], why: str) -> None:
+    """The roles in `roles` (condition type -> what its pods are, e.g. "shard servers") are stopped
+    because the training ended or is being deleted (`why`). Each of their conditions in `c` that does
+    not already say how the role ended (ENDED, or the TrainerFailed that failed the training) becomes
+    False / Stopped, "<what> stopped: <why>"; a role with no condition (it never started) gets none.
+    Stopped trainers cannot stall: Stalled becomes False / Stopped too, keeping what a True one said."""
+    failed = c.get(ConditionType.failed)
+    cause = failed.reason if failed is not None and failed.status == "True" else ""
+    for kind, what in roles.items():
+        now = c.get(kind)
+        if now is None or now.reason in ENDED:
+            continue
+        if now.reason == Reason.trainer_failed and cause in TRAINER_FAILURES:
+            continue
+        c.set(kind, False, Reason.stopped, f"{what} stopped: {why}")
+    stalled = c.get(ConditionType.stalled)
+    if ConditionType.trainers_ready in roles and stalled is not None and stalled.reason != Reason.stopped:
+        said = f"; when they stopped: {stalled.message}" if stalled.status == "True" else ""
+        c.set(ConditionType.stalled, False, Reason.stopped, f"the trainers are stopped{said}")

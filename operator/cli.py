@@ -5,6 +5,9 @@ and exit 1), load the Kubernetes credentials (none: one line and exit 1), serve 
 and /metrics (endpoints.py), then either run the kopf handlers at once or, with --leader-elect, only
 while it holds the Lease (leader.py):
 
+- with --lease-owner, the Lease carries an ownerReference to that Deployment (the chart's own, read
+  before campaigning; unreadable: one line and exit 1), so it goes with the release: helm does not
+  know the Lease, made at run time, and deletes the RBAC that would let a stopping pod delete it.
 - standby: it campaigns; SIGTERM ends it (exit 0).
 - leader: kopf runs in the main thread (it handles SIGTERM itself). SIGTERM stops kopf, then the Lease
   is released so a standby takes over at its next try; exit 0. Losing the Lease (no renewal within the
@@ -62,6 +65,14 @@ def operator_cmd(
     lease_name: Annotated[str, typer.Option(help="name of the Lease")] = "graphtrain-operator",
     lease_namespace: Annotated[
         str | None, typer.Option(help="namespace of the Lease", show_default="$POD_NAMESPACE, else default")
+    ] = None,
+    lease_owner: Annotated[
+        str | None,
+        typer.Option(
+            help="Deployment (in the Lease's namespace) that owns the Lease: the garbage collector deletes "
+            "the Lease with it (the chart passes the operator's own)",
+            show_default="none: the Lease outlives the operator",
+        ),
     ] = None,
     lease_duration: Annotated[
         int, typer.Option(min=1, help="seconds a Lease holds unrenewed before a standby takes it")
@@ -122,7 +133,15 @@ def operator_cmd(
     if leader_elect:
         identity = os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
         lease_ns = lease_namespace or os.environ.get("POD_NAMESPACE") or "default"
-        store = k8s.LeaseClient(lease_ns, lease_name, timing.request_timeout)
+        owner = None
+        if lease_owner:  # read once: its uid is what the garbage collector matches
+            try:
+                owner = k8s.owner_reference(
+                    "apps/v1", "Deployment", lease_ns, lease_owner, timing.request_timeout
+                )
+            except k8s.LeaseUnavailable as exc:
+                raise _fail(f"--lease-owner: {exc}") from None
+        store = k8s.LeaseClient(lease_ns, lease_name, timing.request_timeout, owner)
         elector = leader.Elector(store, identity, timing, unavailable=(k8s.LeaseUnavailable,))
     raise typer.Exit(_run(config, namespace or [], elector, timing, health, metrics))
 

@@ -189,15 +189,18 @@ def on_training(*, name: str, namespace: str | None, **_: Any) -> None:
 
 @kopf.on.delete(GROUP, VERSION, PLURAL)
 def on_delete(*, name: str, namespace: str | None, uid: str, logger: kopf.Logger, **_: Any) -> None:
-    """Children go with their GraphTraining (a finalizer holds it until they are deleted)."""
+    """Children go with their GraphTraining (a finalizer holds it until they are deleted); then its
+    status says every role stopped (plan() of a training being deleted), for whoever reads it before
+    it is gone (kubectl, the REST API, a finalizer of someone else's holding it longer)."""
     if not namespace:
         return
     requeue(namespace, name, None)
-    _metrics.forget(namespace, name)
     if not may_act(namespace, name):  # keep the finalizer: the leader deletes the children
         raise kopf.TemporaryError("not leading: the leader deletes the children", delay=TIMER_SECONDS)
     with _locks[(namespace, name)]:
         logger.info(f"deleted {k8s.delete_children(namespace, name, uid)} children")
+    reconcile(namespace, name)
+    _metrics.forget(namespace, name)  # after the reconcile, which counts it
 
 
 @kopf.timer(GROUP, VERSION, PLURAL, interval=TIMER_SECONDS, initial_delay=TIMER_SECONDS)

@@ -5,7 +5,9 @@ the status is merge-patched on the status subresource only when it changed, and 
 is posted against the GraphTraining. Children are found by the graphtrain.io/training label.
 
 LeaseClient reads and writes the operator's leader-election Lease for leader.py (get, create, update:
-the verbs the chart's Role grants on leases), each call with a timeout, a conflict reported as None.
+the verbs the chart's Role grants on leases), each call with a timeout, a conflict reported as None;
+the Lease carries an ownerReference to the operator's Deployment (owner_reference(), read once at
+start with the chart's `get` on that one Deployment), so `helm uninstall` leaves no Lease behind.
 
 Every call that fails is counted by its verb (use_error_counter(): the operator's
 graphtrain_operator_api_errors_total), but for the answers the code expects and handles as normal: a
@@ -33,7 +35,8 @@ from graphtrain.contract.children import LABEL_TRAINING
 from graphtrain.contract.conditions import Event, Severity
 from graphtrain.contract.spec import API_VERSION, KIND
 from graphtrain.operator import manifests
-from graphtrain.operator.reconcile import Observed, Plan, key
+from graphtrain.operator.context import Plan
+from graphtrain.operator.observation import Observed, key
 
 log = logging.getLogger("graphtrain.operator")
 GROUP, VERSION = API_VERSION.split("/")
@@ -306,12 +309,47 @@ def api_message(exc: ApiException) -> str:
     return str(message or exc.reason or "")
 
 
+def owner_reference(api_version: str, kind: str, namespace: str, name: str, timeout: float) -> dict[str, Any]:
+    """An ownerReference to an existing object (its uid read now), for an object the operator makes at
+    run time that must go with it: no controller and no blockOwnerDeletion (which would need update on
+    the owner's finalizers), so the garbage collector deletes the dependent once the owner is gone.
+
+    Raises:
+        LeaseUnavailable: the owner could not be read (absent, forbidden, the API did not answer).
+    """
+    try:
+        with calling("get"):
+            obj = _res(api_version, kind).get(name=name, namespace=namespace, _request_timeout=timeout)
+    except ApiException as exc:
+        raise LeaseUnavailable(
+            f"get {kind} {namespace}/{name}: {exc.status} {api_message(exc)}", exc.status
+        ) from None
+    except (urllib3.exceptions.HTTPError, OSError) as exc:
+        raise LeaseUnavailable(f"get {kind} {namespace}/{name}: {exc}") from None
+    return {"apiVersion": api_version, "kind": kind, "name": name, "uid": obj.metadata.uid}
+
+
+def with_owner(metadata: dict[str, Any], owner: dict[str, Any] | None) -> dict[str, Any]:
+    """`metadata` whose ownerReferences name `owner` (None: as it is): a reference to an earlier object
+    of the owner's kind and name (the chart re-installed) is replaced, any other kept."""
+    if owner is None:
+        return metadata
+    refs = [
+        r
+        for r in metadata.get("ownerReferences") or []
+        if (r.get("kind"), r.get("name")) != (owner["kind"], owner["name"])
+    ]
+    return {**metadata, "ownerReferences": [*refs, owner]}
+
+
 class LeaseClient:
     """One Lease (`namespace`/`name`) as leader.py uses it: plain dicts in and out, every call bounded
-    by `timeout` seconds; a write that lost a race (409) returns None."""
+    by `timeout` seconds; a write that lost a race (409) returns None. With an `owner` (owner_reference),
+    every create and update writes its ownerReference, so a Lease an earlier version made without one
+    gets it at the next renewal, and the garbage collector deletes the Lease with its owner."""
 
-    def __init__(self, namespace: str, name: str, timeout: float):
-        self.namespace, self.name, self.timeout = namespace, name, timeout
+    def __init__(self, namespace: str, name: str, timeout: float, owner: dict[str, Any] | None = None):
+        self.namespace, self.name, self.timeout, self.owner = namespace, name, timeout, owner
 
     def _call(self, verb: str, **kwargs: Any) -> dict[str, Any] | None:
         try:
@@ -334,10 +372,11 @@ class LeaseClient:
 
     def create(self, spec: dict[str, Any]) -> dict[str, Any] | None:
         """Create the Lease with `spec`; None if another candidate created it first."""
-        body = {"apiVersion": LEASE[0], "kind": LEASE[1], "metadata": {"name": self.name}, "spec": spec}
+        meta = with_owner({"name": self.name}, self.owner)
+        body = {"apiVersion": LEASE[0], "kind": LEASE[1], "metadata": meta, "spec": spec}
         return self._call("create", body=body)
 
     def update(self, lease: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any] | None:
         """Replace the Lease's spec, if it is still at `lease`'s resourceVersion; None if it changed."""
-        body = {**lease, "spec": spec}
+        body = {**lease, "metadata": with_owner(lease.get("metadata") or {}, self.owner), "spec": spec}
         return self._call("replace", body=body, name=self.name)

@@ -14,7 +14,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # the command imports this module for LogFormat before anything heavy
-    from graphtrain.operator.reconcile import Plan
+    from graphtrain.operator.context import Plan
 
 log = logging.getLogger("graphtrain.operator.decisions")
 

@@ -1,7 +1,7 @@
 """Pure builders of every child of a GraphTraining: dicts in, dicts out, no API calls.
 
-Children of `<name>` (ARCHITECTURE.md §6), all with an ownerReference to the GraphTraining and the
-labels graphtrain.io/training and graphtrain.io/role:
+Children of `<name>` (docs/architecture.md §2; names and labels from contract/children.py), all with an
+ownerReference to the GraphTraining and the labels graphtrain.io/training and graphtrain.io/role:
   <name>-config     ConfigMap: the applied spec (spec.yaml), read by every container
   <name>-token      Secret: the shard servers' shared token
   <name>-progress   ConfigMap: progress and per-rank heartbeats written by the trainers
@@ -352,8 +352,9 @@ def shard_addresses(gt: GraphTraining, namespace: str) -> list[str]:
 
 def shard_statefulset(owner: Obj, gt: GraphTraining, config: OperatorConfig) -> Obj:
     """One shard server per partition. It binds its kvstore and metrics ports on its own pod IP
-    ($(POD_IP), from the downward API), not 0.0.0.0: the same on a cluster, and what lets servers that
-    share a host's network (the test pod runner, hostNetwork) each keep port 7000. Ready when GET
+    ($(POD_IP), from the downward API), not 0.0.0.0: nothing of the pod's listens on an address the
+    pod does not own, and servers of pods that share a host's network (hostNetwork) each keep port
+    7000. Ready when GET
     /readyz on the metrics port answers (its rows loaded and its request loop turning: a cheap probe
     where an exec of `graphtrain health` cost a 1.9 s, 256 MB process every 10 s); restarted when
     /livez says it can no longer answer (a thread stopped, or requests waiting while no worker

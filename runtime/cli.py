@@ -700,9 +700,11 @@ def train(
 
     from graphtrain.runtime import kvstore
     from graphtrain.runtime.graph import DistGraph, standalone_client
-    from graphtrain.runtime.train.common import Dist
+    from graphtrain.runtime.train.dist import Dist
+    from graphtrain.runtime.train.loop import EpochLoop
     from graphtrain.runtime.train.metrics import TrainerMetrics
     from graphtrain.runtime.train.node_classification import NodeClassification
+    from graphtrain.runtime.train.task import TrainingTask
 
     gt = load_yaml(_read(spec_path))
     metrics = TrainerMetrics(rank)
@@ -724,22 +726,15 @@ def train(
         client = connect()
     graph = DistGraph(partition, client)
     with Dist(rank, world, init, str(gt.spec.trainers.backend)) as dist:
+        task: TrainingTask[Any]
         if gt.spec.model.kind == ModelKind.graphsage:
-            result = NodeClassification(  # the loader thread gets its own connection
-                gt, graph, connect(), dist, run_dir, checkpoint_root, progress_configmap, metrics
-            ).train()
+            task = NodeClassification(gt, graph, connect(), dist)  # the loader thread gets its own connection
         else:
-            from graphtrain.runtime.train.kge import KGETraining
+            from graphtrain.runtime.train.kge import LinkPrediction
 
-            result = KGETraining(
-                gt,
-                graph,
-                dist,
-                run_dir,
-                checkpoint_root,
-                progress_configmap=progress_configmap,
-                metrics=metrics,
-            ).train()
+            task = LinkPrediction(gt, graph, dist)
+        loop = EpochLoop(task, gt.spec, graph, dist, run_dir, checkpoint_root, progress_configmap, metrics)
+        result = loop.run()
     if rank == 0 and run_dir is not None:
         from graphtrain.runtime.data.cache import write_json
 

@@ -169,7 +169,8 @@ class ClaimRetention(StrEnum):
 
 
 class ShardState(StrEnum):
-    pending = "Pending"
-    loading = "Loading"
-    ready = "Ready"
-    failed = "Failed"
+    pending = "Pending"  # its pod is not made or not started yet
+    loading = "Loading"  # its pod runs and loads its partition (not ready yet)
+    ready = "Ready"  # it answers
+    failed = "Failed"  # its pod failed
+    stopped = "Stopped"  # stopped because the training ended or is being deleted

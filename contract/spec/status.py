@@ -85,7 +85,9 @@ class ShardStatus(SpecModel):
 
     index: int = Field(ge=0, description="The shard's index (its partition).")
     state: ShardState = Field(
-        default=ShardState.pending, description="Pending, Loading (its partition), Ready or Failed."
+        default=ShardState.pending,
+        description="Pending, Loading (its partition), Ready, Failed, or Stopped (the training ended or is "
+        "being deleted, and its server was stopped).",
     )
     address: str | None = Field(default=None, description="Where trainers reach it (tcp://host:port).")
     rows: int | None = Field(default=None, ge=0, description="Embedding rows it holds, all tables.")

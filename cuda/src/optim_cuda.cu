@@ -16,6 +16,7 @@
 //     two lanes at once. Nothing is touched when the flag is set (kernels read it first);
 //  5. one copy of the flag and the count to the host, one stream synchronisation.
 // Gather and overwrite (scatter: the last position of a duplicated id wins) use the same stages.
+// Stages 1-3 and 5 are in segments.cuh, the error boundary of the C ABI in cuda_boundary.cuh.
 //
 // No exception and no CUDA error crosses the C ABI: every exported function returns an error code and
 // leaves a message naming itself, the stage and the CUDA error in a thread-local string
@@ -26,6 +27,8 @@
 #include "graphtrain/abi.h"
 #include "graphtrain/api.h"
 #include "graphtrain/optim_math.h"
+#include "cuda_boundary.cuh"
+#include "segments.cuh"
 
 #include <cuda_runtime.h>
 
@@ -45,94 +48,9 @@ using graphtrain::OptimParams;
 
 namespace {
 
-// Return codes of the exported functions (runtime/native/cuda.py has the same numbers).
-constexpr int kBadId = -1;     // an id outside the table: its position is in out[0], nothing was touched
-constexpr int kCudaError = -2;  // a CUDA call failed: gt_cuda_last_error() says which and why
-constexpr int kBadArgument = -3;  // an argument the caller should have refused (workspace too small, ...)
-
-constexpr int kWarp = 32;
-constexpr int kBlock = 256;  // 8 warps, one row each
-constexpr int kMaxBlocks = 1 << 16;
-constexpr unsigned kFull = 0xffffffffu;
-constexpr unsigned long long kNoBad = ~0ull;
-constexpr size_t kAlign = 256;
-
-// The device-side flag and count, copied to the host in one piece at the end of a call.
-struct Info {
-  unsigned long long bad;  // first position of an out-of-range id, or kNoBad
-  int num_unique;          // written by the select
-  int pad;
-  AdamCoef global_coef;    // Adam with one step count per table: this step's coefficients
-};
-// What is cleared before a call (the flag, and the count for tidiness) and copied back after it.
-constexpr size_t kInfoHostBytes = offsetof(Info, global_coef);
-
-thread_local std::string last_error;
-
-int fail(const char* fn, const char* stage, cudaError_t err) {
-  last_error = std::string(fn) + ": " + stage + ": " + cudaGetErrorName(err) + " (" + cudaGetErrorString(err) + ")";
-  return kCudaError;
-}
-
-int fail_arg(const char* fn, const std::string& what) {
-  last_error = std::string(fn) + ": " + what;
-  return kBadArgument;
-}
-
-// What a C++ exception (std::bad_alloc from a message string, say) becomes at the boundary.
-int fail_exception(const char* fn) {
-  try {
-    throw;
-  } catch (const std::exception& e) {
-    try {
-      last_error = std::string(fn) + ": unexpected C++ exception: " + e.what();
-    } catch (...) {
-    }
-  } catch (...) {
-    try {
-      last_error = std::string(fn) + ": unexpected C++ exception";
-    } catch (...) {
-    }
-  }
-  return kCudaError;
-}
-
-// Runs on `device` for the guard's lifetime, then restores the calling thread's device.
-struct DeviceGuard {
-  int previous = -1;
-  cudaError_t err = cudaSuccess;
-  explicit DeviceGuard(int device) {
-    err = cudaGetDevice(&previous);
-    if (err == cudaSuccess && previous != device) err = cudaSetDevice(device);
-  }
-  ~DeviceGuard() {
-    int now = -1;
-    if (previous >= 0 && cudaGetDevice(&now) == cudaSuccess && now != previous) cudaSetDevice(previous);
-  }
-};
+using namespace graphtrain::cuda_core;  // the boundary's codes and the segment stages
 
 // ------------------------------------------------------------------------------------------------ kernels
-
-// Kernels of one stream run in order: a kernel sees the flag as the earlier ones left it.
-__device__ __forceinline__ bool flagged(const Info* info) { return info->bad != kNoBad; }
-
-template <typename Key>
-__global__ void prepare_kernel(int n, const int64_t* ids, int64_t num_rows, Key* keys, int* pos, Info* info) {
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t id = ids[i];
-    if (id < 0 || id >= num_rows) atomicMin(&info->bad, static_cast<unsigned long long>(i));
-    keys[i] = static_cast<Key>(id);
-    pos[i] = static_cast<int>(i);
-  }
-}
-
-// Is sorted position j the first of its id?
-template <typename Key>
-struct SegmentHead {
-  const Key* keys;
-  __device__ __forceinline__ bool operator()(int j) const { return j == 0 || keys[j] != keys[j - 1]; }
-};
 
 // Adam with one step count per table: count this step (only when every id was valid) and its coefficients.
 __global__ void global_step_kernel(int64_t* step, OptimParams p, Info* info) {
@@ -330,115 +248,6 @@ __global__ void __launch_bounds__(kBlock)
 }
 
 // --------------------------------------------------------------------------------------------------- host
-
-int blocks_for_warps(int64_t warps) {
-  const int64_t blocks = (warps + kBlock / kWarp - 1) / (kBlock / kWarp);
-  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(blocks, kMaxBlocks)));
-}
-
-int blocks_for_threads(int64_t threads) {
-  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>((threads + kBlock - 1) / kBlock, kMaxBlocks)));
-}
-
-// Bits a sort key needs for ids in [0, num_rows).
-int key_bits(int64_t num_rows) {
-  if (num_rows <= 1) return 1;
-  int bits = 1;
-  while (bits < 64 && (static_cast<uint64_t>(num_rows - 1) >> bits) != 0) ++bits;
-  return bits;
-}
-
-size_t aligned(size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
-
-// The sorted-segment workspace of a step or a scatter, carved from the caller's bytes.
-template <typename Key>
-struct Segments {
-  Info* info = nullptr;
-  Key *keys_in = nullptr, *keys = nullptr;
-  int *pos_in = nullptr, *pos = nullptr, *starts = nullptr;
-  void* temp = nullptr;
-  size_t temp_bytes = 0;
-};
-
-// The CUB temporary storage a batch of n needs (the larger of the sort's and the select's). CUB only
-// looks up the device's properties here: no allocation, no synchronisation.
-template <typename Key>
-cudaError_t temp_bytes_for(int n, int bits, size_t* bytes) {
-  size_t sort = 0, select = 0;
-  cudaError_t err = cub::DeviceRadixSort::SortPairs(nullptr, sort, static_cast<const Key*>(nullptr),
-                                                    static_cast<Key*>(nullptr), static_cast<const int*>(nullptr),
-                                                    static_cast<int*>(nullptr), n, 0, bits);
-  if (err != cudaSuccess) return err;
-  err = cub::DeviceSelect::If(nullptr, select, thrust::counting_iterator<int>(0), static_cast<int*>(nullptr),
-                              static_cast<int*>(nullptr), n, SegmentHead<Key>{nullptr});
-  *bytes = std::max(sort, select);
-  return err;
-}
-
-template <typename Key>
-size_t segment_layout(int n, size_t temp_bytes, char* base, Segments<Key>* sg) {
-  size_t off = 0;
-  auto take = [&](size_t bytes) {
-    char* p = base ? base + off : nullptr;
-    off += aligned(bytes);
-    return p;
-  };
-  sg->info = reinterpret_cast<Info*>(take(sizeof(Info)));
-  sg->keys_in = reinterpret_cast<Key*>(take(sizeof(Key) * n));
-  sg->keys = reinterpret_cast<Key*>(take(sizeof(Key) * n));
-  sg->pos_in = reinterpret_cast<int*>(take(sizeof(int) * n));
-  sg->pos = reinterpret_cast<int*>(take(sizeof(int) * n));
-  sg->starts = reinterpret_cast<int*>(take(sizeof(int) * n));
-  sg->temp = take(temp_bytes);
-  sg->temp_bytes = temp_bytes;
-  return off;
-}
-
-template <typename Key>
-cudaError_t workspace_bytes_for(int n, int64_t num_rows, size_t* bytes) {
-  size_t temp = 0;
-  const cudaError_t err = temp_bytes_for<Key>(n, key_bits(num_rows), &temp);
-  if (err != cudaSuccess) return err;
-  Segments<Key> sg;
-  *bytes = segment_layout<Key>(n, temp, nullptr, &sg);
-  return cudaSuccess;
-}
-
-bool small_keys(int64_t num_rows) { return num_rows <= (int64_t{1} << 32); }
-
-// Stages 1-3 on `stream`: the flag, sorted keys and positions, segment heads and their count.
-// Returns the failed stage, or nullptr.
-template <typename Key>
-const char* segment(int n, const int64_t* ids, int64_t num_rows, char* workspace, int64_t workspace_bytes,
-                    cudaStream_t stream, Segments<Key>* sg, cudaError_t* err) {
-  size_t temp = 0;
-  if ((*err = temp_bytes_for<Key>(n, key_bits(num_rows), &temp)) != cudaSuccess) return "temporary storage size";
-  const size_t need = segment_layout<Key>(n, temp, workspace, sg);
-  if (static_cast<int64_t>(need) > workspace_bytes) {
-    *err = cudaErrorInvalidValue;
-    return "workspace smaller than gt_cuda_workspace_bytes() asked for";
-  }
-  if ((*err = cudaMemsetAsync(sg->info, 0xff, kInfoHostBytes, stream)) != cudaSuccess)
-    return "clear the flag";
-  prepare_kernel<Key><<<blocks_for_threads(n), kBlock, 0, stream>>>(n, ids, num_rows, sg->keys_in, sg->pos_in,
-                                                                     sg->info);
-  if ((*err = cudaGetLastError()) != cudaSuccess) return "prepare kernel launch";
-  if ((*err = cub::DeviceRadixSort::SortPairs(sg->temp, sg->temp_bytes, sg->keys_in, sg->keys, sg->pos_in, sg->pos,
-                                              n, 0, key_bits(num_rows), stream)) != cudaSuccess)
-    return "radix sort";
-  if ((*err = cub::DeviceSelect::If(sg->temp, sg->temp_bytes, thrust::counting_iterator<int>(0), sg->starts,
-                                    &sg->info->num_unique, n, SegmentHead<Key>{sg->keys}, stream)) != cudaSuccess)
-    return "segment heads";
-  return nullptr;
-}
-
-// Stage 5: the one synchronisation of a call.
-const char* finish(Info* info, cudaStream_t stream, Info* host, cudaError_t* err) {
-  if ((*err = cudaMemcpyAsync(host, info, kInfoHostBytes, cudaMemcpyDeviceToHost, stream)) != cudaSuccess)
-    return "copy the flag and count to the host";
-  if ((*err = cudaStreamSynchronize(stream)) != cudaSuccess) return "stream synchronisation";
-  return nullptr;
-}
 
 bool vec4_ok(int64_t dim, std::initializer_list<const void*> ptrs) {
   if (dim % 4 != 0) return false;

@@ -154,38 +154,45 @@ class NeighborLoader:
         n = len(self.seeds)
         return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
 
-    def _batches(self) -> list[np.ndarray]:
+    def _batches(self, epoch: int) -> list[np.ndarray]:
         order = self.seeds
         if self.shuffle:
-            order = self.seeds[np.random.default_rng([self.seed, self.epoch]).permutation(len(self.seeds))]
+            order = self.seeds[np.random.default_rng([self.seed, epoch]).permutation(len(self.seeds))]
         return [order[i : i + self.batch_size] for i in range(0, len(self.seeds), self.batch_size)][
             : len(self)
         ]
 
-    def _make(self, i: int, batch: np.ndarray) -> MiniBatch:
-        mb = sample_blocks(
-            self.graph, batch, self.fanouts, seed=(self.seed * 7919 + self.epoch) * 100_003 + i
-        )
+    def _make(self, epoch: int, i: int, batch: np.ndarray) -> MiniBatch:
+        # epoch + 1: the samples have always been drawn with the count of passes begun (results unchanged)
+        seed = (self.seed * 7919 + epoch + 1) * 100_003 + i
+        mb = sample_blocks(self.graph, batch, self.fanouts, seed=seed)
         if self.fetch is not None:
             self.fetch(mb)
         return mb
 
     def __iter__(self) -> Iterator[MiniBatch]:
-        batches = self._batches()
+        """The next epoch's batches (each pass one epoch further)."""
         self.epoch += 1
+        return self.batches(self.epoch - 1)
+
+    def batches(self, epoch: int, start: int = 0) -> Iterator[MiniBatch]:
+        """Epoch `epoch`'s batches from its `start`-th on, the very ones a whole pass makes from there:
+        the order and each batch's samples follow from the seed, the epoch and the batch's index alone,
+        so a trainer resumed mid-epoch continues it as if it had not stopped."""
+        batches = list(enumerate(self._batches(epoch)))[start:]
         if self.prefetch <= 0 or len(batches) <= 1:
-            for i, b in enumerate(batches):
-                yield self._make(i, b)
+            for i, b in batches:
+                yield self._make(epoch, i, b)
             return
         q: queue.Queue = queue.Queue(maxsize=self.prefetch)
         stop = threading.Event()
 
         def produce() -> None:
             try:
-                for i, b in enumerate(batches):
+                for i, b in batches:
                     if stop.is_set():
                         return
-                    q.put(self._make(i, b))
+                    q.put(self._make(epoch, i, b))
                 q.put(None)
             except BaseException as exc:  # noqa: BLE001 - re-raised in the consumer
                 q.put(exc)

@@ -4,6 +4,10 @@ Its conditions come from the setters the operator uses too (spec.conditions): th
 same meaning. A condition's lastTransitionTime is the time its status last changed (Kubernetes
 semantics), not the time of the latest write: build() takes the conditions it returned last time and
 the current time.
+
+An ended run (Succeeded or Failed) has stopped every process before its last status is written (the
+launcher stops them all, then writes it): that status says so as the operator's does, through
+conditions.set_stopped, and its shard servers' states say Stopped, not Ready.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from typing import Any
 from graphtrain.contract import conditions
 from graphtrain.contract.spec import (
     Condition,
+    ConditionType,
     GraphTraining,
     GraphTrainingStatus,
     PartitionStatus,
@@ -79,6 +84,10 @@ def build(gt: GraphTraining, obs: RunObserved, previous: list[Condition], at: st
         conditions.set_trainers_running(conds)
     if obs.phase == Phase.failed.value:
         conditions.set_failed(conds, obs.failure_reason, obs.failure or "")
+    ended = obs.phase in (Phase.succeeded.value, Phase.failed.value)
+    if ended:
+        stopped = {ConditionType.shards_ready: "shard servers", ConditionType.trainers_ready: "trainers"}
+        conditions.set_stopped(conds, stopped, f"the run {obs.phase.lower()}")
     return GraphTrainingStatus(
         phase=obs.phase,
         conditions=conds.as_list(),
@@ -87,7 +96,7 @@ def build(gt: GraphTraining, obs: RunObserved, previous: list[Condition], at: st
         shards=[
             ShardStatus(
                 index=s["index"],
-                state=s.get("state", "Pending"),
+                state=ShardState.stopped if ended else s.get("state", "Pending"),
                 address=s.get("address"),
                 restarts=s.get("restarts", 0),
             )

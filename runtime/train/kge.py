@@ -6,6 +6,8 @@ unique entity rows of the batch once (one request per owning shard) and pushes t
 gradients to the servers, where the sparse optimizer runs. Entity rows are kept on the unit sphere
 (the row_norm constraint of the optimizer config, as PyKEEN's TransE and DistMult normalise entities
 after each step); rows start there too. There are no dense parameters, so no DDP.
+LinkPrediction is a TrainingTask of the epoch loop (loop.py runs its epochs, reports, checkpoints and
+early stopping); an epoch's triples come in a seeded order, their negatives from the same generator.
 
 Evaluation ranks the true head and tail of each valid/test triple against every entity, filtered by
 all known triples, each trainer on its share of the queries, sums all-reduced. Large graphs are
@@ -17,9 +19,9 @@ epoch (its checkpoint marked BEST) and drives early stopping; the test metrics a
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -32,8 +34,9 @@ from graphtrain.runtime.optim import OptimConfig, SparseOptimizer
 from graphtrain.runtime.partition import load_maps, load_triples
 from graphtrain.runtime.tensor import DistEmbedding, PartitionBook
 from graphtrain.runtime.train import kge_math
-from graphtrain.runtime.train.common import Dist, StepHooks, Throughput, TrainerProgress, init_spec
-from graphtrain.runtime.train.metrics import StageClock, TrainerMetrics
+from graphtrain.runtime.train.dist import Dist, seed_everything
+from graphtrain.runtime.train.metrics import StageClock
+from graphtrain.runtime.train.task import Split, init_spec
 
 REPORT_EVERY = 50
 EVAL_MAX_TRIPLES = 1000
@@ -73,21 +76,23 @@ def load_kg(graph: DistGraph) -> KnowledgeGraph:
     )
 
 
-class KGETraining(StepHooks):
-    EVAL_METRICS = ("val_mrr", "val_hits@1", "val_hits@3", "val_hits@10")
+class Triples(NamedTuple):
+    """A batch: positive triples (B, 3) and their corruptions (B, negatives, 3)."""
 
-    def __init__(
-        self,
-        gt: GraphTraining,
-        graph: DistGraph,
-        dist: Dist,
-        run_dir: Path | None = None,
-        checkpoint_root: Path | None = None,
-        progress_configmap: str | None = None,
-        metrics: TrainerMetrics | None = None,
-    ):
-        self.setup(gt.spec, graph, dist, run_dir, checkpoint_root, progress_configmap, metrics)
+    pos: torch.Tensor
+    neg: torch.Tensor
+
+
+class LinkPrediction:
+    """TransE or DistMult on a knowledge graph, as a TrainingTask of the epoch loop (task.py)."""
+
+    metric_names: tuple[str, ...] = ("mrr", "hits@1", "hits@3", "hits@10")
+    report_every = REPORT_EVERY
+
+    def __init__(self, gt: GraphTraining, graph: DistGraph, dist: Dist):
+        self.spec, self.graph, self.dist = gt.spec, graph, dist
         m, tr = self.spec.model, self.spec.training
+        seed_everything(tr.seed)
         self.kind, self.norm = str(m.kind), int(m.norm)
         self.kg = load_kg(graph)
         tables = {t.name: t for t in self.spec.embeddings}
@@ -109,16 +114,23 @@ class KGETraining(StepHooks):
         )
         self.rel_opt = SparseOptimizer([self.rel], OptimConfig.from_spec(rel))
         self.triples = torch.from_numpy(edge_split(graph.config, dist.rank, dist.world))
+        self.batch_size = dist.share(tr.batch_size)
         self.filter = kge_math.FilterIndex(
             np.concatenate([self.kg.train, self.kg.valid, self.kg.test]),
             graph.num_nodes,
             self.kg.num_relations,
         )
 
-    # ---------------------------------------------------------------------------------- setup
+    # ---------------------------------------------------------------------------------- start
+
+    def start(self, step: int, resumed: bool) -> None:
+        """Fresh rows start on the unit sphere (PyKEEN's *_norm initialisers and its constrainer at reset);
+        restored ones are there, and the tables' step counts go on from the checkpoint's."""
+        if not resumed:
+            self._normalise_start()
+        self.ent.steps = self.rel.steps = step
 
     def _normalise_start(self) -> None:
-        """Rows start on the unit sphere (PyKEEN's *_norm initialisers and its constrainer at reset)."""
         if self.dist.rank == 0:
             for table in (self.ent, self.rel):
                 for lo in range(0, table.num_embeddings, PULL_CHUNK):
@@ -129,11 +141,28 @@ class KGETraining(StepHooks):
 
     # ------------------------------------------------------------------------------- training
 
-    def _batch_loss(self, pos: torch.Tensor, gen: torch.Generator, clock: StageClock) -> torch.Tensor:
-        """The loss of a batch of positive triples: its negatives drawn (stage sample), its entity and
-        relation rows pulled once each (pull), its scores (forward_backward: backward follows)."""
+    def steps_per_epoch(self) -> int:
+        return -(-len(self.triples) // self.batch_size)
+
+    def batches(self, epoch: int, start: int) -> Iterator[Triples]:
+        """This trainer's triples in the epoch's seeded order, each batch with its negatives drawn from the
+        same generator. The negatives of the batches before `start` are drawn too (and dropped): the
+        generator then stands where a whole pass has it, so the batches from there are that pass's."""
+        tr, m = self.spec.training, self.spec.model
+        gen = torch.Generator().manual_seed(tr.seed * 1_000_003 + self.dist.rank * 7919 + epoch)
+        order = torch.randperm(len(self.triples), generator=gen)
+        b = self.batch_size
+        for i in range(self.steps_per_epoch()):
+            pos = self.triples[order[i * b : (i + 1) * b]]
+            neg = kge_math.corrupt(pos, m.negatives, self.graph.num_nodes, gen)
+            if i >= start:
+                yield Triples(pos, neg)
+
+    def step(self, batch: Triples, clock: StageClock) -> tuple[torch.Tensor, int]:
+        """The batch's entity and relation rows pulled once each (stage pull), its scores, loss and
+        backward (forward_backward), and the gradients pushed to the shard servers (push)."""
         m = self.spec.model
-        neg = kge_math.corrupt(pos, m.negatives, self.graph.num_nodes, gen)
+        pos, neg = batch
         ents = torch.cat([pos[:, [0, 2]].reshape(-1), neg[..., [0, 2]].reshape(-1)])
         uniq, inverse = torch.unique(ents, return_inverse=True)
         rel_ids, rel_inv = torch.unique(pos[:, 1], return_inverse=True)
@@ -148,50 +177,13 @@ class KGETraining(StepHooks):
         r = rel_rows.index_select(0, rel_inv)
         pos_s = kge_math.score(self.kind, pe[:, 0], r, pe[:, 1], self.norm)
         neg_s = kge_math.score(self.kind, ne[:, :, 0], r.unsqueeze(1), ne[:, :, 1], self.norm)
-        return kge_math.loss(str(m.loss), pos_s, neg_s, m.margin)
-
-    def train(self, on_epoch: Callable[[int], None] | None = None) -> dict[str, Any]:
-        tr = self.spec.training
-        if not self.begin():
-            self._normalise_start()
-        progress = TrainerProgress(epochs=tr.epochs)
-        result: dict[str, Any] = {}
-        last: dict[str, float] | None = None  # the latest validation pass, and its epoch
-        last_epoch = -1
-        n = len(self.triples)
-        batch = self.dist.share(tr.batch_size)
-        per_epoch = (n + batch - 1) // batch
-        while self.epoch < tr.epochs:
-            window = Throughput()
-            gen = torch.Generator().manual_seed(tr.seed * 1_000_003 + self.dist.rank * 7919 + self.epoch)
-            order = torch.randperm(n, generator=gen)
-            clock = self.metrics.clock()
-            for b in range(self.step - self.epoch * per_epoch, per_epoch):  # resumes mid-epoch
-                clock.start()
-                pos = self.triples[order[b * batch : (b + 1) * batch]]
-                loss = self._batch_loss(pos, gen, clock)
-                loss.backward()
-                clock.lap("forward_backward")
-                self.ent_opt.step()
-                self.rel_opt.step()
-                clock.lap("push")
-                clock.done()
-                self.after_step(progress, window, loss, len(pos), REPORT_EVERY)
-            self.epoch += 1
-            values = None
-            if self.epoch % tr.eval_every == 0 or self.epoch == tr.epochs:
-                last, last_epoch = {f"val_{k}": v for k, v in self.evaluate("valid").items()}, self.epoch
-                values = {k: last[k] for k in self.EVAL_METRICS}
-            stop = self.end_epoch(progress, window, values)
-            if on_epoch is not None:
-                on_epoch(self.epoch)
-            if stop:
-                break
-        if last is None or last_epoch != self.epoch:  # the last model's, evaluated once
-            last = {f"val_{k}": v for k, v in self.evaluate("valid").items()}
-        result.update(last)
-        result.update({f"test_{k}": v for k, v in self.evaluate("test").items()})
-        return self.finish(progress, result, "test_mrr")
+        loss = kge_math.loss(str(m.loss), pos_s, neg_s, m.margin)
+        loss.backward()
+        clock.lap("forward_backward")
+        self.ent_opt.step()
+        self.rel_opt.step()
+        clock.lap("push")
+        return loss, len(pos)
 
     # ----------------------------------------------------------------------------- evaluation
 
@@ -203,9 +195,9 @@ class KGETraining(StepHooks):
             ]
         )
 
-    def eval_triples(self, split: str) -> np.ndarray:
+    def eval_triples(self, split: Split) -> np.ndarray:
         """The split's triples, or a seeded sample of EVAL_MAX_TRIPLES of them."""
-        t = getattr(self.kg, split)
+        t = self.kg.valid if split == "valid" else self.kg.test
         if len(t) > EVAL_MAX_TRIPLES:
             keep = np.random.default_rng(self.spec.training.seed).choice(
                 len(t), EVAL_MAX_TRIPLES, replace=False
@@ -214,7 +206,7 @@ class KGETraining(StepHooks):
         return t
 
     @torch.no_grad()
-    def evaluate(self, split: str) -> dict[str, float]:
+    def evaluate(self, split: Split) -> dict[str, float]:
         """Filtered MRR and Hits@1/3/10 over head and tail prediction (realistic ranks)."""
         triples = self.eval_triples(split)
         lo = self.dist.rank * len(triples) // self.dist.world
@@ -236,5 +228,8 @@ class KGETraining(StepHooks):
 
     # ---------------------------------------------------------------------------- checkpoints
 
-    def resumed(self) -> None:
-        self.ent.steps = self.rel.steps = self.step
+    def save_state(self, directory: Path) -> None:
+        """Nothing beside the tables: the models have no dense part."""
+
+    def load_state(self, directory: Path) -> None:
+        """Nothing beside the tables."""

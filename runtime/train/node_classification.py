@@ -1,19 +1,18 @@
-"""GraphSAGE node classification over a DistGraph, with node features and/or a learnable node embedding.
+"""GraphSAGE node classification over a DistGraph, with node features and/or a learnable node embedding:
+a TrainingTask of the epoch loop (loop.py runs its epochs, reports, checkpoints and early stopping).
 
 Each trainer takes its node_split of the training nodes; a NeighborLoader samples blocks and pulls the
-input features and labels on a background thread (its own client), while the main thread pulls the
-embedding rows (they take part in autograd), runs the model, steps the dense optimizer (gradients
-all-reduced by DistributedDataParallel) and the sparse one (deduplicated pushes to the shard servers).
-Evaluation uses every neighbour (no sampling), each trainer on its share of the nodes, counts summed.
-Checkpoints: at the end of each epoch (training.checkpointInterval 0) or every N steps, and at the end
-of an epoch whose validation accuracy is the best so far (marked BEST), all trainers pause at a barrier
-while rank 0 saves the dense state and asks the shard servers for theirs. The test accuracy is the last
-model's (the one training ended with, early or not); the best epoch's model is the BEST checkpoint.
+input features and labels (on a background thread with training.prefetch, over its own client), while
+the main thread pulls the embedding rows (they take part in autograd), runs the model, steps the dense
+optimizer (gradients all-reduced by DistributedDataParallel) and the sparse one (deduplicated pushes to
+the shard servers). Evaluation uses every neighbour (no sampling), each trainer on its share of the
+nodes, counts summed. A checkpoint keeps the dense model and its optimizer (dense.pt) beside the shard
+servers' tables.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,18 +26,11 @@ from graphtrain.runtime.graph.loader import MiniBatch, sample_blocks
 from graphtrain.runtime.kvstore.client import KVClient
 from graphtrain.runtime.optim import OptimConfig, SparseOptimizer
 from graphtrain.runtime.tensor import DistEmbedding
-from graphtrain.runtime.train.common import (
-    Dist,
-    StepHooks,
-    Throughput,
-    TrainerProgress,
-    init_spec,
-    load_dense,
-    save_dense,
-    unwrap,
-)
-from graphtrain.runtime.train.metrics import TrainerMetrics
+from graphtrain.runtime.train.dense import load_dense, save_dense
+from graphtrain.runtime.train.dist import Dist, seed_everything, unwrap
+from graphtrain.runtime.train.metrics import StageClock
 from graphtrain.runtime.train.models import GraphSAGE
+from graphtrain.runtime.train.task import Split, init_spec
 
 REPORT_EVERY = 20
 EVAL_BATCH = 4096
@@ -51,22 +43,18 @@ def _optimizer(kind: str, params: Any, lr: float) -> torch.optim.Optimizer:
     return cls(params, lr=lr, fused=True)
 
 
-class NodeClassification(StepHooks):
-    EVAL_METRICS = ("val_accuracy",)
+class NodeClassification:
+    """GraphSAGE on a graph's labelled nodes, as a TrainingTask of the epoch loop (task.py).
+    `loader_client`: the loader's own connection to the shard servers (its thread fetches while the
+    model computes)."""
 
-    def __init__(
-        self,
-        gt: GraphTraining,
-        graph: DistGraph,
-        loader_client: KVClient,
-        dist: Dist,
-        run_dir: Path | None = None,
-        checkpoint_root: Path | None = None,
-        progress_configmap: str | None = None,
-        metrics: TrainerMetrics | None = None,
-    ):
-        self.setup(gt.spec, graph, dist, run_dir, checkpoint_root, progress_configmap, metrics)
+    metric_names: tuple[str, ...] = ("accuracy",)
+    report_every = REPORT_EVERY
+
+    def __init__(self, gt: GraphTraining, graph: DistGraph, loader_client: KVClient, dist: Dist):
+        self.spec, self.graph, self.dist = gt.spec, graph, dist
         m, tr = self.spec.model, self.spec.training
+        seed_everything(tr.seed)  # the model's initial weights follow training.seed
         if graph.num_classes is None or "label" not in graph.ndata:
             raise GraphtrainError("model.kind graphsage needs node labels: the graph has none (graph.labels)")
         self.feat = graph.ndata.get("feat") if m.use_features else None
@@ -141,49 +129,40 @@ class NodeClassification(StepHooks):
 
     # ------------------------------------------------------------------------------- training
 
-    def train(self, on_epoch: Callable[[int], None] | None = None) -> dict[str, Any]:
-        tr = self.spec.training
-        self.begin()
-        progress = TrainerProgress(epochs=tr.epochs)
-        result: dict[str, Any] = {}
-        while self.epoch < tr.epochs:
-            window = Throughput()
-            clock = self.metrics.clock()  # sample: the wait for the loader's next batch
-            for mb in self.loader:
-                clock.lap("sample")
-                e = self._pull(mb)
-                if e is not None:
-                    clock.lap("pull")
-                logits = self._model_forward(self.model, mb, e, mb.data.get("x"))
-                loss = torch.nn.functional.cross_entropy(logits, mb.data["y"])
-                self.dense_opt.zero_grad()
-                loss.backward()
-                clock.lap("forward_backward")
-                if self.emb is not None:  # the servers apply it while the dense step and sampling run
-                    self.sparse_opt.step(wait=False)
-                    clock.lap("push")
-                self.dense_opt.step()
-                clock.lap("forward_backward")  # the dense step: the model's part of the step
-                clock.done()
-                self.after_step(progress, window, loss, len(mb.seeds), REPORT_EVERY)
-                clock.start()
-            self.epoch += 1
-            values = None
-            if self.epoch % tr.eval_every == 0 or self.epoch == tr.epochs:
-                values = {"val_accuracy": self.evaluate("val")}
-                result.update(values)
-            stop = self.end_epoch(progress, window, values)
-            if on_epoch is not None:
-                on_epoch(self.epoch)
-            if stop:
-                break
-        result["test_accuracy"] = self.evaluate("test")
-        return self.finish(progress, result, "test_accuracy")
+    def start(self, step: int, resumed: bool) -> None:
+        """The embedding's step count goes on from the checkpoint's (its optimizer's bias correction)."""
+        if self.emb is not None:
+            self.emb.steps = step
+
+    def steps_per_epoch(self) -> int:
+        return len(self.loader)
+
+    def batches(self, epoch: int, start: int) -> Iterator[MiniBatch]:
+        return self.loader.batches(epoch, start)
+
+    def step(self, mb: MiniBatch, clock: StageClock) -> tuple[torch.Tensor, int]:
+        """The embedding rows of the batch (stage pull), the model, its loss and backward, and the dense
+        step (forward_backward, in two pieces); the sparse gradients pushed between them (push)."""
+        e = self._pull(mb)
+        if e is not None:
+            clock.lap("pull")
+        logits = self._model_forward(self.model, mb, e, mb.data.get("x"))
+        loss = torch.nn.functional.cross_entropy(logits, mb.data["y"])
+        self.dense_opt.zero_grad()
+        loss.backward()
+        clock.lap("forward_backward")
+        if self.emb is not None:  # the servers apply it while the dense step and sampling run
+            self.sparse_opt.step(wait=False)
+            clock.lap("push")
+        self.dense_opt.step()
+        clock.lap("forward_backward")  # the dense step: the model's part of the step
+        return loss, len(mb.seeds)
 
     @torch.no_grad()
-    def evaluate(self, split: str) -> float:
+    def evaluate(self, split: Split) -> dict[str, float]:
         """Accuracy on this trainer's share of `split`, summed over trainers; every neighbour is used."""
-        ids = node_split(self.graph.config, split, self.dist.rank, self.dist.world)
+        mask = "val" if split == "valid" else split
+        ids = node_split(self.graph.config, mask, self.dist.rank, self.dist.world)
         model = unwrap(self.model)
         model.eval()
         correct = 0
@@ -194,19 +173,12 @@ class NodeClassification(StepHooks):
             correct += int((pred == self.label[mb.seeds]).sum())
         model.train()
         total_correct, total = self.dist.sum([correct, len(ids)])
-        return total_correct / max(total, 1)
+        return {"accuracy": total_correct / max(total, 1)}
 
     # ---------------------------------------------------------------------------- checkpoints
 
-    def save_state(self, directory: Path, meta: dict[str, Any]) -> None:
-        super().save_state(directory, meta)
+    def save_state(self, directory: Path) -> None:
         save_dense(directory / "dense.pt", unwrap(self.model), self.dense_opt)
 
-    def load_state(self, directory: Path) -> dict[str, Any]:
+    def load_state(self, directory: Path) -> None:
         load_dense(directory / "dense.pt", unwrap(self.model), self.dense_opt)
-        return super().load_state(directory)
-
-    def resumed(self) -> None:
-        self.loader.epoch = self.epoch
-        if self.emb is not None:
-            self.emb.steps = self.step

@@ -81,3 +81,23 @@ def operator_options() -> set[str]:
         [str(exe), "operator", "--help"], capture_output=True, text=True, env=env, timeout=60, check=True
     )
     return set(re.findall(r"--[a-z][a-z-]*", out.stdout))
+
+
+def command_line(objs: list[dict[str, Any]], operator: str, config_file: Path) -> list[str]:
+    """The command line of the chart's operator Deployment `operator` among `objs`, to run here: the
+    config file from its rendered ConfigMap, health and metrics on free loopback ports; every other
+    option as the chart passes it."""
+    container = one(objs, "Deployment", operator)["spec"]["template"]["spec"]["containers"][0]
+    config = one(objs, "ConfigMap", f"{operator}-config")["data"]["config.yaml"]
+    config_file.write_text(config)
+    local = {
+        "--config": str(config_file),
+        "--health-address": "127.0.0.1:0",
+        "--metrics-address": "127.0.0.1:0",
+    }
+    args = []
+    for arg in container["args"][1:]:  # after "operator"
+        option, eq, value = arg.partition("=")
+        args.append(f"{option}={local.get(option, value)}" if eq else option)
+    assert container["command"] == ["graphtrain"] and container["args"][0] == "operator"
+    return [str(Path(sys.executable).parent / "graphtrain"), "operator", *args]

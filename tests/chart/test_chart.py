@@ -160,6 +160,7 @@ LEADER_ARGS = [
     "--leader-elect",
     f"--lease-name={OPERATOR}",
     f"--lease-namespace={NAMESPACE}",
+    f"--lease-owner={OPERATOR}",  # the Lease goes with the Deployment (garbage collector)
     "--lease-duration=15",
     "--renew-deadline=10",
     "--retry-period=2",
@@ -186,7 +187,7 @@ ADDRESSES = ["--health-address=0.0.0.0:8081", "--metrics-address=0.0.0.0:8080", 
             [
                 *LEADER_ARGS[:1],
                 "--lease-name=gt-lease",
-                *LEADER_ARGS[2:5],
+                *LEADER_ARGS[2:6],
                 "--retry-period=1.5",
                 "--health-address=0.0.0.0:9000",
                 *ADDRESSES[1:],

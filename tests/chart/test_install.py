@@ -1,21 +1,25 @@
 """helm install, test, upgrade and uninstall against the test API server (tests/conftest.py): every
 object of the release is created, changed values change the objects, `helm test` passes or fails with
-its pod, and uninstall leaves no object of the chart behind, but the CRD (by helm's design)."""
+its pod, and uninstall leaves no object of the chart behind, but the CRD (by helm's design), nor the
+Lease the operator makes at run time (owned by the chart's Deployment: the garbage collector's)."""
 
 from __future__ import annotations
 
 import base64
 import json
+import os
 import subprocess
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import yaml
 
 from tests import k8s
-from tests.chart.chart import CHART, SCENARIOS, helm, helm_path, values_file
+from tests.chart.chart import CHART, SCENARIOS, command_line, helm, helm_path, values_file
 from tests.operator.conftest import wait_for
+from tests.podrunner.decide import gc_victims
 
 pytestmark = pytest.mark.timeout(240)
 INSTANCE = "app.kubernetes.io/instance"
@@ -219,3 +223,70 @@ def test_each_scenario_installs_and_uninstalls_cleanly(
     assert set(left_behind(kube, name, kinds)) == kinds - {"pod"}  # no `helm test` ran: no test pod
     helm("uninstall", name, "-n", ns, "--wait", kubeconfig=cluster)
     assert left_behind(kube, name, kinds) == {}
+
+
+def collect_garbage(kube: k8s.Kubectl, resource: str, ns: str) -> list[str]:
+    """What a cluster's garbage collector does, once, to `resource` in `ns` (the test server has none):
+    delete each object that has ownerReferences and none of whose owners exists (that name and uid).
+    The names deleted."""
+    objs = json.loads(kube("get", resource, "-n", ns, "-o", "json"))["items"]
+    live = set()
+    for ref in {
+        (r["apiVersion"], r["kind"], r["name"])
+        for o in objs
+        for r in o["metadata"].get("ownerReferences") or []
+    }:
+        group = ref[0].rpartition("/")[0]
+        try:
+            owner = json.loads(
+                kube("get", f"{ref[1].lower()}.{group}".rstrip("."), ref[2], "-n", ns, "-o", "json")
+            )
+        except RuntimeError:  # not found: gone
+            continue
+        live.add(owner["metadata"]["uid"])
+    victims = [o["metadata"]["name"] for o in gc_victims(objs, live)]
+    for name in victims:
+        kube("delete", resource, name, "-n", ns)
+    return victims
+
+
+def test_uninstall_leaves_no_lease(
+    cluster: str, kube: k8s.Kubectl, release: tuple[str, str], tmp_path: Path
+) -> None:
+    """The operator (here a process with the installed Deployment's command line, watching only the
+    release's namespace, where no training is) creates its Lease owned by the chart's Deployment; helm
+    uninstall deletes the Deployment while the operator still runs, and the garbage collector then
+    deletes the Lease, which helm never knew."""
+    name, ns = release
+    operator = f"{name}-graphtrain-operator"
+    _, objs, _ = install(cluster, name, ns, "default")
+    cmd = [*command_line(objs, operator, tmp_path / "config.yaml"), f"--namespace={ns}"]
+    env = {k: v for k, v in os.environ.items() if k != "KUBERNETES_SERVICE_HOST"}  # not in-cluster
+    env.update(KUBECONFIG=cluster, POD_NAME=f"{operator}-0", POD_NAMESPACE=ns)
+    log = tmp_path / "operator.log"
+    with log.open("w") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
+    try:
+
+        def held() -> dict | None:
+            out = kube("get", "leases", "-n", ns, "-o", "json")
+            leases = json.loads(out)["items"]
+            if proc.poll() is not None:
+                raise AssertionError(f"the operator exited {proc.returncode}:\n{log.read_text()[-3000:]}")
+            return (
+                leases[0] if leases and leases[0]["spec"].get("holderIdentity") == f"{operator}-0" else None
+            )
+
+        lease = wait_for(held, timeout=60, what="the operator's Lease")
+        uid = get(kube, "deployment", operator, ns)["metadata"]["uid"]
+        assert lease["metadata"]["name"] == operator
+        assert lease["metadata"]["ownerReferences"] == [
+            {"apiVersion": "apps/v1", "kind": "Deployment", "name": operator, "uid": uid}
+        ]
+        helm("uninstall", name, "-n", ns, "--wait", kubeconfig=cluster)
+    finally:
+        k8s.terminate(proc)  # as its pod is stopped: it releases the Lease on SIGTERM
+    assert proc.returncode == 0, log.read_text()[-3000:]
+    assert kube("get", "leases", "-n", ns, "-o", "name").split() == [f"lease.coordination.k8s.io/{operator}"]
+    assert collect_garbage(kube, "leases", ns) == [operator]
+    assert kube("get", "leases", "-n", ns, "-o", "name") == ""

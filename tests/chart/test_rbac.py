@@ -24,7 +24,6 @@ import json
 import os
 import re
 import subprocess
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,7 +32,7 @@ import pytest
 import yaml
 
 from tests import k8s
-from tests.chart.chart import NAMESPACE, find, one, render
+from tests.chart.chart import NAMESPACE, command_line, find, one, render
 from tests.operator.conftest import wait_for
 from tests.operator.test_operator_apiserver import SPEC
 
@@ -157,25 +156,6 @@ def server(tmp_path: Path) -> Iterator[Server]:
         k8s.stop(run)
 
 
-def command_line(objs: list[dict], config_file: Path) -> list[str]:
-    """The chart's Deployment's command line, run here: the config file from the rendered ConfigMap,
-    health and metrics on free loopback ports; every other option as the chart passes it."""
-    container = one(objs, "Deployment", OPERATOR_SA)["spec"]["template"]["spec"]["containers"][0]
-    config = one(objs, "ConfigMap", f"{OPERATOR_SA}-config")["data"]["config.yaml"]
-    config_file.write_text(config)
-    local = {
-        "--config": str(config_file),
-        "--health-address": "127.0.0.1:0",
-        "--metrics-address": "127.0.0.1:0",
-    }
-    args = []
-    for arg in container["args"][1:]:  # after "operator"
-        option, eq, value = arg.partition("=")
-        args.append(f"{option}={local.get(option, value)}" if eq else option)
-    assert container["command"] == ["graphtrain"] and container["args"][0] == "operator"
-    return [str(Path(sys.executable).parent / "graphtrain"), "operator", *args]
-
-
 @pytest.fixture
 def run_operator(server: Server, tmp_path: Path) -> Iterator:
     """Starts the operator as the chart would (see command_line) against the private server."""
@@ -183,7 +163,10 @@ def run_operator(server: Server, tmp_path: Path) -> Iterator:
     logs: list[Path] = []
 
     def start(objs: list[dict]) -> None:
-        cmd = command_line(objs, tmp_path / "config.yaml")
+        # the chart's Deployment, as installed: the operator reads it once (the Lease's owner)
+        deployment = one(objs, "Deployment", OPERATOR_SA)
+        server.kube("apply", "-n", NAMESPACE, "-f", "-", input=json.dumps(deployment))
+        cmd = command_line(objs, OPERATOR_SA, tmp_path / "config.yaml")
         env = {k: v for k, v in os.environ.items() if k != "KUBERNETES_SERVICE_HOST"}  # not in-cluster
         env.update(
             KUBECONFIG=server.kubeconfig,

@@ -34,6 +34,7 @@ EXPECTED = {
     R.start_timeout: "Warning",
     R.suspended: "Normal",
     R.resumed: "Normal",
+    R.stopped: "Normal",
 }
 T0, T1 = "2026-01-01T00:00:00Z", "2026-01-01T00:01:00Z"
 
@@ -147,3 +148,92 @@ def test_unreadable_conditions_lend_no_time() -> None:
         {"type": "x"},
     ]
     assert [c.type for c in conditions.parse(raw)] == ["SpecValid"]
+
+
+ROLES = {
+    ConditionType.partition_ready: "job wn-partition",
+    ConditionType.shards_ready: "shard servers",
+    ConditionType.trainers_ready: "trainers",
+}
+T, P, S, K = (
+    ConditionType.trainers_ready,
+    ConditionType.partition_ready,
+    ConditionType.shards_ready,
+    "Stalled",
+)
+
+
+def settled(before: list[tuple[ConditionType, bool, conditions.Reason]], failed: conditions.Reason | None):
+    """The (type, status, reason) of each condition after set_stopped over `before` (and Failed)."""
+    conds = conditions.Conditions([], T0)
+    for kind, ok, reason in before:
+        conds.set(kind, ok, reason, "as it was")
+    if failed is not None:
+        conditions.set_failed(conds, failed, "why")
+    conditions.set_stopped(conds, ROLES, "the training failed")
+    return {str(c.type): (c.status, c.reason) for c in conds.as_list() if c.type != ConditionType.failed}
+
+
+@pytest.mark.parametrize(
+    ("before", "failed", "after"),
+    [
+        (  # at work: stopped
+            [(S, True, R.all_ready), (T, True, R.running), (ConditionType.stalled, False, R.progressing)],
+            R.deadline_exceeded,
+            {
+                "ShardsReady": ("False", "Stopped"),
+                "TrainersReady": ("False", "Stopped"),
+                K: ("False", "Stopped"),
+            },
+        ),
+        (  # what ended stays as it ended
+            [(P, True, R.partitioned), (T, False, R.completed)],
+            None,
+            {"PartitionReady": ("True", "Partitioned"), "TrainersReady": ("False", "Completed")},
+        ),
+        (
+            [(P, False, R.partition_failed)],
+            R.partition_failed,
+            {"PartitionReady": ("False", "PartitionFailed")},
+        ),
+        (  # the trainer failure that failed the training says how they ended
+            [(T, False, R.trainer_failed)],
+            R.backoff_limit_exceeded,
+            {"TrainersReady": ("False", "TrainerFailed")},
+        ),
+        (  # a restart's failure, then the deadline: the trainers were stopped, not failed for good
+            [(T, False, R.trainer_failed)],
+            R.deadline_exceeded,
+            {"TrainersReady": ("False", "Stopped")},
+        ),
+        (  # waiting, starting, not starting: stopped
+            [(P, False, R.partitioning), (S, False, R.pods_not_starting), (T, False, R.not_started)],
+            R.start_timeout,
+            {
+                "PartitionReady": ("False", "Stopped"),
+                "ShardsReady": ("False", "Stopped"),
+                "TrainersReady": ("False", "Stopped"),
+            },
+        ),
+        ([], R.invalid_spec, {}),  # a role that never started gets no condition
+    ],
+)
+def test_set_stopped(before: list, failed: conditions.Reason | None, after: dict) -> None:
+    assert settled(before, failed) == after
+
+
+def test_set_stopped_says_what_and_why_and_keeps_what_a_stall_said() -> None:
+    conds = conditions.Conditions([], T0)
+    conditions.set_shards_ready(conds, 2, 2)
+    conditions.set_stalled(conds, "rank 1 has not reported for 90 s")
+    conditions.set_stopped(conds, {S: "shard servers", T: "trainers"}, "the GraphTraining is being deleted")
+    shards, stalled = conds.get(S), conds.get(ConditionType.stalled)
+    assert (
+        shards is not None and shards.message == "shard servers stopped: the GraphTraining is being deleted"
+    )
+    assert stalled is not None and stalled.status == "False"
+    assert stalled.message == "the trainers are stopped; when they stopped: rank 1 has not reported for 90 s"
+    only_shards = conditions.Conditions([], T0)
+    conditions.set_stalled(only_shards, None)
+    conditions.set_stopped(only_shards, {S: "shard servers"}, "x")  # trainers kept running: no stall ends
+    assert only_shards.get(ConditionType.stalled).reason == "Progressing"

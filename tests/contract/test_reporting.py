@@ -16,11 +16,13 @@ from prometheus_client import CollectorRegistry
 
 from graphtrain.contract import reporting, rundir
 from graphtrain.contract.spec import Progress, load_yaml
-from graphtrain.operator import reconcile
+from graphtrain.operator import observation
 from graphtrain.runtime.launch import status
 from graphtrain.runtime.train import progress_k8s
-from graphtrain.runtime.train.common import Reporter, TrainerProgress, progress_sinks
 from graphtrain.runtime.train.metrics import TrainerMetrics
+from graphtrain.runtime.train.reporter import Reporter
+from graphtrain.runtime.train.sinks import progress_sinks
+from graphtrain.runtime.train.tally import TrainerProgress
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "nations-transe.yaml"
 
@@ -69,7 +71,7 @@ def test_both_sinks_write_the_spec_schema_and_both_executors_read_it(tmp_path: P
     report = reporting.decode((tmp_path / rundir.PROGRESS_FILE).read_text())
     gt = load_yaml(EXAMPLE.read_text())
     local = status.build(gt, status.RunObserved(progress=report), [], "2026-01-01T00:00:00+00:00")
-    operator = reconcile.progress_status({"data": body["data"]})
+    operator = observation.progress_status({"data": body["data"]})
     assert local.model_dump(by_alias=True, exclude_none=True, mode="json")["progress"] == operator["progress"]
 
 

@@ -9,7 +9,7 @@ import sys
 
 from graphtrain.contract.conditions import Event, Severity
 from graphtrain.operator import logs
-from graphtrain.operator.reconcile import Action, Plan
+from graphtrain.operator.context import Action, Plan
 
 JOB = {"kind": "Job", "metadata": {"name": "wn-partition"}}
 
@@ -51,7 +51,7 @@ def test_json_format_writes_one_object_per_line_with_the_decision_and_drops_rout
 import logging
 import kopf
 from graphtrain.operator import logs
-from graphtrain.operator.reconcile import Plan
+from graphtrain.operator.context import Plan
 kopf.configure(log_format=kopf.LogFormat.JSON, log_prefix=True)  # as the command does
 logs.drop_routine(verbose=False)
 logs.decided("ns", "wn", {"phase": "Starting"}, Plan([], {"phase": "Training"}, []))

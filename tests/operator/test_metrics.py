@@ -10,7 +10,8 @@ import urllib3
 from kubernetes.client.rest import ApiException
 
 from graphtrain.operator import endpoints, k8s
-from graphtrain.operator.reconcile import Action, Observed, Plan
+from graphtrain.operator.context import Action, Plan
+from graphtrain.operator.observation import Observed
 
 
 @pytest.fixture

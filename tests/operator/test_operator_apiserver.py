@@ -319,7 +319,9 @@ def test_the_crd_refuses_a_cross_field_problem_before_the_operator_sees_it(kube,
 def test_trainers_report_into_the_progress_config_map(kube, ns: str, monkeypatch) -> None:
     """What `graphtrain train --progress-configmap` does on every rank (rank 0 adds the progress)."""
     from graphtrain.contract import reporting
-    from graphtrain.runtime.train.common import Reporter, TrainerProgress, progress_sinks
+    from graphtrain.runtime.train.reporter import Reporter
+    from graphtrain.runtime.train.sinks import progress_sinks
+    from graphtrain.runtime.train.tally import TrainerProgress
 
     kube("create", "configmap", "p-progress", "-n", ns)
     monkeypatch.setenv("POD_NAMESPACE", ns)
@@ -343,7 +345,7 @@ def test_a_child_the_api_server_refuses_is_a_warning_event_not_a_traceback(
     server does not) becomes one Warning event naming the child and the API's message and one log line;
     the other actions and the status are still written; the same refusal again is not said again."""
     from graphtrain.operator import k8s
-    from graphtrain.operator.reconcile import Action, Plan
+    from graphtrain.operator.context import Action, Plan
 
     monkeypatch.setenv("KUBECONFIG", kubeconfig)
     k8s.load_config()

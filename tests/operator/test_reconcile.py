@@ -18,9 +18,11 @@ from graphtrain.contract import conditions as vocab
 from graphtrain.contract.children import LABEL_ATTEMPT, LABEL_RANK, LABEL_TRAINING, labels, trainer_name
 from graphtrain.contract.roles import ENV_OFFLINE
 from graphtrain.contract.spec import API_VERSION, ConditionType, Phase, parse
-from graphtrain.operator import manifests, reconcile
+from graphtrain.operator import lifecycle, manifests, observation, stages
 from graphtrain.operator.config import built_in
-from graphtrain.operator.reconcile import Observed, Plan, key, plan
+from graphtrain.operator.context import Context, Plan
+from graphtrain.operator.observation import Observed, key
+from graphtrain.operator.reconcile import plan
 from graphtrain.runtime.data.datasets import fetch
 from graphtrain.runtime.errors import DataError
 
@@ -505,8 +507,8 @@ def observed(*children: dict, status: dict | None = None, now: dt.datetime = NOW
     return Observed(body, kids, [o for o in children if o["kind"] == "Pod"], now)
 
 
-def context(o: Observed) -> reconcile.Context:
-    return reconcile.Context(
+def context(o: Observed) -> Context:
+    return Context(
         o, parse({k: o.training[k] for k in ("apiVersion", "kind", "metadata", "spec")}), token="t0k3n"
     )
 
@@ -618,7 +620,7 @@ WAS_PARTITIONING = [
     ],
 )
 def test_partition_stage(o: Observed, phase, actions, conds, events, status) -> None:
-    assert run(reconcile.partition_stage, o) == (phase, actions, conds, events, status)
+    assert run(stages.partition_stage, o) == (phase, actions, conds, events, status)
 
 
 SHARDS = [
@@ -685,7 +687,7 @@ def shards(*states: tuple[str, int]) -> list[dict]:
     ],
 )
 def test_shards_stage(o: Observed, phase, actions, conds, events, status) -> None:
-    assert run(reconcile.shards_stage, o) == (phase, actions, conds, events, status)
+    assert run(stages.shards_stage, o) == (phase, actions, conds, events, status)
 
 
 FRESH = {"updated_at": "2026-11-22T11:59:55Z", "step": 5}
@@ -801,7 +803,7 @@ EARLY = "2026-11-22T11:40:00Z"  # pods started before their ranks' last reports
     ],
 )
 def test_trainers_stage(o: Observed, phase, actions, conds, events, status) -> None:
-    assert run(reconcile.trainers_stage, o) == (phase, actions, conds, events, status)
+    assert run(stages.trainers_stage, o) == (phase, actions, conds, events, status)
 
 
 KEPT = [
@@ -879,7 +881,7 @@ def since(start: str, **extra) -> dict:
     ],
 )
 def test_terminal_stage(o: Observed, phase, actions, conds, events, status) -> None:
-    assert run(reconcile.terminal_stage, o) == (phase, actions, conds, events, status)
+    assert run(lifecycle.terminal_stage, o) == (phase, actions, conds, events, status)
 
 
 @pytest.mark.parametrize(
@@ -914,7 +916,7 @@ def test_spec_stage(
         cm = manifests.config_map(applied_body, parse(applied_body))
         kids[key("ConfigMap", cm["metadata"]["name"])] = cm
     conds = vocab.Conditions([], "T", 2)
-    decided = reconcile.spec_stage(Observed(body, kids, [], NOW), conds)
+    decided = stages.spec_stage(Observed(body, kids, [], NOW), conds)
     assert {str(c.type): f"{c.status} {c.reason}" for c in conds.as_list()} == expected
     assert decided.observed_generation == generation
     if run_policy is None:
@@ -943,8 +945,22 @@ def test_a_deadline_fails_a_running_training_without_any_other_event() -> None:
     assert p.status["phase"] == "Failed" and p.requeue_after is None
     assert cond(p, "Failed")["reason"] == "DeadlineExceeded" and "60 s" in cond(p, "Failed")["message"]
     assert kinds(p, "delete") == [*PODS, f"StatefulSet/{NAME}-shards"]
-    assert [(e.type, e.reason) for e in p.events] == [("Warning", "Failed"), ("Warning", "DeadlineExceeded")]
-    assert cond(p, "TrainersReady")["status"] == "True"  # as last observed
+    said = [(e.type, e.reason, e.message) for e in p.events]
+    assert [s[:2] for s in said] == [
+        ("Warning", "Failed"),
+        ("Normal", "Stopped"),  # ShardsReady, TrainersReady, Stalled
+        ("Normal", "Stopped"),
+        ("Normal", "Stopped"),
+        ("Warning", "DeadlineExceeded"),
+    ]
+    stopped = "stopped: the training failed (runPolicy.cleanPodPolicy Running)"
+    assert [m for _, r, m in said if r == "Stopped"][:2] == [
+        f"shard servers {stopped}",
+        f"trainers {stopped}",
+    ]
+    for kind in ("ShardsReady", "TrainersReady", "Stalled"):  # nothing reads as running any more
+        assert (cond(p, kind)["status"], cond(p, kind)["reason"]) == ("False", "Stopped"), kind
+    assert {s["state"] for s in p.status["shards"]} == {"Stopped"}
     assert "completionTime" in p.status
     assert c.step().actions == []  # terminal
 
@@ -960,13 +976,238 @@ def to_training_from(c: Cluster) -> None:
     c.step()
 
 
-def test_a_training_being_deleted_is_left_alone() -> None:
+def test_a_training_being_deleted_is_left_alone_but_for_its_stopped_roles() -> None:
+    """Nothing is made for it and nothing said; its status says what stopped, and nothing else changes
+    (the phase stays: its deletionTimestamp says it is going)."""
     c = Cluster(training())
     c.step()
+    before = copy.deepcopy(c.body["status"])
     c.body["metadata"]["deletionTimestamp"] = "2026-11-22T12:00:30Z"
     c.children.clear()  # its children are being deleted
+    c.now = NOW + dt.timedelta(seconds=30)
     p = c.step()
-    assert p.actions == [] and p.events == [] and p.status == c.body["status"]
+    assert p.actions == [] and p.events == []
+    assert {k: v for k, v in p.status.items() if k != "conditions"} == {
+        k: v for k, v in before.items() if k != "conditions"
+    }
+    partition = cond(p, "PartitionReady")
+    assert (partition["status"], partition["reason"]) == ("False", "Stopped")
+    assert partition["message"] == f"job {NAME}-partition stopped: the GraphTraining is being deleted"
+    assert partition["lastTransitionTime"] == "2026-11-22T12:00:00Z"  # False since then: no transition
+    assert cond(p, "SpecValid") == next(c for c in before["conditions"] if c["type"] == "SpecValid")
+    assert c.step().status == p.status  # once said, it holds
+
+
+# ------------------------------------------------------------------------------ the truth at the end
+# Issue 32: after Succeeded, Failed (any cause) and while being deleted, no condition and no shard
+# state says a stopped role is ready or running; what runPolicy.cleanPodPolicy None keeps is reported
+# as it runs. Each row runs plan() from a running training (Cluster) to its end, then once more.
+
+
+def running_cluster(**spec) -> Cluster:
+    """A training in phase Training: partitioned, both shard servers ready, both trainers running."""
+    c = Cluster(training(**spec))
+    to_training(c)
+    c.trainers("Running")
+    assert c.step().status["phase"] == "Training"
+    return c
+
+
+def fail_twice(c: Cluster) -> None:
+    """A trainer fails, the restart's trainers run, and one fails again: past backoffLimit 1."""
+    c.trainers("Running", r1="Failed")
+    c.step()  # Restarting: the attempt's pods go
+    c.step()  # the next attempt's pods are made
+    c.trainers("Running", r1="Failed")
+
+
+def stuck_trainers(c: Cluster) -> None:
+    """Both trainers' images cannot be pulled, for longer than the start timeout (600 s)."""
+    since = (NOW - dt.timedelta(seconds=700)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    for r in range(2):
+        c.children[key("Pod", trainer_name(NAME, r))]["status"] = {
+            "phase": "Pending",
+            "conditions": [{"type": "Ready", "status": "False", "lastTransitionTime": since}],
+            "containerStatuses": [{"state": {"waiting": {"reason": "ImagePullBackOff", "message": "nope"}}}],
+        }
+
+
+def later(seconds: int):
+    def wait(c: Cluster) -> None:
+        c.now = NOW + dt.timedelta(seconds=seconds)
+
+    return wait
+
+
+def deleted(c: Cluster) -> None:
+    c.body["metadata"]["deletionTimestamp"] = "2026-11-22T12:00:30Z"
+
+
+STOPPED = ("False", "Stopped")
+ROLES = ("ShardsReady", "TrainersReady")  # PartitionReady True says the partition is written: it stays
+SHARDS_STOPPED = "ShardsReady=False Stopped"
+DONE = "TrainersReady=False Completed, Succeeded=True Completed"
+FAILED_RANK = "TrainersReady=False TrainerFailed"
+ALL_STOPPED = f"{SHARDS_STOPPED}, TrainersReady=False Stopped, Stalled=False Stopped"
+ENDINGS = [
+    # name, spec, what happens, phase, conditions but SpecValid and PartitionReady (both True), shards
+    ("succeeded", {}, lambda c: c.trainers("Succeeded"), "Succeeded", f"{SHARDS_STOPPED}, {DONE}", "Stopped"),
+    (
+        "trainer-failed",
+        {"runPolicy.backoffLimit": 0},
+        lambda c: c.trainers("Running", r1="Failed"),
+        "Failed",
+        f"{SHARDS_STOPPED}, {FAILED_RANK}, Failed=True TrainerFailed",
+        "Stopped",
+    ),
+    (
+        "backoff-limit-exceeded",
+        {},
+        fail_twice,
+        "Failed",
+        f"{SHARDS_STOPPED}, {FAILED_RANK}, Failed=True BackoffLimitExceeded",
+        "Stopped",
+    ),
+    ("deadline", DEADLINE, later(60), "Failed", f"{ALL_STOPPED}, Failed=True DeadlineExceeded", "Stopped"),
+    (
+        "stall-policy-restart-with-no-retry-left",
+        {"runPolicy.backoffLimit": 0, "runPolicy.stallPolicy": "Restart"},
+        later(120),
+        "Failed",
+        f"{SHARDS_STOPPED}, {FAILED_RANK}, Stalled=False Stopped, Failed=True TrainerFailed",
+        "Stopped",
+    ),
+    (
+        "start-timeout",
+        {},
+        stuck_trainers,
+        "Failed",
+        f"{SHARDS_STOPPED}, TrainersReady=False Stopped, Failed=True StartTimeout",
+        "Stopped",
+    ),
+    (
+        "clean-pod-policy-all",
+        {"runPolicy.backoffLimit": 0, "runPolicy.cleanPodPolicy": "All"},
+        lambda c: c.trainers("Running", r1="Failed"),
+        "Failed",
+        f"{SHARDS_STOPPED}, {FAILED_RANK}, Failed=True TrainerFailed",
+        "Stopped",
+    ),
+    (  # the shard servers it keeps serve: said so, as they do
+        "clean-pod-policy-none-keeps-the-shards-serving",
+        {"runPolicy.cleanPodPolicy": "None"},
+        lambda c: c.trainers("Succeeded"),
+        "Succeeded",
+        f"ShardsReady=True AllReady, {DONE}",
+        "Ready",
+    ),
+    ("deleted-while-training", {}, deleted, "Training", ALL_STOPPED, "Stopped"),
+    (
+        "deleted-after-it-succeeded",
+        {},
+        lambda c: (c.trainers("Succeeded"), c.step(), deleted(c)),
+        "Succeeded",
+        f"{SHARDS_STOPPED}, {DONE}",
+        "Stopped",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("spec", "happens", "phase", "expected", "shard_state"),
+    [pytest.param(*row[1:], id=row[0]) for row in ENDINGS],
+)
+def test_a_finished_status_shows_no_running_role(spec, happens, phase, expected, shard_state) -> None:
+    c = running_cluster(**spec)
+    happens(c)
+    p = c.step()
+    assert p.status["phase"] == phase
+    said = sorted(f"{x['type']}={x['status']} {x['reason']}" for x in p.status["conditions"])
+    assert said == sorted(["SpecValid=True Valid", "PartitionReady=True Partitioned", *expected.split(", ")])
+    assert [s["state"] for s in p.status["shards"]] == [shard_state] * 2
+    roles = [x for x in p.status["conditions"] if x["type"] in (*ROLES, "Stalled")]
+    if shard_state == "Stopped":  # no role says ready or running: neither a status nor a message
+        assert all(x["status"] == "False" for x in roles)
+        assert not any("running" in x["message"] or "ready" in x["message"] for x in roles)
+    policy = c.body["spec"]["runPolicy"].get("cleanPodPolicy", "Running")
+    # stopped by the deletion, or by the end (a deletion after the end keeps what the end said)
+    why = "the GraphTraining is being deleted" if phase == "Training" else f"the training {phase.lower()}"
+    for x in roles:
+        if x["reason"] == "Stopped" and x["type"] != "Stalled":
+            assert x["message"].endswith(
+                why if phase == "Training" else f"{why} (runPolicy.cleanPodPolicy {policy})"
+            )
+    again = c.step()  # final: the next reconcile says the same, and says nothing
+    assert again.status["conditions"] == p.status["conditions"] and again.events == []
+    assert again.status.get("shards") == p.status["shards"]
+
+
+def test_stalled_keeps_what_it_said_once_the_trainers_stopped() -> None:
+    """A rank silent at the deadline: Stalled was True; stopped, it is False and keeps the rank's name."""
+    c = running_cluster(**{**DEADLINE, "runPolicy.stallTimeoutSeconds": 10})
+    c.now = NOW + dt.timedelta(seconds=30)
+    assert cond(c.step(), "Stalled")["status"] == "True"
+    c.now = NOW + dt.timedelta(seconds=60)
+    stalled = cond(c.step(), "Stalled")
+    assert (stalled["status"], stalled["reason"]) == STOPPED
+    assert stalled["message"].startswith("the trainers are stopped; when they stopped: rank ")
+    assert "has not reported for" in stalled["message"]
+
+
+def test_a_deadline_while_partitioning_stops_the_job_and_says_so() -> None:
+    c = Cluster(training(**DEADLINE))
+    c.step()
+    c.now = NOW + dt.timedelta(seconds=60)
+    p = c.step()
+    assert p.status["phase"] == "Failed" and kinds(p, "delete") == [f"Job/{NAME}-partition"]
+    partition = cond(p, "PartitionReady")
+    assert (partition["status"], partition["reason"]) == STOPPED
+    assert partition["message"] == (
+        f"job {NAME}-partition stopped: the training failed (runPolicy.cleanPodPolicy Running)"
+    )
+    assert {x["type"] for x in p.status["conditions"]} == {"SpecValid", "PartitionReady", "Failed"}
+    assert "shards" not in p.status  # no shard server ever ran
+
+
+def test_a_failed_partition_says_so_and_nothing_stopped() -> None:
+    c = Cluster(training())
+    c.step()
+    c.set_status("Job", f"{NAME}-partition", job("failed")["status"])
+    p = c.step()
+    said = {x["type"]: (x["status"], x["reason"]) for x in p.status["conditions"]}
+    assert said == {
+        "SpecValid": ("True", "Valid"),
+        "PartitionReady": ("False", "PartitionFailed"),
+        "Failed": ("True", "PartitionFailed"),
+    }
+
+
+@pytest.mark.parametrize("backoff", [0, 1], ids=["fails", "restarts"])
+def test_a_failed_rank_makes_no_missing_rank(backoff: int) -> None:
+    """Rank 1 failed while rank 0's pod is gone: the training ends (or restarts every rank) without
+    making rank 0 first, a pod that would run after the end (or be deleted at once)."""
+    c = running_cluster(**{"runPolicy.backoffLimit": backoff})
+    c.trainers("Running", r1="Failed")
+    c.children.pop(key("Pod", trainer_name(NAME, 0)))  # deleted by hand, say
+    p = c.step()
+    assert p.status["phase"] == ("Failed" if backoff == 0 else "Restarting")
+    assert kinds(p, "create") == []
+
+
+def test_clean_pod_policy_none_reports_kept_trainers_as_running() -> None:
+    """A deadline with cleanPodPolicy None stops nothing: the trainers still run, and the status says
+    so (the training failed; its pods are kept as the policy asks)."""
+    c = running_cluster(**DEADLINE, **{"runPolicy.cleanPodPolicy": "None"})
+    c.now = NOW + dt.timedelta(seconds=60)
+    p = c.step()
+    assert p.status["phase"] == "Failed" and p.actions == []
+    assert (cond(p, "TrainersReady")["status"], cond(p, "ShardsReady")["status"]) == ("True", "True")
+    c.trainers("Running", r1="Succeeded")
+    c.children.pop(key("StatefulSet", f"{NAME}-shards"))  # deleted by hand later
+    p = c.step()
+    assert (cond(p, "ShardsReady")["status"], cond(p, "ShardsReady")["reason"]) == STOPPED
+    assert cond(p, "ShardsReady")["message"] == "shard servers stopped: the training failed"
+    assert cond(p, "TrainersReady")["status"] == "True"  # rank 0 still runs
 
 
 # --------------------------------------------------------------------- clean-up, TTL and the claim
@@ -1005,13 +1246,22 @@ DELETE_TRAINING = f"delete GraphTraining/{NAME}"
             KEPT_CONDS,
             "",
         ),
-        row(
+        row(  # and reports the shard servers it keeps as they serve
             "none-keeps-everything",
             observed(*FINISHED_PODS, status=ENDED, **{"runPolicy.cleanPodPolicy": "None"}),
             "Failed",
             [],
-            KEPT_CONDS,
-            "",
+            f"{KEPT_CONDS}, ShardsReady=True AllReady",
+            "Normal AllReady",
+            shards=[
+                {
+                    "index": i,
+                    "state": "Pending",
+                    "address": f"tcp://{NAME}-shards-{i}.{NAME}-shards.{NS}.svc:7000",
+                    "restarts": 0,
+                }
+                for i in range(2)
+            ],
         ),
         row(
             "pods-being-deleted-are-not-deleted-again",
@@ -1051,7 +1301,7 @@ DELETE_TRAINING = f"delete GraphTraining/{NAME}"
     ],
 )
 def test_terminal_clean_up_and_ttl(o: Observed, phase, actions, conds, events, status) -> None:
-    assert run(reconcile.terminal_stage, o) == (phase, actions, conds, events, status)
+    assert run(lifecycle.terminal_stage, o) == (phase, actions, conds, events, status)
 
 
 @pytest.mark.parametrize(
@@ -1118,7 +1368,7 @@ def test_a_retained_claim_observed_is_not_made_again() -> None:
     assert retained is not None
     o = observed(retained)
     assert f"PersistentVolumeClaim/{NAME}-data" not in [
-        a.key for a in reconcile.partition_stage(context(o), vocab.Conditions([], "T")).actions
+        a.key for a in stages.partition_stage(context(o), vocab.Conditions([], "T")).actions
     ]
 
 
@@ -1132,7 +1382,7 @@ def test_each_training_works_in_its_own_directory() -> None:
     assert lay.checkpoints.startswith(lay.work) and lay.partition.startswith(lay.work)
     again = {**body, "metadata": {**body["metadata"], "uid": "uid-2"}}
     assert manifests.Layout(parse(again)).checkpoints != lay.checkpoints
-    applied = reconcile.applied_spec(
+    applied = observation.applied_spec(
         {key("ConfigMap", f"{NAME}-config"): manifests.config_map(body, parse(body))}, NAME
     )
     assert applied is not None and manifests.Layout(applied).work == lay.work
@@ -1223,7 +1473,7 @@ NOT_READY = {"type": "Ready", "status": "False", "lastTransitionTime": T_PULL}
     ],
 )
 def test_why_a_pod_cannot_start(pod: dict, expected: tuple[str, str] | None) -> None:
-    trouble = reconcile.pod_trouble(pod)
+    trouble = observation.pod_trouble(pod)
     if expected is None:
         assert trouble is None
         return
@@ -1260,7 +1510,7 @@ SLOW = {"runPolicy.startTimeoutSeconds": 900}  # the pods above have not started
     ],
 )
 def test_partition_pods_that_cannot_start(o: Observed, phase, actions, conds, events, status) -> None:
-    assert run(reconcile.partition_stage, o) == (phase, actions, conds, events, status)
+    assert run(stages.partition_stage, o) == (phase, actions, conds, events, status)
 
 
 def test_the_condition_names_the_pod_its_reason_and_message_and_the_pending_claim() -> None:
@@ -1278,7 +1528,7 @@ def test_the_condition_names_the_pod_its_reason_and_message_and_the_pending_clai
         pod_with(f"{NAME}-shards-1", "shards", conditions=[UNSCHEDULED]),
     )
     conds = vocab.Conditions([], "T")
-    step = reconcile.shards_stage(context(o), conds)
+    step = stages.shards_stage(context(o), conds)
     said = conds.get(ConditionType.shards_ready)
     assert said is not None and said.reason == "PodsNotStarting"
     assert said.message == (
@@ -1385,7 +1635,7 @@ RESTART = {"runPolicy.stallPolicy": "Restart"}
     ],
 )
 def test_stall_policy(o: Observed, phase, actions, conds, events, status) -> None:
-    assert run(reconcile.trainers_stage, o) == (phase, actions, conds, events, status)
+    assert run(stages.trainers_stage, o) == (phase, actions, conds, events, status)
 
 
 def test_a_stall_restart_says_why_and_the_next_attempt_is_not_stalled_at_once() -> None:
@@ -1476,7 +1726,7 @@ PARTITIONED_KEPT = [
     ],
 )
 def test_suspend_stage(o: Observed, phase, actions, conds, events, status) -> None:
-    assert run(reconcile.suspend_stage, o) == (phase, actions, conds, events, status)
+    assert run(lifecycle.suspend_stage, o) == (phase, actions, conds, events, status)
 
 
 def test_suspend_then_resume_from_the_checkpoint() -> None:
@@ -1522,7 +1772,7 @@ def test_trainers_still_stopping_after_a_resumption_are_waited_for_not_judged() 
     """A trainer SIGTERMed by the suspension may show Failed while it terminates: not a failure."""
     going = trainer(1, "Failed")
     going["metadata"]["deletionTimestamp"] = "2026-11-22T11:59:50Z"
-    step = reconcile.trainers_stage(
+    step = stages.trainers_stage(
         context(observed(sts(2), trainer(0, "Running"), going)), vocab.Conditions([], "T")
     )
     assert step.phase == Phase.starting and step.actions == [] and "restarts" not in step.status

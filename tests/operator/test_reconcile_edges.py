@@ -6,8 +6,9 @@ from __future__ import annotations
 import datetime as dt
 
 from graphtrain.contract import conditions
-from graphtrain.operator import reconcile
-from graphtrain.operator.reconcile import Observed, plan
+from graphtrain.operator import stages
+from graphtrain.operator.observation import Observed
+from graphtrain.operator.reconcile import plan
 from tests.operator.test_reconcile import NAME, NOW, context, observed, sts, trainer, training
 
 
@@ -21,7 +22,7 @@ def test_a_rank_is_silent_from_its_container_start_not_from_its_image_pull() -> 
     ranks = [trainer(r, "Running", start=pulled, containerStatuses=[{"state": running}]) for r in (0, 1)]
     o = observed(sts(2), *ranks, **{"runPolicy.stallPolicy": "Restart"})  # stallTimeoutSeconds 60
     conds = conditions.Conditions([], "T")
-    step = reconcile.trainers_stage(context(o), conds)
+    step = stages.trainers_stage(context(o), conds)
     assert step.phase is not None and step.phase.value == "Training" and step.actions == []
     stalled = conds.get(conditions.ConditionType.stalled)
     assert stalled is not None and stalled.status == "False", stalled

@@ -9,25 +9,31 @@ decisions of decide.py:
   controller (Parallel, deleted or finished pods recreated, readyReplicas), the volume provisioner (a
   claim is Bound to a host directory) and the garbage collector (background propagation, every GC
   seconds);
-- the kubelet: each pod gets its own loopback address (127.<n>.<m>.<k>, a block per runner so that
-  concurrent runners never meet) and a hosts file (localhost, its own name, every pod's
+- the kubelet: each pod gets a network namespace of its own with its own address (10.<block>.x.y, a
+  block per runner so that concurrent runners never meet; net.py says how pods reach each other, the
+  API server and the outside, and why) and a hosts file (localhost, its own name, every pod's
   <hostname>.<subdomain>.<ns>.svc[.cluster.local] and each Service's endpoints), rewritten in place as
   pods come and go (glibc and libzmq read /etc/hosts at each lookup); its volumes as host directories
   (ConfigMap and Secret keys as files with their modes, a claim as one directory per claim shared by
   its pods, emptyDir per pod), a service-account directory (token and CA of the kubeconfig: test pods
   act as the kubeconfig's user, the server's admin; KUBERNETES_SERVICE_HOST=localhost, the name on its
-  certificate), env with the downward API and $(VAR) expansion, the termination message file
+  certificate, relayed inside the pod's namespace to the server on the host's loopback), env with the
+  downward API and $(VAR) expansion (and the egress proxy's HTTP(S)_PROXY), the termination message file
   (FallbackToLogsOnError), restartPolicy with a short doubling backoff, exec / httpGet / tcpSocket
-  probes with their timings, and SIGTERM then SIGKILL after terminationGracePeriodSeconds when a pod
-  is deleted.
+  probes with their timings (from the hub's namespace, as a node's kubelet probes its pods), and
+  SIGTERM then SIGKILL after terminationGracePeriodSeconds when a pod is deleted, its namespace removed
+  once its containers are gone. A re-created pod (a new uid under the same name) gets a new number:
+  a new address, namespace and container names (decide.container_name), never those of the one
+  still stopping.
 
 Two modes run a container:
 - podman: `podman run` of the image as the pod says (--user, --read-only, --cap-drop=ALL,
-  no-new-privileges, --network host with --hostname, every volume, the hosts file over /etc/hosts).
-  The image is resolved to its id when the runner starts, so a rebuild of its tag meanwhile changes
-  nothing under a running test.
+  no-new-privileges, --network ns:/run/netns/<the pod's> with --hostname, every volume, the hosts
+  file over /etc/hosts). The image is resolved to its id when the runner starts, so a rebuild of its
+  tag meanwhile changes nothing under a running test.
 - process: the same command line as a host process (the current Python environment's `graphtrain`
-  first on PATH) in its own mount and UTS namespaces (`unshare --mount --uts --propagation private`):
+  first on PATH) in the pod's network namespace (`nsenter --net=/run/netns/<the pod's>`) and its own
+  mount and UTS namespaces (`unshare --mount --uts --propagation private`):
   the pod's host name, and each volume and the hosts file bind-mounted at its container path (mount
   points the runner had to create are removed when it stops). It runs as root without an image: fast
   for local work, not a check of the image or of uid 10001.
@@ -42,9 +48,9 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import http.client
 import json
 import os
-import random
 import shlex
 import shutil
 import signal
@@ -53,7 +59,6 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.request
 import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -64,12 +69,12 @@ import urllib3
 import yaml
 
 from tests.podrunner import decide
+from tests.podrunner.net import Network, PodNet
 
 Obj = dict[str, Any]
 REPO = Path(__file__).resolve().parents[2]  # this checkout (graphtrain is installed from it)
 POLL = 0.3  # seconds between two passes over the API server
 GC = 2.0  # seconds between two garbage collections
-PREFIX = "gtpr"  # podman container names: gtpr-<runner>-<pod>-<n>
 SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 CONTAINERS_CONF = Path(__file__).resolve().parents[1] / "images" / "containers.conf"
 # kinds the garbage collector sweeps and whose objects may own others: (api path, plural)
@@ -211,6 +216,8 @@ class PodRun:
     dir: Path
     pod: Obj
     containers: list[Container]
+    seq: int = 0  # the runner's number of this pod: its address, namespace and container names
+    net: PodNet | None = None
     hosts: str = ""
     env: dict[str, dict[str, str]] = field(default_factory=dict)
     mounts: list[tuple[str, str, bool]] = field(default_factory=list)  # (host, container path, ro)
@@ -238,7 +245,6 @@ class PodRunner:
         self.grace_cap = grace_cap
         self.api = Api(kubeconfig)
         self.id = uuid.uuid4().hex[:6]
-        self.net = (random.randint(16, 250), random.randint(0, 200))  # noqa: S311 - a block, not a secret
         self.pods: dict[tuple[str, str], PodRun] = {}
         self.errors: list[str] = []
         self.images: dict[str, str] = {}
@@ -249,11 +255,14 @@ class PodRunner:
         self._points_lock = threading.Lock()
         self._killers: list[threading.Thread] = []
         self._last_gc = 0.0
-        self._ips: set[str] = set()
+        self._seq = 0  # pods admitted so far
+        self._names: list[str] = []  # every podman container name this runner used
         cfg = yaml.safe_load(Path(kubeconfig).read_text())
         cluster = cfg["clusters"][0]["cluster"]
         user = cfg["users"][0]["user"]
-        self.api_port = str(int(cluster["server"].rsplit(":", 1)[1].strip("/")))
+        server = urllib3.util.parse_url(cluster["server"])
+        self.api_port = str(server.port or 443)
+        self.network = Network(((server.host or "localhost").strip("[]"), int(self.api_port)))
         ca = cluster.get("certificate-authority")
         self.ca = (
             Path(ca).read_bytes() if ca else base64.b64decode(cluster.get("certificate-authority-data", ""))
@@ -276,8 +285,17 @@ class PodRunner:
             for tool in ("unshare", "nsenter", "mount"):
                 if shutil.which(tool) is None:
                     raise RuntimeError(f"{tool} is missing (util-linux)")
-            if os.geteuid() != 0:
-                raise RuntimeError("process mode mounts volumes in a mount namespace: run as root")
+        if shutil.which("ip") is None:
+            raise RuntimeError("ip is missing (iproute2): every pod gets a network namespace")
+        if os.geteuid() != 0:
+            raise RuntimeError(
+                "the pod runner makes network namespaces (and mounts, in process mode): run as root"
+            )
+        try:
+            self.network.open()
+        except BaseException:
+            self.network.close()
+            raise
         self._thread = threading.Thread(target=self._loop, name="podrunner", daemon=True)
         self._thread.start()
         return self
@@ -290,10 +308,9 @@ class PodRunner:
             self._kill_pod(run, grace=2.0)
         for t in self._killers:
             t.join(timeout=60)
-        if self.mode == "podman":  # conmon may keep a container whose client died: remove ours by name
-            names = [c.name for r in self.pods.values() for c in r.containers if c.name]
-            for name in names:
-                self._podman("rm", "-f", "-t", "0", name, timeout=60)
+        if self.mode == "podman" and self._names:  # conmon may keep a container whose client died
+            self._podman("rm", "--force", "--ignore", "--time", "0", *self._names, timeout=120)
+        self.network.close()  # every pod's namespace too, those of pods whose containers outlived the joins
         with self._points_lock:
             for point in reversed(self._created_points):
                 if point.name.startswith("graphtrain-podrunner-"):  # the stash and its per-pod dirs
@@ -458,18 +475,12 @@ class PodRunner:
         grace = float((run.pod.get("spec") or {}).get("terminationGracePeriodSeconds", 30))
         self._kill_pod(run, grace=min(grace, self.grace_cap))
 
-    def _ip(self) -> str:
-        """A new address per pod, never reused by this runner: a re-created pod does not wait for its
-        predecessor's ports to close."""
-        n = len(self._ips)
-        a, b = self.net
-        ip = f"127.{a}.{(b + n // 253) % 256}.{2 + n % 253}"
-        self._ips.add(ip)
-        return ip
-
     def _admit(self, pod: Obj) -> PodRun:
+        """A new pod: a new number (so a new address, namespace and container names, never those of a
+        pod of the same name still stopping), its namespace, hosts file and volumes."""
         m, spec = decide.meta(pod), pod["spec"]
-        ip = self._ip()
+        seq, self._seq = self._seq, self._seq + 1
+        ip = decide.pod_address(self.network.block, seq)
         pdir = self.root / "pods" / f"{m['namespace']}_{m['name']}_{m['uid'][:8]}"
         pdir.mkdir(parents=True, exist_ok=True)
         policy = spec.get("restartPolicy", "Always")
@@ -481,10 +492,17 @@ class PodRunner:
             pdir,
             pod,
             [Container(c, policy) for c in spec.get("containers") or []],
+            seq=seq,
         )
         self.pods[(run.ns, run.name)] = run
         pod.setdefault("status", {})["podIP"] = ip
         pod["status"]["hostIP"] = ip
+        try:
+            run.net = self.network.add(seq)
+        except OSError as exc:  # the runner's own failure: a test fails at once (runner.errors)
+            run.failed = f"no network namespace: {exc}"
+            self.errors.append(f"pod {run.ns}/{run.name}: {run.failed}"[:2000])
+            return run
         try:
             if spec.get("initContainers"):
                 raise ValueError("initContainers are not played by the pod runner")
@@ -561,10 +579,12 @@ class PodRunner:
             run.mounts.append(
                 (str(term), c.spec.get("terminationMessagePath", "/dev/termination-log"), False)
             )
+            assert run.net is not None
             env = {
                 "HOSTNAME": spec.get("hostname") or run.name,
-                "KUBERNETES_SERVICE_HOST": "localhost",
+                "KUBERNETES_SERVICE_HOST": "localhost",  # relayed to the server (net.py)
                 "KUBERNETES_SERVICE_PORT": self.api_port,
+                **decide.egress_env(run.net.proxy_port, self.network.block),
             }
             maps = self._referenced(run, "configMapKeyRef", "configmaps")
             env.update(
@@ -639,7 +659,8 @@ class PodRunner:
                 }
                 c.next_start = time.monotonic() + 5
                 return
-            c.name = f"{PREFIX}-{self.id}-{run.name}-{n}"[:120]
+            c.name = decide.container_name(self.id, run.seq, run.name, n)
+            self._names.append(c.name)
             argv = self._podman_argv(run, c, env, image, command, args)
             popen_env = self.env_podman
         else:
@@ -724,6 +745,11 @@ class PodRunner:
     def _probe_loop(self, run: PodRun, c: Container, kind: str, stop: threading.Event) -> None:
         probe = c.spec[kind]
         delay, period, timeout = decide.probe_timing(probe)
+        try:
+            self.network.enter_hub()  # this thread only, for its life: the pod's address is reached there
+        except OSError as exc:
+            self.errors.append(f"probe of {run.ns}/{run.name}: {exc}"[:2000])
+            return
         if stop.wait(delay):
             return
         while not stop.is_set():
@@ -737,12 +763,15 @@ class PodRunner:
 
     def _probe_once(self, run: PodRun, c: Container, probe: Obj, timeout: float) -> bool:
         try:
-            if "httpGet" in probe:
+            if "httpGet" in probe:  # not urllib: the runner's own proxy settings must not apply
                 get = probe["httpGet"]
                 port = decide.port_number(c.spec, get["port"])
-                url = f"http://{run.ip}:{port}{get.get('path', '/')}"
-                with urllib.request.urlopen(url, timeout=timeout) as resp:  # noqa: S310 - a pod's own port
-                    return 200 <= resp.status < 400
+                conn = http.client.HTTPConnection(run.ip, port, timeout=timeout)
+                try:
+                    conn.request("GET", get.get("path", "/"))
+                    return 200 <= conn.getresponse().status < 400
+                finally:
+                    conn.close()
             if "tcpSocket" in probe:
                 port = decide.port_number(c.spec, probe["tcpSocket"]["port"])
                 with socket.create_connection((run.ip, port), timeout=timeout):
@@ -755,11 +784,11 @@ class PodRunner:
                 if self.mode == "podman":
                     argv = ["podman", "exec", c.name, *cmd]
                 else:
-                    argv = ["nsenter", "-t", str(proc.pid), "-m", "-u", "--", *cmd]
+                    argv = ["nsenter", "-t", str(proc.pid), "-m", "-u", "-n", "--", *cmd]
                 env = {**os.environ, **run.env[c.spec["name"]]} if self.mode == "process" else self.env_podman
                 res = subprocess.run(argv, capture_output=True, timeout=timeout, env=env)
                 return res.returncode == 0
-        except (OSError, ValueError, subprocess.TimeoutExpired):
+        except (OSError, ValueError, http.client.HTTPException, subprocess.TimeoutExpired):
             return False
         return False
 
@@ -772,7 +801,8 @@ class PodRunner:
         pctx, cctx = spec.get("securityContext") or {}, c.spec.get("securityContext") or {}
         uid = cctx.get("runAsUser", pctx.get("runAsUser"))
         gid = cctx.get("runAsGroup", pctx.get("runAsGroup", uid))
-        argv = ["podman", "run", "--rm", f"--name={c.name}", "--network=host", "--pull=never"]
+        assert run.net is not None
+        argv = ["podman", "run", "--rm", f"--name={c.name}", f"--network=ns:{run.net.path}", "--pull=never"]
         argv.append(f"--hostname={spec.get('hostname') or run.name}")
         argv.append(f"--volume={run.dir / 'hosts'}:/etc/hosts:ro")
         if uid is not None:
@@ -830,7 +860,11 @@ class PodRunner:
         lines.append('exec "$@"')
         bindir = str(Path(sys.executable).parent)
         popen_env = {"PATH": f"{bindir}:/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", **env}
-        argv = ["unshare", "--mount", "--uts", "--propagation", "private", "--", "sh", "-c", "\n".join(lines)]
+        assert run.net is not None
+        argv = [
+            *("nsenter", f"--net={run.net.path}", "--"),
+            *("unshare", "--mount", "--uts", "--propagation", "private", "--", "sh", "-c", "\n".join(lines)),
+        ]
         return [*argv, "sh", *command, *args], popen_env
 
     def _stash(self) -> Path:
@@ -861,16 +895,25 @@ class PodRunner:
                 self._created_points.append(p)
 
     def _kill_pod(self, run: PodRun, grace: float) -> None:
-        for c in run.containers:
-            if c.proc is not None:
-                self._kill_container(c, grace)
+        """Stop every container of a pod (on threads), then remove its network namespace."""
+        killers = [t for c in run.containers if (t := self._kill_container(c, grace)) is not None]
 
-    def _kill_container(self, c: Container, grace: float) -> None:
+        def release() -> None:
+            for t in killers:
+                t.join(timeout=grace + 60)
+            if run.net is not None:
+                self.network.remove(run.net)
+
+        t = threading.Thread(target=release, name="podrunner-release", daemon=True)
+        t.start()
+        self._killers.append(t)
+
+    def _kill_container(self, c: Container, grace: float) -> threading.Thread | None:
         """SIGTERM, then SIGKILL after `grace` seconds, on a thread (the loop goes on meanwhile)."""
         proc, name = c.proc, c.name
         c.stop_probes.set()
         if proc is None:
-            return
+            return None
 
         def kill() -> None:
             self._signal(proc, name, signal.SIGTERM)
@@ -884,6 +927,7 @@ class PodRunner:
         t = threading.Thread(target=kill, name="podrunner-kill", daemon=True)
         t.start()
         self._killers.append(t)
+        return t
 
     def _signal(self, proc: subprocess.Popen, name: str, sig: int) -> None:
         if self.mode == "podman":

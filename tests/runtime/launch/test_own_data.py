@@ -69,7 +69,7 @@ def result_of(run_dir: Path) -> dict:
 def test_kge_from_string_labelled_tsv_files_with_their_own_split(
     project: Path, tmp_path: Path, model: str
 ) -> None:
-    spec = shortened(project, f"family-{model}", epochs=20, evalEvery=10)
+    spec = shortened(project, f"family-{model}", epochs=8, evalEvery=4)
     run_dir = tmp_path / "run"
     done = graphtrain("run", str(spec), "--run-dir", str(run_dir), cwd=tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr

@@ -183,7 +183,7 @@ def test_graphsage_trains_and_reports(graph_file: Path, tmp_path: Path, standalo
     assert st["progress"]["evalValue"] == pytest.approx(result["test_accuracy"])
     assert {c["type"] for c in st["conditions"]} >= {"SpecValid", "PartitionReady", "Succeeded"}
     if not standalone:
-        assert [s["state"] for s in st["shards"]] == ["Ready", "Ready"]
+        assert [s["state"] for s in st["shards"]] == ["Stopped", "Stopped"]  # every server stopped at the end
     assert (
         run_dir / "checkpoints" / "LATEST"
     ).read_text().strip() == "step-" + f"{st['progress']['step']:09d}"
@@ -235,7 +235,8 @@ def test_killed_trainer_stops_the_run_naming_it(graph_file: Path, tmp_path: Path
     run = launch(sage_spec(graph_file, epochs=200, batch=32), tmp_path / "run")
     result, error = run_and_kill(run, "trainer-1", after_checkpoint=False)
     assert result is None and isinstance(error, RunFailed)
-    assert "trainer-1 was killed by SIGKILL" in str(error) and "-9" not in str(error)
+    # the headline names the signal, not a raw return code (the log path after it may hold "-9")
+    assert str(error).split(";")[0] == "trainer-1 was killed by SIGKILL"
     st = status(run.run_dir)
     assert st["phase"] == "Failed"
     assert any(c["type"] == "Failed" and "trainer-1" in c["message"] for c in st["conditions"])

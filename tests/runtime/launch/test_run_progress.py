@@ -15,6 +15,8 @@ import psutil
 import pytest
 import yaml
 
+from graphtrain.runtime.graph import node_split
+from graphtrain.runtime.partition import load_config
 from tests.runtime.launch.test_run import (
     CLI,
     ONE_THREAD,
@@ -54,6 +56,8 @@ def test_one_line_per_epoch_a_history_and_a_changed_model_refused_in_one_line(
     assert all(re.match(HHMMSS + r" \[run\] ", line) for line in done.stderr.splitlines() if "[run]" in line)
     trainer_log = (run_dir / "logs" / "trainer-0.log").read_text().splitlines()
     assert all(re.match(ISO + " ", line) for line in trainer_log if "[trainer]" in line), trainer_log
+    said = [line for line in trainer_log if "[trainer] epoch" in line]  # the last: 3/3, never 4/3 running
+    assert said[-1].split("[trainer] ")[1].startswith("epoch 3/3  ") and "epoch 4/3" not in "".join(said)
     result = json.loads((run_dir / "result.json").read_text())
     assert "(the last model, epoch 3)" in done.stdout and f"at epoch {result['best_epoch']}" in done.stdout
 
@@ -94,6 +98,9 @@ def test_ctrl_c_says_how_to_resume_and_the_resume_says_where_it_starts(
 ) -> None:
     run_dir = tmp_path / "run"
     doc = sage_spec(graph_file, epochs=300, batch=32)
+    # a checkpoint every 25 steps, none at an epoch's end (no validation pass before the last epoch): the
+    # launch stops after a checkpoint inside an epoch, and the resume continues that epoch
+    doc["spec"]["training"].update(checkpointInterval=25, evalEvery=1000)
     proc = start_launcher(doc, run_dir, "--standalone")
     children: list[psutil.Process] = []
     try:
@@ -118,6 +125,12 @@ def test_ctrl_c_says_how_to_resume_and_the_resume_says_where_it_starts(
     assert f"resuming from step {meta['step']} (epoch {meta['epoch']}, checkpoint {latest})" in done.stderr
     lines = epoch_lines(done.stderr)  # the epochs printed before the interrupt are not printed again
     assert len(lines) == 1 and f"epoch {meta['epoch'] + 1}/{meta['epoch'] + 1}" in lines[0], done.stderr
+    # it went on inside the epoch: only the epoch's remaining steps were taken
+    train_ids = node_split(load_config(next((run_dir / "partition").glob("*.json"))), "train", 0, 1)
+    per_epoch = -(-len(train_ids) // 32)
+    assert 0 < meta["epoch_step"] == meta["step"] - meta["epoch"] * per_epoch < per_epoch, (meta, per_epoch)
+    progress = json.loads((run_dir / "status.json").read_text())["progress"]
+    assert progress["step"] == (meta["epoch"] + 1) * per_epoch, (progress, meta, per_epoch)
     rows = (run_dir / "metrics.csv").read_text().splitlines()[1:]
     assert [int(r.split(",")[0]) for r in rows] == list(range(1, meta["epoch"] + 2))
 

@@ -24,8 +24,10 @@ from graphtrain.runtime.kvstore import checkpoint as ckpt
 from graphtrain.runtime.launch.processes import failure_line
 from graphtrain.runtime.plot import plot_run, read_metrics
 from graphtrain.runtime.train import best, history
-from graphtrain.runtime.train.common import Reporter, TrainerProgress, load_dense, save_dense
+from graphtrain.runtime.train.dense import load_dense, save_dense
+from graphtrain.runtime.train.reporter import Reporter
 from graphtrain.runtime.train.resumable import check_resumable, model_changes, model_record
+from graphtrain.runtime.train.tally import TrainerProgress
 
 ROOT = Path(__file__).parents[3]
 EXAMPLE = ROOT / "examples" / "nations-transe.yaml"
@@ -291,6 +293,18 @@ def test_a_step_line_names_the_epoch_in_progress_and_no_stale_metric(
     line = (said.out + said.err).strip().splitlines()[-1]
     assert line.endswith("[trainer] epoch 6/6 running  step 140  loss 0.2500  1,000 samples/s"), line
     assert p.summary().startswith("epoch 5/6")  # the status summary keeps its meaning: epochs done
+
+
+def test_the_final_report_says_the_last_epoch_not_one_more_running(capsys: pytest.CaptureFixture) -> None:
+    """After 200 of 200 epochs the trainer's last line said `epoch 201/200 running`: the final report (not
+    an epoch's end) was worded as a step report, whose epoch is the one after those done. It is the
+    training's summary now, as status.progress.summary says it."""
+    p = TrainerProgress(epoch=200, epochs=200, step=4000, loss=0.25, samples_per_second=1000.0)
+    p.eval_metric, p.eval_value, p.state = "test_accuracy", 0.85, "Succeeded"
+    Reporter(0, []).report(p)
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert line.endswith("[trainer] epoch 200/200  loss 0.2500  test_accuracy 0.8500"), line
+    assert p.to_spec().summary == "epoch 200/200  loss 0.2500  test_accuracy 0.8500"
 
 
 def finished_run(run_dir: Path, spec: GraphTrainingSpec, epoch: int, phase: str = "Succeeded") -> dict:

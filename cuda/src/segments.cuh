@@ -1,0 +1,169 @@
+// Stages 1-3 and 5 of every call that sorts a batch (a step, a scatter): the range check and sort keys,
+// CUB's stable radix sort, the segment heads of each unique id, the workspace they are carved from, and
+// the one copy to the host with its synchronisation. The flag and count live in `Info` on the device.
+// Included by optim_cuda.cu only.
+#pragma once
+
+#include "graphtrain/optim_math.h"
+
+#include <cuda_runtime.h>
+
+#include <cub/device/device_radix_sort.cuh>
+#include <cub/device/device_select.cuh>
+#include <thrust/iterator/counting_iterator.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+
+namespace graphtrain::cuda_core {
+
+constexpr int kWarp = 32;
+constexpr int kBlock = 256;  // 8 warps, one row each
+constexpr int kMaxBlocks = 1 << 16;
+constexpr unsigned kFull = 0xffffffffu;
+constexpr unsigned long long kNoBad = ~0ull;
+constexpr size_t kAlign = 256;
+
+// The device-side flag and count, copied to the host in one piece at the end of a call.
+struct Info {
+  unsigned long long bad;  // first position of an out-of-range id, or kNoBad
+  int num_unique;          // written by the select
+  int pad;
+  AdamCoef global_coef;    // Adam with one step count per table: this step's coefficients
+};
+// What is cleared before a call (the flag, and the count for tidiness) and copied back after it.
+constexpr size_t kInfoHostBytes = offsetof(Info, global_coef);
+
+// Kernels of one stream run in order: a kernel sees the flag as the earlier ones left it.
+__device__ __forceinline__ bool flagged(const Info* info) { return info->bad != kNoBad; }
+
+template <typename Key>
+__global__ void prepare_kernel(int n, const int64_t* ids, int64_t num_rows, Key* keys, int* pos, Info* info) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t id = ids[i];
+    if (id < 0 || id >= num_rows) atomicMin(&info->bad, static_cast<unsigned long long>(i));
+    keys[i] = static_cast<Key>(id);
+    pos[i] = static_cast<int>(i);
+  }
+}
+
+// Is sorted position j the first of its id?
+template <typename Key>
+struct SegmentHead {
+  const Key* keys;
+  __device__ __forceinline__ bool operator()(int j) const { return j == 0 || keys[j] != keys[j - 1]; }
+};
+
+
+inline int blocks_for_warps(int64_t warps) {
+  const int64_t blocks = (warps + kBlock / kWarp - 1) / (kBlock / kWarp);
+  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(blocks, kMaxBlocks)));
+}
+
+inline int blocks_for_threads(int64_t threads) {
+  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>((threads + kBlock - 1) / kBlock, kMaxBlocks)));
+}
+
+// Bits a sort key needs for ids in [0, num_rows).
+inline int key_bits(int64_t num_rows) {
+  if (num_rows <= 1) return 1;
+  int bits = 1;
+  while (bits < 64 && (static_cast<uint64_t>(num_rows - 1) >> bits) != 0) ++bits;
+  return bits;
+}
+
+inline size_t aligned(size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
+
+// The sorted-segment workspace of a step or a scatter, carved from the caller's bytes.
+template <typename Key>
+struct Segments {
+  Info* info = nullptr;
+  Key *keys_in = nullptr, *keys = nullptr;
+  int *pos_in = nullptr, *pos = nullptr, *starts = nullptr;
+  void* temp = nullptr;
+  size_t temp_bytes = 0;
+};
+
+// The CUB temporary storage a batch of n needs (the larger of the sort's and the select's). CUB only
+// looks up the device's properties here: no allocation, no synchronisation.
+template <typename Key>
+cudaError_t temp_bytes_for(int n, int bits, size_t* bytes) {
+  size_t sort = 0, select = 0;
+  cudaError_t err = cub::DeviceRadixSort::SortPairs(nullptr, sort, static_cast<const Key*>(nullptr),
+                                                    static_cast<Key*>(nullptr), static_cast<const int*>(nullptr),
+                                                    static_cast<int*>(nullptr), n, 0, bits);
+  if (err != cudaSuccess) return err;
+  err = cub::DeviceSelect::If(nullptr, select, thrust::counting_iterator<int>(0), static_cast<int*>(nullptr),
+                              static_cast<int*>(nullptr), n, SegmentHead<Key>{nullptr});
+  *bytes = std::max(sort, select);
+  return err;
+}
+
+template <typename Key>
+size_t segment_layout(int n, size_t temp_bytes, char* base, Segments<Key>* sg) {
+  size_t off = 0;
+  auto take = [&](size_t bytes) {
+    char* p = base ? base + off : nullptr;
+    off += aligned(bytes);
+    return p;
+  };
+  sg->info = reinterpret_cast<Info*>(take(sizeof(Info)));
+  sg->keys_in = reinterpret_cast<Key*>(take(sizeof(Key) * n));
+  sg->keys = reinterpret_cast<Key*>(take(sizeof(Key) * n));
+  sg->pos_in = reinterpret_cast<int*>(take(sizeof(int) * n));
+  sg->pos = reinterpret_cast<int*>(take(sizeof(int) * n));
+  sg->starts = reinterpret_cast<int*>(take(sizeof(int) * n));
+  sg->temp = take(temp_bytes);
+  sg->temp_bytes = temp_bytes;
+  return off;
+}
+
+template <typename Key>
+cudaError_t workspace_bytes_for(int n, int64_t num_rows, size_t* bytes) {
+  size_t temp = 0;
+  const cudaError_t err = temp_bytes_for<Key>(n, key_bits(num_rows), &temp);
+  if (err != cudaSuccess) return err;
+  Segments<Key> sg;
+  *bytes = segment_layout<Key>(n, temp, nullptr, &sg);
+  return cudaSuccess;
+}
+
+inline bool small_keys(int64_t num_rows) { return num_rows <= (int64_t{1} << 32); }
+
+// Stages 1-3 on `stream`: the flag, sorted keys and positions, segment heads and their count.
+// Returns the failed stage, or nullptr.
+template <typename Key>
+const char* segment(int n, const int64_t* ids, int64_t num_rows, char* workspace, int64_t workspace_bytes,
+                    cudaStream_t stream, Segments<Key>* sg, cudaError_t* err) {
+  size_t temp = 0;
+  if ((*err = temp_bytes_for<Key>(n, key_bits(num_rows), &temp)) != cudaSuccess) return "temporary storage size";
+  const size_t need = segment_layout<Key>(n, temp, workspace, sg);
+  if (static_cast<int64_t>(need) > workspace_bytes) {
+    *err = cudaErrorInvalidValue;
+    return "workspace smaller than gt_cuda_workspace_bytes() asked for";
+  }
+  if ((*err = cudaMemsetAsync(sg->info, 0xff, kInfoHostBytes, stream)) != cudaSuccess)
+    return "clear the flag";
+  prepare_kernel<Key><<<blocks_for_threads(n), kBlock, 0, stream>>>(n, ids, num_rows, sg->keys_in, sg->pos_in,
+                                                                     sg->info);
+  if ((*err = cudaGetLastError()) != cudaSuccess) return "prepare kernel launch";
+  if ((*err = cub::DeviceRadixSort::SortPairs(sg->temp, sg->temp_bytes, sg->keys_in, sg->keys, sg->pos_in, sg->pos,
+                                              n, 0, key_bits(num_rows), stream)) != cudaSuccess)
+    return "radix sort";
+  if ((*err = cub::DeviceSelect::If(sg->temp, sg->temp_bytes, thrust::counting_iterator<int>(0), sg->starts,
+                                    &sg->info->num_unique, n, SegmentHead<Key>{sg->keys}, stream)) != cudaSuccess)
+    return "segment heads";
+  return nullptr;
+}
+
+// Stage 5: the one synchronisation of a call.
+inline const char* finish(Info* info, cudaStream_t stream, Info* host, cudaError_t* err) {
+  if ((*err = cudaMemcpyAsync(host, info, kInfoHostBytes, cudaMemcpyDeviceToHost, stream)) != cudaSuccess)
+    return "copy the flag and count to the host";
+  if ((*err = cudaStreamSynchronize(stream)) != cudaSuccess) return "stream synchronisation";
+  return nullptr;
+}
+
+}  // namespace graphtrain::cuda_core

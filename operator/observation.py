@@ -1,0 +1,256 @@
+"""What the operator observed, and how it reads it: the GraphTraining and its children (Observed), and
+pure readings of the objects in it (a Job's outcome, a pod's phase, readiness, failure or trouble
+starting, the partition pod's report, the applied spec, the trainers' progress and silence).
+
+Every function here takes literal Kubernetes objects (dicts) and returns plain data: no decision is
+taken here, so the stages (stages.py, lifecycle.py) read the same facts the same way.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import ValidationError
+
+from graphtrain.contract import reporting
+from graphtrain.contract.children import LABEL_ROLE, names
+from graphtrain.contract.spec import GraphTraining, PartitionStatus, RunPolicy, load_yaml
+
+Obj = dict[str, Any]
+FINISHED = ("Succeeded", "Failed")  # a pod's terminal phases
+
+
+@dataclass
+class Observed:
+    """A GraphTraining, its children and pods as read at `now`: all plan() decides from."""
+
+    training: Obj
+    children: dict[str, Obj] = field(default_factory=dict)  # "Kind/name" -> object
+    pods: list[Obj] = field(default_factory=list)  # every pod labelled with the training
+    now: dt.datetime = field(default_factory=lambda: dt.datetime.now(dt.UTC))
+
+
+def key(kind: str, name: str) -> str:
+    """A child's key in Observed.children."""
+    return f"{kind}/{name}"
+
+
+def iso(t: dt.datetime) -> str:
+    """A status time: RFC 3339, UTC, whole seconds."""
+    return t.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_time(value: str | None) -> dt.datetime | None:
+    if not value:
+        return None
+    try:
+        return dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+# ------------------------------------------------------------------------------------- reading
+
+
+def job_outcome(job: Obj | None) -> tuple[str, str]:
+    """("absent" | "running" | "succeeded" | "failed", message)."""
+    if job is None:
+        return "absent", ""
+    st = job.get("status") or {}
+    for c in st.get("conditions") or []:
+        if c.get("status") == "True" and c.get("type") in ("Complete", "SuccessCriteriaMet"):
+            return "succeeded", ""
+        if c.get("status") == "True" and c.get("type") == "Failed":
+            return "failed", f"{c.get('reason', 'Failed')}: {c.get('message', '')}".rstrip(": ")
+    if st.get("succeeded"):
+        return "succeeded", ""
+    return "running", ""
+
+
+def pod_phase(pod: Obj) -> str:
+    return (pod.get("status") or {}).get("phase", "Pending")
+
+
+def pod_ready(pod: Obj) -> bool:
+    return any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in (pod.get("status") or {}).get("conditions") or []
+    )
+
+
+def terminated(pod: Obj) -> Obj:
+    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+        t = (cs.get("state") or {}).get("terminated")
+        if t:
+            return t
+    return {}
+
+
+def pod_failure(pod: Obj) -> str:
+    t = terminated(pod)
+    st = pod.get("status") or {}
+    why = t.get("reason") or st.get("reason") or "Failed"
+    detail = t.get("message") or st.get("message") or ""
+    code = t.get("exitCode")
+    return f"{pod['metadata']['name']} failed ({why}{f', exit code {code}' if code is not None else ''})" + (
+        f": {detail.strip()[:300]}" if detail else ""
+    )
+
+
+# A container waiting for one of these will not start by itself: a wrong image or tag, a missing pull
+# secret, ConfigMap or Secret, a command that crashes at once. ContainerCreating, PodInitializing (a slow
+# pull, a large volume) are on their way and not listed.
+NOT_STARTING = frozenset(
+    {
+        "ErrImagePull",
+        "ImagePullBackOff",
+        "ErrImageNeverPull",
+        "InvalidImageName",
+        "CrashLoopBackOff",
+        "CreateContainerConfigError",
+        "CreateContainerError",
+        "RunContainerError",
+    }
+)
+
+
+@dataclass(frozen=True)
+class Trouble:
+    """Why a pod cannot start, and since when (None: unknown, so no timeout can be counted)."""
+
+    pod: str
+    reason: str
+    message: str
+    since: dt.datetime | None
+
+    def __str__(self) -> str:
+        said = " ".join(self.message.split())[:300]
+        return f"pod {self.pod}: {self.reason}" + (f": {said}" if said else "")
+
+
+def _condition(pod: Obj, kind: str) -> Obj:
+    return next((c for c in (pod.get("status") or {}).get("conditions") or [] if c.get("type") == kind), {})
+
+
+def pod_trouble(pod: Obj) -> Trouble | None:
+    """Why `pod` cannot start: unschedulable (PodScheduled False), or a container (init containers
+    first) waiting for a reason in NOT_STARTING; None for a pod that runs, finished, is being deleted or
+    is on its way. Since: when it was last ready (a crash loop after hours of serving counts from its
+    crash), else when it was scheduled or refused scheduling, else its creation."""
+    meta, st = pod["metadata"], pod.get("status") or {}
+    if meta.get("deletionTimestamp") or pod_phase(pod) in FINISHED:
+        return None
+    created = parse_time(meta.get("creationTimestamp"))
+    scheduled = _condition(pod, "PodScheduled")
+    if (
+        scheduled.get("status") == "False" and scheduled.get("reason") == "Unschedulable"
+    ):  # not SchedulingGated
+        since = parse_time(scheduled.get("lastTransitionTime")) or created
+        return Trouble(
+            meta["name"], scheduled.get("reason") or "Unschedulable", scheduled.get("message", ""), since
+        )
+    for cs in [*(st.get("initContainerStatuses") or []), *(st.get("containerStatuses") or [])]:
+        waiting = (cs.get("state") or {}).get("waiting") or {}
+        if waiting.get("reason") in NOT_STARTING:
+            ready = _condition(pod, "Ready")
+            since = (
+                parse_time(ready.get("lastTransitionTime"))
+                or parse_time(scheduled.get("lastTransitionTime"))
+                or created
+            )
+            return Trouble(meta["name"], waiting["reason"], waiting.get("message", ""), since)
+    return None
+
+
+def troubles(pods: list[Obj]) -> list[Trouble]:
+    """The troubles of the pods that cannot start, by pod name."""
+    found = (pod_trouble(p) for p in sorted(pods, key=lambda p: p["metadata"]["name"]))
+    return [t for t in found if t is not None]
+
+
+def partition_stats(pods: list[Obj]) -> Obj | None:
+    """The partition status from the succeeded partition pod's termination message (JSON)."""
+    for pod in pods:
+        if pod["metadata"].get("labels", {}).get(LABEL_ROLE) != "partition" or pod_phase(pod) != "Succeeded":
+            continue
+        try:
+            data = json.loads(terminated(pod).get("message") or "")
+            return PartitionStatus.model_validate(data).model_dump(
+                by_alias=True, exclude_none=True, mode="json"
+            )
+        except (ValueError, RecursionError, ValidationError):  # a pod's message nested too deep too
+            return None
+    return None
+
+
+def partition_error(pods: list[Obj], limit: int = 800) -> str:
+    """Why the partition pod failed, in its own words: the last non-empty line of its termination
+    message (the report file if written, else its log's tail, terminationMessagePolicy
+    FallbackToLogsOnError; a command's error is its last line), at most `limit` characters (an event
+    holds 1024, and the pre-seed command at the end of offline mode's error must survive); "" if none."""
+    for pod in sorted(pods, key=lambda p: p["metadata"]["name"], reverse=True):
+        if pod["metadata"].get("labels", {}).get(LABEL_ROLE) != "partition" or pod_phase(pod) != "Failed":
+            continue
+        lines = [line.strip() for line in (terminated(pod).get("message") or "").splitlines() if line.strip()]
+        if lines:
+            return lines[-1][:limit]
+    return ""
+
+
+def applied_spec(children: dict[str, Obj], name: str) -> GraphTraining | None:
+    cm = children.get(key("ConfigMap", names(name)["config"]))
+    if cm is None:
+        return None
+    try:
+        return load_yaml(cm["data"]["spec.yaml"])
+    except Exception:  # noqa: BLE001 - a hand-edited config map: treat as absent, recreated below
+        return None
+
+
+# ------------------------------------------------------------------------------------ trainers
+
+
+def progress_status(cm: Obj | None) -> Obj:
+    """status.progress from rank 0's report in the progress ConfigMap; {} when it has none that reads
+    (the last one stays)."""
+    report = reporting.training_progress((cm or {}).get("data"))
+    return {"progress": reporting.to_wire(report)} if report is not None else {}
+
+
+def silent_rank(trainers: dict[int, Obj], cm: Obj | None, now: dt.datetime, policy: RunPolicy) -> str | None:
+    """The rank whose last heartbeat (or its container's start, if later) is oldest, if older than
+    stallTimeoutSeconds."""
+    data = (cm or {}).get("data") or {}
+    worst: tuple[float, int] | None = None
+    for rank, pod in trainers.items():
+        if pod_phase(pod) == "Succeeded":
+            continue
+        report = reporting.rank_report(data, rank)
+        # the latest of its last report, its pod's start and its container's: a report of an earlier
+        # attempt (before a restart or a suspension) says nothing of this pod, and the pod's startTime
+        # is before its image pull (minutes for a cold CUDA image), when the rank could not report yet
+        st = pod.get("status") or {}
+        started = [
+            ((cs.get("state") or {}).get("running") or {}).get("startedAt")
+            for cs in st.get("containerStatuses") or []
+        ]
+        times = (
+            parse_time(report.updated_at if report else None),
+            parse_time(st.get("startTime")),
+            *map(parse_time, started),
+        )
+        seen = max((t for t in times if t is not None), default=None)
+        if seen is None:
+            continue
+        age = (now - seen).total_seconds()
+        if worst is None or age > worst[0]:
+            worst = (age, rank)
+    if worst is not None and worst[0] > policy.stall_timeout_seconds:
+        return (
+            f"rank {worst[1]} has not reported for {worst[0]:.0f} s "
+            f"(runPolicy.stallTimeoutSeconds {policy.stall_timeout_seconds})"
+        )
+    return None

@@ -1,0 +1,307 @@
+"""The stages that run a training, in plan()'s order after the lifecycle's (lifecycle.py): the spec,
+the partition, the shard servers, the trainers. Each is a pure function of the Context that sets its
+conditions through the shared setters (contract/conditions.py) and returns a Step: the children to
+create or delete, the status fields it observed, and the phase if it ends the plan.
+
+  spec       valid? once running, the applied spec with the current runPolicy and suspend; other
+             changes refused
+  partition  the base children and the partition job, until it succeeded
+  shards     the shard servers' StatefulSet and each server's state
+  trainers   the trainer pods of the current attempt: start, restart, fail, succeed; progress, stalls
+             (reported, or restarted with runPolicy.stallPolicy Restart)
+Pods that cannot start (unschedulable, a container waiting in ImagePullBackOff, CrashLoopBackOff, ...)
+are named in their stage's condition (PodsNotStarting), and fail the training after
+runPolicy.startTimeoutSeconds (StartTimeout).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from graphtrain.contract import conditions
+from graphtrain.contract.children import LABEL_ATTEMPT, LABEL_RANK
+from graphtrain.contract.spec import (
+    CleanPodPolicy,
+    ConditionType,
+    GraphTraining,
+    Phase,
+    ShardState,
+    SpecError,
+    StallPolicy,
+    parse,
+)
+from graphtrain.operator import manifests
+from graphtrain.operator.context import Context, Step, clean_up
+from graphtrain.operator.observation import (
+    Obj,
+    Observed,
+    Trouble,
+    applied_spec,
+    job_outcome,
+    partition_error,
+    partition_stats,
+    pod_failure,
+    pod_phase,
+    pod_ready,
+    progress_status,
+    silent_rank,
+    troubles,
+)
+
+MUTABLE = {"runPolicy", "suspend"}  # spec sections a running job takes on
+
+
+@dataclass(frozen=True)
+class SpecDecision:
+    """The spec stage's outcome: the spec the training runs with (None: invalid and never applied, so
+    the training fails without children) and the generation its status reports (a refused update's is
+    not observed)."""
+
+    gt: GraphTraining | None
+    observed_generation: int | None
+
+
+def spec_stage(obs: Observed, conds: conditions.Conditions) -> SpecDecision:
+    """Is the spec valid, and which applies. Before the first children, the current spec (invalid:
+    SpecValid False and Failed). After, the applied one (the config ConfigMap's), taking only the
+    current runPolicy and suspend; any other change is refused (SpecValid False / UpdateRefused) and
+    its generation is not reported as observed."""
+    body = obs.training
+    meta = body["metadata"]
+    generation = meta.get("generation")
+    try:
+        current: GraphTraining | None = parse(
+            {k: v for k, v in body.items() if k in ("apiVersion", "kind", "metadata", "spec")}
+        )
+        problem = ""
+    except SpecError as exc:
+        current, problem = None, "; ".join(map(str, exc.problems))
+    applied = applied_spec(obs.children, meta["name"])
+    if applied is None:
+        if current is None:
+            conditions.set_spec_invalid(conds, problem)
+        else:
+            conditions.set_spec_valid(conds)
+        return SpecDecision(current, generation)
+    new = current.spec.model_dump(by_alias=True, mode="json") if current else None
+    had = applied.spec.model_dump(by_alias=True, mode="json")
+    refused = [k for k in sorted(had) if (new is None or new.get(k) != had[k]) and k not in MUTABLE]
+    observed_generation = generation
+    if current is None:
+        conditions.set_update_refused(conds, f"the new spec is invalid: {problem}")
+        observed_generation = (body.get("status") or {}).get("observedGeneration")
+    elif refused:
+        fields = ", ".join(f"spec.{k}" for k in refused)
+        conditions.set_update_refused(
+            conds,
+            f"{fields} cannot change once the training started; the job goes on with the applied spec "
+            "(revert the change or create a new GraphTraining)",
+        )
+        observed_generation = (body.get("status") or {}).get("observedGeneration")
+    else:
+        conditions.set_spec_valid(conds)
+    if current is not None:
+        mutable = {"run_policy": current.spec.run_policy, "suspend": current.spec.suspend}
+        applied = applied.model_copy(update={"spec": applied.spec.model_copy(update=mutable)})
+    return SpecDecision(applied, observed_generation)
+
+
+def _cannot_start(
+    ctx: Context, conds: conditions.Conditions, stuck: list[Trouble], kind: ConditionType, what: str
+) -> Step:
+    """Pods of a stage cannot start: its condition names each (PodsNotStarting); once one of them has
+    not started for runPolicy.startTimeoutSeconds the training fails (StartTimeout) and is cleaned up,
+    until then the plan asks to run again when that time falls (phase None: the stage goes on)."""
+    claim = ctx.child("PersistentVolumeClaim", ctx.names["data"])
+    pending = (claim or {}).get("status", {}).get("phase") == "Pending"
+    message = f"{what}: " + "; ".join(map(str, stuck))
+    if pending and any(t.reason == "Unschedulable" for t in stuck):
+        message += f"; claim {ctx.names['data']} is Pending (no volume bound)"
+    conditions.set_pods_not_starting(conds, kind, message)
+    timeout = ctx.gt.spec.run_policy.start_timeout_seconds
+    known = [t for t in stuck if t.since is not None]
+    if not known:
+        return Step()
+    first = min(known, key=lambda t: t.since or ctx.obs.now)
+    waited = (ctx.obs.now - (first.since or ctx.obs.now)).total_seconds()
+    if waited < timeout:
+        return Step(requeue_after=timeout - waited)
+    conditions.set_failed(
+        conds,
+        conditions.Reason.start_timeout,
+        f"pod {first.pod} could not start for {waited:.0f} s (runPolicy.startTimeoutSeconds {timeout}): "
+        + message,
+    )
+    return Step(clean_up(ctx), phase=Phase.failed)
+
+
+def partition_stage(ctx: Context, conds: conditions.Conditions) -> Step:
+    """The base children (applied spec, token, progress map, trainer RBAC, data claim) and the partition
+    job; the plan stops here until the job succeeded, and fails if it failed."""
+    gt, body, n = ctx.gt, ctx.body, ctx.names
+    actions = ctx.ensure(
+        manifests.config_map(body, gt),
+        manifests.token_secret(body, gt, ctx.token) if ctx.token else None,
+        manifests.progress_map(body, gt),
+        *manifests.trainer_rbac(body, gt),
+        manifests.data_claim(body, gt, ctx.config),
+        manifests.partition_job(body, gt, ctx.config),
+    )
+    outcome, why = job_outcome(ctx.child("Job", n["partition"]))
+    if outcome == "failed":
+        said = partition_error(ctx.obs.pods)
+        conditions.set_partition_failed(conds, f"job {n['partition']}: {why}" + (f": {said}" if said else ""))
+        return Step(actions + clean_up(ctx), phase=Phase.failed)
+    if outcome != "succeeded":
+        stuck = troubles(ctx.pods("partition"))
+        if stuck:
+            kind = ConditionType.partition_ready
+            held = _cannot_start(ctx, conds, stuck, kind, f"job {n['partition']}")
+            return Step(actions + held.actions, {}, held.phase or Phase.partitioning, held.requeue_after)
+        conditions.set_partitioning(conds, f"job {n['partition']} is running")
+        return Step(actions, phase=Phase.partitioning)
+    conditions.set_partitioned(conds, "the partition job succeeded")
+    stats = partition_stats(ctx.obs.pods)
+    return Step(actions, status={"partition": stats} if stats is not None else {})
+
+
+def ready_shards(ctx: Context) -> int:
+    """How many shard servers the StatefulSet reports ready."""
+    sts = ctx.child("StatefulSet", ctx.names["shards"]) or {}
+    return int((sts.get("status") or {}).get("readyReplicas") or 0)
+
+
+def shard_statuses(ctx: Context) -> list[Obj]:
+    """status.shards: each server's state from its pod (Pending without one), address and restarts."""
+    pods = {p["metadata"]["name"]: p for p in ctx.pods("shards")}
+    shards = []
+    for i, address in enumerate(manifests.shard_addresses(ctx.gt, ctx.namespace)):
+        pod = pods.get(f"{ctx.names['shards']}-{i}")
+        restarts = sum(
+            int(cs.get("restartCount", 0))
+            for cs in ((pod or {}).get("status") or {}).get("containerStatuses") or []
+        )
+        state = ShardState.pending
+        if pod is not None:
+            state = (
+                ShardState.ready
+                if pod_ready(pod)
+                else ShardState.failed
+                if pod_phase(pod) == "Failed"
+                else ShardState.loading
+            )
+        shards.append({"index": i, "state": state.value, "address": address, "restarts": restarts})
+    return shards
+
+
+def shards_stage(ctx: Context, conds: conditions.Conditions) -> Step:
+    """The shard servers' Service, NetworkPolicy and PodDisruptionBudget (made before the pods they
+    govern), StatefulSet, and each server's state from its pod."""
+    gt, body, config = ctx.gt, ctx.body, ctx.config
+    actions = ctx.ensure(
+        manifests.shard_service(body, gt),
+        manifests.shard_network_policy(body, gt, config),
+        manifests.shard_disruption_budget(body, gt, config),
+        manifests.shard_statefulset(body, gt, config),
+    )
+    shards = shard_statuses(ctx)
+    ready, total = ready_shards(ctx), gt.spec.num_shards
+    conditions.set_shards_ready(conds, ready, total)
+    stuck = troubles(ctx.pods("shards"))
+    if stuck and ready < total:
+        kind = ConditionType.shards_ready
+        held = _cannot_start(ctx, conds, stuck, kind, f"{min(ready, total)}/{total} shard servers ready")
+        return Step(actions + held.actions, {"shards": shards}, held.phase, held.requeue_after)
+    return Step(actions, status={"shards": shards})
+
+
+def trainers_stage(ctx: Context, conds: conditions.Conditions) -> Step:
+    """The trainer pods of the current attempt: removes an earlier attempt's first, starts them once
+    every shard server is ready, restarts every rank after a failure (up to runPolicy.backoffLimit),
+    and ends the training when all succeeded or one failed for good; reports progress and stalls."""
+    gt, attempt, world = ctx.gt, ctx.attempt, ctx.gt.spec.trainers.replicas
+    trainers = {int(p["metadata"]["labels"].get(LABEL_RANK, -1)): p for p in ctx.pods("trainer")}
+    stale = [p for p in trainers.values() if p["metadata"]["labels"].get(LABEL_ATTEMPT) != str(attempt)]
+    if stale:  # a restart in progress: the old attempt's pods go first
+        conditions.set_trainers_waiting(
+            conds, conditions.Reason.restarting, f"recreating the trainers (restart {attempt})"
+        )
+        actions = [a for p in stale for a in ctx.remove("Pod", p["metadata"]["name"], "v1")]
+        return Step(actions, phase=Phase.restarting)
+    leaving = sorted(
+        p["metadata"]["name"] for p in trainers.values() if p["metadata"].get("deletionTimestamp")
+    )
+    if leaving:  # stopped by a suspension (or by hand): judged by nothing, made again once gone
+        conditions.set_trainers_waiting(
+            conds, conditions.Reason.not_started, f"waiting for {', '.join(leaving)} to stop"
+        )
+        return Step(phase=Phase.starting)
+    if not trainers:
+        if ready_shards(ctx) < gt.spec.num_shards:
+            conditions.set_trainers_waiting(
+                conds, conditions.Reason.not_started, "waiting for the shard servers"
+            )
+            return Step(phase=Phase.starting)
+        pods = (manifests.trainer_pod(ctx.body, gt, ctx.config, r, attempt) for r in range(world))
+        conditions.set_trainers_waiting(conds, conditions.Reason.starting, f"creating {world} trainer pods")
+        return Step(
+            ctx.ensure(manifests.trainer_service(ctx.body, gt), *pods),
+            phase=Phase.training if attempt == 0 else Phase.restarting,
+        )
+    missing = ctx.ensure(
+        *(
+            manifests.trainer_pod(ctx.body, gt, ctx.config, r, attempt)
+            for r in range(world)
+            if r not in trainers
+        )
+    )
+    cm = ctx.child("ConfigMap", ctx.names["progress"])
+    step = Step(missing, status=progress_status(cm))
+    failed = sorted((r, p) for r, p in trainers.items() if pod_phase(p) == "Failed")
+    if failed:  # no missing rank is made: every rank restarts, or the training ends
+        return _trainer_failed(ctx, conds, step.status, pod_failure(failed[0][1]), trainers)
+    if len(trainers) == world and all(pod_phase(p) == "Succeeded" for p in trainers.values()):
+        conditions.set_trainers_waiting(conds, conditions.Reason.completed, "every trainer finished")
+        kept = gt.spec.run_policy.clean_pod_policy == CleanPodPolicy.none
+        said = "shard servers kept (runPolicy.cleanPodPolicy None)" if kept else "shard servers stopped"
+        conditions.set_succeeded(conds, f"training finished; {said}")
+        return Step(step.actions + clean_up(ctx), step.status, Phase.succeeded)
+    running = sum(pod_phase(p) in ("Running", "Succeeded") for p in trainers.values())
+    if running == world:
+        conditions.set_trainers_running(conds, f"{running}/{world} trainers running")
+        silent = silent_rank(trainers, cm, ctx.obs.now, gt.spec.run_policy)
+        conditions.set_stalled(conds, silent)
+        if silent is not None and gt.spec.run_policy.stall_policy == StallPolicy.restart:
+            why = f"{silent}; runPolicy.stallPolicy is Restart"
+            return _trainer_failed(ctx, conds, step.status, why, trainers)
+        return Step(step.actions, step.status, Phase.training)
+    conditions.set_trainers_waiting(conds, conditions.Reason.starting, f"{running}/{world} trainers running")
+    stuck = troubles(list(trainers.values()))
+    if stuck:
+        kind = ConditionType.trainers_ready
+        held = _cannot_start(ctx, conds, stuck, kind, f"{running}/{world} trainers running")
+        return Step(
+            step.actions + held.actions, step.status, held.phase or Phase.training, held.requeue_after
+        )
+    return Step(step.actions, step.status, Phase.training)
+
+
+def _trainer_failed(
+    ctx: Context, conds: conditions.Conditions, status: Obj, message: str, trainers: dict[int, Obj]
+) -> Step:
+    """A trainer failed: every rank restarts from the last checkpoint while runPolicy.backoffLimit
+    allows (the next attempt's pods are made once these are gone), else the training fails."""
+    attempt, limit = ctx.attempt, ctx.gt.spec.run_policy.backoff_limit
+    if attempt < limit:
+        conditions.set_trainer_failed(
+            conds, f"{message}; restart {attempt + 1}/{limit} from the last checkpoint"
+        )
+        removes = [a for p in trainers.values() for a in ctx.remove("Pod", p["metadata"]["name"], "v1")]
+        return Step(removes, {**status, "restarts": attempt + 1}, Phase.restarting)
+    conditions.set_trainer_failed(conds, message)
+    conditions.set_failed(
+        conds,
+        conditions.Reason.backoff_limit_exceeded if attempt else conditions.Reason.trainer_failed,
+        message,
+    )
+    return Step(clean_up(ctx), status, Phase.failed)

@@ -1,0 +1,165 @@
+"""A training's checkpoints, seen from the trainers: taking one, finding the one to resume from, and the
+BEST marker and validation record beside them.
+
+A checkpoint is the shard servers' tables (kvstore.checkpoint) plus the trainers' part, written by rank 0
+into the same directory: trainer.json (the ResumePoint and the model record) and the task's own state
+(a dense model's, dense.py). It is complete when both are; its checkpoint.json records the sha256 of
+the trainers' files too, so resuming checks every file and skips a damaged latest checkpoint for the
+newest one that checks out. A resumed trainer first checks that the checkpoint was trained with the
+spec's model (resumable.model_record): a changed model.hiddenDim is one line naming it, not a size
+mismatch deep in torch.
+
+A ResumePoint says where in training a checkpoint was taken, down to the step inside the running epoch
+and that epoch's loss so far, so one taken mid-epoch (training.checkpointInterval in steps) resumes at
+the next batch of that epoch and reports the epoch's whole mean loss.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from graphtrain.runtime.data.cache import hash_tree, write_json
+from graphtrain.runtime.graph import DistGraph
+from graphtrain.runtime.kvstore import checkpoint as ckpt
+from graphtrain.runtime.train import best as best_record
+from graphtrain.runtime.train.dist import Dist
+from graphtrain.runtime.train.reporter import log
+from graphtrain.runtime.train.resumable import check_resumable, model_record
+
+TRAINER_FILE = "trainer.json"
+KEEP_CHECKPOINTS = 2  # the latest and the one before it (in case the latest's files are damaged)
+
+
+@dataclass(frozen=True)
+class ResumePoint:
+    """Where a checkpoint was taken: epochs and steps done, the steps of the running epoch done (0 at an
+    epoch's end) and that epoch's loss so far, summed over every trainer, with its count of steps."""
+
+    epoch: int
+    step: int
+    epoch_step: int = 0
+    loss_sum: float = 0.0
+    loss_steps: float = 0.0
+
+    def record(self, spec: Any) -> dict[str, Any]:
+        """trainer.json: this point and the model it was trained with."""
+        return {
+            "epoch": self.epoch,
+            "step": self.step,
+            "epoch_step": self.epoch_step,
+            "epoch_loss": [self.loss_sum, self.loss_steps],
+            "model": model_record(spec),
+        }
+
+    @classmethod
+    def from_record(cls, record: dict[str, Any], steps_per_epoch: int) -> ResumePoint:
+        """The point a trainer.json records. A record from before epoch_step was kept places the step by
+        `steps_per_epoch` (the epochs done took that many each), its loss so far unknown."""
+        epoch, step = int(record["epoch"]), int(record["step"])
+        within = record.get("epoch_step")
+        if within is None:
+            within = min(max(step - epoch * steps_per_epoch, 0), steps_per_epoch)
+        loss_sum, loss_steps = record.get("epoch_loss") or (0.0, 0.0)
+        return cls(epoch, step, int(within), float(loss_sum), float(loss_steps))
+
+
+class Checkpoints:
+    """The checkpoints under `root` (None: a training that takes none). save() and resume() are
+    collective: every rank calls them at the same point, rank 0 writes and reads for all."""
+
+    def __init__(self, root: Path | None, spec: Any, graph: DistGraph, dist: Dist):
+        self.root, self.spec, self.graph, self.dist = root, spec, graph, dist
+        self.saved_step: int | None = None  # the step of the last checkpoint this trainer took
+
+    def save(self, point: ResumePoint, write_state: Callable[[Path], None], best: bool = False) -> None:
+        """All trainers pause (no pushes in flight) while rank 0 writes the trainers' part (trainer.json,
+        then `write_state` into the directory) and the shard servers theirs; LATEST moves only once every
+        piece is written, and BEST too when `best` (the best validation pass so far). A step already
+        checkpointed is not saved again: only the BEST marker moves."""
+        if self.root is None:
+            return
+        tag = best_record.checkpoint_name(point.step)
+        if self.saved_step == point.step:  # the same on every rank: no barrier is skipped by one alone
+            if best and self.dist.rank == 0:
+                ckpt.mark_best(self.root, tag)
+            return
+        self.graph.client.settle()  # this trainer's pushes in flight are applied before the barrier
+        self.dist.barrier()
+        if self.dist.rank == 0:
+            meta = point.record(self.spec)
+            directory = self.root / tag
+            if directory.exists():  # a damaged one this run resumed from before: nothing of it may stay
+                shutil.rmtree(directory)
+            directory.mkdir(parents=True)
+            write_json(directory / TRAINER_FILE, meta)
+            write_state(directory)
+            extra = {
+                "trainer": meta,
+                "files": hash_tree(directory),  # the trainers' files, checked on resume
+                # which partition orders the node-keyed rows: `graphtrain export` reads it
+                "partition": ckpt.partition_record(
+                    self.graph.config, directory, {t.name: str(t.keys) for t in self.spec.embeddings}
+                ),
+            }
+            self.graph.client.checkpoint(tag, extra=extra, root=self.root)
+            ckpt.mark_latest(self.root, tag)
+            if best:
+                ckpt.mark_best(self.root, tag)
+            ckpt.prune(self.root, KEEP_CHECKPOINTS)
+        self.dist.barrier()
+        self.saved_step = point.step
+
+    def newest(self) -> tuple[Path, dict[str, Any]] | None:
+        """The latest complete checkpoint that checks out and its trainer record, on every rank (rank 0
+        picks it, saying which damaged ones it skipped); None when there is none.
+
+        Raises:
+            GraphtrainError: the checkpoint was trained with another model (the fields named).
+        """
+        if self.root is None:
+            return None
+        name = ""
+        if self.dist.rank == 0:  # one rank reads every file, and all take its choice
+            latest, skipped = ckpt.latest_verified(self.root)
+            for said in skipped:
+                log(f"[trainer] {said}")
+            name = latest.name if latest is not None else ""
+        name = self.dist.broadcast_text(name)
+        if not name:
+            return None
+        directory = self.root / name
+        record = json.loads((directory / TRAINER_FILE).read_text())
+        check_resumable(record.get("model"), self.spec, name)  # every rank reads one file: all stop alike
+        return directory, record
+
+    def restore(self, directory: Path, step: int, best: best_record.Pass | None) -> None:
+        """Every shard restores the checkpoint in `directory`, of `step` (servers that survived a failure
+        are ahead of it), and BEST names this timeline's best checkpoint (`best`: a pass of an abandoned
+        timeline, after the checkpoint resumed from, may have moved it). Collective."""
+        assert self.root is not None
+        self.saved_step = step
+        if self.dist.rank == 0:
+            self.graph.client.restore(directory.name)
+            if best is None:
+                (self.root / ckpt.BEST).unlink(missing_ok=True)
+            elif self.complete(best.step):
+                ckpt.mark_best(self.root, best_record.checkpoint_name(best.step))
+        self.dist.barrier()
+
+    def complete(self, step: int) -> bool:
+        """Whether the checkpoint of `step` is there, whole."""
+        return self.root is not None and (self.root / best_record.checkpoint_name(step) / ckpt.TOP).exists()
+
+    def passes(self, step: int) -> list[best_record.Pass]:
+        """The validation passes recorded up to `step` (a resumed timeline's)."""
+        return [] if self.root is None else best_record.until(best_record.load(self.root), step)
+
+    def record(self, passes: Sequence[best_record.Pass]) -> None:
+        """Keep this timeline's validation passes beside the checkpoints (rank 0)."""
+        if self.root is not None and self.dist.rank == 0:
+            best_record.save(self.root, passes)

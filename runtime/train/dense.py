@@ -1,0 +1,51 @@
+"""Dense checkpoints: a model's and its optimizer's state, tensors only, written with torch.save and
+read with torch.load(weights_only=True), so no arbitrary object is ever unpickled. A checkpoint whose
+shapes do not fit the spec's model is one line naming the first parameter, not torch's size mismatch."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from graphtrain.runtime.data.cache import atomic_file
+from graphtrain.runtime.errors import GraphtrainError
+
+
+def save_dense(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
+    """Model and optimizer state (tensors only), written atomically."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_file(path) as f:
+        torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict()}, f)
+
+
+def load_dense(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
+    """Restore what save_dense wrote (weights_only: tensors and plain values, nothing else).
+
+    Raises:
+        GraphtrainError: the checkpoint's model has other shapes than `model` (one line naming the first
+            parameter; a checkpoint with a model record is checked by field before this).
+    """
+    state = torch.load(path, map_location="cpu", weights_only=True)
+    mismatch = shape_mismatch(state["model"], model.state_dict())
+    if mismatch:
+        raise GraphtrainError(
+            f"{path}: the checkpoint's dense model does not fit the spec's ({mismatch}): --resume needs the "
+            "same model.hiddenDim, model.numLayers, model.useFeatures and embedding dims (or --overwrite)"
+        )
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+
+
+def shape_mismatch(saved: dict[str, Any], current: dict[str, Any]) -> str:
+    """The first difference between two state dicts' keys or shapes, in words; "" when they fit."""
+    for name in sorted(set(saved) | set(current)):
+        if name not in current:
+            return f"{name} is in the checkpoint, not in the model"
+        if name not in saved:
+            return f"{name} is in the model, not in the checkpoint"
+        a, b = tuple(saved[name].shape), tuple(current[name].shape)
+        if a != b:
+            return f"{name}: checkpoint {list(a)}, spec {list(b)}"
+    return ""

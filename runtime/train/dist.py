@@ -1,0 +1,89 @@
+"""This trainer's place among the trainers: the gloo/NCCL rendezvous, collective sums and decisions, the
+global seed, and the model inside a DistributedDataParallel wrapper.
+
+One trainer (world 1) needs no process group: every collective is then the identity, so standalone runs
+take the same code path as distributed ones.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import random
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.distributed as torch_dist
+
+
+def seed_everything(seed: int) -> None:
+    """Python's, numpy's and torch's global generators from `seed`: a task seeds before it builds its
+    model, so the initial weights follow training.seed."""
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def unwrap(model: torch.nn.Module) -> torch.nn.Module:
+    """The model inside a DistributedDataParallel wrapper (or `model` itself)."""
+    inner = getattr(model, "module", model)
+    return inner if isinstance(inner, torch.nn.Module) else model
+
+
+@dataclass
+class Dist:
+    """This trainer's place among the trainers."""
+
+    rank: int = 0
+    world: int = 1
+    init_method: str | None = None  # tcp://host:port of rank 0 (gloo rendezvous)
+    backend: str = "gloo"
+
+    def __enter__(self) -> Dist:
+        if self.world > 1:
+            if not self.init_method:
+                raise ValueError("several trainers need an init method (tcp://host:port of rank 0)")
+            torch_dist.init_process_group(
+                self.backend,
+                init_method=self.init_method,
+                rank=self.rank,
+                world_size=self.world,
+                timeout=dt.timedelta(seconds=600),
+            )
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.world > 1 and torch_dist.is_initialized():
+            torch_dist.destroy_process_group()
+
+    def sum(self, values: list[float]) -> list[float]:
+        """Element-wise sum over all trainers (evaluation counts, the epoch's loss)."""
+        t = torch.tensor(values, dtype=torch.float64)
+        if self.world > 1:
+            torch_dist.all_reduce(t)
+        return t.tolist()
+
+    def share(self, batch_size: int) -> int:
+        """This trainer's part of a global batch: N trainers with DDP take the steps one trainer would
+        (same effective batch, same learning rate schedule), so results do not depend on N."""
+        return max(1, batch_size // self.world)
+
+    def barrier(self) -> None:
+        if self.world > 1:
+            torch_dist.barrier()
+
+    def agree(self, flag: bool) -> bool:
+        """Rank 0's `flag` on every rank: one decision, taken once (early stopping)."""
+        return self.broadcast_text("1" if flag else "") == "1"
+
+    def broadcast_text(self, text: str, limit: int = 256) -> str:
+        """Rank 0's `text` (at most `limit` bytes of UTF-8) on every rank."""
+        if self.world == 1:
+            return text
+        raw = text.encode()
+        if len(raw) > limit:
+            raise ValueError(f"{len(raw)} bytes to broadcast, at most {limit}")
+        buf = torch.zeros(limit, dtype=torch.uint8)
+        buf[: len(raw)] = torch.tensor(list(raw), dtype=torch.uint8)
+        torch_dist.broadcast(buf, src=0)
+        return bytes(buf.tolist()).rstrip(b"\0").decode()
