@@ -7,8 +7,9 @@ did: each role's parameters were listed in the argv builders, in the CLI's optio
 server's 13 positional parameters):
 
 - `argv()` writes a command line from an instance (these builders call it for each executor);
-- the runtime's CLI generates its role commands' options from the fields (runtime/cli/options.py);
-- each role's entry point takes the instance (`serve(params: ShardServerParams)`, ...).
+- the runtime's CLI generates its role commands' options from the fields (runtime/roles/options.py);
+- each role's entry point takes the instance (runtime/roles/: `partition(PartitionParams, ...)`,
+  `serve(ShardServerParams)`, `train(TrainParams)`).
 
 Both executors run the same entry points (docs/architecture.md §2): the local launcher as processes
 (`python -m graphtrain.runtime.cli <role> ...`), the operator as container args (`graphtrain <role> ...`).

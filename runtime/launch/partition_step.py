@@ -16,13 +16,13 @@ takes the steps in this order:
 
 The inputs come resolved (relative paths from the spec's directory, or --base-dir): from_spec() for
 the launcher, from_options() for the command. The Job then writes the partition status into its
-report file (job()); the launcher keeps its reuse-by-content around the pipeline (launch/reuse.py).
+report file (roles/partition.py); the launcher keeps its reuse-by-content around the pipeline
+(launch/reuse.py).
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -44,11 +44,10 @@ from graphtrain.contract.spec import (
 )
 from graphtrain.runtime import partition as partitioning
 from graphtrain.runtime.data import datasets
-from graphtrain.runtime.data.cache import read_text, reason
+from graphtrain.runtime.data.cache import read_text
 from graphtrain.runtime.data.checks import check_data
 from graphtrain.runtime.data.inputs import resolve
-from graphtrain.runtime.errors import GraphtrainError, data_warnings
-from graphtrain.runtime.launch.status import partition_status
+from graphtrain.runtime.errors import data_warnings
 from graphtrain.runtime.progress import spinner
 
 # the graph section's keys that name the graph: an option naming another graph drops all of them
@@ -173,28 +172,3 @@ def partition(
         )
         config = partitioning.write(graph, result, out, overwrite=overwrite)
     return partitioning.load_config(config)
-
-
-def job(p: PartitionParams, warn: Callable[[str], None]) -> partitioning.PartitionConfig:
-    """`graphtrain partition` (the operator's partition Job): the pipeline on the options' graph, then
-    the partition status into --report-file."""
-    config = partition(
-        from_options(p), p.out_dir, overwrite=p.overwrite, data_dir=p.data_dir, warn=warn, spin=True
-    )
-    if p.report_file is not None:
-        report(config.data, p.report_file)
-    return config
-
-
-def report(config: dict[str, Any], path: Path) -> None:
-    """Write the partition status (the GraphTraining status' partition section) as compact JSON to
-    `path`, in place: /dev/termination-log is a file the kubelet mounted, not one to rename over.
-
-    Raises:
-        GraphtrainError: it cannot be written.
-    """
-    status = partition_status(config).model_dump(by_alias=True, exclude_none=True, mode="json")
-    try:
-        path.write_text(json.dumps(status, separators=(",", ":")))
-    except OSError as exc:
-        raise GraphtrainError(f"{path}: cannot write the report ({reason(exc)})") from None

@@ -18,11 +18,12 @@ from typer.testing import CliRunner
 
 from graphtrain.contract import reporting
 from graphtrain.contract.spec import GraphTraining, GraphTrainingSpec, Progress, load_yaml
-from graphtrain.runtime.cli import app, result_lines, resume_command
+from graphtrain.runtime.cli import app
 from graphtrain.runtime.errors import GraphtrainError
 from graphtrain.runtime.kvstore import checkpoint as ckpt
 from graphtrain.runtime.launch.processes import failure_line
 from graphtrain.runtime.plot import plot_run, read_metrics
+from graphtrain.runtime.report import result_lines, resume_command
 from graphtrain.runtime.train import best, history
 from graphtrain.runtime.train.dense import load_dense, save_dense
 from graphtrain.runtime.train.reporter import Reporter
