@@ -15,7 +15,6 @@ import signal
 import socket
 import sys
 
-from graphtrain.contract import httpd
 from graphtrain.contract.roles import ShardServerParams
 from graphtrain.runtime.errors import GraphtrainError
 
@@ -32,6 +31,7 @@ def serve(p: ShardServerParams) -> None:
     optimizer state live on the GPU and pushes run the CUDA core (runtime/native/cuda.py).
     """
     # here, not at the top: the CLI imports this module, and `graphtrain --help` needs no torch or ZMQ
+    from graphtrain.contract import httpd
     from graphtrain.runtime.kvstore import checkpoint as ckpt
     from graphtrain.runtime.kvstore.auth import read_token
     from graphtrain.runtime.kvstore.server import Limits, ShardServer
