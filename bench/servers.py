@@ -12,7 +12,7 @@ def start_server(bind: str, token: str, root: str, *extra: str) -> tuple[subproc
     """A shard-server process (2 workers unless `extra` says otherwise) and its bound address; its log
     goes to <root>/server.log. It dies with the calling thread (PR_SET_PDEATHSIG): a benchmark that is
     killed or fails leaves no server behind holding its table."""
-    from graphtrain.runtime.launch.local import die_with_this_process
+    from graphtrain.runtime.launch.processes import die_with_this_process
 
     env = {**os.environ, "GRAPHTRAIN_TOKEN": token, "GRAPHTRAIN_QUIET": "1"}
     workers = [] if "--workers" in extra else ["--workers", "2"]

@@ -4,6 +4,10 @@
 command is a thin shell over a Python API: it parses options, calls the runtime and prints. Errors the
 user can act on (GraphtrainError, SpecError) are printed as one clear message with exit code 1, never
 as a traceback.
+
+The role commands (partition, shard-server, train) are generated from the roles' descriptions
+(graphtrain.contract.roles, by runtime/roles/options.py) and dispatch to their entry points in
+runtime/roles/: this module spells none of their options.
 """
 
 from __future__ import annotations
@@ -11,34 +15,30 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
-import socket
 import sys
-import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import typer
-from pydantic import ValidationError
 from rich.console import Console
 from rich.markup import escape
 
+from graphtrain.contract.roles import ENV_TOKEN, PartitionParams, ShardServerParams, TrainParams
 from graphtrain.contract.spec import (
     FileFormat,
     GraphSource,
-    GraphTraining,
     GraphTrainingSpec,
     ModelKind,
     NodeIds,
-    PartitionSpec,
-    Problem,
     SpecError,
     TriplesSource,
     load_yaml,
-    problems_from_validation,
-    quantity_to_bytes,
 )
-from graphtrain.runtime.errors import GraphtrainError
+from graphtrain.runtime.errors import GraphtrainError, data_warnings
+from graphtrain.runtime.roles.options import role_command
+from graphtrain.runtime.roles.shard_server import serve
+from graphtrain.runtime.roles.train import train
 
 app = typer.Typer(
     help="graphtrain: train graph models with huge, sharded, learnable embedding tables.",
@@ -147,25 +147,20 @@ def _data_problems(spec: GraphTrainingSpec, base_dir: Path, data_dir: Path | Non
     with shown_warnings():
         found, notes = review(spec, datasets.load_source(spec.graph, data_dir, base_dir=base_dir))
     for note in notes:
-        err.print(f"[yellow]warning:[/yellow] {escape(note)}", highlight=False)
+        warn(note)
     return list(found), ""
+
+
+def warn(message: str) -> None:
+    """One `warning: ...` line on stderr (a DataWarning's message, a note on the data)."""
+    err.print(f"[yellow]warning:[/yellow] {escape(message)}", highlight=False)
 
 
 @contextlib.contextmanager
 def shown_warnings() -> Iterator[None]:
     """Print the DataWarnings raised inside as `warning: ...` lines (a word, never silent)."""
-    from graphtrain.runtime.errors import DataWarning
-
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", DataWarning)
-        try:
-            yield
-        finally:
-            for w in caught:
-                if issubclass(w.category, DataWarning):
-                    err.print(f"[yellow]warning:[/yellow] {escape(str(w.message))}", highlight=False)
-                else:
-                    warnings.showwarning(w.message, w.category, w.filename, w.lineno)
+    with data_warnings(warn):
+        yield
 
 
 def _read(path: Path) -> str:
@@ -267,171 +262,24 @@ def data_info(
 # ------------------------------------------------------------------------------------------ partition
 
 
-@app.command()
-@friendly
-def partition(
-    out_dir: Annotated[Path, typer.Option("--out", "-o", help="output directory (created atomically)")],
-    spec_path: Annotated[
-        Path | None, typer.Option("--spec", help="take graph and partition settings from a spec")
-    ] = None,
-    dataset: Annotated[str | None, typer.Option(help="bundled dataset name")] = None,
-    input_path: Annotated[
-        Path | None,
-        typer.Option("--input", help="edge list (.csv/.tsv; a first line of names is a header) or .npz"),
-    ] = None,
-    fmt: Annotated[str, typer.Option("--format", help="auto | csv | tsv | npz")] = "auto",
-    num_nodes: Annotated[int | None, typer.Option(help="node count of an --input graph")] = None,
-    node_ids: Annotated[
-        str | None, typer.Option("--node-ids", help="ids of an --input edge list: auto | integer | string")
-    ] = None,
-    reverse_edges: Annotated[
-        bool | None, typer.Option(help="add the reverse of every edge (undirected graphs)")
-    ] = None,
-    parts: Annotated[
-        int | None, typer.Option("--parts", "-k", help="number of partitions [default: 1]")
-    ] = None,
-    algorithm: Annotated[str | None, typer.Option(help="metis | random [default: metis]")] = None,
-    balance: Annotated[
-        str | None, typer.Option(help="comma-separated constraints: nodes,degree,train,val,test")
-    ] = None,
-    max_imbalance: Annotated[
-        float | None, typer.Option(help="allowed max/mean - 1 per constraint [default: 0.05]")
-    ] = None,
-    seed: Annotated[int | None, typer.Option(help="random seed [default: 0]")] = None,
-    memory_limit: Annotated[
-        str | None, typer.Option(help="refuse if the estimate exceeds this, e.g. 8Gi")
-    ] = None,
-    overwrite: Annotated[
-        bool, typer.Option(help="replace an earlier partition in --out (never a directory of other files)")
-    ] = False,
-    as_json: Annotated[bool, typer.Option("--json", help="print the partition config as JSON")] = False,
-    report_file: Annotated[
-        Path | None,
-        typer.Option(help="also write the partition status (compact JSON) here, e.g. /dev/termination-log"),
-    ] = None,
-    base_dir: Annotated[
-        Path | None,
-        typer.Option(
-            help="where relative paths of the spec's graph section start (default: the spec's directory)"
-        ),
-    ] = None,
-    data_dir: DataDir = None,
-) -> None:
+def partition(p: PartitionParams) -> None:
     """Partition a graph into contiguous-ID partitions and write the on-disk format with a report.
 
     Settings come from --spec (its graph and partition sections) and are overridden by options. Relative
     file paths in the spec are read from the spec's directory (or --base-dir).
     """
-    from graphtrain.runtime import partition as partitioning
-    from graphtrain.runtime.data import datasets
-    from graphtrain.runtime.data.checks import check_data
-    from graphtrain.runtime.data.inputs import resolve
-    from graphtrain.runtime.progress import spinner
     from graphtrain.runtime.report import partition_table
+    from graphtrain.runtime.roles.partition import partition as partition_role
 
-    graph_overrides: dict[str, Any] = {"reverseEdges": reverse_edges}
-    if dataset is not None:
-        graph_overrides["dataset"] = dataset
-    if input_path is not None:
-        graph_overrides.update(path=str(input_path), format=fmt, numNodes=num_nodes)
-    if node_ids is not None:
-        graph_overrides["nodeIds"] = node_ids
-    source, pspec, projection, gt = _partition_settings(
-        spec_path,
-        graph_overrides,
-        {
-            "parts": parts,
-            "algorithm": algorithm,
-            "maxImbalance": max_imbalance,
-            "seed": seed,
-            "memoryLimit": memory_limit,
-            "balance": [b.strip() for b in balance.split(",") if b.strip()] if balance else None,
-        },
-    )
-    partitioning.check_output(out_dir, overwrite)  # before any work
-    base = base_dir if base_dir is not None else (spec_path.parent if spec_path is not None else Path.cwd())
-    source = resolve(source, base)
-    limit = quantity_to_bytes(pspec.memory_limit) if pspec.memory_limit else None
-    if source.num_nodes is not None:
-        partitioning.check_node_count(source.num_nodes, limit)  # before allocating anything for the nodes
-    with shown_warnings():
-        graph = datasets.load_source(source, data_dir)
-        if gt is not None:
-            check_data(gt, graph)
-    if projection:
-        from graphtrain.runtime.data.transform import project_graph_features
-
-        project_graph_features(graph, projection, seed=0)
-    with spinner() as bar:
-        bar.add_task(f"partitioning {graph.name} into {pspec.parts}", total=None)
-        result = partitioning.partition_graph(
-            graph,
-            pspec.parts,
-            str(pspec.algorithm),
-            [str(b) for b in pspec.balance],
-            pspec.max_imbalance,
-            pspec.seed,
-            limit,
-        )
-        config_path = partitioning.write(graph, result, out_dir, overwrite=overwrite)
-    config = partitioning.load_config(config_path).data
-    if report_file is not None:
-        from graphtrain.runtime.data.cache import reason
-        from graphtrain.runtime.launch.status import partition_status
-
-        report = partition_status(config).model_dump(by_alias=True, exclude_none=True, mode="json")
-        try:  # in place, not renamed: /dev/termination-log is a file the kubelet mounted
-            report_file.write_text(json.dumps(report, separators=(",", ":")))
-        except OSError as exc:
-            raise GraphtrainError(f"{report_file}: cannot write the report ({reason(exc)})") from None
-    if as_json:
-        sys.stdout.write(json.dumps({k: v for k, v in config.items() if k != "files"}, indent=2) + "\n")
+    config = partition_role(p, warn)
+    if p.as_json:
+        sys.stdout.write(json.dumps({k: v for k, v in config.data.items() if k != "files"}, indent=2) + "\n")
     else:
-        out.print(partition_table(config))
-        out.print(f"written to {config_path}", markup=False)
+        out.print(partition_table(config.data))
+        out.print(f"written to {config.path}", markup=False)
 
 
-def _partition_settings(
-    spec_path: Path | None, graph_overrides: dict[str, Any], partition_overrides: dict[str, Any]
-) -> tuple[GraphSource, PartitionSpec, int | None, GraphTraining | None]:
-    """Merge a spec's graph/partition sections with command-line overrides (None = not given), then
-    validate both with the spec models so errors name the same fields a spec would. The spec comes back
-    too (None without --spec) for the checks of its model against the data."""
-    graph: dict[str, Any] = {}
-    part: dict[str, Any] = {}
-    projection = None
-    gt = None
-    if spec_path is not None:
-        gt = load_yaml(_read(spec_path))
-        graph = gt.spec.graph.model_dump(by_alias=True, exclude_none=True)
-        part = gt.spec.partition.model_dump(by_alias=True, exclude_none=True)
-        projection = gt.spec.model.feature_projection
-    if "dataset" in graph_overrides or "path" in graph_overrides:
-        graph = {k: v for k, v in graph.items() if k not in _SOURCE_KEYS}
-        gt = None  # another graph than the spec's: its model is not checked against it
-    graph.update({k: v for k, v in graph_overrides.items() if v is not None})
-    part.update({k: v for k, v in partition_overrides.items() if v is not None})
-    problems: list[Problem] = []
-    source = pspec = None
-    for prefix, model, data in (("graph", GraphSource, graph), ("partition", PartitionSpec, part)):
-        try:
-            validated = model.model_validate(data)
-        except ValidationError as exc:
-            problems += [
-                Problem(path=f"{prefix}.{p.path}", message=p.message) for p in problems_from_validation(exc)
-            ]
-            continue
-        if prefix == "graph":
-            source = validated
-        else:
-            pspec = validated
-    if problems:
-        raise SpecError(problems, title="invalid partition settings")
-    assert source is not None and pspec is not None
-    return source, pspec, projection, gt
-
-
-_SOURCE_KEYS = ("dataset", "path", "triples", "format", "numNodes", "nodeIds", "features", "labels")
+app.command("partition")(friendly(role_command(PartitionParams, partition)))
 
 
 @app.command()
@@ -460,34 +308,6 @@ def inspect(
 
 # ------------------------------------------------------------------------------------ shard server
 
-ENV_TOKEN = "GRAPHTRAIN_TOKEN"
-
-
-def read_token(token_file: Path | None) -> str:
-    """The shared token: from --token-file, else $GRAPHTRAIN_TOKEN. Never printed or logged."""
-    import os
-
-    if token_file is not None:
-        try:
-            token = token_file.read_text().strip()
-        except OSError as exc:
-            raise GraphtrainError(f"{token_file}: cannot read the token file ({exc.strerror})") from None
-    else:
-        token = os.environ.get(ENV_TOKEN, "").strip()
-    if not token:
-        raise GraphtrainError(f"no token: pass --token-file or set {ENV_TOKEN}")
-    if len(token.encode()) > 255:
-        raise GraphtrainError("the token is longer than 255 bytes (the most a connection can present)")
-    return token
-
-
-def hostname_ordinal(hostname: str) -> int:
-    """The ordinal a StatefulSet gives its pods: `<name>-<ordinal>`."""
-    head, _, tail = hostname.rpartition("-")
-    if not head or not tail.isdigit():
-        raise GraphtrainError(f"host name {hostname!r} does not end in -<ordinal> (not a StatefulSet pod?)")
-    return int(tail)
-
 
 @app.command()
 @friendly
@@ -502,6 +322,7 @@ def health(
     refuses the token, or reports itself not live (a thread stopped, or requests wait while no worker
     finishes any)."""
     from graphtrain.runtime import kvstore
+    from graphtrain.runtime.kvstore.auth import read_token
 
     client = kvstore.connect(addresses, read_token(token_file), timeout=timeout, retries=0)
     try:
@@ -517,93 +338,7 @@ def health(
         raise GraphtrainError("not live: " + "; ".join(deaf))
 
 
-@app.command("shard-server")
-@friendly
-def shard_server(
-    bind: Annotated[
-        str, typer.Option(help="tcp://host:port or ipc://path (port 0: any free port)")
-    ] = "tcp://127.0.0.1:0",
-    shard: Annotated[int, typer.Option(help="this server's shard index")] = 0,
-    shard_from_hostname: Annotated[
-        bool, typer.Option(help="take the shard index from the host name's ordinal (StatefulSet pods)")
-    ] = False,
-    token_file: Annotated[
-        Path | None, typer.Option(help=f"file holding the shared token (else ${ENV_TOKEN})")
-    ] = None,
-    workers: Annotated[int, typer.Option(help="request worker threads")] = 4,
-    checkpoint_root: Annotated[
-        Path | None, typer.Option(help="directory checkpoints are written under")
-    ] = None,
-    restore: Annotated[
-        str | None, typer.Option(help="checkpoint (relative to the root) or 'latest' to restore from")
-    ] = None,
-    partition: Annotated[
-        Path | None, typer.Option(help="partition config: hold this shard's node data")
-    ] = None,
-    part: Annotated[int | None, typer.Option(help="partition index to hold (default: --shard)")] = None,
-    metrics_port: Annotated[
-        int | None, typer.Option(help="serve Prometheus metrics on this port (0: any)")
-    ] = None,
-    metrics_host: Annotated[str, typer.Option(help="address the metrics endpoint binds")] = "127.0.0.1",
-    shm: Annotated[bool, typer.Option(help="hold tables in shared memory for clients on this host")] = False,
-    max_request_bytes: Annotated[
-        int, typer.Option(min=1 << 20, help="refuse requests with more bytes of arrays than this")
-    ] = 64 << 20,
-    max_queued_bytes: Annotated[
-        int,
-        typer.Option(min=1 << 20, help="stop reading new requests while queued ones hold this many bytes"),
-    ] = 512 << 20,
-    stall_seconds: Annotated[
-        float,
-        typer.Option(min=1.0, help="drop a connection that reads none of its pending replies for this long"),
-    ] = 30.0,
-    deaf_seconds: Annotated[
-        float,
-        typer.Option(
-            min=1.0, help="not live (/livez, health) when requests wait this long and no worker finishes one"
-        ),
-    ] = 300.0,
-    device: Annotated[
-        str,
-        typer.Option(
-            help="where tables and optimizer state live: cpu, or cuda[:N] (pushes run the CUDA core)"
-        ),
-    ] = "cpu",
-) -> None:
-    """Run a shard server: tables, their optimizer state and node data of one partition.
-
-    Clients authenticate with the shared token when they connect (nothing of a connection without it
-    is read beyond its handshake). Prints one JSON line {"event": "ready", "address": ...,
-    "metrics_port": ...} when it listens, then serves until a shutdown request, SIGTERM or Ctrl-C. The
-    metrics port also answers /livez (the liveness probe) and /readyz.
-    """
-    import logging
-
-    from graphtrain.runtime.kvstore.server import Limits, serve
-
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    if shard_from_hostname:
-        shard = hostname_ordinal(socket.gethostname())
-    serve(
-        read_token(token_file),
-        bind,
-        shard,
-        workers,
-        checkpoint_root,
-        restore,
-        partition,
-        part,
-        metrics_port,
-        metrics_host,
-        shm,
-        Limits(
-            max_request_bytes=max_request_bytes,
-            max_queued_bytes=max_queued_bytes,
-            stall_seconds=stall_seconds,
-            deaf_seconds=deaf_seconds,
-        ),
-        device,
-    )
+app.command("shard-server")(friendly(role_command(ShardServerParams, serve)))
 
 
 @app.command()
@@ -694,6 +429,7 @@ def predict(
     from graphtrain.runtime import outputs
     from graphtrain.runtime import predict as prediction
     from graphtrain.runtime.kvstore import checkpoint as ckpt
+    from graphtrain.runtime.report import answer_table
 
     gt = load_yaml(_read(spec_path))
     kge = gt.spec.model.kind != ModelKind.graphsage
@@ -710,7 +446,7 @@ def predict(
     if kge:
         assert relation is not None
         cols = prediction.kge_answer(gt, root, cfg, relation, head=head, tail=tail, k=top).columns
-        out.print(_answer_table(cols, f"({head or '?'}, {relation}, {tail or '?'})"))
+        out.print(answer_table(cols, f"({head or '?'}, {relation}, {tail or '?'})"))
         if output is not None:
             outputs.write_columns(output, cols)
             err.print(f"{len(cols['rank'])} answers written to {output}", highlight=False, markup=False)
@@ -730,135 +466,10 @@ def predict(
     )
 
 
-def _answer_table(cols: dict[str, Any], title: str) -> Any:
-    from rich.table import Table
-
-    table = Table(title=title)
-    for col in cols:
-        table.add_column(col, justify="right" if col in ("rank", "score") else "left")
-    for i in range(len(cols["rank"])):
-        table.add_row(*(f"{cols[c][i]:.4f}" if c == "score" else escape(str(cols[c][i])) for c in cols))
-    return table
-
-
 # -------------------------------------------------------------------------------------- training
 
 
-@app.command()
-@friendly
-def train(
-    spec_path: Annotated[Path, typer.Option("--spec", help="GraphTraining YAML")],
-    partition: Annotated[Path, typer.Option(help="partition config (<out>/<graph>.json)")],
-    standalone: Annotated[bool, typer.Option(help="hold the shards in this process (no servers)")] = False,
-    servers: Annotated[
-        str | None, typer.Option(help="comma-separated shard-server addresses, shard order")
-    ] = None,
-    token_file: Annotated[Path | None, typer.Option(help=f"shared token file (else ${ENV_TOKEN})")] = None,
-    rank: Annotated[int, typer.Option(help="this trainer's rank")] = 0,
-    world: Annotated[int, typer.Option(help="number of trainers")] = 1,
-    init: Annotated[
-        str | None, typer.Option(help="rendezvous of the trainers: tcp://host:port of rank 0")
-    ] = None,
-    run_dir: Annotated[Path | None, typer.Option(help="where progress.json and result.json go")] = None,
-    checkpoint_root: Annotated[
-        Path | None, typer.Option(help="checkpoint directory (resume from its LATEST)")
-    ] = None,
-    shm: Annotated[bool, typer.Option(help="read shards on this host from shared memory")] = True,
-    progress_configmap: Annotated[
-        str | None,
-        typer.Option(
-            help="also report progress and a heartbeat into this ConfigMap (in a pod, for the operator)"
-        ),
-    ] = None,
-    metrics_port: Annotated[
-        int | None, typer.Option(help="serve Prometheus metrics on this port (0: any free port)")
-    ] = None,
-    metrics_host: Annotated[str, typer.Option(help="address the metrics endpoint binds")] = "127.0.0.1",
-    metrics_port_file: Annotated[
-        Path | None,
-        typer.Option(help='once the metrics port is bound, write {"port": N, "pid": PID} here (atomically)'),
-    ] = None,
-) -> None:
-    """Run one trainer of a GraphTraining (the launcher and the operator start one per rank).
-
-    With --metrics-port, /metrics answers from the start (steps, samples, step and stage seconds, loss,
-    eval metric, epoch); the bound port goes to --metrics-port-file, which is how the local launcher
-    learns a port 0 picked.
-    """
-    import os
-
-    import torch
-
-    from graphtrain.runtime import kvstore
-    from graphtrain.runtime.graph import DistGraph, standalone_client
-    from graphtrain.runtime.train.dist import Dist
-    from graphtrain.runtime.train.loop import EpochLoop
-    from graphtrain.runtime.train.metrics import TrainerMetrics
-    from graphtrain.runtime.train.node_classification import NodeClassification
-    from graphtrain.runtime.train.task import TrainingTask
-
-    gt = load_yaml(_read(spec_path))
-    metrics = TrainerMetrics(rank)
-    if metrics_port is not None:
-        serve_metrics(metrics.registry, metrics_host, metrics_port, metrics_port_file)
-    threads = gt.spec.training.threads or max(
-        1, (os.cpu_count() or 1) // (1 if standalone else max(world, 1))
-    )
-    torch.set_num_threads(threads)
-    if standalone:
-        client = standalone_client(partition, checkpoint_root)
-        connect = lambda: client  # noqa: E731 - in-process shards are shared by the loader thread
-    else:
-        if not servers:
-            raise GraphtrainError("--servers is needed unless --standalone")
-        token = read_token(token_file)
-        addresses = [a for a in servers.split(",") if a]
-        connect = lambda: kvstore.connect(addresses, token, shm=shm)  # noqa: E731
-        client = connect()
-    graph = DistGraph(partition, client)
-    with Dist(rank, world, init, str(gt.spec.trainers.backend)) as dist:
-        task: TrainingTask[Any]
-        if gt.spec.model.kind == ModelKind.graphsage:
-            task = NodeClassification(gt, graph, connect(), dist)  # the loader thread gets its own connection
-        else:
-            from graphtrain.runtime.train.kge import LinkPrediction
-
-            task = LinkPrediction(gt, graph, dist)
-        loop = EpochLoop(task, gt.spec, graph, dist, run_dir, checkpoint_root, progress_configmap, metrics)
-        result = loop.run()
-    if rank == 0 and run_dir is not None:
-        from graphtrain.runtime.data.cache import write_json
-
-        write_json(run_dir / "result.json", result)
-    sys.stdout.write(json.dumps({"event": "done", "rank": rank, "metrics": result}) + "\n")
-    # Everything is written; leave without interpreter teardown, where the loader's prefetch thread,
-    # gloo's and ZMQ's native threads are destroyed in no fixed order ("terminate called without an
-    # active exception", SIGABRT after a finished run, seen once in ~20 runs).
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
-
-
-def serve_metrics(registry: Any, host: str, port: int, port_file: Path | None) -> int:
-    """Serve `registry` on host:port (0: any free port) from a daemon thread; the bound port is written to
-    `port_file` (with this pid, so a reader can tell it from a predecessor's file) once it listens.
-
-    Raises:
-        GraphtrainError: the port cannot be bound.
-    """
-    import os
-
-    from graphtrain.contract import httpd
-    from graphtrain.runtime.data.cache import write_json
-
-    try:
-        bound = httpd.serve_metrics(registry, host, port).port
-    except OSError as exc:
-        raise GraphtrainError(f"metrics endpoint {host}:{port}: {exc.strerror or exc}") from None
-    if port_file is not None:
-        port_file.parent.mkdir(parents=True, exist_ok=True)
-        write_json(port_file, {"port": bound, "pid": os.getpid()})
-    return bound
+app.command("train")(friendly(role_command(TrainParams, train)))
 
 
 @app.command()
@@ -895,7 +506,9 @@ def run(
 
     The run directory and everything in it are private to you (mode 0700/0600).
     """
-    from graphtrain.runtime.launch.local import LocalRun, Terminated, stop_on_signals
+    from graphtrain.runtime.launch.local import LocalRun
+    from graphtrain.runtime.launch.processes import Terminated, stop_on_signals
+    from graphtrain.runtime.report import result_lines, resume_command
 
     gt = load_yaml(_read(spec_path))
     explicit_run_dir = run_dir is not None
@@ -919,50 +532,6 @@ def run(
     for line in result_lines(gt.metadata.name, result, run_dir):
         out.print(line, highlight=False, markup=False)
     out.print(f"status: {run_dir / 'status.json'}")
-
-
-def resume_command(
-    spec_path: Path, run_dir: Path, explicit_run_dir: bool, standalone: bool, data_dir: Path | None
-) -> str:
-    """The command that continues an interrupted `graphtrain run` from its last checkpoint (the same
-    options, --resume instead of --overwrite)."""
-    import shlex
-
-    words = ["graphtrain", "run", str(spec_path)]
-    if explicit_run_dir:
-        words += ["--run-dir", str(run_dir)]
-    if standalone:
-        words.append("--standalone")
-    if data_dir is not None:
-        words += ["--data-dir", str(data_dir)]
-    return shlex.join([*words, "--resume"])
-
-
-COUNTS = ("_triples",)  # result entries that count things (KGE: the triples evaluated), not metrics
-
-
-def result_value(key: str, value: Any) -> str:
-    """A result's value as printed: a count as a whole number, a metric with 4 decimals."""
-    if isinstance(value, int | float) and key.endswith(COUNTS) and float(value).is_integer():
-        return str(int(value))
-    return f"{value:.4f}"
-
-
-def result_lines(name: str, result: dict[str, Any], run_dir: Path) -> list[str]:
-    """What `run` prints at the end: the metrics (of the last model, at the epoch training ended) and
-    the best validation pass with its checkpoint."""
-    metrics = ", ".join(f"{k} {result_value(k, v)}" for k, v in result.items() if k[:4] in ("test", "val_"))
-    epoch = result.get("last_epoch")
-    lines = [f"{name}: {metrics}" + (f" (the last model, epoch {epoch})" if epoch is not None else "")]
-    best = next((k for k in result if k.startswith("best_val_")), None)
-    if best is not None:
-        where = ""
-        if result.get("best_checkpoint"):
-            where = f": {run_dir / 'checkpoints' / result['best_checkpoint']} (checkpoints/BEST)"
-        lines.append(
-            f"best: {best.removeprefix('best_')} {result[best]:.4f} at epoch {result['best_epoch']}{where}"
-        )
-    return lines
 
 
 @app.command()

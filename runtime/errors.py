@@ -1,5 +1,11 @@
 """Errors the user can act on. The CLI prints their message and exits non-zero; no traceback."""
 
+from __future__ import annotations
+
+import contextlib
+import warnings
+from collections.abc import Callable, Iterator
+
 
 class GraphtrainError(Exception):
     """Base of every error that names a bad input, a missing file or a broken promise."""
@@ -12,6 +18,22 @@ class DataError(GraphtrainError):
 class DataWarning(UserWarning):
     """The input is usable but probably not what the user meant (isolated nodes dropped, a directed edge
     list): raised through `warnings.warn`, never silent; the CLI prints it as a `warning:` line."""
+
+
+@contextlib.contextmanager
+def data_warnings(say: Callable[[str], None]) -> Iterator[None]:
+    """Hand the message of each DataWarning raised inside to `say` (every caller words them alike: one
+    `warning:` line each); other warnings are shown as usual."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", DataWarning)
+        try:
+            yield
+        finally:
+            for w in caught:
+                if issubclass(w.category, DataWarning):
+                    say(str(w.message))
+                else:
+                    warnings.showwarning(w.message, w.category, w.filename, w.lineno)
 
 
 class ChecksumError(DataError):

@@ -1,9 +1,12 @@
-"""Human-readable tables for the CLI (rich). Rendering only: every number comes from the caller."""
+"""Human-readable tables and lines for the CLI (rich). Rendering only: every number comes from the caller."""
 
 from __future__ import annotations
 
+import shlex
+from pathlib import Path
 from typing import Any
 
+from rich.markup import escape
 from rich.table import Table
 
 from graphtrain.runtime.partition.memory import human
@@ -121,3 +124,55 @@ def datasets_table(rows: list[dict[str, Any]]) -> Table:
             r["licence"],
         )
     return table
+
+
+def answer_table(cols: dict[str, Any], title: str) -> Table:
+    """`graphtrain predict`'s KGE answers: rank, the label, score (4 decimals), the split holding it."""
+    table = Table(title=title)
+    for col in cols:
+        table.add_column(col, justify="right" if col in ("rank", "score") else "left")
+    for i in range(len(cols["rank"])):
+        table.add_row(*(f"{cols[c][i]:.4f}" if c == "score" else escape(str(cols[c][i])) for c in cols))
+    return table
+
+
+def resume_command(
+    spec_path: Path, run_dir: Path, explicit_run_dir: bool, standalone: bool, data_dir: Path | None
+) -> str:
+    """The command that continues an interrupted `graphtrain run` from its last checkpoint (the same
+    options, --resume instead of --overwrite)."""
+    words = ["graphtrain", "run", str(spec_path)]
+    if explicit_run_dir:
+        words += ["--run-dir", str(run_dir)]
+    if standalone:
+        words.append("--standalone")
+    if data_dir is not None:
+        words += ["--data-dir", str(data_dir)]
+    return shlex.join([*words, "--resume"])
+
+
+COUNTS = ("_triples",)  # result entries that count things (KGE: the triples evaluated), not metrics
+
+
+def result_value(key: str, value: Any) -> str:
+    """A result's value as printed: a count as a whole number, a metric with 4 decimals."""
+    if isinstance(value, int | float) and key.endswith(COUNTS) and float(value).is_integer():
+        return str(int(value))
+    return f"{value:.4f}"
+
+
+def result_lines(name: str, result: dict[str, Any], run_dir: Path) -> list[str]:
+    """What `run` prints at the end: the metrics (of the last model, at the epoch training ended) and
+    the best validation pass with its checkpoint."""
+    metrics = ", ".join(f"{k} {result_value(k, v)}" for k, v in result.items() if k[:4] in ("test", "val_"))
+    epoch = result.get("last_epoch")
+    lines = [f"{name}: {metrics}" + (f" (the last model, epoch {epoch})" if epoch is not None else "")]
+    best = next((k for k in result if k.startswith("best_val_")), None)
+    if best is not None:
+        where = ""
+        if result.get("best_checkpoint"):
+            where = f": {run_dir / 'checkpoints' / result['best_checkpoint']} (checkpoints/BEST)"
+        lines.append(
+            f"best: {best.removeprefix('best_')} {result[best]:.4f} at epoch {result['best_epoch']}{where}"
+        )
+    return lines

@@ -16,9 +16,14 @@ cost to the 51 MB transfers this protocol is measured on.
 from __future__ import annotations
 
 import hmac
+import os
+from pathlib import Path
 from typing import Any
 
 import zmq
+
+from graphtrain.contract.roles import ENV_TOKEN
+from graphtrain.runtime.errors import GraphtrainError
 
 USERNAME = b"graphtrain"
 DOMAIN = "graphtrain"
@@ -38,6 +43,29 @@ def check_token(token: str) -> bytes:
     if len(raw) > MAX_TOKEN_BYTES:
         raise ValueError(f"the token has {len(raw)} bytes; at most {MAX_TOKEN_BYTES} are allowed")
     return raw
+
+
+def read_token(token_file: Path | None) -> str:
+    """The shared token every role presents or checks: from `token_file` (--token-file), else
+    $GRAPHTRAIN_TOKEN. Never printed or logged.
+
+    Raises:
+        GraphtrainError: unreadable, empty, or longer than PLAIN allows.
+    """
+    if token_file is not None:
+        try:
+            token = token_file.read_text().strip()
+        except OSError as exc:
+            raise GraphtrainError(f"{token_file}: cannot read the token file ({exc.strerror})") from None
+    else:
+        token = os.environ.get(ENV_TOKEN, "").strip()
+    if not token:
+        raise GraphtrainError(f"no token: pass --token-file or set {ENV_TOKEN}")
+    if len(token.encode()) > MAX_TOKEN_BYTES:
+        raise GraphtrainError(
+            f"the token is longer than {MAX_TOKEN_BYTES} bytes (the most a connection can present)"
+        )
+    return token
 
 
 def zap_reply(request: list[bytes], token: bytes) -> tuple[list[bytes], bool]:

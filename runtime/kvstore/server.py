@@ -28,16 +28,16 @@ was checked only after a whole message had been buffered. Now:
   have waited `deaf_seconds` while no worker finished anything. Served at /livez on the metrics port
   and in the health reply. `readiness()` (/readyz, the StatefulSet's readiness probe) is stricter:
   started, not stopping, and the request loop turned within seconds.
+
+The role's entry point around it (token, restore, node data, probes, the ready line) is
+runtime/roles/shard_server.py.
 """
 
 from __future__ import annotations
 
 import contextlib
-import faulthandler
-import json
 import logging
 import os
-import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -54,7 +54,7 @@ from graphtrain.runtime.kvstore.dispatch import Dispatcher, Released
 from graphtrain.runtime.kvstore.fairqueue import FairQueue, QueueFull
 from graphtrain.runtime.kvstore.metrics import ServerMetrics
 from graphtrain.runtime.kvstore.outbox import Dropped, Outbox, Sent
-from graphtrain.runtime.kvstore.shm import host_id, job_prefix
+from graphtrain.runtime.kvstore.shm import host_id
 from graphtrain.runtime.kvstore.state import PullStream, ShardTensors
 
 log = logging.getLogger("graphtrain.kvstore.server")
@@ -572,69 +572,3 @@ class ShardServer:
         self.metrics.requests.labels(self.metrics.shard, "pull", "ok").inc()
         self.metrics.latency.labels(self.metrics.shard, "pull").observe(time.perf_counter() - st.op_start)
         return False
-
-
-def announce(address: str, metrics_port: int | None) -> None:
-    """The one line a launcher reads to learn where the server listens (the token is never printed)."""
-    sys.stdout.write(json.dumps({"event": "ready", "address": address, "metrics_port": metrics_port}) + "\n")
-    sys.stdout.flush()
-
-
-def serve(
-    token: str,
-    bind: str,
-    shard: int = 0,
-    workers: int = 4,
-    checkpoint_root: Path | None = None,
-    restore: str | None = None,
-    partition: Path | None = None,
-    part: int | None = None,
-    metrics_port: int | None = None,
-    metrics_host: str = "127.0.0.1",
-    use_shm: bool = False,
-    limits: Limits | None = None,
-    device: str = "cpu",
-) -> None:
-    """Run a shard server until a shutdown request or SIGTERM/SIGINT. device: where its tables and their
-    optimizer state live ("cuda", "cuda:1": pushes then run the CUDA core, runtime/native/cuda.py)."""
-    import signal
-
-    from graphtrain.contract import httpd
-    from graphtrain.runtime.kvstore import checkpoint as ckpt
-    from graphtrain.runtime.native.memory import keep_freed_memory
-
-    keep_freed_memory()
-    restore_from = None
-    if restore:
-        if checkpoint_root is None:
-            raise GraphtrainError("--restore needs --checkpoint-root")
-        # a damaged latest falls back to the one before; a damaged or incomplete one is refused at start
-        restore_from = ckpt.restore_point(checkpoint_root, restore, say=log.warning)
-        if restore_from is not None:  # a restarted server: `kubectl logs` says what it came back with
-            log.info("restores its tables from checkpoint %s as clients create them", restore_from.name)
-    state = ShardTensors(
-        shard, use_shm=use_shm, shm_prefix=job_prefix(token), restore_from=restore_from, device=device
-    )
-    if partition is not None:
-        loaded = state.load_partition(partition, shard if part is None else part)
-        log.info("holding %s", ", ".join(loaded) or "no node data")
-    server = ShardServer(state, token, bind, workers, checkpoint_root, limits)
-    address = server.start()
-    port = None
-    if metrics_port is not None:
-        port = httpd.serve_metrics(
-            server.metrics.registry,
-            metrics_host,
-            metrics_port,
-            {"/livez": server.liveness, "/readyz": server.readiness},
-        ).port
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: server.request_stop())
-    faulthandler.enable()  # a crash prints where it happened
-    faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1`: every thread's stack to stderr
-    announce(address, port)
-    try:
-        while not server.wait(0.5):
-            pass
-    finally:
-        server.stop()

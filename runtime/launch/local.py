@@ -28,6 +28,10 @@ with that epoch's mean loss and its own validation metric (none when it was not 
 the current epoch only when one runs longer than IN_EPOCH_EVERY. A failed process is one line: the
 `error: ...` line it printed (a known error), or the last line of its traceback, and where its log is.
 
+Its parts: processes.py starts, watches and stops the processes and owns the run directory;
+partition_step.py is the partition pipeline the operator's partition Job runs too; reuse.py decides
+what a launch takes over from the one before (an unchanged partition, the checkpoint to resume).
+
 Metrics: every process serves Prometheus metrics on 127.0.0.1 on a port it picks (a shard server names
 it in its ready line, a trainer writes it to its port file, plan.port_file), the launcher too (the
 executor-level training metrics, launch/metrics.py). The launcher keeps <run_dir>/prometheus/targets.json
@@ -39,270 +43,52 @@ of `graphtrain run --api`).
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import fcntl
 import json
 import os
-import re
 import secrets
-import select
 import shutil
 import signal
-import socket
 import subprocess
 import threading
 import time
-import warnings
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from graphtrain.contract import reporting, rundir
 from graphtrain.contract.conditions import Reason
 from graphtrain.contract.spec import (
-    PLACEMENT_FIELDS,
     Condition,
     Device,
-    GraphSource,
     GraphTraining,
-    GraphTrainingSpec,
     GraphTrainingStatus,
     Phase,
     Progress,
     ShardState,
-    quantity_to_bytes,
 )
 from graphtrain.runtime.data.cache import atomic_file, write_json
-from graphtrain.runtime.data.checks import check_data
-from graphtrain.runtime.errors import DataWarning, GraphtrainError
-from graphtrain.runtime.kvstore import checkpoint as ckpt
-from graphtrain.runtime.launch import plan, status, targets
+from graphtrain.runtime.errors import GraphtrainError
+from graphtrain.runtime.launch import partition_step, plan, reuse, status, targets
+from graphtrain.runtime.launch.processes import (
+    Child,
+    RunFailed,
+    Terminated,
+    ended,
+    free_port,
+    lock_run_dir,
+    rotate_logs,
+    spawn,
+    stop,
+    umask,
+    wait_ready,
+)
 from graphtrain.runtime.progress import console
 from graphtrain.runtime.train import history
-from graphtrain.runtime.train.resumable import check_resumable
 
-READY_TIMEOUT = 300.0
 POLL_SECONDS = 0.5
 PRIVATE = 0o077  # umask of the launcher and its children: directories 0700, files 0600
-KEEP_LOGS = 3  # earlier launches' logs kept beside the current one: <name>.log.1 .. .3
-LOCK = "launch.lock"
 TERMINAL = (Phase.succeeded.value, Phase.failed.value)
 IN_EPOCH_EVERY = 30.0  # seconds between lines on an epoch still running (none for shorter epochs)
-
-
-def partition_key(spec: GraphTrainingSpec, source: GraphSource, inputs: Mapping[str, str]) -> str:
-    """What a run's partition depends on: a partition made for the same key is reused. `source`: the
-    spec's graph section with its paths resolved; `inputs`: the content hashes of its files
-    (data.inputs.fingerprint), so a rewritten input is partitioned again even under the same name. Where
-    the partition Job's pod runs (resources, nodeSelector, ...: Kubernetes only) is not part of it."""
-    return json.dumps(
-        {
-            "graph": source.model_dump(mode="json"),
-            "inputs": dict(inputs),
-            "partition": spec.partition.model_dump(mode="json", exclude=set(PLACEMENT_FIELDS)),
-            "projection": spec.model.feature_projection,
-        },
-        sort_keys=True,
-    )
-
-
-def partition_changes(before: str, after: str) -> list[str]:
-    """What differs between two partition keys, in spec terms: the input files whose contents changed
-    (graph.path (contents)), then the graph, partition and projection settings."""
-    old, new = json.loads(before), json.loads(after)
-    files = sorted(set(old.get("inputs", {})) | set(new.get("inputs", {})))
-    out = [f"{f} (contents)" for f in files if old.get("inputs", {}).get(f) != new.get("inputs", {}).get(f)]
-    names = {
-        "graph": "graph settings",
-        "partition": "partition settings",
-        "projection": "model.featureProjection",
-    }
-    out += [name for part, name in names.items() if old.get(part) != new.get(part)]
-    return out or ["the partition settings"]
-
-
-class RunFailed(GraphtrainError):
-    """A process of the run failed (named in the message), or the run hit its deadline or stalled;
-    `reason`: the Failed condition's reason it gives the status."""
-
-    def __init__(self, message: str, reason: Reason = Reason.process_failed):
-        super().__init__(message)
-        self.reason = reason
-
-
-class RunDirLocked(GraphtrainError):
-    """Another launcher owns the run directory (its pid in the message)."""
-
-
-class CheckpointsExist(GraphtrainError):
-    """A new run (neither --resume nor --overwrite) in a directory that holds checkpoints."""
-
-
-def failure_line(text: str) -> str | None:
-    """Why a process failed, in one line of its output: its last `error: ...` line (a known error, as the
-    CLI prints it), else the exception line that ends its last traceback; None if it printed neither (a
-    process killed by a signal)."""
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    for line in reversed(lines):
-        if line.startswith("error: "):
-            return line.removeprefix("error: ")
-    if not any(line.startswith("Traceback (most recent call last)") for line in lines):
-        return None
-    for line in reversed(lines):
-        if EXCEPTION_LINE.match(line):
-            return line
-    return None
-
-
-EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)\b(: .*)?$")
-
-
-def ended(code: int) -> str:
-    """How a process ended, from its return code: 'exited with code 1', 'was killed by SIGKILL'."""
-    if code >= 0:
-        return f"exited with code {code}"
-    try:
-        return f"was killed by {signal.Signals(-code).name}"
-    except ValueError:
-        return f"was killed by signal {-code}"
-
-
-@dataclass
-class Child:
-    plan: plan.ProcessPlan
-    proc: subprocess.Popen
-    log: Path
-    restarts: int = 0
-    offset: int = 0  # where this process' output starts in its log (a restart appends to it)
-    metrics_port: int | None = None  # once known: a server's ready line, a trainer's port file
-
-    def learn_port(self) -> bool:
-        """Read the metrics port from this process' port file, if it wrote it (a predecessor's file,
-        another pid, does not count); whether the port became known now."""
-        if self.metrics_port is not None or self.plan.port_file is None:
-            return False
-        with contextlib.suppress(OSError, ValueError, AttributeError, TypeError):
-            said = json.loads(self.plan.port_file.read_text())
-            if said.get("pid") == self.proc.pid:
-                self.metrics_port = int(said["port"])
-                return True
-        return False
-
-    def why(self, when: str = "") -> str:
-        """How this process ended (`when`: " before it was ready") and why, in one line (or with the end
-        of its log, if it said nothing that tells why)."""
-        how = f"{self.plan.name} {ended(self.proc.returncode)}{when}"
-        text = self.tail(lines=200)
-        line = failure_line(text)
-        if line is not None:
-            return f"{how}: {line} (log: {self.log})"
-        return f"{how}; last lines of {self.log}:\n{self.tail()}"
-
-    def tail(self, lines: int = 25, window: int = 1 << 16) -> str:
-        """The last lines this process wrote (not its predecessors' in the same log)."""
-        try:
-            with open(self.log, "rb") as f:
-                f.seek(max(self.offset, f.seek(0, os.SEEK_END) - window))
-                text = f.read().decode(errors="replace")
-        except OSError:
-            return ""
-        return "\n".join(text.splitlines()[-lines:])
-
-
-@contextlib.contextmanager
-def umask(mask: int) -> Iterator[int]:
-    """This process' umask is `mask` inside the block (processes started there inherit it); yields the
-    one it replaced."""
-    old = os.umask(mask)
-    try:
-        yield old
-    finally:
-        os.umask(old)
-
-
-@contextlib.contextmanager
-def lock_run_dir(run_dir: Path) -> Iterator[None]:
-    """Own `run_dir` while the block runs: an exclusive flock on <run_dir>/launch.lock, which holds the
-    owner's pid. The kernel releases it when the owner exits, however it exits.
-
-    Raises:
-        RunDirLocked: another process holds it (named by its pid).
-    """
-    fd = os.open(run_dir / LOCK, os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = ""
-            for _ in range(10):  # the holder writes its pid just after it takes the lock
-                holder = os.pread(fd, 32, 0).decode(errors="replace").strip()
-                if holder:
-                    break
-                time.sleep(0.05)
-            raise RunDirLocked(
-                f"{run_dir} is in use by another graphtrain run (pid {holder or 'unknown'})"
-            ) from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-        yield
-    finally:
-        os.close(fd)
-
-
-def rotate_logs(logs: Path, keep: int = KEEP_LOGS) -> None:
-    """One log per launch: each <name>.log moves to <name>.log.1, .1 to .2, ...; beyond `keep`, dropped."""
-    for log in logs.glob("*.log"):
-        for i in range(keep - 1, 0, -1):
-            older = log.with_name(f"{log.name}.{i}")
-            if older.exists():
-                older.replace(log.with_name(f"{log.name}.{i + 1}"))
-        log.replace(log.with_name(f"{log.name}.1"))
-
-
-def die_with_this_process() -> Callable[[], None]:
-    """A preexec_fn: the child gets SIGKILL when the thread that forked it exits (PR_SET_PDEATHSIG; spawn
-    from a thread that outlives the children, e.g. the main thread), so no child outlives a SIGKILLed
-    launcher. If the launcher died before the call took effect, the child leaves at once. The libc call
-    is looked up here, in the parent: the child only calls it."""
-    parent = os.getpid()
-    try:
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):  # not Linux: no parent-death signal
-        prctl = None
-    args = (ctypes.c_int(1), ctypes.c_ulong(signal.SIGKILL))  # PR_SET_PDEATHSIG = 1
-
-    def child() -> None:
-        if prctl is not None:
-            prctl(*args)
-        if os.getppid() != parent:
-            os._exit(1)
-
-    return child
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Terminated(KeyboardInterrupt):
-    """SIGTERM or SIGHUP to the launcher: stop like Ctrl-C. The children run in their own sessions (a
-    terminal's Ctrl-C must reach the launcher alone, which then stops them in order), so without this
-    a plain `kill` of the launcher would leave every server and trainer running."""
-
-
-def stop_on_signals() -> None:
-    """Turn SIGTERM and SIGHUP into Terminated in the main thread (call it from there), and let SIGINT
-    interrupt even when the launcher inherited it ignored (started with `&` from a script or nohup)."""
-
-    def handler(signum: int, _frame: object) -> None:
-        raise Terminated(f"terminated ({signal.Signals(signum).name})")
-
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, handler)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 class LocalRun:
@@ -409,100 +195,42 @@ class LocalRun:
     # ------------------------------------------------------------------------------- partition
 
     def partition(self) -> Path:
-        """Partition the spec's graph into <run_dir>/partition, or reuse the partition there when the
-        graph and partition settings and the input files' contents are unchanged. Relative input paths are
-        the spec's directory's. What the data says that the run should know (isolated nodes dropped, a
-        directed graph without reverseEdges) is said; what the spec needs that the data lacks stops the
-        run here, naming the field, before any server starts."""
-        from graphtrain.runtime import partition as partitioning
+        """Partition the spec's graph into <run_dir>/partition (launch/partition_step.py: the pipeline the
+        partition Job runs too), or reuse the partition there when the graph and partition settings and
+        the input files' contents are unchanged (launch/reuse.py). Relative input paths are the spec's
+        directory's. What the data says that the run should know (isolated nodes dropped, a directed
+        graph without reverseEdges) is said; what the spec needs that the data lacks stops the run here,
+        naming the field, before any server starts."""
         from graphtrain.runtime.data import datasets, inputs
 
-        spec = self.gt.spec
-        source = inputs.resolve(spec.graph, self.spec_path.parent)
+        work = partition_step.from_spec(self.gt, self.spec_path.parent)
         cached = None
-        if source.dataset is not None:
+        if work.source.dataset is not None:
             with umask(self.user_umask):  # the dataset cache is shared, not the run's
-                cached = datasets.fetch(str(source.dataset), self.data_dir)
-        key = partition_key(spec, source, inputs.fingerprint(source, cached))
+                cached = datasets.fetch(str(work.source.dataset), self.data_dir)
+        key = reuse.partition_key(self.gt.spec, work.source, inputs.fingerprint(work.source, cached))
         out = self.run_dir / "partition"
-        settings = self.run_dir / "partition.settings"  # beside, not inside: a partition has one .json
-        before = settings.read_text() if settings.exists() else None
-        if before == key:
-            with contextlib.suppress(Exception):
-                cfg = partitioning.load_config(out)
-                self.obs.partition = cfg.data
-                self.say(f"[run] reusing the partition in {out} (same settings, same input files)")
-                return cfg.path
-        if (
-            before is not None
-            and before != key
-            and self.resume
-            and (self.run_dir / "checkpoints" / ckpt.LATEST).exists()
-        ):
-            raise GraphtrainError(
-                f"cannot resume: {', '.join(partition_changes(before, key))} changed since the checkpoints "
-                "were written, and a new partition gives the nodes other rows of the tables; start over "
-                "with --overwrite, or put back what changed"
+        cfg = reuse.reusable_partition(self.run_dir, key, self.resume)
+        if cfg is not None:
+            self.say(f"[run] reusing the partition in {out} (same settings, same input files)")
+        else:
+            self.say(f"[run] partitioning {work.source.described} into {work.settings.parts}")
+            cfg = partition_step.partition(
+                work,
+                out,
+                overwrite=True,
+                data_dir=self.data_dir,
+                warn=lambda message: self.say(f"[run] warning: {message}"),
+                loading=lambda: umask(self.user_umask),
             )
-        self.say(f"[run] partitioning {source.described} into {spec.partition.parts}")
-        settings.unlink(missing_ok=True)  # a partition replaced halfway is never taken for the old one
-        with umask(self.user_umask), warnings.catch_warnings(record=True) as said:
-            warnings.simplefilter("always", DataWarning)
-            graph = datasets.load_source(source, self.data_dir)
-            check_data(self.gt, graph)
-        for w in said:
-            if issubclass(w.category, DataWarning):
-                self.say(f"[run] warning: {w.message}")
-        if spec.model.feature_projection:
-            from graphtrain.runtime.data.transform import project_graph_features
-
-            project_graph_features(graph, spec.model.feature_projection, seed=0)
-        limit = quantity_to_bytes(spec.partition.memory_limit) if spec.partition.memory_limit else None
-        result = partitioning.partition_graph(
-            graph,
-            spec.partition.parts,
-            str(spec.partition.algorithm),
-            [str(b) for b in spec.partition.balance],
-            spec.partition.max_imbalance,
-            spec.partition.seed,
-            limit,
-        )
-        config = partitioning.write(graph, result, out, overwrite=True)
-        settings.write_text(key)
-        self.obs.partition = partitioning.load_config(config).data
-        return config
+            reuse.partitioned_for(self.run_dir, key)
+        self.obs.partition = cfg.data
+        return cfg.path
 
     # ------------------------------------------------------------------------------- processes
 
     def _spawn(self, p: plan.ProcessPlan, announces: bool = False) -> Child:
-        """Start a process, its output into <run_dir>/logs/<name>.log. Only servers keep stdout as a pipe,
-        for the one ready line they print; anyone else's stdout in an unread pipe would block it once the
-        pipe's 64 KB filled. The child is in its own session (a terminal's Ctrl-C reaches the launcher
-        alone, which stops the children in order) and dies with the launcher."""
-        logs = self.run_dir / "logs"
-        logs.mkdir(parents=True, exist_ok=True)
-        log = logs / f"{p.name}.log"
-        offset = log.stat().st_size if log.exists() else 0
-        env = {
-            **os.environ,
-            "GRAPHTRAIN_QUIET": "1",
-            "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
-        }
-        env.pop("GRAPHTRAIN_TOKEN", None)  # processes read the token file
-        if p.port_file is not None:  # a predecessor's port is no longer this process'
-            p.port_file.unlink(missing_ok=True)
-        handle = open(log, "ab")  # noqa: SIM115 - owned by the child
-        stdout = subprocess.PIPE if announces else handle
-        proc = subprocess.Popen(
-            p.argv,
-            stdout=stdout,
-            stderr=handle,
-            env=env,
-            start_new_session=True,
-            preexec_fn=die_with_this_process(),  # the child runs only a prctl call and getppid
-        )
-        handle.close()
-        return Child(p, proc, log, offset=offset)
+        return spawn(p, self.run_dir / "logs", announces)
 
     @property
     def device(self) -> str:
@@ -516,30 +244,12 @@ class LocalRun:
             self._spawn(plan.shard_server(i, where, self.run_dir, self.device), announces=True)
             for i in range(n)
         ]
-        self.addresses = [self._wait_ready(c) for c in self.servers]
+        self.addresses = [wait_ready(c) for c in self.servers]
         self.write_targets()
         self.obs.shards = [
             {"index": i, "state": ShardState.ready.value, "address": a, "restarts": 0}
             for i, a in enumerate(self.addresses)
         ]
-
-    def _wait_ready(self, c: Child) -> str:
-        deadline = time.monotonic() + READY_TIMEOUT
-        assert c.proc.stdout is not None
-        while time.monotonic() < deadline:
-            ready, _, _ = select.select([c.proc.stdout], [], [], 0.5)
-            if ready:
-                line = c.proc.stdout.readline()
-                if line:
-                    with contextlib.suppress(json.JSONDecodeError):
-                        event = json.loads(line)
-                        if event.get("event") == "ready":
-                            port = event.get("metrics_port")
-                            c.metrics_port = int(port) if port else None
-                            return str(event["address"])
-            if c.proc.poll() is not None:
-                raise RunFailed(c.why(" before it was ready"))
-        raise RunFailed(f"{c.plan.name} was not ready within {READY_TIMEOUT:g} s")
 
     def start_trainers(self, partition: Path) -> None:
         where = plan.files(self.run_dir, self.spec_path, partition)
@@ -561,23 +271,12 @@ class LocalRun:
                 fresh = self._spawn(c.plan, announces=True)
                 fresh.restarts = c.restarts + 1
                 self.servers[i] = fresh
-                self.addresses[i] = self._wait_ready(fresh)
+                self.addresses[i] = wait_ready(fresh)
                 self.obs.shards[i].update(state=ShardState.ready.value, restarts=fresh.restarts)
                 self.write_targets()  # on its new port
 
     def stop_all(self, grace: float = 10.0) -> None:
-        alive = [c for c in [*self.trainers, *self.servers] if c.proc.poll() is None]
-        for c in alive:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(c.proc.pid, signal.SIGTERM)
-        deadline = time.monotonic() + grace
-        for c in alive:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                c.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-            if c.proc.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(c.proc.pid, signal.SIGKILL)
-                c.proc.wait(timeout=10)
+        stop([*self.trainers, *self.servers], grace)
 
     def _shutdown_servers(self) -> None:
         if not self.servers:
@@ -711,20 +410,21 @@ class LocalRun:
         checkpoints = self.run_dir / "checkpoints"
         held = checkpoints.is_dir() and any(checkpoints.iterdir())
         if held and not (self.resume or self.overwrite):
-            raise CheckpointsExist(
-                f"{self.run_dir} holds checkpoints ({describe_checkpoints(checkpoints)}): continue them with "
-                "--resume, or delete them with --overwrite"
+            what = reuse.describe_checkpoints(checkpoints)
+            raise reuse.CheckpointsExist(
+                f"{self.run_dir} holds checkpoints ({what}): continue them with --resume, or delete them "
+                "with --overwrite"
             )
         with contextlib.suppress(OSError, ValueError, AttributeError):
             phase = json.loads((self.run_dir / "status.json").read_text()).get("phase")
             if phase not in TERMINAL:  # and its launcher is gone: we hold the lock
                 self.say(f"[run] the previous launch ended without a final status (killed?); it was {phase}")
         if self.resume:
-            self._choose_checkpoint(checkpoints)
+            self.finished = reuse.choose_checkpoint(checkpoints, self.run_dir, self.gt.spec, self.say)
             if self.finished is not None:  # nothing to start: the previous launch's files stay as they are
                 return
         elif held:
-            self.say(f"[run] --overwrite: deleting {checkpoints} ({describe_checkpoints(checkpoints)})")
+            self.say(f"[run] --overwrite: deleting {checkpoints} ({reuse.describe_checkpoints(checkpoints)})")
             shutil.rmtree(checkpoints)
         checkpoints.mkdir(exist_ok=True)
         token = self.run_dir / "token"
@@ -749,36 +449,6 @@ class LocalRun:
         write_json(
             self.run_dir / rundir.SPEC_FILE, self.gt.model_dump(by_alias=True, exclude_none=True, mode="json")
         )
-
-    def _choose_checkpoint(self, root: Path) -> None:
-        """On --resume, say which checkpoint the servers and trainers will take: the newest whose files
-        all check out (a damaged latest is skipped, each with its reason)."""
-        if not (root / ckpt.LATEST).exists():
-            self.say(f"[run] no checkpoint in {root}: starting from the beginning")
-            return
-        try:
-            path, skipped = ckpt.latest_verified(root)
-        except GraphtrainError as exc:
-            raise RunFailed(f"cannot resume: {exc}") from None
-        for line in skipped:
-            self.say(f"[run] {line}")
-        if path is None:
-            return
-        meta = trainer_record(path)
-        try:
-            check_resumable(meta.get("model"), self.gt.spec, path.name)
-        except GraphtrainError as exc:
-            raise RunFailed(f"cannot resume: {exc}") from None
-        self.finished = finished_result(self.run_dir, meta, self.gt.spec.training.epochs)
-        if self.finished is not None:
-            self.say(
-                f"[run] the run is complete: checkpoint {path.name} ends epoch {meta['epoch']} of "
-                f"{self.gt.spec.training.epochs}, nothing to train (raise training.epochs to train on, "
-                "or --overwrite to start over); its result:"
-            )
-            return
-        said = f"step {meta['step']} (epoch {meta['epoch']}, " if {"step", "epoch"} <= set(meta) else "("
-        self.say(f"[run] resuming from {said}checkpoint {path.name})")
 
     def _launch(self) -> dict:
         try:
@@ -845,49 +515,3 @@ def read_if_present(path: Path) -> str | None:
         return path.read_text()
     except OSError:
         return None
-
-
-def trainer_record(path: Path) -> dict[str, Any]:
-    """A checkpoint's trainer record (epoch, step, model), {} when it has none that reads."""
-    try:
-        meta = ckpt.read_top(path).get("trainer") or json.loads((path / "trainer.json").read_text())
-    except (GraphtrainError, OSError, ValueError, AttributeError):
-        return {}
-    return meta if isinstance(meta, dict) else {}
-
-
-def finished_result(run_dir: Path, meta: dict[str, Any], epochs: int) -> dict[str, Any] | None:
-    """The result of the run in `run_dir` when there is nothing left to train: the newest checkpoint
-    (trainer record `meta`) ends the last of `epochs`, and the launch that wrote it succeeded and left
-    its result.json for that epoch. None otherwise (then --resume starts the processes as usual)."""
-    if meta.get("epoch") != epochs:
-        return None
-    try:
-        phase = json.loads((run_dir / "status.json").read_text()).get("phase")
-        result = json.loads((run_dir / "result.json").read_text())
-    except (OSError, ValueError, AttributeError):
-        return None
-    if phase != Phase.succeeded.value or not isinstance(result, dict):
-        return None
-    return result if result.get("last_epoch") == epochs else None
-
-
-def describe_checkpoint(path: Path) -> str:
-    """'epoch 3, step 120' from a checkpoint's trainer record, or 'incomplete'."""
-    meta = trainer_record(path)
-    if "epoch" in meta and "step" in meta:
-        return f"epoch {meta['epoch']}, step {meta['step']}"
-    return "incomplete"
-
-
-def describe_checkpoints(root: Path) -> str:
-    """What a checkpoint directory holds, in a few words: its latest checkpoint and how many there are."""
-    dirs = sorted(p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
-    try:
-        latest = ckpt.resolve_latest(root)
-    except GraphtrainError:
-        latest = None
-    count = f"{len(dirs)} checkpoint{'s' if len(dirs) != 1 else ''}"
-    if latest is None:
-        return count + (f", the newest {dirs[-1]}" if dirs else "")
-    return f"latest {latest.name}: {describe_checkpoint(latest)}; {count}"

@@ -10,9 +10,12 @@ pod or a process."""
 from __future__ import annotations
 
 import copy
+import dataclasses
+import inspect
 import subprocess
+import typing
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import pytest
 import typer.main
@@ -26,6 +29,9 @@ from graphtrain.operator import manifests
 from graphtrain.operator.config import built_in
 from graphtrain.runtime import cli
 from graphtrain.runtime.launch import plan
+from graphtrain.runtime.roles.partition import partition as partition_entry
+from graphtrain.runtime.roles.shard_server import serve
+from graphtrain.runtime.roles.train import train
 
 EXAMPLES = sorted((Path(__file__).parents[2] / "examples").glob("*.yaml"))
 COMMAND: Any = typer.main.get_command(cli.app)  # a click group (typer vendors its own click)
@@ -203,3 +209,95 @@ def test_a_runs_processes_never_import_graphtrain_from_the_working_directory(tmp
     out = subprocess.run([*plan.entry(), "--help"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and "shard-server" in out.stdout, out.stderr[-2000:]
     assert not (tmp_path / "PWNED").exists()
+
+
+# ------------------------------------------------------------- the description, the CLI and the entry
+
+
+def base_type(tp: Any) -> Any:
+    """`X` of `X | None`."""
+    args = [a for a in typing.get_args(tp) if a is not type(None)]
+    return args[0] if args else tp
+
+
+def mismatches(role: type[roles.RoleParams], command: Any) -> list[str]:
+    """Where a click command's options differ from `role`'s description, one line each."""
+    described = {p.name: p for p in roles.params(role)}
+    options = {o.name: o for o in command.params}
+    found = [f"{n}: an option the description lacks" for n in sorted(set(options) - set(described))]
+    found += [f"{n}: described, not an option" for n in sorted(set(described) - set(options))]
+    for name in sorted(set(options) & set(described)):
+        p, o = described[name], options[name]
+        want = {
+            "flags": list(p.flags),
+            "negative": [p.negative] if p.negative else [],
+            "required": p.required,
+            "default": None if p.required else p.default,
+            "help": p.option.help,
+            "type": base_type(p.type),
+            "min": p.option.min,
+        }
+        got = {
+            "flags": list(o.opts),
+            "negative": list(o.secondary_opts),
+            "required": o.required,
+            "default": None if o.required else o.default,
+            "help": o.help,
+            # typer 0.29 makes the click type when parsing; the annotation it will make it from is kept
+            "type": base_type(o.type_descriptor.annotation),
+            "min": o.min,
+        }
+        found += [f"{name}: {k} {got[k]!r}, described {want[k]!r}" for k in want if got[k] != want[k]]
+    return found
+
+
+@pytest.mark.parametrize("role", roles.ROLES, ids=[r.COMMAND for r in roles.ROLES])
+def test_each_role_command_has_the_options_its_description_lists(role: type[roles.RoleParams]) -> None:
+    assert mismatches(role, COMMAND.commands[role.COMMAND]) == []
+
+
+def test_a_command_that_drifts_from_its_description_is_caught() -> None:
+    """A hand-written shard-server command with one default changed, one help reworded, one flag renamed
+    and one option missing: each is named."""
+    wrong = typer.Typer()
+
+    @wrong.command()
+    def shard_server(
+        bind: Annotated[str, typer.Option(help="tcp://host:port or ipc://path (port 0: any free port)")] = (
+            "tcp://0.0.0.0:0"
+        ),
+        shard: Annotated[int, typer.Option(help="which shard")] = 0,
+        worker_threads: Annotated[int, typer.Option(help="request worker threads")] = 4,
+    ) -> None:
+        pass
+
+    found = mismatches(roles.ShardServerParams, typer.main.get_command(wrong))
+    assert "bind: default 'tcp://0.0.0.0:0', described 'tcp://127.0.0.1:0'" in found
+    assert "shard: help 'which shard', described \"this server's shard index\"" in found
+    assert "worker_threads: an option the description lacks" in found
+    assert "workers: described, not an option" in found and "shm: described, not an option" in found
+
+
+def other_value(p: roles.Param) -> Any:
+    """A value of `p`'s type that is not its default (and within its bound)."""
+    tp = base_type(p.type)
+    if tp is bool:
+        return not p.default if p.negative or p.default is not False else True
+    low = p.option.min or 0
+    return {int: int(low) + 3, float: float(low) + 2.5, str: f"x-{p.name}", Path: Path(f"/p/{p.name}")}[tp]
+
+
+@pytest.mark.parametrize("role", roles.ROLES, ids=[r.COMMAND for r in roles.ROLES])
+def test_every_parameter_set_otherwise_reaches_the_command_as_set(role: type[roles.RoleParams]) -> None:
+    """argv() of a description with every field off its default parses back to the same values."""
+    given = role(**{p.name: other_value(p) for p in roles.params(role)})
+    assert parse(roles.argv(given)) == {f.name: getattr(given, f.name) for f in dataclasses.fields(given)}
+
+
+@pytest.mark.parametrize(
+    ("entry", "role"),
+    [(partition_entry, roles.PartitionParams), (serve, roles.ShardServerParams), (train, roles.TrainParams)],
+)
+def test_each_entry_point_takes_its_roles_description(entry: Any, role: type[roles.RoleParams]) -> None:
+    first = next(iter(inspect.signature(entry).parameters.values()))
+    assert first.annotation in (role, role.__name__)  # a string under `from __future__ import annotations`

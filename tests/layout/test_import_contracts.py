@@ -27,6 +27,8 @@ PLANTED = [
     ("roles", "operator/planted.py", "import graphtrain.cli\n"),
     ("runtime-layers", "runtime/kvstore/planted.py", "import graphtrain.runtime.train.models\n"),
     ("runtime-layers", "runtime/native/planted.py", "import graphtrain.runtime.partition\n"),
+    ("runtime-layers", "runtime/roles/planted.py", "import graphtrain.runtime.cli\n"),  # over its shell
+    ("runtime-layers", "runtime/launch/planted.py", "import graphtrain.runtime.roles.train\n"),
     ("runtime-layers", "runtime/planted_floor.py", "import graphtrain.runtime.errors\n"),  # on no floor
     ("contract-light", "contract/spec/planted.py", "import numpy\n"),
     ("control-plane-light", "operator/planted.py", "import torch\n"),

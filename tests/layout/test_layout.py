@@ -1,4 +1,5 @@
-"""The repository's top-level folders never shadow the standard library."""
+"""The repository's top-level folders never shadow the standard library; no source file holds more than
+one job's worth of lines."""
 
 from __future__ import annotations
 
@@ -27,3 +28,20 @@ def test_the_operator_package_still_imports() -> None:
     from graphtrain.operator import manifests
 
     assert Path(manifests.__file__).parent == ROOT / "operator"
+
+
+MOST_LINES = 600  # past this a file holds more than one job: split it along its seams
+SOURCES = (".py", ".cu", ".cuh", ".cpp", ".h", ".sh")
+NOT_SOURCE = {"tests", "build", ".venv", ".git", "node_modules"}
+
+
+def test_no_source_file_outside_the_tests_is_over_600_lines() -> None:
+    long = {}
+    for path in ROOT.rglob("*"):
+        parts = path.relative_to(ROOT).parts
+        hidden = any(p.startswith(".") or p.endswith(".egg-info") for p in parts[:-1])
+        if path.suffix in SOURCES and path.is_file() and not NOT_SOURCE & set(parts) and not hidden:
+            lines = len(path.read_bytes().splitlines())
+            if lines > MOST_LINES:
+                long[str(path.relative_to(ROOT))] = lines
+    assert long == {}

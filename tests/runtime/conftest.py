@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from graphtrain.runtime.launch.local import die_with_this_process
+from graphtrain.runtime.launch.processes import die_with_this_process
 
 TOKEN = "test-token-0123456789"
 READY_TIMEOUT = 60.0

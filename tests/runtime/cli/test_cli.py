@@ -185,8 +185,8 @@ def test_partition_report_file_is_a_partition_status(tmp_path: Path) -> None:
 
 
 def test_hostname_ordinal() -> None:
-    from graphtrain.runtime.cli import hostname_ordinal
     from graphtrain.runtime.errors import GraphtrainError
+    from graphtrain.runtime.roles.shard_server import hostname_ordinal
 
     assert hostname_ordinal("wn-shards-12") == 12
     for bad in ("wn-shards", "shards-x", "7"):

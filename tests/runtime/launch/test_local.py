@@ -10,7 +10,8 @@ import pytest
 
 from graphtrain.contract.spec import Condition, Progress, load_yaml, parse
 from graphtrain.runtime.launch import status
-from graphtrain.runtime.launch.local import RunDirLocked, ended, lock_run_dir, partition_key, rotate_logs
+from graphtrain.runtime.launch.processes import RunDirLocked, ended, lock_run_dir, rotate_logs
+from graphtrain.runtime.launch.reuse import partition_key
 
 EXAMPLE = Path(__file__).parents[3] / "examples" / "nations-transe.yaml"
 T1, T2, T3 = "2025-01-01T00:00:01+00:00", "2025-01-01T00:00:02+00:00", "2025-01-01T00:00:03+00:00"

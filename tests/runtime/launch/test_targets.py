@@ -8,7 +8,7 @@ import subprocess
 from pathlib import Path
 
 from graphtrain.contract.spec import parse
-from graphtrain.runtime.launch import local, plan, targets
+from graphtrain.runtime.launch import local, plan, processes, targets
 from tests.contract.spec_cases import GRAPHSAGE
 
 
@@ -49,11 +49,11 @@ def test_the_file_is_replaced_whole(tmp_path: Path) -> None:
     assert [p.name for p in path.parent.iterdir()] == ["targets.json"]  # no temporary file left
 
 
-def fake_child(tmp_path: Path, rank: int, pid: int) -> local.Child:
+def fake_child(tmp_path: Path, rank: int, pid: int) -> processes.Child:
     proc = subprocess.Popen.__new__(subprocess.Popen)
     proc.pid = pid
     p = plan.ProcessPlan(f"trainer-{rank}", [], plan.port_file(tmp_path, rank))
-    return local.Child(p, proc, tmp_path / "log")
+    return processes.Child(p, proc, tmp_path / "log")
 
 
 def test_a_trainers_port_is_learnt_from_its_own_port_file_only(tmp_path: Path) -> None:

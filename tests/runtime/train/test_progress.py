@@ -18,11 +18,12 @@ from typer.testing import CliRunner
 
 from graphtrain.contract import reporting
 from graphtrain.contract.spec import GraphTraining, GraphTrainingSpec, Progress, load_yaml
-from graphtrain.runtime.cli import app, result_lines, resume_command
+from graphtrain.runtime.cli import app
 from graphtrain.runtime.errors import GraphtrainError
 from graphtrain.runtime.kvstore import checkpoint as ckpt
-from graphtrain.runtime.launch.local import failure_line
+from graphtrain.runtime.launch.processes import failure_line
 from graphtrain.runtime.plot import plot_run, read_metrics
+from graphtrain.runtime.report import result_lines, resume_command
 from graphtrain.runtime.train import best, history
 from graphtrain.runtime.train.dense import load_dense, save_dense
 from graphtrain.runtime.train.reporter import Reporter
@@ -346,7 +347,8 @@ def sage_training(epochs: int) -> GraphTraining:
 def test_resuming_a_complete_run_starts_nothing_and_gives_its_result(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from graphtrain.runtime.launch.local import LocalRun, finished_result
+    from graphtrain.runtime.launch.local import LocalRun
+    from graphtrain.runtime.launch.reuse import finished_result
 
     gt = sage_training(3)
     result = finished_run(tmp_path, gt.spec, 3)

@@ -1,0 +1,173 @@
+"""What a launch takes over from the launches before it in the same run directory: the partition,
+while the graph and partition settings and the input files' contents are unchanged, and on --resume
+the newest checkpoint whose files all check out.
+
+The partition is kept beside a settings file (partition.settings) holding the key it was made for;
+a partition replaced halfway has none, so it is never taken for the old one. A --resume whose
+partition would change is refused: a new partition gives the nodes other rows of the tables.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from graphtrain.contract.spec import PLACEMENT_FIELDS, GraphSource, GraphTrainingSpec, Phase
+from graphtrain.runtime import partition as partitioning
+from graphtrain.runtime.errors import GraphtrainError
+from graphtrain.runtime.kvstore import checkpoint as ckpt
+from graphtrain.runtime.launch.processes import RunFailed
+from graphtrain.runtime.train.resumable import check_resumable
+
+SETTINGS = "partition.settings"  # beside the partition, not inside: a partition has one .json
+
+
+class CheckpointsExist(GraphtrainError):
+    """A new run (neither --resume nor --overwrite) in a directory that holds checkpoints."""
+
+
+def partition_key(spec: GraphTrainingSpec, source: GraphSource, inputs: Mapping[str, str]) -> str:
+    """What a run's partition depends on: a partition made for the same key is reused. `source`: the
+    spec's graph section with its paths resolved; `inputs`: the content hashes of its files
+    (data.inputs.fingerprint), so a rewritten input is partitioned again even under the same name. Where
+    the partition Job's pod runs (resources, nodeSelector, ...: Kubernetes only) is not part of it."""
+    return json.dumps(
+        {
+            "graph": source.model_dump(mode="json"),
+            "inputs": dict(inputs),
+            "partition": spec.partition.model_dump(mode="json", exclude=set(PLACEMENT_FIELDS)),
+            "projection": spec.model.feature_projection,
+        },
+        sort_keys=True,
+    )
+
+
+def partition_changes(before: str, after: str) -> list[str]:
+    """What differs between two partition keys, in spec terms: the input files whose contents changed
+    (graph.path (contents)), then the graph, partition and projection settings."""
+    old, new = json.loads(before), json.loads(after)
+    files = sorted(set(old.get("inputs", {})) | set(new.get("inputs", {})))
+    out = [f"{f} (contents)" for f in files if old.get("inputs", {}).get(f) != new.get("inputs", {}).get(f)]
+    names = {
+        "graph": "graph settings",
+        "partition": "partition settings",
+        "projection": "model.featureProjection",
+    }
+    out += [name for part, name in names.items() if old.get(part) != new.get(part)]
+    return out or ["the partition settings"]
+
+
+def reusable_partition(run_dir: Path, key: str, resume: bool) -> partitioning.PartitionConfig | None:
+    """The partition in <run_dir>/partition when it was made for `key` (and still loads); None when it
+    must be made (again): then the settings file is gone until partitioned_for() writes it anew.
+
+    Raises:
+        GraphtrainError: a --resume over checkpoints whose partition was made for another key (naming
+            what changed).
+    """
+    settings = run_dir / SETTINGS
+    before = settings.read_text() if settings.exists() else None
+    if before == key:
+        with contextlib.suppress(Exception):  # an unreadable partition is made again
+            return partitioning.load_config(run_dir / "partition")
+    if before is not None and before != key and resume and (run_dir / "checkpoints" / ckpt.LATEST).exists():
+        raise GraphtrainError(
+            f"cannot resume: {', '.join(partition_changes(before, key))} changed since the checkpoints "
+            "were written, and a new partition gives the nodes other rows of the tables; start over "
+            "with --overwrite, or put back what changed"
+        )
+    settings.unlink(missing_ok=True)  # a partition replaced halfway is never taken for the old one
+    return None
+
+
+def partitioned_for(run_dir: Path, key: str) -> None:
+    """Record that <run_dir>/partition was made for `key`."""
+    (run_dir / SETTINGS).write_text(key)
+
+
+def choose_checkpoint(
+    root: Path, run_dir: Path, spec: GraphTrainingSpec, say: Callable[[str], None]
+) -> dict[str, Any] | None:
+    """On --resume, say which checkpoint the servers and trainers will take: the newest whose files
+    all check out (a damaged latest is skipped, each with its reason). Returns the run's result when
+    that checkpoint ends its last epoch (nothing left to train), else None.
+
+    Raises:
+        RunFailed: no checkpoint checks out, or the spec changed the model's shapes since.
+    """
+    if not (root / ckpt.LATEST).exists():
+        say(f"[run] no checkpoint in {root}: starting from the beginning")
+        return None
+    try:
+        path, skipped = ckpt.latest_verified(root)
+    except GraphtrainError as exc:
+        raise RunFailed(f"cannot resume: {exc}") from None
+    for line in skipped:
+        say(f"[run] {line}")
+    if path is None:
+        return None
+    meta = trainer_record(path)
+    try:
+        check_resumable(meta.get("model"), spec, path.name)
+    except GraphtrainError as exc:
+        raise RunFailed(f"cannot resume: {exc}") from None
+    finished = finished_result(run_dir, meta, spec.training.epochs)
+    if finished is not None:
+        say(
+            f"[run] the run is complete: checkpoint {path.name} ends epoch {meta['epoch']} of "
+            f"{spec.training.epochs}, nothing to train (raise training.epochs to train on, "
+            "or --overwrite to start over); its result:"
+        )
+        return finished
+    said = f"step {meta['step']} (epoch {meta['epoch']}, " if {"step", "epoch"} <= set(meta) else "("
+    say(f"[run] resuming from {said}checkpoint {path.name})")
+    return None
+
+
+def trainer_record(path: Path) -> dict[str, Any]:
+    """A checkpoint's trainer record (epoch, step, model), {} when it has none that reads."""
+    try:
+        meta = ckpt.read_top(path).get("trainer") or json.loads((path / "trainer.json").read_text())
+    except (GraphtrainError, OSError, ValueError, AttributeError):
+        return {}
+    return meta if isinstance(meta, dict) else {}
+
+
+def finished_result(run_dir: Path, meta: dict[str, Any], epochs: int) -> dict[str, Any] | None:
+    """The result of the run in `run_dir` when there is nothing left to train: the newest checkpoint
+    (trainer record `meta`) ends the last of `epochs`, and the launch that wrote it succeeded and left
+    its result.json for that epoch. None otherwise (then --resume starts the processes as usual)."""
+    if meta.get("epoch") != epochs:
+        return None
+    try:
+        phase = json.loads((run_dir / "status.json").read_text()).get("phase")
+        result = json.loads((run_dir / "result.json").read_text())
+    except (OSError, ValueError, AttributeError):
+        return None
+    if phase != Phase.succeeded.value or not isinstance(result, dict):
+        return None
+    return result if result.get("last_epoch") == epochs else None
+
+
+def describe_checkpoint(path: Path) -> str:
+    """'epoch 3, step 120' from a checkpoint's trainer record, or 'incomplete'."""
+    meta = trainer_record(path)
+    if "epoch" in meta and "step" in meta:
+        return f"epoch {meta['epoch']}, step {meta['step']}"
+    return "incomplete"
+
+
+def describe_checkpoints(root: Path) -> str:
+    """What a checkpoint directory holds, in a few words: its latest checkpoint and how many there are."""
+    dirs = sorted(p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
+    try:
+        latest = ckpt.resolve_latest(root)
+    except GraphtrainError:
+        latest = None
+    count = f"{len(dirs)} checkpoint{'s' if len(dirs) != 1 else ''}"
+    if latest is None:
+        return count + (f", the newest {dirs[-1]}" if dirs else "")
+    return f"latest {latest.name}: {describe_checkpoint(latest)}; {count}"

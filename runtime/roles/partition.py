@@ -1,0 +1,53 @@
+"""The partition role (`graphtrain partition`; the operator's partition Job runs it with --spec,
+--overwrite and --report-file /dev/termination-log): the partition pipeline (launch/partition_step.py,
+which `graphtrain run` runs too) on the graph the options name, then the partition status into the
+report file, where the operator reads it from the pod's termination message."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from graphtrain.contract.roles import PartitionParams
+from graphtrain.runtime.data.cache import reason
+from graphtrain.runtime.errors import GraphtrainError
+
+if TYPE_CHECKING:
+    from graphtrain.runtime.partition import PartitionConfig
+
+
+def partition(p: PartitionParams, warn: Callable[[str], None]) -> PartitionConfig:
+    """Partition the graph `p` names into p.out_dir; returns the written partition's config. `warn`: told
+    each warning on the data (one line each, worded as `graphtrain run` words them).
+
+    Raises:
+        SpecError: an invalid setting, by its field path.
+        GraphtrainError: the pipeline's refusals (partition_step.partition), or an unwritable report.
+    """
+    from graphtrain.runtime.launch import partition_step  # numpy, METIS: not for `graphtrain --help`
+
+    work = partition_step.from_options(p)
+    config = partition_step.partition(
+        work, p.out_dir, overwrite=p.overwrite, data_dir=p.data_dir, warn=warn, spin=True
+    )
+    if p.report_file is not None:
+        report(config.data, p.report_file)
+    return config
+
+
+def report(config: dict[str, Any], path: Path) -> None:
+    """Write the partition status (the GraphTraining status' partition section) as compact JSON to
+    `path`, in place: /dev/termination-log is a file the kubelet mounted, not one to rename over.
+
+    Raises:
+        GraphtrainError: it cannot be written.
+    """
+    from graphtrain.runtime.launch.status import partition_status
+
+    status = partition_status(config).model_dump(by_alias=True, exclude_none=True, mode="json")
+    try:
+        path.write_text(json.dumps(status, separators=(",", ":")))
+    except OSError as exc:
+        raise GraphtrainError(f"{path}: cannot write the report ({reason(exc)})") from None

@@ -1,0 +1,99 @@
+"""The shard-server role (`graphtrain shard-server`): one shard server, from its description
+(ShardServerParams), until a shutdown request, SIGTERM or Ctrl-C.
+
+What the role adds around the server (kvstore/server.py): the shard index of a StatefulSet pod, the
+token, the checkpoint it comes back from, the partition's node data it holds, the metrics port with
+the liveness and readiness probes, and the one `ready` line a launcher waits for.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import json
+import logging
+import signal
+import socket
+import sys
+
+from graphtrain.contract.roles import ShardServerParams
+from graphtrain.runtime.errors import GraphtrainError
+
+log = logging.getLogger("graphtrain.kvstore.server")
+
+
+def serve(p: ShardServerParams) -> None:
+    """Run a shard server: tables, their optimizer state and node data of one partition.
+
+    Clients authenticate with the shared token when they connect (nothing of a connection without it
+    is read beyond its handshake). Prints one JSON line {"event": "ready", "address": ...,
+    "metrics_port": ...} when it listens, then serves until a shutdown request, SIGTERM or Ctrl-C. The
+    metrics port also answers /livez (the liveness probe) and /readyz. With a cuda device, tables and
+    optimizer state live on the GPU and pushes run the CUDA core (runtime/native/cuda.py).
+    """
+    # here, not at the top: the CLI imports this module, and `graphtrain --help` needs no torch or ZMQ
+    from graphtrain.contract import httpd
+    from graphtrain.runtime.kvstore import checkpoint as ckpt
+    from graphtrain.runtime.kvstore.auth import read_token
+    from graphtrain.runtime.kvstore.server import Limits, ShardServer
+    from graphtrain.runtime.kvstore.shm import job_prefix
+    from graphtrain.runtime.kvstore.state import ShardTensors
+    from graphtrain.runtime.native.memory import keep_freed_memory
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    shard = hostname_ordinal(socket.gethostname()) if p.shard_from_hostname else p.shard
+    token = read_token(p.token_file)
+    keep_freed_memory()
+    restore_from = None
+    if p.restore:
+        if p.checkpoint_root is None:
+            raise GraphtrainError("--restore needs --checkpoint-root")
+        # a damaged latest falls back to the one before; a damaged or incomplete one is refused at start
+        restore_from = ckpt.restore_point(p.checkpoint_root, p.restore, say=log.warning)
+        if restore_from is not None:  # a restarted server: `kubectl logs` says what it came back with
+            log.info("restores its tables from checkpoint %s as clients create them", restore_from.name)
+    state = ShardTensors(
+        shard, use_shm=p.shm, shm_prefix=job_prefix(token), restore_from=restore_from, device=p.device
+    )
+    if p.partition is not None:
+        loaded = state.load_partition(p.partition, shard if p.part is None else p.part)
+        log.info("holding %s", ", ".join(loaded) or "no node data")
+    limits = Limits(
+        max_request_bytes=p.max_request_bytes,
+        max_queued_bytes=p.max_queued_bytes,
+        stall_seconds=p.stall_seconds,
+        deaf_seconds=p.deaf_seconds,
+    )
+    server = ShardServer(state, token, p.bind, p.workers, p.checkpoint_root, limits)
+    address = server.start()
+    port = None
+    if p.metrics_port is not None:
+        probes = {"/livez": server.liveness, "/readyz": server.readiness}
+        port = httpd.serve_metrics(server.metrics.registry, p.metrics_host, p.metrics_port, probes).port
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: server.request_stop())
+    faulthandler.enable()  # a crash prints where it happened
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1`: every thread's stack to stderr
+    announce(address, port)
+    try:
+        while not server.wait(0.5):
+            pass
+    finally:
+        server.stop()
+
+
+def hostname_ordinal(hostname: str) -> int:
+    """The ordinal a StatefulSet gives its pods: `<name>-<ordinal>`.
+
+    Raises:
+        GraphtrainError: the name does not end in one.
+    """
+    head, _, tail = hostname.rpartition("-")
+    if not head or not tail.isdigit():
+        raise GraphtrainError(f"host name {hostname!r} does not end in -<ordinal> (not a StatefulSet pod?)")
+    return int(tail)
+
+
+def announce(address: str, metrics_port: int | None) -> None:
+    """The one line a launcher reads to learn where the server listens (the token is never printed)."""
+    sys.stdout.write(json.dumps({"event": "ready", "address": address, "metrics_port": metrics_port}) + "\n")
+    sys.stdout.flush()
