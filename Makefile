@@ -25,8 +25,9 @@ install: $(STAMP) $(BIN)/helm ## venv with pinned dependencies, the package (com
 run: install ## the main job: GraphSAGE on WordNet, 2 shard servers x 2 trainers; prints the test accuracy
 	$(BIN)/graphtrain run examples/wordnet-sage.yaml --run-dir $(RUN) $(RUN_FLAGS)
 
-test: lint ## the whole test suite (after lint)
-	$(BIN)/pytest
+TEST_WORKERS ?= 2
+test: lint ## the whole test suite (after lint), TEST_WORKERS pytest-xdist workers (0: one process)
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup
 
 PY_DIRS := cli contract runtime operator api tests bench cuda charts setup.py
 VIEW    := build/view/graphtrain

@@ -1,11 +1,13 @@
 """Shared fixtures: small deterministic graphs with every kind of node data, and a real Kubernetes API
-server with kubectl against it (tests/k8s.py), one per test run, for the operator and chart tests."""
+server with kubectl against it (tests/k8s.py), one per test process, for the operator and chart tests;
+and how `make test`'s two pytest-xdist workers share the suite out."""
 
 from __future__ import annotations
 
 import os
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,6 +15,22 @@ import scipy.sparse as sp
 
 from graphtrain.runtime.data.graph import Graph, random_masks
 from tests import k8s
+
+# `make test` runs two pytest-xdist workers (--dist loadgroup): a test file is the unit of work (its
+# module fixtures are built once), and these folders go whole to one worker, in their serial order:
+# the API-server tests share one API server and one in-process operator (tests/api's cluster must run
+# before tests/operator's session operator watches every namespace), and the pod tests share one
+# podman image store and the images their session fixtures build.
+WHOLE_FOLDERS = {"api": "apiserver", "chart": "apiserver", "operator": "apiserver"}
+WHOLE_FOLDERS |= {"e2e": "pods", "images": "pods", "podrunner": "pods"}
+TESTS = Path(__file__).parent
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Each test's xdist group: its folder's in WHOLE_FOLDERS, else its file (a mark without xdist)."""
+    for item in items:
+        rel = item.path.relative_to(TESTS)
+        item.add_marker(pytest.mark.xdist_group(WHOLE_FOLDERS.get(rel.parts[0], rel.as_posix())))
 
 
 def planted_graph(
