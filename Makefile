@@ -27,7 +27,7 @@ run: install ## the main job: GraphSAGE on WordNet, 2 shard servers x 2 trainers
 
 TEST_WORKERS ?= 2
 test: lint ## the whole test suite (after lint), TEST_WORKERS pytest-xdist workers (0: one process)
-	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup
+	$(BIN)/pytest -n $(TEST_WORKERS)
 
 PY_DIRS := cli contract runtime operator api tests bench cuda charts setup.py
 VIEW    := build/view/graphtrain

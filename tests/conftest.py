@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Iterator
-from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -16,21 +16,33 @@ import scipy.sparse as sp
 from graphtrain.runtime.data.graph import Graph, random_masks
 from tests import k8s
 
-# `make test` runs two pytest-xdist workers (--dist loadgroup): a test file is the unit of work (its
-# module fixtures are built once), and these folders go whole to one worker, in their serial order:
-# the API-server tests share one API server and one in-process operator (tests/api's cluster must run
-# before tests/operator's session operator watches every namespace), and the pod tests share one
-# podman image store and the images their session fixtures build.
+# `make test` runs two pytest-xdist workers: a test file is the unit of work (its module fixtures are
+# built once), and these folders go whole to one worker, in their serial order: the API-server tests
+# share one API server and one in-process operator (tests/api's cluster must run before
+# tests/operator's session operator watches every namespace), and the pod tests share one podman
+# image store and the images their session fixtures build.
 WHOLE_FOLDERS = {"api": "apiserver", "chart": "apiserver", "operator": "apiserver"}
 WHOLE_FOLDERS |= {"e2e": "pods", "images": "pods", "podrunner": "pods"}
-TESTS = Path(__file__).parent
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Each test's xdist group: its folder's in WHOLE_FOLDERS, else its file (a mark without xdist)."""
-    for item in items:
-        rel = item.path.relative_to(TESTS)
-        item.add_marker(pytest.mark.xdist_group(WHOLE_FOLDERS.get(rel.parts[0], rel.as_posix())))
+def work_unit(nodeid: str) -> str:
+    """The unit of work of the test `nodeid` ("tests/<folder>/.../test_x.py::test_y[...]")."""
+    path = nodeid.split("::", 1)[0]
+    parts = path.split("/")
+    return WHOLE_FOLDERS.get(parts[1], path) if len(parts) > 2 and parts[0] == "tests" else path
+
+
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist's: unknown, and unused, without it
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """xdist's loadscope scheduling over work_unit() (its loadgroup marks are lost on pytest 9's node
+    ids: xdist 3.8 rewrites `_nodeid`, which pytest 9.2 no longer reads)."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByWorkUnit(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return work_unit(nodeid)
+
+    return ByWorkUnit(config, log)
 
 
 def planted_graph(

@@ -45,3 +45,14 @@ def test_no_source_file_outside_the_tests_is_over_600_lines() -> None:
             if lines > MOST_LINES:
                 long[str(path.relative_to(ROOT))] = lines
     assert long == {}
+
+
+def test_make_tests_workers_keep_a_file_and_the_shared_folders_whole() -> None:
+    """What tests/conftest.py's xdist scheduler hands out as one unit of work."""
+    from tests.conftest import work_unit
+
+    assert work_unit("tests/runtime/launch/test_run.py::test_x[2x2]") == "tests/runtime/launch/test_run.py"
+    assert work_unit("tests/runtime/launch/test_run.py::test_y") == "tests/runtime/launch/test_run.py"
+    assert {work_unit(f"tests/{d}/test_a.py::t") for d in ("api", "chart", "operator")} == {"apiserver"}
+    assert {work_unit(f"tests/{d}/test_b.py::t[x]") for d in ("e2e", "images", "podrunner")} == {"pods"}
+    assert work_unit("tests/contract/test_spec.py::test_z") == "tests/contract/test_spec.py"
