@@ -145,6 +145,10 @@ def _reconcile(namespace: str, name: str) -> str:
         old = observed.training.get("status") or {}
         logs.decided(namespace, name, old, decided)
         _metrics.training(namespace, name, old, decided.status)
+        if (observed.training.get("metadata") or {}).get("deletionTimestamp"):
+            # going: a timed reconcile that waited for the lock while on_delete ran must not export it
+            # again after on_delete forgot it (nothing would forget it a second time)
+            _metrics.forget(namespace, name)
         requeue(namespace, name, decided.requeue_after)
         return "ok"
 

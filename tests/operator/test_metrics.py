@@ -211,3 +211,27 @@ def test_reconcile_counts_each_result(monkeypatch: pytest.MonkeyPatch) -> None:
         handlers.reconcile("ns", "t")
     assert counts() == {"ok": 1, "error": 1, "skipped": 2}
     assert m.registry.get_sample_value("graphtrain_operator_reconcile_seconds_count") == 4
+
+
+def test_a_reconcile_of_a_training_being_deleted_does_not_export_it_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """on_delete forgets the training once; a timed reconcile that waited for the lock meanwhile and
+    observed it still there (its finalizer not yet removed) re-exported it for good. A reconcile of a
+    training with a deletionTimestamp counts its restarts but exports nothing."""
+    from graphtrain.operator import handlers
+
+    m = endpoints.OperatorMetrics()
+    monkeypatch.setattr(handlers, "_metrics", m)
+    monkeypatch.setattr(handlers, "requeue", lambda *a: None)
+    going = {
+        "metadata": {"name": "t", "namespace": "ns", "uid": "u", "deletionTimestamp": "2026-11-27T00:00:00Z"}
+    }
+    monkeypatch.setattr(handlers.k8s, "observe", lambda ns, name: Observed({**going, "status": {}}))
+    monkeypatch.setattr(handlers, "plan", lambda *a, **kw: Plan([], {"phase": "Failed"}, []))
+    monkeypatch.setattr(handlers.k8s, "apply", lambda *a, **kw: True)
+    m.training("ns", "t", {}, {"phase": "Training"})  # exported before the delete
+    handlers.reconcile("ns", "t")
+    labels = {"namespace": "ns", "training": "t", "phase": "Failed"}
+    assert m.registry.get_sample_value("graphtrain_training_phase", labels) is None
+    assert m.registry.get_sample_value("graphtrain_operator_reconciles_total", {"result": "ok"}) == 1
