@@ -10,7 +10,7 @@ RUN_FLAGS ?= --overwrite
 
 .PHONY: install run test lint crd chart-schema bench-partition bench-optim bench-kvstore bench-attack bench-soak bench-fuzz bench-e2e bench-operator bench-operator-wordnet bench-api cuda gpu-check clean
 
-$(STAMP): pyproject.toml setup.py requirements-dev.txt $(wildcard cuda/src/*.cpp cuda/include/graphtrain/*.h)
+$(STAMP): pyproject.toml setup.py requirements-dev.txt $(wildcard cuda/src/*.cpp cuda/src/*.h cuda/include/graphtrain/*.h)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -r requirements-dev.txt

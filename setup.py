@@ -104,7 +104,7 @@ core = Extension(
     include_dirs=["cuda/include"],
     # Rebuild when a header changes too (setuptools only tracks sources by default): a stale library
     # with an older OptimParams layout would read garbage hyper-parameters.
-    depends=sorted(str(p) for p in Path("cuda/include").rglob("*.h")),
+    depends=sorted(str(p) for p in [*Path("cuda/include").rglob("*.h"), *Path("cuda/src").glob("*.h")]),
     extra_compile_args=flags,
     extra_link_args=["-fopenmp"],
     language="c++",

@@ -15,6 +15,7 @@ namespace graphtrain::cuda_core {
 constexpr int kBadId = -1;     // an id outside the table: its position is in out[0], nothing was touched
 constexpr int kCudaError = -2;  // a CUDA call failed: gt_cuda_last_error() says which and why
 constexpr int kBadArgument = -3;  // an argument the caller should have refused (workspace too small, ...)
+constexpr int kNonFinite = -4;  // a gradient row holds NaN or infinity (asked to refuse): its row in out[0]
 
 inline thread_local std::string last_error;
 

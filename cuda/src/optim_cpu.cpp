@@ -20,6 +20,7 @@
 #include "graphtrain/abi.h"
 #include "graphtrain/api.h"
 #include "graphtrain/optim_math.h"
+#include "chunked_sum.h"
 
 #include <omp.h>
 #include <sys/mman.h>
@@ -104,6 +105,7 @@ struct Workspace {
   std::vector<const float*> grad;   // their gradient rows (a batch row, or an accumulation row)
   std::vector<float> acc;           // reduced rows of ids seen more than once
   std::vector<int64_t> acc_of;      // index into acc per entry of rows, or -1
+  std::vector<float> part;          // ChunkedSum's scratch row
 };
 
 Workspace& workspace() {
@@ -189,22 +191,16 @@ struct GradRows {
   const float* operator[](int64_t i) const { return rows ? rows[i] : base + i * dim; }
 };
 
-// Add (or copy, if `started` is false) every occurrence of a block's unique `sl` into dst, in order.
-// The occurrences of a hot id are scattered over the batch, so each one's row is a cache miss: the
-// next occurrence's row is fetched while the current one is added.
-__attribute__((always_inline)) inline void sum_block(const Block& bk, int64_t sl, const GradRows& grads, int64_t dim,
-                                                     float* dst, bool& started) {
+// Add every occurrence of a block's unique `sl` to the sum, in order. The occurrences of a hot id are
+// scattered over the batch, so each one's row is a cache miss: the next occurrence's row is fetched
+// while the current one is added.
+__attribute__((always_inline)) inline void sum_block(const Block& bk, int64_t sl, const GradRows& grads,
+                                                     ChunkedSum& sum) {
   for (int64_t i = bk.first[sl]; i >= 0;) {
     const int64_t nx = bk.next[i - bk.lo];
     if (nx >= 0)
-      for (int64_t j = 0; j < dim; j += 16) __builtin_prefetch(grads[nx] + j, 0, 3);
-    const float* src = grads[i];
-    if (!started) {
-      std::memcpy(dst, src, sizeof(float) * dim);
-      started = true;
-    } else {
-      for (int64_t j = 0; j < dim; ++j) dst[j] += src[j];
-    }
+      for (int64_t j = 0; j < sum.dim; j += 16) __builtin_prefetch(grads[nx] + j, 0, 3);
+    sum.add(grads[i]);
     i = nx;
   }
 }
@@ -254,13 +250,15 @@ int64_t own_rows(Workspace& ws, const std::vector<Block>& blocks, int tid, const
       continue;
     }
     float* dst = ws.acc.data() + a * dim;
-    bool started = false;
+    if (total[sl] > graphtrain::kSumChunk && static_cast<int64_t>(ws.part.size()) < dim) ws.part.resize(dim);
+    ChunkedSum sum{dst, ws.part.data(), dim};
     const int64_t id = mine.uid[sl];
     const uint64_t hv = h[mine.first[sl]];
     for (int u = 0; u < nt; ++u) {  // every block in batch order: the sum is the single-thread sum
       const int64_t other = u == tid ? sl : blocks[u].find(id, hv);
-      if (other >= 0) sum_block(blocks[u], other, grads, dim, dst, started);
+      if (other >= 0) sum_block(blocks[u], other, grads, sum);
     }
+    sum.finish();
     if (mean) {
       const float c = static_cast<float>(total[sl]);
       for (int64_t j = 0; j < dim; ++j) dst[j] /= c;  // divide, as the reference does, not * (1/c)
@@ -513,21 +511,26 @@ GT_API int64_t gt_dedup(int64_t n, const int64_t* ids, const float* grads, int64
   {
     const int tid = omp_get_thread_num(), nt = omp_get_num_threads();
     const int64_t lo = unique * tid / nt, hi = unique * (tid + 1) / nt;
-    std::vector<int64_t> counts(mean ? hi - lo : 0, 0);
-    std::vector<char> seen(hi - lo, 0);
+    // occurrences so far per owned slot, and (ids seen more than kSumChunk times) a scratch row each
+    std::vector<int64_t> counts(hi - lo, 0), part_of(hi - lo, -1);
+    std::vector<float> parts;
+    int64_t nparts = 0;
     for (int64_t i = 0; i < n; ++i) {
       const int64_t s = inverse[i];
       if (s < lo || s >= hi) continue;
-      float* dst = out_grads + s * dim;
-      const float* src = grads + i * dim;
-      if (!seen[s - lo]) {
-        seen[s - lo] = 1;
-        std::memcpy(dst, src, sizeof(float) * dim);
-      } else {
-        for (int64_t j = 0; j < dim; ++j) dst[j] += src[j];
+      int64_t& k = counts[s - lo];
+      if (k == graphtrain::kSumChunk && part_of[s - lo] < 0) {
+        part_of[s - lo] = nparts++;
+        parts.resize(nparts * dim);
       }
-      if (mean) ++counts[s - lo];
+      ChunkedSum sum{out_grads + s * dim, k >= graphtrain::kSumChunk ? parts.data() + part_of[s - lo] * dim : nullptr,
+                     dim, k};
+      sum.add(grads + i * dim);
+      k = sum.k;
     }
+    for (int64_t s = lo; s < hi; ++s)
+      if (counts[s - lo] > graphtrain::kSumChunk)
+        ChunkedSum{out_grads + s * dim, parts.data() + part_of[s - lo] * dim, dim, counts[s - lo]}.finish();
     if (mean)
       for (int64_t s = lo; s < hi; ++s)
         if (counts[s - lo] > 1) {

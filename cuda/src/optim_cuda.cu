@@ -2,21 +2,29 @@
 //
 // A step is a fixed pipeline on the caller's stream, in a workspace the caller allocated (torch's caching
 // allocator: runtime/native/cuda.py), so a steady training loop makes no cudaMalloc or cudaFree and the
-// host waits once per step, for 16 bytes (the first bad id's position and the unique-row count):
+// host waits once per step, for 24 bytes (the first bad id's position, the first non-finite gradient row
+// and the unique-row count):
 //  1. prepare: every id range-checked (an out-of-range one sets a device-side flag, the atomicMin of its
 //     position), copied as a sort key of 32 bits where the table has at most 2^32 rows, its position beside;
 //  2. stable radix sort (CUB) of the (key, position) pairs over only the bits the row count needs: each
-//     id's duplicates stay in batch order, so their sums are the CPU core's, in its order;
+//     id's duplicates stay in batch order;
 //  3. segment heads (CUB select): where each unique id starts in the sorted batch, and their count, both
-//     left on the device;
-//  4. fused reduce and update: one warp per unique row (float4 loads where rows are 16-byte aligned) sums
-//     its gradient rows in batch order (or averages them), then applies the optimizer's element primitives
-//     of optim_math.h to the row and its state; the reduced gradient never goes to memory. Row-wise
-//     Adagrad's mean of g'^2 is a warp reduction; Adam's two powers for the row's bias corrections run on
-//     two lanes at once. Nothing is touched when the flag is set (kernels read it first);
-//  5. one copy of the flag and the count to the host, one stream synchronisation.
+//     left on the device; (asked to refuse non-finite gradients: one pass over them sets a second flag);
+//  4. ids seen more than kDirect (16) times: a plan kernel lists their chunks of kSumChunk positions and
+//     one warp per chunk sums its rows in batch order (eight row loads in flight) into a partial row. A
+//     Zipf batch's hottest id (10^5 of 10^6 ids) is then ~500 warps' work instead of one warp's chain of
+//     10^5 dependent loads, which made the whole step as long as that chain (20-38x a uniform step);
+//  5. fused reduce and update: a warp takes 32 unique rows (their metadata in one load per lane), a group
+//     of lanes one row (narrow rows share a warp), four rows per group at once (two for Adam) so their
+//     loads overlap; a row's gradient is its one row, its few rows added in order, or its chunks' sums
+//     added in order: the canonical order of optim_math.h, which the CPU core follows too, so both are
+//     bitwise equal and deterministic. Then the optimizer's element primitives of optim_math.h on the row
+//     and its state, and (row_norm) the row scaled to its norm; the reduced gradient never goes to memory.
+//     Row-wise Adagrad keeps a one-step-wide row's gradient in registers between its two passes. Nothing
+//     is touched when a flag is set (kernels read them first);
+//  6. one copy of the flags and the count to the host, one stream synchronisation.
 // Gather and overwrite (scatter: the last position of a duplicated id wins) use the same stages.
-// Stages 1-3 and 5 are in segments.cuh, the error boundary of the C ABI in cuda_boundary.cuh.
+// Stages 1-3 and 6 are in segments.cuh, the error boundary of the C ABI in cuda_boundary.cuh.
 //
 // No exception and no CUDA error crosses the C ABI: every exported function returns an error code and
 // leaves a message naming itself, the stage and the CUDA error in a thread-local string
@@ -58,151 +66,7 @@ __global__ void global_step_kernel(int64_t* step, OptimParams p, Info* info) {
   info->global_coef = graphtrain::adam_coef(++*step, p);
 }
 
-// VEC consecutive floats of a row, as one load or store where rows are 16-byte aligned.
-template <int VEC>
-struct Vec {
-  float v[VEC];
-  __device__ __forceinline__ void load(const float* src) {
-    if constexpr (VEC == 4) {
-      const float4 x = *reinterpret_cast<const float4*>(src);
-      v[0] = x.x, v[1] = x.y, v[2] = x.z, v[3] = x.w;
-    } else {
-      for (int k = 0; k < VEC; ++k) v[k] = src[k];
-    }
-  }
-  __device__ __forceinline__ void store(float* dst) const {
-    if constexpr (VEC == 4) {
-      *reinterpret_cast<float4*>(dst) = make_float4(v[0], v[1], v[2], v[3]);
-    } else {
-      for (int k = 0; k < VEC; ++k) dst[k] = v[k];
-    }
-  }
-};
-
-// One unique row's reduced gradient at columns [j, j + VEC): its rows summed in batch order (the first
-// copied, as the CPU core does), divided by the count for the mean rule.
-template <int VEC>
-__device__ __forceinline__ Vec<VEC> reduced(const float* grads, const int* pos, int begin, int end, int64_t dim,
-                                            int64_t j, int mean) {
-  Vec<VEC> g;
-  g.load(grads + static_cast<int64_t>(pos[begin]) * dim + j);
-  for (int k = begin + 1; k < end; ++k) {
-    Vec<VEC> x;
-    x.load(grads + static_cast<int64_t>(pos[k]) * dim + j);
-    for (int e = 0; e < VEC; ++e) g.v[e] += x.v[e];
-  }
-  if (mean && end - begin > 1) {
-    const float c = static_cast<float>(end - begin);
-    for (int e = 0; e < VEC; ++e) g.v[e] /= c;  // divide, as the CPU core and the reference do
-  }
-  return g;
-}
-
-__device__ __forceinline__ float warp_sum(float x) {
-  for (int off = kWarp / 2; off > 0; off >>= 1) x += __shfl_xor_sync(kFull, x, off);
-  return x;  // the same total, summed in the same order, in every lane
-}
-
-// The fused reduce + update, one warp per unique row (grid-stride over the segments the select found).
-template <typename Key, int VEC>
-__global__ void __launch_bounds__(kBlock)
-    step_kernel(int32_t kind, int n, const Key* keys, const int* pos, const int* starts, Info* info,
-                const float* __restrict__ grads, int64_t dim, int mean, float* __restrict__ table,
-                float* __restrict__ s0, float* __restrict__ s1, int64_t* __restrict__ row_steps, int global_step,
-                OptimParams p) {
-  if (flagged(info)) return;
-  const int num_unique = info->num_unique;
-  const int lane = threadIdx.x % kWarp;
-  const int64_t warps = static_cast<int64_t>(gridDim.x) * (blockDim.x / kWarp);
-  const float wd = p.weight_decay;
-  for (int64_t s = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) / kWarp; s < num_unique;
-       s += warps) {
-    const int begin = starts[s], end = s + 1 < num_unique ? starts[s + 1] : n;
-    const int64_t r = static_cast<int64_t>(keys[begin]);
-    float* w = table + r * dim;
-    switch (kind) {
-      case graphtrain::kSGD:
-        for (int64_t j = lane * VEC; j < dim; j += kWarp * VEC) {
-          const Vec<VEC> g = reduced<VEC>(grads, pos, begin, end, dim, j, mean);
-          Vec<VEC> x;
-          x.load(w + j);
-          for (int e = 0; e < VEC; ++e) graphtrain::sgd_elem(x.v[e], graphtrain::maybe_decayed(g.v[e], x.v[e], wd), p);
-          x.store(w + j);
-        }
-        break;
-      case graphtrain::kAdagrad:
-        for (int64_t j = lane * VEC; j < dim; j += kWarp * VEC) {
-          const Vec<VEC> g = reduced<VEC>(grads, pos, begin, end, dim, j, mean);
-          Vec<VEC> x, G;
-          x.load(w + j);
-          G.load(s0 + r * dim + j);
-          for (int e = 0; e < VEC; ++e)
-            graphtrain::adagrad_elem(x.v[e], G.v[e], graphtrain::maybe_decayed(g.v[e], x.v[e], wd), p);
-          x.store(w + j);
-          G.store(s0 + r * dim + j);
-        }
-        break;
-      case graphtrain::kRowwiseAdagrad: {
-        // Two passes: the mean of g'^2 needs the whole row first. The second pass reads the gradient
-        // rows again, from L1/L2 (this warp read them a moment ago), rather than keeping them anywhere.
-        float sq = 0.0f;
-        for (int64_t j = lane * VEC; j < dim; j += kWarp * VEC) {
-          const Vec<VEC> g = reduced<VEC>(grads, pos, begin, end, dim, j, mean);
-          Vec<VEC> x;
-          if (wd != 0.0f) x.load(w + j);
-          for (int e = 0; e < VEC; ++e) {
-            const float gd = wd != 0.0f ? graphtrain::decayed(g.v[e], x.v[e], wd) : g.v[e];
-            sq += gd * gd;
-          }
-        }
-        const float total = warp_sum(sq);
-        float scale = 0.0f;
-        if (lane == 0) {
-          s0[r] = graphtrain::rowwise_accumulate(s0[r], total, dim);
-          scale = graphtrain::rowwise_scale(s0[r], p);
-        }
-        scale = __shfl_sync(kFull, scale, 0);
-        for (int64_t j = lane * VEC; j < dim; j += kWarp * VEC) {
-          const Vec<VEC> g = reduced<VEC>(grads, pos, begin, end, dim, j, mean);
-          Vec<VEC> x;
-          x.load(w + j);
-          for (int e = 0; e < VEC; ++e)
-            graphtrain::rowwise_elem(x.v[e], graphtrain::maybe_decayed(g.v[e], x.v[e], wd), scale);
-          x.store(w + j);
-        }
-        break;
-      }
-      case graphtrain::kAdam: {
-        AdamCoef c;
-        if (global_step) {
-          c = info->global_coef;
-        } else {
-          int64_t t = 0;
-          if (lane == 0) t = ++row_steps[r];
-          t = __shfl_sync(kFull, t, 0);
-          // lane 0: 1 - beta1^t, lane 1: 1 - beta2^t, at once; every lane then has both
-          const double bc = graphtrain::adam_bias_correction(lane == 1 ? p.beta2_exact : p.beta1_exact, t);
-          c = graphtrain::adam_coef_from(__shfl_sync(kFull, bc, 0), __shfl_sync(kFull, bc, 1), p);
-        }
-        for (int64_t j = lane * VEC; j < dim; j += kWarp * VEC) {
-          const Vec<VEC> g = reduced<VEC>(grads, pos, begin, end, dim, j, mean);
-          Vec<VEC> x, m, v;
-          x.load(w + j);
-          m.load(s0 + r * dim + j);
-          v.load(s1 + r * dim + j);
-          for (int e = 0; e < VEC; ++e)
-            graphtrain::adam_elem(x.v[e], m.v[e], v.v[e], graphtrain::maybe_decayed(g.v[e], x.v[e], wd), p, c);
-          x.store(w + j);
-          m.store(s0 + r * dim + j);
-          v.store(s1 + r * dim + j);
-        }
-        break;
-      }
-      default:
-        break;
-    }
-  }
-}
+#include "update_kernels.cuh"  // Vec, the finite, plan, chunk and update kernels
 
 // out[i] = table[ids[i]], one warp per row; an out-of-range id sets the flag and is not read.
 template <int VEC>
@@ -256,34 +120,98 @@ bool vec4_ok(int64_t dim, std::initializer_list<const void*> ptrs) {
   return true;
 }
 
+// Lanes per row: enough for one column step of VEC floats each, at least 4 (Adam's two bias corrections
+// run on lanes 0 and 1 of a group), at most the warp.
+int group_for(int64_t dim, int vec) {
+  const int64_t need = (dim + vec - 1) / vec;
+  int g = 4;
+  while (g < kWarp && g < need) g <<= 1;
+  return g;
+}
+
+template <typename Key, int VEC, int KIND>
+cudaError_t launch_step(const StepArgs<Key>& a, int blocks, cudaStream_t stream) {
+  // rows per group at once: Adam holds four vectors per row, row-wise Adagrad keeps its gradient
+  constexpr int U = KIND == graphtrain::kAdam || KIND == graphtrain::kRowwiseAdagrad ? 2 : 4;
+  step_kernel<Key, VEC, KIND, U><<<blocks, kBlock, 0, stream>>>(a);
+  return cudaGetLastError();
+}
+
+template <typename Key, int VEC>
+cudaError_t launch_kind(int32_t kind, const StepArgs<Key>& a, int blocks, cudaStream_t stream) {
+  switch (kind) {
+    case graphtrain::kSGD:
+      return launch_step<Key, VEC, graphtrain::kSGD>(a, blocks, stream);
+    case graphtrain::kAdagrad:
+      return launch_step<Key, VEC, graphtrain::kAdagrad>(a, blocks, stream);
+    case graphtrain::kRowwiseAdagrad:
+      return launch_step<Key, VEC, graphtrain::kRowwiseAdagrad>(a, blocks, stream);
+    case graphtrain::kAdam:
+      return launch_step<Key, VEC, graphtrain::kAdam>(a, blocks, stream);
+    default:
+      return cudaErrorInvalidValue;
+  }
+}
+
+struct StepCall {
+  int32_t kind;
+  int n;
+  const int64_t* ids;
+  const float* grads;
+  int64_t dim, num_rows;
+  int32_t mean;
+  float *table, *state0, *state1;
+  int64_t* steps;
+  int32_t global_step;
+  float row_norm;
+  int32_t finite;
+  OptimParams params;
+};
+
 template <typename Key>
-int64_t sparse_step_impl(const char* fn, int32_t kind, int n, const int64_t* ids, const float* grads, int64_t dim,
-                         int64_t num_rows, int32_t mean, float* table, float* state0, float* state1, int64_t* steps,
-                         int32_t global_step, const OptimParams& params, cudaStream_t stream, char* workspace,
+int64_t sparse_step_impl(const char* fn, const StepCall& c, cudaStream_t stream, char* workspace,
                          int64_t workspace_bytes, int64_t* bad_pos) {
   Segments<Key> sg;
   cudaError_t err = cudaSuccess;
-  if (const char* stage = segment<Key>(n, ids, num_rows, workspace, workspace_bytes, stream, &sg, &err))
+  if (const char* stage = segment<Key>(c.n, c.ids, c.num_rows, c.dim, workspace, workspace_bytes, stream, &sg, &err))
     return fail(fn, stage, err);
-  const bool adam_global = kind == graphtrain::kAdam && global_step;
+  if (c.finite) {
+    finite_kernel<<<blocks_for_threads(c.n * c.dim), kBlock, 0, stream>>>(c.n * c.dim, c.dim, c.grads, sg.info);
+    if ((err = cudaGetLastError()) != cudaSuccess) return fail(fn, "finite check kernel launch", err);
+  }
+  const bool adam_global = c.kind == graphtrain::kAdam && c.global_step;
   if (adam_global) {
-    global_step_kernel<<<1, 1, 0, stream>>>(steps, params, sg.info);
+    global_step_kernel<<<1, 1, 0, stream>>>(c.steps, c.params, sg.info);
     if ((err = cudaGetLastError()) != cudaSuccess) return fail(fn, "global step kernel launch", err);
   }
-  int64_t* row_steps = kind == graphtrain::kAdam && !global_step ? steps : nullptr;
-  const int blocks = blocks_for_warps(n);
-  if (vec4_ok(dim, {grads, table, state0, state1}))
-    step_kernel<Key, 4><<<blocks, kBlock, 0, stream>>>(kind, n, sg.keys, sg.pos, sg.starts, sg.info, grads, dim, mean,
-                                                      table, state0, state1, row_steps, adam_global, params);
-  else
-    step_kernel<Key, 1><<<blocks, kBlock, 0, stream>>>(kind, n, sg.keys, sg.pos, sg.starts, sg.info, grads, dim, mean,
-                                                      table, state0, state1, row_steps, adam_global, params);
-  if ((err = cudaGetLastError()) != cudaSuccess) return fail(fn, "update kernel launch", err);
+  const bool vec4 = vec4_ok(c.dim, {c.grads, c.table, c.state0, c.state1, sg.partials});
+  if (sg.max_chunks > 0) {  // the ids seen more than kDirect times: their chunks summed on many warps
+    plan_kernel<<<blocks_for_threads(c.n), kBlock, 0, stream>>>(c.n, sg.starts, sg.info, sg.chunks, sg.first_chunk);
+    if ((err = cudaGetLastError()) != cudaSuccess) return fail(fn, "chunk plan kernel launch", err);
+    const int64_t slabs = (c.dim + kWarp * (vec4 ? 4 : 1) - 1) / (kWarp * (vec4 ? 4 : 1));
+    const int blocks = blocks_for_warps(sg.max_chunks * slabs);
+    if (vec4)
+      chunk_kernel<4><<<blocks, kBlock, 0, stream>>>(sg.pos, sg.info, sg.chunks, c.grads, c.dim, sg.partials);
+    else
+      chunk_kernel<1><<<blocks, kBlock, 0, stream>>>(sg.pos, sg.info, sg.chunks, c.grads, c.dim, sg.partials);
+    if ((err = cudaGetLastError()) != cudaSuccess) return fail(fn, "chunk sum kernel launch", err);
+  }
+  StepArgs<Key> a{c.n,      sg.keys,  sg.pos, sg.starts, sg.info, c.grads,      sg.partials, sg.first_chunk,
+                  c.dim,    c.mean,   group_for(c.dim, vec4 ? 4 : 1),  c.table,   c.state0,
+                  c.state1, c.kind == graphtrain::kAdam && !c.global_step ? c.steps : nullptr,
+                  adam_global, c.row_norm, c.params};
+  const int blocks = blocks_for_warps((static_cast<int64_t>(c.n) + kWarp - 1) / kWarp);
+  err = vec4 ? launch_kind<Key, 4>(c.kind, a, blocks, stream) : launch_kind<Key, 1>(c.kind, a, blocks, stream);
+  if (err != cudaSuccess) return fail(fn, "update kernel launch", err);
   Info host{};
   if (const char* stage = finish(sg.info, stream, &host, &err)) return fail(fn, stage, err);
   if (host.bad != kNoBad) {
     *bad_pos = static_cast<int64_t>(host.bad);
     return kBadId;
+  }
+  if (host.nonfinite != kNoBad) {
+    *bad_pos = static_cast<int64_t>(host.nonfinite);
+    return kNonFinite;
   }
   return host.num_unique;
 }
@@ -293,7 +221,7 @@ int scatter_impl(const char* fn, int n, const int64_t* ids, const float* values,
                  int64_t num_rows, cudaStream_t stream, char* workspace, int64_t workspace_bytes, int64_t* bad_pos) {
   Segments<Key> sg;
   cudaError_t err = cudaSuccess;
-  if (const char* stage = segment<Key>(n, ids, num_rows, workspace, workspace_bytes, stream, &sg, &err))
+  if (const char* stage = segment<Key>(n, ids, num_rows, 0, workspace, workspace_bytes, stream, &sg, &err))
     return fail(fn, stage, err);
   const int blocks = blocks_for_warps(n);
   if (vec4_ok(dim, {values, table}))
@@ -359,7 +287,7 @@ GT_API int gt_cuda_probe(int32_t device, int64_t* info) {
     DeviceGuard guard(device);
     if (guard.err != cudaSuccess) return fail(fn, "select the device", guard.err);
     cudaFuncAttributes attr{};
-    if ((err = cudaFuncGetAttributes(&attr, step_kernel<uint32_t, 4>)) != cudaSuccess)
+    if ((err = cudaFuncGetAttributes(&attr, step_kernel<uint32_t, 4, graphtrain::kSGD, 4>)) != cudaSuccess)
       return fail(fn, "the update kernel's attributes (no image for this architecture?)", err);
     info[4] = attr.binaryVersion;
     info[5] = attr.ptxVersion;
@@ -370,8 +298,9 @@ GT_API int gt_cuda_probe(int32_t device, int64_t* info) {
 }
 
 // Bytes of device workspace that a call of `op` (0: sparse step, 1: scatter, 2: gather) on n ids of a
-// table of num_rows rows needs on `device`, in *bytes.
-GT_API int gt_cuda_workspace_bytes(int32_t op, int64_t n, int64_t num_rows, int32_t device, int64_t* bytes) {
+// table of num_rows rows of dim floats needs on `device`, in *bytes.
+GT_API int gt_cuda_workspace_bytes(int32_t op, int64_t n, int64_t num_rows, int64_t dim, int32_t device,
+                                   int64_t* bytes) {
   const char* fn = "gt_cuda_workspace_bytes";
   try {
     *bytes = 0;
@@ -383,8 +312,10 @@ GT_API int gt_cuda_workspace_bytes(int32_t op, int64_t n, int64_t num_rows, int3
     DeviceGuard guard(device);
     if (guard.err != cudaSuccess) return fail(fn, "select the device", guard.err);
     size_t need = 0;
-    const cudaError_t err = small_keys(num_rows) ? workspace_bytes_for<uint32_t>(static_cast<int>(n), num_rows, &need)
-                                                 : workspace_bytes_for<uint64_t>(static_cast<int>(n), num_rows, &need);
+    const int64_t d = op == 0 ? dim : 0;  // only a step sums chunks
+    const cudaError_t err = small_keys(num_rows)
+                                ? workspace_bytes_for<uint32_t>(static_cast<int>(n), num_rows, d, &need)
+                                : workspace_bytes_for<uint64_t>(static_cast<int>(n), num_rows, d, &need);
     if (err != cudaSuccess) return fail(fn, "CUB temporary storage size", err);
     *bytes = static_cast<int64_t>(need);
     return 0;
@@ -394,16 +325,20 @@ GT_API int gt_cuda_workspace_bytes(int32_t op, int64_t n, int64_t num_rows, int3
 }
 
 // One optimizer step: returns the unique-row count, kBadId (*bad_pos = the first bad position, nothing
-// touched), kCudaError or kBadArgument. steps: Adam's per-row counts, or with global_step its table's one
-// count, which the step increments on the device once every id is known valid (an empty batch counts).
+// touched), kNonFinite (finite asked and *bad_pos = the first gradient row holding NaN or infinity,
+// nothing touched), kCudaError or kBadArgument. steps: Adam's per-row counts, or with global_step its
+// table's one count, which the step increments on the device once every id is known valid (an empty
+// batch counts). row_norm > 0: every updated row is then scaled to that L2 norm.
 GT_API int64_t gt_cuda_sparse_step(int32_t kind, int64_t n, const int64_t* ids, const float* grads, int64_t dim,
                                    int64_t num_rows, int32_t mean, float* table, float* state0, float* state1,
-                                   int64_t* steps, int32_t global_step, OptimParams params, int32_t device,
-                                   void* stream_ptr, void* workspace, int64_t workspace_bytes, int64_t* bad_pos) {
+                                   int64_t* steps, int32_t global_step, OptimParams params, float row_norm,
+                                   int32_t finite, int32_t device, void* stream_ptr, void* workspace,
+                                   int64_t workspace_bytes, int64_t* bad_pos) {
   const char* fn = "gt_cuda_sparse_step";
   try {
     *bad_pos = -1;
     if (!batch_fits(n)) return fail_arg(fn, "a batch of " + std::to_string(n) + " ids (at most 2^31 - 1)");
+    if (kind < graphtrain::kSGD || kind > graphtrain::kAdam) return fail_arg(fn, "optimizer kind " + std::to_string(kind));
     const bool adam_global = kind == graphtrain::kAdam && global_step;
     if (n == 0 && !adam_global) return 0;
     DeviceGuard guard(device);
@@ -420,13 +355,10 @@ GT_API int64_t gt_cuda_sparse_step(int32_t kind, int64_t n, const int64_t* ids, 
       return 0;
     }
     char* ws = static_cast<char*>(workspace);
-    return small_keys(num_rows)
-               ? sparse_step_impl<uint32_t>(fn, kind, static_cast<int>(n), ids, grads, dim, num_rows, mean, table,
-                                            state0, state1, steps, global_step, params, stream, ws, workspace_bytes,
-                                            bad_pos)
-               : sparse_step_impl<uint64_t>(fn, kind, static_cast<int>(n), ids, grads, dim, num_rows, mean, table,
-                                            state0, state1, steps, global_step, params, stream, ws, workspace_bytes,
-                                            bad_pos);
+    const StepCall c{kind,   static_cast<int>(n), ids,   grads,       dim,       num_rows, mean,  table,
+                     state0, state1,              steps, global_step, row_norm, finite,   params};
+    return small_keys(num_rows) ? sparse_step_impl<uint32_t>(fn, c, stream, ws, workspace_bytes, bad_pos)
+                                : sparse_step_impl<uint64_t>(fn, c, stream, ws, workspace_bytes, bad_pos);
   } catch (...) {
     return fail_exception(fn);
   }

@@ -27,19 +27,23 @@ constexpr size_t kAlign = 256;
 
 // The device-side flag and count, copied to the host in one piece at the end of a call.
 struct Info {
-  unsigned long long bad;  // first position of an out-of-range id, or kNoBad
-  int num_unique;          // written by the select
-  int pad;
-  AdamCoef global_coef;    // Adam with one step count per table: this step's coefficients
+  unsigned long long bad;        // first position of an out-of-range id, or kNoBad
+  unsigned long long nonfinite;  // first gradient row holding NaN or infinity (when asked), or kNoBad
+  int num_unique;                // written by the select
+  int num_chunks;                // chunks of long segments (plan_kernel), zeroed by prepare_kernel
+  AdamCoef global_coef;          // Adam with one step count per table: this step's coefficients
 };
-// What is cleared before a call (the flag, and the count for tidiness) and copied back after it.
+// What is cleared before a call (the flags, the counts for tidiness) and copied back after it.
 constexpr size_t kInfoHostBytes = offsetof(Info, global_coef);
 
-// Kernels of one stream run in order: a kernel sees the flag as the earlier ones left it.
-__device__ __forceinline__ bool flagged(const Info* info) { return info->bad != kNoBad; }
+// Kernels of one stream run in order: a kernel sees the flags as the earlier ones left them.
+__device__ __forceinline__ bool flagged(const Info* info) {
+  return info->bad != kNoBad || info->nonfinite != kNoBad;
+}
 
 template <typename Key>
 __global__ void prepare_kernel(int n, const int64_t* ids, int64_t num_rows, Key* keys, int* pos, Info* info) {
+  if (blockIdx.x == 0 && threadIdx.x == 0) info->num_chunks = 0;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t id = ids[i];
@@ -82,9 +86,24 @@ struct Segments {
   Info* info = nullptr;
   Key *keys_in = nullptr, *keys = nullptr;
   int *pos_in = nullptr, *pos = nullptr, *starts = nullptr;
+  int2* chunks = nullptr;    // long segments' chunks: {first position, end}, a segment's in order
+  float* partials = nullptr;  // their sums, one row per chunk, in the same order
+  int* first_chunk = nullptr;  // per segment: its first chunk (long segments only; pos_in's space)
+  int max_chunks = 0;
   void* temp = nullptr;
   size_t temp_bytes = 0;
 };
+
+// Segments longer than kDirect positions are summed by chunk_kernel, in chunks of kSumChunk positions
+// (one chunk up to kSumChunk); shorter ones by the update kernel itself, row by row.
+constexpr int kDirect = 16;
+
+// Chunks a batch of n can have: at most n / (kDirect + 1) segments are long, and each has at most
+// len / kSumChunk + 1 chunks. Zero where no segment can be long.
+inline int max_chunks_for(int n) {
+  if (n <= kDirect) return 0;
+  return static_cast<int>(static_cast<int64_t>(n) / (kDirect + 1) + n / graphtrain::kSumChunk + 1);
+}
 
 // The CUB temporary storage a batch of n needs (the larger of the sort's and the select's). CUB only
 // looks up the device's properties here: no allocation, no synchronisation.
@@ -102,7 +121,7 @@ cudaError_t temp_bytes_for(int n, int bits, size_t* bytes) {
 }
 
 template <typename Key>
-size_t segment_layout(int n, size_t temp_bytes, char* base, Segments<Key>* sg) {
+size_t segment_layout(int n, int64_t dim, size_t temp_bytes, char* base, Segments<Key>* sg) {
   size_t off = 0;
   auto take = [&](size_t bytes) {
     char* p = base ? base + off : nullptr;
@@ -115,18 +134,22 @@ size_t segment_layout(int n, size_t temp_bytes, char* base, Segments<Key>* sg) {
   sg->pos_in = reinterpret_cast<int*>(take(sizeof(int) * n));
   sg->pos = reinterpret_cast<int*>(take(sizeof(int) * n));
   sg->starts = reinterpret_cast<int*>(take(sizeof(int) * n));
+  sg->first_chunk = sg->pos_in;  // free once the sort has run
+  sg->max_chunks = dim > 0 ? max_chunks_for(n) : 0;  // dim 0: a scatter, which sums nothing
+  sg->chunks = reinterpret_cast<int2*>(take(sizeof(int2) * sg->max_chunks));
+  sg->partials = reinterpret_cast<float*>(take(sizeof(float) * static_cast<size_t>(sg->max_chunks) * dim));
   sg->temp = take(temp_bytes);
   sg->temp_bytes = temp_bytes;
   return off;
 }
 
 template <typename Key>
-cudaError_t workspace_bytes_for(int n, int64_t num_rows, size_t* bytes) {
+cudaError_t workspace_bytes_for(int n, int64_t num_rows, int64_t dim, size_t* bytes) {
   size_t temp = 0;
   const cudaError_t err = temp_bytes_for<Key>(n, key_bits(num_rows), &temp);
   if (err != cudaSuccess) return err;
   Segments<Key> sg;
-  *bytes = segment_layout<Key>(n, temp, nullptr, &sg);
+  *bytes = segment_layout<Key>(n, dim, temp, nullptr, &sg);
   return cudaSuccess;
 }
 
@@ -135,11 +158,11 @@ inline bool small_keys(int64_t num_rows) { return num_rows <= (int64_t{1} << 32)
 // Stages 1-3 on `stream`: the flag, sorted keys and positions, segment heads and their count.
 // Returns the failed stage, or nullptr.
 template <typename Key>
-const char* segment(int n, const int64_t* ids, int64_t num_rows, char* workspace, int64_t workspace_bytes,
-                    cudaStream_t stream, Segments<Key>* sg, cudaError_t* err) {
+const char* segment(int n, const int64_t* ids, int64_t num_rows, int64_t dim, char* workspace,
+                    int64_t workspace_bytes, cudaStream_t stream, Segments<Key>* sg, cudaError_t* err) {
   size_t temp = 0;
   if ((*err = temp_bytes_for<Key>(n, key_bits(num_rows), &temp)) != cudaSuccess) return "temporary storage size";
-  const size_t need = segment_layout<Key>(n, temp, workspace, sg);
+  const size_t need = segment_layout<Key>(n, dim, temp, workspace, sg);
   if (static_cast<int64_t>(need) > workspace_bytes) {
     *err = cudaErrorInvalidValue;
     return "workspace smaller than gt_cuda_workspace_bytes() asked for";

@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 from graphtrain.runtime.errors import GraphtrainError
 
 # = graphtrain::kAbiVersion in cuda/include/graphtrain/abi.h (tests/native/test_abi.py compares them)
-ABI_VERSION = 3
+ABI_VERSION = 4
 
 CPU, CUDA = "cpu", "cuda"
 REBUILD = {
@@ -94,9 +94,11 @@ SIGNATURES: dict[str, Signature] = {
     # (pointer, bytes: gt_cuda_workspace_bytes) and bad_pos
     "gt_cuda_last_error": Signature((CUDA,), ctypes.c_char_p, []),
     "gt_cuda_probe": Signature((CUDA,), INT, [I32, P]),
-    "gt_cuda_workspace_bytes": Signature((CUDA,), INT, [I32, I64, I64, I32, P]),
+    "gt_cuda_workspace_bytes": Signature((CUDA,), INT, [I32, I64, I64, I64, I32, P]),
     "gt_cuda_sparse_step": Signature(
-        (CUDA,), I64, [I32, I64, P, P, I64, I64, I32, P, P, P, P, I32, OptimParams, I32, P, P, I64, P]
+        (CUDA,),
+        I64,
+        [I32, I64, P, P, I64, I64, I32, P, P, P, P, I32, OptimParams, F32, I32, I32, P, P, I64, P],
     ),
     "gt_cuda_gather": Signature((CUDA,), INT, [I64, P, P, I64, I64, P, I32, P, P, I64, P]),
     "gt_cuda_scatter": Signature((CUDA,), INT, [I64, P, P, P, I64, I64, I32, P, P, I64, P]),

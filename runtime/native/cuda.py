@@ -21,19 +21,20 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
 import torch
 
-from graphtrain.runtime.errors import GraphtrainError, SparseInputError
+from graphtrain.runtime.errors import GraphtrainError, NonFiniteGradient, SparseInputError
 from graphtrain.runtime.native import _HERE
 from graphtrain.runtime.native.abi import CUDA, load
 from graphtrain.runtime.native.optim import KIND_CODE, OptimArgs
 
 # Return codes of cuda/src/optim_cuda.cu
-RC_BAD_ID, RC_CUDA_ERROR, RC_BAD_ARGUMENT = -1, -2, -3
+RC_BAD_ID, RC_CUDA_ERROR, RC_BAD_ARGUMENT, RC_NONFINITE = -1, -2, -3, -4
 # gt_cuda_workspace_bytes' operations
 OP_STEP, OP_SCATTER, OP_GATHER = 0, 1, 2
 MAX_BATCH = 2**31 - 1  # the core sorts 32-bit positions
@@ -235,17 +236,37 @@ def _ready(table: torch.Tensor) -> tuple[ctypes.CDLL, int, int]:
     return lib, device, torch.cuda.current_stream(table.device).cuda_stream
 
 
-def _workspace(lib: ctypes.CDLL, op: int, n: int, table: torch.Tensor, device: int) -> torch.Tensor:
-    """Device scratch of one call, from torch's caching allocator (no cudaMalloc once it is warm)."""
+@functools.lru_cache(maxsize=1024)
+def _workspace_bytes(op: int, n: int, num_rows: int, dim: int, device: int) -> int:
+    """The core's workspace need for a batch of up to n ids (asked once per power of two: every part of
+    it grows with n, and the core checks the actual need on every call)."""
+    lib = _lib()
+    assert lib is not None
     size = ctypes.c_int64(0)
-    rc = lib.gt_cuda_workspace_bytes(op, n, table.shape[0], device, ctypes.byref(size))
+    rc = lib.gt_cuda_workspace_bytes(op, n, num_rows, dim, device, ctypes.byref(size))
     _raise(lib, rc, "gt_cuda_workspace_bytes")
-    return torch.empty(max(1, size.value), dtype=torch.uint8, device=table.device)
+    return max(1, size.value)
+
+
+_scratch = threading.local()
+
+
+def _workspace(op: int, n: int, table: torch.Tensor, device: int, stream: int) -> torch.Tensor:
+    """Device scratch of one call: one buffer per thread, device and stream, grown to the largest batch
+    seen. Every call of the core that uses more than its flag waits for the device before returning, so
+    the next call on this thread finds the buffer free; a call on another stream gets its own."""
+    bound = 1 << max(0, n - 1).bit_length() if n > 1 else n
+    need = _workspace_bytes(op, min(bound, MAX_BATCH), table.shape[0], table.shape[1], device)
+    buffers: dict[tuple[int, int], torch.Tensor] = _scratch.__dict__.setdefault("buffers", {})
+    buf = buffers.get((device, stream))
+    if buf is None or buf.numel() < need:
+        buf = buffers[(device, stream)] = torch.empty(need, dtype=torch.uint8, device=table.device)
+    return buf
 
 
 def _raise(lib: ctypes.CDLL, rc: int, fn: str) -> None:
     """CudaCoreError for a failed call (RC_CUDA_ERROR, RC_BAD_ARGUMENT), with the core's message."""
-    if rc < 0 and rc != RC_BAD_ID:
+    if rc < 0 and rc not in (RC_BAD_ID, RC_NONFINITE):
         raise CudaCoreError(f"CUDA core call {fn} failed: {_message(lib)}")
 
 
@@ -253,6 +274,8 @@ def _result(lib: ctypes.CDLL, rc: int, fn: str, ids: torch.Tensor, bad: ctypes.c
     if rc == RC_BAD_ID:
         pos = bad.value
         raise SparseInputError(f"ids[{pos}] = {int(ids[pos])} is outside the table's rows [0, {num_rows})")
+    if rc == RC_NONFINITE:
+        raise NonFiniteGradient(f"gradient row {bad.value} holds NaN or infinity", bad.value)
     _raise(lib, rc, fn)
     return int(rc)
 
@@ -263,14 +286,20 @@ def sparse_step(
     state: dict[str, torch.Tensor],
     ids: torch.Tensor,
     grads: torch.Tensor,
+    row_norm: float = 0.0,
+    finite: bool = False,
 ) -> int:
     """Fused dedup + reduce + update on the table's device. Returns the unique row count. Adam with one
     step count per table: the core adds this step to state["step"] (on the device, once the ids are
-    known valid; an empty batch counts), so the caller must not.
+    known valid; an empty batch counts), so the caller must not. row_norm > 0: every updated row is
+    then scaled to that L2 norm (TransE, DistMult), in the same kernel. finite: refuse gradients
+    holding NaN or infinity, checked on the device in the same wait as the ids.
 
     Raises:
         SparseInputError: a tensor on another device, of another dtype or shape, or an id outside the
             table; nothing was modified.
+        NonFiniteGradient: finite was asked and a gradient row holds NaN or infinity; nothing was
+            modified.
         CudaUnavailable: the core cannot run on the table's device.
         CudaCoreError: the device failed the call.
     """
@@ -282,7 +311,7 @@ def sparse_step(
     s1 = state.get("exp_avg_sq")
     steps = state.get("step")
     n = len(ids)
-    ws = _workspace(lib, OP_STEP, n, table, device)
+    ws = _workspace(OP_STEP, n, table, device, stream)
     bad = ctypes.c_int64(-1)
     rc = lib.gt_cuda_sparse_step(
         args.kind,
@@ -298,6 +327,8 @@ def sparse_step(
         None if steps is None else steps.data_ptr(),
         int(args.adam and args.global_step),
         args.params,
+        float(row_norm),
+        int(finite),
         device,
         stream,
         ws.data_ptr(),
@@ -312,7 +343,7 @@ def gather(table: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
     check_gather(describe(table), describe(ids))
     lib, device, stream = _ready(table)
     out = torch.empty((len(ids), table.shape[1]), dtype=torch.float32, device=table.device)
-    ws = _workspace(lib, OP_GATHER, len(ids), table, device)
+    ws = _workspace(OP_GATHER, len(ids), table, device, stream)
     bad = ctypes.c_int64(-1)
     rc = lib.gt_cuda_gather(
         len(ids),
@@ -335,7 +366,7 @@ def scatter(table: torch.Tensor, ids: torch.Tensor, values: torch.Tensor) -> Non
     """table[ids] = values; for duplicate ids the last one wins. Nothing is written when an id is bad."""
     check_scatter(describe(table), describe(ids), describe(values))
     lib, device, stream = _ready(table)
-    ws = _workspace(lib, OP_SCATTER, len(ids), table, device)
+    ws = _workspace(OP_SCATTER, len(ids), table, device, stream)
     bad = ctypes.c_int64(-1)
     rc = lib.gt_cuda_scatter(
         len(ids),

@@ -126,8 +126,8 @@ def sparse_step(
     ids = ids.contiguous()
     if isinstance(grads, torch.Tensor):
         grads = grads.contiguous()
-        if finite:  # the native pieces path scans in its first pass instead
-            _check_finite(grads)
+        if finite and name is not CoreBackend.CUDA:  # the CUDA core and the native pieces path scan
+            _check_finite(grads)  # themselves, before any row is touched
     if name is CoreBackend.TORCH:
         _check_range(ids, table.shape[0])
     global_adam = config.kind == "adam" and config.step_count == "global"
@@ -151,8 +151,8 @@ def sparse_step(
                 raise
         else:
             updated = native.sparse_step(native_args(config), table, state, ids, grads, threads())
-    else:
-        updated = cuda.sparse_step(native_args(config), table, state, ids, grads)
+    else:  # the CUDA core scales the rows in its update kernel
+        return cuda.sparse_step(native_args(config), table, state, ids, grads, config.row_norm or 0.0, finite)
     if config.row_norm and len(ids):
         project_rows(table, ids, config.row_norm)
     return updated

@@ -38,13 +38,13 @@ nulls = (None, None)  # ids and gradients (or values); table, states: None too
 B, S, F = ctypes.byref(bad), ctypes.byref(size), [None] * 4  # F: table, state0, state1, steps
 calls = {
     "gt_cuda_probe": lambda: lib.gt_cuda_probe(0, info),
-    "gt_cuda_workspace_bytes": lambda: lib.gt_cuda_workspace_bytes(0, 1, 10, 0, S),
-    "gt_cuda_sparse_step": lambda: step(3, 1, *nulls, 4, 10, 0, *F, 0, params, 0, *nulls, 1 << 20, B),
+    "gt_cuda_workspace_bytes": lambda: lib.gt_cuda_workspace_bytes(0, 1, 10, 4, 0, S),
+    "gt_cuda_sparse_step": lambda: step(3, 1, *nulls, 4, 10, 0, *F, 0, params, 0.0, 0, 0, *nulls, 1 << 20, B),
     "gt_cuda_sparse_step (global Adam, empty batch)": lambda: step(
-        3, 0, *nulls, 4, 10, 0, *F, 1, params, 0, *nulls, 1 << 20, B
+        3, 0, *nulls, 4, 10, 0, *F, 1, params, 0.0, 0, 0, *nulls, 1 << 20, B
     ),
     "gt_cuda_sparse_step (too many ids)": lambda: step(
-        0, 1 << 32, *nulls, 4, 10, 0, *F, 0, params, 0, *nulls, 0, B
+        0, 1 << 32, *nulls, 4, 10, 0, *F, 0, params, 0.0, 0, 0, *nulls, 0, B
     ),
     "gt_cuda_gather": lambda: lib.gt_cuda_gather(1, *nulls, 4, 10, None, 0, *nulls, 256, B),
     "gt_cuda_scatter": lambda: lib.gt_cuda_scatter(1, *nulls, None, 4, 10, 0, *nulls, 1 << 20, B),

@@ -31,6 +31,14 @@ namespace graphtrain {
 
 enum OptimKind : int32_t { kSGD = 0, kAdagrad = 1, kRowwiseAdagrad = 2, kAdam = 3 };
 
+// The canonical order in which both builds sum one id's duplicate gradient rows: its occurrences in
+// batch order, in chunks of kSumChunk; each chunk summed in order from its first row (copied), then the
+// chunk sums added in chunk order. For an id seen at most kSumChunk times that is plain batch order. The
+// CUDA build reduces the chunks of a hot id (a Zipf batch's hottest id occurs ~10^5 times in 10^6) on
+// many warps at once and stays bitwise equal to the CPU build and to itself from run to run; a single
+// chain of dependent loads would make the hottest id's row the length of the whole step.
+constexpr int64_t kSumChunk = 256;
+
 struct OptimParams {
   float lr;
   float eps;
