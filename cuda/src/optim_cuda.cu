@@ -24,7 +24,7 @@
 //     is touched when a flag is set (kernels read them first);
 //  6. one copy of the flags and the count to the host, one stream synchronisation.
 // Gather and overwrite (scatter: the last position of a duplicated id wins) use the same stages.
-// Stages 1-3 and 6 are in segments.cuh, the error boundary of the C ABI in cuda_boundary.cuh.
+// Stages 1-3 and 6 are in segments.cuh, 4-5 in update_kernels.cuh, the error boundary of the C ABI in cuda_boundary.cuh.
 //
 // No exception and no CUDA error crosses the C ABI: every exported function returns an error code and
 // leaves a message naming itself, the stage and the CUDA error in a thread-local string

@@ -1,4 +1,4 @@
-// Stages 1-3 and 5 of every call that sorts a batch (a step, a scatter): the range check and sort keys,
+// Stages 1-3 and the last of every call that sorts a batch (a step, a scatter): the range check and sort keys,
 // CUB's stable radix sort, the segment heads of each unique id, the workspace they are carved from, and
 // the one copy to the host with its synchronisation. The flag and count live in `Info` on the device.
 // Included by optim_cuda.cu only.
@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 namespace graphtrain::cuda_core {
 
@@ -181,11 +182,28 @@ const char* segment(int n, const int64_t* ids, int64_t num_rows, int64_t dim, ch
   return nullptr;
 }
 
-// Stage 5: the one synchronisation of a call.
+// This thread's pinned landing place for the flags and the count (a copy into pageable memory is staged
+// by the driver), allocated once; null where pinned memory could not be had.
+inline Info* pinned_info() {
+  static thread_local Info* pinned = nullptr;
+  static thread_local bool tried = false;
+  if (!tried) {
+    tried = true;
+    void* p = nullptr;
+    if (cudaMallocHost(&p, sizeof(Info)) == cudaSuccess) pinned = static_cast<Info*>(p);
+    cudaGetLastError();  // a refused pinned allocation is not an error of the call
+  }
+  return pinned;
+}
+
+// The last stage: the one synchronisation of a call.
 inline const char* finish(Info* info, cudaStream_t stream, Info* host, cudaError_t* err) {
-  if ((*err = cudaMemcpyAsync(host, info, kInfoHostBytes, cudaMemcpyDeviceToHost, stream)) != cudaSuccess)
+  Info* land = pinned_info();
+  if ((*err = cudaMemcpyAsync(land ? land : host, info, kInfoHostBytes, cudaMemcpyDeviceToHost, stream)) !=
+      cudaSuccess)
     return "copy the flag and count to the host";
   if ((*err = cudaStreamSynchronize(stream)) != cudaSuccess) return "stream synchronisation";
+  if (land) std::memcpy(static_cast<void*>(host), land, kInfoHostBytes);
   return nullptr;
 }
 
