@@ -185,8 +185,9 @@ def test_every_step_in_order_under_a_480_s_budget(fake: Path, monkeypatch: pytes
 def test_what_no_longer_fits_the_budget_is_skipped_and_fails_the_check(
     fake: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    assert check(fake, monkeypatch, Clock(480, per_step=70), skip=["racecheck"]) == 1
+    assert check(fake, monkeypatch, Clock(480, per_step=70), skip=["racecheck"], sanitizer_k="adam") == 1
     done = steps(fake)
+    assert "-x -k adam" in Path(done["memcheck"]["log"]).read_text().splitlines()[0]
     assert done["racecheck"]["detail"] == "SKIPPED (asked: --skip)"
     assert done["e2e wordnet-sage cuda"]["status"] == lib.PASSED
     assert done["e2e nations-transe cuda"]["detail"].startswith("SKIPPED (budget: ")
