@@ -29,7 +29,7 @@ TEST_WORKERS ?= 2
 test: lint ## the whole test suite (after lint), TEST_WORKERS pytest-xdist workers (0: one process)
 	$(BIN)/pytest -n $(TEST_WORKERS)
 
-PY_DIRS := cli contract runtime operator api tests bench cuda charts setup.py
+PY_DIRS := cli contract runtime operator api tests bench cuda charts scripts scripts/gpu-check setup.py
 VIEW    := build/view/graphtrain
 
 $(VIEW): ## graphtrain/{cli,contract,runtime,operator,api} as links: how import-linter and mypy find the packages
