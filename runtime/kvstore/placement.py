@@ -94,9 +94,11 @@ def is_sticky(exc: BaseException) -> bool:
 
 
 def free_bytes(device: torch.device) -> int:
-    """Memory free for a new allocation on `device`: the GPU's free memory, or the host's available."""
+    """Memory free for a new allocation on `device`: the GPU's free memory plus what torch's caching
+    allocator holds unused (it serves from there first), or the host's available memory."""
     if device.type == "cuda":
-        return int(torch.cuda.mem_get_info(device)[0])
+        cached = torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
+        return int(torch.cuda.mem_get_info(device)[0]) + max(0, cached)
     return int(psutil.virtual_memory().available)
 
 
