@@ -244,9 +244,14 @@ class ShardServerParams(RoleParams):
     )
     device: str = field(
         default="cpu",
-        metadata=opt("where tables and optimizer state live: cpu, or cuda[:N] (pushes run the CUDA core)"),
+        metadata=opt(
+            "where learnable tables and their optimizer state live: cpu, or cuda[:N] (pushes run the CUDA "
+            "core; node data stays in host memory)"
+        ),
     )
-    shm: bool = field(default=False, metadata=opt("hold tables in shared memory for clients on this host"))
+    shm: bool = field(
+        default=False, metadata=opt("hold host tables in shared memory for clients on this host")
+    )
 
     def stated(self) -> frozenset[str]:
         return frozenset({"bind", "shm"} | (set() if self.shard_from_hostname else {"shard"}))
@@ -353,15 +358,11 @@ def shard_server(
     device: str = "cpu",
 ) -> list[str]:
     """One shard server. `shard`: its index, or None to take it from the host name's ordinal (a
-    StatefulSet pod); `bind`: ipc://path on one host, tcp://host:port across pods; `shm`: hold the tables
-    in shared memory for trainers on the same host (host memory: not with a cuda `device`);
-    `workers`/`metrics_*`: None keeps the CLI's default; `device`: where the tables live (cpu, cuda).
-
-    Raises:
-        ValueError: shared memory asked for with tables on a GPU.
+    StatefulSet pod); `bind`: ipc://path on one host, tcp://host:port across pods; `shm`: hold the host
+    tables in shared memory for trainers on the same host (with a cuda `device` the node data: learnable
+    tables live on the GPU and are pulled over the socket); `workers`/`metrics_*`: None keeps the CLI's
+    default; `device`: where learnable tables live (cpu, cuda[:N]).
     """
-    if shm and device != "cpu":
-        raise ValueError(f"shared memory holds host memory: no --shm with device {device}")
     return argv(
         ShardServerParams(
             bind=bind,

@@ -59,13 +59,23 @@ def piece_dir(root: Path, name: str, lo: int, hi: int) -> Path:
     return root / name / f"rows-{lo:012d}-{hi:012d}"
 
 
-def write_piece(root: Path, t: TensorShard) -> dict[str, Any]:
-    """Write one shard's rows and state of `t` atomically; returns the piece's description."""
+Writer = Callable[[Path, TensorShard], None]
+
+
+def save_whole(directory: Path, t: TensorShard) -> None:
+    """data.npy and state.<key>.npy of a host table, each written in one go."""
+    np.save(directory / "data.npy", t.data.cpu().numpy())
+    for key, value in t.state.items():
+        np.save(directory / f"state.{key}.npy", value.cpu().numpy())
+
+
+def write_piece(root: Path, t: TensorShard, writer: Writer = save_whole) -> dict[str, Any]:
+    """Write one shard's rows and state of `t` atomically; returns the piece's description. `writer`
+    puts the .npy files into the piece's temporary directory (a GPU table's: in chunks, gpu.py); the
+    manifest and its hashes are made from what it wrote."""
     final = piece_dir(root, t.name, t.lo, t.hi)
     with atomic_dir(final, overwrite=True) as tmp:
-        np.save(tmp / "data.npy", t.data.cpu().numpy())  # .cpu(): a GPU shard server's rows
-        for key, value in t.state.items():
-            np.save(tmp / f"state.{key}.npy", value.cpu().numpy())
+        writer(tmp, t)
         manifest = {
             "format": FORMAT,
             "format_version": FORMAT_VERSION,

@@ -17,8 +17,8 @@ import torch
 
 from graphtrain.runtime.kvstore import checkpoint as ckpt
 from graphtrain.runtime.kvstore import protocol
+from graphtrain.runtime.kvstore.graphpart import _ranges
 from graphtrain.runtime.kvstore.inproc import InProcTransport
-from graphtrain.runtime.kvstore.state import _ranges
 from graphtrain.runtime.kvstore.transport import Answer, Call, KVAuthError, KVTimeout, Transport, gather_rows
 from graphtrain.runtime.kvstore.zmq_transport import ZmqTransport
 

@@ -16,7 +16,8 @@ import numpy as np
 from graphtrain.runtime.errors import GraphtrainError
 from graphtrain.runtime.kvstore import protocol
 from graphtrain.runtime.kvstore.dispatch import Dispatcher, Released, Reply
-from graphtrain.runtime.kvstore.state import GraphPart, PullStream, ShardTensors
+from graphtrain.runtime.kvstore.graphpart import GraphPart
+from graphtrain.runtime.kvstore.state import PullStream, ShardTensors
 from graphtrain.runtime.kvstore.transport import Answer, Call, place
 
 

@@ -456,7 +456,10 @@ def _create(req: Request) -> CreateArgs:
 
 def init_spec(spec: dict[str, Any]) -> dict[str, Any]:
     """A table's initial-value spec, checked: {"kind": zeros|uniform|normal, "low", "high", "mean",
-    "std" (finite numbers), "seed" (a non-negative integer)}."""
+    "std" (finite numbers; low below high, std not negative), "seed" (an integer in [0, 2**63)); the
+    defaults (low -1, high 1, mean 0, std 1, seed 0) count in the checks."""
+    if not isinstance(spec, dict):
+        raise ProtocolError(f"argument 'init' must be a map, got {type(spec).__name__}")
     kind = arg(spec, "kind", str, "zeros")
     if kind not in INIT_KINDS:
         raise ProtocolError(f"init kind must be one of {INIT_KINDS}, got {echo(kind)}")
@@ -469,6 +472,11 @@ def init_spec(spec: dict[str, Any]) -> dict[str, Any]:
             out[key] = float_arg(spec, key)
     if "seed" in spec:
         out["seed"] = int_arg(spec, "seed", 0, 2**63 - 1)
+    low, high = out.get("low", -1.0), out.get("high", 1.0)
+    if kind == "uniform" and not low < high:
+        raise ProtocolError(f"init 'low' must be below 'high', got low {low} and high {high}")
+    if out.get("std", 1.0) < 0:
+        raise ProtocolError(f"init 'std' must be >= 0, got {out['std']}")
     return out
 
 

@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 
 from graphtrain.runtime.kvstore import protocol
+from graphtrain.runtime.kvstore.graphpart import GraphPart
 from graphtrain.runtime.kvstore.shm import PushBuffer, attach, host_id, view
-from graphtrain.runtime.kvstore.state import GraphPart
 
 
 class SameHost:

@@ -27,7 +27,10 @@ was checked only after a whole message had been buffered. Now:
 - `liveness()` tells a deaf server from a busy one: the I/O thread has stopped looping, or requests
   have waited `deaf_seconds` while no worker finished anything. Served at /livez on the metrics port
   and in the health reply. `readiness()` (/readyz, the StatefulSet's readiness probe) is stricter:
-  started, not stopping, and the request loop turned within seconds.
+  started, not stopping, and the request loop turned within seconds. A sticky CUDA error (an illegal
+  address: the GPU context is dead) makes the server not live for good, so it is restarted and
+  restores its checkpoint. On a GPU server each worker runs on its own CUDA stream and pull chunks are
+  staged in pinned memory (gpu.py).
 
 The role's entry point around it (token, restore, node data, probes, the ready line) is
 runtime/roles/shard_server.py.
@@ -49,11 +52,12 @@ import zmq
 from zmq.utils.monitor import recv_monitor_message
 
 from graphtrain.runtime.errors import GraphtrainError
-from graphtrain.runtime.kvstore import auth, protocol
+from graphtrain.runtime.kvstore import auth, gpu, protocol
 from graphtrain.runtime.kvstore.dispatch import Dispatcher, Released
 from graphtrain.runtime.kvstore.fairqueue import FairQueue, QueueFull
 from graphtrain.runtime.kvstore.metrics import ServerMetrics
 from graphtrain.runtime.kvstore.outbox import Dropped, Outbox, Sent
+from graphtrain.runtime.kvstore.placement import is_sticky
 from graphtrain.runtime.kvstore.shm import host_id
 from graphtrain.runtime.kvstore.state import PullStream, ShardTensors
 
@@ -103,10 +107,12 @@ class Stream:
 class ChunkBuffers:
     """Reusable pull buffers, shared by the workers. A chunk handed to ZMQ zero-copy comes back once its
     tracker says ZMQ is done with it; fresh buffers per chunk would be faulted in page by page. Sizes are
-    powers of two from 64 KB, so a 1,000-row pull holds 512 KB, not a whole 4 MB chunk."""
+    powers of two from 64 KB, so a 1,000-row pull holds 512 KB, not a whole 4 MB chunk. `pinned` (a GPU
+    server): page-locked, so device-to-host copies into them run at full speed without blocking."""
 
-    def __init__(self, keep: int = 16):
+    def __init__(self, keep: int = 16, pinned: bool = False):
         self.keep = keep
+        self.pinned = pinned
         self._free: list[torch.Tensor] = []
         self._lock = threading.Lock()
 
@@ -116,7 +122,7 @@ class ChunkBuffers:
             for i, buf in enumerate(self._free):
                 if buf.numel() == size:
                     return self._free.pop(i)
-        return torch.empty(size, dtype=torch.uint8)
+        return torch.empty(size, dtype=torch.uint8, pin_memory=self.pinned)
 
     def give(self, buf: torch.Tensor) -> None:
         with self._lock:
@@ -157,7 +163,8 @@ class ShardServer:
             self.limits.backlog_bytes,
             self.limits.stall_seconds,
         )
-        self._buffers = ChunkBuffers()
+        self._buffers = ChunkBuffers(pinned=state.device.type == "cuda")
+        self._fault = ""  # a sticky CUDA error seen: the server is not live any more
         self._stop = threading.Event()  # a stop was asked for (shutdown request, signal)
         self._closing = threading.Event()  # stop() runs: the I/O thread drains and leaves
         self._threads: list[threading.Thread] = []
@@ -238,6 +245,8 @@ class ShardServer:
         now = time.monotonic() if now is None else now
         if not self._threads:
             return False, "not started"
+        if self._fault:
+            return False, f"a sticky CUDA error, the GPU context is unusable: {self._fault}"
         if now - self._io_beat > IO_STALE:
             return False, f"the I/O thread has not turned for {now - self._io_beat:.0f} s"
         dead = [t.name for t in self._workers if not t.is_alive()]
@@ -477,7 +486,17 @@ class ShardServer:
         with self._bytes_lock:
             self._queued_bytes -= nbytes
 
+    def note_error(self, exc: BaseException) -> None:
+        """Remember a sticky CUDA error (placement.is_sticky): liveness fails from now on."""
+        if is_sticky(exc) and not self._fault:
+            self._fault = " ".join(str(exc).split())[:ERROR_CHARS]
+            log.error("sticky CUDA error, the server is not live any more: %s", self._fault)
+
     def _worker(self, index: int) -> None:
+        with gpu.worker_stream(self.state.device):
+            self._work(index)
+
+    def _work(self, index: int) -> None:
         while not self._stop.is_set():
             try:
                 item = self._queue.get(WORKER_POLL)
@@ -497,7 +516,8 @@ class ShardServer:
                     self._last_done = time.monotonic()
                     if not parked:
                         self._queue.finish(identity)
-            except BaseException:  # noqa: BLE001 - no exception may end a worker
+            except BaseException as exc:  # noqa: BLE001 - no exception may end a worker
+                self.note_error(exc)
                 log.exception("worker %d: unexpected error (it keeps serving)", index)
 
     def _run(self, identity: bytes, task: Task) -> bool:
@@ -522,9 +542,11 @@ class ShardServer:
                 self.request_stop()
         except (protocol.ProtocolError, GraphtrainError, ValueError) as exc:
             outcome = "error"
+            self.note_error(exc)
             self._error(identity, req.rid, str(exc))
         except Exception as exc:  # a bug must not kill the server; the client gets its name
             outcome = "error"
+            self.note_error(exc)
             log.exception("op %s failed", req.op)
             self._error(identity, req.rid, f"internal error in {req.op}: {type(exc).__name__}: {exc}")
         finally:
@@ -566,6 +588,7 @@ class ShardServer:
                 st.inflight.append((buf, frame.tracker))
                 self.outbox.post(identity, [header, frame], nbytes)
         except (protocol.ProtocolError, GraphtrainError, ValueError) as exc:
+            self.note_error(exc)
             self._error(identity, st.rid, str(exc))
             self.metrics.requests.labels(self.metrics.shard, "pull", "error").inc()
             return False

@@ -33,6 +33,7 @@ class TensorShard:
     lock: threading.Lock = field(default_factory=threading.Lock)  # one writer per row
     shm: shared_memory.SharedMemory | None = None
     from_partition: bool = False  # node data loaded from the partition files: not checkpointed
+    written: Any = None  # a GPU table's last write, a torch.cuda.Event (gpu.py: the order across streams)
 
     @property
     def rows(self) -> int:

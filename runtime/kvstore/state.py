@@ -6,135 +6,37 @@ push-gradients (the optimizer runs here: one writer per row), checkpoint and res
 (server.py) and the in-process backend of standalone mode (client.py) both call it, so both modes run
 the same code. Every id is checked against [lo, hi) before anything is read or written.
 
-Initial values are generated in fixed global blocks of rows, each from its own seed, so a table's
-initial rows do not depend on how it is split across servers.
+Initial values come from inits.py, whatever the split. On a GPU server (--device cuda) only learnable
+tables and their optimizer state are on the GPU (placement.py decides; gpu.py orders the streams and
+stages the copies); everything else is held and served as on a CPU server.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import threading
-from dataclasses import dataclass
 from multiprocessing import shared_memory
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import psutil
 import torch
 
 from graphtrain.runtime.dtypes import NUMPY as DTYPES
 from graphtrain.runtime.dtypes import to_torch, wire_name
 from graphtrain.runtime.errors import NonFiniteGradient, SparseInputError
 from graphtrain.runtime.kvstore import checkpoint as ckpt
+from graphtrain.runtime.kvstore import gpu
+from graphtrain.runtime.kvstore import placement as place
+from graphtrain.runtime.kvstore.graphpart import GraphPart
+from graphtrain.runtime.kvstore.inits import init_rows
 from graphtrain.runtime.kvstore.protocol import ProtocolError
 from graphtrain.runtime.kvstore.shard import TensorShard
 from graphtrain.runtime.native import cuda
 from graphtrain.runtime.native.backend import CoreBackend, choose
 from graphtrain.runtime.optim import OptimConfig, make_state, sparse_step
-
-INIT_BLOCK_ROWS = 1 << 16
-
-
-def init_rows(spec: dict[str, Any], lo: int, hi: int, row_shape: tuple[int, ...], out: torch.Tensor) -> None:
-    """Fill `out` (rows lo..hi) from an init spec, the same values whatever the split.
-
-    spec: {"kind": "zeros"|"uniform"|"normal", "low", "high", "mean", "std", "seed"}.
-    """
-    kind = spec.get("kind", "zeros")
-    if kind == "zeros" or out.numel() == 0:
-        out.zero_()
-        return
-    if kind not in ("uniform", "normal"):
-        raise ProtocolError(f"init kind must be zeros, uniform or normal, got {kind!r}")
-    seed = int(spec.get("seed", 0))
-    first, last = lo // INIT_BLOCK_ROWS, (hi - 1) // INIT_BLOCK_ROWS
-    for block in range(first, last + 1):
-        b_lo = block * INIT_BLOCK_ROWS
-        a, b = max(lo, b_lo), min(hi, b_lo + INIT_BLOCK_ROWS)
-        gen = torch.Generator().manual_seed(seed * 1_000_003 + block)
-        vals = torch.empty((INIT_BLOCK_ROWS, *row_shape), dtype=out.dtype)
-        if kind == "uniform":
-            vals.uniform_(float(spec.get("low", -1.0)), float(spec.get("high", 1.0)), generator=gen)
-        else:
-            vals.normal_(float(spec.get("mean", 0.0)), float(spec.get("std", 1.0)), generator=gen)
-        out[a - lo : b - lo] = vals[a - b_lo : b - b_lo]
-
-
-@dataclass
-class GraphPart:
-    """The in-edges of one partition's nodes [lo, hi): in-CSR over local rows, global source ids."""
-
-    lo: int
-    hi: int
-    indptr: np.ndarray
-    indices: np.ndarray
-
-    def sample(self, seeds: np.ndarray, fanout: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
-        """Up to `fanout` in-neighbours of every seed, without replacement (fanout < 0: all of them).
-
-        Returns (sources, counts): the sampled sources of seed i are the next counts[i] entries. The
-        native sampler draws per (seed, node); the numpy fallback per request."""
-        if seeds.ndim != 1 or seeds.dtype != np.int64:
-            raise ProtocolError(f"seeds must be a 1-D int64 array, got {seeds.dtype} {seeds.shape}")
-        if choose() is CoreBackend.CPU:
-            from graphtrain.runtime.native.graph import sample_neighbors
-
-            try:
-                return sample_neighbors(
-                    self.indptr, self.indices, self.lo, np.ascontiguousarray(seeds), fanout, seed
-                )
-            except SparseInputError as exc:
-                raise ProtocolError(str(exc)) from None
-        bad = np.flatnonzero((seeds < self.lo) | (seeds >= self.hi))
-        if bad.size:
-            raise ProtocolError(
-                f"seed {int(seeds[bad[0]])} is outside this partition's nodes [{self.lo}, {self.hi})"
-            )
-        local = seeds - self.lo
-        starts = self.indptr[local]
-        degs = self.indptr[local + 1] - starts
-        counts = degs if fanout < 0 else np.minimum(degs, fanout)
-        out = np.empty(int(counts.sum()), dtype=np.int64)
-        offsets = np.concatenate([[0], np.cumsum(counts)])
-        full = counts == degs
-        if full.any():  # every in-neighbour
-            f_starts, f_counts = starts[full], counts[full]
-            src_pos = _ranges(f_starts, f_counts)
-            dst_pos = _ranges(offsets[:-1][full], f_counts)
-            out[dst_pos] = self.indices[src_pos]
-        part = ~full
-        if part.any():  # `fanout` of them: the smallest random keys within each seed's edges
-            p_starts, p_degs = starts[part], degs[part]
-            keys = np.random.default_rng([seed, int(seeds[0]), len(seeds)]).random(int(p_degs.sum()))
-            seg = np.repeat(np.arange(len(p_degs)), p_degs)
-            order = np.lexsort((keys, seg))
-            rank = np.arange(len(order)) - np.repeat(np.cumsum(p_degs) - p_degs, p_degs)
-            keep = order[rank < fanout]  # positions (in the concatenated edge lists) of the winners
-            edge = _ranges(p_starts, p_degs)[keep]
-            dst_pos = _ranges(offsets[:-1][part], np.full(len(p_degs), fanout))
-            out[dst_pos] = self.indices[edge]
-        return out, counts.astype(np.int64)
-
-
-def _ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
-    """Concatenation of arange(s, s + c) for each (s, c)."""
-    total = int(counts.sum())
-    if total == 0:
-        return np.empty(0, dtype=np.int64)
-    offsets = np.cumsum(counts) - counts
-    return np.repeat(starts - offsets, counts) + np.arange(total, dtype=np.int64)
-
-
-def fits(what: str, nbytes: int) -> None:
-    """Refuse an allocation this machine cannot hold, before making it (a bad create must not end the
-    server by the kernel's out-of-memory killer)."""
-    available = psutil.virtual_memory().available
-    if nbytes > available:
-        raise ProtocolError(
-            f"{what} needs {nbytes / 2**30:.2f} GiB; this server has {available / 2**30:.2f} GiB available"
-        )
 
 
 def nonfinite_rows(values: np.ndarray) -> np.ndarray | None:
@@ -221,11 +123,11 @@ class ShardTensors:
         shm_prefix: str = "graphtrain",
         restore_from: Path | None = None,
         device: str = "cpu",
+        free: place.MemorySource = place.free_bytes,
     ):
         self.device = table_device(device)
-        if use_shm and self.device.type != "cpu":
-            raise ProtocolError("tables in shared memory are host memory: --shm needs --device cpu")
         check_usable(self.device)
+        self.free = free  # free memory of a device (placement.free_bytes; injected in tests)
         self.shard = shard
         self.use_shm = use_shm
         self.shm_prefix = shm_prefix
@@ -256,8 +158,7 @@ class ShardTensors:
                     f"id {int(ids[first])} (position {first}) of {t.name!r} is outside this shard's rows "
                     f"[{t.lo}, {t.hi})"
                 )
-        local = torch.from_numpy(ids - t.lo)
-        return local if t.data.device.type == "cpu" else local.to(t.data.device)
+        return gpu.to_device(ids - t.lo, t.data.device)
 
     # ------------------------------------------------------------------------------------- create
 
@@ -270,9 +171,12 @@ class ShardTensors:
         lo: int,
         hi: int,
         init: dict[str, Any] | None = None,
+        node_data: bool = False,
     ) -> TensorShard:
         """Create the tensor, or attach to it if it exists with the same description. A create that
-        fails (a checkpoint that does not fit, say) leaves nothing behind: no table, no segment."""
+        fails (a checkpoint that does not fit, say) leaves nothing behind: no table, no segment. The rows
+        start in host memory (in shared memory with --shm where placement.shareable allows); a restored
+        optimizer moves them where placement puts learnable tables. `node_data`: the partition's."""
         if dtype not in DTYPES:
             raise ProtocolError(f"dtype {dtype!r} is not one of {sorted(DTYPES)}")
         if not (0 <= lo <= hi <= num_rows) or num_rows < 0:
@@ -289,14 +193,16 @@ class ShardTensors:
                     )
                 return t
             shape = (hi - lo, *row_shape)
-            fits(f"table {name!r}", int(np.prod(shape, dtype=np.int64)) * np.dtype(DTYPES[dtype]).itemsize)
-            data, shm = self._allocate(name, shape, to_torch(dtype))
+            nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(DTYPES[dtype]).itemsize
+            place.fits(f"table {name!r}", nbytes, place.CPU, self.free)
+            shared = self.use_shm and place.shareable(dtype, row_shape, node_data, self.device)
+            data, shm = self._allocate(name, shape, to_torch(dtype), shared)
             t = TensorShard(name, num_rows, row_shape, dtype, lo, hi, data, shm=shm)
             del data
             try:
                 init_rows(init or {}, lo, hi, row_shape, t.data)
-                if self.restore_from is not None:
-                    ckpt.restore_into(self.restore_from, t)
+                if self.restore_from is not None and ckpt.restore_into(self.restore_from, t):
+                    self._move(t, t.config, t.state)
             except BaseException:
                 t.release()
                 raise
@@ -304,12 +210,12 @@ class ShardTensors:
             return t
 
     def _allocate(
-        self, name: str, shape: tuple[int, ...], dtype: torch.dtype
+        self, name: str, shape: tuple[int, ...], dtype: torch.dtype, shared: bool
     ) -> tuple[torch.Tensor, shared_memory.SharedMemory | None]:
+        """Host memory for a new table: a shared-memory segment if `shared`, else huge pages for float32
+        rows (the CPU core's tables), else torch's."""
         nbytes = int(np.prod(shape, dtype=np.int64)) * torch.empty((), dtype=dtype).element_size()
-        if self.device.type != "cpu":  # a GPU shard server (--device cuda): rows and state on the device
-            return torch.empty(shape, dtype=dtype, device=self.device), None
-        if self.use_shm and nbytes > 0:
+        if shared and nbytes > 0:
             seg = self._segment(name, nbytes)
             return torch.frombuffer(seg.buf, dtype=dtype).view(shape), seg
         if dtype == torch.float32 and len(shape) == 2:
@@ -333,9 +239,12 @@ class ShardTensors:
             return shared_memory.SharedMemory(create=True, size=nbytes, name=full)
 
     def set_optimizer(self, name: str, config: dict[str, Any]) -> None:
-        """Attach a sparse optimizer (idempotent for the same config; a different one is refused)."""
+        """Attach a sparse optimizer (idempotent for the same config; a different one is refused). The
+        state is allocated, and a learnable table moved to the GPU, before anything is recorded: an
+        allocation that fails is an error naming the table and the bytes, the table stays as it was
+        and a retry can succeed."""
         t = self.get(name)
-        if t.dtype != "float32" or len(t.row_shape) != 1:
+        if not place.trainable(t.dtype, t.row_shape):
             raise ProtocolError(f"tensor {name!r} ({t.dtype}, rows {t.row_shape}) cannot have an optimizer")
         try:
             cfg = OptimConfig(**config)
@@ -346,10 +255,30 @@ class ShardTensors:
                 if t.config != cfg:
                     raise ProtocolError(f"tensor {name!r} already has optimizer {t.config}")
                 return
-            per_row = {"adagrad": 1, "adam": 2}.get(cfg.kind, 0) * t.row_shape[0] + 1
-            fits(f"optimizer state of {name!r}", per_row * 4 * t.rows)
-            t.config = cfg
-            t.state = make_state(cfg, t.rows, t.row_shape[0], t.data.device)
+            self._move(t, cfg, None)
+
+    def _move(self, t: TensorShard, cfg: OptimConfig | None, state: dict[str, torch.Tensor] | None) -> None:
+        """Give `t` the optimizer `cfg` with `state` (None: a fresh one) on the device placement picks,
+        moving its rows there if they are elsewhere; all or nothing (call under the table's lock)."""
+        where = place.placement(t.dtype, t.row_shape, cfg is not None, self.device, t.shm is not None)
+        moving = t.data.device != where
+        need = t.data.numel() * t.data.element_size() if moving else 0
+        if cfg is not None and (state is None or moving):
+            need += place.state_bytes(cfg.kind, cfg.step_count, t.rows, t.row_shape[0])
+        place.fits(f"optimizer state of {t.name!r}", need, where, self.free)
+        try:
+            if cfg is not None and state is None:
+                state = make_state(cfg, t.rows, t.row_shape[0], where)
+            state = {k: v.to(where) for k, v in (state or {}).items()}
+            gpu.wait_written(t)
+            data = t.data.to(where) if moving else t.data
+        except (torch.cuda.OutOfMemoryError, MemoryError) as exc:
+            raise ProtocolError(
+                f"optimizer state of {t.name!r}: {need} bytes do not fit on {where} "
+                f"({type(exc).__name__}); the table is unchanged"
+            ) from None
+        t.data, t.state, t.config = data, state, cfg
+        gpu.mark_written(t)
 
     # --------------------------------------------------------------------------------- data ops
 
@@ -361,23 +290,25 @@ class ShardTensors:
 
     @staticmethod
     def gather(t: TensorShard, local: torch.Tensor, out: torch.Tensor | None = None) -> np.ndarray:
-        if (
-            t.data.dtype == torch.float32
-            and t.data.dim() == 2
-            and len(local)
-            and choose(t.data.device) is CoreBackend.CPU
-        ):
+        """Rows `local` of `t` in host memory (into `out` if given), whatever the table's device, dtype
+        and shape (placement.gather_route picks the core or torch)."""
+        data = t.data  # one table: set_optimizer may move it meanwhile
+        local = local.to(data.device, non_blocking=True)
+        route = place.gather_route(data.dtype, data.dim(), data.is_contiguous(), choose(data.device))
+        if route is place.Gather.NATIVE_CPU and len(local):
             from graphtrain.runtime.native import optim as native
             from graphtrain.runtime.optim.functional import threads
 
-            return native.gather(t.data, local, threads=threads(), out=out).numpy()
-        if t.data.device.type == "cuda":  # the CUDA core where it runs, else torch; rows go to the host
-            rows = cuda.gather(t.data, local) if choose(t.data.device) is CoreBackend.CUDA else t.data[local]
-            return (rows.cpu() if out is None else out.copy_(rows)).numpy()
+            return native.gather(data, local, threads=threads(), out=out).numpy()
+        if data.is_cuda:  # after the table's last write, on this worker's stream; rows to the host
+            gpu.wait_written(t)
+            use_core = route is place.Gather.CUDA_CORE and len(local)
+            rows = cuda.gather(data, local) if use_core else data.index_select(0, local)
+            return gpu.download(rows, out)
         if out is not None:
-            torch.index_select(t.data, 0, local, out=out)
+            torch.index_select(data, 0, local, out=out)
             return out.numpy()
-        return t.data.index_select(0, local).numpy()
+        return data.index_select(0, local).numpy()
 
     @staticmethod
     def _pieces(
@@ -411,11 +342,14 @@ class ShardTensors:
                     f"(first id {int(piece_ids[bad][0])}); nothing was written"
                 )
         with t.lock:
+            local = local.to(t.data.device, non_blocking=True)
+            gpu.wait_written(t)
             offset = 0
             for _, values in pieces:
                 rows = local[offset : offset + len(values)]
-                t.data.index_copy_(0, rows, torch.from_numpy(np.ascontiguousarray(values)).to(t.data.device))
+                t.data.index_copy_(0, rows, gpu.to_device(values, t.data.device))
                 offset += len(values)
+            gpu.mark_written(t)
         return len(ids)
 
     def push_grad(
@@ -431,14 +365,17 @@ class ShardTensors:
             raise ProtocolError(f"tensor {name!r} has no optimizer; send set_optimizer first")
         ids, local = self._pieces(t, pieces)
         refuse = t.config.nonfinite == "refuse"
-        grads, keep, skipped = [], [], 0
+        grads: list[torch.Tensor] = []
+        keep: list[np.ndarray | None] = []
+        skipped = 0
         for _, values in pieces:
             bad = None if refuse else nonfinite_rows(values)  # refused: the core's first pass scans
             if bad is not None:
                 skipped += int(bad.sum())
                 values = values[~bad]
             keep.append(bad)
-            grads.append(torch.from_numpy(np.ascontiguousarray(values)).to(t.data.device))
+            # where the rows are: fixed once the optimizer is set (set_optimizer moved them with it)
+            grads.append(gpu.to_device(values, t.data.device))
         if skipped:
             mask = np.concatenate(
                 [np.ones(len(i), bool) if b is None else ~b for (i, _), b in zip(pieces, keep, strict=True)]
@@ -446,6 +383,7 @@ class ShardTensors:
             local = local[torch.from_numpy(mask).to(local.device)]
         global_adam = t.config.kind == "adam" and t.config.step_count == "global"
         with t.lock:
+            gpu.wait_written(t)
             # the client's step count (so all shards agree even when a push skips some of them), else
             # this shard's next count
             saved = int(t.state["step"][0]) if global_adam else 0
@@ -453,6 +391,7 @@ class ShardTensors:
                 t.state["step"][0] = step - 1  # sparse_step adds one
             try:
                 updated = sparse_step(t.config, t.data, t.state, local, grads, finite=refuse)
+                gpu.mark_written(t)
             except NonFiniteGradient:
                 if global_adam:
                     t.state["step"][0] = saved
@@ -471,13 +410,18 @@ class ShardTensors:
 
     def checkpoint(self, root: Path) -> list[dict[str, Any]]:
         """Write every tensor's rows and optimizer state under `root` (atomic per piece). Node data
-        loaded from the partition is left out: the partition files already hold it, unchanged."""
+        loaded from the partition is left out: the partition files already hold it, unchanged. A host
+        table is written under its lock; a GPU table in chunks, each under the lock (gpu.save_chunked)."""
         pieces = []
         for t in self.tensors.values():
             if t.from_partition and t.config is None:
                 continue
             with t.lock:
-                pieces.append(ckpt.write_piece(root, t))
+                if not t.data.is_cuda:
+                    pieces.append(ckpt.write_piece(root, t))
+                    continue
+                view = dataclasses.replace(t, state=dict(t.state))  # this moment's tensors and config
+            pieces.append(ckpt.write_piece(root, view, lambda d, v, live=t: gpu.save_chunked(d, v, live)))
         return pieces
 
     def restore(self, root: Path) -> list[str]:
@@ -485,7 +429,10 @@ class ShardTensors:
         restored = []
         for t in self.tensors.values():
             with t.lock:
+                gpu.wait_written(t)
                 if ckpt.restore_into(root, t):
+                    self._move(t, t.config, t.state)  # a checkpoint's optimizer takes it to the GPU
+                    gpu.mark_written(t)
                     restored.append(t.name)
         return restored
 
@@ -514,7 +461,8 @@ class ShardTensors:
             dtype = wire_name(arr.dtype, widen=True)
             if dtype is None:
                 continue
-            t = self.create(f"ndata.{key}", int(cfg.data["num_nodes"]), tuple(arr.shape[1:]), dtype, lo, hi)
+            n = int(cfg.data["num_nodes"])
+            t = self.create(f"ndata.{key}", n, tuple(arr.shape[1:]), dtype, lo, hi, node_data=True)
             t.data.copy_(torch.from_numpy(np.ascontiguousarray(arr.astype(DTYPES[dtype]))))
             t.from_partition = True
             loaded.append(t.name)

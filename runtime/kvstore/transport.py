@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from graphtrain.runtime.errors import GraphtrainError
-from graphtrain.runtime.kvstore.state import GraphPart
+from graphtrain.runtime.kvstore.graphpart import GraphPart
 
 
 class KVTimeout(GraphtrainError, TimeoutError):

@@ -26,8 +26,8 @@ from zmq.utils.monitor import recv_monitor_message
 
 from graphtrain.runtime.errors import GraphtrainError
 from graphtrain.runtime.kvstore import auth, protocol
+from graphtrain.runtime.kvstore.graphpart import GraphPart
 from graphtrain.runtime.kvstore.samehost import SameHost
-from graphtrain.runtime.kvstore.state import GraphPart
 from graphtrain.runtime.kvstore.transport import Answer, Call, KVAuthError, KVTimeout, place
 
 DEFAULT_TIMEOUT = 30.0

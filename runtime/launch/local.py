@@ -234,14 +234,18 @@ class LocalRun:
 
     @property
     def device(self) -> str:
-        """Where the shard servers keep their tables (spec shardServers.device): cpu or cuda."""
+        """Where the shard servers keep their learnable tables (spec shardServers.device): cpu or cuda."""
         return Device(self.gt.spec.shard_servers.device).value
 
     def start_servers(self, partition: Path) -> None:
         n = self.gt.spec.num_shards
         where = plan.files(self.run_dir, self.spec_path, partition)
+        gpus = visible_gpus() if self.device == "cuda" else 0
         self.servers = [
-            self._spawn(plan.shard_server(i, where, self.run_dir, self.device), announces=True)
+            self._spawn(
+                plan.shard_server(i, where, self.run_dir, plan.shard_device(self.device, i, gpus)),
+                announces=True,
+            )
             for i in range(n)
         ]
         self.addresses = [wait_ready(c) for c in self.servers]
@@ -259,9 +263,7 @@ class LocalRun:
         world = self.gt.spec.trainers.replicas
         init = f"tcp://127.0.0.1:{free_port()}"
         self.trainers = [
-            self._spawn(
-                plan.trainer(r, world, where, self.run_dir, self.addresses, init, shm=self.device == "cpu")
-            )
+            self._spawn(plan.trainer(r, world, where, self.run_dir, self.addresses, init))
             for r in range(world)
         ]
 
@@ -515,3 +517,11 @@ def read_if_present(path: Path) -> str | None:
         return path.read_text()
     except OSError:
         return None
+
+
+def visible_gpus() -> int:
+    """The GPUs this process sees (CUDA_VISIBLE_DEVICES applies): a cuda run spreads its shards over
+    them (plan.shard_device)."""
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0

@@ -48,15 +48,24 @@ def port_file(run_dir: Path, rank: int) -> Path:
     return run_dir / "prometheus" / f"trainer-{rank}.port.json"
 
 
+def shard_device(device: str, index: int, gpus: int) -> str:
+    """Where shard server `index` of a local run keeps its learnable tables: the CPU, or with device cuda
+    GPU `index mod gpus` of the `gpus` visible ones (without any: "cuda", which the server refuses
+    saying so). Every shard on cuda:0 gave one GPU N contexts while the others idled."""
+    if device == "cpu" or gpus < 1:
+        return device
+    return f"cuda:{index % gpus}"
+
+
 def shard_server(index: int, where: roles.Files, run_dir: Path, device: str = "cpu") -> ProcessPlan:
-    """Shard server `index` on an ipc:// socket in the run directory, its tables in shared memory (on
-    the GPU with device cuda: then trainers pull them over the socket)."""
+    """Shard server `index` on an ipc:// socket in the run directory, its host tables in shared memory
+    (with device cuda[:N] its learnable tables are on the GPU; trainers pull those over the socket)."""
     bind = f"ipc://{run_dir / f'shard-{index}.sock'}"
     argv = roles.shard_server(
         where,
         bind=bind,
         shard=index,
-        shm=device == "cpu",
+        shm=True,
         workers=SHARD_WORKERS,
         metrics_port=0,
         device=device,

@@ -27,8 +27,9 @@ def serve(p: ShardServerParams) -> None:
     Clients authenticate with the shared token when they connect (nothing of a connection without it
     is read beyond its handshake). Prints one JSON line {"event": "ready", "address": ...,
     "metrics_port": ...} when it listens, then serves until a shutdown request, SIGTERM or Ctrl-C. The
-    metrics port also answers /livez (the liveness probe) and /readyz. With a cuda device, tables and
-    optimizer state live on the GPU and pushes run the CUDA core (runtime/native/cuda.py).
+    metrics port also answers /livez (the liveness probe) and /readyz. With a cuda device, learnable
+    tables and their optimizer state live on the GPU and pushes run the CUDA core (runtime/native/cuda.py);
+    node data stays in host memory, shared with --shm (kvstore/placement.py).
     """
     # here, not at the top: the CLI imports this module, and `graphtrain --help` needs no torch or ZMQ
     from graphtrain.contract import httpd

@@ -110,9 +110,7 @@ def local_argvs(gt: GraphTraining, tmp: Path) -> dict[str, list[str]]:
     device = Device(gt.spec.shard_servers.device).value
     plans = [plan.shard_server(i, where, run_dir, device) for i in range(gt.spec.num_shards)]
     init = "tcp://127.0.0.1:29500"
-    plans += [
-        plan.trainer(r, world, where, run_dir, servers, init, shm=device == "cpu") for r in range(world)
-    ]
+    plans += [plan.trainer(r, world, where, run_dir, servers, init) for r in range(world)]
     out = {}
     for p in plans:
         assert p.argv[: len(plan.entry())] == plan.entry()
@@ -155,7 +153,7 @@ def test_every_local_argv_parses_with_the_cli(doc: dict, tmp_path: Path) -> None
     params = {name: parse(argv) for name, argv in local_argvs(gt, tmp_path).items()}
     world = gt.spec.trainers.replicas
     device = Device(gt.spec.shard_servers.device).value
-    shm = device == "cpu"  # shared memory is host memory: tables on a GPU are pulled over the socket
+    shm = True  # host tables in shared memory on a GPU server too (only learnable ones are on the GPU)
     for i in range(gt.spec.num_shards):
         s = params[f"shard-{i}"]
         assert (s["shard"], s["shm"], s["restore"], s["device"]) == (i, shm, "latest", device)

@@ -189,3 +189,33 @@ def test_a_server_process_serves_livez_and_readyz(ckroot: Path) -> None:
             }
         finally:
             client.close()
+
+
+@pytest.mark.timeout(60)
+def test_a_sticky_cuda_error_makes_the_server_not_live(server: ShardServer) -> None:
+    """After an illegal address the GPU context is dead: the request is answered with the error, and the
+    server is not live any more (so /livez fails and Kubernetes restarts it from its checkpoint)."""
+    run = server.dispatcher.run
+
+    def broken(req, args, who=None, now=None):
+        if req.op == "stats":
+            raise RuntimeError("CUDA error: an illegal memory access was encountered")
+        return run(req, args, who, now)
+
+    server.dispatcher.run = broken  # type: ignore[method-assign]
+    client = kvstore.connect([server.address], TOKEN, timeout=10, retries=0)
+    try:
+        assert server.liveness()[0]
+        with pytest.raises(Exception, match="illegal memory access"):
+            client.stats()
+        live, why = server.liveness()
+        assert not live and "sticky CUDA error" in why and "illegal memory access" in why
+        assert client.health()[0]["live"] is False
+    finally:
+        client.close()
+
+
+def test_an_error_that_is_not_sticky_leaves_the_server_live(server: ShardServer) -> None:
+    server.note_error(RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB"))
+    server.note_error(ValueError("an illegal memory access, says a client"))
+    assert server.liveness() == (True, "ok")

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from graphtrain.runtime.kvstore.checkpoint import export_state, export_table
-from graphtrain.runtime.kvstore.state import init_rows
+from graphtrain.runtime.kvstore.inits import init_rows
 from graphtrain.runtime.optim import OptimConfig, make_state, sparse_step
 from tests.runtime.conftest import TOKEN, servers
 from tests.runtime.kvstore import workers as kv_worker
