@@ -386,23 +386,24 @@ class ShardTensors:
             gpu.wait_written(t)
             # the client's step count (so all shards agree even when a push skips some of them), else
             # this shard's next count
-            saved = int(t.state["step"][0]) if global_adam else 0
+            # kept as a tensor where it lives: reading it back would wait for a GPU table's device
+            saved = t.state["step"].clone() if global_adam else None
             if global_adam and step is not None:
-                t.state["step"][0] = step - 1  # sparse_step adds one
+                t.state["step"].fill_(step - 1)  # sparse_step adds one
             try:
                 updated = sparse_step(t.config, t.data, t.state, local, grads, finite=refuse)
                 gpu.mark_written(t)
             except NonFiniteGradient:
-                if global_adam:
-                    t.state["step"][0] = saved
+                if saved is not None:
+                    t.state["step"].copy_(saved)
                 rows = np.concatenate([~np.isfinite(v.reshape(len(v), -1)).all(axis=1) for _, v in pieces])
                 raise ProtocolError(
                     f"push_grad of {name!r}: {int(rows.sum())} gradient row(s) hold NaN or infinity "
                     f"(first id {int(ids[rows][0])}); no row was updated"
                 ) from None
             except SparseInputError as exc:
-                if global_adam:
-                    t.state["step"][0] = saved
+                if saved is not None:
+                    t.state["step"].copy_(saved)
                 raise ProtocolError(str(exc)) from None
         return updated, skipped
 
