@@ -81,7 +81,8 @@ class PullStream:
 
 
 def table_device(text: str) -> torch.device:
-    """Where a shard server keeps its tables: cpu or cuda[:N].
+    """Where a shard server keeps its tables: cpu or cuda[:N]; a bare "cuda" is cuda:0, so tables, their
+    events and messages name one device.
 
     Raises:
         ProtocolError: not a device, or neither cpu nor cuda.
@@ -92,7 +93,7 @@ def table_device(text: str) -> torch.device:
         raise ProtocolError(f"--device {text!r} is not a device: cpu, cuda or cuda:N") from None
     if device.type not in ("cpu", "cuda"):
         raise ProtocolError(f"a shard server holds its tables on the CPU or a GPU, not on {device}")
-    return device
+    return torch.device("cuda", 0) if device.type == "cuda" and device.index is None else device
 
 
 def check_usable(device: torch.device) -> None:

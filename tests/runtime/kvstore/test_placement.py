@@ -229,3 +229,8 @@ def test_chunked_checkpoint_writes_what_the_whole_one_writes(tmp_path: Path, opt
     assert torch.equal(fresh.data, t.data)
     for key, value in t.state.items():
         assert torch.equal(fresh.state[key], value), key
+
+
+@pytest.mark.parametrize(("text", "want"), [("cpu", "cpu"), ("cuda", "cuda:0"), ("cuda:1", "cuda:1")])
+def test_a_bare_cuda_device_is_the_first_gpu(text: str, want: str) -> None:
+    assert state_mod.table_device(text) == torch.device(want)
