@@ -180,11 +180,9 @@ int64_t sparse_step_impl(const char* fn, const StepCall& c, cudaStream_t stream,
     if ((err = cudaGetLastError()) != cudaSuccess) return fail(fn, "finite check kernel launch", err);
   }
   const bool adam_global = c.kind == graphtrain::kAdam && c.global_step;
-  if (adam_global) {
-    global_step_kernel<<<1, 1, 0, stream>>>(c.steps, c.params, sg.info);
-    if ((err = cudaGetLastError()) != cudaSuccess) return fail(fn, "global step kernel launch", err);
-  }
-  const bool vec4 = vec4_ok(c.dim, {c.grads, c.table, c.state0, c.state1, sg.partials});
+  // row-wise Adagrad's one accumulator per row is read one float at a time: its alignment does not matter
+  const float* rows_state0 = c.kind == graphtrain::kRowwiseAdagrad ? nullptr : c.state0;
+  const bool vec4 = vec4_ok(c.dim, {c.grads, c.table, rows_state0, c.state1, sg.partials});
   if (sg.max_chunks > 0) {  // the ids seen more than kDirect times: their chunks summed on many warps
     plan_kernel<<<blocks_for_threads(c.n), kBlock, 0, stream>>>(c.n, sg.starts, sg.info, sg.chunks, sg.first_chunk);
     if ((err = cudaGetLastError()) != cudaSuccess) return fail(fn, "chunk plan kernel launch", err);
@@ -200,6 +198,10 @@ int64_t sparse_step_impl(const char* fn, const StepCall& c, cudaStream_t stream,
                   c.dim,    c.mean,   group_for(c.dim, vec4 ? 4 : 1),  c.table,   c.state0,
                   c.state1, c.kind == graphtrain::kAdam && !c.global_step ? c.steps : nullptr,
                   adam_global, c.row_norm, c.params};
+  if (adam_global) {  // counted last before the update, so no failed launch leaves a step counted
+    global_step_kernel<<<1, 1, 0, stream>>>(c.steps, c.params, sg.info);
+    if ((err = cudaGetLastError()) != cudaSuccess) return fail(fn, "global step kernel launch", err);
+  }
   const int blocks = blocks_for_warps((static_cast<int64_t>(c.n) + kWarp - 1) / kWarp);
   err = vec4 ? launch_kind<Key, 4>(c.kind, a, blocks, stream) : launch_kind<Key, 1>(c.kind, a, blocks, stream);
   if (err != cudaSuccess) return fail(fn, "update kernel launch", err);
@@ -238,7 +240,9 @@ int scatter_impl(const char* fn, int n, const int64_t* ids, const float* values,
   return 0;
 }
 
-bool batch_fits(int64_t n) { return n >= 0 && n <= INT32_MAX; }
+// Positions are 32-bit; the chunk loops add up to kSumChunk to one, so a batch keeps clear of the top.
+constexpr int64_t kMaxBatch = INT32_MAX - 2 * graphtrain::kSumChunk;
+bool batch_fits(int64_t n) { return n >= 0 && n <= kMaxBatch; }
 
 }  // namespace
 
@@ -304,7 +308,7 @@ GT_API int gt_cuda_workspace_bytes(int32_t op, int64_t n, int64_t num_rows, int6
   const char* fn = "gt_cuda_workspace_bytes";
   try {
     *bytes = 0;
-    if (!batch_fits(n)) return fail_arg(fn, "a batch of " + std::to_string(n) + " ids (at most 2^31 - 1)");
+    if (!batch_fits(n)) return fail_arg(fn, "a batch of " + std::to_string(n) + " ids (at most " + std::to_string(kMaxBatch) + ")");
     if (op == 2 || n == 0) {
       *bytes = static_cast<int64_t>(aligned(sizeof(Info)));
       return 0;
@@ -337,7 +341,7 @@ GT_API int64_t gt_cuda_sparse_step(int32_t kind, int64_t n, const int64_t* ids, 
   const char* fn = "gt_cuda_sparse_step";
   try {
     *bad_pos = -1;
-    if (!batch_fits(n)) return fail_arg(fn, "a batch of " + std::to_string(n) + " ids (at most 2^31 - 1)");
+    if (!batch_fits(n)) return fail_arg(fn, "a batch of " + std::to_string(n) + " ids (at most " + std::to_string(kMaxBatch) + ")");
     if (kind < graphtrain::kSGD || kind > graphtrain::kAdam) return fail_arg(fn, "optimizer kind " + std::to_string(kind));
     const bool adam_global = kind == graphtrain::kAdam && global_step;
     if (n == 0 && !adam_global) return 0;
@@ -403,7 +407,7 @@ GT_API int gt_cuda_scatter(int64_t n, const int64_t* ids, const float* values, f
   const char* fn = "gt_cuda_scatter";
   try {
     *bad_pos = -1;
-    if (!batch_fits(n)) return fail_arg(fn, "a batch of " + std::to_string(n) + " ids (at most 2^31 - 1)");
+    if (!batch_fits(n)) return fail_arg(fn, "a batch of " + std::to_string(n) + " ids (at most " + std::to_string(kMaxBatch) + ")");
     if (n == 0) return 0;
     DeviceGuard guard(device);
     if (guard.err != cudaSuccess) return fail(fn, "select the device", guard.err);

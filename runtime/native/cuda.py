@@ -37,7 +37,7 @@ from graphtrain.runtime.native.optim import KIND_CODE, OptimArgs
 RC_BAD_ID, RC_CUDA_ERROR, RC_BAD_ARGUMENT, RC_NONFINITE = -1, -2, -3, -4
 # gt_cuda_workspace_bytes' operations
 OP_STEP, OP_SCATTER, OP_GATHER = 0, 1, 2
-MAX_BATCH = 2**31 - 1  # the core sorts 32-bit positions
+MAX_BATCH = 2**31 - 1 - 512  # the core sorts 32-bit positions (kMaxBatch in optim_cuda.cu)
 
 
 class CudaCoreError(GraphtrainError, RuntimeError):
