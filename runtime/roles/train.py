@@ -25,8 +25,12 @@ def train(p: TrainParams) -> None:
 
     With --metrics-port, /metrics answers from the start (steps, samples, step and stage seconds, loss,
     eval metric, epoch); the bound port goes to --metrics-port-file, which is how the local launcher
-    learns a port 0 picked.
+    learns a port 0 picked. SIGTERM stops it at once, before any thread of torch, gloo or ZMQ starts
+    (roles/stop.py).
     """
+    from graphtrain.runtime.roles.stop import exit_on_sigterm
+
+    exit_on_sigterm(f"trainer {p.rank}")
     import torch
 
     from graphtrain.runtime import kvstore

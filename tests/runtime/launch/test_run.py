@@ -199,10 +199,16 @@ def test_graphsage_trains_and_reports(graph_file: Path, tmp_path: Path, standalo
 
 
 def run_and_kill(
-    run: LocalRun, victim: str, after_checkpoint: bool, at_once: bool = False
+    run: LocalRun,
+    victim: str,
+    after_checkpoint: bool,
+    at_once: bool = False,
+    sig: signal.Signals = signal.SIGKILL,
+    gone: list[float] | None = None,
 ) -> tuple[dict | None, Exception | None]:
-    """Run in a thread; kill `victim` (trainer-1, shard-0) once training reports progress (and, if asked,
-    once a checkpoint exists; or, at_once, as soon as it is started); return the run's result or its error."""
+    """Run in a thread; send `sig` to `victim` (trainer-1, shard-0) once training reports progress (and, if
+    asked, once a checkpoint exists; or, at_once, as soon as it is started); return the run's result or its
+    error. `gone` receives the seconds the victim took to exit."""
     out: dict = {}
 
     def target() -> None:
@@ -220,7 +226,12 @@ def run_and_kill(
         ready = at_once or reporting
         procs = {c.plan.name: c for c in [*run.trainers, *run.servers]}
         if ready and victim in procs and procs[victim].proc.poll() is None:
-            procs[victim].proc.kill()
+            proc, sent = procs[victim].proc, time.monotonic()
+            proc.send_signal(sig)
+            while proc.poll() is None and time.monotonic() < sent + 30:
+                time.sleep(0.02)
+            if gone is not None:
+                gone.append(time.monotonic() - sent)
             break
         time.sleep(0.05)
     else:
@@ -265,6 +276,24 @@ def test_restart_from_the_last_checkpoint(graph_file: Path, tmp_path: Path, vict
     for kind, children in (("shard", run.servers), ("trainer", run.trainers)):
         for i, c in enumerate(children):
             assert ports[(f"graphtrain-{kind}", str(i))] == [f"127.0.0.1:{c.metrics_port}"], (kind, i, doc)
+
+
+@pytest.mark.timeout(400)
+def test_a_trainer_stops_on_sigterm_within_3_s_and_resumes_from_its_checkpoint(
+    graph_file: Path, tmp_path: Path
+) -> None:
+    """SIGTERM mid-epoch (after a checkpoint): the trainer is gone within 3 s, and the restarted one
+    resumes from the newest complete checkpoint and finishes (roles/stop.py)."""
+    run = launch(sage_spec(graph_file, epochs=6, backoff=1), tmp_path / "run")
+    gone: list[float] = []
+    result, error = run_and_kill(run, "trainer-1", after_checkpoint=True, sig=signal.SIGTERM, gone=gone)
+    assert gone and gone[0] < 3.0, gone
+    assert error is None, error
+    assert result is not None and result["test_accuracy"] > 0.6, result
+    st = status(run.run_dir)
+    assert st["phase"] == "Succeeded" and st["restarts"] == 1 and st["progress"]["epoch"] == 6
+    log = (run.run_dir / "logs" / "trainer-1.log").read_text()
+    assert "[trainer 1] SIGTERM: stopping now" in log
 
 
 @pytest.mark.timeout(300)
