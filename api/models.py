@@ -76,7 +76,8 @@ class SpecSummary(ApiModel):
     shard_servers: int = Field(description="Shard servers (one per partition unless set).")
     trainers: int
     backend: Backend
-    device: Device
+    device: Device = Field(description="Where the shard servers keep their tables.")
+    trainer_device: Device = Field(description="Where the trainers compute.")
     suspend: bool
 
 
@@ -186,8 +187,9 @@ def spec_summary(spec: GraphTrainingSpec) -> SpecSummary:
         ],
         shard_servers=spec.num_shards,
         trainers=spec.trainers.replicas,
-        backend=spec.trainers.backend,
+        backend=spec.trainers.dist_backend,
         device=spec.shard_servers.device,
+        trainer_device=spec.trainers.device,
         suspend=spec.suspend,
     )
 

@@ -199,6 +199,19 @@ def crd() -> dict[str, Any]:
                         {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
                         {"name": "Progress", "type": "string", "jsonPath": ".status.progress.summary"},
                         {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+                        # where each role computes (kubectl get -o wide)
+                        {
+                            "name": "Trainers",
+                            "type": "string",
+                            "jsonPath": ".spec.trainers.device",
+                            "priority": 1,
+                        },
+                        {
+                            "name": "Shards",
+                            "type": "string",
+                            "jsonPath": ".spec.shardServers.device",
+                            "priority": 1,
+                        },
                     ],
                     "schema": {"openAPIV3Schema": openapi_schema()},
                 }

@@ -90,8 +90,8 @@ def _image(suffix: str = "") -> str:
 
 
 class Images(_Config):
-    """The runtime images: `runtime` for the partition Job, CPU shard servers and gloo trainers, `cuda`
-    for shardServers.device cuda and nccl trainers (a GraphTraining's spec.image overrides both)."""
+    """The runtime images: `runtime` for the partition Job, CPU shard servers and CPU trainers, `cuda`
+    for shardServers.device cuda and trainers.device cuda (a GraphTraining's spec.image overrides both)."""
 
     runtime: str = Field(default_factory=_image, min_length=1)
     cuda: str = Field(default_factory=lambda: _image("-cuda"), min_length=1)

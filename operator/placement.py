@@ -3,7 +3,7 @@ merge rules, one function each, tested as tables.
 
 - Resources: the spec's, as a whole, when it sets any request or limit; else the role's default. A
   whole, not merged key by key: a training that sets only memory limits should not inherit a default
-  CPU limit it did not ask for. GPU pods (shardServers.device cuda, trainers.backend nccl) get a
+  CPU limit it did not ask for. GPU pods (shardServers.device cuda, trainers.device cuda) get a
   `nvidia.com/gpu` limit of their request, else 1, unless they set one.
 - nodeSelector, tolerations, affinity, priorityClassName: each on its own, the spec's when set (an
   empty value too: `nodeSelector: {}` clears the default), else the role's default.
@@ -19,7 +19,6 @@ from typing import Any, Literal
 
 from graphtrain.contract.spec import (
     Affinity,
-    Backend,
     Device,
     GraphTrainingSpec,
     Placement,
@@ -61,11 +60,11 @@ def role_defaults(config: OperatorConfig, role: Role) -> RoleDefaults:
 
 
 def uses_gpu(spec: GraphTrainingSpec, role: Role) -> bool:
-    """Shard servers on cuda and nccl trainers run on GPUs; the partition Job never does."""
+    """Shard servers and trainers with device cuda run on GPUs; the partition Job never does."""
     if role == "shards":
         return spec.shard_servers.device == Device.cuda
     if role == "trainer":
-        return spec.trainers.backend == Backend.nccl
+        return spec.trainers.device == Device.cuda
     return False
 
 

@@ -205,9 +205,10 @@ add_rules(
     Rule(
         "nccl-needs-cuda",
         "trainers.backend",
-        lambda s: s.trainers.backend != Backend.nccl or s.shard_servers.device == Device.cuda,
-        cel="self.trainers.backend != 'nccl' || self.shardServers.device == 'cuda'",
-        message="nccl needs GPUs; use gloo for CPU trainers",
+        lambda s: s.trainers.backend != Backend.nccl or s.trainers.device == Device.cuda,
+        cel="!has(self.trainers.backend) || self.trainers.backend != 'nccl' || "
+        "self.trainers.device == 'cuda'",
+        message="nccl runs on GPUs: set trainers.device: cuda, or use gloo for CPU trainers",
     ),
 )
 

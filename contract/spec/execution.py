@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pydantic import (
     Field,
+    model_validator,
 )
 
 from graphtrain.contract.spec.base import Quantity, SpecModel
@@ -35,10 +36,29 @@ class Trainers(Placement):
     """The trainer processes (data parallel, torch.distributed)."""
 
     replicas: int = Field(default=1, ge=1, le=4096, description="Number of trainers.")
-    backend: Backend = Field(
-        default=Backend.gloo,
-        description="torch.distributed backend of the dense all-reduce: gloo (CPU) or nccl (GPUs).",
+    device: Device = Field(
+        default=Device.cpu,
+        description="Where each trainer computes: cpu, or cuda (one GPU per trainer: cuda:0 in its pod, "
+        "rank mod the visible GPUs on one machine).",
     )
+    backend: Backend | None = Field(
+        default=None,
+        description="torch.distributed backend of the dense all-reduce: gloo, or nccl (GPU trainers). "
+        "Unset: nccl with device cuda, else gloo.",
+    )
+
+    @model_validator(mode="after")
+    def _backend_follows_the_device(self) -> Trainers:
+        """An unset backend is the device's: the spec that reaches every role names one (no role decides
+        it again); the CRD leaves it unset, so the API server does not fill gloo in for GPU trainers."""
+        if self.backend is None:
+            self.backend = Backend.nccl if self.device == Device.cuda else Backend.gloo
+        return self
+
+    @property
+    def dist_backend(self) -> Backend:
+        """The backend, resolved (set once validation has run)."""
+        return Backend(self.backend or (Backend.nccl if self.device == Device.cuda else Backend.gloo))
 
 
 # The longest duration a runPolicy field takes: ten years. Beyond it a timer or a date computed from the

@@ -179,7 +179,7 @@ def test_pod_specs_are_found_in_every_workload_kind() -> None:
 EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
 VARIANTS = {  # what changes a pod: the device, the backend, a spec's own resources and placement
     "as-is": {},
-    "cuda": {"shardServers": {"device": "cuda"}, "trainers": {"backend": "nccl"}},
+    "cuda": {"shardServers": {"device": "cuda"}, "trainers": {"device": "cuda"}},
     "own-resources": {
         "trainers": {
             "resources": {"requests": {"cpu": "2", "memory": "3Gi"}, "limits": {"cpu": "4", "memory": "6Gi"}},

@@ -59,7 +59,10 @@ def test_crd_names_columns_and_subresource() -> None:
     assert doc["spec"]["names"]["shortNames"] == ["gtr"]
     version = doc["spec"]["versions"][0]
     assert version["name"] == "v1alpha1" and version["subresources"] == {"status": {}}
-    assert [c["name"] for c in version["additionalPrinterColumns"]] == ["Phase", "Progress", "Age"]
+    columns = version["additionalPrinterColumns"]
+    assert [c["name"] for c in columns] == ["Phase", "Progress", "Age", "Trainers", "Shards"]
+    # where each role computes: with -o wide
+    assert [c.get("priority", 0) for c in columns] == [0, 0, 0, 1, 1]
 
 
 def test_quantities_are_int_or_string() -> None:

@@ -44,7 +44,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "one-trainer-one-part": {"trainers": {"replicas": 1}, "partition": {"parts": 1}},
     "more-shards-than-trainers": {"trainers": {"replicas": 3}, "partition": {"parts": 4}},
     "gpu": {
-        "trainers": {"replicas": 2, "backend": "nccl"},
+        "trainers": {"replicas": 2, "device": "cuda"},
         "shardServers": {"device": "cuda", "threads": 4, "replicas": 2},
     },
     "odd-storage": {"storage": {"mountPath": "/mnt/with space/", "volumeClaimName": "shared"}},

@@ -17,7 +17,7 @@ from graphtrain.contract.spec import (
     parse,
     quantity_to_bytes,
 )
-from tests.contract.spec_cases import GRAPHSAGE
+from tests.contract.spec_cases import GRAPHSAGE, edit
 
 EXAMPLES = Path(__file__).parents[2] / "examples"
 
@@ -193,3 +193,27 @@ def test_numbers_are_read_as_kubectl_reads_them() -> None:
     text = (EXAMPLES / "gene-kg-transe.yaml").read_text().replace("eps: 1.0e-8", "eps: 1e-8")
     assert "eps: 1e-8" in text
     assert load_yaml(text).spec.embeddings[0].optimizer.eps == 1e-8
+
+
+@pytest.mark.parametrize(
+    ("trainers", "backend"),
+    [
+        ({}, "gloo"),
+        ({"device": "cuda"}, "nccl"),
+        ({"device": "cuda", "backend": "gloo"}, "gloo"),
+        ({"device": "cpu", "backend": "gloo"}, "gloo"),
+    ],
+)
+def test_the_trainers_backend_follows_their_device(trainers: dict, backend: str) -> None:
+    gt = parse(edit(GRAPHSAGE, lambda s: s.update(trainers=trainers)))
+    assert gt.spec.trainers.backend == backend == gt.spec.trainers.dist_backend
+
+
+def test_nccl_needs_gpu_trainers_not_gpu_shards() -> None:
+    """The rule is about the trainers' device: GPU shard servers do not make nccl valid for CPU trainers."""
+    doc = edit(GRAPHSAGE, lambda s: s.update(trainers={"backend": "nccl"}, shardServers={"device": "cuda"}))
+    with pytest.raises(SpecError) as info:
+        parse(doc)
+    assert [p.path for p in info.value.problems] == ["spec.trainers.backend"]
+    assert "set trainers.device: cuda" in info.value.problems[0].message
+    assert parse(edit(GRAPHSAGE, lambda s: s.update(trainers={"device": "cuda", "backend": "nccl"})))

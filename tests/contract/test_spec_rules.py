@@ -112,7 +112,7 @@ def test_schema_errors_and_every_decidable_rule_at_once() -> None:
         "spec.embeddings[1].dtype": "not supported yet",
         "spec.training.fanouts": "has 2 entries but model.numLayers is 3",
         "spec.shardServers.replicas": "is 3 but partition.parts is 2",
-        "spec.trainers.backend": "nccl needs GPUs",
+        "spec.trainers.backend": "nccl runs on GPUs",
     }
     assert {p.path for p in problems} == schema | set(rules), [str(p) for p in problems]
     for path, needle in rules.items():

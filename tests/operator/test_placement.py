@@ -120,7 +120,7 @@ def spec(**sections: Any) -> GraphTrainingSpec:
     return parse(edit(GRAPHSAGE, lambda s: s.update(sections))).spec
 
 
-GPU_SPEC = {"shardServers": {"device": "cuda"}, "trainers": {"backend": "nccl"}}
+GPU_SPEC = {"shardServers": {"device": "cuda"}, "trainers": {"device": "cuda"}}
 IMAGES = operator_config.OperatorConfig.model_validate(
     {"images": {"runtime": "reg/rt:1", "cuda": "reg/rt:1-cuda"}}
 )
@@ -134,9 +134,15 @@ IMAGES = operator_config.OperatorConfig.model_validate(
         pytest.param({}, "trainer", "reg/rt:1", id="gloo-trainers-runtime"),
         pytest.param(GPU_SPEC, "partition", "reg/rt:1", id="partition-never-cuda"),
         pytest.param(GPU_SPEC, "shards", "reg/rt:1-cuda", id="cuda-shards"),
-        pytest.param(GPU_SPEC, "trainer", "reg/rt:1-cuda", id="nccl-trainers"),
+        pytest.param(GPU_SPEC, "trainer", "reg/rt:1-cuda", id="cuda-trainers"),
         pytest.param(
-            {"shardServers": {"device": "cuda"}}, "trainer", "reg/rt:1", id="gloo-beside-cuda-shards"
+            {"shardServers": {"device": "cuda"}}, "trainer", "reg/rt:1", id="cpu-trainers-beside-cuda-shards"
+        ),
+        pytest.param(
+            {"trainers": {"device": "cuda"}}, "shards", "reg/rt:1", id="cpu-shards-beside-cuda-trainers"
+        ),
+        pytest.param(
+            {"trainers": {"device": "cuda", "backend": "gloo"}}, "trainer", "reg/rt:1-cuda", id="gloo-on-gpus"
         ),
         pytest.param({**GPU_SPEC, "image": "mine:2"}, "shards", "mine:2", id="spec-image-overrides-all"),
         pytest.param({"image": "mine:2"}, "partition", "mine:2", id="spec-image-partition"),
@@ -227,6 +233,25 @@ def pods(gt: GraphTraining, config: operator_config.OperatorConfig) -> dict[str,
         "shards": manifests.shard_statefulset(OWNER, gt, config)["spec"]["template"]["spec"],
         "trainer": manifests.trainer_pod(OWNER, gt, config, 0, 0)["spec"],
     }
+
+
+@pytest.mark.parametrize("trainers", ["cpu", "cuda"])
+@pytest.mark.parametrize("shards", ["cpu", "cuda"])
+def test_gpus_follow_each_roles_device(trainers: str, shards: str) -> None:
+    """Every combination of trainers.device and shardServers.device: a role on cuda gets the CUDA image
+    and one GPU, the other role neither; the partition Job never does. GPU trainers get nccl unless the
+    spec names a backend."""
+    gt = parse(
+        edit(GRAPHSAGE, lambda s: s.update(trainers={"device": trainers}, shardServers={"device": shards}))
+    )
+    assert gt.spec.trainers.backend == ("nccl" if trainers == "cuda" else "gloo")
+    rendered = pods(gt, CONFIG)
+    for role, device in (("trainer", trainers), ("shards", shards), ("partition", "cpu")):
+        (container,) = rendered[role]["containers"]
+        gpu = container["resources"].get("limits", {}).get("nvidia.com/gpu")
+        assert (container["image"], gpu) == (
+            ("reg/rt:1-cuda", "1") if device == "cuda" else ("reg/rt:1", None)
+        ), role
 
 
 def test_every_pod_gets_its_roles_settings_and_is_restricted() -> None:
