@@ -315,14 +315,16 @@ def result_line(outcomes: Sequence[Outcome]) -> str:
 HEADLINES = ("test_accuracy", "test_mrr", "val_accuracy", "val_mrr")
 
 
-def e2e_spec(text: str, device: str, epochs: int) -> str:
-    """An example spec with its shard servers on `device` and `epochs` epochs (its evaluation period held
-    within them, so the run evaluates), as YAML."""
+def e2e_spec(text: str, device: str, epochs: int, trainers: str | None = None) -> str:
+    """An example spec with its shard servers on `device` (its trainers on `trainers`, if given) and
+    `epochs` epochs (its evaluation period held within them, so the run evaluates), as YAML."""
     import yaml  # the GPU image has PyYAML; the rest of this module needs only the standard library
 
     doc = yaml.safe_load(text)
     spec = doc["spec"]
     spec["shardServers"] = {**(spec.get("shardServers") or {}), "device": device}
+    if trainers:
+        spec["trainers"] = {**(spec.get("trainers") or {}), "device": trainers}
     training = spec.setdefault("training", {})
     training["epochs"] = epochs
     if training.get("evalEvery", 0) > epochs:

@@ -45,6 +45,21 @@ class Block:
         None  # its transpose, for the backward pass (built here, on the loader thread)
     )
 
+    def to(self, device: torch.device) -> Block:
+        """This block on `device` (a GPU trainer's), copied without blocking the host."""
+
+        def move(t: torch.Tensor | None) -> torch.Tensor | None:
+            return None if t is None else t.to(device, non_blocking=True)
+
+        return Block(
+            self.num_src,
+            self.num_dst,
+            self.src.to(device, non_blocking=True),
+            self.dst.to(device, non_blocking=True),
+            move(self.mean),
+            move(self.mean_t),
+        )
+
 
 def _csr(crow: np.ndarray, col: np.ndarray, values: np.ndarray, shape: tuple[int, int]) -> torch.Tensor:
     with warnings.catch_warnings():

@@ -36,6 +36,7 @@ def train(p: TrainParams) -> None:
     from graphtrain.runtime import kvstore
     from graphtrain.runtime.graph import DistGraph, standalone_client
     from graphtrain.runtime.kvstore.auth import read_token
+    from graphtrain.runtime.train.device import process_group_backend, trainer_device
     from graphtrain.runtime.train.dist import Dist
     from graphtrain.runtime.train.loop import EpochLoop
     from graphtrain.runtime.train.metrics import TrainerMetrics
@@ -50,6 +51,10 @@ def train(p: TrainParams) -> None:
         1, (os.cpu_count() or 1) // (1 if p.standalone else max(p.world, 1))
     )
     torch.set_num_threads(threads)
+    on_gpu = gt.spec.trainers.device == "cuda"
+    device = trainer_device(str(gt.spec.trainers.device), p.rank, torch.cuda.device_count() if on_gpu else 0)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
     if p.standalone:
         client = standalone_client(p.partition, p.checkpoint_root)
         connect = lambda: client  # noqa: E731 - in-process shards are shared by the loader thread
@@ -61,14 +66,15 @@ def train(p: TrainParams) -> None:
         connect = lambda: kvstore.connect(addresses, token, shm=p.shm)  # noqa: E731
         client = connect()
     graph = DistGraph(p.partition, client)
-    with Dist(p.rank, p.world, p.init, str(gt.spec.trainers.backend)) as dist:
+    backend = process_group_backend(str(gt.spec.trainers.dist_backend))
+    with Dist(p.rank, p.world, p.init, backend) as dist:
         task: TrainingTask[Any]
         if gt.spec.model.kind == ModelKind.graphsage:
-            task = NodeClassification(gt, graph, connect(), dist)  # the loader thread gets its own connection
+            task = NodeClassification(gt, graph, connect(), dist, device)  # the loader thread: own connection
         else:
             from graphtrain.runtime.train.kge import LinkPrediction
 
-            task = LinkPrediction(gt, graph, dist)
+            task = LinkPrediction(gt, graph, dist, device)
         loop = EpochLoop(
             task, gt.spec, graph, dist, p.run_dir, p.checkpoint_root, p.progress_configmap, metrics
         )

@@ -34,6 +34,7 @@ from graphtrain.runtime.optim import OptimConfig, SparseOptimizer
 from graphtrain.runtime.partition import load_maps, load_triples
 from graphtrain.runtime.tensor import DistEmbedding, PartitionBook
 from graphtrain.runtime.train import kge_math
+from graphtrain.runtime.train.device import synchronize, to_device
 from graphtrain.runtime.train.dist import Dist, seed_everything
 from graphtrain.runtime.train.metrics import StageClock
 from graphtrain.runtime.train.task import Split, init_spec
@@ -89,7 +90,8 @@ class LinkPrediction:
     metric_names: tuple[str, ...] = ("mrr", "hits@1", "hits@3", "hits@10")
     report_every = REPORT_EVERY
 
-    def __init__(self, gt: GraphTraining, graph: DistGraph, dist: Dist):
+    def __init__(self, gt: GraphTraining, graph: DistGraph, dist: Dist, device: torch.device | None = None):
+        self.device = device or torch.device("cpu")  # where scores are computed (train/device.py)
         self.spec, self.graph, self.dist = gt.spec, graph, dist
         m, tr = self.spec.model, self.spec.training
         seed_everything(tr.seed)
@@ -169,6 +171,9 @@ class LinkPrediction:
         clock.lap("sample")
         ent_rows, rel_rows = self.ent(uniq), self.rel(rel_ids)
         clock.lap("pull")
+        # moved after the pull: the gradients come back to the host rows the sparse optimizer reads
+        ent_rows, rel_rows = to_device(ent_rows, self.device), to_device(rel_rows, self.device)
+        inverse, rel_inv = to_device(inverse, self.device), to_device(rel_inv, self.device)
         # index_select, not rows[inverse]: the latter's backward on CPU adds with atomics across
         # threads, so runs on 2+ threads were not reproducible (and it is 2.4x slower).
         rows = ent_rows.index_select(0, inverse)
@@ -179,6 +184,7 @@ class LinkPrediction:
         neg_s = kge_math.score(self.kind, ne[:, :, 0], r.unsqueeze(1), ne[:, :, 1], self.norm)
         loss = kge_math.loss(str(m.loss), pos_s, neg_s, m.margin)
         loss.backward()
+        synchronize(self.device)
         clock.lap("forward_backward")
         self.ent_opt.step()
         self.rel_opt.step()
@@ -212,11 +218,12 @@ class LinkPrediction:
         lo = self.dist.rank * len(triples) // self.dist.world
         hi = (self.dist.rank + 1) * len(triples) // self.dist.world
         mine = triples[lo:hi]
-        ents, rels = self._all_rows(self.ent), self._all_rows(self.rel)
+        ents = to_device(self._all_rows(self.ent), self.device)  # every entity scored where the model runs
+        rels = to_device(self._all_rows(self.rel), self.device)
         sums = kge_math.RankSums()
         for i in range(0, len(mine), EVAL_BATCH):
             t = mine[i : i + EVAL_BATCH]
-            h_ids, r_ids, t_ids = (torch.from_numpy(t[:, j]) for j in range(3))
+            h_ids, r_ids, t_ids = (to_device(torch.from_numpy(t[:, j]), self.device) for j in range(3))
             h, r, tt = ents[h_ids], rels[r_ids], ents[t_ids]
             scores = kge_math.score_all_tails(self.kind, h, r, ents, self.norm)
             sums.add(kge_math.filtered_ranks(scores, t_ids, *self.filter.known("tail", t[:, 0], t[:, 1])))

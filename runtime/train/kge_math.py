@@ -104,7 +104,7 @@ def filtered_ranks(
     """Realistic ranks (1 + #better + #tied / 2) of the true entities after removing the known ones."""
     target = scores.gather(1, true.view(-1, 1))
     scores = scores.clone()
-    scores[torch.from_numpy(rows), torch.from_numpy(cols)] = float("-inf")
+    scores[torch.from_numpy(rows).to(scores.device), torch.from_numpy(cols).to(scores.device)] = float("-inf")
     better = (scores > target).sum(1)
     tied = (scores == target).sum(1)
     return 1.0 + better.double() + tied.double() / 2

@@ -27,6 +27,7 @@ from graphtrain.runtime.kvstore.client import KVClient
 from graphtrain.runtime.optim import OptimConfig, SparseOptimizer
 from graphtrain.runtime.tensor import DistEmbedding
 from graphtrain.runtime.train.dense import load_dense, save_dense
+from graphtrain.runtime.train.device import synchronize, to_device
 from graphtrain.runtime.train.dist import Dist, seed_everything, unwrap
 from graphtrain.runtime.train.metrics import StageClock
 from graphtrain.runtime.train.models import GraphSAGE
@@ -46,13 +47,22 @@ def _optimizer(kind: str, params: Any, lr: float) -> torch.optim.Optimizer:
 class NodeClassification:
     """GraphSAGE on a graph's labelled nodes, as a TrainingTask of the epoch loop (task.py).
     `loader_client`: the loader's own connection to the shard servers (its thread fetches while the
-    model computes)."""
+    model computes). `device`: where the model computes (train/device.py): the loader thread copies each
+    batch's blocks, features and labels there; the embedding rows follow after the pull."""
 
     metric_names: tuple[str, ...] = ("accuracy",)
     report_every = REPORT_EVERY
 
-    def __init__(self, gt: GraphTraining, graph: DistGraph, loader_client: KVClient, dist: Dist):
+    def __init__(
+        self,
+        gt: GraphTraining,
+        graph: DistGraph,
+        loader_client: KVClient,
+        dist: Dist,
+        device: torch.device | None = None,
+    ):
         self.spec, self.graph, self.dist = gt.spec, graph, dist
+        self.device = device or torch.device("cpu")
         m, tr = self.spec.model, self.spec.training
         seed_everything(tr.seed)  # the model's initial weights follow training.seed
         if graph.num_classes is None or "label" not in graph.ndata:
@@ -88,7 +98,9 @@ class NodeClassification:
             m.dropout,
             frozen=feat_dim if self.split_inputs else 0,
         )
-        self.model = DDP(model) if dist.world > 1 else model
+        model = model.to(self.device)
+        gpu = [self.device.index] if self.device.type == "cuda" else None
+        self.model = DDP(model, device_ids=gpu) if dist.world > 1 else model
         self.dense_opt = _optimizer(str(tr.dense_optimizer), self.model.parameters(), tr.dense_lr)
         self.train_ids = node_split(graph.config, "train", dist.rank, dist.world)
         self.loader_graph = DistGraph(graph.config, loader_client)
@@ -108,12 +120,15 @@ class NodeClassification:
         """Runs on the loader thread: input features and labels of the next batch."""
         g = self.loader_graph
         if self.feat is not None:
-            mb.data["x"] = g.ndata["feat"][mb.input_nodes]
-        mb.data["y"] = g.ndata["label"][mb.seeds]
+            mb.data["x"] = to_device(g.ndata["feat"][mb.input_nodes], self.device)
+        mb.data["y"] = to_device(g.ndata["label"][mb.seeds], self.device)
+        mb.blocks = to_device(mb.blocks, self.device)
 
     def _pull(self, mb: MiniBatch) -> torch.Tensor | None:
         """The embedding rows of the batch's input nodes (None without an embedding)."""
-        return None if self.emb is None else self.emb(torch.from_numpy(mb.input_nodes))
+        if self.emb is None:
+            return None
+        return to_device(self.emb(torch.from_numpy(mb.input_nodes)), self.device)
 
     def _model_forward(
         self, model: torch.nn.Module, mb: MiniBatch, e: torch.Tensor | None, x: torch.Tensor | None
@@ -150,11 +165,13 @@ class NodeClassification:
         loss = torch.nn.functional.cross_entropy(logits, mb.data["y"])
         self.dense_opt.zero_grad()
         loss.backward()
+        synchronize(self.device)  # the stage's kernels, not their launches
         clock.lap("forward_backward")
         if self.emb is not None:  # the servers apply it while the dense step and sampling run
             self.sparse_opt.step(wait=False)
             clock.lap("push")
         self.dense_opt.step()
+        synchronize(self.device)
         clock.lap("forward_backward")  # the dense step: the model's part of the step
         return loss, len(mb.seeds)
 
@@ -168,8 +185,9 @@ class NodeClassification:
         correct = 0
         for i in range(0, len(ids), EVAL_BATCH):
             mb = sample_blocks(self.graph, ids[i : i + EVAL_BATCH], [-1] * len(self.spec.training.fanouts))
-            x = self.feat[mb.input_nodes] if self.feat is not None else None
-            pred = self._forward(model, mb, x).argmax(1)
+            mb.blocks = to_device(mb.blocks, self.device)
+            x = to_device(self.feat[mb.input_nodes], self.device) if self.feat is not None else None
+            pred = self._forward(model, mb, x).argmax(1).cpu()
             correct += int((pred == self.label[mb.seeds]).sum())
         model.train()
         total_correct, total = self.dist.sum([correct, len(ids)])

@@ -146,7 +146,8 @@ def test_every_step_in_order_under_a_480_s_budget(fake: Path, monkeypatch: pytes
     assert check(fake, monkeypatch, Clock(480)) == 0
     done = steps(fake)
     assert list(done) == ["cuda core", "tests/gpu", *script.SANITIZERS, "cuda calls", "bench"] + [
-        "e2e wordnet-sage cuda", "e2e nations-transe cuda", "e2e wordnet-sage cpu"
+        "e2e wordnet-sage cuda", "e2e nations-transe cuda", "e2e wordnet-sage cpu",
+        "e2e nations-transe cuda trainers-cuda",
     ]  # fmt: skip
     assert {s["status"] for s in done.values()} == {lib.PASSED}
     assert done["memcheck"]["detail"] == "ERROR SUMMARY: 0 errors" and done["bench"]["detail"] == "1 rows"
@@ -164,6 +165,8 @@ def test_every_step_in_order_under_a_480_s_budget(fake: Path, monkeypatch: pytes
     assert done["cuda calls"]["detail"].startswith(
         "torch.profiler (CUPTI), per step: adam 9.0 launches, 1.0 syncs"
     )
+    trainers = (fake / "e2e-nations-transe-cuda-trainers-cuda" / "nations-transe.yaml").read_text()
+    assert "trainers:" in trainers and trainers.count("device: cuda") == 2
     kept = fake / "e2e-wordnet-sage-cuda"
     assert (
         "device: cuda" in (kept / "wordnet-sage.yaml").read_text()

@@ -270,6 +270,13 @@ def test_the_e2e_spec_is_the_example_on_that_device_for_2_epochs_and_valid(examp
     assert lib.spec_dataset(text) == original.spec.graph.dataset
 
 
+def test_the_gpu_trainers_e2e_spec_puts_the_trainers_on_cuda_with_nccl() -> None:
+    text = lib.e2e_spec((ROOT / "examples" / "nations-transe.yaml").read_text(), "cuda", 2, trainers="cuda")
+    gt = load_yaml(text)
+    assert (str(gt.spec.trainers.device), str(gt.spec.trainers.backend)) == ("cuda", "nccl")
+    assert gt.spec.trainers.replicas == 2
+
+
 def write_run(run_dir: Path, result: dict, rates: list[float]) -> Path:
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "result.json").write_text(json.dumps(result))
