@@ -398,6 +398,10 @@ class LocalRun:
         """
         if self.resume and self.overwrite:
             raise GraphtrainError("--resume continues the checkpoints, --overwrite deletes them: pick one")
+        trainers = Device(self.gt.spec.trainers.device).value
+        on_gpu = "cuda" in (self.device, trainers)
+        if why := plan.missing_gpus(self.device, trainers, visible_gpus() if on_gpu else 0):
+            raise GraphtrainError(why)
         with umask(PRIVATE) as self.user_umask:
             self.run_dir.mkdir(parents=True, exist_ok=True)
             self.run_dir.chmod(0o700)  # a directory from before keeps nothing readable to others

@@ -57,6 +57,16 @@ def shard_device(device: str, index: int, gpus: int) -> str:
     return f"cuda:{index % gpus}"
 
 
+def missing_gpus(shards: str, trainers: str, gpus: int) -> str | None:
+    """Why a local run cannot start its roles on their devices (None: it can): checked before anything
+    is partitioned or started, rather than a process failing after the partition step."""
+    roles_on_gpu = [r for r, d in (("shardServers", shards), ("trainers", trainers)) if d == "cuda"]
+    if roles_on_gpu and gpus < 1:
+        names = " and ".join(f"{r}.device" for r in roles_on_gpu)
+        return f"{names} cuda, but this machine shows no GPU (torch.cuda.device_count() is 0)"
+    return None
+
+
 def shard_server(index: int, where: roles.Files, run_dir: Path, device: str = "cpu") -> ProcessPlan:
     """Shard server `index` on an ipc:// socket in the run directory, its host tables in shared memory
     (with device cuda[:N] its learnable tables are on the GPU; trainers pull those over the socket)."""

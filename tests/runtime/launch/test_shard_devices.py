@@ -32,3 +32,21 @@ def test_shard_servers_share_host_tables_on_either_device(tmp_path: Path, device
     assert "--shm" in argv
     given = argv[argv.index("--device") + 1] if "--device" in argv else "cpu"  # the default goes unsaid
     assert given == device
+
+
+@pytest.mark.parametrize(
+    ("shards", "trainers", "gpus", "needle"),
+    [
+        ("cpu", "cpu", 0, None),
+        ("cuda", "cpu", 1, None),
+        ("cpu", "cuda", 2, None),
+        ("cuda", "cpu", 0, "shardServers.device cuda"),
+        ("cpu", "cuda", 0, "trainers.device cuda"),
+        ("cuda", "cuda", 0, "shardServers.device and trainers.device cuda"),
+    ],
+)
+def test_a_run_on_gpus_without_any_is_refused_before_it_starts(
+    shards: str, trainers: str, gpus: int, needle: str | None
+) -> None:
+    why = plan.missing_gpus(shards, trainers, gpus)
+    assert (why is None) if needle is None else (needle in why and "shows no GPU" in why)
