@@ -52,12 +52,12 @@ class Trainers(Placement):
         """An unset backend is the device's: the spec that reaches every role names one (no role decides
         it again); the CRD leaves it unset, so the API server does not fill gloo in for GPU trainers."""
         if self.backend is None:
-            self.backend = Backend.nccl if self.device == Device.cuda else Backend.gloo
+            self.backend = self.dist_backend
         return self
 
     @property
     def dist_backend(self) -> Backend:
-        """The backend, resolved (set once validation has run)."""
+        """The backend: the one named, else the device's (nccl on cuda, gloo on cpu)."""
         return Backend(self.backend or (Backend.nccl if self.device == Device.cuda else Backend.gloo))
 
 
