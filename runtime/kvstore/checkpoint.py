@@ -350,6 +350,27 @@ def restore_point(root: Path, which: str, say: Callable[[str], object] = print) 
     return path
 
 
+def saved_config(
+    first: dict[str, Any], name: str, table: tuple[int, tuple[int, ...], str], config: OptimConfig | None
+) -> OptimConfig | None:
+    """The optimizer a checkpoint's table was saved with, once its shape fits the table's
+    (num_rows, row_shape, dtype) and its optimizer the table's `config` (when both have one).
+
+    Raises:
+        DataError: naming the mismatch.
+    """
+    saved = (first["num_rows"], tuple(first["row_shape"]), first["dtype"])
+    if saved != table:
+        raise DataError(
+            f"checkpoint of {name!r} is {saved[0]}x{saved[1]} {saved[2]}, the table is {table[0]}x{table[1]} "
+            f"{table[2]}"
+        )
+    found = OptimConfig(**first["optimizer"]) if first["optimizer"] else None
+    if config is not None and found is not None and config != found:
+        raise DataError(f"checkpoint of {name!r} has optimizer {found}, the table {config}")
+    return found
+
+
 def restore_into(root: Path, t: TensorShard, verify: bool = True) -> bool:
     """Copy rows [t.lo, t.hi) and their optimizer state from the checkpoint. False if the tensor is not in it.
 
@@ -359,15 +380,7 @@ def restore_into(root: Path, t: TensorShard, verify: bool = True) -> bool:
     pieces = pieces_of(root, t.name)
     if not pieces:
         return False
-    first = pieces[0][0]
-    if (first["num_rows"], tuple(first["row_shape"]), first["dtype"]) != (t.num_rows, t.row_shape, t.dtype):
-        raise DataError(
-            f"checkpoint of {t.name!r} is {first['num_rows']}x{tuple(first['row_shape'])} {first['dtype']}, "
-            f"the table is {t.num_rows}x{t.row_shape} {t.dtype}"
-        )
-    config = OptimConfig(**first["optimizer"]) if first["optimizer"] else None
-    if t.config is not None and config is not None and t.config != config:
-        raise DataError(f"checkpoint of {t.name!r} has optimizer {config}, the table {t.config}")
+    config = saved_config(pieces[0][0], t.name, (t.num_rows, t.row_shape, t.dtype), t.config)
     if config is not None:
         t.config = config
         t.state = make_state(config, t.rows, t.row_shape[0], t.data.device)

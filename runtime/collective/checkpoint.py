@@ -1,0 +1,174 @@
+"""Checkpoints of collective tables, in the shard servers' format (kvstore/checkpoint.py).
+
+A rank owns strided keys (r, r+W, ...), but a checkpoint piece holds a contiguous row range: so `save`
+re-deals the rows: rank r writes rows [N*r/W, N*(r+1)/W), receiving them from their owners in rounds of
+at most `CHUNK_ROWS` rows per rank (bounded extra memory). The result is an ordinary checkpoint:
+`graphtrain export`, `predict`, verification and restore into shard servers read it unchanged, and a
+collective table restores from any checkpoint of its table, taken with any number of ranks or shards.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from graphtrain.runtime.collective import exchange as ex
+from graphtrain.runtime.collective.embedding import CollectiveEmbedding
+from graphtrain.runtime.data.cache import verify_files
+from graphtrain.runtime.kvstore import checkpoint as ckpt
+from graphtrain.runtime.kvstore.shard import TensorShard
+from graphtrain.runtime.optim import make_state
+
+CHUNK_ROWS = 1 << 16
+
+
+def piece_range(num_rows: int, world: int, rank: int) -> tuple[int, int]:
+    return num_rows * rank // world, num_rows * (rank + 1) // world
+
+
+def _owned(lo: int, hi: int, world: int, owner: int) -> torch.Tensor:
+    """Keys in [lo, hi) that `owner` holds, ascending."""
+    return torch.arange(lo + (owner - lo) % world, hi, world, dtype=torch.int64)
+
+
+def _global_step(t: CollectiveEmbedding) -> bool:
+    return t.config is not None and t.config.kind == "adam" and t.config.step_count == "global"
+
+
+def _arrays(t: CollectiveEmbedding) -> dict[str, torch.Tensor]:
+    """What a piece holds per row: data, then each per-row state tensor."""
+    out = {"data": t.weight}
+    out.update({k: v for k, v in t.state.items() if not (k == "step" and _global_step(t))})
+    return out
+
+
+def _shard_view(t: CollectiveEmbedding, lo: int, hi: int) -> TensorShard:
+    """The piece's description for write_piece: shapes only (meta tensors); the writer fills the files."""
+    state = {
+        k: torch.empty(
+            (1,) if (k == "step" and _global_step(t)) else (hi - lo, *v.shape[1:]),
+            dtype=v.dtype,
+            device="meta",
+        )
+        for k, v in t.state.items()
+    }
+    data = torch.empty((hi - lo, t.dim), device="meta")
+    return TensorShard(t.name, t.num_embeddings, (t.dim,), "float32", lo, hi, data, t.config, state)
+
+
+def _writer(t: CollectiveEmbedding, lo: int, hi: int):  # type: ignore[no-untyped-def]
+    def write(directory: Path, view: TensorShard) -> None:
+        arrays = _arrays(t)
+        files = {
+            k: np.lib.format.open_memmap(
+                directory / ("data.npy" if k == "data" else f"state.{k}.npy"),
+                mode="w+",
+                dtype=str(v.dtype).removeprefix("torch."),
+                shape=(hi - lo, *v.shape[1:]),
+            )
+            for k, v in arrays.items()
+        }
+        if _global_step(t):
+            np.save(directory / "state.step.npy", t.state["step"].cpu().numpy())
+        _redeal(t, arrays, files)
+        for f in files.values():
+            f.flush()
+            del f
+
+    return write
+
+
+def _redeal(t: CollectiveEmbedding, arrays: dict[str, torch.Tensor], files: dict[str, np.ndarray]) -> None:
+    """Rounds of all-to-all: in round j rank q receives rows [lo_q + jC, lo_q + (j+1)C) of its piece."""
+    world, rank, n, comm = t.world, t.rank, t.num_embeddings, t.comm
+    ranges = [piece_range(n, world, q) for q in range(world)]
+    rounds = max((hi - lo + CHUNK_ROWS - 1) // CHUNK_ROWS for lo, hi in ranges)
+    my_lo, _ = ranges[rank]
+    for j in range(rounds):
+        windows = [(lo + j * CHUNK_ROWS, min(hi, lo + (j + 1) * CHUNK_ROWS)) for lo, hi in ranges]
+        send_keys = [
+            _owned(a, b, world, rank) if a < b else torch.empty(0, dtype=torch.int64) for a, b in windows
+        ]
+        send = [len(k) for k in send_keys]
+        a, b = windows[rank]
+        recv_keys = [
+            _owned(a, b, world, p) if a < b else torch.empty(0, dtype=torch.int64) for p in range(world)
+        ]
+        recv = [len(k) for k in recv_keys]
+        local = ex.local_rows(torch.cat(send_keys), world).to(t.device)
+        where = (torch.cat(recv_keys) - my_lo).numpy() if sum(recv) else None
+        for key, value in arrays.items():
+            got = comm.rows(value.index_select(0, local), send, recv)
+            if where is not None:
+                files[key][where] = got.cpu().numpy()
+
+
+def save(tables: list[CollectiveEmbedding], root: Path) -> list[dict[str, Any]]:
+    """Write every rank's piece of each table under `root` (collective); returns the description of all
+    pieces of all ranks, as kvstore's write_top lists them."""
+    pieces = []
+    for t in tables:
+        for q in range(t.world):
+            lo, hi = piece_range(t.num_embeddings, t.world, q)
+            if q == t.rank:
+                ckpt.write_piece(root, _shard_view(t, lo, hi), _writer(t, lo, hi))
+            pieces.append(
+                {
+                    "name": t.name,
+                    "lo": lo,
+                    "hi": hi,
+                    "dir": ckpt.piece_dir(root, t.name, lo, hi).relative_to(root).as_posix(),
+                }
+            )
+    return pieces
+
+
+def checkpoint(tables: list[CollectiveEmbedding], root: Path, extra: dict[str, Any] | None = None) -> Path:
+    """A complete checkpoint of `tables` alone: every rank's pieces, then rank 0's checkpoint.json."""
+    pieces = save(tables, root)
+    world = tables[0].world if tables else 1
+    if world > 1:
+        dist.barrier(group=tables[0].comm.group)
+    if not tables or tables[0].rank == 0:
+        ckpt.write_top(root, pieces, world, extra)
+    if world > 1:
+        dist.barrier(group=tables[0].comm.group)
+    return root / ckpt.TOP
+
+
+def restore(t: CollectiveEmbedding, root: Path, verify: bool = True) -> bool:
+    """Load this rank's rows (keys r, r+W, ...) and their optimizer state from a checkpoint of the table,
+    whatever split it was written with. False if the table is not in it.
+
+    Raises:
+        DataError: shape or optimizer mismatch, incomplete coverage, or a changed file.
+    """
+    pieces = ckpt.pieces_of(root, t.name)
+    if not pieces:
+        return False
+    config = ckpt.saved_config(pieces[0][0], t.name, (t.num_embeddings, (t.dim,), "float32"), t.config)
+    if config is not None:
+        t.config = config
+        t.state = make_state(config, len(t.weight), t.dim, t.device)
+    arrays = _arrays(t)
+    for manifest, d in pieces:
+        if verify:
+            verify_files(d, manifest["files"])
+        lo, hi = manifest["lo"], manifest["hi"]
+        keys = _owned(lo, hi, t.world, t.rank)
+        if _global_step(t):
+            saved = np.load(d / "state.step.npy", allow_pickle=False)
+            t.state["step"][0] = max(int(t.state["step"][0]), int(saved[0]))
+        if not len(keys):
+            continue
+        rows = ex.local_rows(keys, t.world).to(t.device)
+        start = int(keys[0]) - lo
+        for key, value in arrays.items():
+            name = "data.npy" if key == "data" else f"state.{key}.npy"
+            src = np.load(d / name, mmap_mode="r", allow_pickle=False)[start :: t.world]
+            value[rows] = torch.from_numpy(np.ascontiguousarray(src)).to(t.device)
+    return True

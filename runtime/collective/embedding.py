@@ -1,0 +1,207 @@
+"""A learnable table sharded across the trainer ranks (SOK's model-parallel embedding).
+
+Rank r owns the keys r, r+W, r+2W, ... (key mod world size, SOK's rule) and holds their rows and
+optimizer state at row key // W. A lookup is collective: every rank calls it the same number of times,
+in the same order (as every rank calls DDP's forward).
+
+Lookup (SOK's All2AllDenseEmbedding): unique -> exchange keys -> owners gather -> exchange rows -> expand.
+With `unique=False` every occurrence travels (cheaper when keys barely repeat: no sort). The rows come
+back as a leaf that takes part in autograd (optim/capture.py), so the table plugs into the sparse
+optimizers (SparseAdam([table], ...)) like SparseEmbedding and DistEmbedding.
+
+Update: at `optimizer.step()` each rank sums its own gradients per key (with the count of occurrences),
+sends them to the owners, and each owner applies one native sparse-optimizer step to its shard with the
+gradients of every rank. Duplicates follow the table's rule over the whole global batch: `sum` adds every
+occurrence on every rank, `mean` divides by their total count. One optimizer step per training step,
+as a single process holding the whole table and the concatenated batches of all ranks would take.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from graphtrain.runtime.collective import exchange as ex
+from graphtrain.runtime.kvstore.inits import INIT_BLOCK_ROWS, init_rows
+from graphtrain.runtime.native.memory import empty
+from graphtrain.runtime.optim import functional
+from graphtrain.runtime.optim.capture import GradientCapture
+from graphtrain.runtime.optim.config import OptimConfig
+from graphtrain.runtime.optim.state import make_state
+
+DEFAULT_INIT: dict[str, Any] = {"kind": "uniform", "low": -1.0, "high": 1.0}
+
+
+def fill_strided(spec: dict[str, Any], num_rows: int, world: int, rank: int, out: torch.Tensor) -> None:
+    """Rows r, r+W, ... of the table `spec` initialises (kvstore/inits.py), whatever the split: a rank
+    draws the global blocks in turn and keeps its rows, so memory stays one block above the shard."""
+    dim = out.shape[1]
+    if spec.get("kind", "zeros") == "zeros":
+        out.zero_()
+        return
+    for lo in range(0, num_rows, INIT_BLOCK_ROWS):
+        hi = min(num_rows, lo + INIT_BLOCK_ROWS)
+        block = torch.empty((hi - lo, dim), dtype=torch.float32)
+        init_rows(spec, lo, hi, (dim,), block)
+        first = lo + (rank - lo) % world  # the first key of this block that rank owns
+        if first < hi:
+            rows = block[first - lo :: world]
+            start = ex.local_rows(torch.tensor(first), world).item()
+            out[start : start + len(rows)] = rows.to(out.device)
+
+
+class CollectiveEmbedding:
+    """`num_embeddings` x `dim` float32 rows sharded over the ranks of `group` by key mod world size."""
+
+    def __init__(
+        self,
+        num_embeddings: int,
+        dim: int,
+        name: str,
+        init: dict[str, Any] | None = None,
+        group: dist.ProcessGroup | None = None,
+        device: torch.device | str = "cpu",
+        unique: bool = True,
+    ):
+        if num_embeddings < 1 or dim < 1:
+            raise ValueError(f"embedding {name!r}: num_embeddings and dim must be >= 1")
+        self.num_embeddings = num_embeddings
+        self.dim = dim
+        self.name = name
+        self.unique = unique
+        self.comm = ex.Exchange(group)
+        self.world, self.rank = self.comm.world, self.comm.rank
+        self.init = dict(init or DEFAULT_INIT)
+        rows = ex.shard_rows(num_embeddings, self.world, self.rank)
+        self.weight = empty((rows, dim), device=torch.device(device))
+        fill_strided(self.init, num_embeddings, self.world, self.rank, self.weight)
+        self.config: OptimConfig | None = None
+        self.state: dict[str, torch.Tensor] = {}
+        self.steps = 0
+        self._capture = GradientCapture(dim)
+
+    @property
+    def device(self) -> torch.device:
+        return self.weight.device
+
+    @property
+    def keys(self) -> torch.Tensor:
+        """The global keys of this rank's rows, in row order."""
+        return torch.arange(self.rank, self.num_embeddings, self.world, device=self.device)
+
+    # -- lookup ---------------------------------------------------------------------------------
+
+    def __call__(self, ids: torch.Tensor) -> torch.Tensor:
+        flat = ids.reshape(-1).to(device=self.device, dtype=torch.int64)
+        rows = self.gather(flat)
+        return self._capture.rows(flat, rows).view(*ids.shape, self.dim)
+
+    def rows(self, ids: Any) -> torch.Tensor:
+        """Current rows without autograd (evaluation, export); collective like a lookup."""
+        flat = torch.as_tensor(ids).reshape(-1).to(device=self.device, dtype=torch.int64)
+        with torch.no_grad():
+            return self.gather(flat)
+
+    def gather(self, keys: torch.Tensor) -> torch.Tensor:
+        """The rows of `keys` (1-D int64), fetched from their owners; no autograd."""
+        if self.unique:
+            uniq, inverse = torch.unique(keys, return_inverse=True)
+            return self._fetch(uniq).index_select(0, inverse)
+        return self._fetch(keys)
+
+    def _fetch(self, keys: torch.Tensor) -> torch.Tensor:
+        status, detail = ex.OK, ""
+        bad = (keys < 0) | (keys >= self.num_embeddings)
+        if len(keys) and bool(bad.any()):
+            pos = int(torch.nonzero(bad)[0])
+            status = ex.BAD_IDS
+            detail = (
+                f"lookup of {self.name!r}: id {int(keys[pos])} is outside the table's rows "
+                f"[0, {self.num_embeddings})"
+            )
+            keys = keys[:0]
+        plan = ex.route(keys, self.world)
+        recv = self.comm.header(plan.send, status, self.device, f"lookup of {self.name!r}", detail)
+        asked = self.comm.rows(keys.index_select(0, plan.order), plan.send, recv)
+        with torch.no_grad():
+            found = self.weight.index_select(0, ex.local_rows(asked, self.world))
+        back = self.comm.rows(found, recv, plan.send)
+        out = torch.empty_like(back)
+        out[plan.order] = back
+        return out
+
+    # -- the sparse-optimizer protocol (optim/optimizers.py) ---------------------------------------
+
+    def attach(self, config: OptimConfig) -> None:
+        """Give the table an optimizer: creates the state of this rank's rows (a second one is refused)."""
+        if self.config is not None and self.config != config:
+            raise ValueError(f"embedding {self.name!r} already has optimizer {self.config.kind}")
+        if self.config is None:
+            self.state = make_state(config, len(self.weight), self.dim, self.device)
+            self.config = config
+
+    def pending(self) -> tuple[torch.Tensor, torch.Tensor]:
+        return self._capture.pending(self.device)
+
+    def clear(self) -> None:
+        self._capture.clear()
+
+    def apply_gradients(
+        self, ids: torch.Tensor, grads: torch.Tensor, backend: str | None = None, wait: bool = True
+    ) -> int:
+        """Send this rank's (ids, grads) to their owners and apply the owners' step; collective (a rank
+        with nothing to send still takes part). Returns the unique rows this rank updated.
+
+        Raises (on every rank alike):
+            NonFiniteGradient: a rank's gradients hold NaN or infinity and the table refuses them.
+            SparseInputError: a rank's ids are outside the table.
+        """
+        if self.config is None:
+            raise ValueError(f"embedding {self.name!r} has no optimizer")
+        config = self.config
+        self.steps += 1
+        ids = ids.to(device=self.device, dtype=torch.int64)
+        grads = grads.to(device=self.device, dtype=torch.float32).reshape(-1, self.dim)
+        keys, packed, status, detail = self._reduce(ids, grads, config)
+        plan = ex.route(keys, self.world)
+        what = f"gradients of {self.name!r}"
+        recv = self.comm.header(plan.send, status, self.device, what, detail)
+        got_keys = self.comm.rows(keys.index_select(0, plan.order), plan.send, recv)
+        got = self.comm.rows(packed.index_select(0, plan.order), plan.send, recv)
+        rows = ex.local_rows(got_keys, self.world)
+        sums, counts = got[:, : self.dim], got[:, self.dim]
+        if config.duplicate == "mean" and len(rows):
+            total = torch.zeros(len(self.weight), device=self.device).index_add_(0, rows, counts)
+            sums = sums / total.index_select(0, rows).unsqueeze(1)
+        # the rows arrive summed per rank (and divided for `mean`): what is left is a sum over ranks
+        step_config = dataclasses.replace(config, duplicate="sum", nonfinite="refuse")
+        return functional.sparse_step(step_config, self.weight, self.state, rows, sums.contiguous(), backend)
+
+    def _reduce(
+        self, ids: torch.Tensor, grads: torch.Tensor, config: OptimConfig
+    ) -> tuple[torch.Tensor, torch.Tensor, int, str]:
+        """This rank's gradients summed per key, with each key's occurrence count as a last column;
+        status and message when they cannot be sent (ids out of range, a refused non-finite row)."""
+        empty_out = (ids[:0], grads.new_empty((0, self.dim + 1)))
+        bad = (ids < 0) | (ids >= self.num_embeddings)
+        if len(ids) and bool(bad.any()):
+            pos = int(torch.nonzero(bad)[0])
+            detail = (
+                f"gradients of {self.name!r}: id {int(ids[pos])} is outside the table's rows "
+                f"[0, {self.num_embeddings})"
+            )
+            return *empty_out, ex.BAD_IDS, detail
+        finite = torch.isfinite(grads).all(dim=1)
+        if len(ids) and not bool(finite.all()):
+            if config.nonfinite == "refuse":
+                row = int(torch.nonzero(~finite)[0])
+                return *empty_out, ex.NON_FINITE, f"gradient row {row} of {self.name!r} holds NaN or infinity"
+            ids, grads = ids[finite], grads[finite]
+        keys, inverse = torch.unique(ids, return_inverse=True)
+        packed = grads.new_zeros((len(keys), self.dim + 1))
+        packed[:, : self.dim].index_add_(0, inverse, grads)
+        packed[:, self.dim].index_add_(0, inverse, torch.ones_like(inverse, dtype=grads.dtype))
+        return keys, packed, ex.OK, ""

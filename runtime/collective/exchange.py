@@ -1,0 +1,119 @@
+"""All-to-all exchanges of keyed rows between trainer ranks: the transport of collective tables.
+
+A key's owner is `key mod world` (SOK's rule), so a rank's keys are grouped by owner with one stable sort
+and sent with `all_to_all_single` (gloo on CPU tensors, NCCL on GPU ones: the group's backend for the
+tensors' device). Every exchange starts with a header exchange (counts per peer and a status word) so
+that a rank refusing its input (an id outside the table, a NaN gradient) makes *every* rank raise the
+same error at the same point instead of leaving its peers waiting in the next collective.
+
+Pure helpers (`route`, `unroute`) decide; `Exchange` moves tensors.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+from graphtrain.runtime.errors import NonFiniteGradient, SparseInputError
+
+OK, BAD_IDS, NON_FINITE = 0, 1, 2
+
+
+@dataclass(frozen=True)
+class Route:
+    """Where this rank's keys go: `order` puts them in owner order, `send[q]` of them go to rank q."""
+
+    order: torch.Tensor
+    send: list[int]
+
+
+def owners(keys: torch.Tensor, world: int) -> torch.Tensor:
+    return torch.remainder(keys, world)
+
+
+def route(keys: torch.Tensor, world: int) -> Route:
+    """Group `keys` by owner, keeping their order within each owner (a stable sort)."""
+    own = owners(keys, world)
+    order = torch.argsort(own, stable=True)
+    send = torch.bincount(own, minlength=world).tolist() if len(keys) else [0] * world
+    return Route(order=order, send=send)
+
+
+def local_rows(keys: torch.Tensor, world: int) -> torch.Tensor:
+    """The owner's row index of each key it owns (rank r holds keys r, r+world, r+2*world, ...)."""
+    return torch.div(keys, world, rounding_mode="floor")
+
+
+def shard_rows(num_rows: int, world: int, rank: int) -> int:
+    """How many of the keys 0..num_rows-1 rank `rank` owns."""
+    return max(0, (num_rows - rank + world - 1) // world)
+
+
+class CollectiveError(SparseInputError):
+    """A peer refused its part of an exchange; raised on every rank, naming the peer."""
+
+
+@dataclass
+class Exchange:
+    """All-to-all over `group` (None: the default group). world 1 needs no process group."""
+
+    group: dist.ProcessGroup | None = None
+
+    @property
+    def world(self) -> int:
+        return dist.get_world_size(self.group) if dist.is_initialized() else 1
+
+    @property
+    def rank(self) -> int:
+        return dist.get_rank(self.group) if dist.is_initialized() else 0
+
+    def header(
+        self, send: list[int], status: int, device: torch.device, what: str, detail: str = ""
+    ) -> list[int]:
+        """Counts this rank receives from each peer. Raises on every rank when any rank's status is
+        not OK: `what` names the operation and the table; `detail`, this rank's own problem, is what
+        this rank raises when the problem is its own."""
+        if status != OK and detail:
+            self._header(send, status, device)  # the peers learn of it, then this rank says what it is
+            error = NonFiniteGradient(detail, -1) if status == NON_FINITE else SparseInputError(detail)
+            raise error
+        statuses, counts = self._header(send, status, device)
+        self._raise(statuses, what)
+        return counts
+
+    def _header(self, send: list[int], status: int, device: torch.device) -> tuple[list[int], list[int]]:
+        world = self.world
+        if world == 1:
+            return [status], list(send)
+        out = torch.tensor([[c, status] for c in send], dtype=torch.int64, device=device).reshape(-1)
+        got = torch.empty_like(out)
+        dist.all_to_all_single(got, out, group=self.group)
+        pairs = got.view(world, 2).tolist()
+        return [s for _, s in pairs], [c for c, _ in pairs]
+
+    def _raise(self, statuses: list[int], what: str) -> None:
+        for peer, status in enumerate(statuses):
+            if status == NON_FINITE:
+                raise NonFiniteGradient(f"{what}: rank {peer} holds a NaN or infinite gradient", -1)
+            if status != OK:
+                raise CollectiveError(f"{what}: rank {peer} refused its input (ids outside the table)")
+
+    def rows(self, data: torch.Tensor, send: list[int], recv: list[int]) -> torch.Tensor:
+        """Send data's rows, already in owner order (`send[q]` rows to rank q); returns the `sum(recv)`
+        rows received, in rank order."""
+        if self.world == 1:
+            return data
+        width = math.prod(data.shape[1:])
+        tail = tuple(data.shape[1:])
+        out = data.new_empty((sum(recv), *tail))
+        dist.all_to_all_single(
+            out.view(-1) if out.numel() else out.new_empty(0),
+            data.contiguous().view(-1) if data.numel() else data.new_empty(0),
+            [c * width for c in recv],
+            [c * width for c in send],
+            group=self.group,
+        )
+        return out
