@@ -1,5 +1,5 @@
-"""The operator's configuration file: images, per-role pod defaults, storage, NetworkPolicy and
-PodDisruptionBudget switches.
+"""The operator's configuration file: images, per-role pod defaults, GPU pods' scheduling defaults,
+storage, NetworkPolicy and PodDisruptionBudget switches.
 
 The Helm chart renders it from its values into a ConfigMap mounted at
 /etc/graphtrain/operator/config.yaml and passes `graphtrain operator --config` to it; without a file
@@ -30,6 +30,7 @@ from pydantic.alias_generators import to_camel
 from graphtrain.contract.spec import MAX_TOLERATIONS, AccessMode, Affinity, Quantity, Resources, Toleration
 
 ENV_CONFIG = "GRAPHTRAIN_OPERATOR_CONFIG"
+GPU_TAINT = "nvidia.com/gpu"  # the taint key of GPU nodes, as the NVIDIA GPU Operator sets it
 IMAGE_REPOSITORY = "ghcr.io/graphtrain/graphtrain"
 MAX_CONFIG_BYTES = 1 << 20  # a configuration is a few KB; a ConfigMap holds at most 1 MiB
 
@@ -89,6 +90,20 @@ def _image(suffix: str = "") -> str:
     return f"{IMAGE_REPOSITORY}:{package_version()}{suffix}"
 
 
+def _gpu_taint_toleration() -> list[Toleration]:
+    return [Toleration(key=GPU_TAINT, operator="Exists", effect="NoSchedule")]
+
+
+class GpuDefaults(_Config):
+    """Where pods that run on a GPU (shardServers.device cuda, trainers.device cuda; never the
+    partition Job) may go, merged beneath their role's own fields (placement.py says how): GPU nodes are
+    often tainted nvidia.com/gpu (the NVIDIA GPU Operator's are), and a GPU pod that does not tolerate
+    it stays Pending, so a training that writes tolerations of its own keeps these."""
+
+    tolerations: list[Toleration] = Field(default_factory=_gpu_taint_toleration, max_length=MAX_TOLERATIONS)
+    node_selector: dict[str, str] = Field(default_factory=dict)
+
+
 class Images(_Config):
     """The runtime images: `runtime` for the partition Job, CPU shard servers and CPU trainers, `cuda`
     for shardServers.device cuda and trainers.device cuda (a GraphTraining's spec.image overrides both)."""
@@ -126,6 +141,7 @@ class OperatorConfig(_Config):
 
     images: Images = Field(default_factory=Images)
     defaults: Defaults = Field(default_factory=Defaults)
+    gpu: GpuDefaults = Field(default_factory=GpuDefaults)
     storage: ClaimDefaults = Field(default_factory=ClaimDefaults)
     network_policy: NetworkPolicy = Field(default_factory=NetworkPolicy)
     pod_disruption_budget: PodDisruptionBudget = Field(default_factory=PodDisruptionBudget)

@@ -7,6 +7,9 @@ merge rules, one function each, tested as tables.
   `nvidia.com/gpu` limit of their request, else 1, unless they set one.
 - nodeSelector, tolerations, affinity, priorityClassName: each on its own, the spec's when set (an
   empty value too: `nodeSelector: {}` clears the default), else the role's default.
+- GPU pods also get the configuration's `gpu` defaults merged beneath those: the GPU tolerations the
+  pod lacks, the GPU nodeSelector keys it does not set. A training's own fields (`[]` and `{}` too)
+  never drop them; the administrator, who knows the cluster's GPU nodes, does (`gpu: {tolerations: []}`).
 - Image: spec.image for every pod; else the CUDA image for GPU pods, the runtime image for the rest.
 - Data claim: storageClassName, accessModes and size, each the spec's when set, else the
   configuration's; an empty class name means the cluster's default class (the field is left out).
@@ -26,7 +29,7 @@ from graphtrain.contract.spec import (
     Storage,
     Toleration,
 )
-from graphtrain.operator.config import OperatorConfig, RoleDefaults
+from graphtrain.operator.config import GpuDefaults, OperatorConfig, RoleDefaults
 
 Role = Literal["partition", "shards", "trainer"]  # the graphtrain.io/role label of the role's pods
 GPU = "nvidia.com/gpu"
@@ -90,17 +93,18 @@ def image(spec: GraphTrainingSpec, config: OperatorConfig, gpu: bool) -> str:
     return config.images.cuda if gpu else config.images.runtime
 
 
+def _dump(value: Any) -> Any:
+    """A scheduling field as the pod spec writes it (camelCase, unset keys left out)."""
+    if isinstance(value, list):
+        return [_dump(v) for v in value]
+    if isinstance(value, Toleration | Affinity):
+        return value.model_dump(by_alias=True, exclude_none=True, mode="json")
+    return value
+
+
 def scheduling(own: Placement, default: RoleDefaults) -> dict[str, Any]:
     """nodeSelector, tolerations, affinity and priorityClassName of the pod spec, each the spec's when
     set, else the default; empty ones are left out."""
-
-    def dump(value: Any) -> Any:
-        if isinstance(value, list):
-            return [dump(v) for v in value]
-        if isinstance(value, Toleration | Affinity):
-            return value.model_dump(by_alias=True, exclude_none=True, mode="json")
-        return value
-
     chosen = {
         "nodeSelector": own.node_selector if own.node_selector is not None else default.node_selector,
         "tolerations": own.tolerations if own.tolerations is not None else default.tolerations,
@@ -109,12 +113,31 @@ def scheduling(own: Placement, default: RoleDefaults) -> dict[str, Any]:
             own.priority_class_name if own.priority_class_name is not None else default.priority_class_name
         ),
     }
-    return {k: dump(v) for k, v in chosen.items() if dump(v)}
+    return {k: _dump(v) for k, v in chosen.items() if _dump(v)}
+
+
+def with_gpu_defaults(pod_scheduling: dict[str, Any], gpu: GpuDefaults) -> dict[str, Any]:
+    """A GPU pod's scheduling fields (scheduling()'s) with the GPU defaults merged beneath: its
+    tolerations, then each GPU toleration it lacks (equal ones once); the GPU nodeSelector overlaid by
+    its own keys (its value wins). Merged, not replaced, so that a training that sets tolerations or a
+    nodeSelector for other reasons still reaches the tainted GPU nodes."""
+    tolerations = list(pod_scheduling.get("tolerations", []))
+    for toleration in _dump(gpu.tolerations):
+        if toleration not in tolerations:
+            tolerations.append(toleration)
+    merged = {
+        **pod_scheduling,
+        "nodeSelector": {**gpu.node_selector, **pod_scheduling.get("nodeSelector", {})},
+        "tolerations": tolerations,
+    }
+    return {k: v for k, v in merged.items() if v}
 
 
 def pod_settings(spec: GraphTrainingSpec, config: OperatorConfig, role: Role) -> PodSettings:
     own, default, gpu = role_spec(spec, role), role_defaults(config, role), uses_gpu(spec, role)
     pod_spec = scheduling(own, default)
+    if gpu:
+        pod_spec = with_gpu_defaults(pod_spec, config.gpu)
     if config.images.pull_secrets:
         pod_spec["imagePullSecrets"] = [{"name": s} for s in config.images.pull_secrets]
     return PodSettings(

@@ -158,12 +158,14 @@ class Placement(SpecModel):
     node_selector: dict[LabelKey, LabelValue] | None = Field(
         default=None,
         description="Node labels the pods require (e.g. node.kubernetes.io/instance-type). Unset: the "
-        "operator's default; {} none.",
+        "operator's default; {} none. Pods on a GPU also require the operator's GPU node labels whose "
+        "keys this does not set.",
     )
     tolerations: list[Toleration] | None = Field(
         default=None,
         max_length=MAX_TOLERATIONS,
-        description="Taints the pods tolerate. Unset: the operator's default; [] none.",
+        description="Taints the pods tolerate. Unset: the operator's default; [] none. Pods on a GPU "
+        "also tolerate the operator's GPU tolerations (by default the nvidia.com/gpu taint).",
     )
     affinity: Affinity | None = Field(
         default=None,

@@ -247,7 +247,7 @@ def test_the_operator_pod_probes_ports_and_mounts() -> None:
 @pytest.mark.parametrize("scenario", SCENARIOS)
 def test_the_config_file_has_the_contract_format(scenario: str) -> None:
     cfg = config(render(scenario))
-    assert set(cfg) == {"images", "defaults", "storage", "networkPolicy", "podDisruptionBudget"}
+    assert set(cfg) == {"images", "defaults", "gpu", "storage", "networkPolicy", "podDisruptionBudget"}
     assert set(cfg["images"]) == {"runtime", "cuda", "pullPolicy", "pullSecrets"}
     assert set(cfg["defaults"]) == {"partition", "shardServers", "trainers"}
     for role, defaults in cfg["defaults"].items():
@@ -255,6 +255,7 @@ def test_the_config_file_has_the_contract_format(scenario: str) -> None:
         Resources.model_validate(defaults["resources"])  # quantities the spec's own model takes
         for section in ("requests", "limits"):
             assert {"cpu", "memory"} <= set(defaults["resources"][section]), (role, section)
+    assert set(cfg["gpu"]) == {"tolerations", "nodeSelector"}
     assert set(cfg["storage"]) == {"storageClassName", "accessModes", "size", "offline"}
     assert set(cfg["networkPolicy"]) == {"enabled", "metricsFrom"}
     assert set(cfg["podDisruptionBudget"]) == {"enabled"}
@@ -273,9 +274,12 @@ def test_the_config_file_carries_the_scenarios_values() -> None:
         "offline": False,
     }
     assert default["networkPolicy"]["enabled"] and default["podDisruptionBudget"]["enabled"]
-    gpu = config(render("gpu"))["defaults"]["trainers"]
-    assert gpu["resources"]["limits"]["nvidia.com/gpu"] == 1
-    assert gpu["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+    gpu_taint = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+    assert default["gpu"] == {"tolerations": [gpu_taint], "nodeSelector": {}}
+    gpu = config(render("gpu"))
+    assert gpu["defaults"]["trainers"]["resources"]["limits"]["nvidia.com/gpu"] == 1
+    assert gpu["defaults"]["trainers"]["tolerations"] == []  # the GPU toleration is the gpu section's
+    assert gpu["gpu"] == {"tolerations": [gpu_taint], "nodeSelector": {"nvidia.com/gpu.present": "true"}}
     offline = config(render("existing-claim"))
     assert offline["storage"]["offline"] is True and offline["storage"]["accessModes"] == ["ReadWriteOnce"]
     assert offline["images"]["pullSecrets"] == ["regcred"]

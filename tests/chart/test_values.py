@@ -269,6 +269,11 @@ BAD_VALUES: list[tuple[str, str]] = [
     ('trainings.storage.accessModes=[]', "trainings.storage.accessModes"),
     ('trainings.networkPolicy.enabled="yes"', "trainings.networkPolicy.enabled"),
     ('trainings.images.runtime=7', "trainings.images.runtime"),
+    ('trainings.gpu.tolerations=[{"key":"nvidia.com/gpu","operator":"Exists","value":"x"}]',
+     "trainings.gpu.tolerations"),
+    ('trainings.gpu.tolerations={"key":"nvidia.com/gpu"}', "trainings.gpu.tolerations"),
+    ('trainings.gpu.nodeSelector={"nvidia.com/gpu.present":true}', "trainings.gpu.nodeSelector"),
+    ('trainings.gpu.resources={"limits":{"nvidia.com/gpu":1}}', "trainings.gpu"),
 ]  # fmt: skip
 GOOD_VALUES: list[str] = [
     f'{TOLERATIONS}=[{{"operator":"Exists"}},{{"key":"a","operator":"Exists","value":""}}]',
@@ -277,6 +282,7 @@ GOOD_VALUES: list[str] = [
     f'{T}.nodeSelector={{"node.kubernetes.io/instance-type":"m5.large","gpu":""}}',
     f'{T}.priorityClassName="gpu-training"',
     'trainings.images.pullSecrets=["regcred","other.secret"]',
+    'trainings.gpu={"tolerations":[],"nodeSelector":{"nvidia.com/gpu.present":"true","pool":""}}',
     'trainings.networkPolicy.metricsFrom=[{"ipBlock":{"cidr":"10.0.0.0/8","except":["10.1.0.0/16"]}},'
     '{"namespaceSelector":{"matchLabels":{"team":"ml"}},"podSelector":{"matchExpressions":'
     '[{"key":"app","operator":"In","values":["prometheus"]}]}}]',

@@ -27,6 +27,7 @@ defaults:
     affinity: {podAntiAffinity: {preferredDuringSchedulingIgnoredDuringExecution: []}}
     priorityClassName: graphtrain-shards
   trainers: {}
+gpu: {tolerations: [{key: gpu, operator: Equal, value: a100}], nodeSelector: {pool: gpu}}
 storage: {storageClassName: nfs, accessModes: [ReadWriteMany], size: 100Gi, offline: true}
 networkPolicy: {enabled: false, metricsFrom: [{namespaceSelector: {}}]}
 podDisruptionBudget: {enabled: false}
@@ -42,6 +43,13 @@ def test_built_in_defaults_leave_no_pod_best_effort() -> None:
     assert cfg.storage.access_modes == ["ReadWriteMany"] and cfg.storage.size == "10Gi"
     assert cfg.network_policy.enabled and cfg.pod_disruption_budget.enabled and not cfg.storage.offline
     assert cfg.images.pull_policy == "IfNotPresent" and cfg.images.pull_secrets == []
+    (gpu,) = cfg.gpu.tolerations  # GPU pods tolerate the NVIDIA GPU Operator's taint; no nodeSelector
+    assert (gpu.key, gpu.operator, gpu.effect, cfg.gpu.node_selector) == (
+        "nvidia.com/gpu",
+        "Exists",
+        "NoSchedule",
+        {},
+    )
 
 
 def test_a_full_file_reads_as_written(tmp_path: Path) -> None:
@@ -54,6 +62,7 @@ def test_a_full_file_reads_as_written(tmp_path: Path) -> None:
     assert shards.tolerations[0].key == "memory" and shards.priority_class_name == "graphtrain-shards"
     assert shards.affinity.pod_anti_affinity == {"preferredDuringSchedulingIgnoredDuringExecution": []}
     assert cfg.defaults.trainers.resources.limits == {"cpu": "2", "memory": "8Gi"}  # {}: the role's default
+    assert cfg.gpu.tolerations[0].value == "a100" and cfg.gpu.node_selector == {"pool": "gpu"}
     assert cfg.storage.offline and cfg.storage.storage_class_name == "nfs"
     assert not cfg.network_policy.enabled and cfg.network_policy.metrics_from == [{"namespaceSelector": {}}]
 
@@ -86,6 +95,8 @@ def test_the_environment_names_the_file(tmp_path: Path, monkeypatch: pytest.Monk
             "defaults: {shardServers: {tolerations: [{value: x}]}}\n",
             "defaults.shardServers.tolerations.0.key: is required unless operator is Exists",
         ),
+        ("gpu: {tolerations: [{operator: Exists, value: x}]}\n", "gpu.tolerations.0.value: must be empty"),
+        ("gpu: {nodeSelector: {pool: 1}}\n", "gpu.nodeSelector.pool: Input should be a valid string"),
         ("- a list\n", "expected a mapping of settings, got list"),
         ("images: [\n", "not YAML"),
     ],

@@ -120,6 +120,93 @@ def spec(**sections: Any) -> GraphTrainingSpec:
     return parse(edit(GRAPHSAGE, lambda s: s.update(sections))).spec
 
 
+# ------------------------------------------------------------------- GPU pods' scheduling defaults
+
+GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+SPOT = {"key": "spot", "operator": "Exists"}
+GPU_NODES = {"nvidia.com/gpu.present": "true", "pool": "gpu"}
+ROLE_ONLY = {"nodeSelector": {"zone": "a"}, "tolerations": [SPOT]}
+ROLE_AND_GPU = {"nodeSelector": {**GPU_NODES, "zone": "a"}, "tolerations": [SPOT, GPU_TOLERATION]}
+GPU_CONFIG = operator_config.OperatorConfig.model_validate(
+    {
+        "defaults": {role: ROLE_ONLY for role in ("partition", "shardServers", "trainers")},
+        "gpu": {"nodeSelector": GPU_NODES},  # tolerations: the built-in [GPU_TOLERATION]
+    }
+)
+
+
+def test_the_built_in_gpu_defaults_tolerate_the_gpu_taint_and_select_no_nodes() -> None:
+    gpu = operator_config.OperatorConfig().gpu
+    assert placement.with_gpu_defaults({}, gpu) == {"tolerations": [GPU_TOLERATION]}
+    assert gpu.node_selector == {}
+
+
+@pytest.mark.parametrize(
+    ("own", "config", "expected"),
+    [
+        pytest.param({}, GPU_CONFIG, ROLE_AND_GPU, id="unset-role-default-then-gpu"),
+        pytest.param(
+            {"tolerations": [{"key": "team", "value": "ml"}]},
+            GPU_CONFIG,
+            {**ROLE_AND_GPU, "tolerations": [{"key": "team", "value": "ml"}, GPU_TOLERATION]},
+            id="own-tolerations-then-gpu",
+        ),
+        pytest.param(
+            {"tolerations": []},
+            GPU_CONFIG,
+            {**ROLE_AND_GPU, "tolerations": [GPU_TOLERATION]},
+            id="empty-tolerations-clear-the-role-default-not-the-gpu-one",
+        ),
+        pytest.param(
+            {"tolerations": [GPU_TOLERATION, SPOT]},
+            GPU_CONFIG,
+            {**ROLE_AND_GPU, "tolerations": [GPU_TOLERATION, SPOT]},
+            id="an-equal-toleration-once",
+        ),
+        pytest.param(
+            {"tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}]},
+            GPU_CONFIG,
+            {
+                **ROLE_AND_GPU,
+                "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}, GPU_TOLERATION],
+            },
+            id="a-different-toleration-of-the-same-key-kept-beside",
+        ),
+        pytest.param(
+            {"nodeSelector": {"pool": "a100"}},
+            GPU_CONFIG,
+            {**ROLE_AND_GPU, "nodeSelector": {"nvidia.com/gpu.present": "true", "pool": "a100"}},
+            id="own-node-selector-key-wins",
+        ),
+        pytest.param(
+            {"nodeSelector": {}},
+            GPU_CONFIG,
+            {**ROLE_AND_GPU, "nodeSelector": GPU_NODES},
+            id="empty-node-selector-keeps-the-gpu-keys",
+        ),
+        pytest.param(
+            {"affinity": {"nodeAffinity": {"x": 1}}, "priorityClassName": "urgent"},
+            GPU_CONFIG,
+            {**ROLE_AND_GPU, "affinity": {"nodeAffinity": {"x": 1}}, "priorityClassName": "urgent"},
+            id="the-other-fields-untouched",
+        ),
+        pytest.param(
+            {"tolerations": []},
+            operator_config.OperatorConfig.model_validate({"gpu": {"tolerations": []}}),
+            {},
+            id="the-administrator-turns-them-off",
+        ),
+    ],
+)
+@pytest.mark.parametrize("role", ["trainer", "shards"])
+def test_gpu_defaults_merge_beneath_the_specs_own_fields(
+    own: dict, config: operator_config.OperatorConfig, expected: dict, role: placement.Role
+) -> None:
+    section = "trainers" if role == "trainer" else "shardServers"
+    settings = placement.pod_settings(spec(**{section: {"device": "cuda", **own}}), config, role)
+    assert settings.pod_spec == expected
+
+
 GPU_SPEC = {"shardServers": {"device": "cuda"}, "trainers": {"device": "cuda"}}
 IMAGES = operator_config.OperatorConfig.model_validate(
     {"images": {"runtime": "reg/rt:1", "cuda": "reg/rt:1-cuda"}}
@@ -252,6 +339,29 @@ def test_gpus_follow_each_roles_device(trainers: str, shards: str) -> None:
         assert (container["image"], gpu) == (
             ("reg/rt:1-cuda", "1") if device == "cuda" else ("reg/rt:1", None)
         ), role
+
+
+@pytest.mark.parametrize(
+    ("trainers", "shards", "expected"),
+    [
+        pytest.param("cpu", "cpu", {"trainer": ROLE_ONLY, "shards": ROLE_ONLY}, id="cpu-cpu"),
+        pytest.param("cuda", "cpu", {"trainer": ROLE_AND_GPU, "shards": ROLE_ONLY}, id="gpu-trainers"),
+        pytest.param("cpu", "cuda", {"trainer": ROLE_ONLY, "shards": ROLE_AND_GPU}, id="gpu-shards"),
+        pytest.param("cuda", "cuda", {"trainer": ROLE_AND_GPU, "shards": ROLE_AND_GPU}, id="gpu-both"),
+    ],
+)
+def test_gpu_defaults_reach_the_pods_of_each_role_on_a_gpu(
+    trainers: str, shards: str, expected: dict
+) -> None:
+    """Every combination of the two devices, as rendered: a role on cuda gets its own defaults with the
+    GPU ones beneath, a role on the CPU its own only, and the partition Job never the GPU ones."""
+    gt = parse(
+        edit(GRAPHSAGE, lambda s: s.update(trainers={"device": trainers}, shardServers={"device": shards}))
+    )
+    rendered = pods(gt, GPU_CONFIG)
+    for role, want in {**expected, "partition": ROLE_ONLY}.items():
+        got = {k: rendered[role].get(k) for k in ("nodeSelector", "tolerations")}
+        assert got == want, role
 
 
 def test_every_pod_gets_its_roles_settings_and_is_restricted() -> None:
