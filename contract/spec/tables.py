@@ -62,7 +62,7 @@ add_rules(
 
 
 class Optimizer(SpecModel):
-    """Sparse optimizer applied on the shard servers to the rows a step touched.
+    """Sparse optimizer applied to the rows a step touched, where they live (shard servers or trainers).
 
     Weight decay is L2 folded into the gradient (g' = g + weightDecay * w) for every kind."""
 
@@ -144,7 +144,7 @@ add_rules(
 
 
 class EmbeddingTable(SpecModel):
-    """A learnable table, sharded by row across the shard servers."""
+    """A learnable table, sharded by row across the shard servers (or across the trainers: sharding)."""
 
     name: str = Field(
         pattern=IDENT,
@@ -169,7 +169,7 @@ class EmbeddingTable(SpecModel):
     )
     init: Init = Field(default_factory=Init, description="How the rows start.")
     optimizer: Optimizer = Field(
-        default_factory=Optimizer, description="The sparse optimizer the shard servers apply to the rows."
+        default_factory=Optimizer, description="The sparse optimizer applied to the rows where they live."
     )
     duplicate_grads: DuplicateRule = Field(
         default=DuplicateRule.sum,
@@ -183,8 +183,9 @@ class EmbeddingTable(SpecModel):
     )
     sharding: Sharding = Field(
         default=Sharding.server,
-        description="Where the rows live: server (on the shard servers, updated there); collective (not "
-        "supported yet: on the trainers, exchanged all-to-all).",
+        description="Where the rows live: server (on the shard servers, updated there); collective (sharded "
+        "across the trainers, row of key k on trainer k mod trainers.replicas, looked up and updated "
+        "all-to-all; docs/collective.md).",
     )
     vocabulary: Vocabulary = Field(
         default_factory=Vocabulary, description="Which ids the table has rows for."
@@ -222,12 +223,5 @@ add_rules(
         cel="self.dtype == 'float32'",
         message="%s is not supported yet: tables are float32",
         args=(("self.dtype", lambda t: t.dtype),),
-    ),
-    Rule(
-        "table-server-sharding-only",
-        "sharding",
-        lambda t: t.sharding != Sharding.collective,
-        cel="self.sharding != 'collective'",
-        message="collective is not supported yet: rows live on the shard servers (sharding: server)",
     ),
 )

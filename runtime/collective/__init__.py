@@ -7,7 +7,7 @@
 docs/collective.md gives the semantics (SOK's and DeepRec's) and how they differ from server tables.
 """
 
-from graphtrain.runtime.collective.checkpoint import checkpoint, restore, save
+from graphtrain.runtime.collective.checkpoint import restore, save, write_checkpoint
 from graphtrain.runtime.collective.embedding import CollectiveEmbedding
 from graphtrain.runtime.collective.exchange import CollectiveError
 from graphtrain.runtime.collective.layers import (
@@ -22,11 +22,11 @@ __all__ = [
     "CollectiveEmbedding",
     "CollectiveError",
     "bag",
-    "checkpoint",
     "group_lookup",
     "restore",
     "save",
     "slot_bag",
     "slots",
     "split_embedding_parameters",
+    "write_checkpoint",
 ]

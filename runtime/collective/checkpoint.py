@@ -127,7 +127,9 @@ def save(tables: list[CollectiveEmbedding], root: Path) -> list[dict[str, Any]]:
     return pieces
 
 
-def checkpoint(tables: list[CollectiveEmbedding], root: Path, extra: dict[str, Any] | None = None) -> Path:
+def write_checkpoint(
+    tables: list[CollectiveEmbedding], root: Path, extra: dict[str, Any] | None = None
+) -> Path:
     """A complete checkpoint of `tables` alone: every rank's pieces, then rank 0's checkpoint.json."""
     pieces = save(tables, root)
     world = tables[0].world if tables else 1

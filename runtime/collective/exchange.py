@@ -70,6 +70,11 @@ class Exchange:
     def rank(self) -> int:
         return dist.get_rank(self.group) if dist.is_initialized() else 0
 
+    @property
+    def device_native(self) -> bool:
+        """Whether the group moves GPU tensors itself (NCCL: "nccl" or "cpu:gloo,cuda:nccl")."""
+        return "nccl" in str(dist.get_backend(self.group))
+
     def header(
         self, send: list[int], status: int, device: torch.device, what: str, detail: str = ""
     ) -> list[int]:
@@ -88,6 +93,8 @@ class Exchange:
         world = self.world
         if world == 1:
             return [status], list(send)
+        if device.type != "cpu" and not self.device_native:
+            device = torch.device("cpu")
         out = torch.tensor([[c, status] for c in send], dtype=torch.int64, device=device).reshape(-1)
         got = torch.empty_like(out)
         dist.all_to_all_single(got, out, group=self.group)
@@ -106,6 +113,8 @@ class Exchange:
         rows received, in rank order."""
         if self.world == 1:
             return data
+        if data.device.type != "cpu" and not self.device_native:  # gloo alone: through host memory
+            return self.rows(data.cpu(), send, recv).to(data.device)
         width = math.prod(data.shape[1:])
         tail = tuple(data.shape[1:])
         out = data.new_empty((sum(recv), *tail))

@@ -267,12 +267,17 @@ class KVClient:
         self.transport.call_many([Call(0, "barrier", None, (), args)], wait + 1.0)
 
     def checkpoint(
-        self, path: str, extra: dict[str, Any] | None = None, root: Path | None = None
+        self,
+        path: str,
+        extra: dict[str, Any] | None = None,
+        root: Path | None = None,
+        pieces: list[dict[str, Any]] | None = None,
     ) -> list[dict]:
         """Every shard writes its pieces under `path` (relative to the servers' checkpoint root); then the
-        checkpoint is marked complete. `root` is where this process sees that root (for the marker)."""
+        checkpoint is marked complete, listing them and `pieces` (written by others: the trainers' own
+        tables). `root` is where this process sees that root (for the marker)."""
         answers = self.each("checkpoint", None, {"path": path})
-        pieces = [p for a in answers for p in a.result["pieces"]]
+        pieces = [p for a in answers for p in a.result["pieces"]] + list(pieces or [])
         base = (root / path) if root else Path(path)
         ckpt.write_top(base, pieces, self.num_shards, extra)
         return pieces

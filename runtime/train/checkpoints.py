@@ -23,7 +23,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from graphtrain.runtime.collective import CollectiveEmbedding
+from graphtrain.runtime.collective import checkpoint as collective_ckpt
 from graphtrain.runtime.data.cache import hash_tree, write_json
+from graphtrain.runtime.errors import GraphtrainError
 from graphtrain.runtime.graph import DistGraph
 from graphtrain.runtime.kvstore import checkpoint as ckpt
 from graphtrain.runtime.train import best as best_record
@@ -72,8 +75,16 @@ class Checkpoints:
     """The checkpoints under `root` (None: a training that takes none). save() and resume() are
     collective: every rank calls them at the same point, rank 0 writes and reads for all."""
 
-    def __init__(self, root: Path | None, spec: Any, graph: DistGraph, dist: Dist):
+    def __init__(
+        self,
+        root: Path | None,
+        spec: Any,
+        graph: DistGraph,
+        dist: Dist,
+        collective: Sequence[CollectiveEmbedding] = (),
+    ):
         self.root, self.spec, self.graph, self.dist = root, spec, graph, dist
+        self.collective = list(collective)  # tables on the trainers: every rank writes its piece
         self.saved_step: int | None = None  # the step of the last checkpoint this trainer took
 
     def save(self, point: ResumePoint, write_state: Callable[[Path], None], best: bool = False) -> None:
@@ -90,9 +101,10 @@ class Checkpoints:
             return
         self.graph.client.settle()  # this trainer's pushes in flight are applied before the barrier
         self.dist.barrier()
+        directory = self.root / tag
+        extra: dict[str, Any] = {}
         if self.dist.rank == 0:
             meta = point.record(self.spec)
-            directory = self.root / tag
             if directory.exists():  # a damaged one this run resumed from before: nothing of it may stay
                 shutil.rmtree(directory)
             directory.mkdir(parents=True)
@@ -106,7 +118,13 @@ class Checkpoints:
                     self.graph.config, directory, {t.name: str(t.keys) for t in self.spec.embeddings}
                 ),
             }
-            self.graph.client.checkpoint(tag, extra=extra, root=self.root)
+        pieces = []
+        if self.collective:  # every rank writes its piece of each, once rank 0 has made the directory
+            self.dist.barrier()
+            pieces = collective_ckpt.save(self.collective, directory)
+            self.dist.barrier()
+        if self.dist.rank == 0:
+            self.graph.client.checkpoint(tag, extra=extra, root=self.root, pieces=pieces)
             ckpt.mark_latest(self.root, tag)
             if best:
                 ckpt.mark_best(self.root, tag)
@@ -143,6 +161,9 @@ class Checkpoints:
         timeline, after the checkpoint resumed from, may have moved it). Collective."""
         assert self.root is not None
         self.saved_step = step
+        for table in self.collective:  # every rank its own rows, whatever world size wrote them
+            if not collective_ckpt.restore(table, directory, verify=False):  # newest() verified it
+                raise GraphtrainError(f"checkpoint {directory.name} holds no table {table.name!r}")
         if self.dist.rank == 0:
             self.graph.client.restore(directory.name)
             if best is None:

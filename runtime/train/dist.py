@@ -63,6 +63,13 @@ class Dist:
             torch_dist.all_reduce(t)
         return t.tolist()
 
+    def gather_max(self, values: list[float]) -> list[float]:
+        """Element-wise maximum over all trainers."""
+        t = torch.tensor(values, dtype=torch.float64)
+        if self.world > 1:
+            torch_dist.all_reduce(t, op=torch_dist.ReduceOp.MAX)
+        return t.tolist()
+
     def share(self, batch_size: int) -> int:
         """This trainer's part of a global batch: N trainers with DDP take the steps one trainer would
         (same effective batch, same learning rate schedule), so results do not depend on N."""

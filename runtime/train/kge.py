@@ -32,11 +32,12 @@ from graphtrain.runtime.errors import GraphtrainError
 from graphtrain.runtime.graph import DistGraph, edge_split
 from graphtrain.runtime.optim import OptimConfig, SparseOptimizer
 from graphtrain.runtime.partition import load_maps, load_triples
-from graphtrain.runtime.tensor import DistEmbedding, PartitionBook
+from graphtrain.runtime.tensor import PartitionBook
 from graphtrain.runtime.train import kge_math
 from graphtrain.runtime.train.device import synchronize, to_device
 from graphtrain.runtime.train.dist import Dist, seed_everything
 from graphtrain.runtime.train.metrics import StageClock
+from graphtrain.runtime.train.tables import Table, collective, embedding_table, normalise_rows
 from graphtrain.runtime.train.task import Split, init_spec
 
 REPORT_EVERY = 50
@@ -104,13 +105,14 @@ class LinkPrediction:
                 f"embeddings[{ent.name}].dim {ent.dim} and embeddings[{rel.name}].dim {rel.dim} differ: "
                 "model.entityEmbedding and model.relationEmbedding need the same dim"
             )
-        self.ent = DistEmbedding(
-            graph.num_nodes, ent.dim, ent.name, init_spec(ent, tr.seed), graph.book, graph.client
+        self.ent = embedding_table(
+            ent, graph.num_nodes, init_spec(ent, tr.seed), graph.book, graph.client, self.device
         )
         rel_book = PartitionBook.even(self.kg.num_relations, graph.client.num_shards)
-        self.rel = DistEmbedding(
-            self.kg.num_relations, rel.dim, rel.name, init_spec(rel, tr.seed + 1), rel_book, graph.client
+        self.rel = embedding_table(
+            rel, self.kg.num_relations, init_spec(rel, tr.seed + 1), rel_book, graph.client, self.device
         )
+        self.collective_tables = collective([self.ent, self.rel])
         self.ent_opt = SparseOptimizer(
             [self.ent], dataclasses.replace(OptimConfig.from_spec(ent), row_norm=1.0)
         )
@@ -133,12 +135,8 @@ class LinkPrediction:
         self.ent.steps = self.rel.steps = step
 
     def _normalise_start(self) -> None:
-        if self.dist.rank == 0:
-            for table in (self.ent, self.rel):
-                for lo in range(0, table.num_embeddings, PULL_CHUNK):
-                    ids = torch.arange(lo, min(lo + PULL_CHUNK, table.num_embeddings))
-                    rows = table.rows(ids)
-                    table.table[ids] = rows / rows.norm(dim=1, keepdim=True).clamp_min(1e-12)
+        for table in (self.ent, self.rel):
+            normalise_rows(table, self.dist.rank, PULL_CHUNK)
         self.dist.barrier()
 
     # ------------------------------------------------------------------------------- training
@@ -193,7 +191,7 @@ class LinkPrediction:
 
     # ----------------------------------------------------------------------------- evaluation
 
-    def _all_rows(self, table: DistEmbedding) -> torch.Tensor:
+    def _all_rows(self, table: Table) -> torch.Tensor:
         return torch.cat(
             [
                 table.rows(torch.arange(lo, min(lo + PULL_CHUNK, table.num_embeddings)))

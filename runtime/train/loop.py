@@ -63,7 +63,7 @@ class EpochLoop:
         self.metrics_log = MetricsLog(run_dir, self.val_names) if run_dir and dist.rank == 0 else None
         sinks = progress_sinks(run_dir, dist.rank, progress_configmap)
         self.reporter = Reporter(dist.rank, sinks, metrics=self.metrics, metrics_log=self.metrics_log)
-        self.checkpoints = Checkpoints(checkpoint_root, spec, graph, dist)
+        self.checkpoints = Checkpoints(checkpoint_root, spec, graph, dist, task.collective_tables)
         self.progress = TrainerProgress(epochs=spec.training.epochs)
         self.epoch = self.step = 0  # done
         self.epoch_step = 0  # steps of the running epoch done

@@ -25,12 +25,12 @@ from graphtrain.runtime.graph import DistGraph, NeighborLoader, node_split
 from graphtrain.runtime.graph.loader import MiniBatch, sample_blocks
 from graphtrain.runtime.kvstore.client import KVClient
 from graphtrain.runtime.optim import OptimConfig, SparseOptimizer
-from graphtrain.runtime.tensor import DistEmbedding
 from graphtrain.runtime.train.dense import load_dense, save_dense
 from graphtrain.runtime.train.device import synchronize, to_device
 from graphtrain.runtime.train.dist import Dist, seed_everything, unwrap
 from graphtrain.runtime.train.metrics import StageClock
 from graphtrain.runtime.train.models import GraphSAGE
+from graphtrain.runtime.train.tables import Table, collective, embedding_table
 from graphtrain.runtime.train.task import Split, init_spec
 
 REPORT_EVERY = 20
@@ -74,18 +74,14 @@ class NodeClassification:
                 "(sparse ones need model.featureProjection)"
             )
         self.label = graph.ndata["label"]
-        self.emb = None
+        self.emb: Table | None = None
         if m.node_embedding:
             table = next(t for t in self.spec.embeddings if t.name == m.node_embedding)
-            self.emb = DistEmbedding(
-                graph.num_nodes,
-                table.dim,
-                table.name,
-                init=init_spec(table),
-                book=graph.book,
-                client=graph.client,
+            self.emb = embedding_table(
+                table, graph.num_nodes, init_spec(table), graph.book, graph.client, self.device
             )
             self.sparse_opt = SparseOptimizer([self.emb], OptimConfig.from_spec(table))
+        self.collective_tables = collective([self.emb])
         feat_dim = self.feat.shape[1] if self.feat is not None else 0
         in_dim = feat_dim + (self.emb.dim if self.emb else 0)
         # Features beside an embedding are passed apart, so backward computes no gradient for them.
@@ -183,7 +179,12 @@ class NodeClassification:
         model = unwrap(self.model)
         model.eval()
         correct = 0
-        for i in range(0, len(ids), EVAL_BATCH):
+        starts = range(0, len(ids), EVAL_BATCH)
+        for _ in range(len(starts), self._eval_rounds(len(starts))):
+            # a collective embedding's lookups pair up across trainers: one with fewer batches than
+            # another takes part in the lookups it has no batch for
+            self.collective_tables[0].gather(torch.empty(0, dtype=torch.int64, device=self.device))
+        for i in starts:
             mb = sample_blocks(self.graph, ids[i : i + EVAL_BATCH], [-1] * len(self.spec.training.fanouts))
             mb.blocks = to_device(mb.blocks, self.device)
             x = to_device(self.feat[mb.input_nodes], self.device) if self.feat is not None else None
@@ -192,6 +193,11 @@ class NodeClassification:
         model.train()
         total_correct, total = self.dist.sum([correct, len(ids)])
         return {"accuracy": total_correct / max(total, 1)}
+
+    def _eval_rounds(self, mine: int) -> int:
+        """Lookups every trainer takes part in during an evaluation: the most batches any trainer has,
+        with a collective embedding; its own count otherwise."""
+        return int(max(self.dist.gather_max([mine]))) if self.collective_tables else mine
 
     # ---------------------------------------------------------------------------- checkpoints
 

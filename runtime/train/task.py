@@ -18,6 +18,7 @@ from typing import Any, Literal, Protocol, TypeVar
 
 import torch
 
+from graphtrain.runtime.collective import CollectiveEmbedding
 from graphtrain.runtime.train.metrics import StageClock
 
 Split = Literal["valid", "test"]
@@ -31,10 +32,13 @@ class TrainingTask(Protocol[BatchT]):
         metrics.csv); the first picks the best pass and drives early stopping, and test_<first> is what
         the final report carries.
     report_every: steps between progress reports.
+    collective_tables: the task's tables sharded across the trainers (sharding: collective), which
+        checkpoints write and restore beside the shard servers' tables.
     """
 
     metric_names: tuple[str, ...]
     report_every: int
+    collective_tables: list[CollectiveEmbedding]
 
     def steps_per_epoch(self) -> int:
         """This trainer's batches in one epoch (the same in every epoch)."""

@@ -81,7 +81,6 @@ BREAKS: dict[str, Doc] = {
     "table-custom-rows": edit(GRAPHSAGE, _table(keys="custom")),
     "table-rows-custom-only": edit(GRAPHSAGE, _table(numEmbeddings=10)),
     "table-float32-only": edit(GRAPHSAGE, _table(dtype="bfloat16")),
-    "table-server-sharding-only": edit(GRAPHSAGE, _table(sharding="collective")),
     "graphsage-has-input": edit(
         GRAPHSAGE, lambda s: s.update(embeddings=[], model={"kind": "graphsage", "useFeatures": False})
     ),

@@ -66,7 +66,6 @@ def test_each_example_breaks_its_rule(name: str) -> None:
 @pytest.mark.parametrize(
     ("table", "path"),
     [
-        ({"sharding": "collective"}, "spec.embeddings[0].sharding"),
         ({"vocabulary": {"kind": "dynamic", "capacity": 10}}, "spec.embeddings[0].vocabulary.kind"),
         ({"dtype": "float16"}, "spec.embeddings[0].dtype"),
         ({"dtype": "bfloat16"}, "spec.embeddings[0].dtype"),
@@ -108,7 +107,6 @@ def test_schema_errors_and_every_decidable_rule_at_once() -> None:
         "metadata.name": "must be a lowercase DNS label",
         "spec.graph.split": "train + val + test must be 1",
         "spec.embeddings": "read by no model input",  # the valid tables are enough to decide it
-        "spec.embeddings[0].sharding": "not supported yet",
         "spec.embeddings[1].dtype": "not supported yet",
         "spec.training.fanouts": "has 2 entries but model.numLayers is 3",
         "spec.shardServers.replicas": "is 3 but partition.parts is 2",
@@ -186,7 +184,6 @@ def test_validate_prints_every_problem(tmp_path: Path) -> None:
         "spec.training.fanouts: has 1 entries but model.numLayers is 2",
         "spec.shardServers.replicas: is 4 but partition.parts is 2",
         "spec.embeddings[0].dtype: bfloat16 is not supported yet",
-        "spec.embeddings[0].sharding: collective is not supported yet",
     ]
     assert f"{len(expected)} problem(s)" in result.output
     for line in expected:

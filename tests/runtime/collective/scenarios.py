@@ -14,10 +14,10 @@ import torch
 from graphtrain.runtime.collective import (
     CollectiveEmbedding,
     bag,
-    checkpoint,
     group_lookup,
     restore,
     slot_bag,
+    write_checkpoint,
 )
 from graphtrain.runtime.errors import SparseInputError
 from graphtrain.runtime.kvstore.inits import init_rows
@@ -165,7 +165,7 @@ def save_then(rank: int, world: int, out: Path, ckdir: str, n: int, dim: int, ki
         ids = torch.from_numpy(batch_ids(s, rank, n))
         (table(ids) * torch.from_numpy(weights(s, rank, len(ids), dim))).sum().backward()
         opt.step()
-    checkpoint([table], Path(ckdir))
+    write_checkpoint([table], Path(ckdir))
     return {"table": _all_rows(table)}
 
 

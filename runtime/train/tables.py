@@ -1,0 +1,51 @@
+"""A spec's embedding table as the trainers hold it: rows on the shard servers (DistEmbedding) or
+sharded across the trainers themselves (CollectiveEmbedding, `sharding: collective`). Both take part
+in autograd and in the sparse optimizers alike, so the tasks build tables here and use them blind;
+checkpoints write and restore the collective ones beside the servers' (checkpoints.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from graphtrain.contract.spec import Sharding
+from graphtrain.runtime.collective import CollectiveEmbedding
+from graphtrain.runtime.kvstore.client import KVClient
+from graphtrain.runtime.tensor import DistEmbedding, PartitionBook
+
+Table = DistEmbedding | CollectiveEmbedding
+
+
+def embedding_table(
+    spec_table: Any,
+    num_rows: int,
+    init: dict[str, Any],
+    book: PartitionBook,
+    client: KVClient,
+    device: torch.device,
+) -> Table:
+    """The table `spec_table` (contract/spec/tables.py) with `num_rows` rows: a collective one lives on
+    the trainer's device, its rows owned by rank key mod world size."""
+    if spec_table.sharding == Sharding.collective:
+        return CollectiveEmbedding(num_rows, spec_table.dim, spec_table.name, init, device=device)
+    return DistEmbedding(num_rows, spec_table.dim, spec_table.name, init, book, client)
+
+
+def collective(tables: list[Table | None]) -> list[CollectiveEmbedding]:
+    return [t for t in tables if isinstance(t, CollectiveEmbedding)]
+
+
+def normalise_rows(table: Table, rank: int, chunk: int) -> None:
+    """Scale every row of `table` to unit L2 norm (KGE rows start on the sphere). Server tables: rank 0
+    rewrites them in chunks (the caller then waits at a barrier); collective ones: each rank its own."""
+    if isinstance(table, CollectiveEmbedding):
+        with torch.no_grad():
+            table.weight.div_(table.weight.norm(dim=1, keepdim=True).clamp_min_(1e-12))
+        return
+    if rank != 0:
+        return
+    for lo in range(0, table.num_embeddings, chunk):
+        ids = torch.arange(lo, min(lo + chunk, table.num_embeddings))
+        rows = table.rows(ids)
+        table.table[ids] = rows / rows.norm(dim=1, keepdim=True).clamp_min(1e-12)
