@@ -122,8 +122,11 @@ def original_order(checkpoint: Path, name: str, cfg: PartitionConfig) -> Rows:
     Raises:
         DataError: the table is not in the checkpoint or a file changed.
     """
-    table = ckpt.export_table(checkpoint, name)
+    keyed = ckpt.export_keyed(checkpoint, name)
     record = ckpt.read_top(checkpoint).get("partition") or {}
+    if keyed is not None:
+        return _keyed_rows(name, *keyed, cfg, dict(record.get("table_keys", {})))
+    table = ckpt.export_table(checkpoint, name)
     num_nodes = int(cfg.data["num_nodes"])
     kg = cfg.data.get("kg")
     keying = table_keying(
@@ -142,6 +145,23 @@ def original_order(checkpoint: Path, name: str, cfg: PartitionConfig) -> Rows:
     else:
         ids = np.arange(len(table), dtype=np.int64)
     return Rows(name, keying, ids, table)
+
+
+def _keyed_rows(
+    name: str, keys: np.ndarray, values: np.ndarray, cfg: PartitionConfig, table_keys: dict
+) -> Rows:
+    """A dynamic vocabulary's rows: only the keys it holds. Keys of a node-keyed table are the graph's
+    (relabeled) node ids: they go back to the user's ids, in original node order."""
+    inverse = load_maps(cfg)["node_map_inverse"]
+    if table_keys.get(name) != "nodes" or (len(keys) and (keys.min() < 0 or keys.max() >= len(inverse))):
+        return Rows(name, "rows", keys, values)  # new id of original id i
+    original = np.empty_like(inverse)
+    original[inverse] = np.arange(len(inverse))
+    orig = original[keys]
+    order = np.argsort(orig, kind="stable")
+    names = load_names(cfg).get("node_ids")
+    ids = orig[order] if names is None else names[orig[order]]
+    return Rows(name, "nodes", ids, values[order])
 
 
 def check_target(out: Path, suffixes: tuple[str, ...] = SUFFIXES, example: str = "table") -> None:

@@ -78,6 +78,11 @@ class Sharding(StrEnum):
     collective = "collective"  # rows live on trainers, exchanged all-to-all (SOK style)
 
 
+class OnFull(StrEnum):
+    error = "error"  # a lookup that needs a row of a full shard is refused, naming table, shard, capacity
+    evict = "evict"  # the shard's least recently used rows give way (they restart from their init)
+
+
 class VocabularyKind(StrEnum):
     fixed = "fixed"  # ids are 0..numEmbeddings-1
     dynamic = "dynamic"  # arbitrary int64 keys mapped to rows on first use, up to capacity

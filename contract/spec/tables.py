@@ -12,6 +12,7 @@ from graphtrain.contract.spec.enums import (
     DuplicateRule,
     InitKind,
     NonFiniteRule,
+    OnFull,
     OptimizerKind,
     Sharding,
     StepCount,
@@ -109,23 +110,27 @@ class Vocabulary(SpecModel):
 
     kind: VocabularyKind = Field(
         default=VocabularyKind.fixed,
-        description="fixed: ids 0..rows-1; dynamic (not supported yet): arbitrary int64 keys mapped to "
-        "rows on first use, up to capacity.",
+        description="fixed: ids 0..rows-1; dynamic: arbitrary int64 keys mapped to rows on first use (a "
+        "training lookup; an evaluation lookup of an unseen key reads its initial value and inserts "
+        "nothing), up to capacity rows in all. dynamic needs sharding: collective.",
     )
     capacity: int | None = Field(
-        default=None, ge=1, description="Rows of a dynamic vocabulary; only with kind: dynamic."
+        default=None,
+        ge=1,
+        le=2**40,
+        description="Rows of a dynamic vocabulary in all, split over the trainers like its keys; only with "
+        "kind: dynamic.",
+    )
+    on_full: OnFull = Field(
+        default=OnFull.error,
+        description="A dynamic vocabulary whose trainer's share is full: error (the lookup is refused, "
+        "naming table, shard and capacity) or evict (its least recently used rows give way and restart "
+        "from their new keys' initial values).",
     )
 
 
 add_rules(
     Vocabulary,
-    Rule(
-        "vocabulary-fixed-only",
-        "kind",
-        lambda v: v.kind != VocabularyKind.dynamic,
-        cel="self.kind != 'dynamic'",
-        message="dynamic is not supported yet: a table has rows for the ids 0..rows-1 (kind: fixed)",
-    ),
     Rule(
         "vocabulary-dynamic-capacity",
         "capacity",
@@ -215,6 +220,13 @@ add_rules(
         cel="!has(self.numEmbeddings) || self.keys == 'custom'",
         message="is only for keys: custom (keys is %s)",
         args=(("self.keys", lambda t: t.keys),),
+    ),
+    Rule(
+        "table-dynamic-collective-only",
+        "vocabulary.kind",
+        lambda t: t.vocabulary.kind != VocabularyKind.dynamic or t.sharding == Sharding.collective,
+        cel="!has(self.vocabulary) || self.vocabulary.kind != 'dynamic' || self.sharding == 'collective'",
+        message="dynamic is not supported yet on the shard servers: it needs sharding: collective",
     ),
     Rule(
         "table-float32-only",

@@ -16,6 +16,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from graphtrain.runtime.collective import dynamic_checkpoint as dynamic
 from graphtrain.runtime.collective import exchange as ex
 from graphtrain.runtime.collective.embedding import CollectiveEmbedding
 from graphtrain.runtime.data.cache import verify_files
@@ -112,18 +113,14 @@ def save(tables: list[CollectiveEmbedding], root: Path) -> list[dict[str, Any]]:
     pieces of all ranks, as kvstore's write_top lists them."""
     pieces = []
     for t in tables:
+        if t.dynamic:
+            pieces += dynamic.save(t, root, _arrays(t), _global_step(t))
+            continue
         for q in range(t.world):
             lo, hi = piece_range(t.num_embeddings, t.world, q)
             if q == t.rank:
                 ckpt.write_piece(root, _shard_view(t, lo, hi), _writer(t, lo, hi))
-            pieces.append(
-                {
-                    "name": t.name,
-                    "lo": lo,
-                    "hi": hi,
-                    "dir": ckpt.piece_dir(root, t.name, lo, hi).relative_to(root).as_posix(),
-                }
-            )
+            pieces.append(ckpt.piece_entry(root, t.name, lo, hi))
     return pieces
 
 
@@ -157,6 +154,13 @@ def restore(t: CollectiveEmbedding, root: Path, verify: bool = True) -> bool:
         t.config = config
         t.state = make_state(config, len(t.weight), t.dim, t.device)
     arrays = _arrays(t)
+    if t.dynamic:
+        if _global_step(t):
+            for _, d in pieces:
+                saved = np.load(d / "state.step.npy", allow_pickle=False)
+                t.state["step"][0] = max(int(t.state["step"][0]), int(saved[0]))
+        dynamic.restore(t, pieces, arrays, verify)
+        return True
     for manifest, d in pieces:
         if verify:
             verify_files(d, manifest["files"])

@@ -25,6 +25,7 @@ import torch
 import torch.distributed as dist
 
 from graphtrain.runtime.collective import exchange as ex
+from graphtrain.runtime.collective.rows import DynamicRows, FixedRows, KeyMapFull
 from graphtrain.runtime.kvstore.inits import INIT_BLOCK_ROWS, init_rows
 from graphtrain.runtime.native.memory import empty
 from graphtrain.runtime.optim import functional
@@ -65,23 +66,37 @@ class CollectiveEmbedding:
         group: dist.ProcessGroup | None = None,
         device: torch.device | str = "cpu",
         unique: bool = True,
+        capacity: int | None = None,
+        on_full: str = "error",
     ):
+        """capacity: a dynamic vocabulary of that many rows in all (any int64 key, rows on first sight;
+        num_embeddings is then the capacity); on_full: "error" or "evict" (least recently used)."""
         if num_embeddings < 1 or dim < 1:
             raise ValueError(f"embedding {name!r}: num_embeddings and dim must be >= 1")
-        self.num_embeddings = num_embeddings
+        if on_full not in ("error", "evict"):
+            raise ValueError(f"embedding {name!r}: on_full must be 'error' or 'evict', got {on_full!r}")
+        self.num_embeddings = capacity or num_embeddings
         self.dim = dim
         self.name = name
         self.unique = unique
         self.comm = ex.Exchange(group)
         self.world, self.rank = self.comm.world, self.comm.rank
         self.init = dict(init or DEFAULT_INIT)
-        rows = ex.shard_rows(num_embeddings, self.world, self.rank)
-        self.weight = empty((rows, dim), device=torch.device(device))
-        fill_strided(self.init, num_embeddings, self.world, self.rank, self.weight)
         self.config: OptimConfig | None = None
         self.state: dict[str, torch.Tensor] = {}
         self.steps = 0
         self._capture = GradientCapture(dim)
+        self.dynamic = capacity is not None
+        if self.dynamic:
+            if capacity < self.world:  # type: ignore[operator]
+                raise ValueError(f"embedding {name!r}: capacity {capacity} is below the {self.world} ranks")
+            self.place: FixedRows | DynamicRows = DynamicRows(self, capacity, on_full == "evict", self.init)  # type: ignore[arg-type]
+            self.weight = empty((self.place.capacity(self.rank), dim), device=torch.device(device))
+            self.weight.zero_()  # rows get their key's initial value when a key takes them
+        else:
+            self.place = FixedRows(num_embeddings, self.world)
+            self.weight = empty((self.place.capacity(self.rank), dim), device=torch.device(device))
+            fill_strided(self.init, num_embeddings, self.world, self.rank, self.weight)
 
     @property
     def device(self) -> torch.device:
@@ -89,7 +104,9 @@ class CollectiveEmbedding:
 
     @property
     def keys(self) -> torch.Tensor:
-        """The global keys of this rank's rows, in row order."""
+        """The global keys of this rank's rows in use, in row order."""
+        if isinstance(self.place, DynamicRows):
+            return torch.from_numpy(self.place.keymap.keys()).to(self.device)
         return torch.arange(self.rank, self.num_embeddings, self.world, device=self.device)
 
     # -- lookup ---------------------------------------------------------------------------------
@@ -113,25 +130,35 @@ class CollectiveEmbedding:
         return self._fetch(keys)
 
     def _fetch(self, keys: torch.Tensor) -> torch.Tensor:
-        status, detail = ex.OK, ""
-        bad = (keys < 0) | (keys >= self.num_embeddings)
-        if len(keys) and bool(bad.any()):
-            pos = int(torch.nonzero(bad)[0])
-            status = ex.BAD_IDS
-            detail = (
-                f"lookup of {self.name!r}: id {int(keys[pos])} is outside the table's rows "
-                f"[0, {self.num_embeddings})"
-            )
+        what = f"lookup of {self.name!r}"
+        detail = self.place.refuse(keys, what)
+        if detail:
             keys = keys[:0]
         plan = ex.route(keys, self.world)
-        recv = self.comm.header(plan.send, status, self.device, f"lookup of {self.name!r}", detail)
+        recv = self.comm.header(plan.send, ex.BAD_IDS if detail else ex.OK, self.device, what, detail)
         asked = self.comm.rows(keys.index_select(0, plan.order), plan.send, recv)
-        with torch.no_grad():
-            found = self.weight.index_select(0, ex.local_rows(asked, self.world))
+        found, problem = self.serve(asked)
+        if self.dynamic:  # the owners' verdict (a full shard) reaches every rank before any row moves
+            self.comm.header(recv, ex.FULL if problem else ex.OK, self.device, what, problem)
         back = self.comm.rows(found, recv, plan.send)
         out = torch.empty_like(back)
         out[plan.order] = back
         return out
+
+    def serve(self, asked: torch.Tensor) -> tuple[torch.Tensor, str]:
+        """The rows of keys this rank owns that peers asked for, inserting new keys of a dynamic
+        vocabulary on a training lookup (grad enabled); an unseen key's evaluation lookup reads its
+        initial value. Returns the rows and, when a full shard refused the keys, why (rows then zeros)."""
+        try:
+            rows = self.place.lookup(asked, insert=torch.is_grad_enabled())
+        except KeyMapFull as exc:
+            return self.weight.new_zeros((len(asked), self.dim)), str(exc)
+        with torch.no_grad():
+            found = self.weight.index_select(0, rows.clamp_min(0))
+            unseen = rows < 0
+            if isinstance(self.place, DynamicRows) and bool(unseen.any()):
+                found[unseen] = self.place.initial(asked[unseen])
+        return found, ""
 
     # -- the sparse-optimizer protocol (optim/optimizers.py) ---------------------------------------
 
@@ -171,7 +198,10 @@ class CollectiveEmbedding:
         recv = self.comm.header(plan.send, status, self.device, what, detail)
         got_keys = self.comm.rows(keys.index_select(0, plan.order), plan.send, recv)
         got = self.comm.rows(packed.index_select(0, plan.order), plan.send, recv)
-        rows = ex.local_rows(got_keys, self.world)
+        rows = self.place.update(got_keys)
+        held = rows >= 0  # a dynamic key evicted since its lookup has no row left to update
+        if not bool(held.all()):
+            rows, got = rows[held], got[held]
         sums, counts = got[:, : self.dim], got[:, self.dim]
         if config.duplicate == "mean" and len(rows):
             total = torch.zeros(len(self.weight), device=self.device).index_add_(0, rows, counts)
@@ -186,13 +216,8 @@ class CollectiveEmbedding:
         """This rank's gradients summed per key, with each key's occurrence count as a last column;
         status and message when they cannot be sent (ids out of range, a refused non-finite row)."""
         empty_out = (ids[:0], grads.new_empty((0, self.dim + 1)))
-        bad = (ids < 0) | (ids >= self.num_embeddings)
-        if len(ids) and bool(bad.any()):
-            pos = int(torch.nonzero(bad)[0])
-            detail = (
-                f"gradients of {self.name!r}: id {int(ids[pos])} is outside the table's rows "
-                f"[0, {self.num_embeddings})"
-            )
+        detail = self.place.refuse(ids, f"gradients of {self.name!r}")
+        if detail:
             return *empty_out, ex.BAD_IDS, detail
         finite = torch.isfinite(grads).all(dim=1)
         if len(ids) and not bool(finite.all()):

@@ -18,8 +18,9 @@ import torch
 import torch.distributed as dist
 
 from graphtrain.runtime.errors import NonFiniteGradient, SparseInputError
+from graphtrain.runtime.native.keymap import KeyMapFull
 
-OK, BAD_IDS, NON_FINITE = 0, 1, 2
+OK, BAD_IDS, NON_FINITE, FULL = 0, 1, 2, 3
 
 
 @dataclass(frozen=True)
@@ -83,8 +84,9 @@ class Exchange:
         this rank raises when the problem is its own."""
         if status != OK and detail:
             self._header(send, status, device)  # the peers learn of it, then this rank says what it is
-            error = NonFiniteGradient(detail, -1) if status == NON_FINITE else SparseInputError(detail)
-            raise error
+            if status == NON_FINITE:
+                raise NonFiniteGradient(detail, -1)
+            raise KeyMapFull(detail) if status == FULL else SparseInputError(detail)
         statuses, counts = self._header(send, status, device)
         self._raise(statuses, what)
         return counts
@@ -105,6 +107,8 @@ class Exchange:
         for peer, status in enumerate(statuses):
             if status == NON_FINITE:
                 raise NonFiniteGradient(f"{what}: rank {peer} holds a NaN or infinite gradient", -1)
+            if status == FULL:
+                raise KeyMapFull(f"{what}: the shard of rank {peer} is full (its own message says more)")
             if status != OK:
                 raise CollectiveError(f"{what}: rank {peer} refused its input (ids outside the table)")
 

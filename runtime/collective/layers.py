@@ -105,10 +105,9 @@ def _group_fetch(tables: list[CollectiveEmbedding], keys: list[torch.Tensor]) ->
     comm, world, device, n = tables[0].comm, tables[0].world, tables[0].device, len(tables)
     status, detail = ex.OK, ""
     for t, k in zip(tables, keys, strict=True):
-        bad = (k < 0) | (k >= t.num_embeddings)
-        if len(k) and bool(bad.any()) and status == ex.OK:
-            status = ex.BAD_IDS
-            detail = f"group lookup of {t.name!r}: id {int(k[bad][0])} is outside [0, {t.num_embeddings})"
+        why = t.place.refuse(k, f"group lookup of {t.name!r}")
+        if why and status == ex.OK:
+            status, detail = ex.BAD_IDS, why
     if status != ex.OK:
         keys = [k[:0] for k in keys]
     # send order: by owner, then by table, then the keys' own order
@@ -126,16 +125,19 @@ def _group_fetch(tables: list[CollectiveEmbedding], keys: list[torch.Tensor]) ->
     asked = comm.rows(allkeys.index_select(0, order), send, recv)
     # gather what each peer asked, one table after the other, into one float buffer per peer
     seg = table_counts.tolist()
-    pieces, sizes, pos = [], [], 0
+    pieces, sizes, pos, problem = [], [], 0, ""
     for q in range(world):
         size = 0
         for j, t in enumerate(tables):
             k = asked[pos : pos + seg[q][j]]
             pos += seg[q][j]
-            with torch.no_grad():
-                pieces.append(t.weight.index_select(0, ex.local_rows(k, world)).reshape(-1))
+            found, why = t.serve(k)
+            problem = problem or why
+            pieces.append(found.reshape(-1))
             size += seg[q][j] * t.dim
         sizes.append(size)
+    if any(t.dynamic for t in tables):  # a full shard's verdict reaches every rank before rows move
+        comm.header(recv, ex.FULL if problem else ex.OK, device, what, problem)
     flat = torch.cat(pieces) if pieces else torch.empty(0, device=device)
     mine = counts.tolist()
     back = comm.rows(

@@ -52,11 +52,23 @@ if TYPE_CHECKING:
 FORMAT = "graphtrain-checkpoint"
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
+KEYS = "keys.npy"  # a dynamic vocabulary's piece: the key of each row in use, rows 0..len-1
 TOP = "checkpoint.json"
 
 
 def piece_dir(root: Path, name: str, lo: int, hi: int) -> Path:
     return root / name / f"rows-{lo:012d}-{hi:012d}"
+
+
+def piece_entry(root: Path, name: str, lo: int, hi: int) -> dict[str, Any]:
+    """How checkpoint.json lists a piece (write_top): what write_piece returns, for pieces written by
+    other processes (each trainer rank writes its own piece of a collective table)."""
+    return {
+        "name": name,
+        "lo": lo,
+        "hi": hi,
+        "dir": piece_dir(root, name, lo, hi).relative_to(root).as_posix(),
+    }
 
 
 Writer = Callable[[Path, TensorShard], None]
@@ -93,7 +105,7 @@ def write_piece(root: Path, t: TensorShard, writer: Writer = save_whole) -> dict
             "files": hash_tree(tmp),
         }
         write_json(tmp / MANIFEST, manifest)
-    return {"name": t.name, "lo": t.lo, "hi": t.hi, "dir": final.relative_to(root).as_posix()}
+    return piece_entry(root, t.name, t.lo, t.hi)
 
 
 def write_top(
@@ -449,3 +461,20 @@ def export_state(root: Path, name: str, verify: bool = True) -> dict[str, np.nda
         global_step = key == "step" and all(p.shape == (1,) for p in parts)
         result[key] = np.array([max(int(p[0]) for p in parts)]) if global_step else np.concatenate(parts)
     return result
+
+
+def export_keyed(root: Path, name: str, verify: bool = True) -> tuple[np.ndarray, np.ndarray] | None:
+    """(keys, rows) of a dynamic table in a checkpoint, keys ascending; None for a table of fixed rows."""
+    pieces = pieces_of(root, name)
+    if not pieces or not (pieces[0][1] / KEYS).exists():
+        return None
+    keys, rows = [], []
+    for manifest, d in pieces:
+        if verify:
+            verify_files(d, manifest["files"])
+        k = np.load(d / KEYS, allow_pickle=False)
+        keys.append(k)
+        rows.append(np.load(d / "data.npy", allow_pickle=False)[: len(k)])
+    all_keys, all_rows = np.concatenate(keys), np.concatenate(rows)
+    order = np.argsort(all_keys, kind="stable")
+    return all_keys[order], all_rows[order]

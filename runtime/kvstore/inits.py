@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import torch
 
 from graphtrain.runtime.kvstore.protocol import init_spec
@@ -41,3 +42,40 @@ def init_rows(spec: dict[str, Any], lo: int, hi: int, row_shape: tuple[int, ...]
         else:
             vals.normal_(float(spec.get("mean", 0.0)), float(spec.get("std", 1.0)), generator=gen)
         out[a - lo : b - lo] = vals[a - b_lo : b - b_lo]
+
+
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+
+
+def _mix64(x: np.ndarray) -> np.ndarray:
+    """splitmix64's finaliser (the native core's mix64), element-wise on uint64 (wrapping)."""
+    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
+
+
+def _unit(keys: np.ndarray, cols: int, seed: int, stream: int) -> np.ndarray:
+    """(len(keys), cols) uniforms in [0, 1), each a hash of (seed, stream, key, column)."""
+    with np.errstate(over="ignore"):
+        k = keys.astype(np.uint64)[:, None] * np.uint64(cols) + np.arange(cols, dtype=np.uint64)[None, :]
+        base = np.uint64((seed * 2 + stream) % 2**64) * _GOLDEN
+        bits = _mix64(k * _GOLDEN + base)
+    return (bits >> np.uint64(40)).astype(np.float64) * 2.0**-24
+
+
+def init_keyed(spec: dict[str, Any], keys: np.ndarray, dim: int) -> np.ndarray:
+    """The initial rows of a dynamic vocabulary's `keys` (any int64): a function of (spec, key) alone, so
+    a key gets the same row whichever shard inserts it and whenever, and an unseen key's pull returns it
+    without inserting. Counter-based (a hash of seed, key and column) rather than torch's generators,
+    which draw blocks of consecutive rows."""
+    spec = init_spec(spec)
+    kind, seed = spec["kind"], spec.get("seed", 0)
+    keys = np.asarray(keys, dtype=np.int64).reshape(-1)
+    if kind == "zeros" or len(keys) == 0:
+        return np.zeros((len(keys), dim), dtype=np.float32)
+    if kind == "uniform":
+        low, high = float(spec.get("low", -1.0)), float(spec.get("high", 1.0))
+        return (low + (high - low) * _unit(keys, dim, seed, 0)).astype(np.float32)
+    u1, u2 = _unit(keys, dim, seed, 0), _unit(keys, dim, seed, 1)
+    normal = np.sqrt(-2.0 * np.log1p(-u1)) * np.cos(2.0 * np.pi * u2)  # Box-Muller; 1 - u1 > 0
+    return (float(spec.get("mean", 0.0)) + float(spec.get("std", 1.0)) * normal).astype(np.float32)

@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 from graphtrain.runtime.errors import GraphtrainError
 
 # = graphtrain::kAbiVersion in cuda/include/graphtrain/abi.h (tests/native/test_abi.py compares them)
-ABI_VERSION = 4
+ABI_VERSION = 5
 
 CPU, CUDA = "cpu", "cuda"
 REBUILD = {
@@ -88,6 +88,14 @@ SIGNATURES: dict[str, Signature] = {
     "gt_relabel": Signature((CPU,), I64, [P, I64, P, I64, P, P]),
     "gt_relu_dropout": Signature((CPU,), None, [I64, P, P, P, U32, F32, U64, I32]),
     "gt_mask_scale": Signature((CPU,), None, [I64, P, P, F32, P, I32]),
+    # dynamic vocabularies (keymap_cpu.cpp): new(capacity), free, size, find(n, keys, rows), keys(out),
+    # insert(n, keys, rows, tick, evict, evicted keys, evicted rows)
+    "gt_keymap_new": Signature((CPU,), P, [I64]),
+    "gt_keymap_free": Signature((CPU,), None, [P]),
+    "gt_keymap_size": Signature((CPU,), I64, [P]),
+    "gt_keymap_find": Signature((CPU,), None, [P, I64, P, P]),
+    "gt_keymap_keys": Signature((CPU,), None, [P, P]),
+    "gt_keymap_insert": Signature((CPU,), I64, [P, I64, P, P, U64, I32, P, P]),
     # CUDA core (cuda/src/optim_cuda.cu): every call returns an error code and leaves its message in
     # gt_cuda_last_error. Device pointers; the sparse step's tail has the flag "steps is the table's one
     # Adam count" where the CPU's has the count itself; then the device, the caller's stream, a workspace

@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from graphtrain.contract.spec import Sharding
+from graphtrain.contract.spec import Sharding, VocabularyKind
 from graphtrain.runtime.collective import CollectiveEmbedding
 from graphtrain.runtime.kvstore.client import KVClient
 from graphtrain.runtime.tensor import DistEmbedding, PartitionBook
@@ -26,9 +26,20 @@ def embedding_table(
     device: torch.device,
 ) -> Table:
     """The table `spec_table` (contract/spec/tables.py) with `num_rows` rows: a collective one lives on
-    the trainer's device, its rows owned by rank key mod world size."""
+    the trainer's device, its rows owned by rank key mod world size; with a dynamic vocabulary its keys
+    (the same ids) get rows on first sight, up to the vocabulary's capacity."""
     if spec_table.sharding == Sharding.collective:
-        return CollectiveEmbedding(num_rows, spec_table.dim, spec_table.name, init, device=device)
+        vocab = spec_table.vocabulary
+        dynamic = vocab.kind == VocabularyKind.dynamic
+        return CollectiveEmbedding(
+            num_rows,
+            spec_table.dim,
+            spec_table.name,
+            init,
+            device=device,
+            capacity=vocab.capacity if dynamic else None,
+            on_full=str(vocab.on_full),
+        )
     return DistEmbedding(num_rows, spec_table.dim, spec_table.name, init, book, client)
 
 

@@ -74,7 +74,7 @@ BREAKS: dict[str, Doc] = {
     "graph-standard-split": edit(TRANSE, lambda s: s["graph"].update(split={})),
     "init-uniform-ordered": edit(GRAPHSAGE, _table(init={"low": 1, "high": 0})),
     "init-uniform-float32": edit(GRAPHSAGE, _table(init={"low": -3e38, "high": 3e38})),
-    "vocabulary-fixed-only": edit(GRAPHSAGE, _table(vocabulary={"kind": "dynamic", "capacity": 100})),
+    "table-dynamic-collective-only": edit(GRAPHSAGE, _table(vocabulary={"kind": "dynamic", "capacity": 100})),
     "vocabulary-dynamic-capacity": edit(GRAPHSAGE, _table(vocabulary={"kind": "dynamic"})),
     "vocabulary-capacity-dynamic-only": edit(GRAPHSAGE, _table(vocabulary={"capacity": 100})),
     "table-keys-not-custom": edit(GRAPHSAGE, _table(keys="custom", numEmbeddings=10)),

@@ -40,9 +40,6 @@ SPEC_SIDE = (ROOT / "contract" / "spec", ROOT / "contract" / "crd.py")
 # Spec fields no executor reads, each with why that is honest.
 NOT_READ = {
     "metadata.annotations": "kept for the Kubernetes round trip; no behaviour depends on them",
-    "spec.embeddings[].vocabulary": "only kind fixed is accepted (dynamic is refused as not supported "
-    "yet), which is what both executors do",
-    "spec.embeddings[].vocabulary.capacity": "allowed only with kind: dynamic, which is refused",
 }
 
 # Spec objects the operator hands to Kubernetes whole (dumped into the pod spec as written): Kubernetes

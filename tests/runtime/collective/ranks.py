@@ -5,6 +5,7 @@ single-process reference."""
 from __future__ import annotations
 
 import datetime as dt
+import importlib
 import json
 import multiprocessing as mp
 import traceback
@@ -27,9 +28,9 @@ def _main(scenario: str, rank: int, world: int, tmp: str, params: str) -> None:
         dist.init_process_group(
             "gloo", store=store, rank=rank, world_size=world, timeout=dt.timedelta(seconds=TIMEOUT_S)
         )
-        from tests.runtime.collective import scenarios
-
-        fn: Callable[..., dict[str, Any]] = getattr(scenarios, scenario)
+        module, _, name = scenario.rpartition(".")
+        scenarios = importlib.import_module(f"tests.runtime.collective.{module or 'scenarios'}")
+        fn: Callable[..., dict[str, Any]] = getattr(scenarios, name)
         result = fn(rank, world, out, **json.loads(params))
         np.savez(out / f"rank{rank}.npz", **{k: np.asarray(v) for k, v in result.items()})
         dist.destroy_process_group()
@@ -39,7 +40,8 @@ def _main(scenario: str, rank: int, world: int, tmp: str, params: str) -> None:
 
 
 def run(scenario: str, world: int, tmp: Path, **params: Any) -> list[dict[str, np.ndarray]]:
-    """Run `scenario` on `world` spawned ranks; the results of each rank, in rank order."""
+    """Run `scenario` ("fn" of scenarios.py, or "module.fn") on `world` spawned ranks; the results of
+    each rank, in rank order."""
     tmp.mkdir(parents=True, exist_ok=True)
     ctx = mp.get_context("spawn")
     procs = [

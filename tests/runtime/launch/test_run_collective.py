@@ -3,19 +3,23 @@
 TransE on Nations with collective entity and relation tables on 2 trainers learns, and its checkpoint
 (the shard servers' format) exports and resumes into 3 trainers; GraphSAGE with a collective node
 embedding trains with trainers whose evaluation splits differ in size (their lookups still pair up), and
-in standalone mode (one trainer, world 1).
+in standalone mode (one trainer, world 1). A dynamic entity vocabulary trains and exports the user's
+names; one too small for the graph stops the run with a line naming table, shard and capacity.
 """
 
 from __future__ import annotations
 
 import json
+import re
+import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from graphtrain.runtime.kvstore import checkpoint as ckpt
-from tests.runtime.launch.test_run import graph_file, launch, nations, sage_spec, status
+from graphtrain.runtime.launch.local import RunFailed
+from tests.runtime.launch.test_run import CLI, graph_file, launch, nations, sage_spec, status
 
 __all__ = ["graph_file"]  # the module's fixture, used here
 
@@ -64,3 +68,35 @@ def test_graphsage_with_a_collective_node_embedding(
     assert result["test_accuracy"] > 0.6, result
     st = status(tmp_path / "run")
     assert st["phase"] == "Succeeded", json.dumps(st)[:400]
+
+
+@pytest.mark.timeout(400)
+def test_transe_with_a_dynamic_entity_vocabulary_exports_the_users_names(tmp_path: Path) -> None:
+    doc = collective(nations(epochs=6))
+    doc["spec"]["embeddings"][0]["vocabulary"] = {"kind": "dynamic", "capacity": 16}
+    run_dir = tmp_path / "run"
+    result = launch(doc, run_dir).run()
+    assert result["test_mrr"] > 0.3, result
+    out = tmp_path / "entity.csv"
+    done = subprocess.run(
+        [*CLI, "export", str(run_dir / "checkpoints"), "--name", "entity", "-o", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = out.read_text().splitlines()
+    assert len(lines) == 15 and lines[0].startswith('"id","dim_0"')  # the 14 countries, each once
+    assert sorted(line.split(",")[0].strip('"') for line in lines[1:])[:2] == ["brazil", "burma"]
+
+
+@pytest.mark.timeout(400)
+def test_a_full_dynamic_vocabulary_stops_the_run_naming_table_shard_and_capacity(tmp_path: Path) -> None:
+    doc = collective(nations(epochs=2))
+    doc["spec"]["embeddings"][0]["vocabulary"] = {"kind": "dynamic", "capacity": 8, "onFull": "error"}
+    with pytest.raises(RunFailed):
+        launch(doc, tmp_path / "run").run()
+    logs = "".join(p.read_text() for p in (tmp_path / "run" / "logs").glob("trainer-*.log"))
+    assert re.search(r"table 'entity' shard [01] of 2 is full: capacity 4 rows, all in use", logs), logs[
+        -2000:
+    ]

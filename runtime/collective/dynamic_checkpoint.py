@@ -1,0 +1,86 @@
+"""Checkpoints of collective tables with a dynamic vocabulary: each rank writes its share of the
+capacity as it is (rows, optimizer state and keys.npy, the key of each row in use), in the shard
+servers' piece format: pieces tile [0, capacity). Restoring into any number of ranks, each rank reads
+every piece's keys, keeps those it owns (key mod world size), inserts them into its key map in order
+and copies their rows and state. kvstore/checkpoint.py's export_keyed reads (keys, rows) back."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from graphtrain.runtime.collective.embedding import CollectiveEmbedding
+from graphtrain.runtime.collective.rows import DynamicRows
+from graphtrain.runtime.data.cache import verify_files
+from graphtrain.runtime.errors import DataError
+from graphtrain.runtime.kvstore import checkpoint as ckpt
+from graphtrain.runtime.kvstore.shard import TensorShard
+from graphtrain.runtime.native.keymap import KeyMap
+
+KEYS = ckpt.KEYS
+
+
+def share_range(t: CollectiveEmbedding, rank: int) -> tuple[int, int]:
+    """Rank `rank`'s slice of [0, capacity): the shares of the ranks before it, then its own."""
+    place = t.place
+    assert isinstance(place, DynamicRows)
+    lo = sum(place.capacity(q) for q in range(rank))
+    return lo, lo + place.capacity(rank)
+
+
+def save(
+    t: CollectiveEmbedding, root: Path, arrays: dict[str, torch.Tensor], global_step: bool
+) -> list[dict[str, Any]]:
+    """Write this rank's piece of `t` (no exchange); the descriptions of every rank's pieces."""
+    lo, hi = share_range(t, t.rank)
+    view = TensorShard(
+        t.name, t.num_embeddings, (t.dim,), "float32", lo, hi, t.weight, t.config, dict(t.state)
+    )
+
+    def write(directory: Path, _: TensorShard) -> None:
+        for key, value in arrays.items():
+            np.save(directory / ("data.npy" if key == "data" else f"state.{key}.npy"), value.cpu().numpy())
+        if global_step:
+            np.save(directory / "state.step.npy", t.state["step"].cpu().numpy())
+        np.save(directory / KEYS, t.keys.cpu().numpy())
+
+    ckpt.write_piece(root, view, write)
+    return [ckpt.piece_entry(root, t.name, *share_range(t, q)) for q in range(t.world)]
+
+
+def restore(
+    t: CollectiveEmbedding,
+    pieces: list[tuple[dict[str, Any], Path]],
+    arrays: dict[str, torch.Tensor],
+    verify: bool,
+) -> None:
+    """Load the keys this rank owns, with their rows and state, from `pieces` (of any world size).
+
+    Raises:
+        DataError: a piece has no keys (not a dynamic table's), or this rank's share cannot hold its keys.
+    """
+    place = t.place
+    assert isinstance(place, DynamicRows)
+    place.keymap = KeyMap(place.keymap.capacity)  # the checkpoint's keys, and only those
+    for manifest, d in pieces:
+        if verify:
+            verify_files(d, manifest["files"])
+        if not (d / KEYS).exists():
+            raise DataError(f"{d}: no {KEYS}: the checkpoint's {t.name!r} is not a dynamic vocabulary's")
+        keys = np.load(d / KEYS, allow_pickle=False)
+        mine = np.nonzero(np.remainder(keys, t.world) == t.rank)[0]
+        if not len(mine):
+            continue
+        if len(place.keymap) + len(mine) > place.keymap.capacity:
+            raise DataError(
+                f"table {t.name!r} shard {t.rank} of {t.world}: the checkpoint holds more of its keys than "
+                f"its capacity of {place.keymap.capacity:,} rows"
+            )
+        rows = torch.from_numpy(place.keymap.insert(keys[mine], evict=False).rows).to(t.device)
+        for key, value in arrays.items():
+            name = "data.npy" if key == "data" else f"state.{key}.npy"
+            src = np.load(d / name, mmap_mode="r", allow_pickle=False)
+            value[rows] = torch.from_numpy(np.ascontiguousarray(src[mine])).to(t.device)

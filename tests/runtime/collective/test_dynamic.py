@@ -1,0 +1,129 @@
+"""Dynamic vocabularies of collective tables on spawned gloo ranks: arbitrary int64 keys get rows on first
+sight with an initial value that depends on the key alone; lookups, gradients and updates equal a single
+process holding every key's row (within 1e-5); evaluation lookups of unseen keys read the initial value
+and insert nothing; a full shard refuses (every rank raises, the message names table, shard and
+capacity) or evicts; checkpoints keep the keys and restore into another world size."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from graphtrain.runtime.kvstore.checkpoint import export_keyed
+from graphtrain.runtime.kvstore.inits import init_keyed
+from graphtrain.runtime.optim import make_state, sparse_step
+from tests.runtime.collective import ranks
+from tests.runtime.collective import scenarios as sc
+from tests.runtime.collective import scenarios_dynamic as dyn
+
+N, STEPS, DIM = 37, 3, 4
+TOL = {"atol": 1e-5, "rtol": 1e-5}
+
+
+def reference(
+    kind: str, duplicate: str, world: int, steps: int
+) -> tuple[dict[int, np.ndarray], list[list[np.ndarray]]]:
+    """Every key's row after `steps` steps in one process, and the rows each lookup returned."""
+    cfg = sc.config(kind, duplicate)
+    keys = np.unique(np.concatenate([dyn.keys_of(s, r, N) for s in range(steps) for r in range(world)]))
+    index = {int(k): i for i, k in enumerate(keys)}
+    table = torch.from_numpy(init_keyed(sc.INIT, keys, DIM))
+    state = make_state(cfg, len(keys), DIM)
+    looked = []
+    for s in range(steps):
+        per_rank = [dyn.keys_of(s, r, N) for r in range(world)]
+        looked.append([table.numpy()[[index[int(k)] for k in ks]].copy() for ks in per_rank])
+        ids = torch.tensor([index[int(k)] for ks in per_rank for k in ks], dtype=torch.int64)
+        grads = torch.from_numpy(
+            np.concatenate([sc.weights(s, r, len(per_rank[r]), DIM) for r in range(world)])
+        )
+        sparse_step(cfg, table, state, ids, grads)
+    return {int(k): table.numpy()[i] for i, k in enumerate(keys)}, looked
+
+
+@pytest.mark.parametrize("world", [2, 4])
+@pytest.mark.parametrize(
+    ("kind", "duplicate"), [("adagrad", "sum"), ("adam", "mean"), ("rowwise_adagrad", "sum")]
+)
+def test_dynamic_lookups_and_updates_match_one_process(tmp_path, world, kind, duplicate):
+    probe = [-1, 2**62, 12345]
+    out = ranks.run(
+        "scenarios_dynamic.train",
+        world,
+        tmp_path,
+        kind=kind,
+        duplicate=duplicate,
+        capacity=64,
+        n=N,
+        steps=STEPS,
+        probe=probe,
+    )
+    final, looked = reference(kind, duplicate, world, STEPS)
+    seen = sorted(final)
+    for r in range(world):
+        for s in range(STEPS):
+            np.testing.assert_allclose(out[r][f"rows{s}"], looked[s][r], **TOL)
+        np.testing.assert_allclose(out[r]["seen"], np.stack([final[k] for k in seen]), **TOL)
+        np.testing.assert_array_equal(out[r]["probe"], init_keyed(sc.INIT, np.array(probe), DIM))
+        before, after = out[r]["held_before_after"]
+        assert before == after  # evaluation lookups inserted nothing
+        mean_bags = [
+            np.mean([final[k] for k in seen[a:b]], axis=0) if b > a else np.zeros(DIM)
+            for a, b in ((0, 2), (2, 2), (2, 5))
+        ]
+        np.testing.assert_allclose(out[r]["bag"], np.stack(mean_bags), **TOL)
+    assert sum(int(o["held_before_after"][0]) for o in out) == len(seen)  # each key held once, by its owner
+
+
+def test_a_full_shard_refuses_on_every_rank_naming_table_shard_and_capacity(tmp_path):
+    world = 2
+    out = ranks.run("scenarios_dynamic.full", world, tmp_path, on_full="error")
+    assert out[0]["messages"][0] == (
+        "KeyMapFull: table 'd' shard 0 of 2 is full: capacity 3 rows, all in use (onFull: error)"
+    )
+    assert (
+        out[1]["messages"][0]
+        == "KeyMapFull: lookup of 'd': the shard of rank 0 is full (its own message says more)"
+    )
+    for r in range(world):
+        # the new keys were not inserted: an evaluation lookup reads their initial values
+        new = np.array([world * 10, world * 11])
+        np.testing.assert_array_equal(out[r]["after"][3:], init_keyed(sc.INIT, new, DIM))
+        assert out[r]["held"] == 3
+
+
+def test_a_full_shard_evicts_its_least_recently_used_rows(tmp_path):
+    world = 2
+    out = ranks.run("scenarios_dynamic.full", world, tmp_path, on_full="evict")
+    assert out[0]["messages"][0] == "" and out[1]["messages"][0] == ""
+    init = init_keyed(sc.INIT, np.arange(30), DIM)
+    rank0 = out[0]["after"]  # keys 0, 2, 4 (rows 0-2), then 20 and 22, inserted by rank 1's lookup
+    # key 4 was used by the lookup itself: kept (trained); keys 0 and 2 gave way and read their init
+    np.testing.assert_array_equal(rank0[0], init[0])
+    np.testing.assert_array_equal(rank0[1], init[2])
+    assert not np.allclose(rank0[2], init[4])
+    np.testing.assert_array_equal(rank0[3:], init[[20, 22]])
+    assert out[0]["held"] == 3
+
+
+def test_dynamic_checkpoint_of_2_ranks_restores_into_3(tmp_path):
+    ckdir = tmp_path / "ck"
+    saved = ranks.run("scenarios_dynamic.save_then", 2, tmp_path / "save", ckdir=str(ckdir), capacity=60, n=N)
+    keys = saved[0]["keys"]
+    exported = export_keyed(ckdir, "d")
+    assert exported is not None
+    np.testing.assert_array_equal(exported[0], keys)
+    np.testing.assert_array_equal(exported[1], saved[0]["seen"])
+    restored = ranks.run(
+        "scenarios_dynamic.restore_then",
+        3,
+        tmp_path / "restore",
+        ckdir=str(ckdir),
+        capacity=60,
+        n=N,
+        keys=keys.tolist(),
+    )
+    for r in range(3):
+        np.testing.assert_array_equal(restored[r]["seen"], saved[0]["seen"])
+    assert sum(o["held"] for o in restored) == len(keys)
