@@ -8,7 +8,7 @@ RUN    ?= runs/wordnet-sage
 # there); RUN_FLAGS=--resume continues it instead, RUN=<dir> keeps it and trains elsewhere
 RUN_FLAGS ?= --overwrite
 
-.PHONY: install run test lint crd chart-schema bench-partition bench-optim bench-kvstore bench-attack bench-soak bench-fuzz bench-e2e bench-operator bench-operator-wordnet bench-api cuda gpu-check clean
+.PHONY: install run test lint crd chart-schema bench-partition bench-optim bench-kvstore bench-attack bench-soak bench-fuzz bench-e2e bench-operator bench-operator-wordnet bench-api bench-collective cuda gpu-check clean
 
 $(STAMP): pyproject.toml setup.py requirements-dev.txt $(wildcard cuda/src/*.cpp cuda/src/*.h cuda/include/graphtrain/*.h)
 	$(PYTHON) -m venv $(VENV)
@@ -82,6 +82,9 @@ bench-operator-wordnet: install ## WordNet GraphSAGE through the operator and th
 
 bench-api: install ## REST status API: 100 clients x 30 s, 100 trainings, local and Kubernetes sources
 	$(BIN)/python bench/api.py
+
+bench-collective: install ## collective tables vs shard servers on one job (2 and 4 ranks), dynamic vs fixed vocabulary
+	$(BIN)/python bench/collective.py
 
 cuda: install ## also build the CUDA core (needs nvcc of torch's CUDA major; GRAPHTRAIN_CUDA_ARCHS, default "80 90")
 	GRAPHTRAIN_BUILD_CUDA=1 GRAPHTRAIN_TORCH_CUDA=$$($(BIN)/python -c 'import torch; print(torch.version.cuda or "")') \
