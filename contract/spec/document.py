@@ -87,6 +87,15 @@ def _unused_tables(spec: GraphTrainingSpec) -> list[str]:
     return [t.name for t in spec.embeddings if t.name not in refs]
 
 
+def _small_vocabularies(s: GraphTrainingSpec) -> list[str]:
+    """Tables whose dynamic vocabulary has fewer rows than trainers: some trainer would own none."""
+    return [
+        t.name
+        for t in s.embeddings
+        if t.vocabulary.capacity is not None and t.vocabulary.capacity < s.trainers.replicas
+    ]
+
+
 def _first_duplicate(spec: GraphTrainingSpec) -> str | None:
     names = [t.name for t in spec.embeddings]
     return next((n for n in names if names.count(n) > 1), None)
@@ -200,6 +209,23 @@ add_rules(
         args=(
             ("self.shardServers.replicas", lambda s: s.shard_servers.replicas),
             ("self.partition.parts", lambda s: s.partition.parts),
+        ),
+    ),
+    Rule(
+        "dynamic-capacity-per-trainer",
+        "embeddings",
+        lambda s: not _small_vocabularies(s),
+        cel="self.embeddings.all(t, !has(t.vocabulary) || !has(t.vocabulary.capacity) || "
+        "t.vocabulary.capacity >= self.trainers.replicas)",
+        message="dynamic vocabulary of %s holds fewer rows than trainers.replicas (%d): every trainer "
+        "needs at least one",
+        args=(
+            (
+                "self.embeddings.filter(t, has(t.vocabulary) && has(t.vocabulary.capacity) && "
+                "t.vocabulary.capacity < self.trainers.replicas).map(t, t.name)",
+                _small_vocabularies,
+            ),
+            ("self.trainers.replicas", lambda s: s.trainers.replicas),
         ),
     ),
     Rule(

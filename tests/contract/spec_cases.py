@@ -75,6 +75,13 @@ BREAKS: dict[str, Doc] = {
     "init-uniform-ordered": edit(GRAPHSAGE, _table(init={"low": 1, "high": 0})),
     "init-uniform-float32": edit(GRAPHSAGE, _table(init={"low": -3e38, "high": 3e38})),
     "table-dynamic-collective-only": edit(GRAPHSAGE, _table(vocabulary={"kind": "dynamic", "capacity": 100})),
+    "dynamic-capacity-per-trainer": edit(
+        GRAPHSAGE,
+        lambda s: (
+            s["embeddings"][0].update(sharding="collective", vocabulary={"kind": "dynamic", "capacity": 2}),
+            s.update(trainers={"replicas": 3}),
+        ),
+    ),
     "vocabulary-dynamic-capacity": edit(GRAPHSAGE, _table(vocabulary={"kind": "dynamic"})),
     "vocabulary-capacity-dynamic-only": edit(GRAPHSAGE, _table(vocabulary={"capacity": 100})),
     "table-keys-not-custom": edit(GRAPHSAGE, _table(keys="custom", numEmbeddings=10)),
