@@ -20,12 +20,15 @@ from graphtrain.runtime.partition import PartitionConfig, load_config
 from graphtrain.runtime.tensor import DistTensor, PartitionBook
 
 
-def standalone_client(part_config: str | Path, checkpoint_root: Path | None = None) -> KVClient:
-    """In-process shards, one per partition, each holding its partition (no sockets)."""
+def standalone_client(
+    part_config: str | Path, checkpoint_root: Path | None = None, device: str = "cpu"
+) -> KVClient:
+    """In-process shards, one per partition, each holding its partition (no sockets); their learnable
+    tables on `device` (a GPU: as a GPU shard server keeps them)."""
     cfg = load_config(part_config)
     states = []
     for p in range(cfg.num_parts):
-        state = ShardTensors(p)
+        state = ShardTensors(p, device=device)
         state.load_partition(cfg.path, p)
         states.append(state)
     from graphtrain.runtime.native.memory import keep_freed_memory

@@ -42,8 +42,10 @@ class InProcTransport:
         return None
 
     def local_view(self, shard: int, name: str) -> tuple[np.ndarray, int] | None:
+        """A host table's rows, for the client to gather itself; None for a GPU table (its pulls go
+        through the dispatcher, which gathers on the device and downloads only the rows asked for)."""
         t = self.states[shard].tensors.get(name)
-        return None if t is None else (t.data.numpy(), t.lo)
+        return None if t is None or t.data.device.type != "cpu" else (t.data.numpy(), t.lo)
 
     def is_local(self, shard: int) -> bool:
         return False  # values are handed over as they are, not through a buffer

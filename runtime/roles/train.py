@@ -36,7 +36,7 @@ def train(p: TrainParams) -> None:
     from graphtrain.runtime import kvstore
     from graphtrain.runtime.graph import DistGraph, standalone_client
     from graphtrain.runtime.kvstore.auth import read_token
-    from graphtrain.runtime.train.device import process_group_backend, trainer_device
+    from graphtrain.runtime.train.device import process_group_backend, standalone_shard_device, trainer_device
     from graphtrain.runtime.train.dist import Dist
     from graphtrain.runtime.train.loop import EpochLoop
     from graphtrain.runtime.train.metrics import TrainerMetrics
@@ -56,7 +56,8 @@ def train(p: TrainParams) -> None:
     if device.type == "cuda":
         torch.cuda.set_device(device)
     if p.standalone:
-        client = standalone_client(p.partition, p.checkpoint_root)
+        shard_device = standalone_shard_device(device, str(gt.spec.shard_servers.device))
+        client = standalone_client(p.partition, p.checkpoint_root, shard_device)
         connect = lambda: client  # noqa: E731 - in-process shards are shared by the loader thread
     else:
         if not p.servers:

@@ -32,6 +32,16 @@ def trainer_device(kind: str, rank: int, visible: int) -> torch.device:
     return torch.device("cuda", rank % visible)
 
 
+def standalone_shard_device(trainer: torch.device, shard_servers: str) -> str:
+    """Where `--standalone` keeps its in-process shards' learnable tables: the trainer's GPU when it
+    computes on one (rows and optimizer state beside the model, stepped by the CUDA core), or cuda:0
+    when the spec puts shard servers on cuda; else the host. Node data stays in host memory either way
+    (kvstore/placement.py), as on a GPU shard server."""
+    if trainer.type == "cuda":
+        return str(trainer)
+    return "cuda:0" if shard_servers == "cuda" else "cpu"
+
+
 def process_group_backend(backend: str) -> str:
     """The torch.distributed backend string: nccl for CUDA tensors beside gloo for CPU ones."""
     return "cpu:gloo,cuda:nccl" if backend == "nccl" else backend

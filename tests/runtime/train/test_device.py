@@ -1,14 +1,20 @@
-"""Where a trainer computes (train/device.py): the device a rank takes, the process group's backend, and
-moves that leave CPU training exactly as it was."""
+"""Where a trainer computes (train/device.py): the device a rank takes, the process group's backend, where
+standalone shards keep their tables, and moves that leave CPU training exactly as it was."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
+from graphtrain.runtime import kvstore
 from graphtrain.runtime.errors import GraphtrainError
 from graphtrain.runtime.graph.loader import Block
-from graphtrain.runtime.train.device import process_group_backend, to_device, trainer_device
+from graphtrain.runtime.train.device import (
+    process_group_backend,
+    standalone_shard_device,
+    to_device,
+    trainer_device,
+)
 
 
 @pytest.mark.parametrize(
@@ -53,3 +59,26 @@ def test_a_block_moves_whole() -> None:
     assert torch.equal(moved.src, block.src) and torch.equal(moved.mean.to_dense(), mean.to_dense())
     with pytest.raises(TypeError, match="cannot move a str"):
         to_device("x", torch.device("meta"))
+
+
+@pytest.mark.parametrize(
+    ("trainer", "shard_servers", "want"),
+    [
+        ("cpu", "cpu", "cpu"),
+        ("cuda:1", "cpu", "cuda:1"),  # beside the model: the trainer's own GPU
+        ("cuda:1", "cuda", "cuda:1"),
+        ("cpu", "cuda", "cuda:0"),  # the spec put the shards on a GPU
+    ],
+)
+def test_standalone_shards_go_where_the_spec_says(trainer: str, shard_servers: str, want: str) -> None:
+    assert standalone_shard_device(torch.device(trainer), shard_servers) == want
+
+
+def test_a_standalone_client_gathers_host_tables_itself_and_leaves_device_ones_to_the_dispatcher() -> None:
+    client = kvstore.standalone(1)
+    transport = client.transport
+    transport.states[0].create("host", 4, (2,), "float32", 0, 4, {"kind": "zeros"})
+    assert transport.local_view(0, "host") is not None
+    t = transport.states[0].create("dev", 4, (2,), "float32", 0, 4, {"kind": "zeros"})
+    t.data = torch.empty((4, 2), device="meta")  # a table that is not in host memory (a GPU's)
+    assert transport.local_view(0, "dev") is None
