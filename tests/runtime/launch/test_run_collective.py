@@ -19,7 +19,7 @@ import pytest
 
 from graphtrain.runtime.kvstore import checkpoint as ckpt
 from graphtrain.runtime.launch.local import RunFailed
-from tests.runtime.launch.test_run import CLI, graph_file, launch, nations, sage_spec, status
+from tests.runtime.launch.test_run import CLI, graph_file, launch, nations, run_and_kill, sage_spec, status
 
 __all__ = ["graph_file"]  # the module's fixture, used here
 
@@ -100,3 +100,19 @@ def test_a_full_dynamic_vocabulary_stops_the_run_naming_table_shard_and_capacity
     assert re.search(r"table 'entity' shard [01] of 2 is full: capacity 4 rows, all in use", logs), logs[
         -2000:
     ]
+
+
+@pytest.mark.timeout(400)
+def test_a_killed_trainer_restarts_every_rank_from_the_collective_checkpoint(
+    graph_file: Path, tmp_path: Path
+) -> None:
+    """The survivors' shards are newer than the checkpoint: every trainer must restart from it, or the
+    restarted rank's rows and its peers' would belong to different steps."""
+    run = launch(collective(sage_spec(graph_file, epochs=6, backoff=1)), tmp_path / "run")
+    result, error = run_and_kill(run, "trainer-1", after_checkpoint=True)
+    assert error is None, error
+    assert result is not None and result["test_accuracy"] > 0.6, result
+    st = status(run.run_dir)
+    assert st["phase"] == "Succeeded" and st["restarts"] == 1 and st["progress"]["epoch"] == 6
+    log0 = (run.run_dir / "logs" / "trainer-0.log").read_text()
+    assert "resuming from step" in log0  # rank 0, which was not killed, restarted from the checkpoint too
