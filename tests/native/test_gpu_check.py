@@ -147,7 +147,7 @@ def test_every_step_in_order_under_a_480_s_budget(fake: Path, monkeypatch: pytes
     done = steps(fake)
     assert list(done) == ["cuda core", "tests/gpu", *script.SANITIZERS, "cuda calls", "bench"] + [
         "e2e wordnet-sage cuda", "e2e nations-transe cuda", "e2e wordnet-sage cpu",
-        "e2e nations-transe cuda trainers-cuda",
+        "e2e nations-transe cuda trainers-cuda", "e2e wordnet-sage cuda trainers-cuda",
     ]  # fmt: skip
     assert {s["status"] for s in done.values()} == {lib.PASSED}
     assert done["memcheck"]["detail"] == "ERROR SUMMARY: 0 errors" and done["bench"]["detail"] == "1 rows"
