@@ -25,6 +25,7 @@ from graphtrain.runtime.errors import GraphtrainError
 from graphtrain.runtime.kvstore import checkpoint as ckpt
 from graphtrain.runtime.partition.format import PartitionConfig, load_maps, load_names, load_triples
 from graphtrain.runtime.train.resumable import model_changes
+from graphtrain.runtime.train.tables import checkpoint_rows
 
 BATCH = 4096
 SUGGEST_MAX = 50_000  # labels to compare an unknown one with (difflib is linear in them)
@@ -187,7 +188,7 @@ def node_outputs(
         )
     emb = None
     if m.node_embedding:
-        emb = torch.from_numpy(ckpt.export_table(root, m.node_embedding))
+        emb = torch.from_numpy(checkpoint_rows(root, gt.spec, m.node_embedding, graph.num_nodes))
         if len(emb) != graph.num_nodes:
             raise GraphtrainError(
                 f"table {m.node_embedding!r} has {len(emb)} rows, the partition {graph.num_nodes} nodes"
@@ -288,8 +289,10 @@ def kge_answer(
         raise GraphtrainError("give one of --head and --tail (with --relation): the other is what is asked")
     assert m.entity_embedding and m.relation_embedding
     maps = load_maps(cfg)
-    ents = torch.from_numpy(ckpt.export_table(root, m.entity_embedding)[maps["node_map_inverse"]])
-    rels = torch.from_numpy(ckpt.export_table(root, m.relation_embedding))
+    num_nodes, num_relations = len(maps["node_map_inverse"]), int(cfg.data["kg"]["num_relations"])
+    ents = checkpoint_rows(root, gt.spec, m.entity_embedding, num_nodes)[maps["node_map_inverse"]]
+    ents = torch.from_numpy(np.ascontiguousarray(ents))
+    rels = torch.from_numpy(checkpoint_rows(root, gt.spec, m.relation_embedding, num_relations))
     names = load_names(cfg)
     ent_names = names.get("node_ids", np.arange(len(ents), dtype=np.int64))
     rel_names = names.get("relation_names", np.arange(len(rels), dtype=np.int64))

@@ -37,8 +37,8 @@ from graphtrain.runtime.train import kge_math
 from graphtrain.runtime.train.device import synchronize, to_device
 from graphtrain.runtime.train.dist import Dist, seed_everything
 from graphtrain.runtime.train.metrics import StageClock
-from graphtrain.runtime.train.tables import Table, collective, embedding_table, normalise_rows
-from graphtrain.runtime.train.task import Split, init_spec
+from graphtrain.runtime.train.tables import Table, collective, embedding_table, normalise_rows, table_init
+from graphtrain.runtime.train.task import Split
 
 REPORT_EVERY = 50
 EVAL_MAX_TRIPLES = 1000
@@ -106,11 +106,11 @@ class LinkPrediction:
                 "model.entityEmbedding and model.relationEmbedding need the same dim"
             )
         self.ent = embedding_table(
-            ent, graph.num_nodes, init_spec(ent, tr.seed), graph.book, graph.client, self.device
+            ent, graph.num_nodes, table_init(self.spec, ent.name), graph.book, graph.client, self.device
         )
         rel_book = PartitionBook.even(self.kg.num_relations, graph.client.num_shards)
         self.rel = embedding_table(
-            rel, self.kg.num_relations, init_spec(rel, tr.seed + 1), rel_book, graph.client, self.device
+            rel, self.kg.num_relations, table_init(self.spec, rel.name), rel_book, graph.client, self.device
         )
         self.collective_tables = collective([self.ent, self.rel])
         self.ent_opt = SparseOptimizer(

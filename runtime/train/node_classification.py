@@ -30,8 +30,8 @@ from graphtrain.runtime.train.device import synchronize, to_device
 from graphtrain.runtime.train.dist import Dist, seed_everything, unwrap
 from graphtrain.runtime.train.metrics import StageClock
 from graphtrain.runtime.train.models import GraphSAGE
-from graphtrain.runtime.train.tables import Table, collective, embedding_table
-from graphtrain.runtime.train.task import Split, init_spec
+from graphtrain.runtime.train.tables import Table, collective, embedding_table, table_init
+from graphtrain.runtime.train.task import Split
 
 REPORT_EVERY = 20
 EVAL_BATCH = 4096
@@ -78,7 +78,12 @@ class NodeClassification:
         if m.node_embedding:
             table = next(t for t in self.spec.embeddings if t.name == m.node_embedding)
             self.emb = embedding_table(
-                table, graph.num_nodes, init_spec(table), graph.book, graph.client, self.device
+                table,
+                graph.num_nodes,
+                table_init(self.spec, table.name),
+                graph.book,
+                graph.client,
+                self.device,
             )
             self.sparse_opt = SparseOptimizer([self.emb], OptimConfig.from_spec(table))
         self.collective_tables = collective([self.emb])

@@ -5,14 +5,19 @@ checkpoints write and restore the collective ones beside the servers' (checkpoin
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from graphtrain.contract.spec import Sharding, VocabularyKind
 from graphtrain.runtime.collective import CollectiveEmbedding
+from graphtrain.runtime.kvstore import checkpoint as ckpt
 from graphtrain.runtime.kvstore.client import KVClient
+from graphtrain.runtime.kvstore.inits import init_keyed
 from graphtrain.runtime.tensor import DistEmbedding, PartitionBook
+from graphtrain.runtime.train.task import init_spec
 
 Table = DistEmbedding | CollectiveEmbedding
 
@@ -41,6 +46,33 @@ def embedding_table(
             on_full=str(vocab.on_full),
         )
     return DistEmbedding(num_rows, spec_table.dim, spec_table.name, init, book, client)
+
+
+def table_init(spec: Any, name: str) -> dict[str, Any]:
+    """The init description (with its seed) the trainers give table `name` of `spec`: a KGE model's entity
+    table is seeded by training.seed and its relation table by training.seed + 1, a node embedding by 0.
+    predict.py reads it too: an unseen key of a dynamic table has this init's value."""
+    table = next(t for t in spec.embeddings if t.name == name)
+    m, seed = spec.model, spec.training.seed
+    if name == m.entity_embedding:
+        return init_spec(table, seed)
+    if name == m.relation_embedding:
+        return init_spec(table, seed + 1)
+    return init_spec(table)
+
+
+def checkpoint_rows(root: Path, spec: Any, name: str, num_rows: int) -> np.ndarray:
+    """Table `name` of a checkpoint as `num_rows` rows in row (key) order: a dynamic vocabulary's keys
+    in [0, num_rows) get their rows, the others the initial value an evaluation lookup reads for them."""
+    keyed = ckpt.export_keyed(root, name)
+    if keyed is None:
+        return ckpt.export_table(root, name)
+    keys, values = keyed
+    dim = next(t.dim for t in spec.embeddings if t.name == name)
+    out = init_keyed(table_init(spec, name), np.arange(num_rows), dim)
+    inside = (keys >= 0) & (keys < num_rows)
+    out[keys[inside]] = values[inside]
+    return out
 
 
 def collective(tables: list[Table | None]) -> list[CollectiveEmbedding]:

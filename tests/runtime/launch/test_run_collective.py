@@ -88,6 +88,14 @@ def test_transe_with_a_dynamic_entity_vocabulary_exports_the_users_names(tmp_pat
     lines = out.read_text().splitlines()
     assert len(lines) == 15 and lines[0].startswith('"id","dim_0"')  # the 14 countries, each once
     assert sorted(line.split(",")[0].strip('"') for line in lines[1:])[:2] == ["brazil", "burma"]
+    pred = tmp_path / "pred.csv"
+    spec = tmp_path / "run.yaml"  # where launch() wrote the spec
+    query = ["--spec", str(spec), "--head", "brazil", "--relation", "embassy", "-k", "3", "-o", str(pred)]
+    done = subprocess.run(
+        [*CLI, "predict", str(run_dir / "checkpoints"), *query], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert len(pred.read_text().splitlines()) == 4  # a header and the 3 best tails
 
 
 @pytest.mark.timeout(400)
