@@ -1,6 +1,6 @@
 """Feature bags (model.featureBag, issue 31 item 3): each node's nonzero sparse feature columns read from
-the partition files, as the (values, offsets) a bag lookup takes; the feature names a partition keeps
-for exports; canonical sparse features."""
+the partition files, as the (values, offsets) a bag lookup takes; the bag input they make; the feature
+names a partition keeps for exports; canonical sparse features."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import scipy.sparse as sp
+import torch
 
 from graphtrain.runtime import partition
 from graphtrain.runtime.data.graph import Graph
@@ -16,6 +17,9 @@ from graphtrain.runtime.data.nodefiles import read_features
 from graphtrain.runtime.data.transform import project_graph_features
 from graphtrain.runtime.errors import DataError
 from graphtrain.runtime.graph import FeatureBags
+from graphtrain.runtime.optim import SparseEmbedding
+from graphtrain.runtime.optim.embedding import uniform_init
+from graphtrain.runtime.train.inputs import FixedRows, bag_input
 from tests.conftest import planted_graph
 
 
@@ -58,6 +62,48 @@ def test_bags_refuse_unknown_nodes_and_dense_data(worded: tuple[Graph, partition
         partition.load_sparse_rows(cfg, 0, "label")
     with pytest.raises(DataError, match="partition 3 does not exist"):
         partition.load_sparse_rows(cfg, 3)
+
+
+@pytest.mark.parametrize("combiner", ["mean", "sum"])
+def test_bag_input_combines_each_nodes_rows(
+    worded: tuple[Graph, partition.PartitionConfig], combiner: str
+) -> None:
+    """Per word (one lookup of each distinct word) and per occurrence (collective.layers.bag), what a
+    trainer learns with and what predict reads (FixedRows) agree with the bag written out by hand, an
+    empty bag giving zeros; so do the gradients each word gets."""
+    g, cfg = worded
+    bags = FeatureBags(cfg)
+    cpu = torch.device("cpu")
+    nodes = np.arange(0, 500, 3)
+    tables = [SparseEmbedding(64, 4, "word", init=uniform_init(seed=3)) for _ in range(2)]
+    rows = tables[0].weight.detach().clone()
+    per_word = bag_input(tables[0], bags, nodes, combiner, cpu)
+    per_occurrence = bag_input(tables[1], bags, nodes, combiner, cpu, per_word=False)
+    fixed = bag_input(FixedRows(rows), bags, nodes, combiner, cpu)
+    new_to_orig = partition.load_maps(cfg)["node_map"]
+    for i, node in enumerate(nodes.tolist()):
+        cols = g.feat[new_to_orig[node]].indices
+        want = rows[cols].sum(0) if len(cols) else torch.zeros(4)
+        if combiner == "mean" and len(cols):
+            want = want / len(cols)
+        for got in (per_word, per_occurrence, fixed):
+            assert torch.allclose(got[i], want, atol=1e-6)
+    weights = torch.linspace(0, 1, per_word.numel()).view_as(per_word)
+    grads = []
+    for table, out in zip(tables, (per_word, per_occurrence), strict=True):
+        (out * weights).sum().backward()
+        ids, grad = table.pending()
+        grads.append(torch.zeros(64, 4).index_add_(0, ids, grad))
+    assert torch.allclose(grads[0], grads[1], atol=1e-5)
+    assert len(tables[0].pending()[0]) == len(np.unique(bags(nodes)[0]))  # each word once
+
+
+def test_a_batch_without_words_gives_zeros(worded: tuple[Graph, partition.PartitionConfig]) -> None:
+    g, cfg = worded
+    bags = FeatureBags(cfg)
+    empty = partition.load_maps(cfg)["node_map_inverse"][np.flatnonzero(np.diff(g.feat.indptr) == 0)]
+    out = bag_input(SparseEmbedding(64, 4, "word"), bags, empty, "mean", torch.device("cpu"))
+    assert out.shape == (len(empty), 4) and not out.any()
 
 
 def test_the_partition_keeps_feature_names(worded: tuple[Graph, partition.PartitionConfig]) -> None:
