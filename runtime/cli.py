@@ -360,7 +360,8 @@ def export(
     ] = None,
 ) -> None:
     """Write one table of a checkpoint with node rows in original node order (relation rows in relation
-    order): .npy holds the rows alone, .csv/.parquet an `id` column first (the user's ids or labels).
+    order, feature rows in column order): .npy holds the rows alone, .csv/.parquet an `id` column first
+    (the user's ids or labels; the feature names, e.g. words, where the graph has them).
 
     The file is written under a temporary name and renamed into place; an existing file is replaced.
     """
@@ -377,7 +378,12 @@ def export(
     cfg = outputs.checkpoint_partition(root, partition)
     rows = outputs.original_order(root, name, cfg)
     outputs.write_rows(out, rows)
-    order = {"nodes": "original node order", "relations": "relation order", "rows": "stored order"}
+    order = {
+        "nodes": "original node order",
+        "relations": "relation order",
+        "features": "feature column order",
+        "rows": "stored order",
+    }
     err.print(
         f"{name}: {rows.values.shape[0]:,} x {rows.values.shape[1:] or 1} from {root.name}, "
         f"{order[rows.keying]}, written to {out}",

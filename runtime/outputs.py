@@ -23,7 +23,7 @@ from graphtrain.runtime.kvstore import checkpoint as ckpt
 from graphtrain.runtime.partition.format import PartitionConfig, load_config, load_maps, load_names
 
 SUFFIXES = (".npy", ".csv", ".parquet")
-Keying = Literal["nodes", "relations", "rows"]
+Keying = Literal["nodes", "relations", "features", "rows"]
 
 
 def pick_partition(
@@ -94,11 +94,13 @@ def table_keying(
     name: str, num_rows: int, num_nodes: int, num_relations: int | None, table_keys: dict[str, str]
 ) -> Keying:
     """What a table's rows stand for: the graph's nodes (stored in partition order), its relations
-    (stored in relation order) or nothing known (written as stored). The spec's `keys`, as the
-    checkpoint records it, decides; a checkpoint without it is judged by the row count."""
+    (stored in relation order), its feature columns (in column order) or nothing known (written as
+    stored). The spec's `keys`, as the checkpoint records it, decides; a checkpoint without it is judged
+    by the row count."""
     recorded = table_keys.get(name)
     if recorded is not None:
-        return "nodes" if recorded == "nodes" else "relations" if recorded == "relations" else "rows"
+        known: dict[str, Keying] = {"nodes": "nodes", "relations": "relations", "features": "features"}
+        return known.get(recorded, "rows")
     if num_rows == num_nodes:
         return "nodes"
     if num_relations is not None and num_rows == num_relations:
@@ -142,6 +144,8 @@ def original_order(checkpoint: Path, name: str, cfg: PartitionConfig) -> Rows:
         ids = names.get("node_ids", np.arange(num_nodes, dtype=np.int64))
     elif keying == "relations" and "relation_names" in names and len(names["relation_names"]) == len(table):
         ids = names["relation_names"]
+    elif keying == "features" and "feature_names" in names and len(names["feature_names"]) == len(table):
+        ids = names["feature_names"]  # the words of a bag of words
     else:
         ids = np.arange(len(table), dtype=np.int64)
     return Rows(name, keying, ids, table)

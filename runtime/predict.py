@@ -15,7 +15,7 @@ from __future__ import annotations
 import difflib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -26,6 +26,10 @@ from graphtrain.runtime.kvstore import checkpoint as ckpt
 from graphtrain.runtime.partition.format import PartitionConfig, load_maps, load_names, load_triples
 from graphtrain.runtime.train.resumable import model_changes
 from graphtrain.runtime.train.tables import checkpoint_rows
+
+if TYPE_CHECKING:
+    from graphtrain.runtime.graph import FeatureBags
+    from graphtrain.runtime.train.inputs import FixedRows
 
 BATCH = 4096
 SUGGEST_MAX = 50_000  # labels to compare an unknown one with (difflib is linear in them)
@@ -172,6 +176,7 @@ def node_outputs(
     """
     from graphtrain.runtime.graph import DistGraph, standalone_client
     from graphtrain.runtime.graph.loader import sample_blocks
+    from graphtrain.runtime.train.inputs import bag_input
     from graphtrain.runtime.train.models import GraphSAGE
 
     m = gt.spec.model
@@ -181,8 +186,8 @@ def node_outputs(
     if not num_classes:
         raise GraphtrainError(f"{cfg.path}: the partition holds no labels (num_classes)")
     graph = DistGraph(cfg, standalone_client(cfg.path))
-    feat = graph.ndata.get("feat") if m.use_features else None
-    if m.use_features and feat is None:
+    feat = graph.ndata.get("feat") if m.use_features and m.feature_bag is None else None
+    if m.use_features and m.feature_bag is None and feat is None:
         raise GraphtrainError(
             f"{cfg.path}: model.useFeatures is set but the partition holds no dense features"
         )
@@ -193,9 +198,11 @@ def node_outputs(
             raise GraphtrainError(
                 f"table {m.node_embedding!r} has {len(emb)} rows, the partition {graph.num_nodes} nodes"
             )
+    bags = _feature_bags(m, root, cfg)
     feat_dim = int(feat.shape[1]) if feat is not None else 0
     split = emb is not None and feat is not None
-    in_dim = feat_dim + (int(emb.shape[1]) if emb is not None else 0)
+    learned = [int(t.shape[1]) for t in (emb, bags[0].weight if bags else None) if t is not None]
+    in_dim = feat_dim + sum(learned)
     model = GraphSAGE(
         in_dim, m.hidden_dim, int(num_classes), m.num_layers, m.dropout, frozen=feat_dim if split else 0
     )
@@ -225,6 +232,9 @@ def node_outputs(
                 else torch.as_tensor(np.asarray(feat[mb.input_nodes]), dtype=torch.float32)
             )
             e = None if emb is None else emb[torch.from_numpy(mb.input_nodes)]
+            if bags:  # training's order: the bag, then the node embedding
+                b = bag_input(bags[0], bags[1], mb.input_nodes, bags[2], torch.device("cpu"))
+                e = b if e is None else torch.cat([b, e], dim=1)
             learn, frozen = (e, x) if split else ((e if e is not None else x), None)
             assert learn is not None
             if embeddings:
@@ -240,6 +250,28 @@ def node_outputs(
     cols: dict[str, np.ndarray] = {"predicted": classes[values.argmax(1)]}
     cols.update({f"p_{c}": values[:, j] for j, c in enumerate(classes.tolist())})
     return NodeOutput(ids, cols)
+
+
+def _feature_bags(m: Any, root: Path, cfg: PartitionConfig) -> tuple[FixedRows, FeatureBags, str] | None:
+    """model.featureBag's trained rows, the partition's bags and the combiner (None without a bag).
+
+    Raises:
+        GraphtrainError: the table's rows do not match the partition's feature columns.
+    """
+    from graphtrain.runtime.graph import FeatureBags
+    from graphtrain.runtime.train.inputs import FixedRows
+
+    if m.feature_bag is None:
+        return None
+    name = m.feature_bag.embedding
+    words = FixedRows(torch.from_numpy(ckpt.export_table(root, name)))
+    bags = FeatureBags(cfg)
+    if words.num_embeddings != bags.num_columns:
+        raise GraphtrainError(
+            f"table {name!r} has {words.num_embeddings} rows, the partition {bags.num_columns} feature "
+            "columns"
+        )
+    return words, bags, str(m.feature_bag.combiner)
 
 
 def _hidden(model: Any, blocks: list[Any], x: torch.Tensor, frozen: torch.Tensor | None) -> torch.Tensor:

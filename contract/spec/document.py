@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Literal
 
 from pydantic import (
@@ -10,7 +11,6 @@ from pydantic import (
     ConfigDict,
     Field,
 )
-from pydantic.alias_generators import to_camel
 
 from graphtrain.contract.spec.base import API_VERSION, DNS1035, KIND, MAX_NAME_LENGTH, MAX_TABLES, SpecModel
 from graphtrain.contract.spec.enums import Backend, Device, TableKeys
@@ -72,18 +72,32 @@ class GraphTrainingSpec(SpecModel):
         return self.shard_servers.replicas or self.partition.parts
 
 
-_REFS = ("node_embedding", "entity_embedding", "relation_embedding")
+# The model inputs that name a table: their path under model (as the user writes it), how the spec
+# reads the name (None: unset) and the keys the table must have.
+_REFS: tuple[tuple[str, Callable[[ModelSpec], str | None], TableKeys], ...] = (
+    ("nodeEmbedding", lambda m: m.node_embedding, TableKeys.nodes),
+    ("entityEmbedding", lambda m: m.entity_embedding, TableKeys.nodes),
+    ("relationEmbedding", lambda m: m.relation_embedding, TableKeys.relations),
+    (
+        "featureBag.embedding",
+        lambda m: None if m.feature_bag is None else m.feature_bag.embedding,
+        TableKeys.features,
+    ),
+)
+
+
+def _cel_set(path: str) -> str:
+    """CEL: the model input at `path` is set (a nested name is set with its object: it is required)."""
+    return f"has(self.model.{path.split('.')[0]})"
 
 
 def _cel_has_ref(table: str) -> str:
     """CEL: the table `table` (a CEL expression) is named by some model input."""
-    return " || ".join(
-        f"(has(self.model.{to_camel(f)}) && self.model.{to_camel(f)} == {table}.name)" for f in _REFS
-    )
+    return " || ".join(f"({_cel_set(p)} && self.model.{p} == {table}.name)" for p, _, _ in _REFS)
 
 
 def _unused_tables(spec: GraphTrainingSpec) -> list[str]:
-    refs = {getattr(spec.model, f) for f in _REFS}
+    refs = {name(spec.model) for _, name, _ in _REFS}
     return [t.name for t in spec.embeddings if t.name not in refs]
 
 
@@ -101,38 +115,37 @@ def _first_duplicate(spec: GraphTrainingSpec) -> str | None:
     return next((n for n in names if names.count(n) > 1), None)
 
 
-def _ref_rules(field: str, keys: TableKeys) -> tuple[Rule, ...]:
+def _ref_rules(path: str, name_of: Callable[[ModelSpec], str | None], keys: TableKeys) -> tuple[Rule, ...]:
     """A model input names an existing table, keyed as that input reads it."""
-    camel = to_camel(field)
-    ref = f"self.model.{camel}"
+    ref, rule = f"self.model.{path}", path.split(".")[0]
 
     def exists(s: GraphTrainingSpec) -> bool:
-        name = getattr(s.model, field)
+        name = name_of(s.model)
         return name is None or any(t.name == name for t in s.embeddings)
 
     def keyed(s: GraphTrainingSpec) -> bool:
-        name = getattr(s.model, field)
+        name = name_of(s.model)
         return name is None or all(t.keys == keys for t in s.embeddings if t.name == name)
 
     return (
         Rule(
-            f"{camel}-exists",
-            f"model.{camel}",
+            f"{rule}-exists",
+            f"model.{path}",
             exists,
-            cel=f"!has({ref}) || self.embeddings.exists(t, t.name == {ref})",
+            cel=f"!{_cel_set(path)} || self.embeddings.exists(t, t.name == {ref})",
             message="no embedding table named '%s' (tables: %s)",
             args=(
-                (ref, lambda s: getattr(s.model, field)),
+                (ref, lambda s: name_of(s.model)),
                 ("self.embeddings.map(t, t.name)", lambda s: [t.name for t in s.embeddings]),
             ),
         ),
         Rule(
-            f"{camel}-keys",
-            f"model.{camel}",
+            f"{rule}-keys",
+            f"model.{path}",
             keyed,
-            cel=f"!has({ref}) || self.embeddings.all(t, t.name != {ref} || t.keys == '{keys.value}')",
+            cel=f"!{_cel_set(path)} || self.embeddings.all(t, t.name != {ref} || t.keys == '{keys.value}')",
             message=f"table '%s' must have keys: {keys.value}",
-            args=((ref, lambda s: getattr(s.model, field)),),
+            args=((ref, lambda s: name_of(s.model)),),
         ),
     )
 
@@ -157,12 +170,11 @@ add_rules(
         "embeddings",
         lambda s: not _unused_tables(s),
         cel=f"self.embeddings.all(t, {_cel_has_ref('t')})",
-        message="read by no model input (model.nodeEmbedding, entityEmbedding, relationEmbedding): %s",
+        message="read by no model input (model.nodeEmbedding, entityEmbedding, relationEmbedding, "
+        "featureBag.embedding): %s",
         args=((f"self.embeddings.filter(t, !({_cel_has_ref('t')})).map(t, t.name)", _unused_tables),),
     ),
-    *_ref_rules("node_embedding", TableKeys.nodes),
-    *_ref_rules("entity_embedding", TableKeys.nodes),
-    *_ref_rules("relation_embedding", TableKeys.relations),
+    *(r for path, name_of, keys in _REFS for r in _ref_rules(path, name_of, keys)),
     Rule(
         "fanouts-per-layer",
         "training.fanouts",

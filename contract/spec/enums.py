@@ -91,7 +91,15 @@ class VocabularyKind(StrEnum):
 class TableKeys(StrEnum):
     nodes = "nodes"  # one row per graph node / KG entity, sharded like the graph
     relations = "relations"  # one row per KG relation
+    features = "features"  # one row per column of the sparse node features (a word of a bag of words)
     custom = "custom"  # numEmbeddings rows, range-sharded
+
+
+class BagCombiner(StrEnum):
+    """How a multi-hot bag's rows become one vector (SOK's combiners, torch's EmbeddingBag modes)."""
+
+    sum = "sum"  # the rows added
+    mean = "mean"  # the rows added, divided by the bag's size (an empty bag: zeros)
 
 
 class DType(StrEnum):

@@ -10,11 +10,29 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 from graphtrain.contract.spec.base import IDENT, MAX_LAYERS, SpecModel
-from graphtrain.contract.spec.enums import KGELoss, ModelKind
+from graphtrain.contract.spec.enums import BagCombiner, KGELoss, ModelKind
 from graphtrain.contract.spec.rules import (
     Rule,
     add_rules,
 )
+
+
+class FeatureBag(SpecModel):
+    """Sparse node features read as a multi-hot bag of learnable rows, one row per feature column (SOK's
+    DistributedEmbedding, torch's EmbeddingBag): a node's input is the combination of the rows of its
+    nonzero columns, e.g. WordNet's gloss words, instead of a fixed projection of its bag of words."""
+
+    embedding: str = Field(
+        max_length=63,
+        pattern=IDENT,
+        description="Name of the table (keys: features) holding one learnable row per feature column; "
+        "required.",
+    )
+    combiner: BagCombiner = Field(
+        default=BagCombiner.mean,
+        description="How a node's rows become its input: mean (their average; a node without a nonzero "
+        "column gets zeros) or sum. The values of the nonzero columns are not used (a multi-hot bag).",
+    )
 
 
 class ModelSpec(SpecModel):
@@ -42,7 +60,14 @@ class ModelSpec(SpecModel):
         default=None,
         ge=1,
         description="Reduce the input features to this many dims by a seeded Gaussian random projection "
-        "at partition time (needed for sparse bag-of-words features). Unset: the features as they are.",
+        "at partition time (sparse bag-of-words features need it or featureBag). Unset: the features as "
+        "they are.",
+    )
+    feature_bag: FeatureBag | None = Field(
+        default=None,
+        description="GraphSAGE: read the graph's sparse node features through a learnable table, each node "
+        "the mean (or sum) of the rows of its nonzero feature columns, in place of featureProjection. "
+        "Unset: the features are read as they are (dense) or projected.",
     )
     node_embedding: str | None = Field(
         default=None,
@@ -117,6 +142,29 @@ add_rules(
         cel="!has(self.nodeEmbedding) || self.kind == 'graphsage'",
         message="%s does not read a node embedding (graphsage does)",
         args=(("self.kind", lambda m: m.kind),),
+    ),
+    Rule(
+        "feature-bag-graphsage-only",
+        "featureBag",
+        lambda m: m.feature_bag is None or not is_kge(m.kind),
+        cel="!has(self.featureBag) || self.kind == 'graphsage'",
+        message="%s reads no node features (graphsage does)",
+        args=(("self.kind", lambda m: m.kind),),
+    ),
+    Rule(
+        "feature-bag-uses-features",
+        "featureBag",
+        lambda m: m.feature_bag is None or m.use_features,
+        cel="!has(self.featureBag) || self.useFeatures",
+        message="reads the node features, but useFeatures is false",
+    ),
+    Rule(
+        "feature-bag-or-projection",
+        "featureProjection",
+        lambda m: m.feature_bag is None or m.feature_projection is None,
+        cel="!has(self.featureBag) || !has(self.featureProjection)",
+        message="the features go through featureBag's table as they are: set featureBag or "
+        "featureProjection, not both",
     ),
     *_kge_table_rules("entity_embedding"),
     *_kge_table_rules("relation_embedding"),

@@ -155,14 +155,15 @@ class EmbeddingTable(SpecModel):
         pattern=IDENT,
         max_length=63,
         description="Name of the table (lowercase letters, digits, '_'), as model.nodeEmbedding, "
-        "entityEmbedding or relationEmbedding name it; required.",
+        "entityEmbedding, relationEmbedding or featureBag.embedding name it; required.",
     )
     dim: int = Field(ge=1, le=65536, description="Width of a row (the embedding dimension); required.")
     keys: TableKeys = Field(
         default=TableKeys.nodes,
         description="What a row stands for: nodes (one row per graph node or KG entity, sharded like the "
-        "graph), relations (one row per KG relation), custom (not supported yet: numEmbeddings rows). "
-        "Must match the model input that reads the table.",
+        "graph), relations (one row per KG relation), features (one row per column of the graph's sparse "
+        "node features, e.g. a word of a bag of words: model.featureBag reads it), custom (not supported "
+        "yet: numEmbeddings rows). Must match the model input that reads the table.",
     )
     num_embeddings: int | None = Field(
         default=None, ge=1, description="Row count of a keys: custom table; only with keys: custom."
@@ -204,7 +205,7 @@ add_rules(
         "keys",
         lambda t: t.keys != TableKeys.custom,
         cel="self.keys != 'custom'",
-        message="custom is not supported yet: a model reads tables keyed by nodes or relations",
+        message="custom is not supported yet: a model reads tables keyed by nodes, relations or features",
     ),
     Rule(
         "table-custom-rows",

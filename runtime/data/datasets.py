@@ -280,6 +280,7 @@ def load(
         node_ids=node_ids,
         ntype=values.get("node_type"),
         num_classes=wordnet.NUM_CLASSES if name == "wordnet" else None,
+        feature_names=None if "vocab" not in values else np.asarray(values["vocab"], dtype=str),
     )
 
 

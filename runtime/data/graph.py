@@ -40,6 +40,7 @@ class Graph:
     num_classes: int | None = None
     class_names: np.ndarray | None = None  # unicode, label i is class_names[i] (string labels)
     relation_names: np.ndarray | None = None  # unicode, edge type i is relation_names[i]
+    feature_names: np.ndarray | None = None  # unicode, feature column j is feature_names[j] (words)
     # a knowledge graph's splits, (n, 3) int64 (head, relation, tail) in this graph's node ids:
     # "train", "valid", "test" (the edges are the train triples; KGE evaluation needs the others)
     triples: dict[str, np.ndarray] = field(default_factory=dict)
@@ -84,9 +85,16 @@ class Graph:
             self.node_ids.shape != (n,) or self.node_ids.dtype.kind not in "iU"
         ):
             raise DataError(f"graph {self.name!r}: node_ids must have one integer or string entry per node")
-        for key, names in (("class_names", self.class_names), ("relation_names", self.relation_names)):
+        for key, names in (
+            ("class_names", self.class_names),
+            ("relation_names", self.relation_names),
+            ("feature_names", self.feature_names),
+        ):
             if names is not None and (names.ndim != 1 or names.dtype.kind != "U"):
                 raise DataError(f"graph {self.name!r}: {key} must be a 1-D unicode array")
+        columns = None if self.feat is None else self.feat.shape[1]
+        if self.feature_names is not None and len(self.feature_names) != columns:
+            raise DataError(f"graph {self.name!r}: feature_names must name each feature column once")
         names, label = self.class_names, self.label
         if names is not None and label is not None and label.size and int(label.max()) >= len(names):
             raise DataError(f"graph {self.name!r}: a label is beyond the {len(names)} class names")
@@ -131,6 +139,7 @@ class Graph:
             num_classes=self.num_classes,
             class_names=self.class_names,
             relation_names=self.relation_names,
+            feature_names=self.feature_names,
             triples=self.triples,
         )
 

@@ -182,6 +182,8 @@ def _load_sparse(path: Path) -> sp.csr_matrix:
         raise DataError(f"{path}: not a consistent {kind} matrix ({exc})") from None
     _check_numbers(path, csr.data, 1)
     csr.data = as_float32(path, csr.data)
+    csr.sum_duplicates()  # canonical: each nonzero column of a row stored once, in order (as a feature
+    csr.eliminate_zeros()  # bag reads them: an explicit zero or a repeat would join it)
     return csr
 
 

@@ -54,7 +54,7 @@ def problems(spec: GraphTrainingSpec, summary: Summary) -> list[Problem]:
 
 
 def _node_classification(spec: GraphTrainingSpec, s: Summary) -> list[Problem]:
-    m, name, out = spec.model, s.name, []
+    name, out = s.name, []
     labels = _source_field(spec.graph, "graph.labels")
     if not s.has_labels:
         out.append(
@@ -90,8 +90,17 @@ def _node_classification(spec: GraphTrainingSpec, s: Summary) -> list[Problem]:
                         f"{replicas} trainers (trainers.replicas): each trainer needs at least one",
                     )
                 )
+    out += _features(spec, s)
+    return out
+
+
+def _features(spec: GraphTrainingSpec, s: Summary) -> list[Problem]:
+    """What the model's feature input (as they are, projected or as bags) needs from the features."""
+    m, name, out = spec.model, s.name, []
     features = _source_field(spec.graph, "graph.features")
-    if m.use_features and s.feature_dims is None:
+    if m.use_features and s.feature_dims is None and m.feature_bag is not None:
+        out.append(Problem(path="model.featureBag", message=f"{name} has no node features: give {features}"))
+    elif m.use_features and s.feature_dims is None:
         out.append(
             Problem(
                 path="model.useFeatures",
@@ -99,12 +108,20 @@ def _node_classification(spec: GraphTrainingSpec, s: Summary) -> list[Problem]:
                 "a model.nodeEmbedding",
             )
         )
-    elif m.use_features and s.sparse_features and m.feature_projection is None:
+    elif m.feature_bag is not None and not s.sparse_features:
+        out.append(
+            Problem(
+                path="model.featureBag",
+                message=f"reads sparse features (each node's nonzero columns), but {name}'s "
+                f"{s.feature_dims:,} feature columns are dense: remove featureBag to feed them as they are",
+            )
+        )
+    elif m.use_features and s.sparse_features and m.feature_projection is None and m.feature_bag is None:
         out.append(
             Problem(
                 path="model.featureProjection",
                 message=f"{name}'s features are sparse ({s.feature_dims:,} dims): set featureProjection "
-                "(e.g. 256) to feed them to the first layer",
+                "(e.g. 256) or featureBag (a learnable row per column) to feed them to the first layer",
             )
         )
     if m.feature_projection is not None and s.feature_dims is None:

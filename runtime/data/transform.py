@@ -22,7 +22,9 @@ def random_projection(feat: np.ndarray | sp.csr_matrix, dim: int, seed: int = 0)
 
 
 def project_graph_features(graph: Graph, dim: int, seed: int = 0) -> Graph:
-    """The graph with its features replaced by their projection (a no-op without features)."""
+    """The graph with its features replaced by their projection (a no-op without features); the
+    projected columns are no longer the named ones."""
     if graph.feat is not None:
         graph.feat = random_projection(graph.feat, dim, seed)
+        graph.feature_names = None
     return graph

@@ -10,6 +10,8 @@ Layout of `<out>/` (written under a temporary name and renamed into place when c
                              unicode for string ids (np.save/np.load of '<U' arrays need no pickle)
     class_names.npy          unicode, label i -> class_names[i] (string labels)
     relation_names.npy       unicode, edge type / relation i -> relation_names[i]
+    feature_names.npy        unicode, feature column j -> feature_names[j] (WordNet: the gloss words),
+                             which names the rows of a `keys: features` table in exports
     kg/<split>.npy           int64 (n, 3) (head, relation, tail) in ORIGINAL node ids: a knowledge
                              graph's train/valid/test triples (KGE evaluation needs all three)
     part-<i>/indptr.npy      int64, in-CSR over the partition's nodes (local row = new id - node_bounds[i])
@@ -24,7 +26,8 @@ Every file is .npy (mmap-able) and its sha256 is in the config. The config (JSON
     format "graphtrain-partition", format_version, graph_name, num_nodes, num_edges, num_parts,
     algorithm, seed, balance, max_imbalance, node_bounds, edge_bounds, edge_owner "destination",
     num_classes, ndata (entry description per key), parts [{dir, ndata entries}], stats,
-    has_external_ids, has_class_names, has_relation_names, kg {num_relations, triples {split: count}}
+    has_external_ids, has_class_names, has_relation_names, has_feature_names, kg {num_relations,
+    triples {split: count}}
     (knowledge graphs only), graphtrain_version, created, files {relative path: sha256}.
 
 The names and the KG splits are additive (format version 1): a partition written before them reads as
@@ -158,7 +161,7 @@ def write(graph: Graph, result: PartitionResult, out: Path, overwrite: bool = Fa
         np.save(tmp / "edge_map.npy", rl.edge_map)
         if graph.node_ids is not None:
             np.save(tmp / "external_ids.npy", graph.node_ids)
-        for key in ("class_names", "relation_names"):
+        for key in ("class_names", "relation_names", "feature_names"):
             names = getattr(graph, key)
             if names is not None:
                 np.save(tmp / f"{key}.npy", names)
@@ -205,6 +208,7 @@ def write(graph: Graph, result: PartitionResult, out: Path, overwrite: bool = Fa
             "has_external_ids": graph.node_ids is not None,
             "has_class_names": graph.class_names is not None,
             "has_relation_names": graph.relation_names is not None,
+            "has_feature_names": graph.feature_names is not None,
             "num_classes": _num_classes(graph),
             "ndata": ndata_desc,
             **({"kg": kg} if (kg := _kg_meta(graph)) is not None else {}),
@@ -354,6 +358,28 @@ def load_part(cfg: PartitionConfig, part: int, verify: bool = True, mmap: bool =
     )
 
 
+def load_sparse_rows(cfg: PartitionConfig, part: int, key: str = "feat") -> tuple[np.ndarray, np.ndarray]:
+    """(indptr, indices) of partition `part`'s sparse node data `key`, memory-mapped: the nonzero columns
+    of local row i are indices[indptr[i]:indptr[i+1]]. Unchecked, as the trainers read masks (the shard
+    server of the partition checked every file of it when it loaded).
+
+    Raises:
+        DataError: `part` out of range, or `key` is not sparse node data of the partition.
+    """
+    if not 0 <= part < cfg.num_parts:
+        raise DataError(f"partition {part} does not exist ({cfg.path} has {cfg.num_parts})")
+    meta = cfg.data["parts"][part]
+    if meta["ndata"].get(key, {}).get("kind") != "csr":
+        raise DataError(f"{cfg.path}: partition {part} holds no sparse node data {key!r}")
+    ndata = cfg.root / meta["dir"] / "ndata"
+    indptr = load_npy(ndata / f"{key}.indptr.npy", "r")
+    indices = load_npy(ndata / f"{key}.indices.npy", "r")
+    rows = cfg.node_bounds[part + 1] - cfg.node_bounds[part]
+    if indptr.shape != (rows + 1,) or indptr.dtype.kind not in "iu" or indices.dtype.kind not in "iu":
+        raise DataError(f"{ndata / key}: not the CSR rows of the partition's {rows} nodes")
+    return indptr, indices
+
+
 def _load_files(cfg: PartitionConfig, rels: list[str], verify: bool) -> dict[str, np.ndarray]:
     """Arrays at `rels` (paths relative to the partition), each checked against its recorded sha256."""
     if verify:
@@ -365,6 +391,7 @@ def _load_files(cfg: PartitionConfig, rels: list[str], verify: bool) -> dict[str
 
 
 _NAMES = {"node_ids": "external_ids", "class_names": "class_names", "relation_names": "relation_names"}
+_OTHER_NAMES = {"feature_names": "feature_names"}  # names of no id map: load_names only
 
 
 def load_maps(cfg: PartitionConfig, verify: bool = True) -> dict[str, np.ndarray]:
@@ -379,8 +406,9 @@ def load_maps(cfg: PartitionConfig, verify: bool = True) -> dict[str, np.ndarray
 
 def load_names(cfg: PartitionConfig, verify: bool = True) -> dict[str, np.ndarray]:
     """The user's names kept with the partition, under the Graph's field names: node_ids (int64 or
-    unicode: original node id i is node_ids[i]), class_names, relation_names; only those present."""
-    present = {k: f for k, f in _NAMES.items() if cfg.data.get(f"has_{f}")}
+    unicode: original node id i is node_ids[i]), class_names, relation_names, feature_names; only those
+    present."""
+    present = {k: f for k, f in (_NAMES | _OTHER_NAMES).items() if cfg.data.get(f"has_{f}")}
     loaded = _load_files(cfg, [f"{f}.npy" for f in present.values()], verify)
     return {k: loaded[f"{f}.npy"] for k, f in present.items()}
 
@@ -447,5 +475,6 @@ def reassemble(cfg: PartitionConfig, verify: bool = True) -> Graph:
         num_classes=cfg.data.get("num_classes"),
         class_names=maps.get("class_names"),
         relation_names=maps.get("relation_names"),
+        feature_names=load_names(cfg, verify).get("feature_names"),
         triples=load_triples(cfg, verify),
     )

@@ -14,8 +14,9 @@ from graphtrain.runtime.graph.loader import Block
 from graphtrain.runtime.native.nn import relu_dropout
 
 
-class _SparseMean(torch.autograd.Function):
-    """A @ h with the block's precomputed A^T for the gradient (torch would transpose A every call)."""
+class SparseProduct(torch.autograd.Function):
+    """A @ h with a precomputed A^T for the gradient (torch would transpose A every call): a block's
+    mean over in-neighbours, a feature bag's combination of its words' rows (inputs.py)."""
 
     @staticmethod
     def forward(
@@ -81,7 +82,7 @@ class SAGEConv(nn.Module):
     def _mean(block: Block, h: torch.Tensor) -> torch.Tensor:
         if block.mean is not None:
             if block.mean_t is not None and h.requires_grad:
-                return _SparseMean.apply(h, block.mean, block.mean_t)
+                return SparseProduct.apply(h, block.mean, block.mean_t)
             return torch.sparse.mm(block.mean, h)
         agg = torch.zeros((block.num_dst, h.shape[1]), dtype=h.dtype, device=h.device)
         agg.index_add_(0, block.dst, h.index_select(0, block.src))

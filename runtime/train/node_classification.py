@@ -1,5 +1,7 @@
 """GraphSAGE node classification over a DistGraph, with node features and/or a learnable node embedding:
 a TrainingTask of the epoch loop (loop.py runs its epochs, reports, checkpoints and early stopping).
+Sparse features may instead be read through a learnable table (model.featureBag, inputs.py): each input
+node's nonzero columns as one bag, combined by mean or sum, beside the node embedding.
 
 Each trainer takes its node_split of the training nodes; a NeighborLoader samples blocks and pulls the
 input features and labels (on a background thread with training.prefetch, over its own client), while
@@ -19,15 +21,17 @@ from typing import Any
 import torch
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from graphtrain.contract.spec import GraphTraining
+from graphtrain.contract.spec import DuplicateRule, GraphTraining
 from graphtrain.runtime.errors import GraphtrainError
-from graphtrain.runtime.graph import DistGraph, NeighborLoader, node_split
+from graphtrain.runtime.graph import DistGraph, FeatureBags, NeighborLoader, node_split
 from graphtrain.runtime.graph.loader import MiniBatch, sample_blocks
 from graphtrain.runtime.kvstore.client import KVClient
 from graphtrain.runtime.optim import OptimConfig, SparseOptimizer
+from graphtrain.runtime.tensor import PartitionBook
 from graphtrain.runtime.train.dense import load_dense, save_dense
 from graphtrain.runtime.train.device import synchronize, to_device
 from graphtrain.runtime.train.dist import Dist, seed_everything, unwrap
+from graphtrain.runtime.train.inputs import bag_input
 from graphtrain.runtime.train.metrics import StageClock
 from graphtrain.runtime.train.models import GraphSAGE
 from graphtrain.runtime.train.tables import Table, collective, embedding_table, table_init
@@ -67,16 +71,29 @@ class NodeClassification:
         seed_everything(tr.seed)  # the model's initial weights follow training.seed
         if graph.num_classes is None or "label" not in graph.ndata:
             raise GraphtrainError("model.kind graphsage needs node labels: the graph has none (graph.labels)")
-        self.feat = graph.ndata.get("feat") if m.use_features else None
-        if m.use_features and self.feat is None:
+        self.feat = graph.ndata.get("feat") if m.use_features and m.feature_bag is None else None
+        if m.use_features and m.feature_bag is None and self.feat is None:
             raise GraphtrainError(
                 "model.useFeatures is set but the partition holds no dense features "
-                "(sparse ones need model.featureProjection)"
+                "(sparse ones need model.featureProjection or model.featureBag)"
             )
         self.label = graph.ndata["label"]
+        tables = {t.name: t for t in self.spec.embeddings}
         self.emb: Table | None = None
+        self.words: Table | None = None  # model.featureBag's table: a row per feature column
+        opts = []
+        if m.feature_bag is not None:
+            self.bags = FeatureBags(graph.config)
+            table = tables[m.feature_bag.embedding]
+            book = PartitionBook.even(self.bags.num_columns, graph.client.num_shards)
+            self.words = embedding_table(
+                table, self.bags.num_columns, init_spec(table, 1), book, graph.client, self.device
+            )
+            opts.append(SparseOptimizer([self.words], OptimConfig.from_spec(table)))
+            # each word looked up once per batch, unless its gradients are averaged per occurrence
+            self.per_word = table.duplicate_grads == DuplicateRule.sum
         if m.node_embedding:
-            table = next(t for t in self.spec.embeddings if t.name == m.node_embedding)
+            table = tables[m.node_embedding]
             self.emb = embedding_table(
                 table,
                 graph.num_nodes,
@@ -85,11 +102,13 @@ class NodeClassification:
                 graph.client,
                 self.device,
             )
-            self.sparse_opt = SparseOptimizer([self.emb], OptimConfig.from_spec(table))
-        self.collective_tables = collective([self.emb])
+            opts.append(SparseOptimizer([self.emb], OptimConfig.from_spec(table)))
+        self.sparse_opts = opts
+        self.collective_tables = collective([self.words, self.emb])  # in the order _pull looks them up
         feat_dim = self.feat.shape[1] if self.feat is not None else 0
-        in_dim = feat_dim + (self.emb.dim if self.emb else 0)
-        # Features beside an embedding are passed apart, so backward computes no gradient for them.
+        in_dim = feat_dim + sum(t.dim for t in (self.words, self.emb) if t is not None)
+        # Features beside an embedding are passed apart, so backward computes no gradient for them
+        # (a feature bag takes the features' place: it learns).
         self.split_inputs = self.emb is not None and self.feat is not None
         model = GraphSAGE(
             in_dim,
@@ -126,10 +145,20 @@ class NodeClassification:
         mb.blocks = to_device(mb.blocks, self.device)
 
     def _pull(self, mb: MiniBatch) -> torch.Tensor | None:
-        """The embedding rows of the batch's input nodes (None without an embedding)."""
-        if self.emb is None:
+        """The learnable input of the batch's input nodes: their feature bags, then their embedding rows
+        (None without either). Collective tables are looked up in this order on every trainer."""
+        parts = []
+        if self.words is not None:
+            assert self.spec.model.feature_bag is not None
+            combiner = str(self.spec.model.feature_bag.combiner)
+            parts.append(
+                bag_input(self.words, self.bags, mb.input_nodes, combiner, self.device, self.per_word)
+            )
+        if self.emb is not None:
+            parts.append(to_device(self.emb(torch.from_numpy(mb.input_nodes)), self.device))
+        if not parts:
             return None
-        return to_device(self.emb(torch.from_numpy(mb.input_nodes)), self.device)
+        return parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)
 
     def _model_forward(
         self, model: torch.nn.Module, mb: MiniBatch, e: torch.Tensor | None, x: torch.Tensor | None
@@ -146,9 +175,10 @@ class NodeClassification:
     # ------------------------------------------------------------------------------- training
 
     def start(self, step: int, resumed: bool) -> None:
-        """The embedding's step count goes on from the checkpoint's (its optimizer's bias correction)."""
-        if self.emb is not None:
-            self.emb.steps = step
+        """The tables' step counts go on from the checkpoint's (their optimizers' bias correction)."""
+        for table in (self.words, self.emb):
+            if table is not None:
+                table.steps = step
 
     def steps_per_epoch(self) -> int:
         return len(self.loader)
@@ -168,8 +198,9 @@ class NodeClassification:
         loss.backward()
         synchronize(self.device)  # the stage's kernels, not their launches
         clock.lap("forward_backward")
-        if self.emb is not None:  # the servers apply it while the dense step and sampling run
-            self.sparse_opt.step(wait=False)
+        if self.sparse_opts:  # the servers apply it while the dense step and sampling run
+            for opt in self.sparse_opts:
+                opt.step(wait=False)
             clock.lap("push")
         self.dense_opt.step()
         synchronize(self.device)
@@ -186,9 +217,10 @@ class NodeClassification:
         correct = 0
         starts = range(0, len(ids), EVAL_BATCH)
         for _ in range(len(starts), self._eval_rounds(len(starts))):
-            # a collective embedding's lookups pair up across trainers: one with fewer batches than
-            # another takes part in the lookups it has no batch for
-            self.collective_tables[0].gather(torch.empty(0, dtype=torch.int64, device=self.device))
+            # a collective table's lookups pair up across trainers: one with fewer batches than another
+            # takes part in the lookups it has no batch for, table by table as _pull looks them up
+            for table in self.collective_tables:
+                table.gather(torch.empty(0, dtype=torch.int64, device=self.device))
         for i in starts:
             mb = sample_blocks(self.graph, ids[i : i + EVAL_BATCH], [-1] * len(self.spec.training.fanouts))
             mb.blocks = to_device(mb.blocks, self.device)

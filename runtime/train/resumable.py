@@ -26,6 +26,7 @@ def model_record(spec: Any) -> dict[str, Any]:
                 "model.useFeatures": m.use_features,
                 "model.nodeEmbedding": m.node_embedding,
                 "model.featureProjection": m.feature_projection,
+                "model.featureBag.embedding": m.feature_bag.embedding if m.feature_bag else None,
             }
         )
     for t in spec.embeddings:

@@ -44,6 +44,20 @@ TRANSE = document(
     },
 )
 
+# GraphSAGE reading WordNet's gloss words through a collective bag of word vectors, beside a node table
+WORDBAG = document(
+    "wn-bag",
+    {
+        "graph": {"dataset": "wordnet"},
+        "partition": {"parts": 2},
+        "embeddings": [
+            {"name": "word", "dim": 16, "keys": "features", "sharding": "collective"},
+            {"name": "node", "dim": 16},
+        ],
+        "model": {"kind": "graphsage", "featureBag": {"embedding": "word"}, "nodeEmbedding": "node"},
+    },
+)
+
 
 def edit(base: Doc, change: Callable[[Doc], object]) -> Doc:
     """A deep copy of `base` changed in place by `change` (given the copy's spec)."""
@@ -105,6 +119,17 @@ BREAKS: dict[str, Doc] = {
     "entityEmbedding-keys": edit(TRANSE, lambda s: s["embeddings"][0].update(keys="relations")),
     "relationEmbedding-exists": edit(TRANSE, lambda s: s["model"].update(relationEmbedding="nope")),
     "relationEmbedding-keys": edit(TRANSE, lambda s: s["embeddings"][1].update(keys="nodes")),
+    "feature-bag-graphsage-only": edit(
+        TRANSE,
+        lambda s: (
+            s["embeddings"].append({"name": "word", "dim": 16, "keys": "features"}),
+            s["model"].update(featureBag={"embedding": "word"}),
+        ),
+    ),
+    "feature-bag-uses-features": edit(WORDBAG, lambda s: s["model"].update(useFeatures=False)),
+    "feature-bag-or-projection": edit(WORDBAG, lambda s: s["model"].update(featureProjection=64)),
+    "featureBag-exists": edit(WORDBAG, lambda s: s["model"]["featureBag"].update(embedding="nope")),
+    "featureBag-keys": edit(WORDBAG, _table(keys="nodes")),
     "fanouts-per-layer": edit(GRAPHSAGE, lambda s: s.update(training={"fanouts": [10]})),
     "graphsage-labelled-graph": edit(GRAPHSAGE, lambda s: s["graph"].update(dataset="nations")),
     "kge-knowledge-graph": edit(TRANSE, lambda s: s["graph"].update(dataset="wordnet")),

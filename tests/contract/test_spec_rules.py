@@ -25,7 +25,7 @@ from graphtrain.contract.spec import (
 )
 from graphtrain.contract.spec.rules import RULES, Rule
 from graphtrain.runtime.cli import app
-from tests.contract.spec_cases import BREAKS, GRAPHSAGE, TRANSE, edit
+from tests.contract.spec_cases import BREAKS, GRAPHSAGE, TRANSE, WORDBAG, edit
 
 ROOT = Path(__file__).resolve().parents[2]
 ALL_RULES = {rule.name: (model, rule) for model, rules in RULES.items() for rule in rules}
@@ -44,7 +44,7 @@ def test_rule_names_are_unique() -> None:
     assert len(ALL_RULES) == sum(len(rules) for rules in RULES.values())
 
 
-@pytest.mark.parametrize("base", [GRAPHSAGE, TRANSE], ids=["graphsage", "transe"])
+@pytest.mark.parametrize("base", [GRAPHSAGE, TRANSE, WORDBAG], ids=["graphsage", "transe", "wordbag"])
 def test_the_bases_are_valid(base: dict) -> None:
     assert check(base)[1] == []
 

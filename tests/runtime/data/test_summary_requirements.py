@@ -98,6 +98,10 @@ def labelled(n: int = 10, feat: object = "dense") -> Graph:
     return graph(list(range(n)), [(i + 1) % n for i in range(n)], n, feat=f, label=label, masks=masks)
 
 
+BAG = "{kind: graphsage, featureBag: {embedding: w}}"
+WORDS = "{name: w, dim: 4, keys: features}"
+
+
 @pytest.mark.parametrize(
     ("the_spec", "g", "fields"),
     [
@@ -114,6 +118,9 @@ def labelled(n: int = 10, feat: object = "dense") -> Graph:
             labelled(feat=None),
             ["model.featureProjection"],
         ),
+        (spec(model=BAG, tables=WORDS), labelled(feat=sp.csr_matrix(np.ones((10, 3)))), []),
+        (spec(model=BAG, tables=WORDS), labelled(), ["model.featureBag"]),  # dense features
+        (spec(model=BAG, tables=WORDS), labelled(feat=None), ["model.featureBag"]),
         (spec(parts=11), labelled(), ["partition.parts"]),
         (spec(replicas=4), labelled(), ["graph.split", "graph.split"]),  # 3 val / 3 test nodes for 4 trainers
     ],

@@ -216,7 +216,8 @@ def test_pick_partition_and_keying_are_pure() -> None:
         outputs.pick_partition(ck, record, [(Path("x"), "bb")])
     with pytest.raises(GraphtrainError, match="--partition"):
         outputs.pick_partition(ck, None, [])
-    keys = {"rel": "relations", "ent": "nodes", "vocab": "custom"}
+    keys = {"rel": "relations", "ent": "nodes", "vocab": "custom", "word": "features"}
+    assert outputs.table_keying("word", 10, 10, 10, keys) == "features"
     assert outputs.table_keying("rel", 10, 10, 10, keys) == "relations"
     assert outputs.table_keying("ent", 10, 10, 10, keys) == "nodes"
     assert outputs.table_keying("vocab", 10, 10, 10, keys) == "rows"
