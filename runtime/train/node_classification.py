@@ -87,7 +87,12 @@ class NodeClassification:
             table = tables[m.feature_bag.embedding]
             book = PartitionBook.even(self.bags.num_columns, graph.client.num_shards)
             self.words = embedding_table(
-                table, self.bags.num_columns, init_spec(table, 1), book, graph.client, self.device
+                table,
+                self.bags.num_columns,
+                table_init(self.spec, table.name),
+                book,
+                graph.client,
+                self.device,
             )
             opts.append(SparseOptimizer([self.words], OptimConfig.from_spec(table)))
             # each word looked up once per batch, unless its gradients are averaged per occurrence

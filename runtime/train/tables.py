@@ -50,7 +50,8 @@ def embedding_table(
 
 def table_init(spec: Any, name: str) -> dict[str, Any]:
     """The init description (with its seed) the trainers give table `name` of `spec`: a KGE model's entity
-    table is seeded by training.seed and its relation table by training.seed + 1, a node embedding by 0.
+    table is seeded by training.seed and its relation table by training.seed + 1, a feature bag's table
+    by 1, a node embedding by 0.
     predict.py reads it too: an unseen key of a dynamic table has this init's value."""
     table = next(t for t in spec.embeddings if t.name == name)
     m, seed = spec.model, spec.training.seed
@@ -58,6 +59,8 @@ def table_init(spec: Any, name: str) -> dict[str, Any]:
         return init_spec(table, seed)
     if name == m.relation_embedding:
         return init_spec(table, seed + 1)
+    if m.feature_bag is not None and name == m.feature_bag.embedding:
+        return init_spec(table, 1)
     return init_spec(table)
 
 
