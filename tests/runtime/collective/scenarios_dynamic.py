@@ -101,3 +101,31 @@ def restore_then(
     SparseOptimizer([table], config("adam"))
     assert restore(table, Path(ckdir))
     return {"seen": table.rows(torch.tensor(keys, dtype=torch.int64)).numpy(), "held": len(table.keys)}
+
+
+def group_vs_separate(rank: int, world: int, out: Path, n: int, steps: int) -> dict[str, Any]:
+    """A dynamic and a fixed table looked up together (one exchange) and, as a twin pair, separately:
+    the same rows, the same updates."""
+    from graphtrain.runtime.collective import group_lookup
+
+    pairs = []
+    for _ in range(2):
+        d, f = _table(64), CollectiveEmbedding(n, 4, "f", INIT)
+        pairs.append((d, f, SparseOptimizer([d, f], config("adam"))))
+    result: dict[str, Any] = {}
+    for s in range(steps):
+        keys, ids = torch.from_numpy(keys_of(s, rank, n)), torch.from_numpy(batch_ids(s + 5, rank, n))
+        wk, wi = (
+            torch.from_numpy(weights(s, rank, len(keys), 4)),
+            torch.from_numpy(weights(s, rank, len(ids), 4, 1)),
+        )
+        for k, (d, f, opt) in enumerate(pairs):
+            rd, rf = group_lookup([d, f], [keys, ids]) if k == 0 else (d(keys), f(ids))
+            ((rd * wk).sum() + (rf * wi).sum()).backward()
+            result[f"rows{k}_{s}"] = torch.cat([rd, rf]).detach().numpy()
+            opt.step()
+    seen = np.unique(np.concatenate([keys_of(s, r, n) for s in range(steps) for r in range(world)]))
+    for k, (d, f, _) in enumerate(pairs):
+        result[f"d{k}"] = d.rows(torch.from_numpy(seen)).numpy()
+        result[f"f{k}"] = f.rows(torch.arange(n)).numpy()
+    return result

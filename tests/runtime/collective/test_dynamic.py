@@ -127,3 +127,14 @@ def test_dynamic_checkpoint_of_2_ranks_restores_into_3(tmp_path):
     for r in range(3):
         np.testing.assert_array_equal(restored[r]["seen"], saved[0]["seen"])
     assert sum(o["held"] for o in restored) == len(keys)
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_a_group_lookup_of_a_dynamic_and_a_fixed_table_equals_separate_lookups(tmp_path, world):
+    out = ranks.run("scenarios_dynamic.group_vs_separate", world, tmp_path, n=N, steps=2)
+    for r in range(world):
+        for s in range(2):
+            np.testing.assert_allclose(out[r][f"rows0_{s}"], out[r][f"rows1_{s}"], atol=1e-6)
+        np.testing.assert_allclose(out[r]["d0"], out[r]["d1"], atol=1e-6)
+        np.testing.assert_allclose(out[r]["f0"], out[r]["f1"], atol=1e-6)
+        assert not np.allclose(out[r]["f0"], sc.full_table(N, DIM).numpy())  # trained
