@@ -98,7 +98,7 @@ class DynamicRows:
         t = self.table
         rows = rows.to(t.device)
         with torch.no_grad():
-            t.weight[rows] = torch.from_numpy(init_keyed(self.init, keys, t.dim)).to(t.device)
+            t.weight[rows] = self.start(keys).to(t.device)
             if t.config is not None:
                 fresh = make_state(t.config, len(rows), t.dim, t.device)
                 for name, value in t.state.items():
@@ -106,7 +106,16 @@ class DynamicRows:
                         value[rows] = fresh[name]
 
     def initial(self, keys: torch.Tensor) -> torch.Tensor:
-        return torch.from_numpy(init_keyed(self.init, keys.cpu().numpy(), self.table.dim)).to(keys.device)
+        return self.start(keys.cpu().numpy()).to(keys.device)
+
+    def start(self, keys: np.ndarray) -> torch.Tensor:
+        """The rows `keys` start from: their init values, scaled to the optimizer's row norm when it has
+        one (KGE entities start on the unit sphere, as a fixed table's rows are put there at start)."""
+        rows = torch.from_numpy(init_keyed(self.init, keys, self.table.dim))
+        norm = self.table.config.row_norm if self.table.config is not None else 0.0
+        if norm:
+            rows.mul_(norm / rows.norm(dim=1, keepdim=True).clamp_min_(1e-12))
+        return rows
 
 
 def _global_step(config: OptimConfig) -> bool:

@@ -191,12 +191,11 @@ class LinkPrediction:
 
     # ----------------------------------------------------------------------------- evaluation
 
-    def _all_rows(self, table: Table) -> torch.Tensor:
+    def _all_rows(self, table: Table, count: int) -> torch.Tensor:
+        """Rows 0..count-1: every entity (or relation), and no more: a dynamic vocabulary's capacity may
+        exceed the graph's entities, and a row past them would be scored as a candidate."""
         return torch.cat(
-            [
-                table.rows(torch.arange(lo, min(lo + PULL_CHUNK, table.num_embeddings)))
-                for lo in range(0, table.num_embeddings, PULL_CHUNK)
-            ]
+            [table.rows(torch.arange(lo, min(lo + PULL_CHUNK, count))) for lo in range(0, count, PULL_CHUNK)]
         )
 
     def eval_triples(self, split: Split) -> np.ndarray:
@@ -216,8 +215,9 @@ class LinkPrediction:
         lo = self.dist.rank * len(triples) // self.dist.world
         hi = (self.dist.rank + 1) * len(triples) // self.dist.world
         mine = triples[lo:hi]
-        ents = to_device(self._all_rows(self.ent), self.device)  # every entity scored where the model runs
-        rels = to_device(self._all_rows(self.rel), self.device)
+        # every entity scored where the model runs
+        ents = to_device(self._all_rows(self.ent, self.graph.num_nodes), self.device)
+        rels = to_device(self._all_rows(self.rel, self.kg.num_relations), self.device)
         sums = kge_math.RankSums()
         for i in range(0, len(mine), EVAL_BATCH):
             t = mine[i : i + EVAL_BATCH]

@@ -73,6 +73,8 @@ def checkpoint_rows(root: Path, spec: Any, name: str, num_rows: int) -> np.ndarr
     keys, values = keyed
     dim = next(t.dim for t in spec.embeddings if t.name == name)
     out = init_keyed(table_init(spec, name), np.arange(num_rows), dim)
+    if name == spec.model.entity_embedding:  # KGE entities start on the unit sphere (rows.py: start)
+        out /= np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
     inside = (keys >= 0) & (keys < num_rows)
     out[keys[inside]] = values[inside]
     return out
