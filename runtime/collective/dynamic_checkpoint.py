@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from graphtrain.runtime.collective.embedding import CollectiveEmbedding
-from graphtrain.runtime.collective.rows import DynamicRows
+from graphtrain.runtime.collective.rows import DynamicKeys
 from graphtrain.runtime.data.cache import verify_files
 from graphtrain.runtime.errors import DataError
 from graphtrain.runtime.kvstore import checkpoint as ckpt
@@ -26,7 +26,7 @@ KEYS = ckpt.KEYS
 def share_range(t: CollectiveEmbedding, rank: int) -> tuple[int, int]:
     """Rank `rank`'s slice of [0, capacity): the shares of the ranks before it, then its own."""
     place = t.place
-    assert isinstance(place, DynamicRows)
+    assert isinstance(place, DynamicKeys)
     lo = sum(place.capacity(q) for q in range(rank))
     return lo, lo + place.capacity(rank)
 
@@ -63,7 +63,7 @@ def restore(
         DataError: a piece has no keys (not a dynamic table's), or this rank's share cannot hold its keys.
     """
     place = t.place
-    assert isinstance(place, DynamicRows)
+    assert isinstance(place, DynamicKeys)
     place.keymap = KeyMap(place.keymap.capacity)  # the checkpoint's keys, and only those
     for manifest, d in pieces:
         if verify:

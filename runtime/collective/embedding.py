@@ -25,7 +25,7 @@ import torch
 import torch.distributed as dist
 
 from graphtrain.runtime.collective import exchange as ex
-from graphtrain.runtime.collective.rows import DynamicRows, FixedRows, KeyMapFull
+from graphtrain.runtime.collective.rows import DynamicKeys, FixedKeys, KeyMapFull
 from graphtrain.runtime.kvstore.inits import INIT_BLOCK_ROWS, init_rows
 from graphtrain.runtime.native import optim as native
 from graphtrain.runtime.native.backend import CoreBackend, choose
@@ -93,11 +93,11 @@ class CollectiveEmbedding:
         if self.dynamic:
             if capacity < self.world:  # type: ignore[operator]
                 raise ValueError(f"embedding {name!r}: capacity {capacity} is below the {self.world} ranks")
-            self.place: FixedRows | DynamicRows = DynamicRows(self, capacity, on_full == "evict", self.init)  # type: ignore[arg-type]
+            self.place: FixedKeys | DynamicKeys = DynamicKeys(self, capacity, on_full == "evict", self.init)  # type: ignore[arg-type]
             self.weight = empty((self.place.capacity(self.rank), dim), device=torch.device(device))
             self.weight.zero_()  # rows get their key's initial value when a key takes them
         else:
-            self.place = FixedRows(num_embeddings, self.world)
+            self.place = FixedKeys(num_embeddings, self.world)
             self.weight = empty((self.place.capacity(self.rank), dim), device=torch.device(device))
             fill_strided(self.init, num_embeddings, self.world, self.rank, self.weight)
 
@@ -108,7 +108,7 @@ class CollectiveEmbedding:
     @property
     def keys(self) -> torch.Tensor:
         """The global keys of this rank's rows in use, in row order."""
-        if isinstance(self.place, DynamicRows):
+        if isinstance(self.place, DynamicKeys):
             return torch.from_numpy(self.place.keymap.keys()).to(self.device)
         return torch.arange(self.rank, self.num_embeddings, self.world, device=self.device)
 
@@ -159,7 +159,7 @@ class CollectiveEmbedding:
         with torch.no_grad():
             found = self.weight.index_select(0, rows.clamp_min(0))
             unseen = rows < 0
-            if isinstance(self.place, DynamicRows) and bool(unseen.any()):
+            if isinstance(self.place, DynamicKeys) and bool(unseen.any()):
                 found[unseen] = self.place.initial(asked[unseen])
         return found, ""
 

@@ -25,7 +25,7 @@ from graphtrain.runtime.optim.state import make_state
 
 
 @dataclass
-class FixedRows:
+class FixedKeys:
     num_embeddings: int
     world: int
 
@@ -48,7 +48,7 @@ class FixedRows:
 
 
 @dataclass
-class DynamicRows:
+class DynamicKeys:
     """A rank's share of a dynamic vocabulary; `table` is the CollectiveEmbedding whose weight and
     state rows it (re)initialises."""
 
@@ -122,4 +122,4 @@ def _global_step(config: OptimConfig) -> bool:
     return config.kind == "adam" and config.step_count == "global"
 
 
-__all__ = ["DynamicRows", "FixedRows", "KeyMapFull"]
+__all__ = ["DynamicKeys", "FixedKeys", "KeyMapFull"]
