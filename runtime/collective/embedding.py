@@ -26,9 +26,11 @@ import torch.distributed as dist
 
 from graphtrain.runtime.collective import exchange as ex
 from graphtrain.runtime.collective.rows import DynamicKeys, FixedKeys, KeyMapFull
+from graphtrain.runtime.kvstore import placement as place
 from graphtrain.runtime.kvstore.inits import INIT_BLOCK_ROWS, init_rows
 from graphtrain.runtime.native import optim as native
 from graphtrain.runtime.native.backend import CoreBackend, choose
+from graphtrain.runtime.native.keymap import KeyMap
 from graphtrain.runtime.native.memory import empty
 from graphtrain.runtime.optim import functional
 from graphtrain.runtime.optim.capture import GradientCapture
@@ -90,6 +92,12 @@ class CollectiveEmbedding:
         self._capture = GradientCapture(dim)
         self._dedup_ws: native.DedupWorkspace | None = None
         self.dynamic = capacity is not None
+        share = ex.shard_rows(self.num_embeddings, self.world, self.rank)
+        extra = KeyMap.bytes_for(max(1, share)) if self.dynamic else 0
+        # refused before anything is allocated: a table too big is one line, not the OOM killer
+        place.fits(
+            f"collective table {name!r} on rank {self.rank}", share * dim * 4 + extra, torch.device(device)
+        )
         if self.dynamic:
             if capacity < self.world:  # type: ignore[operator]
                 raise ValueError(f"embedding {name!r}: capacity {capacity} is below the {self.world} ranks")

@@ -37,6 +37,13 @@ def _keys(keys: np.ndarray) -> np.ndarray:
 class KeyMap:
     """Keys -> rows [0, capacity) of one shard, with a tick per row for least-recently-used eviction."""
 
+    @staticmethod
+    def bytes_for(capacity: int) -> int:
+        """Host memory of a key map of `capacity` rows (keymap_cpu.cpp: slots at most half full, a power of
+        two >= 16, 16 bytes each; 16 bytes per row for its key and tick)."""
+        slots = max(16, 1 << max(0, (2 * capacity - 1).bit_length()))
+        return slots * 16 + capacity * 16
+
     def __init__(self, capacity: int):
         if capacity < 1:
             raise ValueError(f"a key map needs a capacity >= 1, got {capacity}")

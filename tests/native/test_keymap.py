@@ -52,3 +52,11 @@ def test_against_a_dict_under_churn() -> None:
     keys = m.keys()
     assert set(keys.tolist()) == held and len(keys) == len(m) == 1000
     assert (m.find(keys) == np.arange(1000)).all()  # every key findable after ~20,000 evictions
+
+
+@pytest.mark.parametrize("capacity", [1, 4, 8, 9, 1000])
+def test_the_size_estimate_follows_the_slot_rule(capacity: int) -> None:
+    slots = 16
+    while slots < 2 * capacity:
+        slots *= 2
+    assert KeyMap.bytes_for(capacity) == slots * 16 + capacity * 16

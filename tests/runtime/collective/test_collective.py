@@ -182,3 +182,15 @@ def test_a_damaged_checkpoint_is_refused(tmp_path):
     data.write_bytes(bytes(raw))
     with pytest.raises(AssertionError, match="ChecksumError|changed"):
         ranks.run("restore_then", 2, tmp_path / "restore", ckdir=str(ckdir), n=N, dim=DIM, kind="adam")
+
+
+def test_a_table_too_big_for_this_host_is_refused_before_any_allocation():
+    from graphtrain.runtime.collective import CollectiveEmbedding
+    from graphtrain.runtime.kvstore.protocol import ProtocolError
+
+    with pytest.raises(
+        ProtocolError, match=r"collective table 'd' on rank 0 needs [\d.]+ GiB; this server has"
+    ):
+        CollectiveEmbedding(1, 128, "d", capacity=10**12)  # a dynamic vocabulary of 10^12 rows
+    with pytest.raises(ProtocolError, match="collective table 'f' on rank 0 needs"):
+        CollectiveEmbedding(10**12, 128, "f")
