@@ -67,7 +67,7 @@ def loss(kind: str, pos: torch.Tensor, neg: torch.Tensor, margin: float = 1.0) -
         return torch.cat([functional.softplus(-pos), functional.softplus(neg).reshape(-1)]).mean()
     if kind == "crossentropy":
         logits = torch.cat([pos.unsqueeze(1), neg], 1)
-        return functional.cross_entropy(logits, torch.zeros(len(pos), dtype=torch.long))
+        return functional.cross_entropy(logits, torch.zeros(len(pos), dtype=torch.long, device=pos.device))
     raise ValueError(f"unknown KGE loss {kind!r}")
 
 

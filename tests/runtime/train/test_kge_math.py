@@ -88,3 +88,11 @@ def test_rank_sums_metrics() -> None:
     m = kge_math.RankSums.metrics(sums.as_list())
     assert m["mrr"] == pytest.approx((1 + 0.5 + 0.25 + 0.05) / 4)
     assert (m["hits@1"], m["hits@3"], m["hits@10"]) == (0.25, 0.5, 0.75)
+
+
+@pytest.mark.parametrize("kind", ["margin", "softplus", "crossentropy"])
+def test_every_loss_stays_on_the_scores_device(kind: str) -> None:
+    """A GPU trainer's scores: the loss makes nothing on the host (the crossentropy target was made on
+    the CPU, and the first TransE step on a GPU failed). The meta device stands in for a GPU in CI."""
+    pos, neg = torch.zeros(4, device="meta"), torch.zeros(4, 3, device="meta")
+    assert kge_math.loss(kind, pos, neg).device.type == "meta"
