@@ -398,9 +398,12 @@ class LocalRun:
         """
         if self.resume and self.overwrite:
             raise GraphtrainError("--resume continues the checkpoints, --overwrite deletes them: pick one")
-        trainers = Device(self.gt.spec.trainers.device).value
+        tr = self.gt.spec.trainers
+        trainers = Device(tr.device).value
         on_gpu = "cuda" in (self.device, trainers)
-        if why := plan.missing_gpus(self.device, trainers, visible_gpus() if on_gpu else 0):
+        replicas = 1 if self.standalone else tr.replicas
+        gpus = visible_gpus() if on_gpu else 0
+        if why := plan.missing_gpus(self.device, trainers, gpus, str(tr.dist_backend), replicas):
             raise GraphtrainError(why)
         with umask(PRIVATE) as self.user_umask:
             self.run_dir.mkdir(parents=True, exist_ok=True)

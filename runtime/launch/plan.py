@@ -57,13 +57,23 @@ def shard_device(device: str, index: int, gpus: int) -> str:
     return f"cuda:{index % gpus}"
 
 
-def missing_gpus(shards: str, trainers: str, gpus: int) -> str | None:
+def missing_gpus(
+    shards: str, trainers: str, gpus: int, backend: str = "gloo", replicas: int = 1
+) -> str | None:
     """Why a local run cannot start its roles on their devices (None: it can): checked before anything
-    is partitioned or started, rather than a process failing after the partition step."""
+    is partitioned or started, rather than a process failing after the partition step. NCCL refuses two
+    ranks on one GPU ("Duplicate GPU detected" at the first all-reduce, after the data is loaded): nccl
+    trainers need a GPU each, where gloo trainers share one."""
     roles_on_gpu = [r for r, d in (("shardServers", shards), ("trainers", trainers)) if d == "cuda"]
     if roles_on_gpu and gpus < 1:
         names = " and ".join(f"{r}.device" for r in roles_on_gpu)
         return f"{names} cuda, but this machine shows no GPU (torch.cuda.device_count() is 0)"
+    if trainers == "cuda" and backend == "nccl" and replicas > gpus:
+        return (
+            f"trainers.backend nccl (the default on cuda) needs a GPU per trainer: trainers.replicas is "
+            f"{replicas} and this machine shows {gpus} GPU(s); set trainers.backend: gloo (the trainers "
+            f"share the GPUs) or trainers.replicas: {gpus}"
+        )
     return None
 
 

@@ -50,3 +50,22 @@ def test_a_run_on_gpus_without_any_is_refused_before_it_starts(
 ) -> None:
     why = plan.missing_gpus(shards, trainers, gpus)
     assert (why is None) if needle is None else (needle in why and "shows no GPU" in why)
+
+
+@pytest.mark.parametrize(
+    ("backend", "replicas", "gpus", "refused"),
+    [
+        ("nccl", 1, 1, False),
+        ("nccl", 2, 2, False),
+        ("nccl", 2, 1, True),  # NCCL: "Duplicate GPU detected", after the data was loaded
+        ("gloo", 2, 1, False),  # gloo trainers share the GPU
+        ("gloo", 4, 1, False),
+    ],
+)
+def test_nccl_trainers_need_a_gpu_each(backend: str, replicas: int, gpus: int, refused: bool) -> None:
+    why = plan.missing_gpus("cuda", "cuda", gpus, backend, replicas)
+    if not refused:
+        assert why is None
+    else:
+        assert why is not None
+        assert f"trainers.replicas is {replicas}" in why and "trainers.backend: gloo" in why
