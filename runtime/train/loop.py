@@ -163,6 +163,8 @@ class EpochLoop:
             self.best, improved = best_record.update(self.best, this, self.min_delta)
             self.checkpoints.record(self.passes)
         self.reporter.report(p, epoch_end=True, evaluated=values is not None)
+        if stages := self.metrics.epoch_stages():
+            log(f"[trainer] epoch {self.epoch} per step: {stages}")
         if tr.checkpoint_interval == 0 or improved:
             self._checkpoint(best=improved)
         es = tr.early_stopping

@@ -77,6 +77,20 @@ class TrainerMetrics:
             registry=reg,
         ).labels(r)
 
+        # the running epoch's stage totals, for the trainer's log line at its end (the histograms keep
+        # the whole run's; a log reader wants this epoch's mean without a Prometheus at hand)
+        self.epoch_spent: dict[str, float] = {}
+        self.epoch_steps = 0
+
+    def epoch_stages(self) -> str:
+        """The running epoch's mean milliseconds per step by stage ("sample 3.1 ms, pull 2.0 ms, ..."),
+        then the totals start over ("" after an epoch without steps)."""
+        steps, spent = self.epoch_steps, self.epoch_spent
+        self.epoch_spent, self.epoch_steps = {}, 0
+        if not steps:
+            return ""
+        return ", ".join(f"{s} {1000 * spent[s] / steps:.1f} ms" for s in STAGES if s in spent)
+
     def stepped(self, samples: int) -> None:
         self.steps.inc()
         self.samples.inc(samples)
@@ -116,6 +130,9 @@ class StageClock:
         self.last = now
 
     def done(self) -> None:
+        epoch = self.metrics.epoch_spent
         for stage, seconds in self.spent.items():
             self.metrics.stages[stage].observe(seconds)
+            epoch[stage] = epoch.get(stage, 0.0) + seconds
+        self.metrics.epoch_steps += 1
         self.metrics.step_seconds.observe(self.last - self.begin)

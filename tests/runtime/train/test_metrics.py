@@ -37,3 +37,15 @@ def test_a_stage_in_two_pieces_is_observed_once_and_a_missing_stage_not_at_all()
     assert (
         value(m, "graphtrain_trainer_steps_total") == 2 and value(m, "graphtrain_trainer_samples_total") == 64
     )
+
+
+def test_the_epoch_line_gives_each_stage_mean_and_starts_over() -> None:
+    m = TrainerMetrics(3, CollectorRegistry())
+    assert m.epoch_stages() == ""  # an epoch without steps says nothing
+    clock = m.clock()
+    clock.spent = {"sample": 0.004, "forward_backward": 0.010}
+    clock.done()
+    clock.spent = {"sample": 0.002, "forward_backward": 0.006}
+    clock.done()
+    assert m.epoch_stages() == "sample 3.0 ms, forward_backward 8.0 ms"  # in STAGES order, no pull/push
+    assert m.epoch_stages() == ""
