@@ -80,7 +80,8 @@ class Training(SpecModel):
         le=64,
         description="Mini-batches sampled ahead on a background thread; 0 samples inline. Ahead pays "
         "when sampling waits on remote shards and the trainer has cores to spare; a CPU trainer whose "
-        "intra-op threads fill its cores loses more to the contention than it hides.",
+        "intra-op threads fill its cores loses more to the contention than it hides (so did 2 GPU trainers "
+        "sharing an H100: WordNet at 16.6k samples/s 4 ahead, 29.9k inline).",
     )
 
 
