@@ -69,6 +69,7 @@ from graphtrain.contract.spec import (
 from graphtrain.runtime.data.cache import atomic_file, write_json
 from graphtrain.runtime.errors import GraphtrainError
 from graphtrain.runtime.launch import partition_step, plan, reuse, status, targets
+from graphtrain.runtime.launch.hosts import HostLayout
 from graphtrain.runtime.launch.processes import (
     Child,
     RunFailed,
@@ -102,6 +103,7 @@ class LocalRun:
         echo: bool = True,
         resume: bool = False,
         overwrite: bool = False,
+        hosts: HostLayout | None = None,
     ):
         self.gt = gt
         self.spec_path = spec_path.resolve()
@@ -111,6 +113,7 @@ class LocalRun:
         self.echo = echo
         self.resume = resume
         self.overwrite = overwrite
+        self.hosts = hosts  # simulated hosts (tests, bench/hosts.py): None runs every process here
         self.token = ""
         self.user_umask = 0o022  # the caller's (set by run()), for the shared dataset cache
         self.obs = status.RunObserved(start_time=status.now())
@@ -241,13 +244,19 @@ class LocalRun:
         n = self.gt.spec.num_shards
         where = plan.files(self.run_dir, self.spec_path, partition)
         gpus = visible_gpus() if self.device == "cuda" else 0
-        self.servers = [
-            self._spawn(
-                plan.shard_server(i, where, self.run_dir, plan.shard_device(self.device, i, gpus)),
-                announces=True,
+        plans = [
+            plan.shard_server(
+                i,
+                where,
+                self.run_dir,
+                plan.shard_device(self.device, i, gpus),
+                bind=self.hosts.bind(i) if self.hosts else None,
             )
             for i in range(n)
         ]
+        if self.hosts:
+            plans = [self.hosts.on_host(p, self.hosts.shard_host(i)) for i, p in enumerate(plans)]
+        self.servers = [self._spawn(p, announces=True) for p in plans]
         self.addresses = [wait_ready(c) for c in self.servers]
         self.write_targets()
         self.obs.shards = [
@@ -261,11 +270,11 @@ class LocalRun:
             self.trainers = [self._spawn(plan.standalone_trainer(where, self.run_dir))]
             return
         world = self.gt.spec.trainers.replicas
-        init = f"tcp://127.0.0.1:{free_port()}"
-        self.trainers = [
-            self._spawn(plan.trainer(r, world, where, self.run_dir, self.addresses, init))
-            for r in range(world)
-        ]
+        h = self.hosts
+        init = h.rendezvous(free_port()) if h else f"tcp://127.0.0.1:{free_port()}"
+        plans = [plan.trainer(r, world, where, self.run_dir, self.addresses, init) for r in range(world)]
+        plans = [h.on_host(p, h.trainer_host(r)) for r, p in enumerate(plans)] if h else plans
+        self.trainers = [self._spawn(p) for p in plans]
 
     def _restart_dead_servers(self) -> None:
         for i, c in enumerate(self.servers):

@@ -77,13 +77,15 @@ def missing_gpus(
     return None
 
 
-def shard_server(index: int, where: roles.Files, run_dir: Path, device: str = "cpu") -> ProcessPlan:
-    """Shard server `index` on an ipc:// socket in the run directory, its host tables in shared memory
-    (with device cuda[:N] its learnable tables are on the GPU; trainers pull those over the socket)."""
-    bind = f"ipc://{run_dir / f'shard-{index}.sock'}"
+def shard_server(
+    index: int, where: roles.Files, run_dir: Path, device: str = "cpu", bind: str | None = None
+) -> ProcessPlan:
+    """Shard server `index` on an ipc:// socket in the run directory (or `bind`: tcp on a simulated
+    host, launch/hosts.py), its host tables in shared memory (with device cuda[:N] its learnable tables
+    are on the GPU; trainers pull those over the socket)."""
     argv = roles.shard_server(
         where,
-        bind=bind,
+        bind=bind or f"ipc://{run_dir / f'shard-{index}.sock'}",
         shard=index,
         shm=True,
         workers=SHARD_WORKERS,
