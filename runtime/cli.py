@@ -34,6 +34,7 @@ from graphtrain.contract.spec import (
     SpecError,
     TriplesSource,
     load_yaml,
+    quantity_to_bytes,
 )
 from graphtrain.runtime.errors import GraphtrainError, data_warnings
 from graphtrain.runtime.roles.options import role_command
@@ -476,6 +477,36 @@ def predict(
 
 
 app.command("train")(friendly(role_command(TrainParams, train)))
+
+
+@app.command()
+@friendly
+def plan(
+    spec_path: Annotated[Path, typer.Argument(help="GraphTraining YAML")],
+    partition: Annotated[Path | None, typer.Option(help="its partition's config (default: made now)")] = None,
+    hosts: Annotated[int, typer.Option(min=1, help="hosts the shards and trainers are spread over")] = 1,
+    bandwidth: Annotated[str | None, typer.Option(help="each host's link, e.g. 1gbit")] = None,
+    memory: Annotated[str | None, typer.Option(help="memory per shard pod, e.g. 16Gi")] = None,
+    data_dir: DataDir = None,
+) -> None:
+    """What a training needs before it runs: each role's memory, the bytes each trainer moves across
+    hosts per step (its data path replayed on sampled batches), and the shard count that fits --memory."""
+    import tempfile
+
+    from graphtrain.runtime import capacity
+    from graphtrain.runtime.partition.format import load_config
+
+    gt = load_yaml(_read(spec_path))
+    try:
+        rate = capacity.bandwidth_bytes(bandwidth) if bandwidth else None
+        per_pod = quantity_to_bytes(memory) if memory else None
+    except ValueError as exc:  # the bandwidth's names its option; a quantity's names only its text
+        raise GraphtrainError(str(exc) if str(exc).startswith("--") else f"--memory: {exc}") from None
+    with tempfile.TemporaryDirectory(prefix="graphtrain-plan-") as tmp:
+        config = partition or capacity.partition_for(gt, spec_path, data_dir, Path(tmp) / "partition")
+        made = capacity.make_plan(gt.spec, load_config(config), hosts)
+    for line in capacity.plan_lines(made, rate, per_pod):
+        out.print(line, highlight=False, markup=False)
 
 
 @app.command()

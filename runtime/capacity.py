@@ -1,0 +1,328 @@
+"""`graphtrain plan`: what a GraphTraining needs, per role, before anything is started (issue 33).
+
+Memory of each role, from the partition's own files and the spec's tables:
+- a shard server: its partition's graph (CSR, edge types) and node data (the files' sizes: what it
+  maps), each server-sharded table's rows in its range and their optimizer state
+  (kvstore/placement.state_bytes), and the process itself (SHARD_BASE: an idle shard server's RSS);
+- a trainer: the process (TRAINER_BASE: a trainer's RSS before its first batch, torch and the model),
+  its collective shares (rows / world and their state), and a batch's working set (its input nodes'
+  features and rows, gradients and activations, measured on sampled batches);
+- the partition step: partition/memory.estimate.
+The shard count that fits a memory per pod is the smallest whose largest shard fits.
+
+The wire: GraphSAGE's data path replayed in this process over in-process shards through a transport
+that counts the bytes of every call a trainer would send to, or receive from, a shard on another host
+(shard s on host s mod H, trainer r on host r mod H: what bench/hosts.py runs). Shards on the
+trainer's own host are read as shared memory is, for free. So bytes per step are the payload that the
+real sampler, pulls and pushes move, for real sampled batches; framing and TCP/IP headers add a few
+percent (bench/RESULTS.md compares them with the bytes bench/hosts.py counts on its links).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from graphtrain.contract.spec import GraphTrainingSpec, ModelKind, Sharding
+from graphtrain.runtime.kvstore.placement import state_bytes
+from graphtrain.runtime.kvstore.transport import Answer, Call
+from graphtrain.runtime.partition import memory as partition_memory
+from graphtrain.runtime.partition.format import PartitionConfig
+
+MiB = 2**20
+# RSS measured on this build (2026-11-27, bench/RESULTS.md "graphtrain plan"): an idle shard server
+# after its imports (torch, zmq, the native core) and a trainer before its first batch
+SHARD_BASE = 330 * MiB
+TRAINER_BASE = 520 * MiB
+ACTIVATIONS = 4  # a batch's input rows held about this many times over (inputs, gradients, layers)
+
+
+@dataclass
+class RoleNeed:
+    """What one role holds, by item (bytes)."""
+
+    role: str
+    items: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def total(self) -> int:
+        return sum(self.items.values())
+
+
+def table_rows(keys: str, cfg: PartitionConfig) -> int:
+    data = cfg.data
+    if keys == "relations":
+        return int((data.get("kg") or {}).get("num_relations", 0))
+    if keys == "features":
+        return int(data.get("num_features") or data.get("feature_dims") or 0)
+    return int(data["num_nodes"])
+
+
+def shard_rows(keys: str, cfg: PartitionConfig, shard: int) -> int:
+    """Rows of a server table that shard `shard` holds: its partition's nodes for node tables, an even
+    share of the others."""
+    if keys == "nodes":
+        b = cfg.node_bounds
+        return int(b[shard + 1] - b[shard])
+    total, n = table_rows(keys, cfg), cfg.num_parts
+    return -(-total // n)
+
+
+def _table_bytes(table: Any, rows: int) -> tuple[int, int]:
+    opt = table.optimizer
+    step_count = str(getattr(opt, "step_count", "global"))
+    return rows * table.dim * 4, state_bytes(str(opt.kind), step_count, rows, table.dim)
+
+
+def shard_need(spec: GraphTrainingSpec, cfg: PartitionConfig, shard: int) -> RoleNeed:
+    root = cfg.root / f"part-{shard}"
+    need = RoleNeed(f"shard-{shard}", {"process": SHARD_BASE})
+    need.items["graph"] = sum(f.stat().st_size for f in root.glob("*.npy"))
+    need.items["node data"] = sum(f.stat().st_size for f in (root / "ndata").glob("*"))
+    for t in spec.embeddings:
+        if t.sharding == Sharding.collective:
+            continue
+        rows, state = _table_bytes(t, shard_rows(str(t.keys), cfg, shard))
+        need.items[f"table {t.name}"] = rows
+        need.items[f"table {t.name} optimizer"] = state
+    return need
+
+
+def trainer_need(spec: GraphTrainingSpec, cfg: PartitionConfig, rank: int, batch_bytes: int) -> RoleNeed:
+    world = spec.trainers.replicas
+    need = RoleNeed(f"trainer-{rank}", {"process": TRAINER_BASE, "batch": batch_bytes})
+    for t in spec.embeddings:
+        if t.sharding != Sharding.collective:
+            continue
+        rows = -(-table_rows(str(t.keys), cfg) // world)
+        if t.vocabulary is not None and getattr(t.vocabulary, "capacity", None):
+            rows = int(t.vocabulary.capacity)  # per trainer (rule dynamic-capacity-per-trainer)
+        data, state = _table_bytes(t, rows)
+        need.items[f"table {t.name} (share)"] = data
+        need.items[f"table {t.name} optimizer"] = state
+    return need
+
+
+def partition_need(cfg: PartitionConfig, feat_bytes: int) -> RoleNeed:
+    n, e = int(cfg.data["num_nodes"]), int(cfg.data["num_edges"])
+    return RoleNeed("partition", {"partitioning": partition_memory.estimate(n, e, feat_bytes)})
+
+
+def shards_that_fit(needs: Sequence[RoleNeed], memory: int) -> int | None:
+    """The smallest shard count whose largest shard fits `memory`, assuming the data part of a shard
+    shrinks as 1/count from the plan's (None: even one row per pod would not fit the process)."""
+    if not needs:
+        return None
+    data = sum(n.total - SHARD_BASE for n in needs)
+    if memory <= SHARD_BASE:
+        return None
+    return max(1, -(-data // (memory - SHARD_BASE)))
+
+
+class CountingTransport:
+    """An in-process transport that counts what crosses hosts: every call to a shard on another host
+    than `here` (request arrays out, rows back); shards on this host are read in place (shared memory)."""
+
+    def __init__(self, inner: Any, host_of_shard: Sequence[int], here: int):
+        self.inner = inner
+        self.num_shards = inner.num_shards
+        self.max_frame_bytes = None
+        self.chunked_pushes = False
+        self.remote = [h != here for h in host_of_shard]
+        self.sent = 0
+        self.received = 0
+
+    def _count(self, calls: list[Call], answers: list[Answer]) -> None:
+        for c, a in zip(calls, answers, strict=True):
+            if not self.remote[c.shard]:
+                continue
+            self.sent += sum(int(x.nbytes) for x in c.arrays)
+            if c.op == "pull" and c.out is not None:
+                row = int(c.out.itemsize * np.prod(c.out.shape[1:], dtype=np.int64))
+                self.received += len(c.arrays[0]) * row
+            self.received += sum(int(x.nbytes) for x in a.arrays)
+
+    def call_many(self, calls: list[Call], timeout: float | None = None) -> list[Answer]:
+        answers = self.inner.call_many(calls, timeout)
+        self._count(calls, answers)
+        return answers
+
+    def begin_many(self, calls: list[Call], timeout: float | None = None) -> None:
+        self.call_many(calls, timeout)
+
+    def settle(self) -> None:
+        return None
+
+    def local_view(self, shard: int, name: str) -> Any:
+        return None if self.remote[shard] else self.inner.local_view(shard, name)
+
+    def is_local(self, shard: int) -> bool:
+        return False
+
+    def push_buffer(self, nbytes: int) -> None:
+        return None
+
+    def local_graph(self, shard: int) -> Any:
+        return None if self.remote[shard] else self.inner.local_graph(shard)
+
+    def close(self) -> None:
+        return None
+
+
+@dataclass
+class Wire:
+    """Per step of one trainer: bytes it sends to and receives from other hosts, its batch working set."""
+
+    sent: float
+    received: float
+    batch_bytes: int
+    input_nodes: float
+
+
+def replay(spec: GraphTrainingSpec, cfg: PartitionConfig, hosts: int, rank: int, steps: int = 8) -> Wire:
+    """Trainer `rank`'s GraphSAGE data path for `steps` real batches over in-process shards: sampling,
+    features and labels, the node embedding's pull and its gradients' push, counted across hosts."""
+    import torch
+
+    from graphtrain.runtime.graph import DistGraph, sample_blocks
+    from graphtrain.runtime.graph.dist_graph import standalone_client
+    from graphtrain.runtime.graph.split import node_split
+    from graphtrain.runtime.kvstore.client import KVClient
+    from graphtrain.runtime.optim import SparseAdam
+    from graphtrain.runtime.tensor import DistEmbedding
+
+    inner = standalone_client(cfg.path)
+    world = spec.trainers.replicas
+    counting = CountingTransport(inner.transport, [s % hosts for s in range(cfg.num_parts)], rank % hosts)
+    client = KVClient(counting)
+    graph = DistGraph(cfg, client)
+    m, tr = spec.model, spec.training
+    table = next((t for t in spec.embeddings if t.name == m.node_embedding), None)
+    emb = DistEmbedding(graph.num_nodes, table.dim, table.name, client=client) if table else None
+    opt = SparseAdam([emb], lr=0.001) if emb is not None else None
+    ids = node_split(cfg, "train", rank, world)
+    batch = max(1, tr.batch_size // world)
+    rng = np.random.default_rng(tr.seed)
+    inputs, work = [], []
+    feat = graph.ndata["feat"] if m.use_features and "feat" in graph.ndata else None
+    for i in range(steps):
+        seeds = rng.choice(ids, min(batch, len(ids)), replace=False)
+        mb = sample_blocks(graph, seeds, list(tr.fanouts), seed=i)
+        n = len(mb.input_nodes)
+        row = 0
+        if feat is not None:
+            row += int(np.asarray(feat[mb.input_nodes[:1]]).nbytes)
+            feat[mb.input_nodes]
+        graph.ndata["label"][mb.seeds]
+        if emb is not None and opt is not None:
+            rows = emb(torch.from_numpy(mb.input_nodes))
+            rows.sum().backward()
+            opt.step()
+            row += table.dim * 4 if table else 0
+        inputs.append(n)
+        work.append(n * row * ACTIVATIONS)
+    inner.close()
+    return Wire(counting.sent / steps, counting.received / steps, int(max(work)), float(np.mean(inputs)))
+
+
+def human(n: float) -> str:
+    return partition_memory.human(int(n))
+
+
+def feature_bytes(cfg: PartitionConfig) -> int:
+    return sum(
+        f.stat().st_size
+        for p in range(cfg.num_parts)
+        for f in (cfg.root / f"part-{p}" / "ndata").glob("feat*")
+    )
+
+
+@dataclass
+class CapacityPlan:
+    roles: list[RoleNeed]
+    wires: list[Wire]  # per trainer (GraphSAGE only)
+    hosts: int
+
+    def role(self, prefix: str) -> list[RoleNeed]:
+        return [r for r in self.roles if r.role.startswith(prefix)]
+
+    @property
+    def bytes_per_step(self) -> float:
+        """What every host sends over its link in one step, all trainers together."""
+        return sum(w.sent + w.received for w in self.wires)
+
+
+def make_plan(spec: GraphTrainingSpec, cfg: PartitionConfig, hosts: int) -> CapacityPlan:
+    replicas = spec.trainers.replicas
+    wires = (
+        [replay(spec, cfg, hosts, r) for r in range(replicas)]
+        if spec.model.kind == ModelKind.graphsage
+        else []
+    )
+    roles = [
+        partition_need(cfg, feature_bytes(cfg)),
+        *(shard_need(spec, cfg, s) for s in range(cfg.num_parts)),
+        *(trainer_need(spec, cfg, r, wires[r].batch_bytes if wires else 0) for r in range(replicas)),
+    ]
+    return CapacityPlan(roles, wires, hosts)
+
+
+def plan_lines(plan: CapacityPlan, bandwidth: float | None = None, memory: int | None = None) -> list[str]:
+    """The plan as lines: each role's memory by item, each trainer's bytes per step on the wire (and
+    their time at `bandwidth` bytes/s), and the shard count that fits `memory` bytes per shard pod."""
+    lines = []
+    for need in plan.roles:
+        parts = ", ".join(f"{k} {human(v)}" for k, v in need.items.items() if v)
+        lines.append(f"{need.role}: {human(need.total)} ({parts})")
+    for r, w in enumerate(plan.wires):
+        line = (
+            f"trainer-{r} per step across hosts ({plan.hosts} host(s)): sends {human(w.sent)}, receives "
+            f"{human(w.received)} (mean {w.input_nodes:,.0f} input nodes)"
+        )
+        if bandwidth:
+            line += f"; {1000 * max(w.sent, w.received) / bandwidth:.1f} ms at {bandwidth / 1e6:,.0f} MB/s"
+        lines.append(line)
+    if plan.wires:
+        lines.append(f"all hosts per step: {human(plan.bytes_per_step)} on the links")
+    if memory:
+        fit = shards_that_fit(plan.role("shard-"), memory)
+        lines.append(
+            f"shard servers that fit {human(memory)} each: {fit}"
+            if fit
+            else f"no shard count fits {human(memory)} per pod: a shard server's process alone takes "
+            f"{human(SHARD_BASE)}"
+        )
+    return lines
+
+
+def bandwidth_bytes(text: str) -> float:
+    """A link rate in tc's units ('1gbit', '100mbit', '10gbit', '125mbps' bytes) as bytes/s.
+
+    Raises:
+        ValueError: naming the text.
+    """
+    import re
+
+    match = re.fullmatch(r"([0-9]+(?:\.[0-9]*)?)\s*([kmg]?)(bit|bps)", text.strip().lower())
+    if not match:
+        raise ValueError(f"--bandwidth {text!r} is not a rate such as '1gbit' or '100mbit'")
+    number, prefix, unit = match.groups()
+    value = float(number) * {"": 1, "k": 1e3, "m": 1e6, "g": 1e9}[prefix]
+    return value / 8 if unit == "bit" else value
+
+
+def partition_for(
+    gt: Any, spec_path: Path, data_dir: Path | None, out: Path, warn: Callable[[str], None] = print
+) -> Path:
+    """The spec's partition, made into `out` as `graphtrain run` makes it; its config file."""
+    from graphtrain.runtime.data import datasets
+    from graphtrain.runtime.launch import partition_step
+
+    work = partition_step.from_spec(gt, spec_path.parent)
+    if work.source.dataset is not None:
+        datasets.fetch(str(work.source.dataset), data_dir)
+    return partition_step.partition(work, out, overwrite=True, data_dir=data_dir, warn=warn).path

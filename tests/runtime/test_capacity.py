@@ -1,0 +1,105 @@
+"""`graphtrain plan` (runtime/capacity.py): each role's memory from the partition's files and the spec's
+tables, the bytes a trainer's data path moves across hosts (replayed on real sampled batches), the
+shard count that fits a pod, and one clear line for a bad option."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from graphtrain.contract.spec import load_yaml
+from graphtrain.runtime import capacity
+from graphtrain.runtime.kvstore.transport import Answer, Call
+from graphtrain.runtime.partition.format import load_config
+from tests.runtime.launch.test_run import CLI, graph_file, sage_spec
+
+__all__ = ["graph_file"]  # the module's fixture, used here
+MiB = 2**20
+
+
+@pytest.mark.parametrize(
+    ("text", "want"), [("1gbit", 125e6), ("100mbit", 12.5e6), ("125mbps", 125e6), ("8kbit", 1e3)]
+)
+def test_a_bandwidth_is_read_in_tc_units(text: str, want: float) -> None:
+    assert capacity.bandwidth_bytes(text) == pytest.approx(want)
+
+
+def test_a_bad_bandwidth_names_the_option() -> None:
+    with pytest.raises(ValueError, match="--bandwidth 'fast'"):
+        capacity.bandwidth_bytes("fast")
+
+
+def test_the_shard_count_that_fits_splits_the_data_and_keeps_a_process_each() -> None:
+    base = capacity.SHARD_BASE
+    needs = [capacity.RoleNeed(f"shard-{i}", {"process": base, "data": 300 * MiB}) for i in range(2)]
+    assert capacity.shards_that_fit(needs, base + 600 * MiB) == 1
+    assert capacity.shards_that_fit(needs, base + 100 * MiB) == 6
+    assert capacity.shards_that_fit(needs, base) is None  # the process alone fills the pod
+
+
+class _Inner:
+    num_shards = 2
+
+    def call_many(self, calls: list[Call], timeout: float | None = None) -> list[Answer]:
+        return [Answer({}, [np.zeros(3, np.int64)]) for _ in calls]
+
+    def local_view(self, shard: int, name: str) -> str:
+        return "view"
+
+    def local_graph(self, shard: int) -> str:
+        return "graph"
+
+
+def test_only_calls_to_another_hosts_shards_are_counted_and_local_ones_read_in_place() -> None:
+    t = capacity.CountingTransport(_Inner(), host_of_shard=[0, 1], here=0)
+    out = np.empty((4, 8), np.float32)
+    t.call_many(
+        [Call(0, "pull", "x", [np.arange(4)], out=out), Call(1, "pull", "x", [np.arange(4)], out=out)]
+    )
+    assert t.sent == 4 * 8  # the ids to shard 1
+    assert t.received == 4 * 8 * 4 + 3 * 8  # its rows (into `out`) and its answer's arrays
+    assert t.local_view(0, "x") == "view" and t.local_view(1, "x") is None
+    assert t.local_graph(0) == "graph" and t.local_graph(1) is None
+
+
+@pytest.fixture(scope="module")
+def planted(graph_file: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    spec_path = tmp_path_factory.mktemp("plan") / "planted.yaml"
+    spec_path.write_text(yaml.safe_dump(sage_spec(graph_file)))
+    config = capacity.partition_for(load_yaml(spec_path.read_text()), spec_path, None, spec_path.parent / "p")
+    return spec_path, config
+
+
+@pytest.mark.timeout(300)
+def test_memory_is_the_files_and_tables_and_the_wire_is_empty_on_one_host(planted: tuple[Path, Path]) -> None:
+    spec_path, config = planted
+    gt, cfg = load_yaml(spec_path.read_text()), load_config(config)
+    plan = capacity.make_plan(gt.spec, cfg, hosts=1)
+    shard = plan.role("shard-1")[0]
+    part = cfg.root / "part-1"
+    assert shard.items["graph"] == sum(f.stat().st_size for f in part.glob("*.npy"))
+    assert shard.items["node data"] == sum(f.stat().st_size for f in (part / "ndata").glob("*"))
+    rows = int(cfg.node_bounds[2] - cfg.node_bounds[1])
+    assert shard.items["table node"] == rows * 8 * 4
+    assert shard.items["table node optimizer"] == rows * 8 * 8 + rows * 8  # Adam: 2 moments, a count a row
+    assert [w.sent + w.received for w in plan.wires] == [0, 0]  # both shards are on the one host
+    assert all(t.items["batch"] > 0 for t in plan.role("trainer-"))
+
+
+@pytest.mark.timeout(300)
+def test_on_two_hosts_each_trainer_moves_bytes_and_the_cli_says_so(planted: tuple[Path, Path]) -> None:
+    spec_path, config = planted
+    plan = capacity.make_plan(load_yaml(spec_path.read_text()).spec, load_config(config), hosts=2)
+    assert all(w.sent > 0 and w.received > w.sent for w in plan.wires)  # ids out, rows and edges back
+    argv = [*CLI, "plan", str(spec_path), "--partition", str(config), "--hosts", "2"]
+    done = subprocess.run([*argv, "--bandwidth", "1gbit", "--memory", "1Gi"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert "trainer-1 per step across hosts (2 host(s))" in done.stdout
+    assert "shard servers that fit 1.0 GiB each: 1" in done.stdout
+    bad = subprocess.run([*argv, "--memory", "lots"], capture_output=True, text=True)
+    assert bad.returncode == 1 and "Traceback" not in bad.stderr
+    assert bad.stderr.strip() == "error: --memory: 'lots' is not a memory quantity such as '4Gi' or '512Mi'"
