@@ -3,9 +3,11 @@ bridge, each host's link shaped (default 1 Gbit/s each way), N shard servers and
 and trainer i on host i, tcp between hosts and shared memory only within one, as pods would run.
 
 For each host count: samples/s (median of the epochs after the first, all trainers together), the test
-accuracy, the bytes the hosts sent over their links per training step (startup and evaluation
-included: the links are counted from the launch to the end), and the wall time. Root only (namespaces,
-tc). Every run is bounded by --timeout; the namespaces are removed however a run ends.
+accuracy, the bytes the hosts sent over their links per training step, beside what `graphtrain plan`
+predicts for the same partition (runtime/capacity.py), and the wall time. The links are read every
+0.2 s; a step's bytes are those between the end of epoch 1 and the end of epoch E-1 (evaluation runs
+only after epoch E, so neither startup nor evaluation is counted) over the steps between them. Root only
+(namespaces, tc). Every run is bounded by --timeout; the namespaces are removed however a run ends.
 
     sudo python bench/hosts.py [--hosts 1 2 4] [--epochs 3] [--rate 1gbit] [--delay 0.5ms]
 """
@@ -13,6 +15,8 @@ tc). Every run is bounded by --timeout; the namespaces are removed however a run
 from __future__ import annotations
 
 import argparse
+import contextlib
+import datetime as dt
 import json
 import os
 import platform
@@ -24,11 +28,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+import psutil
 import yaml
 
 from graphtrain.contract.spec import load_yaml
+from graphtrain.runtime import capacity
 from graphtrain.runtime.launch.hosts import HostLayout, Link, link_bytes, simulated_hosts
 from graphtrain.runtime.launch.local import LocalRun
+from graphtrain.runtime.partition.format import load_config
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -40,6 +47,7 @@ def spec_for(hosts: int, epochs: int) -> str:
     spec["partition"]["parts"] = hosts
     spec["trainers"]["replicas"] = hosts
     spec["training"]["epochs"] = epochs
+    spec["training"]["evalEvery"] = epochs  # training traffic alone until the last epoch's end
     doc["metadata"]["name"] = f"wordnet-sage-hosts-{hosts}"
     return yaml.safe_dump(doc, sort_keys=False)
 
@@ -48,25 +56,70 @@ def measure(hosts: int, epochs: int, link: Link | None, workdir: Path, timeout: 
     spec_path = workdir / f"hosts-{hosts}.yaml"
     spec_path.write_text(spec_for(hosts, epochs))
     run_dir = workdir / f"run-{hosts}"
+    gt = load_yaml(spec_path.read_text())
     with simulated_hosts(hosts, link) as layout:
-        gt = load_yaml(spec_path.read_text())
         launch = LocalRun(gt, spec_path, run_dir, echo=False, overwrite=True, hosts=layout)
-        before = link_bytes(layout)
+        samples: list[tuple[float, int]] = []
+        peaks: dict[str, int] = {}
+        stop = threading.Event()
+        poller = threading.Thread(target=_poll, args=(layout, launch, samples, peaks, stop), daemon=True)
+        poller.start()
         start = time.monotonic()
-        result = _bounded(launch, timeout)
+        try:
+            result = _bounded(launch, timeout)
+        finally:
+            stop.set()
+            poller.join(5)
         wall = time.monotonic() - start
-        sent = _sent(layout, before)
     history = json.loads((run_dir / "progress-history.json").read_text())
     rates = [float(h["samplesPerSecond"]) for h in history[1:] if h.get("samplesPerSecond")]
-    steps = max(int(h.get("step", 0)) for h in history)
+    first, last = history[0], history[-2]
+    steps = int(last["step"]) - int(first["step"])
+    sent = _at(samples, _when(last)) - _at(samples, _when(first))
+    config = next((run_dir / "partition").glob("*.json"))
+    plan = capacity.make_plan(gt.spec, load_config(config), hosts)
+    shard_rss = max(v for k, v in peaks.items() if k.startswith("shard"))
+    trainer_rss = max(v for k, v in peaks.items() if k.startswith("trainer"))
     return {
         "hosts": hosts,
         "samples_per_second": statistics.median(rates) if rates else float("nan"),
         "test_accuracy": float(result["test_accuracy"]),
         "bytes_per_step": sent / max(steps, 1),
+        "predicted_bytes_per_step": plan.bytes_per_step,
+        "shard_rss": shard_rss,
+        "predicted_shard": max(r.total for r in plan.role("shard-")),
+        "trainer_rss": trainer_rss,
+        "predicted_trainer": max(r.total for r in plan.role("trainer-")),
         "steps": steps,
         "wall_s": wall,
     }
+
+
+def _poll(
+    layout: HostLayout,
+    launch: LocalRun,
+    samples: list[tuple[float, int]],
+    peaks: dict[str, int],
+    stop: threading.Event,
+) -> None:
+    """Every 0.2 s until `stop`: (Unix time, bytes every host has sent so far), and each process' peak
+    RSS (`peaks`, by its name: shard-0, trainer-1, ...)."""
+    while not stop.wait(0.2):
+        samples.append((time.time(), sum(sent for sent, _ in link_bytes(layout).values())))
+        for child in [*launch.servers, *launch.trainers]:
+            with contextlib.suppress(psutil.Error):
+                rss = psutil.Process(child.proc.pid).memory_info().rss
+                peaks[child.plan.name] = max(peaks.get(child.plan.name, 0), rss)
+
+
+def _when(entry: dict[str, Any]) -> float:
+    return dt.datetime.fromisoformat(entry["updatedAt"]).timestamp()
+
+
+def _at(samples: list[tuple[float, int]], t: float) -> int:
+    """The bytes sent by time `t` (the last sample at or before it)."""
+    before = [b for when, b in samples if when <= t]
+    return before[-1] if before else 0
 
 
 def _bounded(launch: LocalRun, timeout: float) -> dict:
@@ -91,15 +144,10 @@ def _bounded(launch: LocalRun, timeout: float) -> dict:
     return box["result"]
 
 
-def _sent(layout: HostLayout, before: dict[int, tuple[int, int]]) -> int:
-    after = link_bytes(layout)
-    return sum(after[k][0] - before[k][0] for k in after)
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--hosts", type=int, nargs="+", default=[1, 2, 4])
-    ap.add_argument("--epochs", type=int, default=3)
+    ap.add_argument("--epochs", type=int, default=4, help="at least 3: bytes are counted over epochs 2..E-1")
     ap.add_argument("--rate", default="1gbit", help="each host's link, each way (tc units); 'none': unshaped")
     ap.add_argument("--delay", default=None, help="one-way delay (tc netem; this VM's kernel has none)")
     ap.add_argument("--timeout", type=float, default=900, help="seconds per run")
@@ -112,15 +160,20 @@ def main() -> int:
         f"# bench/hosts.py, {time.strftime('%Y-%m-%d')}, {platform.node()}, {os.cpu_count()} cores, "
         f"WordNet GraphSAGE, {args.epochs} epochs, link {link or 'unshaped'}"
     )
-    cols = ["hosts", "shard servers", "trainers", "samples/s", "test accuracy", "bytes sent per step"]
-    print("| " + " | ".join([*cols, "steps", "wall s"]) + " |")
-    print("|---|---|---|---|---|---|---|---|")
+    cols = ["hosts (= shards = trainers)", "samples/s", "test accuracy", "bytes sent per step (plan)"]
+    cols += ["shard peak RSS (plan)", "trainer peak RSS (plan)", "steps counted", "wall s"]
+    print("| " + " | ".join(cols) + " |")
+    print("|" + "---|" * len(cols))
     with tempfile.TemporaryDirectory(prefix="bench-hosts-") as tmp:
         for n in args.hosts:
             m = measure(n, args.epochs, link, Path(tmp), args.timeout)
+            mib = 2**20
             print(
-                f"| {n} | {n} | {n} | {m['samples_per_second']:,.0f} | {m['test_accuracy']:.4f} | "
-                f"{m['bytes_per_step'] / 1e6:.2f} MB | {m['steps']} | {m['wall_s']:.0f} |",
+                f"| {n} | {m['samples_per_second']:,.0f} | {m['test_accuracy']:.4f} | "
+                f"{m['bytes_per_step'] / 1e6:.2f} MB ({m['predicted_bytes_per_step'] / 1e6:.2f}) | "
+                f"{m['shard_rss'] / mib:,.0f} MiB ({m['predicted_shard'] / mib:,.0f}) | "
+                f"{m['trainer_rss'] / mib:,.0f} MiB ({m['predicted_trainer'] / mib:,.0f}) | "
+                f"{m['steps']} | {m['wall_s']:.0f} |",
                 flush=True,
             )
     return 0
