@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from graphtrain.contract.spec import GraphTrainingSpec, ModelKind, Sharding
+from graphtrain.contract.spec import GraphTrainingSpec, ModelKind, Problem, Sharding, quantity_to_bytes
 from graphtrain.runtime.kvstore.placement import state_bytes
 from graphtrain.runtime.kvstore.transport import Answer, Call
 from graphtrain.runtime.partition import memory as partition_memory
@@ -326,3 +326,58 @@ def partition_for(
     if work.source.dataset is not None:
         datasets.fetch(str(work.source.dataset), data_dir)
     return partition_step.partition(work, out, overwrite=True, data_dir=data_dir, warn=warn).path
+
+
+def _array_bytes(x: Any) -> int:
+    if x is None:
+        return 0
+    if hasattr(x, "nnz"):  # a scipy sparse matrix
+        return int(x.data.nbytes + x.indices.nbytes + x.indptr.nbytes)
+    return int(getattr(x, "nbytes", 0))
+
+
+def shard_estimate(spec: GraphTrainingSpec, graph: Any) -> tuple[int, int]:
+    """(bytes, rows of the node table) of the largest shard server of `spec` over `graph`, before any
+    partition exists: an even share of the CSR (int64 sources and edge types), the node data and the
+    server tables with their state, grown by the partition's maxImbalance, plus the process."""
+    shards = spec.num_shards
+    edges = int(graph.num_edges) * (2 if spec.graph.reverse_edges else 1)
+    data = (int(graph.num_nodes) + shards) * 8 + edges * 16
+    data += (
+        _array_bytes(graph.feat)
+        + _array_bytes(graph.label)
+        + sum(_array_bytes(m) for m in graph.masks.values())
+    )
+    for t in spec.embeddings:
+        if t.sharding == Sharding.collective:
+            continue
+        keys = str(t.keys)
+        rows = int(graph.num_nodes) if keys == "nodes" else 0
+        if keys == "features" and graph.feat is not None:
+            rows = int(graph.feat.shape[1])
+        if keys == "relations" and graph.relation_names is not None:
+            rows = len(graph.relation_names)
+        table, state = _table_bytes(t, rows)
+        data += table + state
+    share = -(-data // shards) * (1 + spec.partition.max_imbalance)
+    return SHARD_BASE + int(share), int(graph.num_nodes)
+
+
+def limit_problems(spec: GraphTrainingSpec, graph: Any) -> list[Problem]:
+    """A shard server whose memory limit cannot hold its share of the data, as a problem naming the
+    field, the need and the limit (the estimate errs low: a limit below it fails for sure)."""
+    limits = (spec.shard_servers.resources.limits if spec.shard_servers.resources else None) or {}
+    limit = limits.get("memory")
+    if limit is None:
+        return []
+    need, _ = shard_estimate(spec, graph)
+    if need <= quantity_to_bytes(limit):
+        return []
+    return [
+        Problem(
+            path="shardServers.resources.limits.memory",
+            message=f"{limit} cannot hold a shard server's share of {spec.graph.described}: it needs "
+            f"about {human(need)} over {spec.num_shards} shard(s) (`graphtrain plan` itemises it); raise "
+            f"the limit or add shards (partition.parts)",
+        )
+    ]

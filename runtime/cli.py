@@ -137,6 +137,7 @@ def _data_problems(spec: GraphTrainingSpec, base_dir: Path, data_dir: Path | Non
     bundled dataset not fetched: validate downloads nothing; a control-plane install without the
     runtime's numpy and scipy, as in the operator's image, checks the spec alone)."""
     try:
+        from graphtrain.runtime import capacity
         from graphtrain.runtime.data import datasets
         from graphtrain.runtime.data.checks import review
     except ModuleNotFoundError as exc:
@@ -146,7 +147,9 @@ def _data_problems(spec: GraphTrainingSpec, base_dir: Path, data_dir: Path | Non
     if dataset is not None and not datasets.is_fetched(str(dataset), data_dir):
         return [], f" (data not checked: dataset {dataset} is not fetched; `graphtrain data fetch {dataset}`)"
     with shown_warnings():
-        found, notes = review(spec, datasets.load_source(spec.graph, data_dir, base_dir=base_dir))
+        graph = datasets.load_source(spec.graph, data_dir, base_dir=base_dir)
+        found, notes = review(spec, graph)
+    found = [*found, *capacity.limit_problems(spec, graph)]
     for note in notes:
         warn(note)
     return list(found), ""

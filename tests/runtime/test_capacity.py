@@ -103,3 +103,24 @@ def test_on_two_hosts_each_trainer_moves_bytes_and_the_cli_says_so(planted: tupl
     bad = subprocess.run([*argv, "--memory", "lots"], capture_output=True, text=True)
     assert bad.returncode == 1 and "Traceback" not in bad.stderr
     assert bad.stderr.strip() == "error: --memory: 'lots' is not a memory quantity such as '4Gi' or '512Mi'"
+
+
+def test_validate_refuses_a_shard_memory_limit_below_its_share(graph_file: Path, tmp_path: Path) -> None:
+    doc = sage_spec(graph_file)
+    doc["spec"]["shardServers"] = {"resources": {"limits": {"memory": "100Mi"}}}
+    spec_path = tmp_path / "small.yaml"
+    spec_path.write_text(yaml.safe_dump(doc))
+    done = subprocess.run([*CLI, "validate", str(spec_path)], capture_output=True, text=True)
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert "shardServers.resources.limits.memory: 100Mi cannot hold a shard server's share" in done.stderr
+    need, _ = capacity.shard_estimate(load_yaml(spec_path.read_text()).spec, _graph(graph_file))
+    assert f"it needs about {capacity.human(need)} over 2 shard(s)" in done.stderr
+    doc["spec"]["shardServers"]["resources"]["limits"]["memory"] = "2Gi"
+    spec_path.write_text(yaml.safe_dump(doc))
+    assert subprocess.run([*CLI, "validate", str(spec_path)], capture_output=True).returncode == 0
+
+
+def _graph(path: Path) -> object:
+    from graphtrain.runtime.data import datasets
+
+    return datasets.load_source(load_yaml(yaml.safe_dump(sage_spec(path))).spec.graph, None)
