@@ -1,0 +1,82 @@
+"""`partition.algorithm: auto`: METIS when its memory estimate fits the partition step's budget, Fennel
+(streaming, memory O(nodes)) when it does not. The decision and the budget are pure functions of
+numbers; `limits_here()` reads the two limits the process itself is under.
+
+The budget, first found first (docs/partitioning.md says the same):
+1. partition.memoryLimit (the spec, or `graphtrain partition --memory-limit`);
+2. partition.resources.limits.memory: the partition Job's container limit as the spec states it;
+3. the cgroup memory limit of this process (memory.max): in a pod, the container's limit, including one
+   the operator's defaults set rather than the spec;
+4. the address-space limit (`ulimit -v`, RLIMIT_AS);
+5. the memory available now.
+"""
+
+from __future__ import annotations
+
+import resource
+from dataclasses import dataclass
+from pathlib import Path
+
+from graphtrain.runtime.partition import memory
+
+CGROUP_MAX = Path("/sys/fs/cgroup/memory.max")
+
+
+@dataclass(frozen=True)
+class Budget:
+    """How many bytes the partition step may use, and which setting said so."""
+
+    bytes: int
+    source: str
+
+
+def budget(
+    memory_limit: int | None,
+    resources_limit: int | None,
+    cgroup_limit: int | None,
+    address_space_limit: int | None,
+    available: int,
+) -> Budget:
+    """The first limit that is set, in the order of the module docstring."""
+    for value, source in (
+        (memory_limit, "partition.memoryLimit"),
+        (resources_limit, "partition.resources.limits.memory"),
+        (cgroup_limit, "the cgroup memory limit"),
+        (address_space_limit, "the address-space limit (ulimit -v)"),
+    ):
+        if value is not None:
+            return Budget(int(value), source)
+    return Budget(int(available), "the memory available")
+
+
+def choose(algorithm: str, metis_need: int, limit: Budget) -> str:
+    """The algorithm to run: `auto` becomes metis when its estimate fits the budget, else fennel; any
+    other algorithm stays as it is."""
+    if algorithm != "auto":
+        return algorithm
+    return "metis" if metis_need <= limit.bytes else "fennel"
+
+
+def reason(algorithm: str, metis_need: int, limit: Budget) -> str:
+    """One line saying what `auto` chose and why (for the log and the partition's notes)."""
+    chosen = choose("auto", metis_need, limit)
+    relation = "fits" if chosen == "metis" else "exceeds"
+    return (
+        f"partition.algorithm auto: {chosen} (METIS needs about {memory.human(metis_need)}, which {relation} "
+        f"{memory.human(limit.bytes)} from {limit.source})"
+    )
+
+
+def cgroup_limit(path: Path = CGROUP_MAX) -> int | None:
+    """This process's cgroup v2 memory limit, None when unlimited ("max") or unreadable."""
+    try:
+        text = path.read_text().strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else None
+
+
+def address_space_limit() -> int | None:
+    """RLIMIT_AS (ulimit -v) in bytes, None when unlimited."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    return None if soft == resource.RLIM_INFINITY else int(soft)
