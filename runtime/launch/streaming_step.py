@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from graphtrain.contract.spec import GraphSource, PartitionSpec, quantity_to_bytes
 from graphtrain.runtime import partition as partitioning
 from graphtrain.runtime.data import datasets
@@ -55,6 +57,12 @@ def resources_limit(settings: PartitionSpec) -> int | None:
     return quantity_to_bytes(value) if value else None
 
 
+def held() -> tuple[int, int]:
+    """(resident, mapped) bytes of this process now."""
+    info = psutil.Process().memory_info()
+    return int(info.rss), int(info.vms)
+
+
 def prepare(
     work: PartitionWork,
     data_dir: Path | None,
@@ -88,6 +96,7 @@ def prepare(
             choice.cgroup_limit(),
             choice.address_space_limit(),
             memory.available_bytes(),
+            *held(),
         )
         need = memory.metis_need(n, m, feat)
         warn(choice.reason(algorithm, need, budget))

@@ -9,6 +9,7 @@ The budget, first found first (docs/partitioning.md says the same):
    the operator's defaults set rather than the spec;
 4. the address-space limit (`ulimit -v`, RLIMIT_AS);
 5. the memory available now.
+Limits on the whole process (2-4) count what it holds already (interpreter, libraries, node data).
 """
 
 from __future__ import annotations
@@ -36,16 +37,21 @@ def budget(
     cgroup_limit: int | None,
     address_space_limit: int | None,
     available: int,
+    rss: int = 0,
+    vms: int = 0,
 ) -> Budget:
-    """The first limit that is set, in the order of the module docstring."""
-    for value, source in (
-        (memory_limit, "partition.memoryLimit"),
-        (resources_limit, "partition.resources.limits.memory"),
-        (cgroup_limit, "the cgroup memory limit"),
-        (address_space_limit, "the address-space limit (ulimit -v)"),
+    """The first limit that is set, in the order of the module docstring. A limit on the whole process
+    (the container's, the cgroup's) is reduced by what the process holds already (`rss`), the address-
+    space limit by its mapped size (`vms`): the interpreter and the node data count against them too.
+    partition.memoryLimit is the estimate's own limit, as the METIS path refuses by it."""
+    for value, held, source in (
+        (memory_limit, 0, "partition.memoryLimit"),
+        (resources_limit, rss, "partition.resources.limits.memory"),
+        (cgroup_limit, rss, "the cgroup memory limit"),
+        (address_space_limit, vms, "the address-space limit (ulimit -v)"),
     ):
         if value is not None:
-            return Budget(int(value), source)
+            return Budget(max(0, int(value) - held), source)
     return Budget(int(available), "the memory available")
 
 

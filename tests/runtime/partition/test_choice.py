@@ -27,6 +27,15 @@ def test_the_first_limit_set_is_the_budget(limits: tuple, expected: choice.Budge
     assert choice.budget(*limits, available=5 * GiB) == expected
 
 
+def test_process_limits_count_what_the_process_holds() -> None:
+    rss, vms = 100, 1000
+    assert choice.budget(None, 2 * GiB, None, None, 0, rss, vms).bytes == 2 * GiB - rss
+    assert choice.budget(None, None, 3 * GiB, None, 0, rss, vms).bytes == 3 * GiB - rss
+    assert choice.budget(None, None, None, 4 * GiB, 0, rss, vms).bytes == 4 * GiB - vms
+    assert choice.budget(1 * GiB, None, None, None, 0, rss, vms).bytes == 1 * GiB  # the estimate's own
+    assert choice.budget(None, None, None, 10, 0, rss, vms).bytes == 0
+
+
 @pytest.mark.parametrize(
     ("algorithm", "need", "expected"),
     [
