@@ -29,6 +29,16 @@ class Budget:
 
     bytes: int
     source: str
+    held: int = 0  # what the process held already, taken off the limit
+
+    def words(self) -> str:
+        """'N from SOURCE', and what the process held when it counted."""
+        if not self.held:
+            return f"{memory.human(self.bytes)} from {self.source}"
+        return (
+            f"{memory.human(self.bytes)} ({memory.human(self.bytes + self.held)} from {self.source}, less "
+            f"{memory.human(self.held)} this process holds)"
+        )
 
 
 def budget(
@@ -51,7 +61,8 @@ def budget(
         (address_space_limit, vms, "the address-space limit (ulimit -v)"),
     ):
         if value is not None:
-            return Budget(max(0, int(value) - held), source)
+            left = max(0, int(value) - held)
+            return Budget(left, source, int(value) - left)
     return Budget(int(available), "the memory available")
 
 
@@ -69,7 +80,7 @@ def reason(algorithm: str, metis_need: int, limit: Budget) -> str:
     relation = "fits" if chosen == "metis" else "exceeds"
     return (
         f"partition.algorithm auto: {chosen} (METIS needs about {memory.human(metis_need)}, which {relation} "
-        f"{memory.human(limit.bytes)} from {limit.source})"
+        f"{limit.words()})"
     )
 
 

@@ -71,7 +71,7 @@ def partition(path: Path, out: Path, data: Path) -> subprocess.CompletedProcess:
         (
             {"algorithm": "auto", "resources": {"limits": {"memory": "1Mi"}}},
             "fennel",
-            "which exceeds 1.0 MiB from partition.resources.limits.memory",
+            "(1.0 MiB from partition.resources.limits.memory, less",
         ),
     ],
     ids=["fennel", "auto-fits", "auto-streams"],

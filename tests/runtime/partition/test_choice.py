@@ -34,6 +34,11 @@ def test_process_limits_count_what_the_process_holds() -> None:
     assert choice.budget(None, None, None, 4 * GiB, 0, rss, vms).bytes == 4 * GiB - vms
     assert choice.budget(1 * GiB, None, None, None, 0, rss, vms).bytes == 1 * GiB  # the estimate's own
     assert choice.budget(None, None, None, 10, 0, rss, vms).bytes == 0
+    line = choice.reason("auto", 3 * GiB, choice.budget(None, 2 * GiB, None, None, 0, GiB, 0))
+    assert line.endswith(
+        "which exceeds 1.0 GiB (2.0 GiB from partition.resources.limits.memory, less 1.0 GiB this "
+        "process holds))"
+    )
 
 
 @pytest.mark.parametrize(
