@@ -8,7 +8,7 @@ RUN    ?= runs/wordnet-sage
 # there); RUN_FLAGS=--resume continues it instead, RUN=<dir> keeps it and trains elsewhere
 RUN_FLAGS ?= --overwrite
 
-.PHONY: install run test lint crd chart-schema bench-partition bench-optim bench-kvstore bench-attack bench-soak bench-fuzz bench-e2e bench-operator bench-operator-wordnet bench-api bench-collective cuda gpu-check clean
+.PHONY: install run test lint crd chart-schema bench-partition bench-partition-stream bench-optim bench-kvstore bench-attack bench-soak bench-fuzz bench-e2e bench-operator bench-operator-wordnet bench-api bench-collective cuda gpu-check clean
 
 $(STAMP): pyproject.toml setup.py requirements-dev.txt $(wildcard cuda/src/*.cpp cuda/src/*.h cuda/include/graphtrain/*.h)
 	$(PYTHON) -m venv $(VENV)
@@ -55,6 +55,9 @@ chart-schema: install ## regenerate values.schema.json's toleration and affinity
 
 bench-partition: install ## METIS vs random vs bare pymetis on gene-pubmed and wordnet
 	$(BIN)/python bench/partition.py
+
+bench-partition-stream: install ## Fennel streaming vs METIS on gene-pubmed, the capped runs under ulimit -v (issue 33)
+	$(BIN)/python bench/partition_stream.py
 
 bench-optim: install ## native sparse optimizers vs DGL's algorithm, torch.optim and the memory roofline
 	$(BIN)/python bench/optim.py

@@ -163,7 +163,9 @@ class PartitionParams(RoleParams):
     parts: int | None = field(
         default=None, metadata=opt("number of partitions [default: 1]", "--parts", "-k")
     )
-    algorithm: str | None = field(default=None, metadata=opt("metis | random [default: metis]"))
+    algorithm: str | None = field(
+        default=None, metadata=opt("metis | random | fennel | auto [default: metis]")
+    )
     balance: str | None = field(
         default=None, metadata=opt("comma-separated constraints: nodes,degree,train,val,test")
     )
@@ -172,7 +174,8 @@ class PartitionParams(RoleParams):
     )
     seed: int | None = field(default=None, metadata=opt("random seed [default: 0]"))
     memory_limit: str | None = field(
-        default=None, metadata=opt("refuse if the estimate exceeds this, e.g. 8Gi")
+        default=None,
+        metadata=opt("refuse if the estimate exceeds this, e.g. 8Gi (auto: METIS must fit it, else fennel)"),
     )
     overwrite: bool = field(
         default=False,

@@ -24,14 +24,15 @@ def review(spec: GraphTrainingSpec, graph: Graph) -> tuple[list[Problem], list[s
     return requirements.problems(spec, summary), requirements.notes(spec, summary)
 
 
-def check_data(gt: GraphTraining, graph: Graph) -> None:
-    """Raise every problem `graph` has for `gt`'s model, then warn about what is probably not meant.
+def check_data(gt: GraphTraining, graph: Graph, notes: bool = True) -> None:
+    """Raise every problem `graph` has for `gt`'s model, then warn about what is probably not meant
+    (`notes` False: a graph whose edges are not in memory, where the notes could not be counted).
 
     Raises:
         SpecError: naming the spec field of each problem.
     """
-    found, notes = review(gt.spec, graph)
+    found, said = review(gt.spec, graph)
     if found:
         raise SpecError(found, title=f"{gt.spec.graph.described} does not fit the spec")
-    for note in notes:
+    for note in said if notes else []:
         warnings.warn(note, DataWarning, stacklevel=2)

@@ -22,7 +22,8 @@ from graphtrain.contract.roles import ENV_OFFLINE
 from graphtrain.contract.spec import Dataset, GraphSource, Split
 from graphtrain.runtime.data import fetch as registry
 from graphtrain.runtime.data import files, gene, metis_graph, pykeen_kg, store, triples, wordnet
-from graphtrain.runtime.data.cache import atomic_dir, data_dir
+from graphtrain.runtime.data.cache import atomic_dir, data_dir, verify_files
+from graphtrain.runtime.data.edgefiles import EdgeFiles
 from graphtrain.runtime.data.graph import Graph, KnowledgeGraph, random_masks, random_triple_split
 from graphtrain.runtime.errors import DataError
 from graphtrain.runtime.progress import spinner
@@ -259,21 +260,36 @@ def load(
             entity_names=values["entities"],
             relation_names=values["relations"],
         )
+    return _graph(
+        name, dataset_dir(name, root), values, split, values["src"], values["dst"], values.get("etype")
+    )
+
+
+def _graph(
+    name: str,
+    directory: Path,
+    values: dict[str, Any],
+    split: Split | None,
+    src: np.ndarray,
+    dst: np.ndarray,
+    etype: np.ndarray | None,
+) -> Graph:
+    """A stored graph dataset's Graph: its node data from `values` (masks drawn from `split`)."""
     node_ids = values.get("node_ids")
     if "num_nodes" in values:
         n = int(values["num_nodes"])
     elif node_ids is not None:
         n = len(node_ids)
     else:
-        raise DataError(f"{dataset_dir(name, root)}: cannot tell the node count")
+        raise DataError(f"{directory}: cannot tell the node count")
     label = values.get("label")
     masks = random_masks(n, split.train, split.val, split.seed) if (label is not None and split) else {}
     return Graph.from_edges(
         name,
         n,
-        values["src"],
-        values["dst"],
-        etype=values.get("etype"),
+        src,
+        dst,
+        etype=etype,
         feat=values.get("feat"),
         label=label,
         masks=masks,
@@ -282,6 +298,41 @@ def load(
         num_classes=wordnet.NUM_CLASSES if name == "wordnet" else None,
         feature_names=None if "vocab" not in values else np.asarray(values["vocab"], dtype=str),
     )
+
+
+_EDGE_KEYS = ("src", "dst", "etype")
+
+
+def load_streamed(
+    name: str, root: Path | None = None, split: Split | None = None, verify: bool = True
+) -> tuple[Graph, EdgeFiles]:
+    """A graph dataset whose edges stay on disk: its node data as a Graph without edges, and its edge
+    files to read in chunks (the streaming partitioner's input; fetched first if allowed).
+
+    Raises:
+        DataError: unknown name, a knowledge graph (its triples are split at load time, not stored as
+            edge files), not fetched while offline, or a corrupt cache entry.
+    """
+    rec = recipe(name)
+    if rec.kind != "graph":
+        raise DataError(
+            f"dataset {name!r} is a knowledge graph: streaming partitioning reads stored edge files; "
+            "use partition.algorithm metis or random"
+        )
+    directory = fetch(name, root)
+    manifest = store.read_manifest(directory)
+    if verify:
+        verify_files(directory, manifest["files"])
+    entries = {k: v for k, v in manifest["entries"].items() if k not in _EDGE_KEYS}
+    values = store.read_values(directory, entries)
+    empty = np.empty(0, dtype=np.int64)
+    typed = "etype" in manifest["entries"]  # an empty etype: the partition then has edge types
+    graph = _graph(
+        name, directory, values, split or rec.default_split, empty, empty, empty if typed else None
+    )
+    etype = directory / "etype.npy" if typed else None
+    edges = EdgeFiles.open(name, graph.num_nodes, directory / "src.npy", directory / "dst.npy", etype)
+    return graph, edges
 
 
 def load_source(source: GraphSource, root: Path | None = None, base_dir: Path | None = None) -> Graph:

@@ -25,7 +25,6 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -48,21 +47,12 @@ from graphtrain.runtime.data.cache import read_text
 from graphtrain.runtime.data.checks import check_data
 from graphtrain.runtime.data.inputs import resolve
 from graphtrain.runtime.errors import data_warnings
+from graphtrain.runtime.launch import streaming_step
+from graphtrain.runtime.launch.work import PartitionWork
 from graphtrain.runtime.progress import spinner
 
 # the graph section's keys that name the graph: an option naming another graph drops all of them
 _SOURCE_KEYS = ("dataset", "path", "triples", "format", "numNodes", "nodeIds", "features", "labels")
-
-
-@dataclass(frozen=True)
-class PartitionWork:
-    """What to partition: the graph (its paths resolved), the partition settings, the feature projection,
-    and the spec whose model the data must serve (None: a graph named by options, not the spec's)."""
-
-    source: GraphSource
-    settings: PartitionSpec
-    projection: int | None = None
-    model: GraphTraining | None = None
 
 
 def from_spec(gt: GraphTraining, base: Path) -> PartitionWork:
@@ -150,6 +140,12 @@ def partition(
     limit = quantity_to_bytes(settings.memory_limit) if settings.memory_limit else None
     if work.source.num_nodes is not None:
         partitioning.check_node_count(work.source.num_nodes, limit)  # before allocating for the nodes
+    algorithm = str(settings.algorithm)
+    if algorithm in ("fennel", "auto"):
+        streamed = streaming_step.prepare(work, data_dir, limit, warn, loading)
+        if streamed is not None:
+            return streaming_step.run(work, streamed, out, overwrite=overwrite, spin=spin)
+        algorithm = "metis"  # auto, and the graph is no stored edge list or METIS fits
     with loading(), data_warnings(warn):
         graph = datasets.load_source(work.source, data_dir)
         if work.model is not None:
@@ -164,7 +160,7 @@ def partition(
         result = partitioning.partition_graph(
             graph,
             settings.parts,
-            str(settings.algorithm),
+            algorithm,
             [str(b) for b in settings.balance],
             settings.max_imbalance,
             settings.seed,

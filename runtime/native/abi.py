@@ -38,6 +38,7 @@ class StaleNativeCore(GraphtrainError):
 # The one table of C types the bindings use (no other module declares its own).
 P = ctypes.c_void_p
 INT, I32, I64, U32, U64 = ctypes.c_int, ctypes.c_int32, ctypes.c_int64, ctypes.c_uint32, ctypes.c_uint64
+F64 = ctypes.c_double
 F32 = ctypes.c_float
 
 
@@ -84,6 +85,8 @@ SIGNATURES: dict[str, Signature] = {
     "gt_first_nonfinite": Signature((CPU,), I64, [P, I64]),
     "gt_max_threads": Signature((CPU,), INT, []),
     "gt_partition_refine": Signature((CPU,), INT, [I64, P, P, P, I32, P, I32, P, P, I32, I32, U64, P]),
+    # verts, xadj, adj, parts, weight, nparts, load, cap, alpha, gamma, seed, stats (fennel.cpp)
+    "gt_fennel_assign": Signature((CPU,), INT, [I64, P, P, P, P, P, I32, P, I64, F64, F64, U64, P]),
     "gt_sample_neighbors": Signature((CPU,), I64, [P, P, I64, I64, P, I64, I64, U64, P, P, P]),
     "gt_relabel": Signature((CPU,), I64, [P, I64, P, I64, P, P]),
     "gt_relu_dropout": Signature((CPU,), None, [I64, P, P, P, U32, F32, U64, I32]),

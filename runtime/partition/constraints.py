@@ -26,8 +26,9 @@ def in_degree(graph: Graph) -> np.ndarray:
     return np.bincount(graph.indices, minlength=graph.num_nodes).astype(np.int64)
 
 
-def build(graph: Graph, balance: list[str]) -> Constraints:
-    """Weight columns for the requested constraints, in the requested order, duplicates removed."""
+def build(graph: Graph, balance: list[str], degree: np.ndarray | None = None) -> Constraints:
+    """Weight columns for the requested constraints, in the requested order, duplicates removed.
+    `degree`: the in-degree of every node when the graph's edges are not in memory (streaming)."""
     names: list[str] = []
     cols: list[np.ndarray] = []
     skipped: dict[str, str] = {}
@@ -35,7 +36,7 @@ def build(graph: Graph, balance: list[str]) -> Constraints:
         if name == "nodes":
             col = np.ones(graph.num_nodes, dtype=np.int64)
         elif name == "degree":
-            col = in_degree(graph)
+            col = in_degree(graph) if degree is None else degree.astype(np.int64)
         elif name in ("train", "val", "test"):
             mask = graph.masks.get(name)
             if mask is None:

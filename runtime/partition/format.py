@@ -152,75 +152,118 @@ def write(graph: Graph, result: PartitionResult, out: Path, overwrite: bool = Fa
         DataError: `out` exists and `overwrite` is False.
     """
     rl = result.relabeling
-    k = result.num_parts
     out = Path(out)
-    config_name = f"{graph.name}.json"
     with atomic_dir(out, overwrite=overwrite) as tmp:
-        np.save(tmp / "node_map.npy", rl.node_map)
-        np.save(tmp / "node_map_inverse.npy", rl.node_map_inverse)
+        write_node_files(tmp, graph, rl.node_map, rl.node_map_inverse)
         np.save(tmp / "edge_map.npy", rl.edge_map)
-        if graph.node_ids is not None:
-            np.save(tmp / "external_ids.npy", graph.node_ids)
-        for key in ("class_names", "relation_names", "feature_names"):
-            names = getattr(graph, key)
-            if names is not None:
-                np.save(tmp / f"{key}.npy", names)
-        if graph.triples:
-            (tmp / "kg").mkdir()
-            for split, t in graph.triples.items():
-                np.save(tmp / "kg" / f"{split}.npy", np.ascontiguousarray(t, dtype=np.int64))
-        parts_meta = []
+        parts_meta: list[dict[str, Any]] = []
         ndata_desc: dict[str, Any] = {}
-        for p in range(k):
-            pdir = tmp / f"part-{p}"
-            pdir.mkdir()
+        for p in range(result.num_parts):
             indptr, indices = local_in_csr(rl, p)
-            np.save(pdir / "indptr.npy", indptr)
-            np.save(pdir / "indices.npy", indices)
+            etype = None
             if graph.etype is not None:
                 elo, ehi = rl.edge_bounds[p], rl.edge_bounds[p + 1]
-                np.save(pdir / "etype.npy", graph.etype[rl.edge_map[elo:ehi]].astype(np.int64))
-            np.save(pdir / "halo.npy", result.halos[p])
+                etype = graph.etype[rl.edge_map[elo:ehi]].astype(np.int64)
             ids = rl.node_map[rl.node_bounds[p] : rl.node_bounds[p + 1]]
-            entries = store.write_values(pdir / "ndata", _node_data(graph, ids))
-            parts_meta.append({"dir": f"part-{p}", "ndata": entries})
-            for key, entry in entries.items():
-                desc = {k2: v for k2, v in entry.items() if k2 != "shape"}
-                if "shape" in entry:
-                    desc["shape"] = [graph.num_nodes, *entry["shape"][1:]]
-                ndata_desc[key] = desc
-        config = {
-            "format": FORMAT,
-            "format_version": FORMAT_VERSION,
-            "graph_name": graph.name,
-            "num_nodes": graph.num_nodes,
-            "num_edges": graph.num_edges,
-            "num_parts": k,
-            "algorithm": result.algorithm,
-            "seed": result.seed,
-            "balance": result.constraints.names,
-            "balance_skipped": result.constraints.skipped,
-            "max_imbalance": result.max_imbalance,
-            "node_bounds": rl.node_bounds.tolist(),
-            "edge_bounds": rl.edge_bounds.tolist(),
-            "edge_owner": "destination",
-            "has_etype": graph.etype is not None,
-            "has_external_ids": graph.node_ids is not None,
-            "has_class_names": graph.class_names is not None,
-            "has_relation_names": graph.relation_names is not None,
-            "has_feature_names": graph.feature_names is not None,
-            "num_classes": _num_classes(graph),
-            "ndata": ndata_desc,
-            **({"kg": kg} if (kg := _kg_meta(graph)) is not None else {}),
-            "parts": parts_meta,
-            "strategy": result.info.strategy,
-            "stats": result.stats.to_dict(),
-            "graphtrain_version": _version(),
-            "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-            "files": hash_tree(tmp),
-        }
-        write_json(tmp / config_name, config)
-    return out / config_name
+            parts_meta.append(
+                write_part(tmp, p, graph, ids, indptr, indices, etype, result.halos[p], ndata_desc)
+            )
+        config = config_of(
+            graph, graph.num_edges, result, rl.node_bounds, rl.edge_bounds, parts_meta, ndata_desc
+        )
+        write_config(tmp, graph, config)
+    return out / f"{graph.name}.json"
+
+
+def write_node_files(tmp: Path, graph: Graph, node_map: np.ndarray, inverse: np.ndarray) -> None:
+    """The node maps, the user's names and a knowledge graph's splits (everything but the edges)."""
+    np.save(tmp / "node_map.npy", node_map)
+    np.save(tmp / "node_map_inverse.npy", inverse)
+    if graph.node_ids is not None:
+        np.save(tmp / "external_ids.npy", graph.node_ids)
+    for key in ("class_names", "relation_names", "feature_names"):
+        names = getattr(graph, key)
+        if names is not None:
+            np.save(tmp / f"{key}.npy", names)
+    if graph.triples:
+        (tmp / "kg").mkdir()
+        for split, t in graph.triples.items():
+            np.save(tmp / "kg" / f"{split}.npy", np.ascontiguousarray(t, dtype=np.int64))
+
+
+def write_part(
+    tmp: Path,
+    p: int,
+    graph: Graph,
+    ids: np.ndarray,
+    indptr: np.ndarray,
+    indices: np.ndarray,
+    etype: np.ndarray | None,
+    halo: np.ndarray,
+    ndata_desc: dict[str, Any],
+) -> dict[str, Any]:
+    """One part's directory: its in-CSR, edge types, halo and node data (`ids`: its original node ids);
+    returns its config entry and adds its node data to `ndata_desc`."""
+    pdir = tmp / f"part-{p}"
+    pdir.mkdir()
+    np.save(pdir / "indptr.npy", indptr)
+    np.save(pdir / "indices.npy", indices)
+    if etype is not None:
+        np.save(pdir / "etype.npy", etype)
+    np.save(pdir / "halo.npy", halo)
+    entries = store.write_values(pdir / "ndata", _node_data(graph, ids))
+    for key, entry in entries.items():
+        desc = {k2: v for k2, v in entry.items() if k2 != "shape"}
+        if "shape" in entry:
+            desc["shape"] = [graph.num_nodes, *entry["shape"][1:]]
+        ndata_desc[key] = desc
+    return {"dir": f"part-{p}", "ndata": entries}
+
+
+def config_of(
+    graph: Graph,
+    num_edges: int,
+    result: PartitionResult,
+    node_bounds: np.ndarray,
+    edge_bounds: np.ndarray,
+    parts_meta: list[dict[str, Any]],
+    ndata_desc: dict[str, Any],
+) -> dict[str, Any]:
+    """The partition config (module docstring) but its files' hashes (write_config adds them)."""
+    return {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "graph_name": graph.name,
+        "num_nodes": graph.num_nodes,
+        "num_edges": num_edges,
+        "num_parts": result.num_parts,
+        "algorithm": result.algorithm,
+        "seed": result.seed,
+        "balance": result.constraints.names,
+        "balance_skipped": result.constraints.skipped,
+        "max_imbalance": result.max_imbalance,
+        "node_bounds": node_bounds.tolist(),
+        "edge_bounds": edge_bounds.tolist(),
+        "edge_owner": "destination",
+        "has_etype": graph.etype is not None,
+        "has_external_ids": graph.node_ids is not None,
+        "has_class_names": graph.class_names is not None,
+        "has_relation_names": graph.relation_names is not None,
+        "has_feature_names": graph.feature_names is not None,
+        "num_classes": _num_classes(graph),
+        "ndata": ndata_desc,
+        **({"kg": kg} if (kg := _kg_meta(graph)) is not None else {}),
+        "parts": parts_meta,
+        "strategy": result.info.strategy,
+        "stats": result.stats.to_dict(),
+        "graphtrain_version": _version(),
+        "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+    }
+
+
+def write_config(tmp: Path, graph: Graph, config: dict[str, Any]) -> None:
+    """The config, with the sha256 of every file written before it, as <graph>.json."""
+    write_json(tmp / f"{graph.name}.json", {**config, "files": hash_tree(tmp)})
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,15 @@ import psutil
 
 from graphtrain.runtime.data.graph import Graph, human
 
-__all__ = ["available_bytes", "estimate", "estimate_bytes", "feature_bytes", "human"]
+__all__ = [
+    "available_bytes",
+    "estimate",
+    "estimate_bytes",
+    "feature_bytes",
+    "human",
+    "metis_need",
+    "streaming_need",
+]
 
 _PER_EDGE = 8 * 14  # src/dst/new ids/edge map + 2x symmetric CSR + METIS adjacency and workspace
 _PER_NODE = 8 * 24  # maps, parts, weights, METIS vertex arrays and workspace
@@ -39,3 +47,32 @@ def estimate_bytes(graph: Graph) -> int:
 
 def available_bytes() -> int:
     return int(psutil.virtual_memory().available)
+
+
+# Beyond the estimate above: the graph loaded for METIS (src, dst and the stable sort's order while the
+# CSR is built, then the CSR itself) and its node arrays.
+_LOAD_PER_EDGE = 8 * 4
+_LOAD_PER_NODE = 8 * 3
+# Streaming (Fennel): per node the parts, degrees, edge-id counters, node maps and weights; per edge of
+# a chunk its arrays and the chunk adjacency; per edge of the largest part (taken as 2x the mean) the
+# arrays that sort it into its in-CSR.
+_STREAM_PER_NODE = 8 * 12
+_STREAM_PER_CHUNK_EDGE = 8 * 24
+_STREAM_PER_PART_EDGE = 8 * 12
+
+
+def metis_need(num_nodes: int, num_edges: int, feat_bytes: int = 0) -> int:
+    """Estimated peak bytes of the METIS path as a whole: loading the graph, then partitioning it."""
+    load = _LOAD_PER_EDGE * num_edges + _LOAD_PER_NODE * num_nodes + feat_bytes
+    return load + estimate(num_nodes, num_edges, feat_bytes)
+
+
+def streaming_need(num_nodes: int, num_edges: int, num_parts: int, chunk: int, feat_bytes: int = 0) -> int:
+    """Estimated peak bytes of the streaming path: O(nodes) state, one chunk, one part's edges."""
+    part_edges = 2 * num_edges // max(num_parts, 1)
+    return (
+        _STREAM_PER_NODE * num_nodes
+        + _STREAM_PER_CHUNK_EDGE * min(chunk, num_edges)
+        + _STREAM_PER_PART_EDGE * part_edges
+        + 2 * feat_bytes
+    )

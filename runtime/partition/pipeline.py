@@ -12,12 +12,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from graphtrain.runtime.data.edgefiles import CHUNK_EDGES
 from graphtrain.runtime.data.graph import Graph
 from graphtrain.runtime.errors import MemoryEstimateError, PartitionError
-from graphtrain.runtime.partition import adjacency, assign, constraints, memory, relabel, stats
+from graphtrain.runtime.partition import adjacency, assign, constraints, fennel, memory, relabel, stats
 
 DEFAULT_BALANCE = ("nodes", "degree", "train", "val", "test")
-ALGORITHMS = ("metis", "random")
+ALGORITHMS = ("metis", "random", "fennel")
 MAX_SEED = 2**63 - 1  # pymetis takes a signed 64-bit seed
 
 
@@ -72,6 +73,28 @@ def _refuse_above(limit: int | None, need: int, what: str) -> None:
         )
 
 
+def check_settings(
+    num_nodes: int, num_parts: int, algorithm: str, balance: Sequence[str], max_imbalance: float, seed: int
+) -> None:
+    """Refuse settings no partitioner can meet, each naming its value.
+
+    Raises:
+        PartitionError: num_parts outside [1, num_nodes], seed outside [0, 2**63), unknown algorithm or
+            constraint, bad tolerance.
+    """
+    if not 1 <= num_parts <= num_nodes:
+        raise PartitionError(f"num_parts must be between 1 and the node count {num_nodes}, got {num_parts}")
+    if not 0 <= seed <= MAX_SEED:
+        raise PartitionError(f"seed must be between 0 and {MAX_SEED} (METIS' range), got {seed}")
+    if algorithm not in ALGORITHMS:
+        raise PartitionError(f"unknown algorithm {algorithm!r}; use one of {', '.join(ALGORITHMS)}")
+    if not 0 < max_imbalance <= 1:
+        raise PartitionError(f"max_imbalance must be in (0, 1], got {max_imbalance}")
+    unknown = sorted(set(balance) - set(DEFAULT_BALANCE))
+    if unknown:
+        raise PartitionError(f"unknown balance constraint(s) {unknown}; known: {', '.join(DEFAULT_BALANCE)}")
+
+
 def partition_graph(
     graph: Graph,
     num_parts: int,
@@ -88,19 +111,7 @@ def partition_graph(
             constraint, bad tolerance.
         MemoryEstimateError: the memory estimate exceeds `memory_limit`.
     """
-    if not 1 <= num_parts <= graph.num_nodes:
-        raise PartitionError(
-            f"num_parts must be between 1 and the node count {graph.num_nodes}, got {num_parts}"
-        )
-    if not 0 <= seed <= MAX_SEED:
-        raise PartitionError(f"seed must be between 0 and {MAX_SEED} (METIS' range), got {seed}")
-    if algorithm not in ALGORITHMS:
-        raise PartitionError(f"unknown algorithm {algorithm!r}; use one of {', '.join(ALGORITHMS)}")
-    if not 0 < max_imbalance <= 1:
-        raise PartitionError(f"max_imbalance must be in (0, 1], got {max_imbalance}")
-    unknown = sorted(set(balance) - set(DEFAULT_BALANCE))
-    if unknown:
-        raise PartitionError(f"unknown balance constraint(s) {unknown}; known: {', '.join(DEFAULT_BALANCE)}")
+    check_settings(graph.num_nodes, num_parts, algorithm, balance, max_imbalance, seed)
     estimate = check_memory(graph, memory_limit)
     seconds: dict[str, float] = {}
     t0 = time.perf_counter()
@@ -115,6 +126,11 @@ def partition_graph(
     elif algorithm == "random":
         parts = assign.random_assign(graph.num_nodes, num_parts, seed)
         info.strategy = "random"
+    elif algorithm == "fennel":  # the graph is in memory: Fennel streams its CSR (source order)
+        src, dst = graph.edges()
+        chunks = fennel.in_chunks(src, dst, CHUNK_EDGES)
+        parts = fennel.stream_assign(chunks, graph.num_nodes, graph.num_edges, num_parts, max_imbalance, seed)
+        info.strategy = "fennel"
     else:
         core = adjacency.contract_leaves(adj, cons.weights)
         where, info = assign.metis_assign(core, cons.names, num_parts, max_imbalance, seed)

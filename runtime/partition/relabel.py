@@ -27,14 +27,20 @@ class Relabeling:
     dst: np.ndarray  # new destination id of every new edge
 
 
-def relabel(graph: Graph, parts: np.ndarray, num_parts: int) -> Relabeling:
+def nodes(parts: np.ndarray, num_parts: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(node_map, node_map_inverse, node_bounds): new ids sorted by part, original order inside a part."""
     # Small integer keys: numpy's stable sort is a radix sort for 16-bit ints.
     keys = parts.astype(np.int16 if num_parts < 2**15 else np.int32)
     node_map = np.argsort(keys, kind="stable").astype(np.int64)
     inverse = np.empty_like(node_map)
-    inverse[node_map] = np.arange(graph.num_nodes, dtype=np.int64)
+    inverse[node_map] = np.arange(len(parts), dtype=np.int64)
     node_bounds = np.zeros(num_parts + 1, dtype=np.int64)
     np.cumsum(np.bincount(parts, minlength=num_parts), out=node_bounds[1:])
+    return node_map, inverse, node_bounds
+
+
+def relabel(graph: Graph, parts: np.ndarray, num_parts: int) -> Relabeling:
+    node_map, inverse, node_bounds = nodes(parts, num_parts)
     edge_map = _edges_by_destination(graph, node_map)
     src, dst = graph.edges()
     new_dst = inverse[dst[edge_map]]

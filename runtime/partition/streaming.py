@@ -1,0 +1,269 @@
+"""Partition a graph whose edges stay on disk: Fennel over the edge files, then the partition written in
+the same format, with the same statistics, as the METIS path (format.py, stats.py), memory O(nodes).
+
+Passes over the edge files, each in bounded chunks (edgefiles.CHUNK_EDGES):
+1. assign: Fennel places every node (fennel.py); degrees are counted on the way;
+2. bucket: each edge goes, in new ids, to a scratch file of its destination's part (with its original
+   edge id: its position in the source-sorted CSR the in-memory loader would build), each cross edge's
+   destination also to its source's part (its halo), and each non-loop node pair to the part of its
+   lower new id (so duplicates meet in one bucket and the undirected cut is counted exactly);
+3. per part, one at a time: its in-CSR sorted as relabel.py sorts it, its halo, its share of the cut.
+Memory at the peak: the node arrays (maps, degrees, parts, node data) plus one part's edges, which is
+what a shard server holding that part needs anyway. Scratch files live beside the output and go with it.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import numpy as np
+
+from graphtrain.runtime.data.cache import atomic_dir
+from graphtrain.runtime.data.edgefiles import CHUNK_EDGES, EdgeFiles
+from graphtrain.runtime.data.graph import Graph
+from graphtrain.runtime.partition import constraints, fennel, format, relabel
+from graphtrain.runtime.partition.assign import AssignInfo
+from graphtrain.runtime.partition.pipeline import PartitionResult, check_settings
+from graphtrain.runtime.partition.stats import PartitionStats
+
+_I64 = np.dtype(np.int64)
+
+
+@dataclass
+class _Counts:
+    """What the assignment pass counts besides the parts."""
+
+    out_degree: np.ndarray
+    in_degree: np.ndarray
+
+
+def assign(
+    edges: EdgeFiles, num_parts: int, max_imbalance: float, seed: int, chunk: int
+) -> tuple[np.ndarray, _Counts]:
+    """Pass 1: Fennel's parts (int32) and every node's out- and in-degree."""
+    n = edges.num_nodes
+    counts = _Counts(np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64))
+
+    def chunks() -> Any:
+        for _, src, dst, _ in edges.chunks(chunk):
+            counts.out_degree += np.bincount(src, minlength=n)
+            counts.in_degree += np.bincount(dst, minlength=n)
+            yield src, dst
+
+    parts = fennel.stream_assign(chunks(), n, edges.num_edges, num_parts, max_imbalance, seed)
+    return parts, counts
+
+
+class _Buckets:
+    """Append-only scratch files, one per (part, kind), raw int64."""
+
+    def __init__(self, root: Path, num_parts: int, kinds: Sequence[str]) -> None:
+        self.root = root
+        self.files: dict[tuple[int, str], BinaryIO] = {
+            (p, k): open(root / f"{p}.{k}", "wb")  # noqa: SIM115 - closed by close(), in a finally
+            for p in range(num_parts)
+            for k in kinds
+        }
+
+    def add(self, p: int, kind: str, values: np.ndarray) -> None:
+        if len(values):
+            self.files[(p, kind)].write(np.ascontiguousarray(values, dtype=np.int64).tobytes())
+
+    def close(self) -> None:
+        for f in self.files.values():
+            f.close()
+
+    def read(self, p: int, kind: str) -> np.ndarray:
+        return np.fromfile(self.root / f"{p}.{kind}", dtype=np.int64)
+
+
+def bucket(
+    edges: EdgeFiles,
+    parts: np.ndarray,
+    num_parts: int,
+    inverse: np.ndarray,
+    out_degree: np.ndarray,
+    buckets: _Buckets,
+    chunk: int,
+) -> int:
+    """Pass 2: every edge into its buckets (module docstring); returns the count of remote edges."""
+    n, k = edges.num_nodes, num_parts
+    start = np.zeros(n, dtype=np.int64)
+    np.cumsum(out_degree[:-1], out=start[1:])  # CSR row starts: the original edge ids
+    seen = np.zeros(n, dtype=np.int64)
+    remote = 0
+    for _, src, dst, et in edges.chunks(chunk):
+        order = np.argsort(src, kind="stable")
+        s_sorted = src[order]
+        first = np.searchsorted(s_sorted, s_sorted, side="left")
+        rank = np.empty(len(src), dtype=np.int64)
+        rank[order] = np.arange(len(src)) - first
+        eid = start[src] + seen[src] + rank
+        seen += np.bincount(src, minlength=n)
+        ps, pd = parts[src], parts[dst]
+        ns, nd = inverse[src], inverse[dst]
+        cross = ps != pd
+        remote += int(cross.sum())
+        loop = src == dst
+        lo, hi = np.minimum(ns, nd)[~loop], np.maximum(ns, nd)[~loop]
+        plo = np.where(ns <= nd, ps, pd)[~loop]
+        for p in range(k):
+            sel = pd == p
+            buckets.add(p, "src", ns[sel])
+            buckets.add(p, "dst", nd[sel])
+            buckets.add(p, "eid", eid[sel])
+            if et is not None:
+                buckets.add(p, "etype", et[sel])
+            buckets.add(p, "out", nd[cross & (ps == p)])
+            buckets.add(p, "pair", lo[plo == p] * n + hi[plo == p])
+    return remote
+
+
+def _npy_header(f: BinaryIO, length: int) -> None:
+    """The header np.save writes for an int64 vector of `length` (the data is appended after it)."""
+    np.lib.format.write_array_header_1_0(f, {"descr": _I64.str, "fortran_order": False, "shape": (length,)})
+
+
+def partition_stream(
+    graph: Graph,
+    edges: EdgeFiles,
+    num_parts: int,
+    out: Path,
+    *,
+    balance: Sequence[str],
+    max_imbalance: float,
+    seed: int,
+    overwrite: bool = False,
+    chunk: int = CHUNK_EDGES,
+) -> tuple[Path, PartitionResult]:
+    """Fennel-partition `edges` (node data from `graph`, a Graph without edges) into `out`.
+
+    Returns the config path and the result (its relabeling holds the node maps only: no edge arrays).
+
+    Raises:
+        PartitionError: num_parts, seed, tolerance or a constraint out of range.
+        DataError: an edge file is bad, or `out` exists and `overwrite` is False.
+    """
+    n, m, k = graph.num_nodes, edges.num_edges, num_parts
+    check_settings(n, num_parts, "fennel", balance, max_imbalance, seed)
+    seconds: dict[str, float] = {}
+    t0 = time.perf_counter()
+    parts, counts = assign(edges, k, max_imbalance, seed, chunk)
+    seconds["assign"] = time.perf_counter() - t0
+    cons = constraints.build(graph, list(balance), degree=counts.in_degree)
+    node_map, inverse, node_bounds = relabel.nodes(parts, k)
+    t = time.perf_counter()
+    out = Path(out)
+    scratch_dir = tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{out.name}.scratch-")
+    with scratch_dir as scratch, atomic_dir(out, overwrite=overwrite) as tmp:
+        kinds = ["src", "dst", "eid", "out", "pair"] + (["etype"] if edges.etype is not None else [])
+        buckets = _Buckets(Path(scratch), k, kinds)
+        try:
+            remote = bucket(edges, parts, k, inverse, counts.out_degree, buckets, chunk)
+        finally:
+            buckets.close()
+        seconds["bucket"] = time.perf_counter() - t
+        t = time.perf_counter()
+        format.write_node_files(tmp, graph, node_map, inverse)
+        edge_bounds = np.zeros(k + 1, dtype=np.int64)
+        parts_meta: list[dict[str, Any]] = []
+        ndata_desc: dict[str, Any] = {}
+        halo_sizes: list[int] = []
+        und = cut = 0
+        with open(tmp / "edge_map.npy", "wb") as edge_map:
+            _npy_header(edge_map, m)
+            for p in range(k):
+                lo, hi = int(node_bounds[p]), int(node_bounds[p + 1])
+                ns, nd, eid = buckets.read(p, "src"), buckets.read(p, "dst"), buckets.read(p, "eid")
+                order = np.lexsort((eid, nd))
+                ns, nd, eid = ns[order], nd[order], eid[order]
+                edge_map.write(eid.tobytes())
+                edge_bounds[p + 1] = edge_bounds[p] + len(eid)
+                indptr = np.zeros(hi - lo + 1, dtype=np.int64)
+                np.cumsum(np.bincount(nd - lo, minlength=hi - lo), out=indptr[1:])
+                etype = buckets.read(p, "etype")[order] if edges.etype is not None else None
+                remote_src = ns[(ns < lo) | (ns >= hi)]
+                halo = np.unique(np.concatenate([remote_src, buckets.read(p, "out")]))
+                halo_sizes.append(len(halo))
+                pairs = np.unique(buckets.read(p, "pair"))
+                und += len(pairs)
+                cut += int(np.count_nonzero(pairs % n >= hi))  # the higher end's new id beyond this part
+                ids = node_map[lo:hi]
+                parts_meta.append(format.write_part(tmp, p, graph, ids, indptr, ns, etype, halo, ndata_desc))
+        seconds["write"] = time.perf_counter() - t
+        seconds["total"] = time.perf_counter() - t0
+        result = _result(
+            graph, parts, k, cons, max_imbalance, seed, node_map, inverse, node_bounds, edge_bounds
+        )
+        result.stats = _stats(n, m, und, cut, remote, parts, k, cons, edge_bounds, halo_sizes, seconds)
+        config = format.config_of(graph, m, result, node_bounds, edge_bounds, parts_meta, ndata_desc)
+        format.write_config(tmp, graph, config)
+    return out / f"{graph.name}.json", result
+
+
+def _result(
+    graph: Graph,
+    parts: np.ndarray,
+    num_parts: int,
+    cons: constraints.Constraints,
+    max_imbalance: float,
+    seed: int,
+    node_map: np.ndarray,
+    inverse: np.ndarray,
+    node_bounds: np.ndarray,
+    edge_bounds: np.ndarray,
+) -> PartitionResult:
+    empty = np.empty(0, dtype=np.int64)
+    rl = relabel.Relabeling(node_map, inverse, node_bounds, empty, edge_bounds, empty, empty)
+    info = AssignInfo(strategy="fennel", notes=["streamed: edges read in chunks, never held whole"])
+    return PartitionResult(
+        num_parts=num_parts,
+        algorithm="fennel",
+        seed=seed,
+        max_imbalance=max_imbalance,
+        parts=parts,
+        relabeling=rl,
+        halos=[],
+        constraints=cons,
+        stats=PartitionStats(graph.num_nodes, 0, 0, 0, 0.0, 0.0, {}, [], [], []),
+        info=info,
+    )
+
+
+def _stats(
+    n: int,
+    m: int,
+    und: int,
+    cut: int,
+    remote: int,
+    parts: np.ndarray,
+    k: int,
+    cons: constraints.Constraints,
+    edge_bounds: np.ndarray,
+    halo_sizes: list[int],
+    seconds: dict[str, float],
+) -> PartitionStats:
+    """The same statistics stats.compute counts from the in-memory adjacency."""
+    bal = dict(zip(cons.names, map(float, constraints.balance_of(cons.weights, parts, k)), strict=True))
+    nodes = np.bincount(parts, minlength=k)
+    stored = np.diff(edge_bounds)
+    bal.setdefault("nodes", float(nodes.max() / nodes.mean()))
+    bal["edges"] = float(stored.max() / stored.mean()) if stored.sum() else 1.0
+    return PartitionStats(
+        num_nodes=n,
+        num_edges=m,
+        num_undirected_edges=und,
+        cut_edges=cut,
+        edge_cut_fraction=cut / und if und else 0.0,
+        remote_edge_fraction=remote / m if m else 0.0,
+        balance=bal,
+        nodes_per_part=nodes.tolist(),
+        edges_per_part=stored.tolist(),
+        halo_per_part=halo_sizes,
+        seconds=seconds,
+    )

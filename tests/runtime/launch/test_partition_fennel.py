@@ -1,0 +1,153 @@
+"""partition.algorithm fennel and auto through the partition step (the operator's Job and `graphtrain
+run` run it alike): a stored graph dataset streams, `auto` picks by the memory budget (one real
+partition each way), a graph that cannot stream is one line naming the field, and WordNet partitioned
+by Fennel trains end to end."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from graphtrain.runtime.data import datasets, store
+from tests.conftest import planted_graph
+from tests.runtime.launch.test_partition_step import write_spec
+
+GRAPHTRAIN = [sys.executable, "-m", "graphtrain.cli"]
+ENV = {**os.environ, "GRAPHTRAIN_QUIET": "1", "OMP_NUM_THREADS": "1"}
+
+
+@pytest.fixture
+def stored(tmp_path: Path) -> Path:
+    """A private dataset cache holding a planted graph under a graph dataset's name (its edges as the
+    cache stores edges: src.npy, dst.npy)."""
+    g = planted_graph(n=3000, seed=5)
+    src, dst = g.edges()
+    directory = tmp_path / "cache" / "datasets" / "metis-4elt"
+    directory.mkdir(parents=True)
+    store.save(
+        directory,
+        {
+            "src": src,
+            "dst": dst,
+            "num_nodes": np.array(g.num_nodes, dtype=np.int64),
+            "label": g.label,
+            "feat": g.feat.toarray(),
+        },
+        {"format_version": datasets.FORMAT_VERSION, "name": "metis-4elt", "kind": "graph"},
+    )
+    return tmp_path / "cache"
+
+
+def spec(tmp_path: Path, graph: dict, partition: dict) -> Path:
+    """The partition step's tests' spec (GraphSAGE), in 3 parts balancing nodes and degree."""
+    return write_spec(tmp_path, graph, {"parts": 3, "balance": ["nodes", "degree"], **partition})
+
+
+def partition(path: Path, out: Path, data: Path) -> subprocess.CompletedProcess:
+    """The partition Job's command line (`graphtrain partition --spec ... --report-file ...`)."""
+    return subprocess.run(
+        [*GRAPHTRAIN, "partition", "--spec", str(path), "--out", str(out), "--data-dir", str(data)]
+        + ["--report-file", str(out.parent / "termination-log")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=ENV,
+    )
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize(
+    ("settings", "algorithm", "said"),
+    [
+        ({"algorithm": "fennel"}, "fennel", None),
+        ({"algorithm": "auto", "memoryLimit": "64Gi"}, "metis", "metis (METIS needs about"),
+        (
+            {"algorithm": "auto", "resources": {"limits": {"memory": "1Mi"}}},
+            "fennel",
+            "(1.0 MiB from partition.resources.limits.memory, less",
+        ),
+    ],
+    ids=["fennel", "auto-fits", "auto-streams"],
+)
+def test_the_job_streams_or_runs_metis(
+    tmp_path: Path, stored: Path, settings: dict, algorithm: str, said: str | None
+) -> None:
+    out = tmp_path / "part"
+    split = {"train": 0.6, "val": 0.2, "test": 0.2, "seed": 0}
+    done = partition(spec(tmp_path, {"dataset": "metis-4elt", "split": split}, settings), out, stored)
+    assert done.returncode == 0, done.stderr
+    config = json.loads(next(out.glob("*.json")).read_text())
+    assert config["algorithm"] == algorithm
+    assert config["stats"]["balance"]["nodes"] <= 1.05
+    if said is not None:
+        assert said in done.stdout + done.stderr
+    report = json.loads((tmp_path / "termination-log").read_text())
+    assert report, "the Job's report file is written"
+    from graphtrain.runtime import partition as partitioning
+
+    cfg = partitioning.load_config(out)
+    cfg.verify()
+    assert sum(partitioning.load_part(cfg, p).indices.shape[0] for p in range(3)) == config["num_edges"]
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(
+    ("graph", "field"),
+    [
+        ({"dataset": "nations"}, "graph.dataset nations is a knowledge graph"),
+        ({"dataset": "metis-4elt", "reverseEdges": True}, "graph.reverseEdges"),
+        ({"path": "edges.tsv"}, "graph.path is loaded whole"),
+    ],
+)
+def test_fennel_on_a_graph_that_cannot_stream_is_one_line(
+    tmp_path: Path, stored: Path, graph: dict, field: str
+) -> None:
+    (tmp_path / "edges.tsv").write_text("0\t1\n1\t2\n")
+    path = spec(tmp_path, graph, {"algorithm": "fennel"})
+    if graph.get("dataset") == "nations":  # a valid KGE spec: its own example's
+        doc = yaml.safe_load((Path(__file__).parents[3] / "examples" / "nations-transe.yaml").read_text())
+        doc["spec"]["partition"]["algorithm"] = "fennel"
+        path.write_text(yaml.safe_dump(doc))
+    done = partition(path, tmp_path / "part", stored)
+    assert done.returncode == 1
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and errors[0].startswith("error: partition.algorithm fennel: " + field), (
+        done.stderr
+    )
+    assert "Traceback" not in done.stderr
+
+
+@pytest.mark.timeout(420)
+def test_wordnet_partitioned_by_fennel_trains(tmp_path: Path) -> None:
+    """`graphtrain run` of WordNet GraphSAGE (2 shard servers x 2 trainers, 1 small epoch) with fennel."""
+    doc = yaml.safe_load((Path(__file__).parents[3] / "examples" / "wordnet-sage.yaml").read_text())
+    s = doc["spec"]
+    s["partition"]["algorithm"] = "fennel"
+    s["embeddings"][0]["dim"] = 16
+    s["model"].update(hiddenDim=64, featureProjection=64)
+    s["training"].update(epochs=1, fanouts=[5, 5])
+    path = tmp_path / "wordnet.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    run_dir = tmp_path / "run"
+    done = subprocess.run(
+        [*GRAPHTRAIN, "run", str(path), "--run-dir", str(run_dir)],
+        capture_output=True,
+        text=True,
+        timeout=400,
+        env=ENV,
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    status = json.loads((run_dir / "status.json").read_text())
+    assert status["phase"] == "Succeeded"
+    config = json.loads(next((run_dir / "partition").glob("*.json")).read_text())
+    assert config["algorithm"] == "fennel" and config["stats"]["balance"]["nodes"] <= 1.05
+    result = json.loads((run_dir / "result.json").read_text())
+    # 45 classes, the largest 12.3 % of the nodes: one epoch already learns well past it (0.36 measured)
+    assert result["test_accuracy"] > 0.25, result

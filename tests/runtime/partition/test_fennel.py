@@ -1,0 +1,179 @@
+"""Fennel streaming partitioning: the score and the choice by hand, the native loop against the Python
+oracle, chunked reading against whole arrays, seeds, and the streamed partition against the in-memory
+writer's (the same files, byte for byte, and the same statistics)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from graphtrain.runtime import partition
+from graphtrain.runtime.data.edgefiles import EdgeFiles
+from graphtrain.runtime.data.graph import Graph
+from graphtrain.runtime.errors import DataError
+from graphtrain.runtime.partition import fennel, streaming
+from tests.conftest import planted_graph
+from tests.runtime.partition.test_format import assert_same_graph
+
+pytestmark = pytest.mark.timeout(120)
+
+BALANCE = ["nodes", "degree", "train", "val", "test"]
+
+
+def test_params_are_the_papers() -> None:
+    p = fennel.params(num_nodes=10_000, num_edges=50_000, num_parts=4, max_imbalance=0.05)
+    assert p.gamma == 1.5
+    assert p.alpha == pytest.approx(2 * 50_000 / 10_000**1.5)
+    assert p.cap == 2625  # floor(1.05 * 10000 / 4)
+    assert fennel.params(10, 5, 4, 0.01).cap == 3  # never below ceil(n / k)
+
+
+def test_choice_follows_neighbours_within_capacity() -> None:
+    p = fennel.FennelParams(num_parts=3, alpha=0.1, gamma=1.5, cap=5)
+    loads = np.array([1, 1, 1])
+    assert fennel.choose(np.array([2, 0, 1]), loads, p, seed=0, v=7) == 0
+    # part 0 full: the next best by neighbours
+    assert fennel.choose(np.array([2, 0, 1]), np.array([5, 1, 1]), p, seed=0, v=7) == 2
+    # no neighbours placed: the lighter part (the penalty grows with load)
+    assert fennel.choose(np.zeros(3), np.array([3, 1, 2]), p, seed=0, v=7) == 1
+    # every part full: the least loaded
+    assert fennel.choose(np.ones(3), np.array([6, 5, 7]), p, seed=0, v=7) == 1
+    s = fennel.scores(np.array([2, 0]), np.array([4, 1]), dataclasses.replace(p, num_parts=2))
+    assert s == pytest.approx([2 - 0.15 * 2, -0.15])
+
+
+def test_two_blocks_cut_well_below_random() -> None:
+    """Two random blocks streamed interleaved: Fennel finds them (random assignment cuts half)."""
+    rng = np.random.default_rng(0)
+    src, dst = rng.integers(0, 200, 2000), rng.integers(0, 200, 2000)
+    second = rng.random(2000) < 0.5
+    src[second] += 200
+    dst[second] += 200
+    parts = fennel.stream_assign([(src, dst)], 400, 2000, 2, 0.05, seed=0)
+    assert np.bincount(parts).max() <= 210  # floor(1.05 * 400 / 2)
+    assert np.mean(parts[src] != parts[dst]) < 0.2
+    rand = partition.partition_graph(Graph.from_edges("b", 400, src, dst), 2, "random", ["nodes"])
+    assert np.mean(rand.parts[src] != rand.parts[dst]) > 0.4
+
+
+@pytest.mark.parametrize("chunk", [97, 1000, 100_000])
+def test_native_equals_python_oracle(chunk: int) -> None:
+    g = planted_graph(n=800, seed=1)
+    src, dst = g.edges()
+    p = fennel.params(g.num_nodes, g.num_edges, 3, 0.05)
+    native = np.full(g.num_nodes, -1, np.int32), np.zeros(3, np.int64)
+    oracle = np.full(g.num_nodes, -1, np.int32), np.zeros(3, np.int64)
+    for s, d in fennel.in_chunks(src, dst, chunk):
+        c = fennel.chunk_adjacency(s, d)
+        fennel.assign_chunk(c, *native, p, seed=5)
+        fennel.assign_chunk_reference(c, *oracle, p, seed=5)
+    assert np.array_equal(native[0], oracle[0]) and np.array_equal(native[1], oracle[1])
+
+
+def test_chunk_adjacency_orders_by_first_appearance() -> None:
+    c = fennel.chunk_adjacency(np.array([5, 2, 5, 3]), np.array([2, 9, 5, 5]))
+    assert c.verts.tolist() == [5, 2, 9, 3]
+    rows = {int(v): sorted(c.adj[c.xadj[i] : c.xadj[i + 1]].tolist()) for i, v in enumerate(c.verts)}
+    assert rows == {5: [2, 3], 2: [5, 9], 9: [2], 3: [5]}  # the self-loop 5-5 is dropped
+
+
+def test_seed_decides_and_repeats() -> None:
+    g = planted_graph(n=1500, seed=2)
+    src, dst = g.edges()
+
+    def run(seed: int) -> np.ndarray:
+        return fennel.stream_assign(fennel.in_chunks(src, dst, 500), g.num_nodes, g.num_edges, 4, 0.05, seed)
+
+    assert np.array_equal(run(3), run(3))
+    assert not np.array_equal(run(3), run(4))
+
+
+def test_isolated_nodes_level_the_parts() -> None:
+    parts = np.array([0, 0, 0, 1, -1, -1, -1, -1, -1], dtype=np.int32)
+    loads = np.array([3, 1, 0], dtype=np.int64)
+    fennel.place_isolated(parts, loads)
+    assert (parts >= 0).all() and loads.tolist() == [3, 3, 3] == np.bincount(parts).tolist()
+
+
+def save_edges(g: Graph, root: Path) -> EdgeFiles:
+    src, dst = g.edges()
+    root.mkdir(parents=True, exist_ok=True)
+    np.save(root / "src.npy", src)
+    np.save(root / "dst.npy", dst.astype(np.int32))  # any integer type reads as int64
+    np.save(root / "etype.npy", g.etype)
+    return EdgeFiles.open(g.name, g.num_nodes, root / "src.npy", root / "dst.npy", root / "etype.npy")
+
+
+@pytest.mark.parametrize("size", [1, 333, 10**6])
+def test_chunked_reading_equals_whole(tmp_path: Path, size: int) -> None:
+    g = planted_graph(n=600, seed=4)
+    edges = save_edges(g, tmp_path)
+    got = list(edges.chunks(size))
+    src, dst = g.edges()
+    assert [lo for lo, *_ in got] == list(range(0, g.num_edges, size))
+    assert np.array_equal(np.concatenate([s for _, s, _, _ in got]), src)
+    assert np.array_equal(np.concatenate([d for _, _, d, _ in got]), dst)
+    assert np.array_equal(np.concatenate([e for *_, e in got]), g.etype)
+
+
+def test_bad_edge_files_are_named(tmp_path: Path) -> None:
+    np.save(tmp_path / "src.npy", np.array([0, 1, 7]))
+    np.save(tmp_path / "dst.npy", np.array([1, 2, 0]))
+    np.save(tmp_path / "short.npy", np.array([1, 2]))
+    np.save(tmp_path / "float.npy", np.array([1.0, 2.0, 3.0]))
+    edges = EdgeFiles.open("g", 5, tmp_path / "src.npy", tmp_path / "dst.npy")
+    with pytest.raises(DataError, match=r"edge 2 has source id 7 outside \[0, 5\)"):
+        list(edges.chunks(2))
+    with pytest.raises(DataError, match="differ in length"):
+        EdgeFiles.open("g", 5, tmp_path / "src.npy", tmp_path / "short.npy")
+    with pytest.raises(DataError, match="float.npy: expected a 1-D integer array"):
+        EdgeFiles.open("g", 5, tmp_path / "src.npy", tmp_path / "float.npy")
+
+
+def node_only(g: Graph) -> Graph:
+    empty = np.empty(0, dtype=np.int64)
+    fields = {f.name: getattr(g, f.name) for f in dataclasses.fields(g)}
+    return Graph(
+        **{**fields, "indptr": np.zeros(g.num_nodes + 1, np.int64), "indices": empty, "etype": empty}
+    )
+
+
+def test_streamed_partition_is_the_in_memory_one(tmp_path: Path) -> None:
+    """Same parts, same files byte for byte, same statistics, and it reassembles into the input."""
+    g = planted_graph(n=2000, seed=3)
+    edges = save_edges(g, tmp_path / "edges")
+    chunk = 700
+    config, res = streaming.partition_stream(
+        node_only(g), edges, 3, tmp_path / "s", balance=BALANCE, max_imbalance=0.05, seed=1, chunk=chunk
+    )
+    src, dst = g.edges()
+    parts = fennel.stream_assign(fennel.in_chunks(src, dst, chunk), g.num_nodes, g.num_edges, 3, 0.05, 1)
+    assert np.array_equal(res.parts, parts)
+    mem = partition.partition_graph(g, 3, "random", BALANCE, 0.05, 1)
+    # the in-memory pipeline with the same parts: relabel and stats from the whole graph
+    from graphtrain.runtime.partition import adjacency, relabel, stats
+
+    rl = relabel.relabel(g, parts, 3)
+    adj = adjacency.undirected(g)
+    halos = stats.halos(adj, parts, rl, 3)
+    st = stats.compute(adj, parts, 3, mem.constraints, rl, halos, src, dst)
+    mem = dataclasses.replace(mem, algorithm="fennel", parts=parts, relabeling=rl, halos=halos, stats=st)
+    mem.info.strategy = "fennel"
+    other = partition.write(g, mem, tmp_path / "m")
+    a, b = json.loads(Path(config).read_text()), json.loads(other.read_text())
+    assert a["files"] == b["files"]
+    sa, sb = a.pop("stats"), b.pop("stats")
+    sa.pop("seconds"), sb.pop("seconds")
+    assert sa.pop("balance") == pytest.approx(balance := sb.pop("balance"))
+    assert sa.pop("remote_edge_fraction") == pytest.approx(sb.pop("remote_edge_fraction"))
+    assert sa == sb
+    a.pop("created"), b.pop("created"), a.pop("files"), b.pop("files")
+    assert a == b
+    cfg = partition.load_config(config)
+    assert_same_graph(partition.reassemble(cfg), g)
+    assert balance["nodes"] <= 1.05
+    assert not list(tmp_path.glob(".s.scratch-*"))  # the scratch files went with the run
