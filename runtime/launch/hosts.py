@@ -170,13 +170,16 @@ def _run(cmd: list[str], check: bool = True) -> None:
 
 
 def _leftovers(block: int) -> None:
-    """Remove what a killed harness of `block` left (its namespaces, its bridge)."""
+    """Remove what a killed harness of `block` left (its namespaces, its bridge, its links)."""
     prefix = f"gth{block}-"
     names = [p.name for p in NETNS_DIR.glob(f"{prefix}*")] if NETNS_DIR.is_dir() else []
     for name in names:
         _run(["ip", "netns", "delete", name], check=False)
-    if Path(f"/sys/class/net/gthbr{block}").exists():
-        _run(["ip", "link", "delete", f"gthbr{block}"], check=False)
+    # the bridge and the bridge's ends of the links: a namespace's deletion takes its veth pair with it,
+    # but the kernel does it later, so a harness started at once after a killed one can meet them
+    for link in [f"gthbr{block}", *(p.name for p in Path("/sys/class/net").glob(f"gth{block}v*"))]:
+        if Path(f"/sys/class/net/{link}").exists():
+            _run(["ip", "link", "delete", link], check=False)
 
 
 @contextlib.contextmanager
