@@ -27,6 +27,7 @@ The operator runs as `graphtrain operator` in its own process, as in a pod.
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import re
@@ -124,9 +125,23 @@ class PhaseWatch:
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
 
+    def _see(self, obj: dict) -> None:
+        phase = (obj.get("status") or {}).get("phase")
+        if phase:
+            with self.cond:
+                self.seen.setdefault((obj["metadata"]["name"], phase), time.perf_counter())
+                self.cond.notify_all()
+
+    def _list(self, api: Any) -> str:
+        """What the list shows (objects made before the watch began count too); its version."""
+        listed = api.list_namespaced_custom_object(GROUP, VERSION, self.ns, PLURAL)
+        for obj in listed["items"]:
+            self._see(obj)
+        return str(listed["metadata"]["resourceVersion"])
+
     def _run(self) -> None:
         api = kubernetes.client.CustomObjectsApi()
-        rv = api.list_namespaced_custom_object(GROUP, VERSION, self.ns, PLURAL)["metadata"]["resourceVersion"]
+        rv = self._list(api)
         while not self._stop.is_set() and time.perf_counter() < self.deadline:
             w = kubernetes.watch.Watch()
             try:
@@ -141,19 +156,13 @@ class PhaseWatch:
                 ):
                     obj = ev["object"]
                     rv = obj["metadata"]["resourceVersion"]
-                    phase = (obj.get("status") or {}).get("phase")
-                    if phase:
-                        with self.cond:
-                            self.seen.setdefault((obj["metadata"]["name"], phase), time.perf_counter())
-                            self.cond.notify_all()
+                    self._see(obj)
                     if self._stop.is_set():
                         break
             except kubernetes.client.ApiException as exc:
                 if exc.status != 410:
                     raise
-                rv = api.list_namespaced_custom_object(GROUP, VERSION, self.ns, PLURAL)["metadata"][
-                    "resourceVersion"
-                ]
+                rv = self._list(api)
 
     def wait(self, pred: Callable[[], bool], timeout: float) -> bool:
         end = time.perf_counter() + timeout
@@ -191,25 +200,27 @@ class JobController:
                 namespace=self.ns,
                 content_type="application/merge-patch+json",
             )
-        except kubernetes.client.ApiException:
+        except (kubernetes.client.ApiException, OSError):
             self.errors += 1
+            self.done.discard(name)  # the next list tries again
+
+    def _see(self, job: dict) -> None:
+        name = job["metadata"]["name"]
+        if name not in self.done and not (job.get("status") or {}).get("succeeded"):
+            self.done.add(name)
+            self.pool.submit(self._complete, name)
 
     def _run(self) -> None:
         batch = kubernetes.client.BatchV1Api()
-        rv = batch.list_namespaced_job(self.ns).metadata.resource_version
         while not self._stop.is_set() and time.perf_counter() < self.deadline:
-            w = kubernetes.watch.Watch()
-            for ev in w.stream(batch.list_namespaced_job, self.ns, resource_version=rv, timeout_seconds=5):
-                job = ev["raw_object"]
-                rv = job["metadata"]["resourceVersion"]
-                name = job["metadata"]["name"]
-                if (
-                    ev["type"] != "DELETED"
-                    and name not in self.done
-                    and not (job.get("status") or {}).get("succeeded")
-                ):
-                    self.done.add(name)
-                    self.pool.submit(self._complete, name)
+            listed = json.loads(batch.list_namespaced_job(self.ns, _preload_content=False).data)
+            for job in listed["items"]:  # Jobs made before the watch (re)started count too
+                self._see(job)
+            rv = listed["metadata"]["resourceVersion"]
+            w = kubernetes.watch.Watch()  # then each change, until the server ends this watch
+            for ev in w.stream(batch.list_namespaced_job, self.ns, resource_version=rv, timeout_seconds=10):
+                if ev["type"] != "DELETED":
+                    self._see(ev["raw_object"])
                 if self._stop.is_set():
                     break
 
