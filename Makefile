@@ -77,7 +77,7 @@ bench-fuzz: install ## coverage-guided fuzzing of the request path (atheris), 10
 bench-e2e: install ## throughput and accuracy vs DGL 2.1, KGE MRR vs PyKEEN 1.11 (makes their venvs once)
 	$(BIN)/python bench/e2e.py
 
-bench-operator: install ## operator: create-to-children latency, 100 trainings at once (real API server)
+bench-operator: install ## operator: latency p50/p95/p99 at 100 trainings, 1,000 at once, deletion (real API server)
 	$(BIN)/python bench/operator_scale.py
 
 bench-operator-wordnet: install ## WordNet GraphSAGE through the operator and the pod runner beside graphtrain run (root)

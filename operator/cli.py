@@ -188,6 +188,7 @@ def _run(
     from graphtrain.operator import endpoints
 
     handlers.use_config(config)
+    handlers.use_namespaces(namespaces)
     handlers.use_fence(elector.may_act if elector is not None else handlers.always)
     stop = _Stop()  # SIGTERM before kopf runs, or the Lease lost
     ready = threading.Event()  # kopf's ready flag: its startup handlers ran

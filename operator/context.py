@@ -79,6 +79,10 @@ class Context:
     def pods(self, role: str) -> list[Obj]:
         return [p for p in self.obs.pods if p["metadata"].get("labels", {}).get(LABEL_ROLE) == role]
 
+    def absent(self, kind: str, name: str) -> bool:
+        """Not observed: a child whose manifest is worth building (ensure() creates only those)."""
+        return key(kind, name) not in self.obs.children
+
     def ensure(self, *objs: Obj | None) -> list[Action]:
         """Creates of the objects not observed (None: not wanted)."""
         return [

@@ -13,8 +13,15 @@ built-in defaults. So are its metrics (use_metrics(): the registry its /metrics 
 reconcile is counted by result and timed, and the status it decided is what the training's metrics
 show; the Kubernetes API calls that fail are counted where they are made (k8s.py).
 
-When the operator stops, pending requeues are cancelled: a standby may lead next, and a requeue of
-this process must not reconcile after it let go.
+Children are not listed at each reconcile: one watch per child kind keeps a cache of them
+(cache.py, fed by k8s.watch_children) and asks a work queue (workqueue.py: WORKERS threads, each
+training at most once at a time, requests for a waiting one merged) to reconcile the training whose
+child changed, after the cache holds the change. The GraphTraining itself is read fresh each time
+(one GET), so its status never goes back; the operator's own creates and deletes enter the cache at
+once, so no reconcile makes again what the last one made.
+
+When the operator stops, pending requeues are cancelled, the watches end and the queue runs nothing
+more: a standby may lead next, and a requeue of this process must not reconcile after it let go.
 """
 
 from __future__ import annotations
@@ -30,21 +37,27 @@ from typing import Any
 
 import kopf
 
-from graphtrain.contract.children import LABEL_TRAINING
 from graphtrain.operator import config as operator_config
 from graphtrain.operator import k8s, logs
+from graphtrain.operator.cache import ChildCache
 from graphtrain.operator.endpoints import OperatorMetrics
 from graphtrain.operator.reconcile import plan
+from graphtrain.operator.workqueue import WorkQueue
 
 log = logging.getLogger("graphtrain.operator")
 GROUP, VERSION, PLURAL = k8s.GROUP, k8s.VERSION, k8s.PLURAL
 TIMER_SECONDS = float(os.environ.get("GRAPHTRAIN_OPERATOR_TIMER", "15"))
+# threads that run the reconciles the child watches ask for (each training on one at a time)
+WORKERS = int(os.environ.get("GRAPHTRAIN_OPERATOR_WORKERS", "4"))
 REQUEUE_SLACK = 1.0  # seconds after a plan's requeue time: status times have whole seconds
 _locks: defaultdict[tuple[str, str], threading.Lock] = defaultdict(threading.Lock)
 _timers: dict[tuple[str, str], threading.Timer] = {}
 _timers_lock = threading.Lock()
 _config: operator_config.OperatorConfig | None = None
 _metrics = OperatorMetrics()  # unserved until the command gives the one it serves (use_metrics)
+_namespaces: tuple[str, ...] = ()  # those the operator watches (none: all)
+_queue: WorkQueue[tuple[str, str]] | None = None  # started by the startup handler
+_watching = threading.Event()  # set: the child watches stop
 
 
 def always() -> bool:
@@ -60,6 +73,13 @@ def use_config(config: operator_config.OperatorConfig) -> None:
     """The configuration the handlers make children with (the command loads it before kopf starts)."""
     global _config
     _config = config
+
+
+def use_namespaces(namespaces: list[str] | tuple[str, ...]) -> None:
+    """The namespaces the operator watches (the command's --namespace; none: all): the child watches
+    list and watch in each of them, which is what a namespaced Role allows."""
+    global _namespaces
+    _namespaces = tuple(namespaces)
 
 
 def metrics() -> OperatorMetrics:
@@ -107,6 +127,29 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     k8s.load_config()
     if _config is None:  # not started by `graphtrain operator`
         use_config(operator_config.load())
+    start_watches()
+
+
+def start_watches() -> None:
+    """The child watches feed the cache reconciles observe from (cache.py) and ask the work queue for
+    the reconcile of the training whose child changed (workqueue.py)."""
+    global _queue, _watching
+    stop_watches()
+    cache = ChildCache([kind for _, kind in k8s.CHILD_KINDS], _namespaces or ("",))
+    queue: WorkQueue[tuple[str, str]] = WorkQueue(lambda key: reconcile(*key), WORKERS)
+    _queue, _watching = queue.start(), threading.Event()
+    k8s.use_cache(cache)
+    k8s.watch_children(cache, lambda namespace, name: queue.add((namespace, name)), _watching)
+
+
+def stop_watches() -> None:
+    """The watches end, the queue runs nothing more, reconciles list their children again."""
+    global _queue
+    _watching.set()
+    if _queue is not None:
+        _queue.stop(timeout=10)
+        _queue = None
+    k8s.use_cache(None)
 
 
 @kopf.on.cleanup()
@@ -116,6 +159,7 @@ def stop_requeues(**_: Any) -> None:
         for timer in _timers.values():
             timer.cancel()
         _timers.clear()
+    stop_watches()
 
 
 def reconcile(namespace: str, name: str) -> None:
@@ -209,17 +253,15 @@ def on_delete(*, name: str, namespace: str | None, uid: str, logger: kopf.Logger
 
 @kopf.timer(GROUP, VERSION, PLURAL, interval=TIMER_SECONDS, initial_delay=TIMER_SECONDS)
 def on_timer(*, name: str, namespace: str | None, status: kopf.Status, **_: Any) -> None:
+    """Asks the work queue, in its periodic lane, and returns: 1,000 trainings' timers reconciling on
+    kopf's executor left a new training's create handler waiting behind them for minutes."""
     if namespace and status.get("phase") not in ("Succeeded", "Failed"):
-        reconcile(namespace, name)
+        queue = _queue
+        if queue is not None:
+            queue.add((namespace, name), periodic=True)
+        else:
+            reconcile(namespace, name)
 
 
-def on_child(*, meta: kopf.Meta, namespace: str | None, **_: Any) -> None:
-    """A labelled child changed: reconcile its training."""
-    training = (meta.get("labels") or {}).get(LABEL_TRAINING)
-    if training and namespace:
-        reconcile(namespace, training)
-
-
-_LABELLED = {LABEL_TRAINING: kopf.PRESENT}
-for _resource in (("v1", "pods"), ("batch/v1", "jobs"), ("apps/v1", "statefulsets"), ("v1", "configmaps")):
-    kopf.on.event(*_resource, labels=_LABELLED)(on_child)
+# A labelled child changed: its training is reconciled by the work queue, asked by the child watches
+# (start_watches), not by kopf handlers: those would run before the cache has the change.

@@ -35,6 +35,7 @@ from graphtrain.contract.children import LABEL_TRAINING
 from graphtrain.contract.conditions import Event, Severity
 from graphtrain.contract.spec import API_VERSION, KIND
 from graphtrain.operator import manifests
+from graphtrain.operator.cache import ChildCache
 from graphtrain.operator.context import Plan
 from graphtrain.operator.observation import Observed, key
 
@@ -57,6 +58,8 @@ CHILD_KINDS = [
 ]
 _client: DynamicClient | None = None
 _lock = threading.Lock()
+_resources: dict[tuple[str, str], Any] = {}  # (apiVersion, kind) -> the dynamic client's resource
+_cache: ChildCache | None = None  # the children as the watches see them (None: list them each time)
 
 
 def _uncounted(verb: str) -> None:
@@ -107,23 +110,46 @@ def load_config() -> None:
         raise CredentialsError(f"no Kubernetes credentials ({source}): {exc}") from None
 
 
+POOL_SIZE = 32  # kept-alive connections: the child watches' streams, the workers', kopf's executor's
+
+
 def client() -> DynamicClient:
+    """One client for every call of the process, its connections kept alive (the client's default
+    pool keeps 5 per CPU: on 2 CPUs fewer than the child watches alone hold open, so each call beyond
+    them would open, TLS-handshake and drop a connection)."""
     global _client
     with _lock:
         if _client is None:
-            _client = DynamicClient(kubernetes.client.ApiClient())
+            config = kubernetes.client.Configuration.get_default_copy()
+            config.connection_pool_maxsize = POOL_SIZE
+            _client = DynamicClient(kubernetes.client.ApiClient(configuration=config))
         return _client
 
 
 def _res(api_version: str, kind: str) -> Any:
-    return client().resources.get(api_version=api_version, kind=kind)
+    """The dynamic client's resource, looked up once (its discovery search cost ~1 ms a call)."""
+    found = _resources.get((api_version, kind))
+    if found is None:
+        found = _resources[(api_version, kind)] = client().resources.get(api_version=api_version, kind=kind)
+    return found
+
+
+def use_cache(cache: ChildCache | None) -> None:
+    """Observe children from `cache` (fed by watch_children) instead of listing them; None: list."""
+    global _cache
+    _cache = cache
+
+
+def _raw(answer: Any) -> dict[str, Any]:
+    """The JSON of an answer asked for with serialize=False (no ResourceInstance wrapping)."""
+    return dict(json.loads(answer.data))
 
 
 def observe(namespace: str, name: str) -> Observed | None:
     """The GraphTraining and its children (see owned()); None if it is gone."""
     try:
         with calling("get", expected=(404,)):
-            body = _res(API_VERSION, KIND).get(name=name, namespace=namespace).to_dict()
+            body = _raw(_res(API_VERSION, KIND).get(name=name, namespace=namespace, serialize=False))
     except ApiException as exc:
         if exc.status == 404:
             return None
@@ -145,18 +171,26 @@ def owned(obj: dict[str, Any], owners: set[str]) -> bool:
 
 
 def _children(
-    namespace: str, name: str, uid: str, retained: bool = False
+    namespace: str, name: str, uid: str, retained: bool = False, fresh: bool = False
 ) -> list[tuple[str, str, dict[str, Any]]]:
     """(apiVersion, kind, object) of every child of the training with this uid, in CHILD_KINDS order
     (Jobs and StatefulSets before the pods they own); `retained`: also the data claim a training of
-    this name kept (storage.whenDeleted Retain: no owner), which the training uses but never deletes."""
+    this name kept (storage.whenDeleted Retain: no owner), which the training uses but never deletes.
+    From the watches' cache once it has listed every kind, unless `fresh`; else listed, one call a kind."""
     selector = f"{LABEL_TRAINING}={name}"
+    cache = _cache if _cache is not None and not fresh and _cache.synced(timeout=0) else None
+    cached = cache.children(namespace, name) if cache is not None else {}
     owners, found = {uid}, []
     for api_version, kind in CHILD_KINDS:
-        with calling("list"):
-            items = _res(api_version, kind).get(namespace=namespace, label_selector=selector).items
-        for item in items:
-            obj = item.to_dict()
+        if cache is not None:
+            items = cached[kind]
+        else:
+            with calling("list"):
+                answer = _res(api_version, kind).get(
+                    namespace=namespace, label_selector=selector, serialize=False
+                )
+            items = sorted(_raw(answer)["items"], key=lambda o: o["metadata"]["name"])
+        for obj in items:
             if owned(obj, owners) or (
                 retained and kind == "PersistentVolumeClaim" and manifests.retained_claim(obj, name)
             ):
@@ -181,12 +215,16 @@ def apply(plan: Plan, observed: Observed, fence: Callable[[], bool] = lambda: Tr
             with calling(action.verb, expected=(404, 409)):
                 res = _res(obj["apiVersion"], obj["kind"])
                 if action.verb == "create":
-                    res.create(body=obj, namespace=ns)
+                    made = _raw(res.create(body=obj, namespace=ns, serialize=False))
+                    if _cache is not None:
+                        _cache.created(made)
                 else:  # with a uid: only that object (409 if the name now holds another), as TTLs do
                     options: dict[str, Any] = {"propagationPolicy": "Background"}
                     if obj["metadata"].get("uid"):
                         options["preconditions"] = {"uid": obj["metadata"]["uid"]}
-                    res.delete(name=obj["metadata"]["name"], namespace=ns, body=options)
+                    res.delete(name=obj["metadata"]["name"], namespace=ns, body=options, serialize=False)
+                    if _cache is not None:
+                        _cache.deleted(obj["kind"], ns, obj["metadata"]["name"])
         except ApiException as exc:
             if action.verb == "create" and exc.status in (400, 422):
                 said = refusal(body, action.key, api_message(exc))
@@ -270,20 +308,100 @@ def delete_children(namespace: str, name: str, uid: str) -> int:
     """Delete every child of the training (owned by it, or by its own Job/StatefulSet): what the garbage
     collector does through the ownerReferences, done here too so nothing outlives a GraphTraining on a
     cluster whose collector is slow or absent (the test API server has none)."""
-    deleted = 0
-    for api_version, kind, obj in reversed(_children(namespace, name, uid)):
+    deleted = 0  # listed afresh: a deletion must not miss a child the watches have not shown yet
+    for api_version, kind, obj in reversed(_children(namespace, name, uid, fresh=True)):
         try:
             with calling("delete", expected=(404,)):
                 _res(api_version, kind).delete(
                     name=obj["metadata"]["name"],
                     namespace=namespace,
                     body={"propagationPolicy": "Background"},
+                    serialize=False,
                 )
             deleted += 1
         except ApiException as exc:
             if exc.status != 404:
                 raise
+        if _cache is not None:
+            _cache.deleted(kind, namespace, obj["metadata"]["name"])
     return deleted
+
+
+# ---------------------------------------------------------------------------------------- watches
+
+
+def watch_children(
+    cache: ChildCache,
+    on_change: Callable[[str, str], None],
+    stop: threading.Event,
+    timeout: int = 60,
+) -> list[threading.Thread]:
+    """Keep `cache` current (cache.py says why): for each child kind, and each of the cache's
+    namespaces, a daemon thread lists the labelled objects, then watches from that list's
+    resourceVersion (the server ends each watch after `timeout` s; it is resumed where it was),
+    relisting after 410 Gone or a failure. Every change calls on_change(namespace, training) once the
+    cache holds it (a relist: for each training it touched, but the first list of each, at start,
+    when kopf's resume handlers reconcile every training anyway). Ends when `stop` is set (within
+    `timeout` s)."""
+    threads = []
+    for api_version, kind in CHILD_KINDS:
+        for namespace in cache.namespaces:
+            thread = threading.Thread(
+                target=_watch_kind,
+                args=(api_version, kind, namespace, cache, on_change, stop, timeout),
+                name=f"watch-{kind}-{namespace or 'all'}",
+                daemon=True,
+            )
+            thread.start()
+            threads.append(thread)
+    return threads
+
+
+def _watch_kind(
+    api_version: str,
+    kind: str,
+    namespace: str,
+    cache: ChildCache,
+    on_change: Callable[[str, str], None],
+    stop: threading.Event,
+    timeout: int,
+) -> None:
+    res, first, pause = _res(api_version, kind), True, 0.0
+    scope = {"namespace": namespace or None, "label_selector": LABEL_TRAINING, "serialize": False}
+    while not stop.wait(pause):
+        try:
+            with calling("list"):
+                listed = _raw(res.get(**scope))
+            touched = cache.replace(kind, listed["items"], namespace)
+            for namespace_name in () if first else sorted(touched):
+                on_change(*namespace_name)
+            first, pause, version = False, 0.0, listed["metadata"]["resourceVersion"]
+            while not stop.is_set():  # each pass: one watch, until the server ends it
+                watcher = kubernetes.watch.Watch()
+                with calling("watch"):
+                    for event in watcher.stream(
+                        res.get,
+                        resource_version=version,
+                        allow_watch_bookmarks=True,
+                        timeout_seconds=timeout,
+                        deserialize=False,
+                        _request_timeout=(10, timeout + 30),
+                        **scope,
+                    ):
+                        obj = event["object"]
+                        version = obj["metadata"].get("resourceVersion") or version
+                        where = cache.event(kind, event["type"], obj)
+                        if where is not None:
+                            on_change(*where)
+                        if stop.is_set():
+                            watcher.stop()
+        except ApiException as exc:  # 410 Gone: the version is too old; relist at once
+            pause = 0.0 if exc.status == 410 else 1.0
+            if exc.status != 410:
+                log.warning("watch of %s failed (%s %s): listing again", kind, exc.status, exc.reason)
+        except (urllib3.exceptions.HTTPError, OSError, ValueError) as exc:
+            log.warning("watch of %s failed (%s): listing again", kind, exc)
+            pause = 1.0
 
 
 # ------------------------------------------------------------------------------------------ lease

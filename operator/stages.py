@@ -139,13 +139,13 @@ def partition_stage(ctx: Context, conds: conditions.Conditions) -> Step:
     """The base children (applied spec, token, progress map, trainer RBAC, data claim) and the partition
     job; the plan stops here until the job succeeded, and fails if it failed."""
     gt, body, n = ctx.gt, ctx.body, ctx.names
-    actions = ctx.ensure(
-        manifests.config_map(body, gt),
+    actions = ctx.ensure(  # the costly ones (a YAML dump, the command line) only when missing
+        manifests.config_map(body, gt) if ctx.absent("ConfigMap", n["config"]) else None,
         manifests.token_secret(body, gt, ctx.token) if ctx.token else None,
         manifests.progress_map(body, gt),
         *manifests.trainer_rbac(body, gt),
         manifests.data_claim(body, gt, ctx.config),
-        manifests.partition_job(body, gt, ctx.config),
+        manifests.partition_job(body, gt, ctx.config) if ctx.absent("Job", n["partition"]) else None,
     )
     outcome, why = job_outcome(ctx.child("Job", n["partition"]))
     if outcome == "failed":
@@ -202,7 +202,9 @@ def shards_stage(ctx: Context, conds: conditions.Conditions) -> Step:
         manifests.shard_service(body, gt),
         manifests.shard_network_policy(body, gt, config),
         manifests.shard_disruption_budget(body, gt, config),
-        manifests.shard_statefulset(body, gt, config),
+        manifests.shard_statefulset(body, gt, config)
+        if ctx.absent("StatefulSet", ctx.names["shards"])
+        else None,
     )
     shards = shard_statuses(ctx)
     ready, total = ready_shards(ctx), gt.spec.num_shards

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -76,3 +77,11 @@ def wait_for(fn: Callable[[], Any], timeout: float = 30, what: str = "condition"
 
 def get(kube, kind: str, name: str, ns: str) -> dict:
     return yaml.safe_load(kube("get", kind, name, "-n", ns, "-o", "yaml"))
+
+
+@pytest.fixture
+def ns(kube) -> str:
+    """A namespace of the test's own."""
+    name = f"t-{uuid.uuid4().hex[:8]}"
+    kube("create", "namespace", name)
+    return name

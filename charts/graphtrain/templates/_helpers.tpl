@@ -121,8 +121,9 @@ and fails on any verb granted here but never used, or used but not granted.
 - apiGroups: [graphtrain.io]
   resources: [graphtrainings/status]
   verbs: [patch]
-# children it watches (kopf.on.event) and creates and deletes; get and patch of ConfigMaps because the
-# Role it creates for the trainers grants them on the progress map (RBAC escalation prevention)
+# children it watches (one watch per kind keeps the operator's cache of them: no list per reconcile)
+# and creates and deletes; get and patch of ConfigMaps because the Role it creates for the trainers
+# grants them on the progress map (RBAC escalation prevention)
 - apiGroups: [""]
   resources: [configmaps]
   verbs: [get, list, watch, create, patch, delete]
@@ -135,20 +136,20 @@ and fails on any verb granted here but never used, or used but not granted.
 - apiGroups: [apps]
   resources: [statefulsets]
   verbs: [list, watch, create, delete]
-# children it lists (by its training label), creates and deletes (the data claim only with
-# storage.whenDeleted Delete)
+# children it watches too (by its training label: the same cache), creates and deletes (the data
+# claim only with storage.whenDeleted Delete); watch adds nothing list does not read already
 - apiGroups: [""]
   resources: [secrets, serviceaccounts, services, persistentvolumeclaims]
-  verbs: [list, create, delete]
+  verbs: [list, watch, create, delete]
 - apiGroups: [rbac.authorization.k8s.io]
   resources: [roles, rolebindings]
-  verbs: [list, create, delete]
+  verbs: [list, watch, create, delete]
 - apiGroups: [networking.k8s.io]
   resources: [networkpolicies]
-  verbs: [list, create, delete]
+  verbs: [list, watch, create, delete]
 - apiGroups: [policy]
   resources: [poddisruptionbudgets]
-  verbs: [list, create, delete]
+  verbs: [list, watch, create, delete]
 # one Event per phase transition
 - apiGroups: [""]
   resources: [events]
