@@ -181,6 +181,7 @@ class Wire:
     received: float
     batch_bytes: int
     input_nodes: float
+    allreduce: float = 0.0  # of sent and received: the dense gradients' all-reduce
 
 
 def replay(spec: GraphTrainingSpec, cfg: PartitionConfig, hosts: int, rank: int, steps: int = 8) -> Wire:
@@ -226,7 +227,35 @@ def replay(spec: GraphTrainingSpec, cfg: PartitionConfig, hosts: int, rank: int,
         inputs.append(n)
         work.append(n * row * ACTIVATIONS)
     inner.close()
-    return Wire(counting.sent / steps, counting.received / steps, int(max(work)), float(np.mean(inputs)))
+    ring = allreduce_bytes(spec, cfg, hosts, table.dim if table else 0, feat)
+    sent, received = counting.sent / steps + ring, counting.received / steps + ring
+    return Wire(sent, received, int(max(work)), float(np.mean(inputs)), ring)
+
+
+def allreduce_bytes(
+    spec: GraphTrainingSpec, cfg: PartitionConfig, hosts: int, emb_dim: int, feat: Any
+) -> float:
+    """Bytes one trainer sends (and receives) per step in DDP's all-reduce of the dense gradients: a
+    ring moves 2 (W-1)/W of them each way, and across hosts whenever there are several (ring
+    neighbours r and r+1 are on different hosts r mod H and r+1 mod H)."""
+    from graphtrain.runtime.train.models import GraphSAGE
+
+    world = spec.trainers.replicas
+    if world < 2 or hosts < 2:
+        return 0.0
+    m = spec.model
+    feat_dim = int(feat.shape[1]) if feat is not None else 0
+    split = emb_dim > 0 and feat_dim > 0
+    model = GraphSAGE(
+        feat_dim + emb_dim,
+        m.hidden_dim,
+        int(cfg.data.get("num_classes") or 2),
+        m.num_layers,
+        m.dropout,
+        frozen=feat_dim if split else 0,
+    )
+    grads = sum(p.numel() for p in model.parameters() if p.requires_grad) * 4
+    return 2 * (world - 1) / world * grads
 
 
 def human(n: float) -> str:
@@ -252,8 +281,10 @@ class CapacityPlan:
 
     @property
     def bytes_per_step(self) -> float:
-        """What every host sends over its link in one step, all trainers together."""
-        return sum(w.sent + w.received for w in self.wires)
+        """What every host sends over its link in one step, all trainers together: each trainer's
+        traffic with other hosts' shards both ways, and its all-reduce sends once (what it receives
+        there is another trainer's send)."""
+        return sum(w.sent + w.received - w.allreduce for w in self.wires)
 
 
 def make_plan(spec: GraphTrainingSpec, cfg: PartitionConfig, hosts: int) -> CapacityPlan:
@@ -281,7 +312,8 @@ def plan_lines(plan: CapacityPlan, bandwidth: float | None = None, memory: int |
     for r, w in enumerate(plan.wires):
         line = (
             f"trainer-{r} per step across hosts ({plan.hosts} host(s)): sends {human(w.sent)}, receives "
-            f"{human(w.received)} (mean {w.input_nodes:,.0f} input nodes)"
+            f"{human(w.received)}, dense all-reduce {human(w.allreduce)} of each (mean "
+            f"{w.input_nodes:,.0f} input nodes)"
         )
         if bandwidth:
             line += f"; {1000 * max(w.sent, w.received) / bandwidth:.1f} ms at {bandwidth / 1e6:,.0f} MB/s"
