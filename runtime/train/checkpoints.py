@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -99,6 +100,7 @@ class Checkpoints:
             if best and self.dist.rank == 0:
                 ckpt.mark_best(self.root, tag)
             return
+        paused = time.perf_counter()
         self.graph.client.settle()  # this trainer's pushes in flight are applied before the barrier
         self.dist.barrier()
         directory = self.root / tag
@@ -131,6 +133,8 @@ class Checkpoints:
             ckpt.prune(self.root, KEEP_CHECKPOINTS)
         self.dist.barrier()
         self.saved_step = point.step
+        if self.dist.rank == 0:  # what a checkpoint costs training (bench/checkpoint.py reads it)
+            log(f"[trainer] checkpoint {tag}: training paused {1000 * (time.perf_counter() - paused):.1f} ms")
 
     def newest(self) -> tuple[Path, dict[str, Any]] | None:
         """The latest complete checkpoint that checks out and its trainer record, on every rank (rank 0
