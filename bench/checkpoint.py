@@ -145,11 +145,15 @@ def main() -> None:
     off = statistics.median(r["wall"] for r in runs[False])
     on = statistics.median(r["wall"] for r in runs[True])
     paused = [p for r in runs[True] for p in r["paused_ms"]]
-    print("| runs | wall off (baseline) | wall on | on/off | cost of checkpoints | paused per checkpoint |")
-    print("|---|---|---|---|---|---|")
+    share = statistics.median(sum(r["paused_ms"]) / 1000 / r["wall"] for r in runs[True])
+    print(
+        "| runs | wall off (baseline) | wall on | on/off | (on - off) / on | paused / wall on "
+        "| paused per checkpoint |"
+    )
+    print("|---|---|---|---|---|---|---|")
     print(
         f"| {a.repeats} each, {a.epochs} epochs | {off:.1f} s | {on:.1f} s | {on / off:.3f}x | "
-        f"{100 * (on - off) / on:.1f} % of the wall time | median {statistics.median(paused):.0f} ms, "
+        f"{100 * (on - off) / on:+.1f} % | {100 * share:.1f} % | median {statistics.median(paused):.0f} ms, "
         f"max {max(paused):.0f} ms ({len(paused) // max(1, a.repeats)} per run) |"
     )
 
