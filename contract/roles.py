@@ -255,6 +255,13 @@ class ShardServerParams(RoleParams):
     shm: bool = field(
         default=False, metadata=opt("hold host tables in shared memory for clients on this host")
     )
+    checkpoint_staging_mb: int = field(
+        default=256,
+        metadata=opt("extra memory a checkpoint written in the background may hold (MiB)", min=0),
+    )
+    checkpoint_rate_mb: float = field(
+        default=0.0, metadata=opt("bound on a background checkpoint's writes (MiB/s; 0: none)", min=0.0)
+    )
 
     def stated(self) -> frozenset[str]:
         return frozenset({"bind", "shm"} | (set() if self.shard_from_hostname else {"shard"}))

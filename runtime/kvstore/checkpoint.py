@@ -88,24 +88,30 @@ def write_piece(root: Path, t: TensorShard, writer: Writer = save_whole) -> dict
     final = piece_dir(root, t.name, t.lo, t.hi)
     with atomic_dir(final, overwrite=True) as tmp:
         writer(tmp, t)
-        manifest = {
-            "format": FORMAT,
-            "format_version": FORMAT_VERSION,
-            "name": t.name,
-            "num_rows": t.num_rows,
-            "row_shape": list(t.row_shape),
-            "dtype": t.dtype,
-            "lo": t.lo,
-            "hi": t.hi,
-            "optimizer": None if t.config is None else dataclasses.asdict(t.config),
-            "state": {
-                k: {"shape": list(v.shape), "dtype": str(v.dtype).removeprefix("torch.")}
-                for k, v in t.state.items()
-            },
-            "files": hash_tree(tmp),
-        }
-        write_json(tmp / MANIFEST, manifest)
+        finish_piece(tmp, t)
     return piece_entry(root, t.name, t.lo, t.hi)
+
+
+def finish_piece(tmp: Path, t: TensorShard) -> None:
+    """The manifest of the piece of `t` whose files are in `tmp` (write_piece's, or the background
+    writer's temporary directory: snapshot.py), with the sha256 of every file."""
+    manifest = {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "name": t.name,
+        "num_rows": t.num_rows,
+        "row_shape": list(t.row_shape),
+        "dtype": t.dtype,
+        "lo": t.lo,
+        "hi": t.hi,
+        "optimizer": None if t.config is None else dataclasses.asdict(t.config),
+        "state": {
+            k: {"shape": list(v.shape), "dtype": str(v.dtype).removeprefix("torch.")}
+            for k, v in t.state.items()
+        },
+        "files": hash_tree(tmp),
+    }
+    write_json(tmp / MANIFEST, manifest)
 
 
 def write_top(

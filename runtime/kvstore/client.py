@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from graphtrain.runtime.errors import GraphtrainError
 from graphtrain.runtime.kvstore import checkpoint as ckpt
 from graphtrain.runtime.kvstore import protocol
 from graphtrain.runtime.kvstore.graphpart import _ranges
@@ -281,6 +282,30 @@ class KVClient:
         base = (root / path) if root else Path(path)
         ckpt.write_top(base, pieces, self.num_shards, extra)
         return pieces
+
+    @property
+    def remote(self) -> bool:
+        """Whether the shards are other processes (not standalone mode's, in this one)."""
+        return not isinstance(self.transport, InProcTransport)
+
+    def checkpoint_begin(self, path: str) -> None:
+        """Every shard snapshots its tables for a checkpoint under `path` and answers at once; the rows
+        are written in the background (checkpoint_done says when, and lists the pieces)."""
+        self.each("checkpoint", None, {"path": path, "background": True})
+
+    def checkpoint_done(self, path: str) -> list[dict[str, Any]] | None:
+        """Every shard's pieces of the checkpoint begun under `path` once all are written, else None.
+
+        Raises:
+            GraphtrainError: a shard failed to write it, or lost it (restarted), naming which and why.
+        """
+        answers = self.each("checkpoint_status", None, {"path": path})
+        for shard, a in enumerate(answers):
+            if a.result["state"] == "failed":
+                raise GraphtrainError(f"shard {shard} could not write checkpoint {path}: {a.result['error']}")
+        if any(a.result["state"] != "done" for a in answers):
+            return None
+        return [p for a in answers for p in a.result["pieces"]]
 
     def restore(self, path: str) -> list[str]:
         answers = self.each("restore", None, {"path": path})

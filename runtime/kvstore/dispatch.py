@@ -171,7 +171,12 @@ class Dispatcher:
         return path
 
     def _op_checkpoint(self, req: protocol.Request, a: protocol.PathArgs, who: Hashable, now: float) -> Reply:
-        return Reply({"pieces": self.state.checkpoint(self._checkpoint_path(a))})
+        return Reply({"pieces": self.state.checkpoint(self._checkpoint_path(a), a.background)})
+
+    def _op_checkpoint_status(
+        self, req: protocol.Request, a: protocol.PathArgs, who: Hashable, now: float
+    ) -> Reply:
+        return Reply(self.state.checkpoint_status(self._checkpoint_path(a)))
 
     def _op_restore(self, req: protocol.Request, a: protocol.PathArgs, who: Hashable, now: float) -> Reply:
         return Reply({"restored": self.state.restore(self._checkpoint_path(a))})

@@ -68,6 +68,7 @@ OPS: dict[str, tuple[bool, bool]] = {
     "barrier": (False, False),
     "sample": (False, True),
     "checkpoint": (False, True),
+    "checkpoint_status": (False, True),
     "restore": (False, True),
     "shm_info": (False, True),
     "shutdown": (False, False),
@@ -418,6 +419,7 @@ class BarrierArgs:
 @dataclass(frozen=True)
 class PathArgs:
     path: str
+    background: bool = False  # checkpoint: arm a copy-on-write snapshot and answer (snapshot.py)
 
 
 @dataclass(frozen=True)
@@ -528,6 +530,11 @@ def _path(req: Request) -> PathArgs:
     return PathArgs(str_arg(req.args, "path", 1024))
 
 
+def _checkpoint(req: Request) -> PathArgs:
+    _no_frames(req)
+    return PathArgs(str_arg(req.args, "path", 1024), bool(arg(req.args, "background", bool, False)))
+
+
 def _optimizer(req: Request) -> OptimizerArgs:
     _no_frames(req)
     return OptimizerArgs(arg(req.args, "config", dict))
@@ -550,7 +557,8 @@ VALIDATORS: dict[str, Callable[[Request], OpArgs]] = {
     "push_grad": _push,
     "barrier": _barrier,
     "sample": _sample,
-    "checkpoint": _path,
+    "checkpoint": _checkpoint,
+    "checkpoint_status": _path,
     "restore": _path,
 }
 assert set(VALIDATORS) == set(OPS)

@@ -34,6 +34,9 @@ class TensorShard:
     shm: shared_memory.SharedMemory | None = None
     from_partition: bool = False  # node data loaded from the partition files: not checkpointed
     written: Any = None  # a GPU table's last write, a torch.cuda.Event (gpu.py: the order across streams)
+    # a checkpoint being written in the background (snapshot.TableSnapshot): every writer of rows calls
+    # its preserve(local rows) under the lock before writing them
+    snapshot: Any = None
 
     @property
     def rows(self) -> int:

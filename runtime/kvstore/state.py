@@ -30,6 +30,7 @@ from graphtrain.runtime.errors import NonFiniteGradient, SparseInputError
 from graphtrain.runtime.kvstore import checkpoint as ckpt
 from graphtrain.runtime.kvstore import gpu
 from graphtrain.runtime.kvstore import placement as place
+from graphtrain.runtime.kvstore import snapshot as snap
 from graphtrain.runtime.kvstore.graphpart import GraphPart
 from graphtrain.runtime.kvstore.inits import init_rows
 from graphtrain.runtime.kvstore.protocol import ProtocolError
@@ -125,6 +126,8 @@ class ShardTensors:
         restore_from: Path | None = None,
         device: str = "cpu",
         free: place.MemorySource = place.free_bytes,
+        staging_bytes: int = snap.STAGING_BYTES,
+        checkpoint_rate: float = 0.0,
     ):
         self.device = table_device(device)
         check_usable(self.device)
@@ -138,6 +141,10 @@ class ShardTensors:
         self.graph_shm: dict[str, shared_memory.SharedMemory] = {}  # "indptr"/"indices" when use_shm
         self.tensors: dict[str, TensorShard] = {}
         self._create_lock = threading.Lock()
+        # the checkpoint written in the background (one at a time), its staging bound and bytes/s
+        self.background: snap.BackgroundCheckpoint | None = None
+        self.staging_bytes, self.checkpoint_rate = staging_bytes, checkpoint_rate
+        self._checkpoint_lock = threading.Lock()
 
     # ------------------------------------------------------------------------------------ lookup
 
@@ -343,6 +350,8 @@ class ShardTensors:
                     f"(first id {int(piece_ids[bad][0])}); nothing was written"
                 )
         with t.lock:
+            if t.snapshot is not None:  # a checkpoint being written keeps these rows' old values first
+                t.snapshot.preserve(local.numpy())
             local = local.to(t.data.device, non_blocking=True)
             gpu.wait_written(t)
             offset = 0
@@ -384,6 +393,8 @@ class ShardTensors:
             local = local[torch.from_numpy(mask).to(local.device)]
         global_adam = t.config.kind == "adam" and t.config.step_count == "global"
         with t.lock:
+            if t.snapshot is not None:  # a checkpoint being written keeps these rows' old values first
+                t.snapshot.preserve(local.cpu().numpy())
             gpu.wait_written(t)
             # the client's step count (so all shards agree even when a push skips some of them), else
             # this shard's next count
@@ -410,24 +421,59 @@ class ShardTensors:
 
     # ---------------------------------------------------------------------------- checkpointing
 
-    def checkpoint(self, root: Path) -> list[dict[str, Any]]:
+    def checkpoint(self, root: Path, background: bool = False) -> list[dict[str, Any]]:
         """Write every tensor's rows and optimizer state under `root` (atomic per piece). Node data
         loaded from the partition is left out: the partition files already hold it, unchanged. A host
-        table is written under its lock; a GPU table in chunks, each under the lock (gpu.save_chunked)."""
-        pieces = []
-        for t in self.tensors.values():
-            if t.from_partition and t.config is None:
-                continue
-            with t.lock:
-                if not t.data.is_cuda:
-                    pieces.append(ckpt.write_piece(root, t))
+        table is written under its lock; a GPU table in chunks, each under the lock (gpu.save_chunked).
+        `background`: host tables are only snapshotted (copy-on-write: snapshot.py) and written by a
+        thread, the GPU tables' pieces are written first; checkpoint_status(root) says when all are.
+        One checkpoint at a time: a new one first waits for the one being written."""
+        with self._checkpoint_lock:
+            self._wait_background()
+            pieces, host = [], []
+            for t in list(self.tensors.values()):
+                if t.from_partition and t.config is None:
                     continue
-                view = dataclasses.replace(t, state=dict(t.state))  # this moment's tensors and config
-            pieces.append(ckpt.write_piece(root, view, lambda d, v, live=t: gpu.save_chunked(d, v, live)))
-        return pieces
+                with t.lock:
+                    if not t.data.is_cuda:
+                        if background:
+                            host.append(t)
+                        else:
+                            pieces.append(ckpt.write_piece(root, t))
+                        continue
+                    view = dataclasses.replace(t, state=dict(t.state))  # this moment's tensors and config
+                pieces.append(ckpt.write_piece(root, view, lambda d, v, live=t: gpu.save_chunked(d, v, live)))
+            if background:  # the trainers are paused: no push comes between the GPU pieces and these
+                self.background = snap.BackgroundCheckpoint(
+                    str(root), root, host, pieces, self.staging_bytes, self.checkpoint_rate
+                )
+            return pieces
+
+    def checkpoint_status(self, root: Path) -> dict[str, Any]:
+        """How the background checkpoint under `root` goes: writing, done (with every piece) or failed.
+
+        Raises:
+            ProtocolError: this server is writing no such checkpoint (a restarted one lost it).
+        """
+        b = self.background
+        if b is None or b.status.path != str(root):
+            raise ProtocolError(
+                f"shard {self.shard} is writing no checkpoint {root.name!r} (a restarted server loses the "
+                "one it was writing)"
+            )
+        return b.status.reply()
+
+    def _wait_background(self, timeout: float = 600.0) -> None:
+        """The background checkpoint, if one is being written, ends first (bounded)."""
+        if self.background is not None and not self.background.wait(timeout):
+            raise ProtocolError(f"shard {self.shard}: the checkpoint being written took over {timeout:.0f} s")
 
     def restore(self, root: Path) -> list[str]:
-        """Load every tensor this shard holds from a checkpoint written by any number of shards."""
+        """Load every tensor this shard holds from a checkpoint written by any number of shards (a
+        checkpoint still being written is abandoned first: it is of a timeline restoring leaves)."""
+        with self._checkpoint_lock:
+            if self.background is not None:
+                self.background.abort()
         restored = []
         for t in self.tensors.values():
             with t.lock:
@@ -507,6 +553,8 @@ class ShardTensors:
         }
 
     def close(self) -> None:
+        if self.background is not None:
+            self.background.abort()
         for t in self.tensors.values():
             t.release()
         if self.graph_shm:

@@ -53,7 +53,13 @@ def serve(p: ShardServerParams) -> None:
         if restore_from is not None:  # a restarted server: `kubectl logs` says what it came back with
             log.info("restores its tables from checkpoint %s as clients create them", restore_from.name)
     state = ShardTensors(
-        shard, use_shm=p.shm, shm_prefix=job_prefix(token), restore_from=restore_from, device=p.device
+        shard,
+        use_shm=p.shm,
+        shm_prefix=job_prefix(token),
+        restore_from=restore_from,
+        device=p.device,
+        staging_bytes=p.checkpoint_staging_mb << 20,
+        checkpoint_rate=p.checkpoint_rate_mb * 2**20,
     )
     if p.partition is not None:
         loaded = state.load_partition(p.partition, shard if p.part is None else p.part)

@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,20 @@ from graphtrain.runtime.train.resumable import check_resumable, model_record
 
 TRAINER_FILE = "trainer.json"
 KEEP_CHECKPOINTS = 2  # the latest and the one before it (in case the latest's files are damaged)
+POLL_SECONDS = 0.25  # how often rank 0 asks the shards, between steps, whether a checkpoint is written
+WRITE_TIMEOUT = 600.0  # the longest rank 0 waits for a checkpoint's background write to end
+
+
+@dataclass
+class Pending:
+    """A checkpoint whose tables the shard servers are writing in the background (rank 0's): made
+    complete (checkpoint.json, LATEST, BEST when `best`, pruning) once every shard says done."""
+
+    tag: str
+    extra: dict[str, Any]
+    pieces: list[dict[str, Any]]  # written by the trainers (collective tables)
+    best: bool
+    started: float = field(default_factory=time.monotonic)
 
 
 @dataclass(frozen=True)
@@ -86,19 +101,29 @@ class Checkpoints:
         self.root, self.spec, self.graph, self.dist = root, spec, graph, dist
         self.collective = list(collective)  # tables on the trainers: every rank writes its piece
         self.saved_step: int | None = None  # the step of the last checkpoint this trainer took
+        self.pending: Pending | None = None  # rank 0: the checkpoint being written in the background
+        self._next_poll = 0.0
 
     def save(self, point: ResumePoint, write_state: Callable[[Path], None], best: bool = False) -> None:
         """All trainers pause (no pushes in flight) while rank 0 writes the trainers' part (trainer.json,
-        then `write_state` into the directory) and the shard servers theirs; LATEST moves only once every
-        piece is written, and BEST too when `best` (the best validation pass so far). A step already
-        checkpointed is not saved again: only the BEST marker moves."""
+        then `write_state` into the directory) and the shard servers snapshot their tables; training goes
+        on while the servers write them (copy-on-write: kvstore/snapshot.py). LATEST moves only once
+        every piece is written (poll, finish), and BEST too when `best` (the best validation pass so
+        far). A step already checkpointed is not saved again: only the BEST marker moves. One checkpoint
+        is written at a time: rank 0 completes the previous one first."""
         if self.root is None:
             return
         tag = best_record.checkpoint_name(point.step)
         if self.saved_step == point.step:  # the same on every rank: no barrier is skipped by one alone
             if best and self.dist.rank == 0:
-                ckpt.mark_best(self.root, tag)
+                if self.pending is not None and self.pending.tag == tag:
+                    self.pending.best = True  # marked once it is complete
+                else:
+                    ckpt.mark_best(self.root, tag)
             return
+        paused = time.perf_counter()
+        if self.dist.rank == 0:
+            self.finish()
         self.graph.client.settle()  # this trainer's pushes in flight are applied before the barrier
         self.dist.barrier()
         directory = self.root / tag
@@ -123,7 +148,11 @@ class Checkpoints:
             self.dist.barrier()
             pieces = collective_ckpt.save(self.collective, directory)
             self.dist.barrier()
-        if self.dist.rank == 0:
+        if self.dist.rank == 0 and self.graph.client.remote:
+            # the snapshot is taken before the barrier lets any trainer push again
+            self.graph.client.checkpoint_begin(tag)
+            self.pending = Pending(tag, extra, pieces, best)
+        elif self.dist.rank == 0:  # shards in this process (standalone): written before training goes on
             self.graph.client.checkpoint(tag, extra=extra, root=self.root, pieces=pieces)
             ckpt.mark_latest(self.root, tag)
             if best:
@@ -131,6 +160,57 @@ class Checkpoints:
             ckpt.prune(self.root, KEEP_CHECKPOINTS)
         self.dist.barrier()
         self.saved_step = point.step
+        if self.dist.rank == 0:  # what a checkpoint costs training (bench/checkpoint.py reads it)
+            log(f"[trainer] checkpoint {tag}: training paused {1000 * (time.perf_counter() - paused):.1f} ms")
+
+    def poll(self) -> None:
+        """Between steps (rank 0; a no-op elsewhere and when nothing is being written): complete the
+        checkpoint being written once every shard has written its part; asks at most every
+        POLL_SECONDS."""
+        if self.pending is None or time.monotonic() < self._next_poll:
+            return
+        self._next_poll = time.monotonic() + POLL_SECONDS
+        self._complete_if_written()
+
+    def finish(self) -> None:
+        """Rank 0: wait for the checkpoint being written (if any) and complete it.
+
+        Raises:
+            GraphtrainError: a shard could not write it, or it took over WRITE_TIMEOUT seconds.
+        """
+        deadline = time.monotonic() + WRITE_TIMEOUT
+        while self.pending is not None and not self._complete_if_written():
+            if time.monotonic() > deadline:
+                raise GraphtrainError(
+                    f"checkpoint {self.pending.tag}: not written after {WRITE_TIMEOUT:.0f} s"
+                )
+            time.sleep(0.02)
+
+    def wait(self) -> None:
+        """Every checkpoint taken is complete (collective: rank 0 finishes, the others wait for it)."""
+        if self.root is None:
+            return
+        if self.dist.rank == 0:
+            self.finish()
+        self.dist.barrier()
+
+    def _complete_if_written(self) -> bool:
+        """Complete the pending checkpoint if every shard has written its part: checkpoint.json listing
+        every piece, then LATEST, BEST and pruning. Whether it is complete."""
+        p = self.pending
+        assert p is not None and self.root is not None
+        written = self.graph.client.checkpoint_done(p.tag)
+        if written is None:
+            return False
+        ckpt.write_top(self.root / p.tag, written + p.pieces, self.graph.client.num_shards, p.extra)
+        ckpt.mark_latest(self.root, p.tag)
+        if p.best:
+            ckpt.mark_best(self.root, p.tag)
+        ckpt.prune(self.root, KEEP_CHECKPOINTS)
+        self.pending = None
+        took = time.monotonic() - p.started
+        log(f"[trainer] checkpoint {p.tag} complete: written in {took:.2f} s beside training")
+        return True
 
     def newest(self) -> tuple[Path, dict[str, Any]] | None:
         """The latest complete checkpoint that checks out and its trainer record, on every rank (rank 0

@@ -97,7 +97,9 @@ class EpochLoop:
                 break
         if validation is None or evaluated_at != self.epoch:  # the last model's, evaluated once
             validation = self._evaluate("valid")
-        return self._finish({**validation, **self._evaluate("test")})
+        test = self._evaluate("test")
+        self.checkpoints.wait()  # the last checkpoint, written while evaluating, is complete
+        return self._finish({**validation, **test})
 
     # ------------------------------------------------------------------------------------ steps
 
@@ -114,7 +116,9 @@ class EpochLoop:
             clock.start()
 
     def _after_step(self, window: Throughput, loss: float, samples: int) -> None:
-        """Count the step; report every task.report_every steps, checkpoint every checkpointInterval."""
+        """Count the step; report every task.report_every steps, checkpoint every checkpointInterval
+        (and complete the one being written once the shards have written it)."""
+        self.checkpoints.poll()
         self.step += 1
         self.epoch_step += 1
         self.loss_sum += loss
