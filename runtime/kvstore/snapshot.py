@@ -66,7 +66,7 @@ def touched(local: np.ndarray, rows_per_chunk: int, chunks: int) -> np.ndarray:
     return mask
 
 
-class Budget:
+class StagingBudget:
     """Bytes of staging a snapshot may hold at once (shared by a checkpoint's tables), and the peak."""
 
     def __init__(self, limit: int):
@@ -117,7 +117,7 @@ class TableSnapshot:
     """One table's copy-on-write snapshot into its piece's temporary directory. Armed under the table's
     lock; `preserve` is called by every writer of the table's rows, under that lock, before it writes."""
 
-    def __init__(self, root: Path, t: TensorShard, budget: Budget, chunk_bytes: int = CHUNK_BYTES):
+    def __init__(self, root: Path, t: TensorShard, budget: StagingBudget, chunk_bytes: int = CHUNK_BYTES):
         self.t, self.budget, self.root = t, budget, root
         self.view = dataclasses.replace(t, state=dict(t.state))  # this moment's tensors and config
         named = {"data": t.data, **{f"state.{k}": v for k, v in t.state.items()}}
@@ -301,7 +301,7 @@ class BackgroundCheckpoint:
         chunk_bytes: int = CHUNK_BYTES,
     ):
         self.status = Status(label, pieces=list(pieces))
-        self.budget = Budget(staging_bytes)
+        self.budget = StagingBudget(staging_bytes)
         self.rate = rate
         self.snaps: list[TableSnapshot] = []
         try:
