@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -30,7 +30,7 @@ from graphtrain.runtime.native import ptr
 GAMMA = 1.5  # the paper's choice: alpha = sqrt(k) * m / n^1.5 then makes the penalty scale-free
 UNPLACED = -1  # parts[v]: not placed yet
 DEFERRED = -2  # parts[v]: left out of the stream, placed after it (place_deferred); never a neighbour vote
-# ReFennel passes; gene-pubmed, 4 parts, leaves deferred, 2^18-edge chunks: cut 40.2 % with none, 24.1 with 3
+# ReFennel passes (gene-pubmed, 4 parts: 1 gives most of the gain, 3 converge; bench/RESULTS.md)
 RESTREAM_PASSES = 3
 
 
@@ -182,11 +182,12 @@ def assign_chunk(
 
 class Leaves:
     """Finds the degree-1 vertices (one distinct neighbour, loops ignored) over a stream of chunks,
-    in O(nodes): the lowest and highest neighbour id of every vertex (int64 each)."""
+    in O(nodes): the lowest and highest neighbour id and the degree of every vertex (int64 each)."""
 
     def __init__(self, num_nodes: int) -> None:
         self.lo = np.full(num_nodes, num_nodes, dtype=np.int64)
         self.hi = np.full(num_nodes, -1, dtype=np.int64)
+        self.degree = np.zeros(num_nodes, dtype=np.int64)
 
     def add(self, src: np.ndarray, dst: np.ndarray) -> None:
         keep = src != dst
@@ -194,6 +195,7 @@ class Leaves:
         b = np.concatenate([dst[keep], src[keep]])
         np.minimum.at(self.lo, a, b)
         np.maximum.at(self.hi, a, b)
+        self.degree += np.bincount(a, minlength=len(self.degree))
 
     def anchors(self) -> np.ndarray:
         """Every vertex's anchor: its only neighbour when it has one and that neighbour has more (a
@@ -263,6 +265,11 @@ def stream_assign(
     else:
         anchor = leaves.anchors()
         parts, weight = defer(anchor, leaves.isolated())
+        # the paper's alpha for the graph actually streamed: its nodes and the edges among them
+        # (gene-pubmed: 3.3x the whole graph's; cut 24.1 -> 20.6 %)
+        core, leaf = parts == UNPLACED, anchor >= 0
+        m_core = (int(leaves.degree[core].sum()) - int(leaves.degree[leaf].sum())) // 2
+        p = replace(p, alpha=params(int(core.sum()), m_core, num_parts, max_imbalance).alpha)
     for src, dst in chunks():
         if len(src):
             assign_chunk(chunk_adjacency(src, dst), parts, loads, p, seed, weight)
