@@ -6,9 +6,12 @@
 // chunk's adjacency and calls this once per chunk; runtime/partition/fennel.py's `assign_chunk_reference`
 // is the same algorithm in Python, the oracle of the tests.
 //
-// Each not-yet-assigned vertex v of the chunk, in stream order, goes to the part p maximising
+// Each not-yet-assigned vertex v of the chunk (parts[v] == -1; -2 marks a vertex deferred to after the
+// stream, e.g. a degree-1 leaf, which is neither placed nor counted as a neighbour), in stream order,
+// goes to the part p maximising
 //     |N(v) & P_p| - alpha * gamma * load_p^(gamma - 1)
-// among the parts with load_p + w_v <= cap (the hard capacity; nodes by default). Ties: the lower load,
+// among the parts with load_p + w_v <= cap (the hard capacity; w_v: 1 by default, or the vertex plus the
+// deferred leaves that will follow it). Ties: the lower load,
 // then a seeded per-vertex rotation of the part order. If no part has room, the least loaded part.
 // Plain C ABI; arrays are borrowed; called through ctypes, which releases the GIL.
 
@@ -27,15 +30,12 @@ inline uint64_t mix(uint64_t x) {  // splitmix64 finaliser: a seeded rotation pe
   return x ^ (x >> 31);
 }
 
-}  // namespace
-
-// verts: global ids of the chunk's vertices in stream order (nv); xadj/adj: their chunk adjacency
-// (local row i lists global neighbour ids); parts: global assignment, -1 = not yet (updated in place);
-// weight: the capacity weight of every global vertex (nullptr: 1 each); load: per-part weight (updated);
-// stats (int64[2]): vertices assigned, of them placed with no room anywhere.
-GT_API int gt_fennel_assign(int64_t nv, const int64_t* verts, const int64_t* xadj, const int64_t* adj,
-                            int32_t* parts, const int64_t* weight, int32_t nparts, int64_t* load, int64_t cap,
-                            double alpha, double gamma, uint64_t seed, int64_t* stats) {
+// One chunk, either pass. seen == nullptr: the first pass, placing each unplaced vertex (parts -1).
+// seen != nullptr: a restreaming pass (ReFennel, Nishimura & Ugander, KDD 2013): each placed vertex not
+// yet seen this pass is taken out of its part and placed again, every placed neighbour voting.
+int fennel_chunk(int64_t nv, const int64_t* verts, const int64_t* xadj, const int64_t* adj, int32_t* parts,
+                 const int64_t* weight, int32_t nparts, int64_t* load, int64_t cap, double alpha, double gamma,
+                 uint64_t seed, int64_t* stats, uint8_t* seen) {
   if (nv < 0 || nparts < 1) return 1;
   std::vector<int64_t> count(nparts, 0);
   std::vector<int32_t> touched;
@@ -43,13 +43,20 @@ GT_API int gt_fennel_assign(int64_t nv, const int64_t* verts, const int64_t* xad
   const double coef = alpha * gamma;
   for (int64_t i = 0; i < nv; ++i) {
     const int64_t v = verts[i];
-    if (parts[v] >= 0) continue;
+    const int64_t w = weight ? weight[v] : 1;
+    if (seen == nullptr) {
+      if (parts[v] != -1) continue;
+    } else {
+      if (parts[v] < 0 || seen[v]) continue;
+      seen[v] = 1;
+      load[parts[v]] -= w;
+      parts[v] = -1;
+    }
     for (int64_t e = xadj[i]; e < xadj[i + 1]; ++e) {
       const int32_t q = parts[adj[e]];
       if (q < 0) continue;
       if (count[q]++ == 0) touched.push_back(q);
     }
-    const int64_t w = weight ? weight[v] : 1;
     const uint64_t rot = mix(seed ^ static_cast<uint64_t>(v)) % static_cast<uint64_t>(nparts);
     int32_t best = -1;
     double best_s = 0.0;
@@ -75,4 +82,25 @@ GT_API int gt_fennel_assign(int64_t nv, const int64_t* verts, const int64_t* xad
     touched.clear();
   }
   return 0;
+}
+
+}  // namespace
+
+// verts: global ids of the chunk's vertices in stream order (nv); xadj/adj: their chunk adjacency
+// (local row i lists global neighbour ids); parts: global assignment, -1 = not yet, -2 = deferred (left
+// alone); updated in place; weight: the capacity weight of every global vertex (nullptr: 1 each); load:
+// per-part weight (updated); stats (int64[2]): vertices assigned, of them placed with no room anywhere.
+GT_API int gt_fennel_assign(int64_t nv, const int64_t* verts, const int64_t* xadj, const int64_t* adj,
+                            int32_t* parts, const int64_t* weight, int32_t nparts, int64_t* load, int64_t cap,
+                            double alpha, double gamma, uint64_t seed, int64_t* stats) {
+  return fennel_chunk(nv, verts, xadj, adj, parts, weight, nparts, load, cap, alpha, gamma, seed, stats, nullptr);
+}
+
+// The same arguments and a restreaming pass's seen flags (uint8 per global vertex, zeroed before the
+// pass, set here): each placed vertex is placed again at its first appearance in the pass.
+GT_API int gt_fennel_restream(int64_t nv, const int64_t* verts, const int64_t* xadj, const int64_t* adj,
+                              int32_t* parts, const int64_t* weight, int32_t nparts, int64_t* load, int64_t cap,
+                              double alpha, double gamma, uint64_t seed, int64_t* stats, uint8_t* seen) {
+  if (seen == nullptr) return 1;
+  return fennel_chunk(nv, verts, xadj, adj, parts, weight, nparts, load, cap, alpha, gamma, seed, stats, seen);
 }

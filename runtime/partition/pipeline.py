@@ -9,6 +9,7 @@ import time
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 
@@ -128,8 +129,12 @@ def partition_graph(
         info.strategy = "random"
     elif algorithm == "fennel":  # the graph is in memory: Fennel streams its CSR (source order)
         src, dst = graph.edges()
-        chunks = fennel.in_chunks(src, dst, CHUNK_EDGES)
-        parts = fennel.stream_assign(chunks, graph.num_nodes, graph.num_edges, num_parts, max_imbalance, seed)
+        leaves = fennel.Leaves(graph.num_nodes)
+        for s, d in fennel.in_chunks(src, dst, CHUNK_EDGES):
+            leaves.add(s, d)
+        n, m = graph.num_nodes, graph.num_edges
+        chunks = partial(fennel.in_chunks, src, dst, CHUNK_EDGES)
+        parts = fennel.stream_assign(chunks, n, m, num_parts, max_imbalance, seed, leaves)
         info.strategy = "fennel"
     else:
         core = adjacency.contract_leaves(adj, cons.weights)

@@ -2,7 +2,9 @@
 the same format, with the same statistics, as the METIS path (format.py, stats.py), memory O(nodes).
 
 Passes over the edge files, each in bounded chunks (edgefiles.CHUNK_EDGES):
-1. assign: Fennel places every node (fennel.py); degrees are counted on the way;
+1. assign: degrees and degree-1 leaves counted (one read), then Fennel places every other node (a
+   second read, then fennel.RESTREAM_PASSES more placing each again) and each leaf follows its only
+   neighbour where there is room (fennel.py);
 2. bucket: each edge goes, in new ids, to a scratch file of its destination's part (with its original
    edge id: its position in the source-sorted CSR the in-memory loader would build), each cross edge's
    destination also to its source's part (its halo), and each non-loop node pair to the part of its
@@ -16,7 +18,7 @@ from __future__ import annotations
 
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -45,17 +47,20 @@ class _Counts:
 def assign(
     edges: EdgeFiles, num_parts: int, max_imbalance: float, seed: int, chunk: int
 ) -> tuple[np.ndarray, _Counts]:
-    """Pass 1: Fennel's parts (int32) and every node's out- and in-degree."""
+    """Passes 1a and 1b: every node's out- and in-degree and its leaf anchor (fennel.Leaves), then
+    Fennel's parts (int32), the leaves deferred to after the stream."""
     n = edges.num_nodes
     counts = _Counts(np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64))
+    leaves = fennel.Leaves(n)
+    for _, src, dst, _ in edges.chunks(chunk):
+        counts.out_degree += np.bincount(src, minlength=n)
+        counts.in_degree += np.bincount(dst, minlength=n)
+        leaves.add(src, dst)
 
-    def chunks() -> Any:
-        for _, src, dst, _ in edges.chunks(chunk):
-            counts.out_degree += np.bincount(src, minlength=n)
-            counts.in_degree += np.bincount(dst, minlength=n)
-            yield src, dst
+    def chunks() -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        return ((src, dst) for _, src, dst, _ in edges.chunks(chunk))
 
-    parts = fennel.stream_assign(chunks(), n, edges.num_edges, num_parts, max_imbalance, seed)
+    parts = fennel.stream_assign(chunks, n, edges.num_edges, num_parts, max_imbalance, seed, leaves)
     return parts, counts
 
 

@@ -53,25 +53,100 @@ def test_two_blocks_cut_well_below_random() -> None:
     second = rng.random(2000) < 0.5
     src[second] += 200
     dst[second] += 200
-    parts = fennel.stream_assign([(src, dst)], 400, 2000, 2, 0.05, seed=0)
+    parts = fennel.stream_assign(lambda: [(src, dst)], 400, 2000, 2, 0.05, seed=0)
     assert np.bincount(parts).max() <= 210  # floor(1.05 * 400 / 2)
     assert np.mean(parts[src] != parts[dst]) < 0.2
     rand = partition.partition_graph(Graph.from_edges("b", 400, src, dst), 2, "random", ["nodes"])
     assert np.mean(rand.parts[src] != rand.parts[dst]) > 0.4
 
 
+def with_leaves(g: Graph, extra: int = 300, seed: int = 0) -> tuple[int, np.ndarray, np.ndarray]:
+    """g's edges plus `extra` degree-1 leaves hung on random nodes, the edges shuffled."""
+    rng = np.random.default_rng(seed)
+    src, dst = g.edges()
+    leaf = np.arange(g.num_nodes, g.num_nodes + extra)
+    src, dst = np.concatenate([src, rng.integers(0, g.num_nodes, extra)]), np.concatenate([dst, leaf])
+    order = rng.permutation(len(src))
+    return g.num_nodes + extra, src[order], dst[order]
+
+
 @pytest.mark.parametrize("chunk", [97, 1000, 100_000])
 def test_native_equals_python_oracle(chunk: int) -> None:
-    g = planted_graph(n=800, seed=1)
-    src, dst = g.edges()
-    p = fennel.params(g.num_nodes, g.num_edges, 3, 0.05)
-    native = np.full(g.num_nodes, -1, np.int32), np.zeros(3, np.int64)
-    oracle = np.full(g.num_nodes, -1, np.int32), np.zeros(3, np.int64)
+    """Both passes, with leaves deferred (weights, DEFERRED vertices neither placed nor voting)."""
+    n, src, dst = with_leaves(planted_graph(n=800, seed=1))
+    p = fennel.params(n, len(src), 3, 0.05)
+    leaves = fennel.Leaves(n)
+    leaves.add(src, dst)
+    parts, weight = fennel.defer(leaves.anchors(), leaves.isolated())
+    assert (parts == fennel.DEFERRED).sum() >= 300
+    assert weight[parts != fennel.DEFERRED].sum() == n - leaves.isolated().sum()
+    native = parts.copy(), np.zeros(3, np.int64)
+    oracle = parts.copy(), np.zeros(3, np.int64)
     for s, d in fennel.in_chunks(src, dst, chunk):
         c = fennel.chunk_adjacency(s, d)
-        fennel.assign_chunk(c, *native, p, seed=5)
-        fennel.assign_chunk_reference(c, *oracle, p, seed=5)
+        fennel.assign_chunk(c, *native, p, 5, weight)
+        fennel.assign_chunk_reference(c, *oracle, p, 5, weight)
     assert np.array_equal(native[0], oracle[0]) and np.array_equal(native[1], oracle[1])
+    first = native[0].copy()
+    seen = np.zeros(n, np.uint8), np.zeros(n, np.uint8)
+    for s, d in fennel.in_chunks(src, dst, chunk):
+        c = fennel.chunk_adjacency(s, d)
+        fennel.assign_chunk(c, *native, p, 5, weight, seen[0])
+        fennel.assign_chunk_reference(c, *oracle, p, 5, weight, seen[1])
+    assert np.array_equal(native[0], oracle[0]) and np.array_equal(native[1], oracle[1])
+    assert not np.array_equal(native[0], first)  # the restreaming pass moved some
+    assert np.array_equal(native[0] == fennel.DEFERRED, first == fennel.DEFERRED)
+    placed = native[0] >= 0
+    assert native[1].tolist() == np.bincount(native[0][placed], weights=weight[placed]).tolist()
+
+
+def star(leaves: int) -> tuple[np.ndarray, np.ndarray]:
+    """Centre 0 with `leaves` leaves; a ring of 40 core nodes (100..139), the centre tied to it."""
+    ring = np.arange(100, 140)
+    src = np.concatenate([np.zeros(leaves, np.int64), ring, [0]])
+    dst = np.concatenate([np.arange(1, leaves + 1), np.roll(ring, 1), [100]])
+    return src, dst
+
+
+@pytest.mark.parametrize("passes", [0, 2])
+def test_star_leaves_follow_their_centre(passes: int) -> None:
+    """Room for the star in one part: after one pass every leaf lands with the centre (none of its edges
+    cut). Restreaming counts nodes without the leaves' reservation, so there the centre's part may fill
+    with core nodes first: the leaves then follow it up to the cap and the rest level the parts."""
+    src, dst = star(30)  # 140 nodes, 4 parts, cap 36 >= the centre and its 30 leaves
+    n = 140
+    leaves = fennel.Leaves(n)
+    leaves.add(src, dst)
+    assert leaves.anchors()[1:31].tolist() == [0] * 30 and leaves.isolated()[31:100].all()
+    parts = fennel.stream_assign(lambda: [(src, dst)], n, len(src), 4, 0.05, 0, leaves, passes)
+    loads = np.bincount(parts, minlength=4)
+    cap = fennel.params(n, len(src), 4, 0.05).cap
+    assert loads.max() <= cap
+    with_centre = parts[1:31] == parts[0]
+    if passes == 0:
+        assert with_centre.all()
+    else:
+        assert with_centre.all() or loads[parts[0]] == cap
+
+
+def test_star_too_big_keeps_the_balance() -> None:
+    """A star larger than a part: the centre's part fills to the cap, the other leaves level the rest."""
+    src, dst = star(99)  # 140 nodes, 4 parts, cap 36: at most 35 leaves with the centre
+    n = 140
+    leaves = fennel.Leaves(n)
+    leaves.add(src, dst)
+    parts = fennel.stream_assign(lambda: [(src, dst)], n, len(src), 4, 0.05, 0, leaves)
+    loads = np.bincount(parts, minlength=4)
+    cap = fennel.params(n, len(src), 4, 0.05).cap
+    assert loads.max() <= cap and loads[parts[0]] == cap and (parts >= 0).all()
+    assert (parts[1:100] == parts[0]).sum() == cap - 1 - (parts[100:140] == parts[0]).sum()
+
+
+def test_place_deferred_respects_the_cap() -> None:
+    parts = np.array([0, 1, -2, -2, -2, -2, -2], dtype=np.int32)
+    anchor = np.array([-1, -1, 0, 0, 0, 1, -1])
+    loads = fennel.place_deferred(parts, anchor, cap=3, num_parts=3)
+    assert parts.tolist() == [0, 1, 0, 0, 2, 1, 2] and loads.tolist() == [3, 2, 2]
 
 
 def test_chunk_adjacency_orders_by_first_appearance() -> None:
@@ -86,7 +161,8 @@ def test_seed_decides_and_repeats() -> None:
     src, dst = g.edges()
 
     def run(seed: int) -> np.ndarray:
-        return fennel.stream_assign(fennel.in_chunks(src, dst, 500), g.num_nodes, g.num_edges, 4, 0.05, seed)
+        chunks = lambda: fennel.in_chunks(src, dst, 500)  # noqa: E731
+        return fennel.stream_assign(chunks, g.num_nodes, g.num_edges, 4, 0.05, seed)
 
     assert np.array_equal(run(3), run(3))
     assert not np.array_equal(run(3), run(4))
@@ -151,7 +227,10 @@ def test_streamed_partition_is_the_in_memory_one(tmp_path: Path) -> None:
         node_only(g), edges, 3, tmp_path / "s", balance=BALANCE, max_imbalance=0.05, seed=1, chunk=chunk
     )
     src, dst = g.edges()
-    parts = fennel.stream_assign(fennel.in_chunks(src, dst, chunk), g.num_nodes, g.num_edges, 3, 0.05, 1)
+    leaves = fennel.Leaves(g.num_nodes)
+    leaves.add(src, dst)
+    chunks = lambda: fennel.in_chunks(src, dst, chunk)  # noqa: E731
+    parts = fennel.stream_assign(chunks, g.num_nodes, g.num_edges, 3, 0.05, 1, leaves)
     assert np.array_equal(res.parts, parts)
     mem = partition.partition_graph(g, 3, "random", BALANCE, 0.05, 1)
     # the in-memory pipeline with the same parts: relabel and stats from the whole graph
