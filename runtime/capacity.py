@@ -57,8 +57,9 @@ def table_rows(keys: str, cfg: PartitionConfig) -> int:
     data = cfg.data
     if keys == "relations":
         return int((data.get("kg") or {}).get("num_relations", 0))
-    if keys == "features":
-        return int(data.get("num_features") or data.get("feature_dims") or 0)
+    if keys == "features":  # a row per feature column (model.featureBag), as graph/bags.py counts them
+        feat = (data.get("ndata") or {}).get("feat")
+        return int(feat["shape"][1]) if feat else 0
     return int(data["num_nodes"])
 
 
@@ -368,8 +369,8 @@ def _array_bytes(x: Any) -> int:
     return int(getattr(x, "nbytes", 0))
 
 
-def shard_estimate(spec: GraphTrainingSpec, graph: Any) -> tuple[int, int]:
-    """(bytes, rows of the node table) of the largest shard server of `spec` over `graph`, before any
+def shard_estimate(spec: GraphTrainingSpec, graph: Any) -> int:
+    """Bytes of the largest shard server of `spec` over `graph`, before any
     partition exists: an even share of the CSR (int64 sources and edge types), the node data and the
     server tables with their state, grown by the partition's maxImbalance, plus the process."""
     shards = spec.num_shards
@@ -392,7 +393,7 @@ def shard_estimate(spec: GraphTrainingSpec, graph: Any) -> tuple[int, int]:
         table, state = _table_bytes(t, rows)
         data += table + state
     share = -(-data // shards) * (1 + spec.partition.max_imbalance)
-    return SHARD_BASE + int(share), int(graph.num_nodes)
+    return SHARD_BASE + int(share)
 
 
 def limit_problems(spec: GraphTrainingSpec, graph: Any) -> list[Problem]:
@@ -402,7 +403,7 @@ def limit_problems(spec: GraphTrainingSpec, graph: Any) -> list[Problem]:
     limit = limits.get("memory")
     if limit is None:
         return []
-    need, _ = shard_estimate(spec, graph)
+    need = shard_estimate(spec, graph)
     if need <= quantity_to_bytes(limit):
         return []
     return [

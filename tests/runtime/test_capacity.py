@@ -113,7 +113,7 @@ def test_validate_refuses_a_shard_memory_limit_below_its_share(graph_file: Path,
     done = subprocess.run([*CLI, "validate", str(spec_path)], capture_output=True, text=True)
     assert done.returncode == 1 and "Traceback" not in done.stderr
     assert "shardServers.resources.limits.memory: 100Mi cannot hold a shard server's share" in done.stderr
-    need, _ = capacity.shard_estimate(load_yaml(spec_path.read_text()).spec, _graph(graph_file))
+    need = capacity.shard_estimate(load_yaml(spec_path.read_text()).spec, _graph(graph_file))
     assert f"it needs about {capacity.human(need)} over 2 shard(s)" in done.stderr
     doc["spec"]["shardServers"]["resources"]["limits"]["memory"] = "2Gi"
     spec_path.write_text(yaml.safe_dump(doc))
@@ -124,3 +124,9 @@ def _graph(path: Path) -> object:
     from graphtrain.runtime.data import datasets
 
     return datasets.load_source(load_yaml(yaml.safe_dump(sage_spec(path))).spec.graph, None)
+
+
+def test_a_feature_table_has_a_row_per_feature_column(planted: tuple[Path, Path]) -> None:
+    cfg = load_config(planted[1])
+    assert capacity.table_rows("features", cfg) == 16  # the planted graph's feature columns
+    assert capacity.shard_rows("features", cfg, 1) == 8  # an even share of 2 shards
