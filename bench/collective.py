@@ -8,7 +8,9 @@ one after the other on this machine:
 - server: W shard servers (--shm, ipc://, 1 worker each), each rank a client reading co-located rows
   from shared memory and pushing deduplicated gradients (what `graphtrain run` does on one host);
 - collective: the table sharded over the ranks themselves, lookups and gradients all-to-all over gloo;
-- collective dynamic: the same with a dynamic vocabulary (capacity = rows; keys spread over int64).
+- collective dynamic: the same with a dynamic vocabulary (capacity = rows; keys spread over int64);
+- server dynamic: the server mode with a dynamic vocabulary on the shard servers (key mod shards, no
+  shared-memory path: every lookup is a request; keys spread over int64).
 Prints lookups+updates per second over all ranks (ids looked up and their gradients applied) and each
 mode's ratio to the server mode, per world size.
 """
@@ -54,12 +56,13 @@ def batches(args: argparse.Namespace, rank: int) -> list[tuple[torch.Tensor, tor
 
 
 def table_for(mode: str, args: argparse.Namespace, addresses: list[str], token: str):  # type: ignore[no-untyped-def]
-    if mode == "server":
+    if mode in ("server", "server-dynamic"):
         from graphtrain.runtime import kvstore
-        from graphtrain.runtime.tensor import DistEmbedding
+        from graphtrain.runtime.tensor import DistEmbedding, DynamicVocabulary
 
         client = kvstore.connect(addresses, token, shm=True)
-        return DistEmbedding(args.rows, args.dim, "bench", client=client)
+        vocab = DynamicVocabulary(args.rows) if mode == "server-dynamic" else None
+        return DistEmbedding(args.rows, args.dim, "bench", client=client, vocabulary=vocab)
     from graphtrain.runtime.collective import CollectiveEmbedding
 
     capacity = args.rows if mode == "dynamic" else None
@@ -84,7 +87,7 @@ def rank_main(
     table = table_for(mode, args, addresses, token)
     opt = SparseOptimizer([table], OptimConfig("rowwise_adagrad", 0.01, eps=1e-8))
     work = batches(args, rank)
-    if mode == "dynamic":
+    if mode in ("dynamic", "server-dynamic"):
         work = [(ids * SCALE + SHIFT, g) for ids, g in work]
     times = []
     for k, (ids, grads) in enumerate(work):
@@ -98,7 +101,7 @@ def rank_main(
     elapsed = time.perf_counter() - start
     dist.barrier()
     Path(out, f"{rank}.txt").write_text(f"{elapsed} {statistics.median(times[args.warmup :])}")
-    if mode == "server":
+    if mode.startswith("server"):
         table.client.close()
     dist.destroy_process_group()
 
@@ -107,7 +110,7 @@ def run_mode(mode: str, world: int, args: argparse.Namespace) -> tuple[float, fl
     """(lookups+updates per second over all ranks, median step seconds) of one mode."""
     with tempfile.TemporaryDirectory(prefix="gt-coll-") as tmp:
         token, servers, addresses = secrets.token_hex(16), [], []
-        if mode == "server":
+        if mode.startswith("server"):
             for s in range(world):
                 proc, address = start_server(
                     f"ipc://{tmp}/s{s}.sock", token, tmp, "--shard", str(s), "--workers", "1", "--shm"
@@ -148,6 +151,8 @@ def main() -> None:
     parser.add_argument("--worlds", type=int, nargs="+", default=[2, 4])
     parser.add_argument("--zipf", type=float, default=0.0, help="Zipf exponent of the ids (0: uniform)")
     parser.add_argument("--timeout", type=float, default=600)
+    modes = ["server", "collective", "dynamic", "server-dynamic"]
+    parser.add_argument("--modes", nargs="+", choices=modes, default=modes, help="the first is the baseline")
     args = parser.parse_args()
     print(
         f"# bench/collective.py {dt.date.today()} on {platform.node()} ({os.cpu_count()} cores), "
@@ -158,10 +163,13 @@ def main() -> None:
     print("|---|---|---|---|---|")
     for world in args.worlds:
         base = None
-        for mode in ("server", "collective", "dynamic"):
+        for mode in args.modes:
             rate, step = run_mode(mode, world, args)
             base = base or rate
-            label = {"dynamic": "collective, dynamic vocabulary"}.get(mode, mode)
+            label = {
+                "dynamic": "collective, dynamic vocabulary",
+                "server-dynamic": "server, dynamic vocabulary",
+            }.get(mode, mode)
             print(f"| {world} | {label} | {rate:,.0f} | {step * 1e3:.1f} | {rate / base:.2f}x |", flush=True)
 
 

@@ -28,8 +28,10 @@ from typing import Any
 import numpy as np
 
 from graphtrain.contract.spec import GraphTrainingSpec, ModelKind, Problem, Sharding, quantity_to_bytes
+from graphtrain.runtime.kvstore import keyed
 from graphtrain.runtime.kvstore.placement import state_bytes
 from graphtrain.runtime.kvstore.transport import Answer, Call
+from graphtrain.runtime.native.keymap import KeyMap
 from graphtrain.runtime.partition import memory as partition_memory
 from graphtrain.runtime.partition.format import PartitionConfig
 
@@ -79,6 +81,17 @@ def _table_bytes(table: Any, rows: int) -> tuple[int, int]:
     return rows * table.dim * 4, state_bytes(str(opt.kind), step_count, rows, table.dim)
 
 
+def _dynamic_share(need: RoleNeed, t: Any, holders: int, index: int) -> int | None:
+    """Rows of a dynamic vocabulary that holder `index` of `holders` keeps (its share of the capacity,
+    key mod holders), its key map added to `need`; None for a table of fixed rows."""
+    capacity = getattr(t.vocabulary, "capacity", None)
+    if not capacity:
+        return None
+    rows = keyed.share(int(capacity), holders, index)
+    need.items[f"table {t.name} key map"] = KeyMap.bytes_for(max(1, rows))
+    return rows
+
+
 def shard_need(spec: GraphTrainingSpec, cfg: PartitionConfig, shard: int) -> RoleNeed:
     root = cfg.root / f"part-{shard}"
     need = RoleNeed(f"shard-{shard}", {"process": SHARD_BASE})
@@ -87,8 +100,9 @@ def shard_need(spec: GraphTrainingSpec, cfg: PartitionConfig, shard: int) -> Rol
     for t in spec.embeddings:
         if t.sharding == Sharding.collective:
             continue
-        rows, state = _table_bytes(t, shard_rows(str(t.keys), cfg, shard))
-        need.items[f"table {t.name}"] = rows
+        rows = _dynamic_share(need, t, cfg.num_parts, shard)
+        data, state = _table_bytes(t, shard_rows(str(t.keys), cfg, shard) if rows is None else rows)
+        need.items[f"table {t.name}"] = data
         need.items[f"table {t.name} optimizer"] = state
     return need
 
@@ -99,9 +113,9 @@ def trainer_need(spec: GraphTrainingSpec, cfg: PartitionConfig, rank: int, batch
     for t in spec.embeddings:
         if t.sharding != Sharding.collective:
             continue
-        rows = -(-table_rows(str(t.keys), cfg) // world)
-        if t.vocabulary is not None and getattr(t.vocabulary, "capacity", None):
-            rows = int(t.vocabulary.capacity)  # per trainer (rule dynamic-capacity-per-trainer)
+        rows = _dynamic_share(need, t, world, rank)
+        if rows is None:
+            rows = -(-table_rows(str(t.keys), cfg) // world)
         data, state = _table_bytes(t, rows)
         need.items[f"table {t.name} (share)"] = data
         need.items[f"table {t.name} optimizer"] = state
@@ -390,6 +404,9 @@ def shard_estimate(spec: GraphTrainingSpec, graph: Any) -> int:
             rows = int(graph.feat.shape[1])
         if keys == "relations" and graph.relation_names is not None:
             rows = len(graph.relation_names)
+        capacity = getattr(t.vocabulary, "capacity", None)
+        if capacity:  # a dynamic vocabulary: its capacity, whatever the graph
+            rows = int(capacity)
         table, state = _table_bytes(t, rows)
         data += table + state
     share = -(-data // shards) * (1 + spec.partition.max_imbalance)

@@ -25,6 +25,7 @@ import torch
 from graphtrain.runtime import dtypes
 from graphtrain.runtime.kvstore import default_client
 from graphtrain.runtime.kvstore.client import KVClient
+from graphtrain.runtime.kvstore.keyed import share_bounds
 from graphtrain.runtime.optim.capture import GradientCapture
 from graphtrain.runtime.optim.config import OptimConfig
 
@@ -61,6 +62,16 @@ class PartitionBook:
         return int(self.bounds[part]), int(self.bounds[part + 1])
 
 
+@dataclass(frozen=True)
+class DynamicVocabulary:
+    """Arbitrary int64 keys mapped to rows on first sight by the shard that owns them (key mod shards),
+    `capacity` rows in all; a full shard refuses (evict False) or evicts its least recently used rows
+    (kvstore/keyed.py)."""
+
+    capacity: int
+    evict: bool = False
+
+
 def _book(book: PartitionBook | None, num_rows: int, client: KVClient) -> PartitionBook:
     book = book or PartitionBook.even(num_rows, client.num_shards)
     if book.num_rows != num_rows:
@@ -86,7 +97,9 @@ class DistTensor:
         init: dict[str, Any] | None = None,
         book: PartitionBook | None = None,
         client: KVClient | None = None,
+        vocabulary: DynamicVocabulary | None = None,
     ):
+        """`vocabulary`: the ids are keys of a dynamic vocabulary (no partition book: key mod shards)."""
         wire = dtypes.wire_name(dtype) if isinstance(dtype, torch.dtype) else None
         if wire is None:
             raise ValueError(f"DistTensor dtype must be torch's one of {list(dtypes.NUMPY)}, got {dtype}")
@@ -97,8 +110,19 @@ class DistTensor:
         self.shape = tuple(int(d) for d in shape)
         self.dtype = dtype
         self.np_dtype = dtypes.NUMPY[wire]
-        self.book = _book(book, self.shape[0], self.client)
-        self.client.create(name, self.shape[0], self.shape[1:], wire, self.book.bounds, init)
+        self.keyed = vocabulary is not None
+        if vocabulary is None:
+            self.book = _book(book, self.shape[0], self.client)
+            self.client.create(name, self.shape[0], self.shape[1:], wire, self.book.bounds, init)
+            return
+        if vocabulary.capacity < self.client.num_shards:
+            raise ValueError(
+                f"{name}: a dynamic vocabulary of {vocabulary.capacity} rows cannot cover "
+                f"{self.client.num_shards} shards: each needs at least one"
+            )
+        self.book = PartitionBook(share_bounds(vocabulary.capacity, self.client.num_shards))
+        cap = vocabulary.capacity
+        self.client.create(name, cap, self.shape[1:], wire, self.book.bounds, init, vocabulary.evict)
 
     def __len__(self) -> int:
         return self.shape[0]
@@ -110,8 +134,15 @@ class DistTensor:
         return np.ascontiguousarray(arr.reshape(-1), dtype=np.int64)
 
     def __getitem__(self, ids: Any) -> torch.Tensor:
+        return self.pull(ids)
+
+    def pull(self, ids: Any, insert: bool = True) -> torch.Tensor:
+        """Rows of `ids`; a dynamic vocabulary's unseen keys get rows, or with `insert` False read their
+        initial value."""
         flat = self._ids(ids)
-        rows = self.client.pull(self.name, flat, self.book.bounds, self.shape[1:], self.np_dtype)
+        rows = self.client.pull(
+            self.name, flat, self.book.bounds, self.shape[1:], self.np_dtype, self.keyed, insert
+        )
         shape = tuple(ids.shape) if hasattr(ids, "shape") else (len(flat),)
         return torch.from_numpy(rows).view(*shape, *self.shape[1:])
 
@@ -119,7 +150,7 @@ class DistTensor:
         flat = self._ids(ids)
         vals = values.detach().cpu().numpy() if isinstance(values, torch.Tensor) else np.asarray(values)
         vals = np.ascontiguousarray(vals.reshape(len(flat), *self.shape[1:]), dtype=self.np_dtype)
-        self.client.push(self.name, flat, vals, self.book.bounds)
+        self.client.push(self.name, flat, vals, self.book.bounds, self.keyed)
 
 
 class DistEmbedding:
@@ -137,6 +168,7 @@ class DistEmbedding:
         init: dict[str, Any] | None = None,
         book: PartitionBook | None = None,
         client: KVClient | None = None,
+        vocabulary: DynamicVocabulary | None = None,
     ):
         if num_embeddings < 1 or dim < 1:
             raise ValueError(f"embedding {name!r}: num_embeddings and dim must be >= 1")
@@ -150,6 +182,7 @@ class DistEmbedding:
             init or {"kind": "uniform", "low": -1.0, "high": 1.0},
             book,
             client,
+            vocabulary,
         )
         self.config: OptimConfig | None = None
         self.steps = 0
@@ -161,7 +194,7 @@ class DistEmbedding:
 
     def __call__(self, ids: torch.Tensor) -> torch.Tensor:
         flat = ids.reshape(-1).to(torch.int64)
-        rows = self.table[flat]
+        rows = self.table.pull(flat, insert=torch.is_grad_enabled())  # evaluation inserts no key
         return self._capture.rows(flat, rows).view(*ids.shape, self.dim)
 
     def attach(self, config: OptimConfig) -> None:
@@ -193,8 +226,10 @@ class DistEmbedding:
             mean=self.config.duplicate == "mean",
             step=self.steps,
             wait=wait,
+            keyed=self.table.keyed,
         )
 
     def rows(self, ids: Any) -> torch.Tensor:
-        """Current rows without autograd (evaluation, export)."""
-        return self.table[ids]
+        """Current rows without autograd (evaluation, export): a dynamic vocabulary's unseen keys read
+        their initial value."""
+        return self.table.pull(ids, insert=False)

@@ -13,7 +13,7 @@ from pydantic import (
 )
 
 from graphtrain.contract.spec.base import API_VERSION, DNS1035, KIND, MAX_NAME_LENGTH, MAX_TABLES, SpecModel
-from graphtrain.contract.spec.enums import Backend, Device, TableKeys
+from graphtrain.contract.spec.enums import Backend, Device, Sharding, TableKeys
 from graphtrain.contract.spec.execution import RunPolicy, ShardServers, Storage, Trainers
 from graphtrain.contract.spec.graph import KG_DATASETS, GraphSource, cel_list
 from graphtrain.contract.spec.model import ModelSpec, is_kge
@@ -101,13 +101,21 @@ def _unused_tables(spec: GraphTrainingSpec) -> list[str]:
     return [t.name for t in spec.embeddings if t.name not in refs]
 
 
-def _small_vocabularies(s: GraphTrainingSpec) -> list[str]:
-    """Tables whose dynamic vocabulary has fewer rows than trainers: some trainer would own none."""
+def _small_vocabularies(s: GraphTrainingSpec, collective: bool) -> list[str]:
+    """Tables whose dynamic vocabulary has fewer rows than the trainers (collective tables) or shard
+    servers (server tables) holding it: one of them would own none."""
+    holders = s.trainers.replicas if collective else s.num_shards
     return [
         t.name
         for t in s.embeddings
-        if t.vocabulary.capacity is not None and t.vocabulary.capacity < s.trainers.replicas
+        if (t.sharding == Sharding.collective) == collective
+        and t.vocabulary.capacity is not None
+        and t.vocabulary.capacity < holders
     ]
+
+
+# shard servers in CEL: GraphTrainingSpec.num_shards
+_CEL_SHARDS = "(has(self.shardServers.replicas) ? self.shardServers.replicas : self.partition.parts)"
 
 
 def _first_duplicate(spec: GraphTrainingSpec) -> str | None:
@@ -226,18 +234,37 @@ add_rules(
     Rule(
         "dynamic-capacity-per-trainer",
         "embeddings",
-        lambda s: not _small_vocabularies(s),
-        cel="self.embeddings.all(t, !has(t.vocabulary) || !has(t.vocabulary.capacity) || "
-        "t.vocabulary.capacity >= self.trainers.replicas)",
-        message="dynamic vocabulary of %s holds fewer rows than trainers.replicas (%d): every trainer "
-        "needs at least one",
+        lambda s: not _small_vocabularies(s, collective=True),
+        cel="self.embeddings.all(t, !has(t.sharding) || t.sharding != 'collective' || !has(t.vocabulary) || "
+        "!has(t.vocabulary.capacity) || t.vocabulary.capacity >= self.trainers.replicas)",
+        message="dynamic vocabulary of collective table %s holds fewer rows than trainers.replicas (%d): "
+        "every trainer needs at least one",
         args=(
             (
-                "self.embeddings.filter(t, has(t.vocabulary) && has(t.vocabulary.capacity) && "
+                "self.embeddings.filter(t, has(t.sharding) && t.sharding == 'collective' && "
+                "has(t.vocabulary) && has(t.vocabulary.capacity) && "
                 "t.vocabulary.capacity < self.trainers.replicas).map(t, t.name)",
-                _small_vocabularies,
+                lambda s: _small_vocabularies(s, collective=True),
             ),
             ("self.trainers.replicas", lambda s: s.trainers.replicas),
+        ),
+    ),
+    Rule(
+        "dynamic-capacity-per-shard",
+        "embeddings",
+        lambda s: not _small_vocabularies(s, collective=False),
+        cel="self.embeddings.all(t, (has(t.sharding) && t.sharding == 'collective') || !has(t.vocabulary) || "
+        "!has(t.vocabulary.capacity) || t.vocabulary.capacity >= " + _CEL_SHARDS + ")",
+        message="dynamic vocabulary of %s holds fewer rows than there are shard servers (%d): every "
+        "shard server needs at least one",
+        args=(
+            (
+                "self.embeddings.filter(t, !(has(t.sharding) && t.sharding == 'collective') && "
+                "has(t.vocabulary) && has(t.vocabulary.capacity) && "
+                "t.vocabulary.capacity < " + _CEL_SHARDS + ").map(t, t.name)",
+                lambda s: _small_vocabularies(s, collective=False),
+            ),
+            (_CEL_SHARDS, lambda s: s.num_shards),
         ),
     ),
     Rule(

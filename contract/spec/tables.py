@@ -112,18 +112,20 @@ class Vocabulary(SpecModel):
         default=VocabularyKind.fixed,
         description="fixed: ids 0..rows-1; dynamic: arbitrary int64 keys mapped to rows on first use (a "
         "training lookup; an evaluation lookup of an unseen key reads its initial value and inserts "
-        "nothing), up to capacity rows in all. dynamic needs sharding: collective.",
+        "nothing), up to capacity rows in all, each key's row on the shard server (sharding: server) or "
+        "trainer (collective) numbered key mod their count.",
     )
     capacity: int | None = Field(
         default=None,
         ge=1,
         le=2**40,
-        description="Rows of a dynamic vocabulary in all, split over the trainers like its keys; only with "
-        "kind: dynamic.",
+        description="Rows of a dynamic vocabulary in all, split like its keys over the shard servers "
+        "(sharding: server) or the trainers (collective); only with kind: dynamic.",
     )
     on_full: OnFull = Field(
         default=OnFull.error,
-        description="A dynamic vocabulary whose trainer's share is full: error (the lookup is refused, "
+        description="A dynamic vocabulary whose shard (a shard server's or trainer's share) is full: error "
+        "(the lookup is refused, "
         "naming table, shard and capacity) or evict (its least recently used rows give way and restart "
         "from their new keys' initial values).",
     )
@@ -221,13 +223,6 @@ add_rules(
         cel="!has(self.numEmbeddings) || self.keys == 'custom'",
         message="is only for keys: custom (keys is %s)",
         args=(("self.keys", lambda t: t.keys),),
-    ),
-    Rule(
-        "table-dynamic-collective-only",
-        "vocabulary.kind",
-        lambda t: t.vocabulary.kind != VocabularyKind.dynamic or t.sharding == Sharding.collective,
-        cel="!has(self.vocabulary) || self.vocabulary.kind != 'dynamic' || self.sharding == 'collective'",
-        message="dynamic is not supported yet on the shard servers: it needs sharding: collective",
     ),
     Rule(
         "table-float32-only",

@@ -14,9 +14,8 @@ import torch
 
 from graphtrain.runtime.collective.embedding import CollectiveEmbedding
 from graphtrain.runtime.collective.rows import DynamicKeys
-from graphtrain.runtime.data.cache import verify_files
-from graphtrain.runtime.errors import DataError
 from graphtrain.runtime.kvstore import checkpoint as ckpt
+from graphtrain.runtime.kvstore.keyed import owners, restore_keyed
 from graphtrain.runtime.kvstore.shard import TensorShard
 from graphtrain.runtime.native.keymap import KeyMap
 
@@ -65,22 +64,5 @@ def restore(
     place = t.place
     assert isinstance(place, DynamicKeys)
     place.keymap = KeyMap(place.keymap.capacity)  # the checkpoint's keys, and only those
-    for manifest, d in pieces:
-        if verify:
-            verify_files(d, manifest["files"])
-        if not (d / KEYS).exists():
-            raise DataError(f"{d}: no {KEYS}: the checkpoint's {t.name!r} is not a dynamic vocabulary's")
-        keys = np.load(d / KEYS, allow_pickle=False)
-        mine = np.nonzero(np.remainder(keys, t.world) == t.rank)[0]
-        if not len(mine):
-            continue
-        if len(place.keymap) + len(mine) > place.keymap.capacity:
-            raise DataError(
-                f"table {t.name!r} shard {t.rank} of {t.world}: the checkpoint holds more of its keys than "
-                f"its capacity of {place.keymap.capacity:,} rows"
-            )
-        rows = torch.from_numpy(place.keymap.insert(keys[mine], evict=False).rows).to(t.device)
-        for key, value in arrays.items():
-            name = "data.npy" if key == "data" else f"state.{key}.npy"
-            src = np.load(d / name, mmap_mode="r", allow_pickle=False)
-            value[rows] = torch.from_numpy(np.ascontiguousarray(src[mine])).to(t.device)
+    what = f"table {t.name!r} shard {t.rank} of {t.world}"
+    restore_keyed(place.keymap, pieces, lambda keys: owners(keys, t.world) == t.rank, arrays, verify, what)

@@ -43,6 +43,8 @@ from graphtrain.runtime.data.cache import (
     write_json,
 )
 from graphtrain.runtime.errors import DataError
+from graphtrain.runtime.kvstore import keyed as kd
+from graphtrain.runtime.kvstore.keyed import KEYS
 from graphtrain.runtime.kvstore.shard import TensorShard
 from graphtrain.runtime.optim import OptimConfig, make_state
 
@@ -52,7 +54,6 @@ if TYPE_CHECKING:
 FORMAT = "graphtrain-checkpoint"
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
-KEYS = "keys.npy"  # a dynamic vocabulary's piece: the key of each row in use, rows 0..len-1
 TOP = "checkpoint.json"
 
 
@@ -75,10 +76,17 @@ Writer = Callable[[Path, TensorShard], None]
 
 
 def save_whole(directory: Path, t: TensorShard) -> None:
-    """data.npy and state.<key>.npy of a host table, each written in one go."""
+    """data.npy and state.<key>.npy of a host table, each written in one go (and a dynamic table's keys)."""
     np.save(directory / "data.npy", t.data.cpu().numpy())
     for key, value in t.state.items():
         np.save(directory / f"state.{key}.npy", value.cpu().numpy())
+    save_keys(directory, t)
+
+
+def save_keys(directory: Path, t: TensorShard, keys: np.ndarray | None = None) -> None:
+    """keys.npy of a dynamic table's piece (`keys`: those taken when its snapshot was armed)."""
+    if t.keyed is not None:
+        np.save(directory / KEYS, t.keyed.keys() if keys is None else keys)
 
 
 def write_piece(root: Path, t: TensorShard, writer: Writer = save_whole) -> dict[str, Any]:
@@ -398,11 +406,15 @@ def restore_into(root: Path, t: TensorShard, verify: bool = True) -> bool:
     pieces = pieces_of(root, t.name)
     if not pieces:
         return False
-    config = saved_config(pieces[0][0], t.name, (t.num_rows, t.row_shape, t.dtype), t.config)
+    rows = t.num_rows if t.keyed is None else pieces[0][0]["num_rows"]  # a capacity may change
+    config = saved_config(pieces[0][0], t.name, (rows, t.row_shape, t.dtype), t.config)
     if config is not None:
         t.config = config
         t.state = make_state(config, t.rows, t.row_shape[0], t.data.device)
-    global_step = config is not None and config.kind == "adam" and config.step_count == "global"
+    global_step = kd.global_step(config)
+    if t.keyed is not None:
+        _restore_keys(pieces, t, verify, global_step)
+        return True
     for manifest, d in pieces:
         a, b = max(t.lo, manifest["lo"]), min(t.hi, manifest["hi"])
         overlap = a < b
@@ -422,6 +434,22 @@ def restore_into(root: Path, t: TensorShard, verify: bool = True) -> bool:
             elif overlap:
                 _copy_into(value[dst], saved[src])
     return True
+
+
+def _restore_keys(
+    pieces: list[tuple[dict[str, Any], Path]], t: TensorShard, verify: bool, global_step: bool
+) -> None:
+    """A dynamic table's keys that this shard owns (key mod shards), from pieces of any shard count,
+    with their rows and state; the table-wide Adam step is the largest of the pieces'."""
+    shards, shard = t.keyed.shards, t.keyed.shard
+    t.keyed.keymap = kd.KeyMap(t.keyed.keymap.capacity)
+    arrays = {"data": t.data, **{k: v for k, v in t.state.items() if not (k == "step" and global_step)}}
+    kd.restore_keyed(
+        t.keyed.keymap, pieces, lambda keys: kd.owners(keys, shards) == shard, arrays, verify, t.keyed.what
+    )
+    if global_step:
+        steps = [int(np.load(d / "state.step.npy", allow_pickle=False)[0]) for _, d in pieces]
+        t.state["step"].fill_(max(steps))
 
 
 def _copy_into(dst: torch.Tensor, src: np.ndarray) -> None:

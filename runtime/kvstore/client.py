@@ -20,6 +20,7 @@ from graphtrain.runtime.kvstore import checkpoint as ckpt
 from graphtrain.runtime.kvstore import protocol
 from graphtrain.runtime.kvstore.graphpart import _ranges
 from graphtrain.runtime.kvstore.inproc import InProcTransport
+from graphtrain.runtime.kvstore.keyed import owners as keyed_owners
 from graphtrain.runtime.kvstore.transport import Answer, Call, KVAuthError, KVTimeout, Transport, gather_rows
 from graphtrain.runtime.kvstore.zmq_transport import ZmqTransport
 
@@ -57,7 +58,12 @@ class KVClient:
         dtype: str,
         bounds: np.ndarray,
         init: dict[str, Any] | None = None,
+        evict: bool | None = None,
     ) -> None:
+        """Create (or attach to) the table on every shard, shard s holding rows [bounds[s], bounds[s+1]).
+        `evict` not None: a dynamic vocabulary (kvstore/keyed.py), the bounds the shards' shares of its
+        capacity num_rows, keys routed by key mod shards; evict: what a full shard does."""
+        keyed = None if evict is None else {"keyed": {"shards": self.num_shards, "evict": evict}}
         calls = [
             Call(
                 s,
@@ -71,6 +77,7 @@ class KVClient:
                     "lo": int(bounds[s]),
                     "hi": int(bounds[s + 1]),
                     "init": init or {},
+                    **(keyed or {}),
                 },
             )
             for s in range(self.num_shards)
@@ -81,26 +88,44 @@ class KVClient:
         self.each("set_optimizer", name, {"config": config})
 
     @staticmethod
-    def split(ids: np.ndarray, bounds: np.ndarray) -> tuple[np.ndarray | None, np.ndarray]:
+    def split(
+        ids: np.ndarray, bounds: np.ndarray, keyed: bool = False
+    ) -> tuple[np.ndarray | None, np.ndarray]:
         """(order, per-shard start offsets into ids[order]): ids grouped by owner, stable. order is None
         when the ids already are (one shard, or sorted by owner): no permutation to build or apply
-        (the owner lookup and stable sort of 100,000 ids took ~1 ms before a one-shard pull was sent)."""
+        (the owner lookup and stable sort of 100,000 ids took ~1 ms before a one-shard pull was sent).
+        `keyed`: the ids are a dynamic table's keys, owned by key mod shards."""
+        if keyed:
+            return KVClient._group(keyed_owners(ids, len(bounds) - 1), len(bounds))
         if ids.size and (ids.min() < bounds[0] or ids.max() >= bounds[-1]):
             bad = int(ids[(ids < bounds[0]) | (ids >= bounds[-1])][0])
             raise protocol.ProtocolError(f"id {bad} is outside the table's rows [0, {int(bounds[-1])})")
         if len(bounds) == 2:
             return None, np.array([0, len(ids)])
-        owners = np.searchsorted(bounds, ids, side="right") - 1
+        return KVClient._group(np.searchsorted(bounds, ids, side="right") - 1, len(bounds))
+
+    @staticmethod
+    def _group(owners: np.ndarray, n: int) -> tuple[np.ndarray | None, np.ndarray]:
         if len(owners) < 2 or bool(np.all(owners[1:] >= owners[:-1])):
-            return None, np.searchsorted(owners, np.arange(len(bounds)))
+            return None, np.searchsorted(owners, np.arange(n))
         order = np.argsort(owners, kind="stable")
-        return order, np.searchsorted(owners[order], np.arange(len(bounds)))
+        return order, np.searchsorted(owners[order], np.arange(n))
 
     def pull(
-        self, name: str, ids: np.ndarray, bounds: np.ndarray, row_shape: tuple[int, ...], dtype: np.dtype
+        self,
+        name: str,
+        ids: np.ndarray,
+        bounds: np.ndarray,
+        row_shape: tuple[int, ...],
+        dtype: np.dtype,
+        keyed: bool = False,
+        insert: bool = True,
     ) -> np.ndarray:
+        """Rows of `ids` in their order. `keyed`: a dynamic table's keys (no shared-memory path: the
+        shards map them); `insert` False: unseen keys read their initial value, none is inserted."""
         ids = np.ascontiguousarray(ids, dtype=np.int64)
-        order, starts = self.split(ids, bounds)
+        order, starts = self.split(ids, bounds, keyed)
+        args = None if insert else {"insert": False}
         in_order = order is None
         out = np.empty((len(ids), *row_shape), dtype=dtype)
         calls = []
@@ -108,7 +133,7 @@ class KVClient:
             a, b = starts[s], starts[s + 1]
             if b <= a:
                 continue
-            local = self.transport.local_view(s, name)
+            local = None if keyed else self.transport.local_view(s, name)
             if local is not None:  # same process or same host: gather the rows ourselves
                 rows, lo = local
                 shard_ids = ids[a:b] if in_order else ids[order[a:b]]
@@ -121,9 +146,9 @@ class KVClient:
                 continue
             frames = self._frames
             if in_order:  # one shard, or ids already grouped by owner: rows land in place
-                calls.append(Call(s, "pull", name, frames(ids[a:b]), None, out[a:b]))
+                calls.append(Call(s, "pull", name, frames(ids[a:b]), args, out[a:b]))
             else:
-                calls.append(Call(s, "pull", name, frames(ids[order[a:b]]), None, out, order[a:b]))
+                calls.append(Call(s, "pull", name, frames(ids[order[a:b]]), args, out, order[a:b]))
         self.transport.call_many(calls)
         return out
 
@@ -139,8 +164,9 @@ class KVClient:
         values: np.ndarray,
         bounds: np.ndarray,
         args: dict[str, Any] | None,
+        keyed: bool = False,
     ) -> list[Call]:
-        order, starts = self.split(ids, bounds)
+        order, starts = self.split(ids, bounds, keyed)
         # no 51 MB copy when the ids come grouped by owner
         ids_g, vals_g = (ids, values) if order is None else (ids[order], values[order])
         buffer = self.transport.push_buffer(vals_g.nbytes) if vals_g.nbytes else None
@@ -168,11 +194,13 @@ class KVClient:
                 calls.append(Call(s, op, name, [ids_g[a:b], vals_g[a:b]], args))  # id_frames: 1
         return calls
 
-    def push(self, name: str, ids: np.ndarray, values: np.ndarray, bounds: np.ndarray) -> None:
+    def push(
+        self, name: str, ids: np.ndarray, values: np.ndarray, bounds: np.ndarray, keyed: bool = False
+    ) -> None:
         """Overwrite rows; for a repeated id the last value wins (decided here, before the push is split
         into requests that a server may apply in any order)."""
         ids, values = last_of_each(np.ascontiguousarray(ids, dtype=np.int64), np.ascontiguousarray(values))
-        self.transport.call_many(self._push_calls("push", name, ids, values, bounds, None))
+        self.transport.call_many(self._push_calls("push", name, ids, values, bounds, None, keyed))
 
     def push_grad(
         self,
@@ -183,6 +211,7 @@ class KVClient:
         mean: bool,
         step: int | None = None,
         wait: bool = True,
+        keyed: bool = False,
     ) -> int:
         """Deduplicate on the client (sum or mean, as the table's optimizer says), then push each shard its
         rows. Returns the unique rows pushed. wait=False returns once the pushes are sent: the servers
@@ -193,7 +222,7 @@ class KVClient:
 
         ids = np.ascontiguousarray(ids, dtype=np.int64)
         grads = np.ascontiguousarray(grads, dtype=np.float32)
-        if len(ids) and choose() is CoreBackend.CPU:
+        if len(ids) and choose() is CoreBackend.CPU and not keyed:  # the core's dedup wants ids < rows
             from graphtrain.runtime.native import optim as native
             from graphtrain.runtime.optim.functional import threads
 
@@ -214,7 +243,7 @@ class KVClient:
 
             u, g = dedup(torch.from_numpy(ids), torch.from_numpy(grads), "mean" if mean else "sum")
             uids, ugrads = u.numpy(), g.numpy()
-        calls = self._push_calls("push_grad", name, uids, ugrads, bounds, {"step": step})
+        calls = self._push_calls("push_grad", name, uids, ugrads, bounds, {"step": step}, keyed)
         if wait:
             self.transport.call_many(calls)
         else:

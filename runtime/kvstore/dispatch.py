@@ -90,7 +90,7 @@ class Dispatcher:
         return Reply(self.state.stats())
 
     def _op_create(self, req: protocol.Request, a: protocol.CreateArgs, who: Hashable, now: float) -> Reply:
-        t = self.state.create(req.name, a.num_rows, a.row_shape, a.dtype, a.lo, a.hi, a.init)
+        t = self.state.create(req.name, a.num_rows, a.row_shape, a.dtype, a.lo, a.hi, a.init, keyed=a.keyed)
         return Reply(t.describe())
 
     def _op_set_optimizer(
@@ -101,7 +101,7 @@ class Dispatcher:
 
     def _op_pull(self, req: protocol.Request, a: protocol.PullArgs, who: Hashable, now: float) -> PullStream:
         ids = protocol.joined(a.ids)
-        stream = self.state.pull_stream(req.name, ids, self.chunk_bytes)
+        stream = self.state.pull_stream(req.name, ids, self.chunk_bytes, a.insert)
         if self.metrics is not None:
             self.metrics.rows_pulled.labels(self.metrics.shard).inc(len(ids))
         return stream

@@ -45,7 +45,9 @@ class InProcTransport:
         """A host table's rows, for the client to gather itself; None for a GPU table (its pulls go
         through the dispatcher, which gathers on the device and downloads only the rows asked for)."""
         t = self.states[shard].tensors.get(name)
-        return None if t is None or t.data.device.type != "cpu" else (t.data.numpy(), t.lo)
+        if t is None or t.data.device.type != "cpu" or t.keyed is not None:  # keys map in the shard
+            return None
+        return t.data.numpy(), t.lo
 
     def is_local(self, shard: int) -> bool:
         return False  # values are handed over as they are, not through a buffer

@@ -130,3 +130,37 @@ def state_bytes(kind: str, step_count: str, rows: int, dim: int) -> int:
     if kind == "adam":
         return rows * dim * 8 + (rows if step_count == "row" else 1) * 8
     return 0
+
+
+def table_device(text: str) -> torch.device:
+    """Where a shard server keeps its tables: cpu or cuda[:N]; a bare "cuda" is cuda:0, so tables, their
+    events and messages name one device.
+
+    Raises:
+        ProtocolError: not a device, or neither cpu nor cuda.
+    """
+    try:
+        device = torch.device(text)
+    except (RuntimeError, ValueError):
+        raise ProtocolError(f"--device {text!r} is not a device: cpu, cuda or cuda:N") from None
+    if device.type not in ("cpu", "cuda"):
+        raise ProtocolError(f"a shard server holds its tables on the CPU or a GPU, not on {device}")
+    return torch.device("cuda", 0) if device.type == "cuda" and device.index is None else device
+
+
+def check_usable(device: torch.device) -> None:
+    """A GPU and the CUDA core usable on `device`, checked at start: a server never announces ready
+    and then fails its first create.
+
+    Raises:
+        ProtocolError: no such GPU here, or the CUDA core cannot run on it (the reason named).
+    """
+    if device.type != "cuda":
+        return
+    from graphtrain.runtime.native import cuda as core
+
+    index = device.index or 0
+    if not torch.cuda.is_available() or index >= torch.cuda.device_count():
+        raise ProtocolError(f"--device {device}: no such GPU here (torch sees {torch.cuda.device_count()})")
+    if not core.available(index):
+        raise ProtocolError(f"--device {device}: the CUDA core cannot run: {core.unavailable_reason(index)}")

@@ -369,6 +369,7 @@ class CreateArgs:
     lo: int
     hi: int
     init: dict[str, Any]
+    keyed: dict[str, Any] | None = None  # a dynamic vocabulary: {"shards": S, "evict": bool} (keyed.py)
 
 
 @dataclass(frozen=True)
@@ -400,6 +401,7 @@ class PushArgs:
 @dataclass(frozen=True)
 class PullArgs:
     ids: list[np.ndarray]  # frames; see joined()
+    insert: bool = True  # a dynamic table's unseen keys get rows (a training pull), else read their init
 
 
 @dataclass(frozen=True)
@@ -453,7 +455,16 @@ def _create(req: Request) -> CreateArgs:
     dtype = arg(a, "dtype", str)
     if dtype not in DTYPES:
         raise ProtocolError(f"dtype {echo(dtype)} is not one of {sorted(DTYPES)}")
-    return CreateArgs(num_rows, tuple(row_shape), dtype, lo, hi, init_spec(arg(a, "init", dict, {})))
+    keyed = arg(a, "keyed", dict, None)
+    if keyed is not None:
+        unknown = set(keyed) - {"shards", "evict"}
+        if unknown:
+            raise ProtocolError(f"keyed has unknown keys {echo(sorted(map(str, unknown)))}")
+        keyed = {
+            "shards": int_arg(keyed, "shards", 1, 1 << 16),
+            "evict": bool(arg(keyed, "evict", bool, False)),
+        }
+    return CreateArgs(num_rows, tuple(row_shape), dtype, lo, hi, init_spec(arg(a, "init", dict, {})), keyed)
 
 
 def init_spec(spec: dict[str, Any]) -> dict[str, Any]:
@@ -505,7 +516,7 @@ def _push(req: Request) -> PushArgs:
 
 
 def _pull(req: Request) -> PullArgs:
-    return PullArgs(_id_frames(req.arrays, "pull ids"))
+    return PullArgs(_id_frames(req.arrays, "pull ids"), bool(arg(req.args, "insert", bool, True)))
 
 
 def _sample(req: Request) -> SampleArgs:

@@ -37,6 +37,7 @@ class TensorShard:
     # a checkpoint being written in the background (snapshot.TableSnapshot): every writer of rows calls
     # its preserve(local rows) under the lock before writing them
     snapshot: Any = None
+    keyed: Any = None  # a dynamic vocabulary's key map (keyed.KeyedRows): ids are keys, not rows
 
     @property
     def rows(self) -> int:
@@ -63,4 +64,5 @@ class TensorShard:
             "bytes": self.data.numel() * self.data.element_size(),
             "optimizer": None if self.config is None else self.config.kind,
             "shm": None if self.shm is None else self.shm.name,
+            "keys": None if self.keyed is None else len(self.keyed.keymap),
         }

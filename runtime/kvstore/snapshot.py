@@ -120,6 +120,7 @@ class TableSnapshot:
     def __init__(self, root: Path, t: TensorShard, budget: StagingBudget, chunk_bytes: int = CHUNK_BYTES):
         self.t, self.budget, self.root = t, budget, root
         self.view = dataclasses.replace(t, state=dict(t.state))  # this moment's tensors and config
+        self.keys = None if t.keyed is None else t.keyed.keys()  # a dynamic table's, as its rows now
         named = {"data": t.data, **{f"state.{k}": v for k, v in t.state.items()}}
         self.whole = {n: v.clone() for n, v in named.items() if _is_global_step(n, t) or v.dim() == 0}
         rowed = {n: v for n, v in named.items() if n not in self.whole}
@@ -232,6 +233,7 @@ class TableSnapshot:
         """The table-wide values, the manifest and the rename into place (after drain)."""
         for n, v in self.whole.items():
             np.save(self.tmp / f"{n}.npy", v.numpy())
+        ckpt.save_keys(self.tmp, self.t, self.keys)
         self._close_files()
         ckpt.finish_piece(self.tmp, self.view)
         self._stack.close()  # fsync every file, rename the piece into place

@@ -29,10 +29,12 @@ from graphtrain.runtime.dtypes import to_torch, wire_name
 from graphtrain.runtime.errors import NonFiniteGradient, SparseInputError
 from graphtrain.runtime.kvstore import checkpoint as ckpt
 from graphtrain.runtime.kvstore import gpu
+from graphtrain.runtime.kvstore import keyed as kd
 from graphtrain.runtime.kvstore import placement as place
 from graphtrain.runtime.kvstore import snapshot as snap
 from graphtrain.runtime.kvstore.graphpart import GraphPart
 from graphtrain.runtime.kvstore.inits import init_rows
+from graphtrain.runtime.kvstore.placement import check_usable, table_device
 from graphtrain.runtime.kvstore.protocol import ProtocolError
 from graphtrain.runtime.kvstore.shard import TensorShard
 from graphtrain.runtime.native import cuda
@@ -60,8 +62,9 @@ class PullStream:
     previous one is on the wire, and can stop between chunks (a client that does not read) without
     holding a worker; the in-process transport takes the rows in one chunk."""
 
-    def __init__(self, t: TensorShard, local: torch.Tensor, chunk_rows: int):
+    def __init__(self, t: TensorShard, local: torch.Tensor, chunk_rows: int, keys: np.ndarray | None = None):
         self.t, self.local, self.chunk_rows = t, local, chunk_rows
+        self.keys = keys  # an evaluation pull of a dynamic table: keys not held (local -1) read their init
         self.count = max(1, -(-len(local) // chunk_rows))
         self.index = 0
 
@@ -78,41 +81,12 @@ class PullStream:
         """(chunk index, first row's position in the pull, rows) of the next chunk, into `out` if given."""
         i, start = self.index, self.index * self.chunk_rows
         self.index += 1
-        return i, start, ShardTensors.gather(self.t, self.local[start : start + self.chunk_rows], out)
-
-
-def table_device(text: str) -> torch.device:
-    """Where a shard server keeps its tables: cpu or cuda[:N]; a bare "cuda" is cuda:0, so tables, their
-    events and messages name one device.
-
-    Raises:
-        ProtocolError: not a device, or neither cpu nor cuda.
-    """
-    try:
-        device = torch.device(text)
-    except (RuntimeError, ValueError):
-        raise ProtocolError(f"--device {text!r} is not a device: cpu, cuda or cuda:N") from None
-    if device.type not in ("cpu", "cuda"):
-        raise ProtocolError(f"a shard server holds its tables on the CPU or a GPU, not on {device}")
-    return torch.device("cuda", 0) if device.type == "cuda" and device.index is None else device
-
-
-def check_usable(device: torch.device) -> None:
-    """A GPU and the CUDA core usable on `device`, checked at start: a server never announces ready
-    and then fails its first create.
-
-    Raises:
-        ProtocolError: no such GPU here, or the CUDA core cannot run on it (the reason named).
-    """
-    if device.type != "cuda":
-        return
-    from graphtrain.runtime.native import cuda as core
-
-    index = device.index or 0
-    if not torch.cuda.is_available() or index >= torch.cuda.device_count():
-        raise ProtocolError(f"--device {device}: no such GPU here (torch sees {torch.cuda.device_count()})")
-    if not core.available(index):
-        raise ProtocolError(f"--device {device}: the CUDA core cannot run: {core.unavailable_reason(index)}")
+        local = self.local[start : start + self.chunk_rows]
+        if self.keys is None:
+            return i, start, ShardTensors.gather(self.t, local, out)
+        rows = ShardTensors.gather(self.t, local.clamp_min(0), out)
+        kd.fill_unseen(rows, self.keys[start : start + len(local)], local.cpu().numpy(), self.t.keyed, self.t)
+        return i, start, rows
 
 
 class ShardTensors:
@@ -180,11 +154,14 @@ class ShardTensors:
         hi: int,
         init: dict[str, Any] | None = None,
         node_data: bool = False,
+        keyed: dict[str, Any] | None = None,
     ) -> TensorShard:
         """Create the tensor, or attach to it if it exists with the same description. A create that
         fails (a checkpoint that does not fit, say) leaves nothing behind: no table, no segment. The rows
         start in host memory (in shared memory with --shm where placement.shareable allows); a restored
-        optimizer moves them where placement puts learnable tables. `node_data`: the partition's."""
+        optimizer moves them where placement puts learnable tables. `node_data`: the partition's.
+        `keyed` {"shards", "evict"}: a dynamic vocabulary (keyed.py), rows [lo, hi) its share of the
+        capacity num_rows, never in shared memory."""
         if dtype not in DTYPES:
             raise ProtocolError(f"dtype {dtype!r} is not one of {sorted(DTYPES)}")
         if not (0 <= lo <= hi <= num_rows) or num_rows < 0:
@@ -192,8 +169,16 @@ class ShardTensors:
         if any(d < 1 for d in row_shape) or len(row_shape) > 3:
             raise ProtocolError(f"row shape {row_shape} must have 0-3 positive dims")
         with self._create_lock:
+            if keyed and not (self.shard < keyed["shards"] and lo < hi):
+                raise ProtocolError(
+                    f"dynamic table {name!r}: shard {self.shard} of {keyed['shards']} rows [{lo}, {hi})"
+                )
             if name in self.tensors:
                 t = self.tensors[name]
+                if (t.keyed is None) != (not keyed):
+                    raise ProtocolError(
+                        f"tensor {name!r} exists {'with' if t.keyed else 'without'} a dynamic vocabulary"
+                    )
                 if (t.num_rows, t.row_shape, t.dtype, t.lo, t.hi) != (num_rows, row_shape, dtype, lo, hi):
                     raise ProtocolError(
                         f"tensor {name!r} exists as {t.num_rows}x{t.row_shape} {t.dtype} "
@@ -203,12 +188,18 @@ class ShardTensors:
             shape = (hi - lo, *row_shape)
             nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(DTYPES[dtype]).itemsize
             place.fits(f"table {name!r}", nbytes, place.CPU, self.free)
-            shared = self.use_shm and place.shareable(dtype, row_shape, node_data, self.device)
+            shared = self.use_shm and not keyed and place.shareable(dtype, row_shape, node_data, self.device)
             data, shm = self._allocate(name, shape, to_torch(dtype), shared)
             t = TensorShard(name, num_rows, row_shape, dtype, lo, hi, data, shm=shm)
             del data
             try:
-                init_rows(init or {}, lo, hi, row_shape, t.data)
+                if keyed:  # rows take their key's initial value when a key takes them
+                    t.keyed = kd.KeyedRows(
+                        name, self.shard, keyed["shards"], hi - lo, keyed["evict"], init or {}
+                    )
+                    t.data.zero_()
+                else:
+                    init_rows(init or {}, lo, hi, row_shape, t.data)
                 if self.restore_from is not None and ckpt.restore_into(self.restore_from, t):
                     self._move(t, t.config, t.state)
             except BaseException:
@@ -290,11 +281,17 @@ class ShardTensors:
 
     # --------------------------------------------------------------------------------- data ops
 
-    def pull_stream(self, name: str, ids: np.ndarray, chunk_bytes: int) -> PullStream:
-        """The rows of `ids` in chunks of about `chunk_bytes` (every id checked before the first)."""
+    def pull_stream(self, name: str, ids: np.ndarray, chunk_bytes: int, insert: bool = True) -> PullStream:
+        """The rows of `ids` in chunks of about `chunk_bytes` (every id checked before the first). A
+        dynamic table's keys: `insert` (a training pull) gives unseen keys rows, else they read their
+        initial value."""
         t = self.get(name)
         row = max(1, int(np.prod(t.row_shape, dtype=np.int64)) * np.dtype(DTYPES[t.dtype]).itemsize)
-        return PullStream(t, self.local_ids(t, ids), max(1, chunk_bytes // row))
+        if t.keyed is None:
+            return PullStream(t, self.local_ids(t, ids), max(1, chunk_bytes // row))
+        with t.lock:
+            local = kd.rows_of(t, ids, insert)
+        return PullStream(t, local, max(1, chunk_bytes // row), None if insert else ids)
 
     @staticmethod
     def gather(t: TensorShard, local: torch.Tensor, out: torch.Tensor | None = None) -> np.ndarray:
@@ -335,6 +332,8 @@ class ShardTensors:
                 raise ProtocolError(f"{len(ids)} ids but {len(values)} value rows for {t.name!r}")
         parts = [ids for ids, _ in pieces]
         ids = parts[0] if len(parts) == 1 else np.concatenate(parts) if parts else np.empty(0, np.int64)
+        if t.keyed is not None:  # mapped under the lock by the caller
+            return ids, torch.empty(0, dtype=torch.int64)
         return ids, ShardTensors.local_ids(t, ids)
 
     def push(self, name: str, pieces: list[tuple[np.ndarray, np.ndarray]]) -> int:
@@ -350,6 +349,8 @@ class ShardTensors:
                     f"(first id {int(piece_ids[bad][0])}); nothing was written"
                 )
         with t.lock:
+            if t.keyed is not None:
+                local = kd.rows_of(t, ids, insert=True)
             if t.snapshot is not None:  # a checkpoint being written keeps these rows' old values first
                 t.snapshot.preserve(local.numpy())
             local = local.to(t.data.device, non_blocking=True)
@@ -374,6 +375,8 @@ class ShardTensors:
         if t.config is None:
             raise ProtocolError(f"tensor {name!r} has no optimizer; send set_optimizer first")
         ids, local = self._pieces(t, pieces)
+        if t.keyed is not None and len(pieces) > 1:  # one piece: keys dropped below mask one array
+            pieces = [(ids, np.concatenate([v for _, v in pieces]))]
         refuse = t.config.nonfinite == "refuse"
         grads: list[torch.Tensor] = []
         keep: list[np.ndarray | None] = []
@@ -386,13 +389,17 @@ class ShardTensors:
             keep.append(bad)
             # where the rows are: fixed once the optimizer is set (set_optimizer moved them with it)
             grads.append(gpu.to_device(values, t.data.device))
+        mask = None
         if skipped:
             mask = np.concatenate(
                 [np.ones(len(i), bool) if b is None else ~b for (i, _), b in zip(pieces, keep, strict=True)]
             )
-            local = local[torch.from_numpy(mask).to(local.device)]
-        global_adam = t.config.kind == "adam" and t.config.step_count == "global"
+            if t.keyed is None:
+                local = local[torch.from_numpy(mask).to(local.device)]
+        global_adam = kd.global_step(t.config)
         with t.lock:
+            if t.keyed is not None:
+                local, grads = kd.held(t, ids if mask is None else ids[mask], grads)
             if t.snapshot is not None:  # a checkpoint being written keeps these rows' old values first
                 t.snapshot.preserve(local.cpu().numpy())
             gpu.wait_written(t)
@@ -442,7 +449,10 @@ class ShardTensors:
                             pieces.append(ckpt.write_piece(root, t))
                         continue
                     view = dataclasses.replace(t, state=dict(t.state))  # this moment's tensors and config
-                pieces.append(ckpt.write_piece(root, view, lambda d, v, live=t: gpu.save_chunked(d, v, live)))
+                    keys = None if t.keyed is None else t.keyed.keys()
+                pieces.append(
+                    ckpt.write_piece(root, view, lambda d, v, live=t, k=keys: _save_gpu(d, v, live, k))
+                )
             if background:  # the trainers are paused: no push comes between the GPU pieces and these
                 self.background = snap.BackgroundCheckpoint(
                     str(root), root, host, pieces, self.staging_bytes, self.checkpoint_rate
@@ -564,3 +574,9 @@ class ShardTensors:
                     seg.close()
                 seg.unlink()
             self.graph_shm = {}
+
+
+def _save_gpu(directory: Path, view: TensorShard, live: TensorShard, keys: np.ndarray | None) -> None:
+    """A GPU table's piece: its rows and state in chunks (gpu.save_chunked), a dynamic table's keys."""
+    gpu.save_chunked(directory, view, live)
+    ckpt.save_keys(directory, view, keys)

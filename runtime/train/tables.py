@@ -16,7 +16,7 @@ from graphtrain.runtime.collective import CollectiveEmbedding
 from graphtrain.runtime.kvstore import checkpoint as ckpt
 from graphtrain.runtime.kvstore.client import KVClient
 from graphtrain.runtime.kvstore.inits import init_keyed
-from graphtrain.runtime.tensor import DistEmbedding, PartitionBook
+from graphtrain.runtime.tensor import DistEmbedding, DynamicVocabulary, PartitionBook
 from graphtrain.runtime.train.task import init_spec
 
 Table = DistEmbedding | CollectiveEmbedding
@@ -32,10 +32,11 @@ def embedding_table(
 ) -> Table:
     """The table `spec_table` (contract/spec/tables.py) with `num_rows` rows: a collective one lives on
     the trainer's device, its rows owned by rank key mod world size; with a dynamic vocabulary its keys
-    (the same ids) get rows on first sight, up to the vocabulary's capacity."""
+    (the same ids) get rows on first sight, up to the vocabulary's capacity, on the trainers or (server
+    tables) on the shard servers, key mod their count."""
+    vocab = spec_table.vocabulary
+    dynamic = vocab.kind == VocabularyKind.dynamic
     if spec_table.sharding == Sharding.collective:
-        vocab = spec_table.vocabulary
-        dynamic = vocab.kind == VocabularyKind.dynamic
         return CollectiveEmbedding(
             num_rows,
             spec_table.dim,
@@ -45,7 +46,10 @@ def embedding_table(
             capacity=vocab.capacity if dynamic else None,
             on_full=str(vocab.on_full),
         )
-    return DistEmbedding(num_rows, spec_table.dim, spec_table.name, init, book, client)
+    keys = DynamicVocabulary(int(vocab.capacity), str(vocab.on_full) == "evict") if dynamic else None
+    return DistEmbedding(
+        num_rows, spec_table.dim, spec_table.name, init, None if keys else book, client, keys
+    )
 
 
 def table_init(spec: Any, name: str) -> dict[str, Any]:
@@ -91,7 +95,9 @@ def normalise_rows(table: Table, rank: int, chunk: int) -> None:
         with torch.no_grad():
             table.weight.div_(table.weight.norm(dim=1, keepdim=True).clamp_min_(1e-12))
         return
-    if rank != 0:
+    if (
+        rank != 0 or table.table.keyed
+    ):  # a dynamic table's rows start on the sphere (the optimizer's row_norm)
         return
     for lo in range(0, table.num_embeddings, chunk):
         ids = torch.arange(lo, min(lo + chunk, table.num_embeddings))

@@ -66,7 +66,6 @@ def test_each_example_breaks_its_rule(name: str) -> None:
 @pytest.mark.parametrize(
     ("table", "path"),
     [
-        ({"vocabulary": {"kind": "dynamic", "capacity": 10}}, "spec.embeddings[0].vocabulary.kind"),
         ({"dtype": "float16"}, "spec.embeddings[0].dtype"),
         ({"dtype": "bfloat16"}, "spec.embeddings[0].dtype"),
         ({"keys": "custom", "numEmbeddings": 10}, "spec.embeddings[0].keys"),

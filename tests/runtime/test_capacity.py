@@ -130,3 +130,21 @@ def test_a_feature_table_has_a_row_per_feature_column(planted: tuple[Path, Path]
     cfg = load_config(planted[1])
     assert capacity.table_rows("features", cfg) == 16  # the planted graph's feature columns
     assert capacity.shard_rows("features", cfg, 1) == 8  # an even share of 2 shards
+
+
+def test_a_dynamic_table_needs_its_share_of_the_capacity_and_a_key_map(planted: tuple[Path, Path]) -> None:
+    from graphtrain.runtime.native.keymap import KeyMap
+
+    spec_path, config = planted
+    doc = load_yaml(spec_path.read_text()).model_dump(by_alias=True, exclude_none=True, mode="json")
+    doc["spec"]["embeddings"][0]["vocabulary"] = {"kind": "dynamic", "capacity": 101}
+    spec = load_yaml(yaml.safe_dump(doc)).spec
+    cfg = load_config(config)
+    shard = capacity.shard_need(spec, cfg, 1)
+    assert shard.items["table node"] == 50 * 8 * 4  # keys k mod 2 = 1 of 101 rows: 50
+    assert shard.items["table node key map"] == KeyMap.bytes_for(50)
+    doc["spec"]["embeddings"][0]["sharding"] = "collective"
+    spec = load_yaml(yaml.safe_dump(doc)).spec
+    trainer = capacity.trainer_need(spec, cfg, 0, 0)
+    assert trainer.items["table node (share)"] == 51 * 8 * 4  # rank 0 of 2 holds 51 of 101
+    assert "table node" not in capacity.shard_need(spec, cfg, 0).items

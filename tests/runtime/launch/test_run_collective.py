@@ -77,6 +77,12 @@ def test_transe_with_a_dynamic_entity_vocabulary_exports_the_users_names(tmp_pat
     run_dir = tmp_path / "run"
     result = launch(doc, run_dir).run()
     assert result["test_mrr"] > 0.3, result
+    export_and_predict(run_dir, tmp_path)
+
+
+def export_and_predict(run_dir: Path, tmp_path: Path) -> None:
+    """`graphtrain export` of a Nations run's dynamic entity table writes the 14 countries once each by
+    name, and `predict` answers a query from its checkpoint."""
     out = tmp_path / "entity.csv"
     done = subprocess.run(
         [*CLI, "export", str(run_dir / "checkpoints"), "--name", "entity", "-o", str(out)],

@@ -1,0 +1,240 @@
+"""Dynamic vocabularies on the shard servers (kvstore/keyed.py): arbitrary int64 keys routed by key mod
+shards get rows on first sight with their key's initial value; lookups and updates equal one process
+holding every key's row (within 1e-5) over in-process shards and over real shard-server processes;
+evaluation pulls insert nothing; a full shard refuses naming table, shard and capacity, or evicts its
+least recently used rows; checkpoints (whole and copy-on-write) keep the keys and restore into another
+shard count; malformed keyed requests are refused without harm."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from graphtrain.runtime import kvstore
+from graphtrain.runtime.kvstore import checkpoint as ckpt
+from graphtrain.runtime.kvstore import keyed as kd
+from graphtrain.runtime.kvstore.inits import init_keyed
+from graphtrain.runtime.kvstore.protocol import ProtocolError, RemoteError
+from graphtrain.runtime.kvstore.state import ShardTensors
+from graphtrain.runtime.optim import OptimConfig, make_state, sparse_step
+from graphtrain.runtime.optim.optimizers import SparseOptimizer
+from graphtrain.runtime.tensor import DistEmbedding, DynamicVocabulary
+from tests.runtime.conftest import TOKEN, servers
+
+INIT = {"kind": "uniform", "low": -0.5, "high": 0.5, "seed": 7}
+DIM, STEPS = 4, 4
+TOL = {"atol": 1e-5, "rtol": 1e-5}
+CONFIGS = [
+    OptimConfig("adagrad", 0.1, eps=1e-8),
+    OptimConfig("rowwise_adagrad", 0.1, eps=1e-8, duplicate="mean"),
+    OptimConfig("adam", 0.01, eps=1e-8, step_count="global", duplicate="mean"),
+    OptimConfig("sgd", 0.1),
+]
+
+
+def batch(step: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Keys with repeats, negative and huge ones, and a weight per occurrence."""
+    rng = np.random.default_rng(step)
+    pool = np.array([-(2**62), -7, 0, 3, 5, 11, 2**40, 2**62 + 5, 123456789, 42], dtype=np.int64)
+    keys = rng.choice(pool, size=9)
+    return torch.from_numpy(keys), torch.from_numpy(rng.standard_normal((9, DIM)).astype(np.float32))
+
+
+def reference(config: OptimConfig) -> tuple[dict[int, np.ndarray], list[np.ndarray]]:
+    """Every key's row after STEPS steps in one process, and the rows each lookup returned."""
+    keys = np.unique(np.concatenate([batch(s)[0].numpy() for s in range(STEPS)]))
+    index = {int(k): i for i, k in enumerate(keys)}
+    table = torch.from_numpy(init_keyed(INIT, keys, DIM))
+    state = make_state(config, len(keys), DIM)
+    looked = []
+    for s in range(STEPS):
+        k, w = batch(s)
+        ids = torch.tensor([index[int(x)] for x in k], dtype=torch.int64)
+        looked.append(table[ids].numpy().copy())
+        sparse_step(config, table, state, ids, w, backend="torch")
+    return {int(k): table[i].numpy() for i, k in enumerate(keys)}, looked
+
+
+def train(client: kvstore.KVClient, config: OptimConfig, capacity: int = 64) -> tuple[DistEmbedding, list]:
+    emb = DistEmbedding(1000, DIM, "dyn", INIT, client=client, vocabulary=DynamicVocabulary(capacity))
+    opt = SparseOptimizer([emb], config)
+    looked = []
+    for s in range(STEPS):
+        k, w = batch(s)
+        rows = emb(k)
+        looked.append(rows.detach().numpy().copy())
+        (rows * w).sum().backward()
+        opt.step()
+    return emb, looked
+
+
+def check(emb: DistEmbedding, looked: list, config: OptimConfig) -> None:
+    want, want_looked = reference(config)
+    for got, exp in zip(looked, want_looked, strict=True):
+        np.testing.assert_allclose(got, exp, **TOL)
+    keys = np.array(sorted(want), dtype=np.int64)
+    np.testing.assert_allclose(emb.rows(keys).numpy(), np.stack([want[int(k)] for k in keys]), **TOL)
+
+
+@pytest.mark.parametrize("shards", [1, 3])
+@pytest.mark.parametrize("config", CONFIGS, ids=lambda c: f"{c.kind}-{c.duplicate}")
+def test_in_process_shards_match_one_process(shards: int, config: OptimConfig) -> None:
+    emb, looked = train(kvstore.standalone(shards), config)
+    check(emb, looked, config)
+
+
+def test_evaluation_pull_reads_init_and_inserts_nothing() -> None:
+    client = kvstore.standalone(2)
+    emb = DistEmbedding(10, DIM, "dyn", INIT, client=client, vocabulary=DynamicVocabulary(8))
+    keys = torch.tensor([5, -3, 2**50, 5])
+    np.testing.assert_allclose(emb.rows(keys).numpy(), init_keyed(INIT, keys.numpy(), DIM))
+    with torch.no_grad():
+        emb(keys)
+    assert [s["tensors"]["dyn"]["keys"] for s in client.stats()] == [0, 0]
+    emb(keys)  # a training lookup inserts
+    assert sum(s["tensors"]["dyn"]["keys"] for s in client.stats()) == 3
+
+
+def test_row_norm_scales_new_rows_as_kge_entities_start() -> None:
+    client = kvstore.standalone(2)
+    emb = DistEmbedding(10, DIM, "ent", INIT, client=client, vocabulary=DynamicVocabulary(8))
+    emb.attach(OptimConfig("adagrad", 0.1, row_norm=1.0))
+    rows = emb(torch.tensor([1, 2, 3])).detach()
+    np.testing.assert_allclose(rows.norm(dim=1).numpy(), 1.0, rtol=1e-6)
+
+
+def test_full_shard_refuses_naming_table_shard_and_capacity() -> None:
+    client = kvstore.standalone(2)
+    emb = DistEmbedding(10, DIM, "dyn", INIT, client=client, vocabulary=DynamicVocabulary(4))
+    emb(torch.tensor([0, 2]))  # shard 0's two rows
+    with pytest.raises(RemoteError, match=r"table 'dyn' shard 0 of 2 is full: capacity 2 rows"):
+        emb(torch.tensor([4]))
+    assert [s["tensors"]["dyn"]["keys"] for s in client.stats()] == [2, 0]
+    emb(torch.tensor([1, 3]))  # the other shard still takes keys
+
+
+def test_full_shard_evicts_least_recently_used_and_restarts_from_init() -> None:
+    client = kvstore.standalone(1)
+    emb = DistEmbedding(10, DIM, "dyn", INIT, client=client, vocabulary=DynamicVocabulary(2, evict=True))
+    opt = SparseOptimizer([emb], OptimConfig("sgd", 1.0))
+    emb(torch.tensor([10])).sum().backward()
+    opt.step()
+    emb(torch.tensor([20]))  # 10 is now the least recently used
+    opt.zero_grad()
+    emb(torch.tensor([30]))  # takes 10's row
+    got = emb.rows(torch.tensor([10, 20, 30])).numpy()
+    np.testing.assert_allclose(got, init_keyed(INIT, np.array([10, 20, 30]), DIM))  # 10 starts afresh
+
+
+def test_gradient_of_a_key_evicted_since_its_pull_is_dropped() -> None:
+    state = ShardTensors(0)
+    state.create("d", 2, (DIM,), "float32", 0, 2, INIT, keyed={"shards": 1, "evict": True})
+    state.set_optimizer("d", {"kind": "sgd", "lr": 1.0})
+    state.pull_stream("d", np.array([1, 2], dtype=np.int64), 1 << 20)
+    state.pull_stream("d", np.array([3], dtype=np.int64), 1 << 20)  # evicts 1
+    updated, _ = state.push_grad("d", [(np.array([1, 2], np.int64), np.ones((2, DIM), np.float32))])
+    assert updated == 1 and state.get("d").keyed.dropped == 1
+
+
+@pytest.mark.parametrize("background", [False, True])
+def test_checkpoint_restores_into_another_shard_count(tmp_path: Path, background: bool) -> None:
+    config = CONFIGS[2]
+    emb, _ = train(kvstore.standalone(3), config)
+    root = tmp_path / "ck"
+    states = emb.client.transport.states  # type: ignore[attr-defined]
+    pieces = [p for st in states for p in st.checkpoint(root, background=background)]
+    if background:  # the host tables' pieces are listed by the status once written
+        assert all(st.background is not None and st.background.wait(30) for st in states)
+        pieces = [p for st in states for p in st.checkpoint_status(root)["pieces"]]
+    ckpt.write_top(root, pieces, 3, None)
+    keys, rows = ckpt.export_keyed(root, "dyn") or (None, None)
+    want, _ = reference(config)
+    assert keys is not None and sorted(want) == keys.tolist()
+    np.testing.assert_allclose(rows, np.stack([want[int(k)] for k in keys]), **TOL)
+    client2 = kvstore.standalone(2, checkpoint_root=tmp_path)
+    emb2 = DistEmbedding(1000, DIM, "dyn", INIT, client=client2, vocabulary=DynamicVocabulary(64))
+    emb2.attach(config)
+    assert client2.restore("ck") == ["dyn"]
+    np.testing.assert_allclose(emb2.rows(keys).numpy(), rows, **TOL)
+    assert sum(s["tensors"]["dyn"]["keys"] for s in client2.stats()) == len(keys)
+    step = [st.get("dyn").state["step"] for st in client2.transport.states]  # type: ignore[attr-defined]
+    assert all(int(s[0]) == STEPS for s in step)
+
+
+def test_restore_refuses_a_share_too_small_for_its_keys(tmp_path: Path) -> None:
+    emb, _ = train(kvstore.standalone(1), CONFIGS[0])
+    root = tmp_path / "ck"
+    st = emb.client.transport.states[0]  # type: ignore[attr-defined]
+    ckpt.write_top(root, st.checkpoint(root), 1, None)
+    small = ShardTensors(0)
+    small.create("dyn", 4, (DIM,), "float32", 0, 4, INIT, keyed={"shards": 1, "evict": False})
+    with pytest.raises(Exception, match=r"table 'dyn' shard 0 of 1: the checkpoint holds more of its keys"):
+        small.restore(root)
+
+
+def test_keyed_requests_are_checked() -> None:
+    state = ShardTensors(1)
+    state.create("d", 6, (DIM,), "float32", 3, 6, INIT, keyed={"shards": 2, "evict": False})
+    with pytest.raises(ProtocolError, match="key 4 of 'd' belongs to shard 0, not 1"):
+        state.pull_stream("d", np.array([3, 4], dtype=np.int64), 1 << 20)
+    with pytest.raises(ProtocolError, match="exists with a dynamic vocabulary"):
+        state.create("d", 6, (DIM,), "float32", 3, 6, INIT)
+    with pytest.raises(ProtocolError, match="shard 1 of 1"):
+        ShardTensors(1).create("e", 6, (DIM,), "float32", 0, 6, INIT, keyed={"shards": 1, "evict": False})
+    assert len(state.get("d").keyed.keymap) == 0
+
+
+@pytest.mark.timeout(180)
+def test_real_shard_servers_train_checkpoint_and_restore_into_three(tmp_path: Path) -> None:
+    """Two shard-server processes: the lookups and updates equal one process; a checkpoint written by
+    them restores into three server processes with the same keys and rows; a malformed keyed request
+    is refused and the server keeps serving."""
+    config = CONFIGS[0]
+    root = tmp_path / "root"
+    root.mkdir()
+    with servers(2, root) as srv:
+        client = kvstore.connect([s.address for s in srv], TOKEN, shm=True)
+        emb, looked = train(client, config)
+        check(emb, looked, config)
+        with pytest.raises(RemoteError, match="keyed has unknown keys"):
+            client.transport.call_many(
+                [
+                    kvstore.client.Call(
+                        0,
+                        "create",
+                        "x",
+                        (),
+                        {
+                            "num_rows": 2,
+                            "row_shape": [1],
+                            "dtype": "float32",
+                            "lo": 0,
+                            "hi": 1,
+                            "keyed": {"bogus": 1},
+                        },
+                    )
+                ]
+            )
+        client.checkpoint("ck", root=root)
+        client.close()
+    want, _ = reference(config)
+    keys = np.array(sorted(want), dtype=np.int64)
+    with servers(3, root) as srv:
+        client = kvstore.connect([s.address for s in srv], TOKEN)
+        emb3 = DistEmbedding(1000, DIM, "dyn", INIT, client=client, vocabulary=DynamicVocabulary(64))
+        emb3.attach(config)
+        deadline = time.monotonic() + 30
+        while client.restore("ck") != ["dyn"] and time.monotonic() < deadline:
+            time.sleep(0.1)
+        np.testing.assert_allclose(emb3.rows(keys).numpy(), np.stack([want[int(k)] for k in keys]), **TOL)
+        client.close()
+
+
+def test_share_bounds_tile_the_capacity() -> None:
+    assert kd.share_bounds(10, 3).tolist() == [0, 4, 7, 10]
+    assert [kd.share(10, 3, s) for s in range(3)] == [4, 3, 3]
+    assert kd.owners(np.array([-1, -4, 5], dtype=np.int64), 3).tolist() == [2, 2, 2]
