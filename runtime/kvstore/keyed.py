@@ -27,6 +27,7 @@ import torch
 
 from graphtrain.runtime.data.cache import verify_files
 from graphtrain.runtime.errors import DataError
+from graphtrain.runtime.kvstore import gpu
 from graphtrain.runtime.kvstore.inits import init_keyed
 from graphtrain.runtime.kvstore.protocol import ProtocolError
 from graphtrain.runtime.native.keymap import KeyMap, KeyMapFull
@@ -123,6 +124,7 @@ class KeyedRows:
         dev = t.data.device
         local = torch.from_numpy(rows).to(dev)
         values = torch.from_numpy(self.start(keys, t.row_shape[0], t.config)).to(dev)
+        gpu.wait_written(t)  # a GPU table: after its last write, whichever stream made it
         with torch.no_grad():
             t.data.index_copy_(0, local, values)
             if t.config is not None:
@@ -130,6 +132,7 @@ class KeyedRows:
                 for name, value in t.state.items():
                     if not (name == "step" and global_step(t.config)):
                         value.index_copy_(0, local, fresh[name])
+        gpu.mark_written(t)
 
 
 def fill_unseen(rows: np.ndarray, keys: np.ndarray, local: np.ndarray, keyed: KeyedRows, t: Any) -> None:

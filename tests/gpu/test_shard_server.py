@@ -14,27 +14,32 @@ import torch
 
 from graphtrain.runtime import kvstore, partition
 from graphtrain.runtime.optim import SparseAdam
-from graphtrain.runtime.tensor import DistEmbedding
+from graphtrain.runtime.tensor import DistEmbedding, DynamicVocabulary
 from tests.runtime.conftest import TOKEN, servers
 from tests.runtime.kvstore.test_service import dense_partition
 
 ROWS, DIM, STEPS = 20_000, 64, 5
 
 
-def train(address: str, root: Path, name: str, trainer_device: str) -> torch.Tensor:
+def train(
+    address: str, root: Path, name: str, trainer_device: str, vocab: DynamicVocabulary | None = None
+) -> torch.Tensor:
+    """STEPS Adam steps; the rows of every id (with `vocab`: of the int64 keys the ids stand for)."""
     client = kvstore.connect([address], TOKEN)
+    key = (lambda ids: ids * 7_919 - 2**40) if vocab else (lambda ids: ids)
     try:
-        emb = DistEmbedding(ROWS, DIM, name, client=client, init={"kind": "uniform", "seed": 1})
+        init = {"kind": "uniform", "seed": 1}
+        emb = DistEmbedding(ROWS, DIM, name, client=client, init=init, vocabulary=vocab)
         opt = SparseAdam([emb], lr=0.01, step_count="global")
         g = torch.Generator().manual_seed(0)
         for _ in range(STEPS):
-            ids = torch.randint(0, ROWS, (4096,), generator=g)
+            ids = key(torch.randint(0, ROWS, (4096,), generator=g))
             target = torch.randn(4096, DIM, generator=g).to(trainer_device)
             rows = emb(ids).to(trainer_device)  # a GPU trainer computes its loss on the GPU
             ((rows - target) ** 2).sum().backward()
             opt.step()
         client.checkpoint(f"ck-{name}", root=root)
-        return emb.rows(torch.arange(ROWS))
+        return emb.rows(key(torch.arange(ROWS)))
     finally:
         client.close()
 
@@ -51,6 +56,21 @@ def test_gpu_shard_server_trains_as_a_cpu_one(tmp_path: Path) -> None:
             torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
     for trainer in ["cpu", "cuda"]:  # the GPU server's checkpoint holds its rows and Adam state
         assert sorted((gpu_root / f"ck-e-{trainer}").rglob("state.exp_avg.npy"))
+
+
+@pytest.mark.timeout(300)
+def test_a_dynamic_table_on_a_gpu_shard_server_trains_as_on_a_cpu_one(tmp_path: Path) -> None:
+    """Keys mapped on the host, rows and Adam state on the GPU: the same rows as a CPU server's, unseen
+    keys read their init, and the checkpoint holds the keys."""
+    cpu_root, gpu_root = tmp_path / "cpu", tmp_path / "gpu"
+    cpu_root.mkdir()
+    gpu_root.mkdir()
+    vocab = DynamicVocabulary(ROWS)
+    with servers(1, cpu_root) as cpu_srv, servers(1, gpu_root, "--device", "cuda") as gpu_srv:
+        want = train(cpu_srv[0].address, cpu_root, "d", "cpu", vocab)
+        got = train(gpu_srv[0].address, gpu_root, "d", "cuda", vocab)
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+    assert sorted((gpu_root / "ck-d").rglob("keys.npy"))
 
 
 NODE_DATA = [
