@@ -85,8 +85,7 @@ def moves(counts: np.ndarray, parts: np.ndarray, cap: int) -> np.ndarray:
     own = counts[rows, parts]
     room = cap - np.bincount(parts, minlength=k)
     new = parts.copy()
-    # 1. one-way: the best part with room (own part always allowed; argmax takes it first on a tie only
-    # when it comes first, so the gain, not the index, decides: a tie has gain 0 and stays)
+    # 1. one-way: the best part with room or the own part (a tie with the own part has gain 0: stays)
     best = np.where(room > 0, counts, -1)
     best[rows, parts] = own
     target = best.argmax(axis=1).astype(np.int32)
@@ -102,7 +101,7 @@ def moves(counts: np.ndarray, parts: np.ndarray, cap: int) -> np.ndarray:
     new[want[by_to[fits]]] = to_sorted[fits]
     # 2. swaps among the unmoved that some other part costs nothing
     free = new == parts
-    gain_to = counts - own[:, None]  # gain of moving v to each part (0 for its own)
+    gain_to = counts - own[:, None]  # gain of moving v to each part; its own part is no move: -1
     gain_to[rows, parts] = -1
     free &= gain_to.max(axis=1) >= 0
     cand = np.flatnonzero(free)
