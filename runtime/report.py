@@ -18,8 +18,8 @@ STRATEGIES = {
     "metis": "metis: METIS minimised the edge cut under the one balance constraint",
     "metis-multi": "metis-multi: METIS minimised the edge cut under all balance constraints at once, "
     "and its result was within bounds",
-    "fennel": "fennel: one pass of Fennel streaming over the edge files (nodes kept within bounds, the "
-    "other constraints reported, not balanced)",
+    "fennel": "fennel: Fennel streaming over the edge files, restreamed, then refined with each node's "
+    "edges per part (nodes kept within bounds, the other constraints reported, not balanced)",
 }
 
 

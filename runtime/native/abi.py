@@ -89,6 +89,8 @@ SIGNATURES: dict[str, Signature] = {
     "gt_fennel_assign": Signature((CPU,), INT, [I64, P, P, P, P, P, I32, P, I64, F64, F64, U64, P]),
     # the same and seen (uint8 per node): a restreaming pass (fennel.cpp)
     "gt_fennel_restream": Signature((CPU,), INT, [I64, P, P, P, P, P, I32, P, I64, F64, F64, U64, P, P]),
+    # m, src, dst, parts, nparts, counts (int32, nodes x nparts): a refinement round's counts (fennel.cpp)
+    "gt_fennel_count": Signature((CPU,), INT, [I64, P, P, P, I32, P]),
     "gt_sample_neighbors": Signature((CPU,), I64, [P, P, I64, I64, P, I64, I64, U64, P, P, P]),
     "gt_relabel": Signature((CPU,), I64, [P, I64, P, I64, P, P]),
     "gt_relu_dropout": Signature((CPU,), None, [I64, P, P, P, U32, F32, U64, I32]),

@@ -1,4 +1,4 @@
-"""Fennel: one-pass streaming partitioning over an edge list read in chunks (Tsourakakis, Gkantsidis,
+"""Fennel: streaming partitioning over an edge list read in chunks (Tsourakakis, Gkantsidis,
 Radunovic, Vojnovic, "FENNEL: Streaming Graph Partitioning for Massive Scale Graphs", WSDM 2014).
 
 Why Fennel and not LDG: both are one pass with O(nodes) state; LDG multiplies the neighbour count by the
@@ -9,8 +9,9 @@ Fennel's additive penalty alpha*gamma*load^(gamma-1) with the hard capacity keep
 The input is an edge list, not vertex adjacency lists: each chunk's adjacency (both directions, self-
 loops dropped) is built in memory, and the chunk's vertices are taken in the order they first appear
 in it. A vertex is placed when it first appears, seeing its neighbours in that chunk that are already
-placed; edges of later chunks can no longer move it (the price of one pass). Memory: the assignment
-(int32 per node) and per-part loads, plus one chunk's arrays.
+placed; edges of later chunks can no longer move it in this pass (restreaming passes and the
+refinement after them, refine.py, let them). Memory: the assignment (int32 per node) and per-part loads,
+plus one chunk's arrays.
 
 The per-vertex loop is native (cuda/src/fennel.cpp); `assign_chunk_reference` is the same algorithm in
 Python, the tests' oracle. The pure decisions (parameters, score) are here and tested on their own.
@@ -26,6 +27,7 @@ import numpy as np
 
 from graphtrain.runtime.native import core as native_core
 from graphtrain.runtime.native import ptr
+from graphtrain.runtime.partition import refine
 
 GAMMA = 1.5  # the paper's choice: alpha = sqrt(k) * m / n^1.5 then makes the penalty scale-free
 UNPLACED = -1  # parts[v]: not placed yet
@@ -251,13 +253,15 @@ def stream_assign(
     seed: int,
     leaves: Leaves | None = None,
     passes: int = RESTREAM_PASSES,
+    rounds: int = refine.ROUNDS,
 ) -> np.ndarray:
     """Fennel over (src, dst) chunks (`chunks()` reads them once more each pass): the part (int32) of
     every node. With `leaves` (a Leaves that has seen every edge), degree-1 vertices are deferred (defer)
     and follow their anchor after the stream (place_deferred), the first pass weighing each vertex with
     its leaves; `passes` restreaming passes (ReFennel) place every streamed vertex again, weight 1, all
-    its placed neighbours voting; nodes no edge names are placed
-    last, levelling the parts. Memory: O(nodes) (parts, weights, seen flags) and one chunk."""
+    its placed neighbours voting; nodes no edge names are placed last, levelling the parts; then up to
+    `rounds` reads refine the parts with every vertex's whole neighbourhood (refine.py). Memory: O(nodes)
+    (parts, weights, seen flags; the refinement's k counters per node) and one chunk."""
     p = params(num_nodes, num_edges, num_parts, max_imbalance)
     loads = np.zeros(num_parts, dtype=np.int64)
     if leaves is None:
@@ -287,6 +291,7 @@ def stream_assign(
         place_isolated(parts, loads)
     else:
         place_deferred(parts, anchor, p.cap, num_parts)
+    refine.refine(chunks, parts, num_parts, p.cap, rounds)
     return parts
 
 

@@ -59,6 +59,10 @@ _LOAD_PER_NODE = 8 * 3
 _STREAM_PER_NODE = 8 * 12
 _STREAM_PER_CHUNK_EDGE = 8 * 24
 _STREAM_PER_PART_EDGE = 8 * 12
+# The refinement after the stream (refine.py): per node and part its counts and one round's gains (int32
+# each), per node the best parts kept, the round's new parts, targets, gains and candidates.
+_STREAM_PER_NODE_PART = 4 * 2
+_STREAM_REFINE_PER_NODE = 8 * 5
 
 
 def metis_need(num_nodes: int, num_edges: int, feat_bytes: int = 0) -> int:
@@ -71,7 +75,7 @@ def streaming_need(num_nodes: int, num_edges: int, num_parts: int, chunk: int, f
     """Estimated peak bytes of the streaming path: O(nodes) state, one chunk, one part's edges."""
     part_edges = 2 * num_edges // max(num_parts, 1)
     return (
-        _STREAM_PER_NODE * num_nodes
+        (_STREAM_PER_NODE + _STREAM_REFINE_PER_NODE + _STREAM_PER_NODE_PART * max(num_parts, 1)) * num_nodes
         + _STREAM_PER_CHUNK_EDGE * min(chunk, num_edges)
         + _STREAM_PER_PART_EDGE * part_edges
         + 2 * feat_bytes

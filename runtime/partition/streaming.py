@@ -4,7 +4,8 @@ the same format, with the same statistics, as the METIS path (format.py, stats.p
 Passes over the edge files, each in bounded chunks (edgefiles.CHUNK_EDGES):
 1. assign: degrees and degree-1 leaves counted (one read), then Fennel places every other node (a
    second read, then fennel.RESTREAM_PASSES more placing each again) and each leaf follows its only
-   neighbour where there is room (fennel.py);
+   neighbour where there is room (fennel.py); then up to refine.ROUNDS reads refine the parts, each
+   gathering every node's edges per part (refine.py);
 2. bucket: each edge goes, in new ids, to a scratch file of its destination's part (with its original
    edge id: its position in the source-sorted CSR the in-memory loader would build), each cross edge's
    destination also to its source's part (its halo), and each non-loop node pair to the part of its
