@@ -27,7 +27,16 @@ from typing import Any
 
 import numpy as np
 
-from graphtrain.contract.spec import GraphTrainingSpec, ModelKind, Problem, Sharding, quantity_to_bytes
+from graphtrain.contract import memory
+from graphtrain.contract.spec import (
+    Device,
+    GraphTrainingSpec,
+    MemoryNeed,
+    ModelKind,
+    Problem,
+    Sharding,
+    quantity_to_bytes,
+)
 from graphtrain.runtime.kvstore.placement import state_bytes
 from graphtrain.runtime.kvstore.transport import Answer, Call
 from graphtrain.runtime.partition import memory as partition_memory
@@ -93,19 +102,41 @@ def shard_need(spec: GraphTrainingSpec, cfg: PartitionConfig, shard: int) -> Rol
     return need
 
 
-def trainer_need(spec: GraphTrainingSpec, cfg: PartitionConfig, rank: int, batch_bytes: int) -> RoleNeed:
-    world = spec.trainers.replicas
-    need = RoleNeed(f"trainer-{rank}", {"process": TRAINER_BASE, "batch": batch_bytes})
+def collective_shares(spec: GraphTrainingSpec, rows: Callable[[str], int]) -> dict[str, int]:
+    """A trainer's share of each collective table (`rows`: a table's rows by its keys) and its optimizer
+    state: rank 0's ceil(rows / world), of a dynamic vocabulary's capacity (in all, split like its keys:
+    collective/rows.py)."""
+    world, items = spec.trainers.replicas, {}
     for t in spec.embeddings:
         if t.sharding != Sharding.collective:
             continue
-        rows = -(-table_rows(str(t.keys), cfg) // world)
+        total = rows(str(t.keys))
         if t.vocabulary is not None and getattr(t.vocabulary, "capacity", None):
-            rows = int(t.vocabulary.capacity)  # per trainer (rule dynamic-capacity-per-trainer)
-        data, state = _table_bytes(t, rows)
-        need.items[f"table {t.name} (share)"] = data
-        need.items[f"table {t.name} optimizer"] = state
+            total = int(t.vocabulary.capacity)
+        data, state = _table_bytes(t, -(-total // world))
+        items[f"table {t.name} (share)"] = data
+        items[f"table {t.name} optimizer"] = state
+    return items
+
+
+def trainer_need(spec: GraphTrainingSpec, cfg: PartitionConfig, rank: int, batch_bytes: int) -> RoleNeed:
+    need = RoleNeed(f"trainer-{rank}", {"process": TRAINER_BASE, "batch": batch_bytes})
+    need.items.update(collective_shares(spec, lambda keys: table_rows(keys, cfg)))
     return need
+
+
+def host_bytes(spec: GraphTrainingSpec, shares: dict[str, int]) -> int:
+    """A trainer's host memory before its batches: its process, and its collective shares unless they
+    live on its GPU (trainers.device cuda)."""
+    return TRAINER_BASE + (sum(shares.values()) if spec.trainers.device != Device.cuda else 0)
+
+
+def memory_need(spec: GraphTrainingSpec, cfg: PartitionConfig) -> MemoryNeed:
+    """What the partition step reports (status.partition.memory): the largest shard server's need and a
+    trainer's host memory before its batches (the operator sizes and checks pods by them)."""
+    shards = max(shard_need(spec, cfg, s).total for s in range(cfg.num_parts))
+    shares = collective_shares(spec, lambda keys: table_rows(keys, cfg))
+    return MemoryNeed(shard_server=shards, trainer=host_bytes(spec, shares))
 
 
 def partition_need(cfg: PartitionConfig, feat_bytes: int) -> RoleNeed:
@@ -369,6 +400,15 @@ def _array_bytes(x: Any) -> int:
     return int(getattr(x, "nbytes", 0))
 
 
+def _graph_rows(keys: str, graph: Any) -> int:
+    """Rows of a table keyed by `keys` over a loaded graph."""
+    if keys == "features":
+        return int(graph.feat.shape[1]) if graph.feat is not None else 0
+    if keys == "relations":
+        return len(graph.relation_names) if graph.relation_names is not None else 0
+    return int(graph.num_nodes)
+
+
 def shard_estimate(spec: GraphTrainingSpec, graph: Any) -> int:
     """Bytes of the largest shard server of `spec` over `graph`, before any
     partition exists: an even share of the CSR (int64 sources and edge types), the node data and the
@@ -384,33 +424,34 @@ def shard_estimate(spec: GraphTrainingSpec, graph: Any) -> int:
     for t in spec.embeddings:
         if t.sharding == Sharding.collective:
             continue
-        keys = str(t.keys)
-        rows = int(graph.num_nodes) if keys == "nodes" else 0
-        if keys == "features" and graph.feat is not None:
-            rows = int(graph.feat.shape[1])
-        if keys == "relations" and graph.relation_names is not None:
-            rows = len(graph.relation_names)
-        table, state = _table_bytes(t, rows)
+        table, state = _table_bytes(t, _graph_rows(str(t.keys), graph))
         data += table + state
     share = -(-data // shards) * (1 + spec.partition.max_imbalance)
     return SHARD_BASE + int(share)
 
 
 def limit_problems(spec: GraphTrainingSpec, graph: Any) -> list[Problem]:
-    """A shard server whose memory limit cannot hold its share of the data, as a problem naming the
-    field, the need and the limit (the estimate errs low: a limit below it fails for sure)."""
+    """A shard server whose memory limit cannot hold its share of the data, or a trainer whose limit
+    cannot hold its collective shares, as problems naming the field, the need and the limit (the
+    estimates err low: a limit below one fails for sure)."""
+    trainer = (spec.trainers.resources.limits if spec.trainers.resources else None) or {}
+    shares = host_bytes(spec, collective_shares(spec, lambda keys: _graph_rows(keys, graph)))
+    found = memory.limit_problems(
+        MemoryNeed(shard_server=0, trainer=shares), {"trainers": trainer.get("memory")}
+    )
     limits = (spec.shard_servers.resources.limits if spec.shard_servers.resources else None) or {}
     limit = limits.get("memory")
     if limit is None:
-        return []
+        return found
     need = shard_estimate(spec, graph)
     if need <= quantity_to_bytes(limit):
-        return []
+        return found
     return [
+        *found,
         Problem(
             path="shardServers.resources.limits.memory",
             message=f"{limit} cannot hold a shard server's share of {spec.graph.described}: it needs "
             f"about {human(need)} over {spec.num_shards} shard(s) (`graphtrain plan` itemises it); raise "
             f"the limit or add shards (partition.parts)",
-        )
+        ),
     ]

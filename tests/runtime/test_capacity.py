@@ -130,3 +130,47 @@ def test_a_feature_table_has_a_row_per_feature_column(planted: tuple[Path, Path]
     cfg = load_config(planted[1])
     assert capacity.table_rows("features", cfg) == 16  # the planted graph's feature columns
     assert capacity.shard_rows("features", cfg, 1) == 8  # an even share of 2 shards
+
+
+def collective(graph_file: Path, tmp_path: Path, **trainers: object) -> Path:
+    """The planted spec with its node table on the trainers: a dynamic vocabulary of 20M rows (10M a
+    trainer: 320 MB of rows, 720 MB of Adam state), and `trainers` in its trainers section."""
+    doc = sage_spec(graph_file)
+    table = doc["spec"]["embeddings"][0]
+    table.update(sharding="collective", vocabulary={"kind": "dynamic", "capacity": 20_000_000})
+    doc["spec"]["trainers"].update(trainers)
+    spec_path = tmp_path / "collective.yaml"
+    spec_path.write_text(yaml.safe_dump(doc))
+    return spec_path
+
+
+def test_validate_refuses_a_trainer_memory_limit_below_its_collective_share(
+    graph_file: Path, tmp_path: Path
+) -> None:
+    spec_path = collective(graph_file, tmp_path, resources={"limits": {"memory": "1Gi"}})
+    done = subprocess.run([*CLI, "validate", str(spec_path)], capture_output=True, text=True)
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    share = 10_000_000 * 8 * 4 + 10_000_000 * (8 * 8 + 8)  # rows, Adam's moments and step counts
+    need = -(-(capacity.TRAINER_BASE + share) // MiB)
+    said = f"trainers.resources.limits.memory: 1Gi is below the {need}Mi a trainer needs (its process and"
+    assert said in done.stderr
+    for fits in ({"resources": {"limits": {"memory": "2Gi"}}}, {"device": "cuda"}):  # or on its GPU
+        spec_path = collective(graph_file, tmp_path, **{"resources": {"limits": {"memory": "1Gi"}}, **fits})
+        assert subprocess.run([*CLI, "validate", str(spec_path)], capture_output=True).returncode == 0
+
+
+def test_the_partition_job_reports_what_each_role_needs(graph_file: Path, tmp_path: Path) -> None:
+    """The operator's partition Job (--spec, --report-file): its termination message says the largest
+    shard server's need and a trainer's (status.partition.memory)."""
+    from graphtrain.contract.spec import PartitionStatus
+
+    spec_path, report, out = collective(graph_file, tmp_path), tmp_path / "termination-log", tmp_path / "p"
+    argv = [*CLI, "partition", "--spec", str(spec_path), "--out", str(out), "--report-file", str(report)]
+    done = subprocess.run(argv, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    status = PartitionStatus.model_validate_json(report.read_text())
+    gt, cfg = load_yaml(spec_path.read_text()), load_config(out)
+    assert status.memory is not None
+    assert status.memory.shard_server == max(capacity.shard_need(gt.spec, cfg, s).total for s in range(2))
+    assert status.memory.trainer == capacity.TRAINER_BASE + 10_000_000 * (8 * 4 + 8 * 8 + 8)
+    assert len(report.read_text()) < 4096
