@@ -3,7 +3,7 @@
 Memory of each role, from the partition's own files and the spec's tables:
 - a shard server: its partition's graph (CSR, edge types) and node data (the files' sizes: what it
   maps), each server-sharded table's rows in its range and their optimizer state
-  (kvstore/placement.state_bytes), and the process itself (SHARD_BASE: an idle shard server's RSS);
+  (kvstore/sizes.state_bytes), and the process itself (SHARD_BASE: an idle shard server's RSS);
 - a trainer: the process (TRAINER_BASE: a trainer's RSS before its first batch, torch and the model),
   its collective shares (rows / world and their state), and a batch's working set (its input nodes'
   features and rows, gradients and activations, measured on sampled batches);
@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -37,10 +37,12 @@ from graphtrain.contract.spec import (
     Sharding,
     quantity_to_bytes,
 )
-from graphtrain.runtime.kvstore.placement import state_bytes
-from graphtrain.runtime.kvstore.transport import Answer, Call
+from graphtrain.runtime.kvstore.sizes import state_bytes
 from graphtrain.runtime.partition import memory as partition_memory
 from graphtrain.runtime.partition.format import PartitionConfig
+
+if TYPE_CHECKING:  # torch: not for the partition Job, which reports memory_need()
+    from graphtrain.runtime.kvstore.transport import Answer, Call
 
 MiB = 2**20
 # RSS measured on this build (2026-11-27, bench/RESULTS.md "graphtrain plan"): an idle shard server

@@ -119,14 +119,3 @@ def fits(what: str, nbytes: int, device: torch.device = CPU, free: MemorySource 
         raise ProtocolError(
             f"{what} needs {nbytes / 2**30:.2f} GiB; {where} has {available / 2**30:.2f} GiB available"
         )
-
-
-def state_bytes(kind: str, step_count: str, rows: int, dim: int) -> int:
-    """Bytes of a sparse optimizer's state for `rows` rows of width `dim` (runtime/optim/state.py)."""
-    if kind == "adagrad":
-        return rows * dim * 4
-    if kind == "rowwise_adagrad":
-        return rows * 4
-    if kind == "adam":
-        return rows * dim * 8 + (rows if step_count == "row" else 1) * 8
-    return 0

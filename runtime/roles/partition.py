@@ -29,7 +29,7 @@ def partition(p: PartitionParams, warn: Callable[[str], None]) -> PartitionConfi
         SpecError: an invalid setting, by its field path.
         GraphtrainError: the pipeline's refusals (partition_step.partition), or an unwritable report.
     """
-    from graphtrain.runtime import capacity  # numpy, METIS: not for `graphtrain --help`
+    from graphtrain.runtime import capacity  # numpy, METIS (no torch): not for `graphtrain --help`
     from graphtrain.runtime.launch import partition_step
 
     work = partition_step.from_options(p)

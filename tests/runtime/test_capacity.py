@@ -5,6 +5,7 @@ shard count that fits a pod, and one clear line for a bad option."""
 from __future__ import annotations
 
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -174,3 +175,10 @@ def test_the_partition_job_reports_what_each_role_needs(graph_file: Path, tmp_pa
     assert status.memory.shard_server == max(capacity.shard_need(gt.spec, cfg, s).total for s in range(2))
     assert status.memory.trainer == capacity.TRAINER_BASE + 10_000_000 * (8 * 4 + 8 * 8 + 8)
     assert len(report.read_text()) < 4096
+
+
+def test_the_partition_job_measures_memory_without_importing_torch() -> None:
+    """The partition Job never imports torch (seconds of start and 224 MiB beside METIS' graph)."""
+    code = "import sys; from graphtrain.runtime import capacity; print('torch' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0 and done.stdout.strip() == "False", done.stderr
