@@ -134,9 +134,14 @@ def host_bytes(spec: GraphTrainingSpec, shares: dict[str, int]) -> int:
 
 
 def memory_need(spec: GraphTrainingSpec, cfg: PartitionConfig) -> MemoryNeed:
-    """What the partition step reports (status.partition.memory): the largest shard server's need and a
-    trainer's host memory before its batches (the operator sizes and checks pods by them)."""
-    shards = max(shard_need(spec, cfg, s).total for s in range(cfg.num_parts))
+    """What the partition step reports (status.partition.memory): the largest shard server's host memory
+    (its tables on its GPU with shardServers.device cuda) and a trainer's before its batches (the
+    operator sizes and checks pods by them)."""
+    gpu = spec.shard_servers.device == Device.cuda
+    shards = max(
+        sum(v for k, v in shard_need(spec, cfg, s).items.items() if not (gpu and k.startswith("table ")))
+        for s in range(cfg.num_parts)
+    )
     shares = collective_shares(spec, lambda keys: table_rows(keys, cfg))
     return MemoryNeed(shard_server=shards, trainer=host_bytes(spec, shares))
 

@@ -44,8 +44,8 @@ class MemoryNeed(SpecModel):
 
     shard_server: int = Field(
         ge=0,
-        description="Bytes of the largest shard server: its process, its partition's graph and node data, "
-        "its rows of the server-sharded tables and their optimizer state.",
+        description="Bytes of the largest shard server in host memory: its process, its partition's graph "
+        "and node data, and (on CPU) its rows of the server-sharded tables and their optimizer state.",
     )
     trainer: int = Field(
         ge=0,

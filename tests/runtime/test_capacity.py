@@ -182,3 +182,20 @@ def test_the_partition_job_measures_memory_without_importing_torch() -> None:
     code = "import sys; from graphtrain.runtime import capacity; print('torch' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0 and done.stdout.strip() == "False", done.stderr
+
+
+def test_what_lives_on_a_gpu_is_not_host_memory(planted: tuple[Path, Path]) -> None:
+    """With shardServers.device cuda a shard server's tables and their state are on its GPU: its host
+    need is its process, graph and node data."""
+    from graphtrain.contract.spec import Device
+
+    gt, cfg = load_yaml(planted[0].read_text()), load_config(planted[1])
+    servers = gt.spec.shard_servers.model_copy(update={"device": Device.cuda})
+    cuda = gt.spec.model_copy(update={"shard_servers": servers})
+    host = max(
+        sum(v for k, v in capacity.shard_need(gt.spec, cfg, s).items.items() if not k.startswith("table "))
+        for s in range(2)
+    )
+    assert (
+        capacity.memory_need(cuda, cfg).shard_server == host < capacity.memory_need(gt.spec, cfg).shard_server
+    )
