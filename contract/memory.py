@@ -10,7 +10,8 @@ or estimated from the data before any partition exists (runtime/capacity.py); it
   need when below it, and the default memory limit raised by as much (the default's headroom above its
   request kept): the need is measured, the default a guess. No limit is ever derived from the need
   alone: it leaves out a batch's working set, so a limit at the need would kill the pod at its first
-  batch (a request, as Kubeflow Trainer and KubeRay users size pods, reserves; a limit is theirs).
+  batch. (KubeRay and Kubeflow Trainer likewise use the resources a user writes as written; what is
+  derived here only fills in what the user left to the defaults.)
 """
 
 from __future__ import annotations
