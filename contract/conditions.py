@@ -62,6 +62,7 @@ class Reason(StrEnum):
     progressing = "Progressing"  # every trainer reports
     pods_not_starting = "PodsNotStarting"  # a pod cannot start (image pull, crash loop, unschedulable)
     start_timeout = "StartTimeout"  # a pod could not start for runPolicy.startTimeoutSeconds
+    insufficient_memory = "InsufficientMemory"  # a role's memory limit is below what its pods need
     suspended = "Suspended"  # spec.suspend is true: every pod is stopped, the data kept
     resumed = "Resumed"  # spec.suspend went back to false: the training resumes from its checkpoint
     stopped = "Stopped"  # the role's pods (processes) are stopped: the training ended or is being deleted
@@ -103,6 +104,7 @@ VOCABULARY: dict[tuple[ConditionType, bool], frozenset[Reason]] = {
             _R.process_failed,
             _R.deadline_exceeded,
             _R.start_timeout,
+            _R.insufficient_memory,
         }
     ),
 }
@@ -120,6 +122,7 @@ FAILURES = frozenset(
         _R.no_progress,
         _R.pods_not_starting,
         _R.start_timeout,
+        _R.insufficient_memory,
     }
 )
 """The reasons that say something went wrong: their events are Warnings, every other reason's Normal."""

@@ -10,9 +10,17 @@ from typing import Literal
 
 from graphtrain.contract.children import LABEL_ROLE, names
 from graphtrain.contract.conditions import Event
-from graphtrain.contract.spec import CleanPodPolicy, GraphTraining, Phase
+from graphtrain.contract.spec import CleanPodPolicy, GraphTraining, MemoryNeed, Phase
 from graphtrain.operator.config import OperatorConfig, built_in
-from graphtrain.operator.observation import FINISHED, Obj, Observed, job_outcome, key, pod_phase
+from graphtrain.operator.observation import (
+    FINISHED,
+    Obj,
+    Observed,
+    job_outcome,
+    key,
+    memory_need,
+    pod_phase,
+)
 
 TERMINAL = (Phase.succeeded, Phase.failed)
 
@@ -67,6 +75,11 @@ class Context:
     @property
     def names(self) -> dict[str, str]:
         return names(self.obs.training["metadata"]["name"])
+
+    @property
+    def memory(self) -> MemoryNeed | None:
+        """What each role's pods need, as the partition measured it (None: not said)."""
+        return memory_need(self.obs.pods, self.old)
 
     @property
     def attempt(self) -> int:

@@ -49,7 +49,7 @@ from graphtrain.contract.children import (
     owner_reference,
     trainer_name,
 )
-from graphtrain.contract.spec import API_VERSION, KIND, ClaimRetention, Device, GraphTraining
+from graphtrain.contract.spec import API_VERSION, KIND, ClaimRetention, Device, GraphTraining, MemoryNeed
 from graphtrain.operator import placement
 from graphtrain.operator.config import OperatorConfig
 
@@ -350,7 +350,9 @@ def shard_addresses(gt: GraphTraining, namespace: str) -> list[str]:
     ]
 
 
-def shard_statefulset(owner: Obj, gt: GraphTraining, config: OperatorConfig) -> Obj:
+def shard_statefulset(
+    owner: Obj, gt: GraphTraining, config: OperatorConfig, need: MemoryNeed | None = None
+) -> Obj:
     """One shard server per partition. It binds its kvstore and metrics ports on its own pod IP
     ($(POD_IP), from the downward API), not 0.0.0.0: nothing of the pod's listens on an address the
     pod does not own, and servers of pods that share a host's network (hostNetwork) each keep port
@@ -358,7 +360,8 @@ def shard_statefulset(owner: Obj, gt: GraphTraining, config: OperatorConfig) -> 
     /readyz on the metrics port answers (its rows loaded and its request loop turning: a cheap probe
     where an exec of `graphtrain health` cost a 1.9 s, 256 MB process every 10 s); restarted when
     /livez says it can no longer answer (a thread stopped, or requests waiting while no worker
-    finishes any), which a busy server does not."""
+    finishes any), which a busy server does not. `need`: what the partition measured (memory sized to
+    it unless the spec states it)."""
     n, lay = names(gt.metadata.name), Layout(gt)
     ss = gt.spec.shard_servers
     args = roles.shard_server(
@@ -383,7 +386,7 @@ def shard_statefulset(owner: Obj, gt: GraphTraining, config: OperatorConfig) -> 
         "timeoutSeconds": 5,
         "failureThreshold": 6,
     }
-    pod = placement.pod_settings(gt.spec, config, "shards")
+    pod = placement.pod_settings(gt.spec, config, "shards", need.shard_server if need else None)
     container = _container(
         gt,
         config,
@@ -423,8 +426,16 @@ def trainer_service(owner: Obj, gt: GraphTraining) -> Obj:
     return _headless(owner, gt, n["trainers"], "trainer", {"rendezvous": RENDEZVOUS_PORT})
 
 
-def trainer_pod(owner: Obj, gt: GraphTraining, config: OperatorConfig, rank: int, attempt: int) -> Obj:
-    """Rank `rank` of attempt `attempt` (restarts recreate every rank with the next attempt number)."""
+def trainer_pod(
+    owner: Obj,
+    gt: GraphTraining,
+    config: OperatorConfig,
+    rank: int,
+    attempt: int,
+    need: MemoryNeed | None = None,
+) -> Obj:
+    """Rank `rank` of attempt `attempt` (restarts recreate every rank with the next attempt number);
+    `need`: what the partition measured (memory sized to it unless the spec states it)."""
     n, lay = names(gt.metadata.name), Layout(gt)
     ns = owner["metadata"]["namespace"]
     world = gt.spec.trainers.replicas
@@ -440,7 +451,7 @@ def trainer_pod(owner: Obj, gt: GraphTraining, config: OperatorConfig, rank: int
         metrics_port=METRICS_PORT,
         metrics_host=f"$({POD_IP_ENV})",  # its own pod IP, as the shard servers bind theirs
     )
-    pod = placement.pod_settings(gt.spec, config, "trainer")
+    pod = placement.pod_settings(gt.spec, config, "trainer", need.trainer if need else None)
     container = _container(
         gt,
         config,

@@ -18,7 +18,7 @@ from pydantic import ValidationError
 
 from graphtrain.contract import reporting
 from graphtrain.contract.children import LABEL_ROLE, names
-from graphtrain.contract.spec import GraphTraining, PartitionStatus, RunPolicy, load_yaml
+from graphtrain.contract.spec import GraphTraining, MemoryNeed, PartitionStatus, RunPolicy, load_yaml
 
 Obj = dict[str, Any]
 FINISHED = ("Succeeded", "Failed")  # a pod's terminal phases
@@ -185,6 +185,17 @@ def partition_stats(pods: list[Obj]) -> Obj | None:
         except (ValueError, RecursionError, ValidationError):  # a pod's message nested too deep too
             return None
     return None
+
+
+def memory_need(pods: list[Obj], old: Obj) -> MemoryNeed | None:
+    """What each role's pods need (status.partition.memory): the succeeded partition pod's report, else
+    the status' (kept after the pod is gone); None when neither says (a partition made by an operator
+    before this one measured it)."""
+    said = ((partition_stats(pods) or old.get("partition") or {}).get("memory")) or None
+    try:
+        return MemoryNeed.model_validate(said) if said is not None else None
+    except ValidationError:
+        return None
 
 
 def partition_error(pods: list[Obj], limit: int = 800) -> str:

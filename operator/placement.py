@@ -3,7 +3,9 @@ merge rules, one function each, tested as tables.
 
 - Resources: the spec's, as a whole, when it sets any request or limit; else the role's default. A
   whole, not merged key by key: a training that sets only memory limits should not inherit a default
-  CPU limit it did not ask for. GPU pods (shardServers.device cuda, trainers.device cuda) get a
+  CPU limit it did not ask for. A shard server's or trainer's memory the spec does not state is sized
+  to the need the partition measured (contract/memory.py: request raised to it, default limit by as
+  much). GPU pods (shardServers.device cuda, trainers.device cuda) get a
   `nvidia.com/gpu` limit of their request, else 1, unless they set one.
 - nodeSelector, tolerations, affinity, priorityClassName: each on its own, the spec's when set (an
   empty value too: `nodeSelector: {}` clears the default), else the role's default.
@@ -20,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from graphtrain.contract import memory
 from graphtrain.contract.spec import (
     Affinity,
     Device,
@@ -133,8 +136,15 @@ def with_gpu_defaults(pod_scheduling: dict[str, Any], gpu: GpuDefaults) -> dict[
     return {k: v for k, v in merged.items() if v}
 
 
-def pod_settings(spec: GraphTrainingSpec, config: OperatorConfig, role: Role) -> PodSettings:
+def pod_settings(
+    spec: GraphTrainingSpec, config: OperatorConfig, role: Role, need: int | None = None
+) -> PodSettings:
+    """The role's pod settings; `need`: the bytes one of its pods needs (None: not known), which the
+    memory request is raised to unless the spec states the role's memory."""
     own, default, gpu = role_spec(spec, role), role_defaults(config, role), uses_gpu(spec, role)
+    sized = resources(own.resources, default.resources, gpu)
+    if need is not None and not memory.states_memory(own.resources):
+        sized = memory.sized(sized, need)
     pod_spec = scheduling(own, default)
     if gpu:
         pod_spec = with_gpu_defaults(pod_spec, config.gpu)
@@ -143,7 +153,7 @@ def pod_settings(spec: GraphTrainingSpec, config: OperatorConfig, role: Role) ->
     return PodSettings(
         image=image(spec, config, gpu),
         pull_policy=config.images.pull_policy,
-        resources=resources(own.resources, default.resources, gpu),
+        resources=sized,
         pod_spec=pod_spec,
     )
 

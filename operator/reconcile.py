@@ -8,8 +8,9 @@ the API, so every phase transition and failure is a table-driven unit test with 
 plan() runs stages in order, each a pure function of the observation that sets its conditions through
 the shared vocabulary (contract/conditions.py) and either decides the phase or hands on to the next:
 the spec (stages.py), then the lifecycle's terminal and suspend stages (lifecycle.py), then the
-partition, shards and trainers stages (stages.py). What the stages read is observation.py's; the
-units they decide in (Action, Plan, Context, Step) are context.py's.
+partition stage, the memory stage (sizing.py: limits below what the partition measured are refused
+before any shard server or trainer is made), the shards and trainers stages (stages.py). What the
+stages read is observation.py's; the units they decide in (Action, Plan, Context, Step) are context.py's.
 
 A plan that ends the training (Succeeded or Failed, for any cause) is settled (lifecycle.settle):
 the roles it stopped no longer read as ready or running. A GraphTraining being deleted (deletionTimestamp
@@ -30,9 +31,17 @@ from graphtrain.operator import lifecycle
 from graphtrain.operator.config import OperatorConfig, built_in
 from graphtrain.operator.context import TERMINAL, Action, Context, Plan, Step
 from graphtrain.operator.observation import Obj, Observed, iso
+from graphtrain.operator.sizing import memory_stage
 from graphtrain.operator.stages import partition_stage, shards_stage, spec_stage, trainers_stage
 
-STAGES = (lifecycle.terminal_stage, lifecycle.suspend_stage, partition_stage, shards_stage, trainers_stage)
+STAGES = (
+    lifecycle.terminal_stage,
+    lifecycle.suspend_stage,
+    partition_stage,
+    memory_stage,
+    shards_stage,
+    trainers_stage,
+)
 """After the spec stage, in order; each ends the plan with a phase or hands on (the last always ends it)."""
 
 

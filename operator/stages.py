@@ -202,7 +202,7 @@ def shards_stage(ctx: Context, conds: conditions.Conditions) -> Step:
         manifests.shard_service(body, gt),
         manifests.shard_network_policy(body, gt, config),
         manifests.shard_disruption_budget(body, gt, config),
-        manifests.shard_statefulset(body, gt, config)
+        manifests.shard_statefulset(body, gt, config, ctx.memory)
         if ctx.absent("StatefulSet", ctx.names["shards"])
         else None,
     )
@@ -244,7 +244,7 @@ def trainers_stage(ctx: Context, conds: conditions.Conditions) -> Step:
                 conds, conditions.Reason.not_started, "waiting for the shard servers"
             )
             return Step(phase=Phase.starting)
-        pods = (manifests.trainer_pod(ctx.body, gt, ctx.config, r, attempt) for r in range(world))
+        pods = (manifests.trainer_pod(ctx.body, gt, ctx.config, r, attempt, ctx.memory) for r in range(world))
         conditions.set_trainers_waiting(conds, conditions.Reason.starting, f"creating {world} trainer pods")
         return Step(
             ctx.ensure(manifests.trainer_service(ctx.body, gt), *pods),
@@ -252,7 +252,7 @@ def trainers_stage(ctx: Context, conds: conditions.Conditions) -> Step:
         )
     missing = ctx.ensure(
         *(
-            manifests.trainer_pod(ctx.body, gt, ctx.config, r, attempt)
+            manifests.trainer_pod(ctx.body, gt, ctx.config, r, attempt, ctx.memory)
             for r in range(world)
             if r not in trainers
         )

@@ -3,7 +3,7 @@
 Memory of each role, from the partition's own files and the spec's tables:
 - a shard server: its partition's graph (CSR, edge types) and node data (the files' sizes: what it
   maps), each server-sharded table's rows in its range and their optimizer state
-  (kvstore/placement.state_bytes), and the process itself (SHARD_BASE: an idle shard server's RSS);
+  (kvstore/sizes.state_bytes), and the process itself (SHARD_BASE: an idle shard server's RSS);
 - a trainer: the process (TRAINER_BASE: a trainer's RSS before its first batch, torch and the model),
   its collective shares (rows / world and their state), and a batch's working set (its input nodes'
   features and rows, gradients and activations, measured on sampled batches);
@@ -23,17 +23,27 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from graphtrain.contract.spec import GraphTrainingSpec, ModelKind, Problem, Sharding, quantity_to_bytes
-from graphtrain.runtime.kvstore import keyed
-from graphtrain.runtime.kvstore.placement import state_bytes
-from graphtrain.runtime.kvstore.transport import Answer, Call
+from graphtrain.contract import memory
+from graphtrain.contract.spec import (
+    Device,
+    GraphTrainingSpec,
+    MemoryNeed,
+    ModelKind,
+    Problem,
+    Sharding,
+    quantity_to_bytes,
+)
+from graphtrain.runtime.kvstore.sizes import share, state_bytes
 from graphtrain.runtime.native.keymap import KeyMap
 from graphtrain.runtime.partition import memory as partition_memory
 from graphtrain.runtime.partition.format import PartitionConfig
+
+if TYPE_CHECKING:  # torch: not for the partition Job, which reports memory_need()
+    from graphtrain.runtime.kvstore.transport import Answer, Call
 
 MiB = 2**20
 # RSS measured on this build (2026-11-27, bench/RESULTS.md "graphtrain plan"): an idle shard server
@@ -81,14 +91,14 @@ def _table_bytes(table: Any, rows: int) -> tuple[int, int]:
     return rows * table.dim * 4, state_bytes(str(opt.kind), step_count, rows, table.dim)
 
 
-def _dynamic_share(need: RoleNeed, t: Any, holders: int, index: int) -> int | None:
+def _dynamic_share(items: dict[str, int], t: Any, holders: int, index: int) -> int | None:
     """Rows of a dynamic vocabulary that holder `index` of `holders` keeps (its share of the capacity,
-    key mod holders), its key map added to `need`; None for a table of fixed rows."""
+    key mod holders), its key map added to `items`; None for a table of fixed rows."""
     capacity = getattr(t.vocabulary, "capacity", None)
     if not capacity:
         return None
-    rows = keyed.share(int(capacity), holders, index)
-    need.items[f"table {t.name} key map"] = KeyMap.bytes_for(max(1, rows))
+    rows = share(int(capacity), holders, index)
+    items[f"key map of {t.name}"] = KeyMap.bytes_for(max(1, rows))  # host memory, wherever the rows are
     return rows
 
 
@@ -100,26 +110,52 @@ def shard_need(spec: GraphTrainingSpec, cfg: PartitionConfig, shard: int) -> Rol
     for t in spec.embeddings:
         if t.sharding == Sharding.collective:
             continue
-        rows = _dynamic_share(need, t, cfg.num_parts, shard)
+        rows = _dynamic_share(need.items, t, cfg.num_parts, shard)
         data, state = _table_bytes(t, shard_rows(str(t.keys), cfg, shard) if rows is None else rows)
         need.items[f"table {t.name}"] = data
         need.items[f"table {t.name} optimizer"] = state
     return need
 
 
-def trainer_need(spec: GraphTrainingSpec, cfg: PartitionConfig, rank: int, batch_bytes: int) -> RoleNeed:
-    world = spec.trainers.replicas
-    need = RoleNeed(f"trainer-{rank}", {"process": TRAINER_BASE, "batch": batch_bytes})
+def collective_shares(spec: GraphTrainingSpec, rows: Callable[[str], int]) -> dict[str, int]:
+    """A trainer's share of each collective table (`rows`: a table's rows by its keys) and its optimizer
+    state: rank 0's ceil(rows / world), of a dynamic vocabulary's capacity (in all, split like its keys:
+    collective/rows.py)."""
+    world, items = spec.trainers.replicas, {}
     for t in spec.embeddings:
         if t.sharding != Sharding.collective:
             continue
-        rows = _dynamic_share(need, t, world, rank)
-        if rows is None:
-            rows = -(-table_rows(str(t.keys), cfg) // world)
-        data, state = _table_bytes(t, rows)
-        need.items[f"table {t.name} (share)"] = data
-        need.items[f"table {t.name} optimizer"] = state
+        held = _dynamic_share(items, t, world, 0)
+        data, state = _table_bytes(t, -(-rows(str(t.keys)) // world) if held is None else held)
+        items[f"table {t.name} (share)"] = data
+        items[f"table {t.name} optimizer"] = state
+    return items
+
+
+def trainer_need(spec: GraphTrainingSpec, cfg: PartitionConfig, rank: int, batch_bytes: int) -> RoleNeed:
+    need = RoleNeed(f"trainer-{rank}", {"process": TRAINER_BASE, "batch": batch_bytes})
+    need.items.update(collective_shares(spec, lambda keys: table_rows(keys, cfg)))
     return need
+
+
+def host_bytes(spec: GraphTrainingSpec, shares: dict[str, int]) -> int:
+    """A trainer's host memory before its batches: its process, and its collective shares unless they
+    live on its GPU (trainers.device cuda; a dynamic vocabulary's key map stays in host memory)."""
+    gpu = spec.trainers.device == Device.cuda
+    return TRAINER_BASE + sum(v for k, v in shares.items() if not gpu or k.startswith("key map"))
+
+
+def memory_need(spec: GraphTrainingSpec, cfg: PartitionConfig) -> MemoryNeed:
+    """What the partition step reports (status.partition.memory): the largest shard server's host memory
+    (its tables on its GPU with shardServers.device cuda) and a trainer's before its batches (the
+    operator sizes and checks pods by them)."""
+    gpu = spec.shard_servers.device == Device.cuda
+    shards = max(
+        sum(v for k, v in shard_need(spec, cfg, s).items.items() if not (gpu and k.startswith("table ")))
+        for s in range(cfg.num_parts)
+    )
+    shares = collective_shares(spec, lambda keys: table_rows(keys, cfg))
+    return MemoryNeed(shard_server=shards, trainer=host_bytes(spec, shares))
 
 
 def partition_need(cfg: PartitionConfig, feat_bytes: int) -> RoleNeed:
@@ -383,6 +419,15 @@ def _array_bytes(x: Any) -> int:
     return int(getattr(x, "nbytes", 0))
 
 
+def _graph_rows(keys: str, graph: Any) -> int:
+    """Rows of a table keyed by `keys` over a loaded graph."""
+    if keys == "features":
+        return int(graph.feat.shape[1]) if graph.feat is not None else 0
+    if keys == "relations":
+        return len(graph.relation_names) if graph.relation_names is not None else 0
+    return int(graph.num_nodes)
+
+
 def shard_estimate(spec: GraphTrainingSpec, graph: Any) -> int:
     """Bytes of the largest shard server of `spec` over `graph`, before any
     partition exists: an even share of the CSR (int64 sources and edge types), the node data and the
@@ -398,36 +443,35 @@ def shard_estimate(spec: GraphTrainingSpec, graph: Any) -> int:
     for t in spec.embeddings:
         if t.sharding == Sharding.collective:
             continue
-        keys = str(t.keys)
-        rows = int(graph.num_nodes) if keys == "nodes" else 0
-        if keys == "features" and graph.feat is not None:
-            rows = int(graph.feat.shape[1])
-        if keys == "relations" and graph.relation_names is not None:
-            rows = len(graph.relation_names)
-        capacity = getattr(t.vocabulary, "capacity", None)
-        if capacity:  # a dynamic vocabulary: its capacity, whatever the graph
-            rows = int(capacity)
-        table, state = _table_bytes(t, rows)
+        capacity = getattr(t.vocabulary, "capacity", None)  # a dynamic vocabulary's, whatever the graph
+        table, state = _table_bytes(t, int(capacity) if capacity else _graph_rows(str(t.keys), graph))
         data += table + state
     share = -(-data // shards) * (1 + spec.partition.max_imbalance)
     return SHARD_BASE + int(share)
 
 
 def limit_problems(spec: GraphTrainingSpec, graph: Any) -> list[Problem]:
-    """A shard server whose memory limit cannot hold its share of the data, as a problem naming the
-    field, the need and the limit (the estimate errs low: a limit below it fails for sure)."""
+    """A shard server whose memory limit cannot hold its share of the data, or a trainer whose limit
+    cannot hold its collective shares, as problems naming the field, the need and the limit (the
+    estimates err low: a limit below one fails for sure)."""
+    trainer = (spec.trainers.resources.limits if spec.trainers.resources else None) or {}
+    shares = host_bytes(spec, collective_shares(spec, lambda keys: _graph_rows(keys, graph)))
+    found = memory.limit_problems(
+        MemoryNeed(shard_server=0, trainer=shares), {"trainers": trainer.get("memory")}
+    )
     limits = (spec.shard_servers.resources.limits if spec.shard_servers.resources else None) or {}
     limit = limits.get("memory")
     if limit is None:
-        return []
+        return found
     need = shard_estimate(spec, graph)
     if need <= quantity_to_bytes(limit):
-        return []
+        return found
     return [
+        *found,
         Problem(
             path="shardServers.resources.limits.memory",
             message=f"{limit} cannot hold a shard server's share of {spec.graph.described}: it needs "
             f"about {human(need)} over {spec.num_shards} shard(s) (`graphtrain plan` itemises it); raise "
             f"the limit or add shards (partition.parts)",
-        )
+        ),
     ]

@@ -132,6 +132,7 @@ from graphtrain.contract.spec.rules import (
 from graphtrain.contract.spec.status import (
     Condition,
     GraphTrainingStatus,
+    MemoryNeed,
     PartitionStatus,
     Progress,
     ShardStatus,
@@ -190,6 +191,7 @@ __all__ = [
     "MAX_TOLERATIONS",
     "MAX_YAML_DEPTH",
     "MAX_YAML_NODES",
+    "MemoryNeed",
     "MemoryQuantity",
     "ModelKind",
     "ModelSpec",

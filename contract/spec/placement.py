@@ -153,7 +153,9 @@ class Placement(SpecModel):
     resources: Resources | None = Field(
         default=None,
         description="Requests and limits of each pod's container, taken as a whole. Unset or empty: "
-        "the operator's default for this role.",
+        "the operator's default for this role. Shard servers and trainers that state no memory get the "
+        "memory request the partition measured (status.partition.memory; the default limit raised by "
+        "as much); a memory limit stated below it fails the training (InsufficientMemory).",
     )
     node_selector: dict[LabelKey, LabelValue] | None = Field(
         default=None,

@@ -38,6 +38,23 @@ class Condition(SpecModel):
     )
 
 
+class MemoryNeed(SpecModel):
+    """The memory one pod of each role holds at least, measured on the partition written: the operator
+    raises its default requests to it and refuses a stated memory limit below it (docs/collective.md)."""
+
+    shard_server: int = Field(
+        ge=0,
+        description="Bytes of the largest shard server in host memory: its process, its partition's graph "
+        "and node data, and (on CPU) its rows of the server-sharded tables and their optimizer state.",
+    )
+    trainer: int = Field(
+        ge=0,
+        description="Bytes of a trainer in host memory before its batches: its process and, on CPU, its "
+        "share of each collective table (rows / trainers.replicas, of a dynamic vocabulary's capacity) "
+        "with its optimizer state.",
+    )
+
+
 class PartitionStatus(SpecModel):
     """What the partitioner produced: sizes, edge cut and balance."""
 
@@ -56,6 +73,9 @@ class PartitionStatus(SpecModel):
         default_factory=list, description="Distinct remote neighbours of each partition's nodes."
     )
     seconds: float = Field(default=0.0, ge=0, description="Wall time of the partitioning, in seconds.")
+    memory: MemoryNeed | None = Field(
+        default=None, description="What each role's pods need in memory on this partition, at least."
+    )
 
 
 class Progress(SpecModel):

@@ -30,17 +30,12 @@ from graphtrain.runtime.errors import DataError
 from graphtrain.runtime.kvstore import gpu
 from graphtrain.runtime.kvstore.inits import init_keyed
 from graphtrain.runtime.kvstore.protocol import ProtocolError
+from graphtrain.runtime.kvstore.sizes import share
 from graphtrain.runtime.native.keymap import KeyMap, KeyMapFull
 from graphtrain.runtime.optim.config import OptimConfig
 from graphtrain.runtime.optim.state import make_state
 
 KEYS = "keys.npy"  # a dynamic vocabulary's piece: the key of each row in use, rows 0..len-1
-
-
-def share(capacity: int, shards: int, shard: int) -> int:
-    """Rows of shard `shard` of a dynamic table of `capacity` rows over `shards` shards (the keys k
-    with k mod shards = shard: an even split, the first ones one row more)."""
-    return capacity // shards + (1 if shard < capacity % shards else 0)
 
 
 def share_bounds(capacity: int, shards: int) -> np.ndarray:

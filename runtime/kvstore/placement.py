@@ -121,17 +121,6 @@ def fits(what: str, nbytes: int, device: torch.device = CPU, free: MemorySource 
         )
 
 
-def state_bytes(kind: str, step_count: str, rows: int, dim: int) -> int:
-    """Bytes of a sparse optimizer's state for `rows` rows of width `dim` (runtime/optim/state.py)."""
-    if kind == "adagrad":
-        return rows * dim * 4
-    if kind == "rowwise_adagrad":
-        return rows * 4
-    if kind == "adam":
-        return rows * dim * 8 + (rows if step_count == "row" else 1) * 8
-    return 0
-
-
 def table_device(text: str) -> torch.device:
     """Where a shard server keeps its tables: cpu or cuda[:N]; a bare "cuda" is cuda:0, so tables, their
     events and messages name one device.

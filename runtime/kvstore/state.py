@@ -37,6 +37,7 @@ from graphtrain.runtime.kvstore.inits import init_rows
 from graphtrain.runtime.kvstore.placement import check_usable, table_device
 from graphtrain.runtime.kvstore.protocol import ProtocolError
 from graphtrain.runtime.kvstore.shard import TensorShard
+from graphtrain.runtime.kvstore.sizes import state_bytes
 from graphtrain.runtime.native import cuda
 from graphtrain.runtime.native.backend import CoreBackend, choose
 from graphtrain.runtime.optim import OptimConfig, make_state, sparse_step
@@ -263,7 +264,7 @@ class ShardTensors:
         moving = t.data.device != where
         need = t.data.numel() * t.data.element_size() if moving else 0
         if cfg is not None and (state is None or moving):
-            need += place.state_bytes(cfg.kind, cfg.step_count, t.rows, t.row_shape[0])
+            need += state_bytes(cfg.kind, cfg.step_count, t.rows, t.row_shape[0])
         place.fits(f"optimizer state of {t.name!r}", need, where, self.free)
         try:
             if cfg is not None and state is None:

@@ -1,7 +1,9 @@
 """The partition role (`graphtrain partition`; the operator's partition Job runs it with --spec,
 --overwrite and --report-file /dev/termination-log): the partition pipeline (launch/partition_step.py,
 which `graphtrain run` runs too) on the graph the options name, then the partition status into the
-report file, where the operator reads it from the pod's termination message."""
+report file, where the operator reads it from the pod's termination message. With --spec, the status
+says what each role's pods need in memory on this partition (runtime/capacity.py memory_need): the
+operator sizes their requests by it and refuses limits below it."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from graphtrain.contract.roles import PartitionParams
+from graphtrain.contract.spec import MemoryNeed
 from graphtrain.runtime.data.cache import reason
 from graphtrain.runtime.errors import GraphtrainError
 
@@ -26,27 +29,31 @@ def partition(p: PartitionParams, warn: Callable[[str], None]) -> PartitionConfi
         SpecError: an invalid setting, by its field path.
         GraphtrainError: the pipeline's refusals (partition_step.partition), or an unwritable report.
     """
-    from graphtrain.runtime.launch import partition_step  # numpy, METIS: not for `graphtrain --help`
+    from graphtrain.runtime import capacity  # numpy, METIS (no torch): not for `graphtrain --help`
+    from graphtrain.runtime.launch import partition_step
 
     work = partition_step.from_options(p)
     config = partition_step.partition(
         work, p.out_dir, overwrite=p.overwrite, data_dir=p.data_dir, warn=warn, spin=True
     )
     if p.report_file is not None:
-        report(config.data, p.report_file)
+        need = capacity.memory_need(work.model.spec, config) if work.model is not None else None
+        report(config.data, p.report_file, need)
     return config
 
 
-def report(config: dict[str, Any], path: Path) -> None:
-    """Write the partition status (the GraphTraining status' partition section) as compact JSON to
-    `path`, in place: /dev/termination-log is a file the kubelet mounted, not one to rename over.
+def report(config: dict[str, Any], path: Path, need: MemoryNeed | None = None) -> None:
+    """Write the partition status (the GraphTraining status' partition section, with `need` as its
+    memory) as compact JSON to `path`, in place: /dev/termination-log is a file the kubelet mounted,
+    not one to rename over.
 
     Raises:
         GraphtrainError: it cannot be written.
     """
     from graphtrain.runtime.launch.status import partition_status
 
-    status = partition_status(config).model_dump(by_alias=True, exclude_none=True, mode="json")
+    made = partition_status(config).model_copy(update={"memory": need})
+    status = made.model_dump(by_alias=True, exclude_none=True, mode="json")
     try:
         path.write_text(json.dumps(status, separators=(",", ":")))
     except OSError as exc:

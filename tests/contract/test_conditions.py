@@ -32,6 +32,7 @@ EXPECTED = {
     R.progressing: "Normal",
     R.pods_not_starting: "Warning",
     R.start_timeout: "Warning",
+    R.insufficient_memory: "Warning",
     R.suspended: "Normal",
     R.resumed: "Normal",
     R.stopped: "Normal",

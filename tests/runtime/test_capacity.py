@@ -5,6 +5,7 @@ shard count that fits a pod, and one clear line for a bad option."""
 from __future__ import annotations
 
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +15,7 @@ import yaml
 from graphtrain.contract.spec import load_yaml
 from graphtrain.runtime import capacity
 from graphtrain.runtime.kvstore.transport import Answer, Call
+from graphtrain.runtime.native.keymap import KeyMap
 from graphtrain.runtime.partition.format import load_config
 from tests.runtime.launch.test_run import CLI, graph_file, sage_spec
 
@@ -133,8 +135,6 @@ def test_a_feature_table_has_a_row_per_feature_column(planted: tuple[Path, Path]
 
 
 def test_a_dynamic_table_needs_its_share_of_the_capacity_and_a_key_map(planted: tuple[Path, Path]) -> None:
-    from graphtrain.runtime.native.keymap import KeyMap
-
     spec_path, config = planted
     doc = load_yaml(spec_path.read_text()).model_dump(by_alias=True, exclude_none=True, mode="json")
     doc["spec"]["embeddings"][0]["vocabulary"] = {"kind": "dynamic", "capacity": 101}
@@ -142,9 +142,83 @@ def test_a_dynamic_table_needs_its_share_of_the_capacity_and_a_key_map(planted: 
     cfg = load_config(config)
     shard = capacity.shard_need(spec, cfg, 1)
     assert shard.items["table node"] == 50 * 8 * 4  # keys k mod 2 = 1 of 101 rows: 50
-    assert shard.items["table node key map"] == KeyMap.bytes_for(50)
+    assert shard.items["key map of node"] == KeyMap.bytes_for(50)
     doc["spec"]["embeddings"][0]["sharding"] = "collective"
     spec = load_yaml(yaml.safe_dump(doc)).spec
     trainer = capacity.trainer_need(spec, cfg, 0, 0)
     assert trainer.items["table node (share)"] == 51 * 8 * 4  # rank 0 of 2 holds 51 of 101
     assert "table node" not in capacity.shard_need(spec, cfg, 0).items
+
+
+def collective(graph_file: Path, tmp_path: Path, **trainers: object) -> Path:
+    """The planted spec with its node table on the trainers: a dynamic vocabulary of 20M rows (10M a
+    trainer: 320 MB of rows, 720 MB of Adam state), and `trainers` in its trainers section."""
+    doc = sage_spec(graph_file)
+    table = doc["spec"]["embeddings"][0]
+    table.update(sharding="collective", vocabulary={"kind": "dynamic", "capacity": 20_000_000})
+    doc["spec"]["trainers"].update(trainers)
+    spec_path = tmp_path / "collective.yaml"
+    spec_path.write_text(yaml.safe_dump(doc))
+    return spec_path
+
+
+def test_validate_refuses_a_trainer_memory_limit_below_its_collective_share(
+    graph_file: Path, tmp_path: Path
+) -> None:
+    spec_path = collective(graph_file, tmp_path, resources={"limits": {"memory": "1Gi"}})
+    done = subprocess.run([*CLI, "validate", str(spec_path)], capture_output=True, text=True)
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    share = 10_000_000 * 8 * 4 + 10_000_000 * (8 * 8 + 8)  # rows, Adam's moments and step counts
+    share += KeyMap.bytes_for(10_000_000)  # and the key map of its share
+    need = -(-(capacity.TRAINER_BASE + share) // MiB)
+    said = f"trainers.resources.limits.memory: 1Gi is below the {need}Mi a trainer needs (its process and"
+    assert said in done.stderr
+    # 3Gi holds it; on its GPU the rows and state leave host memory, the key map (0.65 GiB) stays
+    for fits in (
+        {"resources": {"limits": {"memory": "3Gi"}}},
+        {"device": "cuda", "resources": {"limits": {"memory": "2Gi"}}},
+    ):
+        spec_path = collective(graph_file, tmp_path, **{"resources": {"limits": {"memory": "1Gi"}}, **fits})
+        assert subprocess.run([*CLI, "validate", str(spec_path)], capture_output=True).returncode == 0
+
+
+def test_the_partition_job_reports_what_each_role_needs(graph_file: Path, tmp_path: Path) -> None:
+    """The operator's partition Job (--spec, --report-file): its termination message says the largest
+    shard server's need and a trainer's (status.partition.memory)."""
+    from graphtrain.contract.spec import PartitionStatus
+
+    spec_path, report, out = collective(graph_file, tmp_path), tmp_path / "termination-log", tmp_path / "p"
+    argv = [*CLI, "partition", "--spec", str(spec_path), "--out", str(out), "--report-file", str(report)]
+    done = subprocess.run(argv, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    status = PartitionStatus.model_validate_json(report.read_text())
+    gt, cfg = load_yaml(spec_path.read_text()), load_config(out)
+    assert status.memory is not None
+    assert status.memory.shard_server == max(capacity.shard_need(gt.spec, cfg, s).total for s in range(2))
+    keymap = KeyMap.bytes_for(10_000_000)
+    assert status.memory.trainer == capacity.TRAINER_BASE + 10_000_000 * (8 * 4 + 8 * 8 + 8) + keymap
+    assert len(report.read_text()) < 4096
+
+
+def test_the_partition_job_measures_memory_without_importing_torch() -> None:
+    """The partition Job never imports torch (seconds of start and 224 MiB beside METIS' graph)."""
+    code = "import sys; from graphtrain.runtime import capacity; print('torch' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0 and done.stdout.strip() == "False", done.stderr
+
+
+def test_what_lives_on_a_gpu_is_not_host_memory(planted: tuple[Path, Path]) -> None:
+    """With shardServers.device cuda a shard server's tables and their state are on its GPU: its host
+    need is its process, graph and node data."""
+    from graphtrain.contract.spec import Device
+
+    gt, cfg = load_yaml(planted[0].read_text()), load_config(planted[1])
+    servers = gt.spec.shard_servers.model_copy(update={"device": Device.cuda})
+    cuda = gt.spec.model_copy(update={"shard_servers": servers})
+    host = max(
+        sum(v for k, v in capacity.shard_need(gt.spec, cfg, s).items.items() if not k.startswith("table "))
+        for s in range(2)
+    )
+    assert (
+        capacity.memory_need(cuda, cfg).shard_server == host < capacity.memory_need(gt.spec, cfg).shard_server
+    )

@@ -16,6 +16,7 @@ from graphtrain.runtime.kvstore import gpu
 from graphtrain.runtime.kvstore import placement as place
 from graphtrain.runtime.kvstore import state as state_mod
 from graphtrain.runtime.kvstore.protocol import ProtocolError
+from graphtrain.runtime.kvstore.sizes import state_bytes
 from graphtrain.runtime.kvstore.state import ShardTensors
 from graphtrain.runtime.native.backend import CoreBackend
 from graphtrain.runtime.native.cuda import CudaCoreError
@@ -110,9 +111,7 @@ def test_fits_asks_the_device_it_allocates_on() -> None:
 def test_state_bytes_is_what_make_state_allocates(kind: str, step_count: str) -> None:
     cfg = OptimConfig(kind=kind, lr=0.1, step_count=step_count)  # type: ignore[arg-type]
     made = make_state(cfg, 37, 5)
-    assert place.state_bytes(kind, step_count, 37, 5) == sum(
-        v.numel() * v.element_size() for v in made.values()
-    )
+    assert state_bytes(kind, step_count, 37, 5) == sum(v.numel() * v.element_size() for v in made.values())
 
 
 def test_a_create_that_does_not_fit_is_refused_by_the_injected_source() -> None:

@@ -1,0 +1,22 @@
+"""The bytes of a sparse optimizer's state, and a dynamic vocabulary's share per holder, without torch:
+what kvstore/placement.py checks a shard against and what runtime/capacity.py plans with, also in the
+partition Job, which never imports torch."""
+
+from __future__ import annotations
+
+
+def state_bytes(kind: str, step_count: str, rows: int, dim: int) -> int:
+    """Bytes of a sparse optimizer's state for `rows` rows of width `dim` (runtime/optim/state.py)."""
+    if kind == "adagrad":
+        return rows * dim * 4
+    if kind == "rowwise_adagrad":
+        return rows * 4
+    if kind == "adam":
+        return rows * dim * 8 + (rows if step_count == "row" else 1) * 8
+    return 0
+
+
+def share(capacity: int, holders: int, index: int) -> int:
+    """Rows that holder `index` of `holders` keeps of a dynamic vocabulary of `capacity` rows (the keys
+    k with k mod holders = index: an even split, the first ones one row more)."""
+    return capacity // holders + (1 if index < capacity % holders else 0)
