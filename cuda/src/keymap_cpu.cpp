@@ -171,3 +171,21 @@ GT_API int64_t gt_keymap_insert(void* map, int64_t n, const int64_t* keys, int64
   }
   return evicted;
 }
+
+// The uniforms a dynamic vocabulary's new rows start from (runtime/kvstore/inits.py: init_keyed): for
+// key i and column j, mix64((key * cols + j) * golden + base) >> 40, times 2^-24, in [0, 1). The same
+// bits as inits.py's numpy reference (wrapping uint64 arithmetic; the conversion to double is exact), so
+// a key gets the same row from either, whichever shard or rank inserts it.
+GT_API void gt_keyed_unit(int64_t n, const int64_t* keys, int64_t cols, uint64_t base, double* out) {
+  constexpr uint64_t kGolden = 0x9E3779B97F4A7C15ULL;
+  const uint64_t c = static_cast<uint64_t>(cols);
+#pragma omp parallel for schedule(static) if (n * cols > (1 << 16))
+  for (int64_t i = 0; i < n; ++i) {
+    const uint64_t first = static_cast<uint64_t>(keys[i]) * c;
+    double* row = out + i * cols;
+    for (int64_t j = 0; j < cols; ++j) {
+      const uint64_t bits = graphtrain::mix64((first + static_cast<uint64_t>(j)) * kGolden + base);
+      row[j] = static_cast<double>(bits >> 40) * 0x1p-24;
+    }
+  }
+}

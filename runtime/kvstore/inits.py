@@ -55,7 +55,20 @@ def _mix64(x: np.ndarray) -> np.ndarray:
 
 
 def _unit(keys: np.ndarray, cols: int, seed: int, stream: int) -> np.ndarray:
-    """(len(keys), cols) uniforms in [0, 1), each a hash of (seed, stream, key, column)."""
+    """(len(keys), cols) uniforms in [0, 1), each a hash of (seed, stream, key, column): the native
+    core's gt_keyed_unit (threads, one pass; the numpy reference below made up most of a dynamic
+    table's insert time), the same bits."""
+    from graphtrain.runtime.native import core
+
+    keys = np.ascontiguousarray(keys, dtype=np.int64)
+    out = np.empty((len(keys), cols), dtype=np.float64)
+    base = (int((seed * 2 + stream) % 2**64) * int(_GOLDEN)) % 2**64
+    core().gt_keyed_unit(len(keys), keys.ctypes.data, cols, base, out.ctypes.data)
+    return out
+
+
+def unit_reference(keys: np.ndarray, cols: int, seed: int, stream: int) -> np.ndarray:
+    """_unit in numpy: what the native core is tested against."""
     with np.errstate(over="ignore"):
         k = keys.astype(np.uint64)[:, None] * np.uint64(cols) + np.arange(cols, dtype=np.uint64)[None, :]
         base = np.uint64((seed * 2 + stream) % 2**64) * _GOLDEN

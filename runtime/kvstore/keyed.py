@@ -91,7 +91,9 @@ class KeyedRows:
             return self.keymap.find(keys)
         before = len(self.keymap)
         done = self.keymap.insert(keys, self.evict, self.what)
-        fresh = (done.rows >= before) | np.isin(done.rows, done.evicted_rows)
+        fresh = done.rows >= before
+        if len(done.evicted_rows):
+            fresh |= np.isin(done.rows, done.evicted_rows)
         if fresh.any():
             rows, first = np.unique(done.rows[fresh], return_index=True)
             self.reset(t, rows, keys[fresh][first])

@@ -103,6 +103,8 @@ SIGNATURES: dict[str, Signature] = {
     "gt_keymap_find": Signature((CPU,), None, [P, I64, P, P]),
     "gt_keymap_keys": Signature((CPU,), None, [P, P]),
     "gt_keymap_insert": Signature((CPU,), I64, [P, I64, P, P, U64, I32, P, P]),
+    # n, keys, cols, base, out (n x cols doubles): the uniforms of a dynamic vocabulary's new rows
+    "gt_keyed_unit": Signature((CPU,), None, [I64, P, I64, U64, P]),
     # CUDA core (cuda/src/optim_cuda.cu): every call returns an error code and leaves its message in
     # gt_cuda_last_error. Device pointers; the sparse step's tail has the flag "steps is the table's one
     # Adam count" where the CPU's has the count itself; then the device, the caller's stream, a workspace

@@ -238,3 +238,14 @@ def test_share_bounds_tile_the_capacity() -> None:
     assert kd.share_bounds(10, 3).tolist() == [0, 4, 7, 10]
     assert [kd.share(10, 3, s) for s in range(3)] == [4, 3, 3]
     assert kd.owners(np.array([-1, -4, 5], dtype=np.int64), 3).tolist() == [2, 2, 2]
+
+
+@pytest.mark.parametrize(("seed", "stream"), [(0, 0), (7, 1), (2**63 - 1, 1)])
+def test_the_native_init_hash_gives_the_numpy_reference_bits(seed: int, stream: int) -> None:
+    from graphtrain.runtime.kvstore import inits
+
+    keys = np.array([0, 1, -1, 2**62, -(2**63), 2**63 - 1, 123_456_789], dtype=np.int64)
+    keys = np.concatenate([keys, np.random.default_rng(seed % 1000).integers(-(2**63), 2**63 - 1, 5000)])
+    np.testing.assert_array_equal(
+        inits._unit(keys, 9, seed, stream), inits.unit_reference(keys, 9, seed, stream)
+    )
