@@ -464,14 +464,15 @@ GT_API int64_t gt_sparse_step_pieces(int32_t kind, int64_t n, const int64_t* ids
 
 // Deduplicate `ids` in first-occurrence order and reduce `grads` per unique id (sum, or mean).
 // out_ids (n) and out_grads (n x dim) receive the first `return value` unique ids and reduced rows.
-// Returns the unique count, or -1 with *bad_pos = position of an id out of range.
+// Returns the unique count, or -1 with *bad_pos = position of an id out of range; num_rows < 0: the ids
+// are a dynamic vocabulary's keys, any int64 (only equality counts here).
 // share_distinct: when every id is distinct, out_grads is left unwritten (the caller uses grads as they
 // are: a 51 MB copy saved for a batch of 100,000 distinct rows of 128).
 GT_API int64_t gt_dedup(int64_t n, const int64_t* ids, const float* grads, int64_t dim, int64_t num_rows, int32_t mean,
                         int64_t* out_ids, float* out_grads, int64_t* inverse, int32_t threads, int32_t share_distinct,
                         int64_t* bad_pos) {
   threads = std::max(1, threads);
-  const int64_t bad = first_bad(n, ids, num_rows, threads);
+  const int64_t bad = num_rows < 0 ? -1 : first_bad(n, ids, num_rows, threads);
   if (bad >= 0) {
     *bad_pos = bad;
     return -1;

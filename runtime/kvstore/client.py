@@ -222,7 +222,7 @@ class KVClient:
 
         ids = np.ascontiguousarray(ids, dtype=np.int64)
         grads = np.ascontiguousarray(grads, dtype=np.float32)
-        if len(ids) and choose() is CoreBackend.CPU and not keyed:  # the core's dedup wants ids < rows
+        if len(ids) and choose() is CoreBackend.CPU:
             from graphtrain.runtime.native import optim as native
             from graphtrain.runtime.optim.functional import threads
 
@@ -231,7 +231,7 @@ class KVClient:
             uids, ugrads, _ = native.dedup(
                 torch.from_numpy(ids),
                 torch.from_numpy(grads),
-                int(bounds[-1]),
+                -1 if keyed else int(bounds[-1]),  # a dynamic vocabulary's keys: any int64
                 mean,
                 threads(),
                 self._dedup_ws,

@@ -207,6 +207,7 @@ def dedup(
     share_distinct: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Unique ids in first-occurrence order, their reduced gradients, and each position's unique index.
+    num_rows < 0: the ids are keys (any int64), not checked against a row count.
     With a workspace the results are views of its buffers, valid until its next use. share_distinct:
     when every id is distinct, the reduced gradients returned are `grads` itself (no copy)."""
     n = len(ids)
