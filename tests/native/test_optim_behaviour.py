@@ -168,6 +168,16 @@ def test_native_dedup_gather_scatter() -> None:
         native.gather(table, torch.tensor([0, 10]), threads=2)
 
 
+def test_native_dedup_of_keys_takes_any_int64_and_rows_stay_checked() -> None:
+    keys = torch.tensor([-(2**63), 2**62, -7, 2**62, -(2**63)])
+    grads = torch.arange(5 * 2, dtype=torch.float32).reshape(5, 2)
+    uids, summed, inverse = native.dedup(keys, grads, -1, mean=False, threads=2)
+    assert uids.tolist() == [-(2**63), 2**62, -7] and inverse.tolist() == [0, 1, 2, 1, 0]
+    assert torch.equal(summed[0], grads[0] + grads[4])
+    with pytest.raises(SparseInputError):
+        native.dedup(keys, grads, 10, mean=False, threads=2)  # row ids: checked against the rows
+
+
 @pytest.mark.usefixtures("cpu_core")
 def test_native_gather_to_positions() -> None:
     table = torch.randn(10, 3)
