@@ -249,3 +249,18 @@ def test_the_native_init_hash_gives_the_numpy_reference_bits(seed: int, stream: 
     np.testing.assert_array_equal(
         inits._unit(keys, 9, seed, stream), inits.unit_reference(keys, 9, seed, stream)
     )
+
+
+def test_a_restarted_shard_restores_its_keys_when_the_table_is_created_again(tmp_path: Path) -> None:
+    """A shard server restarted with --restore-from gets its keys, rows and state back at the create."""
+    emb, _ = train(kvstore.standalone(2), CONFIGS[0])
+    root = tmp_path / "ck"
+    states = emb.client.transport.states  # type: ignore[attr-defined]
+    ckpt.write_top(root, [p for st in states for p in st.checkpoint(root)], 2, None)
+    again = ShardTensors(1, restore_from=root)
+    t = again.create("dyn", 64, (DIM,), "float32", 32, 64, INIT, keyed={"shards": 2, "evict": False})
+    before = states[1].get("dyn")
+    np.testing.assert_array_equal(t.keyed.keys(), before.keyed.keys())
+    used = len(before.keyed.keymap)
+    np.testing.assert_array_equal(t.data[:used].numpy(), before.data[:used].numpy())
+    assert t.config == before.config
