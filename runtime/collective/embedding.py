@@ -225,11 +225,13 @@ class CollectiveEmbedding:
         self, ids: torch.Tensor, grads: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(unique ids, their summed gradients, each position's unique index): the native core's hash
-        dedup for a fixed table in host memory (5-10x torch's sort and index_add here), torch's else."""
-        if not self.dynamic and self.device.type == "cpu" and len(ids) and choose() is CoreBackend.CPU:
+        dedup for a table in host memory (5-10x torch's sort and index_add here; a dynamic vocabulary's
+        keys unchecked: any int64), torch's else."""
+        if self.device.type == "cpu" and len(ids) and choose() is CoreBackend.CPU:
             if self._dedup_ws is None:
                 self._dedup_ws = native.DedupWorkspace()
-            return native.dedup(ids, grads, self.num_embeddings, False, functional.threads(), self._dedup_ws)
+            rows = -1 if self.dynamic else self.num_embeddings
+            return native.dedup(ids, grads, rows, False, functional.threads(), self._dedup_ws)
         keys, inverse = torch.unique(ids, return_inverse=True)
         sums = grads.new_zeros((len(keys), self.dim)).index_add_(0, inverse, grads)
         return keys, sums, inverse
