@@ -7,10 +7,11 @@ Small real runs, each timed by wall clock, this process' CPU clock and the shard
 - the real GraphSAGE's forward, backward and Adam step on sampled blocks (per multiply-add), on one
   thread;
 - gloo's all-reduce between this process and a second one on 127.0.0.1 (per byte);
-- the machine's other load: other processes' runnable threads, sampled in /proc for 2 s and weighed
-  by their nice level against ours (runtime/steptime.py's cpu_share turns it into the share a run's
+- the machine's other load: other sessions (autogroup) with a runnable thread, sampled in /proc for
+  2 s and weighed by their nice level (runtime/steptime.py's cpu_share turns it into the share a run's
   processes get; bench/hosts.py samples it through each run).
-Costs are medians over rounds (the first round, warm-up, dropped), so one slow round moves little.
+Costs are the least over rounds (the first round, warm-up, dropped): the round other load disturbed
+least. Everything runs on one torch thread, as a trainer beside others does (roles/train.py).
 """
 
 from __future__ import annotations
@@ -57,38 +58,56 @@ class Clock:
 
 def per_unit(rounds: Sequence[tuple[float, float, float, float]]) -> UnitCost:
     """The cost per unit over `rounds` (units, wall, cpu, server cpu), the first dropped when there are
-    several (warm-up): medians of wall and CPU; the servers' CPU over all rounds together (psutil reads
-    it in clock ticks, 10 ms, more than a round's share)."""
+    several (warm-up): the least wall and CPU of a round (the round other load disturbed least: on a
+    shared VM even CPU time grows with the load), the servers' CPU over all rounds together (psutil
+    reads it in clock ticks, 10 ms, more than a round's share)."""
     kept = [r for r in (rounds[1:] if len(rounds) > 1 else rounds) if r[0] > 0]
     if not kept:
         return UnitCost(0.0, 0.0, 0.0)
 
-    def median(i: int) -> float:
-        return max(0.0, statistics.median(r[i] / r[0] for r in kept))
+    def least(i: int) -> float:
+        return max(0.0, min(r[i] / r[0] for r in kept))
 
     server = max(0.0, sum(r[3] for r in kept) / sum(r[0] for r in kept))
-    return UnitCost(median(1), median(2), server)
+    return UnitCost(least(1), least(2), server)
 
 
 def runnable_others(ours: Iterable[int] = ()) -> float:
-    """Threads of other processes runnable now (state R in /proc), each weighed as the scheduler weighs
-    it against this process' nice level (a nice-0 thread against our nice 5: 1.25^5 = 3 of ours);
-    this process and `ours` left out."""
+    """Other load competing for the cores now, in scheduling groups as heavy as one of ours: with
+    autogroup (/proc/sys/kernel/sched_autogroup_enabled) the scheduler shares the cores between
+    sessions, so each other session with a runnable thread (state R in /proc) counts once, weighed by
+    its nice level (1.25^-nice); without it, each runnable thread, weighed by its nice against ours.
+    This process and `ours` are left out (our run's processes are each a session of their own)."""
     mine = {os.getpid(), *ours}
-    here = os.getpriority(os.PRIO_PROCESS, 0)
+    grouped = _autogroup_enabled()
+    here = 0 if grouped else os.getpriority(os.PRIO_PROCESS, 0)
+    groups: dict[str, float] = {}
     total = 0.0
     for stat in Path("/proc").glob("[0-9]*/task/[0-9]*/stat"):
-        if int(stat.parts[2]) in mine:
+        pid = int(stat.parts[2])
+        if pid in mine:
             continue
         with contextlib.suppress(OSError, ValueError, IndexError):
             fields = stat.read_text().rsplit(")", 1)[1].split()
-            if fields[0] == "R":
+            if fields[0] != "R":
+                continue
+            if not grouped:
                 total += 1.25 ** (here - int(fields[16]))
-    return total
+                continue
+            name, _, nice = (Path("/proc") / str(pid) / "autogroup").read_text().split()
+            groups[name] = 1.25 ** -int(nice)
+    return sum(groups.values()) if grouped else total
+
+
+def _autogroup_enabled() -> bool:
+    try:
+        return Path("/proc/sys/kernel/sched_autogroup_enabled").read_text().strip() == "1"
+    except OSError:
+        return False
 
 
 def background(seconds: float = 2.0, every: float = 0.05) -> float:
-    """Other load's runnable threads (runnable_others), the mean of samples over `seconds`."""
+    """Other load (runnable_others), the mean of samples over `seconds`."""
     samples = []
     end = time.monotonic() + seconds
     while time.monotonic() < end:
@@ -192,9 +211,8 @@ def data_path(
 
 
 def dense(cfg: PartitionConfig, dims: list[int], batch: int, fanouts: list[int], rounds: int) -> UnitCost:
-    """GraphSAGE's forward, backward and Adam step per multiply-add on one thread (a trainer's threads
-    beside others gain little on a shared machine: steptime.py), over blocks sampled from in-process
-    shards."""
+    """GraphSAGE's forward, backward and Adam step per multiply-add on torch's threads as set, over
+    blocks sampled from in-process shards."""
     import torch
 
     from graphtrain.runtime.graph import DistGraph, sample_blocks
@@ -211,25 +229,32 @@ def dense(cfg: PartitionConfig, dims: list[int], batch: int, fanouts: list[int],
     picks = [rng.choice(ids, min(batch, len(ids)), replace=False) for _ in range(rounds)]
     batches = [sample_blocks(graph, seeds, fanouts, seed=i) for i, seeds in enumerate(picks)]
     client.close()
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
     clock, timed = Clock(), []
-    try:
-        for mb in batches:
+    for mb in batches:
 
-            def step(mb: Any = mb) -> float:
-                x = torch.randn(len(mb.input_nodes), dims[0])
-                y = torch.randint(0, dims[-1], (len(mb.seeds),))
-                loss = torch.nn.functional.cross_entropy(model(mb.blocks, x), y)
-                opt.zero_grad()
-                loss.backward()
-                opt.step()
-                return sage_macs([(b.num_dst, len(b.src)) for b in mb.blocks], dims)
+        def step(mb: Any = mb) -> float:
+            x = torch.randn(len(mb.input_nodes), dims[0])
+            y = torch.randint(0, dims[-1], (len(mb.seeds),))
+            loss = torch.nn.functional.cross_entropy(model(mb.blocks, x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            return sage_macs([(b.num_dst, len(b.src)) for b in mb.blocks], dims)
 
-            timed.append(clock.time(step))
-    finally:
-        torch.set_num_threads(threads)
+        timed.append(clock.time(step))
     return per_unit(timed)
+
+
+def threaded(cfg: PartitionConfig, dims: list[int], batch: int, fanouts: list[int], rounds: int) -> UnitCost:
+    """dense() on a thread per core (a trainer alone on its host runs that many): the CPU all threads
+    burn, spinning for each other included."""
+    import torch
+
+    torch.set_num_threads(os.cpu_count() or 1)
+    try:
+        return dense(cfg, dims, batch, fanouts, rounds)
+    finally:
+        torch.set_num_threads(1)
 
 
 ALLREDUCE_CHILD = """
@@ -248,22 +273,22 @@ def allreduce(nbytes: int, rounds: int) -> UnitCost:
     """gloo's all-reduce of `nbytes` between this process and a second one: per byte, as sent by
     each of the two (a ring of 2 sends each rank's whole tensor once)."""
     import torch
-    import torch.distributed as d
+    import torch.distributed as dist
 
-    store = d.TCPStore("127.0.0.1", 0, 2, True, timeout=dt.timedelta(seconds=60), wait_for_workers=False)
+    store = dist.TCPStore("127.0.0.1", 0, 2, True, timeout=dt.timedelta(seconds=60), wait_for_workers=False)
     n = max(1, nbytes // 4)
     child = subprocess.Popen([sys.executable, "-c", ALLREDUCE_CHILD, str(store.port), str(n), str(rounds)])
     try:
-        d.init_process_group("gloo", store=store, rank=0, world_size=2)
+        dist.init_process_group("gloo", store=store, rank=0, world_size=2)
         t = torch.zeros(n)
         clock = Clock()
 
         def reduce() -> float:
-            d.all_reduce(t)
+            dist.all_reduce(t)
             return float(n * 4)
 
         timed = [clock.time(reduce) for _ in range(rounds)]
-        d.destroy_process_group()
+        dist.destroy_process_group()
         child.wait(timeout=60)
     finally:
         if child.poll() is None:
@@ -277,12 +302,37 @@ def calibrate(
     dims: list[int],
     fanouts: list[int],
     batch: int = 512,
-    rounds: int = 6,
+    rounds: int = 8,
     say: Callable[[str], None] = lambda _: None,
 ) -> Costs:
     """This build's unit costs, measured on `cfg`'s partition with a GraphSAGE of widths `dims`."""
+    import torch
+
     say("calibrating: other load on the cores")
     busy = background()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        ops = _ops(cfg, dims, fanouts, batch, rounds, say)
+    finally:
+        torch.set_num_threads(threads)
+    return Costs(
+        ops,
+        os.cpu_count() or 1,
+        busy,
+        machine=f"{platform.node()}, {os.cpu_count()} cores",
+        measured_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+    )
+
+
+def _ops(
+    cfg: PartitionConfig,
+    dims: list[int],
+    fanouts: list[int],
+    batch: int,
+    rounds: int,
+    say: Callable[[str], None],
+) -> dict[str, UnitCost]:
     ops: dict[str, UnitCost] = {}
     with (
         tempfile.TemporaryDirectory(prefix="graphtrain-calibrate-") as tmp,
@@ -297,12 +347,7 @@ def calibrate(
             ops.update(data_path(cfg, addresses, token, pids, shm, batch, fanouts, rounds))
     say("calibrating: the dense model")
     ops["dense"] = dense(cfg, dims, batch, fanouts, rounds)
+    ops["dense_threaded"] = threaded(cfg, dims, batch, fanouts, rounds)
     say("calibrating: all-reduce")
     ops["allreduce"] = allreduce(1 << 20, rounds)
-    return Costs(
-        ops,
-        os.cpu_count() or 1,
-        busy,
-        machine=f"{platform.node()}, {os.cpu_count()} cores",
-        measured_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-    )
+    return ops

@@ -492,9 +492,7 @@ def plan(
     memory: Annotated[str | None, typer.Option(help="memory per shard pod, e.g. 16Gi")] = None,
     calibrate: Annotated[bool, typer.Option(help="measure this build's unit costs here first")] = False,
     costs: Annotated[Path | None, typer.Option(help="unit costs from --calibrate --out")] = None,
-    costs_out: Annotated[
-        Path | None, typer.Option("--out", help="with --calibrate: write the costs here")
-    ] = None,
+    costs_out: Annotated[Path | None, typer.Option("--out", help="--calibrate's costs file")] = None,
     data_dir: DataDir = None,
 ) -> None:
     """What a training needs before it runs: each role's memory, the bytes each trainer moves across

@@ -5,6 +5,7 @@ predict (runtime/steptime.py), as lines."""
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,7 +30,12 @@ def sage_dims(spec: GraphTrainingSpec, cfg: PartitionConfig) -> list[int]:
     return [max(in_dim, 1), *[m.hidden_dim] * (m.num_layers - 1), classes]
 
 
-def loads(plan: capacity.CapacityPlan, dims: list[int]) -> list[Load]:
+def trainer_threads(spec: GraphTrainingSpec) -> int:
+    """A trainer's torch threads, as roles/train.py sets them."""
+    return spec.training.threads or max(1, (os.cpu_count() or 1) // max(spec.trainers.replicas, 1))
+
+
+def loads(plan: capacity.CapacityPlan, dims: list[int], threads: int = 1) -> list[Load]:
     """Each trainer's work per step from the plan's replayed batches (GraphSAGE only: else none)."""
     out = []
     for w in plan.wires:
@@ -45,6 +51,7 @@ def loads(plan: capacity.CapacityPlan, dims: list[int]) -> list[Load]:
                 allreduce_bytes=w.allreduce,
                 wire_bytes=w.sent + w.received - w.allreduce,
                 path_bytes=max(w.sent, w.received),
+                threads=threads,
             )
         )
     return out
@@ -106,7 +113,7 @@ def predicted(
     bandwidth: float | None,
 ) -> StepTime:
     """The plan's step time under `costs`."""
-    work = loads(plan, sage_dims(spec, cfg))
+    work = loads(plan, sage_dims(spec, cfg), trainer_threads(spec))
     return predict(costs, work, plan.hosts, bandwidth)
 
 

@@ -29,7 +29,11 @@ from typing import Any
 
 OPS = ("sample", "fetch", "pull", "push")  # each over "shm" and "tcp", per sampled edge or per byte
 MAIN = ("pull", "push", "forward_backward", "allreduce")  # a step's main thread (the loader samples)
-ALL_OPS = tuple(f"{op}_{via}" for op in OPS for via in ("shm", "tcp")) + ("dense", "allreduce")
+ALL_OPS = tuple(f"{op}_{via}" for op in OPS for via in ("shm", "tcp")) + (
+    "dense",
+    "dense_threaded",
+    "allreduce",
+)
 
 
 @dataclass(frozen=True)
@@ -44,8 +48,9 @@ class UnitCost:
 @dataclass(frozen=True)
 class Costs:
     """What calibration measured: a UnitCost per op (ALL_OPS; dense per multiply-add of forward,
-    backward and the Adam step on one thread), the machine's cores and the busy processes of other
-    load competing for them, and where and when."""
+    backward and the Adam step on one thread, dense_threaded on a thread per core, its CPU all its
+    threads', spinning included), the machine's cores and the busy groups of other load competing
+    for them, and where and when."""
 
     ops: dict[str, UnitCost]
     cores: float
@@ -95,7 +100,8 @@ def _number(value: Any, name: str) -> float:
 class Load:
     """One trainer's work in one step (capacity.replay measures it on sampled batches): sampled edges,
     feature bytes gathered, embedding bytes pulled (and as many pushed), the fraction of them on other
-    hosts' shards, multiply-adds of the dense model, all-reduce bytes, and its bytes across hosts."""
+    hosts' shards, multiply-adds of the dense model, all-reduce bytes, its bytes across hosts, and its
+    torch threads."""
 
     edges: float
     feature_bytes: float
@@ -105,6 +111,7 @@ class Load:
     allreduce_bytes: float
     wire_bytes: float  # both ways, all-reduce counted once (what it adds to the hosts' links)
     path_bytes: float  # the larger way, all-reduce included (what its own step waits for)
+    threads: int = 1  # torch's intra-op threads (above 1: the dense op's dense_threaded cost)
 
 
 @dataclass
@@ -140,7 +147,7 @@ def _split(costs: Costs, op: str, units: float, remote: float) -> UnitCost:
 
 def trainer_parts(costs: Costs, load: Load) -> dict[str, UnitCost]:
     """One trainer's ops in one step, each as seconds of wall, CPU and shard-server CPU."""
-    dense = costs.ops["dense"]
+    dense = costs.ops["dense_threaded" if load.threads > 1 else "dense"]
     ar = costs.ops["allreduce"]
     return {
         "sample": _split(costs, "sample", load.edges, load.remote),
@@ -153,40 +160,47 @@ def trainer_parts(costs: Costs, load: Load) -> dict[str, UnitCost]:
 
 
 def cpu_share(cores: float, background: float, busy: float) -> float:
-    """CPU seconds per wall second that `busy` runnable processes of ours get from `cores` cores shared
-    with `background` busy processes of other load: an even share each, at most a core each."""
+    """CPU seconds per wall second that `busy` scheduling groups of ours get from `cores` cores shared
+    with `background` busy groups of other load: an even share each."""
     if busy <= 0:
         return cores
-    return min(busy, cores * busy / (busy + background), cores)
+    return min(cores, cores * busy / (busy + background))
 
 
 def predict(costs: Costs, loads: Sequence[Load], hosts: int, bandwidth: float | None = None) -> StepTime:
     """The step time of `loads` (one per trainer) spread over `hosts` hosts with links of `bandwidth`
     bytes/s each way (None: not a bound), by the three bounds of the module's docstring.
 
-    Our busy threads, in units of a trainer's main thread (busy all step: in step with the others, it
-    runs or waits for them): each main thread, each loader thread as far as it is as busy, and the shard
-    servers' CPU (a server busy half as long as a main thread counts as half). Each gets `rate` CPU
-    seconds per second (cpu_share over them); a thread's path takes its CPU, and the servers' CPU it
-    waits for, at that rate. Intra-op threads are taken to add nothing (on the 2-core VM two were
-    slower than one, bench/RESULTS.md)."""
+    The scheduler shares the cores between groups (autogroup: a session each; every trainer and shard
+    server is one). Ours: each trainer (in step with the others, it runs or waits for them) and the
+    shard servers in units of a trainer's CPU (a server busy half as long counts as half). A group gets
+    `rate` (cpu_share over them; a trainer's two threads, main and loader, share it, each at most a
+    core); a trainer's path is its own CPU at that rate, the servers' CPU its main thread waits for at
+    theirs, and its remote bytes at the link's. A trainer with several intra-op threads counts as one
+    group still; its dense op costs the CPU all its threads burn (dense_threaded: on a loaded machine
+    they spin waiting for each other, bench/RESULTS.md)."""
     if not loads:
         return StepTime(0.0, "none")
     each = [trainer_parts(costs, load) for load in loads]
-    main = [sum(p[k].cpu + p[k].server_cpu for k in MAIN) for p in each]
-    loader = [p["sample"].cpu + p["sample"].server_cpu + p["fetch"].cpu + p["fetch"].server_cpu for p in each]
-    cpu = sum(sum(x.cpu + x.server_cpu for x in p.values()) for p in each)
-    own = sum(sum(p[k].cpu for k in MAIN) for p in each) / len(each)
-    busy = sum(1 + (min(1.0, b / a) if a > 0 else 1.0) for a, b in zip(main, loader, strict=True))
-    busy += sum(sum(x.server_cpu for x in p.values()) for p in each) / own if own > 0 else 0.0
+    main = [sum(p[k].cpu for k in MAIN) for p in each]
+    loader = [p["sample"].cpu + p["fetch"].cpu for p in each]
+    waits = [sum(p[k].server_cpu for k in MAIN) for p in each]
+    server = sum(sum(x.server_cpu for x in p.values()) for p in each)
+    own = sum(a + b for a, b in zip(main, loader, strict=True))
+    busy = len(loads) + (server / (own / len(loads)) if own > 0 else 0.0)
     share = cpu_share(costs.cores, costs.background, busy)
     rate = share / busy
+    one = min(rate, 1.0)  # a thread's
     paths = [
-        max(b, a) / rate + (load.path_bytes / bandwidth if bandwidth else 0.0)
-        for a, b, load in zip(main, loader, loads, strict=True)
+        max(max(a, b) / one, (a + b) / rate) + w / one for a, b, w in zip(main, loader, waits, strict=True)
     ]
+    wire = [load.path_bytes / bandwidth if bandwidth else 0.0 for load in loads]
     link = sum(load.wire_bytes for load in loads) / hosts / bandwidth if bandwidth else 0.0
-    bounds = {"trainer path": max(paths), "cpu": cpu / share, "link": link}
+    bounds = {
+        "trainer path": max(p + w for p, w in zip(paths, wire, strict=True)),
+        "cpu": (own + server) / share,
+        "link": link,
+    }
     bound = max(bounds, key=lambda k: bounds[k])
     stages = {k: sum(p[k].wall for p in each) / len(each) for k in each[0]}
     extra = {f"bound {k}": v for k, v in bounds.items()}

@@ -47,6 +47,12 @@ def test_one_unshared_trainer_is_set_by_its_own_path_sampling_overlapping() -> N
     step = steptime.predict(c, [load(edges=0.5, macs=0.2)], hosts=1)
     assert step.bound == "trainer path"
     assert step.seconds == pytest.approx(0.5)  # max(loader 0.5, main 0.2): sampling runs beside the step
+    # on one core the two threads take turns
+    assert steptime.predict(
+        costs(cores=1, sample_shm=UnitCost(1.0, 1.0), dense=UnitCost(1.0, 1.0)),
+        [load(edges=0.5, macs=0.2)],
+        hosts=1,
+    ).seconds == pytest.approx(0.7)
 
 
 def test_the_wire_adds_to_a_trainers_path_and_bounds_the_links() -> None:
@@ -62,10 +68,10 @@ def test_the_wire_adds_to_a_trainers_path_and_bounds_the_links() -> None:
     assert steptime.predict(c, [load(macs=0.1, wire_bytes=1e6)] * 4, 2, 1000).bound == "link"
 
 
-def test_processes_share_the_cores_with_other_load() -> None:
-    assert steptime.cpu_share(2, 0, 1) == 1  # one process: one core at most
-    assert steptime.cpu_share(2, 0, 8) == 2  # every core
-    assert steptime.cpu_share(2, 6, 2) == pytest.approx(2 * 2 / 8)  # an even share of 8 runnable
+def test_groups_share_the_cores_with_other_load() -> None:
+    assert steptime.cpu_share(2, 0, 1) == 2  # alone: every core (a trainer's two threads can use them)
+    assert steptime.cpu_share(2, 0, 8) == 2
+    assert steptime.cpu_share(2, 6, 2) == pytest.approx(2 * 2 / 8)  # an even share of 8 groups
     c = costs(background=4, dense=UnitCost(0.1, 0.1), push_shm=UnitCost(0.0, 0.0, 1.0))
     step = steptime.predict(c, [load(macs=1.0, row_bytes=0.05)] * 4, hosts=4)
     # 4 trainers of 0.1 s CPU each (idle loaders), servers 4 x 0.05 s = 2 trainers' worth: 6 busy
