@@ -4,14 +4,14 @@ and trainer i on host i, tcp between hosts and shared memory only within one, as
 
 First this build's unit costs are measured on this machine (runtime/calibrate.py, on the 2-host
 partition). For each host count: samples/s (median of the epochs after the first, all trainers
-together) and the step time it means, beside the step time `graphtrain plan` predicts from those costs
-(runtime/steptime.py; the machine's other load, its runnable threads, sampled through the run and
-their mean used), the test accuracy, the bytes the hosts sent over their links per training step, beside
-what the plan predicts for the same partition (runtime/capacity.py), and the wall time. The links are
-read every 0.2 s; a step's bytes are those between the end of epoch 1 and the end of epoch E-1
-(evaluation runs only after epoch E, so neither startup nor evaluation is counted) over the steps
-between them. Root only (namespaces, tc). Every run is bounded by --timeout; the namespaces are
-removed however a run ends.
+together) and the step time it means, beside the step time `graphtrain plan` predicts from those
+costs (runtime/steptime.py; the machine's other load sampled through the run, their mean used, and
+this process' own CPU share added to it), the test accuracy, the bytes the hosts sent over their
+links per training step, beside what the plan predicts for the same partition
+(runtime/capacity.py), and the wall time. The links are read every 0.2 s; a step's bytes are those
+between the end of epoch 1 and the end of epoch E-1 (evaluation runs only after epoch E, so neither
+startup nor evaluation is counted) over the steps between them. Root only (namespaces, tc). Every
+run is bounded by --timeout; the namespaces are removed however a run ends.
 
     sudo python bench/hosts.py [--hosts 1 2 4] [--epochs 3] [--rate 1gbit] [--delay 0.5ms]
 """
@@ -84,13 +84,14 @@ def measure(
         args = (layout, launch, samples, peaks, others, stop)
         poller = threading.Thread(target=_poll, args=args, daemon=True)
         poller.start()
-        start = time.monotonic()
+        start, mine = time.monotonic(), time.process_time()
         try:
             result = _bounded(launch, timeout)
         finally:
             stop.set()
             poller.join(5)
         wall = time.monotonic() - start
+        mine = (time.process_time() - mine) / wall  # this process (the launcher, the poller) competes too
     history = json.loads((run_dir / "progress-history.json").read_text())
     rates = [float(h["samplesPerSecond"]) for h in history[1:] if h.get("samplesPerSecond")]
     first, last = history[0], history[-2]
@@ -100,7 +101,7 @@ def measure(
     cfg = load_config(config)
     plan = capacity.make_plan(gt.spec, cfg, hosts)
     rate = capacity.bandwidth_bytes(link.rate) if link else None
-    load = statistics.mean(others) if others else costs.background
+    load = (statistics.mean(others) if others else costs.background) + mine
     step = planning.predicted(gt.spec, cfg, plan, dataclasses.replace(costs, background=load), rate)
     samples_per_second = statistics.median(rates) if rates else float("nan")
     shard_rss = max(v for k, v in peaks.items() if k.startswith("shard"))
