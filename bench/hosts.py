@@ -80,8 +80,9 @@ def measure(
         samples: list[tuple[float, int]] = []
         peaks: dict[str, int] = {}
         others: list[float] = []
+        cpu: list[tuple[float, int]] = []
         stop = threading.Event()
-        args = (layout, launch, samples, peaks, others, stop)
+        args = (layout, launch, samples, peaks, others, cpu, stop)
         poller = threading.Thread(target=_poll, args=args, daemon=True)
         poller.start()
         start, mine = time.monotonic(), time.process_time()
@@ -97,6 +98,7 @@ def measure(
     first, last = history[0], history[-2]
     steps = int(last["step"]) - int(first["step"])
     sent = _at(samples, _when(last)) - _at(samples, _when(first))
+    used = _at(cpu, _when(last)) - _at(cpu, _when(first))
     config = next((run_dir / "partition").glob("*.json"))
     cfg = load_config(config)
     plan = capacity.make_plan(gt.spec, cfg, hosts)
@@ -121,6 +123,8 @@ def measure(
         "trainer_rss": trainer_rss,
         "predicted_trainer": max(r.total for r in plan.role("trainer-")),
         "steps": steps,
+        "cpu_per_step": used / 1e6 / max(steps, 1),
+        "predicted_cpu_per_step": step.parts.get("cpu total", 0.0),
         "wall_s": wall,
     }
 
@@ -131,16 +135,22 @@ def _poll(
     samples: list[tuple[float, int]],
     peaks: dict[str, int],
     others: list[float],
+    cpu: list[tuple[float, int]],
     stop: threading.Event,
 ) -> None:
     """Every 0.2 s until `stop`: (Unix time, bytes every host has sent so far), each process' peak
     RSS (`peaks`, by its name: shard-0, trainer-1, ...; a trainer's without the shard servers' shared
     memory it reads), and the other load's runnable threads (`others`: the machine's, less this
-    process and its children)."""
+    process and its children), and the CPU microseconds the run's processes have used so far (`cpu`)."""
     while not stop.wait(0.2):
         samples.append((time.time(), sum(sent for sent, _ in link_bytes(layout).values())))
         with contextlib.suppress(psutil.Error, OSError):
             others.append(runnable_others(c.pid for c in psutil.Process().children(recursive=True)))
+        used = 0.0
+        for child in [*launch.servers, *launch.trainers]:
+            with contextlib.suppress(psutil.Error, OSError):
+                used += sum(psutil.Process(child.proc.pid).cpu_times()[:2])
+        cpu.append((time.time(), int(used * 1e6)))
         for child in [*launch.servers, *launch.trainers]:
             with contextlib.suppress(psutil.Error, OSError):
                 rss = psutil.Process(child.proc.pid).memory_info().rss
@@ -168,7 +178,7 @@ def _when(entry: dict[str, Any]) -> float:
 
 
 def _at(samples: list[tuple[float, int]], t: float) -> int:
-    """The bytes sent by time `t` (the last sample at or before it)."""
+    """A running total (bytes sent, CPU microseconds) at time `t`: the last sample at or before it."""
     before = [b for when, b in samples if when <= t]
     return before[-1] if before else 0
 
@@ -213,7 +223,7 @@ def main() -> int:
     )
     cols = ["hosts (= shards = trainers)", "samples/s", "step ms (plan)", "error", "set by", "other load"]
     cols += ["test accuracy", "bytes sent per step (plan)", "shard peak RSS (plan)"]
-    cols += ["trainer peak RSS without shm (plan)", "steps counted", "wall s"]
+    cols += ["trainer peak RSS without shm (plan)", "CPU ms per step (plan)", "steps counted", "wall s"]
     with tempfile.TemporaryDirectory(prefix="bench-hosts-") as tmp:
         costs = costs_here(Path(tmp))
         print(f"# calibrated: {json.dumps(costs.to_dict())}", flush=True)
@@ -230,6 +240,7 @@ def main() -> int:
                 f"{m['bytes_per_step'] / 1e6:.2f} MB ({m['predicted_bytes_per_step'] / 1e6:.2f}) | "
                 f"{m['shard_rss'] / mib:,.0f} MiB ({m['predicted_shard'] / mib:,.0f}) | "
                 f"{m['trainer_rss'] / mib:,.0f} MiB ({m['predicted_trainer'] / mib:,.0f}) | "
+                f"{1000 * m['cpu_per_step']:,.0f} ({1000 * m['predicted_cpu_per_step']:,.0f}) | "
                 f"{m['steps']} | {m['wall_s']:.0f} |",
                 flush=True,
             )

@@ -204,4 +204,5 @@ def predict(costs: Costs, loads: Sequence[Load], hosts: int, bandwidth: float | 
     bound = max(bounds, key=lambda k: bounds[k])
     stages = {k: sum(p[k].wall for p in each) / len(each) for k in each[0]}
     extra = {f"bound {k}": v for k, v in bounds.items()}
-    return StepTime(bounds[bound], bound, {**stages, **extra, "cpu share": share, "busy processes": busy})
+    shares = {"cpu share": share, "busy processes": busy, "cpu total": own + server}
+    return StepTime(bounds[bound], bound, {**stages, **extra, **shares})

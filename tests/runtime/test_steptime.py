@@ -77,6 +77,7 @@ def test_groups_share_the_cores_with_other_load() -> None:
     # 4 trainers of 0.1 s CPU each (idle loaders), servers 4 x 0.05 s = 2 trainers' worth: 6 busy
     assert step.parts["busy processes"] == pytest.approx(6)
     share = 2 * 6 / 10  # 6 busy beside 4 others on 2 cores
+    assert step.parts["cpu total"] == pytest.approx(0.4 + 0.2)
     assert step.parts["bound cpu"] == pytest.approx((0.4 + 0.2) / share)
     # a trainer's path: its CPU and the server CPU it waits for, at a sixth of the share each
     assert step.parts["bound trainer path"] == pytest.approx((0.1 + 0.05) / (share / 6))
