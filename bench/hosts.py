@@ -2,12 +2,16 @@
 bridge, each host's link shaped (default 1 Gbit/s each way), N shard servers and N trainers, shard i
 and trainer i on host i, tcp between hosts and shared memory only within one, as pods would run.
 
-For each host count: samples/s (median of the epochs after the first, all trainers together), the test
-accuracy, the bytes the hosts sent over their links per training step, beside what `graphtrain plan`
-predicts for the same partition (runtime/capacity.py), and the wall time. The links are read every
-0.2 s; a step's bytes are those between the end of epoch 1 and the end of epoch E-1 (evaluation runs
-only after epoch E, so neither startup nor evaluation is counted) over the steps between them. Root only
-(namespaces, tc). Every run is bounded by --timeout; the namespaces are removed however a run ends.
+First this build's unit costs are measured on this machine (runtime/calibrate.py, on the 2-host
+partition). For each host count: samples/s (median of the epochs after the first, all trainers
+together) and the step time it means, beside the step time `graphtrain plan` predicts from those
+costs (runtime/steptime.py; the machine's other load sampled through the run, their mean used, and
+this process' own CPU share added to it), the test accuracy, the bytes the hosts sent over their
+links per training step, beside what the plan predicts for the same partition
+(runtime/capacity.py), and the wall time. The links are read every 0.2 s; a step's bytes are those
+between the end of epoch 1 and the end of epoch E-1 (evaluation runs only after epoch E, so neither
+startup nor evaluation is counted) over the steps between them. Root only (namespaces, tc). Every
+run is bounded by --timeout; the namespaces are removed however a run ends.
 
     sudo python bench/hosts.py [--hosts 1 2 4] [--epochs 3] [--rate 1gbit] [--delay 0.5ms]
 """
@@ -16,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import datetime as dt
 import json
 import os
@@ -32,10 +37,12 @@ import psutil
 import yaml
 
 from graphtrain.contract.spec import load_yaml
-from graphtrain.runtime import capacity
+from graphtrain.runtime import capacity, planning
+from graphtrain.runtime.calibrate import calibrate, runnable_others
 from graphtrain.runtime.launch.hosts import HostLayout, Link, link_bytes, simulated_hosts
 from graphtrain.runtime.launch.local import LocalRun
 from graphtrain.runtime.partition.format import load_config
+from graphtrain.runtime.steptime import Costs
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -52,7 +59,18 @@ def spec_for(hosts: int, epochs: int) -> str:
     return yaml.safe_dump(doc, sort_keys=False)
 
 
-def measure(hosts: int, epochs: int, link: Link | None, workdir: Path, timeout: float) -> dict[str, Any]:
+def costs_here(workdir: Path) -> Costs:
+    """This build's unit costs on this machine, measured on the 2-host spec's partition."""
+    spec_path = workdir / "calibrate.yaml"
+    spec_path.write_text(spec_for(2, 3))
+    gt = load_yaml(spec_path.read_text())
+    cfg = load_config(capacity.partition_for(gt, spec_path, None, workdir / "calibrate-partition"))
+    return calibrate(cfg, planning.sage_dims(gt.spec, cfg), list(gt.spec.training.fanouts))
+
+
+def measure(
+    hosts: int, epochs: int, link: Link | None, workdir: Path, timeout: float, costs: Costs
+) -> dict[str, Any]:
     spec_path = workdir / f"hosts-{hosts}.yaml"
     spec_path.write_text(spec_for(hosts, epochs))
     run_dir = workdir / f"run-{hosts}"
@@ -61,28 +79,42 @@ def measure(hosts: int, epochs: int, link: Link | None, workdir: Path, timeout: 
         launch = LocalRun(gt, spec_path, run_dir, echo=False, overwrite=True, hosts=layout)
         samples: list[tuple[float, int]] = []
         peaks: dict[str, int] = {}
+        others: list[float] = []
+        cpu: list[tuple[float, int]] = []
         stop = threading.Event()
-        poller = threading.Thread(target=_poll, args=(layout, launch, samples, peaks, stop), daemon=True)
+        args = (layout, launch, samples, peaks, others, cpu, stop)
+        poller = threading.Thread(target=_poll, args=args, daemon=True)
         poller.start()
-        start = time.monotonic()
+        start, mine = time.monotonic(), time.process_time()
         try:
             result = _bounded(launch, timeout)
         finally:
             stop.set()
             poller.join(5)
         wall = time.monotonic() - start
+        mine = (time.process_time() - mine) / wall  # this process (the launcher, the poller) competes too
     history = json.loads((run_dir / "progress-history.json").read_text())
     rates = [float(h["samplesPerSecond"]) for h in history[1:] if h.get("samplesPerSecond")]
     first, last = history[0], history[-2]
     steps = int(last["step"]) - int(first["step"])
     sent = _at(samples, _when(last)) - _at(samples, _when(first))
+    used = _at(cpu, _when(last)) - _at(cpu, _when(first))
     config = next((run_dir / "partition").glob("*.json"))
-    plan = capacity.make_plan(gt.spec, load_config(config), hosts)
+    cfg = load_config(config)
+    plan = capacity.make_plan(gt.spec, cfg, hosts)
+    rate = capacity.bandwidth_bytes(link.rate) if link else None
+    load = (statistics.mean(others) if others else costs.background) + mine
+    step = planning.predicted(gt.spec, cfg, plan, dataclasses.replace(costs, background=load), rate)
+    samples_per_second = statistics.median(rates) if rates else float("nan")
     shard_rss = max(v for k, v in peaks.items() if k.startswith("shard"))
     trainer_rss = max(v for k, v in peaks.items() if k.startswith("trainer"))
     return {
         "hosts": hosts,
-        "samples_per_second": statistics.median(rates) if rates else float("nan"),
+        "samples_per_second": samples_per_second,
+        "step_s": gt.spec.training.batch_size / samples_per_second,
+        "predicted_step_s": step.seconds,
+        "bound": step.bound,
+        "background": load,
         "test_accuracy": float(result["test_accuracy"]),
         "bytes_per_step": sent / max(steps, 1),
         "predicted_bytes_per_step": plan.bytes_per_step,
@@ -91,6 +123,8 @@ def measure(hosts: int, epochs: int, link: Link | None, workdir: Path, timeout: 
         "trainer_rss": trainer_rss,
         "predicted_trainer": max(r.total for r in plan.role("trainer-")),
         "steps": steps,
+        "cpu_per_step": used / 1e6 / max(steps, 1),
+        "predicted_cpu_per_step": step.parts.get("cpu total", 0.0),
         "wall_s": wall,
     }
 
@@ -100,13 +134,23 @@ def _poll(
     launch: LocalRun,
     samples: list[tuple[float, int]],
     peaks: dict[str, int],
+    others: list[float],
+    cpu: list[tuple[float, int]],
     stop: threading.Event,
 ) -> None:
-    """Every 0.2 s until `stop`: (Unix time, bytes every host has sent so far), and each process' peak
+    """Every 0.2 s until `stop`: (Unix time, bytes every host has sent so far), each process' peak
     RSS (`peaks`, by its name: shard-0, trainer-1, ...; a trainer's without the shard servers' shared
-    memory it reads)."""
+    memory it reads), and the other load's runnable threads (`others`: the machine's, less this
+    process and its children), and the CPU microseconds the run's processes have used so far (`cpu`)."""
     while not stop.wait(0.2):
         samples.append((time.time(), sum(sent for sent, _ in link_bytes(layout).values())))
+        with contextlib.suppress(psutil.Error, OSError):
+            others.append(runnable_others(c.pid for c in psutil.Process().children(recursive=True)))
+        used = 0.0
+        for child in [*launch.servers, *launch.trainers]:
+            with contextlib.suppress(psutil.Error, OSError):
+                used += sum(psutil.Process(child.proc.pid).cpu_times()[:2])
+        cpu.append((time.time(), int(used * 1e6)))
         for child in [*launch.servers, *launch.trainers]:
             with contextlib.suppress(psutil.Error, OSError):
                 rss = psutil.Process(child.proc.pid).memory_info().rss
@@ -134,7 +178,7 @@ def _when(entry: dict[str, Any]) -> float:
 
 
 def _at(samples: list[tuple[float, int]], t: float) -> int:
-    """The bytes sent by time `t` (the last sample at or before it)."""
+    """A running total (bytes sent, CPU microseconds) at time `t`: the last sample at or before it."""
     before = [b for when, b in samples if when <= t]
     return before[-1] if before else 0
 
@@ -177,19 +221,26 @@ def main() -> int:
         f"# bench/hosts.py, {time.strftime('%Y-%m-%d')}, {platform.node()}, {os.cpu_count()} cores, "
         f"WordNet GraphSAGE, {args.epochs} epochs, link {link or 'unshaped'}"
     )
-    cols = ["hosts (= shards = trainers)", "samples/s", "test accuracy", "bytes sent per step (plan)"]
-    cols += ["shard peak RSS (plan)", "trainer peak RSS without shm (plan)", "steps counted", "wall s"]
-    print("| " + " | ".join(cols) + " |")
-    print("|" + "---|" * len(cols))
+    cols = ["hosts (= shards = trainers)", "samples/s", "step ms (plan)", "error", "set by", "other load"]
+    cols += ["test accuracy", "bytes sent per step (plan)", "shard peak RSS (plan)"]
+    cols += ["trainer peak RSS without shm (plan)", "CPU ms per step (plan)", "steps counted", "wall s"]
     with tempfile.TemporaryDirectory(prefix="bench-hosts-") as tmp:
+        costs = costs_here(Path(tmp))
+        print(f"# calibrated: {json.dumps(costs.to_dict())}", flush=True)
+        print("| " + " | ".join(cols) + " |")
+        print("|" + "---|" * len(cols))
         for n in args.hosts:
-            m = measure(n, args.epochs, link, Path(tmp), args.timeout)
+            m = measure(n, args.epochs, link, Path(tmp), args.timeout, costs)
             mib = 2**20
+            error = m["predicted_step_s"] / m["step_s"] - 1
             print(
-                f"| {n} | {m['samples_per_second']:,.0f} | {m['test_accuracy']:.4f} | "
+                f"| {n} | {m['samples_per_second']:,.0f} | {1000 * m['step_s']:,.0f} "
+                f"({1000 * m['predicted_step_s']:,.0f}) | {100 * error:+.0f} % | {m['bound']} | "
+                f"{m['background']:.1f} | {m['test_accuracy']:.4f} | "
                 f"{m['bytes_per_step'] / 1e6:.2f} MB ({m['predicted_bytes_per_step'] / 1e6:.2f}) | "
                 f"{m['shard_rss'] / mib:,.0f} MiB ({m['predicted_shard'] / mib:,.0f}) | "
                 f"{m['trainer_rss'] / mib:,.0f} MiB ({m['predicted_trainer'] / mib:,.0f}) | "
+                f"{1000 * m['cpu_per_step']:,.0f} ({1000 * m['predicted_cpu_per_step']:,.0f}) | "
                 f"{m['steps']} | {m['wall_s']:.0f} |",
                 flush=True,
             )

@@ -233,6 +233,19 @@ class Wire:
     batch_bytes: int
     input_nodes: float
     allreduce: float = 0.0  # of sent and received: the dense gradients' all-reduce
+    work: StepWork | None = None  # what the step-time model needs (runtime/steptime.py)
+
+
+@dataclass
+class StepWork:
+    """One trainer's mean work per step: sampled edges, feature and embedding-row bytes, the fraction of
+    input nodes on other hosts' shards, and (destinations, edges) of each block, input first."""
+
+    edges: float
+    feature_bytes: float
+    row_bytes: float
+    remote: float
+    blocks: list[tuple[float, float]]
 
 
 def replay(spec: GraphTrainingSpec, cfg: PartitionConfig, hosts: int, rank: int, steps: int = 8) -> Wire:
@@ -259,7 +272,7 @@ def replay(spec: GraphTrainingSpec, cfg: PartitionConfig, hosts: int, rank: int,
     ids = node_split(cfg, "train", rank, world)
     batch = max(1, tr.batch_size // world)
     rng = np.random.default_rng(tr.seed)
-    inputs, work = [], []
+    inputs, work, done = [], [], []
     feat = graph.ndata["feat"] if m.use_features and "feat" in graph.ndata else None
     for i in range(steps):
         seeds = rng.choice(ids, min(batch, len(ids)), replace=False)
@@ -269,6 +282,7 @@ def replay(spec: GraphTrainingSpec, cfg: PartitionConfig, hosts: int, rank: int,
         if feat is not None:
             row += int(np.asarray(feat[mb.input_nodes[:1]]).nbytes)
             feat[mb.input_nodes]
+        done.append(_step_work(mb, cfg, hosts, rank, row, table.dim * 4 if table else 0))
         graph.ndata["label"][mb.seeds]
         if emb is not None and opt is not None:
             rows = emb(torch.from_numpy(mb.input_nodes))
@@ -280,7 +294,30 @@ def replay(spec: GraphTrainingSpec, cfg: PartitionConfig, hosts: int, rank: int,
     inner.close()
     ring = allreduce_bytes(spec, cfg, hosts, table.dim if table else 0, feat)
     sent, received = counting.sent / steps + ring, counting.received / steps + ring
-    return Wire(sent, received, int(max(work)), float(np.mean(inputs)), ring)
+    return Wire(sent, received, int(max(work)), float(np.mean(inputs)), ring, _mean_work(done))
+
+
+def _step_work(mb: Any, cfg: PartitionConfig, hosts: int, rank: int, feat_row: int, emb_row: int) -> StepWork:
+    """A sampled batch's work; shard s is on host s mod `hosts` (node ids are contiguous per shard)."""
+    owner = np.searchsorted(np.asarray(cfg.node_bounds), mb.input_nodes, side="right") - 1
+    remote = float(np.mean(owner % hosts != rank % hosts)) if len(owner) else 0.0
+    blocks = [(float(b.num_dst), float(len(b.src))) for b in mb.blocks]
+    n = len(mb.input_nodes)
+    return StepWork(sum(e for _, e in blocks), n * feat_row, n * emb_row, remote, blocks)
+
+
+def _mean_work(done: list[StepWork]) -> StepWork:
+    blocks = [
+        tuple(float(np.mean(x)) for x in zip(*layer, strict=True))
+        for layer in zip(*(d.blocks for d in done), strict=True)
+    ]
+    return StepWork(
+        float(np.mean([d.edges for d in done])),
+        float(np.mean([d.feature_bytes for d in done])),
+        float(np.mean([d.row_bytes for d in done])),
+        float(np.mean([d.remote for d in done])),
+        [(b[0], b[1]) for b in blocks],
+    )
 
 
 def allreduce_bytes(

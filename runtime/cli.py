@@ -490,14 +490,16 @@ def plan(
     hosts: Annotated[int, typer.Option(min=1, help="hosts the shards and trainers are spread over")] = 1,
     bandwidth: Annotated[str | None, typer.Option(help="each host's link, e.g. 1gbit")] = None,
     memory: Annotated[str | None, typer.Option(help="memory per shard pod, e.g. 16Gi")] = None,
+    calibrate: Annotated[bool, typer.Option(help="measure this build's unit costs here first")] = False,
+    costs: Annotated[Path | None, typer.Option(help="unit costs from --calibrate --out")] = None,
+    costs_out: Annotated[Path | None, typer.Option("--out", help="--calibrate's costs file")] = None,
     data_dir: DataDir = None,
 ) -> None:
     """What a training needs before it runs: each role's memory, the bytes each trainer moves across
-    hosts per step (its data path replayed on sampled batches), and the shard count that fits --memory."""
-    import tempfile
-
+    hosts per step (its data path replayed on sampled batches), the shard count that fits --memory, and
+    with --calibrate or --costs the predicted step time (runtime/steptime.py)."""
     from graphtrain.runtime import capacity
-    from graphtrain.runtime.partition.format import load_config
+    from graphtrain.runtime.planning import PlanRequest, plan_command
 
     gt = load_yaml(_read(spec_path))
     try:
@@ -505,10 +507,11 @@ def plan(
         per_pod = quantity_to_bytes(memory) if memory else None
     except ValueError as exc:  # the bandwidth's names its option; a quantity's names only its text
         raise GraphtrainError(str(exc) if str(exc).startswith("--") else f"--memory: {exc}") from None
-    with tempfile.TemporaryDirectory(prefix="graphtrain-plan-") as tmp:
-        config = partition or capacity.partition_for(gt, spec_path, data_dir, Path(tmp) / "partition")
-        made = capacity.make_plan(gt.spec, load_config(config), hosts)
-    for line in capacity.plan_lines(made, rate, per_pod):
+    if costs_out and not calibrate:
+        raise GraphtrainError("--out: only with --calibrate (it writes the measured costs)")
+    req = PlanRequest(hosts, rate, per_pod, calibrate, costs, costs_out)
+    say = lambda text: err.print(text, highlight=False, markup=False)  # noqa: E731
+    for line in plan_command(gt, spec_path, partition, data_dir, req, say):
         out.print(line, highlight=False, markup=False)
 
 

@@ -1,0 +1,353 @@
+"""`graphtrain plan --calibrate`: this build's unit costs on the machine it runs on (runtime/steptime.py).
+
+Small real runs, each timed by wall clock, this process' CPU clock and the shard servers' CPU (psutil):
+- real shard server processes over the partition (one per part, tcp on 127.0.0.1, port 0, --shm), a
+  client over their shared memory and one over TCP: sampling (per sampled edge), features and labels
+  (per byte), an embedding table's pull, and its push with the server's SparseAdam step (per byte);
+- the real GraphSAGE's forward, backward and Adam step on sampled blocks (per multiply-add), on one
+  thread;
+- gloo's all-reduce between this process and a second one on 127.0.0.1 (per byte);
+- the machine's other load: other sessions (autogroup) with a runnable thread, sampled in /proc for
+  2 s and weighed by their nice level (runtime/steptime.py's cpu_share turns it into the share a run's
+  processes get; bench/hosts.py samples it through each run).
+Costs are the least over rounds (the first round, warm-up, dropped): the round other load disturbed
+least. Everything runs on one torch thread, as a trainer beside others does (roles/train.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from graphtrain.runtime.partition.format import PartitionConfig
+from graphtrain.runtime.steptime import Costs, UnitCost, sage_macs
+
+EMB_DIM = 128
+
+
+class Clock:
+    """Wall, this process' CPU and the servers' CPU seconds of a timed piece of work."""
+
+    def __init__(self, server_pids: Sequence[int] = ()):
+        import psutil
+
+        self.servers = [psutil.Process(p) for p in server_pids]
+
+    def _server_cpu(self) -> float:
+        return sum(sum(p.cpu_times()[:2]) for p in self.servers)
+
+    def time(self, work: Callable[[], float]) -> tuple[float, float, float, float]:
+        """(units of work done, wall s, CPU s, server CPU s) of one call of `work` (it returns its units)."""
+        s0, w0, c0 = self._server_cpu(), time.perf_counter(), time.process_time()
+        units = work()
+        w1, c1, s1 = time.perf_counter(), time.process_time(), self._server_cpu()
+        return units, w1 - w0, c1 - c0, s1 - s0
+
+
+def per_unit(rounds: Sequence[tuple[float, float, float, float]]) -> UnitCost:
+    """The cost per unit over `rounds` (units, wall, cpu, server cpu), the first dropped when there are
+    several (warm-up): the least wall and CPU of a round (the round other load disturbed least: on a
+    shared VM even CPU time grows with the load), the servers' CPU over all rounds together (psutil
+    reads it in clock ticks, 10 ms, more than a round's share)."""
+    kept = [r for r in (rounds[1:] if len(rounds) > 1 else rounds) if r[0] > 0]
+    if not kept:
+        return UnitCost(0.0, 0.0, 0.0)
+
+    def least(i: int) -> float:
+        return max(0.0, min(r[i] / r[0] for r in kept))
+
+    server = max(0.0, sum(r[3] for r in kept) / sum(r[0] for r in kept))
+    return UnitCost(least(1), least(2), server)
+
+
+def runnable_others(ours: Iterable[int] = ()) -> float:
+    """Other load competing for the cores now, in scheduling groups as heavy as one of ours: with
+    autogroup (/proc/sys/kernel/sched_autogroup_enabled) the scheduler shares the cores between
+    sessions, so each other session with a runnable thread (state R in /proc) counts once, weighed by
+    its nice level (1.25^-nice); without it, each runnable thread, weighed by its nice against ours.
+    This process and `ours` are left out (our run's processes are each a session of their own)."""
+    mine = {os.getpid(), *ours}
+    grouped = _autogroup_enabled()
+    here = 0 if grouped else os.getpriority(os.PRIO_PROCESS, 0)
+    groups: dict[str, float] = {}
+    total = 0.0
+    for stat in Path("/proc").glob("[0-9]*/task/[0-9]*/stat"):
+        pid = int(stat.parts[2])
+        if pid in mine:
+            continue
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            if fields[0] != "R":
+                continue
+            if not grouped:
+                total += 1.25 ** (here - int(fields[16]))
+                continue
+            name, _, nice = (Path("/proc") / str(pid) / "autogroup").read_text().split()
+            groups[name] = 1.25 ** -int(nice)
+    return sum(groups.values()) if grouped else total
+
+
+def _autogroup_enabled() -> bool:
+    try:
+        return Path("/proc/sys/kernel/sched_autogroup_enabled").read_text().strip() == "1"
+    except OSError:
+        return False
+
+
+def background(seconds: float = 2.0, every: float = 0.05) -> float:
+    """Other load (runnable_others), the mean of samples over `seconds`."""
+    samples = []
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        samples.append(runnable_others())
+        time.sleep(every)
+    return statistics.mean(samples) if samples else 0.0
+
+
+@contextlib.contextmanager
+def shard_servers(cfg: PartitionConfig, work: Path) -> Iterator[tuple[list[str], str, list[int]]]:
+    """One real shard server per part of `cfg`, on 127.0.0.1 (port 0): (addresses, token, pids)."""
+    import secrets
+
+    from graphtrain.contract import roles
+    from graphtrain.runtime import kvstore
+    from graphtrain.runtime.launch import plan
+    from graphtrain.runtime.launch.processes import spawn, stop, wait_ready
+
+    token = secrets.token_hex(24)
+    token_file = work / "token"
+    token_file.write_text(token)
+    token_file.chmod(0o600)
+    where = roles.Files(spec="", partition=str(cfg.path), token=str(token_file), checkpoints=str(work / "ck"))
+    children = []
+    try:
+        for i in range(cfg.num_parts):
+            p = plan.shard_server(i, where, work, bind="tcp://127.0.0.1:0")
+            children.append(spawn(p, work / "logs", announces=True))
+        addresses = [wait_ready(c) for c in children]
+        yield addresses, token, [c.proc.pid for c in children]
+        with contextlib.suppress(Exception):
+            client = kvstore.connect(addresses, token, timeout=5, retries=0)
+            client.shutdown()
+            client.close()
+    finally:
+        stop(children, grace=10)
+
+
+def data_path(
+    cfg: PartitionConfig,
+    addresses: list[str],
+    token: str,
+    pids: list[int],
+    shm: bool,
+    batch: int,
+    fanouts: list[int],
+    rounds: int,
+) -> dict[str, UnitCost]:
+    """Sampling, features, pull and push over shared memory (`shm`) or TCP: their UnitCosts."""
+    import torch
+
+    from graphtrain.runtime import kvstore
+    from graphtrain.runtime.graph import DistGraph, sample_blocks
+    from graphtrain.runtime.graph.split import node_split
+    from graphtrain.runtime.optim import SparseAdam
+    from graphtrain.runtime.tensor import DistEmbedding
+
+    client = kvstore.connect(addresses, token, shm=shm)
+    via = "shm" if shm else "tcp"
+    try:
+        graph = DistGraph(cfg, client)
+        emb = DistEmbedding(graph.num_nodes, EMB_DIM, f"calibrate-{via}", client=client)
+        opt = SparseAdam([emb], lr=0.001)
+        ids = node_split(cfg, "train", 0, 1)
+        rng = np.random.default_rng(0)
+        clock = Clock(pids)
+        got: dict[str, list] = {"sample": [], "fetch": [], "pull": [], "push": []}
+        for i in range(rounds):
+            seeds = rng.choice(ids, min(batch, len(ids)), replace=False)
+            box: dict[str, Any] = {}
+
+            def sample(seeds: np.ndarray = seeds, i: int = i, box: dict = box) -> float:
+                box["mb"] = mb = sample_blocks(graph, seeds, fanouts, seed=i)
+                return float(sum(len(b.src) for b in mb.blocks))
+
+            got["sample"].append(clock.time(sample))
+            nodes = box["mb"].input_nodes
+
+            def fetch(nodes: np.ndarray = nodes, seeds: np.ndarray = seeds) -> float:
+                x = np.asarray(graph.ndata["feat"][nodes]) if "feat" in graph.ndata else np.empty(0)
+                y = np.asarray(graph.ndata["label"][seeds])
+                return float(x.nbytes + y.nbytes)
+
+            got["fetch"].append(clock.time(fetch))
+
+            def pull(nodes: np.ndarray = nodes, box: dict = box) -> float:
+                box["rows"] = emb(torch.from_numpy(nodes))
+                return float(len(nodes) * EMB_DIM * 4)
+
+            got["pull"].append(clock.time(pull))
+
+            def push(nodes: np.ndarray = nodes, box: dict = box) -> float:
+                box["rows"].sum().backward()
+                opt.step(wait=True)
+                return float(len(nodes) * EMB_DIM * 4)
+
+            got["push"].append(clock.time(push))
+        return {f"{op}_{via}": per_unit(r) for op, r in got.items()}
+    finally:
+        client.close()
+
+
+def dense(cfg: PartitionConfig, dims: list[int], batch: int, fanouts: list[int], rounds: int) -> UnitCost:
+    """GraphSAGE's forward, backward and Adam step per multiply-add on torch's threads as set, over
+    blocks sampled from in-process shards."""
+    import torch
+
+    from graphtrain.runtime.graph import DistGraph, sample_blocks
+    from graphtrain.runtime.graph.dist_graph import standalone_client
+    from graphtrain.runtime.graph.split import node_split
+    from graphtrain.runtime.train.models import GraphSAGE
+
+    client = standalone_client(cfg.path)
+    graph = DistGraph(cfg, client)
+    ids = node_split(cfg, "train", 0, 1)
+    rng = np.random.default_rng(1)
+    model = GraphSAGE(dims[0], dims[1], dims[-1], len(dims) - 1, 0.5)
+    opt = torch.optim.Adam(model.parameters(), lr=0.001)
+    picks = [rng.choice(ids, min(batch, len(ids)), replace=False) for _ in range(rounds)]
+    batches = [sample_blocks(graph, seeds, fanouts, seed=i) for i, seeds in enumerate(picks)]
+    client.close()
+    clock, timed = Clock(), []
+    for mb in batches:
+
+        def step(mb: Any = mb) -> float:
+            x = torch.randn(len(mb.input_nodes), dims[0])
+            y = torch.randint(0, dims[-1], (len(mb.seeds),))
+            loss = torch.nn.functional.cross_entropy(model(mb.blocks, x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            return sage_macs([(b.num_dst, len(b.src)) for b in mb.blocks], dims)
+
+        timed.append(clock.time(step))
+    return per_unit(timed)
+
+
+def threaded(cfg: PartitionConfig, dims: list[int], batch: int, fanouts: list[int], rounds: int) -> UnitCost:
+    """dense() on a thread per core (a trainer alone on its host runs that many): the CPU all threads
+    burn, spinning for each other included."""
+    import torch
+
+    torch.set_num_threads(os.cpu_count() or 1)
+    try:
+        return dense(cfg, dims, batch, fanouts, rounds)
+    finally:
+        torch.set_num_threads(1)
+
+
+ALLREDUCE_CHILD = """
+import datetime, sys, torch, torch.distributed as d
+wait = datetime.timedelta(seconds=60)
+store = d.TCPStore("127.0.0.1", int(sys.argv[1]), 2, False, timeout=wait)
+d.init_process_group("gloo", store=store, rank=1, world_size=2)
+t = torch.zeros(int(sys.argv[2]))
+for _ in range(int(sys.argv[3])):
+    d.all_reduce(t)
+d.destroy_process_group()
+"""
+
+
+def allreduce(nbytes: int, rounds: int) -> UnitCost:
+    """gloo's all-reduce of `nbytes` between this process and a second one: per byte, as sent by
+    each of the two (a ring of 2 sends each rank's whole tensor once)."""
+    import torch
+    import torch.distributed as dist
+
+    store = dist.TCPStore("127.0.0.1", 0, 2, True, timeout=dt.timedelta(seconds=60), wait_for_workers=False)
+    n = max(1, nbytes // 4)
+    child = subprocess.Popen([sys.executable, "-c", ALLREDUCE_CHILD, str(store.port), str(n), str(rounds)])
+    try:
+        dist.init_process_group("gloo", store=store, rank=0, world_size=2)
+        t = torch.zeros(n)
+        clock = Clock()
+
+        def reduce() -> float:
+            dist.all_reduce(t)
+            return float(n * 4)
+
+        timed = [clock.time(reduce) for _ in range(rounds)]
+        dist.destroy_process_group()
+        child.wait(timeout=60)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait(timeout=10)
+    return per_unit(timed)
+
+
+def calibrate(
+    cfg: PartitionConfig,
+    dims: list[int],
+    fanouts: list[int],
+    batch: int = 512,
+    rounds: int = 8,
+    say: Callable[[str], None] = lambda _: None,
+) -> Costs:
+    """This build's unit costs, measured on `cfg`'s partition with a GraphSAGE of widths `dims`."""
+    import torch
+
+    say("calibrating: other load on the cores")
+    busy = background()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        ops = _ops(cfg, dims, fanouts, batch, rounds, say)
+    finally:
+        torch.set_num_threads(threads)
+    return Costs(
+        ops,
+        os.cpu_count() or 1,
+        busy,
+        machine=f"{platform.node()}, {os.cpu_count()} cores",
+        measured_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+    )
+
+
+def _ops(
+    cfg: PartitionConfig,
+    dims: list[int],
+    fanouts: list[int],
+    batch: int,
+    rounds: int,
+    say: Callable[[str], None],
+) -> dict[str, UnitCost]:
+    ops: dict[str, UnitCost] = {}
+    with (
+        tempfile.TemporaryDirectory(prefix="graphtrain-calibrate-") as tmp,
+        shard_servers(cfg, Path(tmp)) as (
+            addresses,
+            token,
+            pids,
+        ),
+    ):
+        for shm in (True, False):
+            say(f"calibrating: sampling, features, pull and push over {'shared memory' if shm else 'tcp'}")
+            ops.update(data_path(cfg, addresses, token, pids, shm, batch, fanouts, rounds))
+    say("calibrating: the dense model")
+    ops["dense"] = dense(cfg, dims, batch, fanouts, rounds)
+    ops["dense_threaded"] = threaded(cfg, dims, batch, fanouts, rounds)
+    say("calibrating: all-reduce")
+    ops["allreduce"] = allreduce(1 << 20, rounds)
+    return ops

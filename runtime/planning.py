@@ -1,0 +1,158 @@
+"""`graphtrain plan`'s command body: the capacity plan (runtime/capacity.py), this build's unit costs
+(measured now with --calibrate, or read with --costs; runtime/calibrate.py) and the step time they
+predict (runtime/steptime.py), as lines."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from graphtrain.contract.spec import GraphTrainingSpec
+from graphtrain.runtime import capacity
+from graphtrain.runtime.errors import GraphtrainError
+from graphtrain.runtime.partition.format import PartitionConfig
+from graphtrain.runtime.steptime import Costs, Load, StepTime, costs_from_dict, predict, sage_macs
+
+
+def sage_dims(spec: GraphTrainingSpec, cfg: PartitionConfig) -> list[int]:
+    """GraphSAGE's layer widths for `spec` over `cfg`: input (features and node embedding), hidden
+    layers, classes (as train/node_classification.py builds it)."""
+    m = spec.model
+    feat = (cfg.data.get("ndata") or {}).get("feat")
+    in_dim = int(feat["shape"][1]) if feat and m.use_features else 0
+    table = next((t for t in spec.embeddings if t.name == m.node_embedding), None)
+    in_dim += table.dim if table else 0
+    classes = int(cfg.data.get("num_classes") or 2)
+    return [max(in_dim, 1), *[m.hidden_dim] * (m.num_layers - 1), classes]
+
+
+def trainer_threads(spec: GraphTrainingSpec) -> int:
+    """A trainer's torch threads, as roles/train.py sets them."""
+    return spec.training.threads or max(1, (os.cpu_count() or 1) // max(spec.trainers.replicas, 1))
+
+
+def loads(plan: capacity.CapacityPlan, dims: list[int], threads: int = 1) -> list[Load]:
+    """Each trainer's work per step from the plan's replayed batches (GraphSAGE only: else none)."""
+    out = []
+    for w in plan.wires:
+        if w.work is None:
+            continue
+        out.append(
+            Load(
+                edges=w.work.edges,
+                feature_bytes=w.work.feature_bytes,
+                row_bytes=w.work.row_bytes,
+                remote=w.work.remote,
+                macs=sage_macs(w.work.blocks, dims),
+                allreduce_bytes=w.allreduce,
+                wire_bytes=w.sent + w.received - w.allreduce,
+                path_bytes=max(w.sent, w.received),
+                threads=threads,
+            )
+        )
+    return out
+
+
+def read_costs(path: Path) -> Costs:
+    """A costs file written by `graphtrain plan --calibrate --out`.
+
+    Raises:
+        GraphtrainError: one line naming the file and what is wrong with it.
+    """
+    try:
+        doc = json.loads(path.read_text())
+    except OSError as exc:
+        raise GraphtrainError(f"--costs {path}: cannot be read ({exc.strerror or exc})") from None
+    except json.JSONDecodeError as exc:
+        raise GraphtrainError(f"--costs {path}: not JSON ({exc.msg}, line {exc.lineno})") from None
+    try:
+        return costs_from_dict(doc)
+    except ValueError as exc:
+        raise GraphtrainError(f"--costs {path}: {exc}") from None
+
+
+def step_lines(step: StepTime, batch: int) -> list[str]:
+    """The predicted step as lines: its time, samples/s, the bound that set it and each stage's mean."""
+    stages = ", ".join(
+        f"{k} {1000 * step.parts[k]:.1f} ms"
+        for k in ("sample", "fetch", "pull", "forward_backward", "push", "allreduce")
+        if k in step.parts
+    )
+    bounds = ", ".join(f"{k[6:]} {1000 * v:.1f} ms" for k, v in step.parts.items() if k.startswith("bound "))
+    share = step.parts.get("cpu share", 0.0)
+    busy = step.parts.get("busy processes", 0.0)
+    rate = batch / step.seconds if step.seconds > 0 else 0.0
+    return [
+        f"predicted step: {1000 * step.seconds:.1f} ms ({rate:,.0f} samples/s), set by {step.bound} "
+        f"(bounds: {bounds}; {busy:.1f} busy processes get {share:.2f} cores)",
+        f"per trainer per step, unshared: {stages}",
+    ]
+
+
+@dataclass
+class PlanRequest:
+    """What `graphtrain plan` was asked (the CLI's options, parsed)."""
+
+    hosts: int
+    bandwidth: float | None
+    memory: int | None
+    calibrate: bool = False
+    costs: Path | None = None
+    out: Path | None = None
+
+
+def predicted(
+    spec: GraphTrainingSpec,
+    cfg: PartitionConfig,
+    plan: capacity.CapacityPlan,
+    costs: Costs,
+    bandwidth: float | None,
+) -> StepTime:
+    """The plan's step time under `costs`."""
+    work = loads(plan, sage_dims(spec, cfg), trainer_threads(spec))
+    return predict(costs, work, plan.hosts, bandwidth)
+
+
+def run_plan(
+    spec: GraphTrainingSpec, cfg: PartitionConfig, req: PlanRequest, say: Callable[[str], None]
+) -> list[str]:
+    """The plan's lines, with the step time when costs are given or measured (--out: written there)."""
+    costs = read_costs(req.costs) if req.costs else None
+    made = capacity.make_plan(spec, cfg, req.hosts)
+    lines = capacity.plan_lines(made, req.bandwidth, req.memory)
+    if req.calibrate:
+        from graphtrain.runtime.calibrate import calibrate
+
+        costs = calibrate(cfg, sage_dims(spec, cfg), list(spec.training.fanouts), say=say)
+        if req.out:
+            req.out.write_text(json.dumps(costs.to_dict(), indent=2) + "\n")
+            say(f"costs written to {req.out}")
+    if costs is not None:
+        if not made.wires:
+            return [*lines, "step time: predicted for GraphSAGE only"]
+        step = predicted(spec, cfg, made, costs, req.bandwidth)
+        lines += step_lines(step, spec.training.batch_size)
+    return lines
+
+
+def plan_command(
+    gt: Any,
+    spec_path: Path,
+    partition: Path | None,
+    data_dir: Path | None,
+    req: PlanRequest,
+    say: Callable[[str], None],
+) -> list[str]:
+    """`graphtrain plan`: the spec's partition (`partition`, or made now as `graphtrain run` makes it)
+    and its plan's lines."""
+    import tempfile
+
+    from graphtrain.runtime.partition.format import load_config
+
+    with tempfile.TemporaryDirectory(prefix="graphtrain-plan-") as tmp:
+        config = partition or capacity.partition_for(gt, spec_path, data_dir, Path(tmp) / "partition")
+        return run_plan(gt.spec, load_config(config), req, say)

@@ -1,0 +1,208 @@
+"""A trainer step's time predicted from this build's measured unit costs (issue 33; pure, no I/O).
+
+The data path of a GraphSAGE step, as runtime/train/node_classification.py runs it:
+- the loader thread samples the next batch and gathers its features and labels while the main thread
+  steps (prefetch), so sampling overlaps the rest of the step;
+- the main thread pulls the input nodes' embedding rows (waiting for the previous push to be applied),
+  runs forward and backward (DDP's all-reduce inside), hands the gradients to the shard servers (push,
+  applied there while it goes on) and steps the dense optimizer.
+Every op of a step has a unit cost (runtime/calibrate.py measures them on the machine it runs on): the
+caller's wall seconds, its CPU seconds and the shard servers' CPU seconds per unit (sampled edge,
+byte, multiply-add), each over shared memory (a shard on the trainer's host) and over TCP.
+
+Contention: a trainer waits for the slowest one at every all-reduce, and every process shares the
+cores the machine gives them. So a step takes the longest of
+- the slowest trainer's own path: max(loader thread, main thread), each its CPU (and the servers' it
+  waits for) at the rate a thread gets, the main thread's remote bytes added at the link's rate (a
+  pull waits for its rows: the wire is additive there);
+- the CPU all processes need in one step (every trainer's, every shard server's) over the CPU share
+  they get (cpu_share: the scheduler shares C cores evenly among runnable threads, ours and the B busy
+  ones of other load the calibration measured; each at most a core);
+- the busiest host link: its bytes per step at the bandwidth.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+OPS = ("sample", "fetch", "pull", "push")  # each over "shm" and "tcp", per sampled edge or per byte
+MAIN = ("pull", "push", "forward_backward", "allreduce")  # a step's main thread (the loader samples)
+ALL_OPS = tuple(f"{op}_{via}" for op in OPS for via in ("shm", "tcp")) + (
+    "dense",
+    "dense_threaded",
+    "allreduce",
+)
+
+
+@dataclass(frozen=True)
+class UnitCost:
+    """Seconds per unit: the caller's wall time and CPU time, and the shard servers' CPU time."""
+
+    wall: float
+    cpu: float
+    server_cpu: float = 0.0
+
+
+@dataclass(frozen=True)
+class Costs:
+    """What calibration measured: a UnitCost per op (ALL_OPS; dense per multiply-add of forward,
+    backward and the Adam step on one thread, dense_threaded on a thread per core, its CPU all its
+    threads', spinning included), the machine's cores and the busy groups of other load competing
+    for them, and where and when."""
+
+    ops: dict[str, UnitCost]
+    cores: float
+    background: float
+    machine: str = ""
+    measured_at: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def costs_from_dict(doc: Any) -> Costs:
+    """A costs file's content as Costs.
+
+    Raises:
+        ValueError: one line naming the field that is missing or not a non-negative number.
+    """
+    if not isinstance(doc, Mapping):
+        raise ValueError("the costs file is not a JSON object")
+    ops = doc.get("ops")
+    if not isinstance(ops, Mapping):
+        raise ValueError("field 'ops' is missing or not an object")
+    parsed = {}
+    for name in ALL_OPS:
+        unit = ops.get(name)
+        if not isinstance(unit, Mapping):
+            raise ValueError(f"field 'ops.{name}' is missing or not an object")
+        values = {
+            k: _number(unit.get(k, 0.0 if k == "server_cpu" else None), f"ops.{name}.{k}")
+            for k in ("wall", "cpu", "server_cpu")
+        }
+        parsed[name] = UnitCost(**values)
+    cores = _number(doc.get("cores"), "cores")
+    if cores <= 0:
+        raise ValueError("field 'cores' must be above 0")
+    busy = _number(doc.get("background"), "background")
+    return Costs(parsed, cores, busy, str(doc.get("machine", "")), str(doc.get("measured_at", "")))
+
+
+def _number(value: Any, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+        raise ValueError(f"field {name!r} must be a non-negative number, got {value!r}")
+    return float(value)
+
+
+@dataclass(frozen=True)
+class Load:
+    """One trainer's work in one step (capacity.replay measures it on sampled batches): sampled edges,
+    feature bytes gathered, embedding bytes pulled (and as many pushed), the fraction of them on other
+    hosts' shards, multiply-adds of the dense model, all-reduce bytes, its bytes across hosts, and its
+    torch threads."""
+
+    edges: float
+    feature_bytes: float
+    row_bytes: float
+    remote: float
+    macs: float
+    allreduce_bytes: float
+    wire_bytes: float  # both ways, all-reduce counted once (what it adds to the hosts' links)
+    path_bytes: float  # the larger way, all-reduce included (what its own step waits for)
+    threads: int = 1  # torch's intra-op threads (above 1: the dense op's dense_threaded cost)
+
+
+@dataclass
+class StepTime:
+    """A step's predicted seconds, the bound that set it, and each part behind it (seconds)."""
+
+    seconds: float
+    bound: str
+    parts: dict[str, float] = field(default_factory=dict)
+
+
+def sage_macs(blocks: Sequence[tuple[float, float]], dims: Sequence[int]) -> float:
+    """Multiply-adds of a GraphSAGE forward over `blocks` ((dst nodes, edges) per layer, input first)
+    with layer widths `dims` (input, hidden..., classes): each SAGEConv's two linear maps of its
+    destinations and the mean over its edges."""
+    total = 0.0
+    for (dst, edges), d_in, d_out in zip(blocks, dims[:-1], dims[1:], strict=True):
+        total += dst * d_in * d_out * 2 + edges * d_in
+    return total
+
+
+def _split(costs: Costs, op: str, units: float, remote: float) -> UnitCost:
+    """`units` of `op`, the `remote` fraction over TCP and the rest over shared memory."""
+    shm, tcp = costs.ops[f"{op}_shm"], costs.ops[f"{op}_tcp"]
+    local = units * (1 - remote)
+    far = units * remote
+    return UnitCost(
+        shm.wall * local + tcp.wall * far,
+        shm.cpu * local + tcp.cpu * far,
+        shm.server_cpu * local + tcp.server_cpu * far,
+    )
+
+
+def trainer_parts(costs: Costs, load: Load) -> dict[str, UnitCost]:
+    """One trainer's ops in one step, each as seconds of wall, CPU and shard-server CPU."""
+    dense = costs.ops["dense_threaded" if load.threads > 1 else "dense"]
+    ar = costs.ops["allreduce"]
+    return {
+        "sample": _split(costs, "sample", load.edges, load.remote),
+        "fetch": _split(costs, "fetch", load.feature_bytes, load.remote),
+        "pull": _split(costs, "pull", load.row_bytes, load.remote),
+        "push": _split(costs, "push", load.row_bytes, load.remote),
+        "forward_backward": UnitCost(dense.wall * load.macs, dense.cpu * load.macs),
+        "allreduce": UnitCost(ar.wall * load.allreduce_bytes, ar.cpu * load.allreduce_bytes),
+    }
+
+
+def cpu_share(cores: float, background: float, busy: float) -> float:
+    """CPU seconds per wall second that `busy` scheduling groups of ours get from `cores` cores shared
+    with `background` busy groups of other load: an even share each."""
+    if busy <= 0:
+        return cores
+    return min(cores, cores * busy / (busy + background))
+
+
+def predict(costs: Costs, loads: Sequence[Load], hosts: int, bandwidth: float | None = None) -> StepTime:
+    """The step time of `loads` (one per trainer) spread over `hosts` hosts with links of `bandwidth`
+    bytes/s each way (None: not a bound), by the three bounds of the module's docstring.
+
+    The scheduler shares the cores between groups (autogroup: a session each; every trainer and shard
+    server is one). Ours: each trainer (in step with the others, it runs or waits for them) and the
+    shard servers in units of a trainer's CPU (a server busy half as long counts as half). A group gets
+    `rate` (cpu_share over them; a trainer's two threads, main and loader, share it, each at most a
+    core); a trainer's path is its own CPU at that rate, the servers' CPU its main thread waits for at
+    theirs, and its remote bytes at the link's. A trainer with several intra-op threads counts as one
+    group still; its dense op costs the CPU all its threads burn (dense_threaded: on a loaded machine
+    they spin waiting for each other, bench/RESULTS.md)."""
+    if not loads:
+        return StepTime(0.0, "none")
+    each = [trainer_parts(costs, load) for load in loads]
+    main = [sum(p[k].cpu for k in MAIN) for p in each]
+    loader = [p["sample"].cpu + p["fetch"].cpu for p in each]
+    waits = [sum(p[k].server_cpu for k in MAIN) for p in each]
+    server = sum(sum(x.server_cpu for x in p.values()) for p in each)
+    own = sum(a + b for a, b in zip(main, loader, strict=True))
+    busy = len(loads) + (server / (own / len(loads)) if own > 0 else 0.0)
+    share = cpu_share(costs.cores, costs.background, busy)
+    rate = share / busy
+    one = min(rate, 1.0)  # a thread's
+    paths = [
+        max(max(a, b) / one, (a + b) / rate) + w / one for a, b, w in zip(main, loader, waits, strict=True)
+    ]
+    wire = [load.path_bytes / bandwidth if bandwidth else 0.0 for load in loads]
+    link = sum(load.wire_bytes for load in loads) / hosts / bandwidth if bandwidth else 0.0
+    bounds = {
+        "trainer path": max(p + w for p, w in zip(paths, wire, strict=True)),
+        "cpu": (own + server) / share,
+        "link": link,
+    }
+    bound = max(bounds, key=lambda k: bounds[k])
+    stages = {k: sum(p[k].wall for p in each) / len(each) for k in each[0]}
+    extra = {f"bound {k}": v for k, v in bounds.items()}
+    shares = {"cpu share": share, "busy processes": busy, "cpu total": own + server}
+    return StepTime(bounds[bound], bound, {**stages, **extra, **shares})

@@ -1,0 +1,65 @@
+"""`graphtrain plan --calibrate` and `--costs` (runtime/calibrate.py, runtime/planning.py): a real
+calibration on the planted graph's partition writes a well-formed costs file, which `--costs` reads to
+predict the step; a bad costs file is one line naming it and the field, exit 1."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from graphtrain.runtime import steptime
+from tests.runtime.launch.test_run import CLI
+from tests.runtime.test_capacity import graph_file, planted
+
+__all__ = ["graph_file", "planted"]  # the fixtures, used here
+
+
+@pytest.mark.timeout(300)
+def test_calibrate_writes_costs_that_predict_the_step(planted: tuple[Path, Path], tmp_path: Path) -> None:
+    spec_path, config = planted
+    costs_file = tmp_path / "costs.json"
+    argv = [*CLI, "plan", str(spec_path), "--partition", str(config), "--hosts", "2", "--bandwidth", "1gbit"]
+    done = subprocess.run([*argv, "--calibrate", "--out", str(costs_file)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    costs = steptime.costs_from_dict(json.loads(costs_file.read_text()))
+    assert set(costs.ops) == set(steptime.ALL_OPS)
+    for name in ("sample_shm", "sample_tcp", "pull_shm", "pull_tcp", "push_tcp", "dense", "allreduce"):
+        assert costs.ops[name].wall > 0, name  # each measured on real work
+    assert costs.cores >= 1 and costs.background >= 0
+    assert "predicted step:" in done.stdout and "samples/s" in done.stdout
+    again = subprocess.run([*argv, "--costs", str(costs_file)], capture_output=True, text=True)
+    assert again.returncode == 0, again.stderr
+    assert "predicted step:" in again.stdout
+
+
+@pytest.mark.parametrize(
+    ("content", "says"),
+    [
+        (None, "cannot be read"),
+        ("{not json", "not JSON (Expecting property name enclosed in double quotes, line 1)"),
+        ('{"ops": {}}', "field 'ops.sample_shm' is missing or not an object"),
+    ],
+)
+def test_a_bad_costs_file_is_one_line_naming_it(
+    planted: tuple[Path, Path], tmp_path: Path, content: str | None, says: str
+) -> None:
+    spec_path, config = planted
+    costs_file = tmp_path / "costs.json"
+    if content is not None:
+        costs_file.write_text(content)
+    argv = [*CLI, "plan", str(spec_path), "--partition", str(config), "--costs", str(costs_file)]
+    done = subprocess.run(argv, capture_output=True, text=True)
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: --costs {costs_file}: {says}"), done.stderr
+
+
+def test_out_without_calibrate_is_refused(planted: tuple[Path, Path], tmp_path: Path) -> None:
+    spec_path, config = planted
+    argv = [*CLI, "plan", str(spec_path), "--partition", str(config), "--out", str(tmp_path / "c.json")]
+    done = subprocess.run(argv, capture_output=True, text=True)
+    assert done.returncode == 1
+    assert done.stderr.strip() == "error: --out: only with --calibrate (it writes the measured costs)"

@@ -1,0 +1,101 @@
+"""The step-time model (runtime/steptime.py): a pure function of unit costs and a trainer's work per step,
+checked on hand-made costs; and a costs file's fields read back or refused naming the field."""
+
+from __future__ import annotations
+
+import pytest
+
+from graphtrain.runtime import steptime
+from graphtrain.runtime.steptime import Costs, Load, UnitCost
+
+
+def costs(background: float = 0.0, cores: float = 2.0, **ops: UnitCost) -> Costs:
+    units = {name: UnitCost(0.0, 0.0) for name in steptime.ALL_OPS}
+    units.update(ops)
+    return Costs(units, cores, background)
+
+
+def load(**kw: float) -> Load:
+    base = dict(
+        edges=0.0,
+        feature_bytes=0.0,
+        row_bytes=0.0,
+        remote=0.0,
+        macs=0.0,
+        allreduce_bytes=0.0,
+        wire_bytes=0.0,
+        path_bytes=0.0,
+    )
+    return Load(**{**base, **kw})  # type: ignore[arg-type]
+
+
+def test_sage_macs_count_both_linear_maps_and_the_mean_over_edges() -> None:
+    # layer 1: 10 destinations, 40 edges, 4 -> 3; layer 2: 2 destinations, 5 edges, 3 -> 2
+    assert (
+        steptime.sage_macs([(10, 40), (2, 5)], [4, 3, 2]) == 10 * 4 * 3 * 2 + 40 * 4 + 2 * 3 * 2 * 2 + 5 * 3
+    )
+
+
+def test_local_and_remote_units_take_their_own_costs() -> None:
+    c = costs(pull_shm=UnitCost(1.0, 1.0), pull_tcp=UnitCost(3.0, 2.0, 0.5))
+    parts = steptime.trainer_parts(c, load(row_bytes=10, remote=0.25))
+    assert parts["pull"] == UnitCost(7.5 * 1.0 + 2.5 * 3.0, 7.5 + 2.5 * 2.0, 2.5 * 0.5)
+
+
+def test_one_unshared_trainer_is_set_by_its_own_path_sampling_overlapping() -> None:
+    c = costs(cores=8, sample_shm=UnitCost(1.0, 1.0), dense=UnitCost(1.0, 1.0))
+    step = steptime.predict(c, [load(edges=0.5, macs=0.2)], hosts=1)
+    assert step.bound == "trainer path"
+    assert step.seconds == pytest.approx(0.5)  # max(loader 0.5, main 0.2): sampling runs beside the step
+    # on one core the two threads take turns
+    assert steptime.predict(
+        costs(cores=1, sample_shm=UnitCost(1.0, 1.0), dense=UnitCost(1.0, 1.0)),
+        [load(edges=0.5, macs=0.2)],
+        hosts=1,
+    ).seconds == pytest.approx(0.7)
+
+
+def test_the_wire_adds_to_a_trainers_path_and_bounds_the_links() -> None:
+    c = costs(cores=8, dense=UnitCost(1.0, 1.0))
+    step = steptime.predict(
+        c, [load(macs=0.1, path_bytes=100.0, wire_bytes=150.0)] * 2, hosts=2, bandwidth=1000
+    )
+    assert step.parts["bound trainer path"] == pytest.approx(0.1 + 0.1)
+    assert step.parts["bound link"] == pytest.approx(2 * 150 / 2 / 1000)
+    assert (
+        steptime.predict(c, [load(macs=0.1, path_bytes=1e6, wire_bytes=1e6)], 1, 1000).bound == "trainer path"
+    )
+    assert steptime.predict(c, [load(macs=0.1, wire_bytes=1e6)] * 4, 2, 1000).bound == "link"
+
+
+def test_groups_share_the_cores_with_other_load() -> None:
+    assert steptime.cpu_share(2, 0, 1) == 2  # alone: every core (a trainer's two threads can use them)
+    assert steptime.cpu_share(2, 0, 8) == 2
+    assert steptime.cpu_share(2, 6, 2) == pytest.approx(2 * 2 / 8)  # an even share of 8 groups
+    c = costs(background=4, dense=UnitCost(0.1, 0.1), push_shm=UnitCost(0.0, 0.0, 1.0))
+    step = steptime.predict(c, [load(macs=1.0, row_bytes=0.05)] * 4, hosts=4)
+    # 4 trainers of 0.1 s CPU each (idle loaders), servers 4 x 0.05 s = 2 trainers' worth: 6 busy
+    assert step.parts["busy processes"] == pytest.approx(6)
+    share = 2 * 6 / 10  # 6 busy beside 4 others on 2 cores
+    assert step.parts["cpu total"] == pytest.approx(0.4 + 0.2)
+    assert step.parts["bound cpu"] == pytest.approx((0.4 + 0.2) / share)
+    # a trainer's path: its CPU and the server CPU it waits for, at a sixth of the share each
+    assert step.parts["bound trainer path"] == pytest.approx((0.1 + 0.05) / (share / 6))
+    assert step.bound == "trainer path"
+
+
+def test_costs_round_trip_and_a_bad_field_is_named() -> None:
+    c = costs(background=1.5, dense=UnitCost(1e-10, 9e-11))
+    assert steptime.costs_from_dict(c.to_dict()) == c
+    doc = c.to_dict()
+    doc["ops"]["pull_tcp"]["wall"] = "fast"
+    with pytest.raises(
+        ValueError, match="field 'ops.pull_tcp.wall' must be a non-negative number, got 'fast'"
+    ):
+        steptime.costs_from_dict(doc)
+    doc = c.to_dict()
+    del doc["ops"]["dense"]
+    with pytest.raises(ValueError, match="field 'ops.dense' is missing"):
+        steptime.costs_from_dict(doc)
+    with pytest.raises(ValueError, match="field 'cores' must be above 0"):
+        steptime.costs_from_dict({**c.to_dict(), "cores": 0})
