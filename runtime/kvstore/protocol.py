@@ -42,10 +42,9 @@ from graphtrain.runtime.errors import GraphtrainError
 
 VERSION = 2
 CHUNK_BYTES = 4 << 20  # rows per pull chunk and per push request: 4 MB (pyzmq's sweet spot on loopback)
-# Largest frame a client sends, and the server's ZMQ_MAXMSGSIZE: the most one unauthenticated
-# connection can make the server buffer (its handshake is read as frames too): 100 such peers cost the
-# server ~27 MB. A request's frames are applied as one optimizer step (the native core reads each frame
-# where it lies), so 256 KB frames move a 51 MB push as fast as 4 MB ones did (bench/RESULTS.md).
+# Largest frame a client sends, and the server's ZMQ_MAXMSGSIZE: the most one unauthenticated connection
+# can make the server buffer (its handshake is read as frames too): 100 such peers cost ~27 MB. A request's
+# frames are one optimizer step (the core reads each frame where it lies): 256 KB frames are as fast.
 MAX_FRAME_BYTES = 256 << 10
 MAX_HEADER_BYTES = 64 << 10
 MAX_FRAMES = 4096
@@ -455,15 +454,11 @@ def _create(req: Request) -> CreateArgs:
     dtype = arg(a, "dtype", str)
     if dtype not in DTYPES:
         raise ProtocolError(f"dtype {echo(dtype)} is not one of {sorted(DTYPES)}")
-    keyed = arg(a, "keyed", dict, None)
+    keyed = arg(a, "keyed", dict, None)  # a dynamic vocabulary (keyed.py): {"shards", "evict"}
+    if keyed is not None and set(keyed) - {"shards", "evict"}:
+        raise ProtocolError(f"keyed has unknown keys {echo(sorted(map(str, keyed)))}")
     if keyed is not None:
-        unknown = set(keyed) - {"shards", "evict"}
-        if unknown:
-            raise ProtocolError(f"keyed has unknown keys {echo(sorted(map(str, unknown)))}")
-        keyed = {
-            "shards": int_arg(keyed, "shards", 1, 1 << 16),
-            "evict": bool(arg(keyed, "evict", bool, False)),
-        }
+        keyed = {"shards": int_arg(keyed, "shards", 1, 1 << 16), "evict": arg(keyed, "evict", bool, False)}
     return CreateArgs(num_rows, tuple(row_shape), dtype, lo, hi, init_spec(arg(a, "init", dict, {})), keyed)
 
 
