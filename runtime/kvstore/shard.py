@@ -37,6 +37,7 @@ class TensorShard:
     # a checkpoint being written in the background (snapshot.TableSnapshot): every writer of rows calls
     # its preserve(local rows) under the lock before writing them
     snapshot: Any = None
+    changed: Any = None  # rows written since the last checkpoint armed (increment.Changed; host tables)
 
     @property
     def rows(self) -> int:

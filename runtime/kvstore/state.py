@@ -28,7 +28,7 @@ from graphtrain.runtime.dtypes import NUMPY as DTYPES
 from graphtrain.runtime.dtypes import to_torch, wire_name
 from graphtrain.runtime.errors import NonFiniteGradient, SparseInputError
 from graphtrain.runtime.kvstore import checkpoint as ckpt
-from graphtrain.runtime.kvstore import gpu
+from graphtrain.runtime.kvstore import gpu, increment
 from graphtrain.runtime.kvstore import placement as place
 from graphtrain.runtime.kvstore import snapshot as snap
 from graphtrain.runtime.kvstore.graphpart import GraphPart
@@ -128,6 +128,7 @@ class ShardTensors:
         free: place.MemorySource = place.free_bytes,
         staging_bytes: int = snap.STAGING_BYTES,
         checkpoint_rate: float = 0.0,
+        full_every: int = increment.FULL_EVERY,
     ):
         self.device = table_device(device)
         check_usable(self.device)
@@ -143,7 +144,7 @@ class ShardTensors:
         self._create_lock = threading.Lock()
         # the checkpoint written in the background (one at a time), its staging bound and bytes/s
         self.background: snap.BackgroundCheckpoint | None = None
-        self.staging_bytes, self.checkpoint_rate = staging_bytes, checkpoint_rate
+        self.staging_bytes, self.checkpoint_rate, self.full_every = staging_bytes, checkpoint_rate, full_every
         self._checkpoint_lock = threading.Lock()
 
     # ------------------------------------------------------------------------------------ lookup
@@ -350,8 +351,7 @@ class ShardTensors:
                     f"(first id {int(piece_ids[bad][0])}); nothing was written"
                 )
         with t.lock:
-            if t.snapshot is not None:  # a checkpoint being written keeps these rows' old values first
-                t.snapshot.preserve(local.numpy())
+            increment.before_write(t, local.numpy())  # a checkpoint being written keeps the old values
             local = local.to(t.data.device, non_blocking=True)
             gpu.wait_written(t)
             offset = 0
@@ -393,8 +393,7 @@ class ShardTensors:
             local = local[torch.from_numpy(mask).to(local.device)]
         global_adam = t.config.kind == "adam" and t.config.step_count == "global"
         with t.lock:
-            if t.snapshot is not None:  # a checkpoint being written keeps these rows' old values first
-                t.snapshot.preserve(local.cpu().numpy())
+            increment.before_write(t, local.cpu().numpy())  # a checkpoint being written keeps the old values
             gpu.wait_written(t)
             # the client's step count (so all shards agree even when a push skips some of them), else
             # this shard's next count
@@ -445,7 +444,7 @@ class ShardTensors:
                 pieces.append(ckpt.write_piece(root, view, lambda d, v, live=t: gpu.save_chunked(d, v, live)))
             if background:  # the trainers are paused: no push comes between the GPU pieces and these
                 self.background = snap.BackgroundCheckpoint(
-                    str(root), root, host, pieces, self.staging_bytes, self.checkpoint_rate
+                    str(root), root, host, pieces, self.staging_bytes, self.checkpoint_rate, self.full_every
                 )
             return pieces
 
