@@ -7,7 +7,8 @@ with checkpoint.json and LATEST, prune to 2). The same seeded job runs with the 
 between full ones), one after the other in one command.
 
 Reported per checkpoint: the share of rows changed since the one before, the bytes of rows the servers
-wrote, the pause (the arm call the trainers wait for) and the servers' background write time; per job,
+wrote, the pause (what the trainers wait for: the previous checkpoint's write to end, as rank 0 waits
+for it, and the arm call) and the servers' background write time; per job,
 the time to choose and check the latest checkpoint (latest_verified: every file of its chain hashed)
 and to restore it, and that the restored rows equal the rows at that checkpoint, bit for bit.
 
@@ -24,6 +25,7 @@ import platform
 import secrets
 import shutil
 import statistics
+import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -88,10 +90,10 @@ def job(full_every: int, a: argparse.Namespace, work: Path, token: str) -> dict[
                 (emb(ids) * torch.randn(a.batch, a.dim, generator=g)).sum().backward()
                 opt.step()
             train_s = time.perf_counter() - start
+            armed = time.perf_counter()  # as rank 0: the previous write ends first, then this one is armed
             if pending is not None:
                 pending["status"], pending["bytes"] = complete(client, root, pending["name"])
             name = f"step-{(c + 1) * a.interval:09d}"
-            armed = time.perf_counter()
             client.checkpoint_begin(name)
             paused = time.perf_counter() - armed
             if c == a.checkpoints - 1:
@@ -110,13 +112,13 @@ def job(full_every: int, a: argparse.Namespace, work: Path, token: str) -> dict[
         client.restore(latest.name)
         restore_s = time.perf_counter() - start
         same = bool(np.array_equal(rows_of(client, emb, a.rows, a.dim), saved))
-        client.shutdown()
         client.close()
     finally:
-        for proc in procs:
+        for proc in procs:  # SIGTERM: a server stops; one that does not within 30 s is killed
+            proc.terminate()
             try:
                 proc.wait(timeout=30)
-            except Exception:  # noqa: BLE001 - a server that did not stop is killed
+            except subprocess.TimeoutExpired:
                 proc.kill()
     return {"per": per, "verify_s": verify_s, "restore_s": restore_s, "same": same}
 
