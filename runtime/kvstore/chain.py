@@ -92,13 +92,16 @@ def verify_piece(piece: Piece) -> None:
         verify_files(d, manifest["files"])
 
 
-def load_piece(piece: Piece, src: slice = slice(None)) -> dict[str, np.ndarray]:
-    """Rows `src` (piece-local) of every array of `piece` (files_of; a table-wide one whole), through its
-    chain: a full piece's as read-only memory maps, a delta's as a copy with each delta applied in turn."""
+def load_piece(
+    piece: Piece, src: slice = slice(None), keys: Iterable[str] | None = None
+) -> dict[str, np.ndarray]:
+    """Rows `src` (piece-local) of the arrays `keys` of `piece` (default: files_of, every one; a
+    table-wide one whole), through its chain: a full piece's as read-only memory maps, a delta's as a
+    copy with each delta applied in turn."""
     pieces = chain(piece)
     _, first, d = pieces[0]
     out: dict[str, np.ndarray] = {}
-    for key in files_of(first):
+    for key in files_of(first) if keys is None else keys:
         whole = np.load(d / f"{key}.npy", mmap_mode="r", allow_pickle=False)
         out[key] = whole if is_whole(first, key) else whole[src]
     if len(pieces) == 1:

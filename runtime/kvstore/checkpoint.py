@@ -456,7 +456,7 @@ def export_table(root: Path, name: str, verify: bool = True) -> np.ndarray:
     for manifest, d in pieces:
         if verify:
             chain.verify_piece((root, manifest, d))
-        parts.append(np.asarray(chain.load_piece((root, manifest, d))["data"]))
+        parts.append(np.asarray(chain.load_piece((root, manifest, d), keys=["data"])["data"]))
     return np.concatenate(parts)
 
 
@@ -491,7 +491,7 @@ def export_keyed(root: Path, name: str, verify: bool = True) -> tuple[np.ndarray
             chain.verify_piece((root, manifest, d))
         k = np.load(d / KEYS, allow_pickle=False)
         keys.append(k)
-        rows.append(np.asarray(chain.load_piece((root, manifest, d), slice(len(k)))["data"]))
+        rows.append(np.asarray(chain.load_piece((root, manifest, d), slice(len(k)), ["data"])["data"]))
     all_keys, all_rows = np.concatenate(keys), np.concatenate(rows)
     order = np.argsort(all_keys, kind="stable")
     return all_keys[order], all_rows[order]
