@@ -7,15 +7,21 @@ Runs alternate off/on `--repeats` times in one run directory, so the partition i
 untimed warm-up launch) and reused by every timed one. Reported per run: wall time of the launch
 (`graphtrain run` from start to result), the shard servers' peak resident memory (sampled), and for the
 runs with checkpoints the time the trainers were paused in each checkpoint call (rank 0's log) and the
-background writes the servers reported (their logs, where they write in the background).
+background writes the servers reported (their logs, where they write in the background: seconds, bytes
+of rows written, tables written incrementally).
 
-    python bench/checkpoint.py [--repeats 2] [--epochs 10] [--work DIR]
+`--full-every N` (repeatable) adds runs with checkpoints whose servers get --checkpoint-full-every N,
+in the same alternation: `--full-every 1 --full-every 5` compares every checkpoint full against
+incremental ones (5 is the default). bench/checkpoint_rows.py measures a job that touches few rows.
+
+    python bench/checkpoint.py [--repeats 2] [--epochs 10] [--work DIR] [--full-every N ...]
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import datetime as dt
 import os
 import platform
@@ -31,7 +37,10 @@ import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 PAUSED = re.compile(r"checkpoint (\S+): training paused ([0-9.]+) ms")
-WRITTEN = re.compile(r"checkpoint (\S+) written in the background: ([0-9.]+) s, staged peak ([0-9]+) bytes")
+WRITTEN = re.compile(
+    r"checkpoint (\S+) written in the background: ([0-9.]+) s, staged peak ([0-9]+) bytes"
+    r"(?:, ([0-9]+) bytes of rows, ([0-9]+) of ([0-9]+) tables incremental)?"
+)
 
 
 def spec_doc(epochs: int) -> dict[str, Any]:
@@ -48,14 +57,21 @@ def rss_kib(pid: int) -> int:
     return 0
 
 
-def launch(spec_path: Path, run_dir: Path, checkpoints: bool) -> dict[str, Any]:
+def launch(
+    spec_path: Path, run_dir: Path, checkpoints: bool, full_every: int | None = None
+) -> dict[str, Any]:
     """One `graphtrain run` of the spec in this process; without `checkpoints` the trainers' argv loses
-    --checkpoint-root (Checkpoints(None) takes none). Returns wall seconds, peak shard RSS and the logs'
-    checkpoint lines."""
+    --checkpoint-root (Checkpoints(None) takes none); `full_every` goes to the shard servers. Returns
+    wall seconds, peak shard RSS and the logs' checkpoint lines."""
     from graphtrain.contract.spec import load_yaml
     from graphtrain.runtime.launch import local, plan
 
-    original = plan.trainer
+    original, original_server = plan.trainer, plan.shard_server
+
+    def shard_server(*args: Any, **kwargs: Any) -> plan.ProcessPlan:
+        p = original_server(*args, **kwargs)
+        extra = [] if full_every is None else ["--checkpoint-full-every", str(full_every)]
+        return dataclasses.replace(p, argv=[*p.argv, *extra])
 
     def trainer(*args: Any, **kwargs: Any) -> plan.ProcessPlan:
         p = original(*args, **kwargs)
@@ -78,7 +94,10 @@ def launch(spec_path: Path, run_dir: Path, checkpoints: bool) -> dict[str, Any]:
             time.sleep(0.1)
 
     sampler = threading.Thread(target=sample, daemon=True)
-    plan.trainer = trainer  # what local.LocalRun calls (it imports the module)
+    plan.trainer, plan.shard_server = (
+        trainer,
+        shard_server,
+    )  # what local.LocalRun calls (it imports the module)
     try:
         sampler.start()
         start = time.perf_counter()
@@ -86,12 +105,15 @@ def launch(spec_path: Path, run_dir: Path, checkpoints: bool) -> dict[str, Any]:
         wall = time.perf_counter() - start
     finally:
         done.set()
-        plan.trainer = original
+        plan.trainer, plan.shard_server = original, original_server
     logs = run_dir / "logs"
     paused = [float(m.group(2)) for m in PAUSED.finditer((logs / "trainer-0.log").read_text())]
     written = []
     for log in sorted(logs.glob("shard-*.log")):
-        written += [(float(m.group(2)), int(m.group(3))) for m in WRITTEN.finditer(log.read_text())]
+        written += [
+            (float(m.group(2)), int(m.group(3)), int(m.group(4) or 0), int(m.group(5) or 0))
+            for m in WRITTEN.finditer(log.read_text())
+        ]
     return {
         "wall": wall,
         "accuracy": result["test_accuracy"],
@@ -111,10 +133,13 @@ def summary(label: str, r: dict[str, Any]) -> str:
             f"(median {statistics.median(paused):.0f} ms, max {max(paused):.0f} ms)"
         )
     if r["written"]:
-        secs = [w for w, _ in r["written"]]
+        secs = [w[0] for w in r["written"]]
         text += (
             f"; background writes (per shard) median {statistics.median(secs):.2f} s, "
-            f"staged peak {max(s for _, s in r['written']) / 2**20:.1f} MiB"
+            f"staged peak {max(w[1] for w in r['written']) / 2**20:.1f} MiB, "
+            f"rows written {sum(w[2] for w in r['written']) / 2**20:.0f} MiB in all "
+            f"(per shard per checkpoint: {', '.join(f'{w[2] / 2**20:.0f}' for w in r['written'])}), "
+            f"{sum(w[3] for w in r['written'])} of {len(r['written'])} shard pieces incremental"
         )
     return text
 
@@ -124,6 +149,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--epochs", type=int, default=10)
     ap.add_argument("--work", type=Path, default=None)
+    ap.add_argument("--full-every", type=int, action="append", default=[], help="add runs with this flag")
     a = ap.parse_args()
     work = a.work or Path(tempfile.mkdtemp(prefix="bench-checkpoint-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -142,6 +168,9 @@ def main() -> None:
             r = launch(spec_path, run_dir, checkpoints=on)
             runs[on].append(r)
             print(f"[bench] run {i + 1} " + summary("checkpoints " + ("on " if on else "off"), r), flush=True)
+        for n in a.full_every:
+            r = launch(spec_path, run_dir, checkpoints=True, full_every=n)
+            print(f"[bench] run {i + 1} " + summary(f"checkpoints on, full every {n}", r), flush=True)
     off = statistics.median(r["wall"] for r in runs[False])
     on = statistics.median(r["wall"] for r in runs[True])
     paused = [p for r in runs[True] for p in r["paused_ms"]]

@@ -262,6 +262,14 @@ class ShardServerParams(RoleParams):
     checkpoint_rate_mb: float = field(
         default=0.0, metadata=opt("bound on a background checkpoint's writes (MiB/s; 0: none)", min=0.0)
     )
+    checkpoint_full_every: int = field(
+        default=5,
+        metadata=opt(
+            "write a host table's checkpoint in full every N checkpoints; the ones between hold only the "
+            "rows changed since the one before (incremental; 1: always full)",
+            min=1,
+        ),
+    )
 
     def stated(self) -> frozenset[str]:
         return frozenset({"bind", "shm"} | (set() if self.shard_from_hostname else {"shard"}))

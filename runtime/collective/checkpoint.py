@@ -19,7 +19,7 @@ import torch.distributed as dist
 from graphtrain.runtime.collective import dynamic_checkpoint as dynamic
 from graphtrain.runtime.collective import exchange as ex
 from graphtrain.runtime.collective.embedding import CollectiveEmbedding
-from graphtrain.runtime.data.cache import verify_files
+from graphtrain.runtime.kvstore import chain
 from graphtrain.runtime.kvstore import checkpoint as ckpt
 from graphtrain.runtime.kvstore.shard import TensorShard
 from graphtrain.runtime.optim import make_state
@@ -163,18 +163,17 @@ def restore(t: CollectiveEmbedding, root: Path, verify: bool = True) -> bool:
         return True
     for manifest, d in pieces:
         if verify:
-            verify_files(d, manifest["files"])
+            chain.verify_piece((root, manifest, d))
         lo, hi = manifest["lo"], manifest["hi"]
         keys = _owned(lo, hi, t.world, t.rank)
+        saved = chain.load_piece((root, manifest, d))  # a shard server's piece may be incremental
         if _global_step(t):
-            saved = np.load(d / "state.step.npy", allow_pickle=False)
-            t.state["step"][0] = max(int(t.state["step"][0]), int(saved[0]))
+            t.state["step"][0] = max(int(t.state["step"][0]), int(saved["state.step"][0]))
         if not len(keys):
             continue
         rows = ex.local_rows(keys, t.world).to(t.device)
         start = int(keys[0]) - lo
         for key, value in arrays.items():
-            name = "data.npy" if key == "data" else f"state.{key}.npy"
-            src = np.load(d / name, mmap_mode="r", allow_pickle=False)[start :: t.world]
+            src = saved["data" if key == "data" else f"state.{key}"][start :: t.world]
             value[rows] = torch.from_numpy(np.ascontiguousarray(src)).to(t.device)
     return True

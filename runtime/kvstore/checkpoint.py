@@ -16,6 +16,8 @@ checkpoint taken by 2 servers restores into 3, or into standalone mode, row for 
 checkpoint.json may also record the sha256 of files beside the tensors ("files": the trainers' state)
 and the partition the run trained on ("partition": partition_record), so an export can put node-keyed
 rows back in the original node order without being told which partition they came from.
+A piece may be incremental: only the rows changed since a base checkpoint, read through its chain of
+bases (chain.py, written by shard servers: increment.py).
 "Latest" means the newest checkpoint, at or before the one LATEST names, whose every file checks out: a
 damaged latest (a changed byte, a missing piece) is skipped for the one before it, with a line saying why.
 """
@@ -43,7 +45,9 @@ from graphtrain.runtime.data.cache import (
     write_json,
 )
 from graphtrain.runtime.errors import DataError
+from graphtrain.runtime.kvstore import chain
 from graphtrain.runtime.kvstore import keyed as kd
+from graphtrain.runtime.kvstore.chain import MANIFEST, TOP
 from graphtrain.runtime.kvstore.keyed import KEYS
 from graphtrain.runtime.kvstore.shard import TensorShard
 from graphtrain.runtime.optim import OptimConfig, make_state
@@ -53,8 +57,6 @@ if TYPE_CHECKING:
 
 FORMAT = "graphtrain-checkpoint"
 FORMAT_VERSION = 1
-MANIFEST = "manifest.json"
-TOP = "checkpoint.json"
 
 
 def piece_dir(root: Path, name: str, lo: int, hi: int) -> Path:
@@ -100,9 +102,10 @@ def write_piece(root: Path, t: TensorShard, writer: Writer = save_whole) -> dict
     return piece_entry(root, t.name, t.lo, t.hi)
 
 
-def finish_piece(tmp: Path, t: TensorShard) -> None:
+def finish_piece(tmp: Path, t: TensorShard, delta: dict[str, Any] | None = None) -> None:
     """The manifest of the piece of `t` whose files are in `tmp` (write_piece's, or the background
-    writer's temporary directory: snapshot.py), with the sha256 of every file."""
+    writer's temporary directory: snapshot.py), with the sha256 of every file; `delta`: its base, when
+    it holds only the rows changed since (chain.py)."""
     manifest = {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
@@ -117,6 +120,7 @@ def finish_piece(tmp: Path, t: TensorShard) -> None:
             k: {"shape": list(v.shape), "dtype": str(v.dtype).removeprefix("torch.")}
             for k, v in t.state.items()
         },
+        **({} if delta is None else {"delta": delta}),
         "files": hash_tree(tmp),
     }
     write_json(tmp / MANIFEST, manifest)
@@ -248,7 +252,8 @@ def mark_best(root: Path, rel: str) -> None:
 
 def prune(root: Path, keep: int) -> list[str]:
     """Delete all but the newest `keep` complete checkpoints under `root` (never the LATEST one nor the
-    BEST one), and incomplete ones older than LATEST. Names sort by step (step-%09d)."""
+    BEST one, nor a base a kept incremental one reads), and incomplete ones older than LATEST. Names
+    sort by step (step-%09d)."""
     latest = resolve_latest(root)
     if latest is None or keep < 1:
         return []
@@ -259,6 +264,9 @@ def prune(root: Path, keep: int) -> list[str]:
     except (OSError, DataError):
         best = set()
     keep_set = {p.name for p in complete[-keep:]} | {latest.name} | best
+    keep_set = chain.keep_with_bases(
+        keep_set, {p.name: chain.bases_listed(read_json(p / TOP)) for p in complete}
+    )
     removed = []
     for p in dirs:
         if p.name not in keep_set and p.name < latest.name:
@@ -321,7 +329,8 @@ def pieces_of(root: Path, name: str) -> list[tuple[dict[str, Any], Path]]:
 
 def verify_checkpoint(root: Path) -> None:
     """Check that the checkpoint at `root` is complete and unchanged: checkpoint.json, every piece it lists
-    (tiling its table, sha256 of every file) and the other files it records.
+    (tiling its table, sha256 of every file, an incremental piece's whole chain) and the other files it
+    records.
 
     Raises:
         DataError: naming the first file missing or changed (ChecksumError), or the gap in a table.
@@ -329,7 +338,7 @@ def verify_checkpoint(root: Path) -> None:
     top = read_top(root)
     for name in top["tensors"]:
         for manifest, d in pieces_of(root, name):
-            verify_files(d, manifest["files"])
+            chain.verify_piece((root, manifest, d))
     verify_files(root, top.get("files", {}))
 
 
@@ -406,6 +415,7 @@ def restore_into(root: Path, t: TensorShard, verify: bool = True) -> bool:
     pieces = pieces_of(root, t.name)
     if not pieces:
         return False
+    t.changed = None  # its rows are now a checkpoint's: the next checkpoint of it is full
     rows = t.num_rows if t.keyed is None else pieces[0][0]["num_rows"]  # a capacity may change
     config = saved_config(pieces[0][0], t.name, (rows, t.row_shape, t.dtype), t.config)
     if config is not None:
@@ -421,18 +431,18 @@ def restore_into(root: Path, t: TensorShard, verify: bool = True) -> bool:
         if not overlap and not global_step:  # the table-wide Adam step is read from every piece
             continue
         if verify:
-            verify_files(d, manifest["files"])
-        src = slice(a - manifest["lo"], b - manifest["lo"])
+            chain.verify_piece((root, manifest, d))
+        src = slice(a - manifest["lo"], b - manifest["lo"]) if overlap else slice(0, 0)
         dst = slice(a - t.lo, b - t.lo)
+        arrays = chain.load_piece((root, manifest, d), src)
         if overlap:
-            data = np.load(d / "data.npy", mmap_mode="r", allow_pickle=False)
-            _copy_into(t.data[dst], data[src])
+            _copy_into(t.data[dst], arrays["data"])
         for key, value in t.state.items():
-            saved = np.load(d / f"state.{key}.npy", mmap_mode="r", allow_pickle=False)
+            saved = arrays[f"state.{key}"]
             if key == "step" and global_step:
                 value[0] = max(int(value[0]), int(saved[0]))
             elif overlap:
-                _copy_into(value[dst], saved[src])
+                _copy_into(value[dst], saved)
     return True
 
 
@@ -473,8 +483,8 @@ def export_table(root: Path, name: str, verify: bool = True) -> np.ndarray:
     parts = []
     for manifest, d in pieces:
         if verify:
-            verify_files(d, manifest["files"])
-        parts.append(np.load(d / "data.npy", allow_pickle=False))
+            chain.verify_piece((root, manifest, d))
+        parts.append(np.asarray(chain.load_piece((root, manifest, d), keys=["data"])["data"]))
     return np.concatenate(parts)
 
 
@@ -487,9 +497,10 @@ def export_state(root: Path, name: str, verify: bool = True) -> dict[str, np.nda
     out: dict[str, list[np.ndarray]] = {}
     for manifest, d in pieces:
         if verify:
-            verify_files(d, manifest["files"])
+            chain.verify_piece((root, manifest, d))
+        arrays = chain.load_piece((root, manifest, d))
         for key in manifest["state"]:
-            out.setdefault(key, []).append(np.load(d / f"state.{key}.npy", allow_pickle=False))
+            out.setdefault(key, []).append(np.asarray(arrays[f"state.{key}"]))
     result = {}
     for key, parts in out.items():
         global_step = key == "step" and all(p.shape == (1,) for p in parts)
@@ -505,10 +516,10 @@ def export_keyed(root: Path, name: str, verify: bool = True) -> tuple[np.ndarray
     keys, rows = [], []
     for manifest, d in pieces:
         if verify:
-            verify_files(d, manifest["files"])
+            chain.verify_piece((root, manifest, d))
         k = np.load(d / KEYS, allow_pickle=False)
         keys.append(k)
-        rows.append(np.load(d / "data.npy", allow_pickle=False)[: len(k)])
+        rows.append(np.asarray(chain.load_piece((root, manifest, d), slice(len(k)), ["data"])["data"]))
     all_keys, all_rows = np.concatenate(keys), np.concatenate(rows)
     order = np.argsort(all_keys, kind="stable")
     return all_keys[order], all_rows[order]

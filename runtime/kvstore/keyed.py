@@ -27,7 +27,7 @@ import torch
 
 from graphtrain.runtime.data.cache import verify_files
 from graphtrain.runtime.errors import DataError
-from graphtrain.runtime.kvstore import gpu
+from graphtrain.runtime.kvstore import gpu, increment
 from graphtrain.runtime.kvstore.inits import init_keyed
 from graphtrain.runtime.kvstore.protocol import ProtocolError
 from graphtrain.runtime.kvstore.sizes import share
@@ -116,8 +116,7 @@ class KeyedRows:
 
     def reset(self, t: Any, rows: np.ndarray, keys: np.ndarray) -> None:
         """Rows that now hold `keys`: a checkpoint being written keeps their old values first."""
-        if t.snapshot is not None:
-            t.snapshot.preserve(rows)
+        increment.before_write(t, rows)
         dev = t.data.device
         local = torch.from_numpy(rows).to(dev)
         values = torch.from_numpy(self.start(keys, t.row_shape[0], t.config)).to(dev)

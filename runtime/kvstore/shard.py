@@ -38,6 +38,7 @@ class TensorShard:
     # its preserve(local rows) under the lock before writing them
     snapshot: Any = None
     keyed: Any = None  # a dynamic vocabulary's key map (keyed.KeyedRows): ids are keys, not rows
+    changed: Any = None  # rows written since the last checkpoint armed (increment.Changed; host tables)
 
     @property
     def rows(self) -> int:

@@ -19,6 +19,7 @@ Files go into the piece's temporary directory (checkpoint.atomic_dir, entered wh
 armed), are fsynced, hashed into the manifest and renamed into place only when whole: a piece is
 complete or absent, and the checkpoint complete only once the client writes checkpoint.json after every
 shard said done. Host tables only: a GPU table is written as before (gpu.save_chunked) within the op.
+An incremental piece (increment.py) is the same, of the changed rows alone: its chunks are of those.
 """
 
 from __future__ import annotations
@@ -39,12 +40,15 @@ import torch
 from graphtrain.runtime.data.cache import atomic_dir
 from graphtrain.runtime.errors import GraphtrainError
 from graphtrain.runtime.kvstore import checkpoint as ckpt
+from graphtrain.runtime.kvstore import increment
+from graphtrain.runtime.kvstore.chain import ROWS
 from graphtrain.runtime.kvstore.shard import TensorShard
 
 CHUNK_BYTES = 4 << 20  # rows of all of a table's files per chunk: ~1 ms of copy under the lock
 STAGING_BYTES = 256 << 20  # default bound on a shard's extra memory for one checkpoint
 
 PENDING, STAGED, WRITING, WRITTEN = 0, 1, 2, 3
+FULL = increment.PieceRows()  # a piece of every row
 
 log = logging.getLogger("graphtrain.kvstore.snapshot")
 
@@ -115,10 +119,20 @@ def _is_global_step(name: str, t: TensorShard) -> bool:
 
 class TableSnapshot:
     """One table's copy-on-write snapshot into its piece's temporary directory. Armed under the table's
-    lock; `preserve` is called by every writer of the table's rows, under that lock, before it writes."""
+    lock; `preserve` is called by every writer of the table's rows, under that lock, before it writes.
+    `plan`: every row, or the changed ones alone (an incremental piece, increment.plan)."""
 
-    def __init__(self, root: Path, t: TensorShard, budget: StagingBudget, chunk_bytes: int = CHUNK_BYTES):
-        self.t, self.budget, self.root = t, budget, root
+    def __init__(
+        self,
+        root: Path,
+        t: TensorShard,
+        budget: StagingBudget,
+        chunk_bytes: int = CHUNK_BYTES,
+        plan: increment.PieceRows = FULL,
+    ):
+        self.t, self.budget, self.root, self.plan = t, budget, root, plan
+        self.held = plan.rows  # the local rows the piece holds, ascending (None: all)
+        self.n = t.rows if plan.rows is None else len(plan.rows)
         self.view = dataclasses.replace(t, state=dict(t.state))  # this moment's tensors and config
         self.keys = None if t.keyed is None else t.keyed.keys()  # a dynamic table's, as its rows now
         named = {"data": t.data, **{f"state.{k}": v for k, v in t.state.items()}}
@@ -127,7 +141,7 @@ class TableSnapshot:
         self.live = {n: v.numpy().reshape(t.rows, _width(v)) for n, v in rowed.items()}  # views: no copy
         row_bytes = sum(a.shape[1] * a.itemsize for a in self.live.values())
         self.rows_per_chunk = chunk_rows(row_bytes, chunk_bytes)
-        self.chunks = max(1, -(-t.rows // self.rows_per_chunk))
+        self.chunks = max(1, -(-self.n // self.rows_per_chunk))
         self.state = np.full(self.chunks, PENDING, dtype=np.int8)
         self.staged: dict[int, dict[str, np.ndarray]] = {}
         self.cond = threading.Condition()
@@ -139,7 +153,7 @@ class TableSnapshot:
         self.fds: dict[str, tuple[int, int]] = {}  # name -> (fd, offset of row 0)
         try:
             for n, a in self.live.items():
-                self.fds[n] = _npy_file(self.tmp / f"{n}.npy", a.dtype, tuple(rowed[n].shape))
+                self.fds[n] = _npy_file(self.tmp / f"{n}.npy", a.dtype, (self.n, *rowed[n].shape[1:]))
         except BaseException:
             self._close_files()
             self._stack.__exit__(*sys.exc_info())
@@ -147,7 +161,7 @@ class TableSnapshot:
 
     def _span(self, i: int) -> tuple[int, int]:
         a = i * self.rows_per_chunk
-        return a, min(self.t.rows, a + self.rows_per_chunk)
+        return a, min(self.n, a + self.rows_per_chunk)
 
     def _bytes(self, i: int) -> int:
         a, b = self._span(i)
@@ -159,13 +173,25 @@ class TableSnapshot:
             fd, offset = self.fds[n]
             _pwrite(fd, arr, offset + a * self.live[n].shape[1] * self.live[n].itemsize)
 
-    def _rows(self, i: int) -> dict[str, np.ndarray]:
+    def _rows(self, i: int, out: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+        """Chunk i's live rows: views (copies into `out`, or of an incremental piece's rows)."""
         a, b = self._span(i)
-        return {n: x[a:b] for n, x in self.live.items()}
+        if self.held is None and out is None:
+            return {n: x[a:b] for n, x in self.live.items()}
+        if out is None:
+            return {n: x[self.held[a:b]] for n, x in self.live.items()}
+        for n, x in self.live.items():
+            if self.held is None:
+                np.copyto(out[n][: b - a], x[a:b])
+            else:
+                np.take(x, self.held[a:b], axis=0, out=out[n][: b - a])
+        return {n: buf[: b - a] for n, buf in out.items()}
 
     def preserve(self, local: np.ndarray) -> None:
         """Keep the snapshot's rows of every chunk `local` touches (call under the table's lock, before
         writing those rows): staged in memory within the budget, else written to the file now."""
+        if self.held is not None:
+            local = increment.positions(self.held, local)
         mask = touched(local, self.rows_per_chunk, self.chunks)
         through: list[int] = []
         with self.cond:
@@ -213,15 +239,13 @@ class TableSnapshot:
                 self._write(i, rows)
                 self.budget.give(self._bytes(i))
             else:
-                a, b = self._span(i)
                 with self.t.lock:
                     with self.cond:
                         if self.state[i] != PENDING:
                             continue  # a push took it meanwhile
                         self.state[i] = WRITING
-                    for n, x in self.live.items():
-                        np.copyto(buffers[n][: b - a], x[a:b])
-                self._write(i, {n: buf[: b - a] for n, buf in buffers.items()})
+                    rows = self._rows(i, buffers)
+                self._write(i, rows)
             with self.cond:
                 self.state[i] = WRITTEN
             pace.wrote(self._bytes(i))
@@ -233,11 +257,18 @@ class TableSnapshot:
         """The table-wide values, the manifest and the rename into place (after drain)."""
         for n, v in self.whole.items():
             np.save(self.tmp / f"{n}.npy", v.numpy())
+        if self.held is not None:
+            np.save(self.tmp / ROWS, self.held)
         ckpt.save_keys(self.tmp, self.t, self.keys)
         self._close_files()
-        ckpt.finish_piece(self.tmp, self.view)
+        ckpt.finish_piece(self.tmp, self.view, self.plan.delta)
         self._stack.close()  # fsync every file, rename the piece into place
-        return ckpt.piece_entry(self.root, self.t.name, self.t.lo, self.t.hi)
+        entry = ckpt.piece_entry(self.root, self.t.name, self.t.lo, self.t.hi)
+        return entry if self.plan.delta is None else {**entry, "base": self.plan.delta["base"]}
+
+    def nbytes(self) -> int:
+        """Bytes of rows the piece holds (its files less headers and table-wide values)."""
+        return sum(self.n * x.shape[1] * x.itemsize for x in self.live.values())
 
     def abandon(self) -> None:
         """Remove the temporary directory; the table no longer preserves for this snapshot."""
@@ -282,6 +313,8 @@ class Status:
     pieces: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     seconds: float = 0.0
     staged_peak: int = 0
+    row_bytes: int = 0  # bytes of rows and state written (host tables)
+    incremental: int = 0  # host tables written as deltas (of all the snapshot's)
 
     def reply(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -290,7 +323,8 @@ class Status:
 class BackgroundCheckpoint:
     """One checkpoint of a shard's host tables, armed now (every table's snapshot under its lock) and
     written by a thread; `status` says how it went. `pieces`: those already written within the op (GPU
-    tables), listed with the rest once done."""
+    tables), listed with the rest once done. `full_every`: the longest chain of incremental pieces
+    (increment.py; 1: every piece full)."""
 
     def __init__(
         self,
@@ -300,6 +334,7 @@ class BackgroundCheckpoint:
         pieces: list[dict[str, Any]],
         staging_bytes: int = STAGING_BYTES,
         rate: float = 0.0,
+        full_every: int = increment.FULL_EVERY,
         chunk_bytes: int = CHUNK_BYTES,
     ):
         self.status = Status(label, pieces=list(pieces))
@@ -309,13 +344,16 @@ class BackgroundCheckpoint:
         try:
             for t in tables:
                 with t.lock:
-                    snap = TableSnapshot(root, t, self.budget, chunk_bytes)
+                    plan = increment.plan(t, root, full_every)
+                    snap = TableSnapshot(root, t, self.budget, chunk_bytes, plan)
                     t.snapshot = snap
                 self.snaps.append(snap)
         except BaseException:
             for snap in self.snaps:
                 snap.abandon()
             raise
+        self.status.row_bytes = sum(s.nbytes() for s in self.snaps)
+        self.status.incremental = sum(s.held is not None for s in self.snaps)
         self.thread = threading.Thread(target=self._run, name=f"checkpoint {label}", daemon=True)
         self.thread.start()
 
@@ -348,10 +386,14 @@ class BackgroundCheckpoint:
         s = self.status
         if s.state == "done":
             log.info(
-                "checkpoint %s written in the background: %.2f s, staged peak %d bytes",
+                "checkpoint %s written in the background: %.2f s, staged peak %d bytes, %d bytes of rows, "
+                "%d of %d tables incremental",
                 s.path,
                 s.seconds,
                 s.staged_peak,
+                s.row_bytes,
+                s.incremental,
+                len(self.snaps),
             )
         else:
             log.warning("checkpoint %s not written: %s", s.path, s.error)

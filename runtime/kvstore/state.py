@@ -28,7 +28,7 @@ from graphtrain.runtime.dtypes import NUMPY as DTYPES
 from graphtrain.runtime.dtypes import to_torch, wire_name
 from graphtrain.runtime.errors import NonFiniteGradient, SparseInputError
 from graphtrain.runtime.kvstore import checkpoint as ckpt
-from graphtrain.runtime.kvstore import gpu
+from graphtrain.runtime.kvstore import gpu, increment
 from graphtrain.runtime.kvstore import keyed as kd
 from graphtrain.runtime.kvstore import placement as place
 from graphtrain.runtime.kvstore import snapshot as snap
@@ -103,6 +103,7 @@ class ShardTensors:
         free: place.MemorySource = place.free_bytes,
         staging_bytes: int = snap.STAGING_BYTES,
         checkpoint_rate: float = 0.0,
+        full_every: int = increment.FULL_EVERY,
     ):
         self.device = table_device(device)
         check_usable(self.device)
@@ -118,7 +119,7 @@ class ShardTensors:
         self._create_lock = threading.Lock()
         # the checkpoint written in the background (one at a time), its staging bound and bytes/s
         self.background: snap.BackgroundCheckpoint | None = None
-        self.staging_bytes, self.checkpoint_rate = staging_bytes, checkpoint_rate
+        self.staging_bytes, self.checkpoint_rate, self.full_every = staging_bytes, checkpoint_rate, full_every
         self._checkpoint_lock = threading.Lock()
 
     # ------------------------------------------------------------------------------------ lookup
@@ -352,8 +353,7 @@ class ShardTensors:
         with t.lock:
             if t.keyed is not None:
                 local = kd.rows_of(t, ids, insert=True)
-            if t.snapshot is not None:  # a checkpoint being written keeps these rows' old values first
-                t.snapshot.preserve(local.numpy())
+            increment.before_write(t, local.numpy())  # a checkpoint being written keeps the old values
             local = local.to(t.data.device, non_blocking=True)
             gpu.wait_written(t)
             offset = 0
@@ -401,8 +401,7 @@ class ShardTensors:
         with t.lock:
             if t.keyed is not None:
                 local, grads = kd.held(t, ids if mask is None else ids[mask], grads)
-            if t.snapshot is not None:  # a checkpoint being written keeps these rows' old values first
-                t.snapshot.preserve(local.cpu().numpy())
+            increment.before_write(t, local.cpu().numpy())  # a checkpoint being written keeps the old values
             gpu.wait_written(t)
             # the client's step count (so all shards agree even when a push skips some of them), else
             # this shard's next count
@@ -456,7 +455,7 @@ class ShardTensors:
                 )
             if background:  # the trainers are paused: no push comes between the GPU pieces and these
                 self.background = snap.BackgroundCheckpoint(
-                    str(root), root, host, pieces, self.staging_bytes, self.checkpoint_rate
+                    str(root), root, host, pieces, self.staging_bytes, self.checkpoint_rate, self.full_every
                 )
             return pieces
 

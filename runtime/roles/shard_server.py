@@ -60,6 +60,7 @@ def serve(p: ShardServerParams) -> None:
         device=p.device,
         staging_bytes=p.checkpoint_staging_mb << 20,
         checkpoint_rate=p.checkpoint_rate_mb * 2**20,
+        full_every=p.checkpoint_full_every,
     )
     if p.partition is not None:
         loaded = state.load_partition(p.partition, shard if p.part is None else p.part)

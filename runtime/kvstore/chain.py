@@ -1,0 +1,138 @@
+"""Incremental checkpoints, read side: a delta piece holds only the rows of a table changed since a base
+checkpoint; reading one reads its chain (a full piece, then each delta in order), every file checked.
+
+A delta piece's directory holds rows.npy (the piece-local rows it holds, ascending), data.npy and
+state.<key>.npy of those rows only (a table-wide value, such as the global Adam step, whole), and a
+manifest whose "delta" names its base: the checkpoint beside it ("base"), the sha256 of the base's
+checkpoint.json ("sha256": a base deleted and taken again, or changed, is not the one the delta was
+taken on) and the chain's depth (1 for the first delta after a full piece; it falls by one each step
+down the chain, so a chain always ends). The base piece is the same table's piece of the same rows
+[lo, hi) in the base checkpoint. checkpoint.json lists a delta piece with its "base" too, so retention
+(checkpoint.prune) keeps every checkpoint a kept one reads without opening the pieces.
+
+Its own module, below checkpoint.py (which reads every piece through it), so the format's file names
+live here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from graphtrain.runtime.data.cache import read_json, sha256_file, verify_files
+from graphtrain.runtime.errors import DataError
+
+TOP = "checkpoint.json"
+MANIFEST = "manifest.json"
+ROWS = "rows.npy"  # a delta piece's rows, local to the piece
+
+Piece = tuple[Path, dict[str, Any], Path]  # (checkpoint directory, piece manifest, piece directory)
+
+
+def is_whole(manifest: Mapping[str, Any], key: str) -> bool:
+    """Whether file `key` ("data", "state.<name>") of a piece is one table-wide value, not a row each
+    (snapshot.TableSnapshot writes those whole, a delta too)."""
+    if key == "data":
+        return False
+    shape = manifest["state"][key.removeprefix("state.")]["shape"]
+    optimizer = manifest.get("optimizer") or {}
+    return len(shape) == 0 or (key == "state.step" and optimizer.get("step_count") == "global")
+
+
+def files_of(manifest: Mapping[str, Any]) -> list[str]:
+    """The arrays of a piece, by file stem: "data", then "state.<name>" for each optimizer state."""
+    return ["data", *(f"state.{k}" for k in manifest["state"])]
+
+
+def base_of(piece: Piece) -> Piece:
+    """The piece that delta `piece` was taken on, checked to be the one it names.
+
+    Raises:
+        DataError: one line naming the checkpoint, the piece and why its base cannot be read (missing
+            or incomplete, changed since, no such piece, another table layout).
+    """
+    root, manifest, _ = piece
+    delta, name, lo, hi = manifest["delta"], manifest["name"], manifest["lo"], manifest["hi"]
+    base = root.parent / str(delta["base"])
+    where = f"checkpoint {root.name}: its piece of {name!r} rows [{lo}, {hi}) is a delta on {base.name}"
+    if base.parent != root.parent or base == root:
+        raise DataError(f"{where}, which is not a checkpoint beside it")
+    if not (base / TOP).is_file():
+        raise DataError(f"{where}, which is missing or incomplete (no {TOP})")
+    if sha256_file(base / TOP) != delta["sha256"]:
+        raise DataError(f"{where}, which changed since (its {TOP} is not the one the delta was taken on)")
+    listed = read_json(base / TOP)["tensors"].get(name, [])
+    entry = next((p for p in listed if p["lo"] == lo and p["hi"] == hi), None)
+    if entry is None:
+        raise DataError(f"{where}, which holds no piece of those rows")
+    d = base / entry["dir"]
+    found = read_json(d / MANIFEST)
+    same = ("num_rows", "row_shape", "dtype", "optimizer", "state")
+    depth = found.get("delta", {}).get("depth", 0)
+    if any(found.get(k) != manifest.get(k) for k in same) or depth != delta["depth"] - 1:
+        raise DataError(f"{where}, whose piece there is of another table or chain")
+    return base, found, d
+
+
+def chain(piece: Piece) -> list[Piece]:
+    """The pieces that make `piece` whole: its full piece first, then each delta, `piece` last."""
+    out = [piece]
+    while "delta" in out[-1][1]:
+        out.append(base_of(out[-1]))
+    return out[::-1]
+
+
+def verify_piece(piece: Piece) -> None:
+    """Every file of every piece of the chain has its recorded sha256 (ChecksumError, a DataError, names
+    the first that does not; a base that cannot be read is one line from base_of)."""
+    for _, manifest, d in chain(piece):
+        verify_files(d, manifest["files"])
+
+
+def load_piece(
+    piece: Piece, src: slice = slice(None), keys: Iterable[str] | None = None
+) -> dict[str, np.ndarray]:
+    """Rows `src` (piece-local) of the arrays `keys` of `piece` (default: files_of, every one; a
+    table-wide one whole), through its chain: a full piece's as read-only memory maps, a delta's as a
+    copy with each delta applied in turn."""
+    pieces = chain(piece)
+    _, first, d = pieces[0]
+    out: dict[str, np.ndarray] = {}
+    for key in files_of(first) if keys is None else keys:
+        whole = np.load(d / f"{key}.npy", mmap_mode="r", allow_pickle=False)
+        out[key] = whole if is_whole(first, key) else whole[src]
+    if len(pieces) == 1:
+        return out
+    out = {k: np.array(v) for k, v in out.items()}
+    start, stop, _ = src.indices(first["hi"] - first["lo"])
+    for _, manifest, d in pieces[1:]:
+        rows = np.load(d / ROWS, allow_pickle=False)
+        keep = (rows >= start) & (rows < stop)
+        for key in out:
+            saved = np.load(d / f"{key}.npy", mmap_mode="r", allow_pickle=False)
+            if is_whole(manifest, key):
+                out[key] = np.array(saved)
+            else:
+                out[key][rows[keep] - start] = saved[keep]
+    return out
+
+
+def keep_with_bases(keep: Iterable[str], based_on: Mapping[str, Iterable[str]]) -> set[str]:
+    """`keep` and every checkpoint a kept one's chains read (`based_on`: each checkpoint's direct bases),
+    so retention never deletes a base a kept delta needs."""
+    out: set[str] = set()
+    todo = list(keep)
+    while todo:
+        name = todo.pop()
+        if name not in out:
+            out.add(name)
+            todo.extend(based_on.get(name, ()))
+    return out
+
+
+def bases_listed(top: Mapping[str, Any]) -> set[str]:
+    """The checkpoints a checkpoint.json's delta pieces are taken on."""
+    return {str(p["base"]) for ps in top.get("tensors", {}).values() for p in ps if "base" in p}
