@@ -23,7 +23,10 @@ Pod = dict[str, dict[str, str]]  # a container's resources: {"requests": {...}, 
 
 
 def quantity(n: int) -> str:
-    """Bytes as a memory quantity a user can paste into a spec, rounded up to a MiB: '1643Mi'."""
+    """Bytes as a memory quantity a user can paste into a spec, rounded up to a MiB ('1643Mi'), or to a
+    GiB from 64 GiB on ('1024Gi', not '1048576Mi')."""
+    if n >= 64 * 1024 * MiB:
+        return f"{-(-n // (1024 * MiB))}Gi"
     return f"{-(-n // MiB)}Mi"
 
 
@@ -65,8 +68,8 @@ HOLDS = {
     ),
     "trainers": (
         "a trainer",
-        "its process and its share of the collective tables with their optimizer state",
-        "add trainers (trainers.replicas)",
+        "its process, and its share of any collective tables with their optimizer state",
+        "add trainers (trainers.replicas) when collective tables are the most of it",
     ),
 }
 """Per role: who, what the need holds, the other way to make it fit."""
@@ -83,7 +86,7 @@ def limit_problems(need: MemoryNeed, limits: dict[str, str | None]) -> list[Prob
         who, holds, other = HOLDS[role]
         found.append(
             Problem(
-                path=f"{role}.resources.limits.memory",
+                path=f"spec.{role}.resources.limits.memory",
                 message=f"{limit} is below the {quantity(want)} {who} needs ({holds}); raise the limit, "
                 f"{other}, or state no memory and the operator requests what it needs",
             )

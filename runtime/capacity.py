@@ -506,9 +506,9 @@ def limit_problems(spec: GraphTrainingSpec, graph: Any) -> list[Problem]:
     return [
         *found,
         Problem(
-            path="shardServers.resources.limits.memory",
-            message=f"{limit} cannot hold a shard server's share of {spec.graph.described}: it needs "
-            f"about {human(need)} over {spec.num_shards} shard(s) (`graphtrain plan` itemises it); raise "
-            f"the limit or add shards (partition.parts)",
+            path="spec.shardServers.resources.limits.memory",
+            message=f"{limit} cannot hold a shard server's share of {spec.graph.described}: each of its "
+            f"{spec.num_shards} shard servers needs about {human(need)} (`graphtrain plan` itemises it); "
+            f"raise the limit or add shards (partition.parts)",
         ),
     ]

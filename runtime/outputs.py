@@ -116,6 +116,7 @@ class Rows:
     keying: Keying
     ids: np.ndarray
     values: np.ndarray
+    some: bool = False  # a dynamic vocabulary's: only the keys it holds (a .npy could not say which)
 
 
 def original_order(checkpoint: Path, name: str, cfg: PartitionConfig) -> Rows:
@@ -157,15 +158,19 @@ def _keyed_rows(
     """A dynamic vocabulary's rows: only the keys it holds. Keys of a node-keyed table are the graph's
     (relabeled) node ids: they go back to the user's ids, in original node order."""
     inverse = load_maps(cfg)["node_map_inverse"]
-    if table_keys.get(name) != "nodes" or (len(keys) and (keys.min() < 0 or keys.max() >= len(inverse))):
-        return Rows(name, "rows", keys, values)  # new id of original id i
+    relations = load_names(cfg).get("relation_names")
+    lo, hi = (int(keys.min()), int(keys.max())) if len(keys) else (0, -1)
+    if table_keys.get(name) == "relations" and relations is not None and lo >= 0 and hi < len(relations):
+        return Rows(name, "relations", relations[keys], values, len(keys) < len(relations))  # in order
+    if table_keys.get(name) != "nodes" or lo < 0 or hi >= len(inverse):
+        return Rows(name, "rows", keys, values, True)
     original = np.empty_like(inverse)
     original[inverse] = np.arange(len(inverse))
     orig = original[keys]
     order = np.argsort(orig, kind="stable")
     names = load_names(cfg).get("node_ids")
     ids = orig[order] if names is None else names[orig[order]]
-    return Rows(name, "nodes", ids, values[order])
+    return Rows(name, "nodes", ids, values[order], len(keys) < len(inverse))
 
 
 def check_target(out: Path, suffixes: tuple[str, ...] = SUFFIXES, example: str = "table") -> None:
@@ -211,7 +216,16 @@ def write_columns(out: Path, cols: dict[str, np.ndarray]) -> None:
 
 
 def write_rows(out: Path, rows: Rows) -> None:
-    """.npy: the values alone (row i = the i-th id); .csv/.parquet: the ids first, then the values."""
+    """.npy: the values alone (row i = the i-th id); .csv/.parquet: the ids first, then the values.
+
+    Raises:
+        GraphtrainError: a .npy of a dynamic vocabulary holding only some keys (it could not say which).
+    """
+    if out.suffix.lower() == ".npy" and rows.some:
+        raise GraphtrainError(
+            f"{out}: {rows.name!r} holds rows for {len(rows.ids):,} of its keys only, which a .npy cannot "
+            "name; write .csv or .parquet (an id column first)"
+        )
     if out.suffix.lower() == ".npy":
         make_dirs(out.parent)
         with atomic_file(out) as f:

@@ -260,4 +260,6 @@ def validate_document(model: type[M], data: Any) -> M:
 def _field_adapter(model: type[BaseModel], name: str) -> TypeAdapter[Any]:
     field = model.model_fields[name]
     annotation: Any = Annotated[(field.annotation, *field.metadata)] if field.metadata else field.annotation
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):  # a block: its own config
+        return TypeAdapter(annotation)
     return TypeAdapter(annotation, config=ConfigDict(use_enum_values=True))

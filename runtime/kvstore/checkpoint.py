@@ -514,10 +514,11 @@ def export_keyed(root: Path, name: str, verify: bool = True) -> tuple[np.ndarray
     if not pieces or not (pieces[0][1] / KEYS).exists():
         return None
     keys, rows = [], []
-    for manifest, d in pieces:
+    for index, (manifest, d) in enumerate(pieces):
         if verify:
             chain.verify_piece((root, manifest, d))
         k = np.load(d / KEYS, allow_pickle=False)
+        kd.check_keys(k, index, len(pieces), str(d))
         keys.append(k)
         rows.append(np.asarray(chain.load_piece((root, manifest, d), slice(len(k)), ["data"])["data"]))
     all_keys, all_rows = np.concatenate(keys), np.concatenate(rows)

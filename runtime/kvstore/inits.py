@@ -42,6 +42,9 @@ def init_rows(spec: dict[str, Any], lo: int, hi: int, row_shape: tuple[int, ...]
         else:
             vals.normal_(float(spec.get("mean", 0.0)), float(spec.get("std", 1.0)), generator=gen)
         out[a - lo : b - lo] = vals[a - b_lo : b - b_lo]
+    if spec.get("norm") and out.dim() > 1:  # each row scaled to that L2 norm (KGE rows on the sphere)
+        rows = out.view(len(out), -1)
+        rows.mul_(spec["norm"] / rows.norm(dim=1, keepdim=True).clamp_min_(1e-12))
 
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
@@ -88,7 +91,11 @@ def init_keyed(spec: dict[str, Any], keys: np.ndarray, dim: int) -> np.ndarray:
         return np.zeros((len(keys), dim), dtype=np.float32)
     if kind == "uniform":
         low, high = float(spec.get("low", -1.0)), float(spec.get("high", 1.0))
-        return (low + (high - low) * _unit(keys, dim, seed, 0)).astype(np.float32)
-    u1, u2 = _unit(keys, dim, seed, 0), _unit(keys, dim, seed, 1)
-    normal = np.sqrt(-2.0 * np.log1p(-u1)) * np.cos(2.0 * np.pi * u2)  # Box-Muller; 1 - u1 > 0
-    return (float(spec.get("mean", 0.0)) + float(spec.get("std", 1.0)) * normal).astype(np.float32)
+        rows = (low + (high - low) * _unit(keys, dim, seed, 0)).astype(np.float32)
+    else:
+        u1, u2 = _unit(keys, dim, seed, 0), _unit(keys, dim, seed, 1)
+        normal = np.sqrt(-2.0 * np.log1p(-u1)) * np.cos(2.0 * np.pi * u2)  # Box-Muller; 1 - u1 > 0
+        rows = (float(spec.get("mean", 0.0)) + float(spec.get("std", 1.0)) * normal).astype(np.float32)
+    if spec.get("norm"):  # each row scaled to that L2 norm, as init_rows does
+        rows *= np.float32(spec["norm"]) / np.maximum(np.linalg.norm(rows, axis=1, keepdims=True), 1e-12)
+    return rows

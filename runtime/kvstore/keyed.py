@@ -131,6 +131,53 @@ class KeyedRows:
         gpu.mark_written(t)
 
 
+def check_create(
+    name: str, shard: int, keyed: dict[str, Any], lo: int, hi: int, row_shape: tuple[int, ...], dtype: str
+) -> None:
+    """A dynamic table this shard can hold: its own share of rows, float32 rows of one dimension (what
+    a key's initial row and a fresh optimizer state are made for).
+
+    Raises:
+        ProtocolError: naming what is wrong.
+    """
+    if not (shard < keyed["shards"] and lo < hi):
+        raise ProtocolError(f"dynamic table {name!r}: shard {shard} of {keyed['shards']} rows [{lo}, {hi})")
+    if dtype != "float32" or len(row_shape) != 1:
+        raise ProtocolError(
+            f"dynamic table {name!r} must have float32 rows of one dimension, got {dtype} {list(row_shape)}"
+        )
+
+
+def check_attach(t: Any, keyed: dict[str, Any] | None) -> None:
+    """An existing table is attached only as what it is: fixed, or dynamic over as many shards with the
+    same onFull.
+
+    Raises:
+        ProtocolError: the description differs.
+    """
+    if t.keyed is None and not keyed:
+        return
+    have = None if t.keyed is None else {"shards": t.keyed.shards, "evict": t.keyed.evict}
+    if have != (keyed or None):
+        raise ProtocolError(
+            f"tensor {t.name!r} exists as dynamic vocabulary {have}; asked for {keyed or None}"
+        )
+
+
+def check_keys(keys: np.ndarray, index: int, count: int, where: str) -> None:
+    """The keys of piece `index` of `count` (a shard's or rank's, in order) are distinct and its own
+    (key mod count): a checkpoint that says otherwise is refused, never loaded as it is.
+
+    Raises:
+        DataError: naming the piece and the first wrong key.
+    """
+    wrong = np.flatnonzero(owners(keys, count) != index)
+    if wrong.size:
+        raise DataError(f"{where}: key {int(keys[wrong[0]])} does not belong to piece {index} of {count}")
+    if len(np.unique(keys)) != len(keys):
+        raise DataError(f"{where}: a key appears twice")
+
+
 def fill_unseen(rows: np.ndarray, keys: np.ndarray, local: np.ndarray, keyed: KeyedRows, t: Any) -> None:
     """Rows of a pull that read no row (local -1: keys the shard does not hold) get their initial
     values in place."""
@@ -183,12 +230,13 @@ def restore_keyed(
     Raises:
         DataError: a piece holds no keys (not a dynamic table's), or the shard cannot hold its keys.
     """
-    for manifest, d in pieces:
+    for index, (manifest, d) in enumerate(pieces):
         if verify:
             verify_files(d, manifest["files"])
         if not (d / KEYS).exists():
             raise DataError(f"{d}: no {KEYS}: the checkpoint's table is not a dynamic vocabulary's")
         keys = np.load(d / KEYS, allow_pickle=False)
+        check_keys(keys, index, len(pieces), str(d))
         take = np.nonzero(mine(keys))[0]
         if not len(take):
             continue
@@ -207,6 +255,9 @@ __all__ = [
     "KEYS",
     "KeyMapFull",
     "KeyedRows",
+    "check_attach",
+    "check_create",
+    "check_keys",
     "fill_unseen",
     "held",
     "owners",

@@ -464,18 +464,18 @@ def _create(req: Request) -> CreateArgs:
 
 def init_spec(spec: dict[str, Any]) -> dict[str, Any]:
     """A table's initial-value spec, checked: {"kind": zeros|uniform|normal, "low", "high", "mean",
-    "std" (finite numbers; low below high, std not negative), "seed" (an integer in [0, 2**63)); the
-    defaults (low -1, high 1, mean 0, std 1, seed 0) count in the checks."""
+    "std", "norm" (finite numbers; low below high, std and norm (each row's L2 norm, 0: as drawn) not
+    negative), "seed" (an integer in [0, 2**63))}; the defaults (-1, 1, 0, 1, 0, 0) count in the checks."""
     if not isinstance(spec, dict):
         raise ProtocolError(f"argument 'init' must be a map, got {type(spec).__name__}")
     kind = arg(spec, "kind", str, "zeros")
     if kind not in INIT_KINDS:
         raise ProtocolError(f"init kind must be one of {INIT_KINDS}, got {echo(kind)}")
-    unknown = set(spec) - {"kind", "low", "high", "mean", "std", "seed"}
+    unknown = set(spec) - {"kind", "low", "high", "mean", "std", "norm", "seed"}
     if unknown:
         raise ProtocolError(f"init has unknown keys {echo(sorted(map(str, unknown)))}")
     out: dict[str, Any] = {"kind": kind}
-    for key in ("low", "high", "mean", "std"):
+    for key in ("low", "high", "mean", "std", "norm"):
         if key in spec:
             out[key] = float_arg(spec, key)
     if "seed" in spec:
@@ -483,8 +483,9 @@ def init_spec(spec: dict[str, Any]) -> dict[str, Any]:
     low, high = out.get("low", -1.0), out.get("high", 1.0)
     if kind == "uniform" and not low < high:
         raise ProtocolError(f"init 'low' must be below 'high', got low {low} and high {high}")
-    if out.get("std", 1.0) < 0:
-        raise ProtocolError(f"init 'std' must be >= 0, got {out['std']}")
+    for key in ("std", "norm"):
+        if out.get(key, 0.0) < 0:
+            raise ProtocolError(f"init {key!r} must be >= 0, got {out[key]}")
     return out
 
 

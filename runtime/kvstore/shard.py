@@ -66,4 +66,6 @@ class TensorShard:
             "optimizer": None if self.config is None else self.config.kind,
             "shm": None if self.shm is None else self.shm.name,
             "keys": None if self.keyed is None else len(self.keyed.keymap),
+            # gradients of keys evicted between their pull and their push, dropped
+            "dropped": None if self.keyed is None else self.keyed.dropped,
         }

@@ -171,16 +171,11 @@ class ShardTensors:
         if any(d < 1 for d in row_shape) or len(row_shape) > 3:
             raise ProtocolError(f"row shape {row_shape} must have 0-3 positive dims")
         with self._create_lock:
-            if keyed and not (self.shard < keyed["shards"] and lo < hi):
-                raise ProtocolError(
-                    f"dynamic table {name!r}: shard {self.shard} of {keyed['shards']} rows [{lo}, {hi})"
-                )
+            if keyed:
+                kd.check_create(name, self.shard, keyed, lo, hi, row_shape, dtype)
             if name in self.tensors:
                 t = self.tensors[name]
-                if (t.keyed is None) != (not keyed):
-                    raise ProtocolError(
-                        f"tensor {name!r} exists {'with' if t.keyed else 'without'} a dynamic vocabulary"
-                    )
+                kd.check_attach(t, keyed)
                 if (t.num_rows, t.row_shape, t.dtype, t.lo, t.hi) != (num_rows, row_shape, dtype, lo, hi):
                     raise ProtocolError(
                         f"tensor {name!r} exists as {t.num_rows}x{t.row_shape} {t.dtype} "

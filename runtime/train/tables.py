@@ -59,10 +59,13 @@ def table_init(spec: Any, name: str) -> dict[str, Any]:
     predict.py reads it too: an unseen key of a dynamic table has this init's value."""
     table = next(t for t in spec.embeddings if t.name == name)
     m, seed = spec.model, spec.training.seed
+    # a KGE table's rows start on the unit sphere: a fixed one's are put there at start (normalise_rows),
+    # a dynamic vocabulary's as its keys take rows
+    norm = {"norm": 1.0} if table.vocabulary.kind == VocabularyKind.dynamic else {}
     if name == m.entity_embedding:
-        return init_spec(table, seed)
+        return {**init_spec(table, seed), **norm}
     if name == m.relation_embedding:
-        return init_spec(table, seed + 1)
+        return {**init_spec(table, seed + 1), **norm}
     if m.feature_bag is not None and name == m.feature_bag.embedding:
         return init_spec(table, 1)
     return init_spec(table)
@@ -76,9 +79,7 @@ def checkpoint_rows(root: Path, spec: Any, name: str, num_rows: int) -> np.ndarr
         return ckpt.export_table(root, name)
     keys, values = keyed
     dim = next(t.dim for t in spec.embeddings if t.name == name)
-    out = init_keyed(table_init(spec, name), np.arange(num_rows), dim)
-    if name == spec.model.entity_embedding:  # KGE entities start on the unit sphere (rows.py: start)
-        out /= np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
+    out = init_keyed(table_init(spec, name), np.arange(num_rows), dim)  # KGE rows: on the unit sphere
     inside = (keys >= 0) & (keys < num_rows)
     out[keys[inside]] = values[inside]
     return out
@@ -95,9 +96,7 @@ def normalise_rows(table: Table, rank: int, chunk: int) -> None:
         with torch.no_grad():
             table.weight.div_(table.weight.norm(dim=1, keepdim=True).clamp_min_(1e-12))
         return
-    if (
-        rank != 0 or table.table.keyed
-    ):  # a dynamic table's rows start on the sphere (the optimizer's row_norm)
+    if rank != 0 or table.table.keyed:  # a dynamic table's rows start there (table_init's norm)
         return
     for lo in range(0, table.num_embeddings, chunk):
         ids = torch.arange(lo, min(lo + chunk, table.num_embeddings))

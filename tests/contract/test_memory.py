@@ -53,14 +53,14 @@ def test_a_limit_below_the_need_is_a_problem_naming_field_limit_and_need() -> No
     need = MemoryNeed(shard_server=600 * MiB, trainer=3 * GiB)
     found = memory.limit_problems(need, {"shardServers": "512Mi", "trainers": "2Gi"})
     assert [str(p).split(":")[0] for p in found] == [
-        "shardServers.resources.limits.memory",
-        "trainers.resources.limits.memory",
+        "spec.shardServers.resources.limits.memory",
+        "spec.trainers.resources.limits.memory",
     ]
     assert "512Mi is below the 600Mi a shard server needs" in str(found[0])
-    assert "2Gi is below the 3072Mi a trainer needs (its process and its share of the collective" in str(
+    assert "2Gi is below the 3072Mi a trainer needs (its process, and its share of any collective" in str(
         found[1]
     )
-    assert "add trainers (trainers.replicas)" in str(found[1])
+    assert "add trainers (trainers.replicas) when collective tables" in str(found[1])
 
 
 @pytest.mark.parametrize("limit", [None, "3Gi", "4Gi", "500m"])  # none, enough, or not in bytes: no problem

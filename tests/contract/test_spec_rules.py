@@ -79,6 +79,17 @@ def test_unsupported_values_are_refused_with_their_field(table: dict, path: str)
     assert len(refused) == 1 and "not supported yet" in refused[0].message
 
 
+@pytest.mark.parametrize("value", ["dynamic", 5, [1, 2], True])
+@pytest.mark.parametrize("block", ["vocabulary", "init", "optimizer"])
+def test_a_block_given_a_plain_value_is_one_problem_naming_it(block: str, value: object) -> None:
+    doc = edit(GRAPHSAGE, lambda s: s["embeddings"][0].update({block: value}))
+    with pytest.raises(SpecError) as info:
+        parse(doc)
+    assert [p.message for p in info.value.problems if p.path == f"spec.embeddings[0].{block}"] == [
+        "Input should be an object"
+    ]
+
+
 def test_schema_errors_and_every_decidable_rule_at_once() -> None:
     doc = copy.deepcopy(GRAPHSAGE)
     doc["metadata"]["name"] = "b" * 41

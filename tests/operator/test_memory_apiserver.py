@@ -72,12 +72,12 @@ def test_trainers_get_their_collective_share_as_their_memory_request(kube, opera
         (
             limits("4Gi"),
             None,
-            "trainers.resources.limits.memory: 4Gi is below the 5120Mi",
+            "spec.trainers.resources.limits.memory: 4Gi is below the 5120Mi",
         ),
         (
             None,
             limits("512Mi"),
-            "shardServers.resources.limits.memory: 512Mi is below the 600Mi",
+            "spec.shardServers.resources.limits.memory: 512Mi is below the 600Mi",
         ),
     ],
     ids=["trainers", "shardServers"],

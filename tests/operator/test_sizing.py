@@ -58,8 +58,8 @@ def test_a_users_own_trainer_memory_is_kept_and_an_older_partition_changes_nothi
 @pytest.mark.parametrize(
     ("role", "field", "limit", "need"),
     [
-        ("trainers", "trainers.resources.limits.memory", "4Gi", "5120Mi a trainer needs"),
-        ("shardServers", "shardServers.resources.limits.memory", "512Mi", "600Mi a shard server needs"),
+        ("trainers", "spec.trainers.resources.limits.memory", "4Gi", "5120Mi a trainer needs"),
+        ("shardServers", "spec.shardServers.resources.limits.memory", "512Mi", "600Mi a shard server needs"),
     ],
 )
 def test_a_limit_below_the_need_fails_the_training_before_any_pod(role, field, limit, need) -> None:

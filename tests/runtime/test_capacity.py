@@ -114,9 +114,11 @@ def test_validate_refuses_a_shard_memory_limit_below_its_share(graph_file: Path,
     spec_path.write_text(yaml.safe_dump(doc))
     done = subprocess.run([*CLI, "validate", str(spec_path)], capture_output=True, text=True)
     assert done.returncode == 1 and "Traceback" not in done.stderr
-    assert "shardServers.resources.limits.memory: 100Mi cannot hold a shard server's share" in done.stderr
+    assert (
+        "spec.shardServers.resources.limits.memory: 100Mi cannot hold a shard server's share" in done.stderr
+    )
     need = capacity.shard_estimate(load_yaml(spec_path.read_text()).spec, _graph(graph_file))
-    assert f"it needs about {capacity.human(need)} over 2 shard(s)" in done.stderr
+    assert f"each of its 2 shard servers needs about {capacity.human(need)}" in done.stderr
     doc["spec"]["shardServers"]["resources"]["limits"]["memory"] = "2Gi"
     spec_path.write_text(yaml.safe_dump(doc))
     assert subprocess.run([*CLI, "validate", str(spec_path)], capture_output=True).returncode == 0
@@ -171,7 +173,9 @@ def test_validate_refuses_a_trainer_memory_limit_below_its_collective_share(
     share = 10_000_000 * 8 * 4 + 10_000_000 * (8 * 8 + 8)  # rows, Adam's moments and step counts
     share += KeyMap.bytes_for(10_000_000)  # and the key map of its share
     need = -(-(capacity.TRAINER_BASE + share) // MiB)
-    said = f"trainers.resources.limits.memory: 1Gi is below the {need}Mi a trainer needs (its process and"
+    said = (
+        f"spec.trainers.resources.limits.memory: 1Gi is below the {need}Mi a trainer needs (its process, and"
+    )
     assert said in done.stderr
     # 3Gi holds it; on its GPU the rows and state leave host memory, the key map (0.65 GiB) stays
     for fits in (

@@ -181,8 +181,15 @@ def test_keyed_requests_are_checked() -> None:
     state.create("d", 6, (DIM,), "float32", 3, 6, INIT, keyed={"shards": 2, "evict": False})
     with pytest.raises(ProtocolError, match="key 4 of 'd' belongs to shard 0, not 1"):
         state.pull_stream("d", np.array([3, 4], dtype=np.int64), 1 << 20)
-    with pytest.raises(ProtocolError, match="exists with a dynamic vocabulary"):
+    with pytest.raises(ProtocolError, match=r"exists as dynamic vocabulary \{'shards': 2, 'evict': False\}"):
         state.create("d", 6, (DIM,), "float32", 3, 6, INIT)
+    for other in ({"shards": 3, "evict": False}, {"shards": 2, "evict": True}):  # attached only as it is
+        with pytest.raises(ProtocolError, match="asked for"):
+            state.create("d", 6, (DIM,), "float32", 3, 6, INIT, keyed=other)
+    for shape, dtype in (((), "float32"), ((2, 3), "float32"), ((DIM,), "int64")):
+        with pytest.raises(ProtocolError, match="must have float32 rows of one dimension"):
+            state.create("e", 6, shape, dtype, 3, 6, INIT, keyed={"shards": 2, "evict": False})
+    assert "e" not in state.tensors
     with pytest.raises(ProtocolError, match="shard 1 of 1"):
         ShardTensors(1).create("e", 6, (DIM,), "float32", 0, 6, INIT, keyed={"shards": 1, "evict": False})
     assert len(state.get("d").keyed.keymap) == 0
@@ -287,3 +294,48 @@ def test_a_dynamic_table_is_checkpointed_whole_even_when_few_rows_changed(tmp_pa
     t = again.create("d", 8, (DIM,), "float32", 0, 8, INIT, keyed={"shards": 1, "evict": True})
     again.restore(tmp_path / "b")
     assert t.keyed.keys().tolist() == [1, 2, 3, 9]
+
+
+@pytest.mark.parametrize("tamper", ["duplicate", "other shard"])
+def test_a_checkpoint_whose_keys_are_not_its_pieces_own_is_refused(tmp_path: Path, tamper: str) -> None:
+    """keys.npy rewritten (its hash too, as someone with write access could): a key twice, or a key of
+    another shard's piece, is refused by restore and export alike, never loaded."""
+    from graphtrain.runtime.data.cache import sha256_file
+
+    emb, _ = train(kvstore.standalone(2), CONFIGS[0])
+    root = tmp_path / "ck"
+    states = emb.client.transport.states  # type: ignore[attr-defined]
+    ckpt.write_top(root, [p for st in states for p in st.checkpoint(root)], 2, None)
+    piece = sorted((root / "dyn").iterdir())[0]
+    keys = np.load(piece / kd.KEYS)
+    keys[1] = keys[0] if tamper == "duplicate" else 1  # shard 0 holds even keys
+    np.save(piece / kd.KEYS, keys)
+    manifest = ckpt.read_json(piece / ckpt.MANIFEST)
+    manifest["files"][kd.KEYS] = sha256_file(piece / kd.KEYS)
+    ckpt.write_json(piece / ckpt.MANIFEST, manifest)
+    want = "a key appears twice" if tamper == "duplicate" else "key 1 does not belong to piece 0 of 2"
+    with pytest.raises(Exception, match=want):
+        ckpt.export_keyed(root, "dyn")
+    again = ShardTensors(0)
+    again.create("dyn", 64, (DIM,), "float32", 0, 32, INIT, keyed={"shards": 2, "evict": False})
+    with pytest.raises(Exception, match=want):
+        again.restore(root)
+
+
+def test_a_dynamic_kge_table_starts_on_the_unit_sphere() -> None:
+    """A dynamic vocabulary's rows of a KGE model (entity and relation alike) start with L2 norm 1, as
+    a fixed table's are put there at start; the init spec's `norm` does it wherever a key is inserted."""
+    from graphtrain.contract.spec import load_yaml
+    from graphtrain.runtime.train.tables import table_init
+
+    doc = load_yaml(Path("examples/nations-transe.yaml").read_text())
+    spec = doc.spec.model_copy(deep=True)
+    for t in spec.embeddings:
+        t.vocabulary.kind, t.vocabulary.capacity = "dynamic", 64
+    for name in ("entity", "relation"):
+        init = table_init(spec, name)
+        assert init["norm"] == 1.0
+        rows = init_keyed(init, np.array([3, -9, 2**40]), 16)
+        np.testing.assert_allclose(np.linalg.norm(rows, axis=1), 1.0, rtol=1e-6)
+    fixed = load_yaml(Path("examples/nations-transe.yaml").read_text()).spec
+    assert "norm" not in table_init(fixed, "relation")  # a fixed table is normalised at start instead

@@ -278,3 +278,15 @@ def test_a_fifo_or_directory_marker_says_what_it_is(run: Path, tmp_path: Path) -
     (root / ckpt.LATEST).mkdir()
     with pytest.raises(DataError, match="LATEST: is a directory, not a checkpoint marker"):
         ckpt.resolve_latest(root)
+
+
+def test_a_npy_of_a_dynamic_table_holding_some_keys_is_refused(tmp_path: Path) -> None:
+    """A .npy has no id column: the rows of only the keys a dynamic vocabulary holds would be nameless."""
+    from graphtrain.runtime.errors import GraphtrainError
+    from graphtrain.runtime.outputs import Rows, write_rows
+
+    rows = Rows("entity", "nodes", np.array([3, 9]), np.zeros((2, 4), np.float32), some=True)
+    with pytest.raises(GraphtrainError, match="holds rows for 2 of its keys only, which a .npy cannot name"):
+        write_rows(tmp_path / "e.npy", rows)
+    write_rows(tmp_path / "e.csv", rows)  # an id column names them
+    assert (tmp_path / "e.csv").read_text().splitlines()[1].startswith("3,")
