@@ -18,9 +18,8 @@ import numpy as np
 import torch
 
 from graphtrain.runtime.collective import exchange as ex
-from graphtrain.runtime.kvstore.inits import init_keyed
+from graphtrain.runtime.kvstore.keyed import global_step, start_rows
 from graphtrain.runtime.native.keymap import KeyMap, KeyMapFull
-from graphtrain.runtime.optim.config import OptimConfig
 from graphtrain.runtime.optim.state import make_state
 
 
@@ -102,24 +101,15 @@ class DynamicKeys:
             if t.config is not None:
                 fresh = make_state(t.config, len(rows), t.dim, t.device)
                 for name, value in t.state.items():
-                    if not (name == "step" and _global_step(t.config)):
+                    if not (name == "step" and global_step(t.config)):
                         value[rows] = fresh[name]
 
     def initial(self, keys: torch.Tensor) -> torch.Tensor:
         return self.start(keys.cpu().numpy()).to(keys.device)
 
     def start(self, keys: np.ndarray) -> torch.Tensor:
-        """The rows `keys` start from: their init values, scaled to the optimizer's row norm when it has
-        one (KGE entities start on the unit sphere, as a fixed table's rows are put there at start)."""
-        rows = torch.from_numpy(init_keyed(self.init, keys, self.table.dim))
-        norm = self.table.config.row_norm if self.table.config is not None else 0.0
-        if norm:
-            rows.mul_(norm / rows.norm(dim=1, keepdim=True).clamp_min_(1e-12))
-        return rows
-
-
-def _global_step(config: OptimConfig) -> bool:
-    return config.kind == "adam" and config.step_count == "global"
+        """The rows `keys` start from, as on a shard server (kvstore/keyed.start_rows)."""
+        return torch.from_numpy(start_rows(self.init, keys, self.table.dim, self.table.config))
 
 
 __all__ = ["DynamicKeys", "FixedKeys", "KeyMapFull"]

@@ -50,6 +50,16 @@ def owners(keys: np.ndarray, shards: int) -> np.ndarray:
     return np.remainder(keys, shards)
 
 
+def start_rows(init: dict[str, Any], keys: np.ndarray, dim: int, config: OptimConfig | None) -> np.ndarray:
+    """The rows a dynamic vocabulary's `keys` start from, on a shard server or a trainer alike: their
+    init values, scaled to the optimizer's row norm when it has one (KGE entities start on the sphere)."""
+    rows = init_keyed(init, keys, dim)
+    norm = config.row_norm if config is not None else 0.0
+    if norm:
+        rows *= norm / np.maximum(np.linalg.norm(rows, axis=1, keepdims=True), 1e-12)
+    return rows
+
+
 def global_step(config: OptimConfig | None) -> bool:
     """Adam counting its steps per table: one count, not a row of state."""
     return config is not None and config.kind == "adam" and config.step_count == "global"
@@ -106,13 +116,7 @@ class KeyedRows:
         return rows
 
     def start(self, keys: np.ndarray, dim: int, config: OptimConfig | None) -> np.ndarray:
-        """The rows `keys` start from: their init values, scaled to the optimizer's row norm when it has
-        one (KGE entities start on the unit sphere)."""
-        rows = init_keyed(self.init, keys, dim)
-        norm = config.row_norm if config is not None else 0.0
-        if norm:
-            rows *= norm / np.maximum(np.linalg.norm(rows, axis=1, keepdims=True), 1e-12)
-        return rows
+        return start_rows(self.init, keys, dim, config)
 
     def reset(self, t: Any, rows: np.ndarray, keys: np.ndarray) -> None:
         """Rows that now hold `keys`: a checkpoint being written keeps their old values first."""
@@ -265,4 +269,5 @@ __all__ = [
     "rows_of",
     "share",
     "share_bounds",
+    "start_rows",
 ]

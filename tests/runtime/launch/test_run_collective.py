@@ -30,17 +30,22 @@ def collective(doc: dict) -> dict:
     return doc
 
 
+def trained(doc: dict, run_dir: Path, mrr: float) -> tuple[Path, dict]:
+    """Run `doc` into `run_dir`: its test MRR passes `mrr`; its latest checkpoint and that one's listing."""
+    result = launch(doc, run_dir).run()
+    assert result["test_mrr"] > mrr, result
+    latest = ckpt.resolve_latest(run_dir / "checkpoints")
+    assert latest is not None
+    return latest, ckpt.read_top(latest)
+
+
 @pytest.mark.timeout(400)
 def test_transe_with_collective_tables_learns_and_resumes_into_3_trainers(tmp_path: Path) -> None:
     doc = collective(nations(epochs=12))
     doc["spec"]["training"].update(evalEvery=12, checkpointInterval=50)
     run_dir = tmp_path / "run"
-    result = launch(doc, run_dir).run()
     # 14 entities: a random scorer's filtered MRR is about 0.25; TransE passes 0.33 within 12 epochs
-    assert result["test_mrr"] > 0.33, result
-    latest = ckpt.resolve_latest(run_dir / "checkpoints")
-    assert latest is not None
-    top = ckpt.read_top(latest)
+    latest, top = trained(doc, run_dir, 0.33)
     assert {p["name"] for ps in top["tensors"].values() for p in ps} == {"entity", "relation"}
     assert [(p["lo"], p["hi"]) for p in top["tensors"]["entity"]] == [(0, 7), (7, 14)]  # one per trainer
     rows = ckpt.export_table(latest, "entity")
