@@ -286,6 +286,10 @@ class TrainParams(RoleParams):
     standalone: bool = field(default=False, metadata=opt("hold the shards in this process (no servers)"))
     rank: int = field(default=0, metadata=opt("this trainer's rank"))
     world: int = field(default=1, metadata=opt("number of trainers"))
+    threads: int | None = field(
+        default=None,
+        metadata=opt("torch intra-op threads (the spec's training.threads wins; unset: this process' cores)"),
+    )
     init: str | None = field(
         default=None, metadata=opt("rendezvous of the trainers: tcp://host:port of rank 0")
     )
@@ -404,6 +408,7 @@ def train(
     servers: Sequence[str] | None,
     rank: int = 0,
     world: int = 1,
+    threads: int | None = None,
     init: str | None = None,
     shm: bool = True,
     run_dir: str | None = None,
@@ -414,7 +419,8 @@ def train(
 ) -> list[str]:
     """One trainer. `servers`: the shard servers' addresses in shard order, or None for standalone mode
     (one trainer holding the shards in its process: no servers, no token, no rendezvous); `init`: the
-    rendezvous (tcp://host:port of rank 0) when `world` > 1; `shm`: read co-located shards from shared
+    rendezvous (tcp://host:port of rank 0) when `world` > 1; `threads`: its torch threads where a launcher
+    shares a machine's cores out (None: the trainer's own cores); `shm`: read co-located shards from shared
     memory; progress goes to `run_dir`/progress.json and/or the `progress_configmap` (in a pod);
     `metrics_port` (0: any) and `metrics_host`: its Prometheus endpoint, None: none (host: the CLI's
     default); `metrics_port_file`: where it writes the port it bound (how a launcher learns a port 0).
@@ -434,6 +440,7 @@ def train(
             standalone=alone,
             rank=rank,
             world=world,
+            threads=threads,
             init=None if alone else init or None,
             servers=None if alone else ",".join(servers or ()),
             token_file=None if alone else Path(files.token),

@@ -5,14 +5,13 @@ predict (runtime/steptime.py), as lines."""
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from graphtrain.contract.spec import GraphTrainingSpec
-from graphtrain.runtime import capacity
+from graphtrain.runtime import capacity, cpus
 from graphtrain.runtime.errors import GraphtrainError
 from graphtrain.runtime.partition.format import PartitionConfig
 from graphtrain.runtime.steptime import Costs, Load, StepTime, costs_from_dict, predict, sage_macs
@@ -30,9 +29,11 @@ def sage_dims(spec: GraphTrainingSpec, cfg: PartitionConfig) -> list[int]:
     return [max(in_dim, 1), *[m.hidden_dim] * (m.num_layers - 1), classes]
 
 
-def trainer_threads(spec: GraphTrainingSpec) -> int:
-    """A trainer's torch threads, as roles/train.py sets them."""
-    return spec.training.threads or max(1, (os.cpu_count() or 1) // max(spec.trainers.replicas, 1))
+def trainer_threads(spec: GraphTrainingSpec, hosts: int = 1) -> int:
+    """Trainer 0's torch threads as `graphtrain run` gives them over `hosts` simulated hosts (the
+    spec's training.threads, else the launcher's share of this machine's cores: runtime/cpus.py)."""
+    shares = cpus.host_threads(cpus.available_cores(), spec.trainers.replicas, spec.num_shards, hosts)
+    return cpus.role_threads(spec.training.threads, shares[0])
 
 
 def loads(plan: capacity.CapacityPlan, dims: list[int], threads: int = 1) -> list[Load]:
@@ -113,7 +114,7 @@ def predicted(
     bandwidth: float | None,
 ) -> StepTime:
     """The plan's step time under `costs`."""
-    work = loads(plan, sage_dims(spec, cfg), trainer_threads(spec))
+    work = loads(plan, sage_dims(spec, cfg), trainer_threads(spec, plan.hosts))
     return predict(costs, work, plan.hosts, bandwidth)
 
 

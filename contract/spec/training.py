@@ -72,7 +72,9 @@ class Training(SpecModel):
         default=None,
         ge=1,
         le=1024,
-        description="Intra-op (torch) threads per trainer. Unset: the cores shared out among the trainers.",
+        description="Intra-op (torch) threads per trainer. Unset: a trainer pod's cores (its CPU limit, "
+        "else its node's); `graphtrain run` gives every trainer and shard server a core first and the "
+        "trainers the rest.",
     )
     prefetch: int = Field(
         default=0,

@@ -66,6 +66,7 @@ from graphtrain.contract.spec import (
     Progress,
     ShardState,
 )
+from graphtrain.runtime import cpus
 from graphtrain.runtime.data.cache import atomic_file, write_json
 from graphtrain.runtime.errors import GraphtrainError
 from graphtrain.runtime.launch import partition_step, plan, reuse, status, targets
@@ -272,7 +273,11 @@ class LocalRun:
         world = self.gt.spec.trainers.replicas
         h = self.hosts
         init = h.rendezvous(free_port()) if h else f"tcp://127.0.0.1:{free_port()}"
-        plans = [plan.trainer(r, world, where, self.run_dir, self.addresses, init) for r in range(world)]
+        threads = cpus.host_threads(cpus.available_cores(), world, len(self.servers), h.count if h else 1)
+        plans = [
+            plan.trainer(r, world, where, self.run_dir, self.addresses, init, threads=threads[r])
+            for r in range(world)
+        ]
         plans = [h.on_host(p, h.trainer_host(r)) for r, p in enumerate(plans)] if h else plans
         self.trainers = [self._spawn(p) for p in plans]
 

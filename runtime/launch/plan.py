@@ -103,14 +103,17 @@ def trainer(
     servers: Sequence[str],
     init: str,
     shm: bool = True,
+    threads: int | None = None,
 ) -> ProcessPlan:
     """Trainer `rank` of `world`, reading co-located shards from shared memory (`shm`: the servers'
-    tables are in host memory); rank 0 writes progress.json and result.json into the run directory."""
+    tables are in host memory), with `threads` torch threads (None: its cores); rank 0 writes
+    progress.json and result.json into the run directory."""
     argv = roles.train(
         where,
         servers=servers,
         rank=rank,
         world=world,
+        threads=threads,
         init=init,
         shm=shm,
         run_dir=str(run_dir),
@@ -120,11 +123,12 @@ def trainer(
     return ProcessPlan(f"trainer-{rank}", [*entry(), *argv], port_file(run_dir, rank))
 
 
-def standalone_trainer(where: roles.Files, run_dir: Path) -> ProcessPlan:
+def standalone_trainer(where: roles.Files, run_dir: Path, threads: int | None = None) -> ProcessPlan:
     """The one trainer of a standalone run: the shards live in its process."""
     argv = roles.train(
         where,
         servers=None,
+        threads=threads,
         run_dir=str(run_dir),
         metrics_port=0,
         metrics_port_file=str(port_file(run_dir, 0)),

@@ -11,11 +11,13 @@ from __future__ import annotations
 import faulthandler
 import json
 import logging
+import os
 import signal
 import socket
 import sys
 
 from graphtrain.contract.roles import ShardServerParams
+from graphtrain.runtime import cpus
 from graphtrain.runtime.errors import GraphtrainError
 
 log = logging.getLogger("graphtrain.kvstore.server")
@@ -41,6 +43,10 @@ def serve(p: ShardServerParams) -> None:
     from graphtrain.runtime.native.memory import keep_freed_memory
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    if "OMP_NUM_THREADS" not in os.environ:  # torch's default is the node's cores, not the pod's
+        import torch
+
+        torch.set_num_threads(cpus.role_threads(None, None))
     shard = hostname_ordinal(socket.gethostname()) if p.shard_from_hostname else p.shard
     token = read_token(p.token_file)
     keep_freed_memory()

@@ -16,6 +16,7 @@ from typing import Any
 
 from graphtrain.contract.roles import TrainParams
 from graphtrain.contract.spec import ModelKind, load_yaml
+from graphtrain.runtime import cpus
 from graphtrain.runtime.data.cache import read_text, write_json
 from graphtrain.runtime.errors import GraphtrainError
 
@@ -47,10 +48,7 @@ def train(p: TrainParams) -> None:
     metrics = TrainerMetrics(p.rank)
     if p.metrics_port is not None:
         serve_metrics(metrics.registry, p.metrics_host, p.metrics_port, p.metrics_port_file)
-    threads = gt.spec.training.threads or max(
-        1, (os.cpu_count() or 1) // (1 if p.standalone else max(p.world, 1))
-    )
-    torch.set_num_threads(threads)
+    torch.set_num_threads(cpus.role_threads(gt.spec.training.threads, p.threads))
     on_gpu = gt.spec.trainers.device == "cuda"
     device = trainer_device(str(gt.spec.trainers.device), p.rank, torch.cuda.device_count() if on_gpu else 0)
     if device.type == "cuda":

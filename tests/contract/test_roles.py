@@ -110,7 +110,7 @@ def local_argvs(gt: GraphTraining, tmp: Path) -> dict[str, list[str]]:
     device = Device(gt.spec.shard_servers.device).value
     plans = [plan.shard_server(i, where, run_dir, device) for i in range(gt.spec.num_shards)]
     init = "tcp://127.0.0.1:29500"
-    plans += [plan.trainer(r, world, where, run_dir, servers, init) for r in range(world)]
+    plans += [plan.trainer(r, world, where, run_dir, servers, init, threads=r + 1) for r in range(world)]
     out = {}
     for p in plans:
         assert p.argv[: len(plan.entry())] == plan.entry()
@@ -162,6 +162,7 @@ def test_every_local_argv_parses_with_the_cli(doc: dict, tmp_path: Path) -> None
     for r in range(world):
         t = params[f"trainer-{r}"]
         assert (t["rank"], t["world"], t["shm"], t["standalone"]) == (r, world, shm, False)
+        assert t["threads"] == r + 1  # the launcher's share of the machine's cores (runtime/cpus.py)
         assert t["run_dir"] == tmp_path / "run dir" and t["progress_configmap"] is None
         assert t["partition"] == params["shard-0"]["partition"]
         assert (t["metrics_port"], t["metrics_host"]) == (0, "127.0.0.1")
