@@ -16,7 +16,10 @@ or estimated from the data before any partition exists (runtime/capacity.py); it
 
 from __future__ import annotations
 
-from graphtrain.contract.spec import MemoryNeed, Problem, Resources, quantity_to_bytes
+from graphtrain.contract.spec import MemoryNeed, Problem, quantity_to_bytes
+from graphtrain.contract.spec.pods import states_memory
+
+__all__ = ["limit_problems", "memory_bytes", "quantity", "sized", "states_memory"]
 
 MiB = 2**20
 Pod = dict[str, dict[str, str]]  # a container's resources: {"requests": {...}, "limits": {...}}
@@ -38,11 +41,6 @@ def memory_bytes(text: str | None) -> int | None:
         return quantity_to_bytes(str(text))
     except ValueError:
         return None
-
-
-def states_memory(resources: Resources | None) -> bool:
-    """Whether a role's spec states its memory (a request or a limit): then it is the user's to keep."""
-    return resources is not None and ("memory" in resources.requests or "memory" in resources.limits)
 
 
 def sized(resources: Pod, need: int) -> Pod:

@@ -12,6 +12,7 @@ from pydantic import (
 )
 
 from graphtrain.contract.spec.document import GraphTraining
+from graphtrain.contract.spec.pods import pod_problems
 from graphtrain.contract.spec.rules import (
     ROOT_PATH,
     Problem,
@@ -41,7 +42,7 @@ def check(data: Any) -> tuple[GraphTraining | None, list[Problem]]:
         tree: Any = gt
     except ValidationError as exc:
         gt, schema, tree = None, problems_from_validation(exc), partial(GraphTraining, data)
-    problems = schema + broken_tree(tree, "")
+    problems = schema + broken_tree(tree, "") + pod_problems(getattr(tree, "spec", None))
     return (None if problems else gt), problems
 
 

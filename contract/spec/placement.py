@@ -71,7 +71,8 @@ class Resources(SpecModel):
     requests: dict[str, Quantity] = Field(
         default_factory=dict,
         description="Resources the scheduler reserves, by name (cpu, memory, nvidia.com/gpu, ...): "
-        "quantities such as 2, 500m, 4Gi.",
+        "quantities such as 2, 500m, 4Gi; each at most its limit when both are given (Kubernetes refuses "
+        "the pod otherwise).",
     )
     limits: dict[str, Quantity] = Field(
         default_factory=dict,
@@ -155,7 +156,9 @@ class Placement(SpecModel):
         description="Requests and limits of each pod's container, taken as a whole. Unset or empty: "
         "the operator's default for this role. Shard servers and trainers that state no memory get the "
         "memory request the partition measured (status.partition.memory; the default limit raised by "
-        "as much); a memory limit stated below it fails the training (InsufficientMemory).",
+        "as much); a memory limit stated below it fails the training (InsufficientMemory). A role that "
+        "states no memory and whose dynamic vocabularies alone need more than 4Ti per pod is refused: "
+        "state its memory to go beyond.",
     )
     node_selector: dict[LabelKey, LabelValue] | None = Field(
         default=None,

@@ -48,6 +48,7 @@ class _Invalid:
     __getattr__ = __eq__ = __ne__ = __lt__ = __le__ = __gt__ = __ge__ = __hash__ = _unknown
     __len__ = __iter__ = __contains__ = __bool__ = __str__ = __format__ = __getitem__ = _unknown
     __int__ = __float__ = __add__ = __radd__ = __sub__ = __rsub__ = _unknown
+    __mul__ = __rmul__ = __floordiv__ = __rfloordiv__ = __truediv__ = __rtruediv__ = __neg__ = _unknown
 
     def __repr__(self) -> str:
         return "<invalid>"
@@ -126,6 +127,14 @@ def broken_rules(obj: BaseModel, path: str = "") -> list[Problem]:
             continue
         out.append(Problem(path=join_path(path, rule.field) or ROOT_PATH, message=message))
     return out
+
+
+def decided(check: Callable[[Any], list[Problem]], obj: Any) -> list[Problem]:
+    """`check(obj)`, or nothing when it reads a value that failed the schema (INVALID)."""
+    try:
+        return check(obj)
+    except _Unknown:
+        return []
 
 
 ROOT_PATH: Final = "(root)"  # the path of a problem with the whole document (or model)

@@ -120,7 +120,8 @@ class Vocabulary(SpecModel):
         ge=1,
         le=2**40,
         description="Rows of a dynamic vocabulary in all, split like its keys over the shard servers "
-        "(sharding: server) or the trainers (collective); only with kind: dynamic.",
+        "(sharding: server) or the trainers (collective); only with kind: dynamic. A share needing more "
+        "than 4Ti of memory per pod is refused unless that role states its memory.",
     )
     on_full: OnFull = Field(
         default=OnFull.error,

@@ -257,6 +257,31 @@ CASES = [
         "partition.memoryLimit",
     ),
     Case(
+        "validate-request-above-limit",
+        lambda t: [
+            "validate",
+            example_with(
+                t,
+                "replicas: 2\n",
+                "replicas: 2\n    resources: {requests: {memory: 8Gi}, limits: {memory: 4Gi}}\n",
+            ),
+        ],
+        "spec.trainers.resources.requests.memory: 8Gi is above spec.trainers.resources.limits.memory 4Gi",
+    ),
+    Case(
+        "validate-dynamic-vocabulary-beyond-any-pod",
+        lambda t: [
+            "validate",
+            example_with(
+                t,
+                "keys: nodes\n",
+                "keys: nodes\n      vocabulary: {kind: dynamic, capacity: 1000000000000}\n",
+            ),
+        ],
+        "spec.embeddings[0].vocabulary.capacity: dynamic vocabulary of entity needs at least 240.1Ti per "
+        "shard server",
+    ),
+    Case(
         "report-file-under-a-file",
         lambda t: edges(t, E, "--report-file", text(t, "rf", "x") + "/r.json"),
         "r.json: cannot write the report",

@@ -1,0 +1,158 @@
+"""Spec problems with what the pods would be given, checked in Python only (`check()`: `graphtrain
+validate` and the operator, before it creates any child).
+
+- A request above its limit (any resource, any role): Kubernetes refuses such a pod when it is created,
+  after the operator has made the other children. Not a CEL rule of the CRD: comparing quantities needs
+  CEL's quantity library, which an API server takes in a new CRD's rules only from Kubernetes 1.30 (the
+  chart installs on 1.29), and the CRD's structural schema does not check a quantity's text.
+- A dynamic vocabulary too large for any pod, on a role that states no memory: the operator would request
+  its need and the pods would stay Pending forever. Not a CEL rule either: the need is arithmetic on the
+  optimizer and device, best kept beside the other memory estimates in one language.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator
+from decimal import Decimal, InvalidOperation
+from typing import Any, Final
+
+from graphtrain.contract.spec.base import SpecModel
+from graphtrain.contract.spec.enums import Device, Sharding, VocabularyKind
+from graphtrain.contract.spec.placement import Placement, Resources
+from graphtrain.contract.spec.rules import Problem, decided
+
+GiB: Final = 2**30
+TiB: Final = 2**40
+POD_MEMORY_CEILING: Final = 4 * TiB
+"""The most memory the operator requests for a pod on its own (a role that states no memory). The largest
+memory-optimised machines a Kubernetes node pool is commonly made of top out near 4 TiB (AWS x2iedn and
+x2idn.32xlarge 4 TiB, GCP m1-ultramem-160 3.75 TiB, Azure M128ms 3.8 TiB); the larger ones (6 to 32
+TiB) are bare-metal hosts seldom in a cluster. A need above it is a typo in a capacity far more often than
+a plan: refused, it names the table; a user who has such nodes states resources.limits.memory, and the
+stated limit is then checked against the need as any other (InsufficientMemory)."""
+
+KEY_BYTES: Final = 16
+"""Host memory per row of a dynamic vocabulary's key map: its key and its tick (runtime/native/keymap.py;
+its slots come on top)."""
+
+_SUFFIX: Final = {
+    **{s: Decimal(2) ** (10 * i) for i, s in enumerate(("", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei")) if s},
+    **{s: Decimal(10) ** e for s, e in (("n", -9), ("u", -6), ("m", -3), ("", 0), ("k", 3), ("M", 6))},
+    **{s: Decimal(10) ** e for s, e in (("G", 9), ("T", 12), ("P", 15), ("E", 18))},
+}
+_NUMBER = re.compile(r"^\+?([0-9]+(?:\.[0-9]*)?|\.[0-9]+)([eE][-+]?[0-9]+|[KMGTPE]i|[numkMGTPE])?$")
+
+
+def quantity_value(text: str) -> Decimal | None:
+    """A Kubernetes quantity's value, exactly ('500m' 0.5, '4Gi' 4294967296, '1e3' 1000); None when the
+    text is not a quantity (the schema reports it)."""
+    match = _NUMBER.match(str(text).strip())
+    if not match:
+        return None
+    number, suffix = match.groups()
+    try:
+        if suffix and suffix[0] in "eE":
+            return Decimal(number + suffix)
+        return Decimal(number) * _SUFFIX[suffix or ""]
+    except InvalidOperation:
+        return None
+
+
+def roles(spec: Any) -> Iterator[tuple[str, Placement]]:
+    """The spec's fields that place pods (shardServers, trainers, partition), by their camelCase name."""
+    for name, field in type(spec).model_fields.items():
+        value = spec.__dict__.get(name)
+        if isinstance(value, Placement):
+            yield field.alias or name, value
+
+
+def requests_above_limits(spec: Any) -> list[Problem]:
+    """Each request above the limit of the same resource in the same role, naming both fields."""
+    found = []
+    for role, placement in roles(spec):
+        resources = placement.resources
+        if resources is None:
+            continue
+        for name, request in resources.requests.items():
+            limit = resources.limits.get(name)
+            want, cap = quantity_value(request), quantity_value(limit) if limit is not None else None
+            if want is None or cap is None or want <= cap:
+                continue
+            where = f"spec.{role}.resources"
+            found.append(
+                Problem(
+                    path=f"{where}.requests.{name}",
+                    message=f"{request} is above {where}.limits.{name} {limit}: Kubernetes refuses a pod "
+                    "whose request is above its limit",
+                )
+            )
+    return found
+
+
+def size(n: int) -> str:
+    """Bytes as Ti from 1 TiB on, else Gi, one decimal ('3.6Ti', '512.0Gi')."""
+    return f"{n / TiB:,.1f}Ti" if n >= TiB else f"{n / GiB:,.1f}Gi"
+
+
+def dynamic_need(spec: Any, table: Any) -> int:
+    """Host memory one holder (a shard server, or a trainer for a collective table) needs for its share
+    of a dynamic vocabulary: its rows (float32, unless they live on the role's GPU) and their keys. It
+    errs low: the optimizer's state, the key map's slots, the graph and the process come on top."""
+    collective = table.sharding == Sharding.collective
+    holders = spec.trainers.replicas if collective else spec.num_shards
+    role = spec.trainers if collective else spec.shard_servers
+    rows = -(-int(table.vocabulary.capacity) // holders)
+    row = KEY_BYTES if role.device == Device.cuda else KEY_BYTES + table.dim * 4
+    return int(rows * row)
+
+
+def states_memory(resources: Resources | None) -> bool:
+    """Whether a role's spec states its memory (a request or a limit): then it is the user's to keep."""
+    return resources is not None and ("memory" in resources.requests or "memory" in resources.limits)
+
+
+def oversized_vocabularies(spec: Any, ceiling: int = POD_MEMORY_CEILING) -> list[Problem]:
+    """Roles stating no memory whose dynamic vocabularies alone need more than `ceiling` bytes per pod,
+    one problem per role at the capacity of its largest table."""
+    found = []
+    for role, name, collective in (("shardServers", "shard server", False), ("trainers", "trainer", True)):
+        placement = spec.trainers if collective else spec.shard_servers
+        if states_memory(placement.resources):
+            continue
+        tables = [
+            (i, t)
+            for i, t in enumerate(spec.embeddings)
+            if (t.sharding == Sharding.collective) == collective
+            and t.vocabulary.kind == VocabularyKind.dynamic
+            and t.vocabulary.capacity
+        ]
+        needs = {i: dynamic_need(spec, t) for i, t in tables}
+        total = sum(needs.values())
+        if total <= ceiling:
+            continue
+        big = max(needs, key=lambda i: needs[i])
+        named = ", ".join(t.name for _, t in tables)
+        found.append(
+            Problem(
+                path=f"spec.embeddings[{big}].vocabulary.capacity",
+                message=f"dynamic vocabulary of {named} needs at least {size(total)} per {name} (its "
+                f"rows and keys alone), above the {size(ceiling)} the operator requests for a pod on its "
+                f"own; state spec.{role}.resources.limits.memory or lower the capacity",
+            )
+        )
+    return found
+
+
+POD_CHECKS: Final[tuple[Callable[[Any], list[Problem]], ...]] = (
+    requests_above_limits,
+    oversized_vocabularies,
+)
+
+
+def pod_problems(spec: SpecModel | Any) -> list[Problem]:
+    """The problems of every pod check on a (partially valid) spec; a check that reads a value which
+    failed the schema is skipped, and so is a spec that is no model at all."""
+    if not isinstance(spec, SpecModel):
+        return []
+    return [p for check in POD_CHECKS for p in decided(check, spec)]
