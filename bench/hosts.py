@@ -81,8 +81,9 @@ def measure(
         peaks: dict[str, int] = {}
         others: list[float] = []
         cpu: list[tuple[float, int]] = []
+        trainer_cpu: list[tuple[float, int]] = []
         stop = threading.Event()
-        args = (layout, launch, samples, peaks, others, cpu, stop)
+        args = (layout, launch, samples, peaks, others, cpu, trainer_cpu, stop)
         poller = threading.Thread(target=_poll, args=args, daemon=True)
         poller.start()
         start, mine = time.monotonic(), time.process_time()
@@ -99,6 +100,7 @@ def measure(
     steps = int(last["step"]) - int(first["step"])
     sent = _at(samples, _when(last)) - _at(samples, _when(first))
     used = _at(cpu, _when(last)) - _at(cpu, _when(first))
+    by_trainers = _at(trainer_cpu, _when(last)) - _at(trainer_cpu, _when(first))
     config = next((run_dir / "partition").glob("*.json"))
     cfg = load_config(config)
     plan = capacity.make_plan(gt.spec, cfg, hosts)
@@ -125,6 +127,14 @@ def measure(
         "steps": steps,
         "cpu_per_step": used / 1e6 / max(steps, 1),
         "predicted_cpu_per_step": step.parts.get("cpu total", 0.0),
+        "trainer_cpu_per_step": by_trainers / 1e6 / max(steps, 1),
+        "predicted_trainer_cpu_per_step": step.parts.get("cpu trainers", 0.0),
+        "stages": _stages(run_dir),
+        "predicted_stages": {
+            k: v
+            for k, v in step.parts.items()
+            if k in ("sample", "fetch", "pull", "push", "forward_backward", "allreduce")
+        },
         "wall_s": wall,
     }
 
@@ -136,21 +146,25 @@ def _poll(
     peaks: dict[str, int],
     others: list[float],
     cpu: list[tuple[float, int]],
+    trainer_cpu: list[tuple[float, int]],
     stop: threading.Event,
 ) -> None:
     """Every 0.2 s until `stop`: (Unix time, bytes every host has sent so far), each process' peak
     RSS (`peaks`, by its name: shard-0, trainer-1, ...; a trainer's without the shard servers' shared
     memory it reads), and the other load's runnable threads (`others`: the machine's, less this
-    process and its children), and the CPU microseconds the run's processes have used so far (`cpu`)."""
+    process and its children), and the CPU microseconds the run's processes have used so far (`cpu`;
+    its trainers', `trainer_cpu`)."""
     while not stop.wait(0.2):
         samples.append((time.time(), sum(sent for sent, _ in link_bytes(layout).values())))
         with contextlib.suppress(psutil.Error, OSError):
             others.append(runnable_others(c.pid for c in psutil.Process().children(recursive=True)))
-        used = 0.0
+        used = {"shard": 0.0, "trainer": 0.0}
         for child in [*launch.servers, *launch.trainers]:
             with contextlib.suppress(psutil.Error, OSError):
-                used += sum(psutil.Process(child.proc.pid).cpu_times()[:2])
-        cpu.append((time.time(), int(used * 1e6)))
+                role = "trainer" if child.plan.name.startswith("trainer") else "shard"
+                used[role] += sum(psutil.Process(child.proc.pid).cpu_times()[:2])
+        cpu.append((time.time(), int(sum(used.values()) * 1e6)))
+        trainer_cpu.append((time.time(), int(used["trainer"] * 1e6)))
         for child in [*launch.servers, *launch.trainers]:
             with contextlib.suppress(psutil.Error, OSError):
                 rss = psutil.Process(child.proc.pid).memory_info().rss
@@ -171,6 +185,14 @@ def _shm_rss(pid: int) -> int:
             elif shm and first == "Rss:":
                 total += int(line.split()[1]) * 1024
     return total
+
+
+def _stages(run_dir: Path) -> str:
+    """Trainer 0's per-step stage line of the last epoch before the last (its log)."""
+    lines = [
+        line for line in (run_dir / "logs" / "trainer-0.log").read_text().splitlines() if "per step:" in line
+    ]
+    return lines[-2].split("per step:", 1)[1].strip() if len(lines) > 1 else ""
 
 
 def _when(entry: dict[str, Any]) -> float:
@@ -242,6 +264,14 @@ def main() -> int:
                 f"{m['trainer_rss'] / mib:,.0f} MiB ({m['predicted_trainer'] / mib:,.0f}) | "
                 f"{1000 * m['cpu_per_step']:,.0f} ({1000 * m['predicted_cpu_per_step']:,.0f}) | "
                 f"{m['steps']} | {m['wall_s']:.0f} |",
+                flush=True,
+            )
+            print(
+                f"#   {n} hosts: trainers' CPU ms per step {1000 * m['trainer_cpu_per_step']:,.0f} "
+                f"(plan {1000 * m['predicted_trainer_cpu_per_step']:,.0f}); "
+                f"trainer 0's stages: {m['stages']}; "
+                "plan's wall ms: "
+                + ", ".join(f"{k} {1000 * v:.1f}" for k, v in m["predicted_stages"].items()),
                 flush=True,
             )
     return 0

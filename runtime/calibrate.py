@@ -1,12 +1,16 @@
 """`graphtrain plan --calibrate`: this build's unit costs on the machine it runs on (runtime/steptime.py).
 
-Small real runs, each timed by wall clock, this process' CPU clock and the shard servers' CPU (psutil):
+Small real runs, each timed by wall clock, this process' CPU clock and the shard servers' CPU (their
+threads' schedstat, in nanoseconds):
 - real shard server processes over the partition (one per part, tcp on 127.0.0.1, port 0, --shm), a
   client over their shared memory and one over TCP: sampling (per sampled edge), features and labels
-  (per byte), an embedding table's pull, and its push with the server's SparseAdam step (per byte);
+  (per byte), an embedding table's pull, and its push with the server's SparseAdam step (per byte),
+  each also per shard a call touches: batches of two sizes, a line through them (runtime/steptime.py
+  prices 4 shards of 256 seeds above 2 of 512); the servers' CPU between the timed calls (answers
+  sent, buffers freed) is spread over them;
 - the real GraphSAGE's forward, backward and Adam step on sampled blocks (per multiply-add), on one
   thread;
-- gloo's all-reduce between this process and a second one on 127.0.0.1 (per byte);
+- gloo's all-reduce between this process and a second one on 127.0.0.1 (per byte, per ring step);
 - the machine's other load: other sessions (autogroup) with a runnable thread, sampled in /proc for
   2 s and weighed by their nice level (runtime/steptime.py's cpu_share turns it into the share a run's
   processes get; bench/hosts.py samples it through each run).
@@ -31,37 +35,94 @@ from typing import Any
 
 import numpy as np
 
+from graphtrain.runtime import cpus
 from graphtrain.runtime.partition.format import PartitionConfig
 from graphtrain.runtime.steptime import Costs, UnitCost, sage_macs
 
 EMB_DIM = 128
 
 
+Round = tuple[float, float, float, float]  # units of work, wall s, CPU s, servers' CPU s
+
+
+def task_cpu(pid: int) -> float:
+    """CPU seconds of every live thread of `pid`, in nanoseconds as the scheduler counts them
+    (/proc/<pid>/task/*/schedstat; /proc/<pid>/stat counts 10 ms ticks, more than a small request's
+    share)."""
+    total = 0
+    for stat in Path(f"/proc/{pid}/task").glob("*/schedstat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            total += int(stat.read_text().split()[0])
+    return total / 1e9
+
+
 class Clock:
     """Wall, this process' CPU and the servers' CPU seconds of a timed piece of work."""
 
     def __init__(self, server_pids: Sequence[int] = ()):
-        import psutil
+        self.servers = list(server_pids)
 
-        self.servers = [psutil.Process(p) for p in server_pids]
-
-    def _server_cpu(self) -> float:
-        return sum(sum(p.cpu_times()[:2]) for p in self.servers)
+    def server_cpu(self) -> float:
+        return sum(task_cpu(p) for p in self.servers)
 
     def time(self, work: Callable[[], float]) -> tuple[float, float, float, float]:
         """(units of work done, wall s, CPU s, server CPU s) of one call of `work` (it returns its units)."""
-        s0, w0, c0 = self._server_cpu(), time.perf_counter(), time.process_time()
+        s0, w0, c0 = self.server_cpu(), time.perf_counter(), time.process_time()
         units = work()
-        w1, c1, s1 = time.perf_counter(), time.process_time(), self._server_cpu()
+        w1, c1, s1 = time.perf_counter(), time.process_time(), self.server_cpu()
         return units, w1 - w0, c1 - c0, s1 - s0
 
 
-def per_unit(rounds: Sequence[tuple[float, float, float, float]]) -> UnitCost:
+def _line(big: tuple[float, float], small: tuple[float, float]) -> tuple[float, float]:
+    """(fixed, per unit) seconds of the line through two (units, seconds) points, both non-negative: a
+    negative fixed part (noise) leaves it all per unit at the larger size's rate, a negative slope
+    all fixed."""
+    (u1, c1), (u2, c2) = big, small
+    if u1 <= 0:
+        return 0.0, 0.0
+    if u1 == u2:
+        return 0.0, max(0.0, c1 / u1)
+    slope = (c1 - c2) / (u1 - u2)
+    if slope < 0:
+        return max(0.0, min(c1, c2)), 0.0
+    fixed = c1 - slope * u1
+    return (fixed, slope) if fixed >= 0 else (0.0, max(0.0, c1 / u1))
+
+
+def fit(big: Sequence[Round], small: Sequence[Round], touches: float, server_scale: float = 1.0) -> UnitCost:
+    """Per unit and per touched shard, from rounds of one op at a large and a small size (the first
+    round of each dropped: warm-up): wall and CPU through each size's least round per unit (the round
+    other load disturbed least: on a shared VM even CPU time grows with the load), the servers' CPU
+    through each size's mean (times `server_scale`: what they spend between the timed calls); the
+    fixed part of a call spread over the `touches` shards it touches."""
+    b, s = _kept(big), _kept(small)
+    if not b or not s:
+        return per_unit(big)
+
+    def least(rounds: list[Round], i: int) -> tuple[float, float]:
+        r = min(rounds, key=lambda r: r[i] / r[0])
+        return r[0], r[i]
+
+    def mean(rounds: list[Round]) -> tuple[float, float]:
+        return statistics.mean(r[0] for r in rounds), statistics.mean(r[3] for r in rounds)
+
+    wall_fixed, wall = _line(least(b, 1), least(s, 1))
+    cpu_fixed, cpu = _line(least(b, 2), least(s, 2))
+    server_fixed, server = _line(mean(b), mean(s))
+    t = max(touches, 1.0)
+    k = server_scale
+    return UnitCost(wall, cpu, server * k, wall_fixed / t, cpu_fixed / t, server_fixed * k / t)
+
+
+def _kept(rounds: Sequence[Round]) -> list[Round]:
+    return [r for r in (rounds[1:] if len(rounds) > 1 else rounds) if r[0] > 0]
+
+
+def per_unit(rounds: Sequence[Round]) -> UnitCost:
     """The cost per unit over `rounds` (units, wall, cpu, server cpu), the first dropped when there are
     several (warm-up): the least wall and CPU of a round (the round other load disturbed least: on a
-    shared VM even CPU time grows with the load), the servers' CPU over all rounds together (psutil
-    reads it in clock ticks, 10 ms, more than a round's share)."""
-    kept = [r for r in (rounds[1:] if len(rounds) > 1 else rounds) if r[0] > 0]
+    shared VM even CPU time grows with the load), the servers' CPU over all rounds together."""
+    kept = _kept(rounds)
     if not kept:
         return UnitCost(0.0, 0.0, 0.0)
 
@@ -156,11 +217,12 @@ def data_path(
     fanouts: list[int],
     rounds: int,
 ) -> dict[str, UnitCost]:
-    """Sampling, features, pull and push over shared memory (`shm`) or TCP: their UnitCosts."""
-    import torch
+    """Sampling, features, pull and push over shared memory (`shm`) or TCP: their UnitCosts, fitted
+    through rounds of `batch` seeds and of a quarter of them, alternating (every call touches every
+    shard, via shared memory or TCP as `shm` says)."""
 
     from graphtrain.runtime import kvstore
-    from graphtrain.runtime.graph import DistGraph, sample_blocks
+    from graphtrain.runtime.graph import DistGraph
     from graphtrain.runtime.graph.split import node_split
     from graphtrain.runtime.optim import SparseAdam
     from graphtrain.runtime.tensor import DistEmbedding
@@ -174,40 +236,66 @@ def data_path(
         ids = node_split(cfg, "train", 0, 1)
         rng = np.random.default_rng(0)
         clock = Clock(pids)
-        got: dict[str, list] = {"sample": [], "fetch": [], "pull": [], "push": []}
+        sizes = (batch, max(1, batch // 4))
+        got: dict[tuple[str, int], list[Round]] = {(op, b): [] for op in OPS for b in sizes}
+        start = clock.server_cpu()
         for i in range(rounds):
-            seeds = rng.choice(ids, min(batch, len(ids)), replace=False)
-            box: dict[str, Any] = {}
-
-            def sample(seeds: np.ndarray = seeds, i: int = i, box: dict = box) -> float:
-                box["mb"] = mb = sample_blocks(graph, seeds, fanouts, seed=i)
-                return float(sum(len(b.src) for b in mb.blocks))
-
-            got["sample"].append(clock.time(sample))
-            nodes = box["mb"].input_nodes
-
-            def fetch(nodes: np.ndarray = nodes, seeds: np.ndarray = seeds) -> float:
-                x = np.asarray(graph.ndata["feat"][nodes]) if "feat" in graph.ndata else np.empty(0)
-                y = np.asarray(graph.ndata["label"][seeds])
-                return float(x.nbytes + y.nbytes)
-
-            got["fetch"].append(clock.time(fetch))
-
-            def pull(nodes: np.ndarray = nodes, box: dict = box) -> float:
-                box["rows"] = emb(torch.from_numpy(nodes))
-                return float(len(nodes) * EMB_DIM * 4)
-
-            got["pull"].append(clock.time(pull))
-
-            def push(nodes: np.ndarray = nodes, box: dict = box) -> float:
-                box["rows"].sum().backward()
-                opt.step(wait=True)
-                return float(len(nodes) * EMB_DIM * 4)
-
-            got["push"].append(clock.time(push))
-        return {f"{op}_{via}": per_unit(r) for op, r in got.items()}
+            for size in sizes:
+                seeds = rng.choice(ids, min(size, len(ids)), replace=False)
+                for op, round_ in _round(graph, emb, opt, seeds, fanouts, i, clock).items():
+                    got[(op, size)].append(round_)
+        timed = sum(r[3] for done in got.values() for r in done)
+        scale = (clock.server_cpu() - start) / timed if timed > 0 else 1.0
+        has_feat = "feat" in graph.ndata
+        calls = {"sample": len(fanouts), "fetch": 1 + int(has_feat), "pull": 1, "push": 1}
+        return {
+            f"{op}_{via}": fit(got[(op, sizes[0])], got[(op, sizes[1])], calls[op] * cfg.num_parts, scale)
+            for op in OPS
+        }
     finally:
         client.close()
+
+
+OPS = ("sample", "fetch", "pull", "push")
+
+
+def _round(
+    graph: Any, emb: Any, opt: Any, seeds: np.ndarray, fanouts: list[int], i: int, clock: Clock
+) -> dict:
+    """One batch's sampling, features and labels, pull and push, each timed by `clock`."""
+    import torch
+
+    from graphtrain.runtime.graph import sample_blocks
+
+    box: dict[str, Any] = {}
+
+    def sample() -> float:
+        box["mb"] = mb = sample_blocks(graph, seeds, fanouts, seed=i)
+        return float(sum(len(b.src) for b in mb.blocks))
+
+    out = {"sample": clock.time(sample)}
+    nodes = box["mb"].input_nodes
+
+    def fetch() -> float:
+        x = np.asarray(graph.ndata["feat"][nodes]) if "feat" in graph.ndata else np.empty(0)
+        y = np.asarray(graph.ndata["label"][seeds])
+        return float(x.nbytes + y.nbytes)
+
+    out["fetch"] = clock.time(fetch)
+
+    def pull() -> float:
+        box["rows"] = emb(torch.from_numpy(nodes))
+        return float(len(nodes) * EMB_DIM * 4)
+
+    out["pull"] = clock.time(pull)
+
+    def push() -> float:
+        box["rows"].sum().backward()
+        opt.step(wait=True)
+        return float(len(nodes) * EMB_DIM * 4)
+
+    out["push"] = clock.time(push)
+    return out
 
 
 def dense(cfg: PartitionConfig, dims: list[int], batch: int, fanouts: list[int], rounds: int) -> UnitCost:
@@ -250,7 +338,7 @@ def threaded(cfg: PartitionConfig, dims: list[int], batch: int, fanouts: list[in
     burn, spinning for each other included."""
     import torch
 
-    torch.set_num_threads(os.cpu_count() or 1)
+    torch.set_num_threads(max(1, int(cpus.available_cores())))
     try:
         return dense(cfg, dims, batch, fanouts, rounds)
     finally:
@@ -269,9 +357,15 @@ d.destroy_process_group()
 """
 
 
-def allreduce(nbytes: int, rounds: int) -> UnitCost:
-    """gloo's all-reduce of `nbytes` between this process and a second one: per byte, as sent by
-    each of the two (a ring of 2 sends each rank's whole tensor once)."""
+def allreduce(rounds: int) -> UnitCost:
+    """gloo's all-reduce between this process and a second one: per byte (as sent by each of the two: a
+    ring of 2 sends each rank's whole tensor once) and per step of the ring (a ring of 2 has 2), fitted
+    through rounds of 1 MiB and of 64 KiB."""
+    return fit(allreduce_rounds(1 << 20, rounds), allreduce_rounds(1 << 16, rounds), touches=2)
+
+
+def allreduce_rounds(nbytes: int, rounds: int) -> list[Round]:
+    """`rounds` timed all-reduces of `nbytes` between this process and a second one."""
     import torch
     import torch.distributed as dist
 
@@ -294,7 +388,7 @@ def allreduce(nbytes: int, rounds: int) -> UnitCost:
         if child.poll() is None:
             child.kill()
             child.wait(timeout=10)
-    return per_unit(timed)
+    return timed
 
 
 def calibrate(
@@ -318,7 +412,7 @@ def calibrate(
         torch.set_num_threads(threads)
     return Costs(
         ops,
-        os.cpu_count() or 1,
+        cpus.available_cores(),
         busy,
         machine=f"{platform.node()}, {os.cpu_count()} cores",
         measured_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
@@ -349,5 +443,5 @@ def _ops(
     ops["dense"] = dense(cfg, dims, batch, fanouts, rounds)
     ops["dense_threaded"] = threaded(cfg, dims, batch, fanouts, rounds)
     say("calibrating: all-reduce")
-    ops["allreduce"] = allreduce(1 << 20, rounds)
+    ops["allreduce"] = allreduce(rounds)
     return ops

@@ -14,7 +14,15 @@ from graphtrain.contract.spec import GraphTrainingSpec
 from graphtrain.runtime import capacity, cpus
 from graphtrain.runtime.errors import GraphtrainError
 from graphtrain.runtime.partition.format import PartitionConfig
-from graphtrain.runtime.steptime import Costs, Load, StepTime, costs_from_dict, predict, sage_macs
+from graphtrain.runtime.steptime import (
+    Costs,
+    Load,
+    StepTime,
+    costs_from_dict,
+    predict,
+    sage_macs,
+    touch_counts,
+)
 
 
 def sage_dims(spec: GraphTrainingSpec, cfg: PartitionConfig) -> list[int]:
@@ -36,12 +44,21 @@ def trainer_threads(spec: GraphTrainingSpec, hosts: int = 1) -> int:
     return cpus.role_threads(spec.training.threads, shares[0])
 
 
-def loads(plan: capacity.CapacityPlan, dims: list[int], threads: int = 1) -> list[Load]:
-    """Each trainer's work per step from the plan's replayed batches (GraphSAGE only: else none)."""
+def loads(
+    plan: capacity.CapacityPlan, spec: GraphTrainingSpec, dims: list[int], threads: int = 1
+) -> list[Load]:
+    """Each trainer's work per step from the plan's replayed batches (GraphSAGE only: else none): its
+    ops, the shards each touches on its host and across hosts, and the all-reduce's ring steps."""
     out = []
-    for w in plan.wires:
+    shards, hosts, world = spec.num_shards, max(plan.hosts, 1), spec.trainers.replicas
+    embedding = any(t.name == spec.model.node_embedding for t in spec.embeddings)
+    for rank, w in enumerate(plan.wires):
         if w.work is None:
             continue
+        local = sum(1 for i in range(shards) if i % hosts == rank % hosts)
+        touches = touch_counts(
+            len(spec.training.fanouts), 1 + int(spec.model.use_features), embedding, local, shards - local
+        )
         out.append(
             Load(
                 edges=w.work.edges,
@@ -53,6 +70,9 @@ def loads(plan: capacity.CapacityPlan, dims: list[int], threads: int = 1) -> lis
                 wire_bytes=w.sent + w.received - w.allreduce,
                 path_bytes=max(w.sent, w.received),
                 threads=threads,
+                inline=spec.training.prefetch == 0,
+                touches=touches,
+                ring_steps=2 * (world - 1),
             )
         )
     return out
@@ -114,7 +134,7 @@ def predicted(
     bandwidth: float | None,
 ) -> StepTime:
     """The plan's step time under `costs`."""
-    work = loads(plan, sage_dims(spec, cfg), trainer_threads(spec, plan.hosts))
+    work = loads(plan, spec, sage_dims(spec, cfg), trainer_threads(spec, plan.hosts))
     return predict(costs, work, plan.hosts, bandwidth)
 
 

@@ -1,23 +1,30 @@
 """A trainer step's time predicted from this build's measured unit costs (issue 33; pure, no I/O).
 
 The data path of a GraphSAGE step, as runtime/train/node_classification.py runs it:
-- the loader thread samples the next batch and gathers its features and labels while the main thread
-  steps (prefetch), so sampling overlaps the rest of the step;
+- the next batch is sampled and its features and labels gathered: by the loader thread while the main
+  thread steps (training.prefetch above 0: sampling overlaps the rest of the step), or inline on the
+  main thread (prefetch 0, the default: it adds to the step);
 - the main thread pulls the input nodes' embedding rows (waiting for the previous push to be applied),
   runs forward and backward (DDP's all-reduce inside), hands the gradients to the shard servers (push,
   applied there while it goes on) and steps the dense optimizer.
 Every op of a step has a unit cost (runtime/calibrate.py measures them on the machine it runs on): the
 caller's wall seconds, its CPU seconds and the shard servers' CPU seconds per unit (sampled edge,
-byte, multiply-add), each over shared memory (a shard on the trainer's host) and over TCP.
+byte, multiply-add), each over shared memory (a shard on the trainer's host) and over TCP, plus a fixed
+cost for each shard a call touches (a request and its answer: 4 shards of 256 seeds cost more than 2 of
+512) and for each step of the all-reduce's ring.
 
 Contention: a trainer waits for the slowest one at every all-reduce, and every process shares the
-cores the machine gives them. So a step takes the longest of
-- the slowest trainer's own path: max(loader thread, main thread), each its CPU (and the servers' it
-  waits for) at the rate a thread gets, the main thread's remote bytes added at the link's rate (a
-  pull waits for its rows: the wire is additive there);
+cores the machine gives them. So a step takes the longest of (a roofline: each a floor the step cannot
+go below)
+- the slowest trainer's own path: max(loader thread, main thread), or their sum when sampling is
+  inline, each its CPU (and the servers' it waits for) at the rate a thread gets beside other load,
+  the main thread's remote bytes added at the link's rate (a pull waits for its rows: the wire is
+  additive there);
 - the CPU all processes need in one step (every trainer's, every shard server's) over the CPU share
-  they get (cpu_share: the scheduler shares C cores evenly among runnable threads, ours and the B busy
-  ones of other load the calibration measured; each at most a core);
+  they get (cpu_share: the scheduler shares C cores evenly among runnable groups, ours and the B busy
+  ones of other load the calibration measured), plus the all-reduce's transfer across hosts (a barrier:
+  nobody computes while it crosses the links). 8 processes in lock step on 2 cores (bench/hosts.py, 4
+  hosts) are CPU-bound here, not path-bound: each trainer's path is stretched only while others run;
 - the busiest host link: its bytes per step at the bandwidth.
 """
 
@@ -38,11 +45,16 @@ ALL_OPS = tuple(f"{op}_{via}" for op in OPS for via in ("shm", "tcp")) + (
 
 @dataclass(frozen=True)
 class UnitCost:
-    """Seconds per unit: the caller's wall time and CPU time, and the shard servers' CPU time."""
+    """Seconds per unit: the caller's wall time and CPU time, and the shard servers' CPU time; and the
+    fixed seconds of each shard a call touches (`*_touch`: a request and its answer over TCP, a view of
+    shared memory), which small requests to many shards pay more often per byte."""
 
     wall: float
     cpu: float
     server_cpu: float = 0.0
+    wall_touch: float = 0.0
+    cpu_touch: float = 0.0
+    server_touch: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -79,8 +91,8 @@ def costs_from_dict(doc: Any) -> Costs:
         if not isinstance(unit, Mapping):
             raise ValueError(f"field 'ops.{name}' is missing or not an object")
         values = {
-            k: _number(unit.get(k, 0.0 if k == "server_cpu" else None), f"ops.{name}.{k}")
-            for k in ("wall", "cpu", "server_cpu")
+            k: _number(unit.get(k, None if k in ("wall", "cpu") else 0.0), f"ops.{name}.{k}")
+            for k in ("wall", "cpu", "server_cpu", "wall_touch", "cpu_touch", "server_touch")
         }
         parsed[name] = UnitCost(**values)
     cores = _number(doc.get("cores"), "cores")
@@ -112,6 +124,10 @@ class Load:
     wire_bytes: float  # both ways, all-reduce counted once (what it adds to the hosts' links)
     path_bytes: float  # the larger way, all-reduce included (what its own step waits for)
     threads: int = 1  # torch's intra-op threads (above 1: the dense op's dense_threaded cost)
+    inline: bool = False  # sampling on the main thread (training.prefetch 0), not beside it
+    touches: Mapping[str, tuple[float, float]] = field(default_factory=dict)  # op: shards a step
+    # touches (via shared memory, via TCP), each call counted (`touch_counts`)
+    ring_steps: int = 0  # the all-reduce's sequential steps (a ring of W ranks: 2 (W - 1))
 
 
 @dataclass
@@ -133,15 +149,29 @@ def sage_macs(blocks: Sequence[tuple[float, float]], dims: Sequence[int]) -> flo
     return total
 
 
-def _split(costs: Costs, op: str, units: float, remote: float) -> UnitCost:
-    """`units` of `op`, the `remote` fraction over TCP and the rest over shared memory."""
+def touch_counts(
+    layers: int, fetches: int, embedding: bool, local_shards: int, remote_shards: int
+) -> dict[str, tuple[float, float]]:
+    """The shards a trainer's step touches per op, (via shared memory, via TCP): every call touches
+    every shard (a batch's nodes are spread over all of them); sampling calls once a layer, features
+    and labels once a table (`fetches`), the node embedding's pull and push once each."""
+    calls = {"sample": layers, "fetch": fetches, "pull": int(embedding), "push": int(embedding)}
+    return {op: (float(n * local_shards), float(n * remote_shards)) for op, n in calls.items()}
+
+
+def _split(
+    costs: Costs, op: str, units: float, remote: float, touches: tuple[float, float] = (0.0, 0.0)
+) -> UnitCost:
+    """`units` of `op`, the `remote` fraction over TCP and the rest over shared memory, and the fixed
+    cost of the shards it touches each way."""
     shm, tcp = costs.ops[f"{op}_shm"], costs.ops[f"{op}_tcp"]
     local = units * (1 - remote)
     far = units * remote
+    near, away = touches
     return UnitCost(
-        shm.wall * local + tcp.wall * far,
-        shm.cpu * local + tcp.cpu * far,
-        shm.server_cpu * local + tcp.server_cpu * far,
+        shm.wall * local + tcp.wall * far + shm.wall_touch * near + tcp.wall_touch * away,
+        shm.cpu * local + tcp.cpu * far + shm.cpu_touch * near + tcp.cpu_touch * away,
+        shm.server_cpu * local + tcp.server_cpu * far + shm.server_touch * near + tcp.server_touch * away,
     )
 
 
@@ -149,13 +179,18 @@ def trainer_parts(costs: Costs, load: Load) -> dict[str, UnitCost]:
     """One trainer's ops in one step, each as seconds of wall, CPU and shard-server CPU."""
     dense = costs.ops["dense_threaded" if load.threads > 1 else "dense"]
     ar = costs.ops["allreduce"]
+    t = load.touches
+    steps = load.ring_steps
     return {
-        "sample": _split(costs, "sample", load.edges, load.remote),
-        "fetch": _split(costs, "fetch", load.feature_bytes, load.remote),
-        "pull": _split(costs, "pull", load.row_bytes, load.remote),
-        "push": _split(costs, "push", load.row_bytes, load.remote),
+        "sample": _split(costs, "sample", load.edges, load.remote, t.get("sample", (0.0, 0.0))),
+        "fetch": _split(costs, "fetch", load.feature_bytes, load.remote, t.get("fetch", (0.0, 0.0))),
+        "pull": _split(costs, "pull", load.row_bytes, load.remote, t.get("pull", (0.0, 0.0))),
+        "push": _split(costs, "push", load.row_bytes, load.remote, t.get("push", (0.0, 0.0))),
         "forward_backward": UnitCost(dense.wall * load.macs, dense.cpu * load.macs),
-        "allreduce": UnitCost(ar.wall * load.allreduce_bytes, ar.cpu * load.allreduce_bytes),
+        "allreduce": UnitCost(
+            ar.wall * load.allreduce_bytes + ar.wall_touch * steps,
+            ar.cpu * load.allreduce_bytes + ar.cpu_touch * steps,
+        ),
     }
 
 
@@ -172,13 +207,16 @@ def predict(costs: Costs, loads: Sequence[Load], hosts: int, bandwidth: float | 
     bytes/s each way (None: not a bound), by the three bounds of the module's docstring.
 
     The scheduler shares the cores between groups (autogroup: a session each; every trainer and shard
-    server is one). Ours: each trainer (in step with the others, it runs or waits for them) and the
-    shard servers in units of a trainer's CPU (a server busy half as long counts as half). A group gets
-    `rate` (cpu_share over them; a trainer's two threads, main and loader, share it, each at most a
-    core); a trainer's path is its own CPU at that rate, the servers' CPU its main thread waits for at
-    theirs, and its remote bytes at the link's. A trainer with several intra-op threads counts as one
-    group still; its dense op costs the CPU all its threads burn (dense_threaded: on a loaded machine
-    they spin waiting for each other, bench/RESULTS.md)."""
+    server is one). A trainer's path is its own CPU (main thread, and the loader's when sampling is
+    inline; else the longer of the two), the servers' CPU its main thread waits for, and its remote bytes
+    at the link's rate; its threads run at the rate one group gets beside the other load. Contention
+    between our own processes is the CPU bound's: when they need more CPU than their share of the
+    cores, the step is that CPU over the share (a process that waits for another is not runnable, so
+    the cores stay busy), plus the all-reduce's transfer across hosts, when every trainer waits and no
+    server has a request: nobody computes then. The groups' share beside other load counts each
+    trainer as one group and the shard servers in units of a trainer's CPU. A trainer with several
+    intra-op threads costs the CPU all its threads burn (dense_threaded: on a loaded machine they spin
+    waiting for each other, bench/RESULTS.md)."""
     if not loads:
         return StepTime(0.0, "none")
     each = [trainer_parts(costs, load) for load in loads]
@@ -189,20 +227,22 @@ def predict(costs: Costs, loads: Sequence[Load], hosts: int, bandwidth: float | 
     own = sum(a + b for a, b in zip(main, loader, strict=True))
     busy = len(loads) + (server / (own / len(loads)) if own > 0 else 0.0)
     share = cpu_share(costs.cores, costs.background, busy)
-    rate = share / busy
-    one = min(rate, 1.0)  # a thread's
+    one = min(1.0, costs.cores / (1.0 + costs.background))  # a runnable thread of ours beside other load
     paths = [
-        max(max(a, b) / one, (a + b) / rate) + w / one for a, b, w in zip(main, loader, waits, strict=True)
+        ((a + b) if load.inline else max(a, b)) / one + w / one
+        for a, b, w, load in zip(main, loader, waits, loads, strict=True)
     ]
     wire = [load.path_bytes / bandwidth if bandwidth else 0.0 for load in loads]
     link = sum(load.wire_bytes for load in loads) / hosts / bandwidth if bandwidth else 0.0
+    barrier = max(load.allreduce_bytes for load in loads) / bandwidth if bandwidth and hosts > 1 else 0.0
     bounds = {
         "trainer path": max(p + w for p, w in zip(paths, wire, strict=True)),
-        "cpu": (own + server) / share,
+        "cpu": (own + server) / share + barrier,
         "link": link,
     }
     bound = max(bounds, key=lambda k: bounds[k])
     stages = {k: sum(p[k].wall for p in each) / len(each) for k in each[0]}
     extra = {f"bound {k}": v for k, v in bounds.items()}
-    shares = {"cpu share": share, "busy processes": busy, "cpu total": own + server}
+    shares = {"cpu share": share, "busy processes": busy, "cpu total": own + server, "barrier": barrier}
+    shares |= {"cpu trainers": own, "cpu servers": server}
     return StepTime(bounds[bound], bound, {**stages, **extra, **shares})

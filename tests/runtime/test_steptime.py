@@ -79,9 +79,20 @@ def test_groups_share_the_cores_with_other_load() -> None:
     share = 2 * 6 / 10  # 6 busy beside 4 others on 2 cores
     assert step.parts["cpu total"] == pytest.approx(0.4 + 0.2)
     assert step.parts["bound cpu"] == pytest.approx((0.4 + 0.2) / share)
-    # a trainer's path: its CPU and the server CPU it waits for, at a sixth of the share each
-    assert step.parts["bound trainer path"] == pytest.approx((0.1 + 0.05) / (share / 6))
-    assert step.bound == "trainer path"
+    # a trainer's path: its CPU and the server CPU it waits for, at the rate one group gets beside 4 others
+    assert step.parts["bound trainer path"] == pytest.approx((0.1 + 0.05) / (2 / 5))
+    # our 6 groups contend with each other in the CPU bound: a waiting trainer leaves its core to a server
+    assert step.bound == "cpu"
+    assert (
+        steptime.predict(costs(dense=UnitCost(0.1, 0.1)), [load(macs=1.0)], hosts=1).bound == "trainer path"
+    )
+
+
+def test_the_all_reduce_across_hosts_is_a_barrier_on_top_of_the_cpu_bound() -> None:
+    c = costs(cores=2, dense=UnitCost(0.1, 0.1))
+    four = [load(macs=1.0, allreduce_bytes=50.0)] * 4
+    assert steptime.predict(c, four, hosts=4, bandwidth=1000).parts["bound cpu"] == pytest.approx(0.2 + 0.05)
+    assert steptime.predict(c, four, hosts=1, bandwidth=1000).parts["bound cpu"] == pytest.approx(0.2)
 
 
 def test_costs_round_trip_and_a_bad_field_is_named() -> None:
@@ -99,3 +110,39 @@ def test_costs_round_trip_and_a_bad_field_is_named() -> None:
         steptime.costs_from_dict(doc)
     with pytest.raises(ValueError, match="field 'cores' must be above 0"):
         steptime.costs_from_dict({**c.to_dict(), "cores": 0})
+
+
+def test_each_shard_a_call_touches_pays_its_fixed_cost_on_its_way() -> None:
+    c = costs(
+        pull_shm=UnitCost(1.0, 1.0, 0.0, 0.5, 0.25, 0.0), pull_tcp=UnitCost(2.0, 2.0, 1.0, 3.0, 1.0, 4.0)
+    )
+    parts = steptime.trainer_parts(c, load(row_bytes=10, remote=0.5, touches={"pull": (1.0, 3.0)}))
+    assert parts["pull"] == UnitCost(5 + 10 + 0.5 + 9, 5 + 10 + 0.25 + 3, 5 + 12)
+    # every call touches every shard: sampling once a layer, features and labels once a table
+    assert steptime.touch_counts(2, 2, True, 1, 3) == {
+        "sample": (2.0, 6.0),
+        "fetch": (2.0, 6.0),
+        "pull": (1.0, 3.0),
+        "push": (1.0, 3.0),
+    }
+    assert steptime.touch_counts(2, 1, False, 2, 0)["pull"] == (0.0, 0.0)
+
+
+def test_the_all_reduce_pays_each_step_of_its_ring() -> None:
+    c = costs(allreduce=UnitCost(1.0, 0.5, 0.0, 2.0, 1.0))
+    parts = steptime.trainer_parts(c, load(allreduce_bytes=3.0, ring_steps=6))
+    assert parts["allreduce"] == UnitCost(3 + 12, 1.5 + 6)
+
+
+def test_inline_sampling_adds_to_the_step_instead_of_overlapping_it() -> None:
+    c = costs(cores=8, sample_shm=UnitCost(1.0, 1.0), dense=UnitCost(1.0, 1.0))
+    step = steptime.predict(c, [load(edges=0.5, macs=0.2, inline=True)], hosts=1)
+    assert step.seconds == pytest.approx(0.7)
+
+
+def test_a_costs_file_without_touch_costs_reads_them_as_none() -> None:
+    doc = costs(dense=UnitCost(1e-10, 9e-11)).to_dict()
+    for unit in doc["ops"].values():
+        for k in ("wall_touch", "cpu_touch", "server_touch"):
+            del unit[k]
+    assert steptime.costs_from_dict(doc).ops["dense"] == UnitCost(1e-10, 9e-11)
