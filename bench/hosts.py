@@ -13,7 +13,7 @@ between the end of epoch 1 and the end of epoch E-1 (evaluation runs only after 
 startup nor evaluation is counted) over the steps between them. Root only (namespaces, tc). Every
 run is bounded by --timeout; the namespaces are removed however a run ends.
 
-    sudo python bench/hosts.py [--hosts 1 2 4] [--epochs 3] [--rate 1gbit] [--delay 0.5ms]
+    sudo python bench/hosts.py [--hosts 1 2 4] [--epochs 3] [--rate 1gbit] [--delay 0.5ms] [--other-load 2]
 """
 
 from __future__ import annotations
@@ -26,10 +26,12 @@ import json
 import os
 import platform
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -68,14 +70,41 @@ def costs_here(workdir: Path) -> Costs:
     return calibrate(cfg, planning.sage_dims(gt.spec, cfg), list(gt.spec.training.fanouts))
 
 
+SPIN = (
+    "import sys, time\nend = time.monotonic() + float(sys.argv[1])\nwhile time.monotonic() < end:\n    pass\n"
+)
+
+
+@contextlib.contextmanager
+def other_load(count: int, seconds: float) -> Iterator[set[int]]:
+    """`count` busy loops, each a session of its own (as another user's process would be), for at most
+    `seconds`, killed when the block ends: other load the plan must account for."""
+    spinners = [
+        subprocess.Popen([sys.executable, "-c", SPIN, str(seconds)], start_new_session=True)
+        for _ in range(count)
+    ]
+    try:
+        yield {p.pid for p in spinners}
+    finally:
+        for p in spinners:
+            p.kill()
+            p.wait(timeout=10)
+
+
 def measure(
-    hosts: int, epochs: int, link: Link | None, workdir: Path, timeout: float, costs: Costs
+    hosts: int,
+    epochs: int,
+    link: Link | None,
+    workdir: Path,
+    timeout: float,
+    costs: Costs,
+    load_count: int = 0,
 ) -> dict[str, Any]:
     spec_path = workdir / f"hosts-{hosts}.yaml"
     spec_path.write_text(spec_for(hosts, epochs))
     run_dir = workdir / f"run-{hosts}"
     gt = load_yaml(spec_path.read_text())
-    with simulated_hosts(hosts, link) as layout:
+    with simulated_hosts(hosts, link) as layout, other_load(load_count, timeout) as spinners:
         launch = LocalRun(gt, spec_path, run_dir, echo=False, overwrite=True, hosts=layout)
         samples: list[tuple[float, int]] = []
         peaks: dict[str, int] = {}
@@ -83,7 +112,7 @@ def measure(
         cpu: list[tuple[float, int]] = []
         trainer_cpu: list[tuple[float, int]] = []
         stop = threading.Event()
-        args = (layout, launch, samples, peaks, others, cpu, trainer_cpu, stop)
+        args = (layout, launch, samples, peaks, others, cpu, trainer_cpu, spinners, stop)
         poller = threading.Thread(target=_poll, args=args, daemon=True)
         poller.start()
         start, mine = time.monotonic(), time.process_time()
@@ -147,6 +176,7 @@ def _poll(
     others: list[float],
     cpu: list[tuple[float, int]],
     trainer_cpu: list[tuple[float, int]],
+    spinners: set[int],
     stop: threading.Event,
 ) -> None:
     """Every 0.2 s until `stop`: (Unix time, bytes every host has sent so far), each process' peak
@@ -157,7 +187,8 @@ def _poll(
     while not stop.wait(0.2):
         samples.append((time.time(), sum(sent for sent, _ in link_bytes(layout).values())))
         with contextlib.suppress(psutil.Error, OSError):
-            others.append(runnable_others(c.pid for c in psutil.Process().children(recursive=True)))
+            ours = {c.pid for c in psutil.Process().children(recursive=True)} - spinners
+            others.append(runnable_others(ours))
         used = {"shard": 0.0, "trainer": 0.0}
         for child in [*launch.servers, *launch.trainers]:
             with contextlib.suppress(psutil.Error, OSError):
@@ -234,6 +265,7 @@ def main() -> int:
     ap.add_argument("--rate", default="1gbit", help="each host's link, each way (tc units); 'none': unshaped")
     ap.add_argument("--delay", default=None, help="one-way delay (tc netem; this VM's kernel has none)")
     ap.add_argument("--timeout", type=float, default=900, help="seconds per run")
+    ap.add_argument("--other-load", type=int, default=0, help="busy loops beside each run (other users)")
     args = ap.parse_args()
     if os.geteuid() != 0:
         print("bench/hosts.py: needs root (network namespaces, tc)", file=sys.stderr)
@@ -252,7 +284,7 @@ def main() -> int:
         print("| " + " | ".join(cols) + " |")
         print("|" + "---|" * len(cols))
         for n in args.hosts:
-            m = measure(n, args.epochs, link, Path(tmp), args.timeout, costs)
+            m = measure(n, args.epochs, link, Path(tmp), args.timeout, costs, args.other_load)
             mib = 2**20
             error = m["predicted_step_s"] / m["step_s"] - 1
             print(

@@ -60,9 +60,9 @@ class UnitCost:
 @dataclass(frozen=True)
 class Costs:
     """What calibration measured: a UnitCost per op (ALL_OPS; dense per multiply-add of forward,
-    backward and the Adam step on one thread, dense_threaded on a thread per core, its CPU all its
-    threads', spinning included), the machine's cores and the busy groups of other load competing
-    for them, and where and when."""
+    backward and the Adam step, and per step in its `*_touch` fields, on one thread, dense_threaded on
+    a thread per core, its CPU all its threads', spinning included), the machine's cores and the busy
+    groups of other load competing for them, and where and when."""
 
     ops: dict[str, UnitCost]
     cores: float
@@ -186,7 +186,9 @@ def trainer_parts(costs: Costs, load: Load) -> dict[str, UnitCost]:
         "fetch": _split(costs, "fetch", load.feature_bytes, load.remote, t.get("fetch", (0.0, 0.0))),
         "pull": _split(costs, "pull", load.row_bytes, load.remote, t.get("pull", (0.0, 0.0))),
         "push": _split(costs, "push", load.row_bytes, load.remote, t.get("push", (0.0, 0.0))),
-        "forward_backward": UnitCost(dense.wall * load.macs, dense.cpu * load.macs),
+        "forward_backward": UnitCost(
+            dense.wall * load.macs + dense.wall_touch, dense.cpu * load.macs + dense.cpu_touch
+        ),
         "allreduce": UnitCost(
             ar.wall * load.allreduce_bytes + ar.wall_touch * steps,
             ar.cpu * load.allreduce_bytes + ar.cpu_touch * steps,

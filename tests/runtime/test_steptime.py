@@ -146,3 +146,10 @@ def test_a_costs_file_without_touch_costs_reads_them_as_none() -> None:
         for k in ("wall_touch", "cpu_touch", "server_touch"):
             del unit[k]
     assert steptime.costs_from_dict(doc).ops["dense"] == UnitCost(1e-10, 9e-11)
+
+
+def test_the_dense_step_has_a_fixed_part_a_smaller_batch_pays_as_much_of() -> None:
+    c = costs(dense=UnitCost(1e-9, 1e-9, 0.0, 0.002, 0.003))
+    assert steptime.trainer_parts(c, load(macs=1e6))["forward_backward"] == UnitCost(
+        0.001 + 0.002, 0.001 + 0.003
+    )
