@@ -440,18 +440,19 @@ def trainer_pod(
     ns = owner["metadata"]["namespace"]
     world = gt.spec.trainers.replicas
     rank0 = f"{trainer_name(gt.metadata.name, 0)}.{n['trainers']}.{ns}.svc"
+    pod = placement.pod_settings(gt.spec, config, "trainer", need.trainer if need else None)
     args = roles.train(
         lay.files,
         servers=shard_addresses(gt, ns),
         rank=rank,
         world=world,
+        threads=placement.requested_threads(pod.resources),
         init=f"tcp://{rank0}:{RENDEZVOUS_PORT}",
         shm=False,  # the shard servers run in other pods
         progress_configmap=n["progress"],
         metrics_port=METRICS_PORT,
         metrics_host=f"$({POD_IP_ENV})",  # its own pod IP, as the shard servers bind theirs
     )
-    pod = placement.pod_settings(gt.spec, config, "trainer", need.trainer if need else None)
     container = _container(
         gt,
         config,

@@ -32,6 +32,7 @@ from graphtrain.contract.spec import (
     Storage,
     Toleration,
 )
+from graphtrain.contract.spec.pods import quantity_value
 from graphtrain.operator.config import GpuDefaults, OperatorConfig, RoleDefaults
 
 Role = Literal["partition", "shards", "trainer"]  # the graphtrain.io/role label of the role's pods
@@ -134,6 +135,17 @@ def with_gpu_defaults(pod_scheduling: dict[str, Any], gpu: GpuDefaults) -> dict[
         "tolerations": tolerations,
     }
     return {k: v for k, v in merged.items() if v}
+
+
+def requested_threads(resources: dict[str, dict[str, str]]) -> int | None:
+    """A trainer's torch threads where its pod requests CPU without a limit: its request, whole cores,
+    at least 1 (its node's cores are shared with other pods; runtime/cpus.py reads a limit itself,
+    as the cgroup's quota). None: a limit, or no request (the trainer takes the cores it may use)."""
+    if "cpu" in resources.get("limits", {}):
+        return None
+    request = resources.get("requests", {}).get("cpu")
+    value = quantity_value(request) if request is not None else None
+    return max(1, int(value)) if value is not None else None
 
 
 def pod_settings(

@@ -73,8 +73,8 @@ class Training(SpecModel):
         ge=1,
         le=1024,
         description="Intra-op (torch) threads per trainer. Unset: a trainer pod's cores (its CPU limit, "
-        "else its node's); `graphtrain run` gives every trainer and shard server a core first and the "
-        "trainers the rest.",
+        "else its CPU request, else its node's); `graphtrain run` gives every trainer and shard server a "
+        "core first and the trainers the rest.",
     )
     prefetch: int = Field(
         default=0,

@@ -487,3 +487,22 @@ def test_the_data_claim_follows_spec_and_config() -> None:
     assert default is not None and "storageClassName" not in default["spec"]
     named = parse(edit(GRAPHSAGE, lambda s: s.update(storage={"volumeClaimName": "seeded"})))
     assert manifests.data_claim(OWNER, named, CLAIMS) is None
+
+
+@pytest.mark.parametrize(
+    ("resources", "threads"),
+    [
+        ({"requests": {"cpu": "3500m"}}, "3"),  # a request alone: its whole cores
+        ({"requests": {"cpu": "250m"}}, "1"),
+        ({"requests": {"cpu": "2"}, "limits": {"cpu": "4"}}, None),  # a limit: the trainer reads its quota
+        ({"requests": {"memory": "1Gi"}}, None),  # no CPU stated: the cores it may use
+    ],
+)
+def test_a_trainer_pod_requesting_cpu_without_a_limit_runs_that_many_threads(
+    resources: dict, threads: str | None
+) -> None:
+    """Without a limit the trainer's cgroup has no quota, and torch would start a thread per node core."""
+    gt = parse(edit(GRAPHSAGE, lambda s: s.update(trainers={"replicas": 2, "resources": resources})))
+    (container,) = manifests.trainer_pod(OWNER, gt, CONFIG, 1, 0)["spec"]["containers"]
+    args = container["args"]
+    assert (args[args.index("--threads") + 1] if "--threads" in args else None) == threads
