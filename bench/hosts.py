@@ -71,14 +71,16 @@ def costs_here(workdir: Path) -> Costs:
 
 
 SPIN = (
-    "import sys, time\nend = time.monotonic() + float(sys.argv[1])\nwhile time.monotonic() < end:\n    pass\n"
+    "import os, sys, time\nparent, end = os.getppid(), time.monotonic() + float(sys.argv[1])\n"
+    "while time.monotonic() < end and os.getppid() == parent:\n    pass\n"
 )
 
 
 @contextlib.contextmanager
 def other_load(count: int, seconds: float) -> Iterator[set[int]]:
     """`count` busy loops, each a session of its own (as another user's process would be), for at most
-    `seconds`, killed when the block ends: other load the plan must account for."""
+    `seconds` and no longer than this process, killed when the block ends: other load the plan must
+    account for."""
     spinners = [
         subprocess.Popen([sys.executable, "-c", SPIN, str(seconds)], start_new_session=True)
         for _ in range(count)

@@ -440,10 +440,12 @@ def _ops(
     ):
         for shm in (True, False):
             say(f"calibrating: sampling, features, pull and push over {'shared memory' if shm else 'tcp'}")
-            ops.update(data_path(cfg, addresses, token, pids, shm, batch, fanouts, rounds))
+            ops.update(data_path(cfg, addresses, token, pids, shm, batch, fanouts, 2 * rounds))
     say("calibrating: the dense model")
-    ops["dense"] = dense(cfg, dims, batch, fanouts, rounds)
-    ops["dense_threaded"] = threaded(cfg, dims, batch, fanouts, rounds)
+    # rounds of tens of milliseconds: the least of 8 still moved by 25 % from one calibration to the next
+    # (a timer, the poller of a benchmark), the least of 32 by 3 %
+    ops["dense"] = dense(cfg, dims, batch, fanouts, 4 * rounds)
+    ops["dense_threaded"] = threaded(cfg, dims, batch, fanouts, 4 * rounds)
     say("calibrating: all-reduce")
-    ops["allreduce"] = allreduce(rounds)
+    ops["allreduce"] = allreduce(2 * rounds)
     return ops
