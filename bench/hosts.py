@@ -200,24 +200,28 @@ def _poll(
         trainer_cpu.append((time.time(), int(used["trainer"] * 1e6)))
         for child in [*launch.servers, *launch.trainers]:
             with contextlib.suppress(psutil.Error, OSError):
-                rss = psutil.Process(child.proc.pid).memory_info().rss
                 if child.plan.name.startswith("trainer"):
-                    rss -= _shm_rss(child.proc.pid)
+                    rss = _rss_without_shm(child.proc.pid)
+                else:
+                    rss = psutil.Process(child.proc.pid).memory_info().rss
                 peaks[child.plan.name] = max(peaks.get(child.plan.name, 0), rss)
 
 
-def _shm_rss(pid: int) -> int:
-    """Bytes of a process' RSS in /dev/shm mappings: a trainer's view of its host's shard servers'
-    tables, which their pods are charged for (a trainer pod maps none of them)."""
-    total, shm = 0, False
+def _rss_without_shm(pid: int) -> int:
+    """Bytes of a process' RSS outside /dev/shm mappings (a trainer's view of its host's shard servers'
+    tables, which their pods are charged for: a trainer pod maps none of them), both read in one pass
+    over smaps: RSS and the shm part read apart can straddle a mapping's change."""
+    total, shm_total, shm = 0, 0, False
     with open(f"/proc/{pid}/smaps") as f:
         for line in f:
             first = line.split(maxsplit=1)[0]
             if "-" in first and not first.endswith(":"):  # a mapping's header: range perms ... [path]
                 shm = "/dev/shm/" in line
-            elif shm and first == "Rss:":
-                total += int(line.split()[1]) * 1024
-    return total
+            elif first == "Rss:":
+                kib = int(line.split()[1]) * 1024
+                total += kib
+                shm_total += kib if shm else 0
+    return total - shm_total
 
 
 def _stages(run_dir: Path) -> str:
