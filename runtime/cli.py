@@ -34,7 +34,6 @@ from graphtrain.contract.spec import (
     SpecError,
     TriplesSource,
     load_yaml,
-    quantity_to_bytes,
 )
 from graphtrain.runtime.errors import GraphtrainError, data_warnings
 from graphtrain.runtime.roles.options import role_command
@@ -490,6 +489,9 @@ def plan(
     hosts: Annotated[int, typer.Option(min=1, help="hosts the shards and trainers are spread over")] = 1,
     bandwidth: Annotated[str | None, typer.Option(help="each host's link, e.g. 1gbit")] = None,
     memory: Annotated[str | None, typer.Option(help="memory per shard pod, e.g. 16Gi")] = None,
+    cores: Annotated[
+        float | None, typer.Option(help="each host's cores (default: this machine's, shared by every host)")
+    ] = None,
     calibrate: Annotated[bool, typer.Option(help="measure this build's unit costs here first")] = False,
     costs: Annotated[Path | None, typer.Option(help="unit costs from --calibrate --out")] = None,
     costs_out: Annotated[Path | None, typer.Option("--out", help="--calibrate's costs file")] = None,
@@ -497,19 +499,12 @@ def plan(
 ) -> None:
     """What a training needs before it runs: each role's memory, the bytes each trainer moves across
     hosts per step (its data path replayed on sampled batches), the shard count that fits --memory, and
-    with --calibrate or --costs the predicted step time (runtime/steptime.py)."""
-    from graphtrain.runtime import capacity
-    from graphtrain.runtime.planning import PlanRequest, plan_command
+    with --calibrate or --costs the predicted step time (runtime/steptime.py) on hosts of --cores cores
+    each, or sharing this machine's."""
+    from graphtrain.runtime.planning import plan_command, plan_request
 
     gt = load_yaml(_read(spec_path))
-    try:
-        rate = capacity.bandwidth_bytes(bandwidth) if bandwidth else None
-        per_pod = quantity_to_bytes(memory) if memory else None
-    except ValueError as exc:  # the bandwidth's names its option; a quantity's names only its text
-        raise GraphtrainError(str(exc) if str(exc).startswith("--") else f"--memory: {exc}") from None
-    if costs_out and not calibrate:
-        raise GraphtrainError("--out: only with --calibrate (it writes the measured costs)")
-    req = PlanRequest(hosts, rate, per_pod, calibrate, costs, costs_out)
+    req = plan_request(hosts, bandwidth, memory, cores, calibrate, costs, costs_out)
     say = lambda text: err.print(text, highlight=False, markup=False)  # noqa: E731
     for line in plan_command(gt, spec_path, partition, data_dir, req, say):
         out.print(line, highlight=False, markup=False)

@@ -5,12 +5,14 @@ predict (runtime/steptime.py), as lines."""
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from graphtrain.contract.spec import GraphTrainingSpec
+from graphtrain.contract.spec.base import quantity_to_bytes
 from graphtrain.runtime import capacity, cpus
 from graphtrain.runtime.errors import GraphtrainError
 from graphtrain.runtime.partition.format import PartitionConfig
@@ -37,10 +39,12 @@ def sage_dims(spec: GraphTrainingSpec, cfg: PartitionConfig) -> list[int]:
     return [max(in_dim, 1), *[m.hidden_dim] * (m.num_layers - 1), classes]
 
 
-def trainer_threads(spec: GraphTrainingSpec, hosts: int = 1) -> int:
+def trainer_threads(spec: GraphTrainingSpec, hosts: int = 1, host_cores: float | None = None) -> int:
     """Trainer 0's torch threads as `graphtrain run` gives them over `hosts` simulated hosts (the
-    spec's training.threads, else the launcher's share of this machine's cores: runtime/cpus.py)."""
-    shares = cpus.host_threads(cpus.available_cores(), spec.trainers.replicas, spec.num_shards, hosts)
+    spec's training.threads, else the launcher's share of this machine's cores: runtime/cpus.py), or
+    on hosts of `host_cores` cores each."""
+    cores = cpus.available_cores() if host_cores is None else host_cores * hosts
+    shares = cpus.host_threads(cores, spec.trainers.replicas, spec.num_shards, hosts)
     return cpus.role_threads(spec.training.threads, shares[0])
 
 
@@ -124,6 +128,33 @@ class PlanRequest:
     calibrate: bool = False
     costs: Path | None = None
     out: Path | None = None
+    cores: float | None = None  # each host's; None: this machine's, shared by every host
+
+
+def plan_request(
+    hosts: int,
+    bandwidth: str | None,
+    memory: str | None,
+    cores: float | None = None,
+    calibrate: bool = False,
+    costs: Path | None = None,
+    out: Path | None = None,
+) -> PlanRequest:
+    """`graphtrain plan`'s options, parsed.
+
+    Raises:
+        GraphtrainError: one line naming the option that is wrong.
+    """
+    try:
+        rate = capacity.bandwidth_bytes(bandwidth) if bandwidth else None
+        per_pod = quantity_to_bytes(memory) if memory else None
+    except ValueError as exc:  # the bandwidth's names its option; a quantity's names only its text
+        raise GraphtrainError(str(exc) if str(exc).startswith("--") else f"--memory: {exc}") from None
+    if out and not calibrate:
+        raise GraphtrainError("--out: only with --calibrate (it writes the measured costs)")
+    if cores is not None and not (cores > 0 and math.isfinite(cores)):
+        raise GraphtrainError(f"--cores: {cores} is not a positive number of cores")
+    return PlanRequest(hosts, rate, per_pod, calibrate, costs, out, cores)
 
 
 def predicted(
@@ -132,10 +163,12 @@ def predicted(
     plan: capacity.CapacityPlan,
     costs: Costs,
     bandwidth: float | None,
+    host_cores: float | None = None,
 ) -> StepTime:
-    """The plan's step time under `costs`."""
-    work = loads(plan, spec, sage_dims(spec, cfg), trainer_threads(spec, plan.hosts))
-    return predict(costs, work, plan.hosts, bandwidth)
+    """The plan's step time under `costs`, on hosts of `host_cores` cores (None: this machine's
+    cores shared by every host)."""
+    work = loads(plan, spec, sage_dims(spec, cfg), trainer_threads(spec, plan.hosts, host_cores))
+    return predict(costs, work, plan.hosts, bandwidth, host_cores)
 
 
 def run_plan(
@@ -155,7 +188,7 @@ def run_plan(
     if costs is not None:
         if not made.wires:
             return [*lines, "step time: predicted for GraphSAGE only"]
-        step = predicted(spec, cfg, made, costs, req.bandwidth)
+        step = predicted(spec, cfg, made, costs, req.bandwidth, req.cores)
         lines += step_lines(step, spec.training.batch_size)
     return lines
 

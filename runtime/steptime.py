@@ -204,9 +204,17 @@ def cpu_share(cores: float, background: float, busy: float) -> float:
     return min(cores, cores * busy / (busy + background))
 
 
-def predict(costs: Costs, loads: Sequence[Load], hosts: int, bandwidth: float | None = None) -> StepTime:
+def predict(
+    costs: Costs,
+    loads: Sequence[Load],
+    hosts: int,
+    bandwidth: float | None = None,
+    host_cores: float | None = None,
+) -> StepTime:
     """The step time of `loads` (one per trainer) spread over `hosts` hosts with links of `bandwidth`
-    bytes/s each way (None: not a bound), by the three bounds of the module's docstring.
+    bytes/s each way (None: not a bound), by the three bounds of the module's docstring. `host_cores`:
+    each host's own cores (hosts of that size, no other load on them); None: the calibration machine's
+    cores and other load, shared by every host (bench/hosts.py's simulated hosts).
 
     The scheduler shares the cores between groups (autogroup: a session each; every trainer and shard
     server is one). A trainer's path is its own CPU (main thread, and the loader's when sampling is
@@ -228,8 +236,9 @@ def predict(costs: Costs, loads: Sequence[Load], hosts: int, bandwidth: float | 
     server = sum(sum(x.server_cpu for x in p.values()) for p in each)
     own = sum(a + b for a, b in zip(main, loader, strict=True))
     busy = len(loads) + (server / (own / len(loads)) if own > 0 else 0.0)
-    share = cpu_share(costs.cores, costs.background, busy)
-    one = min(1.0, costs.cores / (1.0 + costs.background))  # a runnable thread of ours beside other load
+    cores, background = (costs.cores, costs.background) if host_cores is None else (host_cores * hosts, 0.0)
+    share = cpu_share(cores, background, busy)
+    one = min(1.0, (host_cores or cores) / (1.0 + background))  # a runnable thread beside other load
     paths = [
         ((a + b) if load.inline else max(a, b)) / one + w / one
         for a, b, w, load in zip(main, loader, waits, loads, strict=True)

@@ -33,6 +33,14 @@ def test_calibrate_writes_costs_that_predict_the_step(planted: tuple[Path, Path]
     again = subprocess.run([*argv, "--costs", str(costs_file)], capture_output=True, text=True)
     assert again.returncode == 0, again.stderr
     assert "predicted step:" in again.stdout
+    # hosts of 64 cores each: no step is slower than on this machine's cores shared by both hosts
+    big = subprocess.run([*argv, "--costs", str(costs_file), "--cores", "64"], capture_output=True, text=True)
+    assert big.returncode == 0, big.stderr
+
+    def ms(text: str) -> float:
+        return float(text.split("predicted step: ", 1)[1].split(" ms", 1)[0])
+
+    assert ms(big.stdout) <= ms(again.stdout)
 
 
 @pytest.mark.parametrize(
@@ -63,3 +71,12 @@ def test_out_without_calibrate_is_refused(planted: tuple[Path, Path], tmp_path: 
     done = subprocess.run(argv, capture_output=True, text=True)
     assert done.returncode == 1
     assert done.stderr.strip() == "error: --out: only with --calibrate (it writes the measured costs)"
+
+
+@pytest.mark.parametrize("cores", ["0", "-2", "nan"])
+def test_cores_that_are_no_cores_are_refused(planted: tuple[Path, Path], cores: str) -> None:
+    spec_path, config = planted
+    argv = [*CLI, "plan", str(spec_path), "--partition", str(config), "--cores", cores]
+    done = subprocess.run(argv, capture_output=True, text=True)
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert done.stderr.strip() == f"error: --cores: {float(cores)} is not a positive number of cores"

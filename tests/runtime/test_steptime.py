@@ -153,3 +153,14 @@ def test_the_dense_step_has_a_fixed_part_a_smaller_batch_pays_as_much_of() -> No
     assert steptime.trainer_parts(c, load(macs=1e6))["forward_backward"] == UnitCost(
         0.001 + 0.002, 0.001 + 0.003
     )
+
+
+def test_hosts_with_cores_of_their_own_share_none_and_ignore_this_machines_load() -> None:
+    c = costs(cores=2, background=6, dense=UnitCost(0.1, 0.1))
+    four = [load(macs=1.0)] * 4
+    shared = steptime.predict(c, four, hosts=4)
+    own = steptime.predict(c, four, hosts=4, host_cores=8)
+    assert own.parts["cpu share"] == pytest.approx(32) and own.seconds == pytest.approx(0.1)
+    assert shared.seconds > own.seconds
+    # half a core each: a trainer's thread runs at half speed
+    assert steptime.predict(c, four, hosts=4, host_cores=0.5).seconds == pytest.approx(0.2)
