@@ -288,7 +288,9 @@ class TrainParams(RoleParams):
     world: int = field(default=1, metadata=opt("number of trainers"))
     threads: int | None = field(
         default=None,
-        metadata=opt("torch intra-op threads (the spec's training.threads wins; unset: this process' cores)"),
+        metadata=opt(
+            "torch intra-op threads (the spec's training.threads wins; unset: this process' cores)", min=1
+        ),
     )
     init: str | None = field(
         default=None, metadata=opt("rendezvous of the trainers: tcp://host:port of rank 0")

@@ -37,7 +37,7 @@ import numpy as np
 
 from graphtrain.runtime import cpus
 from graphtrain.runtime.partition.format import PartitionConfig
-from graphtrain.runtime.steptime import Costs, UnitCost, sage_macs
+from graphtrain.runtime.steptime import OPS, Costs, UnitCost, sage_macs, touch_counts
 
 EMB_DIM = 128
 
@@ -246,17 +246,13 @@ def data_path(
                     got[(op, size)].append(round_)
         timed = sum(r[3] for done in got.values() for r in done)
         scale = (clock.server_cpu() - start) / timed if timed > 0 else 1.0
-        has_feat = "feat" in graph.ndata
-        calls = {"sample": len(fanouts), "fetch": 1 + int(has_feat), "pull": 1, "push": 1}
+        # every call touches every shard, all of them one way (shm or tcp): the model's own count
+        touches = touch_counts(len(fanouts), 1 + int("feat" in graph.ndata), True, cfg.num_parts, 0)
         return {
-            f"{op}_{via}": fit(got[(op, sizes[0])], got[(op, sizes[1])], calls[op] * cfg.num_parts, scale)
-            for op in OPS
+            f"{op}_{via}": fit(got[(op, sizes[0])], got[(op, sizes[1])], touches[op][0], scale) for op in OPS
         }
     finally:
         client.close()
-
-
-OPS = ("sample", "fetch", "pull", "push")
 
 
 def _round(

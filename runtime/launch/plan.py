@@ -123,12 +123,11 @@ def trainer(
     return ProcessPlan(f"trainer-{rank}", [*entry(), *argv], port_file(run_dir, rank))
 
 
-def standalone_trainer(where: roles.Files, run_dir: Path, threads: int | None = None) -> ProcessPlan:
+def standalone_trainer(where: roles.Files, run_dir: Path) -> ProcessPlan:
     """The one trainer of a standalone run: the shards live in its process."""
     argv = roles.train(
         where,
         servers=None,
-        threads=threads,
         run_dir=str(run_dir),
         metrics_port=0,
         metrics_port_file=str(port_file(run_dir, 0)),

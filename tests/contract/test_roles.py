@@ -179,6 +179,7 @@ def test_every_local_argv_parses_with_the_cli(doc: dict, tmp_path: Path) -> None
     [
         ["train", "--partition", "p"],  # --spec is required
         ["train", "--spec", "s", "--partition", "p", "--no-such-option"],
+        ["train", "--spec", "s", "--partition", "p", "--threads", "0"],  # torch refuses it with a traceback
         ["shard-server", "--shard", "one"],
         ["partition", "--spec", "s"],  # --out is required
         ["no-such-role"],
