@@ -215,10 +215,11 @@ class _Exchange:
             now = time.monotonic()
             wait_ms = max(0, int(1000 * (min(self.deadline[i] for i in pending.values()) - now)))
             events = dict(poller.poll(wait_ms))
-            if any(t.monitors[s] in events for s in shards):
-                self._lost(t.check_handshakes(shards))
+            closed = any(t.monitors[s] in events for s in shards)
+            # replies that arrived before a close are answers: read them before judging the close (a
+            # server that shut down answered `shutdown`, then closed; both can show in one poll)
             for s in shards:
-                if t.sockets[s] not in events:
+                if t.sockets[s] not in events and not closed:
                     continue
                 while True:
                     try:
@@ -226,6 +227,8 @@ class _Exchange:
                     except zmq.Again:
                         break
                     self._take(frames)
+            if closed:
+                self._lost(t.check_handshakes(shards))
             now = time.monotonic()
             for rid, i in list(pending.items()):
                 if now < self.deadline[i]:
