@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
 from graphtrain.runtime.data.cache import read_json, sha256_file
 from graphtrain.runtime.kvstore.chain import TOP
@@ -59,9 +60,15 @@ def incremental(depth: int, full_every: int, changed: int, rows: int, base_compl
     return base_complete and depth + 1 < full_every and changed <= MAX_CHANGED * rows
 
 
-def before_write(t: TensorShard, local: np.ndarray) -> None:
+def before_write(t: TensorShard, local: np.ndarray | torch.Tensor) -> None:
     """Call under the table's lock before writing its local rows `local`: a checkpoint being written
-    keeps their old values first (snapshot.py), and they count as changed for the next one."""
+    keeps their old values first (snapshot.py), and they count as changed for the next one. Rows on a
+    GPU are read back only when something tracks them (GPU tables are written whole: nothing does, so
+    a GPU push waits for no copy here)."""
+    if t.snapshot is None and t.changed is None:
+        return
+    if isinstance(local, torch.Tensor):
+        local = local.cpu().numpy()
     if t.snapshot is not None:
         t.snapshot.preserve(local)
     if t.changed is not None:

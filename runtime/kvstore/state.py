@@ -348,7 +348,7 @@ class ShardTensors:
         with t.lock:
             if t.keyed is not None:
                 local = kd.rows_of(t, ids, insert=True)
-            increment.before_write(t, local.numpy())  # a checkpoint being written keeps the old values
+            increment.before_write(t, local)  # a checkpoint being written keeps the old values
             local = local.to(t.data.device, non_blocking=True)
             gpu.wait_written(t)
             offset = 0
@@ -396,7 +396,7 @@ class ShardTensors:
         with t.lock:
             if t.keyed is not None:
                 local, grads = kd.held(t, ids if mask is None else ids[mask], grads)
-            increment.before_write(t, local.cpu().numpy())  # a checkpoint being written keeps the old values
+            increment.before_write(t, local)  # a checkpoint being written keeps the old values
             gpu.wait_written(t)
             # the client's step count (so all shards agree even when a push skips some of them), else
             # this shard's next count

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from graphtrain.runtime.errors import DataError
 from graphtrain.runtime.kvstore import chain, increment
@@ -51,6 +52,22 @@ def test_positions_of_rows_in_a_delta() -> None:
     local = np.array([0, 5, 40, 41, 9, 3], dtype=np.int64)
     assert increment.positions(held, local).tolist() == [1, 3, 2]
     assert increment.positions(np.empty(0, np.int64), local).tolist() == []
+
+
+def test_before_write_reads_rows_back_only_when_something_tracks_them() -> None:
+    """A GPU table's pushes pass their rows as a device tensor: nothing tracks a GPU table (its pieces are
+    written whole), so they are never copied back (a tensor on the meta device cannot be); a host table
+    being checkpointed takes tensors and arrays alike (gene-kg on a GPU shard server failed its first
+    push during a checkpoint: its rows were converted with .numpy() before anything looked)."""
+    st = shard()
+    t = st.get("emb")
+    assert t.snapshot is None and t.changed is None
+    increment.before_write(t, torch.arange(3, device="meta"))
+    increment.plan(t, Path("/nonexistent/ck-1"), 5)  # from now on the table counts its changed rows
+    assert t.changed is not None
+    increment.before_write(t, torch.tensor([1, 4]))
+    increment.before_write(t, np.array([7], dtype=np.int64))
+    assert np.flatnonzero(t.changed.mask).tolist() == [1, 4, 7]
 
 
 def shard(rows: int = ROWS) -> ShardTensors:
