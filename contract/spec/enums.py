@@ -189,3 +189,9 @@ class ShardState(StrEnum):
     ready = "Ready"  # it answers
     failed = "Failed"  # its pod failed
     stopped = "Stopped"  # stopped because the training ended or is being deleted
+
+
+class SamplerPlace(StrEnum):
+    auto = "auto"  # on the trainer's GPU when it computes on one and maps every shard's graph, else host
+    host = "host"  # on the host: the shards' samplers (in process, in shared memory or over the socket)
+    device = "device"  # on the trainer's device, the whole graph copied there (refused if not mappable)

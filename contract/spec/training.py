@@ -7,7 +7,7 @@ from pydantic import (
 )
 
 from graphtrain.contract.spec.base import MAX_LAYERS, SpecModel
-from graphtrain.contract.spec.enums import DenseOptimizer
+from graphtrain.contract.spec.enums import DenseOptimizer, SamplerPlace
 from graphtrain.contract.spec.rules import (
     Rule,
     add_rules,
@@ -75,6 +75,14 @@ class Training(SpecModel):
         description="Intra-op (torch) threads per trainer. Unset: a trainer pod's cores (its CPU limit, "
         "else its CPU request, else its node's); `graphtrain run` gives every trainer and shard server a "
         "core first and the trainers the rest.",
+    )
+    sampler: SamplerPlace = Field(
+        default=SamplerPlace.auto,
+        description="GraphSAGE: where neighbours are sampled. auto: on a trainer's GPU when it computes on "
+        "one and maps every shard's graph (standalone, or shard servers on its host), else on the host; "
+        "host: the shards' samplers; device: the whole graph copied to the trainer's device, refused at "
+        "start when a shard's graph is on another host. Device draws differ from host draws (another "
+        "generator), each seeded by its batch.",
     )
     prefetch: int = Field(
         default=0,

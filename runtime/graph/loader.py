@@ -18,6 +18,7 @@ import threading
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -61,12 +62,17 @@ class Block:
         )
 
 
-def _csr(crow: np.ndarray, col: np.ndarray, values: np.ndarray, shape: tuple[int, int]) -> torch.Tensor:
+def csr_tensor(
+    crow: np.ndarray | torch.Tensor,
+    col: np.ndarray | torch.Tensor,
+    values: np.ndarray | torch.Tensor,
+    shape: tuple[int, int],
+) -> torch.Tensor:
+    """A sparse CSR tensor of arrays (host) or tensors (where they are), without torch's beta warning."""
+    parts = [torch.from_numpy(a) if isinstance(a, np.ndarray) else a for a in (crow, col, values)]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # "sparse CSR support is in beta" / invariant checks
-        return torch.sparse_csr_tensor(
-            torch.from_numpy(crow), torch.from_numpy(col), torch.from_numpy(values), shape
-        )
+        return torch.sparse_csr_tensor(*parts, shape)
 
 
 def mean_matrices(
@@ -84,8 +90,8 @@ def mean_matrices(
     crow_t = np.zeros(num_src + 1, dtype=np.int64)
     np.cumsum(np.bincount(src_local, minlength=num_src), out=crow_t[1:])
     return (
-        _csr(crow, src_local, values, (num_dst, num_src)),
-        _csr(crow_t, dst_local[order], values[order], (num_src, num_dst)),
+        csr_tensor(crow, src_local, values, (num_dst, num_src)),
+        csr_tensor(crow_t, dst_local[order], values[order], (num_src, num_dst)),
     )
 
 
@@ -139,8 +145,13 @@ def sample_blocks(graph: DistGraph, seeds: np.ndarray, fanouts: list[int], seed:
     return MiniBatch(seeds=seeds, input_nodes=frontier, blocks=blocks)
 
 
+Sampler = Callable[[np.ndarray, list[int], int], MiniBatch]  # (seeds, fanouts, seed): sample_blocks' shape
+
+
 class NeighborLoader:
-    """Shuffled batches of seeds with their sampled blocks; `fetch(minibatch)` runs on the loader thread."""
+    """Shuffled batches of seeds with their sampled blocks; `fetch(minibatch)` runs on the loader thread.
+    `sampler` makes a batch's blocks: sample_blocks over the graph's shards unless given (a GPU trainer's:
+    device_sampler.sample_blocks_on)."""
 
     def __init__(
         self,
@@ -153,6 +164,7 @@ class NeighborLoader:
         drop_last: bool = False,
         prefetch: int = 0,
         fetch: Callable[[MiniBatch], None] | None = None,
+        sampler: Sampler | None = None,
     ):
         self.graph = graph
         self.seeds = np.asarray(seeds, dtype=np.int64)
@@ -163,6 +175,7 @@ class NeighborLoader:
         self.drop_last = drop_last
         self.prefetch = max(0, prefetch)
         self.fetch = fetch
+        self.sampler: Sampler = sampler or partial(sample_blocks, graph)
         self.epoch = 0
 
     def __len__(self) -> int:
@@ -180,7 +193,7 @@ class NeighborLoader:
     def _make(self, epoch: int, i: int, batch: np.ndarray) -> MiniBatch:
         # epoch + 1: the samples have always been drawn with the count of passes begun (results unchanged)
         seed = (self.seed * 7919 + epoch + 1) * 100_003 + i
-        mb = sample_blocks(self.graph, batch, self.fanouts, seed=seed)
+        mb = self.sampler(batch, self.fanouts, seed)
         if self.fetch is not None:
             self.fetch(mb)
         return mb

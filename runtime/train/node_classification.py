@@ -15,6 +15,7 @@ servers' tables.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,8 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from graphtrain.contract.spec import DuplicateRule, GraphTraining
 from graphtrain.runtime.errors import GraphtrainError
 from graphtrain.runtime.graph import DistGraph, FeatureBags, NeighborLoader, node_split
-from graphtrain.runtime.graph.loader import MiniBatch, sample_blocks
+from graphtrain.runtime.graph.device_sampler import device_graph, sample_blocks_on
+from graphtrain.runtime.graph.loader import MiniBatch, Sampler, sample_blocks
 from graphtrain.runtime.kvstore.client import KVClient
 from graphtrain.runtime.optim import OptimConfig, SparseOptimizer
 from graphtrain.runtime.tensor import PartitionBook
@@ -34,6 +36,7 @@ from graphtrain.runtime.train.dist import Dist, seed_everything, unwrap
 from graphtrain.runtime.train.inputs import bag_input
 from graphtrain.runtime.train.metrics import StageClock
 from graphtrain.runtime.train.models import GraphSAGE
+from graphtrain.runtime.train.reporter import log
 from graphtrain.runtime.train.tables import Table, collective, embedding_table, table_init
 from graphtrain.runtime.train.task import Split
 
@@ -129,6 +132,16 @@ class NodeClassification:
         self.dense_opt = _optimizer(str(tr.dense_optimizer), self.model.parameters(), tr.dense_lr)
         self.train_ids = node_split(graph.config, "train", dist.rank, dist.world)
         self.loader_graph = DistGraph(graph.config, loader_client)
+        # the whole graph on this trainer's GPU when it samples there (training.sampler)
+        on_device = device_graph(str(tr.sampler), self.device, loader_client, graph.num_nodes)
+        if on_device is not None and dist.rank == 0:
+            log(
+                f"[trainer] sampling on {on_device.device}: the graph's {len(on_device.indices):,} edges "
+                f"copied there (training.sampler {tr.sampler})"
+            )
+        self.sampler: Sampler = (
+            partial(sample_blocks_on, on_device) if on_device else partial(sample_blocks, self.graph)
+        )
         self.loader = NeighborLoader(
             self.loader_graph,
             self.train_ids,
@@ -137,6 +150,7 @@ class NodeClassification:
             seed=tr.seed + dist.rank,
             fetch=self._fetch,
             prefetch=tr.prefetch,
+            sampler=partial(sample_blocks_on, on_device) if on_device else None,
         )
 
     # -------------------------------------------------------------------------------- batches
@@ -227,7 +241,7 @@ class NodeClassification:
             for table in self.collective_tables:
                 table.gather(torch.empty(0, dtype=torch.int64, device=self.device))
         for i in starts:
-            mb = sample_blocks(self.graph, ids[i : i + EVAL_BATCH], [-1] * len(self.spec.training.fanouts))
+            mb = self.sampler(ids[i : i + EVAL_BATCH], [-1] * len(self.spec.training.fanouts), 0)
             mb.blocks = to_device(mb.blocks, self.device)
             x = to_device(self.feat[mb.input_nodes], self.device) if self.feat is not None else None
             pred = self._forward(model, mb, x).argmax(1).cpu()

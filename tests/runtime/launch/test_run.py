@@ -168,11 +168,21 @@ def status(run_dir: Path) -> dict:
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("standalone", [False, True], ids=["2x2", "standalone"])
-def test_graphsage_trains_and_reports(graph_file: Path, tmp_path: Path, standalone: bool) -> None:
+@pytest.mark.parametrize(
+    ("standalone", "sampler"),
+    [(False, "auto"), (True, "auto"), (False, "device")],
+    ids=["2x2", "standalone", "2x2-device-sampler"],
+)
+def test_graphsage_trains_and_reports(
+    graph_file: Path, tmp_path: Path, standalone: bool, sampler: str
+) -> None:
+    """device: the trainers sample with tensor ops on their device (the host's here), the graph joined
+    from the servers' shared memory (on a GPU: tests/gpu)."""
     run_dir = tmp_path / "run"
     mask = umask()
-    result = launch(sage_spec(graph_file), run_dir, standalone).run()
+    doc = sage_spec(graph_file)
+    doc["spec"]["training"]["sampler"] = sampler
+    result = launch(doc, run_dir, standalone).run()
     assert umask() == mask  # the launcher's own umask (0o077) ends with the launch
     assert result["test_accuracy"] > 0.6, result  # 4 planted blocks: chance is 0.25
     st = status(run_dir)

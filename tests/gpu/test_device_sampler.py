@@ -1,0 +1,50 @@
+"""Sampling on the GPU (device_sampler.py): the host tests' checks with the graph on cuda:0, against the
+host sampler (every neighbour: edge for edge) and the graph itself (a draw: real in-neighbours, seeded)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from graphtrain.runtime.graph import DistGraph, sample_blocks
+from graphtrain.runtime.graph import device_sampler as ds
+from tests.runtime.graph.test_device_sampler import dist_graph  # noqa: F401 - the fixture
+from tests.runtime.graph.test_sampling import in_neighbours
+
+GPU = torch.device("cuda", 0)
+
+
+@pytest.fixture(scope="module")
+def on_gpu(dist_graph: DistGraph) -> ds.DeviceGraph:  # noqa: F811
+    graph = ds.device_graph("auto", GPU, dist_graph.client, dist_graph.num_nodes)
+    assert graph is not None and graph.indices.is_cuda  # auto samples on a GPU that maps the graph
+    return graph
+
+
+def test_every_neighbour_blocks_are_the_host_samplers_on_the_gpu(dist_graph, on_gpu) -> None:  # noqa: F811
+    seeds = np.arange(0, 600, 7)
+    host = sample_blocks(dist_graph, seeds, [-1, -1])
+    mine = ds.sample_blocks_on(on_gpu, seeds, [-1, -1])
+    assert np.array_equal(mine.input_nodes, host.input_nodes)
+    for b, h in zip(mine.blocks, host.blocks, strict=True):
+        assert b.mean.is_cuda and b.mean_t.is_cuda and b.src.is_cuda
+        assert torch.equal(b.mean.to_dense().cpu(), h.mean.to_dense())
+        assert torch.equal(b.mean_t.to_dense().cpu(), h.mean_t.to_dense())
+
+
+def test_gpu_draws_are_real_in_neighbours_and_seeded(dist_graph, on_gpu) -> None:  # noqa: F811
+    truth = in_neighbours(dist_graph)
+    seeds = np.random.default_rng(0).choice(dist_graph.num_nodes, 200, replace=False)
+    first = ds.sample_blocks_on(on_gpu, seeds, [3, 2], seed=5)
+    again = ds.sample_blocks_on(on_gpu, seeds, [3, 2], seed=5)
+    assert np.array_equal(first.input_nodes, again.input_nodes)
+    for b, c in zip(first.blocks, again.blocks, strict=True):
+        assert torch.equal(b.mean.to_dense(), c.mean.to_dense())
+    src, counts = on_gpu.sample(torch.from_numpy(seeds).to(GPU), 2, torch.Generator(GPU).manual_seed(1))
+    offset = 0
+    for s, c in zip(seeds.tolist(), counts.tolist(), strict=True):
+        mine = truth.get(s, [])
+        got = src[offset : offset + c].tolist()
+        offset += c
+        assert c == min(2, len(mine)) and all(got.count(x) <= mine.count(x) for x in set(got))
