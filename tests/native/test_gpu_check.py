@@ -185,6 +185,15 @@ def test_every_step_in_order_under_a_480_s_budget(fake: Path, monkeypatch: pytes
     assert record.rstrip().endswith("- result: every step passed")
 
 
+def test_steps_skipped_by_asking_hold_back_no_time(fake: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """--budget 215 --skip e2e on an H200 gave tests/gpu 30 s (its 92 s killed): the skipped end-to-end
+    runs' expected time was held back for them."""
+    check(fake, monkeypatch, Clock(215), skip=["e2e"])
+    done = steps(fake)
+    assert done["tests/gpu"]["timeout"] >= script.PLANS["tests/gpu"].expected >= 90
+    assert done["e2e wordnet-sage cuda"]["detail"] == "SKIPPED (asked: --skip)"
+
+
 def test_what_no_longer_fits_the_budget_is_skipped_and_fails_the_check(
     fake: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
