@@ -3,9 +3,14 @@ draw, relabelling and mean matrices made by tensor ops where the model computes 
 
 Why: a GPU trainer spent 7.8 ms of a 14.9 ms WordNet step (1,024 seeds, H200) sampling on one host
 core (numpy and the native sampler: small arrays, many calls) and copying the blocks up; the model's
-own step was 3.5 ms. Here a batch's blocks are born on the GPU: a few dozen kernels and a host wait per
-layer. Used where the trainer maps every shard's graph (standalone, or shard servers on its host:
-samehost.py) and the spec's training.sampler allows it (choose_sampler).
+own step was 3.5 ms. Here a batch's blocks are born on the GPU. At this size the work is bound by
+launches and host waits, not bytes: the first version (torch.unique, a bincount, a mask per draw)
+took 5.8 ms a batch on an H200. Each layer now takes two host waits and at most two sorts:
+- a relabelling map over the node ids instead of torch.unique;
+- the draw's sort only when a node has more edges than the fan-out;
+- the transpose's row pointer searched in its sort, not counted by a bincount.
+(Not yet timed on a GPU.) Used where the trainer maps every shard's graph (standalone, or shard
+servers on its host: samehost.py) and training.sampler allows it (sample_on_device).
 
 The draw is the host sampler's rule (graphpart.py's numpy path): up to `fanout` in-neighbours of each
 node without replacement, the ones with the smallest uniform keys; the keys come from a generator seeded
@@ -63,49 +68,51 @@ class DeviceGraph:
         dev = self.device
         starts = self.indptr[frontier]
         degs = self.indptr[frontier + 1] - starts
-        total = int(degs.sum())  # the layer's one host wait
+        counts = degs if fanout < 0 else degs.clamp(max=fanout)
+        total, kept = torch.stack([degs.sum(), counts.sum()]).tolist()  # the draw's one host wait
         if total == 0:
-            return torch.empty(0, dtype=torch.int64, device=dev), degs
+            return torch.empty(0, dtype=torch.int64, device=dev), counts
+        first = torch.cumsum(degs, 0) - degs  # where each node's edges start in the concatenation
         seg = torch.repeat_interleave(torch.arange(len(frontier), device=dev), degs, output_size=total)
-        pos = torch.arange(total, device=dev) - (torch.cumsum(degs, 0) - degs)[seg]  # rank within the node
-        edge = starts[seg] + pos
-        if fanout < 0:
-            return self.indices[edge], degs
-        # each node's edges keep their place after a sort by (node, key): position i stays node seg[i]'s
-        # pos[i]-th smallest key, so the first `fanout` of every node are those with pos < fanout
+        edge = starts[seg] + torch.arange(total, device=dev) - first[seg]
+        if kept == total:  # every node keeps all its edges: nothing to draw
+            return self.indices[edge], counts
+        # each node's edges keep their place after a sort by (node, key): a node's run then holds its keys
+        # smallest first, and the first counts[i] of its run are the ones drawn
         keys = torch.rand(total, generator=generator, device=dev, dtype=torch.float64)
         order = torch.sort(keys + seg.to(torch.float64), stable=True).indices
-        keep = order[pos < fanout]
-        return self.indices[edge[keep]], torch.clamp(degs, max=fanout)
+        taken = torch.cumsum(counts, 0) - counts
+        runs = torch.repeat_interleave(first - taken, counts, output_size=kept)
+        return self.indices[edge[order[runs + torch.arange(kept, device=dev)]]], counts
 
 
-def relabel(frontier: torch.Tensor, src: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def relabel(frontier: torch.Tensor, src: torch.Tensor, num_nodes: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(nodes, local ids of src): nodes = the (distinct) frontier followed by the new nodes of src in
-    first-occurrence order, as loader.relabel on the host."""
+    first-occurrence order, as loader.relabel on the host. A map over the graph's `num_nodes` ids holds
+    each id's first position (no sort; one host wait, for the count of nodes)."""
     both = torch.cat([frontier, src])
-    uniq, inverse = torch.unique(both, return_inverse=True)
-    where = torch.arange(len(both), device=both.device)
-    first = torch.full((len(uniq),), len(both), dtype=torch.int64, device=both.device)
-    first.scatter_reduce_(0, inverse, where, "amin")
-    order = torch.argsort(first)
-    rank = torch.empty_like(order)
-    rank[order] = torch.arange(len(order), device=both.device)
-    return uniq[order], rank[inverse[len(frontier) :]]
+    where = torch.arange(len(both), device=both.device, dtype=torch.int32)
+    first = torch.full((num_nodes,), len(both), dtype=torch.int32, device=both.device)
+    first.scatter_reduce_(0, both, where, "amin")
+    at = first[both].long()  # each entry's first position
+    is_first = at == where
+    local_at = torch.cumsum(is_first, 0) - 1  # at a first position: that node's local id
+    return both[is_first], local_at[at[len(frontier) :]]
 
 
 def mean_matrices(
     counts: torch.Tensor, src_local: torch.Tensor, num_src: int
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(dst local ids, A, A^T) of a block, A the row-normalised (num_dst x num_src) adjacency, on the
-    tensors' device (loader.mean_matrices' twin)."""
+    tensors' device (loader.mean_matrices' twin). A^T's row pointer is searched in the sorted sources,
+    where a bincount would wait for the host to size it."""
     dev, num_dst, edges = counts.device, len(counts), len(src_local)
     crow = torch.zeros(num_dst + 1, dtype=torch.int64, device=dev)
     torch.cumsum(counts, 0, out=crow[1:])
     values = torch.repeat_interleave(1.0 / counts.clamp(min=1).to(torch.float32), counts, output_size=edges)
     dst_local = torch.repeat_interleave(torch.arange(num_dst, device=dev), counts, output_size=edges)
-    order = torch.sort(src_local, stable=True).indices  # the transpose: edges grouped by source
-    crow_t = torch.zeros(num_src + 1, dtype=torch.int64, device=dev)
-    torch.cumsum(torch.bincount(src_local, minlength=num_src), 0, out=crow_t[1:])
+    by_src, order = torch.sort(src_local, stable=True)  # the transpose: edges grouped by source
+    crow_t = torch.searchsorted(by_src, torch.arange(num_src + 1, device=dev))
     return (
         dst_local,
         csr_tensor(crow, src_local, values, (num_dst, num_src)),
@@ -127,7 +134,7 @@ def sample_blocks_on(graph: DeviceGraph, seeds: np.ndarray, fanouts: list[int], 
             gen = torch.Generator(device=graph.device)
             gen.manual_seed(seed * 1000 + depth)
         src, counts = graph.sample(frontier, fanout, gen)
-        nodes, src_local = relabel(frontier, src)
+        nodes, src_local = relabel(frontier, src, graph.num_nodes)
         dst_local, mean, mean_t = mean_matrices(counts, src_local, len(nodes))
         blocks.insert(0, Block(len(nodes), len(frontier), src_local, dst_local, mean, mean_t))
         frontier = nodes

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from graphtrain.runtime.graph import handover
 from graphtrain.runtime.graph.dist_graph import DistGraph
 from graphtrain.runtime.native.backend import CoreBackend, choose
 
@@ -69,10 +70,10 @@ def csr_tensor(
     shape: tuple[int, int],
 ) -> torch.Tensor:
     """A sparse CSR tensor of arrays (host) or tensors (where they are), without torch's beta warning."""
-    parts = [torch.from_numpy(a) if isinstance(a, np.ndarray) else a for a in (crow, col, values)]
+    c, i, v = (torch.from_numpy(a) if isinstance(a, np.ndarray) else a for a in (crow, col, values))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # "sparse CSR support is in beta" / invariant checks
-        return torch.sparse_csr_tensor(*parts, shape)
+        return torch.sparse_csr_tensor(c, i, v, shape)
 
 
 def mean_matrices(
@@ -151,7 +152,8 @@ Sampler = Callable[[np.ndarray, list[int], int], MiniBatch]  # (seeds, fanouts, 
 class NeighborLoader:
     """Shuffled batches of seeds with their sampled blocks; `fetch(minibatch)` runs on the loader thread.
     `sampler` makes a batch's blocks: sample_blocks over the graph's shards unless given (a GPU trainer's:
-    device_sampler.sample_blocks_on)."""
+    device_sampler.sample_blocks_on). `device`: a GPU trainer's, whose batches made ahead are made on
+    a CUDA stream of the loader thread's own and handed over without a host wait."""
 
     def __init__(
         self,
@@ -165,6 +167,7 @@ class NeighborLoader:
         prefetch: int = 0,
         fetch: Callable[[MiniBatch], None] | None = None,
         sampler: Sampler | None = None,
+        device: torch.device | None = None,
     ):
         self.graph = graph
         self.seeds = np.asarray(seeds, dtype=np.int64)
@@ -176,6 +179,7 @@ class NeighborLoader:
         self.prefetch = max(0, prefetch)
         self.fetch = fetch
         self.sampler: Sampler = sampler or partial(sample_blocks, graph)
+        self.device = device  # a GPU trainer's: ahead, batches are made on a side stream (handover.py)
         self.epoch = 0
 
     def __len__(self) -> int:
@@ -215,12 +219,16 @@ class NeighborLoader:
         q: queue.Queue = queue.Queue(maxsize=self.prefetch)
         stop = threading.Event()
 
+        stream = handover.side_stream(self.device)
+
         def produce() -> None:
             try:
-                for i, b in batches:
-                    if stop.is_set():
-                        return
-                    q.put(self._make(epoch, i, b))
+                with handover.on(stream):
+                    for i, b in batches:
+                        if stop.is_set():
+                            return
+                        mb = self._make(epoch, i, b)
+                        q.put((mb, handover.made(stream)))
                 q.put(None)
             except BaseException as exc:  # noqa: BLE001 - re-raised in the consumer
                 q.put(exc)
@@ -234,7 +242,9 @@ class NeighborLoader:
                     return
                 if isinstance(item, BaseException):
                     raise item
-                yield item
+                mb, event = item
+                handover.receive(mb, event, self.device)
+                yield mb
         finally:
             stop.set()
             while worker.is_alive():  # unblock a producer waiting on a full queue

@@ -151,6 +151,7 @@ class NodeClassification:
             fetch=self._fetch,
             prefetch=tr.prefetch,
             sampler=partial(sample_blocks_on, on_device) if on_device else None,
+            device=self.device,
         )
 
     # -------------------------------------------------------------------------------- batches

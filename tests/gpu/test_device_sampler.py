@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from graphtrain.runtime.graph import DistGraph, sample_blocks
+from graphtrain.runtime.graph import DistGraph, NeighborLoader, node_split, sample_blocks
 from graphtrain.runtime.graph import device_sampler as ds
 from tests.runtime.graph.test_device_sampler import dist_graph  # noqa: F401 - the fixture
 from tests.runtime.graph.test_sampling import in_neighbours
@@ -48,3 +48,26 @@ def test_gpu_draws_are_real_in_neighbours_and_seeded(dist_graph, on_gpu) -> None
         got = src[offset : offset + c].tolist()
         offset += c
         assert c == min(2, len(mine)) and all(got.count(x) <= mine.count(x) for x in set(got))
+
+
+def test_batches_made_ahead_on_a_side_stream_are_the_inline_ones(dist_graph, on_gpu) -> None:  # noqa: F811
+    """prefetch on a GPU trainer: the loader thread samples on its own stream (handover.py); the batches
+    the training thread receives are the ones it would have made itself, and usable at once on its stream."""
+    ids = node_split(dist_graph.config, "train", 0, 1)
+
+    def sampler(seeds, fanouts, seed):
+        return ds.sample_blocks_on(on_gpu, seeds, fanouts, seed)
+
+    def run(prefetch: int) -> list:
+        loader = NeighborLoader(
+            dist_graph, ids, [3, 2], 64, seed=0, sampler=sampler, prefetch=prefetch, device=GPU
+        )
+        out = []
+        for mb in loader.batches(0):
+            h = torch.ones(mb.blocks[0].num_src, 4, device=GPU)  # on the training stream, no host wait
+            out.append((mb.input_nodes.tolist(), torch.sparse.mm(mb.blocks[0].mean, h).cpu()))
+        return out
+
+    inline, ahead = run(0), run(3)
+    assert [n for n, _ in ahead] == [n for n, _ in inline]
+    assert all(torch.equal(a, b) for (_, a), (_, b) in zip(ahead, inline, strict=True))

@@ -9,7 +9,7 @@ import torch
 
 from graphtrain.runtime import partition
 from graphtrain.runtime.errors import GraphtrainError
-from graphtrain.runtime.graph import DistGraph, NeighborLoader, node_split, sample_blocks
+from graphtrain.runtime.graph import DistGraph, NeighborLoader, handover, node_split, sample_blocks
 from graphtrain.runtime.graph import device_sampler as ds
 from graphtrain.runtime.graph.dist_graph import standalone_client
 from graphtrain.runtime.graph.loader import mean_matrices, relabel
@@ -91,7 +91,7 @@ def test_relabel_and_mean_matrices_match_the_host_ones() -> None:
     counts = rng.integers(0, 6, 50)
     src = rng.integers(0, 1000, int(counts.sum()))
     nodes, local = relabel(frontier, src)
-    t_nodes, t_local = ds.relabel(torch.from_numpy(frontier), torch.from_numpy(src))
+    t_nodes, t_local = ds.relabel(torch.from_numpy(frontier), torch.from_numpy(src), 1000)
     assert t_nodes.tolist() == nodes.tolist() and t_local.tolist() == local.tolist()
     a, a_t = mean_matrices(counts, local, len(nodes))
     dst, t_a, t_a_t = ds.mean_matrices(torch.from_numpy(counts), t_local, len(nodes))
@@ -169,3 +169,34 @@ def test_a_client_without_mapped_graphs_keeps_host_sampling() -> None:
 
     assert ds.device_graph("auto", torch.device("cuda"), Remote(), 10) is None
     assert ds.device_graph("host", CPU, Remote(), 10) is None
+
+
+def test_a_batch_hands_over_every_tensor_holding_its_memory(on_device) -> None:
+    """A batch made ahead on a GPU is handed to the training stream tensor by tensor (handover.py): every
+    array of its blocks (a CSR matrix's three) and of what fetch added, and nothing else."""
+    mb = ds.sample_blocks_on(on_device, np.arange(0, 600, 7), [4, 2], seed=3)
+    mb.data = {"y": torch.zeros(3), "x": None}
+    held = list(handover.tensors_of(mb))
+    # per block: src, dst, and crow/col/values of A and of A^T; then y
+    assert len(held) == 2 * (2 + 3 + 3) + 1 and all(t.layout == torch.strided for t in held)
+    assert any(t is mb.data["y"] for t in held)
+    cpu = torch.device("cpu")
+    assert handover.side_stream(cpu) is None and handover.side_stream(None) is None
+    assert handover.made(None) is None
+    with handover.on(None):
+        handover.receive(mb, None, cpu)  # nothing to wait for on the host
+
+
+def test_ahead_on_the_loader_thread_makes_the_inline_batches(dist_graph, on_device) -> None:
+    ids = node_split(dist_graph.config, "train", 0, 1)
+
+    def sampler(seeds, fanouts, seed):
+        return ds.sample_blocks_on(on_device, seeds, fanouts, seed)
+
+    def run(prefetch: int) -> list:
+        loader = NeighborLoader(dist_graph, ids, [3, 2], 64, seed=0, sampler=sampler, prefetch=prefetch)
+        return [(mb.input_nodes.tolist(), mb.blocks[0].mean.to_dense()) for mb in loader.batches(0)]
+
+    inline, ahead = run(0), run(2)
+    assert [n for n, _ in ahead] == [n for n, _ in inline]
+    assert all(torch.equal(a, b) for (_, a), (_, b) in zip(ahead, inline, strict=True))
