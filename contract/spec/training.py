@@ -81,8 +81,8 @@ class Training(SpecModel):
         description="GraphSAGE: where neighbours are sampled. auto: on a trainer's GPU when it computes on "
         "one and maps every shard's graph (standalone, or shard servers on its host), else on the host; "
         "host: the shards' samplers; device: the whole graph copied to the trainer's device, refused at "
-        "start when a shard's graph is on another host. Device draws differ from host draws (another "
-        "generator), each seeded by its batch.",
+        "start when a shard's graph is on another host. Either way a batch's samples are the same: the "
+        "CUDA core draws what the host sampler draws.",
     )
     prefetch: int = Field(
         default=0,

@@ -1,7 +1,7 @@
 // What crosses the CUDA core's C ABI when something goes wrong: the return codes, the thread-local message
 // each failed call leaves (gt_cuda_last_error), and the guard that runs a call on the caller's device.
 // No exception and no CUDA error crosses the ABI: every exported function turns them into a code here.
-// Included by optim_cuda.cu only.
+// Included by optim_cuda.cu and sampling_cuda.cu.
 #pragma once
 
 #include <cuda_runtime.h>

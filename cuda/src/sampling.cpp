@@ -3,33 +3,18 @@
 // gt_sample_neighbors: up to `fanout` distinct in-neighbours of each seed from a partition's in-CSR
 // (all of them when the degree is within the fan-out or fanout < 0). Each seed draws from its own
 // stream, seeded by (request seed, node id): a node's sample does not depend on how seeds were
-// batched or split across shards. Distinct positions come from Floyd's algorithm (k draws for k picks).
+// batched or split across shards, nor on the device (sample_math.h, shared with sampling_cuda.cu).
 // gt_relabel: first-occurrence numbering of frontier ++ sources with a hash map (the frontier's nodes
 // keep their positions, so a block's destination nodes are its first source nodes).
 // Both replace numpy code (lexsort per batch, np.unique) that cost ~6 ms per WordNet batch.
 
 #include "graphtrain/api.h"
 #include "graphtrain/optim_math.h"
+#include "graphtrain/sample_math.h"
 
 #include <algorithm>
 #include <cstdint>
 #include <vector>
-
-namespace {
-
-struct Rng {
-  uint64_t state;
-  uint64_t next() {
-    state += 0x9e3779b97f4a7c15ULL;
-    return graphtrain::mix64(state);
-  }
-  // Uniform in [0, n) (Lemire's multiply-shift; the bias for n << 2^64 is negligible).
-  int64_t below(int64_t n) {
-    return static_cast<int64_t>((static_cast<__uint128_t>(next()) * static_cast<uint64_t>(n)) >> 64);
-  }
-};
-
-}  // namespace
 
 // counts[i] = number of sources sampled for seeds[i]; returns the total, or -1 with *bad_pos when a seed
 // is outside [lo, lo + num_local). Call once with out_src = null to size the output, then again to fill.
@@ -59,15 +44,8 @@ GT_API int64_t gt_sample_neighbors(const int64_t* indptr, const int64_t* indices
     if (c == deg) {
       std::copy(indices + start, indices + start + deg, out_src + pos);
     } else {
-      // Floyd: for j in [deg - c, deg): t = rand(0..j); take t unless taken, else take j.
-      Rng rng{graphtrain::mix64(seed ^ graphtrain::mix64(static_cast<uint64_t>(seeds[i])))};
-      picked.clear();
-      for (int64_t j = deg - c; j < deg; ++j) {
-        const int64_t t = rng.below(j + 1);
-        const bool taken = std::find(picked.begin(), picked.end(), t) != picked.end();
-        picked.push_back(taken ? j : t);
-      }
-      std::sort(picked.begin(), picked.end());  // keep the CSR's order: deterministic, cache-friendly
+      picked.resize(static_cast<size_t>(c));
+      graphtrain::draw_positions(seed, seeds[i], deg, c, picked.data());  // sample_math.h: the GPU's too
       for (int64_t k = 0; k < c; ++k) out_src[pos + k] = indices[start + picked[k]];
     }
     pos += c;

@@ -1,7 +1,7 @@
 // Stages 1-3 and the last of every call that sorts a batch (a step, a scatter): the range check and sort keys,
 // CUB's stable radix sort, the segment heads of each unique id, the workspace they are carved from, and
 // the one copy to the host with its synchronisation. The flag and count live in `Info` on the device.
-// Included by optim_cuda.cu only.
+// Included by optim_cuda.cu and (for its constants and launch shapes) sampling_cuda.cu.
 #pragma once
 
 #include "graphtrain/optim_math.h"

@@ -1,22 +1,21 @@
 """Neighbour sampling on the trainer's device: the whole graph's in-CSR copied there once, every layer's
-draw, relabelling and mean matrices made by tensor ops where the model computes (DGL's GPU sampling).
+draw, relabelling and mean matrices made where the model computes (DGL's GPU sampling).
 
 Why: a GPU trainer spent 7.8 ms of a 14.9 ms WordNet step (1,024 seeds, H200) sampling on one host
 core (numpy and the native sampler: small arrays, many calls) and copying the blocks up; the model's
 own step was 3.5 ms. Here a batch's blocks are born on the GPU. At this size the work is bound by
-launches and host waits, not bytes: the first version (torch.unique, a bincount, a mask per draw)
-took 5.8 ms a batch on an H200. Each layer now takes two host waits and at most two sorts:
+launches and host waits, not bytes: a first version of tensor ops alone (torch.unique, a bincount, a
+random sort per draw) took 5.8 ms a batch on an H200. Each layer now takes two host waits:
+- the draw by the CUDA core (sampling_cuda.cu: a count, a scan, a warp per seed);
 - a relabelling map over the node ids instead of torch.unique;
-- the draw's sort only when a node has more edges than the fan-out;
-- the transpose's row pointer searched in its sort, not counted by a bincount.
+- the transpose's row pointer searched in its sort instead of counted by a bincount.
 (Not yet timed on a GPU.) Used where the trainer maps every shard's graph (standalone, or shard
 servers on its host: samehost.py) and training.sampler allows it (sample_on_device).
 
-The draw is the host sampler's rule (graphpart.py's numpy path): up to `fanout` in-neighbours of each
-node without replacement, the ones with the smallest uniform keys; the keys come from a generator seeded
-by the batch, so a batch's blocks are the same on every run on the same device (not the host sampler's
-draws: another generator). The blocks follow loader.py's convention: a layer's nodes are its frontier
-followed by the new sources in first-occurrence order.
+The draws are the host sampler's: the same request seed per layer as loader.sample_blocks, and the
+same per-node streams and Floyd's picks (cuda/include/graphtrain/sample_math.h), so device and host
+blocks are equal edge for edge. The blocks follow loader.py's convention: a layer's nodes are its
+frontier followed by the new sources in first-occurrence order.
 """
 
 from __future__ import annotations
@@ -29,6 +28,7 @@ import torch
 from graphtrain.runtime.errors import GraphtrainError
 from graphtrain.runtime.graph.loader import Block, MiniBatch, csr_tensor
 from graphtrain.runtime.kvstore.graphpart import GraphPart
+from graphtrain.runtime.native import cuda
 
 GRAPH_SHARE = 0.25  # of the device's free memory the graph may take; beyond it sampling stays on the host
 
@@ -41,6 +41,7 @@ class DeviceGraph:
         self.indices = indices
         self.device = indptr.device
         self.num_nodes = len(indptr) - 1
+        self._host: GraphPart | None = None  # on the host: the CPU core's sampler over these arrays
 
     @classmethod
     def of_parts(cls, parts: list[GraphPart], num_nodes: int, device: torch.device) -> DeviceGraph:
@@ -60,30 +61,16 @@ class DeviceGraph:
         indices = np.concatenate([p.indices[p.indptr[0] : p.indptr[-1]] for p in parts]).astype(np.int64)
         return cls(torch.from_numpy(indptr).to(device), torch.from_numpy(indices).to(device))
 
-    def sample(
-        self, frontier: torch.Tensor, fanout: int, generator: torch.Generator | None
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+    def sample(self, frontier: torch.Tensor, fanout: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
         """(sources, counts): up to `fanout` in-neighbours of each frontier node (fanout < 0: all), those
-        of node i the next counts[i] sources, in frontier order."""
-        dev = self.device
-        starts = self.indptr[frontier]
-        degs = self.indptr[frontier + 1] - starts
-        counts = degs if fanout < 0 else degs.clamp(max=fanout)
-        total, kept = torch.stack([degs.sum(), counts.sum()]).tolist()  # the draw's one host wait
-        if total == 0:
-            return torch.empty(0, dtype=torch.int64, device=dev), counts
-        first = torch.cumsum(degs, 0) - degs  # where each node's edges start in the concatenation
-        seg = torch.repeat_interleave(torch.arange(len(frontier), device=dev), degs, output_size=total)
-        edge = starts[seg] + torch.arange(total, device=dev) - first[seg]
-        if kept == total:  # every node keeps all its edges: nothing to draw
-            return self.indices[edge], counts
-        # each node's edges keep their place after a sort by (node, key): a node's run then holds its keys
-        # smallest first, and the first counts[i] of its run are the ones drawn
-        keys = torch.rand(total, generator=generator, device=dev, dtype=torch.float64)
-        order = torch.sort(keys + seg.to(torch.float64), stable=True).indices
-        taken = torch.cumsum(counts, 0) - counts
-        runs = torch.repeat_interleave(first - taken, counts, output_size=kept)
-        return self.indices[edge[order[runs + torch.arange(kept, device=dev)]]], counts
+        of node i the next counts[i] sources, in frontier order; the host sampler's draws for request
+        seed `seed` (a GPU's by the CUDA core, the host's by the CPU core: sample_math.h)."""
+        if self.device.type == "cuda":
+            return cuda.sample_neighbors(self.indptr, self.indices, frontier, fanout, seed)
+        if self._host is None:
+            self._host = GraphPart(0, self.num_nodes, self.indptr.numpy(), self.indices.numpy())
+        src, counts = self._host.sample(frontier.numpy(), fanout, seed)
+        return torch.from_numpy(src), torch.from_numpy(counts)
 
 
 def relabel(frontier: torch.Tensor, src: torch.Tensor, num_nodes: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -129,11 +116,7 @@ def sample_blocks_on(graph: DeviceGraph, seeds: np.ndarray, fanouts: list[int], 
     frontier = torch.from_numpy(seeds).to(graph.device)
     blocks: list[Block] = []
     for depth, fanout in enumerate(reversed(fanouts)):
-        gen = None
-        if fanout >= 0:
-            gen = torch.Generator(device=graph.device)
-            gen.manual_seed(seed * 1000 + depth)
-        src, counts = graph.sample(frontier, fanout, gen)
+        src, counts = graph.sample(frontier, fanout, seed * 1000 + depth)  # sample_blocks' request seeds
         nodes, src_local = relabel(frontier, src, graph.num_nodes)
         dst_local, mean, mean_t = mean_matrices(counts, src_local, len(nodes))
         blocks.insert(0, Block(len(nodes), len(frontier), src_local, dst_local, mean, mean_t))
@@ -165,18 +148,22 @@ def device_room(device: torch.device) -> int | None:
     return int(free)
 
 
-def sample_on_device(setting: str, device: torch.device, mapped: bool, nbytes: int, room: int | None) -> bool:
+def sample_on_device(
+    setting: str, device: torch.device, mapped: bool, nbytes: int, room: int | None, core: str = ""
+) -> bool:
     """Whether a trainer samples on its device (training.sampler `setting`): auto does on a GPU that has
-    room for the graph when every shard's graph is mapped here; device does wherever it can.
+    room for the graph, whose CUDA core runs (`core`: why not, "" when it does), when every shard's graph
+    is mapped here; device does wherever it can.
 
     Raises:
-        GraphtrainError: sampler device, but a shard's graph is not mapped here or does not fit.
+        GraphtrainError: sampler device, but a shard's graph is not mapped here, does not fit, or the
+            CUDA core cannot run on the device.
     """
     fits = room is None or nbytes <= GRAPH_SHARE * room
     if setting == "host":
         return False
     if setting == "auto":
-        return device.type == "cuda" and mapped and fits
+        return device.type == "cuda" and mapped and fits and not core
     if not mapped:
         raise GraphtrainError(
             "training.sampler is device but this trainer does not map every shard's graph (a shard "
@@ -187,7 +174,18 @@ def sample_on_device(setting: str, device: torch.device, mapped: bool, nbytes: i
             f"training.sampler is device but the graph's {nbytes:,} bytes are more than "
             f"{GRAPH_SHARE:.0%} of {device}'s {room:,} free bytes: use auto or host"
         )
+    if core:
+        raise GraphtrainError(
+            f"training.sampler is device but the CUDA core cannot sample on {device}: {core}"
+        )
     return True
+
+
+def core_reason(device: torch.device) -> str:
+    """Why the CUDA core cannot sample on `device` ("" when it can, and on the host)."""
+    if device.type != "cuda":
+        return ""
+    return cuda.unavailable_reason(device.index or 0)
 
 
 def device_graph(setting: str, device: torch.device, client: Any, num_nodes: int) -> DeviceGraph | None:
@@ -198,6 +196,7 @@ def device_graph(setting: str, device: torch.device, client: Any, num_nodes: int
     if parts is None:
         sample_on_device(setting, device, False, 0, None)  # refuses `device`
         return None
-    if not sample_on_device(setting, device, True, graph_bytes(parts), device_room(device)):
+    nbytes, room = graph_bytes(parts), device_room(device)
+    if not sample_on_device(setting, device, True, nbytes, room, core_reason(device)):
         return None
     return DeviceGraph.of_parts(parts, num_nodes, device)

@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 from graphtrain.runtime.errors import GraphtrainError
 
 # = graphtrain::kAbiVersion in cuda/include/graphtrain/abi.h (tests/native/test_abi.py compares them)
-ABI_VERSION = 5
+ABI_VERSION = 6
 
 CPU, CUDA = "cpu", "cuda"
 REBUILD = {
@@ -119,6 +119,12 @@ SIGNATURES: dict[str, Signature] = {
     ),
     "gt_cuda_gather": Signature((CUDA,), INT, [I64, P, P, I64, I64, P, I32, P, P, I64, P]),
     "gt_cuda_scatter": Signature((CUDA,), INT, [I64, P, P, P, I64, I64, I32, P, P, I64, P]),
+    # neighbour sampling (sampling_cuda.cu): workspace(n, device, bytes); count(indptr, num_nodes, seeds,
+    # n, fanout, counts, ends, device, stream, workspace, bytes, total, bad_pos); fill(indptr, indices,
+    # seeds, n, seed, counts, ends, out, device, stream)
+    "gt_cuda_sample_workspace_bytes": Signature((CUDA,), INT, [I64, I32, P]),
+    "gt_cuda_sample_count": Signature((CUDA,), INT, [P, I64, P, I64, I64, P, P, I32, P, P, I64, P, P]),
+    "gt_cuda_sample_fill": Signature((CUDA,), INT, [P, P, P, I64, U64, P, P, P, I32, P]),
 }
 
 

@@ -158,9 +158,16 @@ def _device_index(d: torch.device) -> int:
     return d.index if d.index is not None else 0
 
 
-def _tensor(name: str, d: Desc, device: torch.device, dtype: torch.dtype, shape: tuple[int, ...]) -> None:
+def _tensor(
+    name: str,
+    d: Desc,
+    device: torch.device,
+    dtype: torch.dtype,
+    shape: tuple[int, ...],
+    owner: str = "the table",
+) -> None:
     if d.device.type != "cuda" or _device_index(d.device) != _device_index(device):
-        raise SparseInputError(f"{name} is on {d.device}; the table is on {device}: move it there first")
+        raise SparseInputError(f"{name} is on {d.device}; {owner} is on {device}: move it there first")
     if d.dtype != dtype:
         raise SparseInputError(f"{name} must be {dtype}, got {d.dtype}")
     if d.shape != shape:
@@ -221,6 +228,21 @@ def check_scatter(table: Desc, ids: Desc, values: Desc) -> None:
     check_table(table)
     n = check_ids(table, ids)
     _tensor("values", values, table.device, torch.float32, (n, table.shape[1]))
+
+
+def check_sample(indptr: Desc, indices: Desc, seeds: Desc) -> None:
+    """A graph's in-CSR (indptr: nodes + 1 entries, indices: its sources) and the seeds to sample, all
+    contiguous 1-D int64 on one GPU."""
+    if indptr.device.type != "cuda":
+        raise SparseInputError(f"the CUDA core samples a graph on a GPU, this one is on {indptr.device}")
+    for name, d in (("indptr", indptr), ("indices", indices), ("seeds", seeds)):
+        if len(d.shape) != 1:
+            raise SparseInputError(f"{name} must be 1-D, got shape {d.shape}")
+        _tensor(name, d, indptr.device, torch.int64, d.shape, owner="the graph's indptr")
+    if indptr.shape[0] < 1:
+        raise SparseInputError("indptr must hold at least one entry (nodes + 1)")
+    if seeds.shape[0] > MAX_BATCH:
+        raise SparseInputError(f"{seeds.shape[0]} seeds in one call; the CUDA core takes at most {MAX_BATCH}")
 
 
 # ------------------------------------------------------------------------------------------- calls
@@ -382,3 +404,58 @@ def scatter(table: torch.Tensor, ids: torch.Tensor, values: torch.Tensor) -> Non
         ctypes.byref(bad),
     )
     _result(lib, rc, "gt_cuda_scatter", ids, bad, table.shape[0])
+
+
+@functools.lru_cache(maxsize=256)
+def _sample_workspace_bytes(n: int, device: int) -> int:
+    lib = _lib()
+    assert lib is not None
+    size = ctypes.c_int64(0)
+    _raise(
+        lib,
+        lib.gt_cuda_sample_workspace_bytes(n, device, ctypes.byref(size)),
+        "gt_cuda_sample_workspace_bytes",
+    )
+    return max(1, size.value)
+
+
+def sample_neighbors(
+    indptr: torch.Tensor, indices: torch.Tensor, seeds: torch.Tensor, fanout: int, seed: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(sources, counts) on the graph's GPU: up to `fanout` distinct in-neighbours of each seed (-1: all),
+    those of seed i the next counts[i] sources; the draws of the CPU core's gt_sample_neighbors for the
+    same request seed (cuda/include/graphtrain/sample_math.h). One host wait, for the total.
+
+    Raises:
+        SparseInputError: a tensor on another device or of another dtype or shape, or a seed outside
+            the graph's nodes.
+        CudaUnavailable, CudaCoreError: as the other calls.
+    """
+    check_sample(describe(indptr), describe(indices), describe(seeds))
+    lib, device, stream = _ready(indptr)
+    n, num_nodes = len(seeds), len(indptr) - 1
+    counts = torch.empty(n, dtype=torch.int64, device=indptr.device)
+    ends = torch.empty(n, dtype=torch.int64, device=indptr.device)
+    bound = 1 << max(0, n - 1).bit_length() if n > 1 else n
+    need = _sample_workspace_bytes(min(bound, MAX_BATCH), device)
+    buffers: dict[tuple[str, int, int], torch.Tensor] = _scratch.__dict__.setdefault("sample", {})
+    ws = buffers.get(("sample", device, stream))
+    if ws is None or ws.numel() < need:
+        ws = buffers[("sample", device, stream)] = torch.empty(need, dtype=torch.uint8, device=indptr.device)
+    total, bad = ctypes.c_int64(0), ctypes.c_int64(-1)
+    rc = lib.gt_cuda_sample_count(
+        indptr.data_ptr(), num_nodes, seeds.data_ptr(), n, fanout, counts.data_ptr(), ends.data_ptr(),
+        device, stream, ws.data_ptr(), ws.numel(), ctypes.byref(total), ctypes.byref(bad),
+    )  # fmt: skip
+    if rc == RC_BAD_ID:
+        raise SparseInputError(
+            f"seeds[{bad.value}] = {int(seeds[bad.value])} is outside the graph's nodes [0, {num_nodes})"
+        )
+    _raise(lib, rc, "gt_cuda_sample_count")
+    src = torch.empty(total.value, dtype=torch.int64, device=indptr.device)
+    rc = lib.gt_cuda_sample_fill(
+        indptr.data_ptr(), indices.data_ptr(), seeds.data_ptr(), n, seed & (2**64 - 1),
+        counts.data_ptr(), ends.data_ptr(), src.data_ptr(), device, stream,
+    )  # fmt: skip
+    _raise(lib, rc, "gt_cuda_sample_fill")
+    return src, counts

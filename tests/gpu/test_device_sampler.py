@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import torch
 
+from graphtrain.runtime.errors import SparseInputError
 from graphtrain.runtime.graph import DistGraph, NeighborLoader, node_split, sample_blocks
 from graphtrain.runtime.graph import device_sampler as ds
 from tests.runtime.graph.test_device_sampler import dist_graph  # noqa: F401 - the fixture
@@ -22,13 +23,16 @@ def on_gpu(dist_graph: DistGraph) -> ds.DeviceGraph:  # noqa: F811
     return graph
 
 
-def test_every_neighbour_blocks_are_the_host_samplers_on_the_gpu(dist_graph, on_gpu) -> None:  # noqa: F811
+@pytest.mark.parametrize("fanouts", [[-1, -1], [4, 2], [1, 1], [10, 25]])
+def test_gpu_blocks_are_the_host_samplers_edge_for_edge(dist_graph, on_gpu, fanouts) -> None:  # noqa: F811
+    """The CUDA core draws what the CPU core draws (sample_math.h), per node and request seed."""
     seeds = np.arange(0, 600, 7)
-    host = sample_blocks(dist_graph, seeds, [-1, -1])
-    mine = ds.sample_blocks_on(on_gpu, seeds, [-1, -1])
+    host = sample_blocks(dist_graph, seeds, fanouts, seed=11)
+    mine = ds.sample_blocks_on(on_gpu, seeds, fanouts, seed=11)
     assert np.array_equal(mine.input_nodes, host.input_nodes)
     for b, h in zip(mine.blocks, host.blocks, strict=True):
         assert b.mean.is_cuda and b.mean_t.is_cuda and b.src.is_cuda
+        assert torch.equal(b.src.cpu(), h.src) and torch.equal(b.dst.cpu(), h.dst)
         assert torch.equal(b.mean.to_dense().cpu(), h.mean.to_dense())
         assert torch.equal(b.mean_t.to_dense().cpu(), h.mean_t.to_dense())
 
@@ -41,7 +45,7 @@ def test_gpu_draws_are_real_in_neighbours_and_seeded(dist_graph, on_gpu) -> None
     assert np.array_equal(first.input_nodes, again.input_nodes)
     for b, c in zip(first.blocks, again.blocks, strict=True):
         assert torch.equal(b.mean.to_dense(), c.mean.to_dense())
-    src, counts = on_gpu.sample(torch.from_numpy(seeds).to(GPU), 2, torch.Generator(GPU).manual_seed(1))
+    src, counts = on_gpu.sample(torch.from_numpy(seeds).to(GPU), 2, 1)
     offset = 0
     for s, c in zip(seeds.tolist(), counts.tolist(), strict=True):
         mine = truth.get(s, [])
@@ -71,3 +75,24 @@ def test_batches_made_ahead_on_a_side_stream_are_the_inline_ones(dist_graph, on_
     inline, ahead = run(0), run(3)
     assert [n for n, _ in ahead] == [n for n, _ in inline]
     assert all(torch.equal(a, b) for (_, a), (_, b) in zip(ahead, inline, strict=True))
+
+
+def test_the_cuda_sampler_refuses_a_seed_outside_the_graph(on_gpu) -> None:
+    seeds = torch.tensor([3, on_gpu.num_nodes + 5], device=GPU)
+    with pytest.raises(SparseInputError, match=r"seeds\[1\] = \d+ is outside the graph's nodes"):
+        on_gpu.sample(seeds, 2, 0)
+    src, counts = on_gpu.sample(torch.tensor([3], device=GPU), 2, 0)  # the core is fine afterwards
+    assert int(counts.sum()) == len(src)
+
+
+def test_a_hub_with_more_edges_than_a_warp_draws_distinct_sources() -> None:
+    """Node 0 has 1,000 in-neighbours: fan-outs past the warp's 32 lanes and up to the whole list."""
+    indptr = torch.tensor([0, 1000] + [1000] * 1000, device=GPU)
+    indices = torch.arange(1, 1001, device=GPU)
+    graph = ds.DeviceGraph(indptr, indices)
+    host = ds.DeviceGraph(indptr.cpu(), indices.cpu())
+    for fanout in (1, 31, 33, 999, 1000, -1):
+        src, counts = graph.sample(torch.tensor([0, 5], device=GPU), fanout, 7)
+        want = host.sample(torch.tensor([0, 5]), fanout, 7)
+        assert torch.equal(src.cpu(), want[0]) and torch.equal(counts.cpu(), want[1])
+        assert len(set(src.tolist())) == len(src) == (1000 if fanout < 0 else fanout)

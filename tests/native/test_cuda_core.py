@@ -48,6 +48,14 @@ calls = {
     ),
     "gt_cuda_gather": lambda: lib.gt_cuda_gather(1, *nulls, 4, 10, None, 0, *nulls, 256, B),
     "gt_cuda_scatter": lambda: lib.gt_cuda_scatter(1, *nulls, None, 4, 10, 0, *nulls, 1 << 20, B),
+    "gt_cuda_sample_workspace_bytes": lambda: lib.gt_cuda_sample_workspace_bytes(16, 0, S),
+    "gt_cuda_sample_count": lambda: lib.gt_cuda_sample_count(
+        None, 10, None, 1, 2, *nulls, 0, *nulls, 1 << 20, S, B
+    ),
+    "gt_cuda_sample_count (too many seeds)": lambda: lib.gt_cuda_sample_count(
+        None, 10, None, 1 << 32, 2, *nulls, 0, *nulls, 1 << 20, S, B
+    ),
+    "gt_cuda_sample_fill": lambda: lib.gt_cuda_sample_fill(None, None, None, 1, 7, *nulls, None, 0, None),
 }
 out = {}
 for name, call in calls.items():
@@ -90,6 +98,8 @@ def test_every_entry_point_returns_an_error_and_the_process_lives(no_driver: Pat
         assert message.startswith(function + ":"), (name, message)
         if "too many ids" in name:
             assert rc == cuda.RC_BAD_ARGUMENT and "at most 2147483135" in message
+        elif "too many seeds" in name:
+            assert rc == cuda.RC_BAD_ARGUMENT and "at most 2147483647" in message
         else:
             assert rc == cuda.RC_CUDA_ERROR
             assert "cudaErrorInsufficientDriver" in message or "no CUDA driver" in message, message
@@ -237,6 +247,21 @@ def test_scatter_checks_the_values_shape_and_gather_the_ids() -> None:
         cuda.check_gather(TABLE, d(GPU0, I64, N, 2))
     with pytest.raises(SparseInputError, match="at most"):
         cuda.check_gather(TABLE, d(GPU0, I64, 2**31))
+
+
+def test_sampling_checks_the_graph_and_seeds_before_any_cuda_call() -> None:
+    graph = (d(GPU0, I64, ROWS + 1), d(GPU0, I64, 40))
+    cuda.check_sample(*graph, IDS)
+    for args_, message in [
+        ((d(CPU, I64, ROWS + 1), graph[1], IDS), "samples a graph on a GPU, this one is on cpu"),
+        ((graph[0], d(GPU1, I64, 40), IDS), "indices is on cuda:1; the graph's indptr is on cuda:0"),
+        ((*graph, d(GPU0, torch.int32, N)), "seeds must be torch.int64"),
+        ((*graph, d(GPU0, I64, N, 2)), "seeds must be 1-D"),
+        ((d(GPU0, I64, 0), graph[1], IDS), "at least one entry"),
+        ((*graph, d(GPU0, I64, 2**31)), "at most"),
+    ]:
+        with pytest.raises(SparseInputError, match=message):
+            cuda.check_sample(*args_)
 
 
 def test_public_calls_refuse_cpu_tensors_before_touching_cuda(monkeypatch: pytest.MonkeyPatch) -> None:

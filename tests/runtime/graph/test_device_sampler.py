@@ -57,7 +57,7 @@ def test_samples_are_real_in_neighbours_without_replacement_and_seeded(dist_grap
     for fanout in (1, 3, -1):
 
         def draw(seed: int, fanout: int = fanout):
-            return on_device.sample(seeds, fanout, torch.Generator().manual_seed(seed))
+            return on_device.sample(seeds, fanout, seed)
 
         src, counts = draw(1)
         assert int(counts.sum()) == len(src)
@@ -76,10 +76,9 @@ def test_samples_are_real_in_neighbours_without_replacement_and_seeded(dist_grap
 def test_every_neighbour_is_drawn_evenly() -> None:
     """Node 0 has in-neighbours 1..8, fanout 2: over 4,000 draws each is taken about 1/4 of the time."""
     graph = ds.DeviceGraph(torch.tensor([0, 8] + [8] * 8), torch.arange(1, 9))
-    gen = torch.Generator().manual_seed(0)
     hits = torch.zeros(9)
-    for _ in range(4000):
-        src, counts = graph.sample(torch.tensor([0]), 2, gen)
+    for seed in range(4000):
+        src, counts = graph.sample(torch.tensor([0]), 2, seed)
         assert counts.tolist() == [2] and src[0] != src[1]
         hits[src] += 1
     assert torch.allclose(hits[1:] / 4000, torch.full((8,), 0.25), atol=0.03)
@@ -99,14 +98,17 @@ def test_relabel_and_mean_matrices_match_the_host_ones() -> None:
     assert torch.equal(t_a.to_dense(), a.to_dense()) and torch.equal(t_a_t.to_dense(), a_t.to_dense())
 
 
-def test_blocks_of_every_neighbour_are_the_host_samplers(dist_graph, on_device) -> None:
-    """With fanout -1 nothing is drawn: device and host blocks are the same, edge for edge."""
+@pytest.mark.parametrize("fanouts", [[-1, -1], [4, 2], [1, 1]])
+def test_blocks_are_the_host_samplers_edge_for_edge(dist_graph, on_device, fanouts) -> None:
+    """The same request seed per layer, per-node streams and picks (sample_math.h): the joined graph
+    draws what the shards draw for their own seeds."""
     seeds = np.arange(0, 600, 7)
-    host = sample_blocks(dist_graph, seeds, [-1, -1])
-    mine = ds.sample_blocks_on(on_device, seeds, [-1, -1])
+    host = sample_blocks(dist_graph, seeds, fanouts, seed=11)
+    mine = ds.sample_blocks_on(on_device, seeds, fanouts, seed=11)
     assert np.array_equal(mine.input_nodes, host.input_nodes)
     for b, h in zip(mine.blocks, host.blocks, strict=True):
         assert (b.num_src, b.num_dst) == (h.num_src, h.num_dst)
+        assert torch.equal(b.src, h.src) and torch.equal(b.dst, h.dst)
         assert torch.equal(b.mean.to_dense(), h.mean.to_dense())
         assert torch.equal(b.mean_t.to_dense(), h.mean_t.to_dense())
 
@@ -149,6 +151,15 @@ def test_the_loader_takes_the_device_sampler(dist_graph, on_device) -> None:
 )
 def test_where_a_trainer_samples(setting, device, mapped, nbytes, room, expect) -> None:
     assert ds.sample_on_device(setting, torch.device(device), mapped, nbytes, room) is expect
+
+
+def test_a_gpu_whose_cuda_core_cannot_run_samples_on_the_host_unless_told() -> None:
+    gpu = torch.device("cuda", 0)
+    assert ds.sample_on_device("auto", gpu, True, 1, 100, core="no driver") is False
+    with pytest.raises(GraphtrainError, match="the CUDA core cannot sample on cuda:0: no driver"):
+        ds.sample_on_device("device", gpu, True, 1, 100, core="no driver")
+    assert ds.core_reason(torch.device("cpu")) == ""
+    assert ds.core_reason(gpu)  # this machine has no GPU: the core says why
 
 
 def test_device_sampling_that_cannot_be_had_is_refused_naming_why() -> None:

@@ -1,0 +1,158 @@
+// Neighbour sampling on the GPU: the draw of sampling.cpp's gt_sample_neighbors over a whole graph's in-CSR
+// (a GPU trainer's copy: runtime/graph/device_sampler.py), from the same per-node streams and Floyd's picks
+// (graphtrain/sample_math.h), so a GPU trainer's blocks are the host sampler's, edge for edge.
+//
+// A layer is two calls on the caller's stream, in a workspace the caller allocated:
+//  1. gt_cuda_sample_count: each seed's count (its degree, or the fan-out when fewer), their inclusive
+//     sums (CUB's scan: where each seed's sources end), then one copy of the total and the first bad
+//     seed to the host and one stream synchronisation: the caller sizes the output with it;
+//  2. gt_cuda_sample_fill: one warp per seed. A seed that keeps all its edges has them copied by the
+//     lanes; otherwise lane 0 draws the positions into the seed's output slots (c <= fan-out of them),
+//     and after the warp's barrier the lanes replace each position by its source. No host wait.
+// Errors cross the C ABI as codes and a message (cuda_boundary.cuh), never as exceptions.
+
+#include "graphtrain/api.h"
+#include "graphtrain/sample_math.h"
+#include "cuda_boundary.cuh"
+#include "segments.cuh"  // kWarp, kBlock, kNoBad, kAlign, blocks_for_warps/threads
+
+#include <cuda_runtime.h>
+
+#include <cub/device/device_scan.cuh>
+
+#include <cstdint>
+#include <string>
+
+namespace {
+
+using namespace graphtrain::cuda_core;
+
+// counts[i]: the sources seed i keeps; a seed outside [0, num_nodes) sets *bad (the least such position)
+// and keeps none.
+__global__ void count_kernel(const int64_t* indptr, int64_t num_nodes, const int64_t* seeds, int64_t n,
+                             int64_t fanout, int64_t* counts, unsigned long long* bad) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t s = seeds[i];
+    if (s < 0 || s >= num_nodes) {
+      atomicMin(bad, static_cast<unsigned long long>(i));
+      counts[i] = 0;
+      continue;
+    }
+    const int64_t deg = indptr[s + 1] - indptr[s];
+    counts[i] = (fanout < 0 || deg <= fanout) ? deg : fanout;
+  }
+}
+
+// The sources of seed i go to out[ends[i] - counts[i], ends[i]). Every lane of a warp takes the same seed,
+// so the branches and the barrier are warp-uniform.
+__global__ void __launch_bounds__(kBlock)
+    fill_kernel(const int64_t* indptr, const int64_t* indices, const int64_t* seeds, int64_t n, uint64_t seed,
+                const int64_t* counts, const int64_t* ends, int64_t* out) {
+  const int lane = threadIdx.x % kWarp;
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * (blockDim.x / kWarp);
+  for (int64_t i = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) / kWarp; i < n; i += warps) {
+    const int64_t s = seeds[i];
+    const int64_t start = indptr[s], deg = indptr[s + 1] - start, c = counts[i];
+    int64_t* dst = out + (ends[i] - c);
+    if (c == deg) {
+      for (int64_t k = lane; k < deg; k += kWarp) dst[k] = indices[start + k];
+      continue;
+    }
+    if (lane == 0) graphtrain::draw_positions(seed, s, deg, c, dst);
+    __syncwarp();  // lane 0's positions are visible to the warp
+    for (int64_t k = lane; k < c; k += kWarp) dst[k] = indices[start + dst[k]];
+  }
+}
+
+constexpr int64_t kMaxSeeds = INT32_MAX;  // CUB's scan counts items in an int
+
+size_t scan_bytes(int n, cudaStream_t stream, cudaError_t* err) {
+  size_t bytes = 0;
+  *err = cub::DeviceScan::InclusiveSum(nullptr, bytes, static_cast<const int64_t*>(nullptr),
+                                       static_cast<int64_t*>(nullptr), n, stream);
+  return bytes;
+}
+
+// Every exported call's frame: the seed count checked, nothing to do for none, the device selected for the
+// body (and restored), stale errors cleared, and nothing thrown across the ABI.
+template <typename Body>
+int on_seeds(const char* fn, int64_t n, int32_t device, void* stream_ptr, Body body) {
+  try {
+    if (n < 0 || n > kMaxSeeds)
+      return fail_arg(fn, std::to_string(n) + " seeds (at most " + std::to_string(kMaxSeeds) + ")");
+    if (n == 0) return 0;
+    DeviceGuard guard(device);
+    if (guard.err != cudaSuccess) return fail(fn, "select the device", guard.err);
+    cudaGetLastError();
+    return body(static_cast<cudaStream_t>(stream_ptr));
+  } catch (...) {
+    return fail_exception(fn);
+  }
+}
+
+}  // namespace
+
+// Bytes of device workspace gt_cuda_sample_count needs for n seeds on `device`, in *bytes.
+GT_API int gt_cuda_sample_workspace_bytes(int64_t n, int32_t device, int64_t* bytes) {
+  const char* fn = "gt_cuda_sample_workspace_bytes";
+  *bytes = static_cast<int64_t>(kAlign);
+  return on_seeds(fn, n, device, nullptr, [&](cudaStream_t) {
+    cudaError_t err = cudaSuccess;
+    const size_t scan = scan_bytes(static_cast<int>(n), nullptr, &err);
+    if (err != cudaSuccess) return fail(fn, "CUB temporary storage size", err);
+    *bytes = static_cast<int64_t>(kAlign + scan);
+    return 0;
+  });
+}
+
+// Stage 1 of a layer: counts[i] and ends[i] (device, n each) for the n seeds of a graph of num_nodes nodes,
+// *total (host) the sources the layer keeps. Returns 0; kBadId with *bad_pos the first seed outside the
+// graph (counts and ends are then not to be used); kCudaError or kBadArgument.
+GT_API int gt_cuda_sample_count(const int64_t* indptr, int64_t num_nodes, const int64_t* seeds, int64_t n,
+                                int64_t fanout, int64_t* counts, int64_t* ends, int32_t device, void* stream_ptr,
+                                void* workspace, int64_t workspace_bytes, int64_t* total, int64_t* bad_pos) {
+  const char* fn = "gt_cuda_sample_count";
+  *total = 0;
+  *bad_pos = -1;
+  return on_seeds(fn, n, device, stream_ptr, [&](cudaStream_t stream) {
+    cudaError_t err = cudaSuccess;
+    size_t scan = scan_bytes(static_cast<int>(n), stream, &err);
+    if (err != cudaSuccess) return fail(fn, "CUB temporary storage size", err);
+    if (workspace_bytes < static_cast<int64_t>(kAlign + scan))
+      return fail_arg(fn, "a workspace of " + std::to_string(workspace_bytes) + " bytes (" +
+                              std::to_string(kAlign + scan) + " needed)");
+    auto* bad = static_cast<unsigned long long*>(workspace);
+    void* temp = static_cast<char*>(workspace) + kAlign;
+    if ((err = cudaMemsetAsync(bad, 0xff, sizeof(unsigned long long), stream)) != cudaSuccess)
+      return fail(fn, "clear the flag", err);
+    count_kernel<<<blocks_for_threads(n), kBlock, 0, stream>>>(indptr, num_nodes, seeds, n, fanout, counts, bad);
+    if ((err = cudaGetLastError()) != cudaSuccess) return fail(fn, "count kernel launch", err);
+    if ((err = cub::DeviceScan::InclusiveSum(temp, scan, counts, ends, static_cast<int>(n), stream)) != cudaSuccess)
+      return fail(fn, "inclusive sum of the counts", err);
+    unsigned long long host[2] = {kNoBad, 0};
+    if ((err = cudaMemcpyAsync(&host[0], bad, sizeof(host[0]), cudaMemcpyDeviceToHost, stream)) != cudaSuccess ||
+        (err = cudaMemcpyAsync(&host[1], ends + n - 1, sizeof(host[1]), cudaMemcpyDeviceToHost, stream)) != cudaSuccess)
+      return fail(fn, "copy the total to the host", err);
+    if ((err = cudaStreamSynchronize(stream)) != cudaSuccess) return fail(fn, "wait for the counts", err);
+    if (host[0] != kNoBad) {
+      *bad_pos = static_cast<int64_t>(host[0]);
+      return kBadId;
+    }
+    *total = static_cast<int64_t>(host[1]);
+    return 0;
+  });
+}
+
+// Stage 2: the sources of every seed into out (device, the total of stage 1), drawn with request seed
+// `seed`; counts and ends are stage 1's. Queued on the stream; returns 0, kCudaError or kBadArgument.
+GT_API int gt_cuda_sample_fill(const int64_t* indptr, const int64_t* indices, const int64_t* seeds, int64_t n,
+                               uint64_t seed, const int64_t* counts, const int64_t* ends, int64_t* out,
+                               int32_t device, void* stream_ptr) {
+  const char* fn = "gt_cuda_sample_fill";
+  return on_seeds(fn, n, device, stream_ptr, [&](cudaStream_t stream) {
+    fill_kernel<<<blocks_for_warps(n), kBlock, 0, stream>>>(indptr, indices, seeds, n, seed, counts, ends, out);
+    const cudaError_t err = cudaGetLastError();
+    return err != cudaSuccess ? fail(fn, "fill kernel launch", err) : 0;
+  });
+}
