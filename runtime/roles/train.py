@@ -37,6 +37,7 @@ def train(p: TrainParams) -> None:
     from graphtrain.runtime import kvstore
     from graphtrain.runtime.graph import DistGraph, standalone_client
     from graphtrain.runtime.kvstore.auth import read_token
+    from graphtrain.runtime.kvstore.shm import close_push_buffers
     from graphtrain.runtime.train.device import process_group_backend, standalone_shard_device, trainer_device
     from graphtrain.runtime.train.dist import Dist
     from graphtrain.runtime.train.loop import EpochLoop
@@ -86,6 +87,7 @@ def train(p: TrainParams) -> None:
     # active exception", SIGABRT after a finished run, seen once in ~20 runs).
     sys.stdout.flush()
     sys.stderr.flush()
+    close_push_buffers()  # its own, which no teardown will unlink
     os._exit(0)
 
 
