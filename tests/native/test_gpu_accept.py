@@ -1,0 +1,46 @@
+"""scripts/gpu-accept without a GPU: every run it would start on a GPU machine is a valid spec with the
+variant asked for, and every step can be picked alone with --only (a lease's minutes are too few to find
+a broken spec there)."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from graphtrain.contract.spec.loading import load_yaml
+from tests.native.gpu_check_modules import ROOT, load
+
+accept = load("gpu_accept_script", ROOT / "scripts" / "gpu-accept")
+RUNS = [s.run for s in accept.steps() if s.run is not None]
+
+
+def names() -> list[str]:
+    return [s.name or s.run.name for s in accept.steps()]
+
+
+def test_step_names_are_unique() -> None:
+    assert len(set(names())) == len(names())
+
+
+@pytest.mark.parametrize("run", RUNS, ids=[r.name for r in RUNS])
+def test_every_run_is_a_valid_spec_with_its_variant(run) -> None:  # noqa: ANN001
+    text = run.spec()
+    gt = load_yaml(text)  # the spec rules `graphtrain validate` applies
+    spec = gt.spec
+    assert str(spec.shard_servers.device) == run.shards and str(spec.trainers.device) == run.trainers
+    if run.replicas:
+        assert spec.trainers.replicas == run.replicas
+    if run.collective:
+        assert all(str(t.sharding) == "collective" for t in spec.embeddings)
+    if run.prefetch is not None:
+        assert spec.training.prefetch == run.prefetch
+    assert yaml.safe_load(text)["spec"]["graph"]["dataset"]  # an example's own dataset
+
+
+def test_the_next_leases_runs_are_there() -> None:
+    """The runs the third lease left for the next (bench/RESULTS.md): collective WordNet with prefetch,
+    gene-kg on collective tables, and the sampling bench."""
+    have = set(names())
+    assert "wordnet-sage shards-cuda trainers-cuda x1 nccl collective prefetch 1" in have
+    assert "gene-kg-transe shards-cuda trainers-cuda x1 nccl collective" in have
+    assert "bench sampling" in have
