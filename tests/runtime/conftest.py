@@ -148,3 +148,14 @@ def ckroot(tmp_path: Path) -> Path:
     root = tmp_path / "checkpoints"
     root.mkdir()
     return root
+
+
+def segments_of(pids: list[int], token: str = TOKEN) -> list[str]:
+    """The /dev/shm segments of this token's job made by `pids` (a server's tables: <prefix>-<shard>-<pid>-
+    <name>; a client's push buffers: <prefix>-push-<pid>-<n>). Tests on other xdist workers run servers
+    under the same token at the same time: their live segments are not this test's leftovers."""
+    from graphtrain.runtime.kvstore.shm import job_prefix
+
+    prefix = job_prefix(token)
+    marks = tuple(f"-{pid}-" for pid in pids)
+    return [f for f in os.listdir("/dev/shm") if f.startswith(prefix) and any(m in f for m in marks)]

@@ -27,7 +27,10 @@ def test_calibrate_writes_costs_that_predict_the_step(planted: tuple[Path, Path]
     costs = steptime.costs_from_dict(json.loads(costs_file.read_text()))
     assert set(costs.ops) == set(steptime.ALL_OPS)
     for name in ("sample_shm", "sample_tcp", "pull_shm", "pull_tcp", "push_tcp", "dense", "allreduce"):
-        assert costs.ops[name].wall > 0, name  # each measured on real work
+        # each measured on real work: a per-unit or a per-call cost (under load the small batch can take
+        # longer than the big one; calibrate._line then keeps the whole cost fixed, per call: seen in CI)
+        op = costs.ops[name]
+        assert op.wall > 0 or op.wall_touch > 0, (name, op)
     assert costs.cores >= 1 and costs.background >= 0
     assert "predicted step:" in done.stdout and "samples/s" in done.stdout
     again = subprocess.run([*argv, "--costs", str(costs_file)], capture_output=True, text=True)

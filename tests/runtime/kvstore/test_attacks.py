@@ -21,7 +21,7 @@ from graphtrain.runtime import kvstore
 from graphtrain.runtime.kvstore import protocol
 from graphtrain.runtime.kvstore.protocol import RemoteError
 from graphtrain.runtime.kvstore.transport import KVAuthError
-from tests.runtime.conftest import TOKEN, dealer, rss, servers
+from tests.runtime.conftest import TOKEN, dealer, rss, segments_of, servers
 
 MB = 1 << 20
 
@@ -258,9 +258,6 @@ def test_a_participant_that_gave_up_is_not_counted_in_the_next_round(ckroot: Pat
 def test_a_failed_shared_memory_create_leaves_no_segment_and_names_its_cause(ckroot: Path) -> None:
     """Finding 5: a create that failed in restore leaked its segment, and every later create said only
     `internal error in create: FileExistsError`."""
-    import os
-
-    from graphtrain.runtime.kvstore.shm import job_prefix
 
     with servers(1, ckroot, "--shm") as srv:
         c = kvstore.connect([srv[0].address], TOKEN, timeout=20)
@@ -272,7 +269,6 @@ def test_a_failed_shared_memory_create_leaves_no_segment_and_names_its_cause(ckr
         mark_latest(ckroot, "ck")
         c.shutdown()
         c.close()
-    mine = job_prefix(TOKEN)
     with servers(1, ckroot, "--shm", "--restore", "latest") as srv:
         c = kvstore.connect([srv[0].address], TOKEN, timeout=20, retries=0)
         for _ in range(2):  # the second try gets the same cause, not a leftover segment's name clash
@@ -280,6 +276,6 @@ def test_a_failed_shared_memory_create_leaves_no_segment_and_names_its_cause(ckr
                 RemoteError, match=r"checkpoint of 'entity' is 14x\(128,\) float32, the table is 14x\(64,\)"
             ):
                 c.create("entity", 14, (64,), "float32", bounds)
-            assert not [f for f in os.listdir("/dev/shm") if f.startswith(mine) and f.endswith("-entity")]
+            assert not [f for f in segments_of([srv[0].proc.pid]) if f.endswith("-entity")]
         c.create("entity", 14, (128,), "float32", bounds)  # the right shape restores
         c.close()

@@ -14,8 +14,7 @@ import numpy as np
 import pytest
 
 from graphtrain.runtime import kvstore, partition
-from graphtrain.runtime.kvstore.shm import job_prefix
-from tests.runtime.conftest import TOKEN, servers
+from tests.runtime.conftest import TOKEN, segments_of, servers
 
 
 @pytest.mark.timeout(180)
@@ -201,7 +200,8 @@ def test_same_host_clients_sample_shared_memory_as_the_servers_do(ckroot: Path, 
                 assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
         local.close()
         remote.close()
-    assert not [f for f in os.listdir("/dev/shm") if f.startswith(job_prefix(TOKEN))]
+        pids = [os.getpid(), *(s.proc.pid for s in srv)]
+    assert not segments_of(pids)
 
 
 @pytest.mark.timeout(180)
@@ -236,8 +236,8 @@ def test_shared_memory_reads_and_gradient_buffers_match_tcp(ckroot: Path) -> Non
         assert torch.equal(a.rows(everything), b.rows(everything))  # a via shared memory, b via TCP
         local.close()
         remote.close()
-    mine = job_prefix(TOKEN)  # other jobs' (killed) processes may have left theirs
-    assert not [f for f in os.listdir("/dev/shm") if f.startswith(mine)]
+        pids = [os.getpid(), *(s.proc.pid for s in srv)]
+    assert not segments_of(pids)  # other tests' servers run beside these, under the same token
 
 
 @pytest.mark.timeout(180)
