@@ -23,9 +23,10 @@ import numpy as np
 import torch
 
 from graphtrain.runtime import dtypes
-from graphtrain.runtime.kvstore import default_client
+from graphtrain.runtime.kvstore import default_client, direct
 from graphtrain.runtime.kvstore.client import KVClient
 from graphtrain.runtime.kvstore.keyed import share_bounds
+from graphtrain.runtime.kvstore.shard import TensorShard
 from graphtrain.runtime.optim.capture import GradientCapture
 from graphtrain.runtime.optim.config import OptimConfig
 
@@ -193,9 +194,21 @@ class DistEmbedding:
         return self.table.client
 
     def __call__(self, ids: torch.Tensor) -> torch.Tensor:
+        """The rows of `ids` as a leaf that takes part in autograd: on the GPU the shards' pieces live on
+        when they are in this process (standalone), else in host memory."""
         flat = ids.reshape(-1).to(torch.int64)
-        rows = self.table.pull(flat, insert=torch.is_grad_enabled())  # evaluation inserts no key
+        pieces = self._direct()
+        if pieces is not None:
+            flat = flat.to(pieces[0].data.device, non_blocking=True)
+            rows = direct.pull(pieces, flat)
+        else:
+            rows = self.table.pull(flat, insert=torch.is_grad_enabled())  # evaluation inserts no key
         return self._capture.rows(flat, rows).view(*ids.shape, self.dim)
+
+    def _direct(self) -> list[TensorShard] | None:
+        """The shards' pieces of this table, when they can be used where they lie (kvstore/direct.py);
+        only once the optimizer is set, which fixed their place."""
+        return None if self.config is None or self.table.keyed else self.client.direct(self.name)
 
     def attach(self, config: OptimConfig) -> None:
         """Give the table an optimizer on every shard (idempotent for the same config)."""
@@ -218,10 +231,13 @@ class DistEmbedding:
         if self.config is None:
             raise ValueError(f"embedding {self.name!r} has no optimizer")
         self.steps += 1
+        pieces = self._direct()
+        if pieces is not None and ids.device == pieces[0].data.device:
+            return direct.push_grad(pieces, ids, grads.detach(), self.steps)
         return self.client.push_grad(
             self.name,
-            ids.numpy(),
-            grads.detach().numpy(),
+            ids.cpu().numpy(),
+            grads.detach().cpu().numpy(),
             self.table.book.bounds,
             mean=self.config.duplicate == "mean",
             step=self.steps,

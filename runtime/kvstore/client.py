@@ -21,6 +21,7 @@ from graphtrain.runtime.kvstore import protocol
 from graphtrain.runtime.kvstore.graphpart import _ranges
 from graphtrain.runtime.kvstore.inproc import InProcTransport
 from graphtrain.runtime.kvstore.keyed import owners as keyed_owners
+from graphtrain.runtime.kvstore.shard import TensorShard
 from graphtrain.runtime.kvstore.transport import Answer, Call, KVAuthError, KVTimeout, Transport, gather_rows
 from graphtrain.runtime.kvstore.zmq_transport import ZmqTransport
 
@@ -249,6 +250,12 @@ class KVClient:
         else:
             self.transport.begin_many(calls)
         return len(uids)
+
+    def direct(self, name: str) -> list[TensorShard] | None:
+        """Every shard's piece of table `name` when they live in this process on a GPU: DistEmbedding
+        then pulls and pushes them where they lie (direct.py), with no host round trip."""
+        find = getattr(self.transport, "direct", None)
+        return None if find is None else find(name)
 
     def settle(self) -> None:
         """Wait for pushes sent with wait=False (raising their error, if any)."""

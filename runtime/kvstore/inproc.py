@@ -14,9 +14,10 @@ from typing import Any
 import numpy as np
 
 from graphtrain.runtime.errors import GraphtrainError
-from graphtrain.runtime.kvstore import protocol
+from graphtrain.runtime.kvstore import direct, protocol
 from graphtrain.runtime.kvstore.dispatch import Dispatcher, Released, Reply
 from graphtrain.runtime.kvstore.graphpart import GraphPart
+from graphtrain.runtime.kvstore.shard import TensorShard
 from graphtrain.runtime.kvstore.state import PullStream, ShardTensors
 from graphtrain.runtime.kvstore.transport import Answer, Call, place
 
@@ -48,6 +49,12 @@ class InProcTransport:
         if t is None or t.data.device.type != "cpu" or t.keyed is not None:  # keys map in the shard
             return None
         return t.data.numpy(), t.lo
+
+    def direct(self, name: str) -> list[TensorShard] | None:
+        """Every shard's piece of table `name` when the trainer may use them where they lie
+        (direct.usable: GPU rows): its pulls and pushes then never cross the host."""
+        pieces = [s.tensors.get(name) for s in self.states]
+        return [p for p in pieces if p is not None] if direct.usable(pieces) else None
 
     def is_local(self, shard: int) -> bool:
         return False  # values are handed over as they are, not through a buffer

@@ -392,32 +392,18 @@ class ShardTensors:
             )
             if t.keyed is None:
                 local = local[torch.from_numpy(mask).to(local.device)]
-        global_adam = kd.global_step(t.config)
         with t.lock:
             if t.keyed is not None:
                 local, grads = kd.held(t, ids if mask is None else ids[mask], grads)
-            increment.before_write(t, local)  # a checkpoint being written keeps the old values
-            gpu.wait_written(t)
-            # the client's step count (so all shards agree even when a push skips some of them), else
-            # this shard's next count
-            # kept as a tensor where it lives: reading it back would wait for a GPU table's device
-            saved = t.state["step"].clone() if global_adam else None
-            if global_adam and step is not None:
-                t.state["step"].fill_(step - 1)  # sparse_step adds one
             try:
-                updated = sparse_step(t.config, t.data, t.state, local, grads, finite=refuse)
-                gpu.mark_written(t)
+                updated = locked_step(t, local, grads, step, finite=refuse)
             except NonFiniteGradient:
-                if saved is not None:
-                    t.state["step"].copy_(saved)
                 rows = np.concatenate([~np.isfinite(v.reshape(len(v), -1)).all(axis=1) for _, v in pieces])
                 raise ProtocolError(
                     f"push_grad of {name!r}: {int(rows.sum())} gradient row(s) hold NaN or infinity "
                     f"(first id {int(ids[rows][0])}); no row was updated"
                 ) from None
             except SparseInputError as exc:
-                if saved is not None:
-                    t.state["step"].copy_(saved)
                 raise ProtocolError(str(exc)) from None
         return updated, skipped
 
@@ -575,3 +561,36 @@ def _save_gpu(directory: Path, view: TensorShard, live: TensorShard, keys: np.nd
     """A GPU table's piece: its rows and state in chunks (gpu.save_chunked), a dynamic table's keys."""
     gpu.save_chunked(directory, view, live)
     ckpt.save_keys(directory, view, keys)
+
+
+def locked_step(
+    t: TensorShard,
+    local: torch.Tensor,
+    grads: torch.Tensor | list[torch.Tensor],
+    step: int | None,
+    finite: bool,
+) -> int:
+    """The optimizer step on local rows of `t`, under its lock (the caller holds it): a checkpoint being
+    written keeps the old rows, the write is ordered after the table's last one, and Adam's table-wide
+    count is the client's `step` (so all shards agree even when a push skips some of them; None: this
+    shard's next count). Shard servers and standalone's device path (direct.py) both step here.
+
+    Raises:
+        NonFiniteGradient, SparseInputError: as sparse_step; nothing was modified.
+    """
+    assert t.config is not None
+    global_adam = kd.global_step(t.config)
+    increment.before_write(t, local)  # a checkpoint being written keeps the old values
+    gpu.wait_written(t)
+    # kept as a tensor where it lives: reading it back would wait for a GPU table's device
+    saved = t.state["step"].clone() if global_adam else None
+    if global_adam and step is not None:
+        t.state["step"].fill_(step - 1)  # sparse_step adds one
+    try:
+        updated = sparse_step(t.config, t.data, t.state, local, grads, finite=finite)
+    except (NonFiniteGradient, SparseInputError):
+        if saved is not None:
+            t.state["step"].copy_(saved)
+        raise
+    gpu.mark_written(t)
+    return updated

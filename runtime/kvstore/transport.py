@@ -16,6 +16,7 @@ import torch
 
 from graphtrain.runtime.errors import GraphtrainError
 from graphtrain.runtime.kvstore.graphpart import GraphPart
+from graphtrain.runtime.kvstore.shard import TensorShard
 
 
 class KVTimeout(GraphtrainError, TimeoutError):
@@ -53,6 +54,10 @@ class Transport(Protocol):
 
     def local_view(self, shard: int, name: str) -> tuple[np.ndarray, int] | None:
         """The shard's rows of `name` mapped in this process (rows, first row id), if they are."""
+        ...
+
+    def direct(self, name: str) -> list[TensorShard] | None:
+        """Every shard's piece of table `name`, when they are in this process on a GPU (direct.py)."""
         ...
 
     def is_local(self, shard: int) -> bool:

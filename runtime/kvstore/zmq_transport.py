@@ -28,6 +28,7 @@ from graphtrain.runtime.errors import GraphtrainError
 from graphtrain.runtime.kvstore import auth, protocol
 from graphtrain.runtime.kvstore.graphpart import GraphPart
 from graphtrain.runtime.kvstore.samehost import SameHost
+from graphtrain.runtime.kvstore.shard import TensorShard
 from graphtrain.runtime.kvstore.transport import Answer, Call, KVAuthError, KVTimeout, place
 
 DEFAULT_TIMEOUT = 30.0
@@ -116,6 +117,9 @@ class ZmqTransport:
         if self._host.shards is None:
             self._discover()
         return self._host.graphs.get(shard)
+
+    def direct(self, name: str) -> list[TensorShard] | None:
+        return None  # the pieces are in other processes: their rows cross a socket or shared memory
 
     def is_local(self, shard: int) -> bool:
         return self.shm and self._host.shards is not None and shard in self._host.shards

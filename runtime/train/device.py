@@ -6,6 +6,8 @@ serves both kinds of tensors: gloo for the CPU helpers (loss sums, evaluation co
 nccl for the model's gradients. What the shard servers send stays in host memory until it is needed: the
 loader copies a batch's features and blocks on its own thread, and the embedding rows are moved after the
 pull, so their gradients come back to the host leaf the sparse optimizer reads (nothing else changes).
+Standalone on a GPU keeps its in-process tables there (standalone_shard_device): their rows are pulled
+and stepped on the device (kvstore/direct.py) and never cross the host.
 """
 
 from __future__ import annotations

@@ -169,7 +169,8 @@ class LinkPrediction:
         clock.lap("sample")
         ent_rows, rel_rows = self.ent(uniq), self.rel(rel_ids)
         clock.lap("pull")
-        # moved after the pull: the gradients come back to the host rows the sparse optimizer reads
+        # moved after the pull: the gradients come back to the host rows the sparse optimizer reads (rows
+        # of standalone's GPU tables are already there: kvstore/direct.py)
         ent_rows, rel_rows = to_device(ent_rows, self.device), to_device(rel_rows, self.device)
         inverse, rel_inv = to_device(inverse, self.device), to_device(rel_inv, self.device)
         # index_select, not rows[inverse]: the latter's backward on CPU adds with atomics across

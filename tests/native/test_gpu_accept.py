@@ -39,8 +39,10 @@ def test_every_run_is_a_valid_spec_with_its_variant(run) -> None:  # noqa: ANN00
 
 def test_the_next_leases_runs_are_there() -> None:
     """The runs the third lease left for the next (bench/RESULTS.md): collective WordNet with prefetch,
-    gene-kg on collective tables, and the sampling bench."""
+    gene-kg on collective tables and standalone (its tables used on the GPU in process), and the
+    sampling bench."""
     have = set(names())
     assert "wordnet-sage shards-cuda trainers-cuda x1 nccl collective prefetch 1" in have
     assert "gene-kg-transe shards-cuda trainers-cuda x1 nccl collective" in have
+    assert "gene-kg-transe standalone trainers-cuda" in have
     assert "bench sampling" in have

@@ -25,6 +25,7 @@ import yaml
 from graphtrain.contract.spec import GraphTraining, load_yaml
 from graphtrain.runtime.graph import DistGraph
 from graphtrain.runtime.graph.dist_graph import standalone_client
+from graphtrain.runtime.kvstore import direct
 from graphtrain.runtime.launch.local import LocalRun
 from graphtrain.runtime.train.dist import Dist, unwrap
 from graphtrain.runtime.train.kge import LinkPrediction
@@ -164,3 +165,37 @@ def test_a_run_resumed_mid_epoch_takes_the_steps_of_the_uninterrupted_one(
     for name, value in theirs.items():
         assert torch.equal(ours[name], value), name
     assert metrics_rows(run_dir) == metrics_rows(tmp_path / "whole")
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("kind", ["graphsage", "transe"])
+def test_tables_used_where_they_lie_train_and_resume_as_the_protocol_path(
+    kind: str, partitions: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Standalone's GPU tables are pulled and stepped where they lie (kvstore/direct.py). Opened to host
+    tables here, both models train as on the protocol path (to float tolerance: the shard's step, not
+    the client, reduces the duplicates), and a run stopped and resumed on that path is its own
+    uninterrupted run exactly."""
+    gt, partition = partitions[kind]
+    protocol, protocol_result = train(kind, gt, partition, tmp_path / "protocol")
+    monkeypatch.setattr(direct, "DEVICE_TYPES", ("cuda", "cpu"))
+    whole, whole_result = train(kind, gt, partition, tmp_path / "whole")
+    tables = [whole.task.emb] if kind == "graphsage" else [whole.task.ent, whole.task.rel]
+    assert all(t.client.direct(t.name) is not None for t in tables)
+    assert [d for d, _ in whole.steps] == [d for d, _ in protocol.steps]
+    np.testing.assert_allclose([x for _, x in whole.steps], [x for _, x in protocol.steps], rtol=1e-4)
+    ours, theirs = final_state(whole.task), final_state(protocol.task)
+    for name, value in theirs.items():
+        torch.testing.assert_close(ours[name], value, rtol=1e-4, atol=1e-5)
+    assert whole_result is not None and protocol_result is not None
+    for key, value in protocol_result.items():
+        if isinstance(value, float):
+            assert whole_result[key] == pytest.approx(value, abs=0.02), key
+
+    run_dir = tmp_path / "stopped"
+    first, _ = train(kind, gt, partition, run_dir, stop_after=STOP_AFTER)
+    second, resumed_result = train(kind, gt, partition, run_dir)
+    assert first.steps + second.steps == whole.steps
+    assert resumed_result == whole_result
+    for name, value in final_state(whole.task).items():
+        assert torch.equal(final_state(second.task)[name], value), name
