@@ -197,7 +197,7 @@ class DistEmbedding:
         """The rows of `ids` as a leaf that takes part in autograd: on the GPU the shards' pieces live on
         when they are in this process (standalone), else in host memory."""
         flat = ids.reshape(-1).to(torch.int64)
-        pieces = self._direct()
+        pieces = self.direct_pieces()
         if pieces is not None:
             flat = flat.to(pieces[0].data.device, non_blocking=True)
             rows = direct.pull(pieces, flat)
@@ -205,10 +205,17 @@ class DistEmbedding:
             rows = self.table.pull(flat, insert=torch.is_grad_enabled())  # evaluation inserts no key
         return self._capture.rows(flat, rows).view(*ids.shape, self.dim)
 
-    def _direct(self) -> list[TensorShard] | None:
+    def direct_pieces(self) -> list[TensorShard] | None:
         """The shards' pieces of this table, when they can be used where they lie (kvstore/direct.py);
         only once the optimizer is set, which fixed their place."""
         return None if self.config is None or self.table.keyed else self.client.direct(self.name)
+
+    @property
+    def device(self) -> torch.device:
+        """Where its rows come from and its gradients go: the GPU of standalone's direct path, else the
+        host."""
+        pieces = self.direct_pieces()
+        return torch.device("cpu") if pieces is None else pieces[0].data.device
 
     def attach(self, config: OptimConfig) -> None:
         """Give the table an optimizer on every shard (idempotent for the same config)."""
@@ -231,7 +238,7 @@ class DistEmbedding:
         if self.config is None:
             raise ValueError(f"embedding {self.name!r} has no optimizer")
         self.steps += 1
-        pieces = self._direct()
+        pieces = self.direct_pieces()
         if pieces is not None and ids.device == pieces[0].data.device:
             return direct.push_grad(pieces, ids, grads.detach(), self.steps)
         return self.client.push_grad(

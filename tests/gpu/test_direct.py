@@ -52,6 +52,7 @@ def test_gpu_tables_train_on_the_gpu_as_host_tables_do(config: OptimConfig) -> N
     pieces = on_gpu.client.direct("emb")
     assert pieces is not None and all(p.data.is_cuda for p in pieces)
     assert on_gpu(torch.tensor([1, 2])).is_cuda
+    assert on_gpu.device == pieces[0].data.device and on_host.device.type == "cpu"  # where KGE dedups
     _train(on_gpu)
     _train(on_host)
     ids = torch.arange(ROWS)
