@@ -324,6 +324,16 @@ class KVClient:
         """Whether the shards are other processes (not standalone mode's, in this one)."""
         return not isinstance(self.transport, InProcTransport)
 
+    @property
+    def background_checkpoints(self) -> bool:
+        """Whether checkpoints are written beside training (checkpoint_begin/done): always by shard
+        servers; by standalone's in-process shards when they hold GPU tables, whose copies on the device
+        a thread writes while training goes on (host tables would compete with the trainer for its
+        cores, so a standalone run on the host writes them before it goes on)."""
+        if not isinstance(self.transport, InProcTransport):
+            return True
+        return any(t.data.is_cuda for s in self.transport.states for t in s.tensors.values())
+
     def checkpoint_begin(self, path: str) -> None:
         """Every shard snapshots its tables for a checkpoint under `path` and answers at once; the rows
         are written in the background (checkpoint_done says when, and lists the pieces)."""

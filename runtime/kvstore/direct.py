@@ -22,7 +22,7 @@ from graphtrain.runtime.errors import NonFiniteGradient, SparseInputError
 from graphtrain.runtime.kvstore import gpu
 from graphtrain.runtime.kvstore.protocol import RemoteError
 from graphtrain.runtime.kvstore.shard import TensorShard
-from graphtrain.runtime.kvstore.state import locked_step
+from graphtrain.runtime.kvstore.update import locked_step
 
 DEVICE_TYPES = ("cuda",)  # where the protocol path costs host round trips (host tables are mapped)
 

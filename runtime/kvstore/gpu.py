@@ -19,6 +19,8 @@ torch's caching host allocator, which keeps a block until the copies that use it
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -30,6 +32,7 @@ if TYPE_CHECKING:
     from graphtrain.runtime.kvstore.shard import TensorShard
 
 CHECKPOINT_CHUNK_BYTES = 64 << 20  # rows (and their optimizer state) copied per lock hold
+FREEZE_HEADROOM = 1.25  # a frozen copy is made only when the device has this much more free than it takes
 
 
 @contextlib.contextmanager
@@ -131,6 +134,31 @@ def save_chunked(
     for mm in outs.values():
         mm.flush()
     del outs
+
+
+def table_bytes(t: TensorShard) -> int:
+    """A table's rows and optimizer state, in bytes."""
+    return sum(v.numel() * v.element_size() for v in (t.data, *t.state.values()))
+
+
+def freeze(t: TensorShard, free_bytes: int) -> TensorShard | None:
+    """A copy of a GPU table's rows and optimizer state on its own device, for a checkpoint written by a
+    thread while pushes go on: taken under the table's lock (the caller holds it), after its last write,
+    and complete on return (a device-to-device copy: ~1 ms per GB on an H100, where writing the table
+    within the op paused training 1.5 s per checkpoint). None when `free_bytes` cannot hold it with
+    FREEZE_HEADROOM, or the copy runs out of memory: the caller then writes the table within the op
+    (save_chunked), as before."""
+    if free_bytes < FREEZE_HEADROOM * table_bytes(t):
+        return None
+    wait_written(t)
+    try:
+        data, state = t.data.clone(), {k: v.clone() for k, v in t.state.items()}
+        sync(t.data.device)
+    except torch.cuda.OutOfMemoryError:
+        return None
+    return dataclasses.replace(
+        t, data=data, state=state, lock=threading.Lock(), written=None, snapshot=None, changed=None, shm=None
+    )
 
 
 def _scalar(name: str, v: torch.Tensor, view: TensorShard) -> bool:

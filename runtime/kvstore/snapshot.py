@@ -18,7 +18,9 @@ checkpoint still holds every table as it was at the one step the trainers paused
 Files go into the piece's temporary directory (checkpoint.atomic_dir, entered when the snapshot is
 armed), are fsynced, hashed into the manifest and renamed into place only when whole: a piece is
 complete or absent, and the checkpoint complete only once the client writes checkpoint.json after every
-shard said done. Host tables only: a GPU table is written as before (gpu.save_chunked) within the op.
+shard said done. A GPU table is copied on its device under its lock (gpu.freeze) and that copy written
+by the same thread after the host tables; where the device has no room for the copy, it is written
+within the op (gpu.save_chunked).
 An incremental piece (increment.py) is the same, of the changed rows alone: its chunks are of those.
 """
 
@@ -31,6 +33,7 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -323,8 +326,10 @@ class Status:
 class BackgroundCheckpoint:
     """One checkpoint of a shard's host tables, armed now (every table's snapshot under its lock) and
     written by a thread; `status` says how it went. `pieces`: those already written within the op (GPU
-    tables), listed with the rest once done. `full_every`: the longest chain of incremental pieces
-    (increment.py; 1: every piece full)."""
+    tables that could not be frozen), listed with the rest once done. `frozen`: GPU tables' frozen copies
+    (gpu.freeze) with the writer of each one's piece, written after the host tables and let go as each
+    is written. `full_every`: the longest chain of incremental pieces (increment.py; 1: every piece
+    full)."""
 
     def __init__(
         self,
@@ -336,8 +341,11 @@ class BackgroundCheckpoint:
         rate: float = 0.0,
         full_every: int = increment.FULL_EVERY,
         chunk_bytes: int = CHUNK_BYTES,
+        frozen: list[tuple[TensorShard, Callable[[TensorShard], dict[str, Any]]]] | None = None,
     ):
         self.status = Status(label, pieces=list(pieces))
+        self.frozen = list(frozen or [])
+        self.aborted = False
         self.budget = StagingBudget(staging_bytes)
         self.rate = rate
         self.snaps: list[TableSnapshot] = []
@@ -352,7 +360,9 @@ class BackgroundCheckpoint:
             for snap in self.snaps:
                 snap.abandon()
             raise
-        self.status.row_bytes = sum(s.nbytes() for s in self.snaps)
+        self.status.row_bytes = sum(s.nbytes() for s in self.snaps) + sum(
+            v.numel() * v.element_size() for t, _ in self.frozen for v in (t.data, *t.state.values())
+        )
         self.status.incremental = sum(s.held is not None for s in self.snaps)
         self.thread = threading.Thread(target=self._run, name=f"checkpoint {label}", daemon=True)
         self.thread.start()
@@ -374,7 +384,14 @@ class BackgroundCheckpoint:
                     del buffers
                 self.status.pieces.append(snap.commit())
                 done += 1
+            while self.frozen:
+                if self.aborted:
+                    raise Aborted("the checkpoint was abandoned")
+                table, write = self.frozen[0]
+                self.status.pieces.append(write(table))
+                self.frozen.pop(0)  # its copy on the device is let go
         except BaseException as exc:  # noqa: BLE001 - reported by the status request
+            self.frozen.clear()
             for snap in self.snaps[done:]:
                 snap.abandon()
             self.status.error = " ".join(str(exc).split()) or type(exc).__name__
@@ -409,6 +426,7 @@ class BackgroundCheckpoint:
 
     def abort(self, timeout: float = 30.0) -> None:
         """Abandon the write (no piece of it stays) and wait for the thread."""
+        self.aborted = True
         for snap in self.snaps:
             with snap.cond:
                 snap.aborted = True

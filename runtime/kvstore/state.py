@@ -38,9 +38,10 @@ from graphtrain.runtime.kvstore.placement import check_usable, table_device
 from graphtrain.runtime.kvstore.protocol import ProtocolError
 from graphtrain.runtime.kvstore.shard import TensorShard
 from graphtrain.runtime.kvstore.sizes import state_bytes
+from graphtrain.runtime.kvstore.update import locked_step
 from graphtrain.runtime.native import cuda
 from graphtrain.runtime.native.backend import CoreBackend, choose
-from graphtrain.runtime.optim import OptimConfig, make_state, sparse_step
+from graphtrain.runtime.optim import OptimConfig, make_state
 
 
 def nonfinite_rows(values: np.ndarray) -> np.ndarray | None:
@@ -413,12 +414,13 @@ class ShardTensors:
         """Write every tensor's rows and optimizer state under `root` (atomic per piece). Node data
         loaded from the partition is left out: the partition files already hold it, unchanged. A host
         table is written under its lock; a GPU table in chunks, each under the lock (gpu.save_chunked).
-        `background`: host tables are only snapshotted (copy-on-write: snapshot.py) and written by a
-        thread, the GPU tables' pieces are written first; checkpoint_status(root) says when all are.
+        `background`: host tables are only snapshotted (copy-on-write: snapshot.py) and GPU tables copied
+        on their device (gpu.freeze), all written by a thread (a GPU table the device has no room to copy
+        is written first, within the op); checkpoint_status(root) says when all are.
         One checkpoint at a time: a new one first waits for the one being written."""
         with self._checkpoint_lock:
             self._wait_background()
-            pieces, host = [], []
+            pieces, host, frozen = [], [], []
             for t in list(self.tensors.values()):
                 if t.from_partition and t.config is None:
                     continue
@@ -431,12 +433,21 @@ class ShardTensors:
                         continue
                     view = dataclasses.replace(t, state=dict(t.state))  # this moment's tensors and config
                     keys = None if t.keyed is None else t.keyed.keys()
-                pieces.append(
-                    ckpt.write_piece(root, view, lambda d, v, live=t, k=keys: _save_gpu(d, v, live, k))
-                )
+                    copy = gpu.freeze(t, self.free(t.data.device)) if background else None
+                if copy is not None:  # written by the background thread, from the copy
+                    frozen.append((copy, lambda v, k=keys: ckpt.write_piece(root, v, _gpu_writer(v, k))))
+                    continue
+                pieces.append(ckpt.write_piece(root, view, _gpu_writer(t, keys)))
             if background:  # the trainers are paused: no push comes between the GPU pieces and these
                 self.background = snap.BackgroundCheckpoint(
-                    str(root), root, host, pieces, self.staging_bytes, self.checkpoint_rate, self.full_every
+                    str(root),
+                    root,
+                    host,
+                    pieces,
+                    self.staging_bytes,
+                    self.checkpoint_rate,
+                    self.full_every,
+                    frozen=frozen,
                 )
             return pieces
 
@@ -557,40 +568,12 @@ class ShardTensors:
             self.graph_shm = {}
 
 
-def _save_gpu(directory: Path, view: TensorShard, live: TensorShard, keys: np.ndarray | None) -> None:
-    """A GPU table's piece: its rows and state in chunks (gpu.save_chunked), a dynamic table's keys."""
-    gpu.save_chunked(directory, view, live)
-    ckpt.save_keys(directory, view, keys)
+def _gpu_writer(live: TensorShard, keys: np.ndarray | None) -> ckpt.Writer:
+    """The writer of a GPU table's piece: its rows and state in chunks, each under `live`'s lock
+    (gpu.save_chunked), and a dynamic table's keys."""
 
+    def write(directory: Path, view: TensorShard) -> None:
+        gpu.save_chunked(directory, view, live)
+        ckpt.save_keys(directory, view, keys)
 
-def locked_step(
-    t: TensorShard,
-    local: torch.Tensor,
-    grads: torch.Tensor | list[torch.Tensor],
-    step: int | None,
-    finite: bool,
-) -> int:
-    """The optimizer step on local rows of `t`, under its lock (the caller holds it): a checkpoint being
-    written keeps the old rows, the write is ordered after the table's last one, and Adam's table-wide
-    count is the client's `step` (so all shards agree even when a push skips some of them; None: this
-    shard's next count). Shard servers and standalone's device path (direct.py) both step here.
-
-    Raises:
-        NonFiniteGradient, SparseInputError: as sparse_step; nothing was modified.
-    """
-    assert t.config is not None
-    global_adam = kd.global_step(t.config)
-    increment.before_write(t, local)  # a checkpoint being written keeps the old values
-    gpu.wait_written(t)
-    # kept as a tensor where it lives: reading it back would wait for a GPU table's device
-    saved = t.state["step"].clone() if global_adam else None
-    if global_adam and step is not None:
-        t.state["step"].fill_(step - 1)  # sparse_step adds one
-    try:
-        updated = sparse_step(t.config, t.data, t.state, local, grads, finite=finite)
-    except (NonFiniteGradient, SparseInputError):
-        if saved is not None:
-            t.state["step"].copy_(saved)
-        raise
-    gpu.mark_written(t)
-    return updated
+    return write

@@ -148,11 +148,11 @@ class Checkpoints:
             self.dist.barrier()
             pieces = collective_ckpt.save(self.collective, directory)
             self.dist.barrier()
-        if self.dist.rank == 0 and self.graph.client.remote:
+        if self.dist.rank == 0 and self.graph.client.background_checkpoints:
             # the snapshot is taken before the barrier lets any trainer push again
             self.graph.client.checkpoint_begin(tag)
             self.pending = Pending(tag, extra, pieces, best)
-        elif self.dist.rank == 0:  # shards in this process (standalone): written before training goes on
+        elif self.dist.rank == 0:  # standalone's host tables: written before training goes on
             self.graph.client.checkpoint(tag, extra=extra, root=self.root, pieces=pieces)
             ckpt.mark_latest(self.root, tag)
             if best:

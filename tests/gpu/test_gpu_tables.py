@@ -118,6 +118,35 @@ def test_a_gpu_checkpoint_in_chunks_holds_the_host_bytes_and_restores_onto_the_g
     assert s.checkpoint(tmp_path / "whole")  # the server's own path (64 MB chunks)
 
 
+@pytest.mark.parametrize("room", [True, False])
+def test_a_background_checkpoint_of_a_gpu_table_holds_the_rows_it_was_armed_with(
+    tmp_path: Path, room: bool
+) -> None:
+    """With room on the device the table is frozen (gpu.freeze) and written by the thread: the op answers
+    with no piece, a push right after it changes the table but not the checkpoint. Without room it is
+    written within the op, as before."""
+    table = ROWS * DIM * 4 * 3 + 8  # rows, Adam's two moments, its one step count: what a copy takes
+    free = (1 << 40) if room else int(1.1 * table)  # the table fits; without room, not a copy beside it
+    s = ShardTensors(0, device="cuda", free=lambda d: free)
+    t = s.create("emb", ROWS, (DIM,), "float32", 0, ROWS, {"kind": "normal", "seed": 1})
+    s.set_optimizer("emb", ADAM)
+    steps(s)
+    armed = (t.data.cpu().numpy().copy(), {k: v.cpu().numpy().copy() for k, v in t.state.items()})
+    within = s.checkpoint(tmp_path / "bg", background=True)
+    assert (within == []) is room
+    steps(s, 2)  # pushes while it is written
+    assert s.background is not None and s.background.wait(60), "not written in 60 s"
+    status = s.checkpoint_status(tmp_path / "bg")
+    assert status["state"] == "done", status
+    ckpt.write_top(tmp_path / "bg", status["pieces"], 1)
+    ckpt.verify_checkpoint(tmp_path / "bg")
+    assert np.array_equal(ckpt.export_table(tmp_path / "bg", "emb"), armed[0])
+    state = ckpt.export_state(tmp_path / "bg", "emb")
+    for key, value in armed[1].items():
+        assert np.array_equal(state[key], value), key
+    assert not np.array_equal(t.data.cpu().numpy(), armed[0])  # the pushes did land in the table
+
+
 @pytest.mark.timeout(120)
 def test_workers_on_their_own_streams_see_every_write() -> None:
     """A pusher and a puller on two threads, each on its stream (as server workers): after the pusher's
