@@ -188,6 +188,7 @@ class DistEmbedding:
         self.config: OptimConfig | None = None
         self.steps = 0
         self._capture = GradientCapture(dim)
+        self._split: tuple[torch.Tensor, direct.Split] | None = None  # the last direct pull's ids, split
 
     @property
     def client(self) -> KVClient:
@@ -200,7 +201,10 @@ class DistEmbedding:
         pieces = self.direct_pieces()
         if pieces is not None:
             flat = flat.to(pieces[0].data.device, non_blocking=True)
-            rows = direct.pull(pieces, flat)
+            parts = direct.split_for(pieces, flat, "pull")
+            rows = direct.pull(pieces, flat, parts)
+            if torch.is_grad_enabled():  # its push (the same ids tensor) reuses the split
+                self._split = (flat, parts)
         else:
             rows = self.table.pull(flat, insert=torch.is_grad_enabled())  # evaluation inserts no key
         return self._capture.rows(flat, rows).view(*ids.shape, self.dim)
@@ -239,8 +243,10 @@ class DistEmbedding:
             raise ValueError(f"embedding {self.name!r} has no optimizer")
         self.steps += 1
         pieces = self.direct_pieces()
+        known, self._split = self._split, None
         if pieces is not None and ids.device == pieces[0].data.device:
-            return direct.push_grad(pieces, ids, grads.detach(), self.steps)
+            parts = known[1] if known is not None and known[0] is ids else None
+            return direct.push_grad(pieces, ids, grads.detach(), self.steps, parts)
         return self.client.push_grad(
             self.name,
             ids.cpu().numpy(),

@@ -43,10 +43,14 @@ def usable(pieces: Sequence[TensorShard | None]) -> bool:
     )
 
 
-def split(pieces: Sequence[TensorShard], ids: torch.Tensor) -> tuple[torch.Tensor | None, list[torch.Tensor]]:
+Split = tuple[torch.Tensor | None, list[torch.Tensor]]  # (order grouping ids by shard, each's local rows)
+
+
+def split(pieces: Sequence[TensorShard], ids: torch.Tensor) -> Split:
     """Each shard's local row numbers of `ids` (on their device), and the order that groups `ids` by
     shard (None for one shard). One wait for the device: the ids are checked against the table's rows
-    in the same read as the shards' counts.
+    in the same read as the shards' counts. A pull's split serves the push of the same ids
+    (DistEmbedding keeps it), so a step waits once per table for it.
 
     Raises:
         SparseInputError: an id outside [0, num_rows); nothing was read or written.
@@ -57,8 +61,9 @@ def split(pieces: Sequence[TensorShard], ids: torch.Tensor) -> tuple[torch.Tenso
     if len(pieces) == 1:
         counts, bad = [len(ids)], int(outside.sum())
     else:
-        inner = torch.tensor([t.lo for t in pieces[1:]], dtype=torch.int64, device=ids.device)
-        owner = torch.bucketize(ids, inner, right=True)
+        owner = torch.zeros_like(ids)
+        for t in pieces[1:]:  # a shard's rows start at its lo: as many kernels as shards, no upload
+            owner += ids >= t.lo
         order = torch.argsort(owner, stable=True)
         *counts, bad = torch.cat(
             [torch.bincount(owner, minlength=len(pieces)), outside.sum(0, True)]
@@ -72,32 +77,47 @@ def split(pieces: Sequence[TensorShard], ids: torch.Tensor) -> tuple[torch.Tenso
     return order, [p - t.lo for p, t in zip(grouped.split(counts), pieces, strict=True)]
 
 
-def pull(pieces: Sequence[TensorShard], ids: torch.Tensor) -> torch.Tensor:
+def split_for(pieces: Sequence[TensorShard], ids: torch.Tensor, op: str) -> Split:
+    """split(), its refusal worded as a shard server's refusal of `op`.
+
+    Raises:
+        RemoteError: an id outside the table.
+    """
+    try:
+        return split(pieces, ids)
+    except SparseInputError as exc:
+        raise RemoteError(f"in-process {pieces[0].name!r} refused {op}: {exc}") from None
+
+
+def pull(pieces: Sequence[TensorShard], ids: torch.Tensor, parts: Split | None = None) -> torch.Tensor:
     """The rows of `ids` (1-D int64 on the pieces' device), on that device, after each piece's last
-    write. Like a pull from a shard server it takes no lock: it may see a row a concurrent step is
-    updating, never memory that is not the table's.
+    write; `parts`: split_for(pieces, ids, "pull"), if already made. Like a pull from a shard server it
+    takes no lock: it may see a row a concurrent step is updating, never memory that is not the table's.
 
     Raises:
         RemoteError: an id outside the table (the message a shard server's refusal would give).
     """
-    try:
-        order, local = split(pieces, ids)
-    except SparseInputError as exc:
-        raise RemoteError(f"in-process {pieces[0].name!r} refused pull: {exc}") from None
+    order, local = parts if parts is not None else split_for(pieces, ids, "pull")
     for t in pieces:
         gpu.wait_written(t)
-    parts = [t.data.index_select(0, loc) for t, loc in zip(pieces, local, strict=True)]
+    rows = [t.data.index_select(0, loc) for t, loc in zip(pieces, local, strict=True)]
     if order is None:
-        return parts[0]
+        return rows[0]
     out = torch.empty((len(ids), pieces[0].data.shape[1]), dtype=torch.float32, device=ids.device)
-    return out.index_copy_(0, order, torch.cat(parts))
+    return out.index_copy_(0, order, torch.cat(rows))
 
 
-def push_grad(pieces: Sequence[TensorShard], ids: torch.Tensor, grads: torch.Tensor, step: int | None) -> int:
+def push_grad(
+    pieces: Sequence[TensorShard],
+    ids: torch.Tensor,
+    grads: torch.Tensor,
+    step: int | None,
+    parts: Split | None = None,
+) -> int:
     """Apply each piece's optimizer to its rows of (ids, grads), duplicates and all (the step reduces
-    them by the table's rule). Gradients holding NaN or infinity: each shard refuses its rows whole (as
-    each shard server does its push), or with the table's nonfinite "skip" they are left out. Returns
-    the unique rows updated.
+    them by the table's rule); `parts`: the split of `ids`, if already made (by their pull). Gradients
+    holding NaN or infinity: each shard refuses its rows whole (as each shard server does its push), or
+    with the table's nonfinite "skip" they are left out. Returns the unique rows updated.
 
     Raises:
         RemoteError: the message a shard server's refusal of the same push would give.
@@ -109,8 +129,8 @@ def push_grad(pieces: Sequence[TensorShard], ids: torch.Tensor, grads: torch.Ten
         if not refuse:  # "skip": one wait for the device, only for tables that asked for it
             keep = torch.isfinite(grads).all(dim=1)
             if not bool(keep.all()):
-                ids, grads = ids[keep], grads[keep]
-        order, local = split(pieces, ids)
+                ids, grads, parts = ids[keep], grads[keep], None
+        order, local = parts if parts is not None else split(pieces, ids)
         grouped = grads if order is None else grads.index_select(0, order)
         updated = 0
         for t, loc, g in zip(pieces, local, grouped.split([len(x) for x in local]), strict=True):

@@ -187,3 +187,19 @@ def test_a_shard_server_client_never_goes_direct() -> None:
     from graphtrain.runtime.kvstore.zmq_transport import ZmqTransport
 
     assert ZmqTransport.direct(object(), "emb") is None  # type: ignore[arg-type]
+
+
+def test_a_step_splits_its_ids_once(host_direct: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The push of the ids a pull split reuses that split: one wait for the device per table and step."""
+    calls: list[int] = []
+    real = direct.split
+    monkeypatch.setattr(direct, "split", lambda pieces, ids: calls.append(len(ids)) or real(pieces, ids))
+    emb = _table(3, OptimConfig("adam", 0.01))
+    _train(emb, steps=3)
+    assert calls == [64, 64, 64]
+    emb(torch.tensor([1, 2]))
+    emb.clear()  # a lookup without its step: the next push splits its own ids
+    rows = emb(torch.tensor([4, 5, 4]))
+    rows.sum().backward()
+    emb.apply_gradients(torch.tensor([4, 5, 4]), torch.ones(3, DIM))
+    assert calls == [64, 64, 64, 2, 3, 3]
