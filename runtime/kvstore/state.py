@@ -435,7 +435,7 @@ class ShardTensors:
                     keys = None if t.keyed is None else t.keyed.keys()
                     copy = gpu.freeze(t, self.free(t.data.device)) if background else None
                 if copy is not None:  # written by the background thread, from the copy
-                    frozen.append((copy, lambda v, k=keys: ckpt.write_piece(root, v, _gpu_writer(v, k))))
+                    frozen.append((copy, lambda v, k=keys: _write_frozen(root, v, k)))
                     continue
                 pieces.append(ckpt.write_piece(root, view, _gpu_writer(t, keys)))
             if background:  # the trainers are paused: no push comes between the GPU pieces and these
@@ -566,6 +566,13 @@ class ShardTensors:
                     seg.close()
                 seg.unlink()
             self.graph_shm = {}
+
+
+def _write_frozen(root: Path, copy: TensorShard, keys: np.ndarray | None) -> dict[str, Any]:
+    """The piece of a GPU table's frozen copy (gpu.freeze), from the checkpoint's thread: on a stream of
+    its own, so its copies to the host overlap training's kernels instead of queueing among them."""
+    with gpu.worker_stream(copy.data.device):
+        return ckpt.write_piece(root, copy, _gpu_writer(copy, keys))
 
 
 def _gpu_writer(live: TensorShard, keys: np.ndarray | None) -> ckpt.Writer:
