@@ -7,8 +7,12 @@ partitioned in 2 (standalone shards: the graph mapped in this process), 1,024 se
   on its GPU; on the CPU nothing is copied);
 - device: device_sampler.sample_blocks_on, the graph on --device (the CUDA core's draw there, the CPU
   core's on the host), relabelling and mean matrices by tensor ops.
-All three draw the same samples (checked on the first batch). ms per batch, median of --batches after
-2 warm-ups, each batch's device work waited for. Needs the WordNet dataset (graphtrain data fetch wordnet).
+All three draw the same samples (checked on the first batch). Then the batch's input features (the
+"fetch" that follows on the loader thread):
+- host fetch + copy: the input nodes' rows pulled from the shards (read in place) and copied to --device;
+- device gather: one gather from the features held whole on --device (device_data.py).
+ms per batch, median of --batches after 2 warm-ups, each batch's device work waited for. Needs the
+WordNet dataset (graphtrain data fetch wordnet).
 """
 
 from __future__ import annotations
@@ -26,7 +30,9 @@ import torch
 
 from graphtrain.runtime import partition
 from graphtrain.runtime.data import datasets
+from graphtrain.runtime.data.transform import project_graph_features
 from graphtrain.runtime.graph import DistGraph, node_split, sample_blocks
+from graphtrain.runtime.graph import device_data as dd
 from graphtrain.runtime.graph import device_sampler as ds
 from graphtrain.runtime.graph.dist_graph import standalone_client
 from graphtrain.runtime.graph.loader import MiniBatch
@@ -61,7 +67,7 @@ def main() -> None:
     device = torch.device(args.device)
     torch.set_num_threads(1)  # a trainer's sampling runs on one thread
     with tempfile.TemporaryDirectory() as tmp:
-        g = datasets.load("wordnet")
+        g = project_graph_features(datasets.load("wordnet"), 256)  # examples/wordnet-sage.yaml's features
         config = partition.write(
             g, partition.partition_graph(g, 2, "metis", ["nodes"], 0.05, 0), Path(tmp) / "p"
         )
@@ -93,6 +99,24 @@ def main() -> None:
             (name, timed(f, batches, device))
             for name, f in (("host", host), ("host + copy", host_copy), ("device", device_))
         ]
+        feat = graph.ndata["feat"]
+        data = dd.device_node_data({"feat": feat}, graph.num_nodes, device, None)
+        made = [device_(seeds, i) for i, seeds in enumerate(batches)]
+        by_seeds = {id(seeds): mb for seeds, mb in zip(batches, made, strict=True)}
+
+        def fetch(seeds: np.ndarray, i: int) -> MiniBatch:
+            mb = by_seeds[id(seeds)]
+            mb.data["x"] = feat[mb.input_nodes].to(device)
+            return mb
+
+        def gather(seeds: np.ndarray, i: int) -> MiniBatch:
+            mb = by_seeds[id(seeds)]
+            assert mb.input_device is not None
+            mb.data["x"] = data["feat"].index_select(0, mb.input_device)
+            return mb
+
+        inputs = int(np.median([len(mb.input_nodes) for mb in made]))
+        fetched = [(name, timed(f, batches, device)) for name, f in (("fetch", fetch), ("gather", gather))]
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu"
     print(
         f"# bench/sampling.py, {time.strftime('%Y-%m-%d')}, {platform.machine()}, "
@@ -103,6 +127,10 @@ def main() -> None:
     base = rows[1][1]
     for label, ms in rows:
         print(f"| {label} | {ms:.2f} | {base / ms:.2f}x |")
+    print(f"\ninput features: {inputs:,} input nodes per batch (median) x {feat.shape[1]} float32")
+    print("| features | ms per batch | vs host fetch + copy |\n|---|---|---|")
+    for label, ms in (("host fetch + copy", fetched[0][1]), ("device gather", fetched[1][1])):
+        print(f"| {label} | {ms:.2f} | {fetched[0][1] / ms:.2f}x |")
 
 
 if __name__ == "__main__":

@@ -121,7 +121,7 @@ def sample_blocks_on(graph: DeviceGraph, seeds: np.ndarray, fanouts: list[int], 
         dst_local, mean, mean_t = mean_matrices(counts, src_local, len(nodes))
         blocks.insert(0, Block(len(nodes), len(frontier), src_local, dst_local, mean, mean_t))
         frontier = nodes
-    return MiniBatch(seeds=seeds, input_nodes=frontier.cpu().numpy(), blocks=blocks)
+    return MiniBatch(seeds=seeds, input_nodes=frontier.cpu().numpy(), blocks=blocks, input_device=frontier)
 
 
 def local_parts(client: Any) -> list[GraphPart] | None:

@@ -102,6 +102,9 @@ class MiniBatch:
     input_nodes: np.ndarray  # every node whose input features the first block reads (global new ids)
     blocks: list[Block]  # input layer first
     data: dict[str, Any] = field(default_factory=dict)  # what `fetch` pulled (features, labels, ...)
+    # input_nodes where the blocks were made, when that is the trainer's device (device_sampler.py); its
+    # first len(seeds) entries are the seeds (a layer's nodes start with its frontier)
+    input_device: torch.Tensor | None = None
 
 
 def relabel(frontier: np.ndarray, src: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -25,7 +25,8 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from graphtrain.contract.spec import DuplicateRule, GraphTraining
 from graphtrain.runtime.errors import GraphtrainError
 from graphtrain.runtime.graph import DistGraph, FeatureBags, NeighborLoader, node_split
-from graphtrain.runtime.graph.device_sampler import device_graph, sample_blocks_on
+from graphtrain.runtime.graph.device_data import data_bytes, device_node_data
+from graphtrain.runtime.graph.device_sampler import device_graph, device_room, sample_blocks_on
 from graphtrain.runtime.graph.loader import MiniBatch, Sampler, sample_blocks
 from graphtrain.runtime.kvstore.client import KVClient
 from graphtrain.runtime.optim import OptimConfig, SparseOptimizer
@@ -142,6 +143,20 @@ class NodeClassification:
         self.sampler: Sampler = (
             partial(sample_blocks_on, on_device) if on_device else partial(sample_blocks, self.graph)
         )
+        # features and labels whole beside the graph, when it is there: a batch's inputs, one gather
+        self.node_data: dict[str, torch.Tensor] = {}
+        if on_device is not None:
+            self.node_data = device_node_data(
+                {"feat": self.feat, "label": self.label},
+                graph.num_nodes,
+                on_device.device,
+                device_room(on_device.device),
+            )
+            if self.node_data and dist.rank == 0 and on_device.device.type == "cuda":
+                log(
+                    f"[trainer] node data on {on_device.device}: {', '.join(self.node_data)} "
+                    f"({data_bytes(self.node_data):,} bytes) copied there"
+                )
         self.loader = NeighborLoader(
             self.loader_graph,
             self.train_ids,
@@ -157,12 +172,33 @@ class NodeClassification:
     # -------------------------------------------------------------------------------- batches
 
     def _fetch(self, mb: MiniBatch) -> None:
-        """Runs on the loader thread: input features and labels of the next batch."""
-        g = self.loader_graph
-        if self.feat is not None:
-            mb.data["x"] = to_device(g.ndata["feat"][mb.input_nodes], self.device)
-        mb.data["y"] = to_device(g.ndata["label"][mb.seeds], self.device)
+        """Runs on the loader thread: input features and labels of the next batch (gathered on the
+        device where the node data is there, else pulled and copied up)."""
+        if mb.input_device is not None and self.node_data:
+            if self.feat is not None:
+                mb.data["x"] = self.node_data["feat"].index_select(0, mb.input_device)
+            mb.data["y"] = self.node_data["label"].index_select(0, mb.input_device[: len(mb.seeds)])
+        else:
+            g = self.loader_graph
+            if self.feat is not None:
+                mb.data["x"] = to_device(g.ndata["feat"][mb.input_nodes], self.device)
+            mb.data["y"] = to_device(g.ndata["label"][mb.seeds], self.device)
         mb.blocks = to_device(mb.blocks, self.device)
+
+    def _features(self, mb: MiniBatch) -> torch.Tensor | None:
+        """The input features of an evaluation batch, on the model's device."""
+        if self.feat is None:
+            return None
+        if mb.input_device is not None and self.node_data:
+            return self.node_data["feat"].index_select(0, mb.input_device)
+        return to_device(self.feat[mb.input_nodes], self.device)
+
+    def _ids(self, table: Table, mb: MiniBatch) -> torch.Tensor:
+        """The batch's input nodes where `table` looks them up: the device's copy when its rows are on
+        the model's device (no upload), else the host's."""
+        if mb.input_device is not None and table.device == mb.input_device.device == self.device:
+            return mb.input_device
+        return torch.from_numpy(mb.input_nodes)
 
     def _pull(self, mb: MiniBatch) -> torch.Tensor | None:
         """The learnable input of the batch's input nodes: their feature bags, then their embedding rows
@@ -175,7 +211,7 @@ class NodeClassification:
                 bag_input(self.words, self.bags, mb.input_nodes, combiner, self.device, self.per_word)
             )
         if self.emb is not None:
-            parts.append(to_device(self.emb(torch.from_numpy(mb.input_nodes)), self.device))
+            parts.append(to_device(self.emb(self._ids(self.emb, mb)), self.device))
         if not parts:
             return None
         return parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)
@@ -244,8 +280,7 @@ class NodeClassification:
         for i in starts:
             mb = self.sampler(ids[i : i + EVAL_BATCH], [-1] * len(self.spec.training.fanouts), 0)
             mb.blocks = to_device(mb.blocks, self.device)
-            x = to_device(self.feat[mb.input_nodes], self.device) if self.feat is not None else None
-            pred = self._forward(model, mb, x).argmax(1).cpu()
+            pred = self._forward(model, mb, self._features(mb)).argmax(1).cpu()
             correct += int((pred == self.label[mb.seeds]).sum())
         model.train()
         total_correct, total = self.dist.sum([correct, len(ids)])

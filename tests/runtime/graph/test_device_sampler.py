@@ -188,9 +188,9 @@ def test_a_batch_hands_over_every_tensor_holding_its_memory(on_device) -> None:
     mb = ds.sample_blocks_on(on_device, np.arange(0, 600, 7), [4, 2], seed=3)
     mb.data = {"y": torch.zeros(3), "x": None}
     held = list(handover.tensors_of(mb))
-    # per block: src, dst, and crow/col/values of A and of A^T; then y
-    assert len(held) == 2 * (2 + 3 + 3) + 1 and all(t.layout == torch.strided for t in held)
-    assert any(t is mb.data["y"] for t in held)
+    # per block: src, dst, and crow/col/values of A and of A^T; then y; then the input nodes there
+    assert len(held) == 2 * (2 + 3 + 3) + 1 + 1 and all(t.layout == torch.strided for t in held)
+    assert any(t is mb.data["y"] for t in held) and any(t is mb.input_device for t in held)
     cpu = torch.device("cpu")
     assert handover.side_stream(cpu) is None and handover.side_stream(None) is None
     assert handover.made(None) is None
