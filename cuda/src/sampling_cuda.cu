@@ -74,6 +74,22 @@ size_t scan_bytes(int n, cudaStream_t stream, cudaError_t* err) {
   return bytes;
 }
 
+// This thread's pinned landing place for a layer's flag and total, allocated once (a copy into pageable
+// memory returns only when it is done: two of them were two more host waits per layer); null where pinned
+// memory could not be had.
+unsigned long long* pinned_pair() {
+  static thread_local unsigned long long* pinned = nullptr;
+  static thread_local bool tried = false;
+  if (!tried) {
+    tried = true;
+    void* p = nullptr;
+    if (cudaMallocHost(&p, 2 * sizeof(unsigned long long)) == cudaSuccess)
+      pinned = static_cast<unsigned long long*>(p);
+    cudaGetLastError();  // a refused pinned allocation is not an error of the call
+  }
+  return pinned;
+}
+
 // Every exported call's frame: the seed count checked, nothing to do for none, the device selected for the
 // body (and restored), stale errors cleared, and nothing thrown across the ABI.
 template <typename Body>
@@ -131,10 +147,16 @@ GT_API int gt_cuda_sample_count(const int64_t* indptr, int64_t num_nodes, const 
     if ((err = cub::DeviceScan::InclusiveSum(temp, scan, counts, ends, static_cast<int>(n), stream)) != cudaSuccess)
       return fail(fn, "inclusive sum of the counts", err);
     unsigned long long host[2] = {kNoBad, 0};
-    if ((err = cudaMemcpyAsync(&host[0], bad, sizeof(host[0]), cudaMemcpyDeviceToHost, stream)) != cudaSuccess ||
-        (err = cudaMemcpyAsync(&host[1], ends + n - 1, sizeof(host[1]), cudaMemcpyDeviceToHost, stream)) != cudaSuccess)
+    unsigned long long* land = pinned_pair();
+    unsigned long long* into = land ? land : host;
+    if ((err = cudaMemcpyAsync(&into[0], bad, sizeof(host[0]), cudaMemcpyDeviceToHost, stream)) != cudaSuccess ||
+        (err = cudaMemcpyAsync(&into[1], ends + n - 1, sizeof(host[1]), cudaMemcpyDeviceToHost, stream)) != cudaSuccess)
       return fail(fn, "copy the total to the host", err);
     if ((err = cudaStreamSynchronize(stream)) != cudaSuccess) return fail(fn, "wait for the counts", err);
+    if (land) {
+      host[0] = land[0];
+      host[1] = land[1];
+    }
     if (host[0] != kNoBad) {
       *bad_pos = static_cast<int64_t>(host[0]);
       return kBadId;
