@@ -259,6 +259,10 @@ class DistEmbedding:
         )
 
     def rows(self, ids: Any) -> torch.Tensor:
-        """Current rows without autograd (evaluation, export): a dynamic vocabulary's unseen keys read
-        their initial value."""
-        return self.table.pull(ids, insert=False)
+        """Current rows without autograd (evaluation, export), where the table's rows are (`device`): a
+        dynamic vocabulary's unseen keys read their initial value."""
+        pieces = self.direct_pieces()
+        if pieces is None:
+            return self.table.pull(ids, insert=False)
+        flat = torch.as_tensor(ids).reshape(-1).to(device=pieces[0].data.device, dtype=torch.int64)
+        return direct.pull(pieces, flat).view(*torch.as_tensor(ids).shape, self.dim)

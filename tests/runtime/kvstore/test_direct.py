@@ -99,6 +99,9 @@ def test_pull_gives_each_id_its_row_in_order(host_direct: None) -> None:
     full = torch.cat([p.data for p in pieces])
     torch.testing.assert_close(direct.pull(pieces, ids), full[ids], rtol=0, atol=0)
     assert direct.pull(pieces, torch.empty(0, dtype=torch.int64)).shape == (0, DIM)
+    # evaluation's reads (rows) take the same path, in the ids' shape
+    torch.testing.assert_close(emb.rows(ids.view(2, 4)), full[ids].view(2, 4, DIM), rtol=0, atol=0)
+    torch.testing.assert_close(emb.rows(ids.tolist()), full[ids], rtol=0, atol=0)
 
 
 @pytest.mark.parametrize("bad", [-1, ROWS, 2**40])
