@@ -20,7 +20,8 @@ COPY_ROWS = 1 << 18  # rows pulled and copied up at a time (bounded host memory 
 
 
 def data_on_device(nbytes: int, room: int | None) -> bool:
-    """Whether node data of `nbytes` goes to a device with `room` free bytes (None: the host, no limit)."""
+    """Whether node data of `nbytes` goes to a device with `room` free bytes (None: no limit). The host
+    (training.sampler device on a CPU trainer) counts too: its copy sits beside the shards' rows."""
     return room is None or nbytes <= DATA_SHARE * room
 
 

@@ -26,9 +26,10 @@ from graphtrain.contract.spec import DuplicateRule, GraphTraining
 from graphtrain.runtime.errors import GraphtrainError
 from graphtrain.runtime.graph import DistGraph, FeatureBags, NeighborLoader, node_split
 from graphtrain.runtime.graph.device_data import data_bytes, device_node_data
-from graphtrain.runtime.graph.device_sampler import device_graph, device_room, sample_blocks_on
+from graphtrain.runtime.graph.device_sampler import device_graph, sample_blocks_on
 from graphtrain.runtime.graph.loader import MiniBatch, Sampler, sample_blocks
 from graphtrain.runtime.kvstore.client import KVClient
+from graphtrain.runtime.kvstore.placement import free_bytes
 from graphtrain.runtime.optim import OptimConfig, SparseOptimizer
 from graphtrain.runtime.tensor import PartitionBook
 from graphtrain.runtime.train.dense import load_dense, save_dense
@@ -150,7 +151,7 @@ class NodeClassification:
                 {"feat": self.feat, "label": self.label},
                 graph.num_nodes,
                 on_device.device,
-                device_room(on_device.device),
+                free_bytes(on_device.device),  # on the host too: it is a copy beside the shards' rows
             )
             if self.node_data and dist.rank == 0 and on_device.device.type == "cuda":
                 log(
