@@ -153,7 +153,7 @@ class NodeClassification:
                 on_device.device,
                 free_bytes(on_device.device),  # on the host too: it is a copy beside the shards' rows
             )
-            if self.node_data and dist.rank == 0 and on_device.device.type == "cuda":
+            if self.node_data and dist.rank == 0:
                 log(
                     f"[trainer] node data on {on_device.device}: {', '.join(self.node_data)} "
                     f"({data_bytes(self.node_data):,} bytes) copied there"

@@ -185,6 +185,8 @@ def test_graphsage_trains_and_reports(
     result = launch(doc, run_dir, standalone).run()
     assert umask() == mask  # the launcher's own umask (0o077) ends with the launch
     assert result["test_accuracy"] > 0.6, result  # 4 planted blocks: chance is 0.25
+    if sampler == "device":  # the features and labels beside the graph: batches gather there
+        assert "node data on cpu: feat, label" in (run_dir / "logs" / "trainer-0.log").read_text()
     st = status(run_dir)
     assert st["phase"] == "Succeeded"
     assert st["partition"]["parts"] == 2 and st["progress"]["epoch"] == 3
