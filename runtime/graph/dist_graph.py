@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import torch
 
 from graphtrain.runtime import dtypes
 from graphtrain.runtime.kvstore import default_client
@@ -21,10 +22,14 @@ from graphtrain.runtime.tensor import DistTensor, PartitionBook
 
 
 def standalone_client(
-    part_config: str | Path, checkpoint_root: Path | None = None, device: str = "cpu"
+    part_config: str | Path,
+    checkpoint_root: Path | None = None,
+    device: str = "cpu",
+    direct_to: torch.device | None = None,
 ) -> KVClient:
     """In-process shards, one per partition, each holding its partition (no sockets); their learnable
-    tables on `device` (a GPU: as a GPU shard server keeps them)."""
+    tables on `device` (a GPU: as a GPU shard server keeps them). `direct_to`: the trainer's device,
+    whose tables it uses where they lie (InProcTransport)."""
     cfg = load_config(part_config)
     states = []
     for p in range(cfg.num_parts):
@@ -34,7 +39,7 @@ def standalone_client(
     from graphtrain.runtime.native.memory import keep_freed_memory
 
     keep_freed_memory()
-    return KVClient(InProcTransport(states, checkpoint_root))
+    return KVClient(InProcTransport(states, checkpoint_root, direct_to))
 
 
 class DistGraph:

@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    import torch
+
     from graphtrain.runtime.kvstore.client import KVClient
 
 _default: KVClient | None = None
@@ -31,14 +33,17 @@ def connect(
     return KVClient(ZmqTransport(addresses, token, timeout, retries, shm))
 
 
-def standalone(num_shards: int = 1, checkpoint_root: Path | None = None) -> KVClient:
-    """A client whose shards live in this process: no sockets, no copies."""
+def standalone(
+    num_shards: int = 1, checkpoint_root: Path | None = None, direct_to: torch.device | None = None
+) -> KVClient:
+    """A client whose shards live in this process: no sockets, no copies. `direct_to`: the device whose
+    tables are used where they lie (InProcTransport)."""
     from graphtrain.runtime.kvstore.client import InProcTransport, KVClient
     from graphtrain.runtime.kvstore.state import ShardTensors
     from graphtrain.runtime.native.memory import keep_freed_memory
 
     keep_freed_memory()
-    return KVClient(InProcTransport([ShardTensors(s) for s in range(num_shards)], checkpoint_root))
+    return KVClient(InProcTransport([ShardTensors(s) for s in range(num_shards)], checkpoint_root, direct_to))
 
 
 def set_default_client(client: KVClient | None) -> None:

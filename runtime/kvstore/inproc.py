@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
 from graphtrain.runtime.errors import GraphtrainError
 from graphtrain.runtime.kvstore import direct, protocol
@@ -28,8 +29,17 @@ class InProcTransport:
     max_frame_bytes = None  # nothing crosses a socket
     chunked_pushes = False
 
-    def __init__(self, states: list[ShardTensors], checkpoint_root: Path | None = None):
+    def __init__(
+        self,
+        states: list[ShardTensors],
+        checkpoint_root: Path | None = None,
+        direct_to: torch.device | None = None,
+    ):
+        """`direct_to`: the device of the trainer in this process; its tables on that device (a GPU) are
+        pulled and stepped where they lie (direct.py). None: none are (every value crosses the protocol
+        as host arrays, what a caller on the host expects)."""
         self.states = states
+        self.direct_to = direct_to
         self.num_shards = len(states)
         self.dispatchers = [Dispatcher(s, checkpoint_root, chunk_bytes=1 << 62) for s in states]
 
@@ -51,10 +61,15 @@ class InProcTransport:
         return t.data.numpy(), t.lo
 
     def direct(self, name: str) -> list[TensorShard] | None:
-        """Every shard's piece of table `name` when the trainer may use them where they lie
-        (direct.usable: GPU rows): its pulls and pushes then never cross the host."""
+        """Every shard's piece of table `name` when the trainer may use them where they lie: on its own
+        device (a CPU trainer beside GPU tables gets host rows), direct.usable (GPU rows). Its pulls and
+        pushes then never cross the host."""
+        if self.direct_to is None:
+            return None
         pieces = [s.tensors.get(name) for s in self.states]
-        return [p for p in pieces if p is not None] if direct.usable(pieces) else None
+        if not direct.usable(pieces) or any(p.data.device != self.direct_to for p in pieces if p is not None):
+            return None
+        return [p for p in pieces if p is not None]
 
     def is_local(self, shard: int) -> bool:
         return False  # values are handed over as they are, not through a buffer

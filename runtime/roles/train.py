@@ -56,7 +56,7 @@ def train(p: TrainParams) -> None:
         torch.cuda.set_device(device)
     if p.standalone:
         shard_device = standalone_shard_device(device, str(gt.spec.shard_servers.device))
-        client = standalone_client(p.partition, p.checkpoint_root, shard_device)
+        client = standalone_client(p.partition, p.checkpoint_root, shard_device, direct_to=device)
         connect = lambda: client  # noqa: E731 - in-process shards are shared by the loader thread
     else:
         if not p.servers:

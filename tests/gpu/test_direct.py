@@ -22,7 +22,10 @@ INIT = {"kind": "uniform", "low": -0.5, "high": 0.5, "seed": 3}
 
 
 def _table(device: str, config: OptimConfig, shards: int = 2) -> DistEmbedding:
-    client = KVClient(InProcTransport([ShardTensors(s, device=device) for s in range(shards)]))
+    """In-process shards with their tables on `device`, for a trainer there (standalone)."""
+    states = [ShardTensors(s, device=device) for s in range(shards)]
+    trainer = torch.device("cuda", 0) if device == "cuda" else torch.device(device)
+    client = KVClient(InProcTransport(states, direct_to=trainer))
     emb = DistEmbedding(ROWS, DIM, "emb", INIT, client=client)
     emb.attach(config)
     return emb
@@ -75,3 +78,17 @@ def test_a_bad_id_is_refused_and_the_gpu_stays_usable() -> None:
         emb(torch.tensor([0, ROWS]))
     assert emb(torch.tensor([0, ROWS - 1])).shape == (2, DIM)
     torch.cuda.synchronize()  # no sticky error behind the refusal
+
+
+def test_a_cpu_trainer_beside_gpu_tables_gets_host_rows() -> None:
+    """standalone with shardServers.device cuda and trainers.device cpu: the tables are on the GPU, the
+    model on the host; its rows and gradients take the protocol path."""
+    states = [ShardTensors(s, device="cuda") for s in range(2)]
+    client = KVClient(InProcTransport(states, direct_to=torch.device("cpu")))
+    emb = DistEmbedding(ROWS, DIM, "emb", INIT, client=client)
+    emb.attach(OptimConfig("adam", 0.01))
+    assert all(s.tensors["emb"].data.is_cuda for s in states) and client.direct("emb") is None
+    rows = emb(torch.tensor([1, 2, 3]))
+    assert rows.device.type == "cpu" and emb.device.type == "cpu"
+    rows.sum().backward()
+    assert emb.apply_gradients(*emb.pending()) == 3

@@ -29,8 +29,12 @@ def host_direct(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(direct, "DEVICE_TYPES", ("cuda", "cpu"))
 
 
+CPU = torch.device("cpu")
+
+
 def _table(shards: int, config: OptimConfig) -> DistEmbedding:
-    emb = DistEmbedding(ROWS, DIM, "emb", INIT, client=kvstore.standalone(shards))
+    """A table of in-process shards whose trainer computes on the host (where the path is opened)."""
+    emb = DistEmbedding(ROWS, DIM, "emb", INIT, client=kvstore.standalone(shards, direct_to=CPU))
     emb.attach(config)
     return emb
 
@@ -158,7 +162,7 @@ def test_nonfinite_gradients_skipped_where_the_table_says_so(host_direct: None) 
 
 
 def test_tables_that_are_not_usable_take_the_protocol_path(host_direct: None) -> None:
-    client = kvstore.standalone(2)
+    client = kvstore.standalone(2, direct_to=CPU)
     emb = DistEmbedding(ROWS, DIM, "emb", INIT, client=client)
     assert client.direct("emb") is None  # no optimizer yet: set_optimizer may still move it
     emb.attach(OptimConfig("sgd", 0.1))
@@ -206,3 +210,14 @@ def test_a_step_splits_its_ids_once(host_direct: None, monkeypatch: pytest.Monke
     rows.sum().backward()
     emb.apply_gradients(torch.tensor([4, 5, 4]), torch.ones(3, DIM))
     assert calls == [64, 64, 64, 2, 3, 3]
+
+
+def test_only_the_trainers_own_device_goes_direct(host_direct: None) -> None:
+    """A trainer on the host beside GPU tables (standalone, shardServers.device cuda, trainers.device cpu)
+    must get host rows; a caller that names no device (library use) gets host arrays as always."""
+    for client in (kvstore.standalone(2, direct_to=torch.device("meta")), kvstore.standalone(2)):
+        emb = DistEmbedding(ROWS, DIM, "emb", INIT, client=client)
+        emb.attach(OptimConfig("sgd", 0.1))
+        assert client.direct("emb") is None and emb.device == CPU
+        emb(torch.tensor([1, 50])).sum().backward()
+        assert emb.apply_gradients(*emb.pending()) == 2  # the protocol path

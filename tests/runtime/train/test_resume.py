@@ -105,11 +105,17 @@ class Recorded:
 
 
 def train(
-    kind: str, gt: GraphTraining, partition: Path, run_dir: Path, stop_after: int | None = None
+    kind: str,
+    gt: GraphTraining,
+    partition: Path,
+    run_dir: Path,
+    stop_after: int | None = None,
+    direct_to: torch.device | None = None,
 ) -> tuple[Recorded, dict[str, Any] | None]:
-    """One trainer's life on fresh in-process shards (they restore the run's latest checkpoint, if any)."""
+    """One trainer's life on fresh in-process shards (they restore the run's latest checkpoint, if any);
+    `direct_to`: the trainer's device, whose tables it uses where they lie."""
     root = run_dir / "checkpoints"
-    client = standalone_client(partition, root)
+    client = standalone_client(partition, root, direct_to=direct_to)
     graph, dist = DistGraph(partition, client), Dist()
     sage = kind == "graphsage"
     task = NodeClassification(gt, graph, client, dist) if sage else LinkPrediction(gt, graph, dist)
@@ -179,7 +185,8 @@ def test_tables_used_where_they_lie_train_and_resume_as_the_protocol_path(
     gt, partition = partitions[kind]
     protocol, protocol_result = train(kind, gt, partition, tmp_path / "protocol")
     monkeypatch.setattr(direct, "DEVICE_TYPES", ("cuda", "cpu"))
-    whole, whole_result = train(kind, gt, partition, tmp_path / "whole")
+    cpu = torch.device("cpu")
+    whole, whole_result = train(kind, gt, partition, tmp_path / "whole", direct_to=cpu)
     tables = [whole.task.emb] if kind == "graphsage" else [whole.task.ent, whole.task.rel]
     assert all(t.client.direct(t.name) is not None for t in tables)
     assert [d for d, _ in whole.steps] == [d for d, _ in protocol.steps]
@@ -193,8 +200,8 @@ def test_tables_used_where_they_lie_train_and_resume_as_the_protocol_path(
             assert whole_result[key] == pytest.approx(value, abs=0.02), key
 
     run_dir = tmp_path / "stopped"
-    first, _ = train(kind, gt, partition, run_dir, stop_after=STOP_AFTER)
-    second, resumed_result = train(kind, gt, partition, run_dir)
+    first, _ = train(kind, gt, partition, run_dir, stop_after=STOP_AFTER, direct_to=cpu)
+    second, resumed_result = train(kind, gt, partition, run_dir, direct_to=cpu)
     assert first.steps + second.steps == whole.steps
     assert resumed_result == whole_result
     for name, value in final_state(whole.task).items():
