@@ -21,12 +21,14 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
+
+from graphtrain.runtime.errors import GraphtrainError
 
 if TYPE_CHECKING:
     from graphtrain.runtime.kvstore.shard import TensorShard
@@ -90,7 +92,11 @@ def sync(device: torch.device) -> None:
 
 
 def save_chunked(
-    directory: Path, view: TensorShard, live: TensorShard, chunk_bytes: int = CHECKPOINT_CHUNK_BYTES
+    directory: Path,
+    view: TensorShard,
+    live: TensorShard,
+    chunk_bytes: int = CHECKPOINT_CHUNK_BYTES,
+    stopped: Callable[[], bool] | None = None,
 ) -> None:
     """Write a GPU table's rows (data.npy) and optimizer state (state.<key>.npy) as .npy files, in chunks
     of about `chunk_bytes` through pinned buffers, without holding the table's lock for the whole table.
@@ -116,6 +122,8 @@ def save_chunked(
     step = max(1, chunk_bytes // max(1, width))
     stage = {n: _pinned((min(step, view.rows), *tensors[n].shape[1:]), tensors[n].dtype) for n in rowed}
     for a in range(0, max(view.rows, 1), step):
+        if stopped is not None and stopped():  # an abandoned checkpoint's piece ends at the next chunk
+            raise GraphtrainError("the checkpoint was abandoned")
         b = min(view.rows, a + step)
         with live.lock:
             wait_written(live)
@@ -141,14 +149,24 @@ def table_bytes(t: TensorShard) -> int:
     return sum(v.numel() * v.element_size() for v in (t.data, *t.state.values()))
 
 
+def working_bytes(device: torch.device) -> int:
+    """The most memory this process's work has held beyond its lasting allocations (torch's peak
+    reserved less what is allocated now: a training step's activations, a server's buffers): what a
+    copy made between steps must leave free. 0 on the host."""
+    if device.type != "cuda":
+        return 0
+    return max(0, torch.cuda.max_memory_reserved(device) - torch.cuda.memory_allocated(device))
+
+
 def freeze(t: TensorShard, free_bytes: int) -> TensorShard | None:
     """A copy of a GPU table's rows and optimizer state on its own device, for a checkpoint written by a
     thread while pushes go on: taken under the table's lock (the caller holds it), after its last write,
     and complete on return (a device-to-device copy: ~1 ms per GB on an H100, where writing the table
-    within the op paused training 1.5 s per checkpoint). None when `free_bytes` cannot hold it with
-    FREEZE_HEADROOM, or the copy runs out of memory: the caller then writes the table within the op
-    (save_chunked), as before."""
-    if free_bytes < FREEZE_HEADROOM * table_bytes(t):
+    within the op paused training 1.5 s per checkpoint). `free_bytes`: the device's free memory, the
+    allocator's unused blocks included. None when that, less the work's own peak (working_bytes: the
+    next step must still fit), cannot hold the copy with FREEZE_HEADROOM, or when the copy runs out of
+    memory: the caller then writes the table within the op (save_chunked), as before."""
+    if free_bytes - working_bytes(t.data.device) < FREEZE_HEADROOM * table_bytes(t):
         return None
     wait_written(t)
     try:

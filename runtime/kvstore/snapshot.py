@@ -327,9 +327,9 @@ class BackgroundCheckpoint:
     """One checkpoint of a shard's host tables, armed now (every table's snapshot under its lock) and
     written by a thread; `status` says how it went. `pieces`: those already written within the op (GPU
     tables that could not be frozen), listed with the rest once done. `frozen`: GPU tables' frozen copies
-    (gpu.freeze) with the writer of each one's piece, written after the host tables and let go as each
-    is written. `full_every`: the longest chain of incremental pieces (increment.py; 1: every piece
-    full)."""
+    (gpu.freeze) with the writer of each one's piece (given a check of abort() it polls per chunk),
+    written after the host tables and let go as each is written. `full_every`: the longest chain of
+    incremental pieces (increment.py; 1: every piece full)."""
 
     def __init__(
         self,
@@ -341,7 +341,8 @@ class BackgroundCheckpoint:
         rate: float = 0.0,
         full_every: int = increment.FULL_EVERY,
         chunk_bytes: int = CHUNK_BYTES,
-        frozen: list[tuple[TensorShard, Callable[[TensorShard], dict[str, Any]]]] | None = None,
+        frozen: list[tuple[TensorShard, Callable[[TensorShard, Callable[[], bool]], dict[str, Any]]]]
+        | None = None,
     ):
         self.status = Status(label, pieces=list(pieces))
         self.frozen = list(frozen or [])
@@ -388,7 +389,7 @@ class BackgroundCheckpoint:
                 if self.aborted:
                     raise Aborted("the checkpoint was abandoned")
                 table, write = self.frozen[0]
-                self.status.pieces.append(write(table))
+                self.status.pieces.append(write(table, lambda: self.aborted))  # checked per chunk
                 self.frozen.pop(0)  # its copy on the device is let go
         except BaseException as exc:  # noqa: BLE001 - reported by the status request
             self.frozen.clear()

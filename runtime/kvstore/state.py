@@ -17,6 +17,7 @@ import contextlib
 import dataclasses
 import os
 import threading
+from collections.abc import Callable
 from multiprocessing import shared_memory
 from pathlib import Path
 from typing import Any
@@ -435,7 +436,7 @@ class ShardTensors:
                     keys = None if t.keyed is None else t.keyed.keys()
                     copy = gpu.freeze(t, self.free(t.data.device)) if background else None
                 if copy is not None:  # written by the background thread, from the copy
-                    frozen.append((copy, lambda v, k=keys: _write_frozen(root, v, k)))
+                    frozen.append((copy, lambda v, stop, k=keys: _write_frozen(root, v, k, stop)))
                     continue
                 pieces.append(ckpt.write_piece(root, view, _gpu_writer(t, keys)))
             if background:  # the trainers are paused: no push comes between the GPU pieces and these
@@ -568,19 +569,24 @@ class ShardTensors:
             self.graph_shm = {}
 
 
-def _write_frozen(root: Path, copy: TensorShard, keys: np.ndarray | None) -> dict[str, Any]:
+def _write_frozen(
+    root: Path, copy: TensorShard, keys: np.ndarray | None, stopped: Callable[[], bool]
+) -> dict[str, Any]:
     """The piece of a GPU table's frozen copy (gpu.freeze), from the checkpoint's thread: on a stream of
-    its own, so its copies to the host overlap training's kernels instead of queueing among them."""
+    its own, so its copies to the host overlap training's kernels instead of queueing among them; an
+    abandoned checkpoint (`stopped`) ends it at the next chunk, its piece never renamed into place."""
     with gpu.worker_stream(copy.data.device):
-        return ckpt.write_piece(root, copy, _gpu_writer(copy, keys))
+        return ckpt.write_piece(root, copy, _gpu_writer(copy, keys, stopped))
 
 
-def _gpu_writer(live: TensorShard, keys: np.ndarray | None) -> ckpt.Writer:
+def _gpu_writer(
+    live: TensorShard, keys: np.ndarray | None, stopped: Callable[[], bool] | None = None
+) -> ckpt.Writer:
     """The writer of a GPU table's piece: its rows and state in chunks, each under `live`'s lock
     (gpu.save_chunked), and a dynamic table's keys."""
 
     def write(directory: Path, view: TensorShard) -> None:
-        gpu.save_chunked(directory, view, live)
+        gpu.save_chunked(directory, view, live, stopped=stopped)
         ckpt.save_keys(directory, view, keys)
 
     return write

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -64,6 +65,18 @@ def test_no_copy_where_the_device_has_no_room_for_it() -> None:
         assert gpu.freeze(t, int(gpu.table_bytes(t) * gpu.FREEZE_HEADROOM) - 1) is None
 
 
+def test_no_copy_where_the_next_step_needs_the_room(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Free memory counts the allocator's unused blocks, which the next step will want back: the work's
+    own peak (gpu.working_bytes) is kept aside before a copy is made."""
+    t = _table()
+    need = int(gpu.table_bytes(t) * gpu.FREEZE_HEADROOM)
+    assert gpu.working_bytes(t.data.device) == 0  # the host: nothing kept aside
+    monkeypatch.setattr(gpu, "working_bytes", lambda device: 1000)
+    with t.lock:
+        assert gpu.freeze(t, need + 999) is None
+        assert gpu.freeze(t, need + 1000) is not None
+
+
 def test_the_frozen_piece_is_written_by_the_thread_and_restores_the_rows_it_froze(tmp_path: Path) -> None:
     t = _table()
     with t.lock:
@@ -72,9 +85,9 @@ def test_the_frozen_piece_is_written_by_the_thread_and_restores_the_rows_it_froz
     before = (t.data.clone(), {k: v.clone() for k, v in t.state.items()})
     gate = threading.Event()
 
-    def write(v: TensorShard) -> dict:
+    def write(v: TensorShard, stopped: Callable[[], bool]) -> dict:
         assert gate.wait(30)  # the op has answered and training goes on before the piece is written
-        return ckpt.write_piece(tmp_path / "ck", v, _gpu_writer(v, None))
+        return ckpt.write_piece(tmp_path / "ck", v, _gpu_writer(v, None, stopped))
 
     bg = snap.BackgroundCheckpoint("ck", tmp_path / "ck", [], [], frozen=[(copy, write)])
     t.data.mul_(2.0)  # a push after the checkpoint was armed
@@ -91,18 +104,38 @@ def test_the_frozen_piece_is_written_by_the_thread_and_restores_the_rows_it_froz
 
 
 def test_an_aborted_checkpoint_writes_no_frozen_piece(tmp_path: Path) -> None:
+    """abort() while a frozen table is being written: the piece ends at its next chunk and is never
+    renamed into place; the tables after it are not written."""
     t = _table()
     with t.lock:
         copy = gpu.freeze(t, 1 << 40)
     assert copy is not None
-    gate, calls = threading.Event(), []
+    started, go, calls = threading.Event(), threading.Event(), []
+
+    def slow(directory: Path, view: TensorShard, stopped: Callable[[], bool]) -> None:
+        checks = []
+
+        def stop() -> bool:  # the first chunk is written, then the checkpoint is abandoned
+            checks.append(1)
+            if len(checks) == 2:
+                started.set()
+                assert go.wait(30)
+            return stopped()
+
+        gpu.save_chunked(directory, view, view, chunk_bytes=20_000, stopped=stop)
+
+    def write(v: TensorShard, stopped: Callable[[], bool]) -> dict:
+        return ckpt.write_piece(tmp_path / "ck", v, lambda d, view: slow(d, view, stopped))
+
     hold = snap.BackgroundCheckpoint(
-        "ck", tmp_path / "ck", [], [], frozen=[(copy, lambda v: gate.wait(30) and {}), (copy, calls.append)]
+        "ck", tmp_path / "ck", [], [], frozen=[(copy, write), (copy, calls.append)]
     )
+    assert started.wait(30)
     hold.aborted = True  # as abort() sets it, while the first piece is being written
-    gate.set()
+    go.set()
     assert hold.wait(30) and hold.status.state == "failed" and "abandoned" in hold.status.error
     assert calls == [] and not hold.frozen
+    assert not ckpt.piece_dir(tmp_path / "ck", "emb", 0, ROWS).exists()
 
 
 def test_standalone_on_the_host_still_writes_before_training_goes_on() -> None:
