@@ -117,7 +117,8 @@ def push_grad(
     """Apply each piece's optimizer to its rows of (ids, grads), duplicates and all (the step reduces
     them by the table's rule); `parts`: the split of `ids`, if already made (by their pull). Gradients
     holding NaN or infinity: each shard refuses its rows whole (as each shard server does its push), or
-    with the table's nonfinite "skip" they are left out. Returns the unique rows updated.
+    with the table's nonfinite "skip" their ids are left out, every occurrence (on the protocol path the
+    client's sum of the occurrences is what is not finite). Returns the unique rows updated.
 
     Raises:
         RemoteError: the message a shard server's refusal of the same push would give.
@@ -127,8 +128,9 @@ def push_grad(
     refuse = config.nonfinite == "refuse"
     try:
         if not refuse:  # "skip": one wait for the device, only for tables that asked for it
-            keep = torch.isfinite(grads).all(dim=1)
-            if not bool(keep.all()):
+            bad = ~torch.isfinite(grads).all(dim=1)
+            if bool(bad.any()):  # every occurrence of such an id goes, as its reduced row would
+                keep = ~torch.isin(ids, ids[bad])
                 ids, grads, parts = ids[keep], grads[keep], None
         order, local = parts if parts is not None else split(pieces, ids)
         grouped = grads if order is None else grads.index_select(0, order)

@@ -148,6 +148,31 @@ def test_nonfinite_gradients_refused_with_the_servers_message(host_direct: None)
     assert torch.equal(pieces[0].state["sum"], torch.zeros_like(pieces[0].state["sum"]))
 
 
+@pytest.mark.parametrize("duplicate", ["sum", "mean"])
+def test_an_id_with_a_nonfinite_occurrence_is_skipped_whole_as_on_the_protocol_path(
+    host_direct: None, duplicate: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Repeated ids (a bag looked up per occurrence): the protocol path reduces them on the client, so one
+    NaN occurrence makes the id's row nonfinite and the shard skips it; the direct path drops every
+    occurrence of it too, rather than averaging the finite ones."""
+    config = dataclasses.replace(OptimConfig("sgd", 1.0, duplicate=duplicate), nonfinite="skip")  # type: ignore[arg-type]
+    ids = torch.tensor([3, 70, 3, 40, 70])
+    grads = torch.ones(5, DIM)
+    grads[2, 0] = float("nan")  # one of id 3's two occurrences
+    tables = []
+    for opened in (False, True):
+        monkeypatch.setattr(direct, "DEVICE_TYPES", ("cuda", "cpu") if opened else ("cuda",))
+        emb = _table(2, config)
+        assert (emb.client.direct("emb") is not None) is opened
+        emb.steps = 0
+        emb.apply_gradients(ids, grads)
+        tables.append(emb.rows(torch.arange(ROWS)))
+    torch.testing.assert_close(tables[1], tables[0], rtol=0, atol=0)
+    fresh = _table(1, config).rows(torch.tensor([3, 40]))
+    assert torch.equal(tables[1][3], fresh[0])  # untouched
+    assert not torch.equal(tables[1][40], fresh[1])
+
+
 def test_nonfinite_gradients_skipped_where_the_table_says_so(host_direct: None) -> None:
     emb = _table(2, dataclasses.replace(OptimConfig("sgd", 1.0), nonfinite="skip"))
     pieces = emb.client.direct("emb")
