@@ -74,20 +74,27 @@ size_t scan_bytes(int n, cudaStream_t stream, cudaError_t* err) {
   return bytes;
 }
 
-// This thread's pinned landing place for a layer's flag and total, allocated once (a copy into pageable
-// memory returns only when it is done: two of them were two more host waits per layer); null where pinned
-// memory could not be had.
+// This thread's pinned landing place for a layer's flag and total, allocated once and freed when the
+// thread ends (a loader thread lives one epoch). A copy into pageable memory returns only when it is
+// done: two of them were two more host waits per layer. Null where pinned memory could not be had.
+struct PinnedPair {
+  unsigned long long* values = nullptr;
+  bool tried = false;
+  ~PinnedPair() {
+    if (values != nullptr) cudaFreeHost(values);  // at process exit the runtime may be gone: ignored
+  }
+};
+
 unsigned long long* pinned_pair() {
-  static thread_local unsigned long long* pinned = nullptr;
-  static thread_local bool tried = false;
-  if (!tried) {
-    tried = true;
+  static thread_local PinnedPair pair;
+  if (!pair.tried) {
+    pair.tried = true;
     void* p = nullptr;
     if (cudaMallocHost(&p, 2 * sizeof(unsigned long long)) == cudaSuccess)
-      pinned = static_cast<unsigned long long*>(p);
+      pair.values = static_cast<unsigned long long*>(p);
     cudaGetLastError();  // a refused pinned allocation is not an error of the call
   }
-  return pinned;
+  return pair.values;
 }
 
 // Every exported call's frame: the seed count checked, nothing to do for none, the device selected for the
