@@ -264,5 +264,6 @@ class DistEmbedding:
         pieces = self.direct_pieces()
         if pieces is None:
             return self.table.pull(ids, insert=False)
-        flat = torch.as_tensor(ids).reshape(-1).to(device=pieces[0].data.device, dtype=torch.int64)
-        return direct.pull(pieces, flat).view(*torch.as_tensor(ids).shape, self.dim)
+        given = torch.as_tensor(ids)
+        flat = given.reshape(-1).to(device=pieces[0].data.device, dtype=torch.int64)
+        return direct.pull(pieces, flat).view(*given.shape, self.dim)

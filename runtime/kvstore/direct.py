@@ -22,7 +22,7 @@ from graphtrain.runtime.errors import NonFiniteGradient, SparseInputError
 from graphtrain.runtime.kvstore import gpu
 from graphtrain.runtime.kvstore.protocol import RemoteError
 from graphtrain.runtime.kvstore.shard import TensorShard
-from graphtrain.runtime.kvstore.update import locked_step
+from graphtrain.runtime.kvstore.update import locked_step, nonfinite_refusal
 
 DEVICE_TYPES = ("cuda",)  # where the protocol path costs host round trips (host tables are mapped)
 
@@ -142,10 +142,7 @@ def push_grad(
                 except NonFiniteGradient:
                     rows = ~torch.isfinite(g).all(dim=1)
                     first = int(loc[torch.nonzero(rows)[0]]) + t.lo
-                    raise SparseInputError(
-                        f"push_grad of {name!r}: {int(rows.sum())} gradient row(s) hold NaN or infinity "
-                        f"(first id {first}); no row was updated"
-                    ) from None
+                    raise SparseInputError(nonfinite_refusal(name, int(rows.sum()), first)) from None
     except SparseInputError as exc:
         raise RemoteError(f"in-process {name!r} refused push_grad: {exc}") from None
     return updated

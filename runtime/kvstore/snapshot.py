@@ -43,7 +43,7 @@ import torch
 from graphtrain.runtime.data.cache import atomic_dir
 from graphtrain.runtime.errors import GraphtrainError
 from graphtrain.runtime.kvstore import checkpoint as ckpt
-from graphtrain.runtime.kvstore import increment
+from graphtrain.runtime.kvstore import gpu, increment
 from graphtrain.runtime.kvstore.chain import ROWS
 from graphtrain.runtime.kvstore.shard import TensorShard
 
@@ -362,7 +362,7 @@ class BackgroundCheckpoint:
                 snap.abandon()
             raise
         self.status.row_bytes = sum(s.nbytes() for s in self.snaps) + sum(
-            v.numel() * v.element_size() for t, _ in self.frozen for v in (t.data, *t.state.values())
+            gpu.table_bytes(t) for t, _ in self.frozen
         )
         self.status.incremental = sum(s.held is not None for s in self.snaps)
         self.thread = threading.Thread(target=self._run, name=f"checkpoint {label}", daemon=True)

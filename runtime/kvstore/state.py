@@ -39,7 +39,7 @@ from graphtrain.runtime.kvstore.placement import check_usable, table_device
 from graphtrain.runtime.kvstore.protocol import ProtocolError
 from graphtrain.runtime.kvstore.shard import TensorShard
 from graphtrain.runtime.kvstore.sizes import state_bytes
-from graphtrain.runtime.kvstore.update import locked_step
+from graphtrain.runtime.kvstore.update import locked_step, nonfinite_refusal
 from graphtrain.runtime.native import cuda
 from graphtrain.runtime.native.backend import CoreBackend, choose
 from graphtrain.runtime.optim import OptimConfig, make_state
@@ -401,10 +401,7 @@ class ShardTensors:
                 updated = locked_step(t, local, grads, step, finite=refuse)
             except NonFiniteGradient:
                 rows = np.concatenate([~np.isfinite(v.reshape(len(v), -1)).all(axis=1) for _, v in pieces])
-                raise ProtocolError(
-                    f"push_grad of {name!r}: {int(rows.sum())} gradient row(s) hold NaN or infinity "
-                    f"(first id {int(ids[rows][0])}); no row was updated"
-                ) from None
+                raise ProtocolError(nonfinite_refusal(name, int(rows.sum()), int(ids[rows][0]))) from None
             except SparseInputError as exc:
                 raise ProtocolError(str(exc)) from None
         return updated, skipped

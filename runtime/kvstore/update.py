@@ -43,3 +43,12 @@ def locked_step(
         raise
     gpu.mark_written(t)
     return updated
+
+
+def nonfinite_refusal(name: str, rows: int, first_id: int) -> str:
+    """Why a push of gradients holding NaN or infinity was refused: one wording for shard servers
+    (state.py) and standalone's direct path (direct.py)."""
+    return (
+        f"push_grad of {name!r}: {rows} gradient row(s) hold NaN or infinity (first id {first_id}); "
+        "no row was updated"
+    )
