@@ -18,7 +18,6 @@ import argparse
 import json
 import sys
 from collections import Counter
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -26,31 +25,10 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from graphtrain.runtime.optim import OptimConfig, make_state, sparse_step
+from graphtrain.runtime.train.profiling import COLUMNS, api_names, per_step
 
 KINDS = ("rowwise_adagrad", "adagrad", "adam", "sgd")
 TOOL = "torch.profiler (CUPTI)"
-# the columns: each counts the runtime and driver API names that start with one of its prefixes (so
-# cudaLaunchKernelExC, the per-thread-stream _ptsz variants and the driver's cuLaunchKernel count as launches)
-COLUMNS = {
-    "cudaLaunchKernel": ("cudaLaunchKernel", "cuLaunchKernel"),
-    "cudaStreamSynchronize": ("cudaStreamSynchronize", "cuStreamSynchronize"),
-    "cudaDeviceSynchronize": ("cudaDeviceSynchronize", "cuCtxSynchronize"),
-    "cudaEventSynchronize": ("cudaEventSynchronize", "cuEventSynchronize"),
-    "cudaMalloc": ("cudaMalloc", "cuMemAlloc"),
-    "cudaFree": ("cudaFree", "cuMemFree"),
-    "cudaMemcpyAsync": ("cudaMemcpy", "cuMemcpy"),
-    "cudaMemsetAsync": ("cudaMemset", "cuMemset"),
-}
-
-
-def api_names(names: Iterable[str]) -> Counter[str]:
-    """How often each CUDA runtime or driver API name occurs among profiler event names."""
-    return Counter(n for n in names if n.startswith("cuda") or (n.startswith("cu") and n[2:3].isupper()))
-
-
-def per_step(counts: Counter[str], steps: int) -> dict[str, float]:
-    """The table's columns, per step."""
-    return {col: sum(c for n, c in counts.items() if n.startswith(p)) / steps for col, p in COLUMNS.items()}
 
 
 def profile_steps(kind: str, rows: int, dim: int, batch: int, steps: int, device: str) -> Counter[str]:

@@ -93,6 +93,16 @@ class Training(SpecModel):
         "intra-op threads fill its cores loses more to the contention than it hides (so did 2 GPU trainers "
         "sharing an H100: WordNet at 16.6k samples/s 4 ahead, 29.9k inline).",
     )
+    profile_steps: int = Field(
+        default=0,
+        ge=0,
+        le=1000,
+        description="Training steps profiled with torch.profiler on each trainer, after up to 10 warm-up "
+        "steps of the first epoch it trains (the window ends with that epoch): the ops that cost the most "
+        "host and device time, the device's busy share and its CUDA calls per step (launches, "
+        "synchronisations, copies), in the trainer log and, under `graphtrain run`, in "
+        "profile-rank<R>.txt with a Chrome trace beside it. 0: no profiling.",
+    )
 
 
 add_rules(

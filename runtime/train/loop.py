@@ -28,6 +28,7 @@ from graphtrain.runtime.train.checkpoints import Checkpoints, ResumePoint
 from graphtrain.runtime.train.dist import Dist
 from graphtrain.runtime.train.history import MetricsLog
 from graphtrain.runtime.train.metrics import TrainerMetrics
+from graphtrain.runtime.train.profiling import StepProfiler
 from graphtrain.runtime.train.reporter import Reporter, log
 from graphtrain.runtime.train.sinks import progress_sinks
 from graphtrain.runtime.train.tally import Throughput, TrainerProgress
@@ -64,6 +65,7 @@ class EpochLoop:
         sinks = progress_sinks(run_dir, dist.rank, progress_configmap)
         self.reporter = Reporter(dist.rank, sinks, metrics=self.metrics, metrics_log=self.metrics_log)
         self.checkpoints = Checkpoints(checkpoint_root, spec, graph, dist, task.collective_tables)
+        self.profiler = StepProfiler(spec.training.profile_steps, task.device, dist.rank, run_dir, log)
         self.progress = TrainerProgress(epochs=spec.training.epochs)
         self.epoch = self.step = 0  # done
         self.epoch_step = 0  # steps of the running epoch done
@@ -105,6 +107,9 @@ class EpochLoop:
 
     def _train_epoch(self, window: Throughput) -> None:
         """The running epoch's remaining steps (all of them, unless resumed inside it)."""
+        profiler = self.profiler
+        profiler.plan(self.task.steps_per_epoch(), self.epoch_step)
+        profiler.before_step(self.epoch_step)
         clock = self.metrics.clock()  # sample: the wait for the task's next batch
         for batch in self.task.batches(self.epoch, self.epoch_step):
             clock.lap("sample")
@@ -112,8 +117,11 @@ class EpochLoop:
             torch.default_generator.manual_seed(seed)  # the CPU one the models draw on: 3 us (all: 250)
             loss, samples = self.task.step(batch, clock)
             clock.done()
+            profiler.after_step(self.epoch_step)
             self._after_step(window, float(loss.detach()), samples)
+            profiler.before_step(self.epoch_step)
             clock.start()
+        profiler.epoch_end()
 
     def _after_step(self, window: Throughput, loss: float, samples: int) -> None:
         """Count the step; report every task.report_every steps, checkpoint every checkpointInterval

@@ -34,11 +34,13 @@ class TrainingTask(Protocol[BatchT]):
     report_every: steps between progress reports.
     collective_tables: the task's tables sharded across the trainers (sharding: collective), which
         checkpoints write and restore beside the shard servers' tables.
+    device: where the model computes (what the step profiler synchronises and profiles).
     """
 
     metric_names: tuple[str, ...]
     report_every: int
     collective_tables: list[CollectiveEmbedding]
+    device: torch.device
 
     def steps_per_epoch(self) -> int:
         """This trainer's batches in one epoch (the same in every epoch)."""

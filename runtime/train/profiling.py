@@ -1,0 +1,163 @@
+"""training.profileSteps: a window of training steps profiled with torch.profiler on each trainer.
+
+Why: the GPU runs' question is where a step's milliseconds go. The stage line says which stage; this says
+what inside it: the ops that cost the host (launches, Python) or the device (kernels, copies), how busy the
+device was, and how often the host waited for it. CUPTI sees the statically linked CUDA core's calls too,
+so its launches and synchronisations count (bench/cuda_calls.py counts them per optimizer step the same way).
+
+The window opens after a few warm-up steps of the first epoch this process trains (allocator, first
+launches), so a steady step is measured, and closes after `steps` steps or at that epoch's end, whichever
+comes first: evaluation and checkpoints at an epoch's end are not in it. The device is synchronised at
+both ends only. The summary goes to the trainer log and, where the trainer has a run directory, to
+profile-rank<R>.txt with a Chrome trace beside it (profile-rank<R>.json, for chrome://tracing or Perfetto).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+WARMUP = 10  # steps of the epoch before the window, where the epoch has them to spare
+TOP = 15  # rows of each op table
+NAME = 60  # characters of an op's name in them
+
+# CUDA API calls, by column: each counts the runtime and driver API names that start with one of its
+# prefixes (so cudaLaunchKernelExC, the per-thread-stream _ptsz variants and cuLaunchKernel count as launches)
+COLUMNS = {
+    "cudaLaunchKernel": ("cudaLaunchKernel", "cuLaunchKernel"),
+    "cudaStreamSynchronize": ("cudaStreamSynchronize", "cuStreamSynchronize"),
+    "cudaDeviceSynchronize": ("cudaDeviceSynchronize", "cuCtxSynchronize"),
+    "cudaEventSynchronize": ("cudaEventSynchronize", "cuEventSynchronize"),
+    "cudaMalloc": ("cudaMalloc", "cuMemAlloc"),
+    "cudaFree": ("cudaFree", "cuMemFree"),
+    "cudaMemcpyAsync": ("cudaMemcpy", "cuMemcpy"),
+    "cudaMemsetAsync": ("cudaMemset", "cuMemset"),
+}
+
+
+def api_names(names: Iterable[str]) -> Counter[str]:
+    """How often each CUDA runtime or driver API name occurs among profiler event names."""
+    return Counter(n for n in names if n.startswith("cuda") or (n.startswith("cu") and n[2:3].isupper()))
+
+
+def per_step(counts: Counter[str], steps: int) -> dict[str, float]:
+    """The columns' counts per step."""
+    return {col: sum(c for n, c in counts.items() if n.startswith(p)) / steps for col, p in COLUMNS.items()}
+
+
+def window(steps_per_epoch: int, done: int, steps: int) -> tuple[int, int]:
+    """The profiled steps of an epoch of `steps_per_epoch` whose first `done` are behind it (a resumed
+    run): (first, count), by their index in the epoch. Up to WARMUP steps go first where the epoch has
+    room for them and the window; count is 0 when nothing is left to profile."""
+    left = max(0, steps_per_epoch - done)
+    count = min(steps, left)
+    first = done + max(0, min(WARMUP, left - count))
+    return first, count
+
+
+def device_busy_us(averages: Any) -> float:
+    """Microseconds the device spent in kernels, copies and sets (its own events' self time)."""
+    return sum(
+        float(getattr(e, "self_device_time_total", 0.0))
+        for e in averages
+        if getattr(e, "device_type", None) == torch.autograd.DeviceType.CUDA
+    )
+
+
+def summary(averages: Any, counts: Counter[str], steps: int, wall_s: float, where: str, cuda: bool) -> str:
+    """The profile's text: the step's wall time and device time, CUDA API calls per step, and the ops
+    that cost the most host time (and, on a GPU, device time)."""
+    wall_ms = 1e3 * wall_s / steps
+    lines = [f"profile of {steps} training steps {where}: {wall_ms:.2f} ms per step (wall)"]
+    in_ops = sum(float(e.self_cpu_time_total) for e in averages) / 1e3 / steps
+    lines.append(
+        f"host time inside torch ops {in_ops:.2f} ms per step, every thread (the rest: Python, "
+        "native calls outside torch, waits)"
+    )
+    if cuda:
+        busy_ms = device_busy_us(averages) / 1e3 / steps
+        share = busy_ms / wall_ms if wall_ms > 0 else 0.0
+        lines.append(f"device busy {busy_ms:.2f} ms per step ({share:.0%} of the wall time)")
+        calls = per_step(counts, steps)
+        lines.append("CUDA API calls per step: " + ", ".join(f"{k} {v:.1f}" for k, v in calls.items()))
+        lines += ["", "ops by device time:"]
+        lines.append(_ops(averages, "self_device_time_total"))
+    lines += ["", "ops by host time:"]
+    lines.append(_ops(averages, "self_cpu_time_total"))
+    return "\n".join(lines)
+
+
+def _ops(averages: Any, key: str) -> str:
+    return str(averages.table(sort_by=key, row_limit=TOP, max_name_column_width=NAME))
+
+
+class StepProfiler:
+    """Opens the window at its first step, closes it after its last (or at the epoch's end) and writes the
+    summary. The loop calls before_step(index) before waiting for each batch, after_step(index) after each
+    step, and epoch_end() after each epoch's last step; a profiler of 0 steps does nothing."""
+
+    def __init__(self, steps: int, device: torch.device, rank: int, run_dir: Path | None, log: Any):
+        self.steps, self.device, self.rank, self.run_dir, self.log = steps, device, rank, run_dir, log
+        self.cuda = device.type == "cuda"
+        self.planned: tuple[int, int] | None = None  # (first, count) in the first epoch trained
+        self.prof: Any = None
+        self.began = 0.0
+        self.taken = 0
+        self.finished = steps <= 0
+
+    def plan(self, steps_per_epoch: int, done: int) -> None:
+        """The window in the first epoch this process trains (a resumed one has `done` steps behind it)."""
+        if self.finished or self.planned is not None:
+            return
+        first, count = window(steps_per_epoch, done, self.steps)
+        self.planned = (first, count)
+        self.finished = count == 0
+
+    def before_step(self, index: int) -> None:
+        if self.finished or self.prof is not None or self.planned is None or index != self.planned[0]:
+            return
+        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.cuda else [])
+        self._sync()
+        self.prof = profile(activities=activities)
+        self.prof.__enter__()
+        self.began = time.perf_counter()
+
+    def after_step(self, index: int) -> None:
+        if self.prof is None:
+            return
+        self.taken += 1
+        if self.planned is not None and self.taken >= self.planned[1]:
+            self._close()
+
+    def epoch_end(self) -> None:
+        if self.prof is not None:
+            self._close()
+        self.finished = self.finished or self.planned is not None
+
+    def _sync(self) -> None:
+        if self.cuda:
+            torch.cuda.synchronize(self.device)
+
+    def _close(self) -> None:
+        self._sync()
+        wall = time.perf_counter() - self.began
+        prof, self.prof = self.prof, None
+        prof.__exit__(None, None, None)
+        self.finished = True
+        if not self.taken:
+            return
+        averages = prof.key_averages()
+        counts = api_names(e.name for e in prof.events())
+        where = f"of trainer {self.rank} on {self.device}"
+        text = summary(averages, counts, self.taken, wall, where, self.cuda)
+        self.log(text)
+        if self.run_dir is not None:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            (self.run_dir / f"profile-rank{self.rank}.txt").write_text(text + "\n")
+            prof.export_chrome_trace(str(self.run_dir / f"profile-rank{self.rank}.json"))

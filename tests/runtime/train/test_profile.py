@@ -1,0 +1,92 @@
+"""training.profileSteps: the step window a trainer profiles, and the profile a real training writes."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from graphtrain.contract.spec import GraphTraining
+from graphtrain.runtime.train import profiling
+from graphtrain.runtime.train.profiling import api_names, per_step, window
+from tests.runtime.train.test_resume import one_thread, partitions, train  # noqa: F401 - fixtures
+
+
+@pytest.mark.parametrize(
+    ("per_epoch", "done", "steps", "want"),
+    [
+        (100, 0, 20, (10, 20)),  # warm-up steps first
+        (25, 0, 20, (5, 20)),  # as many warm-up steps as the epoch leaves room for
+        (13, 0, 20, (0, 13)),  # a short epoch: all of it
+        (100, 95, 20, (95, 5)),  # resumed near its end: what is left
+        (100, 100, 20, (100, 0)),  # nothing left
+        (100, 0, 0, (10, 0)),  # not asked
+    ],
+)
+def test_the_window_is_steady_steps_of_one_epoch(
+    per_epoch: int, done: int, steps: int, want: tuple[int, int]
+) -> None:
+    assert window(per_epoch, done, steps) == want
+
+
+def test_cuda_calls_are_counted_by_column() -> None:
+    counts = api_names(
+        [
+            "cudaLaunchKernel",
+            "cuLaunchKernelEx",
+            "cudaStreamSynchronize",
+            "cudaMemcpyAsync",
+            "aten::add",
+            "cudaLaunchKernel",
+            "custom_op",
+            "cuda_helper",
+        ]
+    )
+    assert counts == Counter(
+        {
+            "cudaLaunchKernel": 2,
+            "cuLaunchKernelEx": 1,
+            "cudaStreamSynchronize": 1,
+            "cudaMemcpyAsync": 1,
+            "cuda_helper": 1,
+        }
+    )
+    cols = per_step(counts, 2)
+    assert cols["cudaLaunchKernel"] == 1.5 and cols["cudaStreamSynchronize"] == 0.5
+    assert cols["cudaMemcpyAsync"] == 0.5 and cols["cudaMalloc"] == 0.0
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("kind", ["graphsage", "transe"])
+def test_a_training_writes_the_profile_of_its_window(
+    kind: str,
+    partitions: dict[str, tuple[GraphTraining, Path]],  # noqa: F811 - the fixture
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    gt, partition = partitions[kind]
+    gt = gt.model_copy(deep=True)
+    gt.spec.training.profile_steps = 3
+    monkeypatch.setattr(profiling, "WARMUP", 2)
+    seen: list[int] = []
+    original = profiling.StepProfiler.after_step
+
+    def after_step(self: profiling.StepProfiler, index: int) -> None:
+        if self.prof is not None:
+            seen.append(index)
+        original(self, index)
+
+    monkeypatch.setattr(profiling.StepProfiler, "after_step", after_step)
+    _, result = train(kind, gt, partition, tmp_path)
+    assert result is not None
+    assert seen == [2, 3, 4]  # three steps after two warm-up ones, once: not in the later epochs
+    text = (tmp_path / "profile-rank0.txt").read_text()
+    assert text.startswith("profile of 3 training steps of trainer 0 on cpu: ")
+    assert "ops by host time:" in text and "Self CPU" in text
+    assert "device busy" not in text  # nothing to say about a device on the CPU
+    assert text.strip() in capsys.readouterr().err  # the trainer log has it too
+    trace = json.loads((tmp_path / "profile-rank0.json").read_text())
+    assert any(e.get("name", "").startswith("aten::") for e in trace["traceEvents"])
