@@ -62,9 +62,3 @@ def to_device(value: Any, device: torch.device) -> Any:
     if moved is None:
         raise TypeError(f"cannot move a {type(value).__name__} to {device}")
     return moved(device)
-
-
-def synchronize(device: torch.device) -> None:
-    """Wait for the device's queued work (stage clocks time work, not launches); nothing on the CPU."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)

@@ -34,7 +34,7 @@ from graphtrain.runtime.optim import OptimConfig, SparseOptimizer
 from graphtrain.runtime.partition import load_maps, load_triples
 from graphtrain.runtime.tensor import PartitionBook
 from graphtrain.runtime.train import kge_math
-from graphtrain.runtime.train.device import synchronize, to_device
+from graphtrain.runtime.train.device import to_device
 from graphtrain.runtime.train.dist import Dist, seed_everything
 from graphtrain.runtime.train.metrics import StageClock
 from graphtrain.runtime.train.tables import Table, collective, embedding_table, normalise_rows, table_init
@@ -185,7 +185,6 @@ class LinkPrediction:
         neg_s = kge_math.score(self.kind, ne[:, :, 0], r.unsqueeze(1), ne[:, :, 1], self.norm)
         loss = kge_math.loss(str(m.loss), pos_s, neg_s, m.margin)
         loss.backward()
-        synchronize(self.device)
         clock.lap("forward_backward")
         self.ent_opt.step()
         self.rel_opt.step()

@@ -70,6 +70,7 @@ class EpochLoop:
         self.epoch = self.step = 0  # done
         self.epoch_step = 0  # steps of the running epoch done
         self.loss_sum, self.loss_steps = 0.0, 0.0  # the running epoch's, on this rank
+        self.losses: list[torch.Tensor] = []  # its steps' losses not yet in loss_sum (on the device)
         self.passes: list[best_record.Pass] = []  # this timeline's validation passes
         self.best = best_record.Best()
         self.stopped: str | None = None  # why training stopped early, if it did
@@ -110,7 +111,7 @@ class EpochLoop:
         profiler = self.profiler
         profiler.plan(self.task.steps_per_epoch(), self.epoch_step)
         profiler.before_step(self.epoch_step)
-        clock = self.metrics.clock()  # sample: the wait for the task's next batch
+        clock = self.metrics.clock(self.task.device)  # sample: the wait for the task's next batch
         for batch in self.task.batches(self.epoch, self.epoch_step):
             clock.lap("sample")
             seed = step_seed(self.spec.training.seed, self.dist.rank, self.epoch, self.epoch_step)
@@ -118,24 +119,25 @@ class EpochLoop:
             loss, samples = self.task.step(batch, clock)
             clock.done()
             profiler.after_step(self.epoch_step)
-            self._after_step(window, float(loss.detach()), samples)
+            self._after_step(window, loss.detach(), samples)
             profiler.before_step(self.epoch_step)
             clock.start()
+        clock.flush()  # the epoch's stage line needs every step observed
         profiler.epoch_end()
 
-    def _after_step(self, window: Throughput, loss: float, samples: int) -> None:
+    def _after_step(self, window: Throughput, loss: torch.Tensor, samples: int) -> None:
         """Count the step; report every task.report_every steps, checkpoint every checkpointInterval
         (and complete the one being written once the shards have written it)."""
         self.checkpoints.poll()
         self.step += 1
         self.epoch_step += 1
-        self.loss_sum += loss
+        self.losses.append(loss)  # read when needed: reading it each step would wait for the device
         self.loss_steps += 1
         window.add(samples)
         self.metrics.stepped(samples)
         p = self.progress
         if self.step % self.task.report_every == 0:
-            p.epoch, p.step, p.loss = self.epoch, self.step, loss
+            p.epoch, p.step, p.loss = self.epoch, self.step, float(loss)
             p.samples_per_second = window.rate(self.dist.world)
             self.reporter.report(p)
         interval = self.spec.training.checkpoint_interval
@@ -146,9 +148,18 @@ class EpochLoop:
         """Checkpoint here (collective), with the running epoch's loss so far over every trainer."""
         if self.checkpoints.root is None:
             return
-        total, steps = self.dist.sum([self.loss_sum, self.loss_steps])
+        total, steps = self.dist.sum([self._loss_sum(), self.loss_steps])
         point = ResumePoint(self.epoch, self.step, self.epoch_step, total, steps)
         self.checkpoints.save(point, self.task.save_state, best)
+
+    def _loss_sum(self) -> float:
+        """The running epoch's loss total on this rank: the steps' losses added in step order, as float64
+        (so a resumed run's total is the uninterrupted one's), read from the device in one copy."""
+        if self.losses:
+            for value in torch.stack(self.losses).double().tolist():
+                self.loss_sum += value
+            self.losses = []
+        return self.loss_sum
 
     # ----------------------------------------------------------------------------------- epochs
 
@@ -160,7 +171,7 @@ class EpochLoop:
         given: report it with its mean loss over every trainer, checkpoint on schedule and whenever it is
         the best so far, and say whether to stop early (rank 0 decides, every rank follows)."""
         tr = self.spec.training
-        total, count = self.dist.sum([self.loss_sum, self.loss_steps])
+        total, count = self.dist.sum([self._loss_sum(), self.loss_steps])
         self.loss_sum, self.loss_steps = 0.0, 0.0
         p = self.progress
         p.epoch, p.step, p.loss = self.epoch, self.step, total / count if count else None

@@ -8,8 +8,9 @@ The step time is split into the stages a step goes through, timed where the loop
 - forward_backward: the model, the loss, backward (DDP's gradient all-reduce in it) and the dense
   optimizer's step,
 - push: handing the sparse gradients to the shard servers.
-A StageClock takes one perf_counter() per stage and observes pre-bound histogram children once per step:
-no synchronisation is added to a step, a few microseconds against steps of milliseconds.
+A StageClock marks the end of each stage and observes pre-bound histogram children once per step: on the
+host a perf_counter() per stage, on a GPU a CUDA event per stage on the trainer's stream, read once the
+device has passed it. No synchronisation is added to a step, a few microseconds against milliseconds.
 
 Counters are pre-initialised (a rate over a trainer that has not stepped yet reads 0, not absent);
 `graphtrain_trainer_eval_metric` is not (a 0 accuracy before the first evaluation would be a lie).
@@ -17,9 +18,14 @@ Counters are pre-initialised (a rate over a trainer that has not stepped yet rea
 
 from __future__ import annotations
 
+import itertools
 import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any, Protocol, cast
 
 import prometheus_client as prom
+import torch
 
 from graphtrain.contract.spec import Progress
 
@@ -105,34 +111,84 @@ class TrainerMetrics:
         if self.rank == "0" and progress.eval_metric and progress.eval_value is not None:
             self.eval_metric.labels(self.rank, progress.eval_metric).set(progress.eval_value)
 
-    def clock(self) -> StageClock:
-        return StageClock(self)
+    def clock(self, device: torch.device | None = None) -> StageClock:
+        """A clock of this trainer's steps; on a GPU its marks are CUDA events (device time, no wait)."""
+        return StageClock(self, cuda_mark if device is not None and device.type == "cuda" else HostMark)
+
+
+class Mark(Protocol):
+    """A point of a step: where the host stood (HostMark) or the device's stream got to (a CUDA event)."""
+
+    def query(self) -> bool: ...  # reached yet (a host mark always is)
+
+    def synchronize(self) -> None: ...  # wait until it is
+
+    def elapsed_time(self, end: Any) -> float: ...  # milliseconds from this mark to `end`
+
+
+class HostMark:
+    """The host's perf_counter at the mark: a CPU trainer's stages are the host's time."""
+
+    def __init__(self) -> None:
+        self.at = time.perf_counter()
+
+    def query(self) -> bool:
+        return True
+
+    def synchronize(self) -> None:
+        pass
+
+    def elapsed_time(self, end: HostMark) -> float:
+        return 1e3 * (end.at - self.at)
+
+
+def cuda_mark() -> Mark:
+    """A timing event recorded on the current stream: a GPU trainer's stages are the device timeline's
+    time between their ends, read once the device got there, so timing a step adds no wait to it (a
+    synchronisation per stage would stall the queue of launches the device works through)."""
+    event = torch.cuda.Event(enable_timing=True)
+    event.record()
+    return cast(Mark, event)
 
 
 class StageClock:
     """Times a step's stages: start(), then lap(stage) as each piece of a stage ends (a stage may come in
     pieces: the dense step after the push is forward_backward's), then done() observes each stage the
     step had once, and the whole step. A stage a step does not have (no embedding: no pull, no push) is
-    not observed."""
+    not observed. Each point is a mark (`marker()`): a step is observed once its last mark is reached,
+    at once on the host, a step or so later on a GPU; flush() waits for every step done so far."""
 
-    def __init__(self, metrics: TrainerMetrics):
-        self.metrics = metrics
-        self.spent: dict[str, float] = {}
-        self.begin = self.last = time.perf_counter()
+    def __init__(self, metrics: TrainerMetrics, marker: Callable[[], Mark] = HostMark):
+        self.metrics, self.marker = metrics, marker
+        self.marks: list[tuple[str, Mark]] = [("", marker())]
+        self.pending: deque[list[tuple[str, Mark]]] = deque()
 
     def start(self) -> None:
-        self.spent.clear()
-        self.begin = self.last = time.perf_counter()
+        self.marks = [("", self.marker())]
 
     def lap(self, stage: str) -> None:
-        now = time.perf_counter()
-        self.spent[stage] = self.spent.get(stage, 0.0) + now - self.last
-        self.last = now
+        self.marks.append((stage, self.marker()))
 
     def done(self) -> None:
+        self.pending.append(self.marks)
+        self.marks = []
+        while self.pending and self.pending[0][-1][1].query():
+            self._observe(self.pending.popleft())
+
+    def flush(self) -> None:
+        """Observe every step done so far (at an epoch's end: its stage line needs them all)."""
+        while self.pending:
+            marks = self.pending.popleft()
+            marks[-1][1].synchronize()
+            self._observe(marks)
+
+    def _observe(self, marks: list[tuple[str, Mark]]) -> None:
+        spent: dict[str, float] = {}
+        for (_, begin), (stage, end) in itertools.pairwise(marks):
+            spent[stage] = spent.get(stage, 0.0) + begin.elapsed_time(end) / 1e3
         epoch = self.metrics.epoch_spent
-        for stage, seconds in self.spent.items():
+        for stage, seconds in spent.items():
             self.metrics.stages[stage].observe(seconds)
             epoch[stage] = epoch.get(stage, 0.0) + seconds
         self.metrics.epoch_steps += 1
-        self.metrics.step_seconds.observe(self.last - self.begin)
+        self.metrics.step_seconds.observe(marks[0][1].elapsed_time(marks[-1][1]) / 1e3)

@@ -33,7 +33,7 @@ from graphtrain.runtime.kvstore.placement import free_bytes
 from graphtrain.runtime.optim import OptimConfig, SparseOptimizer
 from graphtrain.runtime.tensor import PartitionBook
 from graphtrain.runtime.train.dense import load_dense, save_dense
-from graphtrain.runtime.train.device import synchronize, to_device
+from graphtrain.runtime.train.device import to_device
 from graphtrain.runtime.train.dist import Dist, seed_everything, unwrap
 from graphtrain.runtime.train.inputs import bag_input
 from graphtrain.runtime.train.metrics import StageClock
@@ -253,14 +253,12 @@ class NodeClassification:
         loss = torch.nn.functional.cross_entropy(logits, mb.data["y"])
         self.dense_opt.zero_grad()
         loss.backward()
-        synchronize(self.device)  # the stage's kernels, not their launches
         clock.lap("forward_backward")
         if self.sparse_opts:  # the servers apply it while the dense step and sampling run
             for opt in self.sparse_opts:
                 opt.step(wait=False)
             clock.lap("push")
         self.dense_opt.step()
-        synchronize(self.device)
         clock.lap("forward_backward")  # the dense step: the model's part of the step
         return loss, len(mb.seeds)
 

@@ -7,7 +7,7 @@ import time
 
 from prometheus_client import CollectorRegistry
 
-from graphtrain.runtime.train.metrics import STAGES, TrainerMetrics
+from graphtrain.runtime.train.metrics import STAGES, StageClock, TrainerMetrics
 
 
 def value(m: TrainerMetrics, name: str, **labels: str) -> float | None:
@@ -39,13 +39,67 @@ def test_a_stage_in_two_pieces_is_observed_once_and_a_missing_stage_not_at_all()
     )
 
 
+class At:
+    """A mark at a fixed time (ms), reached once `reached` says so: a device's event, deterministic."""
+
+    reached = True
+
+    def __init__(self, ms: float):
+        self.ms = ms
+
+    def query(self) -> bool:
+        return At.reached
+
+    def synchronize(self) -> None:
+        At.reached = True
+
+    def elapsed_time(self, end: At) -> float:
+        return end.ms - self.ms
+
+
+def clock_at(m: TrainerMetrics, times: list[float]) -> StageClock:
+    it = iter(times)
+    return StageClock(m, lambda: At(next(it)))
+
+
 def test_the_epoch_line_gives_each_stage_mean_and_starts_over() -> None:
     m = TrainerMetrics(3, CollectorRegistry())
     assert m.epoch_stages() == ""  # an epoch without steps says nothing
-    clock = m.clock()
-    clock.spent = {"sample": 0.004, "forward_backward": 0.010}
+    clock = clock_at(m, [0.0, 4.0, 14.0, 20.0, 22.0, 28.0])
+    clock.lap("sample")
+    clock.lap("forward_backward")
     clock.done()
-    clock.spent = {"sample": 0.002, "forward_backward": 0.006}
+    clock.start()
+    clock.lap("sample")
+    clock.lap("forward_backward")
     clock.done()
     assert m.epoch_stages() == "sample 3.0 ms, forward_backward 8.0 ms"  # in STAGES order, no pull/push
     assert m.epoch_stages() == ""
+
+
+def test_a_step_the_device_has_not_reached_is_observed_later_and_at_the_latest_when_flushed() -> None:
+    m = TrainerMetrics(3, CollectorRegistry())
+    clock = clock_at(m, [0.0, 1.0, 5.0, 10.0, 11.0, 13.0, 20.0, 21.0, 30.0, 40.0, 42.0])
+    At.reached = False
+    try:
+        for _ in range(2):
+            clock.lap("sample")
+            clock.lap("forward_backward")
+            clock.done()
+            clock.start()
+        assert value(m, "graphtrain_trainer_step_seconds_count") == 0  # neither reached: not yet
+        At.reached = True
+        clock.lap("sample")
+        clock.lap("forward_backward")
+        clock.done()  # the device got this far: every step before it too
+        assert value(m, "graphtrain_trainer_step_seconds_count") == 3
+        assert m.epoch_stages() == "sample 1.0 ms, forward_backward 5.0 ms"
+        At.reached = False
+        clock.start()
+        clock.lap("sample")
+        clock.done()
+        assert value(m, "graphtrain_trainer_step_seconds_count") == 3
+        clock.flush()  # an epoch's end waits for its last step
+        assert value(m, "graphtrain_trainer_step_seconds_count") == 4
+    finally:
+        At.reached = True
