@@ -9,6 +9,10 @@ collective table restores from any checkpoint of its table, taken with any numbe
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +23,7 @@ import torch.distributed as dist
 from graphtrain.runtime.collective import dynamic_checkpoint as dynamic
 from graphtrain.runtime.collective import exchange as ex
 from graphtrain.runtime.collective.embedding import CollectiveEmbedding
+from graphtrain.runtime.errors import DataError
 from graphtrain.runtime.kvstore import chain
 from graphtrain.runtime.kvstore import checkpoint as ckpt
 from graphtrain.runtime.kvstore.shard import TensorShard
@@ -61,12 +66,18 @@ def _shard_view(t: CollectiveEmbedding, lo: int, hi: int) -> TensorShard:
     return TensorShard(t.name, t.num_embeddings, (t.dim,), "float32", lo, hi, data, t.config, state)
 
 
+def _file(key: str) -> str:
+    return "data.npy" if key == "data" else f"state.{key}.npy"
+
+
 def _writer(t: CollectiveEmbedding, lo: int, hi: int):  # type: ignore[no-untyped-def]
+    """Writes the piece while redealing it (collective): each round's rows go straight to the files."""
+
     def write(directory: Path, view: TensorShard) -> None:
         arrays = _arrays(t)
         files = {
             k: np.lib.format.open_memmap(
-                directory / ("data.npy" if k == "data" else f"state.{k}.npy"),
+                directory / _file(k),
                 mode="w+",
                 dtype=str(v.dtype).removeprefix("torch."),
                 shape=(hi - lo, *v.shape[1:]),
@@ -79,6 +90,33 @@ def _writer(t: CollectiveEmbedding, lo: int, hi: int):  # type: ignore[no-untype
         for f in files.values():
             f.flush()
             del f
+
+    return write
+
+
+def piece_bytes(t: CollectiveEmbedding, rank: int | None = None) -> int:
+    """Bytes of a rank's piece of `t` (rows and per-row state): what freezing it takes."""
+    lo, hi = piece_range(t.num_embeddings, t.world, t.rank if rank is None else rank)
+    return sum((hi - lo) * v[0].numel() * v.element_size() for v in _arrays(t).values() if len(v))
+
+
+def _frozen(t: CollectiveEmbedding, lo: int, hi: int) -> dict[str, np.ndarray]:
+    """The piece redealt (collective) into host arrays, as its files will hold them."""
+    arrays = _arrays(t)
+    host = {
+        k: np.empty((hi - lo, *v.shape[1:]), dtype=str(v.dtype).removeprefix("torch."))
+        for k, v in arrays.items()
+    }
+    _redeal(t, arrays, host)
+    if _global_step(t):
+        host["step"] = t.state["step"].cpu().numpy().copy()
+    return host
+
+
+def _write_frozen(host: dict[str, np.ndarray]):  # type: ignore[no-untyped-def]
+    def write(directory: Path, view: TensorShard) -> None:
+        for key, array in host.items():
+            np.save(directory / _file(key), array)
 
     return write
 
@@ -111,17 +149,83 @@ def _redeal(t: CollectiveEmbedding, arrays: dict[str, torch.Tensor], files: dict
 def save(tables: list[CollectiveEmbedding], root: Path) -> list[dict[str, Any]]:
     """Write every rank's piece of each table under `root` (collective); returns the description of all
     pieces of all ranks, as kvstore's write_top lists them."""
-    pieces = []
+    return freeze(tables, root, room=-1)[0]
+
+
+Job = tuple[dict[str, Any], Callable[[], object]]  # a piece's entry and the write that puts it in place
+
+
+def freeze(
+    tables: list[CollectiveEmbedding], root: Path, room: int
+) -> tuple[list[dict[str, Any]], list[Job]]:
+    """save(), with the files written later: every rank's piece entries, and this rank's writes. A static
+    table's piece is redealt now (collective, like save) into host memory while `room` bytes hold it;
+    the returned writes put those pieces' files in place (on a thread, beside training). A piece
+    without room (all with room -1), and a dynamic table, is written now: never more memory than there is."""
+    pieces: list[dict[str, Any]] = []
+    writes: list[Job] = []
     for t in tables:
         if t.dynamic:
             pieces += dynamic.save(t, root, _arrays(t), _global_step(t))
             continue
         for q in range(t.world):
             lo, hi = piece_range(t.num_embeddings, t.world, q)
-            if q == t.rank:
+            if q == t.rank and piece_bytes(t) <= room:
+                room -= piece_bytes(t)
+                view, host = _shard_view(t, lo, hi), _frozen(t, lo, hi)
+                write = functools.partial(ckpt.write_piece, root, view, _write_frozen(host))
+                writes.append((ckpt.piece_entry(root, t.name, lo, hi), write))
+            elif q == t.rank:
                 ckpt.write_piece(root, _shard_view(t, lo, hi), _writer(t, lo, hi))
             pieces.append(ckpt.piece_entry(root, t.name, lo, hi))
-    return pieces
+    return pieces, writes
+
+
+def failure_marker(root: Path, entry: dict[str, Any]) -> Path:
+    """Where a rank's background write of a piece says why it failed."""
+    final = root / entry["dir"]
+    return final.parent / f"{final.name}.failed"
+
+
+def written(root: Path, pieces: list[dict[str, Any]]) -> bool:
+    """Whether every piece is in place (written by its rank, here or on another host).
+
+    Raises:
+        DataError: a rank could not write its piece (its reason).
+    """
+    for entry in pieces:
+        marker = failure_marker(root, entry)
+        if marker.exists():
+            raise DataError(f"{entry['name']} rows {entry['lo']}-{entry['hi']}: {marker.read_text().strip()}")
+    return all((root / e["dir"] / chain.MANIFEST).is_file() for e in pieces)
+
+
+class Writer:
+    """A rank's frozen pieces written on a thread, one after the other. A failure leaves the piece's
+    failure marker (its reason), which the rank completing the checkpoint reports (written())."""
+
+    def __init__(self, root: Path, jobs: list[Job]):
+        self.root, self.jobs = root, jobs
+        self.error: str | None = None
+        self.thread = threading.Thread(target=self._run, name="collective-checkpoint", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        for entry, write in self.jobs:
+            try:
+                write()
+            except Exception as exc:  # noqa: BLE001 - any failure is the checkpoint's, said where it is read
+                self.error = f"not written: {type(exc).__name__}: {exc}"
+                marker = failure_marker(self.root, entry)
+                with contextlib.suppress(OSError):
+                    marker.parent.mkdir(parents=True, exist_ok=True)
+                    marker.write_text(self.error + "\n")
+                return
+
+    def join(self, timeout: float) -> bool:
+        """Whether the writes ended within `timeout` seconds."""
+        self.thread.join(timeout)
+        return not self.thread.is_alive()
 
 
 def write_checkpoint(

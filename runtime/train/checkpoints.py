@@ -30,6 +30,7 @@ from graphtrain.runtime.data.cache import hash_tree, write_json
 from graphtrain.runtime.errors import GraphtrainError
 from graphtrain.runtime.graph import DistGraph
 from graphtrain.runtime.kvstore import checkpoint as ckpt
+from graphtrain.runtime.kvstore import placement
 from graphtrain.runtime.train import best as best_record
 from graphtrain.runtime.train.dist import Dist
 from graphtrain.runtime.train.reporter import log
@@ -39,16 +40,18 @@ TRAINER_FILE = "trainer.json"
 KEEP_CHECKPOINTS = 2  # the latest and the one before it (in case the latest's files are damaged)
 POLL_SECONDS = 0.25  # how often rank 0 asks the shards, between steps, whether a checkpoint is written
 WRITE_TIMEOUT = 600.0  # the longest rank 0 waits for a checkpoint's background write to end
+FREEZE_SHARE = 0.5  # of the host's available memory a trainer's frozen collective pieces may take
 
 
 @dataclass
 class Pending:
     """A checkpoint whose tables the shard servers are writing in the background (rank 0's): made
-    complete (checkpoint.json, LATEST, BEST when `best`, pruning) once every shard says done."""
+    complete (checkpoint.json, LATEST, BEST when `best`, pruning) once every shard says done and every
+    trainer's piece of a collective table is in place."""
 
     tag: str
     extra: dict[str, Any]
-    pieces: list[dict[str, Any]]  # written by the trainers (collective tables)
+    pieces: list[dict[str, Any]]  # written by the trainers (collective tables), some beside training
     best: bool
     started: float = field(default_factory=time.monotonic)
 
@@ -102,12 +105,15 @@ class Checkpoints:
         self.collective = list(collective)  # tables on the trainers: every rank writes its piece
         self.saved_step: int | None = None  # the step of the last checkpoint this trainer took
         self.pending: Pending | None = None  # rank 0: the checkpoint being written in the background
+        self.writer: collective_ckpt.Writer | None = None  # this rank's collective pieces being written
         self._next_poll = 0.0
 
     def save(self, point: ResumePoint, write_state: Callable[[Path], None], best: bool = False) -> None:
         """All trainers pause (no pushes in flight) while rank 0 writes the trainers' part (trainer.json,
         then `write_state` into the directory) and the shard servers snapshot their tables; training goes
-        on while the servers write them (copy-on-write: kvstore/snapshot.py). LATEST moves only once
+        on while the servers write them (copy-on-write: kvstore/snapshot.py). Each trainer's pieces of
+        its collective tables are redealt into host memory in the pause and written by a thread of its
+        own beside training (where memory allows; else in the pause). LATEST moves only once
         every piece is written (poll, finish), and BEST too when `best` (the best validation pass so
         far). A step already checkpointed is not saved again: only the BEST marker moves. One checkpoint
         is written at a time: rank 0 completes the previous one first."""
@@ -122,6 +128,7 @@ class Checkpoints:
                     ckpt.mark_best(self.root, tag)
             return
         paused = time.perf_counter()
+        self._join_writer()  # one checkpoint's frozen copy at a time
         if self.dist.rank == 0:
             self.finish()
         self.graph.client.settle()  # this trainer's pushes in flight are applied before the barrier
@@ -143,12 +150,20 @@ class Checkpoints:
                     self.graph.config, directory, {t.name: str(t.keys) for t in self.spec.embeddings}
                 ),
             }
-        pieces = []
+        pieces: list[dict[str, Any]] = []
+        background = self.graph.client.background_checkpoints
         if self.collective:  # every rank writes its piece of each, once rank 0 has made the directory
             self.dist.barrier()
-            pieces = collective_ckpt.save(self.collective, directory)
+            jobs: list[collective_ckpt.Job] = []
+            if background:  # redealt into host memory now, written on a thread beside training
+                room = int(FREEZE_SHARE * placement.free_bytes(placement.CPU))
+                pieces, jobs = collective_ckpt.freeze(self.collective, directory, room)
+            else:
+                pieces = collective_ckpt.save(self.collective, directory)
             self.dist.barrier()
-        if self.dist.rank == 0 and self.graph.client.background_checkpoints:
+            if jobs:
+                self.writer = collective_ckpt.Writer(directory, jobs)
+        if self.dist.rank == 0 and background:
             # the snapshot is taken before the barrier lets any trainer push again
             self.graph.client.checkpoint_begin(tag)
             self.pending = Pending(tag, extra, pieces, best)
@@ -190,9 +205,24 @@ class Checkpoints:
         """Every checkpoint taken is complete (collective: rank 0 finishes, the others wait for it)."""
         if self.root is None:
             return
+        self._join_writer()
         if self.dist.rank == 0:
             self.finish()
         self.dist.barrier()
+
+    def _join_writer(self) -> None:
+        """Wait for this rank's collective pieces being written, if any.
+
+        Raises:
+            GraphtrainError: they could not be written, or not within WRITE_TIMEOUT seconds.
+        """
+        writer, self.writer = self.writer, None
+        if writer is None:
+            return
+        if not writer.join(WRITE_TIMEOUT):
+            raise GraphtrainError(f"checkpoint: collective pieces not written after {WRITE_TIMEOUT:.0f} s")
+        if writer.error:
+            raise GraphtrainError(f"checkpoint: collective pieces {writer.error}")
 
     def _complete_if_written(self) -> bool:
         """Complete the pending checkpoint if every shard has written its part: checkpoint.json listing
@@ -200,7 +230,7 @@ class Checkpoints:
         p = self.pending
         assert p is not None and self.root is not None
         written = self.graph.client.checkpoint_done(p.tag)
-        if written is None:
+        if written is None or not collective_ckpt.written(self.root / p.tag, p.pieces):
             return False
         ckpt.write_top(self.root / p.tag, written + p.pieces, self.graph.client.num_shards, p.extra)
         ckpt.mark_latest(self.root, p.tag)

@@ -169,6 +169,35 @@ def save_then(rank: int, world: int, out: Path, ckdir: str, n: int, dim: int, ki
     return {"table": _all_rows(table)}
 
 
+def freeze_then(
+    rank: int, world: int, out: Path, ckdir: str, n: int, dim: int, kind: str, room: int
+) -> dict[str, Any]:
+    """Two steps, a checkpoint frozen (in host memory within `room` bytes, else written at once), a third
+    step while it is written: the checkpoint must hold the rows of the second."""
+    import torch.distributed as tdist
+
+    from graphtrain.runtime.collective import checkpoint as cc
+    from graphtrain.runtime.kvstore import checkpoint as ckpt
+
+    extra = {"step_count": "global"} if kind == "adam_global" else {}
+    table = CollectiveEmbedding(n, dim, "t", INIT)
+    opt = SparseOptimizer([table], config(kind.removesuffix("_global"), **extra))
+    for s in range(3):
+        if s == 2:
+            rows = _all_rows(table)
+            pieces, jobs = cc.freeze([table], Path(ckdir), room)
+        ids = torch.from_numpy(batch_ids(s, rank, n))
+        (table(ids) * torch.from_numpy(weights(s, rank, len(ids), dim))).sum().backward()
+        opt.step()
+    assert cc.Writer(Path(ckdir), jobs).join(60)
+    tdist.barrier()
+    assert cc.written(Path(ckdir), pieces)
+    if rank == 0:
+        ckpt.write_top(Path(ckdir), pieces, world)
+    tdist.barrier()
+    return {"table": rows, "frozen": np.array(len(jobs))}
+
+
 def restore_then(rank: int, world: int, out: Path, ckdir: str, n: int, dim: int, kind: str) -> dict[str, Any]:
     """Restore into this world size, then one more step (its rows show that the state came back too)."""
     extra = {"step_count": "global"} if kind == "adam_global" else {}

@@ -173,6 +173,41 @@ def test_checkpoint_of_2_ranks_restores_into_3(tmp_path, kind):
         np.testing.assert_allclose(restored[r]["table"], three, **TOL)
 
 
+@pytest.mark.parametrize("room", [1 << 30, 0])
+def test_a_frozen_checkpoint_is_the_rows_it_was_taken_at_and_restores(tmp_path, room):
+    """Frozen (room) or written in the op (none): the checkpoint holds the rows of its step though a step
+    ran while it was written, its files are save()'s byte for byte, and it restores into another world."""
+    ckdir, whole = tmp_path / "ck", tmp_path / "whole"
+    frozen = ranks.run(
+        "freeze_then", 2, tmp_path / "f", ckdir=str(ckdir), n=N, dim=DIM, kind="adam", room=room
+    )
+    saved = ranks.run("save_then", 2, tmp_path / "s", ckdir=str(whole), n=N, dim=DIM, kind="adam")
+    assert [int(r["frozen"]) for r in frozen] == ([1, 1] if room else [0, 0])
+    np.testing.assert_array_equal(frozen[0]["table"], saved[0]["table"])
+    ckpt.verify_checkpoint(ckdir)
+    np.testing.assert_array_equal(ckpt.export_table(ckdir, "t"), saved[0]["table"])
+    for piece in whole.glob("t/*/*.npy"):
+        assert (ckdir / piece.relative_to(whole)).read_bytes() == piece.read_bytes()
+    restored = ranks.run("restore_then", 3, tmp_path / "r", ckdir=str(ckdir), n=N, dim=DIM, kind="adam")
+    np.testing.assert_array_equal(restored[0]["restored"], saved[0]["table"])
+
+
+def test_a_piece_that_could_not_be_written_says_why_where_the_checkpoint_is_completed(tmp_path):
+    from graphtrain.runtime.collective import checkpoint as cc
+    from graphtrain.runtime.errors import DataError
+
+    entry = ckpt.piece_entry(tmp_path, "t", 0, 10)
+
+    def broken() -> None:
+        raise OSError(28, "No space left on device")
+
+    writer = cc.Writer(tmp_path, [(entry, broken)])
+    assert writer.join(10) and writer.error and "No space left" in writer.error
+    with pytest.raises(DataError, match=r"t rows 0-10: not written: OSError: .*No space left on device"):
+        cc.written(tmp_path, [entry])
+    assert not cc.written(tmp_path, [ckpt.piece_entry(tmp_path, "u", 0, 10)])  # not yet: no marker
+
+
 def test_a_damaged_checkpoint_is_refused(tmp_path):
     ckdir = tmp_path / "ck"
     ranks.run("save_then", 2, tmp_path / "save", ckdir=str(ckdir), n=N, dim=DIM, kind="adam")
