@@ -26,6 +26,7 @@ import torch.distributed as dist
 
 from graphtrain.runtime.collective import exchange as ex
 from graphtrain.runtime.collective.rows import DynamicKeys, FixedKeys, KeyMapFull
+from graphtrain.runtime.errors import NonFiniteGradient, SparseInputError
 from graphtrain.runtime.kvstore import placement as place
 from graphtrain.runtime.kvstore.inits import INIT_BLOCK_ROWS, init_rows
 from graphtrain.runtime.native import optim as native
@@ -133,8 +134,19 @@ class CollectiveEmbedding:
         with torch.no_grad():
             return self.gather(flat)
 
+    @property
+    def local(self) -> bool:
+        """One rank holds every row of a static table: nothing to route, exchange or deduplicate first
+        (each of those waits for a GPU to count; the sparse step reduces duplicates itself)."""
+        return self.world == 1 and not self.dynamic
+
     def gather(self, keys: torch.Tensor) -> torch.Tensor:
         """The rows of `keys` (1-D int64), fetched from their owners; no autograd."""
+        if self.local:
+            detail = self.place.refuse(keys, f"lookup of {self.name!r}")
+            if detail:
+                raise SparseInputError(detail)
+            return self.weight.index_select(0, keys)
         if self.unique:
             uniq, inverse = torch.unique(keys, return_inverse=True)
             return self._fetch(uniq).index_select(0, inverse)
@@ -203,6 +215,8 @@ class CollectiveEmbedding:
         self.steps += 1
         ids = ids.to(device=self.device, dtype=torch.int64)
         grads = grads.to(device=self.device, dtype=torch.float32).reshape(-1, self.dim)
+        if self.local and config.nonfinite == "refuse":
+            return self._step_local(ids, grads, config, backend)
         keys, packed, status, detail = self._reduce(ids, grads, config)
         plan = ex.route(keys, self.world)
         what = f"gradients of {self.name!r}"
@@ -220,6 +234,21 @@ class CollectiveEmbedding:
         # the rows arrive summed per rank (and divided for `mean`): what is left is a sum over ranks
         step_config = dataclasses.replace(config, duplicate="sum", nonfinite="refuse")
         return functional.sparse_step(step_config, self.weight, self.state, rows, sums.contiguous(), backend)
+
+    def _step_local(
+        self, ids: torch.Tensor, grads: torch.Tensor, config: OptimConfig, backend: str | None
+    ) -> int:
+        """The step of a table one rank holds whole: the raw ids to the sparse step, which checks them and
+        the gradients and sums (or averages) each id's occurrences before any row changes, as the
+        exchange path's owner would (the CUDA core in its one wait for the device)."""
+        try:
+            return functional.sparse_step(
+                config, self.weight, self.state, ids, grads.contiguous(), backend, True
+            )
+        except NonFiniteGradient as exc:
+            raise NonFiniteGradient(f"gradients of {self.name!r}: {exc}", exc.row) from None
+        except SparseInputError as exc:
+            raise SparseInputError(f"gradients of {self.name!r}: {exc}") from None
 
     def _dedup(
         self, ids: torch.Tensor, grads: torch.Tensor

@@ -21,7 +21,7 @@ def _grads(s: int, world: int, ids: list[np.ndarray]) -> list[np.ndarray]:
     return [sc.weights(s, r, len(ids[r]), DIM) for r in range(world)]
 
 
-@pytest.mark.parametrize("world", [2, 4])
+@pytest.mark.parametrize("world", [1, 2, 4])  # 1: the local path (no routing, the step reduces duplicates)
 @pytest.mark.parametrize(
     ("kind", "duplicate", "unique"),
     [
@@ -206,6 +206,44 @@ def test_a_piece_that_could_not_be_written_says_why_where_the_checkpoint_is_comp
     with pytest.raises(DataError, match=r"t rows 0-10: not written: OSError: .*No space left on device"):
         cc.written(tmp_path, [entry])
     assert not cc.written(tmp_path, [ckpt.piece_entry(tmp_path, "u", 0, 10)])  # not yet: no marker
+
+
+def test_one_rank_refuses_bad_ids_and_nan_gradients_as_the_exchange_does_and_changes_nothing() -> None:
+    """The local path (one rank, a static table): the lookup and the step check what the exchange path
+    checks, with messages naming the table, and nothing changes; nonfinite skip still drops the row."""
+    import dataclasses
+
+    from graphtrain.runtime.collective import CollectiveEmbedding
+    from graphtrain.runtime.errors import NonFiniteGradient, SparseInputError
+    from graphtrain.runtime.optim import SparseOptimizer
+
+    table = CollectiveEmbedding(N, DIM, "t", sc.INIT)
+    assert table.local
+    opt = SparseOptimizer([table], sc.config("adagrad"))
+    init = table.rows(torch.arange(N)).numpy().copy()
+    with pytest.raises(
+        SparseInputError, match=rf"^lookup of 't': id {N} is outside the table's rows \[0, {N}\)$"
+    ):
+        table(torch.tensor([0, N]))
+    with pytest.raises(SparseInputError, match=rf"^gradients of 't': ids\[1\] = {N} is outside"):
+        table.apply_gradients(torch.tensor([0, N]), torch.ones(2, DIM))
+    rows = table(torch.tensor([0, 1, 1]))
+    grad = torch.ones_like(rows)
+    grad[2, 0] = float("nan")
+    (rows * grad).sum().backward()
+    with pytest.raises(NonFiniteGradient, match=r"^gradients of 't': .*NaN or infinity"):
+        opt.step()
+    np.testing.assert_array_equal(table.rows(torch.arange(N)).numpy(), init)
+    skip = CollectiveEmbedding(N, DIM, "s", sc.INIT)
+    SparseOptimizer([skip], dataclasses.replace(sc.config("sgd"), nonfinite="skip"))
+    before = skip.rows(torch.arange(N)).numpy().copy()
+    rows = skip(torch.tensor([0, 1, 1]))
+    (rows * grad).sum().backward()
+    skip.apply_gradients(*skip.pending())
+    want = before.copy()
+    for key, count in ((0, 1), (1, 1)):  # id 1's NaN occurrence dropped, its finite one applied
+        want[key] -= 0.05 * (count + 0.01 * before[key])
+    np.testing.assert_allclose(skip.rows(torch.arange(N)).numpy(), want, **TOL)
 
 
 def test_a_damaged_checkpoint_is_refused(tmp_path):
