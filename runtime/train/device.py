@@ -51,10 +51,14 @@ def process_group_backend(backend: str) -> str:
 
 def to_device(value: Any, device: torch.device) -> Any:
     """`value` (a tensor, a Block, a list of them, None) on `device`: itself on the CPU; else copied
-    without blocking the host (the copy is ordered before the kernels that use it, on the same stream)."""
+    without blocking the host (through pinned memory from the host; the copy is ordered before the
+    kernels that use it, on the same stream)."""
     if device.type == "cpu" or value is None:
         return value
     if isinstance(value, torch.Tensor):
+        if value.device.type == "cpu" and device.type == "cuda" and not value.is_pinned():
+            # from pageable memory the copy would first wait for everything queued on the stream
+            value = value.pin_memory()
         return value.to(device, non_blocking=True)
     if isinstance(value, list):
         return [to_device(v, device) for v in value]
@@ -62,3 +66,13 @@ def to_device(value: Any, device: torch.device) -> Any:
     if moved is None:
         raise TypeError(f"cannot move a {type(value).__name__} to {device}")
     return moved(device)
+
+
+def device_generator(device: torch.device) -> torch.Generator | None:
+    """The default generator of a GPU (what its dropout draws on), None on the CPU: the epoch loop seeds
+    it with each step's seed as it seeds the CPU's, so a resumed GPU run draws the masks of the
+    uninterrupted one."""
+    if device.type != "cuda":
+        return None
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    return torch.cuda.default_generators[index]

@@ -164,23 +164,12 @@ class LinkPrediction:
         m = self.spec.model
         pos, neg = batch
         ents = torch.cat([pos[:, [0, 2]].reshape(-1), neg[..., [0, 2]].reshape(-1)])
-        # deduplicated where the rows are looked up: on the GPU for tables held there (one sort of
-        # 67k ids: ~0.1 ms against ~1.2 ms on one host core), so the ids go up once
-        uniq, inverse = torch.unique(ents.to(self.ent.device), return_inverse=True)
-        rel_ids, rel_inv = torch.unique(pos[:, 1].to(self.rel.device), return_inverse=True)
-        clock.lap("sample")
-        ent_rows, rel_rows = self.ent(uniq), self.rel(rel_ids)
-        clock.lap("pull")
-        # moved after the pull: the gradients come back to the host rows the sparse optimizer reads (rows
-        # of standalone's GPU tables are already there: kvstore/direct.py)
-        ent_rows, rel_rows = to_device(ent_rows, self.device), to_device(rel_rows, self.device)
-        inverse, rel_inv = to_device(inverse, self.device), to_device(rel_inv, self.device)
-        # index_select, not rows[inverse]: the latter's backward on CPU adds with atomics across
-        # threads, so runs on 2+ threads were not reproducible (and it is 2.4x slower).
-        rows = ent_rows.index_select(0, inverse)
+        if self._where_they_lie():
+            rows, r = self._rows_on_device(ents, pos[:, 1], clock)
+        else:
+            rows, r = self._rows_deduplicated(ents, pos[:, 1], clock)
         b, k = len(pos), m.negatives
         pe, ne = rows[: 2 * b].view(b, 2, -1), rows[2 * b :].view(b, k, 2, -1)
-        r = rel_rows.index_select(0, rel_inv)
         pos_s = kge_math.score(self.kind, pe[:, 0], r, pe[:, 1], self.norm)
         neg_s = kge_math.score(self.kind, ne[:, :, 0], r.unsqueeze(1), ne[:, :, 1], self.norm)
         loss = kge_math.loss(str(m.loss), pos_s, neg_s, m.margin)
@@ -190,6 +179,38 @@ class LinkPrediction:
         self.rel_opt.step()
         clock.lap("push")
         return loss, len(pos)
+
+    def _where_they_lie(self) -> bool:
+        """Both tables on this trainer's GPU (standalone's, or collective ones): every occurrence is looked
+        up there and the sparse step sums duplicates itself, deterministically (torch.unique and the
+        backward of index_select would cost a wait for the device and atomic adds)."""
+        return self.device.type == "cuda" and self.ent.device == self.rel.device == self.device
+
+    def _rows_on_device(
+        self, ents: torch.Tensor, rels: torch.Tensor, clock: StageClock
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        ids = to_device(torch.cat([ents, rels]), self.device)  # the batch's ids go up in one copy
+        clock.lap("sample")
+        rows, r = self.ent(ids[: len(ents)]), self.rel(ids[len(ents) :])
+        clock.lap("pull")
+        return rows, r
+
+    def _rows_deduplicated(
+        self, ents: torch.Tensor, rels: torch.Tensor, clock: StageClock
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Each distinct id's row pulled once (what crosses a socket or the host): deduplicated where the
+        rows are looked up, then expanded on this trainer's device."""
+        uniq, inverse = torch.unique(ents.to(self.ent.device), return_inverse=True)
+        rel_ids, rel_inv = torch.unique(rels.to(self.rel.device), return_inverse=True)
+        clock.lap("sample")
+        ent_rows, rel_rows = self.ent(uniq), self.rel(rel_ids)
+        clock.lap("pull")
+        # moved after the pull: the gradients come back to the host rows the sparse optimizer reads
+        ent_rows, rel_rows = to_device(ent_rows, self.device), to_device(rel_rows, self.device)
+        inverse, rel_inv = to_device(inverse, self.device), to_device(rel_inv, self.device)
+        # index_select, not rows[inverse]: the latter's backward on CPU adds with atomics across
+        # threads, so runs on 2+ threads were not reproducible (and it is 2.4x slower).
+        return ent_rows.index_select(0, inverse), rel_rows.index_select(0, rel_inv)
 
     # ----------------------------------------------------------------------------- evaluation
 

@@ -1,5 +1,6 @@
 """A GPU trainer's stage clock (train/metrics.py): CUDA events, so a stage's kernels are timed in that stage
-without a wait per stage, and a step is observed once the device has passed it."""
+without a wait per stage, and a step is observed once the device has passed it; and the step seed that
+fixes a GPU model's dropout (a resumed run draws the uninterrupted one's masks)."""
 
 from __future__ import annotations
 
@@ -34,3 +35,17 @@ def test_kernels_count_in_the_stage_that_launched_them() -> None:
     assert fb > 0.005 and fb > 20 * push and fb > 20 * sample  # the host timer gave it all to the next wait
     steps = m.registry.get_sample_value("graphtrain_trainer_step_seconds_count", {"rank": "0"})
     assert steps == 3 and "forward_backward" in m.epoch_stages()
+
+
+def test_the_step_seed_fixes_a_gpu_models_dropout() -> None:
+    """The epoch loop seeds device_generator with each step's seed: the same seed, the same masks."""
+    from graphtrain.runtime.train.device import device_generator
+
+    device = torch.device("cuda", 0)
+    gen = device_generator(device)
+    assert gen is not None
+    masks = []
+    for _ in range(2):
+        gen.manual_seed(1234)
+        masks.append(torch.nn.functional.dropout(torch.ones(1000, device=device), 0.5))
+    assert torch.equal(masks[0], masks[1])

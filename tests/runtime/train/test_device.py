@@ -82,3 +82,9 @@ def test_a_standalone_client_gathers_host_tables_itself_and_leaves_device_ones_t
     t = transport.states[0].create("dev", 4, (2,), "float32", 0, 4, {"kind": "zeros"})
     t.data = torch.empty((4, 2), device="meta")  # a table that is not in host memory (a GPU's)
     assert transport.local_view(0, "dev") is None
+
+
+def test_a_cpu_model_has_no_device_generator_to_seed() -> None:
+    from graphtrain.runtime.train.device import device_generator
+
+    assert device_generator(torch.device("cpu")) is None

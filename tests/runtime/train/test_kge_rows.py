@@ -1,0 +1,45 @@
+"""TransE's rows looked up where the tables lie (kge.py: every occurrence, on a GPU trainer's own tables)
+train as the deduplicated path does: the same losses and tables within float rounding. On the CPU the
+path is opened to host tables (the GPU one runs in tests/gpu and scripts/gpu-accept)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from graphtrain.contract.spec import GraphTraining
+from graphtrain.runtime.train.kge import LinkPrediction
+from tests.runtime.train.test_resume import final_state, one_thread, partitions, train  # noqa: F401
+
+
+@pytest.mark.timeout(120)
+def test_every_occurrence_looked_up_trains_as_the_deduplicated_path(
+    partitions: dict[str, tuple[GraphTraining, Path]],  # noqa: F811 - the fixture
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    gt, partition = partitions["transe"]
+    gt = gt.model_copy(deep=True)
+    gt.spec.training.checkpoint_interval = 0
+    dedup, dedup_result = train("transe", gt, partition, tmp_path / "dedup")
+    used: list[bool] = []
+    original = LinkPrediction._rows_on_device
+
+    def on_device(self: LinkPrediction, *args):  # noqa: ANN002, ANN202
+        used.append(True)
+        return original(self, *args)
+
+    monkeypatch.setattr(LinkPrediction, "_where_they_lie", lambda self: True)
+    monkeypatch.setattr(LinkPrediction, "_rows_on_device", on_device)
+    each, each_result = train("transe", gt, partition, tmp_path / "each")
+    assert used and len(used) == len(each.steps)
+    assert [d for d, _ in dedup.steps] == [d for d, _ in each.steps]  # the same batches
+    np.testing.assert_allclose([x for _, x in each.steps], [x for _, x in dedup.steps], rtol=1e-4, atol=1e-5)
+    a, b = final_state(dedup.task), final_state(each.task)
+    for name in a:
+        torch.testing.assert_close(b[name], a[name], rtol=1e-4, atol=1e-4)
+    assert dedup_result is not None and each_result is not None
+    assert abs(each_result["test_mrr"] - dedup_result["test_mrr"]) < 1e-3
