@@ -113,7 +113,9 @@ def sample_blocks_on(graph: DeviceGraph, seeds: np.ndarray, fanouts: list[int], 
     seeds = np.asarray(seeds, dtype=np.int64)
     if len(np.unique(seeds)) != len(seeds):
         raise ValueError("seeds must be distinct")
-    frontier = torch.from_numpy(seeds).to(graph.device)
+    frontier = torch.from_numpy(seeds)
+    if graph.device.type == "cuda":  # from pinned memory: a pageable copy would wait for the stream first
+        frontier = frontier.pin_memory().to(graph.device, non_blocking=True)
     blocks: list[Block] = []
     for depth, fanout in enumerate(reversed(fanouts)):
         src, counts = graph.sample(frontier, fanout, seed * 1000 + depth)  # sample_blocks' request seeds
