@@ -157,7 +157,11 @@ class StepProfiler:
         where = f"of trainer {self.rank} on {self.device}"
         text = summary(averages, counts, self.taken, wall, where, self.cuda)
         self.log(text)
-        if self.run_dir is not None:
+        if self.run_dir is None:
+            return
+        try:  # a profile that cannot be kept is said, not a reason to stop training
             self.run_dir.mkdir(parents=True, exist_ok=True)
             (self.run_dir / f"profile-rank{self.rank}.txt").write_text(text + "\n")
             prof.export_chrome_trace(str(self.run_dir / f"profile-rank{self.rank}.json"))
+        except (OSError, RuntimeError) as exc:
+            self.log(f"[trainer] the profile was not written to {self.run_dir}: {exc}")

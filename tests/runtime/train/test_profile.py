@@ -90,3 +90,21 @@ def test_a_training_writes_the_profile_of_its_window(
     assert text.strip() in capsys.readouterr().err  # the trainer log has it too
     trace = json.loads((tmp_path / "profile-rank0.json").read_text())
     assert any(e.get("name", "").startswith("aten::") for e in trace["traceEvents"])
+
+
+def test_a_profile_that_cannot_be_written_is_said_and_training_goes_on(tmp_path: Path) -> None:
+    import torch
+
+    blocked = tmp_path / "run"
+    blocked.write_text("a file where the run directory should be")
+    said: list[str] = []
+    prof = profiling.StepProfiler(2, torch.device("cpu"), 0, blocked, said.append)
+    prof.plan(steps_per_epoch=2, done=0)
+    a = torch.randn(64, 64)
+    for i in range(2):
+        prof.before_step(i)
+        a = torch.tanh(a @ a)
+        prof.after_step(i)
+    prof.epoch_end()
+    assert said[0].startswith("profile of 2 training steps of trainer 0 on cpu")
+    assert said[1].startswith(f"[trainer] the profile was not written to {blocked}: ")
