@@ -98,7 +98,8 @@ class Training(SpecModel):
         ge=0,
         le=1000,
         description="Training steps profiled with torch.profiler on each trainer, after up to 10 warm-up "
-        "steps of the first epoch it trains (the window ends with that epoch): the ops that cost the most "
+        "steps of the first epoch it trains (the window ends with that epoch, or before a checkpoint: "
+        "pick fewer steps than checkpointInterval for a whole window): the ops that cost the most "
         "host and device time, the device's busy share and its CUDA calls per step (launches, "
         "synchronisations, copies), in the trainer log and, under `graphtrain run`, in "
         "profile-rank<R>.txt with a Chrome trace beside it. 0: no profiling.",

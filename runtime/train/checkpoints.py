@@ -40,7 +40,7 @@ TRAINER_FILE = "trainer.json"
 KEEP_CHECKPOINTS = 2  # the latest and the one before it (in case the latest's files are damaged)
 POLL_SECONDS = 0.25  # how often rank 0 asks the shards, between steps, whether a checkpoint is written
 WRITE_TIMEOUT = 600.0  # the longest rank 0 waits for a checkpoint's background write to end
-FREEZE_SHARE = 0.5  # of the host's available memory a trainer's frozen collective pieces may take
+FREEZE_SHARE = 0.5  # of the host's available memory the trainers' frozen collective pieces may take
 
 
 @dataclass
@@ -156,7 +156,8 @@ class Checkpoints:
             self.dist.barrier()
             jobs: list[collective_ckpt.Job] = []
             if background:  # redealt into host memory now, written on a thread beside training
-                room = int(FREEZE_SHARE * placement.free_bytes(placement.CPU))
+                # every trainer may be on this host, each freezing its share at once
+                room = int(FREEZE_SHARE * placement.free_bytes(placement.CPU)) // self.dist.world
                 pieces, jobs = collective_ckpt.freeze(self.collective, directory, room)
             else:
                 pieces = collective_ckpt.save(self.collective, directory)

@@ -152,6 +152,7 @@ class EpochLoop:
         """Checkpoint here (collective), with the running epoch's loss so far over every trainer."""
         if self.checkpoints.root is None:
             return
+        self.profiler.cut()
         total, steps = self.dist.sum([self._loss_sum(), self.loss_steps])
         point = ResumePoint(self.epoch, self.step, self.epoch_step, total, steps)
         self.checkpoints.save(point, self.task.save_state, best)

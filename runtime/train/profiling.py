@@ -6,14 +6,18 @@ device was, and how often the host waited for it. CUPTI sees the statically link
 so its launches and synchronisations count (bench/cuda_calls.py counts them per optimizer step the same way).
 
 The window opens after a few warm-up steps of the first epoch this process trains (allocator, first
-launches), so a steady step is measured, and closes after `steps` steps or at that epoch's end, whichever
-comes first: evaluation and checkpoints at an epoch's end are not in it. The device is synchronised at
+launches; a run resumed at an epoch's end: the next epoch), so a steady step is measured, and closes after
+`steps` steps, at that epoch's end or before a checkpoint, whichever comes first: evaluation and
+checkpoints are not in it. The device is synchronised at
 both ends only. The summary goes to the trainer log and, where the trainer has a run directory, to
 profile-rank<R>.txt with a Chrome trace beside it (profile-rank<R>.json, for chrome://tracing or Perfetto).
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
+import tempfile
 import time
 from collections import Counter
 from collections.abc import Iterable
@@ -22,6 +26,9 @@ from typing import Any
 
 import torch
 from torch.profiler import ProfilerActivity, profile
+
+from graphtrain.runtime.data.cache import atomic_file
+from graphtrain.runtime.errors import GraphtrainError
 
 WARMUP = 10  # steps of the epoch before the window, where the epoch has them to spare
 TOP = 15  # rows of each op table
@@ -110,14 +117,15 @@ class StepProfiler:
         self.began = 0.0
         self.taken = 0
         self.finished = steps <= 0
+        self.cut_short = False  # ended by a checkpoint before its last step
 
     def plan(self, steps_per_epoch: int, done: int) -> None:
         """The window in the first epoch this process trains (a resumed one has `done` steps behind it)."""
         if self.finished or self.planned is not None:
             return
         first, count = window(steps_per_epoch, done, self.steps)
-        self.planned = (first, count)
-        self.finished = count == 0
+        if count:  # else resumed at this epoch's end: the next epoch's window
+            self.planned = (first, count)
 
     def before_step(self, index: int) -> None:
         if self.finished or self.prof is not None or self.planned is None or index != self.planned[0]:
@@ -140,6 +148,12 @@ class StepProfiler:
             self._close()
         self.finished = self.finished or self.planned is not None
 
+    def cut(self) -> None:
+        """A checkpoint comes next: the window ends before its pause (a step's time, not a checkpoint's)."""
+        if self.prof is not None:
+            self.cut_short = True
+            self._close()
+
     def _sync(self) -> None:
         if self.cuda:
             torch.cuda.synchronize(self.device)
@@ -155,13 +169,29 @@ class StepProfiler:
         averages = prof.key_averages()
         counts = api_names(e.name for e in prof.events())
         where = f"of trainer {self.rank} on {self.device}"
+        if self.cut_short and self.planned is not None:
+            where += f" (of {self.planned[1]} asked: a checkpoint came next)"
         text = summary(averages, counts, self.taken, wall, where, self.cuda)
         self.log(text)
         if self.run_dir is None:
             return
         try:  # a profile that cannot be kept is said, not a reason to stop training
-            self.run_dir.mkdir(parents=True, exist_ok=True)
-            (self.run_dir / f"profile-rank{self.rank}.txt").write_text(text + "\n")
-            prof.export_chrome_trace(str(self.run_dir / f"profile-rank{self.rank}.json"))
-        except (OSError, RuntimeError) as exc:
+            self._write(prof, text)
+        except (OSError, RuntimeError, GraphtrainError) as exc:
             self.log(f"[trainer] the profile was not written to {self.run_dir}: {exc}")
+
+    def _write(self, prof: Any, text: str) -> None:
+        """profile-rank<R>.txt and .json, each written under a name of its own and renamed into place
+        (never through a link planted at the final name)."""
+        assert self.run_dir is not None
+        name = f"profile-rank{self.rank}"
+        with atomic_file(self.run_dir / f"{name}.txt") as f:
+            f.write((text + "\n").encode())
+        fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".json", dir=self.run_dir)
+        os.close(fd)
+        try:
+            prof.export_chrome_trace(tmp)
+            os.replace(tmp, self.run_dir / f"{name}.json")
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)

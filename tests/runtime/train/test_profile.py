@@ -108,3 +108,68 @@ def test_a_profile_that_cannot_be_written_is_said_and_training_goes_on(tmp_path:
     prof.epoch_end()
     assert said[0].startswith("profile of 2 training steps of trainer 0 on cpu")
     assert said[1].startswith(f"[trainer] the profile was not written to {blocked}: ")
+
+
+def _profiler(run_dir: Path | None, steps: int, said: list[str]) -> profiling.StepProfiler:
+    import torch
+
+    return profiling.StepProfiler(steps, torch.device("cpu"), 0, run_dir, said.append)
+
+
+def _steps(prof: profiling.StepProfiler, indices: range) -> None:
+    import torch
+
+    a = torch.randn(32, 32)
+    for i in indices:
+        prof.before_step(i)
+        a = torch.tanh(a @ a)
+        prof.after_step(i)
+
+
+def test_a_run_resumed_at_an_epochs_end_profiles_the_next_epoch() -> None:
+    said: list[str] = []
+    prof = _profiler(None, 3, said)
+    prof.plan(steps_per_epoch=20, done=20)  # the checkpoint was the epoch's last step
+    prof.epoch_end()
+    prof.plan(steps_per_epoch=20, done=0)
+    _steps(prof, range(20))
+    prof.epoch_end()
+    assert len(said) == 1 and said[0].startswith("profile of 3 training steps of trainer 0 on cpu:")
+
+
+def test_a_checkpoint_ends_the_window_before_its_pause(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(profiling, "WARMUP", 0)
+    said: list[str] = []
+    prof = _profiler(None, 5, said)
+    prof.plan(steps_per_epoch=20, done=0)
+    _steps(prof, range(2))
+    prof.cut()  # the loop's checkpoint
+    _steps(prof, range(2, 20))
+    prof.epoch_end()
+    assert len(said) == 1
+    assert said[0].startswith(
+        "profile of 2 training steps of trainer 0 on cpu (of 5 asked: a checkpoint came next)"
+    )
+
+
+def test_the_profile_replaces_a_link_at_its_name_instead_of_writing_through_it(tmp_path: Path) -> None:
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me")
+    run = tmp_path / "run"
+    run.mkdir()
+    for name in ("profile-rank0.txt", "profile-rank0.json"):
+        (run / name).symlink_to(victim)
+    said: list[str] = []
+    prof = _profiler(run, 2, said)
+    prof.plan(steps_per_epoch=2, done=0)
+    _steps(prof, range(2))
+    prof.epoch_end()
+    assert victim.read_text() == "keep me"
+    assert not (run / "profile-rank0.txt").is_symlink() and (
+        run / "profile-rank0.txt"
+    ).read_text().startswith("profile of 2")
+    assert json.loads((run / "profile-rank0.json").read_text())["traceEvents"]
+    assert sorted(p.name for p in run.iterdir()) == [
+        "profile-rank0.json",
+        "profile-rank0.txt",
+    ]  # no leftovers
