@@ -48,3 +48,22 @@ def test_the_next_leases_runs_are_there() -> None:
     assert "gene-kg-transe shards-cuda trainers-cuda x1 nccl collective" in have
     assert "gene-kg-transe standalone trainers-cuda" in have
     assert "bench sampling" in have
+
+
+def test_only_runs_the_steps_it_names_in_the_order_of_its_words() -> None:
+    """A lease's few minutes go to what matters most first: the words' order is the run order, and a step
+    keeps its number (its log and spec files' names)."""
+    all_steps = accept.steps()
+    number = {accept.step_name(s): i for i, s in enumerate(all_steps, 1)}
+    words = ["gene-kg-transe standalone", "gene-kg-transe shards-cpu", "tests/gpu", "prefetch 1"]
+    picked = [(i, accept.step_name(s)) for i, s in accept.chosen(all_steps, words)]
+    names = [n for _, n in picked]
+    assert names[:3] == [
+        "gene-kg-transe standalone trainers-cuda",
+        "gene-kg-transe shards-cpu trainers-cpu x2",
+        "tests/gpu",
+    ]
+    assert set(names[3:]) == {n for n in number if "prefetch 1" in n} and len(names) == 3 + len(names[3:])
+    assert [number[n] for n in names[3:]] == sorted(number[n] for n in names[3:])  # ties: in step order
+    assert all(i == number[n] for i, n in picked)
+    assert [i for i, _ in accept.chosen(all_steps, None)] == list(range(1, len(all_steps) + 1))
