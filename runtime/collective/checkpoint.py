@@ -94,9 +94,8 @@ def _writer(t: CollectiveEmbedding, lo: int, hi: int):  # type: ignore[no-untype
     return write
 
 
-def piece_bytes(t: CollectiveEmbedding, rank: int | None = None) -> int:
-    """Bytes of a rank's piece of `t` (rows and per-row state): what freezing it takes."""
-    lo, hi = piece_range(t.num_embeddings, t.world, t.rank if rank is None else rank)
+def piece_bytes(t: CollectiveEmbedding, lo: int, hi: int) -> int:
+    """Bytes of the piece [lo, hi) of `t` (rows and per-row state): what freezing it takes."""
     return sum((hi - lo) * v[0].numel() * v.element_size() for v in _arrays(t).values() if len(v))
 
 
@@ -170,8 +169,9 @@ def freeze(
             continue
         for q in range(t.world):
             lo, hi = piece_range(t.num_embeddings, t.world, q)
-            if q == t.rank and piece_bytes(t) <= room:
-                room -= piece_bytes(t)
+            size = piece_bytes(t, lo, hi) if q == t.rank else 0
+            if q == t.rank and size <= room:
+                room -= size
                 view, host = _shard_view(t, lo, hi), _frozen(t, lo, hi)
                 write = functools.partial(ckpt.write_piece, root, view, _write_frozen(host))
                 writes.append((ckpt.piece_entry(root, t.name, lo, hi), write))
