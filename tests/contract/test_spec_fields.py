@@ -31,8 +31,8 @@ from graphtrain.contract.spec import (
     Trainers,
 )
 from graphtrain.contract.spec.rules import model_in
+from tests.tree import ROOT, files_under
 
-ROOT = Path(__file__).resolve().parents[2]
 # The spec's own definitions; the rest of contract/ (roles, conditions, reporting) is the code both
 # executors share, so it counts as theirs.
 SPEC_SIDE = (ROOT / "contract" / "spec", ROOT / "contract" / "crd.py")
@@ -52,7 +52,7 @@ PASSED_ON: dict[type[BaseModel], str] = {
 
 
 def executor_files() -> list[Path]:
-    files = [f for d in ("contract", "runtime", "operator") for f in sorted((ROOT / d).rglob("*.py"))]
+    files = files_under("contract", "runtime", "operator", suffixes=(".py",))
     return [f for f in files if not any(f == s or s in f.parents for s in SPEC_SIDE)]
 
 

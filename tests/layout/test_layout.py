@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.tree import ROOT, project_files
 
 
 def test_the_standard_operator_module_wins_from_the_repository_root() -> None:
@@ -32,19 +32,22 @@ def test_the_operator_package_still_imports() -> None:
 
 MOST_LINES = 600  # past this a file holds more than one job: split it along its seams
 SOURCES = (".py", ".cu", ".cuh", ".cpp", ".h", ".sh")
-NOT_SOURCE = {"tests", "build", ".venv", ".git", "node_modules"}
+
+
+def long_sources(files: list[Path] | tuple[Path, ...], root: Path) -> dict[str, int]:
+    """The source files among `files`, outside tests/, over MOST_LINES lines, by path under `root`."""
+    long = {}
+    for path in files:
+        parts = path.relative_to(root).parts
+        if path.suffix in SOURCES and parts[0] != "tests":
+            lines = len(path.read_bytes().splitlines())
+            if lines > MOST_LINES:
+                long[str(path.relative_to(root))] = lines
+    return long
 
 
 def test_no_source_file_outside_the_tests_is_over_600_lines() -> None:
-    long = {}
-    for path in ROOT.rglob("*"):
-        parts = path.relative_to(ROOT).parts
-        hidden = any(p.startswith(".") or p.endswith(".egg-info") for p in parts[:-1])
-        if path.suffix in SOURCES and path.is_file() and not NOT_SOURCE & set(parts) and not hidden:
-            lines = len(path.read_bytes().splitlines())
-            if lines > MOST_LINES:
-                long[str(path.relative_to(ROOT))] = lines
-    assert long == {}
+    assert long_sources(project_files(), ROOT) == {}
 
 
 def test_make_tests_workers_keep_a_file_and_the_shared_folders_whole() -> None:

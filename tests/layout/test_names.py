@@ -7,13 +7,15 @@ import ast
 from collections import defaultdict
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.tree import ROOT, files_under
+
 PACKAGES = ("cli", "contract", "runtime", "operator", "api")
 PYTHON = ("cli", "contract", "runtime", "operator", "api", "tests", "bench", "charts", "scripts", "cuda")
 
 
 def sources(folders: tuple[str, ...]) -> list[Path]:
-    return [p for folder in folders for p in sorted((ROOT / folder).rglob("*.py"))]
+    """The project's Python files in `folders` (tests/tree.py: never a venv or build output beside them)."""
+    return files_under(*folders, suffixes=(".py",))
 
 
 def test_every_class_name_is_defined_once() -> None:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.tree import ROOT, files_under
 
 
 def run(
@@ -102,7 +102,7 @@ def test_the_sdist_carries_the_native_sources(tmp_path: Path) -> None:
     (sdist,) = tmp_path.glob("graphtrain-*.tar.gz")
     with tarfile.open(sdist) as tar:
         names = {Path(*Path(n).parts[1:]).as_posix() for n in tar.getnames()}
-    sources = [p.relative_to(ROOT).as_posix() for p in (ROOT / "cuda").rglob("*") if p.is_file()]
+    sources = [p.relative_to(ROOT).as_posix() for p in files_under("cuda")]
     assert sources and not set(sources) - names, set(sources) - names
     assert {"setup.py", "pyproject.toml", "MANIFEST.in", "requirements-dev.txt", "cli/__init__.py"} <= names
     assert not [n for n in names if n.endswith((".so", ".pyc"))]
