@@ -28,12 +28,14 @@ from tests import k8s
 from tests.e2e import cluster as cluster_helpers
 from tests.e2e.cluster import final_progress
 from tests.e2e.conftest import (
+    EPOCHS,
     IMAGE,
     ROOT,
     Cluster,
     events,
     fail_fast,
     gtr,
+    nations_spec,
     no_errors,
     wait_phase,
 )
@@ -53,9 +55,10 @@ GRAPHTRAIN = str(Path(sys.executable).parent / "graphtrain")
 # 0.4477, 0.4504, 0.4510 (range 0.015); undisturbed runs through the operator were 0.017 (0.4336) and
 # 0.007 (0.4407) from their reference (tests/e2e/test_nations.py). A disturbed run is one more draw from
 # that band (0.4361 measured beside 0.4418), so two draws may already be ~0.017 apart: 0.03, the e2e
-# test's bound, keeps the test from flaking on that spread. It does not prove the restore (a server
-# back with fresh rows at epoch 1 of 100 would catch up): the log lines checked below do; the MRR
-# proves the fault left no lasting damage.
+# test's bound, keeps the test from flaking on that spread (the 30-epoch spec both sides train now,
+# conftest.EPOCHS, spread 0.020 over ten runs). It does not prove the restore (a server back with fresh
+# rows at epoch 1 of 30 would catch up): the log lines checked below do; the MRR proves the fault left
+# no lasting damage.
 MRR_TOLERANCE = 0.03
 
 pytestmark = pytest.mark.timeout(900)
@@ -77,13 +80,11 @@ def wait_for(what: str, probe: Callable[[], T | None], timeout: float, every: fl
 
 
 def write_spec(tmp_path: Path, epochs: int, run_policy: dict) -> Path:
-    """examples/nations-transe.yaml with `epochs` and `run_policy`; a checkpoint ends every epoch
-    (training.checkpointInterval 0, the default)."""
-    doc = yaml.safe_load(SPEC.read_text())
-    doc["spec"]["training"]["epochs"] = epochs
-    doc["spec"]["training"]["checkpointInterval"] = 0
+    """conftest.nations_spec (examples/nations-transe.yaml) with `epochs` and `run_policy`; a checkpoint
+    ends every epoch (training.checkpointInterval 0, the default)."""
+    path = nations_spec(tmp_path / "spec.yaml", epochs, checkpointInterval=0)
+    doc = yaml.safe_load(path.read_text())
     doc["spec"]["runPolicy"] = run_policy
-    path = tmp_path / "spec.yaml"
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     return path
 
@@ -182,7 +183,8 @@ def test_a_deleted_shard_server_comes_back_from_its_checkpoint_and_the_training_
     its StatefulSet, restores the last checkpoint, and the trainers restart from it (runPolicy
     backoffLimit): Succeeded, with a test MRR within MRR_TOLERANCE of an undisturbed `graphtrain run`."""
     kube, ns = cluster.kube, "fault-shard"
-    spec = write_spec(tmp_path, epochs=100, run_policy={"backoffLimit": 2})  # the example's 100 epochs
+    # the epochs of the reference (conftest.EPOCHS), which trains the same spec undisturbed
+    spec = write_spec(tmp_path, epochs=EPOCHS, run_policy={"backoffLimit": 2})
     started = time.monotonic()
     with PodRunner(cluster.kubeconfig, mode="process", root=tmp_path / "runner") as runner:
         uid, root = start_training(cluster, runner, ns, spec)
@@ -236,7 +238,7 @@ def test_a_killed_trainer_is_counted_and_restarted_from_the_last_checkpoint(
     naming the pod and its exit code, phase Restarting), recreates every rank as attempt 1, which resumes
     from the last checkpoint, and the training succeeds within runPolicy.backoffLimit."""
     kube, ns = cluster.kube, "fault-trainer"
-    spec = write_spec(tmp_path, epochs=30, run_policy={"backoffLimit": 1})
+    spec = write_spec(tmp_path, epochs=10, run_policy={"backoffLimit": 1})
     started = time.monotonic()
     with PodRunner(cluster.kubeconfig, mode="process", root=tmp_path / "runner") as runner:
         _, root = start_training(cluster, runner, ns, spec)
@@ -275,7 +277,7 @@ def test_a_trainer_failing_past_the_backoff_limit_fails_the_training(
     the second (a rank of attempt 1) fails the training with BackoffLimitExceeded, and no third attempt
     is made; its shard servers are stopped (cleanPodPolicy Running)."""
     kube, ns = cluster.kube, "fault-backoff"
-    spec = write_spec(tmp_path, epochs=30, run_policy={"backoffLimit": 1})
+    spec = write_spec(tmp_path, epochs=10, run_policy={"backoffLimit": 1})
     with PodRunner(cluster.kubeconfig, mode="process", root=tmp_path / "runner") as runner:
         start_training(cluster, runner, ns, spec)
         victim = f"{NAME}-trainer-1"
