@@ -1,13 +1,13 @@
-"""Spawned trainer ranks for the collective-table tests: a gloo group over a FileStore (no ports), one
-scenario function per test, results written as .npz files (never pickled) that the test compares with a
-single-process reference."""
+"""Trainer ranks for the collective-table tests, each a fresh process (forked from tests/forked.py's
+server, which imported torch once): a gloo group over a FileStore (no ports), one scenario function per
+test, results written as .npz files (never pickled) that the test compares with a single-process
+reference."""
 
 from __future__ import annotations
 
 import datetime as dt
 import importlib
 import json
-import multiprocessing as mp
 import traceback
 from collections.abc import Callable
 from pathlib import Path
@@ -16,6 +16,8 @@ from typing import Any
 import numpy as np
 import torch
 import torch.distributed as dist
+
+from tests import forked
 
 TIMEOUT_S = 90
 
@@ -40,10 +42,10 @@ def _main(scenario: str, rank: int, world: int, tmp: str, params: str) -> None:
 
 
 def run(scenario: str, world: int, tmp: Path, **params: Any) -> list[dict[str, np.ndarray]]:
-    """Run `scenario` ("fn" of scenarios.py, or "module.fn") on `world` spawned ranks; the results of
-    each rank, in rank order."""
+    """Run `scenario` ("fn" of scenarios.py, or "module.fn") on `world` new rank processes; the results
+    of each rank, in rank order."""
     tmp.mkdir(parents=True, exist_ok=True)
-    ctx = mp.get_context("spawn")
+    ctx = forked.context()
     procs = [
         ctx.Process(target=_main, args=(scenario, r, world, str(tmp), json.dumps(params)))
         for r in range(world)

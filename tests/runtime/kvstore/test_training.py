@@ -4,7 +4,6 @@ optimizer state equal a single-process reference that applies the same updates i
 from __future__ import annotations
 
 import dataclasses
-import multiprocessing as mp
 from pathlib import Path
 
 import pytest
@@ -13,6 +12,7 @@ import torch
 from graphtrain.runtime.kvstore.checkpoint import export_state, export_table
 from graphtrain.runtime.kvstore.inits import init_rows
 from graphtrain.runtime.optim import OptimConfig, make_state, sparse_step
+from tests import forked
 from tests.runtime.conftest import TOKEN, servers
 from tests.runtime.kvstore import workers as kv_worker
 
@@ -43,7 +43,7 @@ def reference(config: OptimConfig, world: int) -> tuple[torch.Tensor, dict[str, 
 def test_two_servers_two_clients_match_single_process(config: OptimConfig, ckroot: Path) -> None:
     with servers(2, ckroot) as srv:
         addresses = [s.address for s in srv]
-        ctx = mp.get_context("spawn")
+        ctx = forked.context()  # new processes, torch already imported
         procs = [
             ctx.Process(
                 target=kv_worker.train, args=(addresses, TOKEN, r, 2, dataclasses.asdict(config), str(ckroot))

@@ -1,4 +1,4 @@
-"""Client processes of the runtime tests (a module, so the spawn start method can import it)."""
+"""Client processes of the runtime tests (a module, so a forked or spawned process can import it)."""
 
 from __future__ import annotations
 
