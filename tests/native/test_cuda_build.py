@@ -9,8 +9,12 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from graphtrain.runtime.native import abi
-from tests.native.conftest import nvcc_module
+from tests.native import conftest
+from tests.native.conftest import ROOT, nvcc_module
+from tests.tree import files_under
 
 
 def test_cuda_core_compiles_without_warnings(cuda_build: tuple[Path, str]) -> None:
@@ -53,3 +57,27 @@ def test_toolkit_of_another_major_than_torch_is_refused() -> None:
     refused = nvcc.check_toolkit((13, 0), "12.8")
     assert refused is not None and "CUDA 13.0" in refused and "12.8" in refused
     assert "nvcc not found" in (nvcc.check_toolkit(None, "12.8") or "")
+
+
+def test_the_cached_build_is_keyed_by_every_source_and_the_command(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """cuda_build reuses a build only for the same inputs: a changed byte in any file under cuda/ (here a
+    copy of them) or another command is another key, so a stale library is never tested."""
+    copies = []
+    for path in files_under("cuda"):
+        copy = tmp_path / path.relative_to(ROOT)
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        copy.write_bytes(path.read_bytes())
+        copies.append(copy)
+    monkeypatch.setattr(conftest, "ROOT", tmp_path)
+    monkeypatch.setattr(conftest, "files_under", lambda *_: copies)
+    command = nvcc_module().nvcc_command("core_cuda.so", nvcc_module().DEFAULT_ARCHS)
+    key = conftest.cuda_build_key(command)
+    assert conftest.cuda_build_key(command) == key
+    assert conftest.cuda_build_key([*command, "-G"]) != key
+    for copy in (copies[0], copies[-1]):
+        original = copy.read_bytes()
+        copy.write_bytes(original + b" ")
+        assert conftest.cuda_build_key(command) != key, copy
+        copy.write_bytes(original)
