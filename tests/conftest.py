@@ -5,6 +5,14 @@ and how `make test`'s two pytest-xdist workers share the suite out."""
 from __future__ import annotations
 
 import os
+
+# Idle OpenMP threads sleep instead of spinning (libgomp reads this when torch loads it, so it is set
+# before anything here imports torch; the processes the tests start inherit it). The suite runs two
+# workers on two cores, and the trainers and shard servers they start have torch threads of their own:
+# spinning threads took the cores the other processes needed (Nations TransE standalone, 20 epochs, 22-36
+# s beside a busy worker, 9 s with passive waits). How threads wait changes no result.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 import sys
 from collections.abc import Iterator
 from typing import Any
