@@ -26,14 +26,16 @@ from rich.markup import escape
 
 from graphtrain.contract.roles import ENV_TOKEN, PartitionParams, ShardServerParams, TrainParams
 from graphtrain.contract.spec import (
+    KGE,
     FileFormat,
     GraphSource,
     GraphTrainingSpec,
-    ModelKind,
     NodeIds,
     SpecError,
     TriplesSource,
     load_yaml,
+    old_form_notes,
+    yaml_document,
 )
 from graphtrain.runtime.errors import GraphtrainError, data_warnings
 from graphtrain.runtime.roles.options import role_command
@@ -105,11 +107,16 @@ def validate(
     """Validate GraphTraining specs and report every problem in each (exit 1 if any is invalid).
 
     After the schema, the spec's inputs are loaded (paths relative to the spec's directory) and checked
-    against what the model needs (labels, features, triples, sizes), unless --no-data."""
+    against what the model needs (labels, features, triples, sizes), unless --no-data. A spec in the old
+    form (no spec.task: the model kind stood for the task) is valid, and the lines after it say how to
+    write it in the new form."""
     bad = 0
     for path in specs:
+        rewrite: list[str] = []
         try:
-            gt = load_yaml(_read(path))
+            text = _read(path)
+            gt = load_yaml(text)
+            rewrite = old_form_notes((yaml_document(text) or {}).get("spec"))
             found, note = ([], "") if no_data else _data_problems(gt.spec, path.parent, data_dir)
         except SpecError as exc:
             found, note = list(exc.problems), ""
@@ -118,7 +125,10 @@ def validate(
             err.print(f"{path}: {exc}", highlight=False, markup=False)
             continue
         if not found:
-            out.print(f"{path}: valid{note}", markup=False)
+            old = " (old form; in the new form:)" if rewrite else ""
+            out.print(f"{path}: valid{note}{old}", markup=False)
+            for line in rewrite:
+                out.print(f"  - {line}", markup=False)
             continue
         bad += 1
         if len(found) == 1:
@@ -441,7 +451,7 @@ def predict(
     from graphtrain.runtime.report import answer_table
 
     gt = load_yaml(_read(spec_path))
-    kge = gt.spec.model.kind != ModelKind.graphsage
+    kge = gt.spec.task_kind == KGE
     if output is not None:
         outputs.check_target(output, (".parquet", ".csv"), "predictions")
     if kge and relation is None:
@@ -449,7 +459,9 @@ def predict(
             f"model.kind is {gt.spec.model.kind}: ask with --relation and --head (or --tail)"
         )
     if not kge and output is None:
-        raise GraphtrainError("graphsage predictions are per node: give -o OUT.parquet or OUT.csv")
+        raise GraphtrainError(
+            f"{gt.spec.model.kind} predictions are per node: give -o OUT.parquet or OUT.csv"
+        )
     root = ckpt.resolve_checkpoint(checkpoint)
     cfg = outputs.checkpoint_partition(root, partition)
     if kge:

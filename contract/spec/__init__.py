@@ -63,7 +63,6 @@ from graphtrain.contract.spec.enums import (
     FileFormat,
     InitKind,
     KGELoss,
-    ModelKind,
     NonFiniteRule,
     OnFull,
     OptimizerKind,
@@ -93,6 +92,7 @@ from graphtrain.contract.spec.graph import (
     TriplesSource,
     cel_list,
 )
+from graphtrain.contract.spec.legacy import notes as old_form_notes
 from graphtrain.contract.spec.loading import (
     MAX_SPEC_BYTES,
     MAX_YAML_DEPTH,
@@ -104,8 +104,21 @@ from graphtrain.contract.spec.loading import (
     yaml_document,
 )
 from graphtrain.contract.spec.model import (
+    GNN_KINDS,
+    KGE_KINDS,
+    MODELS,
+    DistMultModel,
+    FeatureBag,
+    GNNModel,
+    GraphSAGEModel,
+    KGEModel,
+    ModelKind,
     ModelSpec,
-    is_kge,
+    TransEModel,
+    gnn,
+    is_gnn,
+    kge,
+    tasks_of,
 )
 from graphtrain.contract.spec.placement import (
     DNS1123_SUBDOMAIN_OR_EMPTY,
@@ -142,6 +155,14 @@ from graphtrain.contract.spec.tables import (
     Init,
     Optimizer,
     Vocabulary,
+)
+from graphtrain.contract.spec.task import (
+    KGE,
+    NODE_CLASSIFICATION,
+    TASKS,
+    KGETask,
+    NodeClassificationTask,
+    TaskSpec,
 )
 from graphtrain.contract.spec.training import (
     EarlyStopping,
@@ -240,7 +261,26 @@ __all__ = [
     "VocabularyKind",
     "cel_list",
     "check",
-    "is_kge",
+    "GNN_KINDS",
+    "KGE_KINDS",
+    "MODELS",
+    "DistMultModel",
+    "FeatureBag",
+    "GNNModel",
+    "GraphSAGEModel",
+    "KGEModel",
+    "TransEModel",
+    "gnn",
+    "is_gnn",
+    "kge",
+    "tasks_of",
+    "KGE",
+    "NODE_CLASSIFICATION",
+    "TASKS",
+    "KGETask",
+    "NodeClassificationTask",
+    "TaskSpec",
+    "old_form_notes",
     "load_yaml",
     "parse",
     "problems_from_validation",

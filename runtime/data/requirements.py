@@ -11,7 +11,7 @@ not meant).
 
 from __future__ import annotations
 
-from graphtrain.contract.spec import GraphSource, GraphTrainingSpec, ModelKind
+from graphtrain.contract.spec import NODE_CLASSIFICATION, GraphSource, GraphTrainingSpec, gnn
 from graphtrain.contract.spec.rules import Problem
 from graphtrain.runtime.data.graph import MASKS
 from graphtrain.runtime.data.summary import Summary
@@ -28,15 +28,15 @@ def _source_field(graph: GraphSource, own_file: str) -> str:
 def problems(spec: GraphTrainingSpec, summary: Summary) -> list[Problem]:
     """Everything the data lacks for `spec`'s model and sizes, each naming the spec field."""
     out: list[Problem] = []
-    m, name = spec.model, summary.name
-    if m.kind == ModelKind.graphsage:
+    name = summary.name
+    if spec.task_kind == NODE_CLASSIFICATION:
         out += _node_classification(spec, summary)
     else:
         if not summary.triples.get("train") or not summary.num_edge_types:
             out.append(
                 Problem(
                     path=_source_field(spec.graph, "graph.triples"),
-                    message=f"model.kind {m.kind} learns from (head, relation, tail) triples, and {name} "
+                    message=f"task kge learns from (head, relation, tail) triples, and {name} "
                     "holds no training triples with relations",
                 )
             )
@@ -60,7 +60,7 @@ def _node_classification(spec: GraphTrainingSpec, s: Summary) -> list[Problem]:
         out.append(
             Problem(
                 path=labels,
-                message=f"model.kind graphsage classifies nodes, but {name} has no labels: give a labels "
+                message=f"task nodeClassification classifies nodes, but {name} has no labels: give a labels "
                 "file (.npy, or .csv/.parquet with columns id and label)",
             )
         )
@@ -96,7 +96,7 @@ def _node_classification(spec: GraphTrainingSpec, s: Summary) -> list[Problem]:
 
 def _features(spec: GraphTrainingSpec, s: Summary) -> list[Problem]:
     """What the model's feature input (as they are, projected or as bags) needs from the features."""
-    m, name, out = spec.model, s.name, []
+    m, name, out = gnn(spec.model), s.name, []
     features = _source_field(spec.graph, "graph.features")
     if m.use_features and s.feature_dims is None and m.feature_bag is not None:
         out.append(Problem(path="model.featureBag", message=f"{name} has no node features: give {features}"))
@@ -152,12 +152,12 @@ def notes(spec: GraphTrainingSpec, summary: Summary) -> list[str]:
     """Warnings: the run works, but probably not as meant (a one-direction edge list for GraphSAGE)."""
     out = []
     if (
-        spec.model.kind == ModelKind.graphsage
+        spec.task_kind == NODE_CLASSIFICATION
         and not spec.graph.reverse_edges
         and summary.directed > DIRECTED_SHARE
     ):
         out.append(
-            f"{summary.name}: {summary.directed:.0%} of edges have no reverse edge, and GraphSAGE aggregates "
+            f"{summary.name}: {summary.directed:.0%} of edges have no reverse edge, and a GNN aggregates "
             "in-neighbours only: set graph.reverseEdges: true if the graph is undirected"
         )
     return out

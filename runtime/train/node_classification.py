@@ -22,7 +22,7 @@ from typing import Any
 import torch
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from graphtrain.contract.spec import DuplicateRule, GraphTraining
+from graphtrain.contract.spec import DuplicateRule, GraphTraining, gnn
 from graphtrain.runtime.errors import GraphtrainError
 from graphtrain.runtime.graph import DistGraph, FeatureBags, NeighborLoader, node_split
 from graphtrain.runtime.graph.device_data import data_bytes, device_node_data
@@ -30,6 +30,7 @@ from graphtrain.runtime.graph.device_sampler import device_graph, sample_blocks_
 from graphtrain.runtime.graph.loader import MiniBatch, Sampler, sample_blocks
 from graphtrain.runtime.kvstore.client import KVClient
 from graphtrain.runtime.kvstore.placement import free_bytes
+from graphtrain.runtime.models import GNNShape, gnn_entry
 from graphtrain.runtime.optim import OptimConfig, SparseOptimizer
 from graphtrain.runtime.tensor import PartitionBook
 from graphtrain.runtime.train.dense import load_dense, save_dense
@@ -37,7 +38,6 @@ from graphtrain.runtime.train.device import to_device
 from graphtrain.runtime.train.dist import Dist, seed_everything, unwrap
 from graphtrain.runtime.train.inputs import bag_input
 from graphtrain.runtime.train.metrics import StageClock
-from graphtrain.runtime.train.models import GraphSAGE
 from graphtrain.runtime.train.reporter import log
 from graphtrain.runtime.train.tables import Table, collective, embedding_table, table_init
 from graphtrain.runtime.train.task import Split
@@ -72,10 +72,13 @@ class NodeClassification:
     ):
         self.spec, self.graph, self.dist = gt.spec, graph, dist
         self.device = device or torch.device("cpu")
-        m, tr = self.spec.model, self.spec.training
+        m, tr = gnn(self.spec.model), self.spec.training
+        self.bag_combiner = str(m.feature_bag.combiner) if m.feature_bag is not None else None
         seed_everything(tr.seed)  # the model's initial weights follow training.seed
         if graph.num_classes is None or "label" not in graph.ndata:
-            raise GraphtrainError("model.kind graphsage needs node labels: the graph has none (graph.labels)")
+            raise GraphtrainError(
+                f"task nodeClassification ({m.KIND}) needs node labels: the graph has none (graph.labels)"
+            )
         self.feat = graph.ndata.get("feat") if m.use_features and m.feature_bag is None else None
         if m.use_features and m.feature_bag is None and self.feat is None:
             raise GraphtrainError(
@@ -120,15 +123,8 @@ class NodeClassification:
         # Features beside an embedding are passed apart, so backward computes no gradient for them
         # (a feature bag takes the features' place: it learns).
         self.split_inputs = self.emb is not None and self.feat is not None
-        model = GraphSAGE(
-            in_dim,
-            m.hidden_dim,
-            int(graph.num_classes),
-            m.num_layers,
-            m.dropout,
-            frozen=feat_dim if self.split_inputs else 0,
-        )
-        model = model.to(self.device)
+        shape = GNNShape(in_dim, int(graph.num_classes), frozen=feat_dim if self.split_inputs else 0)
+        model = gnn_entry(m.KIND).build(m, shape).to(self.device)
         gpu = [self.device.index] if self.device.type == "cuda" else None
         self.model = DDP(model, device_ids=gpu) if dist.world > 1 else model
         self.dense_opt = _optimizer(str(tr.dense_optimizer), self.model.parameters(), tr.dense_lr)
@@ -206,8 +202,8 @@ class NodeClassification:
         (None without either). Collective tables are looked up in this order on every trainer."""
         parts = []
         if self.words is not None:
-            assert self.spec.model.feature_bag is not None
-            combiner = str(self.spec.model.feature_bag.combiner)
+            assert self.bag_combiner is not None
+            combiner = self.bag_combiner
             parts.append(
                 bag_input(self.words, self.bags, mb.input_nodes, combiner, self.device, self.per_word)
             )
