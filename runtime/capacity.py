@@ -339,7 +339,14 @@ def allreduce_bytes(
     feat_dim = int(feat.shape[1]) if feat is not None else 0
     split = emb_dim > 0 and feat_dim > 0
     classes = int(cfg.data.get("num_classes") or 2)
-    shape = GNNShape(feat_dim + emb_dim, classes, frozen=feat_dim if split else 0)
+    edges = (cfg.data.get("edata") or {}).get("efeat")
+    shape = GNNShape(
+        feat_dim + emb_dim,
+        classes,
+        frozen=feat_dim if split else 0,
+        num_relations=max(1, len(cfg.data.get("canonical_etypes") or [])),
+        edge_dim=int(edges["shape"][1]) if edges else 0,
+    )
     model = gnn_entry(m.KIND).build(m, shape)
     grads = sum(p.numel() for p in model.parameters() if p.requires_grad) * 4
     return 2 * (world - 1) / world * grads

@@ -142,26 +142,17 @@ def validate(
 
 
 def _data_problems(spec: GraphTrainingSpec, base_dir: Path, data_dir: Path | None) -> tuple[list[Any], str]:
-    """The requirements problems of `spec`'s data, and a note when the data could not be read yet (a
-    bundled dataset not fetched: validate downloads nothing; a control-plane install without the
-    runtime's numpy and scipy, as in the operator's image, checks the spec alone)."""
+    """planning.data_problems, and its notes as warning lines; a control-plane install without the
+    runtime's numpy and scipy (the operator's image) checks the spec alone, saying so."""
     try:
-        from graphtrain.runtime import capacity
-        from graphtrain.runtime.data import datasets
-        from graphtrain.runtime.data.checks import review
+        from graphtrain.runtime.planning import data_problems
     except ModuleNotFoundError as exc:
         return [], f" (data not checked: {exc.name} is not installed: pip install 'graphtrain[runtime]')"
-
-    dataset = spec.graph.dataset
-    if dataset is not None and not datasets.is_fetched(str(dataset), data_dir):
-        return [], f" (data not checked: dataset {dataset} is not fetched; `graphtrain data fetch {dataset}`)"
     with shown_warnings():
-        graph = datasets.load_source(spec.graph, data_dir, base_dir=base_dir)
-        found, notes = review(spec, graph)
-    found = [*found, *capacity.limit_problems(spec, graph)]
+        found, notes, unchecked = data_problems(spec, base_dir, data_dir)
     for note in notes:
         warn(note)
-    return list(found), ""
+    return found, unchecked
 
 
 def warn(message: str) -> None:

@@ -36,7 +36,13 @@ def gnn_of(spec: GraphTrainingSpec, cfg: PartitionConfig) -> tuple[GNNModel, GNN
     table = next((t for t in spec.embeddings if t.name == m.node_embedding), None)
     in_dim += table.dim if table else 0
     classes = int(cfg.data.get("num_classes") or 2)
-    return m, GNNShape(max(in_dim, 1), classes, num_relations=num_relations(cfg))
+    edges = (cfg.data.get("edata") or {}).get("efeat")
+    return m, GNNShape(
+        max(in_dim, 1),
+        classes,
+        num_relations=num_relations(cfg),
+        edge_dim=int(edges["shape"][1]) if edges else 0,
+    )
 
 
 def num_relations(cfg: PartitionConfig) -> int:
@@ -217,3 +223,24 @@ def plan_command(
     with tempfile.TemporaryDirectory(prefix="graphtrain-plan-") as tmp:
         config = partition or capacity.partition_for(gt, spec_path, data_dir, Path(tmp) / "partition")
         return run_plan(gt.spec, load_config(config), req, say)
+
+
+def data_problems(
+    spec: GraphTrainingSpec, base_dir: Path, data_dir: Path | None
+) -> tuple[list[Any], list[str], str]:
+    """What `graphtrain validate` finds in `spec`'s data: the requirements' problems (each naming a spec
+    field) and the memory limits', the notes on what is probably not meant, and a note when the data
+    could not be read yet (a bundled dataset not fetched: validate downloads nothing)."""
+    from graphtrain.runtime.data import datasets
+    from graphtrain.runtime.data.checks import review
+
+    dataset = spec.graph.dataset
+    if dataset is not None and not datasets.is_fetched(str(dataset), data_dir):
+        return (
+            [],
+            [],
+            f" (data not checked: dataset {dataset} is not fetched; `graphtrain data fetch {dataset}`)",
+        )
+    graph = datasets.load_source(spec.graph, data_dir, base_dir=base_dir)
+    found, notes = review(spec, graph)
+    return [*found, *capacity.limit_problems(spec, graph)], notes, ""

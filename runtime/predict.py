@@ -204,7 +204,14 @@ def node_outputs(
     split = emb is not None and feat is not None
     learned = [int(t.shape[1]) for t in (emb, bags[0].weight if bags else None) if t is not None]
     in_dim = feat_dim + sum(learned)
-    model = gnn_entry(m.KIND).build(m, GNNShape(in_dim, int(num_classes), frozen=feat_dim if split else 0))
+    shape = GNNShape(
+        in_dim,
+        int(num_classes),
+        frozen=feat_dim if split else 0,
+        num_relations=max(1, len(graph.canonical_etypes)),
+        edge_dim=graph.edge_dim(),
+    )
+    model = gnn_entry(m.KIND).build(m, shape)
     state = _dense_state(root)
     why = model_mismatch(
         {k: tuple(v.shape) for k, v in model.state_dict().items()},

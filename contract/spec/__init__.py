@@ -85,6 +85,7 @@ from graphtrain.contract.spec.execution import (
 from graphtrain.contract.spec.graph import (
     KG_DATASETS,
     STANDARD_SPLIT_DATASETS,
+    TYPED_DATASETS,
     GraphSource,
     NodeIds,
     Split,
@@ -109,11 +110,13 @@ from graphtrain.contract.spec.model import (
     MODELS,
     DistMultModel,
     FeatureBag,
+    GATModel,
     GNNModel,
     GraphSAGEModel,
     KGEModel,
     ModelKind,
     ModelSpec,
+    RGCNModel,
     TransEModel,
     gnn,
     is_gnn,
@@ -168,6 +171,7 @@ from graphtrain.contract.spec.training import (
     EarlyStopping,
     Training,
 )
+from graphtrain.contract.spec.typed_graph import EdgeTypeFiles, NodeTypeFiles, TableFormat
 
 __all__ = [
     "API_VERSION",
@@ -266,7 +270,9 @@ __all__ = [
     "MODELS",
     "DistMultModel",
     "FeatureBag",
+    "GATModel",
     "GNNModel",
+    "RGCNModel",
     "GraphSAGEModel",
     "KGEModel",
     "TransEModel",
@@ -281,6 +287,10 @@ __all__ = [
     "NodeClassificationTask",
     "TaskSpec",
     "old_form_notes",
+    "EdgeTypeFiles",
+    "NodeTypeFiles",
+    "TableFormat",
+    "TYPED_DATASETS",
     "load_yaml",
     "parse",
     "problems_from_validation",

@@ -1,6 +1,6 @@
 """spec.model: the model trained, one kind each with only its own fields (variants.py).
 
-GNNs (graphsage, gat, rgcn, rgat) encode nodes from their features and learnable rows through sampled
+GNNs (graphsage, gat, rgcn) encode nodes from their features and learnable rows through sampled
 neighbourhoods; knowledge-graph embeddings (transe, distmult) score (head, relation, tail) triples from
 an entity and a relation table. Which task a model serves is the task's business (task.py); each kind
 says which tasks it can serve (TASKS). A new model is a Variant here, in MODELS, beside its module in
@@ -82,6 +82,54 @@ class GraphSAGEModel(GNNModel):
 
     KIND: ClassVar[str] = "graphsage"
 
+    edge_weight: bool = Field(
+        default=False,
+        description="Weight each sampled in-neighbour by its edge's first feature (graph edge features, "
+        "efeat[0], non-negative) in the mean: sum of w h over sum of w. False: a plain mean.",
+    )
+
+
+class GATModel(GNNModel):
+    """Graph attention (DGL's GATConv): multi-head attention over the sampled in-neighbours, heads
+    concatenated between layers and averaged at the output; edge features may enter the attention and
+    the messages."""
+
+    KIND: ClassVar[str] = "gat"
+
+    heads: int = Field(default=4, ge=1, le=64, description="Attention heads per layer.")
+    attention_dropout: float = Field(
+        default=0.0, ge=0, lt=1, description="Dropout probability of the attention weights."
+    )
+    negative_slope: float = Field(
+        default=0.2, ge=0, le=1, description="Slope of the LeakyReLU of the attention logits."
+    )
+    edge_features: bool = Field(
+        default=False,
+        description="Read each sampled edge's features (graph edge features, efeat) in the attention "
+        "logits and the messages. False: edges carry no data into the model.",
+    )
+
+
+class RGCNModel(GNNModel):
+    """Relational GCN (Schlichtkrull et al.; DGL's RelGraphConv): a weight per relation over the mean of
+    a node's in-neighbours by that relation, plus a self-loop weight."""
+
+    KIND: ClassVar[str] = "rgcn"
+
+    num_bases: int | None = Field(
+        default=None,
+        ge=1,
+        le=1024,
+        description="Basis decomposition: each relation's weight a learned combination of this many "
+        "shared bases. Unset: one full weight per relation.",
+    )
+    self_loop: bool = Field(default=True, description="Add each node's own transformed input (W_0 h_v).")
+    edge_weight: bool = Field(
+        default=False,
+        description="Weight each sampled in-neighbour by its edge's first feature (graph edge features, "
+        "efeat[0], non-negative) in the mean: sum of w h over sum of w. False: a plain mean.",
+    )
+
 
 class KGEModel(Variant):
     """A knowledge-graph embedding: an entity and a relation table, a score per triple."""
@@ -118,6 +166,8 @@ class DistMultModel(KGEModel):
 
 MODELS: tuple[type[Variant], ...] = (
     GraphSAGEModel,
+    GATModel,
+    RGCNModel,
     TransEModel,
     DistMultModel,
 )
@@ -142,12 +192,13 @@ if TYPE_CHECKING:  # a class made at import: to a static checker, the flat union
 else:
     ModelSpec = wire_model(
         "ModelSpec",
-        "The model trained: one kind (graphsage; transe, distmult) with its own fields.",
+        "The model trained: one kind (graphsage, gat, rgcn; transe, distmult) with its own fields.",
         MODELS,
         prefix="model",
         default_kind="graphsage",
-        kind_description="graphsage: a GNN over sampled neighbourhoods (node classification); transe, "
-        "distmult: knowledge-graph embeddings scored on (head, relation, tail) triples.",
+        kind_description="graphsage, gat, rgcn: GNNs over sampled neighbourhoods (node "
+        "classification); transe, distmult: knowledge-graph embeddings scored on (head, relation, tail) "
+        "triples.",
         extra_fields=_MOVED,  # type: ignore[arg-type]
         owned_here=False,  # the spec adds them: the old form (no spec.task) may hold the old fields
     )
@@ -228,4 +279,12 @@ add_rules(
     ),
     _kge_table_rule("entity_embedding"),
     _kge_table_rule("relation_embedding"),
+    Rule(
+        "attention-heads-divide-width",
+        "heads",
+        lambda m: m.heads is None or (m.hidden_dim if m.hidden_dim is not None else 256) % m.heads == 0,
+        cel=f"!has(self.heads) || {_gnn_default('hidden_dim')} % self.heads == 0",
+        message="must divide model.hiddenDim (%d), the heads' concatenated width",
+        args=((_gnn_default("hidden_dim"), lambda m: m.hidden_dim if m.hidden_dim is not None else 256),),
+    ),
 )

@@ -9,19 +9,16 @@ spec was read before the task had a field of its own.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, ClassVar, TypeAlias
+from typing import TYPE_CHECKING, ClassVar, TypeAlias
 
-from pydantic import Field, StringConstraints
+from pydantic import Field
 
+from graphtrain.contract.spec.base import MAX_TYPES, TypeName
 from graphtrain.contract.spec.enums import KGELoss
 from graphtrain.contract.spec.variants import Variant, WireUnion, wire_model
 
 NODE_CLASSIFICATION = "nodeClassification"
 KGE = "kge"
-# A node type's or relation's name: what graph files and typed datasets call it (no ':', which joins the
-# three parts of a canonical edge type "source:relation:destination").
-TYPE_NAME = r"^[A-Za-z_][A-Za-z0-9_.-]*$"
-TypeName = Annotated[str, StringConstraints(min_length=1, max_length=63, pattern=TYPE_NAME)]
 
 
 class NodeClassificationTask(Variant):
@@ -29,6 +26,14 @@ class NodeClassificationTask(Variant):
     validation and test nodes (every neighbour at evaluation)."""
 
     KIND: ClassVar[str] = NODE_CLASSIFICATION
+
+    target_node_types: list[TypeName] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=MAX_TYPES,
+        description="Typed graphs: the node types whose labelled nodes are trained and evaluated (their "
+        "train, val and test masks). Unset: every node with a label, of any type.",
+    )
 
 
 class KGETask(Variant):

@@ -15,6 +15,8 @@ from graphtrain.contract.spec import NODE_CLASSIFICATION, GraphSource, GraphTrai
 from graphtrain.contract.spec.rules import Problem
 from graphtrain.runtime.data.graph import MASKS
 from graphtrain.runtime.data.summary import Summary
+from graphtrain.runtime.data.typed import edge_type_index
+from graphtrain.runtime.errors import GraphtrainError
 
 
 def _source_field(graph: GraphSource, own_file: str) -> str:
@@ -31,6 +33,7 @@ def problems(spec: GraphTrainingSpec, summary: Summary) -> list[Problem]:
     name = summary.name
     if spec.task_kind == NODE_CLASSIFICATION:
         out += _node_classification(spec, summary)
+        out += _typed(spec, summary)
     else:
         if not summary.triples.get("train") or not summary.num_edge_types:
             out.append(
@@ -126,6 +129,40 @@ def _features(spec: GraphTrainingSpec, s: Summary) -> list[Problem]:
         )
     if m.feature_projection is not None and s.feature_dims is None:
         out.append(Problem(path="model.featureProjection", message=f"{name} has no node features to project"))
+    return out
+
+
+def _typed(spec: GraphTrainingSpec, s: Summary) -> list[Problem]:
+    """What a GNN's typed inputs need from the graph: edge features to read, node types to target, edge
+    types to sample by."""
+    m, out = gnn(spec.model), []
+    for field in ("edge_features", "edge_weight"):
+        if getattr(m, field, False) and not s.edge_feature_dims:
+            camel = "edgeFeatures" if field == "edge_features" else "edgeWeight"
+            out.append(
+                Problem(
+                    path=f"model.{camel}",
+                    message=f"{s.name} has no edge features: give graph.edges[].features (typed files)",
+                )
+            )
+    task = spec.task.variant if spec.task is not None else None
+    targets = getattr(task, "target_node_types", None) or []
+    for t in targets:
+        if not s.node_types:
+            out.append(Problem(path="task.targetNodeTypes", message=f"{s.name} has no node types"))
+            break
+        if t not in s.node_types:
+            out.append(
+                Problem(
+                    path="task.targetNodeTypes",
+                    message=f"{s.name} has no node type {t!r} (node types: {', '.join(s.node_types)})",
+                )
+            )
+    for name in spec.training.edge_type_fanouts or {}:
+        try:
+            edge_type_index(s.canonical_etypes or [], name)
+        except GraphtrainError as exc:
+            out.append(Problem(path="training.edgeTypeFanouts", message=str(exc).split(": ", 1)[1]))
     return out
 
 

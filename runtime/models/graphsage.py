@@ -14,6 +14,7 @@ from graphtrain.contract.spec import GNNModel
 from graphtrain.runtime.graph.loader import Block
 from graphtrain.runtime.models.entry import BlockWork, GNNEntry, GNNShape
 from graphtrain.runtime.models.layers import SparseProduct
+from graphtrain.runtime.models.relational import RGCN, relational_macs
 from graphtrain.runtime.native.nn import relu_dropout
 
 
@@ -125,13 +126,22 @@ class GraphSAGE(nn.Module):
 
 
 def build(variant: GNNModel, shape: GNNShape) -> nn.Module:
+    """GraphSAGE; on a typed graph (several relations) one mean and weight per relation, summed, beside
+    one self weight (DGL's HeteroGraphConv of SAGEConvs, its self terms merged): rgcn's layer with a
+    full weight per relation, as is a mean weighted by edge features (model.edgeWeight)."""
+    weighted = bool(getattr(variant, "edge_weight", False))
+    if shape.num_relations > 1 or weighted:
+        return RGCN(variant, shape, num_bases=None, self_loop=True, edge_weight=weighted)
     return GraphSAGE(
         shape.in_dim, variant.hidden_dim, shape.out_dim, variant.num_layers, variant.dropout, shape.frozen
     )
 
 
 def macs(variant: GNNModel, shape: GNNShape, blocks: BlockWork) -> float:
-    """Each SAGEConv's two linear maps of its destinations and the mean over its edges."""
+    """Each SAGEConv's two linear maps of its destinations and the mean over its edges (a typed
+    graph's: rgcn's count)."""
+    if shape.num_relations > 1 or getattr(variant, "edge_weight", False):
+        return relational_macs(variant, shape, blocks, None)
     total = 0.0
     dims = shape.dims(variant)
     for (dst, edges), d_in, d_out in zip(blocks, dims[:-1], dims[1:], strict=True):

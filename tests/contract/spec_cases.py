@@ -95,12 +95,14 @@ SAMPLES: dict[str, Any] = {
     "edgeFeatures": True,
     "numBases": 2,
     "selfLoop": False,
+    "edgeWeight": True,
     "entityEmbedding": "entity",
     "relationEmbedding": "relation",
     "norm": 2,
     "negatives": 4,
     "loss": "margin",
     "margin": 2.0,
+    "targetNodeTypes": ["noun"],
 }
 
 
@@ -130,6 +132,16 @@ def kind_breaks() -> dict[str, Doc]:
             out[f"{part}-{camel}-kinds"] = edit(base, lambda s, p=part, c=camel: s[p].update({c: SAMPLES[c]}))
     return out
 
+
+# a typed graph from files, for the rules of graph.nodes and graph.edges
+TYPED_FILES = {
+    "nodes": [
+        {"type": "paper", "files": ["papers.csv"], "features": ["year"], "label": "topic"},
+        {"type": "author", "files": ["authors.csv"]},
+    ],
+    "edges": [{"relation": ["author", "writes", "paper"], "files": ["writes.csv"]}],
+}
+TYPED = edit(GRAPHSAGE, lambda s: s.update(graph=TYPED_FILES, embeddings=[], model={"kind": "graphsage"}))
 
 # rule name -> a document that breaks it (and as few others as it can)
 BREAKS: dict[str, Doc] = {
@@ -201,6 +213,31 @@ BREAKS: dict[str, Doc] = {
         GRAPHSAGE, _toleration({"key": "gpu", "operator": "Exists", "value": "a100"})
     ),
     "toleration-key-or-exists": edit(GRAPHSAGE, _toleration({"value": "a100"})),
+    "edge-type-fanouts-per-layer": edit(
+        GRAPHSAGE, lambda s: s.update(training={"edgeTypeFanouts": {"a": [1]}})
+    ),
+    "edge-type-fanouts-range": edit(
+        GRAPHSAGE, lambda s: s.update(training={"edgeTypeFanouts": {"a": [1, -2]}})
+    ),
+    "attention-heads-divide-width": edit(
+        GRAPHSAGE, lambda s: s.update(model={"kind": "gat", "nodeEmbedding": "node", "heads": 3})
+    ),
+    "edge-columns-distinct": edit(
+        TYPED, lambda s: s["graph"]["edges"][0].update(sourceColumn="x", destinationColumn="x")
+    ),
+    "node-id-column-not-data": edit(TYPED, lambda s: s["graph"]["nodes"][0].update(idColumn="year")),
+    "graph-nodes-with-edges": edit(TYPED, lambda s: s["graph"].pop("edges")),
+    "graph-edge-node-types": edit(
+        TYPED, lambda s: s["graph"]["edges"][0].update(relation=["editor", "writes", "paper"])
+    ),
+    "graph-node-types-distinct": edit(
+        TYPED, lambda s: s["graph"]["nodes"].append({"type": "author", "files": ["b"]})
+    ),
+    "graph-edge-types-distinct": edit(
+        TYPED,
+        lambda s: s["graph"]["edges"].append({"relation": ["author", "writes", "paper"], "files": ["c"]}),
+    ),
+    "graph-typed-dataset": edit(TRANSE, lambda s: s["graph"].update(typed=True, dataset="nations")),
     "toleration-seconds-no-execute": edit(
         GRAPHSAGE, _toleration({"key": "gpu", "effect": "NoSchedule", "tolerationSeconds": 60})
     ),
