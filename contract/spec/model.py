@@ -1,6 +1,6 @@
 """spec.model: the model trained, one kind each with only its own fields (variants.py).
 
-GNNs (graphsage, gat, rgcn) encode nodes from their features and learnable rows through sampled
+GNNs (graphsage, gat, rgcn, rgat) encode nodes from their features and learnable rows through sampled
 neighbourhoods; knowledge-graph embeddings (transe, distmult) score (head, relation, tail) triples from
 an entity and a relation table. Which task a model serves is the task's business (task.py); each kind
 says which tasks it can serve (TASKS). A new model is a Variant here, in MODELS, beside its module in
@@ -131,6 +131,26 @@ class RGCNModel(GNNModel):
     )
 
 
+class RGATModel(GNNModel):
+    """Relational graph attention: per relation its own weight and attention, softmax over a node's
+    in-neighbours of that relation, the relations summed."""
+
+    KIND: ClassVar[str] = "rgat"
+
+    heads: int = Field(default=4, ge=1, le=64, description="Attention heads per layer.")
+    attention_dropout: float = Field(
+        default=0.0, ge=0, lt=1, description="Dropout probability of the attention weights."
+    )
+    negative_slope: float = Field(
+        default=0.2, ge=0, le=1, description="Slope of the LeakyReLU of the attention logits."
+    )
+    edge_features: bool = Field(
+        default=False,
+        description="Read each sampled edge's features (graph edge features, efeat) in the attention "
+        "logits and the messages. False: edges carry no data into the model.",
+    )
+
+
 class KGEModel(Variant):
     """A knowledge-graph embedding: an entity and a relation table, a score per triple."""
 
@@ -168,6 +188,7 @@ MODELS: tuple[type[Variant], ...] = (
     GraphSAGEModel,
     GATModel,
     RGCNModel,
+    RGATModel,
     TransEModel,
     DistMultModel,
 )
@@ -192,11 +213,11 @@ if TYPE_CHECKING:  # a class made at import: to a static checker, the flat union
 else:
     ModelSpec = wire_model(
         "ModelSpec",
-        "The model trained: one kind (graphsage, gat, rgcn; transe, distmult) with its own fields.",
+        "The model trained: one kind (graphsage, gat, rgcn, rgat; transe, distmult) with its own fields.",
         MODELS,
         prefix="model",
         default_kind="graphsage",
-        kind_description="graphsage, gat, rgcn: GNNs over sampled neighbourhoods (node "
+        kind_description="graphsage, gat, rgcn, rgat: GNNs over sampled neighbourhoods (node "
         "classification); transe, distmult: knowledge-graph embeddings scored on (head, relation, tail) "
         "triples.",
         extra_fields=_MOVED,  # type: ignore[arg-type]

@@ -9,10 +9,10 @@ how to add one.
 
 from __future__ import annotations
 
-from graphtrain.runtime.models import distmult, gat, graphsage, rgcn, transe
+from graphtrain.runtime.models import distmult, gat, graphsage, rgat, rgcn, transe
 from graphtrain.runtime.models.entry import BlockWork, GNNEntry, GNNShape, KGEEntry
 
-GNNS: dict[str, GNNEntry] = {m.ENTRY.kind: m.ENTRY for m in (graphsage, gat, rgcn)}
+GNNS: dict[str, GNNEntry] = {m.ENTRY.kind: m.ENTRY for m in (graphsage, gat, rgcn, rgat)}
 KGES: dict[str, KGEEntry] = {m.ENTRY.kind: m.ENTRY for m in (transe, distmult)}
 
 

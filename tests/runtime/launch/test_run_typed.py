@@ -2,7 +2,7 @@
 writes (users, items and shops; a user's label only its edges' ratings tell):
 
 - GAT reading edge features classifies the users (>= 0.95 test accuracy, issue 44's acceptance); the
-  same run without them cannot (near chance);
+  same run without them cannot (near chance); RGAT's per-relation attention reads them too;
 - R-GCN on 2 shard servers x 2 trainers, sampling per edge type and training the user type only, trains,
   resumes from its checkpoint with more epochs, and `graphtrain predict` answers per user by the user's
   own id.
@@ -64,6 +64,15 @@ def test_gat_learns_a_label_only_edge_features_carry(shop: Path) -> None:
     assert accuracy[False] <= 0.65, accuracy  # two balanced classes: chance is 0.5
 
 
+def test_rgat_reads_the_edge_features_in_its_per_relation_attention(shop: Path) -> None:
+    model = {"kind": "rgat", "hiddenDim": 32, "heads": 4, "dropout": 0.1, "edgeFeatures": True}
+    spec = variant(shop, "shop-rgat", model)
+    run = shop / "runs" / spec.stem
+    res = graphtrain("run", str(spec), "--standalone", "--run-dir", str(run), cwd=shop)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert result(run)["test_accuracy"] >= 0.95, result(run)
+
+
 def test_rgcn_on_shard_servers_samples_per_type_resumes_and_predicts_by_user_id(shop: Path) -> None:
     model = {"kind": "rgcn", "hiddenDim": 16, "numBases": 2, "dropout": 0.1}
     spec = variant(
@@ -75,14 +84,15 @@ def test_rgcn_on_shard_servers_samples_per_type_resumes_and_predicts_by_user_id(
     run = shop / "runs" / "shop-rgcn"
     res = graphtrain("run", str(spec), "--run-dir", str(run), cwd=shop)
     assert res.returncode == 0, res.stderr[-3000:]
-    assert 0.5 <= result(run)["test_accuracy"] <= 1.0
+    # without the edge features no model can beat chance here (0.5): the run trains, that is all
+    assert 0.4 <= result(run)["test_accuracy"] <= 1.0, result(run)
     doc = yaml.safe_load(spec.read_text())
     doc["spec"]["training"]["epochs"] = 3
     spec.write_text(yaml.safe_dump(doc))
     res = graphtrain("run", str(spec), "--run-dir", str(run), "--resume", cwd=shop)
     assert res.returncode == 0, res.stderr[-3000:]
     assert "resuming" in (res.stdout + res.stderr)
-    assert result(run)["epoch"] == 3 if "epoch" in result(run) else True
+    assert result(run)["last_epoch"] == 3, result(run)
     out = shop / "predictions.csv"
     res = graphtrain(
         "predict",

@@ -12,6 +12,7 @@ import torch
 from torch.nn import functional
 
 from graphtrain.contract.spec import GATModel, GraphSAGEModel, RGCNModel
+from graphtrain.contract.spec.model import RGATModel
 from graphtrain.runtime.models import GNNShape, gnn_entry
 from tests.runtime.collective import ranks
 from tests.runtime.models.test_layers import block
@@ -20,6 +21,7 @@ VARIANTS = {
     "graphsage": GraphSAGEModel(hidden_dim=8, dropout=0.0),
     "gat": GATModel(hidden_dim=8, heads=2, dropout=0.0),
     "rgcn": RGCNModel(hidden_dim=8, num_bases=2, dropout=0.0),
+    "rgat": RGATModel(hidden_dim=8, heads=2, dropout=0.0, edge_features=True),
 }
 SHAPE = GNNShape(5, 3, num_relations=3, edge_dim=2)
 

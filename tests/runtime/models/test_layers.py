@@ -1,5 +1,5 @@
 """The GNN layers against their definitions written edge by edge: the relational mean and per-relation
-weights, edge softmax and the attention sum with their gradients, GAT and R-GCN forward and
+weights, edge softmax and the attention sum with their gradients, GAT, RGAT and R-GCN forward and
 backward on a small block."""
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ import torch
 from torch.nn import functional
 
 from graphtrain.contract.spec import GATModel, GraphSAGEModel, RGCNModel
+from graphtrain.contract.spec.model import RGATModel
 from graphtrain.runtime.graph.loader import Block, mean_matrices
 from graphtrain.runtime.models import GNNShape, gnn_entry
 from graphtrain.runtime.models.layers import attention_sum, edge_softmax, relation_pairs
@@ -115,8 +116,9 @@ def test_gat_layer_is_its_definition() -> None:
         GraphSAGEModel(hidden_dim=8, edge_weight=True),
         GATModel(hidden_dim=8, heads=2),
         RGCNModel(hidden_dim=8, num_bases=2),
+        RGATModel(hidden_dim=8, heads=2, edge_features=True),
     ],
-    ids=["sage-typed", "sage-weighted", "gat", "rgcn"],
+    ids=["sage-typed", "sage-weighted", "gat", "rgcn", "rgat"],
 )
 def test_every_gnn_learns_a_small_typed_task_and_gives_its_hidden_layer(variant: object) -> None:
     """Two layers on fixed blocks: the loss falls, every parameter gets a gradient, hidden() has the
