@@ -67,6 +67,7 @@ class SpecSummary(ApiModel):
     """The spec in a few fields: what is trained, on what, by how many processes."""
 
     graph: str = Field(description="The dataset's name, or the path of the graph's file.")
+    task: str = Field(description="What is learned: nodeClassification or kge.")
     model: ModelKind
     epochs: int
     batch_size: int
@@ -176,7 +177,8 @@ class Health(ApiModel):
 def spec_summary(spec: GraphTrainingSpec) -> SpecSummary:
     return SpecSummary(
         graph=spec.graph.described,
-        model=spec.model.kind,
+        task=spec.task_kind,
+        model=ModelKind(spec.model.kind),
         epochs=spec.training.epochs,
         batch_size=spec.training.batch_size,
         partition_algorithm=spec.partition.algorithm,

@@ -200,7 +200,7 @@ def throughput(work: Path, threads: int, with_dgl: bool, rows: list[list[str]]) 
             else:
                 t = doc["spec"]
                 argv = dgl_cmd(dgl, "transe", work / "gene-kg.npz", "--dim", str(t["embeddings"][0]["dim"]))
-                argv += ["--negatives", str(t["model"]["negatives"]), "--steps", "60"]
+                argv += ["--negatives", str(t["task"]["negatives"]), "--steps", "60"]
                 argv += ["--batch-size", str(t["training"]["batchSize"]), "--threads", str(threads)]
                 base = run_json(argv)["triples_per_second"]
         rows.append(
@@ -258,8 +258,8 @@ def kge(work: Path, threads: int, with_pykeen: bool, seeds: int, rows: list[list
                         "training.batchSize": s["batch"],
                         "training.evalEvery": 1000,
                         "training.checkpointInterval": 10**9,
-                        "model.negatives": s["negatives"],
-                        "model.loss": s["loss"],
+                        "task.negatives": s["negatives"],
+                        "task.loss": s["loss"],
                     },
                 )
                 doc["metadata"]["name"] = f"{dataset}-{model}"

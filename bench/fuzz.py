@@ -3,7 +3,7 @@
 CI fuzzes for about a minute (tests/runtime/kvstore/test_fuzz.py, hypothesis); this runs for as long as
 asked, guided by coverage of graphtrain.runtime.kvstore. An input is a list of frames, each a 2-byte
 big-endian length and its bytes; the corpus starts from one valid request of every op, which libFuzzer
-mutates. Each input goes through protocol.parse_request, protocol.validate and a Dispatcher over an
+mutates. Each input goes through protocol.parse_request, opargs.validate and a Dispatcher over an
 in-process shard holding a table under Adam, as a server's worker runs it. A finding is any of:
 - an exception other than ProtocolError, GraphtrainError or ValueError;
 - a refused request that changed a stored row or optimizer state;
@@ -31,7 +31,7 @@ import torch
 
 with atheris.instrument_imports(include=["graphtrain.runtime.kvstore"]):
     from graphtrain.runtime.errors import GraphtrainError
-    from graphtrain.runtime.kvstore import protocol
+    from graphtrain.runtime.kvstore import opargs, protocol
     from graphtrain.runtime.kvstore import state as shard_state
     from graphtrain.runtime.kvstore.dispatch import Dispatcher
 
@@ -114,7 +114,7 @@ def make_target(shard: Shard):  # noqa: ANN201
         before = shard.snapshot()
         try:
             req = protocol.parse_request(frames_of(data))
-            out = d.run(req, protocol.validate(req), who=("fuzz", req.rid))
+            out = d.run(req, opargs.validate(req), who=("fuzz", req.rid))
             while out is not None and hasattr(out, "done") and not out.done:
                 out.next()
             if req.op == "barrier" and out is None:

@@ -67,7 +67,7 @@ def costs_here(workdir: Path) -> Costs:
     spec_path.write_text(spec_for(2, 3))
     gt = load_yaml(spec_path.read_text())
     cfg = load_config(capacity.partition_for(gt, spec_path, None, workdir / "calibrate-partition"))
-    return calibrate(cfg, planning.sage_dims(gt.spec, cfg), list(gt.spec.training.fanouts))
+    return calibrate(cfg, *planning.gnn_of(gt.spec, cfg), list(gt.spec.training.fanouts))
 
 
 SPIN = (

@@ -37,7 +37,7 @@ from graphtrain.contract.spec import (
     rules_of,
 )
 
-_DROP = {"title", "discriminator"}
+_DROP = {"title", "discriminator", "propertyNames"}  # map keys: checked by the Python side only
 
 
 class _FactoryDefaults(GenerateJsonSchema):

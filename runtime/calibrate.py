@@ -35,9 +35,11 @@ from typing import Any
 
 import numpy as np
 
+from graphtrain.contract.spec import GNNModel
 from graphtrain.runtime import cpus
+from graphtrain.runtime.models import GNNShape
 from graphtrain.runtime.partition.format import PartitionConfig
-from graphtrain.runtime.steptime import OPS, Costs, UnitCost, sage_macs, touch_counts
+from graphtrain.runtime.steptime import OPS, Costs, UnitCost, touch_counts
 
 EMB_DIM = 128
 
@@ -294,8 +296,10 @@ def _round(
     return out
 
 
-def dense(cfg: PartitionConfig, dims: list[int], batch: int, fanouts: list[int], rounds: int) -> UnitCost:
-    """GraphSAGE's forward, backward and Adam step per multiply-add and per step (its fixed part:
+def dense(
+    cfg: PartitionConfig, variant: GNNModel, shape: GNNShape, batch: int, fanouts: list[int], rounds: int
+) -> UnitCost:
+    """The spec's GNN's forward, backward and Adam step per multiply-add and per step (its fixed part:
     launching each layer's ops, the optimizer's loop over the parameters) on torch's threads as set,
     over blocks sampled from in-process shards: `batch` seeds and a quarter of them, alternating."""
     import torch
@@ -303,13 +307,14 @@ def dense(cfg: PartitionConfig, dims: list[int], batch: int, fanouts: list[int],
     from graphtrain.runtime.graph import DistGraph, sample_blocks
     from graphtrain.runtime.graph.dist_graph import standalone_client
     from graphtrain.runtime.graph.split import node_split
-    from graphtrain.runtime.train.models import GraphSAGE
+    from graphtrain.runtime.models import gnn_entry
 
     client = standalone_client(cfg.path)
     graph = DistGraph(cfg, client)
     ids = node_split(cfg, "train", 0, 1)
     rng = np.random.default_rng(1)
-    model = GraphSAGE(dims[0], dims[1], dims[-1], len(dims) - 1, 0.5)
+    entry = gnn_entry(variant.KIND)
+    model = entry.build(variant, shape)
     opt = torch.optim.Adam(model.parameters(), lr=0.001)
     sizes = [size for _ in range(rounds) for size in (batch, max(1, batch // 4))]
     picks = [rng.choice(ids, min(size, len(ids)), replace=False) for size in sizes]
@@ -319,26 +324,28 @@ def dense(cfg: PartitionConfig, dims: list[int], batch: int, fanouts: list[int],
     for mb in batches:
 
         def step(mb: Any = mb) -> float:
-            x = torch.randn(len(mb.input_nodes), dims[0])
-            y = torch.randint(0, dims[-1], (len(mb.seeds),))
+            x = torch.randn(len(mb.input_nodes), shape.in_dim)
+            y = torch.randint(0, shape.out_dim, (len(mb.seeds),))
             loss = torch.nn.functional.cross_entropy(model(mb.blocks, x), y)
             opt.zero_grad()
             loss.backward()
             opt.step()
-            return sage_macs([(b.num_dst, len(b.src)) for b in mb.blocks], dims)
+            return entry.macs(variant, shape, [(b.num_dst, len(b.src)) for b in mb.blocks])
 
         timed.append(clock.time(step))
     return fit(timed[0::2], timed[1::2], touches=1)
 
 
-def threaded(cfg: PartitionConfig, dims: list[int], batch: int, fanouts: list[int], rounds: int) -> UnitCost:
+def threaded(
+    cfg: PartitionConfig, variant: GNNModel, shape: GNNShape, batch: int, fanouts: list[int], rounds: int
+) -> UnitCost:
     """dense() on a thread per core (a trainer alone on its host runs that many): the CPU all threads
     burn, spinning for each other included."""
     import torch
 
     torch.set_num_threads(max(1, int(cpus.available_cores())))
     try:
-        return dense(cfg, dims, batch, fanouts, rounds)
+        return dense(cfg, variant, shape, batch, fanouts, rounds)
     finally:
         torch.set_num_threads(1)
 
@@ -391,13 +398,14 @@ def allreduce_rounds(nbytes: int, rounds: int) -> list[Round]:
 
 def calibrate(
     cfg: PartitionConfig,
-    dims: list[int],
+    variant: GNNModel,
+    shape: GNNShape,
     fanouts: list[int],
     batch: int = 512,
     rounds: int = 8,
     say: Callable[[str], None] = lambda _: None,
 ) -> Costs:
-    """This build's unit costs, measured on `cfg`'s partition with a GraphSAGE of widths `dims`."""
+    """This build's unit costs, measured on `cfg`'s partition with the GNN `variant` built in `shape`."""
     import torch
 
     say("calibrating: other load on the cores")
@@ -405,7 +413,7 @@ def calibrate(
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        ops = _ops(cfg, dims, fanouts, batch, rounds, say)
+        ops = _ops(cfg, variant, shape, fanouts, batch, rounds, say)
     finally:
         torch.set_num_threads(threads)
     return Costs(
@@ -419,7 +427,8 @@ def calibrate(
 
 def _ops(
     cfg: PartitionConfig,
-    dims: list[int],
+    variant: GNNModel,
+    shape: GNNShape,
     fanouts: list[int],
     batch: int,
     rounds: int,
@@ -440,8 +449,8 @@ def _ops(
     say("calibrating: the dense model")
     # rounds of tens of milliseconds: the least of 8 still moved by 25 % from one calibration to the next
     # (a timer, the poller of a benchmark), the least of 32 by 3 %
-    ops["dense"] = dense(cfg, dims, batch, fanouts, 4 * rounds)
-    ops["dense_threaded"] = threaded(cfg, dims, batch, fanouts, 4 * rounds)
+    ops["dense"] = dense(cfg, variant, shape, batch, fanouts, 4 * rounds)
+    ops["dense_threaded"] = threaded(cfg, variant, shape, batch, fanouts, 4 * rounds)
     say("calibrating: all-reduce")
     ops["allreduce"] = allreduce(2 * rounds)
     return ops

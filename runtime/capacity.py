@@ -32,9 +32,10 @@ from graphtrain.contract.spec import (
     Device,
     GraphTrainingSpec,
     MemoryNeed,
-    ModelKind,
     Problem,
     Sharding,
+    gnn,
+    is_gnn,
     quantity_to_bytes,
 )
 from graphtrain.runtime.kvstore.sizes import share, state_bytes
@@ -268,7 +269,7 @@ def replay(spec: GraphTrainingSpec, cfg: PartitionConfig, hosts: int, rank: int,
     counting = CountingTransport(inner.transport, [s % hosts for s in range(cfg.num_parts)], rank % hosts)
     client = KVClient(counting)
     graph = DistGraph(cfg, client)
-    m, tr = spec.model, spec.training
+    m, tr = gnn(spec.model), spec.training
     table = next((t for t in spec.embeddings if t.name == m.node_embedding), None)
     emb = DistEmbedding(graph.num_nodes, table.dim, table.name, client=client) if table else None
     opt = SparseAdam([emb], lr=0.001) if emb is not None else None
@@ -329,22 +330,24 @@ def allreduce_bytes(
     """Bytes one trainer sends (and receives) per step in DDP's all-reduce of the dense gradients: a
     ring moves 2 (W-1)/W of them each way, and across hosts whenever there are several (ring
     neighbours r and r+1 are on different hosts r mod H and r+1 mod H)."""
-    from graphtrain.runtime.train.models import GraphSAGE
+    from graphtrain.runtime.models import GNNShape, gnn_entry
 
     world = spec.trainers.replicas
     if world < 2 or hosts < 2:
         return 0.0
-    m = spec.model
+    m = gnn(spec.model)
     feat_dim = int(feat.shape[1]) if feat is not None else 0
     split = emb_dim > 0 and feat_dim > 0
-    model = GraphSAGE(
+    classes = int(cfg.data.get("num_classes") or 2)
+    edges = (cfg.data.get("edata") or {}).get("efeat")
+    shape = GNNShape(
         feat_dim + emb_dim,
-        m.hidden_dim,
-        int(cfg.data.get("num_classes") or 2),
-        m.num_layers,
-        m.dropout,
+        classes,
         frozen=feat_dim if split else 0,
+        num_relations=max(1, len(cfg.data.get("canonical_etypes") or [])),
+        edge_dim=int(edges["shape"][1]) if edges else 0,
     )
+    model = gnn_entry(m.KIND).build(m, shape)
     grads = sum(p.numel() for p in model.parameters() if p.requires_grad) * 4
     return 2 * (world - 1) / world * grads
 
@@ -380,11 +383,7 @@ class CapacityPlan:
 
 def make_plan(spec: GraphTrainingSpec, cfg: PartitionConfig, hosts: int) -> CapacityPlan:
     replicas = spec.trainers.replicas
-    wires = (
-        [replay(spec, cfg, hosts, r) for r in range(replicas)]
-        if spec.model.kind == ModelKind.graphsage
-        else []
-    )
+    wires = [replay(spec, cfg, hosts, r) for r in range(replicas)] if is_gnn(spec.model.kind) else []
     roles = [
         partition_need(cfg, feature_bytes(cfg)),
         *(shard_need(spec, cfg, s) for s in range(cfg.num_parts)),

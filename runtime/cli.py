@@ -26,14 +26,16 @@ from rich.markup import escape
 
 from graphtrain.contract.roles import ENV_TOKEN, PartitionParams, ShardServerParams, TrainParams
 from graphtrain.contract.spec import (
+    KGE,
     FileFormat,
     GraphSource,
     GraphTrainingSpec,
-    ModelKind,
     NodeIds,
     SpecError,
     TriplesSource,
     load_yaml,
+    old_form_notes,
+    yaml_document,
 )
 from graphtrain.runtime.errors import GraphtrainError, data_warnings
 from graphtrain.runtime.roles.options import role_command
@@ -105,11 +107,16 @@ def validate(
     """Validate GraphTraining specs and report every problem in each (exit 1 if any is invalid).
 
     After the schema, the spec's inputs are loaded (paths relative to the spec's directory) and checked
-    against what the model needs (labels, features, triples, sizes), unless --no-data."""
+    against what the model needs (labels, features, triples, sizes), unless --no-data. A spec in the old
+    form (no spec.task: the model kind stood for the task) is valid, and the lines after it say how to
+    write it in the new form."""
     bad = 0
     for path in specs:
+        rewrite: list[str] = []
         try:
-            gt = load_yaml(_read(path))
+            text = _read(path)
+            gt = load_yaml(text)
+            rewrite = old_form_notes((yaml_document(text) or {}).get("spec"))
             found, note = ([], "") if no_data else _data_problems(gt.spec, path.parent, data_dir)
         except SpecError as exc:
             found, note = list(exc.problems), ""
@@ -118,7 +125,10 @@ def validate(
             err.print(f"{path}: {exc}", highlight=False, markup=False)
             continue
         if not found:
-            out.print(f"{path}: valid{note}", markup=False)
+            old = " (old form; in the new form:)" if rewrite else ""
+            out.print(f"{path}: valid{note}{old}", markup=False)
+            for line in rewrite:
+                out.print(f"  - {line}", markup=False)
             continue
         bad += 1
         if len(found) == 1:
@@ -132,26 +142,17 @@ def validate(
 
 
 def _data_problems(spec: GraphTrainingSpec, base_dir: Path, data_dir: Path | None) -> tuple[list[Any], str]:
-    """The requirements problems of `spec`'s data, and a note when the data could not be read yet (a
-    bundled dataset not fetched: validate downloads nothing; a control-plane install without the
-    runtime's numpy and scipy, as in the operator's image, checks the spec alone)."""
+    """planning.data_problems, and its notes as warning lines; a control-plane install without the
+    runtime's numpy and scipy (the operator's image) checks the spec alone, saying so."""
     try:
-        from graphtrain.runtime import capacity
-        from graphtrain.runtime.data import datasets
-        from graphtrain.runtime.data.checks import review
+        from graphtrain.runtime.planning import data_problems
     except ModuleNotFoundError as exc:
         return [], f" (data not checked: {exc.name} is not installed: pip install 'graphtrain[runtime]')"
-
-    dataset = spec.graph.dataset
-    if dataset is not None and not datasets.is_fetched(str(dataset), data_dir):
-        return [], f" (data not checked: dataset {dataset} is not fetched; `graphtrain data fetch {dataset}`)"
     with shown_warnings():
-        graph = datasets.load_source(spec.graph, data_dir, base_dir=base_dir)
-        found, notes = review(spec, graph)
-    found = [*found, *capacity.limit_problems(spec, graph)]
+        found, notes, unchecked = data_problems(spec, base_dir, data_dir)
     for note in notes:
         warn(note)
-    return list(found), ""
+    return found, unchecked
 
 
 def warn(message: str) -> None:
@@ -441,7 +442,7 @@ def predict(
     from graphtrain.runtime.report import answer_table
 
     gt = load_yaml(_read(spec_path))
-    kge = gt.spec.model.kind != ModelKind.graphsage
+    kge = gt.spec.task_kind == KGE
     if output is not None:
         outputs.check_target(output, (".parquet", ".csv"), "predictions")
     if kge and relation is None:
@@ -449,7 +450,9 @@ def predict(
             f"model.kind is {gt.spec.model.kind}: ask with --relation and --head (or --tail)"
         )
     if not kge and output is None:
-        raise GraphtrainError("graphsage predictions are per node: give -o OUT.parquet or OUT.csv")
+        raise GraphtrainError(
+            f"{gt.spec.model.kind} predictions are per node: give -o OUT.parquet or OUT.csv"
+        )
     root = ckpt.resolve_checkpoint(checkpoint)
     cfg = outputs.checkpoint_partition(root, partition)
     if kge:

@@ -11,10 +11,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from graphtrain.contract.spec import GraphTrainingSpec
+from graphtrain.contract.spec import GNNModel, GraphSAGEModel, GraphTrainingSpec, gnn, is_gnn
 from graphtrain.contract.spec.base import quantity_to_bytes
 from graphtrain.runtime import capacity, cpus
 from graphtrain.runtime.errors import GraphtrainError
+from graphtrain.runtime.models import GNNShape, gnn_entry
 from graphtrain.runtime.partition.format import PartitionConfig
 from graphtrain.runtime.steptime import (
     Costs,
@@ -22,21 +23,31 @@ from graphtrain.runtime.steptime import (
     StepTime,
     costs_from_dict,
     predict,
-    sage_macs,
     touch_counts,
 )
 
 
-def sage_dims(spec: GraphTrainingSpec, cfg: PartitionConfig) -> list[int]:
-    """GraphSAGE's layer widths for `spec` over `cfg`: input (features and node embedding), hidden
-    layers, classes (as train/node_classification.py builds it)."""
-    m = spec.model
+def gnn_of(spec: GraphTrainingSpec, cfg: PartitionConfig) -> tuple[GNNModel, GNNShape]:
+    """The spec's GNN and the shape it is built in over `cfg`: input (features and node embedding) and
+    classes (as train/node_classification.py builds it)."""
+    m = gnn(spec.model) if is_gnn(spec.model.kind) else GraphSAGEModel()  # a KGE spec calibrates one
     feat = (cfg.data.get("ndata") or {}).get("feat")
     in_dim = int(feat["shape"][1]) if feat and m.use_features else 0
     table = next((t for t in spec.embeddings if t.name == m.node_embedding), None)
     in_dim += table.dim if table else 0
     classes = int(cfg.data.get("num_classes") or 2)
-    return [max(in_dim, 1), *[m.hidden_dim] * (m.num_layers - 1), classes]
+    edges = (cfg.data.get("edata") or {}).get("efeat")
+    return m, GNNShape(
+        max(in_dim, 1),
+        classes,
+        num_relations=num_relations(cfg),
+        edge_dim=int(edges["shape"][1]) if edges else 0,
+    )
+
+
+def num_relations(cfg: PartitionConfig) -> int:
+    """The relations a typed GNN tells apart over `cfg` (1: an untyped graph)."""
+    return max(1, len(cfg.data.get("canonical_etypes") or []))
 
 
 def trainer_threads(spec: GraphTrainingSpec, hosts: int = 1, host_cores: float | None = None) -> int:
@@ -49,19 +60,21 @@ def trainer_threads(spec: GraphTrainingSpec, hosts: int = 1, host_cores: float |
 
 
 def loads(
-    plan: capacity.CapacityPlan, spec: GraphTrainingSpec, dims: list[int], threads: int = 1
+    plan: capacity.CapacityPlan, spec: GraphTrainingSpec, model: tuple[GNNModel, GNNShape], threads: int = 1
 ) -> list[Load]:
     """Each trainer's work per step from the plan's replayed batches (GraphSAGE only: else none): its
     ops, the shards each touches on its host and across hosts, and the all-reduce's ring steps."""
     out = []
     shards, hosts, world = spec.num_shards, max(plan.hosts, 1), spec.trainers.replicas
-    embedding = any(t.name == spec.model.node_embedding for t in spec.embeddings)
+    m, shape = model
+    embedding = any(t.name == m.node_embedding for t in spec.embeddings)
+    entry = gnn_entry(m.KIND)
     for rank, w in enumerate(plan.wires):
         if w.work is None:
             continue
         local = sum(1 for i in range(shards) if i % hosts == rank % hosts)
         touches = touch_counts(
-            len(spec.training.fanouts), 1 + int(spec.model.use_features), embedding, local, shards - local
+            len(spec.training.fanouts), 1 + int(m.use_features), embedding, local, shards - local
         )
         out.append(
             Load(
@@ -69,7 +82,7 @@ def loads(
                 feature_bytes=w.work.feature_bytes,
                 row_bytes=w.work.row_bytes,
                 remote=w.work.remote,
-                macs=sage_macs(w.work.blocks, dims),
+                macs=entry.macs(m, shape, w.work.blocks),
                 allreduce_bytes=w.allreduce,
                 wire_bytes=w.sent + w.received - w.allreduce,
                 path_bytes=max(w.sent, w.received),
@@ -167,7 +180,7 @@ def predicted(
 ) -> StepTime:
     """The plan's step time under `costs`, on hosts of `host_cores` cores (None: this machine's
     cores shared by every host)."""
-    work = loads(plan, spec, sage_dims(spec, cfg), trainer_threads(spec, plan.hosts, host_cores))
+    work = loads(plan, spec, gnn_of(spec, cfg), trainer_threads(spec, plan.hosts, host_cores))
     return predict(costs, work, plan.hosts, bandwidth, host_cores)
 
 
@@ -181,13 +194,13 @@ def run_plan(
     if req.calibrate:
         from graphtrain.runtime.calibrate import calibrate
 
-        costs = calibrate(cfg, sage_dims(spec, cfg), list(spec.training.fanouts), say=say)
+        costs = calibrate(cfg, *gnn_of(spec, cfg), list(spec.training.fanouts), say=say)
         if req.out:
             req.out.write_text(json.dumps(costs.to_dict(), indent=2) + "\n")
             say(f"costs written to {req.out}")
     if costs is not None:
         if not made.wires:
-            return [*lines, "step time: predicted for GraphSAGE only"]
+            return [*lines, "step time: predicted for GNN models only"]
         step = predicted(spec, cfg, made, costs, req.bandwidth, req.cores)
         lines += step_lines(step, spec.training.batch_size)
     return lines
@@ -210,3 +223,24 @@ def plan_command(
     with tempfile.TemporaryDirectory(prefix="graphtrain-plan-") as tmp:
         config = partition or capacity.partition_for(gt, spec_path, data_dir, Path(tmp) / "partition")
         return run_plan(gt.spec, load_config(config), req, say)
+
+
+def data_problems(
+    spec: GraphTrainingSpec, base_dir: Path, data_dir: Path | None
+) -> tuple[list[Any], list[str], str]:
+    """What `graphtrain validate` finds in `spec`'s data: the requirements' problems (each naming a spec
+    field) and the memory limits', the notes on what is probably not meant, and a note when the data
+    could not be read yet (a bundled dataset not fetched: validate downloads nothing)."""
+    from graphtrain.runtime.data import datasets
+    from graphtrain.runtime.data.checks import review
+
+    dataset = spec.graph.dataset
+    if dataset is not None and not datasets.is_fetched(str(dataset), data_dir):
+        return (
+            [],
+            [],
+            f" (data not checked: dataset {dataset} is not fetched; `graphtrain data fetch {dataset}`)",
+        )
+    graph = datasets.load_source(spec.graph, data_dir, base_dir=base_dir)
+    found, notes = review(spec, graph)
+    return [*found, *capacity.limit_problems(spec, graph)], notes, ""

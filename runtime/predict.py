@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from graphtrain.contract.spec import GraphTraining, ModelKind
+from graphtrain.contract.spec import GNN_KINDS, KGE_KINDS, GNNModel, GraphTraining, KGEModel
 from graphtrain.runtime.errors import GraphtrainError
 from graphtrain.runtime.kvstore import checkpoint as ckpt
 from graphtrain.runtime.partition.format import PartitionConfig, load_maps, load_names, load_triples
@@ -176,12 +176,13 @@ def node_outputs(
     """
     from graphtrain.runtime.graph import DistGraph, standalone_client
     from graphtrain.runtime.graph.loader import sample_blocks
+    from graphtrain.runtime.models import GNNShape, gnn_entry
     from graphtrain.runtime.train.inputs import bag_input
-    from graphtrain.runtime.train.models import GraphSAGE
 
-    m = gt.spec.model
-    if m.kind != ModelKind.graphsage:
-        raise GraphtrainError(f"model.kind is {m.kind}: class predictions need graphsage")
+    if not isinstance(gt.spec.model.variant, GNNModel):
+        kinds = ", ".join(GNN_KINDS)
+        raise GraphtrainError(f"model.kind is {gt.spec.model.kind}: class predictions need a GNN ({kinds})")
+    m = gt.spec.model.variant
     num_classes = cfg.data.get("num_classes")
     if not num_classes:
         raise GraphtrainError(f"{cfg.path}: the partition holds no labels (num_classes)")
@@ -203,9 +204,14 @@ def node_outputs(
     split = emb is not None and feat is not None
     learned = [int(t.shape[1]) for t in (emb, bags[0].weight if bags else None) if t is not None]
     in_dim = feat_dim + sum(learned)
-    model = GraphSAGE(
-        in_dim, m.hidden_dim, int(num_classes), m.num_layers, m.dropout, frozen=feat_dim if split else 0
+    shape = GNNShape(
+        in_dim,
+        int(num_classes),
+        frozen=feat_dim if split else 0,
+        num_relations=max(1, len(graph.canonical_etypes)),
+        edge_dim=graph.edge_dim(),
     )
+    model = gnn_entry(m.KIND).build(m, shape)
     state = _dense_state(root)
     why = model_mismatch(
         {k: tuple(v.shape) for k, v in model.state_dict().items()},
@@ -238,7 +244,7 @@ def node_outputs(
             learn, frozen = (e, x) if split else ((e if e is not None else x), None)
             assert learn is not None
             if embeddings:
-                chunks.append(_hidden(model, mb.blocks, learn, frozen))
+                chunks.append(model.hidden(mb.blocks, learn, frozen))
             else:
                 chunks.append(torch.softmax(model(mb.blocks, learn, frozen), dim=1))
     values = torch.cat(chunks).numpy()[back]
@@ -274,17 +280,6 @@ def _feature_bags(m: Any, root: Path, cfg: PartitionConfig) -> tuple[FixedRows, 
     return words, bags, str(m.feature_bag.combiner)
 
 
-def _hidden(model: Any, blocks: list[Any], x: torch.Tensor, frozen: torch.Tensor | None) -> torch.Tensor:
-    """The output of the last hidden layer (before the classifier), as GraphSAGE.forward computes it in
-    evaluation; a one-layer model's is its input (data columns first, as SAGEConv reads them)."""
-    if not blocks:
-        return x if frozen is None else torch.cat([frozen, x], dim=1)
-    h = x
-    for i, (layer, block) in enumerate(zip(model.layers[:-1], blocks, strict=True)):
-        h = torch.relu(layer(block, h, frozen) if i == 0 else layer(block, h))
-    return h
-
-
 # ------------------------------------------------------------------------------------------- KGE
 
 
@@ -312,11 +307,13 @@ def kge_answer(
         GraphtrainError: a label not in the graph (named), both or neither of head and tail, a spec
         that is not a KGE model.
     """
-    from graphtrain.runtime.train import kge_math
+    from graphtrain.runtime.models import kge_entry
 
-    m = gt.spec.model
-    if m.kind not in (ModelKind.transe, ModelKind.distmult):
-        raise GraphtrainError(f"model.kind is {m.kind}: (head, relation, ?) queries need transe or distmult")
+    if not isinstance(gt.spec.model.variant, KGEModel):
+        kinds = ", ".join(KGE_KINDS)
+        raise GraphtrainError(f"model.kind is {gt.spec.model.kind}: (head, relation, ?) queries need {kinds}")
+    m = gt.spec.model.variant
+    entry = kge_entry(m.KIND)
     if (head is None) == (tail is None):
         raise GraphtrainError("give one of --head and --tail (with --relation): the other is what is asked")
     assert m.entity_embedding and m.relation_embedding
@@ -332,13 +329,9 @@ def kge_answer(
     given = int(lookup([head if head is not None else str(tail)], ent_names, "entity")[0])
     with torch.no_grad():
         if head is not None:
-            scores = kge_math.score_all_tails(
-                str(m.kind), ents[given][None], rels[r][None], ents, int(m.norm)
-            )[0]
+            scores = entry.tails(ents[given][None], rels[r][None], ents, m)[0]
         else:
-            scores = kge_math.score_all_heads(
-                str(m.kind), rels[r][None], ents[given][None], ents, int(m.norm)
-            )[0]
+            scores = entry.heads(rels[r][None], ents[given][None], ents, m)[0]
     top = torch.topk(scores, min(k, len(ents)))
     found = top.indices.numpy()
     heads = np.full(len(found), given) if head is not None else found

@@ -139,16 +139,6 @@ class StepTime:
     parts: dict[str, float] = field(default_factory=dict)
 
 
-def sage_macs(blocks: Sequence[tuple[float, float]], dims: Sequence[int]) -> float:
-    """Multiply-adds of a GraphSAGE forward over `blocks` ((dst nodes, edges) per layer, input first)
-    with layer widths `dims` (input, hidden..., classes): each SAGEConv's two linear maps of its
-    destinations and the mean over its edges."""
-    total = 0.0
-    for (dst, edges), d_in, d_out in zip(blocks, dims[:-1], dims[1:], strict=True):
-        total += dst * d_in * d_out * 2 + edges * d_in
-    return total
-
-
 def touch_counts(
     layers: int, fetches: int, embedding: bool, local_shards: int, remote_shards: int
 ) -> dict[str, tuple[float, float]]:

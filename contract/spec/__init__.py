@@ -63,7 +63,6 @@ from graphtrain.contract.spec.enums import (
     FileFormat,
     InitKind,
     KGELoss,
-    ModelKind,
     NonFiniteRule,
     OnFull,
     OptimizerKind,
@@ -86,6 +85,7 @@ from graphtrain.contract.spec.execution import (
 from graphtrain.contract.spec.graph import (
     KG_DATASETS,
     STANDARD_SPLIT_DATASETS,
+    TYPED_DATASETS,
     GraphSource,
     NodeIds,
     Split,
@@ -93,6 +93,7 @@ from graphtrain.contract.spec.graph import (
     TriplesSource,
     cel_list,
 )
+from graphtrain.contract.spec.legacy import notes as old_form_notes
 from graphtrain.contract.spec.loading import (
     MAX_SPEC_BYTES,
     MAX_YAML_DEPTH,
@@ -104,8 +105,23 @@ from graphtrain.contract.spec.loading import (
     yaml_document,
 )
 from graphtrain.contract.spec.model import (
+    GNN_KINDS,
+    KGE_KINDS,
+    MODELS,
+    DistMultModel,
+    FeatureBag,
+    GATModel,
+    GNNModel,
+    GraphSAGEModel,
+    KGEModel,
+    ModelKind,
     ModelSpec,
-    is_kge,
+    RGCNModel,
+    TransEModel,
+    gnn,
+    is_gnn,
+    kge,
+    tasks_of,
 )
 from graphtrain.contract.spec.placement import (
     DNS1123_SUBDOMAIN_OR_EMPTY,
@@ -143,10 +159,19 @@ from graphtrain.contract.spec.tables import (
     Optimizer,
     Vocabulary,
 )
+from graphtrain.contract.spec.task import (
+    KGE,
+    NODE_CLASSIFICATION,
+    TASKS,
+    KGETask,
+    NodeClassificationTask,
+    TaskSpec,
+)
 from graphtrain.contract.spec.training import (
     EarlyStopping,
     Training,
 )
+from graphtrain.contract.spec.typed_graph import EdgeTypeFiles, NodeTypeFiles, TableFormat
 
 __all__ = [
     "API_VERSION",
@@ -240,7 +265,32 @@ __all__ = [
     "VocabularyKind",
     "cel_list",
     "check",
-    "is_kge",
+    "GNN_KINDS",
+    "KGE_KINDS",
+    "MODELS",
+    "DistMultModel",
+    "FeatureBag",
+    "GATModel",
+    "GNNModel",
+    "RGCNModel",
+    "GraphSAGEModel",
+    "KGEModel",
+    "TransEModel",
+    "gnn",
+    "is_gnn",
+    "kge",
+    "tasks_of",
+    "KGE",
+    "NODE_CLASSIFICATION",
+    "TASKS",
+    "KGETask",
+    "NodeClassificationTask",
+    "TaskSpec",
+    "old_form_notes",
+    "EdgeTypeFiles",
+    "NodeTypeFiles",
+    "TableFormat",
+    "TYPED_DATASETS",
     "load_yaml",
     "parse",
     "problems_from_validation",

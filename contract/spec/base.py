@@ -14,6 +14,7 @@ from pydantic import (
     ConfigDict,
     Field,
     GetJsonSchemaHandler,
+    StringConstraints,
     ValidationInfo,
     model_validator,
 )
@@ -49,6 +50,11 @@ _QUANTITY = re.compile(
 MAX_TABLES = 8  # a model reads at most 3 tables
 MAX_LAYERS = 8
 MAX_INIT = 1e38  # |low|, |high| of a uniform init: high - low stays below float32's 3.4e38
+MAX_TYPES = 64  # node types, edge types, files per type, feature columns per file: bounds for CEL's costs
+# A node type's or relation's name: what graph files and typed datasets call it (no ':', which joins the
+# three parts of a canonical edge type "source:relation:destination").
+TYPE_NAME = r"^[A-Za-z_][A-Za-z0-9_.-]*$"
+TypeName = Annotated[str, StringConstraints(min_length=1, max_length=63, pattern=TYPE_NAME)]
 
 
 class SpecModel(BaseModel):

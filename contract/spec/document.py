@@ -4,19 +4,23 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from typing import Literal
+from functools import partial
+from typing import Any, Literal
 
 from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    model_validator,
 )
+from pydantic.alias_generators import to_camel
 
 from graphtrain.contract.spec.base import API_VERSION, DNS1035, KIND, MAX_NAME_LENGTH, MAX_TABLES, SpecModel
 from graphtrain.contract.spec.enums import Backend, Device, Sharding, TableKeys
 from graphtrain.contract.spec.execution import RunPolicy, ShardServers, Storage, Trainers
 from graphtrain.contract.spec.graph import KG_DATASETS, GraphSource, cel_list
-from graphtrain.contract.spec.model import ModelSpec, is_kge
+from graphtrain.contract.spec.legacy import OLD_MODEL_FIELDS, read_old_form
+from graphtrain.contract.spec.model import GNN_KINDS, KGE_KINDS, MODELS, MOVED_TO_TASK, ModelSpec, tasks_of
 from graphtrain.contract.spec.placement import PartitionSpec
 from graphtrain.contract.spec.rules import (
     Rule,
@@ -24,7 +28,9 @@ from graphtrain.contract.spec.rules import (
 )
 from graphtrain.contract.spec.status import GraphTrainingStatus
 from graphtrain.contract.spec.tables import EmbeddingTable
+from graphtrain.contract.spec.task import KGE, NODE_CLASSIFICATION, TaskSpec
 from graphtrain.contract.spec.training import Training
+from graphtrain.contract.spec.variants import cel_or_default, cel_strings, ownership_rules
 
 
 class GraphTrainingSpec(SpecModel):
@@ -40,7 +46,17 @@ class GraphTrainingSpec(SpecModel):
         description="Learnable tables, sharded by row across the shard servers; each is read by one "
         "model input. Default: none.",
     )
-    model: ModelSpec = Field(default_factory=ModelSpec, description="The model trained.")
+    task: TaskSpec | None = Field(
+        default=None,
+        description="What is learned: nodeClassification or kge, with the task's own fields. Unset: the "
+        "model's own task (a GNN classifies nodes, transe and distmult embed a knowledge graph), and the "
+        "spec is read in the old form (model.negatives, loss and margin as the kge task's).",
+    )
+    model: ModelSpec = Field(
+        default_factory=lambda: ModelSpec(kind="graphsage"),
+        description="The model trained: graphsage (a GNN) or transe, distmult (knowledge-graph "
+        "embeddings), each with its own fields.",
+    )
     training: Training = Field(default_factory=Training, description="The training loop.")
     shard_servers: ShardServers = Field(default_factory=ShardServers, description="The shard servers.")
     trainers: Trainers = Field(default_factory=Trainers, description="The trainers.")
@@ -67,9 +83,20 @@ class GraphTrainingSpec(SpecModel):
         description="Container image of the runtime. Unset: the operator's default image.",
     )
 
+    @model_validator(mode="before")
+    @classmethod
+    def _old_form(cls, data: Any) -> Any:
+        """A spec without task is the old form: read into the new one (legacy.py)."""
+        return read_old_form(data)
+
     @property
     def num_shards(self) -> int:
         return self.shard_servers.replicas or self.partition.parts
+
+    @property
+    def task_kind(self) -> str:
+        """The task learned: spec.task's kind, else the model's own."""
+        return self.task.kind if self.task is not None else tasks_of(self.model.kind)[0]
 
 
 # The model inputs that name a table: their path under model (as the user writes it), how the spec
@@ -158,8 +185,66 @@ def _ref_rules(path: str, name_of: Callable[[ModelSpec], str | None], keys: Tabl
     )
 
 
+_GNN = cel_strings(GNN_KINDS)
+_KGE = cel_strings(KGE_KINDS)
+# the task in CEL: spec.task's kind, else the model's own (tasks_of(kind)[0])
+_CEL_TASK = (
+    f"(has(self.task) ? self.task.kind : (self.model.kind in {_KGE} ? '{KGE}' : '{NODE_CLASSIFICATION}'))"
+)
+_CEL_LAYERS = cel_or_default("self.model", ModelSpec, "num_layers", "graphsage")
+_TASK_KINDS = sorted({t for m in MODELS for t in m.TASKS})  # type: ignore[attr-defined]
+_CEL_SERVES = " || ".join(
+    f"(self.task.kind == '{t}' && self.model.kind in {cel_strings([m.KIND for m in MODELS if t in m.TASKS])})"  # type: ignore[attr-defined]
+    for t in _TASK_KINDS
+)
+_SERVERS = "; ".join(
+    f"{t}: {', '.join(m.KIND for m in MODELS if t in m.TASKS)}"  # type: ignore[attr-defined]
+    for t in _TASK_KINDS
+)
+
+
+def _moved_unset(s: GraphTrainingSpec, field: str) -> bool:
+    """An old model field now the task's is not on the model of a spec that has a task."""
+    return s.task is None or getattr(s.model, field) is None
+
+
+def _num_layers(s: GraphTrainingSpec) -> int:
+    layers: int | None = s.model.num_layers
+    return layers if layers is not None else 2
+
+
+# Which model kinds may hold each model field. The old form (no spec.task) may hold the old model's
+# fields on any kind: they are read into the new form (legacy.py), and the API server keeps the
+# defaults the old CRD stored on every training.
+_OLD = {f for f in ModelSpec.model_fields if to_camel(f) in OLD_MODEL_FIELDS}
+_MODEL_OWNERSHIP = (
+    *ownership_rules(
+        ModelSpec, "model", "self.model", lambda s: s.model, sorted(set(ModelSpec.model_fields) - _OLD)
+    ),
+    *ownership_rules(
+        ModelSpec,
+        "model",
+        "self.model",
+        lambda s: s.model,
+        sorted(_OLD),
+        waived=("!has(self.task)", lambda s: s.task is None),
+    ),
+    *(
+        Rule(
+            f"model-{to_camel(f)}-moved",
+            f"model.{to_camel(f)}",
+            partial(_moved_unset, field=f),
+            cel=f"!has(self.task) || !has(self.model.{to_camel(f)})",
+            message=f"is the kge task's: write it as task.{to_camel(f)}",
+        )
+        for f in MOVED_TO_TASK
+    ),
+)
+
+
 add_rules(
     GraphTrainingSpec,
+    *_MODEL_OWNERSHIP,
     Rule(
         "table-names-unique",
         "embeddings",
@@ -186,39 +271,48 @@ add_rules(
     Rule(
         "fanouts-per-layer",
         "training.fanouts",
-        lambda s: is_kge(s.model.kind) or len(s.training.fanouts) == s.model.num_layers,
-        cel="self.model.kind != 'graphsage' || size(self.training.fanouts) == self.model.numLayers",
+        lambda s: s.model.kind not in GNN_KINDS or len(s.training.fanouts) == _num_layers(s),
+        cel=f"!(self.model.kind in {_GNN}) || size(self.training.fanouts) == {_CEL_LAYERS}",
         message="has %d entries but model.numLayers is %d",
         args=(
             ("size(self.training.fanouts)", lambda s: len(s.training.fanouts)),
-            ("self.model.numLayers", lambda s: s.model.num_layers),
+            (_CEL_LAYERS, _num_layers),
         ),
     ),
     Rule(
-        "graphsage-labelled-graph",
+        "task-model",
+        "model.kind",
+        lambda s: s.task is None or s.task.kind in tasks_of(s.model.kind),
+        cel=f"!has(self.task) || {_CEL_SERVES}",
+        message="%s does not learn task %s (" + _SERVERS + ")",
+        args=(("self.model.kind", lambda s: s.model.kind), ("self.task.kind", lambda s: s.task.kind)),
+    ),
+    Rule(
+        "node-classification-labelled-graph",
         "graph.dataset",
-        lambda s: is_kge(s.model.kind) or s.graph.dataset not in KG_DATASETS,
-        cel=f"self.model.kind != 'graphsage' || !has(self.graph.dataset) || "
+        lambda s: s.task_kind != NODE_CLASSIFICATION or s.graph.dataset not in KG_DATASETS,
+        cel=f"{_CEL_TASK} != '{NODE_CLASSIFICATION}' || !has(self.graph.dataset) || "
         f"!(self.graph.dataset in {cel_list(KG_DATASETS)})",
-        message="%s is a knowledge graph without node labels; use model.kind transe or distmult",
+        message="%s is a knowledge graph without node labels; learn it with task kge (model transe or "
+        "distmult)",
         args=(("self.graph.dataset", lambda s: s.graph.dataset),),
     ),
     Rule(
-        "graphsage-no-triples",
+        "node-classification-no-triples",
         "graph.triples",
-        lambda s: is_kge(s.model.kind) or s.graph.triples is None,
-        cel="self.model.kind != 'graphsage' || !has(self.graph.triples)",
-        message="triples carry no node labels to classify; use model.kind transe or distmult",
+        lambda s: s.task_kind != NODE_CLASSIFICATION or s.graph.triples is None,
+        cel=f"{_CEL_TASK} != '{NODE_CLASSIFICATION}' || !has(self.graph.triples)",
+        message="triples carry no node labels to classify; learn them with task kge (model transe or "
+        "distmult)",
     ),
     Rule(
         "kge-knowledge-graph",
         "graph.dataset",
-        lambda s: not is_kge(s.model.kind) or s.graph.dataset in KG_DATASETS or s.graph.triples is not None,
-        cel=f"self.model.kind == 'graphsage' || has(self.graph.triples) || "
+        lambda s: s.task_kind != KGE or s.graph.dataset in KG_DATASETS or s.graph.triples is not None,
+        cel=f"{_CEL_TASK} != '{KGE}' || has(self.graph.triples) || "
         f"(has(self.graph.dataset) && self.graph.dataset in {cel_list(KG_DATASETS)})",
-        message="%s needs graph.triples (your own head/relation/tail files) or graph.dataset naming a "
-        "knowledge graph (" + ", ".join(sorted(KG_DATASETS)) + ")",
-        args=(("self.model.kind", lambda s: s.model.kind),),
+        message="task kge needs graph.triples (your own head/relation/tail files) or graph.dataset naming "
+        "a knowledge graph (" + ", ".join(sorted(KG_DATASETS)) + ")",
     ),
     Rule(
         "shards-per-partition",

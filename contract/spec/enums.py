@@ -110,12 +110,6 @@ class DType(StrEnum):
     bfloat16 = "bfloat16"
 
 
-class ModelKind(StrEnum):
-    graphsage = "graphsage"  # GraphSAGE, mean aggregator, node classification
-    transe = "transe"  # TransE knowledge-graph embedding
-    distmult = "distmult"  # DistMult knowledge-graph embedding
-
-
 class KGELoss(StrEnum):
     margin = "margin"  # pairwise margin ranking
     softplus = "softplus"  # logistic

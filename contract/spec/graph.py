@@ -1,5 +1,5 @@
-"""spec.graph: where the graph comes from (a bundled dataset, a graph file, or triples files) and
-how it is split."""
+"""spec.graph: where the graph comes from (a bundled dataset, a graph file, triples files, or typed node
+and edge files) and how it is split."""
 
 from __future__ import annotations
 
@@ -9,16 +9,24 @@ from pydantic import (
     Field,
 )
 
-from graphtrain.contract.spec.base import SpecModel
+from graphtrain.contract.spec.base import MAX_TYPES, SpecModel
 from graphtrain.contract.spec.enums import Dataset, FileFormat
 from graphtrain.contract.spec.rules import (
     Rule,
     add_rules,
 )
+from graphtrain.contract.spec.typed_graph import (
+    EdgeTypeFiles,
+    NodeTypeFiles,
+    repeated_edge_type,
+    repeated_node_type,
+    undeclared_types,
+)
 
 # ---------------------------------------------------------------------------------------------- spec
 
 KG_DATASETS = {Dataset.gene_kg, Dataset.nations, Dataset.kinships, Dataset.umls}
+TYPED_DATASETS = {Dataset.wordnet, Dataset.gene_pubmed, Dataset.gene_kg}  # graph.typed reads their types
 STANDARD_SPLIT_DATASETS = {Dataset.nations, Dataset.kinships, Dataset.umls}
 
 
@@ -131,7 +139,8 @@ class NodeIds(StrEnum):
 
 
 class GraphSource(SpecModel):
-    """Where the graph comes from: a bundled dataset, a graph file, or triples files (exactly one)."""
+    """Where the graph comes from: a bundled dataset, a graph file, triples files, or typed node and edge
+    files (exactly one)."""
 
     dataset: Dataset | None = Field(
         default=None,
@@ -152,7 +161,28 @@ class GraphSource(SpecModel):
     triples: TriplesSource | None = Field(
         default=None,
         description="A knowledge graph from (head, relation, tail) files, for transe and distmult. Set one "
-        "of dataset, path, triples.",
+        "of dataset, path, triples, nodes.",
+    )
+    nodes: list[NodeTypeFiles] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=MAX_TYPES,
+        description="A typed graph from your own files: one entry per node type (its files, id column, "
+        "features and label), as GraphStorm's graph-construction config's nodes; with graph.edges. Set "
+        "one of dataset, path, triples, nodes.",
+    )
+    edges: list[EdgeTypeFiles] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=MAX_TYPES,
+        description="The typed graph's edges: one entry per canonical edge type [source type, relation, "
+        "destination type] (its files, id columns and features); with graph.nodes.",
+    )
+    typed: bool = Field(
+        default=False,
+        description="Read a bundled dataset with its node and edge types: wordnet (noun, verb, adjective, "
+        "adverb synsets; its 26 pointer relations), gene-pubmed (genes and papers), gene-kg (entities by "
+        "kind, its 13 relations). False: one node and edge set, as before.",
     )
     node_ids: NodeIds = Field(
         default=NodeIds.auto,
@@ -199,13 +229,20 @@ class GraphSource(SpecModel):
 
     @property
     def described(self) -> str:
-        """What the graph is read from, for messages and summaries: the dataset, the graph file, or the
-        training triples file."""
+        """What the graph is read from, for messages and summaries: the dataset, the graph file, the
+        training triples file, or the first node file."""
         if self.dataset is not None:
-            return str(self.dataset)
+            return str(self.dataset) + (" (typed)" if self.typed else "")
         if self.triples is not None:
             return self.triples.path
+        if self.nodes is not None:
+            return self.nodes[0].files[0]
         return str(self.path)
+
+    @property
+    def is_typed(self) -> bool:
+        """The graph has node and edge types: a typed dataset, or typed node and edge files."""
+        return self.typed or self.nodes is not None
 
 
 add_rules(
@@ -213,9 +250,54 @@ add_rules(
     Rule(
         "graph-one-source",
         "",
-        lambda g: [g.dataset, g.path, g.triples].count(None) == 2,
-        cel="(has(self.dataset) ? 1 : 0) + (has(self.path) ? 1 : 0) + (has(self.triples) ? 1 : 0) == 1",
-        message="set exactly one of graph.dataset, graph.path and graph.triples",
+        lambda g: [g.dataset, g.path, g.triples, g.nodes].count(None) == 3,
+        cel="(has(self.dataset) ? 1 : 0) + (has(self.path) ? 1 : 0) + (has(self.triples) ? 1 : 0) + "
+        "(has(self.nodes) ? 1 : 0) == 1",
+        message="set exactly one of graph.dataset, graph.path, graph.triples and graph.nodes",
+    ),
+    Rule(
+        "graph-nodes-with-edges",
+        "edges",
+        lambda g: (g.nodes is None) == (g.edges is None),
+        cel="has(self.nodes) == has(self.edges)",
+        message="graph.nodes and graph.edges describe a typed graph together: set both or neither",
+    ),
+    Rule(
+        "graph-edge-node-types",
+        "edges",
+        lambda g: not undeclared_types(g.nodes, g.edges),
+        cel="!has(self.edges) || !has(self.nodes) || self.edges.all(e, "
+        "self.nodes.exists(n, n.type == e.relation[0]) && self.nodes.exists(n, n.type == e.relation[2]))",
+        message="names node types no graph.nodes entry declares: %s",
+        args=(
+            (
+                "self.edges.filter(e, !self.nodes.exists(n, n.type == e.relation[0]) || "
+                "!self.nodes.exists(n, n.type == e.relation[2])).map(e, e.relation)",
+                lambda g: [e.relation for e in g.edges if set(undeclared_types(g.nodes, [e]))],
+            ),
+        ),
+    ),
+    Rule(
+        "graph-node-types-distinct",
+        "nodes",
+        lambda g: repeated_node_type(g.nodes) is None,
+        cel="!has(self.nodes) || self.nodes.all(n, self.nodes.exists_one(m, m.type == n.type))",
+        message="declare each node type once (list its files together)",
+    ),
+    Rule(
+        "graph-edge-types-distinct",
+        "edges",
+        lambda g: repeated_edge_type(g.edges) is None,
+        cel="!has(self.edges) || self.edges.all(e, self.edges.exists_one(f, f.relation == e.relation))",
+        message="declare each edge type once (list its files together)",
+    ),
+    Rule(
+        "graph-typed-dataset",
+        "typed",
+        lambda g: not g.typed or g.dataset in TYPED_DATASETS,
+        cel=f"!self.typed || (has(self.dataset) && self.dataset in {cel_list(TYPED_DATASETS)})",
+        message="reads a bundled dataset's types (" + ", ".join(sorted(TYPED_DATASETS)) + "); graph.nodes "
+        "and graph.edges are typed by themselves",
     ),
     Rule(
         "graph-node-files-need-path",

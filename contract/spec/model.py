@@ -1,20 +1,24 @@
-"""spec.model: GraphSAGE node classification or a TransE/DistMult knowledge-graph embedding."""
+"""spec.model: the model trained, one kind each with only its own fields (variants.py).
+
+GNNs (graphsage, gat, rgcn, rgat) encode nodes from their features and learnable rows through sampled
+neighbourhoods; knowledge-graph embeddings (transe, distmult) score (head, relation, tail) triples from
+an entity and a relation table. Which task a model serves is the task's business (task.py); each kind
+says which tasks it can serve (TASKS). A new model is a Variant here, in MODELS, beside its module in
+runtime/models/ (docs/architecture.md, "Adding a model").
+"""
 
 from __future__ import annotations
 
-from typing import Literal
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeAlias
 
-from pydantic import (
-    Field,
-)
-from pydantic.alias_generators import to_camel
+from pydantic import Field
 
 from graphtrain.contract.spec.base import IDENT, MAX_LAYERS, SpecModel
-from graphtrain.contract.spec.enums import BagCombiner, KGELoss, ModelKind
-from graphtrain.contract.spec.rules import (
-    Rule,
-    add_rules,
-)
+from graphtrain.contract.spec.enums import BagCombiner
+from graphtrain.contract.spec.rules import Rule, add_rules
+from graphtrain.contract.spec.task import KGE, NODE_CLASSIFICATION, KGETask
+from graphtrain.contract.spec.variants import Variant, WireUnion, cel_or_default, cel_strings, wire_model
 
 
 class FeatureBag(SpecModel):
@@ -35,26 +39,21 @@ class FeatureBag(SpecModel):
     )
 
 
-class ModelSpec(SpecModel):
-    """The model trained: GraphSAGE node classification, or a TransE/DistMult knowledge-graph embedding."""
+class GNNModel(Variant):
+    """What every GNN has: its shape and its inputs (features, a feature bag, a node embedding)."""
 
-    kind: ModelKind = Field(
-        default=ModelKind.graphsage,
-        description="graphsage: GraphSAGE with the mean aggregator, node classification; transe, "
-        "distmult: knowledge-graph embeddings scored on (head, relation, tail) triples.",
-    )
-    hidden_dim: int = Field(default=256, ge=1, le=65536, description="GraphSAGE: width of the hidden layers.")
+    TASKS: ClassVar[tuple[str, ...]] = (NODE_CLASSIFICATION,)
+
+    hidden_dim: int = Field(default=256, ge=1, le=65536, description="Width of the hidden layers.")
     num_layers: int = Field(
         default=2,
         ge=1,
         le=MAX_LAYERS,
-        description="GraphSAGE: number of layers (hops); training.fanouts has one entry per layer.",
+        description="Number of layers (hops); training.fanouts has one entry per layer.",
     )
-    dropout: float = Field(
-        default=0.5, ge=0, lt=1, description="GraphSAGE: dropout probability between layers."
-    )
+    dropout: float = Field(default=0.5, ge=0, lt=1, description="Dropout probability between layers.")
     use_features: bool = Field(
-        default=True, description="GraphSAGE: feed the graph's node features (feat) to the first layer."
+        default=True, description="Feed the graph's node features (feat) to the first layer."
     )
     feature_projection: int | None = Field(
         default=None,
@@ -65,97 +64,230 @@ class ModelSpec(SpecModel):
     )
     feature_bag: FeatureBag | None = Field(
         default=None,
-        description="GraphSAGE: read the graph's sparse node features through a learnable table, each node "
-        "the mean (or sum) of the rows of its nonzero feature columns, in place of featureProjection. "
-        "Unset: the features are read as they are (dense) or projected.",
+        description="Read the graph's sparse node features through a learnable table, each node the mean "
+        "(or sum) of the rows of its nonzero feature columns, in place of featureProjection. Unset: the "
+        "features are read as they are (dense) or projected.",
     )
     node_embedding: str | None = Field(
         default=None,
         max_length=63,
         pattern=IDENT,
-        description="GraphSAGE: name of a table (keys: nodes) giving a learnable input per node, beside or "
-        "instead of the features. Unset: features only.",
+        description="Name of a table (keys: nodes) giving a learnable input per node, beside or instead of "
+        "the features. Unset: features only.",
     )
+
+
+class GraphSAGEModel(GNNModel):
+    """GraphSAGE with the mean aggregator (DGL's SAGEConv); on a typed graph, one per relation, summed."""
+
+    KIND: ClassVar[str] = "graphsage"
+
+    edge_weight: bool = Field(
+        default=False,
+        description="Weight each sampled in-neighbour by its edge's first feature (graph edge features, "
+        "efeat[0], non-negative) in the mean: sum of w h over sum of w. False: a plain mean.",
+    )
+
+
+class GATModel(GNNModel):
+    """Graph attention (DGL's GATConv): multi-head attention over the sampled in-neighbours, heads
+    concatenated between layers and averaged at the output; edge features may enter the attention and
+    the messages."""
+
+    KIND: ClassVar[str] = "gat"
+
+    heads: int = Field(default=4, ge=1, le=64, description="Attention heads per layer.")
+    attention_dropout: float = Field(
+        default=0.0, ge=0, lt=1, description="Dropout probability of the attention weights."
+    )
+    negative_slope: float = Field(
+        default=0.2, ge=0, le=1, description="Slope of the LeakyReLU of the attention logits."
+    )
+    edge_features: bool = Field(
+        default=False,
+        description="Read each sampled edge's features (graph edge features, efeat) in the attention "
+        "logits and the messages. False: edges carry no data into the model.",
+    )
+
+
+class RGCNModel(GNNModel):
+    """Relational GCN (Schlichtkrull et al.; DGL's RelGraphConv): a weight per relation over the mean of
+    a node's in-neighbours by that relation, plus a self-loop weight."""
+
+    KIND: ClassVar[str] = "rgcn"
+
+    num_bases: int | None = Field(
+        default=None,
+        ge=1,
+        le=1024,
+        description="Basis decomposition: each relation's weight a learned combination of this many "
+        "shared bases. Unset: one full weight per relation.",
+    )
+    self_loop: bool = Field(default=True, description="Add each node's own transformed input (W_0 h_v).")
+    edge_weight: bool = Field(
+        default=False,
+        description="Weight each sampled in-neighbour by its edge's first feature (graph edge features, "
+        "efeat[0], non-negative) in the mean: sum of w h over sum of w. False: a plain mean.",
+    )
+
+
+class RGATModel(GNNModel):
+    """Relational graph attention: per relation its own weight and attention, softmax over a node's
+    in-neighbours of that relation, the relations summed."""
+
+    KIND: ClassVar[str] = "rgat"
+
+    heads: int = Field(default=4, ge=1, le=64, description="Attention heads per layer.")
+    attention_dropout: float = Field(
+        default=0.0, ge=0, lt=1, description="Dropout probability of the attention weights."
+    )
+    negative_slope: float = Field(
+        default=0.2, ge=0, le=1, description="Slope of the LeakyReLU of the attention logits."
+    )
+    edge_features: bool = Field(
+        default=False,
+        description="Read each sampled edge's features (graph edge features, efeat) in the attention "
+        "logits and the messages. False: edges carry no data into the model.",
+    )
+
+
+class KGEModel(Variant):
+    """A knowledge-graph embedding: an entity and a relation table, a score per triple."""
+
+    TASKS: ClassVar[tuple[str, ...]] = (KGE,)
+
     entity_embedding: str | None = Field(
         default=None,
         max_length=63,
         pattern=IDENT,
-        description="TransE/DistMult: name of the entity table (keys: nodes); required by them.",
+        description="Name of the entity table (keys: nodes); required.",
     )
     relation_embedding: str | None = Field(
         default=None,
         max_length=63,
         pattern=IDENT,
-        description="TransE/DistMult: name of the relation table (keys: relations); required by them.",
+        description="Name of the relation table (keys: relations); required.",
     )
-    negatives: int = Field(
-        default=64, ge=1, le=100000, description="TransE/DistMult: corrupted triples drawn per positive."
-    )
-    loss: KGELoss = Field(
-        default=KGELoss.crossentropy,
-        description="TransE/DistMult loss: margin (pairwise margin ranking), softplus (logistic), "
-        "crossentropy (softmax over the true triple and its negatives).",
-    )
-    margin: float = Field(default=1.0, gt=0, description="TransE/DistMult: the margin of loss: margin.")
-    norm: Literal[1, 2] = Field(default=1, description="TransE: the p of the Lp distance, 1 or 2.")
 
 
-def is_kge(kind: str) -> bool:
-    return kind != ModelKind.graphsage
+class TransEModel(KGEModel):
+    """TransE: -||h + r - t||_p."""
+
+    KIND: ClassVar[str] = "transe"
+
+    norm: Literal[1, 2] = Field(default=1, description="The p of the Lp distance, 1 or 2.")
 
 
-def _kge_table_rules(field: str) -> tuple[Rule, ...]:
-    """The KGE models need their entity and relation tables, and GraphSAGE reads neither."""
-    camel = to_camel(field)
-    return (
-        Rule(
-            f"kge-needs-{camel}",
-            camel,
-            lambda m: not is_kge(m.kind) or getattr(m, field) is not None,
-            cel=f"self.kind == 'graphsage' || has(self.{camel})",
-            message="%s needs this table",
-            args=(("self.kind", lambda m: m.kind),),
-        ),
-        Rule(
-            f"{camel}-kge-only",
-            camel,
-            lambda m: is_kge(m.kind) or getattr(m, field) is None,
-            cel=f"self.kind != 'graphsage' || !has(self.{camel})",
-            message="graphsage does not read it (transe and distmult do)",
-        ),
+class DistMultModel(KGEModel):
+    """DistMult: <h, r, t>."""
+
+    KIND: ClassVar[str] = "distmult"
+
+
+MODELS: tuple[type[Variant], ...] = (
+    GraphSAGEModel,
+    GATModel,
+    RGCNModel,
+    RGATModel,
+    TransEModel,
+    DistMultModel,
+)
+# The kinds, as an enumeration for what reports them (the REST API's model field)
+ModelKind = StrEnum("ModelKind", {m.KIND: m.KIND for m in MODELS})  # type: ignore[misc]
+GNN_KINDS = tuple(m.KIND for m in MODELS if issubclass(m, GNNModel))
+KGE_KINDS = tuple(m.KIND for m in MODELS if issubclass(m, KGEModel))
+
+# The old form's model fields that are now the kge task's (legacy.py moves them there): declared on the
+# wire so that the API server keeps them (it prunes undeclared fields) and an old spec still reads.
+MOVED_TO_TASK: tuple[str, ...] = ("negatives", "loss", "margin")
+_MOVED = {
+    name: (
+        KGETask.model_fields[name].annotation,
+        Field(default=None, description=f"Old form (a spec without task): task.{name} of the kge task."),
     )
+    for name in MOVED_TO_TASK
+}
+
+if TYPE_CHECKING:  # a class made at import: to a static checker, the flat union it is made as
+    ModelSpec: TypeAlias = WireUnion
+else:
+    ModelSpec = wire_model(
+        "ModelSpec",
+        "The model trained: one kind (graphsage, gat, rgcn, rgat; transe, distmult) with its own fields.",
+        MODELS,
+        prefix="model",
+        default_kind="graphsage",
+        kind_description="graphsage, gat, rgcn, rgat: GNNs over sampled neighbourhoods (node "
+        "classification); transe, distmult: knowledge-graph embeddings scored on (head, relation, tail) "
+        "triples.",
+        extra_fields=_MOVED,  # type: ignore[arg-type]
+        owned_here=False,  # the spec adds them: the old form (no spec.task) may hold the old fields
+    )
+
+
+def tasks_of(kind: str) -> tuple[str, ...]:
+    """The tasks a model kind can serve, the first its default."""
+    variant: Any = ModelSpec.VARIANTS[kind]
+    return tuple(variant.TASKS)
+
+
+def is_gnn(kind: str) -> bool:
+    return kind in GNN_KINDS
+
+
+def gnn(model: WireUnion) -> GNNModel:
+    """`model` as its GNN variant (raises for a KGE model: a caller's bug, the spec's rules prevent it)."""
+    v = model.variant
+    if not isinstance(v, GNNModel):
+        raise TypeError(f"model.kind {model.kind} is not a GNN")
+    return v
+
+
+def kge(model: WireUnion) -> KGEModel:
+    """`model` as its knowledge-graph variant."""
+    v = model.variant
+    if not isinstance(v, KGEModel):
+        raise TypeError(f"model.kind {model.kind} is not a knowledge-graph embedding")
+    return v
+
+
+_GNN = cel_strings(GNN_KINDS)
+_KGE = cel_strings(KGE_KINDS)
+
+
+def _kge_table_rule(field: str) -> Rule:
+    """A KGE model needs its entity and relation tables."""
+    camel = {"entity_embedding": "entityEmbedding", "relation_embedding": "relationEmbedding"}[field]
+    return Rule(
+        f"kge-needs-{camel}",
+        camel,
+        lambda m: m.kind not in KGE_KINDS or getattr(m, field) is not None,
+        cel=f"!(self.kind in {_KGE}) || has(self.{camel})",
+        message="%s needs this table",
+        args=(("self.kind", lambda m: m.kind),),
+    )
+
+
+def _gnn_default(field: str) -> str:
+    """CEL: a GNN's `field`, or its default (every GNN kind has the same)."""
+    return cel_or_default("self", ModelSpec, field, "graphsage")
 
 
 add_rules(
     ModelSpec,
     Rule(
-        "graphsage-has-input",
+        "gnn-has-input",
         "",
-        lambda m: is_kge(m.kind) or m.use_features or m.node_embedding is not None,
-        cel="self.kind != 'graphsage' || self.useFeatures || has(self.nodeEmbedding)",
-        message="graphsage needs useFeatures or a nodeEmbedding input",
-    ),
-    Rule(
-        "node-embedding-graphsage-only",
-        "nodeEmbedding",
-        lambda m: m.node_embedding is None or not is_kge(m.kind),
-        cel="!has(self.nodeEmbedding) || self.kind == 'graphsage'",
-        message="%s does not read a node embedding (graphsage does)",
-        args=(("self.kind", lambda m: m.kind),),
-    ),
-    Rule(
-        "feature-bag-graphsage-only",
-        "featureBag",
-        lambda m: m.feature_bag is None or not is_kge(m.kind),
-        cel="!has(self.featureBag) || self.kind == 'graphsage'",
-        message="%s reads no node features (graphsage does)",
+        lambda m: m.kind not in GNN_KINDS or m.use_features is not False or m.node_embedding is not None,
+        cel=f"!(self.kind in {_GNN}) || {_gnn_default('use_features')} || has(self.nodeEmbedding)",
+        message="%s needs useFeatures or a nodeEmbedding input",
         args=(("self.kind", lambda m: m.kind),),
     ),
     Rule(
         "feature-bag-uses-features",
         "featureBag",
-        lambda m: m.feature_bag is None or m.use_features,
-        cel="!has(self.featureBag) || self.useFeatures",
+        lambda m: m.feature_bag is None or m.use_features is not False,
+        cel=f"!has(self.featureBag) || {_gnn_default('use_features')}",
         message="reads the node features, but useFeatures is false",
     ),
     Rule(
@@ -166,6 +298,14 @@ add_rules(
         message="the features go through featureBag's table as they are: set featureBag or "
         "featureProjection, not both",
     ),
-    *_kge_table_rules("entity_embedding"),
-    *_kge_table_rules("relation_embedding"),
+    _kge_table_rule("entity_embedding"),
+    _kge_table_rule("relation_embedding"),
+    Rule(
+        "attention-heads-divide-width",
+        "heads",
+        lambda m: m.heads is None or (m.hidden_dim if m.hidden_dim is not None else 256) % m.heads == 0,
+        cel=f"!has(self.heads) || {_gnn_default('hidden_dim')} % self.heads == 0",
+        message="must divide model.hiddenDim (%d), the heads' concatenated width",
+        args=((_gnn_default("hidden_dim"), lambda m: m.hidden_dim if m.hidden_dim is not None else 256),),
+    ),
 )

@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 from pydantic import (
     Field,
+    StringConstraints,
 )
 
-from graphtrain.contract.spec.base import MAX_LAYERS, SpecModel
+from graphtrain.contract.spec.base import MAX_LAYERS, MAX_TYPES, SpecModel
 from graphtrain.contract.spec.enums import DenseOptimizer, SamplerPlace
 from graphtrain.contract.spec.rules import (
     Rule,
     add_rules,
 )
+
+# an edge type as written: its relation, or source:relation:destination
+EdgeTypeKey = Annotated[str, StringConstraints(min_length=1, max_length=200)]
+LayerFanouts = Annotated[list[int], Field(max_length=MAX_LAYERS)]
 
 
 class EarlyStopping(SpecModel):
@@ -48,6 +55,15 @@ class Training(SpecModel):
         max_length=MAX_LAYERS,
         description="GraphSAGE: neighbours sampled per node at each layer, input side first; -1 takes all. "
         "One entry per model.numLayers.",
+    )
+    edge_type_fanouts: dict[EdgeTypeKey, LayerFanouts] | None = Field(
+        default=None,
+        max_length=MAX_TYPES * 4,
+        description="Typed graphs: fan-outs per edge type, {edge type: [input layer, ..., output layer]}: "
+        "each relation of a node is sampled on its own (-1: all its edges of that type, 0: none). An edge "
+        "type is named by its relation when no other edge type has it, else as source:relation:"
+        "destination; edge types not listed take training.fanouts' number for their layer. Unset: "
+        "training.fanouts' number of in-edges of any type, as on an untyped graph.",
     )
     dense_lr: float = Field(
         default=0.003,
@@ -108,6 +124,27 @@ class Training(SpecModel):
 
 add_rules(
     Training,
+    Rule(
+        "edge-type-fanouts-per-layer",
+        "edgeTypeFanouts",
+        lambda t: (
+            t.edge_type_fanouts is None or all(len(v) == len(t.fanouts) for v in t.edge_type_fanouts.values())
+        ),
+        cel="!has(self.edgeTypeFanouts) || self.edgeTypeFanouts.all(k, "
+        "size(self.edgeTypeFanouts[k]) == size(self.fanouts))",
+        message="each edge type needs one fan-out per layer, as many as training.fanouts has (%d)",
+        args=(("size(self.fanouts)", lambda t: len(t.fanouts)),),
+    ),
+    Rule(
+        "edge-type-fanouts-range",
+        "edgeTypeFanouts",
+        lambda t: (
+            t.edge_type_fanouts is None or all(f >= -1 for v in t.edge_type_fanouts.values() for f in v)
+        ),
+        cel="!has(self.edgeTypeFanouts) || "
+        "self.edgeTypeFanouts.all(k, self.edgeTypeFanouts[k].all(f, f >= -1))",
+        message="fan-outs are -1 (all), 0 (none) or positive",
+    ),
     Rule(
         "fanouts-positive",
         "fanouts",

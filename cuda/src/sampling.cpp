@@ -4,6 +4,9 @@
 // (all of them when the degree is within the fan-out or fanout < 0). Each seed draws from its own
 // stream, seeded by (request seed, node id): a node's sample does not depend on how seeds were
 // batched or split across shards, nor on the device (sample_math.h, shared with sampling_cuda.cu).
+// gt_sample_edges: the same draws as positions in the partition's edge arrays (a sampled edge's source,
+// type and id follow from its position), and, given a fan-out per edge type, each relation of a node
+// sampled on its own: a typed partition lists a node's in-edges by type, one run per relation.
 // gt_relabel: first-occurrence numbering of frontier ++ sources with a hash map (the frontier's nodes
 // keep their positions, so a block's destination nodes are its first source nodes).
 // Both replace numpy code (lexsort per batch, np.unique) that cost ~6 ms per WordNet batch.
@@ -49,6 +52,68 @@ GT_API int64_t gt_sample_neighbors(const int64_t* indptr, const int64_t* indices
       for (int64_t k = 0; k < c; ++k) out_src[pos + k] = indices[start + picked[k]];
     }
     pos += c;
+  }
+  return total;
+}
+
+// Per seed, the edges it takes: the runs [a, b) of its row (the whole row, or one per edge type with
+// `type_fanouts`) and how many of each (`visit(a, b, c, stream)`), the same in both passes.
+template <typename Visit>
+static void runs_of(const int64_t* indptr, const int64_t* etype, int64_t local, int64_t fanout,
+                    const int64_t* type_fanouts, int64_t num_types, Visit&& visit) {
+  const int64_t start = indptr[local], end = indptr[local + 1];
+  if (type_fanouts == nullptr) {
+    const int64_t deg = end - start;
+    visit(start, end, (fanout < 0 || deg <= fanout) ? deg : fanout, int64_t{-1});
+    return;
+  }
+  int64_t a = start;
+  while (a < end) {
+    const int64_t t = etype[a];
+    int64_t b = a + 1;
+    while (b < end && etype[b] == t) ++b;
+    const int64_t f = (t >= 0 && t < num_types) ? type_fanouts[t] : 0;
+    const int64_t len = b - a;
+    visit(a, b, (f < 0 || len <= f) ? len : f, t);
+    a = b;
+  }
+}
+
+// Up to a fan-out of in-edges per seed (per edge type with type_fanouts, num_types entries: -1 all,
+// 0 none), as positions in the partition's edge arrays; returns the total, or -1 with *bad_pos as
+// gt_sample_neighbors. Without type_fanouts the draws are gt_sample_neighbors' exactly.
+GT_API int64_t gt_sample_edges(const int64_t* indptr, const int64_t* etype, int64_t lo, int64_t num_local,
+                               const int64_t* seeds, int64_t n, int64_t fanout, const int64_t* type_fanouts,
+                               int64_t num_types, uint64_t seed, int64_t* out_counts, int64_t* out_pos,
+                               int64_t* bad_pos) {
+  int64_t total = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t local = seeds[i] - lo;
+    if (local < 0 || local >= num_local) {
+      *bad_pos = i;
+      return -1;
+    }
+    int64_t c = 0;
+    runs_of(indptr, etype, local, fanout, type_fanouts, num_types,
+            [&](int64_t, int64_t, int64_t take, int64_t) { c += take; });
+    out_counts[i] = c;
+    total += c;
+  }
+  if (out_pos == nullptr) return total;
+  std::vector<int64_t> picked;
+  int64_t pos = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    runs_of(indptr, etype, seeds[i] - lo, fanout, type_fanouts, num_types,
+            [&](int64_t a, int64_t b, int64_t take, int64_t t) {
+              if (take == b - a) {
+                for (int64_t e = a; e < b; ++e) out_pos[pos++] = e;
+                return;
+              }
+              picked.resize(static_cast<size_t>(take));
+              const uint64_t s = t < 0 ? seed : graphtrain::type_seed(seed, t);
+              graphtrain::draw_positions(s, seeds[i], b - a, take, picked.data());
+              for (int64_t k = 0; k < take; ++k) out_pos[pos++] = a + picked[k];
+            });
   }
   return total;
 }

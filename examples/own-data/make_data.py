@@ -5,6 +5,10 @@ family/   a family-tree knowledge graph with string names: train.tsv, valid.tsv,
           (head<TAB>relation<TAB>tail, a header line), relations parent_of, child_of, spouse_of,
           sibling_of, grandparent_of, grandchild_of. Every valid/test entity and relation also
           occurs in train.
+shop/     a typed graph: users, items and shops (users.csv, items.csv, shops.parquet with a string id and
+          features), edges item -rated-> user with a rating and a noise column (rated.csv), and item
+          -sold_by-> shop (sold_by.csv). A user's label ("likes" or "dislikes") depends only on the
+          ratings of the items it rated: features and neighbours alone say nothing about it.
 sbm/      a 20,000-node stochastic block model (8 communities, features from the community mean plus
           noise), twice: edges.tsv (one line per undirected edge, integer ids) + feat.npy + labels.csv
           (id,label with class names), and graph.npz holding the same graph (both directions, feat,
@@ -111,11 +115,58 @@ def sbm(out: Path, n: int = 20_000, k: int = 8, dim: int = 16, degree: float = 8
     return len(pairs)
 
 
+def shop(out: Path, users: int = 3000, items: int = 600, shops: int = 40, rated: int = 4) -> int:
+    """A typed graph whose user labels only an edge feature tells: each user rates `rated` items (edge
+    features rating ~ N(0, 1) and noise ~ N(0, 1)), and likes them when its ratings' mean is positive.
+    Every node's features are noise; items are sold by shops (ids as strings, in a parquet file)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rng = np.random.default_rng(SEED)
+    d = out / "shop"
+    d.mkdir(parents=True, exist_ok=True)
+    dst = np.repeat(np.arange(users), rated)
+    src = rng.integers(0, items, len(dst))
+    rating = rng.normal(0, 1, len(dst))
+    noise = rng.normal(0, 1, len(dst))
+    likes = np.bincount(dst, weights=rating, minlength=users) > 0
+    with open(d / "users.csv", "w") as f:
+        f.write("user_id,age,score,label\n")
+        for u in range(users):
+            a, b = rng.normal(0, 1, 2)
+            f.write(f"u{u},{a:.4f},{b:.4f},{'likes' if likes[u] else 'dislikes'}\n")
+    with open(d / "items.csv", "w") as f:
+        f.write("item_id,price,weight\n")
+        f.writelines(f"i{i},{rng.normal():.4f},{rng.normal():.4f}\n" for i in range(items))
+    pq.write_table(
+        pa.table(
+            {
+                "shop_id": [f"shop-{s}" for s in range(shops)],
+                "size": rng.normal(0, 1, shops).astype(np.float32),
+            }
+        ),
+        d / "shops.parquet",
+    )
+    with open(d / "rated.csv", "w") as f:
+        f.write("item,user,rating,noise\n")
+        f.writelines(
+            f"i{i},u{u},{r:.4f},{z:.4f}\n" for i, u, r, z in zip(src, dst, rating, noise, strict=True)
+        )
+    with open(d / "sold_by.csv", "w") as f:
+        f.write("item,shop\n")
+        f.writelines(f"i{i},shop-{rng.integers(0, shops)}\n" for i in range(items))
+    return len(dst) + items
+
+
 def main() -> None:
     out = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).resolve().parent / "data"
     triples = family(out)
     edges = sbm(out)
-    print(f"{out / 'family'}: {triples:,} triples; {out / 'sbm'}: 20,000 nodes, {edges:,} edges")
+    typed_edges = shop(out)
+    print(
+        f"{out / 'family'}: {triples:,} triples; {out / 'sbm'}: 20,000 nodes, {edges:,} edges; "
+        f"{out / 'shop'}: 3,640 nodes of 3 types, {typed_edges:,} edges"
+    )
 
 
 if __name__ == "__main__":

@@ -21,7 +21,17 @@ import numpy as np
 from graphtrain.contract.roles import ENV_OFFLINE
 from graphtrain.contract.spec import Dataset, GraphSource, Split
 from graphtrain.runtime.data import fetch as registry
-from graphtrain.runtime.data import files, gene, metis_graph, pykeen_kg, store, triples, wordnet
+from graphtrain.runtime.data import (
+    files,
+    gene,
+    metis_graph,
+    pykeen_kg,
+    store,
+    triples,
+    typed,
+    typedfiles,
+    wordnet,
+)
 from graphtrain.runtime.data.cache import atomic_dir, data_dir, verify_files
 from graphtrain.runtime.data.edgefiles import EdgeFiles
 from graphtrain.runtime.data.graph import Graph, KnowledgeGraph, random_masks, random_triple_split
@@ -343,6 +353,14 @@ def load_source(source: GraphSource, root: Path | None = None, base_dir: Path | 
     if source.triples is not None:
         kg = triples.load_triples(source.triples, source.split, _name(source.triples.path), base_dir)
         return kg.to_graph(("train",))
+    if source.nodes is not None:
+        assert source.edges is not None
+        g = typedfiles.load_typed(
+            source.nodes, source.edges, base_dir or Path.cwd(), _name(source.nodes[0].files[0])
+        )
+        if g.label is not None and not g.masks:
+            g.masks = labelled_masks(g.label, source.split or Split())
+        return g.with_reverse_edges() if source.reverse_edges else g
     if source.path is not None:
         path = files.resolve(source.path, base_dir)
         g = files.load_file(
@@ -360,7 +378,31 @@ def load_source(source: GraphSource, root: Path | None = None, base_dir: Path | 
         assert source.dataset is not None
         loaded = load(str(source.dataset), root, split=source.split)
         g = loaded.to_graph(("train",)) if isinstance(loaded, KnowledgeGraph) else loaded
+        if source.typed:
+            g = typed_dataset(str(source.dataset), g, root)
     return g.with_reverse_edges() if source.reverse_edges else g
+
+
+def typed_dataset(name: str, graph: Graph, root: Path | None = None) -> Graph:
+    """A bundled dataset's graph with its node and edge types (data/typed.py).
+
+    Raises:
+        DataError: the dataset has no types (graph.typed names it)."""
+    if name == "wordnet":
+        symbols = store.read_values(dataset_dir(name, root), _entries(name, root, "relations"))["relations"]
+        return typed.wordnet_typed(graph, list(symbols))
+    if name == "gene-pubmed":
+        return typed.gene_pubmed_typed(graph)
+    if name == "gene-kg":
+        assert graph.relation_names is not None
+        return typed.kg_typed(graph, graph.relation_names.tolist())
+    raise DataError(f"graph.typed: dataset {name} has no node or edge types")
+
+
+def _entries(name: str, root: Path | None, *keys: str) -> dict[str, Any]:
+    """The manifest entries of a fetched dataset's `keys`."""
+    entries = store.read_manifest(dataset_dir(name, root))["entries"]
+    return {k: entries[k] for k in keys}
 
 
 def _name(path: str) -> str:

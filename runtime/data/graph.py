@@ -2,10 +2,19 @@
 
 `Graph` is a directed multigraph in CSR form (int64, rows = source nodes) with optional node features
 (dense array or scipy CSR: WordNet's bag-of-words would be 8.5 GB dense), labels, split masks, an edge
-type per edge and the external id of each node. `KnowledgeGraph` is (head, relation, tail) triples with
-their standard or seeded splits. Both check their own consistency on construction, so a loader bug or
-a bad file surfaces as a DataError naming the field instead of a wrong partition later. A node count
-whose arrays could never fit in this machine's memory is refused before anything is allocated.
+type per edge and the external id of each node.
+
+A typed graph (DGL's heterograph, as its distributed training stores one) is the same homogeneous graph
+with a node type per node (`ntype`, named by `ntype_names`) and a canonical edge type per edge (`etype`
+indexes `canonical_etypes`, rows (source type, relation, destination type)); every edge's endpoints are
+of its type's node types. Node data stays one array over all nodes: a type without features has zero
+rows, and types whose feature widths differ each own a block of columns (`feature_blocks`), so a model
+reads a type's features through weights of its own. Edge features (`efeat`) are one row per edge.
+
+`KnowledgeGraph` is (head, relation, tail) triples with their standard or seeded splits. Both check
+their own consistency on construction, so a loader bug or a bad file surfaces as a DataError naming the
+field instead of a wrong partition later. A node count whose arrays could never fit in this machine's
+memory is refused before anything is allocated.
 """
 
 from __future__ import annotations
@@ -44,6 +53,12 @@ class Graph:
     # a knowledge graph's splits, (n, 3) int64 (head, relation, tail) in this graph's node ids:
     # "train", "valid", "test" (the edges are the train triples; KGE evaluation needs the others)
     triples: dict[str, np.ndarray] = field(default_factory=dict)
+    ntype_names: np.ndarray | None = None  # unicode, node type i is ntype_names[i] (typed graphs)
+    # unicode (k, 3): canonical edge type i = (source type, relation, destination type) (typed graphs)
+    canonical_etypes: np.ndarray | None = None
+    efeat: np.ndarray | None = None  # (num_edges, d) float32 edge features, one row per edge
+    # typed graphs: node type -> (first column, width) of its features in feat (absent: no features)
+    feature_blocks: dict[str, tuple[int, int]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.validate()
@@ -107,6 +122,66 @@ class Graph:
                 raise DataError(f"graph {self.name!r}: {key} triples name an entity outside [0, {n})")
         if self.ntype is not None and self.ntype.shape != (n,):
             raise DataError(f"graph {self.name!r}: ntype must have one entry per node")
+        if self.efeat is not None and (self.efeat.ndim != 2 or self.efeat.shape[0] != self.num_edges):
+            raise DataError(
+                f"graph {self.name!r}: efeat must be a (num_edges, d) array, one row for each of the "
+                f"{self.num_edges} edges"
+            )
+        self._validate_types()
+
+    @property
+    def typed(self) -> bool:
+        """Node and edge types (ntype_names, canonical_etypes) are known."""
+        return self.canonical_etypes is not None
+
+    def _validate_types(self) -> None:
+        """A typed graph's types: names unique, every node and edge of a known type, every edge joining
+        nodes of its canonical type's source and destination types."""
+        names, cets = self.ntype_names, self.canonical_etypes
+        if names is None and cets is None:
+            return
+        if names is None or cets is None or self.ntype is None or self.etype is None:
+            raise DataError(
+                f"graph {self.name!r}: a typed graph needs ntype, ntype_names, etype and canonical_etypes"
+            )
+        if names.ndim != 1 or names.dtype.kind != "U" or len(set(names.tolist())) != len(names):
+            raise DataError(f"graph {self.name!r}: ntype_names must be distinct unicode names")
+        if cets.ndim != 2 or cets.shape[1:] != (3,) or cets.dtype.kind != "U":
+            raise DataError(f"graph {self.name!r}: canonical_etypes must be (k, 3) unicode")
+        if len({tuple(c) for c in cets.tolist()}) != len(cets):
+            raise DataError(f"graph {self.name!r}: canonical_etypes repeat an edge type")
+        index = {name: i for i, name in enumerate(names.tolist())}
+        for src_t, rel, dst_t in cets.tolist():
+            for t in (src_t, dst_t):
+                if t not in index:
+                    raise DataError(
+                        f"graph {self.name!r}: edge type ({src_t}, {rel}, {dst_t}) names node type "
+                        f"{t!r}, which is not one of {names.tolist()}"
+                    )
+        if self.ntype.size and (self.ntype.min() < 0 or self.ntype.max() >= len(names)):
+            raise DataError(f"graph {self.name!r}: a node type id is outside the {len(names)} node types")
+        if self.etype.size and (self.etype.min() < 0 or self.etype.max() >= len(cets)):
+            raise DataError(f"graph {self.name!r}: an edge type id is outside the {len(cets)} edge types")
+        ends = np.array([[index[s], index[d]] for s, _, d in cets.tolist()], dtype=np.int64).reshape(-1, 2)
+        src, dst = self.edges()
+        et = self.etype.astype(np.int64)
+        wrong = (self.ntype[src] != ends[et, 0]) | (self.ntype[dst] != ends[et, 1])
+        if wrong.any():
+            e = int(np.flatnonzero(wrong)[0])
+            s_t, rel, d_t = cets[et[e]].tolist()
+            raise DataError(
+                f"graph {self.name!r}: edge {e} of type ({s_t}, {rel}, {d_t}) joins a "
+                f"{names[self.ntype[src[e]]]} to a {names[self.ntype[dst[e]]]}"
+            )
+        for t, (first, width) in self.feature_blocks.items():
+            columns = 0 if self.feat is None else self.feat.shape[1]
+            if t not in index or first < 0 or width < 1 or first + width > columns:
+                raise DataError(f"graph {self.name!r}: feature block of {t!r} is outside the features")
+
+    def ntype_of(self, name: str) -> int:
+        """The id of node type `name`."""
+        assert self.ntype_names is not None
+        return int(np.flatnonzero(self.ntype_names == name)[0])
 
     def edges(self) -> tuple[np.ndarray, np.ndarray]:
         """(src, dst) arrays in CSR order."""
@@ -120,17 +195,35 @@ class Graph:
         return out_deg + in_deg
 
     def with_reverse_edges(self) -> Graph:
-        """The graph plus the reverse of every non-loop edge (same edge type), as stored undirected graphs
-        need: a partition keeps the in-edges of its nodes, so without reverses a node's out-neighbours
-        would be invisible to sampling."""
+        """The graph plus the reverse of every non-loop edge, as stored undirected graphs need: a
+        partition keeps the in-edges of its nodes, so without reverses a node's out-neighbours would be
+        invisible to sampling. Untyped, a reverse keeps its edge's type; typed, edge type (s, r, d) gets
+        its reverse type (d, rev_r, s) (DGL's and GraphStorm's convention: a model tells the directions
+        apart), and a reverse edge carries its edge's features."""
         src, dst = self.edges()
         keep = src != dst
+        etype, cets = self.etype, self.canonical_etypes
+        if etype is not None:
+            back = etype[keep]
+            if cets is not None:
+                back = back + len(cets)
+                cets = np.concatenate(
+                    [
+                        cets,
+                        np.array([[d, f"rev_{r}", s] for s, r, d in cets.tolist()], dtype=str).reshape(-1, 3),
+                    ]
+                )
+            etype = np.concatenate([etype, back])
         return Graph.from_edges(
             self.name,
             self.num_nodes,
             np.concatenate([src, dst[keep]]),
             np.concatenate([dst, src[keep]]),
-            etype=None if self.etype is None else np.concatenate([self.etype, self.etype[keep]]),
+            etype=etype,
+            efeat=None if self.efeat is None else np.concatenate([self.efeat, self.efeat[keep]]),
+            canonical_etypes=cets,
+            ntype_names=self.ntype_names,
+            feature_blocks=self.feature_blocks,
             feat=self.feat,
             label=self.label,
             masks=self.masks,
@@ -151,9 +244,11 @@ class Graph:
         src: np.ndarray,
         dst: np.ndarray,
         etype: np.ndarray | None = None,
+        efeat: np.ndarray | None = None,
         **kwargs: object,
     ) -> Graph:
-        """Build a Graph from an edge list, keeping duplicates and the relative order of each row.
+        """Build a Graph from an edge list, keeping duplicates and the relative order of each row (an
+        edge's type and features travel with it).
 
         Raises:
             DataError: lengths differ, an id is negative or >= num_nodes, or the graph cannot fit in memory.
@@ -175,7 +270,12 @@ class Graph:
         indptr = np.zeros(num_nodes + 1, dtype=np.int64)
         np.cumsum(np.bincount(src, minlength=num_nodes), out=indptr[1:])
         et = None if etype is None else np.asarray(etype)[order]
-        return cls(name=name, num_nodes=num_nodes, indptr=indptr, indices=dst[order], etype=et, **kwargs)
+        if efeat is not None and len(efeat) != len(src):
+            raise DataError(f"graph {name!r}: efeat has {len(efeat)} rows, edges {len(src)}")
+        ef = None if efeat is None else np.asarray(efeat)[order]
+        return cls(
+            name=name, num_nodes=num_nodes, indptr=indptr, indices=dst[order], etype=et, efeat=ef, **kwargs
+        )
 
 
 def check_fits(name: str, num_nodes: int, num_edges: int) -> None:

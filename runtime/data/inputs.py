@@ -1,6 +1,7 @@
 """The files a spec's `graph:` section reads: where they are and what they hold.
 
-Relative paths in a spec (graph.path, features, labels, triples.*) mean "beside the spec": they are resolved
+Relative paths in a spec (graph.path, features, labels, triples.*, nodes[].files, edges[].files) mean
+"beside the spec": they are resolved
 from the spec's directory (the local launcher, `validate`, `partition --spec`) or from a base directory the
 caller names (`partition --base-dir`: the operator's pods resolve from storage.mountPath, since their spec
 is a mounted ConfigMap). Absolute paths stay as they are.
@@ -39,6 +40,12 @@ def resolve(source: GraphSource, base: Path) -> GraphSource:
         update["triples"] = source.triples.model_copy(
             update={f: _absolute(getattr(source.triples, f), base) for f in _TRIPLE_FIELDS}
         )
+    for key in ("nodes", "edges"):
+        entries = getattr(source, key)
+        if entries is not None:
+            update[key] = [
+                e.model_copy(update={"files": [_absolute(f, base) for f in e.files]}) for e in entries
+            ]
     return source.model_copy(update=update)
 
 
@@ -51,6 +58,9 @@ def input_files(source: GraphSource) -> dict[str, Path]:
             for f in _TRIPLE_FIELDS
             if (v := getattr(source.triples, f)) is not None
         }
+    for key in ("nodes", "edges"):
+        for i, entry in enumerate(getattr(source, key) or []):
+            out |= {f"graph.{key}[{i}].files[{j}]": Path(f) for j, f in enumerate(entry.files)}
     return out
 
 

@@ -11,10 +11,12 @@ not meant).
 
 from __future__ import annotations
 
-from graphtrain.contract.spec import GraphSource, GraphTrainingSpec, ModelKind
+from graphtrain.contract.spec import NODE_CLASSIFICATION, GraphSource, GraphTrainingSpec, gnn
 from graphtrain.contract.spec.rules import Problem
 from graphtrain.runtime.data.graph import MASKS
 from graphtrain.runtime.data.summary import Summary
+from graphtrain.runtime.data.typed import edge_type_index
+from graphtrain.runtime.errors import GraphtrainError
 
 
 def _source_field(graph: GraphSource, own_file: str) -> str:
@@ -28,15 +30,16 @@ def _source_field(graph: GraphSource, own_file: str) -> str:
 def problems(spec: GraphTrainingSpec, summary: Summary) -> list[Problem]:
     """Everything the data lacks for `spec`'s model and sizes, each naming the spec field."""
     out: list[Problem] = []
-    m, name = spec.model, summary.name
-    if m.kind == ModelKind.graphsage:
+    name = summary.name
+    if spec.task_kind == NODE_CLASSIFICATION:
         out += _node_classification(spec, summary)
+        out += _typed(spec, summary)
     else:
         if not summary.triples.get("train") or not summary.num_edge_types:
             out.append(
                 Problem(
                     path=_source_field(spec.graph, "graph.triples"),
-                    message=f"model.kind {m.kind} learns from (head, relation, tail) triples, and {name} "
+                    message=f"task kge learns from (head, relation, tail) triples, and {name} "
                     "holds no training triples with relations",
                 )
             )
@@ -60,7 +63,7 @@ def _node_classification(spec: GraphTrainingSpec, s: Summary) -> list[Problem]:
         out.append(
             Problem(
                 path=labels,
-                message=f"model.kind graphsage classifies nodes, but {name} has no labels: give a labels "
+                message=f"task nodeClassification classifies nodes, but {name} has no labels: give a labels "
                 "file (.npy, or .csv/.parquet with columns id and label)",
             )
         )
@@ -96,7 +99,7 @@ def _node_classification(spec: GraphTrainingSpec, s: Summary) -> list[Problem]:
 
 def _features(spec: GraphTrainingSpec, s: Summary) -> list[Problem]:
     """What the model's feature input (as they are, projected or as bags) needs from the features."""
-    m, name, out = spec.model, s.name, []
+    m, name, out = gnn(spec.model), s.name, []
     features = _source_field(spec.graph, "graph.features")
     if m.use_features and s.feature_dims is None and m.feature_bag is not None:
         out.append(Problem(path="model.featureBag", message=f"{name} has no node features: give {features}"))
@@ -129,6 +132,40 @@ def _features(spec: GraphTrainingSpec, s: Summary) -> list[Problem]:
     return out
 
 
+def _typed(spec: GraphTrainingSpec, s: Summary) -> list[Problem]:
+    """What a GNN's typed inputs need from the graph: edge features to read, node types to target, edge
+    types to sample by."""
+    m, out = gnn(spec.model), []
+    for field in ("edge_features", "edge_weight"):
+        if getattr(m, field, False) and not s.edge_feature_dims:
+            camel = "edgeFeatures" if field == "edge_features" else "edgeWeight"
+            out.append(
+                Problem(
+                    path=f"model.{camel}",
+                    message=f"{s.name} has no edge features: give graph.edges[].features (typed files)",
+                )
+            )
+    task = spec.task.variant if spec.task is not None else None
+    targets = getattr(task, "target_node_types", None) or []
+    for t in targets:
+        if not s.node_types:
+            out.append(Problem(path="task.targetNodeTypes", message=f"{s.name} has no node types"))
+            break
+        if t not in s.node_types:
+            out.append(
+                Problem(
+                    path="task.targetNodeTypes",
+                    message=f"{s.name} has no node type {t!r} (node types: {', '.join(s.node_types)})",
+                )
+            )
+    for name in spec.training.edge_type_fanouts or {}:
+        try:
+            edge_type_index(s.canonical_etypes or [], name)
+        except GraphtrainError as exc:
+            out.append(Problem(path="training.edgeTypeFanouts", message=str(exc).split(": ", 1)[1]))
+    return out
+
+
 MAX_CLASS_ID = 1_000_000  # integer labels are class ids: the model's output layer has one row per id
 CLASS_SPREAD = 100  # ... and at most this many per labelled node (a sparse id such as 10**12 is a name)
 
@@ -152,12 +189,12 @@ def notes(spec: GraphTrainingSpec, summary: Summary) -> list[str]:
     """Warnings: the run works, but probably not as meant (a one-direction edge list for GraphSAGE)."""
     out = []
     if (
-        spec.model.kind == ModelKind.graphsage
+        spec.task_kind == NODE_CLASSIFICATION
         and not spec.graph.reverse_edges
         and summary.directed > DIRECTED_SHARE
     ):
         out.append(
-            f"{summary.name}: {summary.directed:.0%} of edges have no reverse edge, and GraphSAGE aggregates "
+            f"{summary.name}: {summary.directed:.0%} of edges have no reverse edge, and a GNN aggregates "
             "in-neighbours only: set graph.reverseEdges: true if the graph is undirected"
         )
     return out

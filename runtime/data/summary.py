@@ -39,6 +39,9 @@ class Summary:
     num_edge_types: int = 0
     relation_names: list[str] | None = None
     triples: dict[str, int] = field(default_factory=dict)  # KG split -> triples
+    node_types: list[str] | None = None  # a typed graph's node types
+    canonical_etypes: list[tuple[str, str, str]] | None = None  # its edge types
+    edge_feature_dims: int | None = None
 
     @property
     def has_labels(self) -> bool:
@@ -74,6 +77,13 @@ class Summary:
         if self.num_edge_types:
             names = f" ({_names(self.relation_names)})" if self.relation_names else ""
             out.append(f"edge types: {self.num_edge_types}{names}")
+        if self.node_types:
+            out.append(f"node types: {len(self.node_types)} ({_names(self.node_types)})")
+        if self.canonical_etypes:
+            shown = [":".join(c) for c in self.canonical_etypes]
+            out.append(f"edge types: {len(shown)} ({_names(shown)})")
+        if self.edge_feature_dims:
+            out.append(f"edge features: {self.edge_feature_dims:,} dims")
         if self.triples:
             out.append("triples: " + ", ".join(f"{k} {v:,}" for k, v in self.triples.items()))
         return out
@@ -136,4 +146,9 @@ def summarise(graph: Graph | KnowledgeGraph) -> Summary:
         num_edge_types=num_edge_types,
         relation_names=None if g.relation_names is None else [str(r) for r in g.relation_names],
         triples={k: len(v) for k, v in g.triples.items()},
+        node_types=None if g.ntype_names is None else [str(t) for t in g.ntype_names],
+        canonical_etypes=None
+        if g.canonical_etypes is None
+        else [(str(s), str(r), str(d)) for s, r, d in g.canonical_etypes.tolist()],
+        edge_feature_dims=None if g.efeat is None else int(g.efeat.shape[1]),
     )

@@ -23,8 +23,10 @@ def random_projection(feat: np.ndarray | sp.csr_matrix, dim: int, seed: int = 0)
 
 def project_graph_features(graph: Graph, dim: int, seed: int = 0) -> Graph:
     """The graph with its features replaced by their projection (a no-op without features); the
-    projected columns are no longer the named ones."""
+    projected columns are no longer the named ones. A typed graph's types then share the projected
+    columns (each type's block projected by its own rows of the one random matrix)."""
     if graph.feat is not None:
         graph.feat = random_projection(graph.feat, dim, seed)
         graph.feature_names = None
+        graph.feature_blocks = {t: (0, dim) for t in graph.feature_blocks}
     return graph

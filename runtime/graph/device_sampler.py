@@ -190,9 +190,22 @@ def core_reason(device: torch.device) -> str:
     return cuda.unavailable_reason(device.index or 0)
 
 
-def device_graph(setting: str, device: torch.device, client: Any, num_nodes: int) -> DeviceGraph | None:
-    """The graph on the trainer's device when it samples there (sample_on_device), else None."""
+def device_graph(
+    setting: str, device: torch.device, client: Any, num_nodes: int, typed: bool = False
+) -> DeviceGraph | None:
+    """The graph on the trainer's device when it samples there (sample_on_device), else None. A typed
+    graph samples on the host: the CUDA sampler draws neither per edge type nor edges' types and ids.
+
+    Raises:
+        GraphtrainError: sampler device where the trainer cannot sample there (a typed graph too)."""
     if setting == "host":
+        return None
+    if typed:
+        if setting == "device":
+            raise GraphtrainError(
+                "training.sampler is device but the graph is typed: its blocks (edge types, per-type "
+                "fan-outs, edge features) are sampled on the host: use auto or host"
+            )
         return None
     parts = local_parts(client)
     if parts is None:

@@ -15,6 +15,7 @@ import torch
 from graphtrain.runtime import dtypes
 from graphtrain.runtime.kvstore import default_client
 from graphtrain.runtime.kvstore.client import KVClient
+from graphtrain.runtime.kvstore.graphpart import Sampled
 from graphtrain.runtime.kvstore.inproc import InProcTransport
 from graphtrain.runtime.kvstore.state import ShardTensors
 from graphtrain.runtime.partition import PartitionConfig, load_config
@@ -56,6 +57,21 @@ class DistGraph:
         self.num_nodes = int(data["num_nodes"])
         self.num_edges = int(data["num_edges"])
         self.num_classes = data.get("num_classes")
+        # a typed graph: its node and edge types (partition/format.py's config entries)
+        self.ntype_names: list[str] = list(data.get("ntype_names") or [])
+        self.canonical_etypes: list[tuple[str, str, str]] = [
+            tuple(c) for c in data.get("canonical_etypes") or []
+        ]
+        self.typed = bool(self.canonical_etypes)
+        self.feature_blocks: dict[str, tuple[int, int]] = {
+            t: (int(a), int(b)) for t, (a, b) in (data.get("feature_blocks") or {}).items()
+        }
+        self.edata: dict[str, DistTensor] = {}
+        edge_book = PartitionBook(self.config.edge_bounds)
+        for key, desc in (data.get("edata") or {}).items():
+            self.edata[key] = DistTensor(
+                tuple(desc["shape"]), torch.float32, f"edata.{key}", book=edge_book, client=self.client
+            )
         self.ndata: dict[str, DistTensor] = {}
         for key, desc in data.get("ndata", {}).items():
             if desc.get("kind") != "array":
@@ -78,6 +94,28 @@ class DistGraph:
         """Up to `fanout` in-neighbours of each seed (-1: all), sampled by each seed's owner in parallel.
         Returns (sources, counts per seed)."""
         return self.client.sample(seeds, fanout, self.book.bounds, seed)
+
+    def sample_edges(
+        self, seeds: np.ndarray, fanout: int, seed: int = 0, type_fanouts: np.ndarray | None = None
+    ) -> Sampled:
+        """As sample_neighbors, with each sampled edge's type and global id; with `type_fanouts` a
+        fan-out per edge type (-1 all, 0 none)."""
+        return self.client.sample_edges(seeds, fanout, self.book.bounds, seed, type_fanouts)
+
+    def node_types(self, ids: np.ndarray) -> np.ndarray:
+        """The node type of each of `ids` (a typed graph's; the partition's type ranges, no request)."""
+        if not self.typed:
+            return np.zeros(len(ids), dtype=np.int64)
+        bounds = np.asarray(self.config.data["type_bounds"], dtype=np.int64)  # (parts, types + 1)
+        ids = np.asarray(ids, dtype=np.int64)
+        part = self.book.owner(ids)
+        row = bounds[part]
+        return (ids[:, None] >= row[:, 1:-1]).sum(axis=1).astype(np.int64)
+
+    def edge_dim(self) -> int:
+        """The width of the edge features (0: the graph has none)."""
+        efeat = self.edata.get("efeat")
+        return int(efeat.shape[1]) if efeat is not None else 0
 
     def partition_of(self, ids: np.ndarray) -> np.ndarray:
         return self.book.owner(ids)

@@ -5,6 +5,11 @@ output layer's), each layer sampled by the shards owning its frontier. Every blo
 first-occurrence order, so a layer's destination nodes are the first of its source nodes (DGL's block
 convention): h_dst = h_src[:num_dst].
 
+On a typed graph every block also carries each edge's type (`etype`, what relational models read)
+and, when the graph has edge features, their rows (`efeat`, pulled by the edges' global ids); a layer's
+fan-out is then either one number (that many in-edges of any type, as on an untyped graph) or one per
+edge type (each relation sampled on its own: training.edgeTypeFanouts).
+
 NeighborLoader iterates shuffled seeds in batches; `fetch` pulls each batch's input features. With
 prefetch > 0 it samples and fetches the next batches on a background thread with its own client, so
 waits on remote shards overlap the model's compute; with 0 (the trainers' default) it works inline,
@@ -46,6 +51,9 @@ class Block:
     mean_t: torch.Tensor | None = (
         None  # its transpose, for the backward pass (built here, on the loader thread)
     )
+    etype: torch.Tensor | None = None  # each edge's type (typed graphs), int64
+    eid: np.ndarray | None = None  # each edge's global id (typed graphs): its edge features' row
+    efeat: torch.Tensor | None = None  # each edge's features, when the graph has them
 
     def to(self, device: torch.device) -> Block:
         """This block on `device` (a GPU trainer's), copied without blocking the host."""
@@ -60,7 +68,15 @@ class Block:
             self.dst.to(device, non_blocking=True),
             move(self.mean),
             move(self.mean_t),
+            move(self.etype),
+            self.eid,
+            move(self.efeat),
         )
+
+    @property
+    def counts(self) -> torch.Tensor:
+        """In-edges per destination (a block lists its edges grouped by destination, in order)."""
+        return torch.bincount(self.dst, minlength=self.num_dst)
 
 
 def csr_tensor(
@@ -124,32 +140,47 @@ def relabel(frontier: np.ndarray, src: np.ndarray) -> tuple[np.ndarray, np.ndarr
     return uniq[order], local[len(frontier) :]
 
 
-def sample_blocks(graph: DistGraph, seeds: np.ndarray, fanouts: list[int], seed: int = 0) -> MiniBatch:
-    """The message-flow blocks of `seeds` for fan-outs [input layer, ..., output layer]."""
+# A layer's fan-out: in-edges per node (-1 all), or (typed graphs) an array of one per edge type
+Fanout = int | np.ndarray
+
+
+def sample_blocks(graph: DistGraph, seeds: np.ndarray, fanouts: list[Fanout], seed: int = 0) -> MiniBatch:
+    """The message-flow blocks of `seeds` for fan-outs [input layer, ..., output layer]; on a typed
+    graph each block carries its edges' types (and their features, when the graph has them)."""
     seeds = np.asarray(seeds, dtype=np.int64)
     if len(np.unique(seeds)) != len(seeds):
         raise ValueError("seeds must be distinct")
     frontier = seeds
     blocks: list[Block] = []
     for depth, fanout in enumerate(reversed(fanouts)):
-        src, counts = graph.sample_neighbors(frontier, fanout, seed * 1000 + depth)
+        etype = eid = None
+        if graph.typed:
+            per_type = fanout if isinstance(fanout, np.ndarray) else None
+            got = graph.sample_edges(
+                frontier, -1 if per_type is not None else int(fanout), seed * 1000 + depth, per_type
+            )
+            src, counts, etype, eid = got.src, got.counts, got.etype, got.eid
+        else:
+            src, counts = graph.sample_neighbors(frontier, int(fanout), seed * 1000 + depth)
         dst_local = np.repeat(np.arange(len(frontier), dtype=np.int64), counts)
         nodes, src_local = relabel(frontier, src)
-        blocks.insert(
-            0,
-            Block(
-                len(nodes),
-                len(frontier),
-                torch.from_numpy(src_local),
-                torch.from_numpy(dst_local),
-                *mean_matrices(counts, src_local, len(nodes)),
-            ),
+        block = Block(
+            len(nodes),
+            len(frontier),
+            torch.from_numpy(src_local),
+            torch.from_numpy(dst_local),
+            *mean_matrices(counts, src_local, len(nodes)),
+            etype=None if etype is None else torch.from_numpy(etype),
+            eid=eid,
         )
+        if eid is not None and "efeat" in graph.edata:
+            block.efeat = torch.as_tensor(np.asarray(graph.edata["efeat"][eid]), dtype=torch.float32)
+        blocks.insert(0, block)
         frontier = nodes
     return MiniBatch(seeds=seeds, input_nodes=frontier, blocks=blocks)
 
 
-Sampler = Callable[[np.ndarray, list[int], int], MiniBatch]  # (seeds, fanouts, seed): sample_blocks' shape
+Sampler = Callable[[np.ndarray, list[Fanout], int], MiniBatch]  # (seeds, fanouts, seed): sample_blocks' shape
 
 
 class NeighborLoader:
@@ -162,7 +193,7 @@ class NeighborLoader:
         self,
         graph: DistGraph,
         seeds: np.ndarray,
-        fanouts: list[int],
+        fanouts: list[Fanout],
         batch_size: int,
         shuffle: bool = True,
         seed: int = 0,

@@ -45,7 +45,7 @@ from graphtrain.runtime.data.cache import (
     write_json,
 )
 from graphtrain.runtime.errors import DataError
-from graphtrain.runtime.kvstore import chain
+from graphtrain.runtime.kvstore import chain, gpu
 from graphtrain.runtime.kvstore import keyed as kd
 from graphtrain.runtime.kvstore.chain import MANIFEST, TOP
 from graphtrain.runtime.kvstore.keyed import KEYS
@@ -524,3 +524,26 @@ def export_keyed(root: Path, name: str, verify: bool = True) -> tuple[np.ndarray
     all_keys, all_rows = np.concatenate(keys), np.concatenate(rows)
     order = np.argsort(all_keys, kind="stable")
     return all_keys[order], all_rows[order]
+
+
+def write_frozen(
+    root: Path, copy: TensorShard, keys: np.ndarray | None, stopped: Callable[[], bool]
+) -> dict[str, Any]:
+    """The piece of a GPU table's frozen copy (gpu.freeze), from the checkpoint's thread: on a stream of
+    its own, so its copies to the host overlap training's kernels instead of queueing among them; an
+    abandoned checkpoint (`stopped`) ends it at the next chunk, its piece never renamed into place."""
+    with gpu.worker_stream(copy.data.device):
+        return write_piece(root, copy, gpu_writer(copy, keys, stopped))
+
+
+def gpu_writer(
+    live: TensorShard, keys: np.ndarray | None, stopped: Callable[[], bool] | None = None
+) -> Writer:
+    """The writer of a GPU table's piece: its rows and state in chunks, each under `live`'s lock
+    (gpu.save_chunked), and a dynamic table's keys."""
+
+    def write(directory: Path, view: TensorShard) -> None:
+        gpu.save_chunked(directory, view, live, stopped=stopped)
+        save_keys(directory, view, keys)
+
+    return write

@@ -18,9 +18,10 @@ import torch
 from graphtrain.runtime.errors import GraphtrainError
 from graphtrain.runtime.kvstore import checkpoint as ckpt
 from graphtrain.runtime.kvstore import protocol
-from graphtrain.runtime.kvstore.graphpart import _ranges
+from graphtrain.runtime.kvstore.graphpart import Sampled, _ranges
 from graphtrain.runtime.kvstore.inproc import InProcTransport
 from graphtrain.runtime.kvstore.keyed import owners as keyed_owners
+from graphtrain.runtime.kvstore.opargs import MAX_EDGE_TYPES
 from graphtrain.runtime.kvstore.shard import TensorShard
 from graphtrain.runtime.kvstore.transport import Answer, Call, KVAuthError, KVTimeout, Transport, gather_rows
 from graphtrain.runtime.kvstore.zmq_transport import ZmqTransport
@@ -294,6 +295,55 @@ class KVClient:
         for positions, shard_src, shard_counts in pieces:  # back into the caller's seed order
             src[_ranges(offsets[positions], shard_counts)] = shard_src
         return src, counts
+
+    def sample_edges(
+        self,
+        seeds: np.ndarray,
+        fanout: int,
+        bounds: np.ndarray,
+        seed: int = 0,
+        type_fanouts: np.ndarray | None = None,
+    ) -> Sampled:
+        """As sample, with each sampled edge's type and global id (a typed graph's blocks need them),
+        and with `type_fanouts` a fan-out per edge type (-1 all, 0 none) in place of `fanout`."""
+        if type_fanouts is not None and not 0 < len(type_fanouts) <= MAX_EDGE_TYPES:
+            raise protocol.ProtocolError(
+                f"type_fanouts must list 1 to {MAX_EDGE_TYPES} fan-outs, one per edge type"
+            )
+        seeds = np.ascontiguousarray(seeds, dtype=np.int64)
+        order, starts = self.split(seeds, bounds)
+        if order is None:
+            order = np.arange(len(seeds))
+        calls, pieces = [], []
+        for s in range(self.num_shards):
+            a, b = starts[s], starts[s + 1]
+            if b <= a:
+                continue
+            graph = self.transport.local_graph(s)
+            if graph is not None:
+                got = graph.sample_edges(seeds[order[a:b]], fanout, seed, type_fanouts)
+                pieces.append((order[a:b], got.src, got.counts, got.etype, got.eid))
+            else:
+                args: dict[str, Any] = {"fanout": fanout, "seed": seed, "edges": True}
+                if type_fanouts is not None:
+                    args["type_fanouts"] = [int(f) for f in type_fanouts]
+                calls.append(Call(s, "sample", None, self._frames(seeds[order[a:b]]), args))
+        answers = self.transport.call_many(calls)
+        pieces += [
+            (order[starts[c.shard] : starts[c.shard + 1]], *ans.arrays[:4])
+            for c, ans in zip(calls, answers, strict=True)
+        ]
+        counts = np.empty(len(seeds), dtype=np.int64)
+        for positions, _, shard_counts, _, _ in pieces:
+            counts[positions] = shard_counts
+        offsets = np.concatenate([[0], np.cumsum(counts)])
+        total = int(offsets[-1])
+        src, etype, eid = (np.empty(total, dtype=np.int64) for _ in range(3))
+        for positions, shard_src, shard_counts, shard_etype, shard_eid in pieces:
+            where = _ranges(offsets[positions], shard_counts)
+            src[where], eid[where] = shard_src, shard_eid
+            etype[where] = -1 if shard_etype is None else shard_etype
+        return Sampled(src, counts, etype, eid)
 
     def barrier(self, key: str, count: int, timeout: float | None = None) -> None:
         """Wait until `count` participants called barrier(key) (coordinated by shard 0). A participant

@@ -2,7 +2,7 @@
 (the tensors of one shard).
 
 The shard server's workers and the in-process transport of standalone mode both hand requests to a
-`Dispatcher` after `protocol.validate`, so both modes check the same things and answer the same
+`Dispatcher` after `opargs.validate`, so both modes check the same things and answer the same
 results and errors. What is not the same is only what the transport does with the outcome:
 
     Reply       one answer (result and arrays)
@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from graphtrain.runtime.kvstore import protocol
+from graphtrain.runtime.kvstore import opargs, protocol
 from graphtrain.runtime.kvstore.barrier import Barriers
 from graphtrain.runtime.kvstore.shm import SegmentCache, view
 from graphtrain.runtime.kvstore.state import PullStream, ShardTensors
@@ -71,7 +71,7 @@ class Dispatcher:
         self._segments_lock = threading.Lock()
 
     def run(
-        self, req: protocol.Request, args: protocol.OpArgs, who: Hashable = None, now: float | None = None
+        self, req: protocol.Request, args: opargs.OpArgs, who: Hashable = None, now: float | None = None
     ) -> Outcome:
         """Execute one validated request; `who` names the requester (barriers answer it later)."""
         handler = getattr(self, f"_op_{req.op}")
@@ -83,34 +83,34 @@ class Dispatcher:
 
     # ------------------------------------------------------------------------------------- ops
 
-    def _op_health(self, req: protocol.Request, args: protocol.OpArgs, who: Hashable, now: float) -> Reply:
+    def _op_health(self, req: protocol.Request, args: opargs.OpArgs, who: Hashable, now: float) -> Reply:
         return Reply({"shard": self.state.shard, "tensors": len(self.state.tensors)})
 
-    def _op_stats(self, req: protocol.Request, args: protocol.OpArgs, who: Hashable, now: float) -> Reply:
+    def _op_stats(self, req: protocol.Request, args: opargs.OpArgs, who: Hashable, now: float) -> Reply:
         return Reply(self.state.stats())
 
-    def _op_create(self, req: protocol.Request, a: protocol.CreateArgs, who: Hashable, now: float) -> Reply:
+    def _op_create(self, req: protocol.Request, a: opargs.CreateArgs, who: Hashable, now: float) -> Reply:
         t = self.state.create(req.name, a.num_rows, a.row_shape, a.dtype, a.lo, a.hi, a.init, keyed=a.keyed)
         return Reply(t.describe())
 
     def _op_set_optimizer(
-        self, req: protocol.Request, a: protocol.OptimizerArgs, who: Hashable, now: float
+        self, req: protocol.Request, a: opargs.OptimizerArgs, who: Hashable, now: float
     ) -> Reply:
         self.state.set_optimizer(req.name, a.config)
         return Reply()
 
-    def _op_pull(self, req: protocol.Request, a: protocol.PullArgs, who: Hashable, now: float) -> PullStream:
-        ids = protocol.joined(a.ids)
+    def _op_pull(self, req: protocol.Request, a: opargs.PullArgs, who: Hashable, now: float) -> PullStream:
+        ids = opargs.joined(a.ids)
         stream = self.state.pull_stream(req.name, ids, self.chunk_bytes, a.insert)
         if self.metrics is not None:
             self.metrics.rows_pulled.labels(self.metrics.shard).inc(len(ids))
         return stream
 
-    def _pieces(self, req: protocol.Request, a: protocol.PushArgs) -> list[tuple[np.ndarray, np.ndarray]]:
+    def _pieces(self, req: protocol.Request, a: opargs.PushArgs) -> list[tuple[np.ndarray, np.ndarray]]:
         """The push's (ids, values) pieces: from its frames, or from the client's shared buffer."""
         if a.shm is None:
             return a.pieces()
-        ids = protocol.joined(a.ids)
+        ids = opargs.joined(a.ids)
         t = self.state.get(req.name)
         dtype = np.dtype(protocol.DTYPES[t.dtype])
         width = math.prod(t.row_shape) * dtype.itemsize
@@ -126,13 +126,13 @@ class Dispatcher:
             )
         return [(ids, view(seg, (rows, *t.row_shape), dtype, a.shm.offset))]
 
-    def _op_push(self, req: protocol.Request, a: protocol.PushArgs, who: Hashable, now: float) -> Reply:
+    def _op_push(self, req: protocol.Request, a: opargs.PushArgs, who: Hashable, now: float) -> Reply:
         n = self.state.push(req.name, self._pieces(req, a))
         if self.metrics is not None:
             self.metrics.rows_pushed.labels(self.metrics.shard, "overwrite").inc(n)
         return Reply({"rows": n})
 
-    def _op_push_grad(self, req: protocol.Request, a: protocol.PushArgs, who: Hashable, now: float) -> Reply:
+    def _op_push_grad(self, req: protocol.Request, a: opargs.PushArgs, who: Hashable, now: float) -> Reply:
         pieces = self._pieces(req, a)
         start = time.perf_counter()
         try:
@@ -151,7 +151,7 @@ class Dispatcher:
         return Reply({"rows": n, "skipped": skipped})
 
     def _op_barrier(
-        self, req: protocol.Request, a: protocol.BarrierArgs, who: Hashable, now: float
+        self, req: protocol.Request, a: opargs.BarrierArgs, who: Hashable, now: float
     ) -> Released | None:
         limit = a.timeout if a.timeout is not None else 3600.0
         deadline = now + max(0.1, limit - BARRIER_MARGIN)
@@ -160,7 +160,7 @@ class Dispatcher:
             return None
         return Released(released, {"key": a.key, "count": a.count})
 
-    def _checkpoint_path(self, a: protocol.PathArgs) -> Path:
+    def _checkpoint_path(self, a: opargs.PathArgs) -> Path:
         if self.checkpoint_root is None:
             raise protocol.ProtocolError("this shard has no checkpoint root (--checkpoint-root)")
         path = (self.checkpoint_root / a.path).resolve()
@@ -170,18 +170,18 @@ class Dispatcher:
             )
         return path
 
-    def _op_checkpoint(self, req: protocol.Request, a: protocol.PathArgs, who: Hashable, now: float) -> Reply:
+    def _op_checkpoint(self, req: protocol.Request, a: opargs.PathArgs, who: Hashable, now: float) -> Reply:
         return Reply({"pieces": self.state.checkpoint(self._checkpoint_path(a), a.background)})
 
     def _op_checkpoint_status(
-        self, req: protocol.Request, a: protocol.PathArgs, who: Hashable, now: float
+        self, req: protocol.Request, a: opargs.PathArgs, who: Hashable, now: float
     ) -> Reply:
         return Reply(self.state.checkpoint_status(self._checkpoint_path(a)))
 
-    def _op_restore(self, req: protocol.Request, a: protocol.PathArgs, who: Hashable, now: float) -> Reply:
+    def _op_restore(self, req: protocol.Request, a: opargs.PathArgs, who: Hashable, now: float) -> Reply:
         return Reply({"restored": self.state.restore(self._checkpoint_path(a))})
 
-    def _op_shm_info(self, req: protocol.Request, args: protocol.OpArgs, who: Hashable, now: float) -> Reply:
+    def _op_shm_info(self, req: protocol.Request, args: opargs.OpArgs, who: Hashable, now: float) -> Reply:
         tensors = {
             n: {
                 "segment": t.shm.name,
@@ -202,9 +202,14 @@ class Dispatcher:
             }
         )
 
-    def _op_sample(self, req: protocol.Request, a: protocol.SampleArgs, who: Hashable, now: float) -> Reply:
-        src, counts = self.state.sample(protocol.joined(a.seeds), a.fanout, a.seed)
-        return Reply(arrays=[src, counts])
+    def _op_sample(self, req: protocol.Request, a: opargs.SampleArgs, who: Hashable, now: float) -> Reply:
+        if not a.edges and a.type_fanouts is None:
+            src, counts = self.state.sample(opargs.joined(a.seeds), a.fanout, a.seed)
+            return Reply(arrays=[src, counts])
+        got = self.state.sample_edges(opargs.joined(a.seeds), a.fanout, a.seed, a.type_fanouts)
+        etype = got.etype if got.etype is not None else np.full(len(got.src), -1, dtype=np.int64)
+        assert got.eid is not None
+        return Reply(arrays=[got.src, got.counts, etype, got.eid])
 
-    def _op_shutdown(self, req: protocol.Request, args: protocol.OpArgs, who: Hashable, now: float) -> Reply:
+    def _op_shutdown(self, req: protocol.Request, args: opargs.OpArgs, who: Hashable, now: float) -> Reply:
         return Reply()  # the server stops after answering; in process there is nothing to stop

@@ -1,6 +1,6 @@
 """A table's initial rows: generated in fixed global blocks of rows, each from its own seed, so a
 table's initial values do not depend on how it is split across servers. The spec is checked first
-(protocol.init_spec), so a bad value is refused naming its field on every path (the server's, the
+(opargs.init_spec), so a bad value is refused naming its field on every path (the server's, the
 in-process one) instead of failing inside torch."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from graphtrain.runtime.kvstore.protocol import init_spec
+from graphtrain.runtime.kvstore.opargs import init_spec
 
 INIT_BLOCK_ROWS = 1 << 16
 
@@ -19,7 +19,7 @@ def init_rows(spec: dict[str, Any], lo: int, hi: int, row_shape: tuple[int, ...]
     """Fill `out` (rows lo..hi) from an init spec, the same values whatever the split.
 
     spec: {"kind": "zeros"|"uniform"|"normal", "low", "high", "mean", "std", "seed"}, checked by
-    protocol.init_spec.
+    opargs.init_spec.
 
     Raises:
         ProtocolError: a bad init spec, naming the field.

@@ -1,6 +1,6 @@
 """The in-process transport of standalone mode: the shards live in this process.
 
-Each call is validated by protocol.validate and run by the shard's Dispatcher, exactly as a shard
+Each call is validated by opargs.validate and run by the shard's Dispatcher, exactly as a shard
 server's worker runs it, so standalone and distributed runs refuse the same requests with the same
 messages. Nothing is encoded or copied: arrays are handed over as they are, and pull rows are gathered
 straight into the caller's output.
@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from graphtrain.runtime.errors import GraphtrainError
-from graphtrain.runtime.kvstore import direct, protocol
+from graphtrain.runtime.kvstore import direct, opargs, protocol
 from graphtrain.runtime.kvstore.dispatch import Dispatcher, Released, Reply
 from graphtrain.runtime.kvstore.graphpart import GraphPart
 from graphtrain.runtime.kvstore.shard import TensorShard
@@ -83,7 +83,7 @@ class InProcTransport:
     def _call(self, c: Call) -> Answer:
         req = protocol.Request(c.op, 0, c.name, list(c.arrays), c.args or {}, sum(a.nbytes for a in c.arrays))
         try:
-            args = protocol.validate(req)
+            args = opargs.validate(req)
             out = self.dispatchers[c.shard].run(req, args, who=c.shard)
         except (protocol.ProtocolError, GraphtrainError, ValueError) as exc:
             raise protocol.RemoteError(f"shard {c.shard} (in-process) refused {c.op}: {exc}") from None
@@ -92,7 +92,7 @@ class InProcTransport:
         if isinstance(out, Released):
             return Answer(out.result, [])
         if out is None:  # a barrier of several participants in one process can never complete
-            assert isinstance(args, protocol.BarrierArgs)
+            assert isinstance(args, opargs.BarrierArgs)
             self.dispatchers[c.shard].barriers.withdraw(args.key, c.shard)
             raise protocol.RemoteError(
                 f"shard {c.shard} (in-process) refused barrier: {args.count} participants cannot meet "

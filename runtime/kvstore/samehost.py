@@ -55,21 +55,23 @@ class SameHost:
                 self._map_graph(shard, g)
 
     def _map_graph(self, shard: int, g: dict[str, Any]) -> None:
+        keys = [k for k in ("indptr", "indices", "etype") if k in g]
         try:
-            segs = [attach(g[k][0]) for k in ("indptr", "indices")]
+            segs = [attach(g[k][0]) for k in keys]
         except FileNotFoundError:
             return
         self._segments.extend(segs)
         try:
-            indptr, indices = (
-                view(seg, (int(g[k][1]),), np.dtype(np.int64))
-                for seg, k in zip(segs, ("indptr", "indices"), strict=True)
-            )
+            arrays = {
+                k: view(seg, (int(g[k][1]),), np.dtype(np.int64)) for seg, k in zip(segs, keys, strict=True)
+            }
         except (TypeError, ValueError):  # a segment smaller than announced: ask the server
             return
         lo, hi = int(g["lo"]), int(g["hi"])
-        if len(indptr) == hi - lo + 1 and indptr[0] == 0 and indptr[-1] == len(indices):
-            self.graphs[shard] = GraphPart(lo, hi, indptr, indices)
+        indptr, indices, etype = arrays["indptr"], arrays["indices"], arrays.get("etype")
+        whole = etype is None or len(etype) == len(indices)
+        if len(indptr) == hi - lo + 1 and indptr[0] == 0 and indptr[-1] == len(indices) and whole:
+            self.graphs[shard] = GraphPart(lo, hi, indptr, indices, etype, int(g.get("edge_lo", 0)))
 
     def close(self) -> None:
         for key in list(self.views):

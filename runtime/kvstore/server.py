@@ -52,7 +52,7 @@ import zmq
 from zmq.utils.monitor import recv_monitor_message
 
 from graphtrain.runtime.errors import GraphtrainError
-from graphtrain.runtime.kvstore import auth, gpu, protocol
+from graphtrain.runtime.kvstore import auth, gpu, opargs, protocol
 from graphtrain.runtime.kvstore.dispatch import Dispatcher, Released
 from graphtrain.runtime.kvstore.fairqueue import FairQueue, QueueFull
 from graphtrain.runtime.kvstore.metrics import ServerMetrics
@@ -89,7 +89,7 @@ class Limits:
 @dataclass
 class Task:
     req: protocol.Request
-    args: protocol.OpArgs
+    args: opargs.OpArgs
     arrived: float
 
 
@@ -406,7 +406,7 @@ class ShardServer:
             return
         try:
             req = protocol.parse_request(body, self.limits.max_request_bytes)
-            args = protocol.validate(req)
+            args = opargs.validate(req)
         except protocol.ProtocolError as exc:
             self.metrics.bad_requests.labels(shard, "malformed").inc()
             self._error(identity, protocol.lenient_rid(body), str(exc))

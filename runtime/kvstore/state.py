@@ -17,7 +17,6 @@ import contextlib
 import dataclasses
 import os
 import threading
-from collections.abc import Callable
 from multiprocessing import shared_memory
 from pathlib import Path
 from typing import Any
@@ -33,7 +32,7 @@ from graphtrain.runtime.kvstore import gpu, increment
 from graphtrain.runtime.kvstore import keyed as kd
 from graphtrain.runtime.kvstore import placement as place
 from graphtrain.runtime.kvstore import snapshot as snap
-from graphtrain.runtime.kvstore.graphpart import GraphPart
+from graphtrain.runtime.kvstore.graphpart import GraphPart, Sampled
 from graphtrain.runtime.kvstore.inits import init_rows
 from graphtrain.runtime.kvstore.placement import check_usable, table_device
 from graphtrain.runtime.kvstore.protocol import ProtocolError
@@ -433,9 +432,9 @@ class ShardTensors:
                     keys = None if t.keyed is None else t.keyed.keys()
                     copy = gpu.freeze(t, self.free(t.data.device)) if background else None
                 if copy is not None:  # written by the background thread, from the copy
-                    frozen.append((copy, lambda v, stop, k=keys: _write_frozen(root, v, k, stop)))
+                    frozen.append((copy, lambda v, stop, k=keys: ckpt.write_frozen(root, v, k, stop)))
                     continue
-                pieces.append(ckpt.write_piece(root, view, _gpu_writer(t, keys)))
+                pieces.append(ckpt.write_piece(root, view, ckpt.gpu_writer(t, keys)))
             if background:  # the trainers are paused: no push comes between the GPU pieces and these
                 self.background = snap.BackgroundCheckpoint(
                     str(root),
@@ -485,9 +484,17 @@ class ShardTensors:
         return restored
 
     def sample(self, seeds: np.ndarray, fanout: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+        return self._graph().sample(seeds, fanout, seed)
+
+    def sample_edges(
+        self, seeds: np.ndarray, fanout: int, seed: int, type_fanouts: np.ndarray | None
+    ) -> Sampled:
+        return self._graph().sample_edges(seeds, fanout, seed, type_fanouts)
+
+    def _graph(self) -> GraphPart:
         if self.graph is None:
             raise ProtocolError(f"shard {self.shard} holds no graph partition (start it with --partition)")
-        return self.graph.sample(seeds, fanout, seed)
+        return self.graph
 
     def load_partition(self, config_path: Path, part: int) -> list[str]:
         """Hold partition `part`: its in-edges (for sampling) and its dense node data (features, labels,
@@ -498,22 +505,31 @@ class ShardTensors:
         cfg = load_config(config_path)
         data = load_part(cfg, part, verify=True, mmap=True)
         lo, hi = data.node_range
+        typed = data.etype is not None and "canonical_etypes" in cfg.data
         self.graph = GraphPart(
-            lo, hi, self._structure("indptr", data.indptr), self._structure("indices", data.indices)
+            lo,
+            hi,
+            self._structure("indptr", data.indptr),
+            self._structure("indices", data.indices),
+            self._structure("etype", data.etype) if typed and data.etype is not None else None,
+            data.edge_range[0],
         )
         loaded = []
-        for key, value in data.ndata.items():
-            if hasattr(value, "tocsr"):
-                continue
-            arr = np.asarray(value)
-            dtype = wire_name(arr.dtype, widen=True)
-            if dtype is None:
-                continue
-            n = int(cfg.data["num_nodes"])
-            t = self.create(f"ndata.{key}", n, tuple(arr.shape[1:]), dtype, lo, hi, node_data=True)
-            t.data.copy_(torch.from_numpy(np.ascontiguousarray(arr.astype(DTYPES[dtype]))))
-            t.from_partition = True
-            loaded.append(t.name)
+        elo, ehi = data.edge_range
+        held = [("ndata", data.ndata, int(cfg.data["num_nodes"]), lo, hi)]
+        held.append(("edata", data.edata, int(cfg.data["num_edges"]), elo, ehi))
+        for kind, values, n, first, end in held:
+            for key, value in values.items():
+                if hasattr(value, "tocsr"):
+                    continue
+                arr = np.asarray(value)
+                dtype = wire_name(arr.dtype, widen=True)
+                if dtype is None:
+                    continue
+                t = self.create(f"{kind}.{key}", n, tuple(arr.shape[1:]), dtype, first, end, node_data=True)
+                t.data.copy_(torch.from_numpy(np.ascontiguousarray(arr.astype(DTYPES[dtype]))))
+                t.from_partition = True
+                loaded.append(t.name)
         return loaded
 
     def _structure(self, name: str, array: np.ndarray) -> np.ndarray:
@@ -530,15 +546,19 @@ class ShardTensors:
 
     def graph_info(self) -> dict[str, Any] | None:
         """Where this shard's structure is in shared memory (for shm_info), if it is."""
-        if self.graph is None or set(self.graph_shm) != {"indptr", "indices"}:
+        if self.graph is None or not {"indptr", "indices"} <= set(self.graph_shm):
             return None
         g = self.graph
-        return {
+        info: dict[str, Any] = {
             "lo": g.lo,
             "hi": g.hi,
+            "edge_lo": g.edge_lo,
             "indptr": [self.graph_shm["indptr"].name, len(g.indptr)],
             "indices": [self.graph_shm["indices"].name, len(g.indices)],
         }
+        if g.etype is not None and "etype" in self.graph_shm:
+            info["etype"] = [self.graph_shm["etype"].name, len(g.etype)]
+        return info
 
     def stats(self) -> dict[str, Any]:
         graph = (
@@ -564,26 +584,3 @@ class ShardTensors:
                     seg.close()
                 seg.unlink()
             self.graph_shm = {}
-
-
-def _write_frozen(
-    root: Path, copy: TensorShard, keys: np.ndarray | None, stopped: Callable[[], bool]
-) -> dict[str, Any]:
-    """The piece of a GPU table's frozen copy (gpu.freeze), from the checkpoint's thread: on a stream of
-    its own, so its copies to the host overlap training's kernels instead of queueing among them; an
-    abandoned checkpoint (`stopped`) ends it at the next chunk, its piece never renamed into place."""
-    with gpu.worker_stream(copy.data.device):
-        return ckpt.write_piece(root, copy, _gpu_writer(copy, keys, stopped))
-
-
-def _gpu_writer(
-    live: TensorShard, keys: np.ndarray | None, stopped: Callable[[], bool] | None = None
-) -> ckpt.Writer:
-    """The writer of a GPU table's piece: its rows and state in chunks, each under `live`'s lock
-    (gpu.save_chunked), and a dynamic table's keys."""
-
-    def write(directory: Path, view: TensorShard) -> None:
-        gpu.save_chunked(directory, view, live, stopped=stopped)
-        ckpt.save_keys(directory, view, keys)
-
-    return write

@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 from graphtrain.runtime.errors import GraphtrainError
 
 # = graphtrain::kAbiVersion in cuda/include/graphtrain/abi.h (tests/native/test_abi.py compares them)
-ABI_VERSION = 6
+ABI_VERSION = 7
 
 CPU, CUDA = "cpu", "cuda"
 REBUILD = {
@@ -92,9 +92,15 @@ SIGNATURES: dict[str, Signature] = {
     # m, src, dst, parts, nparts, counts (int32, nodes x nparts): a refinement round's counts (fennel.cpp)
     "gt_fennel_count": Signature((CPU,), INT, [I64, P, P, P, I32, P]),
     "gt_sample_neighbors": Signature((CPU,), I64, [P, P, I64, I64, P, I64, I64, U64, P, P, P]),
+    "gt_sample_edges": Signature((CPU,), I64, [P, P, I64, I64, P, I64, I64, P, I64, U64, P, P, P]),
+    "gt_attention_sum": Signature((CPU,), None, [I64, P, P, P, P, P, I32, I32, I32, I32, I32]),
+    "gt_attention_sum_t": Signature((CPU,), None, [I64, I64, P, P, P, P, P, P, I32, I32, I32, I32, I32]),
+    "gt_attention_dot": Signature((CPU,), None, [I64, P, P, P, P, P, I32, I32, I32, I32, I32]),
     "gt_relabel": Signature((CPU,), I64, [P, I64, P, I64, P, P]),
     "gt_relu_dropout": Signature((CPU,), None, [I64, P, P, P, U32, F32, U64, I32]),
     "gt_mask_scale": Signature((CPU,), None, [I64, P, P, F32, P, I32]),
+    "gt_elu_dropout": Signature((CPU,), None, [I64, P, P, P, U32, F32, U64, I32]),
+    "gt_elu_dropout_grad": Signature((CPU,), None, [I64, P, P, P, F32, P, I32]),
     # dynamic vocabularies (keymap_cpu.cpp): new(capacity), free, size, find(n, keys, rows), keys(out),
     # insert(n, keys, rows, tick, evict, evicted keys, evicted rows)
     "gt_keymap_new": Signature((CPU,), P, [I64]),

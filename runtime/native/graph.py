@@ -44,6 +44,45 @@ def sample_neighbors(
     return src, counts
 
 
+def sample_edges(
+    indptr: np.ndarray,
+    etype: np.ndarray | None,
+    lo: int,
+    seeds: np.ndarray,
+    fanout: int,
+    type_fanouts: np.ndarray | None,
+    seed: int,
+) -> tuple[np.ndarray, np.ndarray]:
+    """(positions in the partition's edge arrays, counts) of up to `fanout` in-edges per seed, or with
+    `type_fanouts` (one per edge type, -1 all, 0 none) per edge type of each seed's row."""
+    lib = core()
+    n = len(seeds)
+    counts = np.empty(n, dtype=np.int64)
+    bad = ctypes.c_int64(-1)
+    if type_fanouts is not None and etype is None:
+        raise SparseInputError("per-edge-type fan-outs need the partition's edge types")
+    args = (
+        _i64(indptr, "indptr"),
+        None if etype is None else _i64(etype, "etype"),
+        lo,
+        len(indptr) - 1,
+        _i64(seeds, "seeds"),
+        n,
+        fanout,
+        None if type_fanouts is None else _i64(type_fanouts, "type_fanouts"),
+        0 if type_fanouts is None else len(type_fanouts),
+        seed & (2**64 - 1),
+    )
+    total = lib.gt_sample_edges(*args, counts.ctypes.data, None, ctypes.byref(bad))
+    if total < 0:
+        raise SparseInputError(
+            f"seed {int(seeds[bad.value])} is outside this partition's nodes [{lo}, {lo + len(indptr) - 1})"
+        )
+    pos = np.empty(total, dtype=np.int64)
+    lib.gt_sample_edges(*args, counts.ctypes.data, pos.ctypes.data, ctypes.byref(bad))
+    return pos, counts
+
+
 def relabel(frontier: np.ndarray, src: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(nodes, local ids of src): nodes = frontier then the new ids of src in first-occurrence order."""
     nodes = np.empty(len(frontier) + len(src), dtype=np.int64)

@@ -1,4 +1,5 @@
-"""Fused ReLU + dropout for CPU trainers (cuda/src/nn_cpu.cpp), with the torch fallback it replaces.
+"""Fused ReLU + dropout and ELU + dropout for CPU trainers (cuda/src/nn_cpu.cpp), with the torch
+fallbacks they replace.
 
 torch spends five passes over a hidden layer's activations on relu, the random draw, the comparison
 and the masked, scaled multiply, and as many backward; the native kernel takes one pass each way and
@@ -57,3 +58,47 @@ def relu_dropout(x: torch.Tensor, p: float, training: bool = True) -> torch.Tens
         return _ReluDropout.apply(x, p)
     keep = torch.rand_like(x) >= p
     return torch.relu(x) * keep * (1.0 / (1.0 - p))
+
+
+class _EluDropout(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: torch.autograd.function.FunctionCtx, x: torch.Tensor, p: float) -> torch.Tensor:
+        x = x.contiguous()
+        out = torch.empty_like(x)
+        mask = torch.empty(x.shape, dtype=torch.uint8)
+        scale = 1.0 / (1.0 - p)
+        seed = int(torch.randint(0, _SEED_BOUND, (1,)))
+        drop_below = min(int(round(p * 2**32)), 2**32 - 1)
+        core().gt_elu_dropout(
+            x.numel(), x.data_ptr(), out.data_ptr(), mask.data_ptr(), drop_below, scale, seed, _threads()
+        )
+        ctx.save_for_backward(x, mask)
+        ctx.scale = scale
+        return out
+
+    @staticmethod
+    def backward(ctx: torch.autograd.function.FunctionCtx, grad: torch.Tensor) -> tuple:
+        x, mask = ctx.saved_tensors
+        grad = grad.contiguous()
+        out = torch.empty_like(grad)
+        core().gt_elu_dropout_grad(
+            grad.numel(),
+            grad.data_ptr(),
+            x.data_ptr(),
+            mask.data_ptr(),
+            ctx.scale,
+            out.data_ptr(),
+            _threads(),
+        )
+        return out, None
+
+
+def elu_dropout(x: torch.Tensor, p: float, training: bool = True) -> torch.Tensor:
+    """dropout(elu(x), p): each element kept with probability 1 - p and scaled by 1 / (1 - p)."""
+    if not 0.0 <= p < 1.0:
+        raise ValueError(f"dropout probability must be in [0, 1), got {p}")
+    if not training or p == 0.0:
+        return torch.nn.functional.elu(x)
+    if x.dtype == torch.float32 and choose(x.device) is CoreBackend.CPU:
+        return _EluDropout.apply(x, p)
+    return torch.nn.functional.dropout(torch.nn.functional.elu(x), p, True)

@@ -4,6 +4,11 @@ Each constraint is one column of an int64 weight matrix: `nodes` is 1 per node, 
 node's in-degree, i.e. the edges its partition stores (a partition holds the in-edges of the nodes it
 owns), so balancing degree balances stored edges; `train`/`val`/`test` are the split masks.
 Constraints the graph has no data for (no masks) or whose total is zero are skipped and reported.
+
+On a typed graph, `nodes` and the split masks are balanced per node type, as DGL's partition_graph
+balances "the number of nodes for each node type": one column per type (`nodes:paper`, `train:paper`,
+...), so every partition holds its share of each type and of each type's training nodes. A type without
+nodes, or without nodes in a split, is skipped (and reported) like any empty constraint.
 """
 
 from __future__ import annotations
@@ -45,14 +50,25 @@ def build(graph: Graph, balance: list[str], degree: np.ndarray | None = None) ->
             col = mask.astype(np.int64)
         else:
             raise ValueError(f"unknown balance constraint {name!r}")
-        if col.sum() == 0:
-            skipped[name] = "its total weight is zero"
-            continue
-        names.append(name)
-        cols.append(col)
+        per_type = name != "degree" and graph.ntype is not None and graph.ntype_names is not None
+        for label, column in _per_type(graph, name, col) if per_type else [(name, col)]:
+            if column.sum() == 0:
+                skipped[label] = "its total weight is zero"
+                continue
+            names.append(label)
+            cols.append(column)
     if not cols:
         names, cols = ["nodes"], [np.ones(graph.num_nodes, dtype=np.int64)]
     return Constraints(names, np.ascontiguousarray(np.stack(cols, axis=1)), skipped)
+
+
+def _per_type(graph: Graph, name: str, col: np.ndarray) -> list[tuple[str, np.ndarray]]:
+    """`col` split into one column per node type, named `<name>:<type>`."""
+    assert graph.ntype is not None and graph.ntype_names is not None
+    return [
+        (f"{name}:{t}", np.where(graph.ntype == i, col, 0).astype(np.int64))
+        for i, t in enumerate(graph.ntype_names.tolist())
+    ]
 
 
 def balance_of(weights: np.ndarray, parts: np.ndarray, num_parts: int) -> np.ndarray:

@@ -17,7 +17,10 @@ Layout of `<out>/` (written under a temporary name and renamed into place when c
     part-<i>/indptr.npy      int64, in-CSR over the partition's nodes (local row = new id - node_bounds[i])
     part-<i>/indices.npy     int64, global new id of each in-edge's source; edge ids are
                              edge_bounds[i] + position, so no edge-id array is stored
-    part-<i>/etype.npy       int64, edge type of each in-edge (when the graph has types)
+    part-<i>/etype.npy       int64, edge type of each in-edge (when the graph has types); a typed graph's
+                             in-edges of a node are sorted by it (one run per relation)
+    part-<i>/edata/efeat.npy float32, the features of each in-edge, in the in-CSR's order (typed graphs
+                             with edge features)
     part-<i>/halo.npy        int64, sorted new ids of the remote nodes adjacent to the partition
     part-<i>/ndata/<key>...  node data of the partition's nodes in new-id order: feat (.npy, or
                              .indptr/.indices/.data.npy when sparse), label, train/val/test_mask, ntype
@@ -28,7 +31,10 @@ Every file is .npy (mmap-able) and its sha256 is in the config. The config (JSON
     num_classes, ndata (entry description per key), parts [{dir, ndata entries}], stats,
     has_external_ids, has_class_names, has_relation_names, has_feature_names, kg {num_relations,
     triples {split: count}}
-    (knowledge graphs only), graphtrain_version, created, files {relative path: sha256}.
+    (knowledge graphs only), graphtrain_version, created, files {relative path: sha256}; a typed graph's
+    ntype_names, canonical_etypes ([source type, relation, destination type] per edge type id),
+    type_bounds (per part, where each node type's range of new ids starts, and its end), feature_blocks
+    ({type: [first column, width]}) and edata (edge data descriptions, shape [num_edges, d]).
 
 The names and the KG splits are additive (format version 1): a partition written before them reads as
 one without names or splits.
@@ -37,7 +43,7 @@ one without names or splits.
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -161,18 +167,40 @@ def write(graph: Graph, result: PartitionResult, out: Path, overwrite: bool = Fa
         for p in range(result.num_parts):
             indptr, indices = local_in_csr(rl, p)
             etype = None
+            elo, ehi = rl.edge_bounds[p], rl.edge_bounds[p + 1]
             if graph.etype is not None:
-                elo, ehi = rl.edge_bounds[p], rl.edge_bounds[p + 1]
                 etype = graph.etype[rl.edge_map[elo:ehi]].astype(np.int64)
             ids = rl.node_map[rl.node_bounds[p] : rl.node_bounds[p + 1]]
             parts_meta.append(
                 write_part(tmp, p, graph, ids, indptr, indices, etype, result.halos[p], ndata_desc)
             )
+            if graph.efeat is not None:
+                entries = store.write_values(
+                    tmp / f"part-{p}" / "edata", {"efeat": graph.efeat[rl.edge_map[elo:ehi]]}
+                )
+                parts_meta[-1]["edata"] = entries
         config = config_of(
             graph, graph.num_edges, result, rl.node_bounds, rl.edge_bounds, parts_meta, ndata_desc
         )
+        config.update(typed_meta(graph, rl.type_bounds))
         write_config(tmp, graph, config)
     return out / f"{graph.name}.json"
+
+
+def typed_meta(graph: Graph, type_bounds: np.ndarray | None) -> dict[str, Any]:
+    """The config's typed-graph entries (module docstring); none for an untyped graph."""
+    out: dict[str, Any] = {}
+    if graph.typed:
+        assert graph.ntype_names is not None and graph.canonical_etypes is not None
+        out["ntype_names"] = graph.ntype_names.tolist()
+        out["canonical_etypes"] = graph.canonical_etypes.tolist()
+        if type_bounds is not None:
+            out["type_bounds"] = type_bounds.tolist()
+        out["feature_blocks"] = {t: list(b) for t, b in graph.feature_blocks.items()}
+    if graph.efeat is not None:
+        width = int(graph.efeat.shape[1])
+        out["edata"] = {"efeat": {"kind": "array", "shape": [graph.num_edges, width], "dtype": "float32"}}
+    return out
 
 
 def write_node_files(tmp: Path, graph: Graph, node_map: np.ndarray, inverse: np.ndarray) -> None:
@@ -366,6 +394,7 @@ class PartData:
     etype: np.ndarray | None
     halo: np.ndarray
     ndata: dict[str, Any]
+    edata: dict[str, Any] = field(default_factory=dict)  # edge data of the in-edges, in in-CSR order
 
 
 def load_part(cfg: PartitionConfig, part: int, verify: bool = True, mmap: bool = True) -> PartData:
@@ -385,10 +414,13 @@ def load_part(cfg: PartitionConfig, part: int, verify: bool = True, mmap: bool =
     mode = "r" if mmap else None
     nb, eb = cfg.node_bounds, cfg.edge_bounds
     etype_path = pdir / "etype.npy"
-    try:  # store.read_values loads without pickle too: an object array there is a ValueError
-        ndata = store.read_values(pdir / "ndata", meta["ndata"], mmap=mmap)
-    except ValueError as exc:
-        raise DataError(f"{pdir / 'ndata'}: a file is not a plain .npy array ({exc})") from None
+    data = {}
+    for kind in ("ndata", "edata"):
+        try:  # store.read_values loads without pickle too: an object array there is a ValueError
+            data[kind] = store.read_values(pdir / kind, meta[kind], mmap=mmap) if kind in meta else {}
+        except ValueError as exc:
+            raise DataError(f"{pdir / kind}: a file is not a plain .npy array ({exc})") from None
+    ndata, edata = data["ndata"], data["edata"]
     return PartData(
         part=part,
         node_range=(int(nb[part]), int(nb[part + 1])),
@@ -398,6 +430,7 @@ def load_part(cfg: PartitionConfig, part: int, verify: bool = True, mmap: bool =
         etype=load_npy(etype_path, mode) if etype_path.exists() else None,
         halo=load_npy(pdir / "halo.npy", mode),
         ndata=ndata,
+        edata=edata,
     )
 
 
@@ -475,6 +508,8 @@ def reassemble(cfg: PartitionConfig, verify: bool = True) -> Graph:
     src = np.empty(m, dtype=np.int64)
     dst = np.empty(m, dtype=np.int64)
     etype = np.empty(m, dtype=np.int64) if cfg.data.get("has_etype") else None
+    edata_desc = cfg.data.get("edata", {}).get("efeat")
+    efeat = np.empty(edata_desc["shape"], dtype=np.float32) if edata_desc else None
     ndata: dict[str, Any] = {}
     node_map = maps["node_map"]
     edge_map = maps["edge_map"]
@@ -488,6 +523,8 @@ def reassemble(cfg: PartitionConfig, verify: bool = True) -> Graph:
         dst[orig_edges] = node_map[local_dst]
         if etype is not None and part.etype is not None:
             etype[orig_edges] = part.etype
+        if efeat is not None:
+            efeat[orig_edges] = part.edata["efeat"]
         for key, value in part.ndata.items():
             ndata.setdefault(key, []).append(value)
     inverse = maps["node_map_inverse"]
@@ -520,4 +557,17 @@ def reassemble(cfg: PartitionConfig, verify: bool = True) -> Graph:
         relation_names=maps.get("relation_names"),
         feature_names=load_names(cfg, verify).get("feature_names"),
         triples=load_triples(cfg, verify),
+        **typed_fields(cfg),
+        efeat=efeat,
     )
+
+
+def typed_fields(cfg: PartitionConfig) -> dict[str, Any]:
+    """A typed partition's Graph fields from its config (none for an untyped one)."""
+    if "canonical_etypes" not in cfg.data:
+        return {}
+    return {
+        "ntype_names": np.asarray(cfg.data["ntype_names"], dtype=str),
+        "canonical_etypes": np.asarray(cfg.data["canonical_etypes"], dtype=str).reshape(-1, 3),
+        "feature_blocks": {t: (int(a), int(b)) for t, (a, b) in cfg.data.get("feature_blocks", {}).items()},
+    }

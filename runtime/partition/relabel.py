@@ -4,6 +4,11 @@ New node ids are sorted by part, keeping the original order inside a part; the p
 just the num_parts+1 boundaries. Each edge belongs to the partition of its destination (a partition
 stores the in-edges of its nodes, which is what neighbour sampling reads); new edge ids are sorted by
 new destination, then by original position, so every partition's edges form an in-CSR and a range.
+
+A typed graph's nodes are sorted by (part, node type) first, as DGL's partition_graph keeps them: each
+type's nodes form one range inside each part (`type_bounds`), so (type, type id) maps to a part by two
+range lookups. Its edges are sorted by (new destination, edge type), so a node's in-edges of one
+relation are one run of its in-CSR row, which per-relation sampling reads without a scan.
 """
 
 from __future__ import annotations
@@ -25,12 +30,21 @@ class Relabeling:
     edge_bounds: np.ndarray  # (num_parts + 1,)
     src: np.ndarray  # new source id of every new edge
     dst: np.ndarray  # new destination id of every new edge
+    # typed graphs: (num_parts, num_types + 1) new ids where each type's range starts in each part
+    type_bounds: np.ndarray | None = None
 
 
-def nodes(parts: np.ndarray, num_parts: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(node_map, node_map_inverse, node_bounds): new ids sorted by part, original order inside a part."""
+def nodes(
+    parts: np.ndarray, num_parts: int, ntype: np.ndarray | None = None, num_types: int = 1
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(node_map, node_map_inverse, node_bounds): new ids sorted by part (then by node type, when
+    given), original order inside each."""
     # Small integer keys: numpy's stable sort is a radix sort for 16-bit ints.
-    keys = parts.astype(np.int16 if num_parts < 2**15 else np.int32)
+    if ntype is not None:
+        keys = parts.astype(np.int64) * num_types + ntype
+        keys = keys.astype(np.int16 if num_parts * num_types < 2**15 else np.int64)
+    else:
+        keys = parts.astype(np.int16 if num_parts < 2**15 else np.int32)
     node_map = np.argsort(keys, kind="stable").astype(np.int64)
     inverse = np.empty_like(node_map)
     inverse[node_map] = np.arange(len(parts), dtype=np.int64)
@@ -40,13 +54,26 @@ def nodes(parts: np.ndarray, num_parts: int) -> tuple[np.ndarray, np.ndarray, np
 
 
 def relabel(graph: Graph, parts: np.ndarray, num_parts: int) -> Relabeling:
-    node_map, inverse, node_bounds = nodes(parts, num_parts)
+    typed = graph.typed and graph.ntype is not None and graph.ntype_names is not None
+    num_types = len(graph.ntype_names) if typed and graph.ntype_names is not None else 1
+    node_map, inverse, node_bounds = nodes(parts, num_parts, graph.ntype if typed else None, num_types)
     edge_map = _edges_by_destination(graph, node_map)
     src, dst = graph.edges()
     new_dst = inverse[dst[edge_map]]
+    if typed and graph.etype is not None:  # each destination's in-edges by edge type, stably
+        edge_map = edge_map[np.lexsort((graph.etype[edge_map], new_dst))]
+        new_dst = inverse[dst[edge_map]]
     new_src = inverse[src[edge_map]]
     edge_bounds = np.searchsorted(new_dst, node_bounds, side="left").astype(np.int64)
-    return Relabeling(node_map, inverse, node_bounds, edge_map, edge_bounds, new_src, new_dst)
+    type_bounds = None
+    if typed:
+        assert graph.ntype is not None
+        counts = np.zeros((num_parts, num_types), dtype=np.int64)
+        np.add.at(counts, (parts, graph.ntype), 1)
+        type_bounds = node_bounds[:-1, None] + np.concatenate(
+            [np.zeros((num_parts, 1), np.int64), np.cumsum(counts, axis=1)], axis=1
+        )
+    return Relabeling(node_map, inverse, node_bounds, edge_map, edge_bounds, new_src, new_dst, type_bounds)
 
 
 def _edges_by_destination(graph: Graph, order: np.ndarray) -> np.ndarray:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from graphtrain.contract.roles import TrainParams
-from graphtrain.contract.spec import ModelKind, load_yaml
+from graphtrain.contract.spec import NODE_CLASSIFICATION, load_yaml
 from graphtrain.runtime import cpus
 from graphtrain.runtime.data.cache import read_text, write_json
 from graphtrain.runtime.errors import GraphtrainError
@@ -69,7 +69,7 @@ def train(p: TrainParams) -> None:
     backend = process_group_backend(str(gt.spec.trainers.dist_backend))
     with Dist(p.rank, p.world, p.init, backend) as dist:
         task: TrainingTask[Any]
-        if gt.spec.model.kind == ModelKind.graphsage:
+        if gt.spec.task_kind == NODE_CLASSIFICATION:
             task = NodeClassification(gt, graph, connect(), dist, device)  # the loader thread: own connection
         else:
             from graphtrain.runtime.train.kge import LinkPrediction

@@ -26,8 +26,8 @@ import torch
 
 from graphtrain.runtime.collective import bag
 from graphtrain.runtime.graph import FeatureBags
+from graphtrain.runtime.models.layers import SparseProduct
 from graphtrain.runtime.train.device import to_device
-from graphtrain.runtime.train.models import SparseProduct
 
 
 class FixedRows:

@@ -26,10 +26,11 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from graphtrain.contract.spec import GraphTraining
+from graphtrain.contract.spec import GraphTraining, KGETask, kge
 from graphtrain.runtime.data.graph import KnowledgeGraph
 from graphtrain.runtime.errors import GraphtrainError
 from graphtrain.runtime.graph import DistGraph, edge_split
+from graphtrain.runtime.models import kge_entry
 from graphtrain.runtime.optim import OptimConfig, SparseOptimizer
 from graphtrain.runtime.partition import load_maps, load_triples
 from graphtrain.runtime.tensor import PartitionBook
@@ -94,9 +95,11 @@ class LinkPrediction:
     def __init__(self, gt: GraphTraining, graph: DistGraph, dist: Dist, device: torch.device | None = None):
         self.device = device or torch.device("cpu")  # where scores are computed (train/device.py)
         self.spec, self.graph, self.dist = gt.spec, graph, dist
-        m, tr = self.spec.model, self.spec.training
+        m, tr = kge(self.spec.model), self.spec.training
+        task = self.spec.task.variant if self.spec.task is not None else KGETask()
+        assert isinstance(task, KGETask)
         seed_everything(tr.seed)
-        self.kind, self.norm = str(m.kind), int(m.norm)
+        self.kge_model, self.task, self.entry = m, task, kge_entry(m.KIND)
         self.kg = load_kg(graph)
         tables = {t.name: t for t in self.spec.embeddings}
         ent, rel = tables[m.entity_embedding], tables[m.relation_embedding]  # type: ignore[index]
@@ -148,31 +151,31 @@ class LinkPrediction:
         """This trainer's triples in the epoch's seeded order, each batch with its negatives drawn from the
         same generator. The negatives of the batches before `start` are drawn too (and dropped): the
         generator then stands where a whole pass has it, so the batches from there are that pass's."""
-        tr, m = self.spec.training, self.spec.model
+        tr, task = self.spec.training, self.task
         gen = torch.Generator().manual_seed(tr.seed * 1_000_003 + self.dist.rank * 7919 + epoch)
         order = torch.randperm(len(self.triples), generator=gen)
         b = self.batch_size
         for i in range(self.steps_per_epoch()):
             pos = self.triples[order[i * b : (i + 1) * b]]
-            neg = kge_math.corrupt(pos, m.negatives, self.graph.num_nodes, gen)
+            neg = kge_math.corrupt(pos, task.negatives, self.graph.num_nodes, gen)
             if i >= start:
                 yield Triples(pos, neg)
 
     def step(self, batch: Triples, clock: StageClock) -> tuple[torch.Tensor, int]:
         """The batch's entity and relation rows pulled once each (stage pull), its scores, loss and
         backward (forward_backward), and the gradients pushed to the shard servers (push)."""
-        m = self.spec.model
+        m, task = self.kge_model, self.task
         pos, neg = batch
         ents = torch.cat([pos[:, [0, 2]].reshape(-1), neg[..., [0, 2]].reshape(-1)])
         if self._where_they_lie():
             rows, r = self._rows_on_device(ents, pos[:, 1], clock)
         else:
             rows, r = self._rows_deduplicated(ents, pos[:, 1], clock)
-        b, k = len(pos), m.negatives
+        b, k = len(pos), task.negatives
         pe, ne = rows[: 2 * b].view(b, 2, -1), rows[2 * b :].view(b, k, 2, -1)
-        pos_s = kge_math.score(self.kind, pe[:, 0], r, pe[:, 1], self.norm)
-        neg_s = kge_math.score(self.kind, ne[:, :, 0], r.unsqueeze(1), ne[:, :, 1], self.norm)
-        loss = kge_math.loss(str(m.loss), pos_s, neg_s, m.margin)
+        pos_s = self.entry.score(pe[:, 0], r, pe[:, 1], m)
+        neg_s = self.entry.score(ne[:, :, 0], r.unsqueeze(1), ne[:, :, 1], m)
+        loss = kge_math.loss(str(task.loss), pos_s, neg_s, task.margin)
         loss.backward()
         clock.lap("forward_backward")
         self.ent_opt.step()
@@ -246,9 +249,9 @@ class LinkPrediction:
             t = mine[i : i + EVAL_BATCH]
             h_ids, r_ids, t_ids = (to_device(torch.from_numpy(t[:, j]), self.device) for j in range(3))
             h, r, tt = ents[h_ids], rels[r_ids], ents[t_ids]
-            scores = kge_math.score_all_tails(self.kind, h, r, ents, self.norm)
+            scores = self.entry.tails(h, r, ents, self.kge_model)
             sums.add(kge_math.filtered_ranks(scores, t_ids, *self.filter.known("tail", t[:, 0], t[:, 1])))
-            scores = kge_math.score_all_heads(self.kind, r, tt, ents, self.norm)
+            scores = self.entry.heads(r, tt, ents, self.kge_model)
             sums.add(kge_math.filtered_ranks(scores, h_ids, *self.filter.known("head", t[:, 2], t[:, 1])))
         out = kge_math.RankSums.metrics(self.dist.sum(sums.as_list()))
         out["triples"] = float(len(triples))

@@ -1,10 +1,10 @@
-"""Knowledge-graph embedding math (pure torch/numpy): scores, negatives, losses and filtered ranks.
+"""Knowledge-graph embedding math (pure torch/numpy): negatives, losses and filtered ranks (the scores are
+the models', runtime/models/).
 
-The conventions are PyKEEN's, so a run can be compared with it setting for setting: TransE scores
--||h + r - t||_p and DistMult <h, r, t>; negatives corrupt the head (first half of a batch) or the tail
-(the rest) with another entity drawn uniformly (PyKEEN's BasicNegativeSampler); losses are reduced by the mean
-as PyKEEN's sLCWA losses are; ranks are "realistic" (ties counted half) and filtered by every known
-triple of train, valid and test.
+The conventions are PyKEEN's, so a run can be compared with it setting for setting: negatives corrupt
+the head (first half of a batch) or the tail (the rest) with another entity drawn uniformly (PyKEEN's
+BasicNegativeSampler); losses are reduced by the mean as PyKEEN's sLCWA losses are; ranks are
+"realistic" (ties counted half) and filtered by every known triple of train, valid and test.
 """
 
 from __future__ import annotations
@@ -14,29 +14,6 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 from torch.nn import functional
-
-
-def score(kind: str, h: torch.Tensor, r: torch.Tensor, t: torch.Tensor, p: int = 1) -> torch.Tensor:
-    """Scores of (h, r, t) rows, broadcast over leading dimensions; higher means more plausible."""
-    if kind == "transe":
-        return -torch.linalg.vector_norm(h + r - t, ord=p, dim=-1)
-    if kind == "distmult":
-        return (h * r * t).sum(-1)
-    raise ValueError(f"unknown KGE model {kind!r}")
-
-
-def score_all_tails(kind: str, h: torch.Tensor, r: torch.Tensor, ents: torch.Tensor, p: int) -> torch.Tensor:
-    """(b, num_entities) scores of (h, r, every entity)."""
-    if kind == "transe":
-        return -torch.cdist(h + r, ents, p=p)
-    return (h * r) @ ents.T
-
-
-def score_all_heads(kind: str, r: torch.Tensor, t: torch.Tensor, ents: torch.Tensor, p: int) -> torch.Tensor:
-    """(b, num_entities) scores of (every entity, r, t)."""
-    if kind == "transe":
-        return -torch.cdist(t - r, ents, p=p)
-    return (r * t) @ ents.T
 
 
 def corrupt(pos: torch.Tensor, k: int, num_entities: int, gen: torch.Generator) -> torch.Tensor:

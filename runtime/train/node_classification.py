@@ -19,17 +19,20 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from graphtrain.contract.spec import DuplicateRule, GraphTraining
+from graphtrain.contract.spec import DuplicateRule, GraphTraining, NodeClassificationTask, gnn
 from graphtrain.runtime.errors import GraphtrainError
 from graphtrain.runtime.graph import DistGraph, FeatureBags, NeighborLoader, node_split
 from graphtrain.runtime.graph.device_data import data_bytes, device_node_data
 from graphtrain.runtime.graph.device_sampler import device_graph, sample_blocks_on
+from graphtrain.runtime.graph.fanouts import layer_fanouts
 from graphtrain.runtime.graph.loader import MiniBatch, Sampler, sample_blocks
 from graphtrain.runtime.kvstore.client import KVClient
 from graphtrain.runtime.kvstore.placement import free_bytes
+from graphtrain.runtime.models import GNNShape, gnn_entry
 from graphtrain.runtime.optim import OptimConfig, SparseOptimizer
 from graphtrain.runtime.tensor import PartitionBook
 from graphtrain.runtime.train.dense import load_dense, save_dense
@@ -37,13 +40,33 @@ from graphtrain.runtime.train.device import to_device
 from graphtrain.runtime.train.dist import Dist, seed_everything, unwrap
 from graphtrain.runtime.train.inputs import bag_input
 from graphtrain.runtime.train.metrics import StageClock
-from graphtrain.runtime.train.models import GraphSAGE
 from graphtrain.runtime.train.reporter import log
 from graphtrain.runtime.train.tables import Table, collective, embedding_table, table_init
 from graphtrain.runtime.train.task import Split
 
 REPORT_EVERY = 20
 EVAL_BATCH = 4096
+
+
+def target_types(task: Any, graph: DistGraph) -> np.ndarray | None:
+    """The node type ids whose labelled nodes are trained and evaluated (task.targetNodeTypes); None:
+    every node with a label.
+
+    Raises:
+        GraphtrainError: a target type the graph lacks, or target types on an untyped graph.
+    """
+    variant = task.variant if task is not None else NodeClassificationTask()
+    names = getattr(variant, "target_node_types", None)
+    if not names:
+        return None
+    if not graph.typed:
+        raise GraphtrainError("task.targetNodeTypes: the graph has no node types (graph.typed, graph.nodes)")
+    unknown = [t for t in names if t not in graph.ntype_names]
+    if unknown:
+        raise GraphtrainError(
+            f"task.targetNodeTypes: no node type {unknown[0]!r} (node types: {', '.join(graph.ntype_names)})"
+        )
+    return np.asarray([graph.ntype_names.index(t) for t in names], dtype=np.int64)
 
 
 def _optimizer(kind: str, params: Any, lr: float) -> torch.optim.Optimizer:
@@ -72,10 +95,13 @@ class NodeClassification:
     ):
         self.spec, self.graph, self.dist = gt.spec, graph, dist
         self.device = device or torch.device("cpu")
-        m, tr = self.spec.model, self.spec.training
+        m, tr = gnn(self.spec.model), self.spec.training
+        self.bag_combiner = str(m.feature_bag.combiner) if m.feature_bag is not None else None
         seed_everything(tr.seed)  # the model's initial weights follow training.seed
         if graph.num_classes is None or "label" not in graph.ndata:
-            raise GraphtrainError("model.kind graphsage needs node labels: the graph has none (graph.labels)")
+            raise GraphtrainError(
+                f"task nodeClassification ({m.KIND}) needs node labels: the graph has none (graph.labels)"
+            )
         self.feat = graph.ndata.get("feat") if m.use_features and m.feature_bag is None else None
         if m.use_features and m.feature_bag is None and self.feat is None:
             raise GraphtrainError(
@@ -120,22 +146,23 @@ class NodeClassification:
         # Features beside an embedding are passed apart, so backward computes no gradient for them
         # (a feature bag takes the features' place: it learns).
         self.split_inputs = self.emb is not None and self.feat is not None
-        model = GraphSAGE(
+        shape = GNNShape(
             in_dim,
-            m.hidden_dim,
             int(graph.num_classes),
-            m.num_layers,
-            m.dropout,
             frozen=feat_dim if self.split_inputs else 0,
+            num_relations=max(1, len(graph.canonical_etypes)),
+            edge_dim=graph.edge_dim(),
         )
-        model = model.to(self.device)
+        model = gnn_entry(m.KIND).build(m, shape).to(self.device)
         gpu = [self.device.index] if self.device.type == "cuda" else None
         self.model = DDP(model, device_ids=gpu) if dist.world > 1 else model
         self.dense_opt = _optimizer(str(tr.dense_optimizer), self.model.parameters(), tr.dense_lr)
-        self.train_ids = node_split(graph.config, "train", dist.rank, dist.world)
+        self.targets = target_types(self.spec.task, graph)
+        self.fanouts = layer_fanouts(tr.fanouts, tr.edge_type_fanouts, graph.canonical_etypes)
+        self.train_ids = self._split("train")
         self.loader_graph = DistGraph(graph.config, loader_client)
         # the whole graph on this trainer's GPU when it samples there (training.sampler)
-        on_device = device_graph(str(tr.sampler), self.device, loader_client, graph.num_nodes)
+        on_device = device_graph(str(tr.sampler), self.device, loader_client, graph.num_nodes, graph.typed)
         if on_device is not None and dist.rank == 0:
             log(
                 f"[trainer] sampling on {on_device.device}: the graph's {len(on_device.indices):,} edges "
@@ -161,7 +188,7 @@ class NodeClassification:
         self.loader = NeighborLoader(
             self.loader_graph,
             self.train_ids,
-            list(tr.fanouts),
+            self.fanouts,
             dist.share(tr.batch_size),
             seed=tr.seed + dist.rank,
             fetch=self._fetch,
@@ -206,8 +233,8 @@ class NodeClassification:
         (None without either). Collective tables are looked up in this order on every trainer."""
         parts = []
         if self.words is not None:
-            assert self.spec.model.feature_bag is not None
-            combiner = str(self.spec.model.feature_bag.combiner)
+            assert self.bag_combiner is not None
+            combiner = self.bag_combiner
             parts.append(
                 bag_input(self.words, self.bags, mb.input_nodes, combiner, self.device, self.per_word)
             )
@@ -266,7 +293,7 @@ class NodeClassification:
     def evaluate(self, split: Split) -> dict[str, float]:
         """Accuracy on this trainer's share of `split`, summed over trainers; every neighbour is used."""
         mask = "val" if split == "valid" else split
-        ids = node_split(self.graph.config, mask, self.dist.rank, self.dist.world)
+        ids = self._split(mask)
         model = unwrap(self.model)
         model.eval()
         correct = 0
@@ -284,6 +311,13 @@ class NodeClassification:
         model.train()
         total_correct, total = self.dist.sum([correct, len(ids)])
         return {"accuracy": total_correct / max(total, 1)}
+
+    def _split(self, mask: str) -> np.ndarray:
+        """This trainer's share of the nodes of `mask` (train, val, test) of the target node types."""
+        ids = node_split(self.graph.config, mask, self.dist.rank, self.dist.world)
+        if self.targets is None:
+            return ids
+        return ids[np.isin(self.graph.node_types(ids), self.targets)]
 
     def _eval_rounds(self, mine: int) -> int:
         """Lookups every trainer takes part in during an evaluation: the most batches any trainer has,

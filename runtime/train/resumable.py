@@ -12,13 +12,20 @@ from typing import Any
 
 from graphtrain.runtime.errors import GraphtrainError
 
+# a GNN's own fields that change no parameter's shape: a resumed run may change them
+NOT_SHAPES = {"attention_dropout", "negative_slope"}
+
 
 def model_record(spec: Any) -> dict[str, Any]:
     """What a checkpoint must have been trained with to be resumed under `spec`: the fields that fix the
     shapes of the dense model and the tables (wire names, as the user writes them)."""
-    m = spec.model
-    record: dict[str, Any] = {"model.kind": str(m.kind)}
-    if str(m.kind) == "graphsage":  # the KGE models have no dense part: their tables are all
+    from pydantic.alias_generators import to_camel
+
+    from graphtrain.contract.spec import GNNModel
+
+    m = spec.model.variant
+    record: dict[str, Any] = {"model.kind": str(spec.model.kind)}
+    if isinstance(m, GNNModel):  # the KGE models have no dense part: their tables are all
         record.update(
             {
                 "model.hiddenDim": m.hidden_dim,
@@ -29,6 +36,9 @@ def model_record(spec: Any) -> dict[str, Any]:
                 "model.featureBag.embedding": m.feature_bag.embedding if m.feature_bag else None,
             }
         )
+        # the kind's own fields that fix its parameters' shapes (heads, bases, ...)
+        own = set(type(m).model_fields) - set(GNNModel.model_fields) - NOT_SHAPES
+        record.update({f"model.{to_camel(f)}": getattr(m, f) for f in sorted(own)})
     for t in spec.embeddings:
         record[f"embeddings[{t.name}].dim"] = t.dim
     return record

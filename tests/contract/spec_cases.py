@@ -80,6 +80,69 @@ def _long_name() -> Doc:
     return doc
 
 
+# a valid value of each model and task field, for the documents that put it on a kind that lacks it
+SAMPLES: dict[str, Any] = {
+    "hiddenDim": 8,
+    "numLayers": 1,
+    "dropout": 0.1,
+    "useFeatures": True,
+    "featureProjection": 8,
+    "featureBag": {"embedding": "word"},
+    "nodeEmbedding": "node",
+    "heads": 2,
+    "attentionDropout": 0.1,
+    "negativeSlope": 0.1,
+    "edgeFeatures": True,
+    "numBases": 2,
+    "selfLoop": False,
+    "edgeWeight": True,
+    "entityEmbedding": "entity",
+    "relationEmbedding": "relation",
+    "norm": 2,
+    "negatives": 4,
+    "loss": "margin",
+    "margin": 2.0,
+    "targetNodeTypes": ["noun"],
+}
+
+
+def kind_breaks() -> dict[str, Doc]:
+    """For each rule that only some kinds may hold a model or task field: a new-form document (with
+    spec.task) whose kind lacks the field; for the old model fields now the task's, a model holding one."""
+    from pydantic.alias_generators import to_camel
+
+    from graphtrain.contract.spec import ModelSpec, TaskSpec
+
+    out: dict[str, Doc] = {}
+    gnn = edit(GRAPHSAGE, lambda s: s.update(task={"kind": "nodeClassification"}))
+    kge = edit(TRANSE, lambda s: s.update(task={"kind": "kge"}))
+    for wire, part in ((ModelSpec, "model"), (TaskSpec, "task")):
+        for name in wire.model_fields:
+            camel = to_camel(name)
+            if name == "kind":
+                continue
+            if not wire.kinds_holding(name):
+                out[f"model-{camel}-moved"] = edit(kge, lambda s, c=camel: s["model"].update({c: SAMPLES[c]}))
+                continue
+            base = (
+                kge
+                if "graphsage" in wire.kinds_holding(name) or "nodeClassification" in wire.kinds_holding(name)
+                else gnn
+            )
+            out[f"{part}-{camel}-kinds"] = edit(base, lambda s, p=part, c=camel: s[p].update({c: SAMPLES[c]}))
+    return out
+
+
+# a typed graph from files, for the rules of graph.nodes and graph.edges
+TYPED_FILES = {
+    "nodes": [
+        {"type": "paper", "files": ["papers.csv"], "features": ["year"], "label": "topic"},
+        {"type": "author", "files": ["authors.csv"]},
+    ],
+    "edges": [{"relation": ["author", "writes", "paper"], "files": ["writes.csv"]}],
+}
+TYPED = edit(GRAPHSAGE, lambda s: s.update(graph=TYPED_FILES, embeddings=[], model={"kind": "graphsage"}))
+
 # rule name -> a document that breaks it (and as few others as it can)
 BREAKS: dict[str, Doc] = {
     "name-dns-label": _long_name(),
@@ -102,14 +165,11 @@ BREAKS: dict[str, Doc] = {
     "table-custom-rows": edit(GRAPHSAGE, _table(keys="custom")),
     "table-rows-custom-only": edit(GRAPHSAGE, _table(numEmbeddings=10)),
     "table-float32-only": edit(GRAPHSAGE, _table(dtype="bfloat16")),
-    "graphsage-has-input": edit(
+    "gnn-has-input": edit(
         GRAPHSAGE, lambda s: s.update(embeddings=[], model={"kind": "graphsage", "useFeatures": False})
     ),
-    "node-embedding-graphsage-only": edit(TRANSE, lambda s: s["model"].update(nodeEmbedding="entity")),
     "kge-needs-entityEmbedding": edit(TRANSE, lambda s: s["model"].pop("entityEmbedding")),
-    "entityEmbedding-kge-only": edit(GRAPHSAGE, lambda s: s["model"].update(entityEmbedding="node")),
     "kge-needs-relationEmbedding": edit(TRANSE, lambda s: s["model"].pop("relationEmbedding")),
-    "relationEmbedding-kge-only": edit(GRAPHSAGE, lambda s: s["model"].update(relationEmbedding="node")),
     "fanouts-positive": edit(GRAPHSAGE, lambda s: s.update(training={"fanouts": [10, 0]})),
     "table-names-unique": edit(GRAPHSAGE, lambda s: s["embeddings"].append({"name": "node", "dim": 8})),
     "tables-used": edit(GRAPHSAGE, lambda s: s["embeddings"].append({"name": "spare", "dim": 8})),
@@ -119,21 +179,17 @@ BREAKS: dict[str, Doc] = {
     "entityEmbedding-keys": edit(TRANSE, lambda s: s["embeddings"][0].update(keys="relations")),
     "relationEmbedding-exists": edit(TRANSE, lambda s: s["model"].update(relationEmbedding="nope")),
     "relationEmbedding-keys": edit(TRANSE, lambda s: s["embeddings"][1].update(keys="nodes")),
-    "feature-bag-graphsage-only": edit(
-        TRANSE,
-        lambda s: (
-            s["embeddings"].append({"name": "word", "dim": 16, "keys": "features"}),
-            s["model"].update(featureBag={"embedding": "word"}),
-        ),
-    ),
     "feature-bag-uses-features": edit(WORDBAG, lambda s: s["model"].update(useFeatures=False)),
     "feature-bag-or-projection": edit(WORDBAG, lambda s: s["model"].update(featureProjection=64)),
     "featureBag-exists": edit(WORDBAG, lambda s: s["model"]["featureBag"].update(embedding="nope")),
     "featureBag-keys": edit(WORDBAG, _table(keys="nodes")),
     "fanouts-per-layer": edit(GRAPHSAGE, lambda s: s.update(training={"fanouts": [10]})),
-    "graphsage-labelled-graph": edit(GRAPHSAGE, lambda s: s["graph"].update(dataset="nations")),
+    "node-classification-labelled-graph": edit(GRAPHSAGE, lambda s: s["graph"].update(dataset="nations")),
     "kge-knowledge-graph": edit(TRANSE, lambda s: s["graph"].update(dataset="wordnet")),
-    "graphsage-no-triples": edit(GRAPHSAGE, lambda s: s.update(graph={"triples": {"path": "t.tsv"}})),
+    "node-classification-no-triples": edit(
+        GRAPHSAGE, lambda s: s.update(graph={"triples": {"path": "t.tsv"}})
+    ),
+    "task-model": edit(TRANSE, lambda s: s.update(task={"kind": "nodeClassification"})),
     "graph-node-files-need-path": edit(GRAPHSAGE, lambda s: s["graph"].update(labels="labels.csv")),
     "triples-split-or-own": edit(
         TRANSE,
@@ -157,11 +213,37 @@ BREAKS: dict[str, Doc] = {
         GRAPHSAGE, _toleration({"key": "gpu", "operator": "Exists", "value": "a100"})
     ),
     "toleration-key-or-exists": edit(GRAPHSAGE, _toleration({"value": "a100"})),
+    "edge-type-fanouts-per-layer": edit(
+        GRAPHSAGE, lambda s: s.update(training={"edgeTypeFanouts": {"a": [1]}})
+    ),
+    "edge-type-fanouts-range": edit(
+        GRAPHSAGE, lambda s: s.update(training={"edgeTypeFanouts": {"a": [1, -2]}})
+    ),
+    "attention-heads-divide-width": edit(
+        GRAPHSAGE, lambda s: s.update(model={"kind": "gat", "nodeEmbedding": "node", "heads": 3})
+    ),
+    "edge-columns-distinct": edit(
+        TYPED, lambda s: s["graph"]["edges"][0].update(sourceColumn="x", destinationColumn="x")
+    ),
+    "node-id-column-not-data": edit(TYPED, lambda s: s["graph"]["nodes"][0].update(idColumn="year")),
+    "graph-nodes-with-edges": edit(TYPED, lambda s: s["graph"].pop("edges")),
+    "graph-edge-node-types": edit(
+        TYPED, lambda s: s["graph"]["edges"][0].update(relation=["editor", "writes", "paper"])
+    ),
+    "graph-node-types-distinct": edit(
+        TYPED, lambda s: s["graph"]["nodes"].append({"type": "author", "files": ["b"]})
+    ),
+    "graph-edge-types-distinct": edit(
+        TYPED,
+        lambda s: s["graph"]["edges"].append({"relation": ["author", "writes", "paper"], "files": ["c"]}),
+    ),
+    "graph-typed-dataset": edit(TRANSE, lambda s: s["graph"].update(typed=True, dataset="nations")),
     "toleration-seconds-no-execute": edit(
         GRAPHSAGE, _toleration({"key": "gpu", "effect": "NoSchedule", "tolerationSeconds": 60})
     ),
 }
 
+BREAKS |= kind_breaks()
 
 # field constraints outside the rules: (document, where the CRD refuses it too). The CRD's structural
 # schema cannot constrain map keys or (on an int-or-string) a quantity's text, so those two are refused

@@ -153,7 +153,7 @@ def test_a_sub_model_reports_its_rules() -> None:
     with pytest.raises(ValidationError) as info:
         GraphSource.model_validate({})
     assert [str(p) for p in problems_from_validation(info.value)] == [
-        "(root): set exactly one of graph.dataset, graph.path and graph.triples"
+        "(root): set exactly one of graph.dataset, graph.path, graph.triples and graph.nodes"
     ]
 
 

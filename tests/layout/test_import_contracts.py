@@ -25,7 +25,7 @@ PLANTED = [
     ("roles", "runtime/planted_role.py", "import graphtrain.api.app\n"),
     ("roles", "contract/planted.py", "import graphtrain.runtime.errors\n"),
     ("roles", "operator/planted.py", "import graphtrain.cli\n"),
-    ("runtime-layers", "runtime/kvstore/planted.py", "import graphtrain.runtime.train.models\n"),
+    ("runtime-layers", "runtime/kvstore/planted.py", "import graphtrain.runtime.models.graphsage\n"),
     ("runtime-layers", "runtime/native/planted.py", "import graphtrain.runtime.partition\n"),
     ("runtime-layers", "runtime/roles/planted.py", "import graphtrain.runtime.cli\n"),  # over its shell
     ("runtime-layers", "runtime/launch/planted.py", "import graphtrain.runtime.roles.train\n"),

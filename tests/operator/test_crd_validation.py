@@ -52,8 +52,12 @@ def test_a_broken_rule_is_refused_with_its_message(kube: Callable[..., str], nam
 def test_server_defaults_are_the_executors_defaults(kube: Callable[..., str], base: dict) -> None:
     stored = yaml_document(dry_run(kube, base))  # as kubectl reads numbers: eps: 1e-08 is a float
     spec = stored["spec"]
-    assert spec["training"]["fanouts"] == [10, 25] and spec["model"]["numLayers"] == 2
-    assert spec["embeddings"][0]["optimizer"]["stepCount"] == "row"
+    assert (
+        spec["training"]["fanouts"] == [10, 25] and spec["embeddings"][0]["optimizer"]["stepCount"] == "row"
+    )
+    # a model kind's fields carry no server default (another kind must not hold them): the executors'
+    # variant applies its own, so the stored spec still reads as the one sent
+    assert "numLayers" not in spec["model"] and "negatives" not in spec["model"] and "task" not in spec
     as_stored = parse({**base, "spec": spec}).spec
     assert as_stored == parse(base).spec
 
@@ -110,3 +114,36 @@ def test_a_wrong_placement_or_storage_field_is_refused(kube: Callable[..., str],
         refusal(kube, doc)
     else:
         dry_run(kube, doc)  # the API server takes it: the operator's SpecValid False is what refuses it
+
+
+# the model of a GraphSAGE training as the old CRD stored it: every old field's default, on every kind
+OLD_STORED_MODEL = {
+    "kind": "graphsage",
+    "hiddenDim": 256,
+    "numLayers": 2,
+    "dropout": 0.5,
+    "useFeatures": True,
+    "nodeEmbedding": "node",
+    "negatives": 64,
+    "loss": "crossentropy",
+    "margin": 1.0,
+    "norm": 1,
+}
+
+
+def test_an_old_form_training_as_the_old_crd_stored_it_is_accepted_and_reads_in_the_new_form(
+    kube: Callable[..., str],
+) -> None:
+    """Trainings stored before spec.task (their model holding every old field's default, the old CRD's
+    defaulting) still pass the new CRD, as any spec without task does, and the executors read them as
+    the new form; with spec.task the same fields are refused."""
+    old = {**GRAPHSAGE, "spec": {**GRAPHSAGE["spec"], "model": OLD_STORED_MODEL}}
+    dry_run(kube, old)
+    gt = parse(old)
+    assert gt.spec.task is not None and gt.spec.task.kind == "nodeClassification"
+    assert gt.spec.model.negatives is None and gt.spec.model.norm is None
+    assert gt.spec.model.variant == parse(GRAPHSAGE).spec.model.variant
+    new = {**old, "spec": {**old["spec"], "task": {"kind": "nodeClassification"}}}
+    refused = refusal(kube, new)
+    assert "spec.model.norm: Invalid value: graphsage does not read it (transe does)" in refused
+    assert "spec.model.negatives: Invalid value: is the kge task's: write it as task.negatives" in refused

@@ -29,13 +29,6 @@ def load(**kw: float) -> Load:
     return Load(**{**base, **kw})  # type: ignore[arg-type]
 
 
-def test_sage_macs_count_both_linear_maps_and_the_mean_over_edges() -> None:
-    # layer 1: 10 destinations, 40 edges, 4 -> 3; layer 2: 2 destinations, 5 edges, 3 -> 2
-    assert (
-        steptime.sage_macs([(10, 40), (2, 5)], [4, 3, 2]) == 10 * 4 * 3 * 2 + 40 * 4 + 2 * 3 * 2 * 2 + 5 * 3
-    )
-
-
 def test_local_and_remote_units_take_their_own_costs() -> None:
     c = costs(pull_shm=UnitCost(1.0, 1.0), pull_tcp=UnitCost(3.0, 2.0, 0.5))
     parts = steptime.trainer_parts(c, load(row_bytes=10, remote=0.25))

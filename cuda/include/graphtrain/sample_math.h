@@ -54,4 +54,10 @@ GT_HD void draw_positions(uint64_t seed, int64_t node, int64_t deg, int64_t c, i
   }
 }
 
+// The stream seed of edge type `etype`'s draws when each edge type has a fan-out of its own: a node's
+// sample of one relation does not depend on its other relations' fan-outs.
+GT_HD uint64_t type_seed(uint64_t seed, int64_t etype) {
+  return mix64(seed ^ (0xd1b54a32d192ed03ULL * static_cast<uint64_t>(etype + 1)));
+}
+
 }  // namespace graphtrain

@@ -143,7 +143,7 @@ def test_partition_errors_name_the_problem(tmp_path: Path) -> None:
         (["--input", str(tmp_path / "none.tsv"), "-k", "2"], "file not found"),
         (["--input", str(edges), "-k", "51"], "between 1 and the node count 50"),
         (["--input", str(edges), "-k", "2", "--memory-limit", "1Ki"], "above the memory limit"),
-        (["-k", "2"], "exactly one of graph.dataset, graph.path and graph.triples"),
+        (["-k", "2"], "exactly one of graph.dataset, graph.path, graph.triples and graph.nodes"),
     ]
     for args, needle in cases:
         result = runner.invoke(app, ["partition", *args, "--out", str(tmp_path / "o")])

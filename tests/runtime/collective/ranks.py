@@ -31,7 +31,8 @@ def _main(scenario: str, rank: int, world: int, tmp: str, params: str) -> None:
             "gloo", store=store, rank=rank, world_size=world, timeout=dt.timedelta(seconds=TIMEOUT_S)
         )
         module, _, name = scenario.rpartition(".")
-        scenarios = importlib.import_module(f"tests.runtime.collective.{module or 'scenarios'}")
+        where = module if module.startswith("tests.") else f"tests.runtime.collective.{module or 'scenarios'}"
+        scenarios = importlib.import_module(where)
         fn: Callable[..., dict[str, Any]] = getattr(scenarios, name)
         result = fn(rank, world, out, **json.loads(params))
         np.savez(out / f"rank{rank}.npz", **{k: np.asarray(v) for k, v in result.items()})
@@ -42,8 +43,8 @@ def _main(scenario: str, rank: int, world: int, tmp: str, params: str) -> None:
 
 
 def run(scenario: str, world: int, tmp: Path, **params: Any) -> list[dict[str, np.ndarray]]:
-    """Run `scenario` ("fn" of scenarios.py, or "module.fn") on `world` new rank processes; the results
-    of each rank, in rank order."""
+    """Run `scenario` ("fn" of scenarios.py, "module.fn" of this package, or "tests.x.y.fn") on `world`
+    new rank processes; the results of each rank, in rank order."""
     tmp.mkdir(parents=True, exist_ok=True)
     ctx = forked.context()
     procs = [

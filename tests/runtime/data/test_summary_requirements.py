@@ -178,7 +178,7 @@ def test_validate_checks_the_data_from_the_spec_dir(tmp_path: Path, monkeypatch:
     assert ok.exit_code == 0 and "mine.yaml: valid" in ok.output, ok.output
     result = runner.invoke(app, ["validate", str(bad)])
     assert result.exit_code == 1
-    assert "graph.labels: model.kind graphsage classifies nodes, but e has no labels" in result.output
+    assert "graph.labels: task nodeClassification classifies nodes, but e has no labels" in result.output
     assert "warning:" in result.output and "graph.reverseEdges: true" in result.output  # one-way edges
     assert "Traceback" not in result.output
     assert runner.invoke(app, ["validate", "--no-data", str(bad)]).exit_code == 0

@@ -21,7 +21,7 @@ from graphtrain.runtime.kvstore import checkpoint as ckpt
 from graphtrain.runtime.kvstore import gpu
 from graphtrain.runtime.kvstore import snapshot as snap
 from graphtrain.runtime.kvstore.shard import TensorShard
-from graphtrain.runtime.kvstore.state import ShardTensors, _gpu_writer
+from graphtrain.runtime.kvstore.state import ShardTensors
 from graphtrain.runtime.optim import OptimConfig, SparseOptimizer
 from graphtrain.runtime.tensor import DistEmbedding
 
@@ -87,7 +87,7 @@ def test_the_frozen_piece_is_written_by_the_thread_and_restores_the_rows_it_froz
 
     def write(v: TensorShard, stopped: Callable[[], bool]) -> dict:
         assert gate.wait(30)  # the op has answered and training goes on before the piece is written
-        return ckpt.write_piece(tmp_path / "ck", v, _gpu_writer(v, None, stopped))
+        return ckpt.write_piece(tmp_path / "ck", v, ckpt.gpu_writer(v, None, stopped))
 
     bg = snap.BackgroundCheckpoint("ck", tmp_path / "ck", [], [], frozen=[(copy, write)])
     t.data.mul_(2.0)  # a push after the checkpoint was armed

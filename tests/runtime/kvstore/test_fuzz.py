@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from graphtrain.runtime import kvstore
 from graphtrain.runtime.errors import GraphtrainError
-from graphtrain.runtime.kvstore import protocol
+from graphtrain.runtime.kvstore import opargs, protocol
 from graphtrain.runtime.kvstore.dispatch import Dispatcher
 from graphtrain.runtime.kvstore.state import PullStream, ShardTensors
 from tests.runtime.conftest import TOKEN, dealer, servers
@@ -59,7 +59,7 @@ def test_a_refused_request_changes_nothing(drawn) -> None:
     before = snapshot(d.state)
     req = protocol.Request(op, 1, name, arrays, args, sum(a.nbytes for a in arrays))
     try:
-        out = d.run(req, protocol.validate(req), who=("fuzz", 1))
+        out = d.run(req, opargs.validate(req), who=("fuzz", 1))
         if isinstance(out, PullStream):
             while not out.done:
                 out.next()

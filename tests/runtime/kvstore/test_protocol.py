@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from graphtrain.runtime.kvstore import protocol
+from graphtrain.runtime.kvstore import opargs, protocol
 
 
 def pack(**fields) -> bytes:
@@ -26,8 +26,8 @@ def test_round_trip_of_a_push_in_frames_under_the_limit() -> None:
     assert all(len(f) <= protocol.MAX_FRAME_BYTES for f in frames[1:])
     assert k == 1 and len(frames) == 2 + -(-values.nbytes // protocol.MAX_FRAME_BYTES)
     req = protocol.parse_request([bytes(f) for f in frames])
-    args = protocol.validate(req)
-    assert isinstance(args, protocol.PushArgs) and args.step == 3
+    args = opargs.validate(req)
+    assert isinstance(args, opargs.PushArgs) and args.step == 3
     pieces = args.pieces()
     assert all(len(i) == len(v) for i, v in pieces)
     assert np.array_equal(np.concatenate([i for i, _ in pieces]), ids)
@@ -39,7 +39,7 @@ def test_a_push_of_many_narrow_rows_has_several_id_frames() -> None:
     values = np.ones((100_000, 2), np.float32)
     arrays, k = protocol.push_frames(ids, values)
     assert k == 4 and all(a.nbytes <= protocol.MAX_FRAME_BYTES for a in arrays)
-    args = protocol.validate(
+    args = opargs.validate(
         protocol.parse_request(
             [bytes(f) for f in protocol.encode_request("push", 1, "t", arrays, {"id_frames": k})]
         )
@@ -53,10 +53,10 @@ def test_id_frames_are_joined_by_the_worker() -> None:
     assert len(frames) == -(-ids.nbytes // protocol.MAX_FRAME_BYTES) and all(
         f.nbytes <= protocol.MAX_FRAME_BYTES for f in frames
     )
-    args = protocol.validate(
+    args = opargs.validate(
         protocol.parse_request([bytes(f) for f in protocol.encode_request("pull", 1, "t", frames)])
     )
-    assert np.array_equal(protocol.joined(args.ids), ids)
+    assert np.array_equal(opargs.joined(args.ids), ids)
 
 
 @pytest.mark.parametrize(
@@ -82,7 +82,7 @@ def test_id_frames_are_joined_by_the_worker() -> None:
 )
 def test_malformed_requests_are_named(frames: list[bytes], needle: str) -> None:
     with pytest.raises(protocol.ProtocolError) as exc:
-        protocol.validate(protocol.parse_request(frames))
+        opargs.validate(protocol.parse_request(frames))
     assert needle in str(exc.value)
     assert len(str(exc.value)) < 200
 
@@ -169,7 +169,7 @@ def test_malformed_requests_are_named(frames: list[bytes], needle: str) -> None:
 def test_op_arguments_are_checked(op: str, arrays: list, args: dict, needle: str) -> None:
     req = protocol.Request(op, 1, "t" if protocol.OPS[op][0] else None, arrays, args)
     with pytest.raises(protocol.ProtocolError, match=None) as exc:
-        protocol.validate(req)
+        opargs.validate(req)
     assert needle in str(exc.value)
 
 
@@ -238,7 +238,7 @@ def _packed(header: dict) -> bytes:
 def test_decoding_any_message_raises_only_protocol_errors(header: dict, payload: list[bytes]) -> None:
     try:
         req = protocol.parse_request([_packed(header), *payload], max_bytes=1 << 16)
-        protocol.validate(req)
+        opargs.validate(req)
     except protocol.ProtocolError as exc:
         assert len(str(exc)) < 400
 
@@ -247,4 +247,4 @@ def test_decoding_any_message_raises_only_protocol_errors(header: dict, payload:
 @given(st.lists(st.binary(max_size=256), min_size=0, max_size=5))
 def test_decoding_random_bytes_raises_only_protocol_errors(frames: list[bytes]) -> None:
     with contextlib.suppress(protocol.ProtocolError):
-        protocol.validate(protocol.parse_request(frames))
+        opargs.validate(protocol.parse_request(frames))

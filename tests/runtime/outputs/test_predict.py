@@ -18,9 +18,9 @@ from graphtrain.runtime import predict as prediction
 from graphtrain.runtime.data.graph import Graph, KnowledgeGraph, random_masks
 from graphtrain.runtime.errors import GraphtrainError
 from graphtrain.runtime.kvstore import checkpoint as ckpt
+from graphtrain.runtime.models.graphsage import GraphSAGE
 from graphtrain.runtime.tensor import DistEmbedding, PartitionBook
 from graphtrain.runtime.train.dense import save_dense
-from graphtrain.runtime.train.models import GraphSAGE
 from graphtrain.runtime.train.resumable import model_record
 from tests.conftest import planted_graph
 from tests.runtime.outputs.test_export import fails, ok

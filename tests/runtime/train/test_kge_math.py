@@ -23,24 +23,6 @@ def test_corrupt_changes_exactly_one_side_and_never_to_the_original() -> None:
     assert set(flat[:50, 0].tolist()) == set(range(1, 10))  # uniform over the 9 other entities
 
 
-def test_scores() -> None:
-    h, r, t = torch.tensor([[1.0, 2.0]]), torch.tensor([[0.5, -1.0]]), torch.tensor([[1.0, 0.0]])
-    assert kge_math.score("transe", h, r, t, 1).item() == pytest.approx(-(0.5 + 1.0))
-    assert kge_math.score("transe", h, r, t, 2).item() == pytest.approx(-np.hypot(0.5, 1.0))
-    assert kge_math.score("distmult", h, r, t).item() == pytest.approx(0.5)
-    ents = torch.randn(7, 2, generator=torch.Generator().manual_seed(1))
-    for kind in ("transe", "distmult"):
-        tails = kge_math.score_all_tails(kind, h, r, ents, 1)
-        heads = kge_math.score_all_heads(kind, r, t, ents, 1)
-        for e in range(7):
-            assert tails[0, e].item() == pytest.approx(
-                kge_math.score(kind, h, r, ents[e : e + 1], 1).item(), abs=1e-5
-            )
-            assert heads[0, e].item() == pytest.approx(
-                kge_math.score(kind, ents[e : e + 1], r, t, 1).item(), abs=1e-5
-            )
-
-
 def test_losses_match_their_definitions() -> None:
     pos, neg = torch.tensor([2.0, -1.0]), torch.tensor([[1.0, 3.0], [0.0, -2.0]])
     margin = np.mean([max(0, 1 - 2 + 1), max(0, 1 - 2 + 3), max(0, 1 + 1 + 0), max(0, 1 + 1 - 2)])

@@ -45,7 +45,7 @@ def transe_doc() -> dict:
     doc["spec"]["training"].update(epochs=3, evalEvery=1)
     for table in doc["spec"]["embeddings"]:
         table["dim"] = 16
-    doc["spec"]["model"]["negatives"] = 4
+    doc["spec"]["task"]["negatives"] = 4
     return doc
 
 

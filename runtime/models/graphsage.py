@@ -1,6 +1,6 @@
-"""Models: GraphSAGE for node classification, TransE and DistMult for knowledge-graph embeddings.
+"""GraphSAGE (Hamilton et al. 2017) with the mean aggregator.
 
-GraphSAGE follows DGL's SAGEConv with the mean aggregator (h_dst' = W_self h_dst + W_neigh mean of
+It follows DGL's SAGEConv with the mean aggregator (h_dst' = W_self h_dst + W_neigh mean of
 h_src over the sampled in-neighbours), ReLU and dropout between layers; the last layer outputs class
 scores. It reads message-flow blocks whose destination nodes are the first of their source nodes.
 """
@@ -10,24 +10,12 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from graphtrain.contract.spec import GNNModel
 from graphtrain.runtime.graph.loader import Block
+from graphtrain.runtime.models.entry import BlockWork, GNNEntry, GNNShape
+from graphtrain.runtime.models.layers import SparseProduct
+from graphtrain.runtime.models.relational import RGCN, relational_macs
 from graphtrain.runtime.native.nn import relu_dropout
-
-
-class SparseProduct(torch.autograd.Function):
-    """A @ h with a precomputed A^T for the gradient (torch would transpose A every call): a block's
-    mean over in-neighbours, a feature bag's combination of its words' rows (inputs.py)."""
-
-    @staticmethod
-    def forward(
-        ctx: torch.autograd.function.FunctionCtx, h: torch.Tensor, a: torch.Tensor, a_t: torch.Tensor
-    ) -> torch.Tensor:
-        ctx.a_t = a_t
-        return torch.sparse.mm(a, h)
-
-    @staticmethod
-    def backward(ctx: torch.autograd.function.FunctionCtx, grad: torch.Tensor) -> tuple:
-        return torch.sparse.mm(ctx.a_t, grad), None, None
 
 
 class SAGEConv(nn.Module):
@@ -122,3 +110,43 @@ class GraphSAGE(nn.Module):
             if i < len(self.layers) - 1:
                 h = relu_dropout(h, self.dropout, self.training)
         return h
+
+    def hidden(
+        self, blocks: list[Block], x: torch.Tensor, frozen: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """The last hidden layer's output (what the classifier reads), over one block fewer than the
+        layers, as forward computes it in evaluation; a one-layer model's is its input (data columns
+        first, as SAGEConv reads them)."""
+        if not blocks:
+            return x if frozen is None else torch.cat([frozen, x], dim=1)
+        h = x
+        for i, (layer, block) in enumerate(zip(self.layers[:-1], blocks, strict=True)):
+            h = torch.relu(layer(block, h, frozen) if i == 0 else layer(block, h))
+        return h
+
+
+def build(variant: GNNModel, shape: GNNShape) -> nn.Module:
+    """GraphSAGE; on a typed graph (several relations) one mean and weight per relation, summed, beside
+    one self weight (DGL's HeteroGraphConv of SAGEConvs, its self terms merged): rgcn's layer with a
+    full weight per relation, as is a mean weighted by edge features (model.edgeWeight)."""
+    weighted = bool(getattr(variant, "edge_weight", False))
+    if shape.num_relations > 1 or weighted:
+        return RGCN(variant, shape, num_bases=None, self_loop=True, edge_weight=weighted)
+    return GraphSAGE(
+        shape.in_dim, variant.hidden_dim, shape.out_dim, variant.num_layers, variant.dropout, shape.frozen
+    )
+
+
+def macs(variant: GNNModel, shape: GNNShape, blocks: BlockWork) -> float:
+    """Each SAGEConv's two linear maps of its destinations and the mean over its edges (a typed
+    graph's: rgcn's count)."""
+    if shape.num_relations > 1 or getattr(variant, "edge_weight", False):
+        return relational_macs(variant, shape, blocks, None)
+    total = 0.0
+    dims = shape.dims(variant)
+    for (dst, edges), d_in, d_out in zip(blocks, dims[:-1], dims[1:], strict=True):
+        total += dst * d_in * d_out * 2 + edges * d_in
+    return total
+
+
+ENTRY = GNNEntry("graphsage", build, macs)

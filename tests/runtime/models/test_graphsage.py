@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from graphtrain.runtime.graph.loader import Block, mean_matrices
-from graphtrain.runtime.train.models import GraphSAGE, SAGEConv
+from graphtrain.runtime.models.graphsage import GraphSAGE, SAGEConv
 
 
 def random_block(num_dst: int, num_src: int, seed: int) -> Block:

@@ -1,0 +1,97 @@
+// Attention aggregation of GAT-style layers (CPU): the sums over a block's edges that torch would run as
+// a sparse product per head (forward) and as gathers of (edges x heads x width) rows (backward).
+//
+// A block lists its edges grouped by destination: row v of the CSR (crow, col) holds v's in-edges, col
+// their sources. alpha is (edges x heads); z is (sources x z_heads x width) with z_heads = heads (each
+// head its own rows) or 1 (one row every head weighs: a layer that aggregates its input before its
+// per-head transform); out and the gradient of out are (destinations x heads x width), or with
+// head_major (heads x destinations x width), the layout a per-head batched GEMM reads without a copy;
+// the gradient of z has z's layout. All float32, contiguous.
+// Every loop runs over rows (destinations, or sources for the transpose), so each thread writes only
+// its own rows: no atomics, and the sums come out the same whatever the thread count (each row adds
+// its edges in their order).
+
+#include "graphtrain/api.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cstdint>
+
+// out[v, h, :] = sum over v's edges e of alpha[e, h] * z[col[e], h or 0, :].
+namespace {
+// Where head h of row v of a (rows x heads x width) tensor, or with head_major (heads x rows x width),
+// starts.
+inline int64_t at(int64_t v, int32_t h, int64_t rows, int32_t heads, int32_t width, int32_t head_major) {
+  return head_major ? (static_cast<int64_t>(h) * rows + v) * width : (v * heads + h) * static_cast<int64_t>(width);
+}
+}  // namespace
+
+GT_API GT_CLONES void gt_attention_sum(int64_t num_dst, const int64_t* crow, const int64_t* col, const float* alpha,
+                                       const float* z, float* out, int32_t heads, int32_t z_heads, int32_t width,
+                                       int32_t head_major, int32_t threads) {
+  const int64_t zw = static_cast<int64_t>(z_heads) * width;
+  const int64_t zstep = z_heads == 1 ? 0 : width;
+#pragma omp parallel for num_threads(std::max(1, threads)) schedule(dynamic, 64)
+  for (int64_t v = 0; v < num_dst; ++v) {
+    for (int32_t h = 0; h < heads; ++h) {
+      float* oh = out + at(v, h, num_dst, heads, width, head_major);
+      std::fill(oh, oh + width, 0.0f);
+    }
+    for (int64_t e = crow[v]; e < crow[v + 1]; ++e) {
+      const float* zs = z + col[e] * zw;
+      const float* a = alpha + e * heads;
+      for (int32_t h = 0; h < heads; ++h) {
+        const float w = a[h];
+        const float* zh = zs + h * zstep;
+        float* oh = out + at(v, h, num_dst, heads, width, head_major);
+        for (int32_t f = 0; f < width; ++f) oh[f] += w * zh[f];
+      }
+    }
+  }
+}
+
+// The transpose: grad_z[u, h or 0, :] = sum over u's out-edges (row u of (crow_t, dst_t), edge ids
+// edge_t) of alpha[e, h] * grad[dst, h, :] (with z_heads = 1, summed over the heads too).
+GT_API GT_CLONES void gt_attention_sum_t(int64_t num_src, int64_t num_dst, const int64_t* crow_t,
+                                         const int64_t* dst_t, const int64_t* edge_t, const float* alpha,
+                                         const float* grad, float* grad_z, int32_t heads, int32_t z_heads,
+                                         int32_t width, int32_t head_major, int32_t threads) {
+  const int64_t zw = static_cast<int64_t>(z_heads) * width;
+  const int64_t zstep = z_heads == 1 ? 0 : width;
+#pragma omp parallel for num_threads(std::max(1, threads)) schedule(dynamic, 64)
+  for (int64_t u = 0; u < num_src; ++u) {
+    float* o = grad_z + u * zw;
+    std::fill(o, o + zw, 0.0f);
+    for (int64_t k = crow_t[u]; k < crow_t[u + 1]; ++k) {
+      const float* a = alpha + edge_t[k] * heads;
+      for (int32_t h = 0; h < heads; ++h) {
+        const float w = a[h];
+        const float* gh = grad + at(dst_t[k], h, num_dst, heads, width, head_major);
+        float* oh = o + h * zstep;
+        for (int32_t f = 0; f < width; ++f) oh[f] += w * gh[f];
+      }
+    }
+  }
+}
+
+// grad_alpha[e, h] = <grad[v, h, :], z[col[e], h or 0, :]> for each edge e of each row v.
+GT_API GT_CLONES void gt_attention_dot(int64_t num_dst, const int64_t* crow, const int64_t* col, const float* grad,
+                                       const float* z, float* grad_alpha, int32_t heads, int32_t z_heads,
+                                       int32_t width, int32_t head_major, int32_t threads) {
+  const int64_t zw = static_cast<int64_t>(z_heads) * width;
+  const int64_t zstep = z_heads == 1 ? 0 : width;
+#pragma omp parallel for num_threads(std::max(1, threads)) schedule(dynamic, 64)
+  for (int64_t v = 0; v < num_dst; ++v) {
+    for (int64_t e = crow[v]; e < crow[v + 1]; ++e) {
+      const float* zs = z + col[e] * zw;
+      for (int32_t h = 0; h < heads; ++h) {
+        const float* gh = grad + at(v, h, num_dst, heads, width, head_major);
+        const float* zh = zs + h * zstep;
+        float s = 0.0f;
+        for (int32_t f = 0; f < width; ++f) s += gh[f] * zh[f];
+        grad_alpha[e * heads + h] = s;
+      }
+    }
+  }
+}

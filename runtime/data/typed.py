@@ -1,0 +1,149 @@
+"""The bundled datasets with their node and edge types (`graph.typed: true`), derived from what the cache
+already holds: the same nodes, edges, features and labels, with a type for each.
+
+- wordnet: noun, verb, adjective and adverb synsets (a synset's external id starts with its part of
+  speech, wordnet.POS_CODE; adjective satellites are adjectives), and its 26 pointer relations named as
+  wndb(5WN) names them; a canonical edge type per (source type, relation, destination type) that occurs.
+- gene-pubmed: genes and papers, (gene, cited_in, paper).
+- gene-kg: its entities by kind (the prefix of their names: EG: genes, PMID: papers, GO terms, ...), its
+  relations between them.
+
+Pure functions of a loaded Graph (no file is read), so typed and untyped runs share one cached copy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from graphtrain.runtime.data import wordnet
+from graphtrain.runtime.data.graph import Graph
+from graphtrain.runtime.errors import DataError, GraphtrainError
+
+# wndb(5WN)'s pointer symbols and their names (the adverb's "\" is "derived from adjective")
+POINTERS = {
+    "!": "antonym",
+    "@": "hypernym",
+    "@i": "instance_hypernym",
+    "~": "hyponym",
+    "~i": "instance_hyponym",
+    "#m": "member_holonym",
+    "#s": "substance_holonym",
+    "#p": "part_holonym",
+    "%m": "member_meronym",
+    "%s": "substance_meronym",
+    "%p": "part_meronym",
+    "=": "attribute",
+    "+": "derivation",
+    ";c": "topic_domain",
+    "-c": "topic_member",
+    ";r": "region_domain",
+    "-r": "region_member",
+    ";u": "usage_domain",
+    "-u": "usage_member",
+    "*": "entailment",
+    ">": "cause",
+    "^": "also_see",
+    "$": "verb_group",
+    "&": "similar_to",
+    "<": "participle",
+    "\\": "pertainym",
+}
+WORDNET_TYPES = ("noun", "verb", "adjective", "adverb")  # wordnet.POS_CODE 1..4
+GENE_PUBMED_TYPES = ("gene", "paper")
+# gene-kg entity kinds by the prefix of their names (gene.py writes them); the rest are Pfam and PROSITE
+KG_PREFIXES = (
+    ("EG:", "gene"),
+    ("PMID:", "paper"),
+    ("GO:", "go_term"),
+    ("OMIM:", "omim"),
+    ("EC:", "ec"),
+    ("PF", "pfam"),
+    ("PS", "prosite"),
+)
+
+
+def with_types(
+    graph: Graph, ntype: np.ndarray, ntype_names: tuple[str, ...], relation: np.ndarray, relations: list[str]
+) -> Graph:
+    """`graph` typed: `ntype` per node (indexing `ntype_names`), `relation` per edge (indexing
+    `relations`); each (source type, relation, destination type) that occurs becomes a canonical edge
+    type, numbered in that sorted order. Node types without nodes are kept (a type may be featureless or
+    empty in a sample of the data)."""
+    src, dst = graph.edges()
+    key = np.stack([ntype[src], relation, ntype[dst]], axis=1).astype(np.int64)
+    combos, etype = np.unique(key, axis=0, return_inverse=True)
+    cets = np.array(
+        [[ntype_names[s], relations[r], ntype_names[d]] for s, r, d in combos.tolist()], dtype=str
+    ).reshape(-1, 3)
+    graph.ntype = ntype.astype(np.int64)
+    graph.ntype_names = np.asarray(ntype_names, dtype=str)
+    graph.etype = etype.reshape(-1).astype(np.int64)
+    graph.canonical_etypes = cets
+    graph.relation_names = None  # a typed graph's edge types are named by canonical_etypes
+    graph.validate()
+    return graph
+
+
+def wordnet_typed(graph: Graph, symbols: list[str]) -> Graph:
+    """WordNet's synsets by part of speech, its pointers by name."""
+    if graph.node_ids is None or graph.etype is None:
+        raise DataError("wordnet: the cached dataset lacks node ids or edge types: fetch it again")
+    pos = graph.node_ids.astype(np.int64) // 100_000_000 - 1
+    if pos.min() < 0 or pos.max() >= len(WORDNET_TYPES) or len(wordnet.POS_CODE) != len(WORDNET_TYPES):
+        raise DataError("wordnet: a synset id does not start with its part of speech")
+    unknown = sorted(set(symbols) - set(POINTERS))
+    if unknown:
+        raise DataError(f"wordnet: unknown pointer symbols {unknown}")
+    return with_types(graph, pos, WORDNET_TYPES, graph.etype, [POINTERS[s] for s in symbols])
+
+
+def gene_pubmed_typed(graph: Graph) -> Graph:
+    """Genes and papers, each edge a gene cited in a paper."""
+    if graph.ntype is None:
+        raise DataError("gene-pubmed: the cached dataset lacks node types: fetch it again")
+    return with_types(
+        graph, graph.ntype, GENE_PUBMED_TYPES, np.zeros(graph.num_edges, dtype=np.int64), ["cited_in"]
+    )
+
+
+def kg_typed(graph: Graph, relations: list[str]) -> Graph:
+    """gene-kg's entities by kind (the prefix of their names), its triples' relations."""
+    if graph.node_ids is None or graph.etype is None:
+        raise DataError("gene-kg: the cached dataset lacks entity names or relations: fetch it again")
+    names = graph.node_ids.astype(str)
+    ntype = np.full(len(names), -1, dtype=np.int64)
+    for t, (prefix, _) in enumerate(KG_PREFIXES):
+        ntype[(ntype < 0) & np.char.startswith(names, prefix)] = t
+    if (ntype < 0).any():
+        raise DataError(f"gene-kg: entity {names[np.flatnonzero(ntype < 0)[0]]!r} is of no known kind")
+    return with_types(graph, ntype, tuple(n for _, n in KG_PREFIXES), graph.etype, relations)
+
+
+def edge_type_index(canonical_etypes: Sequence[tuple[str, str, str]], name: str) -> int:
+    """The id of the edge type written `name` (a unique relation, or source:relation:destination).
+
+    Raises:
+        GraphtrainError: no such edge type, or a relation several edge types share (naming them).
+    """
+    parts = name.split(":")
+    if len(parts) == 3:
+        for i, c in enumerate(canonical_etypes):
+            if tuple(parts) == tuple(c):
+                return i
+    elif len(parts) == 1:
+        found = [i for i, c in enumerate(canonical_etypes) if c[1] == name]
+        if len(found) == 1:
+            return found[0]
+        if len(found) > 1:
+            shown = ", ".join(":".join(canonical_etypes[i]) for i in found[:4])
+            raise GraphtrainError(
+                f"training.edgeTypeFanouts: {name!r} is the relation of {len(found)} edge types ({shown}"
+                f"{', ...' if len(found) > 4 else ''}): name one as source:relation:destination"
+            )
+    relations = sorted({c[1] for c in canonical_etypes})
+    raise GraphtrainError(
+        f"training.edgeTypeFanouts: no edge type {name!r} (relations: {', '.join(relations[:12])}"
+        f"{', ...' if len(relations) > 12 else ''})"
+    )

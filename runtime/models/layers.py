@@ -1,0 +1,292 @@
+"""Pieces the GNNs share: sparse products with their transposes ready for backward, a block's
+(destination, relation) pairs, edge softmax and attention-weighted aggregation.
+
+Every op here runs where the block is (host or GPU) with torch ops, and each keeps the work per edge at
+a few floats: a relational layer multiplies once per (destination, relation) pair, not once per edge
+(the pairs' mean first, then one GEMM per relation), and attention never holds an (edges x heads x
+width) tensor: its aggregation is a sparse product per head, its backward a sampled product.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+
+import torch
+
+from graphtrain.runtime.graph.loader import Block
+
+
+class SparseProduct(torch.autograd.Function):
+    """A @ h with a precomputed A^T for the gradient (torch would transpose A every call): a block's
+    mean over in-neighbours, a feature bag's combination of its words' rows (train/inputs.py)."""
+
+    @staticmethod
+    def forward(
+        ctx: torch.autograd.function.FunctionCtx, h: torch.Tensor, a: torch.Tensor, a_t: torch.Tensor
+    ) -> torch.Tensor:
+        ctx.a_t = a_t
+        return torch.sparse.mm(a, h)
+
+    @staticmethod
+    def backward(ctx: torch.autograd.function.FunctionCtx, grad: torch.Tensor) -> tuple:
+        return torch.sparse.mm(ctx.a_t, grad), None, None
+
+
+def _csr(crow: torch.Tensor, col: torch.Tensor, values: torch.Tensor, shape: tuple[int, int]) -> torch.Tensor:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "sparse CSR support is in beta"
+        return torch.sparse_csr_tensor(crow, col, values, shape)
+
+
+def _crow(rows: torch.Tensor, num_rows: int) -> torch.Tensor:
+    """The CSR row pointer of `rows` (sorted) over `num_rows` rows."""
+    crow = torch.zeros(num_rows + 1, dtype=torch.int64, device=rows.device)
+    crow[1:] = torch.cumsum(torch.bincount(rows, minlength=num_rows), 0)
+    return crow
+
+
+def product(h: torch.Tensor, a: torch.Tensor, a_t: torch.Tensor) -> torch.Tensor:
+    """a @ h, through SparseProduct when h needs a gradient."""
+    return SparseProduct.apply(h, a, a_t) if h.requires_grad else torch.sparse.mm(a, h)
+
+
+@dataclass
+class RelationPairs:
+    """A block's (destination, relation) pairs, sorted by relation then destination: pair k holds the
+    edges of relation rel[k] into destination dst[k]; offsets[r]:offsets[r+1] are relation r's pairs.
+    `mean` (pairs x sources) averages each pair's sources (with a transpose for backward), `weight`
+    sums them instead (each pair's edges, weighted by `edge_weight` when given)."""
+
+    dst: torch.Tensor
+    rel: torch.Tensor
+    offsets: list[int]
+    mean: torch.Tensor
+    mean_t: torch.Tensor
+    edge_pair: torch.Tensor  # each edge's pair
+
+    @property
+    def num_pairs(self) -> int:
+        return len(self.dst)
+
+
+def relation_pairs(block: Block, num_rels: int, edge_weight: torch.Tensor | None = None) -> RelationPairs:
+    """The pairs of `block` over `num_rels` relations (an untyped block: one relation). With
+    `edge_weight` (one per edge) a pair's sources are combined with their weights over the pair's
+    total weight instead of averaged."""
+    dst, src = block.dst, block.src
+    etype = block.etype if block.etype is not None else torch.zeros_like(dst)
+    if etype.numel() and (int(etype.min()) < 0 or int(etype.max()) >= num_rels):
+        raise ValueError(f"a block's edge type lies outside the model's {num_rels} relations")
+    key = etype * block.num_dst + dst
+    uniq, pair = torch.unique(key, sorted=True, return_inverse=True)
+    num_pairs = len(uniq)
+    rel = torch.div(uniq, block.num_dst, rounding_mode="floor")
+    weight = (
+        torch.ones(len(dst), dtype=torch.float32, device=dst.device) if edge_weight is None else edge_weight
+    )
+    total = torch.zeros(num_pairs, dtype=weight.dtype, device=dst.device).index_add_(0, pair, weight)
+    values = weight / total.clamp_min(1e-12)[pair]
+    order = torch.argsort(pair, stable=True)
+    mean = _csr(_crow(pair[order], num_pairs), src[order], values[order], (num_pairs, block.num_src))
+    order_t = torch.argsort(src, stable=True)
+    mean_t = _csr(
+        _crow(src[order_t], block.num_src), pair[order_t], values[order_t], (block.num_src, num_pairs)
+    )
+    offsets = torch.searchsorted(rel, torch.arange(num_rels + 1, device=rel.device)).tolist()
+    return RelationPairs(uniq - rel * block.num_dst, rel, offsets, mean, mean_t, pair)
+
+
+def per_relation(pairs: RelationPairs, m: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """Each pair's message m[k] @ weights[rel[k]]: one GEMM per relation over its pairs (pairs x in ->
+    pairs x out). The pairs and weights are split apart once (split, unbind): indexing them relation by
+    relation would give autograd a node per relation that fills a whole-size gradient (61 relations of
+    a 384 x 256 weight: 1.5 GB of zeros and adds per WordNet step)."""
+    sizes = [pairs.offsets[r + 1] - pairs.offsets[r] for r in range(len(pairs.offsets) - 1)]
+    parts = [pm @ w for pm, w in zip(torch.split(m, sizes), weights.unbind(0), strict=True) if pm.shape[0]]
+    if not parts:
+        return m.new_zeros((0, weights.shape[-1]))
+    return parts[0] if len(parts) == 1 else torch.cat(parts)
+
+
+class EdgeSoftmax(torch.autograd.Function):
+    """Softmax of edge scores (edges x heads) over each destination's in-edges (DGL's edge_softmax), its
+    backward alpha * (g - sum over the destination of alpha * g)."""
+
+    @staticmethod
+    def forward(
+        ctx: torch.autograd.function.FunctionCtx, e: torch.Tensor, group: torch.Tensor, num_groups: int
+    ) -> torch.Tensor:
+        index = group.unsqueeze(1).expand_as(e)
+        top = torch.full((num_groups, e.shape[1]), float("-inf"), dtype=e.dtype, device=e.device)
+        top.scatter_reduce_(0, index, e, "amax", include_self=True)
+        ex = torch.exp(e - top.gather(0, index))
+        total = torch.zeros_like(top).index_add_(0, group, ex)
+        alpha = ex / total.gather(0, index)
+        ctx.save_for_backward(alpha, group)
+        ctx.num_groups = num_groups
+        return alpha
+
+    @staticmethod
+    def backward(ctx: torch.autograd.function.FunctionCtx, grad: torch.Tensor) -> tuple:
+        alpha, group = ctx.saved_tensors
+        ag = alpha * grad
+        total = torch.zeros((ctx.num_groups, grad.shape[1]), dtype=grad.dtype, device=grad.device)
+        total.index_add_(0, group, ag)
+        return ag - alpha * total[group], None, None
+
+
+def edge_softmax(e: torch.Tensor, group: torch.Tensor, num_groups: int) -> torch.Tensor:
+    return EdgeSoftmax.apply(e, group, num_groups)
+
+
+def _native(*tensors: torch.Tensor) -> bool:
+    """The CPU core's attention kernels apply: float32 host tensors and the native core loaded."""
+    if not all(t.device.type == "cpu" for t in tensors) or tensors[0].dtype != torch.float32:
+        return False
+    from graphtrain.runtime.native.backend import CoreBackend, choose
+
+    return choose() is CoreBackend.CPU
+
+
+def _ptr(t: torch.Tensor) -> int:
+    return int(t.data_ptr())
+
+
+class AttentionSum(torch.autograd.Function):
+    """out[v, h] = sum over v's in-edges e of alpha[e, h] * z[src[e], h] over the block's CSR (its edges
+    are grouped by destination); z of one head is weighed by every head (out[v, h] = sum alpha[e, h] *
+    z[src[e], 0]: a layer aggregating its input before its per-head transform). With head_major the
+    output is (heads, destinations, width), what a per-head batched GEMM reads without a copy. Backward:
+    z's gradient by the transposed sum, alpha's by a dot product per edge and head. On the host the CPU
+    core runs all three (cuda/src/gnn_cpu.cpp: one pass over the edges, no (edges x heads x width)
+    intermediate); elsewhere a sparse product per head and gathers."""
+
+    @staticmethod
+    def forward(
+        ctx: torch.autograd.function.FunctionCtx,
+        alpha: torch.Tensor,
+        z: torch.Tensor,
+        crow: torch.Tensor,
+        src: torch.Tensor,
+        dst: torch.Tensor,
+        num_dst: int,
+        head_major: bool,
+    ) -> torch.Tensor:
+        heads, z_heads, width = alpha.shape[1], z.shape[1], z.shape[2]
+        alpha, z = alpha.contiguous(), z.contiguous()
+        shape = (heads, num_dst, width) if head_major else (num_dst, heads, width)
+        out = z.new_empty(shape)
+        if _native(alpha, z):
+            from graphtrain.runtime.native import core
+
+            core().gt_attention_sum(
+                num_dst,
+                _ptr(crow),
+                _ptr(src),
+                _ptr(alpha),
+                _ptr(z),
+                _ptr(out),
+                heads,
+                z_heads,
+                width,
+                int(head_major),
+                torch.get_num_threads(),
+            )
+        else:
+            for h in range(heads):
+                a = _csr(crow, src, alpha[:, h].contiguous(), (num_dst, z.shape[0]))
+                got = torch.sparse.mm(a, z[:, h if z_heads > 1 else 0])
+                if head_major:
+                    out[h] = got
+                else:
+                    out[:, h] = got
+        ctx.save_for_backward(alpha, z, crow, src, dst)
+        ctx.num_dst, ctx.head_major = num_dst, head_major
+        return out
+
+    @staticmethod
+    def backward(ctx: torch.autograd.function.FunctionCtx, grad: torch.Tensor) -> tuple:
+        alpha, z, crow, src, dst = ctx.saved_tensors
+        grad = grad.contiguous()
+        if _native(alpha, z, grad):
+            return (*_native_backward(ctx, alpha, z, crow, src, dst, grad), None, None, None, None, None)
+        heads, z_heads, num_src = alpha.shape[1], z.shape[1], z.shape[0]
+        per_head = grad if ctx.head_major else grad.transpose(0, 1)  # (heads, destinations, width)
+        grad_alpha = grad_z = None
+        if ctx.needs_input_grad[1]:
+            order = torch.argsort(src, stable=True)
+            crow_t = _crow(src[order], num_src)
+            grad_z = torch.zeros_like(z)
+            for h in range(heads):
+                a_t = _csr(crow_t, dst[order], alpha[order, h].contiguous(), (num_src, ctx.num_dst))
+                grad_z[:, h if z_heads > 1 else 0] += torch.sparse.mm(a_t, per_head[h].contiguous())
+        if ctx.needs_input_grad[0]:
+            grad_alpha = torch.empty_like(alpha)
+            for h in range(heads):  # <grad_out[dst], z[src]> per edge, in row chunks of the edges
+                gh, zh = per_head[h], z[:, h if z_heads > 1 else 0]
+                for a in range(0, len(src), 65536):
+                    b = min(a + 65536, len(src))
+                    grad_alpha[a:b, h] = (gh[dst[a:b]] * zh[src[a:b]]).sum(1)
+        return grad_alpha, grad_z, None, None, None, None, None
+
+
+def _native_backward(
+    ctx: torch.autograd.function.FunctionCtx,
+    alpha: torch.Tensor,
+    z: torch.Tensor,
+    crow: torch.Tensor,
+    src: torch.Tensor,
+    dst: torch.Tensor,
+    grad: torch.Tensor,
+) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    from graphtrain.runtime.native import core
+
+    heads, z_heads, width, num_src = alpha.shape[1], z.shape[1], z.shape[2], z.shape[0]
+    threads, major = torch.get_num_threads(), int(ctx.head_major)
+    grad_alpha = grad_z = None
+    if ctx.needs_input_grad[1]:
+        order = torch.argsort(src, stable=True)
+        crow_t = _crow(src[order], num_src)
+        dst_t = dst[order].contiguous()
+        grad_z = torch.empty_like(z)
+        core().gt_attention_sum_t(
+            num_src,
+            ctx.num_dst,
+            _ptr(crow_t),
+            _ptr(dst_t),
+            _ptr(order),
+            _ptr(alpha),
+            _ptr(grad),
+            _ptr(grad_z),
+            heads,
+            z_heads,
+            width,
+            major,
+            threads,
+        )
+    if ctx.needs_input_grad[0]:
+        grad_alpha = torch.empty_like(alpha)
+        core().gt_attention_dot(
+            ctx.num_dst,
+            _ptr(crow),
+            _ptr(src),
+            _ptr(grad),
+            _ptr(z),
+            _ptr(grad_alpha),
+            heads,
+            z_heads,
+            width,
+            major,
+            threads,
+        )
+    return grad_alpha, grad_z
+
+
+def attention_sum(
+    alpha: torch.Tensor, z: torch.Tensor, block: Block, head_major: bool = False
+) -> torch.Tensor:
+    """Each destination's in-edges' z[src] (z: (sources, heads or 1, width)) weighted by alpha:
+    (destinations, heads, width), or with head_major (heads, destinations, width)."""
+    crow = _crow(block.dst, block.num_dst)
+    return AttentionSum.apply(alpha, z, crow, block.src, block.dst, block.num_dst, head_major)

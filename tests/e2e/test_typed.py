@@ -1,0 +1,55 @@
+"""A typed training through the operator, its pods run by the pod runner (process mode): the typed
+example's node and edge files (examples/own-data/shop-gat.yaml: users, items and shops) on the training's
+claim, where the spec's relative paths lead (storage.mountPath), an R-GCN over its edge types to
+Succeeded, the test accuracy in status.progress."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.e2e.cluster import final_progress
+from tests.e2e.conftest import ROOT, Cluster, fail_fast, wait_phase
+from tests.podrunner import PodRunner
+
+NAME = "shop-rgcn"
+
+pytestmark = pytest.mark.timeout(900)
+
+
+def test_a_typed_rgcn_trains_through_the_operator_to_succeeded(cluster: Cluster, tmp_path: Path) -> None:
+    kube, ns = cluster.kube, "e2e-typed"
+    data = tmp_path / "data"
+    subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "own-data" / "make_data.py"), str(data)], check=True, timeout=120
+    )
+    doc = yaml.safe_load((ROOT / "examples" / "own-data" / "shop-gat.yaml").read_text())
+    doc["metadata"]["name"] = NAME
+    doc["spec"]["model"] = {"kind": "rgcn", "hiddenDim": 16, "numBases": 2, "dropout": 0.1}
+    doc["spec"]["training"].update(epochs=2, edgeTypeFanouts={"rated": [4, 4]})
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(yaml.safe_dump(doc))
+    with PodRunner(cluster.kubeconfig, mode="process", root=tmp_path / "runner") as runner:
+        kube("create", "namespace", ns)
+        claim = runner.root / "claims" / ns / f"{NAME}-data" / "data"
+        shutil.copytree(data / "shop", claim / "shop")
+        for path in [claim.parent, *claim.parent.rglob("*")]:
+            path.chmod(0o777 if path.is_dir() else 0o666)  # any pod's uid reads there
+        kube("apply", "-n", ns, "-f", str(spec))
+        seen: list[str] = []
+        body = wait_phase(kube, ns, NAME, {"Succeeded", "Failed"}, 600, seen, fail_fast(runner))
+        pods = json.loads(kube("get", "pods", "-n", ns, "-o", "json"))["items"]
+        logs = "\n".join(runner.logs(ns, p["metadata"]["name"]) for p in pods)
+        assert runner.errors == []
+    assert body["status"]["phase"] == "Succeeded", f"{json.dumps(body['status'])[:3000]}\n{logs[-6000:]}"
+    assert "Training" in seen, seen
+    partition = body["status"].get("partition") or {}
+    assert any(k.startswith("nodes:user") for k in (partition.get("balance") or {})), partition
+    accuracy = final_progress(kube, ns, NAME, "test_accuracy")["evalValue"]
+    assert 0.5 <= accuracy <= 1.0, accuracy
