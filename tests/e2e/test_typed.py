@@ -27,7 +27,9 @@ def test_a_typed_rgcn_trains_through_the_operator_to_succeeded(cluster: Cluster,
     kube, ns = cluster.kube, "e2e-typed"
     data = tmp_path / "data"
     subprocess.run(
-        [sys.executable, str(ROOT / "examples" / "own-data" / "make_data.py"), str(data)], check=True, timeout=120
+        [sys.executable, str(ROOT / "examples" / "own-data" / "make_data.py"), str(data)],
+        check=True,
+        timeout=120,
     )
     doc = yaml.safe_load((ROOT / "examples" / "own-data" / "shop-gat.yaml").read_text())
     doc["metadata"]["name"] = NAME

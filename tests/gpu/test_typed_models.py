@@ -39,7 +39,9 @@ def test_every_gnn_computes_on_the_gpu_what_it_computes_on_the_host(name: str) -
 
 
 def test_a_typed_gat_on_a_gpu_trainer_learns_what_the_cpu_trainer_learns(tmp_path: Path) -> None:
-    subprocess.run([sys.executable, str(EXAMPLES / "make_data.py"), str(tmp_path / "data")], check=True, timeout=120)
+    subprocess.run(
+        [sys.executable, str(EXAMPLES / "make_data.py"), str(tmp_path / "data")], check=True, timeout=120
+    )
     shutil.copy(EXAMPLES / "shop-gat.yaml", tmp_path)
     accuracy = {}
     for device in ("cpu", "cuda"):
