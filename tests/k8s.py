@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 TESTENV = ROOT.parent / "shared" / "k8s-testenv"
@@ -69,7 +70,24 @@ def start(run: Path, bin_dir: Path, server_args: tuple[str, ...] = ()) -> str:
         text=True,
         timeout=120,
     ).stdout
-    return out.strip().split("=", 1)[1]
+    kubeconfig = out.strip().split("=", 1)[1]
+    uncompressed(Path(kubeconfig))
+    return kubeconfig
+
+
+def uncompressed(kubeconfig: Path) -> None:
+    """Have the Go clients (helm, kubectl) ask for uncompressed responses (`disable-compression`).
+
+    Why: the test server turns a PUT without resourceVersion of a built-in kind into a conditional one by
+    reading the object first, forwarding the client's Accept-Encoding; past 128 KiB the API server gzips
+    that read, the server cannot parse it, and the PUT fails ("resourceVersion ... must be specified for
+    an update"). helm records a release that way: a release past 128 KiB stayed pending-install. Real
+    clusters update such objects unconditionally; only the test server needs this.
+    """
+    doc = yaml.safe_load(kubeconfig.read_text())
+    for cluster in doc.get("clusters") or []:
+        cluster["cluster"]["disable-compression"] = True
+    kubeconfig.write_text(yaml.safe_dump(doc))
 
 
 def stop(run: Path) -> None:
