@@ -16,7 +16,16 @@ import numpy as np
 from graphtrain.runtime.data.edgefiles import CHUNK_EDGES
 from graphtrain.runtime.data.graph import Graph
 from graphtrain.runtime.errors import MemoryEstimateError, PartitionError
-from graphtrain.runtime.partition import adjacency, assign, constraints, fennel, memory, relabel, stats
+from graphtrain.runtime.partition import (
+    adjacency,
+    assign,
+    constraints,
+    fennel,
+    memory,
+    relabel,
+    stats,
+    typebalance,
+)
 
 DEFAULT_BALANCE = ("nodes", "degree", "train", "val", "test")
 ALGORITHMS = ("metis", "random", "fennel")
@@ -136,6 +145,10 @@ def partition_graph(
         chunks = partial(fennel.in_chunks, src, dst, CHUNK_EDGES)
         parts = fennel.stream_assign(chunks, n, m, num_parts, max_imbalance, seed, leaves)
         info.strategy = "fennel"
+        if graph.typed and graph.ntype is not None and graph.ntype_names is not None:
+            types = len(graph.ntype_names)
+            typebalance.balance_types(chunks, parts, graph.ntype, types, num_parts, max_imbalance)
+            info.strategy = "fennel+types"
     else:
         core = adjacency.contract_leaves(adj, cons.weights)
         where, info = assign.metis_assign(core, cons.names, num_parts, max_imbalance, seed)
