@@ -59,3 +59,26 @@ def test_make_tests_workers_keep_a_file_and_the_shared_folders_whole() -> None:
     assert {work_unit(f"tests/{d}/test_a.py::t") for d in ("api", "chart", "operator")} == {"apiserver"}
     assert {work_unit(f"tests/{d}/test_b.py::t[x]") for d in ("e2e", "images", "podrunner")} == {"pods"}
     assert work_unit("tests/contract/test_spec.py::test_z") == "tests/contract/test_spec.py"
+
+
+def test_the_units_that_take_minutes_are_dealt_first() -> None:
+    """The pod and API-server folders, then the launch and shard-server files, then the rest by test
+    count: the small units dealt last even out the two workers' ends."""
+    from tests.conftest import first_by
+
+    units = {
+        "tests/contract/test_spec.py": 400,
+        "apiserver": 300,
+        "tests/runtime/launch/test_run.py": 16,
+        "pods": 30,
+        "tests/runtime/test_plan.py": 40,
+        "tests/runtime/kvstore/test_service.py": 9,
+    }
+    assert sorted(units, key=lambda u: first_by(u, units[u])) == [
+        "pods",
+        "apiserver",
+        "tests/runtime/launch/test_run.py",
+        "tests/runtime/kvstore/test_service.py",
+        "tests/contract/test_spec.py",
+        "tests/runtime/test_plan.py",
+    ]
