@@ -89,12 +89,8 @@ class GraphSAGEModel(GNNModel):
     )
 
 
-class GATModel(GNNModel):
-    """Graph attention (DGL's GATConv): multi-head attention over the sampled in-neighbours, heads
-    concatenated between layers and averaged at the output; edge features may enter the attention and
-    the messages."""
-
-    KIND: ClassVar[str] = "gat"
+class AttentionModel(GNNModel):
+    """The fields every graph-attention kind has (gat, rgat)."""
 
     heads: int = Field(default=4, ge=1, le=64, description="Attention heads per layer.")
     attention_dropout: float = Field(
@@ -108,6 +104,14 @@ class GATModel(GNNModel):
         description="Read each sampled edge's features (graph edge features, efeat) in the attention "
         "logits and the messages. False: edges carry no data into the model.",
     )
+
+
+class GATModel(AttentionModel):
+    """Graph attention (DGL's GATConv): multi-head attention over the sampled in-neighbours, heads
+    concatenated between layers and averaged at the output; edge features may enter the attention and
+    the messages."""
+
+    KIND: ClassVar[str] = "gat"
 
 
 class RGCNModel(GNNModel):
@@ -131,24 +135,11 @@ class RGCNModel(GNNModel):
     )
 
 
-class RGATModel(GNNModel):
+class RGATModel(AttentionModel):
     """Relational graph attention: per relation its own weight and attention, softmax over a node's
     in-neighbours of that relation, the relations summed."""
 
     KIND: ClassVar[str] = "rgat"
-
-    heads: int = Field(default=4, ge=1, le=64, description="Attention heads per layer.")
-    attention_dropout: float = Field(
-        default=0.0, ge=0, lt=1, description="Dropout probability of the attention weights."
-    )
-    negative_slope: float = Field(
-        default=0.2, ge=0, le=1, description="Slope of the LeakyReLU of the attention logits."
-    )
-    edge_features: bool = Field(
-        default=False,
-        description="Read each sampled edge's features (graph edge features, efeat) in the attention "
-        "logits and the messages. False: edges carry no data into the model.",
-    )
 
 
 class KGEModel(Variant):

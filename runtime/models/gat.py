@@ -22,7 +22,7 @@ from torch.nn import functional
 from graphtrain.contract.spec import GATModel, GNNModel
 from graphtrain.runtime.graph.loader import Block
 from graphtrain.runtime.models.entry import BlockWork, GNNEntry, GNNShape
-from graphtrain.runtime.models.layers import attention_sum, edge_softmax
+from graphtrain.runtime.models.layers import LayerStack, attention_sum, edge_softmax
 from graphtrain.runtime.native.nn import elu_dropout
 
 
@@ -107,7 +107,7 @@ class GATConv(nn.Module):
         return out.transpose(0, 1) + (res + self.bias).view(-1, self.heads, self.width)
 
 
-class GAT(nn.Module):
+class GAT(LayerStack):
     """Stacked GATConv layers: heads concatenated (ELU, dropout) between layers, averaged at the output."""
 
     def __init__(self, variant: GATModel, shape: GNNShape):
@@ -138,22 +138,6 @@ class GAT(nn.Module):
                 return out.mean(1)
             h = elu_dropout(out.flatten(1), self.dropout, self.training)
         return h
-
-    def forward(
-        self, blocks: list[Block], x: torch.Tensor, frozen: torch.Tensor | None = None
-    ) -> torch.Tensor:
-        return self._run(blocks, x, frozen, last=True)
-
-    def hidden(
-        self, blocks: list[Block], x: torch.Tensor, frozen: torch.Tensor | None = None
-    ) -> torch.Tensor:
-        """The last hidden layer's output (what the output layer reads), over one block fewer."""
-        was = self.training
-        self.eval()
-        try:
-            return self._run(blocks, x, frozen, last=False)
-        finally:
-            self.train(was)
 
 
 def build(variant: GNNModel, shape: GNNShape) -> nn.Module:

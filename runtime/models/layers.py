@@ -1,5 +1,6 @@
 """Pieces the GNNs share: sparse products with their transposes ready for backward, a block's
-(destination, relation) pairs, edge softmax and attention-weighted aggregation.
+(destination, relation) pairs, edge softmax, attention-weighted aggregation, and the stack of layers
+whose last hidden layer can be read alone.
 
 Every op here runs where the block is (host or GPU) with torch ops, and each keeps the work per edge at
 a few floats: a relational layer multiplies once per (destination, relation) pair, not once per edge
@@ -13,8 +14,36 @@ import warnings
 from dataclasses import dataclass
 
 import torch
+from torch import nn
 
 from graphtrain.runtime.graph.loader import Block
+
+
+class LayerStack(nn.Module):
+    """A GNN as a stack of layers over one block each. `forward` runs them all; `hidden` the last
+    hidden layer's output over one block fewer, in evaluation mode (what evaluation with every neighbour
+    computes layer by layer). A subclass gives `_run(blocks, x, frozen, last)`."""
+
+    def _run(
+        self, blocks: list[Block], x: torch.Tensor, frozen: torch.Tensor | None, last: bool
+    ) -> torch.Tensor:
+        raise NotImplementedError
+
+    def forward(
+        self, blocks: list[Block], x: torch.Tensor, frozen: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        return self._run(blocks, x, frozen, last=True)
+
+    def hidden(
+        self, blocks: list[Block], x: torch.Tensor, frozen: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """The last hidden layer's output (what the output layer reads), over one block fewer."""
+        was = self.training
+        self.eval()
+        try:
+            return self._run(blocks, x, frozen, last=False)
+        finally:
+            self.train(was)
 
 
 class SparseProduct(torch.autograd.Function):

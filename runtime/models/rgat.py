@@ -19,7 +19,7 @@ from graphtrain.contract.spec import GNNModel
 from graphtrain.contract.spec.model import RGATModel
 from graphtrain.runtime.graph.loader import Block
 from graphtrain.runtime.models.entry import BlockWork, GNNEntry, GNNShape
-from graphtrain.runtime.models.layers import edge_softmax
+from graphtrain.runtime.models.layers import LayerStack, edge_softmax
 
 
 class RGATConv(nn.Module):
@@ -97,7 +97,7 @@ class RGATConv(nn.Module):
         return out + res + self.bias.view(1, self.heads, self.width)
 
 
-class RGAT(nn.Module):
+class RGAT(LayerStack):
     """Stacked RGATConv layers: heads concatenated (ELU, dropout) between layers, averaged at the output."""
 
     def __init__(self, variant: RGATModel, shape: GNNShape):
@@ -128,22 +128,6 @@ class RGAT(nn.Module):
                 return out.mean(1)
             h = functional.dropout(functional.elu(out.flatten(1)), self.dropout, self.training)
         return h
-
-    def forward(
-        self, blocks: list[Block], x: torch.Tensor, frozen: torch.Tensor | None = None
-    ) -> torch.Tensor:
-        return self._run(blocks, x, frozen, last=True)
-
-    def hidden(
-        self, blocks: list[Block], x: torch.Tensor, frozen: torch.Tensor | None = None
-    ) -> torch.Tensor:
-        """The last hidden layer's output (what the output layer reads), over one block fewer."""
-        was = self.training
-        self.eval()
-        try:
-            return self._run(blocks, x, frozen, last=False)
-        finally:
-            self.train(was)
 
 
 def build(variant: GNNModel, shape: GNNShape) -> nn.Module:
