@@ -10,6 +10,7 @@ width) tensor: its aggregation is a sparse product per head, its backward a samp
 
 from __future__ import annotations
 
+import abc
 import warnings
 from dataclasses import dataclass
 
@@ -19,15 +20,16 @@ from torch import nn
 from graphtrain.runtime.graph.loader import Block
 
 
-class LayerStack(nn.Module):
+class LayerStack(nn.Module, abc.ABC):
     """A GNN as a stack of layers over one block each. `forward` runs them all; `hidden` the last
     hidden layer's output over one block fewer, in evaluation mode (what evaluation with every neighbour
     computes layer by layer). A subclass gives `_run(blocks, x, frozen, last)`."""
 
+    @abc.abstractmethod
     def _run(
         self, blocks: list[Block], x: torch.Tensor, frozen: torch.Tensor | None, last: bool
     ) -> torch.Tensor:
-        raise NotImplementedError
+        """The layers over `blocks`: all of them (`last`), or all but the output layer."""
 
     def forward(
         self, blocks: list[Block], x: torch.Tensor, frozen: torch.Tensor | None = None
