@@ -49,6 +49,7 @@ class _Invalid:
     __len__ = __iter__ = __contains__ = __bool__ = __str__ = __format__ = __getitem__ = _unknown
     __int__ = __float__ = __add__ = __radd__ = __sub__ = __rsub__ = _unknown
     __mul__ = __rmul__ = __floordiv__ = __rfloordiv__ = __truediv__ = __rtruediv__ = __neg__ = _unknown
+    __mod__ = __rmod__ = __divmod__ = __rdivmod__ = __pow__ = __rpow__ = __abs__ = __round__ = _unknown
 
     def __repr__(self) -> str:
         return "<invalid>"

@@ -239,3 +239,24 @@ def test_no_nan_or_infinity_and_an_empty_document_says_so() -> None:
         "spec.embeddings[0].optimizer.lr": "Input should be a finite number",
     }
     assert [str(p) for p in check(None)[1]] == ["(root): the document is empty"]
+
+
+@pytest.mark.parametrize("heads", [1_000_000, "four", -1, 2.5])
+def test_a_rule_reading_a_value_that_failed_the_schema_is_skipped_not_crashed(heads: object) -> None:
+    """model.heads outside its schema, read by attention-heads-divide-width (a `%`): one line naming
+    model.heads, never a traceback."""
+    from graphtrain.contract.spec.loading import check
+
+    data = {
+        "apiVersion": "graphtrain.io/v1alpha1",
+        "kind": "GraphTraining",
+        "metadata": {"name": "x"},
+        "spec": {
+            "task": {"kind": "nodeClassification"},
+            "model": {"kind": "rgat", "heads": heads},
+            "graph": {"dataset": "wordnet"},
+        },
+    }
+    _, problems = check(data)
+    paths = [p.path for p in problems]
+    assert paths and all("heads" in p for p in paths), problems
