@@ -89,6 +89,7 @@ GT_API GT_CLONES void gt_attention_dot(int64_t num_dst, const int64_t* crow, con
         const float* gh = grad + at(v, h, num_dst, heads, width, head_major);
         const float* zh = zs + h * zstep;
         float s = 0.0f;
+#pragma omp simd reduction(+ : s)  // a float sum vectorises only when its order may change
         for (int32_t f = 0; f < width; ++f) s += gh[f] * zh[f];
         grad_alpha[e * heads + h] = s;
       }

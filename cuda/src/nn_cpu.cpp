@@ -33,6 +33,42 @@ inline uint32_t hash32(uint32_t x) {
 
 constexpr int64_t kChunk = 1024;  // divides 2^32: a chunk's indices share their high 32 bits
 
+// exp(x) - 1 and exp(x) for x <= 0 in float, branch-free so that a loop over them vectorises (std::expm1
+// is a scalar libm call: ~12 ns an element, 11 ms of a WordNet GAT batch's 1M hidden activations).
+// x = n ln2 + r with |r| <= ln2 / 2, q = expm1(r) by its Taylor series to r^8 (truncation < 2e-8
+// relative); then expm1(x) = 2^n q + (2^n - 1), exact for n = 0 so small |x| keep expm1's relative
+// accuracy, and exp(x) = 2^n (1 + q), relative accuracy for large |x| (ELU's derivative there).
+// Below -87 exp(x) underflows in float anyway; x is clamped there so 2^n stays a normal number. A NaN
+// gives NaN (q is NaN whatever the integer conversion made of n).
+struct ExpParts {
+  float s;  // 2^n
+  float q;  // expm1(r)
+};
+inline ExpParts exp_parts(float x) {
+  x = x < -87.0f ? -87.0f : x;  // NaN stays NaN; not std::max: a reference to x keeps the loop scalar
+  constexpr float kLog2e = 1.44269504088896341f, kLn2Hi = 0.693359375f, kLn2Lo = -2.12194440e-4f;
+  constexpr float kRound = 12582912.0f;  // 1.5 * 2^23: adding and subtracting it rounds to an integer
+  const float n = (x * kLog2e + kRound) - kRound;
+  const float r = (x - n * kLn2Hi) - n * kLn2Lo;
+  float p = 1.0f / 40320.0f;
+  p = p * r + 1.0f / 5040.0f;
+  p = p * r + 1.0f / 720.0f;
+  p = p * r + 1.0f / 120.0f;
+  p = p * r + 1.0f / 24.0f;
+  p = p * r + 1.0f / 6.0f;
+  p = p * r + 0.5f;
+  const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
+  return {__builtin_bit_cast(float, bits), r + r * r * p};  // (memcpy into a local keeps the loop scalar)
+}
+inline float expm1_nonpositive(float x) {
+  const ExpParts e = exp_parts(x);
+  return e.s * e.q + (e.s - 1.0f);
+}
+inline float exp_nonpositive(float x) {
+  const ExpParts e = exp_parts(x);
+  return e.s + e.s * e.q;
+}
+
 }  // namespace
 
 // out[i] = x[i] * scale if x[i] > 0 and element i is kept, else 0; mask[i] = 1 where out[i] came from x.
@@ -80,13 +116,24 @@ GT_API GT_CLONES void gt_elu_dropout(
   for (int64_t c = 0; c < n; c += kChunk) {
     const int32_t len = static_cast<int32_t>(std::min(kChunk, n - c));
     const uint32_t base = static_cast<uint32_t>(c) + lo, salt = hi + static_cast<uint32_t>(c >> 32);
+    const float* xc = x + c;
+    float* oc = out + c;
+    uint8_t* mc = mask + c;
+    // Two vectorised passes over the chunk (in L1): the ELU, then the draw and the mask, as
+    // gt_relu_dropout's loop (in one loop GCC 12 leaves the mix of the two scalar).
+    for (int32_t j = 0; j < len; ++j) {
+      const float v = xc[j];
+      oc[j] = v > 0.0f ? v : expm1_nonpositive(v > 0.0f ? 0.0f : v);
+    }
     for (int32_t j = 0; j < len; ++j) {
       const uint32_t r = hash32(hash32(base + static_cast<uint32_t>(j)) ^ salt);
-      const float v = x[c + j];
-      const float e = v > 0.0f ? v : std::expm1(v);
-      const bool keep = r >= drop_below;
-      out[c + j] = keep ? e * scale : 0.0f;
-      mask[c + j] = static_cast<uint8_t>(keep);
+      const uint32_t keep = static_cast<uint32_t>(r >= drop_below);
+      const float v = oc[j] * scale;
+      uint32_t bits;
+      std::memcpy(&bits, &v, sizeof bits);
+      bits &= 0u - keep;  // all ones or zero: the scaled value or +0.0
+      std::memcpy(oc + j, &bits, sizeof bits);
+      mc[j] = static_cast<uint8_t>(keep);
     }
   }
 }
@@ -94,9 +141,10 @@ GT_API GT_CLONES void gt_elu_dropout(
 // The backward of gt_elu_dropout: out[i] = grad[i] * scale * elu'(x[i]) where kept, else 0.
 GT_API GT_CLONES void gt_elu_dropout_grad(int64_t n, const float* grad, const float* x, const uint8_t* mask,
                                           float scale, float* out, int32_t threads) {
-#pragma omp parallel for num_threads(std::max(1, threads)) schedule(static)
+#pragma omp parallel for simd num_threads(std::max(1, threads)) schedule(static)
   for (int64_t i = 0; i < n; ++i) {
-    const float d = x[i] > 0.0f ? 1.0f : std::exp(x[i]);
-    out[i] = mask[i] ? grad[i] * scale * d : 0.0f;
+    const float v = x[i];
+    const float d = v > 0.0f ? 1.0f : exp_nonpositive(v > 0.0f ? 0.0f : v);
+    out[i] = grad[i] * (scale * static_cast<float>(mask[i])) * d;
   }
 }

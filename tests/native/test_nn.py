@@ -1,13 +1,16 @@
-"""Fused ReLU + dropout (native) against its definition, and the torch fallback's statistics."""
+"""Fused ReLU + dropout and ELU + dropout (native) against their definitions, and the torch fallback's
+statistics."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import pytest
 import torch
 
 from graphtrain.runtime.native import nn as native_nn
 from graphtrain.runtime.native.backend import CoreBackend
-from graphtrain.runtime.native.nn import relu_dropout
+from graphtrain.runtime.native.nn import elu_dropout, relu_dropout
 
 pytestmark = pytest.mark.usefixtures("cpu_core")  # a missing core fails these tests (conftest.py)
 
@@ -35,17 +38,22 @@ def test_backward_is_the_mask_times_the_scale() -> None:
     torch.testing.assert_close(x.grad, upstream * (out != 0) / 0.7)
 
 
-def test_seeded_by_torch_and_independent_of_threads() -> None:
-    x = torch.randn(513, 129)
-    before = torch.get_num_threads()
-    outs = []
+def _per_thread_count(draw: Callable[[], torch.Tensor], seed: int) -> list[torch.Tensor]:
+    """draw() under 1, 2 and 3 threads, torch seeded alike before each."""
+    before, outs = torch.get_num_threads(), []
     try:
         for threads in (1, 2, 3):
             torch.set_num_threads(threads)
-            torch.manual_seed(5)
-            outs.append(relu_dropout(x, 0.5))
+            torch.manual_seed(seed)
+            outs.append(draw())
     finally:
         torch.set_num_threads(before)
+    return outs
+
+
+def test_seeded_by_torch_and_independent_of_threads() -> None:
+    x = torch.randn(513, 129)
+    outs = _per_thread_count(lambda: relu_dropout(x, 0.5), seed=5)
     assert all(torch.equal(outs[0], o) for o in outs[1:])
     torch.manual_seed(6)
     assert not torch.equal(outs[0], relu_dropout(x, 0.5))  # another draw, another mask
@@ -70,3 +78,44 @@ def test_torch_fallback_has_the_same_statistics(monkeypatch: pytest.MonkeyPatch)
     assert abs(int(kept.sum()) / int((x > 0).sum()) - 0.75) < 0.01
     out.sum().backward()
     torch.testing.assert_close(x.grad, kept / 0.75)
+
+
+def test_elu_dropout_is_elu_scaled_where_kept_with_relu_dropouts_mask() -> None:
+    """The native ELU (a vectorised expm1, not libm's) against torch's elu, over the whole float range a
+    hidden layer can hold: tiny values keep expm1's relative accuracy, the far tail is -1, NaN stays NaN."""
+    torch.manual_seed(2)
+    special = torch.tensor(
+        [0.0, -0.0, -1e-30, -1e-7, -1e-3, -0.3465, -0.3467, -1.0, -10.0, -86.9, -87.5, -1e30]
+    )
+    x = torch.cat([torch.randn(1000, 257).flatten() * 4, special, -special, torch.tensor([float("-inf")])])
+    torch.manual_seed(9)
+    out = elu_dropout(x, 0.4)
+    torch.manual_seed(9)
+    kept_positive = relu_dropout(x, 0.4) != 0
+    kept = (out != 0) | ((x == 0) & kept_positive)  # elu(0) = 0: where x is 0 the draw is relu_dropout's
+    assert torch.equal(kept[x > 0], kept_positive[x > 0])  # one draw for both kernels, as documented
+    expected = torch.nn.functional.elu(x.double()) / 0.6
+    torch.testing.assert_close(out[kept].double(), expected[kept], rtol=3e-7, atol=0.0)
+    assert abs(int(kept.sum()) / x.numel() - 0.6) < 0.02
+    with_nan = elu_dropout(torch.tensor([float("nan")] * 64), 0.1)
+    assert int(with_nan.isnan().sum()) + int((with_nan == 0).sum()) == 64 and with_nan.isnan().any()
+
+
+def test_elu_dropout_backward_is_elus_derivative_times_the_mask() -> None:
+    torch.manual_seed(3)
+    x = (torch.randn(300, 70) * 3).requires_grad_()
+    out = elu_dropout(x, 0.3)
+    upstream = torch.randn_like(out)
+    out.backward(upstream)
+    kept = (out != 0).double()
+    xd = x.detach().double()
+    derivative = torch.where(xd > 0, torch.ones_like(xd), torch.exp(xd))
+    expected = upstream.double() * kept * derivative / 0.7
+    torch.testing.assert_close(x.grad.double(), expected, rtol=3e-7, atol=1e-12)
+
+
+def test_elu_dropout_eval_is_elu_and_thread_count_does_not_change_it() -> None:
+    x = torch.randn(513, 129) * 5
+    assert torch.equal(elu_dropout(x, 0.5, training=False), torch.nn.functional.elu(x))
+    outs = _per_thread_count(lambda: elu_dropout(x, 0.5), seed=4)
+    assert all(torch.equal(outs[0], o) for o in outs[1:])
