@@ -245,6 +245,13 @@ add_rules(
     _keys_only("table-rows-custom-only", "numEmbeddings", TableKeys.custom),
     _keys_only("table-node-types-nodes-keys", "nodeTypes", TableKeys.nodes),
     Rule(
+        "table-node-types-fixed-vocabulary",
+        "nodeTypes",
+        lambda t: t.node_types is None or t.vocabulary.kind == VocabularyKind.fixed,
+        cel="!has(self.nodeTypes) || !has(self.vocabulary) || self.vocabulary.kind == 'fixed'",
+        message="a table over node types has a fixed vocabulary (a row per node of them)",
+    ),
+    Rule(
         "table-node-types-distinct",
         "nodeTypes",
         lambda t: t.node_types is None or first_repeated(t.node_types) is None,

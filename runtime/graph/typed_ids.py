@@ -15,14 +15,19 @@ here, in stored order:
 
 A learnable table over some node types (spec.embeddings[].nodeTypes) has one row per node of those
 types, ordered by (part, type id, position), so each shard server holds its own nodes' rows as a node
-embedding does (`rows_bounds`, `rows_of`). For one type, a node's row is its type-local id.
+embedding does (`rows_bounds`, `rows_of`; `NodeRows` for a spec's table). For one type, a node's row
+is its type-local id.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
+
+from graphtrain.runtime.errors import GraphtrainError
 
 
 def node_offsets(type_bounds: np.ndarray) -> np.ndarray:
@@ -102,3 +107,56 @@ def _check(local: np.ndarray, count: int, what: str, index: int) -> None:
     if local.size and (local.min() < 0 or local.max() >= count):
         bad = int(local[(local < 0) | (local >= count)][0])
         raise IndexError(f"{what} type {index}: id {bad} is outside [0, {count})")
+
+
+@dataclass(frozen=True)
+class NodeRows:
+    """Which row of a node table each stored node id reads: its own id (a table over every node), or
+    rows_of's row over node types `types` (-1: a node of another type, which has none)."""
+
+    node_bounds: np.ndarray
+    type_bounds: np.ndarray | None = None
+    types: tuple[int, ...] | None = None
+
+    @classmethod
+    def of(cls, data: Mapping[str, Any], table: str, node_types: Sequence[str] | None) -> NodeRows:
+        """The rows of table `table` over the node types `node_types` (None: every node) of the partition
+        whose config entries are `data`.
+
+        Raises:
+            GraphtrainError: types on an untyped partition, a type it lacks, or no node of the types.
+        """
+        node_bounds = np.asarray(data["node_bounds"], dtype=np.int64)
+        if node_types is None:
+            return cls(node_bounds)
+        field = f"embeddings[{table}].nodeTypes"
+        names = list(data.get("ntype_names") or [])
+        if not names or "type_bounds" not in data:
+            raise GraphtrainError(f"{field}: the partition has no node types (graph.typed, graph.nodes)")
+        missing = [t for t in node_types if t not in names]
+        if missing:
+            raise GraphtrainError(f"{field}: no node type {missing[0]!r} (node types: {', '.join(names)})")
+        rows = cls(
+            node_bounds, np.asarray(data["type_bounds"], dtype=np.int64), tuple(map(names.index, node_types))
+        )
+        if rows.num_rows == 0:
+            raise GraphtrainError(f"{field}: the graph has no node of type {', '.join(node_types)}")
+        return rows
+
+    @property
+    def bounds(self) -> np.ndarray:
+        """The table's partition book: shard p holds the rows of partition p's nodes."""
+        if self.types is None or self.type_bounds is None:
+            return self.node_bounds
+        return rows_bounds(self.type_bounds, self.types)
+
+    @property
+    def num_rows(self) -> int:
+        return int(self.bounds[-1])
+
+    def rows(self, ids: np.ndarray) -> np.ndarray:
+        """The row of each stored node id, -1 where it has none."""
+        ids = np.asarray(ids, dtype=np.int64)
+        if self.types is None or self.type_bounds is None:
+            return ids
+        return rows_of(self.type_bounds, self.node_bounds, self.types, ids)

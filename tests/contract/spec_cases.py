@@ -258,6 +258,9 @@ BREAKS: dict[str, Doc] = {
     "table-node-types-distinct": edit(
         TYPED_EMB, lambda s: s["embeddings"][0].update(nodeTypes=["author"] * 2)
     ),
+    "table-node-types-fixed-vocabulary": edit(
+        TYPED_EMB, lambda s: s["embeddings"][0].update(vocabulary={"kind": "dynamic", "capacity": 100})
+    ),
     "table-node-types-typed-graph": edit(GRAPHSAGE, _table(nodeTypes=["noun"])),
     "table-node-types-known": edit(TYPED_EMB, lambda s: s["embeddings"][0].update(nodeTypes=["editor"])),
     "toleration-seconds-no-execute": edit(

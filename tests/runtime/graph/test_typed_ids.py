@@ -148,3 +148,70 @@ def test_views_read_the_flat_rows_through_two_shard_servers(typed_partition: Pat
             check_views(DistGraph(typed_partition, client))
         finally:
             client.close()
+
+
+# ------------------------------------------------------------------------ a table over node types
+
+DATA = {
+    "node_bounds": NODE_BOUNDS.tolist(),
+    "type_bounds": TYPE_BOUNDS.tolist(),
+    "ntype_names": ["user", "shop", "item"],
+}
+
+
+def test_node_rows_of_a_table_over_every_node_are_the_node_ids() -> None:
+    rows = ti.NodeRows.of(DATA, "node", None)
+    assert rows.types is None and rows.num_rows == 17 and rows.bounds.tolist() == [0, 10, 17]
+    assert rows.rows(np.array([3, 16])).tolist() == [3, 16]
+
+
+def test_node_rows_over_types_are_split_like_their_nodes() -> None:
+    rows = ti.NodeRows.of(DATA, "emb", ["item", "shop"])
+    assert rows.types == (2, 1) and rows.num_rows == 12 and rows.bounds.tolist() == [0, 6, 12]
+    assert rows.rows(np.array([0, 4, 11, 14])).tolist() == [-1, 0, 6, 9]
+
+
+@pytest.mark.parametrize(
+    "data, types, message",
+    [
+        (
+            {"node_bounds": [0, 17]},
+            ["user"],
+            "embeddings\\[emb\\].nodeTypes: the partition has no node types",
+        ),
+        (
+            DATA,
+            ["buyer"],
+            "embeddings\\[emb\\].nodeTypes: no node type 'buyer' \\(node types: user, shop, item\\)",
+        ),
+        (
+            {**DATA, "type_bounds": [[0, 4, 4, 10], [10, 11, 11, 17]]},
+            ["shop"],
+            "embeddings\\[emb\\].nodeTypes: the graph has no node of type shop",
+        ),
+    ],
+)
+def test_node_rows_refuse_a_partition_without_the_types(data: dict, types: list, message: str) -> None:
+    from graphtrain.runtime.errors import GraphtrainError
+
+    with pytest.raises(GraphtrainError, match=message):
+        ti.NodeRows.of(data, "emb", types)
+
+
+def test_node_input_gives_other_types_zeros_and_gradients_only_to_the_types_rows() -> None:
+    import torch
+
+    from graphtrain.runtime.train.inputs import node_input
+
+    weight = torch.arange(12 * 2, dtype=torch.float32).reshape(12, 2).requires_grad_()
+    rows = ti.NodeRows.of(DATA, "emb", ["item", "shop"])
+    nodes = np.array([0, 4, 11, 4, 10])
+    out = node_input(lambda ids: weight[ids], rows, nodes, torch.device("cpu"))
+    assert out.tolist() == [[0, 0], weight[0].tolist(), weight[6].tolist(), weight[0].tolist(), [0, 0]]
+    out.sum().backward()
+    assert weight.grad is not None
+    assert weight.grad[:, 0].tolist() == [2, 0, 0, 0, 0, 0, 1] + [0] * 5
+    every = node_input(
+        lambda ids: ids[:, None].float(), ti.NodeRows.of(DATA, "n", None), nodes, torch.device("cpu")
+    )
+    assert every[:, 0].tolist() == nodes.tolist()
