@@ -20,9 +20,9 @@ import numpy as np
 
 from graphtrain.runtime.data.cache import atomic_file, check_creatable, make_dirs
 from graphtrain.runtime.errors import GraphtrainError
-from graphtrain.runtime.graph.typed_ids import NodeRows
 from graphtrain.runtime.kvstore import checkpoint as ckpt
 from graphtrain.runtime.partition.format import PartitionConfig, load_config, load_maps, load_names
+from graphtrain.runtime.partition.typed_ids import NodeRows
 
 SUFFIXES = (".npy", ".csv", ".parquet")
 Keying = Literal["nodes", "relations", "features", "rows"]

@@ -176,8 +176,8 @@ def node_outputs(
     """
     from graphtrain.runtime.graph import DistGraph, standalone_client
     from graphtrain.runtime.graph.loader import sample_blocks
-    from graphtrain.runtime.graph.typed_ids import NodeRows
     from graphtrain.runtime.models import GNNShape, gnn_entry
+    from graphtrain.runtime.partition.typed_ids import NodeRows
     from graphtrain.runtime.train.inputs import FixedRows, bag_input, node_input
 
     if not isinstance(gt.spec.model.variant, GNNModel):

@@ -19,7 +19,7 @@ from functools import cached_property
 import numpy as np
 import torch
 
-from graphtrain.runtime.graph import typed_ids
+from graphtrain.runtime.partition import typed_ids
 from graphtrain.runtime.tensor import DistTensor
 
 IdMap = Callable[[np.ndarray], np.ndarray]

@@ -166,7 +166,7 @@ def partition_record(
     and relative to the checkpoint, so a run directory copied elsewhere still finds it), the sha256 of
     its node map (which fixes the row order of node-keyed tables), what each table's rows stand for
     (the spec's embeddings[].keys: nodes, relations or custom) and, for a node table over some node
-    types, those types (embeddings[].nodeTypes: a row per node of them, graph/typed_ids.py's order)."""
+    types, those types (embeddings[].nodeTypes: a row per node of them, partition/typed_ids.py's order)."""
     config = cfg.path.resolve()
     return {
         "config": str(config),

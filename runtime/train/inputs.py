@@ -30,8 +30,8 @@ import torch
 
 from graphtrain.runtime.collective import bag
 from graphtrain.runtime.graph import FeatureBags
-from graphtrain.runtime.graph.typed_ids import NodeRows
 from graphtrain.runtime.models.layers import SparseProduct
+from graphtrain.runtime.partition.typed_ids import NodeRows
 from graphtrain.runtime.train.device import to_device
 
 

@@ -32,11 +32,11 @@ from graphtrain.runtime.graph.device_data import data_bytes, device_node_data
 from graphtrain.runtime.graph.device_sampler import device_graph, sample_blocks_on
 from graphtrain.runtime.graph.fanouts import layer_fanouts
 from graphtrain.runtime.graph.loader import MiniBatch, Sampler, sample_blocks
-from graphtrain.runtime.graph.typed_ids import NodeRows
 from graphtrain.runtime.kvstore.client import KVClient
 from graphtrain.runtime.kvstore.placement import free_bytes
 from graphtrain.runtime.models import GNNShape, gnn_entry
 from graphtrain.runtime.optim import OptimConfig, SparseOptimizer
+from graphtrain.runtime.partition.typed_ids import NodeRows
 from graphtrain.runtime.tensor import PartitionBook
 from graphtrain.runtime.train.dense import load_dense, save_dense
 from graphtrain.runtime.train.device import to_device

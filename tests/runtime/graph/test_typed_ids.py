@@ -1,4 +1,4 @@
-"""Type-local ids of a typed partition (graph/typed_ids.py, pure) and the per-type views of DistGraph
+"""Type-local ids of a typed partition (partition/typed_ids.py, pure) and the per-type views of DistGraph
 (graph/typed_views.py): a view read by type-local ids returns the flat tensor's rows of the stored ids,
 in process and through 2 shard-server processes."""
 
@@ -11,7 +11,7 @@ import pytest
 
 from graphtrain.runtime import kvstore, partition
 from graphtrain.runtime.graph import DistGraph, standalone_client
-from graphtrain.runtime.graph import typed_ids as ti
+from graphtrain.runtime.partition import typed_ids as ti
 from tests.runtime.conftest import TOKEN, servers
 from tests.runtime.graph.test_typed_sampling import typed_graph
 
