@@ -1,7 +1,7 @@
 """A learnable embedding for a featureless node type (spec.embeddings[].nodeTypes) with `graphtrain run
 --standalone`: users without features, whose label is their community, which only their follows edges
 tell; items with features that say nothing about it. The user table (a row per user) trains the
-users' input, so the model classifies them (measured: test accuracy 0.97 after 3 epochs; 0.48 with
+users' input, so the model classifies them (measured: test accuracy 0.97 after 3 epochs; 0.57 with
 no table, whose users all read zeros); export writes a row per user under the user's own id;
 resume restores the table; predict reads it; a collective table over the users trains as well.
 """
