@@ -42,6 +42,7 @@ from graphtrain.runtime.kvstore.sizes import share, state_bytes
 from graphtrain.runtime.native.keymap import KeyMap
 from graphtrain.runtime.partition import memory as partition_memory
 from graphtrain.runtime.partition.format import PartitionConfig
+from graphtrain.runtime.partition.typed_ids import NodeRows
 
 if TYPE_CHECKING:  # torch: not for the partition Job, which reports memory_need()
     from graphtrain.runtime.kvstore.transport import Answer, Call
@@ -66,24 +67,29 @@ class RoleNeed:
         return sum(self.items.values())
 
 
-def table_rows(keys: str, cfg: PartitionConfig) -> int:
-    data = cfg.data
+def table_rows(table: Any, cfg: PartitionConfig) -> int:
+    """Rows of spec table `table` over the partition `cfg`."""
+    data, keys = cfg.data, str(table.keys)
     if keys == "relations":
         return int((data.get("kg") or {}).get("num_relations", 0))
     if keys == "features":  # a row per feature column (model.featureBag), as graph/bags.py counts them
         feat = (data.get("ndata") or {}).get("feat")
         return int(feat["shape"][1]) if feat else 0
-    return int(data["num_nodes"])
+    return _node_rows(table, cfg).num_rows
 
 
-def shard_rows(keys: str, cfg: PartitionConfig, shard: int) -> int:
-    """Rows of a server table that shard `shard` holds: its partition's nodes for node tables, an even
-    share of the others."""
-    if keys == "nodes":
-        b = cfg.node_bounds
+def shard_rows(table: Any, cfg: PartitionConfig, shard: int) -> int:
+    """Rows of a server table that shard `shard` holds: its partition's nodes (of the table's node
+    types) for node tables, an even share of the others."""
+    if str(table.keys) == "nodes":
+        b = _node_rows(table, cfg).bounds
         return int(b[shard + 1] - b[shard])
-    total, n = table_rows(keys, cfg), cfg.num_parts
+    total, n = table_rows(table, cfg), cfg.num_parts
     return -(-total // n)
+
+
+def _node_rows(table: Any, cfg: PartitionConfig) -> NodeRows:
+    return NodeRows.of(cfg.data, table.name, getattr(table, "node_types", None))
 
 
 def _table_bytes(table: Any, rows: int) -> tuple[int, int]:
@@ -112,14 +118,14 @@ def shard_need(spec: GraphTrainingSpec, cfg: PartitionConfig, shard: int) -> Rol
         if t.sharding == Sharding.collective:
             continue
         rows = _dynamic_share(need.items, t, cfg.num_parts, shard)
-        data, state = _table_bytes(t, shard_rows(str(t.keys), cfg, shard) if rows is None else rows)
+        data, state = _table_bytes(t, shard_rows(t, cfg, shard) if rows is None else rows)
         need.items[f"table {t.name}"] = data
         need.items[f"table {t.name} optimizer"] = state
     return need
 
 
-def collective_shares(spec: GraphTrainingSpec, rows: Callable[[str], int]) -> dict[str, int]:
-    """A trainer's share of each collective table (`rows`: a table's rows by its keys) and its optimizer
+def collective_shares(spec: GraphTrainingSpec, rows: Callable[[Any], int]) -> dict[str, int]:
+    """A trainer's share of each collective table (`rows`: a spec table's rows) and its optimizer
     state: rank 0's ceil(rows / world), of a dynamic vocabulary's capacity (in all, split like its keys:
     collective/rows.py)."""
     world, items = spec.trainers.replicas, {}
@@ -127,7 +133,7 @@ def collective_shares(spec: GraphTrainingSpec, rows: Callable[[str], int]) -> di
         if t.sharding != Sharding.collective:
             continue
         held = _dynamic_share(items, t, world, 0)
-        data, state = _table_bytes(t, -(-rows(str(t.keys)) // world) if held is None else held)
+        data, state = _table_bytes(t, -(-rows(t) // world) if held is None else held)
         items[f"table {t.name} (share)"] = data
         items[f"table {t.name} optimizer"] = state
     return items
@@ -135,7 +141,7 @@ def collective_shares(spec: GraphTrainingSpec, rows: Callable[[str], int]) -> di
 
 def trainer_need(spec: GraphTrainingSpec, cfg: PartitionConfig, rank: int, batch_bytes: int) -> RoleNeed:
     need = RoleNeed(f"trainer-{rank}", {"process": TRAINER_BASE, "batch": batch_bytes})
-    need.items.update(collective_shares(spec, lambda keys: table_rows(keys, cfg)))
+    need.items.update(collective_shares(spec, lambda t: table_rows(t, cfg)))
     return need
 
 
@@ -155,7 +161,7 @@ def memory_need(spec: GraphTrainingSpec, cfg: PartitionConfig) -> MemoryNeed:
         sum(v for k, v in shard_need(spec, cfg, s).items.items() if not (gpu and k.startswith("table ")))
         for s in range(cfg.num_parts)
     )
-    shares = collective_shares(spec, lambda keys: table_rows(keys, cfg))
+    shares = collective_shares(spec, lambda t: table_rows(t, cfg))
     return MemoryNeed(shard_server=shards, trainer=host_bytes(spec, shares))
 
 
@@ -458,12 +464,18 @@ def _array_bytes(x: Any) -> int:
     return int(getattr(x, "nbytes", 0))
 
 
-def _graph_rows(keys: str, graph: Any) -> int:
-    """Rows of a table keyed by `keys` over a loaded graph."""
+def _graph_rows(table: Any, graph: Any) -> int:
+    """Rows of spec table `table` over a loaded graph (a table over node types: their nodes, those the
+    graph has: an estimate errs low)."""
+    keys = str(table.keys)
     if keys == "features":
         return int(graph.feat.shape[1]) if graph.feat is not None else 0
     if keys == "relations":
         return len(graph.relation_names) if graph.relation_names is not None else 0
+    types = getattr(table, "node_types", None)
+    if types and graph.ntype is not None and graph.ntype_names is not None:
+        ids = [i for i, n in enumerate(graph.ntype_names.tolist()) if n in types]
+        return int(np.isin(graph.ntype, ids).sum())
     return int(graph.num_nodes)
 
 
@@ -483,7 +495,7 @@ def shard_estimate(spec: GraphTrainingSpec, graph: Any) -> int:
         if t.sharding == Sharding.collective:
             continue
         capacity = getattr(t.vocabulary, "capacity", None)  # a dynamic vocabulary's, whatever the graph
-        table, state = _table_bytes(t, int(capacity) if capacity else _graph_rows(str(t.keys), graph))
+        table, state = _table_bytes(t, int(capacity) if capacity else _graph_rows(t, graph))
         data += table + state
     share = -(-data // shards) * (1 + spec.partition.max_imbalance)
     return SHARD_BASE + int(share)
@@ -494,7 +506,7 @@ def limit_problems(spec: GraphTrainingSpec, graph: Any) -> list[Problem]:
     cannot hold its collective shares, as problems naming the field, the need and the limit (the
     estimates err low: a limit below one fails for sure)."""
     trainer = (spec.trainers.resources.limits if spec.trainers.resources else None) or {}
-    shares = host_bytes(spec, collective_shares(spec, lambda keys: _graph_rows(keys, graph)))
+    shares = host_bytes(spec, collective_shares(spec, lambda t: _graph_rows(t, graph)))
     found = memory.limit_problems(
         MemoryNeed(shard_server=0, trainer=shares), {"trainers": trainer.get("memory")}
     )

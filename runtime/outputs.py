@@ -5,8 +5,9 @@ Node-keyed tables are stored in the partition's relabeled order; written out in 
 right and are wrong (row i is not node i). So every node-keyed export goes through the partition the
 run trained on: the checkpoint names it (checkpoint.json "partition", with the sha256 of its node
 map), a `--partition` given by hand must have that same node map, and a checkpoint that names none
-needs `--partition`. The choices are pure functions (`pick_partition`, `table_keying`); the rest reads
-and writes.
+needs `--partition`. A table over some node types (embeddings[].nodeTypes, recorded beside the keys)
+comes out as the rows of those types' nodes, in original order. The choices are pure functions
+(`pick_partition`, `table_keying`); the rest reads and writes.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from graphtrain.runtime.data.cache import atomic_file, check_creatable, make_dir
 from graphtrain.runtime.errors import GraphtrainError
 from graphtrain.runtime.kvstore import checkpoint as ckpt
 from graphtrain.runtime.partition.format import PartitionConfig, load_config, load_maps, load_names
+from graphtrain.runtime.partition.typed_ids import NodeRows
 
 SUFFIXES = (".npy", ".csv", ".parquet")
 Keying = Literal["nodes", "relations", "features", "rows"]
@@ -140,7 +142,13 @@ def original_order(checkpoint: Path, name: str, cfg: PartitionConfig) -> Rows:
         dict(record.get("table_keys", {})),
     )
     names = load_names(cfg)
-    if keying == "nodes":
+    node_types = dict(record.get("table_node_types", {})).get(name)
+    if node_types:  # a row per node of these types: their nodes in original order
+        row = NodeRows.of(cfg.data, name, node_types).rows(load_maps(cfg)["node_map_inverse"])
+        has = row >= 0
+        table = table[row[has]]
+        ids = names.get("node_ids", np.arange(num_nodes, dtype=np.int64))[has]
+    elif keying == "nodes":
         table = table[load_maps(cfg)["node_map_inverse"]]  # row of original id i = new row inverse[i]
         ids = names.get("node_ids", np.arange(num_nodes, dtype=np.int64))
     elif keying == "relations" and "relation_names" in names and len(names["relation_names"]) == len(table):

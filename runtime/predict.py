@@ -177,7 +177,8 @@ def node_outputs(
     from graphtrain.runtime.graph import DistGraph, standalone_client
     from graphtrain.runtime.graph.loader import sample_blocks
     from graphtrain.runtime.models import GNNShape, gnn_entry
-    from graphtrain.runtime.train.inputs import bag_input
+    from graphtrain.runtime.partition.typed_ids import NodeRows
+    from graphtrain.runtime.train.inputs import FixedRows, bag_input, node_input
 
     if not isinstance(gt.spec.model.variant, GNNModel):
         kinds = ", ".join(GNN_KINDS)
@@ -194,10 +195,13 @@ def node_outputs(
         )
     emb = None
     if m.node_embedding:
-        emb = torch.from_numpy(checkpoint_rows(root, gt.spec, m.node_embedding, graph.num_nodes))
-        if len(emb) != graph.num_nodes:
+        table = next(t for t in gt.spec.embeddings if t.name == m.node_embedding)
+        rows = NodeRows.of(cfg.data, table.name, table.node_types)
+        emb = torch.from_numpy(checkpoint_rows(root, gt.spec, m.node_embedding, rows.num_rows))
+        if len(emb) != rows.num_rows:
+            whose = "nodes" if table.node_types is None else f"nodes of type {', '.join(table.node_types)}"
             raise GraphtrainError(
-                f"table {m.node_embedding!r} has {len(emb)} rows, the partition {graph.num_nodes} nodes"
+                f"table {m.node_embedding!r} has {len(emb)} rows, the partition {rows.num_rows} {whose}"
             )
     bags = _feature_bags(m, root, cfg)
     feat_dim = int(feat.shape[1]) if feat is not None else 0
@@ -237,7 +241,7 @@ def node_outputs(
                 if feat is None
                 else torch.as_tensor(np.asarray(feat[mb.input_nodes]), dtype=torch.float32)
             )
-            e = None if emb is None else emb[torch.from_numpy(mb.input_nodes)]
+            e = None if emb is None else node_input(FixedRows(emb), rows, mb.input_nodes, torch.device("cpu"))
             if bags:  # training's order: the bag, then the node embedding
                 b = bag_input(bags[0], bags[1], mb.input_nodes, bags[2], torch.device("cpu"))
                 e = b if e is None else torch.cat([b, e], dim=1)

@@ -83,6 +83,7 @@ from graphtrain.contract.spec.execution import (
     Trainers,
 )
 from graphtrain.contract.spec.graph import (
+    DATASET_NODE_TYPES,
     KG_DATASETS,
     STANDARD_SPLIT_DATASETS,
     TYPED_DATASETS,
@@ -290,6 +291,7 @@ __all__ = [
     "EdgeTypeFiles",
     "NodeTypeFiles",
     "TableFormat",
+    "DATASET_NODE_TYPES",
     "TYPED_DATASETS",
     "load_yaml",
     "parse",

@@ -18,7 +18,13 @@ from pydantic.alias_generators import to_camel
 from graphtrain.contract.spec.base import API_VERSION, DNS1035, KIND, MAX_NAME_LENGTH, MAX_TABLES, SpecModel
 from graphtrain.contract.spec.enums import Backend, Device, Sharding, TableKeys
 from graphtrain.contract.spec.execution import RunPolicy, ShardServers, Storage, Trainers
-from graphtrain.contract.spec.graph import KG_DATASETS, GraphSource, cel_list
+from graphtrain.contract.spec.graph import (
+    KG_DATASETS,
+    GraphSource,
+    cel_has_node_type,
+    cel_list,
+    cel_node_types,
+)
 from graphtrain.contract.spec.legacy import OLD_MODEL_FIELDS, read_old_form
 from graphtrain.contract.spec.model import GNN_KINDS, KGE_KINDS, MODELS, MOVED_TO_TASK, ModelSpec, tasks_of
 from graphtrain.contract.spec.placement import PartitionSpec
@@ -140,6 +146,38 @@ def _small_vocabularies(s: GraphTrainingSpec, collective: bool) -> list[str]:
         and t.vocabulary.capacity < holders
     ]
 
+
+def _typed_tables_untyped(s: GraphTrainingSpec) -> list[str]:
+    """Tables with nodeTypes over a graph the spec gives no node types."""
+    if s.graph.is_typed:
+        return []
+    return [t.name for t in s.embeddings if t.node_types is not None]
+
+
+def _unknown_node_type(s: GraphTrainingSpec) -> tuple[str, str] | None:
+    """(table, node type) of the first node type a table names that the typed graph lacks."""
+    if not s.graph.is_typed:
+        return None
+    known = s.graph.node_types
+    return next(((t.name, n) for t in s.embeddings for n in t.node_types or [] if n not in known), None)
+
+
+def _unknown_arg(s: GraphTrainingSpec, i: int) -> str:
+    found = _unknown_node_type(s)
+    assert found is not None
+    return found[i]
+
+
+_CEL_TYPED = "((has(self.graph.typed) && self.graph.typed) || has(self.graph.nodes))"
+_CEL_NODE_TYPES = cel_node_types("self.graph")
+_CEL_KNOWN = cel_has_node_type("self.graph", "n")
+_CEL_UNKNOWN = f"!{_CEL_KNOWN}"
+# each table's unknown node types, a list per table: the first unknown type is then read from these lists
+# (the API server's estimate of a filter of the first unknown table's own list exceeds its budget 100x)
+_CEL_UNKNOWN_TYPES = f"self.embeddings.map(t, has(t.nodeTypes) ? t.nodeTypes.filter(n, {_CEL_UNKNOWN}) : [])"
+_CEL_UNKNOWN_TABLE = (
+    f"self.embeddings.filter(t, has(t.nodeTypes) && t.nodeTypes.exists(n, {_CEL_UNKNOWN}))[0]"
+)
 
 # shard servers in CEL: GraphTrainingSpec.num_shards
 _CEL_SHARDS = "(has(self.shardServers.replicas) ? self.shardServers.replicas : self.partition.parts)"
@@ -359,6 +397,26 @@ add_rules(
                 lambda s: _small_vocabularies(s, collective=False),
             ),
             (_CEL_SHARDS, lambda s: s.num_shards),
+        ),
+    ),
+    Rule(
+        "table-node-types-typed-graph",
+        "embeddings",
+        lambda s: not _typed_tables_untyped(s),
+        cel=f"{_CEL_TYPED} || self.embeddings.all(t, !has(t.nodeTypes))",
+        message="nodeTypes of %s: the graph has no node types (graph.typed, graph.nodes)",
+        args=(("self.embeddings.filter(t, has(t.nodeTypes)).map(t, t.name)", _typed_tables_untyped),),
+    ),
+    Rule(
+        "table-node-types-known",
+        "embeddings",
+        lambda s: _unknown_node_type(s) is None,
+        cel=f"!{_CEL_TYPED} || self.embeddings.all(t, !has(t.nodeTypes) || t.nodeTypes.all(n, {_CEL_KNOWN}))",
+        message="nodeTypes of %s: the graph has no node type '%s' (node types: %s)",
+        args=(
+            (f"{_CEL_UNKNOWN_TABLE}.name", partial(_unknown_arg, i=0)),
+            (f"{_CEL_UNKNOWN_TYPES}.filter(l, size(l) > 0)[0][0]", partial(_unknown_arg, i=1)),
+            (_CEL_NODE_TYPES, lambda s: s.graph.node_types),
         ),
     ),
     Rule(

@@ -26,12 +26,42 @@ from graphtrain.contract.spec.typed_graph import (
 # ---------------------------------------------------------------------------------------------- spec
 
 KG_DATASETS = {Dataset.gene_kg, Dataset.nations, Dataset.kinships, Dataset.umls}
-TYPED_DATASETS = {Dataset.wordnet, Dataset.gene_pubmed, Dataset.gene_kg}  # graph.typed reads their types
+# the node types graph.typed reads each bundled dataset with (runtime/data/typed.py types them so)
+DATASET_NODE_TYPES: dict[Dataset, tuple[str, ...]] = {
+    Dataset.wordnet: ("noun", "verb", "adjective", "adverb"),
+    Dataset.gene_pubmed: ("gene", "paper"),
+    Dataset.gene_kg: ("gene", "paper", "go_term", "omim", "ec", "pfam", "prosite"),
+}
+TYPED_DATASETS = set(DATASET_NODE_TYPES)  # graph.typed reads their types
 STANDARD_SPLIT_DATASETS = {Dataset.nations, Dataset.kinships, Dataset.umls}
 
 
 def cel_list(values: set[Dataset]) -> str:
     return "[" + ", ".join(f"'{v.value}'" for v in sorted(values)) + "]"
+
+
+def _cel_dataset_types(graph: str) -> str:
+    """CEL: the node types graph.typed gives the dataset of `graph` (none: [])."""
+    out = "[]"
+    for dataset, names in sorted(DATASET_NODE_TYPES.items(), reverse=True):
+        listed = "[" + ", ".join(f"'{n}'" for n in names) + "]"
+        out = f"(has({graph}.dataset) && {graph}.dataset == '{dataset.value}' ? {listed} : {out})"
+    return out
+
+
+def cel_node_types(graph: str) -> str:
+    """CEL: GraphSource.node_types of the graph object `graph`."""
+    typed = f"(has({graph}.typed) && {graph}.typed ? {_cel_dataset_types(graph)} : [])"
+    return f"(has({graph}.nodes) ? {graph}.nodes.map(d, d.type) : {typed})"
+
+
+def cel_has_node_type(graph: str, name: str) -> str:
+    """CEL: the typed graph object `graph` has node type `name` (a CEL string), without building a list
+    of its nodes entries' types (the API server's cost estimate multiplies by every list a rule builds)."""
+    return (
+        f"(has({graph}.nodes) ? {graph}.nodes.exists(d, d.type == {name}) : "
+        f"{name} in {_cel_dataset_types(graph)})"
+    )
 
 
 class Split(SpecModel):
@@ -238,6 +268,15 @@ class GraphSource(SpecModel):
         if self.nodes is not None:
             return self.nodes[0].files[0]
         return str(self.path)
+
+    @property
+    def node_types(self) -> list[str]:
+        """The node types the spec gives the graph (its nodes entries', a typed dataset's); none untyped."""
+        if self.nodes is not None:
+            return [n.type for n in self.nodes]
+        if self.typed and self.dataset in DATASET_NODE_TYPES:
+            return list(DATASET_NODE_TYPES[self.dataset])
+        return []
 
     @property
     def is_typed(self) -> bool:

@@ -5,8 +5,9 @@ from __future__ import annotations
 from pydantic import (
     Field,
 )
+from pydantic.alias_generators import to_snake
 
-from graphtrain.contract.spec.base import IDENT, MAX_INIT, SpecModel
+from graphtrain.contract.spec.base import IDENT, MAX_INIT, MAX_TYPES, SpecModel, TypeName
 from graphtrain.contract.spec.enums import (
     DType,
     DuplicateRule,
@@ -23,6 +24,7 @@ from graphtrain.contract.spec.rules import (
     Rule,
     add_rules,
 )
+from graphtrain.contract.spec.typed_graph import first_repeated
 
 
 class Init(SpecModel):
@@ -199,6 +201,29 @@ class EmbeddingTable(SpecModel):
     vocabulary: Vocabulary = Field(
         default_factory=Vocabulary, description="Which ids the table has rows for."
     )
+    node_types: list[TypeName] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=MAX_TYPES,
+        description="Typed graphs, keys: nodes: the node types the table has rows for, one per node of "
+        "them (featureless types, as DGL's and GraphStorm's learnable node embeddings); a model input "
+        "reads their rows for those nodes and zeros for the others, whose features carry them. Rows in "
+        "(partition, type, node) order, so each shard server holds its own nodes' rows; with one type, "
+        "a node's row is its id within its type. Unset: a row for every node.",
+    )
+
+
+def _keys_only(name: str, field: str, keys: TableKeys) -> Rule:
+    """The rule that table field `field` (camelCase) is set only on tables of `keys`."""
+    attr = to_snake(field)
+    return Rule(
+        name,
+        field,
+        lambda t: getattr(t, attr) is None or t.keys == keys,
+        cel=f"!has(self.{field}) || self.keys == '{keys.value}'",
+        message=f"is only for keys: {keys.value} (keys is %s)",
+        args=(("self.keys", lambda t: t.keys),),
+    )
 
 
 add_rules(
@@ -217,13 +242,27 @@ add_rules(
         cel="self.keys != 'custom' || has(self.numEmbeddings)",
         message="keys: custom needs numEmbeddings",
     ),
+    _keys_only("table-rows-custom-only", "numEmbeddings", TableKeys.custom),
+    _keys_only("table-node-types-nodes-keys", "nodeTypes", TableKeys.nodes),
     Rule(
-        "table-rows-custom-only",
-        "numEmbeddings",
-        lambda t: t.num_embeddings is None or t.keys == TableKeys.custom,
-        cel="!has(self.numEmbeddings) || self.keys == 'custom'",
-        message="is only for keys: custom (keys is %s)",
-        args=(("self.keys", lambda t: t.keys),),
+        "table-node-types-fixed-vocabulary",
+        "nodeTypes",
+        lambda t: t.node_types is None or t.vocabulary.kind == VocabularyKind.fixed,
+        cel="!has(self.nodeTypes) || !has(self.vocabulary) || self.vocabulary.kind == 'fixed'",
+        message="a table over node types has a fixed vocabulary (a row per node of them)",
+    ),
+    Rule(
+        "table-node-types-distinct",
+        "nodeTypes",
+        lambda t: t.node_types is None or first_repeated(t.node_types) is None,
+        cel="!has(self.nodeTypes) || self.nodeTypes.all(n, self.nodeTypes.exists_one(m, m == n))",
+        message="names node type '%s' twice",
+        args=(
+            (
+                "self.nodeTypes.filter(n, !self.nodeTypes.exists_one(m, m == n))[0]",
+                lambda t: first_repeated(t.node_types),
+            ),
+        ),
     ),
     Rule(
         "table-float32-only",

@@ -110,7 +110,8 @@ class EdgeTypeFiles(SpecModel):
     )
 
 
-def _repeated(values: list[str]) -> str | None:
+def first_repeated(values: list[str]) -> str | None:
+    """The first value that occurs again earlier in `values`, None when all differ."""
     return next((v for i, v in enumerate(values) if v in values[:i]), None)
 
 
@@ -152,8 +153,8 @@ def undeclared_types(nodes: list[NodeTypeFiles] | None, edges: list[EdgeTypeFile
 
 
 def repeated_node_type(nodes: list[NodeTypeFiles] | None) -> str | None:
-    return _repeated(node_type_names(nodes or []))
+    return first_repeated(node_type_names(nodes or []))
 
 
 def repeated_edge_type(edges: list[EdgeTypeFiles] | None) -> str | None:
-    return _repeated([":".join(e.relation) for e in edges or []])
+    return first_repeated([":".join(e.relation) for e in edges or []])

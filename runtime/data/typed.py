@@ -17,6 +17,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from graphtrain.contract.spec import DATASET_NODE_TYPES, Dataset
 from graphtrain.runtime.data import wordnet
 from graphtrain.runtime.data.graph import Graph
 from graphtrain.runtime.errors import DataError, GraphtrainError
@@ -50,9 +51,10 @@ POINTERS = {
     "<": "participle",
     "\\": "pertainym",
 }
-WORDNET_TYPES = ("noun", "verb", "adjective", "adverb")  # wordnet.POS_CODE 1..4
-GENE_PUBMED_TYPES = ("gene", "paper")
-# gene-kg entity kinds by the prefix of their names (gene.py writes them); the rest are Pfam and PROSITE
+WORDNET_TYPES = DATASET_NODE_TYPES[Dataset.wordnet]  # wordnet.POS_CODE 1..4
+GENE_PUBMED_TYPES = DATASET_NODE_TYPES[Dataset.gene_pubmed]
+# gene-kg entity kinds by the prefix of their names (gene.py writes them); the rest are Pfam and PROSITE;
+# named as the spec names them (DATASET_NODE_TYPES, which spec.embeddings[].nodeTypes is checked against)
 KG_PREFIXES = (
     ("EG:", "gene"),
     ("PMID:", "paper"),
@@ -114,11 +116,12 @@ def kg_typed(graph: Graph, relations: list[str]) -> Graph:
         raise DataError("gene-kg: the cached dataset lacks entity names or relations: fetch it again")
     names = graph.node_ids.astype(str)
     ntype = np.full(len(names), -1, dtype=np.int64)
+    assert tuple(n for _, n in KG_PREFIXES) == DATASET_NODE_TYPES[Dataset.gene_kg]
     for t, (prefix, _) in enumerate(KG_PREFIXES):
         ntype[(ntype < 0) & np.char.startswith(names, prefix)] = t
     if (ntype < 0).any():
         raise DataError(f"gene-kg: entity {names[np.flatnonzero(ntype < 0)[0]]!r} is of no known kind")
-    return with_types(graph, ntype, tuple(n for _, n in KG_PREFIXES), graph.etype, relations)
+    return with_types(graph, ntype, DATASET_NODE_TYPES[Dataset.gene_kg], graph.etype, relations)
 
 
 def edge_type_index(canonical_etypes: Sequence[tuple[str, str, str]], name: str) -> int:

@@ -1,24 +1,27 @@
 """DistGraph: a partitioned graph whose structure and node data live on the shard servers.
 
 Node ids are the partition's new ids (each partition owns one contiguous range); the partition book
-routes every request to the owning shard. The same class runs distributed (a ZMQ client) and
-standalone (in-process shards that load the partitions themselves).
+routes every request to the owning shard. A typed graph's data is also read per type, by type-local
+ids (`g.nodes[ntype].data`, `g.edges[etype].data`: typed_views.py). The same class runs distributed
+(a ZMQ client) and standalone (in-process shards that load the partitions themselves).
 """
 
 from __future__ import annotations
 
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from graphtrain.runtime import dtypes
+from graphtrain.runtime.graph.typed_views import EdgeTypes, NodeTypes
 from graphtrain.runtime.kvstore import default_client
 from graphtrain.runtime.kvstore.client import KVClient
 from graphtrain.runtime.kvstore.graphpart import Sampled
 from graphtrain.runtime.kvstore.inproc import InProcTransport
 from graphtrain.runtime.kvstore.state import ShardTensors
-from graphtrain.runtime.partition import PartitionConfig, load_config
+from graphtrain.runtime.partition import PartitionConfig, load_config, load_part
 from graphtrain.runtime.tensor import DistTensor, PartitionBook
 
 
@@ -66,6 +69,8 @@ class DistGraph:
         self.feature_blocks: dict[str, tuple[int, int]] = {
             t: (int(a), int(b)) for t, (a, b) in (data.get("feature_blocks") or {}).items()
         }
+        bounds = data.get("type_bounds")
+        self.type_bounds = np.asarray(bounds, dtype=np.int64) if bounds else None
         self.edata: dict[str, DistTensor] = {}
         edge_book = PartitionBook(self.config.edge_bounds)
         for key, desc in (data.get("edata") or {}).items():
@@ -88,6 +93,25 @@ class DistGraph:
                 client=self.client,
             )
 
+    @property
+    def nodes(self) -> NodeTypes:
+        """`g.nodes[ntype]`: a node type's count, id map and data by type-local id (none untyped)."""
+        if self.type_bounds is None:
+            return NodeTypes([], np.zeros((self.config.num_parts, 1), dtype=np.int64), self.ndata)
+        return NodeTypes(self.ntype_names, self.type_bounds, self.ndata)
+
+    @cached_property
+    def edges(self) -> EdgeTypes:
+        """`g.edges[(source, relation, destination)]` (or `g.edges[relation]`): an edge type's count, id
+        map and data by type-local id; its ids are read from the partition on first use."""
+        cfg = self.config
+        return EdgeTypes(
+            self.canonical_etypes,
+            lambda: [_etype(load_part(cfg, p, verify=False).etype) for p in range(cfg.num_parts)],
+            cfg.edge_bounds,
+            self.edata,
+        )
+
     def sample_neighbors(
         self, seeds: np.ndarray, fanout: int, seed: int = 0
     ) -> tuple[np.ndarray, np.ndarray]:
@@ -106,7 +130,8 @@ class DistGraph:
         """The node type of each of `ids` (a typed graph's; the partition's type ranges, no request)."""
         if not self.typed:
             return np.zeros(len(ids), dtype=np.int64)
-        bounds = np.asarray(self.config.data["type_bounds"], dtype=np.int64)  # (parts, types + 1)
+        bounds = self.type_bounds  # (parts, types + 1)
+        assert bounds is not None
         ids = np.asarray(ids, dtype=np.int64)
         part = self.book.owner(ids)
         row = bounds[part]
@@ -119,3 +144,9 @@ class DistGraph:
 
     def partition_of(self, ids: np.ndarray) -> np.ndarray:
         return self.book.owner(ids)
+
+
+def _etype(etype: np.ndarray | None) -> np.ndarray:
+    if etype is None:
+        raise ValueError("a typed partition without its edge types (part-<i>/etype.npy)")
+    return etype

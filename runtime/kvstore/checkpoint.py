@@ -157,12 +157,16 @@ def mark_latest(root: Path, rel: str) -> None:
 
 
 def partition_record(
-    cfg: PartitionConfig, checkpoint_dir: Path, table_keys: dict[str, str] | None = None
+    cfg: PartitionConfig,
+    checkpoint_dir: Path,
+    table_keys: dict[str, str] | None = None,
+    node_types: dict[str, list[str]] | None = None,
 ) -> dict[str, Any]:
     """What checkpoint.json says about the partition the tables were trained on: its config (absolute,
     and relative to the checkpoint, so a run directory copied elsewhere still finds it), the sha256 of
-    its node map (which fixes the row order of node-keyed tables) and what each table's rows stand for
-    (the spec's embeddings[].keys: nodes, relations or custom)."""
+    its node map (which fixes the row order of node-keyed tables), what each table's rows stand for
+    (the spec's embeddings[].keys: nodes, relations or custom) and, for a node table over some node
+    types, those types (embeddings[].nodeTypes: a row per node of them, partition/typed_ids.py's order)."""
     config = cfg.path.resolve()
     return {
         "config": str(config),
@@ -170,6 +174,7 @@ def partition_record(
         "node_map_sha256": cfg.data["files"]["node_map.npy"],
         "num_nodes": int(cfg.data["num_nodes"]),
         "table_keys": dict(sorted((table_keys or {}).items())),
+        "table_node_types": dict(sorted((node_types or {}).items())),
     }
 
 

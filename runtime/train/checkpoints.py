@@ -147,7 +147,10 @@ class Checkpoints:
                 "files": hash_tree(directory),  # the trainers' files, checked on resume
                 # which partition orders the node-keyed rows: `graphtrain export` reads it
                 "partition": ckpt.partition_record(
-                    self.graph.config, directory, {t.name: str(t.keys) for t in self.spec.embeddings}
+                    self.graph.config,
+                    directory,
+                    {t.name: str(t.keys) for t in self.spec.embeddings},
+                    {t.name: t.node_types for t in self.spec.embeddings if t.node_types},
                 ),
             }
         pieces: list[dict[str, Any]] = []

@@ -1,7 +1,9 @@
 """GraphSAGE node classification over a DistGraph, with node features and/or a learnable node embedding:
 a TrainingTask of the epoch loop (loop.py runs its epochs, reports, checkpoints and early stopping).
 Sparse features may instead be read through a learnable table (model.featureBag, inputs.py): each input
-node's nonzero columns as one bag, combined by mean or sum, beside the node embedding.
+node's nonzero columns as one bag, combined by mean or sum, beside the node embedding. A node
+embedding over some node types of a typed graph (embeddings[].nodeTypes) gives their nodes its rows
+and the others zeros (inputs.node_input).
 
 Each trainer takes its node_split of the training nodes; a NeighborLoader samples blocks and pulls the
 input features and labels (on a background thread with training.prefetch, over its own client), while
@@ -34,11 +36,12 @@ from graphtrain.runtime.kvstore.client import KVClient
 from graphtrain.runtime.kvstore.placement import free_bytes
 from graphtrain.runtime.models import GNNShape, gnn_entry
 from graphtrain.runtime.optim import OptimConfig, SparseOptimizer
+from graphtrain.runtime.partition.typed_ids import NodeRows
 from graphtrain.runtime.tensor import PartitionBook
 from graphtrain.runtime.train.dense import load_dense, save_dense
 from graphtrain.runtime.train.device import to_device
 from graphtrain.runtime.train.dist import Dist, seed_everything, unwrap
-from graphtrain.runtime.train.inputs import bag_input
+from graphtrain.runtime.train.inputs import bag_input, node_input
 from graphtrain.runtime.train.metrics import StageClock
 from graphtrain.runtime.train.reporter import log
 from graphtrain.runtime.train.tables import Table, collective, embedding_table, table_init
@@ -130,11 +133,13 @@ class NodeClassification:
             self.per_word = table.duplicate_grads == DuplicateRule.sum
         if m.node_embedding:
             table = tables[m.node_embedding]
+            # a row per node, or per node of the table's node types (typed_ids.py)
+            self.emb_rows = NodeRows.of(graph.config.data, table.name, table.node_types)
             self.emb = embedding_table(
                 table,
-                graph.num_nodes,
+                self.emb_rows.num_rows,
                 table_init(self.spec, table.name),
-                graph.book,
+                PartitionBook(self.emb_rows.bounds),
                 graph.client,
                 self.device,
             )
@@ -239,7 +244,8 @@ class NodeClassification:
                 bag_input(self.words, self.bags, mb.input_nodes, combiner, self.device, self.per_word)
             )
         if self.emb is not None:
-            parts.append(to_device(self.emb(self._ids(self.emb, mb)), self.device))
+            ids = self._ids(self.emb, mb) if self.emb_rows.types is None else None
+            parts.append(node_input(self.emb, self.emb_rows, mb.input_nodes, self.device, ids))
         if not parts:
             return None
         return parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)

@@ -41,6 +41,7 @@ def model_record(spec: Any) -> dict[str, Any]:
         record.update({f"model.{to_camel(f)}": getattr(m, f) for f in sorted(own)})
     for t in spec.embeddings:
         record[f"embeddings[{t.name}].dim"] = t.dim
+        record[f"embeddings[{t.name}].nodeTypes"] = t.node_types  # which nodes the rows are
     return record
 
 
@@ -52,7 +53,8 @@ def model_changes(recorded: dict[str, Any] | None, spec: Any) -> list[str]:
         return []
     now = model_record(spec)
     changes = []
-    for k in [*recorded, *(k for k in now if k.startswith("embeddings[") and k not in recorded)]:
+    added = (k for k in now if k.startswith("embeddings[") and k.endswith(".dim") and k not in recorded)
+    for k in [*recorded, *added]:
         if k not in now:
             changes.append(f"{k} {recorded[k]}, the spec has no such table")
         elif k not in recorded:

@@ -142,6 +142,16 @@ TYPED_FILES = {
     "edges": [{"relation": ["author", "writes", "paper"], "files": ["writes.csv"]}],
 }
 TYPED = edit(GRAPHSAGE, lambda s: s.update(graph=TYPED_FILES, embeddings=[], model={"kind": "graphsage"}))
+# the typed graph with a learnable embedding for its featureless authors (spec.embeddings[].nodeTypes)
+TYPED_EMB = edit(
+    GRAPHSAGE,
+    lambda s: (
+        s.update(
+            graph=TYPED_FILES, model={"kind": "graphsage", "nodeEmbedding": "node", "useFeatures": True}
+        ),
+        s["embeddings"][0].update(nodeTypes=["author"]),
+    ),
+)
 
 # rule name -> a document that breaks it (and as few others as it can)
 BREAKS: dict[str, Doc] = {
@@ -238,6 +248,21 @@ BREAKS: dict[str, Doc] = {
         lambda s: s["graph"]["edges"].append({"relation": ["author", "writes", "paper"], "files": ["c"]}),
     ),
     "graph-typed-dataset": edit(TRANSE, lambda s: s["graph"].update(typed=True, dataset="nations")),
+    "table-node-types-nodes-keys": edit(
+        TRANSE,
+        lambda s: (
+            s.update(graph={"dataset": "gene-kg", "typed": True}),
+            s["embeddings"][1].update(nodeTypes=["gene"]),
+        ),
+    ),
+    "table-node-types-distinct": edit(
+        TYPED_EMB, lambda s: s["embeddings"][0].update(nodeTypes=["author"] * 2)
+    ),
+    "table-node-types-fixed-vocabulary": edit(
+        TYPED_EMB, lambda s: s["embeddings"][0].update(vocabulary={"kind": "dynamic", "capacity": 100})
+    ),
+    "table-node-types-typed-graph": edit(GRAPHSAGE, _table(nodeTypes=["noun"])),
+    "table-node-types-known": edit(TYPED_EMB, lambda s: s["embeddings"][0].update(nodeTypes=["editor"])),
     "toleration-seconds-no-execute": edit(
         GRAPHSAGE, _toleration({"key": "gpu", "effect": "NoSchedule", "tolerationSeconds": 60})
     ),

@@ -25,7 +25,7 @@ from graphtrain.contract.spec import (
 )
 from graphtrain.contract.spec.rules import RULES, Rule
 from graphtrain.runtime.cli import app
-from tests.contract.spec_cases import BREAKS, GRAPHSAGE, TRANSE, WORDBAG, edit
+from tests.contract.spec_cases import BREAKS, GRAPHSAGE, TRANSE, TYPED_EMB, WORDBAG, edit
 
 ROOT = Path(__file__).resolve().parents[2]
 ALL_RULES = {rule.name: (model, rule) for model, rules in RULES.items() for rule in rules}
@@ -44,7 +44,9 @@ def test_rule_names_are_unique() -> None:
     assert len(ALL_RULES) == sum(len(rules) for rules in RULES.values())
 
 
-@pytest.mark.parametrize("base", [GRAPHSAGE, TRANSE, WORDBAG], ids=["graphsage", "transe", "wordbag"])
+@pytest.mark.parametrize(
+    "base", [GRAPHSAGE, TRANSE, WORDBAG, TYPED_EMB], ids=["graphsage", "transe", "wordbag", "typed-emb"]
+)
 def test_the_bases_are_valid(base: dict) -> None:
     assert check(base)[1] == []
 
@@ -198,6 +200,46 @@ def test_validate_prints_every_problem(tmp_path: Path) -> None:
     assert f"{len(expected)} problem(s)" in result.output
     for line in expected:
         assert line in result.output
+
+
+@pytest.mark.parametrize(
+    "name, line",
+    [
+        ("table-node-types-distinct", "spec.embeddings[0].nodeTypes: names node type 'author' twice"),
+        (
+            "table-node-types-known",
+            "spec.embeddings: nodeTypes of node: the graph has no node type 'editor' (node types: "
+            '["paper", "author"])',
+        ),
+        (
+            "table-node-types-typed-graph",
+            'spec.embeddings: nodeTypes of ["node"]: the graph has no node types (graph.typed, graph.nodes)',
+        ),
+        (
+            "table-node-types-nodes-keys",
+            "spec.embeddings[1].nodeTypes: is only for keys: nodes (keys is relations)",
+        ),
+    ],
+)
+def test_validate_refuses_bad_node_types_of_a_table_in_one_line(tmp_path: Path, name: str, line: str) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(BREAKS[name]))
+    result = CliRunner().invoke(app, ["validate", str(path)])
+    assert result.exit_code == 1 and isinstance(result.exception, SystemExit)  # not a traceback
+    assert result.output.splitlines() == [f"{path}: {line}"]
+
+
+def test_node_types_of_a_typed_dataset_are_its_own() -> None:
+    doc = edit(
+        GRAPHSAGE,
+        lambda s: (s["graph"].update(typed=True), s["embeddings"][0].update(nodeTypes=["adverb", "verb"])),
+    )
+    assert check(doc)[1] == []
+    doc["spec"]["embeddings"][0]["nodeTypes"] = ["adverb", "synset"]
+    assert [str(p) for p in check(doc)[1]] == [
+        "spec.embeddings: nodeTypes of node: the graph has no node type 'synset' (node types: "
+        '["noun", "verb", "adjective", "adverb"])'
+    ]
 
 
 def test_validate_accepts_the_examples() -> None:

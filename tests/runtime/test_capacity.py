@@ -7,12 +7,13 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import yaml
 
-from graphtrain.contract.spec import load_yaml
+from graphtrain.contract.spec import EmbeddingTable, load_yaml
 from graphtrain.runtime import capacity
 from graphtrain.runtime.kvstore.transport import Answer, Call
 from graphtrain.runtime.native.keymap import KeyMap
@@ -132,8 +133,31 @@ def _graph(path: Path) -> object:
 
 def test_a_feature_table_has_a_row_per_feature_column(planted: tuple[Path, Path]) -> None:
     cfg = load_config(planted[1])
-    assert capacity.table_rows("features", cfg) == 16  # the planted graph's feature columns
-    assert capacity.shard_rows("features", cfg, 1) == 8  # an even share of 2 shards
+    words = EmbeddingTable.model_validate({"name": "word", "dim": 8, "keys": "features"})
+    assert capacity.table_rows(words, cfg) == 16  # the planted graph's feature columns
+    assert capacity.shard_rows(words, cfg, 1) == 8  # an even share of 2 shards
+
+
+def test_a_table_over_node_types_has_a_row_per_node_of_them_where_they_are() -> None:
+    # 2 parts: part 0 holds 4 users and 6 items, part 1 one user, 3 shops and 3 items
+    data = {
+        "node_bounds": [0, 10, 17],
+        "type_bounds": [[0, 4, 4, 10], [10, 11, 14, 17]],
+        "ntype_names": ["user", "shop", "item"],
+    }
+    cfg = SimpleNamespace(data=data, num_parts=2)
+    shops = EmbeddingTable.model_validate({"name": "shop_emb", "dim": 4, "nodeTypes": ["shop"]})
+    assert capacity.table_rows(shops, cfg) == 3
+    assert [capacity.shard_rows(shops, cfg, p) for p in (0, 1)] == [0, 3]
+    every = EmbeddingTable.model_validate({"name": "node", "dim": 4})
+    assert [capacity.shard_rows(every, cfg, p) for p in (0, 1)] == [10, 7]
+    graph = SimpleNamespace(
+        feat=None,
+        num_nodes=17,
+        ntype=np.array([0] * 5 + [1] * 3 + [2] * 9),
+        ntype_names=np.array(data["ntype_names"]),
+    )
+    assert capacity._graph_rows(shops, graph) == 3 and capacity._graph_rows(every, graph) == 17
 
 
 def test_a_dynamic_table_needs_its_share_of_the_capacity_and_a_key_map(planted: tuple[Path, Path]) -> None:

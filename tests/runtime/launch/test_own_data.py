@@ -40,6 +40,16 @@ def graphtrain(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subp
     )
 
 
+def predict_nodes(checkpoint: Path, spec: Path, nodes: str, out: Path, cwd: Path) -> list[dict[str, str]]:
+    """`graphtrain predict` of a GNN checkpoint for `nodes` (comma-separated ids): the rows it writes."""
+    res = graphtrain(
+        "predict", str(checkpoint), "--spec", str(spec), "--nodes", nodes, "-o", str(out), cwd=cwd
+    )
+    assert res.returncode == 0, res.stderr[-3000:]
+    with open(out) as f:
+        return list(csv.DictReader(f))
+
+
 @pytest.fixture(scope="module")
 def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The example specs beside the example data, as a user's project folder."""

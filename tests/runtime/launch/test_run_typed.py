@@ -10,7 +10,6 @@ writes (users, items and shops; a user's label only its edges' ratings tell):
 
 from __future__ import annotations
 
-import csv
 import json
 import shutil
 import subprocess
@@ -20,7 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.runtime.launch.test_own_data import EXAMPLES, graphtrain
+from tests.runtime.launch.test_own_data import EXAMPLES, graphtrain, predict_nodes
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -93,20 +92,8 @@ def test_rgcn_on_shard_servers_samples_per_type_resumes_and_predicts_by_user_id(
     assert res.returncode == 0, res.stderr[-3000:]
     assert "resuming" in (res.stdout + res.stderr)
     assert result(run)["last_epoch"] == 3, result(run)
-    out = shop / "predictions.csv"
-    res = graphtrain(
-        "predict",
-        str(run / "checkpoints" / "BEST"),
-        "--spec",
-        str(spec),
-        "--nodes",
-        "user:u3,user:u0",
-        "-o",
-        str(out),
-        cwd=shop,
+    rows = predict_nodes(
+        run / "checkpoints" / "BEST", spec, "user:u3,user:u0", shop / "predictions.csv", shop
     )
-    assert res.returncode == 0, res.stderr[-3000:]
-    with open(out) as f:
-        rows = list(csv.DictReader(f))
     assert [r["id"] for r in rows] == ["user:u3", "user:u0"]
     assert {r["predicted"] for r in rows} <= {"likes", "dislikes"}

@@ -223,6 +223,16 @@ def test_a_kge_record_ignores_graphsage_fields_but_not_a_table_dim() -> None:
     ]
 
 
+def test_resuming_a_table_over_other_node_types_is_refused_and_an_older_record_compares_none() -> None:
+    typed = sage_spec().model_copy(deep=True)
+    typed.embeddings[0].node_types = ["user"]
+    recorded = model_record(typed)
+    assert recorded["embeddings[node].nodeTypes"] == ["user"]
+    assert model_changes(recorded, sage_spec()) == ["embeddings[node].nodeTypes ['user'], the spec says None"]
+    older = {k: v for k, v in model_record(sage_spec()).items() if not k.endswith(".nodeTypes")}
+    assert model_changes(older, sage_spec()) == []  # a record from before nodeTypes
+
+
 def test_a_dense_state_of_other_shapes_is_one_line_not_a_size_mismatch(tmp_path: Path) -> None:
     big, small = torch.nn.Linear(4, 256), torch.nn.Linear(4, 64)
     save_dense(tmp_path / "dense.pt", big, torch.optim.Adam(big.parameters()))
