@@ -3,13 +3,16 @@
 1. Partition balance: WordNet typed and gene-pubmed typed into 4 parts with METIS and with Fennel (the
    streaming partitioner, then per node type), every node type's balance (nodes, and train/val/test where
    METIS balances them) and the edge cut beside the untyped graph's partition with the same settings.
+1b. The same typed Fennel streamed from the edge files (partition/streaming.py) beside the in-memory one,
+   each in a fresh process: per-type balance, cut, seconds, peak RSS and whether the parts agree (the
+   graphs as stored, without reverse edges, which cannot stream).
 2. WordNet, 10 epochs, standalone and 2 shard servers x 2 trainers: R-GCN on the typed graph
    (examples/wordnet-rgcn.yaml), GAT (examples/wordnet-gat.yaml), and GraphSAGE typed (one weight per
    relation) and untyped beside them; test accuracy and training samples/s (progress reports after a
    warm-up, evaluation excluded), against DGL 2.1's RelGraphConv and GATConv with the same settings on
    the same exported graph (bench/dgl_typed.py, in bench/e2e.py's DGL venv).
 
-    python bench/typed.py [--skip dgl,balance,models] [--threads 2] [--models rgcn,gat,sage-typed,sage]
+    python bench/typed.py [--skip dgl,balance,stream,models] [--threads 2] [--models rgcn,gat,sage-typed,sage]
 """
 
 from __future__ import annotations
@@ -79,6 +82,66 @@ def balance(rows: list[list[str]]) -> None:
                 f"(untyped {cuts[False]:.2%})",
                 flush=True,
             )
+
+
+def _fennel_typed(name: str, streamed: bool) -> dict:
+    """One typed 4-part Fennel partition of `name` as stored (run in a fresh process: its peak RSS)."""
+    import hashlib
+    import resource
+
+    from graphtrain.contract.spec import GraphSource
+    from graphtrain.runtime.data import datasets
+    from graphtrain.runtime.partition import format, streaming
+    from graphtrain.runtime.partition.pipeline import partition_graph
+
+    constraints = ["nodes", "degree", "train", "val", "test"]
+    with tempfile.TemporaryDirectory(prefix="gt-stream-") as tmp:
+        t = time.perf_counter()
+        if streamed:
+            g, edges = datasets.load_streamed(name, types=True)
+            _, r = streaming.partition_stream(
+                g, edges, 4, Path(tmp) / "p", balance=constraints, max_imbalance=0.05, seed=0
+            )
+        else:
+            g = datasets.load_source(GraphSource(dataset=name, typed=True))
+            r = partition_graph(g, 4, "fennel", constraints, 0.05, 0)
+            format.write(g, r, Path(tmp) / "p")
+        seconds = time.perf_counter() - t
+    per_type = {k: v for k, v in r.stats.balance.items() if k.startswith("nodes:")}
+    return {
+        "seconds": seconds,
+        "cut": r.stats.edge_cut_fraction,
+        "per_type": per_type,
+        "rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "parts": hashlib.sha256(r.parts.astype(np.int32).tobytes()).hexdigest(),
+    }
+
+
+def stream(rows: list[list[str]]) -> None:
+    """Typed Fennel streamed from the edge files beside the in-memory typed Fennel (module docstring)."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    for name in ("wordnet", "gene-pubmed"):
+        got = {}
+        for streamed in (False, True):
+            with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+                got[streamed] = pool.submit(_fennel_typed, name, streamed).result()
+        for streamed, r in got.items():
+            worst = max(r["per_type"].values())
+            rows.append(
+                [
+                    f"{name} typed",
+                    "streamed" if streamed else "in memory",
+                    f"{worst:.3f}",
+                    f"{r['cut']:.2%}",
+                    f"{r['seconds']:.1f}",
+                    f"{r['rss_mib']:.0f}",
+                    "yes" if r["parts"] == got[False]["parts"] else "no",
+                    ", ".join(f"{k} {v:.3f}" for k, v in r["per_type"].items()),
+                ]
+            )
+            print(f"[bench] {name} typed fennel {rows[-1][1]}: {rows[-1][2:7]}", flush=True)
 
 
 def export(path: Path) -> None:
@@ -156,7 +219,7 @@ def models(work: Path, names: list[str], threads: int, with_dgl: bool, rows: lis
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--skip", default="", help="comma-separated: dgl, balance, models")
+    ap.add_argument("--skip", default="", help="comma-separated: dgl, balance, stream, models")
     ap.add_argument("--models", default=",".join(MODELS), help=f"comma-separated of {', '.join(MODELS)}")
     ap.add_argument("--threads", type=int, default=2)
     a = ap.parse_args()
@@ -185,6 +248,11 @@ def main() -> None:
                 rows,
             )
         )
+    if "stream" not in skip:
+        rows = []
+        stream(rows)
+        head = ["graph", "fennel", "worst type balance", "cut", "s", "peak RSS MiB", "same parts", "per type"]
+        print(table(head, rows))
     if "models" not in skip:
         rows = []
         with tempfile.TemporaryDirectory(prefix="gt-typed-") as tmp:

@@ -20,6 +20,9 @@ STRATEGIES = {
     "and its result was within bounds",
     "fennel": "fennel: Fennel streaming over the edge files, restreamed, then refined with each node's "
     "edges per part (nodes kept within bounds, the other constraints reported, not balanced)",
+    "fennel+types": "fennel+types: Fennel (streamed, restreamed, refined) placed the nodes for the cut, then "
+    "each node type's excess left its over-full partitions, least loss first (every type's nodes within "
+    "bounds, the other constraints reported, not balanced)",
 }
 
 

@@ -314,14 +314,16 @@ _EDGE_KEYS = ("src", "dst", "etype")
 
 
 def load_streamed(
-    name: str, root: Path | None = None, split: Split | None = None, verify: bool = True
+    name: str, root: Path | None = None, split: Split | None = None, verify: bool = True, types: bool = False
 ) -> tuple[Graph, EdgeFiles]:
     """A graph dataset whose edges stay on disk: its node data as a Graph without edges, and its edge
-    files to read in chunks (the streaming partitioner's input; fetched first if allowed).
+    files to read in chunks (the streaming partitioner's input; fetched first if allowed). `types`: with
+    its node and edge types (graph.typed), the edge files yielding canonical edge types (typed.py).
 
     Raises:
         DataError: unknown name, a knowledge graph (its triples are split at load time, not stored as
-            edge files), not fetched while offline, or a corrupt cache entry.
+            edge files), a typed load of a dataset without types, not fetched while offline, or a
+            corrupt cache entry.
     """
     rec = recipe(name)
     if rec.kind != "graph":
@@ -336,13 +338,26 @@ def load_streamed(
     entries = {k: v for k, v in manifest["entries"].items() if k not in _EDGE_KEYS}
     values = store.read_values(directory, entries)
     empty = np.empty(0, dtype=np.int64)
-    typed = "etype" in manifest["entries"]  # an empty etype: the partition then has edge types
+    stored = "etype" in manifest["entries"]  # an empty etype: the partition then has edge types
     graph = _graph(
-        name, directory, values, split or rec.default_split, empty, empty, empty if typed else None
+        name, directory, values, split or rec.default_split, empty, empty, empty if stored else None
     )
-    etype = directory / "etype.npy" if typed else None
+    etype = directory / "etype.npy" if stored else None
     edges = EdgeFiles.open(name, graph.num_nodes, directory / "src.npy", directory / "dst.npy", etype)
+    if types:
+        return typed.stream_typed(graph, edges, _node_types(name, graph, values, edges))
     return graph, edges
+
+
+def _node_types(name: str, graph: Graph, values: dict[str, Any], edges: EdgeFiles) -> typed.NodeTypes:
+    """A streamed graph dataset's node types and relation names (typed.py), from its node data."""
+    if name == "wordnet":
+        if edges.etype is None:
+            raise DataError("wordnet: the cached dataset lacks edge types: fetch it again")
+        return typed.wordnet_types(graph, list(values["relations"]))
+    if name == "gene-pubmed":
+        return typed.gene_pubmed_types(graph)
+    raise DataError(f"graph.typed: dataset {name} has no node or edge types")
 
 
 def load_source(source: GraphSource, root: Path | None = None, base_dir: Path | None = None) -> Graph:

@@ -9,16 +9,22 @@ already holds: the same nodes, edges, features and labels, with a type for each.
   relations between them.
 
 Pure functions of a loaded Graph (no file is read), so typed and untyped runs share one cached copy.
+The streaming partitioner's typed graphs come from the same functions: the node types need only the
+node data (`wordnet_types`, `gene_pubmed_types`), and the edges stay in their files, typed chunk by
+chunk (`stream_typed`, edgefiles.EdgeTyping): the cache stores no column for the types.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import numpy as np
 
 from graphtrain.contract.spec import DATASET_NODE_TYPES, Dataset
 from graphtrain.runtime.data import wordnet
+from graphtrain.runtime.data.edgefiles import CHUNK_EDGES, EdgeFiles, EdgeTyping
 from graphtrain.runtime.data.graph import Graph
 from graphtrain.runtime.errors import DataError, GraphtrainError
 
@@ -66,48 +72,77 @@ KG_PREFIXES = (
 )
 
 
-def with_types(
-    graph: Graph, ntype: np.ndarray, ntype_names: tuple[str, ...], relation: np.ndarray, relations: list[str]
-) -> Graph:
-    """`graph` typed: `ntype` per node (indexing `ntype_names`), `relation` per edge (indexing
-    `relations`); each (source type, relation, destination type) that occurs becomes a canonical edge
-    type, numbered in that sorted order. Node types without nodes are kept (a type may be featureless or
-    empty in a sample of the data)."""
+class NodeTypes(NamedTuple):
+    """A dataset's node type per node, the types' names and the names of its relations (the values of
+    the edges' relation column; none stored: one relation)."""
+
+    ntype: np.ndarray
+    names: tuple[str, ...]
+    relations: list[str]
+
+
+def with_types(graph: Graph, types: NodeTypes, relation: np.ndarray | None) -> Graph:
+    """`graph` typed: `types.ntype` per node, `relation` per edge (indexing `types.relations`; None: all
+    the first); each (source type, relation, destination type) that occurs becomes a canonical edge
+    type, numbered in that sorted order (edgefiles.EdgeTyping). Node types without nodes are kept (a
+    type may be featureless or empty in a sample of the data)."""
     src, dst = graph.edges()
-    key = np.stack([ntype[src], relation, ntype[dst]], axis=1).astype(np.int64)
-    combos, etype = np.unique(key, axis=0, return_inverse=True)
-    cets = np.array(
-        [[ntype_names[s], relations[r], ntype_names[d]] for s, r, d in combos.tolist()], dtype=str
-    ).reshape(-1, 3)
-    graph.ntype = ntype.astype(np.int64)
-    graph.ntype_names = np.asarray(ntype_names, dtype=str)
-    graph.etype = etype.reshape(-1).astype(np.int64)
-    graph.canonical_etypes = cets
-    graph.relation_names = None  # a typed graph's edge types are named by canonical_etypes
-    graph.validate()
+    typing = EdgeTyping.scan(types.ntype, len(types.names), len(types.relations), [(src, relation, dst)])
+    _set_types(graph, types, typing, typing.etype(src, relation, dst))
     return graph
 
 
-def wordnet_typed(graph: Graph, symbols: list[str]) -> Graph:
-    """WordNet's synsets by part of speech, its pointers by name."""
-    if graph.node_ids is None or graph.etype is None:
-        raise DataError("wordnet: the cached dataset lacks node ids or edge types: fetch it again")
+def _set_types(graph: Graph, types: NodeTypes, typing: EdgeTyping, etype: np.ndarray) -> None:
+    graph.ntype = typing.ntype
+    graph.ntype_names = np.asarray(types.names, dtype=str)
+    graph.etype = etype
+    graph.canonical_etypes = typing.canonical_etypes(types.names, types.relations)
+    graph.relation_names = None  # a typed graph's edge types are named by canonical_etypes
+    graph.validate()
+
+
+def stream_typed(
+    graph: Graph, edges: EdgeFiles, types: NodeTypes, chunk: int = CHUNK_EDGES
+) -> tuple[Graph, EdgeFiles]:
+    """A graph to stream, typed: `graph` (its node data, no edges) gets the node types and the
+    canonical edge types found by one read of `edges` (its etype column, if any, the relation), and
+    the edge files yield each edge's canonical type (the same ids with_types gives in memory)."""
+    chunks = ((s, et, d) for _, s, d, et in edges.chunks(chunk))
+    typing = EdgeTyping.scan(types.ntype, len(types.names), len(types.relations), chunks)
+    _set_types(graph, types, typing, np.empty(0, dtype=np.int64))
+    return graph, dataclasses.replace(edges, typing=typing)
+
+
+def wordnet_types(graph: Graph, symbols: list[str]) -> NodeTypes:
+    """WordNet's synsets by part of speech (from their ids), its pointers by name."""
+    if graph.node_ids is None:
+        raise DataError("wordnet: the cached dataset lacks node ids: fetch it again")
     pos = graph.node_ids.astype(np.int64) // 100_000_000 - 1
     if pos.min() < 0 or pos.max() >= len(WORDNET_TYPES) or len(wordnet.POS_CODE) != len(WORDNET_TYPES):
         raise DataError("wordnet: a synset id does not start with its part of speech")
     unknown = sorted(set(symbols) - set(POINTERS))
     if unknown:
         raise DataError(f"wordnet: unknown pointer symbols {unknown}")
-    return with_types(graph, pos, WORDNET_TYPES, graph.etype, [POINTERS[s] for s in symbols])
+    return NodeTypes(pos, WORDNET_TYPES, [POINTERS[s] for s in symbols])
+
+
+def wordnet_typed(graph: Graph, symbols: list[str]) -> Graph:
+    """WordNet's synsets by part of speech, its pointers by name."""
+    if graph.node_ids is None or graph.etype is None:
+        raise DataError("wordnet: the cached dataset lacks node ids or edge types: fetch it again")
+    return with_types(graph, wordnet_types(graph, symbols), graph.etype)
+
+
+def gene_pubmed_types(graph: Graph) -> NodeTypes:
+    """Genes and papers (the stored node types), one relation: a gene cited in a paper."""
+    if graph.ntype is None:
+        raise DataError("gene-pubmed: the cached dataset lacks node types: fetch it again")
+    return NodeTypes(graph.ntype, GENE_PUBMED_TYPES, ["cited_in"])
 
 
 def gene_pubmed_typed(graph: Graph) -> Graph:
     """Genes and papers, each edge a gene cited in a paper."""
-    if graph.ntype is None:
-        raise DataError("gene-pubmed: the cached dataset lacks node types: fetch it again")
-    return with_types(
-        graph, graph.ntype, GENE_PUBMED_TYPES, np.zeros(graph.num_edges, dtype=np.int64), ["cited_in"]
-    )
+    return with_types(graph, gene_pubmed_types(graph), None)
 
 
 def kg_typed(graph: Graph, relations: list[str]) -> Graph:
@@ -121,7 +156,7 @@ def kg_typed(graph: Graph, relations: list[str]) -> Graph:
         ntype[(ntype < 0) & np.char.startswith(names, prefix)] = t
     if (ntype < 0).any():
         raise DataError(f"gene-kg: entity {names[np.flatnonzero(ntype < 0)[0]]!r} is of no known kind")
-    return with_types(graph, ntype, DATASET_NODE_TYPES[Dataset.gene_kg], graph.etype, relations)
+    return with_types(graph, NodeTypes(ntype, DATASET_NODE_TYPES[Dataset.gene_kg], relations), graph.etype)
 
 
 def edge_type_index(canonical_etypes: Sequence[tuple[str, str, str]], name: str) -> int:

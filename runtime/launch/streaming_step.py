@@ -2,9 +2,11 @@
 the graph's node data is loaded, its edges stay in their files and are read in chunks
 (runtime/partition/streaming.py), so the step's memory is O(nodes).
 
-What can stream: a bundled graph dataset (its edges are stored as .npy files). A file graph, triples or
-graph.reverseEdges are loaded whole (their edge order is only known once all are read): `fennel` names
-the field and stops there, `auto` falls back to METIS and says so.
+What can stream: a bundled graph dataset (its edges are stored as .npy files), typed too (graph.typed:
+the node types come from its node data, each edge's canonical type from its stored relation and its
+endpoints' types, data/typed.py's stream_typed). A file graph, triples, typed input files (graph.nodes)
+or graph.reverseEdges are loaded whole (their edge order is only known once all are read): `fennel`
+names the field and stops there, `auto` falls back to METIS and says so.
 """
 
 from __future__ import annotations
@@ -41,7 +43,13 @@ class Streamed:
 def unstreamable(source: GraphSource) -> str | None:
     """Why `source` cannot be streamed (naming the field), or None when it can."""
     if source.dataset is None:
-        field = "graph.triples" if source.triples is not None else "graph.path"
+        field = (
+            "graph.triples"
+            if source.triples is not None
+            else "graph.nodes"
+            if source.nodes is not None
+            else "graph.path"
+        )
         return f"{field} is loaded whole; streaming reads a bundled graph dataset's stored edge files"
     if datasets.recipe(str(source.dataset)).kind != "graph":
         return f"graph.dataset {source.dataset} is a knowledge graph, split at load time, not an edge file"
@@ -86,7 +94,9 @@ def prepare(
         warn(f"partition.algorithm auto: metis ({why})")
         return None
     with loading(), data_warnings(warn):
-        graph, edges = datasets.load_streamed(str(work.source.dataset), data_dir, split=work.source.split)
+        graph, edges = datasets.load_streamed(
+            str(work.source.dataset), data_dir, split=work.source.split, types=work.source.typed
+        )
     n, m = graph.num_nodes, edges.num_edges
     feat = memory.feature_bytes(graph)
     if algorithm == "auto":

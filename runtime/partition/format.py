@@ -175,20 +175,26 @@ def write(graph: Graph, result: PartitionResult, out: Path, overwrite: bool = Fa
                 write_part(tmp, p, graph, ids, indptr, indices, etype, result.halos[p], ndata_desc)
             )
             if graph.efeat is not None:
-                entries = store.write_values(
-                    tmp / f"part-{p}" / "edata", {"efeat": graph.efeat[rl.edge_map[elo:ehi]]}
-                )
-                parts_meta[-1]["edata"] = entries
+                parts_meta[-1]["edata"] = write_edata(tmp, p, graph.efeat[rl.edge_map[elo:ehi]])
         config = config_of(
             graph, graph.num_edges, result, rl.node_bounds, rl.edge_bounds, parts_meta, ndata_desc
         )
-        config.update(typed_meta(graph, rl.type_bounds))
+        efeat = graph.efeat
+        config.update(typed_meta(graph, rl.type_bounds, None if efeat is None else efeat.shape))
         write_config(tmp, graph, config)
     return out / f"{graph.name}.json"
 
 
-def typed_meta(graph: Graph, type_bounds: np.ndarray | None) -> dict[str, Any]:
-    """The config's typed-graph entries (module docstring); none for an untyped graph."""
+def write_edata(tmp: Path, p: int, efeat: np.ndarray) -> dict[str, Any]:
+    """Part `p`'s edge features (its in-edges' rows, in in-CSR order); returns their entries."""
+    return store.write_values(tmp / f"part-{p}" / "edata", {"efeat": efeat})
+
+
+def typed_meta(
+    graph: Graph, type_bounds: np.ndarray | None, efeat_shape: tuple[int, ...] | None
+) -> dict[str, Any]:
+    """The config's typed-graph entries (module docstring), and the edge data's of (num_edges, width)
+    edge features; none for an untyped graph without them."""
     out: dict[str, Any] = {}
     if graph.typed:
         assert graph.ntype_names is not None and graph.canonical_etypes is not None
@@ -197,9 +203,9 @@ def typed_meta(graph: Graph, type_bounds: np.ndarray | None) -> dict[str, Any]:
         if type_bounds is not None:
             out["type_bounds"] = type_bounds.tolist()
         out["feature_blocks"] = {t: list(b) for t, b in graph.feature_blocks.items()}
-    if graph.efeat is not None:
-        width = int(graph.efeat.shape[1])
-        out["edata"] = {"efeat": {"kind": "array", "shape": [graph.num_edges, width], "dtype": "float32"}}
+    if efeat_shape is not None:
+        shape = [int(efeat_shape[0]), int(efeat_shape[1])]
+        out["edata"] = {"efeat": {"kind": "array", "shape": shape, "dtype": "float32"}}
     return out
 
 

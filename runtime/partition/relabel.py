@@ -53,6 +53,18 @@ def nodes(
     return node_map, inverse, node_bounds
 
 
+def type_bounds_of(
+    parts: np.ndarray, ntype: np.ndarray, num_parts: int, num_types: int, node_bounds: np.ndarray
+) -> np.ndarray:
+    """(num_parts, num_types + 1): the new id where each node type's range starts in each part, and the
+    part's end (new ids sorted by (part, node type), as nodes() sorts them with `ntype`)."""
+    counts = np.zeros((num_parts, num_types), dtype=np.int64)
+    np.add.at(counts, (parts, ntype), 1)
+    return node_bounds[:-1, None] + np.concatenate(
+        [np.zeros((num_parts, 1), np.int64), np.cumsum(counts, axis=1)], axis=1
+    )
+
+
 def relabel(graph: Graph, parts: np.ndarray, num_parts: int) -> Relabeling:
     typed = graph.typed and graph.ntype is not None and graph.ntype_names is not None
     num_types = len(graph.ntype_names) if typed and graph.ntype_names is not None else 1
@@ -68,11 +80,7 @@ def relabel(graph: Graph, parts: np.ndarray, num_parts: int) -> Relabeling:
     type_bounds = None
     if typed:
         assert graph.ntype is not None
-        counts = np.zeros((num_parts, num_types), dtype=np.int64)
-        np.add.at(counts, (parts, graph.ntype), 1)
-        type_bounds = node_bounds[:-1, None] + np.concatenate(
-            [np.zeros((num_parts, 1), np.int64), np.cumsum(counts, axis=1)], axis=1
-        )
+        type_bounds = type_bounds_of(parts, graph.ntype, num_parts, num_types, node_bounds)
     return Relabeling(node_map, inverse, node_bounds, edge_map, edge_bounds, new_src, new_dst, type_bounds)
 
 

@@ -7,12 +7,19 @@ Passes over the edge files, each in bounded chunks (edgefiles.CHUNK_EDGES):
    neighbour where there is room (fennel.py); then up to refine.ROUNDS reads refine the parts, each
    gathering every node's edges per part (refine.py);
 2. bucket: each edge goes, in new ids, to a scratch file of its destination's part (with its original
-   edge id: its position in the source-sorted CSR the in-memory loader would build), each cross edge's
-   destination also to its source's part (its halo), and each non-loop node pair to the part of its
-   lower new id (so duplicates meet in one bucket and the undirected cut is counted exactly);
+   edge id: its position in the source-sorted CSR the in-memory loader would build, its edge type and
+   its feature row), each cross edge's destination also to its source's part (its halo), and each
+   non-loop node pair to the part of its lower new id (so duplicates meet in one bucket and the
+   undirected cut is counted exactly);
 3. per part, one at a time: its in-CSR sorted as relabel.py sorts it, its halo, its share of the cut.
 Memory at the peak: the node arrays (maps, degrees, parts, node data) plus one part's edges, which is
 what a shard server holding that part needs anyway. Scratch files live beside the output and go with it.
+
+A typed graph (graph.typed; its edge files yield canonical edge types, edgefiles.EdgeTyping) streams as
+the in-memory path partitions it (pipeline.py, relabel.py, format.py): after the assignment every node
+type is brought within its cap (typebalance.balance_types, one more read), new ids are sorted by (part,
+node type) so each type is a range of each part (`type_bounds`), each node's in-edges by (edge type,
+original id), and the partition's config carries the types; the same parts give the same files.
 """
 
 from __future__ import annotations
@@ -29,12 +36,13 @@ import numpy as np
 from graphtrain.runtime.data.cache import atomic_dir
 from graphtrain.runtime.data.edgefiles import CHUNK_EDGES, EdgeFiles
 from graphtrain.runtime.data.graph import Graph
-from graphtrain.runtime.partition import constraints, fennel, format, relabel
+from graphtrain.runtime.partition import constraints, fennel, format, relabel, typebalance
 from graphtrain.runtime.partition.assign import AssignInfo
 from graphtrain.runtime.partition.pipeline import PartitionResult, check_settings
 from graphtrain.runtime.partition.stats import PartitionStats
 
 _I64 = np.dtype(np.int64)
+_EMPTY = np.empty(0, dtype=np.int64)
 
 
 @dataclass
@@ -46,22 +54,31 @@ class _Counts:
 
 
 def assign(
-    edges: EdgeFiles, num_parts: int, max_imbalance: float, seed: int, chunk: int
+    edges: EdgeFiles,
+    num_parts: int,
+    max_imbalance: float,
+    seed: int,
+    chunk: int,
+    ntype: np.ndarray | None = None,
+    num_types: int = 1,
 ) -> tuple[np.ndarray, _Counts]:
     """Passes 1a and 1b: every node's out- and in-degree and its leaf anchor (fennel.Leaves), then
-    Fennel's parts (int32), the leaves deferred to after the stream."""
+    Fennel's parts (int32), the leaves deferred to after the stream; with `ntype`, then every node type
+    within its cap (typebalance.balance_types)."""
     n = edges.num_nodes
     counts = _Counts(np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64))
     leaves = fennel.Leaves(n)
-    for _, src, dst, _ in edges.chunks(chunk):
+    for _, src, dst, _ in edges.chunks(chunk, types=False):
         counts.out_degree += np.bincount(src, minlength=n)
         counts.in_degree += np.bincount(dst, minlength=n)
         leaves.add(src, dst)
 
     def chunks() -> Iterator[tuple[np.ndarray, np.ndarray]]:
-        return ((src, dst) for _, src, dst, _ in edges.chunks(chunk))
+        return ((src, dst) for _, src, dst, _ in edges.chunks(chunk, types=False))
 
     parts = fennel.stream_assign(chunks, n, edges.num_edges, num_parts, max_imbalance, seed, leaves)
+    if ntype is not None:
+        typebalance.balance_types(chunks, parts, ntype, num_types, num_parts, max_imbalance)
     return parts, counts
 
 
@@ -76,16 +93,16 @@ class _Buckets:
             for k in kinds
         }
 
-    def add(self, p: int, kind: str, values: np.ndarray) -> None:
+    def add(self, p: int, kind: str, values: np.ndarray, dtype: type = np.int64) -> None:
         if len(values):
-            self.files[(p, kind)].write(np.ascontiguousarray(values, dtype=np.int64).tobytes())
+            self.files[(p, kind)].write(np.ascontiguousarray(values, dtype=dtype).tobytes())
 
     def close(self) -> None:
         for f in self.files.values():
             f.close()
 
-    def read(self, p: int, kind: str) -> np.ndarray:
-        return np.fromfile(self.root / f"{p}.{kind}", dtype=np.int64)
+    def read(self, p: int, kind: str, dtype: type = np.int64) -> np.ndarray:
+        return np.fromfile(self.root / f"{p}.{kind}", dtype=dtype)
 
 
 def bucket(
@@ -103,7 +120,9 @@ def bucket(
     np.cumsum(out_degree[:-1], out=start[1:])  # CSR row starts: the original edge ids
     seen = np.zeros(n, dtype=np.int64)
     remote = 0
+    rows = edges.feature_chunks(chunk) if edges.efeat is not None else None
     for _, src, dst, et in edges.chunks(chunk):
+        ef = next(rows) if rows is not None else None
         order = np.argsort(src, kind="stable")
         s_sorted = src[order]
         first = np.searchsorted(s_sorted, s_sorted, side="left")
@@ -125,6 +144,8 @@ def bucket(
             buckets.add(p, "eid", eid[sel])
             if et is not None:
                 buckets.add(p, "etype", et[sel])
+            if ef is not None:
+                buckets.add(p, "efeat", ef[sel], np.float32)
             buckets.add(p, "out", nd[cross & (ps == p)])
             buckets.add(p, "pair", lo[plo == p] * n + hi[plo == p])
     return remote
@@ -157,18 +178,24 @@ def partition_stream(
     """
     n, m, k = graph.num_nodes, edges.num_edges, num_parts
     check_settings(n, num_parts, "fennel", balance, max_imbalance, seed)
+    typed = graph.typed and graph.ntype is not None and graph.ntype_names is not None
+    ntype = graph.ntype if typed else None
+    num_types = len(graph.ntype_names) if typed and graph.ntype_names is not None else 1
     seconds: dict[str, float] = {}
     t0 = time.perf_counter()
-    parts, counts = assign(edges, k, max_imbalance, seed, chunk)
+    parts, counts = assign(edges, k, max_imbalance, seed, chunk, ntype, num_types)
     seconds["assign"] = time.perf_counter() - t0
     cons = constraints.build(graph, list(balance), degree=counts.in_degree)
-    node_map, inverse, node_bounds = relabel.nodes(parts, k)
+    node_map, inverse, node_bounds = relabel.nodes(parts, k, ntype, num_types)
+    type_bounds = (
+        relabel.type_bounds_of(parts, ntype, k, num_types, node_bounds) if ntype is not None else None
+    )
     t = time.perf_counter()
     out = Path(out)
     scratch_dir = tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{out.name}.scratch-")
     with scratch_dir as scratch, atomic_dir(out, overwrite=overwrite) as tmp:
-        kinds = ["src", "dst", "eid", "out", "pair"] + (["etype"] if edges.etype is not None else [])
-        buckets = _Buckets(Path(scratch), k, kinds)
+        kinds = ["src", "dst", "eid", "out", "pair"] + (["etype"] if edges.has_etype else [])
+        buckets = _Buckets(Path(scratch), k, kinds + (["efeat"] if edges.efeat is not None else []))
         try:
             remote = bucket(edges, parts, k, inverse, counts.out_degree, buckets, chunk)
         finally:
@@ -186,13 +213,15 @@ def partition_stream(
             for p in range(k):
                 lo, hi = int(node_bounds[p]), int(node_bounds[p + 1])
                 ns, nd, eid = buckets.read(p, "src"), buckets.read(p, "dst"), buckets.read(p, "eid")
-                order = np.lexsort((eid, nd))
+                etype = buckets.read(p, "etype") if edges.has_etype else None
+                # relabel.py's order: by destination, a typed graph's then by edge type, then original id
+                order = np.lexsort((eid, etype, nd) if typed and etype is not None else (eid, nd))
                 ns, nd, eid = ns[order], nd[order], eid[order]
+                etype = etype[order] if etype is not None else None
                 edge_map.write(eid.tobytes())
                 edge_bounds[p + 1] = edge_bounds[p] + len(eid)
                 indptr = np.zeros(hi - lo + 1, dtype=np.int64)
                 np.cumsum(np.bincount(nd - lo, minlength=hi - lo), out=indptr[1:])
-                etype = buckets.read(p, "etype")[order] if edges.etype is not None else None
                 remote_src = ns[(ns < lo) | (ns >= hi)]
                 halo = np.unique(np.concatenate([remote_src, buckets.read(p, "out")]))
                 halo_sizes.append(len(halo))
@@ -201,13 +230,19 @@ def partition_stream(
                 cut += int(np.count_nonzero(pairs % n >= hi))  # the higher end's new id beyond this part
                 ids = node_map[lo:hi]
                 parts_meta.append(format.write_part(tmp, p, graph, ids, indptr, ns, etype, halo, ndata_desc))
+                if edges.efeat is not None:
+                    rows = buckets.read(p, "efeat", np.float32).reshape(-1, edges.efeat.width)[order]
+                    parts_meta[-1]["edata"] = format.write_edata(tmp, p, rows)
         seconds["write"] = time.perf_counter() - t
         seconds["total"] = time.perf_counter() - t0
-        result = _result(
-            graph, parts, k, cons, max_imbalance, seed, node_map, inverse, node_bounds, edge_bounds
+        rl = relabel.Relabeling(
+            node_map, inverse, node_bounds, _EMPTY, edge_bounds, _EMPTY, _EMPTY, type_bounds
         )
+        result = _result(graph, parts, k, cons, max_imbalance, seed, rl)
         result.stats = _stats(n, m, und, cut, remote, parts, k, cons, edge_bounds, halo_sizes, seconds)
         config = format.config_of(graph, m, result, node_bounds, edge_bounds, parts_meta, ndata_desc)
+        efeat_shape = (m, edges.efeat.width) if edges.efeat is not None else None
+        config.update(format.typed_meta(graph, type_bounds, efeat_shape))
         format.write_config(tmp, graph, config)
     return out / f"{graph.name}.json", result
 
@@ -219,14 +254,11 @@ def _result(
     cons: constraints.Constraints,
     max_imbalance: float,
     seed: int,
-    node_map: np.ndarray,
-    inverse: np.ndarray,
-    node_bounds: np.ndarray,
-    edge_bounds: np.ndarray,
+    rl: relabel.Relabeling,
 ) -> PartitionResult:
-    empty = np.empty(0, dtype=np.int64)
-    rl = relabel.Relabeling(node_map, inverse, node_bounds, empty, edge_bounds, empty, empty)
-    info = AssignInfo(strategy="fennel", notes=["streamed: edges read in chunks, never held whole"])
+    """The result of a streamed partition: `rl` holds the node maps, bounds and type bounds only."""
+    strategy = "fennel+types" if graph.typed else "fennel"  # the in-memory path's names (pipeline.py)
+    info = AssignInfo(strategy=strategy, notes=["streamed: edges read in chunks, never held whole"])
     return PartitionResult(
         num_parts=num_parts,
         algorithm="fennel",

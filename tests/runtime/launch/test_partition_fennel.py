@@ -29,20 +29,23 @@ def stored(tmp_path: Path) -> Path:
     cache stores edges: src.npy, dst.npy)."""
     g = planted_graph(n=3000, seed=5)
     src, dst = g.edges()
-    directory = tmp_path / "cache" / "datasets" / "metis-4elt"
+    values = {
+        "src": src,
+        "dst": dst,
+        "num_nodes": np.array(g.num_nodes, dtype=np.int64),
+        "label": g.label,
+        "feat": g.feat.toarray(),
+    }
+    return save_dataset(tmp_path / "cache", "metis-4elt", values)
+
+
+def save_dataset(cache: Path, name: str, values: dict) -> Path:
+    """`values` stored in the dataset cache `cache` as the graph dataset `name`; returns `cache`."""
+    directory = cache / "datasets" / name
     directory.mkdir(parents=True)
-    store.save(
-        directory,
-        {
-            "src": src,
-            "dst": dst,
-            "num_nodes": np.array(g.num_nodes, dtype=np.int64),
-            "label": g.label,
-            "feat": g.feat.toarray(),
-        },
-        {"format_version": datasets.FORMAT_VERSION, "name": "metis-4elt", "kind": "graph"},
-    )
-    return tmp_path / "cache"
+    meta = {"format_version": datasets.FORMAT_VERSION, "name": name, "kind": "graph"}
+    store.save(directory, values, meta)
+    return cache
 
 
 def spec(tmp_path: Path, graph: dict, partition: dict) -> Path:

@@ -89,6 +89,7 @@ def test_inspect_shows_a_knowledge_graphs_splits(tmp_path: Path) -> None:
         ("metis-multi", "under all balance constraints at once"),
         ("metis", "under the one balance constraint"),
         ("single", "nothing to cut"),
+        ("fennel+types", "each node type's excess left its over-full partitions"),
     ],
 )
 def test_strategies_are_explained(strategy: str, words: str) -> None:
