@@ -70,6 +70,7 @@ KG_PREFIXES = (
     ("PF", "pfam"),
     ("PS", "prosite"),
 )
+GO_ROOT = "all"  # GO.db's parent of the three ontologies' roots: a GO term without the GO: prefix
 
 
 class NodeTypes(NamedTuple):
@@ -154,8 +155,9 @@ def kg_typed(graph: Graph, relations: list[str]) -> Graph:
     assert tuple(n for _, n in KG_PREFIXES) == DATASET_NODE_TYPES[Dataset.gene_kg]
     for t, (prefix, _) in enumerate(KG_PREFIXES):
         ntype[(ntype < 0) & np.char.startswith(names, prefix)] = t
+    ntype[(ntype < 0) & (names == GO_ROOT)] = [n for _, n in KG_PREFIXES].index("go_term")
     if (ntype < 0).any():
-        raise DataError(f"gene-kg: entity {names[np.flatnonzero(ntype < 0)[0]]!r} is of no known kind")
+        raise DataError(f"gene-kg: entity {str(names[np.flatnonzero(ntype < 0)[0]])!r} is of no known kind")
     return with_types(graph, NodeTypes(ntype, DATASET_NODE_TYPES[Dataset.gene_kg], relations), graph.etype)
 
 
