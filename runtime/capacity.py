@@ -268,7 +268,7 @@ def replay(spec: GraphTrainingSpec, cfg: PartitionConfig, hosts: int, rank: int,
     from graphtrain.runtime.graph.split import node_split
     from graphtrain.runtime.kvstore.client import KVClient
     from graphtrain.runtime.optim import SparseAdam
-    from graphtrain.runtime.tensor import DistEmbedding
+    from graphtrain.runtime.tensor import DistEmbedding, PartitionBook
 
     inner = standalone_client(cfg.path)
     world = spec.trainers.replicas
@@ -277,7 +277,14 @@ def replay(spec: GraphTrainingSpec, cfg: PartitionConfig, hosts: int, rank: int,
     graph = DistGraph(cfg, client)
     m, tr = gnn(spec.model), spec.training
     table = next((t for t in spec.embeddings if t.name == m.node_embedding), None)
-    emb = DistEmbedding(graph.num_nodes, table.dim, table.name, client=client) if table else None
+    node_rows = _node_rows(table, cfg) if table else None  # a table over some node types: their rows only
+    emb = (
+        DistEmbedding(
+            node_rows.num_rows, table.dim, table.name, book=PartitionBook(node_rows.bounds), client=client
+        )
+        if table and node_rows is not None
+        else None
+    )
     opt = SparseAdam([emb], lr=0.001) if emb is not None else None
     ids = node_split(cfg, "train", rank, world)
     batch = max(1, tr.batch_size // world)
@@ -292,10 +299,13 @@ def replay(spec: GraphTrainingSpec, cfg: PartitionConfig, hosts: int, rank: int,
         if feat is not None:
             row += int(np.asarray(feat[mb.input_nodes[:1]]).nbytes)
             feat[mb.input_nodes]
-        done.append(_step_work(mb, cfg, hosts, rank, row, table.dim * 4 if table else 0))
+        pulled = mb.input_nodes if node_rows is None else node_rows.rows(mb.input_nodes)
+        pulled = pulled[pulled >= 0]
+        emb_row = table.dim * 4 * len(pulled) // max(n, 1) if table else 0  # per input node, on average
+        done.append(_step_work(mb, cfg, hosts, rank, row, emb_row))
         graph.ndata["label"][mb.seeds]
         if emb is not None and opt is not None:
-            rows = emb(torch.from_numpy(mb.input_nodes))
+            rows = emb(torch.from_numpy(pulled))
             rows.sum().backward()
             opt.step()
             row += table.dim * 4 if table else 0

@@ -250,3 +250,21 @@ def test_what_lives_on_a_gpu_is_not_host_memory(planted: tuple[Path, Path]) -> N
     assert (
         capacity.memory_need(cuda, cfg).shard_server == host < capacity.memory_need(gt.spec, cfg).shard_server
     )
+
+
+@pytest.mark.timeout(300)
+def test_the_replay_pulls_a_node_type_tables_rows_only_for_its_types(tmp_path: Path) -> None:
+    """users carry a table, items do not: the replayed step pulls (and pushes) fewer row bytes than the same
+    table over every node, and the plan runs (it pulled every input node's row from a table of users)."""
+    from tests.runtime.launch.test_run_node_type_embedding import spec as typed_spec
+    from tests.runtime.launch.test_run_node_type_embedding import write_data
+
+    write_data(tmp_path)
+    row_bytes = []
+    for name, table in (("users", {}), ("every", {"nodeTypes": None})):
+        path = typed_spec(tmp_path, name, 1, **table)
+        doc = load_yaml(path.read_text())
+        cfg = load_config(capacity.partition_for(doc, path, None, tmp_path / f"p-{name}"))
+        plan = capacity.make_plan(doc.spec, cfg, hosts=2)
+        row_bytes.append(sum(w.work.row_bytes for w in plan.wires if w.work is not None))
+    assert 0 < row_bytes[0] < row_bytes[1]
