@@ -16,7 +16,9 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <limits>
 
 // out[v, h, :] = sum over v's edges e of alpha[e, h] * z[col[e], h or 0, :].
 namespace {
@@ -93,6 +95,42 @@ GT_API GT_CLONES void gt_attention_dot(int64_t num_dst, const int64_t* crow, con
         for (int32_t f = 0; f < width; ++f) s += gh[f] * zh[f];
         grad_alpha[e * heads + h] = s;
       }
+    }
+  }
+}
+
+// alpha[e, h] = softmax of e over row v's edges, per head: exp(e - max) / sum (DGL's edge_softmax over
+// each destination's in-edges), where torch took ten passes of scatters and gathers over the edges.
+// An empty row has no edges to write; a row's sum adds its edges in their order (any thread count).
+GT_API GT_CLONES void gt_edge_softmax(int64_t num_dst, const int64_t* crow, const float* e, float* alpha,
+                                      int32_t heads, int32_t threads) {
+#pragma omp parallel for num_threads(std::max(1, threads)) schedule(dynamic, 64)
+  for (int64_t v = 0; v < num_dst; ++v) {
+    for (int32_t h = 0; h < heads; ++h) {
+      float top = -std::numeric_limits<float>::infinity();
+      for (int64_t k = crow[v]; k < crow[v + 1]; ++k) top = std::max(top, e[k * heads + h]);
+      float total = 0.0f;
+      for (int64_t k = crow[v]; k < crow[v + 1]; ++k) {
+        const float x = std::exp(e[k * heads + h] - top);
+        alpha[k * heads + h] = x;
+        total += x;
+      }
+      const float inv = 1.0f / total;
+      for (int64_t k = crow[v]; k < crow[v + 1]; ++k) alpha[k * heads + h] *= inv;
+    }
+  }
+}
+
+// Its backward: grad_e[e, h] = alpha[e, h] * (grad[e, h] - sum over the row of alpha * grad).
+GT_API GT_CLONES void gt_edge_softmax_grad(int64_t num_dst, const int64_t* crow, const float* alpha,
+                                           const float* grad, float* grad_e, int32_t heads, int32_t threads) {
+#pragma omp parallel for num_threads(std::max(1, threads)) schedule(dynamic, 64)
+  for (int64_t v = 0; v < num_dst; ++v) {
+    for (int32_t h = 0; h < heads; ++h) {
+      float dot = 0.0f;
+      for (int64_t k = crow[v]; k < crow[v + 1]; ++k) dot += alpha[k * heads + h] * grad[k * heads + h];
+      for (int64_t k = crow[v]; k < crow[v + 1]; ++k)
+        grad_e[k * heads + h] = alpha[k * heads + h] * (grad[k * heads + h] - dot);
     }
   }
 }

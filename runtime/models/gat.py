@@ -22,7 +22,7 @@ from torch.nn import functional
 from graphtrain.contract.spec import GATModel, GNNModel
 from graphtrain.runtime.graph.loader import Block
 from graphtrain.runtime.models.entry import BlockWork, GNNEntry, GNNShape
-from graphtrain.runtime.models.layers import LayerStack, attention_sum, edge_softmax
+from graphtrain.runtime.models.layers import LayerStack, attention_sum, block_csr, edge_softmax
 from graphtrain.runtime.native.nn import elu_dropout
 
 
@@ -88,7 +88,9 @@ class GATConv(nn.Module):
             we = self.edge_fc.weight.view(self.heads, self.width, -1)  # (heads, width, edge_dim)
             score = score + block.efeat @ (we * self.attn_e.view(self.heads, self.width, 1)).sum(1).t()
             ef = block.efeat
-        alpha = edge_softmax(functional.leaky_relu(score, self.negative_slope), block.dst, block.num_dst)
+        crow, _ = block_csr(block)
+        score = functional.leaky_relu(score, self.negative_slope)
+        alpha = edge_softmax(score, block.dst, block.num_dst, crow)
         alpha = functional.dropout(alpha, self.attention_dropout, self.training)
         # each head's weighted sum of the inputs, then its transform: (heads, dst, in) @ (heads, in, width)
         out = torch.bmm(attention_sum(alpha, h.unsqueeze(1), block, head_major=True), w[:, f:])

@@ -13,6 +13,7 @@ from __future__ import annotations
 import abc
 import warnings
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 from torch import nn
@@ -75,6 +76,32 @@ def _crow(rows: torch.Tensor, num_rows: int) -> torch.Tensor:
     crow = torch.zeros(num_rows + 1, dtype=torch.int64, device=rows.device)
     crow[1:] = torch.cumsum(torch.bincount(rows, minlength=num_rows), 0)
     return crow
+
+
+class Transpose(NamedTuple):
+    """A block's edges grouped by source: the row pointer over sources, each edge's destination, and
+    the edge ids in that order (what the transposed sums of a backward walk)."""
+
+    crow: torch.Tensor
+    dst: torch.Tensor
+    order: torch.Tensor
+
+
+def transposed(src: torch.Tensor, dst: torch.Tensor, num_src: int) -> Transpose:
+    order = torch.argsort(src, stable=True)
+    return Transpose(_crow(src[order], num_src), dst[order].contiguous(), order)
+
+
+def block_csr(block: Block) -> tuple[torch.Tensor, Transpose | None]:
+    """The block's row pointer over destinations and its transpose, read from the mean matrices the
+    loader made (its thread sorted the edges by source already) where it made them; else the row
+    pointer counted here and no transpose (the backward sorts)."""
+    mean, mean_t, order = block.mean, block.mean_t, block.order
+    if mean is None or mean.layout != torch.sparse_csr:
+        return _crow(block.dst, block.num_dst), None
+    if mean_t is None or order is None or mean_t.layout != torch.sparse_csr:
+        return mean.crow_indices(), None
+    return mean.crow_indices(), Transpose(mean_t.crow_indices(), mean_t.col_indices(), order)
 
 
 def product(h: torch.Tensor, a: torch.Tensor, a_t: torch.Tensor) -> torch.Tensor:
@@ -142,33 +169,67 @@ def per_relation(pairs: RelationPairs, m: torch.Tensor, weights: torch.Tensor) -
 
 class EdgeSoftmax(torch.autograd.Function):
     """Softmax of edge scores (edges x heads) over each destination's in-edges (DGL's edge_softmax), its
-    backward alpha * (g - sum over the destination of alpha * g)."""
+    backward alpha * (g - sum over the destination of alpha * g). With `crow`, the CSR row pointer of
+    edges grouped by destination (a block's), the CPU core runs each in one pass over the rows
+    (cuda/src/gnn_cpu.cpp); otherwise scatters and gathers over `group`."""
 
     @staticmethod
     def forward(
-        ctx: torch.autograd.function.FunctionCtx, e: torch.Tensor, group: torch.Tensor, num_groups: int
+        ctx: torch.autograd.function.FunctionCtx,
+        e: torch.Tensor,
+        group: torch.Tensor,
+        num_groups: int,
+        crow: torch.Tensor | None,
     ) -> torch.Tensor:
-        index = group.unsqueeze(1).expand_as(e)
-        top = torch.full((num_groups, e.shape[1]), float("-inf"), dtype=e.dtype, device=e.device)
-        top.scatter_reduce_(0, index, e, "amax", include_self=True)
-        ex = torch.exp(e - top.gather(0, index))
-        total = torch.zeros_like(top).index_add_(0, group, ex)
-        alpha = ex / total.gather(0, index)
+        if crow is not None and _native(e):
+            from graphtrain.runtime.native import core
+
+            e = e.contiguous()
+            alpha = torch.empty_like(e)
+            core().gt_edge_softmax(
+                num_groups, _ptr(crow), _ptr(e), _ptr(alpha), e.shape[1], torch.get_num_threads()
+            )
+        else:
+            index = group.unsqueeze(1).expand_as(e)
+            top = torch.full((num_groups, e.shape[1]), float("-inf"), dtype=e.dtype, device=e.device)
+            top.scatter_reduce_(0, index, e, "amax", include_self=True)
+            ex = torch.exp(e - top.gather(0, index))
+            total = torch.zeros_like(top).index_add_(0, group, ex)
+            alpha = ex / total.gather(0, index)
         ctx.save_for_backward(alpha, group)
-        ctx.num_groups = num_groups
+        ctx.num_groups, ctx.crow = num_groups, crow
         return alpha
 
     @staticmethod
     def backward(ctx: torch.autograd.function.FunctionCtx, grad: torch.Tensor) -> tuple:
         alpha, group = ctx.saved_tensors
+        if ctx.crow is not None and _native(alpha, grad):
+            from graphtrain.runtime.native import core
+
+            grad = grad.contiguous()
+            out = torch.empty_like(grad)
+            core().gt_edge_softmax_grad(
+                ctx.num_groups,
+                _ptr(ctx.crow),
+                _ptr(alpha),
+                _ptr(grad),
+                _ptr(out),
+                grad.shape[1],
+                torch.get_num_threads(),
+            )
+            return out, None, None, None
         ag = alpha * grad
         total = torch.zeros((ctx.num_groups, grad.shape[1]), dtype=grad.dtype, device=grad.device)
         total.index_add_(0, group, ag)
-        return ag - alpha * total[group], None, None
+        return ag - alpha * total[group], None, None, None
 
 
-def edge_softmax(e: torch.Tensor, group: torch.Tensor, num_groups: int) -> torch.Tensor:
-    return EdgeSoftmax.apply(e, group, num_groups)
+def edge_softmax(
+    e: torch.Tensor, group: torch.Tensor, num_groups: int, crow: torch.Tensor | None = None
+) -> torch.Tensor:
+    """Softmax of e over the edges of each group; `crow`: the groups' CSR row pointer, where the edges are
+    grouped by group in order (a block's edges by destination)."""
+    return EdgeSoftmax.apply(e, group, num_groups, crow)
 
 
 def _native(*tensors: torch.Tensor) -> bool:
@@ -203,6 +264,7 @@ class AttentionSum(torch.autograd.Function):
         dst: torch.Tensor,
         num_dst: int,
         head_major: bool,
+        transpose: Transpose | None = None,
     ) -> torch.Tensor:
         heads, z_heads, width = alpha.shape[1], z.shape[1], z.shape[2]
         alpha, z = alpha.contiguous(), z.contiguous()
@@ -233,24 +295,24 @@ class AttentionSum(torch.autograd.Function):
                 else:
                     out[:, h] = got
         ctx.save_for_backward(alpha, z, crow, src, dst)
-        ctx.num_dst, ctx.head_major = num_dst, head_major
+        ctx.num_dst, ctx.head_major, ctx.transpose = num_dst, head_major, transpose
         return out
 
     @staticmethod
     def backward(ctx: torch.autograd.function.FunctionCtx, grad: torch.Tensor) -> tuple:
         alpha, z, crow, src, dst = ctx.saved_tensors
         grad = grad.contiguous()
+        none = (None,) * 6
         if _native(alpha, z, grad):
-            return (*_native_backward(ctx, alpha, z, crow, src, dst, grad), None, None, None, None, None)
+            return (*_native_backward(ctx, alpha, z, crow, src, dst, grad), *none)
         heads, z_heads, num_src = alpha.shape[1], z.shape[1], z.shape[0]
         per_head = grad if ctx.head_major else grad.transpose(0, 1)  # (heads, destinations, width)
         grad_alpha = grad_z = None
         if ctx.needs_input_grad[1]:
-            order = torch.argsort(src, stable=True)
-            crow_t = _crow(src[order], num_src)
+            crow_t, dst_t, order = ctx.transpose or transposed(src, dst, num_src)
             grad_z = torch.zeros_like(z)
             for h in range(heads):
-                a_t = _csr(crow_t, dst[order], alpha[order, h].contiguous(), (num_src, ctx.num_dst))
+                a_t = _csr(crow_t, dst_t, alpha[order, h].contiguous(), (num_src, ctx.num_dst))
                 grad_z[:, h if z_heads > 1 else 0] += torch.sparse.mm(a_t, per_head[h].contiguous())
         if ctx.needs_input_grad[0]:
             grad_alpha = torch.empty_like(alpha)
@@ -259,7 +321,7 @@ class AttentionSum(torch.autograd.Function):
                 for a in range(0, len(src), 65536):
                     b = min(a + 65536, len(src))
                     grad_alpha[a:b, h] = (gh[dst[a:b]] * zh[src[a:b]]).sum(1)
-        return grad_alpha, grad_z, None, None, None, None, None
+        return grad_alpha, grad_z, *none
 
 
 def _native_backward(
@@ -277,9 +339,7 @@ def _native_backward(
     threads, major = torch.get_num_threads(), int(ctx.head_major)
     grad_alpha = grad_z = None
     if ctx.needs_input_grad[1]:
-        order = torch.argsort(src, stable=True)
-        crow_t = _crow(src[order], num_src)
-        dst_t = dst[order].contiguous()
+        crow_t, dst_t, order = ctx.transpose or transposed(src, dst, num_src)
         grad_z = torch.empty_like(z)
         core().gt_attention_sum_t(
             num_src,
@@ -319,5 +379,5 @@ def attention_sum(
 ) -> torch.Tensor:
     """Each destination's in-edges' z[src] (z: (sources, heads or 1, width)) weighted by alpha:
     (destinations, heads, width), or with head_major (heads, destinations, width)."""
-    crow = _crow(block.dst, block.num_dst)
-    return AttentionSum.apply(alpha, z, crow, block.src, block.dst, block.num_dst, head_major)
+    crow, transpose = block_csr(block)
+    return AttentionSum.apply(alpha, z, crow, block.src, block.dst, block.num_dst, head_major, transpose)

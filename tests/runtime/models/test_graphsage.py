@@ -15,9 +15,8 @@ def random_block(num_dst: int, num_src: int, seed: int) -> Block:
     counts = rng.integers(0, 6, num_dst)  # some destinations without neighbours
     src = rng.integers(0, num_src, int(counts.sum())).astype(np.int64)
     dst = np.repeat(np.arange(num_dst, dtype=np.int64), counts)
-    return Block(
-        num_src, num_dst, torch.from_numpy(src), torch.from_numpy(dst), *mean_matrices(counts, src, num_src)
-    )
+    mean, mean_t, _ = mean_matrices(counts, src, num_src)
+    return Block(num_src, num_dst, torch.from_numpy(src), torch.from_numpy(dst), mean, mean_t)
 
 
 def reference(layer: SAGEConv, block: Block, h: torch.Tensor, frozen: torch.Tensor | None) -> torch.Tensor:

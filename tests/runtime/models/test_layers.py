@@ -12,7 +12,7 @@ from torch.nn import functional
 from graphtrain.contract.spec import GATModel, GraphSAGEModel, RGCNModel
 from graphtrain.contract.spec.model import RGATModel
 from graphtrain.runtime.graph.loader import Block, mean_matrices
-from graphtrain.runtime.models import GNNShape, gnn_entry
+from graphtrain.runtime.models import GNNShape, gnn_entry, layers
 from graphtrain.runtime.models.layers import attention_sum, edge_softmax, relation_pairs
 from graphtrain.runtime.models.relational import RelGraphConv
 
@@ -24,8 +24,9 @@ def block(num_dst: int = 6, num_src: int = 15, edges: int = 40, rels: int = 3, s
     src = torch.randint(0, num_src, (edges,), generator=g)
     etype = torch.randint(0, rels, (edges,), generator=g)
     counts = np.bincount(dst.numpy(), minlength=num_dst)
-    mean, mean_t = mean_matrices(counts, src.numpy(), num_src)
-    return Block(num_src, num_dst, src, dst, mean, mean_t, etype, None, torch.randn(edges, 2, generator=g))
+    mean, mean_t, order = mean_matrices(counts, src.numpy(), num_src)
+    efeat = torch.randn(edges, 2, generator=g)
+    return Block(num_src, num_dst, src, dst, mean, mean_t, etype, None, efeat, order)
 
 
 def test_relation_pairs_mean_each_destinations_sources_by_relation() -> None:
@@ -85,6 +86,33 @@ def test_edge_softmax_and_attention_sum_match_their_definitions_and_gradients() 
     want = torch.zeros(b.num_dst, 2, 3, dtype=torch.float64).index_add(0, b.dst, alpha[..., None] * z[b.src])
     torch.testing.assert_close(attention_sum(alpha, z, b), want)
     assert torch.autograd.gradcheck(lambda a, zz: attention_sum(a, zz, b), (alpha, z))
+
+
+def test_the_cores_softmax_and_sums_over_a_blocks_rows_are_torchs() -> None:
+    """float32 on the host: the CPU core's edge softmax (with the block's row pointer) and attention sums
+    (with the transpose the loader sorted) against the torch paths, values and gradients; destinations
+    without in-edges included."""
+    b = block(num_dst=30, num_src=50, edges=90)
+    assert (b.counts == 0).any()
+    crow, transpose = layers.block_csr(b)
+    assert transpose is not None and torch.equal(transpose.order, torch.argsort(b.src, stable=True))
+    bare = Block(b.num_src, b.num_dst, b.src, b.dst)  # no matrices: row pointer counted, backward sorts
+    e = torch.randn(90, 3, requires_grad=True)
+    upstream = torch.randn(90, 3)
+    got = edge_softmax(e, b.dst, b.num_dst, crow)
+    (grad_got,) = torch.autograd.grad(got, e, upstream)
+    want = edge_softmax(e, b.dst, b.num_dst)
+    (grad_want,) = torch.autograd.grad(want, e, upstream)
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(grad_got, grad_want)
+    alpha = got.detach().requires_grad_()
+    z = torch.randn(b.num_src, 1, 8, requires_grad=True)
+    grads = []
+    for blk in (b, bare):
+        out = attention_sum(alpha, z, blk, head_major=True)
+        grads.append((out, *torch.autograd.grad(out, (alpha, z), torch.ones_like(out))))
+    for x, y in zip(*grads, strict=True):
+        torch.testing.assert_close(x, y)
 
 
 def test_gat_layer_is_its_definition() -> None:
