@@ -62,8 +62,8 @@ def test_make_tests_workers_keep_a_file_and_the_shared_folders_whole() -> None:
 
 
 def test_the_units_that_take_minutes_are_dealt_first() -> None:
-    """The pod and API-server folders, then the launch and shard-server files, then the rest by test
-    count: the small units dealt last even out the two workers' ends."""
+    """The pod and API-server folders, then the launch, packaging and shard-server files, then the rest
+    by test count: the small units dealt last even out the two workers' ends."""
     from tests.conftest import first_by
 
     units = {
@@ -73,11 +73,13 @@ def test_the_units_that_take_minutes_are_dealt_first() -> None:
         "pods": 30,
         "tests/runtime/test_plan.py": 40,
         "tests/runtime/kvstore/test_service.py": 9,
+        "tests/packaging/test_install.py": 7,
     }
     assert sorted(units, key=lambda u: first_by(u, units[u])) == [
         "pods",
         "apiserver",
         "tests/runtime/launch/test_run.py",
+        "tests/packaging/test_install.py",
         "tests/runtime/kvstore/test_service.py",
         "tests/contract/test_spec.py",
         "tests/runtime/test_plan.py",

@@ -1,5 +1,7 @@
 """Real shard-server processes for the runtime tests: ports picked by the test, loopback only, every
-wait bounded, every process stopped (shutdown request, then SIGKILL) whatever the test's outcome."""
+wait bounded, every process stopped (shutdown request, then SIGKILL) whatever the test's outcome. Each
+is a new process forked from tests/forked.py's forkserver, which imported torch and the CLI once (a
+CUDA one is started as `python -m graphtrain.runtime.cli`)."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from graphtrain.runtime.launch.processes import die_with_this_process
+from tests import forked
 
 TOKEN = "test-token-0123456789"
 READY_TIMEOUT = 60.0
@@ -26,7 +29,7 @@ READY_TIMEOUT = 60.0
 class Server:
     shard: int
     port: int
-    proc: subprocess.Popen
+    proc: subprocess.Popen | forked.Forked
     log: Path
     address: str = ""
     metrics_port: int | None = None
@@ -45,9 +48,6 @@ def start_server(shard: int, root: Path, *extra: str, port: int = 0, token: str 
     announces (no window in which another process takes a port chosen beforehand); a given port is
     for a restart at the address its clients already know."""
     cmd = [
-        sys.executable,
-        "-m",
-        "graphtrain.runtime.cli",
         "shard-server",
         "--shard",
         str(shard),
@@ -59,13 +59,24 @@ def start_server(shard: int, root: Path, *extra: str, port: int = 0, token: str 
         "4",
         *extra,
     ]
-    env = {**os.environ, "GRAPHTRAIN_TOKEN": token, "GRAPHTRAIN_QUIET": "1", "OMP_NUM_THREADS": "1"}
+    env = {"GRAPHTRAIN_TOKEN": token, "GRAPHTRAIN_QUIET": "1", "OMP_NUM_THREADS": "1"}
     # a file, not a pipe: nobody reads stderr while it runs
     log = root / f"server-{shard}-{port or os.urandom(4).hex()}.log"
-    with open(log, "ab") as err:
-        proc = subprocess.Popen(  # dies with this thread: a killed test run leaves no server behind
-            cmd, env=env, stdout=subprocess.PIPE, stderr=err, text=True, preexec_fn=die_with_this_process()
-        )
+    proc: subprocess.Popen | forked.Forked
+    if "cuda" in extra:  # its own process: whether a fork of the forkserver may use the GPU is not
+        # something this machine can check (CUDA refuses a process forked after its driver was set up)
+        with open(log, "ab") as err:
+            proc = subprocess.Popen(  # dies with this thread: a killed test run leaves no server behind
+                [sys.executable, "-m", "graphtrain.runtime.cli", *cmd],
+                env={**os.environ, **env},
+                stdout=subprocess.PIPE,
+                stderr=err,
+                text=True,
+                preexec_fn=die_with_this_process(),
+            )
+    else:  # forked from tests/forked.py's forkserver (torch imported once, not ~2 s a server); it dies
+        # with the forkserver, which ends with this test process: a killed test run leaves no server behind
+        proc = forked.start_cli(cmd, env, log)
     server = Server(shard, port, proc, log)
     deadline = time.monotonic() + READY_TIMEOUT
     while time.monotonic() < deadline:

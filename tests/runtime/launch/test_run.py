@@ -15,11 +15,13 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -167,6 +169,42 @@ def status(run_dir: Path) -> dict:
     return json.loads((run_dir / "status.json").read_text())
 
 
+class Finished:
+    """A `sage_spec` run trained to its end (3 epochs), kept for the tests that only read it or a copy
+    of it: its result and the umask around the launch."""
+
+    def __init__(self, graph_file: Path, root: Path, standalone: bool, sampler: str) -> None:
+        self.run_dir = root / "run"
+        doc = sage_spec(graph_file)
+        doc["spec"]["training"]["sampler"] = sampler
+        self.mask_before = umask()
+        self.result = launch(doc, self.run_dir, standalone).run()
+        self.mask_after = umask()
+
+    def copy(self, run_dir: Path) -> Path:
+        """A copy of the finished run directory at `run_dir`, its spec beside it as `launch` writes it."""
+        # the servers' sockets are gone with them (only their names are left)
+        shutil.copytree(self.run_dir, run_dir, symlinks=True, ignore=shutil.ignore_patterns("*.sock"))
+        shutil.copy(self.run_dir.parent / "run.yaml", run_dir.parent / f"{run_dir.name}.yaml")
+        return run_dir
+
+
+@pytest.fixture(scope="module")
+def finished(graph_file: Path, tmp_path_factory: pytest.TempPathFactory) -> Callable[[bool, str], Finished]:
+    """finished(standalone, sampler): the run of that mode, trained once per module and shared by
+    test_graphsage_trains_and_reports (which reads it) and the tests that damage or re-run a copy of it
+    (test_resume_skips_a_damaged_latest_checkpoint, test_a_rerun_without_resume_refuses_...)."""
+    runs: dict[tuple[bool, str], Finished] = {}
+
+    def get(standalone: bool, sampler: str) -> Finished:
+        key = (standalone, sampler)
+        if key not in runs:
+            runs[key] = Finished(graph_file, tmp_path_factory.mktemp("finished"), standalone, sampler)
+        return runs[key]
+
+    return get
+
+
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize(
     ("standalone", "sampler"),
@@ -174,16 +212,13 @@ def status(run_dir: Path) -> dict:
     ids=["2x2", "standalone", "2x2-device-sampler"],
 )
 def test_graphsage_trains_and_reports(
-    graph_file: Path, tmp_path: Path, standalone: bool, sampler: str
+    finished: Callable[[bool, str], Finished], standalone: bool, sampler: str
 ) -> None:
     """device: the trainers sample with tensor ops on their device (the host's here), the graph joined
     from the servers' shared memory (on a GPU: tests/gpu)."""
-    run_dir = tmp_path / "run"
-    mask = umask()
-    doc = sage_spec(graph_file)
-    doc["spec"]["training"]["sampler"] = sampler
-    result = launch(doc, run_dir, standalone).run()
-    assert umask() == mask  # the launcher's own umask (0o077) ends with the launch
+    done = finished(standalone, sampler)
+    run_dir, result = done.run_dir, done.result
+    assert done.mask_after == done.mask_before  # the launcher's own umask (0o077) ends with the launch
     assert result["test_accuracy"] > 0.6, result  # 4 planted blocks: chance is 0.25
     if sampler == "device":  # the features and labels beside the graph: batches gather there
         assert "node data on cpu: feat, label" in (run_dir / "logs" / "trainer-0.log").read_text()
@@ -344,42 +379,6 @@ def processes_mentioning(text: str) -> list[int]:
     return pids
 
 
-@pytest.mark.timeout(300)
-def test_sigterm_to_the_launcher_stops_every_process(graph_file: Path, tmp_path: Path) -> None:
-    run_dir = tmp_path / "run"
-    spec_path = tmp_path / "planted.yaml"
-    spec_path.write_text(yaml.safe_dump(sage_spec(graph_file, epochs=500, batch=32)))
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "graphtrain.runtime.cli", "run", str(spec_path), "--run-dir", str(run_dir)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
-    )
-    try:
-        deadline = time.monotonic() + 180
-        while time.monotonic() < deadline and not (run_dir / "progress.json").exists():
-            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
-            time.sleep(0.2)
-        children = [p for p in processes_mentioning(str(run_dir)) if p != proc.pid]
-        assert len(children) == 4, children  # 2 shard servers, 2 trainers
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode != 0
-    left = [p for p in processes_mentioning(str(run_dir)) if p != proc.pid]
-    for pid in left:
-        os.kill(pid, signal.SIGKILL)
-    assert not left, f"still running after the launcher stopped: {left}"
-    st = status(run_dir)
-    assert st["phase"] == "Failed"
-    assert any(c["type"] == "Failed" and "SIGTERM" in c["message"] for c in st["conditions"]), st[
-        "conditions"
-    ]
-
-
 @pytest.mark.timeout(400)
 def test_kill_9_of_the_launcher_takes_every_child_and_resume_works(graph_file: Path, tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
@@ -408,32 +407,93 @@ def test_kill_9_of_the_launcher_takes_every_child_and_resume_works(graph_file: P
     assert st["phase"] == "Succeeded" and st["progress"]["epoch"] == 5
 
 
-@pytest.mark.timeout(300)
-def test_a_second_launcher_on_the_same_run_directory_is_refused(graph_file: Path, tmp_path: Path) -> None:
-    run_dir = tmp_path / "run"
-    first = start_launcher(sage_spec(graph_file, epochs=500, batch=32), run_dir)
-    children: list[psutil.Process] = []
+class Training:
+    """A `graphtrain run` of a 2x2 sage_spec that trains for minutes (500 epochs), started in the
+    background once per module and shared by the tests that only need a launcher in the middle of a
+    training: test_a_second_launcher_on_the_same_run_directory_is_refused, which leaves it running, then
+    test_sigterm_to_the_launcher_stops_every_process, which ends it. A test that finds it ended (run
+    alone, or in another order) gets a new one."""
+
+    def __init__(self, graph_file: Path, root: Path) -> None:
+        self.graph_file, self.root = graph_file, root
+        self.proc: subprocess.Popen | None = None
+        self.children: list[psutil.Process] = []
+        self.started = 0
+
+    def live(self) -> tuple[subprocess.Popen, Path]:
+        """The launcher, training (its progress.json written), and its run directory."""
+        if self.proc is None or self.proc.poll() is not None:
+            self.started += 1
+            self.run_dir = self.root / f"run{self.started}"
+            self.proc = start_launcher(sage_spec(self.graph_file, epochs=500, batch=32), self.run_dir)
+            self.children = []
+            wait_for((self.run_dir / "progress.json").exists, self.proc, "training")
+            self.children = psutil.Process(self.proc.pid).children(recursive=True)
+        return self.proc, self.run_dir
+
+    def output(self) -> str:
+        return (self.root / f"run{self.started}.out").read_text(errors="replace")
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            stop_launcher(self.proc, self.children)
+
+
+@pytest.fixture(scope="module")
+def training(graph_file: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Training]:
+    shared = Training(graph_file, tmp_path_factory.mktemp("training"))
     try:
-        wait_for((run_dir / "progress.json").exists, first, "training")
-        children = psutil.Process(first.pid).children(recursive=True)
-        token = (run_dir / "token").read_text()
-        second = complete(run_dir, "--resume", timeout=60)
-        assert first.poll() is None and all(c.is_running() for c in children)  # the first run goes on
-        assert (run_dir / "token").read_text() == token
+        yield shared
     finally:
-        stop_launcher(first, children)
+        shared.stop()
+
+
+@pytest.mark.timeout(300)
+def test_a_second_launcher_on_the_same_run_directory_is_refused(training: Training) -> None:
+    first, run_dir = training.live()
+    children = training.children
+    token = (run_dir / "token").read_text()
+    second = complete(run_dir, "--resume", timeout=60)
+    assert first.poll() is None and all(c.is_running() for c in children)  # the first run goes on
+    assert (run_dir / "token").read_text() == token
     assert second.returncode == 1
     lines = second.stderr.strip().splitlines()
     assert len(lines) == 1 and str(run_dir) in lines[0] and f"pid {first.pid}" in lines[0], second.stderr
 
 
 @pytest.mark.timeout(300)
-def test_a_rerun_without_resume_refuses_and_keeps_the_checkpoints(tmp_path: Path) -> None:
-    run_dir = tmp_path / "run"
-    launch(nations(epochs=2), run_dir, standalone=True).run()
+def test_sigterm_to_the_launcher_stops_every_process(training: Training) -> None:
+    """SIGTERM to a `graphtrain run` in the middle of its training (the shared one, which a second
+    launcher may have been refused on first: a refused launcher leaves nothing of its own running)."""
+    proc, run_dir = training.live()
+    children = [p for p in processes_mentioning(str(run_dir)) if p != proc.pid]
+    assert len(children) == 4, children  # 2 shard servers, 2 trainers
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        raise AssertionError(training.output()[-3000:]) from None
+    assert proc.returncode != 0
+    left = [p for p in processes_mentioning(str(run_dir)) if p != proc.pid]
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    assert not left, f"still running after the launcher stopped: {left}"
+    st = status(run_dir)
+    assert st["phase"] == "Failed"
+    assert any(c["type"] == "Failed" and "SIGTERM" in c["message"] for c in st["conditions"]), st[
+        "conditions"
+    ]
+
+
+@pytest.mark.timeout(300)
+def test_a_rerun_without_resume_refuses_and_keeps_the_checkpoints(
+    finished: Callable[[bool, str], Finished], graph_file: Path, tmp_path: Path
+) -> None:
+    """On a copy of the shared standalone run (finished, its checkpoints in place)."""
+    run_dir = finished(True, "auto").copy(tmp_path / "run")
     kept = tree_hashes(run_dir / "checkpoints")
     latest = (run_dir / "checkpoints" / "LATEST").read_text().strip()
-    finished = (run_dir / "status.json").read_bytes()
+    ended = (run_dir / "status.json").read_bytes()
 
     refused = complete(run_dir, "--standalone")
     assert refused.returncode == 1
@@ -441,9 +501,10 @@ def test_a_rerun_without_resume_refuses_and_keeps_the_checkpoints(tmp_path: Path
     assert len(lines) == 1 and str(run_dir) in lines[0] and latest in lines[0], lines
     assert "--resume" in lines[0] and "--overwrite" in lines[0]
     assert tree_hashes(run_dir / "checkpoints") == kept
-    assert (run_dir / "status.json").read_bytes() == finished
+    assert (run_dir / "status.json").read_bytes() == ended
 
-    launch(nations(epochs=1), run_dir, standalone=True, overwrite=True).run()  # asked for: starts over
+    # asked for: starts over
+    launch(sage_spec(graph_file, epochs=1), run_dir, standalone=True, overwrite=True).run()
     assert (run_dir / "checkpoints" / "LATEST").read_text().strip() != latest
     assert status(run_dir)["progress"]["epoch"] == 1
 
@@ -463,9 +524,12 @@ def test_a_failure_shows_only_this_launchs_log(tmp_path: Path) -> None:
 
 
 @pytest.mark.timeout(400)
-def test_resume_skips_a_damaged_latest_checkpoint(graph_file: Path, tmp_path: Path) -> None:
-    run_dir = tmp_path / "run"
-    launch(sage_spec(graph_file, epochs=2), run_dir).run()
+def test_resume_skips_a_damaged_latest_checkpoint(
+    finished: Callable[[bool, str], Finished], graph_file: Path, tmp_path: Path
+) -> None:
+    """A copy of the shared 2x2 run (3 epochs, its checkpoints at epochs 2 and 3) with its latest
+    checkpoint damaged resumes from the one before, to a 4th epoch."""
+    run_dir = finished(False, "auto").copy(tmp_path / "run")
     root = run_dir / "checkpoints"
     damaged = root / (root / "LATEST").read_text().strip()
     older = max(p.name for p in root.iterdir() if p.is_dir() and p.name < damaged.name)
@@ -474,14 +538,14 @@ def test_resume_skips_a_damaged_latest_checkpoint(graph_file: Path, tmp_path: Pa
     raw[-1] ^= 1
     piece.write_bytes(bytes(raw))
 
-    write_spec(sage_spec(graph_file, epochs=3), run_dir)
+    write_spec(sage_spec(graph_file, epochs=4), run_dir)
     done = complete(run_dir, "--resume")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     said = [line for line in done.stderr.splitlines() if damaged.name in line]  # [run] lines: stderr
     assert len(said) == 1 and "does not match the recorded" in said[0], done.stderr
-    assert re.search(rf"resuming from step \d+ \(epoch 1, checkpoint {older}\)", done.stderr), done.stderr
+    assert re.search(rf"resuming from step \d+ \(epoch 2, checkpoint {older}\)", done.stderr), done.stderr
     st = status(run_dir)
-    assert st["phase"] == "Succeeded" and st["progress"]["epoch"] == 3
+    assert st["phase"] == "Succeeded" and st["progress"]["epoch"] == 4
 
 
 @pytest.mark.timeout(300)
