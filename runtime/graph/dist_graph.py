@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from graphtrain.runtime import dtypes
-from graphtrain.runtime.graph.typed_views import EdgeTypes, NodeTypes
+from graphtrain.runtime.graph.typed_views import EdgeTypeViews, NodeTypeViews
 from graphtrain.runtime.kvstore import default_client
 from graphtrain.runtime.kvstore.client import KVClient
 from graphtrain.runtime.kvstore.graphpart import Sampled
@@ -94,18 +94,18 @@ class DistGraph:
             )
 
     @property
-    def nodes(self) -> NodeTypes:
+    def nodes(self) -> NodeTypeViews:
         """`g.nodes[ntype]`: a node type's count, id map and data by type-local id (none untyped)."""
         if self.type_bounds is None:
-            return NodeTypes([], np.zeros((self.config.num_parts, 1), dtype=np.int64), self.ndata)
-        return NodeTypes(self.ntype_names, self.type_bounds, self.ndata)
+            return NodeTypeViews([], np.zeros((self.config.num_parts, 1), dtype=np.int64), self.ndata)
+        return NodeTypeViews(self.ntype_names, self.type_bounds, self.ndata)
 
     @cached_property
-    def edges(self) -> EdgeTypes:
+    def edges(self) -> EdgeTypeViews:
         """`g.edges[(source, relation, destination)]` (or `g.edges[relation]`): an edge type's count, id
         map and data by type-local id; its ids are read from the partition on first use."""
         cfg = self.config
-        return EdgeTypes(
+        return EdgeTypeViews(
             self.canonical_etypes,
             lambda: [_etype(load_part(cfg, p, verify=False).etype) for p in range(cfg.num_parts)],
             cfg.edge_bounds,

@@ -71,7 +71,7 @@ class TypeView:
         return self.count
 
 
-class NodeTypes:
+class NodeTypeViews:
     """`g.nodes[ntype]`: a node type by name."""
 
     def __init__(self, names: list[str], type_bounds: np.ndarray, ndata: Mapping[str, DistTensor]):
@@ -90,7 +90,7 @@ class NodeTypes:
         return TypeView(name, count, to_global, TypedData(self.ndata, count, to_global))
 
 
-class EdgeTypes:
+class EdgeTypeViews:
     """`g.edges[etype]`: an edge type by its canonical (source, relation, destination) triple, or by its
     relation where one edge type has it. A type's ids are read from the partition's etype files once,
     on first use (one int64 per edge of the type)."""
