@@ -28,7 +28,8 @@ with that epoch's mean loss and its own validation metric (none when it was not 
 the current epoch only when one runs longer than IN_EPOCH_EVERY. A failed process is one line: the
 `error: ...` line it printed (a known error), or the last line of its traceback, and where its log is.
 
-Its parts: processes.py starts, watches and stops the processes and owns the run directory;
+Its parts: processes.py starts, watches and stops the processes and owns the run directory, forking
+them from zygote.py's process, which imported torch once for all of them (and their restarts);
 partition_step.py is the partition pipeline the operator's partition Job runs too; reuse.py decides
 what a launch takes over from the one before (an unchanged partition, the checkpoint to resume).
 
@@ -44,6 +45,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import secrets
 import shutil
@@ -74,6 +76,8 @@ from graphtrain.runtime.launch.processes import (
     Child,
     RunFailed,
     Terminated,
+    child_env,
+    die_with_this_process,
     ended,
     free_port,
     lock_run_dir,
@@ -83,6 +87,7 @@ from graphtrain.runtime.launch.processes import (
     umask,
     wait_ready,
 )
+from graphtrain.runtime.launch.zygote import Zygote
 from graphtrain.runtime.progress import console
 from graphtrain.runtime.train import history
 
@@ -130,6 +135,7 @@ class LocalRun:
         self.last_status: GraphTrainingStatus | None = None  # what the launcher's metrics read
         self.metrics_port: int | None = None  # the launcher's own, while it runs
         self._metrics_server: Any = None
+        self.zygote: Zygote | None = None
         self._extra_targets: list[tuple[str, int, dict[str, str]]] = []
         self._targets_lock = threading.Lock()
         self._targets_written = False
@@ -234,7 +240,19 @@ class LocalRun:
     # ------------------------------------------------------------------------------- processes
 
     def _spawn(self, p: plan.ProcessPlan, announces: bool = False) -> Child:
-        return spawn(p, self.run_dir / "logs", announces)
+        return spawn(p, self.run_dir / "logs", announces, self.zygote)
+
+    def _start_zygote(self) -> None:
+        """The process the servers and trainers fork from (launch/zygote.py), started now so that its
+        torch import overlaps the partitioning. None with simulated hosts (each process starts in its
+        host's namespace) or GRAPHTRAIN_ZYGOTE=0; a zygote that fails leaves the plain start."""
+        if self.hosts is not None or os.environ.get("GRAPHTRAIN_ZYGOTE", "1") == "0":
+            return
+        logs = self.run_dir / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(OSError):
+            log, dies = logs / "zygote.log", die_with_this_process()
+            self.zygote = Zygote.start(plan.entry(), child_env(), log, dies)
 
     @property
     def device(self) -> str:
@@ -334,10 +352,12 @@ class LocalRun:
         return fresh
 
     def _failed(self) -> Child | None:
-        for c in [*self.servers, *self.trainers]:
-            code = c.proc.poll()
-            if code is not None and code != 0:
-                return c
+        """The process that failed first (a killed trainer, not the peer whose collective then broke:
+        forked children know when they ended, plain ones are taken in order), or a server that left
+        while trainers still need it."""
+        failed = [c for c in [*self.servers, *self.trainers] if c.proc.poll() not in (None, 0)]
+        if failed:
+            return min(failed, key=lambda c: math.inf if c.ended_at is None else c.ended_at)
         for c in self.servers:
             if c.proc.poll() == 0 and any(t.proc.poll() is None for t in self.trainers):
                 return c  # a server left while trainers still need it
@@ -468,6 +488,7 @@ class LocalRun:
 
     def _launch(self) -> dict:
         try:
+            self._start_zygote()
             self._serve_metrics()
             self.obs.phase = Phase.partitioning.value
             self.write_status()
@@ -511,6 +532,8 @@ class LocalRun:
             raise
         finally:
             self.stop_all()
+            if self.zygote is not None:
+                self.zygote.close()
             self._remove_segments(self.token)
             self.write_status()
             self._stop_metrics()

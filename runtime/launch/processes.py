@@ -29,6 +29,7 @@ from graphtrain.contract import roles
 from graphtrain.contract.conditions import Reason
 from graphtrain.runtime.errors import GraphtrainError
 from graphtrain.runtime.launch import plan
+from graphtrain.runtime.launch import zygote as zygotes
 
 READY_TIMEOUT = 300.0
 KEEP_LOGS = 3  # earlier launches' logs kept beside the current one: <name>.log.1 .. .3
@@ -80,11 +81,16 @@ def ended(code: int) -> str:
 @dataclass
 class Child:
     plan: plan.ProcessPlan
-    proc: subprocess.Popen
+    proc: subprocess.Popen | zygotes.ForkedProcess
     log: Path
     restarts: int = 0
     offset: int = 0  # where this process' output starts in its log (a restart appends to it)
     metrics_port: int | None = None  # once known: a server's ready line, a trainer's port file
+
+    @property
+    def ended_at(self) -> float | None:
+        """When the process ended (CLOCK_MONOTONIC), where known: forked ones (launch/zygote.py)."""
+        return getattr(self.proc, "ended_at", None)
 
     def learn_port(self) -> bool:
         """Read the metrics port from this process' port file, if it wrote it (a predecessor's file,
@@ -214,33 +220,46 @@ def stop_on_signals() -> None:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
-def spawn(p: plan.ProcessPlan, logs: Path, announces: bool = False) -> Child:
-    """Start a process, its output into <logs>/<name>.log. Only servers keep stdout as a pipe, for the
-    one ready line they print; anyone else's stdout in an unread pipe would block it once the pipe's
-    64 KB filled. The child is in its own session (a terminal's Ctrl-C reaches the launcher alone,
-    which stops the children in order) and dies with the launcher."""
-    logs.mkdir(parents=True, exist_ok=True)
-    log = logs / f"{p.name}.log"
-    offset = log.stat().st_size if log.exists() else 0
+def child_env() -> dict[str, str]:
+    """The environment of every process of a run (and of the zygote they fork from): the launcher's,
+    quiet, one OpenMP thread unless the user set another count, and without the token (processes read
+    the token file)."""
     env = {
         **os.environ,
         "GRAPHTRAIN_QUIET": "1",
         "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
     }
-    env.pop(roles.ENV_TOKEN, None)  # processes read the token file
+    env.pop(roles.ENV_TOKEN, None)
+    return env
+
+
+def spawn(
+    p: plan.ProcessPlan, logs: Path, announces: bool = False, zygote: zygotes.Zygote | None = None
+) -> Child:
+    """Start a process, its output into <logs>/<name>.log: forked from `zygote` when it runs this argv
+    (launch/zygote.py: torch imported once), else started the plain way. Only servers keep stdout as a
+    pipe, for the one ready line they print; anyone else's stdout in an unread pipe would block it once
+    the pipe's 64 KB filled. The child is in its own session (a terminal's Ctrl-C reaches the launcher
+    alone, which stops the children in order) and dies with the launcher."""
+    logs.mkdir(parents=True, exist_ok=True)
+    log = logs / f"{p.name}.log"
+    offset = log.stat().st_size if log.exists() else 0
+    env = child_env()
     if p.port_file is not None:  # a predecessor's port is no longer this process'
         p.port_file.unlink(missing_ok=True)
-    handle = open(log, "ab")  # noqa: SIM115 - owned by the child
-    stdout = subprocess.PIPE if announces else handle
-    proc = subprocess.Popen(
-        p.argv,
-        stdout=stdout,
-        stderr=handle,
-        env=env,
-        start_new_session=True,
-        preexec_fn=die_with_this_process(),  # the child runs only a prctl call and getppid
-    )
-    handle.close()
+    with open(log, "ab") as handle:
+        if zygote is not None and zygote.runs(p.argv):
+            with contextlib.suppress(zygotes.ZygoteGone):  # then the plain way
+                fd = handle.fileno()
+                return Child(p, zygote.fork(p.argv, env, fd, fd, pipe_stdout=announces), log, offset=offset)
+        proc = subprocess.Popen(
+            p.argv,
+            stdout=subprocess.PIPE if announces else handle,
+            stderr=handle,
+            env=env,
+            start_new_session=True,
+            preexec_fn=die_with_this_process(),  # the child runs only a prctl call and getppid
+        )
     return Child(p, proc, log, offset=offset)
 
 

@@ -1,0 +1,119 @@
+"""launch/zygote.py: a child forked from the zygote is the process a plain start would have made (its
+argv, environment, working directory, umask, session, log and command line in `ps`), ends with the code
+or signal Popen would report, dies with the zygote; a zygote whose imports left a thread running
+refuses to fork, and spawn() then starts the process the plain way. The runs that fork every server
+and trainer from it are tests/runtime/launch/test_run*.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from graphtrain.runtime.launch import plan, processes
+from graphtrain.runtime.launch.zygote import ForkedProcess, Zygote, ZygoteGone
+
+ROOT = Path(__file__).parents[3]
+ENTRY = [sys.executable, "-P", "-m", "tests.runtime.launch.zygote_probe"]
+
+
+def probe_env(**extra: str) -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", **extra}
+
+
+@pytest.fixture(scope="module")
+def zygote(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Zygote]:
+    z = Zygote.start(ENTRY, probe_env(PROBE="zygote's"), tmp_path_factory.mktemp("zygote") / "zygote.log")
+    try:
+        yield z
+    finally:
+        z.close()
+
+
+def fork(z: Zygote, log: Path, *args: str, pipe: bool = False, **env: str) -> ForkedProcess:
+    with open(log, "ab") as f:
+        return z.fork([*ENTRY, *args], probe_env(**env), f.fileno(), f.fileno(), pipe_stdout=pipe)
+
+
+@pytest.mark.timeout(120)
+def test_a_child_has_its_own_args_environment_directory_umask_session_log_and_title(
+    zygote: Zygote, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    log = tmp_path / "child.log"
+    with processes.umask(0o027):
+        child = fork(zygote, log, "say", "two words", PROBE="child's")
+    assert child.wait(timeout=60) == 0
+    said, stderr = log.read_text().splitlines()
+    assert json.loads(said) == {
+        "args": ["say", "two words"],
+        "probe": "child's",
+        "cwd": str(tmp_path),
+        "umask": 0o027,
+        "session_leader": True,
+    }
+    assert stderr == "said it"
+
+    sleeper = fork(zygote, tmp_path / "sleeper.log", "sleep", "60", pipe=True)
+    try:
+        assert sleeper.stdout is not None and sleeper.stdout.readline() == b"up\n"
+        cmdline = Path(f"/proc/{sleeper.pid}/cmdline").read_bytes().rstrip(b"\0").decode()
+        assert cmdline == " ".join([*ENTRY, "sleep", "60"])  # what `ps` shows, and tests look for
+        assert os.getsid(sleeper.pid) == sleeper.pid and sleeper.poll() is None
+    finally:
+        sleeper.kill()
+    assert sleeper.wait(timeout=10) == -signal.SIGKILL and sleeper.ended_at is not None
+
+
+@pytest.mark.timeout(120)
+def test_exit_codes_are_the_ones_popen_reports(zygote: Zygote, tmp_path: Path) -> None:
+    log = tmp_path / "child.log"
+    assert fork(zygote, log, "exit", "3").wait(timeout=60) == 3
+    assert fork(zygote, log, "raise").wait(timeout=60) == 1
+    assert "RuntimeError: the probe failed" in log.read_text()  # the traceback, as the interpreter prints it
+    assert fork(zygote, log, "interrupt").wait(timeout=60) == -signal.SIGINT
+    slow = fork(zygote, log, "sleep", "60")
+    with pytest.raises(subprocess.TimeoutExpired):
+        slow.wait(timeout=0.2)
+    quick = fork(zygote, log, "exit", "0")
+    assert quick.wait(timeout=60) == 0
+    slow.send_signal(signal.SIGTERM)
+    assert slow.wait(timeout=10) == -signal.SIGTERM
+    assert quick.ended_at is not None and slow.ended_at is not None and quick.ended_at < slow.ended_at
+
+
+@pytest.mark.timeout(120)
+def test_the_children_die_with_the_zygote(tmp_path: Path) -> None:
+    z = Zygote.start(ENTRY, probe_env(), tmp_path / "zygote.log")
+    child = fork(z, tmp_path / "child.log", "sleep", "600", pipe=True)
+    assert child.stdout is not None and child.stdout.readline() == b"up\n"
+    z.proc.kill()  # as the parent-death signal does when the launcher is SIGKILLed
+    assert child.wait(timeout=10) == -signal.SIGKILL  # the status pipe closed without a word
+    deadline = time.monotonic() + 10
+    while Path(f"/proc/{child.pid}").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not Path(f"/proc/{child.pid}").exists()
+    with pytest.raises(ZygoteGone):
+        fork(z, tmp_path / "child.log", "exit", "0")
+
+
+@pytest.mark.timeout(120)
+def test_a_zygote_with_a_thread_running_refuses_and_spawn_starts_the_plain_way(tmp_path: Path) -> None:
+    env = probe_env(OPENBLAS_NUM_THREADS="2")  # numpy's BLAS starts its pool at import
+    z = Zygote.start(ENTRY, env, tmp_path / "zygote.log")
+    try:
+        with pytest.raises(ZygoteGone):
+            fork(z, tmp_path / "child.log", "exit", "0")
+        assert "threads after its imports" in (tmp_path / "zygote.log").read_text()
+        argv = [*plan.entry(), "--help"]
+        c = processes.spawn(plan.ProcessPlan("helper", argv), tmp_path / "logs", zygote=z)
+        assert isinstance(c.proc, subprocess.Popen) and c.proc.wait(timeout=60) == 0
+    finally:
+        z.close()
