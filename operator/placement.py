@@ -32,11 +32,11 @@ from graphtrain.contract.spec import (
     Storage,
     Toleration,
 )
-from graphtrain.contract.spec.pods import quantity_value
+from graphtrain.contract.spec.pods import GPU_RESOURCE, quantity_value
 from graphtrain.operator.config import GpuDefaults, OperatorConfig, RoleDefaults
 
 Role = Literal["partition", "shards", "trainer"]  # the graphtrain.io/role label of the role's pods
-GPU = "nvidia.com/gpu"
+GPU = GPU_RESOURCE
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,9 @@
 """Spec problems with what the pods would be given, checked in Python only (`check()`: `graphtrain
 validate` and the operator, before it creates any child).
 
-- A request above its limit (any resource, any role): Kubernetes refuses such a pod when it is created,
+- A request above its limit (any resource, any role), or, for a resource Kubernetes cannot overcommit
+  (extended resources such as nvidia.com/gpu, hugepages), a request unequal to its limit or without one,
+  and an extended resource that is no whole number: Kubernetes refuses such a pod when it is created,
   after the operator has made the other children. Not a CEL rule of the CRD: comparing quantities needs
   CEL's quantity library, which an API server takes in a new CRD's rules only from Kubernetes 1.30 (the
   chart installs on 1.29), and the CRD's structural schema does not check a quantity's text.
@@ -31,6 +33,10 @@ x2idn.32xlarge 4 TiB, GCP m1-ultramem-160 3.75 TiB, Azure M128ms 3.8 TiB); the l
 TiB) are bare-metal hosts seldom in a cluster. A need above it is a typo in a capacity far more often than
 a plan: refused, it names the table; a user who has such nodes states resources.limits.memory, and the
 stated limit is then checked against the need as any other (InsufficientMemory)."""
+
+GPU_RESOURCE: Final = "nvidia.com/gpu"
+"""The GPU a GPU pod (shardServers or trainers with device cuda) is given: the operator sets its limit to
+the spec's request, else 1, unless the spec sets one (operator/placement.py)."""
 
 KEY_BYTES: Final = 16
 """Host memory per row of a dynamic vocabulary's key map: its key and its tick (runtime/native/keymap.py;
@@ -67,26 +73,61 @@ def roles(spec: Any) -> Iterator[tuple[str, Placement]]:
             yield field.alias or name, value
 
 
+def overcommitable(name: str) -> bool:
+    """Whether Kubernetes lets a request of resource `name` sit below its limit: native resources (no
+    domain, or a kubernetes.io one) but hugepages. Extended resources (nvidia.com/gpu,
+    amd.com/gpu, example.com/foo) and hugepages cannot be overcommitted (the API server's
+    helper.IsOvercommitAllowed)."""
+    native = "/" not in name or "kubernetes.io/" in name
+    return native and not name.startswith("hugepages-")
+
+
 def requests_above_limits(spec: Any) -> list[Problem]:
-    """Each request above the limit of the same resource in the same role, naming both fields."""
+    """What the API server refuses in a role's resources (ValidateResourceRequirements), naming the
+    field: a request above its limit; for a resource that cannot be overcommitted, a request without a
+    limit or unequal to it; an extended resource that is not a whole number. The operator checks these
+    before it creates any child: the API server would refuse the pod after the others were made."""
     found = []
     for role, placement in roles(spec):
         resources = placement.resources
         if resources is None:
             continue
+        where = f"spec.{role}.resources"
+        for kind, quantities in (("limits", resources.limits), ("requests", resources.requests)):
+            for name, text in quantities.items():
+                value = quantity_value(text)
+                if value is not None and "/" in name and not overcommitable(name) and value % 1:
+                    found.append(
+                        Problem(
+                            path=f"{where}.{kind}.{name}",
+                            message=f"{text} is not a whole number: an extended resource is counted in "
+                            "whole devices",
+                        )
+                    )
         for name, request in resources.requests.items():
             limit = resources.limits.get(name)
             want, cap = quantity_value(request), quantity_value(limit) if limit is not None else None
-            if want is None or cap is None or want <= cap:
+            if want is None:
                 continue
-            where = f"spec.{role}.resources"
-            found.append(
-                Problem(
-                    path=f"{where}.requests.{name}",
-                    message=f"{request} is above {where}.limits.{name} {limit}: Kubernetes refuses a pod "
-                    "whose request is above its limit",
+            filled = name == GPU_RESOURCE and getattr(placement, "device", None) == Device.cuda
+            if cap is None and limit is None and not overcommitable(name) and not filled:
+                message = (
+                    f"{request} has no {where}.limits.{name}: Kubernetes needs the limit of a resource "
+                    "it cannot overcommit, equal to the request"
                 )
-            )
+            elif cap is None or want == cap or (want < cap and overcommitable(name)):
+                continue
+            elif want > cap:
+                message = (
+                    f"{request} is above {where}.limits.{name} {limit}: Kubernetes refuses a pod whose "
+                    "request is above its limit"
+                )
+            else:
+                message = (
+                    f"{request} is below {where}.limits.{name} {limit}: Kubernetes cannot overcommit "
+                    f"{name}, its request must equal its limit"
+                )
+            found.append(Problem(path=f"{where}.requests.{name}", message=message))
     return found
 
 

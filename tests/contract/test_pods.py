@@ -122,3 +122,58 @@ def test_the_ceiling_counts_rows_on_the_gpu_out() -> None:
 def test_a_field_that_failed_the_schema_skips_the_check() -> None:
     problems = check(dynamic(10**12, dim="wide"))[1]
     assert [p.path for p in problems] == ["spec.embeddings[0].dim"]
+
+
+# What the API server refuses of a resource it cannot overcommit (extended resources, hugepages); the
+# same cases go to a real API server in tests/operator/test_resources_apiserver.py.
+NOT_OVERCOMMITABLE = [
+    ("trainers", {"nvidia.com/gpu": "1"}, {"nvidia.com/gpu": "2"}, "requests.nvidia.com/gpu", "is below"),
+    (
+        "shardServers",
+        {"hugepages-2Mi": "1Gi"},
+        {"hugepages-2Mi": "2Gi"},
+        "requests.hugepages-2Mi",
+        "is below",
+    ),
+    ("trainers", {"example.com/fpga": "1"}, {}, "requests.example.com/fpga", "has no"),
+    ("partition", {}, {"example.com/fpga": "500m"}, "limits.example.com/fpga", "not a whole number"),
+    ("trainers", {"nvidia.com/gpu": "1.5"}, {"nvidia.com/gpu": "1.5"}, "requests.nvidia.com/gpu", "whole"),
+]
+OVERCOMMITABLE_OR_EQUAL = [
+    ("trainers", {"nvidia.com/gpu": "2"}, {"nvidia.com/gpu": "2"}),
+    ("trainers", {}, {"nvidia.com/gpu": "1"}),  # the request defaults to the limit
+    ("trainers", {"cpu": "1", "memory": "1Gi"}, {"cpu": "2", "memory": "2Gi"}),
+    ("shardServers", {"hugepages-2Mi": "1Gi"}, {"hugepages-2Mi": "1Gi", "memory": "2Gi"}),
+]
+
+
+@pytest.mark.parametrize(("role", "requests", "limits", "field", "says"), NOT_OVERCOMMITABLE)
+def test_a_resource_that_cannot_be_overcommitted_needs_a_whole_limit_equal_to_its_request(
+    role: str, requests: dict, limits: dict, field: str, says: str
+) -> None:
+    problems = check(resources(role, requests, limits))[1]
+    paths = [p.path for p in problems]
+    assert paths and set(paths) <= {
+        f"spec.{role}.resources.{field}",
+        f"spec.{role}.resources.limits.{field.split('.', 1)[1]}",
+    }
+    assert says in str(problems[0]) and len(str(problems[0]).splitlines()) == 1
+
+
+@pytest.mark.parametrize(("role", "requests", "limits"), OVERCOMMITABLE_OR_EQUAL)
+def test_a_limit_equal_to_the_request_or_a_native_resource_below_it_is_fine(
+    role: str, requests: dict, limits: dict
+) -> None:
+    assert requests_above_limits(parse(resources(role, requests, limits)).spec) == []
+
+
+def test_a_gpu_request_without_a_limit_is_fine_on_a_cuda_role_the_operator_gives_it_the_limit() -> None:
+    doc = edit(
+        GRAPHSAGE,
+        lambda s: s.update(
+            trainers={"device": "cuda", "resources": {"requests": {"nvidia.com/gpu": "1"}}},
+        ),
+    )
+    assert requests_above_limits(parse(doc).spec) == []
+    on_cpu = resources("trainers", {"nvidia.com/gpu": "1"}, {})
+    assert [p.path for p in check(on_cpu)[1]] == ["spec.trainers.resources.requests.nvidia.com/gpu"]
