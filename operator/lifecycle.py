@@ -127,7 +127,9 @@ def suspend_stage(ctx: Context, conds: conditions.Conditions) -> Step:
     """spec.suspend (a Job's, for Kueue): every pod stops, the rest stays (claim, partition, token,
     checkpoints); phase Suspended and startTime cleared (the deadline does not run). Back to false,
     Suspended False Resumed and the next stages make the pods again, which restore the last checkpoint.
-    Created suspended, nothing is made: its spec stays free to change until it first runs."""
+    Created suspended, nothing is made: its spec stays free to change until it first runs. ShardsReady
+    and TrainersReady stay, False / Stopped (and Stalled too), as a training that ended says it: a
+    reader of the status sees what ran before and that it is stopped, not conditions gone missing."""
     was = any(c.type == ConditionType.suspended for c in conditions.parse(ctx.old.get("conditions") or []))
     if ctx.gt.spec.suspend and trainers_done(ctx):  # finished before the suspension was seen:
         return Step()  # it succeeds (trainers stage), not re-run from the last checkpoint on resumption
@@ -135,9 +137,15 @@ def suspend_stage(ctx: Context, conds: conditions.Conditions) -> Step:
         if was:
             conditions.set_resumed(conds, "spec.suspend is false: resumed from the last checkpoint")
         return Step()
-    for c in conditions.parse(ctx.old.get("conditions") or []):  # a partition made stays; one stopped midway
-        if c.type == ConditionType.partition_ready and c.status == "True":  # is made again on resumption
+    # a partition made stays (one stopped midway is made again on resumption); the running roles'
+    # conditions stay, to say that their pods stopped
+    running = {ConditionType.shards_ready, ConditionType.trainers_ready, ConditionType.stalled}
+    for c in conditions.parse(ctx.old.get("conditions") or []):
+        if (c.type == ConditionType.partition_ready and c.status == "True") or c.type in running:
             conds.keep(c)
+    every = roles(ctx.body["metadata"]["name"])
+    stopping = {k: every[k] for k in (ConditionType.shards_ready, ConditionType.trainers_ready)}
+    conditions.set_stopped(conds, stopping, "the training is suspended (spec.suspend)")
     conditions.set_suspended(
         conds,
         "spec.suspend is true: every pod is stopped, the data claim and checkpoints kept; "

@@ -545,7 +545,11 @@ def test_suspend_stops_the_pods_keeps_the_data_and_resumes(kube, operator, ns: s
         assert names_of(kube, kind, ns, "sus") == kept, kind
     st = get(kube, "gtr", "sus", ns)["status"]
     assert "startTime" not in st and st["restarts"] == 0
-    assert conditions(kube, "sus", ns)["Suspended"]["status"] == "True"
+    conds = conditions(kube, "sus", ns)
+    assert conds["Suspended"]["status"] == "True"
+    for kind, what in (("ShardsReady", "shard servers"), ("TrainersReady", "trainers")):  # kept, saying so
+        assert (conds[kind]["status"], conds[kind]["reason"]) == ("False", "Stopped"), conds[kind]
+        assert conds[kind]["message"] == f"{what} stopped: the training is suspended (spec.suspend)"
     kube("patch", "gtr", "sus", "-n", ns, "--type=merge", "-p", '{"spec": {"suspend": false}}')
     assert wait_for(
         lambda: names_of(kube, "statefulset", ns, "sus") == ["sus-shards"], what="the shards back"

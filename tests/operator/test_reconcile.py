@@ -1670,6 +1670,12 @@ PARTITIONED_KEPT = [
     {"type": "ShardsReady", "status": "True", "reason": "AllReady", "lastTransitionTime": "T0"},
 ]
 
+TRAINING_CONDS = [  # a training suspended while it trains: its role conditions stay, saying Stopped
+    *PARTITIONED_KEPT,
+    {"type": "TrainersReady", "status": "True", "reason": "Running", "lastTransitionTime": "T0"},
+    {"type": "Stalled", "status": "False", "reason": "Progressing", "lastTransitionTime": "T0"},
+]
+
 
 @pytest.mark.parametrize(
     TABLE,
@@ -1677,11 +1683,12 @@ PARTITIONED_KEPT = [
         row("not-suspended", observed(sts(2), *RUNNING), None, [], "", ""),
         row(
             "suspended-while-training",
-            observed(job("succeeded"), sts(2), *RUNNING, status={"conditions": PARTITIONED_KEPT}, **SUSPEND),
+            observed(job("succeeded"), sts(2), *RUNNING, status={"conditions": TRAINING_CONDS}, **SUSPEND),
             "Suspended",
             [*STOP_SHARDS, *DELETE_ALL],
-            "PartitionReady=True Partitioned, Suspended=True Suspended",
-            "Normal Suspended",
+            "PartitionReady=True Partitioned, ShardsReady=False Stopped, TrainersReady=False Stopped, "
+            "Stalled=False Stopped, Suspended=True Suspended",
+            "Normal Stopped, Normal Stopped, Normal Stopped, Normal Suspended",
             startTime=None,
             shards=None,
         ),
