@@ -83,10 +83,16 @@ class SpecSummary(ApiModel):
 
 
 class TrainerState(StrEnum):
+    """A rank's state: its pod's phase; Terminating while its pod is being deleted (as kubectl says);
+    Stopped when it has no pod because the training was suspended, failed or is being deleted (a
+    succeeded training's ranks stay Succeeded); Pending while its pod is still to come."""
+
     pending = "Pending"
     running = "Running"
     succeeded = "Succeeded"
     failed = "Failed"
+    terminating = "Terminating"
+    stopped = "Stopped"
     unknown = "Unknown"
 
 

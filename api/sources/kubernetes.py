@@ -121,11 +121,35 @@ def _int(text: Any) -> int:
         return 0
 
 
+def pod_state(pod: Obj) -> models.TrainerState:
+    """A trainer pod's state: its phase, Terminating while a running or pending one is being deleted."""
+    phase = (pod.get("status") or {}).get("phase", "Pending")
+    finished = phase in (models.TrainerState.succeeded, models.TrainerState.failed)
+    if pod["metadata"].get("deletionTimestamp") and not finished:
+        return models.TrainerState.terminating
+    return models.TrainerState(phase) if phase in set(models.TrainerState) else models.TrainerState.unknown
+
+
+def podless_state(phase: Phase | str, deleting: bool) -> models.TrainerState:
+    """The state of a rank with no pod: its training's succeeded, it was stopped (the training
+    suspended, failed or being deleted), or its pod is still to come."""
+    if phase == Phase.succeeded:
+        return models.TrainerState.succeeded
+    if deleting or phase in (Phase.failed, Phase.suspended):
+        return models.TrainerState.stopped
+    return models.TrainerState.pending
+
+
 def trainers_of(
-    spec: GraphTrainingSpec | None, data: dict[str, str], pods: list[Obj]
+    spec: GraphTrainingSpec | None,
+    data: dict[str, str],
+    pods: list[Obj],
+    phase: Phase | str = Phase.pending,
+    deleting: bool = False,
 ) -> list[models.TrainerStatus]:
     """Each rank: its newest attempt's pod (state, restarts: the operator's attempts plus the kubelet's
-    container restarts) and its own report in the progress ConfigMap (the heartbeat)."""
+    container restarts) and its own report in the progress ConfigMap (the heartbeat); a rank without a
+    pod, from its training's `phase` and whether the training is being deleted."""
     newest: dict[int, Obj] = {}
     for pod in pods:
         labels = pod["metadata"].get("labels") or {}
@@ -139,15 +163,10 @@ def trainers_of(
         report = reporting.rank_report(data, rank)
         found = newest.get(rank)
         if found is None:
-            state, restarts, name = models.TrainerState.pending, 0, None
+            state, restarts, name = podless_state(phase, deleting), 0, None
         else:
             pod = found
-            phase = (pod.get("status") or {}).get("phase", "Pending")
-            state = (
-                models.TrainerState(phase)
-                if phase in set(models.TrainerState)
-                else models.TrainerState.unknown
-            )
+            state = pod_state(pod)
             kubelet = sum(
                 _int(c.get("restartCount")) for c in (pod.get("status") or {}).get("containerStatuses") or []
             )
@@ -167,12 +186,13 @@ def trainers_of(
 
 
 def training_of(obj: Obj, data: dict[str, str], pods: list[Obj]) -> models.TrainingResource:
-    spec = spec_of(obj)
+    spec, status = spec_of(obj), status_of(obj)
+    deleting = bool(obj["metadata"].get("deletionTimestamp"))
     return models.TrainingResource(
         metadata=metadata_of(obj),
         spec=models.spec_summary(spec) if spec else None,
-        status=status_of(obj),
-        trainers=trainers_of(spec, data, pods),
+        status=status,
+        trainers=trainers_of(spec, data, pods, status.phase, deleting),
     )
 
 
