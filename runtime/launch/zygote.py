@@ -14,10 +14,11 @@ What a child keeps from a plain process start: its own session (Ctrl-C reaches t
 parent-death signal, so it dies with the zygote, which dies with the launcher (SIGKILL of the launcher
 still takes every process); its pid, exit code or killing signal, which the launcher reads from the
 status pipe as it would from waitpid (ForkedProcess mirrors the part of subprocess.Popen it uses); its
-command line in `ps` (setproctitle). Only a quiet process forks safely: the zygote refuses to serve when
-its imports left a thread running (an OpenMP or BLAS pool sized by OMP_NUM_THREADS > 1), and the
-launcher then starts processes the plain way, as it does for any argv that is not the CLI's (simulated
-hosts' `ip netns exec ...`) and whenever the zygote is gone.
+command line in `ps` (setproctitle). Only a quiet process forks safely: the zygote refuses to serve
+when its imports left a thread running (an OpenMP or BLAS pool sized by OMP_NUM_THREADS > 1) or set up
+CUDA (a child of a fork cannot use it; importing torch does not set it up, the roles do, after the
+fork). The launcher then starts processes the plain way, as it does for any argv that is not the CLI's
+(simulated hosts' `ip netns exec ...`) and whenever the zygote is gone.
 """
 
 from __future__ import annotations
@@ -213,6 +214,18 @@ def threads() -> int:
     return len(os.listdir("/proc/self/task"))
 
 
+def unsafe_to_fork() -> str:
+    """Why a fork of this process would not be a sound process ('' if it would): a thread running (a
+    child gets only the forking one, and locks the others held stay held: OpenMP and BLAS pools), or
+    CUDA set up (a forked child cannot use it)."""
+    if (n := threads()) != 1:
+        return f"{n} threads after its imports (OMP_NUM_THREADS > 1?)"
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():
+        return "CUDA was set up by its imports"
+    return ""
+
+
 def serve(sock: socket.socket, module: str) -> None:
     """Fork a child per request until the launcher closes its end; report each child's end through its
     status pipe. SIGCHLD wakes the loop through a pipe (signal.set_wakeup_fd)."""
@@ -358,11 +371,9 @@ def main(argv: Sequence[str]) -> int:
     # environment is still the one the process started with (a child replaces it before it retitles)
     setproctitle = sys.modules["setproctitle"]
     setproctitle.setproctitle(setproctitle.getproctitle())
-    if (n := threads()) != 1:
-        sys.stderr.write(
-            f"zygote: {n} threads after its imports (OMP_NUM_THREADS > 1?); forking from it would not be "
-            "safe: processes start the plain way\n"
-        )
+    why = unsafe_to_fork()
+    if why:
+        sys.stderr.write(f"zygote: {why}; forking from it would not be safe: processes start the plain way\n")
         sock.close()
         return 1
     serve(sock, module)

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from graphtrain.runtime.launch import plan, processes
+from graphtrain.runtime.launch import zygote as zygotes
 from graphtrain.runtime.launch.zygote import ForkedProcess, Zygote, ZygoteGone
 
 ROOT = Path(__file__).parents[3]
@@ -117,3 +118,13 @@ def test_a_zygote_with_a_thread_running_refuses_and_spawn_starts_the_plain_way(t
         assert isinstance(c.proc, subprocess.Popen) and c.proc.wait(timeout=60) == 0
     finally:
         z.close()
+
+
+def test_a_process_that_set_up_cuda_is_unsafe_to_fork(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No GPU here: CUDA's state is stood in for (a child of a fork cannot use CUDA its parent set up)."""
+    import torch
+
+    monkeypatch.setattr(zygotes, "threads", lambda: 1)  # as a zygote after its imports
+    assert zygotes.unsafe_to_fork() == ""  # CUDA never set up here
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    assert zygotes.unsafe_to_fork() == "CUDA was set up by its imports"
