@@ -252,7 +252,7 @@ def serve(sock: socket.socket, module: str) -> None:
                     raise ValueError(f"{len(fds)} file descriptors, not 3")
                 pid = os.fork()
                 if pid == 0:
-                    child(request, fds, (sock.fileno(), wake_r, wake_w), module)
+                    child(request, fds, (sock.fileno(), wake_r, wake_w, *statuses.values()), module)
                 statuses[pid] = fds[2]
                 sock.send(json.dumps({"pid": pid}).encode())
             except (ValueError, OSError) as exc:
@@ -282,8 +282,9 @@ def reap(statuses: dict[int, int]) -> None:
 
 
 def child(request: dict, fds: list[int], closing: Sequence[int], module: str) -> None:
-    """In the forked child: become the process a plain start would have made, run `module`'s main(),
-    exit as the interpreter would. Never returns."""
+    """In the forked child: become the process a plain start would have made (`closing`: the zygote's
+    descriptors, its siblings' status pipes among them, so that none stays open in a child), run
+    `module`'s main(), exit as the interpreter would. Never returns."""
     code: int = 1
     try:
         os.setsid()

@@ -85,6 +85,10 @@ def test_exit_codes_are_the_ones_popen_reports(zygote: Zygote, tmp_path: Path) -
         slow.wait(timeout=0.2)
     quick = fork(zygote, log, "exit", "0")
     assert quick.wait(timeout=60) == 0
+    fds = tmp_path / "fds.log"
+    assert fork(zygote, fds, "fds").wait(timeout=60) == 0  # forked while `slow` runs
+    pipes = [t for t in json.loads(fds.read_text()).values() if t.startswith(("pipe:", "socket:"))]
+    assert pipes == [], pipes  # no sibling's status pipe, no zygote socket: only its own log and stdin
     slow.send_signal(signal.SIGTERM)
     assert slow.wait(timeout=10) == -signal.SIGTERM
     assert quick.ended_at is not None and slow.ended_at is not None and quick.ended_at < slow.ended_at
