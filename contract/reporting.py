@@ -85,9 +85,10 @@ def append_history(history: list[Progress], entry: Progress, limit: int = HISTOR
 
 
 def epoch_line(p: Progress) -> str:
-    """One finished epoch as people read it: `epoch N/E  loss L  val_<metric> V  R samples/s`. The loss is
-    the epoch's mean and the metric the one evaluated in that epoch (a history entry carries none when
-    the epoch was not evaluated, so no stale value is ever shown)."""
+    """One finished epoch as people read it: `epoch N/E  loss L  val_<metric> V  R samples/s  validation
+    S s`. The loss is the epoch's mean and the metric the one evaluated in that epoch (a history entry
+    carries none when the epoch was not evaluated, so no stale value is ever shown); the rate counts the
+    training steps only, and the validation pass's seconds follow it."""
     parts = [f"epoch {p.epoch}/{p.epochs}"]
     if p.loss is not None:
         parts.append(f"loss {p.loss:.4f}")
@@ -95,6 +96,8 @@ def epoch_line(p: Progress) -> str:
         parts.append(f"{p.eval_metric} {p.eval_value:.4f}")
     if p.samples_per_second:
         parts.append(f"{p.samples_per_second:,.0f} samples/s")
+    if p.eval_metric and p.eval_value is not None and p.eval_seconds is not None:
+        parts.append(f"validation {p.eval_seconds:.1f} s")
     return "  ".join(parts)
 
 

@@ -86,7 +86,13 @@ class Progress(SpecModel):
     step: int = Field(default=0, ge=0, description="Optimizer steps taken since the start.")
     loss: float | None = Field(default=None, description="Training loss of the latest steps.")
     samples_per_second: float | None = Field(
-        default=None, ge=0, description="Seed nodes (or triples) trained per second, all trainers."
+        default=None,
+        ge=0,
+        description="Seed nodes (or triples) trained per second, all trainers, over the training steps of "
+        "the latest window (an epoch's validation pass not counted).",
+    )
+    eval_seconds: float | None = Field(
+        default=None, ge=0, description="Seconds the latest validation pass took (rank 0)."
     )
     eval_metric: str | None = Field(
         default=None, description="Name of the latest validation metric (e.g. val_acc, val_mrr)."

@@ -17,6 +17,7 @@ The loop owns what every training does alike:
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -92,11 +93,14 @@ class EpochLoop:
         while self.epoch < tr.epochs:
             window = Throughput()
             self._train_epoch(window)
+            window.stop()
             self.epoch, self.epoch_step = self.epoch + 1, 0
-            values = None
+            values, self.progress.eval_seconds = None, None
             if self.epoch % tr.eval_every == 0 or self.epoch == tr.epochs:
+                began = time.perf_counter()
                 validation, evaluated_at = self._evaluate("valid"), self.epoch
                 values = {k: validation[k] for k in self.val_names}
+                self.progress.eval_seconds = time.perf_counter() - began
             if self._end_epoch(window, values):
                 break
         if validation is None or evaluated_at != self.epoch:  # the last model's, evaluated once

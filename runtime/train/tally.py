@@ -26,6 +26,7 @@ class TrainerProgress:
     step: int = 0
     loss: float | None = None
     samples_per_second: float | None = None
+    eval_seconds: float | None = None
     eval_metric: str | None = None
     eval_value: float | None = None
     metrics: dict[str, Any] = field(default_factory=dict)
@@ -56,6 +57,7 @@ class TrainerProgress:
             step=self.step,
             loss=finite_or_none(self.loss),
             samples_per_second=finite_or_none(self.samples_per_second),
+            eval_seconds=finite_or_none(self.eval_seconds),
             eval_metric=self.eval_metric,
             eval_value=finite_or_none(self.eval_value),
             summary=self.summary(),
@@ -64,15 +66,20 @@ class TrainerProgress:
 
 
 class Throughput:
-    """Samples per second over the last window."""
+    """Samples per second over the last window of training steps. stop() ends the window when the epoch's
+    steps end, so the validation pass after them is not counted in the rate (it is reported apart)."""
 
     def __init__(self) -> None:
         self.start = time.perf_counter()
+        self.end: float | None = None
         self.samples = 0
 
     def add(self, n: int) -> None:
         self.samples += n
 
+    def stop(self) -> None:
+        self.end = time.perf_counter()
+
     def rate(self, world: int = 1) -> float:
-        elapsed = max(time.perf_counter() - self.start, 1e-9)
-        return self.samples * world / elapsed
+        end = self.end if self.end is not None else time.perf_counter()
+        return self.samples * world / max(end - self.start, 1e-9)

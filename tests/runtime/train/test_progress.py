@@ -464,3 +464,25 @@ def test_plot_creates_missing_directories_and_writes_atomically(tmp_path: Path) 
     assert sorted(p.name for p in target.parent.iterdir()) == ["c.png"]  # no temporary left
     (tmp_path / "file").write_text("x")
     assert "is not a directory" in one_line_error(["plot", str(run), "-o", str(tmp_path / "file" / "c.png")])
+
+
+def test_the_rate_counts_the_training_steps_and_not_the_validation_after_them(monkeypatch):
+    """An epoch's samples/s ends with its steps: a slow validation pass after stop() does not lower it,
+    and the epoch's line reports the pass's seconds beside the rate."""
+    from graphtrain.contract.reporting import epoch_line
+    from graphtrain.runtime.train import tally
+
+    now = [100.0]
+    monkeypatch.setattr(tally.time, "perf_counter", lambda: now[0])
+    window = tally.Throughput()
+    window.add(1000)
+    now[0] += 2.0  # two seconds of steps
+    window.stop()
+    now[0] += 30.0  # a long validation pass
+    assert window.rate() == 500.0
+    assert window.rate(world=2) == 1000.0
+    p = TrainerProgress(epoch=1, epochs=2, loss=0.5, samples_per_second=1000.0, eval_seconds=30.0)
+    p.eval_metric, p.eval_value = "val_accuracy", 0.75
+    assert epoch_line(p.to_spec()).endswith("1,000 samples/s  validation 30.0 s")
+    p.eval_metric = p.eval_value = None  # an epoch not evaluated shows no pass
+    assert "validation" not in epoch_line(p.to_spec())
