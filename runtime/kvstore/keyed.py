@@ -211,12 +211,14 @@ def rows_of(t: Any, keys: np.ndarray, insert: bool) -> torch.Tensor:
 
 def held(t: Any, keys: np.ndarray, grads: list[torch.Tensor]) -> tuple[torch.Tensor, list[torch.Tensor]]:
     """A dynamic table's rows for a gradient push in one piece (under t's lock), leaving out the keys
-    evicted since their pull (counted: KeyedRows.dropped)."""
+    evicted since their pull (counted: KeyedRows.dropped). The rows are mapped on the host and handed
+    over on the table's device (a GPU server's step wants its ids where its rows are)."""
     rows = t.keyed.update(keys)
     keep = rows >= 0
+    device = t.data.device
     if keep.all():
-        return torch.from_numpy(rows), grads
-    return torch.from_numpy(rows[keep]), [grads[0][torch.from_numpy(keep).to(grads[0].device)]]
+        return gpu.to_device(rows, device), grads
+    return gpu.to_device(rows[keep], device), [grads[0][torch.from_numpy(keep).to(grads[0].device)]]
 
 
 def restore_keyed(
