@@ -67,3 +67,28 @@ def test_only_runs_the_steps_it_names_in_the_order_of_its_words() -> None:
     assert [number[n] for n in names[3:]] == sorted(number[n] for n in names[3:])  # ties: in step order
     assert all(i == number[n] for i, n in picked)
     assert [i for i, _ in accept.chosen(all_steps, None)] == list(range(1, len(all_steps) + 1))
+
+
+def test_a_word_that_is_a_whole_step_name_picks_that_step_alone() -> None:
+    """The GPU-shard-server run's name is a part of its collective variants' names: named whole, it
+    comes alone (the lease's seconds go to the runs asked for), while a partial word still picks many."""
+    all_steps = accept.steps()
+    whole = "wordnet-sage shards-cuda trainers-cuda x1 nccl"
+    assert [accept.step_name(s) for _, s in accept.chosen(all_steps, [whole])] == [whole]
+    partial = [accept.step_name(s) for _, s in accept.chosen(all_steps, ["trainers-cuda x1 nccl"])]
+    assert whole in partial and len(partial) > 1
+
+
+def test_time_to_accuracy_counts_from_the_partition_to_the_first_epoch_at_the_target() -> None:
+    """A bigger batch is judged by when validation reaches the target, from the roles' start (the
+    partition ready), not by samples/s alone; a run that never reaches it says so (None)."""
+    status = {"conditions": [{"type": "PartitionReady", "lastTransitionTime": "2026-11-28T10:00:00+00:00"}]}
+    history = [
+        {"evalValue": 0.80, "updatedAt": "2026-11-28T10:00:07+00:00"},
+        {"evalValue": None, "updatedAt": "2026-11-28T10:00:09+00:00"},
+        {"evalValue": 0.86, "updatedAt": "2026-11-28T10:00:12+00:00"},
+        {"evalValue": 0.87, "updatedAt": "2026-11-28T10:00:15+00:00"},
+    ]
+    assert accept.seconds_to(history, status, 0.85) == 12.0
+    assert accept.seconds_to(history, status, 0.9) is None
+    assert "wordnet-sage shards-cuda trainers-cuda x1 nccl collective prefetch 1 batch 4096" in set(names())
