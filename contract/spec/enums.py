@@ -110,6 +110,11 @@ class DType(StrEnum):
     bfloat16 = "bfloat16"
 
 
+class NegativeSampler(StrEnum):
+    uniform = "uniform"  # each positive its own corruptions (PyKEEN's BasicNegativeSampler)
+    joint = "joint"  # a chunk of positives shares one set (DGL-KE's chunked negatives)
+
+
 class KGELoss(StrEnum):
     margin = "margin"  # pairwise margin ranking
     softplus = "softplus"  # logistic

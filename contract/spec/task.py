@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, ClassVar, TypeAlias
 from pydantic import Field
 
 from graphtrain.contract.spec.base import MAX_TYPES, TypeName
-from graphtrain.contract.spec.enums import KGELoss
+from graphtrain.contract.spec.enums import KGELoss, NegativeSampler
 from graphtrain.contract.spec.variants import Variant, WireUnion, wire_model
 
 NODE_CLASSIFICATION = "nodeClassification"
@@ -42,7 +42,28 @@ class KGETask(Variant):
 
     KIND: ClassVar[str] = KGE
 
-    negatives: int = Field(default=64, ge=1, le=100000, description="Corrupted triples drawn per positive.")
+    negatives: int = Field(
+        default=64,
+        ge=1,
+        le=100000,
+        description="Corrupted triples each positive is scored against (with sampler joint: the entities "
+        "its chunk shares).",
+    )
+    sampler: NegativeSampler = Field(
+        default=NegativeSampler.uniform,
+        description="uniform: each positive draws its own negatives, replacing its head (first half of a "
+        "batch) or tail (the rest) by another entity (PyKEEN's BasicNegativeSampler). joint: each chunk of "
+        "`chunk` positives shares one draw of `negatives` entities, scored against the whole chunk as one "
+        "matrix product (DGL-KE's chunked negatives): a batch pulls 2B + (B/chunk) x negatives entity rows "
+        "instead of 2B + B x negatives, which is what large batches on GPUs need. A shared entity that is "
+        "a positive's own true one is left out of that positive's loss.",
+    )
+    chunk: int = Field(
+        default=256,
+        ge=1,
+        le=1_000_000,
+        description="sampler joint: positives per shared set of negatives (DGL-KE's neg_chunk_size).",
+    )
     loss: KGELoss = Field(
         default=KGELoss.crossentropy,
         description="margin (pairwise margin ranking), softplus (logistic), crossentropy (softmax over the "

@@ -1,4 +1,5 @@
-"""DistMult (Yang et al. 2015): a diagonal bilinear score <h, r, t>."""
+"""DistMult (Yang et al. 2015): a diagonal bilinear score <h, r, t>. tails and heads score against a
+set of entities, batched over any leading dimensions (joint negatives: one set per chunk)."""
 
 from __future__ import annotations
 
@@ -13,11 +14,11 @@ def score(h: torch.Tensor, r: torch.Tensor, t: torch.Tensor, model: KGEModel) ->
 
 
 def tails(h: torch.Tensor, r: torch.Tensor, ents: torch.Tensor, model: KGEModel) -> torch.Tensor:
-    return (h * r) @ ents.T
+    return (h * r) @ ents.mT
 
 
 def heads(r: torch.Tensor, t: torch.Tensor, ents: torch.Tensor, model: KGEModel) -> torch.Tensor:
-    return (r * t) @ ents.T
+    return (r * t) @ ents.mT
 
 
 ENTRY = KGEEntry("distmult", score, tails, heads, macs_per_triple=lambda dim: 2.0 * dim)

@@ -1,5 +1,6 @@
 """TransE (Bordes et al. 2013): a relation is a translation, the score of (h, r, t) is -||h + r - t||_p.
-PyKEEN's convention, so runs compare with it setting for setting (bench/e2e.py)."""
+PyKEEN's convention, so runs compare with it setting for setting (bench/e2e.py). tails and heads score
+against a set of entities, batched over any leading dimensions (joint negatives: one set per chunk)."""
 
 from __future__ import annotations
 

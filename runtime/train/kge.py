@@ -1,7 +1,8 @@
 """Knowledge-graph embedding training (TransE, DistMult) with entity and relation DistEmbeddings.
 
 Each trainer takes its edge_split of the training triples (the in-edges of the partitions, so mostly
-triples whose tail its own shard holds), draws `model.negatives` corruptions per positive, pulls the
+triples whose tail its own shard holds), draws `task.negatives` corruptions per positive (or, with the
+joint sampler, one shared set per chunk of positives: kge_math.joint_draw), pulls the
 unique entity rows of the batch once (one request per owning shard) and pushes their deduplicated
 gradients to the servers, where the sparse optimizer runs. Entity rows are kept on the unit sphere
 (the row_norm constraint of the optimizer config, as PyKEEN's TransE and DistMult normalise entities
@@ -26,7 +27,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from graphtrain.contract.spec import GraphTraining, KGETask, kge
+from graphtrain.contract.spec import GraphTraining, KGETask, NegativeSampler, kge
 from graphtrain.runtime.data.graph import KnowledgeGraph
 from graphtrain.runtime.errors import GraphtrainError
 from graphtrain.runtime.graph import DistGraph, edge_split
@@ -80,7 +81,8 @@ def load_kg(graph: DistGraph) -> KnowledgeGraph:
 
 
 class Triples(NamedTuple):
-    """A batch: positive triples (B, 3) and their corruptions (B, negatives, 3)."""
+    """A batch: positive triples (B, 3) and their corruptions: (B, negatives, 3) triples with the uniform
+    sampler, (chunks, negatives) shared entity ids with the joint one (kge_math.joint_draw)."""
 
     pos: torch.Tensor
     neg: torch.Tensor
@@ -100,6 +102,7 @@ class LinkPrediction:
         assert isinstance(task, KGETask)
         seed_everything(tr.seed)
         self.kge_model, self.task, self.entry = m, task, kge_entry(m.KIND)
+        self.joint = task.sampler == NegativeSampler.joint
         self.kg = load_kg(graph)
         tables = {t.name: t for t in self.spec.embeddings}
         ent, rel = tables[m.entity_embedding], tables[m.relation_embedding]  # type: ignore[index]
@@ -157,7 +160,10 @@ class LinkPrediction:
         b = self.batch_size
         for i in range(self.steps_per_epoch()):
             pos = self.triples[order[i * b : (i + 1) * b]]
-            neg = kge_math.corrupt(pos, task.negatives, self.graph.num_nodes, gen)
+            if self.joint:
+                neg = kge_math.joint_draw(len(pos), task.negatives, task.chunk, self.graph.num_nodes, gen)
+            else:
+                neg = kge_math.corrupt(pos, task.negatives, self.graph.num_nodes, gen)
             if i >= start:
                 yield Triples(pos, neg)
 
@@ -166,15 +172,22 @@ class LinkPrediction:
         backward (forward_backward), and the gradients pushed to the shard servers (push)."""
         m, task = self.kge_model, self.task
         pos, neg = batch
-        ents = torch.cat([pos[:, [0, 2]].reshape(-1), neg[..., [0, 2]].reshape(-1)])
+        negs = neg.reshape(-1) if self.joint else neg[..., [0, 2]].reshape(-1)
+        ents = torch.cat([pos[:, [0, 2]].reshape(-1), negs])
         if self._where_they_lie():
             rows, r = self._rows_on_device(ents, pos[:, 1], clock)
         else:
             rows, r = self._rows_deduplicated(ents, pos[:, 1], clock)
         b, k = len(pos), task.negatives
-        pe, ne = rows[: 2 * b].view(b, 2, -1), rows[2 * b :].view(b, k, 2, -1)
+        pe = rows[: 2 * b].view(b, 2, -1)
         pos_s = self.entry.score(pe[:, 0], r, pe[:, 1], m)
-        neg_s = self.entry.score(ne[:, :, 0], r.unsqueeze(1), ne[:, :, 1], m)
+        if self.joint:
+            neg_s = self._joint_scores(
+                pos, neg, (pe[:, 0], r, pe[:, 1]), rows[2 * b :].view(-1, k, rows.shape[1])
+            )
+        else:
+            ne = rows[2 * b :].view(b, k, 2, -1)
+            neg_s = self.entry.score(ne[:, :, 0], r.unsqueeze(1), ne[:, :, 1], m)
         loss = kge_math.loss(str(task.loss), pos_s, neg_s, task.margin)
         loss.backward()
         clock.lap("forward_backward")
@@ -182,6 +195,26 @@ class LinkPrediction:
         self.rel_opt.step()
         clock.lap("push")
         return loss, len(pos)
+
+    def _joint_scores(
+        self,
+        pos: torch.Tensor,
+        shared: torch.Tensor,
+        triples: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+        shared_rows: torch.Tensor,
+    ) -> torch.Tensor:
+        """(B, k) scores against the chunks' shared entities, a positive's own entity among them left out
+        (scored -inf: no loss, no gradient). The check runs on the ids where the scores are."""
+        m, chunk = self.kge_model, self.task.chunk
+        scores = kge_math.joint_scores(
+            lambda r, t, e: self.entry.heads(r, t, e, m),
+            lambda h, r, e: self.entry.tails(h, r, e, m),
+            triples,
+            shared_rows,
+            chunk,
+        )
+        own = kge_math.own_entity(to_device(pos, self.device), to_device(shared, self.device), chunk)
+        return scores.masked_fill(own, float("-inf"))
 
     def _where_they_lie(self) -> bool:
         """Both tables on this trainer's GPU (standalone's, or collective ones): every occurrence is looked

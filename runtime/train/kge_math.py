@@ -4,11 +4,13 @@ the models', runtime/models/).
 The conventions are PyKEEN's, so a run can be compared with it setting for setting: negatives corrupt
 the head (first half of a batch) or the tail (the rest) with another entity drawn uniformly (PyKEEN's
 BasicNegativeSampler); losses are reduced by the mean as PyKEEN's sLCWA losses are; ranks are
-"realistic" (ties counted half) and filtered by every known triple of train, valid and test.
+"realistic" (ties counted half) and filtered by every known triple of train, valid and test. Joint
+negatives (DGL-KE's chunked sampling) keep the sides and the losses: only the draw is shared by a chunk.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -30,6 +32,71 @@ def corrupt(pos: torch.Tensor, k: int, num_entities: int, gen: torch.Generator) 
             draw += (draw >= original).to(draw.dtype)
         neg[rows, column] = draw
     return neg.view(-1, k, 3)
+
+
+def head_side(batch: int) -> int:
+    """How many of a batch's positives (the first ones) have their head replaced; the rest their tail."""
+    return (batch + 1) // 2
+
+
+def chunks(n: int, chunk: int) -> int:
+    """Chunks of up to `chunk` positives that n positives make."""
+    return -(-n // chunk)
+
+
+def joint_draw(batch: int, k: int, chunk: int, num_entities: int, gen: torch.Generator) -> torch.Tensor:
+    """Joint negatives (DGL-KE's chunked sampling): (chunks, k) entity ids, uniform over every entity, one
+    row per chunk of `chunk` positives: the head side's chunks first, then the tail side's. An entity drawn
+    that is a positive's own true one is left out of its loss (joint_scores)."""
+    half = head_side(batch)
+    rows = chunks(half, chunk) + chunks(batch - half, chunk)
+    return torch.randint(num_entities, (rows, k), generator=gen)
+
+
+def in_chunks(x: torch.Tensor, chunk: int) -> torch.Tensor:
+    """(n, ...) -> (chunks, chunk, ...): the last chunk padded with zeros (its padded rows' scores are
+    cut off again, so they touch no loss and no gradient)."""
+    n = x.shape[0]
+    pad = chunks(n, chunk) * chunk - n
+    if pad:
+        x = torch.cat([x, x.new_zeros((pad, *x.shape[1:]))])
+    return x.view(-1, chunk, *x.shape[1:])
+
+
+def per_positive(shared: torch.Tensor, n: int, chunk: int) -> torch.Tensor:
+    """The shared ids (chunks, k) of a side, one row per positive (n, k): each its chunk's."""
+    return shared.repeat_interleave(chunk, dim=0)[:n]
+
+
+def joint_scores(
+    score_heads: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor],
+    score_tails: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor],
+    triples: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+    shared_rows: torch.Tensor,
+    chunk: int,
+) -> torch.Tensor:
+    """(B, k) negative scores of a batch against its chunks' shared entities: the head side's positives
+    as (?, r, t) against theirs, the tail side's as (h, r, ?), each chunk one batched product.
+    `triples`: the rows (h, r, t), each (B, d); `shared_rows` (chunks, k, d) in joint_draw's order;
+    score_heads(r, t, ents) and score_tails(h, r, ents) batch over a leading chunk dimension."""
+    h, r, t = triples
+    b = len(h)
+    half, k = head_side(b), shared_rows.shape[1]
+    nh = chunks(half, chunk)
+    heads = score_heads(in_chunks(r[:half], chunk), in_chunks(t[:half], chunk), shared_rows[:nh])
+    tails = score_tails(in_chunks(h[half:], chunk), in_chunks(r[half:], chunk), shared_rows[nh:])
+    return torch.cat([heads.reshape(-1, k)[:half], tails.reshape(-1, k)[: b - half]])
+
+
+def own_entity(pos: torch.Tensor, shared: torch.Tensor, chunk: int) -> torch.Tensor:
+    """(B, k) bool: where a chunk's shared negative is the positive's own replaced entity (its head on
+    the head side, its tail on the other): a true triple, left out of the loss."""
+    b = len(pos)
+    half = head_side(b)
+    nh = chunks(half, chunk)
+    heads = per_positive(shared[:nh], half, chunk) == pos[:half, :1]
+    tails = per_positive(shared[nh:], b - half, chunk) == pos[half:, 2:]
+    return torch.cat([heads, tails])
 
 
 def loss(kind: str, pos: torch.Tensor, neg: torch.Tensor, margin: float = 1.0) -> torch.Tensor:

@@ -100,6 +100,8 @@ SAMPLES: dict[str, Any] = {
     "relationEmbedding": "relation",
     "norm": 2,
     "negatives": 4,
+    "sampler": "joint",
+    "chunk": 16,
     "loss": "margin",
     "margin": 2.0,
     "targetNodeTypes": ["noun"],

@@ -78,3 +78,64 @@ def test_every_loss_stays_on_the_scores_device(kind: str) -> None:
     the CPU, and the first TransE step on a GPU failed). The meta device stands in for a GPU in CI."""
     pos, neg = torch.zeros(4, device="meta"), torch.zeros(4, 3, device="meta")
     assert kge_math.loss(kind, pos, neg).device.type == "meta"
+
+
+@pytest.mark.parametrize("kind", ["transe-l1", "transe-l2", "distmult"])
+@pytest.mark.parametrize(("batch", "chunk"), [(8, 2), (7, 3), (5, 8)])
+def test_joint_scores_are_each_positive_scored_against_its_chunks_shared_entities(
+    kind: str, batch: int, chunk: int
+) -> None:
+    """The batched chunk products equal the brute force: positive i (head side: the first half) scored
+    with its head, or tail, replaced by each entity of its chunk's draw; uneven last chunks included."""
+    from graphtrain.contract.spec import DistMultModel, TransEModel
+    from graphtrain.runtime.models import distmult, transe
+
+    model = DistMultModel() if kind == "distmult" else TransEModel(norm=int(kind[-1]))
+    module = distmult if kind == "distmult" else transe
+    g = torch.Generator().manual_seed(batch * 10 + chunk)
+    n, k, d = 20, 6, 5
+    ent, rel = torch.randn(n, d, generator=g, dtype=torch.float64), torch.randn(3, d, dtype=torch.float64)
+    pos = torch.stack([torch.randint(n, (batch,)), torch.randint(3, (batch,)), torch.randint(n, (batch,))], 1)
+    shared = kge_math.joint_draw(batch, k, chunk, n, g)
+    half = kge_math.head_side(batch)
+    assert shared.shape == (kge_math.chunks(half, chunk) + kge_math.chunks(batch - half, chunk), k)
+    h, r, t = ent[pos[:, 0]], rel[pos[:, 1]], ent[pos[:, 2]]
+    got = kge_math.joint_scores(
+        lambda r_, t_, e: module.heads(r_, t_, e, model),
+        lambda h_, r_, e: module.tails(h_, r_, e, model),
+        (h, r, t),
+        ent[shared],
+        chunk,
+    )
+    want = torch.empty(batch, k, dtype=torch.float64)
+    for i in range(batch):
+        side, place = (0, i // chunk) if i < half else (2, kge_math.chunks(half, chunk) + (i - half) // chunk)
+        for j, e in enumerate(shared[place].tolist()):
+            hh, tt = (ent[e], t[i]) if side == 0 else (h[i], ent[e])
+            want[i, j] = module.score(hh, r[i], tt, model)
+    torch.testing.assert_close(got, want)
+    own = kge_math.own_entity(pos, shared, chunk)
+    for i in range(batch):
+        side, place = (0, i // chunk) if i < half else (2, kge_math.chunks(half, chunk) + (i - half) // chunk)
+        assert own[i].tolist() == [e == int(pos[i, side]) for e in shared[place].tolist()]
+
+
+def test_joint_draw_is_seeded_and_uniform_over_every_entity() -> None:
+    a = kge_math.joint_draw(1024, 256, 256, 50, torch.Generator().manual_seed(3))
+    b = kge_math.joint_draw(1024, 256, 256, 50, torch.Generator().manual_seed(3))
+    assert torch.equal(a, b) and a.shape == (4, 256)  # 2 chunks of heads, 2 of tails
+    counts = torch.bincount(a.reshape(-1), minlength=50)
+    assert len(counts) == 50 and counts.min() > 0  # every entity drawn, none out of range
+
+
+def test_a_positives_own_entity_among_the_shared_ones_adds_no_loss_and_no_gradient() -> None:
+    """Scored -inf where the shared entity is the true one: every loss ignores it, finite elsewhere."""
+    pos = torch.tensor([1.0, 2.0], requires_grad=True)
+    neg = torch.tensor([[0.5, 3.0], [1.0, -1.0]], requires_grad=True)
+    own = torch.tensor([[False, True], [False, False]])
+    for kind in ("margin", "softplus", "crossentropy"):
+        masked = neg.masked_fill(own, float("-inf"))
+        value = kge_math.loss(kind, pos, masked)
+        (gp, gn) = torch.autograd.grad(value, [pos, neg])
+        assert torch.isfinite(value) and torch.isfinite(gp).all() and torch.isfinite(gn).all()
+        assert gn[0, 1] == 0

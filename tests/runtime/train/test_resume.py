@@ -49,6 +49,13 @@ def transe_doc() -> dict:
     return doc
 
 
+def joint_doc() -> dict:
+    """TransE with joint negatives: chunks of 4 positives share 6 entities (uneven last chunks)."""
+    doc = transe_doc()
+    doc["spec"]["task"].update(sampler="joint", chunk=4, negatives=6)
+    return doc
+
+
 @pytest.fixture(scope="module")
 def partitions(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[GraphTraining, Path]]:
     """Each model's spec (checkpoint interval set) and partition, made as `graphtrain run` makes it."""
@@ -61,7 +68,12 @@ def partitions(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Grap
     npz = where / "planted.npz"
     np.savez(npz, indptr=g.indptr, indices=g.indices, feat=feat, label=g.label, **masks)
     made = {}
-    for kind, doc in (("graphsage", sage_spec(npz, epochs=3, batch=32)), ("transe", transe_doc())):
+    docs = {
+        "graphsage": sage_spec(npz, epochs=3, batch=32),
+        "transe": transe_doc(),
+        "transe-joint": joint_doc(),
+    }
+    for kind, doc in docs.items():
         doc["spec"]["training"]["checkpointInterval"] = INTERVAL
         spec_path = where / f"{kind}.yaml"
         spec_path.write_text(yaml.safe_dump(doc))
@@ -145,7 +157,7 @@ def metrics_rows(run_dir: Path) -> list[list[str]]:
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("kind", ["graphsage", "transe"])
+@pytest.mark.parametrize("kind", ["graphsage", "transe", "transe-joint"])
 def test_a_run_resumed_mid_epoch_takes_the_steps_of_the_uninterrupted_one(
     kind: str, partitions: dict, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -174,7 +186,7 @@ def test_a_run_resumed_mid_epoch_takes_the_steps_of_the_uninterrupted_one(
 
 
 @pytest.mark.timeout(180)
-@pytest.mark.parametrize("kind", ["graphsage", "transe"])
+@pytest.mark.parametrize("kind", ["graphsage", "transe", "transe-joint"])
 def test_tables_used_where_they_lie_train_and_resume_as_the_protocol_path(
     kind: str, partitions: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
