@@ -242,6 +242,30 @@ def accuracy(work: Path, threads: int, with_dgl: bool, seeds: int, rows: list[li
         print(f"[bench] WordNet {title}: {rows[-1][1:]}", flush=True)
 
 
+def kg_spec(dataset: str, model: str, seed: int, **overrides: Any) -> dict[str, Any]:
+    """The Nations example of `model` on `dataset` at KG_SETTINGS (PyKEEN's comparison), with `overrides`."""
+    s = KG_SETTINGS
+    doc = spec(
+        f"nations-{model}.yaml",
+        **{
+            "graph.dataset": dataset,
+            "training.seed": seed,
+            "training.epochs": s["epochs"],
+            "training.batchSize": s["batch"],
+            "training.evalEvery": 1000,
+            "training.checkpointInterval": 10**9,
+            "task.negatives": s["negatives"],
+            "task.loss": s["loss"],
+            **overrides,
+        },
+    )
+    doc["metadata"]["name"] = f"{dataset}-{model}"
+    for table in doc["spec"]["embeddings"]:
+        table["dim"] = s["dim"]
+        table["optimizer"]["lr"] = s["lr"]
+    return doc
+
+
 def kge(work: Path, threads: int, with_pykeen: bool, seeds: int, rows: list[list[str]]) -> None:
     py = venv("pykeen", PYKEEN) if with_pykeen else None
     s = KG_SETTINGS
@@ -249,23 +273,7 @@ def kge(work: Path, threads: int, with_pykeen: bool, seeds: int, rows: list[list
         for model in ("transe", "distmult"):
             ours, base = [], []
             for seed in range(seeds):
-                doc = spec(
-                    f"nations-{model}.yaml",
-                    **{
-                        "graph.dataset": dataset,
-                        "training.seed": seed,
-                        "training.epochs": s["epochs"],
-                        "training.batchSize": s["batch"],
-                        "training.evalEvery": 1000,
-                        "training.checkpointInterval": 10**9,
-                        "task.negatives": s["negatives"],
-                        "task.loss": s["loss"],
-                    },
-                )
-                doc["metadata"]["name"] = f"{dataset}-{model}"
-                for table in doc["spec"]["embeddings"]:
-                    table["dim"] = s["dim"]
-                    table["optimizer"]["lr"] = s["lr"]
+                doc = kg_spec(dataset, model, seed)
                 ours.append(graphtrain_run(doc, work, standalone=True)["test_mrr"])
                 if py is not None:
                     argv = [

@@ -55,7 +55,12 @@ def test_only_runs_the_steps_it_names_in_the_order_of_its_words() -> None:
     keeps its number (its log and spec files' names)."""
     all_steps = accept.steps()
     number = {accept.step_name(s): i for i, s in enumerate(all_steps, 1)}
-    words = ["gene-kg-transe standalone", "gene-kg-transe shards-cpu", "tests/gpu", "prefetch 1"]
+    words = [
+        "gene-kg-transe standalone",
+        "gene-kg-transe shards-cpu trainers-cpu x2",
+        "tests/gpu",
+        "prefetch 1",
+    ]
     picked = [(i, accept.step_name(s)) for i, s in accept.chosen(all_steps, words)]
     names = [n for _, n in picked]
     assert names[:3] == [
