@@ -13,8 +13,8 @@ was checked only after a whole message had been buffered. Now:
 - Peers authenticate at the connection (auth.py): without the token nothing is delivered, and the
   handshake is read as frames of at most MAX_FRAME_BYTES (ZMQ_MAXMSGSIZE).
 - The I/O thread owns the ROUTER. It parses and validates each request (protocol.py; a bad one is
-  answered there and never costs a worker), answers `health` itself (a probe is answered while every
-  worker is busy), queues the rest per peer (fairqueue.py: round-robin, one task per peer at a time),
+  answered there and never costs a worker), answers `health` (while workers are busy) and small pulls
+  itself (inline.py), queues the rest per peer (fairqueue.py: round-robin, one task per peer at a time),
   and sends replies without ever blocking (outbox.py: ZMQ_ROUTER_MANDATORY, bounded backlog per peer,
   a peer that stops reading is dropped and counted). It also runs the ZAP handler, expires barrier
   participants and restarts a worker thread that ended (none should: see below).
@@ -52,9 +52,9 @@ import zmq
 from zmq.utils.monitor import recv_monitor_message
 
 from graphtrain.runtime.errors import GraphtrainError
-from graphtrain.runtime.kvstore import auth, gpu, opargs, protocol
+from graphtrain.runtime.kvstore import auth, gpu, inline, opargs, protocol
 from graphtrain.runtime.kvstore.dispatch import Dispatcher, Released
-from graphtrain.runtime.kvstore.fairqueue import FairQueue, QueueFull
+from graphtrain.runtime.kvstore.fairqueue import FairQueue, PeerState, QueueFull
 from graphtrain.runtime.kvstore.metrics import ServerMetrics
 from graphtrain.runtime.kvstore.outbox import Dropped, Outbox, Sent
 from graphtrain.runtime.kvstore.placement import is_sticky
@@ -414,6 +414,9 @@ class ShardServer:
         if req.op == "health":  # answered here: a probe must not wait behind busy workers
             self.outbox.post(identity, protocol.encode_reply(req.rid, result=self.health()))
             self.metrics.requests.labels(shard, "health", "ok").inc()
+            return
+        if inline.fits(self.state, req, args) and self._queue.state(identity) is PeerState.idle:
+            inline.answer(self.dispatcher, self.outbox, self.metrics, identity, req, args, self._error)
             return
         try:
             self._queue.put(identity, Task(req, args, time.monotonic()))

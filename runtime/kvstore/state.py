@@ -302,7 +302,8 @@ class ShardTensors:
             from graphtrain.runtime.native import optim as native
             from graphtrain.runtime.optim.functional import threads
 
-            return native.gather(data, local, threads=threads(), out=out).numpy()
+            work = len(local) * data.shape[1]
+            return native.gather(data, local, threads=threads(work), out=out).numpy()
         if data.is_cuda:  # after the table's last write, on this worker's stream; rows to the host
             gpu.wait_written(t)
             use_core = route is place.Gather.CUDA_CORE and len(local)

@@ -42,9 +42,22 @@ def native_args(config: OptimConfig) -> native.OptimArgs:
     )
 
 
-def threads() -> int:
+# below this many float32 elements a core call runs on its calling thread: an OpenMP team for a 64-row
+# gather or step cost a shard server ~0.3 ms of spinning per request while the team's other thread
+# waited for a core (bench/RESULTS.md, "the request path, profiled"), against ~15 us of work
+PARALLEL_MIN_ELEMENTS = 1 << 16
+
+
+def threads(elements: int | None = None) -> int:
+    """Threads for a native core call over `elements` values (None: as many as torch uses): one below
+    PARALLEL_MIN_ELEMENTS, where starting a team costs more than the work. GRAPHTRAIN_OPTIM_THREADS
+    overrides both."""
     env = os.environ.get(ENV_THREADS)
-    return max(1, int(env)) if env else max(1, torch.get_num_threads())
+    if env:
+        return max(1, int(env))
+    if elements is not None and elements < PARALLEL_MIN_ELEMENTS:
+        return 1
+    return max(1, torch.get_num_threads())
 
 
 def _validate(table: torch.Tensor, ids: torch.Tensor, grads: torch.Tensor | list[torch.Tensor]) -> None:
@@ -142,15 +155,17 @@ def sparse_step(
     elif name is CoreBackend.CPU:
         if isinstance(grads, list):
             try:
+                work = len(ids) * table.shape[1]
                 updated = native.sparse_step_pieces(
-                    native_args(config), table, state, ids, grads, threads(), finite
+                    native_args(config), table, state, ids, grads, threads(work), finite
                 )
             except NonFiniteGradient:
                 if global_adam:
                     state["step"] -= 1  # refused: the step did not happen
                 raise
         else:
-            updated = native.sparse_step(native_args(config), table, state, ids, grads, threads())
+            work = len(ids) * table.shape[1]
+            updated = native.sparse_step(native_args(config), table, state, ids, grads, threads(work))
     else:  # the CUDA core scales the rows in its update kernel
         return cuda.sparse_step(native_args(config), table, state, ids, grads, config.row_norm or 0.0, finite)
     if config.row_norm and len(ids):

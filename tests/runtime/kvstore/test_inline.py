@@ -1,0 +1,118 @@
+"""Small pulls answered on the I/O thread (kvstore/inline.py): which requests qualify, that their rows
+and errors are a worker's, and that a peer with work in flight keeps its order (its pull goes to a
+worker). A real server in this process, a real client over TCP."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from graphtrain.runtime import kvstore
+from graphtrain.runtime.kvstore import inline, opargs, protocol
+from graphtrain.runtime.kvstore import server as server_module
+from graphtrain.runtime.kvstore.server import ShardServer
+from graphtrain.runtime.kvstore.state import ShardTensors
+from graphtrain.runtime.kvstore.transport import Call
+from tests.runtime.conftest import TOKEN
+from tests.runtime.kvstore.test_liveness import block_stats
+
+ROWS, DIM = 5_000, 64
+BOUNDS = np.array([0, ROWS])
+INLINE_ROWS = inline.INLINE_BYTES // (DIM * 4)  # 1,024
+
+
+def pull_req(name: str, n: int) -> tuple[protocol.Request, opargs.PullArgs]:
+    ids = np.arange(n, dtype=np.int64)
+    return protocol.Request(op="pull", rid=1, name=name, arrays=[ids]), opargs.PullArgs(ids=[ids])
+
+
+def test_only_small_pulls_of_host_tables_qualify() -> None:
+    state = ShardTensors()
+    state.create("t", ROWS, (DIM,), "float32", 0, ROWS, {"kind": "uniform", "seed": 1})
+    state.create(
+        "k", ROWS, (DIM,), "float32", 0, ROWS, {"kind": "zeros"}, keyed={"shards": 1, "evict": False}
+    )
+    assert inline.fits(state, *pull_req("t", 64))
+    assert inline.fits(state, *pull_req("t", INLINE_ROWS))  # at the limit
+    assert not inline.fits(state, *pull_req("t", INLINE_ROWS + 1))  # a worker streams it in chunks
+    assert not inline.fits(state, *pull_req("nope", 64))  # a worker answers the error
+    assert not inline.fits(state, *pull_req("k", 64))  # a dynamic table's pull may insert keys
+    req, _ = pull_req("t", 64)
+    push = protocol.Request(op="push", rid=1, name="t", arrays=[])
+    assert not inline.fits(state, push, opargs.PullArgs(ids=req.arrays))
+
+
+@pytest.fixture
+def served(monkeypatch: pytest.MonkeyPatch):
+    """A server with table "t", a client, and the rids each answering path took."""
+    state = ShardTensors()
+    srv = ShardServer(state, TOKEN, "tcp://127.0.0.1:0", workers=2)
+    srv.start()
+    answered: list[int] = []
+    real = inline.answer
+
+    def counted(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        answered.append(args[4].rid)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(server_module.inline, "answer", counted)
+    client = kvstore.connect([srv.address], TOKEN, timeout=30, retries=0)
+    client.create("t", ROWS, (DIM,), "float32", BOUNDS, {"kind": "uniform", "seed": 1})
+    yield srv, state, client, answered
+    client.close()
+    srv.stop()
+
+
+@pytest.mark.timeout(60)
+def test_small_pulls_are_answered_inline_with_a_workers_rows_and_errors(served) -> None:  # noqa: ANN001
+    srv, state, client, answered = served
+    rng = np.random.default_rng(0)
+    table = state.get("t").data.numpy()
+    small = rng.integers(0, ROWS, 64)
+    big = rng.integers(0, ROWS, INLINE_ROWS * 3)  # three chunks' worth: the workers' stream
+    got_small = client.pull("t", small, BOUNDS, (DIM,), np.float32)
+    assert len(answered) == 1
+    got_big = client.pull("t", big, BOUNDS, (DIM,), np.float32)
+    assert len(answered) == 1  # not inline
+    np.testing.assert_array_equal(got_small, table[small])
+    np.testing.assert_array_equal(got_big, table[big])
+    # a push (a worker's) is seen by the next pull (inline)
+    before = table[:64].copy()
+    client.set_optimizer("t", {"kind": "sgd", "lr": 1.0})
+    client.push_grad("t", np.arange(64), np.ones((64, DIM), np.float32), BOUNDS, mean=False)
+    after = client.pull("t", np.arange(64), BOUNDS, (DIM,), np.float32)
+    assert len(answered) == 2
+    np.testing.assert_allclose(after, before - 1.0, rtol=1e-6)
+    with pytest.raises(protocol.RemoteError, match="outside this shard's rows"):  # refused inline ...
+        client.pull("t", np.array([ROWS + 5]), np.array([0, ROWS + 10]), (DIM,), np.float32)
+    assert len(answered) == 3  # ... and the server serves on
+    assert client.pull("t", small[:3], BOUNDS, (DIM,), np.float32).shape == (3, DIM)
+    ok = srv.metrics.requests.labels(srv.metrics.shard, "pull", "ok")._value.get()
+    assert ok >= 4
+
+
+@pytest.mark.timeout(60)
+def test_a_pull_behind_the_same_peers_running_request_goes_to_a_worker(served) -> None:  # noqa: ANN001
+    """Sent in one exchange behind a request still on a worker, a small pull is not answered ahead of
+    it by the I/O thread: a peer's requests keep the order of the queue."""
+    srv, state, client, answered = served
+    release = block_stats(srv)
+    out = np.empty((64, DIM), np.float32)
+    ids = np.arange(64, dtype=np.int64)
+    calls = [Call(0, "stats"), Call(0, "pull", "t", client._frames(ids), {}, out)]
+    done = threading.Event()
+    result: list = []
+
+    def exchange() -> None:
+        result.extend(client.transport.call_many(calls))
+        done.set()
+
+    threading.Thread(target=exchange, daemon=True).start()
+    time.sleep(0.5)  # both sent; stats holds a worker
+    release.set()
+    assert done.wait(20)
+    assert answered == []  # the pull went to a worker
+    np.testing.assert_array_equal(out, state.get("t").data[:64].numpy())
