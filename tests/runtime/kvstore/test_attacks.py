@@ -208,6 +208,36 @@ def stuck_pull(address: str, rows: int) -> zmq.Socket:
     return sock
 
 
+@pytest.mark.timeout(120)
+def test_a_flood_of_small_pulls_never_read_is_bounded_and_dropped(ckroot: Path) -> None:
+    """Small pulls are answered on the I/O thread (inline.py), past the per-peer queue's bound: a peer
+    that sends thousands and reads none holds at most its outbox backlog, is dropped as such, and a
+    good client is served throughout."""
+    rows, dim = 20_000, 128  # a 64-row pull: 32 KB, answered inline
+    with servers(1, ckroot, "--metrics-port", "0") as srv:
+        pid = srv[0].proc.pid
+        client = kvstore.connect([srv[0].address], TOKEN, timeout=10, retries=0)
+        bounds = table(client, rows, dim)
+        base = rss(pid)
+        flood = dealer(srv[0].address, TOKEN, RCVHWM=1, RCVBUF=4096, SNDHWM=0)
+        ids = protocol.split_rows(np.arange(64, dtype=np.int64))
+        for rid in range(5000):
+            with contextlib.suppress(zmq.Again):
+                flood.send_multipart(
+                    protocol.encode_request("pull", rid, "emb", ids), zmq.NOBLOCK, copy=False
+                )
+        want = client.pull("emb", np.arange(64), bounds, (dim,), np.float32)
+        time.sleep(2.0)
+        for _ in range(20):
+            np.testing.assert_array_equal(client.pull("emb", np.arange(64), bounds, (dim,), np.float32), want)
+        assert rss(pid) - base < 64 * MB
+        assert client.health()[0]["live"]
+        seen = metrics(srv[0].metrics_port)
+        assert seen['graphtrain_kvstore_dropped_peers_total{reason="backlog",shard="0"}'] >= 1
+        flood.close(linger=0)
+        client.close()
+
+
 @pytest.mark.timeout(240)
 def test_clients_that_stop_reading_do_not_stall_the_others(ckroot: Path) -> None:
     """Finding 3: 4 whole-table pulls never read made every 1,000-row pull of a good client time out."""
