@@ -18,10 +18,10 @@ on one such pull before it reads the next request.
 
 from __future__ import annotations
 
+import logging
+import math
 import time
 from collections.abc import Callable
-
-import numpy as np
 
 from graphtrain.runtime.errors import GraphtrainError
 from graphtrain.runtime.kvstore import opargs, protocol
@@ -29,6 +29,8 @@ from graphtrain.runtime.kvstore.dispatch import Dispatcher
 from graphtrain.runtime.kvstore.metrics import ServerMetrics
 from graphtrain.runtime.kvstore.outbox import Outbox
 from graphtrain.runtime.kvstore.state import ShardTensors
+
+log = logging.getLogger("graphtrain.kvstore.server")
 
 INLINE_BYTES = 256 << 10  # 1,024 rows of 64 float32, 512 of 128
 
@@ -41,7 +43,7 @@ def fits(state: ShardTensors, req: protocol.Request, args: opargs.OpArgs, limit:
     t = state.tensors.get(req.name)
     if t is None or t.keyed is not None or t.data.device.type != "cpu":
         return False
-    row = int(np.prod(t.row_shape, dtype=np.int64)) * t.data.element_size()
+    row = math.prod(t.row_shape) * t.data.element_size()
     return sum(len(ids) for ids in args.ids) * row <= limit
 
 
@@ -64,5 +66,9 @@ def answer(
     except (protocol.ProtocolError, GraphtrainError, ValueError) as exc:
         outcome = "error"
         refuse(identity, req.rid, str(exc))
+    except Exception as exc:  # a bug: answered and logged as a worker does, never a silent timeout
+        outcome = "error"
+        log.exception("op pull failed")
+        refuse(identity, req.rid, f"internal error in pull: {type(exc).__name__}: {exc}")
     metrics.requests.labels(metrics.shard, "pull", outcome).inc()
     metrics.latency.labels(metrics.shard, "pull").observe(time.perf_counter() - start)

@@ -116,3 +116,23 @@ def test_a_pull_behind_the_same_peers_running_request_goes_to_a_worker(served) -
     assert done.wait(20)
     assert answered == []  # the pull went to a worker
     np.testing.assert_array_equal(out, state.get("t").data[:64].numpy())
+
+
+@pytest.mark.timeout(60)
+def test_a_bug_in_an_inline_pull_is_answered_and_the_server_serves_on(served, monkeypatch) -> None:  # noqa: ANN001
+    """An unexpected exception on the I/O thread's pull reaches the client as an internal error (as a
+    worker's does), not as a timeout, and the next pull is served."""
+    srv, state, client, answered = served
+    run = srv.dispatcher.run
+
+    def broken(req, args, who=None, now=None):  # noqa: ANN001, ANN202
+        if req.op == "pull" and len(opargs.joined(args.ids)) == 7:
+            raise RuntimeError("planted")
+        return run(req, args, who, now)
+
+    monkeypatch.setattr(srv.dispatcher, "run", broken)
+    with pytest.raises(protocol.RemoteError, match="internal error in pull: RuntimeError: planted"):
+        client.pull("t", np.arange(7), BOUNDS, (DIM,), np.float32)
+    assert len(answered) == 1
+    got = client.pull("t", np.arange(8), BOUNDS, (DIM,), np.float32)
+    np.testing.assert_array_equal(got, state.get("t").data[:8].numpy())
