@@ -94,11 +94,12 @@ class Training(SpecModel):
     )
     sampler: SamplerPlace = Field(
         default=SamplerPlace.auto,
-        description="GraphSAGE: where neighbours are sampled. auto: on a trainer's GPU when it computes on "
+        description="GNN models: where neighbours are sampled. auto: on a trainer's GPU when it computes on "
         "one and maps every shard's graph (standalone, or shard servers on its host), else on the host; "
-        "host: the shards' samplers; device: the whole graph copied to the trainer's device, refused at "
-        "start when a shard's graph is on another host. Either way a batch's samples are the same: the "
-        "CUDA core draws what the host sampler draws.",
+        "host: the shards' samplers; device: the whole graph (on a typed graph with its edge types, ids "
+        "and features) copied to the trainer's device, refused at start when a shard's graph is on "
+        "another host. Either way a batch's samples are the same: the CUDA core draws what the host "
+        "sampler draws.",
     )
     prefetch: int = Field(
         default=0,

@@ -56,32 +56,10 @@ GT_API int64_t gt_sample_neighbors(const int64_t* indptr, const int64_t* indices
   return total;
 }
 
-// Per seed, the edges it takes: the runs [a, b) of its row (the whole row, or one per edge type with
-// `type_fanouts`) and how many of each (`visit(a, b, c, stream)`), the same in both passes.
-template <typename Visit>
-static void runs_of(const int64_t* indptr, const int64_t* etype, int64_t local, int64_t fanout,
-                    const int64_t* type_fanouts, int64_t num_types, Visit&& visit) {
-  const int64_t start = indptr[local], end = indptr[local + 1];
-  if (type_fanouts == nullptr) {
-    const int64_t deg = end - start;
-    visit(start, end, (fanout < 0 || deg <= fanout) ? deg : fanout, int64_t{-1});
-    return;
-  }
-  int64_t a = start;
-  while (a < end) {
-    const int64_t t = etype[a];
-    int64_t b = a + 1;
-    while (b < end && etype[b] == t) ++b;
-    const int64_t f = (t >= 0 && t < num_types) ? type_fanouts[t] : 0;
-    const int64_t len = b - a;
-    visit(a, b, (f < 0 || len <= f) ? len : f, t);
-    a = b;
-  }
-}
-
 // Up to a fan-out of in-edges per seed (per edge type with type_fanouts, num_types entries: -1 all,
 // 0 none), as positions in the partition's edge arrays; returns the total, or -1 with *bad_pos as
-// gt_sample_neighbors. Without type_fanouts the draws are gt_sample_neighbors' exactly.
+// gt_sample_neighbors. Without type_fanouts the draws are gt_sample_neighbors' exactly. The runs and
+// draws are sample_math.h's edges_count/edges_draw, which the CUDA core's gt_cuda_sample_edges_* run too.
 GT_API int64_t gt_sample_edges(const int64_t* indptr, const int64_t* etype, int64_t lo, int64_t num_local,
                                const int64_t* seeds, int64_t n, int64_t fanout, const int64_t* type_fanouts,
                                int64_t num_types, uint64_t seed, int64_t* out_counts, int64_t* out_pos,
@@ -93,27 +71,16 @@ GT_API int64_t gt_sample_edges(const int64_t* indptr, const int64_t* etype, int6
       *bad_pos = i;
       return -1;
     }
-    int64_t c = 0;
-    runs_of(indptr, etype, local, fanout, type_fanouts, num_types,
-            [&](int64_t, int64_t, int64_t take, int64_t) { c += take; });
-    out_counts[i] = c;
-    total += c;
+    out_counts[i] = graphtrain::edges_count(etype, indptr[local], indptr[local + 1], fanout, type_fanouts, num_types);
+    total += out_counts[i];
   }
   if (out_pos == nullptr) return total;
-  std::vector<int64_t> picked;
   int64_t pos = 0;
   for (int64_t i = 0; i < n; ++i) {
-    runs_of(indptr, etype, seeds[i] - lo, fanout, type_fanouts, num_types,
-            [&](int64_t a, int64_t b, int64_t take, int64_t t) {
-              if (take == b - a) {
-                for (int64_t e = a; e < b; ++e) out_pos[pos++] = e;
-                return;
-              }
-              picked.resize(static_cast<size_t>(take));
-              const uint64_t s = t < 0 ? seed : graphtrain::type_seed(seed, t);
-              graphtrain::draw_positions(s, seeds[i], b - a, take, picked.data());
-              for (int64_t k = 0; k < take; ++k) out_pos[pos++] = a + picked[k];
-            });
+    const int64_t local = seeds[i] - lo;
+    graphtrain::edges_draw(etype, indptr[local], indptr[local + 1], seeds[i], fanout, type_fanouts, num_types, seed,
+                           out_pos + pos);
+    pos += out_counts[i];
   }
   return total;
 }

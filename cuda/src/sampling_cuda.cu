@@ -9,6 +9,9 @@
 //  2. gt_cuda_sample_fill: one warp per seed. A seed that keeps all its edges has them copied by the
 //     lanes; otherwise lane 0 draws the positions into the seed's output slots (c <= fan-out of them),
 //     and after the warp's barrier the lanes replace each position by its source. No host wait.
+// gt_cuda_sample_edges_count/_fill are the same two stages by edge position (the CPU core's
+// gt_sample_edges): a typed graph's sampled edge gives its source, its type and its id, and with a fan-out
+// per edge type each relation of a node is drawn on its own (sample_math.h's edges_count/edges_draw).
 // Errors cross the C ABI as codes and a message (cuda_boundary.cuh), never as exceptions.
 
 #include "graphtrain/api.h"
@@ -27,10 +30,11 @@ namespace {
 
 using namespace graphtrain::cuda_core;
 
-// counts[i]: the sources seed i keeps; a seed outside [0, num_nodes) sets *bad (the least such position)
-// and keeps none.
-__global__ void count_kernel(const int64_t* indptr, int64_t num_nodes, const int64_t* seeds, int64_t n,
-                             int64_t fanout, int64_t* counts, unsigned long long* bad) {
+// counts[i]: the edges seed i keeps (sample_math.h's edges_count: the whole row, or with type_fanouts
+// per relation); a seed outside [0, num_nodes) sets *bad (the least such position) and keeps none.
+__global__ void count_kernel(const int64_t* indptr, const int64_t* etype, int64_t num_nodes, const int64_t* seeds,
+                             int64_t n, int64_t fanout, const int64_t* type_fanouts, int64_t num_types,
+                             int64_t* counts, unsigned long long* bad) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t s = seeds[i];
@@ -39,8 +43,7 @@ __global__ void count_kernel(const int64_t* indptr, int64_t num_nodes, const int
       counts[i] = 0;
       continue;
     }
-    const int64_t deg = indptr[s + 1] - indptr[s];
-    counts[i] = (fanout < 0 || deg <= fanout) ? deg : fanout;
+    counts[i] = graphtrain::edges_count(etype, indptr[s], indptr[s + 1], fanout, type_fanouts, num_types);
   }
 }
 
@@ -62,6 +65,33 @@ __global__ void __launch_bounds__(kBlock)
     if (lane == 0) graphtrain::draw_positions(seed, s, deg, c, dst);
     __syncwarp();  // lane 0's positions are visible to the warp
     for (int64_t k = lane; k < c; k += kWarp) dst[k] = indices[start + dst[k]];
+  }
+}
+
+// gt_cuda_sample_edges_fill's kernel: the positions (in the graph's edge arrays) seed i keeps, to
+// out[ends[i] - counts[i], ends[i]). The whole row (no type_fanouts) as fill_kernel shares it among the
+// lanes; with a fan-out per edge type lane 0 walks the row's runs (edges_draw: the CPU core's loop).
+__global__ void __launch_bounds__(kBlock)
+    fill_edges_kernel(const int64_t* indptr, const int64_t* etype, const int64_t* seeds, int64_t n, int64_t fanout,
+                      const int64_t* type_fanouts, int64_t num_types, uint64_t seed, const int64_t* counts,
+                      const int64_t* ends, int64_t* out) {
+  const int lane = threadIdx.x % kWarp;
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * (blockDim.x / kWarp);
+  for (int64_t i = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) / kWarp; i < n; i += warps) {
+    const int64_t s = seeds[i];
+    const int64_t start = indptr[s], end = indptr[s + 1], c = counts[i];
+    int64_t* dst = out + (ends[i] - c);
+    if (type_fanouts != nullptr) {
+      if (lane == 0) graphtrain::edges_draw(etype, start, end, s, fanout, type_fanouts, num_types, seed, dst);
+      continue;
+    }
+    if (c == end - start) {
+      for (int64_t k = lane; k < c; k += kWarp) dst[k] = start + k;
+      continue;
+    }
+    if (lane == 0) graphtrain::draw_positions(seed, s, end - start, c, dst);
+    __syncwarp();  // lane 0's positions are visible to the warp
+    for (int64_t k = lane; k < c; k += kWarp) dst[k] += start;
   }
 }
 
@@ -114,28 +144,14 @@ int on_seeds(const char* fn, int64_t n, int32_t device, void* stream_ptr, Body b
   }
 }
 
-}  // namespace
-
-// Bytes of device workspace gt_cuda_sample_count needs for n seeds on `device`, in *bytes.
-GT_API int gt_cuda_sample_workspace_bytes(int64_t n, int32_t device, int64_t* bytes) {
-  const char* fn = "gt_cuda_sample_workspace_bytes";
-  *bytes = static_cast<int64_t>(kAlign);
-  return on_seeds(fn, n, device, nullptr, [&](cudaStream_t) {
-    cudaError_t err = cudaSuccess;
-    const size_t scan = scan_bytes(static_cast<int>(n), nullptr, &err);
-    if (err != cudaSuccess) return fail(fn, "CUB temporary storage size", err);
-    *bytes = static_cast<int64_t>(kAlign + scan);
-    return 0;
-  });
-}
-
-// Stage 1 of a layer: counts[i] and ends[i] (device, n each) for the n seeds of a graph of num_nodes nodes,
-// *total (host) the sources the layer keeps. Returns 0; kBadId with *bad_pos the first seed outside the
-// graph (counts and ends are then not to be used); kCudaError or kBadArgument.
-GT_API int gt_cuda_sample_count(const int64_t* indptr, int64_t num_nodes, const int64_t* seeds, int64_t n,
-                                int64_t fanout, int64_t* counts, int64_t* ends, int32_t device, void* stream_ptr,
-                                void* workspace, int64_t workspace_bytes, int64_t* total, int64_t* bad_pos) {
-  const char* fn = "gt_cuda_sample_count";
+// Stage 1 of a layer, both kinds (etype and type_fanouts null: neighbours; else edges per relation):
+// counts[i] and ends[i] (device, n each), *total (host) the edges the layer keeps. Returns 0; kBadId with
+// *bad_pos the first seed outside the graph (counts and ends are then not to be used); kCudaError or
+// kBadArgument.
+int count_layer(const char* fn, const int64_t* indptr, const int64_t* etype, int64_t num_nodes, const int64_t* seeds,
+                int64_t n, int64_t fanout, const int64_t* type_fanouts, int64_t num_types, int64_t* counts,
+                int64_t* ends, int32_t device, void* stream_ptr, void* workspace, int64_t workspace_bytes,
+                int64_t* total, int64_t* bad_pos) {
   *total = 0;
   *bad_pos = -1;
   return on_seeds(fn, n, device, stream_ptr, [&](cudaStream_t stream) {
@@ -149,7 +165,8 @@ GT_API int gt_cuda_sample_count(const int64_t* indptr, int64_t num_nodes, const 
     void* temp = static_cast<char*>(workspace) + kAlign;
     if ((err = cudaMemsetAsync(bad, 0xff, sizeof(unsigned long long), stream)) != cudaSuccess)
       return fail(fn, "clear the flag", err);
-    count_kernel<<<blocks_for_threads(n), kBlock, 0, stream>>>(indptr, num_nodes, seeds, n, fanout, counts, bad);
+    count_kernel<<<blocks_for_threads(n), kBlock, 0, stream>>>(indptr, etype, num_nodes, seeds, n, fanout,
+                                                               type_fanouts, num_types, counts, bad);
     if ((err = cudaGetLastError()) != cudaSuccess) return fail(fn, "count kernel launch", err);
     if ((err = cub::DeviceScan::InclusiveSum(temp, scan, counts, ends, static_cast<int>(n), stream)) != cudaSuccess)
       return fail(fn, "inclusive sum of the counts", err);
@@ -173,6 +190,46 @@ GT_API int gt_cuda_sample_count(const int64_t* indptr, int64_t num_nodes, const 
   });
 }
 
+}  // namespace
+
+// Bytes of device workspace gt_cuda_sample_count needs for n seeds on `device`, in *bytes.
+GT_API int gt_cuda_sample_workspace_bytes(int64_t n, int32_t device, int64_t* bytes) {
+  const char* fn = "gt_cuda_sample_workspace_bytes";
+  *bytes = static_cast<int64_t>(kAlign);
+  return on_seeds(fn, n, device, nullptr, [&](cudaStream_t) {
+    cudaError_t err = cudaSuccess;
+    const size_t scan = scan_bytes(static_cast<int>(n), nullptr, &err);
+    if (err != cudaSuccess) return fail(fn, "CUB temporary storage size", err);
+    *bytes = static_cast<int64_t>(kAlign + scan);
+    return 0;
+  });
+}
+
+// Stage 1 of a layer: counts[i] and ends[i] (device, n each) for the n seeds of a graph of num_nodes nodes,
+// *total (host) the sources the layer keeps. Returns 0; kBadId with *bad_pos the first seed outside the
+// graph (counts and ends are then not to be used); kCudaError or kBadArgument.
+GT_API int gt_cuda_sample_count(const int64_t* indptr, int64_t num_nodes, const int64_t* seeds, int64_t n,
+                                int64_t fanout, int64_t* counts, int64_t* ends, int32_t device, void* stream_ptr,
+                                void* workspace, int64_t workspace_bytes, int64_t* total, int64_t* bad_pos) {
+  return count_layer("gt_cuda_sample_count", indptr, nullptr, num_nodes, seeds, n, fanout, nullptr, 0, counts, ends,
+                     device, stream_ptr, workspace, workspace_bytes, total, bad_pos);
+}
+
+// Stage 1 by edge position (gt_sample_edges' draws): as gt_cuda_sample_count, counting per relation with
+// type_fanouts (device, num_types entries: -1 all, 0 none; null: `fanout` over the whole row), each
+// node's in-edges listed by type in etype (device; may be null without type_fanouts).
+GT_API int gt_cuda_sample_edges_count(const int64_t* indptr, const int64_t* etype, int64_t num_nodes,
+                                      const int64_t* seeds, int64_t n, int64_t fanout, const int64_t* type_fanouts,
+                                      int64_t num_types, int64_t* counts, int64_t* ends, int32_t device,
+                                      void* stream_ptr, void* workspace, int64_t workspace_bytes, int64_t* total,
+                                      int64_t* bad_pos) {
+  const char* fn = "gt_cuda_sample_edges_count";
+  if (type_fanouts != nullptr && (etype == nullptr || num_types < 0))
+    return fail_arg(fn, "fan-outs per edge type need the edge types and their count");
+  return count_layer(fn, indptr, etype, num_nodes, seeds, n, fanout, type_fanouts, num_types, counts, ends, device,
+                     stream_ptr, workspace, workspace_bytes, total, bad_pos);
+}
+
 // Stage 2: the sources of every seed into out (device, the total of stage 1), drawn with request seed
 // `seed`; counts and ends are stage 1's. Queued on the stream; returns 0, kCudaError or kBadArgument.
 GT_API int gt_cuda_sample_fill(const int64_t* indptr, const int64_t* indices, const int64_t* seeds, int64_t n,
@@ -181,6 +238,24 @@ GT_API int gt_cuda_sample_fill(const int64_t* indptr, const int64_t* indices, co
   const char* fn = "gt_cuda_sample_fill";
   return on_seeds(fn, n, device, stream_ptr, [&](cudaStream_t stream) {
     fill_kernel<<<blocks_for_warps(n), kBlock, 0, stream>>>(indptr, indices, seeds, n, seed, counts, ends, out);
+    const cudaError_t err = cudaGetLastError();
+    return err != cudaSuccess ? fail(fn, "fill kernel launch", err) : 0;
+  });
+}
+
+// Stage 2 by edge position: the positions (in the graph's edge arrays) every seed keeps into out (device,
+// stage 1's total), drawn with request seed `seed`; the arguments as gt_cuda_sample_edges_count's.
+// Queued on the stream; returns 0, kCudaError or kBadArgument.
+GT_API int gt_cuda_sample_edges_fill(const int64_t* indptr, const int64_t* etype, const int64_t* seeds, int64_t n,
+                                     int64_t fanout, const int64_t* type_fanouts, int64_t num_types, uint64_t seed,
+                                     const int64_t* counts, const int64_t* ends, int64_t* out, int32_t device,
+                                     void* stream_ptr) {
+  const char* fn = "gt_cuda_sample_edges_fill";
+  if (type_fanouts != nullptr && (etype == nullptr || num_types < 0))
+    return fail_arg(fn, "fan-outs per edge type need the edge types and their count");
+  return on_seeds(fn, n, device, stream_ptr, [&](cudaStream_t stream) {
+    fill_edges_kernel<<<blocks_for_warps(n), kBlock, 0, stream>>>(indptr, etype, seeds, n, fanout, type_fanouts,
+                                                                  num_types, seed, counts, ends, out);
     const cudaError_t err = cudaGetLastError();
     return err != cudaSuccess ? fail(fn, "fill kernel launch", err) : 0;
   });

@@ -15,7 +15,10 @@ servers on its host: samehost.py) and training.sampler allows it (sample_on_devi
 The draws are the host sampler's: the same request seed per layer as loader.sample_blocks, and the
 same per-node streams and Floyd's picks (cuda/include/graphtrain/sample_math.h), so device and host
 blocks are equal edge for edge. The blocks follow loader.py's convention: a layer's nodes are its
-frontier followed by the new sources in first-occurrence order.
+frontier followed by the new sources in first-occurrence order. A typed graph is drawn by edge position
+(the CUDA core's gt_cuda_sample_edges_*, the CPU core's gt_sample_edges: one fan-out, or one per edge
+type), and its blocks carry each edge's type, global id and features, gathered on the device from
+copies made beside the CSR (DGL samples its heterographs on the GPU in the same way).
 """
 
 from __future__ import annotations
@@ -26,26 +29,46 @@ import numpy as np
 import torch
 
 from graphtrain.runtime.errors import GraphtrainError
-from graphtrain.runtime.graph.loader import Block, MiniBatch, csr_tensor
+from graphtrain.runtime.graph.loader import Block, Fanout, MiniBatch, csr_tensor
 from graphtrain.runtime.kvstore.graphpart import GraphPart
 from graphtrain.runtime.native import cuda
+from graphtrain.runtime.native import graph as native_graph
 
 GRAPH_SHARE = 0.25  # of the device's free memory the graph may take; beyond it sampling stays on the host
 
 
 class DeviceGraph:
-    """A graph's in-CSR (row v: the global ids of v's in-neighbours) on one device."""
+    """A graph's in-CSR (row v: the global ids of v's in-neighbours) on one device; on a typed graph also
+    each edge's type (a node's in-edges listed by type), its global id and, when the graph has them, its
+    features, all in the CSR's edge order."""
 
-    def __init__(self, indptr: torch.Tensor, indices: torch.Tensor):
+    def __init__(
+        self,
+        indptr: torch.Tensor,
+        indices: torch.Tensor,
+        etype: torch.Tensor | None = None,
+        eids: torch.Tensor | None = None,
+        efeat: torch.Tensor | None = None,
+    ):
         self.indptr = indptr
         self.indices = indices
+        self.etype, self.eids, self.efeat = etype, eids, efeat
         self.device = indptr.device
         self.num_nodes = len(indptr) - 1
         self._host: GraphPart | None = None  # on the host: the CPU core's sampler over these arrays
+        self._type_fanouts: dict[bytes, torch.Tensor] = {}  # each layer's per-type fan-outs, uploaded once
+
+    @property
+    def typed(self) -> bool:
+        return self.etype is not None
 
     @classmethod
-    def of_parts(cls, parts: list[GraphPart], num_nodes: int, device: torch.device) -> DeviceGraph:
-        """The partitions' in-edges (each over its own contiguous node range) joined into one CSR.
+    def of_parts(
+        cls, parts: list[GraphPart], num_nodes: int, device: torch.device, efeat: Any = None
+    ) -> DeviceGraph:
+        """The partitions' in-edges (each over its own contiguous node range) joined into one CSR, with
+        their edge types and global edge ids when the parts are typed, and the edges' rows of `efeat`
+        (a DistTensor by global edge id) when given.
 
         Raises:
             ValueError: the parts do not cover [0, num_nodes) exactly once.
@@ -59,7 +82,19 @@ class DeviceGraph:
             [(p.indptr[:-1] - p.indptr[0]) + b for p, b in zip(parts, bases, strict=False)] + [bases[-1:]]
         ).astype(np.int64)
         indices = np.concatenate([p.indices[p.indptr[0] : p.indptr[-1]] for p in parts]).astype(np.int64)
-        return cls(torch.from_numpy(indptr).to(device), torch.from_numpy(indices).to(device))
+        etype = eids = feats = None
+        if parts[0].etype is not None:
+            etype = np.concatenate([np.asarray(p.etype[p.indptr[0] : p.indptr[-1]]) for p in parts])
+            eids = np.concatenate(
+                [p.edge_lo + np.arange(p.indptr[0], p.indptr[-1], dtype=np.int64) for p in parts]
+            )
+            if efeat is not None:
+                feats = torch.as_tensor(np.asarray(efeat[eids]), dtype=torch.float32).to(device)
+
+        def up(a: np.ndarray | None) -> torch.Tensor | None:
+            return None if a is None else torch.from_numpy(np.ascontiguousarray(a, dtype=np.int64)).to(device)
+
+        return cls(up(indptr), up(indices), up(etype), up(eids), feats)  # type: ignore[arg-type]
 
     def sample(self, frontier: torch.Tensor, fanout: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
         """(sources, counts): up to `fanout` in-neighbours of each frontier node (fanout < 0: all), those
@@ -71,6 +106,34 @@ class DeviceGraph:
             self._host = GraphPart(0, self.num_nodes, self.indptr.numpy(), self.indices.numpy())
         src, counts = self._host.sample(frontier.numpy(), fanout, seed)
         return torch.from_numpy(src), torch.from_numpy(counts)
+
+    def sample_edges(
+        self, frontier: torch.Tensor, fanout: Fanout, seed: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(positions in the edge arrays, counts) of a typed graph's draw: up to `fanout` in-edges of each
+        frontier node, or with an array (one fan-out per edge type) each relation drawn on its own; the
+        host sampler's sample_edges draws for request seed `seed` (sample_math.h's edges_draw)."""
+        per_type = fanout if isinstance(fanout, np.ndarray) else None
+        number = -1 if per_type is not None else int(fanout)
+        if self.device.type == "cuda":
+            return cuda.sample_edges(
+                self.indptr, self.indices, self.etype, frontier, number, self._fanouts_on(per_type), seed
+            )
+        assert self.etype is not None
+        pos, counts = native_graph.sample_edges(
+            self.indptr.numpy(), self.etype.numpy(), 0, frontier.numpy(), number,
+            None if per_type is None else np.ascontiguousarray(per_type, dtype=np.int64), seed,
+        )  # fmt: skip
+        return torch.from_numpy(pos), torch.from_numpy(counts)
+
+    def _fanouts_on(self, per_type: np.ndarray | None) -> torch.Tensor | None:
+        if per_type is None:
+            return None
+        key = np.ascontiguousarray(per_type, dtype=np.int64)
+        got = self._type_fanouts.get(key.tobytes())
+        if got is None:
+            got = self._type_fanouts[key.tobytes()] = torch.from_numpy(key).to(self.device)
+        return got
 
 
 def relabel(frontier: torch.Tensor, src: torch.Tensor, num_nodes: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -89,10 +152,11 @@ def relabel(frontier: torch.Tensor, src: torch.Tensor, num_nodes: int) -> tuple[
 
 def mean_matrices(
     counts: torch.Tensor, src_local: torch.Tensor, num_src: int
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(dst local ids, A, A^T) of a block, A the row-normalised (num_dst x num_src) adjacency, on the
-    tensors' device (loader.mean_matrices' twin). A^T's row pointer is searched in the sorted sources,
-    where a bincount would wait for the host to size it."""
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(dst local ids, A, A^T, order) of a block, A the row-normalised (num_dst x num_src) adjacency and
+    order its edges grouped by source, stably (A^T's, which attention's backward reads), on the tensors'
+    device (loader.mean_matrices' twin). A^T's row pointer is searched in the sorted sources, where a
+    bincount would wait for the host to size it."""
     dev, num_dst, edges = counts.device, len(counts), len(src_local)
     crow = torch.zeros(num_dst + 1, dtype=torch.int64, device=dev)
     torch.cumsum(counts, 0, out=crow[1:])
@@ -104,12 +168,16 @@ def mean_matrices(
         dst_local,
         csr_tensor(crow, src_local, values, (num_dst, num_src)),
         csr_tensor(crow_t, dst_local[order], values[order], (num_src, num_dst)),
+        order,
     )
 
 
-def sample_blocks_on(graph: DeviceGraph, seeds: np.ndarray, fanouts: list[int], seed: int = 0) -> MiniBatch:
-    """loader.sample_blocks on the graph's device: the blocks there, seeds and input nodes on the host
-    (they index host data and the embedding tables)."""
+def sample_blocks_on(
+    graph: DeviceGraph, seeds: np.ndarray, fanouts: list[Fanout], seed: int = 0
+) -> MiniBatch:
+    """loader.sample_blocks on the graph's device: the blocks there (on a typed graph with each edge's
+    type, global id and features), seeds and input nodes on the host (they index host data and the
+    embedding tables)."""
     seeds = np.asarray(seeds, dtype=np.int64)
     if len(np.unique(seeds)) != len(seeds):
         raise ValueError("seeds must be distinct")
@@ -118,10 +186,19 @@ def sample_blocks_on(graph: DeviceGraph, seeds: np.ndarray, fanouts: list[int], 
         frontier = frontier.pin_memory().to(graph.device, non_blocking=True)
     blocks: list[Block] = []
     for depth, fanout in enumerate(reversed(fanouts)):
-        src, counts = graph.sample(frontier, fanout, seed * 1000 + depth)  # sample_blocks' request seeds
+        request = seed * 1000 + depth  # sample_blocks' request seeds
+        etype = eid = efeat = None
+        if graph.typed:
+            pos, counts = graph.sample_edges(frontier, fanout, request)
+            assert graph.etype is not None and graph.eids is not None
+            src, etype, eid = graph.indices[pos], graph.etype[pos], graph.eids[pos]
+            efeat = None if graph.efeat is None else graph.efeat[pos]
+        else:
+            src, counts = graph.sample(frontier, int(fanout), request)
         nodes, src_local = relabel(frontier, src, graph.num_nodes)
-        dst_local, mean, mean_t = mean_matrices(counts, src_local, len(nodes))
-        blocks.insert(0, Block(len(nodes), len(frontier), src_local, dst_local, mean, mean_t))
+        dst_local, mean, mean_t, order = mean_matrices(counts, src_local, len(nodes))
+        block = Block(len(nodes), len(frontier), src_local, dst_local, mean, mean_t, etype, eid, efeat, order)
+        blocks.insert(0, block)
         frontier = nodes
     return MiniBatch(seeds=seeds, input_nodes=frontier.cpu().numpy(), blocks=blocks, input_device=frontier)
 
@@ -138,8 +215,11 @@ def local_parts(client: Any) -> list[GraphPart] | None:
     return parts
 
 
-def graph_bytes(parts: list[GraphPart]) -> int:
-    return sum(8 * (len(p.indptr) + len(p.indices)) for p in parts)
+def graph_bytes(parts: list[GraphPart], edge_dim: int = 0) -> int:
+    """Bytes of the joined graph on a device: its CSR, and on a typed graph each edge's type, id and
+    `edge_dim` features."""
+    per_edge = 8 + (16 + 4 * edge_dim if parts and parts[0].etype is not None else 0)
+    return sum(8 * len(p.indptr) + per_edge * len(p.indices) for p in parts)
 
 
 def device_room(device: torch.device) -> int | None:
@@ -191,27 +271,22 @@ def core_reason(device: torch.device) -> str:
 
 
 def device_graph(
-    setting: str, device: torch.device, client: Any, num_nodes: int, typed: bool = False
+    setting: str, device: torch.device, client: Any, num_nodes: int, efeat: Any = None
 ) -> DeviceGraph | None:
-    """The graph on the trainer's device when it samples there (sample_on_device), else None. A typed
-    graph samples on the host: the CUDA sampler draws neither per edge type nor edges' types and ids.
+    """The graph on the trainer's device when it samples there (sample_on_device), else None; a typed
+    graph's with its edge types and ids, and the rows of `efeat` (its edge features' DistTensor, when
+    it has them), which its blocks carry.
 
     Raises:
-        GraphtrainError: sampler device where the trainer cannot sample there (a typed graph too)."""
+        GraphtrainError: sampler device where the trainer cannot sample there."""
     if setting == "host":
-        return None
-    if typed:
-        if setting == "device":
-            raise GraphtrainError(
-                "training.sampler is device but the graph is typed: its blocks (edge types, per-type "
-                "fan-outs, edge features) are sampled on the host: use auto or host"
-            )
         return None
     parts = local_parts(client)
     if parts is None:
         sample_on_device(setting, device, False, 0, None)  # refuses `device`
         return None
-    nbytes, room = graph_bytes(parts), device_room(device)
+    edge_dim = int(efeat.shape[1]) if efeat is not None else 0
+    nbytes, room = graph_bytes(parts, edge_dim), device_room(device)
     if not sample_on_device(setting, device, True, nbytes, room, core_reason(device)):
         return None
-    return DeviceGraph.of_parts(parts, num_nodes, device)
+    return DeviceGraph.of_parts(parts, num_nodes, device, efeat)

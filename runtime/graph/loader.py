@@ -52,7 +52,8 @@ class Block:
         None  # its transpose, for the backward pass (built here, on the loader thread)
     )
     etype: torch.Tensor | None = None  # each edge's type (typed graphs), int64
-    eid: np.ndarray | None = None  # each edge's global id (typed graphs): its edge features' row
+    # each edge's global id (typed graphs): its edge features' row (a tensor where the device sampled it)
+    eid: np.ndarray | torch.Tensor | None = None
     efeat: torch.Tensor | None = None  # each edge's features, when the graph has them
     # the edge ids grouped by source, stably (mean_t's order): attention's backward walks them
     order: torch.Tensor | None = None

@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 from graphtrain.runtime.errors import GraphtrainError
 
 # = graphtrain::kAbiVersion in cuda/include/graphtrain/abi.h (tests/native/test_abi.py compares them)
-ABI_VERSION = 8
+ABI_VERSION = 9
 
 CPU, CUDA = "cpu", "cuda"
 REBUILD = {
@@ -133,6 +133,10 @@ SIGNATURES: dict[str, Signature] = {
     "gt_cuda_sample_workspace_bytes": Signature((CUDA,), INT, [I64, I32, P]),
     "gt_cuda_sample_count": Signature((CUDA,), INT, [P, I64, P, I64, I64, P, P, I32, P, P, I64, P, P]),
     "gt_cuda_sample_fill": Signature((CUDA,), INT, [P, P, P, I64, U64, P, P, P, I32, P]),
+    "gt_cuda_sample_edges_count": Signature(
+        (CUDA,), INT, [P, P, I64, P, I64, I64, P, I64, P, P, I32, P, P, I64, P, P]
+    ),
+    "gt_cuda_sample_edges_fill": Signature((CUDA,), INT, [P, P, P, I64, I64, P, I64, U64, P, P, P, I32, P]),
 }
 
 

@@ -245,6 +245,24 @@ def check_sample(indptr: Desc, indices: Desc, seeds: Desc) -> None:
         raise SparseInputError(f"{seeds.shape[0]} seeds in one call; the CUDA core takes at most {MAX_BATCH}")
 
 
+def check_sample_edges(
+    indptr: Desc, indices: Desc, etype: Desc | None, seeds: Desc, type_fanouts: Desc | None
+) -> None:
+    """check_sample's graph and seeds, and a typed graph's edge types (one per edge, as indices) and
+    fan-outs per edge type (1-D int64, on the graph's GPU; they need the edge types)."""
+    check_sample(indptr, indices, seeds)
+    if etype is not None:
+        _tensor("etype", etype, indptr.device, torch.int64, indices.shape, owner="the graph's indptr")
+    if type_fanouts is not None:
+        if etype is None:
+            raise SparseInputError("fan-outs per edge type need the graph's edge types")
+        if len(type_fanouts.shape) != 1:
+            raise SparseInputError(f"type_fanouts must be 1-D, got shape {type_fanouts.shape}")
+        _tensor(
+            "type_fanouts", type_fanouts, indptr.device, torch.int64, type_fanouts.shape, "the graph's indptr"
+        )
+
+
 # ------------------------------------------------------------------------------------------- calls
 
 
@@ -419,6 +437,24 @@ def _sample_workspace_bytes(n: int, device: int) -> int:
     return max(1, size.value)
 
 
+def _sample_workspace(indptr: torch.Tensor, n: int, device: int, stream: int) -> torch.Tensor:
+    """The stream's workspace for a layer's count of n seeds (grown to the next power of two, kept)."""
+    bound = 1 << max(0, n - 1).bit_length() if n > 1 else n
+    need = _sample_workspace_bytes(min(bound, MAX_BATCH), device)
+    buffers: dict[tuple[str, int, int], torch.Tensor] = _scratch.__dict__.setdefault("sample", {})
+    ws = buffers.get(("sample", device, stream))
+    if ws is None or ws.numel() < need:
+        ws = buffers[("sample", device, stream)] = torch.empty(need, dtype=torch.uint8, device=indptr.device)
+    return ws
+
+
+def _bad_seed(rc: int, seeds: torch.Tensor, bad: ctypes.c_int64, num_nodes: int) -> None:
+    if rc == RC_BAD_ID:
+        raise SparseInputError(
+            f"seeds[{bad.value}] = {int(seeds[bad.value])} is outside the graph's nodes [0, {num_nodes})"
+        )
+
+
 def sample_neighbors(
     indptr: torch.Tensor, indices: torch.Tensor, seeds: torch.Tensor, fanout: int, seed: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -436,21 +472,13 @@ def sample_neighbors(
     n, num_nodes = len(seeds), len(indptr) - 1
     counts = torch.empty(n, dtype=torch.int64, device=indptr.device)
     ends = torch.empty(n, dtype=torch.int64, device=indptr.device)
-    bound = 1 << max(0, n - 1).bit_length() if n > 1 else n
-    need = _sample_workspace_bytes(min(bound, MAX_BATCH), device)
-    buffers: dict[tuple[str, int, int], torch.Tensor] = _scratch.__dict__.setdefault("sample", {})
-    ws = buffers.get(("sample", device, stream))
-    if ws is None or ws.numel() < need:
-        ws = buffers[("sample", device, stream)] = torch.empty(need, dtype=torch.uint8, device=indptr.device)
+    ws = _sample_workspace(indptr, n, device, stream)
     total, bad = ctypes.c_int64(0), ctypes.c_int64(-1)
     rc = lib.gt_cuda_sample_count(
         indptr.data_ptr(), num_nodes, seeds.data_ptr(), n, fanout, counts.data_ptr(), ends.data_ptr(),
         device, stream, ws.data_ptr(), ws.numel(), ctypes.byref(total), ctypes.byref(bad),
     )  # fmt: skip
-    if rc == RC_BAD_ID:
-        raise SparseInputError(
-            f"seeds[{bad.value}] = {int(seeds[bad.value])} is outside the graph's nodes [0, {num_nodes})"
-        )
+    _bad_seed(rc, seeds, bad, num_nodes)
     _raise(lib, rc, "gt_cuda_sample_count")
     src = torch.empty(total.value, dtype=torch.int64, device=indptr.device)
     rc = lib.gt_cuda_sample_fill(
@@ -459,3 +487,54 @@ def sample_neighbors(
     )  # fmt: skip
     _raise(lib, rc, "gt_cuda_sample_fill")
     return src, counts
+
+
+def sample_edges(
+    indptr: torch.Tensor,
+    indices: torch.Tensor,
+    etype: torch.Tensor | None,
+    seeds: torch.Tensor,
+    fanout: int,
+    type_fanouts: torch.Tensor | None,
+    seed: int,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(positions in the graph's edge arrays, counts) on the graph's GPU: the CPU core's gt_sample_edges
+    draws for the same request seed. Without `type_fanouts` up to `fanout` in-edges per seed (the
+    positions of sample_neighbors' sources); with it (one per edge type on the graph's device, -1 all, 0
+    none; needs `etype`, each edge's type, a node's in-edges listed by type) each relation of a seed's
+    row drawn on its own. `indices` only sizes the edge arrays (the check). One host wait, for the total.
+
+    Raises:
+        SparseInputError: as sample_neighbors, or per-type fan-outs without the edge types.
+        CudaUnavailable, CudaCoreError: as the other calls.
+    """
+    check_sample_edges(
+        describe(indptr),
+        describe(indices),
+        None if etype is None else describe(etype),
+        describe(seeds),
+        None if type_fanouts is None else describe(type_fanouts),
+    )
+    lib, device, stream = _ready(indptr)
+    n, num_nodes = len(seeds), len(indptr) - 1
+    counts = torch.empty(n, dtype=torch.int64, device=indptr.device)
+    ends = torch.empty(n, dtype=torch.int64, device=indptr.device)
+    ws = _sample_workspace(indptr, n, device, stream)
+    types = None if etype is None else etype.data_ptr()
+    per_type = None if type_fanouts is None else type_fanouts.data_ptr()
+    num_types = 0 if type_fanouts is None else len(type_fanouts)
+    total, bad = ctypes.c_int64(0), ctypes.c_int64(-1)
+    rc = lib.gt_cuda_sample_edges_count(
+        indptr.data_ptr(), types, num_nodes, seeds.data_ptr(), n, fanout, per_type, num_types,
+        counts.data_ptr(), ends.data_ptr(), device, stream, ws.data_ptr(), ws.numel(),
+        ctypes.byref(total), ctypes.byref(bad),
+    )  # fmt: skip
+    _bad_seed(rc, seeds, bad, num_nodes)
+    _raise(lib, rc, "gt_cuda_sample_edges_count")
+    pos = torch.empty(total.value, dtype=torch.int64, device=indptr.device)
+    rc = lib.gt_cuda_sample_edges_fill(
+        indptr.data_ptr(), types, seeds.data_ptr(), n, fanout, per_type, num_types, seed & (2**64 - 1),
+        counts.data_ptr(), ends.data_ptr(), pos.data_ptr(), device, stream,
+    )  # fmt: skip
+    _raise(lib, rc, "gt_cuda_sample_edges_fill")
+    return pos, counts

@@ -10,6 +10,8 @@ import torch
 from graphtrain.runtime.errors import SparseInputError
 from graphtrain.runtime.graph import DistGraph, NeighborLoader, node_split, sample_blocks
 from graphtrain.runtime.graph import device_sampler as ds
+from graphtrain.runtime.graph.loader import Block, MiniBatch
+from tests.runtime.graph import test_device_sampler_typed as typed
 from tests.runtime.graph.test_device_sampler import dist_graph  # noqa: F401 - the fixture
 from tests.runtime.graph.test_sampling import in_neighbours
 
@@ -96,3 +98,52 @@ def test_a_hub_with_more_edges_than_a_warp_draws_distinct_sources() -> None:
         want = host.sample(torch.tensor([0, 5]), fanout, 7)
         assert torch.equal(src.cpu(), want[0]) and torch.equal(counts.cpu(), want[1])
         assert len(set(src.tolist())) == len(src) == (1000 if fanout < 0 else fanout)
+
+
+@pytest.fixture(scope="module")
+def typed_graph(tmp_path_factory) -> DistGraph:
+    return typed.three_parts(tmp_path_factory)
+
+
+@pytest.mark.parametrize("fanouts", typed.FANOUTS, ids=["one", "all", "per-type", "none-then-two"])
+def test_gpu_typed_blocks_are_the_host_samplers_edge_for_edge(typed_graph, fanouts) -> None:
+    """Issue 44's GPU figure: the CUDA core's typed draw (gt_cuda_sample_edges_*) gives the host
+    sampler's blocks, with each edge's type, id and features, for one fan-out and one per edge type."""
+    graph = ds.device_graph(
+        "auto", GPU, typed_graph.client, typed_graph.num_nodes, typed_graph.edata["efeat"]
+    )
+    assert graph is not None and graph.typed and graph.etype.is_cuda and graph.efeat.is_cuda
+    seeds = np.arange(0, 400, 3)
+    for seed in (0, 11):
+        mine = ds.sample_blocks_on(graph, seeds, fanouts, seed)
+        assert all(b.etype.is_cuda and b.efeat.is_cuda for b in mine.blocks)
+        on_host = copy_to_host(mine)
+        typed.same_blocks(on_host, sample_blocks(typed_graph, seeds, fanouts, seed))
+
+
+def copy_to_host(mb: MiniBatch) -> MiniBatch:
+    def host(t: torch.Tensor | None) -> torch.Tensor | None:
+        return None if t is None else t.cpu()
+
+    blocks = [
+        Block(b.num_src, b.num_dst, host(b.src), host(b.dst), host(b.mean), host(b.mean_t), host(b.etype),
+              host(b.eid).numpy(), host(b.efeat), host(b.order))
+        for b in mb.blocks
+    ]  # fmt: skip
+    return MiniBatch(seeds=mb.seeds, input_nodes=mb.input_nodes, blocks=blocks)
+
+
+def test_a_hub_with_many_relations_draws_each_relations_share() -> None:
+    """Node 0 has 1,000 in-edges in 3 runs of types 0, 1, 2 (500, 300, 200): per-type fan-outs past a
+    warp and up to whole runs, drawn as the CPU core draws them."""
+    etype = torch.repeat_interleave(torch.tensor([0, 1, 2]), torch.tensor([500, 300, 200]))
+    indptr = torch.tensor([0, 1000] + [1000] * 1000)
+    indices = torch.arange(1, 1001)
+    host = ds.DeviceGraph(indptr, indices, etype, torch.arange(1000))
+    gpu = ds.DeviceGraph(indptr.to(GPU), indices.to(GPU), etype.to(GPU), torch.arange(1000, device=GPU))
+    for fan in ([1, 33, 0], [499, 300, -1], [-1, -1, -1], [0, 0, 0]):
+        per_type = np.array(fan, dtype=np.int64)
+        pos, counts = gpu.sample_edges(torch.tensor([0, 5], device=GPU), per_type, 7)
+        want = host.sample_edges(torch.tensor([0, 5]), per_type, 7)
+        assert torch.equal(pos.cpu(), want[0]) and torch.equal(counts.cpu(), want[1])
+        assert len(set(pos.tolist())) == len(pos)

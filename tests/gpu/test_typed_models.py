@@ -1,6 +1,6 @@
 """The GNNs on a GPU: every model's forward and backward on cuda:0 equal the host's (the host runs the CPU
 core's attention kernels, the GPU torch's sparse products: the same sums), and a typed training on a GPU
-trainer learns what the CPU trainer learns (typed blocks are sampled on the host and moved there)."""
+trainer learns what the CPU trainer learns (its typed blocks sampled on the GPU: training.sampler auto)."""
 
 from __future__ import annotations
 
@@ -54,4 +54,6 @@ def test_a_typed_gat_on_a_gpu_trainer_learns_what_the_cpu_trainer_learns(tmp_pat
         res = graphtrain("run", str(spec), "--standalone", "--run-dir", str(run), cwd=tmp_path)
         assert res.returncode == 0, res.stderr[-3000:]
         accuracy[device] = json.loads((run / "result.json").read_text())["test_accuracy"]
+        on_gpu = "[trainer] sampling on cuda:0" in (run / "logs" / "trainer-0.log").read_text()
+        assert on_gpu is (device == "cuda")
     assert accuracy["cuda"] >= 0.95 and abs(accuracy["cuda"] - accuracy["cpu"]) <= 0.02, accuracy

@@ -56,6 +56,18 @@ calls = {
         None, 10, None, 1 << 32, 2, *nulls, 0, *nulls, 1 << 20, S, B
     ),
     "gt_cuda_sample_fill": lambda: lib.gt_cuda_sample_fill(None, None, None, 1, 7, *nulls, None, 0, None),
+    "gt_cuda_sample_edges_count": lambda: lib.gt_cuda_sample_edges_count(
+        None, None, 10, None, 1, 2, None, 0, *nulls, 0, *nulls, 1 << 20, S, B
+    ),
+    "gt_cuda_sample_edges_count (fan-outs per type without types)": lambda: lib.gt_cuda_sample_edges_count(
+        None, None, 10, None, 1, -1, info, 3, *nulls, 0, *nulls, 1 << 20, S, B
+    ),
+    "gt_cuda_sample_edges_fill": lambda: lib.gt_cuda_sample_edges_fill(
+        None, None, None, 1, 2, None, 0, 7, *nulls, None, 0, None
+    ),
+    "gt_cuda_sample_edges_fill (fan-outs per type without types)": lambda: lib.gt_cuda_sample_edges_fill(
+        None, None, None, 1, -1, info, 3, 7, *nulls, None, 0, None
+    ),
 }
 out = {}
 for name, call in calls.items():
@@ -100,6 +112,8 @@ def test_every_entry_point_returns_an_error_and_the_process_lives(no_driver: Pat
             assert rc == cuda.RC_BAD_ARGUMENT and "at most 2147483135" in message
         elif "too many seeds" in name:
             assert rc == cuda.RC_BAD_ARGUMENT and "at most 2147483647" in message
+        elif "without types" in name:
+            assert rc == cuda.RC_BAD_ARGUMENT and "need the edge types" in message
         else:
             assert rc == cuda.RC_CUDA_ERROR
             assert "cudaErrorInsufficientDriver" in message or "no CUDA driver" in message, message

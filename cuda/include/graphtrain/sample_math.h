@@ -60,4 +60,53 @@ GT_HD uint64_t type_seed(uint64_t seed, int64_t etype) {
   return mix64(seed ^ (0xd1b54a32d192ed03ULL * static_cast<uint64_t>(etype + 1)));
 }
 
+// The edges of a row [start, end) a draw keeps, and which: the whole row as one run (type_fanouts null:
+// at most `fanout`, -1 all), or with a fan-out per edge type (type_fanouts[t], num_types of them: -1 all,
+// 0 none; a type outside them: none) each relation's run of the row on its own. A typed partition lists
+// a node's in-edges by type, one run per relation.
+GT_HD int64_t take_of(int64_t len, int64_t fanout) { return (fanout < 0 || len <= fanout) ? len : fanout; }
+
+GT_HD int64_t run_end(const int64_t* etype, int64_t a, int64_t end) {
+  int64_t b = a + 1;
+  while (b < end && etype[b] == etype[a]) ++b;
+  return b;
+}
+
+GT_HD int64_t run_fanout(const int64_t* type_fanouts, int64_t num_types, int64_t t) {
+  return (t >= 0 && t < num_types) ? type_fanouts[t] : 0;
+}
+
+// How many edges of the row the draw keeps.
+GT_HD int64_t edges_count(const int64_t* etype, int64_t start, int64_t end, int64_t fanout,
+                          const int64_t* type_fanouts, int64_t num_types) {
+  if (type_fanouts == nullptr) return take_of(end - start, fanout);
+  int64_t c = 0;
+  for (int64_t a = start; a < end;) {
+    const int64_t b = run_end(etype, a, end);
+    c += take_of(b - a, run_fanout(type_fanouts, num_types, etype[a]));
+    a = b;
+  }
+  return c;
+}
+
+// The positions the draw keeps into out[0, edges_count(...)), runs in row order, ascending within each:
+// node `node`'s stream for request seed `seed` (a relation's: type_seed), Floyd's picks per run.
+GT_HD void edges_draw(const int64_t* etype, int64_t start, int64_t end, int64_t node, int64_t fanout,
+                      const int64_t* type_fanouts, int64_t num_types, uint64_t seed, int64_t* out) {
+  int64_t pos = 0;
+  for (int64_t a = start; a < end;) {
+    const bool whole = type_fanouts == nullptr;
+    const int64_t b = whole ? end : run_end(etype, a, end);
+    const int64_t take = take_of(b - a, whole ? fanout : run_fanout(type_fanouts, num_types, etype[a]));
+    if (take == b - a) {
+      for (int64_t e = a; e < b; ++e) out[pos++] = e;
+    } else if (take > 0) {
+      draw_positions(whole ? seed : type_seed(seed, etype[a]), node, b - a, take, out + pos);
+      for (int64_t k = 0; k < take; ++k) out[pos + k] += a;
+      pos += take;
+    }
+    a = b;
+  }
+}
+
 }  // namespace graphtrain

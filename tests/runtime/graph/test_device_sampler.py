@@ -92,10 +92,11 @@ def test_relabel_and_mean_matrices_match_the_host_ones() -> None:
     nodes, local = relabel(frontier, src)
     t_nodes, t_local = ds.relabel(torch.from_numpy(frontier), torch.from_numpy(src), 1000)
     assert t_nodes.tolist() == nodes.tolist() and t_local.tolist() == local.tolist()
-    a, a_t, _ = mean_matrices(counts, local, len(nodes))
-    dst, t_a, t_a_t = ds.mean_matrices(torch.from_numpy(counts), t_local, len(nodes))
+    a, a_t, order = mean_matrices(counts, local, len(nodes))
+    dst, t_a, t_a_t, t_order = ds.mean_matrices(torch.from_numpy(counts), t_local, len(nodes))
     assert dst.tolist() == np.repeat(np.arange(50), counts).tolist()
     assert torch.equal(t_a.to_dense(), a.to_dense()) and torch.equal(t_a_t.to_dense(), a_t.to_dense())
+    assert torch.equal(t_order, order)  # the edges by source, which attention's backward walks
 
 
 @pytest.mark.parametrize("fanouts", [[-1, -1], [4, 2], [1, 1]])
@@ -111,6 +112,7 @@ def test_blocks_are_the_host_samplers_edge_for_edge(dist_graph, on_device, fanou
         assert torch.equal(b.src, h.src) and torch.equal(b.dst, h.dst)
         assert torch.equal(b.mean.to_dense(), h.mean.to_dense())
         assert torch.equal(b.mean_t.to_dense(), h.mean_t.to_dense())
+        assert torch.equal(b.order, h.order)
 
 
 def test_sampled_blocks_follow_dgl_conventions(on_device) -> None:
@@ -188,8 +190,9 @@ def test_a_batch_hands_over_every_tensor_holding_its_memory(on_device) -> None:
     mb = ds.sample_blocks_on(on_device, np.arange(0, 600, 7), [4, 2], seed=3)
     mb.data = {"y": torch.zeros(3), "x": None}
     held = list(handover.tensors_of(mb))
-    # per block: src, dst, and crow/col/values of A and of A^T; then y; then the input nodes there
-    assert len(held) == 2 * (2 + 3 + 3) + 1 + 1 and all(t.layout == torch.strided for t in held)
+    # per block: src, dst, crow/col/values of A and of A^T, and the order by source; then y; then the
+    # input nodes there
+    assert len(held) == 2 * (2 + 3 + 3 + 1) + 1 + 1 and all(t.layout == torch.strided for t in held)
     assert any(t is mb.data["y"] for t in held) and any(t is mb.input_device for t in held)
     cpu = torch.device("cpu")
     assert handover.side_stream(cpu) is None and handover.side_stream(None) is None

@@ -2,7 +2,8 @@
 writes (users, items and shops; a user's label only its edges' ratings tell):
 
 - GAT reading edge features classifies the users (>= 0.95 test accuracy, issue 44's acceptance); the
-  same run without them cannot (near chance); RGAT's per-relation attention reads them too;
+  same run without them cannot (near chance); RGAT's per-relation attention reads them too, sampled on
+  the trainer's device;
 - R-GCN on 2 shard servers x 2 trainers, sampling per edge type and training the user type only, trains,
   resumes from its checkpoint with more epochs, and `graphtrain predict` answers per user by the user's
   own id.
@@ -64,11 +65,15 @@ def test_gat_learns_a_label_only_edge_features_carry(shop: Path) -> None:
 
 
 def test_rgat_reads_the_edge_features_in_its_per_relation_attention(shop: Path) -> None:
+    """Sampled by the device sampler (training.sampler device: the joined graph with its edge types, ids
+    and features, on this CPU trainer the CPU core's twin of the CUDA draw), whose typed blocks equal the
+    host sampler's (tests/runtime/graph/test_device_sampler_typed.py): the path a GPU trainer takes."""
     model = {"kind": "rgat", "hiddenDim": 32, "heads": 4, "dropout": 0.1, "edgeFeatures": True}
-    spec = variant(shop, "shop-rgat", model)
+    spec = variant(shop, "shop-rgat", model, training={"sampler": "device"})
     run = shop / "runs" / spec.stem
     res = graphtrain("run", str(spec), "--standalone", "--run-dir", str(run), cwd=shop)
     assert res.returncode == 0, res.stderr[-3000:]
+    assert "[trainer] sampling on cpu" in (run / "logs" / "trainer-0.log").read_text()
     assert result(run)["test_accuracy"] >= 0.95, result(run)
 
 
