@@ -25,7 +25,7 @@ install: $(STAMP) $(BIN)/helm ## venv with pinned dependencies, the package (com
 run: install ## the main job: GraphSAGE on WordNet, 2 shard servers x 2 trainers; prints the test accuracy
 	$(BIN)/graphtrain run examples/wordnet-sage.yaml --run-dir $(RUN) $(RUN_FLAGS)
 
-TEST_WORKERS ?= 2
+TEST_WORKERS ?= 3  # on 2 cores: a worker waiting on pods or the API server leaves its core to the others
 test: lint ## the whole test suite (after lint), TEST_WORKERS pytest-xdist workers (0: one process)
 	$(BIN)/pytest -n $(TEST_WORKERS)
 

@@ -1,6 +1,6 @@
 """Shared fixtures: small deterministic graphs with every kind of node data, and a real Kubernetes API
 server with kubectl against it (tests/k8s.py), one per test process, for the operator and chart tests;
-and how `make test`'s two pytest-xdist workers share the suite out."""
+and how `make test`'s three pytest-xdist workers share the suite out."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ import scipy.sparse as sp
 from graphtrain.runtime.data.graph import Graph, random_masks
 from tests import k8s
 
-# `make test` runs two pytest-xdist workers: a test file is the unit of work (its module fixtures are
+# `make test` runs three pytest-xdist workers: a test file is the unit of work (its module fixtures are
 # built once), and these folders go whole to one worker, in their serial order: the API-server tests
 # share one API server and one in-process operator (tests/api's cluster must run before
 # tests/operator's session operator watches every namespace), and the pod tests share one podman

@@ -33,9 +33,15 @@ def test_pip_runs_from_the_repository_root() -> None:
 
 
 def test_the_contract_tests_run_from_the_repository_root() -> None:
-    out = run(sys.executable, "-m", "pytest", "tests/contract", "-q", "-x", "-p", "no:cacheprovider")
+    """Every contract test module is collected (imported) from the root and its tests run there, but
+    test_httpd's servers (a third of the time here; this suite's own run of tests/contract starts them
+    from the same root)."""
+    out = run(
+        sys.executable, "-m", "pytest", "tests/contract", "-q", "-x", "-p", "no:cacheprovider",
+        "--deselect", "tests/contract/test_httpd.py",
+    )  # fmt: skip
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
-    assert " passed" in out.stdout
+    assert " passed" in out.stdout and " deselected" in out.stdout
 
 
 @pytest.fixture(scope="module")
