@@ -144,6 +144,18 @@ int on_seeds(const char* fn, int64_t n, int32_t device, void* stream_ptr, Body b
   }
 }
 
+// Per-type fan-outs need the edge types and a count of them (kBadArgument, before any CUDA call); 0 when
+// the arguments hold. Nothing thrown across the ABI.
+int check_types(const char* fn, const int64_t* etype, const int64_t* type_fanouts, int64_t num_types) {
+  try {
+    if (type_fanouts != nullptr && (etype == nullptr || num_types < 0))
+      return fail_arg(fn, "fan-outs per edge type need the edge types and their count");
+    return 0;
+  } catch (...) {
+    return fail_exception(fn);
+  }
+}
+
 // Stage 1 of a layer, both kinds (etype and type_fanouts null: neighbours; else edges per relation):
 // counts[i] and ends[i] (device, n each), *total (host) the edges the layer keeps. Returns 0; kBadId with
 // *bad_pos the first seed outside the graph (counts and ends are then not to be used); kCudaError or
@@ -154,6 +166,7 @@ int count_layer(const char* fn, const int64_t* indptr, const int64_t* etype, int
                 int64_t* total, int64_t* bad_pos) {
   *total = 0;
   *bad_pos = -1;
+  if (const int rc = check_types(fn, etype, type_fanouts, num_types)) return rc;
   return on_seeds(fn, n, device, stream_ptr, [&](cudaStream_t stream) {
     cudaError_t err = cudaSuccess;
     size_t scan = scan_bytes(static_cast<int>(n), stream, &err);
@@ -224,8 +237,6 @@ GT_API int gt_cuda_sample_edges_count(const int64_t* indptr, const int64_t* etyp
                                       void* stream_ptr, void* workspace, int64_t workspace_bytes, int64_t* total,
                                       int64_t* bad_pos) {
   const char* fn = "gt_cuda_sample_edges_count";
-  if (type_fanouts != nullptr && (etype == nullptr || num_types < 0))
-    return fail_arg(fn, "fan-outs per edge type need the edge types and their count");
   return count_layer(fn, indptr, etype, num_nodes, seeds, n, fanout, type_fanouts, num_types, counts, ends, device,
                      stream_ptr, workspace, workspace_bytes, total, bad_pos);
 }
@@ -251,8 +262,7 @@ GT_API int gt_cuda_sample_edges_fill(const int64_t* indptr, const int64_t* etype
                                      const int64_t* counts, const int64_t* ends, int64_t* out, int32_t device,
                                      void* stream_ptr) {
   const char* fn = "gt_cuda_sample_edges_fill";
-  if (type_fanouts != nullptr && (etype == nullptr || num_types < 0))
-    return fail_arg(fn, "fan-outs per edge type need the edge types and their count");
+  if (const int rc = check_types(fn, etype, type_fanouts, num_types)) return rc;
   return on_seeds(fn, n, device, stream_ptr, [&](cudaStream_t stream) {
     fill_edges_kernel<<<blocks_for_warps(n), kBlock, 0, stream>>>(indptr, etype, seeds, n, fanout, type_fanouts,
                                                                   num_types, seed, counts, ends, out);

@@ -31,8 +31,8 @@ import torch
 from graphtrain.runtime.errors import GraphtrainError
 from graphtrain.runtime.graph.loader import Block, Fanout, MiniBatch, csr_tensor
 from graphtrain.runtime.kvstore.graphpart import GraphPart
+from graphtrain.runtime.kvstore.opargs import MAX_EDGE_TYPES
 from graphtrain.runtime.native import cuda
-from graphtrain.runtime.native import graph as native_graph
 
 GRAPH_SHARE = 0.25  # of the device's free memory the graph may take; beyond it sampling stays on the host
 
@@ -64,27 +64,37 @@ class DeviceGraph:
 
     @classmethod
     def of_parts(
-        cls, parts: list[GraphPart], num_nodes: int, device: torch.device, efeat: Any = None
+        cls,
+        parts: list[GraphPart],
+        num_nodes: int,
+        device: torch.device,
+        typed: bool = False,
+        efeat: Any = None,
     ) -> DeviceGraph:
         """The partitions' in-edges (each over its own contiguous node range) joined into one CSR, with
-        their edge types and global edge ids when the parts are typed, and the edges' rows of `efeat`
-        (a DistTensor by global edge id) when given.
+        (`typed`) their edge types and global edge ids, and the edges' rows of `efeat` (a DistTensor by
+        global edge id) when given.
 
         Raises:
-            ValueError: the parts do not cover [0, num_nodes) exactly once.
+            ValueError: the parts do not cover [0, num_nodes) exactly once, a typed graph's part carries
+                no edge types, or a row pointer decreases.
         """
         parts = sorted(parts, key=lambda p: p.lo)
         if [p.lo for p in parts] != [0, *(p.hi for p in parts[:-1])] or parts[-1].hi != num_nodes:
             spans = ", ".join(f"[{p.lo}, {p.hi})" for p in parts)
             raise ValueError(f"the graph's parts {spans} do not cover its {num_nodes} nodes")
+        if typed and any(p.etype is None for p in parts):
+            raise ValueError("the graph is typed but some of its parts carry no edge types")
+        if any(np.any(np.diff(p.indptr) < 0) for p in parts):
+            raise ValueError("a part's row pointer decreases: its in-CSR is damaged")
         bases = np.cumsum([0, *(int(p.indptr[-1] - p.indptr[0]) for p in parts)])
         indptr = np.concatenate(
             [(p.indptr[:-1] - p.indptr[0]) + b for p, b in zip(parts, bases, strict=False)] + [bases[-1:]]
         ).astype(np.int64)
         indices = np.concatenate([p.indices[p.indptr[0] : p.indptr[-1]] for p in parts]).astype(np.int64)
         etype = eids = feats = None
-        if parts[0].etype is not None:
-            etype = np.concatenate([np.asarray(p.etype[p.indptr[0] : p.indptr[-1]]) for p in parts])
+        if typed:
+            etype = np.concatenate([np.asarray(p.etype[p.indptr[0] : p.indptr[-1]]) for p in parts])  # type: ignore[index]
             eids = np.concatenate(
                 [p.edge_lo + np.arange(p.indptr[0], p.indptr[-1], dtype=np.int64) for p in parts]
             )
@@ -112,19 +122,30 @@ class DeviceGraph:
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """(positions in the edge arrays, counts) of a typed graph's draw: up to `fanout` in-edges of each
         frontier node, or with an array (one fan-out per edge type) each relation drawn on its own; the
-        host sampler's sample_edges draws for request seed `seed` (sample_math.h's edges_draw)."""
+        host sampler's sample_edges draws for request seed `seed` (sample_math.h's edges_draw).
+
+        Raises:
+            ValueError: per-type fan-outs that list no type or more than the wire allows (as the shard
+                servers' client refuses them).
+        """
         per_type = fanout if isinstance(fanout, np.ndarray) else None
+        if per_type is not None and not 0 < len(per_type) <= MAX_EDGE_TYPES:
+            raise ValueError(f"type_fanouts must list 1 to {MAX_EDGE_TYPES} fan-outs, one per edge type")
         number = -1 if per_type is not None else int(fanout)
+        if len(self.indices) == 0:  # no edge: the cores' "no per-type fan-outs" is a null pointer
+            return self.indices[:0], torch.zeros(len(frontier), dtype=torch.int64, device=self.device)
         if self.device.type == "cuda":
             return cuda.sample_edges(
                 self.indptr, self.indices, self.etype, frontier, number, self._fanouts_on(per_type), seed
             )
-        assert self.etype is not None
-        pos, counts = native_graph.sample_edges(
-            self.indptr.numpy(), self.etype.numpy(), 0, frontier.numpy(), number,
-            None if per_type is None else np.ascontiguousarray(per_type, dtype=np.int64), seed,
-        )  # fmt: skip
-        return torch.from_numpy(pos), torch.from_numpy(counts)
+        if self._host is None:
+            assert self.etype is not None
+            etype = self.etype.numpy()
+            self._host = GraphPart(0, self.num_nodes, self.indptr.numpy(), self.indices.numpy(), etype)
+        per = None if per_type is None else np.ascontiguousarray(per_type, dtype=np.int64)
+        got = self._host.sample_edges(frontier.numpy(), number, seed, per)  # edge_lo 0: eid = position
+        assert got.eid is not None
+        return torch.from_numpy(got.eid), torch.from_numpy(got.counts)
 
     def _fanouts_on(self, per_type: np.ndarray | None) -> torch.Tensor | None:
         if per_type is None:
@@ -215,10 +236,10 @@ def local_parts(client: Any) -> list[GraphPart] | None:
     return parts
 
 
-def graph_bytes(parts: list[GraphPart], edge_dim: int = 0) -> int:
+def graph_bytes(parts: list[GraphPart], typed: bool = False, edge_dim: int = 0) -> int:
     """Bytes of the joined graph on a device: its CSR, and on a typed graph each edge's type, id and
     `edge_dim` features."""
-    per_edge = 8 + (16 + 4 * edge_dim if parts and parts[0].etype is not None else 0)
+    per_edge = 8 + (16 + 4 * edge_dim if typed else 0)
     return sum(8 * len(p.indptr) + per_edge * len(p.indices) for p in parts)
 
 
@@ -271,22 +292,30 @@ def core_reason(device: torch.device) -> str:
 
 
 def device_graph(
-    setting: str, device: torch.device, client: Any, num_nodes: int, efeat: Any = None
+    setting: str, device: torch.device, client: Any, num_nodes: int, typed: bool = False, efeat: Any = None
 ) -> DeviceGraph | None:
     """The graph on the trainer's device when it samples there (sample_on_device), else None; a typed
     graph's with its edge types and ids, and the rows of `efeat` (its edge features' DistTensor, when
     it has them), which its blocks carry.
 
     Raises:
-        GraphtrainError: sampler device where the trainer cannot sample there."""
+        GraphtrainError: sampler device where the trainer cannot sample there (a typed graph whose
+            mapped parts lack their edge types too)."""
     if setting == "host":
         return None
     parts = local_parts(client)
     if parts is None:
         sample_on_device(setting, device, False, 0, None)  # refuses `device`
         return None
+    if typed and any(p.etype is None for p in parts):
+        if setting == "device":
+            raise GraphtrainError(
+                "training.sampler is device but the graph is typed and a shard's mapped graph carries "
+                "no edge types: use auto or host"
+            )
+        return None
     edge_dim = int(efeat.shape[1]) if efeat is not None else 0
-    nbytes, room = graph_bytes(parts, edge_dim), device_room(device)
+    nbytes, room = graph_bytes(parts, typed, edge_dim), device_room(device)
     if not sample_on_device(setting, device, True, nbytes, room, core_reason(device)):
         return None
-    return DeviceGraph.of_parts(parts, num_nodes, device, efeat)
+    return DeviceGraph.of_parts(parts, num_nodes, device, typed, efeat if typed else None)

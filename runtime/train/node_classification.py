@@ -168,7 +168,9 @@ class NodeClassification:
         self.loader_graph = DistGraph(graph.config, loader_client)
         # the whole graph on this trainer's GPU when it samples there (training.sampler)
         efeat = graph.edata.get("efeat") if graph.typed else None
-        on_device = device_graph(str(tr.sampler), self.device, loader_client, graph.num_nodes, efeat)
+        on_device = device_graph(
+            str(tr.sampler), self.device, loader_client, graph.num_nodes, graph.typed, efeat
+        )
         if on_device is not None and dist.rank == 0:
             log(
                 f"[trainer] sampling on {on_device.device}: the graph's {len(on_device.indices):,} edges "

@@ -110,7 +110,7 @@ def test_gpu_typed_blocks_are_the_host_samplers_edge_for_edge(typed_graph, fanou
     """Issue 44's GPU figure: the CUDA core's typed draw (gt_cuda_sample_edges_*) gives the host
     sampler's blocks, with each edge's type, id and features, for one fan-out and one per edge type."""
     graph = ds.device_graph(
-        "auto", GPU, typed_graph.client, typed_graph.num_nodes, typed_graph.edata["efeat"]
+        "auto", GPU, typed_graph.client, typed_graph.num_nodes, True, typed_graph.edata["efeat"]
     )
     assert graph is not None and graph.typed and graph.etype.is_cuda and graph.efeat.is_cuda
     seeds = np.arange(0, 400, 3)

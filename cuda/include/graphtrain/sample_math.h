@@ -64,7 +64,10 @@ GT_HD uint64_t type_seed(uint64_t seed, int64_t etype) {
 // at most `fanout`, -1 all), or with a fan-out per edge type (type_fanouts[t], num_types of them: -1 all,
 // 0 none; a type outside them: none) each relation's run of the row on its own. A typed partition lists
 // a node's in-edges by type, one run per relation.
-GT_HD int64_t take_of(int64_t len, int64_t fanout) { return (fanout < 0 || len <= fanout) ? len : fanout; }
+GT_HD int64_t take_of(int64_t len, int64_t fanout) {
+  if (len <= 0) return 0;  // a damaged row pointer (decreasing) keeps nothing rather than a negative count
+  return (fanout < 0 || len <= fanout) ? len : fanout;
+}
 
 GT_HD int64_t run_end(const int64_t* etype, int64_t a, int64_t end) {
   int64_t b = a + 1;

@@ -41,7 +41,9 @@ def dist_graph(tmp_path_factory: pytest.TempPathFactory) -> DistGraph:
 
 @pytest.fixture(scope="module")
 def on_device(dist_graph: DistGraph) -> ds.DeviceGraph:
-    graph = ds.device_graph("device", CPU, dist_graph.client, dist_graph.num_nodes, dist_graph.edata["efeat"])
+    graph = ds.device_graph(
+        "device", CPU, dist_graph.client, dist_graph.num_nodes, True, dist_graph.edata["efeat"]
+    )
     assert graph is not None and graph.typed and graph.efeat is not None
     return graph
 
@@ -129,5 +131,50 @@ def test_a_typed_graph_on_the_device_counts_its_edge_arrays_in_its_size(dist_gra
     parts = local_parts(dist_graph.client)
     edges = sum(len(p.indices) for p in parts)
     nodes = sum(len(p.indptr) for p in parts)
-    assert graph_bytes(parts) == 8 * nodes + 24 * edges  # indices, types and ids
-    assert graph_bytes(parts, edge_dim=2) == 8 * nodes + 32 * edges
+    assert graph_bytes(parts) == 8 * nodes + 8 * edges  # untyped: the CSR alone
+    assert graph_bytes(parts, typed=True) == 8 * nodes + 24 * edges  # indices, types and ids
+    assert graph_bytes(parts, typed=True, edge_dim=2) == 8 * nodes + 32 * edges
+
+
+def test_what_a_typed_device_graph_cannot_sample_is_refused_naming_it(dist_graph, on_device) -> None:
+    """Per-type fan-outs listing no type (the servers' client refuses them too); a typed graph whose
+    mapped parts lost their edge types (auto samples on the host, device says why); a damaged CSR."""
+    from dataclasses import replace
+
+    from graphtrain.runtime.errors import GraphtrainError
+    from graphtrain.runtime.graph.device_sampler import local_parts
+
+    with pytest.raises(ValueError, match="type_fanouts must list 1 to 4096 fan-outs"):
+        on_device.sample_edges(torch.arange(3), np.array([], dtype=np.int64), 0)
+
+    class Untyped:  # the same parts, their edge types gone
+        num_shards = dist_graph.client.num_shards
+
+        class transport:  # noqa: N801 - stands for the client's transport
+            @staticmethod
+            def local_graph(shard: int):
+                return replace(local_parts(dist_graph.client)[shard], etype=None)
+
+    n = dist_graph.num_nodes
+    assert ds.device_graph("auto", CPU, Untyped(), n, typed=True) is None
+    with pytest.raises(
+        GraphtrainError, match="the graph is typed and a shard's mapped graph carries no edge"
+    ):
+        ds.device_graph("device", CPU, Untyped(), n, typed=True)
+    parts = local_parts(dist_graph.client)
+    with pytest.raises(ValueError, match="the graph is typed but some of its parts carry no edge types"):
+        ds.DeviceGraph.of_parts([*parts[:-1], replace(parts[-1], etype=None)], n, CPU, typed=True)
+    broken = replace(parts[0], indptr=parts[0].indptr.copy())
+    broken.indptr[1] = broken.indptr[2] + 1
+    with pytest.raises(ValueError, match="row pointer decreases"):
+        ds.DeviceGraph.of_parts([broken, *parts[1:]], n, CPU)
+
+
+def test_a_typed_graph_without_edges_samples_empty_blocks() -> None:
+    none = torch.zeros(0, dtype=torch.int64)
+    graph = ds.DeviceGraph(torch.zeros(5, dtype=torch.int64), none, none, none)
+    for fanout in (3, np.array([2, -1])):
+        pos, counts = graph.sample_edges(torch.tensor([0, 3]), fanout, 1)
+        assert len(pos) == 0 and counts.tolist() == [0, 0]
+    mb = ds.sample_blocks_on(graph, np.array([0, 3]), [np.array([1, 1]), 2], seed=2)
+    assert [b.num_src for b in mb.blocks] == [2, 2] and all(len(b.src) == 0 for b in mb.blocks)
