@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from enum import StrEnum
 
+from graphtrain.contract.optimizers import SPARSE_OPTIMIZERS
+
 # --------------------------------------------------------------------------------------------- enums
 
 
@@ -53,11 +55,10 @@ class InitKind(StrEnum):
     zeros = "zeros"
 
 
-class OptimizerKind(StrEnum):
-    sgd = "sgd"  # w -= lr * g
-    adagrad = "adagrad"  # element-wise G += g^2; w -= lr * g / (sqrt(G) + eps)
-    rowwise_adagrad = "rowwise_adagrad"  # one G per row: G += mean(g^2)
-    adam = "adam"  # lazy Adam: only touched rows, bias correction by step count
+# The sparse optimizers: contract/optimizers.py's table (each kind's update: its `summary`)
+OptimizerKind = StrEnum(  # type: ignore[misc]
+    "OptimizerKind", [(o.name, o.name) for o in SPARSE_OPTIMIZERS], module=__name__
+)
 
 
 class StepCount(StrEnum):

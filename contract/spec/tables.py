@@ -7,6 +7,7 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_snake
 
+from graphtrain.contract.optimizers import SPARSE_OPTIMIZERS
 from graphtrain.contract.spec.base import IDENT, MAX_INIT, MAX_TYPES, SpecModel, TypeName
 from graphtrain.contract.spec.enums import (
     DType,
@@ -70,10 +71,8 @@ class Optimizer(SpecModel):
     Weight decay is L2 folded into the gradient (g' = g + weightDecay * w) for every kind."""
 
     kind: OptimizerKind = Field(
-        default=OptimizerKind.adagrad,
-        description="sgd: w -= lr * g; adagrad: element-wise G += g^2, w -= lr * g / (sqrt(G) + eps); "
-        "rowwise_adagrad: one G per row, G += mean(g^2); adam: lazy Adam, only the touched rows, "
-        "bias-corrected by their step count.",
+        default=OptimizerKind("adagrad"),
+        description="; ".join(f"{o.name}: {o.summary}" for o in SPARSE_OPTIMIZERS) + ".",
     )
     lr: float = Field(default=0.01, gt=0, allow_inf_nan=False, description="Learning rate.")
     eps: float = Field(

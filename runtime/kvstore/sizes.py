@@ -4,16 +4,13 @@ partition Job, which never imports torch."""
 
 from __future__ import annotations
 
+from graphtrain.contract import optimizers
+
 
 def state_bytes(kind: str, step_count: str, rows: int, dim: int) -> int:
-    """Bytes of a sparse optimizer's state for `rows` rows of width `dim` (runtime/optim/state.py)."""
-    if kind == "adagrad":
-        return rows * dim * 4
-    if kind == "rowwise_adagrad":
-        return rows * 4
-    if kind == "adam":
-        return rows * dim * 8 + (rows if step_count == "row" else 1) * 8
-    return 0
+    """Bytes of a sparse optimizer's state for `rows` rows of width `dim` (runtime/optim/state.py's
+    layout: contract/optimizers.py)."""
+    return optimizers.state_bytes(kind, step_count, rows, dim)
 
 
 def share(capacity: int, holders: int, index: int) -> int:

@@ -13,11 +13,14 @@ from typing import Any
 import numpy as np
 import torch
 
+from graphtrain.contract.optimizers import SPARSE_OPTIMIZERS
 from graphtrain.runtime.errors import NonFiniteGradient, SparseInputError
 from graphtrain.runtime.native import OptimParams, core
 
 # graphtrain::OptimKind in cuda/include/graphtrain/optim_math.h
-KIND_CODE = {"sgd": 0, "adagrad": 1, "rowwise_adagrad": 2, "adam": 3}
+KIND_CODE = {
+    o.name: o.code for o in SPARSE_OPTIMIZERS
+}  # graphtrain::OptimKind (tests/native/test_optim_kinds.py)
 ADAM = KIND_CODE["adam"]
 
 __all__ = [

@@ -10,8 +10,10 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
-Kind = Literal["sgd", "adagrad", "rowwise_adagrad", "adam"]
-KINDS: tuple[str, ...] = ("sgd", "adagrad", "rowwise_adagrad", "adam")
+from graphtrain.contract.optimizers import BY_NAME
+
+Kind = Literal["sgd", "adagrad", "rowwise_adagrad", "adam"]  # for the type checker: SPARSE_OPTIMIZERS' names
+KINDS: tuple[str, ...] = tuple(BY_NAME)  # contract/optimizers.py's table
 
 
 @dataclass(frozen=True)

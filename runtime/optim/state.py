@@ -1,4 +1,5 @@
-"""Optimizer state of a table, as named tensors (what a checkpoint stores and a server holds).
+"""Optimizer state of a table, as named tensors (what a checkpoint stores and a server holds), laid out
+as contract/optimizers.py's table says:
 
 - adagrad: "sum" (rows x dim), element-wise sum of squared gradients, starting at initial_accumulator;
 - rowwise_adagrad: "sum" (rows,), one accumulator per row;
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import torch
 
+from graphtrain.contract.optimizers import BY_NAME, StateEntry
 from graphtrain.runtime.native.memory import empty
 from graphtrain.runtime.optim.config import OptimConfig
 
@@ -22,49 +24,39 @@ def _filled(
     return empty(shape, dtype, device).fill_(value)
 
 
+def _shape(entry: StateEntry, config: OptimConfig, num_rows: int, dim: int) -> tuple[int, ...]:
+    if entry.shape == "element":
+        return (num_rows, dim)
+    if entry.shape == "row":
+        return (num_rows,)
+    return (num_rows,) if config.step_count == "row" else (1,)  # "step"
+
+
 def make_state(
     config: OptimConfig, num_rows: int, dim: int, device: torch.device | str = "cpu"
 ) -> dict[str, torch.Tensor]:
-    f32 = torch.float32
-    if config.kind == "adagrad":
-        return {"sum": _filled((num_rows, dim), config.initial_accumulator, f32, device)}
-    if config.kind == "rowwise_adagrad":
-        return {"sum": _filled((num_rows,), config.initial_accumulator, f32, device)}
-    if config.kind == "adam":
-        steps = (num_rows,) if config.step_count == "row" else (1,)
-        return {
-            "exp_avg": _filled((num_rows, dim), 0.0, f32, device),
-            "exp_avg_sq": _filled((num_rows, dim), 0.0, f32, device),
-            "step": _filled(steps, 0, torch.int64, device),
-        }
-    return {}
-
-
-def _expected(config: OptimConfig, dim: int) -> dict[str, torch.Tensor]:
-    meta = "meta"
-    if config.kind == "adagrad":
-        return {"sum": torch.empty((0, dim), device=meta)}
-    if config.kind == "rowwise_adagrad":
-        return {"sum": torch.empty((0,), device=meta)}
-    if config.kind == "adam":
-        return {
-            "exp_avg": torch.empty((0, dim), device=meta),
-            "exp_avg_sq": torch.empty((0, dim), device=meta),
-            "step": torch.empty((0,), dtype=torch.int64, device=meta),
-        }
-    return {}
+    """The state contract/optimizers.py's table lists for config.kind, filled as it says."""
+    out = {}
+    for entry in BY_NAME[config.kind].state:
+        dtype = torch.int64 if entry.shape == "step" else torch.float32
+        value = config.initial_accumulator if entry.fill == "initial_accumulator" else 0
+        out[entry.name] = _filled(_shape(entry, config, num_rows, dim), value, dtype, device)
+    return out
 
 
 def check_state(config: OptimConfig, state: dict[str, torch.Tensor], num_rows: int, dim: int) -> None:
     """Raise ValueError naming the entry when `state` does not fit `config` and the table."""
-    expected = _expected(config, dim)
-    if set(state) != set(expected):
-        raise ValueError(f"{config.kind} state needs entries {sorted(expected)}, got {sorted(state)}")
-    for key, ref in expected.items():
-        t = state[key]
-        shape = (1,) if (key == "step" and config.step_count == "global") else (num_rows, *ref.shape[1:])
-        if tuple(t.shape) != shape or t.dtype != ref.dtype or not t.is_contiguous():
+    expected = BY_NAME[config.kind].state
+    if set(state) != {e.name for e in expected}:
+        raise ValueError(
+            f"{config.kind} state needs entries {sorted(e.name for e in expected)}, got {sorted(state)}"
+        )
+    for entry in expected:
+        t = state[entry.name]
+        shape = _shape(entry, config, num_rows, dim)
+        dtype = torch.int64 if entry.shape == "step" else torch.float32
+        if tuple(t.shape) != shape or t.dtype != dtype or not t.is_contiguous():
             raise ValueError(
-                f"state {key!r} must be a contiguous {ref.dtype} tensor of shape {shape}, "
+                f"state {entry.name!r} must be a contiguous {dtype} tensor of shape {shape}, "
                 f"got {t.dtype} {tuple(t.shape)}"
             )
