@@ -112,9 +112,7 @@ class DeviceGraph:
         seed `seed` (a GPU's by the CUDA core, the host's by the CPU core: sample_math.h)."""
         if self.device.type == "cuda":
             return cuda.sample_neighbors(self.indptr, self.indices, frontier, fanout, seed)
-        if self._host is None:
-            self._host = GraphPart(0, self.num_nodes, self.indptr.numpy(), self.indices.numpy())
-        src, counts = self._host.sample(frontier.numpy(), fanout, seed)
+        src, counts = self._host_part().sample(frontier.numpy(), fanout, seed)
         return torch.from_numpy(src), torch.from_numpy(counts)
 
     def sample_edges(
@@ -138,14 +136,17 @@ class DeviceGraph:
             return cuda.sample_edges(
                 self.indptr, self.indices, self.etype, frontier, number, self._fanouts_on(per_type), seed
             )
-        if self._host is None:
-            assert self.etype is not None
-            etype = self.etype.numpy()
-            self._host = GraphPart(0, self.num_nodes, self.indptr.numpy(), self.indices.numpy(), etype)
         per = None if per_type is None else np.ascontiguousarray(per_type, dtype=np.int64)
-        got = self._host.sample_edges(frontier.numpy(), number, seed, per)  # edge_lo 0: eid = position
+        got = self._host_part().sample_edges(frontier.numpy(), number, seed, per)  # edge_lo 0: eid = position
         assert got.eid is not None
         return torch.from_numpy(got.eid), torch.from_numpy(got.counts)
+
+    def _host_part(self) -> GraphPart:
+        """On the host: the CPU core's sampler over these arrays (edge types too, when typed), made once."""
+        if self._host is None:
+            etype = None if self.etype is None else self.etype.numpy()
+            self._host = GraphPart(0, self.num_nodes, self.indptr.numpy(), self.indices.numpy(), etype)
+        return self._host
 
     def _fanouts_on(self, per_type: np.ndarray | None) -> torch.Tensor | None:
         if per_type is None:
