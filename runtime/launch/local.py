@@ -252,7 +252,8 @@ class LocalRun:
         logs.mkdir(parents=True, exist_ok=True)
         with contextlib.suppress(OSError):
             log, dies = logs / "zygote.log", die_with_this_process()
-            self.zygote = Zygote.start(plan.entry(), child_env(), log, dies)
+            preload = plan.zygote_preload(self.gt.spec.task_kind, self.gt.spec.trainers.replicas)
+            self.zygote = Zygote.start(plan.entry(), child_env(), log, dies, preload)
 
     @property
     def device(self) -> str:

@@ -111,11 +111,18 @@ class Zygote:
         self.entry: list[str] = []
 
     @classmethod
-    def start(cls, entry: Sequence[str], env: Mapping[str, str], log: Path, preexec: Any = None) -> Zygote:
+    def start(
+        cls,
+        entry: Sequence[str],
+        env: Mapping[str, str],
+        log: Path,
+        preexec: Any = None,
+        preload: Sequence[str] = (),
+    ) -> Zygote:
         """Start a zygote for `entry` (plan.entry(): [python, -P, -m, graphtrain.runtime.cli]; its
         children run that module's main()), with `env` (the environment every child gets: OpenMP reads
-        it once, at import), its own output into `log`. It answers once its imports are done: the
-        first fork() waits for them.
+        it once, at import), its own output into `log`, importing `preload` beside PRELOAD
+        (plan.zygote_preload). It answers once its imports are done: the first fork() waits for them.
 
         Raises:
             ValueError: `entry` is not an interpreter's argv ending with `-m <module>`.
@@ -126,7 +133,7 @@ class Zygote:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         with open(log, "ab") as out:
             proc = subprocess.Popen(
-                [*entry[: at + 1], MODULE, str(theirs.fileno()), entry[at + 1]],
+                [*entry[: at + 1], MODULE, str(theirs.fileno()), entry[at + 1], *preload],
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=out,
@@ -360,13 +367,14 @@ def run(main: Any) -> int:
 
 
 def main(argv: Sequence[str]) -> int:
-    """The zygote (argv: its socket's descriptor, the module its children run): import PRELOAD and the
-    module, check that nothing started a thread, then serve()."""
+    """The zygote (argv: its socket's descriptor, the module its children run, then any modules to
+    import beside PRELOAD): import them and the module, check that nothing started a thread, then
+    serve()."""
     sock = socket.socket(fileno=int(argv[0]))
-    module = argv[1]
+    module, extra = argv[1], argv[2:]
     import importlib
 
-    for name in (*PRELOAD, module):
+    for name in (*PRELOAD, *extra, module):
         importlib.import_module(name)
     # setproctitle claims the memory of argv and the environment at its first call: here, while the C
     # environment is still the one the process started with (a child replaces it before it retitles)

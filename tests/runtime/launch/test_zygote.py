@@ -95,6 +95,30 @@ def test_exit_codes_are_the_ones_popen_reports(zygote: Zygote, tmp_path: Path) -
 
 
 @pytest.mark.timeout(120)
+def test_a_child_has_what_the_zygote_preloaded_and_only_that(tmp_path: Path) -> None:
+    """plan.zygote_preload's modules are imported once in the zygote: a child starts with them (a
+    trainer's DistributedDataParallel finds torch._dynamo imported); without them, it does not."""
+    names = ["json", "tests.runtime.launch.preload_probe", "wave"]  # imported by none of the probe's code
+    for preload, expected in (((), False), (("tests.runtime.launch.preload_probe", "wave"), True)):
+        z = Zygote.start(ENTRY, probe_env(), tmp_path / "zygote.log", preload=preload)
+        try:
+            log = tmp_path / f"child-{expected}.log"
+            assert fork(z, log, "imported", *names).wait(timeout=60) == 0
+        finally:
+            z.close()
+        said = json.loads(log.read_text().splitlines()[0])
+        assert said == {"json": True, "tests.runtime.launch.preload_probe": expected, "wave": expected}
+
+
+def test_the_trainers_preload_is_dynamo_only_where_ddp_imports_it() -> None:
+    """DistributedDataParallel's constructor imports torch._dynamo (~1.3 s of CPU): the zygote imports it
+    for node-classification trainers, where there are several; a KGE run or one trainer never pays it."""
+    assert plan.zygote_preload("nodeClassification", 2) == ("torch._dynamo",)
+    assert plan.zygote_preload("nodeClassification", 1) == ()
+    assert plan.zygote_preload("kge", 4) == ()
+
+
+@pytest.mark.timeout(120)
 def test_the_children_die_with_the_zygote(tmp_path: Path) -> None:
     z = Zygote.start(ENTRY, probe_env(), tmp_path / "zygote.log")
     child = fork(z, tmp_path / "child.log", "sleep", "600", pipe=True)

@@ -33,6 +33,8 @@ def main() -> None:
             except OSError:
                 continue  # the listing's own descriptor, closed again
         print(json.dumps(targets))
+    elif command == "imported":  # which of the named modules this process has without importing them
+        print(json.dumps({name: name in sys.modules for name in rest}))
     elif command == "exit":
         sys.exit(int(rest[0]))
     elif command == "raise":
