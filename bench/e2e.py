@@ -8,10 +8,11 @@
 2. Accuracy of the WordNet runs (test, every neighbour): graphtrain standalone and 2x2, and DGL.
 3. Restarts: WordNet 2x2 with backoffLimit 1, a trainer and then a shard server killed after epoch 4;
    the test accuracy beside the uninterrupted run's.
-4. KGE parity: filtered MRR of TransE and DistMult on Nations, Kinships and UMLS, graphtrain against
-   PyKEEN 1.11 (its own venv) with the same settings, over --seeds seeds each.
+4. KGE parity: filtered MRR of TransE, DistMult, ComplEx and RotatE on Nations, Kinships and UMLS,
+   graphtrain against PyKEEN 1.11 (its own venv) with the same settings, over --seeds seeds each.
 
     python bench/e2e.py [--seeds 3] [--skip dgl,pykeen,throughput,accuracy,restart,kge] [--threads 2]
+                        [--kge-models transe,distmult,complex,rotate] [--kge-datasets nations,kinships,umls]
 
 The venvs are made once under bench/.venvs (DGL: about 5 GB with torch 2.2.1's CUDA libraries).
 """
@@ -266,11 +267,23 @@ def kg_spec(dataset: str, model: str, seed: int, **overrides: Any) -> dict[str, 
     return doc
 
 
-def kge(work: Path, threads: int, with_pykeen: bool, seeds: int, rows: list[list[str]]) -> None:
+KG_MODELS = ("transe", "distmult", "complex", "rotate")  # each with its examples/nations-<model>.yaml
+KG_DATASETS = ("nations", "kinships", "umls")
+
+
+def kge(
+    work: Path,
+    threads: int,
+    with_pykeen: bool,
+    seeds: int,
+    rows: list[list[str]],
+    models: tuple[str, ...] = KG_MODELS,
+    datasets: tuple[str, ...] = KG_DATASETS,
+) -> None:
     py = venv("pykeen", PYKEEN) if with_pykeen else None
     s = KG_SETTINGS
-    for dataset in ("nations", "kinships", "umls"):
-        for model in ("transe", "distmult"):
+    for dataset in datasets:
+        for model in models:
             ours, base = [], []
             for seed in range(seeds):
                 doc = kg_spec(dataset, model, seed)
@@ -354,6 +367,12 @@ def main() -> None:
         "--skip", default="", help="comma-separated: dgl, pykeen, throughput, accuracy, restart, kge"
     )
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument(
+        "--kge-models", default=",".join(KG_MODELS), help=f"comma-separated, of {', '.join(KG_MODELS)}"
+    )
+    ap.add_argument(
+        "--kge-datasets", default=",".join(KG_DATASETS), help=f"comma-separated, of {', '.join(KG_DATASETS)}"
+    )
     a = ap.parse_args()
     skip = set(filter(None, a.skip.split(",")))
     os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -383,7 +402,9 @@ def main() -> None:
             print(table(["killed at epoch 4", "restarts", "uninterrupted", "with restart", "diff"], rows))
         if "kge" not in skip:
             rows = []
-            kge(work, a.threads, "pykeen" not in skip, a.seeds, rows)
+            models = tuple(m for m in a.kge_models.split(",") if m)
+            datasets = tuple(d for d in a.kge_datasets.split(",") if d)
+            kge(work, a.threads, "pykeen" not in skip, a.seeds, rows, models, datasets)
             print(table(["dataset", "model", "graphtrain MRR", "PyKEEN MRR", "diff", "within 0.03"], rows))
 
 

@@ -2,7 +2,9 @@
 
 Runs in the PyKEEN venv that bench/e2e.py makes (never imported by graphtrain). The settings mirror
 graphtrain's KGE trainer: entities on the unit sphere (PyKEEN's default constrainer for TransE and
-DistMult), no regulariser, sLCWA with the basic negative sampler, Adam, filtered realistic ranks.
+DistMult), free rows for ComplEx and RotatE (their embedding_dim is half of --dim: a complex number
+per two of graphtrain's row), no regulariser, sLCWA with the basic negative sampler, Adam, filtered
+realistic ranks.
 """
 
 from __future__ import annotations
@@ -11,11 +13,13 @@ import argparse
 import json
 import time
 
+NAMES = {"transe": "TransE", "distmult": "DistMult", "complex": "ComplEx", "rotate": "RotatE"}
+
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--dataset", required=True)
-    ap.add_argument("--model", required=True, choices=["transe", "distmult"])
+    ap.add_argument("--model", required=True, choices=sorted(NAMES))
     ap.add_argument("--dim", type=int, required=True)
     ap.add_argument("--epochs", type=int, required=True)
     ap.add_argument("--batch-size", type=int, required=True)
@@ -33,7 +37,8 @@ def main() -> None:
     from pykeen.pipeline import pipeline
 
     torch.set_num_threads(a.threads)
-    model_kwargs: dict = {"embedding_dim": a.dim}
+    complex_rows = a.model in ("complex", "rotate")
+    model_kwargs: dict = {"embedding_dim": a.dim // 2 if complex_rows else a.dim}
     if a.model == "transe":
         model_kwargs["scoring_fct_norm"] = a.norm
     else:
@@ -42,7 +47,7 @@ def main() -> None:
     start = time.perf_counter()
     result = pipeline(
         dataset=a.dataset,
-        model="TransE" if a.model == "transe" else "DistMult",
+        model=NAMES[a.model],
         model_kwargs=model_kwargs,
         loss=a.loss,
         loss_kwargs=loss_kwargs,

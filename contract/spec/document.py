@@ -26,7 +26,15 @@ from graphtrain.contract.spec.graph import (
     cel_node_types,
 )
 from graphtrain.contract.spec.legacy import OLD_MODEL_FIELDS, read_old_form
-from graphtrain.contract.spec.model import GNN_KINDS, KGE_KINDS, MODELS, MOVED_TO_TASK, ModelSpec, tasks_of
+from graphtrain.contract.spec.model import (
+    COMPLEX_KINDS,
+    GNN_KINDS,
+    KGE_KINDS,
+    MODELS,
+    MOVED_TO_TASK,
+    ModelSpec,
+    tasks_of,
+)
 from graphtrain.contract.spec.placement import PartitionSpec
 from graphtrain.contract.spec.rules import (
     Rule,
@@ -55,13 +63,13 @@ class GraphTrainingSpec(SpecModel):
     task: TaskSpec | None = Field(
         default=None,
         description="What is learned: nodeClassification or kge, with the task's own fields. Unset: the "
-        "model's own task (a GNN classifies nodes, transe and distmult embed a knowledge graph), and the "
-        "spec is read in the old form (model.negatives, loss and margin as the kge task's).",
+        "model's own task (a GNN classifies nodes, a knowledge-graph model embeds a knowledge graph), and "
+        "the spec is read in the old form (model.negatives, loss and margin as the kge task's).",
     )
     model: ModelSpec = Field(
         default_factory=lambda: ModelSpec(kind="graphsage"),
-        description="The model trained: graphsage (a GNN) or transe, distmult (knowledge-graph "
-        "embeddings), each with its own fields.",
+        description="The model trained: a GNN (graphsage, gat, rgcn, rgat) or a knowledge-graph "
+        "embedding (transe, distmult, complex, rotate), each with its own fields.",
     )
     training: Training = Field(default_factory=Training, description="The training loop.")
     shard_servers: ShardServers = Field(default_factory=ShardServers, description="The shard servers.")
@@ -280,6 +288,21 @@ _MODEL_OWNERSHIP = (
 )
 
 
+# CEL: table t is the model's entity or relation table
+_CEL_KGE_TABLE = (
+    "(has(self.model.entityEmbedding) && t.name == self.model.entityEmbedding) || "
+    "(has(self.model.relationEmbedding) && t.name == self.model.relationEmbedding)"
+)
+
+
+def _odd_complex_tables(s: GraphTrainingSpec) -> list[str]:
+    """A complex-valued KGE model's tables (entity, relation) of odd dim."""
+    if s.model.kind not in COMPLEX_KINDS:
+        return []
+    mine = {s.model.entity_embedding, s.model.relation_embedding} - {None}
+    return [t.name for t in s.embeddings if t.name in mine and t.dim % 2]
+
+
 add_rules(
     GraphTrainingSpec,
     *_MODEL_OWNERSHIP,
@@ -307,6 +330,22 @@ add_rules(
     ),
     *(r for path, name_of, keys in _REFS for r in _ref_rules(path, name_of, keys)),
     Rule(
+        "complex-rows-even",
+        "embeddings",
+        lambda s: not _odd_complex_tables(s),
+        cel=f"!(self.model.kind in {cel_strings(COMPLEX_KINDS)}) || self.embeddings.all(t, t.dim % 2 == 0 || "
+        f"!({_CEL_KGE_TABLE}))",
+        message="model.kind %s holds complex numbers in a row (real parts, then imaginary): the dim of "
+        "its tables must be even: %s",
+        args=(
+            ("self.model.kind", lambda s: s.model.kind),
+            (
+                f"self.embeddings.filter(t, t.dim % 2 != 0 && ({_CEL_KGE_TABLE})).map(t, t.name)",
+                _odd_complex_tables,
+            ),
+        ),
+    ),
+    Rule(
         "fanouts-per-layer",
         "training.fanouts",
         lambda s: s.model.kind not in GNN_KINDS or len(s.training.fanouts) == _num_layers(s),
@@ -331,8 +370,8 @@ add_rules(
         lambda s: s.task_kind != NODE_CLASSIFICATION or s.graph.dataset not in KG_DATASETS,
         cel=f"{_CEL_TASK} != '{NODE_CLASSIFICATION}' || !has(self.graph.dataset) || "
         f"!(self.graph.dataset in {cel_list(KG_DATASETS)})",
-        message="%s is a knowledge graph without node labels; learn it with task kge (model transe or "
-        "distmult)",
+        message="%s is a knowledge graph without node labels; learn it with task kge (model transe, "
+        "distmult, complex or rotate)",
         args=(("self.graph.dataset", lambda s: s.graph.dataset),),
     ),
     Rule(
@@ -340,8 +379,8 @@ add_rules(
         "graph.triples",
         lambda s: s.task_kind != NODE_CLASSIFICATION or s.graph.triples is None,
         cel=f"{_CEL_TASK} != '{NODE_CLASSIFICATION}' || !has(self.graph.triples)",
-        message="triples carry no node labels to classify; learn them with task kge (model transe or "
-        "distmult)",
+        message="triples carry no node labels to classify; learn them with task kge (model transe, "
+        "distmult, complex or rotate)",
     ),
     Rule(
         "kge-knowledge-graph",

@@ -190,8 +190,8 @@ class GraphSource(SpecModel):
     )
     triples: TriplesSource | None = Field(
         default=None,
-        description="A knowledge graph from (head, relation, tail) files, for transe and distmult. Set one "
-        "of dataset, path, triples, nodes.",
+        description="A knowledge graph from (head, relation, tail) files, for a knowledge-graph model "
+        "(transe, distmult, complex, rotate). Set one of dataset, path, triples, nodes.",
     )
     nodes: list[NodeTypeFiles] | None = Field(
         default=None,

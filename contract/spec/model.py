@@ -1,10 +1,10 @@
 """spec.model: the model trained, one kind each with only its own fields (variants.py).
 
 GNNs (graphsage, gat, rgcn, rgat) encode nodes from their features and learnable rows through sampled
-neighbourhoods; knowledge-graph embeddings (transe, distmult) score (head, relation, tail) triples from
-an entity and a relation table. Which task a model serves is the task's business (task.py); each kind
-says which tasks it can serve (TASKS). A new model is a Variant here, in MODELS, beside its module in
-runtime/models/ (docs/architecture.md, "Adding a model").
+neighbourhoods; knowledge-graph embeddings (transe, distmult, complex, rotate) score (head, relation,
+tail) triples from an entity and a relation table. Which task a model serves is the task's business
+(task.py); each kind says which tasks it can serve (TASKS). A new model is a Variant here, in MODELS,
+beside its module in runtime/models/ (docs/architecture.md, "Adding a model").
 """
 
 from __future__ import annotations
@@ -146,6 +146,7 @@ class KGEModel(Variant):
     """A knowledge-graph embedding: an entity and a relation table, a score per triple."""
 
     TASKS: ClassVar[tuple[str, ...]] = (KGE,)
+    COMPLEX_ROWS: ClassVar[bool] = False  # a row holds complex numbers: its dim is even
 
     entity_embedding: str | None = Field(
         default=None,
@@ -175,6 +176,20 @@ class DistMultModel(KGEModel):
     KIND: ClassVar[str] = "distmult"
 
 
+class ComplExModel(KGEModel):
+    """ComplEx: Re(<h, r, conj(t)>) over complex rows (real parts, then imaginary: an even dim)."""
+
+    KIND: ClassVar[str] = "complex"
+    COMPLEX_ROWS: ClassVar[bool] = True
+
+
+class RotatEModel(KGEModel):
+    """RotatE: -||h * r - t|| over complex rows, each relation element a rotation (|r_i| = 1)."""
+
+    KIND: ClassVar[str] = "rotate"
+    COMPLEX_ROWS: ClassVar[bool] = True
+
+
 MODELS: tuple[type[Variant], ...] = (
     GraphSAGEModel,
     GATModel,
@@ -182,11 +197,14 @@ MODELS: tuple[type[Variant], ...] = (
     RGATModel,
     TransEModel,
     DistMultModel,
+    ComplExModel,
+    RotatEModel,
 )
 # The kinds, as an enumeration for what reports them (the REST API's model field)
 ModelKind = StrEnum("ModelKind", {m.KIND: m.KIND for m in MODELS})  # type: ignore[misc]
 GNN_KINDS = tuple(m.KIND for m in MODELS if issubclass(m, GNNModel))
 KGE_KINDS = tuple(m.KIND for m in MODELS if issubclass(m, KGEModel))
+COMPLEX_KINDS = tuple(m.KIND for m in MODELS if issubclass(m, KGEModel) and m.COMPLEX_ROWS)
 
 # The old form's model fields that are now the kge task's (legacy.py moves them there): declared on the
 # wire so that the API server keeps them (it prunes undeclared fields) and an old spec still reads.
@@ -204,13 +222,14 @@ if TYPE_CHECKING:  # a class made at import: to a static checker, the flat union
 else:
     ModelSpec = wire_model(
         "ModelSpec",
-        "The model trained: one kind (graphsage, gat, rgcn, rgat; transe, distmult) with its own fields.",
+        "The model trained: one kind (graphsage, gat, rgcn, rgat; transe, distmult, complex, rotate) with "
+        "its own fields.",
         MODELS,
         prefix="model",
         default_kind="graphsage",
         kind_description="graphsage, gat, rgcn, rgat: GNNs over sampled neighbourhoods (node "
-        "classification); transe, distmult: knowledge-graph embeddings scored on (head, relation, tail) "
-        "triples.",
+        "classification); transe, distmult, complex, rotate: knowledge-graph embeddings scored on (head, "
+        "relation, tail) triples.",
         extra_fields=_MOVED,  # type: ignore[arg-type]
         owned_here=False,  # the spec adds them: the old form (no spec.task) may hold the old fields
     )

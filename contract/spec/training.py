@@ -22,8 +22,9 @@ LayerFanouts = Annotated[list[int], Field(max_length=MAX_LAYERS)]
 
 
 class EarlyStopping(SpecModel):
-    """Stop when the validation metric (accuracy for graphsage, filtered MRR for transe/distmult) has not
-    improved for `patience` validation passes; the best checkpoint is kept either way."""
+    """Stop when the validation metric (accuracy for node classification, filtered MRR for a
+    knowledge-graph model) has not improved for `patience` validation passes; the best checkpoint is
+    kept either way."""
 
     patience: int = Field(
         default=5, ge=1, le=100000, description="Validation passes without improvement before stopping."

@@ -9,11 +9,11 @@ how to add one.
 
 from __future__ import annotations
 
-from graphtrain.runtime.models import distmult, gat, graphsage, rgat, rgcn, transe
+from graphtrain.runtime.models import complex, distmult, gat, graphsage, rgat, rgcn, rotate, transe
 from graphtrain.runtime.models.entry import BlockWork, GNNEntry, GNNShape, KGEEntry
 
 GNNS: dict[str, GNNEntry] = {m.ENTRY.kind: m.ENTRY for m in (graphsage, gat, rgcn, rgat)}
-KGES: dict[str, KGEEntry] = {m.ENTRY.kind: m.ENTRY for m in (transe, distmult)}
+KGES: dict[str, KGEEntry] = {m.ENTRY.kind: m.ENTRY for m in (transe, distmult, complex, rotate)}
 
 
 def gnn_entry(kind: str) -> GNNEntry:

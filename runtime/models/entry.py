@@ -56,10 +56,13 @@ Scores = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, KGEModel], torch.Te
 class KGEEntry:
     """A knowledge-graph embedding kind: the score of (h, r, t) rows broadcast over leading dims, the
     scores of (h, r, every entity) and of (every entity, r, t) as (b, entities), and its multiply-adds
-    per scored triple of width `dim`."""
+    per scored triple of width `dim`. unit_rows: both tables start on the unit sphere and the entities
+    are put back there after every step (PyKEEN's TransE and DistMult); complex-valued models keep
+    their rows free (PyKEEN's ComplEx and RotatE)."""
 
     kind: str
     score: Scores
     tails: Scores  # (h, r, entities)
     heads: Scores  # (r, t, entities)
     macs_per_triple: Callable[[int], float]
+    unit_rows: bool = True

@@ -1,12 +1,14 @@
-"""Knowledge-graph embedding training (TransE, DistMult) with entity and relation DistEmbeddings.
+"""Knowledge-graph embedding training (TransE, DistMult, ComplEx, RotatE) with entity and relation
+DistEmbeddings.
 
 Each trainer takes its edge_split of the training triples (the in-edges of the partitions, so mostly
 triples whose tail its own shard holds), draws `task.negatives` corruptions per positive (or, with the
 joint sampler, one shared set per chunk of positives: kge_math.joint_draw), pulls the
 unique entity rows of the batch once (one request per owning shard) and pushes their deduplicated
-gradients to the servers, where the sparse optimizer runs. Entity rows are kept on the unit sphere
-(the row_norm constraint of the optimizer config, as PyKEEN's TransE and DistMult normalise entities
-after each step); rows start there too. There are no dense parameters, so no DDP.
+gradients to the servers, where the sparse optimizer runs. TransE's and DistMult's entity rows
+are kept on the unit sphere (the row_norm constraint of the optimizer config, as PyKEEN normalises
+them after each step) and both tables start there; ComplEx's and RotatE's rows are free, as in
+PyKEEN (models/: each entry's unit_rows). There are no dense parameters, so no DDP.
 LinkPrediction is a TrainingTask of the epoch loop (loop.py runs its epochs, reports, checkpoints and
 early stopping); an epoch's triples come in a seeded order, their negatives from the same generator.
 
@@ -89,7 +91,7 @@ class Triples(NamedTuple):
 
 
 class LinkPrediction:
-    """TransE or DistMult on a knowledge graph, as a TrainingTask of the epoch loop (task.py)."""
+    """A knowledge-graph embedding model, as a TrainingTask of the epoch loop (task.py)."""
 
     metric_names: tuple[str, ...] = ("mrr", "hits@1", "hits@3", "hits@10")
     report_every = REPORT_EVERY
@@ -119,9 +121,10 @@ class LinkPrediction:
             rel, self.kg.num_relations, table_init(self.spec, rel.name), rel_book, graph.client, self.device
         )
         self.collective_tables = collective([self.ent, self.rel])
-        self.ent_opt = SparseOptimizer(
-            [self.ent], dataclasses.replace(OptimConfig.from_spec(ent), row_norm=1.0)
-        )
+        ent_config = OptimConfig.from_spec(ent)
+        if self.entry.unit_rows:  # entities back on the unit sphere after every step
+            ent_config = dataclasses.replace(ent_config, row_norm=1.0)
+        self.ent_opt = SparseOptimizer([self.ent], ent_config)
         self.rel_opt = SparseOptimizer([self.rel], OptimConfig.from_spec(rel))
         self.triples = torch.from_numpy(edge_split(graph.config, dist.rank, dist.world))
         self.batch_size = dist.share(tr.batch_size)
@@ -134,9 +137,10 @@ class LinkPrediction:
     # ---------------------------------------------------------------------------------- start
 
     def start(self, step: int, resumed: bool) -> None:
-        """Fresh rows start on the unit sphere (PyKEEN's *_norm initialisers and its constrainer at reset);
-        restored ones are there, and the tables' step counts go on from the checkpoint's."""
-        if not resumed:
+        """Fresh rows start on the unit sphere where the model keeps them there (PyKEEN's *_norm
+        initialisers and its constrainer at reset); restored ones are there, and the tables' step counts
+        go on from the checkpoint's."""
+        if not resumed and self.entry.unit_rows:
             self._normalise_start()
         self.ent.steps = self.rel.steps = step
 

@@ -1,4 +1,4 @@
-"""One epoch loop for every model (GraphSAGE node classification, TransE and DistMult link prediction)
+"""One epoch loop for every model (node classification, knowledge-graph embedding)
 over the small TrainingTask interface of task.py, in the shape of TorchRec's train pipeline.
 
 The loop owns what every training does alike:

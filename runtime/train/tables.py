@@ -16,6 +16,7 @@ from graphtrain.runtime.collective import CollectiveEmbedding
 from graphtrain.runtime.kvstore import checkpoint as ckpt
 from graphtrain.runtime.kvstore.client import KVClient
 from graphtrain.runtime.kvstore.inits import init_keyed
+from graphtrain.runtime.models import KGES
 from graphtrain.runtime.tensor import DistEmbedding, DynamicVocabulary, PartitionBook
 from graphtrain.runtime.train.task import init_spec
 
@@ -59,9 +60,10 @@ def table_init(spec: Any, name: str) -> dict[str, Any]:
     predict.py reads it too: an unseen key of a dynamic table has this init's value."""
     table = next(t for t in spec.embeddings if t.name == name)
     m, seed = spec.model, spec.training.seed
-    # a KGE table's rows start on the unit sphere: a fixed one's are put there at start (normalise_rows),
-    # a dynamic vocabulary's as its keys take rows
-    norm = {"norm": 1.0} if table.vocabulary.kind == VocabularyKind.dynamic else {}
+    # a KGE table's rows start on the unit sphere where its model keeps them there: a fixed one's are put
+    # there at start (normalise_rows), a dynamic vocabulary's as its keys take rows
+    unit = m.kind in KGES and KGES[m.kind].unit_rows
+    norm = {"norm": 1.0} if unit and table.vocabulary.kind == VocabularyKind.dynamic else {}
     if name == m.entity_embedding:
         return {**init_spec(table, seed), **norm}
     if name == m.relation_embedding:

@@ -155,6 +155,13 @@ TYPED_EMB = edit(
     ),
 )
 
+
+def _odd(s: dict) -> None:
+    """Both tables of odd width (a complex model's rows hold pairs)."""
+    for table in s["embeddings"]:
+        table["dim"] = 15
+
+
 # rule name -> a document that breaks it (and as few others as it can)
 BREAKS: dict[str, Doc] = {
     "name-dns-label": _long_name(),
@@ -182,6 +189,9 @@ BREAKS: dict[str, Doc] = {
     ),
     "kge-needs-entityEmbedding": edit(TRANSE, lambda s: s["model"].pop("entityEmbedding")),
     "kge-needs-relationEmbedding": edit(TRANSE, lambda s: s["model"].pop("relationEmbedding")),
+    "complex-rows-even": edit(
+        TRANSE, lambda s: (s["model"].update(kind="rotate"), s["model"].pop("norm", None), _odd(s))
+    ),
     "fanouts-positive": edit(GRAPHSAGE, lambda s: s.update(training={"fanouts": [10, 0]})),
     "table-names-unique": edit(GRAPHSAGE, lambda s: s["embeddings"].append({"name": "node", "dim": 8})),
     "tables-used": edit(GRAPHSAGE, lambda s: s["embeddings"].append({"name": "spare", "dim": 8})),

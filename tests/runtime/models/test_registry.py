@@ -11,6 +11,7 @@ from graphtrain.contract.spec import (
     KGE_KINDS,
     DistMultModel,
     GraphSAGEModel,
+    KGEModel,
     ModelSpec,
     TransEModel,
 )
@@ -26,8 +27,8 @@ def test_every_spec_kind_is_registered_once_and_nothing_else() -> None:
 def test_an_unknown_kind_names_the_registered_ones() -> None:
     with pytest.raises(KeyError, match="registered: graphsage"):
         gnn_entry("gcn")
-    with pytest.raises(KeyError, match="transe, distmult"):
-        kge_entry("rotate")
+    with pytest.raises(KeyError, match="transe, distmult, complex, rotate"):
+        kge_entry("tucker")
 
 
 def test_graphsage_macs_count_both_linear_maps_and_the_mean_over_edges() -> None:
@@ -56,3 +57,55 @@ def test_kge_scores() -> None:
         for e in range(7):
             assert tails[0, e].item() == pytest.approx(entry.score(h, r, ents[e : e + 1], m).item(), abs=1e-5)
             assert heads[0, e].item() == pytest.approx(entry.score(ents[e : e + 1], r, t, m).item(), abs=1e-5)
+
+
+def _kge_variant(kind: str) -> KGEModel:
+    return ModelSpec(kind=kind, entityEmbedding="e", relationEmbedding="r").variant
+
+
+def _as_complex(rows: torch.Tensor) -> torch.Tensor:
+    d = rows.shape[-1] // 2
+    return torch.complex(rows[..., :d].double(), rows[..., d:].double())
+
+
+@pytest.mark.parametrize("kind", ["complex", "rotate"])
+def test_complex_valued_scores_are_the_papers_formula_in_complex_arithmetic(kind: str) -> None:
+    """ComplEx: Re(sum h r conj(t)); RotatE: -||h r/|r| - t||, both computed here with torch's complex
+    numbers from rows laid out as [real parts, imaginary parts]; tails and heads score each entity as
+    score() does, for one query and for a chunk of queries against its own entities (joint negatives)."""
+    g = torch.Generator().manual_seed(3)
+    entry = kge_entry(kind)
+    m = _kge_variant(kind)
+    h, r, t = (torch.randn(5, 8, generator=g) for _ in range(3))
+    hc, rc, tc = _as_complex(h), _as_complex(r), _as_complex(t)
+    if kind == "complex":
+        want = (hc * rc * tc.conj()).real.sum(-1)
+    else:
+        want = -torch.linalg.vector_norm(hc * (rc / rc.abs()) - tc, dim=-1)
+    np.testing.assert_allclose(entry.score(h, r, t, m).double(), want, rtol=1e-5, atol=1e-5)
+    ents = torch.randn(6, 8, generator=g)
+    tails, heads = entry.tails(h, r, ents, m), entry.heads(r, t, ents, m)
+    assert tails.shape == heads.shape == (5, 6)
+    for e in range(6):
+        one = ents[e : e + 1].expand(5, 8)
+        np.testing.assert_allclose(tails[:, e], entry.score(h, r, one, m), rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(heads[:, e], entry.score(one, r, t, m), rtol=1e-4, atol=1e-4)
+    chunks = torch.randn(5, 6, 8, generator=g)  # (chunk, entities, dim): batched as kge_math's joint scores
+    batched = entry.tails(h.unsqueeze(1), r.unsqueeze(1), chunks, m)
+    for c in range(5):
+        np.testing.assert_allclose(
+            batched[c, 0], entry.tails(h[c : c + 1], r[c : c + 1], chunks[c], m)[0], atol=1e-5
+        )
+
+
+def test_rotate_reads_a_relation_as_unit_rotations_and_complex_is_not_symmetric() -> None:
+    """RotatE's score does not change when a relation row is scaled (its elements are read over their
+    modulus); ComplEx, unlike DistMult, scores (t, r, h) differently from (h, r, t)."""
+    g = torch.Generator().manual_seed(5)
+    h, r, t = (torch.randn(4, 10, generator=g) for _ in range(3))
+    rotate, complex_ = kge_entry("rotate"), kge_entry("complex")
+    m_rot, m_cx = _kge_variant("rotate"), _kge_variant("complex")
+    np.testing.assert_allclose(rotate.score(h, 3.0 * r, t, m_rot), rotate.score(h, r, t, m_rot), atol=1e-5)
+    assert not torch.allclose(complex_.score(h, r, t, m_cx), complex_.score(t, r, h, m_cx), atol=1e-3)
+    assert not (rotate.unit_rows or complex_.unit_rows)  # free rows, as PyKEEN's
+    assert kge_entry("transe").unit_rows and kge_entry("distmult").unit_rows

@@ -80,20 +80,23 @@ def test_every_loss_stays_on_the_scores_device(kind: str) -> None:
     assert kge_math.loss(kind, pos, neg).device.type == "meta"
 
 
-@pytest.mark.parametrize("kind", ["transe-l1", "transe-l2", "distmult"])
+@pytest.mark.parametrize("kind", ["transe-l1", "transe-l2", "distmult", "complex", "rotate"])
 @pytest.mark.parametrize(("batch", "chunk"), [(8, 2), (7, 3), (5, 8)])
 def test_joint_scores_are_each_positive_scored_against_its_chunks_shared_entities(
     kind: str, batch: int, chunk: int
 ) -> None:
     """The batched chunk products equal the brute force: positive i (head side: the first half) scored
     with its head, or tail, replaced by each entity of its chunk's draw; uneven last chunks included."""
-    from graphtrain.contract.spec import DistMultModel, TransEModel
-    from graphtrain.runtime.models import distmult, transe
+    from graphtrain.contract.spec import ComplExModel, DistMultModel, RotatEModel, TransEModel
+    from graphtrain.runtime.models import complex, distmult, rotate, transe
 
-    model = DistMultModel() if kind == "distmult" else TransEModel(norm=int(kind[-1]))
-    module = distmult if kind == "distmult" else transe
+    model, module = {
+        "distmult": (DistMultModel(), distmult),
+        "complex": (ComplExModel(), complex),
+        "rotate": (RotatEModel(), rotate),
+    }.get(kind) or (TransEModel(norm=int(kind[-1])), transe)
     g = torch.Generator().manual_seed(batch * 10 + chunk)
-    n, k, d = 20, 6, 5
+    n, k, d = 20, 6, 6  # even: the complex models' rows hold pairs
     ent, rel = torch.randn(n, d, generator=g, dtype=torch.float64), torch.randn(3, d, dtype=torch.float64)
     pos = torch.stack([torch.randint(n, (batch,)), torch.randint(3, (batch,)), torch.randint(n, (batch,))], 1)
     shared = kge_math.joint_draw(batch, k, chunk, n, g)

@@ -1,0 +1,38 @@
+"""RotatE (Sun et al. 2019): a relation rotates the head in the complex plane, the score of (h, r, t)
+is -||h * r - t|| with |r_i| = 1, which models symmetry, antisymmetry, inversion and composition. A
+row of width 2d holds d complex numbers, real parts first. PyKEEN keeps each relation element on the
+unit circle by a constraint after every step; here the score reads the relation row through r / |r|,
+so its rows are free and the rotation has unit modulus by construction (the same scores, with the
+gradient of the normalised row). tails and heads score against a set of entities, batched over any
+leading dimensions: the distance of complex vectors is the L2 distance of their row layouts, and a
+unit rotation preserves it (||h r - t|| = ||h - t conj(r)||), so both sides are one cdist."""
+
+from __future__ import annotations
+
+import torch
+
+from graphtrain.contract.spec import KGEModel
+from graphtrain.runtime.models.complex import halves, times
+from graphtrain.runtime.models.entry import KGEEntry
+
+
+def unit(r: torch.Tensor) -> torch.Tensor:
+    """Relation rows with every complex element scaled to modulus 1."""
+    re, im = halves(r)
+    modulus = torch.sqrt(re * re + im * im).clamp_min(1e-12)
+    return torch.cat([re / modulus, im / modulus], dim=-1)
+
+
+def score(h: torch.Tensor, r: torch.Tensor, t: torch.Tensor, model: KGEModel) -> torch.Tensor:
+    return -torch.linalg.vector_norm(times(h, unit(r)) - t, ord=2, dim=-1)
+
+
+def tails(h: torch.Tensor, r: torch.Tensor, ents: torch.Tensor, model: KGEModel) -> torch.Tensor:
+    return -torch.cdist(times(h, unit(r)), ents, p=2)
+
+
+def heads(r: torch.Tensor, t: torch.Tensor, ents: torch.Tensor, model: KGEModel) -> torch.Tensor:
+    return -torch.cdist(times(t, unit(r), conj_b=True), ents, p=2)
+
+
+ENTRY = KGEEntry("rotate", score, tails, heads, macs_per_triple=lambda dim: 4.0 * dim, unit_rows=False)
