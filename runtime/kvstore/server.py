@@ -430,8 +430,12 @@ class ShardServer:
             self._queued_bytes += req.nbytes
 
     def _error(self, identity: bytes, rid: int, message: str) -> None:
+        self.outbox.post(identity, self._error_reply(rid, message))
+
+    @staticmethod
+    def _error_reply(rid: int, message: str) -> list[Any]:
         text = message if len(message) <= ERROR_CHARS else message[: ERROR_CHARS - 3] + "..."
-        self.outbox.post(identity, protocol.encode_reply(rid, ok=False, error=text))
+        return protocol.encode_reply(rid, ok=False, error=text)
 
     def _dropped(self, d: Dropped) -> None:
         for task in self._queue.drop(d.peer):
@@ -506,57 +510,64 @@ class ShardServer:
                 if item is None:
                     continue
                 identity, task = item
-                parked = False
+                freed = False  # the peer's slot parked with a stream or freed already
                 try:
                     if isinstance(task, Stream):
                         self._busy[index] = "pull"
-                        parked = self._advance(identity, task)
+                        freed = self._advance(identity, task)
                     else:
                         self._busy[index] = task.req.op
-                        parked = self._run(identity, task)
+                        freed = self._run(identity, task)
                 finally:
                     self._busy[index] = None
                     self._last_done = time.monotonic()
-                    if not parked:
+                    if not freed:
                         self._queue.finish(identity)
             except BaseException as exc:  # noqa: BLE001 - no exception may end a worker
                 self.note_error(exc)
                 log.exception("worker %d: unexpected error (it keeps serving)", index)
 
     def _run(self, identity: bytes, task: Task) -> bool:
-        """Run one request; True if it became a parked stream."""
+        """Run one request and answer it; True: the peer's slot is not the caller's to free any more
+        (the request became a parked stream, or the slot was freed just before the answer went out).
+        Freed first, so the peer's next request, sent once it has the answer, finds the peer idle and
+        can be answered on the I/O thread (inline.py): freed after, a small pull right behind a worker's
+        request found its peer still running and queued for a worker. The request's effects are all in
+        place by then, so that pull sees them."""
         req, shard = task.req, self.metrics.shard
         start = time.perf_counter()
         outcome = "ok"
+        replies: list[tuple[bytes, list[Any], int]] = []
         try:
             out = self.dispatcher.run(req, task.args, who=(identity, req.rid))
             if isinstance(out, PullStream):
                 return self._advance(identity, Stream(req.rid, start, out))
             if isinstance(out, Released):
                 for who, rid in out.who:  # type: ignore[misc]
-                    self.outbox.post(who, protocol.encode_reply(rid, result=out.result))
+                    replies.append((who, protocol.encode_reply(rid, result=out.result), 0))
             elif out is not None:
-                self.outbox.post(
-                    identity,
-                    protocol.encode_reply(req.rid, result=out.result, arrays=out.arrays),
-                    sum(a.nbytes for a in out.arrays),
-                )
+                frames = protocol.encode_reply(req.rid, result=out.result, arrays=out.arrays)
+                replies.append((identity, frames, sum(a.nbytes for a in out.arrays)))
             if req.op == "shutdown":
                 self.request_stop()
         except (protocol.ProtocolError, GraphtrainError, ValueError) as exc:
             outcome = "error"
             self.note_error(exc)
-            self._error(identity, req.rid, str(exc))
+            replies.append((identity, self._error_reply(req.rid, str(exc)), 0))
         except Exception as exc:  # a bug must not kill the server; the client gets its name
             outcome = "error"
             self.note_error(exc)
             log.exception("op %s failed", req.op)
-            self._error(identity, req.rid, f"internal error in {req.op}: {type(exc).__name__}: {exc}")
+            message = f"internal error in {req.op}: {type(exc).__name__}: {exc}"
+            replies.append((identity, self._error_reply(req.rid, message), 0))
         finally:
             self._release(req.nbytes)
         self.metrics.requests.labels(shard, req.op, outcome).inc()
         self.metrics.latency.labels(shard, req.op).observe(time.perf_counter() - start)
-        return False
+        self._queue.finish(identity)
+        for who, frames, nbytes in replies:
+            self.outbox.post(who, frames, nbytes)
+        return True
 
     def _advance(self, identity: bytes, st: Stream) -> bool:
         """Send a pull's next chunks while fewer than WINDOW of them are on their way; True if parked."""
