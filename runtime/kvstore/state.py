@@ -247,6 +247,10 @@ class ShardTensors:
             cfg = OptimConfig(**config)
         except (TypeError, ValueError) as exc:
             raise ProtocolError(f"optimizer of {name!r}: {exc}") from None
+        if cfg.unit_complex and (len(t.row_shape) != 1 or t.row_shape[0] % 2):
+            raise ProtocolError(
+                f"optimizer of {name!r}: unit_complex needs rows of an even width, not {t.row_shape}"
+            )
         with t.lock:
             if t.config is not None:
                 if t.config != cfg:

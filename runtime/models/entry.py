@@ -58,7 +58,9 @@ class KGEEntry:
     scores of (h, r, every entity) and of (every entity, r, t) as (b, entities), and its multiply-adds
     per scored triple of width `dim`. unit_rows: both tables start on the unit sphere and the entities
     are put back there after every step (PyKEEN's TransE and DistMult); complex-valued models keep
-    their rows free (PyKEEN's ComplEx and RotatE)."""
+    their rows free (PyKEEN's ComplEx and RotatE). unit_relations: each relation element is a unit
+    complex number, the relation rows put back there after every step and at the start (PyKEEN's
+    RotatE: complex_normalize as the relations' constrainer)."""
 
     kind: str
     score: Scores
@@ -66,3 +68,4 @@ class KGEEntry:
     heads: Scores  # (r, t, entities)
     macs_per_triple: Callable[[int], float]
     unit_rows: bool = True
+    unit_relations: bool = False  # relation rows of unit complex numbers, projected there after each step

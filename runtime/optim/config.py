@@ -37,6 +37,9 @@ class OptimConfig:
     step_count: Literal["row", "global"] = "row"
     duplicate: Literal["sum", "mean"] = "sum"
     row_norm: float = 0.0  # > 0: every updated row is then scaled to this L2 norm (KGE entity constraint)
+    # every updated row's complex numbers (real parts, then imaginary) then scaled to modulus 1: RotatE's
+    # relation constraint (PyKEEN's complex_normalize after each step)
+    unit_complex: bool = False
     nonfinite: Literal["refuse", "skip"] = "refuse"
 
     def __post_init__(self) -> None:
@@ -58,6 +61,10 @@ class OptimConfig:
             raise ValueError(f"step_count must be 'row' or 'global', got {self.step_count!r}")
         if self.duplicate not in ("sum", "mean"):
             raise ValueError(f"duplicate must be 'sum' or 'mean', got {self.duplicate!r}")
+        if not isinstance(self.unit_complex, bool):
+            raise ValueError(f"unit_complex must be a bool, got {self.unit_complex!r}")
+        if self.unit_complex and self.row_norm:
+            raise ValueError("optimizer row_norm and unit_complex are two constraints: set one")
         if self.nonfinite not in ("refuse", "skip"):
             raise ValueError(f"nonfinite must be 'refuse' or 'skip', got {self.nonfinite!r}")
 

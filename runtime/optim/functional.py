@@ -167,10 +167,41 @@ def sparse_step(
             work = len(ids) * table.shape[1]
             updated = native.sparse_step(native_args(config), table, state, ids, grads, threads(work))
     else:  # the CUDA core scales the rows in its update kernel
-        return cuda.sparse_step(native_args(config), table, state, ids, grads, config.row_norm or 0.0, finite)
+        updated = cuda.sparse_step(
+            native_args(config), table, state, ids, grads, config.row_norm or 0.0, finite
+        )
+        if config.unit_complex and len(ids):
+            project_complex(table, ids)
+        return updated
     if config.row_norm and len(ids):
         project_rows(table, ids, config.row_norm)
+    if config.unit_complex and len(ids):
+        project_complex(table, ids)
     return updated
+
+
+def unit_complex(rows: torch.Tensor) -> torch.Tensor:
+    """`rows` (real parts, then imaginary) with every complex number scaled to modulus 1 (a zero one
+    becomes 1 + 0i: a rotation by nothing)."""
+    d = rows.shape[1] // 2
+    re, im = rows[:, :d], rows[:, d:]
+    modulus = torch.sqrt(re * re + im * im)
+    zero = modulus == 0
+    out = torch.cat(
+        [
+            torch.where(zero, 1.0, re / modulus.clamp_min(1e-30)),
+            torch.where(zero, 0.0, im / modulus.clamp_min(1e-30)),
+        ],
+        1,
+    )
+    return out.to(rows.dtype)
+
+
+def project_complex(table: torch.Tensor, ids: torch.Tensor) -> None:
+    """Scale the complex numbers of the rows `ids` to modulus 1: RotatE's relation constraint (PyKEEN's
+    complex_normalize after each step), on the rows an update touched."""
+    rows = torch.unique(ids)
+    table.index_copy_(0, rows, unit_complex(table.index_select(0, rows)))
 
 
 def project_rows(table: torch.Tensor, ids: torch.Tensor, norm: float) -> None:

@@ -35,6 +35,7 @@ from graphtrain.runtime.errors import GraphtrainError
 from graphtrain.runtime.graph import DistGraph, edge_split
 from graphtrain.runtime.models import kge_entry
 from graphtrain.runtime.optim import OptimConfig, SparseOptimizer
+from graphtrain.runtime.optim.functional import unit_complex
 from graphtrain.runtime.partition import load_maps, load_triples
 from graphtrain.runtime.tensor import PartitionBook
 from graphtrain.runtime.train import kge_math
@@ -125,7 +126,10 @@ class LinkPrediction:
         if self.entry.unit_rows:  # entities back on the unit sphere after every step
             ent_config = dataclasses.replace(ent_config, row_norm=1.0)
         self.ent_opt = SparseOptimizer([self.ent], ent_config)
-        self.rel_opt = SparseOptimizer([self.rel], OptimConfig.from_spec(rel))
+        rel_config = OptimConfig.from_spec(rel)
+        if self.entry.unit_relations:  # relation elements back on the unit circle after every step
+            rel_config = dataclasses.replace(rel_config, unit_complex=True)
+        self.rel_opt = SparseOptimizer([self.rel], rel_config)
         self.triples = torch.from_numpy(edge_split(graph.config, dist.rank, dist.world))
         self.batch_size = dist.share(tr.batch_size)
         self.filter = kge_math.FilterIndex(
@@ -137,17 +141,17 @@ class LinkPrediction:
     # ---------------------------------------------------------------------------------- start
 
     def start(self, step: int, resumed: bool) -> None:
-        """Fresh rows start on the unit sphere where the model keeps them there (PyKEEN's *_norm
-        initialisers and its constrainer at reset); restored ones are there, and the tables' step counts
-        go on from the checkpoint's."""
-        if not resumed and self.entry.unit_rows:
-            self._normalise_start()
+        """Fresh rows start where the model keeps them (PyKEEN's *_norm initialisers and its constrainers
+        at reset): TransE's and DistMult's on the unit sphere, RotatE's relation elements on the unit
+        circle; restored ones are there, and the tables' step counts go on from the checkpoint's."""
+        if not resumed and (self.entry.unit_rows or self.entry.unit_relations):
+            if self.entry.unit_rows:
+                for table in (self.ent, self.rel):
+                    normalise_rows(table, self.dist.rank, PULL_CHUNK)
+            if self.entry.unit_relations:
+                normalise_rows(self.rel, self.dist.rank, PULL_CHUNK, unit_complex)
+            self.dist.barrier()
         self.ent.steps = self.rel.steps = step
-
-    def _normalise_start(self) -> None:
-        for table in (self.ent, self.rel):
-            normalise_rows(table, self.dist.rank, PULL_CHUNK)
-        self.dist.barrier()
 
     # ------------------------------------------------------------------------------- training
 

@@ -5,6 +5,7 @@ checkpoints write and restore the collective ones beside the servers' (checkpoin
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -91,16 +92,22 @@ def collective(tables: list[Table | None]) -> list[CollectiveEmbedding]:
     return [t for t in tables if isinstance(t, CollectiveEmbedding)]
 
 
-def normalise_rows(table: Table, rank: int, chunk: int) -> None:
-    """Scale every row of `table` to unit L2 norm (KGE rows start on the sphere). Server tables: rank 0
-    rewrites them in chunks (the caller then waits at a barrier); collective ones: each rank its own."""
+def unit_rows(rows: torch.Tensor) -> torch.Tensor:
+    return rows / rows.norm(dim=1, keepdim=True).clamp_min(1e-12)
+
+
+def normalise_rows(
+    table: Table, rank: int, chunk: int, project: Callable[[torch.Tensor], torch.Tensor] = unit_rows
+) -> None:
+    """Put every row of `table` where its model keeps it, by `project` (unit L2 norm: KGE rows start
+    on the sphere; optim.functional.unit_complex: RotatE's relations). Server tables: rank 0 rewrites
+    them in chunks (the caller then waits at a barrier); collective ones: each rank its own."""
     if isinstance(table, CollectiveEmbedding):
         with torch.no_grad():
-            table.weight.div_(table.weight.norm(dim=1, keepdim=True).clamp_min_(1e-12))
+            table.weight.copy_(project(table.weight))
         return
     if rank != 0 or table.table.keyed:  # a dynamic table's rows start there (table_init's norm)
         return
     for lo in range(0, table.num_embeddings, chunk):
         ids = torch.arange(lo, min(lo + chunk, table.num_embeddings))
-        rows = table.rows(ids)
-        table.table[ids] = rows / rows.norm(dim=1, keepdim=True).clamp_min(1e-12)
+        table.table[ids] = project(table.rows(ids))

@@ -46,10 +46,13 @@ CONFIGS = [
     OptimConfig("rowwise_adagrad", 0.1, duplicate="mean"),
     OptimConfig("adam", 0.01, step_count="global"),
     dataclasses.replace(OptimConfig("adagrad", 0.1), row_norm=1.0),
+    dataclasses.replace(OptimConfig("adam", 0.01), unit_complex=True),  # RotatE's relations
 ]
 
 
-@pytest.mark.parametrize("config", CONFIGS, ids=lambda c: c.kind)
+@pytest.mark.parametrize(
+    "config", CONFIGS, ids=lambda c: c.kind + ("-unit-complex" if c.unit_complex else "")
+)
 def test_gpu_tables_train_on_the_gpu_as_host_tables_do(config: OptimConfig) -> None:
     on_gpu, on_host = _table("cuda", config), _table("cpu", config)
     pieces = on_gpu.client.direct("emb")

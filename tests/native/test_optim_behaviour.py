@@ -19,6 +19,7 @@ from graphtrain.runtime.optim import (
     make_state,
     sparse_step,
 )
+from graphtrain.runtime.optim.functional import unit_complex
 
 BACKENDS = ["torch", "cpu"]  # the tensors here are on the CPU; a missing core fails (conftest.py)
 
@@ -257,6 +258,33 @@ def test_row_norm_projects_the_updated_rows_only(backend: str, kind: str) -> Non
     assert torch.equal(table[others], ref_t[others])
     with pytest.raises(ValueError, match="row_norm"):
         OptimConfig(kind, 0.1, row_norm=-1.0)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("kind", ["sgd", "adam"])
+def test_unit_complex_puts_the_updated_rows_complex_numbers_on_the_unit_circle(
+    backend: str, kind: str
+) -> None:
+    """unit_complex (RotatE's relation constraint): the step, then each complex number of each touched
+    row (real parts, then imaginary) divided by its modulus; a zero one becomes 1 + 0i; untouched rows
+    keep their values; it cannot be set beside row_norm."""
+    plain, projected = OptimConfig(kind, 0.1), OptimConfig(kind, 0.1, unit_complex=True)
+    table, state = setup(plain)
+    ref_t, ref_s = table.clone(), {k: v.clone() for k, v in state.items()}
+    ids = torch.tensor([1, 4, 4, 7])
+    grads = torch.randn(4, 4, generator=torch.Generator().manual_seed(2))
+    sparse_step(projected, table, state, ids, grads, backend=backend)
+    sparse_step(plain, ref_t, ref_s, ids, grads, backend="torch")
+    touched = torch.tensor([1, 4, 7])
+    z = torch.complex(ref_t[touched, :2], ref_t[touched, 2:])
+    expect = z / z.abs()
+    torch.testing.assert_close(table[touched], torch.cat([expect.real, expect.imag], 1), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(torch.complex(table[touched, :2], table[touched, 2:]).abs(), torch.ones(3, 2))
+    others = torch.tensor([i for i in range(10) if i not in (1, 4, 7)])
+    assert torch.equal(table[others], ref_t[others])
+    assert unit_complex(torch.zeros(1, 4)).tolist() == [[1.0, 1.0, 0.0, 0.0]]
+    with pytest.raises(ValueError, match="row_norm and unit_complex"):
+        OptimConfig(kind, 0.1, row_norm=1.0, unit_complex=True)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

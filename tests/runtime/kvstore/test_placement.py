@@ -159,6 +159,22 @@ def test_set_optimizer_that_does_not_fit_is_refused_before_allocating() -> None:
     assert t.config is not None
 
 
+def test_unit_complex_needs_rows_of_pairs_and_keeps_what_a_push_touches_on_the_circle() -> None:
+    """RotatE's relation constraint on a server table: refused on rows of an odd width (no table
+    changes), and after a push each touched row's complex numbers have modulus 1."""
+    s = ShardTensors(0)
+    odd = s.create("odd", 10, (7,), "float32", 0, 10)
+    with pytest.raises(ProtocolError, match="unit_complex needs rows of an even width"):
+        s.set_optimizer("odd", {**ADAM, "unit_complex": True})
+    assert odd.config is None
+    s.create("rel", 10, (8,), "float32", 0, 10)
+    s.set_optimizer("rel", {**ADAM, "unit_complex": True})
+    ids = np.array([2, 5], dtype=np.int64)
+    s.push_grad("rel", [(ids, np.ones((2, 8), np.float32))])
+    rows = s.pull_stream("rel", ids, 1 << 20).next()[2]
+    np.testing.assert_allclose(np.hypot(rows[:, :4], rows[:, 4:]), 1.0, rtol=1e-5)
+
+
 # tables of every dtype and row shape a server holds (tests/gpu pulls them from a GPU server too)
 TABLES = [
     ("int64", ()),

@@ -356,23 +356,29 @@ def test_transe_on_nations_standalone(tmp_path: Path) -> None:
 @pytest.mark.timeout(300)
 def test_rotate_learns_nations_with_free_rows_on_two_trainers(tmp_path: Path) -> None:
     """examples/nations-rotate.yaml (2 shard servers x 2 trainers) for 10 epochs: well above a random
-    scorer's filtered MRR (~0.25), and its rows are not put on the unit sphere as TransE's are (PyKEEN's
-    RotatE keeps them free): the exported entity rows have norms of their own."""
+    scorer's filtered MRR (~0.25); its entity rows are not put on the unit sphere as TransE's are
+    (PyKEEN's RotatE keeps them free), and its relation rows are unit rotations (each complex number of
+    modulus 1, as the shard servers' constraint keeps them after every step)."""
     doc = yaml.safe_load((Path(__file__).parents[3] / "examples" / "nations-rotate.yaml").read_text())
     doc["spec"]["training"].update(epochs=10, evalEvery=1000)
     run = launch(doc, tmp_path / "run")
     result = run.run()
     assert result["test_mrr"] > 0.45, result
-    out = tmp_path / "entity.npy"
-    res = subprocess.run(
-        [*CLI, "export", str(run.run_dir / "checkpoints"), "--name", "entity", "-o", str(out)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert res.returncode == 0, res.stderr
-    norms = np.linalg.norm(np.load(out), axis=1)
+    rows = {}
+    for name in ("entity", "relation"):
+        out = tmp_path / f"{name}.npy"
+        res = subprocess.run(
+            [*CLI, "export", str(run.run_dir / "checkpoints"), "--name", name, "-o", str(out)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert res.returncode == 0, res.stderr
+        rows[name] = np.load(out)
+    norms = np.linalg.norm(rows["entity"], axis=1)
     assert norms.shape == (14,) and np.ptp(norms) > 0.1, norms
+    rel = rows["relation"]
+    np.testing.assert_allclose(np.hypot(rel[:, :64], rel[:, 64:]), 1.0, rtol=1e-4)
 
 
 @pytest.mark.timeout(300)

@@ -108,4 +108,5 @@ def test_rotate_reads_a_relation_as_unit_rotations_and_complex_is_not_symmetric(
     np.testing.assert_allclose(rotate.score(h, 3.0 * r, t, m_rot), rotate.score(h, r, t, m_rot), atol=1e-5)
     assert not torch.allclose(complex_.score(h, r, t, m_cx), complex_.score(t, r, h, m_cx), atol=1e-3)
     assert not (rotate.unit_rows or complex_.unit_rows)  # free rows, as PyKEEN's
+    assert rotate.unit_relations and not complex_.unit_relations  # RotatE's relations: unit rotations
     assert kge_entry("transe").unit_rows and kge_entry("distmult").unit_rows
