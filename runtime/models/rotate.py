@@ -13,27 +13,21 @@ from __future__ import annotations
 import torch
 
 from graphtrain.contract.spec import KGEModel
-from graphtrain.runtime.models.complex import halves, times
+from graphtrain.runtime.models.complex import times
 from graphtrain.runtime.models.entry import KGEEntry
-
-
-def unit(r: torch.Tensor) -> torch.Tensor:
-    """Relation rows with every complex element scaled to modulus 1."""
-    re, im = halves(r)
-    modulus = torch.sqrt(re * re + im * im).clamp_min(1e-12)
-    return torch.cat([re / modulus, im / modulus], dim=-1)
+from graphtrain.runtime.optim.functional import unit_complex
 
 
 def score(h: torch.Tensor, r: torch.Tensor, t: torch.Tensor, model: KGEModel) -> torch.Tensor:
-    return -torch.linalg.vector_norm(times(h, unit(r)) - t, ord=2, dim=-1)
+    return -torch.linalg.vector_norm(times(h, unit_complex(r)) - t, ord=2, dim=-1)
 
 
 def tails(h: torch.Tensor, r: torch.Tensor, ents: torch.Tensor, model: KGEModel) -> torch.Tensor:
-    return -torch.cdist(times(h, unit(r)), ents, p=2)
+    return -torch.cdist(times(h, unit_complex(r)), ents, p=2)
 
 
 def heads(r: torch.Tensor, t: torch.Tensor, ents: torch.Tensor, model: KGEModel) -> torch.Tensor:
-    return -torch.cdist(times(t, unit(r), conj_b=True), ents, p=2)
+    return -torch.cdist(times(t, unit_complex(r), conj_b=True), ents, p=2)
 
 
 ENTRY = KGEEntry(

@@ -181,20 +181,18 @@ def sparse_step(
 
 
 def unit_complex(rows: torch.Tensor) -> torch.Tensor:
-    """`rows` (real parts, then imaginary) with every complex number scaled to modulus 1 (a zero one
-    becomes 1 + 0i: a rotation by nothing)."""
-    d = rows.shape[1] // 2
-    re, im = rows[:, :d], rows[:, d:]
-    modulus = torch.sqrt(re * re + im * im)
-    zero = modulus == 0
-    out = torch.cat(
-        [
-            torch.where(zero, 1.0, re / modulus.clamp_min(1e-30)),
-            torch.where(zero, 0.0, im / modulus.clamp_min(1e-30)),
-        ],
-        1,
+    """`rows` (real parts, then imaginary, in the last dimension) with every complex number scaled to
+    modulus 1; a zero one becomes 1 + 0i, a rotation by nothing. Differentiable everywhere (RotatE's
+    score reads its relations through it): a zero's modulus is taken of 1, not of 0, so no infinite
+    gradient of the square root reaches the masked branch."""
+    d = rows.shape[-1] // 2
+    re, im = rows[..., :d], rows[..., d:]
+    squared = re * re + im * im
+    zero = squared == 0
+    modulus = torch.sqrt(torch.where(zero, torch.ones_like(squared), squared))
+    return torch.cat([torch.where(zero, 1.0, re / modulus), torch.where(zero, 0.0, im / modulus)], -1).to(
+        rows.dtype
     )
-    return out.to(rows.dtype)
 
 
 def project_complex(table: torch.Tensor, ids: torch.Tensor) -> None:

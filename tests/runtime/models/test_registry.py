@@ -109,4 +109,12 @@ def test_rotate_reads_a_relation_as_unit_rotations_and_complex_is_not_symmetric(
     assert not torch.allclose(complex_.score(h, r, t, m_cx), complex_.score(t, r, h, m_cx), atol=1e-3)
     assert not (rotate.unit_rows or complex_.unit_rows)  # free rows, as PyKEEN's
     assert rotate.unit_relations and not complex_.unit_relations  # RotatE's relations: unit rotations
+    # a zero relation element (a zeros init, a dynamic vocabulary's new key) scores as no rotation and
+    # gives finite gradients: NaN ones would be refused by the shard servers
+    zero_r = torch.zeros(4, 10, requires_grad=True)
+    rotate.score(h, zero_r, t, m_rot).sum().backward()
+    assert torch.isfinite(zero_r.grad).all()
+    np.testing.assert_allclose(
+        rotate.score(h, zero_r.detach(), t, m_rot), -torch.linalg.vector_norm(h - t, dim=-1), rtol=1e-5
+    )
     assert kge_entry("transe").unit_rows and kge_entry("distmult").unit_rows
