@@ -442,7 +442,7 @@ def predict(
     from graphtrain.runtime.report import answer_table
 
     gt = load_yaml(_read(spec_path))
-    kge = gt.spec.task_kind == KGE
+    kge = prediction.served_task(gt) == KGE
     if output is not None:
         outputs.check_target(output, (".parquet", ".csv"), "predictions")
     if kge and relation is None:

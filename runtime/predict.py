@@ -20,7 +20,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from graphtrain.contract.spec import GNN_KINDS, KGE_KINDS, GNNModel, GraphTraining, KGEModel
+from graphtrain.contract.spec import (
+    GNN_KINDS,
+    KGE_KINDS,
+    LINK_PREDICTION,
+    GNNModel,
+    GraphTraining,
+    KGEModel,
+)
 from graphtrain.runtime.errors import GraphtrainError
 from graphtrain.runtime.kvstore import checkpoint as ckpt
 from graphtrain.runtime.partition.format import PartitionConfig, load_maps, load_names, load_triples
@@ -33,6 +40,19 @@ if TYPE_CHECKING:
 
 BATCH = 4096
 SUGGEST_MAX = 50_000  # labels to compare an unknown one with (difflib is linear in them)
+
+
+def served_task(gt: GraphTraining) -> str:
+    """The task whose checkpoints `gt`'s predictions answer from (nodeClassification or kge).
+
+    Raises:
+        GraphtrainError: task linkPrediction, whose answers are not served yet."""
+    if gt.spec.task_kind == LINK_PREDICTION:
+        raise GraphtrainError(
+            "task linkPrediction: predict answers nodeClassification and kge checkpoints; a link "
+            "prediction model's answers are not served yet (its test metrics are in the run's result.json)"
+        )
+    return gt.spec.task_kind
 
 
 # ------------------------------------------------------------------------------------------ labels

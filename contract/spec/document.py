@@ -42,7 +42,7 @@ from graphtrain.contract.spec.rules import (
 )
 from graphtrain.contract.spec.status import GraphTrainingStatus
 from graphtrain.contract.spec.tables import EmbeddingTable
-from graphtrain.contract.spec.task import KGE, NODE_CLASSIFICATION, TaskSpec
+from graphtrain.contract.spec.task import KGE, KGE_SAMPLERS, LINK_PREDICTION, NODE_CLASSIFICATION, TaskSpec
 from graphtrain.contract.spec.training import Training
 from graphtrain.contract.spec.variants import cel_or_default, cel_strings, ownership_rules
 
@@ -111,6 +111,11 @@ class GraphTrainingSpec(SpecModel):
     def task_kind(self) -> str:
         """The task learned: spec.task's kind, else the model's own."""
         return self.task.kind if self.task is not None else tasks_of(self.model.kind)[0]
+
+
+def _reads_triples(s: GraphTrainingSpec, kind: str) -> bool:
+    """Task `kind` (one that learns a knowledge graph's triples) is not learned, or has triples to learn."""
+    return s.task_kind != kind or s.graph.dataset in KG_DATASETS or s.graph.triples is not None
 
 
 # The model inputs that name a table: their path under model (as the user writes it), how the spec
@@ -382,14 +387,34 @@ add_rules(
         message="triples carry no node labels to classify; learn them with task kge (model transe, "
         "distmult, complex or rotate)",
     ),
+    *(
+        Rule(
+            f"{kind}-knowledge-graph",
+            "graph.dataset",
+            partial(_reads_triples, kind=kind),
+            cel=f"{_CEL_TASK} != '{kind}' || has(self.graph.triples) || "
+            f"(has(self.graph.dataset) && self.graph.dataset in {cel_list(KG_DATASETS)})",
+            message=f"task {kind} needs graph.triples (your own head/relation/tail files) or graph.dataset "
+            "naming a knowledge graph (" + ", ".join(sorted(KG_DATASETS)) + ")",
+        )
+        for kind in (KGE, LINK_PREDICTION)
+    ),
     Rule(
-        "kge-knowledge-graph",
-        "graph.dataset",
-        lambda s: s.task_kind != KGE or s.graph.dataset in KG_DATASETS or s.graph.triples is not None,
-        cel=f"{_CEL_TASK} != '{KGE}' || has(self.graph.triples) || "
-        f"(has(self.graph.dataset) && self.graph.dataset in {cel_list(KG_DATASETS)})",
-        message="task kge needs graph.triples (your own head/relation/tail files) or graph.dataset naming "
-        "a knowledge graph (" + ", ".join(sorted(KG_DATASETS)) + ")",
+        "kge-no-reverse",
+        "graph.reverseEdges",
+        lambda s: s.task_kind != KGE or not s.graph.reverse_edges,
+        cel=f"{_CEL_TASK} != '{KGE}' || !has(self.graph.reverseEdges) || !self.graph.reverseEdges",
+        message="task kge learns the graph's edges as triples, and a knowledge graph's triples are directed "
+        "(a reversed triple is another fact); task linkPrediction's encoder may read reverses",
+    ),
+    Rule(
+        "kge-sampler",
+        "task.sampler",
+        lambda s: s.task_kind != KGE or s.task is None or s.task.sampler in (None, *KGE_SAMPLERS),
+        cel=f"{_CEL_TASK} != '{KGE}' || !has(self.task) || !has(self.task.sampler) || "
+        f"self.task.sampler in {cel_strings(KGE_SAMPLERS)}",
+        message="is %s, which task kge has not: uniform or joint (inBatch and local are linkPrediction's)",
+        args=(("self.task.sampler", lambda s: s.task.sampler),),
     ),
     Rule(
         "shards-per-partition",

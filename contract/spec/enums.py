@@ -114,12 +114,26 @@ class DType(StrEnum):
 class NegativeSampler(StrEnum):
     uniform = "uniform"  # each positive its own corruptions (PyKEEN's BasicNegativeSampler)
     joint = "joint"  # a chunk of positives shares one set (DGL-KE's chunked negatives)
+    inBatch = "inBatch"  # the batch's other tails (task linkPrediction)
+    local = "local"  # joint, from the trainer's own partition's entities (task linkPrediction)
 
 
 class KGELoss(StrEnum):
     margin = "margin"  # pairwise margin ranking
-    softplus = "softplus"  # logistic
-    crossentropy = "crossentropy"  # softmax over the true and the negatives
+    softplus = "softplus"  # logistic: binary cross-entropy, positives to 1 and negatives to 0
+    crossentropy = "crossentropy"  # softmax over the true and the negatives (contrastive)
+
+
+class LinkDecoder(StrEnum):
+    dot = "dot"  # <z_h, z_t>: one relation (or the relations alike)
+    distmult = "distmult"  # <z_h, w_r, z_t>: a learned diagonal per relation
+    mlp = "mlp"  # an MLP on [z_h, z_t] with a learned relation vector added
+
+
+class Exclude(StrEnum):
+    self = "self"  # a batch's target edges leave the graph its GNN samples
+    reverse = "reverse"  # ... and their reverse edges
+    none = "none"  # nothing leaves (the leak, measurable)
 
 
 class DenseOptimizer(StrEnum):

@@ -31,6 +31,10 @@ DATASET_NODE_TYPES: dict[Dataset, tuple[str, ...]] = {
     Dataset.wordnet: ("noun", "verb", "adjective", "adverb"),
     Dataset.gene_pubmed: ("gene", "paper"),
     Dataset.gene_kg: ("gene", "paper", "go_term", "omim", "ec", "pfam", "prosite"),
+    # one entity type, an edge type per relation: what a relational encoder (rgcn, rgat) reads
+    Dataset.nations: ("entity",),
+    Dataset.kinships: ("entity",),
+    Dataset.umls: ("entity",),
 }
 TYPED_DATASETS = set(DATASET_NODE_TYPES)  # graph.typed reads their types
 STANDARD_SPLIT_DATASETS = {Dataset.nations, Dataset.kinships, Dataset.umls}
@@ -351,13 +355,6 @@ add_rules(
         lambda g: g.split is None or g.triples is None or g.triples.valid is None,
         cel="!has(self.split) || !has(self.triples) || !has(self.triples.valid)",
         message="graph.triples names its own valid and test files; remove graph.split",
-    ),
-    Rule(
-        "triples-no-reverse",
-        "reverseEdges",
-        lambda g: not (g.reverse_edges and g.triples is not None),
-        cel="!has(self.triples) || !self.reverseEdges",
-        message="a knowledge graph's triples are directed (a reversed triple is another fact)",
     ),
     Rule(
         "graph-standard-split",

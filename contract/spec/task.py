@@ -1,5 +1,6 @@
 """spec.task: what is learned, apart from the model that learns it (GraphStorm's split of task and
-encoder): node classification or knowledge-graph embedding now, link prediction and edge tasks next.
+encoder): node classification, knowledge-graph embedding, and link prediction with a GNN encoder; edge
+tasks next.
 
 A task says what a batch is, what the loss is and how a split is evaluated; the model (model.py) says
 how nodes or triples are encoded and scored. Each model kind lists the tasks it serves. Unset, the task
@@ -14,11 +15,13 @@ from typing import TYPE_CHECKING, ClassVar, TypeAlias
 from pydantic import Field
 
 from graphtrain.contract.spec.base import MAX_TYPES, TypeName
-from graphtrain.contract.spec.enums import KGELoss, NegativeSampler
+from graphtrain.contract.spec.enums import Exclude, KGELoss, LinkDecoder, NegativeSampler
 from graphtrain.contract.spec.variants import Variant, WireUnion, wire_model
 
 NODE_CLASSIFICATION = "nodeClassification"
 KGE = "kge"
+LINK_PREDICTION = "linkPrediction"
+KGE_SAMPLERS = (NegativeSampler.uniform, NegativeSampler.joint)  # inBatch and local: linkPrediction's
 
 
 class NodeClassificationTask(Variant):
@@ -56,7 +59,8 @@ class KGETask(Variant):
         "`chunk` positives shares one draw of `negatives` entities, scored against the whole chunk as one "
         "matrix product (DGL-KE's chunked negatives): a batch pulls 2B + (B/chunk) x negatives entity rows "
         "instead of 2B + B x negatives, which is what large batches on GPUs need. A shared entity that is "
-        "a positive's own true one is left out of that positive's loss.",
+        "a positive's own true one is left out of that positive's loss. (inBatch and local: task "
+        "linkPrediction's only.)",
     )
     chunk: int = Field(
         default=256,
@@ -72,17 +76,73 @@ class KGETask(Variant):
     margin: float = Field(default=1.0, gt=0, description="The margin of loss: margin.")
 
 
-TASKS = (NodeClassificationTask, KGETask)
+class LinkPredictionTask(Variant):
+    """Predict edges with a GNN encoder and a pair decoder (DistDGL's and GraphStorm's link prediction):
+    the encoder embeds a batch's endpoints and negatives from the graph without the batch's own edges
+    (exclude), the decoder scores pairs; filtered MRR and Hits@k on the held-out valid and test edges,
+    each ranked against every entity (the metrics code of task kge). The target edges are a knowledge
+    graph's triples (graph.dataset or graph.triples), whose valid and test splits never enter the
+    graph the GNN samples."""
+
+    KIND: ClassVar[str] = LINK_PREDICTION
+
+    decoder: LinkDecoder = Field(
+        default=LinkDecoder.distmult,
+        description="dot: <z_h, z_t>; distmult: <z_h, w_r, z_t> with a learned diagonal per relation; "
+        "mlp: an MLP on [z_h + w_r, z_t] (one hidden layer of the encoder's width).",
+    )
+    target_relations: list[TypeName] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=MAX_TYPES,
+        description="The relations whose edges are trained and evaluated (their names). Unset: every "
+        "relation. The other relations stay in the graph as context.",
+    )
+    negatives: int = Field(
+        default=32,
+        ge=1,
+        le=100000,
+        description="Negative tails each positive is scored against (inBatch: the batch's other tails, "
+        "so at most the batch).",
+    )
+    sampler: NegativeSampler = Field(
+        default=NegativeSampler.joint,
+        description="uniform: each positive its own negatives; joint: each chunk of `chunk` positives "
+        "shares one draw (the encoder embeds far fewer nodes: GraphStorm's and DGL-KE's cheap option); "
+        "local: joint, drawn from the nodes of the trainer's own partition (no remote rows); inBatch: "
+        "the batch's other tails. A negative equal to the positive's own tail is left out.",
+    )
+    chunk: int = Field(
+        default=256,
+        ge=1,
+        le=1_000_000,
+        description="sampler joint or local: positives per shared draw.",
+    )
+    loss: KGELoss = Field(
+        default=KGELoss.crossentropy,
+        description="crossentropy: contrastive, the softmax of each positive against its negatives; "
+        "softplus: binary cross-entropy, positives to 1 and negatives to 0; margin: pairwise ranking.",
+    )
+    margin: float = Field(default=1.0, gt=0, description="The margin of loss: margin.")
+    exclude: Exclude | None = Field(
+        default=None,
+        description="What leaves the graph a batch's GNN samples: self (the batch's target edges), "
+        "reverse (those and their reverses), none (nothing: the target edge leaks into its own "
+        "embedding). Unset: reverse when graph.reverseEdges adds a reverse to every edge, else self.",
+    )
+
+
+TASKS = (NodeClassificationTask, KGETask, LinkPredictionTask)
 
 if TYPE_CHECKING:  # a class made at import: to a static checker, the flat union it is made as
     TaskSpec: TypeAlias = WireUnion
 else:
     TaskSpec = wire_model(
         "TaskSpec",
-        "What is learned: one kind (nodeClassification, kge) with its own fields.",
+        "What is learned: one kind (nodeClassification, kge, linkPrediction) with its own fields.",
         TASKS,
         prefix="task",
         default_kind=None,
-        kind_description="nodeClassification: node labels; kge: knowledge-graph embedding (triples). "
-        "Required.",
+        kind_description="nodeClassification: node labels; kge: knowledge-graph embedding (triples); "
+        "linkPrediction: a GNN encoder and a pair decoder on a knowledge graph's triples. Required.",
     )

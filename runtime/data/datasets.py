@@ -411,6 +411,8 @@ def typed_dataset(name: str, graph: Graph, root: Path | None = None) -> Graph:
     if name == "gene-kg":
         assert graph.relation_names is not None
         return typed.kg_typed(graph, graph.relation_names.tolist())
+    if name in ("nations", "kinships", "umls"):
+        return typed.single_type_kg(graph)
     raise DataError(f"graph.typed: dataset {name} has no node or edge types")
 
 

@@ -11,7 +11,13 @@ not meant).
 
 from __future__ import annotations
 
-from graphtrain.contract.spec import NODE_CLASSIFICATION, GraphSource, GraphTrainingSpec, gnn
+from graphtrain.contract.spec import (
+    LINK_PREDICTION,
+    NODE_CLASSIFICATION,
+    GraphSource,
+    GraphTrainingSpec,
+    gnn,
+)
 from graphtrain.contract.spec.rules import Problem
 from graphtrain.runtime.data.graph import MASKS
 from graphtrain.runtime.data.summary import Summary
@@ -39,12 +45,15 @@ def problems(spec: GraphTrainingSpec, summary: Summary) -> list[Problem]:
             out.append(
                 Problem(
                     path=_source_field(spec.graph, "graph.triples"),
-                    message=f"task kge learns from (head, relation, tail) triples, and {name} "
+                    message=f"task {spec.task_kind} learns from (head, relation, tail) triples, and {name} "
                     "holds no training triples with relations",
                 )
             )
         elif spec.trainers.replicas > summary.triples["train"]:
             out.append(_too_many_trainers(spec, summary.triples["train"], "training triples"))
+        if spec.task_kind == LINK_PREDICTION:  # a GNN encodes the entities: its inputs as for nodes
+            out += _features(spec, summary)
+            out += _typed(spec, summary)
     if spec.partition.parts > summary.num_nodes:
         out.append(
             Problem(

@@ -161,6 +161,18 @@ def kg_typed(graph: Graph, relations: list[str]) -> Graph:
     return with_types(graph, NodeTypes(ntype, DATASET_NODE_TYPES[Dataset.gene_kg], relations), graph.etype)
 
 
+def single_type_kg(graph: Graph) -> Graph:
+    """A knowledge graph without entity kinds (nations, kinships, umls): one node type, `entity`, and
+    an edge type per relation, so that a relational encoder tells its relations apart."""
+    if graph.etype is None:
+        raise DataError(f"{graph.name}: the cached dataset lacks relations: fetch it again")
+    names = graph.relation_names
+    count = len(names) if names is not None else int(graph.etype.max(initial=-1)) + 1
+    relations = names.tolist() if names is not None else [f"r{i}" for i in range(count)]
+    types = NodeTypes(np.zeros(graph.num_nodes, dtype=np.int64), ("entity",), relations)
+    return with_types(graph, types, graph.etype)
+
+
 def edge_type_index(canonical_etypes: Sequence[tuple[str, str, str]], name: str) -> int:
     """The id of the edge type written `name` (a unique relation, or source:relation:destination).
 

@@ -153,9 +153,37 @@ def relabel(frontier: np.ndarray, src: np.ndarray) -> tuple[np.ndarray, np.ndarr
 Fanout = int | np.ndarray
 
 
-def sample_blocks(graph: DistGraph, seeds: np.ndarray, fanouts: list[Fanout], seed: int = 0) -> MiniBatch:
+def pair_keys(src: np.ndarray, dst: np.ndarray, num_nodes: int) -> np.ndarray:
+    """Each (src, dst) pair as one int64 key, sorted and unique: what `exclude` of sample_blocks takes."""
+    return np.unique(np.asarray(src, dtype=np.int64) * num_nodes + np.asarray(dst, dtype=np.int64))
+
+
+def drop_pairs(
+    frontier: np.ndarray, src: np.ndarray, counts: np.ndarray, exclude: np.ndarray, num_nodes: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """(kept, counts): which sampled edges (src[i] -> its destination in `frontier`, grouped by `counts`)
+    join no excluded pair (pair_keys), and the in-edges each destination keeps. Link prediction's batch
+    leaves its own target edges out of the graph its GNN reads; the pairs go, with every edge between
+    them (of any relation), so no copy of a target edge leaks in under another type."""
+    dst = np.repeat(np.asarray(frontier, dtype=np.int64), counts)
+    keys = src.astype(np.int64) * num_nodes + dst
+    pos = np.searchsorted(exclude, keys).clip(max=max(len(exclude) - 1, 0))
+    kept = exclude[pos] != keys if len(exclude) else np.ones(len(keys), dtype=bool)
+    owner = np.repeat(np.arange(len(frontier), dtype=np.int64), counts)
+    return kept, np.bincount(owner[kept], minlength=len(frontier)).astype(counts.dtype)
+
+
+def sample_blocks(
+    graph: DistGraph,
+    seeds: np.ndarray,
+    fanouts: list[Fanout],
+    seed: int = 0,
+    exclude: np.ndarray | None = None,
+) -> MiniBatch:
     """The message-flow blocks of `seeds` for fan-outs [input layer, ..., output layer]; on a typed
-    graph each block carries its edges' types (and their features, when the graph has them)."""
+    graph each block carries its edges' types (and their features, when the graph has them).
+    `exclude`: sorted (src, dst) pair keys (pair_keys) whose edges no layer keeps; a node that loses
+    some keeps its other sampled in-edges (the fan-out is drawn first, as a post-filter)."""
     seeds = np.asarray(seeds, dtype=np.int64)
     if len(np.unique(seeds)) != len(seeds):
         raise ValueError("seeds must be distinct")
@@ -171,6 +199,11 @@ def sample_blocks(graph: DistGraph, seeds: np.ndarray, fanouts: list[Fanout], se
             src, counts, etype, eid = got.src, got.counts, got.etype, got.eid
         else:
             src, counts = graph.sample_neighbors(frontier, int(fanout), seed * 1000 + depth)
+        if exclude is not None and len(exclude):
+            kept, counts = drop_pairs(frontier, src, counts, exclude, graph.num_nodes)
+            src = src[kept]
+            etype = None if etype is None else etype[kept]
+            eid = None if eid is None else eid[kept]
         dst_local = np.repeat(np.arange(len(frontier), dtype=np.int64), counts)
         nodes, src_local = relabel(frontier, src)
         mean, mean_t, order = mean_matrices(counts, src_local, len(nodes))

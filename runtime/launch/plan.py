@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from graphtrain.contract import roles
-from graphtrain.contract.spec.task import NODE_CLASSIFICATION
+from graphtrain.contract.spec.task import LINK_PREDICTION, NODE_CLASSIFICATION
 
 SHARD_WORKERS = 2  # request threads per shard server: the trainers share the machine's cores with them
 
@@ -37,10 +37,11 @@ def entry() -> list[str]:
 def zygote_preload(task_kind: str, trainers: int) -> tuple[str, ...]:
     """What the zygote imports for the trainers beside torch, once, where each trainer would import it
     on its own: torch._dynamo when the trainers wrap their model in DistributedDataParallel (node
-    classification, more than one trainer), whose constructor imports it (torch 2.x: ~1.3 s of CPU a
-    trainer, the larger part of a trainer's start). Neither a single trainer nor the KGE trainers nor the
-    shard servers need it: they are not made to pay for it."""
-    return ("torch._dynamo",) if task_kind == NODE_CLASSIFICATION and trainers > 1 else ()
+    classification or link prediction with a GNN, more than one trainer), whose constructor imports it
+    (torch 2.x: ~1.3 s of CPU a trainer, the larger part of a trainer's start). Neither a single
+    trainer nor the KGE trainers nor the shard servers need it: they are not made to pay for it."""
+    ddp = task_kind in (NODE_CLASSIFICATION, LINK_PREDICTION)
+    return ("torch._dynamo",) if ddp and trainers > 1 else ()
 
 
 def files(run_dir: Path, spec_path: Path, partition: Path) -> roles.Files:

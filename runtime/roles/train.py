@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from graphtrain.contract.roles import TrainParams
-from graphtrain.contract.spec import NODE_CLASSIFICATION, load_yaml
+from graphtrain.contract.spec import LINK_PREDICTION, NODE_CLASSIFICATION, load_yaml
 from graphtrain.runtime import cpus
 from graphtrain.runtime.data.cache import read_text, write_json
 from graphtrain.runtime.errors import GraphtrainError
@@ -71,6 +71,10 @@ def train(p: TrainParams) -> None:
         task: TrainingTask[Any]
         if gt.spec.task_kind == NODE_CLASSIFICATION:
             task = NodeClassification(gt, graph, connect(), dist, device)  # the loader thread: own connection
+        elif gt.spec.task_kind == LINK_PREDICTION:
+            from graphtrain.runtime.train.link_prediction import GNNLinkPrediction
+
+            task = GNNLinkPrediction(gt, graph, dist, device)
         else:
             from graphtrain.runtime.train.kge import LinkPrediction
 

@@ -70,6 +70,21 @@ class Dist:
             torch_dist.all_reduce(t, op=torch_dist.ReduceOp.MAX)
         return t.tolist()
 
+    def gather_rows(self, rows: torch.Tensor) -> torch.Tensor:
+        """Every trainer's `rows` (n_i, d) of float32 on the host, concatenated in rank order: the
+        shares of a computation split by rank (link prediction's node embeddings)."""
+        if self.world == 1:
+            return rows
+        sizes = torch.zeros(self.world, dtype=torch.int64)
+        sizes[self.rank] = len(rows)
+        torch_dist.all_reduce(sizes)
+        most = int(sizes.max())
+        padded = rows.new_zeros((most, *rows.shape[1:]))
+        padded[: len(rows)] = rows
+        out = [torch.empty_like(padded) for _ in range(self.world)]
+        torch_dist.all_gather(out, padded.contiguous())
+        return torch.cat([o[: int(n)] for o, n in zip(out, sizes, strict=True)])
+
     def share(self, batch_size: int) -> int:
         """This trainer's part of a global batch: N trainers with DDP take the steps one trainer would
         (same effective batch, same learning rate schedule), so results do not depend on N."""

@@ -84,6 +84,14 @@ def load_kg(graph: DistGraph) -> KnowledgeGraph:
     )
 
 
+def eval_sample(triples: np.ndarray, seed: int) -> np.ndarray:
+    """`triples`, or a seeded sample of EVAL_MAX_TRIPLES of them in their order (a large split)."""
+    if len(triples) <= EVAL_MAX_TRIPLES:
+        return triples
+    keep = np.random.default_rng(seed).choice(len(triples), EVAL_MAX_TRIPLES, replace=False)
+    return triples[np.sort(keep)]
+
+
 class Triples(NamedTuple):
     """A batch: positive triples (B, 3) and their corruptions: (B, negatives, 3) triples with the uniform
     sampler, (chunks, negatives) shared entity ids with the joint one (kge_math.joint_draw)."""
@@ -268,13 +276,7 @@ class LinkPrediction:
 
     def eval_triples(self, split: Split) -> np.ndarray:
         """The split's triples, or a seeded sample of EVAL_MAX_TRIPLES of them."""
-        t = self.kg.valid if split == "valid" else self.kg.test
-        if len(t) > EVAL_MAX_TRIPLES:
-            keep = np.random.default_rng(self.spec.training.seed).choice(
-                len(t), EVAL_MAX_TRIPLES, replace=False
-            )
-            t = t[np.sort(keep)]
-        return t
+        return eval_sample(self.kg.valid if split == "valid" else self.kg.test, self.spec.training.seed)
 
     @torch.no_grad()
     def evaluate(self, split: Split) -> dict[str, float]:

@@ -25,26 +25,22 @@ import numpy as np
 import torch
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from graphtrain.contract.spec import DuplicateRule, GraphTraining, NodeClassificationTask, gnn
+from graphtrain.contract.spec import GraphTraining, NodeClassificationTask, gnn
 from graphtrain.runtime.errors import GraphtrainError
-from graphtrain.runtime.graph import DistGraph, FeatureBags, NeighborLoader, node_split
+from graphtrain.runtime.graph import DistGraph, NeighborLoader, node_split
 from graphtrain.runtime.graph.device_data import data_bytes, device_node_data
 from graphtrain.runtime.graph.device_sampler import device_graph, sample_blocks_on
 from graphtrain.runtime.graph.fanouts import layer_fanouts
 from graphtrain.runtime.graph.loader import MiniBatch, Sampler, sample_blocks
 from graphtrain.runtime.kvstore.client import KVClient
 from graphtrain.runtime.kvstore.placement import free_bytes
-from graphtrain.runtime.models import GNNShape, gnn_entry
-from graphtrain.runtime.optim import OptimConfig, SparseOptimizer
-from graphtrain.runtime.partition.typed_ids import NodeRows
-from graphtrain.runtime.tensor import PartitionBook
 from graphtrain.runtime.train.dense import load_dense, save_dense
 from graphtrain.runtime.train.device import to_device
 from graphtrain.runtime.train.dist import Dist, seed_everything, unwrap
-from graphtrain.runtime.train.inputs import bag_input, node_input
+from graphtrain.runtime.train.encoder import GNNEncoder
 from graphtrain.runtime.train.metrics import StageClock
 from graphtrain.runtime.train.reporter import log
-from graphtrain.runtime.train.tables import Table, collective, embedding_table, table_init
+from graphtrain.runtime.train.tables import Table
 from graphtrain.runtime.train.task import Split
 
 REPORT_EVERY = 20
@@ -99,66 +95,16 @@ class NodeClassification:
         self.spec, self.graph, self.dist = gt.spec, graph, dist
         self.device = device or torch.device("cpu")
         m, tr = gnn(self.spec.model), self.spec.training
-        self.bag_combiner = str(m.feature_bag.combiner) if m.feature_bag is not None else None
         seed_everything(tr.seed)  # the model's initial weights follow training.seed
         if graph.num_classes is None or "label" not in graph.ndata:
             raise GraphtrainError(
                 f"task nodeClassification ({m.KIND}) needs node labels: the graph has none (graph.labels)"
             )
-        self.feat = graph.ndata.get("feat") if m.use_features and m.feature_bag is None else None
-        if m.use_features and m.feature_bag is None and self.feat is None:
-            raise GraphtrainError(
-                "model.useFeatures is set but the partition holds no dense features "
-                "(sparse ones need model.featureProjection or model.featureBag)"
-            )
         self.label = graph.ndata["label"]
-        tables = {t.name: t for t in self.spec.embeddings}
-        self.emb: Table | None = None
-        self.words: Table | None = None  # model.featureBag's table: a row per feature column
-        opts = []
-        if m.feature_bag is not None:
-            self.bags = FeatureBags(graph.config)
-            table = tables[m.feature_bag.embedding]
-            book = PartitionBook.even(self.bags.num_columns, graph.client.num_shards)
-            self.words = embedding_table(
-                table,
-                self.bags.num_columns,
-                table_init(self.spec, table.name),
-                book,
-                graph.client,
-                self.device,
-            )
-            opts.append(SparseOptimizer([self.words], OptimConfig.from_spec(table)))
-            # each word looked up once per batch, unless its gradients are averaged per occurrence
-            self.per_word = table.duplicate_grads == DuplicateRule.sum
-        if m.node_embedding:
-            table = tables[m.node_embedding]
-            # a row per node, or per node of the table's node types (typed_ids.py)
-            self.emb_rows = NodeRows.of(graph.config.data, table.name, table.node_types)
-            self.emb = embedding_table(
-                table,
-                self.emb_rows.num_rows,
-                table_init(self.spec, table.name),
-                PartitionBook(self.emb_rows.bounds),
-                graph.client,
-                self.device,
-            )
-            opts.append(SparseOptimizer([self.emb], OptimConfig.from_spec(table)))
-        self.sparse_opts = opts
-        self.collective_tables = collective([self.words, self.emb])  # in the order _pull looks them up
-        feat_dim = self.feat.shape[1] if self.feat is not None else 0
-        in_dim = feat_dim + sum(t.dim for t in (self.words, self.emb) if t is not None)
-        # Features beside an embedding are passed apart, so backward computes no gradient for them
-        # (a feature bag takes the features' place: it learns).
-        self.split_inputs = self.emb is not None and self.feat is not None
-        shape = GNNShape(
-            in_dim,
-            int(graph.num_classes),
-            frozen=feat_dim if self.split_inputs else 0,
-            num_relations=max(1, len(graph.canonical_etypes)),
-            edge_dim=graph.edge_dim(),
-        )
-        model = gnn_entry(m.KIND).build(m, shape).to(self.device)
+        self.enc = GNNEncoder(self.spec, graph, self.device, int(graph.num_classes))
+        self.feat, self.emb, self.words = self.enc.feat, self.enc.emb, self.enc.words
+        self.sparse_opts, self.collective_tables = self.enc.sparse_opts, self.enc.collective_tables
+        model = self.enc.module
         gpu = [self.device.index] if self.device.type == "cuda" else None
         self.model = DDP(model, device_ids=gpu) if dist.world > 1 else model
         self.dense_opt = _optimizer(str(tr.dense_optimizer), self.model.parameters(), tr.dense_lr)
@@ -237,29 +183,17 @@ class NodeClassification:
         return torch.from_numpy(mb.input_nodes)
 
     def _pull(self, mb: MiniBatch) -> torch.Tensor | None:
-        """The learnable input of the batch's input nodes: their feature bags, then their embedding rows
-        (None without either). Collective tables are looked up in this order on every trainer."""
-        parts = []
-        if self.words is not None:
-            assert self.bag_combiner is not None
-            combiner = self.bag_combiner
-            parts.append(
-                bag_input(self.words, self.bags, mb.input_nodes, combiner, self.device, self.per_word)
-            )
-        if self.emb is not None:
-            ids = self._ids(self.emb, mb) if self.emb_rows.types is None else None
-            parts.append(node_input(self.emb, self.emb_rows, mb.input_nodes, self.device, ids))
-        if not parts:
-            return None
-        return parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)
+        """The learnable input of the batch's input nodes (encoder.pull), the embedding's rows looked up
+        on the device when they are there."""
+        emb = self.emb
+        ids = self._ids(emb, mb) if emb is not None and self.enc.emb_rows.types is None else None
+        return self.enc.pull(mb, ids)
 
     def _model_forward(
         self, model: torch.nn.Module, mb: MiniBatch, e: torch.Tensor | None, x: torch.Tensor | None
     ) -> torch.Tensor:
         """Class scores of a batch from its features `x` and/or its embedding rows `e`."""
-        if e is None:
-            return model(mb.blocks, x)
-        return model(mb.blocks, e, x) if self.split_inputs else model(mb.blocks, e)
+        return self.enc.forward(model, mb, e, x)
 
     def _forward(self, model: torch.nn.Module, mb: MiniBatch, x: torch.Tensor | None) -> torch.Tensor:
         """Class scores of a batch: features and/or the embedding rows of its input nodes."""
@@ -269,9 +203,7 @@ class NodeClassification:
 
     def start(self, step: int, resumed: bool) -> None:
         """The tables' step counts go on from the checkpoint's (their optimizers' bias correction)."""
-        for table in (self.words, self.emb):
-            if table is not None:
-                table.steps = step
+        self.enc.start(step)
 
     def steps_per_epoch(self) -> int:
         return len(self.loader)
@@ -307,11 +239,7 @@ class NodeClassification:
         model.eval()
         correct = 0
         starts = range(0, len(ids), EVAL_BATCH)
-        for _ in range(len(starts), self._eval_rounds(len(starts))):
-            # a collective table's lookups pair up across trainers: one with fewer batches than another
-            # takes part in the lookups it has no batch for, table by table as _pull looks them up
-            for table in self.collective_tables:
-                table.gather(torch.empty(0, dtype=torch.int64, device=self.device))
+        self.enc.idle_lookups(self._eval_rounds(len(starts)) - len(starts))
         for i in starts:
             mb = self.sampler(ids[i : i + EVAL_BATCH], [-1] * len(self.spec.training.fanouts), 0)
             mb.blocks = to_device(mb.blocks, self.device)

@@ -105,6 +105,9 @@ SAMPLES: dict[str, Any] = {
     "loss": "margin",
     "margin": 2.0,
     "targetNodeTypes": ["noun"],
+    "decoder": "mlp",
+    "targetRelations": ["hypernym"],
+    "exclude": "none",
 }
 
 
@@ -208,6 +211,10 @@ BREAKS: dict[str, Doc] = {
     "fanouts-per-layer": edit(GRAPHSAGE, lambda s: s.update(training={"fanouts": [10]})),
     "node-classification-labelled-graph": edit(GRAPHSAGE, lambda s: s["graph"].update(dataset="nations")),
     "kge-knowledge-graph": edit(TRANSE, lambda s: s["graph"].update(dataset="wordnet")),
+    "linkPrediction-knowledge-graph": edit(
+        GRAPHSAGE, lambda s: s.update(task={"kind": "linkPrediction", "decoder": "dot"})
+    ),
+    "kge-sampler": edit(TRANSE, lambda s: s.update(task={"kind": "kge", "sampler": "inBatch"})),
     "node-classification-no-triples": edit(
         GRAPHSAGE, lambda s: s.update(graph={"triples": {"path": "t.tsv"}})
     ),
@@ -217,9 +224,7 @@ BREAKS: dict[str, Doc] = {
         TRANSE,
         lambda s: s.update(graph={"triples": {"path": "a", "valid": "b", "test": "c"}, "split": {}}),
     ),
-    "triples-no-reverse": edit(
-        TRANSE, lambda s: s.update(graph={"triples": {"path": "a"}, "reverseEdges": True})
-    ),
+    "kge-no-reverse": edit(TRANSE, lambda s: s["graph"].update(reverseEdges=True)),
     "triples-valid-with-test": edit(
         TRANSE, lambda s: s.update(graph={"triples": {"path": "a", "valid": "b"}})
     ),
@@ -259,7 +264,7 @@ BREAKS: dict[str, Doc] = {
         TYPED,
         lambda s: s["graph"]["edges"].append({"relation": ["author", "writes", "paper"], "files": ["c"]}),
     ),
-    "graph-typed-dataset": edit(TRANSE, lambda s: s["graph"].update(typed=True, dataset="nations")),
+    "graph-typed-dataset": edit(TRANSE, lambda s: s["graph"].update(typed=True, dataset="metis-4elt")),
     "table-node-types-nodes-keys": edit(
         TRANSE,
         lambda s: (

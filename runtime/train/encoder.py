@@ -1,0 +1,128 @@
+"""A GNN's inputs and its module, as every task that encodes nodes needs them (node classification
+reads class scores out of it, link prediction node embeddings): the graph's dense features, a feature
+bag's learnable rows (model.featureBag), a node embedding (model.nodeEmbedding, over every node or over
+some node types: inputs.node_input), their sparse optimizers, and the registered model built for the
+input width and the output width the task asks for.
+
+Features beside an embedding are passed apart (`split_inputs`), so backward computes no gradient for
+them; a feature bag takes the features' place (it learns).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from graphtrain.contract.spec import DuplicateRule, GNNModel, GraphTrainingSpec, gnn
+from graphtrain.runtime.errors import GraphtrainError
+from graphtrain.runtime.graph import DistGraph, FeatureBags
+from graphtrain.runtime.graph.loader import MiniBatch
+from graphtrain.runtime.models import GNNShape, gnn_entry
+from graphtrain.runtime.optim import OptimConfig, SparseOptimizer
+from graphtrain.runtime.partition.typed_ids import NodeRows
+from graphtrain.runtime.tensor import PartitionBook
+from graphtrain.runtime.train.device import to_device
+from graphtrain.runtime.train.inputs import bag_input, node_input
+from graphtrain.runtime.train.tables import Table, collective, embedding_table, table_init
+
+
+class GNNEncoder:
+    """The inputs of a spec's GNN over `graph` and the model (`module`, not wrapped for DDP), whose
+    output is `out_dim` wide."""
+
+    def __init__(self, spec: GraphTrainingSpec, graph: DistGraph, device: torch.device, out_dim: int):
+        self.graph, self.device = graph, device
+        m: GNNModel = gnn(spec.model)
+        self.variant = m
+        self.bag_combiner = str(m.feature_bag.combiner) if m.feature_bag is not None else None
+        self.feat = graph.ndata.get("feat") if m.use_features and m.feature_bag is None else None
+        if m.use_features and m.feature_bag is None and self.feat is None:
+            raise GraphtrainError(
+                "model.useFeatures is set but the partition holds no dense features "
+                "(sparse ones need model.featureProjection or model.featureBag)"
+            )
+        tables = {t.name: t for t in spec.embeddings}
+        self.emb: Table | None = None
+        self.words: Table | None = None  # model.featureBag's table: a row per feature column
+        opts = []
+        if m.feature_bag is not None:
+            self.bags = FeatureBags(graph.config)
+            table = tables[m.feature_bag.embedding]
+            book = PartitionBook.even(self.bags.num_columns, graph.client.num_shards)
+            self.words = embedding_table(
+                table, self.bags.num_columns, table_init(spec, table.name), book, graph.client, device
+            )
+            opts.append(SparseOptimizer([self.words], OptimConfig.from_spec(table)))
+            # each word looked up once per batch, unless its gradients are averaged per occurrence
+            self.per_word = table.duplicate_grads == DuplicateRule.sum
+        if m.node_embedding:
+            table = tables[m.node_embedding]
+            # a row per node, or per node of the table's node types (typed_ids.py)
+            self.emb_rows = NodeRows.of(graph.config.data, table.name, table.node_types)
+            self.emb = embedding_table(
+                table,
+                self.emb_rows.num_rows,
+                table_init(spec, table.name),
+                PartitionBook(self.emb_rows.bounds),
+                graph.client,
+                device,
+            )
+            opts.append(SparseOptimizer([self.emb], OptimConfig.from_spec(table)))
+        self.sparse_opts = opts
+        self.collective_tables = collective([self.words, self.emb])  # in the order pull looks them up
+        feat_dim = self.feat.shape[1] if self.feat is not None else 0
+        in_dim = feat_dim + sum(t.dim for t in (self.words, self.emb) if t is not None)
+        self.split_inputs = self.emb is not None and self.feat is not None
+        shape = GNNShape(
+            in_dim,
+            out_dim,
+            frozen=feat_dim if self.split_inputs else 0,
+            num_relations=max(1, len(graph.canonical_etypes)),
+            edge_dim=graph.edge_dim(),
+        )
+        self.module = gnn_entry(m.KIND).build(m, shape).to(device)
+
+    def start(self, step: int) -> None:
+        """The tables' step counts go on from the checkpoint's (their optimizers' bias correction)."""
+        for table in (self.words, self.emb):
+            if table is not None:
+                table.steps = step
+
+    def features(self, mb: MiniBatch) -> torch.Tensor | None:
+        """The input features of a batch's input nodes, on the model's device (None without them)."""
+        if self.feat is None:
+            return None
+        return to_device(self.feat[mb.input_nodes], self.device)
+
+    def pull(self, mb: MiniBatch, ids: torch.Tensor | None = None) -> torch.Tensor | None:
+        """The learnable input of the batch's input nodes: their feature bags, then their embedding rows
+        (None without either). Collective tables are looked up in this order on every trainer.
+        `ids`: the input nodes where the embedding looks them up, when that is not the host."""
+        parts = []
+        if self.words is not None:
+            assert self.bag_combiner is not None
+            parts.append(
+                bag_input(
+                    self.words, self.bags, mb.input_nodes, self.bag_combiner, self.device, self.per_word
+                )
+            )
+        if self.emb is not None:
+            parts.append(node_input(self.emb, self.emb_rows, mb.input_nodes, self.device, ids))
+        if not parts:
+            return None
+        return parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)
+
+    def forward(
+        self, model: torch.nn.Module, mb: MiniBatch, e: torch.Tensor | None, x: torch.Tensor | None
+    ) -> torch.Tensor:
+        """The model's output for a batch's seeds from its features `x` and/or its learnable input `e`
+        (`model`: the module, or its DDP wrapper)."""
+        if e is None:
+            return model(mb.blocks, x)
+        return model(mb.blocks, e, x) if self.split_inputs else model(mb.blocks, e)
+
+    def idle_lookups(self, rounds: int) -> None:
+        """Take part in `rounds` collective lookups with no batch (a trainer with fewer evaluation batches
+        than another: a collective table's lookups pair up across trainers)."""
+        for _ in range(rounds):
+            for table in self.collective_tables:
+                table.gather(torch.empty(0, dtype=torch.int64, device=self.device))

@@ -1,0 +1,350 @@
+"""Link prediction with a GNN encoder and a pair decoder (task linkPrediction), as a TrainingTask of
+the epoch loop: DistDGL's and GraphStorm's link prediction on a knowledge graph's triples.
+
+- **Targets.** The training triples of task.targetRelations (every relation unset), from the partition
+  (train/kge.load_kg): its graph holds the training triples only (and their reverses with
+  graph.reverseEdges), the valid and test ones are kept beside it, so they never enter a sampled block.
+  Each trainer takes an equal, contiguous share of the targets ordered by tail, so mostly tails of one
+  partition (every trainer takes the same number of steps, as DDP needs).
+- **Negatives** (kge_math's draws, so both tasks sample alike): uniform (each positive its own,
+  replacing its head or its tail), joint (one draw per chunk of positives), local (joint, from the
+  nodes of the trainer's own partition), inBatch (the batch's other tails). A negative equal to the
+  positive's own entity is left out of its loss.
+- **A batch** is every distinct endpoint and negative as the seeds of one sampled block set, so each
+  node is embedded once; the batch's target pairs leave the graph it samples (task.exclude: self, or
+  reverse as well; unset: reverse when graph.reverseEdges made every edge two-way).
+- **Loss**: kge_math.loss on the decoder's scores (crossentropy: contrastive; softplus: binary
+  cross-entropy; margin).
+- **Evaluation**: every node's embedding with every neighbour, each trainer a share of the nodes,
+  gathered on every trainer; then task kge's filtered ranking (realistic ranks, every known triple
+  filtered) of each valid/test triple's head and tail against every entity, a seeded sample of
+  kge.EVAL_MAX_TRIPLES of a large split, sums all-reduced.
+
+A checkpoint keeps the encoder, the decoder and their optimizer (dense.pt) beside the shard servers'
+tables.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from graphtrain.contract.spec import Exclude, GraphTraining, LinkPredictionTask, NegativeSampler, gnn
+from graphtrain.runtime.errors import GraphtrainError
+from graphtrain.runtime.graph import DistGraph
+from graphtrain.runtime.graph.fanouts import layer_fanouts
+from graphtrain.runtime.graph.loader import MiniBatch, pair_keys, sample_blocks
+from graphtrain.runtime.models.decoders import Decoder
+from graphtrain.runtime.partition.format import load_names
+from graphtrain.runtime.train import kge_math
+from graphtrain.runtime.train.dense import load_dense, save_dense
+from graphtrain.runtime.train.device import to_device
+from graphtrain.runtime.train.dist import Dist, seed_everything, unwrap
+from graphtrain.runtime.train.encoder import GNNEncoder
+from graphtrain.runtime.train.kge import eval_sample, load_kg
+from graphtrain.runtime.train.metrics import StageClock
+from graphtrain.runtime.train.node_classification import _optimizer
+from graphtrain.runtime.train.task import Split
+
+REPORT_EVERY = 20
+EVAL_NODES = 4096  # nodes embedded per evaluation batch
+EVAL_QUERIES = 256  # triples ranked per evaluation batch
+EVAL_SCORES = 1 << 24  # the mlp decoder's candidates per pass: queries x candidates x width floats
+
+
+@dataclass
+class LinkBatch:
+    """Positive triples (B, 3), their negatives (kge_math's: (B, k, 3) uniform, (chunks, k) joint or
+    local ids, (0,) inBatch), and the sampled blocks of every distinct node among them (`mb.seeds`,
+    sorted: a node's row in the encoder's output is its searchsorted position)."""
+
+    pos: torch.Tensor
+    neg: torch.Tensor
+    mb: MiniBatch
+
+
+class LinkModel(nn.Module):
+    """The encoder and the decoder as one module: one DDP wrapper, one dense optimizer, one dense.pt.
+    forward is the encoder's; the decoder's parameters are reached through `decoder` (DDP all-reduces
+    every parameter's gradient as backward produces it, wherever it was used)."""
+
+    def __init__(self, encoder: nn.Module, decoder: Decoder):
+        super().__init__()
+        self.encoder, self.decoder = encoder, decoder
+
+    def forward(self, *args: object) -> torch.Tensor:
+        return self.encoder(*args)
+
+
+class GNNLinkPrediction:
+    """A GNN encoder and a pair decoder on a knowledge graph's triples, as a TrainingTask (task.py)."""
+
+    metric_names: tuple[str, ...] = ("mrr", "hits@1", "hits@3", "hits@10")
+    report_every = REPORT_EVERY
+
+    def __init__(self, gt: GraphTraining, graph: DistGraph, dist: Dist, device: torch.device | None = None):
+        self.spec, self.graph, self.dist = gt.spec, graph, dist
+        self.device = device or torch.device("cpu")
+        m, tr = gnn(self.spec.model), self.spec.training
+        task = self.spec.task.variant if self.spec.task is not None else None
+        if not isinstance(task, LinkPredictionTask):
+            raise GraphtrainError("task.kind: link prediction needs task linkPrediction")
+        self.task = task
+        seed_everything(tr.seed)  # the encoder's and decoder's initial weights follow training.seed
+        self.kg = load_kg(graph)
+        self.relations = self._target_relations(task.target_relations)
+        self.exclude = task.exclude or (Exclude.reverse if self.spec.graph.reverse_edges else Exclude.self)
+        self.enc = GNNEncoder(self.spec, graph, self.device, m.hidden_dim)
+        self.sparse_opts, self.collective_tables = self.enc.sparse_opts, self.enc.collective_tables
+        model = LinkModel(self.enc.module, Decoder(str(task.decoder), m.hidden_dim, self.kg.num_relations))
+        model = model.to(self.device)
+        gpu = [self.device.index] if self.device.type == "cuda" else None
+        self.model: nn.Module = DDP(model, device_ids=gpu) if dist.world > 1 else model
+        self.decoder = model.decoder
+        self.dense_opt = _optimizer(str(tr.dense_optimizer), self.model.parameters(), tr.dense_lr)
+        self.fanouts = layer_fanouts(tr.fanouts, tr.edge_type_fanouts, graph.canonical_etypes)
+        self.batch_size = dist.share(tr.batch_size)
+        self.targets = torch.from_numpy(self._share(self._of_relations(self.kg.train)))
+        self.own_nodes = self._own_nodes()
+        self.filter = kge_math.FilterIndex(
+            np.concatenate([self.kg.train, self.kg.valid, self.kg.test]),
+            graph.num_nodes,
+            self.kg.num_relations,
+        )
+
+    # ---------------------------------------------------------------------------------- targets
+
+    def _target_relations(self, names: list[str] | None) -> np.ndarray | None:
+        """The relation ids of task.targetRelations (None: every relation).
+
+        Raises:
+            GraphtrainError: a relation the knowledge graph lacks (naming the ones it has)."""
+        if not names:
+            return None
+        known = load_names(self.graph.config, verify=False).get("relation_names")
+        labels = (
+            [str(r) for r in known] if known is not None else [str(i) for i in range(self.kg.num_relations)]
+        )
+        missing = [n for n in names if n not in labels]
+        if missing:
+            shown = ", ".join(labels[:12]) + (", ..." if len(labels) > 12 else "")
+            raise GraphtrainError(f"task.targetRelations: no relation {missing[0]!r} (relations: {shown})")
+        return np.asarray([labels.index(n) for n in names], dtype=np.int64)
+
+    def _of_relations(self, triples: np.ndarray) -> np.ndarray:
+        return triples if self.relations is None else triples[np.isin(triples[:, 1], self.relations)]
+
+    def _share(self, triples: np.ndarray) -> np.ndarray:
+        """This trainer's equal, contiguous share of the targets ordered by tail (mostly one partition's
+        tails: the new ids run partition by partition).
+
+        Raises:
+            GraphtrainError: fewer targets than trainers."""
+        n = len(triples) // self.dist.world
+        if n == 0:
+            raise GraphtrainError(
+                f"trainers.replicas: {len(triples)} target triples cannot be shared by "
+                f"{self.dist.world} trainers"
+            )
+        ordered = triples[np.argsort(triples[:, 2], kind="stable")]
+        start = self.dist.rank * len(triples) // self.dist.world
+        return np.ascontiguousarray(ordered[start : start + n])
+
+    def _own_nodes(self) -> tuple[int, int]:
+        """[lo, hi) of the nodes of this trainer's partition (sampler local draws there)."""
+        bounds = self.graph.book.bounds
+        parts = len(bounds) - 1
+        p = min(self.dist.rank * parts // self.dist.world, parts - 1)
+        return int(bounds[p]), int(bounds[p + 1])
+
+    # ---------------------------------------------------------------------------------- batches
+
+    def start(self, step: int, resumed: bool) -> None:
+        self.enc.start(step)
+
+    def steps_per_epoch(self) -> int:
+        return -(-len(self.targets) // self.batch_size)
+
+    def batches(self, epoch: int, start: int) -> Iterator[LinkBatch]:
+        """This trainer's targets in the epoch's seeded order with their negatives from the same
+        generator (drawn for the batches before `start` too, so the batches from there are a whole
+        pass's); each batch's blocks sampled with its own seed."""
+        tr = self.spec.training
+        gen = torch.Generator().manual_seed(tr.seed * 1_000_003 + self.dist.rank * 7919 + epoch)
+        order = torch.randperm(len(self.targets), generator=gen)
+        b = self.batch_size
+        for i in range(self.steps_per_epoch()):
+            pos = self.targets[order[i * b : (i + 1) * b]]
+            neg = self._negatives(pos, gen)
+            if i >= start:
+                seed = (tr.seed * 1_000_003 + self.dist.rank) * 1_000_003 + epoch * 100_003 + i
+                yield LinkBatch(pos, neg, self._sample(pos, neg, seed % 2**31))
+
+    def _negatives(self, pos: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+        task, n = self.task, self.graph.num_nodes
+        if task.sampler == NegativeSampler.uniform:
+            return kge_math.corrupt(pos, task.negatives, n, gen)
+        if task.sampler == NegativeSampler.joint:
+            return kge_math.joint_draw(len(pos), task.negatives, task.chunk, n, gen)
+        if task.sampler == NegativeSampler.local:
+            lo, hi = self.own_nodes
+            return lo + kge_math.joint_draw(len(pos), task.negatives, task.chunk, hi - lo, gen)
+        return torch.empty(0, dtype=torch.int64)  # inBatch: the batch's own tails
+
+    def _sample(self, pos: torch.Tensor, neg: torch.Tensor, seed: int) -> MiniBatch:
+        """The blocks of every distinct endpoint and negative, without the batch's target pairs
+        (and their reverses) as task.exclude says."""
+        p = pos.numpy()
+        n_ids = neg[..., [0, 2]].reshape(-1) if neg.dim() == 3 else neg.reshape(-1)
+        seeds = np.unique(np.concatenate([p[:, 0], p[:, 2], n_ids.numpy()]))
+        exclude = None
+        if self.exclude != Exclude.none:
+            src, dst = p[:, 0], p[:, 2]
+            if self.exclude == Exclude.reverse:
+                src, dst = np.concatenate([src, p[:, 2]]), np.concatenate([dst, p[:, 0]])
+            exclude = pair_keys(src, dst, self.graph.num_nodes)
+        return sample_blocks(self.graph, seeds, self.fanouts, seed, exclude=exclude)
+
+    # ---------------------------------------------------------------------------------- the step
+
+    def step(self, batch: LinkBatch, clock: StageClock) -> tuple[torch.Tensor, int]:
+        """Embed the batch's nodes (pull, forward), score its positives and negatives, the loss and its
+        backward, the sparse gradients pushed, the dense step."""
+        mb, pos = batch.mb, batch.pos
+        mb.blocks = to_device(mb.blocks, self.device)
+        e = self.enc.pull(mb)
+        if e is not None:
+            clock.lap("pull")
+        z = self.enc.forward(self.model, mb, e, self.enc.features(mb))
+        seeds = torch.from_numpy(mb.seeds)
+        row = lambda ids: to_device(torch.searchsorted(seeds, ids.contiguous()), self.device)  # noqa: E731
+        h, t = z[row(pos[:, 0])], z[row(pos[:, 2])]
+        r = self.decoder.relation(to_device(pos[:, 1], self.device))
+        pos_s = self.decoder.score(h, r, t)
+        neg_s = self._negative_scores(batch, z, row, (h, r, t))
+        task = self.task
+        loss = kge_math.loss(str(task.loss), pos_s, neg_s, task.margin)
+        self.dense_opt.zero_grad()
+        loss.backward()
+        clock.lap("forward_backward")
+        if self.sparse_opts:
+            for opt in self.sparse_opts:
+                opt.step(wait=False)
+            clock.lap("push")
+        self.dense_opt.step()
+        clock.lap("forward_backward")
+        return loss, len(pos)
+
+    def _negative_scores(
+        self,
+        batch: LinkBatch,
+        z: torch.Tensor,
+        row: Callable[[torch.Tensor], torch.Tensor],
+        hrt: tuple[torch.Tensor, torch.Tensor | None, torch.Tensor],
+    ) -> torch.Tensor:
+        """(B, k) scores of the negatives; a negative that is the positive's own entity scores -inf
+        (no loss, no gradient)."""
+        pos, neg, dec = batch.pos, batch.neg, self.decoder
+        h, r, t = hrt
+        if neg.dim() == 3:  # uniform: (B, k, 3) corrupted triples
+            b, k = neg.shape[:2]
+            nh, nt = (
+                z[row(neg[..., 0].reshape(-1))].view(b, k, -1),
+                z[row(neg[..., 2].reshape(-1))].view(b, k, -1),
+            )
+            scores = dec.score(nh, None if r is None else r.unsqueeze(1), nt)
+            own = (neg[..., 0] == pos[:, :1]) & (neg[..., 2] == pos[:, 2:])
+            return scores.masked_fill(to_device(own, self.device), float("-inf"))
+        if neg.numel() == 0:  # inBatch: every tail of the batch, the positive's own left out
+            scores = dec.tails(h, r, t)
+            own = pos[:, 2:] == pos[:, 2].unsqueeze(0)
+            return scores.masked_fill(to_device(own, self.device), float("-inf"))
+        k, chunk = neg.shape[1], self.task.chunk
+        rows = z[row(neg.reshape(-1))].view(-1, k, z.shape[1])
+        rel = r if r is not None else torch.ones_like(h)  # dot: the relation-free product
+        scores = kge_math.joint_scores(
+            lambda rr, tt, ents: dec.heads(None if r is None else rr, tt, ents),
+            lambda hh, rr, ents: dec.tails(hh, None if r is None else rr, ents),
+            (h, rel, t),
+            rows,
+            chunk,
+        )
+        own = kge_math.own_entity(to_device(pos, self.device), to_device(neg, self.device), chunk)
+        return scores.masked_fill(own, float("-inf"))
+
+    # ---------------------------------------------------------------------------------- evaluation
+
+    @torch.no_grad()
+    def embed_all(self) -> torch.Tensor:
+        """Every node's embedding (num_nodes, dim) on the host, computed with every neighbour, each
+        trainer its share of the nodes, gathered on every trainer."""
+        model = unwrap(self.model)
+        model.eval()
+        n, rank, world = self.graph.num_nodes, self.dist.rank, self.dist.world
+        lo, hi = rank * n // world, (rank + 1) * n // world
+        starts = range(lo, hi, EVAL_NODES)
+        rounds = int(max(self.dist.gather_max([len(starts)]))) if self.collective_tables else len(starts)
+        self.enc.idle_lookups(rounds - len(starts))
+        parts = []
+        every = [-1] * len(self.spec.training.fanouts)
+        for i in starts:
+            mb = sample_blocks(self.graph, np.arange(i, min(i + EVAL_NODES, hi), dtype=np.int64), every, 0)
+            mb.blocks = to_device(mb.blocks, self.device)
+            parts.append(self.enc.forward(model, mb, self.enc.pull(mb), self.enc.features(mb)).float().cpu())
+        model.train()
+        dim = gnn(self.spec.model).hidden_dim
+        mine = torch.cat(parts) if parts else torch.empty(0, dim)
+        return self.dist.gather_rows(mine)
+
+    def eval_triples(self, split: Split) -> np.ndarray:
+        """The split's triples of the target relations, or a seeded sample of EVAL_MAX_TRIPLES."""
+        t = self._of_relations(self.kg.valid if split == "valid" else self.kg.test)
+        return eval_sample(t, self.spec.training.seed)
+
+    @torch.no_grad()
+    def evaluate(self, split: Split) -> dict[str, float]:
+        """Filtered MRR and Hits@1/3/10 over head and tail prediction against every entity."""
+        ents = to_device(self.embed_all(), self.device)
+        triples = self.eval_triples(split)
+        lo = self.dist.rank * len(triples) // self.dist.world
+        hi = (self.dist.rank + 1) * len(triples) // self.dist.world
+        sums = rank_triples(self.decoder, ents, triples[lo:hi], self.filter, self.device)
+        out = kge_math.RankSums.metrics(self.dist.sum(sums.as_list()))
+        out["triples"] = float(len(triples))
+        return out
+
+    # ---------------------------------------------------------------------------------- checkpoints
+
+    def save_state(self, directory: Path) -> None:
+        save_dense(directory / "dense.pt", unwrap(self.model), self.dense_opt)
+
+    def load_state(self, directory: Path) -> None:
+        load_dense(directory / "dense.pt", unwrap(self.model), self.dense_opt)
+
+
+def rank_triples(
+    decoder: Decoder,
+    ents: torch.Tensor,
+    triples: np.ndarray,
+    index: kge_math.FilterIndex,
+    device: torch.device,
+) -> kge_math.RankSums:
+    """The filtered ranks of each triple's tail (h, r, ?) and head (?, r, t) against every entity of
+    `ents` (the mlp decoder's candidates in passes of at most EVAL_SCORES scores x width)."""
+    sums = kge_math.RankSums()
+    step = max(1, EVAL_SCORES // (EVAL_QUERIES * ents.shape[1])) if decoder.kind == "mlp" else len(ents)
+    for i in range(0, len(triples), EVAL_QUERIES):
+        t = triples[i : i + EVAL_QUERIES]
+        h_ids, r_ids, t_ids = (to_device(torch.from_numpy(t[:, j]), device) for j in range(3))
+        h, r, tt = ents[h_ids], decoder.relation(r_ids), ents[t_ids]
+        scores = torch.cat([decoder.tails(h, r, ents[c : c + step]) for c in range(0, len(ents), step)], 1)
+        sums.add(kge_math.filtered_ranks(scores, t_ids, *index.known("tail", t[:, 0], t[:, 1])))
+        scores = torch.cat([decoder.heads(r, tt, ents[c : c + step]) for c in range(0, len(ents), step)], 1)
+        sums.add(kge_math.filtered_ranks(scores, h_ids, *index.known("head", t[:, 2], t[:, 1])))
+    return sums

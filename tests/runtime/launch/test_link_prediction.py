@@ -1,0 +1,97 @@
+"""Link prediction with a GNN encoder, run whole (`graphtrain run`'s LocalRun): R-GCN and DistMult on
+Nations standalone and with 2 trainers beside 2 shard servers, and the leakage check: on a graph whose
+every triple has its inverse triple, exclude none lets the target edge into its own neighbourhood and
+scores clearly higher on the validation triples (whose inverses are in the graph) than exclude reverse,
+which is the default when graph.reverseEdges makes every edge two-way."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from graphtrain.contract.spec import Exclude, load_yaml
+from tests.runtime.launch.test_run import launch
+
+EXAMPLE = Path(__file__).parents[3] / "examples" / "nations-rgcn-lp.yaml"
+
+
+def nations_lp(epochs: int) -> dict:
+    doc = yaml.safe_load(EXAMPLE.read_text())
+    doc["spec"]["training"].update(epochs=epochs, evalEvery=1000)
+    return doc
+
+
+@pytest.mark.timeout(300)
+def test_rgcn_distmult_learns_nations_standalone(tmp_path: Path) -> None:
+    """20 epochs of examples/nations-rgcn-lp.yaml: filtered MRR far above a scorer that ties every
+    candidate (0.26 on Nations' test split), every metric of the kge task's ranking reported."""
+    result = launch(nations_lp(20), tmp_path / "run", standalone=True).run()
+    assert result["test_mrr"] > 0.45, result
+    assert result["test_triples"] == 201.0 and 0 <= result["test_hits@1"] <= result["test_hits@10"] <= 1
+
+
+@pytest.mark.timeout(300)
+def test_two_trainers_beside_two_shard_servers_learn_nations(tmp_path: Path) -> None:
+    """2 trainers (DDP over the encoder and the decoder, each its share of the targets and of the nodes
+    embedded for evaluation, gathered on both) beside 2 shard servers holding the entity rows."""
+    result = launch(nations_lp(20), tmp_path / "run").run()
+    assert result["test_mrr"] > 0.45, result
+    assert result["val_triples"] == 199.0
+
+
+def inverse_paired_kg(path: Path, nodes: int = 200, edges: int = 400, seed: int = 0) -> Path:
+    """Random triples (h, likes, t), each with its inverse (t, liked_by, h): no structure to learn but
+    the inverse pairs, so any skill on held-out triples is the leak of an inverse in the graph."""
+    rng = np.random.default_rng(seed)
+    pairs = {tuple(p) for p in rng.integers(nodes, size=(edges * 2, 2)).tolist() if p[0] != p[1]}
+    chosen = sorted(pairs)[:edges]
+    lines = [f"n{h}\tlikes\tn{t}\nn{t}\tliked_by\tn{h}" for h, t in chosen]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def leak_spec(triples: Path, exclude: str | None) -> dict:
+    task: dict = {"kind": "linkPrediction", "decoder": "dot", "negatives": 16, "sampler": "uniform"}
+    if exclude is not None:
+        task["exclude"] = exclude
+    return {
+        "apiVersion": "graphtrain.io/v1alpha1",
+        "kind": "GraphTraining",
+        "metadata": {"name": f"leak-{exclude or 'default'}"},
+        "spec": {
+            "graph": {"triples": {"path": str(triples)}, "reverseEdges": True},
+            "partition": {"parts": 1},
+            "embeddings": [
+                {"name": "node", "dim": 32, "init": {"kind": "normal", "std": 0.3}, "optimizer": {"lr": 0.01}}
+            ],
+            "task": task,
+            "model": {
+                "kind": "graphsage",
+                "useFeatures": False,
+                "nodeEmbedding": "node",
+                "hiddenDim": 32,
+                "numLayers": 1,
+                "dropout": 0.0,
+            },
+            "training": {"epochs": 30, "batchSize": 64, "fanouts": [-1], "denseLr": 0.01, "evalEvery": 1000},
+            "trainers": {"replicas": 1},
+        },
+    }
+
+
+@pytest.mark.timeout(300)
+def test_the_leak_of_exclude_none_is_visible_and_reverse_is_the_default(tmp_path: Path) -> None:
+    triples = inverse_paired_kg(tmp_path / "kg.tsv")
+    default = leak_spec(triples, None)
+    assert load_yaml(yaml.safe_dump(default)).spec.graph.reverse_edges  # the default below is reverse's
+    none = launch(leak_spec(triples, "none"), tmp_path / "none", standalone=True).run()
+    reverse = launch(leak_spec(triples, str(Exclude.reverse)), tmp_path / "reverse", standalone=True).run()
+    unset = launch(default, tmp_path / "default", standalone=True).run()
+    # measured: MRR 0.245 against 0.150, Hits@10 0.73 against 0.41 (what reverse keeps is the split's
+    # own leak: a dot product scores (t, h) as (h, t), and the inverse triples are in training)
+    assert none["val_mrr"] > reverse["val_mrr"] + 0.06, (none, reverse)
+    assert none["val_hits@10"] > reverse["val_hits@10"] + 0.2, (none, reverse)
+    assert unset["val_mrr"] == reverse["val_mrr"], (unset, reverse)

@@ -1,0 +1,69 @@
+"""Link prediction's pure parts: the pair exclusion of the sampler, the decoders' candidate scores
+against their pairwise scores, and the gathering of every trainer's rows on one trainer."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from graphtrain.runtime.graph.loader import drop_pairs, pair_keys
+from graphtrain.runtime.models.decoders import Decoder
+from graphtrain.runtime.train.dist import Dist
+
+
+def test_drop_pairs_removes_exactly_the_excluded_edges_and_recounts_each_destination() -> None:
+    n = 10
+    frontier = np.array([3, 7, 1])
+    counts = np.array([3, 2, 2])  # 3 <- {0, 5, 5}, 7 <- {3, 9}, 1 <- {2, 3}
+    src = np.array([0, 5, 5, 3, 9, 2, 3])
+    exclude = pair_keys(np.array([5, 3, 4]), np.array([3, 7, 4]), n)  # 5->3 (twice), 3->7; 4->4 absent
+    kept, new_counts = drop_pairs(frontier, src, counts, exclude, n)
+    assert kept.tolist() == [True, False, False, False, True, True, True]
+    assert new_counts.tolist() == [1, 1, 2]
+    # nothing excluded: everything kept
+    kept, same = drop_pairs(frontier, src, counts, pair_keys(np.array([], int), np.array([], int), n), n)
+    assert kept.all() and same.tolist() == counts.tolist()
+
+
+def test_pair_keys_are_directed() -> None:
+    keys = pair_keys(np.array([1]), np.array([2]), 5)
+    kept, _ = drop_pairs(np.array([1, 2]), np.array([2, 1]), np.array([1, 1]), keys, 5)
+    assert kept.tolist() == [True, False]  # 2->1 stays, 1->2 goes
+
+
+@pytest.mark.parametrize("kind", ["dot", "distmult", "mlp"])
+def test_candidate_scores_equal_the_pairwise_scores(kind: str) -> None:
+    """tails(h, r, E)[i, j] == score(h_i, r_i, E_j) and heads(r, t, E)[i, j] == score(E_j, r_i, t_i),
+    also batched over a leading chunk dimension (the joint negatives' shape)."""
+    torch.manual_seed(0)
+    d = Decoder(kind, 8, 3)
+    h, t, ents = torch.randn(4, 8), torch.randn(4, 8), torch.randn(6, 8)
+    r = d.relation(torch.tensor([0, 1, 2, 1]))
+    tails, heads = d.tails(h, r, ents), d.heads(r, t, ents)
+    r_ = None if r is None else r.unsqueeze(1)
+    torch.testing.assert_close(tails, d.score(h.unsqueeze(1), r_, ents.unsqueeze(0)))
+    torch.testing.assert_close(heads, d.score(ents.unsqueeze(0), r_, t.unsqueeze(1)))
+    chunked = d.tails(h.view(2, 2, 8), None if r is None else r.view(2, 2, 8), ents.view(2, 3, 8))
+    torch.testing.assert_close(chunked[1], d.tails(h[2:], None if r is None else r[2:], ents[3:]))
+
+
+def test_decoders_start_with_scores_of_order_one() -> None:
+    """64-wide embeddings of unit scale score O(1) at the start (not ~8: a softmax over such scores
+    saturated and killed a ReLU encoder on Nations)."""
+    torch.manual_seed(0)
+    h, t = torch.randn(4096, 64), torch.randn(4096, 64)
+    for kind in ("dot", "distmult"):
+        d = Decoder(kind, 64, 5)
+        s = d.score(h, d.relation(torch.randint(5, (4096,))), t)
+        assert 0.5 < float(s.std()) < 2.0, (kind, float(s.std()))
+
+
+def test_gather_rows_of_one_trainer_is_its_rows() -> None:
+    rows = torch.randn(3, 4)
+    assert Dist().gather_rows(rows) is rows
+
+
+def test_an_unknown_decoder_is_refused() -> None:
+    with pytest.raises(ValueError, match="unknown link decoder"):
+        Decoder("bilinear", 4, 1)
