@@ -133,13 +133,18 @@ class GAT(LayerStack):
         if not last and not blocks:  # a one-layer model's hidden output is its input
             return x if frozen is None else torch.cat([frozen, x], dim=1)
         h = x
-        layers = self.layers if last else self.layers[:-1]
-        for i, (layer, block) in enumerate(zip(layers, blocks, strict=True)):
-            out = layer(block, h, frozen) if i == 0 else layer(block, h)
-            if last and i == len(self.layers) - 1:
-                return out.mean(1)
-            h = elu_dropout(out.flatten(1), self.dropout, self.training)
+        for i, block in enumerate(blocks[: len(self.layers) if last else len(self.layers) - 1]):
+            h = self.layer(i, block, h, frozen)
         return h
+
+    def layer(
+        self, i: int, block: Block, h: torch.Tensor, frozen: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """Layer i over one block: its heads averaged at the output, else concatenated (ELU, dropout)."""
+        out = self.layers[i](block, h, frozen) if i == 0 else self.layers[i](block, h)
+        if i == len(self.layers) - 1:
+            return out.mean(1)
+        return elu_dropout(out.flatten(1), self.dropout, self.training)
 
 
 def build(variant: GNNModel, shape: GNNShape) -> nn.Module:

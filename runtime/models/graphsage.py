@@ -105,11 +105,17 @@ class GraphSAGE(nn.Module):
     ) -> torch.Tensor:
         """x: the input columns that learn (or all of them); frozen: the leading data columns, if split."""
         h = x
-        for i, (layer, block) in enumerate(zip(self.layers, blocks, strict=True)):
-            h = layer(block, h, frozen) if i == 0 else layer(block, h)
-            if i < len(self.layers) - 1:
-                h = relu_dropout(h, self.dropout, self.training)
+        for i, block in enumerate(blocks):
+            h = self.layer(i, block, h, frozen)
         return h
+
+    def layer(
+        self, i: int, block: Block, h: torch.Tensor, frozen: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """Layer i over one block, with the activation that follows it (what forward stacks, and what
+        evaluation over the whole graph runs layer by layer)."""
+        out = self.layers[i](block, h, frozen) if i == 0 else self.layers[i](block, h)
+        return relu_dropout(out, self.dropout, self.training) if i < len(self.layers) - 1 else out
 
     def hidden(
         self, blocks: list[Block], x: torch.Tensor, frozen: torch.Tensor | None = None

@@ -119,12 +119,18 @@ class RGCN(nn.Module):
         self, blocks: list[Block], x: torch.Tensor, frozen: torch.Tensor | None = None
     ) -> torch.Tensor:
         h = x
-        for i, (layer, block) in enumerate(zip(self.layers, blocks, strict=True)):
-            w = self._weights(block)
-            h = layer(block, h, frozen, w) if i == 0 else layer(block, h, edge_weight=w)
-            if i < len(self.layers) - 1:
-                h = relu_dropout(h, self.dropout, self.training)
+        for i, block in enumerate(blocks):
+            h = self.layer(i, block, h, frozen)
         return h
+
+    def layer(
+        self, i: int, block: Block, h: torch.Tensor, frozen: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """Layer i over one block, with the activation that follows it (graphsage.GraphSAGE.layer)."""
+        w = self._weights(block)
+        layer = self.layers[i]
+        out = layer(block, h, frozen, w) if i == 0 else layer(block, h, edge_weight=w)
+        return relu_dropout(out, self.dropout, self.training) if i < len(self.layers) - 1 else out
 
     def hidden(
         self, blocks: list[Block], x: torch.Tensor, frozen: torch.Tensor | None = None

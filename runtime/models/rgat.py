@@ -120,14 +120,22 @@ class RGAT(LayerStack):
     def _run(
         self, blocks: list[Block], x: torch.Tensor, frozen: torch.Tensor | None, last: bool
     ) -> torch.Tensor:
-        h = x if frozen is None else torch.cat([frozen, x], dim=1)
-        layers = self.layers if last else self.layers[:-1]
-        for i, (layer, block) in enumerate(zip(layers, blocks, strict=True)):
-            out = layer(block, h)
-            if last and i == len(self.layers) - 1:
-                return out.mean(1)
-            h = functional.dropout(functional.elu(out.flatten(1)), self.dropout, self.training)
-        return h
+        h = x
+        for i, block in enumerate(blocks[: len(self.layers) if last else len(self.layers) - 1]):
+            h = self.layer(i, block, h, frozen)
+        return h if blocks or frozen is None else torch.cat([frozen, x], dim=1)
+
+    def layer(
+        self, i: int, block: Block, h: torch.Tensor, frozen: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """Layer i over one block (the first reads the data columns before the learnable ones): its
+        heads averaged at the output, else concatenated (ELU, dropout)."""
+        if i == 0 and frozen is not None:
+            h = torch.cat([frozen, h], dim=1)
+        out = self.layers[i](block, h)
+        if i == len(self.layers) - 1:
+            return out.mean(1)
+        return functional.dropout(functional.elu(out.flatten(1)), self.dropout, self.training)
 
 
 def build(variant: GNNModel, shape: GNNShape) -> nn.Module:

@@ -111,6 +111,14 @@ class GNNEncoder:
             return None
         return parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)
 
+    def layer_inputs(self, mb: MiniBatch) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(input, frozen) of the first layer for a batch's input nodes, as forward passes them."""
+        e, x = self.pull(mb), self.features(mb)
+        if e is None:
+            assert x is not None
+            return x, None
+        return (e, x) if self.split_inputs else (e, None)
+
     def forward(
         self, model: torch.nn.Module, mb: MiniBatch, e: torch.Tensor | None, x: torch.Tensor | None
     ) -> torch.Tensor:

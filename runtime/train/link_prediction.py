@@ -15,10 +15,10 @@ the epoch loop: DistDGL's and GraphStorm's link prediction on a knowledge graph'
   reverse as well; unset: reverse when graph.reverseEdges made every edge two-way).
 - **Loss**: kge_math.loss on the decoder's scores (crossentropy: contrastive; softplus: binary
   cross-entropy; margin).
-- **Evaluation**: every node's embedding with every neighbour, each trainer a share of the nodes,
-  gathered on every trainer; then task kge's filtered ranking (realistic ranks, every known triple
-  filtered) of each valid/test triple's head and tail against every entity, a seeded sample of
-  kge.EVAL_MAX_TRIPLES of a large split, sums all-reduced.
+- **Evaluation**: every node's embedding with every neighbour, layer by layer (embed_all), each
+  trainer a share of the nodes, gathered on every trainer; then task kge's filtered ranking
+  (realistic ranks, every known triple filtered) of each valid/test triple's head and tail against
+  every entity, a seeded sample of kge.EVAL_MAX_TRIPLES of a large split, sums all-reduced.
 
 A checkpoint keeps the encoder, the decoder and their optimizer (dense.pt) beside the shard servers'
 tables.
@@ -100,6 +100,7 @@ class GNNLinkPrediction:
         self.kg = load_kg(graph)
         self.relations = self._target_relations(task.target_relations)
         self.exclude = task.exclude or (Exclude.reverse if self.spec.graph.reverse_edges else Exclude.self)
+        self.dim = m.hidden_dim  # the embedding's width: the encoder's output
         self.enc = GNNEncoder(self.spec, graph, self.device, m.hidden_dim)
         self.sparse_opts, self.collective_tables = self.enc.sparse_opts, self.enc.collective_tables
         model = LinkModel(self.enc.module, Decoder(str(task.decoder), m.hidden_dim, self.kg.num_relations))
@@ -282,25 +283,37 @@ class GNNLinkPrediction:
 
     @torch.no_grad()
     def embed_all(self) -> torch.Tensor:
-        """Every node's embedding (num_nodes, dim) on the host, computed with every neighbour, each
-        trainer its share of the nodes, gathered on every trainer."""
-        model = unwrap(self.model)
-        model.eval()
+        """Every node's embedding (num_nodes, dim) on the host, with every neighbour, layer by layer as
+        DGL's distributed inference computes it: each layer over every node once (its in-edges
+        sampled whole, one block per chunk of nodes), each trainer a contiguous share of the nodes, the
+        layer's rows gathered on every trainer before the next reads them. A node's k-hop neighbourhood
+        is never expanded, so a hub costs its edges once per layer, not once per batch that reaches it."""
+        module = unwrap(self.model).encoder
+        module.eval()
         n, rank, world = self.graph.num_nodes, self.dist.rank, self.dist.world
         lo, hi = rank * n // world, (rank + 1) * n // world
         starts = range(lo, hi, EVAL_NODES)
         rounds = int(max(self.dist.gather_max([len(starts)]))) if self.collective_tables else len(starts)
-        self.enc.idle_lookups(rounds - len(starts))
-        parts = []
-        every = [-1] * len(self.spec.training.fanouts)
-        for i in starts:
-            mb = sample_blocks(self.graph, np.arange(i, min(i + EVAL_NODES, hi), dtype=np.int64), every, 0)
-            mb.blocks = to_device(mb.blocks, self.device)
-            parts.append(self.enc.forward(model, mb, self.enc.pull(mb), self.enc.features(mb)).float().cpu())
-        model.train()
-        dim = gnn(self.spec.model).hidden_dim
-        mine = torch.cat(parts) if parts else torch.empty(0, dim)
-        return self.dist.gather_rows(mine)
+        self.enc.idle_lookups(rounds - len(starts))  # the first layer's lookups, paired across trainers
+        h: torch.Tensor | None = None
+        for layer in range(gnn(self.spec.model).num_layers):
+            parts = []
+            for i in starts:
+                mb = sample_blocks(self.graph, np.arange(i, min(i + EVAL_NODES, hi), dtype=np.int64), [-1])
+                block = to_device(mb.blocks, self.device)[0]
+                if h is None:
+                    first, frozen = self.enc.layer_inputs(mb)
+                    out = module.layer(0, block, first, frozen)
+                else:
+                    out = module.layer(
+                        layer, block, to_device(h[torch.from_numpy(mb.input_nodes)], self.device)
+                    )
+                parts.append(out.float().cpu())
+            mine = torch.cat(parts) if parts else torch.empty(0, self.dim if h is None else h.shape[1])
+            h = self.dist.gather_rows(mine)
+        module.train()
+        assert h is not None
+        return h
 
     def eval_triples(self, split: Split) -> np.ndarray:
         """The split's triples of the target relations, or a seeded sample of EVAL_MAX_TRIPLES."""
