@@ -11,7 +11,6 @@ import torch
 import yaml
 
 from graphtrain.contract.spec import load_yaml
-
 from graphtrain.runtime.graph.loader import drop_pairs, pair_keys
 from graphtrain.runtime.models.decoders import Decoder
 from graphtrain.runtime.train.dist import Dist
