@@ -62,9 +62,10 @@ class GraphTrainingSpec(SpecModel):
     )
     task: TaskSpec | None = Field(
         default=None,
-        description="What is learned: nodeClassification or kge, with the task's own fields. Unset: the "
-        "model's own task (a GNN classifies nodes, a knowledge-graph model embeds a knowledge graph), and "
-        "the spec is read in the old form (model.negatives, loss and margin as the kge task's).",
+        description="What is learned: nodeClassification, kge or linkPrediction, with the task's own "
+        "fields. Unset: the model's own task (a GNN classifies nodes, a knowledge-graph model embeds a "
+        "knowledge graph), and the spec is read in the old form (model.negatives, loss and margin as the "
+        "kge task's).",
     )
     model: ModelSpec = Field(
         default_factory=lambda: ModelSpec(kind="graphsage"),
