@@ -8,7 +8,7 @@ RUN    ?= runs/wordnet-sage
 # there); RUN_FLAGS=--resume continues it instead, RUN=<dir> keeps it and trains elsewhere
 RUN_FLAGS ?= --overwrite
 
-.PHONY: install run test lint crd chart-schema bench-partition bench-partition-stream bench-optim bench-kvstore bench-attack bench-soak bench-fuzz bench-e2e bench-operator bench-operator-wordnet bench-api bench-collective bench-sampling bench-kge-joint bench-request-path cuda gpu-check clean
+.PHONY: install run test lint crd chart-schema bench-partition bench-partition-stream bench-optim bench-kvstore bench-attack bench-soak bench-fuzz bench-e2e bench-operator bench-operator-wordnet bench-api bench-collective bench-sampling bench-kge-joint bench-link bench-request-path cuda gpu-check clean
 
 $(STAMP): pyproject.toml setup.py requirements-dev.txt $(wildcard cuda/src/*.cpp cuda/src/*.h cuda/include/graphtrain/*.h)
 	$(PYTHON) -m venv $(VENV)
@@ -82,6 +82,9 @@ bench-e2e: install ## throughput and accuracy vs DGL 2.1, KGE MRR vs PyKEEN 1.11
 
 bench-kge-joint: install ## KGE joint negatives vs uniform: gene-kg samples/s, MRR on Nations, Kinships, UMLS
 	$(BIN)/python bench/kge_joint.py
+
+bench-link: install ## GNN link prediction on gene-kg beside TransE, DistMult and DGL 2.1's (makes the DGL venv once)
+	$(BIN)/python bench/link.py
 
 bench-request-path: install ## a shard server's CPU, threads and context switches per small pull over TCP
 	$(BIN)/python bench/request_path.py

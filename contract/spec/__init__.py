@@ -88,6 +88,7 @@ from graphtrain.contract.spec.execution import (
 from graphtrain.contract.spec.graph import (
     DATASET_NODE_TYPES,
     KG_DATASETS,
+    KG_ENTITY_TYPE,
     STANDARD_SPLIT_DATASETS,
     TYPED_DATASETS,
     GraphSource,
@@ -308,6 +309,7 @@ __all__ = [
     "NodeTypeFiles",
     "TableFormat",
     "DATASET_NODE_TYPES",
+    "KG_ENTITY_TYPE",
     "TYPED_DATASETS",
     "load_yaml",
     "parse",

@@ -32,10 +32,11 @@ DATASET_NODE_TYPES: dict[Dataset, tuple[str, ...]] = {
     Dataset.gene_pubmed: ("gene", "paper"),
     Dataset.gene_kg: ("gene", "paper", "go_term", "omim", "ec", "pfam", "prosite"),
     # one entity type, an edge type per relation: what a relational encoder (rgcn, rgat) reads
-    Dataset.nations: ("entity",),
+    Dataset.nations: ("entity",),  # KG_ENTITY_TYPE
     Dataset.kinships: ("entity",),
     Dataset.umls: ("entity",),
 }
+KG_ENTITY_TYPE = "entity"  # the one node type of a typed knowledge graph without entity kinds
 TYPED_DATASETS = set(DATASET_NODE_TYPES)  # graph.typed reads their types
 STANDARD_SPLIT_DATASETS = {Dataset.nations, Dataset.kinships, Dataset.umls}
 
@@ -55,7 +56,8 @@ def _cel_dataset_types(graph: str) -> str:
 
 def cel_node_types(graph: str) -> str:
     """CEL: GraphSource.node_types of the graph object `graph`."""
-    typed = f"(has({graph}.typed) && {graph}.typed ? {_cel_dataset_types(graph)} : [])"
+    types = f"(has({graph}.triples) ? ['{KG_ENTITY_TYPE}'] : {_cel_dataset_types(graph)})"
+    typed = f"(has({graph}.typed) && {graph}.typed ? {types} : [])"
     return f"(has({graph}.nodes) ? {graph}.nodes.map(d, d.type) : {typed})"
 
 
@@ -216,7 +218,8 @@ class GraphSource(SpecModel):
         default=False,
         description="Read a bundled dataset with its node and edge types: wordnet (noun, verb, adjective, "
         "adverb synsets; its 26 pointer relations), gene-pubmed (genes and papers), gene-kg (entities by "
-        "kind, its 13 relations). False: one node and edge set, as before.",
+        "kind, its 13 relations); nations, kinships, umls and graph.triples: one node type, entity, and "
+        "an edge type per relation (what rgcn and rgat tell apart). False: one node and edge set.",
     )
     node_ids: NodeIds = Field(
         default=NodeIds.auto,
@@ -280,6 +283,8 @@ class GraphSource(SpecModel):
             return [n.type for n in self.nodes]
         if self.typed and self.dataset in DATASET_NODE_TYPES:
             return list(DATASET_NODE_TYPES[self.dataset])
+        if self.typed and self.triples is not None:
+            return [KG_ENTITY_TYPE]
         return []
 
     @property
@@ -337,10 +342,11 @@ add_rules(
     Rule(
         "graph-typed-dataset",
         "typed",
-        lambda g: not g.typed or g.dataset in TYPED_DATASETS,
-        cel=f"!self.typed || (has(self.dataset) && self.dataset in {cel_list(TYPED_DATASETS)})",
-        message="reads a bundled dataset's types (" + ", ".join(sorted(TYPED_DATASETS)) + "); graph.nodes "
-        "and graph.edges are typed by themselves",
+        lambda g: not g.typed or g.dataset in TYPED_DATASETS or g.triples is not None,
+        cel="!self.typed || has(self.triples) || (has(self.dataset) && self.dataset in "
+        f"{cel_list(TYPED_DATASETS)})",
+        message="reads the types of a bundled dataset (" + ", ".join(sorted(TYPED_DATASETS)) + ") or of "
+        "graph.triples; graph.nodes and graph.edges are typed by themselves",
     ),
     Rule(
         "graph-node-files-need-path",

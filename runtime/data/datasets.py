@@ -367,7 +367,9 @@ def load_source(source: GraphSource, root: Path | None = None, base_dir: Path | 
     labelled graphs without masks get a seeded split of their labelled nodes."""
     if source.triples is not None:
         kg = triples.load_triples(source.triples, source.split, _name(source.triples.path), base_dir)
-        return kg.to_graph(("train",))
+        g = kg.to_graph(("train",))
+        g = typed.single_type_kg(g) if source.typed else g
+        return g.with_reverse_edges() if source.reverse_edges else g
     if source.nodes is not None:
         assert source.edges is not None
         g = typedfiles.load_typed(

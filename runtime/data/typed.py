@@ -22,7 +22,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from graphtrain.contract.spec import DATASET_NODE_TYPES, Dataset
+from graphtrain.contract.spec import DATASET_NODE_TYPES, KG_ENTITY_TYPE, Dataset
 from graphtrain.runtime.data import wordnet
 from graphtrain.runtime.data.edgefiles import CHUNK_EDGES, EdgeFiles, EdgeTyping
 from graphtrain.runtime.data.graph import Graph
@@ -162,14 +162,14 @@ def kg_typed(graph: Graph, relations: list[str]) -> Graph:
 
 
 def single_type_kg(graph: Graph) -> Graph:
-    """A knowledge graph without entity kinds (nations, kinships, umls): one node type, `entity`, and
+    """A knowledge graph without entity kinds (nations, kinships, umls, graph.triples): one node type, and
     an edge type per relation, so that a relational encoder tells its relations apart."""
     if graph.etype is None:
         raise DataError(f"{graph.name}: the cached dataset lacks relations: fetch it again")
     names = graph.relation_names
     count = len(names) if names is not None else int(graph.etype.max(initial=-1)) + 1
     relations = names.tolist() if names is not None else [f"r{i}" for i in range(count)]
-    types = NodeTypes(np.zeros(graph.num_nodes, dtype=np.int64), ("entity",), relations)
+    types = NodeTypes(np.zeros(graph.num_nodes, dtype=np.int64), (KG_ENTITY_TYPE,), relations)
     return with_types(graph, types, graph.etype)
 
 

@@ -225,6 +225,21 @@ def test_load_source_triples_is_the_training_graph_with_splits(tmp_path: Path) -
     assert {k: len(v) for k, v in g.triples.items()} == {"train": 4, "valid": 1, "test": 1}
 
 
+def test_typed_triples_with_reverses_give_a_relation_and_its_reverse_their_own_edge_types(
+    tmp_path: Path,
+) -> None:
+    """graph.typed on triples: one node type (entity), an edge type per relation; reverseEdges adds the
+    reverse of every training triple under its own reverse type (what a relational encoder of task
+    linkPrediction reads), and every split is kept."""
+    family(tmp_path)
+    triples = TriplesSource(path="train.tsv", valid="valid.tsv", test="test.tsv")
+    g = datasets.load_source(GraphSource(triples=triples, typed=True, reverseEdges=True), base_dir=tmp_path)
+    assert g.ntype_names.tolist() == ["entity"] and g.num_edges == 8
+    relations = sorted(c[1] for c in g.canonical_etypes.tolist())
+    assert relations == ["parent_of", "rev_parent_of", "rev_sibling_of", "sibling_of"]
+    assert {k: len(v) for k, v in g.triples.items()} == {"train": 4, "valid": 1, "test": 1}
+
+
 def test_load_source_resolves_relative_paths_from_base_dir(tmp_path: Path, monkeypatch) -> None:
     spec_dir = tmp_path / "spec"
     spec_dir.mkdir()

@@ -77,25 +77,24 @@ def test_an_unknown_decoder_is_refused() -> None:
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("kind", ["graphsage", "rgcn", "gat", "rgat"])
-def test_layer_by_layer_embeddings_equal_the_full_neighbourhood_forward(tmp_path: Path, kind: str) -> None:
+def test_layer_by_layer_embeddings_equal_the_full_neighbourhood_forward(
+    nations_partition: tuple[dict, Path], kind: str
+) -> None:
     """embed_all (each layer over every node once, what evaluation ranks with) gives every node the
     embedding a forward over its whole 2-hop neighbourhood gives it, within 1e-5: one model, two orders
     of the same sums."""
     from graphtrain.runtime.graph import DistGraph, standalone_client
     from graphtrain.runtime.graph.loader import sample_blocks
-    from graphtrain.runtime.launch.local import LocalRun
     from graphtrain.runtime.train.link_prediction import GNNLinkPrediction
 
-    spec = yaml.safe_load(EXAMPLE.read_text())
+    spec, cfg = nations_partition
+    spec = yaml.safe_load(yaml.safe_dump(spec))
     model = {"kind": kind, "useFeatures": False, "nodeEmbedding": "entity", "hiddenDim": 16, "numLayers": 2}
     if kind in ("gat", "rgat"):
         model["heads"] = 2
     spec["spec"]["model"] = model
     spec["spec"]["embeddings"][0]["dim"] = 16
-    text = yaml.safe_dump(spec)
-    (tmp_path / "spec.yaml").write_text(text)
-    gt = load_yaml(text)
-    cfg = LocalRun(gt, tmp_path / "spec.yaml", tmp_path / "run", standalone=True, echo=False).partition()
+    gt = load_yaml(yaml.safe_dump(spec))
     graph = DistGraph(cfg, standalone_client(cfg))
     task = GNNLinkPrediction(gt, graph, Dist())
     layered = task.embed_all()
@@ -105,3 +104,60 @@ def test_layer_by_layer_embeddings_equal_the_full_neighbourhood_forward(tmp_path
         mb = sample_blocks(graph, np.arange(graph.num_nodes), [-1, -1])
         whole = task.enc.forward(model_, mb, task.enc.pull(mb), None)
     torch.testing.assert_close(layered, whole, atol=1e-5, rtol=1e-5)
+
+
+@pytest.fixture(scope="module")
+def nations_partition(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, Path]:
+    """examples/nations-rgcn-lp.yaml's spec and its partition, made as `graphtrain run` makes it."""
+    from graphtrain.runtime.launch.local import LocalRun
+
+    where = tmp_path_factory.mktemp("nations-lp")
+    doc = yaml.safe_load(EXAMPLE.read_text())
+    text = yaml.safe_dump(doc)
+    (where / "spec.yaml").write_text(text)
+    cfg = LocalRun(
+        load_yaml(text), where / "spec.yaml", where / "run", standalone=True, echo=False
+    ).partition()
+    return doc, cfg
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(
+    ("sampler", "decoder", "loss"),
+    [
+        ("uniform", "mlp", "softplus"),
+        ("joint", "dot", "crossentropy"),
+        ("local", "distmult", "margin"),
+        ("inBatch", "mlp", "crossentropy"),
+    ],
+)
+def test_every_sampler_and_decoder_trains(
+    nations_partition: tuple[dict, Path], sampler: str, decoder: str, loss: str
+) -> None:
+    """Ten steps of each negative sampler with a decoder and a loss: finite losses, the loss of the
+    last steps below the first's, negatives drawn where the sampler says (local: the trainer's own
+    partition), and a negative equal to its positive's own entity scored -inf (no loss)."""
+    from graphtrain.runtime.graph import DistGraph, standalone_client
+    from graphtrain.runtime.train.link_prediction import GNNLinkPrediction
+
+    doc, cfg = nations_partition
+    doc = yaml.safe_load(yaml.safe_dump(doc))
+    doc["spec"]["task"].update(sampler=sampler, decoder=decoder, loss=loss, negatives=8, chunk=16)
+    doc["spec"]["training"]["batchSize"] = 64
+    graph = DistGraph(cfg, standalone_client(cfg))
+    task = GNNLinkPrediction(load_yaml(yaml.safe_dump(doc)), graph, Dist())
+    task.start(0, False)
+
+    class Clock:
+        def lap(self, stage: str) -> None:
+            pass
+
+    losses = []
+    for epoch in range(2):
+        for batch in task.batches(epoch, 0):
+            if sampler == "local":
+                lo, hi = task.own_nodes
+                assert int(batch.neg.min()) >= lo and int(batch.neg.max()) < hi
+            losses.append(float(task.step(batch, Clock())[0]))  # type: ignore[arg-type]
+    assert all(np.isfinite(losses)) and len(losses) >= 10, losses
+    assert np.mean(losses[-3:]) < np.mean(losses[:3]), losses
