@@ -54,7 +54,8 @@ INVERSE |= {r: r for r in ("antonym", "derivation", "also_see", "verb_group", "s
 def wordnet_kg(work: Path) -> tuple[dict, dict[str, np.ndarray]]:
     """WordNet's 26 pointer relations as triples between synsets, split 90/5/5 (seed 0), WN18RR-style:
     a valid or test triple whose inverse (t, inverse of r, h) is a training triple is dropped, since
-    predicting it is reading its inverse back (WN18's flaw, which WN18RR removed). Written as
+    predicting it is reading its inverse back (WN18's flaw, which WN18RR removed), and so is one naming
+    a synset no training triple names (it would have no trained row). Written as
     graph.triples files; returns the spec's graph section and the arrays (integer ids) DGL reads."""
     from graphtrain.runtime.data import datasets
     from graphtrain.runtime.data.graph import random_triple_split
@@ -75,7 +76,13 @@ def wordnet_kg(work: Path) -> tuple[dict, dict[str, np.ndarray]]:
         keys = (t[:, 2] * len(names) + r) * n + t[:, 0]
         return t[~((r >= 0) & np.isin(keys, np.fromiter(known, dtype=np.int64)))]
 
-    valid, test = without_inverse(valid), without_inverse(test)
+    seen = np.zeros(n, dtype=bool)
+    seen[train[:, [0, 2]].reshape(-1)] = True  # an entity only valid or test name has no trained row
+
+    def known_entities(t: np.ndarray) -> np.ndarray:
+        return t[seen[t[:, 0]] & seen[t[:, 2]]]
+
+    valid, test = known_entities(without_inverse(valid)), known_entities(without_inverse(test))
     ids = g.node_ids.astype(str)
     files = {}
     for split, t in (("train", train), ("valid", valid), ("test", test)):
