@@ -29,6 +29,7 @@ import numpy as np
 
 from graphtrain.contract import memory
 from graphtrain.contract.spec import (
+    NODE_CLASSIFICATION,
     Device,
     GraphTrainingSpec,
     MemoryNeed,
@@ -398,8 +399,11 @@ class CapacityPlan:
 
 
 def make_plan(spec: GraphTrainingSpec, cfg: PartitionConfig, hosts: int) -> CapacityPlan:
+    """The plan of `spec` over `hosts`: every role's memory, and node classification's traffic replayed
+    from its sampling (the KGE and link-prediction steps' traffic is not modelled: no wires)."""
     replicas = spec.trainers.replicas
-    wires = [replay(spec, cfg, hosts, r) for r in range(replicas)] if is_gnn(spec.model.kind) else []
+    replayed = is_gnn(spec.model.kind) and spec.task_kind == NODE_CLASSIFICATION
+    wires = [replay(spec, cfg, hosts, r) for r in range(replicas)] if replayed else []
     roles = [
         partition_need(cfg, feature_bytes(cfg)),
         *(shard_need(spec, cfg, s) for s in range(cfg.num_parts)),

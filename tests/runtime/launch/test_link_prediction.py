@@ -95,3 +95,21 @@ def test_the_leak_of_exclude_none_is_visible_and_reverse_is_the_default(tmp_path
     assert none["val_mrr"] > reverse["val_mrr"] + 0.06, (none, reverse)
     assert none["val_hits@10"] > reverse["val_hits@10"] + 0.2, (none, reverse)
     assert unset["val_mrr"] == reverse["val_mrr"], (unset, reverse)
+
+
+@pytest.mark.timeout(120)
+def test_plan_sizes_a_link_prediction_spec(tmp_path: Path) -> None:
+    """`graphtrain plan` sizes every role of a link-prediction spec (it replayed node classification's
+    sampling for any GNN, and died on a knowledge graph's missing train mask)."""
+    import subprocess
+    import sys
+
+    res = subprocess.run(
+        [sys.executable, "-m", "graphtrain.runtime.cli", "plan", str(EXAMPLE)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=110,
+    )
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "trainer-1:" in res.stdout and "Traceback" not in res.stderr
