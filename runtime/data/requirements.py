@@ -54,6 +54,7 @@ def problems(spec: GraphTrainingSpec, summary: Summary) -> list[Problem]:
         if spec.task_kind == LINK_PREDICTION:  # a GNN encodes the entities: its inputs as for nodes
             out += _features(spec, summary)
             out += _typed(spec, summary)
+            out += _target_relations(spec, summary)
     if spec.partition.parts > summary.num_nodes:
         out.append(
             Problem(
@@ -173,6 +174,22 @@ def _typed(spec: GraphTrainingSpec, s: Summary) -> list[Problem]:
         except GraphtrainError as exc:
             out.append(Problem(path="training.edgeTypeFanouts", message=str(exc).split(": ", 1)[1]))
     return out
+
+
+def _target_relations(spec: GraphTrainingSpec, s: Summary) -> list[Problem]:
+    """task.targetRelations the knowledge graph has (by name)."""
+    names = getattr(spec.task.variant if spec.task is not None else None, "target_relations", None) or []
+    known = s.relation_names or []
+    missing = [n for n in names if n not in known]
+    if not missing or not known:
+        return []
+    shown = ", ".join(known[:12]) + (", ..." if len(known) > 12 else "")
+    return [
+        Problem(
+            path="task.targetRelations",
+            message=f"{s.name} has no relation {missing[0]!r} (relations: {shown})",
+        )
+    ]
 
 
 MAX_CLASS_ID = 1_000_000  # integer labels are class ids: the model's output layer has one row per id

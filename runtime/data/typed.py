@@ -98,7 +98,9 @@ def _set_types(graph: Graph, types: NodeTypes, typing: EdgeTyping, etype: np.nda
     graph.ntype_names = np.asarray(types.names, dtype=str)
     graph.etype = etype
     graph.canonical_etypes = typing.canonical_etypes(types.names, types.relations)
-    graph.relation_names = None  # a typed graph's edge types are named by canonical_etypes
+    # a typed graph's edge types are named by canonical_etypes; a knowledge graph's relation names
+    # still name its triples' relation column (task linkPrediction's targetRelations, predict's answers)
+    graph.relation_names = np.asarray(types.relations, dtype=str) if graph.triples else None
     graph.validate()
 
 

@@ -238,6 +238,7 @@ def test_typed_triples_with_reverses_give_a_relation_and_its_reverse_their_own_e
     relations = sorted(c[1] for c in g.canonical_etypes.tolist())
     assert relations == ["parent_of", "rev_parent_of", "rev_sibling_of", "sibling_of"]
     assert {k: len(v) for k, v in g.triples.items()} == {"train": 4, "valid": 1, "test": 1}
+    assert g.relation_names.tolist() == ["parent_of", "sibling_of"]  # the triples' relation column's
 
 
 def test_load_source_resolves_relative_paths_from_base_dir(tmp_path: Path, monkeypatch) -> None:

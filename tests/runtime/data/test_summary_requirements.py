@@ -140,6 +140,23 @@ def test_kge_needs_triples() -> None:
     assert [p.path for p in found] == ["graph.triples"]
 
 
+def test_link_prediction_needs_an_encoder_input_and_known_target_relations() -> None:
+    """A GNN encodes the entities of task linkPrediction: it needs an input (a knowledge graph has no
+    features), and task.targetRelations must name the graph's relations."""
+    t = np.array([[0, 0, 1], [1, 1, 2]])
+    kg = KnowledgeGraph("k", 3, 2, t, t[:1], t[1:], ["a", "b", "c"], ["likes", "knows"])
+    text = SPEC.format(
+        graph="{triples: {path: t.tsv}}",
+        model="{kind: rgcn, nodeEmbedding: e}",
+        parts=1,
+        replicas=1,
+        tables="{name: e, dim: 4}",
+    ).replace("  model:", "  task: {kind: linkPrediction, targetRelations: [likes, hates]}\n  model:")
+    found = problems(load_yaml(text).spec, summarise(kg))
+    assert [p.path for p in found] == ["model.useFeatures", "task.targetRelations"], found
+    assert "no relation 'hates' (relations: likes, knows)" in found[1].message
+
+
 def test_a_directed_edge_list_is_noted_for_graphsage() -> None:
     assert "graph.reverseEdges: true" in notes(spec(), summarise(labelled()))[0]
     assert notes(spec("{path: e.tsv, reverseEdges: true}"), summarise(labelled())) == []
