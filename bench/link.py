@@ -15,7 +15,8 @@ kge ranks them: realistic ranks against every entity, every known triple filtere
 --dataset wordnet: WordNet's 26 pointer relations as triples (wordnet_kg: a seeded split whose valid
 and test triples with their inverse in training are dropped, WN18RR-style), through graph.triples.
 
-    python bench/link.py [--dataset gene-kg|wordnet|nations] [--epochs 1] [--skip dgl,kge,graphtrain,leak]
+    python bench/link.py [--dataset gene-kg|wordnet|nations] [--epochs 1] [--seed 0]
+                         [--layouts standalone,2x2] [--skip dgl,kge,graphtrain,leak]
 """
 
 from __future__ import annotations
@@ -108,14 +109,14 @@ def wordnet_kg(work: Path) -> tuple[dict, dict[str, np.ndarray]]:
     }
 
 
-def export(kg: dict[str, np.ndarray], path: Path) -> dict[str, np.ndarray]:
+def export(kg: dict[str, np.ndarray], path: Path, seed: int = 0) -> dict[str, np.ndarray]:
     """The knowledge graph's training triples for DGL, and the evaluation sample graphtrain ranks (the
     split and the seed of the spec's), with every known triple for the filter."""
     from graphtrain.runtime.train.kge import eval_sample
 
     np.savez(path, train=kg["train"], num_entities=kg["num_entities"], num_relations=kg["num_relations"])
     return {
-        "test": eval_sample(kg["test"], 0),
+        "test": eval_sample(kg["test"], seed),
         "known": np.concatenate([kg["train"], kg["valid"], kg["test"]]),
         "num_entities": np.asarray(kg["num_entities"]),
         "num_relations": np.asarray(kg["num_relations"]),
@@ -156,6 +157,8 @@ def main() -> None:
     ap.add_argument("--dataset", default="gene-kg", help="gene-kg, nations, kinships, umls or wordnet")
     ap.add_argument("--skip", default="", help="comma-separated: dgl, kge, graphtrain, leak")
     ap.add_argument("--epochs", type=int, default=1)
+    ap.add_argument("--seed", type=int, default=0, help="training.seed (and DGL's; it draws the test sample)")
+    ap.add_argument("--layouts", default="standalone,2x2", help="graphtrain's: standalone, 2x2")
     ap.add_argument("--threads", type=int, default=2)
     a = ap.parse_args()
     skip = set(filter(None, a.skip.split(",")))
@@ -163,10 +166,13 @@ def main() -> None:
     section, kg = wordnet_kg(work) if a.dataset == "wordnet" else bundled(a.dataset)
     rows: list[list[str]] = []
     base = {"graph": section, "training.checkpointInterval": 10**9, "training.epochs": a.epochs}
+    base["training.seed"] = a.seed
     lp = spec(EXAMPLE, **base)
     lp["metadata"]["name"] = f"{a.dataset}-rgcn-lp"
     if "graphtrain" not in skip:
         for mode, standalone in (("standalone", True), ("2x2", False)):
+            if mode not in a.layouts.split(","):
+                continue
             t0 = time.perf_counter()
             result = graphtrain_run(lp, work, standalone)
             wall = time.perf_counter() - t0
@@ -198,10 +204,11 @@ def main() -> None:
             print(f"[bench] {rows[-1]}", flush=True)
     if "dgl" not in skip:
         python = venv("dgl", DGL)
-        data = export(kg, work / "kg.npz")
+        data = export(kg, work / "kg.npz", a.seed)
         t0 = time.perf_counter()
         argv = [str(python), str(ROOT / "bench" / "dgl_link.py"), "--data", str(work / "kg.npz")]
-        got = run_json([*argv, "--out", str(work / "dgl-z.npz"), "--threads", str(a.threads)])
+        argv += ["--out", str(work / "dgl-z.npz"), "--threads", str(a.threads), "--seed", str(a.seed)]
+        got = run_json(argv)
         wall = time.perf_counter() - t0
         m = rank_dgl(work / "dgl-z.npz", data)
         rows.append(
@@ -216,7 +223,8 @@ def main() -> None:
         )
         print(f"[bench] {rows[-1]}", flush=True)
     when = time.strftime("%Y-%m-%d %H:%M")
-    print(f"\n{a.dataset}, {a.epochs} epoch(s), {platform.node()}, {os.cpu_count()} cores, {when}")
+    where = f"{platform.node()}, {os.cpu_count()} cores, {when}"
+    print(f"\n{a.dataset}, {a.epochs} epoch(s), seed {a.seed}, {where}")
     print(table(["model", "layout", "test MRR", "test Hits@10", "triples/s", "wall s"], rows))
 
 
