@@ -43,13 +43,12 @@ from graphtrain.runtime.graph.loader import MiniBatch, pair_keys, sample_blocks
 from graphtrain.runtime.models.decoders import Decoder
 from graphtrain.runtime.partition.format import load_names
 from graphtrain.runtime.train import kge_math
-from graphtrain.runtime.train.dense import load_dense, save_dense
+from graphtrain.runtime.train.dense import dense_optimizer, load_dense, save_dense
 from graphtrain.runtime.train.device import to_device
 from graphtrain.runtime.train.dist import Dist, seed_everything, unwrap
 from graphtrain.runtime.train.encoder import GNNEncoder
 from graphtrain.runtime.train.kge import eval_sample, load_kg
 from graphtrain.runtime.train.metrics import StageClock
-from graphtrain.runtime.train.node_classification import _optimizer
 from graphtrain.runtime.train.task import Split
 
 REPORT_EVERY = 20
@@ -108,7 +107,7 @@ class GNNLinkPrediction:
         gpu = [self.device.index] if self.device.type == "cuda" else None
         self.model: nn.Module = DDP(model, device_ids=gpu) if dist.world > 1 else model
         self.decoder = model.decoder
-        self.dense_opt = _optimizer(str(tr.dense_optimizer), self.model.parameters(), tr.dense_lr)
+        self.dense_opt = dense_optimizer(str(tr.dense_optimizer), self.model.parameters(), tr.dense_lr)
         self.fanouts = layer_fanouts(tr.fanouts, tr.edge_type_fanouts, graph.canonical_etypes)
         self.batch_size = dist.share(tr.batch_size)
         self.targets = torch.from_numpy(self._share(self._of_relations(self.kg.train)))

@@ -34,7 +34,7 @@ from graphtrain.runtime.graph.fanouts import layer_fanouts
 from graphtrain.runtime.graph.loader import MiniBatch, Sampler, sample_blocks
 from graphtrain.runtime.kvstore.client import KVClient
 from graphtrain.runtime.kvstore.placement import free_bytes
-from graphtrain.runtime.train.dense import load_dense, save_dense
+from graphtrain.runtime.train.dense import dense_optimizer, load_dense, save_dense
 from graphtrain.runtime.train.device import to_device
 from graphtrain.runtime.train.dist import Dist, seed_everything, unwrap
 from graphtrain.runtime.train.encoder import GNNEncoder
@@ -66,13 +66,6 @@ def target_types(task: Any, graph: DistGraph) -> np.ndarray | None:
             f"task.targetNodeTypes: no node type {unknown[0]!r} (node types: {', '.join(graph.ntype_names)})"
         )
     return np.asarray([graph.ntype_names.index(t) for t in names], dtype=np.int64)
-
-
-def _optimizer(kind: str, params: Any, lr: float) -> torch.optim.Optimizer:
-    """The dense optimizer, fused (one kernel per parameter: 0.25 ms instead of 0.54 ms per GraphSAGE
-    step on one thread; same update rule)."""
-    cls = {"sgd": torch.optim.SGD, "adagrad": torch.optim.Adagrad}.get(kind, torch.optim.Adam)
-    return cls(params, lr=lr, fused=True)
 
 
 class NodeClassification:
@@ -107,7 +100,7 @@ class NodeClassification:
         model = self.enc.module
         gpu = [self.device.index] if self.device.type == "cuda" else None
         self.model = DDP(model, device_ids=gpu) if dist.world > 1 else model
-        self.dense_opt = _optimizer(str(tr.dense_optimizer), self.model.parameters(), tr.dense_lr)
+        self.dense_opt = dense_optimizer(str(tr.dense_optimizer), self.model.parameters(), tr.dense_lr)
         self.targets = target_types(self.spec.task, graph)
         self.fanouts = layer_fanouts(tr.fanouts, tr.edge_type_fanouts, graph.canonical_etypes)
         self.train_ids = self._split("train")
