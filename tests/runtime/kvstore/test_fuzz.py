@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import msgpack
@@ -30,10 +31,15 @@ _dispatcher: Dispatcher | None = None
 
 
 def dispatcher() -> Dispatcher:
-    """One shard with a table under Adam, shared by the examples (hypothesis runs them in a loop)."""
+    """One shard with a table under Adam, shared by the examples (hypothesis runs them in a loop). Its
+    checkpoints (each piece fsynced) go to memory, /dev/shm where there is one: the examples test what
+    a refused request leaves, not the disk. (The test took 15 s alone and 314 s once in the suite,
+    beside the first image build of a fresh machine; a disk busy with another test's writes is the
+    suspect, not proven.) The module's fixture removes the directory."""
     global _dispatcher
     if _dispatcher is None:
-        root = Path(tempfile.mkdtemp(prefix="gt-fuzz-"))
+        shm = Path("/dev/shm")
+        root = Path(tempfile.mkdtemp(prefix="gt-fuzz-", dir=shm if shm.is_dir() else None))
         state = ShardTensors(0)
         state.create(
             "emb", kv_fuzz.ROWS, (kv_fuzz.DIM,), "float32", 0, kv_fuzz.ROWS, {"kind": "uniform", "seed": 1}
@@ -41,6 +47,16 @@ def dispatcher() -> Dispatcher:
         state.set_optimizer("emb", {"kind": "adam", "lr": 0.1})
         _dispatcher = Dispatcher(state, root)
     return _dispatcher
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _remove_dispatcher_root() -> Iterator[None]:
+    global _dispatcher
+    yield
+    if _dispatcher is not None:
+        if _dispatcher.checkpoint_root is not None:
+            shutil.rmtree(_dispatcher.checkpoint_root, ignore_errors=True)
+        _dispatcher = None
 
 
 def snapshot(state: ShardTensors) -> dict[str, torch.Tensor]:
