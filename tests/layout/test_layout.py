@@ -64,8 +64,9 @@ def test_make_tests_workers_keep_a_file_and_the_shared_folders_whole() -> None:
 
 
 def test_the_units_that_take_minutes_are_dealt_first() -> None:
-    """The pod and API-server folders, the process-mode e2e files, then the launch, packaging and shard-server files, then the rest
-    by test count: the small units dealt last even out the workers' ends."""
+    """The pod and API-server folders, the process-mode e2e files, then the launch, packaging and
+    shard-server files, then the rest by test count: the small units dealt last even out the workers'
+    ends."""
     from tests.conftest import first_by
 
     units = {
