@@ -67,7 +67,9 @@ class SpecSummary(ApiModel):
     """The spec in a few fields: what is trained, on what, by how many processes."""
 
     graph: str = Field(description="The dataset's name, or the path of the graph's file.")
-    task: str = Field(description="What is learned: nodeClassification, kge or linkPrediction.")
+    task: str = Field(
+        description="What is learned: nodeClassification, kge, linkPrediction or edgeClassification."
+    )
     model: ModelKind
     epochs: int
     batch_size: int

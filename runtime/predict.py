@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from graphtrain.contract.spec import (
+    EDGE_CLASSIFICATION,
     GNN_KINDS,
     KGE_KINDS,
     LINK_PREDICTION,
@@ -46,11 +47,11 @@ def served_task(gt: GraphTraining) -> str:
     """The task whose checkpoints `gt`'s predictions answer from (nodeClassification or kge).
 
     Raises:
-        GraphtrainError: task linkPrediction, whose answers are not served yet."""
-    if gt.spec.task_kind == LINK_PREDICTION:
+        GraphtrainError: task linkPrediction or edgeClassification, whose answers are not served yet."""
+    if gt.spec.task_kind in (LINK_PREDICTION, EDGE_CLASSIFICATION):
         raise GraphtrainError(
-            "task linkPrediction: predict answers nodeClassification and kge checkpoints; a link "
-            "prediction model's answers are not served yet (its test metrics are in the run's result.json)"
+            f"task {gt.spec.task_kind}: predict answers nodeClassification and kge checkpoints; this "
+            "task's answers are not served yet (its test metrics are in the run's result.json)"
         )
     return gt.spec.task_kind
 

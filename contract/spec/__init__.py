@@ -168,10 +168,12 @@ from graphtrain.contract.spec.tables import (
     Vocabulary,
 )
 from graphtrain.contract.spec.task import (
+    EDGE_CLASSIFICATION,
     KGE,
     LINK_PREDICTION,
     NODE_CLASSIFICATION,
     TASKS,
+    EdgeClassificationTask,
     KGETask,
     LinkPredictionTask,
     NodeClassificationTask,
@@ -217,6 +219,8 @@ __all__ = [
     "Exclude",
     "LINK_PREDICTION",
     "LinkPredictionTask",
+    "EDGE_CLASSIFICATION",
+    "EdgeClassificationTask",
     "KG_DATASETS",
     "KIND",
     "KubernetesObject",

@@ -42,7 +42,14 @@ from graphtrain.contract.spec.rules import (
 )
 from graphtrain.contract.spec.status import GraphTrainingStatus
 from graphtrain.contract.spec.tables import EmbeddingTable
-from graphtrain.contract.spec.task import KGE, KGE_SAMPLERS, LINK_PREDICTION, NODE_CLASSIFICATION, TaskSpec
+from graphtrain.contract.spec.task import (
+    EDGE_CLASSIFICATION,
+    KGE,
+    KGE_SAMPLERS,
+    LINK_PREDICTION,
+    NODE_CLASSIFICATION,
+    TaskSpec,
+)
 from graphtrain.contract.spec.training import Training
 from graphtrain.contract.spec.variants import cel_or_default, cel_strings, ownership_rules
 
@@ -62,7 +69,8 @@ class GraphTrainingSpec(SpecModel):
     )
     task: TaskSpec | None = Field(
         default=None,
-        description="What is learned: nodeClassification, kge or linkPrediction, with the task's own "
+        description="What is learned: nodeClassification, kge, linkPrediction or edgeClassification, "
+        "with the task's own "
         "fields. Unset: the model's own task (a GNN classifies nodes, a knowledge-graph model embeds a "
         "knowledge graph), and the spec is read in the old form (model.negatives, loss and margin as the "
         "kge task's).",
@@ -399,6 +407,14 @@ add_rules(
             "naming a knowledge graph (" + ", ".join(sorted(KG_DATASETS)) + ")",
         )
         for kind in (KGE, LINK_PREDICTION)
+    ),
+    Rule(
+        "edgeClassification-labelled-edges",
+        "graph.edges",
+        lambda s: s.task_kind != EDGE_CLASSIFICATION or s.graph.edges is not None,
+        cel=f"{_CEL_TASK} != '{EDGE_CLASSIFICATION}' || has(self.graph.edges)",
+        message="task edgeClassification needs graph.nodes and graph.edges (your own typed files), with a "
+        "label column on the edge types whose edges it classifies",
     ),
     Rule(
         "kge-no-reverse",

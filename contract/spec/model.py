@@ -17,7 +17,13 @@ from pydantic import Field
 from graphtrain.contract.spec.base import IDENT, MAX_LAYERS, SpecModel
 from graphtrain.contract.spec.enums import BagCombiner
 from graphtrain.contract.spec.rules import Rule, add_rules
-from graphtrain.contract.spec.task import KGE, LINK_PREDICTION, NODE_CLASSIFICATION, KGETask
+from graphtrain.contract.spec.task import (
+    EDGE_CLASSIFICATION,
+    KGE,
+    LINK_PREDICTION,
+    NODE_CLASSIFICATION,
+    KGETask,
+)
 from graphtrain.contract.spec.variants import Variant, WireUnion, cel_or_default, cel_strings, wire_model
 
 
@@ -42,7 +48,7 @@ class FeatureBag(SpecModel):
 class GNNModel(Variant):
     """What every GNN has: its shape and its inputs (features, a feature bag, a node embedding)."""
 
-    TASKS: ClassVar[tuple[str, ...]] = (NODE_CLASSIFICATION, LINK_PREDICTION)
+    TASKS: ClassVar[tuple[str, ...]] = (NODE_CLASSIFICATION, LINK_PREDICTION, EDGE_CLASSIFICATION)
 
     hidden_dim: int = Field(default=256, ge=1, le=65536, description="Width of the hidden layers.")
     num_layers: int = Field(

@@ -1,6 +1,6 @@
 """spec.task: what is learned, apart from the model that learns it (GraphStorm's split of task and
-encoder): node classification, knowledge-graph embedding, and link prediction with a GNN encoder; edge
-tasks next.
+encoder): node classification, knowledge-graph embedding, link prediction and edge classification
+with a GNN encoder.
 
 A task says what a batch is, what the loss is and how a split is evaluated; the model (model.py) says
 how nodes or triples are encoded and scored. Each model kind lists the tasks it serves. Unset, the task
@@ -21,6 +21,7 @@ from graphtrain.contract.spec.variants import Variant, WireUnion, wire_model
 NODE_CLASSIFICATION = "nodeClassification"
 KGE = "kge"
 LINK_PREDICTION = "linkPrediction"
+EDGE_CLASSIFICATION = "edgeClassification"
 KGE_SAMPLERS = (NegativeSampler.uniform, NegativeSampler.joint)  # inBatch and local: linkPrediction's
 
 
@@ -132,17 +133,37 @@ class LinkPredictionTask(Variant):
     )
 
 
-TASKS = (NodeClassificationTask, KGETask, LinkPredictionTask)
+class EdgeClassificationTask(Variant):
+    """Classify edges by their labels (GraphStorm's edge classification): the encoder embeds both ends
+    of a batch's labelled edges from the graph without those edges (exclude), a pair decoder (an MLP on
+    [z_s, z_d, z_s * z_d] plus the edge type's row) gives class scores; cross-entropy on the training
+    edges, accuracy on the validation and test edges (every neighbour at evaluation). The labelled
+    edges are those of graph.edges entries with a label column, split by graph.split."""
+
+    KIND: ClassVar[str] = EDGE_CLASSIFICATION
+
+    exclude: Exclude | None = Field(
+        default=None,
+        description="What leaves the graph a batch's GNN samples: self (the batch's labelled edges), "
+        "reverse (those and their reverses), none (nothing: an edge's own features reach its "
+        "endpoints' embeddings). Unset: reverse when graph.reverseEdges adds a reverse to every edge, "
+        "else self.",
+    )
+
+
+TASKS = (NodeClassificationTask, KGETask, LinkPredictionTask, EdgeClassificationTask)
 
 if TYPE_CHECKING:  # a class made at import: to a static checker, the flat union it is made as
     TaskSpec: TypeAlias = WireUnion
 else:
     TaskSpec = wire_model(
         "TaskSpec",
-        "What is learned: one kind (nodeClassification, kge, linkPrediction) with its own fields.",
+        "What is learned: one kind (nodeClassification, kge, linkPrediction, edgeClassification) with "
+        "its own fields.",
         TASKS,
         prefix="task",
         default_kind=None,
         kind_description="nodeClassification: node labels; kge: knowledge-graph embedding (triples); "
-        "linkPrediction: a GNN encoder and a pair decoder on a knowledge graph's triples. Required.",
+        "linkPrediction: a GNN encoder and a pair decoder on a knowledge graph's triples; "
+        "edgeClassification: a GNN encoder and a pair classifier on labelled edges. Required.",
     )

@@ -12,6 +12,7 @@ GraphStorm's graph-construction config describes one, so its users translate a c
 | edges[].relation                   | edges[].relation                   |
 | edges[].source_id_col, dest_id_col | edges[].sourceColumn, destinationColumn |
 | edges[].features[].feature_col     | edges[].features                   |
+| edges[].labels[].label_col         | edges[].label                      |
 
 Node ids are scoped per node type (paper "1" and author "1" are two nodes), read as text. Every node
 type an edge type names has a nodes entry, whose files list its nodes (a type without features lists
@@ -108,6 +109,14 @@ class EdgeTypeFiles(SpecModel):
         description="Columns read as the edge features (features[].feature_col). Empty: none.",
         json_schema_extra={"items": {"type": "string", "minLength": 1, "maxLength": 255}},
     )
+    label: Column | None = Field(
+        default=None,
+        min_length=1,
+        max_length=255,
+        description="The column of edge class labels (labels[].label_col, task edgeClassification): "
+        "integers or class names; an empty cell is an unlabelled edge. The labelled edges are split by "
+        "graph.split. Unset: the edge type has no labels.",
+    )
 
 
 def first_repeated(values: list[str]) -> str | None:
@@ -123,6 +132,14 @@ add_rules(
         lambda e: e.source_column != e.destination_column,
         cel="self.sourceColumn != self.destinationColumn",
         message="must differ from sourceColumn",
+    ),
+    Rule(
+        "edge-label-not-data",
+        "label",
+        lambda e: e.label is None or e.label not in (e.source_column, e.destination_column, *e.features),
+        cel="!has(self.label) || (self.label != self.sourceColumn && self.label != self.destinationColumn "
+        "&& !(self.label in self.features))",
+        message="is also the source, destination or a feature column",
     ),
 )
 add_rules(

@@ -9,6 +9,10 @@ shop/     a typed graph: users, items and shops (users.csv, items.csv, shops.par
           features), edges item -rated-> user with a rating and a noise column (rated.csv), and item
           -sold_by-> shop (sold_by.csv). A user's label ("likes" or "dislikes") depends only on the
           ratings of the items it rated: features and neighbours alone say nothing about it.
+trade/    a typed graph for edge classification: customers and products (customers.csv, products.csv,
+          features from a hidden category of 3 plus noise), edges customer -bought-> product with a
+          quantity (noise) and a label, "low", "mid" or "high" = (customer's category + product's
+          category) mod 3: it depends on both ends, and neither end alone tells it (bought.csv).
 sbm/      a 20,000-node stochastic block model (8 communities, features from the community mean plus
           noise), twice: edges.tsv (one line per undirected edge, integer ids) + feat.npy + labels.csv
           (id,label with class names), and graph.npz holding the same graph (both directions, feat,
@@ -158,14 +162,43 @@ def shop(out: Path, users: int = 3000, items: int = 600, shops: int = 40, rated:
     return len(dst) + items
 
 
+def trade(out: Path, customers: int = 2000, products: int = 400, bought: int = 6) -> int:
+    """A typed graph whose edge labels depend on both ends: every node has a hidden category of 3, its
+    features the category's one-hot plus noise (and three columns of noise); each customer buys
+    `bought` products, and each purchase is labelled by (customer's category + product's category) mod
+    3, which is uniform given either end alone."""
+    rng = np.random.default_rng(SEED + 1)
+    d = out / "trade"
+    d.mkdir(parents=True, exist_ok=True)
+    c_cat, p_cat = rng.integers(0, 3, customers), rng.integers(0, 3, products)
+    for name, cats, prefix in (("customers", c_cat, "c"), ("products", p_cat, "p")):
+        feat = np.eye(3)[cats] + rng.normal(0, 0.3, (len(cats), 3))
+        feat = np.concatenate([feat, rng.normal(0, 1, (len(cats), 3))], 1)
+        with open(d / f"{name}.csv", "w") as f:
+            f.write(f"{name[:-1]}_id," + ",".join(f"f{j}" for j in range(6)) + "\n")
+            f.writelines(
+                f"{prefix}{i}," + ",".join(f"{v:.4f}" for v in row) + "\n" for i, row in enumerate(feat)
+            )
+    src = np.repeat(np.arange(customers), bought)
+    dst = rng.integers(0, products, len(src))
+    names = np.array(["low", "mid", "high"])
+    label = names[(c_cat[src] + p_cat[dst]) % 3]
+    with open(d / "bought.csv", "w") as f:
+        f.write("customer,product,qty,outcome\n")
+        f.writelines(f"c{c},p{q},{rng.integers(1, 5)},{y}\n" for c, q, y in zip(src, dst, label, strict=True))
+    return len(src)
+
+
 def main() -> None:
     out = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).resolve().parent / "data"
     triples = family(out)
     edges = sbm(out)
     typed_edges = shop(out)
+    purchases = trade(out)
     print(
         f"{out / 'family'}: {triples:,} triples; {out / 'sbm'}: 20,000 nodes, {edges:,} edges; "
-        f"{out / 'shop'}: 3,640 nodes of 3 types, {typed_edges:,} edges"
+        f"{out / 'shop'}: 3,640 nodes of 3 types, {typed_edges:,} edges; "
+        f"{out / 'trade'}: 2,400 nodes of 2 types, {purchases:,} labelled edges"
     )
 
 

@@ -373,7 +373,7 @@ def load_source(source: GraphSource, root: Path | None = None, base_dir: Path | 
     if source.nodes is not None:
         assert source.edges is not None
         g = typedfiles.load_typed(
-            source.nodes, source.edges, base_dir or Path.cwd(), _name(source.nodes[0].files[0])
+            source.nodes, source.edges, base_dir or Path.cwd(), _name(source.nodes[0].files[0]), source.split
         )
         if g.label is not None and not g.masks:
             g.masks = labelled_masks(g.label, source.split or Split())

@@ -59,6 +59,10 @@ class Graph:
     efeat: np.ndarray | None = None  # (num_edges, d) float32 edge features, one row per edge
     # typed graphs: node type -> (first column, width) of its features in feat (absent: no features)
     feature_blocks: dict[str, tuple[int, int]] = field(default_factory=dict)
+    # labelled edges (task edgeClassification), split "train"/"valid"/"test": int64 (n, 4) rows
+    # (source, edge type, destination, class) in this graph's node ids; every one is also an edge
+    edge_targets: dict[str, np.ndarray] = field(default_factory=dict)
+    edge_class_names: np.ndarray | None = None  # unicode, edge class i is edge_class_names[i]
 
     def __post_init__(self) -> None:
         self.validate()
@@ -120,6 +124,7 @@ class Graph:
                 raise DataError(f"graph {self.name!r}: {key} triples must be an int64 (n, 3) array")
             if t.size and (t[:, [0, 2]].min() < 0 or t[:, [0, 2]].max() >= n):
                 raise DataError(f"graph {self.name!r}: {key} triples name an entity outside [0, {n})")
+        self._validate_edge_targets()
         if self.ntype is not None and self.ntype.shape != (n,):
             raise DataError(f"graph {self.name!r}: ntype must have one entry per node")
         if self.efeat is not None and (self.efeat.ndim != 2 or self.efeat.shape[0] != self.num_edges):
@@ -128,6 +133,26 @@ class Graph:
                 f"{self.num_edges} edges"
             )
         self._validate_types()
+
+    def _validate_edge_targets(self) -> None:
+        n = self.num_nodes
+        for key, t in self.edge_targets.items():
+            if key not in ("train", "valid", "test"):
+                raise DataError(f"graph {self.name!r}: unknown labelled-edge split {key!r}")
+            if t.dtype != np.int64 or t.ndim != 2 or t.shape[1] != 4:
+                raise DataError(f"graph {self.name!r}: {key} labelled edges must be an int64 (n, 4) array")
+            if t.size and (t[:, [0, 2]].min() < 0 or t[:, [0, 2]].max() >= n or t[:, 3].min() < 0):
+                raise DataError(f"graph {self.name!r}: {key} labelled edges name a node or class outside")
+        names = self.edge_class_names
+        if names is not None and (names.ndim != 1 or names.dtype.kind != "U"):
+            raise DataError(f"graph {self.name!r}: edge_class_names must be a 1-D unicode array")
+
+    @property
+    def edge_classes(self) -> int:
+        """The number of edge classes (0: no labelled edges)."""
+        if self.edge_class_names is not None:
+            return len(self.edge_class_names)
+        return max((int(t[:, 3].max()) + 1 for t in self.edge_targets.values() if t.size), default=0)
 
     @property
     def typed(self) -> bool:
@@ -234,6 +259,8 @@ class Graph:
             relation_names=self.relation_names,
             feature_names=self.feature_names,
             triples=self.triples,
+            edge_targets=self.edge_targets,
+            edge_class_names=self.edge_class_names,
         )
 
     @classmethod

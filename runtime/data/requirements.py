@@ -12,6 +12,7 @@ not meant).
 from __future__ import annotations
 
 from graphtrain.contract.spec import (
+    EDGE_CLASSIFICATION,
     LINK_PREDICTION,
     NODE_CLASSIFICATION,
     GraphSource,
@@ -39,6 +40,10 @@ def problems(spec: GraphTrainingSpec, summary: Summary) -> list[Problem]:
     name = summary.name
     if spec.task_kind == NODE_CLASSIFICATION:
         out += _node_classification(spec, summary)
+        out += _typed(spec, summary)
+    elif spec.task_kind == EDGE_CLASSIFICATION:
+        out += _edge_classification(spec, summary)
+        out += _features(spec, summary)
         out += _typed(spec, summary)
     else:
         if not summary.triples.get("train") or not summary.num_edge_types:
@@ -104,6 +109,38 @@ def _node_classification(spec: GraphTrainingSpec, s: Summary) -> list[Problem]:
                     )
                 )
     out += _features(spec, s)
+    return out
+
+
+def _edge_classification(spec: GraphTrainingSpec, s: Summary) -> list[Problem]:
+    """Labelled edges of at least two classes, each split holding one for every trainer."""
+    if not s.edge_targets:
+        return [
+            Problem(
+                path="graph.edges",
+                message=f"task edgeClassification classifies labelled edges, and {s.name} has none: give "
+                "an edge type's files a label column (graph.edges[].label)",
+            )
+        ]
+    if s.edge_classes < 2:
+        return [
+            Problem(
+                path="graph.edges",
+                message=f"{s.name}'s labelled edges have {s.edge_classes} class: classification needs at "
+                "least 2",
+            )
+        ]
+    replicas, out = spec.trainers.replicas, []
+    for key in ("train", "valid", "test"):
+        count = s.edge_targets.get(key, 0)
+        if count < replicas:
+            out.append(
+                Problem(
+                    path="graph.split",
+                    message=f"the {key} split of {s.name} holds {count:,} labelled edges but there are "
+                    f"{replicas} trainers (trainers.replicas): each trainer needs at least one",
+                )
+            )
     return out
 
 

@@ -42,6 +42,8 @@ class Summary:
     node_types: list[str] | None = None  # a typed graph's node types
     canonical_etypes: list[tuple[str, str, str]] | None = None  # its edge types
     edge_feature_dims: int | None = None
+    edge_targets: dict[str, int] = field(default_factory=dict)  # labelled edges per split
+    edge_classes: int = 0  # classes of the labelled edges
 
     @property
     def has_labels(self) -> bool:
@@ -86,6 +88,9 @@ class Summary:
             out.append(f"edge features: {self.edge_feature_dims:,} dims")
         if self.triples:
             out.append("triples: " + ", ".join(f"{k} {v:,}" for k, v in self.triples.items()))
+        if self.edge_targets:
+            counts = ", ".join(f"{k} {v:,}" for k, v in self.edge_targets.items())
+            out.append(f"labelled edges: {counts} ({self.edge_classes} classes)")
         return out
 
 
@@ -151,4 +156,6 @@ def summarise(graph: Graph | KnowledgeGraph) -> Summary:
         if g.canonical_etypes is None
         else [(str(s), str(r), str(d)) for s, r, d in g.canonical_etypes.tolist()],
         edge_feature_dims=None if g.efeat is None else int(g.efeat.shape[1]),
+        edge_targets={k: len(v) for k, v in g.edge_targets.items()},
+        edge_classes=g.edge_classes,
     )

@@ -25,8 +25,8 @@ from typing import Any
 
 import numpy as np
 
-from graphtrain.contract.spec import EdgeTypeFiles, NodeTypeFiles
-from graphtrain.runtime.data.graph import Graph
+from graphtrain.contract.spec import EdgeTypeFiles, NodeTypeFiles, Split
+from graphtrain.runtime.data.graph import Graph, random_masks
 from graphtrain.runtime.data.nodefiles import as_float32, encode_names
 from graphtrain.runtime.errors import DataError
 
@@ -155,8 +155,7 @@ def read_node_type(spec: NodeTypeFiles, base: Path, index: int) -> NodeType:
                     f"{feats[0].shape[1]} in {spec.files[0]}: one width per node type"
                 )
         if spec.label:
-            col = _column(path, table, spec.label, f"{field}.label")
-            labels.append(np.asarray(["" if v is None else str(v).strip() for v in col.to_pylist()], np.str_))
+            labels.append(_label_text(path, table, spec.label, f"{field}.label"))
     all_ids = np.concatenate(ids)
     _unique(all_ids, spec, base, ids, field)
     return NodeType(
@@ -210,19 +209,26 @@ def _labels(types: list[NodeType], counts: np.ndarray) -> tuple[np.ndarray | Non
     text = np.concatenate(
         [t.labels if t.labels is not None else np.full(len(t.ids), "", np.str_) for t in types]
     )
-    present = text != ""
+    return parse_labels(text, text != "")
+
+
+def parse_labels(text: np.ndarray, present: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+    """(class per row, -1 where not `present`; class names or None): integers as they are unless any
+    label is not an integer, then every label a class name."""
     if present.any() and all(v.lstrip("-").isdigit() for v in text[present].tolist()):
         label = np.full(len(text), -1, dtype=np.int64)
         label[present] = text[present].astype(np.int64)
         if label.min() < -1:
             raise DataError(f"a label is negative ({int(label.min())}); leave the cell empty for no label")
         return label, None
-    label, names = encode_names(text, present)
-    return label, names
+    return encode_names(text, present)
 
 
-def load_typed(nodes: list[NodeTypeFiles], edges: list[EdgeTypeFiles], base: Path, name: str) -> Graph:
-    """The typed graph of graph.nodes and graph.edges, paths relative to `base`.
+def load_typed(
+    nodes: list[NodeTypeFiles], edges: list[EdgeTypeFiles], base: Path, name: str, split: Split | None = None
+) -> Graph:
+    """The typed graph of graph.nodes and graph.edges, paths relative to `base`; its labelled edges
+    split by `split` (the default ratios when None).
 
     Raises:
         DataError: one line naming the file and field of the first problem found.
@@ -232,15 +238,14 @@ def load_typed(nodes: list[NodeTypeFiles], edges: list[EdgeTypeFiles], base: Pat
     offsets = np.concatenate([[0], np.cumsum(counts)])
     n = int(offsets[-1])
     lookup = {t.name: (i, t.ids) for i, t in enumerate(types)}
-    src_all, dst_all, etype_all, efeats = [], [], [], []
+    src_all, dst_all, etype_all, efeats, elabels = [], [], [], [], []
     for e, spec in enumerate(edges):
         s_t, rel, d_t = spec.relation
         field = f"graph.edges[{e}]"
         for f, fname in enumerate(spec.files):
             path = resolve(fname, base)
-            table = read_table(
-                path, str(spec.format), [spec.source_column, spec.destination_column], f"{field}.files[{f}]"
-            )
+            text = [spec.source_column, spec.destination_column, *([spec.label] if spec.label else [])]
+            table = read_table(path, str(spec.format), text, f"{field}.files[{f}]")
             pair = []
             for column, t_name, what in (
                 (spec.source_column, s_t, "sourceColumn"),
@@ -255,15 +260,21 @@ def load_typed(nodes: list[NodeTypeFiles], edges: list[EdgeTypeFiles], base: Pat
             efeats.append(
                 _features(path, table, list(spec.features), f"{field}.features") if spec.features else None
             )
+            elabels.append(_label_text(path, table, spec.label, f"{field}.label") if spec.label else None)
     feat, blocks = _node_features(types, counts, offsets)
     label, class_names = _labels(types, counts)
     efeat = _edge_features(edges, efeats, [len(s) for s in src_all])
+    src = np.concatenate(src_all) if src_all else np.empty(0, np.int64)
+    dst = np.concatenate(dst_all) if dst_all else np.empty(0, np.int64)
+    etype = np.concatenate(etype_all) if etype_all else np.empty(0, np.int64)
+    sizes = [len(a) for a in src_all]
+    targets, edge_class_names = _edge_targets(elabels, sizes, (src, etype, dst), split or Split())
     graph = Graph.from_edges(
         name,
         n,
-        np.concatenate(src_all) if src_all else np.empty(0, np.int64),
-        np.concatenate(dst_all) if dst_all else np.empty(0, np.int64),
-        etype=np.concatenate(etype_all) if etype_all else np.empty(0, np.int64),
+        src,
+        dst,
+        etype=etype,
         efeat=efeat,
         feat=feat,
         label=label,
@@ -273,8 +284,42 @@ def load_typed(nodes: list[NodeTypeFiles], edges: list[EdgeTypeFiles], base: Pat
         ntype_names=np.asarray([t.name for t in types], dtype=str),
         canonical_etypes=np.asarray([list(e.relation) for e in edges], dtype=str).reshape(-1, 3),
         feature_blocks=blocks,
+        edge_targets=targets,
+        edge_class_names=edge_class_names,
     )
     return graph
+
+
+def _label_text(path: Path, table: Any, column: str, field: str) -> np.ndarray:
+    """A label column (read as strings) as stripped text, "" for an empty cell."""
+    values = _column(path, table, column, field).to_pylist()
+    return np.asarray(["" if v is None else str(v).strip() for v in values], dtype=np.str_)
+
+
+def _edge_targets(
+    per_file: list[np.ndarray | None], sizes: list[int], ends: tuple[np.ndarray, ...], split: Split
+) -> tuple[dict[str, np.ndarray], np.ndarray | None]:
+    """The labelled edges (task edgeClassification) split by `split`'s seeded ratios, as Graph's
+    edge_targets rows (source, edge type, destination, class), and the class names (None for integer
+    labels). `per_file`: each edge file's labels (None: its type has none), `sizes` its row count, in
+    the order of the edge arrays `ends` (source, edge type, destination).
+
+    Raises:
+        DataError: a negative integer label."""
+    if all(t is None for t in per_file):
+        return {}, None
+    starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    rows = np.concatenate(
+        [np.arange(starts[i], starts[i + 1]) for i, t in enumerate(per_file) if t is not None]
+    )
+    text = np.concatenate([t for t in per_file if t is not None])
+    present = text != ""
+    label, names = parse_labels(text, present)
+    keep = rows[present]
+    labelled = np.stack([ends[0][keep], ends[1][keep], ends[2][keep], label[present]], 1).astype(np.int64)
+    masks = random_masks(len(labelled), split.train, split.val, split.seed) if len(labelled) else {}
+    out = {"train": "train", "valid": "val", "test": "test"}
+    return {k: labelled[masks[m]] for k, m in out.items() if m in masks}, names
 
 
 def _find(universe: np.ndarray, ids: np.ndarray, path: Path, field: str, t_name: str) -> np.ndarray:

@@ -1,5 +1,5 @@
-"""Link prediction's pair decoders: how a GNN's node embeddings z_h, z_t and a relation score an edge
-(task linkPrediction; DGL's and GraphStorm's decoders).
+"""Pair decoders: how a GNN's node embeddings z_h, z_t and a relation score an edge (task
+linkPrediction; DGL's and GraphStorm's decoders), and edge classification's PairClassifier (below).
 
 - dot: <z_h, z_t> / sqrt(dim) (the relation is not read; scaled as attention scales it);
 - distmult: <z_h, w_r, z_t>, a learned diagonal per relation (R-GCN's link prediction decoder), w_r
@@ -70,3 +70,20 @@ class Decoder(nn.Module):
             return self.out(torch.relu(self.head_map(ents.unsqueeze(-3) + r.unsqueeze(-2)) + c)).squeeze(-1)
         q = t * self.scale if r is None else t * r
         return q @ ents.transpose(-1, -2)
+
+
+class PairClassifier(nn.Module):
+    """Edge classification's pair decoder (GraphStorm's MLP edge decoder, with the pair's product):
+    class scores of an edge of type r between z_s and z_d,
+    W2 relu(W1 [z_s, z_d, z_s * z_d] + b1 + w_r) + b2, one hidden layer of the embedding's width; the
+    product lets a label that depends on how the two ends agree be read without a deep MLP."""
+
+    def __init__(self, dim: int, num_relations: int, num_classes: int):
+        super().__init__()
+        self.hidden = nn.Linear(3 * dim, dim)
+        self.rel = nn.Parameter(torch.zeros(max(num_relations, 1), dim))
+        self.out = nn.Linear(dim, num_classes)
+
+    def forward(self, s: torch.Tensor, r: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
+        """(B, num_classes) scores of the edges (s[i], r[i], d[i]) (r: edge type ids)."""
+        return self.out(torch.relu(self.hidden(torch.cat([s, d, s * d], -1)) + self.rel[r]))

@@ -14,6 +14,7 @@ Layout of `<out>/` (written under a temporary name and renamed into place when c
                              which names the rows of a `keys: features` table in exports
     kg/<split>.npy           int64 (n, 3) (head, relation, tail) in ORIGINAL node ids: a knowledge
                              graph's train/valid/test triples (KGE evaluation needs all three)
+    edges/<split>.npy        labelled edges and edge_class_names.npy (edge_targets.py)
     part-<i>/indptr.npy      int64, in-CSR over the partition's nodes (local row = new id - node_bounds[i])
     part-<i>/indices.npy     int64, global new id of each in-edge's source; edge ids are
                              edge_bounds[i] + position, so no edge-id array is stored
@@ -60,6 +61,8 @@ from graphtrain.runtime.data.cache import (
 )
 from graphtrain.runtime.data.graph import MASKS, Graph
 from graphtrain.runtime.errors import DataError
+from graphtrain.runtime.partition.edge_targets import edge_targets_meta, write_edge_targets
+from graphtrain.runtime.partition.npyfiles import load_files, load_npy
 from graphtrain.runtime.partition.pipeline import PartitionResult
 from graphtrain.runtime.partition.relabel import local_in_csr
 
@@ -223,6 +226,7 @@ def write_node_files(tmp: Path, graph: Graph, node_map: np.ndarray, inverse: np.
         (tmp / "kg").mkdir()
         for split, t in graph.triples.items():
             np.save(tmp / "kg" / f"{split}.npy", np.ascontiguousarray(t, dtype=np.int64))
+    write_edge_targets(tmp, graph)
 
 
 def write_part(
@@ -287,6 +291,7 @@ def config_of(
         "num_classes": _num_classes(graph),
         "ndata": ndata_desc,
         **({"kg": kg} if (kg := _kg_meta(graph)) is not None else {}),
+        **({"edge_targets": et} if (et := edge_targets_meta(graph)) is not None else {}),
         "parts": parts_meta,
         "strategy": result.info.strategy,
         "stats": result.stats.to_dict(),
@@ -371,23 +376,6 @@ def load_config(path: str | Path) -> PartitionConfig:
     return PartitionConfig(path=path, data=data)
 
 
-def load_npy(path: Path, mmap_mode: str | None = None) -> np.ndarray:
-    """One .npy of a partition, never unpickled: a file that is not a plain array (an object array, a
-    truncated or foreign file; its sha256 may have been edited to match) is one line naming it.
-
-    Raises:
-        DataError: naming `path` and why it cannot be read.
-    """
-    try:
-        return np.load(path, mmap_mode=mmap_mode, allow_pickle=False)
-    except ValueError as exc:  # object arrays ("cannot be loaded when allow_pickle=False"), bad headers
-        objects = "allow_pickle" in str(exc) or "Python objects" in str(exc)  # np.load, or mmap'd
-        what = "holds Python objects" if objects else f"not a .npy array ({exc})"
-        raise DataError(f"{path}: {what}: not a graphtrain partition file") from None
-    except OSError as exc:
-        raise DataError(f"{path}: cannot read ({exc.strerror or exc})") from None
-
-
 @dataclass
 class PartData:
     """One partition as a shard server loads it."""
@@ -462,16 +450,6 @@ def load_sparse_rows(cfg: PartitionConfig, part: int, key: str = "feat") -> tupl
     return indptr, indices
 
 
-def _load_files(cfg: PartitionConfig, rels: list[str], verify: bool) -> dict[str, np.ndarray]:
-    """Arrays at `rels` (paths relative to the partition), each checked against its recorded sha256."""
-    if verify:
-        missing = [r for r in rels if r not in cfg.data["files"]]
-        if missing:
-            raise DataError(f"{cfg.path}: {missing[0]} is not recorded in the partition's files")
-        verify_files(cfg.root, {r: cfg.data["files"][r] for r in rels})
-    return {r: load_npy(cfg.root / r) for r in rels}
-
-
 _NAMES = {"node_ids": "external_ids", "class_names": "class_names", "relation_names": "relation_names"}
 _OTHER_NAMES = {"feature_names": "feature_names"}  # names of no id map: load_names only
 
@@ -482,7 +460,7 @@ def load_maps(cfg: PartitionConfig, verify: bool = True) -> dict[str, np.ndarray
     names = ["node_map", "node_map_inverse", "edge_map"] + [
         n for n in _NAMES.values() if cfg.data.get(f"has_{n}")
     ]
-    loaded = _load_files(cfg, [f"{n}.npy" for n in names], verify)
+    loaded = load_files(cfg, [f"{n}.npy" for n in names], verify)
     return {n: loaded[f"{n}.npy"] for n in names}
 
 
@@ -491,7 +469,7 @@ def load_names(cfg: PartitionConfig, verify: bool = True) -> dict[str, np.ndarra
     unicode: original node id i is node_ids[i]), class_names, relation_names, feature_names; only those
     present."""
     present = {k: f for k, f in (_NAMES | _OTHER_NAMES).items() if cfg.data.get(f"has_{f}")}
-    loaded = _load_files(cfg, [f"{f}.npy" for f in present.values()], verify)
+    loaded = load_files(cfg, [f"{f}.npy" for f in present.values()], verify)
     return {k: loaded[f"{f}.npy"] for k, f in present.items()}
 
 
@@ -499,7 +477,7 @@ def load_triples(cfg: PartitionConfig, verify: bool = True) -> dict[str, np.ndar
     """A knowledge graph's splits {"train", "valid", "test"}: int64 (n, 3) (head, relation, tail) in
     ORIGINAL node ids (map them with node_map_inverse for table rows); empty for other graphs."""
     splits = [s for s in SPLITS if s in cfg.data.get("kg", {}).get("triples", {})]
-    loaded = _load_files(cfg, [f"kg/{s}.npy" for s in splits], verify)
+    loaded = load_files(cfg, [f"kg/{s}.npy" for s in splits], verify)
     out = {s: loaded[f"kg/{s}.npy"] for s in splits}
     for split, t in out.items():
         if t.dtype != np.int64 or t.ndim != 2 or t.shape[1] != 3:

@@ -11,6 +11,7 @@ import torch
 
 from graphtrain.runtime.data.cache import atomic_file
 from graphtrain.runtime.errors import GraphtrainError
+from graphtrain.runtime.train.dist import unwrap
 
 
 def save_dense(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
@@ -56,3 +57,32 @@ def dense_optimizer(kind: str, params: Any, lr: float) -> torch.optim.Optimizer:
     step on one thread; same update rule)."""
     cls = {"sgd": torch.optim.SGD, "adagrad": torch.optim.Adagrad}.get(kind, torch.optim.Adam)
     return cls(params, lr=lr, fused=True)
+
+
+class DenseTask:
+    """The end of a GNN task's step and its checkpoint part, where the task's own state is its module
+    (`model`, maybe DDP-wrapped) and the dense optimizer (dense.pt), and its tables' sparse optimizers
+    push to the shard servers (node classification, link prediction, edge classification)."""
+
+    model: torch.nn.Module
+    dense_opt: torch.optim.Optimizer
+    sparse_opts: list[Any]
+
+    def update(self, loss: torch.Tensor, clock: Any) -> None:
+        """Backward, the sparse gradients pushed (the servers apply them while the dense step and the
+        next batch's sampling run), then the dense step; laps forward_backward, push, forward_backward."""
+        self.dense_opt.zero_grad()
+        loss.backward()
+        clock.lap("forward_backward")
+        if self.sparse_opts:
+            for opt in self.sparse_opts:
+                opt.step(wait=False)
+            clock.lap("push")
+        self.dense_opt.step()
+        clock.lap("forward_backward")  # the dense step: the model's part of the step
+
+    def save_state(self, directory: Path) -> None:
+        save_dense(directory / "dense.pt", unwrap(self.model), self.dense_opt)
+
+    def load_state(self, directory: Path) -> None:
+        load_dense(directory / "dense.pt", unwrap(self.model), self.dense_opt)

@@ -4,8 +4,7 @@ the epoch loop: DistDGL's and GraphStorm's link prediction on a knowledge graph'
 - **Targets.** The training triples of task.targetRelations (every relation unset), from the partition
   (train/kge.load_kg): its graph holds the training triples only (and their reverses with
   graph.reverseEdges), the valid and test ones are kept beside it, so they never enter a sampled block.
-  Each trainer takes an equal, contiguous share of the targets ordered by tail, so mostly tails of one
-  partition (every trainer takes the same number of steps, as DDP needs).
+  Each trainer takes an equal, contiguous share of the targets ordered by tail (pairs.share).
 - **Negatives** (kge_math's draws, so both tasks sample alike): uniform (each positive its own,
   replacing its head or its tail), joint (one draw per chunk of positives), local (joint, from the
   nodes of the trainer's own partition), inBatch (the batch's other tails). A negative equal to the
@@ -15,8 +14,8 @@ the epoch loop: DistDGL's and GraphStorm's link prediction on a knowledge graph'
   reverse as well; unset: reverse when graph.reverseEdges made every edge two-way).
 - **Loss**: kge_math.loss on the decoder's scores (crossentropy: contrastive; softplus: binary
   cross-entropy; margin).
-- **Evaluation**: every node's embedding with every neighbour, layer by layer (embed_all), each
-  trainer a share of the nodes, gathered on every trainer; then task kge's filtered ranking
+- **Evaluation**: every node's embedding with every neighbour, layer by layer (pairs.embed_all); then
+  task kge's filtered ranking
   (realistic ranks, every known triple filtered) of each valid/test triple's head and tail against
   every entity, a seeded sample of kge.EVAL_MAX_TRIPLES of a large split, sums all-reduced.
 
@@ -28,31 +27,30 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from graphtrain.contract.spec import Exclude, GraphTraining, LinkPredictionTask, NegativeSampler, gnn
+from graphtrain.contract.spec import GraphTraining, LinkPredictionTask, NegativeSampler, gnn
 from graphtrain.runtime.errors import GraphtrainError
 from graphtrain.runtime.graph import DistGraph
 from graphtrain.runtime.graph.fanouts import layer_fanouts
-from graphtrain.runtime.graph.loader import MiniBatch, pair_keys, sample_blocks
+from graphtrain.runtime.graph.loader import MiniBatch
 from graphtrain.runtime.models.decoders import Decoder
 from graphtrain.runtime.partition.format import load_names
 from graphtrain.runtime.train import kge_math
-from graphtrain.runtime.train.dense import dense_optimizer, load_dense, save_dense
+from graphtrain.runtime.train.dense import DenseTask, dense_optimizer
 from graphtrain.runtime.train.device import to_device
 from graphtrain.runtime.train.dist import Dist, seed_everything, unwrap
 from graphtrain.runtime.train.encoder import GNNEncoder
 from graphtrain.runtime.train.kge import eval_sample, load_kg
 from graphtrain.runtime.train.metrics import StageClock
+from graphtrain.runtime.train.pairs import EncoderAndHead, embed_all, exclusion, sample_without, share
 from graphtrain.runtime.train.task import Split
 
 REPORT_EVERY = 20
-EVAL_NODES = 4096  # nodes embedded per evaluation batch
 EVAL_QUERIES = 256  # triples ranked per evaluation batch
 EVAL_SCORES = 1 << 24  # the mlp decoder's candidates per pass: queries x candidates x width floats
 
@@ -68,20 +66,7 @@ class LinkBatch:
     mb: MiniBatch
 
 
-class LinkModel(nn.Module):
-    """The encoder and the decoder as one module: one DDP wrapper, one dense optimizer, one dense.pt.
-    forward is the encoder's; the decoder's parameters are reached through `decoder` (DDP all-reduces
-    every parameter's gradient as backward produces it, wherever it was used)."""
-
-    def __init__(self, encoder: nn.Module, decoder: Decoder):
-        super().__init__()
-        self.encoder, self.decoder = encoder, decoder
-
-    def forward(self, *args: object) -> torch.Tensor:
-        return self.encoder(*args)
-
-
-class GNNLinkPrediction:
+class GNNLinkPrediction(DenseTask):
     """A GNN encoder and a pair decoder on a knowledge graph's triples, as a TrainingTask (task.py)."""
 
     metric_names: tuple[str, ...] = ("mrr", "hits@1", "hits@3", "hits@10")
@@ -98,19 +83,20 @@ class GNNLinkPrediction:
         seed_everything(tr.seed)  # the encoder's and decoder's initial weights follow training.seed
         self.kg = load_kg(graph)
         self.relations = self._target_relations(task.target_relations)
-        self.exclude = task.exclude or (Exclude.reverse if self.spec.graph.reverse_edges else Exclude.self)
+        self.exclude = exclusion(task.exclude, self.spec.graph.reverse_edges)
         self.dim = m.hidden_dim  # the embedding's width: the encoder's output
         self.enc = GNNEncoder(self.spec, graph, self.device, m.hidden_dim)
         self.sparse_opts, self.collective_tables = self.enc.sparse_opts, self.enc.collective_tables
-        model = LinkModel(self.enc.module, Decoder(str(task.decoder), m.hidden_dim, self.kg.num_relations))
+        decoder = Decoder(str(task.decoder), m.hidden_dim, self.kg.num_relations)
+        model = EncoderAndHead(self.enc.module, "decoder", decoder)
         model = model.to(self.device)
         gpu = [self.device.index] if self.device.type == "cuda" else None
         self.model: nn.Module = DDP(model, device_ids=gpu) if dist.world > 1 else model
-        self.decoder = model.decoder
+        self.decoder = decoder
         self.dense_opt = dense_optimizer(str(tr.dense_optimizer), self.model.parameters(), tr.dense_lr)
         self.fanouts = layer_fanouts(tr.fanouts, tr.edge_type_fanouts, graph.canonical_etypes)
         self.batch_size = dist.share(tr.batch_size)
-        self.targets = torch.from_numpy(self._share(self._of_relations(self.kg.train)))
+        self.targets = torch.from_numpy(share(self._of_relations(self.kg.train), 2, dist, "target triples"))
         self.own_nodes = self._own_nodes()
         self.filter = kge_math.FilterIndex(
             np.concatenate([self.kg.train, self.kg.valid, self.kg.test]),
@@ -139,22 +125,6 @@ class GNNLinkPrediction:
 
     def _of_relations(self, triples: np.ndarray) -> np.ndarray:
         return triples if self.relations is None else triples[np.isin(triples[:, 1], self.relations)]
-
-    def _share(self, triples: np.ndarray) -> np.ndarray:
-        """This trainer's equal, contiguous share of the targets ordered by tail (mostly one partition's
-        tails: the new ids run partition by partition).
-
-        Raises:
-            GraphtrainError: fewer targets than trainers."""
-        n = len(triples) // self.dist.world
-        if n == 0:
-            raise GraphtrainError(
-                f"trainers.replicas: {len(triples)} target triples cannot be shared by "
-                f"{self.dist.world} trainers"
-            )
-        ordered = triples[np.argsort(triples[:, 2], kind="stable")]
-        start = self.dist.rank * len(triples) // self.dist.world
-        return np.ascontiguousarray(ordered[start : start + n])
 
     def _own_nodes(self) -> tuple[int, int]:
         """[lo, hi) of the nodes of this trainer's partition (sampler local draws there)."""
@@ -203,13 +173,7 @@ class GNNLinkPrediction:
         p = pos.numpy()
         n_ids = neg[..., [0, 2]].reshape(-1) if neg.dim() == 3 else neg.reshape(-1)
         seeds = np.unique(np.concatenate([p[:, 0], p[:, 2], n_ids.numpy()]))
-        exclude = None
-        if self.exclude != Exclude.none:
-            src, dst = p[:, 0], p[:, 2]
-            if self.exclude == Exclude.reverse:
-                src, dst = np.concatenate([src, p[:, 2]]), np.concatenate([dst, p[:, 0]])
-            exclude = pair_keys(src, dst, self.graph.num_nodes)
-        return sample_blocks(self.graph, seeds, self.fanouts, seed, exclude=exclude)
+        return sample_without(self.graph, seeds, (p[:, 0], p[:, 2]), self.exclude, self.fanouts, seed)
 
     # ---------------------------------------------------------------------------------- the step
 
@@ -230,15 +194,7 @@ class GNNLinkPrediction:
         neg_s = self._negative_scores(batch, z, row, (h, r, t))
         task = self.task
         loss = kge_math.loss(str(task.loss), pos_s, neg_s, task.margin)
-        self.dense_opt.zero_grad()
-        loss.backward()
-        clock.lap("forward_backward")
-        if self.sparse_opts:
-            for opt in self.sparse_opts:
-                opt.step(wait=False)
-            clock.lap("push")
-        self.dense_opt.step()
-        clock.lap("forward_backward")
+        self.update(loss, clock)
         return loss, len(pos)
 
     def _negative_scores(
@@ -280,39 +236,10 @@ class GNNLinkPrediction:
 
     # ---------------------------------------------------------------------------------- evaluation
 
-    @torch.no_grad()
     def embed_all(self) -> torch.Tensor:
-        """Every node's embedding (num_nodes, dim) on the host, with every neighbour, layer by layer as
-        DGL's distributed inference computes it: each layer over every node once (its in-edges
-        sampled whole, one block per chunk of nodes), each trainer a contiguous share of the nodes, the
-        layer's rows gathered on every trainer before the next reads them. A node's k-hop neighbourhood
-        is never expanded, so a hub costs its edges once per layer, not once per batch that reaches it."""
+        """Every node's embedding (num_nodes, dim) on the host, with every neighbour (pairs.embed_all)."""
         module = unwrap(self.model).encoder
-        module.eval()
-        n, rank, world = self.graph.num_nodes, self.dist.rank, self.dist.world
-        lo, hi = rank * n // world, (rank + 1) * n // world
-        starts = range(lo, hi, EVAL_NODES)
-        rounds = int(max(self.dist.gather_max([len(starts)]))) if self.collective_tables else len(starts)
-        self.enc.idle_lookups(rounds - len(starts))  # the first layer's lookups, paired across trainers
-        h: torch.Tensor | None = None
-        for layer in range(gnn(self.spec.model).num_layers):
-            parts = []
-            for i in starts:
-                mb = sample_blocks(self.graph, np.arange(i, min(i + EVAL_NODES, hi), dtype=np.int64), [-1])
-                block = to_device(mb.blocks, self.device)[0]
-                if h is None:
-                    first, frozen = self.enc.layer_inputs(mb)
-                    out = module.layer(0, block, first, frozen)
-                else:
-                    out = module.layer(
-                        layer, block, to_device(h[torch.from_numpy(mb.input_nodes)], self.device)
-                    )
-                parts.append(out.float().cpu())
-            mine = torch.cat(parts) if parts else torch.empty(0, self.dim if h is None else h.shape[1])
-            h = self.dist.gather_rows(mine)
-        module.train()
-        assert h is not None
-        return h
+        return embed_all(self.enc, module, self.dist, gnn(self.spec.model).num_layers, self.dim)
 
     def eval_triples(self, split: Split) -> np.ndarray:
         """The split's triples of the target relations, or a seeded sample of EVAL_MAX_TRIPLES."""
@@ -330,14 +257,6 @@ class GNNLinkPrediction:
         out = kge_math.RankSums.metrics(self.dist.sum(sums.as_list()))
         out["triples"] = float(len(triples))
         return out
-
-    # ---------------------------------------------------------------------------------- checkpoints
-
-    def save_state(self, directory: Path) -> None:
-        save_dense(directory / "dense.pt", unwrap(self.model), self.dense_opt)
-
-    def load_state(self, directory: Path) -> None:
-        load_dense(directory / "dense.pt", unwrap(self.model), self.dense_opt)
 
 
 def rank_triples(

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from functools import partial
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -34,7 +33,7 @@ from graphtrain.runtime.graph.fanouts import layer_fanouts
 from graphtrain.runtime.graph.loader import MiniBatch, Sampler, sample_blocks
 from graphtrain.runtime.kvstore.client import KVClient
 from graphtrain.runtime.kvstore.placement import free_bytes
-from graphtrain.runtime.train.dense import dense_optimizer, load_dense, save_dense
+from graphtrain.runtime.train.dense import DenseTask, dense_optimizer
 from graphtrain.runtime.train.device import to_device
 from graphtrain.runtime.train.dist import Dist, seed_everything, unwrap
 from graphtrain.runtime.train.encoder import GNNEncoder
@@ -68,7 +67,7 @@ def target_types(task: Any, graph: DistGraph) -> np.ndarray | None:
     return np.asarray([graph.ntype_names.index(t) for t in names], dtype=np.int64)
 
 
-class NodeClassification:
+class NodeClassification(DenseTask):
     """GraphSAGE on a graph's labelled nodes, as a TrainingTask of the epoch loop (task.py).
     `loader_client`: the loader's own connection to the shard servers (its thread fetches while the
     model computes). `device`: where the model computes (train/device.py): the loader thread copies each
@@ -212,15 +211,7 @@ class NodeClassification:
             clock.lap("pull")
         logits = self._model_forward(self.model, mb, e, mb.data.get("x"))
         loss = torch.nn.functional.cross_entropy(logits, mb.data["y"])
-        self.dense_opt.zero_grad()
-        loss.backward()
-        clock.lap("forward_backward")
-        if self.sparse_opts:  # the servers apply it while the dense step and sampling run
-            for opt in self.sparse_opts:
-                opt.step(wait=False)
-            clock.lap("push")
-        self.dense_opt.step()
-        clock.lap("forward_backward")  # the dense step: the model's part of the step
+        self.update(loss, clock)
         return loss, len(mb.seeds)
 
     @torch.no_grad()
@@ -253,11 +244,3 @@ class NodeClassification:
         """Lookups every trainer takes part in during an evaluation: the most batches any trainer has,
         with a collective embedding; its own count otherwise."""
         return int(max(self.dist.gather_max([mine]))) if self.collective_tables else mine
-
-    # ---------------------------------------------------------------------------- checkpoints
-
-    def save_state(self, directory: Path) -> None:
-        save_dense(directory / "dense.pt", unwrap(self.model), self.dense_opt)
-
-    def load_state(self, directory: Path) -> None:
-        load_dense(directory / "dense.pt", unwrap(self.model), self.dense_opt)

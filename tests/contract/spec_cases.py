@@ -253,6 +253,10 @@ BREAKS: dict[str, Doc] = {
         TYPED, lambda s: s["graph"]["edges"][0].update(sourceColumn="x", destinationColumn="x")
     ),
     "node-id-column-not-data": edit(TYPED, lambda s: s["graph"]["nodes"][0].update(idColumn="year")),
+    "edge-label-not-data": edit(TYPED, lambda s: s["graph"]["edges"][0].update(label="src")),
+    "edgeClassification-labelled-edges": edit(
+        GRAPHSAGE, lambda s: s.update(task={"kind": "edgeClassification"})
+    ),
     "graph-nodes-with-edges": edit(TYPED, lambda s: s["graph"].pop("edges")),
     "graph-edge-node-types": edit(
         TYPED, lambda s: s["graph"]["edges"][0].update(relation=["editor", "writes", "paper"])

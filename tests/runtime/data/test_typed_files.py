@@ -59,14 +59,14 @@ def graph_section() -> dict:
     }
 
 
-def write_spec(root: Path, graph: dict) -> Path:
+def write_spec(root: Path, graph: dict, task: str = "nodeClassification") -> Path:
     doc = {
         "apiVersion": "graphtrain.io/v1alpha1",
         "kind": "GraphTraining",
         "metadata": {"name": "typed"},
         "spec": {
             "graph": graph,
-            "task": {"kind": "nodeClassification"},
+            "task": {"kind": task},
             "model": {"kind": "rgcn", "hiddenDim": 8},
             "training": {"fanouts": [2, 2]},
         },

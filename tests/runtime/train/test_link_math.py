@@ -10,10 +10,11 @@ import pytest
 import torch
 import yaml
 
-from graphtrain.contract.spec import load_yaml
+from graphtrain.contract.spec import Exclude, load_yaml
 from graphtrain.runtime.graph.loader import drop_pairs, pair_keys
 from graphtrain.runtime.models.decoders import Decoder
 from graphtrain.runtime.train.dist import Dist
+from graphtrain.runtime.train.pairs import exclusion
 
 EXAMPLE = Path(__file__).parents[3] / "examples" / "nations-rgcn-lp.yaml"
 
@@ -30,6 +31,15 @@ def test_drop_pairs_removes_exactly_the_excluded_edges_and_recounts_each_destina
     # nothing excluded: everything kept
     kept, same = drop_pairs(frontier, src, counts, pair_keys(np.array([], int), np.array([], int), n), n)
     assert kept.all() and same.tolist() == counts.tolist()
+
+
+def test_exclude_unset_is_reverse_with_reverse_edges_and_self_without() -> None:
+    """What every pair task's trainer excludes (train/pairs.py exclusion): an explicit task.exclude as
+    it is; unset, reverse when graph.reverseEdges made a reverse of every edge, else self."""
+    assert exclusion(None, True) == Exclude.reverse
+    assert exclusion(None, False) == Exclude.self
+    for chosen in Exclude:
+        assert exclusion(chosen, True) == chosen and exclusion(chosen, False) == chosen
 
 
 def test_pair_keys_are_directed() -> None:

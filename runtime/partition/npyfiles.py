@@ -1,0 +1,52 @@
+"""A partition's .npy files read back: never unpickled, each checked against the sha256 its config
+records when asked (format.py writes them; edge_targets.py and format.py read them)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from graphtrain.runtime.data.cache import verify_files
+from graphtrain.runtime.errors import DataError
+
+
+class Recorded(Protocol):
+    """What reading a partition's files needs of its config (format.PartitionConfig)."""
+
+    @property
+    def path(self) -> Path: ...
+
+    @property
+    def root(self) -> Path: ...
+
+    @property
+    def data(self) -> dict[str, Any]: ...
+
+
+def load_npy(path: Path, mmap_mode: str | None = None) -> np.ndarray:
+    """One .npy of a partition, never unpickled: a file that is not a plain array (an object array, a
+    truncated or foreign file; its sha256 may have been edited to match) is one line naming it.
+
+    Raises:
+        DataError: naming `path` and why it cannot be read.
+    """
+    try:
+        return np.load(path, mmap_mode=mmap_mode, allow_pickle=False)
+    except ValueError as exc:  # object arrays ("cannot be loaded when allow_pickle=False"), bad headers
+        objects = "allow_pickle" in str(exc) or "Python objects" in str(exc)  # np.load, or mmap'd
+        what = "holds Python objects" if objects else f"not a .npy array ({exc})"
+        raise DataError(f"{path}: {what}: not a graphtrain partition file") from None
+    except OSError as exc:
+        raise DataError(f"{path}: cannot read ({exc.strerror or exc})") from None
+
+
+def load_files(cfg: Recorded, rels: list[str], verify: bool) -> dict[str, np.ndarray]:
+    """Arrays at `rels` (paths relative to the partition), each checked against its recorded sha256."""
+    if verify:
+        missing = [r for r in rels if r not in cfg.data["files"]]
+        if missing:
+            raise DataError(f"{cfg.path}: {missing[0]} is not recorded in the partition's files")
+        verify_files(cfg.root, {r: cfg.data["files"][r] for r in rels})
+    return {r: load_npy(cfg.root / r) for r in rels}

@@ -1,0 +1,169 @@
+"""Edge classification with a GNN encoder and a pair classifier (task edgeClassification), as a
+TrainingTask of the epoch loop: GraphStorm's edge classification.
+
+- **Targets.** The labelled edges of the partition (partition/edge_targets.py), split train/valid/test
+  by graph.split. Every labelled edge is an edge of the graph (its label is not): each trainer takes an
+  equal, contiguous share of the training edges ordered by destination (pairs.share).
+- **A batch** is every distinct endpoint of its edges as the seeds of one sampled block set, without
+  the batch's own edges (task.exclude: self, or reverse as well; unset: reverse when graph.reverseEdges
+  made every edge two-way), so an edge's own features do not reach the embeddings that classify it.
+- **Loss**: cross-entropy of the PairClassifier's class scores (models/decoders.py).
+- **Evaluation**: every node's embedding with every neighbour (pairs.embed_all), then the class of
+  each of this trainer's share of the split's edges; accuracy summed over trainers.
+
+A checkpoint keeps the encoder, the classifier and their optimizer (dense.pt) beside the shard
+servers' tables.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from graphtrain.contract.spec import EdgeClassificationTask, GraphTraining, gnn
+from graphtrain.runtime.errors import GraphtrainError
+from graphtrain.runtime.graph import DistGraph
+from graphtrain.runtime.graph.fanouts import layer_fanouts
+from graphtrain.runtime.graph.loader import MiniBatch
+from graphtrain.runtime.models.decoders import PairClassifier
+from graphtrain.runtime.partition import load_maps
+from graphtrain.runtime.partition.edge_targets import load_edge_targets
+from graphtrain.runtime.train.dense import DenseTask, dense_optimizer
+from graphtrain.runtime.train.device import to_device
+from graphtrain.runtime.train.dist import Dist, seed_everything, unwrap
+from graphtrain.runtime.train.encoder import GNNEncoder
+from graphtrain.runtime.train.metrics import StageClock
+from graphtrain.runtime.train.pairs import EncoderAndHead, embed_all, exclusion, sample_without, share
+from graphtrain.runtime.train.task import Split
+
+REPORT_EVERY = 20
+EVAL_EDGES = 65536  # edges classified per evaluation pass
+
+
+@dataclass
+class EdgeBatch:
+    """Labelled edges (B, 4) (source, edge type, destination, class) and the sampled blocks of their
+    distinct endpoints (`mb.seeds`, sorted: a node's row in the encoder's output is its position)."""
+
+    edges: torch.Tensor
+    mb: MiniBatch
+
+
+class GNNEdgeClassification(DenseTask):
+    """A GNN encoder and a pair classifier on the graph's labelled edges, as a TrainingTask (task.py)."""
+
+    metric_names: tuple[str, ...] = ("accuracy",)
+    report_every = REPORT_EVERY
+
+    def __init__(self, gt: GraphTraining, graph: DistGraph, dist: Dist, device: torch.device | None = None):
+        self.spec, self.graph, self.dist = gt.spec, graph, dist
+        self.device = device or torch.device("cpu")
+        m, tr = gnn(self.spec.model), self.spec.training
+        task = self.spec.task.variant if self.spec.task is not None else None
+        if not isinstance(task, EdgeClassificationTask):
+            raise GraphtrainError("task.kind: edge classification needs task edgeClassification")
+        seed_everything(tr.seed)  # the encoder's and classifier's initial weights follow training.seed
+        self.edges, num_classes = self._load(graph)
+        self.exclude = exclusion(task.exclude, self.spec.graph.reverse_edges)
+        self.dim = m.hidden_dim
+        self.enc = GNNEncoder(self.spec, graph, self.device, m.hidden_dim)
+        self.sparse_opts, self.collective_tables = self.enc.sparse_opts, self.enc.collective_tables
+        classifier = PairClassifier(m.hidden_dim, max(1, len(graph.canonical_etypes)), num_classes)
+        model = EncoderAndHead(self.enc.module, "classifier", classifier).to(self.device)
+        gpu = [self.device.index] if self.device.type == "cuda" else None
+        self.model: nn.Module = DDP(model, device_ids=gpu) if dist.world > 1 else model
+        self.classifier = classifier
+        self.dense_opt = dense_optimizer(str(tr.dense_optimizer), self.model.parameters(), tr.dense_lr)
+        self.fanouts = layer_fanouts(tr.fanouts, tr.edge_type_fanouts, graph.canonical_etypes)
+        self.batch_size = dist.share(tr.batch_size)
+        self.targets = torch.from_numpy(share(self.edges["train"], 2, dist, "labelled training edges"))
+
+    @staticmethod
+    def _load(graph: DistGraph) -> tuple[dict[str, np.ndarray], int]:
+        """The labelled edges per split in the partition's node ids, and the class count."""
+        edges, num_classes, _ = load_edge_targets(graph.config, verify=False)
+        new = load_maps(graph.config, verify=False)["node_map_inverse"]
+        out = {}
+        for split in ("train", "valid", "test"):
+            rows = edges.get(split, np.empty((0, 4), np.int64))
+            out[split] = np.stack([new[rows[:, 0]], rows[:, 1], new[rows[:, 2]], rows[:, 3]], 1).astype(
+                np.int64
+            )
+        return out, num_classes
+
+    # ---------------------------------------------------------------------------------- batches
+
+    def start(self, step: int, resumed: bool) -> None:
+        self.enc.start(step)
+
+    def steps_per_epoch(self) -> int:
+        return -(-len(self.targets) // self.batch_size)
+
+    def batches(self, epoch: int, start: int) -> Iterator[EdgeBatch]:
+        """This trainer's edges in the epoch's seeded order, each batch's blocks sampled with its own
+        seed (the batches before `start` skipped: a resumed epoch goes on as a whole pass)."""
+        tr = self.spec.training
+        gen = torch.Generator().manual_seed(tr.seed * 1_000_003 + self.dist.rank * 7919 + epoch)
+        order = torch.randperm(len(self.targets), generator=gen)
+        b = self.batch_size
+        for i in range(start, self.steps_per_epoch()):
+            edges = self.targets[order[i * b : (i + 1) * b]]
+            seed = (tr.seed * 1_000_003 + self.dist.rank) * 1_000_003 + epoch * 100_003 + i
+            yield EdgeBatch(edges, self._sample(edges.numpy(), seed % 2**31))
+
+    def _sample(self, edges: np.ndarray, seed: int) -> MiniBatch:
+        seeds = np.unique(np.concatenate([edges[:, 0], edges[:, 2]]))
+        return sample_without(self.graph, seeds, (edges[:, 0], edges[:, 2]), self.exclude, self.fanouts, seed)
+
+    # ---------------------------------------------------------------------------------- the step
+
+    def step(self, batch: EdgeBatch, clock: StageClock) -> tuple[torch.Tensor, int]:
+        """Embed the batch's endpoints (pull, forward), classify its edges, the loss and its backward,
+        the sparse gradients pushed, the dense step."""
+        mb, edges = batch.mb, batch.edges
+        mb.blocks = to_device(mb.blocks, self.device)
+        e = self.enc.pull(mb)
+        if e is not None:
+            clock.lap("pull")
+        z = self.enc.forward(self.model, mb, e, self.enc.features(mb))
+        seeds = torch.from_numpy(mb.seeds)
+        src = to_device(torch.searchsorted(seeds, edges[:, 0].contiguous()), self.device)
+        dst = to_device(torch.searchsorted(seeds, edges[:, 2].contiguous()), self.device)
+        scores = self.classifier(z[src], to_device(edges[:, 1], self.device), z[dst])
+        loss = nn.functional.cross_entropy(scores, to_device(edges[:, 3], self.device))
+        self.update(loss, clock)
+        return loss, len(edges)
+
+    # ---------------------------------------------------------------------------------- evaluation
+
+    def embed_all(self) -> torch.Tensor:
+        """Every node's embedding (num_nodes, dim) on the host, with every neighbour (pairs.embed_all)."""
+        module = unwrap(self.model).encoder
+        return embed_all(self.enc, module, self.dist, gnn(self.spec.model).num_layers, self.dim)
+
+    @torch.no_grad()
+    def predict(self, z: torch.Tensor, edges: np.ndarray) -> torch.Tensor:
+        """The predicted class of each (source, edge type, destination) row of `edges` from the node
+        embeddings `z` (on the host), in passes of EVAL_EDGES."""
+        out = []
+        for i in range(0, len(edges), EVAL_EDGES):
+            part = torch.from_numpy(edges[i : i + EVAL_EDGES])
+            zs, zd = to_device(z[part[:, 0]], self.device), to_device(z[part[:, 2]], self.device)
+            out.append(self.classifier(zs, to_device(part[:, 1], self.device), zd).argmax(1).cpu())
+        return torch.cat(out) if out else torch.empty(0, dtype=torch.int64)
+
+    def evaluate(self, split: Split) -> dict[str, float]:
+        """Accuracy on the split's labelled edges, each trainer classifying a share, summed."""
+        z = self.embed_all()
+        edges = self.edges[split]
+        lo = self.dist.rank * len(edges) // self.dist.world
+        hi = (self.dist.rank + 1) * len(edges) // self.dist.world
+        mine = edges[lo:hi]
+        correct = int((self.predict(z, mine) == torch.from_numpy(mine[:, 3])).sum())
+        total_correct, total = self.dist.sum([correct, len(mine)])
+        return {"accuracy": total_correct / max(total, 1)}
