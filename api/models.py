@@ -68,7 +68,8 @@ class SpecSummary(ApiModel):
 
     graph: str = Field(description="The dataset's name, or the path of the graph's file.")
     task: str = Field(
-        description="What is learned: nodeClassification, kge, linkPrediction or edgeClassification."
+        description="What is learned: nodeClassification, kge, linkPrediction, edgeClassification or "
+        "edgeRegression."
     )
     model: ModelKind
     epochs: int

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from graphtrain.contract.spec import (
-    EDGE_CLASSIFICATION,
+    EDGE_TASKS,
     GNN_KINDS,
     KGE_KINDS,
     LINK_PREDICTION,
@@ -47,8 +47,9 @@ def served_task(gt: GraphTraining) -> str:
     """The task whose checkpoints `gt`'s predictions answer from (nodeClassification or kge).
 
     Raises:
-        GraphtrainError: task linkPrediction or edgeClassification, whose answers are not served yet."""
-    if gt.spec.task_kind in (LINK_PREDICTION, EDGE_CLASSIFICATION):
+        GraphtrainError: task linkPrediction, edgeClassification or edgeRegression, whose answers are
+            not served yet."""
+    if gt.spec.task_kind in (LINK_PREDICTION, *EDGE_TASKS):
         raise GraphtrainError(
             f"task {gt.spec.task_kind}: predict answers nodeClassification and kge checkpoints; this "
             "task's answers are not served yet (its test metrics are in the run's result.json)"

@@ -43,7 +43,7 @@ from graphtrain.contract.spec.rules import (
 from graphtrain.contract.spec.status import GraphTrainingStatus
 from graphtrain.contract.spec.tables import EmbeddingTable
 from graphtrain.contract.spec.task import (
-    EDGE_CLASSIFICATION,
+    EDGE_TASKS,
     KGE,
     KGE_SAMPLERS,
     LINK_PREDICTION,
@@ -69,8 +69,8 @@ class GraphTrainingSpec(SpecModel):
     )
     task: TaskSpec | None = Field(
         default=None,
-        description="What is learned: nodeClassification, kge, linkPrediction or edgeClassification, "
-        "with the task's own "
+        description="What is learned: nodeClassification, kge, linkPrediction, edgeClassification or "
+        "edgeRegression, with the task's own "
         "fields. Unset: the model's own task (a GNN classifies nodes, a knowledge-graph model embeds a "
         "knowledge graph), and the spec is read in the old form (model.negatives, loss and margin as the "
         "kge task's).",
@@ -125,6 +125,12 @@ class GraphTrainingSpec(SpecModel):
 def _reads_triples(s: GraphTrainingSpec, kind: str) -> bool:
     """Task `kind` (one that learns a knowledge graph's triples) is not learned, or has triples to learn."""
     return s.task_kind != kind or s.graph.dataset in KG_DATASETS or s.graph.triples is not None
+
+
+def _reads_edge_labels(s: GraphTrainingSpec, kind: str) -> bool:
+    """Task `kind` (one that learns labelled edges) is not learned, or the graph is the user's typed
+    files, the only place edge labels come from."""
+    return s.task_kind != kind or s.graph.edges is not None
 
 
 # The model inputs that name a table: their path under model (as the user writes it), how the spec
@@ -408,13 +414,16 @@ add_rules(
         )
         for kind in (KGE, LINK_PREDICTION)
     ),
-    Rule(
-        "edgeClassification-labelled-edges",
-        "graph.edges",
-        lambda s: s.task_kind != EDGE_CLASSIFICATION or s.graph.edges is not None,
-        cel=f"{_CEL_TASK} != '{EDGE_CLASSIFICATION}' || has(self.graph.edges)",
-        message="task edgeClassification needs graph.nodes and graph.edges (your own typed files), with a "
-        "label column on the edge types whose edges it classifies",
+    *(
+        Rule(
+            f"{kind}-labelled-edges",
+            "graph.edges",
+            partial(_reads_edge_labels, kind=kind),
+            cel=f"{_CEL_TASK} != '{kind}' || has(self.graph.edges)",
+            message=f"task {kind} needs graph.nodes and graph.edges (your own typed files), with a label "
+            "column on the edge types whose edges it learns",
+        )
+        for kind in EDGE_TASKS
     ),
     Rule(
         "kge-no-reverse",

@@ -19,6 +19,7 @@ from graphtrain.contract.spec.enums import BagCombiner
 from graphtrain.contract.spec.rules import Rule, add_rules
 from graphtrain.contract.spec.task import (
     EDGE_CLASSIFICATION,
+    EDGE_REGRESSION,
     KGE,
     LINK_PREDICTION,
     NODE_CLASSIFICATION,
@@ -48,7 +49,12 @@ class FeatureBag(SpecModel):
 class GNNModel(Variant):
     """What every GNN has: its shape and its inputs (features, a feature bag, a node embedding)."""
 
-    TASKS: ClassVar[tuple[str, ...]] = (NODE_CLASSIFICATION, LINK_PREDICTION, EDGE_CLASSIFICATION)
+    TASKS: ClassVar[tuple[str, ...]] = (
+        NODE_CLASSIFICATION,
+        LINK_PREDICTION,
+        EDGE_CLASSIFICATION,
+        EDGE_REGRESSION,
+    )
 
     hidden_dim: int = Field(default=256, ge=1, le=65536, description="Width of the hidden layers.")
     num_layers: int = Field(

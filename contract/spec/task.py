@@ -1,6 +1,6 @@
 """spec.task: what is learned, apart from the model that learns it (GraphStorm's split of task and
-encoder): node classification, knowledge-graph embedding, link prediction and edge classification
-with a GNN encoder.
+encoder): node classification, knowledge-graph embedding, link prediction and edge classification and
+regression with a GNN encoder.
 
 A task says what a batch is, what the loss is and how a split is evaluated; the model (model.py) says
 how nodes or triples are encoded and scored. Each model kind lists the tasks it serves. Unset, the task
@@ -22,6 +22,7 @@ NODE_CLASSIFICATION = "nodeClassification"
 KGE = "kge"
 LINK_PREDICTION = "linkPrediction"
 EDGE_CLASSIFICATION = "edgeClassification"
+EDGE_REGRESSION = "edgeRegression"
 KGE_SAMPLERS = (NegativeSampler.uniform, NegativeSampler.joint)  # inBatch and local: linkPrediction's
 
 
@@ -151,19 +152,36 @@ class EdgeClassificationTask(Variant):
     )
 
 
-TASKS = (NodeClassificationTask, KGETask, LinkPredictionTask, EdgeClassificationTask)
+class EdgeRegressionTask(Variant):
+    """Predict a number per edge (GraphStorm's edge regression): as edgeClassification, with a label
+    column of numbers, one output, the mean squared error on the training edges and the RMSE (lower is
+    better) on the validation and test edges."""
+
+    KIND: ClassVar[str] = EDGE_REGRESSION
+
+    exclude: Exclude | None = Field(
+        default=None,
+        description="What leaves the graph a batch's GNN samples: self (the batch's labelled edges), "
+        "reverse (those and their reverses), none (nothing). Unset: reverse when graph.reverseEdges adds "
+        "a reverse to every edge, else self.",
+    )
+
+
+TASKS = (NodeClassificationTask, KGETask, LinkPredictionTask, EdgeClassificationTask, EdgeRegressionTask)
+EDGE_TASKS = (EDGE_CLASSIFICATION, EDGE_REGRESSION)
 
 if TYPE_CHECKING:  # a class made at import: to a static checker, the flat union it is made as
     TaskSpec: TypeAlias = WireUnion
 else:
     TaskSpec = wire_model(
         "TaskSpec",
-        "What is learned: one kind (nodeClassification, kge, linkPrediction, edgeClassification) with "
-        "its own fields.",
+        "What is learned: one kind (nodeClassification, kge, linkPrediction, edgeClassification, "
+        "edgeRegression) with its own fields.",
         TASKS,
         prefix="task",
         default_kind=None,
         kind_description="nodeClassification: node labels; kge: knowledge-graph embedding (triples); "
         "linkPrediction: a GNN encoder and a pair decoder on a knowledge graph's triples; "
-        "edgeClassification: a GNN encoder and a pair classifier on labelled edges. Required.",
+        "edgeClassification (edgeRegression): a GNN encoder and a pair classifier (regressor) on "
+        "labelled edges. Required.",
     )

@@ -12,7 +12,8 @@ shop/     a typed graph: users, items and shops (users.csv, items.csv, shops.par
 trade/    a typed graph for edge classification: customers and products (customers.csv, products.csv,
           features from a hidden category of 3 plus noise), edges customer -bought-> product with a
           quantity (noise) and a label, "low", "mid" or "high" = (customer's category + product's
-          category) mod 3: it depends on both ends, and neither end alone tells it (bought.csv).
+          category) mod 3: it depends on both ends, and neither end alone tells it; and a score, the same
+          level as a number plus noise (bought.csv).
 sbm/      a 20,000-node stochastic block model (8 communities, features from the community mean plus
           noise), twice: edges.tsv (one line per undirected edge, integer ids) + feat.npy + labels.csv
           (id,label with class names), and graph.npz holding the same graph (both directions, feat,
@@ -182,10 +183,15 @@ def trade(out: Path, customers: int = 2000, products: int = 400, bought: int = 6
     src = np.repeat(np.arange(customers), bought)
     dst = rng.integers(0, products, len(src))
     names = np.array(["low", "mid", "high"])
-    label = names[(c_cat[src] + p_cat[dst]) % 3]
+    level = (c_cat[src] + p_cat[dst]) % 3
+    qty = rng.integers(1, 5, len(src))
+    score = level + rng.normal(0, 0.1, len(src))  # the same, as a noisy number (task edgeRegression)
     with open(d / "bought.csv", "w") as f:
-        f.write("customer,product,qty,outcome\n")
-        f.writelines(f"c{c},p{q},{rng.integers(1, 5)},{y}\n" for c, q, y in zip(src, dst, label, strict=True))
+        f.write("customer,product,qty,outcome,score\n")
+        f.writelines(
+            f"c{c},p{q},{n},{y},{v:.3f}\n"
+            for c, q, n, y, v in zip(src, dst, qty, names[level], score, strict=True)
+        )
     return len(src)
 
 

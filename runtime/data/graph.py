@@ -63,6 +63,9 @@ class Graph:
     # (source, edge type, destination, class) in this graph's node ids; every one is also an edge
     edge_targets: dict[str, np.ndarray] = field(default_factory=dict)
     edge_class_names: np.ndarray | None = None  # unicode, edge class i is edge_class_names[i]
+    # the labels as numbers (task edgeRegression), float32, aligned with edge_targets' rows (empty: a
+    # label is not a number)
+    edge_values: dict[str, np.ndarray] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.validate()
@@ -143,6 +146,10 @@ class Graph:
                 raise DataError(f"graph {self.name!r}: {key} labelled edges must be an int64 (n, 4) array")
             if t.size and (t[:, [0, 2]].min() < 0 or t[:, [0, 2]].max() >= n or t[:, 3].min() < 0):
                 raise DataError(f"graph {self.name!r}: {key} labelled edges name a node or class outside")
+        for key, v in self.edge_values.items():
+            rows = self.edge_targets.get(key)
+            if rows is None or v.dtype != np.float32 or v.shape != (len(rows),) or not np.isfinite(v).all():
+                raise DataError(f"graph {self.name!r}: {key} edge values must be finite float32, one per row")
         names = self.edge_class_names
         if names is not None and (names.ndim != 1 or names.dtype.kind != "U"):
             raise DataError(f"graph {self.name!r}: edge_class_names must be a 1-D unicode array")
@@ -261,6 +268,7 @@ class Graph:
             triples=self.triples,
             edge_targets=self.edge_targets,
             edge_class_names=self.edge_class_names,
+            edge_values=self.edge_values,
         )
 
     @classmethod

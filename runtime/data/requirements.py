@@ -12,7 +12,8 @@ not meant).
 from __future__ import annotations
 
 from graphtrain.contract.spec import (
-    EDGE_CLASSIFICATION,
+    EDGE_REGRESSION,
+    EDGE_TASKS,
     LINK_PREDICTION,
     NODE_CLASSIFICATION,
     GraphSource,
@@ -41,8 +42,8 @@ def problems(spec: GraphTrainingSpec, summary: Summary) -> list[Problem]:
     if spec.task_kind == NODE_CLASSIFICATION:
         out += _node_classification(spec, summary)
         out += _typed(spec, summary)
-    elif spec.task_kind == EDGE_CLASSIFICATION:
-        out += _edge_classification(spec, summary)
+    elif spec.task_kind in EDGE_TASKS:
+        out += _edge_task(spec, summary)
         out += _features(spec, summary)
         out += _typed(spec, summary)
     else:
@@ -112,17 +113,27 @@ def _node_classification(spec: GraphTrainingSpec, s: Summary) -> list[Problem]:
     return out
 
 
-def _edge_classification(spec: GraphTrainingSpec, s: Summary) -> list[Problem]:
-    """Labelled edges of at least two classes, each split holding one for every trainer."""
+def _edge_task(spec: GraphTrainingSpec, s: Summary) -> list[Problem]:
+    """Labelled edges (of at least two classes; numbers for regression), each split holding one for
+    every trainer."""
+    kind = spec.task_kind
     if not s.edge_targets:
         return [
             Problem(
                 path="graph.edges",
-                message=f"task edgeClassification classifies labelled edges, and {s.name} has none: give "
-                "an edge type's files a label column (graph.edges[].label)",
+                message=f"task {kind} learns labelled edges, and {s.name} has none: give an edge type's "
+                "files a label column (graph.edges[].label)",
             )
         ]
-    if s.edge_classes < 2:
+    if kind == EDGE_REGRESSION and not s.edge_values:
+        return [
+            Problem(
+                path="graph.edges",
+                message=f"task edgeRegression predicts numbers, but a label of {s.name}'s edges is not a "
+                "finite number (task edgeClassification takes class names)",
+            )
+        ]
+    if kind != EDGE_REGRESSION and s.edge_classes < 2:
         return [
             Problem(
                 path="graph.edges",

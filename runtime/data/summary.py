@@ -44,6 +44,7 @@ class Summary:
     edge_feature_dims: int | None = None
     edge_targets: dict[str, int] = field(default_factory=dict)  # labelled edges per split
     edge_classes: int = 0  # classes of the labelled edges
+    edge_values: bool = False  # every edge label is a number (task edgeRegression)
 
     @property
     def has_labels(self) -> bool:
@@ -158,4 +159,5 @@ def summarise(graph: Graph | KnowledgeGraph) -> Summary:
         edge_feature_dims=None if g.efeat is None else int(g.efeat.shape[1]),
         edge_targets={k: len(v) for k, v in g.edge_targets.items()},
         edge_classes=g.edge_classes,
+        edge_values=bool(g.edge_values),
     )

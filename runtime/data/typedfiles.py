@@ -268,7 +268,7 @@ def load_typed(
     dst = np.concatenate(dst_all) if dst_all else np.empty(0, np.int64)
     etype = np.concatenate(etype_all) if etype_all else np.empty(0, np.int64)
     sizes = [len(a) for a in src_all]
-    targets, edge_class_names = _edge_targets(elabels, sizes, (src, etype, dst), split or Split())
+    targets, edge_class_names, values = _edge_targets(elabels, sizes, (src, etype, dst), split or Split())
     graph = Graph.from_edges(
         name,
         n,
@@ -286,6 +286,7 @@ def load_typed(
         feature_blocks=blocks,
         edge_targets=targets,
         edge_class_names=edge_class_names,
+        edge_values=values,
     )
     return graph
 
@@ -298,16 +299,17 @@ def _label_text(path: Path, table: Any, column: str, field: str) -> np.ndarray:
 
 def _edge_targets(
     per_file: list[np.ndarray | None], sizes: list[int], ends: tuple[np.ndarray, ...], split: Split
-) -> tuple[dict[str, np.ndarray], np.ndarray | None]:
-    """The labelled edges (task edgeClassification) split by `split`'s seeded ratios, as Graph's
-    edge_targets rows (source, edge type, destination, class), and the class names (None for integer
-    labels). `per_file`: each edge file's labels (None: its type has none), `sizes` its row count, in
-    the order of the edge arrays `ends` (source, edge type, destination).
+) -> tuple[dict[str, np.ndarray], np.ndarray | None, dict[str, np.ndarray]]:
+    """The labelled edges (tasks edgeClassification, edgeRegression) split by `split`'s seeded ratios,
+    as Graph's edge_targets rows (source, edge type, destination, class), the class names (None for
+    integer labels), and the labels as numbers aligned with the rows (empty unless every label is one).
+    `per_file`: each edge file's labels (None: its type has none), `sizes` its row count, in the order
+    of the edge arrays `ends` (source, edge type, destination).
 
     Raises:
         DataError: a negative integer label."""
     if all(t is None for t in per_file):
-        return {}, None
+        return {}, None, {}
     starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
     rows = np.concatenate(
         [np.arange(starts[i], starts[i + 1]) for i, t in enumerate(per_file) if t is not None]
@@ -319,7 +321,21 @@ def _edge_targets(
     labelled = np.stack([ends[0][keep], ends[1][keep], ends[2][keep], label[present]], 1).astype(np.int64)
     masks = random_masks(len(labelled), split.train, split.val, split.seed) if len(labelled) else {}
     out = {"train": "train", "valid": "val", "test": "test"}
-    return {k: labelled[masks[m]] for k, m in out.items() if m in masks}, names
+    values = numbers(text[present])
+    targets = {k: labelled[masks[m]] for k, m in out.items() if m in masks}
+    numeric = {} if values is None else {k: values[masks[m]] for k, m in out.items() if m in masks}
+    return targets, names, numeric
+
+
+def numbers(text: np.ndarray) -> np.ndarray | None:
+    """The labels as float32 values (task edgeRegression), or None when any is not a finite number."""
+    try:
+        values = text.astype(np.float64)
+    except ValueError:
+        return None
+    if not np.isfinite(values).all() or np.abs(values).max(initial=0.0) > np.finfo(np.float32).max:
+        return None
+    return values.astype(np.float32)
 
 
 def _find(universe: np.ndarray, ids: np.ndarray, path: Path, field: str, t_name: str) -> np.ndarray:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from graphtrain.contract import roles
-from graphtrain.contract.spec.task import EDGE_CLASSIFICATION, LINK_PREDICTION, NODE_CLASSIFICATION
+from graphtrain.contract.spec.task import EDGE_TASKS, LINK_PREDICTION, NODE_CLASSIFICATION
 
 SHARD_WORKERS = 2  # request threads per shard server: the trainers share the machine's cores with them
 
@@ -37,11 +37,11 @@ def entry() -> list[str]:
 def zygote_preload(task_kind: str, trainers: int) -> tuple[str, ...]:
     """What the zygote imports for the trainers beside torch, once, where each trainer would import it
     on its own: torch._dynamo when the trainers wrap their model in DistributedDataParallel (a GNN's
-    node classification, link prediction or edge classification, more than one trainer), whose
+    node classification, link prediction or edge tasks, more than one trainer), whose
     constructor imports it (torch 2.x: ~1.3 s of CPU a trainer, the larger part of a trainer's start).
     Neither a single trainer nor the KGE trainers nor the shard servers need it: they are not made to
     pay for it."""
-    ddp = task_kind in (NODE_CLASSIFICATION, LINK_PREDICTION, EDGE_CLASSIFICATION)
+    ddp = task_kind in (NODE_CLASSIFICATION, LINK_PREDICTION, *EDGE_TASKS)
     return ("torch._dynamo",) if ddp and trainers > 1 else ()
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from graphtrain.contract.roles import TrainParams
-from graphtrain.contract.spec import EDGE_CLASSIFICATION, LINK_PREDICTION, NODE_CLASSIFICATION, load_yaml
+from graphtrain.contract.spec import EDGE_TASKS, LINK_PREDICTION, NODE_CLASSIFICATION, load_yaml
 from graphtrain.runtime import cpus
 from graphtrain.runtime.data.cache import read_text, write_json
 from graphtrain.runtime.errors import GraphtrainError
@@ -75,7 +75,7 @@ def train(p: TrainParams) -> None:
             from graphtrain.runtime.train.link_prediction import GNNLinkPrediction
 
             task = GNNLinkPrediction(gt, graph, dist, device)
-        elif gt.spec.task_kind == EDGE_CLASSIFICATION:
+        elif gt.spec.task_kind in EDGE_TASKS:
             from graphtrain.runtime.train.edge_classification import GNNEdgeClassification
 
             task = GNNEdgeClassification(gt, graph, dist, device)

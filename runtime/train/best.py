@@ -2,8 +2,8 @@
 
 Two references, as PyTorch Lightning keeps them apart: the best checkpoint follows the highest value seen
 (any strict rise moves it), while patience counts validation passes since the last *counted*
-improvement, a rise of more than `min_delta` over the value that last counted. Every metric used here
-(accuracy, filtered MRR) is better when higher.
+improvement, a rise of more than `min_delta` over the value that last counted. Accuracy and filtered
+MRR are better when higher; an error (edge regression's RMSE) when lower (`lower`: a fall counts).
 
 The state is not stored in the checkpoints: every validation pass is appended to
 <checkpoints>/validation.json (rank 0), and a resumed trainer replays the passes up to its checkpoint's
@@ -43,10 +43,12 @@ class Best:
     stale: int = 0
 
 
-def update(state: Best, p: Pass, min_delta: float = 0.0) -> tuple[Best, bool]:
-    """`state` after pass `p`, and whether `p` is the new best (its checkpoint becomes BEST)."""
-    improved = state.best is None or p.value > state.best.value
-    counted = state.reference is None or p.value > state.reference + min_delta
+def update(state: Best, p: Pass, min_delta: float = 0.0, lower: bool = False) -> tuple[Best, bool]:
+    """`state` after pass `p`, and whether `p` is the new best (its checkpoint becomes BEST); `lower`:
+    the metric is better when lower."""
+    sign = -1.0 if lower else 1.0
+    improved = state.best is None or sign * p.value > sign * state.best.value
+    counted = state.reference is None or sign * p.value > sign * state.reference + min_delta
     return (
         Best(
             best=p if improved else state.best,
@@ -57,11 +59,11 @@ def update(state: Best, p: Pass, min_delta: float = 0.0) -> tuple[Best, bool]:
     )
 
 
-def replay(passes: Iterable[Pass], min_delta: float = 0.0) -> Best:
+def replay(passes: Iterable[Pass], min_delta: float = 0.0, lower: bool = False) -> Best:
     """The state after `passes`, in order."""
     state = Best()
     for p in passes:
-        state, _ = update(state, p, min_delta)
+        state, _ = update(state, p, min_delta, lower)
     return state
 
 

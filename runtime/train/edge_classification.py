@@ -1,5 +1,6 @@
-"""Edge classification with a GNN encoder and a pair classifier (task edgeClassification), as a
-TrainingTask of the epoch loop: GraphStorm's edge classification.
+"""Edge classification and regression with a GNN encoder and a pair classifier (tasks
+edgeClassification, edgeRegression), as a TrainingTask of the epoch loop: GraphStorm's edge
+classification and regression.
 
 - **Targets.** The labelled edges of the partition (partition/edge_targets.py), split train/valid/test
   by graph.split. Every labelled edge is an edge of the graph (its label is not): each trainer takes an
@@ -7,9 +8,11 @@ TrainingTask of the epoch loop: GraphStorm's edge classification.
 - **A batch** is every distinct endpoint of its edges as the seeds of one sampled block set, without
   the batch's own edges (task.exclude: self, or reverse as well; unset: reverse when graph.reverseEdges
   made every edge two-way), so an edge's own features do not reach the embeddings that classify it.
-- **Loss**: cross-entropy of the PairClassifier's class scores (models/decoders.py).
-- **Evaluation**: every node's embedding with every neighbour (pairs.embed_all), then the class of
-  each of this trainer's share of the split's edges; accuracy summed over trainers.
+- **Loss**: cross-entropy of the PairClassifier's class scores (models/decoders.py); regression: its
+  one output's mean squared error against the label's number.
+- **Evaluation**: every node's embedding with every neighbour (pairs.embed_all), then the class (the
+  number) of each of this trainer's share of the split's edges; accuracy (RMSE, lower is better)
+  from sums over trainers.
 
 A checkpoint keeps the encoder, the classifier and their optimizer (dense.pt) beside the shard
 servers' tables.
@@ -25,7 +28,7 @@ import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from graphtrain.contract.spec import EdgeClassificationTask, GraphTraining, gnn
+from graphtrain.contract.spec import EdgeClassificationTask, EdgeRegressionTask, GraphTraining, gnn
 from graphtrain.runtime.errors import GraphtrainError
 from graphtrain.runtime.graph import DistGraph
 from graphtrain.runtime.graph.fanouts import layer_fanouts
@@ -47,7 +50,8 @@ EVAL_EDGES = 65536  # edges classified per evaluation pass
 
 @dataclass
 class EdgeBatch:
-    """Labelled edges (B, 4) (source, edge type, destination, class) and the sampled blocks of their
+    """Labelled edges (B, 4) (source, edge type, destination, class; regression: the index of the
+    edge's number) and the sampled blocks of their
     distinct endpoints (`mb.seeds`, sorted: a node's row in the encoder's output is its position)."""
 
     edges: torch.Tensor
@@ -55,9 +59,9 @@ class EdgeBatch:
 
 
 class GNNEdgeClassification(DenseTask):
-    """A GNN encoder and a pair classifier on the graph's labelled edges, as a TrainingTask (task.py)."""
+    """A GNN encoder and a pair classifier (one output: a regressor) on the graph's labelled edges, as a
+    TrainingTask (task.py)."""
 
-    metric_names: tuple[str, ...] = ("accuracy",)
     report_every = REPORT_EVERY
 
     def __init__(self, gt: GraphTraining, graph: DistGraph, dist: Dist, device: torch.device | None = None):
@@ -65,10 +69,14 @@ class GNNEdgeClassification(DenseTask):
         self.device = device or torch.device("cpu")
         m, tr = gnn(self.spec.model), self.spec.training
         task = self.spec.task.variant if self.spec.task is not None else None
-        if not isinstance(task, EdgeClassificationTask):
-            raise GraphtrainError("task.kind: edge classification needs task edgeClassification")
+        if not isinstance(task, EdgeClassificationTask | EdgeRegressionTask):
+            raise GraphtrainError("task.kind: edge tasks need task edgeClassification or edgeRegression")
+        self.regression = isinstance(task, EdgeRegressionTask)
+        self.metric_names = ("rmse",) if self.regression else ("accuracy",)
+        self.lower_is_better = self.regression
         seed_everything(tr.seed)  # the encoder's and classifier's initial weights follow training.seed
-        self.edges, num_classes = self._load(graph)
+        self.edges, self.values, num_classes = self._load(graph)
+        num_classes = 1 if self.regression else num_classes
         self.exclude = exclusion(task.exclude, self.spec.graph.reverse_edges)
         self.dim = m.hidden_dim
         self.enc = GNNEncoder(self.spec, graph, self.device, m.hidden_dim)
@@ -83,18 +91,23 @@ class GNNEdgeClassification(DenseTask):
         self.batch_size = dist.share(tr.batch_size)
         self.targets = torch.from_numpy(share(self.edges["train"], 2, dist, "labelled training edges"))
 
-    @staticmethod
-    def _load(graph: DistGraph) -> tuple[dict[str, np.ndarray], int]:
-        """The labelled edges per split in the partition's node ids, and the class count."""
-        edges, num_classes, _ = load_edge_targets(graph.config, verify=False)
+    def _load(self, graph: DistGraph) -> tuple[dict[str, np.ndarray], dict[str, torch.Tensor], int]:
+        """The labelled edges per split in the partition's node ids, their numbers (regression: the
+        last column then indexes them), and the class count.
+
+        Raises:
+            GraphtrainError: regression on labels that are not all numbers."""
+        found = load_edge_targets(graph.config, verify=False)
+        if self.regression and not found.values:
+            raise GraphtrainError("task edgeRegression: a label of the graph's edges is not a number")
         new = load_maps(graph.config, verify=False)["node_map_inverse"]
-        out = {}
+        out, values = {}, {}
         for split in ("train", "valid", "test"):
-            rows = edges.get(split, np.empty((0, 4), np.int64))
-            out[split] = np.stack([new[rows[:, 0]], rows[:, 1], new[rows[:, 2]], rows[:, 3]], 1).astype(
-                np.int64
-            )
-        return out, num_classes
+            rows = found.rows.get(split, np.empty((0, 4), np.int64))
+            last = np.arange(len(rows), dtype=np.int64) if self.regression else rows[:, 3]
+            out[split] = np.stack([new[rows[:, 0]], rows[:, 1], new[rows[:, 2]], last], 1).astype(np.int64)
+            values[split] = torch.from_numpy(found.values.get(split, np.empty(0, np.float32)))
+        return out, values, found.num_classes
 
     # ---------------------------------------------------------------------------------- batches
 
@@ -135,7 +148,11 @@ class GNNEdgeClassification(DenseTask):
         src = to_device(torch.searchsorted(seeds, edges[:, 0].contiguous()), self.device)
         dst = to_device(torch.searchsorted(seeds, edges[:, 2].contiguous()), self.device)
         scores = self.classifier(z[src], to_device(edges[:, 1], self.device), z[dst])
-        loss = nn.functional.cross_entropy(scores, to_device(edges[:, 3], self.device))
+        if self.regression:
+            target = to_device(self.values["train"][edges[:, 3]], self.device)
+            loss = nn.functional.mse_loss(scores.squeeze(1), target)
+        else:
+            loss = nn.functional.cross_entropy(scores, to_device(edges[:, 3], self.device))
         self.update(loss, clock)
         return loss, len(edges)
 
@@ -148,22 +165,30 @@ class GNNEdgeClassification(DenseTask):
 
     @torch.no_grad()
     def predict(self, z: torch.Tensor, edges: np.ndarray) -> torch.Tensor:
-        """The predicted class of each (source, edge type, destination) row of `edges` from the node
-        embeddings `z` (on the host), in passes of EVAL_EDGES."""
+        """The predicted class (regression: number) of each (source, edge type, destination) row of
+        `edges` from the node embeddings `z` (on the host), in passes of EVAL_EDGES."""
         out = []
         for i in range(0, len(edges), EVAL_EDGES):
             part = torch.from_numpy(edges[i : i + EVAL_EDGES])
             zs, zd = to_device(z[part[:, 0]], self.device), to_device(z[part[:, 2]], self.device)
-            out.append(self.classifier(zs, to_device(part[:, 1], self.device), zd).argmax(1).cpu())
-        return torch.cat(out) if out else torch.empty(0, dtype=torch.int64)
+            scores = self.classifier(zs, to_device(part[:, 1], self.device), zd)
+            out.append((scores.squeeze(1) if self.regression else scores.argmax(1)).cpu())
+        if not out:
+            return torch.empty(0, dtype=torch.float32 if self.regression else torch.int64)
+        return torch.cat(out)
 
     def evaluate(self, split: Split) -> dict[str, float]:
-        """Accuracy on the split's labelled edges, each trainer classifying a share, summed."""
+        """Accuracy (RMSE) on the split's labelled edges, each trainer a share, from sums."""
         z = self.embed_all()
         edges = self.edges[split]
         lo = self.dist.rank * len(edges) // self.dist.world
         hi = (self.dist.rank + 1) * len(edges) // self.dist.world
         mine = edges[lo:hi]
-        correct = int((self.predict(z, mine) == torch.from_numpy(mine[:, 3])).sum())
+        predicted = self.predict(z, mine)
+        if self.regression:
+            error = float(((predicted - self.values[split][mine[:, 3]]) ** 2).sum())
+            total_error, total = self.dist.sum([error, len(mine)])
+            return {"rmse": (total_error / max(total, 1)) ** 0.5}
+        correct = int((predicted == torch.from_numpy(mine[:, 3])).sum())
         total_correct, total = self.dist.sum([correct, len(mine)])
         return {"accuracy": total_correct / max(total, 1)}

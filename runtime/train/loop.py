@@ -78,6 +78,11 @@ class EpochLoop:
         self.stopped: str | None = None  # why training stopped early, if it did
 
     @property
+    def lower(self) -> bool:
+        """The task's first metric is better when lower (an error)."""
+        return bool(getattr(self.task, "lower_is_better", False))
+
+    @property
     def min_delta(self) -> float:
         es = self.spec.training.early_stopping
         return es.min_delta if es is not None else 0.0
@@ -192,7 +197,7 @@ class EpochLoop:
             p.eval_metric, p.eval_value = metric, values[metric]
             this = best_record.Pass(self.epoch, self.step, values[metric])
             self.passes = [*self.passes, this]
-            self.best, improved = best_record.update(self.best, this, self.min_delta)
+            self.best, improved = best_record.update(self.best, this, self.min_delta, self.lower)
             self.checkpoints.record(self.passes)
         self.reporter.report(p, epoch_end=True, evaluated=values is not None)
         if stages := self.metrics.epoch_stages():
@@ -245,7 +250,7 @@ class EpochLoop:
         if self.dist.rank == 0:
             self.loss_sum, self.loss_steps = point.loss_sum, point.loss_steps
         self.passes = self.checkpoints.passes(self.step)
-        self.best = best_record.replay(self.passes, self.min_delta)
+        self.best = best_record.replay(self.passes, self.min_delta, self.lower)
         if self.dist.rank == 0:
             log(f"[trainer] resuming from step {self.step} (epoch {self.epoch}, checkpoint {directory.name})")
         self.checkpoints.restore(directory, self.step, self.best.best)

@@ -30,7 +30,7 @@ class TrainingTask(Protocol[BatchT]):
 
     metric_names: what evaluate() returns that a validation pass reports (as val_<name>, the columns of
         metrics.csv); the first picks the best pass and drives early stopping, and test_<first> is what
-        the final report carries.
+        the final report carries. It is better when higher, unless the task sets `lower_is_better`.
     report_every: steps between progress reports.
     collective_tables: the task's tables sharded across the trainers (sharding: collective), which
         checkpoints write and restore beside the shard servers' tables.

@@ -257,6 +257,7 @@ BREAKS: dict[str, Doc] = {
     "edgeClassification-labelled-edges": edit(
         GRAPHSAGE, lambda s: s.update(task={"kind": "edgeClassification"})
     ),
+    "edgeRegression-labelled-edges": edit(GRAPHSAGE, lambda s: s.update(task={"kind": "edgeRegression"})),
     "graph-nodes-with-edges": edit(TYPED, lambda s: s["graph"].pop("edges")),
     "graph-edge-node-types": edit(
         TYPED, lambda s: s["graph"]["edges"][0].update(relation=["editor", "writes", "paper"])

@@ -69,16 +69,39 @@ def test_integer_edge_labels_are_class_ids(tmp_path: Path) -> None:
     assert sorted(np.concatenate([t[:, 3] for t in g.edge_targets.values()]).tolist()) == [0, 0, 2, 2]
 
 
+def test_numeric_edge_labels_are_kept_as_numbers_beside_their_rows(tmp_path: Path) -> None:
+    """Numbers (task edgeRegression) travel beside the rows, in the rows' order, through the partition."""
+    graph = labelled(tmp_path, "author,paper,weight,role\nann,p1,0.5,0.25\nbob,p2,1.0,-2\nann,p3,2.0,7.5\n")
+    g = datasets.load_source(GraphSource.model_validate(graph), base_dir=tmp_path)
+    by_end = {}
+    for split, rows in g.edge_targets.items():
+        assert g.edge_values[split].dtype == np.float32
+        for (s, _, d, _), v in zip(rows.tolist(), g.edge_values[split].tolist(), strict=True):
+            by_end[(str(g.node_ids[s]), str(g.node_ids[d]))] = v
+    assert by_end == {
+        ("author:ann", "paper:p1"): 0.25,
+        ("author:bob", "paper:p2"): -2.0,
+        ("author:ann", "paper:p3"): 7.5,
+    }
+    out = tmp_path / "partition"
+    result = runner.invoke(app, ["partition", "--spec", str(spec(tmp_path, graph)), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    found = load_edge_targets(load_config(next(out.glob("*.json"))))
+    for split, values in g.edge_values.items():
+        np.testing.assert_array_equal(found.values[split], values)
+
+
 def test_the_partition_keeps_the_labelled_edges_in_original_ids(tmp_path: Path) -> None:
     graph = labelled(tmp_path)
     g = datasets.load_source(GraphSource.model_validate(graph), base_dir=tmp_path)
     out = tmp_path / "partition"
     result = runner.invoke(app, ["partition", "--spec", str(spec(tmp_path, graph)), "--out", str(out)])
     assert result.exit_code == 0, result.output
-    edges, classes, names = load_edge_targets(load_config(next(out.glob("*.json"))))
-    assert classes == 2 and names.tolist() == ["first", "last"]
+    found = load_edge_targets(load_config(next(out.glob("*.json"))))
+    assert found.num_classes == 2 and found.class_names.tolist() == ["first", "last"]
+    assert found.values == {}  # class names are not numbers
     for split, rows in g.edge_targets.items():
-        np.testing.assert_array_equal(edges[split], rows)
+        np.testing.assert_array_equal(found.rows[split], rows)
 
 
 def test_bad_edge_labels_are_one_line_and_nothing_is_written(tmp_path: Path) -> None:
@@ -93,10 +116,12 @@ def test_bad_edge_labels_are_one_line_and_nothing_is_written(tmp_path: Path) -> 
     assert not out.exists()
 
 
-def test_edge_classification_needs_labelled_edges_of_two_classes(tmp_path: Path) -> None:
+def test_edge_tasks_need_labelled_edges_of_two_classes_or_numbers(tmp_path: Path) -> None:
     write_data(tmp_path)
     message = one_line(["validate", str(spec(tmp_path, graph_section()))])
     assert "graph.edges" in message and "has none" in message, message
     graph = labelled(tmp_path, "author,paper,weight,role\nann,p1,0.5,x\nbob,p2,1.0,x\nann,p3,2.0,x\n")
     message = one_line(["validate", str(spec(tmp_path, graph))])
     assert "1 class" in message, message
+    message = one_line(["validate", str(write_spec(tmp_path, graph, "edgeRegression"))])
+    assert "edgeRegression predicts numbers" in message and "graph.edges" in message, message

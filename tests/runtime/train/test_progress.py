@@ -152,6 +152,18 @@ def test_a_resumed_run_drops_the_rows_of_the_epochs_it_trains_again(tmp_path: Pa
 # ------------------------------------------------------------------------ best and early stopping
 
 
+def test_an_error_metric_is_best_when_lowest_and_patience_counts_falls_over_min_delta() -> None:
+    """Edge regression's RMSE (lower: the task's lower_is_better): the mirror of the case below."""
+    passes = [best.Pass(1, 10, 0.50), best.Pass(2, 20, 0.48), best.Pass(3, 30, 0.49), best.Pass(4, 40, 0.30)]
+    state = best.Best()
+    said = []
+    for p in passes:
+        state, improved = best.update(state, p, min_delta=0.05, lower=True)
+        said.append((improved, state.stale))
+    assert said == [(True, 0), (True, 1), (False, 2), (True, 0)]
+    assert state.best == passes[3] and best.replay(passes, 0.05, lower=True) == state
+
+
 def test_the_best_pass_moves_on_any_rise_and_patience_counts_rises_over_min_delta() -> None:
     passes = [best.Pass(1, 10, 0.50), best.Pass(2, 20, 0.52), best.Pass(3, 30, 0.51), best.Pass(4, 40, 0.70)]
     state = best.Best()
