@@ -111,6 +111,9 @@ def summary_lines(s: PartitionSummary, most: int = 12) -> list[str]:
         lines.append("edge types: " + ", ".join(f"{k} {v:,}" for k, v in top) + more)
     if s.kg:
         lines.append("knowledge graph triples: " + ", ".join(f"{k} {v:,}" for k, v in s.kg.items()))
+    if s.labelled_edges:
+        counts = ", ".join(f"{k} {v:,}" for k, v in s.labelled_edges.items())
+        lines.append(f"labelled edges: {counts} ({s.edge_classes} classes)")
     lines.append(f"on disk: {human(s.bytes_total)}")
     return lines
 

@@ -133,6 +133,16 @@ def _edge_task(spec: GraphTrainingSpec, s: Summary) -> list[Problem]:
                 "finite number (task edgeClassification takes class names)",
             )
         ]
+    labelled = sum(s.edge_targets.values())
+    if kind != EDGE_REGRESSION and not s.edge_class_names and _sparse_ids(s.edge_classes - 1, labelled):
+        return [
+            Problem(
+                path="graph.edges",
+                message=f"{s.name}'s largest edge class id is {s.edge_classes - 1:,} but it has "
+                f"{labelled:,} labelled edges: the classifier has one output per class id up to the "
+                "largest, so class ids are 0..k-1; give the classes as names or renumber them",
+            )
+        ]
     if kind != EDGE_REGRESSION and s.edge_classes < 2:
         return [
             Problem(
@@ -245,8 +255,12 @@ CLASS_SPREAD = 100  # ... and at most this many per labelled node (a sparse id s
 
 
 def _too_sparse(s: Summary) -> bool:
-    top = (s.num_classes or 0) - 1
-    return top > MAX_CLASS_ID or top > CLASS_SPREAD * max(s.labelled, 1)
+    return _sparse_ids((s.num_classes or 0) - 1, s.labelled)
+
+
+def _sparse_ids(top: int, labelled: int) -> bool:
+    """Integer labels whose largest id `top` is too large for `labelled` rows to be class ids."""
+    return top > MAX_CLASS_ID or top > CLASS_SPREAD * max(labelled, 1)
 
 
 def _too_many_trainers(spec: GraphTrainingSpec, available: int, what: str) -> Problem:

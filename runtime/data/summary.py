@@ -44,6 +44,7 @@ class Summary:
     edge_feature_dims: int | None = None
     edge_targets: dict[str, int] = field(default_factory=dict)  # labelled edges per split
     edge_classes: int = 0  # classes of the labelled edges
+    edge_class_names: bool = False  # their labels are class names (else integer class ids)
     edge_values: bool = False  # every edge label is a number (task edgeRegression)
 
     @property
@@ -159,5 +160,6 @@ def summarise(graph: Graph | KnowledgeGraph) -> Summary:
         edge_feature_dims=None if g.efeat is None else int(g.efeat.shape[1]),
         edge_targets={k: len(v) for k, v in g.edge_targets.items()},
         edge_classes=g.edge_classes,
+        edge_class_names=g.edge_class_names is not None,
         edge_values=bool(g.edge_values),
     )

@@ -19,6 +19,7 @@ row or value (the row counts the header as line 1, as an editor shows it).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -212,14 +213,26 @@ def _labels(types: list[NodeType], counts: np.ndarray) -> tuple[np.ndarray | Non
     return parse_labels(text, text != "")
 
 
-def parse_labels(text: np.ndarray, present: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+INTEGER = re.compile(r"-?[0-9]{1,18}")  # ASCII digits that fit int64: a class id
+
+
+def parse_labels(
+    text: np.ndarray, present: np.ndarray, field: str = "graph.nodes[].label"
+) -> tuple[np.ndarray, np.ndarray | None]:
     """(class per row, -1 where not `present`; class names or None): integers as they are unless any
-    label is not an integer, then every label a class name."""
-    if present.any() and all(v.lstrip("-").isdigit() for v in text[present].tolist()):
+    label is not an integer (or one past int64, or of other digits than ASCII's), then every label a
+    class name. -1 is an integer label's "unlabelled", as in a labels file.
+
+    Raises:
+        DataError: an integer label below -1, naming `field`."""
+    if present.any() and all(INTEGER.fullmatch(v) for v in text[present].tolist()):
         label = np.full(len(text), -1, dtype=np.int64)
         label[present] = text[present].astype(np.int64)
         if label.min() < -1:
-            raise DataError(f"a label is negative ({int(label.min())}); leave the cell empty for no label")
+            raise DataError(
+                f"{field}: a label is negative ({int(label.min())}); leave the cell empty (or -1) for no "
+                "label"
+            )
         return label, None
     return encode_names(text, present)
 
@@ -316,7 +329,8 @@ def _edge_targets(
     )
     text = np.concatenate([t for t in per_file if t is not None])
     present = text != ""
-    label, names = parse_labels(text, present)
+    label, names = parse_labels(text, present, "graph.edges[].label")
+    present &= label >= 0  # -1: unlabelled, as an empty cell
     keep = rows[present]
     labelled = np.stack([ends[0][keep], ends[1][keep], ends[2][keep], label[present]], 1).astype(np.int64)
     masks = random_masks(len(labelled), split.train, split.val, split.seed) if len(labelled) else {}

@@ -119,6 +119,7 @@ class LocalRun:
         self.echo = echo
         self.resume = resume
         self.overwrite = overwrite
+        self.overwritten: Path | None = None  # checkpoints --overwrite deletes once the input is in
         self.hosts = hosts  # simulated hosts (tests, bench/hosts.py): None runs every process here
         self.token = ""
         self.user_umask = 0o022  # the caller's (set by run()), for the shared dataset cache
@@ -460,9 +461,8 @@ class LocalRun:
             self.finished = reuse.choose_checkpoint(checkpoints, self.run_dir, self.gt.spec, self.say)
             if self.finished is not None:  # nothing to start: the previous launch's files stay as they are
                 return
-        elif held:
-            self.say(f"[run] --overwrite: deleting {checkpoints} ({reuse.describe_checkpoints(checkpoints)})")
-            shutil.rmtree(checkpoints)
+        elif held:  # deleted once the input has been read and partitioned (_drop_checkpoints)
+            self.overwritten = checkpoints
         checkpoints.mkdir(exist_ok=True)
         token = self.run_dir / "token"
         with contextlib.suppress(OSError):  # what the previous launch's killed processes left in /dev/shm
@@ -487,6 +487,17 @@ class LocalRun:
             self.run_dir / rundir.SPEC_FILE, self.gt.model_dump(by_alias=True, exclude_none=True, mode="json")
         )
 
+    def _drop_checkpoints(self) -> None:
+        """--overwrite's deletion of the previous checkpoints, after the input was read and partitioned:
+        an input refused in one line deletes nothing."""
+        checkpoints = self.overwritten
+        if checkpoints is None:
+            return
+        self.say(f"[run] --overwrite: deleting {checkpoints} ({reuse.describe_checkpoints(checkpoints)})")
+        shutil.rmtree(checkpoints)
+        checkpoints.mkdir()
+        self.overwritten = None
+
     def _launch(self) -> dict:
         try:
             self._start_zygote()
@@ -495,6 +506,7 @@ class LocalRun:
             self.write_status()
             self.write_targets()
             partition = self.partition()
+            self._drop_checkpoints()
             st = self.obs.partition["stats"]
             self.say(
                 f"[run] edge cut {100 * st['edge_cut_fraction']:.2f} %, balance "

@@ -47,6 +47,8 @@ class PartitionSummary:
     masks: dict[str, int] = field(default_factory=dict)
     edge_types: dict[str, int] = field(default_factory=dict)  # name (or id) -> edges
     kg: dict[str, int] = field(default_factory=dict)  # split -> triples
+    labelled_edges: dict[str, int] = field(default_factory=dict)  # split -> labelled edges
+    edge_classes: int = 0
     bytes_total: int = 0
     bytes_per_part: list[int] = field(default_factory=list)
 
@@ -90,10 +92,14 @@ def summarise(cfg: PartitionConfig, verify: bool = False) -> PartitionSummary:
         labelled=labelled if "label" in data.get("ndata", {}) else None,
         masks=masks,
         kg=dict(data.get("kg", {}).get("triples", {})),
+        labelled_edges=dict(data.get("edge_targets", {}).get("labelled", {})),
+        edge_classes=int(data.get("edge_targets", {}).get("num_classes", 0)),
     )
     if etypes:
         counts_by_type = np.bincount(np.concatenate(etypes))
         rel = names.get("relation_names")
+        if rel is None and data.get("canonical_etypes"):  # a typed graph's edge types, by name
+            rel = [":".join(c) for c in data["canonical_etypes"]]
         summary.edge_types = {
             (str(rel[t]) if rel is not None and t < len(rel) else str(t)): int(c)
             for t, c in enumerate(counts_by_type.tolist())

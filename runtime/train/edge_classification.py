@@ -97,7 +97,7 @@ class GNNEdgeClassification(DenseTask):
 
         Raises:
             GraphtrainError: regression on labels that are not all numbers."""
-        found = load_edge_targets(graph.config, verify=False)
+        found = load_edge_targets(graph.config, verify=True)  # small; a changed file fails here, named
         if self.regression and not found.values:
             raise GraphtrainError("task edgeRegression: a label of the graph's edges is not a number")
         new = load_maps(graph.config, verify=False)["node_map_inverse"]

@@ -7,11 +7,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
 from typer.testing import CliRunner
 
 from graphtrain.contract.spec import GraphSource
 from graphtrain.runtime.cli import app
 from graphtrain.runtime.data import datasets
+from graphtrain.runtime.errors import DataError
 from graphtrain.runtime.partition.edge_targets import load_edge_targets
 from graphtrain.runtime.partition.format import load_config
 from tests.runtime.data.test_typed_files import graph_section, write_data, write_spec
@@ -125,3 +127,36 @@ def test_edge_tasks_need_labelled_edges_of_two_classes_or_numbers(tmp_path: Path
     assert "1 class" in message, message
     message = one_line(["validate", str(write_spec(tmp_path, graph, "edgeRegression"))])
     assert "edgeRegression predicts numbers" in message and "graph.edges" in message, message
+
+
+def test_odd_labels_are_names_and_minus_one_is_unlabelled(tmp_path: Path) -> None:
+    """Not ASCII digits, two minus signs, past int64: class names, never a traceback (one of a
+    helper's findings); -1 among integers: no label, as an empty cell."""
+    odd = "author,paper,weight,role\nann,p1,0.5,²\nbob,p2,1.0,--1\nann,p3,2.0,99999999999999999999\n"
+    g = datasets.load_source(GraphSource.model_validate(labelled(tmp_path, odd)), base_dir=tmp_path)
+    assert g.edge_class_names.tolist() == ["--1", "99999999999999999999", "²"]
+    ints = "author,paper,weight,role\nann,p1,0.5,0\nbob,p2,1.0,-1\nann,p3,2.0,1\n1,1,1.5,1\n"
+    g = datasets.load_source(GraphSource.model_validate(labelled(tmp_path, ints)), base_dir=tmp_path)
+    assert sum(len(t) for t in g.edge_targets.values()) == 3 and g.edge_classes == 2
+
+
+def test_sparse_integer_edge_classes_are_refused_before_a_model_is_built(tmp_path: Path) -> None:
+    """A label of 10**12 among 0 and 1 would make a classifier of 10**12 outputs (128 TB)."""
+    graph = labelled(
+        tmp_path, "author,paper,weight,role\nann,p1,0.5,0\nbob,p2,1.0,1\nann,p3,2.0,1000000000000\n"
+    )
+    message = one_line(["validate", str(spec(tmp_path, graph))])
+    assert "largest edge class id is 1,000,000,000,000" in message and "graph.edges" in message, message
+
+
+def test_a_changed_labelled_edge_file_is_refused_when_read(tmp_path: Path) -> None:
+    graph = labelled(tmp_path)
+    out = tmp_path / "partition"
+    result = runner.invoke(app, ["partition", "--spec", str(spec(tmp_path, graph)), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    path = out / "edges" / "train.npy"
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 1
+    path.write_bytes(bytes(data))
+    with pytest.raises(DataError, match="edges/train.npy"):
+        load_edge_targets(load_config(next(out.glob("*.json"))), verify=True)

@@ -30,6 +30,7 @@ import pytest
 import yaml
 
 from graphtrain.contract.spec import load_yaml
+from graphtrain.runtime.errors import GraphtrainError
 from graphtrain.runtime.kvstore import checkpoint as ckpt
 from graphtrain.runtime.launch.local import LocalRun, RunFailed
 from tests.conftest import planted_graph
@@ -526,6 +527,13 @@ def test_a_rerun_without_resume_refuses_and_keeps_the_checkpoints(
     assert "--resume" in lines[0] and "--overwrite" in lines[0]
     assert tree_hashes(run_dir / "checkpoints") == kept
     assert (run_dir / "status.json").read_bytes() == ended
+
+    # asked for, with an input that cannot be read: refused, and the checkpoints are still there
+    bad = tmp_path / "broken.npz"
+    bad.write_bytes(b"not an npz")
+    with pytest.raises(GraphtrainError):
+        launch(sage_spec(bad, epochs=1), run_dir, standalone=True, overwrite=True).run()
+    assert tree_hashes(run_dir / "checkpoints") == kept
 
     # asked for: starts over
     launch(sage_spec(graph_file, epochs=1), run_dir, standalone=True, overwrite=True).run()
