@@ -27,22 +27,19 @@ from tests import k8s
 # `make test` runs three pytest-xdist workers: a test file is the unit of work (its module fixtures are
 # built once), and these folders go whole to one worker, in their serial order: the API-server tests
 # share one API server and one in-process operator (tests/api's cluster must run before
-# tests/operator's session operator watches every namespace), and the tests that build or run images
-# share one podman image store and the images their session fixtures build. The other tests/e2e files
-# run their pods as processes (no image) on an API server of their own: each is a unit of its own, so
-# that the pod folders (12 min on one worker on a fresh machine, its first image build among them) are
-# not the suite's longest path.
+# tests/operator's session operator watches every namespace), and the pod tests share one podman
+# image store and the images their session fixtures build. tests/e2e stays whole there, process mode
+# included: two pod runners at once share the host's mount points (the service-account directory
+# /var/run/secrets/...), and the first to stop removes them, which detaches them from the other's
+# running pods (their progress reports then failed: seen once, with tests/e2e split across workers).
 WHOLE_FOLDERS = {"api": "apiserver", "chart": "apiserver", "operator": "apiserver"}
-WHOLE_FOLDERS |= {"images": "pods", "podrunner": "pods"}
-WITH_IMAGES = {"tests/e2e/test_nations.py": "pods"}  # its podman training uses tests/images' image
+WHOLE_FOLDERS |= {"e2e": "pods", "images": "pods", "podrunner": "pods"}
 
 
 def work_unit(nodeid: str) -> str:
     """The unit of work of the test `nodeid` ("tests/<folder>/.../test_x.py::test_y[...]")."""
     path = nodeid.split("::", 1)[0]
     parts = path.split("/")
-    if path in WITH_IMAGES:
-        return WITH_IMAGES[path]
     return WHOLE_FOLDERS.get(parts[1], path) if len(parts) > 2 and parts[0] == "tests" else path
 
 
@@ -53,7 +50,6 @@ def work_unit(nodeid: str) -> str:
 LONG_FIRST = (
     "pods",
     "apiserver",
-    "tests/e2e/",
     "tests/runtime/launch/",
     "tests/packaging/",
     "tests/runtime/kvstore/",

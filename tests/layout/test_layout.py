@@ -57,16 +57,13 @@ def test_make_tests_workers_keep_a_file_and_the_shared_folders_whole() -> None:
     assert work_unit("tests/runtime/launch/test_run.py::test_x[2x2]") == "tests/runtime/launch/test_run.py"
     assert work_unit("tests/runtime/launch/test_run.py::test_y") == "tests/runtime/launch/test_run.py"
     assert {work_unit(f"tests/{d}/test_a.py::t") for d in ("api", "chart", "operator")} == {"apiserver"}
-    assert {work_unit(f"tests/{d}/test_b.py::t[x]") for d in ("images", "podrunner")} == {"pods"}
-    assert work_unit("tests/e2e/test_nations.py::test_n[podman]") == "pods"  # it runs the image
-    assert work_unit("tests/e2e/test_faults.py::test_f") == "tests/e2e/test_faults.py"  # process pods
+    assert {work_unit(f"tests/{d}/test_b.py::t[x]") for d in ("e2e", "images", "podrunner")} == {"pods"}
     assert work_unit("tests/contract/test_spec.py::test_z") == "tests/contract/test_spec.py"
 
 
 def test_the_units_that_take_minutes_are_dealt_first() -> None:
-    """The pod and API-server folders, the process-mode e2e files, then the launch, packaging and
-    shard-server files, then the rest by test count: the small units dealt last even out the workers'
-    ends."""
+    """The pod and API-server folders, then the launch, packaging and shard-server files, then the rest
+    by test count: the small units dealt last even out the workers' ends."""
     from tests.conftest import first_by
 
     units = {
@@ -77,12 +74,10 @@ def test_the_units_that_take_minutes_are_dealt_first() -> None:
         "tests/runtime/test_plan.py": 40,
         "tests/runtime/kvstore/test_service.py": 9,
         "tests/packaging/test_install.py": 7,
-        "tests/e2e/test_faults.py": 4,
     }
     assert sorted(units, key=lambda u: first_by(u, units[u])) == [
         "pods",
         "apiserver",
-        "tests/e2e/test_faults.py",
         "tests/runtime/launch/test_run.py",
         "tests/packaging/test_install.py",
         "tests/runtime/kvstore/test_service.py",
