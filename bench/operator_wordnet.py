@@ -11,7 +11,10 @@ For each: the wall time (launch to the final status; the operator's from `kubect
 Succeeded), the test accuracy, and the seeds/s the trainers themselves report (rank 0's per-epoch
 rate, all trainers; the median over epochs 2 to the last, the first carrying the warm-up).
 
-    python bench/operator_wordnet.py [--spec examples/wordnet-sage.yaml] [--epochs N] [--repeat N]
+    python bench/operator_wordnet.py [--spec examples/wordnet-sage.yaml] [--epochs N] [--repeat N] [--infer]
+
+--infer: after the operator's training, a GraphTraining of mode inference from its LATEST checkpoint on
+its claim (issue 48 item 3: the inferred test accuracy must be the training's).
 
 Needs root (the runner's process mode mounts each pod's volumes in a mount namespace) and the test API
 server (../shared/k8s-testenv, as the tests use).
@@ -29,6 +32,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -109,8 +113,10 @@ def local_run(spec: Path, work: Path) -> dict:
     return {"seconds": elapsed, "accuracy": accuracy(progress), "seeds_per_second": rates.median()}
 
 
-def operator_run(spec: Path, work: Path, name: str, dataset: str) -> dict:
-    """The spec through `graphtrain operator` and the process-mode pod runner."""
+def operator_run(spec: Path, work: Path, name: str, dataset: str, infer: bool = False) -> dict:
+    """The spec through `graphtrain operator` and the process-mode pod runner; with `infer`, then a
+    GraphTraining of mode inference from its LATEST checkpoint on its claim (`inference` in the result:
+    wall s from apply to Succeeded, the inferred test accuracy, rows/s of the inference pass)."""
     with (
         operator_cluster(work, OPERATOR_CONFIG) as cluster,
         PodRunner(cluster.kubeconfig, mode="process", root=work / "runner") as runner,
@@ -138,7 +144,40 @@ def operator_run(spec: Path, work: Path, name: str, dataset: str) -> dict:
             logs = "\n".join(runner.logs(ns, p["metadata"]["name"]) for p in pods)
             raise RuntimeError(f"through the operator: {json.dumps(status)[:2000]}\n{logs[-4000:]}")
         final = final_progress(kube, ns, name, "test_accuracy")  # rank 0's last report may come after
-    return {"seconds": elapsed, "accuracy": accuracy(final), "seeds_per_second": rates.median()}
+        out = {"seconds": elapsed, "accuracy": accuracy(final), "seeds_per_second": rates.median()}
+        if infer:
+            out["inference"] = operator_inference(kube, ns, spec, name, runner)
+    return out
+
+
+def operator_inference(kube: Any, ns: str, spec: Path, name: str, runner: Any) -> dict:
+    """A GraphTraining of mode inference from `name`'s LATEST checkpoint, on its claim, to Succeeded."""
+    uid = json.loads(kube("get", "gtr", name, "-n", ns, "-o", "json"))["metadata"]["uid"]
+    doc = yaml.safe_load(spec.read_text())
+    doc["metadata"]["name"] = f"{name}-infer"
+    doc["spec"]["mode"] = "inference"
+    doc["spec"]["inference"] = {"checkpoint": f"runs/{name}/{uid}/checkpoints/LATEST"}
+    doc["spec"]["storage"] = {"volumeClaimName": f"{name}-data"}
+    path = spec.with_name("infer.yaml")
+    path.write_text(yaml.safe_dump(doc))
+    started = time.monotonic()
+    kube("apply", "-n", ns, "-f", str(path))
+    status: dict = {}
+
+    def step() -> bool:
+        nonlocal status
+        if runner.errors:
+            raise RuntimeError(f"pod runner: {runner.errors[-3:]}")
+        status = json.loads(kube("get", "gtr", f"{name}-infer", "-n", ns, "-o", "json")).get("status") or {}
+        return status.get("phase") in ("Succeeded", "Failed")
+
+    poll("inference through the operator", step)
+    elapsed = time.monotonic() - started
+    if status["phase"] != "Succeeded":
+        raise RuntimeError(f"inference through the operator: {json.dumps(status)[:2000]}")
+    final = final_progress(kube, ns, f"{name}-infer", "test_accuracy")
+    rate = (final.get("metrics") or {}).get("rows_per_second", float("nan"))
+    return {"seconds": elapsed, "accuracy": accuracy(final), "rows_per_second": rate}
 
 
 def main() -> None:
@@ -146,6 +185,7 @@ def main() -> None:
     ap.add_argument("--spec", type=Path, default=ROOT / "examples" / "wordnet-sage.yaml")
     ap.add_argument("--epochs", type=int, default=None, help="override training.epochs")
     ap.add_argument("--repeat", type=int, default=1, help="pairs to run, alternating")
+    ap.add_argument("--infer", action="store_true", help="then infer from the operator run's checkpoint")
     args = ap.parse_args()
     doc = yaml.safe_load(args.spec.read_text())
     if args.epochs is not None:
@@ -164,13 +204,19 @@ def main() -> None:
             (work / "operator").mkdir()
             rows.append(("graphtrain run", local_run(spec, work / "run")))
             print(f"graphtrain run: {rows[-1][1]}", flush=True)
-            rows.append(("operator + pod runner", operator_run(spec, work / "operator", name, dataset)))
+            rows.append(
+                ("operator + pod runner", operator_run(spec, work / "operator", name, dataset, args.infer))
+            )
             print(f"operator + pod runner: {rows[-1][1]}", flush=True)
     epochs = doc["spec"]["training"]["epochs"]
     print(f"\n{name}: {epochs} epochs, 2 shard servers x {doc['spec']['trainers']['replicas']} trainers")
     print(f"{'executor':<24} {'wall s':>8} {'test acc':>9} {'seeds/s':>9}")
     for label, r in rows:
         print(f"{label:<24} {r['seconds']:>8.0f} {r['accuracy']:>9.4f} {r['seeds_per_second']:>9,.0f}")
+        if "inference" in r:
+            i = r["inference"]
+            head = f"{'  then mode inference':<24} {i['seconds']:>8.0f} {i['accuracy']:>9.4f}"
+            print(f"{head} rows/s {i['rows_per_second']:,.0f}")
 
 
 if __name__ == "__main__":

@@ -316,6 +316,16 @@ class TrainParams(RoleParams):
         default=None,
         metadata=opt('once the metrics port is bound, write {"port": N, "pid": PID} here (atomically)'),
     )
+    infer_from: Path | None = field(
+        default=None,
+        metadata=opt(
+            "infer every node's outputs from this checkpoint instead of training (spec.mode inference): a "
+            "checkpoint directory, a LATEST/BEST marker or a checkpoints directory"
+        ),
+    )
+    output: Path | None = field(
+        default=None, metadata=opt("where inference writes its parquet parts (default: <run-dir>/inference)")
+    )
 
     def stated(self) -> frozenset[str]:
         return frozenset() if self.standalone else frozenset({"rank", "world", "shm"})
@@ -335,6 +345,8 @@ class Files:
     partition: str  # the partition: its directory (written by `partition --out`) or its <graph>.json
     token: str  # the shard servers' shared token
     checkpoints: str  # the checkpoint root (servers and trainers restore from its LATEST)
+    infer_from: str | None = None  # mode inference: the checkpoint inferred from (under `checkpoints`)
+    output: str | None = None  # mode inference: where the outputs go (None: the trainers' default)
 
 
 def _path(value: str | None) -> Path | None:
@@ -395,7 +407,7 @@ def shard_server(
             partition=Path(files.partition),
             token_file=Path(files.token),
             checkpoint_root=Path(files.checkpoints),
-            restore=restore,
+            restore=None if files.infer_from else restore,  # inference: the trainers name the checkpoint
             metrics_port=metrics_port,
             device=device,
             shm=shm,
@@ -452,6 +464,8 @@ def train(
             progress_configmap=progress_configmap,
             metrics_port=metrics_port,
             metrics_port_file=_path(metrics_port_file),
+            infer_from=_path(files.infer_from),
+            output=_path(files.output),
             **_given(metrics_host=metrics_host),
         )
     )

@@ -34,6 +34,8 @@ trainer. The budget makes a drain wait, and the cluster administrator decide, wh
 
 from __future__ import annotations
 
+import dataclasses
+import posixpath
 from typing import Any
 
 import yaml
@@ -49,7 +51,16 @@ from graphtrain.contract.children import (
     owner_reference,
     trainer_name,
 )
-from graphtrain.contract.spec import API_VERSION, KIND, ClaimRetention, Device, GraphTraining, MemoryNeed
+from graphtrain.contract.spec import (
+    API_VERSION,
+    KIND,
+    ClaimRetention,
+    Device,
+    GraphTraining,
+    MemoryNeed,
+    Mode,
+)
+from graphtrain.contract.spec.inference import checkpoint_root
 from graphtrain.operator import placement
 from graphtrain.operator.config import OperatorConfig
 
@@ -105,6 +116,13 @@ class Layout:
         self.files = roles.Files(
             spec=self.spec_file, partition=self.partition, token=self.token_file, checkpoints=self.checkpoints
         )
+        if gt.spec.mode == Mode.inference and gt.spec.inference is not None:  # the volume's paths
+            inf = gt.spec.inference
+            checkpoint = posixpath.join(mount, inf.checkpoint)
+            output = posixpath.join(mount, inf.output) if inf.output else f"{self.work}/inference"
+            self.files = dataclasses.replace(
+                self.files, checkpoints=checkpoint_root(checkpoint), infer_from=checkpoint, output=output
+            )
 
 
 # ------------------------------------------------------------------------------------ pod pieces

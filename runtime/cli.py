@@ -13,15 +13,13 @@ runtime/roles/: this module spells none of their options.
 from __future__ import annotations
 
 import contextlib
-import functools
 import json
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 
 from graphtrain.contract.roles import ENV_TOKEN, PartitionParams, ShardServerParams, TrainParams
@@ -37,6 +35,9 @@ from graphtrain.contract.spec import (
     old_form_notes,
     yaml_document,
 )
+from graphtrain.runtime.cli_common import Checkpoint, DataDir, TrainedSpec, err, friendly, out
+from graphtrain.runtime.cli_common import read as _read
+from graphtrain.runtime.cli_launch import infer, run
 from graphtrain.runtime.errors import GraphtrainError, data_warnings
 from graphtrain.runtime.roles.options import role_command
 from graphtrain.runtime.roles.shard_server import serve
@@ -50,30 +51,6 @@ app = typer.Typer(
 )
 data_app = typer.Typer(help="Fetch, list and inspect the bundled datasets.", no_args_is_help=True)
 app.add_typer(data_app, name="data")
-
-out = Console(soft_wrap=True)
-err = Console(stderr=True, soft_wrap=True)
-F = TypeVar("F", bound=Callable[..., Any])
-
-DataDir = Annotated[
-    Path | None,
-    typer.Option("--data-dir", help="dataset cache (default: $GRAPHTRAIN_DATA or ~/.cache/graphtrain)"),
-]
-
-
-def friendly(fn: F) -> F:
-    """Turn the errors a user can act on into a message and exit code 1."""
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except (SpecError, GraphtrainError) as exc:  # escaped: a file named "a[/b]" is no markup
-            err.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
-            raise typer.Exit(1) from None
-
-    return wrapper  # type: ignore[return-value]
-
 
 # ----------------------------------------------------------------------------------------------- spec
 
@@ -165,12 +142,6 @@ def shown_warnings() -> Iterator[None]:
     """Print the DataWarnings raised inside as `warning: ...` lines (a word, never silent)."""
     with data_warnings(warn):
         yield
-
-
-def _read(path: Path) -> str:
-    from graphtrain.runtime.data.cache import read_text
-
-    return read_text(path)
 
 
 # ----------------------------------------------------------------------------------------------- data
@@ -399,11 +370,8 @@ def export(
 @app.command()
 @friendly
 def predict(
-    checkpoint: Annotated[
-        Path,
-        typer.Argument(help="a checkpoint directory, its LATEST/BEST file, or the checkpoints directory"),
-    ],
-    spec_path: Annotated[Path, typer.Option("--spec", help="the GraphTraining YAML the run trained with")],
+    checkpoint: Checkpoint,
+    spec_path: TrainedSpec,
     output: Annotated[
         Path | None,
         typer.Option(
@@ -482,6 +450,8 @@ def predict(
 
 
 app.command("train")(friendly(role_command(TrainParams, train)))
+app.command("run")(run)
+app.command("infer")(infer)
 
 
 @app.command()
@@ -511,68 +481,6 @@ def plan(
     say = lambda text: err.print(text, highlight=False, markup=False)  # noqa: E731
     for line in plan_command(gt, spec_path, partition, data_dir, req, say):
         out.print(line, highlight=False, markup=False)
-
-
-@app.command()
-@friendly
-def run(
-    spec_path: Annotated[Path, typer.Argument(help="GraphTraining YAML")],
-    run_dir: Annotated[Path | None, typer.Option(help="run directory (default: runs/<name>)")] = None,
-    standalone: Annotated[bool, typer.Option(help="one trainer, shards in its process (no servers)")] = False,
-    resume: Annotated[
-        bool, typer.Option(help="continue from the run directory's newest checkpoint that checks out")
-    ] = False,
-    overwrite: Annotated[
-        bool, typer.Option(help="delete the run directory's checkpoints and start over")
-    ] = False,
-    data_dir: DataDir = None,
-    scrape_also: Annotated[
-        list[str] | None,
-        typer.Option(
-            hidden=True,
-            help="JOB=PORT: one more target in <run-dir>/prometheus/targets.json (for a process the caller "
-            "runs beside the launch: `graphtrain run --api`'s status API)",
-        ),
-    ] = None,
-) -> None:
-    """Run a whole GraphTraining on this machine: partition, shard servers, trainers; prints the result.
-
-    Progress goes to the terminal, status (GraphTraining status schema) to <run-dir>/status.json.
-
-    Each process' output goes to <run-dir>/logs/<name>.log; the previous launch's is kept as <name>.log.1.
-
-    A run directory that holds checkpoints needs --resume or --overwrite: nothing is deleted unasked.
-
-    One launcher at a time owns a run directory; its servers and trainers end with it, even on kill -9.
-
-    The run directory and everything in it are private to you (mode 0700/0600).
-    """
-    from graphtrain.runtime.launch.local import LocalRun
-    from graphtrain.runtime.launch.processes import Terminated, stop_on_signals
-    from graphtrain.runtime.report import result_lines, resume_command
-
-    gt = load_yaml(_read(spec_path))
-    explicit_run_dir = run_dir is not None
-    run_dir = run_dir or Path("runs") / gt.metadata.name
-    stop_on_signals()
-    launch = LocalRun(
-        gt, spec_path, run_dir, standalone=standalone, data_dir=data_dir, resume=resume, overwrite=overwrite
-    )
-    for target in scrape_also or []:
-        job, _, port = target.rpartition("=")
-        if not job or not port.isdigit():
-            raise GraphtrainError(f"--scrape-also {target!r} is not JOB=PORT")
-        launch.add_target(job, int(port))
-    try:
-        result = launch.run()
-    except KeyboardInterrupt as exc:  # Ctrl-C, or Terminated (SIGTERM, SIGHUP): every process is stopped
-        what = str(exc) if isinstance(exc, Terminated) else "interrupted"
-        hint = resume_command(spec_path, run_dir, explicit_run_dir, standalone, data_dir)
-        err.print(f"{what}; continue with: {hint}", highlight=False, markup=False)
-        raise typer.Exit(130 if not isinstance(exc, Terminated) else 143) from None
-    for line in result_lines(gt.metadata.name, result, run_dir):
-        out.print(line, highlight=False, markup=False)
-    out.print(f"status: {run_dir / 'status.json'}")
 
 
 @app.command()

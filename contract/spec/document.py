@@ -16,7 +16,7 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 from graphtrain.contract.spec.base import API_VERSION, DNS1035, KIND, MAX_NAME_LENGTH, MAX_TABLES, SpecModel
-from graphtrain.contract.spec.enums import Backend, Device, Sharding, TableKeys
+from graphtrain.contract.spec.enums import Backend, Device, Mode, Sharding, TableKeys
 from graphtrain.contract.spec.execution import RunPolicy, ShardServers, Storage, Trainers
 from graphtrain.contract.spec.graph import (
     KG_DATASETS,
@@ -25,6 +25,7 @@ from graphtrain.contract.spec.graph import (
     cel_list,
     cel_node_types,
 )
+from graphtrain.contract.spec.inference import Inference
 from graphtrain.contract.spec.legacy import OLD_MODEL_FIELDS, read_old_form
 from graphtrain.contract.spec.model import (
     COMPLEX_KINDS,
@@ -100,6 +101,15 @@ class GraphTrainingSpec(SpecModel):
         "until it first runs. Kubernetes only: `graphtrain run` ignores it.",
     )
     storage: Storage = Field(default_factory=Storage, description="The shared volume (Kubernetes only).")
+    mode: Mode = Field(
+        default=Mode.train,
+        description="train (default) trains the model; inference infers every node's outputs from the "
+        "checkpoint spec.inference names (a GNN task's: the same graph, model and tables as the training "
+        "that wrote it), layer by layer over the whole graph, as training's evaluation does.",
+    )
+    inference: Inference | None = Field(
+        default=None, description="The checkpoint and the output of mode inference; required by it."
+    )
     image: str | None = Field(
         default=None,
         max_length=1024,
@@ -375,6 +385,20 @@ add_rules(
             ("size(self.training.fanouts)", lambda s: len(s.training.fanouts)),
             (_CEL_LAYERS, _num_layers),
         ),
+    ),
+    Rule(
+        "inference-checkpoint",
+        "inference",
+        lambda s: s.mode != Mode.inference or s.inference is not None,
+        cel="!has(self.mode) || self.mode != 'inference' || has(self.inference)",
+        message="mode inference needs inference.checkpoint: the checkpoint to infer from",
+    ),
+    Rule(
+        "inference-gnn",
+        "mode",
+        lambda s: s.mode != Mode.inference or s.task_kind != KGE,
+        cel=f"!has(self.mode) || self.mode != 'inference' || {_CEL_TASK} != '{KGE}'",
+        message="task kge has no layers to infer: its embeddings are its tables (graphtrain export)",
     ),
     Rule(
         "task-model",

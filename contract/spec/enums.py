@@ -209,3 +209,10 @@ class SamplerPlace(StrEnum):
     auto = "auto"  # on the trainer's GPU when it computes on one and maps every shard's graph, else host
     host = "host"  # on the host: the shards' samplers (in process, in shared memory or over the socket)
     device = "device"  # on the trainer's device, the whole graph copied there (refused if not mappable)
+
+
+class Mode(StrEnum):
+    """What a GraphTraining does with its graph."""
+
+    train = "train"  # train the model (the default)
+    inference = "inference"  # infer every node's outputs from a trained checkpoint (spec.inference)

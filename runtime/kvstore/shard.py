@@ -16,6 +16,10 @@ import torch
 
 from graphtrain.runtime.optim import OptimConfig
 
+# Tensors named so hold a computation's intermediate rows (train/layerwise.py: each GNN layer's output
+# over the whole graph): never checkpointed, so never restored.
+SCRATCH_PREFIX = "scratch:"
+
 
 @dataclass
 class TensorShard:
@@ -43,6 +47,10 @@ class TensorShard:
     @property
     def rows(self) -> int:
         return self.hi - self.lo
+
+    @property
+    def scratch(self) -> bool:
+        return self.name.startswith(SCRATCH_PREFIX)
 
     def release(self) -> None:
         """Unmap and unlink the table's shared-memory segment, if it has one."""

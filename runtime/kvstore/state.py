@@ -224,8 +224,10 @@ class ShardTensors:
     def _segment(self, name: str, nbytes: int) -> shared_memory.SharedMemory:
         """A new shared-memory segment named after the job, this shard, this process and `name`. The pid
         keeps a restarted server clear of what a SIGKILLed predecessor could not unlink; a segment of
-        the same name can then only be a dead process' whose pid was reused, and is replaced."""
-        full = f"{self.shm_prefix}-{self.shard}-{os.getpid()}-{name}"
+        the same name can then only be a dead process' whose pid was reused, and is replaced. A ':' of
+        the tensor's name is escaped: Python's resource tracker splits its records at ':' (and died
+        with a traceback on scratch:layer0)."""
+        full = f"{self.shm_prefix}-{self.shard}-{os.getpid()}-{name.replace(':', '%3A')}"
         try:
             return shared_memory.SharedMemory(create=True, size=nbytes, name=full)
         except FileExistsError:
@@ -414,7 +416,8 @@ class ShardTensors:
 
     def checkpoint(self, root: Path, background: bool = False) -> list[dict[str, Any]]:
         """Write every tensor's rows and optimizer state under `root` (atomic per piece). Node data
-        loaded from the partition is left out: the partition files already hold it, unchanged. A host
+        loaded from the partition is left out (the partition files already hold it, unchanged), and so
+        are scratch tensors (shard.SCRATCH_PREFIX: a computation's intermediate rows). A host
         table is written under its lock; a GPU table in chunks, each under the lock (gpu.save_chunked).
         `background`: host tables are only snapshotted (copy-on-write: snapshot.py) and GPU tables copied
         on their device (gpu.freeze), all written by a thread (a GPU table the device has no room to copy
@@ -424,7 +427,7 @@ class ShardTensors:
             self._wait_background()
             pieces, host, frozen = [], [], []
             for t in list(self.tensors.values()):
-                if t.from_partition and t.config is None:
+                if (t.from_partition and t.config is None) or t.scratch:
                     continue
                 with t.lock:
                     if not t.data.is_cuda:

@@ -58,6 +58,7 @@ from typing import Any
 
 from graphtrain.contract import reporting, rundir
 from graphtrain.contract.conditions import Reason
+from graphtrain.contract.roles import Files
 from graphtrain.contract.spec import (
     Condition,
     Device,
@@ -70,7 +71,7 @@ from graphtrain.contract.spec import (
 from graphtrain.runtime import cpus
 from graphtrain.runtime.data.cache import atomic_file, write_json
 from graphtrain.runtime.errors import GraphtrainError
-from graphtrain.runtime.launch import partition_step, plan, reuse, status, targets
+from graphtrain.runtime.launch import inference, partition_step, plan, reuse, status, targets
 from graphtrain.runtime.launch.hosts import HostLayout
 from graphtrain.runtime.launch.processes import (
     Child,
@@ -214,6 +215,8 @@ class LocalRun:
         naming the field, before any server starts."""
         from graphtrain.runtime.data import datasets, inputs
 
+        if inference.inferring(self.gt):  # the checkpoint's own: its rows are in that node order
+            return inference.partition(self.gt, self.spec_path.parent, self.run_dir)
         work = partition_step.from_spec(self.gt, self.spec_path.parent)
         cached = None
         if work.source.dataset is not None:
@@ -261,9 +264,14 @@ class LocalRun:
         """Where the shard servers keep their learnable tables (spec shardServers.device): cpu or cuda."""
         return Device(self.gt.spec.shard_servers.device).value
 
+    def files(self, partition: Path) -> Files:
+        if inference.inferring(self.gt):
+            return inference.files(self.gt, self.spec_path, self.run_dir, partition)
+        return plan.files(self.run_dir, self.spec_path, partition)
+
     def start_servers(self, partition: Path) -> None:
         n = self.gt.spec.num_shards
-        where = plan.files(self.run_dir, self.spec_path, partition)
+        where = self.files(partition)
         gpus = visible_gpus() if self.device == "cuda" else 0
         plans = [
             plan.shard_server(
@@ -286,7 +294,7 @@ class LocalRun:
         ]
 
     def start_trainers(self, partition: Path) -> None:
-        where = plan.files(self.run_dir, self.spec_path, partition)
+        where = self.files(partition)
         if self.standalone:
             self.trainers = [self._spawn(plan.standalone_trainer(where, self.run_dir))]
             return
@@ -507,11 +515,11 @@ class LocalRun:
             self.write_targets()
             partition = self.partition()
             self._drop_checkpoints()
-            st = self.obs.partition["stats"]
-            self.say(
-                f"[run] edge cut {100 * st['edge_cut_fraction']:.2f} %, balance "
-                + ", ".join(f"{k} {v:.3f}" for k, v in st["balance"].items())
-            )
+            if st := (self.obs.partition or {}).get("stats"):
+                self.say(
+                    f"[run] edge cut {100 * st['edge_cut_fraction']:.2f} %, balance "
+                    + ", ".join(f"{k} {v:.3f}" for k, v in st["balance"].items())
+                )
             self.obs.phase = Phase.starting.value
             self.write_status()
             if not self.standalone:

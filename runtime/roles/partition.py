@@ -30,12 +30,16 @@ def partition(p: PartitionParams, warn: Callable[[str], None]) -> PartitionConfi
         GraphtrainError: the pipeline's refusals (partition_step.partition), or an unwritable report.
     """
     from graphtrain.runtime import capacity  # numpy, METIS (no torch): not for `graphtrain --help`
-    from graphtrain.runtime.launch import partition_step
+    from graphtrain.runtime.launch import inference, partition_step
 
     work = partition_step.from_options(p)
-    config = partition_step.partition(
-        work, p.out_dir, overwrite=p.overwrite, data_dir=p.data_dir, warn=warn, spin=True
-    )
+    if work.model is not None and inference.inferring(work.model):  # the checkpoint's own partition
+        base = p.base_dir or (p.spec_path.parent if p.spec_path else Path.cwd())
+        config = inference.link_partition(work.model, base, p.out_dir, p.overwrite)
+    else:
+        config = partition_step.partition(
+            work, p.out_dir, overwrite=p.overwrite, data_dir=p.data_dir, warn=warn, spin=True
+        )
     if p.report_file is not None:
         need = capacity.memory_need(work.model.spec, config) if work.model is not None else None
         report(config.data, p.report_file, need)

@@ -83,10 +83,13 @@ def train(p: TrainParams) -> None:
             from graphtrain.runtime.train.kge import LinkPrediction
 
             task = LinkPrediction(gt, graph, dist, device)
-        loop = EpochLoop(
-            task, gt.spec, graph, dist, p.run_dir, p.checkpoint_root, p.progress_configmap, metrics
-        )
-        result = loop.run()
+        if p.infer_from is not None:
+            result = _infer(task, graph, dist, p, metrics)
+        else:
+            loop = EpochLoop(
+                task, gt.spec, graph, dist, p.run_dir, p.checkpoint_root, p.progress_configmap, metrics
+            )
+            result = loop.run()
     if p.rank == 0 and p.run_dir is not None:
         write_json(p.run_dir / "result.json", result)
     sys.stdout.write(json.dumps({"event": "done", "rank": p.rank, "metrics": result}) + "\n")
@@ -97,6 +100,34 @@ def train(p: TrainParams) -> None:
     sys.stderr.flush()
     close_push_buffers()  # its own, which no teardown will unlink
     os._exit(0)
+
+
+def _infer(task: Any, graph: Any, dist: Any, p: TrainParams, metrics: Any) -> dict[str, Any]:
+    """Mode inference (train/inference.py): the checkpoint's outputs for every node, instead of training;
+    reported as a training's end is (its test metric: status.progress in a pod, progress.json here).
+
+    Raises:
+        GraphtrainError: a task without layers to infer (kge), or no output directory."""
+    from graphtrain.runtime.train.inference import infer
+    from graphtrain.runtime.train.reporter import Reporter
+    from graphtrain.runtime.train.sinks import progress_sinks
+    from graphtrain.runtime.train.tally import TrainerProgress
+
+    if not hasattr(task, "encoded"):
+        raise GraphtrainError("task kge has no layers to infer: its tables are its embeddings (export)")
+    out = p.output or (p.run_dir / "inference" if p.run_dir is not None else None)
+    if out is None or p.infer_from is None:
+        raise GraphtrainError("--infer-from needs --output or --run-dir (where the outputs go)")
+    sinks = progress_sinks(p.run_dir, dist.rank, p.progress_configmap)
+    reporter = Reporter(dist.rank, sinks, metrics=metrics)
+    progress = TrainerProgress()
+    reporter.report(progress)  # started: the executors' heartbeat
+    result = infer(task, graph, dist, p.infer_from, out)
+    metric = f"test_{task.metric_names[0]}"
+    progress.eval_metric, progress.eval_value = metric, result[metric]
+    progress.metrics, progress.state = result, "Succeeded"
+    reporter.report(progress)
+    return result
 
 
 def serve_metrics(registry: Any, host: str, port: int, port_file: Path | None) -> int:

@@ -67,6 +67,24 @@ class DenseTask:
     model: torch.nn.Module
     dense_opt: torch.optim.Optimizer
     sparse_opts: list[Any]
+    updates = 0  # steps taken by this process: what the model's state is
+    _encoded: tuple[int, Any] | None = None
+
+    def encode(self) -> Any:
+        """Every node's output, layer by layer over the whole graph (layerwise.Layers)."""
+        raise NotImplementedError
+
+    def outputs(self, layers: Any) -> dict[str, Any]:
+        """The inference columns of this trainer's share of the nodes (`graphtrain infer`): the
+        encoder's embedding."""
+        return {"embedding": layers.mine.numpy()}
+
+    def encoded(self) -> Any:
+        """encode(), once per model state: the validation and the test pass after the last step (and
+        `graphtrain infer`'s outputs and metrics) share one computation."""
+        if self._encoded is None or self._encoded[0] != self.updates:
+            self._encoded = (self.updates, self.encode())
+        return self._encoded[1]
 
     def update(self, loss: torch.Tensor, clock: Any) -> None:
         """Backward, the sparse gradients pushed (the servers apply them while the dense step and the
@@ -79,6 +97,7 @@ class DenseTask:
                 opt.step(wait=False)
             clock.lap("push")
         self.dense_opt.step()
+        self.updates += 1
         clock.lap("forward_backward")  # the dense step: the model's part of the step
 
     def save_state(self, directory: Path) -> None:
@@ -86,3 +105,4 @@ class DenseTask:
 
     def load_state(self, directory: Path) -> None:
         load_dense(directory / "dense.pt", unwrap(self.model), self.dense_opt)
+        self._encoded = None

@@ -10,7 +10,7 @@ classification and regression.
   made every edge two-way), so an edge's own features do not reach the embeddings that classify it.
 - **Loss**: cross-entropy of the PairClassifier's class scores (models/decoders.py); regression: its
   one output's mean squared error against the label's number.
-- **Evaluation**: every node's embedding with every neighbour (pairs.embed_all), then the class (the
+- **Evaluation**: every node's embedding with every neighbour (layerwise.py), then the class (the
   number) of each of this trainer's share of the split's edges; accuracy (RMSE, lower is better)
   from sums over trainers.
 
@@ -40,8 +40,9 @@ from graphtrain.runtime.train.dense import DenseTask, dense_optimizer
 from graphtrain.runtime.train.device import to_device
 from graphtrain.runtime.train.dist import Dist, seed_everything, unwrap
 from graphtrain.runtime.train.encoder import GNNEncoder
+from graphtrain.runtime.train.layerwise import Layers, layerwise
 from graphtrain.runtime.train.metrics import StageClock
-from graphtrain.runtime.train.pairs import EncoderAndHead, embed_all, exclusion, sample_without, share
+from graphtrain.runtime.train.pairs import EncoderAndHead, exclusion, sample_without, share
 from graphtrain.runtime.train.task import Split
 
 REPORT_EVERY = 20
@@ -158,19 +159,20 @@ class GNNEdgeClassification(DenseTask):
 
     # ---------------------------------------------------------------------------------- evaluation
 
-    def embed_all(self) -> torch.Tensor:
-        """Every node's embedding (num_nodes, dim) on the host, with every neighbour (pairs.embed_all)."""
+    def encode(self) -> Layers:
+        """Every node's embedding with every neighbour, on the shard servers (layerwise.py)."""
         module = unwrap(self.model).encoder
-        return embed_all(self.enc, module, self.dist, gnn(self.spec.model).num_layers, self.dim)
+        return layerwise(self.enc, module, self.dist, gnn(self.spec.model).num_layers)
 
     @torch.no_grad()
-    def predict(self, z: torch.Tensor, edges: np.ndarray) -> torch.Tensor:
+    def predict(self, layers: Layers, edges: np.ndarray) -> torch.Tensor:
         """The predicted class (regression: number) of each (source, edge type, destination) row of
-        `edges` from the node embeddings `z` (on the host), in passes of EVAL_EDGES."""
+        `edges` from the node embeddings of `layers` (their endpoints' rows pulled), in passes of
+        EVAL_EDGES."""
         out = []
         for i in range(0, len(edges), EVAL_EDGES):
             part = torch.from_numpy(edges[i : i + EVAL_EDGES])
-            zs, zd = to_device(z[part[:, 0]], self.device), to_device(z[part[:, 2]], self.device)
+            zs, zd = (to_device(layers.last[part[:, j]], self.device) for j in (0, 2))
             scores = self.classifier(zs, to_device(part[:, 1], self.device), zd)
             out.append((scores.squeeze(1) if self.regression else scores.argmax(1)).cpu())
         if not out:
@@ -179,12 +181,12 @@ class GNNEdgeClassification(DenseTask):
 
     def evaluate(self, split: Split) -> dict[str, float]:
         """Accuracy (RMSE) on the split's labelled edges, each trainer a share, from sums."""
-        z = self.embed_all()
+        layers = self.encoded()
         edges = self.edges[split]
         lo = self.dist.rank * len(edges) // self.dist.world
         hi = (self.dist.rank + 1) * len(edges) // self.dist.world
         mine = edges[lo:hi]
-        predicted = self.predict(z, mine)
+        predicted = self.predict(layers, mine)
         if self.regression:
             error = float(((predicted - self.values[split][mine[:, 3]]) ** 2).sum())
             total_error, total = self.dist.sum([error, len(mine)])

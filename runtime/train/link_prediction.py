@@ -14,7 +14,7 @@ the epoch loop: DistDGL's and GraphStorm's link prediction on a knowledge graph'
   reverse as well; unset: reverse when graph.reverseEdges made every edge two-way).
 - **Loss**: kge_math.loss on the decoder's scores (crossentropy: contrastive; softplus: binary
   cross-entropy; margin).
-- **Evaluation**: every node's embedding with every neighbour, layer by layer (pairs.embed_all); then
+- **Evaluation**: every node's embedding with every neighbour, layer by layer (layerwise.py); then
   task kge's filtered ranking
   (realistic ranks, every known triple filtered) of each valid/test triple's head and tail against
   every entity, a seeded sample of kge.EVAL_MAX_TRIPLES of a large split, sums all-reduced.
@@ -46,8 +46,9 @@ from graphtrain.runtime.train.device import to_device
 from graphtrain.runtime.train.dist import Dist, seed_everything, unwrap
 from graphtrain.runtime.train.encoder import GNNEncoder
 from graphtrain.runtime.train.kge import eval_sample, load_kg
+from graphtrain.runtime.train.layerwise import Layers, layerwise
 from graphtrain.runtime.train.metrics import StageClock
-from graphtrain.runtime.train.pairs import EncoderAndHead, embed_all, exclusion, sample_without, share
+from graphtrain.runtime.train.pairs import EncoderAndHead, exclusion, sample_without, share
 from graphtrain.runtime.train.task import Split
 
 REPORT_EVERY = 20
@@ -236,10 +237,15 @@ class GNNLinkPrediction(DenseTask):
 
     # ---------------------------------------------------------------------------------- evaluation
 
-    def embed_all(self) -> torch.Tensor:
-        """Every node's embedding (num_nodes, dim) on the host, with every neighbour (pairs.embed_all)."""
+    def encode(self) -> Layers:
+        """Every node's embedding with every neighbour, on the shard servers (layerwise.py)."""
         module = unwrap(self.model).encoder
-        return embed_all(self.enc, module, self.dist, gnn(self.spec.model).num_layers, self.dim)
+        return layerwise(self.enc, module, self.dist, gnn(self.spec.model).num_layers)
+
+    def embed_all(self) -> torch.Tensor:
+        """Every node's embedding (num_nodes, dim) on the host (what ranking against every candidate
+        needs), once per model state (DenseTask.encoded)."""
+        return self.encoded().everything()
 
     def eval_triples(self, split: Split) -> np.ndarray:
         """The split's triples of the target relations, or a seeded sample of EVAL_MAX_TRIPLES."""

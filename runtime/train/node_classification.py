@@ -9,9 +9,9 @@ Each trainer takes its node_split of the training nodes; a NeighborLoader sample
 input features and labels (on a background thread with training.prefetch, over its own client), while
 the main thread pulls the embedding rows (they take part in autograd), runs the model, steps the dense
 optimizer (gradients all-reduced by DistributedDataParallel) and the sparse one (deduplicated pushes to
-the shard servers). Evaluation uses every neighbour (no sampling), each trainer on its share of the
-nodes, counts summed. A checkpoint keeps the dense model and its optimizer (dense.pt) beside the shard
-servers' tables.
+the shard servers). Evaluation uses every neighbour (no sampling), layer by layer over the whole graph
+(layerwise.py, which `graphtrain infer` runs too), each trainer counting its share of the nodes. A
+checkpoint keeps the dense model and its optimizer (dense.pt) beside the shard servers' tables.
 """
 
 from __future__ import annotations
@@ -30,20 +30,22 @@ from graphtrain.runtime.graph import DistGraph, NeighborLoader, node_split
 from graphtrain.runtime.graph.device_data import data_bytes, device_node_data
 from graphtrain.runtime.graph.device_sampler import device_graph, sample_blocks_on
 from graphtrain.runtime.graph.fanouts import layer_fanouts
-from graphtrain.runtime.graph.loader import MiniBatch, Sampler, sample_blocks
+from graphtrain.runtime.graph.loader import MiniBatch
+from graphtrain.runtime.graph.split import mask_ids
 from graphtrain.runtime.kvstore.client import KVClient
 from graphtrain.runtime.kvstore.placement import free_bytes
+from graphtrain.runtime.partition.format import load_names
 from graphtrain.runtime.train.dense import DenseTask, dense_optimizer
 from graphtrain.runtime.train.device import to_device
 from graphtrain.runtime.train.dist import Dist, seed_everything, unwrap
 from graphtrain.runtime.train.encoder import GNNEncoder
+from graphtrain.runtime.train.layerwise import Layers, layerwise
 from graphtrain.runtime.train.metrics import StageClock
 from graphtrain.runtime.train.reporter import log
 from graphtrain.runtime.train.tables import Table
 from graphtrain.runtime.train.task import Split
 
 REPORT_EVERY = 20
-EVAL_BATCH = 4096
 
 
 def target_types(task: Any, graph: DistGraph) -> np.ndarray | None:
@@ -114,9 +116,6 @@ class NodeClassification(DenseTask):
                 f"[trainer] sampling on {on_device.device}: the graph's {len(on_device.indices):,} edges "
                 f"copied there (training.sampler {tr.sampler})"
             )
-        self.sampler: Sampler = (
-            partial(sample_blocks_on, on_device) if on_device else partial(sample_blocks, self.graph)
-        )
         # features and labels whole beside the graph, when it is there: a batch's inputs, one gather
         self.node_data: dict[str, torch.Tensor] = {}
         if on_device is not None:
@@ -158,14 +157,6 @@ class NodeClassification(DenseTask):
                 mb.data["x"] = to_device(g.ndata["feat"][mb.input_nodes], self.device)
             mb.data["y"] = to_device(g.ndata["label"][mb.seeds], self.device)
         mb.blocks = to_device(mb.blocks, self.device)
-
-    def _features(self, mb: MiniBatch) -> torch.Tensor | None:
-        """The input features of an evaluation batch, on the model's device."""
-        if self.feat is None:
-            return None
-        if mb.input_device is not None and self.node_data:
-            return self.node_data["feat"].index_select(0, mb.input_device)
-        return to_device(self.feat[mb.input_nodes], self.device)
 
     def _ids(self, table: Table, mb: MiniBatch) -> torch.Tensor:
         """The batch's input nodes where `table` looks them up: the device's copy when its rows are on
@@ -214,24 +205,40 @@ class NodeClassification(DenseTask):
         self.update(loss, clock)
         return loss, len(mb.seeds)
 
+    def encode(self) -> Layers:
+        """Every node's class scores with every neighbour, layer by layer (layerwise.py)."""
+        return layerwise(self.enc, unwrap(self.model), self.dist, gnn(self.spec.model).num_layers)
+
     @torch.no_grad()
     def evaluate(self, split: Split) -> dict[str, float]:
-        """Accuracy on this trainer's share of `split`, summed over trainers; every neighbour is used."""
-        mask = "val" if split == "valid" else split
-        ids = self._split(mask)
-        model = unwrap(self.model)
-        model.eval()
-        correct = 0
-        starts = range(0, len(ids), EVAL_BATCH)
-        self.enc.idle_lookups(self._eval_rounds(len(starts)) - len(starts))
-        for i in starts:
-            mb = self.sampler(ids[i : i + EVAL_BATCH], [-1] * len(self.spec.training.fanouts), 0)
-            mb.blocks = to_device(mb.blocks, self.device)
-            pred = self._forward(model, mb, self._features(mb)).argmax(1).cpu()
-            correct += int((pred == self.label[mb.seeds]).sum())
-        model.train()
+        """Accuracy on `split`: every node's scores with every neighbour (layerwise.py, what `graphtrain
+        infer` predicts with), each trainer counting the split's nodes of its share, summed."""
+        layers = self.encoded()
+        ids = self.in_share(split, layers.lo, layers.hi)
+        pred = layers.mine[torch.from_numpy(ids - layers.lo)].argmax(1)
+        correct = int((pred == self.label[ids]).sum())
         total_correct, total = self.dist.sum([correct, len(ids)])
         return {"accuracy": total_correct / max(total, 1)}
+
+    def outputs(self, layers: Layers) -> dict[str, Any]:
+        """The inference columns of this trainer's nodes: the predicted class and each class'
+        probability, and the last hidden layer's output as the embedding (predict --embeddings')."""
+        probs = torch.softmax(layers.mine, 1).numpy()
+        names = load_names(self.graph.config, verify=False)
+        classes = names.get("class_names", np.arange(probs.shape[1]))
+        cols: dict[str, Any] = {"predicted": classes[probs.argmax(1)]}
+        cols.update({f"p_{c}": probs[:, j] for j, c in enumerate(classes.tolist())})
+        if len(layers.tensors) >= 2:
+            cols["embedding"] = layers.rows(len(layers.tensors) - 2, layers.lo, layers.hi).numpy()
+        return cols
+
+    def in_share(self, split: Split, lo: int, hi: int) -> np.ndarray:
+        """The nodes of `split` (train, valid, test) of the target node types in [lo, hi)."""
+        ids = mask_ids(self.graph.config, "val" if split == "valid" else split)
+        ids = ids[(ids >= lo) & (ids < hi)]
+        if self.targets is None:
+            return ids
+        return ids[np.isin(self.graph.node_types(ids), self.targets)]
 
     def _split(self, mask: str) -> np.ndarray:
         """This trainer's share of the nodes of `mask` (train, val, test) of the target node types."""
@@ -239,8 +246,3 @@ class NodeClassification(DenseTask):
         if self.targets is None:
             return ids
         return ids[np.isin(self.graph.node_types(ids), self.targets)]
-
-    def _eval_rounds(self, mine: int) -> int:
-        """Lookups every trainer takes part in during an evaluation: the most batches any trainer has,
-        with a collective embedding; its own count otherwise."""
-        return int(max(self.dist.gather_max([mine]))) if self.collective_tables else mine

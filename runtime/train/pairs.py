@@ -1,16 +1,12 @@
 """What the tasks that learn node pairs share (link prediction, edge classification): each trainer's
-share of the target pairs, the blocks of a batch's endpoints without its own pairs, and every node's
-embedding over the whole graph, layer by layer.
+share of the target pairs and the blocks of a batch's endpoints without its own pairs (every node's
+embedding over the whole graph, for their evaluation, is layerwise.py's).
 
 - **Shares.** Each trainer takes an equal, contiguous share of the targets ordered by destination, so
   mostly destinations of one partition (the new ids run partition by partition), and every trainer
   takes the same number of steps, as DDP needs.
 - **Exclusion.** A batch's target pairs leave the graph its GNN samples (exclude self), with their
   reverses as well (reverse), or nothing leaves (none): the leak a model must not learn from.
-- **embed_all.** Each layer over every node once (its in-edges sampled whole, one block per chunk of
-  nodes), each trainer a contiguous share of the nodes, the layer's rows gathered on every trainer before
-  the next reads them, as DGL's distributed inference computes it. A node's k-hop neighbourhood is never
-  expanded, so a hub costs its edges once per layer, not once per batch that reaches it.
 """
 
 from __future__ import annotations
@@ -22,11 +18,7 @@ from graphtrain.contract.spec import Exclude
 from graphtrain.runtime.errors import GraphtrainError
 from graphtrain.runtime.graph import DistGraph
 from graphtrain.runtime.graph.loader import MiniBatch, pair_keys, sample_blocks
-from graphtrain.runtime.train.device import to_device
 from graphtrain.runtime.train.dist import Dist
-from graphtrain.runtime.train.encoder import GNNEncoder
-
-EVAL_NODES = 4096  # nodes embedded per evaluation batch
 
 
 class EncoderAndHead(torch.nn.Module):
@@ -84,35 +76,3 @@ def sample_without(
             src, dst = np.concatenate([src, dst]), np.concatenate([dst, src])
         keys = pair_keys(src, dst, graph.num_nodes)
     return sample_blocks(graph, seeds, fanouts, seed, exclude=keys)
-
-
-@torch.no_grad()
-def embed_all(
-    enc: GNNEncoder, module: torch.nn.Module, dist: Dist, num_layers: int, out_dim: int
-) -> torch.Tensor:
-    """Every node's embedding (num_nodes, out_dim) on the host, with every neighbour, layer by layer
-    (the module docstring); `module`: the encoder's model, not its DDP wrapper."""
-    graph, device = enc.graph, enc.device
-    module.eval()
-    n, rank, world = graph.num_nodes, dist.rank, dist.world
-    lo, hi = rank * n // world, (rank + 1) * n // world
-    starts = range(lo, hi, EVAL_NODES)
-    rounds = int(max(dist.gather_max([len(starts)]))) if enc.collective_tables else len(starts)
-    enc.idle_lookups(rounds - len(starts))  # the first layer's lookups, paired across trainers
-    h: torch.Tensor | None = None
-    for layer in range(num_layers):
-        parts = []
-        for i in starts:
-            mb = sample_blocks(graph, np.arange(i, min(i + EVAL_NODES, hi), dtype=np.int64), [-1])
-            block = to_device(mb.blocks, device)[0]
-            if h is None:
-                first, frozen = enc.layer_inputs(mb)
-                out = module.layer(0, block, first, frozen)
-            else:
-                out = module.layer(layer, block, to_device(h[torch.from_numpy(mb.input_nodes)], device))
-            parts.append(out.float().cpu())
-        mine = torch.cat(parts) if parts else torch.empty(0, out_dim if h is None else h.shape[1])
-        h = dist.gather_rows(mine)
-    module.train()
-    assert h is not None
-    return h

@@ -258,6 +258,10 @@ BREAKS: dict[str, Doc] = {
         GRAPHSAGE, lambda s: s.update(task={"kind": "edgeClassification"})
     ),
     "edgeRegression-labelled-edges": edit(GRAPHSAGE, lambda s: s.update(task={"kind": "edgeRegression"})),
+    "inference-checkpoint": edit(GRAPHSAGE, lambda s: s.update(mode="inference")),
+    "inference-gnn": edit(
+        TRANSE, lambda s: s.update(mode="inference", inference={"checkpoint": "runs/nations/checkpoints"})
+    ),
     "graph-nodes-with-edges": edit(TYPED, lambda s: s["graph"].pop("edges")),
     "graph-edge-node-types": edit(
         TYPED, lambda s: s["graph"]["edges"][0].update(relation=["editor", "writes", "paper"])

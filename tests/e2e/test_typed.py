@@ -1,7 +1,9 @@
 """A typed training through the operator, its pods run by the pod runner (process mode): the typed
 example's node and edge files (examples/own-data/shop-gat.yaml: users, items and shops) on the training's
 claim, where the spec's relative paths lead (storage.mountPath), an R-GCN over its edge types to
-Succeeded, the test accuracy in status.progress."""
+Succeeded, the test accuracy in status.progress. Then a second GraphTraining of mode inference on the
+same claim infers every node's outputs from the first one's checkpoint to Succeeded: the parquet parts
+on the claim hold every node once, and their test accuracy is the training's."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 import yaml
 
@@ -19,6 +22,7 @@ from tests.e2e.conftest import ROOT, Cluster, fail_fast, wait_phase
 from tests.podrunner import PodRunner
 
 NAME = "shop-rgcn"
+INFER = "shop-rgcn-infer"
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -49,9 +53,28 @@ def test_a_typed_rgcn_trains_through_the_operator_to_succeeded(cluster: Cluster,
         pods = json.loads(kube("get", "pods", "-n", ns, "-o", "json"))["items"]
         logs = "\n".join(runner.logs(ns, p["metadata"]["name"]) for p in pods)
         assert runner.errors == []
-    assert body["status"]["phase"] == "Succeeded", f"{json.dumps(body['status'])[:3000]}\n{logs[-6000:]}"
-    assert "Training" in seen, seen
-    partition = body["status"].get("partition") or {}
-    assert any(k.startswith("nodes:user") for k in (partition.get("balance") or {})), partition
-    accuracy = final_progress(kube, ns, NAME, "test_accuracy")["evalValue"]
-    assert 0.5 <= accuracy <= 1.0, accuracy
+        assert body["status"]["phase"] == "Succeeded", f"{json.dumps(body['status'])[:3000]}\n{logs[-6000:]}"
+        assert "Training" in seen, seen
+        partition = body["status"].get("partition") or {}
+        assert any(k.startswith("nodes:user") for k in (partition.get("balance") or {})), partition
+        accuracy = final_progress(kube, ns, NAME, "test_accuracy")["evalValue"]
+        assert 0.5 <= accuracy <= 1.0, accuracy
+        # inference from its checkpoint, on its claim (kept: storage.whenDeleted Retain)
+        work = f"runs/{NAME}/{body['metadata']['uid']}"
+        doc["metadata"]["name"] = INFER
+        doc["spec"]["mode"] = "inference"
+        doc["spec"]["inference"] = {"checkpoint": f"{work}/checkpoints/LATEST"}
+        doc["spec"]["storage"] = {"volumeClaimName": f"{NAME}-data"}
+        spec.write_text(yaml.safe_dump(doc))
+        kube("apply", "-n", ns, "-f", str(spec))
+        body = wait_phase(kube, ns, INFER, {"Succeeded", "Failed"}, 600, [], fail_fast(runner))
+        assert body["status"]["phase"] == "Succeeded", json.dumps(body["status"])[:3000]
+        inferred = final_progress(kube, ns, INFER, "test_accuracy")
+        assert inferred["evalValue"] == pytest.approx(accuracy, abs=1e-9)
+    out = claim.parent / "runs" / INFER / body["metadata"]["uid"] / "inference"
+    manifest = json.loads((out / "manifest.json").read_text())
+    parts = [pq.read_table(out / p).to_pydict() for p in manifest["parts"]]
+    keys = sorted((t, i) for part in parts for t, i in zip(part["node_type"], part["id"], strict=True))
+    assert len(keys) == len(set(keys)) == manifest["rows"], manifest  # every node once, by type and id
+    assert {"user", "item", "shop"} <= {t for t, _ in keys}
+    assert len(parts[0]["embedding"][0]) == 16  # model.hiddenDim

@@ -1819,3 +1819,27 @@ def test_a_finished_training_ignores_suspend() -> None:
     c.body["spec"]["suspend"] = True
     p = c.step()
     assert p.status["phase"] == "Succeeded" and "Suspended" not in [x["type"] for x in p.status["conditions"]]
+
+
+def test_an_inference_training_reads_its_checkpoint_and_writes_beside_its_work() -> None:
+    """mode inference: the shard servers' checkpoint root is the checkpoint's (the volume's path, relative
+    ones under mountPath), nothing restored at start (the trainers name the checkpoint), and the trainers
+    infer from it into <work>/inference, or inference.output on the volume."""
+    ckpt = "runs/wn/uid-0/checkpoints/BEST"
+    body = training(mode="inference", **{"inference.checkpoint": ckpt})
+    gt = parse(body)
+    shard = manifests.shard_statefulset(body, gt, built_in())["spec"]["template"]["spec"]["containers"][0]
+    assert "--restore" not in shard["args"]
+    assert (
+        shard["args"][shard["args"].index("--checkpoint-root") + 1]
+        == "/var/lib/graphtrain/runs/wn/uid-0/checkpoints"
+    )
+    pod = manifests.trainer_pod(body, gt, built_in(), 0, 0)["spec"]["containers"][0]["args"]
+    assert pod[pod.index("--infer-from") + 1] == f"/var/lib/graphtrain/{ckpt}"
+    assert pod[pod.index("--output") + 1] == "/var/lib/graphtrain/runs/wn/uid-1/inference"
+    body = training(mode="inference", **{"inference.checkpoint": "/data/ck", "inference.output": "out/emb"})
+    pod = manifests.trainer_pod(body, parse(body), built_in(), 1, 0)["spec"]["containers"][0]["args"]
+    assert pod[pod.index("--infer-from") + 1] == "/data/ck"
+    assert pod[pod.index("--output") + 1] == "/var/lib/graphtrain/out/emb"
+    train = manifests.trainer_pod(training(), parse(training()), built_in(), 0, 0)["spec"]["containers"][0]
+    assert "--infer-from" not in train["args"]

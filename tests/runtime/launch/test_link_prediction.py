@@ -2,13 +2,18 @@
 Nations standalone and with 2 trainers beside 2 shard servers, and the leakage check: on a graph whose
 every triple has its inverse triple, exclude none lets the target edge into its own neighbourhood and
 scores clearly higher on the validation triples (whose inverses are in the graph) than exclude reverse,
-which is the default when graph.reverseEdges makes every edge two-way."""
+which is the default when graph.reverseEdges makes every edge two-way. `graphtrain infer` of the 2x2
+training's checkpoint ranks as its final evaluation did."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
+import pyarrow.parquet as pq
 import pytest
 import yaml
 
@@ -17,6 +22,7 @@ from graphtrain.runtime.train.pairs import exclusion
 from tests.runtime.launch.test_run import launch
 
 EXAMPLE = Path(__file__).parents[3] / "examples" / "nations-rgcn-lp.yaml"
+CLI = [sys.executable, "-m", "graphtrain.runtime.cli"]
 
 
 def nations_lp(epochs: int) -> dict:
@@ -41,6 +47,21 @@ def test_two_trainers_beside_two_shard_servers_learn_nations(tmp_path: Path) -> 
     result = launch(nations_lp(20), tmp_path / "run").run()
     assert result["test_mrr"] > 0.45, result
     assert result["val_triples"] == 199.0
+    # `graphtrain infer` of the last checkpoint: every entity's embedding, and the ranking of the
+    # inferred embeddings is the training's final evaluation (the same code computes both)
+    spec, checkpoint = tmp_path / "run.yaml", tmp_path / "run" / "checkpoints" / "LATEST"
+    done = subprocess.run(
+        [*CLI, "infer", str(checkpoint), "--spec", str(spec), "--run-dir", str(tmp_path / "inf")],
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = tmp_path / "inf" / "inference"
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["test_mrr"] == pytest.approx(result["test_mrr"], abs=1e-12), (manifest, result)
+    ids = [i for p in manifest["parts"] for i in pq.read_table(out / p).column("id").to_pylist()]
+    assert len(ids) == len(set(ids)) == 14 and "brazil" in ids, ids  # every Nations entity, by name
 
 
 def inverse_paired_kg(path: Path, nodes: int = 200, edges: int = 400, seed: int = 0) -> Path:

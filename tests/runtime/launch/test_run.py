@@ -36,14 +36,13 @@ from graphtrain.runtime.launch.local import LocalRun, RunFailed
 from tests.conftest import planted_graph
 
 
-@pytest.fixture(scope="module")
-def graph_file(tmp_path_factory) -> Path:
+def planted_npz(path: Path) -> Path:
+    """The planted-partition graph of these tests as an .npz at `path`: 2,000 nodes in 4 blocks."""
     g = planted_graph(n=2000, k=4, seed=3)
     rng = np.random.default_rng(0)
     # Dense features that carry the block a little: the model has something to learn from both inputs.
     feat = rng.standard_normal((g.num_nodes, 16)).astype(np.float32)
     feat[np.arange(g.num_nodes), g.label] += 1.0
-    path = tmp_path_factory.mktemp("graph") / "planted.npz"
     np.savez(
         path,
         indptr=g.indptr,
@@ -53,6 +52,11 @@ def graph_file(tmp_path_factory) -> Path:
         **{f"{k}_mask": v for k, v in g.masks.items()},
     )
     return path
+
+
+@pytest.fixture(scope="module")
+def graph_file(tmp_path_factory) -> Path:
+    return planted_npz(tmp_path_factory.mktemp("graph") / "planted.npz")
 
 
 def sage_spec(graph: Path, epochs: int = 3, backoff: int = 0, batch: int = 128) -> dict:

@@ -1,0 +1,52 @@
+"""What the `graphtrain` commands share: the consoles, the error wrapper that turns what a user can act
+on into one line and exit code 1, the --data-dir option and reading a spec file."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from graphtrain.contract.spec import SpecError
+from graphtrain.runtime.errors import GraphtrainError
+
+out = Console(soft_wrap=True)
+err = Console(stderr=True, soft_wrap=True)
+F = TypeVar("F", bound=Callable[..., Any])
+
+DataDir = Annotated[
+    Path | None,
+    typer.Option("--data-dir", help="dataset cache (default: $GRAPHTRAIN_DATA or ~/.cache/graphtrain)"),
+]
+
+# a command's checkpoint argument and the spec it was trained with (predict, infer)
+Checkpoint = Annotated[
+    Path, typer.Argument(help="a checkpoint directory, its LATEST/BEST file, or the checkpoints directory")
+]
+TrainedSpec = Annotated[Path, typer.Option("--spec", help="the GraphTraining YAML the run trained with")]
+
+
+def friendly(fn: F) -> F:
+    """Turn the errors a user can act on into a message and exit code 1."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except (SpecError, GraphtrainError) as exc:  # escaped: a file named "a[/b]" is no markup
+            err.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
+            raise typer.Exit(1) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def read(path: Path) -> str:
+    """A spec file's text (one line naming the file when it cannot be read)."""
+    from graphtrain.runtime.data.cache import read_text
+
+    return read_text(path)

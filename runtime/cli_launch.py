@@ -1,0 +1,142 @@
+"""`graphtrain run` and `graphtrain infer`: a whole GraphTraining on this machine (launch/local.py),
+training or inferring from a checkpoint."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from graphtrain.contract.spec import load_yaml
+from graphtrain.runtime.cli_common import Checkpoint, DataDir, TrainedSpec, err, friendly, out, read
+from graphtrain.runtime.errors import GraphtrainError
+
+
+@friendly
+def run(
+    spec_path: Annotated[Path, typer.Argument(help="GraphTraining YAML")],
+    run_dir: Annotated[Path | None, typer.Option(help="run directory (default: runs/<name>)")] = None,
+    standalone: Annotated[bool, typer.Option(help="one trainer, shards in its process (no servers)")] = False,
+    resume: Annotated[
+        bool, typer.Option(help="continue from the run directory's newest checkpoint that checks out")
+    ] = False,
+    overwrite: Annotated[
+        bool, typer.Option(help="delete the run directory's checkpoints and start over")
+    ] = False,
+    data_dir: DataDir = None,
+    scrape_also: Annotated[
+        list[str] | None,
+        typer.Option(
+            hidden=True,
+            help="JOB=PORT: one more target in <run-dir>/prometheus/targets.json (for a process the caller "
+            "runs beside the launch: `graphtrain run --api`'s status API)",
+        ),
+    ] = None,
+) -> None:
+    """Run a whole GraphTraining on this machine: partition, shard servers, trainers; prints the result.
+
+    Progress goes to the terminal, status (GraphTraining status schema) to <run-dir>/status.json.
+
+    Each process' output goes to <run-dir>/logs/<name>.log; the previous launch's is kept as <name>.log.1.
+
+    A run directory that holds checkpoints needs --resume or --overwrite: nothing is deleted unasked.
+
+    One launcher at a time owns a run directory; its servers and trainers end with it, even on kill -9.
+
+    The run directory and everything in it are private to you (mode 0700/0600).
+    """
+    from graphtrain.runtime.launch.local import LocalRun
+    from graphtrain.runtime.launch.processes import Terminated, stop_on_signals
+    from graphtrain.runtime.report import result_lines, resume_command
+
+    gt = load_yaml(read(spec_path))
+    explicit_run_dir = run_dir is not None
+    run_dir = run_dir or Path("runs") / gt.metadata.name
+    stop_on_signals()
+    launch = LocalRun(
+        gt, spec_path, run_dir, standalone=standalone, data_dir=data_dir, resume=resume, overwrite=overwrite
+    )
+    for target in scrape_also or []:
+        job, _, port = target.rpartition("=")
+        if not job or not port.isdigit():
+            raise GraphtrainError(f"--scrape-also {target!r} is not JOB=PORT")
+        launch.add_target(job, int(port))
+    try:
+        result = launch.run()
+    except KeyboardInterrupt as exc:  # Ctrl-C, or Terminated (SIGTERM, SIGHUP): every process is stopped
+        what = str(exc) if isinstance(exc, Terminated) else "interrupted"
+        hint = resume_command(spec_path, run_dir, explicit_run_dir, standalone, data_dir)
+        err.print(f"{what}; continue with: {hint}", highlight=False, markup=False)
+        raise typer.Exit(130 if not isinstance(exc, Terminated) else 143) from None
+    for line in result_lines(gt.metadata.name, result, run_dir):
+        out.print(line, highlight=False, markup=False)
+    out.print(f"status: {run_dir / 'status.json'}")
+
+
+def inference_spec(text: str, checkpoint: Path, output: Path | None) -> str:
+    """The YAML of the spec in `text` with mode inference from `checkpoint` into `output` (absolute
+    paths: the written spec may live elsewhere), read back through the spec's rules.
+
+    Raises:
+        SpecError: the spec, or inference from it, is invalid (a kge task: nothing to infer)."""
+    import yaml
+
+    doc = load_yaml(text).model_dump(by_alias=True, exclude_none=True, mode="json")
+    doc.pop("status", None)
+    doc["spec"]["mode"] = "inference"
+    doc["spec"]["inference"] = {"checkpoint": str(checkpoint)} | ({"output": str(output)} if output else {})
+    written = yaml.safe_dump(doc, sort_keys=False)
+    load_yaml(written)
+    return written
+
+
+@friendly
+def infer(
+    checkpoint: Checkpoint,
+    spec_path: TrainedSpec,
+    output: Annotated[
+        Path | None,
+        typer.Option(
+            "--out", "-o", help="output directory (default: <run-dir>/inference); an earlier one is replaced"
+        ),
+    ] = None,
+    run_dir: Annotated[
+        Path | None, typer.Option(help="run directory (default: runs/<name>-inference)")
+    ] = None,
+    standalone: Annotated[bool, typer.Option(help="one trainer, shards in its process (no servers)")] = False,
+    data_dir: DataDir = None,
+) -> None:
+    """Every node's outputs from a trained checkpoint, over the whole graph: shard servers restore its
+    tables, the spec's trainers its model, and each layer runs over every node with every neighbour
+    (each trainer a share, each layer's rows written to the shard servers before the next reads them),
+    as the training's evaluation computes them. Writes part-<trainer>.parquet files keyed by your node
+    ids (embedding; for node classification also predicted and p_<class>) and manifest.json; prints the
+    rows per second and the test metric of the inferred outputs. Nodes are read in the order the
+    checkpoint was trained in: its partition is the one its checkpoint.json names."""
+    from graphtrain.runtime.data.cache import atomic_file
+    from graphtrain.runtime.launch.local import LocalRun
+    from graphtrain.runtime.launch.processes import Terminated, stop_on_signals
+
+    text = inference_spec(read(spec_path), checkpoint.resolve(), output.resolve() if output else None)
+    gt = load_yaml(text)
+    run_dir = run_dir or Path("runs") / f"{gt.metadata.name}-inference"
+    run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    path = run_dir.resolve() / "inference.yaml"
+    with atomic_file(path, mode=0o600) as f:
+        f.write(text.encode())
+    stop_on_signals()
+    launch = LocalRun(gt, path, run_dir, standalone=standalone, data_dir=data_dir)
+    try:
+        result = launch.run()
+    except KeyboardInterrupt as exc:
+        err.print(str(exc) if isinstance(exc, Terminated) else "interrupted", highlight=False, markup=False)
+        raise typer.Exit(130 if not isinstance(exc, Terminated) else 143) from None
+    metrics = ", ".join(f"{k} {v:.4f}" for k, v in result.items() if k.startswith("test_"))
+    out.print(
+        f"{gt.metadata.name}: inferred {result['rows']:,} nodes in {result['seconds']:.2f} s "
+        f"({result['rows_per_second']:,.0f} rows/s); {metrics}",
+        highlight=False,
+        markup=False,
+    )
+    out.print(f"output: {result['output']}", highlight=False, markup=False)

@@ -1,0 +1,90 @@
+"""Where a local run of mode inference (`graphtrain infer`, or `graphtrain run` of such a spec) reads
+and writes: the checkpoint named by spec.inference (relative paths are the spec file's directory's),
+the checkpoints directory holding it (the shard servers' checkpoint root: the trainers ask them to
+restore that checkpoint by name), the partition it was trained on (the one its checkpoint.json names,
+so rows are read in the order they were trained in: nothing is partitioned again) and the output."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from graphtrain.contract import roles
+from graphtrain.contract.spec import GraphTraining, Mode
+from graphtrain.contract.spec.inference import checkpoint_root
+from graphtrain.runtime.errors import GraphtrainError
+
+if TYPE_CHECKING:
+    from graphtrain.runtime.partition import PartitionConfig
+
+
+def inferring(gt: GraphTraining) -> bool:
+    return gt.spec.mode == Mode.inference
+
+
+def _checkpoint(gt: GraphTraining, spec_dir: Path) -> Path:
+    assert gt.spec.inference is not None  # the spec's inference-checkpoint rule
+    return spec_dir / gt.spec.inference.checkpoint
+
+
+def output(gt: GraphTraining, spec_dir: Path, run_dir: Path) -> Path:
+    """spec.inference.output (relative: the spec's directory's), else <run_dir>/inference."""
+    assert gt.spec.inference is not None
+    given = gt.spec.inference.output
+    return (spec_dir / given).resolve() if given else run_dir / "inference"
+
+
+def partition(gt: GraphTraining, spec_dir: Path, run_dir: Path) -> Path:
+    """The partition config the checkpoint was trained on, after checking (before any process starts)
+    that the output may be written.
+
+    Raises:
+        DataError: no complete checkpoint there; GraphtrainError: its partition is gone or changed, or
+            the output is a path an inference may not replace."""
+    from graphtrain.runtime.kvstore.checkpoint import resolve_checkpoint  # imported here: the
+    from graphtrain.runtime.outputs import checkpoint_partition  # launcher's own imports stay torch-free
+    from graphtrain.runtime.train.inference import check_output
+
+    found = checkpoint_partition(resolve_checkpoint(_checkpoint(gt, spec_dir))).path
+    check_output(output(gt, spec_dir, run_dir))
+    return found
+
+
+def files(gt: GraphTraining, spec_path: Path, run_dir: Path, partition: Path) -> roles.Files:
+    """A local run's Files with the checkpoint's root as the checkpoint root and the inference paths."""
+    spec_dir = spec_path.parent
+    checkpoint = _checkpoint(gt, spec_dir).resolve()
+    return roles.Files(
+        spec=str(spec_path),
+        partition=str(partition),
+        token=str(run_dir / "token"),
+        checkpoints=checkpoint_root(str(checkpoint)),
+        infer_from=str(checkpoint),
+        output=str(output(gt, spec_dir, run_dir)),
+    )
+
+
+def link_partition(gt: GraphTraining, base: Path, out_dir: Path, overwrite: bool) -> PartitionConfig:
+    """The partition Job of mode inference (the operator's): `out_dir` made a link to the partition the
+    checkpoint was trained on (relative spec paths are `base`'s: the volume's mount), so the shard
+    servers and trainers read the graph in the order the checkpoint's rows are in. Nothing is
+    partitioned; an earlier link there is replaced, an earlier partition only with `overwrite`.
+
+    Raises:
+        DataError, GraphtrainError: no complete checkpoint there, its partition gone or changed, or
+            `out_dir` holds a partition and overwrite is off."""
+    found = partition(gt, base, out_dir.parent)
+    if out_dir.exists() and not out_dir.is_symlink():
+        if not overwrite:
+            raise GraphtrainError(f"{out_dir}: exists (--overwrite replaces it)")
+        shutil.rmtree(out_dir)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    staged = out_dir.with_name(f".{out_dir.name}.link")
+    staged.unlink(missing_ok=True)
+    os.symlink(found.parent.resolve(), staged)
+    os.replace(staged, out_dir)  # atomically, over an earlier link
+    from graphtrain.runtime.partition import load_config
+
+    return load_config(out_dir / found.name)

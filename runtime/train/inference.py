@@ -1,0 +1,132 @@
+"""A trainer's part of a GraphTraining of mode inference: restore the checkpoint's model and tables,
+compute every node's outputs layer by layer over the whole graph (the task's `encoded()`, the code its
+evaluation runs: layerwise.py), write this trainer's share of them as one parquet file keyed by the
+user's own ids, and report the task's test metric from the same outputs.
+
+The output directory is replaced whole and at once: the trainers write their parts into a staging
+directory beside it, and rank 0 renames it into place after writing manifest.json (what each part
+holds, the checkpoint and the rows), so a reader never sees a half-written output. Only an earlier
+inference's output (its manifest says so) is replaced; any other existing path is refused.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from graphtrain.runtime.collective import checkpoint as collective_ckpt
+from graphtrain.runtime.data.cache import write_json
+from graphtrain.runtime.errors import GraphtrainError
+from graphtrain.runtime.graph import DistGraph
+from graphtrain.runtime.kvstore import checkpoint as ckpt
+from graphtrain.runtime.partition.format import load_maps, load_names
+from graphtrain.runtime.train.dist import Dist
+from graphtrain.runtime.train.reporter import log
+
+MANIFEST = "manifest.json"
+KIND = "graphtrain-inference"
+
+
+def check_output(out: Path) -> None:
+    """Refuse an existing `out` that is not an earlier inference's output (nothing else is replaced).
+
+    Raises:
+        GraphtrainError: naming the path and what it holds.
+    """
+    if not out.exists() and not out.is_symlink():
+        return
+    manifest = out / MANIFEST
+    try:
+        ok = out.is_dir() and not out.is_symlink() and json.loads(manifest.read_text()).get("kind") == KIND
+    except (OSError, ValueError, AttributeError):
+        ok = False
+    if not ok:
+        raise GraphtrainError(
+            f"inference.output {out}: exists and is not an earlier inference's output (no {MANIFEST} of "
+            "one): name a new directory"
+        )
+
+
+def original_ids(graph: DistGraph, lo: int, hi: int) -> dict[str, np.ndarray]:
+    """The id columns of nodes [lo, hi) (new ids): the user's ids, and node_type on a typed graph."""
+    orig = load_maps(graph.config, verify=False)["node_map"][lo:hi]
+    names = load_names(graph.config, verify=False)
+    cols: dict[str, np.ndarray] = {"id": names["node_ids"][orig] if "node_ids" in names else orig}
+    if graph.typed:
+        types = np.asarray(graph.ntype_names, dtype=object)
+        cols["node_type"] = types[graph.node_types(np.arange(lo, hi, dtype=np.int64))].astype(str)
+    return cols
+
+
+def write_part(path: Path, cols: dict[str, np.ndarray]) -> None:
+    """One trainer's rows as parquet: `embedding` a fixed-size list of float32 (GraphStorm's and DGL's
+    embedding files hold one list column), the others plain columns."""
+    import pyarrow as pa  # type: ignore[import-untyped]
+    import pyarrow.parquet as pq  # type: ignore[import-untyped]
+
+    arrays = {}
+    for name, values in cols.items():
+        if values.ndim == 2:
+            flat = pa.array(np.ascontiguousarray(values, dtype=np.float32).reshape(-1))
+            arrays[name] = pa.FixedSizeListArray.from_arrays(flat, values.shape[1])
+        else:
+            arrays[name] = pa.array(values)
+    pq.write_table(pa.table(arrays), path)
+
+
+def restore(task: Any, graph: DistGraph, dist: Dist, directory: Path) -> None:
+    """The checkpoint's dense model (task.load_state) and tables: the shard servers' (their checkpoint
+    root is `directory`'s parent), a collective table's rows on every trainer."""
+    task.load_state(directory)
+    for table in getattr(task, "collective_tables", []):
+        if not collective_ckpt.restore(table, directory, verify=False):
+            raise GraphtrainError(f"checkpoint {directory.name} holds no table {table.name!r}")
+    if dist.rank == 0:
+        graph.client.restore(directory.name)
+    dist.barrier()
+
+
+def infer(task: Any, graph: DistGraph, dist: Dist, checkpoint: Path, out: Path) -> dict[str, Any]:
+    """Restore `checkpoint`, compute every node's outputs and write them under `out`; the result
+    (rows, seconds, rows per second, the test metrics, where the output is)."""
+    directory = ckpt.resolve_checkpoint(checkpoint)
+    if dist.rank == 0:
+        ckpt.verify_checkpoint(directory)
+    out = out.resolve()
+    staging = out.with_name(f".{out.name}.staging")
+    if dist.rank == 0:
+        check_output(out)
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir(parents=True, mode=0o700)
+    restore(task, graph, dist, directory)
+    began = time.perf_counter()
+    layers = task.encoded()
+    seconds = time.perf_counter() - began
+    cols = {**original_ids(graph, layers.lo, layers.hi), **task.outputs(layers)}
+    part = f"part-{dist.rank:05d}.parquet"
+    write_part(staging / part, cols)
+    metrics = {f"test_{k}": v for k, v in task.evaluate("test").items()}
+    rows = int(dist.sum([layers.hi - layers.lo])[0])
+    seconds = max(dist.gather_max([seconds])[0], 1e-9)
+    result = {"rows": rows, "seconds": seconds, "rows_per_second": rows / seconds, **metrics}
+    if dist.rank == 0:
+        manifest = {
+            "kind": KIND,
+            "checkpoint": str(directory),
+            "rows": rows,
+            "parts": [f"part-{r:05d}.parquet" for r in range(dist.world)],
+            "columns": sorted(cols),
+            **result,
+        }
+        write_json(staging / MANIFEST, manifest)
+        if out.exists():
+            shutil.rmtree(out)  # an earlier inference's output (check_output), replaced whole
+        staging.rename(out)
+        log(f"[trainer] inferred {rows:,} nodes in {seconds:.2f} s ({rows / seconds:,.0f} rows/s): {out}")
+    dist.barrier()
+    return {**result, "output": str(out)}

@@ -1,0 +1,134 @@
+"""`graphtrain infer`: every node's outputs from a trained checkpoint, layer by layer over the whole graph
+on 2 trainers x 2 shard servers, against a single-process computation of the same model (predict.py:
+each node's whole neighbourhood expanded, no shard servers), the training's own final evaluation, and
+the inputs a user gets wrong."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+from graphtrain.contract.spec import load_yaml
+from graphtrain.runtime.outputs import checkpoint_partition
+from graphtrain.runtime.predict import node_outputs
+from tests.runtime.launch.test_run import launch, planted_npz, sage_spec
+
+CLI = [sys.executable, "-m", "graphtrain.runtime.cli"]
+
+
+@pytest.fixture(scope="module")
+def graph_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return planted_npz(tmp_path_factory.mktemp("graph") / "planted.npz")
+
+
+@pytest.fixture(scope="module")
+def trained(graph_file: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, dict]:
+    """(spec path, run directory, result) of a 2x2 GraphSAGE training on the planted graph."""
+    run_dir = tmp_path_factory.mktemp("infer") / "train"
+    result = launch(sage_spec(graph_file, epochs=2), run_dir).run()
+    return run_dir.parent / "train.yaml", run_dir, result
+
+
+def infer(spec: Path, checkpoint: Path, run_dir: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [*CLI, "infer", str(checkpoint), "--spec", str(spec), "--run-dir", str(run_dir), *args],
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+
+
+def read_output(out: Path) -> tuple[dict, dict[str, np.ndarray]]:
+    manifest = json.loads((out / "manifest.json").read_text())
+    parts = [pq.read_table(out / p).to_pydict() for p in manifest["parts"]]
+    cols = {k: np.concatenate([np.asarray(p[k]) for p in parts]) for k in parts[0]}
+    order = np.argsort(cols["id"])
+    return manifest, {k: v[order] for k, v in cols.items()}
+
+
+@pytest.mark.timeout(300)
+def test_infer_on_2x2_equals_one_process_and_the_trainings_evaluation(
+    trained: tuple[Path, Path, dict],
+    graph_file: Path,
+    tmp_path: Path,
+) -> None:
+    spec, run_dir, result = trained
+    done = infer(spec, run_dir / "checkpoints" / "LATEST", tmp_path / "inf")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "rows/s" in done.stdout and "test_accuracy" in done.stdout, done.stdout
+    manifest, cols = read_output(tmp_path / "inf" / "inference")
+    data = np.load(graph_file)
+    n = len(data["label"])
+    assert manifest["rows"] == n and manifest["parts"] == ["part-00000.parquet", "part-00001.parquet"]
+    assert (cols["id"] == np.arange(n)).all()  # every node once, by its own id
+    # the test accuracy of the written predictions is the training's final evaluation (the last model)
+    test = data["test_mask"].astype(bool)
+    accuracy = float((cols["predicted"][test] == data["label"][test]).mean())
+    assert accuracy == pytest.approx(result["test_accuracy"], abs=1e-9)
+    assert manifest["test_accuracy"] == pytest.approx(result["test_accuracy"], abs=1e-9)
+    # every node's outputs within 1e-5 of one process computing each node's whole neighbourhood
+    gt = load_yaml(spec.read_text())
+    checkpoint = run_dir / "checkpoints" / (run_dir / "checkpoints" / "LATEST").read_text().strip()
+    cfg = checkpoint_partition(checkpoint)
+    probs = node_outputs(gt, checkpoint, cfg)
+    hidden = node_outputs(gt, checkpoint, cfg, embeddings=True)
+    assert (probs.ids == np.arange(n)).all()
+    for name, values in probs.columns.items():
+        if name.startswith("p_"):
+            np.testing.assert_allclose(cols[name], values, atol=1e-5)
+    emb = np.stack(cols["embedding"])
+    np.testing.assert_allclose(emb, np.stack(list(hidden.columns.values()), 1), atol=1e-5)
+    assert emb.shape == (n, 32)  # model.hiddenDim
+    # the layers' scratch rows never reach a checkpoint, and no process of the run printed a traceback
+    # (the servers' scratch segments once broke Python's resource tracker, which splits names at ':')
+    assert not list((run_dir / "checkpoints").rglob("scratch:*"))
+    for log in (tmp_path / "inf" / "logs").glob("*.log"):
+        assert "Traceback" not in log.read_text(), log
+
+
+@pytest.mark.timeout(300)
+def test_standalone_infers_what_2x2_does_and_a_rerun_replaces_the_output(
+    trained: tuple[Path, Path, dict], tmp_path: Path
+) -> None:
+    spec, run_dir, _ = trained
+    out = tmp_path / "emb"
+    first = infer(spec, run_dir / "checkpoints", tmp_path / "a", "--out", str(out), "--standalone")
+    assert first.returncode == 0, first.stderr[-3000:]
+    _, alone = read_output(out)
+    (out / "stale.txt").write_text("from the first inference")
+    again = infer(spec, run_dir / "checkpoints" / "BEST", tmp_path / "b", "--out", str(out))
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert not (out / "stale.txt").exists()  # replaced whole
+    _, two = read_output(out)
+    np.testing.assert_allclose(np.stack(two["embedding"]), np.stack(alone["embedding"]), atol=1e-5)
+    assert (two["predicted"] == alone["predicted"]).all()
+
+
+@pytest.mark.timeout(120)
+def test_what_infer_refuses_changes_nothing(trained: tuple[Path, Path, dict], tmp_path: Path) -> None:
+    spec, run_dir, _ = trained
+    keep = tmp_path / "mine"
+    keep.mkdir()
+    (keep / "notes.txt").write_text("not an inference output")
+    cases = {
+        "exists and is not an earlier inference's output": (run_dir / "checkpoints", ["--out", str(keep)]),
+        "no such checkpoint": (tmp_path / "nowhere" / "LATEST", []),
+    }
+    for said, (checkpoint, args) in cases.items():
+        done = infer(spec, checkpoint, tmp_path / "r", *args)
+        assert done.returncode == 1, (said, done.stderr)
+        assert said in done.stderr and "Traceback" not in done.stderr, done.stderr
+    assert (keep / "notes.txt").read_text() == "not an inference output"
+    # a knowledge-graph model has no layers to infer: refused before anything starts
+    nations = yaml.safe_load((Path(__file__).parents[3] / "examples" / "nations-transe.yaml").read_text())
+    (tmp_path / "kge.yaml").write_text(yaml.safe_dump(nations))
+    done = infer(tmp_path / "kge.yaml", run_dir / "checkpoints", tmp_path / "k")
+    assert done.returncode == 1 and "has no layers to infer" in done.stderr, done.stderr
+    assert not (tmp_path / "k").exists()
