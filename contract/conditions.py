@@ -66,6 +66,7 @@ class Reason(StrEnum):
     suspended = "Suspended"  # spec.suspend is true: every pod is stopped, the data kept
     resumed = "Resumed"  # spec.suspend went back to false: the training resumes from its checkpoint
     stopped = "Stopped"  # the role's pods (processes) are stopped: the training ended or is being deleted
+    waiting_for_group = "WaitingForGroup"  # pods gated or pending until their pod group is admitted whole
 
 
 _T, _R = ConditionType, Reason  # short names for the tables
@@ -77,7 +78,7 @@ VOCABULARY: dict[tuple[ConditionType, bool], frozenset[Reason]] = {
         {_R.partitioning, _R.partition_failed, _R.pods_not_starting, _R.stopped}
     ),
     (_T.shards_ready, True): frozenset({_R.all_ready}),
-    (_T.shards_ready, False): frozenset({_R.waiting, _R.pods_not_starting, _R.stopped}),
+    (_T.shards_ready, False): frozenset({_R.waiting, _R.pods_not_starting, _R.stopped, _R.waiting_for_group}),
     (_T.trainers_ready, True): frozenset({_R.running}),
     (_T.trainers_ready, False): frozenset(
         {
@@ -88,6 +89,7 @@ VOCABULARY: dict[tuple[ConditionType, bool], frozenset[Reason]] = {
             _R.completed,
             _R.pods_not_starting,
             _R.stopped,
+            _R.waiting_for_group,
         }
     ),
     (_T.stalled, True): frozenset({_R.no_progress}),
@@ -249,6 +251,12 @@ def set_partitioned(c: Conditions, message: str = "") -> None:
 def set_partition_failed(c: Conditions, message: str) -> None:
     c.set(ConditionType.partition_ready, False, Reason.partition_failed, message)
     c.set(ConditionType.failed, True, Reason.partition_failed, message)
+
+
+def set_waiting_for_group(c: Conditions, kind: ConditionType, message: str) -> None:
+    """A stage's pods wait, gated or pending, until their pod group is admitted or scheduled whole (a
+    Kueue queue, a gang): no failure, and no start timeout runs."""
+    c.set(kind, False, Reason.waiting_for_group, message)
 
 
 def set_pods_not_starting(c: Conditions, kind: ConditionType, message: str) -> None:

@@ -61,7 +61,7 @@ from graphtrain.contract.spec import (
     Mode,
 )
 from graphtrain.contract.spec.inference import checkpoint_root
-from graphtrain.operator import placement
+from graphtrain.operator import gang, placement
 from graphtrain.operator.config import OperatorConfig
 
 SHARD_PORT = 7000
@@ -422,6 +422,11 @@ def shard_statefulset(
     container["env"].append({"name": POD_IP_ENV, "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}})
     if ss.threads:
         container["env"].append({"name": "GRAPHTRAIN_OPTIM_THREADS", "value": str(ss.threads)})
+    template = {
+        "metadata": {"labels": labels(gt.metadata.name, "shards")},
+        "spec": _pod_spec(gt, pod, [container], token=True),
+    }
+    gang.join(gt, template["metadata"], template["spec"])
     return {
         "apiVersion": "apps/v1",
         "kind": "StatefulSet",
@@ -431,10 +436,7 @@ def shard_statefulset(
             "replicas": gt.spec.num_shards,
             "podManagementPolicy": "Parallel",
             "selector": {"matchLabels": {LABEL_TRAINING: gt.metadata.name, LABEL_ROLE: "shards"}},
-            "template": {
-                "metadata": {"labels": labels(gt.metadata.name, "shards")},
-                "spec": _pod_spec(gt, pod, [container], token=True),
-            },
+            "template": template,
         },
     }
 
@@ -489,22 +491,19 @@ def trainer_pod(
     ]
     meta = _meta(owner, trainer_name(gt.metadata.name, rank), "trainer")
     meta["labels"].update({LABEL_RANK: str(rank), LABEL_ATTEMPT: str(attempt)})
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": meta,
-        "spec": _pod_spec(
-            gt,
-            pod,
-            [container],
-            token=True,
-            restartPolicy="Never",
-            hostname=trainer_name(gt.metadata.name, rank),
-            subdomain=n["trainers"],
-            serviceAccountName=n["account"],
-            automountServiceAccountToken=True,
-        ),
-    }
+    spec = _pod_spec(
+        gt,
+        pod,
+        [container],
+        token=True,
+        restartPolicy="Never",
+        hostname=trainer_name(gt.metadata.name, rank),
+        subdomain=n["trainers"],
+        serviceAccountName=n["account"],
+        automountServiceAccountToken=True,
+    )
+    gang.join(gt, meta, spec)
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
 
 
 def _selector(gt: GraphTraining, role: str | None = None) -> Obj:

@@ -166,6 +166,21 @@ def pod_trouble(pod: Obj) -> Trouble | None:
     return None
 
 
+def waiting_for_group(pod: Obj) -> bool:
+    """A pod not bound yet because its group is not admitted or not schedulable whole: scheduling gates
+    (Kueue's admission gate), or PodScheduled False (a gang scheduler holds every member while one
+    cannot fit)."""
+    if pod["metadata"].get("deletionTimestamp") or pod_phase(pod) in FINISHED:
+        return False
+    if (pod.get("spec") or {}).get("schedulingGates"):
+        return True
+    scheduled = _condition(pod, "PodScheduled")
+    return scheduled.get("status") == "False" and scheduled.get("reason") in (
+        "Unschedulable",
+        "SchedulingGated",
+    )
+
+
 def troubles(pods: list[Obj]) -> list[Trouble]:
     """The troubles of the pods that cannot start, by pod name."""
     found = (pod_trouble(p) for p in sorted(pods, key=lambda p: p["metadata"]["name"]))

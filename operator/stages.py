@@ -30,7 +30,7 @@ from graphtrain.contract.spec import (
     StallPolicy,
     parse,
 )
-from graphtrain.operator import manifests
+from graphtrain.operator import gang, manifests
 from graphtrain.operator.context import Context, Step, clean_up
 from graphtrain.operator.observation import (
     Obj,
@@ -46,6 +46,7 @@ from graphtrain.operator.observation import (
     progress_status,
     silent_rank,
     troubles,
+    waiting_for_group,
 )
 
 MUTABLE = {"runPolicy", "suspend"}  # spec sections a running job takes on
@@ -198,18 +199,18 @@ def shards_stage(ctx: Context, conds: conditions.Conditions) -> Step:
     """The shard servers' Service, NetworkPolicy and PodDisruptionBudget (made before the pods they
     govern), StatefulSet, and each server's state from its pod."""
     gt, body, config = ctx.gt, ctx.body, ctx.config
+    first = ctx.absent("StatefulSet", ctx.names["shards"])
     actions = ctx.ensure(
         manifests.shard_service(body, gt),
         manifests.shard_network_policy(body, gt, config),
         manifests.shard_disruption_budget(body, gt, config),
-        manifests.shard_statefulset(body, gt, config, ctx.memory)
-        if ctx.absent("StatefulSet", ctx.names["shards"])
-        else None,
+        gang.pod_group(body, gt) if first else None,  # before the pods that join it
+        manifests.shard_statefulset(body, gt, config, ctx.memory) if first else None,
     )
     shards = shard_statuses(ctx)
     ready, total = ready_shards(ctx), gt.spec.num_shards
     conditions.set_shards_ready(conds, ready, total)
-    stuck = troubles(ctx.pods("shards"))
+    stuck = _held_for_group(ctx, conds, ctx.pods("shards"), ConditionType.shards_ready, "shard servers")
     if stuck and ready < total:
         kind = ConditionType.shards_ready
         held = _cannot_start(ctx, conds, stuck, kind, f"{min(ready, total)}/{total} shard servers ready")
@@ -238,8 +239,8 @@ def trainers_stage(ctx: Context, conds: conditions.Conditions) -> Step:
             conds, conditions.Reason.not_started, f"waiting for {', '.join(leaving)} to stop"
         )
         return Step(phase=Phase.starting)
-    if not trainers:
-        if ready_shards(ctx) < gt.spec.num_shards:
+    if not trainers:  # a group's trainers are made with its servers: the group waits for every member
+        if ready_shards(ctx) < gt.spec.num_shards and not gang.is_grouped(gt):
             conditions.set_trainers_waiting(
                 conds, conditions.Reason.not_started, "waiting for the shard servers"
             )
@@ -278,7 +279,7 @@ def trainers_stage(ctx: Context, conds: conditions.Conditions) -> Step:
             return _trainer_failed(ctx, conds, step.status, why, trainers)
         return Step(step.actions, step.status, Phase.training)
     conditions.set_trainers_waiting(conds, conditions.Reason.starting, f"{running}/{world} trainers running")
-    stuck = troubles(list(trainers.values()))
+    stuck = _held_for_group(ctx, conds, list(trainers.values()), ConditionType.trainers_ready, "trainers")
     if stuck:
         kind = ConditionType.trainers_ready
         held = _cannot_start(ctx, conds, stuck, kind, f"{running}/{world} trainers running")
@@ -286,6 +287,27 @@ def trainers_stage(ctx: Context, conds: conditions.Conditions) -> Step:
             step.actions + held.actions, step.status, held.phase or Phase.training, held.requeue_after
         )
     return Step(step.actions, step.status, Phase.training)
+
+
+def _held_for_group(
+    ctx: Context, conds: conditions.Conditions, pods: list[Obj], kind: ConditionType, what: str
+) -> list[Trouble]:
+    """The troubles of `pods`, less those of grouped pods gated or pending for their group (no failure:
+    Kueue or the gang scheduler holds every member until all fit; no start timeout runs for them),
+    whose wait the stage's condition then says."""
+    stuck = troubles(pods)
+    if not gang.is_grouped(ctx.gt):
+        return stuck
+    held = sorted(p["metadata"]["name"] for p in pods if waiting_for_group(p))
+    stuck = [t for t in stuck if t.pod not in held]
+    if held and not stuck:
+        conditions.set_waiting_for_group(
+            conds,
+            kind,
+            f"{len(held)} {what} gated or pending until pod group {gang.group_of(ctx.gt)} is admitted "
+            f"whole: {', '.join(held)}",
+        )
+    return stuck
 
 
 def _trainer_failed(

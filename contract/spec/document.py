@@ -41,6 +41,7 @@ from graphtrain.contract.spec.rules import (
     Rule,
     add_rules,
 )
+from graphtrain.contract.spec.scheduling import Scheduling
 from graphtrain.contract.spec.status import GraphTrainingStatus
 from graphtrain.contract.spec.tables import EmbeddingTable
 from graphtrain.contract.spec.task import (
@@ -101,6 +102,12 @@ class GraphTrainingSpec(SpecModel):
         "until it first runs. Kubernetes only: `graphtrain run` ignores it.",
     )
     storage: Storage = Field(default_factory=Storage, description="The shared volume (Kubernetes only).")
+    scheduling: Scheduling | None = Field(
+        default=None,
+        description="Admission and scheduling of every shard-server and trainer pod as one group: a "
+        "Kueue queue, a gang PodGroup (Volcano or coscheduling) and the pods' scheduler (Kubernetes "
+        "only). Unset: each pod scheduled on its own, the trainers made once the shard servers are ready.",
+    )
     mode: Mode = Field(
         default=Mode.train,
         description="train (default) trains the model; inference infers every node's outputs from the "
@@ -385,6 +392,15 @@ add_rules(
             ("size(self.training.fanouts)", lambda s: len(s.training.fanouts)),
             (_CEL_LAYERS, _num_layers),
         ),
+    ),
+    Rule(
+        "gang-scheduler",
+        "scheduling.schedulerName",
+        lambda s: s.scheduling is None or not s.scheduling.gang or s.scheduling.scheduler_name is not None,
+        cel="!has(self.scheduling) || !has(self.scheduling.gang) || !self.scheduling.gang || "
+        "has(self.scheduling.schedulerName)",
+        message="scheduling.gang needs the scheduler that honours its PodGroup: volcano, or the one "
+        "running the coscheduling plugin (e.g. scheduler-plugins-scheduler)",
     ),
     Rule(
         "inference-checkpoint",

@@ -65,6 +65,7 @@ def train(p: TrainParams) -> None:
         addresses = [a for a in p.servers.split(",") if a]
         connect = lambda: kvstore.connect(addresses, token, shm=p.shm)  # noqa: E731
         client = connect()
+        wait_for_shards(client)
     graph = DistGraph(p.partition, client)
     backend = process_group_backend(str(gt.spec.trainers.dist_backend))
     with Dist(p.rank, p.world, p.init, backend) as dist:
@@ -100,6 +101,33 @@ def train(p: TrainParams) -> None:
     sys.stderr.flush()
     close_push_buffers()  # its own, which no teardown will unlink
     os._exit(0)
+
+
+SHARDS_WAIT = 900.0  # seconds a trainer waits for every shard server to answer before its first request
+
+
+def wait_for_shards(client: Any, wait: float = SHARDS_WAIT) -> None:
+    """Return once every shard server answers: trainers of a pod group (spec.scheduling) start with
+    their servers, which may still be scheduling or loading; otherwise they are up already and this is
+    one health round. Bounded: after `wait` seconds, an error naming the silent shard.
+
+    Raises:
+        GraphtrainError: a server did not answer within `wait` seconds, or refused the token."""
+    import time
+
+    from graphtrain.runtime.kvstore.transport import KVTimeout
+
+    deadline, said = time.monotonic() + wait, False
+    while True:
+        try:
+            client.health(timeout=5.0)
+            return
+        except KVTimeout as exc:
+            if time.monotonic() > deadline:
+                raise GraphtrainError(f"no answer from the shard servers in {wait:.0f} s: {exc}") from None
+            if not said:
+                sys.stderr.write("[trainer] waiting for the shard servers to answer\n")
+                said = True
 
 
 def _infer(task: Any, graph: Any, dist: Any, p: TrainParams, metrics: Any) -> dict[str, Any]:

@@ -348,3 +348,19 @@ def test_the_comparison_finds_a_missing_and_an_unused_grant() -> None:
         Access(None, "batch", "jobs", "create"),
     }
     assert unused == {Access("a", "batch", "jobs", "delete")}
+
+
+def test_pod_groups_are_granted_only_for_the_schedulers_named() -> None:
+    """rbac.podGroups: create on the PodGroups of the gang schedulers named, nothing more (the exact
+    comparison above runs with none: a training without scheduling.gang makes no PodGroup)."""
+
+    def pod_group_rules(*extra: str) -> list[dict]:
+        role = one(render("default", *extra), "ClusterRole", f"{OPERATOR_SA}")
+        return [r for r in role["rules"] if "podgroups" in r["resources"]]
+
+    assert pod_group_rules() == []
+    assert pod_group_rules("--set", "rbac.podGroups={volcano}") == [
+        {"apiGroups": ["scheduling.volcano.sh"], "resources": ["podgroups"], "verbs": ["create"]}
+    ]
+    both = pod_group_rules("--set", "rbac.podGroups={volcano,coscheduling}")
+    assert [r["apiGroups"] for r in both] == [["scheduling.volcano.sh"], ["scheduling.x-k8s.io"]]

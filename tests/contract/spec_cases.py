@@ -259,6 +259,7 @@ BREAKS: dict[str, Doc] = {
     ),
     "edgeRegression-labelled-edges": edit(GRAPHSAGE, lambda s: s.update(task={"kind": "edgeRegression"})),
     "inference-checkpoint": edit(GRAPHSAGE, lambda s: s.update(mode="inference")),
+    "gang-scheduler": edit(GRAPHSAGE, lambda s: s.update(scheduling={"gang": True})),
     "inference-gnn": edit(
         TRANSE, lambda s: s.update(mode="inference", inference={"checkpoint": "runs/nations/checkpoints"})
     ),

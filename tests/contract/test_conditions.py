@@ -19,6 +19,7 @@ EXPECTED = {
     R.partition_failed: "Warning",
     R.all_ready: "Normal",
     R.waiting: "Normal",
+    R.waiting_for_group: "Normal",
     R.not_started: "Normal",
     R.starting: "Normal",
     R.running: "Normal",

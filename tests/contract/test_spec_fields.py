@@ -38,9 +38,7 @@ from tests.tree import ROOT, files_under
 SPEC_SIDE = (ROOT / "contract" / "spec", ROOT / "contract" / "crd.py")
 
 # Spec fields no executor reads, each with why that is honest.
-NOT_READ = {
-    "metadata.annotations": "kept for the Kubernetes round trip; no behaviour depends on them",
-}
+NOT_READ = {}
 
 # Spec objects the operator hands to Kubernetes whole (dumped into the pod spec as written): Kubernetes
 # reads their fields, so the object being read counts for all of them. tests/operator/test_placement.py

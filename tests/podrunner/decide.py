@@ -483,3 +483,63 @@ def egress_env(proxy_port: int, block: int) -> dict[str, str]:
         "NO_PROXY": bypass,
         "no_proxy": bypass,
     }
+
+
+# ------------------------------------------------------------------------------------- scheduling
+
+GROUP_LABELS = ("scheduling.x-k8s.io/pod-group", "kueue.x-k8s.io/pod-group-name")
+GROUP_ANNOTATIONS = ("scheduling.k8s.io/group-name",)
+KUEUE_TOTAL = "kueue.x-k8s.io/pod-group-total-count"
+
+
+def pod_group(pod: Obj) -> str | None:
+    """The group a pod belongs to (the coscheduling plugin's label, Kueue's, or Volcano's annotation)."""
+    m = meta(pod)
+    for key in GROUP_LABELS:
+        if (m.get("labels") or {}).get(key):
+            return str(m["labels"][key])
+    for key in GROUP_ANNOTATIONS:
+        if (m.get("annotations") or {}).get(key):
+            return str(m["annotations"][key])
+    return None
+
+
+def min_members(pod: Obj, pod_groups: Mapping[tuple[str, str], int]) -> int | None:
+    """The members a pod's group needs at once: its PodGroup's minMember, else Kueue's total count."""
+    group = pod_group(pod)
+    if group is None:
+        return None
+    found = pod_groups.get((meta(pod)["namespace"], group))
+    if found is not None:
+        return found
+    total = (meta(pod).get("annotations") or {}).get(KUEUE_TOTAL)
+    return int(total) if total and str(total).isdigit() else None
+
+
+def unschedulable(
+    pod: Obj,
+    pods: list[Obj],
+    admitted: set[tuple[str, str]],
+    in_use: int,
+    capacity: int | None,
+    pod_groups: Mapping[tuple[str, str], int],
+) -> str | None:
+    """Why `pod` cannot be bound now (None: it can), as a scheduler with room for `capacity` running pods
+    (None: no limit) that `in_use` admitted pods fill: a pod alone needs one free place; a pod of a
+    group (gang) needs every member to exist and room for all the members not admitted yet at once, so
+    a group starts whole or not at all. `admitted`: (namespace, name) of the pods already bound."""
+    free = None if capacity is None else capacity - in_use
+    group = pod_group(pod)
+    need = min_members(pod, pod_groups)
+    if group is None or need is None:
+        if free is not None and free < 1:
+            return f"0/1 nodes are available: {in_use}/{capacity} pods running"
+        return None
+    ns = meta(pod)["namespace"]
+    members = [p for p in pods if meta(p)["namespace"] == ns and pod_group(p) == group and not terminal(p)]
+    if len(members) < need:
+        return f"pod group {group}: {len(members)} of {need} members exist"
+    waiting = [p for p in members if (ns, meta(p)["name"]) not in admitted]
+    if free is not None and len(waiting) > free:
+        return f"pod group {group}: {len(waiting)} members to bind, {free} of {capacity} places free"
+    return None

@@ -38,9 +38,15 @@ Two modes run a container:
   points the runner had to create are removed when it stops). It runs as root without an image: fast
   for local work, not a check of the image or of uid 10001.
 
+Scheduling, as far as gangs need it: with `capacity` the runner binds at most that many running pods
+at once, a pod alone when there is a free place, a pod of a group (a PodGroup's minMember, Volcano's or
+the coscheduling plugin's, or Kueue's pod-group-total-count) only when every member exists and all the
+unbound ones fit together; a pod it cannot bind stays Pending with PodScheduled False / Unschedulable
+saying why (decide.unschedulable). Without `capacity` every pod is bound at once.
+
 Not played: init and sidecar containers, Job parallelism, activeDeadlineSeconds and pod failure
-policies, StatefulSet OrderedReady and rolling updates, scheduling (every pod is placed at once; no
-resources are enforced), ConfigMap volumes updated after start. A pod asking for what is not played
+policies, StatefulSet OrderedReady and rolling updates, resources (none is enforced; `capacity` counts
+pods), nodes, ConfigMap volumes updated after start. A pod asking for what is not played
 fails at creation with a message saying so rather than run differently.
 """
 
@@ -237,12 +243,15 @@ class PodRunner:
         image: str | None = None,
         root: Path | None = None,
         grace_cap: float = 30.0,
+        capacity: int | None = None,
     ):
         if mode not in ("podman", "process"):
             raise ValueError(f"mode must be podman or process, not {mode!r}")
         self.kubeconfig, self.mode = kubeconfig, mode
         self.root = Path(root or Path.cwd() / "podrunner").resolve()
         self.grace_cap = grace_cap
+        self.capacity = capacity  # pods running at once (the scheduler's room), None: no limit
+        self.held: dict[tuple[str, str], str] = {}  # pods not bound, and why (what their status says)
         self.api = Api(kubeconfig)
         self.id = uuid.uuid4().hex[:6]
         self.pods: dict[tuple[str, str], PodRun] = {}
@@ -445,6 +454,7 @@ class PodRunner:
 
     def _kubelet(self, pods: list[Obj], services: list[Obj]) -> None:
         seen = {}
+        groups = self._pod_groups() if self.capacity is not None else {}
         for pod in pods:
             m = decide.meta(pod)
             key = (m["namespace"], m["name"])
@@ -455,6 +465,13 @@ class PodRunner:
             if run is None:
                 if decide.terminal(pod) or m.get("deletionTimestamp"):
                     continue
+                admitted = set(self.pods)
+                in_use = sum(not decide.terminal(r.pod) for r in self.pods.values())
+                why = decide.unschedulable(pod, pods, admitted, in_use, self.capacity, groups)
+                if why is not None:  # the scheduler's part: not bound, and its status says why
+                    self._hold(pod, why)
+                    continue
+                self.held.pop(key, None)
                 run = self._admit(pod)
             run.pod = pod
             seen[key] = run
@@ -469,6 +486,39 @@ class PodRunner:
             self._hosts(run, names)
         for run in list(self.pods.values()):
             self._step(run)
+
+    def _pod_groups(self) -> dict[tuple[str, str], int]:
+        """minMember of every PodGroup (Volcano's and the coscheduling plugin's) the API server serves."""
+        out: dict[tuple[str, str], int] = {}
+        for prefix in ("apis/scheduling.volcano.sh/v1beta1", "apis/scheduling.x-k8s.io/v1alpha1"):
+            try:
+                items = self.api.list(prefix, "podgroups")
+            except ApiError as exc:
+                if exc.status == 404:  # its CRD is not installed
+                    continue
+                raise
+            for pg in items:
+                m = decide.meta(pg)
+                out[(m["namespace"], m["name"])] = int((pg.get("spec") or {}).get("minMember") or 1)
+        return out
+
+    def _hold(self, pod: Obj, why: str) -> None:
+        """A pod the scheduler cannot bind: Pending, PodScheduled False / Unschedulable with `why`."""
+        m = decide.meta(pod)
+        key = (m["namespace"], m["name"])
+        if self.held.get(key) == why:
+            return
+        self.held[key] = why
+        scheduled = {
+            "type": "PodScheduled",
+            "status": "False",
+            "reason": "Unschedulable",
+            "message": why,
+            "lastTransitionTime": now_iso(),
+        }
+        self.api.status(
+            "api/v1", m["namespace"], "pods", m["name"], {"phase": "Pending", "conditions": [scheduled]}
+        )
 
     def _forget(self, run: PodRun) -> None:
         self.pods.pop((run.ns, run.name), None)

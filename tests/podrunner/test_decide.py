@@ -234,3 +234,39 @@ def test_dns_names_of_pods_and_services() -> None:
     assert not [n for ip, n in names if ip == done["status"]["podIP"]]  # a finished pod has no name
     hosts = decide.hosts_file("127.0.0.9", "s-0", names)
     assert hosts.startswith("127.0.0.1\tlocalhost\n") and "127.0.0.9\ts-0\n" in hosts
+
+
+def _grouped(name: str, group: str | None, ns: str = "a", **meta_extra: object) -> dict:
+    labels = {"scheduling.x-k8s.io/pod-group": group} if group else {}
+    return {"metadata": {"name": name, "namespace": ns, "labels": labels, **meta_extra}, "status": {}}
+
+
+def test_a_gang_is_bound_whole_or_not_at_all() -> None:
+    groups = {("a", "g"): 3}
+    two = [_grouped("p0", "g"), _grouped("p1", "g")]
+    assert "2 of 3 members exist" in (decide.unschedulable(two[0], two, set(), 0, 10, groups) or "")
+    three = [*two, _grouped("p2", "g")]
+    assert decide.unschedulable(three[0], three, set(), 0, 10, groups) is None
+    # room for 2 while 3 wait: none is bound (a half-started gang is what it prevents)
+    assert "3 members to bind, 2 of 10 places free" in (
+        decide.unschedulable(three[0], three, set(), 8, 10, groups) or ""
+    )
+    # the rest of a gang whose first members are bound already needs room for the rest only
+    assert decide.unschedulable(three[2], three, {("a", "p0"), ("a", "p1")}, 9, 10, groups) is None
+
+
+def test_a_pod_alone_needs_one_place_and_kueue_counts_its_group_by_annotation() -> None:
+    alone = _grouped("x", None)
+    assert decide.unschedulable(alone, [alone], set(), 2, 3, {}) is None
+    assert "3/3 pods running" in (decide.unschedulable(alone, [alone], set(), 3, 3, {}) or "")
+    assert decide.unschedulable(alone, [alone], set(), 99, None, {}) is None
+    kueue = {
+        "labels": {"kueue.x-k8s.io/pod-group-name": "k"},
+        "annotations": {"kueue.x-k8s.io/pod-group-total-count": "2"},
+    }
+    k0 = {"metadata": {"name": "k0", "namespace": "a", **kueue}, "status": {}}
+    assert "1 of 2 members exist" in (decide.unschedulable(k0, [k0], set(), 0, 5, {}) or "")
+    volcano = {
+        "metadata": {"name": "v", "namespace": "a", "annotations": {"scheduling.k8s.io/group-name": "vg"}}
+    }
+    assert decide.pod_group(volcano) == "vg"

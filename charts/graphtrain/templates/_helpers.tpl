@@ -154,6 +154,18 @@ and fails on any verb granted here but never used, or used but not granted.
 - apiGroups: [""]
   resources: [events]
   verbs: [create]
+{{- /* the gang PodGroup of a training with spec.scheduling.gang, made once with its shard servers and
+deleted with the training (its ownerReference): create only, for the schedulers rbac.podGroups names */}}
+{{- if has "volcano" .Values.rbac.podGroups }}
+- apiGroups: [scheduling.volcano.sh]
+  resources: [podgroups]
+  verbs: [create]
+{{- end }}
+{{- if has "coscheduling" .Values.rbac.podGroups }}
+- apiGroups: [scheduling.x-k8s.io]
+  resources: [podgroups]
+  verbs: [create]
+{{- end }}
 {{- end }}
 
 {{/* The status API's objects: Deployment, Service, ServiceAccount, (Cluster)Role(s), NetworkPolicy. */}}
