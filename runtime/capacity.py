@@ -122,7 +122,20 @@ def shard_need(spec: GraphTrainingSpec, cfg: PartitionConfig, shard: int) -> Rol
         data, state = _table_bytes(t, shard_rows(t, cfg, shard) if rows is None else rows)
         need.items[f"table {t.name}"] = data
         need.items[f"table {t.name} optimizer"] = state
+    if is_gnn(spec.model.kind):
+        rows = int(cfg.node_bounds[shard + 1] - cfg.node_bounds[shard]) if shard < cfg.num_parts else 0
+        widths = layer_widths(spec, cfg.data.get("num_classes"))
+        need.items["layer outputs (evaluation, inference)"] = rows * 4 * sum(widths)
     return need
+
+
+def layer_widths(spec: GraphTrainingSpec, num_classes: int | None = None) -> list[int]:
+    """Each GNN layer's output width: what evaluation and inference keep on the shard servers for
+    every node (train/layerwise.py's scratch tensors). Hidden layers are hidden_dim wide (attention
+    heads split it); the last is the classes of node classification, else hidden_dim."""
+    m = gnn(spec.model)
+    last = num_classes if spec.task_kind == NODE_CLASSIFICATION and num_classes else m.hidden_dim
+    return [m.hidden_dim] * (m.num_layers - 1) + [last]
 
 
 def collective_shares(spec: GraphTrainingSpec, rows: Callable[[Any], int]) -> dict[str, int]:

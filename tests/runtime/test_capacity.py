@@ -89,6 +89,8 @@ def test_memory_is_the_files_and_tables_and_the_wire_is_empty_on_one_host(plante
     rows = int(cfg.node_bounds[2] - cfg.node_bounds[1])
     assert shard.items["table node"] == rows * 8 * 4
     assert shard.items["table node optimizer"] == rows * 8 * 8 + rows * 8  # Adam: 2 moments, a count a row
+    # every node's layer outputs for evaluation: hidden 32, then the 4 classes
+    assert shard.items["layer outputs (evaluation, inference)"] == rows * 4 * (32 + 4)
     assert [w.sent + w.received for w in plan.wires] == [0, 0]  # both shards are on the one host
     assert all(t.items["batch"] > 0 for t in plan.role("trainer-"))
 
