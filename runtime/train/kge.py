@@ -282,6 +282,8 @@ class LinkPrediction:
     def evaluate(self, split: Split) -> dict[str, float]:
         """Filtered MRR and Hits@1/3/10 over head and tail prediction (realistic ranks)."""
         triples = self.eval_triples(split)
+        self.graph.client.settle()  # every trainer's last pushes applied before the rows are read
+        self.dist.barrier()
         lo = self.dist.rank * len(triples) // self.dist.world
         hi = (self.dist.rank + 1) * len(triples) // self.dist.world
         mine = triples[lo:hi]

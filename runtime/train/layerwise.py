@@ -81,6 +81,11 @@ def layerwise(enc: GNNEncoder, module: torch.nn.Module, dist: Dist, num_layers: 
     device = enc.device
     was_training = module.training
     module.eval()
+    # every trainer's last pushes are applied before any row is read: without this a trainer that
+    # finished first evaluated rows its peer's last step had not reached yet (an inference from the
+    # checkpoint, taken after such a barrier, then ranked differently: seen once in CI)
+    graph.client.settle()
+    dist.barrier()
     lo, hi = node_share(graph.book.bounds, dist.rank, dist.world)
     starts = range(lo, hi, CHUNK)
     rounds = int(max(dist.gather_max([len(starts)]))) if enc.collective_tables else len(starts)
