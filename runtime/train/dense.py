@@ -4,6 +4,7 @@ shapes do not fit the spec's model is one line naming the first parameter, not t
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -67,12 +68,9 @@ class DenseTask:
     model: torch.nn.Module
     dense_opt: torch.optim.Optimizer
     sparse_opts: list[Any]
+    encode: Callable[[], Any]  # every node's output, layer by layer over the whole graph (layerwise.Layers)
     updates = 0  # steps taken by this process: what the model's state is
     _encoded: tuple[int, Any] | None = None
-
-    def encode(self) -> Any:
-        """Every node's output, layer by layer over the whole graph (layerwise.Layers)."""
-        raise NotImplementedError
 
     def outputs(self, layers: Any) -> dict[str, Any]:
         """The inference columns of this trainer's share of the nodes (`graphtrain infer`): the
