@@ -42,7 +42,7 @@ import zmq
 from servers import start_server
 
 from graphtrain.runtime import kvstore
-from graphtrain.runtime.kvstore import auth, protocol
+from graphtrain.runtime.kvstore.wire import auth, protocol
 
 ROWS, DIM = 200_000, 128
 

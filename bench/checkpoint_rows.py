@@ -35,8 +35,8 @@ import numpy as np
 import torch
 from servers import start_server
 
+from graphtrain.runtime import checkpoint as ckpt
 from graphtrain.runtime import kvstore
-from graphtrain.runtime.kvstore import checkpoint as ckpt
 from graphtrain.runtime.optim import OptimConfig, SparseOptimizer
 from graphtrain.runtime.tensor import DistEmbedding
 

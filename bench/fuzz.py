@@ -31,9 +31,9 @@ import torch
 
 with atheris.instrument_imports(include=["graphtrain.runtime.kvstore"]):
     from graphtrain.runtime.errors import GraphtrainError
-    from graphtrain.runtime.kvstore import opargs, protocol
-    from graphtrain.runtime.kvstore import state as shard_state
-    from graphtrain.runtime.kvstore.dispatch import Dispatcher
+    from graphtrain.runtime.kvstore.serving.dispatch import Dispatcher
+    from graphtrain.runtime.kvstore.tables import state as shard_state
+    from graphtrain.runtime.kvstore.wire import opargs, protocol
 
 ROWS, DIM = 64, 8
 FUZZ_MEMORY = 64 << 20

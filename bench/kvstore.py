@@ -40,7 +40,7 @@ import zmq
 from servers import start_server
 
 from graphtrain.runtime import kvstore
-from graphtrain.runtime.kvstore.protocol import CHUNK_BYTES
+from graphtrain.runtime.kvstore.wire.protocol import CHUNK_BYTES
 from graphtrain.runtime.optim import OptimConfig, SparseOptimizer
 from graphtrain.runtime.tensor import DistEmbedding
 

@@ -2,7 +2,7 @@
 cores (graphtrain::OptimKind, cuda/include/graphtrain/optim_math.h) and the state it keeps per table.
 
 The spec's enum (contract/spec/enums.py), the runtime's config (runtime/optim/config.py), the state's
-layout and size (runtime/optim/state.py, runtime/kvstore/sizes.py) and the native binding's codes
+layout and size (runtime/optim/state.py, runtime/storage/sizes.py) and the native binding's codes
 (runtime/native/optim.py) are read from it, and tests/native/test_optim_kinds.py ties the codes to the C
 enum. A new optimizer is then a row here plus its math (runtime/optim/reference.py and the two cores).
 Plain data, no dependency: every role imports the contract.

@@ -39,14 +39,14 @@ from graphtrain.contract.spec import (
     is_gnn,
     quantity_to_bytes,
 )
-from graphtrain.runtime.kvstore.sizes import share, state_bytes
 from graphtrain.runtime.native.keymap import KeyMap
 from graphtrain.runtime.partition import memory as partition_memory
 from graphtrain.runtime.partition.format import PartitionConfig
 from graphtrain.runtime.partition.typed_ids import NodeRows
+from graphtrain.runtime.storage.sizes import share, state_bytes
 
 if TYPE_CHECKING:  # torch: not for the partition Job, which reports memory_need()
-    from graphtrain.runtime.kvstore.transport import Answer, Call
+    from graphtrain.runtime.kvstore.client.transport import Answer, Call
 
 MiB = 2**20
 # RSS measured on this build (2026-11-27, bench/RESULTS.md "graphtrain plan"): an idle shard server
@@ -280,7 +280,7 @@ def replay(spec: GraphTrainingSpec, cfg: PartitionConfig, hosts: int, rank: int,
     from graphtrain.runtime.graph import DistGraph, sample_blocks
     from graphtrain.runtime.graph.dist_graph import standalone_client
     from graphtrain.runtime.graph.split import node_split
-    from graphtrain.runtime.kvstore.client import KVClient
+    from graphtrain.runtime.kvstore.client.kvclient import KVClient
     from graphtrain.runtime.optim import SparseAdam
     from graphtrain.runtime.tensor import DistEmbedding, PartitionBook
 

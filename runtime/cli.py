@@ -297,7 +297,7 @@ def health(
     refuses the token, or reports itself not live (a thread stopped, or requests wait while no worker
     finishes any)."""
     from graphtrain.runtime import kvstore
-    from graphtrain.runtime.kvstore.auth import read_token
+    from graphtrain.runtime.kvstore.wire.auth import read_token
 
     client = kvstore.connect(addresses, read_token(token_file), timeout=timeout, retries=0)
     try:
@@ -340,8 +340,8 @@ def export(
 
     The file is written under a temporary name and renamed into place; an existing file is replaced.
     """
+    from graphtrain.runtime import checkpoint as ckpt
     from graphtrain.runtime import outputs
-    from graphtrain.runtime.kvstore import checkpoint as ckpt
 
     outputs.check_target(out)  # before reading the checkpoint
     root = ckpt.resolve_checkpoint(checkpoint)
@@ -404,9 +404,9 @@ def predict(
     --tail/--relation) with their scores and the split already holding each triple ('' if none),
     printed as a table and written to -o if given.
     """
+    from graphtrain.runtime import checkpoint as ckpt
     from graphtrain.runtime import outputs
     from graphtrain.runtime import predict as prediction
-    from graphtrain.runtime.kvstore import checkpoint as ckpt
     from graphtrain.runtime.report import answer_table
 
     gt = load_yaml(_read(spec_path))

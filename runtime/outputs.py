@@ -18,9 +18,9 @@ from typing import Any, Literal
 
 import numpy as np
 
+from graphtrain.runtime import checkpoint as ckpt
 from graphtrain.runtime.data.cache import atomic_file, check_creatable, make_dirs
 from graphtrain.runtime.errors import GraphtrainError
-from graphtrain.runtime.kvstore import checkpoint as ckpt
 from graphtrain.runtime.partition.format import PartitionConfig, load_config, load_maps, load_names
 from graphtrain.runtime.partition.typed_ids import NodeRows
 

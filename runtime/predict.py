@@ -3,7 +3,7 @@ embeddings per node, and KGE answers to (head, relation, ?) and (?, relation, ta
 user's own ids and labels.
 
 Everything a prediction needs is on disk: the partition (graph, features, id maps, names, KG splits),
-the checkpoint's tables (kvstore.checkpoint.export_table) and its dense model (dense.pt, read with
+the checkpoint's tables (checkpoint.export_table) and its dense model (dense.pt, read with
 torch.load(weights_only=True): tensors only, never an arbitrary object). The partition is the one the
 checkpoint names (outputs.checkpoint_partition), so ids are mapped with the node order the tables were
 trained in. Label lookups are pure (`lookup`): an unknown label is one line naming it, with the closest
@@ -29,8 +29,8 @@ from graphtrain.contract.spec import (
     GraphTraining,
     KGEModel,
 )
+from graphtrain.runtime import checkpoint as ckpt
 from graphtrain.runtime.errors import GraphtrainError
-from graphtrain.runtime.kvstore import checkpoint as ckpt
 from graphtrain.runtime.partition.format import PartitionConfig, load_maps, load_names, load_triples
 from graphtrain.runtime.train.resumable import model_changes
 from graphtrain.runtime.train.tables import checkpoint_rows

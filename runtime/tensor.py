@@ -23,12 +23,13 @@ import numpy as np
 import torch
 
 from graphtrain.runtime import dtypes
-from graphtrain.runtime.kvstore import default_client, direct
-from graphtrain.runtime.kvstore.client import KVClient
-from graphtrain.runtime.kvstore.keyed import share_bounds
-from graphtrain.runtime.kvstore.shard import TensorShard
+from graphtrain.runtime.kvstore import default_client
+from graphtrain.runtime.kvstore.client import direct
+from graphtrain.runtime.kvstore.client.kvclient import KVClient
 from graphtrain.runtime.optim.capture import GradientCapture
 from graphtrain.runtime.optim.config import OptimConfig
+from graphtrain.runtime.storage.keyed import share_bounds
+from graphtrain.runtime.storage.shard import TensorShard
 
 
 @dataclass(frozen=True)
@@ -67,7 +68,7 @@ class PartitionBook:
 class DynamicVocabulary:
     """Arbitrary int64 keys mapped to rows on first sight by the shard that owns them (key mod shards),
     `capacity` rows in all; a full shard refuses (evict False) or evicts its least recently used rows
-    (kvstore/keyed.py)."""
+    (storage/keyed.py)."""
 
     capacity: int
     evict: bool = False
@@ -210,7 +211,7 @@ class DistEmbedding:
         return self._capture.rows(flat, rows).view(*ids.shape, self.dim)
 
     def direct_pieces(self) -> list[TensorShard] | None:
-        """The shards' pieces of this table, when they can be used where they lie (kvstore/direct.py);
+        """The shards' pieces of this table, when they can be used where they lie (kvstore/client/direct.py);
         only once the optimizer is set, which fixed their place."""
         return None if self.config is None or self.table.keyed else self.client.direct(self.name)
 

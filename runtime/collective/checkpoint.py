@@ -1,4 +1,4 @@
-"""Checkpoints of collective tables, in the shard servers' format (kvstore/checkpoint.py).
+"""Checkpoints of collective tables, in the shard servers' format (checkpoint/).
 
 A rank owns strided keys (r, r+W, ...), but a checkpoint piece holds a contiguous row range: so `save`
 re-deals the rows: rank r writes rows [N*r/W, N*(r+1)/W), receiving them from their owners in rounds of
@@ -20,14 +20,14 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from graphtrain.runtime import checkpoint as ckpt
+from graphtrain.runtime.checkpoint import chain
 from graphtrain.runtime.collective import dynamic_checkpoint as dynamic
 from graphtrain.runtime.collective import exchange as ex
 from graphtrain.runtime.collective.embedding import CollectiveEmbedding
 from graphtrain.runtime.errors import DataError
-from graphtrain.runtime.kvstore import chain
-from graphtrain.runtime.kvstore import checkpoint as ckpt
-from graphtrain.runtime.kvstore.shard import TensorShard
 from graphtrain.runtime.optim import make_state
+from graphtrain.runtime.storage.shard import TensorShard
 
 CHUNK_ROWS = 1 << 16
 

@@ -2,7 +2,7 @@
 capacity as it is (rows, optimizer state and keys.npy, the key of each row in use), in the shard
 servers' piece format: pieces tile [0, capacity). Restoring into any number of ranks, each rank reads
 every piece's keys, keeps those it owns (key mod world size), inserts them into its key map in order
-and copies their rows and state. kvstore/checkpoint.py's export_keyed reads (keys, rows) back."""
+and copies their rows and state. checkpoint/'s export_keyed reads (keys, rows) back."""
 
 from __future__ import annotations
 
@@ -12,14 +12,12 @@ from typing import Any
 import numpy as np
 import torch
 
+from graphtrain.runtime import checkpoint as ckpt
 from graphtrain.runtime.collective.embedding import CollectiveEmbedding
 from graphtrain.runtime.collective.rows import DynamicKeys
-from graphtrain.runtime.kvstore import checkpoint as ckpt
-from graphtrain.runtime.kvstore.keyed import owners, restore_keyed
-from graphtrain.runtime.kvstore.shard import TensorShard
 from graphtrain.runtime.native.keymap import KeyMap
-
-KEYS = ckpt.KEYS
+from graphtrain.runtime.storage.keyed import KEYS, owners, restore_keyed
+from graphtrain.runtime.storage.shard import TensorShard
 
 
 def share_range(t: CollectiveEmbedding, rank: int) -> tuple[int, int]:

@@ -27,8 +27,6 @@ import torch.distributed as dist
 from graphtrain.runtime.collective import exchange as ex
 from graphtrain.runtime.collective.rows import DynamicKeys, FixedKeys, KeyMapFull
 from graphtrain.runtime.errors import NonFiniteGradient, SparseInputError
-from graphtrain.runtime.kvstore import placement as place
-from graphtrain.runtime.kvstore.inits import INIT_BLOCK_ROWS, init_rows
 from graphtrain.runtime.native import optim as native
 from graphtrain.runtime.native.backend import CoreBackend, choose
 from graphtrain.runtime.native.keymap import KeyMap
@@ -37,12 +35,14 @@ from graphtrain.runtime.optim import functional
 from graphtrain.runtime.optim.capture import GradientCapture
 from graphtrain.runtime.optim.config import OptimConfig
 from graphtrain.runtime.optim.state import make_state
+from graphtrain.runtime.storage import placement as place
+from graphtrain.runtime.storage.inits import INIT_BLOCK_ROWS, init_rows
 
 DEFAULT_INIT: dict[str, Any] = {"kind": "uniform", "low": -1.0, "high": 1.0}
 
 
 def fill_strided(spec: dict[str, Any], num_rows: int, world: int, rank: int, out: torch.Tensor) -> None:
-    """Rows r, r+W, ... of the table `spec` initialises (kvstore/inits.py), whatever the split: a rank
+    """Rows r, r+W, ... of the table `spec` initialises (storage/inits.py), whatever the split: a rank
     draws the global blocks in turn and keeps its rows, so memory stays one block above the shard."""
     dim = out.shape[1]
     if spec.get("kind", "zeros") == "zeros":

@@ -18,9 +18,9 @@ import numpy as np
 import torch
 
 from graphtrain.runtime.collective import exchange as ex
-from graphtrain.runtime.kvstore.keyed import global_step, start_rows
 from graphtrain.runtime.native.keymap import KeyMap, KeyMapFull
 from graphtrain.runtime.optim.state import make_state
+from graphtrain.runtime.storage.keyed import global_step, start_rows
 
 
 @dataclass

@@ -30,8 +30,8 @@ import torch
 
 from graphtrain.runtime.errors import GraphtrainError
 from graphtrain.runtime.graph.loader import Block, Fanout, MiniBatch, csr_tensor
-from graphtrain.runtime.kvstore.graphpart import GraphPart
-from graphtrain.runtime.kvstore.opargs import MAX_EDGE_TYPES
+from graphtrain.runtime.kvstore.tables.graphpart import GraphPart
+from graphtrain.runtime.kvstore.wire.opargs import MAX_EDGE_TYPES
 from graphtrain.runtime.native import cuda
 
 GRAPH_SHARE = 0.25  # of the device's free memory the graph may take; beyond it sampling stays on the host

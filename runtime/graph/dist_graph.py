@@ -17,10 +17,10 @@ import torch
 from graphtrain.runtime import dtypes
 from graphtrain.runtime.graph.typed_views import EdgeTypeViews, NodeTypeViews
 from graphtrain.runtime.kvstore import default_client
-from graphtrain.runtime.kvstore.client import KVClient
-from graphtrain.runtime.kvstore.graphpart import Sampled
-from graphtrain.runtime.kvstore.inproc import InProcTransport
-from graphtrain.runtime.kvstore.state import ShardTensors
+from graphtrain.runtime.kvstore.client.inproc import InProcTransport
+from graphtrain.runtime.kvstore.client.kvclient import KVClient
+from graphtrain.runtime.kvstore.tables.graphpart import Sampled
+from graphtrain.runtime.kvstore.tables.state import ShardTensors
 from graphtrain.runtime.partition import PartitionConfig, load_config, load_part
 from graphtrain.runtime.tensor import DistTensor, PartitionBook
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import torch
 
-    from graphtrain.runtime.kvstore.client import KVClient
+    from graphtrain.runtime.kvstore.client.kvclient import KVClient
 
 _default: KVClient | None = None
 
@@ -26,7 +26,7 @@ def connect(
 
     shm: read the rows of servers on this host from their shared memory, and pass them gradients the same
     way (servers started with --shm)."""
-    from graphtrain.runtime.kvstore.client import KVClient, ZmqTransport
+    from graphtrain.runtime.kvstore.client.kvclient import KVClient, ZmqTransport
     from graphtrain.runtime.native.memory import keep_freed_memory
 
     keep_freed_memory()
@@ -38,8 +38,8 @@ def standalone(
 ) -> KVClient:
     """A client whose shards live in this process: no sockets, no copies. `direct_to`: the device whose
     tables are used where they lie (InProcTransport)."""
-    from graphtrain.runtime.kvstore.client import InProcTransport, KVClient
-    from graphtrain.runtime.kvstore.state import ShardTensors
+    from graphtrain.runtime.kvstore.client.kvclient import InProcTransport, KVClient
+    from graphtrain.runtime.kvstore.tables.state import ShardTensors
     from graphtrain.runtime.native.memory import keep_freed_memory
 
     keep_freed_memory()

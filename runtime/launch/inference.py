@@ -43,7 +43,7 @@ def partition(gt: GraphTraining, spec_dir: Path, run_dir: Path) -> Path:
     Raises:
         DataError: no complete checkpoint there; GraphtrainError: its partition is gone or changed, or
             the output is a path an inference may not replace."""
-    from graphtrain.runtime.kvstore.checkpoint import resolve_checkpoint  # imported here: the
+    from graphtrain.runtime.checkpoint import resolve_checkpoint  # imported here: the
     from graphtrain.runtime.outputs import checkpoint_partition  # launcher's own imports stay torch-free
     from graphtrain.runtime.train.inference import check_output
 

@@ -563,7 +563,7 @@ class LocalRun:
     def _remove_segments(token: str) -> None:
         """Shared memory that killed processes of the launch with `token` could not unlink (call it once
         every one of them has exited)."""
-        from graphtrain.runtime.kvstore.shm import job_prefix, remove_leftovers
+        from graphtrain.runtime.kvstore.tables.shm import job_prefix, remove_leftovers
 
         with contextlib.suppress(OSError):
             remove_leftovers(job_prefix(token))

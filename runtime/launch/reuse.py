@@ -21,7 +21,7 @@ from graphtrain.runtime.errors import GraphtrainError
 from graphtrain.runtime.launch.processes import RunFailed
 from graphtrain.runtime.train.resumable import check_resumable
 
-# kvstore/checkpoint.py's name of the latest checkpoint's marker: that module imports torch (its tables
+# checkpoint/'s name of the latest checkpoint's marker: that module imports torch (its tables
 # are tensors), and `graphtrain run` starts its processes without it (1.9 s of CPU per run saved)
 LATEST = "LATEST"
 
@@ -104,7 +104,7 @@ def choose_checkpoint(
     if not (root / LATEST).exists():
         say(f"[run] no checkpoint in {root}: starting from the beginning")
         return None
-    from graphtrain.runtime.kvstore import checkpoint as ckpt  # torch: only when there is one to read
+    from graphtrain.runtime import checkpoint as ckpt  # torch: only when there is one to read
 
     try:
         path, skipped = ckpt.latest_verified(root)
@@ -134,7 +134,7 @@ def choose_checkpoint(
 
 def trainer_record(path: Path) -> dict[str, Any]:
     """A checkpoint's trainer record (epoch, step, model), {} when it has none that reads."""
-    from graphtrain.runtime.kvstore import checkpoint as ckpt
+    from graphtrain.runtime import checkpoint as ckpt
 
     try:
         meta = ckpt.read_top(path).get("trainer") or json.loads((path / "trainer.json").read_text())
@@ -169,7 +169,7 @@ def describe_checkpoint(path: Path) -> str:
 
 def describe_checkpoints(root: Path) -> str:
     """What a checkpoint directory holds, in a few words: its latest checkpoint and how many there are."""
-    from graphtrain.runtime.kvstore import checkpoint as ckpt
+    from graphtrain.runtime import checkpoint as ckpt
 
     dirs = sorted(p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
     try:

@@ -1,7 +1,7 @@
 """The shard-server role (`graphtrain shard-server`): one shard server, from its description
 (ShardServerParams), until a shutdown request, SIGTERM or Ctrl-C.
 
-What the role adds around the server (kvstore/server.py): the shard index of a StatefulSet pod, the
+What the role adds around the server (kvstore/serving/server.py): the shard index of a StatefulSet pod, the
 token, the checkpoint it comes back from, the partition's node data it holds, the metrics port with
 the liveness and readiness probes, and the one `ready` line a launcher waits for.
 """
@@ -31,15 +31,15 @@ def serve(p: ShardServerParams) -> None:
     "metrics_port": ...} when it listens, then serves until a shutdown request, SIGTERM or Ctrl-C. The
     metrics port also answers /livez (the liveness probe) and /readyz. With a cuda device, learnable
     tables and their optimizer state live on the GPU and pushes run the CUDA core (runtime/native/cuda.py);
-    node data stays in host memory, shared with --shm (kvstore/placement.py).
+    node data stays in host memory, shared with --shm (storage/placement.py).
     """
     # here, not at the top: the CLI imports this module, and `graphtrain --help` needs no torch or ZMQ
     from graphtrain.contract import httpd
-    from graphtrain.runtime.kvstore import checkpoint as ckpt
-    from graphtrain.runtime.kvstore.auth import read_token
-    from graphtrain.runtime.kvstore.server import Limits, ShardServer
-    from graphtrain.runtime.kvstore.shm import job_prefix
-    from graphtrain.runtime.kvstore.state import ShardTensors
+    from graphtrain.runtime import checkpoint as ckpt
+    from graphtrain.runtime.kvstore.serving.server import Limits, ShardServer
+    from graphtrain.runtime.kvstore.tables.shm import job_prefix
+    from graphtrain.runtime.kvstore.tables.state import ShardTensors
+    from graphtrain.runtime.kvstore.wire.auth import read_token
     from graphtrain.runtime.native.memory import keep_freed_memory
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")

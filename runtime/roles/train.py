@@ -36,8 +36,8 @@ def train(p: TrainParams) -> None:
 
     from graphtrain.runtime import kvstore
     from graphtrain.runtime.graph import DistGraph, standalone_client
-    from graphtrain.runtime.kvstore.auth import read_token
-    from graphtrain.runtime.kvstore.shm import close_push_buffers
+    from graphtrain.runtime.kvstore.tables.shm import close_push_buffers
+    from graphtrain.runtime.kvstore.wire.auth import read_token
     from graphtrain.runtime.train.device import process_group_backend, standalone_shard_device, trainer_device
     from graphtrain.runtime.train.dist import Dist
     from graphtrain.runtime.train.loop import EpochLoop
@@ -115,7 +115,7 @@ def wait_for_shards(client: Any, wait: float = SHARDS_WAIT) -> None:
         GraphtrainError: a server did not answer within `wait` seconds, or refused the token."""
     import time
 
-    from graphtrain.runtime.kvstore.transport import KVTimeout
+    from graphtrain.runtime.kvstore.client.transport import KVTimeout
 
     deadline, said = time.monotonic() + wait, False
     while True:

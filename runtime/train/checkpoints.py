@@ -1,7 +1,7 @@
 """A training's checkpoints, seen from the trainers: taking one, finding the one to resume from, and the
 BEST marker and validation record beside them.
 
-A checkpoint is the shard servers' tables (kvstore.checkpoint) plus the trainers' part, written by rank 0
+A checkpoint is the shard servers' tables (runtime/checkpoint) plus the trainers' part, written by rank 0
 into the same directory: trainer.json (the ResumePoint and the model record) and the task's own state
 (a dense model's, dense.py). It is complete when both are; its checkpoint.json records the sha256 of
 the trainers' files too, so resuming checks every file and skips a damaged latest checkpoint for the
@@ -24,13 +24,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from graphtrain.runtime import checkpoint as ckpt
 from graphtrain.runtime.collective import CollectiveEmbedding
 from graphtrain.runtime.collective import checkpoint as collective_ckpt
 from graphtrain.runtime.data.cache import hash_tree, write_json
 from graphtrain.runtime.errors import GraphtrainError
 from graphtrain.runtime.graph import DistGraph
-from graphtrain.runtime.kvstore import checkpoint as ckpt
-from graphtrain.runtime.kvstore import placement
+from graphtrain.runtime.storage import placement
 from graphtrain.runtime.train import best as best_record
 from graphtrain.runtime.train.dist import Dist
 from graphtrain.runtime.train.reporter import log
@@ -111,7 +111,7 @@ class Checkpoints:
     def save(self, point: ResumePoint, write_state: Callable[[Path], None], best: bool = False) -> None:
         """All trainers pause (no pushes in flight) while rank 0 writes the trainers' part (trainer.json,
         then `write_state` into the directory) and the shard servers snapshot their tables; training goes
-        on while the servers write them (copy-on-write: kvstore/snapshot.py). Each trainer's pieces of
+        on while the servers write them (copy-on-write: checkpoint/snapshot.py). Each trainer's pieces of
         its collective tables are redealt into host memory in the pause and written by a thread of its
         own beside training (where memory allows; else in the pause). LATEST moves only once
         every piece is written (poll, finish), and BEST too when `best` (the best validation pass so

@@ -7,7 +7,7 @@ nccl for the model's gradients. What the shard servers send stays in host memory
 loader copies a batch's features and blocks on its own thread, and the embedding rows are moved after the
 pull, so their gradients come back to the host leaf the sparse optimizer reads (nothing else changes).
 Standalone on a GPU keeps its in-process tables there (standalone_shard_device): their rows are pulled
-and stepped on the device (kvstore/direct.py) and never cross the host.
+and stepped on the device (kvstore/client/direct.py) and never cross the host.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ def standalone_shard_device(trainer: torch.device, shard_servers: str) -> str:
     """Where `--standalone` keeps its in-process shards' learnable tables: the trainer's GPU when it
     computes on one (rows and optimizer state beside the model, stepped by the CUDA core), or cuda:0
     when the spec puts shard servers on cuda; else the host. Node data stays in host memory either way
-    (kvstore/placement.py), as on a GPU shard server."""
+    (storage/placement.py), as on a GPU shard server."""
     if trainer.type == "cuda":
         return str(trainer)
     return "cuda:0" if shard_servers == "cuda" else "cpu"

@@ -19,11 +19,11 @@ from typing import Any
 
 import numpy as np
 
+from graphtrain.runtime import checkpoint as ckpt
 from graphtrain.runtime.collective import checkpoint as collective_ckpt
 from graphtrain.runtime.data.cache import write_json
 from graphtrain.runtime.errors import GraphtrainError
 from graphtrain.runtime.graph import DistGraph
-from graphtrain.runtime.kvstore import checkpoint as ckpt
 from graphtrain.runtime.partition.format import load_maps, load_names
 from graphtrain.runtime.train.dist import Dist
 from graphtrain.runtime.train.reporter import log

@@ -6,7 +6,7 @@ computes it: training's evaluation (node classification, link prediction, edge t
   when the trainers divide evenly among the partitions (`node_share`): it writes, and mostly reads, the
   rows of the shard it sits beside.
 - **Layers on the shard servers.** Each layer's rows go to a scratch tensor on the shard servers
-  (`scratch:layer<i>`, never checkpointed: kvstore.state), and the next layer pulls the rows of its
+  (`scratch:layer<i>`, never checkpointed: kvstore/tables/state.py), and the next layer pulls the rows of its
   blocks' input nodes from there after a barrier. No trainer holds the whole graph's rows, so a layer
   costs each trainer its share, not num_nodes x width (DGL keeps them in DistTensors alike).
 - **Every neighbour.** Each chunk of nodes is one block of all its in-edges; a node's k-hop
@@ -23,7 +23,7 @@ import torch
 
 from graphtrain.runtime.graph import DistGraph
 from graphtrain.runtime.graph.loader import sample_blocks
-from graphtrain.runtime.kvstore.shard import SCRATCH_PREFIX
+from graphtrain.runtime.storage.shard import SCRATCH_PREFIX
 from graphtrain.runtime.tensor import DistTensor
 from graphtrain.runtime.train.device import to_device
 from graphtrain.runtime.train.dist import Dist

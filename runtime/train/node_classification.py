@@ -32,9 +32,9 @@ from graphtrain.runtime.graph.device_sampler import device_graph, sample_blocks_
 from graphtrain.runtime.graph.fanouts import layer_fanouts
 from graphtrain.runtime.graph.loader import MiniBatch
 from graphtrain.runtime.graph.split import mask_ids
-from graphtrain.runtime.kvstore.client import KVClient
-from graphtrain.runtime.kvstore.placement import free_bytes
+from graphtrain.runtime.kvstore.client.kvclient import KVClient
 from graphtrain.runtime.partition.format import load_names
+from graphtrain.runtime.storage.placement import free_bytes
 from graphtrain.runtime.train.dense import DenseTask, dense_optimizer
 from graphtrain.runtime.train.device import to_device
 from graphtrain.runtime.train.dist import Dist, seed_everything, unwrap

@@ -13,11 +13,11 @@ import numpy as np
 import torch
 
 from graphtrain.contract.spec import Sharding, VocabularyKind
+from graphtrain.runtime import checkpoint as ckpt
 from graphtrain.runtime.collective import CollectiveEmbedding
-from graphtrain.runtime.kvstore import checkpoint as ckpt
-from graphtrain.runtime.kvstore.client import KVClient
-from graphtrain.runtime.kvstore.inits import init_keyed
+from graphtrain.runtime.kvstore.client.kvclient import KVClient
 from graphtrain.runtime.models import KGES
+from graphtrain.runtime.storage.inits import init_keyed
 from graphtrain.runtime.tensor import DistEmbedding, DynamicVocabulary, PartitionBook
 from graphtrain.runtime.train.task import init_spec
 

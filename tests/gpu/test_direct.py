@@ -1,4 +1,4 @@
-"""Standalone's GPU tables used where they lie (kvstore/direct.py): pulls give rows on the GPU, pushes
+"""Standalone's GPU tables used where they lie (kvstore/client/direct.py): pulls give rows on the GPU, pushes
 step them there with duplicates reduced by the CUDA core, and training matches the same table on the
 host path; a bad id is refused without a sticky CUDA error."""
 
@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import torch
 
-from graphtrain.runtime.kvstore.client import InProcTransport, KVClient
-from graphtrain.runtime.kvstore.protocol import RemoteError
-from graphtrain.runtime.kvstore.state import ShardTensors
+from graphtrain.runtime.kvstore.client.kvclient import InProcTransport, KVClient
+from graphtrain.runtime.kvstore.tables.state import ShardTensors
+from graphtrain.runtime.kvstore.wire.protocol import RemoteError
 from graphtrain.runtime.optim import OptimConfig
 from graphtrain.runtime.optim.optimizers import SparseOptimizer
 from graphtrain.runtime.tensor import DistEmbedding

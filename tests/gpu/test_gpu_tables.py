@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 import torch
 
-from graphtrain.runtime.kvstore import checkpoint as ckpt
-from graphtrain.runtime.kvstore import gpu
-from graphtrain.runtime.kvstore.protocol import ProtocolError
-from graphtrain.runtime.kvstore.server import ShardServer
-from graphtrain.runtime.kvstore.state import ShardTensors
+from graphtrain.runtime import checkpoint as ckpt
+from graphtrain.runtime.kvstore.serving.server import ShardServer
+from graphtrain.runtime.kvstore.tables.state import ShardTensors
+from graphtrain.runtime.storage import gpu
+from graphtrain.runtime.storage.errors import StorageError
 from tests.runtime.conftest import TOKEN
 from tests.runtime.kvstore.test_placement import TABLES
 
@@ -76,7 +76,7 @@ def test_an_optimizer_that_does_not_fit_the_gpu_is_refused_and_the_table_keeps_w
     room = {"gpu": 0}
     s = ShardTensors(0, device="cuda", free=lambda d: room["gpu"] if d.type == "cuda" else 1 << 40)
     t = s.create("emb", ROWS, (DIM,), "float32", 0, ROWS, {"kind": "uniform", "seed": 1})
-    with pytest.raises(ProtocolError, match="optimizer state of 'emb' needs .* cuda:0 has 0.00 GiB"):
+    with pytest.raises(StorageError, match="optimizer state of 'emb' needs .* cuda:0 has 0.00 GiB"):
         s.set_optimizer("emb", ADAM)
     assert t.config is None and t.data.device.type == "cpu"
     assert pull(s, "emb", np.arange(3, dtype=np.int64)).shape == (3, DIM)

@@ -30,6 +30,20 @@ PLANTED = [
     ("runtime-layers", "runtime/roles/planted.py", "import graphtrain.runtime.cli\n"),  # over its shell
     ("runtime-layers", "runtime/launch/planted.py", "import graphtrain.runtime.roles.train\n"),
     ("runtime-layers", "runtime/planted_floor.py", "import graphtrain.runtime.errors\n"),  # on no floor
+    ("runtime-layers", "runtime/storage/planted.py", "import graphtrain.runtime.checkpoint\n"),
+    ("runtime-layers", "runtime/checkpoint/planted.py", "import graphtrain.runtime.kvstore.wire.protocol\n"),
+    ("kvstore-rooms", "runtime/kvstore/wire/planted.py", "import graphtrain.runtime.kvstore.tables.state\n"),
+    (
+        "kvstore-rooms",
+        "runtime/kvstore/tables/planted.py",
+        "import graphtrain.runtime.kvstore.serving.dispatch\n",
+    ),
+    (
+        "kvstore-rooms",
+        "runtime/kvstore/serving/planted.py",
+        "import graphtrain.runtime.kvstore.client.kvclient\n",
+    ),
+    ("kvstore-rooms", "runtime/kvstore/planted_room.py", "import graphtrain.runtime.errors\n"),  # in no room
     ("contract-light", "contract/spec/planted.py", "import numpy\n"),
     ("control-plane-light", "operator/planted.py", "import torch\n"),
     ("control-plane-light", "api/planted.py", "import zmq\n"),

@@ -50,6 +50,19 @@ def test_no_source_file_outside_the_tests_is_over_600_lines() -> None:
     assert long_sources(project_files(), ROOT) == {}
 
 
+ROOMS = ("runtime/kvstore", "runtime/storage", "runtime/checkpoint")
+ROOM_LINES = 450  # issue 47: the shard server's packages keep their files well under the cap, not squeezed
+
+
+def test_no_file_of_the_shard_servers_packages_is_over_450_lines() -> None:
+    files = [f for f in project_files() if str(f.relative_to(ROOT)).startswith(ROOMS)]
+    assert len(files) > 30
+    long = {
+        str(f.relative_to(ROOT)): n for f in files if (n := len(f.read_bytes().splitlines())) > ROOM_LINES
+    }
+    assert long == {}
+
+
 def test_make_tests_workers_keep_a_file_and_the_shared_folders_whole() -> None:
     """What tests/conftest.py's xdist scheduler hands out as one unit of work."""
     from tests.conftest import work_unit

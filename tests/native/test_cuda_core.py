@@ -303,18 +303,18 @@ def test_public_calls_refuse_cpu_tensors_before_touching_cuda(monkeypatch: pytes
 
 
 def test_shard_server_device_option_is_checked_where_no_gpu_is_needed() -> None:
-    from graphtrain.runtime.kvstore.protocol import ProtocolError
-    from graphtrain.runtime.kvstore.state import ShardTensors
+    from graphtrain.runtime.kvstore.tables.state import ShardTensors
+    from graphtrain.runtime.storage.errors import StorageError
 
     # --shm with cuda is allowed (host tables are shared, learnable ones go to the GPU): the GPU is checked
-    with pytest.raises(ProtocolError, match="no such GPU here"):
+    with pytest.raises(StorageError, match="no such GPU here"):
         ShardTensors(0, use_shm=True, device="cuda")
-    with pytest.raises(ProtocolError, match="not on meta"):
+    with pytest.raises(StorageError, match="not on meta"):
         ShardTensors(0, device="meta")
     for bad in ("gpu", "cuda:-1", "cuda:0,cpu"):
-        with pytest.raises(ProtocolError, match="is not a device"):
+        with pytest.raises(StorageError, match="is not a device"):
             ShardTensors(0, device=bad)
     # before: a server with GPU tables here announced ready, then failed its first create
-    with pytest.raises(ProtocolError, match="no such GPU here"):
+    with pytest.raises(StorageError, match="no such GPU here"):
         ShardTensors(0, use_shm=False, device="cuda")
     assert ShardTensors(0, device="cpu").device == CPU

@@ -12,10 +12,10 @@ import torch
 
 from graphtrain.contract import optimizers
 from graphtrain.contract.spec import OptimizerKind
-from graphtrain.runtime.kvstore.sizes import state_bytes
 from graphtrain.runtime.native.optim import KIND_CODE
 from graphtrain.runtime.optim.config import KINDS, Kind, OptimConfig
 from graphtrain.runtime.optim.state import check_state, make_state
+from graphtrain.runtime.storage.sizes import state_bytes
 from tests.tree import ROOT
 
 

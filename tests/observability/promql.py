@@ -83,7 +83,7 @@ def defined_series_names() -> set[str]:
     executor-level training metrics (the families of contract/telemetry.py), process_*."""
     from graphtrain.contract import telemetry
     from graphtrain.operator.endpoints import OperatorMetrics
-    from graphtrain.runtime.kvstore.metrics import ServerMetrics
+    from graphtrain.runtime.kvstore.serving.metrics import ServerMetrics
     from graphtrain.runtime.train.metrics import TrainerMetrics
 
     shard = ServerMetrics(0, lambda: {"node": {"lo": 0, "hi": 1, "bytes": 8}}, load=lambda: {})

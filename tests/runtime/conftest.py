@@ -126,7 +126,7 @@ def dealer(address: str, token: str | None = TOKEN, **options: int):
     options (e.g. RCVHWM=1 for a client that stops reading)."""
     import zmq
 
-    from graphtrain.runtime.kvstore import auth
+    from graphtrain.runtime.kvstore.wire import auth
 
     sock = zmq.Context.instance().socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 0)
@@ -165,7 +165,7 @@ def segments_of(pids: list[int], token: str = TOKEN) -> list[str]:
     """The /dev/shm segments of this token's job made by `pids` (a server's tables: <prefix>-<shard>-<pid>-
     <name>; a client's push buffers: <prefix>-push-<pid>-<n>). Tests on other xdist workers run servers
     under the same token at the same time: their live segments are not this test's leftovers."""
-    from graphtrain.runtime.kvstore.shm import job_prefix
+    from graphtrain.runtime.kvstore.tables.shm import job_prefix
 
     prefix = job_prefix(token)
     marks = tuple(f"-{pid}-" for pid in pids)

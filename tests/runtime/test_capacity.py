@@ -15,7 +15,7 @@ import yaml
 
 from graphtrain.contract.spec import EmbeddingTable, load_yaml
 from graphtrain.runtime import capacity
-from graphtrain.runtime.kvstore.transport import Answer, Call
+from graphtrain.runtime.kvstore.client.transport import Answer, Call
 from graphtrain.runtime.native.keymap import KeyMap
 from graphtrain.runtime.partition.format import load_config
 from tests.runtime.launch.test_run import CLI, graph_file, sage_spec

@@ -344,8 +344,8 @@ def test_bad_input_gives_one_line(case: Case, tmp_path: Path) -> None:
 def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from graphtrain.runtime import kvstore
     from graphtrain.runtime import partition as partitioning
+    from graphtrain.runtime.checkpoint import partition_record
     from graphtrain.runtime.data.graph import Graph
-    from graphtrain.runtime.kvstore.checkpoint import partition_record
     from graphtrain.runtime.tensor import DistEmbedding
 
     root = tmp_path_factory.mktemp("ckpt")

@@ -20,8 +20,8 @@ from graphtrain.runtime.collective import (
     write_checkpoint,
 )
 from graphtrain.runtime.errors import SparseInputError
-from graphtrain.runtime.kvstore.inits import init_rows
 from graphtrain.runtime.optim import OptimConfig, SparseOptimizer, make_state, sparse_step
+from graphtrain.runtime.storage.inits import init_rows
 
 INIT = {"kind": "uniform", "low": -0.5, "high": 0.5, "seed": 7}
 
@@ -176,8 +176,8 @@ def freeze_then(
     step while it is written: the checkpoint must hold the rows of the second."""
     import torch.distributed as tdist
 
+    from graphtrain.runtime import checkpoint as ckpt
     from graphtrain.runtime.collective import checkpoint as cc
-    from graphtrain.runtime.kvstore import checkpoint as ckpt
 
     extra = {"step_count": "global"} if kind == "adam_global" else {}
     table = CollectiveEmbedding(n, dim, "t", INIT)

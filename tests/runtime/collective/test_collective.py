@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from graphtrain.runtime.kvstore import checkpoint as ckpt
+from graphtrain.runtime import checkpoint as ckpt
 from tests.runtime.collective import ranks
 from tests.runtime.collective import scenarios as sc
 
@@ -259,11 +259,11 @@ def test_a_damaged_checkpoint_is_refused(tmp_path):
 
 def test_a_table_too_big_for_this_host_is_refused_before_any_allocation():
     from graphtrain.runtime.collective import CollectiveEmbedding
-    from graphtrain.runtime.kvstore.protocol import ProtocolError
+    from graphtrain.runtime.storage.errors import StorageError
 
     with pytest.raises(
-        ProtocolError, match=r"collective table 'd' on rank 0 needs [\d.]+ GiB; this server has"
+        StorageError, match=r"collective table 'd' on rank 0 needs [\d.]+ GiB; this server has"
     ):
         CollectiveEmbedding(1, 128, "d", capacity=10**12)  # a dynamic vocabulary of 10^12 rows
-    with pytest.raises(ProtocolError, match="collective table 'f' on rank 0 needs"):
+    with pytest.raises(StorageError, match="collective table 'f' on rank 0 needs"):
         CollectiveEmbedding(10**12, 128, "f")

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import torch
 
-from graphtrain.runtime.kvstore.checkpoint import export_keyed
-from graphtrain.runtime.kvstore.inits import init_keyed
+from graphtrain.runtime.checkpoint import export_keyed
 from graphtrain.runtime.optim import make_state, sparse_step
+from graphtrain.runtime.storage.inits import init_keyed
 from tests.runtime.collective import ranks
 from tests.runtime.collective import scenarios as sc
 from tests.runtime.collective import scenarios_dynamic as dyn

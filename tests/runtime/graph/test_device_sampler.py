@@ -13,7 +13,7 @@ from graphtrain.runtime.graph import DistGraph, NeighborLoader, handover, node_s
 from graphtrain.runtime.graph import device_sampler as ds
 from graphtrain.runtime.graph.dist_graph import standalone_client
 from graphtrain.runtime.graph.loader import mean_matrices, relabel
-from graphtrain.runtime.kvstore.graphpart import GraphPart
+from graphtrain.runtime.kvstore.tables.graphpart import GraphPart
 from tests.conftest import planted_graph
 from tests.runtime.graph.test_sampling import in_neighbours
 

@@ -14,7 +14,8 @@ from graphtrain.runtime import kvstore, partition
 from graphtrain.runtime.data.graph import Graph, random_masks
 from graphtrain.runtime.graph import DistGraph, sample_blocks, standalone_client
 from graphtrain.runtime.graph.fanouts import layer_fanouts
-from graphtrain.runtime.kvstore.graphpart import GraphPart
+from graphtrain.runtime.kvstore.client.transport import Call
+from graphtrain.runtime.kvstore.tables.graphpart import GraphPart
 from tests.runtime.conftest import TOKEN, servers
 
 TYPES = np.array(["user", "item"])
@@ -170,11 +171,7 @@ def test_shard_servers_answer_typed_samples_over_tcp_and_shared_memory(typed_par
             remote.sample_edges(seeds, -1, bounds, 5, np.array([1] * 5000))
         with pytest.raises(Exception, match="type_fanouts' must hold integers"):  # the server's own check
             remote.transport.call_many(
-                [
-                    kvstore.transport.Call(
-                        0, "sample", None, [seeds[:3]], {"fanout": -1, "type_fanouts": [1, -7]}
-                    )
-                ]
+                [Call(0, "sample", None, [seeds[:3]], {"fanout": -1, "type_fanouts": [1, -7]})]
             )
         remote.close()
         mapped.close()

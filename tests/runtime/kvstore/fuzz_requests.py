@@ -15,7 +15,7 @@ import msgpack
 import numpy as np
 from hypothesis import strategies as st
 
-from graphtrain.runtime.kvstore import protocol
+from graphtrain.runtime.kvstore.wire import protocol
 
 ROWS, DIM = 64, 8
 NAMES = ["emb", "emb", "nope", "ndata.feat", "x" * 200, "", None]

@@ -18,9 +18,9 @@ import pytest
 import zmq
 
 from graphtrain.runtime import kvstore
-from graphtrain.runtime.kvstore import protocol
-from graphtrain.runtime.kvstore.protocol import RemoteError
-from graphtrain.runtime.kvstore.transport import KVAuthError
+from graphtrain.runtime.kvstore.client.transport import KVAuthError
+from graphtrain.runtime.kvstore.wire import protocol
+from graphtrain.runtime.kvstore.wire.protocol import RemoteError
 from tests.runtime.conftest import TOKEN, dealer, rss, segments_of, servers
 
 MB = 1 << 20
@@ -307,7 +307,7 @@ def test_a_failed_shared_memory_create_leaves_no_segment_and_names_its_cause(ckr
         bounds = np.array([0, 14])
         c.create("entity", 14, (128,), "float32", bounds, {"kind": "normal", "seed": 2})
         c.checkpoint("ck", root=ckroot)
-        from graphtrain.runtime.kvstore.checkpoint import mark_latest
+        from graphtrain.runtime.checkpoint import mark_latest
 
         mark_latest(ckroot, "ck")
         c.shutdown()

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 import torch
 
+from graphtrain.runtime import checkpoint as ckpt
 from graphtrain.runtime import kvstore
-from graphtrain.runtime.kvstore import checkpoint as ckpt
 from graphtrain.runtime.optim import OptimConfig, SparseOptimizer
 from graphtrain.runtime.tensor import DistEmbedding, PartitionBook
 from tests.runtime.conftest import TOKEN, servers, start_server

@@ -1,4 +1,4 @@
-"""Checkpoints written in the background (kvstore/snapshot.py): a push that arrives while a checkpoint is
+"""Checkpoints written in the background (checkpoint/snapshot.py): a push that arrives while a checkpoint is
 being written is not in it but in the next; the staging memory stays within its bound (pushes write
 chunks through past it); a shard killed mid-write leaves no piece of it and comes back with the previous
 complete checkpoint; a byte changed in a background-written file is refused on load.
@@ -15,11 +15,11 @@ import numpy as np
 import pytest
 import torch
 
+from graphtrain.runtime import checkpoint as ckpt
 from graphtrain.runtime import kvstore
+from graphtrain.runtime.checkpoint import snapshot as snap
 from graphtrain.runtime.errors import GraphtrainError
-from graphtrain.runtime.kvstore import checkpoint as ckpt
-from graphtrain.runtime.kvstore import snapshot as snap
-from graphtrain.runtime.kvstore.state import ShardTensors
+from graphtrain.runtime.kvstore.tables.state import ShardTensors
 from graphtrain.runtime.optim import OptimConfig, SparseOptimizer
 from graphtrain.runtime.tensor import DistEmbedding, PartitionBook
 from tests.runtime.conftest import TOKEN, servers, start_server

@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 import torch
 
+from graphtrain.runtime import checkpoint as ckpt
 from graphtrain.runtime import kvstore
 from graphtrain.runtime.data.cache import sha256_file
 from graphtrain.runtime.errors import DataError
-from graphtrain.runtime.kvstore import checkpoint as ckpt
 from graphtrain.runtime.optim import OptimConfig, SparseOptimizer
 from graphtrain.runtime.tensor import DistEmbedding, PartitionBook
 from tests.runtime.conftest import TOKEN, servers

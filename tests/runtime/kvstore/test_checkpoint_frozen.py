@@ -16,13 +16,13 @@ import numpy as np
 import pytest
 import torch
 
+from graphtrain.runtime import checkpoint as ckpt
 from graphtrain.runtime import kvstore
-from graphtrain.runtime.kvstore import checkpoint as ckpt
-from graphtrain.runtime.kvstore import gpu
-from graphtrain.runtime.kvstore import snapshot as snap
-from graphtrain.runtime.kvstore.shard import TensorShard
-from graphtrain.runtime.kvstore.state import ShardTensors
+from graphtrain.runtime.checkpoint import snapshot as snap
+from graphtrain.runtime.kvstore.tables.state import ShardTensors
 from graphtrain.runtime.optim import OptimConfig, SparseOptimizer
+from graphtrain.runtime.storage import gpu
+from graphtrain.runtime.storage.shard import TensorShard
 from graphtrain.runtime.tensor import DistEmbedding
 
 ROWS, DIM = 5000, 16

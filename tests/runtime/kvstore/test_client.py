@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from graphtrain.runtime import kvstore
-from graphtrain.runtime.kvstore.client import KVClient
-from graphtrain.runtime.kvstore.protocol import ProtocolError
+from graphtrain.runtime.kvstore.client.kvclient import KVClient
+from graphtrain.runtime.kvstore.wire.protocol import ProtocolError
 
 
 def test_split_skips_the_permutation_when_ids_are_grouped() -> None:

@@ -1,4 +1,4 @@
-"""Standalone's direct path (kvstore/direct.py): a table's pieces pulled and stepped where they lie.
+"""Standalone's direct path (kvstore/client/direct.py): a table's pieces pulled and stepped where they lie.
 
 It serves GPU tables; here it is opened to host tables (DEVICE_TYPES) so that the same code runs on the
 CPU and is compared, step for step, with the protocol path every other table takes. tests/gpu runs it
@@ -14,8 +14,8 @@ import torch
 
 from graphtrain.runtime import kvstore
 from graphtrain.runtime.errors import SparseInputError
-from graphtrain.runtime.kvstore import direct
-from graphtrain.runtime.kvstore.protocol import RemoteError
+from graphtrain.runtime.kvstore.client import direct
+from graphtrain.runtime.kvstore.wire.protocol import RemoteError
 from graphtrain.runtime.optim import OptimConfig
 from graphtrain.runtime.optim.optimizers import SparseOptimizer
 from graphtrain.runtime.tensor import DistEmbedding
@@ -216,7 +216,7 @@ def test_host_tables_stay_on_the_protocol_path() -> None:
 
 
 def test_a_shard_server_client_never_goes_direct() -> None:
-    from graphtrain.runtime.kvstore.zmq_transport import ZmqTransport
+    from graphtrain.runtime.kvstore.client.zmq_transport import ZmqTransport
 
     assert ZmqTransport.direct(object(), "emb") is None  # type: ignore[arg-type]
 

@@ -21,9 +21,9 @@ from hypothesis import strategies as st
 
 from graphtrain.runtime import kvstore
 from graphtrain.runtime.errors import GraphtrainError
-from graphtrain.runtime.kvstore import opargs, protocol
-from graphtrain.runtime.kvstore.dispatch import Dispatcher
-from graphtrain.runtime.kvstore.state import PullStream, ShardTensors
+from graphtrain.runtime.kvstore.serving.dispatch import Dispatcher
+from graphtrain.runtime.kvstore.tables.state import PullStream, ShardTensors
+from graphtrain.runtime.kvstore.wire import opargs, protocol
 from tests.runtime.conftest import TOKEN, dealer, servers
 from tests.runtime.kvstore import fuzz_requests as kv_fuzz
 

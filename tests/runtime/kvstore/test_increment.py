@@ -13,11 +13,12 @@ import numpy as np
 import pytest
 import torch
 
+from graphtrain.runtime import checkpoint as ckpt
+from graphtrain.runtime.checkpoint import chain, increment
+from graphtrain.runtime.checkpoint import snapshot as snap
 from graphtrain.runtime.errors import DataError
-from graphtrain.runtime.kvstore import chain, increment
-from graphtrain.runtime.kvstore import checkpoint as ckpt
-from graphtrain.runtime.kvstore import snapshot as snap
-from graphtrain.runtime.kvstore.state import ShardTensors
+from graphtrain.runtime.kvstore.tables.state import ShardTensors
+from graphtrain.runtime.storage.shard import before_write
 
 ROWS, DIM = 5000, 8
 
@@ -62,11 +63,11 @@ def test_before_write_reads_rows_back_only_when_something_tracks_them() -> None:
     st = shard()
     t = st.get("emb")
     assert t.snapshot is None and t.changed is None
-    increment.before_write(t, torch.arange(3, device="meta"))
+    before_write(t, torch.arange(3, device="meta"))
     increment.plan(t, Path("/nonexistent/ck-1"), 5)  # from now on the table counts its changed rows
     assert t.changed is not None
-    increment.before_write(t, torch.tensor([1, 4]))
-    increment.before_write(t, np.array([7], dtype=np.int64))
+    before_write(t, torch.tensor([1, 4]))
+    before_write(t, np.array([7], dtype=np.int64))
     assert np.flatnonzero(t.changed.mask).tolist() == [1, 4, 7]
 
 

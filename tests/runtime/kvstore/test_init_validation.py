@@ -9,10 +9,10 @@ import pytest
 import torch
 
 from graphtrain.runtime import kvstore
-from graphtrain.runtime.kvstore.inits import init_rows
-from graphtrain.runtime.kvstore.protocol import ProtocolError
-from graphtrain.runtime.kvstore.server import ShardServer
-from graphtrain.runtime.kvstore.state import ShardTensors
+from graphtrain.runtime.kvstore.serving.server import ShardServer
+from graphtrain.runtime.kvstore.tables.state import ShardTensors
+from graphtrain.runtime.storage.errors import StorageError
+from graphtrain.runtime.storage.inits import init_rows
 from tests.runtime.conftest import TOKEN
 
 BAD = [
@@ -34,10 +34,10 @@ BAD = [
 
 @pytest.mark.parametrize(("spec", "message"), BAD)
 def test_a_bad_init_is_refused_naming_the_field(spec: dict, message: str) -> None:
-    with pytest.raises(ProtocolError, match=message):
+    with pytest.raises(StorageError, match=message):
         init_rows(spec, 0, 4, (3,), torch.empty(4, 3))
     s = ShardTensors(0)
-    with pytest.raises(ProtocolError, match=message):
+    with pytest.raises(StorageError, match=message):
         s.create("t", 4, (3,), "float32", 0, 4, spec)
     assert "t" not in s.tensors
 

@@ -1,4 +1,4 @@
-"""Small pulls answered on the I/O thread (kvstore/inline.py): which requests qualify, that their rows
+"""Small pulls answered on the I/O thread (kvstore/serving/inline.py): which requests qualify, that their rows
 and errors are a worker's, and that a peer with work in flight keeps its order (its pull goes to a
 worker). A real server in this process, a real client over TCP."""
 
@@ -11,11 +11,12 @@ import numpy as np
 import pytest
 
 from graphtrain.runtime import kvstore
-from graphtrain.runtime.kvstore import inline, opargs, protocol
-from graphtrain.runtime.kvstore import server as server_module
-from graphtrain.runtime.kvstore.server import ShardServer
-from graphtrain.runtime.kvstore.state import ShardTensors
-from graphtrain.runtime.kvstore.transport import Call
+from graphtrain.runtime.kvstore.client.transport import Call
+from graphtrain.runtime.kvstore.serving import inline
+from graphtrain.runtime.kvstore.serving import server as server_module
+from graphtrain.runtime.kvstore.serving.server import ShardServer
+from graphtrain.runtime.kvstore.tables.state import ShardTensors
+from graphtrain.runtime.kvstore.wire import opargs, protocol
 from tests.runtime.conftest import TOKEN
 from tests.runtime.kvstore.test_liveness import block_stats
 

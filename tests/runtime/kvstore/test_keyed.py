@@ -1,4 +1,4 @@
-"""Dynamic vocabularies on the shard servers (kvstore/keyed.py): arbitrary int64 keys routed by key mod
+"""Dynamic vocabularies on the shard servers (storage/keyed.py): arbitrary int64 keys routed by key mod
 shards get rows on first sight with their key's initial value; lookups and updates equal one process
 holding every key's row (within 1e-5) over in-process shards and over real shard-server processes;
 evaluation pulls insert nothing; a full shard refuses naming table, shard and capacity, or evicts its
@@ -14,14 +14,16 @@ import numpy as np
 import pytest
 import torch
 
+from graphtrain.runtime import checkpoint as ckpt
 from graphtrain.runtime import kvstore
-from graphtrain.runtime.kvstore import checkpoint as ckpt
-from graphtrain.runtime.kvstore import keyed as kd
-from graphtrain.runtime.kvstore.inits import init_keyed
-from graphtrain.runtime.kvstore.protocol import ProtocolError, RemoteError
-from graphtrain.runtime.kvstore.state import ShardTensors
+from graphtrain.runtime.kvstore.client.transport import Call
+from graphtrain.runtime.kvstore.tables.state import ShardTensors
+from graphtrain.runtime.kvstore.wire.protocol import RemoteError
 from graphtrain.runtime.optim import OptimConfig, make_state, sparse_step
 from graphtrain.runtime.optim.optimizers import SparseOptimizer
+from graphtrain.runtime.storage import keyed as kd
+from graphtrain.runtime.storage.errors import StorageError
+from graphtrain.runtime.storage.inits import init_keyed
 from graphtrain.runtime.tensor import DistEmbedding, DynamicVocabulary
 from tests.runtime.conftest import TOKEN, servers
 
@@ -179,18 +181,18 @@ def test_restore_refuses_a_share_too_small_for_its_keys(tmp_path: Path) -> None:
 def test_keyed_requests_are_checked() -> None:
     state = ShardTensors(1)
     state.create("d", 6, (DIM,), "float32", 3, 6, INIT, keyed={"shards": 2, "evict": False})
-    with pytest.raises(ProtocolError, match="key 4 of 'd' belongs to shard 0, not 1"):
+    with pytest.raises(StorageError, match="key 4 of 'd' belongs to shard 0, not 1"):
         state.pull_stream("d", np.array([3, 4], dtype=np.int64), 1 << 20)
-    with pytest.raises(ProtocolError, match=r"exists as dynamic vocabulary \{'shards': 2, 'evict': False\}"):
+    with pytest.raises(StorageError, match=r"exists as dynamic vocabulary \{'shards': 2, 'evict': False\}"):
         state.create("d", 6, (DIM,), "float32", 3, 6, INIT)
     for other in ({"shards": 3, "evict": False}, {"shards": 2, "evict": True}):  # attached only as it is
-        with pytest.raises(ProtocolError, match="asked for"):
+        with pytest.raises(StorageError, match="asked for"):
             state.create("d", 6, (DIM,), "float32", 3, 6, INIT, keyed=other)
     for shape, dtype in (((), "float32"), ((2, 3), "float32"), ((DIM,), "int64")):
-        with pytest.raises(ProtocolError, match="must have float32 rows of one dimension"):
+        with pytest.raises(StorageError, match="must have float32 rows of one dimension"):
             state.create("e", 6, shape, dtype, 3, 6, INIT, keyed={"shards": 2, "evict": False})
     assert "e" not in state.tensors
-    with pytest.raises(ProtocolError, match="shard 1 of 1"):
+    with pytest.raises(StorageError, match="shard 1 of 1"):
         ShardTensors(1).create("e", 6, (DIM,), "float32", 0, 6, INIT, keyed={"shards": 1, "evict": False})
     assert len(state.get("d").keyed.keymap) == 0
 
@@ -210,7 +212,7 @@ def test_real_shard_servers_train_checkpoint_and_restore_into_three(tmp_path: Pa
         with pytest.raises(RemoteError, match="keyed has unknown keys"):
             client.transport.call_many(
                 [
-                    kvstore.client.Call(
+                    Call(
                         0,
                         "create",
                         "x",
@@ -249,7 +251,7 @@ def test_share_bounds_tile_the_capacity() -> None:
 
 @pytest.mark.parametrize(("seed", "stream"), [(0, 0), (7, 1), (2**63 - 1, 1)])
 def test_the_native_init_hash_gives_the_numpy_reference_bits(seed: int, stream: int) -> None:
-    from graphtrain.runtime.kvstore import inits
+    from graphtrain.runtime.storage import inits
 
     keys = np.array([0, 1, -1, 2**62, -(2**63), 2**63 - 1, 123_456_789], dtype=np.int64)
     keys = np.concatenate([keys, np.random.default_rng(seed % 1000).integers(-(2**63), 2**63 - 1, 5000)])
@@ -300,7 +302,7 @@ def test_a_dynamic_table_is_checkpointed_whole_even_when_few_rows_changed(tmp_pa
 def test_a_checkpoint_whose_keys_are_not_its_pieces_own_is_refused(tmp_path: Path, tamper: str) -> None:
     """keys.npy rewritten (its hash too, as someone with write access could): a key twice, or a key of
     another shard's piece, is refused by restore and export alike, never loaded."""
-    from graphtrain.runtime.data.cache import sha256_file
+    from graphtrain.runtime.data.cache import read_json, sha256_file, write_json
 
     emb, _ = train(kvstore.standalone(2), CONFIGS[0])
     root = tmp_path / "ck"
@@ -310,9 +312,9 @@ def test_a_checkpoint_whose_keys_are_not_its_pieces_own_is_refused(tmp_path: Pat
     keys = np.load(piece / kd.KEYS)
     keys[1] = keys[0] if tamper == "duplicate" else 1  # shard 0 holds even keys
     np.save(piece / kd.KEYS, keys)
-    manifest = ckpt.read_json(piece / ckpt.MANIFEST)
+    manifest = read_json(piece / ckpt.MANIFEST)
     manifest["files"][kd.KEYS] = sha256_file(piece / kd.KEYS)
-    ckpt.write_json(piece / ckpt.MANIFEST, manifest)
+    write_json(piece / ckpt.MANIFEST, manifest)
     want = "a key appears twice" if tamper == "duplicate" else "key 1 does not belong to piece 0 of 2"
     with pytest.raises(Exception, match=want):
         ckpt.export_keyed(root, "dyn")

@@ -15,8 +15,8 @@ import pytest
 
 from graphtrain.contract import httpd
 from graphtrain.runtime import kvstore
-from graphtrain.runtime.kvstore.server import Limits, ShardServer
-from graphtrain.runtime.kvstore.state import ShardTensors
+from graphtrain.runtime.kvstore.serving.server import Limits, ShardServer
+from graphtrain.runtime.kvstore.tables.state import ShardTensors
 from tests.runtime.conftest import TOKEN, servers
 
 

@@ -11,16 +11,16 @@ import numpy as np
 import pytest
 import torch
 
-from graphtrain.runtime.kvstore import checkpoint as ckpt
-from graphtrain.runtime.kvstore import gpu
-from graphtrain.runtime.kvstore import placement as place
-from graphtrain.runtime.kvstore import state as state_mod
-from graphtrain.runtime.kvstore.protocol import ProtocolError
-from graphtrain.runtime.kvstore.sizes import state_bytes
-from graphtrain.runtime.kvstore.state import ShardTensors
+from graphtrain.runtime import checkpoint as ckpt
+from graphtrain.runtime.kvstore.tables import state as state_mod
+from graphtrain.runtime.kvstore.tables.state import ShardTensors
 from graphtrain.runtime.native.backend import CoreBackend
 from graphtrain.runtime.native.cuda import CudaCoreError
 from graphtrain.runtime.optim import OptimConfig, make_state
+from graphtrain.runtime.storage import gpu
+from graphtrain.runtime.storage import placement as place
+from graphtrain.runtime.storage.errors import StorageError
+from graphtrain.runtime.storage.sizes import state_bytes
 
 CPU, GPU0, GPU1 = torch.device("cpu"), torch.device("cuda:0"), torch.device("cuda:1")
 
@@ -83,7 +83,7 @@ def test_gather_route(dtype, dim, contiguous, backend, want) -> None:
         (RuntimeError("CUDA error: device-side assert triggered"), True),
         (torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"), False),
         (CudaCoreError("CUDA core call gt_cuda_gather failed: cudaErrorMemoryAllocation"), False),
-        (ProtocolError("id 5 is outside an illegal memory access"), False),  # a client's words, not CUDA's
+        (StorageError("id 5 is outside an illegal memory access"), False),  # a client's words, not CUDA's
         (ValueError("illegal memory access"), False),
         (KeyError("x"), False),
     ],
@@ -100,7 +100,7 @@ def test_fits_asks_the_device_it_allocates_on() -> None:
         return 1 << 30 if device.type == "cuda" else 1 << 40
 
     place.fits("t", 1 << 29, GPU1, free)
-    with pytest.raises(ProtocolError, match=r"table 't' needs 2.00 GiB; cuda:1 has 1.00 GiB available"):
+    with pytest.raises(StorageError, match=r"table 't' needs 2.00 GiB; cuda:1 has 1.00 GiB available"):
         place.fits("table 't'", 2 << 30, GPU1, free)
     place.fits("t", 2 << 30, CPU, free)
     assert asked == [GPU1, GPU1, CPU]
@@ -116,7 +116,7 @@ def test_state_bytes_is_what_make_state_allocates(kind: str, step_count: str) ->
 
 def test_a_create_that_does_not_fit_is_refused_by_the_injected_source() -> None:
     s = ShardTensors(0, free=lambda device: 1000)
-    with pytest.raises(ProtocolError, match="table 'big' needs"):
+    with pytest.raises(StorageError, match="table 'big' needs"):
         s.create("big", 1000, (4,), "float32", 0, 1000)
     assert "big" not in s.tensors
     s.create("small", 10, (4,), "float32", 0, 10)
@@ -135,7 +135,7 @@ def test_set_optimizer_that_cannot_allocate_leaves_the_table_working(monkeypatch
         raise error
 
     monkeypatch.setattr(state_mod, "make_state", failing)
-    with pytest.raises(ProtocolError, match=r"optimizer state of 'emb': 7200 bytes do not fit on cpu"):
+    with pytest.raises(StorageError, match=r"optimizer state of 'emb': 7200 bytes do not fit on cpu"):
         s.set_optimizer("emb", ADAM)
     assert t.config is None and t.state == {}  # nothing recorded
     ids = np.arange(3, dtype=np.int64)
@@ -151,7 +151,7 @@ def test_set_optimizer_that_does_not_fit_is_refused_before_allocating() -> None:
     s = ShardTensors(0, free=lambda device: room["bytes"])
     t = s.create("emb", 100, (8,), "float32", 0, 100)
     room["bytes"] = 100
-    with pytest.raises(ProtocolError, match="optimizer state of 'emb' needs"):
+    with pytest.raises(StorageError, match="optimizer state of 'emb' needs"):
         s.set_optimizer("emb", ADAM)
     assert t.config is None
     room["bytes"] = 1 << 30
@@ -164,7 +164,7 @@ def test_unit_complex_needs_rows_of_pairs_and_keeps_what_a_push_touches_on_the_c
     changes), and after a push each touched row's complex numbers have modulus 1."""
     s = ShardTensors(0)
     odd = s.create("odd", 10, (7,), "float32", 0, 10)
-    with pytest.raises(ProtocolError, match="unit_complex needs rows of an even width"):
+    with pytest.raises(StorageError, match="unit_complex needs rows of an even width"):
         s.set_optimizer("odd", {**ADAM, "unit_complex": True})
     assert odd.config is None
     s.create("rel", 10, (8,), "float32", 0, 10)

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from graphtrain.runtime.kvstore import opargs, protocol
+from graphtrain.runtime.kvstore.wire import opargs, protocol
 
 
 def pack(**fields) -> bytes:

@@ -1,4 +1,4 @@
-"""A trainer's push buffers (kvstore/shm.py) are unlinked when it leaves with os._exit, not left to the
+"""A trainer's push buffers (kvstore/tables/shm.py) are unlinked when it leaves with os._exit, not left to the
 resource tracker (which removes them, warning of leaked shared_memory objects in the trainer's log)."""
 
 from __future__ import annotations
@@ -8,11 +8,11 @@ import sys
 
 import pytest
 
-from graphtrain.runtime.kvstore.shm import attach
+from graphtrain.runtime.kvstore.tables.shm import attach
 
 CHILD = r"""
 import os, sys
-from graphtrain.runtime.kvstore.shm import PushBuffer, close_push_buffers
+from graphtrain.runtime.kvstore.tables.shm import PushBuffer, close_push_buffers
 buffer = PushBuffer("gt-test-{tag}")
 print(buffer.take(1000).name, flush=True)
 if sys.argv[1] == "close":

@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 from graphtrain.runtime import kvstore
-from graphtrain.runtime.kvstore import protocol
-from graphtrain.runtime.kvstore.client import KVTimeout
+from graphtrain.runtime.kvstore.client.kvclient import KVTimeout
+from graphtrain.runtime.kvstore.wire import protocol
 from tests.runtime.conftest import TOKEN, dealer, request, servers, start_server
 
 ROWS, DIM = 1000, 8

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from graphtrain.runtime.kvstore import auth
-from graphtrain.runtime.kvstore.barrier import Barriers
-from graphtrain.runtime.kvstore.fairqueue import FairQueue, PeerState, QueueFull
-from graphtrain.runtime.kvstore.outbox import Outbox, Sent
-from graphtrain.runtime.kvstore.protocol import ProtocolError
+from graphtrain.runtime.kvstore.serving.barrier import Barriers
+from graphtrain.runtime.kvstore.serving.fairqueue import FairQueue, PeerState, QueueFull
+from graphtrain.runtime.kvstore.serving.outbox import Outbox, Sent
+from graphtrain.runtime.kvstore.wire import auth
+from graphtrain.runtime.kvstore.wire.protocol import ProtocolError
 
 TOKEN = b"s3cret-token"
 

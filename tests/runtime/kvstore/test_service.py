@@ -247,7 +247,7 @@ def test_deferred_push_lands_before_the_next_read(ckroot: Path, shm: bool) -> No
     gather) waits for it, so every read sees the update; a refused push is raised there."""
     import torch
 
-    from graphtrain.runtime.kvstore.protocol import RemoteError
+    from graphtrain.runtime.kvstore.wire.protocol import RemoteError
     from graphtrain.runtime.optim import OptimConfig
     from graphtrain.runtime.tensor import DistEmbedding
 

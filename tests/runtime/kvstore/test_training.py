@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from graphtrain.runtime.kvstore.checkpoint import export_state, export_table
-from graphtrain.runtime.kvstore.inits import init_rows
+from graphtrain.runtime.checkpoint import export_state, export_table
 from graphtrain.runtime.optim import OptimConfig, make_state, sparse_step
+from graphtrain.runtime.storage.inits import init_rows
 from tests import forked
 from tests.runtime.conftest import TOKEN, servers
 from tests.runtime.kvstore import workers as kv_worker
@@ -72,7 +72,7 @@ def test_push_larger_than_a_chunk_matches_single_process(config: OptimConfig, ck
     import numpy as np
 
     from graphtrain.runtime import kvstore
-    from graphtrain.runtime.kvstore.protocol import CHUNK_BYTES
+    from graphtrain.runtime.kvstore.wire.protocol import CHUNK_BYTES
 
     rows, dim, n = 300_000, 32, 200_000
     assert n // 2 * dim * 4 > 2 * CHUNK_BYTES

@@ -188,11 +188,11 @@ def test_resume_refuses_a_partition_made_from_changed_inputs(tmp_path: Path) -> 
 
 def test_the_launcher_starts_without_torch_and_names_the_latest_marker_as_checkpoints_do() -> None:
     """`graphtrain run` imports torch only to read a checkpoint on --resume (1.9 s of CPU a run
-    otherwise); its name for the LATEST marker is kvstore/checkpoint.py's."""
+    otherwise); its name for the LATEST marker is checkpoint/'s."""
     code = "import sys; from graphtrain.runtime.launch import local; print('torch' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and done.stdout.strip() == "False", done.stderr
-    from graphtrain.runtime.kvstore import checkpoint
+    from graphtrain.runtime import checkpoint
     from graphtrain.runtime.launch import reuse
 
     assert reuse.LATEST == checkpoint.LATEST

@@ -30,8 +30,8 @@ import pytest
 import yaml
 
 from graphtrain.contract.spec import load_yaml
+from graphtrain.runtime import checkpoint as ckpt
 from graphtrain.runtime.errors import GraphtrainError
-from graphtrain.runtime.kvstore import checkpoint as ckpt
 from graphtrain.runtime.launch.local import LocalRun, RunFailed
 from tests.conftest import planted_graph
 

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from graphtrain.runtime.kvstore import checkpoint as ckpt
+from graphtrain.runtime import checkpoint as ckpt
 from tests.conftest import planted_graph
 from tests.runtime.launch.test_run import CLI, ONE_THREAD, launch, status
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from graphtrain.runtime.kvstore import checkpoint as ckpt
+from graphtrain.runtime import checkpoint as ckpt
 from graphtrain.runtime.launch.local import RunFailed
 from tests.runtime.launch.test_run import CLI, graph_file, launch, nations, run_and_kill, sage_spec, status
 

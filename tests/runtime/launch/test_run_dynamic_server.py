@@ -1,4 +1,4 @@
-"""`graphtrain run` with a dynamic vocabulary on the shard servers (`sharding: server`, kvstore/keyed.py):
+"""`graphtrain run` with a dynamic vocabulary on the shard servers (`sharding: server`, storage/keyed.py):
 TransE on Nations with a dynamic entity table learns, its checkpoint exports the user's names and serves
 `predict`; one too small for the graph stops the run with a line naming table, shard and capacity."""
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from graphtrain.runtime.kvstore import checkpoint as ckpt
+from graphtrain.runtime import checkpoint as ckpt
 from graphtrain.runtime.launch.local import RunFailed
 from tests.runtime.launch.test_run import CLI, launch, nations, run_and_kill, status
 from tests.runtime.launch.test_run_collective import export_and_predict, trained

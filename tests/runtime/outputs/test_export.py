@@ -14,10 +14,10 @@ import pytest
 from typer.testing import CliRunner
 
 from graphtrain.cli import app
+from graphtrain.runtime import checkpoint as ckpt
 from graphtrain.runtime import kvstore, outputs, partition
 from graphtrain.runtime.data.graph import Graph, KnowledgeGraph
 from graphtrain.runtime.errors import DataError, GraphtrainError
-from graphtrain.runtime.kvstore import checkpoint as ckpt
 from graphtrain.runtime.tensor import DistEmbedding, PartitionBook
 from tests.conftest import planted_graph
 
@@ -242,7 +242,7 @@ def test_a_marker_is_read_at_most_its_limit_plus_one(tmp_path: Path, monkeypatch
     with open(marker, "wb") as f:
         f.truncate(1 << 30)  # sparse: 1 GiB of zeros on no disk
     asked: list[int] = []
-    real_read = ckpt.os.read
+    real_read = os.read
 
     def read(fd: int, n: int) -> bytes:
         asked.append(n)
@@ -251,7 +251,7 @@ def test_a_marker_is_read_at_most_its_limit_plus_one(tmp_path: Path, monkeypatch
     def whole(self: Path) -> bytes:
         raise AssertionError(f"{self} read whole")
 
-    monkeypatch.setattr(ckpt.os, "read", read)
+    monkeypatch.setattr(os, "read", read)
     monkeypatch.setattr(Path, "read_bytes", whole)
     monkeypatch.setattr(Path, "read_text", whole)
     with pytest.raises(DataError, match="BEST: not a checkpoint marker"):

@@ -12,8 +12,8 @@ import pytest
 from typer.testing import CliRunner
 
 from graphtrain.cli import app
+from graphtrain.runtime import checkpoint as ckpt
 from graphtrain.runtime import partition
-from graphtrain.runtime.kvstore import checkpoint as ckpt
 from tests.conftest import planted_graph
 from tests.runtime.launch.test_run import launch, sage_spec
 

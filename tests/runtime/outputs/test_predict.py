@@ -13,11 +13,11 @@ import torch
 import yaml
 
 from graphtrain.contract.spec import GraphTraining, load_yaml
+from graphtrain.runtime import checkpoint as ckpt
 from graphtrain.runtime import kvstore, partition
 from graphtrain.runtime import predict as prediction
 from graphtrain.runtime.data.graph import Graph, KnowledgeGraph, random_masks
 from graphtrain.runtime.errors import GraphtrainError
-from graphtrain.runtime.kvstore import checkpoint as ckpt
 from graphtrain.runtime.models.graphsage import GraphSAGE
 from graphtrain.runtime.tensor import DistEmbedding, PartitionBook
 from graphtrain.runtime.train.dense import save_dense

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from graphtrain.contract.spec.inference import checkpoint_root
-from graphtrain.runtime.kvstore.state import ShardTensors
+from graphtrain.runtime.kvstore.tables.state import ShardTensors
 from graphtrain.runtime.train.layerwise import SCRATCH, node_share
 
 

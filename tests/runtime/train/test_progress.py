@@ -18,9 +18,9 @@ from typer.testing import CliRunner
 
 from graphtrain.contract import reporting
 from graphtrain.contract.spec import GraphTraining, GraphTrainingSpec, Progress, load_yaml
+from graphtrain.runtime import checkpoint as ckpt
 from graphtrain.runtime.cli import app
 from graphtrain.runtime.errors import GraphtrainError
-from graphtrain.runtime.kvstore import checkpoint as ckpt
 from graphtrain.runtime.launch.processes import failure_line
 from graphtrain.runtime.plot import plot_run, read_metrics
 from graphtrain.runtime.report import result_lines, resume_command

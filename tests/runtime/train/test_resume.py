@@ -25,7 +25,7 @@ import yaml
 from graphtrain.contract.spec import GraphTraining, load_yaml
 from graphtrain.runtime.graph import DistGraph
 from graphtrain.runtime.graph.dist_graph import standalone_client
-from graphtrain.runtime.kvstore import direct
+from graphtrain.runtime.kvstore.client import direct
 from graphtrain.runtime.launch.local import LocalRun
 from graphtrain.runtime.train.dist import Dist, unwrap
 from graphtrain.runtime.train.kge import LinkPrediction
@@ -190,9 +190,9 @@ def test_a_run_resumed_mid_epoch_takes_the_steps_of_the_uninterrupted_one(
 def test_tables_used_where_they_lie_train_and_resume_as_the_protocol_path(
     kind: str, partitions: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Standalone's GPU tables are pulled and stepped where they lie (kvstore/direct.py). Opened to host
-    tables here, both models train as on the protocol path (to float tolerance: the shard's step, not
-    the client, reduces the duplicates), and a run stopped and resumed on that path is its own
+    """Standalone's GPU tables are pulled and stepped where they lie (kvstore/client/direct.py). Opened
+    to host tables here, both models train as on the protocol path (to float tolerance: the shard's
+    step, not the client, reduces the duplicates), and a run stopped and resumed on that path is its own
     uninterrupted run exactly."""
     gt, partition = partitions[kind]
     protocol, protocol_result = train(kind, gt, partition, tmp_path / "protocol")

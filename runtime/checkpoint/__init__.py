@@ -1,0 +1,82 @@
+"""Checkpoints of sharded tables, in one format for the shard servers' tables and the collective ones.
+
+    pieces.py     a table's piece written (rows, state, manifest, sha256), checkpoint.json written last
+    points.py     LATEST and BEST, resolving and verifying a checkpoint, pruning old ones
+    restore.py    a shard's rows restored from any number of pieces; a whole table exported
+    chain.py      incremental pieces read through their chain of bases
+    increment.py  which rows changed since the last checkpoint, and whether the next piece is a delta
+    snapshot.py   copy-on-write snapshots written while training goes on
+
+Callers use the package (`from graphtrain.runtime import checkpoint as ckpt`); the names below are its
+interface.
+"""
+
+from graphtrain.runtime.checkpoint.chain import MANIFEST, TOP
+from graphtrain.runtime.checkpoint.pieces import (
+    FORMAT,
+    FORMAT_VERSION,
+    LATEST,
+    finish_piece,
+    gpu_writer,
+    mark_latest,
+    partition_record,
+    piece_dir,
+    piece_entry,
+    save_keys,
+    save_whole,
+    write_frozen,
+    write_piece,
+    write_top,
+)
+from graphtrain.runtime.checkpoint.points import (
+    BEST,
+    MARKER_MAX_BYTES,
+    latest_verified,
+    mark_best,
+    pieces_of,
+    prune,
+    read_marker,
+    read_top,
+    resolve_checkpoint,
+    resolve_latest,
+    restore_point,
+    saved_config,
+    verify_checkpoint,
+)
+from graphtrain.runtime.checkpoint.restore import export_keyed, export_state, export_table, restore_into
+
+__all__ = [
+    "BEST",
+    "FORMAT",
+    "FORMAT_VERSION",
+    "LATEST",
+    "MANIFEST",
+    "MARKER_MAX_BYTES",
+    "TOP",
+    "export_keyed",
+    "export_state",
+    "export_table",
+    "finish_piece",
+    "gpu_writer",
+    "latest_verified",
+    "mark_best",
+    "mark_latest",
+    "partition_record",
+    "piece_dir",
+    "piece_entry",
+    "pieces_of",
+    "prune",
+    "read_marker",
+    "read_top",
+    "resolve_checkpoint",
+    "resolve_latest",
+    "restore_into",
+    "restore_point",
+    "save_keys",
+    "save_whole",
+    "saved_config",
+    "verify_checkpoint",
+    "write_frozen",
+    "write_piece",
+    "write_top",
+]

@@ -1,0 +1,261 @@
+"""Checkpoint points: the LATEST and BEST markers, resolving a path or a marker to a complete
+checkpoint, verifying one, pruning old ones, and the optimizer configuration a checkpoint saved.
+
+"Latest" means the newest checkpoint, at or before the one LATEST names, whose every file checks out: a
+damaged latest (a changed byte, a missing piece) is skipped for the one before it, with a line saying why.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from graphtrain.runtime.checkpoint import chain
+from graphtrain.runtime.checkpoint.chain import MANIFEST, TOP
+from graphtrain.runtime.data.cache import (
+    atomic_file,
+    read_json,
+    verify_files,
+)
+from graphtrain.runtime.errors import DataError
+from graphtrain.runtime.optim import OptimConfig
+
+if TYPE_CHECKING:
+    pass
+from graphtrain.runtime.checkpoint.pieces import FORMAT, FORMAT_VERSION, LATEST
+
+MARKER_MAX_BYTES = 4096
+
+
+def read_marker(path: Path) -> str:
+    """The checkpoint a marker file (LATEST, BEST) names, relative to its directory. At most
+    MARKER_MAX_BYTES + 1 bytes are read, and only from a regular file: opened without blocking, so a
+    FIFO in its place is refused rather than waited on, and a huge file is not read whole.
+
+    Raises:
+        FileNotFoundError: there is no such file.
+        DataError: naming `path` and what it is instead of a marker (a FIFO, a directory, a long or
+            binary or multi-line file), or why it cannot be read.
+    """
+    marker = f"a checkpoint marker (a {LATEST}-like file naming one checkpoint)"
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        raise DataError(f"{path}: cannot read the checkpoint marker ({exc.strerror or exc})") from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            what = "a FIFO" if stat.S_ISFIFO(mode) else "a directory" if stat.S_ISDIR(mode) else "a device"
+            raise DataError(f"{path}: is {what}, not {marker}")
+        raw = os.read(fd, MARKER_MAX_BYTES + 1)
+    except OSError as exc:
+        raise DataError(f"{path}: cannot read the checkpoint marker ({exc.strerror or exc})") from None
+    finally:
+        os.close(fd)
+    try:
+        rel = raw.decode().strip()
+    except UnicodeDecodeError:
+        rel = ""
+    if not rel or len(raw) > MARKER_MAX_BYTES or "\n" in rel:
+        raise DataError(f"{path}: not {marker}")
+    return rel
+
+
+def resolve_checkpoint(path: Path) -> Path:
+    """The checkpoint directory a user points at: the directory itself, a marker file beside it (LATEST,
+    BEST: a text file naming the checkpoint), or a checkpoint root (then its LATEST).
+
+    Raises:
+        DataError: naming `path` and what it is instead.
+    """
+    path = Path(path)
+    if path.is_dir():
+        if (path / TOP).exists():
+            return path
+        if (path / LATEST).exists():
+            return resolve_checkpoint(path / LATEST)
+        raise DataError(f"{path}: not a complete checkpoint (no {TOP}) and no {LATEST} file in it")
+    try:
+        rel = read_marker(path)
+    except FileNotFoundError:
+        raise DataError(f"{path}: no such checkpoint") from None
+    root = path.parent.resolve()
+    target = (root / rel).resolve()
+    if root not in target.parents:
+        raise DataError(f"{path}: names {rel!r}, outside {root}")
+    if not (target / TOP).exists():
+        raise DataError(f"{path}: names {rel!r}, which is not a complete checkpoint (no {TOP})")
+    return target
+
+
+BEST = "BEST"  # names the checkpoint of the best validation pass (the trainers' runtime/train/best.py)
+
+
+def mark_best(root: Path, rel: str) -> None:
+    """Point <root>/BEST at the complete checkpoint <root>/<rel> (atomic replace); prune keeps it."""
+    if not (root / rel / TOP).exists():
+        raise DataError(f"{root / rel}: not a complete checkpoint, cannot mark it best")
+    with atomic_file(root / BEST) as f:
+        f.write(f"{rel}\n".encode())
+
+
+def prune(root: Path, keep: int) -> list[str]:
+    """Delete all but the newest `keep` complete checkpoints under `root` (never the LATEST one nor the
+    BEST one, nor a base a kept incremental one reads), and incomplete ones older than LATEST. Names
+    sort by step (step-%09d)."""
+    latest = resolve_latest(root)
+    if latest is None or keep < 1:
+        return []
+    dirs = sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
+    complete = [p for p in dirs if (p / TOP).exists()]
+    try:
+        best = {read_marker(root / BEST)}
+    except (OSError, DataError):
+        best = set()
+    keep_set = {p.name for p in complete[-keep:]} | {latest.name} | best
+    keep_set = chain.keep_with_bases(
+        keep_set, {p.name: chain.bases_listed(read_json(p / TOP)) for p in complete}
+    )
+    removed = []
+    for p in dirs:
+        if p.name not in keep_set and p.name < latest.name:
+            shutil.rmtree(p, ignore_errors=True)
+            removed.append(p.name)
+    return removed
+
+
+def resolve_latest(root: Path) -> Path | None:
+    """The checkpoint <root>/LATEST points at, or None if there is none yet."""
+    try:
+        rel = read_marker(root / LATEST)
+    except FileNotFoundError:
+        return None
+    path = (root / rel).resolve()
+    if root.resolve() not in path.parents:
+        raise DataError(f"{root / LATEST}: points outside the checkpoint root")
+    return path
+
+
+def read_top(root: Path) -> dict[str, Any]:
+    """The complete-checkpoint manifest.
+
+    Raises:
+        DataError: no checkpoint.json (an incomplete or missing checkpoint) or a malformed one.
+    """
+    if not (root / TOP).exists():
+        raise DataError(f"{root}: no {TOP}; not a complete checkpoint")
+    top = read_json(root / TOP)
+    if (
+        not isinstance(top, dict)
+        or top.get("format") != FORMAT
+        or top.get("format_version") != FORMAT_VERSION
+    ):
+        raise DataError(f"{root / TOP}: not a graphtrain checkpoint of version {FORMAT_VERSION}")
+    return top
+
+
+def pieces_of(root: Path, name: str) -> list[tuple[dict[str, Any], Path]]:
+    """Manifests and directories of the pieces of tensor `name`, checked to tile [0, num_rows)."""
+    listed = read_top(root)["tensors"].get(name)
+    if not listed:
+        return []
+    out = []
+    for p in listed:
+        d = root / p["dir"]
+        manifest = read_json(d / MANIFEST)
+        out.append((manifest, d))
+    out.sort(key=lambda x: x[0]["lo"])
+    num_rows = out[0][0]["num_rows"]
+    expect = 0
+    for manifest, d in out:
+        if manifest["num_rows"] != num_rows or manifest["lo"] != expect:
+            raise DataError(f"{d}: pieces of {name!r} do not tile the table (gap or overlap at row {expect})")
+        expect = manifest["hi"]
+    if expect != num_rows:
+        raise DataError(f"{root}: pieces of {name!r} cover rows [0, {expect}) of {num_rows}")
+    return out
+
+
+def verify_checkpoint(root: Path) -> None:
+    """Check that the checkpoint at `root` is complete and unchanged: checkpoint.json, every piece it lists
+    (tiling its table, sha256 of every file, an incremental piece's whole chain) and the other files it
+    records.
+
+    Raises:
+        DataError: naming the first file missing or changed (ChecksumError), or the gap in a table.
+    """
+    top = read_top(root)
+    for name in top["tensors"]:
+        for manifest, d in pieces_of(root, name):
+            chain.verify_piece((root, manifest, d))
+    verify_files(root, top.get("files", {}))
+
+
+def latest_verified(root: Path) -> tuple[Path | None, list[str]]:
+    """The newest complete checkpoint under `root` that verifies, at or before the one LATEST names (None
+    if there is no LATEST yet), and one line for each newer one skipped: its name and what is wrong.
+
+    Raises:
+        DataError: LATEST exists but no checkpoint at or before it verifies (never a silent fresh start).
+    """
+    latest = resolve_latest(root)
+    if latest is None:
+        return None, []
+    older = sorted(
+        (p for p in root.iterdir() if p.is_dir() and p.name < latest.name and (p / TOP).exists()),
+        key=lambda p: p.name,
+        reverse=True,
+    )
+    skipped = []
+    for path in [latest, *older]:
+        try:
+            verify_checkpoint(path)
+        except (DataError, OSError) as exc:
+            skipped.append(f"checkpoint {path.name} skipped: {' '.join(str(exc).split())}")
+            continue
+        return path, skipped
+    raise DataError(f"{root}: no checkpoint at or before LATEST checks out ({'; '.join(skipped)})")
+
+
+def restore_point(root: Path, which: str, say: Callable[[str], object] = print) -> Path | None:
+    """The checkpoint `--restore which` names under `root`, verified: "latest" is latest_verified's
+    choice (None if there is no checkpoint yet; each skipped one is said), anything else a checkpoint's
+    directory name.
+
+    Raises:
+        DataError: the named checkpoint is incomplete or changed, or none at or before LATEST checks out.
+    """
+    if which != "latest":
+        verify_checkpoint(root / which)
+        return root / which
+    path, skipped = latest_verified(root)
+    for line in skipped:
+        say(line)
+    return path
+
+
+def saved_config(
+    first: dict[str, Any], name: str, table: tuple[int, tuple[int, ...], str], config: OptimConfig | None
+) -> OptimConfig | None:
+    """The optimizer a checkpoint's table was saved with, once its shape fits the table's
+    (num_rows, row_shape, dtype) and its optimizer the table's `config` (when both have one).
+
+    Raises:
+        DataError: naming the mismatch.
+    """
+    saved = (first["num_rows"], tuple(first["row_shape"]), first["dtype"])
+    if saved != table:
+        raise DataError(
+            f"checkpoint of {name!r} is {saved[0]}x{saved[1]} {saved[2]}, the table is {table[0]}x{table[1]} "
+            f"{table[2]}"
+        )
+    found = OptimConfig(**first["optimizer"]) if first["optimizer"] else None
+    if config is not None and found is not None and config != found:
+        raise DataError(f"checkpoint of {name!r} has optimizer {found}, the table {config}")
+    return found

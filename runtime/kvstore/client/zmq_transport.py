@@ -1,0 +1,302 @@
+"""The transport to shard-server processes: one authenticated DEALER per shard, bounded waits.
+
+Every call has a timeout; idempotent operations (pull, create, stats, ...) are retried a bounded number
+of times, the others (push_grad, barrier) are not, since a retried gradient push could be applied
+twice. Giving up raises KVTimeout naming the shard, its address and the operation: a dead server is
+reported, never waited for forever. A server that refuses the token is reported as soon as the
+handshake fails (a socket-monitor event), not after the timeout; so is a connection that closes while
+calls on it wait (a server stopped or restarted): their replies can never come (a reconnection is a new
+peer to the server), so the idempotent ones are resent at once and the others fail at once.
+
+Calls to several shards are in flight together; a call's arrays go out in frames of at most
+protocol.MAX_FRAME_BYTES (the server's per-frame limit). Pull replies arrive as chunks and are copied
+straight to their rows of the caller's output.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from typing import Any
+
+import numpy as np
+import zmq
+from zmq.utils.monitor import recv_monitor_message
+
+from graphtrain.runtime.errors import GraphtrainError
+from graphtrain.runtime.kvstore.client.samehost import SameHost
+from graphtrain.runtime.kvstore.client.transport import Answer, Call, KVAuthError, KVTimeout, place
+from graphtrain.runtime.kvstore.tables.graphpart import GraphPart
+from graphtrain.runtime.kvstore.wire import auth, protocol
+from graphtrain.runtime.storage.shard import TensorShard
+
+DEFAULT_TIMEOUT = 30.0
+DEFAULT_RETRIES = 2
+_HANDSHAKE_EVENTS = (
+    zmq.EVENT_HANDSHAKE_FAILED_AUTH
+    | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
+    | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
+)
+_MONITORED = _HANDSHAKE_EVENTS | zmq.EVENT_DISCONNECTED
+
+
+class ZmqTransport:
+    """One DEALER per shard; requests to several shards are in flight together."""
+
+    max_frame_bytes = protocol.MAX_FRAME_BYTES
+    chunked_pushes = True
+
+    def __init__(
+        self,
+        addresses: list[str],
+        token: str,
+        timeout: float = DEFAULT_TIMEOUT,
+        retries: int = DEFAULT_RETRIES,
+        shm: bool = False,
+    ):
+        if not token:
+            raise GraphtrainError("a token is needed to talk to the shard servers")
+        try:
+            auth.check_token(token)
+        except ValueError as exc:
+            raise GraphtrainError(str(exc)) from None
+        self.addresses = list(addresses)
+        self.num_shards = len(addresses)
+        self.timeout = timeout
+        self.retries = retries
+        self.ctx = zmq.Context()
+        self.ctx.setsockopt(zmq.LINGER, 0)  # every socket, monitors included: closing never waits
+        self.sockets: list[zmq.Socket[Any]] = []
+        self.monitors: list[zmq.Socket[Any]] = []
+        for addr in addresses:
+            s = self.ctx.socket(zmq.DEALER)
+            s.setsockopt(zmq.LINGER, 0)
+            s.setsockopt(zmq.SNDHWM, 0)
+            s.setsockopt(zmq.RCVHWM, 0)
+            auth.secure_client(s, token)
+            self.monitors.append(s.get_monitor_socket(_MONITORED))
+            s.connect(addr)
+            self.sockets.append(s)
+        self._rid = itertools.count(1)
+        self._lock = threading.Lock()  # ZMQ sockets are not thread-safe
+        self.shm = shm
+        self._host = SameHost()
+        self._open: _Exchange | None = None  # begin_many's calls, collected before anything else
+
+    # ------------------------------------------------------------------ shared memory (same host)
+
+    def _discover(self) -> None:
+        """Ask every shard which of its tables are in shared memory on this host, and map them."""
+        answers = self.call_many([Call(s, "shm_info") for s in range(self.num_shards)])
+        self._host.update([a.result for a in answers])
+
+    def local_view(self, shard: int, name: str) -> tuple[np.ndarray, int] | None:
+        if not self.shm:
+            return None
+        self.settle()  # rows read from shared memory must include the updates in flight
+        if (shard, name) not in self._host.views:
+            self._discover()  # a table created since the last look
+            self._host.views.setdefault((shard, name), None)
+        return self._host.views[(shard, name)]
+
+    def push_buffer(self, nbytes: int) -> tuple[Any, str] | None:
+        if not self.shm:
+            return None
+        self.settle()  # the servers may still be reading the buffer of a push in flight
+        if self._host.shards is None:
+            self._discover()
+        if self._host.push is None:
+            return None
+        seg = self._host.push.take(nbytes)
+        return seg, seg.name
+
+    def local_graph(self, shard: int) -> GraphPart | None:
+        if not self.shm:
+            return None
+        if self._host.shards is None:
+            self._discover()
+        return self._host.graphs.get(shard)
+
+    def direct(self, name: str) -> list[TensorShard] | None:
+        return None  # the pieces are in other processes: their rows cross a socket or shared memory
+
+    def is_local(self, shard: int) -> bool:
+        return self.shm and self._host.shards is not None and shard in self._host.shards
+
+    # ------------------------------------------------------------------------------- requests
+
+    def _send(self, c: Call, rid: int) -> None:
+        frames = protocol.encode_request(c.op, rid, c.name, list(c.arrays), c.args)
+        self.sockets[c.shard].send_multipart(frames, copy=False)
+
+    def call_many(self, calls: list[Call], timeout: float | None = None) -> list[Answer]:
+        with self._lock:
+            self._settle()
+            return _Exchange(self, calls, self.timeout if timeout is None else timeout).finish()
+
+    def begin_many(self, calls: list[Call], timeout: float | None = None) -> None:
+        with self._lock:
+            self._settle()
+            self._open = _Exchange(self, calls, self.timeout if timeout is None else timeout)
+
+    def settle(self) -> None:
+        with self._lock:
+            self._settle()
+
+    def _settle(self) -> None:
+        if self._open is not None:
+            exchange, self._open = self._open, None
+            exchange.finish()
+
+    def check_handshakes(self, shards: set[int]) -> set[int]:
+        """Raise KVAuthError if a server among `shards` refused this client's handshake; the shards whose
+        connection closed since the last look."""
+        lost = set()
+        for s in shards:
+            mon = self.monitors[s]
+            while mon.poll(0):
+                event = recv_monitor_message(mon)
+                if event["event"] == zmq.EVENT_DISCONNECTED:
+                    lost.add(s)
+                    continue
+                if event["event"] == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
+                    raise KVAuthError(
+                        f"shard {s} ({self.addresses[s]}) refused this client's token (authentication failed)"
+                    )
+                raise KVAuthError(
+                    f"shard {s} ({self.addresses[s]}): the connection's handshake failed "
+                    f"({_event_name(event['event'])}); is it a graphtrain shard server of this version?"
+                )
+        return lost
+
+    def close(self) -> None:
+        try:
+            self.settle()  # a push still in flight is delivered (or its failure raised), not dropped
+        finally:
+            self._host.close()
+            for s in self.sockets:
+                s.disable_monitor()
+                s.close(linger=0)
+            for m in self.monitors:
+                m.close(linger=0)
+            self.ctx.term()
+
+
+def _event_name(code: int) -> str:
+    for name in dir(zmq):
+        if name.startswith("EVENT_") and getattr(zmq, name) == code:
+            return name
+    return str(code)
+
+
+class _Exchange:
+    """The calls of one call_many on the wire: sent at construction, answers collected by finish(),
+    which resends idempotent calls that time out (bounded retries) and raises naming the server."""
+
+    def __init__(self, transport: ZmqTransport, calls: list[Call], timeout: float):
+        self.t, self.calls, self.timeout = transport, calls, timeout
+        self.answers: list[Answer | None] = [None] * len(calls)
+        self.pending: dict[int, int] = {}  # rid -> call index
+        self.chunks: dict[int, set[int]] = {}  # rid -> chunk indices received
+        self.attempts = [1] * len(calls)
+        self.deadline = [0.0] * len(calls)
+        transport.check_handshakes({c.shard for c in calls})  # closings seen now predate these calls
+        for i, c in enumerate(calls):
+            rid = next(transport._rid)  # noqa: SLF001 - the transport's own helper
+            self.pending[rid] = i
+            transport._send(c, rid)  # noqa: SLF001
+            self.deadline[i] = time.monotonic() + timeout
+
+    def finish(self) -> list[Answer]:
+        t, calls, pending = self.t, self.calls, self.pending
+        shards = {c.shard for c in calls}
+        poller = zmq.Poller()
+        for s in shards:
+            poller.register(t.sockets[s], zmq.POLLIN)
+            poller.register(t.monitors[s], zmq.POLLIN)
+        while pending:
+            now = time.monotonic()
+            wait_ms = max(0, int(1000 * (min(self.deadline[i] for i in pending.values()) - now)))
+            events = dict(poller.poll(wait_ms))
+            closed = any(t.monitors[s] in events for s in shards)
+            # replies that arrived before a close are answers: read them before judging the close (a
+            # server that shut down answered `shutdown`, then closed; both can show in one poll)
+            for s in shards:
+                if t.sockets[s] not in events and not closed:
+                    continue
+                while True:
+                    try:
+                        frames = t.sockets[s].recv_multipart(zmq.NOBLOCK, copy=False)
+                    except zmq.Again:
+                        break
+                    self._take(frames)
+            if closed:
+                self._lost(t.check_handshakes(shards))
+            now = time.monotonic()
+            for rid, i in list(pending.items()):
+                if now < self.deadline[i]:
+                    continue
+                c = calls[i]
+                idempotent = protocol.OPS[c.op][1]
+                if idempotent and self.attempts[i] <= t.retries:
+                    del pending[rid]
+                    self.chunks.pop(rid, None)
+                    new = next(t._rid)  # noqa: SLF001
+                    pending[new] = i
+                    t._send(c, new)  # noqa: SLF001
+                    self.attempts[i] += 1
+                    self.deadline[i] = now + self.timeout
+                    continue
+                n = self.attempts[i]
+                raise KVTimeout(
+                    f"shard {c.shard} ({t.addresses[c.shard]}) did not answer {c.op}"
+                    f"{'' if c.name is None else f' of {c.name!r}'} within {self.timeout:g} s "
+                    f"({n} attempt{'s' if n > 1 else ''}); is the server running?"
+                )
+        return self.answers  # type: ignore[return-value]
+
+    def _lost(self, shards: set[int]) -> None:
+        """The connections to `shards` closed with calls waiting on them: no reply to those can come. An
+        idempotent call falls due now (resent below, as after a timeout); any other fails at once."""
+        now = time.monotonic()
+        for i in self.pending.values():
+            c = self.calls[i]
+            if c.shard not in shards:
+                continue
+            if protocol.OPS[c.op][1]:
+                self.deadline[i] = now
+                continue
+            raise KVTimeout(
+                f"shard {c.shard} ({self.t.addresses[c.shard]}) closed the connection before answering "
+                f"{c.op}{'' if c.name is None else f' of {c.name!r}'} (not retried: it may have been "
+                "applied); did the server stop or restart?"
+            )
+
+    def _take(self, frames: list[Any]) -> None:
+        try:
+            header, arrays = protocol.parse_reply([f.buffer for f in frames])
+        except protocol.ProtocolError:
+            return  # not ours to read; the call times out if no good reply follows
+        rid = header["rid"]
+        if rid not in self.pending:
+            return  # a late reply to a call that was retried or abandoned
+        i = self.pending[rid]
+        c = self.calls[i]
+        if not header.get("ok"):
+            del self.pending[rid]
+            raise protocol.RemoteError(
+                f"shard {c.shard} ({self.t.addresses[c.shard]}) refused {c.op}: {header.get('error')}"
+            )
+        index, count = header.get("chunk", [0, 1])
+        result = header.get("result", {})
+        if c.out is not None and arrays:
+            place(c, int(result.get("offset", 0)), arrays[0])
+            arrays = []
+        got = self.chunks.setdefault(rid, set())
+        got.add(index)
+        if self.answers[i] is None:
+            self.answers[i] = Answer(result, [np.array(a) for a in arrays])  # copy out of the ZMQ frame
+        if len(got) == count:
+            del self.pending[rid]
+            self.chunks.pop(rid, None)

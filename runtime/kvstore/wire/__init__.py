@@ -1,0 +1,2 @@
+"""The shard servers' wire: the protocol's messages (protocol.py), each op's arguments checked
+(opargs.py), and authentication at the connection (auth.py)."""

@@ -1,0 +1,95 @@
+"""What a shard server holds of one table: its rows, their optimizer state and the row lock.
+
+Its own module so that the shard state (state.py) and the checkpoint format (checkpoint.py), which
+both handle it, do not import each other.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from dataclasses import dataclass, field
+from multiprocessing import shared_memory
+from typing import Any
+
+import numpy as np
+import torch
+
+from graphtrain.runtime.optim import OptimConfig
+
+# Tensors named so hold a computation's intermediate rows (train/layerwise.py: each GNN layer's output
+# over the whole graph): never checkpointed, so never restored.
+SCRATCH_PREFIX = "scratch:"
+
+
+@dataclass
+class TensorShard:
+    """Rows [lo, hi) of the global tensor `name` of shape (num_rows, *row_shape)."""
+
+    name: str
+    num_rows: int
+    row_shape: tuple[int, ...]
+    dtype: str
+    lo: int
+    hi: int
+    data: torch.Tensor
+    config: OptimConfig | None = None
+    state: dict[str, torch.Tensor] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)  # one writer per row
+    shm: shared_memory.SharedMemory | None = None
+    from_partition: bool = False  # node data loaded from the partition files: not checkpointed
+    written: Any = None  # a GPU table's last write, a torch.cuda.Event (gpu.py: the order across streams)
+    # a checkpoint being written in the background (snapshot.TableSnapshot): every writer of rows calls
+    # its preserve(local rows) under the lock before writing them
+    snapshot: Any = None
+    keyed: Any = None  # a dynamic vocabulary's key map (keyed.KeyedRows): ids are keys, not rows
+    changed: Any = None  # rows written since the last checkpoint armed (increment.Changed; host tables)
+
+    @property
+    def rows(self) -> int:
+        return self.hi - self.lo
+
+    @property
+    def scratch(self) -> bool:
+        return self.name.startswith(SCRATCH_PREFIX)
+
+    def release(self) -> None:
+        """Unmap and unlink the table's shared-memory segment, if it has one."""
+        if self.shm is not None:
+            self.data = torch.empty(0)
+            with contextlib.suppress(BufferError):  # a view still held elsewhere: unmapped when it goes
+                self.shm.close()
+            with contextlib.suppress(FileNotFoundError):
+                self.shm.unlink()
+            self.shm = None
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "num_rows": self.num_rows,
+            "row_shape": list(self.row_shape),
+            "dtype": self.dtype,
+            "lo": self.lo,
+            "hi": self.hi,
+            "bytes": self.data.numel() * self.data.element_size(),
+            "optimizer": None if self.config is None else self.config.kind,
+            "shm": None if self.shm is None else self.shm.name,
+            "keys": None if self.keyed is None else len(self.keyed.keymap),
+            # gradients of keys evicted between their pull and their push, dropped
+            "dropped": None if self.keyed is None else self.keyed.dropped,
+        }
+
+
+def before_write(t: TensorShard, local: np.ndarray | torch.Tensor) -> None:
+    """Call under the table's lock before writing its local rows `local`: a checkpoint being written
+    keeps their old values first (checkpoint/snapshot.py), and they count as changed for the next one.
+    Rows on a GPU are read back only when something tracks them (GPU tables are written whole: nothing
+    does, so a GPU push waits for no copy here)."""
+    if t.snapshot is None and t.changed is None:
+        return
+    if isinstance(local, torch.Tensor):
+        local = local.cpu().numpy()
+    if t.snapshot is not None:
+        t.snapshot.preserve(local)
+    if t.changed is not None:
+        t.changed.mask[local] = True
