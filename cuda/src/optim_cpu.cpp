@@ -137,7 +137,7 @@ int64_t first_bad(int64_t n, const int64_t* ids, int64_t num_rows, int threads) 
   return bad == n ? -1 : bad;
 }
 
-inline void prefetch_row(const float* row, int64_t dim) {
+__attribute__((always_inline)) inline void prefetch_row(const float* row, int64_t dim) {
   for (int64_t j = 0; j < dim; j += 16) __builtin_prefetch(row + j, 1, 1);
 }
 
@@ -268,19 +268,59 @@ int64_t own_rows(Workspace& ws, const std::vector<Block>& blocks, int tid, const
   return static_cast<int64_t>(ws.rows.size());
 }
 
-// The update loop for rows of DIM floats (DIM = 0: `dim`, known at run time only). Always inlined into
+// One row's update by the optimizer math, on the float32 row `w`.
+__attribute__((always_inline)) inline void update_row(int32_t kind, float* w, const float* g, int64_t r, int64_t dim,
+                                                      float* state0, float* state1, int64_t* row_steps,
+                                                      const AdamCoef& global_coef, const OptimParams& p) {
+  switch (kind) {
+    case graphtrain::kSGD:
+      graphtrain::sgd_row(w, g, dim, p);
+      break;
+    case graphtrain::kAdagrad:
+      graphtrain::adagrad_row(w, state0 + r * dim, g, dim, p);
+      break;
+    case graphtrain::kRowwiseAdagrad:
+      graphtrain::rowwise_adagrad_row(w, state0 + r, g, dim, p);
+      break;
+    case graphtrain::kAdam: {
+      const AdamCoef c = row_steps ? graphtrain::adam_coef(++row_steps[r], p) : global_coef;
+      graphtrain::adam_row(w, state0 + r * dim, state1 + r * dim, g, dim, p, c);
+      break;
+    }
+    default:
+      break;
+  }
+}
+
+__attribute__((always_inline)) inline void prefetch_bytes(const void* at, int64_t bytes) {
+  for (int64_t b = 0; b < bytes; b += 64) __builtin_prefetch(static_cast<const char*>(at) + b, 1, 1);
+}
+
+// The update loop for rows of DIM elements (DIM = 0: `dim`, known at run time only) of a table of
+// TD (TableDtype): float32 rows are updated where they lie; a half row is read into float32, updated
+// by the same math and written back with stochastic rounding (optim_math.h). Always inlined into
 // apply_rows, so each of its target clones gets its own copy.
-template <int DIM>
+template <int DIM, int TD>
 __attribute__((always_inline)) inline void apply_rows_of(int32_t kind, int64_t count, const int64_t* rows,
-                                                         const float* const* grads, int64_t dim_rt, float* table,
-                                                         float* state0, float* state1, int64_t* row_steps,
-                                                         const AdamCoef& global_coef, const OptimParams& p) {
+                                                         const float* const* grads, int64_t dim_rt, void* table,
+                                                         uint64_t round_seed, float* state0, float* state1,
+                                                         int64_t* row_steps, const AdamCoef& global_coef,
+                                                         const OptimParams& p) {
   const int64_t dim = DIM > 0 ? DIM : dim_rt;
   constexpr int kAhead = prefetch_rows(DIM);
+  constexpr int64_t kElem = TD == graphtrain::kTableFloat32 ? 4 : 2;
+  char* const base = static_cast<char*>(table);
+  static thread_local std::vector<float> spill;  // the float32 row of a half table of a run-time width
+  float fixed[DIM > 0 && TD != graphtrain::kTableFloat32 ? DIM : 1];
+  float* row32 = fixed;
+  if (TD != graphtrain::kTableFloat32 && DIM == 0) {
+    if (static_cast<int64_t>(spill.size()) < dim) spill.resize(dim);
+    row32 = spill.data();
+  }
   for (int64_t s = 0; s < count; ++s) {
     if (s + kAhead < count) {
       const int64_t ahead = rows[s + kAhead];
-      prefetch_row(table + ahead * dim, dim);
+      prefetch_bytes(base + ahead * dim * kElem, dim * kElem);
       if (kind == graphtrain::kAdagrad || kind == graphtrain::kAdam) prefetch_row(state0 + ahead * dim, dim);
       if (kind == graphtrain::kRowwiseAdagrad) __builtin_prefetch(state0 + ahead, 1, 1);
       if (kind == graphtrain::kAdam) {
@@ -289,25 +329,15 @@ __attribute__((always_inline)) inline void apply_rows_of(int32_t kind, int64_t c
       }
     }
     const int64_t r = rows[s];
-    float* w = table + r * dim;
-    const float* g = grads[s];
-    switch (kind) {
-      case graphtrain::kSGD:
-        graphtrain::sgd_row(w, g, dim, p);
-        break;
-      case graphtrain::kAdagrad:
-        graphtrain::adagrad_row(w, state0 + r * dim, g, dim, p);
-        break;
-      case graphtrain::kRowwiseAdagrad:
-        graphtrain::rowwise_adagrad_row(w, state0 + r, g, dim, p);
-        break;
-      case graphtrain::kAdam: {
-        const AdamCoef c = row_steps ? graphtrain::adam_coef(++row_steps[r], p) : global_coef;
-        graphtrain::adam_row(w, state0 + r * dim, state1 + r * dim, g, dim, p, c);
-        break;
-      }
-      default:
-        break;
+    if constexpr (TD == graphtrain::kTableFloat32) {
+      update_row(kind, reinterpret_cast<float*>(base) + r * dim, grads[s], r, dim, state0, state1, row_steps,
+                 global_coef, p);
+    } else {
+      uint16_t* w = reinterpret_cast<uint16_t*>(base) + r * dim;
+      for (int64_t j = 0; j < dim; ++j) row32[j] = graphtrain::half_to_float(w[j], TD);
+      update_row(kind, row32, grads[s], r, dim, state0, state1, row_steps, global_coef, p);
+      const uint32_t key = graphtrain::round_key(round_seed, r);
+      for (int64_t j = 0; j < dim; ++j) w[j] = graphtrain::half_round(row32[j], graphtrain::round_bits(key, j), TD);
     }
   }
 }
@@ -318,14 +348,14 @@ __attribute__((always_inline)) inline void apply_rows_of(int32_t kind, int64_t c
 // with the width fixed at compile time, as FBGEMM's kernels are generated per embedding dimension: the
 // row becomes straight-line code, the core runs further ahead and keeps more rows in flight (row-wise
 // Adagrad, 100,000 rows of 128: a bare loop 7.0 -> 5.4 ms, the whole step here 9.5 -> 8.0 ms).
-GT_CLONES
-void apply_rows(int32_t kind, int64_t count, const int64_t* rows, const float* const* grads, int64_t dim,
-                float* table, float* state0, float* state1, int64_t* row_steps, int64_t global_step,
-                const OptimParams& p) {
-  const AdamCoef global_coef = kind == graphtrain::kAdam && !row_steps ? graphtrain::adam_coef(global_step, p)
-                                                                      : AdamCoef{0, 0, 0};
+template <int TD>
+__attribute__((always_inline)) inline void apply_rows_typed(int32_t kind, int64_t count, const int64_t* rows,
+                                                            const float* const* grads, int64_t dim, void* table,
+                                                            uint64_t round_seed, float* state0, float* state1,
+                                                            int64_t* row_steps, const AdamCoef& global_coef,
+                                                            const OptimParams& p) {
 #define GT_ROWS_OF(D) \
-  apply_rows_of<D>(kind, count, rows, grads, dim, table, state0, state1, row_steps, global_coef, p)
+  apply_rows_of<D, TD>(kind, count, rows, grads, dim, table, round_seed, state0, state1, row_steps, global_coef, p)
   switch (dim) {
     case 16:
       GT_ROWS_OF(16);
@@ -346,6 +376,27 @@ void apply_rows(int32_t kind, int64_t count, const int64_t* rows, const float* c
       GT_ROWS_OF(0);
   }
 #undef GT_ROWS_OF
+}
+
+GT_CLONES
+void apply_rows(int32_t kind, int64_t count, const int64_t* rows, const float* const* grads, int64_t dim,
+                void* table, int32_t table_dtype, uint64_t round_seed, float* state0, float* state1,
+                int64_t* row_steps, int64_t global_step, const OptimParams& p) {
+  const AdamCoef global_coef = kind == graphtrain::kAdam && !row_steps ? graphtrain::adam_coef(global_step, p)
+                                                                      : AdamCoef{0, 0, 0};
+  switch (table_dtype) {
+    case graphtrain::kTableFloat16:
+      apply_rows_typed<graphtrain::kTableFloat16>(kind, count, rows, grads, dim, table, round_seed, state0, state1,
+                                                  row_steps, global_coef, p);
+      break;
+    case graphtrain::kTableBFloat16:
+      apply_rows_typed<graphtrain::kTableBFloat16>(kind, count, rows, grads, dim, table, round_seed, state0, state1,
+                                                   row_steps, global_coef, p);
+      break;
+    default:
+      apply_rows_typed<graphtrain::kTableFloat32>(kind, count, rows, grads, dim, table, round_seed, state0, state1,
+                                                  row_steps, global_coef, p);
+  }
 }
 
 }  // namespace
@@ -387,8 +438,8 @@ GT_API int64_t gt_first_nonfinite(const float* x, int64_t n) {
 
 namespace {
 int64_t sparse_step(int32_t kind, int64_t n, const int64_t* ids, const GradRows& grads, int64_t dim, int64_t num_rows,
-                    int32_t mean, float* table, float* state0, float* state1, int64_t* row_steps, int64_t global_step,
-                    OptimParams params, int32_t threads, int64_t* bad_pos) {
+                    int32_t mean, void* table, int32_t table_dtype, uint64_t round_seed, float* state0, float* state1,
+                    int64_t* row_steps, int64_t global_step, OptimParams params, int32_t threads, int64_t* bad_pos) {
   threads = std::max(1, threads);
   const int64_t bad = first_bad(n, ids, num_rows, threads);
   if (bad >= 0) {
@@ -412,7 +463,8 @@ int64_t sparse_step(int32_t kind, int64_t n, const int64_t* ids, const GradRows&
 #pragma omp barrier
     Workspace& ws = workspace();
     const int64_t local = own_rows(ws, sc.blocks, tid, h, grads, dim, mean != 0);
-    apply_rows(kind, local, ws.rows.data(), ws.grad.data(), dim, table, state0, state1, row_steps, global_step, params);
+    apply_rows(kind, local, ws.rows.data(), ws.grad.data(), dim, table, table_dtype, round_seed, state0, state1,
+               row_steps, global_step, params);
     total += local;
   }
   return total;
@@ -423,13 +475,15 @@ int64_t sparse_step(int32_t kind, int64_t n, const int64_t* ids, const GradRows&
 // State: adagrad state0 = G (rows x dim); rowwise_adagrad state0 = G (rows); adam state0 = m, state1 = v
 // (rows x dim) and row_steps (rows, int64) for per-row step counts, or row_steps = null and global_step
 // (already incremented by the caller) for one count per table.
+// table_dtype (TableDtype): float32 rows, or float16 / bfloat16 rows written back with stochastic
+// rounding keyed by round_seed (the caller's, new each step) and each row's id.
 // Returns the number of unique rows updated, or -1 with *bad_pos = position of an id out of range.
 GT_API int64_t gt_sparse_step(int32_t kind, int64_t n, const int64_t* ids, const float* grads, int64_t dim,
-                              int64_t num_rows, int32_t mean, float* table, float* state0, float* state1,
-                              int64_t* row_steps, int64_t global_step, OptimParams params, int32_t threads,
-                              int64_t* bad_pos) {
-  return sparse_step(kind, n, ids, GradRows{grads, nullptr, dim}, dim, num_rows, mean, table, state0, state1,
-                     row_steps, global_step, params, threads, bad_pos);
+                              int64_t num_rows, int32_t mean, void* table, int32_t table_dtype, uint64_t round_seed,
+                              float* state0, float* state1, int64_t* row_steps, int64_t global_step,
+                              OptimParams params, int32_t threads, int64_t* bad_pos) {
+  return sparse_step(kind, n, ids, GradRows{grads, nullptr, dim}, dim, num_rows, mean, table, table_dtype, round_seed,
+                     state0, state1, row_steps, global_step, params, threads, bad_pos);
 }
 
 // gt_sparse_step with the gradients in `npieces` row blocks (block k: counts[k] rows of dim floats at
@@ -439,9 +493,10 @@ GT_API int64_t gt_sparse_step(int32_t kind, int64_t n, const int64_t* ids, const
 // holding a NaN or an infinity, before any row is touched. Returns as gt_sparse_step otherwise.
 GT_API int64_t gt_sparse_step_pieces(int32_t kind, int64_t n, const int64_t* ids, int64_t npieces,
                                      const float* const* blocks, const int64_t* counts, int64_t dim, int64_t num_rows,
-                                     int32_t mean, float* table, float* state0, float* state1, int64_t* row_steps,
-                                     int64_t global_step, OptimParams params, int32_t threads,
-                                     int32_t refuse_nonfinite, int64_t* bad_pos) {
+                                     int32_t mean, void* table, int32_t table_dtype, uint64_t round_seed,
+                                     float* state0, float* state1, int64_t* row_steps, int64_t global_step,
+                                     OptimParams params, int32_t threads, int32_t refuse_nonfinite,
+                                     int64_t* bad_pos) {
   static thread_local std::vector<const float*> rows;
   rows.clear();
   for (int64_t k = 0; k < npieces; ++k) {
@@ -458,8 +513,8 @@ GT_API int64_t gt_sparse_step_pieces(int32_t kind, int64_t n, const int64_t* ids
     *bad_pos = -1;
     return -3;  // the caller checks the counts; a mismatch never reaches the update
   }
-  return sparse_step(kind, n, ids, GradRows{nullptr, rows.data(), dim}, dim, num_rows, mean, table, state0, state1,
-                     row_steps, global_step, params, threads, bad_pos);
+  return sparse_step(kind, n, ids, GradRows{nullptr, rows.data(), dim}, dim, num_rows, mean, table, table_dtype,
+                     round_seed, state0, state1, row_steps, global_step, params, threads, bad_pos);
 }
 
 // Deduplicate `ids` in first-occurrence order and reduce `grads` per unique id (sum, or mean).

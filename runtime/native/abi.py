@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 from graphtrain.runtime.errors import GraphtrainError
 
 # = graphtrain::kAbiVersion in cuda/include/graphtrain/abi.h (tests/native/test_abi.py compares them)
-ABI_VERSION = 9
+ABI_VERSION = 10
 
 CPU, CUDA = "cpu", "cuda"
 REBUILD = {
@@ -65,9 +65,9 @@ class Signature(NamedTuple):
     argtypes: list[Any]
 
 
-# dim, num_rows, mean, table, state0, state1, row_steps, global_step, params: the arguments the CPU
-# core's sparse step entry points take after their gradients
-_STEP_TAIL = [I64, I64, I32, P, P, P, P, I64, OptimParams]
+# dim, num_rows, mean, table, table_dtype, round_seed, state0, state1, row_steps, global_step, params:
+# the arguments the CPU core's sparse step entry points take after their gradients
+_STEP_TAIL = [I64, I64, I32, P, I32, U64, P, P, P, I64, OptimParams]
 _BOTH = (CPU, CUDA)
 
 SIGNATURES: dict[str, Signature] = {

@@ -22,12 +22,16 @@ KIND_CODE = {
     o.name: o.code for o in SPARSE_OPTIMIZERS
 }  # graphtrain::OptimKind (tests/native/test_optim_kinds.py)
 ADAM = KIND_CODE["adam"]
+# graphtrain::TableDtype (optim_math.h): the element types a table's rows may have; the optimizer's math
+# runs in float32 and a half row is written back with stochastic rounding
+TABLE_DTYPES = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}
 
 __all__ = [
     "ADAM",
     "KIND_CODE",
     "DedupWorkspace",
     "OptimArgs",
+    "TABLE_DTYPES",
     "SparseInputError",
     "dedup",
     "first_nonfinite",
@@ -108,10 +112,13 @@ def sparse_step(
     ids: torch.Tensor,
     grads: torch.Tensor,
     threads: int,
+    round_seed: int = 0,
 ) -> int:
-    """Fused dedup + reduce + update (state checked by the caller). Returns the unique row count."""
+    """Fused dedup + reduce + update (state checked by the caller). Returns the unique row count.
+    A float16 or bfloat16 table is updated in float32 and rounded back stochastically, keyed by
+    `round_seed` (give each step its own) and each row's id."""
     grads_ptr = _check(grads, "grads", torch.float32, 2)
-    return _step(core().gt_sparse_step, (grads_ptr,), (), args, table, state, ids, threads)
+    return _step(core().gt_sparse_step, (grads_ptr,), (), args, table, state, ids, threads, round_seed)
 
 
 def sparse_step_pieces(
@@ -122,6 +129,7 @@ def sparse_step_pieces(
     pieces: list[torch.Tensor],
     threads: int,
     refuse_nonfinite: bool = False,
+    round_seed: int = 0,
 ) -> int:
     """sparse_step with the gradients in row blocks (pieces[0] holds the rows of the first ids, and so
     on), read where they lie: a push that reached a shard server in several frames is one step, without
@@ -139,7 +147,15 @@ def sparse_step_pieces(
         raise SparseInputError(f"{int(counts.sum())} gradient rows for {len(ids)} ids")
     grads_args = (len(pieces), blocks.ctypes.data, counts.ctypes.data)
     return _step(
-        core().gt_sparse_step_pieces, grads_args, (int(refuse_nonfinite),), args, table, state, ids, threads
+        core().gt_sparse_step_pieces,
+        grads_args,
+        (int(refuse_nonfinite),),
+        args,
+        table,
+        state,
+        ids,
+        threads,
+        round_seed,
     )
 
 
@@ -152,9 +168,14 @@ def _step(
     state: dict[str, torch.Tensor],
     ids: torch.Tensor,
     threads: int,
+    round_seed: int,
 ) -> int:
     """Call a sparse-step entry point: kind, n, ids, *grads_args, the common tail, threads, *flags, bad."""
-    _check(table, "table", torch.float32, 2)
+    if table.dtype not in TABLE_DTYPES:
+        raise SparseInputError(f"table must be float32, float16 or bfloat16, got {table.dtype}")
+    _check(table, "table", table.dtype, 2)
+    if not 0 <= round_seed < 2**64:
+        raise SparseInputError(f"round_seed must be in [0, 2**64), got {round_seed}")
     s0, s1, row_steps, global_step = state_tensors(args, state)
     bad = ctypes.c_int64(-1)
     got = fn(
@@ -166,6 +187,8 @@ def _step(
         table.shape[0],
         int(args.mean),
         table.data_ptr(),
+        TABLE_DTYPES[table.dtype],
+        round_seed,
         None if s0 is None else s0.data_ptr(),
         None if s1 is None else s1.data_ptr(),
         None if row_steps is None else row_steps.data_ptr(),

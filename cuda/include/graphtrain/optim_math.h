@@ -20,11 +20,16 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 
+// Always inlined on the CPU too: the update loop (optim_cpu.cpp) is cloned per target (AVX2, AVX-512)
+// and instantiated per row width and table type, and where GCC stopped inlining into that large a
+// function it called out-of-line row functions built for the baseline target (found when half tables
+// tripled the loop's instances: every optimizer ran 1.5-3x slower).
 #if defined(__CUDACC__)
 #define GT_HD __host__ __device__ __forceinline__
 #else
-#define GT_HD inline
+#define GT_HD inline __attribute__((always_inline))
 #endif
 
 namespace graphtrain {
@@ -168,6 +173,101 @@ GT_HD void adam_row(float* w, float* m, float* v, const float* g, int64_t dim, c
   GT_FOR_DECAYED(dim, w, g, p, adam_elem(w[j], m[j], v[j], gd, p, c))
 }
 
+// ---- half-precision tables: rows stored as float16 or bfloat16. A step reads a row into float32,
+// runs the row functions above on it, and writes it back with stochastic rounding (as FBGEMM's half
+// tables do): the stored value is one of the two representable neighbours of the float32 result,
+// the upper one with probability equal to the result's distance from the lower over their gap, so
+// the stored value's expectation is the float32 result and small updates are not lost to rounding
+// (round-to-nearest drops any update below half a unit in the last place: bfloat16 keeps 8 bits).
+// The random bits are a counter-based hash of (seed, row, element): the same on the CPU and the GPU,
+// whatever the thread count. Optimizer state stays float32. ----
+
+enum TableDtype : int32_t { kTableFloat32 = 0, kTableFloat16 = 1, kTableBFloat16 = 2 };
+
+GT_HD uint32_t float_to_bits(float x) {
+  uint32_t u;
+  memcpy(&u, &x, sizeof u);
+  return u;
+}
+
+GT_HD float bits_to_float(uint32_t u) {
+  float x;
+  memcpy(&x, &u, sizeof x);
+  return x;
+}
+
+GT_HD float bf16_to_float(uint16_t h) { return bits_to_float(static_cast<uint32_t>(h) << 16); }
+
+// Selects only, no branches, so that the CPU loops over a row vectorise: shift the exponent and
+// mantissa into place and rebias; infinities and NaNs get the rest of the exponent, subnormals are
+// renormalised by a subtraction.
+GT_HD float fp16_to_float(uint16_t h) {
+  const uint32_t shifted_exp = 0x7c00u << 13;
+  const uint32_t bits = (static_cast<uint32_t>(h) & 0x7fffu) << 13;
+  const uint32_t exp = shifted_exp & bits;
+  const uint32_t o = bits + ((127u - 15u) << 23);
+  const float normal = bits_to_float(exp == shifted_exp ? o + ((128u - 16u) << 23) : o);
+  const float sub = bits_to_float(o + (1u << 23)) - bits_to_float(113u << 23);
+  const float mag = exp == 0 ? sub : normal;
+  return bits_to_float(float_to_bits(mag) | ((static_cast<uint32_t>(h) & 0x8000u) << 16));
+}
+
+// The float16 of a float32 that float16 represents exactly (what fp16_round makes): NaN stays NaN,
+// anything beyond the largest finite float16 (65504) is infinite.
+GT_HD uint16_t fp16_exact(float v) {
+  const uint32_t u = float_to_bits(v);
+  const uint32_t sign = (u >> 16) & 0x8000u;
+  const uint32_t a = u & 0x7fffffffu;
+  const uint32_t small = a < 0x38800000u ? a : 0x38800000u;  // clamped: a float beyond int32 is no int
+  const uint32_t sub = static_cast<uint32_t>(static_cast<int32_t>(bits_to_float(small) * 16777216.0f));  // * 2^24
+  const uint32_t normal = ((((a >> 23) - 112u) << 10) | ((a >> 13) & 0x3ffu)) & 0xffffu;
+  uint32_t h = a < 0x38800000u ? sub : normal;
+  h = a > 0x477fe000u ? 0x7c00u : h;
+  h = a > 0x7f800000u ? 0x7e00u : h;
+  return static_cast<uint16_t>(sign | h);
+}
+
+// Stochastic rounding to float16 with the random bits `r`. A float16's unit in the last place at |x|
+// is 2^13 float32 units for a normal float16 and 2^(-1-e) of them for a subnormal one (|x| in
+// [2^e, 2^(e+1)), e in [-24, -15]): adding that many random bits to |x|'s bits and clearing them
+// rounds up with the probability of the cleared part (the bits grow with the magnitude, a carry into
+// the exponent included). Below 2^-24 the neighbours are 0 and 2^-24. Selects only (vectorises).
+GT_HD uint16_t fp16_round(float x, uint32_t r) {
+  const uint32_t u = float_to_bits(x);
+  const uint32_t a = u & 0x7fffffffu;
+  const int32_t e = static_cast<int32_t>(a >> 23) - 127;
+  const int32_t drop = e >= -14 ? 13 : (e >= -24 ? -1 - e : 23);
+  const uint32_t mask = (1u << drop) - 1u;
+  uint32_t mag = (a + (r >> (32 - drop))) & ~mask;
+  const bool tiny_up = bits_to_float(a) * 16777216.0f > static_cast<float>(r >> 8) * 5.9604644775390625e-8f;
+  mag = e < -24 ? (tiny_up ? 0x33800000u : 0u) : mag;  // 2^-24 or 0
+  mag = a >= 0x47800000u ? a : mag;                      // >= 65536, infinite or NaN: as it is
+  return fp16_exact(bits_to_float(mag | (u & 0x80000000u)));
+}
+
+// Stochastic rounding to bfloat16 with the random bits `r`: bfloat16 is float32's upper half, and
+// float32 bits grow with the magnitude, so adding 16 random bits below the cut and truncating rounds
+// up with probability (dropped bits) / 2^16. The carry of the largest finite value reaches infinity.
+GT_HD uint16_t bf16_round(float x, uint32_t r) {
+  const uint32_t u = float_to_bits(x);
+  const uint32_t nan = (u >> 16) | 0x40u;  // NaN stays NaN
+  return static_cast<uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? nan : (u + (r >> 16)) >> 16);
+}
+
+// The random bits of element j of a row whose key is row_key (round_key: one per row and step): a
+// Weyl sequence from the key. Each element's draw is uniform over steps (the key is a hash of the
+// step's seed and the row); neighbouring elements' draws are correlated, which does not bias a
+// rounding, and cost one add per element where a hash per element cost more than the update.
+GT_HD uint32_t round_bits(uint32_t row_key, int64_t j) { return row_key + static_cast<uint32_t>(j) * 0x9e3779b9u; }
+
+GT_HD float half_to_float(uint16_t h, int32_t dtype) {
+  return dtype == kTableBFloat16 ? bf16_to_float(h) : fp16_to_float(h);
+}
+
+GT_HD uint16_t half_round(float x, uint32_t r, int32_t dtype) {
+  return dtype == kTableBFloat16 ? bf16_round(x, r) : fp16_round(x, r);
+}
+
 // 64-bit mixer (splitmix64's finaliser) for hashing row ids.
 GT_HD uint64_t mix64(uint64_t x) {
   x ^= x >> 30;
@@ -176,6 +276,11 @@ GT_HD uint64_t mix64(uint64_t x) {
   x *= 0x94d049bb133111ebULL;
   x ^= x >> 31;
   return x;
+}
+
+// The rounding key of a row in one step (seed: the caller's, new each step).
+GT_HD uint32_t round_key(uint64_t seed, int64_t row) {
+  return static_cast<uint32_t>(mix64(seed ^ (static_cast<uint64_t>(row) * 0x9e3779b97f4a7c15ULL)) >> 32);
 }
 
 }  // namespace graphtrain

@@ -1,0 +1,85 @@
+"""Half-precision tables in the CPU core: the optimizer step's speed per row on float32, float16 and
+bfloat16 tables, side by side in one run (issue 47, item 3: "the optimizer's CPU speed per row at least
+float32's"), and the table's bytes.
+
+Each optimizer steps a table of --rows x --dim with batches of --batch uniform random ids (the same
+batches for every table type), --steps timed steps after a warm-up; a half table is read into float32,
+updated by the same math and written back with stochastic rounding (cuda/include/graphtrain/optim_math.h).
+Reported: median ms per step, unique rows per second, and each half type's rows/s over float32's.
+
+    python bench/half.py [--rows 5000000] [--batch 100000] [--dim 128] [--steps 8] [--threads 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import statistics
+import time
+
+import torch
+
+from graphtrain.runtime.native.optim import optim_args, sparse_step
+
+DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+KINDS = ("sgd", "rowwise_adagrad", "adagrad", "adam")
+
+
+def state(kind: str, rows: int, dim: int) -> dict[str, torch.Tensor]:
+    if kind == "adagrad":
+        return {"sum": torch.zeros(rows, dim)}
+    if kind == "rowwise_adagrad":
+        return {"sum": torch.zeros(rows)}
+    if kind == "adam":
+        return {
+            "exp_avg": torch.zeros(rows, dim),
+            "exp_avg_sq": torch.zeros(rows, dim),
+            "step": torch.zeros(rows, dtype=torch.int64),
+        }
+    return {}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rows", type=int, default=5_000_000)
+    ap.add_argument("--batch", type=int, default=100_000)
+    ap.add_argument("--dim", type=int, default=128)
+    ap.add_argument("--steps", type=int, default=8)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--kinds", nargs="+", default=list(KINDS), choices=KINDS)
+    a = ap.parse_args()
+    torch.set_num_threads(a.threads)
+    gen = torch.Generator().manual_seed(0)
+    batches = [
+        (torch.randint(0, a.rows, (a.batch,), generator=gen), torch.randn(a.batch, a.dim, generator=gen))
+        for _ in range(a.steps + 2)
+    ]
+    print(
+        f"# {platform.node()} {platform.processor() or platform.machine()}, {a.threads} threads, "
+        f"{a.rows:,} x {a.dim}, batches of {a.batch:,} uniform ids, {a.steps} timed steps"
+    )
+    print("| optimizer | table | table MB | ms per step (median) | unique rows/s | vs float32 |")
+    print("|---|---|---|---|---|---|")
+    for kind in a.kinds:
+        base = None
+        for dtype in DTYPES:
+            table = (torch.randn(a.rows, a.dim, generator=gen) * 0.1).to(dtype)
+            st = state(kind, a.rows, a.dim)
+            args = optim_args(kind, 0.01, 1e-10, 0.9, 0.999, 0.0, mean=False, global_step=False)
+            times, unique = [], 0
+            for i, (ids, grads) in enumerate(batches):
+                start = time.perf_counter()
+                unique = sparse_step(args, table, st, ids, grads, a.threads, round_seed=i)
+                if i >= 2:
+                    times.append(time.perf_counter() - start)
+            ms = statistics.median(times) * 1e3
+            rate = unique / (ms / 1e3)
+            base = base or rate
+            mb = table.numel() * table.element_size() / 2**20
+            name = str(dtype).removeprefix("torch.")
+            print(f"| {kind} | {name} | {mb:,.0f} | {ms:.2f} | {rate:,.0f} | {rate / base:.2f}x |")
+            del table, st
+
+
+if __name__ == "__main__":
+    main()
