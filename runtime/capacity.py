@@ -93,10 +93,15 @@ def _node_rows(table: Any, cfg: PartitionConfig) -> NodeRows:
     return NodeRows.of(cfg.data, table.name, getattr(table, "node_types", None))
 
 
+def _row_element(table: Any) -> int:
+    """Bytes of one element of a table's rows: 2 for float16 and bfloat16, else 4 (its state is float32)."""
+    return 2 if str(getattr(table, "dtype", "float32")) in ("float16", "bfloat16") else 4
+
+
 def _table_bytes(table: Any, rows: int) -> tuple[int, int]:
     opt = table.optimizer
     step_count = str(getattr(opt, "step_count", "global"))
-    return rows * table.dim * 4, state_bytes(str(opt.kind), step_count, rows, table.dim)
+    return rows * table.dim * _row_element(table), state_bytes(str(opt.kind), step_count, rows, table.dim)
 
 
 def _dynamic_share(items: dict[str, int], t: Any, holders: int, index: int) -> int | None:
@@ -294,7 +299,12 @@ def replay(spec: GraphTrainingSpec, cfg: PartitionConfig, hosts: int, rank: int,
     node_rows = _node_rows(table, cfg) if table else None  # a table over some node types: their rows only
     emb = (
         DistEmbedding(
-            node_rows.num_rows, table.dim, table.name, book=PartitionBook(node_rows.bounds), client=client
+            node_rows.num_rows,
+            table.dim,
+            table.name,
+            book=PartitionBook(node_rows.bounds),
+            client=client,
+            dtype=getattr(torch, str(table.dtype)),
         )
         if table and node_rows is not None
         else None
@@ -315,7 +325,7 @@ def replay(spec: GraphTrainingSpec, cfg: PartitionConfig, hosts: int, rank: int,
             feat[mb.input_nodes]
         pulled = mb.input_nodes if node_rows is None else node_rows.rows(mb.input_nodes)
         pulled = pulled[pulled >= 0]
-        emb_row = table.dim * 4 * len(pulled) // max(n, 1) if table else 0  # per input node, on average
+        emb_row = table.dim * _row_element(table) * len(pulled) // max(n, 1) if table else 0  # per input node
         done.append(_step_work(mb, cfg, hosts, rank, row, emb_row))
         graph.ndata["label"][mb.seeds]
         if emb is not None and opt is not None:

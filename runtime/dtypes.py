@@ -1,5 +1,8 @@
 """Element types a table may have, by wire name: the one table behind the protocol (numpy), the shard
-state and the clients (torch). Node data kept as bool or int8 in a partition travels as int32."""
+state and the clients (torch). Node data kept as bool or int8 in a partition travels as int32.
+
+bfloat16 has no numpy type: its arrays are its 16 raw bits as int16, on the wire, in checkpoints and
+wherever numpy holds them (to_numpy, from_numpy); torch holds them as bfloat16."""
 
 from __future__ import annotations
 
@@ -10,7 +13,11 @@ import numpy as np
 if TYPE_CHECKING:
     import torch
 
-NUMPY: dict[str, np.dtype[Any]] = {name: np.dtype(name) for name in ("float32", "float64", "int32", "int64")}
+NUMPY: dict[str, np.dtype[Any]] = {
+    **{name: np.dtype(name) for name in ("float32", "float64", "int32", "int64", "float16")},
+    "bfloat16": np.dtype(np.int16),  # its bits
+}
+HALF = ("float16", "bfloat16")  # tables stored in half, stepped in float32 (the CPU core)
 WIDENED = {"bool": "int32", "int8": "int32"}
 
 
@@ -21,6 +28,28 @@ def wire_name(dtype: object, widen: bool = False) -> str | None:
     if widen:
         name = WIDENED.get(name, name)
     return name if name in NUMPY else None
+
+
+def to_numpy(t: torch.Tensor) -> np.ndarray:
+    """A host tensor's numpy view (no copy); a bfloat16 one's bits as int16."""
+    import torch
+
+    return (t.view(torch.int16) if t.dtype == torch.bfloat16 else t).numpy()
+
+
+def from_numpy(a: np.ndarray, name: str) -> torch.Tensor:
+    """The torch view (no copy) of an array of wire type `name`; bfloat16 from its int16 bits."""
+    import torch
+
+    t = torch.from_numpy(a)
+    return t.view(torch.bfloat16) if name == "bfloat16" else t
+
+
+def widened(a: np.ndarray, name: str) -> np.ndarray:
+    """An array of wire type `name` as float32 when it is a half type (an export, a client's rows)."""
+    if name not in HALF:
+        return a
+    return from_numpy(np.array(a), name).float().numpy()  # a copy: `a` may be a read-only map
 
 
 def to_torch(name: str) -> torch.dtype:

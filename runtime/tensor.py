@@ -111,6 +111,7 @@ class DistTensor:
         self.name = name
         self.shape = tuple(int(d) for d in shape)
         self.dtype = dtype
+        self.wire = wire
         self.np_dtype = dtypes.NUMPY[wire]
         self.keyed = vocabulary is not None
         if vocabulary is None:
@@ -146,21 +147,26 @@ class DistTensor:
             self.name, flat, self.book.bounds, self.shape[1:], self.np_dtype, self.keyed, insert
         )
         shape = tuple(ids.shape) if hasattr(ids, "shape") else (len(flat),)
-        return torch.from_numpy(rows).view(*shape, *self.shape[1:])
+        return dtypes.from_numpy(rows, self.wire).view(*shape, *self.shape[1:])
 
     def __setitem__(self, ids: Any, values: Any) -> None:
         flat = self._ids(ids)
-        vals = values.detach().cpu().numpy() if isinstance(values, torch.Tensor) else np.asarray(values)
+        if isinstance(values, torch.Tensor):
+            vals = dtypes.to_numpy(values.detach().cpu().to(self.dtype).contiguous())
+        else:
+            vals = np.asarray(values)
         vals = np.ascontiguousarray(vals.reshape(len(flat), *self.shape[1:]), dtype=self.np_dtype)
         self.client.push(self.name, flat, vals, self.book.bounds, self.keyed)
 
 
 class DistEmbedding:
-    """A learnable float32 table sharded over the servers, trained by the sparse optimizers.
+    """A learnable table sharded over the servers, trained by the sparse optimizers.
 
     `emb(ids)` pulls the rows (all owning shards in parallel) as a leaf that takes part in autograd; the
     optimizer's step() deduplicates the gradients on the client and pushes each shard its rows, where the
-    native core applies the update (one writer per row)."""
+    native core applies the update (one writer per row). `dtype` float16 or bfloat16: the servers hold
+    and send the rows in half (half the memory and pull bytes), the model reads them widened to float32,
+    and the gradients travel in float32 to a step in float32 rounded back stochastically."""
 
     def __init__(
         self,
@@ -171,15 +177,22 @@ class DistEmbedding:
         book: PartitionBook | None = None,
         client: KVClient | None = None,
         vocabulary: DynamicVocabulary | None = None,
+        dtype: torch.dtype = torch.float32,
     ):
         if num_embeddings < 1 or dim < 1:
             raise ValueError(f"embedding {name!r}: num_embeddings and dim must be >= 1")
+        if dtype not in (torch.float32, torch.float16, torch.bfloat16):
+            raise ValueError(f"embedding {name!r}: dtype must be float32, float16 or bfloat16, got {dtype}")
+        if dtype != torch.float32 and vocabulary is not None:
+            raise ValueError(
+                f"embedding {name!r}: a {dtype} table with a dynamic vocabulary is not supported yet"
+            )
         self.num_embeddings = num_embeddings
         self.dim = dim
         self.name = name
         self.table = DistTensor(
             (num_embeddings, dim),
-            torch.float32,
+            dtype,
             name,
             init or {"kind": "uniform", "low": -1.0, "high": 1.0},
             book,
@@ -207,7 +220,7 @@ class DistEmbedding:
             if torch.is_grad_enabled():  # its push (the same ids tensor) reuses the split
                 self._split = (flat, parts)
         else:
-            rows = self.table.pull(flat, insert=torch.is_grad_enabled())  # evaluation inserts no key
+            rows = self.table.pull(flat, insert=torch.is_grad_enabled()).float()  # widened from half
         return self._capture.rows(flat, rows).view(*ids.shape, self.dim)
 
     def direct_pieces(self) -> list[TensorShard] | None:
@@ -264,7 +277,7 @@ class DistEmbedding:
         dynamic vocabulary's unseen keys read their initial value."""
         pieces = self.direct_pieces()
         if pieces is None:
-            return self.table.pull(ids, insert=False)
+            return self.table.pull(ids, insert=False).float()
         given = torch.as_tensor(ids)
         flat = given.reshape(-1).to(device=pieces[0].data.device, dtype=torch.int64)
         return direct.pull(pieces, flat).view(*given.shape, self.dim)

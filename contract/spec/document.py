@@ -43,7 +43,7 @@ from graphtrain.contract.spec.rules import (
 )
 from graphtrain.contract.spec.scheduling import Scheduling
 from graphtrain.contract.spec.status import GraphTrainingStatus
-from graphtrain.contract.spec.tables import EmbeddingTable
+from graphtrain.contract.spec.tables import HALF_TABLES_CPU_SHARDS, EmbeddingTable
 from graphtrain.contract.spec.task import (
     EDGE_TASKS,
     KGE,
@@ -549,6 +549,7 @@ add_rules(
             (_CEL_NODE_TYPES, lambda s: s.graph.node_types),
         ),
     ),
+    HALF_TABLES_CPU_SHARDS,
     Rule(
         "nccl-needs-cuda",
         "trainers.backend",

@@ -10,6 +10,7 @@ from pydantic.alias_generators import to_snake
 from graphtrain.contract.optimizers import SPARSE_OPTIMIZERS
 from graphtrain.contract.spec.base import IDENT, MAX_INIT, MAX_TYPES, SpecModel, TypeName
 from graphtrain.contract.spec.enums import (
+    Device,
     DType,
     DuplicateRule,
     InitKind,
@@ -174,8 +175,10 @@ class EmbeddingTable(SpecModel):
     )
     dtype: DType = Field(
         default=DType.float32,
-        description="Element type of the rows and the optimizer state: float32 (float16 and bfloat16 are "
-        "not supported yet).",
+        description="Element type of the rows: float32, or float16 / bfloat16 (half the memory, pull "
+        "bytes and checkpoint; the optimizer steps in float32 and rounds back stochastically, its state "
+        "stays float32). Half tables need sharding: server, a fixed vocabulary and CPU shard servers "
+        "(not supported yet on collective tables, dynamic vocabularies or GPUs).",
     )
     init: Init = Field(default_factory=Init, description="How the rows start.")
     optimizer: Optimizer = Field(
@@ -264,11 +267,27 @@ add_rules(
         ),
     ),
     Rule(
-        "table-float32-only",
+        "table-half-server-fixed",
         "dtype",
-        lambda t: t.dtype == DType.float32,
-        cel="self.dtype == 'float32'",
-        message="%s is not supported yet: tables are float32",
+        lambda t: (
+            t.dtype == DType.float32
+            or (t.sharding == Sharding.server and t.vocabulary.kind == VocabularyKind.fixed)
+        ),
+        cel="self.dtype == 'float32' || ((!has(self.sharding) || self.sharding == 'server') && "
+        "(!has(self.vocabulary) || !has(self.vocabulary.kind) || self.vocabulary.kind == 'fixed'))",
+        message="%s is not supported yet on a collective table or a dynamic vocabulary (sharding: server "
+        "with a fixed vocabulary only)",
         args=(("self.dtype", lambda t: t.dtype),),
     ),
+)
+
+# A document-level rule (contract/spec/document.py lists it): half tables are stepped by the CPU core only.
+HALF_TABLES_CPU_SHARDS = Rule(
+    "half-tables-cpu-shards",
+    "embeddings",
+    lambda s: s.shard_servers.device != Device.cuda or all(str(t.dtype) == "float32" for t in s.embeddings),
+    cel="!has(self.shardServers) || !has(self.shardServers.device) || self.shardServers.device != 'cuda' "
+    "|| !has(self.embeddings) || self.embeddings.all(t, !has(t.dtype) || t.dtype == 'float32')",
+    message="float16 and bfloat16 tables are not supported yet on GPU shard servers (the CUDA core "
+    "steps float32): use shardServers.device: cpu or float32 tables",
 )

@@ -39,6 +39,7 @@ from graphtrain.runtime.data.cache import (
     hash_tree,
     write_json,
 )
+from graphtrain.runtime.dtypes import to_numpy
 from graphtrain.runtime.errors import DataError
 from graphtrain.runtime.storage import gpu
 from graphtrain.runtime.storage.keyed import KEYS
@@ -71,7 +72,7 @@ Writer = Callable[[Path, TensorShard], None]
 
 def save_whole(directory: Path, t: TensorShard) -> None:
     """data.npy and state.<key>.npy of a host table, each written in one go (and a dynamic table's keys)."""
-    np.save(directory / "data.npy", t.data.cpu().numpy())
+    np.save(directory / "data.npy", to_numpy(t.data.cpu()))  # in the table's dtype (bfloat16: its bits)
     for key, value in t.state.items():
         np.save(directory / f"state.{key}.npy", value.cpu().numpy())
     save_keys(directory, t)

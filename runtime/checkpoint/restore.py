@@ -10,6 +10,7 @@ import numpy as np
 import torch
 
 from graphtrain.runtime.checkpoint import chain
+from graphtrain.runtime.dtypes import to_numpy, widened
 from graphtrain.runtime.errors import DataError
 from graphtrain.runtime.optim import make_state
 from graphtrain.runtime.storage import keyed as kd
@@ -81,13 +82,14 @@ def _copy_into(dst: torch.Tensor, src: np.ndarray) -> None:
     """Rows from a checkpoint file into a table or its state: mmap -> table, one copy (a GPU shard
     server's tensors take them through the host)."""
     if dst.device.type == "cpu":
-        dst.numpy()[...] = src
+        to_numpy(dst)[...] = src  # a bfloat16 table's bits from its file's
     else:
-        dst.copy_(torch.from_numpy(np.ascontiguousarray(src)))
+        dst.copy_(torch.from_numpy(np.ascontiguousarray(src)).view(dst.dtype))
 
 
 def export_table(root: Path, name: str, verify: bool = True) -> np.ndarray:
-    """The whole table `name` from a checkpoint, in (relabeled) row order.
+    """The whole table `name` from a checkpoint, in (relabeled) row order; a half table's rows widened
+    to float32 (it is stored in its own dtype).
 
     Raises:
         DataError: the tensor is not in the checkpoint, or a piece is missing or changed.
@@ -99,7 +101,8 @@ def export_table(root: Path, name: str, verify: bool = True) -> np.ndarray:
     for manifest, d in pieces:
         if verify:
             chain.verify_piece((root, manifest, d))
-        parts.append(np.asarray(chain.load_piece((root, manifest, d), keys=["data"])["data"]))
+        data = np.asarray(chain.load_piece((root, manifest, d), keys=["data"])["data"])
+        parts.append(widened(data, manifest.get("dtype", "float32")))
     return np.concatenate(parts)
 
 

@@ -44,6 +44,7 @@ from graphtrain.runtime import checkpoint as ckpt
 from graphtrain.runtime.checkpoint import increment
 from graphtrain.runtime.checkpoint.chain import ROWS
 from graphtrain.runtime.data.cache import atomic_dir
+from graphtrain.runtime.dtypes import to_numpy
 from graphtrain.runtime.errors import GraphtrainError
 from graphtrain.runtime.storage import gpu
 from graphtrain.runtime.storage.shard import TensorShard
@@ -142,7 +143,7 @@ class TableSnapshot:
         named = {"data": t.data, **{f"state.{k}": v for k, v in t.state.items()}}
         self.whole = {n: v.clone() for n, v in named.items() if _is_global_step(n, t) or v.dim() == 0}
         rowed = {n: v for n, v in named.items() if n not in self.whole}
-        self.live = {n: v.numpy().reshape(t.rows, _width(v)) for n, v in rowed.items()}  # views: no copy
+        self.live = {n: to_numpy(v).reshape(t.rows, _width(v)) for n, v in rowed.items()}  # views: no copy
         row_bytes = sum(a.shape[1] * a.itemsize for a in self.live.values())
         self.rows_per_chunk = chunk_rows(row_bytes, chunk_bytes)
         self.chunks = max(1, -(-self.n // self.rows_per_chunk))

@@ -60,10 +60,14 @@ def threads(elements: int | None = None) -> int:
     return max(1, torch.get_num_threads())
 
 
+HALF = (torch.float16, torch.bfloat16)  # rows stored in half, stepped in float32 by the CPU core
+
+
 def _validate(table: torch.Tensor, ids: torch.Tensor, grads: torch.Tensor | list[torch.Tensor]) -> None:
-    if table.dtype != torch.float32 or table.dim() != 2 or not table.is_contiguous():
+    if table.dtype not in (torch.float32, *HALF) or table.dim() != 2 or not table.is_contiguous():
         raise SparseInputError(
-            f"table must be a contiguous 2-D float32 tensor, got {table.dtype} {tuple(table.shape)}"
+            "table must be a contiguous 2-D float32, float16 or bfloat16 tensor, "
+            f"got {table.dtype} {tuple(table.shape)}"
         )
     if ids.dtype != torch.int64 or ids.dim() != 1:
         raise SparseInputError(f"ids must be a 1-D int64 tensor, got {ids.dtype} {tuple(ids.shape)}")
@@ -110,13 +114,15 @@ def sparse_step(
     grads: torch.Tensor | list[torch.Tensor],
     backend: str | None = None,
     finite: bool = False,
+    round_seed: int = 0,
 ) -> int:
     """Reduce duplicate ids' gradients and update their rows and optimizer state in place.
 
     grads: one row per id, as one tensor or as row blocks in id order (a push that reached a shard
     server in several frames: the native CPU core reads the blocks where they lie, the other backends
-    get them concatenated). finite: refuse gradients holding NaN or infinity. Returns the number of
-    unique rows updated.
+    get them concatenated). finite: refuse gradients holding NaN or infinity. A float16 or bfloat16
+    table (the CPU core only) is stepped in float32 and rounded back stochastically, keyed by
+    `round_seed` (give each step its own: optim_math.h). Returns the number of unique rows updated.
 
     Raises:
         NonFiniteGradient: finite was asked and a gradient row is not; nothing is modified.
@@ -125,6 +131,8 @@ def sparse_step(
     _validate(table, ids, grads)
     check_state(config, state, table.shape[0], table.shape[1])
     name = choose_backend(table.device, backend)
+    if table.dtype in HALF and name is not CoreBackend.CPU:
+        raise SparseInputError(f"a {table.dtype} table is stepped by the CPU core only, not {name.value}")
     if isinstance(grads, list):
         if name is CoreBackend.CPU and len(grads) > 1:
             grads = [g.contiguous() for g in grads]
@@ -157,7 +165,7 @@ def sparse_step(
             try:
                 work = len(ids) * table.shape[1]
                 updated = native.sparse_step_pieces(
-                    native_args(config), table, state, ids, grads, threads(work), finite
+                    native_args(config), table, state, ids, grads, threads(work), finite, round_seed
                 )
             except NonFiniteGradient:
                 if global_adam:
@@ -165,7 +173,8 @@ def sparse_step(
                 raise
         else:
             work = len(ids) * table.shape[1]
-            updated = native.sparse_step(native_args(config), table, state, ids, grads, threads(work))
+            args = native_args(config)
+            updated = native.sparse_step(args, table, state, ids, grads, threads(work), round_seed)
     else:  # the CUDA core scales the rows in its update kernel
         updated = cuda.sparse_step(
             native_args(config), table, state, ids, grads, config.row_norm or 0.0, finite
@@ -199,13 +208,13 @@ def project_complex(table: torch.Tensor, ids: torch.Tensor) -> None:
     """Scale the complex numbers of the rows `ids` to modulus 1: RotatE's relation constraint (PyKEEN's
     complex_normalize after each step), on the rows an update touched."""
     rows = torch.unique(ids)
-    table.index_copy_(0, rows, unit_complex(table.index_select(0, rows)))
+    table.index_copy_(0, rows, unit_complex(table.index_select(0, rows).float()).to(table.dtype))
 
 
 def project_rows(table: torch.Tensor, ids: torch.Tensor, norm: float) -> None:
     """Scale the rows `ids` to L2 norm `norm`: the entity constraint of TransE and DistMult (PyKEEN
     normalizes after each step too), applied to the rows an update touched, so rows stay on the sphere."""
     rows = torch.unique(ids)
-    values = table.index_select(0, rows)
+    values = table.index_select(0, rows).float()  # a half table's rows scaled in float32, rounded once
     values.mul_(norm / values.norm(dim=1, keepdim=True).clamp_min_(1e-12))
-    table.index_copy_(0, rows, values)
+    table.index_copy_(0, rows, values.to(table.dtype))

@@ -80,7 +80,9 @@ def init_rows(spec: dict[str, Any], lo: int, hi: int, row_shape: tuple[int, ...]
         a, b = max(lo, b_lo), min(hi, b_lo + INIT_BLOCK_ROWS)
         # modulo 2**64: the generator's seed range; the same seeds as before wherever they fitted
         gen = torch.Generator().manual_seed((seed * 1_000_003 + block) % 2**64)
-        vals = torch.empty((INIT_BLOCK_ROWS, *row_shape), dtype=out.dtype)
+        # half tables draw in float32 and round once: a float32 table's values, to nearest
+        draw = torch.float32 if out.dtype in (torch.float16, torch.bfloat16) else out.dtype
+        vals = torch.empty((INIT_BLOCK_ROWS, *row_shape), dtype=draw)
         if kind == "uniform":
             vals.uniform_(float(spec.get("low", -1.0)), float(spec.get("high", 1.0)), generator=gen)
         else:
@@ -88,7 +90,8 @@ def init_rows(spec: dict[str, Any], lo: int, hi: int, row_shape: tuple[int, ...]
         out[a - lo : b - lo] = vals[a - b_lo : b - b_lo]
     if spec.get("norm") and out.dim() > 1:  # each row scaled to that L2 norm (KGE rows on the sphere)
         rows = out.view(len(out), -1)
-        rows.mul_(spec["norm"] / rows.norm(dim=1, keepdim=True).clamp_min_(1e-12))
+        wide = rows.float()
+        rows.copy_(wide * (spec["norm"] / wide.norm(dim=1, keepdim=True).clamp_min_(1e-12)))
 
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)

@@ -42,9 +42,12 @@ STICKY = (
 )
 
 
+HALF = ("float16", "bfloat16")
+
+
 def trainable(dtype: str, row_shape: tuple[int, ...]) -> bool:
-    """A table that may take a sparse optimizer: float32 rows of one dimension."""
-    return dtype == "float32" and len(row_shape) == 1
+    """A table that may take a sparse optimizer: float32, float16 or bfloat16 rows of one dimension."""
+    return dtype in ("float32", *HALF) and len(row_shape) == 1
 
 
 def placement(
@@ -55,6 +58,8 @@ def placement(
     where clients on this host may have mapped it; it stays there (moving it would leave them reading a
     stale copy) and its optimizer runs on the CPU."""
     if server.type == "cuda" and learnable and trainable(dtype, row_shape) and not shared:
+        if dtype in HALF:  # the CUDA core steps float32 rows only, so far: refused, not slow
+            raise StorageError(f"a {dtype} table on a GPU server is not supported yet (CUDA core: float32)")
         return server
     return CPU
 

@@ -36,7 +36,8 @@ def locked_step(
     if global_adam and step is not None:
         t.state["step"].fill_(step - 1)  # sparse_step adds one
     try:
-        updated = sparse_step(t.config, t.data, t.state, local, grads, finite=finite)
+        seed = t.round_seed() if t.data.dtype != torch.float32 else 0
+        updated = sparse_step(t.config, t.data, t.state, local, grads, finite=finite, round_seed=seed)
     except (NonFiniteGradient, SparseInputError):
         if saved is not None:
             t.state["step"].copy_(saved)

@@ -50,7 +50,14 @@ def embedding_table(
         )
     keys = DynamicVocabulary(int(vocab.capacity), str(vocab.on_full) == "evict") if dynamic else None
     return DistEmbedding(
-        num_rows, spec_table.dim, spec_table.name, init, None if keys else book, client, keys
+        num_rows,
+        spec_table.dim,
+        spec_table.name,
+        init,
+        None if keys else book,
+        client,
+        keys,
+        dtype=getattr(torch, str(spec_table.dtype)),
     )
 
 

@@ -186,7 +186,11 @@ BREAKS: dict[str, Doc] = {
     "table-keys-not-custom": edit(GRAPHSAGE, _table(keys="custom", numEmbeddings=10)),
     "table-custom-rows": edit(GRAPHSAGE, _table(keys="custom")),
     "table-rows-custom-only": edit(GRAPHSAGE, _table(numEmbeddings=10)),
-    "table-float32-only": edit(GRAPHSAGE, _table(dtype="bfloat16")),
+    "table-half-server-fixed": edit(GRAPHSAGE, _table(dtype="bfloat16", sharding="collective")),
+    "half-tables-cpu-shards": edit(
+        GRAPHSAGE,
+        lambda s: (s["embeddings"][0].update(dtype="float16"), s.update(shardServers={"device": "cuda"})),
+    ),
     "gnn-has-input": edit(
         GRAPHSAGE, lambda s: s.update(embeddings=[], model={"kind": "graphsage", "useFeatures": False})
     ),

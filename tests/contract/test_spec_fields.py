@@ -7,7 +7,8 @@ attribute of its Python name is loaded somewhere (`table.dim`, `getattr(x, "dim"
 a spec property the executors use (`spec.num_shards` reads `shardServers.replicas`), or a key of its wire
 name is read from a raw object (`meta.get("generation")`). Names are not
 types, so a field whose name is also a common attribute (`dtype` of a tensor) passes on that name: such
-fields are kept honest by the spec's rules (float16 is refused), not by this test. What it does catch
+fields are kept honest by the spec's rules (a float16 collective table is refused), not by this test.
+What it does catch
 is the usual drift: a new field, or one whose last reader was removed.
 """
 

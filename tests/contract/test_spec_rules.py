@@ -68,8 +68,11 @@ def test_each_example_breaks_its_rule(name: str) -> None:
 @pytest.mark.parametrize(
     ("table", "path"),
     [
-        ({"dtype": "float16"}, "spec.embeddings[0].dtype"),
-        ({"dtype": "bfloat16"}, "spec.embeddings[0].dtype"),
+        ({"dtype": "float16", "sharding": "collective"}, "spec.embeddings[0].dtype"),
+        (
+            {"dtype": "bfloat16", "vocabulary": {"kind": "dynamic", "capacity": 100}},
+            "spec.embeddings[0].dtype",
+        ),
         ({"keys": "custom", "numEmbeddings": 10}, "spec.embeddings[0].keys"),
     ],
 )
@@ -100,7 +103,7 @@ def test_schema_errors_and_every_decidable_rule_at_once() -> None:
         partition={"parts": 2, "balanse": 1},
         embeddings=[
             {"name": "node", "dim": 16, "sharding": "collective", "optimizer": {"lr": "fast"}},
-            {"name": "spare", "dim": 8, "dtype": "float16"},
+            {"name": "spare", "dim": 8, "dtype": "float16", "sharding": "collective"},
         ],
         model={"kind": "graphsage", "nodeEmbedding": "node", "numLayers": 3},
         training={"epochs": 0, "fanouts": [10, 0]},
@@ -195,7 +198,8 @@ def test_validate_prints_every_problem(tmp_path: Path) -> None:
         "spec.training.epochs: Input should be greater than or equal to 1",
         "spec.training.fanouts: has 1 entries but model.numLayers is 2",
         "spec.shardServers.replicas: is 4 but partition.parts is 2",
-        "spec.embeddings[0].dtype: bfloat16 is not supported yet",
+        "spec.embeddings[0].dtype: bfloat16 is not supported yet on a collective table or a dynamic "
+        "vocabulary (sharding: server with a fixed vocabulary only)",
     ]
     assert f"{len(expected)} problem(s)" in result.output
     for line in expected:

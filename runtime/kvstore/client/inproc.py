@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from graphtrain.runtime.dtypes import to_numpy
 from graphtrain.runtime.errors import GraphtrainError
 from graphtrain.runtime.kvstore.client import direct
 from graphtrain.runtime.kvstore.client.transport import Answer, Call, place
@@ -59,7 +60,7 @@ class InProcTransport:
         t = self.states[shard].tensors.get(name)
         if t is None or t.data.device.type != "cpu" or t.keyed is not None:  # keys map in the shard
             return None
-        return t.data.numpy(), t.lo
+        return to_numpy(t.data), t.lo
 
     def direct(self, name: str) -> list[TensorShard] | None:
         """Every shard's piece of table `name` when the trainer may use them where they lie: on its own

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from graphtrain.runtime.dtypes import HALF
 from graphtrain.runtime.kvstore.serving.barrier import Barriers
 from graphtrain.runtime.kvstore.tables.shm import SegmentCache, view
 from graphtrain.runtime.kvstore.tables.state import PullStream, ShardTensors
@@ -113,7 +114,8 @@ class Dispatcher:
             return a.pieces()
         ids = opargs.joined(a.ids)
         t = self.state.get(req.name)
-        dtype = np.dtype(protocol.DTYPES[t.dtype])
+        grads_of_half = req.op == "push_grad" and t.dtype in HALF  # gradients are float32 whatever the rows
+        dtype = np.dtype(protocol.DTYPES["float32" if grads_of_half else t.dtype])
         width = math.prod(t.row_shape) * dtype.itemsize
         with self._segments_lock:
             try:

@@ -26,8 +26,8 @@ import torch
 from graphtrain.runtime import checkpoint as ckpt
 from graphtrain.runtime.checkpoint import increment
 from graphtrain.runtime.checkpoint import snapshot as snap
+from graphtrain.runtime.dtypes import HALF, to_numpy, to_torch, widened
 from graphtrain.runtime.dtypes import NUMPY as DTYPES
-from graphtrain.runtime.dtypes import to_torch
 from graphtrain.runtime.errors import NonFiniteGradient, SparseInputError
 from graphtrain.runtime.kvstore.tables.graphpart import GraphPart
 from graphtrain.runtime.kvstore.tables.held_checkpoints import ShardCheckpoints
@@ -319,20 +319,21 @@ class ShardTensors(ShardCheckpoints, ShardGraph):
             return gpu.download(rows, out)
         if out is not None:
             torch.index_select(data, 0, local, out=out)
-            return out.numpy()
-        return data.index_select(0, local).numpy()
+            return to_numpy(out)
+        return to_numpy(data.index_select(0, local))  # a bfloat16 table's rows as their bits
 
     @staticmethod
     def _pieces(
-        t: TensorShard, pieces: list[tuple[np.ndarray, np.ndarray]]
+        t: TensorShard, pieces: list[tuple[np.ndarray, np.ndarray]], grads: bool = False
     ) -> tuple[np.ndarray, torch.Tensor]:
         """All ids of the pieces and their local rows, after every piece's dtype, shape and ids were
-        checked."""
-        want = np.dtype(DTYPES[t.dtype])
+        checked. `grads`: the values are gradients, float32 for a half table too."""
+        wire = "float32" if grads and t.dtype in HALF else t.dtype
+        want = np.dtype(DTYPES[wire])
         for i, (ids, values) in enumerate(pieces):
             if values.dtype != want or tuple(values.shape[1:]) != t.row_shape:
                 raise StorageError(
-                    f"values[{i}] for {t.name!r} must be {t.dtype} rows of shape {t.row_shape}, "
+                    f"values[{i}] for {t.name!r} must be {wire} rows of shape {t.row_shape}, "
                     f"got {values.dtype} {tuple(values.shape)}"
                 )
             if len(values) != len(ids):
@@ -349,7 +350,7 @@ class ShardTensors(ShardCheckpoints, ShardGraph):
         t = self.get(name)
         ids, local = self._pieces(t, pieces)
         for piece_ids, values in pieces:
-            bad = nonfinite_rows(values)
+            bad = nonfinite_rows(widened(values, t.dtype))
             if bad is not None:
                 raise StorageError(
                     f"push of {name!r}: {int(bad.sum())} row(s) hold NaN or infinity "
@@ -364,7 +365,7 @@ class ShardTensors(ShardCheckpoints, ShardGraph):
             offset = 0
             for _, values in pieces:
                 rows = local[offset : offset + len(values)]
-                t.data.index_copy_(0, rows, gpu.to_device(values, t.data.device))
+                t.data.index_copy_(0, rows, gpu.to_device(values, t.data.device).view(t.data.dtype))
                 offset += len(values)
             gpu.mark_written(t)
         return len(ids)
@@ -380,7 +381,7 @@ class ShardTensors(ShardCheckpoints, ShardGraph):
         t = self.get(name)
         if t.config is None:
             raise StorageError(f"tensor {name!r} has no optimizer; send set_optimizer first")
-        ids, local = self._pieces(t, pieces)
+        ids, local = self._pieces(t, pieces, grads=True)
         if t.keyed is not None and len(pieces) > 1:  # one piece: keys dropped below mask one array
             pieces = [(ids, np.concatenate([v for _, v in pieces]))]
         refuse = t.config.nonfinite == "refuse"

@@ -1,0 +1,116 @@
+"""float16 and bfloat16 tables on the shard servers (issue 47, item 3): stored, pulled and checkpointed in
+half, read by the model widened to float32, stepped in float32 by the CPU core and rounded back
+stochastically (tests/native/test_half_tables.py states the rounding).
+
+Real shard-server processes over TCP and over shared memory compute what in-process shards compute, bit
+for bit (the rounding seed is the table's, its rows' and its step count's, not the process'); a
+checkpoint holds the rows in half and restores into another number of shards; export widens to float32.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from graphtrain.runtime import checkpoint as ckpt
+from graphtrain.runtime import kvstore
+from graphtrain.runtime.kvstore.wire.protocol import RemoteError
+from graphtrain.runtime.optim import SparseAdagrad, SparseAdam
+from graphtrain.runtime.storage.errors import StorageError
+from graphtrain.runtime.storage.placement import placement
+from graphtrain.runtime.tensor import DistEmbedding
+from tests.runtime.conftest import TOKEN, servers
+
+HALF = (torch.float16, torch.bfloat16)
+INIT = {"kind": "uniform", "low": -0.5, "high": 0.5, "seed": 4}
+ROWS, DIM = 600, 24
+
+
+def train(client: kvstore.KVClient, dtype: torch.dtype, steps: int = 6) -> tuple[DistEmbedding, torch.Tensor]:
+    emb = DistEmbedding(ROWS, DIM, "e", INIT, client=client, dtype=dtype)
+    opt = SparseAdagrad([emb], lr=0.05)
+    gen = torch.Generator().manual_seed(1)
+    target = torch.randn(ROWS, DIM, generator=gen)
+    for _ in range(steps):
+        ids = torch.randint(0, ROWS, (256,), generator=gen)  # duplicates included
+        loss = ((emb(ids) - target[ids]) ** 2).sum()
+        loss.backward()
+        opt.step()
+    return emb, emb.rows(torch.arange(ROWS))
+
+
+@pytest.mark.parametrize("dtype", HALF)
+def test_served_rows_are_half_and_equal_in_process_bit_for_bit(dtype: torch.dtype, tmp_path: Path) -> None:
+    _, local = train(kvstore.standalone(2), dtype)
+    for shm in (False, True):
+        with servers(2, tmp_path, *(["--shm"] if shm else [])) as srv:
+            client = kvstore.connect([s.address for s in srv], TOKEN, shm=shm)
+            emb, served = train(client, dtype)
+            assert served.dtype == torch.float32  # the model reads float32
+            assert torch.equal(served, local), f"shm={shm}"
+            raw = client.pull("e", np.arange(ROWS), emb.table.book.bounds, (DIM,), emb.table.np_dtype)
+            assert raw.itemsize == 2 and raw.nbytes == ROWS * DIM * 2  # pulled in half
+            described = client.stats()[0]["tensors"]["e"]
+            assert described["dtype"] == str(dtype).removeprefix("torch.")
+            client.close()
+
+
+@pytest.mark.parametrize("dtype", HALF)
+def test_a_checkpoint_holds_half_rows_restores_into_three_shards_and_exports_float32(
+    dtype: torch.dtype, tmp_path: Path
+) -> None:
+    client = kvstore.standalone(2, checkpoint_root=tmp_path)
+    _, rows = train(client, dtype)
+    root = tmp_path / "ck"
+    client.checkpoint("ck", root=tmp_path)
+    data = sorted(root.rglob("e/*/data.npy"))
+    assert sum(np.load(f).nbytes for f in data) == ROWS * DIM * 2
+    exported = ckpt.export_table(root, "e")
+    assert exported.dtype == np.float32 and np.array_equal(exported, rows.numpy())
+    three = kvstore.standalone(3)
+    for state in three.transport.states:  # type: ignore[attr-defined]
+        state.restore_from = root
+    again = DistEmbedding(ROWS, DIM, "e", INIT, client=three, dtype=dtype)
+    assert torch.equal(again.rows(torch.arange(ROWS)), rows)
+
+
+def test_adam_state_stays_float32_and_the_table_half(tmp_path: Path) -> None:
+    client = kvstore.standalone(1)
+    emb = DistEmbedding(ROWS, DIM, "e", INIT, client=client, dtype=torch.bfloat16)
+    opt = SparseAdam([emb], lr=0.01)
+    emb(torch.arange(10)).sum().backward()
+    opt.step()
+    t = client.transport.states[0].tensors["e"]  # type: ignore[attr-defined]
+    assert t.data.dtype == torch.bfloat16 and t.data.element_size() == 2
+    assert {k: v.dtype for k, v in t.state.items()} == {
+        "exp_avg": torch.float32,
+        "exp_avg_sq": torch.float32,
+        "step": torch.int64,
+    }
+
+
+def test_a_nonfinite_gradient_is_refused_and_nothing_changes() -> None:
+    client = kvstore.standalone(1)
+    emb = DistEmbedding(ROWS, DIM, "e", INIT, client=client, dtype=torch.float16)
+    SparseAdagrad([emb], lr=0.1)
+    before = emb.rows(torch.arange(ROWS))
+    grads = torch.zeros(3, DIM)
+    grads[1, 2] = float("nan")
+    with pytest.raises(RemoteError, match="hold NaN or infinity"):
+        emb.apply_gradients(torch.tensor([1, 2, 3]), grads)
+    assert torch.equal(emb.rows(torch.arange(ROWS)), before)
+
+
+def test_half_tables_on_a_gpu_server_and_with_dynamic_vocabularies_are_refused_in_one_line() -> None:
+    with pytest.raises(StorageError, match="a bfloat16 table on a GPU server is not supported yet"):
+        placement("bfloat16", (8,), True, torch.device("cuda", 0))
+    assert placement("bfloat16", (8,), False, torch.device("cuda", 0)) == torch.device("cpu")
+    from graphtrain.runtime.tensor import DynamicVocabulary
+
+    with pytest.raises(ValueError, match="dynamic vocabulary is not supported yet"):
+        DistEmbedding(
+            10, 4, "d", client=kvstore.standalone(1), vocabulary=DynamicVocabulary(10), dtype=torch.float16
+        )
