@@ -9,6 +9,7 @@ checkpoint holds the rows in half and restores into another number of shards; ex
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -114,3 +115,34 @@ def test_half_tables_on_a_gpu_server_and_with_dynamic_vocabularies_are_refused_i
         DistEmbedding(
             10, 4, "d", client=kvstore.standalone(1), vocabulary=DynamicVocabulary(10), dtype=torch.float16
         )
+
+
+@pytest.mark.timeout(300)
+def test_a_background_delta_of_a_half_table_restores_bit_for_bit(tmp_path: Path) -> None:
+    """A full background checkpoint, a step touching few rows, a delta of those rows: the delta holds
+    half rows and a server restarted with --restore latest comes back with the rows as they were."""
+    from tests.runtime.kvstore.test_checkpoint_background import complete
+
+    with servers(1, tmp_path) as srv:
+        client = kvstore.connect([s.address for s in srv], TOKEN)
+        emb = DistEmbedding(ROWS, DIM, "e", INIT, client=client, dtype=torch.bfloat16)
+        opt = SparseAdagrad([emb], lr=0.05)
+        emb(torch.arange(ROWS)).sum().backward()
+        opt.step()
+        for name, ids in (("ck-1", None), ("ck-2", torch.arange(10))):
+            if ids is not None:
+                (emb(ids) ** 2).sum().backward()
+                opt.step()
+            client.checkpoint_begin(name)
+            complete(client, tmp_path, name)
+            ckpt.mark_latest(tmp_path, name)
+        rows = emb.rows(torch.arange(ROWS))
+        client.close()
+    delta = json.loads(next((tmp_path / "ck-2" / "e").glob("*/manifest.json")).read_text())
+    assert delta.get("delta", {}).get("depth") == 1 and delta["dtype"] == "bfloat16"
+    assert np.array_equal(ckpt.export_table(tmp_path / "ck-2", "e"), rows.numpy())
+    with servers(1, tmp_path, "--restore", "latest") as srv:
+        client = kvstore.connect([s.address for s in srv], TOKEN)
+        back = DistEmbedding(ROWS, DIM, "e", INIT, client=client, dtype=torch.bfloat16)
+        assert torch.equal(back.rows(torch.arange(ROWS)), rows)
+        client.close()
