@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from graphtrain.runtime.data.cache import read_json, sha256_file, verify_files
+from graphtrain.runtime.dtypes import NUMPY
 from graphtrain.runtime.errors import DataError
 
 TOP = "checkpoint.json"
@@ -87,9 +88,37 @@ def chain(piece: Piece) -> list[Piece]:
 
 def verify_piece(piece: Piece) -> None:
     """Every file of every piece of the chain has its recorded sha256 (ChecksumError, a DataError, names
-    the first that does not; a base that cannot be read is one line from base_of)."""
+    the first that does not; a base that cannot be read is one line from base_of), and every array the
+    dtype and shape its manifest says (_checked; read from the .npy header alone)."""
     for _, manifest, d in chain(piece):
         verify_files(d, manifest["files"])
+        rows = (
+            len(np.load(d / ROWS, mmap_mode="r")) if "delta" in manifest else manifest["hi"] - manifest["lo"]
+        )
+        for key in files_of(manifest):
+            path = d / f"{key}.npy"
+            _checked(np.load(path, mmap_mode="r", allow_pickle=False), manifest, key, path, rows)
+
+
+def _checked(array: np.ndarray, manifest: Mapping[str, Any], key: str, path: Path, rows: int) -> np.ndarray:
+    """`array` (file `key` of a piece holding `rows` rows) if its dtype and shape are what the manifest
+    says: the sha256 checks that a file is the one written, not that the manifest describes it (a
+    float16 file under a manifest saying bfloat16 would load as other numbers).
+
+    Raises:
+        DataError: naming the file, what it holds and what its manifest says.
+    """
+    if key == "data":
+        want = np.dtype(NUMPY.get(str(manifest.get("dtype")), np.dtype("V1")))
+        shape: tuple[int, ...] = (rows, *manifest["row_shape"])
+    else:
+        state = manifest["state"][key.removeprefix("state.")]
+        want = np.dtype(NUMPY.get(str(state["dtype"]), np.dtype("V1")))
+        shape = tuple(state["shape"]) if is_whole(manifest, key) else (rows, *state["shape"][1:])
+    if array.dtype != want or tuple(array.shape) != shape:
+        said = manifest.get("dtype") if key == "data" else state["dtype"]
+        raise DataError(f"{path}: holds {array.dtype} {tuple(array.shape)}, its manifest says {said} {shape}")
+    return array
 
 
 def load_piece(
@@ -102,7 +131,10 @@ def load_piece(
     _, first, d = pieces[0]
     out: dict[str, np.ndarray] = {}
     for key in files_of(first) if keys is None else keys:
-        whole = np.load(d / f"{key}.npy", mmap_mode="r", allow_pickle=False)
+        path = d / f"{key}.npy"
+        whole = _checked(
+            np.load(path, mmap_mode="r", allow_pickle=False), first, key, path, first["hi"] - first["lo"]
+        )
         out[key] = whole if is_whole(first, key) else whole[src]
     if len(pieces) == 1:
         return out
@@ -112,7 +144,8 @@ def load_piece(
         rows = np.load(d / ROWS, allow_pickle=False)
         keep = (rows >= start) & (rows < stop)
         for key in out:
-            saved = np.load(d / f"{key}.npy", mmap_mode="r", allow_pickle=False)
+            path = d / f"{key}.npy"
+            saved = _checked(np.load(path, mmap_mode="r", allow_pickle=False), manifest, key, path, len(rows))
             if is_whole(manifest, key):
                 out[key] = np.array(saved)
             else:

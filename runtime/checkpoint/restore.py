@@ -81,6 +81,8 @@ def _restore_keys(
 def _copy_into(dst: torch.Tensor, src: np.ndarray) -> None:
     """Rows from a checkpoint file into a table or its state: mmap -> table, one copy (a GPU shard
     server's tensors take them through the host)."""
+    if src.dtype != to_numpy(dst[:0].cpu()).dtype:  # _checked held the file to its manifest; this, the table
+        raise DataError(f"checkpoint rows of {src.dtype} cannot fill a table of {dst.dtype}")
     if dst.device.type == "cpu":
         to_numpy(dst)[...] = src  # a bfloat16 table's bits from its file's
     else:

@@ -146,3 +146,38 @@ def test_a_background_delta_of_a_half_table_restores_bit_for_bit(tmp_path: Path)
         back = DistEmbedding(ROWS, DIM, "e", INIT, client=client, dtype=torch.bfloat16)
         assert torch.equal(back.rows(torch.arange(ROWS)), rows)
         client.close()
+
+
+def test_a_manifest_that_does_not_describe_its_file_is_refused_in_one_line(tmp_path: Path) -> None:
+    """The sha256 of data.npy proves it is the file written, not that manifest.json (not hashed) says
+    what it holds: float16 rows under a manifest saying bfloat16 loaded as other numbers, and a file
+    with a row missing (its hash recomputed) failed inside numpy. Verification, export and restore
+    now compare each file's header with its manifest."""
+    from graphtrain.runtime.data.cache import read_json, sha256_file, write_json
+    from graphtrain.runtime.errors import DataError
+
+    client = kvstore.standalone(1, checkpoint_root=tmp_path)
+    train(client, torch.float16, steps=1)
+    client.checkpoint("ck", root=tmp_path)
+    root = tmp_path / "ck"
+    piece = next((root / "e").iterdir())
+    manifest = read_json(piece / "manifest.json")
+    write_json(piece / "manifest.json", {**manifest, "dtype": "bfloat16"})
+    for check in (ckpt.verify_checkpoint, lambda r: ckpt.export_table(r, "e", verify=False)):
+        with pytest.raises(
+            DataError, match=r"data.npy: holds float16 \(600, 24\), its manifest says bfloat16"
+        ):
+            check(root)
+    write_json(piece / "manifest.json", manifest)
+    np.save(piece / "data.npy", np.load(piece / "data.npy")[:-1])  # a row short, its hash made to match
+    write_json(
+        piece / "manifest.json",
+        {**manifest, "files": {**manifest["files"], "data.npy": sha256_file(piece / "data.npy")}},
+    )
+    with pytest.raises(DataError, match=r"holds float16 \(599, 24\), its manifest says float16 \(600, 24\)"):
+        ckpt.verify_checkpoint(root)
+    three = kvstore.standalone(2)
+    for state in three.transport.states:  # type: ignore[attr-defined]
+        state.restore_from = root
+    with pytest.raises(RemoteError, match=r"holds float16 \(599, 24\)"):
+        DistEmbedding(ROWS, DIM, "e", INIT, client=three, dtype=torch.float16)
