@@ -284,7 +284,7 @@ add_rules(
 # A document-level rule (contract/spec/document.py lists it): half tables are stepped by the CPU core only.
 HALF_TABLES_CPU_SHARDS = Rule(
     "half-tables-cpu-shards",
-    "embeddings",
+    "shardServers.device",
     lambda s: s.shard_servers.device != Device.cuda or all(str(t.dtype) == "float32" for t in s.embeddings),
     cel="!has(self.shardServers) || !has(self.shardServers.device) || self.shardServers.device != 'cuda' "
     "|| !has(self.embeddings) || self.embeddings.all(t, !has(t.dtype) || t.dtype == 'float32')",

@@ -253,7 +253,7 @@ def saved_config(
     if saved != table:
         raise DataError(
             f"checkpoint of {name!r} is {saved[0]}x{saved[1]} {saved[2]}, the table is {table[0]}x{table[1]} "
-            f"{table[2]}"
+            f"{table[2]}: give the table the checkpoint's shape and dtype, or start afresh (--overwrite)"
         )
     found = OptimConfig(**first["optimizer"]) if first["optimizer"] else None
     if config is not None and found is not None and config != found:
