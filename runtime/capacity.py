@@ -39,6 +39,7 @@ from graphtrain.contract.spec import (
     is_gnn,
     quantity_to_bytes,
 )
+from graphtrain.runtime import dtypes
 from graphtrain.runtime.native.keymap import KeyMap
 from graphtrain.runtime.partition import memory as partition_memory
 from graphtrain.runtime.partition.format import PartitionConfig
@@ -95,7 +96,7 @@ def _node_rows(table: Any, cfg: PartitionConfig) -> NodeRows:
 
 def _row_element(table: Any) -> int:
     """Bytes of one element of a table's rows: 2 for float16 and bfloat16, else 4 (its state is float32)."""
-    return 2 if str(getattr(table, "dtype", "float32")) in ("float16", "bfloat16") else 4
+    return 2 if str(getattr(table, "dtype", "float32")) in dtypes.HALF else 4
 
 
 def _table_bytes(table: Any, rows: int) -> tuple[int, int]:

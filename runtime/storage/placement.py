@@ -17,6 +17,7 @@ from enum import StrEnum
 import psutil
 import torch
 
+from graphtrain.runtime.dtypes import HALF
 from graphtrain.runtime.native.backend import CoreBackend
 from graphtrain.runtime.storage.errors import StorageError
 
@@ -40,9 +41,6 @@ STICKY = (
     "cudaErrorECCUncorrectable",
     "uncorrectable ECC error",
 )
-
-
-HALF = ("float16", "bfloat16")
 
 
 def trainable(dtype: str, row_shape: tuple[int, ...]) -> bool:

@@ -46,12 +46,15 @@ class TensorShard:
     keyed: Any = None  # a dynamic vocabulary's key map (keyed.KeyedRows): ids are keys, not rows
     changed: Any = None  # rows written since the last checkpoint armed (increment.Changed; host tables)
     steps: int = 0  # optimizer steps applied here: a half table's rounding seed (round_seed)
+    _seed_base: int | None = None
 
     def round_seed(self) -> int:
         """The next step's stochastic-rounding seed of a half table (optim_math.h): new every step, and
         different per table and piece, from the name, the rows and the count (no process state)."""
         self.steps += 1
-        return zlib.crc32(f"{self.name}:{self.lo}".encode()) << 32 | (self.steps & 0xFFFFFFFF)
+        if self._seed_base is None:  # once per table piece, not per push
+            self._seed_base = zlib.crc32(f"{self.name}:{self.lo}".encode()) << 32
+        return self._seed_base | (self.steps & 0xFFFFFFFF)
 
     @property
     def rows(self) -> int:
