@@ -5,12 +5,15 @@ choice it makes is made here, so a unit test can pin it with literal objects (te
 test_decide.py): the Job controller (pods from the template, backoffLimit, conditions), the StatefulSet
 controller (Parallel: every ordinal at once, deleted or finished pods recreated, readyReplicas), the
 garbage collector (background propagation: an object all of whose owners are gone), the kubelet's
-$(VAR) expansion and downward API, probe bookkeeping, restart backoff and the pod status it reports,
-and cluster DNS as a hosts file. Where the real controllers do more (rolling updates, Job
-parallelism or activeDeadlineSeconds, init containers), the runner refuses or ignores, and says which
-in runner.py's docstring. The runner's own names and addresses (a pod's network namespace, its address in
-the runner's block, its podman container) are chosen here too, so that a re-created pod provably never
-meets the one still stopping under its name (net.py says how they are used).
+$(VAR) expansion and downward API, probe bookkeeping, restart backoff, native sidecars (init
+containers with restartPolicy Always: started first, restarted whatever the pod's policy, stopped once
+the main containers are done, no say in the phase) and the pod status it reports, and cluster DNS as a
+hosts file. Where the real controllers do more (rolling updates, Job parallelism or
+activeDeadlineSeconds, plain init containers), the runner refuses or ignores (unplayed() says what
+is refused at creation), and says which in runner.py's docstring. The runner's own names and addresses
+(a pod's network namespace, its address in the runner's block, its podman container, its Memory
+emptyDirs) are chosen here too, so that a re-created pod provably never meets the one still stopping
+under its name (net.py says how they are used).
 """
 
 from __future__ import annotations
@@ -132,13 +135,17 @@ def should_restart(policy: str, exit_code: int) -> bool:
     return policy == "Always" or (policy == "OnFailure" and exit_code != 0)
 
 
-def pod_phase(policy: str, states: list[Obj]) -> str:
-    """A pod's phase from its containers' states (`{"running": ...}` etc.) under its restartPolicy:
-    Running while one runs or will be restarted; Succeeded when all ended 0, Failed when one failed
-    and none will restart."""
-    if not states or any(
-        "waiting" in s and s["waiting"].get("reason") == "ContainerCreating" for s in states
-    ):
+NOT_STARTED = ("ContainerCreating", "PodInitializing")  # waiting reasons of a pod still Pending
+
+
+def pod_phase(policy: str, states: list[Obj], sidecars: list[Obj] | None = None) -> str:
+    """A pod's phase from its main containers' states (`{"running": ...}` etc.) under its
+    restartPolicy: Pending until they all started (PodInitializing: its sidecars start first); Running
+    while one runs or will be restarted; Succeeded when all ended 0, Failed when one failed and none
+    will restart. Sidecars' states (`sidecars`) have no say in which: their exit codes (143 after the
+    SIGTERM that stops them) never fail a pod; but a finished pod stays Running while one of them still
+    runs, so that Succeeded or Failed is reported once they are stopped, as the kubelet does."""
+    if not states or any("waiting" in s and s["waiting"].get("reason") in NOT_STARTED for s in states):
         return "Pending"
     if any("running" in s or "waiting" in s for s in states):
         return "Running"
@@ -146,17 +153,29 @@ def pod_phase(policy: str, states: list[Obj]) -> str:
     if policy == "Always":
         return "Running"
     if all(c == 0 for c in codes):
-        return "Succeeded"
-    return "Running" if policy == "OnFailure" else "Failed"
+        done = "Succeeded"
+    elif policy == "OnFailure":
+        return "Running"
+    else:
+        done = "Failed"
+    return "Running" if any("running" in s for s in sidecars or []) else done
 
 
-def pod_conditions(scheduled: bool, ready: bool, now: str, old: list[Obj] | None = None) -> list[Obj]:
-    """PodScheduled, Initialized, ContainersReady and Ready; lastTransitionTime kept while unchanged."""
+def pod_ready(phase: str, statuses: list[Obj]) -> bool:
+    """Ready and ContainersReady: a Running pod whose containers, main and sidecar, are all ready."""
+    return phase == "Running" and all(s["ready"] for s in statuses)
+
+
+def pod_conditions(
+    scheduled: bool, ready: bool, now: str, old: list[Obj] | None = None, initialized: bool | None = None
+) -> list[Obj]:
+    """PodScheduled, Initialized (`initialized`, default `scheduled`: every sidecar started once),
+    ContainersReady and Ready; lastTransitionTime kept while unchanged."""
     before = {c["type"]: c for c in old or []}
     out = []
     for kind, ok in (
         ("PodScheduled", scheduled),
-        ("Initialized", scheduled),
+        ("Initialized", scheduled if initialized is None else initialized),
         ("ContainersReady", ready),
         ("Ready", ready),
     ):
@@ -165,6 +184,65 @@ def pod_conditions(scheduled: bool, ready: bool, now: str, old: list[Obj] | None
         since = prev["lastTransitionTime"] if prev and prev.get("status") == status else now
         out.append({"type": kind, "status": status, "lastTransitionTime": since})
     return out
+
+
+# ------------------------------------------------------------------------------- native sidecars
+
+
+def is_sidecar(container: Obj) -> bool:
+    """An init container with restartPolicy Always: a native sidecar (Kubernetes >= 1.29)."""
+    return container.get("restartPolicy") == "Always"
+
+
+def unplayed(spec: Obj) -> str | None:
+    """Why the runner refuses a pod spec at creation (None: it plays it): plain init containers (run to
+    completion before the others) and sidecars' startup probes are not played, nor subPath mounts; a
+    pod that needs them fails visibly rather than runs differently."""
+    for c in spec.get("initContainers") or []:
+        if not is_sidecar(c):
+            return (
+                f"init container {c.get('name')}: initContainers are not played by the pod runner, "
+                "only native sidecars (restartPolicy: Always)"
+            )
+        if "startupProbe" in c:
+            return f"sidecar {c.get('name')}: startupProbe is not played by the pod runner"
+    for c in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
+        if any(m.get("subPath") for m in c.get("volumeMounts") or []):
+            return f"container {c.get('name')}: subPath mounts are not played by the pod runner"
+    return None
+
+
+def start_gate(initialized: bool, sidecars_running: list[bool]) -> tuple[int, bool]:
+    """(how many sidecars, from the first, may be started or restarted now; whether the main containers
+    may start), as the kubelet initialises a pod: each sidecar once the one before it has started (no
+    startup probe: once it runs), the main containers once every sidecar has; a pod `initialized`
+    already (its main containers started) restarts any of them at any time."""
+    n = len(sidecars_running)
+    if initialized:
+        return n, True
+    first_down = next((i for i, up in enumerate(sidecars_running) if not up), n)
+    return min(first_down + 1, n), first_down == n
+
+
+def mains_done(states: list[Obj]) -> bool:
+    """Whether every main container has ended for good (the runner marks a container terminated only
+    once it will not be restarted): the sidecars are then stopped."""
+    return bool(states) and all("terminated" in s for s in states)
+
+
+def restarts(policy: str, exit_code: int, sidecar: bool, done: bool) -> bool:
+    """Whether a container that exited is restarted: a sidecar whatever its exit code and the pod's
+    restartPolicy, as long as the main containers are not `done`; a main container by the policy."""
+    return not done if sidecar else should_restart(policy, exit_code)
+
+
+def settled_sidecar(state: Obj, last: Obj | None, restarts: int) -> tuple[Obj, Obj | None, int]:
+    """(state, lastState, restartCount) of a sidecar once the main containers are done: one waiting
+    for its restart (back-off) is not restarted, so its last run's end is its state and the restart it
+    waited for is not counted (a running one is stopped, and reports its own end)."""
+    if "waiting" in state and last and "terminated" in last:
+        return last, None, max(0, restarts - 1)
+    return state, last, restarts
 
 
 # --------------------------------------------------------------------- environment and expansion
@@ -459,14 +537,21 @@ def netns_block(name: str) -> int | None:
     return int(found.group(1)) if found else None
 
 
-def container_name(runner: str, seq: int, pod: str, restarts: int) -> str:
-    """The podman name of a container: unique per (runner, pod number, restart), so a re-created pod
-    (a new number) never asks for the name of its predecessor's container while that one stops. Once
-    a name had only the pod's name and the restart count: a trainer re-created under its name found
-    the name in use (podman exit 125) and failed, which cost the training a restart. The pod's name
-    is cut to fit NAME_LIMIT, never the number or the count."""
-    head, tail = f"{PREFIX}-{runner}-{seq}-", f"-{restarts}"
+def container_name(runner: str, seq: int, pod: str, restarts: int, index: int = 0) -> str:
+    """The podman name of a container: unique per (runner, pod number, container, restart), so a
+    re-created pod (a new number) never asks for the name of its predecessor's container while that one
+    stops. Once a name had only the pod's name and the restart count: a trainer re-created under its
+    name found the name in use (podman exit 125) and failed, which cost the training a restart.
+    `index`: the container's place among the pod's sidecars then main containers (0, the first, has
+    none in its name). The pod's name is cut to fit NAME_LIMIT, never the numbers."""
+    head, tail = f"{PREFIX}-{runner}-{seq}-", f"-{index}-{restarts}" if index else f"-{restarts}"
     return head + pod[: NAME_LIMIT - len(head) - len(tail)] + tail
+
+
+def memory_dir(block: int) -> str:
+    """Where a runner of `block` keeps its pods' emptyDirs of medium Memory: tmpfs, the host's /dev/shm
+    (a dead runner's is removed by the next of its block)."""
+    return f"/dev/shm/{PREFIX}{block}"
 
 
 def egress_env(proxy_port: int, block: int) -> dict[str, str]:

@@ -21,10 +21,27 @@ decisions of decide.py:
   downward API and $(VAR) expansion (and the egress proxy's HTTP(S)_PROXY), the termination message file
   (FallbackToLogsOnError), restartPolicy with a short doubling backoff, exec / httpGet / tcpSocket
   probes with their timings (from the hub's namespace, as a node's kubelet probes its pods), and
-  SIGTERM then SIGKILL after terminationGracePeriodSeconds when a pod is deleted, its namespace removed
-  once its containers are gone. A re-created pod (a new uid under the same name) gets a new number:
-  a new address, namespace and container names (decide.container_name), never those of the one
-  still stopping.
+  SIGTERM then SIGKILL after terminationGracePeriodSeconds when a pod is deleted (its main containers,
+  then its sidecars in reverse order), its namespace removed once its containers are gone. A re-created
+  pod (a new uid under the same name) gets a new number: a new address, namespace and container names
+  (decide.container_name), never those of the one still stopping. Every container has its own
+  volumeMounts, termination-log file and env; containers of a pod share its network namespace, host
+  name and volumes.
+- native sidecars (Kubernetes >= 1.29: initContainers with restartPolicy Always), as the operator's
+  worker pods hold their shard server: started first, in order, each once the one before it runs, the
+  main containers once all do (Initialized); restarted with the backoff whenever they exit, whatever the
+  pod's restartPolicy, until the main containers are all done (exited for good), then stopped in
+  reverse order (SIGTERM, SIGKILL after the capped grace period). The phase is the main containers'
+  (a sidecar's 143 fails nothing), reported once the sidecars are stopped; Ready needs every
+  container ready, sidecars included (their probes played like the others'); initContainerStatuses
+  report them. Refused at creation: plain init containers (run to completion first) and a sidecar's
+  startupProbe (decide.unplayed).
+- an emptyDir of medium Memory is tmpfs: a directory under the host's /dev/shm (decide.memory_dir:
+  /dev/shm/gtpr<block>/<pod dir>/<volume>, mode 1777, owned by runAsUser and fsGroup), removed when
+  its pod is gone or the runner stops (a killed runner's by the next of its block); its sizeLimit is
+  not enforced. Mounted at /dev/shm it shares POSIX shared memory (multiprocessing.shared_memory)
+  between a pod's containers, in both modes (podman's `--volume=DIR:/dev/shm` replaces its own
+  /dev/shm tmpfs, --read-only and --ipc as they are).
 
 Two modes run a container:
 - podman: `podman run` of the image as the pod says (--user, --read-only, --cap-drop=ALL,
@@ -44,10 +61,12 @@ the coscheduling plugin's, or Kueue's pod-group-total-count) only when every mem
 unbound ones fit together; a pod it cannot bind stays Pending with PodScheduled False / Unschedulable
 saying why (decide.unschedulable). Without `capacity` every pod is bound at once.
 
-Not played: init and sidecar containers, Job parallelism, activeDeadlineSeconds and pod failure
-policies, StatefulSet OrderedReady and rolling updates, resources (none is enforced; `capacity` counts
-pods), nodes, ConfigMap volumes updated after start. A pod asking for what is not played
-fails at creation with a message saying so rather than run differently.
+Not played: plain init containers (sidecars are), startup probes (refused on sidecars, ignored on
+main containers), Job parallelism, activeDeadlineSeconds and pod failure policies, StatefulSet
+OrderedReady and rolling updates, resources (none is enforced; `capacity` counts pods, an emptyDir's
+sizeLimit is not held), nodes, ConfigMap volumes updated after start, subPath mounts. A pod asking for
+what is refused fails at creation (CreateContainerConfigError, Pending) with a message saying so
+rather than run differently.
 """
 
 from __future__ import annotations
@@ -183,6 +202,8 @@ class Container:
 
     spec: Obj
     policy: str
+    sidecar: bool = False  # an init container with restartPolicy Always
+    index: int = 0  # its place among the pod's sidecars then main containers (its podman name)
     restarts: int = 0
     proc: subprocess.Popen | None = None
     name: str = ""  # podman's container name
@@ -194,6 +215,7 @@ class Container:
     live: decide.ProbeTrack = field(default_factory=lambda: decide.ProbeTrack(passing=True))
     stop_probes: threading.Event = field(default_factory=threading.Event)
     killing: bool = False
+    mounts: list[tuple[str, str, bool]] = field(default_factory=list)  # (host, container path, ro)
 
     def status(self) -> Obj:
         ready = "running" in self.state and (self.ready.passing if "readinessProbe" in self.spec else True)
@@ -213,7 +235,7 @@ class Container:
 
 @dataclass
 class PodRun:
-    """A pod this runner admitted: where it lives on the host and its containers."""
+    """A pod this runner admitted: where it lives on the host, its main containers and sidecars."""
 
     ns: str
     name: str
@@ -226,10 +248,19 @@ class PodRun:
     net: PodNet | None = None
     hosts: str = ""
     env: dict[str, dict[str, str]] = field(default_factory=dict)
-    mounts: list[tuple[str, str, bool]] = field(default_factory=list)  # (host, container path, ro)
+    sidecars: list[Container] = field(default_factory=list)
+    initialized: bool = False  # every sidecar started once, then the main containers
+    stopping: bool = False  # the main containers are done: the sidecars are being stopped
+    memory: Path | None = None  # the host directory of its emptyDirs of medium Memory (tmpfs)
     failed: str = ""  # why it could not start (CreateContainerConfigError)
     start: str = field(default_factory=now_iso)
     reported: Obj = field(default_factory=dict)
+
+    def find(self, container: str | None) -> Container | None:
+        """A container by name, sidecar or main (None: the first main container)."""
+        if container is None:
+            return self.containers[0] if self.containers else None
+        return next((c for c in [*self.sidecars, *self.containers] if c.spec["name"] == container), None)
 
 
 # ----------------------------------------------------------------------------------- the runner
@@ -305,6 +336,10 @@ class PodRunner:
         except BaseException:
             self.network.close()
             raise
+        # a dead runner's emptyDirs of medium Memory, of this block or of those whose namespaces went
+        for block in {self.network.block, *(decide.netns_block(n) for n in self.network.stale)}:
+            if block is not None:
+                shutil.rmtree(decide.memory_dir(block), ignore_errors=True)
         self._thread = threading.Thread(target=self._loop, name="podrunner", daemon=True)
         self._thread.start()
         return self
@@ -319,6 +354,7 @@ class PodRunner:
             t.join(timeout=60)
         if self.mode == "podman" and self._names:  # conmon may keep a container whose client died
             self._podman("rm", "--force", "--ignore", "--time", "0", *self._names, timeout=120)
+        shutil.rmtree(decide.memory_dir(self.network.block), ignore_errors=True)  # while the block is ours
         self.network.close()  # every pod's namespace too, those of pods whose containers outlived the joins
         with self._points_lock:
             for point in reversed(self._created_points):
@@ -338,21 +374,27 @@ class PodRunner:
             out.append(f"--- {path.parent.name}/{path.name}\n{text if tail is None else text[-tail:]}")
         return "\n".join(out)
 
-    def pid(self, ns: str, name: str) -> int | None:
-        """The host pid of a pod's first container (process mode; podman: its client), if running."""
+    def pid(self, ns: str, name: str, container: str | None = None) -> int | None:
+        """The host pid of a pod's container, main or sidecar, by name (None: its first main container)
+        (process mode; podman: its client), if running."""
         run = self.pods.get((ns, name))
-        if run is None or not run.containers or run.containers[0].proc is None:
-            return None
-        return run.containers[0].proc.pid
+        c = run.find(container) if run is not None else None
+        return c.proc.pid if c is not None and c.proc is not None else None
 
-    def kill_container(self, ns: str, name: str, sig: int = signal.SIGKILL) -> None:
-        """Send a signal to a pod's first container, as a crash or the OOM killer would."""
+    def kill_container(
+        self, ns: str, name: str, sig: int = signal.SIGKILL, container: str | None = None
+    ) -> None:
+        """Send a signal to a pod's container, main or sidecar, by name (None: its first main container),
+        as a crash or the OOM killer would. KeyError for a pod or container this runner does not have."""
         run = self.pods[(ns, name)]
-        c = run.containers[0]
+        c = run.find(container)
+        if c is None:
+            raise KeyError(f"pod {ns}/{name} has no container {container!r}")
         if self.mode == "podman":
             self._podman("kill", "--signal", str(int(sig)), c.name, timeout=30)
         elif c.proc is not None:
-            os.killpg(c.proc.pid, sig)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(c.proc.pid, sig)
 
     # ------------------------------------------------------------------------------------ loop
 
@@ -522,8 +564,7 @@ class PodRunner:
 
     def _forget(self, run: PodRun) -> None:
         self.pods.pop((run.ns, run.name), None)
-        grace = float((run.pod.get("spec") or {}).get("terminationGracePeriodSeconds", 30))
-        self._kill_pod(run, grace=min(grace, self.grace_cap))
+        self._kill_pod(run, grace=self._grace(run))
 
     def _admit(self, pod: Obj) -> PodRun:
         """A new pod: a new number (so a new address, namespace and container names, never those of a
@@ -534,6 +575,8 @@ class PodRunner:
         pdir = self.root / "pods" / f"{m['namespace']}_{m['name']}_{m['uid'][:8]}"
         pdir.mkdir(parents=True, exist_ok=True)
         policy = spec.get("restartPolicy", "Always")
+        inits = spec.get("initContainers") or []
+        first: Obj = {"waiting": {"reason": "PodInitializing" if inits else "ContainerCreating"}}
         run = PodRun(
             m["namespace"],
             m["name"],
@@ -541,8 +584,12 @@ class PodRunner:
             ip,
             pdir,
             pod,
-            [Container(c, policy) for c in spec.get("containers") or []],
+            [
+                Container(c, policy, index=len(inits) + i, state=dict(first))
+                for i, c in enumerate(spec.get("containers") or [])
+            ],
             seq=seq,
+            sidecars=[Container(c, "Always", sidecar=True, index=i) for i, c in enumerate(inits)],
         )
         self.pods[(run.ns, run.name)] = run
         pod.setdefault("status", {})["podIP"] = ip
@@ -554,8 +601,9 @@ class PodRunner:
             self.errors.append(f"pod {run.ns}/{run.name}: {run.failed}"[:2000])
             return run
         try:
-            if spec.get("initContainers"):
-                raise ValueError("initContainers are not played by the pod runner")
+            refused = decide.unplayed(spec)
+            if refused:
+                raise ValueError(refused)
             self._volumes(run)
         except (ValueError, KeyError, OSError) as exc:
             run.failed = str(exc)
@@ -577,6 +625,9 @@ class PodRunner:
         for vol in spec.get("volumes") or []:
             path = run.dir / "volumes" / vol["name"]
             if "emptyDir" in vol:
+                if (vol["emptyDir"] or {}).get("medium") == "Memory":  # tmpfs; sizeLimit not enforced
+                    run.memory = Path(decide.memory_dir(self.network.block)) / run.dir.name
+                    path = run.memory / vol["name"]
                 path.mkdir(parents=True, exist_ok=True)
                 path.chmod(0o1777)
             elif "persistentVolumeClaim" in vol:
@@ -606,13 +657,8 @@ class PodRunner:
             if "emptyDir" in vol:
                 os.chown(path, uid, gid)
             host[vol["name"]] = path
-        c0 = (spec.get("containers") or [{}])[0]
-        for mnt in c0.get("volumeMounts") or []:
-            if mnt.get("subPath"):
-                raise ValueError("subPath mounts are not played by the pod runner")
-            run.mounts.append((str(host[mnt["name"]]), mnt["mountPath"], bool(mnt.get("readOnly"))))
-        if spec.get("automountServiceAccountToken", True):
-            sa = run.dir / "serviceaccount"
+        sa, token = run.dir / "serviceaccount", spec.get("automountServiceAccountToken", True)
+        if token:
             sa.mkdir(exist_ok=True)
             for key, raw in (
                 ("token", self.token.encode()),
@@ -621,14 +667,17 @@ class PodRunner:
             ):
                 (sa / key).write_bytes(raw)
                 (sa / key).chmod(0o644)
-            run.mounts.append((str(sa), SA_DIR, True))
-        for c in run.containers:
+        for c in [*run.sidecars, *run.containers]:  # each its own mounts, termination log and env
+            for mnt in c.spec.get("volumeMounts") or []:
+                if mnt["name"] not in host:
+                    raise KeyError(f'container {c.spec["name"]}: no volume "{mnt["name"]}"')
+                c.mounts.append((str(host[mnt["name"]]), mnt["mountPath"], bool(mnt.get("readOnly"))))
+            if token:
+                c.mounts.append((str(sa), SA_DIR, True))
             term = run.dir / f"{c.spec['name']}.termination-log"
             term.touch()
             term.chmod(0o666)
-            run.mounts.append(
-                (str(term), c.spec.get("terminationMessagePath", "/dev/termination-log"), False)
-            )
+            c.mounts.append((str(term), c.spec.get("terminationMessagePath", "/dev/termination-log"), False))
             assert run.net is not None
             env = {
                 "HOSTNAME": spec.get("hostname") or run.name,
@@ -644,9 +693,10 @@ class PodRunner:
 
     def _referenced(self, run: PodRun, ref: str, plural: str) -> dict[str, Obj]:
         """The ConfigMaps or Secrets (`ref` configMapKeyRef or secretKeyRef) the pod's env names."""
+        spec = run.pod["spec"]
         names = {
             e["valueFrom"][ref]["name"]
-            for c in run.pod["spec"].get("containers") or []
+            for c in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]
             for e in c.get("env") or []
             if ref in (e.get("valueFrom") or {})
         }
@@ -671,23 +721,60 @@ class PodRunner:
     # -------------------------------------------------------------------------- containers
 
     def _step(self, run: PodRun) -> None:
-        now = time.monotonic()
-        for c in run.containers:
-            if run.failed:
+        """One pass of the kubelet over a pod: exits (the main containers' first: whether they are done
+        decides whether a sidecar that exited comes back), the sidecars stopped once they are done,
+        else starts and restarts in the order of decide.start_gate, liveness, then the status."""
+        if run.failed:
+            for c in [*run.sidecars, *run.containers]:
                 c.state = {"waiting": {"reason": "CreateContainerConfigError", "message": run.failed}}
-                continue
-            if c.proc is None and not self._ended_for_good(c) and now >= c.next_start:
-                self._start(run, c)
-            elif c.proc is not None and c.proc.poll() is not None:
-                self._exited(run, c)
-            elif c.proc is not None and not c.live.passing and not c.killing:
+            self._report(run)
+            return
+        for c in run.containers:
+            if c.proc is not None and c.proc.poll() is not None:
+                self._exited(run, c, done=False)
+        done = decide.mains_done([c.state for c in run.containers])
+        for c in run.sidecars:
+            if c.proc is not None and c.proc.poll() is not None:
+                self._exited(run, c, done)
+        if done and run.sidecars and not run.stopping:
+            run.stopping = True
+            for c in run.sidecars:  # no restart, no liveness kill of theirs from now on
+                c.state, c.last, c.restarts = decide.settled_sidecar(c.state, c.last, c.restarts)
+                c.stop_probes.set()
+                c.killing = True
+            self._spawn(self._stop_in_order, list(reversed(run.sidecars)), self._grace(run))
+        if not done:
+            self._start_due(run)
+        for c in [*run.sidecars, *run.containers]:
+            if c.proc is not None and not c.live.passing and not c.killing:
                 c.killing = True  # liveness failed: restart it, as the kubelet does
-                grace = float(run.pod["spec"].get("terminationGracePeriodSeconds", 30))
-                self._kill_container(c, min(grace, self.grace_cap))
+                self._kill_container(c, self._grace(run))
         self._report(run)
 
-    def _ended_for_good(self, c: Container) -> bool:
-        return "terminated" in c.state
+    def _start_due(self, run: PodRun) -> None:
+        """Start the containers whose (re)start is due: sidecars in order, each once the one before it
+        runs (all in one pass when they start at once), the main containers once every sidecar ran."""
+
+        def due(c: Container) -> bool:
+            return c.proc is None and "terminated" not in c.state and now >= c.next_start
+
+        now, mains = time.monotonic(), False
+        for _ in range(len(run.sidecars) + 1):  # a bound: a sidecar may fail to start (no command)
+            may, mains = decide.start_gate(run.initialized, ["running" in c.state for c in run.sidecars])
+            todo = [c for c in run.sidecars[:may] if due(c)]
+            for c in todo:
+                self._start(run, c)
+            if not todo:
+                break
+        run.initialized = run.initialized or mains
+        if run.initialized:
+            for c in run.containers:
+                if due(c):
+                    self._start(run, c)
+
+    def _grace(self, run: PodRun) -> float:
+        """The pod's terminationGracePeriodSeconds (default 30), capped by the runner's grace_cap."""
+        return min(float(run.pod["spec"].get("terminationGracePeriodSeconds", 30)), self.grace_cap)
 
     def _start(self, run: PodRun, c: Container) -> None:
         env = run.env[c.spec["name"]]
@@ -709,7 +796,7 @@ class PodRunner:
                 }
                 c.next_start = time.monotonic() + 5
                 return
-            c.name = decide.container_name(self.id, run.seq, run.name, n)
+            c.name = decide.container_name(self.id, run.seq, run.name, n, c.index)
             self._names.append(c.name)
             argv = self._podman_argv(run, c, env, image, command, args)
             popen_env = self.env_podman
@@ -739,7 +826,9 @@ class PodRunner:
                     daemon=True,
                 ).start()
 
-    def _exited(self, run: PodRun, c: Container) -> None:
+    def _exited(self, run: PodRun, c: Container, done: bool) -> None:
+        """A container's process ended: its terminated state, or its restart after the back-off
+        (decide.restarts: `done`, the main containers are, ends a sidecar's restarts)."""
         assert c.proc is not None
         c.stop_probes.set()
         code = decide.exit_code_of(c.proc.returncode)
@@ -760,7 +849,7 @@ class PodRunner:
         message = decide.termination_message(c.spec.get("terminationMessagePolicy"), written, log, code)
         if message:
             term["message"] = message
-        if decide.should_restart(c.policy, code) and not self._stop.is_set():
+        if decide.restarts(c.policy, code, c.sidecar, done) and not self._stop.is_set():
             c.last = {"terminated": term}
             c.next_start = time.monotonic() + decide.restart_delay(c.restarts)
             c.restarts += 1
@@ -771,21 +860,25 @@ class PodRunner:
             c.state = {"terminated": term}
 
     def _report(self, run: PodRun) -> None:
-        states = [c.state for c in run.containers]
+        states, sidecars = [c.state for c in run.containers], [c.state for c in run.sidecars]
         policy = run.pod["spec"].get("restartPolicy", "Always")
-        phase = "Pending" if run.failed else decide.pod_phase(policy, states)
+        phase = "Pending" if run.failed else decide.pod_phase(policy, states, sidecars)
         statuses = [c.status() for c in run.containers]
-        ready = phase == "Running" and all(s["ready"] for s in statuses)
+        inits = [c.status() for c in run.sidecars]
+        ready = decide.pod_ready(phase, statuses + inits)
         old = run.pod.get("status") or {}
+        initialized = run.initialized or not run.sidecars
         status = {
             "phase": phase,
             "podIP": run.ip,
             "podIPs": [{"ip": run.ip}],
             "hostIP": run.ip,
             "startTime": run.start,
-            "conditions": decide.pod_conditions(True, ready, now_iso(), old.get("conditions")),
+            "conditions": decide.pod_conditions(True, ready, now_iso(), old.get("conditions"), initialized),
             "containerStatuses": statuses,
         }
+        if inits:
+            status["initContainerStatuses"] = inits
         if status != run.reported:
             self.api.status("api/v1", run.ns, "pods", run.name, status)
             run.reported = status
@@ -868,8 +961,8 @@ class PodRunner:
             argv.append("--security-opt=no-new-privileges")
         for k, v in env.items():
             argv.append(f"--env={k}={v}")
-        inside = {dst: Path(src) for src, dst, _ in run.mounts if Path(src).is_dir()}
-        for src, dst, ro in run.mounts:  # runc cannot mkdir a nested mount point in a read-only volume
+        inside = {dst: Path(src) for src, dst, _ in c.mounts if Path(src).is_dir()}
+        for src, dst, ro in c.mounts:  # runc cannot mkdir a nested mount point in a read-only volume
             self._mount_point(Path(dst), Path(src).is_dir(), inside, host=False)
             argv.append(f"--volume={src}:{dst}{':ro' if ro else ''}")
         if command:
@@ -884,12 +977,15 @@ class PodRunner:
         def under(path: str, dst: str) -> bool:
             return path == dst or path.startswith(dst.rstrip("/") + "/")
 
-        def hides_root(dst: str) -> bool:
-            return under(root_str, dst)
+        mounts = [(str(run.dir / "hosts"), "/etc/hosts", True), *c.mounts]
+        sources = [root_str, *(src for src, _, _ in mounts)]
 
-        mounts = [(str(run.dir / "hosts"), "/etc/hosts", True), *run.mounts]
-        # mounts over an ancestor of the runner's directory (/tmp) last: they would hide the sources
-        mounts.sort(key=lambda m: (hides_root(m[1]), m[1].count("/")))
+        def hides(dst: str) -> bool:
+            return any(under(src, dst) for src in sources)
+
+        # mounts over an ancestor of the runner's directory (/tmp) or of a source (/dev/shm, over the
+        # Memory emptyDirs) last: they would hide the sources of those after them
+        mounts.sort(key=lambda m: (hides(m[1]), m[1].count("/")))
         inside = {dst: Path(src) for src, dst, _ in mounts if Path(src).is_dir()}
         # this Python and this checkout (an editable install) stay visible where a volume covers them
         # (a checkout under /tmp, under the pods' emptyDir at /tmp): bound aside first, back after
@@ -945,18 +1041,45 @@ class PodRunner:
                 self._created_points.append(p)
 
     def _kill_pod(self, run: PodRun, grace: float) -> None:
-        """Stop every container of a pod (on threads), then remove its network namespace."""
+        """Stop a pod as the kubelet does (on threads): its main containers at once, then its sidecars
+        in reverse order in what is left of `grace` (a second at least); then remove its network
+        namespace and its Memory emptyDirs."""
+        deadline = time.monotonic() + grace
         killers = [t for c in run.containers if (t := self._kill_container(c, grace)) is not None]
 
         def release() -> None:
             for t in killers:
                 t.join(timeout=grace + 60)
+            self._stop_in_order(list(reversed(run.sidecars)), max(1.0, deadline - time.monotonic()))
             if run.net is not None:
                 self.network.remove(run.net)
+            if run.memory is not None:
+                shutil.rmtree(run.memory, ignore_errors=True)
 
-        t = threading.Thread(target=release, name="podrunner-release", daemon=True)
+        self._spawn(release)
+
+    def _spawn(self, target: Any, *args: Any) -> None:
+        """`target(*args)` on a thread the runner joins when it stops."""
+        t = threading.Thread(target=target, args=args, name="podrunner-stop", daemon=True)
         t.start()
         self._killers.append(t)
+
+    def _stop_in_order(self, containers: list[Container], grace: float) -> None:
+        """SIGTERM each container in turn and wait for it to end, SIGKILL once `grace` seconds have
+        passed since the first (how the kubelet stops sidecars: in reverse order, after the rest)."""
+        deadline = time.monotonic() + grace
+        for c in containers:
+            proc, name = c.proc, c.name
+            c.stop_probes.set()
+            if proc is None:
+                continue
+            self._signal(proc, name, signal.SIGTERM)
+            try:
+                proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                self._signal(proc, name, signal.SIGKILL)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(timeout=30)
 
     def _kill_container(self, c: Container, grace: float) -> threading.Thread | None:
         """SIGTERM, then SIGKILL after `grace` seconds, on a thread (the loop goes on meanwhile)."""

@@ -214,6 +214,98 @@ def test_pod_conditions_keep_their_transition_times() -> None:
     }
 
 
+# --------------------------------------------------------------------------------- native sidecars
+
+RUN, DONE0, DONE1 = {"running": {}}, {"terminated": {"exitCode": 0}}, {"terminated": {"exitCode": 1}}
+STOPPED = {"terminated": {"exitCode": 143}}  # a sidecar after the SIGTERM that stops it
+SIDECAR = {"name": "shard-server", "restartPolicy": "Always", "readinessProbe": {}}
+
+
+@pytest.mark.parametrize(
+    ("spec", "why"),
+    [
+        ({"initContainers": [SIDECAR], "containers": [{"name": "t"}]}, None),
+        ({"initContainers": [{"name": "setup"}]}, "initContainers are not played"),
+        ({"initContainers": [{**SIDECAR, "startupProbe": {}}]}, "startupProbe is not played"),
+        (
+            {"containers": [{"name": "t", "volumeMounts": [{"name": "v", "subPath": "x"}]}]},
+            "subPath mounts are not played",
+        ),
+    ],
+)
+def test_only_sidecars_are_played_of_the_init_containers(spec: dict, why: str | None) -> None:
+    refused = decide.unplayed(spec)
+    assert refused is None if why is None else why in (refused or "")
+    assert decide.is_sidecar(SIDECAR) and not decide.is_sidecar({"name": "setup"})
+
+
+@pytest.mark.parametrize(
+    ("initialized", "running", "gate"),
+    [
+        (False, [], (0, True)),  # no sidecar: the main containers at once
+        (False, [False, False], (1, False)),  # the first sidecar, alone
+        (False, [True, False], (2, False)),  # the second once the first runs
+        (False, [True, True], (2, True)),  # the main containers once all run
+        (False, [False, True], (1, False)),  # the first down again before the pod started: it alone
+        (True, [False, True], (2, True)),  # a started pod restarts any sidecar, its mains go on
+    ],
+)
+def test_sidecars_start_in_order_before_the_main_containers(
+    initialized: bool, running: list[bool], gate: tuple[int, bool]
+) -> None:
+    assert decide.start_gate(initialized, running) == gate
+
+
+def test_a_sidecar_restarts_whatever_the_policy_until_the_main_containers_are_done() -> None:
+    assert not decide.mains_done([]) and not decide.mains_done([DONE0, RUN])
+    assert decide.mains_done([DONE0, DONE1])
+    for code in (0, 1, 137):  # restartPolicy Never: the main container is not restarted, the sidecar is
+        assert decide.restarts("Always", code, sidecar=True, done=False)
+        assert not decide.restarts("Always", code, sidecar=True, done=True)
+        assert not decide.restarts("Never", code, sidecar=False, done=False)
+    assert decide.restarts("OnFailure", 1, sidecar=False, done=False)
+
+
+def test_a_sidecar_waiting_for_its_restart_when_the_pod_ends_keeps_its_last_end() -> None:
+    last = {"terminated": {"exitCode": 137}}
+    backoff = {"waiting": {"reason": "CrashLoopBackOff"}}
+    assert decide.settled_sidecar(backoff, last, 2) == (last, None, 1)  # the awaited restart not counted
+    assert decide.settled_sidecar(RUN, last, 1) == (RUN, last, 1)  # running: stopped, reports its own end
+
+
+@pytest.mark.parametrize(
+    ("policy", "mains", "sidecars", "phase"),
+    [
+        ("Never", [{"waiting": {"reason": "PodInitializing"}}], [RUN], "Pending"),
+        ("Never", [RUN], [RUN], "Running"),
+        ("Never", [DONE0, DONE0], [RUN], "Running"),  # done, its sidecar still stopping: not yet
+        ("Never", [DONE0, DONE0], [STOPPED], "Succeeded"),  # a sidecar's 143 fails nothing
+        ("Never", [DONE0, DONE1], [STOPPED], "Failed"),
+        ("Never", [DONE0, RUN], [{"waiting": {"reason": "CrashLoopBackOff"}}], "Running"),
+        ("OnFailure", [DONE0], [{"terminated": {"exitCode": 1}}], "Succeeded"),
+    ],
+)
+def test_the_phase_is_the_main_containers_once_the_sidecars_stopped(
+    policy: str, mains: list[dict], sidecars: list[dict], phase: str
+) -> None:
+    assert decide.pod_phase(policy, mains, sidecars) == phase
+
+
+def test_ready_needs_every_container_sidecars_included_and_initialized_follows_them() -> None:
+    assert decide.pod_ready("Running", [{"ready": True}, {"ready": True}])
+    assert not decide.pod_ready("Running", [{"ready": True}, {"ready": False}])  # the sidecar's probe
+    assert not decide.pod_ready("Succeeded", [{"ready": True}])
+    conditions = decide.pod_conditions(True, False, "t0", initialized=False)
+    assert {c["type"]: c["status"] for c in conditions}["Initialized"] == "False"
+
+
+def test_a_pods_containers_have_podman_names_of_their_own() -> None:
+    names = {decide.container_name("r", 3, "worker-0", n, i) for i in range(3) for n in range(3)}
+    assert len(names) == 9
+    assert decide.container_name("r", 3, "worker-0", 1) == decide.container_name("r", 3, "worker-0", 1, 0)
+    assert decide.memory_dir(123) == "/dev/shm/gtpr123"
+
+
 # -------------------------------------------------------------------------------------------- DNS
 
 

@@ -1,15 +1,18 @@
 """The runner's pods on a private API server, in both modes: each in a network namespace of its own
 (two pods bind every interface on port 29500, reach each other by cluster name and the API server
 at localhost), a pod re-created under its name while its predecessor still stops runs beside it
-(podman), and a pod's downloads go out through the runner's egress proxy.
+(podman), a pod's downloads go out through the runner's egress proxy, and a native sidecar shares its
+POSIX shared memory with the main container through an emptyDir of medium Memory at /dev/shm, is
+restarted in place when killed and stopped once the main container is done.
 
 podman mode runs the local Debian base (tests/images/base-image.sh; reused while that script is
-unchanged); process mode runs the same commands as host processes. About 20 s in all here."""
+unchanged); process mode runs the same commands as host processes. About 35 s in all here."""
 
 from __future__ import annotations
 
 import contextlib
 import json
+import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,7 +22,7 @@ import pytest
 from tests import k8s
 from tests.images import test_images as images_test
 from tests.podrunner import PodRunner, decide, net
-from tests.podrunner.runner import Api, ApiError
+from tests.podrunner.runner import Api, ApiError, Obj
 
 NS = "net"
 # pod a: every interface's port 29500, answers one connection
@@ -208,3 +211,141 @@ def test_a_pod_reaches_the_package_registries_through_the_egress_proxy(
         delete_pods(runner.api)
     assert done["status"]["phase"] == "Succeeded", log
     assert "https://pypi.org/simple/pip/ 200" in log and "Release 200" in log, log
+
+
+# the shard server as a native sidecar: counts its starts and makes a shared memory segment in the
+# pod's /dev/shm (once: a restarted one finds it), answers its readiness probe, ends 0 on SIGTERM
+SHARD = """
+import http.server, signal, sys
+from multiprocessing import resource_tracker, shared_memory
+def stop(*_):
+    open("/dev/termination-log", "w").write("shard stopped")
+    sys.exit(0)
+signal.signal(signal.SIGTERM, stop)
+with open("/dev/shm/starts", "a") as f:
+    f.write("start\\n")
+try:
+    seg = shared_memory.SharedMemory(name="gt-rows", create=True, size=16)
+    seg.buf[:5] = b"rows!"
+    resource_tracker.unregister(seg._name, "shared_memory")  # the segment outlives this process
+except FileExistsError:
+    pass
+class Ready(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200)
+        self.end_headers()
+http.server.HTTPServer(("0.0.0.0", 9090), Ready).serve_forever()
+"""
+# the trainer: waits for the shard server's second start (killed and restarted in place), then maps
+# its segment and ends 0
+TRAIN = """
+import time
+from multiprocessing import resource_tracker, shared_memory
+deadline = time.monotonic() + 30
+while True:
+    try:
+        if open("/dev/shm/starts").read().count("start") >= 2:
+            break
+    except FileNotFoundError:
+        pass
+    assert time.monotonic() < deadline, "the shard server did not start twice"
+    time.sleep(0.1)
+seg = shared_memory.SharedMemory(name="gt-rows")
+resource_tracker.unregister(seg._name, "shared_memory")
+got = bytes(seg.buf[:5]).decode()
+print("read", got)
+open("/dev/termination-log", "w").write("read " + got)
+"""
+
+
+def worker_pod(image: str) -> Obj:
+    """The operator's worker pod in small: a sidecar and a trainer (each its own mounts), restricted
+    as the operator's pods are, /dev/shm an emptyDir of medium Memory in both."""
+    shm = {"name": "shm", "mountPath": "/dev/shm"}
+    restricted = {
+        "readOnlyRootFilesystem": True,
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+    }
+    shard = {
+        "name": "shard",
+        "image": image,
+        "command": ["python3", "-c", SHARD],
+        "restartPolicy": "Always",
+        "ports": [{"name": "metrics", "containerPort": 9090}],
+        "readinessProbe": {"httpGet": {"path": "/readyz", "port": "metrics"}, "periodSeconds": 1},
+        "volumeMounts": [shm],
+        "securityContext": restricted,
+    }
+    trainer = {
+        "name": "trainer",
+        "image": image,
+        "command": ["python3", "-c", TRAIN],
+        "volumeMounts": [shm, {"name": "scratch", "mountPath": "/scratch"}],
+        "securityContext": restricted,
+    }
+    return pod(
+        "w",
+        image,
+        [],
+        initContainers=[shard],
+        containers=[trainer],
+        volumes=[
+            {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": "64Mi"}},
+            {"name": "scratch", "emptyDir": {}},
+        ],
+        securityContext={"runAsUser": 10001, "runAsGroup": 10001, "fsGroup": 10001},
+        terminationGracePeriodSeconds=5,
+    )
+
+
+def wait_ready(runner: PodRunner, name: str, timeout: float = 30) -> dict:
+    """The pod once its Ready condition is True (every container ready, sidecars included)."""
+    deadline, body = time.monotonic() + timeout, None
+    while time.monotonic() < deadline:
+        assert not runner.errors, runner.errors[-3:]
+        body = runner.api.get("api/v1", NS, "pods", name)
+        if body is not None and decide.is_ready(body):
+            return body
+        time.sleep(0.1)
+    raise AssertionError(f"{name} not Ready after {timeout:.0f} s: {json.dumps(body)[:3000]}")
+
+
+@pytest.mark.parametrize("mode", ["process", "podman"])
+def test_a_sidecar_shares_dev_shm_restarts_in_place_and_stops_after_the_main_containers(
+    mode: str, kubeconfig: str, tmp_path: Path
+) -> None:
+    """Partition locality's worker pod: the shard server a sidecar (initContainers, restartPolicy
+    Always) whose POSIX shared memory the trainer maps from the pod's /dev/shm (uid 10001 in podman)."""
+    image = image_for(mode)
+    delete_pods(Api(kubeconfig))
+    with PodRunner(kubeconfig, mode=mode, image=image, root=tmp_path / "runner") as runner:
+        memory = Path(decide.memory_dir(runner.network.block))
+        runner.api.create("api/v1", NS, "pods", worker_pod(image or "none"))
+        ready = wait_ready(runner, "w")  # the sidecar's readiness probe included
+        (side,) = ready["status"]["initContainerStatuses"]
+        assert side["name"] == "shard" and side["ready"] and side["started"], side
+        assert side["restartCount"] == 0, side
+        assert {c["type"]: c["status"] for c in ready["status"]["conditions"]}["Initialized"] == "True"
+        assert [p.name for p in memory.glob("*/shm/gt-rows")] == ["gt-rows"]  # tmpfs, not the pod's dir
+        trainer = runner.pid(NS, "w")
+        runner.kill_container(NS, "w", signal.SIGKILL, container="shard")
+        done = wait_pod(runner, "w", {"Succeeded", "Failed"}, timeout=30)
+        log = runner.logs(NS, "w")
+        assert done["status"]["phase"] == "Succeeded", (done["status"], log)
+        (main,) = done["status"]["containerStatuses"]
+        assert main["restartCount"] == 0 and main["state"]["terminated"]["message"] == "read rows!", main
+        (side,) = done["status"]["initContainerStatuses"]
+        assert side["restartCount"] == 1, side  # restarted in place, once, while the trainer ran on
+        assert side["lastState"]["terminated"]["exitCode"] == 137, side
+        assert side["state"]["terminated"]["message"] == "shard stopped", side  # SIGTERM; its own message
+        assert trainer is not None and "read rows!" in log
+        time.sleep(1.5)  # past the restart back-off: nothing restarts a finished pod's sidecar
+        assert runner.pid(NS, "w", container="shard") is None
+        assert runner.api.get("api/v1", NS, "pods", "w")["status"]["initContainerStatuses"] == [side]
+        delete_pods(runner.api)
+        deadline = time.monotonic() + 10
+        while list(memory.iterdir()) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not list(memory.iterdir())  # a pod's Memory emptyDirs go with it
+    assert not memory.exists()  # and the runner's with the runner
