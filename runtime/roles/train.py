@@ -91,6 +91,9 @@ def train(p: TrainParams) -> None:
                 task, gt.spec, graph, dist, p.run_dir, p.checkpoint_root, p.progress_configmap, metrics
             )
             result = loop.run()
+        # No trainer leaves before all are done: with partition locality a trainer's pod holds a shard
+        # server the others may still read, and the pod stops its server when its trainers have ended.
+        dist.barrier()
     if p.rank == 0 and p.run_dir is not None:
         write_json(p.run_dir / "result.json", result)
     sys.stdout.write(json.dumps({"event": "done", "rank": p.rank, "metrics": result}) + "\n")

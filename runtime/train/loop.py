@@ -201,7 +201,7 @@ class EpochLoop:
             self.checkpoints.record(self.passes)
         self.reporter.report(p, epoch_end=True, evaluated=values is not None)
         if stages := self.metrics.epoch_stages():
-            log(f"[trainer] epoch {self.epoch} per step: {stages}")
+            log(f"[trainer] epoch {self.epoch} per step: {stages}; reads: {self.metrics.epoch_reads()}")
         if tr.checkpoint_interval == 0 or improved:
             self._checkpoint(best=improved)
         es = tr.early_stopping

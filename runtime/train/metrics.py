@@ -26,8 +26,11 @@ from typing import Any, Protocol, cast
 
 import prometheus_client as prom
 import torch
+from prometheus_client.core import CounterMetricFamily
+from prometheus_client.registry import Collector
 
 from graphtrain.contract.spec import Progress
+from graphtrain.runtime.kvstore.client.reads import reads
 
 STAGES = ("sample", "pull", "forward_backward", "push")
 STEP_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
@@ -83,6 +86,8 @@ class TrainerMetrics:
             registry=reg,
         ).labels(r)
 
+        self.registry.register(_Reads(r))
+
         # the running epoch's stage totals, for the trainer's log line at its end (the histograms keep
         # the whole run's; a log reader wants this epoch's mean without a Prometheus at hand)
         self.epoch_spent: dict[str, float] = {}
@@ -96,6 +101,19 @@ class TrainerMetrics:
         if not steps:
             return ""
         return ", ".join(f"{s} {1000 * spent[s] / steps:.1f} ms" for s in STAGES if s in spent)
+
+    def epoch_reads(self) -> str:
+        """The rows and seeds read so far, by shard and path ("shard 0: shared_memory 100 %, ..."):
+        whether partition locality took (its own shard read through shared memory)."""
+        by_shard: dict[int, dict[str, int]] = {}
+        for (shard, path), n in reads().items():
+            by_shard.setdefault(shard, {})[path] = n
+        parts = []
+        for shard, paths in sorted(by_shard.items()):
+            total = sum(paths.values()) or 1
+            said = ", ".join(f"{path} {100 * n / total:.0f} %" for path, n in sorted(paths.items()))
+            parts.append(f"shard {shard}: {said}")
+        return "; ".join(parts)
 
     def stepped(self, samples: int) -> None:
         self.steps.inc()
@@ -192,3 +210,21 @@ class StageClock:
             epoch[stage] = epoch.get(stage, 0.0) + seconds
         self.metrics.epoch_steps += 1
         self.metrics.step_seconds.observe(marks[0][1].elapsed_time(marks[-1][1]) / 1e3)
+
+
+class _Reads(Collector):
+    """graphtrain_trainer_rows_read_total{shard, path}: rows and sampled seeds read from each shard,
+    through shared memory, in process or by a request (kvstore/client/reads.py)."""
+
+    def __init__(self, rank: str):
+        self.rank = rank
+
+    def collect(self) -> Any:
+        family = CounterMetricFamily(
+            "graphtrain_trainer_rows_read",
+            "Rows and sampled seeds read from each shard, by path: shared_memory, in_process or socket",
+            labels=["rank", "shard", "path"],
+        )
+        for (shard, path), n in sorted(reads().items()):
+            family.add_metric([self.rank, str(shard), path], n)
+        yield family

@@ -18,6 +18,7 @@ import torch
 from graphtrain.runtime import checkpoint as ckpt
 from graphtrain.runtime.errors import GraphtrainError
 from graphtrain.runtime.kvstore.client.inproc import InProcTransport
+from graphtrain.runtime.kvstore.client.reads import count as _count
 from graphtrain.runtime.kvstore.client.transport import (
     Answer,
     Call,
@@ -46,6 +47,7 @@ class KVClient:
         self.transport = transport
         self.num_shards = transport.num_shards
         self._dedup_ws: Any = None
+        self._local_path = "shared_memory" if isinstance(transport, ZmqTransport) else "in_process"
 
     def each(
         self,
@@ -143,6 +145,7 @@ class KVClient:
             if b <= a:
                 continue
             local = None if keyed else self.transport.local_view(s, name)
+            _count(s, self._local_path if local is not None else "socket", int(b - a))
             if local is not None:  # same process or same host: gather the rows ourselves
                 rows, lo = local
                 shard_ids = ids[a:b] if in_order else ids[order[a:b]]
@@ -284,6 +287,7 @@ class KVClient:
             if b <= a:
                 continue
             graph = self.transport.local_graph(s)
+            _count(s, self._local_path if graph is not None else "socket", int(b - a))
             if graph is not None:  # in this process or in shared memory: sample it here, same draws
                 pieces.append((order[a:b], *graph.sample(seeds[order[a:b]], fanout, seed)))
             else:
@@ -327,6 +331,7 @@ class KVClient:
             if b <= a:
                 continue
             graph = self.transport.local_graph(s)
+            _count(s, self._local_path if graph is not None else "socket", int(b - a))
             if graph is not None:
                 got = graph.sample_edges(seeds[order[a:b]], fanout, seed, type_fanouts)
                 pieces.append((order[a:b], got.src, got.counts, got.etype, got.eid))

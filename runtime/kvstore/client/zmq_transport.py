@@ -150,14 +150,21 @@ class ZmqTransport:
             exchange.finish()
 
     def check_handshakes(self, shards: set[int]) -> set[int]:
-        """Raise KVAuthError if a server among `shards` refused this client's handshake; the shards whose
-        connection closed since the last look."""
+        """Raise KVAuthError if a server among `shards` refused this client's handshake, KVTimeout if one
+        whose shared memory this client maps closed its connection (stopped or restarted); the shards
+        whose connection closed since the last look."""
         lost = set()
         for s in shards:
             mon = self.monitors[s]
             while mon.poll(0):
                 event = recv_monitor_message(mon)
                 if event["event"] == zmq.EVENT_DISCONNECTED:
+                    if self.is_local(s):  # what we mapped is no longer what it serves
+                        raise KVTimeout(
+                            f"shard {s} ({self.addresses[s]}) closed its connection: a restarted server "
+                            "holds new shared memory, and the rows mapped from the old are stale; "
+                            "restart from the last checkpoint"
+                        )
                     lost.add(s)
                     continue
                 if event["event"] == zmq.EVENT_HANDSHAKE_FAILED_AUTH:

@@ -14,6 +14,7 @@ import torch
 
 from graphtrain.runtime import checkpoint as ckpt
 from graphtrain.runtime import kvstore
+from graphtrain.runtime.kvstore.client.transport import KVTimeout
 from graphtrain.runtime.optim import OptimConfig, SparseOptimizer
 from graphtrain.runtime.tensor import DistEmbedding, PartitionBook
 from tests.runtime.conftest import TOKEN, servers, start_server
@@ -183,3 +184,25 @@ def test_prune_keeps_the_newest_complete_checkpoints(tmp_path: Path) -> None:
         "step-000000004",
         "step-000000005",
     ]
+
+
+@pytest.mark.timeout(240)
+def test_a_client_that_maps_a_restarted_servers_memory_refuses_to_go_on(ckroot: Path) -> None:
+    """Partition locality (a trainer beside its shard server, tables mapped from /dev/shm): after the
+    server restarts, the old mapping is no longer what it serves, and its restored rows would never be
+    read. The next request to it fails, naming the shard, rather than train on stale rows."""
+    with servers(2, ckroot, "--shm", "--restore", "latest") as srv:
+        client = kvstore.connect([s.address for s in srv], TOKEN, timeout=20, shm=True)
+        emb = DistEmbedding(ROWS, DIM, "emb", client=client)
+        opt = SparseOptimizer([emb], CONFIG)
+        train(emb, opt, 2, seed=2)
+        assert client.transport.is_local(1)  # mapped, not requested
+        client.checkpoint("step2", root=ckroot)
+        ckpt.mark_latest(ckroot, "step2")
+        victim = srv[1]
+        victim.kill()
+        srv[1] = start_server(1, ckroot, "--shm", "--restore", "latest", port=victim.port)
+        with pytest.raises(KVTimeout, match="shard 1 .* closed its connection: a restarted server"):
+            for _ in range(50):  # bounded: the disconnect is seen by the first request after it
+                train(emb, opt, 1, seed=3)
+        client.close()

@@ -1,0 +1,24 @@
+"""What a process read from the shard servers, by shard and path: the counts behind a trainer's
+graphtrain_trainer_rows_read_total, which show its own partition's rows and seeds read through shared
+memory (partition locality) and the others' through requests."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+
+# Rows and seeds this process read, by (shard, path): "shared_memory" (a same-host server's segments),
+# "in_process" (standalone shards) or "socket" (a request). What a trainer's metrics show of locality.
+_READS: Counter[tuple[int, str]] = Counter()
+_READS_LOCK = threading.Lock()
+
+
+def reads() -> dict[tuple[int, str], int]:
+    """A copy of the process' read counts by (shard, path)."""
+    with _READS_LOCK:
+        return dict(_READS)
+
+
+def count(shard: int, path: str, n: int) -> None:
+    with _READS_LOCK:
+        _READS[(shard, path)] += n
