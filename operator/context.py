@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from graphtrain.contract.children import LABEL_ROLE, names
+from graphtrain.contract.children import LABEL_PARTITION, LABEL_ROLE, names, rank_pods
 from graphtrain.contract.conditions import Event
 from graphtrain.contract.spec import CleanPodPolicy, GraphTraining, MemoryNeed, Phase
 from graphtrain.operator.config import OperatorConfig, built_in
@@ -148,11 +148,22 @@ def clean_up(ctx: Context) -> list[Action]:
     every = policy == CleanPodPolicy.all_
     actions = ctx.remove("StatefulSet", ctx.names["shards"], "apps/v1")
     actions += ctx.remove("Job", ctx.names["partition"], "batch/v1") if every else _partition_if_running(ctx)
-    for name in sorted(
-        p["metadata"]["name"] for p in ctx.pods("trainer") if every or pod_phase(p) not in FINISHED
-    ):
+    for name in sorted(p["metadata"]["name"] for p in ctx.pods("trainer") if every or not ended(p)):
         actions += ctx.remove("Pod", name, "v1")
     return actions
+
+
+def ended(pod: Obj) -> bool:
+    """A trainer pod that finished, or a worker pod whose trainers all did: the kubelet is stopping its
+    shard-server sidecar, and the pod is kept for `kubectl logs` as a finished trainer pod is."""
+    if pod_phase(pod) in FINISHED:
+        return True
+    views = rank_pods(pod)
+    return (
+        bool(views)
+        and LABEL_PARTITION in pod["metadata"].get("labels", {})
+        and all(pod_phase(v) in FINISHED for _, v in views)
+    )
 
 
 def stop_all(ctx: Context) -> list[Action]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from graphtrain.contract.children import labels, names, owner_reference
-from graphtrain.contract.spec import GraphTraining
+from graphtrain.contract.spec import GraphTraining, colocated
 from graphtrain.contract.spec.scheduling import (
     COSCHEDULING_GROUP,
     KUEUE_GROUP,
@@ -28,7 +28,10 @@ Obj = dict[str, Any]
 
 
 def members(gt: GraphTraining) -> int:
-    """The pods of the group: every shard server and every trainer."""
+    """The pods of the group: every shard server and every trainer, or with partition locality every
+    worker pod (a partition's server and trainers in one)."""
+    if colocated(gt.spec):
+        return gt.spec.num_shards
     return gt.spec.num_shards + gt.spec.trainers.replicas
 
 

@@ -20,7 +20,7 @@ import datetime as dt
 from pydantic import ValidationError
 
 from graphtrain.contract import conditions
-from graphtrain.contract.children import LABEL_ATTEMPT, names
+from graphtrain.contract.children import LABEL_ATTEMPT, names, rank_pods
 from graphtrain.contract.spec import (
     API_VERSION,
     KIND,
@@ -29,6 +29,7 @@ from graphtrain.contract.spec import (
     Phase,
     RunPolicy,
     ShardState,
+    colocated,
 )
 from graphtrain.operator.context import TERMINAL, Action, Context, Step, clean_up, stop_all
 from graphtrain.operator.observation import FINISHED, Obj, key, parse_time, pod_phase, progress_status
@@ -87,7 +88,7 @@ def terminal_stage(ctx: Context, conds: conditions.Conditions) -> Step:
             actions.append(delete_training(ctx.body))
         # rank 0's last report (the final test metric) may land after the pods' end decided the phase
         status = progress_status(ctx.child("ConfigMap", ctx.names["progress"]))
-        if not ctx.gone("StatefulSet", ctx.names["shards"], actions):  # kept: reported as they serve
+        if not servers_gone(ctx, actions):  # kept: reported as they serve
             status["shards"] = shard_statuses(ctx)
             conditions.set_shards_ready(conds, ready_shards(ctx), ctx.gt.spec.num_shards)
         return Step(actions, status=status, phase=Phase(phase))
@@ -113,13 +114,28 @@ def _keep_conditions(ctx: Context, conds: conditions.Conditions) -> None:
             conds.keep(c)
 
 
+def servers_gone(ctx: Context, actions: list[Action]) -> bool:
+    """The shard servers have stopped or are stopping: their StatefulSet gone, or with partition
+    locality no worker pod running (a worker pod's sidecar stops with its trainers)."""
+    if not colocated(ctx.gt.spec):
+        return ctx.gone("StatefulSet", ctx.names["shards"], actions)
+    deleted = {a.key for a in actions if a.verb == "delete"}
+    return not any(
+        pod_phase(p) not in FINISHED
+        and not p["metadata"].get("deletionTimestamp")
+        and key("Pod", p["metadata"]["name"]) not in deleted
+        for p in ctx.pods("trainer")
+    )
+
+
 def trainers_done(ctx: Context) -> bool:
     """Every rank of the current attempt succeeded."""
-    done = [
-        p
+    done = {
+        rank
         for p in ctx.pods("trainer")
-        if p["metadata"]["labels"].get(LABEL_ATTEMPT) == str(ctx.attempt) and pod_phase(p) == "Succeeded"
-    ]
+        for rank, view in rank_pods(p)
+        if p["metadata"]["labels"].get(LABEL_ATTEMPT) == str(ctx.attempt) and pod_phase(view) == "Succeeded"
+    }
     return len(done) == ctx.gt.spec.trainers.replicas
 
 
@@ -189,7 +205,7 @@ def settle(
     )
     stopped = {
         ConditionType.partition_ready: ctx.gone("Job", n["partition"], actions),
-        ConditionType.shards_ready: ctx.gone("StatefulSet", n["shards"], actions),
+        ConditionType.shards_ready: servers_gone(ctx, actions),
         ConditionType.trainers_ready: not trainers_run,
     }
     why = f"the training {phase.value.lower()}"

@@ -16,6 +16,8 @@ ownerReference to the GraphTraining and the labels graphtrain.io/training and gr
   <name>-trainers   headless Service for the trainers' rendezvous
   <name>-trainer-i  Pods: `graphtrain train --rank i`, restartPolicy Never (the operator restarts them);
                     Prometheus metrics on their pod IP's METRICS_PORT (named `metrics`, as the shards')
+  <name>-worker-p   with partition locality, in place of the StatefulSet and trainer pods: partition
+                    p's shard server and trainers in one pod (operator/workers.py)
 
 Why trainers report through a ConfigMap and not the GraphTraining's status: the operator stays the
 only writer of status (no races, no status field a trainer could forge), heartbeats every few seconds
@@ -46,10 +48,12 @@ from graphtrain.contract.children import (
     LABEL_RANK,
     LABEL_ROLE,
     LABEL_TRAINING,
+    SHARD_CONTAINER,
     labels,
     names,
     owner_reference,
     trainer_name,
+    worker_name,
 )
 from graphtrain.contract.spec import (
     API_VERSION,
@@ -59,8 +63,10 @@ from graphtrain.contract.spec import (
     GraphTraining,
     MemoryNeed,
     Mode,
+    colocated,
 )
 from graphtrain.contract.spec.inference import checkpoint_root
+from graphtrain.contract.spec.locality import resolved
 from graphtrain.operator import gang, placement
 from graphtrain.operator.config import OperatorConfig
 
@@ -221,7 +227,8 @@ def config_map(owner: Obj, gt: GraphTraining) -> Obj:
         "apiVersion": API_VERSION,
         "kind": KIND,
         "metadata": meta,
-        "spec": gt.spec.model_dump(by_alias=True, exclude_none=True, mode="json"),
+        # the default locality decided once: what it means may not change under a running training
+        "spec": resolved(gt.spec).model_dump(by_alias=True, exclude_none=True, mode="json"),
     }
     n = names(gt.metadata.name)
     return {
@@ -361,11 +368,55 @@ def shard_service(owner: Obj, gt: GraphTraining) -> Obj:
 
 
 def shard_addresses(gt: GraphTraining, namespace: str) -> list[str]:
+    """Each shard server's kvstore address: its StatefulSet pod's, or with partition locality its
+    worker pod's (operator/workers.py)."""
     n = names(gt.metadata.name)
-    return [
-        f"tcp://{n['shards']}-{i}.{n['shards']}.{namespace}.svc:{SHARD_PORT}"
-        for i in range(gt.spec.num_shards)
-    ]
+    if colocated(gt.spec):
+        hosts = [f"{worker_name(gt.metadata.name, i)}.{n['trainers']}" for i in range(gt.spec.num_shards)]
+    else:
+        hosts = [f"{n['shards']}-{i}.{n['shards']}" for i in range(gt.spec.num_shards)]
+    return [f"tcp://{h}.{namespace}.svc:{SHARD_PORT}" for h in hosts]
+
+
+def shard_container(
+    gt: GraphTraining, config: OperatorConfig, pod: placement.PodSettings, args: list[str], **extra: Any
+) -> Obj:
+    """A shard server's container (its StatefulSet pod's, or a worker pod's sidecar): its ports, its
+    readiness (GET /readyz on the metrics port) and liveness (GET /livez) probes, its pod IP to bind."""
+    readiness = {
+        "httpGet": {"path": "/readyz", "port": "metrics"},
+        "periodSeconds": 5,
+        "timeoutSeconds": 3,
+        "failureThreshold": 3,
+    }
+    liveness = {
+        "httpGet": {"path": "/livez", "port": "metrics"},
+        "initialDelaySeconds": 10,
+        "periodSeconds": 10,
+        "timeoutSeconds": 5,
+        "failureThreshold": 6,
+    }
+    container = _container(
+        gt,
+        config,
+        pod,
+        SHARD_CONTAINER,
+        args,
+        token=True,
+        ports=[
+            {"name": "kvstore", "containerPort": SHARD_PORT},
+            {"name": "metrics", "containerPort": METRICS_PORT},
+        ],
+        readinessProbe=readiness,
+        livenessProbe=liveness,
+        **extra,
+    )
+    container["env"].append({"name": POD_IP_ENV, "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}})
+    if gt.spec.shard_servers.threads:
+        container["env"].append(
+            {"name": "GRAPHTRAIN_OPTIM_THREADS", "value": str(gt.spec.shard_servers.threads)}
+        )
+    return container
 
 
 def shard_statefulset(
@@ -391,37 +442,8 @@ def shard_statefulset(
         metrics_host=f"$({POD_IP_ENV})",
         device=Device(ss.device).value,
     )
-    probe = {
-        "httpGet": {"path": "/readyz", "port": "metrics"},
-        "periodSeconds": 5,
-        "timeoutSeconds": 3,
-        "failureThreshold": 3,
-    }
-    liveness = {
-        "httpGet": {"path": "/livez", "port": "metrics"},
-        "initialDelaySeconds": 10,
-        "periodSeconds": 10,
-        "timeoutSeconds": 5,
-        "failureThreshold": 6,
-    }
     pod = placement.pod_settings(gt.spec, config, "shards", need.shard_server if need else None)
-    container = _container(
-        gt,
-        config,
-        pod,
-        "shard-server",
-        args,
-        token=True,
-        ports=[
-            {"name": "kvstore", "containerPort": SHARD_PORT},
-            {"name": "metrics", "containerPort": METRICS_PORT},
-        ],
-        readinessProbe=probe,
-        livenessProbe=liveness,
-    )
-    container["env"].append({"name": POD_IP_ENV, "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}})
-    if ss.threads:
-        container["env"].append({"name": "GRAPHTRAIN_OPTIM_THREADS", "value": str(ss.threads)})
+    container = shard_container(gt, config, pod, args)
     template = {
         "metadata": {"labels": labels(gt.metadata.name, "shards")},
         "spec": _pod_spec(gt, pod, [container], token=True),

@@ -19,18 +19,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from graphtrain.contract import conditions
-from graphtrain.contract.children import LABEL_ATTEMPT, LABEL_RANK
+from graphtrain.contract.children import LABEL_ATTEMPT, SHARD_CONTAINER, rank_pods, worker_name
 from graphtrain.contract.spec import (
     CleanPodPolicy,
     ConditionType,
     GraphTraining,
+    Locality,
     Phase,
     ShardState,
     SpecError,
     StallPolicy,
+    colocated,
     parse,
 )
-from graphtrain.operator import gang, manifests
+from graphtrain.operator import gang, manifests, workers
 from graphtrain.operator.context import Context, Step, clean_up
 from graphtrain.operator.observation import (
     Obj,
@@ -62,6 +64,11 @@ class SpecDecision:
     observed_generation: int | None
 
 
+def _with_locality(gt: GraphTraining, locality: Locality | None) -> GraphTraining:
+    placement = gt.spec.placement.model_copy(update={"locality": locality})
+    return gt.model_copy(update={"spec": gt.spec.model_copy(update={"placement": placement})})
+
+
 def spec_stage(obs: Observed, conds: conditions.Conditions) -> SpecDecision:
     """Is the spec valid, and which applies. Before the first children, the current spec (invalid:
     SpecValid False and Failed). After, the applied one (the config ConfigMap's), taking only the
@@ -84,6 +91,10 @@ def spec_stage(obs: Observed, conds: conditions.Conditions) -> SpecDecision:
         else:
             conditions.set_spec_valid(conds)
         return SpecDecision(current, generation)
+    if applied.spec.placement.locality is None:  # applied before spec.placement: its pods had none
+        applied = _with_locality(applied, Locality.none)
+    if current is not None and current.spec.placement.locality is None:  # unset: the default decided
+        current = _with_locality(current, applied.spec.placement.locality)
     new = current.spec.model_dump(by_alias=True, mode="json") if current else None
     had = applied.spec.model_dump(by_alias=True, mode="json")
     refused = [k for k in sorted(had) if (new is None or new.get(k) != had[k]) and k not in MUTABLE]
@@ -166,27 +177,56 @@ def partition_stage(ctx: Context, conds: conditions.Conditions) -> Step:
     return Step(actions, status={"partition": stats} if stats is not None else {})
 
 
+def _sidecar(pod: Obj) -> Obj:
+    """A worker pod's shard-server status (its native sidecar's), {} before the kubelet reports it."""
+    statuses = (pod.get("status") or {}).get("initContainerStatuses") or []
+    return next((cs for cs in statuses if cs.get("name") == SHARD_CONTAINER), {})
+
+
+def _server_pods(ctx: Context) -> dict[int, Obj]:
+    """Each shard server's pod by index: its StatefulSet pod, or with partition locality its worker
+    pod (operator/workers.py)."""
+    if colocated(ctx.gt.spec):
+        pods = {p["metadata"]["name"]: p for p in ctx.pods("trainer")}
+        each = (pods.get(worker_name(ctx.gt.metadata.name, i)) for i in range(ctx.gt.spec.num_shards))
+    else:
+        pods = {p["metadata"]["name"]: p for p in ctx.pods("shards")}
+        each = (pods.get(f"{ctx.names['shards']}-{i}") for i in range(ctx.gt.spec.num_shards))
+    return {i: p for i, p in enumerate(each) if p is not None}
+
+
+def _server_ready(ctx: Context, pod: Obj) -> bool:
+    if colocated(ctx.gt.spec):
+        return bool(_sidecar(pod).get("ready")) and not pod["metadata"].get("deletionTimestamp")
+    return pod_ready(pod)
+
+
 def ready_shards(ctx: Context) -> int:
-    """How many shard servers the StatefulSet reports ready."""
+    """How many shard servers are ready: as the StatefulSet reports, or with partition locality each
+    worker pod's sidecar."""
+    if colocated(ctx.gt.spec):
+        return sum(_server_ready(ctx, p) for p in _server_pods(ctx).values())
     sts = ctx.child("StatefulSet", ctx.names["shards"]) or {}
     return int((sts.get("status") or {}).get("readyReplicas") or 0)
 
 
 def shard_statuses(ctx: Context) -> list[Obj]:
     """status.shards: each server's state from its pod (Pending without one), address and restarts."""
-    pods = {p["metadata"]["name"]: p for p in ctx.pods("shards")}
-    shards = []
+    pods, shards = _server_pods(ctx), []
     for i, address in enumerate(manifests.shard_addresses(ctx.gt, ctx.namespace)):
-        pod = pods.get(f"{ctx.names['shards']}-{i}")
-        restarts = sum(
-            int(cs.get("restartCount", 0))
-            for cs in ((pod or {}).get("status") or {}).get("containerStatuses") or []
+        pod = pods.get(i)
+        st = (pod or {}).get("status") or {}
+        own = (
+            [_sidecar(pod)]
+            if pod is not None and colocated(ctx.gt.spec)
+            else st.get("containerStatuses") or []
         )
+        restarts = sum(int(cs.get("restartCount", 0)) for cs in own)
         state = ShardState.pending
         if pod is not None:
             state = (
                 ShardState.ready
-                if pod_ready(pod)
+                if _server_ready(ctx, pod)
                 else ShardState.failed
                 if pod_phase(pod) == "Failed"
                 else ShardState.loading
@@ -199,14 +239,21 @@ def shards_stage(ctx: Context, conds: conditions.Conditions) -> Step:
     """The shard servers' Service, NetworkPolicy and PodDisruptionBudget (made before the pods they
     govern), StatefulSet, and each server's state from its pod."""
     gt, body, config = ctx.gt, ctx.body, ctx.config
-    first = ctx.absent("StatefulSet", ctx.names["shards"])
-    actions = ctx.ensure(
-        manifests.shard_service(body, gt),
-        manifests.shard_network_policy(body, gt, config),
-        manifests.shard_disruption_budget(body, gt, config),
-        gang.pod_group(body, gt) if first else None,  # before the pods that join it
-        manifests.shard_statefulset(body, gt, config, ctx.memory) if first else None,
-    )
+    if colocated(gt.spec):  # the servers are the worker pods' sidecars, made by the trainers stage
+        actions = ctx.ensure(
+            workers.worker_network_policy(body, gt, config),
+            workers.worker_disruption_budget(body, gt, config),
+            gang.pod_group(body, gt),  # before the pods that join it
+        )
+    else:
+        first = ctx.absent("StatefulSet", ctx.names["shards"])
+        actions = ctx.ensure(
+            manifests.shard_service(body, gt),
+            manifests.shard_network_policy(body, gt, config),
+            manifests.shard_disruption_budget(body, gt, config),
+            gang.pod_group(body, gt) if first else None,  # before the pods that join it
+            manifests.shard_statefulset(body, gt, config, ctx.memory) if first else None,
+        )
     shards = shard_statuses(ctx)
     ready, total = ready_shards(ctx), gt.spec.num_shards
     conditions.set_shards_ready(conds, ready, total)
@@ -223,41 +270,37 @@ def trainers_stage(ctx: Context, conds: conditions.Conditions) -> Step:
     every shard server is ready, restarts every rank after a failure (up to runPolicy.backoffLimit),
     and ends the training when all succeeded or one failed for good; reports progress and stalls."""
     gt, attempt, world = ctx.gt, ctx.attempt, ctx.gt.spec.trainers.replicas
-    trainers = {int(p["metadata"]["labels"].get(LABEL_RANK, -1)): p for p in ctx.pods("trainer")}
-    stale = [p for p in trainers.values() if p["metadata"]["labels"].get(LABEL_ATTEMPT) != str(attempt)]
+    pods = ctx.pods("trainer")
+    trainers = {rank: view for p in pods for rank, view in rank_pods(p)}  # a rank as its container runs
+    stale = [p for p in pods if p["metadata"]["labels"].get(LABEL_ATTEMPT) != str(attempt)]
     if stale:  # a restart in progress: the old attempt's pods go first
         conditions.set_trainers_waiting(
             conds, conditions.Reason.restarting, f"recreating the trainers (restart {attempt})"
         )
         actions = [a for p in stale for a in ctx.remove("Pod", p["metadata"]["name"], "v1")]
         return Step(actions, phase=Phase.restarting)
-    leaving = sorted(
-        p["metadata"]["name"] for p in trainers.values() if p["metadata"].get("deletionTimestamp")
-    )
+    leaving = sorted(p["metadata"]["name"] for p in pods if p["metadata"].get("deletionTimestamp"))
     if leaving:  # stopped by a suspension (or by hand): judged by nothing, made again once gone
         conditions.set_trainers_waiting(
             conds, conditions.Reason.not_started, f"waiting for {', '.join(leaving)} to stop"
         )
         return Step(phase=Phase.starting)
     if not trainers:  # a group's trainers are made with its servers: the group waits for every member
-        if ready_shards(ctx) < gt.spec.num_shards and not gang.is_grouped(gt):
+        alone = not gang.is_grouped(gt) and not colocated(gt.spec)  # worker pods hold their servers
+        if ready_shards(ctx) < gt.spec.num_shards and alone:
             conditions.set_trainers_waiting(
                 conds, conditions.Reason.not_started, "waiting for the shard servers"
             )
             return Step(phase=Phase.starting)
-        pods = (manifests.trainer_pod(ctx.body, gt, ctx.config, r, attempt, ctx.memory) for r in range(world))
-        conditions.set_trainers_waiting(conds, conditions.Reason.starting, f"creating {world} trainer pods")
+        made = _pods_for(ctx, range(world))
+        conditions.set_trainers_waiting(
+            conds, conditions.Reason.starting, f"creating {len(made)} {_what(gt)} pods"
+        )
         return Step(
-            ctx.ensure(manifests.trainer_service(ctx.body, gt), *pods),
+            ctx.ensure(manifests.trainer_service(ctx.body, gt), *made),
             phase=Phase.training if attempt == 0 else Phase.restarting,
         )
-    missing = ctx.ensure(
-        *(
-            manifests.trainer_pod(ctx.body, gt, ctx.config, r, attempt, ctx.memory)
-            for r in range(world)
-            if r not in trainers
-        )
-    )
+    missing = ctx.ensure(*_pods_for(ctx, [r for r in range(world) if r not in trainers]))
     cm = ctx.child("ConfigMap", ctx.names["progress"])
     step = Step(missing, status=progress_status(cm))
     failed = sorted((r, p) for r, p in trainers.items() if pod_phase(p) == "Failed")
@@ -279,7 +322,7 @@ def trainers_stage(ctx: Context, conds: conditions.Conditions) -> Step:
             return _trainer_failed(ctx, conds, step.status, why, trainers)
         return Step(step.actions, step.status, Phase.training)
     conditions.set_trainers_waiting(conds, conditions.Reason.starting, f"{running}/{world} trainers running")
-    stuck = _held_for_group(ctx, conds, list(trainers.values()), ConditionType.trainers_ready, "trainers")
+    stuck = _held_for_group(ctx, conds, pods, ConditionType.trainers_ready, "trainers")
     if stuck:
         kind = ConditionType.trainers_ready
         held = _cannot_start(ctx, conds, stuck, kind, f"{running}/{world} trainers running")
@@ -287,6 +330,20 @@ def trainers_stage(ctx: Context, conds: conditions.Conditions) -> Step:
             step.actions + held.actions, step.status, held.phase or Phase.training, held.requeue_after
         )
     return Step(step.actions, step.status, Phase.training)
+
+
+def _what(gt: GraphTraining) -> str:
+    return "worker" if colocated(gt.spec) else "trainer"
+
+
+def _pods_for(ctx: Context, ranks: range | list[int]) -> list[Obj]:
+    """The pods that run `ranks` in the current attempt: a trainer pod each, or with partition locality
+    the worker pod of each of their partitions."""
+    gt = ctx.gt
+    if colocated(gt.spec):
+        parts = sorted({workers.partition_of(gt, r) for r in ranks})
+        return [workers.worker_pod(ctx.body, gt, ctx.config, p, ctx.attempt, ctx.memory) for p in parts]
+    return [manifests.trainer_pod(ctx.body, gt, ctx.config, r, ctx.attempt, ctx.memory) for r in ranks]
 
 
 def _held_for_group(
@@ -320,7 +377,8 @@ def _trainer_failed(
         conditions.set_trainer_failed(
             conds, f"{message}; restart {attempt + 1}/{limit} from the last checkpoint"
         )
-        removes = [a for p in trainers.values() for a in ctx.remove("Pod", p["metadata"]["name"], "v1")]
+        doomed = sorted({p["metadata"]["name"] for p in trainers.values()})
+        removes = [a for name in doomed for a in ctx.remove("Pod", name, "v1")]
         return Step(removes, {**status, "restarts": attempt + 1}, Phase.restarting)
     conditions.set_trainer_failed(conds, message)
     conditions.set_failed(

@@ -11,7 +11,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from graphtrain.contract.spec import GNNModel, GraphSAGEModel, GraphTrainingSpec, gnn, is_gnn
+from graphtrain.contract.spec import (
+    GNNModel,
+    GraphSAGEModel,
+    GraphTrainingSpec,
+    colocated,
+    gnn,
+    is_gnn,
+    trainers_per_shard,
+)
 from graphtrain.contract.spec.base import quantity_to_bytes
 from graphtrain.runtime import capacity, cpus
 from graphtrain.runtime.errors import GraphtrainError
@@ -184,13 +192,30 @@ def predicted(
     return predict(costs, work, plan.hosts, bandwidth, host_cores)
 
 
+def worker_lines(spec: GraphTrainingSpec, made: capacity.CapacityPlan) -> list[str]:
+    """With partition locality (spec.placement.locality), each Kubernetes worker pod's memory: its shard
+    server's and its trainers' together, which the pod's containers request (its /dev/shm holds the
+    server's tables, counted once: the trainers map them)."""
+    k = trainers_per_shard(spec)
+    if not colocated(spec) or k is None:
+        return []
+    needs = {r.role: r.total for r in made.roles}
+    lines = []
+    for p in range(spec.num_shards):
+        roles = [f"shard-{p}", *(f"trainer-{r}" for r in range(p * k, (p + 1) * k))]
+        parts = ", ".join(f"{role} {capacity.human(needs[role])}" for role in roles if role in needs)
+        total = sum(needs.get(role, 0) for role in roles)
+        lines.append(f"worker-{p} (placement.locality partition, one pod): {capacity.human(total)} ({parts})")
+    return lines
+
+
 def run_plan(
     spec: GraphTrainingSpec, cfg: PartitionConfig, req: PlanRequest, say: Callable[[str], None]
 ) -> list[str]:
     """The plan's lines, with the step time when costs are given or measured (--out: written there)."""
     costs = read_costs(req.costs) if req.costs else None
     made = capacity.make_plan(spec, cfg, req.hosts)
-    lines = capacity.plan_lines(made, req.bandwidth, req.memory)
+    lines = capacity.plan_lines(made, req.bandwidth, req.memory) + worker_lines(spec, made)
     if req.calibrate:
         from graphtrain.runtime.calibrate import calibrate
 

@@ -39,7 +39,7 @@ from graphtrain.api import models
 from graphtrain.api.selectors import render
 from graphtrain.api.sources.base import InvalidParameter, ListQuery, NotFound, SourceUnavailable, page
 from graphtrain.contract import reporting
-from graphtrain.contract.children import LABEL_ATTEMPT, LABEL_RANK, LABEL_ROLE, LABEL_TRAINING, names
+from graphtrain.contract.children import LABEL_ATTEMPT, LABEL_ROLE, LABEL_TRAINING, names, rank_pods
 from graphtrain.contract.spec import (
     API_VERSION,
     KIND,
@@ -151,9 +151,8 @@ def trainers_of(
     container restarts) and its own report in the progress ConfigMap (the heartbeat); a rank without a
     pod, from its training's `phase` and whether the training is being deleted."""
     newest: dict[int, Obj] = {}
-    for pod in pods:
-        labels = pod["metadata"].get("labels") or {}
-        rank, attempt = _int(labels.get(LABEL_RANK)), _int(labels.get(LABEL_ATTEMPT))
+    for rank, pod in (rv for p in pods for rv in rank_pods(p)):  # a worker pod's ranks each as its own
+        attempt = _int((pod["metadata"].get("labels") or {}).get(LABEL_ATTEMPT))
         held = newest.get(rank)
         if held is None or attempt >= _int(held["metadata"]["labels"].get(LABEL_ATTEMPT)):
             newest[rank] = pod

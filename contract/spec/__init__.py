@@ -110,6 +110,7 @@ from graphtrain.contract.spec.loading import (
     parse,
     yaml_document,
 )
+from graphtrain.contract.spec.locality import Locality, PodPlacement, colocated, trainers_per_shard
 from graphtrain.contract.spec.model import (
     COMPLEX_KINDS,
     GNN_KINDS,
@@ -190,6 +191,10 @@ from graphtrain.contract.spec.training import (
 from graphtrain.contract.spec.typed_graph import EdgeTypeFiles, NodeTypeFiles, TableFormat
 
 __all__ = [
+    "Locality",
+    "PodPlacement",
+    "colocated",
+    "trainers_per_shard",
     "API_VERSION",
     "AccessMode",
     "Affinity",

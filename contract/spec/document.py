@@ -7,12 +7,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any, Literal
 
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    model_validator,
-)
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
 from graphtrain.contract.spec.base import API_VERSION, DNS1035, KIND, MAX_NAME_LENGTH, MAX_TABLES, SpecModel
@@ -27,6 +22,7 @@ from graphtrain.contract.spec.graph import (
 )
 from graphtrain.contract.spec.inference import Inference
 from graphtrain.contract.spec.legacy import OLD_MODEL_FIELDS, read_old_form
+from graphtrain.contract.spec.locality import LOCALITY_EVEN_TRAINERS, PodPlacement
 from graphtrain.contract.spec.model import (
     COMPLEX_KINDS,
     GNN_KINDS,
@@ -37,10 +33,7 @@ from graphtrain.contract.spec.model import (
     tasks_of,
 )
 from graphtrain.contract.spec.placement import PartitionSpec
-from graphtrain.contract.spec.rules import (
-    Rule,
-    add_rules,
-)
+from graphtrain.contract.spec.rules import Rule, add_rules
 from graphtrain.contract.spec.scheduling import Scheduling
 from graphtrain.contract.spec.status import GraphTrainingStatus
 from graphtrain.contract.spec.tables import HALF_TABLES_CPU_SHARDS, EmbeddingTable
@@ -102,6 +95,9 @@ class GraphTrainingSpec(SpecModel):
         "until it first runs. Kubernetes only: `graphtrain run` ignores it.",
     )
     storage: Storage = Field(default_factory=Storage, description="The shared volume (Kubernetes only).")
+    placement: PodPlacement = Field(
+        default_factory=PodPlacement, description="The pods' layout (Kubernetes)."
+    )
     scheduling: Scheduling | None = Field(
         default=None,
         description="Admission and scheduling of every shard-server and trainer pod as one group: a "
@@ -550,6 +546,7 @@ add_rules(
         ),
     ),
     HALF_TABLES_CPU_SHARDS,
+    LOCALITY_EVEN_TRAINERS,
     Rule(
         "nccl-needs-cuda",
         "trainers.backend",

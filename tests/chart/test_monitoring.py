@@ -11,6 +11,7 @@ tests/observability/test_prometheus.py.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -21,8 +22,9 @@ import typer
 import yaml
 
 from graphtrain.contract.spec import Phase, load_yaml
+from graphtrain.contract.spec.locality import resolved
 from graphtrain.operator import config as operator_config
-from graphtrain.operator import manifests
+from graphtrain.operator import manifests, workers
 from tests.chart.chart import CHART, NAMESPACE, ROOT, find, helm, one, render
 from tests.observability import promql
 
@@ -222,11 +224,14 @@ def test_the_pod_monitor_finds_the_shard_servers_and_trainers_the_operator_makes
     assert monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
     assert spec["namespaceSelector"] == {"any": True}
     (endpoint,) = spec["podMetricsEndpoints"]
-    assert (endpoint["port"], endpoint["path"]) == ("metrics", "/metrics")
+    assert endpoint["path"] == "/metrics" and "port" not in endpoint  # every metrics port, kept below
+    keep = endpoint["relabelings"][0]
+    assert keep["sourceLabels"] == ["__meta_kubernetes_pod_container_port_name"] and keep["action"] == "keep"
     assert "honorLabels" not in endpoint  # the pods run users' code: their labels never win
     relabel = {
         (tuple(r["sourceLabels"]), r.get("replacement", "$1")): r["targetLabel"]
         for r in endpoint["relabelings"]
+        if "targetLabel" in r
     }
     assert relabel[(("__meta_kubernetes_pod_label_graphtrain_io_training",), "$1")] == "training"
     assert relabel[(("__meta_kubernetes_namespace",), "$1")] == "namespace"
@@ -240,11 +245,16 @@ def test_the_pod_monitor_finds_the_shard_servers_and_trainers_the_operator_makes
         "shards": manifests.shard_statefulset(owner, gt, config)["spec"]["template"],
         "trainer": manifests.trainer_pod(owner, gt, config, 0, 0),
     }
+    worker = workers.worker_pod(owner, gt.model_copy(update={"spec": resolved(gt.spec)}), config, 0, 0)
+    assert worker["spec"]["initContainers"]  # 2 trainers on 2 partitions: worker pods by default
+    pods["worker"] = worker
     for role, pod in pods.items():
         labels = pod["metadata"]["labels"]
         assert matches(spec["selector"], labels), role
-        ports = {p.get("name") for c in pod["spec"]["containers"] for p in c.get("ports", [])}
-        assert "metrics" in ports, role
+        containers = [*pod["spec"].get("initContainers", []), *pod["spec"]["containers"]]
+        for c in containers:  # each container's metrics port kept, nothing else
+            kept = [p for p in c.get("ports", []) if re.fullmatch(keep["regex"], p["name"])]
+            assert [p["containerPort"] for p in kept] in ([9090], [9091]), (role, c["name"], kept)
     partition = manifests.partition_job(owner, gt, config)["spec"]["template"]["metadata"]["labels"]
     assert not matches(spec["selector"], partition)  # it serves no metrics
     assert find(render(), "PodMonitor") == []

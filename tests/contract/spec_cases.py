@@ -191,6 +191,9 @@ BREAKS: dict[str, Doc] = {
         GRAPHSAGE,
         lambda s: (s["embeddings"][0].update(dtype="float16"), s.update(shardServers={"device": "cuda"})),
     ),
+    "locality-even-trainers": edit(
+        GRAPHSAGE, lambda s: s.update(trainers={"replicas": 3}, placement={"locality": "partition"})
+    ),
     "gnn-has-input": edit(
         GRAPHSAGE, lambda s: s.update(embeddings=[], model={"kind": "graphsage", "useFeatures": False})
     ),

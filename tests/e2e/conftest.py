@@ -57,16 +57,18 @@ def runtime_image() -> str:
 EPOCHS = 30
 
 
-def nations_spec(path: Path, epochs: int = EPOCHS, **training: object) -> Path:
+def nations_spec(path: Path, epochs: int = EPOCHS, locality: str | None = None, **training: object) -> Path:
     """examples/nations-transe.yaml with `epochs` (an evaluation every 10), one intra-op thread per
     trainer and other `training` fields, written to `path`: the example as a user applies it, but for
     its length and threads. One thread is what `graphtrain run` gives each of its 2 trainers beside 2
     shard servers on this 2-core machine; a trainer pod without a CPU limit takes the node's 2 cores
     instead, and two of them beside the servers (and the other test worker) ran an epoch 2-4 times
     slower. The thread count does not change the result (the one-trainer test compares a 2-thread pod
-    with a 1-thread `graphtrain run` to 1e-9)."""
+    with a 1-thread `graphtrain run` to 1e-9). `locality`: spec.placement.locality (None: unset)."""
     doc = yaml.safe_load((ROOT / "examples" / "nations-transe.yaml").read_text())
     doc["spec"]["training"].update(epochs=epochs, evalEvery=10, threads=1, **training)
+    if locality is not None:  # unset: the default (worker pods for its 2 trainers on 2 partitions)
+        doc["spec"]["placement"] = {"locality": locality}
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     return path
 

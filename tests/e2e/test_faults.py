@@ -79,10 +79,11 @@ def wait_for(what: str, probe: Callable[[], T | None], timeout: float, every: fl
         time.sleep(every)
 
 
-def write_spec(tmp_path: Path, epochs: int, run_policy: dict) -> Path:
+def write_spec(tmp_path: Path, epochs: int, run_policy: dict, locality: str | None = "none") -> Path:
     """conftest.nations_spec (examples/nations-transe.yaml) with `epochs` and `run_policy`; a checkpoint
-    ends every epoch (training.checkpointInterval 0, the default)."""
-    path = nations_spec(tmp_path / "spec.yaml", epochs, checkpointInterval=0)
+    ends every epoch (training.checkpointInterval 0, the default). Locality none: a StatefulSet of shard
+    servers and trainer pods (worker pods' faults: test_locality.py)."""
+    path = nations_spec(tmp_path / "spec.yaml", epochs, locality, checkpointInterval=0)
     doc = yaml.safe_load(path.read_text())
     doc["spec"]["runPolicy"] = run_policy
     path.write_text(yaml.safe_dump(doc, sort_keys=False))

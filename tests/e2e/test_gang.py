@@ -32,7 +32,7 @@ def apply_two(cluster: Cluster, runner: PodRunner, ns: str, tmp: Path, schedulin
     names = ["nations-a", "nations-b"]
     for name in names:
         seed_claim(runner.root, ns, f"{name}-data", "nations")
-        doc = yaml.safe_load(nations_spec(tmp / f"{name}.yaml", epochs=3).read_text())
+        doc = yaml.safe_load(nations_spec(tmp / f"{name}.yaml", epochs=3, locality="none").read_text())
         doc["metadata"]["name"] = name
         if scheduling is not None:
             doc["spec"]["scheduling"] = scheduling

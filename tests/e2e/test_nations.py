@@ -186,10 +186,10 @@ def test_two_trainings_at_once_each_find_their_own_rendezvous(cluster: Cluster, 
         }
         elapsed = time.monotonic() - started
         rank0 = {
-            ns: json.loads(kube("get", "pod", f"{NAME}-trainer-0", "-n", ns, "-o", "json"))
+            ns: json.loads(kube("get", "pod", f"{NAME}-worker-0", "-n", ns, "-o", "json"))
             for ns in namespaces
         }
-        logs = {ns: runner.logs(ns, f"{NAME}-trainer-1") for ns in namespaces}
+        logs = {ns: runner.logs(ns, f"{NAME}-worker-1") for ns in namespaces}
         assert runner.errors == []
     for ns, body in bodies.items():
         assert body["status"]["phase"] == "Succeeded", (
@@ -199,5 +199,6 @@ def test_two_trainings_at_once_each_find_their_own_rendezvous(cluster: Cluster, 
         assert final_progress(kube, ns, NAME, "test_mrr")["evalValue"] > 0
     ips = {ns: p["status"]["podIP"] for ns, p in rank0.items()}
     assert len(set(ips.values())) == 2, ips
-    assert {p["spec"]["hostname"] for p in rank0.values()} == {f"{NAME}-trainer-0"}  # the same host name
+    # rank 0 in worker 0 (the spec's default locality): the same host name in both
+    assert {p["spec"]["hostname"] for p in rank0.values()} == {f"{NAME}-worker-0"}
     print(f"two trainings at once: {elapsed:.0f} s to both Succeeded; ranks 0 at {ips}")

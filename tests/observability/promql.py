@@ -79,16 +79,18 @@ def registry_names(registry: CollectorRegistry) -> set[str]:
 
 def defined_series_names() -> set[str]:
     """The series names graphtrain's code exposes, from the registries it builds: shard servers',
-    trainers' (an evaluation reported, so the labelled gauge has a child), the operator's and the
+    trainers' (an evaluation reported, so the labelled gauge has a child, and a read counted), the operator's and the
     executor-level training metrics (the families of contract/telemetry.py), process_*."""
     from graphtrain.contract import telemetry
     from graphtrain.operator.endpoints import OperatorMetrics
+    from graphtrain.runtime.kvstore.client.reads import count
     from graphtrain.runtime.kvstore.serving.metrics import ServerMetrics
     from graphtrain.runtime.train.metrics import TrainerMetrics
 
     shard = ServerMetrics(0, lambda: {"node": {"lo": 0, "hi": 1, "bytes": 8}}, load=lambda: {})
     trainer = TrainerMetrics(0)
     trainer.eval_metric.labels("0", "val_accuracy").set(0.5)
+    count(0, "socket", 0)  # a read of shard 0 counted (no rows), so its family has a series
     process = CollectorRegistry()
     ProcessCollector(registry=process)
     names = registry_names(shard.registry) | registry_names(trainer.registry) | registry_names(process)

@@ -27,6 +27,7 @@ spec:
   training: {{epochs: 2}}
   trainers: {{replicas: 2}}
   runPolicy: {{backoffLimit: 1}}
+  placement: {{locality: none}}  # the StatefulSet layout; worker pods: test_workers_apiserver.py
 """
 
 

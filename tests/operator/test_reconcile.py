@@ -48,6 +48,8 @@ def training(**spec_overrides) -> dict:
         "training": {"epochs": 2},
         "trainers": {"replicas": 2},
         "runPolicy": {"backoffLimit": 1, "stallTimeoutSeconds": 60},
+        # the StatefulSet layout (2 trainers on 2 partitions would default to worker pods: test_workers.py)
+        "placement": {"locality": "none"},
     }
     for dotted, value in spec_overrides.items():
         node = spec
