@@ -195,6 +195,11 @@ class PartitionParams(RoleParams):
     )
 
 
+# Request threads of a shard server whose host (a machine, a worker pod) runs its trainers too: they
+# share the cores (`graphtrain run`'s servers, a worker pod's sidecar); alone in its pod it keeps 4.
+SHARED_HOST_WORKERS = 2
+
+
 @dataclass(frozen=True, kw_only=True)
 class ShardServerParams(RoleParams):
     """`graphtrain shard-server`: one shard server (its tables, their optimizer state and a partition's

@@ -412,10 +412,12 @@ def shard_container(
         **extra,
     )
     container["env"].append({"name": POD_IP_ENV, "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}})
-    if gt.spec.shard_servers.threads:
-        container["env"].append(
-            {"name": "GRAPHTRAIN_OPTIM_THREADS", "value": str(gt.spec.shard_servers.threads)}
-        )
+    if gt.spec.shard_servers.threads:  # the optimizer's threads and torch's (its OpenMP pool): one count
+        threads = str(gt.spec.shard_servers.threads)
+        container["env"] += [
+            {"name": "GRAPHTRAIN_OPTIM_THREADS", "value": threads},
+            {"name": "OMP_NUM_THREADS", "value": threads},
+        ]
     return container
 
 

@@ -103,6 +103,7 @@ def worker_pod(
         bind=f"tcp://$({POD_IP_ENV}):{SHARD_PORT}",
         shard=partition,
         shm=True,  # the pod's trainers map its tables
+        workers=roles.SHARED_HOST_WORKERS,  # its trainers share the pod's cores, as in `graphtrain run`
         metrics_port=METRICS_PORT,
         metrics_host=f"$({POD_IP_ENV})",
         device=Device(gt.spec.shard_servers.device).value,
@@ -133,6 +134,9 @@ def worker_pod(
             {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
             ip_env,
         ]
+        threads = gt.spec.training.threads or placement.requested_threads(trainers.resources)
+        if threads:  # torch's pools and OpenMP's one count, as `graphtrain run` gives its children
+            c["env"].append({"name": "OMP_NUM_THREADS", "value": str(threads)})
         c["volumeMounts"].append(shm_mount)
         containers.append(c)
     pod_fields = dict(trainers.pod_spec)

@@ -17,7 +17,7 @@ from pathlib import Path
 from graphtrain.contract import roles
 from graphtrain.contract.spec.task import EDGE_TASKS, LINK_PREDICTION, NODE_CLASSIFICATION
 
-SHARD_WORKERS = 2  # request threads per shard server: the trainers share the machine's cores with them
+SHARD_WORKERS = roles.SHARED_HOST_WORKERS  # request threads per shard server: trainers share the cores
 
 
 @dataclass(frozen=True)

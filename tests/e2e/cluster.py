@@ -27,10 +27,11 @@ class Cluster:
 
 
 @contextlib.contextmanager
-def operator_cluster(tmp: Path, config: str) -> Iterator[Cluster]:
+def operator_cluster(tmp: Path, config: str, timer: float = 1) -> Iterator[Cluster]:
     """Start etcd and the API server under `tmp`, install the CRD and the stand-ins, and run the
     operator as a process with `config` (its YAML; health and metrics on free loopback ports, a reconcile
-    timer of 1 s); stop the operator (SIGTERM, then SIGKILL after 30 s) and the server on leaving."""
+    timer of `timer` seconds: 1 for tests, whose waits it shortens; the operator's own default is 15);
+    stop the operator (SIGTERM, then SIGKILL after 30 s) and the server on leaving."""
     bin_dir = k8s.testenv_bin()
     run = tmp / "apiserver"
     proc = None
@@ -42,7 +43,7 @@ def operator_cluster(tmp: Path, config: str) -> Iterator[Cluster]:
         config_file = tmp / "operator.yaml"
         config_file.write_text(config)
         env = {k: v for k, v in os.environ.items() if k != "KUBERNETES_SERVICE_HOST"}
-        env.update(KUBECONFIG=kubeconfig, GRAPHTRAIN_OPERATOR_TIMER="1", POD_NAMESPACE="default")
+        env.update(KUBECONFIG=kubeconfig, GRAPHTRAIN_OPERATOR_TIMER=str(timer), POD_NAMESPACE="default")
         log = tmp / "operator.log"
         cmd = [
             str(Path(sys.executable).parent / "graphtrain"),

@@ -59,8 +59,12 @@ def test_a_killed_shard_sidecar_restarts_in_place_and_the_training_succeeds(
     with PodRunner(cluster.kubeconfig, mode="process", root=tmp_path / "runner") as runner:
         uid, root = start_training(cluster, runner, ns, spec)
         victim = worker_name(NAME, 1)
-        before = pod(kube, ns, victim)
-        assert before is not None and ready(before) and sidecar(before).get("ready")
+        # ready: its sidecar's probe passes (under load a probe may time out once: waited for, bounded)
+        before = wait_for(
+            f"{victim} ready",
+            lambda: (p := pod(kube, ns, victim)) is not None and ready(p) and sidecar(p).get("ready") and p,
+            120,
+        )
         assert json.loads(kube("get", "statefulsets", "-n", ns, "-o", "json"))["items"] == []
         for p in range(2):
             worker = pod(kube, ns, worker_name(NAME, p))

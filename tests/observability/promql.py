@@ -79,8 +79,9 @@ def registry_names(registry: CollectorRegistry) -> set[str]:
 
 def defined_series_names() -> set[str]:
     """The series names graphtrain's code exposes, from the registries it builds: shard servers',
-    trainers' (an evaluation reported, so the labelled gauge has a child, and a read counted), the operator's and the
-    executor-level training metrics (the families of contract/telemetry.py), process_*."""
+    trainers' (an evaluation reported, so the labelled gauge has a child, and a read counted), the
+    operator's and the executor-level training metrics (the families of contract/telemetry.py),
+    process_*."""
     from graphtrain.contract import telemetry
     from graphtrain.operator.endpoints import OperatorMetrics
     from graphtrain.runtime.kvstore.client.reads import count

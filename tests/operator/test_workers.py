@@ -113,6 +113,8 @@ def test_a_worker_pod_holds_its_partitions_server_as_a_sidecar_and_its_trainers(
         assert servers == [f"tcp://{worker_name(NAME, i)}.{NAME}-trainers.{NS}.svc:7000" for i in range(2)]
         assert a[a.index("--init") + 1] == f"tcp://{worker_name(NAME, 0)}.{NAME}-trainers.{NS}.svc:29500"
     assert violations(spec) == []
+    # the sidecar's request threads: it shares the pod's cores with its trainers, as in graphtrain run
+    assert args[args.index("--workers") + 1] == "2"
 
 
 def test_every_worker_manifest_is_valid_kubernetes() -> None:

@@ -15,6 +15,7 @@ import torch
 from graphtrain.runtime import checkpoint as ckpt
 from graphtrain.runtime import kvstore
 from graphtrain.runtime.kvstore.client.transport import KVTimeout
+from graphtrain.runtime.kvstore.tables.shm import job_prefix
 from graphtrain.runtime.optim import OptimConfig, SparseOptimizer
 from graphtrain.runtime.tensor import DistEmbedding, PartitionBook
 from tests.runtime.conftest import TOKEN, servers, start_server
@@ -202,7 +203,11 @@ def test_a_client_that_maps_a_restarted_servers_memory_refuses_to_go_on(ckroot: 
         victim = srv[1]
         victim.kill()
         srv[1] = start_server(1, ckroot, "--shm", "--restore", "latest", port=victim.port)
-        with pytest.raises(KVTimeout, match="shard 1 .* closed its connection: a restarted server"):
-            for _ in range(50):  # bounded: the disconnect is seen by the first request after it
-                train(emb, opt, 1, seed=3)
-        client.close()
+        try:
+            with pytest.raises(KVTimeout, match="shard 1 .* closed its connection: a restarted server"):
+                for _ in range(50):  # bounded: the disconnect is seen by the first request after it
+                    train(emb, opt, 1, seed=3)
+            client.close()
+        finally:  # what the SIGKILLed server could not unlink (only its own: other tests share the token)
+            for leftover in Path("/dev/shm").glob(f"{job_prefix(TOKEN)}-1-{victim.proc.pid}-*"):
+                leftover.unlink(missing_ok=True)
