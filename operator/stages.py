@@ -195,6 +195,12 @@ def _server_pods(ctx: Context) -> dict[int, Obj]:
     return {i: p for i, p in enumerate(each) if p is not None}
 
 
+def _sidecar_only(pod: Obj) -> Obj:
+    """A worker pod as its shard server sees it, for the trouble check: its sidecar's status without
+    the trainers' (a crash-looping sidecar is the shard stage's to name; a trainer's is the trainers')."""
+    return {**pod, "status": {**(pod.get("status") or {}), "containerStatuses": []}}
+
+
 def _server_ready(ctx: Context, pod: Obj) -> bool:
     if colocated(ctx.gt.spec):
         return bool(_sidecar(pod).get("ready")) and not pod["metadata"].get("deletionTimestamp")
@@ -257,7 +263,10 @@ def shards_stage(ctx: Context, conds: conditions.Conditions) -> Step:
     shards = shard_statuses(ctx)
     ready, total = ready_shards(ctx), gt.spec.num_shards
     conditions.set_shards_ready(conds, ready, total)
-    stuck = _held_for_group(ctx, conds, ctx.pods("shards"), ConditionType.shards_ready, "shard servers")
+    servers = (
+        [_sidecar_only(p) for p in _server_pods(ctx).values()] if colocated(gt.spec) else ctx.pods("shards")
+    )
+    stuck = _held_for_group(ctx, conds, servers, ConditionType.shards_ready, "shard servers")
     if stuck and ready < total:
         kind = ConditionType.shards_ready
         held = _cannot_start(ctx, conds, stuck, kind, f"{min(ready, total)}/{total} shard servers ready")

@@ -32,8 +32,9 @@ class Locality(StrEnum):
 
 
 class PodPlacement(SpecModel):
-    """How the roles' pods are laid out on Kubernetes (ignored by `graphtrain run`, which always runs a
-    partition's trainers beside its shard server)."""
+    """How the roles' pods are laid out on Kubernetes. `graphtrain run` ignores it (its trainers read
+    every shard of its host through shared memory), but refuses a spec that breaks its rule, as
+    `graphtrain validate` and the API server do: one spec, one validation."""
 
     locality: Locality | None = Field(
         default=None,

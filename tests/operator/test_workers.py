@@ -5,6 +5,7 @@ literal objects as test_reconcile.py's stage tests are."""
 from __future__ import annotations
 
 import copy
+import datetime as dt
 
 import pytest
 
@@ -246,3 +247,28 @@ def test_a_suspension_stops_the_worker_pods_and_a_resumption_makes_them_again() 
     c.body["spec"]["suspend"] = False
     p = c.step()
     assert [a.key for a in p.actions if a.verb == "create" and a.obj["kind"] == "Pod"] == WORKERS
+
+
+def test_a_crash_looping_sidecar_is_named_and_fails_the_training_after_the_start_timeout() -> None:
+    """Its trainers run (the pod is Running, TrainersReady True) while its server cannot: the shard
+    stage names the pod and its reason, and runPolicy.startTimeoutSeconds ends the training."""
+    c = Cluster(body(**{"runPolicy.startTimeoutSeconds": 30}))
+    to_workers(c)
+    container_state(c, 0, {})
+    looping = {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off restarting shard-server"}}
+    container_state(c, 1, {}, sidecar={"ready": False, "restartCount": 4, "state": looping})
+    for p_ in range(2):
+        pod = c.children[key("Pod", worker_name(NAME, p_))]
+        ready = "True" if p_ == 0 else "False"
+        since = "2026-11-22T11:59:50Z"
+        pod["status"]["conditions"] = [{"type": "Ready", "status": ready, "lastTransitionTime": since}]
+    p = c.step()
+    shards = cond(p, "ShardsReady")
+    assert shards["reason"] == "PodsNotStarting", shards
+    assert f"pod {worker_name(NAME, 1)}: CrashLoopBackOff" in shards["message"], shards
+    assert p.status["phase"] == "Training" and p.requeue_after is not None
+    c.now += dt.timedelta(seconds=31)
+    p = c.step()
+    assert p.status["phase"] == "Failed" and cond(p, "Failed")["reason"] == "StartTimeout"
+    assert worker_name(NAME, 1) in cond(p, "Failed")["message"]
+    assert kinds(p, "delete") == WORKERS  # cleaned up: nothing keeps running
