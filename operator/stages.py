@@ -305,9 +305,10 @@ def trainers_stage(ctx: Context, conds: conditions.Conditions) -> Step:
         conditions.set_trainers_waiting(
             conds, conditions.Reason.starting, f"creating {len(made)} {_what(gt)} pods"
         )
+        first = Phase.starting if colocated(gt.spec) else Phase.training  # worker pods: servers to load
         return Step(
             ctx.ensure(manifests.trainer_service(ctx.body, gt), *made),
-            phase=Phase.training if attempt == 0 else Phase.restarting,
+            phase=first if attempt == 0 else Phase.restarting,
         )
     missing = ctx.ensure(*_pods_for(ctx, [r for r in range(world) if r not in trainers]))
     cm = ctx.child("ConfigMap", ctx.names["progress"])
@@ -329,16 +330,25 @@ def trainers_stage(ctx: Context, conds: conditions.Conditions) -> Step:
         if silent is not None and gt.spec.run_policy.stall_policy == StallPolicy.restart:
             why = f"{silent}; runPolicy.stallPolicy is Restart"
             return _trainer_failed(ctx, conds, step.status, why, trainers)
-        return Step(step.actions, step.status, Phase.training)
+        return Step(step.actions, step.status, _going(ctx))
     conditions.set_trainers_waiting(conds, conditions.Reason.starting, f"{running}/{world} trainers running")
     stuck = _held_for_group(ctx, conds, pods, ConditionType.trainers_ready, "trainers")
     if stuck:
         kind = ConditionType.trainers_ready
         held = _cannot_start(ctx, conds, stuck, kind, f"{running}/{world} trainers running")
-        return Step(
-            step.actions + held.actions, step.status, held.phase or Phase.training, held.requeue_after
-        )
-    return Step(step.actions, step.status, Phase.training)
+        return Step(step.actions + held.actions, step.status, held.phase or _going(ctx), held.requeue_after)
+    return Step(step.actions, step.status, _going(ctx))
+
+
+def _going(ctx: Context) -> Phase:
+    """The phase of a training whose trainers are made: Training; with worker pods, Starting (or
+    Restarting) until every shard server of the attempt was ready once, as a StatefulSet's servers
+    load before any trainer pod is made: what a reader sees while the servers load is the same."""
+    was = ctx.old.get("phase")
+    loading = ready_shards(ctx) < ctx.gt.spec.num_shards
+    if colocated(ctx.gt.spec) and was in (Phase.starting, Phase.restarting) and loading:
+        return Phase(was)
+    return Phase.training
 
 
 def _what(gt: GraphTraining) -> str:

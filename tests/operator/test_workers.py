@@ -64,7 +64,7 @@ def to_workers(c: Cluster) -> None:
             *WORKERS,
         ]
     )
-    assert p.status["phase"] == "Training"
+    assert p.status["phase"] == "Starting"  # their servers load, as a StatefulSet's before trainers
     assert cond(p, "ShardsReady")["status"] == "False"
 
 
@@ -141,7 +141,7 @@ def test_worker_pods_train_and_succeed_and_the_servers_stop_with_them() -> None:
     for p in range(2):
         container_state(c, p, {}, sidecar={"ready": False})
     p = c.step()
-    assert cond(p, "ShardsReady")["status"] == "False"
+    assert cond(p, "ShardsReady")["status"] == "False" and p.status["phase"] == "Starting"
     assert [s["state"] for s in p.status["shards"]] == ["Loading", "Loading"]
     for p_ in range(2):
         container_state(c, p_, {})
@@ -184,9 +184,11 @@ def test_a_restarting_sidecar_is_a_shard_not_ready_and_counts_its_restarts() -> 
     c = Cluster(body())
     to_workers(c)
     container_state(c, 0, {})
+    container_state(c, 1, {})
+    assert c.step().status["phase"] == "Training"  # every server ready once
     container_state(c, 1, {}, sidecar={"ready": False, "restartCount": 1})
     p = c.step()
-    assert p.status["phase"] == "Training" and p.actions == []
+    assert p.status["phase"] == "Training" and p.actions == []  # a restart mid-run: still Training
     assert [s["state"] for s in p.status["shards"]] == ["Ready", "Loading"]
     assert p.status["shards"][1]["restarts"] == 1
 
@@ -266,7 +268,7 @@ def test_a_crash_looping_sidecar_is_named_and_fails_the_training_after_the_start
     shards = cond(p, "ShardsReady")
     assert shards["reason"] == "PodsNotStarting", shards
     assert f"pod {worker_name(NAME, 1)}: CrashLoopBackOff" in shards["message"], shards
-    assert p.status["phase"] == "Training" and p.requeue_after is not None
+    assert p.status["phase"] == "Starting" and p.requeue_after is not None  # its server never loaded
     c.now += dt.timedelta(seconds=31)
     p = c.step()
     assert p.status["phase"] == "Failed" and cond(p, "Failed")["reason"] == "StartTimeout"
