@@ -119,8 +119,13 @@ def servers_gone(ctx: Context, actions: list[Action]) -> bool:
     locality no worker pod running (a worker pod's sidecar stops with its trainers)."""
     if not colocated(ctx.gt.spec):
         return ctx.gone("StatefulSet", ctx.names["shards"], actions)
+    return not trainer_pods_run(ctx, actions)
+
+
+def trainer_pods_run(ctx: Context, actions: list[Action]) -> bool:
+    """A trainer (or worker) pod runs on: not finished, not being deleted, not deleted by `actions`."""
     deleted = {a.key for a in actions if a.verb == "delete"}
-    return not any(
+    return any(
         pod_phase(p) not in FINISHED
         and not p["metadata"].get("deletionTimestamp")
         and key("Pod", p["metadata"]["name"]) not in deleted
@@ -196,13 +201,7 @@ def settle(
     conditions.set_stopped, and stopped shard servers' states say Stopped; a role that still runs
     (runPolicy.cleanPodPolicy None keeps it) keeps the condition it was last observed with."""
     n, policy = ctx.names, ctx.gt.spec.run_policy.clean_pod_policy
-    deleted = {a.key for a in actions if a.verb == "delete"}
-    trainers_run = any(
-        pod_phase(p) not in FINISHED
-        and not p["metadata"].get("deletionTimestamp")
-        and key("Pod", p["metadata"]["name"]) not in deleted
-        for p in ctx.pods("trainer")
-    )
+    trainers_run = trainer_pods_run(ctx, actions)
     stopped = {
         ConditionType.partition_ready: ctx.gone("Job", n["partition"], actions),
         ConditionType.shards_ready: servers_gone(ctx, actions),
