@@ -68,7 +68,7 @@ bench-sampling: install ## mini-batch sampling on the host against the trainer's
 bench-kvstore: install ## shard-server throughput vs raw TCP, latency, optimizer step over the network
 	$(BIN)/python bench/kvstore.py
 
-bench-attack: install ## a good client's pull latency and the server's memory under each attack of issue 14
+bench-attack: install ## a good client's pull latency and the server's memory under each attack (ZMQ and the fast lane)
 	$(BIN)/python bench/attack.py
 
 bench-soak: install ## 16 clients x 2 shard servers for 10 minutes: throughput per minute, RSS, errors
@@ -86,7 +86,7 @@ bench-kge-joint: install ## KGE joint negatives vs uniform: gene-kg samples/s, M
 bench-link: install ## GNN link prediction on gene-kg beside TransE, DistMult and DGL 2.1's (makes the DGL venv once)
 	$(BIN)/python bench/link.py
 
-bench-request-path: install ## a shard server's CPU, threads and context switches per small pull over TCP
+bench-request-path: install ## small pulls over ZMQ and the fast lane beside a bare pyzmq echo: server CPU, round trip, threads
 	$(BIN)/python bench/request_path.py
 
 bench-operator: install ## operator: latency p50/p95/p99 at 100 trainings, 1,000 at once, deletion (real API server)

@@ -15,6 +15,14 @@ Scenarios:
 - wrong-token: 16 ZMQ clients presenting a wrong token, reconnecting, requests queued;
 - stuck-readers: 4 authenticated clients that each ask for the whole table and never read.
 
+And against the fast lane (serving/fastlane.py), where the good client's pulls are LANE_ROWS rows (128
+KB, within the lane's replies) so that they go over it:
+- lane-wrong-token: 100 peers sending a hello with a wrong token, then requests, reconnecting at once;
+- lane-garbage: 100 peers sending random bytes, reconnecting at once;
+- lane-silent: 300 peers that connect and send nothing, more than the lane's connections (256): the
+  good client's pulls go over ZMQ while the lane is full, and none fails;
+- lane-stuck-readers: 4 authenticated lane clients pipelining 256 KB pulls and never reading.
+
 Also per scenario: the server's CPU per pull, quiet and under attack (what the attack costs the server
 itself), and the attackers' CPU per pull. On one small host the attackers compete with the server and
 the client for the same cores; `--nice 19` lowers them, standing in for attackers on other hosts.
@@ -25,6 +33,7 @@ the client for the same cores; `--nice 19` lowers them, standing in for attacker
 from __future__ import annotations
 
 import argparse
+import contextlib
 import multiprocessing as mp
 import os
 import platform
@@ -42,9 +51,10 @@ import zmq
 from servers import start_server
 
 from graphtrain.runtime import kvstore
-from graphtrain.runtime.kvstore.wire import auth, protocol
+from graphtrain.runtime.kvstore.wire import auth, fastwire, protocol
 
 ROWS, DIM = 200_000, 128
+LANE_ROWS = 256
 
 
 def greeting() -> bytes:
@@ -75,6 +85,40 @@ def claiming_peer(port: int, claimed: int, sent: int, stop: mp.Event) -> None:  
             time.sleep(0.01)
 
 
+def lane_peer(kind: str, port: int, token: str, stop: mp.Event, seed: int) -> None:  # type: ignore[valid-type]
+    """One attacker on the fast lane: refused ones reconnect at once, the others hold their connection
+    (never reading) until the server closes it or the scenario ends."""
+    rng = np.random.default_rng(seed)
+    ids = np.arange(fastwire.MAX_REPLY_BYTES // (DIM * 4), dtype=np.int64)
+    pull = fastwire.request(1, b"emb", len(ids)) + ids.tobytes()
+    while not stop.is_set():
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+                if kind in ("lane-wrong-token", "lane-garbage"):
+                    s.sendall(
+                        fastwire.hello(b"x" * 32) + pull
+                        if kind == "lane-wrong-token"
+                        else rng.bytes(int(rng.integers(1, 4096)))
+                    )
+                    with contextlib.suppress(OSError):
+                        s.recv(4096)  # the refusal, or the close
+                    continue
+                if kind == "lane-stuck-readers":
+                    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+                    s.sendall(fastwire.hello(token.encode()))
+                    s.settimeout(0.5)
+                    with contextlib.suppress(TimeoutError):
+                        for _ in range(10_000):  # until the server stops reading this connection
+                            s.sendall(pull)
+                stop.wait(600)
+                return
+        except OSError:
+            time.sleep(0.01)
+
+
+LANE_PEERS = {"lane-wrong-token": 100, "lane-garbage": 100, "lane-silent": 300, "lane-stuck-readers": 4}
+
+
 def attacker(kind: str, address: str, token: str, started: mp.Event, stop: mp.Event, nice: int) -> None:  # type: ignore[valid-type]
     os.nice(nice)
     port = int(address.rsplit(":", 1)[1])
@@ -102,6 +146,12 @@ def attacker(kind: str, address: str, token: str, started: mp.Event, stop: mp.Ev
                 except zmq.Again:
                     break
             sockets.append(s)
+    elif kind in LANE_PEERS:
+        lane = kvstore.connect([address], token, timeout=10).health()[0]["fast_port"]
+        threads = [
+            threading.Thread(target=lane_peer, args=(kind, lane, token, stop, i))
+            for i in range(LANE_PEERS[kind])
+        ]
     elif kind == "stuck-readers":
         for _ in range(4):
             s = ctx.socket(zmq.DEALER)
@@ -124,13 +174,13 @@ def attacker(kind: str, address: str, token: str, started: mp.Event, stop: mp.Ev
     ctx.term()
 
 
-def pull_latencies(client, n: int, seed: int) -> tuple[list[float], int]:
-    """Seconds of n 1,000-row pulls, and how many failed."""
+def pull_latencies(client, n: int, seed: int, rows: int = 1000) -> tuple[list[float], int]:
+    """Seconds of n pulls of `rows` rows, and how many failed."""
     rng = np.random.default_rng(seed)
     bounds = np.array([0, ROWS])
     out, failed = [], 0
     for _ in range(n):
-        ids = rng.integers(0, ROWS, 1000)
+        ids = rng.integers(0, ROWS, rows)
         t = time.perf_counter()
         try:
             client.pull("emb", ids, bounds, (DIM,), np.float32)
@@ -152,7 +202,8 @@ def main() -> None:
     ap.add_argument("--pulls", type=int, default=2000, help="1,000-row pulls per scenario")
     ap.add_argument(
         "--scenarios",
-        default="claims-1GiB,claims-frame-limit,wrong-token,stuck-readers",
+        default="claims-1GiB,claims-frame-limit,wrong-token,stuck-readers,"
+        "lane-wrong-token,lane-garbage,lane-silent,lane-stuck-readers",
         help="comma-separated",
     )
     ap.add_argument(
@@ -166,7 +217,7 @@ def main() -> None:
     token = secrets.token_hex(16)
     print(
         f"# bench/attack.py, {time.strftime('%Y-%m-%d %H:%M')}, {platform.node()}, {os.cpu_count()} CPUs, "
-        f"table {ROWS:,} x {DIM}, {args.pulls} pulls of 1,000 rows per scenario, "
+        f"table {ROWS:,} x {DIM}, {args.pulls} pulls of 1,000 rows per scenario ({LANE_ROWS} for lane-*), "
         f"attackers at nice {args.nice}"
     )
     ctx = mp.get_context("spawn")
@@ -180,8 +231,9 @@ def main() -> None:
             pull_latencies(client, 300, 0)  # warm: buffers, allocator, caches
             server = psutil.Process(pid)
             for i, kind in enumerate(args.scenarios.split(",")):
+                rows_per_pull = LANE_ROWS if kind in LANE_PEERS else 1000
                 c0 = cpu_seconds(server)
-                quiet, _ = pull_latencies(client, args.pulls, 100 + i)
+                quiet, _ = pull_latencies(client, args.pulls, 100 + i, rows_per_pull)
                 quiet_cpu = cpu_seconds(server) - c0
                 base = psutil.Process(pid).memory_info().rss
                 started, stop = ctx.Event(), ctx.Event()
@@ -194,7 +246,7 @@ def main() -> None:
                 peak, done = [base], threading.Event()
                 watcher = threading.Thread(target=watch_rss, args=(pid, done, peak))
                 watcher.start()
-                under, failed = pull_latencies(client, args.pulls, 200 + i)
+                under, failed = pull_latencies(client, args.pulls, 200 + i, rows_per_pull)
                 under_cpu = cpu_seconds(server) - c0
                 attack_cpu = cpu_seconds(psutil.Process(att.pid)) - a0
                 done.set()

@@ -1,7 +1,11 @@
 """The shard server's request path (issue 47, item 1): what one small pull costs the server.
 
 One shard server process (2 workers, a 1,000,000 x 64 float32 table) and one client in this process
-pulling random rows over TCP in a loop, one pull at a time, for --seconds per size. Reported per pull:
+pulling random rows over TCP in a loop, one pull at a time, for --seconds per size and path: `zmq`
+(the protocol's ROUTER, answered by the I/O thread or a worker) and `fast` (the fast lane, a native
+thread on its own port: serving/fastlane.py). Beside them, in the same run, `bare echo`: a pyzmq
+REQ/REP echo process answering the same request bytes with the same reply bytes (no table, no
+protocol), the floor the issue holds the round trip to (<= 2x). Reported per pull:
 the round trip, the server's CPU (user + system, all its threads), and each server thread's share and
 voluntary context switches (from /proc: who does the work, and how often threads hand it on). With
 --py-spy PATH, `py-spy record --format raw` of the server for the first size goes to PATH (stacks by
@@ -50,12 +54,73 @@ def thread_times(pid: int) -> dict[int, tuple[float, int]]:
     return out
 
 
-def measure(client, server: psutil.Process, rows: int, seconds: float, spy: str | None) -> str:
+def _echo(address: str, reply_bytes: int) -> None:
+    """A bare pyzmq REP: each request answered with `reply_bytes` bytes (one reused buffer)."""
+    import zmq
+
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.REP)
+    sock.connect(address)
+    reply = bytes(reply_bytes)
+    while True:
+        if sock.recv(copy=False).bytes == b"stop":
+            sock.send(b"")
+            return
+        sock.send(reply, copy=False)
+
+
+def measure_echo(rows: int, seconds: float) -> str:
+    """The bare pyzmq echo of a pull's bytes (ids out, rows back): round trip and the echo's CPU."""
+    import multiprocessing as mp
+
+    import zmq
+
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.REQ)
+    port = sock.bind_to_random_port("tcp://127.0.0.1")
+    proc = mp.get_context("spawn").Process(target=_echo, args=(f"tcp://127.0.0.1:{port}", rows * DIM * 4))
+    proc.start()
+    request = bytes(8 * rows + 64)  # the ids and about a header
+    try:
+        for _ in range(200):
+            sock.send(request)
+            sock.recv()
+        echo = psutil.Process(proc.pid)
+        cpu0, n, start = sum(echo.cpu_times()[:2]), 0, time.perf_counter()
+        while time.perf_counter() - start < seconds:
+            sock.send(request)
+            sock.recv(copy=False)
+            n += 1
+        wall, cpu = time.perf_counter() - start, sum(echo.cpu_times()[:2]) - cpu0
+        sock.send(b"stop")
+        sock.recv()
+    finally:
+        proc.join(timeout=10)
+        if proc.is_alive():
+            proc.kill()
+        sock.close(linger=0)
+        ctx.term()
+    return f"| {rows:,} | {n:,} | {1000 * wall / n:.3f} | {1000 * cpu / n:.3f} | (one process) |"
+
+
+def measure(
+    client, server: psutil.Process, rows: int, seconds: float, spy: str | None, op: str = "pull"
+) -> str:
+    """`op` "pull", or "push": a gradient push of the same rows (deduplicated ids, row-wise Adagrad on
+    the server), the other half of a step's embedding traffic."""
     rng = np.random.default_rng(rows)
-    ids = rng.integers(0, TABLE_ROWS, (2000, rows))
+    ids = np.stack([rng.choice(TABLE_ROWS, rows, replace=False) for _ in range(2000)])
+    grads = rng.standard_normal((rows, DIM)).astype(np.float32)
     bounds = np.array([0, TABLE_ROWS])
+
+    def one(i: int) -> None:
+        if op == "pull":
+            client.pull("t", ids[i % 2000], bounds, (DIM,), np.float32)
+        else:
+            client.push_grad("t", ids[i % 2000], grads, bounds, mean=False)
+
     for i in range(200):  # warm-up
-        client.pull("t", ids[i % 2000], bounds, (DIM,), np.float32)
+        one(i)
     recorder = None
     if spy:
         cmd = [shutil.which("py-spy") or "py-spy", "record", "--pid", str(server.pid), "--format", "raw"]
@@ -65,7 +130,7 @@ def measure(client, server: psutil.Process, rows: int, seconds: float, spy: str 
     before, cpu0 = thread_times(server.pid), sum(server.cpu_times()[:2])
     n, start = 0, time.perf_counter()
     while time.perf_counter() - start < seconds:
-        client.pull("t", ids[n % 2000], bounds, (DIM,), np.float32)
+        one(n)
         n += 1
     wall = time.perf_counter() - start
     cpu, after = sum(server.cpu_times()[:2]) - cpu0, thread_times(server.pid)
@@ -83,26 +148,42 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rows", type=int, nargs="+", default=[64, 1024])
     ap.add_argument("--seconds", type=float, default=8.0)
+    ap.add_argument(
+        "--lanes", nargs="+", choices=["zmq", "fast"], default=["zmq", "fast"], help="the paths to measure"
+    )
+    ap.add_argument(
+        "--push", action=argparse.BooleanOptionalAction, default=True, help="also gradient pushes"
+    )
     ap.add_argument("--py-spy", dest="spy", help="write py-spy's raw stacks of the server here (first size)")
     args = ap.parse_args()
     token = secrets.token_hex(16)
     with tempfile.TemporaryDirectory(prefix="gt-bench-rp-") as root:
         proc, address = start_server("tcp://127.0.0.1:0", token, root)
-        client = kvstore.connect([address], token, timeout=120)
+        client = kvstore.connect([address], token, timeout=120, fast=False)
+        lanes = {
+            lane: kvstore.connect([address], token, timeout=120, fast=lane == "fast") for lane in args.lanes
+        }
         try:
             client.create("t", TABLE_ROWS, (DIM,), "float32", np.array([0, TABLE_ROWS]), {"kind": "uniform"})
+            client.set_optimizer("t", {"kind": "rowwise_adagrad", "lr": 0.01})
             print(f"# bench/request_path.py, {time.strftime('%Y-%m-%d %H:%M')} UTC, {os.cpu_count()} CPUs")
-            columns = ["rows per pull", "pulls", "round trip ms", "server CPU ms per pull"]
+            columns = ["path", "rows per pull", "pulls", "round trip ms", "server CPU ms per pull"]
             columns.append("busiest threads: CPU ms / voluntary switches per pull")
             print("| " + " | ".join(columns) + " |")
-            print("|---|---|---|---|---|")
+            print("|---|---|---|---|---|---|")
             for k, rows in enumerate(args.rows):
-                print(
-                    measure(
-                        client, psutil.Process(proc.pid), rows, args.seconds, args.spy if k == 0 else None
+                print("| bare echo " + measure_echo(rows, args.seconds))
+                for lane, c in lanes.items():
+                    spy = args.spy if k == 0 and lane == args.lanes[0] else None
+                    print(f"| {lane} " + measure(c, psutil.Process(proc.pid), rows, args.seconds, spy))
+                if args.push:
+                    print(
+                        "| push "
+                        + measure(client, psutil.Process(proc.pid), rows, args.seconds, None, "push")
                     )
-                )
         finally:
+            for c in lanes.values():
+                c.close()
             client.shutdown()
             client.close()
             proc.wait(timeout=30)

@@ -210,6 +210,14 @@ class ShardServerParams(RoleParams):
     bind: str = field(
         default="tcp://127.0.0.1:0", metadata=opt("tcp://host:port or ipc://path (port 0: any free port)")
     )
+    fast_port: int = field(
+        default=0,
+        metadata=opt(
+            "also answer small pulls of host tables natively on this TCP port of the bind host (the fast "
+            "lane; 0: any free port, -1: none)",
+            min=-1,
+        ),
+    )
     shard: int = field(default=0, metadata=opt("this server's shard index"))
     shard_from_hostname: bool = field(
         default=False,
@@ -397,12 +405,14 @@ def shard_server(
     metrics_port: int | None = None,
     metrics_host: str | None = None,
     device: str = "cpu",
+    fast_port: int | None = None,
 ) -> list[str]:
     """One shard server. `shard`: its index, or None to take it from the host name's ordinal (a
     StatefulSet pod); `bind`: ipc://path on one host, tcp://host:port across pods; `shm`: hold the host
     tables in shared memory for trainers on the same host (with a cuda `device` the node data: learnable
     tables live on the GPU and are pulled over the socket); `workers`/`metrics_*`: None keeps the CLI's
-    default; `device`: where learnable tables live (cpu, cuda[:N]).
+    default; `device`: where learnable tables live (cpu, cuda[:N]); `fast_port`: the fast lane's port
+    (None: the CLI's default, any free port).
     """
     return argv(
         ShardServerParams(
@@ -416,7 +426,7 @@ def shard_server(
             metrics_port=metrics_port,
             device=device,
             shm=shm,
-            **_given(workers=workers, metrics_host=metrics_host),
+            **_given(workers=workers, metrics_host=metrics_host, fast_port=fast_port),
         )
     )
 

@@ -71,6 +71,7 @@ from graphtrain.operator import gang, placement
 from graphtrain.operator.config import OperatorConfig
 
 SHARD_PORT = 7000
+FAST_PORT = 7001  # the shard server's fast lane (small pulls; its health reply names it to clients)
 METRICS_PORT = 9090
 RENDEZVOUS_PORT = 29500
 CONFIG_DIR = "/etc/graphtrain"
@@ -364,7 +365,13 @@ def _headless(owner: Obj, gt: GraphTraining, name: str, role: str, ports: dict[s
 
 def shard_service(owner: Obj, gt: GraphTraining) -> Obj:
     n = names(gt.metadata.name)
-    return _headless(owner, gt, n["shards"], "shards", {"kvstore": SHARD_PORT, "metrics": METRICS_PORT})
+    return _headless(
+        owner,
+        gt,
+        n["shards"],
+        "shards",
+        {"kvstore": SHARD_PORT, "kvstore-fast": FAST_PORT, "metrics": METRICS_PORT},
+    )
 
 
 def shard_addresses(gt: GraphTraining, namespace: str) -> list[str]:
@@ -405,6 +412,7 @@ def shard_container(
         token=True,
         ports=[
             {"name": "kvstore", "containerPort": SHARD_PORT},
+            {"name": "kvstore-fast", "containerPort": FAST_PORT},
             {"name": "metrics", "containerPort": METRICS_PORT},
         ],
         readinessProbe=readiness,
@@ -438,6 +446,7 @@ def shard_statefulset(
     args = roles.shard_server(
         lay.files,
         bind=f"tcp://$({POD_IP_ENV}):{SHARD_PORT}",
+        fast_port=FAST_PORT,
         shard=None,  # the StatefulSet pod's ordinal
         shm=False,  # trainers run in other pods
         metrics_port=METRICS_PORT,
@@ -558,6 +567,10 @@ def shard_network_policy(owner: Obj, gt: GraphTraining, config: OperatorConfig) 
                 {
                     "from": [{"podSelector": _selector(gt, r)} for r in ("trainer", "partition")],
                     "ports": [{"protocol": "TCP", "port": SHARD_PORT}],
+                },
+                {  # the fast lane: the trainers' small pulls
+                    "from": [{"podSelector": _selector(gt, "trainer")}],
+                    "ports": [{"protocol": "TCP", "port": FAST_PORT}],
                 },
                 {
                     "from": [{"podSelector": _selector(gt)}, *config.network_policy.metrics_from],

@@ -38,6 +38,7 @@ from graphtrain.contract.spec import Device, GraphTraining, MemoryNeed, trainers
 from graphtrain.operator import gang, placement
 from graphtrain.operator.config import OperatorConfig
 from graphtrain.operator.manifests import (
+    FAST_PORT,
     METRICS_PORT,
     POD_IP_ENV,
     RENDEZVOUS_PORT,
@@ -101,6 +102,7 @@ def worker_pod(
     server_args = roles.shard_server(
         lay.files,
         bind=f"tcp://$({POD_IP_ENV}):{SHARD_PORT}",
+        fast_port=FAST_PORT,  # other partitions' trainers pull through it (the policy admits them)
         shard=partition,
         shm=True,  # the pod's trainers map its tables
         workers=roles.SHARED_HOST_WORKERS,  # its trainers share the pod's cores, as in `graphtrain run`

@@ -20,17 +20,23 @@ _default: KVClient | None = None
 
 
 def connect(
-    addresses: list[str], token: str, timeout: float = 30.0, retries: int = 2, shm: bool = False
+    addresses: list[str],
+    token: str,
+    timeout: float = 30.0,
+    retries: int = 2,
+    shm: bool = False,
+    fast: bool = True,
 ) -> KVClient:
     """A client of running shard servers (tcp:// or ipc:// addresses, one per shard, in order).
 
     shm: read the rows of servers on this host from their shared memory, and pass them gradients the same
-    way (servers started with --shm)."""
+    way (servers started with --shm). fast: send small pulls over the servers' fast lanes where they
+    have one (client/fastlane.py)."""
     from graphtrain.runtime.kvstore.client.kvclient import KVClient, ZmqTransport
     from graphtrain.runtime.native.memory import keep_freed_memory
 
     keep_freed_memory()
-    return KVClient(ZmqTransport(addresses, token, timeout, retries, shm))
+    return KVClient(ZmqTransport(addresses, token, timeout, retries, shm, fast))
 
 
 def standalone(

@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 from graphtrain.runtime.errors import GraphtrainError
 
 # = graphtrain::kAbiVersion in cuda/include/graphtrain/abi.h (tests/native/test_abi.py compares them)
-ABI_VERSION = 10
+ABI_VERSION = 11
 
 CPU, CUDA = "cpu", "cuda"
 REBUILD = {
@@ -113,6 +113,13 @@ SIGNATURES: dict[str, Signature] = {
     "gt_keymap_insert": Signature((CPU,), I64, [P, I64, P, P, U64, I32, P, P]),
     # n, keys, cols, base, out (n x cols doubles): the uniforms of a dynamic vocabulary's new rows
     "gt_keyed_unit": Signature((CPU,), None, [I64, P, I64, U64, P]),
+    # the shard server's fast lane (fastlane.cpp): start(listen fd, token, token bytes, max connections, max
+    # ids, max reply bytes, handshake ms, stall ms), set_table(server, name, name bytes, data, lo, hi, row
+    # bytes), stats(server, out, n), stop(server)
+    "gt_fast_start": Signature((CPU,), P, [INT, ctypes.c_char_p, I64, I64, I64, I64, I64, I64]),
+    "gt_fast_set_table": Signature((CPU,), INT, [P, ctypes.c_char_p, I64, P, I64, I64, I64]),
+    "gt_fast_stats": Signature((CPU,), None, [P, P, I64]),
+    "gt_fast_stop": Signature((CPU,), None, [P]),
     # CUDA core (cuda/src/optim_cuda.cu): every call returns an error code and leaves its message in
     # gt_cuda_last_error. Device pointers; the sparse step's tail has the flag "steps is the table's one
     # Adam count" where the CPU's has the count itself; then the device, the caller's stream, a workspace

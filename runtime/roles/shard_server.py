@@ -77,7 +77,7 @@ def serve(p: ShardServerParams) -> None:
         stall_seconds=p.stall_seconds,
         deaf_seconds=p.deaf_seconds,
     )
-    server = ShardServer(state, token, p.bind, p.workers, p.checkpoint_root, limits)
+    server = ShardServer(state, token, p.bind, p.workers, p.checkpoint_root, limits, fast_port=p.fast_port)
     address = server.start()
     port = None
     if p.metrics_port is not None:

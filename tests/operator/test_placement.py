@@ -415,12 +415,15 @@ def test_shard_network_policy_admits_only_the_trainings_pods() -> None:
     spec = policy["spec"]
     assert spec["podSelector"] == {"matchLabels": {LABEL_TRAINING: "wn", LABEL_ROLE: "shards"}}
     assert spec["policyTypes"] == ["Ingress"]
-    kvstore, metrics = spec["ingress"]
+    kvstore, fast, metrics = spec["ingress"]
     assert kvstore["ports"] == [{"protocol": "TCP", "port": manifests.SHARD_PORT}]
     assert kvstore["from"] == [
         {"podSelector": {"matchLabels": {LABEL_TRAINING: "wn", LABEL_ROLE: role}}}
         for role in ("trainer", "partition")
     ]
+    # the fast lane (small pulls) from the trainers only: the partition job never pulls
+    assert fast["ports"] == [{"protocol": "TCP", "port": manifests.FAST_PORT}]
+    assert fast["from"] == [{"podSelector": {"matchLabels": {LABEL_TRAINING: "wn", LABEL_ROLE: "trainer"}}}]
     assert metrics["ports"] == [{"protocol": "TCP", "port": manifests.METRICS_PORT}]
     assert metrics["from"] == [
         {"podSelector": {"matchLabels": {LABEL_TRAINING: "wn"}}},

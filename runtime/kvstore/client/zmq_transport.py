@@ -25,6 +25,7 @@ import zmq
 from zmq.utils.monitor import recv_monitor_message
 
 from graphtrain.runtime.errors import GraphtrainError
+from graphtrain.runtime.kvstore.client.fastlane import FastPulls
 from graphtrain.runtime.kvstore.client.samehost import SameHost
 from graphtrain.runtime.kvstore.client.transport import Answer, Call, KVAuthError, KVTimeout, place
 from graphtrain.runtime.kvstore.tables.graphpart import GraphPart
@@ -54,6 +55,7 @@ class ZmqTransport:
         timeout: float = DEFAULT_TIMEOUT,
         retries: int = DEFAULT_RETRIES,
         shm: bool = False,
+        fast: bool = True,
     ):
         if not token:
             raise GraphtrainError("a token is needed to talk to the shard servers")
@@ -83,6 +85,7 @@ class ZmqTransport:
         self.shm = shm
         self._host = SameHost()
         self._open: _Exchange | None = None  # begin_many's calls, collected before anything else
+        self._fast = FastPulls(self.addresses, token, timeout) if fast else None  # small pulls' lane
 
     # ------------------------------------------------------------------ shared memory (same host)
 
@@ -132,8 +135,28 @@ class ZmqTransport:
 
     def call_many(self, calls: list[Call], timeout: float | None = None) -> list[Answer]:
         with self._lock:
-            self._settle()
-            return _Exchange(self, calls, self.timeout if timeout is None else timeout).finish()
+            self._settle()  # every earlier call answered: a pull on the fast lane sees their effects
+            wait = self.timeout if timeout is None else timeout
+            if self._fast is None or not any(c.op == "pull" for c in calls):
+                return _Exchange(self, calls, wait).finish()
+            return self._fast_lane(self._fast, calls, wait)
+
+    def _fast_lane(self, fast: FastPulls, calls: list[Call], wait: float) -> list[Answer]:
+        """The eligible pulls over the fast lane (client/fastlane.py), the rest and whatever the lane
+        could not serve over ZMQ."""
+        ask = sorted(fast.unknown(calls))
+        if ask:
+            health = _Exchange(self, [Call(s, "health") for s in ask], wait).finish()
+            for s, a in zip(ask, health, strict=True):
+                fast.learn(s, a.result.get("fast_port", 0))
+        lane = [c for c in calls if fast.eligible(c)]
+        if not lane:
+            return _Exchange(self, calls, wait).finish()
+        left = {id(c) for c in fast.run(lane)}
+        served = {id(c) for c in lane} - left
+        rest = [c for c in calls if id(c) not in served]
+        answers = iter(_Exchange(self, rest, wait).finish() if rest else [])
+        return [Answer({"offset": 0}, []) if id(c) in served else next(answers) for c in calls]
 
     def begin_many(self, calls: list[Call], timeout: float | None = None) -> None:
         with self._lock:
@@ -182,6 +205,8 @@ class ZmqTransport:
             self.settle()  # a push still in flight is delivered (or its failure raised), not dropped
         finally:
             self._host.close()
+            if self._fast is not None:
+                self._fast.close()
             for s in self.sockets:
                 s.disable_monitor()
                 s.close(linger=0)

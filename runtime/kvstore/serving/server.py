@@ -18,6 +18,9 @@ was checked only after a whole message had been buffered. Now:
   and sends replies without ever blocking (outbox.py: ZMQ_ROUTER_MANDATORY, bounded backlog per peer,
   a peer that stops reading is dropped and counted). It also runs the ZAP handler, expires barrier
   participants and restarts a worker thread that ended (none should: see below).
+- Beside the ROUTER, the fast lane (fastlane.py, cuda/src/fastlane.cpp): a second TCP port where one
+  native thread answers small pulls of host tables without Python, ZMQ or a hand-off; the health reply
+  names its port. The workers re-register the tables after create, restore and set_optimizer.
 - Workers run requests through the Dispatcher (dispatch.py), the same path as standalone mode. No
   exception ends a worker: anything unexpected is logged and answered as an internal error.
 - A pull streams CHUNK_BYTES chunks from reusable buffers (a buffer is reused once ZMQ's tracker
@@ -55,8 +58,10 @@ from graphtrain.runtime.kvstore.serving import inline
 from graphtrain.runtime.kvstore.serving.chunkbuffers import ChunkBuffers
 from graphtrain.runtime.kvstore.serving.dispatch import Dispatcher
 from graphtrain.runtime.kvstore.serving.fairqueue import FairQueue, PeerState, QueueFull
+from graphtrain.runtime.kvstore.serving.fastlane import FastLane, LaneLimits
 from graphtrain.runtime.kvstore.serving.metrics import ServerMetrics
 from graphtrain.runtime.kvstore.serving.outbox import Dropped, Outbox, Sent
+from graphtrain.runtime.kvstore.serving.status import ServerStatus
 from graphtrain.runtime.kvstore.serving.workers import ServerWorkers, Stream, Task
 from graphtrain.runtime.kvstore.tables.shm import host_id
 from graphtrain.runtime.kvstore.tables.state import ShardTensors
@@ -64,8 +69,6 @@ from graphtrain.runtime.kvstore.wire import auth, opargs, protocol
 
 log = logging.getLogger("graphtrain.kvstore.server")
 IO_IDLE_MS = 200
-IO_STALE = 10.0  # seconds without an I/O loop turn: the server is deaf
-READY_STALE = 3.0  # seconds without an I/O loop turn: not ready (it turns every IO_IDLE_MS when idle)
 
 
 @dataclass(frozen=True)
@@ -83,7 +86,7 @@ class Limits:
     deaf_seconds: float = 300.0  # requests waiting this long with no worker finishing: not live
 
 
-class ShardServer(ServerWorkers):
+class ShardServer(ServerWorkers, ServerStatus):
     def __init__(
         self,
         state: ShardTensors,
@@ -93,6 +96,7 @@ class ShardServer(ServerWorkers):
         checkpoint_root: Path | None = None,
         limits: Limits | None = None,
         metrics: ServerMetrics | None = None,
+        fast_port: int | None = 0,
     ):
         self._token = auth.check_token(token) if token else b""
         if not self._token:
@@ -106,6 +110,8 @@ class ShardServer(ServerWorkers):
         self.dispatcher = Dispatcher(state, checkpoint_root, host_id(), self.metrics)
         self.ctx = zmq.Context()
         self.address = ""
+        self.fast_port = fast_port  # the fast lane's (fastlane.py; None or negative: none)
+        self.fastlane: FastLane | None = None
         self.n_workers = max(1, workers)
         self._queue = FairQueue(self.limits.per_peer_queue)
         self._wake_fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
@@ -155,6 +161,13 @@ class ShardServer(ServerWorkers):
         router.bind(self.bind)
         self.router = router
         self.address = router.getsockopt_string(zmq.LAST_ENDPOINT)
+        self.fastlane = FastLane.open(
+            self.bind, self.fast_port, self._token, LaneLimits(lim.handshake_seconds, lim.stall_seconds)
+        )
+        if self.fastlane is not None:
+            lane = self.fastlane
+            self.metrics.scrape_hooks.hooks.append(lambda: lane.scrape(self.metrics))
+        self.tables_changed()
         self._io_beat = time.monotonic()
         self._threads = [threading.Thread(target=self._io, name="kv-io", daemon=True)]
         self._threads[0].start()
@@ -185,76 +198,13 @@ class ShardServer(ServerWorkers):
         for t in [*self._threads, *self._workers]:
             if t is not threading.current_thread():
                 t.join(timeout=5)
+        if self.fastlane is not None:
+            self.fastlane.stop()
         self.ctx.term()
         with contextlib.suppress(OSError):
             os.close(self._wake_fd)
         self.dispatcher.close()
         self.state.close()
-
-    # ---------------------------------------------------------------------------------- status
-
-    def liveness(self, now: float | None = None) -> tuple[bool, str]:
-        """(live, why): False when the server cannot answer any more, not when it is busy."""
-        now = time.monotonic() if now is None else now
-        if not self._threads:
-            return False, "not started"
-        if self._fault:
-            return False, f"a sticky CUDA error, the GPU context is unusable: {self._fault}"
-        if now - self._io_beat > IO_STALE:
-            return False, f"the I/O thread has not turned for {now - self._io_beat:.0f} s"
-        dead = [t.name for t in self._workers if not t.is_alive()]
-        if dead and not self._closing.is_set():
-            return False, f"worker threads ended: {', '.join(dead)}"
-        wait, idle = self._queue.oldest_wait(now), now - self._last_done
-        if wait > self.limits.deaf_seconds and idle > self.limits.deaf_seconds:
-            busy = ", ".join(op for op in self._busy if op) or "nothing"
-            return (
-                False,
-                f"requests have waited {wait:.0f} s and no worker finished one in {idle:.0f} s ({busy})",
-            )
-        return True, "ok"
-
-    def readiness(self, now: float | None = None) -> tuple[bool, str]:
-        """(ready, why): the shard's rows are loaded (they are before the server starts: a partition, a
-        restored checkpoint) and its request loop answers now: the I/O thread turned within
-        READY_STALE seconds and the server is live. Served at /readyz, the StatefulSet's readiness
-        probe: a cheap GET on the server itself where an exec probe spawned a 256 MB `graphtrain health`
-        process every 10 s. Stricter than liveness: a server stops taking new clients seconds before
-        the kubelet would restart it."""
-        now = time.monotonic() if now is None else now
-        if not self._threads or not self.address:
-            return False, "not started"
-        if self._stop.is_set():
-            return False, "stopping"
-        if not self._threads[0].is_alive() or now - self._io_beat > READY_STALE:
-            return False, f"the request loop has not turned for {now - self._io_beat:.1f} s"
-        live, why = self.liveness(now)
-        if not live:
-            return False, why
-        return True, f"ready: shard {self.state.shard}, {len(self.state.tensors)} tables"
-
-    def _load(self) -> dict[str, float]:
-        with self._parked_lock:
-            parked = len(self._parked)
-        return {
-            "queued_requests": self._queue.queued(),
-            "busy_workers": sum(1 for op in self._busy if op),
-            "parked_streams": parked,
-            "live": float(self.liveness()[0]),
-        }
-
-    def health(self) -> dict[str, Any]:
-        live, why = self.liveness()
-        load = self._load()
-        return {
-            "shard": self.state.shard,
-            "tensors": len(self.state.tensors),
-            "live": live,
-            "why": why,
-            "workers": self.n_workers,
-            "busy": int(load["busy_workers"]),
-            "queued": int(load["queued_requests"]),
-        }
 
     # ------------------------------------------------------------------------------ I/O thread
 
@@ -421,12 +371,20 @@ class ShardServer(ServerWorkers):
     def _supervise(self) -> None:
         if self._closing.is_set():
             return
+        self.tables_changed()
+        if self.fastlane is not None:
+            self.fastlane.count_into(self.metrics)
         for i, t in enumerate(self._workers):
             if not t.is_alive():
                 log.error("worker %d ended unexpectedly; starting a new one", i)
                 self.metrics.worker_restarts.labels(self.metrics.shard).inc()
                 self._busy[i] = None
                 self._workers[i] = self._start_worker(i)
+
+    def tables_changed(self) -> None:
+        """(Re)register the tables the fast lane serves: after create, restore and set_optimizer."""
+        if self.fastlane is not None:
+            self.fastlane.sync(self.state.tensors)
 
     def _log_limited(self, kind: str, msg: str, *args: Any) -> None:
         """At most one line per kind every 10 s: a flood of bad peers must not fill the disk with logs."""

@@ -31,6 +31,7 @@ log = logging.getLogger("graphtrain.kvstore.server")
 WORKER_POLL = 0.2  # seconds a worker waits for a task before looking at the stop flag again
 WINDOW = 4  # pull chunks of one stream handed to ZMQ and not yet on the wire
 ERROR_CHARS = 500
+TABLE_OPS = frozenset({"create", "restore", "set_optimizer"})  # may give a table new memory (fastlane.py)
 PATIENCE = 0.005  # seconds a worker waits for its stream's oldest chunk to leave before parking it
 
 
@@ -74,6 +75,7 @@ class ServerWorkers:
     _release: Callable[[int], None]
     _wake: Callable[[], None]
     _error: Callable[[bytes, int, str], None]
+    tables_changed: Callable[[], None]
 
     def note_error(self, exc: BaseException) -> None:
         """Remember a sticky CUDA error (placement.is_sticky): liveness fails from now on."""
@@ -127,6 +129,8 @@ class ServerWorkers:
         replies: list[tuple[bytes, list[Any], int]] = []
         try:
             out = self.dispatcher.run(req, task.args, who=(identity, req.rid))
+            if req.op in TABLE_OPS:  # before the answer: a pull sent after it reads the table's memory
+                self.tables_changed()
             if isinstance(out, PullStream):
                 return self._advance(identity, Stream(req.rid, start, out))
             if isinstance(out, Released):

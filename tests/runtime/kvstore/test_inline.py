@@ -60,7 +60,7 @@ def served(monkeypatch: pytest.MonkeyPatch):
         return real(*args, **kwargs)
 
     monkeypatch.setattr(server_module.inline, "answer", counted)
-    client = kvstore.connect([srv.address], TOKEN, timeout=30, retries=0)
+    client = kvstore.connect([srv.address], TOKEN, timeout=30, retries=0, fast=False)  # ZMQ's path
     client.create("t", ROWS, (DIM,), "float32", BOUNDS, {"kind": "uniform", "seed": 1})
     yield srv, state, client, answered
     client.close()

@@ -132,6 +132,9 @@ def test_metrics_endpoint(ckroot: Path) -> None:
         )
         for needle in (
             'graphtrain_kvstore_requests_total{op="pull",outcome="ok",shard="0"} 1.0',
+            # the pull went over the fast lane: counted at the scrape, with the lane's own families
+            'graphtrain_kvstore_fast_lane_events_total{event="pulls_ok",shard="0"} 1.0',
+            'graphtrain_kvstore_fast_lane_connections{shard="0"} 1.0',
             'graphtrain_kvstore_rows_pulled_total{shard="0"} 10.0',
             'graphtrain_kvstore_rows_pushed_total{kind="gradient",shard="0"} 2.0',
             "graphtrain_kvstore_request_seconds_bucket",

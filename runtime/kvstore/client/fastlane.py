@@ -1,0 +1,211 @@
+"""Pulls over the shard servers' fast lanes (serving/fastlane.py, cuda/src/fastlane.cpp): the client side.
+
+ZmqTransport hands each eligible pull here: a pull of a table's rows into the caller's array, of at
+most fastwire.MAX_IDS ids and MAX_REPLY_BYTES of rows, to a shard whose health reply named a fast lane
+port. One plain TCP connection per shard, authenticated once with the token, one request in flight on
+it at a time (pulls to several shards are in flight together). Rows are read straight into the
+caller's array when they land in order.
+
+Whatever goes wrong here costs speed, never a result: a connection that fails or times out is closed,
+and its pulls go over ZMQ, with its retries and its error messages (a pull is idempotent, so asking
+twice is safe); the lane is tried again RETRY_SECONDS later, after asking the server its port again (a
+restarted server may have another). A table the lane does not serve (a GPU table, a dynamic vocabulary,
+one created since) is remembered and asked over ZMQ from then on. What the lane refuses (an id outside
+the shard) raises as the ZMQ path's refusal does; a refused token raises KVAuthError.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import socket
+import time
+from collections import deque
+
+import numpy as np
+
+from graphtrain.runtime.kvstore.client.transport import Call, KVAuthError, place
+from graphtrain.runtime.kvstore.wire import fastwire, protocol
+
+RETRY_SECONDS = 2.0
+
+
+def host_of(address: str) -> str | None:
+    """The host of a tcp://host:port address (None for ipc://: no fast lane there)."""
+    if not address.startswith("tcp://"):
+        return None
+    return address[len("tcp://") :].rsplit(":", 1)[0].strip("[]")
+
+
+class _Broken(Exception):
+    """A connection that cannot be trusted any more: closed, its pulls go over ZMQ."""
+
+
+class FastPulls:
+    def __init__(self, addresses: list[str], token: str, timeout: float):
+        self.addresses = addresses
+        self.hosts = [host_of(a) for a in addresses]
+        self.token = token.encode()
+        self.timeout = timeout
+        self.ports: list[int | None] = [None if h else 0 for h in self.hosts]  # None: ask; 0: none
+        self.socks: list[socket.socket | None] = [None] * len(addresses)
+        self.retry_at = [0.0] * len(addresses)
+        self.not_served: set[tuple[int, str]] = set()
+        self._rid = itertools.count(1)
+        self._head = bytearray(fastwire.REPLY.size)
+
+    # ------------------------------------------------------------------------------ which pulls
+
+    def unknown(self, calls: list[Call]) -> set[int]:
+        """Shards of these pulls whose lane port is not known yet (ask their health, then `learn`)."""
+        now = time.monotonic()
+        return {
+            c.shard
+            for c in calls
+            if c.op == "pull" and self.ports[c.shard] is None and now >= self.retry_at[c.shard]
+        }
+
+    def learn(self, shard: int, port: int) -> None:
+        self.ports[shard] = int(port) if 0 < int(port) < 65536 else 0
+
+    def eligible(self, c: Call) -> bool:
+        s = c.shard
+        if c.op != "pull" or c.out is None or not self.ports[s] or time.monotonic() < self.retry_at[s]:
+            return False
+        if (s, c.name) in self.not_served or not isinstance(c.name, str):
+            return False
+        n = sum(len(a) for a in c.arrays)
+        return n <= fastwire.MAX_IDS and n * _row_bytes(c.out) <= fastwire.MAX_REPLY_BYTES
+
+    # ---------------------------------------------------------------------------------- pulls
+
+    def run(self, calls: list[Call]) -> list[Call]:
+        """Serve `calls` (all eligible); returns those left for ZMQ."""
+        queues: dict[int, deque[Call]] = {}
+        for c in calls:
+            queues.setdefault(c.shard, deque()).append(c)
+        left: list[Call] = []
+        flight: dict[int, tuple[Call, int]] = {}
+        for s, q in queues.items():
+            try:
+                flight[s] = (q[0], self._send(s, q[0]))
+            except _Broken:
+                self._down(s)
+                left += q
+                q.clear()
+        try:
+            while flight:
+                for s in list(flight):
+                    c, rid = flight.pop(s)
+                    try:
+                        if not self._receive(s, c, rid):
+                            left.append(c)
+                        queues[s].popleft()
+                        if queues[s]:
+                            flight[s] = (queues[s][0], self._send(s, queues[s][0]))
+                    except _Broken:
+                        self._down(s)
+                        left += queues[s]
+                        queues[s].clear()
+        except BaseException:  # a refusal raised: replies still on their way would desynchronise
+            for s in flight:
+                self._fail(s)
+            raise
+        return left
+
+    def _send(self, s: int, c: Call) -> int:
+        sock = self._connect(s)
+        rid = next(self._rid)
+        ids = [np.ascontiguousarray(a, dtype=np.int64) for a in c.arrays]
+        n = sum(len(a) for a in ids)
+        try:
+            sock.sendall(b"".join([fastwire.request(rid, c.name.encode(), n), *[a.tobytes() for a in ids]]))
+        except OSError as exc:
+            raise _Broken from exc
+        return rid
+
+    def _receive(self, s: int, c: Call, rid: int) -> bool:
+        """Read the answer to `c` into its rows; False: the lane does not serve its table."""
+        sock = self.socks[s]
+        assert sock is not None and c.out is not None
+        _read_into(sock, memoryview(self._head))
+        magic, status, got, nbytes = fastwire.REPLY.unpack(self._head)
+        if magic != fastwire.REPLY_MAGIC or got != rid:
+            raise _Broken
+        if status != fastwire.OK:
+            if nbytes > 4096:
+                raise _Broken
+            text = bytearray(nbytes)
+            _read_into(sock, memoryview(text))
+            message = text.decode(errors="replace")
+            if status == fastwire.NOT_HERE:
+                self.not_served.add((s, c.name))
+                return False
+            raise protocol.RemoteError(f"shard {s} ({self.addresses[s]}) refused pull: {message}")
+        n = sum(len(a) for a in c.arrays)
+        if nbytes != n * _row_bytes(c.out):  # another dtype than the caller's (say): ZMQ converts
+            self.not_served.add((s, c.name))
+            raise _Broken
+        if c.dest is None and c.out.flags.c_contiguous:
+            _read_into(sock, memoryview(c.out).cast("B"))
+        else:
+            rows = np.empty((n, *c.out.shape[1:]), dtype=c.out.dtype)
+            _read_into(sock, memoryview(rows).cast("B"))
+            place(c, 0, rows)
+        return True
+
+    def _connect(self, s: int) -> socket.socket:
+        sock = self.socks[s]
+        if sock is not None:
+            return sock
+        host, port = self.hosts[s], self.ports[s]
+        assert host is not None and port
+        try:
+            sock = socket.create_connection((host, port), timeout=self.timeout)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            sock.sendall(fastwire.hello(self.token))
+            head = bytearray(fastwire.HELLO_REPLY.size)
+            _read_into(sock, memoryview(head))
+        except (OSError, _Broken) as exc:
+            raise _Broken from exc
+        magic, status = fastwire.HELLO_REPLY.unpack(head)
+        if magic != fastwire.HELLO_MAGIC:
+            sock.close()
+            raise _Broken
+        if status != 0:
+            sock.close()
+            raise KVAuthError(f"shard {s} ({self.addresses[s]}) refused this client's token (fast lane)")
+        self.socks[s] = sock
+        return sock
+
+    def _fail(self, s: int) -> None:
+        sock, self.socks[s] = self.socks[s], None
+        if sock is not None:
+            sock.close()
+
+    def _down(self, s: int) -> None:
+        """The lane of `s` failed: ZMQ for a while, then ask its port again."""
+        self._fail(s)
+        self.retry_at[s] = time.monotonic() + RETRY_SECONDS
+        self.ports[s] = None
+
+    def close(self) -> None:
+        for s in range(len(self.socks)):
+            self._fail(s)
+
+
+def _row_bytes(out: np.ndarray) -> int:
+    return out.dtype.itemsize * math.prod(out.shape[1:])
+
+
+def _read_into(sock: socket.socket, view: memoryview) -> None:
+    """Fill `view` from `sock` (its timeout bounds each wait), or raise _Broken."""
+    got = 0
+    while got < len(view):
+        try:
+            n = sock.recv_into(view[got:])
+        except OSError as exc:
+            raise _Broken from exc
+        if n == 0:
+            raise _Broken
+        got += n

@@ -1,0 +1,222 @@
+"""The shard server's fast lane: the Python side of cuda/src/fastlane.cpp (issue 47, item 1).
+
+Why. Over ZMQ, a 64-row pull cost the server ~0.6 ms of CPU even when the I/O thread answered it
+itself (inline.py): the Python around pyzmq and ZMQ's own I/O thread, for a ~15 us gather. The fast
+lane answers such pulls on one native thread (epoll, no GIL, no hand-off) on a second TCP port; the
+client (client/fastlane.py) uses it for pulls of at most fastwire.MAX_REPLY_BYTES and asks over ZMQ
+for everything else, and for whatever the lane answers "not served here".
+
+What is served. Host tables with fixed rows (a dynamic vocabulary's pull may insert keys, a GPU
+table's rows live on the device: both stay on the ZMQ path). `sync` registers them, with their memory
+pointer, and keeps a reference to each registered tensor, so its memory outlives any pull copying from
+it: a table whose tensor changed (created, restored, moved by set_optimizer) is registered again, and
+only then is the old tensor let go (gt_fast_set_table returns once no copy reads the old memory).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ipaddress
+import logging
+import socket
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+from graphtrain.runtime.errors import GraphtrainError
+from graphtrain.runtime.kvstore.serving.metrics import ServerMetrics
+from graphtrain.runtime.kvstore.wire import fastwire
+from graphtrain.runtime.storage.shard import TensorShard
+
+log = logging.getLogger("graphtrain.kvstore.server")
+
+# gt_fast_stats's counters, in fastlane.cpp's Stat order
+STATS = (
+    "pulls_ok",
+    "pulls_error",
+    "not_served",
+    "rows",
+    "bytes_out",
+    "malformed",
+    "refused",
+    "handshake_timeouts",
+    "stalled",
+    "full",
+    "open",
+    "loops",
+    "accepted",
+    "busy_ns",
+    "last_loop_ms",
+)
+
+
+LANE_EVENTS = ("refused", "malformed", "handshake_timeouts", "stalled", "full")
+
+
+@dataclass(frozen=True)
+class LaneLimits:
+    handshake_seconds: float = 10.0  # to send the token
+    stall_seconds: float = 30.0  # a reply pending this long with nothing taken: the connection is closed
+    max_connections: int = 256  # with one request and one reply each: <= ~100 MB in all
+
+
+def servable(t: TensorShard) -> bool:
+    """Whether the lane may answer pulls of `t`: fixed rows in contiguous host memory."""
+    data = t.data
+    return t.keyed is None and data.device.type == "cpu" and data.dim() >= 1 and data.is_contiguous()
+
+
+def host_of(bind: str) -> str | None:
+    """The host of a tcp:// bind address (None for ipc:// or anything else: no fast lane there)."""
+    if not bind.startswith("tcp://"):
+        return None
+    host = bind[len("tcp://") :].rsplit(":", 1)[0].strip("[]")
+    return "0.0.0.0" if host == "*" else host
+
+
+class FastLane:
+    @classmethod
+    def open(
+        cls, bind: str, port: int | None, token: bytes, limits: LaneLimits | None = None
+    ) -> FastLane | None:
+        """The lane beside a ZMQ server bound at `bind`, on the same host, or None: off (`port` None or
+        negative), not TCP, or no native core (said in the log; pulls then all go over ZMQ)."""
+        from graphtrain.runtime.native import NativeUnavailable
+
+        host = host_of(bind)
+        if port is None or port < 0 or host is None:
+            return None
+        try:
+            return cls(host, port, token, limits)
+        except NativeUnavailable as exc:
+            log.warning("no fast lane: %s", exc)
+            return None
+
+    def __init__(self, host: str, port: int, token: bytes, limits: LaneLimits | None = None):
+        from graphtrain.runtime.native import core
+
+        self._core = core()
+        lim = limits or LaneLimits()
+        family = socket.AF_INET6 if _is_ipv6(host) else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((host, port))
+            sock.listen(128)
+        except OSError as exc:
+            sock.close()
+            raise GraphtrainError(f"the fast lane cannot listen on {host}:{port}: {exc.strerror}") from None
+        self.port = sock.getsockname()[1]
+        fd = sock.detach()  # the native server owns it now
+        self._handle = self._core.gt_fast_start(
+            fd,
+            token,
+            len(token),
+            lim.max_connections,
+            fastwire.MAX_IDS,
+            fastwire.MAX_REPLY_BYTES,
+            int(lim.handshake_seconds * 1000),
+            int(lim.stall_seconds * 1000),
+        )
+        if not self._handle:
+            raise GraphtrainError("the fast lane's native server did not start")
+        self._held: dict[str, tuple[int, TensorShard, object]] = {}  # name -> (pointer, table, tensor)
+        self._lock = threading.Lock()  # workers (after create, restore, ...) and the I/O thread sync
+        self._counted = dict.fromkeys(("pulls_ok", "pulls_error", "rows"), 0)
+        self._count_lock = threading.Lock()  # the I/O thread and a scrape count
+
+    def sync(self, tensors: dict[str, TensorShard]) -> None:
+        """Register the servable tables whose memory is new, withdraw the ones gone or no longer
+        servable. Called by whoever changed a table (create, restore, set_optimizer) before it answers,
+        and once a second by the I/O thread."""
+        with self._lock:
+            if self._handle:
+                self._sync(tensors)
+
+    def _sync(self, tensors: dict[str, TensorShard]) -> None:
+        for name, t in list(tensors.items()):
+            data = t.data
+            held = self._held.get(name)
+            if not servable(t):
+                if held is not None:
+                    self._set(name, None, t)
+                continue
+            if held is not None and held[0] == data.data_ptr() and held[1] is t:
+                continue
+            self._set(name, data, t)
+        for name in [n for n in self._held if n not in tensors]:
+            self._set(name, None, self._held[name][1])
+
+    def _set(self, name: str, data: object | None, t: TensorShard) -> None:
+        key = name.encode()
+        if data is None:
+            self._core.gt_fast_set_table(self._handle, key, len(key), None, 0, 0, 0)
+            self._held.pop(name, None)
+            return
+        row = int(np.prod(t.row_shape, dtype=np.int64)) * data.element_size()  # type: ignore[attr-defined]
+        ptr = data.data_ptr()  # type: ignore[attr-defined]
+        if self._core.gt_fast_set_table(self._handle, key, len(key), ptr, t.lo, t.hi, row) != 0:
+            raise GraphtrainError(f"the fast lane refused table {name!r}")
+        self._held[name] = (ptr, t, data)  # the old tensor, if any, is let go only now
+
+    def count_into(self, metrics: ServerMetrics) -> None:
+        """Add the pulls the lane answered since the last call to the server's request counters (so
+        graphtrain_kvstore_requests_total and rows_pulled count both paths)."""
+        with self._count_lock:
+            stats = self.stats()
+            if not stats:
+                return
+            delta = {k: stats[k] - v for k, v in self._counted.items()}
+            self._counted = {k: stats[k] for k in self._counted}
+        metrics.requests.labels(metrics.shard, "pull", "ok").inc(delta["pulls_ok"])
+        metrics.requests.labels(metrics.shard, "pull", "error").inc(delta["pulls_error"])
+        metrics.rows_pulled.labels(metrics.shard).inc(delta["rows"])
+
+    def scrape(self, metrics: ServerMetrics) -> Iterator[Metric]:
+        """At a scrape: the pulls into the request counters, and the lane's own events and connections."""
+        self.count_into(metrics)
+        stats = self.stats()
+        events = CounterMetricFamily(
+            "graphtrain_kvstore_fast_lane_events",
+            "Fast lane events: pulls answered (ok, error, not_served: asked over ZMQ), connections refused "
+            "(a wrong token), malformed, handshake timeouts, stalled (a reply not taken), full (past max)",
+            labels=["shard", "event"],
+        )
+        for key in ("pulls_ok", "pulls_error", "not_served", *LANE_EVENTS):
+            events.add_metric([metrics.shard, key], stats.get(key, 0))
+        yield events
+        open_ = GaugeMetricFamily(
+            "graphtrain_kvstore_fast_lane_connections", "Open fast lane connections", labels=["shard"]
+        )
+        open_.add_metric([metrics.shard], stats.get("open", 0))
+        yield open_
+
+    def stalled(self, now: float) -> float:
+        """Seconds since the lane's loop last turned (it turns at least every 100 ms)."""
+        stats = self.stats()
+        return max(0.0, now - stats["last_loop_ms"] / 1000) if stats else 0.0
+
+    def stats(self) -> dict[str, int]:
+        if not self._handle:
+            return {}
+        out = (ctypes.c_uint64 * len(STATS))()
+        self._core.gt_fast_stats(self._handle, ctypes.addressof(out), len(STATS))
+        return dict(zip(STATS, out, strict=True))
+
+    def stop(self) -> None:
+        """Stop serving and close every connection; the tables are let go after."""
+        with self._lock:
+            if self._handle:
+                handle, self._handle = self._handle, None
+                self._core.gt_fast_stop(handle)
+                self._held.clear()
+
+
+def _is_ipv6(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).version == 6
+    except ValueError:
+        return False

@@ -1,0 +1,40 @@
+"""The fast lane's wire (cuda/src/fastlane.cpp holds the server's side; its header comment is the spec).
+
+A second, binary protocol beside the ZMQ one, for the request that dominates a step: a pull of at most
+MAX_REPLY_BYTES of rows of a host table. Fixed little-endian headers, no msgpack, one request in flight
+per connection. Peers authenticate once per connection with the shard servers' token (sent as ZMQ's
+PLAIN mechanism sends it: in the clear, on the cluster network the NetworkPolicy confines).
+"""
+
+from __future__ import annotations
+
+import struct
+
+VERSION = 1
+HELLO = struct.Struct("<4sHH")  # magic, version, token length; then the token
+HELLO_MAGIC = b"GTFL"
+HELLO_REPLY = struct.Struct("<4sI")  # magic, status (0: accepted)
+REQUEST = struct.Struct("<4sHHQQQ")  # magic, op, name length, rid, ids, reserved; name (padded to 8), ids
+REQUEST_MAGIC = b"GTRQ"
+REPLY = struct.Struct("<4sIQQ")  # magic, status, rid, payload bytes
+REPLY_MAGIC = b"GTRP"
+OP_PULL = 1
+OK, ERROR, NOT_HERE = 0, 1, 2
+
+MAX_REPLY_BYTES = 256 << 10  # the inline path's bound (serving/inline.py): 1,024 rows of 64 float32
+MAX_IDS = 16 << 10  # ids per request: the request a connection may make the server hold is <= 128 KiB
+MAX_NAME = 128
+MAX_TOKEN = 256
+
+
+def pad8(n: int) -> int:
+    return (n + 7) & ~7
+
+
+def request(rid: int, name: bytes, n_ids: int) -> bytes:
+    """A pull's header and its padded name (the ids follow)."""
+    return REQUEST.pack(REQUEST_MAGIC, OP_PULL, len(name), rid, n_ids, 0) + name.ljust(pad8(len(name)), b"\0")
+
+
+def hello(token: bytes) -> bytes:
+    return HELLO.pack(HELLO_MAGIC, VERSION, len(token)) + token
