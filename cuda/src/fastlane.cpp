@@ -8,10 +8,14 @@
 // What. One thread, one epoll set, non-blocking sockets. The wire (all little-endian, version 1):
 //   hello    client -> server  "GTFL" u16 version, u16 token length (1..256), the token
 //            server -> client  "GTFL" u32 status (0 accepted; anything else: refused, then closed)
-//   request  "GTRQ" u16 op (1 = pull), u16 name length (1..128), u64 rid, u64 ids (<= max_ids),
-//            u64 reserved (0), the name padded with zeros to 8 bytes, the ids (int64, global rows)
+//   request  "GTRQ" u16 op, u16 name length, u64 rid, u64 count (<= max_ids), u64 reserved (0), then
+//            op 1, pull:   the table's name (1..128 bytes) padded with zeros to 8 bytes, `count` ids
+//                          (int64, global rows)
+//            op 2, sample: no name; i64 fan-out (>= 1: "all" is the ZMQ path's), u64 seed, `count`
+//                          seeds (int64, global nodes)
 //   reply    "GTRP" u32 status (0 ok, 1 error, 2 not served here), u64 rid, u64 payload bytes, then
-//            the rows (ok) or a UTF-8 message
+//            a UTF-8 message, or (ok) the rows of a pull, or a sample's counts (int64, one per seed)
+//            and the sampled sources (int64), the draws of gt_sample_neighbors, as the ZMQ path's
 // Guarantees, as the ZMQ path's: the token is checked (constant time) before anything else is read; a
 // framing error closes the connection; an id outside the shard's rows is refused naming it; a table that
 // is not registered (GPU, dynamic vocabulary, unknown) or a pull over max_reply_bytes answers "not served
@@ -44,26 +48,38 @@
 #include <unordered_map>
 #include <vector>
 
+// the native sampler (sampling.cpp): the ZMQ path's draws, per (seed, node)
+GT_API int64_t gt_sample_neighbors(const int64_t* indptr, const int64_t* indices, int64_t lo, int64_t num_local,
+                                   const int64_t* seeds, int64_t n, int64_t fanout, uint64_t seed,
+                                   int64_t* out_counts, int64_t* out_src, int64_t* bad_pos);
+
 namespace {
 
 constexpr uint32_t kHelloMagic = 0x4c465447;  // "GTFL"
 constexpr uint32_t kRequestMagic = 0x51525447;  // "GTRQ"
 constexpr uint32_t kReplyMagic = 0x50525447;  // "GTRP"
 constexpr uint16_t kVersion = 1;
-constexpr uint16_t kOpPull = 1;
+constexpr uint16_t kOpPull = 1, kOpSample = 2;
+constexpr size_t kSampleArgs = 16;  // fan-out, seed
 constexpr size_t kHello = 8, kRequest = 32, kReply = 24, kMaxToken = 256, kMaxName = 128;
 constexpr int kPerWake = 16;  // requests one connection may have answered before the others' turn
 enum Status : uint32_t { kOk = 0, kError = 1, kNotHere = 2 };
 // the counters gt_fast_stats reports, in this order (runtime/kvstore/serving/fastlane.py names them)
 enum Stat {
   kPullsOk, kPullsError, kNotServed, kRows, kBytesOut, kMalformed, kRefused, kHandshakeTimeouts,
-  kStalled, kFull, kOpen, kLoops, kAccepted, kBusyNs, kLastLoopMs, kStats
+  kStalled, kFull, kOpen, kLoops, kAccepted, kBusyNs, kLastLoopMs, kSamplesOk, kStats
 };
 enum Stage { kHelloHead, kHelloToken, kHead, kBody };
 
 struct Table {
   const char* data;
   int64_t lo, hi, row_bytes;
+};
+
+struct Graph {  // the partition's in-edges (CSR over rows lo..lo+num_nodes), for sampling
+  const int64_t* indptr = nullptr;
+  const int64_t* indices = nullptr;
+  int64_t lo = 0, num_nodes = 0;
 };
 
 struct Conn {
@@ -101,6 +117,7 @@ struct Server {
   int64_t max_conns, max_ids, max_reply, handshake_ms, stall_ms;
   std::mutex mu;  // guards tables
   std::unordered_map<std::string, Table> tables;
+  Graph graph;  // guarded by mu too
   std::unordered_map<int, Conn> conns;
   std::atomic<uint64_t> stats[kStats];
   std::atomic<bool> stopping{false};
@@ -235,6 +252,49 @@ struct Server {
                                              std::chrono::steady_clock::now() - start).count()));
   }
 
+  // One complete sample request in c.in: the counts, then the sources, into c.out.
+  void sample(Conn& c) {
+    const char* h = c.in.data();
+    uint64_t rid = load<uint64_t>(h + 8), n = load<uint64_t>(h + 16);
+    int64_t fanout = load<int64_t>(h + kRequest);
+    uint64_t seed = load<uint64_t>(h + kRequest + 8);
+    const int64_t* seeds = reinterpret_cast<const int64_t*>(h + kRequest + kSampleArgs);
+    auto start = std::chrono::steady_clock::now();
+    std::lock_guard<std::mutex> lock(mu);
+    if (graph.indptr == nullptr || fanout < 1 || static_cast<int64_t>(8 * n) > max_reply) {
+      refuse(c, rid, kNotHere, "the fast lane samples no graph here, or not with this fan-out");
+      return;
+    }
+    reply(c, rid, kOk, nullptr, 0);
+    c.out.resize(kReply + 8 * n);
+    int64_t* counts = reinterpret_cast<int64_t*>(c.out.data() + kReply);
+    int64_t bad = -1;
+    int64_t total = gt_sample_neighbors(graph.indptr, graph.indices, graph.lo, graph.num_nodes, seeds,
+                                        static_cast<int64_t>(n), fanout, seed, counts, nullptr, &bad);
+    if (total < 0) {
+      char msg[160];
+      int len = std::snprintf(msg, sizeof msg, "seed %lld is outside this partition's nodes [%lld, %lld)",
+                              static_cast<long long>(seeds[bad]), static_cast<long long>(graph.lo),
+                              static_cast<long long>(graph.lo + graph.num_nodes));
+      refuse(c, rid, kError, std::string(msg, static_cast<size_t>(len > 0 ? len : 0)));
+      return;
+    }
+    size_t bytes = 8 * (n + static_cast<size_t>(total));
+    if (static_cast<int64_t>(bytes) > max_reply) {
+      refuse(c, rid, kNotHere, "the sample is larger than the fast lane's replies");
+      return;
+    }
+    c.out.resize(kReply + bytes);
+    counts = reinterpret_cast<int64_t*>(c.out.data() + kReply);  // resize may have moved it
+    gt_sample_neighbors(graph.indptr, graph.indices, graph.lo, graph.num_nodes, seeds, static_cast<int64_t>(n),
+                        fanout, seed, counts, counts + n, &bad);
+    store<uint64_t>(c.out.data() + 16, bytes);
+    count(kSamplesOk);
+    count(kBytesOut, c.out.size());
+    count(kBusyNs, static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                             std::chrono::steady_clock::now() - start).count()));
+  }
+
   // A stage's bytes are complete: move on (a header's body is read after it, into the same buffer; a
 // whole hello or request starts the next one at 0); false closes the connection.
   bool advance(Conn& c, int64_t now) {
@@ -274,20 +334,24 @@ struct Server {
         return flush(c, now);
       }
       case kHead: {
-        uint16_t name_len = load<uint16_t>(h + 6);
+        uint16_t op = load<uint16_t>(h + 4), name_len = load<uint16_t>(h + 6);
         uint64_t n = load<uint64_t>(h + 16);
-        if (load<uint32_t>(h) != kRequestMagic || load<uint16_t>(h + 4) != kOpPull || name_len == 0 ||
-            name_len > kMaxName || n > static_cast<uint64_t>(max_ids) || load<uint64_t>(h + 24) != 0) {
+        bool named = op == kOpPull ? name_len >= 1 && name_len <= kMaxName : op == kOpSample && name_len == 0;
+        if (load<uint32_t>(h) != kRequestMagic || !named || n > static_cast<uint64_t>(max_ids) ||
+            load<uint64_t>(h + 24) != 0) {
           count(kMalformed);
           return false;
         }
         c.stage = kBody;
-        c.need = kRequest + ((name_len + 7) & ~size_t{7}) + n * 8;
+        c.need = kRequest + (op == kOpPull ? (name_len + 7) & ~size_t{7} : kSampleArgs) + n * 8;
         c.in.resize(c.need);
         return true;
       }
       case kBody:
-        pull(c);
+        if (load<uint16_t>(h + 4) == kOpPull)
+          pull(c);
+        else
+          sample(c);
         c.have = 0;
         c.stage = kHead;
         c.need = kRequest;
@@ -432,6 +496,15 @@ GT_API int gt_fast_set_table(void* server, const char* name, int64_t name_len, c
     s->tables[key] = Table{static_cast<const char*>(data), lo, hi, row_bytes};
   }
   return 0;
+}
+
+// Serve sampling of this CSR (in-edges of rows lo..lo+num_nodes; NULL indptr: none). The arrays must
+// outlive the server or the next call.
+GT_API void gt_fast_set_graph(void* server, const int64_t* indptr, const int64_t* indices, int64_t lo,
+                              int64_t num_nodes) {
+  auto* s = static_cast<Server*>(server);
+  std::lock_guard<std::mutex> lock(s->mu);
+  s->graph = indptr == nullptr ? Graph{} : Graph{indptr, indices, lo, num_nodes};
 }
 
 // The counters (Stat's order) into out[0..n).

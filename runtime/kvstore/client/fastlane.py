@@ -1,17 +1,18 @@
 """Pulls over the shard servers' fast lanes (serving/fastlane.py, cuda/src/fastlane.cpp): the client side.
 
-ZmqTransport hands each eligible pull here: a pull of a table's rows into the caller's array, of at
-most fastwire.MAX_IDS ids and MAX_REPLY_BYTES of rows, to a shard whose health reply named a fast lane
-port. One plain TCP connection per shard, authenticated once with the token, one request in flight on
-it at a time (pulls to several shards are in flight together). Rows are read straight into the
-caller's array when they land in order.
+ZmqTransport hands each eligible call here: a pull of a table's rows into the caller's array, of at most
+fastwire.MAX_IDS ids and MAX_REPLY_BYTES of rows, or a neighbour sample (untyped, a fan-out >= 1, its
+reply within MAX_REPLY_BYTES at most), to a shard whose health reply named a fast lane port. One plain
+TCP connection per shard, authenticated once with the token, one request in flight on it at a time (pulls
+to several shards are in flight together). Rows are read straight into the caller's array when they land
+in order.
 
-Whatever goes wrong here costs speed, never a result: a connection that fails or times out is closed,
-and its pulls go over ZMQ, with its retries and its error messages (a pull is idempotent, so asking
-twice is safe); the lane is tried again RETRY_SECONDS later, after asking the server its port again (a
-restarted server may have another). A table the lane does not serve (a GPU table, a dynamic vocabulary,
-one created since) is remembered and asked over ZMQ from then on. What the lane refuses (an id outside
-the shard) raises as the ZMQ path's refusal does; a refused token raises KVAuthError.
+Whatever goes wrong here costs speed, never a result: a connection that fails or times out is closed, and
+its pulls go over ZMQ, with its retries and its error messages (a pull is idempotent, so asking twice is
+safe); the lane is tried again RETRY_SECONDS later, after asking the server its port again (a restarted
+server may have another). A table the lane does not serve (a GPU table, a dynamic vocabulary, one created
+since) is remembered and asked over ZMQ from then on. What the lane refuses (an id outside the shard)
+raises as the ZMQ path's refusal does; a refused token raises KVAuthError.
 """
 
 from __future__ import annotations
@@ -24,10 +25,12 @@ from collections import deque
 
 import numpy as np
 
-from graphtrain.runtime.kvstore.client.transport import Call, KVAuthError, place
+from graphtrain.runtime.kvstore.client.transport import Answer, Call, KVAuthError, place
 from graphtrain.runtime.kvstore.wire import fastwire, protocol
 
 RETRY_SECONDS = 2.0
+SAMPLING = "\0sample"  # not_served's name for a shard's sampling (no table is named so)
+PULLED = Answer({"offset": 0}, [])  # a pull's answer: its rows are in the caller's array
 
 
 def host_of(address: str) -> str | None:
@@ -62,7 +65,7 @@ class FastPulls:
         return {
             c.shard
             for c in calls
-            if c.op == "pull" and self.ports[c.shard] is None and now >= self.retry_at[c.shard]
+            if c.op in ("pull", "sample") and self.ports[c.shard] is None and now >= self.retry_at[c.shard]
         }
 
     def learn(self, shard: int, port: int) -> None:
@@ -70,21 +73,33 @@ class FastPulls:
 
     def eligible(self, c: Call) -> bool:
         s = c.shard
-        if c.op != "pull" or c.out is None or not self.ports[s] or time.monotonic() < self.retry_at[s]:
-            return False
-        if (s, c.name) in self.not_served or not isinstance(c.name, str):
+        if not self.ports[s] or time.monotonic() < self.retry_at[s]:
             return False
         n = sum(len(a) for a in c.arrays)
+        if c.op == "sample":
+            args = c.args or {}
+            fanout = args.get("fanout")
+            return (
+                (s, SAMPLING) not in self.not_served
+                and set(args) == {"fanout", "seed"}
+                and isinstance(fanout, int)
+                and fanout >= 1
+                and n <= fastwire.MAX_IDS
+                and 8 * n * (fanout + 1) <= fastwire.MAX_REPLY_BYTES
+            )
+        if c.op != "pull" or c.out is None or (s, c.name) in self.not_served or not isinstance(c.name, str):
+            return False
         return n <= fastwire.MAX_IDS and n * _row_bytes(c.out) <= fastwire.MAX_REPLY_BYTES
 
     # ---------------------------------------------------------------------------------- pulls
 
-    def run(self, calls: list[Call]) -> list[Call]:
-        """Serve `calls` (all eligible); returns those left for ZMQ."""
+    def run(self, calls: list[Call]) -> tuple[dict[int, Answer], list[Call]]:
+        """Serve `calls` (all eligible): their answers by id(call), and the calls left for ZMQ."""
         queues: dict[int, deque[Call]] = {}
         for c in calls:
             queues.setdefault(c.shard, deque()).append(c)
         left: list[Call] = []
+        answers: dict[int, Answer] = {}
         flight: dict[int, tuple[Call, int]] = {}
         for s, q in queues.items():
             try:
@@ -98,8 +113,11 @@ class FastPulls:
                 for s in list(flight):
                     c, rid = flight.pop(s)
                     try:
-                        if not self._receive(s, c, rid):
+                        answer = self._receive(s, c, rid)
+                        if answer is None:
                             left.append(c)
+                        else:
+                            answers[id(c)] = answer
                         queues[s].popleft()
                         if queues[s]:
                             flight[s] = (queues[s][0], self._send(s, queues[s][0]))
@@ -111,23 +129,28 @@ class FastPulls:
             for s in flight:
                 self._fail(s)
             raise
-        return left
+        return answers, left
 
     def _send(self, s: int, c: Call) -> int:
         sock = self._connect(s)
         rid = next(self._rid)
         ids = [np.ascontiguousarray(a, dtype=np.int64) for a in c.arrays]
         n = sum(len(a) for a in ids)
+        if c.op == "sample":
+            args = c.args or {}
+            head = fastwire.sample_request(rid, n, args["fanout"], args["seed"])
+        else:
+            head = fastwire.request(rid, c.name.encode(), n)
         try:
-            sock.sendall(b"".join([fastwire.request(rid, c.name.encode(), n), *[a.tobytes() for a in ids]]))
+            sock.sendall(b"".join([head, *[a.tobytes() for a in ids]]))
         except OSError as exc:
             raise _Broken from exc
         return rid
 
-    def _receive(self, s: int, c: Call, rid: int) -> bool:
-        """Read the answer to `c` into its rows; False: the lane does not serve its table."""
+    def _receive(self, s: int, c: Call, rid: int) -> Answer | None:
+        """Read the answer to `c` (a pull's into its rows); None: the lane does not serve it."""
         sock = self.socks[s]
-        assert sock is not None and c.out is not None
+        assert sock is not None
         _read_into(sock, memoryview(self._head))
         magic, status, got, nbytes = fastwire.REPLY.unpack(self._head)
         if magic != fastwire.REPLY_MAGIC or got != rid:
@@ -139,10 +162,14 @@ class FastPulls:
             _read_into(sock, memoryview(text))
             message = text.decode(errors="replace")
             if status == fastwire.NOT_HERE:
-                self.not_served.add((s, c.name))
-                return False
-            raise protocol.RemoteError(f"shard {s} ({self.addresses[s]}) refused pull: {message}")
+                if c.op == "pull" or "no graph" in message:  # a big sample is asked over ZMQ once
+                    self.not_served.add((s, c.name if c.op == "pull" else SAMPLING))
+                return None
+            raise protocol.RemoteError(f"shard {s} ({self.addresses[s]}) refused {c.op}: {message}")
         n = sum(len(a) for a in c.arrays)
+        if c.op == "sample":
+            return self._sampled(sock, n, nbytes)
+        assert c.out is not None
         if nbytes != n * _row_bytes(c.out):  # another dtype than the caller's (say): ZMQ converts
             self.not_served.add((s, c.name))
             raise _Broken
@@ -152,7 +179,19 @@ class FastPulls:
             rows = np.empty((n, *c.out.shape[1:]), dtype=c.out.dtype)
             _read_into(sock, memoryview(rows).cast("B"))
             place(c, 0, rows)
-        return True
+        return PULLED
+
+    @staticmethod
+    def _sampled(sock: socket.socket, n: int, nbytes: int) -> Answer:
+        """A sample's reply: `n` counts, then the sources they count (as the ZMQ reply's arrays)."""
+        if nbytes % 8 or nbytes < 8 * n or nbytes > fastwire.MAX_REPLY_BYTES:
+            raise _Broken
+        got = np.empty(nbytes // 8, dtype=np.int64)
+        _read_into(sock, memoryview(got).cast("B"))
+        counts, src = got[:n], got[n:]
+        if (counts < 0).any() or int(counts.sum()) != len(src):
+            raise _Broken
+        return Answer({}, [src, counts])
 
     def _connect(self, s: int) -> socket.socket:
         sock = self.socks[s]

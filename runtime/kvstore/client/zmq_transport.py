@@ -137,13 +137,13 @@ class ZmqTransport:
         with self._lock:
             self._settle()  # every earlier call answered: a pull on the fast lane sees their effects
             wait = self.timeout if timeout is None else timeout
-            if self._fast is None or not any(c.op == "pull" for c in calls):
+            if self._fast is None or not any(c.op in ("pull", "sample") for c in calls):
                 return _Exchange(self, calls, wait).finish()
             return self._fast_lane(self._fast, calls, wait)
 
     def _fast_lane(self, fast: FastPulls, calls: list[Call], wait: float) -> list[Answer]:
-        """The eligible pulls over the fast lane (client/fastlane.py), the rest and whatever the lane
-        could not serve over ZMQ."""
+        """The eligible pulls and samples over the fast lane (client/fastlane.py), the rest and whatever
+        the lane could not serve over ZMQ."""
         ask = sorted(fast.unknown(calls))
         if ask:
             health = _Exchange(self, [Call(s, "health") for s in ask], wait).finish()
@@ -152,11 +152,10 @@ class ZmqTransport:
         lane = [c for c in calls if fast.eligible(c)]
         if not lane:
             return _Exchange(self, calls, wait).finish()
-        left = {id(c) for c in fast.run(lane)}
-        served = {id(c) for c in lane} - left
+        served, _ = fast.run(lane)
         rest = [c for c in calls if id(c) not in served]
         answers = iter(_Exchange(self, rest, wait).finish() if rest else [])
-        return [Answer({"offset": 0}, []) if id(c) in served else next(answers) for c in calls]
+        return [served[id(c)] if id(c) in served else next(answers) for c in calls]
 
     def begin_many(self, calls: list[Call], timeout: float | None = None) -> None:
         with self._lock:

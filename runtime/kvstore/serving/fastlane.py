@@ -28,6 +28,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 
 from graphtrain.runtime.errors import GraphtrainError
 from graphtrain.runtime.kvstore.serving.metrics import ServerMetrics
+from graphtrain.runtime.kvstore.tables.graphpart import GraphPart
 from graphtrain.runtime.kvstore.wire import fastwire
 from graphtrain.runtime.storage.shard import TensorShard
 
@@ -36,7 +37,7 @@ log = logging.getLogger("graphtrain.kvstore.server")
 # gt_fast_stats's counters, in fastlane.cpp's Stat order
 STATS = (
     "pulls_ok",
-    "pulls_error",
+    "errors",
     "not_served",
     "rows",
     "bytes_out",
@@ -50,6 +51,7 @@ STATS = (
     "accepted",
     "busy_ns",
     "last_loop_ms",
+    "samples_ok",
 )
 
 
@@ -125,16 +127,33 @@ class FastLane:
             raise GraphtrainError("the fast lane's native server did not start")
         self._held: dict[str, tuple[int, TensorShard, object]] = {}  # name -> (pointer, table, tensor)
         self._lock = threading.Lock()  # workers (after create, restore, ...) and the I/O thread sync
-        self._counted = dict.fromkeys(("pulls_ok", "pulls_error", "rows"), 0)
+        self._counted = dict.fromkeys(("pulls_ok", "samples_ok", "rows"), 0)
         self._count_lock = threading.Lock()  # the I/O thread and a scrape count
+        self._graph: GraphPart | None = None
+        self._graph_arrays: tuple[np.ndarray, np.ndarray] | None = None
 
-    def sync(self, tensors: dict[str, TensorShard]) -> None:
+    def sync(self, tensors: dict[str, TensorShard], graph: GraphPart | None = None) -> None:
         """Register the servable tables whose memory is new, withdraw the ones gone or no longer
-        servable. Called by whoever changed a table (create, restore, set_optimizer) before it answers,
-        and once a second by the I/O thread."""
+        servable, and the partition's graph for sampling. Called by whoever changed a table (create,
+        restore, set_optimizer) before it answers, and once a second by the I/O thread."""
         with self._lock:
             if self._handle:
                 self._sync(tensors)
+                self._sync_graph(graph)
+
+    def _sync_graph(self, graph: GraphPart | None) -> None:
+        """Sample `graph` natively where the ZMQ path does (the CPU core: the same draws); its arrays are
+        held here as long as the lane may read them."""
+        from graphtrain.runtime.native.backend import CoreBackend, choose
+
+        if graph is None or graph is self._graph or choose() is not CoreBackend.CPU:
+            return
+        indptr = np.ascontiguousarray(graph.indptr, dtype=np.int64)
+        indices = np.ascontiguousarray(graph.indices, dtype=np.int64)
+        self._core.gt_fast_set_graph(
+            self._handle, indptr.ctypes.data, indices.ctypes.data, graph.lo, graph.hi - graph.lo
+        )
+        self._graph, self._graph_arrays = graph, (indptr, indices)
 
     def _sync(self, tensors: dict[str, TensorShard]) -> None:
         for name, t in list(tensors.items()):
@@ -163,8 +182,9 @@ class FastLane:
         self._held[name] = (ptr, t, data)  # the old tensor, if any, is let go only now
 
     def count_into(self, metrics: ServerMetrics) -> None:
-        """Add the pulls the lane answered since the last call to the server's request counters (so
-        graphtrain_kvstore_requests_total and rows_pulled count both paths)."""
+        """Add the pulls and samples the lane answered since the last call to the server's request
+        counters (so graphtrain_kvstore_requests_total{outcome="ok"} and rows_pulled count both paths;
+        the lane's refusals are in its own family)."""
         with self._count_lock:
             stats = self.stats()
             if not stats:
@@ -172,7 +192,7 @@ class FastLane:
             delta = {k: stats[k] - v for k, v in self._counted.items()}
             self._counted = {k: stats[k] for k in self._counted}
         metrics.requests.labels(metrics.shard, "pull", "ok").inc(delta["pulls_ok"])
-        metrics.requests.labels(metrics.shard, "pull", "error").inc(delta["pulls_error"])
+        metrics.requests.labels(metrics.shard, "sample", "ok").inc(delta["samples_ok"])
         metrics.rows_pulled.labels(metrics.shard).inc(delta["rows"])
 
     def scrape(self, metrics: ServerMetrics) -> Iterator[Metric]:
@@ -181,11 +201,12 @@ class FastLane:
         stats = self.stats()
         events = CounterMetricFamily(
             "graphtrain_kvstore_fast_lane_events",
-            "Fast lane events: pulls answered (ok, error, not_served: asked over ZMQ), connections refused "
-            "(a wrong token), malformed, handshake timeouts, stalled (a reply not taken), full (past max)",
+            "Fast lane events: requests answered (pulls_ok, samples_ok; errors: refused naming an id or "
+            "seed; not_served: asked over ZMQ instead), connections refused (a wrong token), malformed, "
+            "handshake timeouts, stalled (a reply not taken), full (past max connections)",
             labels=["shard", "event"],
         )
-        for key in ("pulls_ok", "pulls_error", "not_served", *LANE_EVENTS):
+        for key in ("pulls_ok", "samples_ok", "errors", "not_served", *LANE_EVENTS):
             events.add_metric([metrics.shard, key], stats.get(key, 0))
         yield events
         open_ = GaugeMetricFamily(
@@ -213,6 +234,7 @@ class FastLane:
                 handle, self._handle = self._handle, None
                 self._core.gt_fast_stop(handle)
                 self._held.clear()
+                self._graph = self._graph_arrays = None
 
 
 def _is_ipv6(host: str) -> bool:

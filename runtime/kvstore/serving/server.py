@@ -384,7 +384,7 @@ class ShardServer(ServerWorkers, ServerStatus):
     def tables_changed(self) -> None:
         """(Re)register the tables the fast lane serves: after create, restore and set_optimizer."""
         if self.fastlane is not None:
-            self.fastlane.sync(self.state.tensors)
+            self.fastlane.sync(self.state.tensors, self.state.graph)
 
     def _log_limited(self, kind: str, msg: str, *args: Any) -> None:
         """At most one line per kind every 10 s: a flood of bad peers must not fill the disk with logs."""

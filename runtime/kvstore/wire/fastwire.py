@@ -1,9 +1,10 @@
 """The fast lane's wire (cuda/src/fastlane.cpp holds the server's side; its header comment is the spec).
 
-A second, binary protocol beside the ZMQ one, for the request that dominates a step: a pull of at most
-MAX_REPLY_BYTES of rows of a host table. Fixed little-endian headers, no msgpack, one request in flight
-per connection. Peers authenticate once per connection with the shard servers' token (sent as ZMQ's
-PLAIN mechanism sends it: in the clear, on the cluster network the NetworkPolicy confines).
+A second, binary protocol beside the ZMQ one, for the requests that dominate a step across hosts: a pull
+of at most MAX_REPLY_BYTES of rows of a host table, and a neighbour sample of an untyped partition. Fixed
+little-endian headers, no msgpack, one request in flight per connection. Peers authenticate once per
+connection with the shard servers' token (sent as ZMQ's PLAIN mechanism sends it: in the clear, on the
+cluster network the NetworkPolicy confines).
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ REQUEST = struct.Struct("<4sHHQQQ")  # magic, op, name length, rid, ids, reserve
 REQUEST_MAGIC = b"GTRQ"
 REPLY = struct.Struct("<4sIQQ")  # magic, status, rid, payload bytes
 REPLY_MAGIC = b"GTRP"
-OP_PULL = 1
+OP_PULL, OP_SAMPLE = 1, 2
+SAMPLE_ARGS = struct.Struct("<qQ")  # fan-out, seed (after a sample's header)
 OK, ERROR, NOT_HERE = 0, 1, 2
 
 MAX_REPLY_BYTES = 256 << 10  # the inline path's bound (serving/inline.py): 1,024 rows of 64 float32
@@ -34,6 +36,13 @@ def pad8(n: int) -> int:
 def request(rid: int, name: bytes, n_ids: int) -> bytes:
     """A pull's header and its padded name (the ids follow)."""
     return REQUEST.pack(REQUEST_MAGIC, OP_PULL, len(name), rid, n_ids, 0) + name.ljust(pad8(len(name)), b"\0")
+
+
+def sample_request(rid: int, n_seeds: int, fanout: int, seed: int) -> bytes:
+    """A sample's header and arguments (the seeds follow)."""
+    return REQUEST.pack(REQUEST_MAGIC, OP_SAMPLE, 0, rid, n_seeds, 0) + SAMPLE_ARGS.pack(
+        fanout, seed & (2**64 - 1)
+    )
 
 
 def hello(token: bytes) -> bytes:

@@ -144,7 +144,7 @@ def test_refusals_name_the_id_as_the_zmq_path_does_and_unserved_tables_go_over_z
         c.pull("t", np.arange(4, dtype=np.int64), bounds, (DIM,), np.float32)  # learns the port
         with pytest.raises(protocol.RemoteError, match=r"id 4000 \(position 1\) of 't' is outside"):
             c.transport.call_many([pull_call("t", [3, ROWS])])
-        assert stats(srv)["pulls_error"] == 1
+        assert stats(srv)["errors"] == 1
         keys = np.array([10**12, 5], dtype=np.int64)  # a dynamic vocabulary: ZMQ inserts its keys
         got = c.pull("k", keys, bounds, (DIM,), np.float32, keyed=True)
         assert np.array_equal(got, slow.pull("k", keys, bounds, (DIM,), np.float32, keyed=True))
@@ -374,3 +374,50 @@ def test_a_server_without_a_lane_says_so_and_its_clients_pull_over_zmq() -> None
     finally:
         c.close()
         srv.stop()
+
+
+def graph_servers(nodes: int = 600, shards: int = 2) -> tuple[list[ShardServer], np.ndarray]:
+    """Servers each holding a partition of a random graph (in-CSR, global sources), and the bounds."""
+    from graphtrain.runtime.kvstore.tables.graphpart import GraphPart
+
+    rng = np.random.default_rng(7)
+    bounds = np.linspace(0, nodes, shards + 1).astype(np.int64)
+    out = []
+    for s in range(shards):
+        lo, hi = int(bounds[s]), int(bounds[s + 1])
+        degrees = rng.integers(0, 30, hi - lo)
+        indptr = np.concatenate([[0], np.cumsum(degrees)]).astype(np.int64)
+        state = ShardTensors(s)
+        state.graph = GraphPart(lo, hi, indptr, rng.integers(0, nodes, int(indptr[-1])).astype(np.int64))
+        srv = ShardServer(state, TOKEN, "tcp://127.0.0.1:0", workers=1)
+        srv.start()
+        out.append(srv)
+    return out, bounds
+
+
+def test_samples_are_the_zmq_paths_draws_and_what_the_lane_cannot_sample_goes_over_zmq() -> None:
+    srvs, bounds = graph_servers()
+    addresses = [s.address for s in srvs]
+    fast = kvstore.connect(addresses, TOKEN, timeout=10)
+    slow = kvstore.connect(addresses, TOKEN, timeout=10, fast=False)
+    try:
+        rng = np.random.default_rng(1)
+        for fanout, seed in ((5, 0), (10, 3), (1, 1), (1000, 2)):  # 1000: over the lane's reply size
+            seeds = rng.integers(0, 600, 300)
+            got, want = fast.sample(seeds, fanout, bounds, seed), slow.sample(seeds, fanout, bounds, seed)
+            assert all(np.array_equal(a, b) for a, b in zip(got, want, strict=True))
+        assert sum(stats(s)["samples_ok"] for s in srvs) == 2 * 3  # the first three, on both shards
+        everything = fast.sample(np.arange(600), -1, bounds)  # all neighbours: over ZMQ
+        assert np.array_equal(everything[1], slow.sample(np.arange(600), -1, bounds)[1])
+        assert sum(stats(s)["samples_ok"] for s in srvs) == 6
+        with pytest.raises(
+            protocol.RemoteError, match=r"seed 700 is outside this partition's nodes \[300, 600\)"
+        ):
+            from graphtrain.runtime.kvstore.client.transport import Call
+
+            fast.transport.call_many([Call(1, "sample", None, [np.array([700])], {"fanout": 2, "seed": 0})])
+    finally:
+        fast.close()
+        slow.close()
+        for s in srvs:
+            s.stop()
