@@ -49,10 +49,12 @@ from graphtrain.runtime.steptime import Costs
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def spec_for(hosts: int, epochs: int) -> str:
-    """examples/wordnet-sage.yaml with `hosts` partitions (shard servers) and trainers, `epochs` epochs."""
+def spec_for(hosts: int, epochs: int, fast_lane: bool = True) -> str:
+    """examples/wordnet-sage.yaml with `hosts` partitions (shard servers) and trainers, `epochs` epochs,
+    the shard servers' fast lane on or off."""
     doc = yaml.safe_load((ROOT / "examples" / "wordnet-sage.yaml").read_text())
     spec = doc["spec"]
+    spec.setdefault("shardServers", {})["fastLane"] = fast_lane
     spec["partition"]["parts"] = hosts
     spec["trainers"]["replicas"] = hosts
     spec["training"]["epochs"] = epochs
@@ -101,9 +103,10 @@ def measure(
     timeout: float,
     costs: Costs,
     load_count: int = 0,
+    fast_lane: bool = True,
 ) -> dict[str, Any]:
     spec_path = workdir / f"hosts-{hosts}.yaml"
-    spec_path.write_text(spec_for(hosts, epochs))
+    spec_path.write_text(spec_for(hosts, epochs, fast_lane))
     run_dir = workdir / f"run-{hosts}"
     gt = load_yaml(spec_path.read_text())
     with simulated_hosts(hosts, link) as layout, other_load(load_count, timeout) as spinners:
@@ -272,6 +275,13 @@ def main() -> int:
     ap.add_argument("--delay", default=None, help="one-way delay (tc netem; this VM's kernel has none)")
     ap.add_argument("--timeout", type=float, default=900, help="seconds per run")
     ap.add_argument("--other-load", type=int, default=0, help="busy loops beside each run (other users)")
+    ap.add_argument(
+        "--fast-lane",
+        nargs="+",
+        choices=["on", "off"],
+        default=["on"],
+        help="the shard servers' fast lane (shardServers.fastLane): on, off, or both side by side",
+    )
     args = ap.parse_args()
     if os.geteuid() != 0:
         print("bench/hosts.py: needs root (network namespaces, tc)", file=sys.stderr)
@@ -281,7 +291,15 @@ def main() -> int:
         f"# bench/hosts.py, {time.strftime('%Y-%m-%d')}, {platform.node()}, {os.cpu_count()} cores, "
         f"WordNet GraphSAGE, {args.epochs} epochs, link {link or 'unshaped'}"
     )
-    cols = ["hosts (= shards = trainers)", "samples/s", "step ms (plan)", "error", "set by", "other load"]
+    cols = [
+        "hosts (= shards = trainers)",
+        "fast lane",
+        "samples/s",
+        "step ms (plan)",
+        "error",
+        "set by",
+        "other load",
+    ]
     cols += ["test accuracy", "bytes sent per step (plan)", "shard peak RSS (plan)"]
     cols += ["trainer peak RSS without shm (plan)", "CPU ms per step (plan)", "steps counted", "wall s"]
     with tempfile.TemporaryDirectory(prefix="bench-hosts-") as tmp:
@@ -289,12 +307,12 @@ def main() -> int:
         print(f"# calibrated: {json.dumps(costs.to_dict())}", flush=True)
         print("| " + " | ".join(cols) + " |")
         print("|" + "---|" * len(cols))
-        for n in args.hosts:
-            m = measure(n, args.epochs, link, Path(tmp), args.timeout, costs, args.other_load)
+        for n, lane in [(n, lane) for n in args.hosts for lane in args.fast_lane]:
+            m = measure(n, args.epochs, link, Path(tmp), args.timeout, costs, args.other_load, lane == "on")
             mib = 2**20
             error = m["predicted_step_s"] / m["step_s"] - 1
             print(
-                f"| {n} | {m['samples_per_second']:,.0f} | {1000 * m['step_s']:,.0f} "
+                f"| {n} | {lane} | {m['samples_per_second']:,.0f} | {1000 * m['step_s']:,.0f} "
                 f"({1000 * m['predicted_step_s']:,.0f}) | {100 * error:+.0f} % | {m['bound']} | "
                 f"{m['background']:.1f} | {m['test_accuracy']:.4f} | "
                 f"{m['bytes_per_step'] / 1e6:.2f} MB ({m['predicted_bytes_per_step'] / 1e6:.2f}) | "
@@ -305,7 +323,8 @@ def main() -> int:
                 flush=True,
             )
             print(
-                f"#   {n} hosts: trainers' CPU ms per step {1000 * m['trainer_cpu_per_step']:,.0f} "
+                f"#   {n} hosts, fast lane {lane}: trainers' CPU ms per step "
+                f"{1000 * m['trainer_cpu_per_step']:,.0f} "
                 f"(plan {1000 * m['predicted_trainer_cpu_per_step']:,.0f}); "
                 f"trainer 0's stages: {m['stages']}; "
                 "plan's wall ms: "

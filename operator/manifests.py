@@ -446,7 +446,7 @@ def shard_statefulset(
     args = roles.shard_server(
         lay.files,
         bind=f"tcp://$({POD_IP_ENV}):{SHARD_PORT}",
-        fast_port=FAST_PORT,
+        fast_port=FAST_PORT if ss.fast_lane else -1,
         shard=None,  # the StatefulSet pod's ordinal
         shm=False,  # trainers run in other pods
         metrics_port=METRICS_PORT,
@@ -568,10 +568,16 @@ def shard_network_policy(owner: Obj, gt: GraphTraining, config: OperatorConfig) 
                     "from": [{"podSelector": _selector(gt, r)} for r in ("trainer", "partition")],
                     "ports": [{"protocol": "TCP", "port": SHARD_PORT}],
                 },
-                {  # the fast lane: the trainers' small pulls
-                    "from": [{"podSelector": _selector(gt, "trainer")}],
-                    "ports": [{"protocol": "TCP", "port": FAST_PORT}],
-                },
+                *(
+                    [
+                        {  # the fast lane: the trainers' small pulls and samples
+                            "from": [{"podSelector": _selector(gt, "trainer")}],
+                            "ports": [{"protocol": "TCP", "port": FAST_PORT}],
+                        }
+                    ]
+                    if gt.spec.shard_servers.fast_lane
+                    else []
+                ),
                 {
                     "from": [{"podSelector": _selector(gt)}, *config.network_policy.metrics_from],
                     "ports": [{"protocol": "TCP", "port": METRICS_PORT}],

@@ -102,7 +102,8 @@ def worker_pod(
     server_args = roles.shard_server(
         lay.files,
         bind=f"tcp://$({POD_IP_ENV}):{SHARD_PORT}",
-        fast_port=FAST_PORT,  # other partitions' trainers pull through it (the policy admits them)
+        # other partitions' trainers pull through it (the policy admits every port to them)
+        fast_port=FAST_PORT if gt.spec.shard_servers.fast_lane else -1,
         shard=partition,
         shm=True,  # the pod's trainers map its tables
         workers=roles.SHARED_HOST_WORKERS,  # its trainers share the pod's cores, as in `graphtrain run`

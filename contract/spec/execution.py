@@ -30,6 +30,11 @@ class ShardServers(Placement):
         le=1024,
         description="Threads of the native sparse optimizer per server. Unset: torch's intra-op setting.",
     )
+    fast_lane: bool = Field(
+        default=True,
+        description="Answer small pulls and neighbour samples on a second port with a native thread (the "
+        "fast lane: 7001 in pods); false: every request over the ZMQ port.",
+    )
 
 
 class Trainers(Placement):

@@ -280,6 +280,7 @@ class LocalRun:
                 self.run_dir,
                 plan.shard_device(self.device, i, gpus),
                 bind=self.hosts.bind(i) if self.hosts else None,
+                fast_lane=self.gt.spec.shard_servers.fast_lane,
             )
             for i in range(n)
         ]

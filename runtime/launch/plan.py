@@ -90,11 +90,17 @@ def missing_gpus(
 
 
 def shard_server(
-    index: int, where: roles.Files, run_dir: Path, device: str = "cpu", bind: str | None = None
+    index: int,
+    where: roles.Files,
+    run_dir: Path,
+    device: str = "cpu",
+    bind: str | None = None,
+    fast_lane: bool = True,
 ) -> ProcessPlan:
     """Shard server `index` on an ipc:// socket in the run directory (or `bind`: tcp on a simulated
-    host, launch/hosts.py), its host tables in shared memory (with device cuda[:N] its learnable tables
-    are on the GPU; trainers pull those over the socket)."""
+    host, launch/hosts.py, with a fast lane on any free port unless `fast_lane` is off), its host tables
+    in shared memory (with device cuda[:N] its learnable tables are on the GPU; trainers pull those over
+    the socket)."""
     argv = roles.shard_server(
         where,
         bind=bind or f"ipc://{run_dir / f'shard-{index}.sock'}",
@@ -103,6 +109,7 @@ def shard_server(
         workers=SHARD_WORKERS,
         metrics_port=0,
         device=device,
+        fast_port=None if fast_lane else -1,
     )
     return ProcessPlan(f"shard-{index}", [*entry(), *argv])
 

@@ -439,6 +439,29 @@ def test_shard_network_policy_admits_only_the_trainings_pods() -> None:
         assert got[LABEL_ROLE] == role and got[LABEL_TRAINING] == "wn"
 
 
+def test_the_fast_lane_is_on_port_7001_unless_the_spec_turns_it_off() -> None:
+    """shardServers.fastLane false: the servers get --fast-port -1 and the policy opens no lane port."""
+
+    def fast_port(gt) -> str:  # noqa: ANN001
+        args = manifests.shard_statefulset(OWNER, gt, CONFIG)["spec"]["template"]["spec"]["containers"][0][
+            "args"
+        ]
+        return args[args.index("--fast-port") + 1]
+
+    on = parse(GRAPHSAGE)
+    off = parse(edit(GRAPHSAGE, lambda s: s.update(shardServers={"fastLane": False})))
+    assert (fast_port(on), fast_port(off)) == (str(manifests.FAST_PORT), "-1")
+    ports = [
+        [
+            p["port"]
+            for rule in manifests.shard_network_policy(OWNER, gt, CONFIG)["spec"]["ingress"]
+            for p in rule["ports"]
+        ]
+        for gt in (on, off)
+    ]
+    assert manifests.FAST_PORT in ports[0] and manifests.FAST_PORT not in ports[1]
+
+
 def test_trainer_pods_serve_metrics_on_a_named_port_of_their_own_ip() -> None:
     """The chart's PodMonitor scrapes the port named `metrics` of shard and trainer pods alike."""
     gt = parse(GRAPHSAGE)
