@@ -111,7 +111,7 @@ class TrainerMetrics:
         parts = []
         for shard, paths in sorted(by_shard.items()):
             total = sum(paths.values()) or 1
-            said = ", ".join(f"{path} {100 * n / total:.0f} %" for path, n in sorted(paths.items()))
+            said = ", ".join(f"{path} {100 * n / total:.0f} %" for path, n in sorted(paths.items()) if n)
             parts.append(f"shard {shard}: {said}")
         return "; ".join(parts)
 
@@ -222,7 +222,8 @@ class _Reads(Collector):
     def collect(self) -> Any:
         family = CounterMetricFamily(
             "graphtrain_trainer_rows_read",
-            "Rows and sampled seeds read from each shard, by path: shared_memory, in_process or socket",
+            "Rows and sampled seeds read from each shard, by path: shared_memory, in_process, socket (a ZMQ "
+            "request) or fast_lane (a request the server's fast lane answered)",
             labels=["rank", "shard", "path"],
         )
         for (shard, path), n in sorted(reads().items()):

@@ -93,9 +93,10 @@ def test_a_killed_shard_sidecar_restarts_in_place_and_the_training_succeeds(
     assert restored[-1].rsplit("step-", 1)[1][:9] >= taken.split("-", 1)[1], (restored[-1], taken)
     assert 1 <= status["restarts"] <= 2, status["restarts"]
     assert any(e["reason"] == "Restarting" for e in events(kube, ns, NAME)) or "Restarting" in seen
-    # rank 0 (worker 0) reads shard 0 through shared memory and shard 1 by requests; rank 1 the reverse
-    assert reads_of(logs[0]) == ("shard 0: shared_memory 100 %", "shard 1: socket 100 %")
-    assert reads_of(logs[1]) == ("shard 0: socket 100 %", "shard 1: shared_memory 100 %")
+    # rank 0 (worker 0) reads shard 0 through shared memory and shard 1 by requests (answered by its fast
+    # lane); rank 1 the reverse
+    assert reads_of(logs[0]) == ("shard 0: shared_memory 100 %", "shard 1: fast_lane 100 %")
+    assert reads_of(logs[1]) == ("shard 0: fast_lane 100 %", "shard 1: shared_memory 100 %")
     addresses = [s["address"] for s in status["shards"]]
     assert addresses == [f"tcp://{worker_name(NAME, i)}.{NAME}-trainers.{ns}.svc:7000" for i in range(2)]
     mrr = final_progress(kube, ns, NAME, "test_mrr")["evalValue"]

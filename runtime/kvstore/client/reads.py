@@ -8,7 +8,8 @@ import threading
 from collections import Counter
 
 # Rows and seeds this process read, by (shard, path): "shared_memory" (a same-host server's segments),
-# "in_process" (standalone shards) or "socket" (a request). What a trainer's metrics show of locality.
+# "in_process" (standalone shards), "socket" (a ZMQ request) or "fast_lane" (a request the server's fast
+# lane answered). What a trainer's metrics show of locality.
 _READS: Counter[tuple[int, str]] = Counter()
 _READS_LOCK = threading.Lock()
 
@@ -21,4 +22,11 @@ def reads() -> dict[tuple[int, str], int]:
 
 def count(shard: int, path: str, n: int) -> None:
     with _READS_LOCK:
+        _READS[(shard, path)] += n
+
+
+def moved(shard: int, source: str, path: str, n: int) -> None:
+    """`n` reads counted under `source` went by `path` (the transport knows it only once answered)."""
+    with _READS_LOCK:
+        _READS[(shard, source)] -= n
         _READS[(shard, path)] += n
