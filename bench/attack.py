@@ -90,7 +90,9 @@ def lane_peer(kind: str, port: int, token: str, stop: mp.Event, seed: int) -> No
     (never reading) until the server closes it or the scenario ends."""
     rng = np.random.default_rng(seed)
     ids = np.arange(fastwire.MAX_REPLY_BYTES // (DIM * 4), dtype=np.int64)
-    pull = fastwire.request(1, b"emb", len(ids)) + ids.tobytes()
+    pull = (
+        fastwire.request(1, b"emb", len(ids), fastwire.row_type(np.dtype(np.float32), (DIM,))) + ids.tobytes()
+    )
     while not stop.is_set():
         try:
             with socket.create_connection(("127.0.0.1", port), timeout=5) as s:

@@ -9,14 +9,18 @@
 //   hello    client -> server  "GTFL" u16 version, u16 token length (1..256), the token
 //            server -> client  "GTFL" u32 status (0 accepted; anything else: refused, then closed)
 //   request  "GTRQ" u16 op, u16 name length, u64 rid, u64 count (<= max_ids), u64 reserved (0), then
-//            op 1, pull:   the table's name (1..128 bytes) padded with zeros to 8 bytes, `count` ids
-//                          (int64, global rows)
+//            op 1, pull:   the table's name (1..128 bytes) padded with zeros to 8 bytes, the row type
+//                          the caller reads (u32 element type code, u32 dims 0..3, u64 dims[3]: a
+//                          table of another type answers "not served here"), `count` ids (int64,
+//                          global rows)
 //            op 2, sample: no name; i64 fan-out (>= 1: "all" is the ZMQ path's), u64 seed, `count`
 //                          seeds (int64, global nodes)
 //   reply    "GTRP" u32 status (0 ok, 1 error, 2 not served here), u64 rid, u64 payload bytes, then
 //            a UTF-8 message, or (ok) the rows of a pull, or a sample's counts (int64, one per seed)
 //            and the sampled sources (int64), the draws of gt_sample_neighbors, as the ZMQ path's
-// Guarantees, as the ZMQ path's: the token is checked (constant time) before anything else is read; a
+// Guarantees, as the ZMQ path's: the token is checked (constant time) before anything else is read (at
+// most a quarter of max_conns connections may be waiting to send it, the oldest making room for a
+// newcomer: peers without the token cannot take every slot, nor keep a client out); a
 // framing error closes the connection; an id outside the shard's rows is refused naming it; a table that
 // is not registered (GPU, dynamic vocabulary, unknown) or a pull over max_reply_bytes answers "not served
 // here" and the client asks over ZMQ. Memory is bounded per connection (one request and one reply: the
@@ -35,6 +39,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -61,6 +66,7 @@ constexpr uint32_t kReplyMagic = 0x50525447;  // "GTRP"
 constexpr uint16_t kVersion = 1;
 constexpr uint16_t kOpPull = 1, kOpSample = 2;
 constexpr size_t kSampleArgs = 16;  // fan-out, seed
+constexpr size_t kRowType = 32;     // element type code, dims, dims[3]
 constexpr size_t kHello = 8, kRequest = 32, kReply = 24, kMaxToken = 256, kMaxName = 128;
 constexpr int kPerWake = 16;  // requests one connection may have answered before the others' turn
 enum Status : uint32_t { kOk = 0, kError = 1, kNotHere = 2 };
@@ -71,9 +77,19 @@ enum Stat {
 };
 enum Stage { kHelloHead, kHelloToken, kHead, kBody };
 
+struct RowType {
+  uint32_t code, ndim;
+  uint64_t dims[3];
+  bool operator==(const RowType& o) const {
+    return code == o.code && ndim == o.ndim && dims[0] == o.dims[0] && dims[1] == o.dims[1] &&
+           dims[2] == o.dims[2];
+  }
+};
+
 struct Table {
   const char* data;
   int64_t lo, hi, row_bytes;
+  RowType type;
 };
 
 struct Graph {  // the partition's in-edges (CSR over rows lo..lo+num_nodes), for sampling
@@ -85,6 +101,7 @@ struct Graph {  // the partition's in-edges (CSR over rows lo..lo+num_nodes), fo
 struct Conn {
   int fd = -1;
   Stage stage = kHelloHead;
+  bool authed = false;
   std::vector<char> in;  // the current hello or request; 8-byte aligned (operator new)
   size_t have = 0, need = kHello;
   std::vector<char> out;
@@ -119,6 +136,7 @@ struct Server {
   std::unordered_map<std::string, Table> tables;
   Graph graph;  // guarded by mu too
   std::unordered_map<int, Conn> conns;
+  int64_t unauthed = 0;  // connections that have not sent the token yet
   std::atomic<uint64_t> stats[kStats];
   std::atomic<bool> stopping{false};
   std::thread thread;
@@ -137,14 +155,33 @@ struct Server {
   void close_conn(int fd) {
     epoll_ctl(epfd, EPOLL_CTL_DEL, fd, nullptr);
     ::close(fd);
+    auto it = conns.find(fd);
+    if (it != conns.end() && !it->second.authed) --unauthed;
     conns.erase(fd);
     stats[kOpen].store(conns.size(), std::memory_order_relaxed);
+  }
+
+  // Room for a newcomer when a quarter of the slots wait for a token: the one waiting longest goes (a
+  // client sends its token at once; a peer without it holds a slot until the next newcomer comes).
+  void evict_oldest_unauthenticated() {
+    int oldest = -1;
+    int64_t since = INT64_MAX;
+    for (auto& [fd, c] : conns)
+      if (!c.authed && c.deadline_ms < since) {
+        since = c.deadline_ms;
+        oldest = fd;
+      }
+    if (oldest >= 0) {
+      count(kFull);
+      close_conn(oldest);
+    }
   }
 
   void accept_all(int64_t now) {
     for (int i = 0; i < 64; ++i) {
       int fd = accept4(listen_fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
       if (fd < 0) return;  // EAGAIN, or an aborted connection: nothing to do
+      if (unauthed >= std::max<int64_t>(1, max_conns / 4)) evict_oldest_unauthenticated();
       if (static_cast<int64_t>(conns.size()) >= max_conns) {
         count(kFull);  // counted before the peer can see the close
         ::close(fd);
@@ -157,12 +194,14 @@ struct Server {
       c.fd = fd;
       c.in.resize(kHello);
       c.deadline_ms = now + handshake_ms;
+      ++unauthed;
       epoll_event ev{};
       ev.events = EPOLLIN;
       ev.data.fd = fd;
       if (epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev) != 0) {
         ::close(fd);
         conns.erase(fd);
+        --unauthed;
       }
       stats[kOpen].store(conns.size(), std::memory_order_relaxed);
     }
@@ -211,7 +250,10 @@ struct Server {
     uint16_t name_len = load<uint16_t>(h + 6);
     uint64_t rid = load<uint64_t>(h + 8), n = load<uint64_t>(h + 16);
     std::string name(h + kRequest, name_len);
-    const char* idp = h + kRequest + ((name_len + 7) & ~size_t{7});
+    const char* typep = h + kRequest + ((name_len + 7) & ~size_t{7});
+    RowType want{load<uint32_t>(typep), load<uint32_t>(typep + 4),
+                 {load<uint64_t>(typep + 8), load<uint64_t>(typep + 16), load<uint64_t>(typep + 24)}};
+    const char* idp = typep + kRowType;
     auto start = std::chrono::steady_clock::now();
     {
       std::lock_guard<std::mutex> lock(mu);
@@ -221,6 +263,10 @@ struct Server {
         return;
       }
       const Table& t = it->second;
+      if (!(t.type == want)) {  // the ZMQ path converts or refuses as numpy does
+        refuse(c, rid, kNotHere, "the caller's row type is not the table's");
+        return;
+      }
       if (static_cast<int64_t>(n) * t.row_bytes > max_reply) {
         refuse(c, rid, kNotHere, "the pull is larger than the fast lane's replies");
         return;
@@ -325,6 +371,8 @@ struct Server {
           return false;
         }
         count(kAccepted);
+        c.authed = true;
+        --unauthed;
         c.have = 0;
         c.deadline_ms = 0;
         c.out.assign(ack, ack + sizeof ack);
@@ -343,7 +391,7 @@ struct Server {
           return false;
         }
         c.stage = kBody;
-        c.need = kRequest + (op == kOpPull ? (name_len + 7) & ~size_t{7} : kSampleArgs) + n * 8;
+        c.need = kRequest + (op == kOpPull ? ((name_len + 7) & ~size_t{7}) + kRowType : kSampleArgs) + n * 8;
         c.in.resize(c.need);
         return true;
       }
@@ -481,10 +529,11 @@ GT_API void* gt_fast_start(int listen_fd, const char* token, int64_t token_len, 
   return s;
 }
 
-// Register (data != NULL) or withdraw table `name`: rows [lo, hi) of row_bytes each at `data`. Returns
+// Register (data != NULL) or withdraw table `name`: rows [lo, hi) of row_bytes each at `data`, their
+// type (element type code, ndim, dims) what a pull must ask for. Returns
 // once no pull copies from the table's previous memory any more, so the caller may then free it.
 GT_API int gt_fast_set_table(void* server, const char* name, int64_t name_len, const void* data, int64_t lo,
-                             int64_t hi, int64_t row_bytes) {
+                             int64_t hi, int64_t row_bytes, int32_t type_code, int32_t ndim, const int64_t* dims) {
   auto* s = static_cast<Server*>(server);
   if (name_len <= 0 || name_len > static_cast<int64_t>(kMaxName)) return 1;
   std::string key(name, static_cast<size_t>(name_len));
@@ -492,8 +541,10 @@ GT_API int gt_fast_set_table(void* server, const char* name, int64_t name_len, c
   if (data == nullptr) {
     s->tables.erase(key);
   } else {
-    if (lo < 0 || hi < lo || row_bytes <= 0) return 1;
-    s->tables[key] = Table{static_cast<const char*>(data), lo, hi, row_bytes};
+    if (lo < 0 || hi < lo || row_bytes <= 0 || ndim < 0 || ndim > 3) return 1;
+    RowType type{static_cast<uint32_t>(type_code), static_cast<uint32_t>(ndim), {0, 0, 0}};
+    for (int32_t i = 0; i < ndim; ++i) type.dims[i] = static_cast<uint64_t>(dims[i]);
+    s->tables[key] = Table{static_cast<const char*>(data), lo, hi, row_bytes, type};
   }
   return 0;
 }

@@ -115,9 +115,10 @@ SIGNATURES: dict[str, Signature] = {
     "gt_keyed_unit": Signature((CPU,), None, [I64, P, I64, U64, P]),
     # the shard server's fast lane (fastlane.cpp): start(listen fd, token, token bytes, max connections, max
     # ids, max reply bytes, handshake ms, stall ms), set_table(server, name, name bytes, data, lo, hi, row
-    # bytes), stats(server, out, n), set_graph(server, indptr, indices, lo, nodes), stop(server)
+    # bytes, element type code, ndim, dims), stats(server, out, n), set_graph(server, indptr, indices, lo,
+    # nodes), stop(server)
     "gt_fast_start": Signature((CPU,), P, [INT, ctypes.c_char_p, I64, I64, I64, I64, I64, I64]),
-    "gt_fast_set_table": Signature((CPU,), INT, [P, ctypes.c_char_p, I64, P, I64, I64, I64]),
+    "gt_fast_set_table": Signature((CPU,), INT, [P, ctypes.c_char_p, I64, P, I64, I64, I64, I32, I32, P]),
     "gt_fast_stats": Signature((CPU,), None, [P, P, I64]),
     "gt_fast_set_graph": Signature((CPU,), None, [P, P, P, I64, I64]),
     "gt_fast_stop": Signature((CPU,), None, [P]),

@@ -26,7 +26,7 @@ from collections import deque
 import numpy as np
 
 from graphtrain.runtime.kvstore.client.transport import Answer, Call, KVAuthError, place
-from graphtrain.runtime.kvstore.wire import fastwire, protocol
+from graphtrain.runtime.kvstore.wire import fastwire, opargs, protocol
 
 RETRY_SECONDS = 2.0
 SAMPLING = "\0sample"  # not_served's name for a shard's sampling (no table is named so)
@@ -56,6 +56,7 @@ class FastPulls:
         self.not_served: set[tuple[int, str]] = set()
         self._rid = itertools.count(1)
         self._head = bytearray(fastwire.REPLY.size)
+        self._deadline = 0.0  # of the exchange run() is in
 
     # ------------------------------------------------------------------------------ which pulls
 
@@ -77,17 +78,19 @@ class FastPulls:
             return False
         n = sum(len(a) for a in c.arrays)
         if c.op == "sample":
-            args = c.args or {}
-            fanout = args.get("fanout")
+            if (s, SAMPLING) in self.not_served or set(c.args or {}) != {"fanout", "seed"}:
+                return False
+            try:  # the ZMQ path's own checks: what it refuses goes there, to be refused as it is
+                a = opargs.validate(protocol.Request("sample", 0, None, list(c.arrays), dict(c.args or {})))
+            except protocol.ProtocolError:
+                return False
+            assert isinstance(a, opargs.SampleArgs)
             return (
-                (s, SAMPLING) not in self.not_served
-                and set(args) == {"fanout", "seed"}
-                and isinstance(fanout, int)
-                and fanout >= 1
-                and n <= fastwire.MAX_IDS
-                and 8 * n * (fanout + 1) <= fastwire.MAX_REPLY_BYTES
+                a.fanout >= 1 and n <= fastwire.MAX_IDS and 8 * n * (a.fanout + 1) <= fastwire.MAX_REPLY_BYTES
             )
         if c.op != "pull" or c.out is None or (s, c.name) in self.not_served or not isinstance(c.name, str):
+            return False
+        if fastwire.row_type(c.out.dtype, c.out.shape[1:]) is None:
             return False
         return n <= fastwire.MAX_IDS and n * _row_bytes(c.out) <= fastwire.MAX_REPLY_BYTES
 
@@ -101,14 +104,15 @@ class FastPulls:
         left: list[Call] = []
         answers: dict[int, Answer] = {}
         flight: dict[int, tuple[Call, int]] = {}
-        for s, q in queues.items():
-            try:
-                flight[s] = (q[0], self._send(s, q[0]))
-            except _Broken:
-                self._down(s)
-                left += q
-                q.clear()
+        self._deadline = time.monotonic() + self.timeout  # the whole exchange, as one ZMQ call's
         try:
+            for s, q in queues.items():
+                try:
+                    flight[s] = (q[0], self._send(s, q[0]))
+                except _Broken:
+                    self._down(s)
+                    left += q
+                    q.clear()
             while flight:
                 for s in list(flight):
                     c, rid = flight.pop(s)
@@ -138,10 +142,14 @@ class FastPulls:
         n = sum(len(a) for a in ids)
         if c.op == "sample":
             args = c.args or {}
-            head = fastwire.sample_request(rid, n, args["fanout"], args["seed"])
+            head = fastwire.sample_request(rid, n, int(args["fanout"]), int(args["seed"]))
         else:
-            head = fastwire.request(rid, c.name.encode(), n)
+            assert c.out is not None
+            rows = fastwire.row_type(c.out.dtype, c.out.shape[1:])
+            assert rows is not None  # eligible() checked it
+            head = fastwire.request(rid, c.name.encode(), n, rows)
         try:
+            sock.settimeout(self._left())
             sock.sendall(b"".join([head, *[a.tobytes() for a in ids]]))
         except OSError as exc:
             raise _Broken from exc
@@ -151,7 +159,7 @@ class FastPulls:
         """Read the answer to `c` (a pull's into its rows); None: the lane does not serve it."""
         sock = self.socks[s]
         assert sock is not None
-        _read_into(sock, memoryview(self._head))
+        self._read_into(sock, memoryview(self._head))
         magic, status, got, nbytes = fastwire.REPLY.unpack(self._head)
         if magic != fastwire.REPLY_MAGIC or got != rid:
             raise _Broken
@@ -159,7 +167,7 @@ class FastPulls:
             if nbytes > 4096:
                 raise _Broken
             text = bytearray(nbytes)
-            _read_into(sock, memoryview(text))
+            self._read_into(sock, memoryview(text))
             message = text.decode(errors="replace")
             if status == fastwire.NOT_HERE:
                 if c.op == "pull" or "no graph" in message:  # a big sample is asked over ZMQ once
@@ -174,24 +182,44 @@ class FastPulls:
             self.not_served.add((s, c.name))
             raise _Broken
         if c.dest is None and c.out.flags.c_contiguous:
-            _read_into(sock, memoryview(c.out).cast("B"))
+            self._read_into(sock, memoryview(c.out).cast("B"))
         else:
             rows = np.empty((n, *c.out.shape[1:]), dtype=c.out.dtype)
-            _read_into(sock, memoryview(rows).cast("B"))
+            self._read_into(sock, memoryview(rows).cast("B"))
             place(c, 0, rows)
         return PULLED
 
-    @staticmethod
-    def _sampled(sock: socket.socket, n: int, nbytes: int) -> Answer:
+    def _sampled(self, sock: socket.socket, n: int, nbytes: int) -> Answer:
         """A sample's reply: `n` counts, then the sources they count (as the ZMQ reply's arrays)."""
         if nbytes % 8 or nbytes < 8 * n or nbytes > fastwire.MAX_REPLY_BYTES:
             raise _Broken
         got = np.empty(nbytes // 8, dtype=np.int64)
-        _read_into(sock, memoryview(got).cast("B"))
+        self._read_into(sock, memoryview(got).cast("B"))
         counts, src = got[:n], got[n:]
         if (counts < 0).any() or int(counts.sum()) != len(src):
             raise _Broken
         return Answer({}, [src, counts])
+
+    def _left(self) -> float:
+        """Seconds left of the exchange's deadline (_Broken when none)."""
+        left = self._deadline - time.monotonic()
+        if left <= 0:
+            raise _Broken
+        return left
+
+    def _read_into(self, sock: socket.socket, view: memoryview) -> None:
+        """Fill `view` from `sock` within the exchange's deadline (a server that drips its bytes is
+        given up at it, as a silent one), or raise _Broken."""
+        got = 0
+        while got < len(view):
+            try:
+                sock.settimeout(self._left())
+                n = sock.recv_into(view[got:])
+            except OSError as exc:
+                raise _Broken from exc
+            if n == 0:
+                raise _Broken
+            got += n
 
     def _connect(self, s: int) -> socket.socket:
         sock = self.socks[s]
@@ -200,11 +228,11 @@ class FastPulls:
         host, port = self.hosts[s], self.ports[s]
         assert host is not None and port
         try:
-            sock = socket.create_connection((host, port), timeout=self.timeout)
+            sock = socket.create_connection((host, port), timeout=self._left())
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             sock.sendall(fastwire.hello(self.token))
             head = bytearray(fastwire.HELLO_REPLY.size)
-            _read_into(sock, memoryview(head))
+            self._read_into(sock, memoryview(head))
         except (OSError, _Broken) as exc:
             raise _Broken from exc
         magic, status = fastwire.HELLO_REPLY.unpack(head)
@@ -235,16 +263,3 @@ class FastPulls:
 
 def _row_bytes(out: np.ndarray) -> int:
     return out.dtype.itemsize * math.prod(out.shape[1:])
-
-
-def _read_into(sock: socket.socket, view: memoryview) -> None:
-    """Fill `view` from `sock` (its timeout bounds each wait), or raise _Broken."""
-    got = 0
-    while got < len(view):
-        try:
-            n = sock.recv_into(view[got:])
-        except OSError as exc:
-            raise _Broken from exc
-        if n == 0:
-            raise _Broken
-        got += n

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from graphtrain.runtime.dtypes import NUMPY
 from graphtrain.runtime.errors import GraphtrainError
 from graphtrain.runtime.kvstore.serving.metrics import ServerMetrics
 from graphtrain.runtime.kvstore.tables.graphpart import GraphPart
@@ -66,9 +67,18 @@ class LaneLimits:
 
 
 def servable(t: TensorShard) -> bool:
-    """Whether the lane may answer pulls of `t`: fixed rows in contiguous host memory."""
+    """Whether the lane may answer pulls of `t`: fixed rows in contiguous host memory, of an element
+    type and a name the lane's wire carries."""
     data = t.data
-    return t.keyed is None and data.device.type == "cpu" and data.dim() >= 1 and data.is_contiguous()
+    return (
+        t.keyed is None
+        and data.device.type == "cpu"
+        and data.dim() >= 1
+        and data.is_contiguous()
+        and fastwire.type_code(NUMPY[t.dtype]) > 0
+        and len(t.row_shape) <= 3
+        and 0 < len(t.name.encode()) <= fastwire.MAX_NAME
+    )
 
 
 def host_of(bind: str) -> str | None:
@@ -85,7 +95,12 @@ class FastLane:
         cls, bind: str, port: int | None, token: bytes, limits: LaneLimits | None = None
     ) -> FastLane | None:
         """The lane beside a ZMQ server bound at `bind`, on the same host, or None: off (`port` None or
-        negative), not TCP, or no native core (said in the log; pulls then all go over ZMQ)."""
+        negative), not TCP, no native core, or any port asked (0) on a host it cannot listen on (an
+        interface name ZMQ takes, say): said in the log, and every request goes over ZMQ. A port asked
+        by number (pods: 7001) that cannot be had is an error: the policy and clients expect it there.
+
+        Raises:
+            GraphtrainError: `port` > 0 and the lane cannot listen on it."""
         from graphtrain.runtime.native import NativeUnavailable
 
         host = host_of(bind)
@@ -95,7 +110,11 @@ class FastLane:
             return cls(host, port, token, limits)
         except NativeUnavailable as exc:
             log.warning("no fast lane: %s", exc)
-            return None
+        except GraphtrainError as exc:
+            if port:
+                raise
+            log.warning("no fast lane: %s", exc)
+        return None
 
     def __init__(self, host: str, port: int, token: bytes, limits: LaneLimits | None = None):
         from graphtrain.runtime.native import core
@@ -170,15 +189,22 @@ class FastLane:
             self._set(name, None, self._held[name][1])
 
     def _set(self, name: str, data: object | None, t: TensorShard) -> None:
+        """Register `data` as table `name` (None: withdraw it). Never raises: a table the native side
+        refuses is withdrawn and logged, and its pulls go over ZMQ."""
         key = name.encode()
         if data is None:
-            self._core.gt_fast_set_table(self._handle, key, len(key), None, 0, 0, 0)
-            self._held.pop(name, None)
+            if self._held.pop(name, None) is not None:
+                self._core.gt_fast_set_table(self._handle, key, len(key), None, 0, 0, 0, 0, 0, None)
             return
         row = int(np.prod(t.row_shape, dtype=np.int64)) * data.element_size()  # type: ignore[attr-defined]
         ptr = data.data_ptr()  # type: ignore[attr-defined]
-        if self._core.gt_fast_set_table(self._handle, key, len(key), ptr, t.lo, t.hi, row) != 0:
-            raise GraphtrainError(f"the fast lane refused table {name!r}")
+        dims = np.array([*t.row_shape, 0, 0, 0][:3], dtype=np.int64)
+        code = fastwire.type_code(NUMPY[t.dtype])
+        args = (ptr, t.lo, t.hi, row, code, len(t.row_shape), dims.ctypes.data)
+        if self._core.gt_fast_set_table(self._handle, key, len(key), *args) != 0:
+            log.warning("the fast lane does not serve table %r (refused by its native side)", name)
+            self._set(name, None, t)
+            return
         self._held[name] = (ptr, t, data)  # the old tensor, if any, is let go only now
 
     def count_into(self, metrics: ServerMetrics) -> None:
@@ -221,10 +247,12 @@ class FastLane:
         return max(0.0, now - stats["last_loop_ms"] / 1000) if stats else 0.0
 
     def stats(self) -> dict[str, int]:
-        if not self._handle:
-            return {}
+        """The native counters ({} once stopped): read under the lock, so never from a freed server."""
         out = (ctypes.c_uint64 * len(STATS))()
-        self._core.gt_fast_stats(self._handle, ctypes.addressof(out), len(STATS))
+        with self._lock:
+            if not self._handle:
+                return {}
+            self._core.gt_fast_stats(self._handle, ctypes.addressof(out), len(STATS))
         return dict(zip(STATS, out, strict=True))
 
     def stop(self) -> None:

@@ -161,9 +161,15 @@ class ShardServer(ServerWorkers, ServerStatus):
         router.bind(self.bind)
         self.router = router
         self.address = router.getsockopt_string(zmq.LAST_ENDPOINT)
-        self.fastlane = FastLane.open(
-            self.bind, self.fast_port, self._token, LaneLimits(lim.handshake_seconds, lim.stall_seconds)
-        )
+        try:
+            self.fastlane = FastLane.open(
+                self.bind, self.fast_port, self._token, LaneLimits(lim.handshake_seconds, lim.stall_seconds)
+            )
+        except GraphtrainError:  # its port taken: nothing of this server is left open
+            for sock in (router, self._monitor, self._zap):
+                sock.close(linger=0)
+            self.ctx.term()
+            raise
         if self.fastlane is not None:
             lane = self.fastlane
             self.metrics.scrape_hooks.hooks.append(lambda: lane.scrape(self.metrics))

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import struct
 
+import numpy as np
+
 VERSION = 1
 HELLO = struct.Struct("<4sHH")  # magic, version, token length; then the token
 HELLO_MAGIC = b"GTFL"
@@ -23,6 +25,9 @@ OP_PULL, OP_SAMPLE = 1, 2
 SAMPLE_ARGS = struct.Struct("<qQ")  # fan-out, seed (after a sample's header)
 OK, ERROR, NOT_HERE = 0, 1, 2
 
+ROW_TYPE = struct.Struct("<II3Q")  # a pull's row type (after the padded name): element type, dims, dims[3]
+ELEMENT_TYPES = ("<f4", "<f8", "<i4", "<i8", "<f2", "<i2")  # numpy's .str of the wire types; code = index + 1
+
 MAX_REPLY_BYTES = 256 << 10  # the inline path's bound (serving/inline.py): 1,024 rows of 64 float32
 MAX_IDS = 16 << 10  # ids per request: the request a connection may make the server hold is <= 128 KiB
 MAX_NAME = 128
@@ -33,9 +38,24 @@ def pad8(n: int) -> int:
     return (n + 7) & ~7
 
 
-def request(rid: int, name: bytes, n_ids: int) -> bytes:
-    """A pull's header and its padded name (the ids follow)."""
-    return REQUEST.pack(REQUEST_MAGIC, OP_PULL, len(name), rid, n_ids, 0) + name.ljust(pad8(len(name)), b"\0")
+def type_code(dtype: np.dtype) -> int:
+    """The lane's code of an element type (0: one the lane does not serve)."""
+    return ELEMENT_TYPES.index(dtype.str) + 1 if dtype.str in ELEMENT_TYPES else 0
+
+
+def row_type(dtype: np.dtype, shape: tuple[int, ...]) -> bytes | None:
+    """The row type block of a pull of rows of `shape` and `dtype` (None: not one the lane serves)."""
+    code = type_code(dtype)
+    if not code or len(shape) > 3:
+        return None
+    return ROW_TYPE.pack(code, len(shape), *(list(shape) + [0, 0, 0])[:3])
+
+
+def request(rid: int, name: bytes, n_ids: int, rows: bytes) -> bytes:
+    """A pull's header, its padded name and the row type the caller reads (`rows`, row_type()); the ids
+    follow."""
+    head = REQUEST.pack(REQUEST_MAGIC, OP_PULL, len(name), rid, n_ids, 0)
+    return head + name.ljust(pad8(len(name)), b"\0") + rows
 
 
 def sample_request(rid: int, n_seeds: int, fanout: int, seed: int) -> bytes:

@@ -52,7 +52,7 @@ MAX_FRAMES = 4096
 DEFAULT_MAX_REQUEST_BYTES = 64 << 20
 MAX_ROWS = 1 << 40
 DTYPES = NUMPY  # the wire names of the element types (runtime/dtypes.py)
-NAME_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_.:-]{0,127}$")
+NAME_PATTERN = re.compile(r"\A[A-Za-z_][A-Za-z0-9_.:-]{0,127}\Z")  # \Z: no newline after it, as $ allows
 
 # op -> (needs a tensor name, idempotent: safe to retry after a timeout)
 OPS: dict[str, tuple[bool, bool]] = {

@@ -23,6 +23,7 @@ from tests.runtime.conftest import TOKEN
 from tests.runtime.kvstore.test_liveness import wait_for
 
 ROWS, DIM = 4_000, 16
+ROW = fastwire.row_type(np.dtype(np.float32), (DIM,))  # what a pull of the tests' tables reads
 pytestmark = pytest.mark.timeout(60)
 
 
@@ -189,7 +190,7 @@ def test_a_wrong_token_is_refused_before_anything_else_and_garbage_closes_the_co
     assert srv.fastlane is not None
     port = srv.fastlane.port
     bad = socket.create_connection(("127.0.0.1", port), timeout=10)
-    bad.sendall(fastwire.hello(b"not-the-token") + fastwire.request(1, b"t", 1) + bytes(8))
+    bad.sendall(fastwire.hello(b"not-the-token") + fastwire.request(1, b"t", 1, ROW) + bytes(8))
     assert fastwire.HELLO_REPLY.unpack(recv_exactly(bad, 8)) == (fastwire.HELLO_MAGIC, 1)
     assert closed(bad)
     with pytest.raises(KVAuthError, match="refused this client's token"):
@@ -197,6 +198,7 @@ def test_a_wrong_token_is_refused_before_anything_else_and_garbage_closes_the_co
 
         f = FastPulls([f"tcp://127.0.0.1:{port}"], "0" * 32, 5)
         f.learn(0, port)
+        f._deadline = time.monotonic() + 5  # noqa: SLF001 - as run() sets it
         f._connect(0)  # noqa: SLF001
     garbage = [
         b"GET / HTTP/1.1\r\n\r\n",  # not a hello
@@ -244,7 +246,7 @@ def test_a_silent_peer_a_reader_that_never_reads_and_a_full_lane_are_bounded(ser
         hog = lane(srv)
         hog.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
         ids = np.arange(fastwire.MAX_REPLY_BYTES // (DIM * 4), dtype=np.int64) % ROWS
-        request = fastwire.request(1, b"t", len(ids)) + ids.tobytes()
+        request = fastwire.request(1, b"t", len(ids), ROW) + ids.tobytes()
         hog.settimeout(0.5)
         for _ in range(2000):  # far more than the socket buffers hold: the lane stops reading it
             try:
@@ -262,21 +264,28 @@ def test_a_silent_peer_a_reader_that_never_reads_and_a_full_lane_are_bounded(ser
         good.close()
 
 
-def test_past_max_connections_the_lane_closes_new_ones_and_pulls_go_over_zmq() -> None:
+def test_past_max_connections_the_lane_closes_new_ones_and_tokenless_peers_cannot_keep_clients_out() -> None:
+    """8 connections at most, 2 of them before their token: the one waiting longest makes room for a
+    newcomer, so peers without the token cannot hold every slot."""
     state = ShardTensors(0)
     state.create("t", ROWS, (DIM,), "float32", 0, ROWS, {"kind": "uniform", "seed": 4})
-    lane_ = FastLane("127.0.0.1", 0, TOKEN.encode(), LaneLimits(max_connections=2))
+    lane_ = FastLane("127.0.0.1", 0, TOKEN.encode(), LaneLimits(max_connections=8))
+    held: list[socket.socket] = []
     try:
         lane_.sync(state.tensors)
-        held = [socket.create_connection(("127.0.0.1", lane_.port), timeout=10) for _ in range(2)]
+        silent = [socket.create_connection(("127.0.0.1", lane_.port), timeout=10) for _ in range(2)]
         time.sleep(0.2)
+        held = [lane(lane_) for _ in range(7)]  # clients get in: the oldest silent one went
+        assert [closed(s, 1.0) for s in silent].count(True) == 1  # accepted in the same millisecond
         extra = socket.create_connection(("127.0.0.1", lane_.port), timeout=10)
-        assert closed(extra, 5)
+        assert closed(extra, 5)  # 1 silent + 7 clients: full
         st = lane_.stats()
-        assert (st["full"], st["open"]) == (1, 2), str(st)
-        for s in held:
+        assert (st["full"], st["open"], st["accepted"]) == (2, 8, 7), str(st)
+        for s in silent:
             s.close()
     finally:
+        for s in held:
+            s.close()
         lane_.stop()
         state.close()
 
@@ -320,7 +329,7 @@ def hostile(example) -> bytes:
         header[what] = value & 0xFFFF
     elif what in ("n", "reserved", "rid"):
         header[what] = value
-    body = name.ljust(fastwire.pad8(len(name)), b"\0") + np.array(ids, dtype=np.int64).tobytes()
+    body = name.ljust(fastwire.pad8(len(name)), b"\0") + ROW + np.array(ids, dtype=np.int64).tobytes()
     msg = fastwire.REQUEST.pack(*header.values()) + body
     return msg[: value % max(1, len(msg))] if what == "cut" else msg
 
@@ -351,7 +360,7 @@ def test_fuzzed_peers_never_crash_the_lane_nor_change_a_row(fuzzed) -> None:
         finally:
             s.close()
         ids = np.array([0, 7, ROWS - 1], dtype=np.int64)
-        good.sendall(fastwire.request(1, b"t", 3) + ids.tobytes())
+        good.sendall(fastwire.request(1, b"t", 3, ROW) + ids.tobytes())
         magic, status, _, nbytes = fastwire.REPLY.unpack(recv_exactly(good, fastwire.REPLY.size))
         assert (magic, status, nbytes) == (fastwire.REPLY_MAGIC, fastwire.OK, 3 * DIM * 4)
         rows = np.frombuffer(recv_exactly(good, nbytes), np.float32).reshape(3, DIM)
@@ -421,3 +430,131 @@ def test_samples_are_the_zmq_paths_draws_and_what_the_lane_cannot_sample_goes_ov
         slow.close()
         for s in srvs:
             s.stop()
+
+
+def test_a_row_type_other_than_the_tables_goes_over_zmq_as_numpy_has_it(servers) -> None:
+    """The lane answers only the table's own element type and row shape: an int32 table read as
+    float32, or (2, 2) rows read as (4,), get what the ZMQ path gives (numpy's conversion or refusal)."""
+    (srv,) = servers()
+    bounds = np.array([0, ROWS])
+    fast = kvstore.connect([srv.address], TOKEN, timeout=10)
+    slow = kvstore.connect([srv.address], TOKEN, timeout=10, fast=False)
+    try:
+        fast.create("i", ROWS, (2,), "int32", bounds, {"kind": "zeros"})
+        fast.push("i", np.arange(3), np.array([[1, 2], [3, 4], [5, 6]], np.int32), bounds)
+        fast.create("m", ROWS, (2, 2), "float32", bounds, {"kind": "uniform", "seed": 1})
+        ids = np.arange(3)
+        got = fast.pull("i", ids, bounds, (2,), np.float32)
+        assert np.array_equal(got, slow.pull("i", ids, bounds, (2,), np.float32)) and got[2, 1] == 6.0
+        for shape in ((4,), (2,)):
+            with pytest.raises(ValueError, match="broadcast"):
+                fast.pull("m", ids, bounds, shape, np.float32)
+        assert stats(srv)["pulls_ok"] == 0 and stats(srv)["not_served"] >= 1
+    finally:
+        fast.close()
+        slow.close()
+
+
+def test_stats_racing_stop_never_reads_a_freed_server() -> None:
+    import threading
+
+    for _ in range(20):
+        lane_ = FastLane("127.0.0.1", 0, TOKEN.encode())
+        done = threading.Event()
+
+        def read(fl: FastLane = lane_, stop: threading.Event = done) -> None:
+            while not stop.is_set():
+                fl.stats()
+
+        t = threading.Thread(target=read)
+        t.start()
+        time.sleep(0.005)
+        lane_.stop()
+        assert lane_.stats() == {}
+        done.set()
+        t.join(5)
+
+
+def test_a_lane_that_drips_its_reply_is_given_up_at_the_calls_timeout() -> None:
+    """A server that sends a right reply a byte at a time: the call's timeout bounds the whole exchange
+    (not each byte's wait), and the pull is left to ZMQ."""
+    import threading
+
+    from graphtrain.runtime.kvstore.client.fastlane import FastPulls
+    from graphtrain.runtime.kvstore.client.transport import Call
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    stop = threading.Event()
+
+    def drip() -> None:
+        conn, _ = listener.accept()
+        with conn:
+            conn.sendall(fastwire.HELLO_REPLY.pack(fastwire.HELLO_MAGIC, 0))
+            reply = fastwire.REPLY.pack(fastwire.REPLY_MAGIC, 0, 1, 4 * DIM) + bytes(4 * DIM)
+            for b in reply:
+                if stop.wait(0.3):
+                    return
+                conn.sendall(bytes([b]))
+
+    server = threading.Thread(target=drip, daemon=True)
+    server.start()
+    pulls = FastPulls([f"tcp://127.0.0.1:{port}"], TOKEN, timeout=1.0)
+    pulls.learn(0, port)
+    call = Call(0, "pull", "t", [np.array([0])], None, np.empty((1, DIM), np.float32))
+    start = time.monotonic()
+    try:
+        answers, left = pulls.run([call])
+        assert (answers, left) == ({}, [call]) and time.monotonic() - start < 3.0
+    finally:
+        stop.set()
+        pulls.close()
+        listener.close()
+        server.join(5)
+
+
+def test_a_lane_on_any_port_of_a_host_it_cannot_listen_on_is_left_off_a_numbered_one_fails() -> None:
+    from graphtrain.runtime.errors import GraphtrainError
+
+    assert FastLane.open("tcp://lo:0", 0, TOKEN.encode()) is None  # an interface name ZMQ takes
+    taken = socket.create_server(("127.0.0.1", 0))
+    try:
+        with pytest.raises(GraphtrainError, match="cannot listen on 127.0.0.1"):
+            FastLane.open("tcp://127.0.0.1:0", taken.getsockname()[1], TOKEN.encode())
+        srv = ShardServer(
+            ShardTensors(0), TOKEN, "tcp://127.0.0.1:0", workers=1, fast_port=taken.getsockname()[1]
+        )
+        with pytest.raises(GraphtrainError):
+            srv.start()
+        srv.stop()  # returns: nothing of the failed start is left open
+    finally:
+        taken.close()
+
+
+@pytest.mark.parametrize(
+    "args",
+    [{"fanout": 2, "seed": -1}, {"fanout": True, "seed": 0}, {"fanout": 2, "seed": 2**64}, {"fanout": 2}],
+)
+def test_sample_arguments_the_zmq_path_refuses_are_left_to_it(args: dict) -> None:
+    from graphtrain.runtime.kvstore.client.fastlane import FastPulls
+    from graphtrain.runtime.kvstore.client.transport import Call
+
+    pulls = FastPulls(["tcp://127.0.0.1:1"], TOKEN, timeout=1.0)
+    pulls.learn(0, 1)
+    assert pulls.eligible(Call(0, "sample", None, [np.array([1, 2])], {"fanout": 2, "seed": 0}))
+    assert not pulls.eligible(Call(0, "sample", None, [np.array([1, 2])], args))
+
+
+def test_a_table_name_with_a_trailing_newline_is_refused_as_any_bad_name(servers) -> None:
+    """The name pattern's end matched before a final newline ($): a 129-byte name passed, and the lane
+    (which holds at most 128) then refused it on every later sync."""
+    (srv,) = servers()
+    c = kvstore.connect([srv.address], TOKEN, timeout=10)
+    try:
+        with pytest.raises(protocol.RemoteError, match="needs a tensor name"):
+            c.create("x" * 128 + "\n", ROWS, (DIM,), "float32", np.array([0, ROWS]))
+        c.create("x" * 128, ROWS, (DIM,), "float32", np.array([0, ROWS]))  # the longest name: served
+        rows = c.pull("x" * 128, np.arange(3), np.array([0, ROWS]), (DIM,), np.float32)
+        assert rows.shape == (3, DIM) and stats(srv)["pulls_ok"] == 1
+    finally:
+        c.close()
