@@ -549,41 +549,35 @@ def _selector(gt: GraphTraining, role: str | None = None) -> Obj:
 
 def shard_network_policy(owner: Obj, gt: GraphTraining, config: OperatorConfig) -> Obj | None:
     """Ingress of the training's shard servers: the kvstore port from its trainers and partition pod
-    only, the metrics port from its own pods and the configured scrapers (networkPolicy.metricsFrom);
-    nothing else. Egress is left alone. The kubelet's probes of the metrics port (/readyz, /livez) come
-    from the node, which the common network plugins (Calico, Cilium) admit to its own pods whatever the
-    policy. None when the configuration disables NetworkPolicies."""
+    only, the fast lane's (unless shardServers.fastLane is off) from its trainers, the metrics port from
+    its own pods and the configured scrapers (networkPolicy.metricsFrom); nothing else. Egress is left
+    alone. The kubelet's probes of the metrics port (/readyz, /livez) come from the node, which the
+    common network plugins (Calico, Cilium) admit to its own pods whatever the policy. None when the
+    configuration disables NetworkPolicies."""
     if not config.network_policy.enabled:
         return None
     n = names(gt.metadata.name)
+    ingress = [
+        {
+            "from": [{"podSelector": _selector(gt, r)} for r in ("trainer", "partition")],
+            "ports": [{"protocol": "TCP", "port": SHARD_PORT}],
+        },
+        {
+            "from": [{"podSelector": _selector(gt)}, *config.network_policy.metrics_from],
+            "ports": [{"protocol": "TCP", "port": METRICS_PORT}],
+        },
+    ]
+    if gt.spec.shard_servers.fast_lane:  # the fast lane: the trainers' small pulls and samples
+        lane = {
+            "from": [{"podSelector": _selector(gt, "trainer")}],
+            "ports": [{"protocol": "TCP", "port": FAST_PORT}],
+        }
+        ingress.insert(1, lane)
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
         "metadata": _meta(owner, n["shards"], "network"),
-        "spec": {
-            "podSelector": _selector(gt, "shards"),
-            "policyTypes": ["Ingress"],
-            "ingress": [
-                {
-                    "from": [{"podSelector": _selector(gt, r)} for r in ("trainer", "partition")],
-                    "ports": [{"protocol": "TCP", "port": SHARD_PORT}],
-                },
-                *(
-                    [
-                        {  # the fast lane: the trainers' small pulls and samples
-                            "from": [{"podSelector": _selector(gt, "trainer")}],
-                            "ports": [{"protocol": "TCP", "port": FAST_PORT}],
-                        }
-                    ]
-                    if gt.spec.shard_servers.fast_lane
-                    else []
-                ),
-                {
-                    "from": [{"podSelector": _selector(gt)}, *config.network_policy.metrics_from],
-                    "ports": [{"protocol": "TCP", "port": METRICS_PORT}],
-                },
-            ],
-        },
+        "spec": {"podSelector": _selector(gt, "shards"), "policyTypes": ["Ingress"], "ingress": ingress},
     }
 
 
