@@ -9,6 +9,7 @@ cluster network the NetworkPolicy confines).
 
 from __future__ import annotations
 
+import functools
 import struct
 
 import numpy as np
@@ -43,8 +44,10 @@ def type_code(dtype: np.dtype) -> int:
     return ELEMENT_TYPES.index(dtype.str) + 1 if dtype.str in ELEMENT_TYPES else 0
 
 
+@functools.lru_cache(maxsize=256)
 def row_type(dtype: np.dtype, shape: tuple[int, ...]) -> bytes | None:
-    """The row type block of a pull of rows of `shape` and `dtype` (None: not one the lane serves)."""
+    """The row type block of a pull of rows of `shape` and `dtype` (None: not one the lane serves).
+    Cached: every pull asks it twice (eligible, then the request) for the same few tables."""
     code = type_code(dtype)
     if not code or len(shape) > 3:
         return None
