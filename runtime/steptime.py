@@ -165,9 +165,28 @@ def _split(
     )
 
 
-def trainer_parts(costs: Costs, load: Load) -> dict[str, UnitCost]:
-    """One trainer's ops in one step, each as seconds of wall, CPU and shard-server CPU."""
-    dense = costs.ops["dense_threaded" if load.threads > 1 else "dense"]
+def _dense(costs: Costs, load: Load, own_cores: bool) -> UnitCost:
+    """The dense op's cost per multiply-add: dense_threaded for a trainer of several intra-op threads.
+    On hosts of their own cores (`own_cores`) nothing else runs beside those threads, so they take no
+    more wall than one thread would: the calibration machine measured them sharing its cores with other
+    load, where they spin (one thread's cost is then the better bound; a CI run predicted a 64-core host
+    slower than 2 shared cores without it)."""
+    single = costs.ops["dense"]
+    if load.threads <= 1:
+        return single
+    threaded = costs.ops["dense_threaded"]
+    if (
+        own_cores
+        and single.wall * load.macs + single.wall_touch < threaded.wall * load.macs + threaded.wall_touch
+    ):
+        return single
+    return threaded
+
+
+def trainer_parts(costs: Costs, load: Load, own_cores: bool = False) -> dict[str, UnitCost]:
+    """One trainer's ops in one step, each as seconds of wall, CPU and shard-server CPU (`own_cores`:
+    on hosts of their own cores, see _dense)."""
+    dense = _dense(costs, load, own_cores)
     ar = costs.ops["allreduce"]
     t = load.touches
     steps = load.ring_steps
@@ -219,7 +238,7 @@ def predict(
     waiting for each other, bench/RESULTS.md)."""
     if not loads:
         return StepTime(0.0, "none")
-    each = [trainer_parts(costs, load) for load in loads]
+    each = [trainer_parts(costs, load, host_cores is not None) for load in loads]
     main = [sum(p[k].cpu for k in MAIN) for p in each]
     loader = [p["sample"].cpu + p["fetch"].cpu for p in each]
     waits = [sum(p[k].server_cpu for k in MAIN) for p in each]

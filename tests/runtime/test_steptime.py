@@ -157,3 +157,17 @@ def test_hosts_with_cores_of_their_own_share_none_and_ignore_this_machines_load(
     assert shared.seconds > own.seconds
     # half a core each: a trainer's thread runs at half speed
     assert steptime.predict(c, four, hosts=4, host_cores=0.5).seconds == pytest.approx(0.2)
+
+
+def test_threads_on_hosts_of_their_own_cores_cost_no_more_than_one_thread() -> None:
+    # measured spinning beside other load on the calibration machine, threads were slower than one
+    c = costs(cores=2, dense=UnitCost(1.0, 1.0), dense_threaded=UnitCost(1.5, 3.0))
+    threaded = load(macs=0.1, threads=4)
+    shared = steptime.predict(c, [threaded], hosts=1)
+    assert shared.parts["forward_backward"] == pytest.approx(0.15)  # where they share the cores: as measured
+    own = steptime.predict(c, [threaded], hosts=1, host_cores=64)
+    assert own.parts["forward_backward"] == pytest.approx(0.1)  # alone on a host: no worse than one thread
+    faster = costs(cores=2, dense=UnitCost(1.0, 1.0), dense_threaded=UnitCost(0.5, 2.0))
+    assert steptime.predict(faster, [threaded], hosts=1, host_cores=64).parts[
+        "forward_backward"
+    ] == pytest.approx(0.05)
