@@ -24,7 +24,6 @@ from rich.markup import escape
 
 from graphtrain.contract.roles import ENV_TOKEN, PartitionParams, ShardServerParams, TrainParams
 from graphtrain.contract.spec import (
-    KGE,
     FileFormat,
     GraphSource,
     GraphTrainingSpec,
@@ -375,7 +374,9 @@ def predict(
     output: Annotated[
         Path | None,
         typer.Option(
-            "--out", "-o", help="write the predictions here: .parquet or .csv (needed for graphsage)"
+            "--out",
+            "-o",
+            help="write the predictions here: .parquet or .csv (needed but for kge and linkPrediction)",
         ),
     ] = None,
     partition: Annotated[
@@ -385,24 +386,37 @@ def predict(
     nodes: Annotated[
         str | None,
         typer.Option(
-            help="graphsage: node ids, comma-separated or a file of one per line (default: all); "
+            help="nodeClassification: node ids, comma-separated or a file of one per line (default: all); "
             "one row per node, in the order first named"
         ),
     ] = None,
     embeddings: Annotated[
-        bool, typer.Option(help="graphsage: write the last hidden layer's output instead of probabilities")
+        bool,
+        typer.Option(
+            help="nodeClassification: write the last hidden layer's output instead of probabilities"
+        ),
     ] = False,
-    head: Annotated[str | None, typer.Option(help="KGE: the head label of (head, relation, ?)")] = None,
-    relation: Annotated[str | None, typer.Option(help="KGE: the relation label of the query")] = None,
-    tail: Annotated[str | None, typer.Option(help="KGE: the tail label of (?, relation, tail)")] = None,
-    top: Annotated[int, typer.Option("-k", "--top", min=1, help="KGE: how many answers")] = 10,
+    head: Annotated[
+        str | None, typer.Option(help="kge, linkPrediction: the head label of (head, relation, ?)")
+    ] = None,
+    relation: Annotated[
+        str | None, typer.Option(help="kge, linkPrediction: the relation label of the query")
+    ] = None,
+    tail: Annotated[
+        str | None, typer.Option(help="kge, linkPrediction: the tail label of (?, relation, tail)")
+    ] = None,
+    top: Annotated[
+        int, typer.Option("-k", "--top", min=1, help="kge, linkPrediction: how many answers")
+    ] = 10,
 ) -> None:
     """Predict from a checkpoint in this process (no servers), with the user's own ids and labels.
 
-    GraphSAGE: per node its id, predicted class and p_<class> probabilities (dim_<j> with --embeddings),
-    for every node or --nodes. TransE/DistMult: the top -k tails of --head/--relation (or heads of
-    --tail/--relation) with their scores and the split already holding each triple ('' if none),
-    printed as a table and written to -o if given.
+    nodeClassification: per node its id, predicted class and p_<class> probabilities (dim_<j> with
+    --embeddings), for every node or --nodes. kge and linkPrediction: the top -k tails of
+    --head/--relation (or heads of --tail/--relation) with their scores and the split already holding
+    each triple ('' if none), printed as a table and written to -o if given. edgeClassification and
+    edgeRegression: every edge of the labelled edge types with its predicted class (and p_<class>) or
+    number, and its split and label where it has one, written to -o.
     """
     from graphtrain.runtime import checkpoint as ckpt
     from graphtrain.runtime import outputs
@@ -410,28 +424,34 @@ def predict(
     from graphtrain.runtime.report import answer_table
 
     gt = load_yaml(_read(spec_path))
-    kge = prediction.served_task(gt) == KGE
+    served = prediction.served_task(gt)
     if output is not None:
         outputs.check_target(output, (".parquet", ".csv"), "predictions")
-    if kge and relation is None:
+    if served == "pairs" and relation is None:
+        raise GraphtrainError(f"task {gt.spec.task_kind}: ask with --relation and --head (or --tail)")
+    if served != "pairs" and output is None:
         raise GraphtrainError(
-            f"model.kind is {gt.spec.model.kind}: ask with --relation and --head (or --tail)"
-        )
-    if not kge and output is None:
-        raise GraphtrainError(
-            f"{gt.spec.model.kind} predictions are per node: give -o OUT.parquet or OUT.csv"
+            f"task {gt.spec.task_kind}: predictions are per {served[:-1]}: give -o OUT.parquet or OUT.csv"
         )
     root = ckpt.resolve_checkpoint(checkpoint)
     cfg = outputs.checkpoint_partition(root, partition)
-    if kge:
+    if served == "pairs":
         assert relation is not None
-        cols = prediction.kge_answer(gt, root, cfg, relation, head=head, tail=tail, k=top).columns
+        cols = prediction.pair_answer(gt, root, cfg, relation, head=head, tail=tail, k=top).columns
         out.print(answer_table(cols, f"({head or '?'}, {relation}, {tail or '?'})"))
         if output is not None:
             outputs.write_columns(output, cols)
             err.print(f"{len(cols['rank'])} answers written to {output}", highlight=False, markup=False)
         return
     assert output is not None
+    if served == "edges":
+        cols = prediction.edge_predictions(gt, root, cfg)
+        outputs.write_columns(output, cols)
+        what = f"{len(cols['source']):,} edge(s) of the labelled edge types"
+        err.print(
+            f"predictions of {what} from {root.name} written to {output}", highlight=False, markup=False
+        )
+        return
     wanted, repeated = None, 0
     if nodes is not None:  # one row per node: a node named twice is written once, where first named
         wanted, repeated = prediction.distinct(prediction.node_ids(cfg, prediction.read_tokens(nodes)))

@@ -23,6 +23,7 @@ import torch
 from graphtrain.contract.spec import (
     EDGE_TASKS,
     GNN_KINDS,
+    KGE,
     KGE_KINDS,
     LINK_PREDICTION,
     GNNModel,
@@ -44,17 +45,13 @@ SUGGEST_MAX = 50_000  # labels to compare an unknown one with (difflib is linear
 
 
 def served_task(gt: GraphTraining) -> str:
-    """The task whose checkpoints `gt`'s predictions answer from (nodeClassification or kge).
-
-    Raises:
-        GraphtrainError: task linkPrediction, edgeClassification or edgeRegression, whose answers are
-            not served yet."""
-    if gt.spec.task_kind in (LINK_PREDICTION, *EDGE_TASKS):
-        raise GraphtrainError(
-            f"task {gt.spec.task_kind}: predict answers nodeClassification and kge checkpoints; this "
-            "task's answers are not served yet (its test metrics are in the run's result.json)"
-        )
-    return gt.spec.task_kind
+    """How `gt`'s checkpoints answer: "nodes" (nodeClassification: per node), "pairs" (kge and
+    linkPrediction: the top-k of a (head, relation, ?) query) or "edges" (edgeClassification and
+    edgeRegression: every edge of the labelled edge types)."""
+    kind = gt.spec.task_kind
+    if kind in EDGE_TASKS:
+        return "edges"
+    return "pairs" if kind in (KGE, LINK_PREDICTION) else "nodes"
 
 
 # ------------------------------------------------------------------------------------------ labels
@@ -311,13 +308,13 @@ def _feature_bags(m: Any, root: Path, cfg: PartitionConfig) -> tuple[FixedRows, 
 
 @dataclass
 class KGEAnswer:
-    """The top-k of a KGE query, best first: triples as labels, scores, and the split that holds the
-    triple ('' when it is new, which is what a prediction is for)."""
+    """The top-k of a (head, relation, ?) query, best first: triples as labels, scores, and the split
+    that holds the triple ('' when it is new, which is what a prediction is for)."""
 
     columns: dict[str, np.ndarray]
 
 
-def kge_answer(
+def pair_answer(
     gt: GraphTraining,
     root: Path,
     cfg: PartitionConfig,
@@ -327,48 +324,74 @@ def kge_answer(
     k: int = 10,
 ) -> KGEAnswer:
     """Top-k tails of (head, relation, ?) or heads of (?, relation, tail), by the trained model's score
-    (higher is more plausible: -||h + r - t|| for TransE, <h, r, t> for DistMult).
+    (higher is more plausible: -||h + r - t|| for TransE, <h, r, t> for DistMult; a linkPrediction
+    checkpoint's decoder on its encoder's embeddings), every node a candidate, as evaluation ranks.
 
     Raises:
         GraphtrainError: a label not in the graph (named), both or neither of head and tail, a spec
-        that is not a KGE model.
+        whose task answers no such query.
     """
+    if gt.spec.task_kind not in (KGE, LINK_PREDICTION):
+        raise GraphtrainError(
+            f"task {gt.spec.task_kind}: (head, relation, ?) queries need task kge or linkPrediction"
+        )
+    if (head is None) == (tail is None):
+        raise GraphtrainError("give one of --head and --tail (with --relation): the other is what is asked")
+    names = load_names(cfg)
+    num_nodes = len(load_maps(cfg)["node_map_inverse"])
+    ent_names = names.get("node_ids", np.arange(num_nodes, dtype=np.int64))
+    num_relations = int(cfg.data["kg"]["num_relations"])
+    rel_names = names.get("relation_names", np.arange(num_relations, dtype=np.int64))
+    r = int(lookup([relation], rel_names, "relation")[0])
+    given = int(lookup([head if head is not None else str(tail)], ent_names, "entity")[0])
+    scorer = _link_scores if gt.spec.task_kind == LINK_PREDICTION else _kge_scores
+    scores = scorer(gt, root, cfg, r, given, head is not None)
+    return top_answers(cfg, scores, given, r, head is not None, k)
+
+
+@torch.no_grad()
+def _kge_scores(
+    gt: GraphTraining, root: Path, cfg: PartitionConfig, r: int, given: int, tails: bool
+) -> torch.Tensor:
+    """Every entity's score (original ids) as the tail of (given, r, ?) when `tails`, else as the head
+    of (?, r, given), by a KGE checkpoint's tables."""
     from graphtrain.runtime.models import kge_entry
 
     if not isinstance(gt.spec.model.variant, KGEModel):
         kinds = ", ".join(KGE_KINDS)
-        raise GraphtrainError(f"model.kind is {gt.spec.model.kind}: (head, relation, ?) queries need {kinds}")
+        raise GraphtrainError(f"model.kind is {gt.spec.model.kind}: task kge needs {kinds}")
     m = gt.spec.model.variant
     entry = kge_entry(m.KIND)
-    if (head is None) == (tail is None):
-        raise GraphtrainError("give one of --head and --tail (with --relation): the other is what is asked")
     assert m.entity_embedding and m.relation_embedding
     maps = load_maps(cfg)
     num_nodes, num_relations = len(maps["node_map_inverse"]), int(cfg.data["kg"]["num_relations"])
     ents = checkpoint_rows(root, gt.spec, m.entity_embedding, num_nodes)[maps["node_map_inverse"]]
     ents = torch.from_numpy(np.ascontiguousarray(ents))
     rels = torch.from_numpy(checkpoint_rows(root, gt.spec, m.relation_embedding, num_relations))
+    if tails:
+        return entry.tails(ents[given][None], rels[r][None], ents, m)[0]
+    return entry.heads(rels[r][None], ents[given][None], ents, m)[0]
+
+
+def top_answers(
+    cfg: PartitionConfig, scores: torch.Tensor, given: int, r: int, tails: bool, k: int
+) -> KGEAnswer:
+    """The k best of `scores` (one per entity, original ids) as a query's answers: the asked tails of
+    (given, r, ?) when `tails`, else the heads of (?, r, given), with the split already holding each."""
     names = load_names(cfg)
-    ent_names = names.get("node_ids", np.arange(len(ents), dtype=np.int64))
-    rel_names = names.get("relation_names", np.arange(len(rels), dtype=np.int64))
-    r = int(lookup([relation], rel_names, "relation")[0])
-    given = int(lookup([head if head is not None else str(tail)], ent_names, "entity")[0])
-    with torch.no_grad():
-        if head is not None:
-            scores = entry.tails(ents[given][None], rels[r][None], ents, m)[0]
-        else:
-            scores = entry.heads(rels[r][None], ents[given][None], ents, m)[0]
-    top = torch.topk(scores, min(k, len(ents)))
+    ent_names = names.get("node_ids", np.arange(len(scores), dtype=np.int64))
+    rel_names = names.get("relation_names", np.arange(r + 1, dtype=np.int64))
+    top = torch.topk(scores, min(k, len(scores)))
     found = top.indices.numpy()
-    heads = np.full(len(found), given) if head is not None else found
-    tails = found if head is not None else np.full(len(found), given)
-    known = known_splits(load_triples(cfg), heads, r, tails)
+    heads = np.full(len(found), given) if tails else found
+    ends = found if tails else np.full(len(found), given)
+    known = known_splits(load_triples(cfg), heads, r, ends)
     return KGEAnswer(
         {
             "rank": np.arange(1, len(found) + 1),
             "head": ent_names[heads],
             "relation": np.repeat(rel_names[r : r + 1], len(found)),
-            "tail": ent_names[tails],
+            "tail": ent_names[ends],
             "score": top.values.numpy().astype(np.float64),
             "known": known,
         }
@@ -387,3 +410,58 @@ def known_splits(triples: dict[str, np.ndarray], heads: np.ndarray, r: int, tail
             if not out[i] and (h, tl) in have:
                 out[i] = split
     return out.astype(str)
+
+
+# ---------------------------------------------------------------------- link and edge tasks
+
+
+def task_layers(gt: GraphTraining, root: Path, cfg: PartitionConfig) -> tuple[Any, Any]:
+    """The checkpoint's GNN task in this process and every node's layer-wise outputs: in-process shards
+    over the partition, the checkpoint's tables restored into them and its dense model into the task
+    (train/inference.py's restore), then the task's encoded(), the code of its evaluation and of
+    `graphtrain infer`, so the answers here score as those do.
+
+    Raises:
+        GraphtrainError: the checkpoint's model does not fit the spec's (the differing field named).
+    """
+    from graphtrain.runtime.graph import DistGraph, standalone_client
+    from graphtrain.runtime.train.dist import Dist, unwrap
+    from graphtrain.runtime.train.inference import restore
+    from graphtrain.runtime.train.tasks import make_task
+
+    ckpt.verify_checkpoint(root)  # a changed byte is one line naming the file, before anything is read
+    graph = DistGraph(cfg, standalone_client(cfg.path, checkpoint_root=root.parent))
+    dist = Dist()  # one process: every collective is the identity
+    task = make_task(gt, graph, dist, torch.device("cpu"))
+    why = model_mismatch(
+        {k: tuple(v.shape) for k, v in unwrap(task.model).state_dict().items()},
+        {k: tuple(v.shape) for k, v in _dense_state(root).items()},
+        _recorded_model(root),
+        gt.spec,
+    )
+    if why:
+        raise GraphtrainError(f"{root / 'dense.pt'}: {why}: predict needs the spec the run trained with")
+    restore(task, graph, dist, root)
+    return task, task.encoded()
+
+
+@torch.no_grad()
+def _link_scores(
+    gt: GraphTraining, root: Path, cfg: PartitionConfig, r: int, given: int, tails: bool
+) -> torch.Tensor:
+    """As _kge_scores, by a linkPrediction checkpoint: its decoder's scores on its encoder's layer-wise
+    embedding of every node (task_layers)."""
+    task, layers = task_layers(gt, root, cfg)
+    ents = layers.everything()[torch.from_numpy(load_maps(cfg)["node_map_inverse"])]  # by original id
+    dec = task.decoder
+    rel = dec.relation(torch.tensor([r]))
+    if tails:
+        return dec.tails(ents[given][None], rel, ents)[0]
+    return dec.heads(rel, ents[given][None], ents)[0]
+
+
+def edge_predictions(gt: GraphTraining, root: Path, cfg: PartitionConfig) -> dict[str, np.ndarray]:
+    """An edgeClassification or edgeRegression checkpoint's predictions for every edge of the
+    labelled edge types (train/edge_outputs.py: what `graphtrain infer` writes for them)."""
+    task, layers = task_layers(gt, root, cfg)
+    return dict(task.edge_outputs(layers))

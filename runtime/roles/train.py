@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from graphtrain.contract.roles import TrainParams
-from graphtrain.contract.spec import EDGE_TASKS, LINK_PREDICTION, NODE_CLASSIFICATION, load_yaml
+from graphtrain.contract.spec import load_yaml
 from graphtrain.runtime import cpus
 from graphtrain.runtime.data.cache import read_text, write_json
 from graphtrain.runtime.errors import GraphtrainError
@@ -42,8 +42,8 @@ def train(p: TrainParams) -> None:
     from graphtrain.runtime.train.dist import Dist
     from graphtrain.runtime.train.loop import EpochLoop
     from graphtrain.runtime.train.metrics import TrainerMetrics
-    from graphtrain.runtime.train.node_classification import NodeClassification
     from graphtrain.runtime.train.task import TrainingTask
+    from graphtrain.runtime.train.tasks import make_task
 
     gt = load_yaml(read_text(p.spec_path))
     metrics = TrainerMetrics(p.rank)
@@ -69,21 +69,7 @@ def train(p: TrainParams) -> None:
     graph = DistGraph(p.partition, client)
     backend = process_group_backend(str(gt.spec.trainers.dist_backend))
     with Dist(p.rank, p.world, p.init, backend) as dist:
-        task: TrainingTask[Any]
-        if gt.spec.task_kind == NODE_CLASSIFICATION:
-            task = NodeClassification(gt, graph, connect(), dist, device)  # the loader thread: own connection
-        elif gt.spec.task_kind == LINK_PREDICTION:
-            from graphtrain.runtime.train.link_prediction import GNNLinkPrediction
-
-            task = GNNLinkPrediction(gt, graph, dist, device)
-        elif gt.spec.task_kind in EDGE_TASKS:
-            from graphtrain.runtime.train.edge_classification import GNNEdgeClassification
-
-            task = GNNEdgeClassification(gt, graph, dist, device)
-        else:
-            from graphtrain.runtime.train.kge import LinkPrediction
-
-            task = LinkPrediction(gt, graph, dist, device)
+        task: TrainingTask[Any] = make_task(gt, graph, dist, device, connect)
         if p.infer_from is not None:
             result = _infer(task, graph, dist, p, metrics)
         else:

@@ -39,6 +39,7 @@ from graphtrain.runtime.partition.edge_targets import load_edge_targets
 from graphtrain.runtime.train.dense import DenseTask, dense_optimizer
 from graphtrain.runtime.train.device import to_device
 from graphtrain.runtime.train.dist import Dist, seed_everything, unwrap
+from graphtrain.runtime.train.edge_outputs import edge_columns
 from graphtrain.runtime.train.encoder import GNNEncoder
 from graphtrain.runtime.train.layerwise import Layers, layerwise
 from graphtrain.runtime.train.metrics import StageClock
@@ -76,8 +77,8 @@ class GNNEdgeClassification(DenseTask):
         self.metric_names = ("rmse",) if self.regression else ("accuracy",)
         self.lower_is_better = self.regression
         seed_everything(tr.seed)  # the encoder's and classifier's initial weights follow training.seed
-        self.edges, self.values, num_classes = self._load(graph)
-        num_classes = 1 if self.regression else num_classes
+        self.edges, self.values, self.num_classes, self.class_names = self._load(graph)
+        num_classes = 1 if self.regression else self.num_classes
         self.exclude = exclusion(task.exclude, self.spec.graph.reverse_edges)
         self.dim = m.hidden_dim
         self.enc = GNNEncoder(self.spec, graph, self.device, m.hidden_dim)
@@ -92,9 +93,12 @@ class GNNEdgeClassification(DenseTask):
         self.batch_size = dist.share(tr.batch_size)
         self.targets = torch.from_numpy(share(self.edges["train"], 2, dist, "labelled training edges"))
 
-    def _load(self, graph: DistGraph) -> tuple[dict[str, np.ndarray], dict[str, torch.Tensor], int]:
+    def _load(
+        self, graph: DistGraph
+    ) -> tuple[dict[str, np.ndarray], dict[str, torch.Tensor], int, np.ndarray | None]:
         """The labelled edges per split in the partition's node ids, their numbers (regression: the
-        last column then indexes them), and the class count.
+        last column then indexes them), the class count and the class names (None: the labels are
+        the class indices).
 
         Raises:
             GraphtrainError: regression on labels that are not all numbers."""
@@ -108,7 +112,7 @@ class GNNEdgeClassification(DenseTask):
             last = np.arange(len(rows), dtype=np.int64) if self.regression else rows[:, 3]
             out[split] = np.stack([new[rows[:, 0]], rows[:, 1], new[rows[:, 2]], last], 1).astype(np.int64)
             values[split] = torch.from_numpy(found.values.get(split, np.empty(0, np.float32)))
-        return out, values, found.num_classes
+        return out, values, found.num_classes, found.class_names
 
     # ---------------------------------------------------------------------------------- batches
 
@@ -165,19 +169,27 @@ class GNNEdgeClassification(DenseTask):
         return layerwise(self.enc, module, self.dist, gnn(self.spec.model).num_layers)
 
     @torch.no_grad()
-    def predict(self, layers: Layers, edges: np.ndarray) -> torch.Tensor:
-        """The predicted class (regression: number) of each (source, edge type, destination) row of
-        `edges` from the node embeddings of `layers` (their endpoints' rows pulled), in passes of
-        EVAL_EDGES."""
-        out = []
+    def scores(self, layers: Layers, edges: np.ndarray) -> torch.Tensor:
+        """Each (source, edge type, destination) row of `edges`: its class probabilities (regression:
+        its number, one column), from the node embeddings of `layers` (their endpoints' rows pulled),
+        in passes of EVAL_EDGES."""
+        out = [torch.empty(0, 1 if self.regression else self.num_classes)]
         for i in range(0, len(edges), EVAL_EDGES):
             part = torch.from_numpy(edges[i : i + EVAL_EDGES])
             zs, zd = (to_device(layers.last[part[:, j]], self.device) for j in (0, 2))
             scores = self.classifier(zs, to_device(part[:, 1], self.device), zd)
-            out.append((scores.squeeze(1) if self.regression else scores.argmax(1)).cpu())
-        if not out:
-            return torch.empty(0, dtype=torch.float32 if self.regression else torch.int64)
+            out.append((scores if self.regression else torch.softmax(scores, 1)).float().cpu())
         return torch.cat(out)
+
+    def predict(self, layers: Layers, edges: np.ndarray) -> torch.Tensor:
+        """The predicted class (regression: number) of each row of `edges` (scores)."""
+        scores = self.scores(layers, edges)
+        return scores[:, 0] if self.regression else scores.argmax(1)
+
+    def edge_outputs(self, layers: Layers) -> dict[str, np.ndarray]:
+        """The inference columns of the labelled edge types' edges into this trainer's nodes
+        (edge_outputs.py)."""
+        return edge_columns(self, layers)
 
     def evaluate(self, split: Split) -> dict[str, float]:
         """Accuracy (RMSE) on the split's labelled edges, each trainer a share, from sums."""

@@ -1,7 +1,8 @@
 """A trainer's part of a GraphTraining of mode inference: restore the checkpoint's model and tables,
 compute every node's outputs layer by layer over the whole graph (the task's `encoded()`, the code its
 evaluation runs: layerwise.py), write this trainer's share of them as one parquet file keyed by the
-user's own ids, and report the task's test metric from the same outputs.
+user's own ids (an edge task also its labelled edge types' edges, predicted: edge_outputs.py), and
+report the task's test metric from the same outputs.
 
 The output directory is replaced whole and at once: the trainers write their parts into a staging
 directory beside it, and rank 0 renames it into place after writing manifest.json (what each part
@@ -79,6 +80,19 @@ def write_part(path: Path, cols: dict[str, np.ndarray]) -> None:
     pq.write_table(pa.table(arrays), path)
 
 
+def edge_part(task: Any, layers: Any, staging: Path, dist: Dist) -> dict[str, Any]:
+    """An edge task's predictions for its labelled edge types' edges into this trainer's nodes
+    (edge_outputs.py), written as edges-part-<rank>.parquet; what the manifest says of them (nothing
+    for a task without edge outputs). Collective."""
+    if not hasattr(task, "edge_outputs"):
+        return {}
+    cols = task.edge_outputs(layers)
+    write_part(staging / f"edges-part-{dist.rank:05d}.parquet", cols)
+    rows = int(dist.sum([len(cols["source"])])[0])
+    parts = [f"edges-part-{r:05d}.parquet" for r in range(dist.world)]
+    return {"edge_rows": rows, "edge_parts": parts, "edge_columns": sorted(cols)}
+
+
 def restore(task: Any, graph: DistGraph, dist: Dist, directory: Path) -> None:
     """The checkpoint's dense model (task.load_state) and tables: the shard servers' (their checkpoint
     root is `directory`'s parent), a collective table's rows on every trainer."""
@@ -108,8 +122,8 @@ def infer(task: Any, graph: DistGraph, dist: Dist, checkpoint: Path, out: Path) 
     layers = task.encoded()
     seconds = time.perf_counter() - began
     cols = {**original_ids(graph, layers.lo, layers.hi), **task.outputs(layers)}
-    part = f"part-{dist.rank:05d}.parquet"
-    write_part(staging / part, cols)
+    write_part(staging / f"part-{dist.rank:05d}.parquet", cols)
+    edges = edge_part(task, layers, staging, dist)
     metrics = {f"test_{k}": v for k, v in task.evaluate("test").items()}
     rows = int(dist.sum([layers.hi - layers.lo])[0])
     seconds = max(dist.gather_max([seconds])[0], 1e-9)
@@ -121,6 +135,7 @@ def infer(task: Any, graph: DistGraph, dist: Dist, checkpoint: Path, out: Path) 
             "rows": rows,
             "parts": [f"part-{r:05d}.parquet" for r in range(dist.world)],
             "columns": sorted(cols),
+            **edges,
             **result,
         }
         write_json(staging / MANIFEST, manifest)

@@ -1,9 +1,10 @@
-"""Edge classification and regression end to end with `graphtrain run` (issue 48's acceptance): the
-own-data example examples/own-data/trade-rgcn-ec.yaml, purchases labelled by (customer's category +
-product's category) mod 3, classified at >= 0.9 test accuracy by an R-GCN over 2 shard servers x 2
-trainers. The labels depend on both ends and on neither alone (checked on the files), so the accuracy is
-the pair's. The same level as a noisy number (the score column), learned by edgeRegression in one
-process, to an RMSE far below the labels' spread."""
+"""Edge classification and regression end to end with `graphtrain run` (issue 48's acceptance): the own-data
+example examples/own-data/trade-rgcn-ec.yaml, purchases labelled by (customer's category + product's
+category) mod 3, classified at >= 0.9 test accuracy by an R-GCN over 2 shard servers x 2 trainers, whose
+`graphtrain infer` and `graphtrain predict` give every purchase's prediction, the test split's accuracy from
+them the training's evaluation. The labels depend on both ends and on neither alone (checked on the files),
+so the accuracy is the pair's. The same level as a noisy number (the score column), learned by
+edgeRegression in one process, to an RMSE far below the labels' spread."""
 
 from __future__ import annotations
 
@@ -15,6 +16,9 @@ import shutil
 from collections import Counter
 from pathlib import Path
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 import yaml
 
@@ -62,6 +66,33 @@ def test_rgcn_classifies_purchases_by_both_ends_on_two_shard_servers(tmp_path: P
     result = json.loads((run / "result.json").read_text())
     assert result["test_accuracy"] >= 0.9, result
     assert result["val_accuracy"] >= 0.9, result
+    # `graphtrain infer` (2x2 again) writes every purchase's prediction beside the node outputs; the test
+    # accuracy read from them is the training's final evaluation, edge for edge
+    checkpoint = str(run / "checkpoints" / "LATEST")
+    res = graphtrain("infer", checkpoint, "--spec", "trade-rgcn-ec.yaml", "--run-dir", "inf", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-3000:]
+    out = tmp_path / "inf" / "inference"
+    manifest = json.loads((out / "manifest.json").read_text())
+    inferred = pa.concat_tables([pq.read_table(out / p) for p in manifest["edge_parts"]]).to_pydict()
+    assert manifest["edge_rows"] == len(inferred["source"]) == 12_000  # every purchase, once
+    assert Counter(inferred["split"]) == {"train": 9_600, "valid": 1_200, "test": 1_200}
+    test = [i for i, s in enumerate(inferred["split"]) if s == "test"]
+    accuracy = sum(inferred["predicted"][i] == inferred["label"][i] for i in test) / len(test)
+    assert accuracy == pytest.approx(result["test_accuracy"], abs=1e-12)
+    assert manifest["test_accuracy"] == pytest.approx(result["test_accuracy"], abs=1e-12)
+    assert set(inferred["relation"]) == {"bought"} and inferred["source"][0].startswith("customer:")
+    # `graphtrain predict` of the same checkpoint in one process: the same predictions
+    res = graphtrain("predict", checkpoint, "--spec", "trade-rgcn-ec.yaml", "-o", "p.parquet", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-3000:]
+    predicted = pq.read_table(tmp_path / "p.parquet").to_pydict()
+
+    def keyed(cols: dict) -> list[tuple]:
+        return sorted(zip(cols["source"], cols["destination"], cols["split"], cols["predicted"], strict=True))
+
+    assert keyed(predicted) == keyed(inferred)
+    assert np.allclose(sorted(predicted["p_high"]), sorted(inferred["p_high"]), atol=1e-5)
+    res = graphtrain("predict", checkpoint, "--spec", "trade-rgcn-ec.yaml", cwd=tmp_path)
+    assert res.returncode == 1 and "predictions are per edge: give -o" in res.stderr, res.stderr
 
 
 def test_rgcn_regresses_the_purchase_score_standalone(tmp_path: Path) -> None:
@@ -80,3 +111,12 @@ def test_rgcn_regresses_the_purchase_score_standalone(tmp_path: Path) -> None:
     result = json.loads((run / "result.json").read_text())
     assert result["test_rmse"] < 0.4, result  # measured 0.25 at 2x2; the noise alone is 0.1
     assert result["best_val_rmse"] <= result["val_rmse"], result  # the best pass is the lowest
+    # `graphtrain predict`: each purchase's number; the test split's RMSE from them is the evaluation's
+    checkpoint = str(run / "checkpoints" / "LATEST")
+    res = graphtrain("predict", checkpoint, "--spec", "er.yaml", "-o", "p.parquet", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-3000:]
+    cols = pq.read_table(tmp_path / "p.parquet").to_pydict()
+    test = np.asarray([s == "test" for s in cols["split"]])
+    error = np.asarray(cols["predicted"], np.float64)[test] - np.asarray(cols["label"], np.float64)[test]
+    assert test.sum() == 1_200 and np.sqrt((error**2).mean()) == pytest.approx(result["test_rmse"], rel=1e-4)
+    assert np.isnan(np.asarray(cols["label"], np.float64)).sum() == 0  # every purchase is labelled

@@ -3,21 +3,28 @@ Nations standalone and with 2 trainers beside 2 shard servers, and the leakage c
 every triple has its inverse triple, exclude none lets the target edge into its own neighbourhood and
 scores clearly higher on the validation triples (whose inverses are in the graph) than exclude reverse,
 which is the default when graph.reverseEdges makes every edge two-way. `graphtrain infer` of the 2x2
-training's checkpoint ranks as its final evaluation did."""
+training's checkpoint ranks as its final evaluation did, and `graphtrain predict`'s answers are the
+decoder's scores on the inferred embeddings."""
 
 from __future__ import annotations
 
+import csv
 import json
 import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import torch
 import yaml
 
 from graphtrain.contract.spec import Exclude, LinkPredictionTask, load_yaml
+from graphtrain.runtime import checkpoint as ckpt
+from graphtrain.runtime import outputs
+from graphtrain.runtime.partition.format import load_names
 from graphtrain.runtime.train.pairs import exclusion
 from tests.runtime.launch.test_run import launch
 
@@ -62,6 +69,46 @@ def test_two_trainers_beside_two_shard_servers_learn_nations(tmp_path: Path) -> 
     assert manifest["test_mrr"] == pytest.approx(result["test_mrr"], abs=1e-12), (manifest, result)
     ids = [i for p in manifest["parts"] for i in pq.read_table(out / p).column("id").to_pylist()]
     assert len(ids) == len(set(ids)) == 14 and "brazil" in ids, ids  # every Nations entity, by name
+    # `graphtrain predict` of the checkpoint in one process answers (brazil, embassy, ?) with the
+    # decoder's scores on those very embeddings: DistMult's <h, r, t>, r its trained row for embassy
+    answers = tmp_path / "answers.csv"
+    done = subprocess.run(
+        [*CLI, "predict", str(checkpoint), "--spec", str(spec), "--head", "brazil", "--relation", "embassy"]
+        + ["-k", "14", "-o", str(answers)],
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = list(csv.DictReader(answers.open()))
+    assert [r["rank"] for r in rows] == [str(i) for i in range(1, 15)] and {r["head"] for r in rows} == {
+        "brazil"
+    }
+    table = pa.concat_tables([pq.read_table(out / p) for p in manifest["parts"]]).to_pydict()
+    emb = dict(zip(table["id"], (np.asarray(e, dtype=np.float64) for e in table["embedding"]), strict=True))
+    root = ckpt.resolve_checkpoint(checkpoint)
+    relations = [str(n) for n in load_names(outputs.checkpoint_partition(root, None))["relation_names"]]
+    rel = torch.load(root / "dense.pt", weights_only=True)["model"]["decoder.rel"].double()
+    r = relations.index("embassy")
+    want = {t: float((emb["brazil"] * rel[r].numpy() * emb[t]).sum()) for t in emb}
+    for row in rows:
+        assert float(row["score"]) == pytest.approx(want[row["tail"]], abs=1e-4), row
+    assert rows[0]["tail"] == max(want, key=lambda t: want[t])
+    # what predict refuses is one line naming it, exit 1
+    wider = tmp_path / "wider.yaml"
+    doc = yaml.safe_load(spec.read_text())
+    doc["spec"]["model"]["hiddenDim"] = 8
+    wider.write_text(yaml.safe_dump(doc))
+    for args, says in [
+        (["--spec", str(spec), "--head", "brazil"], "ask with --relation and --head (or --tail)"),
+        (["--spec", str(spec), "--head", "brazl", "--relation", "embassy"], "did you mean 'brazil'?"),
+        (["--spec", str(spec), "--relation", "embassy"], "give one of --head and --tail"),
+        (["--spec", str(wider), "--head", "brazil", "--relation", "embassy"], "model.hiddenDim"),
+    ]:
+        done = subprocess.run([*CLI, "predict", str(checkpoint), *args], capture_output=True, text=True)
+        assert done.returncode == 1 and says in done.stderr and len(done.stderr.splitlines()) == 1, (
+            done.stderr
+        )
 
 
 def inverse_paired_kg(path: Path, nodes: int = 200, edges: int = 400, seed: int = 0) -> Path:

@@ -223,7 +223,7 @@ def test_transe_answers_head_relation_query_with_tail_labels(tmp_path: Path) -> 
     assert rows["score"] == sorted(rows["score"], reverse=True)
     assert rows["known"][0] == "test"  # (ann, likes, cy) is the test triple
     assert "cy" in printed and "(ann, likes, ?)" in printed
-    heads = prediction.kge_answer(
+    heads = prediction.pair_answer(
         load_yaml(spec.read_text()),
         ck,
         partition.load_config(tmp_path / "partition"),
@@ -239,7 +239,7 @@ def test_distmult_answers_and_unknown_labels_are_one_line(tmp_path: Path) -> Non
     printed = predict(str(ck), "--spec", str(spec), "--head", "ann", "--relation", "likes", "-k", "2")
     assert "(ann, likes, ?)" in printed
     cfg = partition.load_config(tmp_path / "partition")
-    ans = prediction.kge_answer(load_yaml(spec.read_text()), ck, cfg, "likes", "ann")
+    ans = prediction.pair_answer(load_yaml(spec.read_text()), ck, cfg, "likes", "ann")
     assert ans.columns["tail"][0] == "ann" and ans.columns["score"][0] == pytest.approx(2.0)
     one_line_error(
         [str(ck), "--spec", str(spec), "--head", "ann", "--relation", "like"], "(did you mean 'likes'?)"
