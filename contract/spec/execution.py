@@ -96,10 +96,10 @@ class RunPolicy(SpecModel):
     )
     stall_policy: StallPolicy = Field(
         default=StallPolicy.report,
-        description="What a stall does (Kubernetes only): Report (default) sets Stalled True with a "
-        "Warning event naming the silent rank and leaves the trainers as they are; Restart also "
-        "restarts every trainer from the last checkpoint, which counts as one of runPolicy.backoffLimit's "
-        "retries (with none left the training fails).",
+        description="What a stall does: Report (default) sets Stalled True (in Kubernetes with a "
+        "Warning event naming the silent rank; in `graphtrain run` in status.json and a line) and leaves "
+        "the trainers as they are; Restart also restarts every trainer from the last checkpoint, which "
+        "counts as one of runPolicy.backoffLimit's retries (with none left the training fails).",
     )
     start_timeout_seconds: int = Field(
         default=600,

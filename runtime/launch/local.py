@@ -5,8 +5,10 @@ processes (gloo rendezvous on a loopback port) -> monitor. The run directory hol
 token, each process' log, checkpoints, progress.json (from trainer 0) and status.json in the
 GraphTraining status schema. A process that fails stops the run with its name, exit code and the end
 of its log; with runPolicy.backoffLimit > 0 the trainers (and any dead shard server) are started again
-from the last complete checkpoint instead, up to that many times. Ctrl-C, a deadline or a stall (no
-progress for runPolicy.stallTimeoutSeconds) stop every process. Standalone mode runs one trainer whose
+from the last complete checkpoint instead, up to that many times. A stall (no progress for
+runPolicy.stallTimeoutSeconds) is reported as the operator reports it (Stalled in status.json, a line),
+or with runPolicy.stallPolicy Restart restarts the trainers as a failure does. Ctrl-C or a deadline
+stop every process. Standalone mode runs one trainer whose
 shards live in its own process: no servers, no sockets.
 
 One launcher owns a run directory at a time (a lock held for its lifetime), and its children die with
@@ -67,6 +69,7 @@ from graphtrain.contract.spec import (
     Phase,
     Progress,
     ShardState,
+    StallPolicy,
 )
 from graphtrain.runtime import cpus
 from graphtrain.runtime.data.cache import atomic_file, write_json
@@ -387,15 +390,22 @@ class LocalRun:
             stamp = self.obs.progress.updated_at if self.obs.progress else None
             if stamp != last_seen:
                 last_seen, last_change = stamp, time.monotonic()
+            silent = status.stall_note(time.monotonic() - last_change, policy.stall_timeout_seconds)
+            if (silent is None) != (self.obs.stalled is None):  # as the operator: Stalled, and back
+                self.say(f"[run] stalled: {silent}" if silent else "[run] trainer 0 reports again")
+                self.obs.stalled = silent
             self.write_status()
             bad = self._failed()
-            if bad is not None:
+            # runPolicy.stallPolicy Restart: a stall restarts the trainers as a failure does
+            restart = silent if policy.stall_policy == StallPolicy.restart else None
+            if bad is not None or restart is not None:
+                what = f"{bad.plan.name} {ended(bad.proc.returncode)}" if bad is not None else restart
                 if self.obs.restarts < policy.backoff_limit:
                     self.obs.restarts += 1
-                    self.obs.phase = Phase.restarting.value
+                    self.obs.phase, self.obs.stalled = Phase.restarting.value, None
                     self.say(
-                        f"[run] {bad.plan.name} {ended(bad.proc.returncode)}; restart "
-                        f"{self.obs.restarts}/{policy.backoff_limit} from the last checkpoint"
+                        f"[run] {what}; restart {self.obs.restarts}/{policy.backoff_limit} from the last "
+                        "checkpoint"
                     )
                     self.write_status()
                     for t in self.trainers:
@@ -408,18 +418,15 @@ class LocalRun:
                     self.obs.phase = Phase.training.value
                     last_change = time.monotonic()
                     continue
-                raise RunFailed(bad.why())
+                raise RunFailed(
+                    bad.why() if bad is not None else f"{restart}; runPolicy.stallPolicy is Restart"
+                )
             if all(t.proc.poll() == 0 for t in self.trainers):
                 return
             if deadline is not None and time.monotonic() > deadline:
                 raise RunFailed(
                     f"the run exceeded runPolicy.activeDeadlineSeconds ({policy.active_deadline_seconds} s)",
                     Reason.deadline_exceeded,
-                )
-            if time.monotonic() - last_change > policy.stall_timeout_seconds:
-                raise RunFailed(
-                    f"no progress for {policy.stall_timeout_seconds} s (runPolicy.stallTimeoutSeconds); "
-                    "trainer-0 stopped reporting"
                 )
             time.sleep(POLL_SECONDS)
 

@@ -42,9 +42,18 @@ class RunObserved:
     progress: Progress | None = None  # trainer 0's last report (progress.json)
     restarts: int = 0
     failure: str | None = None
+    stalled: str | None = None  # trainer 0 silent past runPolicy.stallTimeoutSeconds (stall_note), else None
     failure_reason: conditions.Reason = conditions.Reason.process_failed
     start_time: str | None = None
     completion_time: str | None = None
+
+
+def stall_note(silent: float, timeout: int) -> str | None:
+    """What a run whose trainer 0 has not reported for `silent` seconds says of it (the Stalled
+    condition's message, as the operator's silent_rank words it), None while within `timeout`."""
+    if silent <= timeout:
+        return None
+    return f"trainer 0 has not reported for {silent:.0f} s (runPolicy.stallTimeoutSeconds {timeout})"
 
 
 def partition_status(config: dict[str, Any]) -> PartitionStatus:
@@ -82,10 +91,15 @@ def build(gt: GraphTraining, obs: RunObserved, previous: list[Condition], at: st
         conditions.set_succeeded(conds)
     elif obs.progress is not None:
         conditions.set_trainers_running(conds)
+        if obs.phase == Phase.training.value:
+            conditions.set_stalled(conds, obs.stalled)
     if obs.phase == Phase.failed.value:
         conditions.set_failed(conds, obs.failure_reason, obs.failure or "")
     ended = obs.phase in (Phase.succeeded.value, Phase.failed.value)
     if ended:
+        for c in previous:  # a Stalled said while training ends as the operator's does: False / Stopped
+            if c.type == ConditionType.stalled:
+                conds.keep(c)
         stopped = {ConditionType.shards_ready: "shard servers", ConditionType.trainers_ready: "trainers"}
         conditions.set_stopped(conds, stopped, f"the run {obs.phase.lower()}")
     return GraphTrainingStatus(

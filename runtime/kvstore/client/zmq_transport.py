@@ -16,6 +16,7 @@ straight to their rows of the caller's output.
 from __future__ import annotations
 
 import itertools
+import sys
 import threading
 import time
 from typing import Any
@@ -35,6 +36,7 @@ from graphtrain.runtime.storage.shard import TensorShard
 
 DEFAULT_TIMEOUT = 30.0
 DEFAULT_RETRIES = 2
+SLOW_NOTE_SECONDS = 5.0  # an exchange waiting this long says so in the caller's log (a network stall)
 _HANDSHAKE_EVENTS = (
     zmq.EVENT_HANDSHAKE_FAILED_AUTH
     | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
@@ -225,6 +227,21 @@ def _event_name(code: int) -> str:
     return str(code)
 
 
+def slow_note(ex: _Exchange, waited: float) -> str:
+    """The line a trainer's log gets when an exchange has waited `waited` seconds: which shards it
+    waits for and what, and how long before it gives up (a network stall shows here, not only as a
+    slower step)."""
+    waiting = sorted({ex.calls[i].shard for i in ex.pending.values()})
+    first = ex.calls[next(iter(ex.pending.values()))]
+    what = f"{first.op}{'' if first.name is None else f' of {first.name!r}'}"
+    more = len(ex.pending) - 1
+    where = ", ".join(f"shard {s} ({ex.t.addresses[s]})" for s in waiting)
+    return (
+        f"[kvstore] waiting {waited:.0f} s for {where}: {what}{f' and {more} more' if more else ''} "
+        f"(each call gives up after {ex.timeout:g} s, idempotent ones resent {ex.t.retries} times)"
+    )
+
+
 class _Exchange:
     """The calls of one call_many on the wire: sent at construction, answers collected by finish(),
     which resends idempotent calls that time out (bounded retries) and raises naming the server."""
@@ -236,6 +253,8 @@ class _Exchange:
         self.chunks: dict[int, set[int]] = {}  # rid -> chunk indices received
         self.attempts = [1] * len(calls)
         self.deadline = [0.0] * len(calls)
+        self.began = time.monotonic()
+        self.noted = False  # said that it waits (slow_note)
         transport.check_handshakes({c.shard for c in calls})  # closings seen now predate these calls
         for i, c in enumerate(calls):
             rid = next(transport._rid)  # noqa: SLF001 - the transport's own helper
@@ -252,7 +271,13 @@ class _Exchange:
             poller.register(t.monitors[s], zmq.POLLIN)
         while pending:
             now = time.monotonic()
-            wait_ms = max(0, int(1000 * (min(self.deadline[i] for i in pending.values()) - now)))
+            due = min(self.deadline[i] for i in pending.values())
+            if not self.noted:
+                due = min(due, self.began + SLOW_NOTE_SECONDS)
+                if now >= self.began + SLOW_NOTE_SECONDS:
+                    self.noted = True
+                    sys.stderr.write(slow_note(self, now - self.began) + "\n")
+            wait_ms = max(0, int(1000 * (due - now)))
             events = dict(poller.poll(wait_ms))
             closed = any(t.monitors[s] in events for s in shards)
             # replies that arrived before a close are answers: read them before judging the close (a
@@ -289,6 +314,8 @@ class _Exchange:
                     f"{'' if c.name is None else f' of {c.name!r}'} within {self.timeout:g} s "
                     f"({n} attempt{'s' if n > 1 else ''}); is the server running?"
                 )
+        if self.noted:
+            sys.stderr.write(f"[kvstore] answered after {time.monotonic() - self.began:.1f} s\n")
         return self.answers  # type: ignore[return-value]
 
     def _lost(self, shards: set[int]) -> None:

@@ -251,6 +251,21 @@ def test_graphsage_trains_and_reports(
     assert not shared, shared
 
 
+def run_in_thread(run: LocalRun) -> tuple[threading.Thread, dict]:
+    """`run` started in a thread; its result lands in the dict under "result", its error under "error"."""
+    out: dict = {}
+
+    def target() -> None:
+        try:
+            out["result"] = run.run()
+        except Exception as exc:  # noqa: BLE001 - handed to the test
+            out["error"] = exc
+
+    thread = threading.Thread(target=target)
+    thread.start()
+    return thread, out
+
+
 def run_and_kill(
     run: LocalRun,
     victim: str,
@@ -262,16 +277,7 @@ def run_and_kill(
     """Run in a thread; send `sig` to `victim` (trainer-1, shard-0) once training reports progress (and, if
     asked, once a checkpoint exists; or, at_once, as soon as it is started); return the run's result or its
     error. `gone` receives the seconds the victim took to exit."""
-    out: dict = {}
-
-    def target() -> None:
-        try:
-            out["result"] = run.run()
-        except Exception as exc:  # noqa: BLE001 - handed to the test
-            out["error"] = exc
-
-    thread = threading.Thread(target=target)
-    thread.start()
+    thread, out = run_in_thread(run)
     deadline = time.monotonic() + 180
     latest = run.run_dir / "checkpoints" / "LATEST"
     while time.monotonic() < deadline:

@@ -23,7 +23,11 @@ READY = [{"index": 0, "state": "Ready", "restarts": 1}, {"index": 1, "state": "R
         (  # still running: as observed
             "Training",
             True,
-            {"ShardsReady": ("True", "AllReady"), "TrainersReady": ("True", "Running")},
+            {
+                "ShardsReady": ("True", "AllReady"),
+                "TrainersReady": ("True", "Running"),
+                "Stalled": ("False", "Progressing"),
+            },
             "Ready",
         ),
         (
@@ -78,3 +82,18 @@ def test_a_stopped_condition_keeps_the_time_its_status_last_changed() -> None:
     ended = {str(c.type): c for c in status.build(gt, obs, running, "T2").conditions}
     assert (ended["TrainersReady"].status, ended["TrainersReady"].last_transition_time) == ("False", "T2")
     assert ended["SpecValid"].last_transition_time == T1
+
+
+def test_a_stall_said_while_training_ends_stopped_keeping_what_it_said() -> None:
+    gt = load_yaml(EXAMPLE.read_text())
+    obs = status.RunObserved(phase="Training", shards=[dict(s) for s in READY])
+    obs.progress = Progress(epoch=1, epochs=2)
+    obs.stalled = status.stall_note(31, 30)
+    training = status.build(gt, obs, [], T1).conditions
+    stalled = next(c for c in training if c.type == "Stalled")
+    assert (stalled.status, stalled.reason) == ("True", "NoProgress")
+    assert stalled.message == "trainer 0 has not reported for 31 s (runPolicy.stallTimeoutSeconds 30)"
+    obs.phase = "Failed"
+    ended = next(c for c in status.build(gt, obs, training, "T2").conditions if c.type == "Stalled")
+    assert (ended.status, ended.reason) == ("False", "Stopped")
+    assert "when they stopped: trainer 0 has not reported for 31 s" in ended.message
