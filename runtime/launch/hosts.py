@@ -16,6 +16,9 @@ The layout (names and addresses are pure, `HostLayout`):
   shared-memory fast path keys on the host name (kvstore/shm.host_id), so it is taken within a host and
   never across, although /dev/shm is one file system.
 Shard i runs on host i mod N, trainer r on host r mod N. Only the block's addresses are used.
+
+Faults (bench/faults.py): a host's packet loss and a cut between two hosts are iptables rules in the
+hosts' namespaces (`lossy`, `cut`; `apply` runs them), gone with the namespaces.
 """
 
 from __future__ import annotations
@@ -146,6 +149,26 @@ class HostLayout:
                 ]
         return cmds
 
+    def lossy(self, k: int, probability: float) -> list[list[str]]:
+        """The commands that drop each packet host k receives over its link with `probability`
+        (iptables' statistic match in its namespace: netem's loss, the usual tool, is not in this VM's
+        kernel). On every host, that is each link's loss each way; traffic within a host is kept."""
+        rule = ["-i", "eth0", "-m", "statistic", "--mode", "random", "--probability", f"{probability:g}"]
+        return [[*self._iptables(k), "-A", "INPUT", *rule, "-j", "DROP"]]
+
+    def cut(self, a: int, b: int, on: bool = True) -> list[list[str]]:
+        """The commands that cut (`on`) or heal the path between hosts a and b: each drops what comes
+        from the other, as a failed switch port or a firewall does (packets vanish; nothing tells the
+        ends, whose connections stay open and retransmit)."""
+        verb = "-I" if on else "-D"
+        return [
+            [*self._iptables(x), verb, "INPUT", "-i", "eth0", "-s", self.address(y), "-j", "DROP"]
+            for x, y in ((a, b), (b, a))
+        ]
+
+    def _iptables(self, k: int) -> list[str]:
+        return ["ip", "netns", "exec", self.namespace(k), "iptables", "-w", "5"]
+
     def teardown(self) -> list[list[str]]:
         """The commands that remove everything setup() made (each may fail: it may not exist)."""
         return [
@@ -180,6 +203,15 @@ def _leftovers(block: int) -> None:
     for link in [f"gthbr{block}", *(p.name for p in Path("/sys/class/net").glob(f"gth{block}v*"))]:
         if Path(f"/sys/class/net/{link}").exists():
             _run(["ip", "link", "delete", link], check=False)
+
+
+def apply(cmds: list[list[str]]) -> None:
+    """Run fault commands (HostLayout.lossy, HostLayout.cut) as root.
+
+    Raises:
+        GraphtrainError: a command failed (named, with its error)."""
+    for cmd in cmds:
+        _run(cmd)
 
 
 @contextlib.contextmanager

@@ -12,7 +12,7 @@ import pytest
 
 from graphtrain.runtime.launch import hosts
 from graphtrain.runtime.launch.hosts import HostLayout, Link, link_bytes, simulated_hosts
-from tests.runtime.launch.test_run import launch, nations
+from tests.runtime.launch.test_run import launch, nations, run_in_thread, status
 
 SINK = """
 import socket, sys, time
@@ -120,3 +120,49 @@ def test_a_training_runs_across_two_hosts(tmp_path: Path) -> None:
     logs = tmp_path / "run" / "logs"
     assert "Traceback" not in (logs / "trainer-1.log").read_text()
     assert hosts.LOCK_DIR.is_dir()
+
+
+def test_faults_are_iptables_rules_in_the_hosts_namespaces() -> None:
+    layout = HostLayout(249, 2)
+    (loss,) = layout.lossy(1, 0.01)
+    assert loss[:4] == ["ip", "netns", "exec", "gth249-1"] and "iptables" in loss
+    assert loss[loss.index("INPUT") :] == ["INPUT", "-i", "eth0", "-m", "statistic", "--mode", "random"] + [
+        "--probability",
+        "0.01",
+        "-j",
+        "DROP",
+    ]
+    cut, heal = layout.cut(0, 1), layout.cut(0, 1, on=False)
+    # each host drops what comes from the other; healing deletes the very rules the cut inserted
+    assert [c[3] for c in cut] == ["gth249-0", "gth249-1"]
+    assert cut[0][-4:-2] == ["-s", "10.249.0.3"] and cut[1][-4:-2] == ["-s", "10.249.0.2"]
+    assert [c[c.index("INPUT") - 1] for c in cut] == ["-I", "-I"]
+    assert [c[c.index("INPUT") - 1] for c in heal] == ["-D", "-D"]
+    assert [c[c.index("INPUT") :] for c in cut] == [c[c.index("INPUT") :] for c in heal]
+
+
+@pytest.mark.timeout(300)
+def test_a_run_across_two_hosts_survives_packet_loss_and_a_cut_between_them(tmp_path: Path) -> None:
+    """1 % of the packets lost on every link for the whole run, and the two hosts cut apart for 7 s once
+    training reports: each trainer's requests to the other host's shard wait (its log says so past 5 s,
+    and when the answer came), nothing fails or restarts, and the run ends as a clean one would."""
+    doc = nations(epochs=6)
+    with simulated_hosts(2, Link("1gbit")) as layout:
+        hosts.apply([c for k in range(2) for c in layout.lossy(k, 0.01)])
+        run = launch(doc, tmp_path / "run")
+        run.hosts = layout
+        thread, out = run_in_thread(run)
+        deadline = time.monotonic() + 120
+        while not (run.run_dir / "progress.json").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        hosts.apply(layout.cut(0, 1))
+        time.sleep(7.0)
+        hosts.apply(layout.cut(0, 1, on=False))
+        thread.join(timeout=180)
+        assert not thread.is_alive(), "the run did not end"
+    assert "error" not in out, out
+    assert out["result"]["test_mrr"] > 0.2, out
+    st = status(run.run_dir)
+    assert st["phase"] == "Succeeded" and st["restarts"] == 0
+    logs = "".join((run.run_dir / "logs" / f"trainer-{r}.log").read_text() for r in (0, 1))
+    assert "[kvstore] waiting 5 s for shard " in logs and "[kvstore] answered after " in logs, logs[-2000:]
