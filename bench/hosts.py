@@ -14,6 +14,7 @@ startup nor evaluation is counted) over the steps between them. Root only (names
 run is bounded by --timeout; the namespaces are removed however a run ends.
 
     sudo python bench/hosts.py [--hosts 1 2 4] [--epochs 3] [--rate 1gbit] [--delay 0.5ms] [--other-load 2]
+        [--fast-lane on off] [--dtype float32 bfloat16 float16]
 """
 
 from __future__ import annotations
@@ -49,12 +50,14 @@ from graphtrain.runtime.steptime import Costs
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def spec_for(hosts: int, epochs: int, fast_lane: bool = True) -> str:
+def spec_for(hosts: int, epochs: int, fast_lane: bool = True, dtype: str = "float32") -> str:
     """examples/wordnet-sage.yaml with `hosts` partitions (shard servers) and trainers, `epochs` epochs,
-    the shard servers' fast lane on or off."""
+    the shard servers' fast lane on or off, its node table's rows of `dtype`."""
     doc = yaml.safe_load((ROOT / "examples" / "wordnet-sage.yaml").read_text())
     spec = doc["spec"]
     spec.setdefault("shardServers", {})["fastLane"] = fast_lane
+    for table in spec.get("embeddings", []):
+        table["dtype"] = dtype
     spec["partition"]["parts"] = hosts
     spec["trainers"]["replicas"] = hosts
     spec["training"]["epochs"] = epochs
@@ -104,9 +107,10 @@ def measure(
     costs: Costs,
     load_count: int = 0,
     fast_lane: bool = True,
+    dtype: str = "float32",
 ) -> dict[str, Any]:
     spec_path = workdir / f"hosts-{hosts}.yaml"
-    spec_path.write_text(spec_for(hosts, epochs, fast_lane))
+    spec_path.write_text(spec_for(hosts, epochs, fast_lane, dtype))
     run_dir = workdir / f"run-{hosts}"
     gt = load_yaml(spec_path.read_text())
     with simulated_hosts(hosts, link) as layout, other_load(load_count, timeout) as spinners:
@@ -282,6 +286,13 @@ def main() -> int:
         default=["on"],
         help="the shard servers' fast lane (shardServers.fastLane): on, off, or both side by side",
     )
+    ap.add_argument(
+        "--dtype",
+        nargs="+",
+        choices=["float32", "float16", "bfloat16"],
+        default=["float32"],
+        help="the node table's rows (embeddings[].dtype), one run each, side by side",
+    )
     args = ap.parse_args()
     if os.geteuid() != 0:
         print("bench/hosts.py: needs root (network namespaces, tc)", file=sys.stderr)
@@ -294,6 +305,7 @@ def main() -> int:
     cols = [
         "hosts (= shards = trainers)",
         "fast lane",
+        "table",
         "samples/s",
         "step ms (plan)",
         "error",
@@ -307,12 +319,14 @@ def main() -> int:
         print(f"# calibrated: {json.dumps(costs.to_dict())}", flush=True)
         print("| " + " | ".join(cols) + " |")
         print("|" + "---|" * len(cols))
-        for n, lane in [(n, lane) for n in args.hosts for lane in args.fast_lane]:
-            m = measure(n, args.epochs, link, Path(tmp), args.timeout, costs, args.other_load, lane == "on")
+        runs = [(n, lane, d) for n in args.hosts for lane in args.fast_lane for d in args.dtype]
+        for n, lane, dtype in runs:
+            on = lane == "on"
+            m = measure(n, args.epochs, link, Path(tmp), args.timeout, costs, args.other_load, on, dtype)
             mib = 2**20
             error = m["predicted_step_s"] / m["step_s"] - 1
             print(
-                f"| {n} | {lane} | {m['samples_per_second']:,.0f} | {1000 * m['step_s']:,.0f} "
+                f"| {n} | {lane} | {dtype} | {m['samples_per_second']:,.0f} | {1000 * m['step_s']:,.0f} "
                 f"({1000 * m['predicted_step_s']:,.0f}) | {100 * error:+.0f} % | {m['bound']} | "
                 f"{m['background']:.1f} | {m['test_accuracy']:.4f} | "
                 f"{m['bytes_per_step'] / 1e6:.2f} MB ({m['predicted_bytes_per_step'] / 1e6:.2f}) | "

@@ -210,6 +210,7 @@ class CountingTransport:
         self.num_shards = inner.num_shards
         self.max_frame_bytes = None
         self.chunked_pushes = False
+        self.half_gradients = True  # counted as the socket's path sends them
         self.remote = [h != here for h in host_of_shard]
         self.sent = 0
         self.received = 0

@@ -52,6 +52,19 @@ def widened(a: np.ndarray, name: str) -> np.ndarray:
     return from_numpy(np.array(a), name).float().numpy()  # a copy: `a` may be a read-only map
 
 
+def narrowed(a: np.ndarray, name: str) -> np.ndarray:
+    """float32 rows as wire type `name` (a half type), rounded to nearest even: a half table's gradients
+    on the wire, half the bytes (the server widens them again before its float32 step). A finite value
+    beyond the type's range saturates to its largest rather than becoming infinite (which the server
+    would refuse as a NaN gradient); NaN and infinity stay what they are."""
+    import torch
+
+    t = torch.from_numpy(np.ascontiguousarray(a, dtype=np.float32))
+    top = torch.finfo(to_torch(name)).max
+    t = torch.where(torch.isfinite(t), t.clamp(-top, top), t)
+    return to_numpy(t.to(to_torch(name)))
+
+
 def to_torch(name: str) -> torch.dtype:
     """The torch dtype of a wire name (torch names its dtypes as numpy does)."""
     import torch

@@ -270,6 +270,7 @@ class DistEmbedding:
             step=self.steps,
             wait=wait,
             keyed=self.table.keyed,
+            half=self.table.wire if self.table.wire in dtypes.HALF else None,
         )
 
     def rows(self, ids: Any) -> torch.Tensor:

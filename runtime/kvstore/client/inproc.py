@@ -30,6 +30,7 @@ class InProcTransport:
 
     max_frame_bytes = None  # nothing crosses a socket
     chunked_pushes = False
+    half_gradients = False  # nothing to save: the shards read the caller's float32 rows
 
     def __init__(
         self,

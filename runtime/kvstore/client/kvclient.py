@@ -13,12 +13,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
 from graphtrain.runtime import checkpoint as ckpt
+from graphtrain.runtime import dtypes
 from graphtrain.runtime.errors import GraphtrainError
 from graphtrain.runtime.kvstore.client.inproc import InProcTransport
 from graphtrain.runtime.kvstore.client.reads import count as _count
+from graphtrain.runtime.kvstore.client.reduce import GradientReducer, last_of_each
 from graphtrain.runtime.kvstore.client.transport import (
     Answer,
     Call,
@@ -46,7 +47,7 @@ class KVClient:
     def __init__(self, transport: Transport):
         self.transport = transport
         self.num_shards = transport.num_shards
-        self._dedup_ws: Any = None
+        self._reducer = GradientReducer()
         self._local_path = "shared_memory" if isinstance(transport, ZmqTransport) else "in_process"
 
     def each(
@@ -177,7 +178,10 @@ class KVClient:
         bounds: np.ndarray,
         args: dict[str, Any] | None,
         keyed: bool = False,
+        wire: str | None = None,
     ) -> list[Call]:
+        """The calls of a push: values through the shared-memory buffer to a shard on this host, else on
+        the wire, as type `wire` when given (a half table's gradients: the server widens them)."""
         order, starts = self.split(ids, bounds, keyed)
         # no 51 MB copy when the ids come grouped by owner
         ids_g, vals_g = (ids, values) if order is None else (ids[order], values[order])
@@ -193,17 +197,22 @@ class KVClient:
                 np.ndarray(vals_g[a:b].shape, vals_g.dtype, buffer=seg.buf, offset=offset)[...] = vals_g[a:b]
                 shm = {"name": seg_name, "offset": offset}
                 calls.append(Call(s, op, name, self._frames(ids_g[a:b]), {**(args or {}), "shm": shm}))
-            elif self.transport.chunked_pushes:
+                continue
+            narrow = wire is not None and self.transport.half_gradients
+            vals = dtypes.narrowed(vals_g[a:b], wire) if narrow else vals_g[a:b]  # type: ignore[arg-type]
+            if self.transport.chunked_pushes:
                 # One request per chunk: the server applies each while the next is on the wire, in the
                 # order sent (it runs one request of a connection at a time). After dedup the ids of a
                 # gradient push are distinct, so chunks never update a row twice.
-                rows = protocol.rows_per_chunk(max(1, vals_g[:1].nbytes))
-                for i in range(a, b, rows):
-                    j = min(b, i + rows)
-                    frames, k = protocol.push_frames(ids_g[i:j], vals_g[i:j], self.transport.max_frame_bytes)
+                rows = protocol.rows_per_chunk(max(1, vals[:1].nbytes))
+                for i in range(0, b - a, rows):
+                    j = min(b - a, i + rows)
+                    frames, k = protocol.push_frames(
+                        ids_g[a + i : a + j], vals[i:j], self.transport.max_frame_bytes
+                    )
                     calls.append(Call(s, op, name, frames, {**(args or {}), "id_frames": k}))
             else:
-                calls.append(Call(s, op, name, [ids_g[a:b], vals_g[a:b]], args))  # id_frames: 1
+                calls.append(Call(s, op, name, [ids_g[a:b], vals], args))  # id_frames: 1
         return calls
 
     def push(
@@ -224,38 +233,16 @@ class KVClient:
         step: int | None = None,
         wait: bool = True,
         keyed: bool = False,
+        half: str | None = None,
     ) -> int:
-        """Deduplicate on the client (sum or mean, as the table's optimizer says), then push each shard its
-        rows. Returns the unique rows pushed. wait=False returns once the pushes are sent: the servers
-        apply them while the caller goes on, and this client's next operation (any pull or push, a
-        shared-memory read included) first waits for them, so it sees every update; a failure is raised
-        there, or by settle()."""
-        from graphtrain.runtime.native.backend import CoreBackend, choose
-
-        ids = np.ascontiguousarray(ids, dtype=np.int64)
-        grads = np.ascontiguousarray(grads, dtype=np.float32)
-        if len(ids) and choose() is CoreBackend.CPU:
-            from graphtrain.runtime.native import optim as native
-            from graphtrain.runtime.optim.functional import threads
-
-            if self._dedup_ws is None:
-                self._dedup_ws = native.DedupWorkspace()
-            uids, ugrads, _ = native.dedup(
-                torch.from_numpy(ids),
-                torch.from_numpy(grads),
-                -1 if keyed else int(bounds[-1]),  # a dynamic vocabulary's keys: any int64
-                mean,
-                threads(),
-                self._dedup_ws,
-                share_distinct=True,  # distinct ids (a GraphSAGE batch's input nodes): no 2nd copy
-            )
-            uids, ugrads = uids.numpy(), ugrads.numpy()
-        else:
-            from graphtrain.runtime.optim.reference import dedup
-
-            u, g = dedup(torch.from_numpy(ids), torch.from_numpy(grads), "mean" if mean else "sum")
-            uids, ugrads = u.numpy(), g.numpy()
-        calls = self._push_calls("push_grad", name, uids, ugrads, bounds, {"step": step}, keyed)
+        """Deduplicate on the client (sum or mean, as the table's optimizer says), then push each shard
+        its rows; `half`: the table's half type, in which the reduced gradients cross a socket (rounded
+        to nearest; through shared memory or in process they stay float32). Returns the unique rows
+        pushed. wait=False returns once the pushes are sent: the servers apply them while the caller
+        goes on, and this client's next operation (any pull or push, a shared-memory read included)
+        first waits for them, so it sees every update; a failure is raised there, or by settle()."""
+        uids, ugrads = self._reducer.reduce(ids, grads, -1 if keyed else int(bounds[-1]), mean)
+        calls = self._push_calls("push_grad", name, uids, ugrads, bounds, {"step": step}, keyed, half)
         if wait:
             self.transport.call_many(calls)
         else:
@@ -430,14 +417,3 @@ class KVClient:
 
     def close(self) -> None:
         self.transport.close()
-
-
-def last_of_each(ids: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(ids, values) with only the last occurrence of each repeated id, in their order."""
-    if len(ids) < 2:
-        return ids, values
-    _, from_end = np.unique(ids[::-1], return_index=True)
-    if len(from_end) == len(ids):
-        return ids, values
-    keep = np.sort(len(ids) - 1 - from_end)
-    return ids[keep], values[keep]

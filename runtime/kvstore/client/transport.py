@@ -49,6 +49,7 @@ class Transport(Protocol):
     max_frame_bytes: int | None  # frames larger than this are split (None: never)
     chunked_pushes: bool  # a push goes as one request per CHUNK_BYTES (the server applies each while
     #                       the next is on the wire)
+    half_gradients: bool  # a half table's gradients go as half (they cross a socket: half the bytes)
 
     def call_many(self, calls: list[Call], timeout: float | None = None) -> list[Answer]: ...
 

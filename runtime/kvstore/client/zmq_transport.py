@@ -50,6 +50,7 @@ class ZmqTransport:
 
     max_frame_bytes = protocol.MAX_FRAME_BYTES
     chunked_pushes = True
+    half_gradients = True
 
     def __init__(
         self,

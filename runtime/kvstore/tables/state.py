@@ -327,13 +327,13 @@ class ShardTensors(ShardCheckpoints, ShardGraph):
         t: TensorShard, pieces: list[tuple[np.ndarray, np.ndarray]], grads: bool = False
     ) -> tuple[np.ndarray, torch.Tensor]:
         """All ids of the pieces and their local rows, after every piece's dtype, shape and ids were
-        checked. `grads`: the values are gradients, float32 for a half table too."""
-        wire = "float32" if grads and t.dtype in HALF else t.dtype
-        want = np.dtype(DTYPES[wire])
+        checked. `grads`: the values are gradients, float32, or for a half table float32 or its type."""
+        wires = ("float32", t.dtype) if grads and t.dtype in HALF else (t.dtype,)
+        want = {np.dtype(DTYPES[w]) for w in wires}
         for i, (ids, values) in enumerate(pieces):
-            if values.dtype != want or tuple(values.shape[1:]) != t.row_shape:
+            if values.dtype not in want or tuple(values.shape[1:]) != t.row_shape:
                 raise StorageError(
-                    f"values[{i}] for {t.name!r} must be {wire} rows of shape {t.row_shape}, "
+                    f"values[{i}] for {t.name!r} must be {' or '.join(wires)} rows of shape {t.row_shape}, "
                     f"got {values.dtype} {tuple(values.shape)}"
                 )
             if len(values) != len(ids):
@@ -382,6 +382,8 @@ class ShardTensors(ShardCheckpoints, ShardGraph):
         if t.config is None:
             raise StorageError(f"tensor {name!r} has no optimizer; send set_optimizer first")
         ids, local = self._pieces(t, pieces, grads=True)
+        if t.dtype in HALF:  # gradients that crossed a socket in the table's type, widened for the step
+            pieces = [(i, v if v.dtype == np.float32 else widened(v, t.dtype)) for i, v in pieces]
         if t.keyed is not None and len(pieces) > 1:  # one piece: keys dropped below mask one array
             pieces = [(ids, np.concatenate([v for _, v in pieces]))]
         refuse = t.config.nonfinite == "refuse"

@@ -43,15 +43,26 @@ def train(client: kvstore.KVClient, dtype: torch.dtype, steps: int = 6) -> tuple
     return emb, emb.rows(torch.arange(ROWS))
 
 
+def in_process(half_gradients: bool) -> kvstore.KVClient:
+    """Two in-process shards; `half_gradients`: fed a half table's gradients in its type, as over TCP."""
+    client = kvstore.standalone(2)
+    client.transport.half_gradients = half_gradients  # type: ignore[misc]
+    return client
+
+
 @pytest.mark.parametrize("dtype", HALF)
 def test_served_rows_are_half_and_equal_in_process_bit_for_bit(dtype: torch.dtype, tmp_path: Path) -> None:
-    _, local = train(kvstore.standalone(2), dtype)
+    # over TCP the gradients travel in the table's type (rounded to nearest), through shared memory in
+    # float32: each equals in-process shards fed the same gradients, bit for bit
+    local = {tcp: train(in_process(tcp), dtype)[1] for tcp in (True, False)}
+    assert not torch.equal(local[True], local[False])  # the rounding of the gradients shows
+    assert (local[True] - local[False]).abs().max() < 0.02  # and is small
     for shm in (False, True):
         with servers(2, tmp_path, *(["--shm"] if shm else [])) as srv:
             client = kvstore.connect([s.address for s in srv], TOKEN, shm=shm)
             emb, served = train(client, dtype)
             assert served.dtype == torch.float32  # the model reads float32
-            assert torch.equal(served, local), f"shm={shm}"
+            assert torch.equal(served, local[not shm]), f"shm={shm}"
             raw = client.pull("e", np.arange(ROWS), emb.table.book.bounds, (DIM,), emb.table.np_dtype)
             assert raw.itemsize == 2 and raw.nbytes == ROWS * DIM * 2  # pulled in half
             described = client.stats()[0]["tensors"]["e"]
@@ -181,3 +192,46 @@ def test_a_manifest_that_does_not_describe_its_file_is_refused_in_one_line(tmp_p
         state.restore_from = root
     with pytest.raises(RemoteError, match=r"holds float16 \(599, 24\)"):
         DistEmbedding(ROWS, DIM, "e", INIT, client=three, dtype=torch.float16)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_a_half_tables_gradients_cross_a_socket_in_half_and_shared_memory_in_float32(dtype: str) -> None:
+    from graphtrain.runtime import dtypes
+    from graphtrain.runtime.kvstore.client.kvclient import KVClient
+
+    class Wire:  # what KVClient asks of a transport that sends bytes, and the calls it is given
+        num_shards, max_frame_bytes, chunked_pushes, half_gradients = 2, None, False, True
+
+        def __init__(self, local: bool) -> None:
+            self.local, self.calls = local, []
+
+        def is_local(self, shard: int) -> bool:
+            return self.local
+
+        def push_buffer(self, nbytes: int):  # noqa: ANN201 - a shared-memory stand-in
+            return (memoryview_holder(nbytes), "seg") if self.local else None
+
+        def call_many(self, calls, timeout=None):  # noqa: ANN001, ANN201
+            self.calls += calls
+            return []
+
+    class memoryview_holder:  # noqa: N801 - the segment's `buf`
+        def __init__(self, n: int) -> None:
+            self.buf = bytearray(n)
+
+    grads = np.array([[0.1, -70000.0], [np.nan, 3.0], [1e-3, 2.0]], np.float32)
+    ids, bounds = np.array([0, 2, 3]), np.array([0, 2, 4])
+    wire = Wire(local=False)
+    KVClient(wire).push_grad("e", ids, grads, bounds, mean=False, half=dtype)  # type: ignore[arg-type]
+    sent = [c.arrays[1] for c in wire.calls]
+    assert all(v.dtype == dtypes.NUMPY[dtype] and v.itemsize == 2 for v in sent)  # half the bytes
+    back = np.concatenate([dtypes.widened(v, dtype) for v in sent])
+    if dtype == "float16":
+        assert back[0, 1] == -65504.0  # beyond float16's range: saturated, not infinite
+    else:
+        assert back[0, 1] == pytest.approx(-70000.0, rel=4e-3)  # bfloat16 has float32's range
+    assert np.isnan(back[1, 0])  # a NaN stays one (the server refuses it)
+    np.testing.assert_allclose(back[[0, 2]][:, 0], [0.1, 1e-3], rtol=4e-3)
+    local = Wire(local=True)
+    KVClient(local).push_grad("e", ids, grads, bounds, mean=False, half=dtype)  # type: ignore[arg-type]
+    assert all("shm" in c.args for c in local.calls)  # through shared memory: float32, untouched
