@@ -15,6 +15,11 @@ class StorageError(GraphtrainError, ValueError):
     """A refused table operation; the message names the field or value."""
 
 
+class TableBusy(Exception):  # noqa: N818 - a state, not a failure: the caller goes another way
+    """A table's lock is held (a worker steps or checkpoints it) and the caller asked not to wait: the
+    shard server's I/O thread, which then hands the request to a worker (serving/inline.py)."""
+
+
 def echo(value: Any) -> str:
     """A caller-supplied value quoted in an error message, cut to a few dozen characters."""
     try:

@@ -136,10 +136,15 @@ class Dispatcher:
         return Reply({"rows": n})
 
     def _op_push_grad(self, req: protocol.Request, a: opargs.PushArgs, who: Hashable, now: float) -> Reply:
+        return self.push_grad(req, a)
+
+    def push_grad(self, req: protocol.Request, a: opargs.PushArgs, blocking: bool = True) -> Reply:
+        """The push's optimizer step; `blocking` False: TableBusy, nothing done, if the table is locked
+        (the I/O thread's inline push, serving/inline.py)."""
         pieces = self._pieces(req, a)
         start = time.perf_counter()
         try:
-            n, skipped = self.state.push_grad(req.name, pieces, a.step)
+            n, skipped = self.state.push_grad(req.name, pieces, a.step, blocking)
         except StorageError as exc:
             if self.metrics is not None and "NaN or infinity" in str(exc):
                 rows = sum(len(ids) for ids, _ in pieces)

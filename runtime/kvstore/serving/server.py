@@ -325,8 +325,11 @@ class ShardServer(ServerWorkers, ServerStatus):
             self.metrics.requests.labels(shard, "health", "ok").inc()
             return
         if inline.fits(self.state, req, args) and self._queue.state(identity) is PeerState.idle:
-            inline.answer(self.dispatcher, self.outbox, self.metrics, identity, req, args, self._error)
-            return
+            if req.op == "pull":
+                inline.answer(self.dispatcher, self.outbox, self.metrics, identity, req, args, self._error)
+                return
+            if inline.push(self.dispatcher, self.outbox, self.metrics, identity, req, args, self._error):  # type: ignore[arg-type]
+                return
         try:
             self._queue.put(identity, Task(req, args, time.monotonic()))
         except QueueFull:

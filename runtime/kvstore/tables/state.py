@@ -38,7 +38,7 @@ from graphtrain.runtime.optim import OptimConfig, make_state
 from graphtrain.runtime.storage import gpu
 from graphtrain.runtime.storage import keyed as kd
 from graphtrain.runtime.storage import placement as place
-from graphtrain.runtime.storage.errors import StorageError
+from graphtrain.runtime.storage.errors import StorageError, TableBusy
 from graphtrain.runtime.storage.inits import init_rows
 from graphtrain.runtime.storage.placement import check_usable, table_device
 from graphtrain.runtime.storage.shard import TensorShard, before_write
@@ -59,6 +59,9 @@ def nonfinite_rows(values: np.ndarray) -> np.ndarray | None:
     elif np.isfinite(values).all():
         return None
     return ~np.isfinite(values.reshape(len(values), -1)).all(axis=1)
+
+
+Pieces = list[tuple[np.ndarray, np.ndarray]]  # a push's (ids, values) per frame
 
 
 class PullStream:
@@ -323,9 +326,7 @@ class ShardTensors(ShardCheckpoints, ShardGraph):
         return to_numpy(data.index_select(0, local))  # a bfloat16 table's rows as their bits
 
     @staticmethod
-    def _pieces(
-        t: TensorShard, pieces: list[tuple[np.ndarray, np.ndarray]], grads: bool = False
-    ) -> tuple[np.ndarray, torch.Tensor]:
+    def _pieces(t: TensorShard, pieces: Pieces, grads: bool = False) -> tuple[np.ndarray, torch.Tensor]:
         """All ids of the pieces and their local rows, after every piece's dtype, shape and ids were
         checked. `grads`: the values are gradients, float32, or for a half table float32 or its type."""
         wires = ("float32", t.dtype) if grads and t.dtype in HALF else (t.dtype,)
@@ -344,7 +345,7 @@ class ShardTensors(ShardCheckpoints, ShardGraph):
             return ids, torch.empty(0, dtype=torch.int64)
         return ids, ShardTensors.local_ids(t, ids)
 
-    def push(self, name: str, pieces: list[tuple[np.ndarray, np.ndarray]]) -> int:
+    def push(self, name: str, pieces: Pieces) -> int:
         """Overwrite rows (the last of duplicate ids wins). Values holding NaN or infinity are refused
         before any row is written. Returns the rows written."""
         t = self.get(name)
@@ -371,13 +372,14 @@ class ShardTensors(ShardCheckpoints, ShardGraph):
         return len(ids)
 
     def push_grad(
-        self, name: str, pieces: list[tuple[np.ndarray, np.ndarray]], step: int | None = None
+        self, name: str, pieces: Pieces, step: int | None = None, blocking: bool = True
     ) -> tuple[int, int]:
         """Apply the tensor's optimizer to gradient rows, all pieces as one step (duplicate ids reduced
         by the optimizer's rule; the native core reads the pieces where they lie). `step`: the client's
         step count, used by Adam with step_count "global". Gradients holding NaN or infinity refuse the
         whole push before any row is touched, or (the table's nonfinite "skip") leave their rows out.
-        Returns (rows updated, rows skipped)."""
+        `blocking` False: raise TableBusy, nothing done, when the table's lock is held. Returns (rows
+        updated, rows skipped)."""
         t = self.get(name)
         if t.config is None:
             raise StorageError(f"tensor {name!r} has no optimizer; send set_optimizer first")
@@ -405,16 +407,19 @@ class ShardTensors(ShardCheckpoints, ShardGraph):
             )
             if t.keyed is None:
                 local = local[torch.from_numpy(mask).to(local.device)]
-        with t.lock:
+        if not t.lock.acquire(blocking=blocking):
+            raise TableBusy(name)
+        try:
             if t.keyed is not None:
                 local, grads = kd.held(t, ids if mask is None else ids[mask], grads)
-            try:
-                updated = locked_step(t, local, grads, step, finite=refuse)
-            except NonFiniteGradient:
-                rows = np.concatenate([~np.isfinite(v.reshape(len(v), -1)).all(axis=1) for _, v in pieces])
-                raise StorageError(nonfinite_refusal(name, int(rows.sum()), int(ids[rows][0]))) from None
-            except SparseInputError as exc:
-                raise StorageError(str(exc)) from None
+            updated = locked_step(t, local, grads, step, finite=refuse)
+        except NonFiniteGradient:
+            rows = np.concatenate([~np.isfinite(v.reshape(len(v), -1)).all(axis=1) for _, v in pieces])
+            raise StorageError(nonfinite_refusal(name, int(rows.sum()), int(ids[rows][0]))) from None
+        except SparseInputError as exc:
+            raise StorageError(str(exc)) from None
+        finally:
+            t.lock.release()
         return updated, skipped
 
     # ---------------------------------------------------------------------------- checkpointing

@@ -143,3 +143,60 @@ def test_a_bug_in_an_inline_pull_is_answered_and_the_server_serves_on(served, mo
     assert len(answered) == 1
     got = client.pull("t", np.arange(8), BOUNDS, (DIM,), np.float32)
     np.testing.assert_array_equal(got, state.get("t").data[:8].numpy())
+
+
+def push_req(name: str, n: int) -> tuple[protocol.Request, opargs.PushArgs]:
+    ids, grads = np.arange(n, dtype=np.int64), np.zeros((n, DIM), np.float32)
+    return protocol.Request(op="push_grad", rid=1, name=name, arrays=[ids, grads]), opargs.PushArgs(
+        ids=[ids], values=[grads]
+    )
+
+
+def test_small_gradient_pushes_to_a_table_with_an_optimizer_qualify() -> None:
+    state = ShardTensors()
+    state.create("t", ROWS, (DIM,), "float32", 0, ROWS, {"kind": "uniform", "seed": 1})
+    assert not inline.fits(state, *push_req("t", 64))  # no optimizer yet: a worker answers the error
+    state.set_optimizer("t", {"kind": "sgd", "lr": 0.1})
+    assert inline.fits(state, *push_req("t", 64))
+    assert inline.fits(state, *push_req("t", INLINE_ROWS))
+    assert not inline.fits(state, *push_req("t", INLINE_ROWS + 1))
+
+
+@pytest.mark.timeout(60)
+def test_a_small_push_is_stepped_inline_unless_its_table_is_locked_and_the_io_thread_never_waits(
+    served, monkeypatch
+) -> None:  # noqa: ANN001
+    srv, state, client, _ = served
+    stepped: list[bool] = []
+    real = inline.push
+
+    def counted(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        done = real(*args, **kwargs)
+        stepped.append(done)
+        return done
+
+    monkeypatch.setattr(server_module.inline, "push", counted)
+    client.set_optimizer("t", {"kind": "sgd", "lr": 1.0})
+    table = state.get("t")
+    before = table.data[:64].numpy().copy()
+    client.push_grad("t", np.arange(64), np.ones((64, DIM), np.float32), BOUNDS, mean=False)
+    assert stepped == [True]  # stepped by the I/O thread
+    np.testing.assert_allclose(table.data[:64].numpy(), before - 1.0, rtol=1e-6)
+    # the table's lock held (as a worker writing a checkpoint under it holds it): the push goes to a
+    # worker, which waits for the lock; the I/O thread serves another client meanwhile
+    other = kvstore.connect([srv.address], TOKEN, timeout=30, retries=0, fast=False)
+    table.lock.acquire()
+    try:
+        client.push_grad("t", np.arange(64), np.ones((64, DIM), np.float32), BOUNDS, mean=False, wait=False)
+        deadline = time.monotonic() + 10
+        while len(stepped) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert stepped == [True, False]  # found the lock taken: handed to a worker
+        start = time.monotonic()
+        assert other.pull("t", np.arange(3), BOUNDS, (DIM,), np.float32).shape == (3, DIM)
+        assert time.monotonic() - start < 2.0  # answered while the push waits for the lock
+    finally:
+        table.lock.release()
+    client.settle()  # the worker's step, once the lock was free
+    np.testing.assert_allclose(table.data[:64].numpy(), before - 2.0, rtol=1e-6)
+    other.close()
