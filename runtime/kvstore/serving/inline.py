@@ -65,41 +65,22 @@ def answer(
     req: protocol.Request,
     args: opargs.OpArgs,
     refuse: Callable[[bytes, int, str], None],
-) -> None:
-    """Run the pull and post its one-chunk reply (or its refusal), counted as a worker counts it."""
-    start, outcome = time.perf_counter(), "ok"
-    try:
-        stream = dispatcher.run(req, args, who=(identity, req.rid))
-        _, offset, rows = stream.next()  # into a fresh array: the reply owns it
-        reply = protocol.encode_reply(req.rid, arrays=[rows], result={"offset": offset}, chunk=(0, 1))
-        outbox.post(identity, reply, rows.nbytes)
-    except (protocol.ProtocolError, GraphtrainError, ValueError) as exc:
-        outcome = "error"
-        refuse(identity, req.rid, str(exc))
-    except Exception as exc:  # a bug: answered and logged as a worker does, never a silent timeout
-        outcome = "error"
-        log.exception("op pull failed")
-        refuse(identity, req.rid, f"internal error in pull: {type(exc).__name__}: {exc}")
-    metrics.requests.labels(metrics.shard, "pull", outcome).inc()
-    metrics.latency.labels(metrics.shard, "pull").observe(time.perf_counter() - start)
-
-
-def push(
-    dispatcher: Dispatcher,
-    outbox: Outbox,
-    metrics: ServerMetrics,
-    identity: bytes,
-    req: protocol.Request,
-    args: opargs.PushArgs,
-    refuse: Callable[[bytes, int, str], None],
 ) -> bool:
-    """Run a small gradient push's step and post its answer (or its refusal), counted as a worker counts
-    it; False, nothing done, when the table's lock is held (a worker steps it, or writes a checkpoint
-    under it): the caller then queues the request for the workers, so the I/O thread never waits."""
+    """Run the pull (a one-chunk reply) or the push's step and post the answer, or the refusal, counted
+    as a worker counts it. False, nothing done, for a push whose table's lock is held (a worker steps
+    it, or writes a checkpoint under it): the caller then queues it for the workers, so the I/O thread
+    never waits."""
     start, outcome = time.perf_counter(), "ok"
     try:
-        reply = dispatcher.push_grad(req, args, blocking=False)
-        outbox.post(identity, protocol.encode_reply(req.rid, result=reply.result))
+        if req.op == "pull":
+            stream = dispatcher.run(req, args, who=(identity, req.rid))
+            _, offset, rows = stream.next()  # into a fresh array: the reply owns it
+            reply = protocol.encode_reply(req.rid, arrays=[rows], result={"offset": offset}, chunk=(0, 1))
+            outbox.post(identity, reply, rows.nbytes)
+        else:
+            assert isinstance(args, opargs.PushArgs)
+            done = dispatcher.push_grad(req, args, blocking=False)
+            outbox.post(identity, protocol.encode_reply(req.rid, result=done.result))
     except TableBusy:
         return False
     except (protocol.ProtocolError, GraphtrainError, ValueError) as exc:
@@ -107,8 +88,8 @@ def push(
         refuse(identity, req.rid, str(exc))
     except Exception as exc:  # a bug: answered and logged as a worker does, never a silent timeout
         outcome = "error"
-        log.exception("op push_grad failed")
-        refuse(identity, req.rid, f"internal error in push_grad: {type(exc).__name__}: {exc}")
-    metrics.requests.labels(metrics.shard, "push_grad", outcome).inc()
-    metrics.latency.labels(metrics.shard, "push_grad").observe(time.perf_counter() - start)
+        log.exception("op %s failed", req.op)
+        refuse(identity, req.rid, f"internal error in {req.op}: {type(exc).__name__}: {exc}")
+    metrics.requests.labels(metrics.shard, req.op, outcome).inc()
+    metrics.latency.labels(metrics.shard, req.op).observe(time.perf_counter() - start)
     return True

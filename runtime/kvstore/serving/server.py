@@ -324,12 +324,11 @@ class ShardServer(ServerWorkers, ServerStatus):
             self.outbox.post(identity, protocol.encode_reply(req.rid, result=self.health()))
             self.metrics.requests.labels(shard, "health", "ok").inc()
             return
-        if inline.fits(self.state, req, args) and self._queue.state(identity) is PeerState.idle:
-            if req.op == "pull":
-                inline.answer(self.dispatcher, self.outbox, self.metrics, identity, req, args, self._error)
-                return
-            if inline.push(self.dispatcher, self.outbox, self.metrics, identity, req, args, self._error):  # type: ignore[arg-type]
-                return
+        idle = inline.fits(self.state, req, args) and self._queue.state(identity) is PeerState.idle
+        if idle and inline.answer(
+            self.dispatcher, self.outbox, self.metrics, identity, req, args, self._error
+        ):
+            return  # answered by this thread (a push whose table was locked goes on to the workers)
         try:
             self._queue.put(identity, Task(req, args, time.monotonic()))
         except QueueFull:
