@@ -12,6 +12,8 @@ comes out as the rows of those types' nodes, in original order. The choices are 
 
 from __future__ import annotations
 
+import os
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -198,6 +200,25 @@ def check_target(out: Path, suffixes: tuple[str, ...] = SUFFIXES, example: str =
     if out.suffix.lower() not in suffixes:
         raise GraphtrainError(f"{out}: unknown output format {out.suffix!r} (use {', '.join(suffixes)})")
     check_creatable(out.parent)
+    check_writable(out.parent)
+
+
+def check_writable(directory: Path) -> None:
+    """Refuse, before any work, a directory (or, while it does not exist, its nearest existing parent)
+    where no file can be made: a probe file is made and removed (permissions alone do not tell, for
+    root or on /proc or a read-only file system).
+
+    Raises:
+        GraphtrainError: naming the directory and the system's reason.
+    """
+    here = Path(os.path.abspath(directory))
+    while not here.exists() and here != here.parent:
+        here = here.parent
+    try:
+        with tempfile.NamedTemporaryFile(dir=here, prefix=".graphtrain-probe-"):
+            pass
+    except OSError as exc:
+        raise GraphtrainError(f"{directory}: cannot write there ({exc.strerror or exc})") from None
 
 
 def columns(ids: np.ndarray, values: np.ndarray, prefix: str = "dim_") -> dict[str, np.ndarray]:

@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from graphtrain.runtime.train.inputs import FixedRows
 
 BATCH = 4096
+SAME_SPEC = "predict needs the spec the run trained with"
 SUGGEST_MAX = 50_000  # labels to compare an unknown one with (difflib is linear in them)
 
 
@@ -154,11 +155,11 @@ def model_mismatch(
     """The difference between the model the spec builds and the one saved, in words (pure). The fields
     the checkpoint records it was trained with (its trainer record's model, resumable.model_record) name
     what differs; a checkpoint without a record is told by the first parameter whose shape differs."""
+    changes = model_changes(recorded, spec) if spec is not None else []
+    if changes:  # a field that changes no shape (model.edgeWeight) changes the outputs all the same
+        return f"the checkpoint was trained with {'; '.join(changes)}"
     if expected.keys() == saved.keys() and all(expected[k] == saved[k] for k in expected):
         return None
-    changes = model_changes(recorded, spec) if spec is not None else []
-    if changes:
-        return f"the checkpoint was trained with {'; '.join(changes)}"
     for key in sorted(expected.keys() | saved.keys()):
         if key not in saved:
             return f"the checkpoint has no {key} ({SHAPE_FIELDS}?)"
@@ -170,6 +171,16 @@ def model_mismatch(
                 f"{tuple(expected[key])} ({SHAPE_FIELDS}?)"
             )
     return None
+
+
+def _same_model(gt: GraphTraining, root: Path) -> None:
+    """Refuse a spec whose model differs from the one checkpoint `root` records it was trained with.
+
+    Raises:
+        GraphtrainError: naming every changed field with both values."""
+    changes = model_changes(_recorded_model(root), gt.spec)
+    if changes:
+        raise GraphtrainError(f"{root}: the checkpoint was trained with {'; '.join(changes)}: {SAME_SPEC}")
 
 
 def _recorded_model(root: Path) -> dict[str, Any] | None:
@@ -243,7 +254,7 @@ def node_outputs(
         gt.spec,
     )
     if why:
-        raise GraphtrainError(f"{root / 'dense.pt'}: {why}: predict needs the spec the run trained with")
+        raise GraphtrainError(f"{root / 'dense.pt'}: {why}: {SAME_SPEC}")
     model.load_state_dict(state)
     model.eval()
 
@@ -337,6 +348,11 @@ def pair_answer(
         )
     if (head is None) == (tail is None):
         raise GraphtrainError("give one of --head and --tail (with --relation): the other is what is asked")
+    if "kg" not in cfg.data:
+        raise GraphtrainError(
+            f"{cfg.path}: the checkpoint's partition holds no knowledge-graph triples: it is not a kge or "
+            f"linkPrediction checkpoint (task {gt.spec.task_kind} in the spec; {SAME_SPEC})"
+        )
     names = load_names(cfg)
     num_nodes = len(load_maps(cfg)["node_map_inverse"])
     ent_names = names.get("node_ids", np.arange(num_nodes, dtype=np.int64))
@@ -362,6 +378,7 @@ def _kge_scores(
         raise GraphtrainError(f"model.kind is {gt.spec.model.kind}: task kge needs {kinds}")
     m = gt.spec.model.variant
     entry = kge_entry(m.KIND)
+    _same_model(gt, root)
     assert m.entity_embedding and m.relation_embedding
     maps = load_maps(cfg)
     num_nodes, num_relations = len(maps["node_map_inverse"]), int(cfg.data["kg"]["num_relations"])
@@ -430,6 +447,7 @@ def task_layers(gt: GraphTraining, root: Path, cfg: PartitionConfig) -> tuple[An
     from graphtrain.runtime.train.tasks import make_task
 
     ckpt.verify_checkpoint(root)  # a changed byte is one line naming the file, before anything is read
+    _same_model(gt, root)
     graph = DistGraph(cfg, standalone_client(cfg.path, checkpoint_root=root.parent))
     dist = Dist()  # one process: every collective is the identity
     task = make_task(gt, graph, dist, torch.device("cpu"))
@@ -440,7 +458,7 @@ def task_layers(gt: GraphTraining, root: Path, cfg: PartitionConfig) -> tuple[An
         gt.spec,
     )
     if why:
-        raise GraphtrainError(f"{root / 'dense.pt'}: {why}: predict needs the spec the run trained with")
+        raise GraphtrainError(f"{root / 'dense.pt'}: {why}: {SAME_SPEC}")
     restore(task, graph, dist, root)
     return task, task.encoded()
 

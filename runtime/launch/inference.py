@@ -47,9 +47,24 @@ def partition(gt: GraphTraining, spec_dir: Path, run_dir: Path) -> Path:
     from graphtrain.runtime.outputs import checkpoint_partition  # launcher's own imports stay torch-free
     from graphtrain.runtime.train.inference import check_output
 
-    found = checkpoint_partition(resolve_checkpoint(_checkpoint(gt, spec_dir))).path
+    root = resolve_checkpoint(_checkpoint(gt, spec_dir))
+    found = checkpoint_partition(root).path
+    check_same_model(gt, root)
     check_output(output(gt, spec_dir, run_dir))
     return found
+
+
+def check_same_model(gt: GraphTraining, root: Path) -> None:
+    """Refuse a spec whose model differs from the one checkpoint `root` was trained with (its record,
+    resumable.check_inferable), before any process starts; the trainers check again.
+
+    Raises:
+        GraphtrainError: naming every changed field with both values."""
+    from graphtrain.runtime.checkpoint import read_top
+    from graphtrain.runtime.train.resumable import check_inferable
+
+    trainer = read_top(root).get("trainer")
+    check_inferable(trainer.get("model") if isinstance(trainer, dict) else None, gt.spec, root.name)
 
 
 def files(gt: GraphTraining, spec_path: Path, run_dir: Path, partition: Path) -> roles.Files:

@@ -33,8 +33,8 @@ def load_dense(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimi
     mismatch = shape_mismatch(state["model"], model.state_dict())
     if mismatch:
         raise GraphtrainError(
-            f"{path}: the checkpoint's dense model does not fit the spec's ({mismatch}): --resume needs the "
-            "same model.hiddenDim, model.numLayers, model.useFeatures and embedding dims (or --overwrite)"
+            f"{path}: the checkpoint's dense model does not fit the spec's ({mismatch}): give the spec the "
+            "run trained with (its model.hiddenDim, model.numLayers, model.useFeatures and embedding dims)"
         )
     model.load_state_dict(state["model"])
     optimizer.load_state_dict(state["optimizer"])

@@ -87,7 +87,7 @@ def edge_columns(task: Any, layers: Any) -> dict[str, np.ndarray]:
     """The output columns of the labelled edge types' edges into this trainer's nodes: source,
     destination (and source_type, relation, destination_type on a typed graph), predicted (a class
     name or index; edgeRegression: the number), p_<class> per class, split ('' when unlabelled) and
-    label (empty, NaN for a number, when unlabelled)."""
+    label (null when unlabelled)."""
     graph: DistGraph = task.graph
     types = np.unique(np.concatenate([r[:, 1] for r in task.edges.values()]))
     edges = in_edges(graph, layers.lo, layers.hi, types)
@@ -111,11 +111,11 @@ def edge_columns(task: Any, layers: Any) -> dict[str, np.ndarray]:
     labelled = split >= 0
     if task.regression:
         cols["predicted"] = out[:, 0]
-        label = np.full(len(edges), np.nan, np.float32)
+        label = np.full(len(edges), None, dtype=object)  # null where unlabelled, as for classes
         for s, name in enumerate(SPLITS):
             at = split == s
             if at.any():
-                label[at] = task.values[name].numpy()[task.edges[name][row[at], 3]]
+                label[at] = task.values[name].numpy()[task.edges[name][row[at], 3]].astype(np.float64)
     else:
         classes = task.class_names if task.class_names is not None else np.arange(out.shape[1])
         cols["predicted"] = classes[out.argmax(1)] if len(out) else classes[:0]

@@ -7,7 +7,8 @@ report the task's test metric from the same outputs.
 The output directory is replaced whole and at once: the trainers write their parts into a staging
 directory beside it, and rank 0 renames it into place after writing manifest.json (what each part
 holds, the checkpoint and the rows), so a reader never sees a half-written output. Only an earlier
-inference's output (its manifest says so) is replaced; any other existing path is refused.
+inference's output (its manifest says so, and it holds nothing else) is replaced; any other existing
+path is refused.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from graphtrain.runtime.graph import DistGraph
 from graphtrain.runtime.partition.format import load_maps, load_names
 from graphtrain.runtime.train.dist import Dist
 from graphtrain.runtime.train.reporter import log
+from graphtrain.runtime.train.resumable import check_inferable
 
 MANIFEST = "manifest.json"
 KIND = "graphtrain-inference"
@@ -43,13 +45,23 @@ def check_output(out: Path) -> None:
         return
     manifest = out / MANIFEST
     try:
-        ok = out.is_dir() and not out.is_symlink() and json.loads(manifest.read_text()).get("kind") == KIND
-    except (OSError, ValueError, AttributeError):
-        ok = False
+        doc = json.loads(manifest.read_text()) if out.is_dir() and not out.is_symlink() else None
+        ok = isinstance(doc, dict) and doc.get("kind") == KIND
+    except (OSError, ValueError):
+        doc, ok = None, False
     if not ok:
         raise GraphtrainError(
             f"inference.output {out}: exists and is not an earlier inference's output (no {MANIFEST} of "
             "one): name a new directory"
+        )
+    assert isinstance(doc, dict)
+    ours = {MANIFEST, *map(str, doc.get("parts") or []), *map(str, doc.get("edge_parts") or [])}
+    others = sorted(p.name for p in out.iterdir() if p.name not in ours)
+    if others:  # the whole directory is replaced: nothing it did not write may go with it
+        shown = ", ".join(others[:3]) + (", ..." if len(others) > 3 else "")
+        raise GraphtrainError(
+            f"inference.output {out}: holds files an inference did not write ({shown}); move them, or "
+            "name a new directory"
         )
 
 
@@ -109,6 +121,8 @@ def infer(task: Any, graph: DistGraph, dist: Dist, checkpoint: Path, out: Path) 
     """Restore `checkpoint`, compute every node's outputs and write them under `out`; the result
     (rows, seconds, rows per second, the test metrics, where the output is)."""
     directory = ckpt.resolve_checkpoint(checkpoint)
+    trainer = ckpt.read_top(directory).get("trainer")  # every rank reads it: all stop alike
+    check_inferable(trainer.get("model") if isinstance(trainer, dict) else None, task.spec, directory.name)
     if dist.rank == 0:
         ckpt.verify_checkpoint(directory)
     out = out.resolve()

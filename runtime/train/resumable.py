@@ -21,10 +21,16 @@ def model_record(spec: Any) -> dict[str, Any]:
     shapes of the dense model and the tables (wire names, as the user writes them)."""
     from pydantic.alias_generators import to_camel
 
-    from graphtrain.contract.spec import GNNModel
+    from graphtrain.contract.spec import GNNModel, KGEModel, LinkPredictionTask
 
     m = spec.model.variant
-    record: dict[str, Any] = {"model.kind": str(spec.model.kind)}
+    record: dict[str, Any] = {"model.kind": str(spec.model.kind), "task.kind": str(spec.task_kind)}
+    task = spec.task.variant if spec.task is not None else None
+    if isinstance(task, LinkPredictionTask):
+        record["task.decoder"] = str(task.decoder)  # dot has no relation rows, mlp its own layers
+    if isinstance(m, KGEModel):  # its score's own fields (TransE's norm) and its tables' names
+        own = set(type(m).model_fields) - NOT_SHAPES
+        record.update({f"model.{to_camel(f)}": _plain(getattr(m, f)) for f in sorted(own) if f != "kind"})
     if isinstance(m, GNNModel):  # the KGE models have no dense part: their tables are all
         record.update(
             {
@@ -45,6 +51,11 @@ def model_record(spec: Any) -> dict[str, Any]:
     return record
 
 
+def _plain(value: Any) -> Any:
+    """A record's value as JSON keeps it (an enum as its name)."""
+    return value.value if hasattr(value, "value") else value
+
+
 def model_changes(recorded: dict[str, Any] | None, spec: Any) -> list[str]:
     """The fields of `spec` that differ from a checkpoint's model record, each as 'FIELD OLD, the spec says
     NEW' (nothing to compare when the checkpoint has no record: load_dense checks shapes then). Fields a
@@ -56,7 +67,8 @@ def model_changes(recorded: dict[str, Any] | None, spec: Any) -> list[str]:
     added = (k for k in now if k.startswith("embeddings[") and k.endswith(".dim") and k not in recorded)
     for k in [*recorded, *added]:
         if k not in now:
-            changes.append(f"{k} {recorded[k]}, the spec has no such table")
+            what = "table" if k.startswith("embeddings[") else "field"
+            changes.append(f"{k} {recorded[k]}, the spec has no such {what}")
         elif k not in recorded:
             changes.append(f"no {k.split('.')[0]}, the spec has one")
         elif recorded[k] != now[k]:
@@ -64,15 +76,24 @@ def model_changes(recorded: dict[str, Any] | None, spec: Any) -> list[str]:
     return changes
 
 
-def check_resumable(recorded: dict[str, Any] | None, spec: Any, name: str) -> None:
-    """Refuse to resume checkpoint `name` under a spec whose model differs from the one it was trained with.
+def check_same_model(recorded: dict[str, Any] | None, spec: Any, name: str, then: str) -> None:
+    """Refuse checkpoint `name` under a spec whose model differs from the one it was trained with; `then`
+    says what to do. Resuming, inferring and predicting all need the same model: a field that changes
+    no shape (model.edgeWeight, TransE's norm) makes another model's outputs as much as one that does.
 
     Raises:
         GraphtrainError: one line naming every changed field with both values.
     """
     changes = model_changes(recorded, spec)
     if changes:
-        raise GraphtrainError(
-            f"checkpoint {name} was trained with {'; '.join(changes)}: --resume needs the same model "
-            "(or --overwrite to start over)"
-        )
+        raise GraphtrainError(f"checkpoint {name} was trained with {'; '.join(changes)}: {then}")
+
+
+def check_inferable(recorded: dict[str, Any] | None, spec: Any, name: str) -> None:
+    """check_same_model for `graphtrain infer` and `predict`."""
+    check_same_model(recorded, spec, name, "give the spec the run trained with")
+
+
+def check_resumable(recorded: dict[str, Any] | None, spec: Any, name: str) -> None:
+    """check_same_model for --resume."""
+    check_same_model(recorded, spec, name, "--resume needs the same model (or --overwrite to start over)")

@@ -93,6 +93,28 @@ def test_rgcn_classifies_purchases_by_both_ends_on_two_shard_servers(tmp_path: P
     assert np.allclose(sorted(predicted["p_high"]), sorted(inferred["p_high"]), atol=1e-5)
     res = graphtrain("predict", checkpoint, "--spec", "trade-rgcn-ec.yaml", cwd=tmp_path)
     assert res.returncode == 1 and "predictions are per edge: give -o" in res.stderr, res.stderr
+    # a spec whose model differs in a field that changes no shape is refused too, by predict and by
+    # infer before any process starts: its outputs would be another model's
+    doc = yaml.safe_load((tmp_path / "trade-rgcn-ec.yaml").read_text())
+    doc["spec"]["model"]["edgeWeight"] = True
+    (tmp_path / "weighted.yaml").write_text(yaml.safe_dump(doc))
+    for cmd in (["predict", checkpoint, "-o", "w.csv"], ["infer", checkpoint, "--run-dir", "inf-w"]):
+        res = graphtrain(*cmd, "--spec", "weighted.yaml", cwd=tmp_path)
+        assert res.returncode == 1 and "model.edgeWeight False, the spec says True" in res.stderr, res.stderr
+        assert len(res.stderr.strip().splitlines()) == 1, res.stderr
+    assert not (tmp_path / "w.csv").exists() and not (tmp_path / "inf-w" / "inference").exists()
+    # a link-prediction spec against this checkpoint: one line, not a KeyError
+    lp = tmp_path / "lp.yaml"
+    lp.write_text((Path(__file__).parents[3] / "examples" / "nations-rgcn-lp.yaml").read_text())
+    res = graphtrain(
+        "predict", checkpoint, "--spec", "lp.yaml", "--head", "a", "--relation", "b", cwd=tmp_path
+    )
+    assert res.returncode == 1 and "holds no knowledge-graph triples" in res.stderr, res.stderr
+    # an inference's output that holds a file of the user's is not replaced (nor the file deleted)
+    (out / "notes.txt").write_text("mine")
+    res = graphtrain("infer", checkpoint, "--spec", "trade-rgcn-ec.yaml", "--run-dir", "inf", cwd=tmp_path)
+    assert res.returncode == 1 and "holds files an inference did not write (notes.txt)" in res.stderr
+    assert (out / "notes.txt").read_text() == "mine" and (out / "manifest.json").exists()
 
 
 def test_rgcn_regresses_the_purchase_score_standalone(tmp_path: Path) -> None:

@@ -102,10 +102,13 @@ def test_standalone_infers_what_2x2_does_and_a_rerun_replaces_the_output(
     first = infer(spec, run_dir / "checkpoints", tmp_path / "a", "--out", str(out), "--standalone")
     assert first.returncode == 0, first.stderr[-3000:]
     _, alone = read_output(out)
-    (out / "stale.txt").write_text("from the first inference")
+    (out / "notes.txt").write_text("the user's")  # an earlier output holding a file of the user's ...
+    refused = infer(spec, run_dir / "checkpoints" / "BEST", tmp_path / "b", "--out", str(out))
+    assert refused.returncode == 1 and "holds files an inference did not write (notes.txt)" in refused.stderr
+    assert (out / "notes.txt").read_text() == "the user's"  # ... is not replaced, nor the file deleted
+    (out / "notes.txt").unlink()
     again = infer(spec, run_dir / "checkpoints" / "BEST", tmp_path / "b", "--out", str(out))
     assert again.returncode == 0, again.stderr[-3000:]
-    assert not (out / "stale.txt").exists()  # replaced whole
     _, two = read_output(out)
     np.testing.assert_allclose(np.stack(two["embedding"]), np.stack(alone["embedding"]), atol=1e-5)
     assert (two["predicted"] == alone["predicted"]).all()

@@ -99,7 +99,19 @@ def test_two_trainers_beside_two_shard_servers_learn_nations(tmp_path: Path) -> 
     doc = yaml.safe_load(spec.read_text())
     doc["spec"]["model"]["hiddenDim"] = 8
     wider.write_text(yaml.safe_dump(doc))
+    dot = tmp_path / "dot.yaml"
+    doc = yaml.safe_load(spec.read_text())
+    doc["spec"]["task"]["decoder"] = "dot"
+    dot.write_text(yaml.safe_dump(doc))
     for args, says in [
+        (
+            ["--spec", str(dot), "--head", "brazil", "--relation", "embassy"],
+            "task.decoder distmult, the spec says dot",
+        ),
+        (
+            ["--spec", str(spec), "--head", "brazil", "--relation", "embassy", "-o", "/proc/x.csv"],
+            "cannot write there",
+        ),
         (["--spec", str(spec), "--head", "brazil"], "ask with --relation and --head (or --tail)"),
         (["--spec", str(spec), "--head", "brazl", "--relation", "embassy"], "did you mean 'brazil'?"),
         (["--spec", str(spec), "--relation", "embassy"], "give one of --head and --tail"),
