@@ -83,13 +83,22 @@ def label_rows(
     return split, row
 
 
+def label_types(spec: Any, labelled: dict[str, np.ndarray]) -> np.ndarray:
+    """The edge types whose edges are predicted: each that has a labelled edge, and each the spec gives a
+    label column (graph.edges[e].label: edge type e of a graph from your files), even one whose cells
+    are all empty, whose edges are then all to be predicted (pure)."""
+    declared = [e for e, edge in enumerate(getattr(spec.graph, "edges", None) or []) if edge.label]
+    seen = [r[:, 1] for r in labelled.values()]
+    return np.unique(np.concatenate([*seen, np.asarray(declared, np.int64)]).astype(np.int64))
+
+
 def edge_columns(task: Any, layers: Any) -> dict[str, np.ndarray]:
     """The output columns of the labelled edge types' edges into this trainer's nodes: source,
     destination (and source_type, relation, destination_type on a typed graph), predicted (a class
     name or index; edgeRegression: the number), p_<class> per class, split ('' when unlabelled) and
     label (null when unlabelled)."""
     graph: DistGraph = task.graph
-    types = np.unique(np.concatenate([r[:, 1] for r in task.edges.values()]))
+    types = label_types(task.spec, task.edges)
     edges = in_edges(graph, layers.lo, layers.hi, types)
     out = task.scores(layers, edges).numpy()
     names = load_names(graph.config, verify=False)

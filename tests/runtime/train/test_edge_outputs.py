@@ -36,3 +36,19 @@ def test_no_labelled_rows_or_no_edges_match_nothing() -> None:
     assert label_rows(edges, {}, 2, 1)[0].tolist() == [-1]
     empty = np.empty((0, 3), np.int64)
     assert label_rows(empty, {"train": np.array([[0, 0, 1, 0]])}, 2, 1)[0].tolist() == []
+
+
+def test_the_predicted_types_are_the_labelled_ones_and_every_one_given_a_label_column() -> None:
+    from types import SimpleNamespace
+
+    from graphtrain.runtime.train.edge_outputs import label_types
+
+    labelled = {"train": np.array([[0, 0, 1, 2]]), "test": np.array([[1, 0, 2, 1]])}
+    files = SimpleNamespace(
+        graph=SimpleNamespace(edges=[SimpleNamespace(label="y"), SimpleNamespace(label=None)])
+    )
+    # type 0 has labels; type 2's column is all empty cells: its edges are the ones to predict
+    files.graph.edges.append(SimpleNamespace(label="y"))
+    assert label_types(files, labelled).tolist() == [0, 2]
+    dataset = SimpleNamespace(graph=SimpleNamespace(edges=None))  # a bundled dataset: its labelled types
+    assert label_types(dataset, labelled).tolist() == [0]
