@@ -122,6 +122,12 @@ def infer(
     text = inference_spec(read(spec_path), checkpoint.resolve(), output.resolve() if output else None)
     gt = load_yaml(text)
     run_dir = run_dir or Path("runs") / f"{gt.metadata.name}-inference"
+    held = run_dir / "checkpoints"
+    if held.is_dir() and any(held.iterdir()):  # refused before anything is written there
+        raise GraphtrainError(
+            f"--run-dir {run_dir}: holds a training's checkpoints; give the inference a run directory of "
+            f"its own (default: runs/{gt.metadata.name}-inference)"
+        )
     run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     path = run_dir.resolve() / "inference.yaml"
     with atomic_file(path, mode=0o600) as f:
@@ -133,7 +139,11 @@ def infer(
     except KeyboardInterrupt as exc:
         err.print(str(exc) if isinstance(exc, Terminated) else "interrupted", highlight=False, markup=False)
         raise typer.Exit(130 if not isinstance(exc, Terminated) else 143) from None
-    metrics = ", ".join(f"{k} {v:.4f}" for k, v in result.items() if k.startswith("test_"))
+    metrics = ", ".join(
+        f"{k} {v:,.0f}" if float(v).is_integer() and abs(v) > 1 else f"{k} {v:.4f}"  # test_triples: a count
+        for k, v in result.items()
+        if k.startswith("test_")
+    )
     out.print(
         f"{gt.metadata.name}: inferred {result['rows']:,} nodes in {result['seconds']:.2f} s "
         f"({result['rows_per_second']:,.0f} rows/s); {metrics}",

@@ -129,6 +129,10 @@ def test_what_infer_refuses_changes_nothing(trained: tuple[Path, Path, dict], tm
         assert done.returncode == 1, (said, done.stderr)
         assert said in done.stderr and "Traceback" not in done.stderr, done.stderr
     assert (keep / "notes.txt").read_text() == "not an inference output"
+    # the training's own run directory: refused before anything is written there
+    done = infer(spec, run_dir / "checkpoints", run_dir)
+    assert done.returncode == 1 and "holds a training's checkpoints" in done.stderr, done.stderr
+    assert not (run_dir / "inference.yaml").exists()
     # a knowledge-graph model has no layers to infer: refused before anything starts
     nations = yaml.safe_load((Path(__file__).parents[3] / "examples" / "nations-transe.yaml").read_text())
     (tmp_path / "kge.yaml").write_text(yaml.safe_dump(nations))
