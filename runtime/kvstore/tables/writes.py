@@ -97,8 +97,8 @@ class ShardWrites:
         by the optimizer's rule; the native core reads the pieces where they lie). `step`: the client's
         step count, used by Adam with step_count "global". Gradients holding NaN or infinity refuse the
         whole push before any row is touched, or (the table's nonfinite "skip") leave their rows out.
-        `blocking` False: raise TableBusy, nothing done, when the table's lock is held. Returns (rows
-        updated, rows skipped)."""
+        `blocking` False: raise TableBusy, nothing done, when the table's lock is held or a background
+        checkpoint copies the table. Returns (rows updated, rows skipped)."""
         t = self.get(name)
         if t.config is None:
             raise StorageError(f"tensor {name!r} has no optimizer; send set_optimizer first")
@@ -129,6 +129,8 @@ class ShardWrites:
         if not t.lock.acquire(blocking=blocking):
             raise TableBusy(name)
         try:
+            if not blocking and t.snapshot is not None:  # a write may have to save the checkpoint's rows
+                raise TableBusy(name)  # first, to the file: a worker's wait, not the I/O thread's
             if t.keyed is not None:
                 local, grads = kd.held(t, ids if mask is None else ids[mask], grads)
             updated = locked_step(t, local, grads, step, finite=refuse)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -201,4 +202,14 @@ def test_a_small_push_is_stepped_inline_unless_its_table_is_locked_and_the_io_th
         table.lock.release()
     client.settle()  # the worker's step, once the lock was free
     np.testing.assert_allclose(table.data[:64].numpy(), before - 2.0, rtol=1e-6)
+    # a background checkpoint copying the table: a write may first save its rows to the file, which is
+    # a worker's wait, so the push goes to one
+    saved: list[np.ndarray] = []
+    table.snapshot = SimpleNamespace(preserve=lambda local: saved.append(np.asarray(local)))
+    try:
+        client.push_grad("t", np.arange(64), np.ones((64, DIM), np.float32), BOUNDS, mean=False)
+    finally:
+        table.snapshot = None
+    assert stepped == [True, False, False] and len(saved) == 1  # stepped by a worker, rows saved first
+    np.testing.assert_allclose(table.data[:64].numpy(), before - 3.0, rtol=1e-6)
     other.close()
