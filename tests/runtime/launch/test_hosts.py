@@ -144,9 +144,12 @@ def test_faults_are_iptables_rules_in_the_hosts_namespaces() -> None:
 @pytest.mark.timeout(300)
 def test_a_run_across_two_hosts_survives_packet_loss_and_a_cut_between_them(tmp_path: Path) -> None:
     """1 % of the packets lost on every link for the whole run, and the two hosts cut apart for 7 s once
-    training reports: each trainer's requests to the other host's shard wait (its log says so past 5 s,
-    and when the answer came), nothing fails or restarts, and the run ends as a clean one would."""
+    training reports: the trainer's requests to the other host's shard wait (its log says so past 5 s,
+    and when the answer came), nothing fails or restarts, and the run ends as a clean one would. One
+    trainer, so that what the cut stops is a shard request: with a peer on the other host the step may
+    wait in the gradients' all-reduce instead (gloo's, which logs nothing; seen once in CI)."""
     doc = nations(epochs=6)
+    doc["spec"]["trainers"]["replicas"] = 1
     with simulated_hosts(2, Link("1gbit")) as layout:
         hosts.apply([c for k in range(2) for c in layout.lossy(k, 0.01)])
         run = launch(doc, tmp_path / "run")
@@ -164,5 +167,5 @@ def test_a_run_across_two_hosts_survives_packet_loss_and_a_cut_between_them(tmp_
     assert out["result"]["test_mrr"] > 0.2, out
     st = status(run.run_dir)
     assert st["phase"] == "Succeeded" and st["restarts"] == 0
-    logs = "".join((run.run_dir / "logs" / f"trainer-{r}.log").read_text() for r in (0, 1))
-    assert "[kvstore] waiting 5 s for shard " in logs and "[kvstore] answered after " in logs, logs[-2000:]
+    logs = (run.run_dir / "logs" / "trainer-0.log").read_text()
+    assert "[kvstore] waiting 5 s for shard 1 " in logs and "[kvstore] answered after " in logs, logs[-2000:]
