@@ -20,12 +20,13 @@ from __future__ import annotations
 import itertools
 import math
 import socket
+import sys
 import time
 from collections import deque
 
 import numpy as np
 
-from graphtrain.runtime.kvstore.client.transport import Answer, Call, KVAuthError, place
+from graphtrain.runtime.kvstore.client.transport import SLOW_NOTE_SECONDS, Answer, Call, KVAuthError, place
 from graphtrain.runtime.kvstore.wire import fastwire, opargs, protocol
 
 RETRY_SECONDS = 2.0
@@ -57,6 +58,7 @@ class FastPulls:
         self._rid = itertools.count(1)
         self._head = bytearray(fastwire.REPLY.size)
         self._deadline = 0.0  # of the exchange run() is in
+        self._began, self._noted = 0.0, True  # when it began, and whether its wait was logged
 
     # ------------------------------------------------------------------------------ which pulls
 
@@ -105,6 +107,7 @@ class FastPulls:
         answers: dict[int, Answer] = {}
         flight: dict[int, tuple[Call, int]] = {}
         self._deadline = time.monotonic() + self.timeout  # the whole exchange, as one ZMQ call's
+        self._began, self._noted = time.monotonic(), False
         try:
             for s, q in queues.items():
                 try:
@@ -133,6 +136,8 @@ class FastPulls:
             for s in flight:
                 self._fail(s)
             raise
+        if self._noted:
+            sys.stderr.write(f"[kvstore] answered after {time.monotonic() - self._began:.1f} s\n")
         return answers, left
 
     def _send(self, s: int, c: Call) -> int:
@@ -212,9 +217,22 @@ class FastPulls:
         given up at it, as a silent one), or raise _Broken."""
         got = 0
         while got < len(view):
+            wait = self._left()
+            note_at = self._began + SLOW_NOTE_SECONDS
+            if not self._noted:
+                wait = min(wait, max(0.001, note_at - time.monotonic()))
             try:
-                sock.settimeout(self._left())
+                sock.settimeout(wait)
                 n = sock.recv_into(view[got:])
+            except TimeoutError:  # the deadline is _left()'s to judge; past 5 s the log says so once
+                if not self._noted and time.monotonic() >= note_at:
+                    self._noted = True
+                    sys.stderr.write(
+                        f"[kvstore] waiting {SLOW_NOTE_SECONDS:.0f} s for shard {self.socks.index(sock)} "
+                        f"({self.hosts[self.socks.index(sock)]}) on its fast lane (the exchange gives up "
+                        f"after {self.timeout:g} s, then goes over ZMQ)\n"
+                    )
+                continue
             except OSError as exc:
                 raise _Broken from exc
             if n == 0:

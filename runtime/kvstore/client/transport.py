@@ -18,6 +18,8 @@ from graphtrain.runtime.errors import GraphtrainError
 from graphtrain.runtime.kvstore.tables.graphpart import GraphPart
 from graphtrain.runtime.storage.shard import TensorShard
 
+SLOW_NOTE_SECONDS = 5.0  # an exchange waiting this long says so in the caller's log (a network stall)
+
 
 class KVTimeout(GraphtrainError, TimeoutError):
     """A shard server did not answer in time."""

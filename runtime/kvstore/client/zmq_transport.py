@@ -29,14 +29,20 @@ from graphtrain.runtime.errors import GraphtrainError
 from graphtrain.runtime.kvstore.client import reads
 from graphtrain.runtime.kvstore.client.fastlane import FastPulls
 from graphtrain.runtime.kvstore.client.samehost import SameHost
-from graphtrain.runtime.kvstore.client.transport import Answer, Call, KVAuthError, KVTimeout, place
+from graphtrain.runtime.kvstore.client.transport import (
+    SLOW_NOTE_SECONDS,
+    Answer,
+    Call,
+    KVAuthError,
+    KVTimeout,
+    place,
+)
 from graphtrain.runtime.kvstore.tables.graphpart import GraphPart
 from graphtrain.runtime.kvstore.wire import auth, protocol
 from graphtrain.runtime.storage.shard import TensorShard
 
 DEFAULT_TIMEOUT = 30.0
 DEFAULT_RETRIES = 2
-SLOW_NOTE_SECONDS = 5.0  # an exchange waiting this long says so in the caller's log (a network stall)
 _HANDSHAKE_EVENTS = (
     zmq.EVENT_HANDSHAKE_FAILED_AUTH
     | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
