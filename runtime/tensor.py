@@ -183,10 +183,6 @@ class DistEmbedding:
             raise ValueError(f"embedding {name!r}: num_embeddings and dim must be >= 1")
         if dtype not in (torch.float32, torch.float16, torch.bfloat16):
             raise ValueError(f"embedding {name!r}: dtype must be float32, float16 or bfloat16, got {dtype}")
-        if dtype != torch.float32 and vocabulary is not None:
-            raise ValueError(
-                f"embedding {name!r}: a {dtype} table with a dynamic vocabulary is not supported yet"
-            )
         self.num_embeddings = num_embeddings
         self.dim = dim
         self.name = name

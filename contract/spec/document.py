@@ -36,7 +36,11 @@ from graphtrain.contract.spec.placement import PartitionSpec
 from graphtrain.contract.spec.rules import Rule, add_rules
 from graphtrain.contract.spec.scheduling import Scheduling
 from graphtrain.contract.spec.status import GraphTrainingStatus
-from graphtrain.contract.spec.tables import HALF_TABLES_CPU_SHARDS, EmbeddingTable
+from graphtrain.contract.spec.tables import (
+    HALF_COLLECTIVE_CPU_TRAINERS,
+    HALF_TABLES_CPU_SHARDS,
+    EmbeddingTable,
+)
 from graphtrain.contract.spec.task import (
     EDGE_TASKS,
     KGE,
@@ -546,6 +550,7 @@ add_rules(
         ),
     ),
     HALF_TABLES_CPU_SHARDS,
+    HALF_COLLECTIVE_CPU_TRAINERS,
     LOCALITY_EVEN_TRAINERS,
     Rule(
         "nccl-needs-cuda",

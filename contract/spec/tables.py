@@ -176,9 +176,10 @@ class EmbeddingTable(SpecModel):
     dtype: DType = Field(
         default=DType.float32,
         description="Element type of the rows: float32, or float16 / bfloat16 (half the memory, pull "
-        "bytes and checkpoint; the optimizer steps in float32 and rounds back stochastically, its state "
-        "stays float32). Half tables need sharding: server, a fixed vocabulary and CPU shard servers "
-        "(not supported yet on collective tables, dynamic vocabularies or GPUs).",
+        "and lookup bytes and checkpoint; the optimizer steps in float32 and rounds back stochastically, "
+        "its state stays float32). Server and collective tables, fixed and dynamic vocabularies; the "
+        "rows are stepped by the CPU core, so a half table needs CPU shard servers (sharding: server) or "
+        "CPU trainers (collective): not supported yet on GPUs.",
     )
     init: Init = Field(default_factory=Init, description="How the rows start.")
     optimizer: Optimizer = Field(
@@ -266,28 +267,37 @@ add_rules(
             ),
         ),
     ),
-    Rule(
-        "table-half-server-fixed",
-        "dtype",
-        lambda t: (
-            t.dtype == DType.float32
-            or (t.sharding == Sharding.server and t.vocabulary.kind == VocabularyKind.fixed)
-        ),
-        cel="self.dtype == 'float32' || ((!has(self.sharding) || self.sharding == 'server') && "
-        "(!has(self.vocabulary) || !has(self.vocabulary.kind) || self.vocabulary.kind == 'fixed'))",
-        message="%s is not supported yet on a collective table or a dynamic vocabulary (sharding: server "
-        "with a fixed vocabulary only)",
-        args=(("self.dtype", lambda t: t.dtype),),
-    ),
 )
 
-# A document-level rule (contract/spec/document.py lists it): half tables are stepped by the CPU core only.
-HALF_TABLES_CPU_SHARDS = Rule(
-    "half-tables-cpu-shards",
-    "shardServers.device",
-    lambda s: s.shard_servers.device != Device.cuda or all(str(t.dtype) == "float32" for t in s.embeddings),
-    cel="!has(self.shardServers) || !has(self.shardServers.device) || self.shardServers.device != 'cuda' "
-    "|| !has(self.embeddings) || self.embeddings.all(t, !has(t.dtype) || t.dtype == 'float32')",
-    message="float16 and bfloat16 tables are not supported yet on GPU shard servers (the CUDA core "
-    "steps float32): use shardServers.device: cpu or float32 tables",
+
+# Document-level rules (contract/spec/document.py lists them): half tables are stepped by the CPU core only,
+# so a half server table needs CPU shard servers and a half collective table CPU trainers.
+def _half_rule(name: str, section: str, sharding: Sharding, what: str, instead: str) -> Rule:
+    """The rule that `section`.device is not cuda while a half table of `sharding` is stepped there."""
+    attr = to_snake(section)
+    collective = "has(t.sharding) && t.sharding == 'collective'"
+    this = collective if sharding == Sharding.collective else f"!({collective})"
+    return Rule(
+        name,
+        f"{section}.device",
+        lambda s: (
+            getattr(s, attr).device != Device.cuda
+            or not any(str(t.dtype) != "float32" and t.sharding == sharding for t in s.embeddings)
+        ),
+        cel=f"!has(self.{section}) || !has(self.{section}.device) || self.{section}.device != 'cuda' || "
+        "!has(self.embeddings) || "
+        f"self.embeddings.all(t, !has(t.dtype) || t.dtype == 'float32' || !({this}))",
+        message=f"float16 and bfloat16 {what} are not supported yet on GPU {section_words(section)} (the "
+        f"CUDA core steps float32): use {section}.device: cpu{instead} or float32 tables",
+    )
+
+
+def section_words(section: str) -> str:
+    """How a message names the pods of `section`."""
+    return "shard servers" if section == "shardServers" else section
+
+
+HALF_TABLES_CPU_SHARDS = _half_rule("half-tables-cpu-shards", "shardServers", Sharding.server, "tables", "")
+HALF_COLLECTIVE_CPU_TRAINERS = _half_rule(
+    "half-collective-cpu-trainers", "trainers", Sharding.collective, "collective tables", ", sharding: server"
 )

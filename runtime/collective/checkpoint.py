@@ -21,6 +21,7 @@ import torch
 import torch.distributed as dist
 
 from graphtrain.runtime import checkpoint as ckpt
+from graphtrain.runtime import dtypes
 from graphtrain.runtime.checkpoint import chain
 from graphtrain.runtime.collective import dynamic_checkpoint as dynamic
 from graphtrain.runtime.collective import exchange as ex
@@ -62,8 +63,13 @@ def _shard_view(t: CollectiveEmbedding, lo: int, hi: int) -> TensorShard:
         )
         for k, v in t.state.items()
     }
-    data = torch.empty((hi - lo, t.dim), device="meta")
-    return TensorShard(t.name, t.num_embeddings, (t.dim,), "float32", lo, hi, data, t.config, state)
+    data = torch.empty((hi - lo, t.dim), dtype=t.dtype, device="meta")
+    return TensorShard(t.name, t.num_embeddings, (t.dim,), t.wire, lo, hi, data, t.config, state)
+
+
+def _np_dtype(v: torch.Tensor) -> np.dtype:
+    """The numpy type a piece's file holds `v`'s rows as (a bfloat16 table's: its bits, int16)."""
+    return dtypes.NUMPY[str(v.dtype).removeprefix("torch.")]
 
 
 def _file(key: str) -> str:
@@ -79,7 +85,7 @@ def _writer(t: CollectiveEmbedding, lo: int, hi: int):  # type: ignore[no-untype
             k: np.lib.format.open_memmap(
                 directory / _file(k),
                 mode="w+",
-                dtype=str(v.dtype).removeprefix("torch."),
+                dtype=_np_dtype(v),
                 shape=(hi - lo, *v.shape[1:]),
             )
             for k, v in arrays.items()
@@ -102,10 +108,7 @@ def piece_bytes(t: CollectiveEmbedding, lo: int, hi: int) -> int:
 def _frozen(t: CollectiveEmbedding, lo: int, hi: int) -> dict[str, np.ndarray]:
     """The piece redealt (collective) into host arrays, as its files will hold them."""
     arrays = _arrays(t)
-    host = {
-        k: np.empty((hi - lo, *v.shape[1:]), dtype=str(v.dtype).removeprefix("torch."))
-        for k, v in arrays.items()
-    }
+    host = {k: np.empty((hi - lo, *v.shape[1:]), dtype=_np_dtype(v)) for k, v in arrays.items()}
     _redeal(t, arrays, host)
     if _global_step(t):
         host["step"] = t.state["step"].cpu().numpy().copy()
@@ -142,7 +145,7 @@ def _redeal(t: CollectiveEmbedding, arrays: dict[str, torch.Tensor], files: dict
         for key, value in arrays.items():
             got = comm.rows(value.index_select(0, local), send, recv)
             if where is not None:
-                files[key][where] = got.cpu().numpy()
+                files[key][where] = dtypes.to_numpy(got.cpu())
 
 
 def save(tables: list[CollectiveEmbedding], root: Path) -> list[dict[str, Any]]:
@@ -253,7 +256,7 @@ def restore(t: CollectiveEmbedding, root: Path, verify: bool = True) -> bool:
     pieces = ckpt.pieces_of(root, t.name)
     if not pieces:
         return False
-    config = ckpt.saved_config(pieces[0][0], t.name, (t.num_embeddings, (t.dim,), "float32"), t.config)
+    config = ckpt.saved_config(pieces[0][0], t.name, (t.num_embeddings, (t.dim,), t.wire), t.config)
     if config is not None:
         t.config = config
         t.state = make_state(config, len(t.weight), t.dim, t.device)
@@ -279,5 +282,6 @@ def restore(t: CollectiveEmbedding, root: Path, verify: bool = True) -> bool:
         start = int(keys[0]) - lo
         for key, value in arrays.items():
             src = saved["data" if key == "data" else f"state.{key}"][start :: t.world]
-            value[rows] = torch.from_numpy(np.ascontiguousarray(src)).to(t.device)
+            held = dtypes.from_numpy(np.ascontiguousarray(src), str(value.dtype).removeprefix("torch."))
+            value[rows] = held.to(t.device)
     return True

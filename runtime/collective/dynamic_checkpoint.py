@@ -15,6 +15,7 @@ import torch
 from graphtrain.runtime import checkpoint as ckpt
 from graphtrain.runtime.collective.embedding import CollectiveEmbedding
 from graphtrain.runtime.collective.rows import DynamicKeys
+from graphtrain.runtime.dtypes import to_numpy
 from graphtrain.runtime.native.keymap import KeyMap
 from graphtrain.runtime.storage.keyed import KEYS, owners, restore_keyed
 from graphtrain.runtime.storage.shard import TensorShard
@@ -33,13 +34,11 @@ def save(
 ) -> list[dict[str, Any]]:
     """Write this rank's piece of `t` (no exchange); the descriptions of every rank's pieces."""
     lo, hi = share_range(t, t.rank)
-    view = TensorShard(
-        t.name, t.num_embeddings, (t.dim,), "float32", lo, hi, t.weight, t.config, dict(t.state)
-    )
+    view = TensorShard(t.name, t.num_embeddings, (t.dim,), t.wire, lo, hi, t.weight, t.config, dict(t.state))
 
     def write(directory: Path, _: TensorShard) -> None:
         for key, value in arrays.items():
-            np.save(directory / ("data.npy" if key == "data" else f"state.{key}.npy"), value.cpu().numpy())
+            np.save(directory / ("data.npy" if key == "data" else f"state.{key}.npy"), to_numpy(value.cpu()))
         if global_step:
             np.save(directory / "state.step.npy", t.state["step"].cpu().numpy())
         np.save(directory / KEYS, t.keys.cpu().numpy())

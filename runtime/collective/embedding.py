@@ -19,6 +19,7 @@ as a single process holding the whole table and the concatenated batches of all 
 from __future__ import annotations
 
 import dataclasses
+import zlib
 from typing import Any
 
 import torch
@@ -59,8 +60,14 @@ def fill_strided(spec: dict[str, Any], num_rows: int, world: int, rank: int, out
             out[start : start + len(rows)] = rows.to(out.device)
 
 
+HALF = (torch.float16, torch.bfloat16)
+
+
 class CollectiveEmbedding:
-    """`num_embeddings` x `dim` float32 rows sharded over the ranks of `group` by key mod world size."""
+    """`num_embeddings` x `dim` rows sharded over the ranks of `group` by key mod world size. `dtype`
+    float16 or bfloat16: the rows are held and exchanged in half (half the memory, lookup bytes and
+    checkpoint), the model reads them widened to float32, and the owners step them in float32 and round
+    back stochastically (the CPU core: host tables only); the optimizer state stays float32."""
 
     def __init__(
         self,
@@ -73,16 +80,25 @@ class CollectiveEmbedding:
         unique: bool = True,
         capacity: int | None = None,
         on_full: str = "error",
+        dtype: torch.dtype = torch.float32,
     ):
         """capacity: a dynamic vocabulary of that many rows in all (any int64 key, rows on first sight;
         num_embeddings is then the capacity); on_full: "error" or "evict" (least recently used)."""
         if num_embeddings < 1 or dim < 1:
             raise ValueError(f"embedding {name!r}: num_embeddings and dim must be >= 1")
+        if dtype not in (torch.float32, *HALF):
+            raise ValueError(f"embedding {name!r}: dtype must be float32, float16 or bfloat16, got {dtype}")
+        if dtype in HALF and torch.device(device).type != "cpu":
+            raise ValueError(
+                f"embedding {name!r}: a {dtype} collective table lives in host memory (the CPU core "
+                f"steps half rows), not on {device}"
+            )
         if on_full not in ("error", "evict"):
             raise ValueError(f"embedding {name!r}: on_full must be 'error' or 'evict', got {on_full!r}")
         self.num_embeddings = capacity or num_embeddings
         self.dim = dim
         self.name = name
+        self.dtype = dtype
         self.unique = unique
         self.comm = ex.Exchange(group)
         self.world, self.rank = self.comm.world, self.comm.rank
@@ -97,22 +113,29 @@ class CollectiveEmbedding:
         extra = KeyMap.bytes_for(max(1, share)) if self.dynamic else 0
         # refused before anything is allocated: a table too big is one line, not the OOM killer
         place.fits(
-            f"collective table {name!r} on rank {self.rank}", share * dim * 4 + extra, torch.device(device)
+            f"collective table {name!r} on rank {self.rank}",
+            share * dim * dtype.itemsize + extra,
+            torch.device(device),
         )
         if self.dynamic:
             if capacity < self.world:  # type: ignore[operator]
                 raise ValueError(f"embedding {name!r}: capacity {capacity} is below the {self.world} ranks")
             self.place: FixedKeys | DynamicKeys = DynamicKeys(self, capacity, on_full == "evict", self.init)  # type: ignore[arg-type]
-            self.weight = empty((self.place.capacity(self.rank), dim), device=torch.device(device))
+            self.weight = empty((self.place.capacity(self.rank), dim), dtype, torch.device(device))
             self.weight.zero_()  # rows get their key's initial value when a key takes them
         else:
             self.place = FixedKeys(num_embeddings, self.world)
-            self.weight = empty((self.place.capacity(self.rank), dim), device=torch.device(device))
+            self.weight = empty((self.place.capacity(self.rank), dim), dtype, torch.device(device))
             fill_strided(self.init, num_embeddings, self.world, self.rank, self.weight)
 
     @property
     def device(self) -> torch.device:
         return self.weight.device
+
+    @property
+    def wire(self) -> str:
+        """The rows' element type by its wire and checkpoint name (runtime/dtypes.py)."""
+        return str(self.dtype).removeprefix("torch.")
 
     @property
     def keys(self) -> torch.Tensor:
@@ -125,14 +148,14 @@ class CollectiveEmbedding:
 
     def __call__(self, ids: torch.Tensor) -> torch.Tensor:
         flat = ids.reshape(-1).to(device=self.device, dtype=torch.int64)
-        rows = self.gather(flat)
+        rows = self.gather(flat).float()  # widened from half
         return self._capture.rows(flat, rows).view(*ids.shape, self.dim)
 
     def rows(self, ids: Any) -> torch.Tensor:
         """Current rows without autograd (evaluation, export); collective like a lookup."""
         flat = torch.as_tensor(ids).reshape(-1).to(device=self.device, dtype=torch.int64)
         with torch.no_grad():
-            return self.gather(flat)
+            return self.gather(flat).float()
 
     @property
     def local(self) -> bool:
@@ -180,7 +203,7 @@ class CollectiveEmbedding:
             found = self.weight.index_select(0, rows.clamp_min(0))
             unseen = rows < 0
             if isinstance(self.place, DynamicKeys) and bool(unseen.any()):
-                found[unseen] = self.place.initial(asked[unseen])
+                found[unseen] = self.place.initial(asked[unseen]).to(found.dtype)
         return found, ""
 
     # -- the sparse-optimizer protocol (optim/optimizers.py) ---------------------------------------
@@ -233,7 +256,21 @@ class CollectiveEmbedding:
             sums = sums / total.index_select(0, rows).unsqueeze(1)
         # the rows arrive summed per rank (and divided for `mean`): what is left is a sum over ranks
         step_config = dataclasses.replace(config, duplicate="sum", nonfinite="refuse")
-        return functional.sparse_step(step_config, self.weight, self.state, rows, sums.contiguous(), backend)
+        return functional.sparse_step(
+            step_config,
+            self.weight,
+            self.state,
+            rows,
+            sums.contiguous(),
+            backend,
+            round_seed=self.round_seed(),
+        )
+
+    def round_seed(self) -> int:
+        """This step's stochastic-rounding seed of a half table: new every step and different per table
+        and rank (as a shard server's pieces: storage/shard.TensorShard.round_seed)."""
+        base = zlib.crc32(f"{self.name}:rank{self.rank}".encode()) << 32
+        return base | (self.steps & 0xFFFFFFFF)
 
     def _step_local(
         self, ids: torch.Tensor, grads: torch.Tensor, config: OptimConfig, backend: str | None
@@ -243,7 +280,7 @@ class CollectiveEmbedding:
         exchange path's owner would (the CUDA core in its one wait for the device)."""
         try:
             return functional.sparse_step(
-                config, self.weight, self.state, ids, grads.contiguous(), backend, True
+                config, self.weight, self.state, ids, grads.contiguous(), backend, True, self.round_seed()
             )
         except NonFiniteGradient as exc:
             raise NonFiniteGradient(f"gradients of {self.name!r}: {exc}", exc.row) from None

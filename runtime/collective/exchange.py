@@ -119,6 +119,8 @@ class Exchange:
             return data
         if data.device.type != "cpu" and not self.device_native:  # gloo alone: through host memory
             return self.rows(data.cpu(), send, recv).to(data.device)
+        if data.dtype in (torch.float16, torch.bfloat16):  # moved as their bytes (gloo has no bfloat16)
+            return self.rows(data.view(torch.uint8), send, recv).view(data.dtype)
         width = math.prod(data.shape[1:])
         tail = tuple(data.shape[1:])
         out = data.new_empty((sum(recv), *tail))

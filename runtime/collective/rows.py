@@ -97,7 +97,7 @@ class DynamicKeys:
         t = self.table
         rows = rows.to(t.device)
         with torch.no_grad():
-            t.weight[rows] = self.start(keys).to(t.device)
+            t.weight[rows] = self.start(keys).to(t.device, t.weight.dtype)
             if t.config is not None:
                 fresh = make_state(t.config, len(rows), t.dim, t.device)
                 for name, value in t.state.items():

@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from graphtrain.runtime.data.cache import verify_files
+from graphtrain.runtime.dtypes import HALF, NUMPY, from_numpy, narrowed, wire_name
 from graphtrain.runtime.errors import DataError
 from graphtrain.runtime.native.keymap import KeyMap, KeyMapFull
 from graphtrain.runtime.optim.config import OptimConfig
@@ -124,7 +125,7 @@ class KeyedRows:
         before_write(t, rows)
         dev = t.data.device
         local = torch.from_numpy(rows).to(dev)
-        values = torch.from_numpy(self.start(keys, t.row_shape[0], t.config)).to(dev)
+        values = torch.from_numpy(self.start(keys, t.row_shape[0], t.config)).to(dev, t.data.dtype)
         gpu.wait_written(t)  # a GPU table: after its last write, whichever stream made it
         with torch.no_grad():
             t.data.index_copy_(0, local, values)
@@ -139,17 +140,18 @@ class KeyedRows:
 def check_create(
     name: str, shard: int, keyed: dict[str, Any], lo: int, hi: int, row_shape: tuple[int, ...], dtype: str
 ) -> None:
-    """A dynamic table this shard can hold: its own share of rows, float32 rows of one dimension (what
-    a key's initial row and a fresh optimizer state are made for).
+    """A dynamic table this shard can hold: its own share of rows, float32 (or half: rounded from a key's
+    float32 initial row) rows of one dimension (what a fresh optimizer state is made for).
 
     Raises:
         StorageError: naming what is wrong.
     """
     if not (shard < keyed["shards"] and lo < hi):
         raise StorageError(f"dynamic table {name!r}: shard {shard} of {keyed['shards']} rows [{lo}, {hi})")
-    if dtype != "float32" or len(row_shape) != 1:
+    if dtype not in ("float32", *HALF) or len(row_shape) != 1:
         raise StorageError(
-            f"dynamic table {name!r} must have float32 rows of one dimension, got {dtype} {list(row_shape)}"
+            f"dynamic table {name!r} must have float32, float16 or bfloat16 rows of one dimension, "
+            f"got {dtype} {list(row_shape)}"
         )
 
 
@@ -185,10 +187,11 @@ def check_keys(keys: np.ndarray, index: int, count: int, where: str) -> None:
 
 def fill_unseen(rows: np.ndarray, keys: np.ndarray, local: np.ndarray, keyed: KeyedRows, t: Any) -> None:
     """Rows of a pull that read no row (local -1: keys the shard does not hold) get their initial
-    values in place."""
+    values in place (a half table's rounded to nearest, as a key taking a row stores them)."""
     missing = local < 0
     if missing.any():
-        rows[missing] = keyed.start(keys[missing], t.row_shape[0], t.config)
+        start = keyed.start(keys[missing], t.row_shape[0], t.config)
+        rows[missing] = narrowed(start, t.dtype) if t.dtype in HALF else start
 
 
 def rows_of(t: Any, keys: np.ndarray, insert: bool) -> torch.Tensor:
@@ -253,9 +256,23 @@ def restore_keyed(
             )
         rows = torch.from_numpy(keymap.insert(keys[take], evict=False).rows)
         for key, value in arrays.items():
-            src = np.load(d / ("data.npy" if key == "data" else f"state.{key}.npy"), mmap_mode="r")
-            rows_here = torch.from_numpy(np.ascontiguousarray(src[take])).to(value.device)
-            value.index_copy_(0, rows.to(value.device), rows_here)
+            name = "data.npy" if key == "data" else f"state.{key}.npy"
+            src = np.load(d / name, mmap_mode="r")
+            rows_here = _as_tensor(np.ascontiguousarray(src[take]), value.dtype, f"{d / name}")
+            value.index_copy_(0, rows.to(value.device), rows_here.to(value.device))
+
+
+def _as_tensor(array: np.ndarray, dtype: torch.dtype, where: str) -> torch.Tensor:
+    """A checkpoint file's rows as a tensor of the table's `dtype` (a bfloat16 table's file holds its
+    bits as int16); any other element type is refused, never converted.
+
+    Raises:
+        DataError: the file's element type is not the table's.
+    """
+    wire = wire_name(dtype)
+    if wire is None or array.dtype != NUMPY[wire]:
+        raise DataError(f"{where}: holds {array.dtype}, the table is {dtype}")
+    return from_numpy(array, wire)
 
 
 __all__ = [

@@ -47,6 +47,7 @@ def embedding_table(
             device=device,
             capacity=vocab.capacity if dynamic else None,
             on_full=str(vocab.on_full),
+            dtype=getattr(torch, str(spec_table.dtype)),
         )
     keys = DynamicVocabulary(int(vocab.capacity), str(vocab.on_full) == "evict") if dynamic else None
     return DistEmbedding(
@@ -111,7 +112,7 @@ def normalise_rows(
     them in chunks (the caller then waits at a barrier); collective ones: each rank its own."""
     if isinstance(table, CollectiveEmbedding):
         with torch.no_grad():
-            table.weight.copy_(project(table.weight))
+            table.weight.copy_(project(table.weight.float()))  # a half table's in float32, then rounded
         return
     if rank != 0 or table.table.keyed:  # a dynamic table's rows start there (table_init's norm)
         return

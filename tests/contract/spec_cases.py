@@ -186,7 +186,13 @@ BREAKS: dict[str, Doc] = {
     "table-keys-not-custom": edit(GRAPHSAGE, _table(keys="custom", numEmbeddings=10)),
     "table-custom-rows": edit(GRAPHSAGE, _table(keys="custom")),
     "table-rows-custom-only": edit(GRAPHSAGE, _table(numEmbeddings=10)),
-    "table-half-server-fixed": edit(GRAPHSAGE, _table(dtype="bfloat16", sharding="collective")),
+    "half-collective-cpu-trainers": edit(
+        GRAPHSAGE,
+        lambda s: (
+            s["embeddings"][0].update(dtype="bfloat16", sharding="collective"),
+            s.update(trainers={"replicas": 1, "device": "cuda"}),
+        ),
+    ),
     "half-tables-cpu-shards": edit(
         GRAPHSAGE,
         lambda s: (s["embeddings"][0].update(dtype="float16"), s.update(shardServers={"device": "cuda"})),

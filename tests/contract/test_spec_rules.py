@@ -67,14 +67,7 @@ def test_each_example_breaks_its_rule(name: str) -> None:
 
 @pytest.mark.parametrize(
     ("table", "path"),
-    [
-        ({"dtype": "float16", "sharding": "collective"}, "spec.embeddings[0].dtype"),
-        (
-            {"dtype": "bfloat16", "vocabulary": {"kind": "dynamic", "capacity": 100}},
-            "spec.embeddings[0].dtype",
-        ),
-        ({"keys": "custom", "numEmbeddings": 10}, "spec.embeddings[0].keys"),
-    ],
+    [({"keys": "custom", "numEmbeddings": 10}, "spec.embeddings[0].keys")],
 )
 def test_unsupported_values_are_refused_with_their_field(table: dict, path: str) -> None:
     doc = edit(GRAPHSAGE, lambda s: s["embeddings"][0].update(table))
@@ -82,6 +75,27 @@ def test_unsupported_values_are_refused_with_their_field(table: dict, path: str)
         parse(doc)
     refused = [p for p in info.value.problems if p.path == path]
     assert len(refused) == 1 and "not supported yet" in refused[0].message
+
+
+@pytest.mark.parametrize(
+    "table",
+    [
+        {"dtype": "float16", "sharding": "collective"},
+        {"dtype": "bfloat16", "vocabulary": {"kind": "dynamic", "capacity": 100}},
+        {"dtype": "bfloat16", "sharding": "collective", "vocabulary": {"kind": "dynamic", "capacity": 100}},
+    ],
+)
+def test_half_collective_and_dynamic_tables_are_accepted_on_cpus(table: dict) -> None:
+    parse(edit(GRAPHSAGE, lambda s: s["embeddings"][0].update(table)))
+    on_gpus = edit(
+        GRAPHSAGE,
+        lambda s: (s["embeddings"][0].update(table), s.update(trainers={"replicas": 2, "device": "cuda"})),
+    )
+    if table.get("sharding") == "collective":  # stepped where it lives: the trainers
+        with pytest.raises(SpecError, match="not supported yet on GPU trainers"):
+            parse(on_gpus)
+    else:
+        parse(on_gpus)
 
 
 @pytest.mark.parametrize("value", ["dynamic", 5, [1, 2], True])
@@ -122,7 +136,6 @@ def test_schema_errors_and_every_decidable_rule_at_once() -> None:
         "metadata.name": "must be a lowercase DNS label",
         "spec.graph.split": "train + val + test must be 1",
         "spec.embeddings": "read by no model input",  # the valid tables are enough to decide it
-        "spec.embeddings[1].dtype": "not supported yet",
         "spec.training.fanouts": "has 2 entries but model.numLayers is 3",
         "spec.shardServers.replicas": "is 3 but partition.parts is 2",
         "spec.trainers.backend": "nccl runs on GPUs",
@@ -187,6 +200,7 @@ def test_validate_prints_every_problem(tmp_path: Path) -> None:
             embeddings=[{"name": "node", "dim": 16, "sharding": "collective", "dtype": "bfloat16"}],
             training={"fanouts": [5], "epochs": -1},
             shardServers={"replicas": 4},
+            trainers={"replicas": 2, "device": "cuda"},
         ),
     )
     path = tmp_path / "bad.yaml"
@@ -198,8 +212,9 @@ def test_validate_prints_every_problem(tmp_path: Path) -> None:
         "spec.training.epochs: Input should be greater than or equal to 1",
         "spec.training.fanouts: has 1 entries but model.numLayers is 2",
         "spec.shardServers.replicas: is 4 but partition.parts is 2",
-        "spec.embeddings[0].dtype: bfloat16 is not supported yet on a collective table or a dynamic "
-        "vocabulary (sharding: server with a fixed vocabulary only)",
+        "spec.trainers.device: float16 and bfloat16 collective tables are not supported yet on GPU "
+        "trainers (the CUDA core steps float32): use trainers.device: cpu, sharding: server or float32 "
+        "tables",
     ]
     assert f"{len(expected)} problem(s)" in result.output
     for line in expected:

@@ -21,11 +21,13 @@ from graphtrain.runtime import kvstore
 from graphtrain.runtime.kvstore.wire.protocol import RemoteError
 from graphtrain.runtime.optim import SparseAdagrad, SparseAdam
 from graphtrain.runtime.storage.errors import StorageError
+from graphtrain.runtime.storage.inits import init_keyed
 from graphtrain.runtime.storage.placement import placement
-from graphtrain.runtime.tensor import DistEmbedding
+from graphtrain.runtime.tensor import DistEmbedding, DynamicVocabulary
 from tests.runtime.conftest import TOKEN, servers
 
 HALF = (torch.float16, torch.bfloat16)
+DYNAMIC_KEYS = np.array([-(2**62), -7, 0, 3, 5, 11, 2**40, 2**62 + 5, 123456789, 42], dtype=np.int64)
 INIT = {"kind": "uniform", "low": -0.5, "high": 0.5, "seed": 4}
 ROWS, DIM = 600, 24
 
@@ -116,16 +118,60 @@ def test_a_nonfinite_gradient_is_refused_and_nothing_changes() -> None:
     assert torch.equal(emb.rows(torch.arange(ROWS)), before)
 
 
-def test_half_tables_on_a_gpu_server_and_with_dynamic_vocabularies_are_refused_in_one_line() -> None:
+def test_half_tables_on_a_gpu_server_are_refused_in_one_line() -> None:
     with pytest.raises(StorageError, match="a bfloat16 table on a GPU server is not supported yet"):
         placement("bfloat16", (8,), True, torch.device("cuda", 0))
     assert placement("bfloat16", (8,), False, torch.device("cuda", 0)) == torch.device("cpu")
-    from graphtrain.runtime.tensor import DynamicVocabulary
 
-    with pytest.raises(ValueError, match="dynamic vocabulary is not supported yet"):
-        DistEmbedding(
-            10, 4, "d", client=kvstore.standalone(1), vocabulary=DynamicVocabulary(10), dtype=torch.float16
-        )
+
+def train_dynamic(client: kvstore.KVClient, dtype: torch.dtype) -> tuple[DistEmbedding, np.ndarray]:
+    """A dynamic vocabulary in half over arbitrary int64 keys: Adam steps, then its keys' rows."""
+    from tests.runtime.kvstore.test_keyed import STEPS, batch
+
+    emb = DistEmbedding(1000, 4, "dyn", INIT, client=client, vocabulary=DynamicVocabulary(64), dtype=dtype)
+    opt = SparseAdam([emb], lr=0.05)
+    for s in range(STEPS):
+        keys, weights = batch(s)
+        (emb(keys) * weights).sum().backward()
+        opt.step()
+    return emb, emb.rows(torch.from_numpy(DYNAMIC_KEYS)).numpy()
+
+
+@pytest.mark.parametrize("dtype", HALF)
+def test_a_dynamic_half_table_trains_within_rounding_over_tcp_as_in_process_and_restores(
+    dtype: torch.dtype, tmp_path: Path
+) -> None:
+    """Half rows on every shard (2 bytes an element), the steps within a few units in the last place of
+    a float32 table's, the shard servers' rows those of in-process shards fed the same (half) gradients,
+    an unseen key's evaluation pull its initial value rounded to nearest, and a checkpoint restoring
+    into another shard count bit for bit."""
+    from tests.runtime.kvstore.test_keyed import STEPS
+
+    emb, local = train_dynamic(in_process(True), dtype)
+    for state in emb.client.transport.states:  # type: ignore[attr-defined]
+        assert state.tensors["dyn"].data.dtype == dtype
+    f32, want = train_dynamic(in_process(False), torch.float32)
+    assert f32.table.wire == "float32" and not np.array_equal(local, want)
+    bound = (STEPS + 2) * torch.finfo(dtype).eps * np.maximum(np.abs(local), np.abs(want)) + 1e-6
+    assert np.all(np.abs(local - want) <= bound)
+    unseen = torch.tensor([-11, 2**55])
+    start = torch.from_numpy(init_keyed(INIT, unseen.numpy(), 4)).to(dtype).float()
+    assert torch.equal(emb.rows(unseen), start)
+    with servers(2, tmp_path) as srv:
+        client = kvstore.connect([s.address for s in srv], TOKEN)
+        _, served = train_dynamic(client, dtype)
+        np.testing.assert_array_equal(served, local)
+        client.checkpoint("ck", root=tmp_path)
+        client.close()
+    root = tmp_path / "ck"
+    assert all(np.load(f).itemsize == 2 for f in root.rglob("dyn/*/data.npy"))
+    keys, rows = ckpt.export_keyed(root, "dyn")  # type: ignore[misc]
+    assert set(DYNAMIC_KEYS) <= set(keys.tolist())
+    three = kvstore.standalone(3)
+    for state in three.transport.states:  # type: ignore[attr-defined]
+        state.restore_from = root
+    again = DistEmbedding(1000, 4, "dyn", INIT, client=three, vocabulary=DynamicVocabulary(64), dtype=dtype)
+    np.testing.assert_array_equal(again.rows(torch.from_numpy(DYNAMIC_KEYS)).numpy(), local)
 
 
 @pytest.mark.timeout(300)

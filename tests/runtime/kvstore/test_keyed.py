@@ -189,7 +189,9 @@ def test_keyed_requests_are_checked() -> None:
         with pytest.raises(StorageError, match="asked for"):
             state.create("d", 6, (DIM,), "float32", 3, 6, INIT, keyed=other)
     for shape, dtype in (((), "float32"), ((2, 3), "float32"), ((DIM,), "int64")):
-        with pytest.raises(StorageError, match="must have float32 rows of one dimension"):
+        with pytest.raises(
+            StorageError, match="must have float32, float16 or bfloat16 rows of one dimension"
+        ):
             state.create("e", 6, shape, dtype, 3, 6, INIT, keyed={"shards": 2, "evict": False})
     assert "e" not in state.tensors
     with pytest.raises(StorageError, match="shard 1 of 1"):

@@ -1,0 +1,98 @@
+"""Half-precision collective tables (issue 47, item 3) on spawned gloo ranks, fixed and dynamic
+vocabularies: the rows are held in float16 or bfloat16 (2 bytes an element) and the model reads them
+widened to float32; the owners step them in float32 (state float32) and round back stochastically, so
+each step moves a row at most one unit in the last place of its type away from a float32 table's
+(tests/native/test_half_tables.py tests the rounding itself). A checkpoint holds half rows, restores
+into another world size bit for bit and exports float32."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from graphtrain.runtime import checkpoint as ckpt
+from graphtrain.runtime.storage.inits import init_keyed
+from tests.runtime.collective import ranks
+from tests.runtime.collective import scenarios as sc
+from tests.runtime.collective.test_dynamic import reference as dynamic_reference
+
+N, DIM, STEPS, WORLD = 37, 4, 3, 2
+
+
+def fixed_reference() -> tuple[list[np.ndarray], np.ndarray]:
+    """A float32 table in one process: the table after each step (rows of every id the steps use)."""
+    batches = []
+    for s in range(STEPS):
+        ids = [sc.batch_ids(s, r, N) for r in range(WORLD)]
+        grads = [sc.weights(s, r, len(ids[r]), DIM) for r in range(WORLD)]
+        batches.append((np.concatenate(ids), np.concatenate(grads)))
+    every = np.unique(np.concatenate([b[0] for b in batches]))
+    return [t[every] for t in sc.reference_steps(sc.config("adam", "sum"), N, DIM, batches)], every
+
+
+def within_rounding(half: np.ndarray, ref: np.ndarray, dtype: torch.dtype, roundings: int) -> None:
+    """Each rounding (to nearest at init, stochastic at each step) moves an element at most one unit in
+    the last place of `dtype` (eps times its magnitude); one more unit of slack for what the moved rows
+    feed back into the steps (the weight decay's gradient)."""
+    eps = torch.finfo(dtype).eps
+    bound = (roundings + 1) * eps * np.maximum(np.abs(ref), np.abs(half)) + 1e-6
+    worst = float(np.max(np.abs(half - ref) - bound))
+    assert worst <= 0, f"{dtype}: beyond {roundings} roundings by {worst}"
+    assert not np.array_equal(half, ref)  # half rows, not float32 ones
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_half_collective_tables_train_within_rounding_and_restore_bit_for_bit(tmp_path, dtype, dynamic):
+    ckdir = tmp_path / "ck"
+    kind = getattr(torch, dtype)
+    args = {"dtype": dtype, "dynamic": dynamic, "n": N, "dim": DIM, "ckdir": str(ckdir)}
+    out = ranks.run("scenarios_half.train", WORLD, tmp_path / "train", steps=STEPS, **args)
+    if dynamic:
+        final, looked = dynamic_reference("adam", "sum", WORLD, STEPS)
+        every = np.array(sorted(final))
+        expected_last = np.stack([final[k] for k in every])
+        first_rows = [looked[0][r] for r in range(WORLD)]
+    else:
+        after, every = fixed_reference()
+        expected_last = after[-1]
+        init = sc.full_table(N, DIM)
+        first_rows = [init[torch.from_numpy(sc.batch_ids(0, r, N))].numpy() for r in range(WORLD)]
+    for r in range(WORLD):
+        assert int(out[r]["element_size"]) == 2
+        assert list(out[r]["state_dtypes"]) == ["torch.float32", "torch.float32", "torch.int64"]
+        # the first lookup reads the initial rows rounded to nearest, widened exactly
+        nearest = torch.from_numpy(first_rows[r]).to(kind).float().numpy()
+        np.testing.assert_array_equal(out[r]["rows0"], nearest)
+        within_rounding(out[r][f"table{STEPS - 1}"], expected_last, kind, STEPS + 1)
+    np.testing.assert_array_equal(out[0][f"table{STEPS - 1}"], out[1][f"table{STEPS - 1}"])
+    last = out[0][f"table{STEPS - 1}"]
+
+    ckpt.verify_checkpoint(ckdir)
+    data = sorted(ckdir.rglob("h/*/data.npy"))
+    assert data and all(np.load(f).itemsize == 2 for f in data)
+    if dynamic:
+        exported = ckpt.export_keyed(ckdir, "h")
+        assert exported is not None
+        np.testing.assert_array_equal(exported[0], every)
+    else:
+        exported_rows = ckpt.export_table(ckdir, "h")
+        assert exported_rows.dtype == np.float32
+        np.testing.assert_array_equal(exported_rows[every], last)
+    world = 3 if not dynamic else 1
+    back = ranks.run("scenarios_half.restore_then", world, tmp_path / "restore", keys=every.tolist(), **args)
+    for r in range(world):
+        assert str(back[r]["dtype"]) == f"torch.{dtype}"
+        np.testing.assert_array_equal(back[r]["rows"], last)
+
+
+def test_an_unseen_key_of_a_half_dynamic_table_reads_its_initial_value_rounded(tmp_path):
+    ckdir = tmp_path / "ck"
+    args = {"dtype": "bfloat16", "dynamic": True, "n": N, "dim": DIM, "ckdir": str(ckdir)}
+    ranks.run("scenarios_half.train", 1, tmp_path / "train", steps=1, **args)
+    unseen = [-7, 2**61]
+    back = ranks.run("scenarios_half.restore_then", 2, tmp_path / "restore", keys=unseen, **args)
+    start = torch.from_numpy(init_keyed(sc.INIT, np.array(unseen), DIM)).bfloat16().float().numpy()
+    for r in range(2):
+        np.testing.assert_array_equal(back[r]["rows"], start)
