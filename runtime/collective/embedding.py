@@ -250,7 +250,7 @@ class CollectiveEmbedding:
         held = rows >= 0  # a dynamic key evicted since its lookup has no row left to update
         if not bool(held.all()):
             rows, got = rows[held], got[held]
-        sums, counts = got[:, : self.dim], got[:, self.dim]
+        sums, counts = ex.unpack_gradients(got, self.dim, self.dtype)
         if config.duplicate == "mean" and len(rows):
             total = torch.zeros(len(self.weight), device=self.device).index_add_(0, rows, counts)
             sums = sums / total.index_select(0, rows).unsqueeze(1)
@@ -305,9 +305,10 @@ class CollectiveEmbedding:
     def _reduce(
         self, ids: torch.Tensor, grads: torch.Tensor, config: OptimConfig
     ) -> tuple[torch.Tensor, torch.Tensor, int, str]:
-        """This rank's gradients summed per key, with each key's occurrence count as a last column;
-        status and message when they cannot be sent (ids out of range, a refused non-finite row)."""
-        empty_out = (ids[:0], grads.new_empty((0, self.dim + 1)))
+        """This rank's gradients summed per key with each key's occurrence count, packed for the wire
+        (exchange.pack_gradients); status and message when they cannot be sent (ids out of range, a
+        refused non-finite row)."""
+        empty_out = (ids[:0], ex.pack_gradients(grads[:0], ids[:0], self.dtype))
         detail = self.place.refuse(ids, f"gradients of {self.name!r}")
         if detail:
             return *empty_out, ex.BAD_IDS, detail
@@ -321,6 +322,5 @@ class CollectiveEmbedding:
                     return *empty_out, ex.NON_FINITE, detail
                 ids, grads = ids[finite], grads[finite]
         keys, sums, inverse = self._dedup(ids, grads.contiguous())
-        counts = torch.bincount(inverse, minlength=len(keys)).to(grads.dtype).unsqueeze(1)
-        packed = torch.cat([sums, counts], dim=1)
-        return keys, packed, ex.OK, ""
+        counts = torch.bincount(inverse, minlength=len(keys))
+        return keys, ex.pack_gradients(sums, counts, self.dtype), ex.OK, ""

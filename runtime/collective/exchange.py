@@ -53,6 +53,29 @@ def shard_rows(num_rows: int, world: int, rank: int) -> int:
     return max(0, (num_rows - rank + world - 1) // world)
 
 
+def pack_gradients(sums: torch.Tensor, counts: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """A rank's per-key gradient sums and occurrence counts as the rows it sends their owners: float32
+    with the count as a last column, or for a half table the sums in its type (rounded to nearest, a
+    finite value beyond its range saturating, as a half server table's gradients cross a socket:
+    runtime/dtypes.narrowed) beside the count's int32 bytes. Half the bytes of a half table's step."""
+    if dtype == torch.float32:
+        return torch.cat([sums, counts.to(sums.dtype).unsqueeze(1)], dim=1)
+    top = torch.finfo(dtype).max
+    half = torch.where(torch.isfinite(sums), sums.clamp(-top, top), sums).to(dtype)
+    count_bytes = counts.to(torch.int32).unsqueeze(1).view(torch.uint8)
+    return torch.cat([half.view(torch.uint8), count_bytes], dim=1)
+
+
+def unpack_gradients(got: torch.Tensor, dim: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """(float32 sums, float32 counts) of received rows (pack_gradients' form)."""
+    if dtype == torch.float32:
+        return got[:, :dim], got[:, dim]
+    width = dim * dtype.itemsize
+    sums = got[:, :width].contiguous().view(dtype).float()
+    counts = got[:, width:].contiguous().view(torch.int32).reshape(-1).float()
+    return sums, counts
+
+
 class CollectiveError(SparseInputError):
     """A peer refused its part of an exchange; raised on every rank, naming the peer."""
 

@@ -96,3 +96,23 @@ def test_an_unseen_key_of_a_half_dynamic_table_reads_its_initial_value_rounded(t
     start = torch.from_numpy(init_keyed(sc.INIT, np.array(unseen), DIM)).bfloat16().float().numpy()
     for r in range(2):
         np.testing.assert_array_equal(back[r]["rows"], start)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_a_half_tables_gradients_cross_in_half_beside_exact_counts(dtype):
+    """Half the bytes of float32 (plus 4 a key for its count); sums rounded to nearest, a finite value
+    beyond the type's range saturated (never infinite: the owner would refuse it), counts exact."""
+    from graphtrain.runtime.collective import exchange as ex
+
+    big = torch.finfo(torch.float32).max  # finite, beyond both half types
+    sums = torch.tensor([[1.0, -2.5e-3, 7e4, -big], [0.1, 3.0, -7e4, 65504.0]])
+    counts = torch.tensor([3, 70_000])
+    packed = ex.pack_gradients(sums, counts, dtype)
+    assert packed.dtype == torch.uint8 and packed.shape == (2, 4 * 2 + 4)
+    f32 = ex.pack_gradients(sums, counts, torch.float32)
+    assert f32.shape == (2, 5) and f32.element_size() * f32.shape[1] == 20
+    got_sums, got_counts = ex.unpack_gradients(packed, 4, dtype)
+    top = torch.finfo(dtype).max
+    np.testing.assert_array_equal(got_sums.numpy(), sums.clamp(-top, top).to(dtype).float().numpy())
+    assert torch.isfinite(got_sums).all()
+    np.testing.assert_array_equal(got_counts.numpy(), [3.0, 70_000.0])
