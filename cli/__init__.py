@@ -19,6 +19,7 @@ from graphtrain.api.cli import app as api_app
 from graphtrain.api.cli import with_api
 from graphtrain.operator.cli import app as operator_app
 from graphtrain.runtime.cli import app as runtime_app
+from graphtrain.runtime.cli_common import console
 
 
 class Composed(TyperGroup):
@@ -92,7 +93,7 @@ def missing_extra(exc: ModuleNotFoundError) -> str | None:
 
 def main() -> None:  # pragma: no cover - console entry point (tested through a subprocess)
     try:
-        app()
+        console(app)
     except ModuleNotFoundError as exc:
         message = missing_extra(exc)
         if message is None:

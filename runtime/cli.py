@@ -34,7 +34,7 @@ from graphtrain.contract.spec import (
     old_form_notes,
     yaml_document,
 )
-from graphtrain.runtime.cli_common import Checkpoint, DataDir, TrainedSpec, err, friendly, out
+from graphtrain.runtime.cli_common import Checkpoint, DataDir, TrainedSpec, console, err, friendly, out
 from graphtrain.runtime.cli_common import read as _read
 from graphtrain.runtime.cli_launch import infer, run
 from graphtrain.runtime.errors import GraphtrainError, data_warnings
@@ -518,7 +518,7 @@ def plot(
 
 
 def main() -> None:  # pragma: no cover - console entry point
-    app()
+    console(app)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -50,3 +50,44 @@ def read(path: Path) -> str:
     from graphtrain.runtime.data.cache import read_text
 
     return read_text(path)
+
+
+def console(app: typer.Typer) -> None:
+    """Run `app` as the console command. A usage error (an unknown option or command, a value out of
+    range, a missing argument) is one line naming it and exit code 1, as every other bad input is;
+    click's boxed usage and its exit code 2 stay for CliRunner, which calls `app` itself. --help and a
+    bare command print their help. (typer vendors click: its exceptions are typer.TyperException's.)"""
+    import sys
+
+    try:
+        code = app(standalone_mode=False)
+    except typer.Abort:
+        sys.stderr.write("Aborted!\n")
+        code = 1
+    except _click_errors() as exc:
+        if type(exc).__name__ == "NoArgsIsHelpError":
+            exc.show()  # type: ignore[attr-defined]
+            code = 0
+        elif hasattr(exc, "ctx"):  # a UsageError: BadParameter, NoSuchOption, MissingParameter, ...
+            ctx = exc.ctx
+            command = ctx.command_path if ctx is not None else "graphtrain"
+            sys.stderr.write(f"{command}: {exc.format_message()} (see {command} --help)\n")  # type: ignore[attr-defined]
+            code = 1
+        else:
+            sys.stderr.write(f"{exc.format_message()}\n")  # type: ignore[attr-defined]
+            code = getattr(exc, "exit_code", 1)
+    sys.exit(code if isinstance(code, int) else 0)
+
+
+def _click_errors() -> tuple[type[Exception], ...]:
+    """The base classes of click's errors: typer's own (it vendors click from 0.2x) and click's."""
+    bases: list[type[Exception]] = []
+    if hasattr(typer, "TyperException"):
+        bases.append(typer.TyperException)
+    try:
+        import click
+
+        bases.append(click.ClickException)
+    except ImportError:
+        pass
+    return tuple(bases)

@@ -64,6 +64,33 @@ def test_version_is_the_packages() -> None:
     assert (result.exit_code, result.output) == (0, expected)
 
 
+@pytest.mark.parametrize(
+    ("argv", "line"),
+    [
+        (
+            ["predict", "ck", "-k", "0"],
+            " predict: Invalid value for '-k' / '--top': Input should be ",
+        ),
+        (["run", "--bogus"], " run: No such option: --bogus"),
+        (["run"], " run: Missing argument 'spec_path'."),
+        (["nosuch"], "cli: No such command 'nosuch'."),
+    ],
+)
+def test_a_usage_error_is_one_line_and_exit_code_1(argv: list[str], line: str) -> None:
+    """The console command says what is wrong in one line, as for any other bad input (click's boxed
+    usage and its exit code 2 are only CliRunner's)."""
+    out = subprocess.run(
+        [sys.executable, "-m", "graphtrain.cli", *argv], capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 1 and out.stdout == "", out.stderr
+    assert line in out.stderr and out.stderr.count("\n") == 1, out.stderr
+
+
+def test_the_bare_command_prints_its_help() -> None:
+    out = subprocess.run([sys.executable, "-m", "graphtrain.cli"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and "Usage" in out.stdout and "Traceback" not in out.stderr
+
+
 def test_version_without_package_metadata_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
     def missing(name: str) -> str:
         raise importlib.metadata.PackageNotFoundError(name)
