@@ -138,13 +138,14 @@ def size(n: int) -> str:
 
 def dynamic_need(spec: Any, table: Any) -> int:
     """Host memory one holder (a shard server, or a trainer for a collective table) needs for its share
-    of a dynamic vocabulary: its rows (float32, unless they live on the role's GPU) and their keys. It
+    of a dynamic vocabulary: its rows (in their dtype, unless they live on the role's GPU) and their keys. It
     errs low: the optimizer's state, the key map's slots, the graph and the process come on top."""
     collective = table.sharding == Sharding.collective
     holders = spec.trainers.replicas if collective else spec.num_shards
     role = spec.trainers if collective else spec.shard_servers
     rows = -(-int(table.vocabulary.capacity) // holders)
-    row = KEY_BYTES if role.device == Device.cuda else KEY_BYTES + table.dim * 4
+    element = 4 if str(table.dtype) == "float32" else 2  # float16, bfloat16
+    row = KEY_BYTES if role.device == Device.cuda else KEY_BYTES + table.dim * element
     return int(rows * row)
 
 

@@ -216,6 +216,32 @@ class EmbeddingTable(SpecModel):
     )
 
 
+FLOAT16_MAX = 65504.0  # the largest finite float16
+NORMAL_SPAN = 6.0  # a normal init's draws are held to mean ± this many stds
+
+
+def init_fits_float16(i: Init) -> bool:
+    """Whether init `i` draws values a float16 row can hold (a normal one within mean ± 6 std)."""
+    if i.kind == InitKind.uniform:
+        return max(abs(i.low), abs(i.high)) <= FLOAT16_MAX
+    if i.kind == InitKind.normal:
+        return abs(i.mean) + NORMAL_SPAN * i.std <= FLOAT16_MAX
+    return True
+
+
+def _cel_init_fits_float16() -> str:
+    kind = "(has(self.init.kind) ? self.init.kind : 'uniform')"
+    low, high = "(has(self.init.low) ? self.init.low : -1.0)", "(has(self.init.high) ? self.init.high : 1.0)"
+    mean, std = "(has(self.init.mean) ? self.init.mean : 0.0)", "(has(self.init.std) ? self.init.std : 1.0)"
+    m, n = f"{FLOAT16_MAX:.1f}", f"{NORMAL_SPAN:.1f}"
+    uniform = f"{low} >= -{m} && {high} <= {m}"
+    normal = f"{mean} + {n} * {std} <= {m} && {mean} - {n} * {std} >= -{m}"
+    return (
+        "!has(self.dtype) || self.dtype != 'float16' || !has(self.init) || "
+        f"({kind} == 'uniform' && {uniform}) || ({kind} == 'normal' && {normal}) || {kind} == 'zeros'"
+    )
+
+
 def _keys_only(name: str, field: str, keys: TableKeys) -> Rule:
     """The rule that table field `field` (camelCase) is set only on tables of `keys`."""
     attr = to_snake(field)
@@ -253,6 +279,14 @@ add_rules(
         lambda t: t.node_types is None or t.vocabulary.kind == VocabularyKind.fixed,
         cel="!has(self.nodeTypes) || !has(self.vocabulary) || self.vocabulary.kind == 'fixed'",
         message="a table over node types has a fixed vocabulary (a row per node of them)",
+    ),
+    Rule(
+        "table-float16-init-range",
+        "init",
+        lambda t: t.dtype != DType.float16 or init_fits_float16(t.init),
+        cel=_cel_init_fits_float16(),
+        message=f"draws values a float16 row cannot hold (at most ±{FLOAT16_MAX:g}; a normal init is held "
+        f"to mean ± {NORMAL_SPAN:g} std): narrow it, or use bfloat16 or float32",
     ),
     Rule(
         "table-node-types-distinct",

@@ -129,7 +129,8 @@ def export_state(root: Path, name: str, verify: bool = True) -> dict[str, np.nda
 
 
 def export_keyed(root: Path, name: str, verify: bool = True) -> tuple[np.ndarray, np.ndarray] | None:
-    """(keys, rows) of a dynamic table in a checkpoint, keys ascending; None for a table of fixed rows."""
+    """(keys, rows) of a dynamic table in a checkpoint, keys ascending, a half table's rows widened to
+    float32; None for a table of fixed rows."""
     pieces = pieces_of(root, name)
     if not pieces or not (pieces[0][1] / KEYS).exists():
         return None
@@ -140,7 +141,8 @@ def export_keyed(root: Path, name: str, verify: bool = True) -> tuple[np.ndarray
         k = np.load(d / KEYS, allow_pickle=False)
         kd.check_keys(k, index, len(pieces), str(d))
         keys.append(k)
-        rows.append(np.asarray(chain.load_piece((root, manifest, d), slice(len(k)), ["data"])["data"]))
+        data = np.asarray(chain.load_piece((root, manifest, d), slice(len(k)), ["data"])["data"])
+        rows.append(widened(data, manifest.get("dtype", "float32")))
     all_keys, all_rows = np.concatenate(keys), np.concatenate(rows)
     order = np.argsort(all_keys, kind="stable")
     return all_keys[order], all_rows[order]

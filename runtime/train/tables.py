@@ -83,14 +83,17 @@ def table_init(spec: Any, name: str) -> dict[str, Any]:
 
 
 def checkpoint_rows(root: Path, spec: Any, name: str, num_rows: int) -> np.ndarray:
-    """Table `name` of a checkpoint as `num_rows` rows in row (key) order: a dynamic vocabulary's keys
-    in [0, num_rows) get their rows, the others the initial value an evaluation lookup reads for them."""
+    """Table `name` of a checkpoint as `num_rows` float32 rows in row (key) order: a dynamic vocabulary's
+    keys in [0, num_rows) get their rows, the others the initial value an evaluation lookup reads for
+    them (a half table's rounded to nearest, as its shards and trainers store it)."""
     keyed = ckpt.export_keyed(root, name)
     if keyed is None:
         return ckpt.export_table(root, name)
     keys, values = keyed
-    dim = next(t.dim for t in spec.embeddings if t.name == name)
-    out = init_keyed(table_init(spec, name), np.arange(num_rows), dim)  # KGE rows: on the unit sphere
+    table = next(t for t in spec.embeddings if t.name == name)
+    out = init_keyed(table_init(spec, name), np.arange(num_rows), table.dim)  # KGE rows: on the unit sphere
+    if str(table.dtype) != "float32":  # as a half table's evaluation pull reads an unseen key: rounded
+        out = torch.from_numpy(out).to(getattr(torch, str(table.dtype))).float().numpy()
     inside = (keys >= 0) & (keys < num_rows)
     out[keys[inside]] = values[inside]
     return out

@@ -186,6 +186,9 @@ BREAKS: dict[str, Doc] = {
     "table-keys-not-custom": edit(GRAPHSAGE, _table(keys="custom", numEmbeddings=10)),
     "table-custom-rows": edit(GRAPHSAGE, _table(keys="custom")),
     "table-rows-custom-only": edit(GRAPHSAGE, _table(numEmbeddings=10)),
+    "table-float16-init-range": edit(
+        GRAPHSAGE, _table(dtype="float16", init={"kind": "uniform", "low": -1e5, "high": 1e5})
+    ),
     "half-collective-cpu-trainers": edit(
         GRAPHSAGE,
         lambda s: (

@@ -98,6 +98,42 @@ def test_half_collective_and_dynamic_tables_are_accepted_on_cpus(table: dict) ->
         parse(on_gpus)
 
 
+@pytest.mark.parametrize(
+    ("init", "fits"),
+    [
+        ({"kind": "uniform", "low": -65504, "high": 65504}, True),
+        ({"kind": "uniform", "low": -1, "high": 7e4}, False),
+        ({"kind": "normal", "mean": 0, "std": 1e4}, True),
+        ({"kind": "normal", "mean": 0, "std": 1e6}, False),
+        ({"kind": "normal", "mean": -6e4, "std": 1e3}, False),
+        ({"kind": "zeros"}, True),
+    ],
+)
+def test_a_float16_tables_init_must_draw_what_float16_holds(init: dict, fits: bool) -> None:
+    """float16 overflows past 65504 (the rows would start infinite); bfloat16 and float32 have room."""
+    doc = edit(GRAPHSAGE, lambda s: s["embeddings"][0].update(dtype="float16", init=init))
+    if fits:
+        parse(doc)
+    else:
+        with pytest.raises(SpecError, match=r"spec.embeddings\[0\].init: draws values a float16 row cannot"):
+            parse(doc)
+    parse(edit(GRAPHSAGE, lambda s: s["embeddings"][0].update(dtype="bfloat16", init=init)))
+
+
+def test_a_dynamic_half_tables_memory_need_counts_two_bytes_an_element() -> None:
+    from graphtrain.contract.spec import parse as parse_spec
+    from graphtrain.contract.spec.pods import KEY_BYTES, dynamic_need
+
+    def need(dtype: str) -> int:
+        vocab = {"kind": "dynamic", "capacity": 1000}
+        gt = parse_spec(edit(GRAPHSAGE, lambda s: s["embeddings"][0].update(dtype=dtype, vocabulary=vocab)))
+        return dynamic_need(gt.spec, gt.spec.embeddings[0])
+
+    rows = -(-1000 // 2)  # two shard servers
+    assert need("float32") == rows * (KEY_BYTES + 16 * 4)
+    assert need("bfloat16") == need("float16") == rows * (KEY_BYTES + 16 * 2)
+
+
 @pytest.mark.parametrize("value", ["dynamic", 5, [1, 2], True])
 @pytest.mark.parametrize("block", ["vocabulary", "init", "optimizer"])
 def test_a_block_given_a_plain_value_is_one_problem_naming_it(block: str, value: object) -> None:

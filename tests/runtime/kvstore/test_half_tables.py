@@ -166,7 +166,10 @@ def test_a_dynamic_half_table_trains_within_rounding_over_tcp_as_in_process_and_
     root = tmp_path / "ck"
     assert all(np.load(f).itemsize == 2 for f in root.rglob("dyn/*/data.npy"))
     keys, rows = ckpt.export_keyed(root, "dyn")  # type: ignore[misc]
-    assert set(DYNAMIC_KEYS) <= set(keys.tolist())
+    assert rows.dtype == np.float32  # widened, as a fixed table's export
+    np.testing.assert_array_equal(
+        rows[np.searchsorted(keys, DYNAMIC_KEYS[np.argsort(DYNAMIC_KEYS)])], local[np.argsort(DYNAMIC_KEYS)]
+    )
     three = kvstore.standalone(3)
     for state in three.transport.states:  # type: ignore[attr-defined]
         state.restore_from = root
@@ -281,3 +284,38 @@ def test_a_half_tables_gradients_cross_a_socket_in_half_and_shared_memory_in_flo
     local = Wire(local=True)
     KVClient(local).push_grad("e", ids, grads, bounds, mean=False, half=dtype)  # type: ignore[arg-type]
     assert all("shm" in c.args for c in local.calls)  # through shared memory: float32, untouched
+
+
+def test_predict_reads_a_dynamic_half_tables_checkpoint_as_float32_and_unseen_keys_rounded(
+    tmp_path: Path,
+) -> None:
+    """checkpoint_rows (what predict scores with): the keys' rows widened, exactly as trained; a key the
+    table never saw its initial value rounded to the table's type, as an evaluation pull reads it."""
+    import yaml
+
+    from graphtrain.contract.spec import load_yaml
+    from graphtrain.runtime.train.tables import checkpoint_rows, table_init
+
+    doc = yaml.safe_load((Path(__file__).parents[3] / "examples" / "nations-distmult.yaml").read_text())
+    entity = doc["spec"]["embeddings"][0]
+    entity.update(dtype="bfloat16", vocabulary={"kind": "dynamic", "capacity": 14}, dim=8)
+    doc["spec"]["embeddings"][1]["dim"] = 8
+    spec = load_yaml(yaml.safe_dump(doc)).spec
+    client = kvstore.standalone(2, checkpoint_root=tmp_path)
+    init = table_init(spec, entity["name"])
+    emb = DistEmbedding(
+        14, 8, entity["name"], init, client=client, vocabulary=DynamicVocabulary(14), dtype=torch.bfloat16
+    )
+    opt = SparseAdam([emb], lr=0.05)
+    seen = torch.tensor([0, 3, 5, 13])
+    emb(seen).pow(2).sum().backward()
+    opt.step()
+    trained = emb.rows(seen).numpy()
+    client.checkpoint("ck", root=tmp_path)
+    rows = checkpoint_rows(tmp_path / "ck", spec, entity["name"], 14)
+    assert rows.dtype == np.float32 and np.abs(rows).max() < 10
+    np.testing.assert_array_equal(rows[seen.numpy()], trained)
+    unseen = np.array([1, 2, 4])
+    start = torch.from_numpy(init_keyed(init, unseen, 8)).bfloat16().float().numpy()
+    np.testing.assert_array_equal(rows[unseen], start)
+    np.testing.assert_array_equal(rows[unseen], emb.rows(torch.from_numpy(unseen)).numpy())
