@@ -129,25 +129,40 @@ int group_for(int64_t dim, int vec) {
   return g;
 }
 
-template <typename Key, int VEC, int KIND>
+template <typename Key, int VEC, int KIND, int TD>
 cudaError_t launch_step(const StepArgs<Key>& a, int blocks, cudaStream_t stream) {
   // rows per group at once: Adam holds four vectors per row, row-wise Adagrad keeps its gradient
   constexpr int U = KIND == graphtrain::kAdam || KIND == graphtrain::kRowwiseAdagrad ? 2 : 4;
-  step_kernel<Key, VEC, KIND, U><<<blocks, kBlock, 0, stream>>>(a);
+  step_kernel<Key, VEC, KIND, U, TD><<<blocks, kBlock, 0, stream>>>(a);
   return cudaGetLastError();
 }
 
-template <typename Key, int VEC>
+template <typename Key, int VEC, int TD>
 cudaError_t launch_kind(int32_t kind, const StepArgs<Key>& a, int blocks, cudaStream_t stream) {
   switch (kind) {
     case graphtrain::kSGD:
-      return launch_step<Key, VEC, graphtrain::kSGD>(a, blocks, stream);
+      return launch_step<Key, VEC, graphtrain::kSGD, TD>(a, blocks, stream);
     case graphtrain::kAdagrad:
-      return launch_step<Key, VEC, graphtrain::kAdagrad>(a, blocks, stream);
+      return launch_step<Key, VEC, graphtrain::kAdagrad, TD>(a, blocks, stream);
     case graphtrain::kRowwiseAdagrad:
-      return launch_step<Key, VEC, graphtrain::kRowwiseAdagrad>(a, blocks, stream);
+      return launch_step<Key, VEC, graphtrain::kRowwiseAdagrad, TD>(a, blocks, stream);
     case graphtrain::kAdam:
-      return launch_step<Key, VEC, graphtrain::kAdam>(a, blocks, stream);
+      return launch_step<Key, VEC, graphtrain::kAdam, TD>(a, blocks, stream);
+    default:
+      return cudaErrorInvalidValue;
+  }
+}
+
+// The update kernels of the table's element type (float32, float16 or bfloat16 rows).
+template <typename Key, int VEC>
+cudaError_t launch_typed(int32_t kind, int32_t table_dtype, const StepArgs<Key>& a, int blocks, cudaStream_t stream) {
+  switch (table_dtype) {
+    case graphtrain::kTableFloat32:
+      return launch_kind<Key, VEC, graphtrain::kTableFloat32>(kind, a, blocks, stream);
+    case graphtrain::kTableFloat16:
+      return launch_kind<Key, VEC, graphtrain::kTableFloat16>(kind, a, blocks, stream);
+    case graphtrain::kTableBFloat16:
+      return launch_kind<Key, VEC, graphtrain::kTableBFloat16>(kind, a, blocks, stream);
     default:
       return cudaErrorInvalidValue;
   }
@@ -160,7 +175,10 @@ struct StepCall {
   const float* grads;
   int64_t dim, num_rows;
   int32_t mean;
-  float *table, *state0, *state1;
+  void* table;
+  int32_t table_dtype;
+  uint64_t round_seed;
+  float *state0, *state1;
   int64_t* steps;
   int32_t global_step;
   float row_norm;
@@ -194,16 +212,18 @@ int64_t sparse_step_impl(const char* fn, const StepCall& c, cudaStream_t stream,
       chunk_kernel<1><<<blocks, kBlock, 0, stream>>>(sg.pos, sg.info, sg.chunks, c.grads, c.dim, sg.partials);
     if ((err = cudaGetLastError()) != cudaSuccess) return fail(fn, "chunk sum kernel launch", err);
   }
-  StepArgs<Key> a{c.n,      sg.keys,  sg.pos, sg.starts, sg.info, c.grads,      sg.partials, sg.first_chunk,
-                  c.dim,    c.mean,   group_for(c.dim, vec4 ? 4 : 1),  c.table,   c.state0,
-                  c.state1, c.kind == graphtrain::kAdam && !c.global_step ? c.steps : nullptr,
+  StepArgs<Key> a{c.n,       sg.keys,      sg.pos,   sg.starts, sg.info, c.grads,
+                  sg.partials, sg.first_chunk, c.dim,  c.mean,    group_for(c.dim, vec4 ? 4 : 1),
+                  c.table,   c.round_seed, c.state0, c.state1,
+                  c.kind == graphtrain::kAdam && !c.global_step ? c.steps : nullptr,
                   adam_global, c.row_norm, c.params};
   if (adam_global) {  // counted last before the update, so no failed launch leaves a step counted
     global_step_kernel<<<1, 1, 0, stream>>>(c.steps, c.params, sg.info);
     if ((err = cudaGetLastError()) != cudaSuccess) return fail(fn, "global step kernel launch", err);
   }
   const int blocks = blocks_for_warps((static_cast<int64_t>(c.n) + kWarp - 1) / kWarp);
-  err = vec4 ? launch_kind<Key, 4>(c.kind, a, blocks, stream) : launch_kind<Key, 1>(c.kind, a, blocks, stream);
+  err = vec4 ? launch_typed<Key, 4>(c.kind, c.table_dtype, a, blocks, stream)
+             : launch_typed<Key, 1>(c.kind, c.table_dtype, a, blocks, stream);
   if (err != cudaSuccess) return fail(fn, "update kernel launch", err);
   Info host{};
   if (const char* stage = finish(sg.info, stream, &host, &err)) return fail(fn, stage, err);
@@ -291,7 +311,8 @@ GT_API int gt_cuda_probe(int32_t device, int64_t* info) {
     DeviceGuard guard(device);
     if (guard.err != cudaSuccess) return fail(fn, "select the device", guard.err);
     cudaFuncAttributes attr{};
-    if ((err = cudaFuncGetAttributes(&attr, step_kernel<uint32_t, 4, graphtrain::kSGD, 4>)) != cudaSuccess)
+    if ((err = cudaFuncGetAttributes(&attr, step_kernel<uint32_t, 4, graphtrain::kSGD, 4, graphtrain::kTableFloat32>)) !=
+        cudaSuccess)
       return fail(fn, "the update kernel's attributes (no image for this architecture?)", err);
     info[4] = attr.binaryVersion;
     info[5] = attr.ptxVersion;
@@ -332,9 +353,12 @@ GT_API int gt_cuda_workspace_bytes(int32_t op, int64_t n, int64_t num_rows, int6
 // touched), kNonFinite (finite asked and *bad_pos = the first gradient row holding NaN or infinity,
 // nothing touched), kCudaError or kBadArgument. steps: Adam's per-row counts, or with global_step its
 // table's one count, which the step increments on the device once every id is known valid (an empty
-// batch counts). row_norm > 0: every updated row is then scaled to that L2 norm.
+// batch counts). row_norm > 0: every updated row is then scaled to that L2 norm (float32 tables). table_dtype
+// (graphtrain::TableDtype): float32 rows, or float16 / bfloat16 rows stepped in float32 and written back with
+// stochastic rounding keyed by round_seed, bit for bit as the CPU core's.
 GT_API int64_t gt_cuda_sparse_step(int32_t kind, int64_t n, const int64_t* ids, const float* grads, int64_t dim,
-                                   int64_t num_rows, int32_t mean, float* table, float* state0, float* state1,
+                                   int64_t num_rows, int32_t mean, void* table, int32_t table_dtype,
+                                   uint64_t round_seed, float* state0, float* state1,
                                    int64_t* steps, int32_t global_step, OptimParams params, float row_norm,
                                    int32_t finite, int32_t device, void* stream_ptr, void* workspace,
                                    int64_t workspace_bytes, int64_t* bad_pos) {
@@ -343,6 +367,10 @@ GT_API int64_t gt_cuda_sparse_step(int32_t kind, int64_t n, const int64_t* ids, 
     *bad_pos = -1;
     if (!batch_fits(n)) return fail_arg(fn, "a batch of " + std::to_string(n) + " ids (at most " + std::to_string(kMaxBatch) + ")");
     if (kind < graphtrain::kSGD || kind > graphtrain::kAdam) return fail_arg(fn, "optimizer kind " + std::to_string(kind));
+    if (table_dtype < graphtrain::kTableFloat32 || table_dtype > graphtrain::kTableBFloat16)
+      return fail_arg(fn, "table element type " + std::to_string(table_dtype));
+    if (table_dtype != graphtrain::kTableFloat32 && row_norm > 0.0f)
+      return fail_arg(fn, "a row norm on a half table (its rows are projected after the step)");
     const bool adam_global = kind == graphtrain::kAdam && global_step;
     if (n == 0 && !adam_global) return 0;
     DeviceGuard guard(device);
@@ -359,8 +387,8 @@ GT_API int64_t gt_cuda_sparse_step(int32_t kind, int64_t n, const int64_t* ids, 
       return 0;
     }
     char* ws = static_cast<char*>(workspace);
-    const StepCall c{kind,   static_cast<int>(n), ids,   grads,       dim,       num_rows, mean,  table,
-                     state0, state1,              steps, global_step, row_norm, finite,   params};
+    const StepCall c{kind,   static_cast<int>(n), ids,   grads,       dim,      num_rows, mean,  table, table_dtype,
+                     round_seed, state0, state1, steps, global_step, row_norm, finite, params};
     return small_keys(num_rows) ? sparse_step_impl<uint32_t>(fn, c, stream, ws, workspace_bytes, bad_pos)
                                 : sparse_step_impl<uint64_t>(fn, c, stream, ws, workspace_bytes, bad_pos);
   } catch (...) {

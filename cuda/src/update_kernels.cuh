@@ -30,6 +30,46 @@ __device__ __forceinline__ float group_sum(float x, unsigned mask, int width) {
   return x;
 }
 
+// VEC columns of a table row starting at element `at`, as floats: a float32 table's as they are, a half
+// table's (TD: graphtrain::TableDtype) widened, as the CPU core's update loop reads them (update_rows.h).
+template <int VEC, int TD>
+__device__ __forceinline__ void load_row(Vec<VEC>& x, const void* table, int64_t at) {
+  if constexpr (TD == graphtrain::kTableFloat32) {
+    x.load(static_cast<const float*>(table) + at);
+  } else {
+    const uint16_t* src = static_cast<const uint16_t*>(table) + at;
+    uint16_t h[VEC];
+    if constexpr (VEC == 4) {  // 8-byte aligned where a float32 row would be 16-byte aligned (vec4_ok)
+      const uint2 v = *reinterpret_cast<const uint2*>(src);
+      h[0] = static_cast<uint16_t>(v.x), h[1] = static_cast<uint16_t>(v.x >> 16);
+      h[2] = static_cast<uint16_t>(v.y), h[3] = static_cast<uint16_t>(v.y >> 16);
+    } else {
+      for (int k = 0; k < VEC; ++k) h[k] = src[k];
+    }
+    for (int k = 0; k < VEC; ++k) x.v[k] = graphtrain::half_to_float(h[k], TD);
+  }
+}
+
+// Store VEC columns [j, j + VEC) of a row at element `at`: a half table's rounded stochastically with the
+// random bits of its row key and column (optim_math.h), the bits the CPU core draws for the same element.
+template <int VEC, int TD>
+__device__ __forceinline__ void store_row(const Vec<VEC>& x, void* table, int64_t at, uint32_t key, int64_t j) {
+  if constexpr (TD == graphtrain::kTableFloat32) {
+    (void)key, (void)j;
+    x.store(static_cast<float*>(table) + at);
+  } else {
+    uint16_t h[VEC];
+    for (int k = 0; k < VEC; ++k) h[k] = graphtrain::half_round(x.v[k], graphtrain::round_bits(key, j + k), TD);
+    uint16_t* dst = static_cast<uint16_t*>(table) + at;
+    if constexpr (VEC == 4) {
+      *reinterpret_cast<uint2*>(dst) = make_uint2(h[0] | (static_cast<uint32_t>(h[1]) << 16),
+                                                  h[2] | (static_cast<uint32_t>(h[3]) << 16));
+    } else {
+      for (int k = 0; k < VEC; ++k) dst[k] = h[k];
+    }
+  }
+}
+
 __device__ __forceinline__ int chunks_of(int len) {
   return (len + static_cast<int>(graphtrain::kSumChunk) - 1) / static_cast<int>(graphtrain::kSumChunk);
 }
@@ -155,12 +195,13 @@ struct StepArgs {
   int64_t dim;
   int mean;
   int group;  // lanes per row: 32, or fewer for narrow rows (several rows per warp)
-  float* table;
+  void* table;  // float32 rows, or half ones (the kernel's TD)
+  uint64_t round_seed;  // a half table's stochastic rounding: this step's seed (optim_math.h round_key)
   float* s0;
   float* s1;
   int64_t* row_steps;
   int global_step;
-  float row_norm;  // > 0: scale each updated row to this L2 norm (TransE, DistMult)
+  float row_norm;  // > 0: scale each updated row to this L2 norm (TransE, DistMult); float32 tables only
   OptimParams p;
 };
 
@@ -178,7 +219,7 @@ __device__ __forceinline__ void project(const StepArgs<Key>& a, const Row (&w)[U
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       if (!ok[u]) continue;
-      float* row = a.table + w[u].r * a.dim + j;
+      float* row = static_cast<float*>(a.table) + w[u].r * a.dim + j;
       if (!one_step) x[u].load(row);
       for (int e = 0; e < VEC; ++e) x[u].v[e] *= scale[u];
       x[u].store(row);
@@ -190,8 +231,9 @@ __device__ __forceinline__ void project(const StepArgs<Key>& a, const Row (&w)[U
 // lane), a group of `group` lanes one row, U rows of a group at once: the loads of U rows are in flight
 // together, where one row at a time left each warp waiting on a chain of four dependent loads per row.
 // At most 128 registers (two blocks per SM) without spilling; row-wise Adagrad, two rows per group, fits 85
-// (three blocks).
-template <typename Key, int VEC, int KIND, int U>
+// (three blocks). TD: the table's element type (graphtrain::TableDtype): a half row is read widened and
+// written back with stochastic rounding, each row keyed by round_key(seed, row) as on the CPU.
+template <typename Key, int VEC, int KIND, int U, int TD>
 __global__ void __launch_bounds__(kBlock, KIND == graphtrain::kRowwiseAdagrad ? 3 : 2) step_kernel(StepArgs<Key> a) {
   if (flagged(a.info)) return;
   const int num_unique = a.info->num_unique;
@@ -227,6 +269,9 @@ __global__ void __launch_bounds__(kBlock, KIND == graphtrain::kRowwiseAdagrad ? 
         const int f = __shfl_sync(kFull, first, src & (kWarp - 1));
         w[u].first = f >= 0 ? a.grads + static_cast<int64_t>(f) * dim : a.partials + static_cast<int64_t>(-1 - f) * dim;
       }
+      uint32_t key[U];  // a half table's rounding key of each row
+#pragma unroll
+      for (int u = 0; u < U; ++u) key[u] = TD == graphtrain::kTableFloat32 ? 0u : graphtrain::round_key(a.round_seed, w[u].r);
       AdamCoef coef[U];
       if constexpr (KIND == graphtrain::kAdam) {
 #pragma unroll
@@ -259,7 +304,7 @@ __global__ void __launch_bounds__(kBlock, KIND == graphtrain::kRowwiseAdagrad ? 
             if (ok[u]) keep[u].load(w[u].first + j);
 #pragma unroll
           for (int u = 0; u < U; ++u)
-            if (ok[u] && wd != 0.0f) x[u].load(a.table + w[u].r * dim + j);
+            if (ok[u] && wd != 0.0f) load_row<VEC, TD>(x[u], a.table, w[u].r * dim + j);
 #pragma unroll
           for (int u = 0; u < U; ++u) {
             if (!ok[u]) continue;
@@ -289,7 +334,7 @@ __global__ void __launch_bounds__(kBlock, KIND == graphtrain::kRowwiseAdagrad ? 
         for (int u = 0; u < U; ++u) {  // every load of U rows first
           if (!ok[u]) continue;
           const int64_t at = w[u].r * dim + j;
-          x[u].load(a.table + at);
+          load_row<VEC, TD>(x[u], a.table, at);
           if constexpr (KIND == graphtrain::kAdagrad || KIND == graphtrain::kAdam) m[u].load(a.s0 + at);
           if constexpr (KIND == graphtrain::kAdam) v[u].load(a.s1 + at);
           if (KIND == graphtrain::kRowwiseAdagrad && one_step)
@@ -312,12 +357,14 @@ __global__ void __launch_bounds__(kBlock, KIND == graphtrain::kRowwiseAdagrad ? 
               graphtrain::adam_elem(x[u].v[e], m[u].v[e], v[u].v[e], gd, a.p, coef[u]);
             sq[u] += x[u].v[e] * x[u].v[e];
           }
-          x[u].store(a.table + at);
+          store_row<VEC, TD>(x[u], a.table, at, key[u], j);
           if constexpr (KIND == graphtrain::kAdagrad || KIND == graphtrain::kAdam) m[u].store(a.s0 + at);
           if constexpr (KIND == graphtrain::kAdam) v[u].store(a.s1 + at);
         }
       }
-      if (a.row_norm > 0.0f) project<VEC, U>(a, w, ok, sq, x, one_step, li, gmask);
+      if constexpr (TD == graphtrain::kTableFloat32) {  // a half table's rows are projected after (host)
+        if (a.row_norm > 0.0f) project<VEC, U>(a, w, ok, sq, x, one_step, li, gmask);
+      }
     }
   }
 }

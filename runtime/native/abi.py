@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 from graphtrain.runtime.errors import GraphtrainError
 
 # = graphtrain::kAbiVersion in cuda/include/graphtrain/abi.h (tests/native/test_abi.py compares them)
-ABI_VERSION = 11
+ABI_VERSION = 12
 
 CPU, CUDA = "cpu", "cuda"
 REBUILD = {
@@ -132,7 +132,7 @@ SIGNATURES: dict[str, Signature] = {
     "gt_cuda_sparse_step": Signature(
         (CUDA,),
         I64,
-        [I32, I64, P, P, I64, I64, I32, P, P, P, P, I32, OptimParams, F32, I32, I32, P, P, I64, P],
+        [I32, I64, P, P, I64, I64, I32, P, I32, U64, P, P, P, I32, OptimParams, F32, I32, I32, P, P, I64, P],
     ),
     "gt_cuda_gather": Signature((CUDA,), INT, [I64, P, P, I64, I64, P, I32, P, P, I64, P]),
     "gt_cuda_scatter": Signature((CUDA,), INT, [I64, P, P, P, I64, I64, I32, P, P, I64, P]),

@@ -31,7 +31,7 @@ import torch
 from graphtrain.runtime.errors import GraphtrainError, NonFiniteGradient, SparseInputError
 from graphtrain.runtime.native import _HERE
 from graphtrain.runtime.native.abi import CUDA, load
-from graphtrain.runtime.native.optim import KIND_CODE, OptimArgs
+from graphtrain.runtime.native.optim import KIND_CODE, TABLE_DTYPES, OptimArgs
 
 # Return codes of cuda/src/optim_cuda.cu
 RC_BAD_ID, RC_CUDA_ERROR, RC_BAD_ARGUMENT, RC_NONFINITE = -1, -2, -3, -4
@@ -176,12 +176,18 @@ def _tensor(
         raise SparseInputError(f"{name} must be contiguous")
 
 
-def check_table(table: Desc) -> None:
+HALF = (torch.float16, torch.bfloat16)  # tables the sparse step takes beside float32 (not gather, scatter)
+
+
+def check_table(table: Desc, half: bool = False) -> None:
+    """A contiguous 2-D table on a GPU: float32, or (`half`: the sparse step) float16 or bfloat16."""
     if table.device.type != "cuda":
         raise SparseInputError(f"the CUDA core needs a table on a GPU, this one is on {table.device}")
-    if table.dtype != torch.float32 or len(table.shape) != 2 or not table.contiguous:
+    types = (torch.float32, *HALF) if half else (torch.float32,)
+    if table.dtype not in types or len(table.shape) != 2 or not table.contiguous:
+        names = " or ".join(str(t).removeprefix("torch.") for t in types)
         raise SparseInputError(
-            f"table must be a contiguous 2-D float32 tensor, got {table.dtype} {table.shape}"
+            f"table must be a contiguous 2-D {names} tensor, got {table.dtype} {table.shape}"
         )
 
 
@@ -197,7 +203,7 @@ def check_ids(table: Desc, ids: Desc) -> int:
 
 def check_step(args: OptimArgs, table: Desc, state: dict[str, Desc], ids: Desc, grads: Desc) -> None:
     """Everything the sparse step reads or writes, before any CUDA call."""
-    check_table(table)
+    check_table(table, half=True)
     n = check_ids(table, ids)
     rows, dim = table.shape
     _tensor("grads", grads, table.device, torch.float32, (n, dim))
@@ -328,12 +334,15 @@ def sparse_step(
     grads: torch.Tensor,
     row_norm: float = 0.0,
     finite: bool = False,
+    round_seed: int = 0,
 ) -> int:
     """Fused dedup + reduce + update on the table's device. Returns the unique row count. Adam with one
     step count per table: the core adds this step to state["step"] (on the device, once the ids are
     known valid; an empty batch counts), so the caller must not. row_norm > 0: every updated row is
-    then scaled to that L2 norm (TransE, DistMult), in the same kernel. finite: refuse gradients
-    holding NaN or infinity, checked on the device in the same wait as the ids.
+    then scaled to that L2 norm (TransE, DistMult), in the same kernel (float32 tables only). finite:
+    refuse gradients holding NaN or infinity, checked on the device in the same wait as the ids. A
+    float16 or bfloat16 table is stepped in float32 and written back with stochastic rounding keyed by
+    `round_seed`, bit for bit as the CPU core does (optim_math.h).
 
     Raises:
         SparseInputError: a tensor on another device, of another dtype or shape, or an id outside the
@@ -362,6 +371,8 @@ def sparse_step(
         table.shape[0],
         int(args.mean),
         table.data_ptr(),
+        TABLE_DTYPES[table.dtype],
+        round_seed & 0xFFFFFFFFFFFFFFFF,
         None if s0 is None else s0.data_ptr(),
         None if s1 is None else s1.data_ptr(),
         None if steps is None else steps.data_ptr(),

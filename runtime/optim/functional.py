@@ -60,7 +60,7 @@ def threads(elements: int | None = None) -> int:
     return max(1, torch.get_num_threads())
 
 
-HALF = (torch.float16, torch.bfloat16)  # rows stored in half, stepped in float32 by the CPU core
+HALF = (torch.float16, torch.bfloat16)  # rows stored in half, stepped in float32 by the native cores
 
 
 def _validate(table: torch.Tensor, ids: torch.Tensor, grads: torch.Tensor | list[torch.Tensor]) -> None:
@@ -121,8 +121,9 @@ def sparse_step(
     grads: one row per id, as one tensor or as row blocks in id order (a push that reached a shard
     server in several frames: the native CPU core reads the blocks where they lie, the other backends
     get them concatenated). finite: refuse gradients holding NaN or infinity. A float16 or bfloat16
-    table (the CPU core only) is stepped in float32 and rounded back stochastically, keyed by
-    `round_seed` (give each step its own: optim_math.h). Returns the number of unique rows updated.
+    table (the native cores, CPU and CUDA: the same bits) is stepped in float32 and rounded back
+    stochastically, keyed by `round_seed` (give each step its own: optim_math.h). Returns the number of
+    unique rows updated.
 
     Raises:
         NonFiniteGradient: finite was asked and a gradient row is not; nothing is modified.
@@ -131,8 +132,8 @@ def sparse_step(
     _validate(table, ids, grads)
     check_state(config, state, table.shape[0], table.shape[1])
     name = choose_backend(table.device, backend)
-    if table.dtype in HALF and name is not CoreBackend.CPU:
-        raise SparseInputError(f"a {table.dtype} table is stepped by the CPU core only, not {name.value}")
+    if table.dtype in HALF and name is CoreBackend.TORCH:
+        raise SparseInputError(f"a {table.dtype} table is stepped by the native cores only, not {name.value}")
     if isinstance(grads, list):
         if name is CoreBackend.CPU and len(grads) > 1:
             grads = [g.contiguous() for g in grads]
@@ -175,10 +176,11 @@ def sparse_step(
             work = len(ids) * table.shape[1]
             args = native_args(config)
             updated = native.sparse_step(args, table, state, ids, grads, threads(work), round_seed)
-    else:  # the CUDA core scales the rows in its update kernel
-        updated = cuda.sparse_step(
-            native_args(config), table, state, ids, grads, config.row_norm or 0.0, finite
-        )
+    else:  # the CUDA core scales a float32 table's rows in its update kernel
+        fused = 0.0 if table.dtype in HALF else config.row_norm or 0.0
+        updated = cuda.sparse_step(native_args(config), table, state, ids, grads, fused, finite, round_seed)
+        if config.row_norm and not fused and len(ids):  # a half table's: after, as on the CPU
+            project_rows(table, ids, config.row_norm)
         if config.unit_complex and len(ids):
             project_complex(table, ids)
         return updated

@@ -35,13 +35,23 @@ params = abi.OptimParams(0.01, 1e-8, 0.9, 0.999, 0.1, 0.001, 0.0, 0, 0.9, 0.999)
 bad, size, info = ctypes.c_int64(0), ctypes.c_int64(0), (ctypes.c_int64 * 6)()
 step = lib.gt_cuda_sparse_step
 nulls = (None, None)  # ids and gradients (or values); table, states: None too
-B, S, F = ctypes.byref(bad), ctypes.byref(size), [None] * 4  # F: table, state0, state1, steps
+B, S = ctypes.byref(bad), ctypes.byref(size)
+F = [None, 0, 7, None, None, None]  # table, its element type (float32), rounding seed, state0, state1, steps
 calls = {
     "gt_cuda_probe": lambda: lib.gt_cuda_probe(0, info),
     "gt_cuda_workspace_bytes": lambda: lib.gt_cuda_workspace_bytes(0, 1, 10, 4, 0, S),
     "gt_cuda_sparse_step": lambda: step(3, 1, *nulls, 4, 10, 0, *F, 0, params, 0.0, 0, 0, *nulls, 1 << 20, B),
     "gt_cuda_sparse_step (global Adam, empty batch)": lambda: step(
         3, 0, *nulls, 4, 10, 0, *F, 1, params, 0.0, 0, 0, *nulls, 1 << 20, B
+    ),
+    "gt_cuda_sparse_step (a half table)": lambda: step(
+        0, 1, *nulls, 4, 10, 0, None, 2, 7, None, None, None, 0, params, 0.0, 0, 0, *nulls, 1 << 20, B
+    ),
+    "gt_cuda_sparse_step (an unknown element type)": lambda: step(
+        0, 1, *nulls, 4, 10, 0, None, 5, 7, None, None, None, 0, params, 0.0, 0, 0, *nulls, 1 << 20, B
+    ),
+    "gt_cuda_sparse_step (a row norm on a half table)": lambda: step(
+        0, 1, *nulls, 4, 10, 0, None, 1, 7, None, None, None, 0, params, 1.0, 0, 0, *nulls, 1 << 20, B
     ),
     "gt_cuda_sparse_step (too many ids)": lambda: step(
         0, 1 << 32, *nulls, 4, 10, 0, *F, 0, params, 0.0, 0, 0, *nulls, 0, B
@@ -114,6 +124,10 @@ def test_every_entry_point_returns_an_error_and_the_process_lives(no_driver: Pat
             assert rc == cuda.RC_BAD_ARGUMENT and "at most 2147483647" in message
         elif "without types" in name:
             assert rc == cuda.RC_BAD_ARGUMENT and "need the edge types" in message
+        elif "unknown element type" in name:
+            assert rc == cuda.RC_BAD_ARGUMENT and "table element type 5" in message
+        elif "row norm on a half" in name:
+            assert rc == cuda.RC_BAD_ARGUMENT and "projected after the step" in message
         else:
             assert rc == cuda.RC_CUDA_ERROR
             assert "cudaErrorInsufficientDriver" in message or "no CUDA driver" in message, message

@@ -17,8 +17,9 @@ namespace graphtrain {
 // 7: sampling by edge position and per edge type (gt_sample_edges), attention sums (gt_attention_*), ELU + dropout (gt_elu_dropout*)
 // 8: the edge softmax over a block's rows (gt_edge_softmax*); 9: the CUDA core's sampling by edge position and
 // per edge type (gt_cuda_sample_edges_*); 10: half-precision tables in the CPU core's sparse steps (table_dtype,
-// round_seed); 11: the shard server's fast lane (gt_fast_*)
-inline constexpr int32_t kAbiVersion = 11;
+// round_seed); 11: the shard server's fast lane (gt_fast_*); 12: half-precision tables in the CUDA core's
+// sparse step (gt_cuda_sparse_step's table_dtype, round_seed)
+inline constexpr int32_t kAbiVersion = 12;
 }  // namespace graphtrain
 
 // The two functions of the check, defined once in each library (one use per build).
