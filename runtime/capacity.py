@@ -265,6 +265,7 @@ class Wire:
     input_nodes: float
     allreduce: float = 0.0  # of sent and received: the dense gradients' all-reduce
     work: StepWork | None = None  # what the step-time model needs (runtime/steptime.py)
+    alltoall: float = 0.0  # of sent and received: collective tables' lookups and updates
 
 
 @dataclass
@@ -281,10 +282,12 @@ class StepWork:
 
 def replay(spec: GraphTrainingSpec, cfg: PartitionConfig, hosts: int, rank: int, steps: int = 8) -> Wire:
     """Trainer `rank`'s GraphSAGE data path for `steps` real batches over in-process shards: sampling,
-    features and labels, the node embedding's pull and its gradients' push, counted across hosts."""
+    features and labels, the node embedding's pull and its gradients' push, counted across hosts; a
+    collective table's lookups and updates (the node table's, a feature bag's) by its keys' count."""
     import torch
 
     from graphtrain.runtime.graph import DistGraph, sample_blocks
+    from graphtrain.runtime.graph.bags import FeatureBags
     from graphtrain.runtime.graph.dist_graph import standalone_client
     from graphtrain.runtime.graph.split import node_split
     from graphtrain.runtime.kvstore.client.kvclient import KVClient
@@ -299,6 +302,9 @@ def replay(spec: GraphTrainingSpec, cfg: PartitionConfig, hosts: int, rank: int,
     m, tr = gnn(spec.model), spec.training
     table = next((t for t in spec.embeddings if t.name == m.node_embedding), None)
     node_rows = _node_rows(table, cfg) if table else None  # a table over some node types: their rows only
+    bag = next((t for t in spec.embeddings if m.feature_bag and t.name == m.feature_bag.embedding), None)
+    bags = FeatureBags(cfg) if bag is not None and bag.sharding == Sharding.collective else None
+    alltoall = 0.0  # collective tables' lookups and updates across hosts (exchange.step_bytes)
     emb = (
         DistEmbedding(
             node_rows.num_rows,
@@ -308,7 +314,7 @@ def replay(spec: GraphTrainingSpec, cfg: PartitionConfig, hosts: int, rank: int,
             client=client,
             dtype=getattr(torch, str(table.dtype)),
         )
-        if table and node_rows is not None
+        if table and node_rows is not None and table.sharding == Sharding.server
         else None
     )
     opt = SparseAdam([emb], lr=0.001) if emb is not None else None
@@ -330,6 +336,9 @@ def replay(spec: GraphTrainingSpec, cfg: PartitionConfig, hosts: int, rank: int,
         emb_row = table.dim * _row_element(table) * len(pulled) // max(n, 1) if table else 0  # per input node
         done.append(_step_work(mb, cfg, hosts, rank, row, emb_row))
         graph.ndata["label"][mb.seeds]
+        looked = [(table, pulled)] if table is not None and table.sharding == Sharding.collective else []
+        looked += [(bag, bags(mb.input_nodes)[0])] if bags is not None and bag is not None else []
+        alltoall += sum(_alltoall_bytes(t, keys, world, hosts, rank) for t, keys in looked)
         if emb is not None and opt is not None:
             rows = emb(torch.from_numpy(pulled))
             rows.sum().backward()
@@ -339,8 +348,19 @@ def replay(spec: GraphTrainingSpec, cfg: PartitionConfig, hosts: int, rank: int,
         work.append(n * row * ACTIVATIONS)
     inner.close()
     ring = allreduce_bytes(spec, cfg, hosts, table.dim if table else 0, feat)
-    sent, received = counting.sent / steps + ring, counting.received / steps + ring
-    return Wire(sent, received, int(max(work)), float(np.mean(inputs)), ring, _mean_work(done))
+    sent, received = (x / steps + ring + alltoall / steps for x in (counting.sent, counting.received))
+    return Wire(
+        sent, received, int(max(work)), float(np.mean(inputs)), ring, _mean_work(done), alltoall / steps
+    )
+
+
+def _alltoall_bytes(table: Any, keys: np.ndarray, world: int, hosts: int, rank: int) -> float:
+    import torch
+
+    from graphtrain.runtime.collective.exchange import step_bytes
+
+    dtype = getattr(torch, str(table.dtype))
+    return step_bytes(len(np.unique(keys)), table.dim, dtype, world, hosts, rank)
 
 
 def _step_work(mb: Any, cfg: PartitionConfig, hosts: int, rank: int, feat_row: int, emb_row: int) -> StepWork:
@@ -447,8 +467,9 @@ def plan_lines(plan: CapacityPlan, bandwidth: float | None = None, memory: int |
     for r, w in enumerate(plan.wires):
         line = (
             f"trainer-{r} per step across hosts ({plan.hosts} host(s)): sends {human(w.sent)}, receives "
-            f"{human(w.received)}, dense all-reduce {human(w.allreduce)} of each (mean "
-            f"{w.input_nodes:,.0f} input nodes)"
+            f"{human(w.received)}, dense all-reduce {human(w.allreduce)} of each"
+            + (f", collective tables' all-to-all {human(w.alltoall)} of each" if w.alltoall else "")
+            + f" (mean {w.input_nodes:,.0f} input nodes)"
         )
         if bandwidth:
             line += f"; {1000 * max(w.sent, w.received) / bandwidth:.1f} ms at {bandwidth / 1e6:,.0f} MB/s"

@@ -76,6 +76,27 @@ def unpack_gradients(got: torch.Tensor, dim: int, dtype: torch.dtype) -> tuple[t
     return sums, counts
 
 
+def key_bytes(dim: int, dtype: torch.dtype) -> tuple[int, int]:
+    """(lookup, update) bytes one key of a table of `dim`-wide `dtype` rows moves between a rank and its
+    owner in a step: its id out and its row back; its id and its gradient with its count out
+    (pack_gradients' form)."""
+    row = dim * dtype.itemsize
+    grad = row + 4 if dtype in (torch.float16, torch.bfloat16) else (dim + 1) * 4
+    return 8 + row, 8 + grad
+
+
+def step_bytes(unique_keys: float, dim: int, dtype: torch.dtype, world: int, hosts: int, rank: int) -> float:
+    """Bytes rank `rank` sends to ranks on other hosts in one step of a table it looks up and updates
+    once, with `unique_keys` distinct keys a rank (what it receives is the same, by symmetry): keys are
+    owned key mod `world`, rank q lives on host q mod `hosts`. It sends its keys and gradients to their
+    owners and, as an owner, the rows its peers asked for."""
+    if world < 2 or hosts < 2:
+        return 0.0
+    remote = sum(1 for q in range(world) if q % hosts != rank % hosts) / world
+    lookup, update = key_bytes(dim, dtype)
+    return remote * unique_keys * (lookup + update)
+
+
 class CollectiveError(SparseInputError):
     """A peer refused its part of an exchange; raised on every rank, naming the peer."""
 
@@ -85,6 +106,8 @@ class Exchange:
     """All-to-all over `group` (None: the default group). world 1 needs no process group."""
 
     group: dist.ProcessGroup | None = None
+    sent_bytes: int = 0  # rows moved to other ranks by rows() (not the headers): a plan's check
+    received_bytes: int = 0
 
     @property
     def world(self) -> int:
@@ -147,6 +170,9 @@ class Exchange:
         width = math.prod(data.shape[1:])
         tail = tuple(data.shape[1:])
         out = data.new_empty((sum(recv), *tail))
+        me = self.rank
+        self.sent_bytes += (sum(send) - send[me]) * width * data.element_size()
+        self.received_bytes += (sum(recv) - recv[me]) * width * data.element_size()
         dist.all_to_all_single(
             out.view(-1) if out.numel() else out.new_empty(0),
             data.contiguous().view(-1) if data.numel() else data.new_empty(0),

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import yaml
 
-from graphtrain.contract.spec import EmbeddingTable, load_yaml
+from graphtrain.contract.spec import EmbeddingTable, Sharding, load_yaml
 from graphtrain.runtime import capacity
 from graphtrain.runtime.kvstore.client.transport import Answer, Call
 from graphtrain.runtime.native.keymap import KeyMap
@@ -270,3 +270,24 @@ def test_the_replay_pulls_a_node_type_tables_rows_only_for_its_types(tmp_path: P
         plan = capacity.make_plan(doc.spec, cfg, hosts=2)
         row_bytes.append(sum(w.work.row_bytes for w in plan.wires if w.work is not None))
     assert 0 < row_bytes[0] < row_bytes[1]
+
+
+@pytest.mark.timeout(300)
+def test_a_collective_node_tables_lookups_cross_hosts_all_to_all_in_its_dtype(
+    planted: tuple[Path, Path],
+) -> None:
+    """The node table sharded over the trainers: its rows move all-to-all between trainers (counted by
+    exchange.step_bytes), not to and from the shard servers; in bfloat16 each key moves 24 + 28 bytes
+    (ids, rows; ids, gradients and counts) where float32 moves 40 + 44."""
+    spec_path, config = planted
+    gt, cfg = load_yaml(spec_path.read_text()), load_config(config)
+    server = capacity.make_plan(gt.spec, cfg, hosts=2).wires
+    wires = {}
+    for dtype in ("float32", "bfloat16"):
+        table = gt.spec.embeddings[0].model_copy(update={"sharding": Sharding.collective, "dtype": dtype})
+        spec = gt.spec.model_copy(update={"embeddings": [table]})
+        wires[dtype] = capacity.make_plan(spec, cfg, hosts=2).wires
+    for r in range(2):
+        assert server[r].alltoall == 0 and wires["float32"][r].alltoall > 0
+        assert wires["float32"][r].sent - wires["float32"][r].alltoall < server[r].sent  # no row pulls
+        assert wires["bfloat16"][r].alltoall == pytest.approx(wires["float32"][r].alltoall * 52 / 84)

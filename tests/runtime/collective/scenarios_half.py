@@ -58,3 +58,14 @@ def restore_then(
     assert restore(table, Path(ckdir))
     rows = table.rows(torch.tensor(keys, dtype=torch.int64)).numpy()
     return {"rows": rows, "dtype": np.array(str(table.weight.dtype))}
+
+
+def wire(rank: int, world: int, out: Path, dtype: str, n: int, dim: int) -> dict[str, Any]:
+    """One lookup and one step of a fixed table: the bytes this rank's exchanges moved to and from the
+    others (exchange.Exchange's counters)."""
+    table = table_of(dtype, False, n, dim)
+    opt = SparseOptimizer([table], config("adagrad", "sum"))
+    ids = torch.from_numpy(batch_ids(0, rank, n))
+    (table(ids) * torch.from_numpy(weights(0, rank, len(ids), dim))).sum().backward()
+    opt.step()
+    return {"sent": np.array(table.comm.sent_bytes), "received": np.array(table.comm.received_bytes)}

@@ -116,3 +116,29 @@ def test_a_half_tables_gradients_cross_in_half_beside_exact_counts(dtype):
     np.testing.assert_array_equal(got_sums.numpy(), sums.clamp(-top, top).to(dtype).float().numpy())
     assert torch.isfinite(got_sums).all()
     np.testing.assert_array_equal(got_counts.numpy(), [3.0, 70_000.0])
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_the_bytes_a_step_moves_are_what_the_plan_counts_a_key(tmp_path, dtype):
+    """A rank sends its keys and gradients to their owners and, as an owner, the rows its peer asked
+    for: exchange.key_bytes a key, which `graphtrain plan` counts (exchange.step_bytes)."""
+    from graphtrain.runtime.collective import exchange as ex
+
+    out = ranks.run("scenarios_half.wire", WORLD, tmp_path, dtype=dtype, n=N, dim=DIM)
+    lookup, update = ex.key_bytes(DIM, getattr(torch, dtype))
+    assert (lookup, update) == (
+        (8 + 4 * DIM, 8 + 4 * (DIM + 1)) if dtype == "float32" else (8 + 2 * DIM, 12 + 2 * DIM)
+    )
+    keys = [np.unique(sc.batch_ids(0, r, N)) for r in range(WORLD)]
+    to_peer = [int(np.sum(k % WORLD != r)) for r, k in enumerate(keys)]  # keys the other rank owns
+    for r in range(WORLD):
+        asked_of_me = to_peer[1 - r]
+        row = lookup - 8
+        want_sent = to_peer[r] * 8 + asked_of_me * row + to_peer[r] * update
+        assert int(out[r]["sent"]) == want_sent
+        assert int(out[r]["received"]) == asked_of_me * 8 + to_peer[r] * row + asked_of_me * update
+    # the plan's estimate with the measured keys: each rank's unique keys, half of them owned remotely
+    mean_keys = np.mean([len(k) for k in keys])
+    estimate = ex.step_bytes(mean_keys, DIM, getattr(torch, dtype), WORLD, 2, 0)
+    assert estimate == pytest.approx(0.5 * mean_keys * (lookup + update))
+    assert ex.step_bytes(mean_keys, DIM, torch.float32, WORLD, 1, 0) == 0.0  # one host: nothing crosses
