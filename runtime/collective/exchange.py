@@ -21,6 +21,12 @@ from graphtrain.runtime.errors import NonFiniteGradient, SparseInputError
 from graphtrain.runtime.native.keymap import KeyMapFull
 
 OK, BAD_IDS, NON_FINITE, FULL = 0, 1, 2, 3
+MOVED = {"sent": 0, "received": 0}  # bytes every Exchange of this process moved to and from other ranks
+
+
+def moved() -> dict[str, int]:
+    """The process' collective bytes so far, by direction (a trainer's metrics read them)."""
+    return dict(MOVED)
 
 
 @dataclass(frozen=True)
@@ -171,8 +177,12 @@ class Exchange:
         tail = tuple(data.shape[1:])
         out = data.new_empty((sum(recv), *tail))
         me = self.rank
-        self.sent_bytes += (sum(send) - send[me]) * width * data.element_size()
-        self.received_bytes += (sum(recv) - recv[me]) * width * data.element_size()
+        sent = (sum(send) - send[me]) * width * data.element_size()
+        received = (sum(recv) - recv[me]) * width * data.element_size()
+        self.sent_bytes += sent
+        self.received_bytes += received
+        MOVED["sent"] += sent
+        MOVED["received"] += received
         dist.all_to_all_single(
             out.view(-1) if out.numel() else out.new_empty(0),
             data.contiguous().view(-1) if data.numel() else data.new_empty(0),

@@ -87,6 +87,7 @@ class TrainerMetrics:
         ).labels(r)
 
         self.registry.register(_Reads(r))
+        self.registry.register(_Exchanged(r))
 
         # the running epoch's stage totals, for the trainer's log line at its end (the histograms keep
         # the whole run's; a log reader wants this epoch's mean without a Prometheus at hand)
@@ -228,4 +229,25 @@ class _Reads(Collector):
         )
         for (shard, path), n in sorted(reads().items()):
             family.add_metric([self.rank, str(shard), path], n)
+        yield family
+
+
+class _Exchanged(Collector):
+    """graphtrain_trainer_collective_bytes_total{direction}: the bytes this trainer's collective tables
+    moved to and from the other trainers (lookups, rows, gradients; collective/exchange.py), what
+    `graphtrain plan` predicts as their all-to-all."""
+
+    def __init__(self, rank: str):
+        self.rank = rank
+
+    def collect(self) -> Any:
+        from graphtrain.runtime.collective.exchange import moved
+
+        family = CounterMetricFamily(
+            "graphtrain_trainer_collective_bytes",
+            "Bytes this trainer's collective tables moved to (sent) and from (received) the other trainers",
+            labels=["rank", "direction"],
+        )
+        for direction, n in sorted(moved().items()):
+            family.add_metric([self.rank, direction], n)
         yield family

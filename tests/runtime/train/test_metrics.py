@@ -103,3 +103,21 @@ def test_a_step_the_device_has_not_reached_is_observed_later_and_at_the_latest_w
         assert value(m, "graphtrain_trainer_step_seconds_count") == 4
     finally:
         At.reached = True
+
+
+def test_the_collective_bytes_are_the_exchanges_counters() -> None:
+    """graphtrain_trainer_collective_bytes_total reads what every Exchange of the process moved."""
+    from graphtrain.runtime.collective import exchange
+
+    metrics = TrainerMetrics(3)
+    before = exchange.moved()
+    exchange.MOVED["sent"] += 1000
+    exchange.MOVED["received"] += 24
+    try:
+        sample = metrics.registry.get_sample_value
+        labels = {"rank": "3"}
+        sent = sample("graphtrain_trainer_collective_bytes_total", {**labels, "direction": "sent"})
+        received = sample("graphtrain_trainer_collective_bytes_total", {**labels, "direction": "received"})
+        assert (sent, received) == (before["sent"] + 1000, before["received"] + 24)
+    finally:
+        exchange.MOVED.update(before)
