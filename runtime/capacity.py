@@ -303,21 +303,19 @@ def replay(spec: GraphTrainingSpec, cfg: PartitionConfig, hosts: int, rank: int,
     table = next((t for t in spec.embeddings if t.name == m.node_embedding), None)
     node_rows = _node_rows(table, cfg) if table else None  # a table over some node types: their rows only
     bag = next((t for t in spec.embeddings if m.feature_bag and t.name == m.feature_bag.embedding), None)
-    bags = FeatureBags(cfg) if bag is not None and bag.sharding == Sharding.collective else None
+    bags = FeatureBags(cfg) if bag is not None else None
     alltoall = 0.0  # collective tables' lookups and updates across hosts (exchange.step_bytes)
-    emb = (
-        DistEmbedding(
-            node_rows.num_rows,
-            table.dim,
-            table.name,
-            book=PartitionBook(node_rows.bounds),
-            client=client,
-            dtype=getattr(torch, str(table.dtype)),
+
+    def served(t: Any, book: Any) -> DistEmbedding:  # a server table over the counting client
+        rows = int(book.bounds[-1])
+        return DistEmbedding(
+            rows, t.dim, t.name, book=book, client=client, dtype=getattr(torch, str(t.dtype))
         )
-        if table and node_rows is not None and table.sharding == Sharding.server
-        else None
-    )
-    opt = SparseAdam([emb], lr=0.001) if emb is not None else None
+
+    on_server = [t is not None and t.sharding == Sharding.server for t in (table, bag)]
+    emb = served(table, PartitionBook(node_rows.bounds)) if on_server[0] and node_rows is not None else None
+    words = served(bag, PartitionBook.even(table_rows(bag, cfg), cfg.num_parts)) if on_server[1] else None
+    opt = SparseAdam([e for e in (emb, words) if e is not None], lr=0.001) if emb or words else None
     ids = node_split(cfg, "train", rank, world)
     batch = max(1, tr.batch_size // world)
     rng = np.random.default_rng(tr.seed)
@@ -336,14 +334,15 @@ def replay(spec: GraphTrainingSpec, cfg: PartitionConfig, hosts: int, rank: int,
         emb_row = table.dim * _row_element(table) * len(pulled) // max(n, 1) if table else 0  # per input node
         done.append(_step_work(mb, cfg, hosts, rank, row, emb_row))
         graph.ndata["label"][mb.seeds]
+        word_keys = np.unique(bags(mb.input_nodes)[0]) if bags is not None else None
         looked = [(table, pulled)] if table is not None and table.sharding == Sharding.collective else []
-        looked += [(bag, bags(mb.input_nodes)[0])] if bags is not None and bag is not None else []
+        looked += [(bag, word_keys)] if bag is not None and not on_server[1] else []
         alltoall += sum(_alltoall_bytes(t, keys, world, hosts, rank) for t, keys in looked)
-        if emb is not None and opt is not None:
-            rows = emb(torch.from_numpy(pulled))
-            rows.sum().backward()
+        pulls = [(e, k) for e, k in ((emb, pulled), (words, word_keys)) if e is not None and k is not None]
+        if pulls and opt is not None:
+            sum(e(torch.from_numpy(k)).sum() for e, k in pulls).backward()  # type: ignore[union-attr]
             opt.step()
-            row += table.dim * 4 if table else 0
+        row += table.dim * 4 if table else 0  # the node table's rows, wherever they live
         inputs.append(n)
         work.append(n * row * ACTIVATIONS)
     inner.close()
@@ -464,6 +463,8 @@ def plan_lines(plan: CapacityPlan, bandwidth: float | None = None, memory: int |
     for need in plan.roles:
         parts = ", ".join(f"{k} {human(v)}" for k, v in need.items.items() if v)
         lines.append(f"{need.role}: {human(need.total)} ({parts})")
+    if plan.hosts > 1 and not plan.wires:
+        lines.append("per step across hosts: modelled for GNN node classification only (not this task)")
     for r, w in enumerate(plan.wires):
         line = (
             f"trainer-{r} per step across hosts ({plan.hosts} host(s)): sends {human(w.sent)}, receives "

@@ -66,17 +66,25 @@ def console(app: typer.Typer) -> None:
         code = 1
     except _click_errors() as exc:
         if type(exc).__name__ == "NoArgsIsHelpError":
-            exc.show()  # type: ignore[attr-defined]
+            if exc.format_message().strip():  # type: ignore[attr-defined]  # (typer's rich help printed it)
+                exc.show(file=sys.stdout)  # type: ignore[attr-defined]
             code = 0
         elif hasattr(exc, "ctx"):  # a UsageError: BadParameter, NoSuchOption, MissingParameter, ...
             ctx = exc.ctx
-            command = ctx.command_path if ctx is not None else "graphtrain"
+            command = ctx.command_path if ctx is not None else _command_of(sys.argv)
             sys.stderr.write(f"{command}: {exc.format_message()} (see {command} --help)\n")  # type: ignore[attr-defined]
             code = 1
         else:
             sys.stderr.write(f"{exc.format_message()}\n")  # type: ignore[attr-defined]
             code = getattr(exc, "exit_code", 1)
     sys.exit(code if isinstance(code, int) else 0)
+
+
+def _command_of(argv: list[str]) -> str:
+    """The command a usage error without its context was in (an option missing its value, say): the
+    first word, when it comes before any option."""
+    first = argv[1] if len(argv) > 1 and not argv[1].startswith("-") else ""
+    return f"graphtrain {first}".strip()
 
 
 def _click_errors() -> tuple[type[Exception], ...]:

@@ -36,11 +36,7 @@ from graphtrain.contract.spec.placement import PartitionSpec
 from graphtrain.contract.spec.rules import Rule, add_rules
 from graphtrain.contract.spec.scheduling import Scheduling
 from graphtrain.contract.spec.status import GraphTrainingStatus
-from graphtrain.contract.spec.tables import (
-    HALF_COLLECTIVE_CPU_TRAINERS,
-    HALF_TABLES_CPU_SHARDS,
-    EmbeddingTable,
-)
+from graphtrain.contract.spec.tables import HALF_RULES, EmbeddingTable
 from graphtrain.contract.spec.task import (
     EDGE_TASKS,
     KGE,
@@ -549,8 +545,7 @@ add_rules(
             (_CEL_NODE_TYPES, lambda s: s.graph.node_types),
         ),
     ),
-    HALF_TABLES_CPU_SHARDS,
-    HALF_COLLECTIVE_CPU_TRAINERS,
+    *HALF_RULES,
     LOCALITY_EVEN_TRAINERS,
     Rule(
         "nccl-needs-cuda",

@@ -335,3 +335,4 @@ HALF_TABLES_CPU_SHARDS = _half_rule("half-tables-cpu-shards", "shardServers", Sh
 HALF_COLLECTIVE_CPU_TRAINERS = _half_rule(
     "half-collective-cpu-trainers", "trainers", Sharding.collective, "collective tables", ", sharding: server"
 )
+HALF_RULES = (HALF_TABLES_CPU_SHARDS, HALF_COLLECTIVE_CPU_TRAINERS)
