@@ -46,11 +46,17 @@ class Option:
     help: str
     flags: tuple[str, ...] = ()
     min: float | None = None  # the least value a number takes
+    max: float | None = None  # the most (a port, a thread count: never a traceback past it)
 
 
-def opt(help: str, *flags: str, min: float | None = None) -> dict[str, Option]:
+PORT = 65535  # the highest TCP port
+MAX_THREADS = 4096
+MAX_SECONDS = 86400.0  # a day: past it a timeout is no timeout (and inf overflows the C timers)
+
+
+def opt(help: str, *flags: str, min: float | None = None, max: float | None = None) -> dict[str, Option]:
     """A role field's metadata: `field(default=..., metadata=opt("help", "--flag"))`."""
-    return {OPTION: Option(help, flags, min)}
+    return {OPTION: Option(help, flags, min, max)}
 
 
 @dataclass(frozen=True)
@@ -216,6 +222,7 @@ class ShardServerParams(RoleParams):
             "also answer small pulls of host tables natively on this TCP port of the bind host (the fast "
             "lane; 0: any free port, -1: none)",
             min=-1,
+            max=PORT,
         ),
     )
     shard: int = field(default=0, metadata=opt("this server's shard index"))
@@ -236,9 +243,9 @@ class ShardServerParams(RoleParams):
     restore: str | None = field(
         default=None, metadata=opt("checkpoint (relative to the root) or 'latest' to restore from")
     )
-    workers: int = field(default=4, metadata=opt("request worker threads"))
+    workers: int = field(default=4, metadata=opt("request worker threads", min=1, max=MAX_THREADS))
     metrics_port: int | None = field(
-        default=None, metadata=opt("serve Prometheus metrics on this port (0: any)")
+        default=None, metadata=opt("serve Prometheus metrics on this port (0: any)", min=0, max=PORT)
     )
     metrics_host: str = field(default="127.0.0.1", metadata=opt(METRICS_HOST_HELP))
     max_request_bytes: int = field(
@@ -250,12 +257,16 @@ class ShardServerParams(RoleParams):
     )
     stall_seconds: float = field(
         default=30.0,
-        metadata=opt("drop a connection that reads none of its pending replies for this long", min=1.0),
+        metadata=opt(
+            "drop a connection that reads none of its pending replies for this long", min=1.0, max=MAX_SECONDS
+        ),
     )
     deaf_seconds: float = field(
         default=300.0,
         metadata=opt(
-            "not live (/livez, health) when requests wait this long and no worker finishes one", min=1.0
+            "not live (/livez, health) when requests wait this long and no worker finishes one",
+            min=1.0,
+            max=MAX_SECONDS,
         ),
     )
     device: str = field(
@@ -302,7 +313,9 @@ class TrainParams(RoleParams):
     threads: int | None = field(
         default=None,
         metadata=opt(
-            "torch intra-op threads (the spec's training.threads wins; unset: this process' cores)", min=1
+            "torch intra-op threads (the spec's training.threads wins; unset: this process' cores)",
+            min=1,
+            max=MAX_THREADS,
         ),
     )
     init: str | None = field(
@@ -322,7 +335,8 @@ class TrainParams(RoleParams):
         metadata=opt("also report progress and a heartbeat into this ConfigMap (in a pod, for the operator)"),
     )
     metrics_port: int | None = field(
-        default=None, metadata=opt("serve Prometheus metrics on this port (0: any free port)")
+        default=None,
+        metadata=opt("serve Prometheus metrics on this port (0: any free port)", min=0, max=PORT),
     )
     metrics_host: str = field(default="127.0.0.1", metadata=opt(METRICS_HOST_HELP))
     metrics_port_file: Path | None = field(

@@ -290,7 +290,9 @@ def health(
         list[str], typer.Argument(help="shard-server addresses (tcp://host:port, ipc://path)")
     ],
     token_file: Annotated[Path | None, typer.Option(help=f"shared token file (else ${ENV_TOKEN})")] = None,
-    timeout: Annotated[float, typer.Option(help="seconds to wait for each answer")] = 5.0,
+    timeout: Annotated[
+        float, typer.Option(min=0.001, max=3600.0, help="seconds to wait for each answer")
+    ] = 5.0,
 ) -> None:
     """Ask shard servers for their health (the readiness probe); exit 1 naming any that does not answer,
     refuses the token, or reports itself not live (a thread stopped, or requests wait while no worker
@@ -479,7 +481,9 @@ app.command("infer")(infer)
 def plan(
     spec_path: Annotated[Path, typer.Argument(help="GraphTraining YAML")],
     partition: Annotated[Path | None, typer.Option(help="its partition's config (default: made now)")] = None,
-    hosts: Annotated[int, typer.Option(min=1, help="hosts the shards and trainers are spread over")] = 1,
+    hosts: Annotated[
+        int, typer.Option(min=1, max=4096, help="hosts the shards and trainers are spread over")
+    ] = 1,
     bandwidth: Annotated[str | None, typer.Option(help="each host's link, e.g. 1gbit")] = None,
     memory: Annotated[str | None, typer.Option(help="memory per shard pod, e.g. 16Gi")] = None,
     cores: Annotated[

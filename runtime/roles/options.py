@@ -27,7 +27,7 @@ def role_command(cls: type[P], entry: Callable[[P], None]) -> Callable[..., None
 
     parameters = []
     for p in params(cls):
-        option = typer.Option(*p.option.flags, help=p.option.help, min=p.option.min)
+        option = typer.Option(*p.option.flags, help=p.option.help, min=p.option.min, max=p.option.max)
         parameters.append(
             inspect.Parameter(
                 p.name,

@@ -236,6 +236,7 @@ def mismatches(role: type[roles.RoleParams], command: Any) -> list[str]:
             "help": p.option.help,
             "type": base_type(p.type),
             "min": p.option.min,
+            "max": p.option.max,
         }
         got = {
             "flags": list(o.opts),
@@ -246,6 +247,7 @@ def mismatches(role: type[roles.RoleParams], command: Any) -> list[str]:
             # typer 0.29 makes the click type when parsing; the annotation it will make it from is kept
             "type": base_type(o.type_descriptor.annotation),
             "min": o.min,
+            "max": o.max,
         }
         found += [f"{name}: {k} {got[k]!r}, described {want[k]!r}" for k in want if got[k] != want[k]]
     return found

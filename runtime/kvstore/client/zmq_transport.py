@@ -88,8 +88,16 @@ class ZmqTransport:
             s.setsockopt(zmq.RCVHWM, 0)
             auth.secure_client(s, token)
             self.monitors.append(s.get_monitor_socket(_MONITORED))
-            s.connect(addr)
             self.sockets.append(s)
+            try:
+                s.connect(addr)
+            except zmq.ZMQError as exc:  # not an endpoint at all (no scheme, a bad port): say which
+                for sock in (*self.sockets, *self.monitors):
+                    sock.close(linger=0)
+                self.ctx.term()
+                raise GraphtrainError(
+                    f"shard-server address {addr!r}: {exc.strerror} (give tcp://host:port or ipc://path)"
+                ) from None
         self._rid = itertools.count(1)
         self._lock = threading.Lock()  # ZMQ sockets are not thread-safe
         self.shm = shm

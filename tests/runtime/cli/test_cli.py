@@ -74,6 +74,11 @@ def test_version_is_the_packages() -> None:
         (["run", "--bogus"], " run: No such option: --bogus"),
         (["run"], " run: Missing argument 'spec_path'."),
         (["nosuch"], "cli: No such command 'nosuch'."),
+        (["plan", "x.yaml", "--hosts", "9223372036854775808"], " plan: Invalid value for '--hosts'"),
+        (["shard-server", "--fast-port", "99999"], " shard-server: Invalid value for '--fast-port'"),
+        (["shard-server", "--stall-seconds", "inf"], " shard-server: Invalid value for '--stall-seconds'"),
+        (["train", "--spec", "x", "--threads", "9" * 30], " train: Invalid value for '--threads'"),
+        (["health", "--timeout", "nan", "tcp://127.0.0.1:1"], " health: Invalid value for '--timeout'"),
     ],
 )
 def test_a_usage_error_is_one_line_and_exit_code_1(argv: list[str], line: str) -> None:
@@ -255,3 +260,18 @@ def test_an_option_missing_its_value_names_its_command() -> None:
     )
     assert out.returncode == 1
     assert out.stderr == "graphtrain crd: Option '-o' requires an argument. (see graphtrain crd --help)\n"
+
+
+def test_health_of_an_address_that_is_no_endpoint_names_it(tmp_path: Path) -> None:
+    token = tmp_path / "token"
+    token.write_text("x" * 32)
+    token.chmod(0o600)
+    out = subprocess.run(
+        [sys.executable, "-m", "graphtrain.cli", "health", "--token-file", str(token), "bogus-address"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr
+    assert out.stderr.startswith("error: shard-server address 'bogus-address': Invalid argument")
+    assert out.stderr.count("\n") == 1
