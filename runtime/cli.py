@@ -98,7 +98,10 @@ def validate(
             found, note = list(exc.problems), ""
         except GraphtrainError as exc:  # unreadable spec or data: names the file
             bad += 1
-            err.print(f"{path}: {exc}", highlight=False, markup=False)
+            said = str(exc)  # a read error names the spec itself already
+            err.print(
+                said if said.startswith(f"{path}:") else f"{path}: {said}", highlight=False, markup=False
+            )
             continue
         if not found:
             old = " (old form; in the new form:)" if rewrite else ""

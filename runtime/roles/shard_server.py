@@ -36,12 +36,14 @@ def serve(p: ShardServerParams) -> None:
     # here, not at the top: the CLI imports this module, and `graphtrain --help` needs no torch or ZMQ
     from graphtrain.contract import httpd
     from graphtrain.runtime import checkpoint as ckpt
+    from graphtrain.runtime.kvstore.serving.fastlane import check_bind
     from graphtrain.runtime.kvstore.serving.server import Limits, ShardServer
     from graphtrain.runtime.kvstore.tables.shm import job_prefix
     from graphtrain.runtime.kvstore.tables.state import ShardTensors
     from graphtrain.runtime.kvstore.wire.auth import read_token
     from graphtrain.runtime.native.memory import keep_freed_memory
 
+    check_bind(p.bind)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     if "OMP_NUM_THREADS" not in os.environ:  # torch's default is the node's cores, not the pod's
         import torch

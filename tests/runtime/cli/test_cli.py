@@ -275,3 +275,14 @@ def test_health_of_an_address_that_is_no_endpoint_names_it(tmp_path: Path) -> No
     assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr
     assert out.stderr.startswith("error: shard-server address 'bogus-address': Invalid argument")
     assert out.stderr.count("\n") == 1
+
+
+def test_a_bind_port_past_65535_is_refused_not_wrapped_round() -> None:
+    result = runner.invoke(app, ["shard-server", "--bind", "tcp://127.0.0.1:99999"])
+    assert result.exit_code == 1 and "--bind tcp://127.0.0.1:99999: port 99999 is past 65535" in result.output
+
+
+def test_validate_names_a_missing_spec_once() -> None:
+    result = runner.invoke(app, ["validate", "/nonexistent/spec.yaml"])
+    assert result.exit_code == 1
+    assert result.output.count("/nonexistent/spec.yaml") == 1
