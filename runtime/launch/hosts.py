@@ -186,8 +186,20 @@ def link_bytes(layout: HostLayout) -> dict[int, tuple[int, int]]:
     return out
 
 
+SBIN = (
+    "/usr/local/sbin",
+    "/usr/sbin",
+    "/sbin",
+)  # ip, tc and iptables live here: a root shell's PATH may lack it
+
+
 def _run(cmd: list[str], check: bool = True) -> None:
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=30, check=False)
+    path = os.environ.get("PATH", "")
+    env = {
+        **os.environ,
+        "PATH": os.pathsep.join([path, *(d for d in SBIN if d not in path.split(os.pathsep))]),
+    }
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=30, check=False, env=env)
     if check and done.returncode != 0:
         raise GraphtrainError(f"simulated hosts: `{' '.join(cmd)}` failed: {done.stderr.strip()[-300:]}")
 
