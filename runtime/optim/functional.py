@@ -115,6 +115,7 @@ def sparse_step(
     backend: str | None = None,
     finite: bool = False,
     round_seed: int = 0,
+    max_threads: int | None = None,
 ) -> int:
     """Reduce duplicate ids' gradients and update their rows and optimizer state in place.
 
@@ -122,8 +123,9 @@ def sparse_step(
     server in several frames: the native CPU core reads the blocks where they lie, the other backends
     get them concatenated). finite: refuse gradients holding NaN or infinity. A float16 or bfloat16
     table (the native cores, CPU and CUDA: the same bits) is stepped in float32 and rounded back
-    stochastically, keyed by `round_seed` (give each step its own: optim_math.h). Returns the number of
-    unique rows updated.
+    stochastically, keyed by `round_seed` (give each step its own: optim_math.h). max_threads caps the
+    native CPU core's team (1 on a server's I/O thread: a team's threads spin at its barriers, on cores
+    the server's other threads need). Returns the number of unique rows updated.
 
     Raises:
         NonFiniteGradient: finite was asked and a gradient row is not; nothing is modified.
@@ -134,8 +136,13 @@ def sparse_step(
     name = choose_backend(table.device, backend)
     if table.dtype in HALF and name is CoreBackend.TORCH:
         raise SparseInputError(f"a {table.dtype} table is stepped by the native cores only, not {name.value}")
+    team = threads(len(ids) * table.shape[1])
+    if max_threads is not None:
+        team = max(1, min(team, max_threads))
     if isinstance(grads, list):
-        if name is CoreBackend.CPU and len(grads) > 1:
+        # the native pieces path scans on this thread, in cache, before any row is touched; for a step
+        # of one thread a single piece goes there too (torch's scan of a tensor starts an intra-op team)
+        if name is CoreBackend.CPU and (len(grads) > 1 or (finite and team == 1 and len(grads) == 1)):
             grads = [g.contiguous() for g in grads]
         else:
             grads = (
@@ -164,18 +171,15 @@ def sparse_step(
     elif name is CoreBackend.CPU:
         if isinstance(grads, list):
             try:
-                work = len(ids) * table.shape[1]
                 updated = native.sparse_step_pieces(
-                    native_args(config), table, state, ids, grads, threads(work), finite, round_seed
+                    native_args(config), table, state, ids, grads, team, finite, round_seed
                 )
             except NonFiniteGradient:
                 if global_adam:
                     state["step"] -= 1  # refused: the step did not happen
                 raise
         else:
-            work = len(ids) * table.shape[1]
-            args = native_args(config)
-            updated = native.sparse_step(args, table, state, ids, grads, threads(work), round_seed)
+            updated = native.sparse_step(native_args(config), table, state, ids, grads, team, round_seed)
     else:  # the CUDA core scales a float32 table's rows in its update kernel
         fused = 0.0 if table.dtype in HALF else config.row_norm or 0.0
         updated = cuda.sparse_step(native_args(config), table, state, ids, grads, fused, finite, round_seed)

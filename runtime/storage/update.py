@@ -18,11 +18,13 @@ def locked_step(
     grads: torch.Tensor | list[torch.Tensor],
     step: int | None,
     finite: bool,
+    max_threads: int | None = None,
 ) -> int:
     """The optimizer step on local rows of `t`, under its lock (the caller holds it): a checkpoint being
     written keeps the old rows, the write is ordered after the table's last one, and Adam's table-wide
     count is the client's `step` (so all shards agree even when a push skips some of them; None: this
     shard's next count). Shard servers and standalone's device path (direct.py) both step here.
+    max_threads: as sparse_step's (1 for a server's I/O thread).
 
     Raises:
         NonFiniteGradient, SparseInputError: as sparse_step; nothing was modified.
@@ -37,7 +39,9 @@ def locked_step(
         t.state["step"].fill_(step - 1)  # sparse_step adds one
     try:
         seed = t.round_seed() if t.data.dtype != torch.float32 else 0
-        updated = sparse_step(t.config, t.data, t.state, local, grads, finite=finite, round_seed=seed)
+        updated = sparse_step(
+            t.config, t.data, t.state, local, grads, finite=finite, round_seed=seed, max_threads=max_threads
+        )
     except (NonFiniteGradient, SparseInputError):
         if saved is not None:
             t.state["step"].copy_(saved)

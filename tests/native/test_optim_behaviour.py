@@ -112,6 +112,24 @@ def test_results_do_not_depend_on_threads(kind: str, monkeypatch: pytest.MonkeyP
 
 
 @pytest.mark.usefixtures("cpu_core")
+@pytest.mark.parametrize("kind", ["rowwise_adagrad", "adam"])
+def test_a_capped_team_steps_as_the_full_one(kind: str) -> None:
+    """max_threads=1 (a shard server's I/O thread) changes who computes, not what: a step over one
+    checked block of 1,024 x 64 (uncapped: a team of torch's threads) equals the uncapped step bit for bit."""
+    config = OptimConfig(kind, 0.05, step_count="global")
+    g = torch.Generator().manual_seed(2)
+    ids, grads = torch.randint(0, 4000, (1024,), generator=g), torch.randn(1024, 64, generator=g)
+    results = []
+    for cap in (None, 1):
+        table, state = setup(config, rows=4000, dim=64)
+        for _ in range(3):
+            sparse_step(config, table, state, ids, [grads], backend="cpu", finite=True, max_threads=cap)
+        results.append((table, state))
+    assert torch.equal(results[0][0], results[1][0])
+    assert all(torch.equal(results[0][1][k], results[1][1][k]) for k in results[0][1])
+
+
+@pytest.mark.usefixtures("cpu_core")
 def test_backend_choice(monkeypatch: pytest.MonkeyPatch) -> None:
     cpu = torch.device("cpu")
     monkeypatch.delenv("GRAPHTRAIN_OPTIM_BACKEND", raising=False)
@@ -290,13 +308,14 @@ def test_unit_complex_puts_the_updated_rows_complex_numbers_on_the_unit_circle(
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("blocks", [False, True], ids=["tensor", "blocks"])
+@pytest.mark.parametrize("blocks", ["tensor", "blocks", "one block"])
 @pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
 def test_non_finite_gradients_are_refused_before_anything_changes(
-    backend: str, blocks: bool, bad: float
+    backend: str, blocks: str, bad: float
 ) -> None:
     """finite=True (a shard server's default, issue 14 finding 4): one bad element refuses the whole step,
-    the global Adam step included."""
+    the global Adam step included. "one block": a server's one-frame push, which a one-thread step scans
+    on the native pieces path."""
     from graphtrain.runtime.errors import NonFiniteGradient
 
     config = OptimConfig("adam", 0.1, step_count="global")
@@ -305,10 +324,9 @@ def test_non_finite_gradients_are_refused_before_anything_changes(
     grads = torch.ones(6, 4)
     grads[4, 2] = bad
     ids = torch.tensor([1, 2, 3, 3, 7, 9])
+    pieces = {"tensor": grads, "blocks": [grads[:3], grads[3:]], "one block": [grads]}[blocks]
     with pytest.raises(NonFiniteGradient):
-        sparse_step(
-            config, table, state, ids, [grads[:3], grads[3:]] if blocks else grads, backend, finite=True
-        )
+        sparse_step(config, table, state, ids, pieces, backend, finite=True, max_threads=1)
     assert torch.equal(table, before_t)
     assert all(torch.equal(state[k], before_s[k]) for k in state)
 

@@ -133,7 +133,9 @@ class ShardWrites:
                 raise TableBusy(name)  # first, to the file: a worker's wait, not the I/O thread's
             if t.keyed is not None:
                 local, grads = kd.held(t, ids if mask is None else ids[mask], grads)
-            updated = locked_step(t, local, grads, step, finite=refuse)
+            # the I/O thread (not blocking) steps on itself alone: a team's spinning threads would take the
+            # cores the server's other threads and the clients need, for a step of at most 256 KiB
+            updated = locked_step(t, local, grads, step, finite=refuse, max_threads=None if blocking else 1)
         except NonFiniteGradient:
             rows = np.concatenate([~np.isfinite(v.reshape(len(v), -1)).all(axis=1) for _, v in pieces])
             raise StorageError(nonfinite_refusal(name, int(rows.sum()), int(ids[rows][0]))) from None
