@@ -3,9 +3,11 @@
 One shard server process (2 workers, a 1,000,000 x 64 float32 table) and one client in this process
 pulling random rows over TCP in a loop, one pull at a time, for --seconds per size and path: `zmq`
 (the protocol's ROUTER, answered by the I/O thread or a worker) and `fast` (the fast lane, a native
-thread on its own port: serving/fastlane.py). Beside them, in the same run, `bare echo`: a pyzmq
-REQ/REP echo process answering the same request bytes with the same reply bytes (no table, no
-protocol), the floor the issue holds the round trip to (<= 2x). Reported per pull:
+thread on its own port: serving/fastlane.py); then gradient pushes of the same rows on each path
+(row-wise Adagrad; `fast push`: stepped on the lane's thread under the table's native lock). Beside
+them, in the same run, `bare echo`: a pyzmq REQ/REP echo process answering the same request bytes with
+the same reply bytes (no table, no protocol), the floor the issue holds the round trip to (<= 2x).
+Reported per pull:
 the round trip, the server's CPU (user + system, all its threads), and each server thread's share and
 voluntary context switches (from /proc: who does the work, and how often threads hand it on). With
 --py-spy PATH, `py-spy record --format raw` of the server for the first size goes to PATH (stacks by
@@ -152,7 +154,7 @@ def main() -> None:
         "--lanes", nargs="+", choices=["zmq", "fast"], default=["zmq", "fast"], help="the paths to measure"
     )
     ap.add_argument(
-        "--push", action=argparse.BooleanOptionalAction, default=True, help="also gradient pushes"
+        "--push", action=argparse.BooleanOptionalAction, default=True, help="also gradient pushes, per path"
     )
     ap.add_argument("--py-spy", dest="spy", help="write py-spy's raw stacks of the server here (first size)")
     args = ap.parse_args()
@@ -176,10 +178,10 @@ def main() -> None:
                 for lane, c in lanes.items():
                     spy = args.spy if k == 0 and lane == args.lanes[0] else None
                     print(f"| {lane} " + measure(c, psutil.Process(proc.pid), rows, args.seconds, spy))
-                if args.push:
+                for lane, c in lanes.items() if args.push else ():
                     print(
-                        "| push "
-                        + measure(client, psutil.Process(proc.pid), rows, args.seconds, None, "push")
+                        f"| {lane} push "
+                        + measure(c, psutil.Process(proc.pid), rows, args.seconds, None, "push")
                     )
         finally:
             for c in lanes.values():

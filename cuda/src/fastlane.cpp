@@ -8,28 +8,43 @@
 // What. One thread, one epoll set, non-blocking sockets. The wire (all little-endian, version 1):
 //   hello    client -> server  "GTFL" u16 version, u16 token length (1..256), the token
 //            server -> client  "GTFL" u32 status (0 accepted; anything else: refused, then closed)
-//   request  "GTRQ" u16 op, u16 name length, u64 rid, u64 count (<= max_ids), u64 reserved (0), then
+//   request  "GTRQ" u16 op, u16 name length, u64 rid, u64 count (<= max_ids), u64 reserved (0; a push: its
+//            gradients' bytes, <= max_reply_bytes), then
 //            op 1, pull:   the table's name (1..128 bytes) padded with zeros to 8 bytes, the row type
 //                          the caller reads (u32 element type code, u32 dims 0..3, u64 dims[3]: a
 //                          table of another type answers "not served here"), `count` ids (int64,
 //                          global rows)
 //            op 2, sample: no name; i64 fan-out (>= 1: "all" is the ZMQ path's), u64 seed, `count`
 //                          seeds (int64, global nodes)
-//   reply    "GTRP" u32 status (0 ok, 1 error, 2 not served here), u64 rid, u64 payload bytes, then
-//            a UTF-8 message, or (ok) the rows of a pull, or a sample's counts (int64, one per seed)
-//            and the sampled sources (int64), the draws of gt_sample_neighbors, as the ZMQ path's
+//            op 3, push:   a gradient push (push_grad): the table's name padded as a pull's, the
+//                          gradients' row type (the table's), i64 step (Adam's table-wide count; INT64_MIN:
+//                          none), `count` ids (int64, global rows), then `count` gradient rows
+//   reply    "GTRP" u32 status (0 ok, 1 error, 2 not served here, 3 busy: ask over ZMQ this time), u64 rid,
+//            u64 payload bytes, then a UTF-8 message, or (ok) the rows of a pull, or a sample's counts
+//            (int64, one per seed) and the sampled sources (int64), the draws of gt_sample_neighbors, as
+//            the ZMQ path's, or a push's unique rows updated (int64)
 // Guarantees, as the ZMQ path's: the token is checked (constant time) before anything else is read (at
 // most a quarter of max_conns connections may be waiting to send it, the oldest making room for a
 // newcomer: peers without the token cannot take every slot, nor keep a client out); a
 // framing error closes the connection; an id outside the shard's rows is refused naming it; a table that
 // is not registered (GPU, dynamic vocabulary, unknown) or a pull over max_reply_bytes answers "not served
 // here" and the client asks over ZMQ. Memory is bounded per connection (one request and one reply: the
-// connection is not read while its reply waits) and in all (max_conns); a peer that takes nothing for
+// connection is not read while its reply waits: a request of at most ~390 KiB, a push's, and a reply of
+// max_reply_bytes) and in all (max_conns); a peer that takes nothing for
 // stall_ms with a reply pending, or does not finish its hello in handshake_ms, is closed. Rows are read
 // without the table's lock, as the ZMQ path's pulls read them (one writer per row, readers may see a row
 // between two steps); the registry's mutex only keeps a table's memory alive while it is copied.
+// A push is stepped on this thread under the table's own lock (table_lock.h), shared with the server's
+// Python threads and only tried here: a table whose lock is held, or whose step description is not
+// current (a checkpoint copying rows in the background, a new optimizer), answers "busy" and the client
+// pushes over ZMQ, where a worker waits for the lock. The step is the Python path's: the same core
+// function (gt_sparse_step_pieces, one thread), the same refusal of NaN or infinity before any row is
+// touched, Adam's table-wide count set from the client's, the written rows marked for the next
+// incremental checkpoint. Tables the lane does not step (half rows, a row norm, skipped non-finite
+// gradients, a dynamic vocabulary, a GPU table) are not described to it and answer "not served here".
 
 #include "graphtrain/api.h"
+#include "table_lock.h"
 
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -43,6 +58,7 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -57,6 +73,13 @@
 GT_API int64_t gt_sample_neighbors(const int64_t* indptr, const int64_t* indices, int64_t lo, int64_t num_local,
                                    const int64_t* seeds, int64_t n, int64_t fanout, uint64_t seed,
                                    int64_t* out_counts, int64_t* out_src, int64_t* bad_pos);
+// the CPU core's sparse step (optim_cpu.cpp): what the Python path calls for a push
+GT_API int64_t gt_sparse_step_pieces(int32_t kind, int64_t n, const int64_t* ids, int64_t npieces,
+                                     const float* const* blocks, const int64_t* counts, int64_t dim, int64_t num_rows,
+                                     int32_t mean, void* table, int32_t table_dtype, uint64_t round_seed,
+                                     float* state0, float* state1, int64_t* row_steps, int64_t global_step,
+                                     graphtrain::OptimParams params, int32_t threads, int32_t refuse_nonfinite,
+                                     int64_t* bad_pos);
 
 namespace {
 
@@ -64,16 +87,18 @@ constexpr uint32_t kHelloMagic = 0x4c465447;  // "GTFL"
 constexpr uint32_t kRequestMagic = 0x51525447;  // "GTRQ"
 constexpr uint32_t kReplyMagic = 0x50525447;  // "GTRP"
 constexpr uint16_t kVersion = 1;
-constexpr uint16_t kOpPull = 1, kOpSample = 2;
+constexpr uint16_t kOpPull = 1, kOpSample = 2, kOpPush = 3;
+constexpr int64_t kNoStep = INT64_MIN;
 constexpr size_t kSampleArgs = 16;  // fan-out, seed
 constexpr size_t kRowType = 32;     // element type code, dims, dims[3]
 constexpr size_t kHello = 8, kRequest = 32, kReply = 24, kMaxToken = 256, kMaxName = 128;
 constexpr int kPerWake = 16;  // requests one connection may have answered before the others' turn
-enum Status : uint32_t { kOk = 0, kError = 1, kNotHere = 2 };
+enum Status : uint32_t { kOk = 0, kError = 1, kNotHere = 2, kBusy = 3 };
 // the counters gt_fast_stats reports, in this order (runtime/kvstore/serving/fastlane.py names them)
 enum Stat {
   kPullsOk, kPullsError, kNotServed, kRows, kBytesOut, kMalformed, kRefused, kHandshakeTimeouts,
-  kStalled, kFull, kOpen, kLoops, kAccepted, kBusyNs, kLastLoopMs, kSamplesOk, kStats
+  kStalled, kFull, kOpen, kLoops, kAccepted, kBusyNs, kLastLoopMs, kSamplesOk, kPushesOk, kRowsPushed,
+  kPushesBusy, kStats
 };
 enum Stage { kHelloHead, kHelloToken, kHead, kBody };
 
@@ -90,6 +115,7 @@ struct Table {
   const char* data;
   int64_t lo, hi, row_bytes;
   RowType type;
+  graphtrain::TableLock* lock;  // the table's lock and step (table_lock.h), or null: pushes not served
 };
 
 struct Graph {  // the partition's in-edges (CSR over rows lo..lo+num_nodes), for sampling
@@ -240,8 +266,23 @@ struct Server {
   }
 
   void refuse(Conn& c, uint64_t rid, Status status, const std::string& msg) {
-    count(status == kNotHere ? kNotServed : kPullsError);
+    count(status == kNotHere ? kNotServed : status == kBusy ? kPushesBusy : kPullsError);
     reply(c, rid, status, msg.data(), msg.size());
+  }
+
+  // An id outside [lo, hi): its refusal, or an empty string.
+  static std::string outside(const int64_t* ids, uint64_t n, const std::string& name, int64_t lo, int64_t hi) {
+    for (uint64_t i = 0; i < n; ++i) {
+      if (ids[i] < lo || ids[i] >= hi) {
+        char msg[256];
+        int len = std::snprintf(msg, sizeof msg,
+                                "id %lld (position %llu) of '%.64s' is outside this shard's rows [%lld, %lld)",
+                                static_cast<long long>(ids[i]), static_cast<unsigned long long>(i), name.c_str(),
+                                static_cast<long long>(lo), static_cast<long long>(hi));
+        return std::string(msg, static_cast<size_t>(len > 0 ? len : 0));
+      }
+    }
+    return {};
   }
 
   // One complete pull in c.in: its reply goes to c.out.
@@ -272,16 +313,10 @@ struct Server {
         return;
       }
       const int64_t* ids = reinterpret_cast<const int64_t*>(idp);
-      for (uint64_t i = 0; i < n; ++i) {
-        if (ids[i] < t.lo || ids[i] >= t.hi) {
-          char msg[256];
-          int len = std::snprintf(msg, sizeof msg,
-                                  "id %lld (position %llu) of '%.64s' is outside this shard's rows [%lld, %lld)",
-                                  static_cast<long long>(ids[i]), static_cast<unsigned long long>(i),
-                                  name.c_str(), static_cast<long long>(t.lo), static_cast<long long>(t.hi));
-          refuse(c, rid, kError, std::string(msg, static_cast<size_t>(len > 0 ? len : 0)));
-          return;
-        }
+      std::string bad = outside(ids, n, name, t.lo, t.hi);
+      if (!bad.empty()) {
+        refuse(c, rid, kError, bad);
+        return;
       }
       size_t bytes = n * static_cast<size_t>(t.row_bytes);
       reply(c, rid, kOk, nullptr, 0);
@@ -293,6 +328,94 @@ struct Server {
     }
     count(kPullsOk);
     count(kRows, n);
+    count(kBytesOut, c.out.size());
+    count(kBusyNs, static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                             std::chrono::steady_clock::now() - start).count()));
+  }
+
+  // One complete push in c.in: the step under the table's lock, its unique rows into c.out.
+  void push(Conn& c) {
+    char* h = c.in.data();
+    uint16_t name_len = load<uint16_t>(h + 6);
+    uint64_t rid = load<uint64_t>(h + 8), n = load<uint64_t>(h + 16), bytes = load<uint64_t>(h + 24);
+    std::string name(h + kRequest, name_len);
+    const char* typep = h + kRequest + ((name_len + 7) & ~size_t{7});
+    RowType got{load<uint32_t>(typep), load<uint32_t>(typep + 4),
+                {load<uint64_t>(typep + 8), load<uint64_t>(typep + 16), load<uint64_t>(typep + 24)}};
+    int64_t step = load<int64_t>(typep + kRowType);
+    int64_t* ids = reinterpret_cast<int64_t*>(h + (typep - h) + kRowType + 8);  // 8-byte aligned: see need
+    const float* grads = reinterpret_cast<const float*>(ids + n);
+    auto start = std::chrono::steady_clock::now();
+    int64_t updated = 0;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      auto it = tables.find(name);
+      if (it == tables.end() || it->second.lock == nullptr || !(it->second.type == got)) {
+        refuse(c, rid, kNotHere, "the fast lane does not step table '" + name.substr(0, 64) + "'");
+        return;
+      }
+      const Table& t = it->second;
+      if (bytes != n * static_cast<uint64_t>(t.row_bytes)) {
+        refuse(c, rid, kError, "a push's gradient bytes are not its ids' rows");
+        return;
+      }
+      std::string bad = outside(ids, n, name, t.lo, t.hi);
+      if (!bad.empty()) {
+        refuse(c, rid, kError, bad);
+        return;
+      }
+      graphtrain::TableLock* l = t.lock;
+      if (!l->try_acquire()) {  // a worker steps it, or a checkpoint reads it: that worker's wait, not ours
+        refuse(c, rid, kBusy, "the table is locked");
+        return;
+      }
+      const graphtrain::StepDesc d = l->desc;
+      if (!l->steppable.load(std::memory_order_acquire) || d.table == nullptr ||
+          d.dim * static_cast<int64_t>(sizeof(float)) != t.row_bytes || d.num_rows != t.hi - t.lo) {
+        l->release();
+        refuse(c, rid, kBusy, "the table's step is not described to the fast lane now");
+        return;
+      }
+      for (uint64_t i = 0; i < n; ++i) ids[i] -= t.lo;
+      const int64_t global = d.global_step == nullptr ? 0 : step != kNoStep ? step : *d.global_step + 1;
+      const int64_t rows = static_cast<int64_t>(n);
+      int64_t at = -1;
+      updated = gt_sparse_step_pieces(d.kind, rows, ids, 1, &grads, &rows, d.dim, d.num_rows, d.mean, d.table, 0, 0,
+                                      d.state0, d.state1, d.row_steps, global, d.params, 1, d.refuse_nonfinite, &at);
+      if (updated >= 0) {
+        if (d.global_step != nullptr) *d.global_step = global;
+        if (d.changed != nullptr)
+          for (uint64_t i = 0; i < n; ++i) d.changed[ids[i]] = 1;
+      }
+      l->release();
+      if (updated < 0) {
+        std::string msg = "push_grad of '" + name.substr(0, 64) + "': the optimizer core refused it";
+        if (updated == -2) {  // the Python path's words (storage/update.py: nonfinite_refusal)
+          int64_t bad_rows = 0;
+          for (uint64_t r = 0; r < n; ++r)
+            for (int64_t k = 0; k < d.dim; ++k)
+              if (!std::isfinite(grads[r * d.dim + k])) {
+                ++bad_rows;
+                break;
+              }
+          char buf[320];
+          int len = std::snprintf(buf, sizeof buf,
+                                  "push_grad of '%.64s': %lld gradient row(s) hold NaN or infinity (first id "
+                                  "%lld); no row was updated",
+                                  name.c_str(), static_cast<long long>(bad_rows),
+                                  static_cast<long long>(at >= 0 ? ids[at] + t.lo : -1));
+          msg.assign(buf, static_cast<size_t>(len > 0 ? len : 0));
+        }
+        refuse(c, rid, kError, msg);
+        return;
+      }
+    }
+    reply(c, rid, kOk, nullptr, 0);
+    c.out.resize(kReply + 8);
+    store<uint64_t>(c.out.data() + 16, 8);
+    store<int64_t>(c.out.data() + kReply, updated);
+    count(kPushesOk);
+    count(kRowsPushed, n);
     count(kBytesOut, c.out.size());
     count(kBusyNs, static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
                                              std::chrono::steady_clock::now() - start).count()));
@@ -383,21 +506,26 @@ struct Server {
       }
       case kHead: {
         uint16_t op = load<uint16_t>(h + 4), name_len = load<uint16_t>(h + 6);
-        uint64_t n = load<uint64_t>(h + 16);
-        bool named = op == kOpPull ? name_len >= 1 && name_len <= kMaxName : op == kOpSample && name_len == 0;
-        if (load<uint32_t>(h) != kRequestMagic || !named || n > static_cast<uint64_t>(max_ids) ||
-            load<uint64_t>(h + 24) != 0) {
+        uint64_t n = load<uint64_t>(h + 16), extra = load<uint64_t>(h + 24);
+        bool named = op == kOpPull || op == kOpPush ? name_len >= 1 && name_len <= kMaxName
+                                                    : op == kOpSample && name_len == 0;
+        bool sized = op == kOpPush ? extra <= static_cast<uint64_t>(max_reply) && extra % 8 == 0 : extra == 0;
+        if (load<uint32_t>(h) != kRequestMagic || !named || !sized || n > static_cast<uint64_t>(max_ids)) {
           count(kMalformed);
           return false;
         }
         c.stage = kBody;
-        c.need = kRequest + (op == kOpPull ? ((name_len + 7) & ~size_t{7}) + kRowType : kSampleArgs) + n * 8;
+        size_t named_head = ((name_len + 7) & ~size_t{7}) + kRowType;
+        c.need = kRequest + (op == kOpPull ? named_head : op == kOpPush ? named_head + 8 : kSampleArgs) + n * 8 +
+                 (op == kOpPush ? extra : 0);
         c.in.resize(c.need);
         return true;
       }
       case kBody:
         if (load<uint16_t>(h + 4) == kOpPull)
           pull(c);
+        else if (load<uint16_t>(h + 4) == kOpPush)
+          push(c);
         else
           sample(c);
         c.have = 0;
@@ -530,10 +658,12 @@ GT_API void* gt_fast_start(int listen_fd, const char* token, int64_t token_len, 
 }
 
 // Register (data != NULL) or withdraw table `name`: rows [lo, hi) of row_bytes each at `data`, their
-// type (element type code, ndim, dims) what a pull must ask for. Returns
-// once no pull copies from the table's previous memory any more, so the caller may then free it.
+// type (element type code, ndim, dims) what a pull must ask for; `lock` (table_lock.h, or NULL: no
+// pushes here) the table's lock, which must outlive the registration. Returns once no request reads the
+// table's previous memory any more, so the caller may then free it.
 GT_API int gt_fast_set_table(void* server, const char* name, int64_t name_len, const void* data, int64_t lo,
-                             int64_t hi, int64_t row_bytes, int32_t type_code, int32_t ndim, const int64_t* dims) {
+                             int64_t hi, int64_t row_bytes, int32_t type_code, int32_t ndim, const int64_t* dims,
+                             void* table_lock) {
   auto* s = static_cast<Server*>(server);
   if (name_len <= 0 || name_len > static_cast<int64_t>(kMaxName)) return 1;
   std::string key(name, static_cast<size_t>(name_len));
@@ -544,7 +674,8 @@ GT_API int gt_fast_set_table(void* server, const char* name, int64_t name_len, c
     if (lo < 0 || hi < lo || row_bytes <= 0 || ndim < 0 || ndim > 3) return 1;
     RowType type{static_cast<uint32_t>(type_code), static_cast<uint32_t>(ndim), {0, 0, 0}};
     for (int32_t i = 0; i < ndim; ++i) type.dims[i] = static_cast<uint64_t>(dims[i]);
-    s->tables[key] = Table{static_cast<const char*>(data), lo, hi, row_bytes, type};
+    s->tables[key] = Table{static_cast<const char*>(data), lo, hi, row_bytes, type,
+                           static_cast<graphtrain::TableLock*>(table_lock)};
   }
   return 0;
 }

@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 from graphtrain.runtime.errors import GraphtrainError
 
 # = graphtrain::kAbiVersion in cuda/include/graphtrain/abi.h (tests/native/test_abi.py compares them)
-ABI_VERSION = 12
+ABI_VERSION = 13
 
 CPU, CUDA = "cpu", "cuda"
 REBUILD = {
@@ -118,7 +118,14 @@ SIGNATURES: dict[str, Signature] = {
     # bytes, element type code, ndim, dims), stats(server, out, n), set_graph(server, indptr, indices, lo,
     # nodes), stop(server)
     "gt_fast_start": Signature((CPU,), P, [INT, ctypes.c_char_p, I64, I64, I64, I64, I64, I64]),
-    "gt_fast_set_table": Signature((CPU,), INT, [P, ctypes.c_char_p, I64, P, I64, I64, I64, I32, I32, P]),
+    "gt_fast_set_table": Signature((CPU,), INT, [P, ctypes.c_char_p, I64, P, I64, I64, I64, I32, I32, P, P]),
+    "gt_lock_new": Signature((CPU,), P, []),
+    "gt_lock_free": Signature((CPU,), None, [P]),
+    "gt_lock_acquire": Signature((CPU,), I32, [P, I32, F64]),
+    "gt_lock_release": Signature((CPU,), I32, [P]),
+    "gt_lock_locked": Signature((CPU,), I32, [P]),
+    "gt_lock_describe": Signature((CPU,), I32, [P, I32, I32, I32, I64, I64, P, P, P, P, P, P, OptimParams]),
+    "gt_lock_stale": Signature((CPU,), None, [P]),
     "gt_fast_stats": Signature((CPU,), None, [P, P, I64]),
     "gt_fast_set_graph": Signature((CPU,), None, [P, P, P, I64, I64]),
     "gt_fast_stop": Signature((CPU,), None, [P]),

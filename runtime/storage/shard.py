@@ -17,10 +17,13 @@ import numpy as np
 import torch
 
 from graphtrain.runtime.optim import OptimConfig
+from graphtrain.runtime.storage.tablelock import NativeLock, new_lock
 
 # Tensors named so hold a computation's intermediate rows (train/layerwise.py: each GNN layer's output
 # over the whole graph): never checkpointed, so never restored.
 SCRATCH_PREFIX = "scratch:"
+# what the fast lane's step description holds or depends on (serving/fastlane.py: describe)
+LANE_WATCHED = frozenset(("data", "config", "state", "snapshot", "keyed", "changed", "lo", "hi", "lock"))
 
 
 @dataclass
@@ -36,7 +39,7 @@ class TensorShard:
     data: torch.Tensor
     config: OptimConfig | None = None
     state: dict[str, torch.Tensor] = field(default_factory=dict)
-    lock: threading.Lock = field(default_factory=threading.Lock)  # one writer per row
+    lock: NativeLock | threading.Lock = field(default_factory=new_lock)  # one writer per row (tablelock.py)
     shm: shared_memory.SharedMemory | None = None
     from_partition: bool = False  # node data loaded from the partition files: not checkpointed
     written: Any = None  # a GPU table's last write, a torch.cuda.Event (gpu.py: the order across streams)
@@ -47,6 +50,18 @@ class TensorShard:
     changed: Any = None  # rows written since the last checkpoint armed (increment.Changed; host tables)
     steps: int = 0  # optimizer steps applied here: a half table's rounding seed (round_seed)
     _seed_base: int | None = None
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        """A change to what the fast lane's description of the step points at makes it stale: the lane
+        leaves the table's pushes to the Python path until it is described again (tablelock.py)."""
+        object.__setattr__(self, name, value)
+        if name in LANE_WATCHED and self.__dict__.get("_live"):  # not while __init__ fills a copy in
+            lock = self.__dict__.get("lock")
+            if isinstance(lock, NativeLock):
+                lock.stale()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_live", True)
 
     def round_seed(self) -> int:
         """The next step's stochastic-rounding seed of a half table (optim_math.h): new every step, and

@@ -18,8 +18,9 @@ namespace graphtrain {
 // 8: the edge softmax over a block's rows (gt_edge_softmax*); 9: the CUDA core's sampling by edge position and
 // per edge type (gt_cuda_sample_edges_*); 10: half-precision tables in the CPU core's sparse steps (table_dtype,
 // round_seed); 11: the shard server's fast lane (gt_fast_*); 12: half-precision tables in the CUDA core's
-// sparse step (gt_cuda_sparse_step's table_dtype, round_seed)
-inline constexpr int32_t kAbiVersion = 12;
+// sparse step (gt_cuda_sparse_step's table_dtype, round_seed); 13: gradient pushes on the fast lane, the
+// shard tables' native lock (gt_lock_*, gt_fast_set_table's lock)
+inline constexpr int32_t kAbiVersion = 13;
 }  // namespace graphtrain
 
 // The two functions of the check, defined once in each library (one use per build).

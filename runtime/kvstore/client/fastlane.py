@@ -1,8 +1,10 @@
-"""Pulls over the shard servers' fast lanes (serving/fastlane.py, cuda/src/fastlane.cpp): the client side.
+"""Pulls, samples and pushes over the shard servers' fast lanes (serving/fastlane.py, cuda/src/fastlane.cpp):
+the client side.
 
 ZmqTransport hands each eligible call here: a pull of a table's rows into the caller's array, of at most
-fastwire.MAX_IDS ids and MAX_REPLY_BYTES of rows, or a neighbour sample (untyped, a fan-out >= 1, its
-reply within MAX_REPLY_BYTES at most), to a shard whose health reply named a fast lane port. One plain
+fastwire.MAX_IDS ids and MAX_REPLY_BYTES of rows, a neighbour sample (untyped, a fan-out >= 1, its
+reply within MAX_REPLY_BYTES at most), or a gradient push of float32 rows within the same bounds (one
+chunk, not through shared memory), to a shard whose health reply named a fast lane port. One plain
 TCP connection per shard, authenticated once with the token, one request in flight on it at a time (pulls
 to several shards are in flight together). Rows are read straight into the caller's array when they land
 in order.
@@ -13,6 +15,10 @@ safe); the lane is tried again RETRY_SECONDS later, after asking the server its 
 server may have another). A table the lane does not serve (a GPU table, a dynamic vocabulary, one created
 since) is remembered and asked over ZMQ from then on. What the lane refuses (an id outside the shard)
 raises as the ZMQ path's refusal does; a refused token raises KVAuthError.
+
+A push is not idempotent: one the lane answers "busy" or "not served" was not applied and goes over ZMQ,
+but one whose connection fails after it was sent raises KVTimeout (it may have been applied), as the
+ZMQ path does. `begin` sends without waiting (a push with wait=False); `finish` collects the answers.
 """
 
 from __future__ import annotations
@@ -26,11 +32,19 @@ from collections import deque
 
 import numpy as np
 
-from graphtrain.runtime.kvstore.client.transport import SLOW_NOTE_SECONDS, Answer, Call, KVAuthError, place
+from graphtrain.runtime.kvstore.client.transport import (
+    SLOW_NOTE_SECONDS,
+    Answer,
+    Call,
+    KVAuthError,
+    KVTimeout,
+    place,
+)
 from graphtrain.runtime.kvstore.wire import fastwire, opargs, protocol
 
 RETRY_SECONDS = 2.0
 SAMPLING = "\0sample"  # not_served's name for a shard's sampling (no table is named so)
+LANE_OPS = ("pull", "sample", "push_grad")  # what the lane may carry (eligible() decides each call)
 PULLED = Answer({"offset": 0}, [])  # a pull's answer: its rows are in the caller's array
 
 
@@ -59,6 +73,9 @@ class FastPulls:
         self._head = bytearray(fastwire.REPLY.size)
         self._deadline = 0.0  # of the exchange run() is in
         self._began, self._noted = 0.0, True  # when it began, and whether its wait was logged
+        self._queues: dict[int, deque[Call]] = {}  # begin()'s calls not answered yet, by shard
+        self._flight: dict[int, tuple[Call, int]] = {}  # the call in flight on each shard's connection
+        self._unserved: list[Call] = []  # calls the lane did not serve: for ZMQ
 
     # ------------------------------------------------------------------------------ which pulls
 
@@ -68,7 +85,7 @@ class FastPulls:
         return {
             c.shard
             for c in calls
-            if c.op in ("pull", "sample") and self.ports[c.shard] is None and now >= self.retry_at[c.shard]
+            if c.op in LANE_OPS and self.ports[c.shard] is None and now >= self.retry_at[c.shard]
         }
 
     def learn(self, shard: int, port: int) -> None:
@@ -90,51 +107,107 @@ class FastPulls:
             return (
                 a.fanout >= 1 and n <= fastwire.MAX_IDS and 8 * n * (a.fanout + 1) <= fastwire.MAX_REPLY_BYTES
             )
+        if c.op == "push_grad":
+            return self._pushable(c)
         if c.op != "pull" or c.out is None or (s, c.name) in self.not_served or not isinstance(c.name, str):
             return False
         if fastwire.row_type(c.out.dtype, c.out.shape[1:]) is None:
             return False
         return n <= fastwire.MAX_IDS and n * _row_bytes(c.out) <= fastwire.MAX_REPLY_BYTES
 
-    # ---------------------------------------------------------------------------------- pulls
+    def _pushable(self, c: Call) -> bool:
+        """A push the lane may carry: float32 rows in one chunk, within its bounds, nothing but a step."""
+        if (c.shard, c.name) in self.not_served or not isinstance(c.name, str) or len(c.arrays) != 2:
+            return False
+        args = c.args or {}
+        step = args.get("step")
+        if set(args) - {"step", "id_frames"} or args.get("id_frames", 1) != 1:
+            return False  # through shared memory, or in several frames: the ZMQ path's
+        if step is not None and (not isinstance(step, int) or not fastwire.NO_STEP < step < 2**63):
+            return False
+        ids, vals = c.arrays
+        return (
+            vals.dtype == np.float32
+            and vals.ndim >= 2
+            and vals.flags.c_contiguous
+            and len(ids) == len(vals) <= fastwire.MAX_IDS
+            and vals.nbytes <= fastwire.MAX_REPLY_BYTES
+            and fastwire.row_type(vals.dtype, vals.shape[1:]) is not None
+        )
+
+    # ------------------------------------------------------------------------ pulls and pushes
 
     def run(self, calls: list[Call]) -> tuple[dict[int, Answer], list[Call]]:
         """Serve `calls` (all eligible): their answers by id(call), and the calls left for ZMQ."""
+        self.begin(calls)
+        return self.finish()
+
+    def begin(self, calls: list[Call]) -> None:
+        """Send the first of `calls` (all eligible) to each shard; finish() takes the answers and sends
+        the rest, one in flight per connection."""
         queues: dict[int, deque[Call]] = {}
         for c in calls:
             queues.setdefault(c.shard, deque()).append(c)
-        left: list[Call] = []
-        answers: dict[int, Answer] = {}
-        flight: dict[int, tuple[Call, int]] = {}
+        self._unserved = []
+        self._queues, self._flight = queues, {}
         self._deadline = time.monotonic() + self.timeout  # the whole exchange, as one ZMQ call's
         self._began, self._noted = time.monotonic(), False
         try:
             for s, q in queues.items():
                 try:
-                    flight[s] = (q[0], self._send(s, q[0]))
+                    self._flight[s] = (q[0], self._send(s, q[0]))
                 except _Broken:
                     self._down(s)
-                    left += q
+                    self._unserved += q
                     q.clear()
+        except BaseException:
+            self._abandon()
+            raise
+
+    def pending(self) -> bool:
+        return bool(self._flight)
+
+    def _abandon(self) -> None:
+        """A refusal raised: replies still on their way would desynchronise their connections."""
+        for s in self._flight:
+            self._fail(s)
+        self._flight = {}
+
+    def finish(self) -> tuple[dict[int, Answer], list[Call]]:
+        """The answers of begin()'s calls by id(call), and the calls left for ZMQ."""
+        queues, flight, left = self._queues, self._flight, self._unserved
+        answers: dict[int, Answer] = {}
+        try:
             while flight:
                 for s in list(flight):
                     c, rid = flight.pop(s)
                     try:
                         answer = self._receive(s, c, rid)
-                        if answer is None:
-                            left.append(c)
-                        else:
-                            answers[id(c)] = answer
-                        queues[s].popleft()
-                        if queues[s]:
-                            flight[s] = (queues[s][0], self._send(s, queues[s][0]))
                     except _Broken:
                         self._down(s)
+                        if c.op == "push_grad":  # it may have been applied: never sent twice
+                            raise KVTimeout(
+                                f"shard {s} ({self.addresses[s]}): the fast lane failed before answering "
+                                f"push_grad of {c.name!r} (not retried: it may have been applied); did "
+                                "the server stop or restart?"
+                            ) from None
                         left += queues[s]
                         queues[s].clear()
-        except BaseException:  # a refusal raised: replies still on their way would desynchronise
-            for s in flight:
-                self._fail(s)
+                        continue
+                    if answer is None:
+                        left.append(c)
+                    else:
+                        answers[id(c)] = answer
+                    queues[s].popleft()
+                    if queues[s]:
+                        try:
+                            flight[s] = (queues[s][0], self._send(s, queues[s][0]))
+                        except _Broken:  # not sent whole: not applied, so ZMQ may carry it
+                            self._down(s)
+                            left += queues[s]
+                            queues[s].clear()
+        except BaseException:
+            self._abandon()
             raise
         if self._noted:
             sys.stderr.write(f"[kvstore] answered after {time.monotonic() - self._began:.1f} s\n")
@@ -143,6 +216,14 @@ class FastPulls:
     def _send(self, s: int, c: Call) -> int:
         sock = self._connect(s)
         rid = next(self._rid)
+        if c.op == "push_grad":
+            keys, vals = np.ascontiguousarray(c.arrays[0], dtype=np.int64), c.arrays[1]
+            rows = fastwire.row_type(vals.dtype, vals.shape[1:])
+            assert rows is not None  # eligible() checked it
+            step = (c.args or {}).get("step")
+            head = fastwire.push_request(rid, c.name.encode(), len(keys), rows, vals.nbytes, step)
+            self._send_parts(sock, [head, keys, vals])
+            return rid
         ids = [np.ascontiguousarray(a, dtype=np.int64) for a in c.arrays]
         n = sum(len(a) for a in ids)
         if c.op == "sample":
@@ -160,6 +241,21 @@ class FastPulls:
             raise _Broken from exc
         return rid
 
+    def _send_parts(self, sock: socket.socket, parts: list[bytes | np.ndarray]) -> None:
+        """Send `parts` as one request without joining them (a push's 256 KiB of rows is not copied)."""
+        views = [memoryview(p).cast("B") for p in parts if len(p)]
+        try:
+            while views:
+                sock.settimeout(self._left())
+                sent = sock.sendmsg(views)
+                while views and sent >= len(views[0]):
+                    sent -= len(views[0])
+                    views.pop(0)
+                if sent:
+                    views[0] = views[0][sent:]
+        except OSError as exc:
+            raise _Broken from exc
+
     def _receive(self, s: int, c: Call, rid: int) -> Answer | None:
         """Read the answer to `c` (a pull's into its rows); None: the lane does not serve it."""
         sock = self.socks[s]
@@ -174,11 +270,19 @@ class FastPulls:
             text = bytearray(nbytes)
             self._read_into(sock, memoryview(text))
             message = text.decode(errors="replace")
+            if status == fastwire.BUSY:
+                return None  # not applied: this once over ZMQ
             if status == fastwire.NOT_HERE:
-                if c.op == "pull" or "no graph" in message:  # a big sample is asked over ZMQ once
-                    self.not_served.add((s, c.name if c.op == "pull" else SAMPLING))
+                if c.op != "sample" or "no graph" in message:  # a big sample is asked over ZMQ once
+                    self.not_served.add((s, c.name if c.op != "sample" else SAMPLING))
                 return None
             raise protocol.RemoteError(f"shard {s} ({self.addresses[s]}) refused {c.op}: {message}")
+        if c.op == "push_grad":
+            if nbytes != fastwire.PUSH_REPLY.size:
+                raise _Broken
+            got = bytearray(nbytes)
+            self._read_into(sock, memoryview(got))
+            return Answer({"rows": fastwire.PUSH_REPLY.unpack(got)[0], "skipped": 0}, [])
         n = sum(len(a) for a in c.arrays)
         if c.op == "sample":
             return self._sampled(sock, n, nbytes)
@@ -267,6 +371,10 @@ class FastPulls:
         sock, self.socks[s] = self.socks[s], None
         if sock is not None:
             sock.close()
+
+    def unreachable(self, s: int) -> None:
+        """Asking `s` its lane port failed: ZMQ for a while, then ask again."""
+        self._down(s)
 
     def _down(self, s: int) -> None:
         """The lane of `s` failed: ZMQ for a while, then ask its port again."""

@@ -27,7 +27,7 @@ from zmq.utils.monitor import recv_monitor_message
 
 from graphtrain.runtime.errors import GraphtrainError
 from graphtrain.runtime.kvstore.client import reads
-from graphtrain.runtime.kvstore.client.fastlane import FastPulls
+from graphtrain.runtime.kvstore.client.fastlane import LANE_OPS, FastPulls
 from graphtrain.runtime.kvstore.client.samehost import SameHost
 from graphtrain.runtime.kvstore.client.transport import (
     SLOW_NOTE_SECONDS,
@@ -103,6 +103,7 @@ class ZmqTransport:
         self.shm = shm
         self._host = SameHost()
         self._open: _Exchange | None = None  # begin_many's calls, collected before anything else
+        self._lane_open: float | None = None  # begin_many's calls on the fast lane: their timeout
         self._fast = FastPulls(self.addresses, token, timeout) if fast else None  # small pulls' lane
 
     # ------------------------------------------------------------------ shared memory (same host)
@@ -155,42 +156,71 @@ class ZmqTransport:
         with self._lock:
             self._settle()  # every earlier call answered: a pull on the fast lane sees their effects
             wait = self.timeout if timeout is None else timeout
-            if self._fast is None or not any(c.op in ("pull", "sample") for c in calls):
+            if self._fast is None or not any(c.op in LANE_OPS for c in calls):
                 return _Exchange(self, calls, wait).finish()
             return self._fast_lane(self._fast, calls, wait)
 
-    def _fast_lane(self, fast: FastPulls, calls: list[Call], wait: float) -> list[Answer]:
-        """The eligible pulls and samples over the fast lane (client/fastlane.py), the rest and whatever
-        the lane could not serve over ZMQ."""
+    def _lane_calls(self, fast: FastPulls, calls: list[Call], wait: float) -> list[Call]:
+        """The calls the fast lane may carry (client/fastlane.py), after asking the lane ports not known."""
         ask = sorted(fast.unknown(calls))
         if ask:
-            health = _Exchange(self, [Call(s, "health") for s in ask], wait).finish()
+            try:
+                health = _Exchange(self, [Call(s, "health") for s in ask], wait).finish()
+            except KVTimeout:  # the calls themselves go over ZMQ, and fail there in their own words
+                for s in ask:
+                    fast.unreachable(s)
+                return []
             for s, a in zip(ask, health, strict=True):
                 fast.learn(s, a.result.get("fast_port", 0))
-        lane = [c for c in calls if fast.eligible(c)]
+        return [c for c in calls if fast.eligible(c)]
+
+    def _fast_lane(self, fast: FastPulls, calls: list[Call], wait: float) -> list[Answer]:
+        """The eligible pulls, samples and pushes over the fast lane, the rest and whatever the lane
+        could not serve over ZMQ (after the lane's: a push it left was not applied)."""
+        lane = self._lane_calls(fast, calls, wait)
         if not lane:
             return _Exchange(self, calls, wait).finish()
         served, _ = fast.run(lane)
         for c in lane:
-            if id(c) in served:  # counted as "socket" by KVClient, which could not know
+            # counted as "socket" by KVClient, which could not know (pushes are not reads)
+            if id(c) in served and c.op != "push_grad":
                 reads.moved(c.shard, "socket", "fast_lane", sum(len(a) for a in c.arrays))
         rest = [c for c in calls if id(c) not in served]
         answers = iter(_Exchange(self, rest, wait).finish() if rest else [])
         return [served[id(c)] if id(c) in served else next(answers) for c in calls]
 
     def begin_many(self, calls: list[Call], timeout: float | None = None) -> None:
+        """Send `calls` (pushes with wait=False) and return: the next call, or settle(), collects their
+        answers. Pushes the fast lane carries go there; what it leaves goes over ZMQ then."""
         with self._lock:
             self._settle()
-            self._open = _Exchange(self, calls, self.timeout if timeout is None else timeout)
+            wait = self.timeout if timeout is None else timeout
+            lane = [] if self._fast is None else self._lane_calls(self._fast, calls, wait)
+            if lane:
+                assert self._fast is not None
+                self._fast.begin(lane)
+                self._lane_open = wait
+                sent = {id(c) for c in lane}
+                calls = [c for c in calls if id(c) not in sent]
+            if calls:
+                self._open = _Exchange(self, calls, wait)
 
     def settle(self) -> None:
         with self._lock:
             self._settle()
 
     def _settle(self) -> None:
-        if self._open is not None:
-            exchange, self._open = self._open, None
-            exchange.finish()
+        try:
+            if self._lane_open is not None:
+                wait, self._lane_open = self._lane_open, None
+                assert self._fast is not None
+                _, left = self._fast.finish()
+                if left:  # pushes the lane did not apply (busy, not served, not sent): now over ZMQ
+                    _Exchange(self, left, wait).finish()
+        finally:  # the ZMQ calls' answers are collected even when a lane push was refused
+            if self._open is not None:
+                exchange, self._open = self._open, None
+                exchange.finish()
 
     def check_handshakes(self, shards: set[int]) -> set[int]:
         """Raise KVAuthError if a server among `shards` refused this client's handshake, KVTimeout if one

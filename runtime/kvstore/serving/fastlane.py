@@ -11,6 +11,13 @@ table's rows live on the device: both stay on the ZMQ path). `sync` registers th
 pointer, and keeps a reference to each registered tensor, so its memory outlives any pull copying from
 it: a table whose tensor changed (created, restored, moved by set_optimizer) is registered again, and
 only then is the old tensor let go (gt_fast_set_table returns once no copy reads the old memory).
+
+Gradient pushes of float32 tables are stepped by the lane too, under the table's native lock
+(storage/tablelock.py), from a description of the step that `sync` writes while holding that lock:
+the rows, the optimizer and its state, the changed-row mask of an incremental checkpoint. A table whose
+description went stale (TensorShard.__setattr__: a new optimizer, a checkpoint arming) or that the lane
+does not step as the Python path does (lane_steppable) answers "busy" or "not served", and its pushes go
+over ZMQ; the next sync (at most a second later) describes it again.
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
+import torch
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from graphtrain.runtime.dtypes import NUMPY
@@ -32,6 +40,7 @@ from graphtrain.runtime.kvstore.serving.metrics import ServerMetrics
 from graphtrain.runtime.kvstore.tables.graphpart import GraphPart
 from graphtrain.runtime.kvstore.wire import fastwire
 from graphtrain.runtime.storage.shard import TensorShard
+from graphtrain.runtime.storage.tablelock import NativeLock
 
 log = logging.getLogger("graphtrain.kvstore.server")
 
@@ -53,6 +62,9 @@ STATS = (
     "busy_ns",
     "last_loop_ms",
     "samples_ok",
+    "pushes_ok",
+    "rows_pushed",
+    "pushes_busy",
 )
 
 
@@ -63,7 +75,7 @@ LANE_EVENTS = ("refused", "malformed", "handshake_timeouts", "stalled", "full")
 class LaneLimits:
     handshake_seconds: float = 10.0  # to send the token
     stall_seconds: float = 30.0  # a reply pending this long with nothing taken: the connection is closed
-    max_connections: int = 256  # with one request and one reply each: <= ~100 MB in all
+    max_connections: int = 256  # with one request (<= ~390 KiB) and one reply (<= 256 KiB) each: <= ~165 MB
 
 
 def servable(t: TensorShard) -> bool:
@@ -78,6 +90,69 @@ def servable(t: TensorShard) -> bool:
         and fastwire.type_code(NUMPY[t.dtype]) > 0
         and len(t.row_shape) <= 3
         and 0 < len(t.name.encode()) <= fastwire.MAX_NAME
+    )
+
+
+def lane_steppable(t: TensorShard) -> bool:
+    """Whether the lane may step `t`'s gradient pushes now, as storage/update.locked_step would: float32
+    rows on the host with an optimizer the CPU core runs whole (no row norm or unit-circle projection
+    after it, non-finite gradients refused), no background checkpoint copying rows before they are
+    written, and the CPU core chosen for host tables."""
+    from graphtrain.runtime.native.backend import CoreBackend, choose
+
+    c = t.config
+    return (
+        servable(t)
+        and isinstance(t.lock, NativeLock)
+        and t.data.dtype == torch.float32
+        and t.data.dim() == 2
+        and c is not None
+        and not c.row_norm
+        and not c.unit_complex
+        and c.nonfinite == "refuse"
+        and t.snapshot is None
+        and (t.changed is None or _mask_ok(t.changed.mask, t.rows))
+        and choose() is CoreBackend.CPU
+    )
+
+
+def _mask_ok(mask: np.ndarray, rows: int) -> bool:
+    return mask.dtype == np.bool_ and mask.flags.c_contiguous and mask.shape == (rows,)
+
+
+def describe(t: TensorShard) -> bool:
+    """Write the lane's description of `t`'s step (the caller holds t.lock); False when the lane must
+    not step it (lane_steppable, or a state that does not fit the optimizer)."""
+    from graphtrain.runtime.native import optim as native
+    from graphtrain.runtime.optim.functional import native_args
+    from graphtrain.runtime.optim.state import check_state
+
+    if not lane_steppable(t):
+        return False
+    assert t.config is not None and isinstance(t.lock, NativeLock)
+    try:
+        check_state(t.config, t.state, t.data.shape[0], t.data.shape[1])
+    except ValueError:
+        return False
+    args = native_args(t.config)
+    s0, s1, row_steps, _ = native.state_tensors(args, t.state)
+    global_step = t.state["step"] if (args.adam and args.global_step) else None
+    if global_step is not None and (global_step.dtype != torch.int64 or not global_step.is_contiguous()):
+        return False
+    ptr = lambda x: None if x is None else x.data_ptr()  # noqa: E731
+    return t.lock.describe(
+        args.kind,
+        int(args.mean),
+        1,
+        t.data.shape[1],
+        t.data.shape[0],
+        t.data.data_ptr(),
+        ptr(s0),
+        ptr(s1),
+        ptr(row_steps),
+        ptr(global_step),
+        None if t.changed is None else t.changed.mask.ctypes.data,
+        args.params,
     )
 
 
@@ -155,9 +230,10 @@ class FastLane:
         )
         if not self._handle:
             raise GraphtrainError("the fast lane's native server did not start")
-        self._held: dict[str, tuple[int, TensorShard, object]] = {}  # name -> (pointer, table, tensor)
+        # name -> (pointer, table, tensor, lock): what the native side reads stays alive while registered
+        self._held: dict[str, tuple[int, TensorShard, object, object]] = {}
         self._lock = threading.Lock()  # workers (after create, restore, ...) and the I/O thread sync
-        self._counted = dict.fromkeys(("pulls_ok", "samples_ok", "rows"), 0)
+        self._counted = dict.fromkeys(("pulls_ok", "samples_ok", "rows", "pushes_ok", "rows_pushed"), 0)
         self._count_lock = threading.Lock()  # the I/O thread and a scrape count
         self._graph: GraphPart | None = None
         self._graph_arrays: tuple[np.ndarray, np.ndarray] | None = None
@@ -193,9 +269,16 @@ class FastLane:
                 if held is not None:
                     self._set(name, None, t)
                 continue
-            if held is not None and held[0] == data.data_ptr() and held[1] is t:
-                continue
-            self._set(name, data, t)
+            if held is None or held[0] != data.data_ptr() or held[1] is not t or held[3] is not t.lock:
+                self._set(name, data, t)
+            lock = t.lock
+            described = not isinstance(lock, NativeLock) or lock.described
+            # a busy table is described at the next sync
+            if name in self._held and not described and lock.acquire(blocking=False):
+                try:
+                    describe(t)
+                finally:
+                    lock.release()
         for name in [n for n in self._held if n not in tensors]:
             self._set(name, None, self._held[name][1])
 
@@ -205,23 +288,24 @@ class FastLane:
         key = name.encode()
         if data is None:
             if self._held.pop(name, None) is not None:
-                self._core.gt_fast_set_table(self._handle, key, len(key), None, 0, 0, 0, 0, 0, None)
+                self._core.gt_fast_set_table(self._handle, key, len(key), None, 0, 0, 0, 0, 0, None, None)
             return
         row = int(np.prod(t.row_shape, dtype=np.int64)) * data.element_size()  # type: ignore[attr-defined]
         ptr = data.data_ptr()  # type: ignore[attr-defined]
         dims = np.array([*t.row_shape, 0, 0, 0][:3], dtype=np.int64)
         code = fastwire.type_code(NUMPY[t.dtype])
-        args = (ptr, t.lo, t.hi, row, code, len(t.row_shape), dims.ctypes.data)
+        lock = t.lock if isinstance(t.lock, NativeLock) and t.data.dtype == torch.float32 else None
+        args = (ptr, t.lo, t.hi, row, code, len(t.row_shape), dims.ctypes.data, lock and lock.pointer)
         if self._core.gt_fast_set_table(self._handle, key, len(key), *args) != 0:
             log.warning("the fast lane does not serve table %r (refused by its native side)", name)
             self._set(name, None, t)
             return
-        self._held[name] = (ptr, t, data)  # the old tensor, if any, is let go only now
+        self._held[name] = (ptr, t, data, t.lock)  # the old tensor and lock, if any, are let go only now
 
     def count_into(self, metrics: ServerMetrics) -> None:
-        """Add the pulls and samples the lane answered since the last call to the server's request
-        counters (so graphtrain_kvstore_requests_total{outcome="ok"} and rows_pulled count both paths;
-        the lane's refusals are in its own family)."""
+        """Add the pulls, samples and pushes the lane answered since the last call to the server's
+        request counters (so graphtrain_kvstore_requests_total{outcome="ok"}, rows_pulled and rows_pushed
+        count both paths; the lane's refusals are in its own family)."""
         with self._count_lock:
             stats = self.stats()
             if not stats:
@@ -231,6 +315,8 @@ class FastLane:
         metrics.requests.labels(metrics.shard, "pull", "ok").inc(delta["pulls_ok"])
         metrics.requests.labels(metrics.shard, "sample", "ok").inc(delta["samples_ok"])
         metrics.rows_pulled.labels(metrics.shard).inc(delta["rows"])
+        metrics.requests.labels(metrics.shard, "push_grad", "ok").inc(delta["pushes_ok"])
+        metrics.rows_pushed.labels(metrics.shard, "gradient").inc(delta["rows_pushed"])
 
     def scrape(self, metrics: ServerMetrics) -> Iterator[Metric]:
         """At a scrape: the pulls into the request counters, and the lane's own events and connections."""
@@ -238,12 +324,14 @@ class FastLane:
         stats = self.stats()
         events = CounterMetricFamily(
             "graphtrain_kvstore_fast_lane_events",
-            "Fast lane events: requests answered (pulls_ok, samples_ok; errors: refused naming an id or "
-            "seed; not_served: asked over ZMQ instead), connections refused (a wrong token), malformed, "
-            "handshake timeouts, stalled (a reply not taken), full (past max connections)",
+            "Fast lane events: requests answered (pulls_ok, samples_ok, pushes_ok; errors: refused naming an "
+            "id, a seed or a non-finite gradient; not_served: asked over ZMQ instead; pushes_busy: a push "
+            "sent over ZMQ this time, its table locked or being described), connections refused (a wrong "
+            "token), malformed, handshake timeouts, stalled (a reply not taken), full (past max connections)",
             labels=["shard", "event"],
         )
-        for key in ("pulls_ok", "samples_ok", "errors", "not_served", *LANE_EVENTS):
+        answered = ("pulls_ok", "samples_ok", "pushes_ok", "pushes_busy", "errors", "not_served")
+        for key in (*answered, *LANE_EVENTS):
             events.add_metric([metrics.shard, key], stats.get(key, 0))
         yield events
         open_ = GaugeMetricFamily(

@@ -1,7 +1,8 @@
 """The fast lane's wire (cuda/src/fastlane.cpp holds the server's side; its header comment is the spec).
 
 A second, binary protocol beside the ZMQ one, for the requests that dominate a step across hosts: a pull
-of at most MAX_REPLY_BYTES of rows of a host table, and a neighbour sample of an untyped partition. Fixed
+of at most MAX_REPLY_BYTES of rows of a host table, a neighbour sample of an untyped partition, and a
+gradient push of at most MAX_REPLY_BYTES of float32 rows. Fixed
 little-endian headers, no msgpack, one request in flight per connection. Peers authenticate once per
 connection with the shard servers' token (sent as ZMQ's PLAIN mechanism sends it: in the clear, on the
 cluster network the NetworkPolicy confines).
@@ -22,9 +23,12 @@ REQUEST = struct.Struct("<4sHHQQQ")  # magic, op, name length, rid, ids, reserve
 REQUEST_MAGIC = b"GTRQ"
 REPLY = struct.Struct("<4sIQQ")  # magic, status, rid, payload bytes
 REPLY_MAGIC = b"GTRP"
-OP_PULL, OP_SAMPLE = 1, 2
+OP_PULL, OP_SAMPLE, OP_PUSH = 1, 2, 3
 SAMPLE_ARGS = struct.Struct("<qQ")  # fan-out, seed (after a sample's header)
-OK, ERROR, NOT_HERE = 0, 1, 2
+PUSH_ARGS = struct.Struct("<q")  # Adam's table-wide step, or NO_STEP (after a push's row type)
+PUSH_REPLY = struct.Struct("<q")  # the unique rows the push updated
+NO_STEP = -(2**63)
+OK, ERROR, NOT_HERE, BUSY = 0, 1, 2, 3  # BUSY: a push the lane did not apply now; ask over ZMQ
 
 ROW_TYPE = struct.Struct("<II3Q")  # a pull's row type (after the padded name): element type, dims, dims[3]
 ELEMENT_TYPES = ("<f4", "<f8", "<i4", "<i8", "<f2", "<i2")  # numpy's .str of the wire types; code = index + 1
@@ -59,6 +63,14 @@ def request(rid: int, name: bytes, n_ids: int, rows: bytes) -> bytes:
     follow."""
     head = REQUEST.pack(REQUEST_MAGIC, OP_PULL, len(name), rid, n_ids, 0)
     return head + name.ljust(pad8(len(name)), b"\0") + rows
+
+
+def push_request(rid: int, name: bytes, n_ids: int, rows: bytes, grad_bytes: int, step: int | None) -> bytes:
+    """A push's header (its gradients' bytes where a pull has 0), padded name, the gradients' row type
+    and the step; the ids, then the gradient rows, follow."""
+    head = REQUEST.pack(REQUEST_MAGIC, OP_PUSH, len(name), rid, n_ids, grad_bytes)
+    tail = PUSH_ARGS.pack(NO_STEP if step is None else step)
+    return head + name.ljust(pad8(len(name)), b"\0") + rows + tail
 
 
 def sample_request(rid: int, n_seeds: int, fanout: int, seed: int) -> bytes:
