@@ -7,9 +7,11 @@ several chunks). Every minute the script prints that minute's pulls/s, pushes/s,
 servers' RSS; at the end, RSS at the start and the end, and every distinct error with its count.
 
 What it shows: throughput that stays flat (nothing slows down as the server runs), RSS that stops
-growing once the buffers and allocator reach their steady state (no leak), and no errors.
+growing once the buffers and allocator reach their steady state (no leak), and no errors. The clients'
+1,000-row pulls and pushes (256,000 bytes) go over the fast lane, pushes stepped there under the table's
+lock while 16 connections contend for it (a locked table's push goes over ZMQ); --no-fast: ZMQ only.
 
-    python bench/soak.py [--minutes 10] [--clients 16]
+    python bench/soak.py [--minutes 10] [--clients 16] [--no-fast]
 """
 
 from __future__ import annotations
@@ -32,10 +34,10 @@ from graphtrain.runtime import kvstore
 ROWS, DIM, BATCH = 2_000_000, 64, 1000
 
 
-def client_thread(addresses: list[str], token: str, seed: int, stop, counts, errors) -> None:  # noqa: ANN001
+def client_thread(addresses: list[str], token: str, seed: int, stop, counts, errors, fast: bool) -> None:  # noqa: ANN001
     bounds = np.array([0, ROWS // 2, ROWS])
     rng = np.random.default_rng(seed)
-    c = kvstore.connect(addresses, token, timeout=60, retries=1)
+    c = kvstore.connect(addresses, token, timeout=60, retries=1, fast=fast)
     grads = rng.standard_normal((BATCH, DIM)).astype(np.float32) * 0.01
     turn = 0
     while not stop.is_set():
@@ -58,9 +60,20 @@ def client_thread(addresses: list[str], token: str, seed: int, stop, counts, err
     c.close()
 
 
-def client_process(addresses: list[str], token: str, seed: int, threads: int, stop, counts, errors) -> None:  # noqa: ANN001
+def client_process(
+    addresses: list[str],
+    token: str,
+    seed: int,
+    threads: int,
+    stop,
+    counts,
+    errors,
+    fast: bool,  # noqa: ANN001
+) -> None:
     ts = [
-        threading.Thread(target=client_thread, args=(addresses, token, seed * 100 + i, stop, counts, errors))
+        threading.Thread(
+            target=client_thread, args=(addresses, token, seed * 100 + i, stop, counts, errors, fast)
+        )
         for i in range(threads)
     ]
     for t in ts:
@@ -73,11 +86,18 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--minutes", type=float, default=10.0)
     ap.add_argument("--clients", type=int, default=16, help="connections (4 per client process)")
+    ap.add_argument(
+        "--fast",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="clients use the fast lane (its pulls, and its pushes of <= 256 KiB); --no-fast: ZMQ only",
+    )
     args = ap.parse_args()
     token = secrets.token_hex(16)
     print(
         f"# bench/soak.py, {time.strftime('%Y-%m-%d %H:%M')}, {platform.node()}, {psutil.cpu_count()} CPUs, "
-        f"2 servers x 4 workers, {args.clients} clients, table {ROWS:,} x {DIM}, {args.minutes:g} min"
+        f"2 servers x 4 workers, {args.clients} clients, table {ROWS:,} x {DIM}, {args.minutes:g} min, "
+        f"{'fast lane' if args.fast else 'ZMQ only'}"
     )
     ctx = mp.get_context("spawn")
     with tempfile.TemporaryDirectory(prefix="gt-soak-") as root:
@@ -101,7 +121,9 @@ def main() -> None:
         counts = ctx.Array("d", 4)  # pulls, pushes, rows, errors
         per_proc = 4
         clients = [
-            ctx.Process(target=client_process, args=(addresses, token, i, per_proc, stop, counts, errors))
+            ctx.Process(
+                target=client_process, args=(addresses, token, i, per_proc, stop, counts, errors, args.fast)
+            )
             for i in range(max(1, args.clients // per_proc))
         ]
         for c in clients:

@@ -43,8 +43,8 @@
 // incremental checkpoint. Tables the lane does not step (half rows, a row norm, skipped non-finite
 // gradients, a dynamic vocabulary, a GPU table) are not described to it and answer "not served here".
 
+#include "fastlane.h"
 #include "graphtrain/api.h"
-#include "table_lock.h"
 
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -69,548 +69,256 @@
 #include <unordered_map>
 #include <vector>
 
-// the native sampler (sampling.cpp): the ZMQ path's draws, per (seed, node)
-GT_API int64_t gt_sample_neighbors(const int64_t* indptr, const int64_t* indices, int64_t lo, int64_t num_local,
-                                   const int64_t* seeds, int64_t n, int64_t fanout, uint64_t seed,
-                                   int64_t* out_counts, int64_t* out_src, int64_t* bad_pos);
-// the CPU core's sparse step (optim_cpu.cpp): what the Python path calls for a push
-GT_API int64_t gt_sparse_step_pieces(int32_t kind, int64_t n, const int64_t* ids, int64_t npieces,
-                                     const float* const* blocks, const int64_t* counts, int64_t dim, int64_t num_rows,
-                                     int32_t mean, void* table, int32_t table_dtype, uint64_t round_seed,
-                                     float* state0, float* state1, int64_t* row_steps, int64_t global_step,
-                                     graphtrain::OptimParams params, int32_t threads, int32_t refuse_nonfinite,
-                                     int64_t* bad_pos);
+namespace graphtrain::lane {
 
-namespace {
+void Server::watch(Conn& c, bool writing) {
+  if (c.writing == writing) return;
+  c.writing = writing;
+  epoll_event ev{};
+  ev.events = writing ? EPOLLOUT : EPOLLIN;
+  ev.data.fd = c.fd;
+  epoll_ctl(epfd, EPOLL_CTL_MOD, c.fd, &ev);
+}
 
-constexpr uint32_t kHelloMagic = 0x4c465447;  // "GTFL"
-constexpr uint32_t kRequestMagic = 0x51525447;  // "GTRQ"
-constexpr uint32_t kReplyMagic = 0x50525447;  // "GTRP"
-constexpr uint16_t kVersion = 1;
-constexpr uint16_t kOpPull = 1, kOpSample = 2, kOpPush = 3;
-constexpr int64_t kNoStep = INT64_MIN;
-constexpr size_t kSampleArgs = 16;  // fan-out, seed
-constexpr size_t kRowType = 32;     // element type code, dims, dims[3]
-constexpr size_t kHello = 8, kRequest = 32, kReply = 24, kMaxToken = 256, kMaxName = 128;
-constexpr int kPerWake = 16;  // requests one connection may have answered before the others' turn
-enum Status : uint32_t { kOk = 0, kError = 1, kNotHere = 2, kBusy = 3 };
-// the counters gt_fast_stats reports, in this order (runtime/kvstore/serving/fastlane.py names them)
-enum Stat {
-  kPullsOk, kPullsError, kNotServed, kRows, kBytesOut, kMalformed, kRefused, kHandshakeTimeouts,
-  kStalled, kFull, kOpen, kLoops, kAccepted, kBusyNs, kLastLoopMs, kSamplesOk, kPushesOk, kRowsPushed,
-  kPushesBusy, kStats
-};
-enum Stage { kHelloHead, kHelloToken, kHead, kBody };
+void Server::close_conn(int fd) {
+  epoll_ctl(epfd, EPOLL_CTL_DEL, fd, nullptr);
+  ::close(fd);
+  auto it = conns.find(fd);
+  if (it != conns.end() && !it->second.authed) --unauthed;
+  conns.erase(fd);
+  stats[kOpen].store(conns.size(), std::memory_order_relaxed);
+}
 
-struct RowType {
-  uint32_t code, ndim;
-  uint64_t dims[3];
-  bool operator==(const RowType& o) const {
-    return code == o.code && ndim == o.ndim && dims[0] == o.dims[0] && dims[1] == o.dims[1] &&
-           dims[2] == o.dims[2];
+// Room for a newcomer when a quarter of the slots wait for a token: the one waiting longest goes (a
+// client sends its token at once; a peer without it holds a slot until the next newcomer comes).
+void Server::evict_oldest_unauthenticated() {
+  int oldest = -1;
+  int64_t since = INT64_MAX;
+  for (auto& [fd, c] : conns)
+    if (!c.authed && c.deadline_ms < since) {
+      since = c.deadline_ms;
+      oldest = fd;
+    }
+  if (oldest >= 0) {
+    count(kFull);
+    close_conn(oldest);
   }
-};
-
-struct Table {
-  const char* data;
-  int64_t lo, hi, row_bytes;
-  RowType type;
-  graphtrain::TableLock* lock;  // the table's lock and step (table_lock.h), or null: pushes not served
-};
-
-struct Graph {  // the partition's in-edges (CSR over rows lo..lo+num_nodes), for sampling
-  const int64_t* indptr = nullptr;
-  const int64_t* indices = nullptr;
-  int64_t lo = 0, num_nodes = 0;
-};
-
-struct Conn {
-  int fd = -1;
-  Stage stage = kHelloHead;
-  bool authed = false;
-  std::vector<char> in;  // the current hello or request; 8-byte aligned (operator new)
-  size_t have = 0, need = kHello;
-  std::vector<char> out;
-  size_t sent = 0;
-  int64_t deadline_ms = 0;  // the hello's
-  int64_t progress_ms = 0;  // last byte of a pending reply taken
-  bool writing = false;     // watched for EPOLLOUT, not EPOLLIN
-};
-
-int64_t now_ms() {
-  using namespace std::chrono;
-  return duration_cast<milliseconds>(steady_clock::now().time_since_epoch()).count();
 }
 
-template <typename T>
-T load(const char* p) {
-  T v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-
-template <typename T>
-void store(char* p, T v) {
-  std::memcpy(p, &v, sizeof v);
-}
-
-struct Server {
-  int listen_fd = -1, epfd = -1, wake_fd = -1;
-  std::string token;
-  int64_t max_conns, max_ids, max_reply, handshake_ms, stall_ms;
-  std::mutex mu;  // guards tables
-  std::unordered_map<std::string, Table> tables;
-  Graph graph;  // guarded by mu too
-  std::unordered_map<int, Conn> conns;
-  int64_t unauthed = 0;  // connections that have not sent the token yet
-  std::atomic<uint64_t> stats[kStats];
-  std::atomic<bool> stopping{false};
-  std::thread thread;
-
-  void count(Stat s, uint64_t n = 1) { stats[s].fetch_add(n, std::memory_order_relaxed); }
-
-  void watch(Conn& c, bool writing) {
-    if (c.writing == writing) return;
-    c.writing = writing;
+void Server::accept_all(int64_t now) {
+  for (int i = 0; i < 64; ++i) {
+    int fd = accept4(listen_fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) return;  // EAGAIN, or an aborted connection: nothing to do
+    if (unauthed >= std::max<int64_t>(1, max_conns / 4)) evict_oldest_unauthenticated();
+    if (static_cast<int64_t>(conns.size()) >= max_conns) {
+      count(kFull);  // counted before the peer can see the close
+      ::close(fd);
+      continue;
+    }
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
+    Conn& c = conns[fd];
+    c.fd = fd;
+    c.in.resize(kHello);
+    c.deadline_ms = now + handshake_ms;
+    ++unauthed;
     epoll_event ev{};
-    ev.events = writing ? EPOLLOUT : EPOLLIN;
-    ev.data.fd = c.fd;
-    epoll_ctl(epfd, EPOLL_CTL_MOD, c.fd, &ev);
-  }
-
-  void close_conn(int fd) {
-    epoll_ctl(epfd, EPOLL_CTL_DEL, fd, nullptr);
-    ::close(fd);
-    auto it = conns.find(fd);
-    if (it != conns.end() && !it->second.authed) --unauthed;
-    conns.erase(fd);
+    ev.events = EPOLLIN;
+    ev.data.fd = fd;
+    if (epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev) != 0) {
+      ::close(fd);
+      conns.erase(fd);
+      --unauthed;
+    }
     stats[kOpen].store(conns.size(), std::memory_order_relaxed);
   }
+}
 
-  // Room for a newcomer when a quarter of the slots wait for a token: the one waiting longest goes (a
-  // client sends its token at once; a peer without it holds a slot until the next newcomer comes).
-  void evict_oldest_unauthenticated() {
-    int oldest = -1;
-    int64_t since = INT64_MAX;
-    for (auto& [fd, c] : conns)
-      if (!c.authed && c.deadline_ms < since) {
-        since = c.deadline_ms;
-        oldest = fd;
-      }
-    if (oldest >= 0) {
-      count(kFull);
-      close_conn(oldest);
+// Send what the kernel takes; false: the connection is broken.
+bool Server::flush(Conn& c, int64_t now) {
+  if (c.sent == 0) c.progress_ms = now;  // a new reply: its stall clock starts now
+  while (c.sent < c.out.size()) {
+    ssize_t r = send(c.fd, c.out.data() + c.sent, c.out.size() - c.sent, MSG_NOSIGNAL);
+    if (r > 0) {
+      c.sent += static_cast<size_t>(r);
+      c.progress_ms = now;
+      continue;
     }
-  }
-
-  void accept_all(int64_t now) {
-    for (int i = 0; i < 64; ++i) {
-      int fd = accept4(listen_fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
-      if (fd < 0) return;  // EAGAIN, or an aborted connection: nothing to do
-      if (unauthed >= std::max<int64_t>(1, max_conns / 4)) evict_oldest_unauthenticated();
-      if (static_cast<int64_t>(conns.size()) >= max_conns) {
-        count(kFull);  // counted before the peer can see the close
-        ::close(fd);
-        continue;
-      }
-      int one = 1;
-      setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-      setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
-      Conn& c = conns[fd];
-      c.fd = fd;
-      c.in.resize(kHello);
-      c.deadline_ms = now + handshake_ms;
-      ++unauthed;
-      epoll_event ev{};
-      ev.events = EPOLLIN;
-      ev.data.fd = fd;
-      if (epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev) != 0) {
-        ::close(fd);
-        conns.erase(fd);
-        --unauthed;
-      }
-      stats[kOpen].store(conns.size(), std::memory_order_relaxed);
+    if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      watch(c, true);
+      return true;
     }
-  }
-
-  // Send what the kernel takes; false: the connection is broken.
-  bool flush(Conn& c, int64_t now) {
-    if (c.sent == 0) c.progress_ms = now;  // a new reply: its stall clock starts now
-    while (c.sent < c.out.size()) {
-      ssize_t r = send(c.fd, c.out.data() + c.sent, c.out.size() - c.sent, MSG_NOSIGNAL);
-      if (r > 0) {
-        c.sent += static_cast<size_t>(r);
-        c.progress_ms = now;
-        continue;
-      }
-      if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-        watch(c, true);
-        return true;
-      }
-      if (r < 0 && errno == EINTR) continue;
-      return false;
-    }
-    c.out.clear();
-    c.sent = 0;
-    watch(c, false);
-    return true;
-  }
-
-  void reply(Conn& c, uint64_t rid, Status status, const char* msg, size_t len) {
-    c.out.resize(kReply + len);
-    store<uint32_t>(c.out.data(), kReplyMagic);
-    store<uint32_t>(c.out.data() + 4, status);
-    store<uint64_t>(c.out.data() + 8, rid);
-    store<uint64_t>(c.out.data() + 16, len);
-    if (len) std::memcpy(c.out.data() + kReply, msg, len);
-  }
-
-  void refuse(Conn& c, uint64_t rid, Status status, const std::string& msg) {
-    count(status == kNotHere ? kNotServed : status == kBusy ? kPushesBusy : kPullsError);
-    reply(c, rid, status, msg.data(), msg.size());
-  }
-
-  // An id outside [lo, hi): its refusal, or an empty string.
-  static std::string outside(const int64_t* ids, uint64_t n, const std::string& name, int64_t lo, int64_t hi) {
-    for (uint64_t i = 0; i < n; ++i) {
-      if (ids[i] < lo || ids[i] >= hi) {
-        char msg[256];
-        int len = std::snprintf(msg, sizeof msg,
-                                "id %lld (position %llu) of '%.64s' is outside this shard's rows [%lld, %lld)",
-                                static_cast<long long>(ids[i]), static_cast<unsigned long long>(i), name.c_str(),
-                                static_cast<long long>(lo), static_cast<long long>(hi));
-        return std::string(msg, static_cast<size_t>(len > 0 ? len : 0));
-      }
-    }
-    return {};
-  }
-
-  // One complete pull in c.in: its reply goes to c.out.
-  void pull(Conn& c) {
-    const char* h = c.in.data();
-    uint16_t name_len = load<uint16_t>(h + 6);
-    uint64_t rid = load<uint64_t>(h + 8), n = load<uint64_t>(h + 16);
-    std::string name(h + kRequest, name_len);
-    const char* typep = h + kRequest + ((name_len + 7) & ~size_t{7});
-    RowType want{load<uint32_t>(typep), load<uint32_t>(typep + 4),
-                 {load<uint64_t>(typep + 8), load<uint64_t>(typep + 16), load<uint64_t>(typep + 24)}};
-    const char* idp = typep + kRowType;
-    auto start = std::chrono::steady_clock::now();
-    {
-      std::lock_guard<std::mutex> lock(mu);
-      auto it = tables.find(name);
-      if (it == tables.end()) {
-        refuse(c, rid, kNotHere, "table '" + name.substr(0, 64) + "' is not served by the fast lane");
-        return;
-      }
-      const Table& t = it->second;
-      if (!(t.type == want)) {  // the ZMQ path converts or refuses as numpy does
-        refuse(c, rid, kNotHere, "the caller's row type is not the table's");
-        return;
-      }
-      if (static_cast<int64_t>(n) * t.row_bytes > max_reply) {
-        refuse(c, rid, kNotHere, "the pull is larger than the fast lane's replies");
-        return;
-      }
-      const int64_t* ids = reinterpret_cast<const int64_t*>(idp);
-      std::string bad = outside(ids, n, name, t.lo, t.hi);
-      if (!bad.empty()) {
-        refuse(c, rid, kError, bad);
-        return;
-      }
-      size_t bytes = n * static_cast<size_t>(t.row_bytes);
-      reply(c, rid, kOk, nullptr, 0);
-      c.out.resize(kReply + bytes);
-      store<uint64_t>(c.out.data() + 16, bytes);
-      char* dst = c.out.data() + kReply;
-      for (uint64_t i = 0; i < n; ++i)
-        std::memcpy(dst + i * t.row_bytes, t.data + (ids[i] - t.lo) * t.row_bytes, t.row_bytes);
-    }
-    count(kPullsOk);
-    count(kRows, n);
-    count(kBytesOut, c.out.size());
-    count(kBusyNs, static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                             std::chrono::steady_clock::now() - start).count()));
-  }
-
-  // One complete push in c.in: the step under the table's lock, its unique rows into c.out.
-  void push(Conn& c) {
-    char* h = c.in.data();
-    uint16_t name_len = load<uint16_t>(h + 6);
-    uint64_t rid = load<uint64_t>(h + 8), n = load<uint64_t>(h + 16), bytes = load<uint64_t>(h + 24);
-    std::string name(h + kRequest, name_len);
-    const char* typep = h + kRequest + ((name_len + 7) & ~size_t{7});
-    RowType got{load<uint32_t>(typep), load<uint32_t>(typep + 4),
-                {load<uint64_t>(typep + 8), load<uint64_t>(typep + 16), load<uint64_t>(typep + 24)}};
-    int64_t step = load<int64_t>(typep + kRowType);
-    int64_t* ids = reinterpret_cast<int64_t*>(h + (typep - h) + kRowType + 8);  // 8-byte aligned: see need
-    const float* grads = reinterpret_cast<const float*>(ids + n);
-    auto start = std::chrono::steady_clock::now();
-    int64_t updated = 0;
-    {
-      std::lock_guard<std::mutex> lock(mu);
-      auto it = tables.find(name);
-      if (it == tables.end() || it->second.lock == nullptr || !(it->second.type == got)) {
-        refuse(c, rid, kNotHere, "the fast lane does not step table '" + name.substr(0, 64) + "'");
-        return;
-      }
-      const Table& t = it->second;
-      if (bytes != n * static_cast<uint64_t>(t.row_bytes)) {
-        refuse(c, rid, kError, "a push's gradient bytes are not its ids' rows");
-        return;
-      }
-      std::string bad = outside(ids, n, name, t.lo, t.hi);
-      if (!bad.empty()) {
-        refuse(c, rid, kError, bad);
-        return;
-      }
-      graphtrain::TableLock* l = t.lock;
-      if (!l->try_acquire()) {  // a worker steps it, or a checkpoint reads it: that worker's wait, not ours
-        refuse(c, rid, kBusy, "the table is locked");
-        return;
-      }
-      const graphtrain::StepDesc d = l->desc;
-      if (!l->steppable.load(std::memory_order_acquire) || d.table == nullptr ||
-          d.dim * static_cast<int64_t>(sizeof(float)) != t.row_bytes || d.num_rows != t.hi - t.lo) {
-        l->release();
-        refuse(c, rid, kBusy, "the table's step is not described to the fast lane now");
-        return;
-      }
-      for (uint64_t i = 0; i < n; ++i) ids[i] -= t.lo;
-      const int64_t global = d.global_step == nullptr ? 0 : step != kNoStep ? step : *d.global_step + 1;
-      const int64_t rows = static_cast<int64_t>(n);
-      int64_t at = -1;
-      updated = gt_sparse_step_pieces(d.kind, rows, ids, 1, &grads, &rows, d.dim, d.num_rows, d.mean, d.table, 0, 0,
-                                      d.state0, d.state1, d.row_steps, global, d.params, 1, d.refuse_nonfinite, &at);
-      if (updated >= 0) {
-        if (d.global_step != nullptr) *d.global_step = global;
-        if (d.changed != nullptr)
-          for (uint64_t i = 0; i < n; ++i) d.changed[ids[i]] = 1;
-      }
-      l->release();
-      if (updated < 0) {
-        std::string msg = "push_grad of '" + name.substr(0, 64) + "': the optimizer core refused it";
-        if (updated == -2) {  // the Python path's words (storage/update.py: nonfinite_refusal)
-          int64_t bad_rows = 0;
-          for (uint64_t r = 0; r < n; ++r)
-            for (int64_t k = 0; k < d.dim; ++k)
-              if (!std::isfinite(grads[r * d.dim + k])) {
-                ++bad_rows;
-                break;
-              }
-          char buf[320];
-          int len = std::snprintf(buf, sizeof buf,
-                                  "push_grad of '%.64s': %lld gradient row(s) hold NaN or infinity (first id "
-                                  "%lld); no row was updated",
-                                  name.c_str(), static_cast<long long>(bad_rows),
-                                  static_cast<long long>(at >= 0 ? ids[at] + t.lo : -1));
-          msg.assign(buf, static_cast<size_t>(len > 0 ? len : 0));
-        }
-        refuse(c, rid, kError, msg);
-        return;
-      }
-    }
-    reply(c, rid, kOk, nullptr, 0);
-    c.out.resize(kReply + 8);
-    store<uint64_t>(c.out.data() + 16, 8);
-    store<int64_t>(c.out.data() + kReply, updated);
-    count(kPushesOk);
-    count(kRowsPushed, n);
-    count(kBytesOut, c.out.size());
-    count(kBusyNs, static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                             std::chrono::steady_clock::now() - start).count()));
-  }
-
-  // One complete sample request in c.in: the counts, then the sources, into c.out.
-  void sample(Conn& c) {
-    const char* h = c.in.data();
-    uint64_t rid = load<uint64_t>(h + 8), n = load<uint64_t>(h + 16);
-    int64_t fanout = load<int64_t>(h + kRequest);
-    uint64_t seed = load<uint64_t>(h + kRequest + 8);
-    const int64_t* seeds = reinterpret_cast<const int64_t*>(h + kRequest + kSampleArgs);
-    auto start = std::chrono::steady_clock::now();
-    std::lock_guard<std::mutex> lock(mu);
-    if (graph.indptr == nullptr || fanout < 1 || static_cast<int64_t>(8 * n) > max_reply) {
-      refuse(c, rid, kNotHere, "the fast lane samples no graph here, or not with this fan-out");
-      return;
-    }
-    reply(c, rid, kOk, nullptr, 0);
-    c.out.resize(kReply + 8 * n);
-    int64_t* counts = reinterpret_cast<int64_t*>(c.out.data() + kReply);
-    int64_t bad = -1;
-    int64_t total = gt_sample_neighbors(graph.indptr, graph.indices, graph.lo, graph.num_nodes, seeds,
-                                        static_cast<int64_t>(n), fanout, seed, counts, nullptr, &bad);
-    if (total < 0) {
-      char msg[160];
-      int len = std::snprintf(msg, sizeof msg, "seed %lld is outside this partition's nodes [%lld, %lld)",
-                              static_cast<long long>(seeds[bad]), static_cast<long long>(graph.lo),
-                              static_cast<long long>(graph.lo + graph.num_nodes));
-      refuse(c, rid, kError, std::string(msg, static_cast<size_t>(len > 0 ? len : 0)));
-      return;
-    }
-    size_t bytes = 8 * (n + static_cast<size_t>(total));
-    if (static_cast<int64_t>(bytes) > max_reply) {
-      refuse(c, rid, kNotHere, "the sample is larger than the fast lane's replies");
-      return;
-    }
-    c.out.resize(kReply + bytes);
-    counts = reinterpret_cast<int64_t*>(c.out.data() + kReply);  // resize may have moved it
-    gt_sample_neighbors(graph.indptr, graph.indices, graph.lo, graph.num_nodes, seeds, static_cast<int64_t>(n),
-                        fanout, seed, counts, counts + n, &bad);
-    store<uint64_t>(c.out.data() + 16, bytes);
-    count(kSamplesOk);
-    count(kBytesOut, c.out.size());
-    count(kBusyNs, static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                             std::chrono::steady_clock::now() - start).count()));
-  }
-
-  // A stage's bytes are complete: move on (a header's body is read after it, into the same buffer; a
-// whole hello or request starts the next one at 0); false closes the connection.
-  bool advance(Conn& c, int64_t now) {
-    const char* h = c.in.data();
-    switch (c.stage) {
-      case kHelloHead: {
-        uint16_t len = load<uint16_t>(h + 6);
-        if (load<uint32_t>(h) != kHelloMagic || load<uint16_t>(h + 4) != kVersion || len == 0 ||
-            len > kMaxToken) {
-          count(kMalformed);
-          return false;
-        }
-        c.stage = kHelloToken;
-        c.need = kHello + len;
-        c.in.resize(c.need);
-        return true;
-      }
-      case kHelloToken: {
-        size_t len = c.need - kHello;
-        unsigned char diff = len == token.size() ? 0 : 1;  // constant time over the token's bytes
-        for (size_t i = 0; i < len; ++i) diff |= static_cast<unsigned char>(h[kHello + i] ^ token[i % token.size()]);
-        char ack[8];
-        store<uint32_t>(ack, kHelloMagic);
-        store<uint32_t>(ack + 4, diff ? 1u : 0u);
-        if (diff) {
-          count(kRefused);
-          send(c.fd, ack, sizeof ack, MSG_NOSIGNAL | MSG_DONTWAIT);  // best effort: it is closed anyway
-          return false;
-        }
-        count(kAccepted);
-        c.authed = true;
-        --unauthed;
-        c.have = 0;
-        c.deadline_ms = 0;
-        c.out.assign(ack, ack + sizeof ack);
-        c.stage = kHead;
-        c.need = kRequest;
-        c.in.resize(c.need);
-        return flush(c, now);
-      }
-      case kHead: {
-        uint16_t op = load<uint16_t>(h + 4), name_len = load<uint16_t>(h + 6);
-        uint64_t n = load<uint64_t>(h + 16), extra = load<uint64_t>(h + 24);
-        bool named = op == kOpPull || op == kOpPush ? name_len >= 1 && name_len <= kMaxName
-                                                    : op == kOpSample && name_len == 0;
-        bool sized = op == kOpPush ? extra <= static_cast<uint64_t>(max_reply) && extra % 8 == 0 : extra == 0;
-        if (load<uint32_t>(h) != kRequestMagic || !named || !sized || n > static_cast<uint64_t>(max_ids)) {
-          count(kMalformed);
-          return false;
-        }
-        c.stage = kBody;
-        size_t named_head = ((name_len + 7) & ~size_t{7}) + kRowType;
-        c.need = kRequest + (op == kOpPull ? named_head : op == kOpPush ? named_head + 8 : kSampleArgs) + n * 8 +
-                 (op == kOpPush ? extra : 0);
-        c.in.resize(c.need);
-        return true;
-      }
-      case kBody:
-        if (load<uint16_t>(h + 4) == kOpPull)
-          pull(c);
-        else if (load<uint16_t>(h + 4) == kOpPush)
-          push(c);
-        else
-          sample(c);
-        c.have = 0;
-        c.stage = kHead;
-        c.need = kRequest;
-        c.in.resize(c.need);
-        return flush(c, now);
-    }
+    if (r < 0 && errno == EINTR) continue;
     return false;
   }
+  c.out.clear();
+  c.sent = 0;
+  watch(c, false);
+  return true;
+}
 
-  // Read and answer what the peer sent; false closes the connection.
-  bool readable(Conn& c, int64_t now) {
-    int answered = 0;
-    while (!c.writing && answered < kPerWake) {
-      ssize_t r = recv(c.fd, c.in.data() + c.have, c.need - c.have, 0);
-      if (r == 0) return false;
-      if (r < 0) return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR;
-      c.have += static_cast<size_t>(r);
-      if (c.have < c.need) continue;
-      Stage was = c.stage;
-      if (!advance(c, now)) return false;
-      if (was == kBody) ++answered;
-    }
-    return true;
-  }
+void Server::reply(Conn& c, uint64_t rid, Status status, const char* msg, size_t len) {
+  c.out.resize(kReply + len);
+  store<uint32_t>(c.out.data(), kReplyMagic);
+  store<uint32_t>(c.out.data() + 4, status);
+  store<uint64_t>(c.out.data() + 8, rid);
+  store<uint64_t>(c.out.data() + 16, len);
+  if (len) std::memcpy(c.out.data() + kReply, msg, len);
+}
 
-  void sweep(int64_t now) {
-    std::vector<int> gone;
-    for (auto& [fd, c] : conns) {
-      if (c.deadline_ms && now > c.deadline_ms) {
-        count(kHandshakeTimeouts);
-        gone.push_back(fd);
-      } else if (c.writing && now - c.progress_ms > stall_ms) {
-        count(kStalled);
-        gone.push_back(fd);
+void Server::refuse(Conn& c, uint64_t rid, Status status, const std::string& msg) {
+  count(status == kNotHere ? kNotServed : status == kBusy ? kPushesBusy : kPullsError);
+  reply(c, rid, status, msg.data(), msg.size());
+}
+
+bool Server::advance(Conn& c, int64_t now) {
+  const char* h = c.in.data();
+  switch (c.stage) {
+    case kHelloHead: {
+      uint16_t len = load<uint16_t>(h + 6);
+      if (load<uint32_t>(h) != kHelloMagic || load<uint16_t>(h + 4) != kVersion || len == 0 ||
+          len > kMaxToken) {
+        count(kMalformed);
+        return false;
       }
+      c.stage = kHelloToken;
+      c.need = kHello + len;
+      c.in.resize(c.need);
+      return true;
     }
-    for (int fd : gone) close_conn(fd);
+    case kHelloToken: {
+      size_t len = c.need - kHello;
+      unsigned char diff = len == token.size() ? 0 : 1;  // constant time over the token's bytes
+      for (size_t i = 0; i < len; ++i) diff |= static_cast<unsigned char>(h[kHello + i] ^ token[i % token.size()]);
+      char ack[8];
+      store<uint32_t>(ack, kHelloMagic);
+      store<uint32_t>(ack + 4, diff ? 1u : 0u);
+      if (diff) {
+        count(kRefused);
+        send(c.fd, ack, sizeof ack, MSG_NOSIGNAL | MSG_DONTWAIT);  // best effort: it is closed anyway
+        return false;
+      }
+      count(kAccepted);
+      c.authed = true;
+      --unauthed;
+      c.have = 0;
+      c.deadline_ms = 0;
+      c.out.assign(ack, ack + sizeof ack);
+      c.stage = kHead;
+      c.need = kRequest;
+      c.in.resize(c.need);
+      return flush(c, now);
+    }
+    case kHead: {
+      uint16_t op = load<uint16_t>(h + 4), name_len = load<uint16_t>(h + 6);
+      uint64_t n = load<uint64_t>(h + 16), extra = load<uint64_t>(h + 24);
+      bool named = op == kOpPull || op == kOpPush ? name_len >= 1 && name_len <= kMaxName
+                                                  : op == kOpSample && name_len == 0;
+      bool sized = op == kOpPush ? extra <= static_cast<uint64_t>(max_reply) && extra % 4 == 0 : extra == 0;
+      if (load<uint32_t>(h) != kRequestMagic || !named || !sized || n > static_cast<uint64_t>(max_ids)) {
+        count(kMalformed);
+        return false;
+      }
+      c.stage = kBody;
+      size_t named_head = ((name_len + 7) & ~size_t{7}) + kRowType;
+      c.need = kRequest + (op == kOpPull ? named_head : op == kOpPush ? named_head + 8 : kSampleArgs) + n * 8 +
+               (op == kOpPush ? extra : 0);
+      c.in.resize(c.need);
+      return true;
+    }
+    case kBody:
+      if (load<uint16_t>(h + 4) == kOpPull)
+        pull(c);
+      else if (load<uint16_t>(h + 4) == kOpPush)
+        push(c);
+      else
+        sample(c);
+      c.have = 0;
+      c.stage = kHead;
+      c.need = kRequest;
+      c.in.resize(c.need);
+      return flush(c, now);
   }
+  return false;
+}
 
-  void loop() {
-    epoll_event events[64];
-    int64_t last_sweep = now_ms();
-    while (!stopping.load(std::memory_order_relaxed)) {
-      int n = epoll_wait(epfd, events, 64, 100);
-      int64_t now = now_ms();
-      stats[kLastLoopMs].store(static_cast<uint64_t>(now), std::memory_order_relaxed);
-      count(kLoops);
-      for (int i = 0; i < n; ++i) {
-        int fd = events[i].data.fd;
-        if (fd == wake_fd) {
-          uint64_t v;
-          (void)!read(wake_fd, &v, sizeof v);
-          continue;
-        }
-        if (fd == listen_fd) {
-          accept_all(now);
-          continue;
-        }
-        auto it = conns.find(fd);
-        if (it == conns.end()) continue;
-        Conn& c = it->second;
-        bool ok = true;
-        if (events[i].events & EPOLLOUT) ok = flush(c, now);
-        if (ok && (events[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR)) && !c.writing) ok = readable(c, now);
-        if (ok && (events[i].events & EPOLLERR)) ok = false;
-        if (!ok) close_conn(fd);
-      }
-      if (now - last_sweep >= 100) {
-        last_sweep = now;
-        sweep(now);
-      }
+// Read and answer what the peer sent; false closes the connection.
+bool Server::readable(Conn& c, int64_t now) {
+  int answered = 0;
+  while (!c.writing && answered < kPerWake) {
+    ssize_t r = recv(c.fd, c.in.data() + c.have, c.need - c.have, 0);
+    if (r == 0) return false;
+    if (r < 0) return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR;
+    c.have += static_cast<size_t>(r);
+    if (c.have < c.need) continue;
+    Stage was = c.stage;
+    if (!advance(c, now)) return false;
+    if (was == kBody) ++answered;
+  }
+  return true;
+}
+
+void Server::sweep(int64_t now) {
+  std::vector<int> gone;
+  for (auto& [fd, c] : conns) {
+    if (c.deadline_ms && now > c.deadline_ms) {
+      count(kHandshakeTimeouts);
+      gone.push_back(fd);
+    } else if (c.writing && now - c.progress_ms > stall_ms) {
+      count(kStalled);
+      gone.push_back(fd);
     }
   }
+  for (int fd : gone) close_conn(fd);
+}
 
-  ~Server() {
-    for (auto& [fd, c] : conns) ::close(fd);
-    if (listen_fd >= 0) ::close(listen_fd);
-    if (wake_fd >= 0) ::close(wake_fd);
-    if (epfd >= 0) ::close(epfd);
+void Server::loop() {
+  epoll_event events[64];
+  int64_t last_sweep = now_ms();
+  while (!stopping.load(std::memory_order_relaxed)) {
+    int n = epoll_wait(epfd, events, 64, 100);
+    int64_t now = now_ms();
+    stats[kLastLoopMs].store(static_cast<uint64_t>(now), std::memory_order_relaxed);
+    count(kLoops);
+    for (int i = 0; i < n; ++i) {
+      int fd = events[i].data.fd;
+      if (fd == wake_fd) {
+        uint64_t v;
+        (void)!read(wake_fd, &v, sizeof v);
+        continue;
+      }
+      if (fd == listen_fd) {
+        accept_all(now);
+        continue;
+      }
+      auto it = conns.find(fd);
+      if (it == conns.end()) continue;
+      Conn& c = it->second;
+      bool ok = true;
+      if (events[i].events & EPOLLOUT) ok = flush(c, now);
+      if (ok && (events[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR)) && !c.writing) ok = readable(c, now);
+      if (ok && (events[i].events & EPOLLERR)) ok = false;
+      if (!ok) close_conn(fd);
+    }
+    if (now - last_sweep >= 100) {
+      last_sweep = now;
+      sweep(now);
+    }
   }
-};
+}
 
-}  // namespace
+Server::~Server() {
+  for (auto& [fd, c] : conns) ::close(fd);
+  if (listen_fd >= 0) ::close(listen_fd);
+  if (wake_fd >= 0) ::close(wake_fd);
+  if (epfd >= 0) ::close(epfd);
+}
+
+}  // namespace graphtrain::lane
+
+using namespace graphtrain::lane;  // the C ABI below reads the lane's constants and types
+
 
 // Serve the fast lane on `listen_fd` (a bound, listening TCP socket, now owned by the server) with its
 // own thread; NULL if it cannot (the fd is then closed). Stop it with gt_fast_stop.

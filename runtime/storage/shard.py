@@ -54,11 +54,12 @@ class TensorShard:
     def __setattr__(self, name: str, value: Any) -> None:
         """A change to what the fast lane's description of the step points at makes it stale: the lane
         leaves the table's pushes to the Python path until it is described again (tablelock.py)."""
+        old = self.__dict__.get("lock") if name == "lock" else None
         object.__setattr__(self, name, value)
         if name in LANE_WATCHED and self.__dict__.get("_live"):  # not while __init__ fills a copy in
-            lock = self.__dict__.get("lock")
-            if isinstance(lock, NativeLock):
-                lock.stale()
+            for lock in (self.__dict__.get("lock"), old):  # a replaced lock: the lane's is the old one
+                if isinstance(lock, NativeLock):
+                    lock.stale()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_live", True)

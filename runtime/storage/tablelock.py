@@ -4,7 +4,8 @@ Why. The fast lane (cuda/src/fastlane.cpp) steps gradient pushes on its own nati
 GIL. The rows it writes are also written by the server's Python threads, under `with t.lock`. One lock
 for both means the lock lives in the core (cuda/src/table_lock.h) and Python takes it through ctypes,
 which lets the GIL go while it waits. It behaves as threading.Lock: not owned, so any thread may
-release it; `acquire(blocking, timeout)`; a context manager.
+release it; `acquire(blocking, timeout)`; a context manager. Unlike it, a wait for a held lock is not
+interrupted by a signal (servers wait on worker threads, never on the main one).
 
 It also carries the lane's description of the table's step (describe): written while the lock is
 held, and made stale by any change to what it points at (TensorShard.__setattr__ calls `stale`). A
@@ -53,6 +54,8 @@ class NativeLock:
     def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
         if not blocking and timeout != -1:
             raise ValueError("can't specify a timeout for a non-blocking call")
+        if timeout < 0 and timeout != -1:
+            raise ValueError("timeout value must be a non-negative number")
         if self._fast.gt_lock_acquire(self._ptr, 0, 0.0):  # free: taken without letting the GIL go
             return True
         if not blocking or timeout == 0:

@@ -44,6 +44,7 @@ from graphtrain.runtime.kvstore.wire import fastwire, opargs, protocol
 
 RETRY_SECONDS = 2.0
 SAMPLING = "\0sample"  # not_served's name for a shard's sampling (no table is named so)
+PUSHES = "\0push:"  # not_served's prefix: a table whose pushes the lane does not step (its pulls it may)
 LANE_OPS = ("pull", "sample", "push_grad")  # what the lane may carry (eligible() decides each call)
 PULLED = Answer({"offset": 0}, [])  # a pull's answer: its rows are in the caller's array
 
@@ -117,13 +118,15 @@ class FastPulls:
 
     def _pushable(self, c: Call) -> bool:
         """A push the lane may carry: float32 rows in one chunk, within its bounds, nothing but a step."""
-        if (c.shard, c.name) in self.not_served or not isinstance(c.name, str) or len(c.arrays) != 2:
+        if not isinstance(c.name, str) or len(c.arrays) != 2:
+            return False
+        if (c.shard, c.name) in self.not_served or (c.shard, PUSHES + c.name) in self.not_served:
             return False
         args = c.args or {}
         step = args.get("step")
         if set(args) - {"step", "id_frames"} or args.get("id_frames", 1) != 1:
             return False  # through shared memory, or in several frames: the ZMQ path's
-        if step is not None and (not isinstance(step, int) or not fastwire.NO_STEP < step < 2**63):
+        if step is not None and (not isinstance(step, int) or not 1 <= step <= fastwire.MAX_STEP):
             return False
         ids, vals = c.arrays
         return (
@@ -177,6 +180,12 @@ class FastPulls:
         """The answers of begin()'s calls by id(call), and the calls left for ZMQ."""
         queues, flight, left = self._queues, self._flight, self._unserved
         answers: dict[int, Answer] = {}
+        # begin_many's pushes are collected at the client's next call, maybe long after they were sent:
+        # their answers are waited for from now (over ZMQ an answer already there is read, however late)
+        now = time.monotonic()
+        self._deadline = max(self._deadline, now + self.timeout)
+        if now - self._began >= SLOW_NOTE_SECONDS:
+            self._began = now
         try:
             while flight:
                 for s in list(flight):
@@ -274,7 +283,8 @@ class FastPulls:
                 return None  # not applied: this once over ZMQ
             if status == fastwire.NOT_HERE:
                 if c.op != "sample" or "no graph" in message:  # a big sample is asked over ZMQ once
-                    self.not_served.add((s, c.name if c.op != "sample" else SAMPLING))
+                    key = SAMPLING if c.op == "sample" else PUSHES + c.name if c.op == "push_grad" else c.name
+                    self.not_served.add((s, key))  # a push not stepped here says nothing of the table's pulls
                 return None
             raise protocol.RemoteError(f"shard {s} ({self.addresses[s]}) refused {c.op}: {message}")
         if c.op == "push_grad":
@@ -346,7 +356,11 @@ class FastPulls:
     def _connect(self, s: int) -> socket.socket:
         sock = self.socks[s]
         if sock is not None:
-            return sock
+            if _idle_and_open(sock):
+                return sock
+            # closed (a server that stopped or restarted) or holding bytes no request asked for: a push sent
+            # on it would fail after it was sent, not knowing whether it was applied
+            self._fail(s)
         host, port = self.hosts[s], self.ports[s]
         assert host is not None and port
         try:
@@ -385,6 +399,21 @@ class FastPulls:
     def close(self) -> None:
         for s in range(len(self.socks)):
             self._fail(s)
+
+
+def _idle_and_open(sock: socket.socket) -> bool:
+    """Whether an idle connection (no request in flight) is still open and has nothing to read."""
+    timeout = sock.gettimeout()
+    sock.settimeout(0.0)  # a socket with a timeout would wait for something to read first
+    try:
+        sock.recv(1, socket.MSG_PEEK)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    finally:
+        sock.settimeout(timeout)
+    return False  # EOF, or bytes no request asked for
 
 
 def _row_bytes(out: np.ndarray) -> int:

@@ -241,6 +241,10 @@ class KVClient:
         pushed. wait=False returns once the pushes are sent: the servers apply them while the caller
         goes on, and this client's next operation (any pull or push, a shared-memory read included)
         first waits for them, so it sees every update; a failure is raised there, or by settle()."""
+        # the reduced rows live in the reducer's workspace, which a push sent with wait=False may still be
+        # reading (ZMQ sends frames over 64 KiB without copying them; a push the fast lane left is resent
+        # at the next call): it is written again only once every earlier call was answered
+        self.transport.settle()
         uids, ugrads = self._reducer.reduce(ids, grads, -1 if keyed else int(bounds[-1]), mean)
         calls = self._push_calls("push_grad", name, uids, ugrads, bounds, {"step": step}, keyed, half)
         if wait:

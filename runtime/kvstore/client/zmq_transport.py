@@ -15,6 +15,7 @@ straight to their rows of the caller's output.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import sys
 import threading
@@ -198,10 +199,14 @@ class ZmqTransport:
             lane = [] if self._fast is None else self._lane_calls(self._fast, calls, wait)
             if lane:
                 assert self._fast is not None
-                self._fast.begin(lane)
-                self._lane_open = wait
+                # a push the lane leaves (busy, not served, not sent) is resent over ZMQ at the next call,
+                # after the caller's next push_grad reused the arrays it was given (the client's dedup
+                # workspace): it takes its own copy now (<= 256 KiB each)
                 sent = {id(c) for c in lane}
                 calls = [c for c in calls if id(c) not in sent]
+                owned = [dataclasses.replace(c, arrays=[np.array(a) for a in c.arrays]) for c in lane]
+                self._fast.begin(owned)
+                self._lane_open = wait
             if calls:
                 self._open = _Exchange(self, calls, wait)
 

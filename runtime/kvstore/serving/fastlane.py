@@ -93,11 +93,11 @@ def servable(t: TensorShard) -> bool:
     )
 
 
-def lane_steppable(t: TensorShard) -> bool:
-    """Whether the lane may step `t`'s gradient pushes now, as storage/update.locked_step would: float32
-    rows on the host with an optimizer the CPU core runs whole (no row norm or unit-circle projection
-    after it, non-finite gradients refused), no background checkpoint copying rows before they are
-    written, and the CPU core chosen for host tables."""
+def lane_may_step(t: TensorShard) -> bool:
+    """Whether the lane steps `t`'s gradient pushes as storage/update.locked_step would, whenever its
+    description is current: float32 rows on the host with an optimizer the CPU core runs whole (no row
+    norm or unit-circle projection after it, non-finite gradients refused), and the CPU core chosen for
+    host tables. Other tables are registered without their lock: their pushes are "not served"."""
     from graphtrain.runtime.native.backend import CoreBackend, choose
 
     c = t.config
@@ -110,10 +110,14 @@ def lane_steppable(t: TensorShard) -> bool:
         and not c.row_norm
         and not c.unit_complex
         and c.nonfinite == "refuse"
-        and t.snapshot is None
-        and (t.changed is None or _mask_ok(t.changed.mask, t.rows))
         and choose() is CoreBackend.CPU
     )
+
+
+def lane_steppable(t: TensorShard) -> bool:
+    """lane_may_step, and nothing armed that the lane does not do: a background checkpoint copying rows
+    before they are written, or a changed-row mask it cannot mark."""
+    return lane_may_step(t) and t.snapshot is None and (t.changed is None or _mask_ok(t.changed.mask, t.rows))
 
 
 def _mask_ok(mask: np.ndarray, rows: int) -> bool:
@@ -269,12 +273,16 @@ class FastLane:
                 if held is not None:
                     self._set(name, None, t)
                 continue
-            if held is None or held[0] != data.data_ptr() or held[1] is not t or held[3] is not t.lock:
-                self._set(name, data, t)
-            lock = t.lock
-            described = not isinstance(lock, NativeLock) or lock.described
+            lock = t.lock if lane_may_step(t) else None  # registered with its pushes, or without
+            if held is None or held[0] != data.data_ptr() or held[1] is not t or held[3] is not lock:
+                self._set(name, data, t, lock)
             # a busy table is described at the next sync
-            if name in self._held and not described and lock.acquire(blocking=False):
+            if (
+                name in self._held
+                and isinstance(lock, NativeLock)
+                and not lock.described
+                and lock.acquire(False)
+            ):
                 try:
                     describe(t)
                 finally:
@@ -282,9 +290,9 @@ class FastLane:
         for name in [n for n in self._held if n not in tensors]:
             self._set(name, None, self._held[name][1])
 
-    def _set(self, name: str, data: object | None, t: TensorShard) -> None:
-        """Register `data` as table `name` (None: withdraw it). Never raises: a table the native side
-        refuses is withdrawn and logged, and its pulls go over ZMQ."""
+    def _set(self, name: str, data: object | None, t: TensorShard, lock: NativeLock | None = None) -> None:
+        """Register `data` as table `name` (None: withdraw it), with `lock` when the lane steps its pushes.
+        Never raises: a table the native side refuses is withdrawn and logged, and its pulls go over ZMQ."""
         key = name.encode()
         if data is None:
             if self._held.pop(name, None) is not None:
@@ -294,13 +302,12 @@ class FastLane:
         ptr = data.data_ptr()  # type: ignore[attr-defined]
         dims = np.array([*t.row_shape, 0, 0, 0][:3], dtype=np.int64)
         code = fastwire.type_code(NUMPY[t.dtype])
-        lock = t.lock if isinstance(t.lock, NativeLock) and t.data.dtype == torch.float32 else None
         args = (ptr, t.lo, t.hi, row, code, len(t.row_shape), dims.ctypes.data, lock and lock.pointer)
         if self._core.gt_fast_set_table(self._handle, key, len(key), *args) != 0:
             log.warning("the fast lane does not serve table %r (refused by its native side)", name)
             self._set(name, None, t)
             return
-        self._held[name] = (ptr, t, data, t.lock)  # the old tensor and lock, if any, are let go only now
+        self._held[name] = (ptr, t, data, lock)  # the old tensor and lock, if any, are let go only now
 
     def count_into(self, metrics: ServerMetrics) -> None:
         """Add the pulls, samples and pushes the lane answered since the last call to the server's

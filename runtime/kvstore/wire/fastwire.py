@@ -28,6 +28,7 @@ SAMPLE_ARGS = struct.Struct("<qQ")  # fan-out, seed (after a sample's header)
 PUSH_ARGS = struct.Struct("<q")  # Adam's table-wide step, or NO_STEP (after a push's row type)
 PUSH_REPLY = struct.Struct("<q")  # the unique rows the push updated
 NO_STEP = -(2**63)
+MAX_STEP = 2**62  # a push's step over either path: [1, MAX_STEP] (opargs.py: push_args)
 OK, ERROR, NOT_HERE, BUSY = 0, 1, 2, 3  # BUSY: a push the lane did not apply now; ask over ZMQ
 
 ROW_TYPE = struct.Struct("<II3Q")  # a pull's row type (after the padded name): element type, dims, dims[3]

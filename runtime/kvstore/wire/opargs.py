@@ -198,7 +198,7 @@ def _init(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def _push(req: Request) -> PushArgs:
-    step = int_arg(req.args, "step", 0, 2**62, None)
+    step = int_arg(req.args, "step", 1, 2**62, None)  # Adam's bias corrections divide by 1 - beta^step
     buf = req.args.get("shm")
     if buf is not None:
         if not isinstance(buf, dict):

@@ -291,3 +291,110 @@ def test_malformed_pushes_are_refused_or_closed_and_change_no_row(servers) -> No
         s.close()
     finally:
         c.close()
+
+
+def test_a_push_left_to_zmq_after_wait_false_carries_its_own_rows_not_the_next_pushs(servers) -> None:  # noqa: F811
+    """The client's dedup reuses its buffers: a push the lane does not apply, resent over ZMQ at the
+    next call, must still carry its own gradients (training pushes each table with wait=False in turn)."""
+    (srv,) = servers()
+    c = kvstore.connect([srv.address], TOKEN, timeout=10)
+    try:
+        c.create("a", ROWS, (DIM,), "float32", BOUNDS, {"kind": "zeros"})
+        c.set_optimizer("a", {"kind": "sgd", "lr": 1.0, "nonfinite": "skip"})  # not stepped by the lane
+        c.create("b", ROWS, (DIM,), "float32", BOUNDS, {"kind": "zeros"})
+        c.set_optimizer("b", {"kind": "sgd", "lr": 1.0})
+        c.push_grad("a", np.array([1, 2]), np.ones((2, DIM), np.float32), BOUNDS, False, wait=False)
+        c.push_grad("b", np.array([50, 60]), np.full((2, DIM), 3, np.float32), BOUNDS, False, wait=False)
+        got = c.pull("a", np.array([1, 2, 50, 60]), BOUNDS, (DIM,), np.float32)
+        assert (got[:2] == -1).all() and (got[2:] == 0).all()
+        assert (c.pull("b", np.array([50, 60]), BOUNDS, (DIM,), np.float32) == -3).all()
+    finally:
+        c.close()
+
+
+def test_odd_widths_late_answers_and_a_restarted_server_are_a_lane_pushs_business_too(servers) -> None:  # noqa: F811
+    """Rows of 3 floats (a push's bytes a multiple of 4, not 8); a wait=False push collected after more
+    than the call timeout; and a push after the server restarted at its address (the idle lane
+    connection to the old one is dropped before the push is sent, not after)."""
+    from graphtrain.runtime.kvstore.serving.server import ShardServer
+    from graphtrain.runtime.kvstore.tables.state import ShardTensors
+
+    (srv,) = servers()
+    c = kvstore.connect([srv.address], TOKEN, timeout=1.0)
+    try:
+        c.create("odd", 100, (3,), "float32", np.array([0, 100]), {"kind": "zeros"})
+        c.set_optimizer("odd", {"kind": "sgd", "lr": 1.0})
+        c.push_grad("odd", np.array([7]), np.ones((1, 3), np.float32), np.array([0, 100]), False, wait=False)
+        time.sleep(1.5)  # past the call's timeout: the answer waits on the socket, as over ZMQ
+        assert (c.pull("odd", np.array([7]), np.array([0, 100]), (3,), np.float32) == -1).all()
+        assert stats(srv)["pushes_ok"] == 1 and stats(srv)["malformed"] == 0
+        address = srv.address
+        srv.stop()
+        again = ShardServer(ShardTensors(0), TOKEN, address, workers=2)
+        again.start()
+        try:
+            c.create("odd", 100, (3,), "float32", np.array([0, 100]), {"kind": "zeros"})
+            c.set_optimizer("odd", {"kind": "sgd", "lr": 1.0})
+            c.push_grad("odd", np.array([7]), np.ones((1, 3), np.float32), np.array([0, 100]), False)
+            assert (again.state.tensors["odd"].data[7] == -1).all()
+        finally:
+            again.stop()
+    finally:
+        c.close()
+
+
+@pytest.mark.parametrize("step", [0, -3, 2**62 + 1])
+def test_a_step_outside_one_to_2_62_is_refused_on_either_path(servers, step: int) -> None:  # noqa: F811
+    """Adam's bias corrections divide by 1 - beta^step: step 0 would turn rows into NaN."""
+    (srv,) = servers()
+    c = kvstore.connect([srv.address], TOKEN, timeout=10)
+    try:
+        c.create("t", ROWS, (DIM,), "float32", BOUNDS, {"kind": "zeros"})
+        c.set_optimizer("t", {"kind": "adam", "lr": 0.01, "step_count": "global"})
+        call = push_call("t", [1, 2])
+        call.args["step"] = step
+        want = rf"argument 'step' must be in \[1, {2**62}\], got {step}"
+        with pytest.raises(protocol.RemoteError, match=want):  # the client leaves it to ZMQ
+            c.transport.call_many([call])
+        s = lane_of(srv)
+        s.sendall(
+            fastwire.REQUEST.pack(fastwire.REQUEST_MAGIC, fastwire.OP_PUSH, 1, 1, 2, 2 * DIM * 4)
+            + b"t".ljust(8, b"\0")
+            + fastwire.row_type(np.dtype(np.float32), (DIM,))
+            + fastwire.PUSH_ARGS.pack(step)
+            + np.array([1, 2], np.int64).tobytes()
+            + np.ones((2, DIM), np.float32).tobytes()
+        )
+        _, status, _, nbytes = fastwire.REPLY.unpack(recv_exactly(s, fastwire.REPLY.size))
+        assert status == fastwire.ERROR and recv_exactly(s, nbytes).decode().startswith(
+            want.replace("\\", "")[:30]
+        )
+        s.close()
+        assert torch.equal(srv.state.tensors["t"].data, torch.zeros(ROWS, DIM))
+    finally:
+        c.close()
+
+
+def lane_of(srv):
+    from tests.runtime.kvstore.test_fastlane import lane
+
+    return lane(srv)
+
+
+def test_a_push_the_lane_does_not_step_leaves_the_tables_pulls_on_it(servers) -> None:  # noqa: F811
+    """A row-norm table is registered without its lock: its pushes are "not served" (once; then ZMQ
+    straight away), and its pulls stay on the lane."""
+    (srv,) = servers()
+    c = kvstore.connect([srv.address], TOKEN, timeout=10)
+    try:
+        c.create("n", ROWS, (DIM,), "float32", BOUNDS, {"kind": "uniform", "seed": 1})
+        c.set_optimizer("n", {"kind": "adam", "lr": 0.01, "row_norm": 1.0})
+        for _ in range(3):
+            c.push_grad("n", np.arange(5), np.ones((5, DIM), np.float32), BOUNDS, False)
+        assert stats(srv)["not_served"] == 1 and stats(srv)["pushes_busy"] == 0
+        pulls = stats(srv)["pulls_ok"]
+        rows = c.pull("n", np.arange(5), BOUNDS, (DIM,), np.float32)
+        assert stats(srv)["pulls_ok"] == pulls + 1
+        assert np.allclose(np.linalg.norm(rows, axis=1), 1.0, atol=1e-5)
+    finally:
+        c.close()

@@ -264,6 +264,9 @@ def test_a_half_tables_gradients_cross_a_socket_in_half_and_shared_memory_in_flo
             self.calls += calls
             return []
 
+        def settle(self) -> None:
+            pass
+
     class memoryview_holder:  # noqa: N801 - the segment's `buf`
         def __init__(self, n: int) -> None:
             self.buf = bytearray(n)

@@ -1,0 +1,136 @@
+// The shard server's fast lane, shared by its two halves: fastlane.cpp (connections, the event loop,
+// the C ABI; its header comment is the design and the wire) and fastlane_requests.cpp (the answers to
+// pulls, pushes and samples). Internal to the CPU core: nothing here is exported.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "table_lock.h"
+
+namespace graphtrain::lane {
+
+
+constexpr uint32_t kHelloMagic = 0x4c465447;  // "GTFL"
+constexpr uint32_t kRequestMagic = 0x51525447;  // "GTRQ"
+constexpr uint32_t kReplyMagic = 0x50525447;  // "GTRP"
+constexpr uint16_t kVersion = 1;
+constexpr uint16_t kOpPull = 1, kOpSample = 2, kOpPush = 3;
+constexpr int64_t kNoStep = INT64_MIN;
+constexpr int64_t kMaxStep = int64_t{1} << 62;  // a push's largest step, as over ZMQ
+constexpr size_t kSampleArgs = 16;  // fan-out, seed
+constexpr size_t kRowType = 32;     // element type code, dims, dims[3]
+constexpr size_t kHello = 8, kRequest = 32, kReply = 24, kMaxToken = 256, kMaxName = 128;
+constexpr int kPerWake = 16;  // requests one connection may have answered before the others' turn
+enum Status : uint32_t { kOk = 0, kError = 1, kNotHere = 2, kBusy = 3 };
+// the counters gt_fast_stats reports, in this order (runtime/kvstore/serving/fastlane.py names them)
+enum Stat {
+  kPullsOk, kPullsError, kNotServed, kRows, kBytesOut, kMalformed, kRefused, kHandshakeTimeouts,
+  kStalled, kFull, kOpen, kLoops, kAccepted, kBusyNs, kLastLoopMs, kSamplesOk, kPushesOk, kRowsPushed,
+  kPushesBusy, kStats
+};
+enum Stage { kHelloHead, kHelloToken, kHead, kBody };
+
+struct RowType {
+  uint32_t code, ndim;
+  uint64_t dims[3];
+  bool operator==(const RowType& o) const {
+    return code == o.code && ndim == o.ndim && dims[0] == o.dims[0] && dims[1] == o.dims[1] &&
+           dims[2] == o.dims[2];
+  }
+};
+
+struct Table {
+  const char* data;
+  int64_t lo, hi, row_bytes;
+  RowType type;
+  graphtrain::TableLock* lock;  // the table's lock and step (table_lock.h), or null: pushes not served
+};
+
+struct Graph {  // the partition's in-edges (CSR over rows lo..lo+num_nodes), for sampling
+  const int64_t* indptr = nullptr;
+  const int64_t* indices = nullptr;
+  int64_t lo = 0, num_nodes = 0;
+};
+
+struct Conn {
+  int fd = -1;
+  Stage stage = kHelloHead;
+  bool authed = false;
+  std::vector<char> in;  // the current hello or request; 8-byte aligned (operator new)
+  size_t have = 0, need = kHello;
+  std::vector<char> out;
+  size_t sent = 0;
+  int64_t deadline_ms = 0;  // the hello's
+  int64_t progress_ms = 0;  // last byte of a pending reply taken
+  bool writing = false;     // watched for EPOLLOUT, not EPOLLIN
+};
+
+inline int64_t now_ms() {
+  using namespace std::chrono;
+  return duration_cast<milliseconds>(steady_clock::now().time_since_epoch()).count();
+}
+
+template <typename T>
+T load(const char* p) {
+  T v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+template <typename T>
+void store(char* p, T v) {
+  std::memcpy(p, &v, sizeof v);
+}
+
+struct Server {
+  int listen_fd = -1, epfd = -1, wake_fd = -1;
+  std::string token;
+  int64_t max_conns, max_ids, max_reply, handshake_ms, stall_ms;
+  std::mutex mu;  // guards tables
+  std::unordered_map<std::string, Table> tables;
+  Graph graph;  // guarded by mu too
+  std::unordered_map<int, Conn> conns;
+  int64_t unauthed = 0;  // connections that have not sent the token yet
+  std::atomic<uint64_t> stats[kStats];
+  std::atomic<bool> stopping{false};
+  std::thread thread;
+
+  void count(Stat s, uint64_t n = 1) { stats[s].fetch_add(n, std::memory_order_relaxed); }
+
+  void watch(Conn& c, bool writing);
+  void close_conn(int fd);
+  // Room for a newcomer when a quarter of the slots wait for a token: the one waiting longest goes (a
+  // client sends its token at once; a peer without it holds a slot until the next newcomer comes).
+  void evict_oldest_unauthenticated();
+  void accept_all(int64_t now);
+  // Send what the kernel takes; false: the connection is broken.
+  bool flush(Conn& c, int64_t now);
+  void reply(Conn& c, uint64_t rid, Status status, const char* msg, size_t len);
+  void refuse(Conn& c, uint64_t rid, Status status, const std::string& msg);
+  // An id outside [lo, hi): its refusal, or an empty string.
+  static std::string outside(const int64_t* ids, uint64_t n, const std::string& name, int64_t lo, int64_t hi);
+  // One complete pull in c.in: its reply goes to c.out.
+  void pull(Conn& c);
+  // One complete push in c.in: the step under the table's lock, its unique rows into c.out.
+  void push(Conn& c);
+  // One complete sample request in c.in: the counts, then the sources, into c.out.
+  void sample(Conn& c);
+  // A stage's bytes are complete: move on (a header's body is read after it, into the same buffer; a
+  // whole hello or request starts the next one at 0); false closes the connection.
+  bool advance(Conn& c, int64_t now);
+  // Read and answer what the peer sent; false closes the connection.
+  bool readable(Conn& c, int64_t now);
+  void sweep(int64_t now);
+  void loop();
+  ~Server();
+};
+
+}  // namespace graphtrain::lane

@@ -1,0 +1,225 @@
+// The fast lane's answers to pulls, pushes and samples (the design and the wire: fastlane.cpp).
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+
+#include "fastlane.h"
+#include "graphtrain/api.h"
+
+// the native sampler (sampling.cpp): the ZMQ path's draws, per (seed, node)
+GT_API int64_t gt_sample_neighbors(const int64_t* indptr, const int64_t* indices, int64_t lo, int64_t num_local,
+                                   const int64_t* seeds, int64_t n, int64_t fanout, uint64_t seed,
+                                   int64_t* out_counts, int64_t* out_src, int64_t* bad_pos);
+// the CPU core's sparse step (optim_cpu.cpp): what the Python path calls for a push
+GT_API int64_t gt_sparse_step_pieces(int32_t kind, int64_t n, const int64_t* ids, int64_t npieces,
+                                     const float* const* blocks, const int64_t* counts, int64_t dim, int64_t num_rows,
+                                     int32_t mean, void* table, int32_t table_dtype, uint64_t round_seed,
+                                     float* state0, float* state1, int64_t* row_steps, int64_t global_step,
+                                     graphtrain::OptimParams params, int32_t threads, int32_t refuse_nonfinite,
+                                     int64_t* bad_pos);
+
+namespace graphtrain::lane {
+
+// An id outside [lo, hi): its refusal, or an empty string.
+std::string Server::outside(const int64_t* ids, uint64_t n, const std::string& name, int64_t lo, int64_t hi) {
+  for (uint64_t i = 0; i < n; ++i) {
+    if (ids[i] < lo || ids[i] >= hi) {
+      char msg[256];
+      int len = std::snprintf(msg, sizeof msg,
+                              "id %lld (position %llu) of '%.64s' is outside this shard's rows [%lld, %lld)",
+                              static_cast<long long>(ids[i]), static_cast<unsigned long long>(i), name.c_str(),
+                              static_cast<long long>(lo), static_cast<long long>(hi));
+      return std::string(msg, static_cast<size_t>(len > 0 ? len : 0));
+    }
+  }
+  return {};
+}
+
+// One complete pull in c.in: its reply goes to c.out.
+void Server::pull(Conn& c) {
+  const char* h = c.in.data();
+  uint16_t name_len = load<uint16_t>(h + 6);
+  uint64_t rid = load<uint64_t>(h + 8), n = load<uint64_t>(h + 16);
+  std::string name(h + kRequest, name_len);
+  const char* typep = h + kRequest + ((name_len + 7) & ~size_t{7});
+  RowType want{load<uint32_t>(typep), load<uint32_t>(typep + 4),
+               {load<uint64_t>(typep + 8), load<uint64_t>(typep + 16), load<uint64_t>(typep + 24)}};
+  const char* idp = typep + kRowType;
+  auto start = std::chrono::steady_clock::now();
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = tables.find(name);
+    if (it == tables.end()) {
+      refuse(c, rid, kNotHere, "table '" + name.substr(0, 64) + "' is not served by the fast lane");
+      return;
+    }
+    const Table& t = it->second;
+    if (!(t.type == want)) {  // the ZMQ path converts or refuses as numpy does
+      refuse(c, rid, kNotHere, "the caller's row type is not the table's");
+      return;
+    }
+    if (static_cast<int64_t>(n) * t.row_bytes > max_reply) {
+      refuse(c, rid, kNotHere, "the pull is larger than the fast lane's replies");
+      return;
+    }
+    const int64_t* ids = reinterpret_cast<const int64_t*>(idp);
+    std::string bad = outside(ids, n, name, t.lo, t.hi);
+    if (!bad.empty()) {
+      refuse(c, rid, kError, bad);
+      return;
+    }
+    size_t bytes = n * static_cast<size_t>(t.row_bytes);
+    reply(c, rid, kOk, nullptr, 0);
+    c.out.resize(kReply + bytes);
+    store<uint64_t>(c.out.data() + 16, bytes);
+    char* dst = c.out.data() + kReply;
+    for (uint64_t i = 0; i < n; ++i)
+      std::memcpy(dst + i * t.row_bytes, t.data + (ids[i] - t.lo) * t.row_bytes, t.row_bytes);
+  }
+  count(kPullsOk);
+  count(kRows, n);
+  count(kBytesOut, c.out.size());
+  count(kBusyNs, static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                           std::chrono::steady_clock::now() - start).count()));
+}
+
+// One complete push in c.in: the step under the table's lock, its unique rows into c.out.
+void Server::push(Conn& c) {
+  char* h = c.in.data();
+  uint16_t name_len = load<uint16_t>(h + 6);
+  uint64_t rid = load<uint64_t>(h + 8), n = load<uint64_t>(h + 16), bytes = load<uint64_t>(h + 24);
+  std::string name(h + kRequest, name_len);
+  const char* typep = h + kRequest + ((name_len + 7) & ~size_t{7});
+  RowType got{load<uint32_t>(typep), load<uint32_t>(typep + 4),
+              {load<uint64_t>(typep + 8), load<uint64_t>(typep + 16), load<uint64_t>(typep + 24)}};
+  int64_t step = load<int64_t>(typep + kRowType);
+  int64_t* ids = reinterpret_cast<int64_t*>(h + (typep - h) + kRowType + 8);  // 8-byte aligned: see need
+  const float* grads = reinterpret_cast<const float*>(ids + n);
+  auto start = std::chrono::steady_clock::now();
+  int64_t updated = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = tables.find(name);
+    if (it == tables.end() || it->second.lock == nullptr || !(it->second.type == got)) {
+      refuse(c, rid, kNotHere, "the fast lane does not step table '" + name.substr(0, 64) + "'");
+      return;
+    }
+    const Table& t = it->second;
+    if (step != kNoStep && (step < 1 || step > kMaxStep)) {  // the ZMQ path's bounds (wire/opargs.py)
+      char msg[128];
+      int len = std::snprintf(msg, sizeof msg, "argument 'step' must be in [1, %lld], got %lld",
+                              static_cast<long long>(kMaxStep), static_cast<long long>(step));
+      refuse(c, rid, kError, std::string(msg, static_cast<size_t>(len > 0 ? len : 0)));
+      return;
+    }
+    if (bytes != n * static_cast<uint64_t>(t.row_bytes)) {
+      refuse(c, rid, kError, "a push's gradient bytes are not its ids' rows");
+      return;
+    }
+    std::string bad = outside(ids, n, name, t.lo, t.hi);
+    if (!bad.empty()) {
+      refuse(c, rid, kError, bad);
+      return;
+    }
+    graphtrain::TableLock* l = t.lock;
+    if (!l->try_acquire()) {  // a worker steps it, or a checkpoint reads it: that worker's wait, not ours
+      refuse(c, rid, kBusy, "the table is locked");
+      return;
+    }
+    const graphtrain::StepDesc d = l->desc;
+    if (!l->steppable.load(std::memory_order_acquire) || d.table == nullptr ||
+        d.dim * static_cast<int64_t>(sizeof(float)) != t.row_bytes || d.num_rows != t.hi - t.lo) {
+      l->release();
+      refuse(c, rid, kBusy, "the table's step is not described to the fast lane now");
+      return;
+    }
+    for (uint64_t i = 0; i < n; ++i) ids[i] -= t.lo;
+    const int64_t global = d.global_step == nullptr ? 0 : step != kNoStep ? step : *d.global_step + 1;
+    const int64_t rows = static_cast<int64_t>(n);
+    int64_t at = -1;
+    updated = gt_sparse_step_pieces(d.kind, rows, ids, 1, &grads, &rows, d.dim, d.num_rows, d.mean, d.table, 0, 0,
+                                    d.state0, d.state1, d.row_steps, global, d.params, 1, d.refuse_nonfinite, &at);
+    if (updated >= 0) {
+      if (d.global_step != nullptr) *d.global_step = global;
+      if (d.changed != nullptr)
+        for (uint64_t i = 0; i < n; ++i) d.changed[ids[i]] = 1;
+    }
+    l->release();
+    if (updated < 0) {
+      std::string msg = "push_grad of '" + name.substr(0, 64) + "': the optimizer core refused it";
+      if (updated == -2) {  // the Python path's words (storage/update.py: nonfinite_refusal)
+        int64_t bad_rows = 0;
+        for (uint64_t r = 0; r < n; ++r)
+          for (int64_t k = 0; k < d.dim; ++k)
+            if (!std::isfinite(grads[r * d.dim + k])) {
+              ++bad_rows;
+              break;
+            }
+        char buf[320];
+        int len = std::snprintf(buf, sizeof buf,
+                                "push_grad of '%.64s': %lld gradient row(s) hold NaN or infinity (first id "
+                                "%lld); no row was updated",
+                                name.c_str(), static_cast<long long>(bad_rows),
+                                static_cast<long long>(at >= 0 ? ids[at] + t.lo : -1));
+        msg.assign(buf, static_cast<size_t>(len > 0 ? len : 0));
+      }
+      refuse(c, rid, kError, msg);
+      return;
+    }
+  }
+  reply(c, rid, kOk, nullptr, 0);
+  c.out.resize(kReply + 8);
+  store<uint64_t>(c.out.data() + 16, 8);
+  store<int64_t>(c.out.data() + kReply, updated);
+  count(kPushesOk);
+  count(kRowsPushed, n);
+  count(kBytesOut, c.out.size());
+  count(kBusyNs, static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                           std::chrono::steady_clock::now() - start).count()));
+}
+
+// One complete sample request in c.in: the counts, then the sources, into c.out.
+void Server::sample(Conn& c) {
+  const char* h = c.in.data();
+  uint64_t rid = load<uint64_t>(h + 8), n = load<uint64_t>(h + 16);
+  int64_t fanout = load<int64_t>(h + kRequest);
+  uint64_t seed = load<uint64_t>(h + kRequest + 8);
+  const int64_t* seeds = reinterpret_cast<const int64_t*>(h + kRequest + kSampleArgs);
+  auto start = std::chrono::steady_clock::now();
+  std::lock_guard<std::mutex> lock(mu);
+  if (graph.indptr == nullptr || fanout < 1 || static_cast<int64_t>(8 * n) > max_reply) {
+    refuse(c, rid, kNotHere, "the fast lane samples no graph here, or not with this fan-out");
+    return;
+  }
+  reply(c, rid, kOk, nullptr, 0);
+  c.out.resize(kReply + 8 * n);
+  int64_t* counts = reinterpret_cast<int64_t*>(c.out.data() + kReply);
+  int64_t bad = -1;
+  int64_t total = gt_sample_neighbors(graph.indptr, graph.indices, graph.lo, graph.num_nodes, seeds,
+                                      static_cast<int64_t>(n), fanout, seed, counts, nullptr, &bad);
+  if (total < 0) {
+    char msg[160];
+    int len = std::snprintf(msg, sizeof msg, "seed %lld is outside this partition's nodes [%lld, %lld)",
+                            static_cast<long long>(seeds[bad]), static_cast<long long>(graph.lo),
+                            static_cast<long long>(graph.lo + graph.num_nodes));
+    refuse(c, rid, kError, std::string(msg, static_cast<size_t>(len > 0 ? len : 0)));
+    return;
+  }
+  size_t bytes = 8 * (n + static_cast<size_t>(total));
+  if (static_cast<int64_t>(bytes) > max_reply) {
+    refuse(c, rid, kNotHere, "the sample is larger than the fast lane's replies");
+    return;
+  }
+  c.out.resize(kReply + bytes);
+  counts = reinterpret_cast<int64_t*>(c.out.data() + kReply);  // resize may have moved it
+  gt_sample_neighbors(graph.indptr, graph.indices, graph.lo, graph.num_nodes, seeds, static_cast<int64_t>(n),
+                      fanout, seed, counts, counts + n, &bad);
+  store<uint64_t>(c.out.data() + 16, bytes);
+  count(kSamplesOk);
+  count(kBytesOut, c.out.size());
+  count(kBusyNs, static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                           std::chrono::steady_clock::now() - start).count()));
+}
+
+}  // namespace graphtrain::lane
