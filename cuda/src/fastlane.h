@@ -115,6 +115,8 @@ struct Server {
   bool flush(Conn& c, int64_t now);
   void reply(Conn& c, uint64_t rid, Status status, const char* msg, size_t len);
   void refuse(Conn& c, uint64_t rid, Status status, const std::string& msg);
+  // A request answered: its counters (`rows`: kStats for none), the reply's bytes and the time since start.
+  void answered(const Conn& c, Stat ok, Stat rows, uint64_t n, std::chrono::steady_clock::time_point start);
   // An id outside [lo, hi): its refusal, or an empty string.
   static std::string outside(const int64_t* ids, uint64_t n, const std::string& name, int64_t lo, int64_t hi);
   // One complete pull in c.in: its reply goes to c.out.

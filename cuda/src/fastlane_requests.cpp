@@ -21,6 +21,14 @@ GT_API int64_t gt_sparse_step_pieces(int32_t kind, int64_t n, const int64_t* ids
 
 namespace graphtrain::lane {
 
+void Server::answered(const Conn& c, Stat ok, Stat rows, uint64_t n, std::chrono::steady_clock::time_point start) {
+  count(ok);
+  if (rows != kStats) count(rows, n);
+  count(kBytesOut, c.out.size());
+  count(kBusyNs, static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                           std::chrono::steady_clock::now() - start).count()));
+}
+
 // An id outside [lo, hi): its refusal, or an empty string.
 std::string Server::outside(const int64_t* ids, uint64_t n, const std::string& name, int64_t lo, int64_t hi) {
   for (uint64_t i = 0; i < n; ++i) {
@@ -77,11 +85,7 @@ void Server::pull(Conn& c) {
     for (uint64_t i = 0; i < n; ++i)
       std::memcpy(dst + i * t.row_bytes, t.data + (ids[i] - t.lo) * t.row_bytes, t.row_bytes);
   }
-  count(kPullsOk);
-  count(kRows, n);
-  count(kBytesOut, c.out.size());
-  count(kBusyNs, static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                           std::chrono::steady_clock::now() - start).count()));
+  answered(c, kPullsOk, kRows, n, start);
 }
 
 // One complete push in c.in: the step under the table's lock, its unique rows into c.out.
@@ -172,11 +176,7 @@ void Server::push(Conn& c) {
   c.out.resize(kReply + 8);
   store<uint64_t>(c.out.data() + 16, 8);
   store<int64_t>(c.out.data() + kReply, updated);
-  count(kPushesOk);
-  count(kRowsPushed, n);
-  count(kBytesOut, c.out.size());
-  count(kBusyNs, static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                           std::chrono::steady_clock::now() - start).count()));
+  answered(c, kPushesOk, kRowsPushed, n, start);
 }
 
 // One complete sample request in c.in: the counts, then the sources, into c.out.
@@ -216,10 +216,7 @@ void Server::sample(Conn& c) {
   gt_sample_neighbors(graph.indptr, graph.indices, graph.lo, graph.num_nodes, seeds, static_cast<int64_t>(n),
                       fanout, seed, counts, counts + n, &bad);
   store<uint64_t>(c.out.data() + 16, bytes);
-  count(kSamplesOk);
-  count(kBytesOut, c.out.size());
-  count(kBusyNs, static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                           std::chrono::steady_clock::now() - start).count()));
+  answered(c, kSamplesOk, kStats, 0, start);
 }
 
 }  // namespace graphtrain::lane
