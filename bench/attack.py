@@ -21,7 +21,12 @@ KB, within the lane's replies) so that they go over it:
 - lane-garbage: 100 peers sending random bytes, reconnecting at once;
 - lane-silent: 300 peers that connect and send nothing, more than the lane's connections (256): the
   good client's pulls go over ZMQ while the lane is full, and none fails;
-- lane-stuck-readers: 4 authenticated lane clients pipelining 256 KB pulls and never reading.
+- lane-stuck-readers: 4 authenticated lane clients pipelining 256 KB pulls and never reading;
+- lane-bad-pushes: 8 authenticated lane clients sending 256 KB gradient pushes the lane must refuse
+  (a NaN in the last row, so the whole scan runs under the table's lock; an id outside the shard) and
+  framing errors (gradient bytes not whole floats: closed, and they reconnect), as fast as they can;
+- lane-stuck-pushers: 4 authenticated lane clients pipelining 256 KB valid pushes and never reading
+  the answers (the lane steps one, then stops reading them).
 
 Also per scenario: the server's CPU per pull, quiet and under attack (what the attack costs the server
 itself), and the attackers' CPU per pull. On one small host the attackers compete with the server and
@@ -105,6 +110,26 @@ def lane_peer(kind: str, port: int, token: str, stop: mp.Event, seed: int) -> No
                     with contextlib.suppress(OSError):
                         s.recv(4096)  # the refusal, or the close
                     continue
+                if kind == "lane-bad-pushes":
+                    s.sendall(fastwire.hello(token.encode()))
+                    s.recv(8)
+                    s.settimeout(5)
+                    while not stop.is_set():
+                        s.sendall(bad_push(rng))
+                        head = s.recv(fastwire.REPLY.size, socket.MSG_WAITALL)
+                        if len(head) < fastwire.REPLY.size:
+                            break  # closed (a framing error): connect again
+                        s.recv(fastwire.REPLY.unpack(head)[3], socket.MSG_WAITALL)
+                    continue
+                if kind == "lane-stuck-pushers":
+                    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+                    s.sendall(fastwire.hello(token.encode()))
+                    s.settimeout(0.5)
+                    with contextlib.suppress(TimeoutError):
+                        for _ in range(10_000):  # until the server stops reading this connection
+                            s.sendall(push(np.zeros((len(ids), DIM), np.float32), ids))
+                    stop.wait(600)
+                    return
                 if kind == "lane-stuck-readers":
                     s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
                     s.sendall(fastwire.hello(token.encode()))
@@ -118,7 +143,37 @@ def lane_peer(kind: str, port: int, token: str, stop: mp.Event, seed: int) -> No
             time.sleep(0.01)
 
 
-LANE_PEERS = {"lane-wrong-token": 100, "lane-garbage": 100, "lane-silent": 300, "lane-stuck-readers": 4}
+LANE_PEERS = {
+    "lane-wrong-token": 100,
+    "lane-garbage": 100,
+    "lane-silent": 300,
+    "lane-stuck-readers": 4,
+    "lane-bad-pushes": 8,
+    "lane-stuck-pushers": 4,
+}
+
+
+def push(grads: np.ndarray, ids: np.ndarray, grad_bytes: int | None = None) -> bytes:
+    """A gradient push of `emb` on the lane (grad_bytes: what the header claims, if not the truth)."""
+    rows = fastwire.row_type(np.dtype(np.float32), (DIM,))
+    head = fastwire.push_request(
+        1, b"emb", len(ids), rows, grads.nbytes if grad_bytes is None else grad_bytes, 1
+    )
+    return head + ids.tobytes() + grads.tobytes()
+
+
+def bad_push(rng: np.random.Generator) -> bytes:
+    """256 KB the lane refuses: a NaN in the last row, an id outside the shard, or bytes not whole floats."""
+    ids = rng.integers(0, ROWS, fastwire.MAX_REPLY_BYTES // (DIM * 4)).astype(np.int64)
+    grads = np.zeros((len(ids), DIM), np.float32)
+    kind = int(rng.integers(3))
+    if kind == 0:
+        grads[-1, -1] = np.nan
+    elif kind == 1:
+        ids[-1] = ROWS
+    else:
+        return push(grads, ids, grads.nbytes - 2)
+    return push(grads, ids)
 
 
 def attacker(kind: str, address: str, token: str, started: mp.Event, stop: mp.Event, nice: int) -> None:  # type: ignore[valid-type]
@@ -205,7 +260,7 @@ def main() -> None:
     ap.add_argument(
         "--scenarios",
         default="claims-1GiB,claims-frame-limit,wrong-token,stuck-readers,"
-        "lane-wrong-token,lane-garbage,lane-silent,lane-stuck-readers",
+        "lane-wrong-token,lane-garbage,lane-silent,lane-stuck-readers,lane-bad-pushes,lane-stuck-pushers",
         help="comma-separated",
     )
     ap.add_argument(
@@ -230,6 +285,7 @@ def main() -> None:
         try:
             client = kvstore.connect([address], token, timeout=10, retries=0)
             client.create("emb", ROWS, (DIM,), "float32", np.array([0, ROWS]), {"kind": "uniform", "seed": 1})
+            client.set_optimizer("emb", {"kind": "sgd", "lr": 1e-6})  # the lane-*-push scenarios' target
             pull_latencies(client, 300, 0)  # warm: buffers, allocator, caches
             server = psutil.Process(pid)
             for i, kind in enumerate(args.scenarios.split(",")):
