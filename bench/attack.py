@@ -121,22 +121,18 @@ def lane_peer(kind: str, port: int, token: str, stop: mp.Event, seed: int) -> No
                             break  # closed (a framing error): connect again
                         s.recv(fastwire.REPLY.unpack(head)[3], socket.MSG_WAITALL)
                     continue
-                if kind == "lane-stuck-pushers":
+                if kind in ("lane-stuck-readers", "lane-stuck-pushers"):
+                    stuck = (
+                        pull
+                        if kind == "lane-stuck-readers"
+                        else push(np.zeros((len(ids), DIM), np.float32), ids)
+                    )
                     s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
                     s.sendall(fastwire.hello(token.encode()))
                     s.settimeout(0.5)
                     with contextlib.suppress(TimeoutError):
                         for _ in range(10_000):  # until the server stops reading this connection
-                            s.sendall(push(np.zeros((len(ids), DIM), np.float32), ids))
-                    stop.wait(600)
-                    return
-                if kind == "lane-stuck-readers":
-                    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-                    s.sendall(fastwire.hello(token.encode()))
-                    s.settimeout(0.5)
-                    with contextlib.suppress(TimeoutError):
-                        for _ in range(10_000):  # until the server stops reading this connection
-                            s.sendall(pull)
+                            s.sendall(stuck)
                 stop.wait(600)
                 return
         except OSError:
