@@ -26,7 +26,12 @@ KB, within the lane's replies) so that they go over it:
   (a NaN in the last row, so the whole scan runs under the table's lock; an id outside the shard) and
   framing errors (gradient bytes not whole floats: closed, and they reconnect), as fast as they can;
 - lane-stuck-pushers: 4 authenticated lane clients pipelining 256 KB valid pushes and never reading
-  the answers (the lane steps one, then stops reading them).
+  the answers (the lane steps one, then stops reading them);
+- lane-bad-batches: 8 authenticated lane clients sending batches (wire version 2) as fast as they can:
+  8 pulls of 256 KB (replies past the batch's room: all but two answer "busy"), a NaN push beside a
+  pull, or a batch whose last request is malformed (closed before any is applied; they reconnect);
+- lane-stuck-batchers: 4 authenticated lane clients pipelining batches of two 256 KB pulls and never
+  reading (the most a batch makes a connection hold: a 512 KB reply).
 
 Also per scenario: the server's CPU per pull, quiet and under attack (what the attack costs the server
 itself), and the attackers' CPU per pull. On one small host the attackers compete with the server and
@@ -121,10 +126,23 @@ def lane_peer(kind: str, port: int, token: str, stop: mp.Event, seed: int) -> No
                             break  # closed (a framing error): connect again
                         s.recv(fastwire.REPLY.unpack(head)[3], socket.MSG_WAITALL)
                     continue
-                if kind in ("lane-stuck-readers", "lane-stuck-pushers"):
+                if kind == "lane-bad-batches":
+                    s.sendall(fastwire.hello(token.encode()))
+                    s.recv(8)
+                    s.settimeout(5)
+                    while not stop.is_set():
+                        s.sendall(bad_batch(rng, pull))
+                        head = s.recv(fastwire.REPLY.size, socket.MSG_WAITALL)
+                        if len(head) < fastwire.REPLY.size:
+                            break  # closed (a malformed batch): connect again
+                        s.recv(fastwire.REPLY.unpack(head)[3], socket.MSG_WAITALL)
+                    continue
+                if kind in ("lane-stuck-readers", "lane-stuck-pushers", "lane-stuck-batchers"):
                     stuck = (
                         pull
                         if kind == "lane-stuck-readers"
+                        else batch([pull, pull])
+                        if kind == "lane-stuck-batchers"
                         else push(np.zeros((len(ids), DIM), np.float32), ids)
                     )
                     s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
@@ -146,6 +164,8 @@ LANE_PEERS = {
     "lane-stuck-readers": 4,
     "lane-bad-pushes": 8,
     "lane-stuck-pushers": 4,
+    "lane-bad-batches": 8,
+    "lane-stuck-batchers": 4,
 }
 
 
@@ -170,6 +190,25 @@ def bad_push(rng: np.random.Generator) -> bytes:
     else:
         return push(grads, ids, grads.nbytes - 2)
     return push(grads, ids)
+
+
+def batch(requests: list[bytes]) -> bytes:
+    """Whole lane requests (each a multiple of 8 bytes here) as one batch."""
+    return fastwire.batch_request(1, len(requests), sum(map(len, requests))) + b"".join(requests)
+
+
+def bad_batch(rng: np.random.Generator, pull: bytes) -> bytes:
+    """A batch the lane answers in part or closes on: 8 pulls of 256 KB (past the batch's room), a NaN
+    push beside a pull, or a malformed last request."""
+    kind = int(rng.integers(3))
+    if kind == 0:
+        return batch([pull] * 8)
+    ids = rng.integers(0, ROWS, 64).astype(np.int64)
+    grads = np.zeros((len(ids), DIM), np.float32)
+    grads[-1, -1] = np.nan
+    if kind == 1:
+        return batch([pull, push(grads, ids)])
+    return batch([pull, b"GTRQ" + bytes(28)])  # op 0: malformed
 
 
 def attacker(kind: str, address: str, token: str, started: mp.Event, stop: mp.Event, nice: int) -> None:  # type: ignore[valid-type]
@@ -256,7 +295,8 @@ def main() -> None:
     ap.add_argument(
         "--scenarios",
         default="claims-1GiB,claims-frame-limit,wrong-token,stuck-readers,"
-        "lane-wrong-token,lane-garbage,lane-silent,lane-stuck-readers,lane-bad-pushes,lane-stuck-pushers",
+        "lane-wrong-token,lane-garbage,lane-silent,lane-stuck-readers,lane-bad-pushes,lane-stuck-pushers,"
+        "lane-bad-batches,lane-stuck-batchers",
         help="comma-separated",
     )
     ap.add_argument(

@@ -5,7 +5,8 @@
 // the gather is ~15 us; the rest was Python around pyzmq (poll, recv, parse, validate, encode, send)
 // and ZMQ's own I/O thread (~80 us alone). A trainer at 4 hosts sends ~19 such requests a step.
 //
-// What. One thread, one epoll set, non-blocking sockets. The wire (all little-endian, version 1):
+// What. One thread, one epoll set, non-blocking sockets. The wire (all little-endian, version 2; a
+// version-1 peer is served ops 1-3):
 //   hello    client -> server  "GTFL" u16 version, u16 token length (1..256), the token
 //            server -> client  "GTFL" u32 status (0 accepted; anything else: refused, then closed)
 //   request  "GTRQ" u16 op, u16 name length, u64 rid, u64 count (<= max_ids), u64 reserved (0; a push: its
@@ -19,18 +20,25 @@
 //            op 3, push:   a gradient push (push_grad): the table's name padded as a pull's, the
 //                          gradients' row type (the table's), i64 step (Adam's table-wide count; INT64_MIN:
 //                          none), `count` ids (int64, global rows), then `count` gradient rows
+//            op 4, batch:  no name; `count` (2..8) requests of ops 1-3, each a whole request as above,
+//                          padded with zeros to 8 bytes; `reserved`: their bytes (<= 2 x max_reply_bytes).
+//                          One message for several operations on one shard (issue 47, item 2: a step's
+//                          features and embedding rows, a layer's samples): one round trip, one wake
 //   reply    "GTRP" u32 status (0 ok, 1 error, 2 not served here, 3 busy: ask over ZMQ this time), u64 rid,
 //            u64 payload bytes, then a UTF-8 message, or (ok) the rows of a pull, or a sample's counts
 //            (int64, one per seed) and the sampled sources (int64), the draws of gt_sample_neighbors, as
-//            the ZMQ path's, or a push's unique rows updated (int64)
+//            the ZMQ path's, or a push's unique rows updated (int64), or a batch's replies: one whole
+//            reply per request, in order, each answered as if sent alone (a request whose reply would
+//            take the batch's payloads past 2 x max_reply_bytes answers "busy")
 // Guarantees, as the ZMQ path's: the token is checked (constant time) before anything else is read (at
 // most a quarter of max_conns connections may be waiting to send it, the oldest making room for a
 // newcomer: peers without the token cannot take every slot, nor keep a client out); a
 // framing error closes the connection; an id outside the shard's rows is refused naming it; a table that
 // is not registered (GPU, dynamic vocabulary, unknown) or a pull over max_reply_bytes answers "not served
 // here" and the client asks over ZMQ. Memory is bounded per connection (one request and one reply: the
-// connection is not read while its reply waits: a request of at most ~390 KiB, a push's, and a reply of
-// max_reply_bytes) and in all (max_conns); a peer that takes nothing for
+// connection is not read while its reply waits: a request of at most ~390 KiB, a push's, or a batch's
+// 2 x max_reply_bytes, and a reply of max_reply_bytes, or a batch's 2 x max_reply_bytes and its headers)
+// and in all (max_conns); a peer that takes nothing for
 // stall_ms with a reply pending, or does not finish its hello in handshake_ms, is closed. Rows are read
 // without the table's lock, as the ZMQ path's pulls read them (one writer per row, readers may see a row
 // between two steps); the registry's mutex only keeps a table's memory alive while it is copied.
@@ -158,18 +166,71 @@ bool Server::flush(Conn& c, int64_t now) {
   return true;
 }
 
-void Server::reply(Conn& c, uint64_t rid, Status status, const char* msg, size_t len) {
-  c.out.resize(kReply + len);
-  store<uint32_t>(c.out.data(), kReplyMagic);
-  store<uint32_t>(c.out.data() + 4, status);
-  store<uint64_t>(c.out.data() + 8, rid);
-  store<uint64_t>(c.out.data() + 16, len);
-  if (len) std::memcpy(c.out.data() + kReply, msg, len);
+size_t Server::reply(Conn& c, uint64_t rid, Status status, const char* msg, size_t len) {
+  size_t at = c.out.size();
+  c.out.resize(at + kReply + len);
+  char* r = c.out.data() + at;
+  store<uint32_t>(r, kReplyMagic);
+  store<uint32_t>(r + 4, status);
+  store<uint64_t>(r + 8, rid);
+  store<uint64_t>(r + 16, len);
+  if (len && msg != nullptr) std::memcpy(r + kReply, msg, len);
+  return at + kReply;
 }
 
-void Server::refuse(Conn& c, uint64_t rid, Status status, const std::string& msg) {
-  count(status == kNotHere ? kNotServed : status == kBusy ? kPushesBusy : kPullsError);
+void Server::refuse(Conn& c, size_t at, uint64_t rid, Status status, const std::string& msg, Stat stat) {
+  count(stat != kStats ? stat : status == kNotHere ? kNotServed : status == kBusy ? kPushesBusy : kPullsError);
+  c.out.resize(at);
   reply(c, rid, status, msg.data(), msg.size());
+}
+
+size_t Server::request_bytes(const char* h, bool batched) const {
+  uint16_t op = load<uint16_t>(h + 4), name_len = load<uint16_t>(h + 6);
+  uint64_t n = load<uint64_t>(h + 16), extra = load<uint64_t>(h + 24);
+  if (load<uint32_t>(h) != kRequestMagic) return 0;
+  if (op == kOpBatch) {
+    if (batched || name_len != 0 || n < 2 || n > kMaxBatch || extra % 8 != 0 || extra < n * kRequest ||
+        extra > static_cast<uint64_t>(kBatchFactor * max_reply))
+      return 0;
+    return kRequest + extra;
+  }
+  bool named = op == kOpPull || op == kOpPush ? name_len >= 1 && name_len <= kMaxName
+                                              : op == kOpSample && name_len == 0;
+  bool sized = op == kOpPush ? extra <= static_cast<uint64_t>(max_reply) && extra % 4 == 0 : extra == 0;
+  if (!named || !sized || n > static_cast<uint64_t>(max_ids)) return 0;
+  size_t named_head = ((name_len + 7) & ~size_t{7}) + kRowType;
+  return kRequest + (op == kOpPull ? named_head : op == kOpPush ? named_head + 8 : kSampleArgs) + n * 8 +
+         (op == kOpPush ? extra : 0);
+}
+
+void Server::answer(Conn& c, char* h) {
+  uint16_t op = load<uint16_t>(h + 4);
+  if (op == kOpPull)
+    pull(c, h);
+  else if (op == kOpPush)
+    push(c, h);
+  else
+    sample(c, h);
+}
+
+bool Server::batch(Conn& c) {
+  char* h = c.in.data();
+  uint64_t rid = load<uint64_t>(h + 8), k = load<uint64_t>(h + 16), body = load<uint64_t>(h + 24);
+  // every request's framing first: a malformed one closes the connection before any is applied
+  size_t at = kRequest, end = kRequest + body;
+  for (uint64_t i = 0; i < k; ++i) {
+    size_t bytes = end - at < kRequest ? 0 : request_bytes(h + at, true);
+    if (bytes == 0 || bytes > end - at) return false;
+    at += (bytes + 7) & ~size_t{7};
+    if (at > end) return false;
+  }
+  if (at != end) return false;
+  count(kBatches);
+  c.out_limit = kReply + k * kReply + kBatchFactor * static_cast<size_t>(max_reply);
+  size_t payload = reply(c, rid, kOk, nullptr, 0);
+  for (at = kRequest; at < end; at += (request_bytes(h + at, true) + 7) & ~size_t{7}) answer(c, h + at);
+  store<uint64_t>(c.out.data() + 16, c.out.size() - payload);
+  return true;
 }
 
 bool Server::advance(Conn& c, int64_t now) {
@@ -177,11 +238,12 @@ bool Server::advance(Conn& c, int64_t now) {
   switch (c.stage) {
     case kHelloHead: {
       uint16_t len = load<uint16_t>(h + 6);
-      if (load<uint32_t>(h) != kHelloMagic || load<uint16_t>(h + 4) != kVersion || len == 0 ||
-          len > kMaxToken) {
+      uint16_t version = load<uint16_t>(h + 4);
+      if (load<uint32_t>(h) != kHelloMagic || version < 1 || version > kVersion || len == 0 || len > kMaxToken) {
         count(kMalformed);
         return false;
       }
+      c.version = version;
       c.stage = kHelloToken;
       c.need = kHello + len;
       c.in.resize(c.need);
@@ -211,29 +273,26 @@ bool Server::advance(Conn& c, int64_t now) {
       return flush(c, now);
     }
     case kHead: {
-      uint16_t op = load<uint16_t>(h + 4), name_len = load<uint16_t>(h + 6);
-      uint64_t n = load<uint64_t>(h + 16), extra = load<uint64_t>(h + 24);
-      bool named = op == kOpPull || op == kOpPush ? name_len >= 1 && name_len <= kMaxName
-                                                  : op == kOpSample && name_len == 0;
-      bool sized = op == kOpPush ? extra <= static_cast<uint64_t>(max_reply) && extra % 4 == 0 : extra == 0;
-      if (load<uint32_t>(h) != kRequestMagic || !named || !sized || n > static_cast<uint64_t>(max_ids)) {
+      size_t bytes = request_bytes(h, false);
+      if (bytes == 0 || (load<uint16_t>(h + 4) == kOpBatch && c.version < 2)) {
         count(kMalformed);
         return false;
       }
       c.stage = kBody;
-      size_t named_head = ((name_len + 7) & ~size_t{7}) + kRowType;
-      c.need = kRequest + (op == kOpPull ? named_head : op == kOpPush ? named_head + 8 : kSampleArgs) + n * 8 +
-               (op == kOpPush ? extra : 0);
+      c.need = bytes;
       c.in.resize(c.need);
       return true;
     }
     case kBody:
-      if (load<uint16_t>(h + 4) == kOpPull)
-        pull(c);
-      else if (load<uint16_t>(h + 4) == kOpPush)
-        push(c);
-      else
-        sample(c);
+      if (load<uint16_t>(h + 4) == kOpBatch) {
+        if (!batch(c)) {
+          count(kMalformed);
+          return false;
+        }
+      } else {
+        c.out_limit = kReply + static_cast<size_t>(max_reply);
+        answer(c, c.in.data());
+      }
       c.have = 0;
       c.stage = kHead;
       c.need = kRequest;
@@ -253,8 +312,9 @@ bool Server::readable(Conn& c, int64_t now) {
     c.have += static_cast<size_t>(r);
     if (c.have < c.need) continue;
     Stage was = c.stage;
+    uint64_t ops = was == kBody && load<uint16_t>(c.in.data() + 4) == kOpBatch ? load<uint64_t>(c.in.data() + 16) : 1;
     if (!advance(c, now)) return false;
-    if (was == kBody) ++answered;
+    if (was == kBody) answered += static_cast<int>(ops);  // a batch takes its requests' turns
   }
   return true;
 }

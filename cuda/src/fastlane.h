@@ -21,8 +21,10 @@ namespace graphtrain::lane {
 constexpr uint32_t kHelloMagic = 0x4c465447;  // "GTFL"
 constexpr uint32_t kRequestMagic = 0x51525447;  // "GTRQ"
 constexpr uint32_t kReplyMagic = 0x50525447;  // "GTRP"
-constexpr uint16_t kVersion = 1;
-constexpr uint16_t kOpPull = 1, kOpSample = 2, kOpPush = 3;
+constexpr uint16_t kVersion = 2;      // 2: op 4 (batch); a version-1 peer is served ops 1-3
+constexpr uint16_t kOpPull = 1, kOpSample = 2, kOpPush = 3, kOpBatch = 4;
+constexpr uint64_t kMaxBatch = 8;      // requests in one batch
+constexpr int64_t kBatchFactor = 2;    // a batch's body, and its replies' payloads, <= this x max_reply
 constexpr int64_t kNoStep = INT64_MIN;
 constexpr int64_t kMaxStep = int64_t{1} << 62;  // a push's largest step, as over ZMQ
 constexpr size_t kSampleArgs = 16;  // fan-out, seed
@@ -34,7 +36,7 @@ enum Status : uint32_t { kOk = 0, kError = 1, kNotHere = 2, kBusy = 3 };
 enum Stat {
   kPullsOk, kPullsError, kNotServed, kRows, kBytesOut, kMalformed, kRefused, kHandshakeTimeouts,
   kStalled, kFull, kOpen, kLoops, kAccepted, kBusyNs, kLastLoopMs, kSamplesOk, kPushesOk, kRowsPushed,
-  kPushesBusy, kStats
+  kPushesBusy, kBatches, kStats
 };
 enum Stage { kHelloHead, kHelloToken, kHead, kBody };
 
@@ -71,6 +73,8 @@ struct Conn {
   int64_t deadline_ms = 0;  // the hello's
   int64_t progress_ms = 0;  // last byte of a pending reply taken
   bool writing = false;     // watched for EPOLLOUT, not EPOLLIN
+  uint16_t version = 0;     // the hello's
+  size_t out_limit = 0;     // the bytes the current request's replies may take in `out` (batch: all of them)
 };
 
 inline int64_t now_ms() {
@@ -113,18 +117,36 @@ struct Server {
   void accept_all(int64_t now);
   // Send what the kernel takes; false: the connection is broken.
   bool flush(Conn& c, int64_t now);
-  void reply(Conn& c, uint64_t rid, Status status, const char* msg, size_t len);
-  void refuse(Conn& c, uint64_t rid, Status status, const std::string& msg);
+  // Append a reply of `len` payload bytes (copied from `msg` when given) to c.out; returns the payload's
+  // offset in c.out.
+  size_t reply(Conn& c, uint64_t rid, Status status, const char* msg, size_t len);
+  // Drop what c.out holds past `at` (a reply begun) and append a refusal, counted as `stat` (kStats: as
+  // its status says).
+  void refuse(Conn& c, size_t at, uint64_t rid, Status status, const std::string& msg, Stat stat = kStats);
+  // A batch's request whose reply would not fit the batch's room: "busy" (over ZMQ this time).
+  void overflow(Conn& c, size_t at, uint64_t rid) {
+    refuse(c, at, rid, kBusy, "the batch's replies are larger than the fast lane's", kNotServed);
+  }
+  // Whether `payload` more bytes of a reply fit the current request's room in c.out.
+  bool fits(const Conn& c, size_t payload) const { return c.out.size() + kReply + payload <= c.out_limit; }
+  // The bytes of the request whose header is at `h` (header included), or 0: a malformed header.
+  // `batched`: inside a batch (no batch in a batch).
+  size_t request_bytes(const char* h, bool batched) const;
   // A request answered: its counters (`rows`: kStats for none), the reply's bytes and the time since start.
-  void answered(const Conn& c, Stat ok, Stat rows, uint64_t n, std::chrono::steady_clock::time_point start);
+  void answered(const Conn& c, size_t at, Stat ok, Stat rows, uint64_t n,
+                std::chrono::steady_clock::time_point start);
   // An id outside [lo, hi): its refusal, or an empty string.
   static std::string outside(const int64_t* ids, uint64_t n, const std::string& name, int64_t lo, int64_t hi);
-  // One complete pull in c.in: its reply goes to c.out.
-  void pull(Conn& c);
-  // One complete push in c.in: the step under the table's lock, its unique rows into c.out.
-  void push(Conn& c);
-  // One complete sample request in c.in: the counts, then the sources, into c.out.
-  void sample(Conn& c);
+  // One complete pull at `h`: its reply is appended to c.out.
+  void pull(Conn& c, const char* h);
+  // One complete push at `h`: the step under the table's lock, its unique rows appended to c.out.
+  void push(Conn& c, char* h);
+  // One complete sample request at `h`: the counts, then the sources, appended to c.out.
+  void sample(Conn& c, const char* h);
+  // One complete request at `h` of ops 1-3, answered.
+  void answer(Conn& c, char* h);
+  // One complete batch in c.in: each request answered in order, the replies in one; false: malformed.
+  bool batch(Conn& c);
   // A stage's bytes are complete: move on (a header's body is read after it, into the same buffer; a
   // whole hello or request starts the next one at 0); false closes the connection.
   bool advance(Conn& c, int64_t now);

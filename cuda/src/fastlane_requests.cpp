@@ -21,10 +21,11 @@ GT_API int64_t gt_sparse_step_pieces(int32_t kind, int64_t n, const int64_t* ids
 
 namespace graphtrain::lane {
 
-void Server::answered(const Conn& c, Stat ok, Stat rows, uint64_t n, std::chrono::steady_clock::time_point start) {
+void Server::answered(const Conn& c, size_t at, Stat ok, Stat rows, uint64_t n,
+                      std::chrono::steady_clock::time_point start) {
   count(ok);
   if (rows != kStats) count(rows, n);
-  count(kBytesOut, c.out.size());
+  count(kBytesOut, c.out.size() - at);
   count(kBusyNs, static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
                                            std::chrono::steady_clock::now() - start).count()));
 }
@@ -44,9 +45,9 @@ std::string Server::outside(const int64_t* ids, uint64_t n, const std::string& n
   return {};
 }
 
-// One complete pull in c.in: its reply goes to c.out.
-void Server::pull(Conn& c) {
-  const char* h = c.in.data();
+// One complete pull at `h`: its reply is appended to c.out.
+void Server::pull(Conn& c, const char* h) {
+  const size_t at = c.out.size();
   uint16_t name_len = load<uint16_t>(h + 6);
   uint64_t rid = load<uint64_t>(h + 8), n = load<uint64_t>(h + 16);
   std::string name(h + kRequest, name_len);
@@ -59,38 +60,40 @@ void Server::pull(Conn& c) {
     std::lock_guard<std::mutex> lock(mu);
     auto it = tables.find(name);
     if (it == tables.end()) {
-      refuse(c, rid, kNotHere, "table '" + name.substr(0, 64) + "' is not served by the fast lane");
+      refuse(c, at, rid, kNotHere, "table '" + name.substr(0, 64) + "' is not served by the fast lane");
       return;
     }
     const Table& t = it->second;
     if (!(t.type == want)) {  // the ZMQ path converts or refuses as numpy does
-      refuse(c, rid, kNotHere, "the caller's row type is not the table's");
+      refuse(c, at, rid, kNotHere, "the caller's row type is not the table's");
       return;
     }
     if (static_cast<int64_t>(n) * t.row_bytes > max_reply) {
-      refuse(c, rid, kNotHere, "the pull is larger than the fast lane's replies");
+      refuse(c, at, rid, kNotHere, "the pull is larger than the fast lane's replies");
       return;
     }
     const int64_t* ids = reinterpret_cast<const int64_t*>(idp);
     std::string bad = outside(ids, n, name, t.lo, t.hi);
     if (!bad.empty()) {
-      refuse(c, rid, kError, bad);
+      refuse(c, at, rid, kError, bad);
       return;
     }
     size_t bytes = n * static_cast<size_t>(t.row_bytes);
-    reply(c, rid, kOk, nullptr, 0);
-    c.out.resize(kReply + bytes);
-    store<uint64_t>(c.out.data() + 16, bytes);
-    char* dst = c.out.data() + kReply;
+    if (!fits(c, bytes)) {  // a batch's replies past their room: this one over ZMQ
+      overflow(c, at, rid);
+      return;
+    }
+    const size_t payload = reply(c, rid, kOk, nullptr, bytes);  // before data(): reply() may move c.out
+    char* dst = c.out.data() + payload;
     for (uint64_t i = 0; i < n; ++i)
       std::memcpy(dst + i * t.row_bytes, t.data + (ids[i] - t.lo) * t.row_bytes, t.row_bytes);
   }
-  answered(c, kPullsOk, kRows, n, start);
+  answered(c, at, kPullsOk, kRows, n, start);
 }
 
-// One complete push in c.in: the step under the table's lock, its unique rows into c.out.
-void Server::push(Conn& c) {
-  char* h = c.in.data();
+// One complete push at `h`: the step under the table's lock, its unique rows appended to c.out.
+void Server::push(Conn& c, char* h) {
+  const size_t at = c.out.size();
   uint16_t name_len = load<uint16_t>(h + 6);
   uint64_t rid = load<uint64_t>(h + 8), n = load<uint64_t>(h + 16), bytes = load<uint64_t>(h + 24);
   std::string name(h + kRequest, name_len);
@@ -106,7 +109,7 @@ void Server::push(Conn& c) {
     std::lock_guard<std::mutex> lock(mu);
     auto it = tables.find(name);
     if (it == tables.end() || it->second.lock == nullptr || !(it->second.type == got)) {
-      refuse(c, rid, kNotHere, "the fast lane does not step table '" + name.substr(0, 64) + "'");
+      refuse(c, at, rid, kNotHere, "the fast lane does not step table '" + name.substr(0, 64) + "'");
       return;
     }
     const Table& t = it->second;
@@ -114,36 +117,40 @@ void Server::push(Conn& c) {
       char msg[128];
       int len = std::snprintf(msg, sizeof msg, "argument 'step' must be in [1, %lld], got %lld",
                               static_cast<long long>(kMaxStep), static_cast<long long>(step));
-      refuse(c, rid, kError, std::string(msg, static_cast<size_t>(len > 0 ? len : 0)));
+      refuse(c, at, rid, kError, std::string(msg, static_cast<size_t>(len > 0 ? len : 0)));
       return;
     }
     if (bytes != n * static_cast<uint64_t>(t.row_bytes)) {
-      refuse(c, rid, kError, "a push's gradient bytes are not its ids' rows");
+      refuse(c, at, rid, kError, "a push's gradient bytes are not its ids' rows");
       return;
     }
     std::string bad = outside(ids, n, name, t.lo, t.hi);
     if (!bad.empty()) {
-      refuse(c, rid, kError, bad);
+      refuse(c, at, rid, kError, bad);
+      return;
+    }
+    if (!fits(c, 8)) {
+      overflow(c, at, rid);
       return;
     }
     graphtrain::TableLock* l = t.lock;
     if (!l->try_acquire()) {  // a worker steps it, or a checkpoint reads it: that worker's wait, not ours
-      refuse(c, rid, kBusy, "the table is locked");
+      refuse(c, at, rid, kBusy, "the table is locked");
       return;
     }
     const graphtrain::StepDesc d = l->desc;
     if (!l->steppable.load(std::memory_order_acquire) || d.table == nullptr ||
         d.dim * static_cast<int64_t>(sizeof(float)) != t.row_bytes || d.num_rows != t.hi - t.lo) {
       l->release();
-      refuse(c, rid, kBusy, "the table's step is not described to the fast lane now");
+      refuse(c, at, rid, kBusy, "the table's step is not described to the fast lane now");
       return;
     }
     for (uint64_t i = 0; i < n; ++i) ids[i] -= t.lo;
     const int64_t global = d.global_step == nullptr ? 0 : step != kNoStep ? step : *d.global_step + 1;
     const int64_t rows = static_cast<int64_t>(n);
-    int64_t at = -1;
+    int64_t bad_at = -1;
     updated = gt_sparse_step_pieces(d.kind, rows, ids, 1, &grads, &rows, d.dim, d.num_rows, d.mean, d.table, 0, 0,
-                                    d.state0, d.state1, d.row_steps, global, d.params, 1, d.refuse_nonfinite, &at);
+                                    d.state0, d.state1, d.row_steps, global, d.params, 1, d.refuse_nonfinite, &bad_at);
     if (updated >= 0) {
       if (d.global_step != nullptr) *d.global_step = global;
       if (d.changed != nullptr)
@@ -165,23 +172,21 @@ void Server::push(Conn& c) {
                                 "push_grad of '%.64s': %lld gradient row(s) hold NaN or infinity (first id "
                                 "%lld); no row was updated",
                                 name.c_str(), static_cast<long long>(bad_rows),
-                                static_cast<long long>(at >= 0 ? ids[at] + t.lo : -1));
+                                static_cast<long long>(bad_at >= 0 ? ids[bad_at] + t.lo : -1));
         msg.assign(buf, static_cast<size_t>(len > 0 ? len : 0));
       }
-      refuse(c, rid, kError, msg);
+      refuse(c, at, rid, kError, msg);
       return;
     }
   }
-  reply(c, rid, kOk, nullptr, 0);
-  c.out.resize(kReply + 8);
-  store<uint64_t>(c.out.data() + 16, 8);
-  store<int64_t>(c.out.data() + kReply, updated);
-  answered(c, kPushesOk, kRowsPushed, n, start);
+  const size_t payload = reply(c, rid, kOk, nullptr, 8);
+  store<int64_t>(c.out.data() + payload, updated);
+  answered(c, at, kPushesOk, kRowsPushed, n, start);
 }
 
-// One complete sample request in c.in: the counts, then the sources, into c.out.
-void Server::sample(Conn& c) {
-  const char* h = c.in.data();
+// One complete sample request at `h`: the counts, then the sources, appended to c.out.
+void Server::sample(Conn& c, const char* h) {
+  const size_t at = c.out.size();
   uint64_t rid = load<uint64_t>(h + 8), n = load<uint64_t>(h + 16);
   int64_t fanout = load<int64_t>(h + kRequest);
   uint64_t seed = load<uint64_t>(h + kRequest + 8);
@@ -189,12 +194,15 @@ void Server::sample(Conn& c) {
   auto start = std::chrono::steady_clock::now();
   std::lock_guard<std::mutex> lock(mu);
   if (graph.indptr == nullptr || fanout < 1 || static_cast<int64_t>(8 * n) > max_reply) {
-    refuse(c, rid, kNotHere, "the fast lane samples no graph here, or not with this fan-out");
+    refuse(c, at, rid, kNotHere, "the fast lane samples no graph here, or not with this fan-out");
     return;
   }
-  reply(c, rid, kOk, nullptr, 0);
-  c.out.resize(kReply + 8 * n);
-  int64_t* counts = reinterpret_cast<int64_t*>(c.out.data() + kReply);
+  if (!fits(c, 8 * n)) {
+    overflow(c, at, rid);
+    return;
+  }
+  size_t payload = reply(c, rid, kOk, nullptr, 8 * n);
+  int64_t* counts = reinterpret_cast<int64_t*>(c.out.data() + payload);
   int64_t bad = -1;
   int64_t total = gt_sample_neighbors(graph.indptr, graph.indices, graph.lo, graph.num_nodes, seeds,
                                       static_cast<int64_t>(n), fanout, seed, counts, nullptr, &bad);
@@ -203,20 +211,24 @@ void Server::sample(Conn& c) {
     int len = std::snprintf(msg, sizeof msg, "seed %lld is outside this partition's nodes [%lld, %lld)",
                             static_cast<long long>(seeds[bad]), static_cast<long long>(graph.lo),
                             static_cast<long long>(graph.lo + graph.num_nodes));
-    refuse(c, rid, kError, std::string(msg, static_cast<size_t>(len > 0 ? len : 0)));
+    refuse(c, at, rid, kError, std::string(msg, static_cast<size_t>(len > 0 ? len : 0)));
     return;
   }
   size_t bytes = 8 * (n + static_cast<size_t>(total));
   if (static_cast<int64_t>(bytes) > max_reply) {
-    refuse(c, rid, kNotHere, "the sample is larger than the fast lane's replies");
+    refuse(c, at, rid, kNotHere, "the sample is larger than the fast lane's replies");
     return;
   }
-  c.out.resize(kReply + bytes);
-  counts = reinterpret_cast<int64_t*>(c.out.data() + kReply);  // resize may have moved it
+  c.out.resize(at);
+  if (!fits(c, bytes)) {
+    overflow(c, at, rid);
+    return;
+  }
+  payload = reply(c, rid, kOk, nullptr, bytes);
+  counts = reinterpret_cast<int64_t*>(c.out.data() + payload);
   gt_sample_neighbors(graph.indptr, graph.indices, graph.lo, graph.num_nodes, seeds, static_cast<int64_t>(n),
                       fanout, seed, counts, counts + n, &bad);
-  store<uint64_t>(c.out.data() + 16, bytes);
-  answered(c, kSamplesOk, kStats, 0, start);
+  answered(c, at, kSamplesOk, kStats, 0, start);
 }
 
 }  // namespace graphtrain::lane

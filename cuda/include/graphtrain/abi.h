@@ -19,8 +19,9 @@ namespace graphtrain {
 // per edge type (gt_cuda_sample_edges_*); 10: half-precision tables in the CPU core's sparse steps (table_dtype,
 // round_seed); 11: the shard server's fast lane (gt_fast_*); 12: half-precision tables in the CUDA core's
 // sparse step (gt_cuda_sparse_step's table_dtype, round_seed); 13: gradient pushes on the fast lane, the
-// shard tables' native lock (gt_lock_*, gt_fast_set_table's lock)
-inline constexpr int32_t kAbiVersion = 13;
+// shard tables' native lock (gt_lock_*, gt_fast_set_table's lock); 14: the fast lane's batches (wire version 2,
+// gt_fast_stats' batches counter)
+inline constexpr int32_t kAbiVersion = 14;
 }  // namespace graphtrain
 
 // The two functions of the check, defined once in each library (one use per build).

@@ -5,9 +5,10 @@ ZmqTransport hands each eligible call here: a pull of a table's rows into the ca
 fastwire.MAX_IDS ids and MAX_REPLY_BYTES of rows, a neighbour sample (untyped, a fan-out >= 1, its
 reply within MAX_REPLY_BYTES at most), or a gradient push of float32 rows within the same bounds (one
 chunk, not through shared memory), to a shard whose health reply named a fast lane port. One plain
-TCP connection per shard, authenticated once with the token, one request in flight on it at a time (pulls
-to several shards are in flight together). Rows are read straight into the caller's array when they land
-in order.
+TCP connection per shard, authenticated once with the token, one message in flight on it at a time (pulls
+to several shards are in flight together). Several calls to one shard go as one batch (wire version 2,
+lanecalls.take): a step's features and embedding rows cost one round trip, not two. Rows are read
+straight into the caller's array when they land in order.
 
 Whatever goes wrong here costs speed, never a result: a connection that fails or times out is closed, and
 its pulls go over ZMQ, with its retries and its error messages (a pull is idempotent, so asking twice is
@@ -24,7 +25,6 @@ ZMQ path does. `begin` sends without waiting (a push with wait=False); `finish` 
 from __future__ import annotations
 
 import itertools
-import math
 import socket
 import sys
 import time
@@ -32,6 +32,7 @@ from collections import deque
 
 import numpy as np
 
+from graphtrain.runtime.kvstore.client import lanecalls
 from graphtrain.runtime.kvstore.client.transport import (
     SLOW_NOTE_SECONDS,
     Answer,
@@ -40,7 +41,7 @@ from graphtrain.runtime.kvstore.client.transport import (
     KVTimeout,
     place,
 )
-from graphtrain.runtime.kvstore.wire import fastwire, opargs, protocol
+from graphtrain.runtime.kvstore.wire import fastwire, protocol
 
 RETRY_SECONDS = 2.0
 SAMPLING = "\0sample"  # not_served's name for a shard's sampling (no table is named so)
@@ -75,8 +76,10 @@ class FastPulls:
         self._deadline = 0.0  # of the exchange run() is in
         self._began, self._noted = 0.0, True  # when it began, and whether its wait was logged
         self._queues: dict[int, deque[Call]] = {}  # begin()'s calls not answered yet, by shard
-        self._flight: dict[int, tuple[Call, int]] = {}  # the call in flight on each shard's connection
+        # the calls in flight on each shard's connection, with their rids (a batch's first)
+        self._flight: dict[int, tuple[list[Call], list[int]]] = {}
         self._unserved: list[Call] = []  # calls the lane did not serve: for ZMQ
+        self._read = 0  # bytes read from the lanes: a batch's replies are checked against its length
 
     # ------------------------------------------------------------------------------ which pulls
 
@@ -96,47 +99,12 @@ class FastPulls:
         s = c.shard
         if not self.ports[s] or time.monotonic() < self.retry_at[s]:
             return False
-        n = sum(len(a) for a in c.arrays)
         if c.op == "sample":
-            if (s, SAMPLING) in self.not_served or set(c.args or {}) != {"fanout", "seed"}:
-                return False
-            try:  # the ZMQ path's own checks: what it refuses goes there, to be refused as it is
-                a = opargs.validate(protocol.Request("sample", 0, None, list(c.arrays), dict(c.args or {})))
-            except protocol.ProtocolError:
-                return False
-            assert isinstance(a, opargs.SampleArgs)
-            return (
-                a.fanout >= 1 and n <= fastwire.MAX_IDS and 8 * n * (a.fanout + 1) <= fastwire.MAX_REPLY_BYTES
-            )
+            return (s, SAMPLING) not in self.not_served and lanecalls.sample_fits(c)
         if c.op == "push_grad":
-            return self._pushable(c)
-        if c.op != "pull" or c.out is None or (s, c.name) in self.not_served or not isinstance(c.name, str):
-            return False
-        if fastwire.row_type(c.out.dtype, c.out.shape[1:]) is None:
-            return False
-        return n <= fastwire.MAX_IDS and n * _row_bytes(c.out) <= fastwire.MAX_REPLY_BYTES
-
-    def _pushable(self, c: Call) -> bool:
-        """A push the lane may carry: float32 rows in one chunk, within its bounds, nothing but a step."""
-        if not isinstance(c.name, str) or len(c.arrays) != 2:
-            return False
-        if (c.shard, c.name) in self.not_served or (c.shard, PUSHES + c.name) in self.not_served:
-            return False
-        args = c.args or {}
-        step = args.get("step")
-        if set(args) - {"step", "id_frames"} or args.get("id_frames", 1) != 1:
-            return False  # through shared memory, or in several frames: the ZMQ path's
-        if step is not None and (not isinstance(step, int) or not 1 <= step <= fastwire.MAX_STEP):
-            return False
-        ids, vals = c.arrays
-        return (
-            vals.dtype == np.float32
-            and vals.ndim >= 2
-            and vals.flags.c_contiguous
-            and len(ids) == len(vals) <= fastwire.MAX_IDS
-            and vals.nbytes <= fastwire.MAX_REPLY_BYTES
-            and fastwire.row_type(vals.dtype, vals.shape[1:]) is not None
-        )
+            served = (s, c.name) not in self.not_served and (s, PUSHES + str(c.name)) not in self.not_served
+            return served and lanecalls.push_fits(c)
+        return c.op == "pull" and (s, c.name) not in self.not_served and lanecalls.pull_fits(c)
 
     # ------------------------------------------------------------------------ pulls and pushes
 
@@ -146,8 +114,9 @@ class FastPulls:
         return self.finish()
 
     def begin(self, calls: list[Call]) -> None:
-        """Send the first of `calls` (all eligible) to each shard; finish() takes the answers and sends
-        the rest, one in flight per connection."""
+        """Send the first of `calls` (all eligible) to each shard, several in one batch when they fit one
+        (lanecalls.take); finish() takes the answers and sends the rest, one message in flight per
+        connection."""
         queues: dict[int, deque[Call]] = {}
         for c in calls:
             queues.setdefault(c.shard, deque()).append(c)
@@ -157,15 +126,23 @@ class FastPulls:
         self._began, self._noted = time.monotonic(), False
         try:
             for s, q in queues.items():
-                try:
-                    self._flight[s] = (q[0], self._send(s, q[0]))
-                except _Broken:
-                    self._down(s)
-                    self._unserved += q
-                    q.clear()
+                self._next(s, q)
         except BaseException:
             self._abandon()
             raise
+
+    def _next(self, s: int, q: deque[Call]) -> None:
+        """Send the next message of shard `s`'s queue, if any (what cannot be sent goes to ZMQ: not
+        sent whole, so not applied)."""
+        if not q:
+            return
+        group = lanecalls.take(q)
+        try:
+            self._flight[s] = (group, self._send(s, group))
+        except _Broken:
+            self._down(s)
+            self._unserved += q
+            q.clear()
 
     def pending(self) -> bool:
         return bool(self._flight)
@@ -189,32 +166,28 @@ class FastPulls:
         try:
             while flight:
                 for s in list(flight):
-                    c, rid = flight.pop(s)
+                    group, rids = flight.pop(s)
                     try:
-                        answer = self._receive(s, c, rid)
+                        got = self._receive_all(s, group, rids)
                     except _Broken:
                         self._down(s)
-                        if c.op == "push_grad":  # it may have been applied: never sent twice
+                        pushed = [c for c in group if c.op == "push_grad"]
+                        if pushed:  # it may have been applied: never sent twice
                             raise KVTimeout(
                                 f"shard {s} ({self.addresses[s]}): the fast lane failed before answering "
-                                f"push_grad of {c.name!r} (not retried: it may have been applied); did "
-                                "the server stop or restart?"
+                                f"push_grad of {pushed[0].name!r} (not retried: it may have been applied); "
+                                "did the server stop or restart?"
                             ) from None
                         left += queues[s]
                         queues[s].clear()
                         continue
-                    if answer is None:
-                        left.append(c)
-                    else:
-                        answers[id(c)] = answer
-                    queues[s].popleft()
-                    if queues[s]:
-                        try:
-                            flight[s] = (queues[s][0], self._send(s, queues[s][0]))
-                        except _Broken:  # not sent whole: not applied, so ZMQ may carry it
-                            self._down(s)
-                            left += queues[s]
-                            queues[s].clear()
+                    for c, answer in zip(group, got, strict=True):
+                        queues[s].popleft()
+                        if answer is None:
+                            left.append(c)
+                        else:
+                            answers[id(c)] = answer
+                    self._next(s, queues[s])
         except BaseException:
             self._abandon()
             raise
@@ -222,33 +195,17 @@ class FastPulls:
             sys.stderr.write(f"[kvstore] answered after {time.monotonic() - self._began:.1f} s\n")
         return answers, left
 
-    def _send(self, s: int, c: Call) -> int:
+    def _send(self, s: int, group: list[Call]) -> list[int]:
+        """Send `group` as one request, or as one batch of several; their rids."""
         sock = self._connect(s)
+        rids = [next(self._rid) for _ in group]
+        parts = [lanecalls.encode(c, rid) for c, rid in zip(group, rids, strict=True)]
+        if len(group) == 1:
+            self._send_parts(sock, parts[0])
+            return rids
         rid = next(self._rid)
-        if c.op == "push_grad":
-            keys, vals = np.ascontiguousarray(c.arrays[0], dtype=np.int64), c.arrays[1]
-            rows = fastwire.row_type(vals.dtype, vals.shape[1:])
-            assert rows is not None  # eligible() checked it
-            step = (c.args or {}).get("step")
-            head = fastwire.push_request(rid, c.name.encode(), len(keys), rows, vals.nbytes, step)
-            self._send_parts(sock, [head, keys, vals])
-            return rid
-        ids = [np.ascontiguousarray(a, dtype=np.int64) for a in c.arrays]
-        n = sum(len(a) for a in ids)
-        if c.op == "sample":
-            args = c.args or {}
-            head = fastwire.sample_request(rid, n, int(args["fanout"]), int(args["seed"]))
-        else:
-            assert c.out is not None
-            rows = fastwire.row_type(c.out.dtype, c.out.shape[1:])
-            assert rows is not None  # eligible() checked it
-            head = fastwire.request(rid, c.name.encode(), n, rows)
-        try:
-            sock.settimeout(self._left())
-            sock.sendall(b"".join([head, *[a.tobytes() for a in ids]]))
-        except OSError as exc:
-            raise _Broken from exc
-        return rid
+        self._send_parts(sock, lanecalls.batch(parts, rid))
+        return [rid, *rids]
 
     def _send_parts(self, sock: socket.socket, parts: list[bytes | np.ndarray]) -> None:
         """Send `parts` as one request without joining them (a push's 256 KiB of rows is not copied)."""
@@ -264,6 +221,29 @@ class FastPulls:
                     views[0] = views[0][sent:]
         except OSError as exc:
             raise _Broken from exc
+
+    def _receive_all(self, s: int, group: list[Call], rids: list[int]) -> list[Answer | None]:
+        """The answers to `group` (a batch's: every reply read before a refusal among them raises)."""
+        if len(group) == 1:
+            return [self._receive(s, group[0], rids[0])]
+        sock = self.socks[s]
+        assert sock is not None
+        self._read_into(sock, memoryview(self._head))
+        magic, status, got, nbytes = fastwire.REPLY.unpack(self._head)
+        if magic != fastwire.REPLY_MAGIC or got != rids[0] or status != fastwire.OK:
+            raise _Broken
+        before, answers, refused = self._read, [], None
+        for c, rid in zip(group, rids[1:], strict=True):
+            try:
+                answers.append(self._receive(s, c, rid))
+            except protocol.RemoteError as exc:
+                answers.append(None)
+                refused = refused or exc
+        if self._read - before != nbytes:
+            raise _Broken
+        if refused is not None:
+            raise refused
+        return answers
 
     def _receive(self, s: int, c: Call, rid: int) -> Answer | None:
         """Read the answer to `c` (a pull's into its rows); None: the lane does not serve it."""
@@ -297,7 +277,7 @@ class FastPulls:
         if c.op == "sample":
             return self._sampled(sock, n, nbytes)
         assert c.out is not None
-        if nbytes != n * _row_bytes(c.out):  # another dtype than the caller's (say): ZMQ converts
+        if nbytes != n * lanecalls.row_bytes(c.out):  # another dtype than the caller's (say): ZMQ converts
             self.not_served.add((s, c.name))
             raise _Broken
         if c.dest is None and c.out.flags.c_contiguous:
@@ -352,6 +332,7 @@ class FastPulls:
             if n == 0:
                 raise _Broken
             got += n
+            self._read += n
 
     def _connect(self, s: int) -> socket.socket:
         sock = self.socks[s]
@@ -414,7 +395,3 @@ def _idle_and_open(sock: socket.socket) -> bool:
     finally:
         sock.settimeout(timeout)
     return False  # EOF, or bytes no request asked for
-
-
-def _row_bytes(out: np.ndarray) -> int:
-    return out.dtype.itemsize * math.prod(out.shape[1:])

@@ -15,6 +15,7 @@ straight to their rows of the caller's output.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 import sys
@@ -176,19 +177,31 @@ class ZmqTransport:
         return [c for c in calls if fast.eligible(c)]
 
     def _fast_lane(self, fast: FastPulls, calls: list[Call], wait: float) -> list[Answer]:
-        """The eligible pulls, samples and pushes over the fast lane, the rest and whatever the lane
-        could not serve over ZMQ (after the lane's: a push it left was not applied)."""
+        """The eligible pulls, samples and pushes over the fast lane; the others over ZMQ at the same
+        time (one round trip for both); whatever the lane could not serve over ZMQ after it (a push it
+        left was not applied)."""
         lane = self._lane_calls(fast, calls, wait)
         if not lane:
             return _Exchange(self, calls, wait).finish()
-        served, _ = fast.run(lane)
+        on_lane = {id(c) for c in lane}
+        others = [c for c in calls if id(c) not in on_lane]
+        beside = _Exchange(self, others, wait) if others else None
+        try:
+            served, left = fast.run(lane)
+        except BaseException:
+            if beside is not None:  # its answers are read, not left to a later call
+                with contextlib.suppress(Exception):
+                    beside.finish()
+            raise
         for c in lane:
             # counted as "socket" by KVClient, which could not know (pushes are not reads)
             if id(c) in served and c.op != "push_grad":
                 reads.moved(c.shard, "socket", "fast_lane", sum(len(a) for a in c.arrays))
-        rest = [c for c in calls if id(c) not in served]
-        answers = iter(_Exchange(self, rest, wait).finish() if rest else [])
-        return [served[id(c)] if id(c) in served else next(answers) for c in calls]
+        found = dict(zip(map(id, others), beside.finish() if beside is not None else [], strict=True))
+        if left:
+            found.update(zip(map(id, left), _Exchange(self, left, wait).finish(), strict=True))
+        found.update(served)
+        return [found[id(c)] for c in calls]
 
     def begin_many(self, calls: list[Call], timeout: float | None = None) -> None:
         """Send `calls` (pushes with wait=False) and return: the next call, or settle(), collects their

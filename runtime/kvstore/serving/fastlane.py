@@ -65,6 +65,7 @@ STATS = (
     "pushes_ok",
     "rows_pushed",
     "pushes_busy",
+    "batches",
 )
 
 
@@ -75,7 +76,9 @@ LANE_EVENTS = ("refused", "malformed", "handshake_timeouts", "stalled", "full")
 class LaneLimits:
     handshake_seconds: float = 10.0  # to send the token
     stall_seconds: float = 30.0  # a reply pending this long with nothing taken: the connection is closed
-    max_connections: int = 256  # with one request (<= ~390 KiB) and one reply (<= 256 KiB) each: <= ~165 MB
+    # each with one request and one reply, a batch's at most 512 KiB each (2 x fastwire.MAX_REPLY_BYTES):
+    # <= ~260 MB
+    max_connections: int = 256
 
 
 def servable(t: TensorShard) -> bool:

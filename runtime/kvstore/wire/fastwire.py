@@ -2,8 +2,9 @@
 
 A second, binary protocol beside the ZMQ one, for the requests that dominate a step across hosts: a pull
 of at most MAX_REPLY_BYTES of rows of a host table, a neighbour sample of an untyped partition, and a
-gradient push of at most MAX_REPLY_BYTES of float32 rows. Fixed
-little-endian headers, no msgpack, one request in flight per connection. Peers authenticate once per
+gradient push of at most MAX_REPLY_BYTES of float32 rows; and (version 2) a batch of up to MAX_BATCH of
+them for one shard in one message, answered in one reply. Fixed little-endian headers, no msgpack, one
+request (or batch) in flight per connection. Peers authenticate once per
 connection with the shard servers' token (sent as ZMQ's PLAIN mechanism sends it: in the clear, on the
 cluster network the NetworkPolicy confines).
 """
@@ -15,7 +16,7 @@ import struct
 
 import numpy as np
 
-VERSION = 1
+VERSION = 2  # 2: OP_BATCH; the server serves version-1 peers ops 1-3
 HELLO = struct.Struct("<4sHH")  # magic, version, token length; then the token
 HELLO_MAGIC = b"GTFL"
 HELLO_REPLY = struct.Struct("<4sI")  # magic, status (0: accepted)
@@ -23,7 +24,8 @@ REQUEST = struct.Struct("<4sHHQQQ")  # magic, op, name length, rid, ids, reserve
 REQUEST_MAGIC = b"GTRQ"
 REPLY = struct.Struct("<4sIQQ")  # magic, status, rid, payload bytes
 REPLY_MAGIC = b"GTRP"
-OP_PULL, OP_SAMPLE, OP_PUSH = 1, 2, 3
+OP_PULL, OP_SAMPLE, OP_PUSH, OP_BATCH = 1, 2, 3, 4
+MAX_BATCH = 8  # requests in one batch
 SAMPLE_ARGS = struct.Struct("<qQ")  # fan-out, seed (after a sample's header)
 PUSH_ARGS = struct.Struct("<q")  # Adam's table-wide step, or NO_STEP (after a push's row type)
 PUSH_REPLY = struct.Struct("<q")  # the unique rows the push updated
@@ -36,6 +38,7 @@ ELEMENT_TYPES = ("<f4", "<f8", "<i4", "<i8", "<f2", "<i2")  # numpy's .str of th
 
 MAX_REPLY_BYTES = 256 << 10  # the inline path's bound (serving/inline.py): 1,024 rows of 64 float32
 MAX_IDS = 16 << 10  # ids per request: the request a connection may make the server hold is <= 128 KiB
+MAX_BATCH_BYTES = 2 * MAX_REPLY_BYTES  # a batch's requests, and its replies' payloads, at most
 MAX_NAME = 128
 MAX_TOKEN = 256
 
@@ -79,6 +82,11 @@ def sample_request(rid: int, n_seeds: int, fanout: int, seed: int) -> bytes:
     return REQUEST.pack(REQUEST_MAGIC, OP_SAMPLE, 0, rid, n_seeds, 0) + SAMPLE_ARGS.pack(
         fanout, seed & (2**64 - 1)
     )
+
+
+def batch_request(rid: int, count: int, body_bytes: int) -> bytes:
+    """A batch's header: `count` whole requests follow, each padded to 8 bytes, `body_bytes` in all."""
+    return REQUEST.pack(REQUEST_MAGIC, OP_BATCH, 0, rid, count, body_bytes)
 
 
 def hello(token: bytes) -> bytes:

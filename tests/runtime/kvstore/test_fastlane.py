@@ -304,7 +304,7 @@ def fuzzed():
 
 def frames():
     """Bytes a hostile authenticated peer may send: random, or a request with a random header field,
-    name, id count, ids or truncation."""
+    name, id count, ids or truncation, or a batch of such requests."""
     from hypothesis import strategies as st
 
     field = st.sampled_from(["magic", "op", "name_len", "rid", "n", "reserved", "cut", "none"])
@@ -314,12 +314,19 @@ def frames():
         st.binary(min_size=0, max_size=140),
         st.lists(st.integers(-(2**63), 2**63 - 1), max_size=40),
     )
-    return st.one_of(st.binary(max_size=300), request)
+    batch = st.tuples(st.just("batch"), st.integers(0, 2**64 - 1), st.lists(request, min_size=1, max_size=3))
+    return st.one_of(st.binary(max_size=300), request, batch)
 
 
 def hostile(example) -> bytes:
     if isinstance(example, bytes):
         return example
+    if example[0] == "batch":  # a batch of such requests, its count or length sometimes wrong
+        _, value, requests = example
+        body = b"".join(r.ljust(fastwire.pad8(len(r)), b"\0") for r in map(hostile, requests))
+        count = len(requests) if value % 3 else value % 12
+        size = len(body) if value % 5 else value % (len(body) + 64)
+        return fastwire.batch_request(1, count, size) + body
     what, value, name, ids = example
     name = name or b"t"
     header = dict(magic=fastwire.REQUEST_MAGIC, op=1, name_len=len(name), rid=1, n=len(ids), reserved=0)
