@@ -4,7 +4,10 @@ One shard server process (2 workers, a 1,000,000 x 64 float32 table) and one cli
 pulling random rows over TCP in a loop, one pull at a time, for --seconds per size and path: `zmq`
 (the protocol's ROUTER, answered by the I/O thread or a worker) and `fast` (the fast lane, a native
 thread on its own port: serving/fastlane.py); then gradient pushes of the same rows on each path
-(row-wise Adagrad; `fast push`: stepped on the lane's thread under the table's native lock). Beside
+(row-wise Adagrad; `fast push`: stepped on the lane's thread under the table's native lock); then
+`pair`: the same rows of two tables (a step's features and embedding rows), pulled together in one
+exchange (KVClient.pull_many: one batch on the lane) against `pair apart`, one pull after the other
+(issue 47, item 2). Beside
 them, in the same run, `bare echo`: a pyzmq REQ/REP echo process answering the same request bytes with
 the same reply bytes (no table, no protocol), the floor the issue holds the round trip to (<= 2x).
 Reported per pull:
@@ -118,6 +121,11 @@ def measure(
     def one(i: int) -> None:
         if op == "pull":
             client.pull("t", ids[i % 2000], bounds, (DIM,), np.float32)
+        elif op == "pair":
+            client.pull_many([(name, ids[i % 2000], bounds, (DIM,), np.float32) for name in ("t", "u")])
+        elif op == "pair apart":
+            for name in ("t", "u"):
+                client.pull(name, ids[i % 2000], bounds, (DIM,), np.float32)
         else:
             client.push_grad("t", ids[i % 2000], grads, bounds, mean=False)
 
@@ -156,6 +164,9 @@ def main() -> None:
     ap.add_argument(
         "--push", action=argparse.BooleanOptionalAction, default=True, help="also gradient pushes, per path"
     )
+    ap.add_argument(
+        "--pairs", action=argparse.BooleanOptionalAction, default=True, help="also two tables' rows, per path"
+    )
     ap.add_argument("--py-spy", dest="spy", help="write py-spy's raw stacks of the server here (first size)")
     args = ap.parse_args()
     token = secrets.token_hex(16)
@@ -168,6 +179,7 @@ def main() -> None:
         try:
             client.create("t", TABLE_ROWS, (DIM,), "float32", np.array([0, TABLE_ROWS]), {"kind": "uniform"})
             client.set_optimizer("t", {"kind": "rowwise_adagrad", "lr": 0.01})
+            client.create("u", TABLE_ROWS, (DIM,), "float32", np.array([0, TABLE_ROWS]), {"kind": "uniform"})
             print(f"# bench/request_path.py, {time.strftime('%Y-%m-%d %H:%M')} UTC, {os.cpu_count()} CPUs")
             columns = ["path", "rows per pull", "pulls", "round trip ms", "server CPU ms per pull"]
             columns.append("busiest threads: CPU ms / voluntary switches per pull")
@@ -183,6 +195,12 @@ def main() -> None:
                         f"| {lane} push "
                         + measure(c, psutil.Process(proc.pid), rows, args.seconds, None, "push")
                     )
+                for lane, c in lanes.items() if args.pairs else ():
+                    for op in ("pair", "pair apart"):
+                        print(
+                            f"| {lane} {op} "
+                            + measure(c, psutil.Process(proc.pid), rows, args.seconds, None, op)
+                        )
         finally:
             for c in lanes.values():
                 c.close()

@@ -159,6 +159,23 @@ class DistTensor:
         self.client.push(self.name, flat, vals, self.book.bounds, self.keyed)
 
 
+def pull_together(tables: list[DistTensor], ids: list[np.ndarray]) -> list[torch.Tensor]:
+    """The rows of `ids[i]` of `tables[i]`, all in one exchange (KVClient.pull_many: a shard asked for
+    several tables' rows at once, one round trip): a step's features, labels and embedding rows. The
+    tables share one client and none is a dynamic vocabulary's."""
+    client = tables[0].client
+    if any(t.client is not client or t.keyed for t in tables):
+        raise ValueError("pull_together: the tables must share one client and have fixed rows")
+    flat = [t._ids(i) for t, i in zip(tables, ids, strict=True)]  # noqa: SLF001 - this module's own
+    rows = client.pull_many(
+        [(t.name, f, t.book.bounds, t.shape[1:], t.np_dtype) for t, f in zip(tables, flat, strict=True)]
+    )
+    return [
+        dtypes.from_numpy(r, t.wire).view(len(f), *t.shape[1:])
+        for t, f, r in zip(tables, flat, rows, strict=True)
+    ]
+
+
 class DistEmbedding:
     """A learnable table sharded over the servers, trained by the sparse optimizers.
 
@@ -204,12 +221,15 @@ class DistEmbedding:
     def client(self) -> KVClient:
         return self.table.client
 
-    def __call__(self, ids: torch.Tensor) -> torch.Tensor:
+    def __call__(self, ids: torch.Tensor, pulled: torch.Tensor | None = None) -> torch.Tensor:
         """The rows of `ids` as a leaf that takes part in autograd: on the GPU the shards' pieces live on
-        when they are in this process (standalone), else in host memory."""
+        when they are in this process (standalone), else in host memory. `pulled`: those rows, pulled
+        already (pull_together, with the batch's features), as this client reads them now."""
         flat = ids.reshape(-1).to(torch.int64)
         pieces = self.direct_pieces()
-        if pieces is not None:
+        if pulled is not None:
+            rows = pulled.reshape(len(flat), self.dim).float()
+        elif pieces is not None:
             flat = flat.to(pieces[0].data.device, non_blocking=True)
             parts = direct.split_for(pieces, flat, "pull")
             rows = direct.pull(pieces, flat, parts)

@@ -96,7 +96,8 @@ class GNNEncoder:
     def pull(self, mb: MiniBatch, ids: torch.Tensor | None = None) -> torch.Tensor | None:
         """The learnable input of the batch's input nodes: their feature bags, then their embedding rows
         (None without either). Collective tables are looked up in this order on every trainer.
-        `ids`: the input nodes where the embedding looks them up, when that is not the host."""
+        `ids`: the input nodes where the embedding looks them up, when that is not the host. The
+        embedding's rows pulled with the batch's features are in mb.data["emb_rows"], when they were."""
         parts = []
         if self.words is not None:
             assert self.bag_combiner is not None
@@ -106,7 +107,12 @@ class GNNEncoder:
                 )
             )
         if self.emb is not None:
-            parts.append(node_input(self.emb, self.emb_rows, mb.input_nodes, self.device, ids))
+            pulled = mb.data.get("emb_rows")  # a server table over every node: the input nodes' rows
+            if pulled is not None:
+                given = ids if ids is not None else torch.from_numpy(mb.input_nodes)
+                parts.append(to_device(self.emb(given, pulled), self.device))
+            else:
+                parts.append(node_input(self.emb, self.emb_rows, mb.input_nodes, self.device, ids))
         if not parts:
             return None
         return parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)

@@ -35,6 +35,7 @@ from graphtrain.runtime.graph.split import mask_ids
 from graphtrain.runtime.kvstore.client.kvclient import KVClient
 from graphtrain.runtime.partition.format import load_names
 from graphtrain.runtime.storage.placement import free_bytes
+from graphtrain.runtime.tensor import DistEmbedding, DistTensor, pull_together
 from graphtrain.runtime.train.dense import DenseTask, dense_optimizer
 from graphtrain.runtime.train.device import to_device
 from graphtrain.runtime.train.dist import Dist, seed_everything, unwrap
@@ -151,12 +152,37 @@ class NodeClassification(DenseTask):
             if self.feat is not None:
                 mb.data["x"] = self.node_data["feat"].index_select(0, mb.input_device)
             mb.data["y"] = self.node_data["label"].index_select(0, mb.input_device[: len(mb.seeds)])
+        elif self._rows_ahead():
+            # inline (prefetch 0): this is the training thread, after the last step's pushes were sent.
+            # Features, labels and embedding rows in one exchange, on the client the pushes went by, so
+            # the rows are the ones the step's own pull would read (one round trip per shard, not two)
+            assert isinstance(self.emb, DistEmbedding) and self.label is not None
+            tables = [self.label, self.emb.table] + ([self.feat] if self.feat is not None else [])
+            got = pull_together(tables, [mb.seeds, mb.input_nodes, mb.input_nodes])
+            mb.data["y"], mb.data["emb_rows"] = to_device(got[0], self.device), got[1]
+            if self.feat is not None:
+                mb.data["x"] = to_device(got[2], self.device)
         else:
             g = self.loader_graph
             if self.feat is not None:
                 mb.data["x"] = to_device(g.ndata["feat"][mb.input_nodes], self.device)
             mb.data["y"] = to_device(g.ndata["label"][mb.seeds], self.device)
         mb.blocks = to_device(mb.blocks, self.device)
+
+    def _rows_ahead(self) -> bool:
+        """Whether a batch's embedding rows are pulled with its features and labels (_fetch): batches
+        made inline, a server table over every node, whose rows cross a socket or shared memory."""
+        emb = self.emb
+        return (
+            self.spec.training.prefetch == 0
+            and isinstance(emb, DistEmbedding)
+            and emb.direct_pieces() is None
+            and not emb.table.keyed
+            and self.enc.emb_rows.types is None
+            and isinstance(self.label, DistTensor)
+            and (self.feat is None or isinstance(self.feat, DistTensor))
+            and all(t.client is emb.client for t in (self.label, self.feat) if t is not None)
+        )
 
     def _ids(self, table: Table, mb: MiniBatch) -> torch.Tensor:
         """The batch's input nodes where `table` looks them up: the device's copy when its rows are on

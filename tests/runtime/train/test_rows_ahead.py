@@ -1,0 +1,91 @@
+"""Issue 47, item 2: a GraphSAGE step's labels, features and embedding rows in one exchange.
+
+With batches made inline (training.prefetch 0), node classification's fetch pulls the batch's labels,
+input features and embedding rows together on the client its pushes go by (tensor.pull_together:
+over the fast lane, one batch per shard), and the step reads the embedding rows from there instead of
+pulling them again. Against a real shard server (its ZMQ port and fast lane, pushes sent with
+wait=False), a run that pulls ahead takes exactly the steps, losses and final tables of one that pulls
+each table on its own: the rows it reads ahead already hold the previous step's update.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from graphtrain.runtime import kvstore
+from graphtrain.runtime.graph import DistGraph
+from graphtrain.runtime.kvstore.serving.server import ShardServer
+from graphtrain.runtime.kvstore.tables.state import ShardTensors
+from graphtrain.runtime.train.dist import Dist
+from graphtrain.runtime.train.loop import EpochLoop
+from graphtrain.runtime.train.node_classification import NodeClassification
+from tests.runtime.conftest import TOKEN
+from tests.runtime.train.test_resume import Recorded, final_state, one_thread, partitions  # noqa: F401
+
+
+def train(gt, partition: Path, run_dir: Path, ahead: bool, monkeypatch: pytest.MonkeyPatch):
+    """One trainer against the partition's real shard servers in this process; its steps, final state,
+    the lanes' counters summed and which batches were pulled ahead."""
+    servers = []
+    for p in range(2):
+        state = ShardTensors(p)
+        state.load_partition(partition, p)
+        root = run_dir / "checkpoints"
+        servers.append(ShardServer(state, TOKEN, "tcp://127.0.0.1:0", workers=2, checkpoint_root=root))
+        servers[-1].start()
+    addresses = [s.address for s in servers]
+    client = kvstore.connect(addresses, TOKEN, timeout=30)
+    loader = kvstore.connect(addresses, TOKEN, timeout=30)
+    try:
+        graph = DistGraph(partition, client)
+        task = NodeClassification(gt, graph, loader, Dist())
+        if not ahead:
+            monkeypatch.setattr(task, "_rows_ahead", lambda: False)
+        pulled = []
+        fetch = task._fetch
+
+        def counted(mb):
+            fetch(mb)
+            pulled.append("emb_rows" in mb.data)
+
+        task.loader.fetch = counted
+        recorded = Recorded(task)
+        loop = EpochLoop(recorded, gt.spec, graph, Dist(), run_dir, run_dir / "checkpoints")
+        try:
+            loop.run()
+        finally:
+            if loop.metrics_log is not None:
+                loop.metrics_log.close()
+        lanes = [s.fastlane.stats() for s in servers if s.fastlane is not None]
+        stats = {k: sum(lane[k] for lane in lanes) for k in lanes[0]}
+        return recorded.steps, final_state(task), stats, pulled
+    finally:
+        client.close()
+        loader.close()
+        for s in servers:
+            s.stop()
+
+
+@pytest.mark.timeout(180)
+def test_pulling_a_steps_rows_ahead_takes_the_steps_of_pulling_each_table_alone(
+    partitions: dict,  # noqa: F811 - the fixture
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    gt, partition = partitions["graphsage"]
+    assert gt.spec.training.prefetch == 0
+    ahead = train(gt, partition, tmp_path / "ahead", True, monkeypatch)
+    alone = train(gt, partition, tmp_path / "alone", False, monkeypatch)
+    assert ahead[3] and all(ahead[3]) and not any(alone[3])
+    assert ahead[0] == alone[0]  # the same batches and losses, bit for bit
+    for name, value in alone[1].items():
+        assert torch.equal(ahead[1][name], value), name
+    # ahead, a step's labels, features and rows went as one batch on the lane; alone, never
+    steps = len(ahead[0])
+    assert ahead[2]["batches"] >= steps and alone[2]["batches"] == 0
+    assert ahead[2]["pushes_ok"] + ahead[2]["pushes_busy"] >= steps
+    assert np.isfinite([loss for _, loss in ahead[0]]).all()
