@@ -28,10 +28,10 @@ KB, within the lane's replies) so that they go over it:
 - lane-stuck-pushers: 4 authenticated lane clients pipelining 256 KB valid pushes and never reading
   the answers (the lane steps one, then stops reading them);
 - lane-bad-batches: 8 authenticated lane clients sending batches (wire version 2) as fast as they can:
-  8 pulls of 256 KB (replies past the batch's room: all but two answer "busy"), a NaN push beside a
+  8 pulls of 256 KB (replies past the batch's room: all but one answer "busy"), a NaN push beside a
   pull, or a batch whose last request is malformed (closed before any is applied; they reconnect);
 - lane-stuck-batchers: 4 authenticated lane clients pipelining batches of two 256 KB pulls and never
-  reading (the most a batch makes a connection hold: a 512 KB reply).
+  reading (the second answers "busy": a batch's replies hold at most 256 KB).
 
 Also per scenario: the server's CPU per pull, quiet and under attack (what the attack costs the server
 itself), and the attackers' CPU per pull. On one small host the attackers compete with the server and
@@ -121,10 +121,8 @@ def lane_peer(kind: str, port: int, token: str, stop: mp.Event, seed: int) -> No
                     s.settimeout(5)
                     while not stop.is_set():
                         s.sendall(bad_push(rng))
-                        head = s.recv(fastwire.REPLY.size, socket.MSG_WAITALL)
-                        if len(head) < fastwire.REPLY.size:
+                        if not read_reply(s):
                             break  # closed (a framing error): connect again
-                        s.recv(fastwire.REPLY.unpack(head)[3], socket.MSG_WAITALL)
                     continue
                 if kind == "lane-bad-batches":
                     s.sendall(fastwire.hello(token.encode()))
@@ -132,10 +130,8 @@ def lane_peer(kind: str, port: int, token: str, stop: mp.Event, seed: int) -> No
                     s.settimeout(5)
                     while not stop.is_set():
                         s.sendall(bad_batch(rng, pull))
-                        head = s.recv(fastwire.REPLY.size, socket.MSG_WAITALL)
-                        if len(head) < fastwire.REPLY.size:
+                        if not read_reply(s):
                             break  # closed (a malformed batch): connect again
-                        s.recv(fastwire.REPLY.unpack(head)[3], socket.MSG_WAITALL)
                     continue
                 if kind in ("lane-stuck-readers", "lane-stuck-pushers", "lane-stuck-batchers"):
                     stuck = (
@@ -155,6 +151,23 @@ def lane_peer(kind: str, port: int, token: str, stop: mp.Event, seed: int) -> No
                 return
         except OSError:
             time.sleep(0.01)
+
+
+def read_reply(s: socket.socket) -> bool:
+    """Read one whole lane reply (False: the connection closed first). recv with MSG_WAITALL on a socket
+    with a timeout returns what has arrived, so each part is read until complete."""
+
+    def exactly(n: int) -> bytes | None:
+        got = bytearray()
+        while len(got) < n:
+            chunk = s.recv(min(n - len(got), 1 << 20))
+            if not chunk:
+                return None
+            got += chunk
+        return bytes(got)
+
+    head = exactly(fastwire.REPLY.size)
+    return head is not None and exactly(fastwire.REPLY.unpack(head)[3]) is not None
 
 
 LANE_PEERS = {

@@ -21,7 +21,8 @@
 //                          gradients' row type (the table's), i64 step (Adam's table-wide count; INT64_MIN:
 //                          none), `count` ids (int64, global rows), then `count` gradient rows
 //            op 4, batch:  no name; `count` (2..8) requests of ops 1-3, each a whole request as above,
-//                          padded with zeros to 8 bytes; `reserved`: their bytes (<= 2 x max_reply_bytes).
+//                          padded with zeros to 8 bytes; `reserved`: their bytes (<= 2 x max_reply_bytes, a
+//                          push's bound).
 //                          One message for several operations on one shard (issue 47, item 2: a step's
 //                          features and embedding rows, a layer's samples): one round trip, one wake
 //   reply    "GTRP" u32 status (0 ok, 1 error, 2 not served here, 3 busy: ask over ZMQ this time), u64 rid,
@@ -29,7 +30,8 @@
 //            (int64, one per seed) and the sampled sources (int64), the draws of gt_sample_neighbors, as
 //            the ZMQ path's, or a push's unique rows updated (int64), or a batch's replies: one whole
 //            reply per request, in order, each answered as if sent alone (a request whose reply would
-//            take the batch's payloads past 2 x max_reply_bytes answers "busy")
+//            take the batch's payloads past max_reply_bytes answers "busy": a batch costs
+//            the server what one request may, and a peer behind it waits as long)
 // Guarantees, as the ZMQ path's: the token is checked (constant time) before anything else is read (at
 // most a quarter of max_conns connections may be waiting to send it, the oldest making room for a
 // newcomer: peers without the token cannot take every slot, nor keep a client out); a
@@ -37,7 +39,7 @@
 // is not registered (GPU, dynamic vocabulary, unknown) or a pull over max_reply_bytes answers "not served
 // here" and the client asks over ZMQ. Memory is bounded per connection (one request and one reply: the
 // connection is not read while its reply waits: a request of at most ~390 KiB, a push's, or a batch's
-// 2 x max_reply_bytes, and a reply of max_reply_bytes, or a batch's 2 x max_reply_bytes and its headers)
+// 2 x max_reply_bytes, and a reply of max_reply_bytes, plus a batch's headers)
 // and in all (max_conns); a peer that takes nothing for
 // stall_ms with a reply pending, or does not finish its hello in handshake_ms, is closed. Rows are read
 // without the table's lock, as the ZMQ path's pulls read them (one writer per row, readers may see a row
@@ -226,7 +228,7 @@ bool Server::batch(Conn& c) {
   }
   if (at != end) return false;
   count(kBatches);
-  c.out_limit = kReply + k * kReply + kBatchFactor * static_cast<size_t>(max_reply);
+  c.out_limit = kReply + k * kReply + static_cast<size_t>(max_reply);
   size_t payload = reply(c, rid, kOk, nullptr, 0);
   for (at = kRequest; at < end; at += (request_bytes(h + at, true) + 7) & ~size_t{7}) answer(c, h + at);
   store<uint64_t>(c.out.data() + 16, c.out.size() - payload);

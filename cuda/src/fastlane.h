@@ -24,7 +24,7 @@ constexpr uint32_t kReplyMagic = 0x50525447;  // "GTRP"
 constexpr uint16_t kVersion = 2;      // 2: op 4 (batch); a version-1 peer is served ops 1-3
 constexpr uint16_t kOpPull = 1, kOpSample = 2, kOpPush = 3, kOpBatch = 4;
 constexpr uint64_t kMaxBatch = 8;      // requests in one batch
-constexpr int64_t kBatchFactor = 2;    // a batch's body, and its replies' payloads, <= this x max_reply
+constexpr int64_t kBatchFactor = 2;    // a batch's body <= this x max_reply (its replies' payloads <= max_reply)
 constexpr int64_t kNoStep = INT64_MIN;
 constexpr int64_t kMaxStep = int64_t{1} << 62;  // a push's largest step, as over ZMQ
 constexpr size_t kSampleArgs = 16;  // fan-out, seed

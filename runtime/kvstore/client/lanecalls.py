@@ -111,7 +111,8 @@ def reply_bytes(c: Call) -> int:
 
 def take(queue: deque[Call]) -> list[Call]:
     """The calls at the front of a shard's queue that go in one message: one, or a batch of up to
-    fastwire.MAX_BATCH whose requests and whose replies' payloads each stay within MAX_BATCH_BYTES."""
+    fastwire.MAX_BATCH whose requests stay within MAX_BATCH_BYTES and whose replies' payloads within
+    MAX_REPLY_BYTES (a batch costs the server what one request may)."""
     group: list[Call] = []
     sent = got = 0
     for c in queue:
@@ -119,7 +120,7 @@ def take(queue: deque[Call]) -> list[Call]:
         if group and (
             len(group) == fastwire.MAX_BATCH
             or sent > fastwire.MAX_BATCH_BYTES
-            or got > fastwire.MAX_BATCH_BYTES
+            or got > fastwire.MAX_REPLY_BYTES
         ):
             break
         group.append(c)

@@ -76,8 +76,8 @@ LANE_EVENTS = ("refused", "malformed", "handshake_timeouts", "stalled", "full")
 class LaneLimits:
     handshake_seconds: float = 10.0  # to send the token
     stall_seconds: float = 30.0  # a reply pending this long with nothing taken: the connection is closed
-    # each with one request and one reply, a batch's at most 512 KiB each (2 x fastwire.MAX_REPLY_BYTES):
-    # <= ~260 MB
+    # each with one request (a batch's <= 512 KiB: fastwire.MAX_BATCH_BYTES) and one reply (<= 256 KiB and a
+    # batch's headers): <= ~200 MB
     max_connections: int = 256
 
 

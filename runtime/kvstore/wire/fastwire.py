@@ -38,7 +38,7 @@ ELEMENT_TYPES = ("<f4", "<f8", "<i4", "<i8", "<f2", "<i2")  # numpy's .str of th
 
 MAX_REPLY_BYTES = 256 << 10  # the inline path's bound (serving/inline.py): 1,024 rows of 64 float32
 MAX_IDS = 16 << 10  # ids per request: the request a connection may make the server hold is <= 128 KiB
-MAX_BATCH_BYTES = 2 * MAX_REPLY_BYTES  # a batch's requests, and its replies' payloads, at most
+MAX_BATCH_BYTES = 2 * MAX_REPLY_BYTES  # a batch's requests at most (its replies' payloads: MAX_REPLY_BYTES)
 MAX_NAME = 128
 MAX_TOKEN = 256
 
