@@ -145,13 +145,21 @@ void Server::accept_all(int64_t now) {
   }
 }
 
-// Send what the kernel takes; false: the connection is broken.
+// Send what the kernel takes, at most kSlice bytes a turn (the rest when the loop comes round again: a
+// small reply is not kept waiting behind several large ones); false: the connection is broken.
 bool Server::flush(Conn& c, int64_t now) {
   if (c.sent == 0) c.progress_ms = now;  // a new reply: its stall clock starts now
+  size_t budget = kSlice;
   while (c.sent < c.out.size()) {
-    ssize_t r = send(c.fd, c.out.data() + c.sent, c.out.size() - c.sent, MSG_NOSIGNAL);
+    if (budget == 0) {  // the other connections' turn; EPOLLOUT brings this one back
+      watch(c, true);
+      return true;
+    }
+    size_t n = std::min(c.out.size() - c.sent, budget);
+    ssize_t r = send(c.fd, c.out.data() + c.sent, n, MSG_NOSIGNAL);
     if (r > 0) {
       c.sent += static_cast<size_t>(r);
+      budget -= static_cast<size_t>(r);
       c.progress_ms = now;
       continue;
     }

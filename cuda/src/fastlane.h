@@ -31,6 +31,7 @@ constexpr size_t kSampleArgs = 16;  // fan-out, seed
 constexpr size_t kRowType = 32;     // element type code, dims, dims[3]
 constexpr size_t kHello = 8, kRequest = 32, kReply = 24, kMaxToken = 256, kMaxName = 128;
 constexpr int kPerWake = 16;  // requests one connection may have answered before the others' turn
+constexpr size_t kSlice = 64 << 10;  // reply bytes one connection may send before the others' turn
 enum Status : uint32_t { kOk = 0, kError = 1, kNotHere = 2, kBusy = 3 };
 // the counters gt_fast_stats reports, in this order (runtime/kvstore/serving/fastlane.py names them)
 enum Stat {
