@@ -123,6 +123,7 @@ class EpochLoop:
         profiler.before_step(self.epoch_step)
         clock = self.metrics.clock(self.task.device)  # sample: the wait for the task's next batch
         cuda_generator = device_generator(self.task.device)
+        self.metrics.steps_begin()
         for batch in self.task.batches(self.epoch, self.epoch_step):
             clock.lap("sample")
             seed = step_seed(self.spec.training.seed, self.dist.rank, self.epoch, self.epoch_step)
@@ -136,6 +137,7 @@ class EpochLoop:
             profiler.before_step(self.epoch_step)
             clock.start()
         clock.flush()  # the epoch's stage line needs every step observed
+        self.metrics.steps_end()
         profiler.epoch_end()
 
     def _after_step(self, window: Throughput, loss: torch.Tensor, samples: int) -> None:

@@ -30,7 +30,7 @@ from prometheus_client.core import CounterMetricFamily
 from prometheus_client.registry import Collector
 
 from graphtrain.contract.spec import Progress
-from graphtrain.runtime.kvstore.client.reads import reads
+from graphtrain.runtime.kvstore.client.reads import messages, reads
 
 STAGES = ("sample", "pull", "forward_backward", "push")
 STEP_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
@@ -93,15 +93,28 @@ class TrainerMetrics:
         # the whole run's; a log reader wants this epoch's mean without a Prometheus at hand)
         self.epoch_spent: dict[str, float] = {}
         self.epoch_steps = 0
+        # the process' messages to the shard servers where the epoch's steps began and ended
+        self._messages_at = self._messages_end = messages()
 
     def epoch_stages(self) -> str:
         """The running epoch's mean milliseconds per step by stage ("sample 3.1 ms, pull 2.0 ms, ..."),
-        then the totals start over ("" after an epoch without steps)."""
+        and the messages sent to shard servers per step, by path (round trips: a fast lane batch is one;
+        the loader thread's included), then the totals start over ("" after an epoch without steps)."""
         steps, spent = self.epoch_steps, self.epoch_spent
+        end, at = self._messages_end, self._messages_at
         self.epoch_spent, self.epoch_steps = {}, 0
         if not steps:
             return ""
-        return ", ".join(f"{s} {1000 * spent[s] / steps:.1f} ms" for s in STAGES if s in spent)
+        said = ", ".join(f"{s} {1000 * spent[s] / steps:.1f} ms" for s in STAGES if s in spent)
+        sent = {p: (n - at.get(p, 0)) / steps for p, n in sorted(end.items()) if n > at.get(p, 0)}
+        return said + ("; messages: " + ", ".join(f"{p} {n:.1f}" for p, n in sent.items()) if sent else "")
+
+    def steps_begin(self) -> None:
+        """The epoch's steps begin: messages from here on are theirs (not an evaluation's)."""
+        self._messages_at = self._messages_end = messages()
+
+    def steps_end(self) -> None:
+        self._messages_end = messages()
 
     def epoch_reads(self) -> str:
         """The rows and seeds read so far, by shard and path ("shard 0: shared_memory 100 %, ..."):

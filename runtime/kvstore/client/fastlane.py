@@ -32,7 +32,7 @@ from collections import deque
 
 import numpy as np
 
-from graphtrain.runtime.kvstore.client import lanecalls
+from graphtrain.runtime.kvstore.client import lanecalls, reads
 from graphtrain.runtime.kvstore.client.transport import (
     SLOW_NOTE_SECONDS,
     Answer,
@@ -198,6 +198,7 @@ class FastPulls:
     def _send(self, s: int, group: list[Call]) -> list[int]:
         """Send `group` as one request, or as one batch of several; their rids."""
         sock = self._connect(s)
+        reads.sent("fast_lane")
         rids = [next(self._rid) for _ in group]
         parts = [lanecalls.encode(c, rid) for c, rid in zip(group, rids, strict=True)]
         if len(group) == 1:

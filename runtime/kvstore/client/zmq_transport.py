@@ -153,6 +153,7 @@ class ZmqTransport:
     def _send(self, c: Call, rid: int) -> None:
         frames = protocol.encode_request(c.op, rid, c.name, list(c.arrays), c.args)
         self.sockets[c.shard].send_multipart(frames, copy=False)
+        reads.sent("zmq")
 
     def call_many(self, calls: list[Call], timeout: float | None = None) -> list[Answer]:
         with self._lock:

@@ -7,6 +7,7 @@ import time
 
 from prometheus_client import CollectorRegistry
 
+from graphtrain.runtime.kvstore.client import reads
 from graphtrain.runtime.train.metrics import STAGES, StageClock, TrainerMetrics
 
 
@@ -75,6 +76,23 @@ def test_the_epoch_line_gives_each_stage_mean_and_starts_over() -> None:
     clock.done()
     assert m.epoch_stages() == "sample 3.0 ms, forward_backward 8.0 ms"  # in STAGES order, no pull/push
     assert m.epoch_stages() == ""
+
+
+def test_the_epoch_line_gives_the_messages_its_steps_sent_per_step_and_not_the_evaluations() -> None:
+    m = TrainerMetrics(0, CollectorRegistry())
+    m.steps_begin()
+    clock = clock_at(m, [float(t) for t in range(10)])
+    for _ in range(2):
+        for _ in range(3):  # a step's three messages: two over the fast lane, one over ZMQ
+            reads.sent("fast_lane")
+        reads.sent("zmq")
+        clock.lap("sample")
+        clock.lap("forward_backward")
+        clock.done()
+        clock.start()
+    m.steps_end()
+    reads.sent("zmq")  # the evaluation's, after the steps
+    assert m.epoch_stages().endswith("; messages: fast_lane 3.0, zmq 1.0")
 
 
 def test_a_step_the_device_has_not_reached_is_observed_later_and_at_the_latest_when_flushed() -> None:
