@@ -231,8 +231,11 @@ bool Server::batch(Conn& c) {
   for (uint64_t i = 0; i < k; ++i) {
     size_t bytes = end - at < kRequest ? 0 : request_bytes(h + at, true);
     if (bytes == 0 || bytes > end - at) return false;
-    at += (bytes + 7) & ~size_t{7};
-    if (at > end) return false;
+    size_t padded = (bytes + 7) & ~size_t{7};
+    if (padded > end - at) return false;
+    for (size_t p = at + bytes; p < at + padded; ++p)
+      if (h[p] != 0) return false;  // the padding is zeros, as the wire says
+    at += padded;
   }
   if (at != end) return false;
   count(kBatches);

@@ -68,6 +68,7 @@ class FastPulls:
         self.token = token.encode()
         self.timeout = timeout
         self.ports: list[int | None] = [None if h else 0 for h in self.hosts]  # None: ask; 0: none
+        self.versions = [1] * len(addresses)  # each lane's wire version (learn)
         self.socks: list[socket.socket | None] = [None] * len(addresses)
         self.retry_at = [0.0] * len(addresses)
         self.not_served: set[tuple[int, str]] = set()
@@ -92,8 +93,11 @@ class FastPulls:
             if c.op in LANE_OPS and self.ports[c.shard] is None and now >= self.retry_at[c.shard]
         }
 
-    def learn(self, shard: int, port: int) -> None:
+    def learn(self, shard: int, port: int, version: int = 1) -> None:
+        """The lane's port of `shard` (0: none) and the wire version its health reply names: a server
+        older than batches (version 1) is sent one request at a time, and greeted as version 1."""
         self.ports[shard] = int(port) if 0 < int(port) < 65536 else 0
+        self.versions[shard] = max(1, min(version, fastwire.VERSION)) if isinstance(version, int) else 1
 
     def eligible(self, c: Call) -> bool:
         s = c.shard
@@ -136,7 +140,7 @@ class FastPulls:
         sent whole, so not applied)."""
         if not q:
             return
-        group = lanecalls.take(q)
+        group = lanecalls.take(q) if self.versions[s] >= 2 else [q[0]]
         try:
             self._flight[s] = (group, self._send(s, group))
         except _Broken:
@@ -348,7 +352,7 @@ class FastPulls:
         try:
             sock = socket.create_connection((host, port), timeout=self._left())
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            sock.sendall(fastwire.hello(self.token))
+            sock.sendall(fastwire.hello(self.token, max(1, self.versions[s])))
             head = bytearray(fastwire.HELLO_REPLY.size)
             self._read_into(sock, memoryview(head))
         except (OSError, _Broken) as exc:

@@ -15,7 +15,6 @@ straight to their rows of the caller's output.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import itertools
 import sys
@@ -174,7 +173,7 @@ class ZmqTransport:
                     fast.unreachable(s)
                 return []
             for s, a in zip(ask, health, strict=True):
-                fast.learn(s, a.result.get("fast_port", 0))
+                fast.learn(s, a.result.get("fast_port", 0), a.result.get("fast_version", 1))
         return [c for c in calls if fast.eligible(c)]
 
     def _fast_lane(self, fast: FastPulls, calls: list[Call], wait: float) -> list[Answer]:
@@ -186,21 +185,19 @@ class ZmqTransport:
             return _Exchange(self, calls, wait).finish()
         on_lane = {id(c) for c in lane}
         others = [c for c in calls if id(c) not in on_lane]
+        # A refusal raised by one exchange leaves the other's answers unread, as one exchange leaves its
+        # later calls': replies to rids nobody waits for are dropped, so the sockets stay in step.
         beside = _Exchange(self, others, wait) if others else None
-        try:
-            served, left = fast.run(lane)
-        except BaseException:
-            if beside is not None:  # its answers are read, not left to a later call
-                with contextlib.suppress(Exception):
-                    beside.finish()
-            raise
+        served, left = fast.run(lane)
         for c in lane:
             # counted as "socket" by KVClient, which could not know (pushes are not reads)
             if id(c) in served and c.op != "push_grad":
                 reads.moved(c.shard, "socket", "fast_lane", sum(len(a) for a in c.arrays))
+        # what the lane left (a push it did not apply) is sent before anything beside it may raise
+        again = _Exchange(self, left, wait) if left else None
         found = dict(zip(map(id, others), beside.finish() if beside is not None else [], strict=True))
-        if left:
-            found.update(zip(map(id, left), _Exchange(self, left, wait).finish(), strict=True))
+        if again is not None:
+            found.update(zip(map(id, left), again.finish(), strict=True))
         found.update(served)
         return [found[id(c)] for c in calls]
 

@@ -10,6 +10,7 @@ from typing import Any
 from graphtrain.runtime.kvstore.serving.fairqueue import FairQueue
 from graphtrain.runtime.kvstore.serving.fastlane import FastLane
 from graphtrain.runtime.kvstore.tables.state import ShardTensors
+from graphtrain.runtime.kvstore.wire import fastwire
 
 IO_STALE = 10.0  # seconds without an I/O loop turn: the server is deaf
 READY_STALE = 3.0  # seconds without an I/O loop turn: not ready (it turns every IO_IDLE_MS when idle)
@@ -99,4 +100,5 @@ class ServerStatus:
             "busy": int(load["busy_workers"]),
             "queued": int(load["queued_requests"]),
             "fast_port": self.fastlane.port if self.fastlane is not None else 0,
+            "fast_version": fastwire.VERSION,  # the lane's wire (a server without it speaks version 1)
         }

@@ -89,5 +89,5 @@ def batch_request(rid: int, count: int, body_bytes: int) -> bytes:
     return REQUEST.pack(REQUEST_MAGIC, OP_BATCH, 0, rid, count, body_bytes)
 
 
-def hello(token: bytes) -> bytes:
-    return HELLO.pack(HELLO_MAGIC, VERSION, len(token)) + token
+def hello(token: bytes, version: int = VERSION) -> bytes:
+    return HELLO.pack(HELLO_MAGIC, version, len(token)) + token

@@ -8,6 +8,8 @@ real server in this process, real clients, raw sockets for what a client would n
 from __future__ import annotations
 
 import socket
+import threading
+import time
 from collections import deque
 
 import numpy as np
@@ -241,3 +243,88 @@ def groups(calls: list[Call]) -> list[list[Call]]:
         for _ in g:
             q.popleft()
     return out
+
+
+@pytest.mark.parametrize("fast", [False, True])
+def test_a_push_the_lane_leaves_is_applied_when_a_call_beside_it_is_refused(servers, fast: bool) -> None:  # noqa: F811
+    """One call_many: a push the lane cannot carry (float64 gradients), refused over ZMQ (no such table),
+    and a push the lane answers "busy" (its table locked). The refusal raises, and the busy push is still
+    sent over ZMQ and applied once, as without the lane (found by an attacker: it was never sent)."""
+    a, b = servers(shards=2)
+    bounds = np.array([0, ROWS // 2, ROWS])
+    c = kvstore.connect([a.address, b.address], TOKEN, timeout=10, fast=fast)
+    try:
+        c.create("t", ROWS, (DIM,), "float32", bounds, {"kind": "zeros"})
+        c.set_optimizer("t", {"kind": "sgd", "lr": 1.0})
+        c.push_grad("t", np.array([ROWS - 1]), np.ones((1, DIM), np.float32), bounds, False)  # described
+        t = b.state.tensors["t"]
+        row = np.array([ROWS // 2 + 5], np.int64)
+        calls = [
+            Call(0, "push_grad", "missing", [np.array([1], np.int64), np.ones((1, DIM))], {"step": None}),
+            Call(1, "push_grad", "t", [row, np.full((1, DIM), 0.5, np.float32)], {"step": None}),
+        ]
+        errors: list[BaseException] = []
+
+        def go() -> None:
+            try:
+                c.transport.call_many(calls)
+            except protocol.RemoteError as exc:
+                errors.append(exc)
+
+        with t.lock:  # the lane answers "busy"; the ZMQ worker waits for the lock
+            th = threading.Thread(target=go)
+            th.start()
+            th.join(1.0)
+        th.join(20)
+        assert len(errors) == 1 and "missing" in str(errors[0])
+        assert stats(b)["pushes_busy"] == (1 if fast else 0)
+        want = np.full((1, DIM), -0.5, np.float32)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not np.array_equal(t.data.numpy()[[5]], want):
+            time.sleep(0.05)  # the ZMQ worker applies it once the caller stopped waiting
+        assert np.array_equal(t.data.numpy()[[5]], want)
+    finally:
+        c.close()
+
+
+def test_a_server_whose_health_names_no_lane_version_is_greeted_as_version_1_and_sent_no_batch(
+    servers,  # noqa: F811 - the fixture
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A server older than batches says no `fast_version` (and closes a version-2 hello): a newer client
+    greets it as version 1 and sends it one request at a time, so the lane keeps serving it."""
+    from graphtrain.runtime.kvstore.serving.status import ServerStatus
+
+    health = ServerStatus.health
+    monkeypatch.setattr(ServerStatus, "health", lambda self: {**health(self), "fast_version": None})
+    (srv,) = servers()
+    fast = kvstore.connect([srv.address], TOKEN, timeout=10)
+    try:
+        fast.create("t", ROWS, (DIM,), "float32", BOUNDS, {"kind": "uniform", "seed": 3})
+        got = [pull("t", [1, 2]), pull("t", [3])]
+        fast.transport.call_many(got)
+        assert stats(srv)["pulls_ok"] == 2 and stats(srv)["batches"] == 0 and stats(srv)["malformed"] == 0
+        want = fast.pull("t", np.array([1, 2, 3]), BOUNDS, (DIM,), np.float32)
+        assert np.array_equal(np.concatenate([got[0].out, got[1].out]), want)
+    finally:
+        fast.close()
+
+
+def test_padding_that_is_not_zeros_closes_the_connection(servers) -> None:  # noqa: F811
+    (srv,) = servers()
+    fast = kvstore.connect([srv.address], TOKEN, timeout=10)
+    try:
+        fast.create("t", ROWS, (DIM,), "float32", BOUNDS, {"kind": "uniform", "seed": 3})
+        fast.set_optimizer("t", {"kind": "sgd", "lr": 1.0})
+        odd = push("t", [9])
+        odd.arrays = [odd.arrays[0], np.full((1, 3), 0.5, np.float32)]  # 12 bytes of gradients: padded
+        request = b"".join(bytes(memoryview(p)) for p in lanecalls.encode(odd, 5))
+        assert len(request) % 8 == 4
+        sock = lane(srv)
+        sock.sendall(
+            raw_batch(1, [request + b"\xff" * 4, raw_pull(2, b"t", [1])], body=len(request) + 4 + 80)
+        )
+        assert closed(sock)
+        assert stats(srv)["malformed"] == 1 and stats(srv)["pulls_ok"] == 0
+    finally:
+        fast.close()
