@@ -233,7 +233,7 @@ def node_outputs(
             raise GraphtrainError(
                 f"table {m.node_embedding!r} has {len(emb)} rows, the partition {rows.num_rows} {whose}"
             )
-    bags = _feature_bags(m, root, cfg)
+    bags = _feature_bags(m, root, cfg, gt.spec)
     feat_dim = int(feat.shape[1]) if feat is not None else 0
     split = emb is not None and feat is not None
     learned = [int(t.shape[1]) for t in (emb, bags[0].weight if bags else None) if t is not None]
@@ -292,8 +292,12 @@ def node_outputs(
     return NodeOutput(ids, cols)
 
 
-def _feature_bags(m: Any, root: Path, cfg: PartitionConfig) -> tuple[FixedRows, FeatureBags, str] | None:
-    """model.featureBag's trained rows, the partition's bags and the combiner (None without a bag).
+def _feature_bags(
+    m: Any, root: Path, cfg: PartitionConfig, spec: Any
+) -> tuple[FixedRows, FeatureBags, str] | None:
+    """model.featureBag's trained rows in feature column order (a dynamic vocabulary's through the
+    checkpoint's keys, a column never seen reading its initial row, as training's lookups did), the
+    partition's bags and the combiner (None without a bag).
 
     Raises:
         GraphtrainError: the table's rows do not match the partition's feature columns.
@@ -304,8 +308,8 @@ def _feature_bags(m: Any, root: Path, cfg: PartitionConfig) -> tuple[FixedRows, 
     if m.feature_bag is None:
         return None
     name = m.feature_bag.embedding
-    words = FixedRows(torch.from_numpy(ckpt.export_table(root, name)))
     bags = FeatureBags(cfg)
+    words = FixedRows(torch.from_numpy(checkpoint_rows(root, spec, name, bags.num_columns)))
     if words.num_embeddings != bags.num_columns:
         raise GraphtrainError(
             f"table {name!r} has {words.num_embeddings} rows, the partition {bags.num_columns} feature "

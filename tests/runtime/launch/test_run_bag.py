@@ -145,3 +145,28 @@ def test_a_server_sum_bag_alone_learns_standalone(bag_graph: tuple[Path, Path], 
     assert result["test_accuracy"] > 0.9, result
     st = status(tmp_path / "run")
     assert st["phase"] == "Succeeded", json.dumps(st)[:400]
+
+
+@pytest.mark.timeout(300)
+def test_a_dynamic_vocabulary_bag_predicts_as_the_run_evaluated(
+    bag_graph: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """A word table with a dynamic vocabulary (rows by first sight, not by column): `graphtrain predict`
+    reads each column's row through the checkpoint's keys and scores the test nodes as the run did."""
+    doc = bag_spec(bag_graph, "server", "sum")
+    del doc["spec"]["embeddings"][1], doc["spec"]["model"]["nodeEmbedding"]
+    doc["spec"]["embeddings"][0]["vocabulary"] = {"kind": "dynamic", "capacity": 96}
+    doc["spec"]["trainers"]["replicas"] = 1
+    run_dir = tmp_path / "run"
+    result = launch(doc, run_dir, standalone=True).run()
+    assert result["test_accuracy"] > 0.9, result
+    latest = ckpt.resolve_latest(run_dir / "checkpoints")
+    assert latest is not None and ckpt.export_keyed(latest, "word") is not None
+    predictions = tmp_path / "pred.csv"
+    graphtrain("predict", str(latest), "--spec", str(run_dir.parent / "run.yaml"), "-o", str(predictions))
+    with predictions.open() as f:
+        predicted = np.array([int(r["predicted"]) for r in csv.DictReader(f)])
+    data = np.load(bag_graph[0])
+    test = data["test_mask"]
+    accuracy = float((predicted[test] == data["label"][test]).mean())
+    assert abs(accuracy - result["test_accuracy"]) < 0.01, (accuracy, result)
