@@ -56,11 +56,22 @@ def console(app: typer.Typer) -> None:
     """Run `app` as the console command. A usage error (an unknown option or command, a value out of
     range, a missing argument) is one line naming it and exit code 1, as every other bad input is;
     click's boxed usage and its exit code 2 stay for CliRunner, which calls `app` itself. --help and a
-    bare command print their help. (typer vendors click: its exceptions are typer.TyperException's.)"""
+    bare command print their help. A closed standard output (`>&-`: Python's sys.stdout is None) or one
+    whose reader went away (`| head`) is one line too, not a traceback. (typer vendors click: its
+    exceptions are typer.TyperException's.)"""
+    import os
     import sys
 
+    if sys.stderr is None:  # `2>&-`: nowhere to say anything
+        sys.stderr = open(os.devnull, "w")  # noqa: SIM115 - for the life of the process
+    if sys.stdout is None:
+        sys.stderr.write("error: standard output is closed; graphtrain writes its output there\n")
+        sys.exit(1)
     try:
         code = app(standalone_mode=False)
+    except BrokenPipeError:  # the reader stopped reading: what is left to write goes nowhere
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        code = 1
     except typer.Abort:
         sys.stderr.write("Aborted!\n")
         code = 1

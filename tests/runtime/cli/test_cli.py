@@ -106,6 +106,25 @@ def test_version_without_package_metadata_says_so(monkeypatch: pytest.MonkeyPatc
     assert result.output == "error: graphtrain's package metadata is not installed: pip install -e .\n"
 
 
+def test_a_closed_or_abandoned_standard_output_is_one_line_not_a_traceback() -> None:
+    cmd = [sys.executable, "-m", "graphtrain.cli", "crd"]
+    closed = subprocess.run(
+        cmd,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        timeout=60,
+        preexec_fn=lambda: os.close(1),
+    )  # `graphtrain crd >&-`
+    assert closed.returncode == 1
+    assert closed.stderr == "error: standard output is closed; graphtrain writes its output there\n"
+    reader = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert reader.stdout is not None and reader.stderr is not None
+    reader.stdout.close()  # `| head -c 0`: the reader is gone before anything is written
+    assert reader.wait(timeout=60) == 1
+    assert "Traceback" not in reader.stderr.read()
+
+
 def test_crd_command_prints_the_generated_crd() -> None:
     result = runner.invoke(app, ["crd"])
     assert result.exit_code == 0 and result.output == crd_yaml()
