@@ -331,7 +331,9 @@ def replay(spec: GraphTrainingSpec, cfg: PartitionConfig, hosts: int, rank: int,
             feat[mb.input_nodes]
         pulled = mb.input_nodes if node_rows is None else node_rows.rows(mb.input_nodes)
         pulled = pulled[pulled >= 0]
-        emb_row = table.dim * _row_element(table) * len(pulled) // max(n, 1) if table else 0  # per input node
+        # per input node, from the shards (a collective table's rows are its all-to-all's, below)
+        on_shards = table is not None and table.sharding == Sharding.server
+        emb_row = table.dim * _row_element(table) * len(pulled) // max(n, 1) if on_shards else 0
         done.append(_step_work(mb, cfg, hosts, rank, row, emb_row))
         graph.ndata["label"][mb.seeds]
         word_keys = np.unique(bags(mb.input_nodes)[0]) if bags is not None else None

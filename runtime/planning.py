@@ -15,6 +15,7 @@ from graphtrain.contract.spec import (
     GNNModel,
     GraphSAGEModel,
     GraphTrainingSpec,
+    Sharding,
     colocated,
     gnn,
     is_gnn,
@@ -75,14 +76,17 @@ def loads(
     out = []
     shards, hosts, world = spec.num_shards, max(plan.hosts, 1), spec.trainers.replicas
     m, shape = model
-    embedding = any(t.name == m.node_embedding for t in spec.embeddings)
+    # a collective node table is no shard's traffic (its all-to-all is the wire's); a server one's rows
+    # go with the features and labels when batches are made inline (node_classification._rows_ahead)
+    embedding = any(t.name == m.node_embedding and t.sharding == Sharding.server for t in spec.embeddings)
+    together = embedding and spec.training.prefetch == 0
     entry = gnn_entry(m.KIND)
     for rank, w in enumerate(plan.wires):
         if w.work is None:
             continue
         local = sum(1 for i in range(shards) if i % hosts == rank % hosts)
         touches = touch_counts(
-            len(spec.training.fanouts), 1 + int(m.use_features), embedding, local, shards - local
+            len(spec.training.fanouts), 1 + int(m.use_features), embedding, local, shards - local, together
         )
         out.append(
             Load(

@@ -140,12 +140,20 @@ class StepTime:
 
 
 def touch_counts(
-    layers: int, fetches: int, embedding: bool, local_shards: int, remote_shards: int
+    layers: int,
+    fetches: int,
+    embedding: bool,
+    local_shards: int,
+    remote_shards: int,
+    together: bool = False,
 ) -> dict[str, tuple[float, float]]:
     """The shards a trainer's step touches per op, (via shared memory, via TCP): every call touches
     every shard (a batch's nodes are spread over all of them); sampling calls once a layer, features
-    and labels once a table (`fetches`), the node embedding's pull and push once each."""
+    and labels once a table (`fetches`), the node embedding's pull and push once each. `together`: the
+    features, labels and embedding rows in one call (node classification's fetch with inline batches)."""
     calls = {"sample": layers, "fetch": fetches, "pull": int(embedding), "push": int(embedding)}
+    if together:
+        calls.update(fetch=1, pull=0)
     return {op: (float(n * local_shards), float(n * remote_shards)) for op, n in calls.items()}
 
 

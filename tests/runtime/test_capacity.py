@@ -291,3 +291,6 @@ def test_a_collective_node_tables_lookups_cross_hosts_all_to_all_in_its_dtype(
         assert server[r].alltoall == 0 and wires["float32"][r].alltoall > 0
         assert wires["float32"][r].sent - wires["float32"][r].alltoall < server[r].sent  # no row pulls
         assert wires["bfloat16"][r].alltoall == pytest.approx(wires["float32"][r].alltoall * 52 / 84)
+        # and the step-time model prices no shard pull or push of its rows
+        work, served = wires["float32"][r].work, server[r].work
+        assert work is not None and served is not None and work.row_bytes == 0 < served.row_bytes

@@ -119,6 +119,11 @@ def test_each_shard_a_call_touches_pays_its_fixed_cost_on_its_way() -> None:
         "push": (1.0, 3.0),
     }
     assert steptime.touch_counts(2, 1, False, 2, 0)["pull"] == (0.0, 0.0)
+    # features, labels and embedding rows in one call (inline batches): one fetch touch, no pull
+    together = steptime.touch_counts(2, 2, True, 1, 3, together=True)
+    assert (
+        together["fetch"] == (1.0, 3.0) and together["pull"] == (0.0, 0.0) and together["push"] == (1.0, 3.0)
+    )
 
 
 def test_the_all_reduce_pays_each_step_of_its_ring() -> None:
