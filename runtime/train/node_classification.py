@@ -158,7 +158,7 @@ class NodeClassification(DenseTask):
             # the rows are the ones the step's own pull would read (one round trip per shard, not two)
             assert isinstance(self.emb, DistEmbedding) and self.label is not None
             tables = [self.label, self.emb.table] + ([self.feat] if self.feat is not None else [])
-            got = pull_together(tables, [mb.seeds, mb.input_nodes, mb.input_nodes])
+            got = pull_together(tables, [mb.seeds] + [mb.input_nodes] * (len(tables) - 1))
             mb.data["y"], mb.data["emb_rows"] = to_device(got[0], self.device), got[1]
             if self.feat is not None:
                 mb.data["x"] = to_device(got[2], self.device)

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 import torch
 
+from graphtrain.contract.spec import GraphTraining
 from graphtrain.runtime import kvstore
 from graphtrain.runtime.graph import DistGraph
 from graphtrain.runtime.kvstore.serving.server import ShardServer
@@ -43,6 +44,7 @@ def train(gt, partition: Path, run_dir: Path, ahead: bool, monkeypatch: pytest.M
     try:
         graph = DistGraph(partition, client)
         task = NodeClassification(gt, graph, loader, Dist())
+        assert (task.feat is not None) == (gt.spec.model.use_features is not False)
         if not ahead:
             monkeypatch.setattr(task, "_rows_ahead", lambda: False)
         pulled = []
@@ -71,13 +73,19 @@ def train(gt, partition: Path, run_dir: Path, ahead: bool, monkeypatch: pytest.M
 
 
 @pytest.mark.timeout(180)
+@pytest.mark.parametrize("features", [True, False], ids=["features", "embedding-only"])
 def test_pulling_a_steps_rows_ahead_takes_the_steps_of_pulling_each_table_alone(
     partitions: dict,  # noqa: F811 - the fixture
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
+    features: bool,
 ) -> None:
     gt, partition = partitions["graphsage"]
     assert gt.spec.training.prefetch == 0
+    if not features:  # the embedding the only input: labels and rows pulled together
+        doc = gt.model_dump(mode="json", by_alias=True, exclude_none=True)
+        doc["spec"]["model"]["useFeatures"] = False
+        gt = GraphTraining.model_validate(doc)
     ahead = train(gt, partition, tmp_path / "ahead", True, monkeypatch)
     alone = train(gt, partition, tmp_path / "alone", False, monkeypatch)
     assert ahead[3] and all(ahead[3]) and not any(alone[3])
