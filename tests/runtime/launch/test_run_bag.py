@@ -93,6 +93,16 @@ def graphtrain(*args: str) -> subprocess.CompletedProcess:
     return out
 
 
+def predicted_test_accuracy(checkpoint: Path, run_dir: Path, graph: Path, out: Path) -> float:
+    """`graphtrain predict` of a checkpoint with the run's spec: its accuracy on the graph's test nodes."""
+    graphtrain("predict", str(checkpoint), "--spec", str(run_dir.parent / "run.yaml"), "-o", str(out))
+    with out.open() as f:
+        predicted = np.array([int(r["predicted"]) for r in csv.DictReader(f)])
+    data = np.load(graph)
+    test = data["test_mask"]
+    return float((predicted[test] == data["label"][test]).mean())
+
+
 @pytest.mark.timeout(500)
 def test_a_collective_mean_bag_learns_exports_predicts_and_resumes(
     bag_graph: tuple[Path, Path], tmp_path: Path
@@ -116,14 +126,7 @@ def test_a_collective_mean_bag_learns_exports_predicts_and_resumes(
     assert np.allclose([float(r["dim_0"]) for r in table], ckpt.export_table(latest, "word")[:, 0], atol=1e-6)
 
     # predict computes each node's bag itself: on the test nodes it scores as the run's evaluation did
-    spec_path = run_dir.parent / "run.yaml"
-    predictions = tmp_path / "pred.csv"
-    graphtrain("predict", str(latest), "--spec", str(spec_path), "-o", str(predictions))
-    with predictions.open() as f:
-        predicted = np.array([int(r["predicted"]) for r in csv.DictReader(f)])
-    data = np.load(bag_graph[0])
-    test = data["test_mask"]
-    accuracy = float((predicted[test] == data["label"][test]).mean())
+    accuracy = predicted_test_accuracy(latest, run_dir, bag_graph[0], tmp_path / "pred.csv")
     assert abs(accuracy - result["test_accuracy"]) < 0.01, (accuracy, result)
 
     doc["spec"]["training"]["epochs"] = 4
@@ -162,11 +165,5 @@ def test_a_dynamic_vocabulary_bag_predicts_as_the_run_evaluated(
     assert result["test_accuracy"] > 0.9, result
     latest = ckpt.resolve_latest(run_dir / "checkpoints")
     assert latest is not None and ckpt.export_keyed(latest, "word") is not None
-    predictions = tmp_path / "pred.csv"
-    graphtrain("predict", str(latest), "--spec", str(run_dir.parent / "run.yaml"), "-o", str(predictions))
-    with predictions.open() as f:
-        predicted = np.array([int(r["predicted"]) for r in csv.DictReader(f)])
-    data = np.load(bag_graph[0])
-    test = data["test_mask"]
-    accuracy = float((predicted[test] == data["label"][test]).mean())
+    accuracy = predicted_test_accuracy(latest, run_dir, bag_graph[0], tmp_path / "pred.csv")
     assert abs(accuracy - result["test_accuracy"]) < 0.01, (accuracy, result)
