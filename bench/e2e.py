@@ -100,6 +100,7 @@ def graphtrain_run(
     spec_path.write_text(yaml.safe_dump(doc))
     argv = [sys.executable, "-m", "graphtrain.runtime.cli", "run", str(spec_path), "--run-dir", str(run_dir)]
     argv.append("--overwrite")  # the same spec runs again in `work` (seeds, sections): start afresh
+    (run_dir / "progress.json").unlink(missing_ok=True)  # a timed window must not start on the last run's
     proc = subprocess.Popen(
         [*argv, *(["--standalone"] if standalone else [])],
         stdout=subprocess.PIPE,

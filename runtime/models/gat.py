@@ -22,7 +22,13 @@ from torch.nn import functional
 from graphtrain.contract.spec import GATModel, GNNModel
 from graphtrain.runtime.graph.loader import Block
 from graphtrain.runtime.models.entry import BlockWork, GNNEntry, GNNShape
-from graphtrain.runtime.models.layers import LayerStack, attention_sum, block_csr, edge_softmax
+from graphtrain.runtime.models.layers import (
+    LayerStack,
+    attention_sum,
+    block_csr,
+    edge_softmax,
+    thin_product,
+)
 from graphtrain.runtime.native.nn import elu_dropout
 
 
@@ -72,15 +78,14 @@ class GATConv(nn.Module):
         """(destinations, heads, width); `h` the learnable input columns (all of them without `frozen`)."""
         w = self._per_head()  # (heads, in, width)
         f = 0 if frozen is None else frozen.shape[1]
-        wl = (w * self.attn_l.transpose(0, 1)).sum(-1).t()  # (in, heads): a score's weights on h
-        wr = (w * self.attn_r.transpose(0, 1)).sum(-1).t()
+        # a score's weights on h, (2 heads, in): the source's side, then the destination's
+        lr = torch.cat([(w * a.transpose(0, 1)).sum(-1) for a in (self.attn_l, self.attn_r)])
         hd = h[: block.num_dst]  # one slice of h, reused: each slice's backward fills a whole-size gradient
-        el = h @ wl[f:]
-        er = hd @ wr[f:]
+        # both sides' scores of every source in one pass over the inputs (the destinations are its first rows)
+        scores = thin_product(h, lr[:, f:])
         if frozen is not None:
-            el = el + frozen @ wl[:f]
-            er = er + frozen[: block.num_dst] @ wr[:f]
-        score = el[block.src] + er[block.dst]
+            scores = scores + thin_product(frozen, lr[:, :f])
+        score = scores[block.src, : self.heads] + scores[block.dst, self.heads :]
         ef = None
         if self.edge_fc is not None and self.attn_e is not None:
             if block.efeat is None:
@@ -95,18 +100,21 @@ class GATConv(nn.Module):
         # each head's weighted sum of the inputs, then its transform: (heads, dst, in) @ (heads, in, width)
         out = torch.bmm(attention_sum(alpha, h.unsqueeze(1), block, head_major=True), w[:, f:])
         if frozen is not None:
-            out = out + torch.bmm(attention_sum(alpha, frozen.unsqueeze(1), block, head_major=True), w[:, :f])
+            out = torch.baddbmm(
+                out, attention_sum(alpha, frozen.unsqueeze(1), block, head_major=True), w[:, :f]
+            )
         if ef is not None:
             summed = torch.zeros((block.num_dst, self.heads, ef.shape[1]), dtype=ef.dtype, device=ef.device)
             summed.index_add_(0, block.dst, alpha.unsqueeze(-1) * ef.unsqueeze(1))
             we = self.edge_fc.weight.view(self.heads, self.width, -1).transpose(
                 1, 2
             )  # (heads, edge_dim, width)
-            out = out + torch.bmm(summed.transpose(0, 1), we)
-        res = functional.linear(hd, self.res.weight[:, f:])
+            out = torch.baddbmm(out, summed.transpose(0, 1), we)
+        # the sums accumulate inside the GEMMs (baddbmm, addmm): no pass of their own over the outputs
+        res = torch.addmm(self.bias, hd, self.res.weight[:, f:].t())
         if frozen is not None:
-            res = res + functional.linear(frozen[: block.num_dst], self.res.weight[:, :f])
-        return out.transpose(0, 1) + (res + self.bias).view(-1, self.heads, self.width)
+            res = torch.addmm(res, frozen[: block.num_dst], self.res.weight[:, :f].t())
+        return out.transpose(0, 1) + res.view(-1, self.heads, self.width)
 
 
 class GAT(LayerStack):

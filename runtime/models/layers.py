@@ -65,6 +65,30 @@ class SparseProduct(torch.autograd.Function):
         return torch.sparse.mm(ctx.a_t, grad), None, None
 
 
+class ThinProduct(torch.autograd.Function):
+    """x @ w_t^T for a w_t of a few rows (attention's score weights: each of x's rows scored per head),
+    in the forms in which BLAS makes one pass over x. MKL runs the obvious ones at a few GFLOP/s (on 2
+    cores, 13k x 256 rows by 8 columns: forward 2.6 ms as x @ w against 1.0 ms here; w's gradient 3.9 ms
+    as torch takes it, x^T @ g, against 1.5 ms as (g^T @ x))."""
+
+    @staticmethod
+    def forward(ctx: torch.autograd.function.FunctionCtx, x: torch.Tensor, w_t: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(x, w_t)
+        return x @ w_t.t()
+
+    @staticmethod
+    def backward(ctx: torch.autograd.function.FunctionCtx, grad: torch.Tensor) -> tuple:
+        x, w_t = ctx.saved_tensors
+        grad_x = grad @ w_t if ctx.needs_input_grad[0] else None
+        grad_w = grad.t() @ x if ctx.needs_input_grad[1] else None
+        return grad_x, grad_w
+
+
+def thin_product(x: torch.Tensor, w_t: torch.Tensor) -> torch.Tensor:
+    """x @ w_t^T, with w_t (columns, x's width) a few rows long (ThinProduct)."""
+    return ThinProduct.apply(x, w_t)
+
+
 def _csr(crow: torch.Tensor, col: torch.Tensor, values: torch.Tensor, shape: tuple[int, int]) -> torch.Tensor:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # "sparse CSR support is in beta"

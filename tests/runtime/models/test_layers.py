@@ -137,6 +137,41 @@ def test_gat_layer_is_its_definition() -> None:
     torch.testing.assert_close(out, want, rtol=1e-5, atol=1e-5)
 
 
+def test_gat_layer_with_frozen_columns_is_its_definition_forward_and_backward() -> None:
+    """The reordered layer (scores from the inputs by thin products, the weighted sum before the
+    transform, the sums inside the GEMMs) against DGL's order on [frozen, h]: outputs and the gradients
+    of every parameter and of h; the frozen columns get none."""
+    torch.manual_seed(2)
+    b = block(num_dst=9, num_src=20, edges=50)
+    model = gnn_entry("gat").build(GATModel(heads=2, hidden_dim=6, num_layers=1), GNNShape(7, 3, frozen=4))
+    conv = model.layers[0]
+    frozen, h = torch.randn(b.num_src, 4), torch.randn(b.num_src, 3, requires_grad=True)
+    upstream = torch.randn(b.num_dst, 2, 3)
+    params = [h, conv.fc.weight, conv.attn_l, conv.attn_r, conv.res.weight, conv.bias]
+    got = conv(b, h, frozen)
+    grads_got = torch.autograd.grad(got, params, upstream)
+    x = torch.cat([frozen, h], dim=1)
+    z = conv.fc(x).view(-1, 2, 3)
+    score = (z * conv.attn_l).sum(-1)[b.src] + (z[: b.num_dst] * conv.attn_r).sum(-1)[b.dst]
+    alpha = _softmax_by_hand(functional.leaky_relu(score, 0.2), b.dst, b.num_dst)
+    want = torch.zeros(b.num_dst, 2, 3).index_add(0, b.dst, alpha[..., None] * z[b.src])
+    want = want + conv.res(x[: b.num_dst]).view(-1, 2, 3) + conv.bias.view(1, 2, 3)
+    grads_want = torch.autograd.grad(want, params, upstream)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    for g, w in zip(grads_got, grads_want, strict=True):
+        torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-5)
+
+
+def test_thin_product_and_its_gradients() -> None:
+    """x @ w_t^T with w_t a column slice of a wider weight (as a layer's frozen and learnable columns)."""
+    x = torch.randn(37, 5, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(4, 9, dtype=torch.float64, requires_grad=True)
+    torch.testing.assert_close(layers.thin_product(x, w[:, 2:7]), x @ w[:, 2:7].t())
+    assert torch.autograd.gradcheck(lambda a, b: layers.thin_product(a, b[:, 2:7]), (x, w))
+    empty = layers.thin_product(torch.zeros(0, 5), torch.randn(4, 5))
+    assert empty.shape == (0, 4)
+
+
 @pytest.mark.parametrize(
     "variant",
     [
