@@ -38,7 +38,7 @@ from graphtrain.runtime.partition import load_maps
 from graphtrain.runtime.partition.edge_targets import load_edge_targets
 from graphtrain.runtime.train.dense import DenseTask, dense_optimizer
 from graphtrain.runtime.train.device import to_device
-from graphtrain.runtime.train.dist import Dist, seed_everything, unwrap
+from graphtrain.runtime.train.dist import Dist, epoch_seed, seed_everything, unwrap
 from graphtrain.runtime.train.edge_outputs import edge_columns
 from graphtrain.runtime.train.encoder import GNNEncoder
 from graphtrain.runtime.train.layerwise import Layers, layerwise
@@ -126,7 +126,7 @@ class GNNEdgeClassification(DenseTask):
         """This trainer's edges in the epoch's seeded order, each batch's blocks sampled with its own
         seed (the batches before `start` skipped: a resumed epoch goes on as a whole pass)."""
         tr = self.spec.training
-        gen = torch.Generator().manual_seed(tr.seed * 1_000_003 + self.dist.rank * 7919 + epoch)
+        gen = torch.Generator().manual_seed(epoch_seed(tr.seed, self.dist.rank, epoch))
         order = torch.randperm(len(self.targets), generator=gen)
         b = self.batch_size
         for i in range(start, self.steps_per_epoch()):

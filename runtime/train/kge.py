@@ -41,7 +41,7 @@ from graphtrain.runtime.partition import load_maps, load_triples
 from graphtrain.runtime.tensor import PartitionBook
 from graphtrain.runtime.train import kge_math
 from graphtrain.runtime.train.device import to_device
-from graphtrain.runtime.train.dist import Dist, seed_everything
+from graphtrain.runtime.train.dist import Dist, epoch_seed, seed_everything
 from graphtrain.runtime.train.metrics import StageClock
 from graphtrain.runtime.train.tables import Table, collective, embedding_table, normalise_rows, table_init
 from graphtrain.runtime.train.task import Split
@@ -172,7 +172,7 @@ class LinkPrediction:
         same generator. The negatives of the batches before `start` are drawn too (and dropped): the
         generator then stands where a whole pass has it, so the batches from there are that pass's."""
         tr, task = self.spec.training, self.task
-        gen = torch.Generator().manual_seed(tr.seed * 1_000_003 + self.dist.rank * 7919 + epoch)
+        gen = torch.Generator().manual_seed(epoch_seed(tr.seed, self.dist.rank, epoch))
         order = torch.randperm(len(self.triples), generator=gen)
         b = self.batch_size
         for i in range(self.steps_per_epoch()):

@@ -43,7 +43,7 @@ from graphtrain.runtime.partition.format import load_names
 from graphtrain.runtime.train import kge_math
 from graphtrain.runtime.train.dense import DenseTask, dense_optimizer
 from graphtrain.runtime.train.device import to_device
-from graphtrain.runtime.train.dist import Dist, seed_everything, unwrap
+from graphtrain.runtime.train.dist import Dist, epoch_seed, seed_everything, unwrap
 from graphtrain.runtime.train.encoder import GNNEncoder
 from graphtrain.runtime.train.kge import eval_sample, load_kg
 from graphtrain.runtime.train.layerwise import Layers, layerwise
@@ -147,7 +147,7 @@ class GNNLinkPrediction(DenseTask):
         generator (drawn for the batches before `start` too, so the batches from there are a whole
         pass's); each batch's blocks sampled with its own seed."""
         tr = self.spec.training
-        gen = torch.Generator().manual_seed(tr.seed * 1_000_003 + self.dist.rank * 7919 + epoch)
+        gen = torch.Generator().manual_seed(epoch_seed(tr.seed, self.dist.rank, epoch))
         order = torch.randperm(len(self.targets), generator=gen)
         b = self.batch_size
         for i in range(self.steps_per_epoch()):
