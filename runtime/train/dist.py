@@ -29,8 +29,8 @@ def epoch_seed(seed: int, rank: int, epoch: int) -> int:
     epoch) under a tag of its own. The plain sum used until 2026-11-30 (seed * 1,000,003 + rank * 7,919
     + epoch) gave rank 0's epoch k the seed of a table's init block k (storage/inits.py): epoch 0 drew
     its order and negatives from the raw numbers of the first entity rows' init."""
-    state = np.random.SeedSequence([seed, rank, epoch, _EPOCH_STREAM]).generate_state(2, np.uint32)
-    return (int(state[0]) << 31 | int(state[1]) >> 1) % 2**63
+    hi, lo = np.random.SeedSequence([seed, rank, epoch, _EPOCH_STREAM]).generate_state(2, np.uint32)
+    return int(hi) << 31 | int(lo) >> 1  # 63 bits
 
 
 _EPOCH_STREAM = 0x6570_6F63  # "epoc": this stream's tag
