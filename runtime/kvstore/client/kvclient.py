@@ -198,9 +198,9 @@ class KVClient:
         """The calls of a push: values through the shared-memory buffer to a shard on this host, else on
         the wire, as type `wire` when given (a half table's gradients: the server widens them)."""
         order, starts = self.split(ids, bounds, keyed)
-        # no 51 MB copy when the ids come grouped by owner
-        ids_g, vals_g = (ids, values) if order is None else (ids[order], values[order])
-        buffer = self.transport.push_buffer(vals_g.nbytes) if vals_g.nbytes else None
+        ids_g = ids if order is None else ids[order]
+        buffer = self.transport.push_buffer(values.nbytes) if values.nbytes else None
+        row_bytes = values[:1].nbytes if len(values) else 0
         calls = []
         for s in range(self.num_shards):
             a, b = starts[s], starts[s + 1]
@@ -208,13 +208,15 @@ class KVClient:
                 continue
             if buffer is not None and self.transport.is_local(s):  # same host: values through shared memory
                 seg, seg_name = buffer
-                offset = int(a) * (vals_g[:1].nbytes if len(vals_g) else 0)
-                np.ndarray(vals_g[a:b].shape, vals_g.dtype, buffer=seg.buf, offset=offset)[...] = vals_g[a:b]
+                offset = int(a) * row_bytes
+                out = np.ndarray((b - a, *values.shape[1:]), values.dtype, buffer=seg.buf, offset=offset)
+                _grouped(values, order, a, b, out)  # gathered straight into the buffer: one copy
                 shm = {"name": seg_name, "offset": offset}
                 calls.append(Call(s, op, name, self._frames(ids_g[a:b]), {**(args or {}), "shm": shm}))
                 continue
             narrow = wire is not None and self.transport.half_gradients
-            vals = dtypes.narrowed(vals_g[a:b], wire) if narrow else vals_g[a:b]  # type: ignore[arg-type]
+            mine = _grouped(values, order, a, b)
+            vals = dtypes.narrowed(mine, wire) if narrow else mine  # type: ignore[arg-type]
             if self.transport.chunked_pushes:
                 # One request per chunk: the server applies each while the next is on the wire, in the
                 # order sent (it runs one request of a connection at a time). After dedup the ids of a
@@ -436,3 +438,17 @@ class KVClient:
 
     def close(self) -> None:
         self.transport.close()
+
+
+def _grouped(
+    values: np.ndarray, order: np.ndarray | None, a: int, b: int, out: np.ndarray | None = None
+) -> np.ndarray:
+    """Rows a..b of `values` grouped by owner (`order`, KVClient.split; None: they already are), into
+    `out` if given. Each shard's rows are gathered once, by the native core's threads: a whole permuted
+    copy first (values[order]) took 2.3 ms of a WordNet GAT step's push on one core, for 13k rows of 128."""
+    if order is None:
+        if out is None:
+            return values[a:b]
+        out[...] = values[a:b]
+        return out
+    return gather_rows(values, order[a:b], out)
