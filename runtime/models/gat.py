@@ -78,8 +78,10 @@ class GATConv(nn.Module):
         """(destinations, heads, width); `h` the learnable input columns (all of them without `frozen`)."""
         w = self._per_head()  # (heads, in, width)
         f = 0 if frozen is None else frozen.shape[1]
-        # a score's weights on h, (2 heads, in): the source's side, then the destination's
-        lr = torch.cat([(w * a.transpose(0, 1)).sum(-1) for a in (self.attn_l, self.attn_r)])
+        # a score's weights on h, (2 heads, in): the source's side, then the destination's; per head
+        # (2, width) @ (width, in), a product over W's rows as they lie
+        sides = torch.cat([self.attn_l, self.attn_r]).transpose(0, 1)  # (heads, 2, width)
+        lr = torch.bmm(sides, self.fc.weight.view(self.heads, self.width, -1)).transpose(0, 1).flatten(0, 1)
         hd = h[: block.num_dst]  # one slice of h, reused: each slice's backward fills a whole-size gradient
         # both sides' scores of every source in one pass over the inputs (the destinations are its first rows)
         scores = thin_product(h, lr[:, f:])
