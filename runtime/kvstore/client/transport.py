@@ -99,8 +99,10 @@ def gather_rows(
     rows: np.ndarray, local: np.ndarray, out: np.ndarray | None = None, dest: np.ndarray | None = None
 ) -> np.ndarray:
     """rows[local], into `out` if given, at out[dest] if given (out[dest] = rows[local]); with the
-    native core when it can (float32 tables)."""
-    if rows.dtype == np.float32 and rows.ndim == 2 and len(local):
+    native core when it can (float32 rows, contiguous, and int64 ids), else numpy."""
+    native_ok = rows.dtype == np.float32 and rows.ndim == 2 and rows.flags.c_contiguous
+    native_ok = native_ok and local.dtype == np.int64 and (out is None or out.flags.c_contiguous)
+    if native_ok and len(local):
         from graphtrain.runtime.native.backend import CoreBackend, choose
 
         if choose() is CoreBackend.CPU:
@@ -109,7 +111,7 @@ def gather_rows(
 
             return native.gather(
                 torch.from_numpy(rows),
-                torch.from_numpy(local),
+                torch.from_numpy(np.ascontiguousarray(local)),
                 threads(),
                 None if out is None else torch.from_numpy(out),
                 None if dest is None else torch.from_numpy(np.ascontiguousarray(dest, dtype=np.int64)),

@@ -47,3 +47,27 @@ def test_pull_and_push_in_any_id_order_match_numpy(shards: int) -> None:
         client.push("t", ids, values, bounds)
         table[ids] = values
         np.testing.assert_array_equal(client.pull("t", np.arange(rows), bounds, (dim,), np.float32), table)
+
+
+@pytest.mark.parametrize("case", ["native", "strided rows", "int32 ids", "strided out", "rows of 3 axes"])
+def test_gather_rows_is_numpys_take_whichever_path_it_takes(case: str) -> None:
+    """The native gather where its inputs allow it, numpy's otherwise: the same rows either way (a push
+    gathers each shard's gradient rows with it, whatever the caller's layout)."""
+    from graphtrain.runtime.kvstore.client.transport import gather_rows
+
+    rng = np.random.default_rng(0)
+    rows = rng.standard_normal((50, 6)).astype(np.float32)
+    ids = rng.permutation(50)[:20].astype(np.int64)
+    out = None
+    if case == "strided rows":
+        rows = rng.standard_normal((50, 12)).astype(np.float32)[:, ::2]
+    elif case == "int32 ids":
+        ids = ids.astype(np.int32)
+    elif case == "strided out":
+        out = np.zeros((20, 12), np.float32)[:, ::2]
+    elif case == "rows of 3 axes":
+        rows = rows.reshape(50, 3, 2)
+    got = gather_rows(rows, ids, out)
+    np.testing.assert_array_equal(got, rows[ids])
+    if out is not None:
+        np.testing.assert_array_equal(out, rows[ids])
