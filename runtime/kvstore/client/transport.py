@@ -123,3 +123,17 @@ def gather_rows(
     else:
         out[dest] = rows[local]
     return out
+
+
+def grouped_rows(
+    values: np.ndarray, order: np.ndarray | None, a: int, b: int, out: np.ndarray | None = None
+) -> np.ndarray:
+    """Rows a..b of `values` grouped by owner (`order`, KVClient.split's; None: they already are), into
+    `out` if given. Each shard's rows are gathered once, by the native core's threads: a whole permuted
+    copy first (values[order]) took 2.3 ms of a WordNet GAT step's push on one core, for 13k rows of 128."""
+    if order is None:
+        if out is None:
+            return values[a:b]
+        out[...] = values[a:b]
+        return out
+    return gather_rows(values, order[a:b], out)
