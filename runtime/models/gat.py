@@ -99,12 +99,10 @@ class GATConv(nn.Module):
         score = functional.leaky_relu(score, self.negative_slope)
         alpha = edge_softmax(score, block.dst, block.num_dst, crow)
         alpha = functional.dropout(alpha, self.attention_dropout, self.training)
-        # each head's weighted sum of the inputs, then its transform: (heads, dst, in) @ (heads, in, width)
-        out = torch.bmm(attention_sum(alpha, h.unsqueeze(1), block, head_major=True), w[:, f:])
-        if frozen is not None:
-            out = torch.baddbmm(
-                out, attention_sum(alpha, frozen.unsqueeze(1), block, head_major=True), w[:, :f]
-            )
+        # each head's weighted sum of the inputs, then its transform: (heads, dst, in) @ (heads, in, width);
+        # the frozen columns summed into the same tensor, so one GEMM per head transforms both
+        fz = None if frozen is None else frozen.unsqueeze(1)
+        out = torch.bmm(attention_sum(alpha, h.unsqueeze(1), block, head_major=True, frozen=fz), w)
         if ef is not None:
             summed = torch.zeros((block.num_dst, self.heads, ef.shape[1]), dtype=ef.dtype, device=ef.device)
             summed.index_add_(0, block.dst, alpha.unsqueeze(-1) * ef.unsqueeze(1))

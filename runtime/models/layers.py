@@ -273,10 +273,12 @@ class AttentionSum(torch.autograd.Function):
     """out[v, h] = sum over v's in-edges e of alpha[e, h] * z[src[e], h] over the block's CSR (its edges
     are grouped by destination); z of one head is weighed by every head (out[v, h] = sum alpha[e, h] *
     z[src[e], 0]: a layer aggregating its input before its per-head transform). With head_major the
-    output is (heads, destinations, width), what a per-head batched GEMM reads without a copy. Backward:
-    z's gradient by the transposed sum, alpha's by a dot product per edge and head. On the host the CPU
-    core runs all three (cuda/src/gnn_cpu.cpp: one pass over the edges, no (edges x heads x width)
-    intermediate); elsewhere a sparse product per head and gathers."""
+    output is (heads, destinations, width), what a per-head batched GEMM reads without a copy. `frozen`
+    (sources, heads or 1, f), data that takes no gradient, is summed with the same weights into the
+    output's first f columns: one tensor, so one GEMM per head transforms data and embedding together.
+    Backward: z's gradient by the transposed sum, alpha's by a dot product per edge and head. On the host
+    the CPU core runs all three (cuda/src/gnn_cpu.cpp: one pass over the edges, no (edges x heads x
+    width) intermediate); elsewhere a sparse product per head and gathers."""
 
     @staticmethod
     def forward(
@@ -289,63 +291,97 @@ class AttentionSum(torch.autograd.Function):
         num_dst: int,
         head_major: bool,
         transpose: Transpose | None = None,
+        frozen: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        heads, z_heads, width = alpha.shape[1], z.shape[1], z.shape[2]
+        heads = alpha.shape[1]
         alpha, z = alpha.contiguous(), z.contiguous()
-        shape = (heads, num_dst, width) if head_major else (num_dst, heads, width)
-        out = z.new_empty(shape)
-        if _native(alpha, z):
+        parts = [z] if frozen is None else [frozen.contiguous(), z]
+        ld = sum(p.shape[2] for p in parts)
+        out = z.new_empty((heads, num_dst, ld) if head_major else (num_dst, heads, ld))
+        if _native(alpha, *parts):
             from graphtrain.runtime.native import core
 
+            first, second = parts if len(parts) == 2 else (z, None)
             core().gt_attention_sum(
                 num_dst,
                 _ptr(crow),
                 _ptr(src),
                 _ptr(alpha),
-                _ptr(z),
+                _ptr(first),
+                0 if second is None else _ptr(second),
                 _ptr(out),
                 heads,
-                z_heads,
-                width,
+                z.shape[1],
+                first.shape[2],
+                0 if second is None else second.shape[2],
                 int(head_major),
                 torch.get_num_threads(),
             )
         else:
-            for h in range(heads):
-                a = _csr(crow, src, alpha[:, h].contiguous(), (num_dst, z.shape[0]))
-                got = torch.sparse.mm(a, z[:, h if z_heads > 1 else 0])
-                if head_major:
-                    out[h] = got
-                else:
-                    out[:, h] = got
-        ctx.save_for_backward(alpha, z, crow, src, dst)
+            at = 0
+            for part in parts:
+                width = part.shape[2]
+                for h in range(heads):
+                    a = _csr(crow, src, alpha[:, h].contiguous(), (num_dst, part.shape[0]))
+                    got = torch.sparse.mm(a, part[:, h if part.shape[1] > 1 else 0])
+                    if head_major:
+                        out[h, :, at : at + width] = got
+                    else:
+                        out[:, h, at : at + width] = got
+                at += width
+        ctx.save_for_backward(alpha, z, crow, src, dst, *parts[:-1])
         ctx.num_dst, ctx.head_major, ctx.transpose = num_dst, head_major, transpose
         return out
 
     @staticmethod
     def backward(ctx: torch.autograd.function.FunctionCtx, grad: torch.Tensor) -> tuple:
-        alpha, z, crow, src, dst = ctx.saved_tensors
+        alpha, z, crow, src, dst, *frozen = ctx.saved_tensors
         grad = grad.contiguous()
-        none = (None,) * 6
-        if _native(alpha, z, grad):
-            return (*_native_backward(ctx, alpha, z, crow, src, dst, grad), *none)
-        heads, z_heads, num_src = alpha.shape[1], z.shape[1], z.shape[0]
-        per_head = grad if ctx.head_major else grad.transpose(0, 1)  # (heads, destinations, width)
-        grad_alpha = grad_z = None
-        if ctx.needs_input_grad[1]:
-            crow_t, dst_t, order = ctx.transpose or transposed(src, dst, num_src)
-            grad_z = torch.zeros_like(z)
-            for h in range(heads):
-                a_t = _csr(crow_t, dst_t, alpha[order, h].contiguous(), (num_src, ctx.num_dst))
-                grad_z[:, h if z_heads > 1 else 0] += torch.sparse.mm(a_t, per_head[h].contiguous())
-        if ctx.needs_input_grad[0]:
-            grad_alpha = torch.empty_like(alpha)
-            for h in range(heads):  # <grad_out[dst], z[src]> per edge, in row chunks of the edges
-                gh, zh = per_head[h], z[:, h if z_heads > 1 else 0]
-                for a in range(0, len(src), 65536):
-                    b = min(a + 65536, len(src))
-                    grad_alpha[a:b, h] = (gh[dst[a:b]] * zh[src[a:b]]).sum(1)
-        return grad_alpha, grad_z, *none
+        f = frozen[0].shape[2] if frozen else 0
+        if _native(alpha, z, grad, *frozen):
+            grad_alpha, grad_z = _native_backward(ctx, alpha, z, crow, src, dst, grad, frozen)
+        else:
+            per_head = grad if ctx.head_major else grad.transpose(0, 1)  # (heads, destinations, ld)
+            grad_alpha, grad_z = _torch_backward(ctx, alpha, z, src, dst, per_head[..., f:])
+            if frozen and grad_alpha is not None:
+                grad_alpha += _alpha_grad(alpha, frozen[0], src, dst, per_head[..., :f])
+        return grad_alpha, grad_z, *(None,) * 7
+
+
+def _torch_backward(
+    ctx: torch.autograd.function.FunctionCtx,
+    alpha: torch.Tensor,
+    z: torch.Tensor,
+    src: torch.Tensor,
+    dst: torch.Tensor,
+    per_head: torch.Tensor,
+) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """The gradients of alpha and z by sparse products and gathers; per_head: (heads, destinations,
+    width), the output's gradient over z's columns."""
+    heads, z_heads, num_src = alpha.shape[1], z.shape[1], z.shape[0]
+    grad_alpha = grad_z = None
+    if ctx.needs_input_grad[1]:
+        crow_t, dst_t, order = ctx.transpose or transposed(src, dst, num_src)
+        grad_z = torch.zeros_like(z)
+        for h in range(heads):
+            a_t = _csr(crow_t, dst_t, alpha[order, h].contiguous(), (num_src, ctx.num_dst))
+            grad_z[:, h if z_heads > 1 else 0] += torch.sparse.mm(a_t, per_head[h].contiguous())
+    if ctx.needs_input_grad[0]:
+        grad_alpha = _alpha_grad(alpha, z, src, dst, per_head)
+    return grad_alpha, grad_z
+
+
+def _alpha_grad(
+    alpha: torch.Tensor, z: torch.Tensor, src: torch.Tensor, dst: torch.Tensor, per_head: torch.Tensor
+) -> torch.Tensor:
+    """<grad_out[dst], z[src]> per edge and head, in row chunks of the edges."""
+    grad_alpha = torch.empty_like(alpha)
+    for h in range(alpha.shape[1]):
+        gh, zh = per_head[h], z[:, h if z.shape[1] > 1 else 0]
+        for a in range(0, len(src), 65536):
+            b = min(a + 65536, len(src))
+            grad_alpha[a:b, h] = (gh[dst[a:b]] * zh[src[a:b]]).sum(1)
+    return grad_alpha
 
 
 def _native_backward(
@@ -356,10 +392,14 @@ def _native_backward(
     src: torch.Tensor,
     dst: torch.Tensor,
     grad: torch.Tensor,
+    frozen: list[torch.Tensor],
 ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """The CPU core's gradients of alpha and z; with `frozen` ([its columns]), z's columns follow them in
+    each row of grad."""
     from graphtrain.runtime.native import core
 
     heads, z_heads, width, num_src = alpha.shape[1], z.shape[1], z.shape[2], z.shape[0]
+    f = frozen[0].shape[2] if frozen else 0
     threads, major = torch.get_num_threads(), int(ctx.head_major)
     grad_alpha = grad_z = None
     if ctx.needs_input_grad[1]:
@@ -372,26 +412,30 @@ def _native_backward(
             _ptr(dst_t),
             _ptr(order),
             _ptr(alpha),
-            _ptr(grad),
+            _ptr(grad) + f * grad.element_size(),
             _ptr(grad_z),
             heads,
             z_heads,
             width,
+            f + width,
             major,
             threads,
         )
     if ctx.needs_input_grad[0]:
+        first, second = (frozen[0], z) if frozen else (z, None)
         grad_alpha = torch.empty_like(alpha)
         core().gt_attention_dot(
             ctx.num_dst,
             _ptr(crow),
             _ptr(src),
             _ptr(grad),
-            _ptr(z),
+            _ptr(first),
+            0 if second is None else _ptr(second),
             _ptr(grad_alpha),
             heads,
             z_heads,
-            width,
+            first.shape[2],
+            0 if second is None else width,
             major,
             threads,
         )
@@ -399,9 +443,22 @@ def _native_backward(
 
 
 def attention_sum(
-    alpha: torch.Tensor, z: torch.Tensor, block: Block, head_major: bool = False
+    alpha: torch.Tensor,
+    z: torch.Tensor,
+    block: Block,
+    head_major: bool = False,
+    frozen: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Each destination's in-edges' z[src] (z: (sources, heads or 1, width)) weighted by alpha:
-    (destinations, heads, width), or with head_major (heads, destinations, width)."""
+    (destinations, heads, width), or with head_major (heads, destinations, width). With `frozen`
+    (sources, heads or 1, f; no gradient), its weighted sum fills the first f of f + width columns."""
+    if frozen is not None and frozen.requires_grad:
+        raise ValueError("attention_sum's frozen columns take no gradient; pass them with z instead")
+    if frozen is not None and (frozen.shape[0], frozen.shape[1]) != (z.shape[0], z.shape[1]):
+        raise ValueError(
+            f"attention_sum: frozen {tuple(frozen.shape)} and z {tuple(z.shape)} differ in rows or heads"
+        )
     crow, transpose = block_csr(block)
-    return AttentionSum.apply(alpha, z, crow, block.src, block.dst, block.num_dst, head_major, transpose)
+    return AttentionSum.apply(
+        alpha, z, crow, block.src, block.dst, block.num_dst, head_major, transpose, frozen
+    )

@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 from graphtrain.runtime.errors import GraphtrainError
 
 # = graphtrain::kAbiVersion in cuda/include/graphtrain/abi.h (tests/native/test_abi.py compares them)
-ABI_VERSION = 14
+ABI_VERSION = 15
 
 CPU, CUDA = "cpu", "cuda"
 REBUILD = {
@@ -93,9 +93,9 @@ SIGNATURES: dict[str, Signature] = {
     "gt_fennel_count": Signature((CPU,), INT, [I64, P, P, P, I32, P]),
     "gt_sample_neighbors": Signature((CPU,), I64, [P, P, I64, I64, P, I64, I64, U64, P, P, P]),
     "gt_sample_edges": Signature((CPU,), I64, [P, P, I64, I64, P, I64, I64, P, I64, U64, P, P, P]),
-    "gt_attention_sum": Signature((CPU,), None, [I64, P, P, P, P, P, I32, I32, I32, I32, I32]),
-    "gt_attention_sum_t": Signature((CPU,), None, [I64, I64, P, P, P, P, P, P, I32, I32, I32, I32, I32]),
-    "gt_attention_dot": Signature((CPU,), None, [I64, P, P, P, P, P, I32, I32, I32, I32, I32]),
+    "gt_attention_sum": Signature((CPU,), None, [I64, P, P, P, P, P, P, I32, I32, I32, I32, I32, I32]),
+    "gt_attention_sum_t": Signature((CPU,), None, [I64, I64, P, P, P, P, P, P, I32, I32, I32, I64, I32, I32]),
+    "gt_attention_dot": Signature((CPU,), None, [I64, P, P, P, P, P, P, I32, I32, I32, I32, I32, I32]),
     "gt_edge_softmax": Signature((CPU,), None, [I64, P, P, P, I32, I32]),
     "gt_edge_softmax_grad": Signature((CPU,), None, [I64, P, P, P, P, I32, I32]),
     "gt_relabel": Signature((CPU,), I64, [P, I64, P, I64, P, P]),

@@ -115,6 +115,35 @@ def test_the_cores_softmax_and_sums_over_a_blocks_rows_are_torchs() -> None:
         torch.testing.assert_close(x, y)
 
 
+@pytest.mark.parametrize("head_major", [False, True])
+@pytest.mark.parametrize("z_heads", [1, 3])
+def test_attention_sum_with_frozen_columns_is_the_sum_of_the_joined_input(
+    head_major: bool, z_heads: int
+) -> None:
+    """`frozen` summed into the output's first columns (one pass over the edges in the CPU core) equals
+    the sum over [frozen, z] joined, values and the gradients of alpha and z: the core's float32 path
+    against the torch path's float64, and the torch path by gradcheck."""
+    b = block(num_dst=30, num_src=50, edges=90, seed=3)
+    alpha = torch.rand(90, 3, dtype=torch.float64, requires_grad=True)
+    z = torch.randn(b.num_src, z_heads, 5, dtype=torch.float64, requires_grad=True)
+    frozen = torch.randn(b.num_src, z_heads, 4, dtype=torch.float64)
+    upstream = torch.randn((3, b.num_dst, 9) if head_major else (b.num_dst, 3, 9), dtype=torch.float64)
+    joined = attention_sum(alpha, torch.cat([frozen, z], dim=2), b, head_major)
+    want = (joined, *torch.autograd.grad(joined, (alpha, z), upstream))
+    got64 = attention_sum(alpha, z, b, head_major, frozen=frozen)
+    for x, y in zip((got64, *torch.autograd.grad(got64, (alpha, z), upstream)), want, strict=True):
+        torch.testing.assert_close(x, y)
+    a32, z32 = alpha.detach().float().requires_grad_(), z.detach().float().requires_grad_()
+    got32 = attention_sum(a32, z32, b, head_major, frozen=frozen.float())  # the CPU core's kernels
+    for x, y in zip((got32, *torch.autograd.grad(got32, (a32, z32), upstream.float())), want, strict=True):
+        torch.testing.assert_close(x, y.float(), rtol=1e-4, atol=1e-5)
+    assert torch.autograd.gradcheck(
+        lambda a, zz: attention_sum(a, zz, b, head_major, frozen=frozen), (alpha, z)
+    )
+    with pytest.raises(ValueError, match="frozen columns take no gradient"):
+        attention_sum(alpha, z, b, head_major, frozen=frozen.clone().requires_grad_())
+
+
 def test_gat_layer_is_its_definition() -> None:
     torch.manual_seed(1)
     b = block()
