@@ -37,6 +37,19 @@ ENV_OFFLINE = "GRAPHTRAIN_OFFLINE"
 ENV_TOKEN = "GRAPHTRAIN_TOKEN"  # the shard servers' shared token, when no --token-file names it
 OPTION = "graphtrain.option"  # the key of a role field's Option in its dataclass field metadata
 
+# The process settings every role runs with, under both executors (the launcher's child_env, the
+# operator's containers): an OpenMP thread spins 10k iterations at a barrier before it sleeps, not
+# libgomp's 300k. Beside other load on its cores (a shared node, a CPU-limited pod) the long spin took a
+# 15 s Nations TransE run past 150 s (57 s with 10k); quiet, 10k runs as fast (bench/RESULTS.md,
+# 2026-11-30, "OpenMP teams beside outside load").
+PROCESS_ENV = {"GOMP_SPINCOUNT": "10000"}
+
+
+def process_env(environ: typing.Mapping[str, str]) -> dict[str, str]:
+    """The variables to add to `environ` for a role's process: PROCESS_ENV's, where the user has not set
+    them."""
+    return {k: v for k, v in PROCESS_ENV.items() if k not in environ}
+
 
 @dataclass(frozen=True)
 class Option:

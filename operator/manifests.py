@@ -180,6 +180,7 @@ def _container(
     **extra: Any,
 ) -> Obj:
     env = [{"name": "GRAPHTRAIN_DATA", "value": Layout(gt).data}, {"name": "GRAPHTRAIN_QUIET", "value": "1"}]
+    env += [{"name": k, "value": v} for k, v in roles.process_env({}).items()]
     if config.storage.offline:  # datasets come pre-seeded on the claim; a missing one fails, naming it
         env.append({"name": roles.ENV_OFFLINE, "value": "1"})
     return {

@@ -222,10 +222,11 @@ def stop_on_signals() -> None:
 
 def child_env() -> dict[str, str]:
     """The environment of every process of a run (and of the zygote they fork from): the launcher's,
-    quiet, one OpenMP thread unless the user set another count, and without the token (processes read
-    the token file)."""
+    quiet, one OpenMP thread unless the user set another count, the roles' process settings
+    (roles.process_env), and without the token (processes read the token file)."""
     env = {
         **os.environ,
+        **roles.process_env(os.environ),
         "GRAPHTRAIN_QUIET": "1",
         "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
     }

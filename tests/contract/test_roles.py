@@ -303,3 +303,9 @@ def test_every_parameter_set_otherwise_reaches_the_command_as_set(role: type[rol
 def test_each_entry_point_takes_its_roles_description(entry: Any, role: type[roles.RoleParams]) -> None:
     first = next(iter(inspect.signature(entry).parameters.values()))
     assert first.annotation in (role, role.__name__)  # a string under `from __future__ import annotations`
+
+
+def test_the_process_settings_fill_what_the_user_left_unset() -> None:
+    """Every role's process gets a short OpenMP spin; a user's own GOMP_SPINCOUNT wins."""
+    assert roles.process_env({}) == {"GOMP_SPINCOUNT": "10000"}
+    assert roles.process_env({"GOMP_SPINCOUNT": "0", "OMP_NUM_THREADS": "2"}) == {}

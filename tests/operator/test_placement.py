@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from graphtrain.contract import roles
 from graphtrain.contract.children import LABEL_ROLE, LABEL_TRAINING
 from graphtrain.contract.spec import (
     Affinity,
@@ -384,6 +385,8 @@ def test_every_pod_gets_its_roles_settings_and_is_restricted() -> None:
         assert container["resources"]["requests"] and container["resources"]["limits"], role
         assert container["imagePullPolicy"] == "Always" and pod["imagePullSecrets"] == [{"name": "r"}], role
         assert {"name": "GRAPHTRAIN_OFFLINE", "value": "1"} in container["env"], role
+        for name, value in roles.process_env({}).items():  # a short OpenMP spin
+            assert {"name": name, "value": value} in container["env"], role
         assert not any("hostPath" in v for v in pod["volumes"]), role
     shard = rendered["shards"]["containers"][0]
     assert shard["image"] == "reg/rt:1-cuda" and rendered["shards"]["nodeSelector"] == {"pool": "mem"}

@@ -12,7 +12,7 @@ import pytest
 
 from graphtrain.contract.spec import Condition, Progress, load_yaml, parse
 from graphtrain.runtime.launch import status
-from graphtrain.runtime.launch.processes import RunDirLocked, ended, lock_run_dir, rotate_logs
+from graphtrain.runtime.launch.processes import RunDirLocked, child_env, ended, lock_run_dir, rotate_logs
 from graphtrain.runtime.launch.reuse import partition_key
 
 EXAMPLE = Path(__file__).parents[3] / "examples" / "nations-transe.yaml"
@@ -151,3 +151,12 @@ print([c.proc.returncode for c in run.servers], "torch" in sys.modules)
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split("\n")[-2] == "[0, 0] False", done.stdout  # each left by its SIGTERM handler
+
+
+def test_every_child_runs_with_the_roles_process_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A short OpenMP spin (contract/roles.process_env) reaches every process of a run, and the zygote
+    they fork from; a user's own spin count wins."""
+    monkeypatch.delenv("GOMP_SPINCOUNT", raising=False)
+    assert child_env()["GOMP_SPINCOUNT"] == "10000"
+    monkeypatch.setenv("GOMP_SPINCOUNT", "500")
+    assert child_env()["GOMP_SPINCOUNT"] == "500"
