@@ -311,6 +311,8 @@ def kge(
                     argv += ["--lr", str(s["lr"]), "--negatives", str(s["negatives"]), "--loss", s["loss"]]
                     argv += ["--seed", str(seed), "--threads", str(threads)]
                     base.append(run_json(argv)["test_mrr"])
+                theirs = f", pykeen {base[-1]:.4f}" if base else ""
+                print(f"[bench] {dataset} {model} seed {seed}: ours {ours[-1]:.4f}{theirs}", flush=True)
             m_ours = statistics.mean(ours)
             m_base = statistics.mean(base) if base else float("nan")
             verdict = "ok" if base and abs(m_ours - m_base) <= 0.03 else ("MISS" if base else "-")

@@ -124,6 +124,7 @@ def test_attention_sum_with_frozen_columns_is_the_sum_of_the_joined_input(
     the sum over [frozen, z] joined, values and the gradients of alpha and z: the core's float32 path
     against the torch path's float64, and the torch path by gradcheck."""
     b = block(num_dst=30, num_src=50, edges=90, seed=3)
+    assert (b.counts == 0).any()  # destinations without in-edges: rows of zeros in both parts
     alpha = torch.rand(90, 3, dtype=torch.float64, requires_grad=True)
     z = torch.randn(b.num_src, z_heads, 5, dtype=torch.float64, requires_grad=True)
     frozen = torch.randn(b.num_src, z_heads, 4, dtype=torch.float64)
@@ -142,6 +143,12 @@ def test_attention_sum_with_frozen_columns_is_the_sum_of_the_joined_input(
     )
     with pytest.raises(ValueError, match="frozen columns take no gradient"):
         attention_sum(alpha, z, b, head_major, frozen=frozen.clone().requires_grad_())
+    with pytest.raises(ValueError, match="differ in rows or heads"):
+        attention_sum(alpha, z, b, head_major, frozen=frozen[:, :1] if z_heads > 1 else frozen[1:])
+    none = Block(b.num_src, 4, b.src[:0], b.dst[:0])  # a block without edges: zeros, zero gradients
+    out = attention_sum(a32[:0], z32, none, head_major, frozen=frozen.float())
+    assert out.shape == ((3, 4, 9) if head_major else (4, 3, 9)) and not out.any()
+    out.sum().backward()
 
 
 def test_gat_layer_is_its_definition() -> None:
