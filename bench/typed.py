@@ -10,9 +10,11 @@
    (examples/wordnet-rgcn.yaml), GAT (examples/wordnet-gat.yaml), and GraphSAGE typed (one weight per
    relation) and untyped beside them; test accuracy and training samples/s (progress reports after a
    warm-up, evaluation excluded), against DGL 2.1's RelGraphConv and GATConv with the same settings on
-   the same exported graph (bench/dgl_typed.py, in bench/e2e.py's DGL venv).
+   the same exported graph (bench/dgl_typed.py, in bench/e2e.py's DGL venv). --repeat N: N rounds of
+   the rates (ours in both modes, then DGL's), each round's ratio printed, the table's ratio their median.
 
     python bench/typed.py [--skip dgl,balance,stream,models] [--threads 2] [--models rgcn,gat,sage-typed,sage]
+                          [--repeat N]
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import statistics
 import sys
 import tempfile
 import time
@@ -168,7 +171,13 @@ def export(path: Path) -> None:
     )
 
 
-def models(work: Path, names: list[str], threads: int, with_dgl: bool, rows: list[list[str]]) -> None:
+def models(
+    work: Path, names: list[str], threads: int, with_dgl: bool, rows: list[list[str]], repeat: int = 1
+) -> None:
+    """Accuracy and rate of each model in both modes beside DGL's; with `repeat` > 1, that many rounds of
+    the three rates (ours standalone, ours 2x2, DGL's over 4 epochs) run one after the other, and each
+    mode's ratio is the median of its rounds' ratios: a VM whose speed drifts by 10 % within an hour
+    moves a single run's ratio as much as a bar's margin."""
     if with_dgl:
         dgl = venv("dgl", DGL)
         export(work / "wordnet-typed.npz")
@@ -201,8 +210,20 @@ def models(work: Path, names: list[str], threads: int, with_dgl: bool, rows: lis
             ]
             base = run_json([*argv, "--threads", str(threads)])
             print(f"[bench] DGL {dgl_model}: {base}", flush=True)
+        ratios = {mode: [got[mode][1] / base["seeds_per_second"]] if base else [] for mode in got}
+        for r in range(1, repeat if base else 1):
+            rates = {m: graphtrain_run(quick, work, m == "standalone", measure=True) for m in got}
+            theirs = run_json([*argv, "--threads", str(threads), "--epochs", "4"])["seeds_per_second"]
+            for m, v in rates.items():
+                ratios[m].append(v["samples_per_second"] / theirs)
+            print(
+                f"[bench] {name} round {r + 1}: " + ", ".join(f"{m} {ratios[m][-1]:.2f}x" for m in got),
+                flush=True,
+            )
         for mode in ("standalone", "2x2"):
             acc, rate = got[mode]
+            if len(ratios.get(mode, [])) > 1:
+                print(f"[bench] {name} {mode}: ratios {[round(x, 2) for x in ratios[mode]]}", flush=True)
             rows.append(
                 [
                     name,
@@ -212,7 +233,7 @@ def models(work: Path, names: list[str], threads: int, with_dgl: bool, rows: lis
                     f"{acc - base['test_accuracy']:+.4f}" if base else "-",
                     f"{rate:,.0f}",
                     f"{base['seeds_per_second']:,.0f}" if base else "-",
-                    f"{rate / base['seeds_per_second']:.2f}x" if base else "-",
+                    f"{statistics.median(ratios[mode]):.2f}x" if base else "-",
                 ]
             )
 
@@ -222,6 +243,7 @@ def main() -> None:
     ap.add_argument("--skip", default="", help="comma-separated: dgl, balance, stream, models")
     ap.add_argument("--models", default=",".join(MODELS), help=f"comma-separated of {', '.join(MODELS)}")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--repeat", type=int, default=1, help="rounds of the rates; the ratio is their median")
     a = ap.parse_args()
     skip = set(filter(None, a.skip.split(",")))
     os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -256,7 +278,9 @@ def main() -> None:
     if "models" not in skip:
         rows = []
         with tempfile.TemporaryDirectory(prefix="gt-typed-") as tmp:
-            models(Path(tmp), [m for m in a.models.split(",") if m], a.threads, "dgl" not in skip, rows)
+            models(
+                Path(tmp), [m for m in a.models.split(",") if m], a.threads, "dgl" not in skip, rows, a.repeat
+            )
         print(
             table(
                 ["model", "mode", "test acc", "DGL acc", "diff", "samples/s", "DGL samples/s", "vs DGL"], rows
