@@ -390,9 +390,9 @@ def _mean_work(done: list[StepWork]) -> StepWork:
 def allreduce_bytes(
     spec: GraphTrainingSpec, cfg: PartitionConfig, hosts: int, emb_dim: int, feat: Any
 ) -> float:
-    """Bytes one trainer sends (and receives) per step in DDP's all-reduce of the dense gradients: a
-    ring moves 2 (W-1)/W of them each way, and across hosts whenever there are several (ring
-    neighbours r and r+1 are on different hosts r mod H and r+1 mod H)."""
+    """Bytes one trainer sends (and receives) per step in the all-reduce of the dense gradients
+    (train/gradsync.py): a ring moves 2 (W-1)/W of them each way, and across hosts whenever there are
+    several (ring neighbours r and r+1 are on different hosts r mod H and r+1 mod H)."""
     from graphtrain.runtime.models import GNNShape, gnn_entry
 
     world = spec.trainers.replicas

@@ -446,7 +446,7 @@ def task_layers(gt: GraphTraining, root: Path, cfg: PartitionConfig) -> tuple[An
         GraphtrainError: the checkpoint's model does not fit the spec's (the differing field named).
     """
     from graphtrain.runtime.graph import DistGraph, standalone_client
-    from graphtrain.runtime.train.dist import Dist, unwrap
+    from graphtrain.runtime.train.dist import Dist
     from graphtrain.runtime.train.inference import restore
     from graphtrain.runtime.train.tasks import make_task
 
@@ -456,7 +456,7 @@ def task_layers(gt: GraphTraining, root: Path, cfg: PartitionConfig) -> tuple[An
     dist = Dist()  # one process: every collective is the identity
     task = make_task(gt, graph, dist, torch.device("cpu"))
     why = model_mismatch(
-        {k: tuple(v.shape) for k, v in unwrap(task.model).state_dict().items()},
+        {k: tuple(v.shape) for k, v in task.model.state_dict().items()},
         {k: tuple(v.shape) for k, v in _dense_state(root).items()},
         _recorded_model(root),
         gt.spec,

@@ -2,7 +2,7 @@
 
 Rank r owns the keys r, r+W, r+2W, ... (key mod world size, SOK's rule) and holds their rows and
 optimizer state at row key // W. A lookup is collective: every rank calls it the same number of times,
-in the same order (as every rank calls DDP's forward).
+in the same order (as every rank averages its dense gradients).
 
 Lookup (SOK's All2AllDenseEmbedding): unique -> exchange keys -> owners gather -> exchange rows -> expand.
 With `unique=False` every occurrence travels (cheaper when keys barely repeat: no sort). The rows come

@@ -3,8 +3,8 @@
 The seeds (e.g. training nodes) are read from the partition files in new-id order, which is
 partition-major; cutting that list into `world` contiguous, equal pieces gives each trainer a piece
 inside (mostly) one partition when trainers are spread over partitions, so its sampling starts on
-its local shard. Every trainer gets the same count (at most world - 1 seeds are left out), so DDP
-ranks take the same number of steps.
+its local shard. Every trainer gets the same count (at most world - 1 seeds are left out), so the
+ranks take the same number of steps (each step's gradient average pairs them up).
 """
 
 from __future__ import annotations

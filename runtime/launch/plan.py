@@ -37,13 +37,13 @@ def entry() -> list[str]:
 
 def zygote_preload(task_kind: str, trainers: int) -> tuple[str, ...]:
     """What the zygote imports for the trainers beside torch, once, where each trainer would import it
-    on its own: torch._dynamo when the trainers wrap their model in DistributedDataParallel (a GNN's
-    node classification, link prediction or edge tasks, more than one trainer), whose
-    constructor imports it (torch 2.x: ~1.3 s of CPU a trainer, the larger part of a trainer's start).
-    Neither a single trainer nor the KGE trainers nor the shard servers need it: they are not made to
-    pay for it."""
-    ddp = task_kind in (NODE_CLASSIFICATION, LINK_PREDICTION, *EDGE_TASKS)
-    return ("torch._dynamo",) if ddp and trainers > 1 else ()
+    on its own: torch._dynamo when several trainers take dense optimizer steps (a GNN's node
+    classification, link prediction or edge tasks), whose first step imports it (torch.optim in torch
+    2.13: ~1.3 s of CPU a trainer, the larger part of a trainer's start). A single trainer pays it once
+    either way; the KGE trainers (sparse steps only) and the shard servers never import it, and are not
+    made to."""
+    dense = task_kind in (NODE_CLASSIFICATION, LINK_PREDICTION, *EDGE_TASKS)
+    return ("torch._dynamo",) if dense and trainers > 1 else ()
 
 
 def files(run_dir: Path, spec_path: Path, partition: Path) -> roles.Files:

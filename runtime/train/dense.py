@@ -12,7 +12,7 @@ import torch
 
 from graphtrain.runtime.data.cache import atomic_file
 from graphtrain.runtime.errors import GraphtrainError
-from graphtrain.runtime.train.dist import unwrap
+from graphtrain.runtime.train.gradsync import GradSync
 
 
 def save_dense(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
@@ -62,15 +62,27 @@ def dense_optimizer(kind: str, params: Any, lr: float) -> torch.optim.Optimizer:
 
 class DenseTask:
     """The end of a GNN task's step and its checkpoint part, where the task's own state is its module
-    (`model`, maybe DDP-wrapped) and the dense optimizer (dense.pt), and its tables' sparse optimizers
-    push to the shard servers (node classification, link prediction, edge classification)."""
+    (`model`) and the dense optimizer (dense.pt), and its tables' sparse optimizers push to the shard
+    servers (node classification, link prediction, edge classification).
+
+    With several trainers the dense step is taken when the weights are next read (settle: the next
+    step's forward, a checkpoint, an evaluation), once the gradients' average (gradsync.py) is in; the
+    sparse pushes and the next batch's sampling overlap the wait for the slowest trainer."""
 
     model: torch.nn.Module
     dense_opt: torch.optim.Optimizer
+    grad_sync: GradSync
     sparse_opts: list[Any]
     encode: Callable[[], Any]  # every node's output, layer by layer over the whole graph (layerwise.Layers)
-    updates = 0  # steps taken by this process: what the model's state is
+    updates = 0  # dense steps taken by this process: what the model's state is
+    _stepping = False  # a step's update is in, its dense step not yet taken
     _encoded: tuple[int, Any] | None = None
+
+    def dense_parts(self, model: torch.nn.Module, world: int, kind: str, lr: float) -> None:
+        """The model (every trainer from rank 0's weights), its gradients' averaging and its optimizer."""
+        self.model = model
+        self.grad_sync = GradSync(model, world)
+        self.dense_opt = dense_optimizer(kind, model.parameters(), lr)
 
     def outputs(self, layers: Any) -> dict[str, Any]:
         """The inference columns of this trainer's share of the nodes (`graphtrain infer`): the
@@ -80,27 +92,46 @@ class DenseTask:
     def encoded(self) -> Any:
         """encode(), once per model state: the validation and the test pass after the last step (and
         `graphtrain infer`'s outputs and metrics) share one computation."""
+        self.settle()
         if self._encoded is None or self._encoded[0] != self.updates:
             self._encoded = (self.updates, self.encode())
         return self._encoded[1]
 
     def update(self, loss: torch.Tensor, clock: Any) -> None:
-        """Backward, the sparse gradients pushed (the servers apply them while the dense step and the
-        next batch's sampling run), then the dense step; laps forward_backward, push, forward_backward."""
+        """Backward, the dense gradients' average started, the sparse gradients pushed (the servers
+        apply them while the dense step and the next batch's sampling run), then the dense step: at once
+        for one trainer, else when the weights are next read (settle). Laps forward_backward, push,
+        forward_backward."""
+        self.settle()  # a task whose step did not settle first
         self.dense_opt.zero_grad()
         loss.backward()
+        self.grad_sync.start()
+        self._stepping = True
         clock.lap("forward_backward")
         if self.sparse_opts:
             for opt in self.sparse_opts:
                 opt.step(wait=False)
             clock.lap("push")
+        if self.grad_sync.world == 1:
+            self.settle()
+            clock.lap("forward_backward")  # the dense step: the model's part of the step
+
+    def settle(self, clock: Any = None) -> None:
+        """Take the dense step the last update left: wait for the gradients' average, then step (lapped
+        as forward_backward when a clock is given)."""
+        if not self._stepping:
+            return
+        self._stepping = False
+        self.grad_sync.finish()
         self.dense_opt.step()
         self.updates += 1
-        clock.lap("forward_backward")  # the dense step: the model's part of the step
+        if clock is not None:
+            clock.lap("forward_backward")
 
     def save_state(self, directory: Path) -> None:
-        save_dense(directory / "dense.pt", unwrap(self.model), self.dense_opt)
+        self.settle()
+        save_dense(directory / "dense.pt", self.model, self.dense_opt)
 
     def load_state(self, directory: Path) -> None:
-        load_dense(directory / "dense.pt", unwrap(self.model), self.dense_opt)
+        load_dense(directory / "dense.pt", self.model, self.dense_opt)
         self._encoded = None

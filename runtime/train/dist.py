@@ -1,5 +1,5 @@
 """This trainer's place among the trainers: the gloo/NCCL rendezvous, collective sums and decisions, the
-global seed, and the model inside a DistributedDataParallel wrapper.
+global seed (the dense gradients' average is gradsync.py's).
 
 One trainer (world 1) needs no process group: every collective is then the identity, so standalone runs
 take the same code path as distributed ones.
@@ -34,12 +34,6 @@ def epoch_seed(seed: int, rank: int, epoch: int) -> int:
 
 
 _EPOCH_STREAM = 0x6570_6F63  # "epoc": this stream's tag
-
-
-def unwrap(model: torch.nn.Module) -> torch.nn.Module:
-    """The model inside a DistributedDataParallel wrapper (or `model` itself)."""
-    inner = getattr(model, "module", model)
-    return inner if isinstance(inner, torch.nn.Module) else model
 
 
 @dataclass

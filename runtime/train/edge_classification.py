@@ -26,7 +26,6 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 from torch import nn
-from torch.nn.parallel import DistributedDataParallel as DDP
 
 from graphtrain.contract.spec import EdgeClassificationTask, EdgeRegressionTask, GraphTraining, gnn
 from graphtrain.runtime.errors import GraphtrainError
@@ -36,9 +35,9 @@ from graphtrain.runtime.graph.loader import MiniBatch
 from graphtrain.runtime.models.decoders import PairClassifier
 from graphtrain.runtime.partition import load_maps
 from graphtrain.runtime.partition.edge_targets import load_edge_targets
-from graphtrain.runtime.train.dense import DenseTask, dense_optimizer
+from graphtrain.runtime.train.dense import DenseTask
 from graphtrain.runtime.train.device import to_device
-from graphtrain.runtime.train.dist import Dist, epoch_seed, seed_everything, unwrap
+from graphtrain.runtime.train.dist import Dist, epoch_seed, seed_everything
 from graphtrain.runtime.train.edge_outputs import edge_columns
 from graphtrain.runtime.train.encoder import GNNEncoder
 from graphtrain.runtime.train.layerwise import Layers, layerwise
@@ -85,10 +84,8 @@ class GNNEdgeClassification(DenseTask):
         self.sparse_opts, self.collective_tables = self.enc.sparse_opts, self.enc.collective_tables
         classifier = PairClassifier(m.hidden_dim, max(1, len(graph.canonical_etypes)), num_classes)
         model = EncoderAndHead(self.enc.module, "classifier", classifier).to(self.device)
-        gpu = [self.device.index] if self.device.type == "cuda" else None
-        self.model: nn.Module = DDP(model, device_ids=gpu) if dist.world > 1 else model
+        self.dense_parts(model, dist.world, str(tr.dense_optimizer), tr.dense_lr)
         self.classifier = classifier
-        self.dense_opt = dense_optimizer(str(tr.dense_optimizer), self.model.parameters(), tr.dense_lr)
         self.fanouts = layer_fanouts(tr.fanouts, tr.edge_type_fanouts, graph.canonical_etypes)
         self.batch_size = dist.share(tr.batch_size)
         self.targets = torch.from_numpy(share(self.edges["train"], 2, dist, "labelled training edges"))
@@ -143,6 +140,7 @@ class GNNEdgeClassification(DenseTask):
     def step(self, batch: EdgeBatch, clock: StageClock) -> tuple[torch.Tensor, int]:
         """Embed the batch's endpoints (pull, forward), classify its edges, the loss and its backward,
         the sparse gradients pushed, the dense step."""
+        self.settle(clock)  # the last step's dense step, once its gradients' average is in
         mb, edges = batch.mb, batch.edges
         mb.blocks = to_device(mb.blocks, self.device)
         e = self.enc.pull(mb)
@@ -165,7 +163,7 @@ class GNNEdgeClassification(DenseTask):
 
     def encode(self) -> Layers:
         """Every node's embedding with every neighbour, on the shard servers (layerwise.py)."""
-        module = unwrap(self.model).encoder
+        module = self.model.encoder
         return layerwise(self.enc, module, self.dist, gnn(self.spec.model).num_layers)
 
     @torch.no_grad()

@@ -26,7 +26,7 @@ from graphtrain.runtime.train.tables import Table, collective, embedding_table, 
 
 
 class GNNEncoder:
-    """The inputs of a spec's GNN over `graph` and the model (`module`, not wrapped for DDP), whose
+    """The inputs of a spec's GNN over `graph` and the model (`module`), whose
     output is `out_dim` wide."""
 
     def __init__(self, spec: GraphTrainingSpec, graph: DistGraph, device: torch.device, out_dim: int):
@@ -129,7 +129,7 @@ class GNNEncoder:
         self, model: torch.nn.Module, mb: MiniBatch, e: torch.Tensor | None, x: torch.Tensor | None
     ) -> torch.Tensor:
         """The model's output for a batch's seeds from its features `x` and/or its learnable input `e`
-        (`model`: the module, or its DDP wrapper)."""
+        (`model`: the module)."""
         if e is None:
             return model(mb.blocks, x)
         return model(mb.blocks, e, x) if self.split_inputs else model(mb.blocks, e)

@@ -9,7 +9,7 @@ gradients to the servers, where the sparse optimizer runs. TransE's and DistMult
 are kept on the unit sphere (the row_norm constraint of the optimizer config, as PyKEEN normalises
 them after each step) and both tables start there; ComplEx's rows and RotatE's entities are free,
 and RotatE's relation elements stay unit complex numbers (the unit_complex constraint), as in PyKEEN
-(models/: each entry's unit_rows and unit_relations). There are no dense parameters, so no DDP.
+(models/: each entry's unit_rows and unit_relations). There are no dense parameters, so no gradient average.
 LinkPrediction is a TrainingTask of the epoch loop (loop.py runs its epochs, reports, checkpoints and
 early stopping); an epoch's triples come in a seeded order, their negatives from the same generator.
 

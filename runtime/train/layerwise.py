@@ -75,7 +75,7 @@ class Layers:
 
 @torch.no_grad()
 def layerwise(enc: GNNEncoder, module: torch.nn.Module, dist: Dist, num_layers: int) -> Layers:
-    """Every node's output of `module` (the encoder's model, not its DDP wrapper) with every neighbour,
+    """Every node's output of `module` (the encoder's model) with every neighbour,
     layer by layer (the module docstring). Collective: every trainer calls it."""
     graph: DistGraph = enc.graph
     device = enc.device

@@ -30,8 +30,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from torch import nn
-from torch.nn.parallel import DistributedDataParallel as DDP
 
 from graphtrain.contract.spec import GraphTraining, LinkPredictionTask, NegativeSampler, gnn
 from graphtrain.runtime.errors import GraphtrainError
@@ -41,9 +39,9 @@ from graphtrain.runtime.graph.loader import MiniBatch
 from graphtrain.runtime.models.decoders import Decoder
 from graphtrain.runtime.partition.format import load_names
 from graphtrain.runtime.train import kge_math
-from graphtrain.runtime.train.dense import DenseTask, dense_optimizer
+from graphtrain.runtime.train.dense import DenseTask
 from graphtrain.runtime.train.device import to_device
-from graphtrain.runtime.train.dist import Dist, epoch_seed, seed_everything, unwrap
+from graphtrain.runtime.train.dist import Dist, epoch_seed, seed_everything
 from graphtrain.runtime.train.encoder import GNNEncoder
 from graphtrain.runtime.train.kge import eval_sample, load_kg
 from graphtrain.runtime.train.layerwise import Layers, layerwise
@@ -91,10 +89,8 @@ class GNNLinkPrediction(DenseTask):
         decoder = Decoder(str(task.decoder), m.hidden_dim, self.kg.num_relations)
         model = EncoderAndHead(self.enc.module, "decoder", decoder)
         model = model.to(self.device)
-        gpu = [self.device.index] if self.device.type == "cuda" else None
-        self.model: nn.Module = DDP(model, device_ids=gpu) if dist.world > 1 else model
+        self.dense_parts(model, dist.world, str(tr.dense_optimizer), tr.dense_lr)
         self.decoder = decoder
-        self.dense_opt = dense_optimizer(str(tr.dense_optimizer), self.model.parameters(), tr.dense_lr)
         self.fanouts = layer_fanouts(tr.fanouts, tr.edge_type_fanouts, graph.canonical_etypes)
         self.batch_size = dist.share(tr.batch_size)
         self.targets = torch.from_numpy(share(self._of_relations(self.kg.train), 2, dist, "target triples"))
@@ -181,6 +177,7 @@ class GNNLinkPrediction(DenseTask):
     def step(self, batch: LinkBatch, clock: StageClock) -> tuple[torch.Tensor, int]:
         """Embed the batch's nodes (pull, forward), score its positives and negatives, the loss and its
         backward, the sparse gradients pushed, the dense step."""
+        self.settle(clock)  # the last step's dense step, once its gradients' average is in
         mb, pos = batch.mb, batch.pos
         mb.blocks = to_device(mb.blocks, self.device)
         e = self.enc.pull(mb)
@@ -239,7 +236,7 @@ class GNNLinkPrediction(DenseTask):
 
     def encode(self) -> Layers:
         """Every node's embedding with every neighbour, on the shard servers (layerwise.py)."""
-        module = unwrap(self.model).encoder
+        module = self.model.encoder
         return layerwise(self.enc, module, self.dist, gnn(self.spec.model).num_layers)
 
     def embed_all(self) -> torch.Tensor:

@@ -5,8 +5,8 @@ The step time is split into the stages a step goes through, timed where the loop
   features and labels its thread fetched; KGE: the batch's triples and their negatives),
 - pull: the embedding rows of the batch from the shard servers (it waits for the previous step's
   pushes to be applied first, which is part of what a pull costs),
-- forward_backward: the model, the loss, backward (DDP's gradient all-reduce in it) and the dense
-  optimizer's step,
+- forward_backward: the model, the loss, backward and the dense optimizer's step (with several
+  trainers taken at the next step's start, after the wait for the gradients' average: gradsync.py),
 - push: handing the sparse gradients to the shard servers.
 A StageClock marks the end of each stage and observes pre-bound histogram children once per step: on the
 host a perf_counter() per stage, on a GPU a CUDA event per stage on the trainer's stream, read once the

@@ -8,7 +8,7 @@ and the others zeros (inputs.node_input).
 Each trainer takes its node_split of the training nodes; a NeighborLoader samples blocks and pulls the
 input features and labels (on a background thread with training.prefetch, over its own client), while
 the main thread pulls the embedding rows (they take part in autograd), runs the model, steps the dense
-optimizer (gradients all-reduced by DistributedDataParallel) and the sparse one (deduplicated pushes to
+optimizer (gradients averaged over the trainers: gradsync.py) and the sparse one (deduplicated pushes to
 the shard servers). Evaluation uses every neighbour (no sampling), layer by layer over the whole graph
 (layerwise.py, which `graphtrain infer` runs too), each trainer counting its share of the nodes. A
 checkpoint keeps the dense model and its optimizer (dense.pt) beside the shard servers' tables.
@@ -22,7 +22,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.nn.parallel import DistributedDataParallel as DDP
 
 from graphtrain.contract.spec import GraphTraining, NodeClassificationTask, gnn
 from graphtrain.runtime.errors import GraphtrainError
@@ -36,9 +35,9 @@ from graphtrain.runtime.kvstore.client.kvclient import KVClient
 from graphtrain.runtime.partition.format import load_names
 from graphtrain.runtime.storage.placement import free_bytes
 from graphtrain.runtime.tensor import DistEmbedding, DistTensor, pull_together
-from graphtrain.runtime.train.dense import DenseTask, dense_optimizer
+from graphtrain.runtime.train.dense import DenseTask
 from graphtrain.runtime.train.device import to_device
-from graphtrain.runtime.train.dist import Dist, seed_everything, unwrap
+from graphtrain.runtime.train.dist import Dist, seed_everything
 from graphtrain.runtime.train.encoder import GNNEncoder
 from graphtrain.runtime.train.layerwise import Layers, layerwise
 from graphtrain.runtime.train.metrics import StageClock
@@ -99,10 +98,7 @@ class NodeClassification(DenseTask):
         self.enc = GNNEncoder(self.spec, graph, self.device, int(graph.num_classes))
         self.feat, self.emb, self.words = self.enc.feat, self.enc.emb, self.enc.words
         self.sparse_opts, self.collective_tables = self.enc.sparse_opts, self.enc.collective_tables
-        model = self.enc.module
-        gpu = [self.device.index] if self.device.type == "cuda" else None
-        self.model = DDP(model, device_ids=gpu) if dist.world > 1 else model
-        self.dense_opt = dense_optimizer(str(tr.dense_optimizer), self.model.parameters(), tr.dense_lr)
+        self.dense_parts(self.enc.module, dist.world, str(tr.dense_optimizer), tr.dense_lr)
         self.targets = target_types(self.spec.task, graph)
         self.fanouts = layer_fanouts(tr.fanouts, tr.edge_type_fanouts, graph.canonical_etypes)
         self.train_ids = self._split("train")
@@ -223,6 +219,7 @@ class NodeClassification(DenseTask):
     def step(self, mb: MiniBatch, clock: StageClock) -> tuple[torch.Tensor, int]:
         """The embedding rows of the batch (stage pull), the model, its loss and backward, and the dense
         step (forward_backward, in two pieces); the sparse gradients pushed between them (push)."""
+        self.settle(clock)  # the last step's dense step, once its gradients' average is in
         e = self._pull(mb)
         if e is not None:
             clock.lap("pull")
@@ -233,7 +230,7 @@ class NodeClassification(DenseTask):
 
     def encode(self) -> Layers:
         """Every node's class scores with every neighbour, layer by layer (layerwise.py)."""
-        return layerwise(self.enc, unwrap(self.model), self.dist, gnn(self.spec.model).num_layers)
+        return layerwise(self.enc, self.model, self.dist, gnn(self.spec.model).num_layers)
 
     @torch.no_grad()
     def evaluate(self, split: Split) -> dict[str, float]:

@@ -4,7 +4,7 @@ embedding over the whole graph, for their evaluation, is layerwise.py's).
 
 - **Shares.** Each trainer takes an equal, contiguous share of the targets ordered by destination, so
   mostly destinations of one partition (the new ids run partition by partition), and every trainer
-  takes the same number of steps, as DDP needs.
+  takes the same number of steps, as the gradients' average needs.
 - **Exclusion.** A batch's target pairs leave the graph its GNN samples (exclude self), with their
   reverses as well (reverse), or nothing leaves (none): the leak a model must not learn from.
 """
@@ -23,9 +23,9 @@ from graphtrain.runtime.train.dist import Dist
 
 class EncoderAndHead(torch.nn.Module):
     """The encoder and the task's head on its embeddings (link prediction's decoder, edge
-    classification's classifier, under that name) as one module: one DDP wrapper, one dense optimizer,
-    one dense.pt. forward is the encoder's; the head's parameters are reached through its name (DDP
-    all-reduces every parameter's gradient as backward produces it, wherever it was used)."""
+    classification's classifier, under that name) as one module: one gradient average (gradsync.py),
+    one dense optimizer, one dense.pt. forward is the encoder's; the head's parameters are reached
+    through its name (every parameter's gradient is averaged, wherever it was used)."""
 
     def __init__(self, encoder: torch.nn.Module, name: str, head: torch.nn.Module):
         super().__init__()

@@ -49,8 +49,9 @@ def test_rgcn_distmult_learns_nations_standalone(tmp_path: Path) -> None:
 
 @pytest.mark.timeout(300)
 def test_two_trainers_beside_two_shard_servers_learn_nations(tmp_path: Path) -> None:
-    """2 trainers (DDP over the encoder and the decoder, each its share of the targets and of the nodes
-    embedded for evaluation, gathered on both) beside 2 shard servers holding the entity rows."""
+    """2 trainers (the gradients of the encoder and the decoder averaged, each its share of the targets
+    and of the nodes embedded for evaluation, gathered on both) beside 2 shard servers holding the
+    entity rows."""
     result = launch(nations_lp(20), tmp_path / "run").run()
     assert result["test_mrr"] > 0.45, result
     assert result["val_triples"] == 199.0

@@ -97,7 +97,7 @@ def test_exit_codes_are_the_ones_popen_reports(zygote: Zygote, tmp_path: Path) -
 @pytest.mark.timeout(120)
 def test_a_child_has_what_the_zygote_preloaded_and_only_that(tmp_path: Path) -> None:
     """plan.zygote_preload's modules are imported once in the zygote: a child starts with them (a
-    trainer's DistributedDataParallel finds torch._dynamo imported); without them, it does not."""
+    trainer's first dense step finds torch._dynamo imported); without them, it does not."""
     names = ["json", "tests.runtime.launch.preload_probe", "wave"]  # imported by none of the probe's code
     for preload, expected in (((), False), (("tests.runtime.launch.preload_probe", "wave"), True)):
         z = Zygote.start(ENTRY, probe_env(), tmp_path / "zygote.log", preload=preload)
@@ -110,9 +110,9 @@ def test_a_child_has_what_the_zygote_preloaded_and_only_that(tmp_path: Path) -> 
         assert said == {"json": True, "tests.runtime.launch.preload_probe": expected, "wave": expected}
 
 
-def test_the_trainers_preload_is_dynamo_only_where_ddp_imports_it() -> None:
-    """DistributedDataParallel's constructor imports torch._dynamo (~1.3 s of CPU): the zygote imports it
-    for node-classification trainers, where there are several; a KGE run or one trainer never pays it."""
+def test_the_trainers_preload_is_dynamo_only_where_dense_steps_import_it() -> None:
+    """A dense optimizer's first step imports torch._dynamo (~1.3 s of CPU): the zygote imports it for
+    node-classification trainers, where there are several; a KGE run or one trainer never pays it there."""
     assert plan.zygote_preload("nodeClassification", 2) == ("torch._dynamo",)
     assert plan.zygote_preload("nodeClassification", 1) == ()
     assert plan.zygote_preload("kge", 4) == ()

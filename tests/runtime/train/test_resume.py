@@ -27,7 +27,7 @@ from graphtrain.runtime.graph import DistGraph
 from graphtrain.runtime.graph.dist_graph import standalone_client
 from graphtrain.runtime.kvstore.client import direct
 from graphtrain.runtime.launch.local import LocalRun
-from graphtrain.runtime.train.dist import Dist, unwrap
+from graphtrain.runtime.train.dist import Dist
 from graphtrain.runtime.train.kge import LinkPrediction
 from graphtrain.runtime.train.loop import EpochLoop
 from graphtrain.runtime.train.metrics import StageClock
@@ -147,7 +147,7 @@ def final_state(task: Any) -> dict[str, torch.Tensor]:
     tables = [task.emb] if isinstance(task, NodeClassification) else [task.ent, task.rel]
     state = {t.name: t.rows(torch.arange(t.num_embeddings)) for t in tables}
     if isinstance(task, NodeClassification):
-        state.update(unwrap(task.model).state_dict())
+        state.update(task.model.state_dict())
     return state
 
 

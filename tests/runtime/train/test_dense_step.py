@@ -1,0 +1,83 @@
+"""DenseTask's dense step with several trainers: taken when the weights are next read (the next step,
+a checkpoint, an evaluation), never read before it; with one trainer, at once."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from graphtrain.runtime.train.dense import DenseTask
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.laps: list[str] = []
+
+    def lap(self, stage: str) -> None:
+        self.laps.append(stage)
+
+
+class TwoTrainers:
+    """GradSync's contract for a world of two trainers that computed the same gradients (their average
+    is each one's): start() after backward, finish() before the step."""
+
+    world = 2
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+        self.pending = False
+
+    def start(self) -> None:
+        self.calls.append("start")
+        self.pending = True
+
+    def finish(self) -> None:
+        self.calls.append("finish")
+        self.pending = False
+
+
+class Task(DenseTask):
+    def __init__(self, world: int) -> None:
+        torch.manual_seed(0)
+        self.dense_parts(torch.nn.Linear(3, 1), 1, "sgd", 0.5)
+        if world > 1:
+            self.grad_sync = TwoTrainers()  # type: ignore[assignment]
+        self.sparse_opts = []
+        self.encode = lambda: self.model.weight.detach().clone()
+
+    def loss(self) -> torch.Tensor:
+        return self.model(torch.ones(1, 3)).sum()
+
+
+def test_two_trainers_step_when_the_weights_are_read_next(tmp_path: Path) -> None:
+    task = Task(2)
+    before = task.model.weight.detach().clone()
+    clock = Clock()
+    task.update(task.loss(), clock)
+    assert torch.equal(task.model.weight, before) and task.updates == 0  # the average is on its way
+    assert task.grad_sync.calls == ["start"] and clock.laps == ["forward_backward"]  # type: ignore[attr-defined]
+    task.save_state(tmp_path)  # a checkpoint holds the step's dense step
+    stepped = before - 0.5
+    assert torch.equal(task.model.weight.detach(), stepped) and task.updates == 1
+    saved: dict[str, Any] = torch.load(tmp_path / "dense.pt", weights_only=True)
+    assert torch.equal(saved["model"]["weight"], stepped)
+    task.settle(clock)  # nothing left: no second step
+    assert task.updates == 1 and clock.laps == ["forward_backward"]
+
+    task.update(task.loss(), clock)
+    assert torch.equal(task.encoded(), stepped - 0.5)  # an evaluation reads the stepped weights
+    task.update(task.loss(), clock)
+    task.settle(clock)  # the next step's start
+    assert task.updates == 3 and clock.laps[-1] == "forward_backward"
+    assert task.grad_sync.calls == ["start", "finish"] * 3  # type: ignore[attr-defined]
+
+
+def test_one_trainer_steps_at_once() -> None:
+    task = Task(1)
+    before = task.model.weight.detach().clone()
+    clock = Clock()
+    task.update(task.loss(), clock)
+    assert torch.equal(task.model.weight.detach(), before - 0.5) and task.updates == 1
+    assert clock.laps == ["forward_backward", "forward_backward"]
