@@ -29,6 +29,7 @@ class ShardCheckpoints:
     staging_bytes: int
     checkpoint_rate: float
     full_every: int
+    restore_from: Path | None  # the checkpoint tables are restored from as they are created
     _checkpoint_lock: threading.Lock
 
     _move: Callable[[TensorShard, OptimConfig | None, Any], None]  # ShardTensors' (state.py)
@@ -44,6 +45,9 @@ class ShardCheckpoints:
         One checkpoint at a time: a new one first waits for the one being written."""
         with self._checkpoint_lock:
             self._wait_background()
+            # The tables restored from the start's checkpoint are now in this one, and the start's may be
+            # pruned (a run keeps its last few): a table created from here on starts from its init.
+            self.restore_from = None
             pieces, host, frozen = [], [], []
             for t in list(self.tensors.values()):
                 if (t.from_partition and t.config is None) or t.scratch:

@@ -184,7 +184,8 @@ class ShardTensors(ShardWrites, ShardCheckpoints, ShardGraph):
                     t.data.zero_()
                 else:
                     init_rows(init or {}, lo, hi, row_shape, t.data)
-                if self.restore_from is not None and ckpt.restore_into(self.restore_from, t):
+                src = None if t.scratch else self.restore_from  # scratch rows are in no checkpoint
+                if src is not None and ckpt.restore_into(src, t):
                     self._move(t, t.config, t.state)
             except BaseException:
                 t.release()

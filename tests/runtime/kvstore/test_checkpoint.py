@@ -211,3 +211,38 @@ def test_a_client_that_maps_a_restarted_servers_memory_refuses_to_go_on(ckroot: 
         finally:  # what the SIGKILLed server could not unlink (only its own: other tests share the token)
             for leftover in Path("/dev/shm").glob(f"{job_prefix(TOKEN)}-1-{victim.proc.pid}-*"):
                 leftover.unlink(missing_ok=True)
+
+
+def test_tables_created_after_the_start_do_not_need_its_checkpoint_once_it_is_pruned(tmp_path: Path) -> None:
+    """A resumed run keeps its last few checkpoints, so the one it started from is pruned mid-run. A table
+    created after that (evaluation's scratch layers, at the run's end) must not reach for it: scratch rows
+    are in no checkpoint, and once the server has written a checkpoint of its own, a new table starts from
+    its init. Found by a 2x2 WordNet run stopped with SIGTERM and resumed: its final evaluation failed
+    ("refused create: .../step-000000080: no checkpoint.json")."""
+    import shutil
+
+    from graphtrain.runtime.storage.shard import SCRATCH_PREFIX
+
+    client = kvstore.standalone(1, checkpoint_root=tmp_path)
+    emb = DistEmbedding(ROWS, DIM, "emb", {"kind": "uniform", "low": -1, "high": 1}, client=client)
+    train(emb, SparseOptimizer([emb], CONFIG), 2, seed=0)
+    client.checkpoint("start", root=tmp_path)
+    want = emb.rows(torch.arange(ROWS))
+
+    resumed = kvstore.standalone(1, checkpoint_root=tmp_path)
+    state = resumed.transport.states[0]  # type: ignore[attr-defined]
+    state.restore_from = tmp_path / "start"
+    again = DistEmbedding(ROWS, DIM, "emb", {"kind": "uniform", "low": -1, "high": 1}, client=resumed)
+    assert torch.equal(again.rows(torch.arange(ROWS)), want)  # restored at creation
+    resumed.checkpoint("next", root=tmp_path)
+    assert state.restore_from is None
+    shutil.rmtree(tmp_path / "start")  # pruned
+    scratch = state.create(f"{SCRATCH_PREFIX}layer0", 10, (4,), "float32", 0, 10)
+    assert torch.count_nonzero(scratch.data) == 0
+    late = state.create("late", 10, (4,), "float32", 0, 10, init={"kind": "uniform", "low": 2, "high": 3})
+    assert torch.all(late.data >= 2.0)
+
+    fresh = kvstore.standalone(1, checkpoint_root=tmp_path)  # never checkpointed, its restore point gone
+    fresh_state = fresh.transport.states[0]  # type: ignore[attr-defined]
+    fresh_state.restore_from = tmp_path / "start"
+    assert fresh_state.create(f"{SCRATCH_PREFIX}layer0", 10, (4,), "float32", 0, 10).num_rows == 10
