@@ -17,7 +17,7 @@ import yaml
 from torch.nn import functional
 
 from tests.runtime.launch.test_own_data import EXAMPLES, graphtrain
-from tests.runtime.models.test_ddp import SHAPE, VARIANTS, _build, _data
+from tests.runtime.models.test_gradsync import SHAPE, VARIANTS, _build, _data
 
 GPU = torch.device("cuda", 0)
 
