@@ -133,5 +133,8 @@ class DenseTask:
         save_dense(directory / "dense.pt", self.model, self.dense_opt)
 
     def load_state(self, directory: Path) -> None:
+        if self._stepping:  # a step the checkpoint replaces: its average completes (every rank takes
+            self._stepping = False  # part in it), its dense step is not taken
+            self.grad_sync.finish()
         load_dense(directory / "dense.pt", self.model, self.dense_opt)
         self._encoded = None

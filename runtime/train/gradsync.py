@@ -46,6 +46,7 @@ class GradSync:
     def __init__(self, module: nn.Module, world: int):
         self.world = world
         self.params = [p for p in module.parameters() if p.requires_grad]
+        self._buckets = [[self.params[i] for i in group] for group in _groups(self.params)]  # fixed per run
         self._pending: list[_Bucket] = []
         if world > 1:
             self._broadcast([*module.parameters(), *module.buffers()])
@@ -71,8 +72,7 @@ class GradSync:
             return
         if self._pending:
             raise RuntimeError("GradSync.start: the last step's gradients are still being averaged")
-        for group in _groups(self.params):
-            params = [self.params[i] for i in group]
+        for params in self._buckets:
             grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
             flat = torch.cat([g.reshape(-1) for g in grads]).div_(self.world)
             self._pending.append(_Bucket(params, flat, torch_dist.all_reduce(flat, async_op=True)))

@@ -81,3 +81,14 @@ def test_one_trainer_steps_at_once() -> None:
     task.update(task.loss(), clock)
     assert torch.equal(task.model.weight.detach(), before - 0.5) and task.updates == 1
     assert clock.laps == ["forward_backward", "forward_backward"]
+
+
+def test_a_checkpoint_loaded_over_a_pending_step_drops_that_step(tmp_path: Path) -> None:
+    task = Task(2)
+    task.save_state(tmp_path)
+    saved = task.model.weight.detach().clone()
+    task.update(task.loss(), Clock())
+    task.load_state(tmp_path)
+    task.settle()
+    assert torch.equal(task.model.weight.detach(), saved) and task.updates == 0
+    assert task.grad_sync.calls == ["start", "finish"]  # type: ignore[attr-defined]
