@@ -27,8 +27,8 @@ from graphtrain.runtime.models.layers import (
     attention_sum,
     block_csr,
     edge_softmax,
-    thin_product,
 )
+from graphtrain.runtime.models.thin import thin_product
 from graphtrain.runtime.native.nn import elu_dropout
 
 
@@ -84,9 +84,7 @@ class GATConv(nn.Module):
         lr = torch.bmm(sides, self.fc.weight.view(self.heads, self.width, -1)).transpose(0, 1).flatten(0, 1)
         hd = h[: block.num_dst]  # one slice of h, reused: each slice's backward fills a whole-size gradient
         # both sides' scores of every source in one pass over the inputs (the destinations are its first rows)
-        scores = thin_product(h, lr[:, f:])
-        if frozen is not None:
-            scores = scores + thin_product(frozen, lr[:, :f])
+        scores = thin_product(h, lr, frozen)
         score = scores[block.src, : self.heads] + scores[block.dst, self.heads :]
         ef = None
         if self.edge_fc is not None and self.attn_e is not None:

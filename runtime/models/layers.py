@@ -65,30 +65,6 @@ class SparseProduct(torch.autograd.Function):
         return torch.sparse.mm(ctx.a_t, grad), None, None
 
 
-class ThinProduct(torch.autograd.Function):
-    """x @ w_t^T for a w_t of a few rows (attention's score weights: each of x's rows scored per head),
-    in the forms in which BLAS makes one pass over x. MKL runs the obvious ones at a few GFLOP/s (on 2
-    cores, 13k x 256 rows by 8 columns: forward 2.6 ms as x @ w against 1.0 ms here; w's gradient 3.9 ms
-    as torch takes it, x^T @ g, against 1.5 ms as (g^T @ x))."""
-
-    @staticmethod
-    def forward(ctx: torch.autograd.function.FunctionCtx, x: torch.Tensor, w_t: torch.Tensor) -> torch.Tensor:
-        ctx.save_for_backward(x, w_t)
-        return x @ w_t.t()
-
-    @staticmethod
-    def backward(ctx: torch.autograd.function.FunctionCtx, grad: torch.Tensor) -> tuple:
-        x, w_t = ctx.saved_tensors
-        grad_x = grad @ w_t if ctx.needs_input_grad[0] else None
-        grad_w = grad.t() @ x if ctx.needs_input_grad[1] else None
-        return grad_x, grad_w
-
-
-def thin_product(x: torch.Tensor, w_t: torch.Tensor) -> torch.Tensor:
-    """x @ w_t^T, with w_t (columns, x's width) a few rows long (ThinProduct)."""
-    return ThinProduct.apply(x, w_t)
-
-
 def _csr(crow: torch.Tensor, col: torch.Tensor, values: torch.Tensor, shape: tuple[int, int]) -> torch.Tensor:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # "sparse CSR support is in beta"
@@ -205,7 +181,7 @@ class EdgeSoftmax(torch.autograd.Function):
         num_groups: int,
         crow: torch.Tensor | None,
     ) -> torch.Tensor:
-        if crow is not None and _native(e):
+        if crow is not None and native_cpu(e):
             from graphtrain.runtime.native import core
 
             e = e.contiguous()
@@ -227,7 +203,7 @@ class EdgeSoftmax(torch.autograd.Function):
     @staticmethod
     def backward(ctx: torch.autograd.function.FunctionCtx, grad: torch.Tensor) -> tuple:
         alpha, group = ctx.saved_tensors
-        if ctx.crow is not None and _native(alpha, grad):
+        if ctx.crow is not None and native_cpu(alpha, grad):
             from graphtrain.runtime.native import core
 
             grad = grad.contiguous()
@@ -256,7 +232,7 @@ def edge_softmax(
     return EdgeSoftmax.apply(e, group, num_groups, crow)
 
 
-def _native(*tensors: torch.Tensor) -> bool:
+def native_cpu(*tensors: torch.Tensor) -> bool:
     """The CPU core's attention kernels apply: float32 host tensors and the native core loaded."""
     if not all(t.device.type == "cpu" for t in tensors) or tensors[0].dtype != torch.float32:
         return False
@@ -298,7 +274,7 @@ class AttentionSum(torch.autograd.Function):
         parts = [z] if frozen is None else [frozen.contiguous(), z]
         ld = sum(p.shape[2] for p in parts)
         out = z.new_empty((heads, num_dst, ld) if head_major else (num_dst, heads, ld))
-        if _native(alpha, *parts):
+        if native_cpu(alpha, *parts):
             from graphtrain.runtime.native import core
 
             first, second = parts if len(parts) == 2 else (z, None)
@@ -338,7 +314,7 @@ class AttentionSum(torch.autograd.Function):
         alpha, z, crow, src, dst, *frozen = ctx.saved_tensors
         grad = grad.contiguous()
         f = frozen[0].shape[2] if frozen else 0
-        if _native(alpha, z, grad, *frozen):
+        if native_cpu(alpha, z, grad, *frozen):
             grad_alpha, grad_z = _native_backward(ctx, alpha, z, crow, src, dst, grad, frozen)
         else:
             per_head = grad if ctx.head_major else grad.transpose(0, 1)  # (heads, destinations, ld)

@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 from graphtrain.runtime.errors import GraphtrainError
 
 # = graphtrain::kAbiVersion in cuda/include/graphtrain/abi.h (tests/native/test_abi.py compares them)
-ABI_VERSION = 15
+ABI_VERSION = 16
 
 CPU, CUDA = "cpu", "cuda"
 REBUILD = {
@@ -97,6 +97,9 @@ SIGNATURES: dict[str, Signature] = {
     "gt_attention_sum_t": Signature((CPU,), None, [I64, I64, P, P, P, P, P, P, I32, I32, I32, I64, I32, I32]),
     "gt_attention_dot": Signature((CPU,), None, [I64, P, P, P, P, P, P, I32, I32, I32, I32, I32, I32]),
     "gt_edge_softmax": Signature((CPU,), None, [I64, P, P, P, I32, I32]),
+    # rows, x1, c1, x2, c2, w_t, k, out, threads; its gradient: ..., g, gx1, gx2, gw, threads (thin_cpu.cpp)
+    "gt_thin_product": Signature((CPU,), None, [I64, P, I32, P, I32, P, I32, P, I32]),
+    "gt_thin_product_grad": Signature((CPU,), None, [I64, P, I32, P, I32, P, I32, P, P, P, P, I32]),
     "gt_edge_softmax_grad": Signature((CPU,), None, [I64, P, P, P, P, I32, I32]),
     "gt_relabel": Signature((CPU,), I64, [P, I64, P, I64, P, P]),
     "gt_relu_dropout": Signature((CPU,), None, [I64, P, P, P, U32, F32, U64, I32]),

@@ -20,8 +20,9 @@ namespace graphtrain {
 // round_seed); 11: the shard server's fast lane (gt_fast_*); 12: half-precision tables in the CUDA core's
 // sparse step (gt_cuda_sparse_step's table_dtype, round_seed); 13: gradient pushes on the fast lane, the
 // shard tables' native lock (gt_lock_*, gt_fast_set_table's lock); 14: the fast lane's batches (wire version 2,
-// gt_fast_stats' batches counter); 15: attention sums over two inputs sharing the output (z2, width2), the transpose's row stride (ld)
-inline constexpr int32_t kAbiVersion = 15;
+// gt_fast_stats' batches counter); 15: attention sums over two inputs sharing the output (z2, width2), the transpose's row stride (ld);
+// 16: thin products of attention scores (gt_thin_product, gt_thin_product_grad)
+inline constexpr int32_t kAbiVersion = 16;
 }  // namespace graphtrain
 
 // The two functions of the check, defined once in each library (one use per build).

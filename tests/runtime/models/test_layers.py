@@ -198,16 +198,6 @@ def test_gat_layer_with_frozen_columns_is_its_definition_forward_and_backward() 
         torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-5)
 
 
-def test_thin_product_and_its_gradients() -> None:
-    """x @ w_t^T with w_t a column slice of a wider weight (as a layer's frozen and learnable columns)."""
-    x = torch.randn(37, 5, dtype=torch.float64, requires_grad=True)
-    w = torch.randn(4, 9, dtype=torch.float64, requires_grad=True)
-    torch.testing.assert_close(layers.thin_product(x, w[:, 2:7]), x @ w[:, 2:7].t())
-    assert torch.autograd.gradcheck(lambda a, b: layers.thin_product(a, b[:, 2:7]), (x, w))
-    empty = layers.thin_product(torch.zeros(0, 5), torch.randn(4, 5))
-    assert empty.shape == (0, 4)
-
-
 @pytest.mark.parametrize(
     "variant",
     [
