@@ -19,6 +19,12 @@ def _ptr(t: torch.Tensor | None) -> int:
     return 0 if t is None else int(t.data_ptr())
 
 
+def _native(*tensors: torch.Tensor) -> bool:
+    """The core's kernels apply: every tensor float32 on the host (native_cpu reads only the first one's
+    dtype, and a float64 part must never be read as float32)."""
+    return all(t.dtype == torch.float32 for t in tensors) and native_cpu(*tensors)
+
+
 class ThinProduct(torch.autograd.Function):
     """out = sum over parts of part @ w_t[:, its columns]^T; the parts' columns follow each other in w_t."""
 
@@ -30,7 +36,7 @@ class ThinProduct(torch.autograd.Function):
         w_t = w_t.contiguous()
         ctx.save_for_backward(w_t, *parts)
         rows, k = parts[0].shape[0], w_t.shape[0]
-        if len(parts) <= 2 and native_cpu(w_t, *parts):
+        if len(parts) <= 2 and _native(w_t, *parts):
             from graphtrain.runtime.native import core
 
             out = w_t.new_empty((rows, k))
@@ -61,7 +67,7 @@ class ThinProduct(torch.autograd.Function):
         w_t, *parts = ctx.saved_tensors
         wants = ctx.needs_input_grad[1:]
         grad = grad.contiguous()
-        if len(parts) <= 2 and native_cpu(grad, w_t, *parts):
+        if len(parts) <= 2 and _native(grad, w_t, *parts):
             from graphtrain.runtime.native import core
 
             grads = [torch.empty_like(p) if want else None for p, want in zip(parts, wants, strict=True)]

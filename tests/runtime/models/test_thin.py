@@ -68,6 +68,13 @@ def test_the_cores_sums_do_not_depend_on_the_thread_count() -> None:
         assert torch.equal(a, b)
 
 
+def test_mixed_dtypes_never_reach_the_core() -> None:
+    """A float64 part beside float32 weights takes torch's path (which refuses it), never the core's
+    float32 reads of float64 bytes."""
+    with pytest.raises(RuntimeError, match="dtype"):
+        thin_product(torch.zeros(4, 2, dtype=torch.float64), torch.zeros(2, 5), torch.zeros(4, 3))
+
+
 def test_frozen_must_have_the_rows_of_x() -> None:
     with pytest.raises(ValueError, match="frozen has 3 rows and x 4"):
         thin_product(torch.zeros(4, 2), torch.zeros(2, 5), torch.zeros(3, 3))
