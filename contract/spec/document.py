@@ -11,7 +11,15 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
 from graphtrain.contract.spec.base import API_VERSION, DNS1035, KIND, MAX_NAME_LENGTH, MAX_TABLES, SpecModel
-from graphtrain.contract.spec.enums import Backend, Device, Mode, Sharding, TableKeys
+from graphtrain.contract.spec.enums import (
+    Backend,
+    Device,
+    Mode,
+    RowsStepped,
+    Sharding,
+    TableKeys,
+    VocabularyKind,
+)
 from graphtrain.contract.spec.execution import RunPolicy, ShardServers, Storage, Trainers
 from graphtrain.contract.spec.graph import (
     KG_DATASETS,
@@ -336,9 +344,36 @@ def _odd_complex_tables(s: GraphTrainingSpec) -> list[str]:
     return [t.name for t in s.embeddings if t.name in mine and t.dim % 2]
 
 
+def _all_rows_misplaced(s: GraphTrainingSpec) -> list[str]:
+    """Tables whose optimizer steps every row (optimizer.rows: all) but that are not a knowledge-graph
+    model's entity or relation table with a fixed vocabulary: the only tables a KGE trainer reads whole."""
+    mine = {getattr(s.model, "entity_embedding", None), getattr(s.model, "relation_embedding", None)} - {None}
+    return [
+        t.name
+        for t in s.embeddings
+        if t.optimizer.rows == RowsStepped.all
+        and (t.name not in mine or t.vocabulary.kind != VocabularyKind.fixed)
+    ]
+
+
+_CEL_ALL_ROWS_OK = (
+    "!has(t.optimizer) || !has(t.optimizer.rows) || t.optimizer.rows != 'all' || "
+    f"(({_CEL_KGE_TABLE}) && (!has(t.vocabulary) || !has(t.vocabulary.kind) || t.vocabulary.kind == 'fixed'))"
+)
+
+
 add_rules(
     GraphTrainingSpec,
     *_MODEL_OWNERSHIP,
+    Rule(
+        "all-rows-kge-tables",
+        "embeddings",
+        lambda s: not _all_rows_misplaced(s),
+        cel=f"self.embeddings.all(t, {_CEL_ALL_ROWS_OK})",
+        message="optimizer.rows: all (every row stepped at every step) is for a knowledge-graph model's "
+        "entityEmbedding or relationEmbedding with a fixed vocabulary, not %s",
+        args=((f"self.embeddings.filter(t, !({_CEL_ALL_ROWS_OK})).map(t, t.name)", _all_rows_misplaced),),
+    ),
     Rule(
         "table-names-unique",
         "embeddings",

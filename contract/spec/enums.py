@@ -66,6 +66,11 @@ class StepCount(StrEnum):
     global_ = "global"  # one step count per table (torch.optim.SparseAdam)
 
 
+class RowsStepped(StrEnum):
+    touched = "touched"  # the rows a batch read (lazy: sparse optimizers, DGL's, torch.optim.SparseAdam)
+    all = "all"  # every row, untouched ones with a zero gradient (torch.optim on a dense table, PyKEEN's)
+
+
 class DuplicateRule(StrEnum):
     sum = "sum"  # duplicate ids' gradients summed (torch.optim on nn.Embedding(sparse=True))
     mean = "mean"  # averaged (DGL's sparse optimizers)

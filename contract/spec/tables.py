@@ -17,6 +17,7 @@ from graphtrain.contract.spec.enums import (
     NonFiniteRule,
     OnFull,
     OptimizerKind,
+    RowsStepped,
     Sharding,
     StepCount,
     TableKeys,
@@ -67,7 +68,8 @@ add_rules(
 
 
 class Optimizer(SpecModel):
-    """Sparse optimizer applied to the rows a step touched, where they live (shard servers or trainers).
+    """Sparse optimizer applied to the rows a step touched (or every row: rows), where they live (shard
+    servers or trainers).
 
     Weight decay is L2 folded into the gradient (g' = g + weightDecay * w) for every kind."""
 
@@ -104,6 +106,15 @@ class Optimizer(SpecModel):
         default=StepCount.row,
         description="Adam only. row: steps counted per row, eps added to sqrt(v_hat) (DGL's SparseAdam); "
         "global: one count per table, eps added to sqrt(v) (torch.optim.SparseAdam).",
+    )
+    rows: RowsStepped = Field(
+        default=RowsStepped.touched,
+        description="Which rows a step updates. touched: the rows its batch read, as sparse optimizers "
+        "do. all: every row, the untouched ones with a zero gradient, so Adam's momentum keeps moving "
+        "them and every row counts every step: torch.optim.Adam on a dense table, as PyKEEN trains "
+        "(with stepCount row, the same update). For the small tables of a knowledge-graph model "
+        "(model.entityEmbedding, relationEmbedding, task kge, fixed vocabulary): each trainer reads and "
+        "pushes the whole table at every step.",
     )
 
 

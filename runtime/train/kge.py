@@ -3,13 +3,14 @@ DistEmbeddings.
 
 Each trainer takes its edge_split of the training triples (the in-edges of the partitions, so mostly
 triples whose tail its own shard holds), draws `task.negatives` corruptions per positive (or, with the
-joint sampler, one shared set per chunk of positives: kge_math.joint_draw), pulls the
-unique entity rows of the batch once (one request per owning shard) and pushes their deduplicated
-gradients to the servers, where the sparse optimizer runs. TransE's and DistMult's entity rows
-are kept on the unit sphere (the row_norm constraint of the optimizer config, as PyKEEN normalises
-them after each step) and both tables start there; ComplEx's rows and RotatE's entities are free,
-and RotatE's relation elements stay unit complex numbers (the unit_complex constraint), as in PyKEEN
-(models/: each entry's unit_rows and unit_relations). There are no dense parameters, so no gradient average.
+joint sampler, one shared set per chunk of positives: kge_math.joint_draw), pulls the unique entity rows
+of the batch once (one request per owning shard) and pushes their deduplicated gradients to the servers,
+where the sparse optimizer runs; a table whose optimizer steps every row (optimizer.rows: all, as PyKEEN's
+dense Adam) is read and pushed whole, zeros where the batch had none. TransE's and DistMult's entity rows
+are kept on the unit sphere (the row_norm constraint of the optimizer config, as PyKEEN normalises them
+after each step) and both tables start there; ComplEx's rows and RotatE's entities are free, and RotatE's
+relation elements stay unit complex numbers (the unit_complex constraint), as in PyKEEN (models/: each
+entry's unit_rows and unit_relations). There are no dense parameters, so no gradient average.
 LinkPrediction is a TrainingTask of the epoch loop (loop.py runs its epochs, reports, checkpoints and
 early stopping); an epoch's triples come in a seeded order, their negatives from the same generator.
 
@@ -30,7 +31,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from graphtrain.contract.spec import GraphTraining, KGETask, NegativeSampler, kge
+from graphtrain.contract.spec import GraphTraining, KGETask, NegativeSampler, RowsStepped, kge
 from graphtrain.runtime.data.graph import KnowledgeGraph
 from graphtrain.runtime.errors import GraphtrainError
 from graphtrain.runtime.graph import DistGraph, edge_split
@@ -100,6 +101,20 @@ class Triples(NamedTuple):
     neg: torch.Tensor
 
 
+def _every(count: int, like: torch.Tensor) -> torch.Tensor:
+    """Ids 0..count-1 where `like` is: a whole table's rows (optimizer.rows: all)."""
+    return torch.arange(count, dtype=torch.int64, device=like.device)
+
+
+def _lookup(ids: torch.Tensor, whole: int | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(rows to read, each id's position among them): the distinct ids, or with `whole` every row of a
+    table of `whole` rows (its ids are then their own positions)."""
+    if whole is None:
+        uniq, inverse = torch.unique(ids, return_inverse=True)
+        return uniq, inverse
+    return _every(whole, ids), ids
+
+
 class LinkPrediction:
     """A knowledge-graph embedding model, as a TrainingTask of the epoch loop (task.py)."""
 
@@ -131,6 +146,12 @@ class LinkPrediction:
             rel, self.kg.num_relations, table_init(self.spec, rel.name), rel_book, graph.client, self.device
         )
         self.collective_tables = collective([self.ent, self.rel])
+        # optimizer.rows: all: every row read and pushed at every step, so every row is stepped (zero
+        # gradients where the batch had none), as torch.optim.Adam steps a dense table (PyKEEN's)
+        self.whole = (
+            graph.num_nodes if ent.optimizer.rows == RowsStepped.all else None,
+            self.kg.num_relations if rel.optimizer.rows == RowsStepped.all else None,
+        )
         ent_config = OptimConfig.from_spec(ent)
         if self.entry.unit_rows:  # entities back on the unit sphere after every step
             ent_config = dataclasses.replace(ent_config, row_norm=1.0)
@@ -244,7 +265,10 @@ class LinkPrediction:
     ) -> tuple[torch.Tensor, torch.Tensor]:
         ids = to_device(torch.cat([ents, rels]), self.device)  # the batch's ids go up in one copy
         clock.lap("sample")
-        rows, r = self.ent(ids[: len(ents)]), self.rel(ids[len(ents) :])
+        ent_ids, rel_ids = ids[: len(ents)], ids[len(ents) :]
+        n_ent, n_rel = self.whole
+        rows = self.ent(ent_ids) if n_ent is None else self.ent(_every(n_ent, ids)).index_select(0, ent_ids)
+        r = self.rel(rel_ids) if n_rel is None else self.rel(_every(n_rel, ids)).index_select(0, rel_ids)
         clock.lap("pull")
         return rows, r
 
@@ -253,8 +277,8 @@ class LinkPrediction:
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Each distinct id's row pulled once (what crosses a socket or the host): deduplicated where the
         rows are looked up, then expanded on this trainer's device."""
-        uniq, inverse = torch.unique(ents.to(self.ent.device), return_inverse=True)
-        rel_ids, rel_inv = torch.unique(rels.to(self.rel.device), return_inverse=True)
+        uniq, inverse = _lookup(ents.to(self.ent.device), self.whole[0])
+        rel_ids, rel_inv = _lookup(rels.to(self.rel.device), self.whole[1])
         clock.lap("sample")
         ent_rows, rel_rows = self.ent(uniq), self.rel(rel_ids)
         clock.lap("pull")

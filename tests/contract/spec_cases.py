@@ -208,6 +208,7 @@ BREAKS: dict[str, Doc] = {
     ),
     "kge-needs-entityEmbedding": edit(TRANSE, lambda s: s["model"].pop("entityEmbedding")),
     "kge-needs-relationEmbedding": edit(TRANSE, lambda s: s["model"].pop("relationEmbedding")),
+    "all-rows-kge-tables": edit(GRAPHSAGE, _table(optimizer={"kind": "adam", "lr": 0.01, "rows": "all"})),
     "complex-rows-even": edit(
         TRANSE, lambda s: (s["model"].update(kind="rotate"), s["model"].pop("norm", None), _odd(s))
     ),

@@ -277,3 +277,33 @@ def test_gradients_in_row_blocks_match_one_tensor(config: OptimConfig, dim: int)
         torch.testing.assert_close(ours, ref, rtol=RTOL, atol=ATOL)
         for key in s_ref:
             torch.testing.assert_close(s_ours[key], s_ref[key], rtol=RTOL, atol=ATOL)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_every_row_stepped_is_torch_optim_adam_on_a_dense_table(backend: str) -> None:
+    """optimizer.rows: all (a KGE trainer pushes the whole table, zeros where the batch had no gradient):
+    with per-row step counts that is torch.optim.Adam on a dense parameter, untouched rows moved by their
+    momentum, as PyKEEN trains. The lazy step (only the rows touched) is not: the check would see it."""
+    rows, dim = 12, 5
+    g = torch.Generator().manual_seed(9)
+    table = torch.randn(rows, dim, generator=g)
+    grads = []
+    for step in range(8):
+        grad = torch.randn(rows, dim, generator=g)
+        grad[(torch.arange(rows) + step) % 3 == 0] = 0.0  # a third of the rows absent from each batch
+        grads.append(grad)
+    dense = table.clone().requires_grad_()
+    adam = torch.optim.Adam([dense], lr=0.01, eps=1e-8)
+    for grad in grads:
+        adam.zero_grad()
+        dense.grad = grad.clone()
+        adam.step()
+    config = OptimConfig(kind="adam", lr=0.01, eps=1e-8, step_count="row")
+    every, lazy = table.clone(), table.clone()
+    s_every, s_lazy = make_state(config, rows, dim), make_state(config, rows, dim)
+    for grad in grads:
+        sparse_step(config, every, s_every, torch.arange(rows), grad, backend=backend)
+        touched = torch.nonzero(grad.abs().sum(1) > 0).flatten()
+        sparse_step(config, lazy, s_lazy, touched, grad[touched], backend=backend)
+    torch.testing.assert_close(every, dense.detach(), rtol=RTOL, atol=ATOL)
+    assert not torch.allclose(lazy, dense.detach(), rtol=RTOL, atol=ATOL)

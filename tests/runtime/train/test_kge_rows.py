@@ -43,3 +43,45 @@ def test_every_occurrence_looked_up_trains_as_the_deduplicated_path(
         torch.testing.assert_close(b[name], a[name], rtol=1e-4, atol=1e-4)
     assert dedup_result is not None and each_result is not None
     assert abs(each_result["test_mrr"] - dedup_result["test_mrr"]) < 1e-3
+
+
+@pytest.mark.timeout(120)
+def test_optimizer_rows_all_reads_and_steps_every_row(
+    partitions: dict[str, tuple[GraphTraining, Path]],  # noqa: F811 - the fixture
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """optimizer.rows: all (examples/nations-transe.yaml's tables): each step reads the whole entity and
+    relation tables, so every row is pushed and stepped; touched: only the batch's distinct rows."""
+    from graphtrain.contract.spec import RowsStepped
+    from graphtrain.runtime.train import kge
+
+    gt, partition = partitions["transe"]
+    looked: list[tuple[int, int | None]] = []
+    original = kge._lookup
+
+    def lookup(ids: torch.Tensor, whole: int | None) -> tuple[torch.Tensor, torch.Tensor]:
+        rows, inverse = original(ids, whole)
+        looked.append((len(rows), whole))
+        torch.testing.assert_close(rows[inverse], ids)  # each id finds its own row
+        return rows, inverse
+
+    monkeypatch.setattr(kge, "_lookup", lookup)
+    runs = {}
+    for rows in (RowsStepped.all, RowsStepped.touched):
+        spec = gt.model_copy(deep=True)
+        spec.spec.training.checkpoint_interval = 0
+        spec.spec.training.epochs = 1
+        for table in spec.spec.embeddings:
+            table.optimizer.rows = rows
+        looked.clear()
+        recorded, result = train("transe", spec, partition, tmp_path / str(rows))
+        assert result is not None and len(recorded.steps) > 0
+        runs[rows] = list(looked)
+    task_rows = {"entity": recorded.task.graph.num_nodes, "relation": recorded.task.kg.num_relations}
+    every = runs[RowsStepped.all]
+    assert every and all(whole is not None and n == whole for n, whole in every)
+    assert {n for n, _ in every} == set(task_rows.values())
+    lazy = runs[RowsStepped.touched]
+    assert lazy and all(whole is None for _, whole in lazy)
+    assert any(n < task_rows["relation"] for n, _ in lazy[1::2])  # a batch that misses some relations
