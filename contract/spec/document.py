@@ -15,10 +15,8 @@ from graphtrain.contract.spec.enums import (
     Backend,
     Device,
     Mode,
-    RowsStepped,
     Sharding,
     TableKeys,
-    VocabularyKind,
 )
 from graphtrain.contract.spec.execution import RunPolicy, ShardServers, Storage, Trainers
 from graphtrain.contract.spec.graph import (
@@ -29,10 +27,10 @@ from graphtrain.contract.spec.graph import (
     cel_node_types,
 )
 from graphtrain.contract.spec.inference import Inference
+from graphtrain.contract.spec.kge_tables import KGE_TABLE_RULES
 from graphtrain.contract.spec.legacy import OLD_MODEL_FIELDS, read_old_form
 from graphtrain.contract.spec.locality import LOCALITY_EVEN_TRAINERS, PodPlacement
 from graphtrain.contract.spec.model import (
-    COMPLEX_KINDS,
     GNN_KINDS,
     KGE_KINDS,
     MODELS,
@@ -329,51 +327,10 @@ _MODEL_OWNERSHIP = (
 )
 
 
-# CEL: table t is the model's entity or relation table
-_CEL_KGE_TABLE = (
-    "(has(self.model.entityEmbedding) && t.name == self.model.entityEmbedding) || "
-    "(has(self.model.relationEmbedding) && t.name == self.model.relationEmbedding)"
-)
-
-
-def _odd_complex_tables(s: GraphTrainingSpec) -> list[str]:
-    """A complex-valued KGE model's tables (entity, relation) of odd dim."""
-    if s.model.kind not in COMPLEX_KINDS:
-        return []
-    mine = {s.model.entity_embedding, s.model.relation_embedding} - {None}
-    return [t.name for t in s.embeddings if t.name in mine and t.dim % 2]
-
-
-def _all_rows_misplaced(s: GraphTrainingSpec) -> list[str]:
-    """Tables whose optimizer steps every row (optimizer.rows: all) but that are not a knowledge-graph
-    model's entity or relation table with a fixed vocabulary: the only tables a KGE trainer reads whole."""
-    mine = {getattr(s.model, "entity_embedding", None), getattr(s.model, "relation_embedding", None)} - {None}
-    return [
-        t.name
-        for t in s.embeddings
-        if t.optimizer.rows == RowsStepped.all
-        and (t.name not in mine or t.vocabulary.kind != VocabularyKind.fixed)
-    ]
-
-
-_CEL_ALL_ROWS_OK = (
-    "!has(t.optimizer) || !has(t.optimizer.rows) || t.optimizer.rows != 'all' || "
-    f"(({_CEL_KGE_TABLE}) && (!has(t.vocabulary) || !has(t.vocabulary.kind) || t.vocabulary.kind == 'fixed'))"
-)
-
-
 add_rules(
     GraphTrainingSpec,
     *_MODEL_OWNERSHIP,
-    Rule(
-        "all-rows-kge-tables",
-        "embeddings",
-        lambda s: not _all_rows_misplaced(s),
-        cel=f"self.embeddings.all(t, {_CEL_ALL_ROWS_OK})",
-        message="optimizer.rows: all (every row stepped at every step) is for a knowledge-graph model's "
-        "entityEmbedding or relationEmbedding with a fixed vocabulary, not %s",
-        args=((f"self.embeddings.filter(t, !({_CEL_ALL_ROWS_OK})).map(t, t.name)", _all_rows_misplaced),),
-    ),
+    *KGE_TABLE_RULES,
     Rule(
         "table-names-unique",
         "embeddings",
@@ -397,22 +354,6 @@ add_rules(
         args=((f"self.embeddings.filter(t, !({_cel_has_ref('t')})).map(t, t.name)", _unused_tables),),
     ),
     *(r for path, name_of, keys in _REFS for r in _ref_rules(path, name_of, keys)),
-    Rule(
-        "complex-rows-even",
-        "embeddings",
-        lambda s: not _odd_complex_tables(s),
-        cel=f"!(self.model.kind in {cel_strings(COMPLEX_KINDS)}) || self.embeddings.all(t, t.dim % 2 == 0 || "
-        f"!({_CEL_KGE_TABLE}))",
-        message="model.kind %s holds complex numbers in a row (real parts, then imaginary): the dim of "
-        "its tables must be even: %s",
-        args=(
-            ("self.model.kind", lambda s: s.model.kind),
-            (
-                f"self.embeddings.filter(t, t.dim % 2 != 0 && ({_CEL_KGE_TABLE})).map(t, t.name)",
-                _odd_complex_tables,
-            ),
-        ),
-    ),
     Rule(
         "fanouts-per-layer",
         "training.fanouts",

@@ -113,8 +113,8 @@ class Optimizer(SpecModel):
         "do. all: every row, the untouched ones with a zero gradient, so Adam's momentum keeps moving "
         "them and every row counts every step: torch.optim.Adam on a dense table, as PyKEEN trains "
         "(with stepCount row, the same update). For the small tables of a knowledge-graph model "
-        "(model.entityEmbedding, relationEmbedding, task kge, fixed vocabulary): each trainer reads and "
-        "pushes the whole table at every step.",
+        "(model.entityEmbedding, relationEmbedding, task kge, fixed vocabulary, sharding server): each "
+        "trainer reads and pushes the whole table at every step.",
     )
 
 

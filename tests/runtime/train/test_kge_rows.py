@@ -51,8 +51,8 @@ def test_optimizer_rows_all_reads_and_steps_every_row(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """optimizer.rows: all (examples/nations-transe.yaml's tables): each step reads the whole entity and
-    relation tables, so every row is pushed and stepped; touched: only the batch's distinct rows."""
+    """optimizer.rows: all (bench/e2e.py's PyKEEN pairs): each step reads the whole entity and relation
+    tables, so every row is pushed and stepped; touched: only the batch's distinct rows."""
     from graphtrain.contract.spec import RowsStepped
     from graphtrain.runtime.train import kge
 
