@@ -94,7 +94,8 @@ class ThinProduct(torch.autograd.Function):
             w_part = w_t[:, at : at + p.shape[1]]
             at += p.shape[1]
             grads.append(grad @ w_part if want else None)
-            w_parts.append(grad.t() @ p)
+            if ctx.needs_input_grad[0]:
+                w_parts.append(grad.t() @ p)
         grad_w = torch.cat(w_parts, dim=1) if ctx.needs_input_grad[0] else None
         return (grad_w, *grads)
 
