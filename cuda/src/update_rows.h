@@ -27,12 +27,28 @@ __attribute__((always_inline)) inline void update_row(int32_t kind, float* w, co
   }
 }
 
+// Scale the float32 row `w` to L2 norm `norm` (OptimParams::row_norm), just after its update. Eight
+// partial sums, so the squares' sum vectorises (the sum's order differs from torch's norm in the last
+// bits; the tests compare with a tolerance, as they do the CUDA core's warp sum).
+template <int DIM>
+__attribute__((always_inline)) inline void project_row(float* w, int64_t dim_rt, float norm) {
+  const int64_t dim = DIM > 0 ? DIM : dim_rt;
+  float part[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t j = 0;
+  for (; j + 8 <= dim; j += 8)
+    for (int u = 0; u < 8; ++u) part[u] += w[j + u] * w[j + u];
+  for (; j < dim; ++j) part[0] += w[j] * w[j];
+  const float scale =
+      graphtrain::norm_scale(((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7])), norm);
+  for (int64_t k = 0; k < dim; ++k) w[k] *= scale;
+}
+
 __attribute__((always_inline)) inline void prefetch_bytes(const void* at, int64_t bytes) {
   for (int64_t b = 0; b < bytes; b += 64) __builtin_prefetch(static_cast<const char*>(at) + b, 1, 1);
 }
 
 // The update loop for rows of DIM elements (DIM = 0: `dim`, known at run time only) of a table of
-// TD (TableDtype): float32 rows are updated where they lie; a half row is read into float32, updated
+// TD (TableDtype): float32 rows are updated where they lie (and scaled to p.row_norm when it is set); a half row is read into float32, updated
 // by the same math and written back with stochastic rounding (optim_math.h). Always inlined into
 // apply_rows, so each of its target clones gets its own copy.
 template <int DIM, int TD>
@@ -65,8 +81,9 @@ __attribute__((always_inline)) inline void apply_rows_of(int32_t kind, int64_t c
     }
     const int64_t r = rows[s];
     if constexpr (TD == graphtrain::kTableFloat32) {
-      update_row(kind, reinterpret_cast<float*>(base) + r * dim, grads[s], r, dim, state0, state1, row_steps,
-                 global_coef, p);
+      float* w = reinterpret_cast<float*>(base) + r * dim;
+      update_row(kind, w, grads[s], r, dim, state0, state1, row_steps, global_coef, p);
+      if (p.row_norm > 0.0f) project_row<DIM>(w, dim, p.row_norm);
     } else {
       uint16_t* w = reinterpret_cast<uint16_t*>(base) + r * dim;
       for (int64_t j = 0; j < dim; ++j) row32[j] = graphtrain::half_to_float(w[j], TD);

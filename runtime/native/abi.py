@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 from graphtrain.runtime.errors import GraphtrainError
 
 # = graphtrain::kAbiVersion in cuda/include/graphtrain/abi.h (tests/native/test_abi.py compares them)
-ABI_VERSION = 16
+ABI_VERSION = 17
 
 CPU, CUDA = "cpu", "cuda"
 REBUILD = {
@@ -56,6 +56,7 @@ class OptimParams(ctypes.Structure):
         ("eps_inside_sqrt", ctypes.c_int32),
         ("beta1_exact", ctypes.c_double),
         ("beta2_exact", ctypes.c_double),
+        ("row_norm", ctypes.c_float),
     ]
 
 

@@ -86,10 +86,22 @@ def optim_args(
     *,
     mean: bool,
     global_step: bool,
+    row_norm: float = 0.0,
 ) -> OptimArgs:
-    """OptimArgs from plain numbers; 1 - beta is taken here in double and rounded once (optim_math.h)."""
+    """OptimArgs from plain numbers; 1 - beta is taken here in double and rounded once (optim_math.h).
+    row_norm > 0: the CPU core scales each updated row of a float32 table to that L2 norm."""
     params = OptimParams(
-        lr, eps, beta1, beta2, 1.0 - beta1, 1.0 - beta2, weight_decay, int(global_step), beta1, beta2
+        lr,
+        eps,
+        beta1,
+        beta2,
+        1.0 - beta1,
+        1.0 - beta2,
+        weight_decay,
+        int(global_step),
+        beta1,
+        beta2,
+        row_norm,
     )
     return OptimArgs(KIND_CODE[kind], mean, global_step, params)
 

@@ -39,6 +39,7 @@ def native_args(config: OptimConfig) -> native.OptimArgs:
         config.weight_decay,
         mean=config.duplicate == "mean",
         global_step=config.step_count == "global",
+        row_norm=config.row_norm or 0.0,
     )
 
 
@@ -188,7 +189,9 @@ def sparse_step(
         if config.unit_complex and len(ids):
             project_complex(table, ids)
         return updated
-    if config.row_norm and len(ids):
+    # the CPU core scaled a float32 table's rows in its update loop (OptimParams.row_norm); a half table's
+    # are scaled after, as the CUDA core does, so the two cores keep writing the same bits
+    if config.row_norm and len(ids) and (name is CoreBackend.TORCH or table.dtype in HALF):
         project_rows(table, ids, config.row_norm)
     if config.unit_complex and len(ids):
         project_complex(table, ids)

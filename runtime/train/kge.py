@@ -210,22 +210,24 @@ class LinkPrediction:
         backward (forward_backward), and the gradients pushed to the shard servers (push)."""
         m, task = self.kge_model, self.task
         pos, neg = batch
-        negs = neg.reshape(-1) if self.joint else neg[..., [0, 2]].reshape(-1)
+        # each negative's own entity only (the joint draw's, or the one corrupt put in): its other one
+        # is its positive's, whose row is broadcast (kge_math.sided_scores)
+        negs = neg.reshape(-1) if self.joint else kge_math.replaced(neg).reshape(-1)
         ents = torch.cat([pos[:, [0, 2]].reshape(-1), negs])
         if self._where_they_lie():
             rows, r = self._rows_on_device(ents, pos[:, 1], clock)
         else:
             rows, r = self._rows_deduplicated(ents, pos[:, 1], clock)
         b, k = len(pos), task.negatives
-        pe = rows[: 2 * b].view(b, 2, -1)
-        pos_s = self.entry.score(pe[:, 0], r, pe[:, 1], m)
+        # split, not slices: its gradient is one cat, where a slice's is a zero fill of all rows
+        pe, ne = rows.split([2 * b, len(negs)])
+        h, t = pe.view(b, 2, -1).unbind(1)
+        pos_s = self.entry.score(h, r, t, m)
         if self.joint:
-            neg_s = self._joint_scores(
-                pos, neg, (pe[:, 0], r, pe[:, 1]), rows[2 * b :].view(-1, k, rows.shape[1])
-            )
+            neg_s = self._joint_scores(pos, neg, (h, r, t), ne.view(-1, k, rows.shape[1]))
         else:
-            ne = rows[2 * b :].view(b, k, 2, -1)
-            neg_s = self.entry.score(ne[:, :, 0], r.unsqueeze(1), ne[:, :, 1], m)
+            score = lambda x, y, z: self.entry.score(x, y, z, m)  # noqa: E731
+            neg_s = kge_math.sided_scores(score, (h, r, t), ne.view(b, k, -1))
         loss = kge_math.loss(str(task.loss), pos_s, neg_s, task.margin)
         loss.backward()
         clock.lap("forward_backward")

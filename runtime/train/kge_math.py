@@ -34,6 +34,46 @@ def corrupt(pos: torch.Tensor, k: int, num_entities: int, gen: torch.Generator) 
     return neg.view(-1, k, 3)
 
 
+def replaced(neg: torch.Tensor) -> torch.Tensor:
+    """(B, k) the entity each of corrupt's negatives puts in its positive's place: the head in the
+    first half of the flattened negatives, the tail in the rest (its other entity is the positive's)."""
+    b, k = neg.shape[:2]
+    flat = neg.reshape(-1, 3)
+    half = (len(flat) + 1) // 2
+    return torch.cat([flat[:half, 0], flat[half:, 2]]).view(b, k)
+
+
+def sided_scores(
+    score: Callable[[torch.Tensor, torch.Tensor | None, torch.Tensor], torch.Tensor],
+    triples: tuple[torch.Tensor, torch.Tensor | None, torch.Tensor],
+    rows: torch.Tensor,
+) -> torch.Tensor:
+    """(B, k) scores of corrupt's negatives from the rows (B, k, d) of their replaced entities
+    (`replaced`) and the positives' rows (h, r, t), each (B, d) (r may be None: a relation-free
+    decoder). The kept entity is the positive's own row broadcast over k, not gathered k times: half
+    the rows a (B, k, 2, d) gather moves, and its gradient summed once per positive. The scores are
+    the gathered form's bit for bit; score(h, r, t) broadcasts over leading dims."""
+    h, r, t = triples
+    b, k = rows.shape[:2]
+    half = (b * k + 1) // 2  # corrupt's split of the flattened negatives
+    whole, some = half // k, -(-half // k)  # positives all of whose (some of whose) negatives are heads
+    side = lambda x, lo, hi: None if x is None else x[lo:hi].unsqueeze(1)  # noqa: E731
+    if whole == some:  # the split falls between positives: split, whose gradient is a cat, not a fill
+        ends = [whole, b - whole]
+        head_rows, tail_rows = rows.split(ends)
+        hr, tr = (None, None) if r is None else r.split(ends)
+        ht, th = t.split(ends)[0], h.split(ends)[1]
+        heads = score(head_rows, None if hr is None else hr.unsqueeze(1), ht.unsqueeze(1))
+        tails = score(th.unsqueeze(1), None if tr is None else tr.unsqueeze(1), tail_rows)
+        return torch.cat([heads, tails])
+    # one positive has negatives on both sides: score it both ways and keep each slot's own side
+    heads = score(rows[:some], side(r, 0, some), t[:some].unsqueeze(1))
+    tails = score(h[whole:].unsqueeze(1), side(r, whole, b), rows[whole:])
+    on_head = torch.arange(k, device=rows.device) < half - whole * k
+    mixed = torch.where(on_head, heads[whole], tails[0])
+    return torch.cat([heads[:whole], mixed.unsqueeze(0), tails[1:]])
+
+
 def head_side(batch: int) -> int:
     """How many of a batch's positives (the first ones) have their head replaced; the rest their tail."""
     return (batch + 1) // 2

@@ -206,13 +206,10 @@ class GNNLinkPrediction(DenseTask):
         (no loss, no gradient)."""
         pos, neg, dec = batch.pos, batch.neg, self.decoder
         h, r, t = hrt
-        if neg.dim() == 3:  # uniform: (B, k, 3) corrupted triples
+        if neg.dim() == 3:  # uniform: (B, k, 3) corrupted triples, the positive's other entity broadcast
             b, k = neg.shape[:2]
-            nh, nt = (
-                z[row(neg[..., 0].reshape(-1))].view(b, k, -1),
-                z[row(neg[..., 2].reshape(-1))].view(b, k, -1),
-            )
-            scores = dec.score(nh, None if r is None else r.unsqueeze(1), nt)
+            rows = z[row(kge_math.replaced(neg).reshape(-1))].view(b, k, -1)
+            scores = kge_math.sided_scores(dec.score, (h, r, t), rows)
             own = (neg[..., 0] == pos[:, :1]) & (neg[..., 2] == pos[:, 2:])
             return scores.masked_fill(to_device(own, self.device), float("-inf"))
         if neg.numel() == 0:  # inBatch: every tail of the batch, the positive's own left out

@@ -81,7 +81,7 @@ STALE = {
         '#include "graphtrain/api.h"\n#include "graphtrain/optim_math.h"\n'
         "GT_API int32_t gt_abi_version() { return 1; }\n"
         "GT_API int64_t gt_optim_params_size() { return sizeof(graphtrain::OptimParams); }\n",
-        "it reports ABI version 1 with a 48-byte OptimParams",
+        "it reports ABI version 1 with a 56-byte OptimParams",
     ),
     "other-params": (
         f'#include "graphtrain/abi.h"\n{OLD_PARAMS}\n'
@@ -102,7 +102,7 @@ def test_stale_library_is_refused_with_how_to_rebuild(tmp_path: Path, case: str,
         abi.load(path, library)
     message = str(info.value)
     assert what in message and str(path) in message
-    assert f"expect ABI version {abi.ABI_VERSION} with a 48-byte OptimParams" in message
+    assert f"expect ABI version {abi.ABI_VERSION} with a 56-byte OptimParams" in message
     assert ("make cuda" if library == abi.CUDA else "pip install -e .") in message
 
 

@@ -21,7 +21,7 @@ from graphtrain.runtime.optim import (
     make_state,
     sparse_step,
 )
-from graphtrain.runtime.optim.functional import unit_complex
+from graphtrain.runtime.optim.functional import ENV_THREADS, unit_complex
 
 BACKENDS = ["torch", "cpu"]  # the tensors here are on the CPU; a missing core fails (conftest.py)
 
@@ -287,6 +287,28 @@ def test_row_norm_projects_the_updated_rows_only(backend: str, kind: str) -> Non
     torch.testing.assert_close(table.norm(dim=1)[TOUCHED], torch.ones(3))
     with pytest.raises(ValueError, match="row_norm"):
         OptimConfig(kind, 0.1, row_norm=-1.0)
+
+
+@pytest.mark.parametrize("dim", [16, 37, 128])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_the_cpu_cores_row_norm_in_its_loop_is_the_projection_after_the_step(
+    dim: int, threads: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The CPU core scales a float32 table's updated rows in its update loop (OptimParams.row_norm): the
+    torch reference's step and project_rows after it, to the last bits of the norm's sum, at a width of
+    its own loop (16, 128) and a run-time one (37), on one thread or two; untouched rows unchanged."""
+    config = OptimConfig("adam", 0.05, row_norm=1.0)
+    table, state = setup(config, rows=300, dim=dim)
+    ref_t, ref_s = table.clone(), {k: v.clone() for k, v in state.items()}
+    gen = torch.Generator().manual_seed(dim)
+    ids = torch.randint(0, 200, (500,), generator=gen)
+    grads = torch.randn(500, dim, generator=gen)
+    monkeypatch.setenv(ENV_THREADS, str(threads))
+    sparse_step(config, table, state, ids, grads, backend="cpu")
+    sparse_step(config, ref_t, ref_s, ids, grads, backend="torch")
+    torch.testing.assert_close(table, ref_t, rtol=1e-6, atol=1e-7)
+    assert torch.equal(table[200:], ref_t[200:])
+    torch.testing.assert_close(table[ids.unique()].norm(dim=1), torch.ones(len(ids.unique())))
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -59,7 +59,15 @@ struct OptimParams {
   // to float32, 1 - beta2 cancels to a 1.3e-5 relative error and 1/sqrt(1 - beta2) to 6.4e-6.
   double beta1_exact;
   double beta2_exact;
+  // > 0: the CPU core scales each updated row of a float32 table to this L2 norm in the update loop,
+  // while the row is in cache (TransE's and DistMult's entities; runtime/optim/functional.project_rows is
+  // the same after the step). The CUDA core takes its row norm as an argument of its own.
+  float row_norm;
 };
+
+// The factor that puts a row whose squares sum to sum_sq at L2 norm `norm` (project_rows' clamp: a zero
+// row stays zero).
+GT_HD float norm_scale(float sum_sq, float norm) { return norm / fmaxf(sqrtf(sum_sq), 1e-12f); }
 
 // ---- element primitives on the decayed gradient gd = g + wd * w (see decayed): the CPU row loops
 // below and the CUDA kernels are both built from these ----

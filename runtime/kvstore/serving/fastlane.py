@@ -98,9 +98,10 @@ def servable(t: TensorShard) -> bool:
 
 def lane_may_step(t: TensorShard) -> bool:
     """Whether the lane steps `t`'s gradient pushes as storage/update.locked_step would, whenever its
-    description is current: float32 rows on the host with an optimizer the CPU core runs whole (no row
-    norm or unit-circle projection after it, non-finite gradients refused), and the CPU core chosen for
-    host tables. Other tables are registered without their lock: their pushes are "not served"."""
+    description is current: float32 rows on the host with an optimizer the CPU core runs whole (a row
+    norm included: its update loop scales the rows; no unit-circle projection after it, non-finite
+    gradients refused), and the CPU core chosen for host tables. Other tables are registered without
+    their lock: their pushes are "not served"."""
     from graphtrain.runtime.native.backend import CoreBackend, choose
 
     c = t.config
@@ -110,7 +111,6 @@ def lane_may_step(t: TensorShard) -> bool:
         and t.data.dtype == torch.float32
         and t.data.dim() == 2
         and c is not None
-        and not c.row_norm
         and not c.unit_complex
         and c.nonfinite == "refuse"
         and choose() is CoreBackend.CPU

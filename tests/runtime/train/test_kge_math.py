@@ -142,3 +142,47 @@ def test_a_positives_own_entity_among_the_shared_ones_adds_no_loss_and_no_gradie
         (gp, gn) = torch.autograd.grad(value, [pos, neg])
         assert torch.isfinite(value) and torch.isfinite(gp).all() and torch.isfinite(gn).all()
         assert gn[0, 1] == 0
+
+
+@pytest.mark.parametrize("kind", ["transe", "distmult", "complex", "rotate"])
+@pytest.mark.parametrize(("b", "k"), [(6, 4), (5, 3), (7, 1), (1, 5), (2, 1)])
+def test_sided_scores_are_the_gathered_ones(kind: str, b: int, k: int) -> None:
+    """The negatives scored from their replaced entity's rows and their positive's broadcast equal the
+    scores of the whole corrupted triples gathered, bit for bit, and so do the rows' gradients (to the
+    order of a sum), whether corrupt's split falls between positives or within one (b * k odd)."""
+    from graphtrain.contract.spec import ComplExModel, DistMultModel, RotatEModel, TransEModel
+    from graphtrain.runtime.models import kge_entry
+
+    cls = {"transe": TransEModel, "distmult": DistMultModel, "complex": ComplExModel, "rotate": RotatEModel}
+    model = cls[kind](entityEmbedding="e", relationEmbedding="r")
+    entry = kge_entry(kind)
+    gen = torch.Generator().manual_seed(b * 10 + k)
+    n, nr, d = 9, 3, 8
+    pos = torch.stack([torch.randint(n, (b,)), torch.randint(nr, (b,)), torch.randint(n, (b,))], 1)
+    neg = kge_math.corrupt(pos, k, n, gen)
+    ent, rel = torch.randn(n, d, generator=gen), torch.randn(nr, d, generator=gen)
+
+    def scored(sided: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        e, rr = ent.clone().requires_grad_(), rel.clone().requires_grad_()
+        h, r, t = e[pos[:, 0]], rr[pos[:, 1]], e[pos[:, 2]]
+        if sided:
+            rows = e[kge_math.replaced(neg)]
+            s = kge_math.sided_scores(lambda x, y, z: entry.score(x, y, z, model), (h, r, t), rows)
+        else:
+            s = entry.score(e[neg[..., 0]], r.unsqueeze(1), e[neg[..., 2]], model)
+        (s * torch.linspace(-1, 1, s.numel()).view(s.shape)).sum().backward()
+        assert e.grad is not None and rr.grad is not None
+        return s, e.grad, rr.grad
+
+    (s0, ge0, gr0), (s1, ge1, gr1) = scored(False), scored(True)
+    assert s1.shape == (b, k) and torch.equal(s0, s1)
+    torch.testing.assert_close(ge1, ge0, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(gr1, gr0, rtol=1e-5, atol=1e-6)
+
+
+def test_replaced_is_the_entity_corrupt_put_in() -> None:
+    gen = torch.Generator().manual_seed(1)
+    pos = torch.tensor([[0, 0, 1], [2, 1, 3], [4, 0, 5]])
+    neg = kge_math.corrupt(pos, 3, 8, gen)  # 9 negatives: the split falls within the second positive
+    rep, flat = kge_math.replaced(neg), neg.view(-1, 3)
+    assert torch.equal(rep.reshape(-1)[:5], flat[:5, 0]) and torch.equal(rep.reshape(-1)[5:], flat[5:, 2])
