@@ -38,8 +38,15 @@ __attribute__((always_inline)) inline void project_row(float* w, int64_t dim_rt,
   for (; j + 8 <= dim; j += 8)
     for (int u = 0; u < 8; ++u) part[u] += w[j + u] * w[j + u];
   for (; j < dim; ++j) part[0] += w[j] * w[j];
-  const float scale =
-      graphtrain::norm_scale(((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7])), norm);
+  float sum = ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
+  if (!std::isfinite(sum)) {  // squares past float32 (a row beyond ~1.8e19): summed in double, not zeroed
+    double wide = 0.0;
+    for (int64_t k = 0; k < dim; ++k) wide += static_cast<double>(w[k]) * w[k];
+    const double factor = static_cast<double>(norm) / std::sqrt(wide);
+    for (int64_t k = 0; k < dim; ++k) w[k] = static_cast<float>(w[k] * factor);
+    return;
+  }
+  const float scale = graphtrain::norm_scale(sum, norm);
   for (int64_t k = 0; k < dim; ++k) w[k] *= scale;
 }
 

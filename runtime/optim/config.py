@@ -14,6 +14,7 @@ from graphtrain.contract.optimizers import BY_NAME
 
 Kind = Literal["sgd", "adagrad", "rowwise_adagrad", "adam"]  # for the type checker: SPARSE_OPTIMIZERS' names
 KINDS: tuple[str, ...] = tuple(BY_NAME)  # contract/optimizers.py's table
+FLOAT32_NORMAL = (1.1754943508222875e-38, 3.4028234663852886e38)  # the smallest normal and largest float32
 
 
 @dataclass(frozen=True)
@@ -63,6 +64,11 @@ class OptimConfig:
             raise ValueError(f"duplicate must be 'sum' or 'mean', got {self.duplicate!r}")
         if not isinstance(self.unit_complex, bool):
             raise ValueError(f"unit_complex must be a bool, got {self.unit_complex!r}")
+        if self.row_norm and not FLOAT32_NORMAL[0] <= self.row_norm <= FLOAT32_NORMAL[1]:
+            # the cores read it as a float32: 1e-46 would be 0 there (no projection), 1e39 infinity
+            raise ValueError(
+                f"optimizer row_norm must be 0 or within {FLOAT32_NORMAL}, got {self.row_norm!r}"
+            )
         if self.unit_complex and self.row_norm:
             raise ValueError("optimizer row_norm and unit_complex are two constraints: set one")
         if self.nonfinite not in ("refuse", "skip"):

@@ -225,5 +225,9 @@ def project_rows(table: torch.Tensor, ids: torch.Tensor, norm: float) -> None:
     normalizes after each step too), applied to the rows an update touched, so rows stay on the sphere."""
     rows = torch.unique(ids)
     values = table.index_select(0, rows).float()  # a half table's rows scaled in float32, rounded once
-    values.mul_(norm / values.norm(dim=1, keepdim=True).clamp_min_(1e-12))
+    norms = values.norm(dim=1, keepdim=True)
+    over = torch.isinf(norms).squeeze(1)
+    if bool(over.any()):  # squares past float32 (a row beyond ~1.8e19): in double, as the CPU core does
+        norms[over] = values[over].double().norm(dim=1, keepdim=True).float()
+    values.mul_(norm / norms.clamp_min_(1e-12))
     table.index_copy_(0, rows, values.to(table.dtype))

@@ -51,8 +51,10 @@ def sided_scores(
     """(B, k) scores of corrupt's negatives from the rows (B, k, d) of their replaced entities
     (`replaced`) and the positives' rows (h, r, t), each (B, d) (r may be None: a relation-free
     decoder). The kept entity is the positive's own row broadcast over k, not gathered k times: half
-    the rows a (B, k, 2, d) gather moves, and its gradient summed once per positive. The scores are
-    the gathered form's bit for bit; score(h, r, t) broadcasts over leading dims."""
+    the rows a (B, k, 2, d) gather moves, and its gradient summed once per positive. score(h, r, t)
+    broadcasts over leading dims. An elementwise score (the KGE models, the dot and distmult decoders)
+    gives the gathered form's scores bit for bit; the mlp decoder's linear maps then see one row per
+    positive rather than k, so its products may differ in the last bit."""
     h, r, t = triples
     b, k = rows.shape[:2]
     half = (b * k + 1) // 2  # corrupt's split of the flattened negatives

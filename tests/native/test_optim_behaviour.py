@@ -312,6 +312,26 @@ def test_the_cpu_cores_row_norm_in_its_loop_is_the_projection_after_the_step(
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("dim", [1, 4, 128])
+def test_a_row_whose_squares_pass_float32_is_put_on_the_sphere_not_zeroed(backend: str, dim: int) -> None:
+    """The projection sums a row's squares in double when float32 overflows (a row past ~1.8e19), in
+    the CPU core and in project_rows: the row ends at the norm, not at zero."""
+    config = OptimConfig("sgd", 1.0, row_norm=1.0)
+    table, state = torch.full((2, dim), 1e20), make_state(config, 2, dim)
+    sparse_step(config, table, state, torch.tensor([0]), torch.zeros(1, dim), backend=backend)
+    torch.testing.assert_close(table[0], torch.full((dim,), dim**-0.5))
+    assert torch.equal(table[1], torch.full((dim,), 1e20))
+
+
+@pytest.mark.parametrize("bad", [1e-46, 1e-39, 1e39])
+def test_a_row_norm_no_float32_holds_is_refused(bad: float) -> None:
+    """The cores read row_norm as a float32: 1e-46 would be zero there (no projection at all)."""
+    with pytest.raises(ValueError, match="row_norm"):
+        OptimConfig("sgd", 0.1, row_norm=bad)
+    assert OptimConfig("sgd", 0.1, row_norm=1e-30).row_norm == 1e-30
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("kind", ["sgd", "adam"])
 def test_unit_complex_puts_the_updated_rows_complex_numbers_on_the_unit_circle(
     backend: str, kind: str

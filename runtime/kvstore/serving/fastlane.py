@@ -100,9 +100,9 @@ def lane_may_step(t: TensorShard) -> bool:
     """Whether the lane steps `t`'s gradient pushes as storage/update.locked_step would, whenever its
     description is current: float32 rows on the host with an optimizer the CPU core runs whole (a row
     norm included: its update loop scales the rows; no unit-circle projection after it, non-finite
-    gradients refused), and the CPU core chosen for host tables. Other tables are registered without
-    their lock: their pushes are "not served"."""
-    from graphtrain.runtime.native.backend import CoreBackend, choose
+    gradients refused), and the CPU core chosen for host tables' optimizer steps. Other tables are
+    registered without their lock: their pushes are "not served"."""
+    from graphtrain.runtime.native.backend import CoreBackend, choose_for_optimizer
 
     c = t.config
     return (
@@ -113,7 +113,7 @@ def lane_may_step(t: TensorShard) -> bool:
         and c is not None
         and not c.unit_complex
         and c.nonfinite == "refuse"
-        and choose() is CoreBackend.CPU
+        and choose_for_optimizer("cpu") is CoreBackend.CPU  # honours GRAPHTRAIN_OPTIM_BACKEND, as ZMQ
     )
 
 

@@ -47,6 +47,16 @@ def batches(seed: int, n: int = 6) -> list[tuple[np.ndarray, np.ndarray]]:
     return out
 
 
+def lane_and_zmq(srv, optimizer: dict) -> tuple[kvstore.KVClient, kvstore.KVClient]:
+    """A client on the lane and one on ZMQ only, and tables "lane" and "zmq" alike with `optimizer`."""
+    fast = kvstore.connect([srv.address], TOKEN, timeout=10)
+    slow = kvstore.connect([srv.address], TOKEN, timeout=10, fast=False)
+    for name in ("lane", "zmq"):
+        fast.create(name, ROWS, (DIM,), "float32", BOUNDS, {"kind": "uniform", "seed": 4})
+        fast.set_optimizer(name, optimizer)
+    return fast, slow
+
+
 def table(srv, name: str) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     t = srv.state.tensors[name]
     return t.data.clone(), {k: v.clone() for k, v in t.state.items()}
@@ -59,12 +69,8 @@ def table(srv, name: str) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
 )
 def test_lane_pushes_leave_the_zmq_paths_rows_and_state_bit_for_bit(servers, optimizer: dict) -> None:  # noqa: F811
     (srv,) = servers()
-    fast = kvstore.connect([srv.address], TOKEN, timeout=10)
-    slow = kvstore.connect([srv.address], TOKEN, timeout=10, fast=False)
+    fast, slow = lane_and_zmq(srv, optimizer)
     try:
-        for name in ("lane", "zmq"):
-            fast.create(name, ROWS, (DIM,), "float32", BOUNDS, {"kind": "uniform", "seed": 4})
-            fast.set_optimizer(name, optimizer)
         mean = optimizer.get("duplicate") == "mean"
         for step, (ids, grads) in enumerate(batches(1), start=1):
             wait = step % 2 == 0  # wait=False too: the next call collects the answer
@@ -403,3 +409,26 @@ def test_a_push_the_lane_does_not_step_leaves_the_tables_pulls_on_it(servers) ->
         assert np.allclose(np.hypot(rows[:, : DIM // 2], rows[:, DIM // 2 :]), 1.0, atol=1e-5)
     finally:
         c.close()
+
+
+def test_a_server_told_to_step_on_the_reference_steps_no_push_on_the_lane(
+    servers,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """GRAPHTRAIN_OPTIM_BACKEND=torch puts a server's optimizer steps on the torch reference; the lane
+    (the CPU core) then steps none, so every push gives the reference's rows, as over ZMQ."""
+    from graphtrain.runtime.native.backend import ENV_BACKEND
+
+    monkeypatch.setenv(ENV_BACKEND, "torch")
+    (srv,) = servers()
+    fast, slow = lane_and_zmq(srv, {"kind": "adam", "lr": 0.01, "row_norm": 1.0})
+    try:
+        for step, (ids, grads) in enumerate(batches(3, 3), start=1):
+            fast.push_grad("lane", ids, grads, BOUNDS, False, step=step)
+            slow.push_grad("zmq", ids, grads, BOUNDS, False, step=step)
+        (a, sa), (b, sb) = table(srv, "lane"), table(srv, "zmq")
+        assert torch.equal(a, b) and all(torch.equal(sa[k], sb[k]) for k in sa)
+        assert stats(srv)["pushes_ok"] == 0
+    finally:
+        fast.close()
+        slow.close()

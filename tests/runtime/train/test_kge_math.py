@@ -186,3 +186,28 @@ def test_replaced_is_the_entity_corrupt_put_in() -> None:
     neg = kge_math.corrupt(pos, 3, 8, gen)  # 9 negatives: the split falls within the second positive
     rep, flat = kge_math.replaced(neg), neg.view(-1, 3)
     assert torch.equal(rep.reshape(-1)[:5], flat[:5, 0]) and torch.equal(rep.reshape(-1)[5:], flat[5:, 2])
+
+
+@pytest.mark.parametrize("kind", ["dot", "distmult", "mlp"])
+@pytest.mark.parametrize(("b", "k"), [(6, 4), (5, 3), (1, 5)])
+def test_sided_scores_of_link_prediction_decoders(kind: str, b: int, k: int) -> None:
+    """Link prediction's decoders through sided_scores: dot (no relation rows) and distmult give the
+    gathered scores bit for bit; the mlp's linear maps see one row per positive instead of k, so its
+    scores agree to the last bits."""
+    from graphtrain.runtime.models.decoders import Decoder
+
+    torch.manual_seed(0)
+    n, d = 11, 64
+    dec = Decoder(kind, d, 3)
+    gen = torch.Generator().manual_seed(b * 10 + k)
+    pos = torch.stack([torch.randint(n, (b,), generator=gen), torch.randint(3, (b,), generator=gen)], 1)
+    pos = torch.cat([pos, torch.randint(n, (b, 1), generator=gen)], 1)
+    neg = kge_math.corrupt(pos, k, n, gen)
+    e = torch.randn(n, d, generator=gen)
+    r = dec.relation(pos[:, 1])
+    old = dec.score(e[neg[..., 0]], None if r is None else r.unsqueeze(1), e[neg[..., 2]])
+    new = kge_math.sided_scores(dec.score, (e[pos[:, 0]], r, e[pos[:, 2]]), e[kge_math.replaced(neg)])
+    if kind == "mlp":
+        torch.testing.assert_close(new, old, rtol=1e-6, atol=1e-6)
+    else:
+        assert torch.equal(new, old)
