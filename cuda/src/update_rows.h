@@ -38,7 +38,7 @@ __attribute__((always_inline)) inline void project_row(float* w, int64_t dim_rt,
   for (; j + 8 <= dim; j += 8)
     for (int u = 0; u < 8; ++u) part[u] += w[j + u] * w[j + u];
   for (; j < dim; ++j) part[0] += w[j] * w[j];
-  float sum = ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
+  const float sum = ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
   if (!std::isfinite(sum)) {  // squares past float32 (a row beyond ~1.8e19): summed in double, not zeroed
     double wide = 0.0;
     for (int64_t k = 0; k < dim; ++k) wide += static_cast<double>(w[k]) * w[k];
@@ -55,9 +55,9 @@ __attribute__((always_inline)) inline void prefetch_bytes(const void* at, int64_
 }
 
 // The update loop for rows of DIM elements (DIM = 0: `dim`, known at run time only) of a table of
-// TD (TableDtype): float32 rows are updated where they lie (and scaled to p.row_norm when it is set); a half row is read into float32, updated
-// by the same math and written back with stochastic rounding (optim_math.h). Always inlined into
-// apply_rows, so each of its target clones gets its own copy.
+// TD (TableDtype): float32 rows are updated where they lie (and scaled to p.row_norm when it is set); a
+// half row is read into float32, updated by the same math and written back with stochastic rounding
+// (optim_math.h). Always inlined into apply_rows, so each of its target clones gets its own copy.
 template <int DIM, int TD>
 __attribute__((always_inline)) inline void apply_rows_of(int32_t kind, int64_t count, const int64_t* rows,
                                                          const float* const* grads, int64_t dim_rt, void* table,
