@@ -15,6 +15,7 @@ import warnings
 from dataclasses import dataclass
 from typing import NamedTuple
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -131,28 +132,51 @@ class RelationPairs:
 def relation_pairs(block: Block, num_rels: int, edge_weight: torch.Tensor | None = None) -> RelationPairs:
     """The pairs of `block` over `num_rels` relations (an untyped block: one relation). With
     `edge_weight` (one per edge) a pair's sources are combined with their weights over the pair's
-    total weight instead of averaged."""
+    total weight instead of averaged.
+
+    Two stable sorts, each of narrow keys where it can be: the edges by (relation, destination), which
+    for a block listing its edges by destination (the loader's) is a sort by relation alone, and by
+    source, which the loader made already (block.order). The pairs then come from the sorted keys in
+    one pass (a sort by key, then by pair, and a third by source took 4.8 ms of a 30,000-edge block)."""
     dst, src = block.dst, block.src
     etype = block.etype if block.etype is not None else torch.zeros_like(dst)
     if etype.numel() and (int(etype.min()) < 0 or int(etype.max()) >= num_rels):
         raise ValueError(f"a block's edge type lies outside the model's {num_rels} relations")
     key = etype * block.num_dst + dst
-    uniq, pair = torch.unique(key, sorted=True, return_inverse=True)
+    order = _stable_order(etype, num_rels) if _ascending(dst) else torch.sort(key, stable=True)[1]
+    uniq, counts = torch.unique_consecutive(key[order], return_counts=True)
     num_pairs = len(uniq)
+    pair = torch.empty_like(order).index_put_(
+        (order,), torch.repeat_interleave(torch.arange(num_pairs, device=dst.device), counts)
+    )
     rel = torch.div(uniq, block.num_dst, rounding_mode="floor")
     weight = (
         torch.ones(len(dst), dtype=torch.float32, device=dst.device) if edge_weight is None else edge_weight
     )
     total = torch.zeros(num_pairs, dtype=weight.dtype, device=dst.device).index_add_(0, pair, weight)
     values = weight / total.clamp_min(1e-12)[pair]
-    order = torch.argsort(pair, stable=True)
-    mean = _csr(_crow(pair[order], num_pairs), src[order], values[order], (num_pairs, block.num_src))
-    order_t = torch.argsort(src, stable=True)
+    crow = torch.zeros(num_pairs + 1, dtype=torch.int64, device=dst.device)
+    crow[1:] = torch.cumsum(counts, 0)
+    mean = _csr(crow, src[order], values[order], (num_pairs, block.num_src))
+    order_t = block.order if block.order is not None else _stable_order(src, block.num_src)
+    order_t = order_t.to(src.device)
     mean_t = _csr(
         _crow(src[order_t], block.num_src), pair[order_t], values[order_t], (block.num_src, num_pairs)
     )
     offsets = torch.searchsorted(rel, torch.arange(num_rels + 1, device=rel.device)).tolist()
     return RelationPairs(uniq - rel * block.num_dst, rel, offsets, mean, mean_t, pair)
+
+
+def _ascending(x: torch.Tensor) -> bool:
+    return x.numel() < 2 or bool((x[1:] >= x[:-1]).all())
+
+
+def _stable_order(keys: torch.Tensor, bound: int) -> torch.Tensor:
+    """The stable argsort of `keys` (each in [0, bound)): on the host, numpy's radix sort of 16-bit keys
+    where they fit (15x its merge sort of int64, loader.mean_matrices), else torch's stable sort."""
+    if keys.device.type == "cpu" and bound <= 1 << 16:
+        return torch.from_numpy(np.argsort(keys.numpy().astype(np.uint16), kind="stable"))
+    return torch.sort(keys, stable=True)[1]
 
 
 def per_relation(pairs: RelationPairs, m: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:

@@ -44,6 +44,26 @@ def test_relation_pairs_mean_each_destinations_sources_by_relation() -> None:
     torch.testing.assert_close(weighted[0], (w[sel, None] * h[b.src[sel]]).sum(0) / w[sel].sum())
 
 
+@pytest.mark.parametrize("rels", [1, 3, 70_000])
+def test_relation_pairs_are_the_same_from_a_loaders_block_and_from_any_edge_order(rels: int) -> None:
+    """The loader's block (edges by destination, its source order made) takes the narrow sorts; the
+    same edges shuffled, without the source order, take the general ones: the same pairs, in the same
+    order, with the same sparse matrices (and the transpose's edges in the same stable order)."""
+    b = block(num_dst=50, num_src=300, edges=2_000, rels=min(rels, 40), seed=rels)
+    if rels > 40:  # a relation id past 16 bits: the wide sort
+        b.etype = b.etype * 1_700
+    shuffled = torch.randperm(len(b.src), generator=torch.Generator().manual_seed(1))
+    raw = Block(b.num_src, b.num_dst, b.src[shuffled], b.dst[shuffled], etype=b.etype[shuffled])
+    fast, slow = relation_pairs(b, rels), relation_pairs(raw, rels)
+    assert torch.equal(fast.dst, slow.dst) and torch.equal(fast.rel, slow.rel) and fast.offsets == slow.offsets
+    assert torch.equal(fast.edge_pair[shuffled], slow.edge_pair)
+    for a, c in ((fast.mean, slow.mean), (fast.mean_t, slow.mean_t)):
+        assert torch.equal(a.crow_indices(), c.crow_indices())
+        torch.testing.assert_close(a.to_dense(), c.to_dense(), rtol=0, atol=0)
+    order = torch.argsort(b.src, stable=True)
+    assert torch.equal(fast.mean_t.col_indices(), fast.edge_pair[order])
+
+
 def test_rel_graph_conv_is_its_definition_with_bases_and_frozen_columns() -> None:
     torch.manual_seed(0)
     b = block()
