@@ -154,6 +154,9 @@ def main() -> None:
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
     np.random.seed(a.seed)
+    import dgl
+
+    dgl.seed(a.seed)  # its samplers draw from their own generator
     out = sage(a) if a.mode == "sage" else transe(a)
     print(json.dumps(out), flush=True)
 

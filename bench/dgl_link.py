@@ -38,6 +38,7 @@ def run(a: argparse.Namespace) -> dict:
 
     torch.manual_seed(a.seed)
     np.random.seed(a.seed)
+    dgl.seed(a.seed)  # its samplers draw from their own generator
     torch.set_num_threads(a.threads)
     z = np.load(a.data)
     train = torch.from_numpy(z["train"]).long()

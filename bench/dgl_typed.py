@@ -33,6 +33,7 @@ def run(a: argparse.Namespace) -> dict:
 
     torch.manual_seed(a.seed)
     np.random.seed(a.seed)
+    dgl.seed(a.seed)  # its samplers draw from their own generator
     z = np.load(a.data)
     g = dgl.graph((torch.from_numpy(z["src"]), torch.from_numpy(z["dst"])), num_nodes=int(z["num_nodes"]))
     etype_all = torch.from_numpy(z["etype"]).long()
