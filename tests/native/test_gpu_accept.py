@@ -48,6 +48,7 @@ def test_the_next_leases_runs_are_there() -> None:
     assert "gene-kg-transe shards-cuda trainers-cuda x1 nccl collective" in have
     assert "gene-kg-transe standalone trainers-cuda" in have
     assert "bench sampling" in have
+    assert {"bench gpu b1 features", "bench gpu b1 table"} <= have
 
 
 def test_only_runs_the_steps_it_names_in_the_order_of_its_words() -> None:
