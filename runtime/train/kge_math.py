@@ -6,6 +6,8 @@ the head (first half of a batch) or the tail (the rest) with another entity draw
 BasicNegativeSampler); losses are reduced by the mean as PyKEEN's sLCWA losses are; ranks are
 "realistic" (ties counted half) and filtered by every known triple of train, valid and test. Joint
 negatives (DGL-KE's chunked sampling) keep the sides and the losses: only the draw is shared by a chunk.
+Link prediction with a GNN replaces tails only (tails_only, heads=0), as its spec says and as DGL's and
+GraphStorm's samplers do (with both sides, gene-kg scored lower at two seeds: bench/RESULTS.md).
 """
 
 from __future__ import annotations
@@ -18,13 +20,16 @@ import torch
 from torch.nn import functional
 
 
-def corrupt(pos: torch.Tensor, k: int, num_entities: int, gen: torch.Generator) -> torch.Tensor:
+def corrupt(
+    pos: torch.Tensor, k: int, num_entities: int, gen: torch.Generator, tails_only: bool = False
+) -> torch.Tensor:
     """k negatives per positive, (B, k, 3). As PyKEEN's BasicNegativeSampler: the negatives of the first
     half of the (shuffled) batch replace the head, the rest the tail, so each softmax of the
-    cross-entropy loss compares one side; the replacement is uniform over the other entities."""
+    cross-entropy loss compares one side; the replacement is uniform over the other entities.
+    tails_only: every negative replaces the tail (link prediction's destination, as DGL's samplers)."""
     neg = pos.repeat_interleave(k, dim=0)
     n = neg.shape[0]
-    half = (n + 1) // 2
+    half = 0 if tails_only else (n + 1) // 2
     for column, rows in ((0, slice(0, half)), (2, slice(half, n))):
         original = neg[rows, column]
         draw = torch.randint(max(num_entities - 1, 1), (len(original),), generator=gen)
@@ -86,11 +91,14 @@ def chunks(n: int, chunk: int) -> int:
     return -(-n // chunk)
 
 
-def joint_draw(batch: int, k: int, chunk: int, num_entities: int, gen: torch.Generator) -> torch.Tensor:
+def joint_draw(
+    batch: int, k: int, chunk: int, num_entities: int, gen: torch.Generator, heads: int | None = None
+) -> torch.Tensor:
     """Joint negatives (DGL-KE's chunked sampling): (chunks, k) entity ids, uniform over every entity, one
     row per chunk of `chunk` positives: the head side's chunks first, then the tail side's. An entity drawn
-    that is a positive's own true one is left out of its loss (joint_scores)."""
-    half = head_side(batch)
+    that is a positive's own true one is left out of its loss (joint_scores). `heads`: the positives on
+    the head side (head_side(batch) unless given; 0: every negative a tail)."""
+    half = head_side(batch) if heads is None else heads
     rows = chunks(half, chunk) + chunks(batch - half, chunk)
     return torch.randint(num_entities, (rows, k), generator=gen)
 
@@ -116,25 +124,29 @@ def joint_scores(
     triples: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
     shared_rows: torch.Tensor,
     chunk: int,
+    heads: int | None = None,
 ) -> torch.Tensor:
     """(B, k) negative scores of a batch against its chunks' shared entities: the head side's positives
     as (?, r, t) against theirs, the tail side's as (h, r, ?), each chunk one batched product.
     `triples`: the rows (h, r, t), each (B, d); `shared_rows` (chunks, k, d) in joint_draw's order;
-    score_heads(r, t, ents) and score_tails(h, r, ents) batch over a leading chunk dimension."""
+    score_heads(r, t, ents) and score_tails(h, r, ents) batch over a leading chunk dimension; `heads` as
+    joint_draw's."""
     h, r, t = triples
     b = len(h)
-    half, k = head_side(b), shared_rows.shape[1]
+    half, k = head_side(b) if heads is None else heads, shared_rows.shape[1]
     nh = chunks(half, chunk)
+    if half == 0:
+        return score_tails(in_chunks(h, chunk), in_chunks(r, chunk), shared_rows).reshape(-1, k)[:b]
     heads = score_heads(in_chunks(r[:half], chunk), in_chunks(t[:half], chunk), shared_rows[:nh])
     tails = score_tails(in_chunks(h[half:], chunk), in_chunks(r[half:], chunk), shared_rows[nh:])
     return torch.cat([heads.reshape(-1, k)[:half], tails.reshape(-1, k)[: b - half]])
 
 
-def own_entity(pos: torch.Tensor, shared: torch.Tensor, chunk: int) -> torch.Tensor:
+def own_entity(pos: torch.Tensor, shared: torch.Tensor, chunk: int, heads: int | None = None) -> torch.Tensor:
     """(B, k) bool: where a chunk's shared negative is the positive's own replaced entity (its head on
-    the head side, its tail on the other): a true triple, left out of the loss."""
+    the head side, its tail on the other): a true triple, left out of the loss. `heads` as joint_draw's."""
     b = len(pos)
-    half = head_side(b)
+    half = head_side(b) if heads is None else heads
     nh = chunks(half, chunk)
     heads = per_positive(shared[:nh], half, chunk) == pos[:half, :1]
     tails = per_positive(shared[nh:], b - half, chunk) == pos[half:, 2:]

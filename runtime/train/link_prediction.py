@@ -5,10 +5,11 @@ the epoch loop: DistDGL's and GraphStorm's link prediction on a knowledge graph'
   (train/kge.load_kg): its graph holds the training triples only (and their reverses with
   graph.reverseEdges), the valid and test ones are kept beside it, so they never enter a sampled block.
   Each trainer takes an equal, contiguous share of the targets ordered by tail (pairs.share).
-- **Negatives** (kge_math's draws, so both tasks sample alike): uniform (each positive its own,
-  replacing its head or its tail), joint (one draw per chunk of positives), local (joint, from the
-  nodes of the trainer's own partition), inBatch (the batch's other tails). A negative equal to the
-  positive's own entity is left out of its loss.
+- **Negatives** (kge_math's draws) replace the tail, as DGL's and GraphStorm's samplers do (task kge
+  replaces the head of half a batch, as PyKEEN does; here that scored lower on gene-kg): uniform
+  (each positive its own), joint (one draw per chunk of positives), local (joint, from the nodes of
+  the trainer's own partition), inBatch (the batch's other tails). A negative equal to the positive's
+  own tail is left out of its loss.
 - **A batch** is every distinct endpoint and negative as the seeds of one sampled block set, so each
   node is embedded once; the batch's target pairs leave the graph it samples (task.exclude: self, or
   reverse as well; unset: reverse when graph.reverseEdges made every edge two-way).
@@ -156,19 +157,19 @@ class GNNLinkPrediction(DenseTask):
     def _negatives(self, pos: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
         task, n = self.task, self.graph.num_nodes
         if task.sampler == NegativeSampler.uniform:
-            return kge_math.corrupt(pos, task.negatives, n, gen)
+            return kge_math.corrupt(pos, task.negatives, n, gen, tails_only=True)
         if task.sampler == NegativeSampler.joint:
-            return kge_math.joint_draw(len(pos), task.negatives, task.chunk, n, gen)
+            return kge_math.joint_draw(len(pos), task.negatives, task.chunk, n, gen, heads=0)
         if task.sampler == NegativeSampler.local:
             lo, hi = self.own_nodes
-            return lo + kge_math.joint_draw(len(pos), task.negatives, task.chunk, hi - lo, gen)
+            return lo + kge_math.joint_draw(len(pos), task.negatives, task.chunk, hi - lo, gen, heads=0)
         return torch.empty(0, dtype=torch.int64)  # inBatch: the batch's own tails
 
     def _sample(self, pos: torch.Tensor, neg: torch.Tensor, seed: int) -> MiniBatch:
         """The blocks of every distinct endpoint and negative, without the batch's target pairs
         (and their reverses) as task.exclude says."""
         p = pos.numpy()
-        n_ids = neg[..., [0, 2]].reshape(-1) if neg.dim() == 3 else neg.reshape(-1)
+        n_ids = neg[..., 2].reshape(-1) if neg.dim() == 3 else neg.reshape(-1)  # the replaced tails
         seeds = np.unique(np.concatenate([p[:, 0], p[:, 2], n_ids.numpy()]))
         return sample_without(self.graph, seeds, (p[:, 0], p[:, 2]), self.exclude, self.fanouts, seed)
 
@@ -206,11 +207,11 @@ class GNNLinkPrediction(DenseTask):
         (no loss, no gradient)."""
         pos, neg, dec = batch.pos, batch.neg, self.decoder
         h, r, t = hrt
-        if neg.dim() == 3:  # uniform: (B, k, 3) corrupted triples, the positive's other entity broadcast
+        if neg.dim() == 3:  # uniform: (B, k, 3) triples with their tails replaced, the head broadcast
             b, k = neg.shape[:2]
-            rows = z[row(kge_math.replaced(neg).reshape(-1))].view(b, k, -1)
-            scores = kge_math.sided_scores(dec.score, (h, r, t), rows)
-            own = (neg[..., 0] == pos[:, :1]) & (neg[..., 2] == pos[:, 2:])
+            rows = z[row(neg[..., 2].reshape(-1))].view(b, k, -1)
+            scores = dec.score(h.unsqueeze(1), None if r is None else r.unsqueeze(1), rows)
+            own = neg[..., 2] == pos[:, 2:]  # never drawn (corrupt draws another entity): kept as a guard
             return scores.masked_fill(to_device(own, self.device), float("-inf"))
         if neg.numel() == 0:  # inBatch: every tail of the batch, the positive's own left out
             scores = dec.tails(h, r, t)
@@ -225,8 +226,9 @@ class GNNLinkPrediction(DenseTask):
             (h, rel, t),
             rows,
             chunk,
+            heads=0,
         )
-        own = kge_math.own_entity(to_device(pos, self.device), to_device(neg, self.device), chunk)
+        own = kge_math.own_entity(to_device(pos, self.device), to_device(neg, self.device), chunk, heads=0)
         return scores.masked_fill(own, float("-inf"))
 
     # ---------------------------------------------------------------------------------- evaluation

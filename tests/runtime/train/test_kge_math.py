@@ -23,6 +23,17 @@ def test_corrupt_changes_exactly_one_side_and_never_to_the_original() -> None:
     assert set(flat[:50, 0].tolist()) == set(range(1, 10))  # uniform over the 9 other entities
 
 
+def test_corrupt_tails_only_replaces_every_tail() -> None:
+    """Link prediction's negatives (tails_only): heads and relations kept, each tail another entity."""
+    gen = torch.Generator().manual_seed(0)
+    pos = torch.tensor([[0, 1, 2], [3, 0, 4], [5, 2, 6]])
+    neg = kge_math.corrupt(pos, 200, 10, gen, tails_only=True)
+    assert neg.shape == (3, 200, 3)
+    assert torch.equal(neg[..., :2], pos[:, None, :2].expand(-1, 200, -1))
+    assert torch.all(neg[..., 2] != pos[:, 2:])
+    assert set(neg[0, :, 2].tolist()) == set(range(10)) - {2}
+
+
 def test_losses_match_their_definitions() -> None:
     pos, neg = torch.tensor([2.0, -1.0]), torch.tensor([[1.0, 3.0], [0.0, -2.0]])
     margin = np.mean([max(0, 1 - 2 + 1), max(0, 1 - 2 + 3), max(0, 1 + 1 + 0), max(0, 1 + 1 - 2)])
@@ -82,11 +93,13 @@ def test_every_loss_stays_on_the_scores_device(kind: str) -> None:
 
 @pytest.mark.parametrize("kind", ["transe-l1", "transe-l2", "distmult", "complex", "rotate"])
 @pytest.mark.parametrize(("batch", "chunk"), [(8, 2), (7, 3), (5, 8)])
+@pytest.mark.parametrize("heads", [None, 0])
 def test_joint_scores_are_each_positive_scored_against_its_chunks_shared_entities(
-    kind: str, batch: int, chunk: int
+    kind: str, batch: int, chunk: int, heads: int | None
 ) -> None:
-    """The batched chunk products equal the brute force: positive i (head side: the first half) scored
-    with its head, or tail, replaced by each entity of its chunk's draw; uneven last chunks included."""
+    """The batched chunk products equal the brute force: positive i (head side: the first half, none
+    with heads=0, link prediction's tails only) scored with its head, or tail, replaced by each entity of
+    its chunk's draw; uneven last chunks included."""
     from graphtrain.contract.spec import ComplExModel, DistMultModel, RotatEModel, TransEModel
     from graphtrain.runtime.models import complex, distmult, rotate, transe
 
@@ -99,8 +112,8 @@ def test_joint_scores_are_each_positive_scored_against_its_chunks_shared_entitie
     n, k, d = 20, 6, 6  # even: the complex models' rows hold pairs
     ent, rel = torch.randn(n, d, generator=g, dtype=torch.float64), torch.randn(3, d, dtype=torch.float64)
     pos = torch.stack([torch.randint(n, (batch,)), torch.randint(3, (batch,)), torch.randint(n, (batch,))], 1)
-    shared = kge_math.joint_draw(batch, k, chunk, n, g)
-    half = kge_math.head_side(batch)
+    shared = kge_math.joint_draw(batch, k, chunk, n, g, heads=heads)
+    half = kge_math.head_side(batch) if heads is None else heads
     assert shared.shape == (kge_math.chunks(half, chunk) + kge_math.chunks(batch - half, chunk), k)
     h, r, t = ent[pos[:, 0]], rel[pos[:, 1]], ent[pos[:, 2]]
     got = kge_math.joint_scores(
@@ -109,6 +122,7 @@ def test_joint_scores_are_each_positive_scored_against_its_chunks_shared_entitie
         (h, r, t),
         ent[shared],
         chunk,
+        heads=heads,
     )
     want = torch.empty(batch, k, dtype=torch.float64)
     for i in range(batch):
@@ -117,7 +131,7 @@ def test_joint_scores_are_each_positive_scored_against_its_chunks_shared_entitie
             hh, tt = (ent[e], t[i]) if side == 0 else (h[i], ent[e])
             want[i, j] = module.score(hh, r[i], tt, model)
     torch.testing.assert_close(got, want)
-    own = kge_math.own_entity(pos, shared, chunk)
+    own = kge_math.own_entity(pos, shared, chunk, heads=heads)
     for i in range(batch):
         side, place = (0, i // chunk) if i < half else (2, kge_math.chunks(half, chunk) + (i - half) // chunk)
         assert own[i].tolist() == [e == int(pos[i, side]) for e in shared[place].tolist()]
