@@ -162,8 +162,16 @@ def main() -> None:
     device = torch.device(a.device)
     if a.threads:
         torch.set_num_threads(a.threads)
+    if min(a.batches, a.steps, a.repeat) < 1 or a.warmup < 0:
+        raise SystemExit("bench/ceiling.py: --batches, --steps and --repeat must be >= 1, --warmup >= 0")
+    from graphtrain.contract.spec import SpecError
+    from graphtrain.runtime.errors import GraphtrainError
+
     with tempfile.TemporaryDirectory(prefix="graphtrain-ceiling-") as tmp:
-        gt, enc, batches = sampled_batches(a.spec, Path(tmp), a.batches, device)
+        try:
+            gt, enc, batches = sampled_batches(a.spec, Path(tmp), a.batches, device)
+        except (OSError, SpecError, GraphtrainError) as exc:
+            raise SystemExit(f"bench/ceiling.py: {a.spec}: {exc}") from None
         rate, ms = ceiling(gt, enc, batches, device, a.steps, a.warmup, a.repeat)
         full = None
         if a.full:

@@ -97,6 +97,8 @@ def main() -> None:
     ap.add_argument("--accuracy", action="store_true", help="also a whole run for test accuracy")
     ap.add_argument("--epochs", type=int, default=3, help="epochs of the accuracy run")
     a = ap.parse_args()
+    if not 0 < a.scale <= 1:
+        raise SystemExit(f"bench/gpu.py: --scale must be in (0, 1], got {a.scale}")
     variants = [v for v in a.variants.split(",") if v]
     if bad := sorted(set(variants) - set(VARIANTS)):
         raise SystemExit(f"bench/gpu.py: --variants: unknown {', '.join(bad)} (known: {', '.join(VARIANTS)})")

@@ -122,6 +122,10 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, default=Path("bench/.cache"))
     a = ap.parse_args()
+    if not 0 < a.scale <= 1 or a.seed < 0:
+        raise SystemExit(
+            f"bench/products_like.py: --scale must be in (0, 1] and --seed >= 0, got {a.scale}, {a.seed}"
+        )
     print(ensure(a.out, a.scale, a.seed))
 
 
