@@ -135,6 +135,11 @@ class LinkDecoder(StrEnum):
     mlp = "mlp"  # an MLP on [z_h, z_t] with a learned relation vector added
 
 
+class NegativeSide(StrEnum):
+    tail = "tail"  # every negative replaces the tail (DGL's and GraphStorm's samplers)
+    both = "both"  # the head of half a batch, the tail of the rest (PyKEEN's BasicNegativeSampler)
+
+
 class Exclude(StrEnum):
     self = "self"  # a batch's target edges leave the graph its GNN samples
     reverse = "reverse"  # ... and their reverse edges

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, ClassVar, TypeAlias
 from pydantic import Field
 
 from graphtrain.contract.spec.base import MAX_TYPES, TypeName
-from graphtrain.contract.spec.enums import Exclude, KGELoss, LinkDecoder, NegativeSampler
+from graphtrain.contract.spec.enums import Exclude, KGELoss, LinkDecoder, NegativeSampler, NegativeSide
 from graphtrain.contract.spec.variants import Variant, WireUnion, wire_model
 
 NODE_CLASSIFICATION = "nodeClassification"
@@ -119,6 +119,13 @@ class LinkPredictionTask(Variant):
         ge=1,
         le=1_000_000,
         description="sampler joint or local: positives per shared draw.",
+    )
+    negative_side: NegativeSide = Field(
+        default=NegativeSide.tail,
+        description="What a negative replaces (uniform, joint, local; inBatch always takes the batch's "
+        "other tails): tail (DGL's and GraphStorm's samplers), or both (the head for half of a batch, "
+        "the tail for the rest, as PyKEEN and task kge: better where held-out heads are ranked from "
+        "directed relations, as WordNet's).",
     )
     loss: KGELoss = Field(
         default=KGELoss.crossentropy,

@@ -6,8 +6,8 @@ the head (first half of a batch) or the tail (the rest) with another entity draw
 BasicNegativeSampler); losses are reduced by the mean as PyKEEN's sLCWA losses are; ranks are
 "realistic" (ties counted half) and filtered by every known triple of train, valid and test. Joint
 negatives (DGL-KE's chunked sampling) keep the sides and the losses: only the draw is shared by a chunk.
-Link prediction with a GNN replaces tails only (tails_only, heads=0), as its spec says and as DGL's and
-GraphStorm's samplers do (with both sides, gene-kg scored lower at two seeds: bench/RESULTS.md).
+Link prediction with a GNN replaces tails only by default (tails_only, heads=0: task.negativeSide tail),
+as DGL's and GraphStorm's samplers do; which side trains better depends on the data (bench/RESULTS.md).
 """
 
 from __future__ import annotations

@@ -5,11 +5,11 @@ the epoch loop: DistDGL's and GraphStorm's link prediction on a knowledge graph'
   (train/kge.load_kg): its graph holds the training triples only (and their reverses with
   graph.reverseEdges), the valid and test ones are kept beside it, so they never enter a sampled block.
   Each trainer takes an equal, contiguous share of the targets ordered by tail (pairs.share).
-- **Negatives** (kge_math's draws) replace the tail, as DGL's and GraphStorm's samplers do (task kge
-  replaces the head of half a batch, as PyKEEN does; here that scored lower on gene-kg): uniform
-  (each positive its own), joint (one draw per chunk of positives), local (joint, from the nodes of
-  the trainer's own partition), inBatch (the batch's other tails). A negative equal to the positive's
-  own tail is left out of its loss.
+- **Negatives** (kge_math's draws) replace the tail (task.negativeSide tail, the default: DGL's and
+  GraphStorm's samplers; better on gene-kg), or the head of half a batch and the tail of the rest
+  (both: PyKEEN's and task kge's; better on WordNet): uniform (each positive its own), joint (one draw
+  per chunk of positives), local (joint, from the nodes of the trainer's own partition), inBatch (the
+  batch's other tails). A negative equal to the positive's own entity is left out of its loss.
 - **A batch** is every distinct endpoint and negative as the seeds of one sampled block set, so each
   node is embedded once; the batch's target pairs leave the graph it samples (task.exclude: self, or
   reverse as well; unset: reverse when graph.reverseEdges made every edge two-way).
@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from graphtrain.contract.spec import GraphTraining, LinkPredictionTask, NegativeSampler, gnn
+from graphtrain.contract.spec import GraphTraining, LinkPredictionTask, NegativeSampler, NegativeSide, gnn
 from graphtrain.runtime.errors import GraphtrainError
 from graphtrain.runtime.graph import DistGraph
 from graphtrain.runtime.graph.fanouts import layer_fanouts
@@ -84,6 +84,8 @@ class GNNLinkPrediction(DenseTask):
         self.kg = load_kg(graph)
         self.relations = self._target_relations(task.target_relations)
         self.exclude = exclusion(task.exclude, self.spec.graph.reverse_edges)
+        # positives a batch puts on the head side: none (task.negativeSide tail), or kge_math's half
+        self.heads: int | None = 0 if task.negative_side == NegativeSide.tail else None
         self.dim = m.hidden_dim  # the embedding's width: the encoder's output
         self.enc = GNNEncoder(self.spec, graph, self.device, m.hidden_dim)
         self.sparse_opts, self.collective_tables = self.enc.sparse_opts, self.enc.collective_tables
@@ -157,19 +159,19 @@ class GNNLinkPrediction(DenseTask):
     def _negatives(self, pos: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
         task, n = self.task, self.graph.num_nodes
         if task.sampler == NegativeSampler.uniform:
-            return kge_math.corrupt(pos, task.negatives, n, gen, tails_only=True)
+            return kge_math.corrupt(pos, task.negatives, n, gen, tails_only=self.heads == 0)
         if task.sampler == NegativeSampler.joint:
-            return kge_math.joint_draw(len(pos), task.negatives, task.chunk, n, gen, heads=0)
+            return kge_math.joint_draw(len(pos), task.negatives, task.chunk, n, gen, heads=self.heads)
         if task.sampler == NegativeSampler.local:
             lo, hi = self.own_nodes
-            return lo + kge_math.joint_draw(len(pos), task.negatives, task.chunk, hi - lo, gen, heads=0)
+            return lo + kge_math.joint_draw(len(pos), task.negatives, task.chunk, hi - lo, gen, self.heads)
         return torch.empty(0, dtype=torch.int64)  # inBatch: the batch's own tails
 
     def _sample(self, pos: torch.Tensor, neg: torch.Tensor, seed: int) -> MiniBatch:
         """The blocks of every distinct endpoint and negative, without the batch's target pairs
         (and their reverses) as task.exclude says."""
         p = pos.numpy()
-        n_ids = neg[..., 2].reshape(-1) if neg.dim() == 3 else neg.reshape(-1)  # the replaced tails
+        n_ids = neg[..., [0, 2]].reshape(-1) if neg.dim() == 3 else neg.reshape(-1)
         seeds = np.unique(np.concatenate([p[:, 0], p[:, 2], n_ids.numpy()]))
         return sample_without(self.graph, seeds, (p[:, 0], p[:, 2]), self.exclude, self.fanouts, seed)
 
@@ -207,11 +209,15 @@ class GNNLinkPrediction(DenseTask):
         (no loss, no gradient)."""
         pos, neg, dec = batch.pos, batch.neg, self.decoder
         h, r, t = hrt
-        if neg.dim() == 3:  # uniform: (B, k, 3) triples with their tails replaced, the head broadcast
+        if neg.dim() == 3:  # uniform: (B, k, 3) corrupted triples, the positive's other entity broadcast
             b, k = neg.shape[:2]
-            rows = z[row(neg[..., 2].reshape(-1))].view(b, k, -1)
-            scores = dec.score(h.unsqueeze(1), None if r is None else r.unsqueeze(1), rows)
-            own = neg[..., 2] == pos[:, 2:]  # never drawn (corrupt draws another entity): kept as a guard
+            if self.heads == 0:  # every tail replaced
+                rows = z[row(neg[..., 2].reshape(-1))].view(b, k, -1)
+                scores = dec.score(h.unsqueeze(1), None if r is None else r.unsqueeze(1), rows)
+            else:
+                rows = z[row(kge_math.replaced(neg).reshape(-1))].view(b, k, -1)
+                scores = kge_math.sided_scores(dec.score, (h, r, t), rows)
+            own = (neg[..., 0] == pos[:, :1]) & (neg[..., 2] == pos[:, 2:])  # never drawn: a guard
             return scores.masked_fill(to_device(own, self.device), float("-inf"))
         if neg.numel() == 0:  # inBatch: every tail of the batch, the positive's own left out
             scores = dec.tails(h, r, t)
@@ -226,9 +232,9 @@ class GNNLinkPrediction(DenseTask):
             (h, rel, t),
             rows,
             chunk,
-            heads=0,
+            heads=self.heads,
         )
-        own = kge_math.own_entity(to_device(pos, self.device), to_device(neg, self.device), chunk, heads=0)
+        own = kge_math.own_entity(to_device(pos, self.device), to_device(neg, self.device), chunk, self.heads)
         return scores.masked_fill(own, float("-inf"))
 
     # ---------------------------------------------------------------------------------- evaluation

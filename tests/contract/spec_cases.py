@@ -108,6 +108,7 @@ SAMPLES: dict[str, Any] = {
     "decoder": "mlp",
     "targetRelations": ["hypernym"],
     "exclude": "none",
+    "negativeSide": "both",
 }
 
 

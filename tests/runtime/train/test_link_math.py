@@ -133,26 +133,31 @@ def nations_partition(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, P
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize(
-    ("sampler", "decoder", "loss"),
+    ("sampler", "decoder", "loss", "side"),
     [
-        ("uniform", "mlp", "softplus"),
-        ("joint", "dot", "crossentropy"),
-        ("local", "distmult", "margin"),
-        ("inBatch", "mlp", "crossentropy"),
+        ("uniform", "mlp", "softplus", "tail"),
+        ("uniform", "distmult", "crossentropy", "both"),
+        ("joint", "dot", "crossentropy", "tail"),
+        ("joint", "distmult", "softplus", "both"),
+        ("local", "distmult", "margin", "tail"),
+        ("inBatch", "mlp", "crossentropy", "tail"),
     ],
 )
 def test_every_sampler_and_decoder_trains(
-    nations_partition: tuple[dict, Path], sampler: str, decoder: str, loss: str
+    nations_partition: tuple[dict, Path], sampler: str, decoder: str, loss: str, side: str
 ) -> None:
-    """Ten steps of each negative sampler with a decoder and a loss: finite losses, the loss of the
-    last steps below the first's, negatives drawn where the sampler says (local: the trainer's own
-    partition), and a negative equal to its positive's own entity scored -inf (no loss)."""
+    """Ten steps of each negative sampler with a decoder and a loss, on either side: finite losses, the
+    loss of the last steps below the first's, negatives drawn where the sampler says (local: the
+    trainer's own partition), and a uniform negative's kept entity the positive's (every tail replaced
+    with negativeSide tail, the heads of the first half with both)."""
     from graphtrain.runtime.graph import DistGraph, standalone_client
     from graphtrain.runtime.train.link_prediction import GNNLinkPrediction
 
     doc, cfg = nations_partition
     doc = yaml.safe_load(yaml.safe_dump(doc))
-    doc["spec"]["task"].update(sampler=sampler, decoder=decoder, loss=loss, negatives=8, chunk=16)
+    doc["spec"]["task"].update(
+        sampler=sampler, decoder=decoder, loss=loss, negatives=8, chunk=16, negativeSide=side
+    )
     doc["spec"]["training"]["batchSize"] = 64
     graph = DistGraph(cfg, standalone_client(cfg))
     task = GNNLinkPrediction(load_yaml(yaml.safe_dump(doc)), graph, Dist())
@@ -168,6 +173,11 @@ def test_every_sampler_and_decoder_trains(
             if sampler == "local":
                 lo, hi = task.own_nodes
                 assert int(batch.neg.min()) >= lo and int(batch.neg.max()) < hi
+            if sampler == "uniform":
+                flat, orig = batch.neg.reshape(-1, 3), batch.pos.repeat_interleave(8, 0)
+                heads = 0 if side == "tail" else (len(flat) + 1) // 2
+                assert torch.equal(flat[:heads, 2], orig[:heads, 2])  # the head side keeps its tail
+                assert torch.equal(flat[heads:, 0], orig[heads:, 0])  # the tail side keeps its head
             losses.append(float(task.step(batch, Clock())[0]))  # type: ignore[arg-type]
     assert all(np.isfinite(losses)) and len(losses) >= 10, losses
     assert np.mean(losses[-3:]) < np.mean(losses[:3]), losses
