@@ -49,12 +49,17 @@ def runtime_image() -> str:
 
 
 # The trainings whose test MRR is compared with `graphtrain run`'s (the podman e2e test, the shard-fault
-# test) and their reference train examples/nations-transe.yaml for EPOCHS epochs instead of its 100: the
-# MRR has converged by then (val_mrr 0.435 at epoch 25 of 100), and the two sides train the same spec.
-# Measured here (2026-11-28, 2 shared vCPUs), ten `graphtrain run`s of the 30-epoch spec gave test MRRs
-# 0.4221-0.4418 (range 0.020; the 100-epoch spec's five gave 0.4357-0.4510, range 0.015), so two draws
-# stay within the tests' MRR_TOLERANCE of 0.03.
+# and locality tests) and their reference train examples/nations-transe.yaml for EPOCHS epochs instead of
+# its 100: the MRR has converged by then (val_mrr 0.435 at epoch 25 of 100), and the two sides train the
+# same spec. Two trainers push asynchronously, so each run is one draw: fourteen `graphtrain run`s of the
+# 30-epoch spec gave test MRRs 0.4343-0.4540 (sd 0.0070; 2026-12-01, 2 shared vCPUs, main 769b3b0; ten on
+# 11-28 gave 0.4221-0.4418). One run through the operator gave 0.4635 against a one-run reference of
+# 0.4273 (0.036 apart, past the 0.03 this bound was then). So the reference is the mean of
+# REFERENCE_RUNS runs (sd ~0.004), and a run compared with it may sit MRR_TOLERANCE away: about five
+# standard deviations of the difference. The exact comparison is the one-trainer test (to 1e-9).
 EPOCHS = 30
+REFERENCE_RUNS = 3
+MRR_TOLERANCE = 0.04
 
 
 def nations_spec(path: Path, epochs: int = EPOCHS, locality: str | None = None, **training: object) -> Path:
@@ -75,11 +80,12 @@ def nations_spec(path: Path, epochs: int = EPOCHS, locality: str | None = None, 
 
 @pytest.fixture(scope="session")
 def nations_reference(tmp_path_factory) -> float:
-    """The test MRR of an undisturbed `graphtrain run` of nations_spec() (about 25 s here), run once for
-    every test that compares a training through the operator with it: checkpoints and runPolicy, which
-    those tests change, do not enter the computation."""
+    """The mean test MRR of REFERENCE_RUNS undisturbed `graphtrain run`s of nations_spec() (about 8 s
+    each here), run once for every test that compares a training through the operator with it:
+    checkpoints and runPolicy, which those tests change, do not enter the computation."""
     tmp = tmp_path_factory.mktemp("ref")
-    return graphtrain_run_mrr(nations_spec(tmp / "nations.yaml"), tmp / "run")
+    spec = nations_spec(tmp / "nations.yaml")
+    return sum(graphtrain_run_mrr(spec, tmp / f"run{i}") for i in range(REFERENCE_RUNS)) / REFERENCE_RUNS
 
 
 def graphtrain_run_mrr(spec: Path, run_dir: Path) -> float:

@@ -19,8 +19,8 @@ import pytest
 
 from graphtrain.contract.children import SHARD_CONTAINER, worker_name
 from tests.e2e.cluster import final_progress
-from tests.e2e.conftest import EPOCHS, Cluster, events, no_errors
-from tests.e2e.test_faults import MRR_TOLERANCE, NAME, finish, latest, pod, ready, start_training, wait_for
+from tests.e2e.conftest import EPOCHS, MRR_TOLERANCE, Cluster, events, no_errors
+from tests.e2e.test_faults import NAME, finish, latest, pod, ready, start_training, wait_for
 from tests.e2e.test_faults import write_spec as faults_spec
 from tests.pod_security import violations
 from tests.podrunner import PodRunner
@@ -52,7 +52,7 @@ def test_a_killed_shard_sidecar_restarts_in_place_and_the_training_succeeds(
     Standard; its trainer reads its own shard through shared memory and the other through requests.
     SIGKILL to worker 1's shard-server sidecar: the kubelet restarts it in place, it restores the last
     checkpoint, the trainers (whose mapped rows are stale) restart from it, and the training succeeds
-    with a test MRR within MRR_TOLERANCE of an undisturbed `graphtrain run`."""
+    with a test MRR within MRR_TOLERANCE of undisturbed `graphtrain run`s."""
     kube, ns = cluster.kube, "locality-shard"
     spec = write_spec(tmp_path, epochs=EPOCHS, run_policy={"backoffLimit": 2})
     started = time.monotonic()
