@@ -11,7 +11,11 @@
 4. KGE parity: filtered MRR of TransE, DistMult, ComplEx and RotatE on Nations, Kinships and UMLS,
    graphtrain against PyKEEN 1.11 (its own venv) with the same settings, over --seeds seeds each.
 
-    python bench/e2e.py [--seeds 3] [--first-seed 0] [--threads 2]
+With --mixed-precision bfloat16, the two GraphSAGE cases of 1 and 2 run again with training.mixedPrecision
+(their products in bfloat16), beside the float32 rows and against the same DGL figures (float32: DGL 2.1's
+CPU gspmm crashes under autocast to bfloat16).
+
+    python bench/e2e.py [--seeds 3] [--first-seed 0] [--threads 2] [--mixed-precision bfloat16]
                         [--skip dgl,pykeen,throughput,accuracy,restart,kge]
                         [--kge-models transe,distmult,complex,rotate] [--kge-datasets nations,kinships,umls]
 
@@ -175,7 +179,17 @@ def _ratio(x: float, base: float | None) -> str:
     return f"{x / base:.2f}x" if base else "-"
 
 
-def throughput(work: Path, threads: int, with_dgl: bool, rows: list[list[str]]) -> None:
+def precisions(example: str, mixed: str) -> list[tuple[str, dict[str, Any]]]:
+    """(title suffix, overrides) of each precision a case runs in: float32, and with --mixed-precision
+    bfloat16 the GraphSAGE cases again with training.mixedPrecision (DGL 2.1 stays float32: its CPU
+    gspmm crashes under autocast to bfloat16, 2026-12-01)."""
+    runs: list[tuple[str, dict[str, Any]]] = [("", {})]
+    if mixed != "none" and "sage" in example:
+        runs.append((f", {mixed} products", {"training.mixedPrecision": mixed}))
+    return runs
+
+
+def throughput(work: Path, threads: int, with_dgl: bool, rows: list[list[str]], mixed: str = "none") -> None:
     cases = [
         ("GraphSAGE WordNet, features", "wordnet-sage-features.yaml", ["--features"], "seeds/s"),
         (
@@ -192,9 +206,12 @@ def throughput(work: Path, threads: int, with_dgl: bool, rows: list[list[str]]) 
         export_kg("gene-kg", work / "gene-kg.npz")
     for title, example, dgl_args, unit in cases:
         big = {"training.epochs": 3, "training.evalEvery": 1000, "training.checkpointInterval": 10**9}
-        doc = spec(example, **big)
-        alone = graphtrain_run(doc, work, standalone=True, measure=True)["samples_per_second"]
-        dist = graphtrain_run(doc, work, standalone=False, measure=True)["samples_per_second"]
+        ours = []
+        for suffix, overrides in precisions(example, mixed):
+            doc = spec(example, **big, **overrides)
+            alone = graphtrain_run(doc, work, standalone=True, measure=True)["samples_per_second"]
+            dist = graphtrain_run(doc, work, standalone=False, measure=True)["samples_per_second"]
+            ours.append((title + suffix, alone, dist))
         base = None
         if with_dgl:
             if dgl_args is not None:
@@ -206,34 +223,43 @@ def throughput(work: Path, threads: int, with_dgl: bool, rows: list[list[str]]) 
                 argv += ["--negatives", str(t["task"]["negatives"]), "--steps", "60"]
                 argv += ["--batch-size", str(t["training"]["batchSize"]), "--threads", str(threads)]
                 base = run_json(argv)["triples_per_second"]
-        rows.append(
-            [
-                title,
-                unit,
-                f"{alone:,.0f}",
-                _ratio(alone, base),
-                f"{dist:,.0f}",
-                _ratio(dist, base),
-                f"{base:,.0f}" if base else "-",
-            ]
-        )
-        print(
-            f"[bench] {title}: standalone {alone:,.0f}, 2x2 {dist:,.0f}, DGL {base or 0:,.0f} {unit}",
-            flush=True,
-        )
+        for name, alone, dist in ours:
+            rows.append(
+                [
+                    name,
+                    unit,
+                    f"{alone:,.0f}",
+                    _ratio(alone, base),
+                    f"{dist:,.0f}",
+                    _ratio(dist, base),
+                    f"{base:,.0f}" if base else "-",
+                ]
+            )
+            print(
+                f"[bench] {name}: standalone {alone:,.0f}, 2x2 {dist:,.0f}, DGL {base or 0:,.0f} {unit}",
+                flush=True,
+            )
 
 
-def accuracy(work: Path, threads: int, with_dgl: bool, seeds: int, rows: list[list[str]]) -> None:
+def accuracy(
+    work: Path, threads: int, with_dgl: bool, seeds: int, rows: list[list[str]], mixed: str = "none"
+) -> None:
     for title, example, dgl_args in (
         ("features", "wordnet-sage-features.yaml", ["--features"]),
         ("+ embedding (SparseAdam)", "wordnet-sage.yaml", ["--features", "--embedding", "128"]),
     ):
-        ours: dict[str, list[float]] = {"standalone": [], "2x2": []}
+        runs = precisions(example, mixed)
+        ours: dict[str, list[float]] = {
+            f"{layout}{suffix}": [] for suffix, _ in runs for layout in ("1", "2")
+        }
         base = []
         for seed in range(seeds):
-            doc = spec(example, **{"training.seed": seed, "training.checkpointInterval": 10**9})
-            ours["standalone"].append(graphtrain_run(doc, work, True)["test_accuracy"])
-            ours["2x2"].append(graphtrain_run(doc, work, False)["test_accuracy"])
+            for suffix, overrides in runs:
+                doc = spec(
+                    example, **{"training.seed": seed, "training.checkpointInterval": 10**9}, **overrides
+                )
+                ours[f"1{suffix}"].append(graphtrain_run(doc, work, True)["test_accuracy"])
+                ours[f"2{suffix}"].append(graphtrain_run(doc, work, False)["test_accuracy"])
             if with_dgl:
                 argv = dgl_cmd(venv("dgl", DGL), "sage", work / "wordnet.npz", *dgl_args)
                 argv += ["--threads", str(threads), "--seed", str(seed)]
@@ -241,8 +267,11 @@ def accuracy(work: Path, threads: int, with_dgl: bool, seeds: int, rows: list[li
                     export_wordnet(work / "wordnet.npz")
                 base.append(run_json(argv)["test_accuracy"])
         fmt = lambda v: f"{statistics.mean(v):.4f}" if v else "-"  # noqa: E731
-        rows.append([f"WordNet {title}", fmt(ours["standalone"]), fmt(ours["2x2"]), fmt(base)])
-        print(f"[bench] WordNet {title}: {rows[-1][1:]}", flush=True)
+        for suffix, _ in runs:
+            rows.append(
+                [f"WordNet {title}{suffix}", fmt(ours[f"1{suffix}"]), fmt(ours[f"2{suffix}"]), fmt(base)]
+            )
+            print(f"[bench] WordNet {title}{suffix}: {rows[-1][1:]}", flush=True)
 
 
 def kg_spec(dataset: str, model: str, seed: int, **overrides: Any) -> dict[str, Any]:
@@ -381,6 +410,12 @@ def main() -> None:
     )
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument(
+        "--mixed-precision",
+        choices=["none", "bfloat16"],
+        default="none",
+        help="bfloat16: the GraphSAGE cases also with training.mixedPrecision, beside float32 (DGL: float32)",
+    )
+    ap.add_argument(
         "--kge-models", default=",".join(KG_MODELS), help=f"comma-separated, of {', '.join(KG_MODELS)}"
     )
     ap.add_argument(
@@ -398,7 +433,7 @@ def main() -> None:
         work = Path(tmp)
         if "throughput" not in skip:
             rows: list[list[str]] = []
-            throughput(work, a.threads, "dgl" not in skip, rows)
+            throughput(work, a.threads, "dgl" not in skip, rows, a.mixed_precision)
             print(
                 table(
                     ["run", "unit", "standalone", "vs DGL", "2 servers x 2 trainers", "vs DGL", "DGL 2.1"],
@@ -407,7 +442,7 @@ def main() -> None:
             )
         if "accuracy" not in skip:
             rows = []
-            accuracy(work, a.threads, "dgl" not in skip, a.seeds, rows)
+            accuracy(work, a.threads, "dgl" not in skip, a.seeds, rows, a.mixed_precision)
             print(table(["test accuracy", "standalone", "2x2", "DGL 2.1"], rows))
         if "restart" not in skip:
             rows = []

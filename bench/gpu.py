@@ -18,6 +18,7 @@ For each variant:
 wall seconds: a faster step must not cost accuracy.
 
     python bench/gpu.py [--device cuda] [--scale 1.0] [--variants features,table] [--accuracy]
+                        [--mixed-precision bfloat16]
 """
 
 from __future__ import annotations
@@ -42,8 +43,9 @@ VARIANTS = ("features", "table")
 TIMED_EPOCHS = 1000  # more than any timed window needs (small --scale: epochs of a few steps)
 
 
-def b1_spec(npz: Path, device: str, variant: str, epochs: int) -> dict[str, Any]:
-    """The B1 GraphTraining: GraphSAGE over the products-like graph, standalone (one partition)."""
+def b1_spec(npz: Path, device: str, variant: str, epochs: int, mixed: str = "none") -> dict[str, Any]:
+    """The B1 GraphTraining: GraphSAGE over the products-like graph, standalone (one partition);
+    `mixed`: training.mixedPrecision."""
     spec: dict[str, Any] = {
         "graph": {"path": str(npz), "split": {"train": 0.08, "val": 0.02, "test": 0.9, "seed": 0}},
         "partition": {"parts": 1},
@@ -57,6 +59,7 @@ def b1_spec(npz: Path, device: str, variant: str, epochs: int) -> dict[str, Any]
             "evalEvery": 1000,
             "checkpointInterval": 10**9,
             "seed": 0,
+            "mixedPrecision": mixed,
         },
         "shardServers": {"device": device},
         "trainers": {"replicas": 1, "device": device},
@@ -96,6 +99,12 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=30, help="ceiling steps timed per round")
     ap.add_argument("--accuracy", action="store_true", help="also a whole run for test accuracy")
     ap.add_argument("--epochs", type=int, default=3, help="epochs of the accuracy run")
+    ap.add_argument(
+        "--mixed-precision",
+        choices=["none", "bfloat16"],
+        default="none",
+        help="training.mixedPrecision of every run of the call (ceiling, whole, all-CPU)",
+    )
     a = ap.parse_args()
     if not 0 < a.scale <= 1:
         raise SystemExit(f"bench/gpu.py: --scale must be in (0, 1], got {a.scale}")
@@ -108,16 +117,18 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="graphtrain-gpu-bench-") as tmp:
         work = Path(tmp)
         for variant in variants:
-            top = model_ceiling(b1_spec(npz, a.device, variant, 1), work, device, a.steps)
+            mp = a.mixed_precision
+            top = model_ceiling(b1_spec(npz, a.device, variant, 1, mp), work, device, a.steps)
             # timed runs: epochs to spare, stopped once bench/e2e.py's window is measured
-            whole = graphtrain_run(b1_spec(npz, a.device, variant, TIMED_EPOCHS), work, True, True)
+            whole = graphtrain_run(b1_spec(npz, a.device, variant, TIMED_EPOCHS, mp), work, True, True)
             cpu = whole
             if device.type != "cpu":
-                cpu = graphtrain_run(b1_spec(npz, "cpu", variant, TIMED_EPOCHS), work, True, True)
+                cpu = graphtrain_run(b1_spec(npz, "cpu", variant, TIMED_EPOCHS, mp), work, True, True)
             acc, wall = None, None
             if a.accuracy:
                 t0 = time.perf_counter()
-                acc = graphtrain_run(b1_spec(npz, a.device, variant, a.epochs), work, True)["test_accuracy"]
+                doc = b1_spec(npz, a.device, variant, a.epochs, mp)
+                acc = graphtrain_run(doc, work, True)["test_accuracy"]
                 wall = time.perf_counter() - t0
             rates = (whole["samples_per_second"], cpu["samples_per_second"])
             rows.append((variant, top, *rates, acc, wall))
@@ -128,7 +139,8 @@ def main() -> None:
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu"
     print(
         f"# bench/gpu.py B1, {time.strftime('%Y-%m-%d %H:%M')}, {platform.machine()}, {name}, "
-        f"torch {torch.__version__}, {torch.get_num_threads()} threads; {npz.name}"
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads; {npz.name}; mixedPrecision "
+        f"{a.mixed_precision}"
     )
     print(
         "| variant | ceiling seeds/s | whole seeds/s | whole / ceiling | all-CPU seeds/s | vs all-CPU "

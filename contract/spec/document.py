@@ -14,6 +14,7 @@ from graphtrain.contract.spec.base import API_VERSION, DNS1035, KIND, MAX_NAME_L
 from graphtrain.contract.spec.enums import (
     Backend,
     Device,
+    MixedPrecision,
     Mode,
     Sharding,
     TableKeys,
@@ -33,6 +34,7 @@ from graphtrain.contract.spec.locality import LOCALITY_EVEN_TRAINERS, PodPlaceme
 from graphtrain.contract.spec.model import (
     GNN_KINDS,
     KGE_KINDS,
+    MIXED_PRECISION_KINDS,
     MODELS,
     MOVED_TO_TASK,
     ModelSpec,
@@ -364,6 +366,16 @@ add_rules(
             ("size(self.training.fanouts)", lambda s: len(s.training.fanouts)),
             (_CEL_LAYERS, _num_layers),
         ),
+    ),
+    Rule(
+        "mixed-precision-models",
+        "training.mixedPrecision",
+        lambda s: s.model.kind in MIXED_PRECISION_KINDS or s.training.mixed_precision == MixedPrecision.none,
+        cel=f"self.model.kind in {cel_strings(MIXED_PRECISION_KINDS)} || "
+        "!has(self.training.mixedPrecision) || self.training.mixedPrecision == 'none'",
+        message=f"bfloat16 is built for model.kind {' and '.join(MIXED_PRECISION_KINDS)}; %s computes in "
+        "float32",
+        args=(("self.model.kind", lambda s: s.model.kind),),
     ),
     Rule(
         "gang-scheduler",

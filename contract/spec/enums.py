@@ -221,6 +221,13 @@ class SamplerPlace(StrEnum):
     device = "device"  # on the trainer's device, the whole graph copied there (refused if not mappable)
 
 
+class MixedPrecision(StrEnum):
+    """The dense layers' products under torch.autocast (training.mixedPrecision)."""
+
+    none = "none"  # float32 throughout
+    bfloat16 = "bfloat16"  # the model's forward under autocast to bfloat16; parameters, loss, tables float32
+
+
 class Mode(StrEnum):
     """What a GraphTraining does with its graph."""
 

@@ -10,7 +10,7 @@ from pydantic import (
 )
 
 from graphtrain.contract.spec.base import MAX_LAYERS, MAX_TYPES, SpecModel
-from graphtrain.contract.spec.enums import DenseOptimizer, SamplerPlace
+from graphtrain.contract.spec.enums import DenseOptimizer, MixedPrecision, SamplerPlace
 from graphtrain.contract.spec.rules import (
     Rule,
     add_rules,
@@ -110,6 +110,15 @@ class Training(SpecModel):
         "when sampling waits on remote shards and the trainer has cores to spare; a CPU trainer whose "
         "intra-op threads fill its cores loses more to the contention than it hides (so did 2 GPU trainers "
         "sharing an H100: WordNet at 16.6k samples/s 4 ahead, 29.9k inline).",
+    )
+    mixed_precision: MixedPrecision = Field(
+        default=MixedPrecision.none,
+        description="model.kind graphsage or rgcn. bfloat16: a training step's forward runs under "
+        "torch.autocast, so the layers' matrix products (linear maps, relation weights) take bfloat16 inputs "
+        "and accumulate in float32; the neighbour means and sums, the parameters, their gradients and "
+        "optimizer, the loss, the embedding tables, and evaluation and inference stay float32. It pays "
+        "where the hardware multiplies bfloat16 (GPUs; CPUs with AVX-512 BF16 or AMX). none: float32 "
+        "throughout.",
     )
     profile_steps: int = Field(
         default=0,

@@ -13,7 +13,7 @@ from torch import nn
 from graphtrain.contract.spec import GNNModel
 from graphtrain.runtime.graph.loader import Block
 from graphtrain.runtime.models.entry import BlockWork, GNNEntry, GNNShape
-from graphtrain.runtime.models.layers import SparseProduct
+from graphtrain.runtime.models.layers import SparseProduct, autocasting, spmm
 from graphtrain.runtime.models.relational import RGCN, relational_macs
 from graphtrain.runtime.native.nn import relu_dropout
 
@@ -57,6 +57,12 @@ class SAGEConv(nn.Module):
         is added to in place: each product is one GEMM accumulating into the output (addmm, beta 1)
         rather than a product, then an add, then the bias's broadcast add."""
         h_dst = h[: block.num_dst]
+        if autocasting(h):  # out of place: autocast skips in-place products
+            return (
+                acc
+                + nn.functional.linear(h_dst, w_self)
+                + nn.functional.linear(self._mean(block, h), w_neigh)
+            )
         if block.num_src * w_neigh.shape[0] < block.num_dst * w_neigh.shape[1]:
             out = self._mean(block, nn.functional.linear(h, w_neigh))  # a fresh tensor: ours to add to
             out = out.add_(acc) if acc.dim() == 1 else acc.add_(out)
@@ -68,10 +74,13 @@ class SAGEConv(nn.Module):
 
     @staticmethod
     def _mean(block: Block, h: torch.Tensor) -> torch.Tensor:
+        """The mean over each destination's in-neighbours, summed in float32 (under autocast too)."""
+        if autocasting(h):
+            h = h.float()
         if block.mean is not None:
             if block.mean_t is not None and h.requires_grad:
                 return SparseProduct.apply(h, block.mean, block.mean_t)
-            return torch.sparse.mm(block.mean, h)
+            return spmm(block.mean, h)
         agg = torch.zeros((block.num_dst, h.shape[1]), dtype=h.dtype, device=h.device)
         agg.index_add_(0, block.dst, h.index_select(0, block.src))
         deg = torch.bincount(block.dst, minlength=block.num_dst).clamp_(min=1).to(h.dtype)

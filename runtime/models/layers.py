@@ -50,6 +50,21 @@ class LayerStack(nn.Module, abc.ABC):
             self.train(was)
 
 
+def autocasting(t: torch.Tensor) -> bool:
+    """Whether torch.autocast is on for t's device (training.mixedPrecision): layers then take their
+    out-of-place forms, which autocast reaches (it leaves in-place products such as addmm_ alone)."""
+    return torch.is_autocast_enabled(t.device.type)
+
+
+def spmm(a: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+    """a @ h for a sparse a. Under autocast, in float32 and outside it: torch's CPU sparse kernels have
+    no bfloat16, and a mean over a few dozen neighbours keeps float32's precision."""
+    if not autocasting(h):
+        return torch.sparse.mm(a, h)
+    with torch.autocast(h.device.type, enabled=False):
+        return torch.sparse.mm(a, h.float())
+
+
 class SparseProduct(torch.autograd.Function):
     """A @ h with a precomputed A^T for the gradient (torch would transpose A every call): a block's
     mean over in-neighbours, a feature bag's combination of its words' rows (train/inputs.py)."""
@@ -59,7 +74,7 @@ class SparseProduct(torch.autograd.Function):
         ctx: torch.autograd.function.FunctionCtx, h: torch.Tensor, a: torch.Tensor, a_t: torch.Tensor
     ) -> torch.Tensor:
         ctx.a_t = a_t
-        return torch.sparse.mm(a, h)
+        return spmm(a, h)
 
     @staticmethod
     def backward(ctx: torch.autograd.function.FunctionCtx, grad: torch.Tensor) -> tuple:
@@ -107,7 +122,7 @@ def block_csr(block: Block) -> tuple[torch.Tensor, Transpose | None]:
 
 def product(h: torch.Tensor, a: torch.Tensor, a_t: torch.Tensor) -> torch.Tensor:
     """a @ h, through SparseProduct when h needs a gradient."""
-    return SparseProduct.apply(h, a, a_t) if h.requires_grad else torch.sparse.mm(a, h)
+    return SparseProduct.apply(h, a, a_t) if h.requires_grad else spmm(a, h)
 
 
 @dataclass

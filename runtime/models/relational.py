@@ -23,7 +23,7 @@ from torch import nn
 from graphtrain.contract.spec import GNNModel
 from graphtrain.runtime.graph.loader import Block
 from graphtrain.runtime.models.entry import BlockWork, GNNShape
-from graphtrain.runtime.models.layers import per_relation, product, relation_pairs
+from graphtrain.runtime.models.layers import autocasting, per_relation, product, relation_pairs, spmm
 from graphtrain.runtime.native.nn import relu_dropout
 
 
@@ -77,9 +77,12 @@ class RelGraphConv(nn.Module):
         f = self.frozen if frozen is not None else 0
         msg = per_relation(pairs, product(h, pairs.mean, pairs.mean_t), w[:, f:])
         if frozen is not None:  # data columns: no input gradient (sparse.mm of a tensor without grad)
-            msg = msg + per_relation(pairs, torch.sparse.mm(pairs.mean, frozen), w[:, :f])
+            msg = msg + per_relation(pairs, spmm(pairs.mean, frozen), w[:, :f])
         out = self.bias.expand(block.num_dst, -1).clone()
-        out.index_add_(0, pairs.dst, msg)
+        out.index_add_(0, pairs.dst, msg.to(out.dtype))  # under autocast: bfloat16 products, float32 sums
+        if self.loop is not None and autocasting(h):  # out of place: autocast skips addmm_
+            out = out + h[: block.num_dst] @ self.loop[f:]
+            return out if frozen is None else out + frozen[: block.num_dst] @ self.loop[:f]
         if self.loop is not None:
             out.addmm_(h[: block.num_dst], self.loop[f:])
             if frozen is not None:

@@ -10,9 +10,11 @@ them; a feature bag takes the features' place (it learns).
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 
-from graphtrain.contract.spec import DuplicateRule, GNNModel, GraphTrainingSpec, gnn
+from graphtrain.contract.spec import DuplicateRule, GNNModel, GraphTrainingSpec, MixedPrecision, gnn
 from graphtrain.runtime.errors import GraphtrainError
 from graphtrain.runtime.graph import DistGraph, FeatureBags
 from graphtrain.runtime.graph.loader import MiniBatch
@@ -80,6 +82,7 @@ class GNNEncoder:
             edge_dim=graph.edge_dim(),
         )
         self.module = gnn_entry(m.KIND).build(m, shape).to(device)
+        self.bfloat16 = spec.training.mixed_precision == MixedPrecision.bfloat16
 
     def start(self, step: int) -> None:
         """The tables' step counts go on from the checkpoint's (their optimizers' bias correction)."""
@@ -130,9 +133,19 @@ class GNNEncoder:
     ) -> torch.Tensor:
         """The model's output for a batch's seeds from its features `x` and/or its learnable input `e`
         (`model`: the module)."""
-        if e is None:
-            return model(mb.blocks, x)
-        return model(mb.blocks, e, x) if self.split_inputs else model(mb.blocks, e)
+        with self.precision():
+            if e is None:
+                out = model(mb.blocks, x)
+            else:
+                out = model(mb.blocks, e, x) if self.split_inputs else model(mb.blocks, e)
+        return out.float()  # the task's decoder and loss in float32 (a no-op without autocast)
+
+    def precision(self) -> contextlib.AbstractContextManager:
+        """training.mixedPrecision's autocast over a training forward; backward runs outside it, in the
+        dtypes autocast recorded (torch's recipe). Evaluation and inference (layerwise) stay float32."""
+        if not self.bfloat16:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=torch.bfloat16)
 
     def idle_lookups(self, rounds: int) -> None:
         """Take part in `rounds` collective lookups with no batch (a trainer with fewer evaluation batches

@@ -214,6 +214,9 @@ BREAKS: dict[str, Doc] = {
         TRANSE, lambda s: (s["model"].update(kind="rotate"), s["model"].pop("norm", None), _odd(s))
     ),
     "fanouts-positive": edit(GRAPHSAGE, lambda s: s.update(training={"fanouts": [10, 0]})),
+    "mixed-precision-models": edit(
+        TRANSE, lambda s: s.setdefault("training", {}).update(mixedPrecision="bfloat16")
+    ),
     "table-names-unique": edit(GRAPHSAGE, lambda s: s["embeddings"].append({"name": "node", "dim": 8})),
     "tables-used": edit(GRAPHSAGE, lambda s: s["embeddings"].append({"name": "spare", "dim": 8})),
     "nodeEmbedding-exists": edit(GRAPHSAGE, lambda s: s["model"].update(nodeEmbedding="nope")),

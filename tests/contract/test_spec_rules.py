@@ -65,6 +65,14 @@ def test_each_example_breaks_its_rule(name: str) -> None:
     assert hits, f"{name} not reported; got {[str(p) for p in problems]}"
 
 
+@pytest.mark.parametrize("kind", ["graphsage", "rgcn"])
+def test_mixed_precision_is_accepted_for_the_models_built_for_it(kind: str) -> None:
+    doc = edit(
+        GRAPHSAGE, lambda s: (s["model"].update(kind=kind), s.update(training={"mixedPrecision": "bfloat16"}))
+    )
+    assert parse(doc).spec.training.mixed_precision == "bfloat16"
+
+
 @pytest.mark.parametrize(
     ("table", "path"),
     [({"keys": "custom", "numEmbeddings": 10}, "spec.embeddings[0].keys")],

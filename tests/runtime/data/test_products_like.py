@@ -72,13 +72,15 @@ def test_cached_file_is_what_graph_path_reads(tmp_path: Path) -> None:
     assert np.array_equal(g.label, drawn["label"])
 
 
-@pytest.mark.parametrize("variant", gpu.VARIANTS)
-def test_ceiling_runs_the_trainers_module(tmp_path: Path, variant: str) -> None:
+@pytest.mark.parametrize(
+    ("variant", "mixed"), [*((v, "none") for v in gpu.VARIANTS), ("features", "bfloat16")]
+)
+def test_ceiling_runs_the_trainers_module(tmp_path: Path, variant: str, mixed: str) -> None:
     """The model-only step over real blocks of the B1 spec: the module learns (its weights move, its loss
-    on a fixed batch falls), and the rate is a positive number."""
+    on a fixed batch falls), and the rate is a positive number; with training.mixedPrecision too."""
     npz = products_like.ensure(tmp_path / "cache", SCALE, 0)
     spec = tmp_path / "b1.yaml"
-    spec.write_text(yaml.safe_dump(gpu.b1_spec(npz, "cpu", variant, 1)))
+    spec.write_text(yaml.safe_dump(gpu.b1_spec(npz, "cpu", variant, 1, mixed)))
     device = torch.device("cpu")
     gt, enc, batches = ceiling.sampled_batches(spec, tmp_path / "work", 2, device)
     assert [len(b) for b in (batches[0].blocks,)] == [3]  # three layers, fan-outs [15, 10, 5]

@@ -70,3 +70,31 @@ def test_graphsage_is_deterministic_in_eval_and_seeded_in_training() -> None:
     assert torch.equal(a, model(blocks, x))
     with pytest.raises(ValueError, match="dropout"):
         GraphSAGE(12, 32, 5, dropout=1.0)
+
+
+@pytest.mark.parametrize(("in_dim", "out_dim", "frozen"), [(16, 8, 0), (8, 16, 0), (24, 8, 16)])
+def test_layer_under_autocast_is_float32s_within_bfloat16s_precision(
+    in_dim: int, out_dim: int, frozen: int
+) -> None:
+    """training.mixedPrecision: the products in bfloat16 (the output is not float32's bit for bit), the
+    means in float32, and the parameters' gradients float32 and close to float32's."""
+    torch.manual_seed(0)
+    block = random_block(30, 70, seed=1)
+    layer = SAGEConv(in_dim, out_dim, frozen)
+    h = torch.randn(70, in_dim - frozen, requires_grad=True)
+    x = torch.randn(70, frozen) if frozen else None
+    upstream = torch.randn(30, out_dim)
+    runs = []
+    for cast in (False, True):
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=cast):
+            out = layer(block, h, x)
+        (out.float() * upstream).sum().backward()
+        runs.append((out.float(), [p.grad.clone() for p in layer.parameters()] + [h.grad.clone()]))
+        layer.zero_grad()
+        h.grad = None
+    (want, want_grads), (got, got_grads) = runs
+    assert not torch.equal(got, want)
+    torch.testing.assert_close(got, want, rtol=0.03, atol=0.03)
+    for g, w in zip(got_grads, want_grads, strict=True):
+        assert g.dtype == torch.float32
+        torch.testing.assert_close(g, w, rtol=0.05, atol=0.05)

@@ -10,7 +10,7 @@ import torch
 from torch.nn import functional
 
 from graphtrain.contract.spec import GATModel, GraphSAGEModel, RGCNModel
-from graphtrain.contract.spec.model import RGATModel
+from graphtrain.contract.spec.model import MIXED_PRECISION_KINDS, RGATModel
 from graphtrain.runtime.graph.loader import Block, mean_matrices
 from graphtrain.runtime.models import GNNShape, gnn_entry, layers
 from graphtrain.runtime.models.layers import attention_sum, edge_softmax, relation_pairs
@@ -219,20 +219,29 @@ def test_gat_layer_with_frozen_columns_is_its_definition_forward_and_backward() 
         torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-5)
 
 
+VARIANTS = {
+    "sage-typed": GraphSAGEModel(hidden_dim=8),
+    "sage-weighted": GraphSAGEModel(hidden_dim=8, edge_weight=True),
+    "gat": GATModel(hidden_dim=8, heads=2),
+    "rgcn": RGCNModel(hidden_dim=8, num_bases=2),
+    "rgat": RGATModel(hidden_dim=8, heads=2, edge_features=True),
+}
+# each model in float32, and under autocast those training.mixedPrecision takes
+LEARNING = [(v, False) for v in VARIANTS.values()] + [
+    (v, True) for v in VARIANTS.values() if v.KIND in MIXED_PRECISION_KINDS
+]
+
+
 @pytest.mark.parametrize(
-    "variant",
-    [
-        GraphSAGEModel(hidden_dim=8),
-        GraphSAGEModel(hidden_dim=8, edge_weight=True),
-        GATModel(hidden_dim=8, heads=2),
-        RGCNModel(hidden_dim=8, num_bases=2),
-        RGATModel(hidden_dim=8, heads=2, edge_features=True),
-    ],
-    ids=["sage-typed", "sage-weighted", "gat", "rgcn", "rgat"],
+    ("variant", "bfloat16"),
+    LEARNING,
+    ids=list(VARIANTS) + [f"{k}-autocast" for k, v in VARIANTS.items() if v.KIND in MIXED_PRECISION_KINDS],
 )
-def test_every_gnn_learns_a_small_typed_task_and_gives_its_hidden_layer(variant: object) -> None:
+def test_every_gnn_learns_a_small_typed_task_and_gives_its_hidden_layer(
+    variant: object, bfloat16: bool
+) -> None:
     """Two layers on fixed blocks: the loss falls, every parameter gets a gradient, hidden() has the
-    hidden width."""
+    hidden width; under autocast too (training.mixedPrecision)."""
     torch.manual_seed(0)
     b0, b1 = block(num_dst=15, num_src=30, edges=80, seed=1), block(num_dst=6, num_src=15, edges=40, seed=2)
     b0.efeat = b0.efeat.abs()
@@ -244,7 +253,9 @@ def test_every_gnn_learns_a_small_typed_task_and_gives_its_hidden_layer(variant:
     opt = torch.optim.Adam(model.parameters(), lr=0.05)
     losses = []
     for _ in range(30):
-        loss = functional.cross_entropy(model([b0, b1], x), y)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bfloat16):
+            out = model([b0, b1], x)
+        loss = functional.cross_entropy(out.float(), y)
         opt.zero_grad()
         loss.backward()
         losses.append(float(loss))

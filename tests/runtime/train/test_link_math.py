@@ -116,6 +116,37 @@ def test_layer_by_layer_embeddings_equal_the_full_neighbourhood_forward(
     torch.testing.assert_close(layered, whole, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("kind", ["graphsage", "rgcn"])
+def test_mixed_precision_casts_a_training_forward_and_leaves_evaluation_in_float32(
+    nations_partition: tuple[dict, Path], kind: str
+) -> None:
+    """training.mixedPrecision bfloat16: the encoder's forward (a training step's) runs its products
+    in bfloat16 and hands the decoder float32; embed_all (evaluation, inference) is float32's."""
+    from graphtrain.runtime.graph import DistGraph, standalone_client
+    from graphtrain.runtime.graph.loader import sample_blocks
+    from graphtrain.runtime.train.link_prediction import GNNLinkPrediction
+
+    spec, cfg = nations_partition
+    spec = yaml.safe_load(yaml.safe_dump(spec))
+    spec["spec"]["model"] = {"kind": kind, "useFeatures": False, "nodeEmbedding": "entity", "hiddenDim": 16}
+    spec["spec"]["embeddings"][0]["dim"] = 16
+    spec["spec"]["training"]["mixedPrecision"] = "bfloat16"
+    graph = DistGraph(cfg, standalone_client(cfg))
+    task = GNNLinkPrediction(load_yaml(yaml.safe_dump(spec)), graph, Dist())
+    task.model.eval()
+    mb = sample_blocks(graph, np.arange(graph.num_nodes), [-1, -1])
+    with torch.no_grad():
+        e = task.enc.pull(mb)
+        cast = task.enc.forward(task.model, mb, e, None)
+        task.enc.bfloat16 = False
+        plain = task.enc.forward(task.model, mb, e, None)
+        task.enc.bfloat16 = True
+    assert cast.dtype == torch.float32 and not torch.equal(cast, plain)
+    assert float((cast - plain).norm() / plain.norm()) < 0.02  # bfloat16 keeps 8 bits: 0.4 % a rounding
+    torch.testing.assert_close(task.embed_all(), plain, atol=1e-5, rtol=1e-5)
+
+
 @pytest.fixture(scope="module")
 def nations_partition(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, Path]:
     """examples/nations-rgcn-lp.yaml's spec and its partition, made as `graphtrain run` makes it."""
