@@ -373,8 +373,8 @@ add_rules(
         lambda s: s.model.kind in MIXED_PRECISION_KINDS or s.training.mixed_precision == MixedPrecision.none,
         cel=f"self.model.kind in {cel_strings(MIXED_PRECISION_KINDS)} || "
         "!has(self.training.mixedPrecision) || self.training.mixedPrecision == 'none'",
-        message=f"bfloat16 is built for model.kind {' and '.join(MIXED_PRECISION_KINDS)}; %s computes in "
-        "float32",
+        message=f"bfloat16 is for a GNN's layers ({', '.join(MIXED_PRECISION_KINDS)}); model.kind %s has "
+        "none",
         args=(("self.model.kind", lambda s: s.model.kind),),
     ),
     Rule(

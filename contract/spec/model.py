@@ -215,9 +215,8 @@ MODELS: tuple[type[Variant], ...] = (
 # The kinds, as an enumeration for what reports them (the REST API's model field)
 ModelKind = StrEnum("ModelKind", {m.KIND: m.KIND for m in MODELS})  # type: ignore[misc]
 GNN_KINDS = tuple(m.KIND for m in MODELS if issubclass(m, GNNModel))
-# training.mixedPrecision: bfloat16 (the models whose layers take autocast: runtime/models/graphsage.py,
-# relational.py; GAT's and RGAT's attention kernels are float32)
-MIXED_PRECISION_KINDS = (GraphSAGEModel.KIND, RGCNModel.KIND)
+# training.mixedPrecision: bfloat16 (the models whose layers take autocast: every GNN)
+MIXED_PRECISION_KINDS = GNN_KINDS
 KGE_KINDS = tuple(m.KIND for m in MODELS if issubclass(m, KGEModel))
 COMPLEX_KINDS = tuple(m.KIND for m in MODELS if issubclass(m, KGEModel) and m.COMPLEX_ROWS)
 

@@ -113,12 +113,12 @@ class Training(SpecModel):
     )
     mixed_precision: MixedPrecision = Field(
         default=MixedPrecision.none,
-        description="model.kind graphsage or rgcn. bfloat16: a training step's forward runs under "
-        "torch.autocast, so the layers' matrix products (linear maps, relation weights) take bfloat16 inputs "
-        "and accumulate in float32; the neighbour means and sums, the parameters, their gradients and "
-        "optimizer, the loss, the embedding tables, and evaluation and inference stay float32. It pays "
-        "where the hardware multiplies bfloat16 (GPUs; CPUs with AVX-512 BF16 or AMX). none: float32 "
-        "throughout.",
+        description="GNN models. bfloat16: a training step's forward runs under torch.autocast, so the "
+        "layers' matrix products (linear maps, relation weights, GAT's transforms) take bfloat16 inputs and "
+        "accumulate in float32; the neighbour means and sums, GAT's attention, the parameters, their "
+        "gradients and optimizer, the loss, the embedding tables, and evaluation and inference stay "
+        "float32. It pays where the hardware multiplies bfloat16 (GPUs; CPUs with AVX-512 BF16 or AMX). "
+        "none: float32 throughout.",
     )
     profile_steps: int = Field(
         default=0,

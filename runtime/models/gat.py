@@ -25,6 +25,7 @@ from graphtrain.runtime.models.entry import BlockWork, GNNEntry, GNNShape
 from graphtrain.runtime.models.layers import (
     LayerStack,
     attention_sum,
+    autocasting,
     block_csr,
     edge_softmax,
 )
@@ -75,14 +76,40 @@ class GATConv(nn.Module):
         return self.fc.weight.view(self.heads, self.width, -1).transpose(1, 2)
 
     def forward(self, block: Block, h: torch.Tensor, frozen: torch.Tensor | None = None) -> torch.Tensor:
-        """(destinations, heads, width); `h` the learnable input columns (all of them without `frozen`)."""
+        """(destinations, heads, width); `h` the learnable input columns (all of them without `frozen`).
+        Under autocast (training.mixedPrecision) the attention runs in float32 outside it, on the CPU
+        core's kernels, and only the transforms (bmm, baddbmm, addmm) take bfloat16."""
         w = self._per_head()  # (heads, in, width)
         f = 0 if frozen is None else frozen.shape[1]
+        if autocasting(h):
+            with torch.autocast(h.device.type, enabled=False):
+                summed, alpha, ef = self._attend(block, h.float(), None if frozen is None else frozen.float())
+        else:
+            summed, alpha, ef = self._attend(block, h, frozen)
+        out = torch.bmm(summed, w)
+        if ef is not None:
+            summed = torch.zeros((block.num_dst, self.heads, ef.shape[1]), dtype=ef.dtype, device=ef.device)
+            summed.index_add_(0, block.dst, alpha.unsqueeze(-1) * ef.unsqueeze(1))
+            we = self.edge_fc.weight.view(self.heads, self.width, -1).transpose(
+                1, 2
+            )  # (heads, edge_dim, width)
+            out = torch.baddbmm(out, summed.transpose(0, 1), we)
+        # the sums accumulate inside the GEMMs (baddbmm, addmm): no pass of their own over the outputs
+        hd = h[: block.num_dst]  # one slice of h, reused: each slice's backward fills a whole-size gradient
+        res = torch.addmm(self.bias, hd, self.res.weight[:, f:].t())
+        if frozen is not None:
+            res = torch.addmm(res, frozen[: block.num_dst], self.res.weight[:, :f].t())
+        return out.transpose(0, 1) + res.view(-1, self.heads, self.width)
+
+    def _attend(
+        self, block: Block, h: torch.Tensor, frozen: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """Each head's attention-weighted sum of the inputs (heads, destinations, in), the attention
+        (edges, heads) and the block's edge features (None without model.edgeFeatures)."""
         # a score's weights on h, (2 heads, in): the source's side, then the destination's; per head
         # (2, width) @ (width, in), a product over W's rows as they lie
         sides = torch.cat([self.attn_l, self.attn_r]).transpose(0, 1)  # (heads, 2, width)
         lr = torch.bmm(sides, self.fc.weight.view(self.heads, self.width, -1)).transpose(0, 1).flatten(0, 1)
-        hd = h[: block.num_dst]  # one slice of h, reused: each slice's backward fills a whole-size gradient
         # both sides' scores of every source in one pass over the inputs (the destinations are its first rows)
         scores = thin_product(h, lr, frozen)
         score = scores[block.src, : self.heads] + scores[block.dst, self.heads :]
@@ -97,22 +124,10 @@ class GATConv(nn.Module):
         score = functional.leaky_relu(score, self.negative_slope)
         alpha = edge_softmax(score, block.dst, block.num_dst, crow)
         alpha = functional.dropout(alpha, self.attention_dropout, self.training)
-        # each head's weighted sum of the inputs, then its transform: (heads, dst, in) @ (heads, in, width);
-        # the frozen columns summed into the same tensor, so one GEMM per head transforms both
+        # each head's weighted sum of the inputs, then (forward) its transform: (heads, dst, in) @ (heads,
+        # in, width); the frozen columns summed into the same tensor, so one GEMM per head transforms both
         fz = None if frozen is None else frozen.unsqueeze(1)
-        out = torch.bmm(attention_sum(alpha, h.unsqueeze(1), block, head_major=True, frozen=fz), w)
-        if ef is not None:
-            summed = torch.zeros((block.num_dst, self.heads, ef.shape[1]), dtype=ef.dtype, device=ef.device)
-            summed.index_add_(0, block.dst, alpha.unsqueeze(-1) * ef.unsqueeze(1))
-            we = self.edge_fc.weight.view(self.heads, self.width, -1).transpose(
-                1, 2
-            )  # (heads, edge_dim, width)
-            out = torch.baddbmm(out, summed.transpose(0, 1), we)
-        # the sums accumulate inside the GEMMs (baddbmm, addmm): no pass of their own over the outputs
-        res = torch.addmm(self.bias, hd, self.res.weight[:, f:].t())
-        if frozen is not None:
-            res = torch.addmm(res, frozen[: block.num_dst], self.res.weight[:, :f].t())
-        return out.transpose(0, 1) + res.view(-1, self.heads, self.width)
+        return attention_sum(alpha, h.unsqueeze(1), block, head_major=True, frozen=fz), alpha, ef
 
 
 class GAT(LayerStack):

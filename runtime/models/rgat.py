@@ -72,7 +72,9 @@ class RGATConv(nn.Module):
             edges = order[a:b]
             src, dst = block.src[edges], block.dst[edges]
             nodes, back = torch.unique(torch.cat([src, dst]), return_inverse=True)
-            z = h[nodes] @ self.weight[r]  # each node this relation reads, projected once
+            # each node this relation reads, projected once (under autocast a bfloat16 product, kept in
+            # h's dtype for the attention)
+            z = (h[nodes] @ self.weight[r]).to(h.dtype)
             z_src[edges] = z[back[: len(src)]]
             z_dst[edges] = z[back[len(src) :]]
         zs = z_src.view(-1, self.heads, self.width)

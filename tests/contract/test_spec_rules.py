@@ -65,7 +65,7 @@ def test_each_example_breaks_its_rule(name: str) -> None:
     assert hits, f"{name} not reported; got {[str(p) for p in problems]}"
 
 
-@pytest.mark.parametrize("kind", ["graphsage", "rgcn"])
+@pytest.mark.parametrize("kind", ["graphsage", "rgcn", "gat", "rgat"])
 def test_mixed_precision_is_accepted_for_the_models_built_for_it(kind: str) -> None:
     doc = edit(
         GRAPHSAGE, lambda s: (s["model"].update(kind=kind), s.update(training={"mixedPrecision": "bfloat16"}))

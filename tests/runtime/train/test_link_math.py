@@ -117,7 +117,7 @@ def test_layer_by_layer_embeddings_equal_the_full_neighbourhood_forward(
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("kind", ["graphsage", "rgcn"])
+@pytest.mark.parametrize("kind", ["graphsage", "rgcn", "gat", "rgat"])
 def test_mixed_precision_casts_a_training_forward_and_leaves_evaluation_in_float32(
     nations_partition: tuple[dict, Path], kind: str
 ) -> None:
@@ -130,6 +130,8 @@ def test_mixed_precision_casts_a_training_forward_and_leaves_evaluation_in_float
     spec, cfg = nations_partition
     spec = yaml.safe_load(yaml.safe_dump(spec))
     spec["spec"]["model"] = {"kind": kind, "useFeatures": False, "nodeEmbedding": "entity", "hiddenDim": 16}
+    if kind in ("gat", "rgat"):
+        spec["spec"]["model"]["heads"] = 2
     spec["spec"]["embeddings"][0]["dim"] = 16
     spec["spec"]["training"]["mixedPrecision"] = "bfloat16"
     graph = DistGraph(cfg, standalone_client(cfg))
