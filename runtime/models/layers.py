@@ -11,7 +11,6 @@ width) tensor: its aggregation is a sparse product per head, its backward a samp
 from __future__ import annotations
 
 import abc
-import warnings
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -19,7 +18,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from graphtrain.runtime.graph.loader import Block
+from graphtrain.runtime.graph.loader import Block, csr_tensor
 
 
 class LayerStack(nn.Module, abc.ABC):
@@ -82,9 +81,7 @@ class SparseProduct(torch.autograd.Function):
 
 
 def _csr(crow: torch.Tensor, col: torch.Tensor, values: torch.Tensor, shape: tuple[int, int]) -> torch.Tensor:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # "sparse CSR support is in beta"
-        return torch.sparse_csr_tensor(crow, col, values, shape)
+    return csr_tensor(crow, col, values, shape)
 
 
 def _crow(rows: torch.Tensor, num_rows: int) -> torch.Tensor:

@@ -21,7 +21,6 @@ combines a node's words exactly as training did.
 
 from __future__ import annotations
 
-import warnings
 from typing import Any
 
 import numpy as np
@@ -30,6 +29,7 @@ import torch
 
 from graphtrain.runtime.collective import bag
 from graphtrain.runtime.graph import FeatureBags
+from graphtrain.runtime.graph.loader import csr_tensor
 from graphtrain.runtime.models.layers import SparseProduct
 from graphtrain.runtime.partition.typed_ids import NodeRows
 from graphtrain.runtime.train.device import to_device
@@ -69,17 +69,8 @@ def bag_matrices(
         weights = np.ones(len(member), dtype=np.float32)
     shape = (len(lengths), num_words)
     t = sp.csr_matrix((weights, member, offsets), shape=shape).tocsc()  # the transpose, by counting
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # "sparse CSR support is in beta"
-        a = torch.sparse_csr_tensor(
-            torch.from_numpy(offsets), torch.from_numpy(member), torch.from_numpy(weights), shape
-        )
-        a_t = torch.sparse_csr_tensor(
-            torch.from_numpy(t.indptr.astype(np.int64)),
-            torch.from_numpy(t.indices.astype(np.int64)),
-            torch.from_numpy(t.data),
-            shape[::-1],
-        )
+    a = csr_tensor(offsets, member, weights, shape)
+    a_t = csr_tensor(t.indptr.astype(np.int64), t.indices.astype(np.int64), t.data, (shape[1], shape[0]))
     return a, a_t
 
 
