@@ -200,10 +200,6 @@ class NodeClassification(DenseTask):
         """Class scores of a batch from its features `x` and/or its embedding rows `e`."""
         return self.enc.forward(model, mb, e, x)
 
-    def _forward(self, model: torch.nn.Module, mb: MiniBatch, x: torch.Tensor | None) -> torch.Tensor:
-        """Class scores of a batch: features and/or the embedding rows of its input nodes."""
-        return self._model_forward(model, mb, self._pull(mb), x)
-
     # ------------------------------------------------------------------------------- training
 
     def start(self, step: int, resumed: bool) -> None:
