@@ -64,6 +64,10 @@ class Option:
 
 PORT = 65535  # the highest TCP port
 MAX_THREADS = 4096
+# the trainers' rendezvous on one host (--init portfile:PATH): rank 0's store binds a port of the kernel's
+# choosing and writes it to PATH (runtime/train/dist.py); a port picked ahead by the launcher may be taken
+# before rank 0 binds it
+PORT_FILE = "portfile:"
 MAX_SECONDS = 86400.0  # a day: past it a timeout is no timeout (and inf overflows the C timers)
 
 
@@ -332,7 +336,11 @@ class TrainParams(RoleParams):
         ),
     )
     init: str | None = field(
-        default=None, metadata=opt("rendezvous of the trainers: tcp://host:port of rank 0")
+        default=None,
+        metadata=opt(
+            f"rendezvous of the trainers: tcp://host:port of rank 0, or {PORT_FILE}PATH (one host: rank 0 "
+            "binds a port of the kernel's choosing and writes it to PATH)"
+        ),
     )
     servers: str | None = field(
         default=None, metadata=opt("comma-separated shard-server addresses, shard order")

@@ -9,6 +9,7 @@ SPEC_FILE = "graphtraining.json"  # the validated GraphTraining document the run
 LOGS_DIR = "logs"  # <name>.log of each process
 PROGRESS_FILE = "progress.json"  # trainer 0's latest report (reporting.py's schema)
 HISTORY_FILE = "progress-history.json"  # trainer 0's report of each finished epoch
+RENDEZVOUS_FILE = "trainers/rendezvous.port"  # trainer 0's rendezvous port (--init portfile:, roles.py)
 
 
 def rank_file(rank: int) -> str:

@@ -60,7 +60,7 @@ from typing import Any
 
 from graphtrain.contract import reporting, rundir
 from graphtrain.contract.conditions import Reason
-from graphtrain.contract.roles import Files
+from graphtrain.contract.roles import PORT_FILE, Files
 from graphtrain.contract.spec import (
     Condition,
     Device,
@@ -306,7 +306,13 @@ class LocalRun:
             return
         world = self.gt.spec.trainers.replicas
         h = self.hosts
-        init = h.rendezvous(free_port()) if h else f"tcp://127.0.0.1:{free_port()}"
+        if h:
+            init = h.rendezvous(free_port())
+        else:  # rank 0 binds a port of the kernel's choosing and writes it here (train/dist.py)
+            rendezvous = self.run_dir / rundir.RENDEZVOUS_FILE
+            rendezvous.parent.mkdir(parents=True, exist_ok=True)
+            rendezvous.unlink(missing_ok=True)  # an earlier start's: its port is gone
+            init = f"{PORT_FILE}{rendezvous}"
         threads = cpus.host_threads(cpus.available_cores(), world, len(self.servers), h.count if h else 1)
         plans = [
             plan.trainer(r, world, where, self.run_dir, self.addresses, init, threads=threads[r])

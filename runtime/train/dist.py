@@ -9,11 +9,15 @@ from __future__ import annotations
 
 import datetime as dt
 import random
+import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
 import torch.distributed as torch_dist
+
+from graphtrain.contract.roles import PORT_FILE
 
 
 def seed_everything(seed: int) -> None:
@@ -36,6 +40,30 @@ def epoch_seed(seed: int, rank: int, epoch: int) -> int:
 _EPOCH_STREAM = 0x6570_6F63  # "epoc": this stream's tag
 
 
+RENDEZVOUS_SECONDS = 600
+
+
+def port_file_store(path: Path, rank: int, world: int, wait: dt.timedelta) -> torch_dist.TCPStore:
+    """The rendezvous store of --init portfile:PATH (contract/roles.py): rank 0 serves it on 127.0.0.1
+    and writes its port to `path` (renamed into place: never read half-written); the others wait for the
+    file, up to `wait`. The launcher's port, picked ahead and bound by rank 0 seconds later, after its
+    imports (tcp://), was once taken in between: EADDRINUSE under load."""
+    if rank == 0:
+        store = torch_dist.TCPStore("127.0.0.1", 0, world, True, timeout=wait, wait_for_workers=False)
+        partial = path.with_name(path.name + ".partial")
+        partial.write_text(str(store.port))
+        partial.replace(path)
+        return store
+    deadline = time.monotonic() + wait.total_seconds()
+    while not path.exists():
+        if time.monotonic() > deadline:
+            raise TimeoutError(
+                f"no rendezvous port from trainer 0 in {path} after {wait.total_seconds():.0f} s"
+            )
+        time.sleep(0.05)
+    return torch_dist.TCPStore("127.0.0.1", int(path.read_text()), world, False, timeout=wait)
+
+
 @dataclass
 class Dist:
     """This trainer's place among the trainers."""
@@ -49,12 +77,19 @@ class Dist:
         if self.world > 1:
             if not self.init_method:
                 raise ValueError("several trainers need an init method (tcp://host:port of rank 0)")
+            wait = dt.timedelta(seconds=RENDEZVOUS_SECONDS)
+            if self.init_method.startswith(PORT_FILE):
+                store = port_file_store(Path(self.init_method[len(PORT_FILE) :]), self.rank, self.world, wait)
+                torch_dist.init_process_group(
+                    self.backend, store=store, rank=self.rank, world_size=self.world, timeout=wait
+                )
+                return self
             torch_dist.init_process_group(
                 self.backend,
                 init_method=self.init_method,
                 rank=self.rank,
                 world_size=self.world,
-                timeout=dt.timedelta(seconds=600),
+                timeout=wait,
             )
         return self
 
