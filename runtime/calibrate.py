@@ -30,6 +30,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -297,11 +298,18 @@ def _round(
 
 
 def dense(
-    cfg: PartitionConfig, variant: GNNModel, shape: GNNShape, batch: int, fanouts: list[int], rounds: int
+    cfg: PartitionConfig,
+    variant: GNNModel,
+    shape: GNNShape,
+    batch: int,
+    fanouts: list[int],
+    rounds: int,
+    bfloat16: bool = False,
 ) -> UnitCost:
     """The spec's GNN's forward, backward and Adam step per multiply-add and per step (its fixed part:
     launching each layer's ops, the optimizer's loop over the parameters) on torch's threads as set,
-    over blocks sampled from in-process shards: `batch` seeds and a quarter of them, alternating."""
+    over blocks sampled from in-process shards: `batch` seeds and a quarter of them, alternating;
+    `bfloat16`: the forward under autocast, as training.mixedPrecision runs it."""
     import torch
 
     from graphtrain.runtime.graph import DistGraph, sample_blocks
@@ -326,7 +334,9 @@ def dense(
         def step(mb: Any = mb) -> float:
             x = torch.randn(len(mb.input_nodes), shape.in_dim)
             y = torch.randint(0, shape.out_dim, (len(mb.seeds),))
-            loss = torch.nn.functional.cross_entropy(model(mb.blocks, x), y)
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bfloat16):
+                out = model(mb.blocks, x)
+            loss = torch.nn.functional.cross_entropy(out.float(), y)
             opt.zero_grad()
             loss.backward()
             opt.step()
@@ -336,16 +346,14 @@ def dense(
     return fit(timed[0::2], timed[1::2], touches=1)
 
 
-def threaded(
-    cfg: PartitionConfig, variant: GNNModel, shape: GNNShape, batch: int, fanouts: list[int], rounds: int
-) -> UnitCost:
-    """dense() on a thread per core (a trainer alone on its host runs that many): the CPU all threads
-    burn, spinning for each other included."""
+def threaded(measure: Callable[[], UnitCost]) -> UnitCost:
+    """`measure` (dense() of the spec's model) on a thread per core (a trainer alone on its host runs
+    that many): the CPU all threads burn, spinning for each other included."""
     import torch
 
     torch.set_num_threads(max(1, int(cpus.available_cores())))
     try:
-        return dense(cfg, variant, shape, batch, fanouts, rounds)
+        return measure()
     finally:
         torch.set_num_threads(1)
 
@@ -404,8 +412,10 @@ def calibrate(
     batch: int = 512,
     rounds: int = 8,
     say: Callable[[str], None] = lambda _: None,
+    mixed_precision: str = "none",
 ) -> Costs:
-    """This build's unit costs, measured on `cfg`'s partition with the GNN `variant` built in `shape`."""
+    """This build's unit costs, measured on `cfg`'s partition with the GNN `variant` built in `shape`
+    (its forward in `mixed_precision`, training.mixedPrecision)."""
     import torch
 
     say("calibrating: other load on the cores")
@@ -413,7 +423,7 @@ def calibrate(
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        ops = _ops(cfg, variant, shape, fanouts, batch, rounds, say)
+        ops = _ops(cfg, variant, shape, fanouts, batch, rounds, say, mixed_precision == "bfloat16")
     finally:
         torch.set_num_threads(threads)
     return Costs(
@@ -422,6 +432,7 @@ def calibrate(
         busy,
         machine=f"{platform.node()}, {os.cpu_count()} cores",
         measured_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        mixed_precision=mixed_precision,
     )
 
 
@@ -433,6 +444,7 @@ def _ops(
     batch: int,
     rounds: int,
     say: Callable[[str], None],
+    bfloat16: bool = False,
 ) -> dict[str, UnitCost]:
     ops: dict[str, UnitCost] = {}
     with (
@@ -449,8 +461,9 @@ def _ops(
     say("calibrating: the dense model")
     # rounds of tens of milliseconds: the least of 8 still moved by 25 % from one calibration to the next
     # (a timer, the poller of a benchmark), the least of 32 by 3 %
-    ops["dense"] = dense(cfg, variant, shape, batch, fanouts, 4 * rounds)
-    ops["dense_threaded"] = threaded(cfg, variant, shape, batch, fanouts, 4 * rounds)
+    measure = partial(dense, cfg, variant, shape, batch, fanouts, 4 * rounds, bfloat16)
+    ops["dense"] = measure()
+    ops["dense_threaded"] = threaded(measure)
     say("calibrating: all-reduce")
     ops["allreduce"] = allreduce(2 * rounds)
     return ops

@@ -217,13 +217,21 @@ def run_plan(
     spec: GraphTrainingSpec, cfg: PartitionConfig, req: PlanRequest, say: Callable[[str], None]
 ) -> list[str]:
     """The plan's lines, with the step time when costs are given or measured (--out: written there)."""
+    mixed = str(spec.training.mixed_precision)
     costs = read_costs(req.costs) if req.costs else None
+    if costs is not None and costs.mixed_precision != mixed:
+        raise GraphtrainError(
+            f"--costs {req.costs}: its dense model was timed with training.mixedPrecision "
+            f"{costs.mixed_precision}, the spec asks {mixed} (calibrate again: --calibrate --out)"
+        )
     made = capacity.make_plan(spec, cfg, req.hosts)
     lines = capacity.plan_lines(made, req.bandwidth, req.memory) + worker_lines(spec, made)
     if req.calibrate:
         from graphtrain.runtime.calibrate import calibrate
 
-        costs = calibrate(cfg, *gnn_of(spec, cfg), list(spec.training.fanouts), say=say)
+        costs = calibrate(
+            cfg, *gnn_of(spec, cfg), list(spec.training.fanouts), say=say, mixed_precision=mixed
+        )
         if req.out:
             req.out.write_text(json.dumps(costs.to_dict(), indent=2) + "\n")
             say(f"costs written to {req.out}")

@@ -34,6 +34,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from graphtrain.contract.spec.enums import MixedPrecision
+
 OPS = ("sample", "fetch", "pull", "push")  # each over "shm" and "tcp", per sampled edge or per byte
 MAIN = ("pull", "push", "forward_backward", "allreduce")  # a step's main thread (the loader samples)
 ALL_OPS = tuple(f"{op}_{via}" for op in OPS for via in ("shm", "tcp")) + (
@@ -69,6 +71,7 @@ class Costs:
     background: float
     machine: str = ""
     measured_at: str = ""
+    mixed_precision: str = "none"  # training.mixedPrecision the dense model was timed in (older files: none)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -99,7 +102,13 @@ def costs_from_dict(doc: Any) -> Costs:
     if cores <= 0:
         raise ValueError("field 'cores' must be above 0")
     busy = _number(doc.get("background"), "background")
-    return Costs(parsed, cores, busy, str(doc.get("machine", "")), str(doc.get("measured_at", "")))
+    mixed = doc.get("mixed_precision", "none")
+    if mixed not in PRECISIONS:
+        raise ValueError(f"field 'mixed_precision' must be one of {', '.join(PRECISIONS)}, got {mixed!r}")
+    return Costs(parsed, cores, busy, str(doc.get("machine", "")), str(doc.get("measured_at", "")), mixed)
+
+
+PRECISIONS = tuple(m.value for m in MixedPrecision)  # training.mixedPrecision's values
 
 
 def _number(value: Any, name: str) -> float:

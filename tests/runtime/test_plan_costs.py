@@ -9,6 +9,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 
 from graphtrain.runtime import steptime
 from tests.runtime.launch.test_run import CLI
@@ -62,10 +63,16 @@ def test_a_bad_costs_file_is_one_line_naming_it(
     if content is not None:
         costs_file.write_text(content)
     argv = [*CLI, "plan", str(spec_path), "--partition", str(config), "--costs", str(costs_file)]
+    assert one_error_line(argv).startswith(f"error: --costs {costs_file}: {says}")
+
+
+def one_error_line(argv: list[str]) -> str:
+    """The one line a refused command prints (exit 1, no traceback)."""
     done = subprocess.run(argv, capture_output=True, text=True)
-    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
     lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith(f"error: --costs {costs_file}: {says}"), done.stderr
+    assert len(lines) == 1, done.stderr
+    return lines[0]
 
 
 def test_out_without_calibrate_is_refused(planted: tuple[Path, Path], tmp_path: Path) -> None:
@@ -83,3 +90,55 @@ def test_cores_that_are_no_cores_are_refused(planted: tuple[Path, Path], cores: 
     done = subprocess.run(argv, capture_output=True, text=True)
     assert done.returncode == 1 and "Traceback" not in done.stderr
     assert done.stderr.strip() == f"error: --cores: {float(cores)} is not a positive number of cores"
+
+
+def _costs(mixed: str) -> dict:
+    """A well-formed costs file's content, its dense model timed in `mixed`."""
+    units = {name: steptime.UnitCost(1e-6, 1e-6) for name in steptime.ALL_OPS}
+    return {**steptime.Costs(units, 2.0, 0.0).to_dict(), "mixed_precision": mixed}
+
+
+@pytest.mark.parametrize(
+    ("costs", "spec_mixed", "says"),
+    [
+        (
+            "none",
+            "bfloat16",
+            "its dense model was timed with training.mixedPrecision none, the spec asks bfloat16",
+        ),
+        (
+            "bfloat16",
+            "none",
+            "its dense model was timed with training.mixedPrecision bfloat16, the spec asks none",
+        ),
+        ("fp8", "none", "field 'mixed_precision' must be one of none, bfloat16, got 'fp8'"),
+    ],
+)
+def test_costs_of_another_precision_are_refused_naming_both(
+    planted: tuple[Path, Path], tmp_path: Path, costs: str, spec_mixed: str, says: str
+) -> None:
+    """training.mixedPrecision changes the dense step: costs timed in one precision do not predict
+    the other."""
+    spec_path, config = planted
+    doc = yaml.safe_load(spec_path.read_text())
+    doc["spec"].setdefault("training", {})["mixedPrecision"] = spec_mixed
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(yaml.safe_dump(doc))
+    costs_file = tmp_path / "costs.json"
+    costs_file.write_text(json.dumps(_costs(costs)))
+    argv = [*CLI, "plan", str(spec), "--partition", str(config), "--costs", str(costs_file)]
+    assert one_error_line(argv).startswith(f"error: --costs {costs_file}: {says}")
+
+
+def test_costs_of_the_specs_precision_predict_the_step(planted: tuple[Path, Path], tmp_path: Path) -> None:
+    spec_path, config = planted
+    doc = yaml.safe_load(spec_path.read_text())
+    doc["spec"].setdefault("training", {})["mixedPrecision"] = "bfloat16"
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(yaml.safe_dump(doc))
+    costs_file = tmp_path / "costs.json"
+    costs_file.write_text(json.dumps(_costs("bfloat16")))
+    argv = [*CLI, "plan", str(spec), "--partition", str(config), "--hosts", "2", "--costs", str(costs_file)]
+    done = subprocess.run(argv, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert "predicted step:" in done.stdout
