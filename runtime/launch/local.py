@@ -60,7 +60,7 @@ from typing import Any
 
 from graphtrain.contract import reporting, rundir
 from graphtrain.contract.conditions import Reason
-from graphtrain.contract.roles import PORT_FILE, Files
+from graphtrain.contract.roles import Files
 from graphtrain.contract.spec import (
     Condition,
     Device,
@@ -85,6 +85,7 @@ from graphtrain.runtime.launch.processes import (
     ended,
     free_port,
     lock_run_dir,
+    port_file_init,
     rotate_logs,
     spawn,
     stop,
@@ -306,13 +307,7 @@ class LocalRun:
             return
         world = self.gt.spec.trainers.replicas
         h = self.hosts
-        if h:
-            init = h.rendezvous(free_port())
-        else:  # rank 0 binds a port of the kernel's choosing and writes it here (train/dist.py)
-            rendezvous = self.run_dir / rundir.RENDEZVOUS_FILE
-            rendezvous.parent.mkdir(parents=True, exist_ok=True)
-            rendezvous.unlink(missing_ok=True)  # an earlier start's: its port is gone
-            init = f"{PORT_FILE}{rendezvous}"
+        init = h.rendezvous(free_port()) if h else port_file_init(self.run_dir)
         threads = cpus.host_threads(cpus.available_cores(), world, len(self.servers), h.count if h else 1)
         plans = [
             plan.trainer(r, world, where, self.run_dir, self.addresses, init, threads=threads[r])

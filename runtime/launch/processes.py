@@ -25,8 +25,9 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from graphtrain.contract import roles
+from graphtrain.contract import roles, rundir
 from graphtrain.contract.conditions import Reason
+from graphtrain.contract.roles import PORT_FILE
 from graphtrain.runtime.errors import GraphtrainError
 from graphtrain.runtime.launch import plan
 from graphtrain.runtime.launch import zygote as zygotes
@@ -200,6 +201,16 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def port_file_init(run_dir: Path) -> str:
+    """The trainers' --init on one host: trainer 0 binds a port of the kernel's choosing and writes it to
+    the run's rendezvous file (train/dist.py), cleared here of an earlier start's, whose port is gone. A
+    free_port() handed to trainer 0 could be taken before it binds it, after its imports."""
+    path = run_dir / rundir.RENDEZVOUS_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.unlink(missing_ok=True)
+    return f"{PORT_FILE}{path}"
 
 
 class Terminated(KeyboardInterrupt):
