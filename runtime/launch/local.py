@@ -92,6 +92,7 @@ from graphtrain.runtime.launch.processes import (
     umask,
     wait_ready,
 )
+from graphtrain.runtime.launch.relay import WarningRelay
 from graphtrain.runtime.launch.zygote import Zygote
 from graphtrain.runtime.progress import console
 from graphtrain.runtime.train import history
@@ -139,6 +140,7 @@ class LocalRun:
         self._history_stat: tuple[int, int] | None = None
         self._last_print = time.monotonic()
         self._last_step = -1
+        self._warnings = WarningRelay(self.run_dir / "logs" / "trainer-0.log")
         self.namespace = gt.metadata.namespace or "default"
         self.last_status: GraphTrainingStatus | None = None  # what the launcher's metrics read
         self.metrics_port: int | None = None  # the launcher's own, while it runs
@@ -338,14 +340,16 @@ class LocalRun:
     # ---------------------------------------------------------------------------------- monitor
 
     def _progress(self) -> None:
-        """Take trainer 0's latest report (a missing or unreadable one keeps the last), print a line for
-        each epoch its history gained, and one on the running epoch when no line came for IN_EPOCH_EVERY."""
+        """Take trainer 0's latest report (a missing or unreadable one keeps the last), print each epoch
+        its history gained, its log's new warnings, the running epoch if no line came for IN_EPOCH_EVERY."""
         report = reporting.decode(read_if_present(self.run_dir / rundir.PROGRESS_FILE))
         if report is not None:
             self.obs.progress = report
         for entry in self._new_epochs():
             self.say(f"[run] {reporting.epoch_line(entry)}")
             self._last_print, self._last_step = time.monotonic(), entry.step
+        for text in self._warnings.new():
+            self.say(f"[run] trainer 0: {text}")
         if report is None or report.step <= self._last_step or report.epoch >= report.epochs:
             return
         if time.monotonic() - self._last_print >= IN_EPOCH_EVERY and not (

@@ -13,6 +13,7 @@ import torch
 from graphtrain.runtime.data.cache import atomic_file
 from graphtrain.runtime.errors import GraphtrainError
 from graphtrain.runtime.train.gradsync import GradSync
+from graphtrain.runtime.train.reporter import log
 
 
 def save_dense(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
@@ -53,6 +54,11 @@ def shape_mismatch(saved: dict[str, Any], current: dict[str, Any]) -> str:
     return ""
 
 
+def collapsed(rows: torch.Tensor) -> bool:
+    """Whether two or more output rows are all the same row (every row equal to the first)."""
+    return rows.dim() == 2 and rows.shape[0] > 1 and bool((rows == rows[:1]).all())
+
+
 def dense_optimizer(kind: str, params: Any, lr: float) -> torch.optim.Optimizer:
     """The dense optimizer, fused (one kernel per parameter: 0.25 ms instead of 0.54 ms per GraphSAGE
     step on one thread; same update rule)."""
@@ -77,6 +83,7 @@ class DenseTask:
     updates = 0  # dense steps taken by this process: what the model's state is
     _stepping = False  # a step's update is in, its dense step not yet taken
     _encoded: tuple[int, Any] | None = None
+    _told_collapsed = False
 
     def dense_parts(self, model: torch.nn.Module, world: int, kind: str, lr: float) -> None:
         """The model (every trainer from rank 0's weights), its gradients' averaging and its optimizer."""
@@ -95,7 +102,21 @@ class DenseTask:
         self.settle()
         if self._encoded is None or self._encoded[0] != self.updates:
             self._encoded = (self.updates, self.encode())
+            self._tell_collapsed(getattr(self._encoded[1], "mine", None))
         return self._encoded[1]
+
+    def _tell_collapsed(self, rows: torch.Tensor | None) -> None:
+        """One log line (rank 0, once) when the model gives every node the same output: its hidden
+        units are all off (a ReLU network pushed past its range), so every metric after it is a tie
+        or a constant guess, which reads as a plausible score (a tied rank's MRR, the majority class)."""
+        if self._told_collapsed or rows is None or not collapsed(rows) or getattr(self, "dist", None) is None:
+            return
+        self._told_collapsed = True
+        if self.dist.rank == 0:
+            log(
+                "warning: the model's output is the same for every node (it has collapsed: no hidden unit "
+                "is on), so its metrics are ties; lower training.denseLr, or give rgcn model.numBases"
+            )
 
     def update(self, loss: torch.Tensor, clock: Any) -> None:
         """Backward, the dense gradients' average started, the sparse gradients pushed (the servers

@@ -92,3 +92,13 @@ def test_a_checkpoint_loaded_over_a_pending_step_drops_that_step(tmp_path: Path)
     task.settle()
     assert torch.equal(task.model.weight.detach(), saved) and task.updates == 0
     assert task.grad_sync.calls == ["start", "finish"]  # type: ignore[attr-defined]
+
+
+def test_a_model_whose_every_row_is_the_same_has_collapsed() -> None:
+    from graphtrain.runtime.train.dense import collapsed
+
+    same = torch.tensor([[0.5, -1.0]] * 3)
+    assert collapsed(same)
+    assert not collapsed(same[:1])  # one node: nothing to compare
+    assert not collapsed(torch.tensor([[0.5, -1.0], [0.5, -0.999]]))
+    assert not collapsed(torch.empty(0, 4))
