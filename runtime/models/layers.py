@@ -195,8 +195,17 @@ def per_relation(pairs: RelationPairs, m: torch.Tensor, weights: torch.Tensor) -
     """Each pair's message m[k] @ weights[rel[k]]: one GEMM per relation over its pairs (pairs x in ->
     pairs x out). The pairs and weights are split apart once (split, unbind): indexing them relation by
     relation would give autograd a node per relation that fills a whole-size gradient (61 relations of
-    a 384 x 256 weight: 1.5 GB of zeros and adds per WordNet step)."""
+    a 384 x 256 weight: 1.5 GB of zeros and adds per WordNet step).
+
+    Under autocast, a GPU casts both to autocast's dtype once (autocast would cast every relation's
+    slices, and their gradients back, one by one). A CPU keeps these products in float32: most
+    relations' GEMMs are small, and small bfloat16 GEMMs are slower there than float32's, by more than
+    the large ones gain once the weights' casts are paid (bench/RESULTS.md, "R-GCN in bfloat16")."""
     sizes = [pairs.offsets[r + 1] - pairs.offsets[r] for r in range(len(pairs.offsets) - 1)]
+    if autocasting(m):
+        low = torch.get_autocast_dtype(m.device.type) if m.device.type != "cpu" else torch.float32
+        with torch.autocast(m.device.type, enabled=False):
+            return per_relation(pairs, m.to(low), weights.to(low))
     parts = [pm @ w for pm, w in zip(torch.split(m, sizes), weights.unbind(0), strict=True) if pm.shape[0]]
     if not parts:
         return m.new_zeros((0, weights.shape[-1]))

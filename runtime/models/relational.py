@@ -63,7 +63,8 @@ class RelGraphConv(nn.Module):
         """(relations, in, out): each relation's weight, combined from the bases when there are bases."""
         if self.coeff is None:
             return self.weight
-        return torch.einsum("rb,bio->rio", self.coeff, self.weight)
+        with torch.autocast(self.weight.device.type, enabled=False):  # float32: see layers.per_relation
+            return torch.einsum("rb,bio->rio", self.coeff, self.weight)
 
     def forward(
         self,

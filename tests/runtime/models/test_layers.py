@@ -44,6 +44,23 @@ def test_relation_pairs_mean_each_destinations_sources_by_relation() -> None:
     torch.testing.assert_close(weighted[0], (w[sel, None] * h[b.src[sel]]).sum(0) / w[sel].sum())
 
 
+def test_relation_products_stay_float32_under_autocast_on_a_cpu() -> None:
+    """Small bfloat16 GEMMs are slower than float32's on a CPU (layers.per_relation): under autocast the
+    per-relation products, and their gradients, are float32's exactly."""
+    b = block(num_dst=20, num_src=50, edges=160, rels=4)
+    pairs = relation_pairs(b, 4)
+    m = torch.randn(pairs.num_pairs, 8)
+    w = torch.randn(4, 8, 5, requires_grad=True)
+    want = layers.per_relation(pairs, m, w)
+    (grad,) = torch.autograd.grad(want.square().sum(), w)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        got = layers.per_relation(pairs, m, w)
+        low = layers.per_relation(pairs, m, w.to(torch.bfloat16))  # weights autocast made
+    (got_grad,) = torch.autograd.grad(got.square().sum(), w)  # the loss outside, as the encoder's
+    assert got.dtype == torch.float32 and torch.equal(got, want) and torch.equal(got_grad, grad)
+    assert low.dtype == torch.float32
+
+
 @pytest.mark.parametrize("rels", [1, 3, 70_000])
 def test_relation_pairs_are_the_same_from_a_loaders_block_and_from_any_edge_order(rels: int) -> None:
     """The loader's block (edges by destination, its source order made) takes the narrow sorts; the
