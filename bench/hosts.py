@@ -14,7 +14,7 @@ startup nor evaluation is counted) over the steps between them. Root only (names
 run is bounded by --timeout; the namespaces are removed however a run ends.
 
     sudo python bench/hosts.py [--hosts 1 2 4] [--epochs 3] [--rate 1gbit] [--delay 0.5ms] [--other-load 2]
-        [--fast-lane on off] [--dtype float32 bfloat16 float16]
+        [--fast-lane on off] [--dtype float32 bfloat16 float16] [--mixed-precision none bfloat16]
 """
 
 from __future__ import annotations
@@ -50,9 +50,12 @@ from graphtrain.runtime.steptime import Costs
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def spec_for(hosts: int, epochs: int, fast_lane: bool = True, dtype: str = "float32") -> str:
+def spec_for(
+    hosts: int, epochs: int, fast_lane: bool = True, dtype: str = "float32", mixed: str = "none"
+) -> str:
     """examples/wordnet-sage.yaml with `hosts` partitions (shard servers) and trainers, `epochs` epochs,
-    the shard servers' fast lane on or off, its node table's rows of `dtype`."""
+    the shard servers' fast lane on or off, its node table's rows of `dtype`, the model's products in
+    `mixed` (training.mixedPrecision)."""
     doc = yaml.safe_load((ROOT / "examples" / "wordnet-sage.yaml").read_text())
     spec = doc["spec"]
     spec.setdefault("shardServers", {})["fastLane"] = fast_lane
@@ -61,18 +64,21 @@ def spec_for(hosts: int, epochs: int, fast_lane: bool = True, dtype: str = "floa
     spec["partition"]["parts"] = hosts
     spec["trainers"]["replicas"] = hosts
     spec["training"]["epochs"] = epochs
+    spec["training"]["mixedPrecision"] = mixed
     spec["training"]["evalEvery"] = epochs  # training traffic alone until the last epoch's end
     doc["metadata"]["name"] = f"wordnet-sage-hosts-{hosts}"
     return yaml.safe_dump(doc, sort_keys=False)
 
 
-def costs_here(workdir: Path) -> Costs:
-    """This build's unit costs on this machine, measured on the 2-host spec's partition."""
-    spec_path = workdir / "calibrate.yaml"
-    spec_path.write_text(spec_for(2, 3))
+def costs_here(workdir: Path, mixed: str = "none") -> Costs:
+    """This build's unit costs on this machine, measured on the 2-host spec's partition (the dense
+    model timed in `mixed`, as `graphtrain plan --calibrate` times it)."""
+    spec_path = workdir / f"calibrate-{mixed}.yaml"
+    spec_path.write_text(spec_for(2, 3, mixed=mixed))
     gt = load_yaml(spec_path.read_text())
     cfg = load_config(capacity.partition_for(gt, spec_path, None, workdir / "calibrate-partition"))
-    return calibrate(cfg, *planning.gnn_of(gt.spec, cfg), list(gt.spec.training.fanouts))
+    fanouts = list(gt.spec.training.fanouts)
+    return calibrate(cfg, *planning.gnn_of(gt.spec, cfg), fanouts, mixed_precision=mixed)
 
 
 SPIN = (
@@ -108,9 +114,10 @@ def measure(
     load_count: int = 0,
     fast_lane: bool = True,
     dtype: str = "float32",
+    mixed: str = "none",
 ) -> dict[str, Any]:
     spec_path = workdir / f"hosts-{hosts}.yaml"
-    spec_path.write_text(spec_for(hosts, epochs, fast_lane, dtype))
+    spec_path.write_text(spec_for(hosts, epochs, fast_lane, dtype, mixed))
     run_dir = workdir / f"run-{hosts}"
     gt = load_yaml(spec_path.read_text())
     with simulated_hosts(hosts, link) as layout, other_load(load_count, timeout) as spinners:
@@ -293,6 +300,13 @@ def main() -> int:
         default=["float32"],
         help="the node table's rows (embeddings[].dtype), one run each, side by side",
     )
+    ap.add_argument(
+        "--mixed-precision",
+        nargs="+",
+        choices=["none", "bfloat16"],
+        default=["none"],
+        help="the model's products (training.mixedPrecision), one run each, side by side",
+    )
     args = ap.parse_args()
     if os.geteuid() != 0:
         print("bench/hosts.py: needs root (network namespaces, tc)", file=sys.stderr)
@@ -315,18 +329,26 @@ def main() -> int:
     cols += ["test accuracy", "bytes sent per step (plan)", "shard peak RSS (plan)"]
     cols += ["trainer peak RSS without shm (plan)", "CPU ms per step (plan)", "steps counted", "wall s"]
     with tempfile.TemporaryDirectory(prefix="bench-hosts-") as tmp:
-        costs = costs_here(Path(tmp))
-        print(f"# calibrated: {json.dumps(costs.to_dict())}", flush=True)
+        costs_of = {mp: costs_here(Path(tmp), mp) for mp in args.mixed_precision}
+        for mp, c in costs_of.items():
+            print(f"# calibrated ({mp}): {json.dumps(c.to_dict())}", flush=True)
         print("| " + " | ".join(cols) + " |")
         print("|" + "---|" * len(cols))
-        runs = [(n, lane, d) for n in args.hosts for lane in args.fast_lane for d in args.dtype]
-        for n, lane, dtype in runs:
-            on = lane == "on"
-            m = measure(n, args.epochs, link, Path(tmp), args.timeout, costs, args.other_load, on, dtype)
+        runs = [
+            (n, lane, d, mp)
+            for n in args.hosts
+            for lane in args.fast_lane
+            for d in args.dtype
+            for mp in args.mixed_precision
+        ]
+        for n, lane, dtype, mp in runs:
+            on, costs = lane == "on", costs_of[mp]
+            m = measure(n, args.epochs, link, Path(tmp), args.timeout, costs, args.other_load, on, dtype, mp)
+            table = dtype if mp == "none" else f"{dtype}, {mp} products"
             mib = 2**20
             error = m["predicted_step_s"] / m["step_s"] - 1
             print(
-                f"| {n} | {lane} | {dtype} | {m['samples_per_second']:,.0f} | {1000 * m['step_s']:,.0f} "
+                f"| {n} | {lane} | {table} | {m['samples_per_second']:,.0f} | {1000 * m['step_s']:,.0f} "
                 f"({1000 * m['predicted_step_s']:,.0f}) | {100 * error:+.0f} % | {m['bound']} | "
                 f"{m['background']:.1f} | {m['test_accuracy']:.4f} | "
                 f"{m['bytes_per_step'] / 1e6:.2f} MB ({m['predicted_bytes_per_step'] / 1e6:.2f}) | "
