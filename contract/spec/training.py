@@ -117,8 +117,10 @@ class Training(SpecModel):
         "layers' matrix products (linear maps, relation weights, GAT's transforms) take bfloat16 inputs and "
         "accumulate in float32; the neighbour means and sums, GAT's attention, the parameters, their "
         "gradients and optimizer, the loss, the embedding tables, and evaluation and inference stay "
-        "float32. It pays where the hardware multiplies bfloat16 (GPUs; CPUs with AVX-512 BF16 or AMX). "
-        "none: float32 throughout.",
+        "float32, and so do R-GCN's per-relation products on a CPU (small bfloat16 GEMMs are slower there). "
+        "It pays where the hardware multiplies bfloat16 (GPUs; CPUs with AVX-512 BF16 or AMX). On a CPU a "
+        "trainer holds about 0.5 GiB more (oneDNN's cached bfloat16 kernels, one per block shape), which "
+        "`graphtrain plan` does not count. none: float32 throughout.",
     )
     profile_steps: int = Field(
         default=0,
