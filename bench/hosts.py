@@ -286,27 +286,13 @@ def main() -> int:
     ap.add_argument("--delay", default=None, help="one-way delay (tc netem; this VM's kernel has none)")
     ap.add_argument("--timeout", type=float, default=900, help="seconds per run")
     ap.add_argument("--other-load", type=int, default=0, help="busy loops beside each run (other users)")
-    ap.add_argument(
-        "--fast-lane",
-        nargs="+",
-        choices=["on", "off"],
-        default=["on"],
-        help="the shard servers' fast lane (shardServers.fastLane): on, off, or both side by side",
-    )
-    ap.add_argument(
-        "--dtype",
-        nargs="+",
-        choices=["float32", "float16", "bfloat16"],
-        default=["float32"],
-        help="the node table's rows (embeddings[].dtype), one run each, side by side",
-    )
-    ap.add_argument(
-        "--mixed-precision",
-        nargs="+",
-        choices=["none", "bfloat16"],
-        default=["none"],
-        help="the model's products (training.mixedPrecision), one run each, side by side",
-    )
+    side_by_side = [  # each: one run per value given, side by side
+        ("--fast-lane", ["on", "off"], "the shard servers' fast lane (shardServers.fastLane)"),
+        ("--dtype", ["float32", "float16", "bfloat16"], "the node table's rows (embeddings[].dtype)"),
+        ("--mixed-precision", ["none", "bfloat16"], "the model's products (training.mixedPrecision)"),
+    ]
+    for flag, choices, what in side_by_side:
+        ap.add_argument(flag, nargs="+", choices=choices, default=choices[:1], help=f"{what}: one run each")
     args = ap.parse_args()
     if os.geteuid() != 0:
         print("bench/hosts.py: needs root (network namespaces, tc)", file=sys.stderr)
