@@ -24,10 +24,11 @@ shows the end of the failed process' own output and names the signal that killed
 Everything the launch creates is private to the user: the launcher's umask is 0o077, and the servers
 and trainers inherit it.
 
-What it prints: each line starts with the time (HH:MM:SS); one line per finished epoch, taken from trainer
-0's progress history (progress-history.json), so none is missed or repeated however fast epochs go, each
-with that epoch's mean loss and its own validation metric (none when it was not evaluated); a line on
-the current epoch only when one runs longer than IN_EPOCH_EVERY. A failed process is one line: the
+What it prints (progress_lines.py): each line starts with the time (HH:MM:SS); one line per finished
+epoch, taken from trainer 0's progress history (progress-history.json), so none is missed or repeated
+however fast epochs go, each with that epoch's mean loss and its own validation metric (none when it was
+not evaluated); a line on the current epoch only when one runs longer than IN_EPOCH_EVERY; trainer 0's
+log warnings. A failed process is one line: the
 `error: ...` line it printed (a known error), or the last line of its traceback, and where its log is.
 
 Its parts: processes.py starts, watches and stops the processes and owns the run directory, forking
@@ -58,7 +59,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from graphtrain.contract import reporting, rundir
+from graphtrain.contract import rundir
 from graphtrain.contract.conditions import Reason
 from graphtrain.contract.roles import Files
 from graphtrain.contract.spec import (
@@ -67,7 +68,6 @@ from graphtrain.contract.spec import (
     GraphTraining,
     GraphTrainingStatus,
     Phase,
-    Progress,
     ShardState,
     StallPolicy,
 )
@@ -92,7 +92,7 @@ from graphtrain.runtime.launch.processes import (
     umask,
     wait_ready,
 )
-from graphtrain.runtime.launch.relay import WarningRelay
+from graphtrain.runtime.launch.progress_lines import ProgressLines
 from graphtrain.runtime.launch.zygote import Zygote
 from graphtrain.runtime.progress import console
 from graphtrain.runtime.train import history
@@ -101,7 +101,6 @@ POLL_SECONDS = 0.5
 SERVER_GRACE = 15.0  # seconds the shard servers have to stop at the end of a run
 PRIVATE = 0o077  # umask of the launcher and its children: directories 0700, files 0600
 TERMINAL = (Phase.succeeded.value, Phase.failed.value)
-IN_EPOCH_EVERY = 30.0  # seconds between lines on an epoch still running (none for shorter epochs)
 
 
 class LocalRun:
@@ -136,11 +135,7 @@ class LocalRun:
         self.servers: list[Child] = []
         self.trainers: list[Child] = []
         self.addresses: list[str] = []
-        self._seen: set[tuple[int, int, str | None]] = set()  # history entries printed (or from before)
-        self._history_stat: tuple[int, int] | None = None
-        self._last_print = time.monotonic()
-        self._last_step = -1
-        self._warnings = WarningRelay(self.run_dir / "logs" / "trainer-0.log")
+        self.lines = ProgressLines(self.run_dir, self.say)
         self.namespace = gt.metadata.namespace or "default"
         self.last_status: GraphTrainingStatus | None = None  # what the launcher's metrics read
         self.metrics_port: int | None = None  # the launcher's own, while it runs
@@ -340,37 +335,11 @@ class LocalRun:
     # ---------------------------------------------------------------------------------- monitor
 
     def _progress(self) -> None:
-        """Take trainer 0's latest report (a missing or unreadable one keeps the last), print each epoch
-        its history gained, its log's new warnings, the running epoch if no line came for IN_EPOCH_EVERY."""
-        report = reporting.decode(read_if_present(self.run_dir / rundir.PROGRESS_FILE))
+        """Print what trainer 0's progress gained (progress_lines.py) and keep its latest report (a
+        missing or unreadable one keeps the last)."""
+        report = self.lines.poll()
         if report is not None:
             self.obs.progress = report
-        for entry in self._new_epochs():
-            self.say(f"[run] {reporting.epoch_line(entry)}")
-            self._last_print, self._last_step = time.monotonic(), entry.step
-        for text in self._warnings.new():
-            self.say(f"[run] trainer 0: {text}")
-        if report is None or report.step <= self._last_step or report.epoch >= report.epochs:
-            return
-        if time.monotonic() - self._last_print >= IN_EPOCH_EVERY and not (
-            report.eval_metric or ""
-        ).startswith("test_"):
-            self.say(f"[run] {reporting.in_epoch_line(report)}")
-            self._last_print, self._last_step = time.monotonic(), report.step
-
-    def _new_epochs(self) -> list[Progress]:
-        """The history's entries not printed yet (the file is read again only when it changed)."""
-        path = self.run_dir / rundir.HISTORY_FILE
-        try:
-            st = path.stat()
-        except OSError:
-            return []
-        if (st.st_mtime_ns, st.st_size) == self._history_stat:
-            return []
-        self._history_stat = (st.st_mtime_ns, st.st_size)
-        fresh = reporting.unseen(reporting.decode_history(read_if_present(path)), self._seen)
-        self._seen.update(reporting.entry_key(p) for p in fresh)
-        return fresh
 
     def _failed(self) -> Child | None:
         """The process that failed first (a killed trainer, not the peer whose collective then broke:
@@ -501,9 +470,7 @@ class LocalRun:
             (self.run_dir / rundir.HISTORY_FILE).unlink(missing_ok=True)
             (self.run_dir / history.METRICS_FILE).unlink(missing_ok=True)
             shutil.rmtree(self.run_dir / history.TENSORBOARD_DIR, ignore_errors=True)
-        # the epochs of earlier launches were printed by them
-        before = reporting.decode_history(read_if_present(self.run_dir / rundir.HISTORY_FILE))
-        self._seen = {reporting.entry_key(p) for p in before}
+        self.lines.skip_earlier()  # the epochs of earlier launches were printed by them
         shutil.rmtree(self.run_dir / "trainers", ignore_errors=True)  # the previous launch's heartbeats
         # what readers of the directory (the REST API's local source) take the training's identity from
         write_json(
@@ -582,14 +549,6 @@ class LocalRun:
 
         with contextlib.suppress(OSError):
             remove_leftovers(job_prefix(token))
-
-
-def read_if_present(path: Path) -> str | None:
-    """A file's text, or None if it cannot be read (not written yet)."""
-    try:
-        return path.read_text()
-    except OSError:
-        return None
 
 
 def visible_gpus() -> int:

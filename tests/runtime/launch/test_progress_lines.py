@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from graphtrain.runtime.launch import relay
-from graphtrain.runtime.launch.relay import WarningRelay
+from graphtrain.runtime.launch import progress_lines as relay
+from graphtrain.runtime.launch.progress_lines import WarningRelay
 
 
 def test_each_warning_is_relayed_once_without_its_stamp(tmp_path: Path) -> None:
