@@ -59,6 +59,7 @@ CHILD_KINDS = [
 _client: DynamicClient | None = None
 _lock = threading.Lock()
 _resources: dict[tuple[str, str], Any] = {}  # (apiVersion, kind) -> the dynamic client's resource
+_discovery = threading.Lock()  # the dynamic client's discovery cache is not thread-safe
 _cache: ChildCache | None = None  # the children as the watches see them (None: list them each time)
 
 
@@ -127,10 +128,16 @@ def client() -> DynamicClient:
 
 
 def _res(api_version: str, kind: str) -> Any:
-    """The dynamic client's resource, looked up once (its discovery search cost ~1 ms a call)."""
+    """The dynamic client's resource, looked up once (its discovery search cost ~1 ms a call), one
+    lookup at a time: the client's discovery fills a shared cache, and the watch threads' first
+    lookups at once broke it (KeyError: 'resources' inside kubernetes.dynamic.discovery)."""
     found = _resources.get((api_version, kind))
     if found is None:
-        found = _resources[(api_version, kind)] = client().resources.get(api_version=api_version, kind=kind)
+        with _discovery:
+            found = _resources.get((api_version, kind))
+            if found is None:
+                found = client().resources.get(api_version=api_version, kind=kind)
+                _resources[(api_version, kind)] = found
     return found
 
 
@@ -366,10 +373,11 @@ def _watch_kind(
     stop: threading.Event,
     timeout: int,
 ) -> None:
-    res, first, pause = _res(api_version, kind), True, 0.0
+    first, pause = True, 0.0
     scope = {"namespace": namespace or None, "label_selector": LABEL_TRAINING, "serialize": False}
     while not stop.wait(pause):
         try:
+            res = _res(api_version, kind)  # in the loop: a failed discovery is tried again, not the end
             with calling("list"):
                 listed = _raw(res.get(**scope))
             touched = cache.replace(kind, listed["items"], namespace)
@@ -401,6 +409,9 @@ def _watch_kind(
                 log.warning("watch of %s failed (%s %s): listing again", kind, exc.status, exc.reason)
         except (urllib3.exceptions.HTTPError, OSError, ValueError) as exc:
             log.warning("watch of %s failed (%s): listing again", kind, exc)
+            pause = 1.0
+        except Exception:  # anything else: a watch thread that ended would leave its kind's cache stale
+            log.exception("watch of %s failed: listing again", kind)
             pause = 1.0
 
 

@@ -121,3 +121,53 @@ def test_a_tombstone_goes_with_a_relist_that_no_longer_has_the_object() -> None:
     cache.replace("Pod", [])
     cache.replace("Pod", [obj("Pod", "p", "1")])  # back with that uid: seen again
     assert names(cache) == {"Pod": ["p"]}
+
+
+def test_a_watch_thread_outlives_a_failed_lookup_and_discovery_runs_one_at_a_time(monkeypatch) -> None:
+    """The watch threads' first lookups at once broke the dynamic client's discovery cache (KeyError:
+    'resources', a CI run of tests/chart/test_rbac.py), and the exception ended the thread: that kind's
+    cache went stale for good. Now discovery takes turns, and a watch lists again after any failure."""
+    import threading
+    import time
+
+    from graphtrain.operator import k8s
+
+    inside, most = [0], [0]
+
+    class Resources:
+        def get(self, api_version: str, kind: str) -> object:
+            inside[0] += 1
+            most[0] = max(most[0], inside[0])
+            time.sleep(0.01)
+            inside[0] -= 1
+            return object()
+
+    class Client:
+        resources = Resources()
+
+    monkeypatch.setattr(k8s, "_resources", {})
+    monkeypatch.setattr(k8s, "client", lambda: Client())
+    threads = [threading.Thread(target=k8s._res, args=("v1", f"Kind{i % 3}")) for i in range(12)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=10)
+    assert most[0] == 1 and sorted(k for _, k in k8s._resources) == ["Kind0", "Kind1", "Kind2"]
+
+    stop, calls = threading.Event(), []
+
+    def failing(api_version: str, kind: str) -> object:
+        calls.append(kind)
+        if len(calls) == 2:
+            stop.set()
+        raise KeyError("resources")
+
+    monkeypatch.setattr(k8s, "_res", failing)
+    errors: list[BaseException] = []
+    monkeypatch.setattr(threading, "excepthook", lambda args: errors.append(args.exc_value))
+    watch = threading.Thread(
+        target=k8s._watch_kind, args=("v1", "Secret", "a", ChildCache(["Secret"]), lambda *_: None, stop, 1)
+    )
+    watch.start()
+    watch.join(timeout=10)
+    assert not watch.is_alive() and calls == ["Secret", "Secret"] and not errors
