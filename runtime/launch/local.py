@@ -334,10 +334,10 @@ class LocalRun:
 
     # ---------------------------------------------------------------------------------- monitor
 
-    def _progress(self) -> None:
-        """Print what trainer 0's progress gained (progress_lines.py) and keep its latest report (a
-        missing or unreadable one keeps the last)."""
-        report = self.lines.poll()
+    def _progress(self, final: bool = False) -> None:
+        """Print what trainer 0's progress gained (progress_lines.py; `final`: every warning left) and
+        keep its latest report (a missing or unreadable one keeps the last)."""
+        report = self.lines.poll(final)
         if report is not None:
             self.obs.progress = report
 
@@ -512,7 +512,7 @@ class LocalRun:
             self.start_trainers(partition)
             self.obs.phase = Phase.training.value
             self.monitor(partition)
-            self._progress()
+            self._progress(final=True)
             self._shutdown_servers()
             self.obs.phase = Phase.succeeded.value
             self.obs.completion_time = status.now()

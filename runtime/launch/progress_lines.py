@@ -6,6 +6,9 @@ no TensorBoard) would otherwise go unseen until the run is over."""
 
 from __future__ import annotations
 
+import os
+import re
+import stat
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -15,8 +18,11 @@ from graphtrain.contract.spec import Progress
 
 IN_EPOCH_EVERY = 30.0  # seconds between lines on an epoch still running (none for shorter epochs)
 
-MARK = "warning: "
-READ_MAX = 1 << 16  # bytes read per call: a trainer that logs fast cannot hold the launcher's loop
+MARKED = re.compile(r"^(?:\S+ )?(warning: .*)$")  # a trainer's `log` line (stamp first), or a bare print
+CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")  # never to the terminal: escapes, bells
+LINE_MAX = 500  # characters of a warning shown, the rest cut
+CHUNK = 1 << 16  # bytes read at a time; a line longer than this is skipped
+POLL_MAX = 1 << 20  # bytes read per poll while trainers run (a fast logger cannot hold the loop)
 
 
 def read_if_present(path: Path) -> str | None:
@@ -27,30 +33,60 @@ def read_if_present(path: Path) -> str | None:
         return None
 
 
+def shown(text: str) -> str:
+    """A log's text as the console may show it: no control characters, at most LINE_MAX characters."""
+    text = CONTROL.sub("", text)
+    return text if len(text) <= LINE_MAX else text[:LINE_MAX] + "..."
+
+
 class WarningRelay:
-    """New `warning:` lines of one log file, read from where the last call stopped (whole lines only;
-    a file that shrank, a restarted trainer's fresh log, is read from its start)."""
+    """New `warning:` lines of one log file (a line that starts with one, after the time stamp), read
+    from where the last call stopped: whole lines only, a line longer than CHUNK skipped, a file that
+    shrank (a restarted trainer's fresh log) read from its start, anything but a regular file (a FIFO
+    would block the launcher) not read."""
 
     def __init__(self, path: Path):
         self.path = path
         self.offset = 0
+        self.skipping = False  # inside a line longer than CHUNK
 
-    def new(self) -> list[str]:
-        """The warnings written since the last call, each from its `warning:` on (no time stamp)."""
+    def new(self, budget: int | None = POLL_MAX) -> list[str]:
+        """The warnings written since the last call (from `warning:` on, as shown), reading at most
+        `budget` bytes (None: to the file's end as it is now, the last call of a run)."""
         try:
-            with self.path.open("rb") as f:
-                if f.seek(0, 2) < self.offset:
-                    self.offset = 0
-                f.seek(self.offset)
-                chunk = f.read(READ_MAX)
+            fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK)
         except OSError:
             return []
-        end = chunk.rfind(b"\n") + 1
-        if end == 0 and len(chunk) == READ_MAX:  # one line past READ_MAX: skip it rather than stall
-            end = len(chunk)
-        self.offset += end
-        lines = chunk[:end].decode("utf-8", "replace").splitlines()
-        return [line[line.index(MARK) :] for line in lines if MARK in line]
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                return []
+            if st.st_size < self.offset:
+                self.offset, self.skipping = 0, False
+            stop = st.st_size if budget is None else min(st.st_size, self.offset + budget)
+            found: list[str] = []
+            while self.offset < stop:
+                chunk = os.pread(fd, min(CHUNK, stop - self.offset), self.offset)
+                found += self._lines(chunk)
+                if not chunk or (b"\n" not in chunk and len(chunk) < CHUNK):
+                    break  # an unfinished line: it is read whole once it ends
+            return found
+        finally:
+            os.close(fd)
+
+    def _lines(self, chunk: bytes) -> list[str]:
+        """The warnings among `chunk`'s whole lines; moves the offset past what it took."""
+        cut = chunk.rfind(b"\n") + 1
+        if cut == 0:
+            if len(chunk) == CHUNK:  # a line longer than CHUNK: skipped to its end
+                self.offset, self.skipping = self.offset + CHUNK, True
+            return []
+        body = chunk[:cut]
+        if self.skipping:  # the rest of a skipped line
+            body, self.skipping = body[body.find(b"\n") + 1 :], False
+        self.offset += cut
+        lines = body.decode("utf-8", "replace").splitlines()
+        return [shown(m.group(1)) for m in map(MARKED.match, lines) if m]
 
 
 class ProgressLines:
@@ -69,14 +105,15 @@ class ProgressLines:
         before = reporting.decode_history(read_if_present(self.run_dir / rundir.HISTORY_FILE))
         self.seen = {reporting.entry_key(p) for p in before}
 
-    def poll(self) -> Progress | None:
+    def poll(self, final: bool = False) -> Progress | None:
         """Trainer 0's latest report (None when missing or unreadable), after printing each epoch its
-        history gained, its log's new warnings, and the running epoch if no line came for IN_EPOCH_EVERY."""
+        history gained, its log's new warnings (`final`: all of them, the run's last poll), and the
+        running epoch if no line came for IN_EPOCH_EVERY."""
         report = reporting.decode(read_if_present(self.run_dir / rundir.PROGRESS_FILE))
         for entry in self._new_epochs():
             self.say(f"[run] {reporting.epoch_line(entry)}")
             self._last_print, self._last_step = time.monotonic(), entry.step
-        for text in self._warnings.new():
+        for text in self._warnings.new(None if final else POLL_MAX):
             self.say(f"[run] trainer 0: {text}")
         if report is None or report.step <= self._last_step or report.epoch >= report.epochs:
             return report
