@@ -55,8 +55,9 @@ def shape_mismatch(saved: dict[str, Any], current: dict[str, Any]) -> str:
 
 
 def collapsed(rows: torch.Tensor) -> bool:
-    """Whether two or more output rows are all the same row (every row equal to the first)."""
-    return rows.dim() == 2 and rows.shape[0] > 1 and bool((rows == rows[:1]).all())
+    """Whether two or more output rows are all the same row: each column's largest value is its
+    smallest (no rows x columns temporary; a NaN never compares equal, so it is not a collapse)."""
+    return rows.dim() == 2 and rows.shape[0] > 1 and torch.equal(rows.amax(0), rows.amin(0))
 
 
 def dense_optimizer(kind: str, params: Any, lr: float) -> torch.optim.Optimizer:
@@ -115,7 +116,8 @@ class DenseTask:
         if self.dist.rank == 0:
             log(
                 "warning: the model's output is the same for every node (it has collapsed: no hidden unit "
-                "is on), so its metrics are ties; lower training.denseLr, or give rgcn model.numBases"
+                "is on), so its metrics are ties: lower training.denseLr; on a graph of many relation "
+                "types, model.kind rgcn with model.numBases"
             )
 
     def update(self, loss: torch.Tensor, clock: Any) -> None:
