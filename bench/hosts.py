@@ -294,6 +294,9 @@ def main() -> int:
     for flag, choices, what in side_by_side:
         ap.add_argument(flag, nargs="+", choices=choices, default=choices[:1], help=f"{what}: one run each")
     args = ap.parse_args()
+    for flag, _, _ in side_by_side:  # a value given twice is one run
+        name = flag.removeprefix("--").replace("-", "_")
+        setattr(args, name, list(dict.fromkeys(getattr(args, name))))
     if os.geteuid() != 0:
         print("bench/hosts.py: needs root (network namespaces, tc)", file=sys.stderr)
         return 1
