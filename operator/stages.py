@@ -289,7 +289,11 @@ def trainers_stage(ctx: Context, conds: conditions.Conditions) -> Step:
         actions = [a for p in stale for a in ctx.remove("Pod", p["metadata"]["name"], "v1")]
         return Step(actions, phase=Phase.restarting)
     leaving = sorted(p["metadata"]["name"] for p in pods if p["metadata"].get("deletionTimestamp"))
-    if leaving:  # stopped by a suspension (or by hand): judged by nothing, made again once gone
+    lost = _lost(ctx, leaving, [r for r in range(world) if r not in trainers])
+    if lost:
+        status = progress_status(ctx.child("ConfigMap", ctx.names["progress"]))
+        return _trainer_failed(ctx, conds, status, lost, trainers)
+    if leaving:  # stopped by a suspension before this attempt ran: judged by nothing, made again once gone
         conditions.set_trainers_waiting(
             conds, conditions.Reason.not_started, f"waiting for {', '.join(leaving)} to stop"
         )
@@ -338,6 +342,30 @@ def trainers_stage(ctx: Context, conds: conditions.Conditions) -> Step:
         held = _cannot_start(ctx, conds, stuck, kind, f"{running}/{world} trainers running")
         return Step(step.actions + held.actions, step.status, held.phase or _going(ctx), held.requeue_after)
     return Step(step.actions, step.status, _going(ctx))
+
+
+def _lost(ctx: Context, leaving: list[str], missing: list[int]) -> str | None:
+    """Why the attempt lost a rank, or None: a pod being deleted or gone (by hand, a node lost) after
+    every rank of the attempt ran (TrainersReady True when last reconciled). The ranks train together,
+    so one made again alone waits for peers that went on or finished (a pod deleted as the others
+    succeeded waited so forever); the attempt fails instead, and every rank restarts from the last
+    checkpoint while runPolicy.backoffLimit allows. Before every rank ran, a missing rank is made and
+    a leaving pod (a suspension's) is waited for."""
+    if not (leaving or missing):
+        return None
+    ran = next(
+        (
+            c
+            for c in conditions.parse(ctx.old.get("conditions") or [])
+            if c.type == ConditionType.trainers_ready
+        ),
+        None,
+    )
+    if ran is None or ran.status != "True":
+        return None
+    if leaving:
+        return f"pod {', '.join(leaving)} deleted while the trainers ran"
+    return f"the pod of rank {', '.join(map(str, missing))} deleted while the trainers ran"
 
 
 def _going(ctx: Context) -> Phase:

@@ -233,7 +233,7 @@ def test_a_killed_trainer_is_counted_and_restarted_from_the_last_checkpoint(
     naming the pod and its exit code, phase Restarting), recreates every rank as attempt 1, which resumes
     from the last checkpoint, and the training succeeds within runPolicy.backoffLimit."""
     kube, ns = cluster.kube, "fault-trainer"
-    spec = write_spec(tmp_path, epochs=10, run_policy={"backoffLimit": 1})
+    spec = write_spec(tmp_path, epochs=EPOCHS, run_policy={"backoffLimit": 1})
     started = time.monotonic()
     with PodRunner(cluster.kubeconfig, mode="process", root=tmp_path / "runner") as runner:
         _, root = start_training(cluster, runner, ns, spec)
@@ -272,7 +272,7 @@ def test_a_trainer_failing_past_the_backoff_limit_fails_the_training(
     the second (a rank of attempt 1) fails the training with BackoffLimitExceeded, and no third attempt
     is made; its shard servers are stopped (cleanPodPolicy Running)."""
     kube, ns = cluster.kube, "fault-backoff"
-    spec = write_spec(tmp_path, epochs=10, run_policy={"backoffLimit": 1})
+    spec = write_spec(tmp_path, epochs=EPOCHS, run_policy={"backoffLimit": 1})
     with PodRunner(cluster.kubeconfig, mode="process", root=tmp_path / "runner") as runner:
         start_training(cluster, runner, ns, spec)
         victim = f"{NAME}-trainer-1"

@@ -115,7 +115,7 @@ def test_a_deleted_worker_pod_is_made_again_and_the_training_succeeds(
     the operator restarts every worker pod as the next attempt, whose servers restore the last
     checkpoint and whose trainers resume from it; Succeeded within runPolicy.backoffLimit."""
     kube, ns = cluster.kube, "locality-pod"
-    spec = write_spec(tmp_path, epochs=10, run_policy={"backoffLimit": 2})
+    spec = write_spec(tmp_path, epochs=EPOCHS, run_policy={"backoffLimit": 2})
     with PodRunner(cluster.kubeconfig, mode="process", root=tmp_path / "runner") as runner:
         _, root = start_training(cluster, runner, ns, spec)
         taken = latest(root)

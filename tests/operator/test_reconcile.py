@@ -1185,6 +1185,18 @@ def test_a_failed_partition_says_so_and_nothing_stopped() -> None:
 
 
 @pytest.mark.parametrize("backoff", [0, 1], ids=["fails", "restarts"])
+def test_a_trainer_pod_deleted_while_the_trainers_ran_fails_the_attempt(backoff: int) -> None:
+    """A trainer pod deleted by hand mid-run is not made again alone (it would wait for peers that went
+    on): every rank restarts from the last checkpoint, or past backoffLimit the training fails."""
+    c = running_cluster(**{"runPolicy.backoffLimit": backoff})
+    c.children.pop(key("Pod", trainer_name(NAME, 1)))
+    p = c.step()
+    assert p.status["phase"] == ("Failed" if backoff == 0 else "Restarting")
+    assert kinds(p, "create") == []
+    assert cond(p, "TrainersReady")["message"].startswith("the pod of rank 1 deleted while the trainers ran")
+
+
+@pytest.mark.parametrize("backoff", [0, 1], ids=["fails", "restarts"])
 def test_a_failed_rank_makes_no_missing_rank(backoff: int) -> None:
     """Rank 1 failed while rank 0's pod is gone: the training ends (or restarts every rank) without
     making rank 0 first, a pod that would run after the end (or be deleted at once)."""

@@ -274,3 +274,39 @@ def test_a_crash_looping_sidecar_is_named_and_fails_the_training_after_the_start
     assert p.status["phase"] == "Failed" and cond(p, "Failed")["reason"] == "StartTimeout"
     assert worker_name(NAME, 1) in cond(p, "Failed")["message"]
     assert kinds(p, "delete") == WORKERS  # cleaned up: nothing keeps running
+
+
+@pytest.mark.parametrize("how", ["gone", "being deleted"])
+def test_a_worker_pod_deleted_as_the_others_finish_restarts_every_worker_pod(how: str) -> None:
+    """Worker 1 deleted by hand as worker 0's trainer finished (an e2e run hung here for 10 minutes:
+    worker 1 was made again alone, its trainer waiting for a peer that had finished): the attempt
+    fails, every worker pod restarts from the last checkpoint."""
+    c = Cluster(body())
+    to_workers(c)
+    for p_ in range(2):
+        container_state(c, p_, {})
+    assert c.step().status["phase"] == "Training"
+    container_state(c, 0, {"trainer-0": {"terminated": {"exitCode": 0, "reason": "Completed"}}})
+    if how == "gone":
+        c.children.pop(key("Pod", worker_name(NAME, 1)))
+    else:
+        c.children[key("Pod", worker_name(NAME, 1))]["metadata"]["deletionTimestamp"] = "2026-11-22T12:00:00Z"
+    p = c.step()
+    assert p.status["phase"] == "Restarting" and p.status["restarts"] == 1
+    assert kinds(p, "create") == []  # no worker made again alone
+    assert kinds(p, "delete") == WORKERS[:1]  # worker 1 is gone or going already
+    assert "deleted while the trainers ran" in cond(p, "TrainersReady")["message"]
+    c.children.pop(key("Pod", worker_name(NAME, 1)), None)  # worker 1 stopped too
+    p = c.step()
+    made = [a.obj for a in p.actions if a.obj["kind"] == "Pod"]
+    assert [o["metadata"]["labels"][LABEL_ATTEMPT] for o in made] == ["1", "1"]
+
+
+def test_a_worker_pod_missing_before_every_rank_ran_is_made() -> None:
+    """Before every rank of the attempt ran (TrainersReady never True), a missing worker pod is made,
+    not counted as a restart: the pods of an attempt may be seen one at a time."""
+    c = Cluster(body())
+    to_workers(c)
+    c.children.pop(key("Pod", worker_name(NAME, 1)))
+    p = c.step()
+    assert kinds(p, "create") == WORKERS[1:] and p.status.get("restarts", 0) == 0
