@@ -118,9 +118,10 @@ class Training(SpecModel):
         "accumulate in float32; the neighbour means and sums, GAT's attention, the parameters, their "
         "gradients and optimizer, the loss, the embedding tables, and evaluation and inference stay "
         "float32, and so do R-GCN's per-relation products on a CPU (small bfloat16 GEMMs are slower there). "
-        "It pays where the hardware multiplies bfloat16 (GPUs; CPUs with AVX-512 BF16 or AMX). On a CPU a "
-        "trainer holds about 0.5 GiB more (oneDNN's cached bfloat16 kernels, one per block shape), which "
-        "`graphtrain plan` does not count. none: float32 throughout.",
+        "It pays where the hardware multiplies bfloat16 (GPUs; CPUs with AVX-512 BF16 or AMX). On a CPU the "
+        "products' rows are padded to one of eight sizes per power of two, so oneDNN reuses a few cached "
+        "kernels rather than making one per sampled shape (a trainer grew by ~1 GB without it). none: "
+        "float32 throughout.",
     )
     profile_steps: int = Field(
         default=0,

@@ -28,6 +28,8 @@ from graphtrain.runtime.models.layers import (
     autocasting,
     block_csr,
     edge_softmax,
+    fitted,
+    padded,
 )
 from graphtrain.runtime.models.thin import thin_product
 from graphtrain.runtime.native.nn import elu_dropout
@@ -86,20 +88,21 @@ class GATConv(nn.Module):
                 summed, alpha, ef = self._attend(block, h.float(), None if frozen is None else frozen.float())
         else:
             summed, alpha, ef = self._attend(block, h, frozen)
-        out = torch.bmm(summed, w)
+        n = block.num_dst  # under autocast on a CPU the GEMMs run on padded rows (layers.padded)
+        out = torch.bmm(padded(summed, 1), w)
         if ef is not None:
-            summed = torch.zeros((block.num_dst, self.heads, ef.shape[1]), dtype=ef.dtype, device=ef.device)
+            summed = torch.zeros((n, self.heads, ef.shape[1]), dtype=ef.dtype, device=ef.device)
             summed.index_add_(0, block.dst, alpha.unsqueeze(-1) * ef.unsqueeze(1))
             we = self.edge_fc.weight.view(self.heads, self.width, -1).transpose(
                 1, 2
             )  # (heads, edge_dim, width)
-            out = torch.baddbmm(out, summed.transpose(0, 1), we)
+            out = torch.baddbmm(out, padded(summed).transpose(0, 1), we)
         # the sums accumulate inside the GEMMs (baddbmm, addmm): no pass of their own over the outputs
-        hd = h[: block.num_dst]  # one slice of h, reused: each slice's backward fills a whole-size gradient
-        res = torch.addmm(self.bias, hd, self.res.weight[:, f:].t())
+        hd = h[:n]  # one slice of h, reused: each slice's backward fills a whole-size gradient
+        res = torch.addmm(self.bias, padded(hd), self.res.weight[:, f:].t())
         if frozen is not None:
-            res = torch.addmm(res, frozen[: block.num_dst], self.res.weight[:, :f].t())
-        return out.transpose(0, 1) + res.view(-1, self.heads, self.width)
+            res = torch.addmm(res, padded(frozen[:n]), self.res.weight[:, :f].t())
+        return fitted(out.transpose(0, 1) + res.view(-1, self.heads, self.width), n)
 
     def _attend(
         self, block: Block, h: torch.Tensor, frozen: torch.Tensor | None

@@ -13,7 +13,7 @@ from torch import nn
 from graphtrain.contract.spec import GNNModel
 from graphtrain.runtime.graph.loader import Block
 from graphtrain.runtime.models.entry import BlockWork, GNNEntry, GNNShape
-from graphtrain.runtime.models.layers import SparseProduct, autocasting, spmm
+from graphtrain.runtime.models.layers import SparseProduct, autocasting, fitted, padded, spmm
 from graphtrain.runtime.models.relational import RGCN, relational_macs
 from graphtrain.runtime.native.nn import relu_dropout
 
@@ -56,12 +56,12 @@ class SAGEConv(nn.Module):
         """acc + h_dst W_self^T + mean(h) W_neigh^T. acc is the bias (1-D) or the output so far, which
         is added to in place: each product is one GEMM accumulating into the output (addmm, beta 1)
         rather than a product, then an add, then the bias's broadcast add."""
-        h_dst = h[: block.num_dst]
-        if autocasting(h):  # out of place: autocast skips in-place products
+        h_dst, n = h[: block.num_dst], block.num_dst
+        if autocasting(h):  # out of place: autocast skips in-place products; rows padded (layers.padded)
             return (
                 acc
-                + nn.functional.linear(h_dst, w_self)
-                + nn.functional.linear(self._mean(block, h), w_neigh)
+                + fitted(nn.functional.linear(padded(h_dst), w_self), n)
+                + fitted(nn.functional.linear(padded(self._mean(block, h)), w_neigh), n)
             )
         if block.num_src * w_neigh.shape[0] < block.num_dst * w_neigh.shape[1]:
             out = self._mean(block, nn.functional.linear(h, w_neigh))  # a fresh tensor: ours to add to

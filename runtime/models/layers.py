@@ -55,6 +55,31 @@ def autocasting(t: torch.Tensor) -> bool:
     return torch.is_autocast_enabled(t.device.type)
 
 
+def row_bucket(n: int) -> int:
+    """n rounded up to one of eight sizes in each power of two: at most 12.5 % more rows."""
+    step = 1 << max(0, n.bit_length() - 4)
+    return -(-n // step) * step
+
+
+def padded(x: torch.Tensor, dim: int = 0) -> torch.Tensor:
+    """x in autocast's dtype with zero rows appended along `dim` up to row_bucket(its size), on a CPU
+    under autocast; x itself otherwise. A GEMM's caller slices its output back (fitted). oneDNN makes
+    (JIT-compiles) a bfloat16 GEMM primitive for each new shape and caches up to 1,024 of them; a
+    sampled block's rows change every step, so each step paid for making its primitives and the cache
+    grew a trainer by 0.5-0.8 GB over an hour. With eight shapes per power of two, the few made are
+    reused (bench/RESULTS.md, 12-01). A GPU's and float32's GEMMs keep no such cache."""
+    if x.device.type != "cpu" or not autocasting(x):
+        return x
+    n = x.shape[dim]
+    low = x.to(torch.get_autocast_dtype("cpu"))
+    return nn.functional.pad(low, [0, 0] * (x.dim() - 1 - dim) + [0, row_bucket(n) - n])
+
+
+def fitted(y: torch.Tensor, n: int, dim: int = 0) -> torch.Tensor:
+    """y's first n along `dim`: a product of padded() rows cut back to the rows asked for."""
+    return y if y.shape[dim] == n else y.narrow(dim, 0, n)
+
+
 def spmm(a: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
     """a @ h for a sparse a. Under autocast, in float32 and outside it: torch's CPU sparse kernels have
     no bfloat16, and a mean over a few dozen neighbours keeps float32's precision."""

@@ -23,7 +23,15 @@ from torch import nn
 from graphtrain.contract.spec import GNNModel
 from graphtrain.runtime.graph.loader import Block
 from graphtrain.runtime.models.entry import BlockWork, GNNShape
-from graphtrain.runtime.models.layers import autocasting, per_relation, product, relation_pairs, spmm
+from graphtrain.runtime.models.layers import (
+    autocasting,
+    fitted,
+    padded,
+    per_relation,
+    product,
+    relation_pairs,
+    spmm,
+)
 from graphtrain.runtime.native.nn import relu_dropout
 
 
@@ -81,9 +89,10 @@ class RelGraphConv(nn.Module):
             msg = msg + per_relation(pairs, spmm(pairs.mean, frozen), w[:, :f])
         out = self.bias.expand(block.num_dst, -1).clone()
         out.index_add_(0, pairs.dst, msg.to(out.dtype))  # under autocast: bfloat16 products, float32 sums
-        if self.loop is not None and autocasting(h):  # out of place: autocast skips addmm_
-            out = out + h[: block.num_dst] @ self.loop[f:]
-            return out if frozen is None else out + frozen[: block.num_dst] @ self.loop[:f]
+        if self.loop is not None and autocasting(h):  # out of place: autocast skips addmm_; rows padded
+            n = block.num_dst
+            out = out + fitted(padded(h[:n]) @ self.loop[f:], n)
+            return out if frozen is None else out + fitted(padded(frozen[:n]) @ self.loop[:f], n)
         if self.loop is not None:
             out.addmm_(h[: block.num_dst], self.loop[f:])
             if frozen is not None:

@@ -19,7 +19,7 @@ from graphtrain.contract.spec import GNNModel
 from graphtrain.contract.spec.model import RGATModel
 from graphtrain.runtime.graph.loader import Block
 from graphtrain.runtime.models.entry import BlockWork, GNNEntry, GNNShape
-from graphtrain.runtime.models.layers import LayerStack, edge_softmax
+from graphtrain.runtime.models.layers import LayerStack, edge_softmax, fitted, padded
 
 
 class RGATConv(nn.Module):
@@ -74,7 +74,7 @@ class RGATConv(nn.Module):
             nodes, back = torch.unique(torch.cat([src, dst]), return_inverse=True)
             # each node this relation reads, projected once (under autocast a bfloat16 product, kept in
             # h's dtype for the attention)
-            z = (h[nodes] @ self.weight[r]).to(h.dtype)
+            z = fitted(padded(h[nodes]) @ self.weight[r], len(nodes)).to(h.dtype)  # rows: layers.padded
             z_src[edges] = z[back[: len(src)]]
             z_dst[edges] = z[back[len(src) :]]
         zs = z_src.view(-1, self.heads, self.width)
@@ -85,7 +85,7 @@ class RGATConv(nn.Module):
         if self.edge_fc is not None and self.attn_e is not None:
             if block.efeat is None:
                 raise ValueError("model.edgeFeatures is set but the block carries no edge features")
-            ef = self.edge_fc(block.efeat).view(-1, self.heads, self.width)
+            ef = fitted(self.edge_fc(padded(block.efeat)), len(block.efeat)).view(-1, self.heads, self.width)
             score = score + (ef * self.attn_e[etype]).sum(-1)
             msg = msg + ef
         # the softmax runs over each (destination, relation) pair's edges
@@ -95,7 +95,7 @@ class RGATConv(nn.Module):
         alpha = functional.dropout(alpha, self.attention_dropout, self.training)
         out = torch.zeros((block.num_dst, self.heads, self.width), dtype=h.dtype, device=h.device)
         out.index_add_(0, block.dst, alpha.unsqueeze(-1) * msg)
-        res = self.res(h[: block.num_dst]).view(-1, self.heads, self.width)
+        res = fitted(self.res(padded(h[: block.num_dst])), block.num_dst).view(-1, self.heads, self.width)
         return out + res + self.bias.view(1, self.heads, self.width)
 
 
