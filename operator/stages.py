@@ -289,7 +289,7 @@ def trainers_stage(ctx: Context, conds: conditions.Conditions) -> Step:
         actions = [a for p in stale for a in ctx.remove("Pod", p["metadata"]["name"], "v1")]
         return Step(actions, phase=Phase.restarting)
     leaving = sorted(p["metadata"]["name"] for p in pods if p["metadata"].get("deletionTimestamp"))
-    lost = _lost(ctx, leaving, [r for r in range(world) if r not in trainers])
+    lost = _lost(conds, leaving, [r for r in range(world) if r not in trainers])
     if lost:
         status = progress_status(ctx.child("ConfigMap", ctx.names["progress"]))
         return _trainer_failed(ctx, conds, status, lost, trainers)
@@ -344,7 +344,7 @@ def trainers_stage(ctx: Context, conds: conditions.Conditions) -> Step:
     return Step(step.actions, step.status, _going(ctx))
 
 
-def _lost(ctx: Context, leaving: list[str], missing: list[int]) -> str | None:
+def _lost(conds: conditions.Conditions, leaving: list[str], missing: list[int]) -> str | None:
     """Why the attempt lost a rank, or None: a pod being deleted or gone (by hand, a node lost) after
     every rank of the attempt ran (TrainersReady True when last reconciled). The ranks train together,
     so one made again alone waits for peers that went on or finished (a pod deleted as the others
@@ -353,14 +353,7 @@ def _lost(ctx: Context, leaving: list[str], missing: list[int]) -> str | None:
     a leaving pod (a suspension's) is waited for."""
     if not (leaving or missing):
         return None
-    ran = next(
-        (
-            c
-            for c in conditions.parse(ctx.old.get("conditions") or [])
-            if c.type == ConditionType.trainers_ready
-        ),
-        None,
-    )
+    ran = conds.previous.get(str(ConditionType.trainers_ready))
     if ran is None or ran.status != "True":
         return None
     if leaving:

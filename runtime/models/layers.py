@@ -65,9 +65,9 @@ def padded(x: torch.Tensor, dim: int = 0) -> torch.Tensor:
     """x in autocast's dtype with zero rows appended along `dim` up to row_bucket(its size), on a CPU
     under autocast; x itself otherwise. A GEMM's caller slices its output back (fitted). oneDNN makes
     (JIT-compiles) a bfloat16 GEMM primitive for each new shape and caches up to 1,024 of them; a
-    sampled block's rows change every step, so each step paid for making its primitives and the cache
-    grew a trainer by 0.5-0.8 GB over an hour. With eight shapes per power of two, the few made are
-    reused (bench/RESULTS.md, 12-01). A GPU's and float32's GEMMs keep no such cache."""
+    sampled block's rows change every step, so each step paid for making its primitives and a WordNet
+    trainer grew from 1.0 to 2.0 GB in 12 epochs. With eight shapes per power of two, the few made
+    are reused (bench/RESULTS.md, 12-01). A GPU's and float32's GEMMs keep no such cache."""
     if x.device.type != "cpu" or not autocasting(x):
         return x
     n = x.shape[dim]
