@@ -176,10 +176,13 @@ def test_floods_of_unread_replies_are_bounded(ckroot: Path) -> None:
             assert client.health()[0]["live"]
             flood.close(linger=0)
         tiny = dealer(srv[0].address, TOKEN, RCVHWM=1, RCVBUF=4096, SNDHWM=0)
-        for _ in range(50_000):  # more small error replies than the socket buffers hold
+        # more small error replies than the socket buffers hold: each is ~65 bytes on the wire, and
+        # Linux grows a socket's send buffer up to tcp_wmem's maximum (4 MiB by default), which alone
+        # holds ~64,000 of them (50,000 fitted there on a CI run, and nothing was ever dropped)
+        for _ in range(200_000):
             tiny.send_multipart([b"\xc1"], zmq.NOBLOCK)
-        # the server works through the 50,000 at its own pace (a loaded machine: longer than 3 s), so
-        # wait, bounded, until it has dropped the peer for its backlog
+        # the server works through them at its own pace (a loaded machine: longer than 3 s), so wait,
+        # bounded, until it has dropped the peer for its backlog
         dropped = 'graphtrain_kvstore_dropped_peers_total{reason="backlog"'
         wait_metrics(srv[0].metrics_port, dropped, 60)
         # then what the peer still sends is turned away, counted as the server reads it: maybe after
