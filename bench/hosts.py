@@ -44,6 +44,7 @@ from graphtrain.runtime import capacity, planning
 from graphtrain.runtime.calibrate import calibrate, runnable_others
 from graphtrain.runtime.launch.hosts import HostLayout, Link, link_bytes, simulated_hosts
 from graphtrain.runtime.launch.local import LocalRun
+from graphtrain.runtime.launch.processes import stop_on_signals
 from graphtrain.runtime.partition.format import load_config
 from graphtrain.runtime.steptime import Costs
 
@@ -268,7 +269,12 @@ def _bounded(launch: LocalRun, timeout: float) -> dict:
 
     worker = threading.Thread(target=go, name="bench-hosts-run")
     worker.start()
-    worker.join(timeout)
+    try:
+        worker.join(timeout)
+    except KeyboardInterrupt:  # Ctrl-C, or a kill (stop_on_signals): the run's processes go first
+        launch.stop_all(grace=5)
+        worker.join(30)
+        raise
     if worker.is_alive():
         launch.stop_all(grace=5)
         worker.join(30)
@@ -301,6 +307,7 @@ def main() -> int:
         print("bench/hosts.py: needs root (network namespaces, tc)", file=sys.stderr)
         return 1
     link = None if args.rate == "none" else Link(args.rate, args.delay)
+    stop_on_signals()  # a kill unwinds as Ctrl-C does: the hosts, the run's processes and the temp dir go
     print(
         f"# bench/hosts.py, {time.strftime('%Y-%m-%d')}, {platform.node()}, {os.cpu_count()} cores, "
         f"WordNet GraphSAGE, {args.epochs} epochs, link {link or 'unshaped'}"
@@ -360,4 +367,8 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt as exc:  # its hosts, processes and temp dir are gone by now
+        print(f"bench/hosts.py: stopped ({exc or 'interrupted'})", file=sys.stderr)
+        sys.exit(130)
