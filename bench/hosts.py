@@ -40,8 +40,10 @@ import psutil
 import yaml
 
 from graphtrain.contract.spec import load_yaml
+from graphtrain.contract.spec.loading import SpecError
 from graphtrain.runtime import capacity, planning
 from graphtrain.runtime.calibrate import calibrate, runnable_others
+from graphtrain.runtime.errors import GraphtrainError
 from graphtrain.runtime.launch.hosts import HostLayout, Link, link_bytes, simulated_hosts
 from graphtrain.runtime.launch.local import LocalRun
 from graphtrain.runtime.launch.processes import stop_on_signals
@@ -300,6 +302,9 @@ def main() -> int:
     for flag, choices, what in side_by_side:
         ap.add_argument(flag, nargs="+", choices=choices, default=choices[:1], help=f"{what}: one run each")
     args = ap.parse_args()
+    if min(args.hosts) < 1 or args.epochs < 3:
+        print("bench/hosts.py: --hosts: each at least 1; --epochs: at least 3", file=sys.stderr)
+        return 1
     for flag, _, _ in side_by_side:  # a value given twice is one run
         name = flag.removeprefix("--").replace("-", "_")
         setattr(args, name, list(dict.fromkeys(getattr(args, name))))
@@ -372,3 +377,6 @@ if __name__ == "__main__":
     except KeyboardInterrupt as exc:  # its hosts, processes and temp dir are gone by now
         print(f"bench/hosts.py: stopped ({exc or 'interrupted'})", file=sys.stderr)
         sys.exit(130)
+    except (GraphtrainError, SpecError) as exc:  # a bad --rate or --delay (tc refused it), and the like
+        print(f"bench/hosts.py: {exc}", file=sys.stderr)
+        sys.exit(1)
