@@ -30,6 +30,7 @@ import kubernetes
 import urllib3
 from kubernetes.client.rest import ApiException
 from kubernetes.dynamic import DynamicClient
+from kubernetes.dynamic.exceptions import ResourceNotFoundError
 
 from graphtrain.contract.children import LABEL_TRAINING
 from graphtrain.contract.conditions import Event, Severity
@@ -214,10 +215,13 @@ def apply(plan: Plan, observed: Observed, fence: Callable[[], bool] = lambda: Tr
     body = observed.training
     ns = body["metadata"]["namespace"]
     refusals: list[Event] = []
+    unserved = False  # a create of a kind the API server does not serve: the creates after it wait
     for action in plan.actions:
         if not fence():
             return False
         obj = action.obj
+        if unserved and action.verb == "create":
+            continue
         try:
             with calling(action.verb, expected=(404, 409)):
                 res = _res(obj["apiVersion"], obj["kind"])
@@ -232,6 +236,14 @@ def apply(plan: Plan, observed: Observed, fence: Callable[[], bool] = lambda: Tr
                     res.delete(name=obj["metadata"]["name"], namespace=ns, body=options, serialize=False)
                     if _cache is not None:
                         _cache.deleted(obj["kind"], ns, obj["metadata"]["name"])
+        except ResourceNotFoundError:
+            # a kind no installed CRD serves (a gang's PodGroup without Volcano or the coscheduling
+            # plugin): said once as a refusal, and nothing made after it (the pods that would join it
+            # would wait for it forever); a delete of such a kind has nothing to delete
+            if action.verb == "create":
+                unserved = True
+                said = refusal(body, action.key, unserved_message(obj))
+                refusals += [said] if said is not None else []
         except ApiException as exc:
             if action.verb == "create" and exc.status in (400, 422):
                 said = refusal(body, action.key, api_message(exc))
@@ -253,6 +265,17 @@ def apply(plan: Plan, observed: Observed, fence: Callable[[], bool] = lambda: Tr
             return False
         post_event(body, event)
     return True
+
+
+def unserved_message(obj: dict[str, Any]) -> str:
+    """Why a child of a kind the API server does not serve cannot be made."""
+    said = f"the API server serves no {obj['kind']} of {obj['apiVersion']} (its CRD is not installed)"
+    if obj["kind"] == "PodGroup":
+        said += (
+            "; spec.scheduling.gang needs the scheduler that owns it (Volcano, or the scheduler-plugins "
+            "coscheduling plugin) installed, or remove spec.scheduling.gang"
+        )
+    return said
 
 
 _reported: set[tuple[str, str, str]] = set()  # (training uid, child, message): each refusal said once

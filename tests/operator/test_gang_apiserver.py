@@ -2,29 +2,71 @@
 coscheduling plugin installed (tests/operator/crds: their published schemas; no controller of theirs
 runs): the operator's PodGroup is accepted by each schema as written, owned by its training, and every
 shard-server and trainer pod joins it; a PodGroup breaking the schema is refused, so the schema is
-really checked."""
+really checked. The first test runs before the CRDs are installed (a cluster without Volcano or the
+plugin), and the CRDs are removed after the module."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.operator.conftest import get, wait_for
-from tests.operator.test_operator_apiserver import SPEC, status_patch
+from tests.operator.test_operator_apiserver import SPEC, names_of, status_patch
 
 pytestmark = pytest.mark.timeout(240)
 CRDS = Path(__file__).parent / "crds"
 PLURALS = {"volcano": "podgroups.scheduling.volcano.sh", "coscheduling": "podgroups.scheduling.x-k8s.io"}
 
 
+def served(kube) -> set[str]:
+    """The PodGroup kinds (PLURALS' values) the API server serves now."""
+    names = set()
+    for group in ("scheduling.volcano.sh", "scheduling.x-k8s.io"):
+        names |= set(kube("api-resources", f"--api-group={group}", "-o", "name").split())
+    return names & set(PLURALS.values())
+
+
 @pytest.fixture(scope="module")
-def podgroup_crds(kube) -> None:
+def podgroup_crds(kube) -> Iterator[None]:
     for path in sorted(CRDS.glob("*.yaml")):
         kube("apply", "-f", str(path))
     for crd in PLURALS.values():
         kube("wait", "--for=condition=Established", f"crd/{crd}", "--timeout=60s")
+    yield
+    for path in sorted(CRDS.glob("*.yaml")):
+        kube("delete", "-f", str(path), "--wait=true", "--timeout=60s")
+
+
+def test_a_gang_without_its_pod_group_crd_is_said_once_and_starts_no_pods(
+    kube, operator, ns: str, caplog
+) -> None:
+    """No PodGroup CRD (the usual first try: no Volcano, no coscheduling plugin): one Warning event
+    naming the PodGroup and spec.scheduling.gang, no shard servers or trainers that would wait for the
+    group forever, and no traceback at each reconcile (its create raised past the refusal handling)."""
+    assert served(kube) == set()  # this module's first test: its CRDs come later and go after it
+    name = "gang-none"
+    spec = SPEC.format(name=name, extra_model="") + "  scheduling: {gang: true, schedulerName: volcano}\n"
+    caplog.set_level("INFO", logger="graphtrain.operator")
+    kube("apply", "-n", ns, "-f", "-", input=spec)
+    wait_for(lambda: names_of(kube, "job", ns, name) == [f"{name}-partition"], what="the partition job")
+    done = {"succeeded": 1, "conditions": [{"type": "Complete", "status": "True"}]}
+    status_patch(kube, "job", f"{name}-partition", ns, done)
+
+    def warned() -> list[dict]:
+        events = json.loads(kube("get", "events", "-n", ns, "-o", "json"))["items"]
+        return [e for e in events if e["reason"] == "ChildRefused"]
+
+    said = wait_for(warned, what="a ChildRefused event")
+    assert len(said) == 1 and said[0]["type"] == "Warning", said
+    assert said[0]["message"].startswith(f"PodGroup/{name}-gang was refused"), said[0]["message"]
+    assert "spec.scheduling.gang" in said[0]["message"]
+    assert names_of(kube, "statefulset", ns, name) == []
+    assert names_of(kube, "pod", ns, name) == []
+    failed = [r for r in caplog.records if r.exc_info and name in r.getMessage() + str(r.args)]
+    assert not failed, failed[0].getMessage()
 
 
 @pytest.mark.parametrize(
