@@ -132,6 +132,28 @@ class Layout:
             )
 
 
+def outside_volume(gt: GraphTraining) -> list[str]:
+    """Mode inference's paths that leave the training's volume (an absolute path elsewhere, or `..`
+    past storage.mountPath): in a pod, a checkpoint there is on no volume of the training, and an
+    output there lands in the pod's own filesystem (its /tmp emptyDir) and is lost with the pod while
+    the trainers succeed. Each problem names its field."""
+    inf = gt.spec.inference
+    if gt.spec.mode != Mode.inference or inf is None:
+        return []
+    mount = posixpath.normpath(gt.spec.storage.mount_path)
+    problems = []
+    for field, value in (("checkpoint", inf.checkpoint), ("output", inf.output)):
+        if not value:
+            continue
+        path = posixpath.normpath(posixpath.join(mount, value))
+        if path != mount and not path.startswith(mount.rstrip("/") + "/"):
+            problems.append(
+                f"spec.inference.{field}: {value!r} is {path}, outside the training's volume "
+                f"(storage.mountPath {mount}): name a path on the volume, relative to its mount"
+            )
+    return problems
+
+
 # ------------------------------------------------------------------------------------ pod pieces
 
 

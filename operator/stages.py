@@ -84,6 +84,9 @@ def spec_stage(obs: Observed, conds: conditions.Conditions) -> SpecDecision:
         problem = ""
     except SpecError as exc:
         current, problem = None, "; ".join(map(str, exc.problems))
+    off_volume = manifests.outside_volume(current) if current is not None else []
+    if off_volume:  # valid as a document, but no pod could honour it: its paths are on no volume of ours
+        current, problem = None, "; ".join(off_volume)
     applied = applied_spec(obs.children, meta["name"])
     if applied is None:
         if current is None:

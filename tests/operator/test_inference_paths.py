@@ -1,0 +1,44 @@
+"""Mode inference's checkpoint and output must be paths on the training's volume: one outside it (an
+absolute path elsewhere, or `..` past storage.mountPath) fails the training with SpecValid False naming
+the field, before any child is made (an output written to the pod's own /tmp is lost with the pod)."""
+
+from __future__ import annotations
+
+import pytest
+
+from graphtrain.contract.spec import ConditionType, Phase
+from tests.operator.test_reconcile import Cluster, training
+
+CKPT = "runs/wn/uid-0/checkpoints/BEST"
+
+
+def inference(**inf: str) -> dict:
+    return training(mode="inference", inference={"checkpoint": CKPT, **inf})
+
+
+@pytest.mark.parametrize(
+    ("inf", "field"),
+    [
+        ({"output": "/tmp/predictions"}, "spec.inference.output"),
+        ({"output": "../../../tmp/predictions"}, "spec.inference.output"),
+        ({"checkpoint": "/etc/graphtrain"}, "spec.inference.checkpoint"),
+        ({"checkpoint": "runs/../../x/checkpoints"}, "spec.inference.checkpoint"),
+    ],
+)
+def test_an_inference_path_off_the_volume_fails_before_any_child(inf: dict, field: str) -> None:
+    c = Cluster(inference(**inf))
+    decided = c.step()
+    assert decided.actions == [] and decided.status["phase"] == Phase.failed.value
+    spec_valid = next(x for x in decided.status["conditions"] if x["type"] == ConditionType.spec_valid)
+    assert spec_valid["status"] == "False" and field in spec_valid["message"], spec_valid
+
+
+@pytest.mark.parametrize(
+    "inf",
+    [{}, {"output": "out/predictions"}, {"output": "/var/lib/graphtrain/out"}, {"checkpoint": "./" + CKPT}],
+)
+def test_an_inference_path_on_the_volume_is_taken(inf: dict) -> None:
+    c = Cluster(inference(**inf))
+    decided = c.step()
+    assert decided.status["phase"] == Phase.partitioning.value
+    assert any(a.key.startswith("Job/") for a in decided.actions)
