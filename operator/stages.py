@@ -33,7 +33,7 @@ from graphtrain.contract.spec import (
     parse,
 )
 from graphtrain.operator import gang, manifests, workers
-from graphtrain.operator.context import Context, Step, clean_up
+from graphtrain.operator.context import Action, Context, Step, clean_up
 from graphtrain.operator.observation import (
     Obj,
     Observed,
@@ -162,6 +162,8 @@ def partition_stage(ctx: Context, conds: conditions.Conditions) -> Step:
         manifests.data_claim(body, gt, ctx.config),
         manifests.partition_job(body, gt, ctx.config) if ctx.absent("Job", n["partition"]) else None,
     )
+    if ctx.token and ctx.absent("Secret", n["token"]) and _roles_running(ctx):
+        return _token_lost(ctx, conds, actions)
     outcome, why = job_outcome(ctx.child("Job", n["partition"]))
     if outcome == "failed":
         said = partition_error(ctx.obs.pods)
@@ -178,6 +180,27 @@ def partition_stage(ctx: Context, conds: conditions.Conditions) -> Step:
     conditions.set_partitioned(conds, "the partition job succeeded")
     stats = partition_stats(ctx.obs.pods)
     return Step(actions, status={"partition": stats} if stats is not None else {})
+
+
+def _roles_running(ctx: Context) -> list[Obj]:
+    """The shard servers' StatefulSet and the trainer (or worker) pods, those observed: what runs with
+    the token read once at its start."""
+    sts = ctx.child("StatefulSet", ctx.names["shards"])
+    return ([sts] if sts is not None else []) + ctx.pods("trainer")
+
+
+def _token_lost(ctx: Context, conds: conditions.Conditions, actions: list[Action]) -> Step:
+    """The token Secret was deleted while roles run: the new one (in `actions`) differs from the token
+    the running servers and trainers read at their start, so a trainer restarted later would be refused
+    by the old servers (and a server restarted alone by the old trainers) until the backoff limit. So
+    every role restarts together with the new token, from the last checkpoint: the servers' StatefulSet
+    and every trainer pod go, counted as one restart of runPolicy.backoffLimit."""
+    n = ctx.names
+    trainers = {rank: view for p in ctx.pods("trainer") for rank, view in rank_pods(p)}
+    servers = ctx.remove("StatefulSet", n["shards"], "apps/v1")
+    why = f"Secret {n['token']} (the shard servers' token) was deleted while the training ran"
+    step = _trainer_failed(ctx, conds, {}, f"{why}: every role restarts with a new token", trainers)
+    return Step(actions + servers + step.actions, step.status, step.phase)
 
 
 def _sidecar(pod: Obj) -> Obj:
