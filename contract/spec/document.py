@@ -27,7 +27,7 @@ from graphtrain.contract.spec.graph import (
     cel_list,
     cel_node_types,
 )
-from graphtrain.contract.spec.inference import Inference
+from graphtrain.contract.spec.inference import INFERENCE_RULES, Inference
 from graphtrain.contract.spec.kge_tables import KGE_TABLE_RULES
 from graphtrain.contract.spec.legacy import OLD_MODEL_FIELDS, read_old_form
 from graphtrain.contract.spec.locality import LOCALITY_EVEN_TRAINERS, PodPlacement
@@ -279,6 +279,7 @@ _CEL_TASK = (
     f"(has(self.task) ? self.task.kind : (self.model.kind in {_KGE} ? '{KGE}' : '{NODE_CLASSIFICATION}'))"
 )
 _CEL_LAYERS = cel_or_default("self.model", ModelSpec, "num_layers", "graphsage")
+_CEL_USE_FEATURES = cel_or_default("self.model", ModelSpec, "use_features", "graphsage")
 _TASK_KINDS = sorted({t for m in MODELS for t in m.TASKS})  # type: ignore[attr-defined]
 _CEL_SERVES = " || ".join(
     f"(self.task.kind == '{t}' && self.model.kind in {cel_strings([m.KIND for m in MODELS if t in m.TASKS])})"  # type: ignore[attr-defined]
@@ -386,13 +387,7 @@ add_rules(
         message="scheduling.gang needs the scheduler that honours its PodGroup: volcano, or the one "
         "running the coscheduling plugin (e.g. scheduler-plugins-scheduler)",
     ),
-    Rule(
-        "inference-checkpoint",
-        "inference",
-        lambda s: s.mode != Mode.inference or s.inference is not None,
-        cel="!has(self.mode) || self.mode != 'inference' || has(self.inference)",
-        message="mode inference needs inference.checkpoint: the checkpoint to infer from",
-    ),
+    *INFERENCE_RULES,
     Rule(
         "inference-gnn",
         "mode",
@@ -416,6 +411,20 @@ add_rules(
         f"!(self.graph.dataset in {cel_list(KG_DATASETS)})",
         message="%s is a knowledge graph without node labels; learn it with task kge (model transe, "
         "distmult, complex or rotate)",
+        args=(("self.graph.dataset", lambda s: s.graph.dataset),),
+    ),
+    Rule(
+        "gnn-knowledge-graph-features",
+        "model.useFeatures",
+        lambda s: (
+            s.model.kind not in GNN_KINDS
+            or s.graph.dataset not in KG_DATASETS
+            or s.model.use_features is False
+        ),
+        cel=f"!(self.model.kind in {_GNN}) || !has(self.graph.dataset) || "
+        f"!(self.graph.dataset in {cel_list(KG_DATASETS)}) || !{_CEL_USE_FEATURES}",
+        message="%s is a knowledge graph without node features: set useFeatures: false (the model then "
+        "reads model.nodeEmbedding)",
         args=(("self.graph.dataset", lambda s: s.graph.dataset),),
     ),
     Rule(

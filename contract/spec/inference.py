@@ -13,6 +13,8 @@ from pathlib import PurePosixPath
 from pydantic import Field
 
 from graphtrain.contract.spec.base import SpecModel
+from graphtrain.contract.spec.enums import Mode
+from graphtrain.contract.spec.rules import Rule
 
 # the names a checkpoint root holds besides checkpoints: marker files naming one of them
 MARKERS = ("LATEST", "BEST")
@@ -38,6 +40,27 @@ class Inference(SpecModel):
         "any other existing path is refused. Unset: <run dir>/inference (Kubernetes: the training's "
         "work directory on the volume).",
     )
+
+
+# The spec's rules tying spec.mode to spec.inference (a GraphTrainingSpec: document.py imports this module
+# and adds them). Each is a Python check and the same CEL rule of the CRD (rules.py).
+INFERENCE_RULES = (
+    Rule(
+        "inference-checkpoint",
+        "inference",
+        lambda s: s.mode != Mode.inference or s.inference is not None,
+        cel="!has(self.mode) || self.mode != 'inference' || has(self.inference)",
+        message="mode inference needs inference.checkpoint: the checkpoint to infer from",
+    ),
+    Rule(
+        "inference-mode",
+        "inference",
+        lambda s: s.inference is None or s.mode == Mode.inference,
+        cel="!has(self.inference) || (has(self.mode) && self.mode == 'inference')",
+        message="is read by mode inference alone, and mode is train (the default), which would train "
+        "from scratch: set mode: inference, or remove inference",
+    ),
+)
 
 
 def checkpoint_root(path: str) -> str:

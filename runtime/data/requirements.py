@@ -168,15 +168,22 @@ def _edge_task(spec: GraphTrainingSpec, s: Summary) -> list[Problem]:
 def _features(spec: GraphTrainingSpec, s: Summary) -> list[Problem]:
     """What the model's feature input (as they are, projected or as bags) needs from the features."""
     m, name, out = gnn(spec.model), s.name, []
-    features = _source_field(spec.graph, "graph.features")
+    # only a graph of your own files takes a features file; a bundled dataset or triples have none to give
+    give = "give graph.features, or " if spec.graph.path is not None else ""
     if m.use_features and s.feature_dims is None and m.feature_bag is not None:
-        out.append(Problem(path="model.featureBag", message=f"{name} has no node features: give {features}"))
+        out.append(
+            Problem(
+                path="model.featureBag",
+                message=f"{name} has no node features: {give}remove featureBag and set useFeatures: false "
+                "with a model.nodeEmbedding",
+            )
+        )
     elif m.use_features and s.feature_dims is None:
         out.append(
             Problem(
                 path="model.useFeatures",
-                message=f"{name} has no node features: give {features}, or set useFeatures: false with "
-                "a model.nodeEmbedding",
+                message=f"{name} has no node features: {give}set useFeatures: false with a "
+                "model.nodeEmbedding",
             )
         )
     elif m.feature_bag is not None and not s.sparse_features:

@@ -230,7 +230,16 @@ BREAKS: dict[str, Doc] = {
     "featureBag-exists": edit(WORDBAG, lambda s: s["model"]["featureBag"].update(embedding="nope")),
     "featureBag-keys": edit(WORDBAG, _table(keys="nodes")),
     "fanouts-per-layer": edit(GRAPHSAGE, lambda s: s.update(training={"fanouts": [10]})),
-    "node-classification-labelled-graph": edit(GRAPHSAGE, lambda s: s["graph"].update(dataset="nations")),
+    "node-classification-labelled-graph": edit(
+        GRAPHSAGE, lambda s: (s["graph"].update(dataset="nations"), s["model"].update(useFeatures=False))
+    ),
+    "gnn-knowledge-graph-features": edit(
+        GRAPHSAGE,
+        lambda s: (
+            s["graph"].update(dataset="nations"),
+            s.update(task={"kind": "linkPrediction", "decoder": "dot"}),
+        ),
+    ),
     "kge-knowledge-graph": edit(TRANSE, lambda s: s["graph"].update(dataset="wordnet")),
     "linkPrediction-knowledge-graph": edit(
         GRAPHSAGE, lambda s: s.update(task={"kind": "linkPrediction", "decoder": "dot"})
@@ -280,6 +289,7 @@ BREAKS: dict[str, Doc] = {
     ),
     "edgeRegression-labelled-edges": edit(GRAPHSAGE, lambda s: s.update(task={"kind": "edgeRegression"})),
     "inference-checkpoint": edit(GRAPHSAGE, lambda s: s.update(mode="inference")),
+    "inference-mode": edit(GRAPHSAGE, lambda s: s.update(inference={"checkpoint": "runs/wn/checkpoints"})),
     "gang-scheduler": edit(GRAPHSAGE, lambda s: s.update(scheduling={"gang": True})),
     "inference-gnn": edit(
         TRANSE, lambda s: s.update(mode="inference", inference={"checkpoint": "runs/nations/checkpoints"})
