@@ -25,6 +25,7 @@ from graphtrain.contract.spec import (
     ConditionType,
     GraphTraining,
     Locality,
+    Mode,
     Phase,
     ShardState,
     SpecError,
@@ -350,7 +351,8 @@ def trainers_stage(ctx: Context, conds: conditions.Conditions) -> Step:
         conditions.set_trainers_waiting(conds, conditions.Reason.completed, "every trainer finished")
         kept = gt.spec.run_policy.clean_pod_policy == CleanPodPolicy.none
         said = "shard servers kept (runPolicy.cleanPodPolicy None)" if kept else "shard servers stopped"
-        conditions.set_succeeded(conds, f"training finished; {said}")
+        done = "inference" if gt.spec.mode == Mode.inference else "training"
+        conditions.set_succeeded(conds, f"{done} finished; {said}")
         return Step(step.actions + clean_up(ctx), step.status, Phase.succeeded)
     running = sum(pod_phase(p) in ("Running", "Succeeded") for p in trainers.values())
     if running == world:

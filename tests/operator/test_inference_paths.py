@@ -1,4 +1,4 @@
-"""Mode inference's checkpoint and output must be paths on the training's volume: one outside it (an
+"""Mode inference through the operator. Its checkpoint and output must be paths on the training's volume: one outside it (an
 absolute path elsewhere, or `..` past storage.mountPath) fails the training with SpecValid False naming
 the field, before any child is made (an output written to the pod's own /tmp is lost with the pod)."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from graphtrain.contract.spec import ConditionType, Phase
-from tests.operator.test_reconcile import Cluster, training
+from tests.operator.test_reconcile import Cluster, cond, running_cluster, training
 
 CKPT = "runs/wn/uid-0/checkpoints/BEST"
 
@@ -42,3 +42,11 @@ def test_an_inference_path_on_the_volume_is_taken(inf: dict) -> None:
     decided = c.step()
     assert decided.status["phase"] == Phase.partitioning.value
     assert any(a.key.startswith("Job/") for a in decided.actions)
+
+
+def test_a_finished_inference_says_inference() -> None:
+    c = running_cluster(mode="inference", **{"inference.checkpoint": CKPT})
+    c.trainers("Succeeded")
+    p = c.step()
+    assert p.status["phase"] == Phase.succeeded.value
+    assert cond(p, "Succeeded")["message"].startswith("inference finished; ")
