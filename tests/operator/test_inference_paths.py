@@ -1,6 +1,7 @@
-"""Mode inference through the operator. Its checkpoint and output must be paths on the training's volume: one outside it (an
-absolute path elsewhere, or `..` past storage.mountPath) fails the training with SpecValid False naming
-the field, before any child is made (an output written to the pod's own /tmp is lost with the pod)."""
+"""Mode inference through the operator. Its checkpoint and output must be paths on the training's
+volume: one outside it (an absolute path elsewhere, or `..` past storage.mountPath) fails the training
+with SpecValid False naming the field, before any child is made (an output written to the pod's own
+/tmp is lost with the pod). A finished inference says so."""
 
 from __future__ import annotations
 
