@@ -3,6 +3,7 @@ training or inferring from a checkpoint."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated
 
@@ -119,7 +120,9 @@ def infer(
     from graphtrain.runtime.launch.local import LocalRun
     from graphtrain.runtime.launch.processes import Terminated, stop_on_signals
 
-    text = inference_spec(read(spec_path), checkpoint.resolve(), output.resolve() if output else None)
+    text = inference_spec(
+        read(spec_path), checkpoint.resolve(), Path(os.path.abspath(output)) if output else None
+    )
     gt = load_yaml(text)
     run_dir = run_dir or Path("runs") / f"{gt.metadata.name}-inference"
     held = run_dir / "checkpoints"

@@ -33,7 +33,10 @@ def output(gt: GraphTraining, spec_dir: Path, run_dir: Path) -> Path:
     """spec.inference.output (relative: the spec's directory's), else <run_dir>/inference."""
     assert gt.spec.inference is not None
     given = gt.spec.inference.output
-    return (spec_dir / given).resolve() if given else run_dir / "inference"
+    if not given:
+        return run_dir / "inference"
+    p = Path(os.path.abspath(spec_dir / given))  # its parents resolved, not its name: a symlink there is
+    return p.parent.resolve() / p.name  # refused (check_output), not followed
 
 
 def partition(gt: GraphTraining, spec_dir: Path, run_dir: Path) -> Path:
@@ -45,12 +48,13 @@ def partition(gt: GraphTraining, spec_dir: Path, run_dir: Path) -> Path:
             the output is a path an inference may not replace."""
     from graphtrain.runtime.checkpoint import resolve_checkpoint  # imported here: the
     from graphtrain.runtime.outputs import checkpoint_partition  # launcher's own imports stay torch-free
-    from graphtrain.runtime.train.inference import check_output
+    from graphtrain.runtime.train.inference import check_output, clear_staging, staging_of
 
     root = resolve_checkpoint(_checkpoint(gt, spec_dir))
     found = checkpoint_partition(root).path
     check_same_model(gt, root)
     check_output(output(gt, spec_dir, run_dir))
+    clear_staging(staging_of(output(gt, spec_dir, run_dir)))
     return found
 
 

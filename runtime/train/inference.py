@@ -14,6 +14,8 @@ path is refused.
 from __future__ import annotations
 
 import json
+import os
+import re
 import shutil
 import time
 from pathlib import Path
@@ -33,6 +35,42 @@ from graphtrain.runtime.train.resumable import check_inferable
 
 MANIFEST = "manifest.json"
 KIND = "graphtrain-inference"
+
+
+PART = re.compile(r"(edges-)?part-\d{5}\.parquet")
+
+
+def output_path(out: Path | str) -> Path:
+    """`out` made absolute with its parent directories resolved but not its own name: a symlink planted
+    there stays a symlink (check_output refuses it), rather than leading the replacement elsewhere."""
+    p = Path(os.path.abspath(out))
+    return p.parent.resolve() / p.name
+
+
+def staging_of(out: Path) -> Path:
+    """Where the parts are written before the output is renamed into place: a sibling of `out`."""
+    return out.with_name(f".{out.name}.staging")
+
+
+def clear_staging(staging: Path) -> None:
+    """Remove a staging directory a failed inference left (its parts and manifest only); anything else
+    there (a symlink, a file, a directory holding other files) is refused, not deleted.
+
+    Raises:
+        GraphtrainError: naming the path."""
+    if not staging.exists() and not staging.is_symlink():
+        return
+    if staging.is_symlink() or not staging.is_dir():
+        raise GraphtrainError(
+            f"inference.output: {staging} exists and is not an inference's staging directory: move it"
+        )
+    others = sorted(p.name for p in staging.iterdir() if p.name != MANIFEST and not PART.fullmatch(p.name))
+    if others:
+        raise GraphtrainError(
+            f"inference.output: {staging} holds files an inference did not write ({', '.join(others[:3])}): "
+            "move them"
+        )
+    shutil.rmtree(staging)
 
 
 def check_output(out: Path) -> None:
@@ -125,11 +163,11 @@ def infer(task: Any, graph: DistGraph, dist: Dist, checkpoint: Path, out: Path) 
     check_inferable(trainer.get("model") if isinstance(trainer, dict) else None, task.spec, directory.name)
     if dist.rank == 0:
         ckpt.verify_checkpoint(directory)
-    out = out.resolve()
-    staging = out.with_name(f".{out.name}.staging")
+    out = output_path(out)
+    staging = staging_of(out)
     if dist.rank == 0:
         check_output(out)
-        shutil.rmtree(staging, ignore_errors=True)
+        clear_staging(staging)
         staging.mkdir(parents=True, mode=0o700)
     restore(task, graph, dist, directory)
     began = time.perf_counter()

@@ -1,0 +1,65 @@
+"""Where `graphtrain infer` writes: a staging directory it did not make is refused, never deleted, and a
+symlink planted at the output path is refused rather than followed (its target replaced)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from graphtrain.runtime.errors import GraphtrainError
+from graphtrain.runtime.train.inference import (
+    KIND,
+    MANIFEST,
+    check_output,
+    clear_staging,
+    output_path,
+    staging_of,
+)
+
+
+def earlier_output(d: Path) -> Path:
+    d.mkdir()
+    (d / MANIFEST).write_text(json.dumps({"kind": KIND, "parts": ["part-00000.parquet"]}))
+    (d / "part-00000.parquet").write_bytes(b"x")
+    return d
+
+
+def test_a_users_directory_at_the_staging_path_is_refused_not_deleted(tmp_path: Path) -> None:
+    staging = staging_of(tmp_path / "res")
+    staging.mkdir()
+    (staging / "notes.txt").write_text("mine")
+    with pytest.raises(GraphtrainError, match="notes.txt"):
+        clear_staging(staging)
+    assert (staging / "notes.txt").read_text() == "mine"
+
+
+def test_a_symlink_at_the_staging_path_is_refused(tmp_path: Path) -> None:
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    staging = staging_of(tmp_path / "res")
+    staging.symlink_to(victim)
+    with pytest.raises(GraphtrainError, match="not an inference's staging"):
+        clear_staging(staging)
+    assert staging.is_symlink() and victim.is_dir()
+
+
+def test_a_failed_inferences_staging_is_cleared(tmp_path: Path) -> None:
+    staging = staging_of(tmp_path / "res")
+    staging.mkdir()
+    (staging / "part-00001.parquet").write_bytes(b"x")
+    (staging / "edges-part-00000.parquet").write_bytes(b"x")
+    clear_staging(staging)
+    assert not staging.exists()
+
+
+def test_a_symlink_at_the_output_path_is_not_followed(tmp_path: Path) -> None:
+    target = earlier_output(tmp_path / "someone-elses")
+    link = tmp_path / "out"
+    link.symlink_to(target)
+    out = output_path(link)
+    assert out == tmp_path.resolve() / "out"
+    with pytest.raises(GraphtrainError, match="not an earlier inference's output"):
+        check_output(out)
+    check_output(output_path(target))  # the earlier output itself may be replaced
