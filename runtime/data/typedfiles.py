@@ -82,6 +82,10 @@ def read_table(path: Path, fmt: str, text_columns: list[str], field: str) -> Any
         raise DataError(
             f"{path}: {field}: not a readable {kind} table ({str(exc).splitlines()[0]})"
         ) from None
+    names = list(table.column_names)
+    twice = next((c for c in names if names.count(c) > 1), None)
+    if twice is not None:  # pyarrow's table.column(name) raises KeyError on a repeated name
+        raise DataError(f"{path}: {field}: the header names column {twice!r} twice: name each column once")
     if table.num_rows == 0:
         raise DataError(f"{path}: {field}: no rows")
     return table
@@ -101,6 +105,14 @@ def _ids(path: Path, table: Any, name: str, field: str) -> np.ndarray:
     if bad is not None:
         raise DataError(f"{path}: {field} {name!r} is empty on line {bad + 2}")
     return np.asarray(values, dtype=np.str_)
+
+
+def _number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _features(path: Path, table: Any, columns: list[str], field: str) -> np.ndarray:
@@ -125,10 +137,12 @@ def _features(path: Path, table: Any, columns: list[str], field: str) -> np.ndar
                 raise DataError(f"{path}: {field} {name!r} holds lists of non-numbers")
         elif pa.types.is_integer(col.type) or pa.types.is_floating(col.type) or pa.types.is_boolean(col.type):
             values = np.asarray(col.to_numpy(zero_copy_only=False), dtype=np.float64)[:, None]
-        else:
-            sample = next(iter(col.to_pylist()), None)
+        else:  # the first cell that is not a number, not the column's first (which may be one)
+            cells = [str(v) for v in col.to_pylist()]
+            bad = next((i for i, v in enumerate(cells) if not _number(v)), 0)
+            sample = f"{cells[bad]!r} on line {bad + 2}" if cells else "nothing"
             raise DataError(
-                f"{path}: {field} {name!r} holds {col.type} ({sample!r}), not numbers (features are numeric)"
+                f"{path}: {field} {name!r} holds {col.type} ({sample}), not numbers (features are numeric)"
             )
         if not np.isfinite(values).all():
             row = int(np.argwhere(~np.isfinite(values))[0][0])

@@ -231,6 +231,21 @@ BAD = [
     ),
     Bad("nodes-without-edges", lambda root, graph: graph.pop("edges"), "set both or neither"),
     Bad(
+        "feature-not-a-number-named",
+        _file("papers.csv", PAPERS.replace("2005", "soon")),
+        "holds string ('soon' on line 3)",
+    ),
+    Bad(
+        "node-header-names-a-column-twice",
+        _file("papers.csv", PAPERS.replace("pid,year,cites,topic", "pid,year,year,topic")),
+        "graph.nodes[0].files[0]: the header names column 'year' twice",
+    ),
+    Bad(
+        "edge-header-names-a-column-twice",
+        _file("writes.csv", WRITES.replace("author,paper,weight", "author,author,weight")),
+        "graph.edges[0].files[0]: the header names column 'author' twice",
+    ),
+    Bad(
         "same-id-and-feature-column",
         _set(("nodes", 0, "features"), ["pid"]),
         "graph.nodes[0].idColumn: is also a feature or the label column",
