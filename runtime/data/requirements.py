@@ -57,6 +57,16 @@ def problems(spec: GraphTrainingSpec, summary: Summary) -> list[Problem]:
             )
         elif spec.trainers.replicas > summary.triples["train"]:
             out.append(_too_many_trainers(spec, summary.triples["train"], "training triples"))
+        if summary.triples.get("train"):
+            for key in ("valid", "test"):
+                if not summary.triples.get(key):  # ranked over no triples, its MRR would read 0.0
+                    out.append(
+                        Problem(
+                            path="graph.split" if spec.graph.split is not None else "graph.triples",
+                            message=f"the {key} split of {name} holds no triples: its MRR and Hits@k "
+                            "would be 0 for any model (give it a share of the triples)",
+                        )
+                    )
         if spec.task_kind == LINK_PREDICTION:  # a GNN encodes the entities: its inputs as for nodes
             out += _features(spec, summary)
             out += _typed(spec, summary)

@@ -140,6 +140,24 @@ def test_kge_needs_triples() -> None:
     assert [p.path for p in found] == ["graph.triples"]
 
 
+def test_kge_needs_valid_and_test_triples() -> None:
+    """A split that leaves valid or test without triples is refused: ranked over nothing, its MRR
+    read 0.0 for any model and the best checkpoint was picked on it."""
+    kge = spec(
+        "{triples: {path: t.tsv}, split: {train: 1.0, val: 0.0, test: 0.0}}",
+        "{kind: transe, entityEmbedding: e, relationEmbedding: r}",
+        tables="{name: e, dim: 4}, {name: r, dim: 4, keys: relations}",
+    )
+    t = np.array([[0, 0, 1], [1, 1, 2]])
+    empty = np.empty((0, 3), dtype=np.int64)
+    kg = KnowledgeGraph("k", 3, 2, t, empty, empty, ["a", "b", "c"], ["likes", "knows"])
+    found = problems(kge, summarise(kg))
+    assert [p.path for p in found] == ["graph.split", "graph.split"], found
+    assert "the valid split of k holds no triples" in found[0].message
+    whole = KnowledgeGraph("k", 3, 2, t, t[:1], t[1:], ["a", "b", "c"], ["likes", "knows"])
+    assert problems(kge, summarise(whole)) == []
+
+
 def test_link_prediction_needs_an_encoder_input_and_known_target_relations() -> None:
     """A GNN encodes the entities of task linkPrediction: it needs an input (a knowledge graph has no
     features), and task.targetRelations must name the graph's relations."""
