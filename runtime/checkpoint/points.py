@@ -157,7 +157,30 @@ def read_top(root: Path) -> dict[str, Any]:
         or top.get("format_version") != FORMAT_VERSION
     ):
         raise DataError(f"{root / TOP}: not a graphtrain checkpoint of version {FORMAT_VERSION}")
+    wrong = malformed(top)
+    if wrong:
+        raise DataError(f"{root / TOP}: not a graphtrain checkpoint: {wrong}")
     return top
+
+
+def malformed(top: dict[str, Any]) -> str | None:
+    """What in a checkpoint.json of the right format has the wrong shape (a hand edit, a damaged file:
+    no hash covers it), or None: its readers index it without checking each level."""
+    tensors = top.get("tensors")
+    if not isinstance(tensors, dict):
+        return "tensors is not a map of tables"
+    for name, pieces in tensors.items():
+        if not isinstance(pieces, list) or not all(
+            isinstance(q, dict) and isinstance(q.get("dir"), str) for q in pieces
+        ):
+            return f"tensors.{name} is not a list of pieces, each with its dir"
+    for section in ("partition", "trainer"):
+        if section in top and not isinstance(top[section], dict):
+            return f"{section} is not a map"
+    model = (top.get("trainer") or {}).get("model")
+    if model is not None and not isinstance(model, dict):
+        return "trainer.model is not a map"
+    return None
 
 
 def pieces_of(root: Path, name: str) -> list[tuple[dict[str, Any], Path]]:

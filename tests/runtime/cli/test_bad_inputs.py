@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import io
+import json
 import os
 import subprocess
 import sys
@@ -373,6 +374,37 @@ def test_bad_export_target_gives_one_line(case: Case, checkpoint: Path, tmp_path
     result = runner.invoke(app, ["export", str(checkpoint), "--name", "emb", *case.build(tmp_path)])
     check_one_line(result, case.needle)
     check_nothing_lost(tmp_path, before)
+
+
+MALFORMED_TOPS = {
+    "tensors-a-number": (lambda d: d.update(tensors=5), "tensors is not a map of tables"),
+    "piece-a-number": (
+        lambda d: d["tensors"]["emb"].__setitem__(0, 5),
+        "tensors.emb is not a list of pieces",
+    ),
+    "partition-a-number": (lambda d: d.update(partition=5), "partition is not a map"),
+    "model-a-list": (lambda d: d.update(trainer={"model": [1]}), "trainer.model is not a map"),
+}
+
+
+@pytest.mark.parametrize("edit", sorted(MALFORMED_TOPS))
+def test_a_checkpoint_json_of_the_wrong_shape_gives_one_line(
+    edit: str, checkpoint: Path, tmp_path: Path
+) -> None:
+    """Valid JSON of the right format with a level of the wrong type (a hand edit: no hash covers the
+    file) is refused naming it, not a TypeError where a reader indexes it."""
+    import shutil
+
+    from graphtrain.runtime.checkpoint import TOP
+
+    copy = tmp_path / "ck"
+    shutil.copytree(checkpoint, copy)
+    top = json.loads((copy / TOP).read_text())
+    change, said = MALFORMED_TOPS[edit]
+    change(top)
+    (copy / TOP).write_text(json.dumps(top))
+    result = runner.invoke(app, ["export", str(copy), "--name", "emb", "-o", str(tmp_path / "t.npy")])
+    check_one_line(result, said)
 
 
 def full_disk_save(file, arr, *args, **kwargs) -> None:  # noqa: ANN001 - np.save's signature
