@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from graphtrain.contract.spec import Sharding
 from graphtrain.runtime import checkpoint as ckpt
 from graphtrain.runtime.collective import checkpoint as collective_ckpt
 from graphtrain.runtime.data.cache import write_json
@@ -150,9 +151,19 @@ def restore(task: Any, graph: DistGraph, dist: Dist, directory: Path) -> None:
     for table in getattr(task, "collective_tables", []):
         if not collective_ckpt.restore(table, directory, verify=False):
             raise GraphtrainError(f"checkpoint {directory.name} holds no table {table.name!r}")
+    missing: list[str] = []
     if dist.rank == 0:
-        graph.client.restore(directory.name)
-    dist.barrier()
+        restored = set(graph.client.restore(directory.name))
+        missing = sorted(set(server_tables(task.spec)) - restored)
+    if dist.sum([float(len(missing))])[0]:  # every rank stops, not only rank 0 (the others would wait)
+        named = f"table {', '.join(map(repr, missing))}" if missing else "a table (trainer 0 names it)"
+        raise GraphtrainError(f"checkpoint {directory.name} holds no rows of {named}")
+
+
+def server_tables(spec: Any) -> list[str]:
+    """The spec's tables held by the shard servers, whose rows a checkpoint must restore: one it lacks
+    would be left at its initial values, and inference would answer from those without a word."""
+    return [t.name for t in spec.embeddings if t.sharding != Sharding.collective]
 
 
 def infer(task: Any, graph: DistGraph, dist: Dist, checkpoint: Path, out: Path) -> dict[str, Any]:

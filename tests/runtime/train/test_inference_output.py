@@ -63,3 +63,35 @@ def test_a_symlink_at_the_output_path_is_not_followed(tmp_path: Path) -> None:
     with pytest.raises(GraphtrainError, match="not an earlier inference's output"):
         check_output(out)
     check_output(output_path(target))  # the earlier output itself may be replaced
+
+
+class _Client:
+    def __init__(self, restored: list[str]):
+        self.restored = restored
+
+    def restore(self, name: str) -> list[str]:
+        return self.restored
+
+
+@pytest.mark.parametrize(
+    ("restored", "missing"), [(["entity", "relation"], None), (["relation"], "'entity'")]
+)
+def test_a_checkpoint_without_a_server_tables_rows_is_refused(
+    tmp_path: Path, restored: list[str], missing: str | None
+) -> None:
+    """Restoring a checkpoint that holds no rows of a shard-server table left it at its initial values,
+    and predict and infer answered from those (a hand-edited checkpoint.json listing no pieces)."""
+    from types import SimpleNamespace
+
+    from graphtrain.contract.spec import load_yaml
+    from graphtrain.runtime.train.dist import Dist
+    from graphtrain.runtime.train.inference import restore
+
+    spec = load_yaml((Path(__file__).parents[3] / "examples" / "nations-transe.yaml").read_text()).spec
+    task = SimpleNamespace(spec=spec, load_state=lambda d: None, collective_tables=[])
+    graph = SimpleNamespace(client=_Client(restored))
+    if missing is None:
+        restore(task, graph, Dist(), tmp_path / "step-1")
+        return
+    with pytest.raises(GraphtrainError, match=f"checkpoint step-1 holds no rows of table {missing}"):
+        restore(task, graph, Dist(), tmp_path / "step-1")
