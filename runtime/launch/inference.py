@@ -54,7 +54,7 @@ def partition(gt: GraphTraining, spec_dir: Path, run_dir: Path) -> Path:
     found = checkpoint_partition(root).path
     check_same_model(gt, root)
     check_output(output(gt, spec_dir, run_dir))
-    clear_staging(staging_of(output(gt, spec_dir, run_dir)))
+    clear_staging(staging_of(output(gt, spec_dir, run_dir)), remove=False)
     return found
 
 

@@ -13,6 +13,7 @@ path is refused.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
@@ -53,9 +54,11 @@ def staging_of(out: Path) -> Path:
     return out.with_name(f".{out.name}.staging")
 
 
-def clear_staging(staging: Path) -> None:
+def clear_staging(staging: Path, remove: bool = True) -> None:
     """Remove a staging directory a failed inference left (its parts and manifest only); anything else
-    there (a symlink, a file, a directory holding other files) is refused, not deleted.
+    there (a symlink, a file, a directory holding other files) is refused, not deleted. remove=False
+    only checks (the launcher, before any process starts and without the output's lock: the staging
+    directory may be a running inference's, which rank 0 then finds locked).
 
     Raises:
         GraphtrainError: naming the path."""
@@ -71,7 +74,34 @@ def clear_staging(staging: Path) -> None:
             f"inference.output: {staging} holds files an inference did not write ({', '.join(others[:3])}): "
             "move them"
         )
-    shutil.rmtree(staging)
+    if remove:
+        shutil.rmtree(staging)
+
+
+def lock_output(out: Path) -> int:
+    """An exclusive lock on `out`'s lock file (a sibling), held by rank 0 from clearing the staging
+    directory to the output's rename: a second inference into the same output (from another run
+    directory) is refused rather than clearing the first one's staging directory while its trainers
+    write there, or publishing a manifest beside the other's parts. The descriptor is the lock: closed
+    (or the process gone), it is released.
+
+    Raises:
+        GraphtrainError: another inference holds it."""
+    path = out.with_name(f".{out.name}.lock")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    try:  # a link planted at its name is not followed
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except OSError as exc:
+        raise GraphtrainError(f"inference.output: cannot open {path} ({exc.strerror})") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise GraphtrainError(
+            f"inference.output: another inference is writing {out} (it holds {path.name}): wait for it, "
+            "or give another output"
+        ) from None
+    return fd
 
 
 def check_output(out: Path) -> None:
@@ -176,10 +206,23 @@ def infer(task: Any, graph: DistGraph, dist: Dist, checkpoint: Path, out: Path) 
         ckpt.verify_checkpoint(directory)
     out = output_path(out)
     staging = staging_of(out)
+    held = -1
     if dist.rank == 0:
         check_output(out)
+        held = lock_output(out)
         clear_staging(staging)
         staging.mkdir(parents=True, mode=0o700)
+    try:
+        return _infer_into(task, graph, dist, directory, out, staging)
+    finally:
+        if held >= 0:
+            os.close(held)
+
+
+def _infer_into(
+    task: Any, graph: DistGraph, dist: Dist, directory: Path, out: Path, staging: Path
+) -> dict[str, Any]:
+    """infer()'s work once rank 0 holds the output's lock and made the staging directory."""
     restore(task, graph, dist, directory)
     began = time.perf_counter()
     layers = task.encoded()

@@ -4,6 +4,7 @@ symlink planted at the output path is refused rather than followed (its target r
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -95,3 +96,32 @@ def test_a_checkpoint_without_a_server_tables_rows_is_refused(
         return
     with pytest.raises(GraphtrainError, match=f"checkpoint step-1 holds no rows of table {missing}"):
         restore(task, graph, Dist(), tmp_path / "step-1")
+
+
+def test_a_second_inference_into_the_same_output_is_refused_while_the_first_holds_it(tmp_path: Path) -> None:
+    """Two inferences from different run directories into one output: the second's rank 0 would clear
+    the first's staging directory while its trainers write there. The output's lock refuses it."""
+    from graphtrain.runtime.train.inference import lock_output
+
+    out = tmp_path / "deep" / "res"
+    first = lock_output(out)
+    try:
+        with pytest.raises(GraphtrainError, match="another inference is writing"):
+            lock_output(out)
+    finally:
+        os.close(first)
+    os.close(lock_output(out))  # released with its descriptor
+    (tmp_path / "deep" / ".other.lock").symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(GraphtrainError, match="cannot open"):
+        lock_output(tmp_path / "deep" / "other")
+    assert not (tmp_path / "elsewhere").exists()
+
+
+def test_the_launchers_check_of_the_staging_path_removes_nothing(tmp_path: Path) -> None:
+    """The launcher checks before any process starts, without the lock: the staging directory there
+    may be a running inference's, so only rank 0 (holding the lock) clears it."""
+    staging = staging_of(tmp_path / "res")
+    staging.mkdir()
+    (staging / "part-00000.parquet").write_bytes(b"x")
+    clear_staging(staging, remove=False)
+    assert (staging / "part-00000.parquet").exists()
