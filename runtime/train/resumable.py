@@ -18,7 +18,8 @@ NOT_SHAPES = {"attention_dropout", "negative_slope"}
 
 def model_record(spec: Any) -> dict[str, Any]:
     """What a checkpoint must have been trained with to be resumed under `spec`: the fields that fix the
-    shapes of the dense model and the tables (wire names, as the user writes them)."""
+    shapes of the dense model and the tables, and the graph they learned (wire names, as the user
+    writes them)."""
     from pydantic.alias_generators import to_camel
 
     from graphtrain.contract.spec import GNNModel, KGEModel, LinkPredictionTask
@@ -45,6 +46,11 @@ def model_record(spec: Any) -> dict[str, Any]:
         # the kind's own fields that fix its parameters' shapes (heads, bases, ...)
         own = set(type(m).model_fields) - set(GNNModel.model_fields) - NOT_SHAPES
         record.update({f"model.{to_camel(f)}": getattr(m, f) for f in sorted(own)})
+    # the graph it learned: predict and infer read the checkpoint's own partition, so a spec naming
+    # another graph (kinships against a Nations checkpoint) was answered for the checkpoint's silently
+    record["graph.dataset"] = _plain(spec.graph.dataset)
+    record["graph.typed"] = spec.graph.typed
+    record["graph.reverseEdges"] = spec.graph.reverse_edges
     for t in spec.embeddings:
         record[f"embeddings[{t.name}].dim"] = t.dim
         record[f"embeddings[{t.name}].nodeTypes"] = t.node_types  # which nodes the rows are

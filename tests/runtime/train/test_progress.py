@@ -245,6 +245,22 @@ def test_resuming_a_table_over_other_node_types_is_refused_and_an_older_record_c
     assert model_changes(older, sage_spec()) == []  # a record from before nodeTypes
 
 
+def test_another_graph_is_refused_naming_it_and_an_older_record_compares_none() -> None:
+    """predict and infer read the checkpoint's own partition: a spec naming another graph was answered
+    for the checkpoint's without a word (an attack review's kinships against a Nations checkpoint)."""
+    doc = load_yaml(EXAMPLE.read_text())
+    recorded = model_record(doc.spec)
+    other = doc.spec.model_copy(deep=True)
+    other.graph.dataset = "kinships"
+    other.graph.reverse_edges = not doc.spec.graph.reverse_edges
+    assert model_changes(recorded, other) == [
+        f"graph.dataset {doc.spec.graph.dataset}, the spec says kinships",
+        f"graph.reverseEdges {doc.spec.graph.reverse_edges}, the spec says {other.graph.reverse_edges}",
+    ]
+    older = {k: v for k, v in recorded.items() if not k.startswith("graph.")}
+    assert model_changes(older, other) == []  # a record from before the graph was recorded
+
+
 def test_a_dense_state_of_other_shapes_is_one_line_not_a_size_mismatch(tmp_path: Path) -> None:
     big, small = torch.nn.Linear(4, 256), torch.nn.Linear(4, 64)
     save_dense(tmp_path / "dense.pt", big, torch.optim.Adam(big.parameters()))
