@@ -36,8 +36,6 @@ trainer. The budget makes a drain wait, and the cluster administrator decide, wh
 
 from __future__ import annotations
 
-import dataclasses
-import posixpath
 from typing import Any
 
 import yaml
@@ -62,21 +60,17 @@ from graphtrain.contract.spec import (
     Device,
     GraphTraining,
     MemoryNeed,
-    Mode,
     colocated,
 )
-from graphtrain.contract.spec.inference import checkpoint_root
 from graphtrain.contract.spec.locality import resolved
 from graphtrain.operator import gang, placement
 from graphtrain.operator.config import OperatorConfig
+from graphtrain.operator.volume import CONFIG_DIR, TOKEN_DIR, Layout
 
 SHARD_PORT = 7000
 FAST_PORT = 7001  # the shard server's fast lane (small pulls; its health reply names it to clients)
 METRICS_PORT = 9090
 RENDEZVOUS_PORT = 29500
-CONFIG_DIR = "/etc/graphtrain"
-# not under CONFIG_DIR: runc cannot make a mount point inside a read-only volume
-TOKEN_DIR = "/var/run/secrets/graphtrain.io"
 TERMINATION_LOG = "/dev/termination-log"  # the partition pod's stats, read back from its status
 RUN_AS = 10001
 POD_IP_ENV = "POD_IP"  # a pod's own address (downward API status.podIP): what its servers bind
@@ -92,66 +86,6 @@ def _meta(owner: Obj, name: str, role: str, **extra: str) -> Obj:
         "labels": labels(training, role, **extra),
         "ownerReferences": [owner_reference(owner)],
     }
-
-
-def training_uid(gt: GraphTraining) -> str | None:
-    """The uid of the GraphTraining a spec belongs to: metadata.uid, which config_map() records in the
-    applied spec (None: a spec applied before it did, or one that is no object of the API server)."""
-    uid = (gt.metadata.model_extra or {}).get("uid")
-    return str(uid) if uid else None
-
-
-class Layout:
-    """Where things live inside the pods, from the spec's storage section.
-
-    The work directory (partition, checkpoints) is per training: <mount>/runs/<name>/<uid>. A claim
-    outlives its training (storage.whenDeleted Retain, or a claim the spec names), and a GraphTraining
-    re-created with the same name must start afresh, not resume the checkpoints of the one before it
-    (its trainers and shard servers restore whatever LATEST their checkpoint root holds). A training
-    whose applied spec has no uid (applied by an operator before this) keeps <mount>/runs/<name>."""
-
-    def __init__(self, gt: GraphTraining):
-        mount = gt.spec.storage.mount_path.rstrip("/")
-        self.mount = mount
-        self.data = f"{mount}/data"
-        uid = training_uid(gt)
-        self.work = f"{mount}/runs/{gt.metadata.name}" + (f"/{uid}" if uid else "")
-        self.partition = f"{self.work}/partition"
-        self.checkpoints = f"{self.work}/checkpoints"
-        self.spec_file = f"{CONFIG_DIR}/spec.yaml"
-        self.token_file = f"{TOKEN_DIR}/token"
-        self.files = roles.Files(
-            spec=self.spec_file, partition=self.partition, token=self.token_file, checkpoints=self.checkpoints
-        )
-        if gt.spec.mode == Mode.inference and gt.spec.inference is not None:  # the volume's paths
-            inf = gt.spec.inference
-            checkpoint = posixpath.join(mount, inf.checkpoint)
-            output = posixpath.join(mount, inf.output) if inf.output else f"{self.work}/inference"
-            self.files = dataclasses.replace(
-                self.files, checkpoints=checkpoint_root(checkpoint), infer_from=checkpoint, output=output
-            )
-
-
-def outside_volume(gt: GraphTraining) -> list[str]:
-    """Mode inference's paths that leave the training's volume (an absolute path elsewhere, or `..`
-    past storage.mountPath): in a pod, a checkpoint there is on no volume of the training, and an
-    output there lands in the pod's own filesystem (its /tmp emptyDir) and is lost with the pod while
-    the trainers succeed. Each problem names its field."""
-    inf = gt.spec.inference
-    if gt.spec.mode != Mode.inference or inf is None:
-        return []
-    mount = posixpath.normpath(gt.spec.storage.mount_path)
-    problems = []
-    for field, value in (("checkpoint", inf.checkpoint), ("output", inf.output)):
-        if not value:
-            continue
-        path = posixpath.normpath(posixpath.join(mount, value))
-        if path != mount and not path.startswith(mount.rstrip("/") + "/"):
-            problems.append(
-                f"spec.inference.{field}: {value!r} is {path}, outside the training's volume "
-                f"(storage.mountPath {mount}): name a path on the volume, relative to its mount"
-            )
-    return problems
 
 
 # ------------------------------------------------------------------------------------ pod pieces

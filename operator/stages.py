@@ -33,7 +33,7 @@ from graphtrain.contract.spec import (
     colocated,
     parse,
 )
-from graphtrain.operator import gang, manifests, workers
+from graphtrain.operator import gang, manifests, volume, workers
 from graphtrain.operator.context import Action, Context, Step, clean_up
 from graphtrain.operator.observation import (
     Obj,
@@ -85,7 +85,7 @@ def spec_stage(obs: Observed, conds: conditions.Conditions) -> SpecDecision:
         problem = ""
     except SpecError as exc:
         current, problem = None, "; ".join(map(str, exc.problems))
-    off_volume = manifests.outside_volume(current) if current is not None else []
+    off_volume = volume.outside_volume(current) if current is not None else []
     if off_volume:  # valid as a document, but no pod could honour it: its paths are on no volume of ours
         current, problem = None, "; ".join(off_volume)
     applied = applied_spec(obs.children, meta["name"])
