@@ -32,7 +32,7 @@ from graphtrain.operator.config import OperatorConfig, built_in
 from graphtrain.operator.context import TERMINAL, Action, Context, Plan, Step
 from graphtrain.operator.observation import Obj, Observed, iso
 from graphtrain.operator.sizing import memory_stage
-from graphtrain.operator.stages import partition_stage, shards_stage, spec_stage, trainers_stage
+from graphtrain.operator.stages import partition_stage, shards_stage, spec_hash, spec_stage, trainers_stage
 
 STAGES = (
     lifecycle.terminal_stage,
@@ -61,14 +61,19 @@ def plan(obs: Observed, config: OperatorConfig | None = None, token: str = "") -
         "restarts": int(old.get("restarts", 0)),
         "startTime": old.get("startTime") or iso(obs.now),
     }
-    status.update({k: old[k] for k in ("completionTime", "partition", "progress") if old.get(k) is not None})
+    kept = ("completionTime", "partition", "progress", "appliedSpecHash")
+    status.update({k: old[k] for k in kept if old.get(k) is not None})
     decided = spec_stage(obs, conds)
+    if decided.hold:  # the applied spec is lost and the current one is not it: wait, touching nothing
+        phase = Phase(old.get("phase") or Phase.pending.value)
+        return _finish(obs, conds, Step([], status, phase), decided.observed_generation)
     if decided.gt is None:  # failed for its spec; its TTL still runs, if its runPolicy reads
         ends = lifecycle.expiry(lifecycle.invalid_ttl(body), old.get("completionTime") or iso(obs.now))
         gone = [lifecycle.delete_training(body)] if ends is not None and obs.now >= ends else []
         wait = max(0.0, (ends - obs.now).total_seconds()) if ends is not None else None
         step = Step(gone, status, Phase.failed)
         return _finish(obs, conds, step, decided.observed_generation, wait)
+    status["appliedSpecHash"] = spec_hash(decided.gt)
     ctx = Context(obs, decided.gt, config or built_in(), token)
     actions: list[Action] = []
     waits: list[float] = []

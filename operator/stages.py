@@ -16,10 +16,12 @@ runPolicy.startTimeoutSeconds (StartTimeout).
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass
 
 from graphtrain.contract import conditions
-from graphtrain.contract.children import LABEL_ATTEMPT, SHARD_CONTAINER, rank_pods, worker_name
+from graphtrain.contract.children import LABEL_ATTEMPT, SHARD_CONTAINER, names, rank_pods, worker_name
 from graphtrain.contract.spec import (
     CleanPodPolicy,
     ConditionType,
@@ -33,6 +35,7 @@ from graphtrain.contract.spec import (
     colocated,
     parse,
 )
+from graphtrain.contract.spec.locality import resolved
 from graphtrain.operator import gang, manifests, volume, workers
 from graphtrain.operator.context import Action, Context, Step, clean_up
 from graphtrain.operator.observation import (
@@ -63,6 +66,32 @@ class SpecDecision:
 
     gt: GraphTraining | None
     observed_generation: int | None
+    hold: bool = False  # the applied spec is lost and the current one is not it: nothing is done
+
+
+def spec_hash(gt: GraphTraining) -> str:
+    """status.appliedSpecHash of `gt`: its spec as the config ConfigMap holds it (the default locality
+    resolved), less the sections a running job takes on (MUTABLE)."""
+    spec = resolved(gt.spec).model_dump(by_alias=True, exclude_none=True, mode="json")
+    kept = {k: v for k, v in spec.items() if k not in MUTABLE}
+    return hashlib.sha256(json.dumps(kept, sort_keys=True).encode()).hexdigest()[:32]
+
+
+def _lost_spec(obs: Observed, current: GraphTraining | None, problem: str) -> str | None:
+    """Why the training must wait, or None: its config ConfigMap (the applied spec) is gone while other
+    children of it exist, and the current spec is not the one it runs (status.appliedSpecHash). Taken
+    as new, a change refused until then (mode, trainers, task) would be applied to running roles."""
+    stored = (obs.training.get("status") or {}).get("appliedSpecHash")
+    if not stored or not obs.children or (current is not None and spec_hash(current) == stored):
+        return None
+    config = names(obs.training["metadata"]["name"])["config"]
+    why = (
+        f"the new spec is invalid: {problem}" if current is None else "the spec differs from the one it runs"
+    )
+    return (
+        f"ConfigMap {config} (the applied spec) was deleted while the training ran, and {why}: revert "
+        "the spec to what it runs (or create a new GraphTraining); nothing is made or restarted until then"
+    )
 
 
 def _with_locality(gt: GraphTraining, locality: Locality | None) -> GraphTraining:
@@ -89,6 +118,10 @@ def spec_stage(obs: Observed, conds: conditions.Conditions) -> SpecDecision:
     if off_volume:  # valid as a document, but no pod could honour it: its paths are on no volume of ours
         current, problem = None, "; ".join(off_volume)
     applied = applied_spec(obs.children, meta["name"])
+    lost = _lost_spec(obs, current, problem) if applied is None else None
+    if lost is not None:
+        conditions.set_update_refused(conds, lost)
+        return SpecDecision(None, (body.get("status") or {}).get("observedGeneration"), hold=True)
     if applied is None:
         if current is None:
             conditions.set_spec_invalid(conds, problem)

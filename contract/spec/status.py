@@ -151,3 +151,10 @@ class GraphTrainingStatus(SpecModel):
         json_schema_extra={"format": "date-time"},
         description="When the run succeeded or failed (RFC 3339).",
     )
+    applied_spec_hash: str | None = Field(
+        default=None,
+        max_length=64,
+        pattern=r"^[0-9a-f]+$",
+        description="A hash of the spec the training runs with (runPolicy and suspend left out): how the "
+        "operator knows its own spec again if the <name>-config ConfigMap holding it is deleted.",
+    )

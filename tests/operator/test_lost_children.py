@@ -1,6 +1,12 @@
-"""Base children deleted by hand while a training runs (issue 47's attack review): the token Secret. The
-running roles read the token once at their start, so a new token beside them would be refused by the
-old servers at the next trainer restart: every role restarts together with the new one instead."""
+"""Base children deleted by hand while a training runs (an attack review's findings).
+
+- The token Secret: the running roles read the token once at their start, so a new token beside them
+  would be refused by the old servers at the next trainer restart: every role restarts together with
+  the new one instead.
+- The config ConfigMap (the applied spec): taken as never started, the operator recreated it from the
+  current spec, so a change refused until then (mode, trainers) was applied to the running roles. Now
+  status.appliedSpecHash recognises the spec it runs: the same spec brings the ConfigMap back, another
+  one waits, touching nothing, until the spec is reverted."""
 
 from __future__ import annotations
 
@@ -56,3 +62,60 @@ def test_a_token_missing_before_any_role_ran_is_made_without_a_restart(running: 
     assert TOKEN in kinds(p, "create") and kinds(p, "delete") == []
     assert p.status.get("restarts", 0) == 0
     assert key("Secret", f"{NAME}-token") in c.children
+
+
+CONFIG = f"ConfigMap/{NAME}-config"
+
+
+def test_the_status_holds_the_applied_specs_hash_and_run_policy_does_not_change_it() -> None:
+    c = running_cluster()
+    was = c.body["status"]["appliedSpecHash"]
+    assert len(was) == 32
+    c.body["spec"]["runPolicy"]["backoffLimit"] = 5
+    assert c.step().status["appliedSpecHash"] == was
+
+
+def test_a_config_map_deleted_mid_run_with_the_spec_unchanged_is_made_again() -> None:
+    c = running_cluster()
+    c.children.pop(CONFIG)
+    p = c.step()
+    assert kinds(p, "create") == [CONFIG] and kinds(p, "delete") == []
+    assert p.status["phase"] == "Training" and cond(p, "SpecValid")["status"] == "True"
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"trainers": {"replicas": 3}, "mode": "inference", "inference": {"checkpoint": "runs/x/checkpoints"}},
+        {"partition": {"parts": "two"}},  # invalid as well
+    ],
+    ids=["refused-change", "invalid"],
+)
+def test_a_config_map_deleted_after_a_refused_change_holds_until_the_spec_is_reverted(change: dict) -> None:
+    c = running_cluster()
+    before = {k: v for k, v in c.body["spec"].items()}
+    c.body["spec"].update(change)
+    c.body["metadata"]["generation"] = 2
+    assert cond(c.step(), "SpecValid")["reason"] == "UpdateRefused"  # the config map still there
+    c.children.pop(CONFIG)
+    for _ in range(2):  # nothing made, deleted or restarted, and it stays so
+        p = c.step()
+        assert p.actions == [] and p.status["phase"] == "Training", p.actions
+        said = cond(p, "SpecValid")
+        assert (said["status"], said["reason"]) == ("False", "UpdateRefused")
+        assert said["message"].startswith(f"ConfigMap {NAME}-config (the applied spec) was deleted")
+        assert p.status["observedGeneration"] == 1
+    c.body["spec"] = before  # reverted
+    c.body["metadata"]["generation"] = 3
+    p = c.step()
+    assert kinds(p, "create") == [CONFIG] and kinds(p, "delete") == []
+    assert cond(p, "SpecValid")["status"] == "True" and p.status["phase"] == "Training"
+
+
+def test_a_training_that_never_made_children_takes_its_spec_as_new() -> None:
+    """Created suspended, nothing is made and its spec may change: no hash stops it."""
+    c = Cluster(training(suspend=True))
+    c.step()
+    c.body["spec"]["trainers"]["replicas"] = 3
+    p = c.step()
+    assert cond(p, "SpecValid")["status"] == "True"
