@@ -20,6 +20,7 @@ from graphtrain.contract.spec import (
     Device,
     GraphTrainingSpec,
     GraphTrainingStatus,
+    Mode,
     ModelKind,
     OptimizerKind,
     PartitionAlgorithm,
@@ -83,6 +84,19 @@ class SpecSummary(ApiModel):
     device: Device = Field(description="Where the shard servers keep their tables.")
     trainer_device: Device = Field(description="Where the trainers compute.")
     suspend: bool
+    mode: Mode = Field(
+        default=Mode.train,
+        description="train, or inference: every node's outputs from a trained checkpoint (epochs and the "
+        "batch size are then not read).",
+    )
+    inference_checkpoint: str | None = Field(
+        default=None, description="Mode inference: the checkpoint it infers from (spec.inference.checkpoint)."
+    )
+    inference_output: str | None = Field(
+        default=None,
+        description="Mode inference: where its outputs go (spec.inference.output; unset: the "
+        "training's work directory).",
+    )
 
 
 class TrainerState(StrEnum):
@@ -202,6 +216,9 @@ def spec_summary(spec: GraphTrainingSpec) -> SpecSummary:
         device=spec.shard_servers.device,
         trainer_device=spec.trainers.device,
         suspend=spec.suspend,
+        mode=spec.mode,
+        inference_checkpoint=spec.inference.checkpoint if spec.inference else None,
+        inference_output=spec.inference.output if spec.inference else None,
     )
 
 

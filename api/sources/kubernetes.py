@@ -32,6 +32,7 @@ from typing import Any, TypeVar
 
 import kubernetes
 import urllib3
+import yaml
 from kubernetes.client.rest import ApiException
 from pydantic import ValidationError
 
@@ -114,6 +115,24 @@ def spec_of(obj: Obj) -> GraphTrainingSpec | None:
         return None
 
 
+def running_spec(obj: Obj, config: dict[str, str] | None) -> GraphTrainingSpec | None:
+    """The spec the training runs with: its config ConfigMap's (the applied spec, `config` its data)
+    with the current runPolicy and suspend, which a running job takes on. The GraphTraining's own spec
+    may hold a change the operator refused (SpecValid False / UpdateRefused): 4 trainers while the job
+    runs 2. No config map yet (or an unreadable one): the GraphTraining's spec."""
+    current = spec_of(obj)
+    try:
+        doc = yaml.safe_load((config or {}).get("spec.yaml") or "null")
+        applied = GraphTrainingSpec.model_validate(doc["spec"]) if isinstance(doc, dict) else None
+    except (yaml.YAMLError, KeyError, TypeError, ValidationError):
+        applied = None
+    if applied is None:
+        return current
+    if current is None:
+        return applied
+    return applied.model_copy(update={"run_policy": current.run_policy, "suspend": current.suspend})
+
+
 def _int(text: Any) -> int:
     try:
         return max(0, int(text))
@@ -184,8 +203,11 @@ def trainers_of(
     return trainers
 
 
-def training_of(obj: Obj, data: dict[str, str], pods: list[Obj]) -> models.TrainingResource:
-    spec, status = spec_of(obj), status_of(obj)
+def training_of(
+    obj: Obj, data: dict[str, str], pods: list[Obj], config: dict[str, str] | None = None
+) -> models.TrainingResource:
+    """The training's resource; `config`: its config ConfigMap's data (running_spec)."""
+    spec, status = running_spec(obj, config), status_of(obj)
     deleting = bool(obj["metadata"].get("deletionTimestamp"))
     return models.TrainingResource(
         metadata=metadata_of(obj),
@@ -319,11 +341,12 @@ class Api:
 
 @dataclass
 class Snapshot:
-    """The four collections at one time, indexed for requests."""
+    """The collections at one time, indexed for requests."""
 
     taken: float
     trainings: dict[tuple[str, str], Obj] = field(default_factory=dict)
     progress: dict[tuple[str, str], dict[str, str]] = field(default_factory=dict)  # (ns, map name) -> data
+    configs: dict[tuple[str, str], dict[str, str]] = field(default_factory=dict)  # the applied specs' maps
     pods: dict[tuple[str, str], list[Obj]] = field(default_factory=lambda: defaultdict(list))
     events: dict[tuple[str, str], list[Obj]] = field(default_factory=lambda: defaultdict(list))
     summaries: list[models.TrainingSummary] = field(default_factory=list)
@@ -402,19 +425,21 @@ class KubernetesSource:
         if self.cache_ttl > 0:
             snap = self.snapshot()
             data = snap.progress.get((namespace, progress), {})
+            config = snap.configs.get((namespace, names(name)["config"]))
             pods = snap.pods.get((namespace, name), [])
             return snap.memo(
                 ("training", namespace, name),
-                lambda: training_of(obj, data, [p for p in pods if owned_by(p, uid)]),
+                lambda: training_of(obj, data, [p for p in pods if owned_by(p, uid)], config),
             )
         else:
-            data = self._progress_data(namespace, progress, uid)
+            data = self._own_map_data(namespace, progress, uid)
+            config = self._own_map_data(namespace, names(name)["config"], uid) or None
             selector = f"{LABEL_TRAINING}={name},{LABEL_ROLE}=trainer"
             pods = list(self.api.every(self.api.pods, namespace, selector, limit=self.max_objects))
-        return training_of(obj, data, [p for p in pods if owned_by(p, uid)])
+        return training_of(obj, data, [p for p in pods if owned_by(p, uid)], config)
 
-    def _progress_data(self, namespace: str, name: str, uid: str | None) -> dict[str, str]:
-        """The data of the training's progress ConfigMap ({} when it has none of its own yet)."""
+    def _own_map_data(self, namespace: str, name: str, uid: str | None) -> dict[str, str]:
+        """The data of one of the training's own ConfigMaps ({} when it has none of its own yet)."""
         cm = self.api.config_map(namespace, name)
         if cm is None or not owned_by(cm, uid):
             return {}
@@ -430,7 +455,7 @@ class KubernetesSource:
                 ("history", namespace, name),
                 lambda: reporting.decode_history(data.get(reporting.HISTORY_KEY)),
             )
-        data = self._progress_data(namespace, progress, obj["metadata"].get("uid"))
+        data = self._own_map_data(namespace, progress, obj["metadata"].get("uid"))
         return reporting.decode_history(data.get(reporting.HISTORY_KEY))
 
     def events(self, namespace: str, name: str) -> list[models.TrainingEvent]:
@@ -505,6 +530,11 @@ class KubernetesSource:
             owner = (meta.get("labels") or {}).get(LABEL_TRAINING, "")
             if owned_by(cm, uids.get((meta["namespace"], owner))):
                 snap.progress[(meta["namespace"], meta["name"])] = cm.get("data") or {}
+        for cm in api.every(api.config_maps, ns, f"{LABEL_ROLE}=config", limit=bound):
+            meta = cm["metadata"]
+            owner = (meta.get("labels") or {}).get(LABEL_TRAINING, "")
+            if owned_by(cm, uids.get((meta["namespace"], owner))):
+                snap.configs[(meta["namespace"], meta["name"])] = cm.get("data") or {}
         for pod in api.every(api.pods, ns, f"{LABEL_TRAINING},{LABEL_ROLE}=trainer", limit=bound):
             meta = pod["metadata"]
             snap.pods[(meta["namespace"], meta["labels"][LABEL_TRAINING])].append(pod)

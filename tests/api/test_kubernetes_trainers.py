@@ -68,3 +68,48 @@ def test_terminating_and_deleted_trainer_pods(api: kubernetes.client.ApiClient) 
             except kubernetes.client.ApiException as exc:
                 if exc.status != 404:
                     raise
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("ttl", [0.0, 30.0], ids=["direct", "snapshot"])
+def test_a_refused_change_is_not_reported_as_applied(api: kubernetes.client.ApiClient, ttl: float) -> None:
+    """While the operator refuses a change (trainers 2 -> 4 on a running job), the REST API reports the
+    spec the job runs (its config ConfigMap's), not the GraphTraining's: no phantom ranks 2 and 3
+    Pending, and the summary's trainer count is 2. A spec without a config map yet reads as it is."""
+    import yaml
+
+    from graphtrain.contract.children import labels as child_labels
+    from graphtrain.contract.children import names, owner_reference
+
+    core, custom = kubernetes.client.CoreV1Api(api), kubernetes.client.CustomObjectsApi(api)
+    name = f"refused-{int(ttl)}"
+    gt = cluster.create_training(api, NS, name, Phase.training)
+    applied = {
+        "apiVersion": gt["apiVersion"],
+        "kind": gt["kind"],
+        "metadata": {"name": name},
+        "spec": gt["spec"],
+    }
+    core.create_namespaced_config_map(
+        NS,
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {
+                "name": names(name)["config"],
+                "labels": child_labels(name, "config"),
+                "ownerReferences": [owner_reference(gt)],
+            },
+            "data": {"spec.yaml": yaml.safe_dump(applied)},
+        },
+    )
+    change = {"spec": {"trainers": {"replicas": 4}, "suspend": True}}
+    custom.patch_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, name, change)
+    source = KubernetesSource(cache_ttl=ttl, timeout=5.0, client=api)
+    got = source.get_training(NS, name)
+    assert [r.rank for r in got.trainers] == [0, 1]
+    assert got.spec is not None and got.spec.trainers == 2 and got.spec.mode == "train"
+    assert got.spec.suspend is True  # what a running job takes on: the current spec's
+    core.delete_namespaced_config_map(names(name)["config"], NS)
+    source = KubernetesSource(cache_ttl=ttl, timeout=5.0, client=api)
+    assert source.get_training(NS, name).spec.trainers == 4
