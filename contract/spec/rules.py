@@ -106,6 +106,29 @@ def _cel_text(value: object) -> str:
 RULES: dict[type[BaseModel], tuple[Rule, ...]] = {}
 
 
+def first_repeated(values: list[str]) -> str | None:
+    """The first value that occurs again earlier in `values`, None when all differ."""
+    return next((v for i, v in enumerate(values) if v in values[:i]), None)
+
+
+def distinct(name: str, field: str, attr: str, what: str) -> Rule:
+    """The rule that list `field` (wire name; `attr` in Python, None or empty when unset) names no
+    `what` twice."""
+    return Rule(
+        name,
+        field,
+        lambda o: not getattr(o, attr) or first_repeated(getattr(o, attr)) is None,
+        cel=f"!has(self.{field}) || self.{field}.all(n, self.{field}.exists_one(m, m == n))",
+        message=f"names {what} '%s' twice",
+        args=(
+            (
+                f"self.{field}.filter(n, !self.{field}.exists_one(m, m == n))[0]",
+                lambda o: first_repeated(getattr(o, attr)),
+            ),
+        ),
+    )
+
+
 def add_rules(model: type[BaseModel], *rules: Rule) -> None:
     RULES[model] = RULES.get(model, ()) + rules
 

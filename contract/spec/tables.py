@@ -23,11 +23,7 @@ from graphtrain.contract.spec.enums import (
     TableKeys,
     VocabularyKind,
 )
-from graphtrain.contract.spec.rules import (
-    Rule,
-    add_rules,
-)
-from graphtrain.contract.spec.typed_graph import first_repeated
+from graphtrain.contract.spec.rules import Rule, add_rules, distinct
 
 
 class Init(SpecModel):
@@ -299,19 +295,7 @@ add_rules(
         message=f"draws values a float16 row cannot hold (at most ±{FLOAT16_MAX:g}; a normal init is held "
         f"to mean ± {NORMAL_SPAN:g} std): narrow it, or use bfloat16 or float32",
     ),
-    Rule(
-        "table-node-types-distinct",
-        "nodeTypes",
-        lambda t: t.node_types is None or first_repeated(t.node_types) is None,
-        cel="!has(self.nodeTypes) || self.nodeTypes.all(n, self.nodeTypes.exists_one(m, m == n))",
-        message="names node type '%s' twice",
-        args=(
-            (
-                "self.nodeTypes.filter(n, !self.nodeTypes.exists_one(m, m == n))[0]",
-                lambda t: first_repeated(t.node_types),
-            ),
-        ),
-    ),
+    distinct("table-node-types-distinct", "nodeTypes", "node_types", "node type"),
 )
 
 

@@ -16,6 +16,7 @@ from pydantic import Field
 
 from graphtrain.contract.spec.base import MAX_TYPES, TypeName
 from graphtrain.contract.spec.enums import Exclude, KGELoss, LinkDecoder, NegativeSampler, NegativeSide
+from graphtrain.contract.spec.rules import add_rules, distinct
 from graphtrain.contract.spec.variants import Variant, WireUnion, wire_model
 
 NODE_CLASSIFICATION = "nodeClassification"
@@ -192,3 +193,7 @@ else:
         "edgeClassification (edgeRegression): a GNN encoder and a pair classifier (regressor) on "
         "labelled edges. Required.",
     )
+
+add_rules(
+    TaskSpec, distinct("task-target-relations-distinct", "targetRelations", "target_relations", "relation")
+)

@@ -26,7 +26,7 @@ from enum import StrEnum
 from pydantic import Field
 
 from graphtrain.contract.spec.base import MAX_TYPES, SpecModel, TypeName
-from graphtrain.contract.spec.rules import Rule, add_rules
+from graphtrain.contract.spec.rules import Rule, add_rules, first_repeated
 
 Column = str  # a column's name in a file (its header)
 _FILE = Field(min_length=1, max_length=4096)
@@ -117,11 +117,6 @@ class EdgeTypeFiles(SpecModel):
         "integers or class names; an empty cell is an unlabelled edge. The labelled edges are split by "
         "graph.split. Unset: the edge type has no labels.",
     )
-
-
-def first_repeated(values: list[str]) -> str | None:
-    """The first value that occurs again earlier in `values`, None when all differ."""
-    return next((v for i, v in enumerate(values) if v in values[:i]), None)
 
 
 add_rules(

@@ -119,6 +119,9 @@ def _features(path: Path, table: Any, columns: list[str], field: str) -> np.ndar
     """Feature columns as float32 (rows x width): numbers, or parquet lists of one length."""
     import pyarrow as pa
 
+    twice = next((c for i, c in enumerate(columns) if c in columns[:i]), None)
+    if twice is not None:  # read twice, it would be two inputs of the model holding the same numbers
+        raise DataError(f"{path}: {field} names column {twice!r} twice: list each feature column once")
     parts = []
     for name in columns:
         col = _column(path, table, name, field).combine_chunks()

@@ -289,6 +289,14 @@ BREAKS: dict[str, Doc] = {
     ),
     "edgeRegression-labelled-edges": edit(GRAPHSAGE, lambda s: s.update(task={"kind": "edgeRegression"})),
     "inference-checkpoint": edit(GRAPHSAGE, lambda s: s.update(mode="inference")),
+    "task-target-relations-distinct": edit(
+        GRAPHSAGE,
+        lambda s: (
+            s["graph"].update(dataset="nations"),
+            s["model"].update(useFeatures=False),
+            s.update(task={"kind": "linkPrediction", "targetRelations": ["accusation", "accusation"]}),
+        ),
+    ),
     "inference-mode": edit(GRAPHSAGE, lambda s: s.update(inference={"checkpoint": "runs/wn/checkpoints"})),
     "gang-scheduler": edit(GRAPHSAGE, lambda s: s.update(scheduling={"gang": True})),
     "inference-gnn": edit(

@@ -246,6 +246,11 @@ BAD = [
         "graph.edges[0].files[0]: the header names column 'author' twice",
     ),
     Bad(
+        "feature-column-listed-twice",
+        _set(("nodes", 0, "features"), ["year", "year"]),
+        "names column 'year' twice: list each feature column once",
+    ),
+    Bad(
         "same-id-and-feature-column",
         _set(("nodes", 0, "features"), ["pid"]),
         "graph.nodes[0].idColumn: is also a feature or the label column",
