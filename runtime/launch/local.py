@@ -535,8 +535,8 @@ class LocalRun:
             raise
         finally:
             self.stop_all()
-            if self.zygote is not None:
-                self.zygote.close()
+            if self.zygote is not None:  # idle, it exits at once; still importing (a Ctrl-C at the
+                self.zygote.close(timeout=1.0)  # start) it reads no socket until done: killed, not awaited
             self._remove_segments(self.token)
             self.write_status()
             self._stop_metrics()
