@@ -351,6 +351,8 @@ def export(
     root = ckpt.resolve_checkpoint(checkpoint)
     if name is None:
         tables = sorted(ckpt.read_top(root)["tensors"])
+        if not tables:  # a model of dense layers alone (an edge task on features): `predict` answers
+            raise GraphtrainError(f"{root}: holds no table to export (its model learns no embedding)")
         if len(tables) != 1:
             raise GraphtrainError(f"{root}: holds tables {tables}: pick one with --name")
         name = tables[0]

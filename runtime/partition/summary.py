@@ -98,8 +98,11 @@ def summarise(cfg: PartitionConfig, verify: bool = False) -> PartitionSummary:
     if etypes:
         counts_by_type = np.bincount(np.concatenate(etypes))
         rel = names.get("relation_names")
-        if rel is None and data.get("canonical_etypes"):  # a typed graph's edge types, by name
-            rel = [":".join(c) for c in data["canonical_etypes"]]
+        cets = data.get("canonical_etypes")
+        if cets and rel is None:  # a typed graph's edge types, by name
+            rel = [":".join(c) for c in cets]
+        elif cets and len(cets) > len(rel):  # a knowledge graph's reverse types (rev_<relation>) follow
+            rel = [*rel, *(c[1] for c in cets[len(rel) :])]
         summary.edge_types = {
             (str(rel[t]) if rel is not None and t < len(rel) else str(t)): int(c)
             for t, c in enumerate(counts_by_type.tolist())

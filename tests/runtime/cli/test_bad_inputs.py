@@ -384,6 +384,7 @@ MALFORMED_TOPS = {
     ),
     "partition-a-number": (lambda d: d.update(partition=5), "partition is not a map"),
     "model-a-list": (lambda d: d.update(trainer={"model": [1]}), "trainer.model is not a map"),
+    "no-tables": (lambda d: d.update(tensors={}), "holds no table to export"),
 }
 
 
@@ -403,7 +404,8 @@ def test_a_checkpoint_json_of_the_wrong_shape_gives_one_line(
     change, said = MALFORMED_TOPS[edit]
     change(top)
     (copy / TOP).write_text(json.dumps(top))
-    result = runner.invoke(app, ["export", str(copy), "--name", "emb", "-o", str(tmp_path / "t.npy")])
+    named = [] if edit == "no-tables" else ["--name", "emb"]
+    result = runner.invoke(app, ["export", str(copy), *named, "-o", str(tmp_path / "t.npy")])
     check_one_line(result, said)
 
 

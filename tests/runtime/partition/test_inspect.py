@@ -79,6 +79,16 @@ def test_inspect_shows_a_knowledge_graphs_splits(tmp_path: Path) -> None:
     assert "edge types: r 1, s 1" in text
 
 
+def test_inspect_names_a_knowledge_graphs_reverse_types(tmp_path: Path) -> None:
+    """With graph.typed and reverseEdges, edge type r's reverse is rev_r (README), not its number."""
+    from graphtrain.runtime.data import typed
+
+    t = np.array([[0, 0, 1], [1, 1, 2], [2, 0, 0], [0, 1, 2]], dtype=np.int64)
+    kg = KnowledgeGraph("kg", 3, 2, t[:2], t[2:3], t[3:], np.array(["a", "b", "c"]), np.array(["r", "s"]))
+    text = inspect(typed.single_type_kg(kg.to_graph()).with_reverse_edges(), tmp_path, parts=1)
+    assert "edge types: r 1, s 1, rev_r 1, rev_s 1" in text, text
+
+
 @pytest.mark.parametrize(
     ("strategy", "words"),
     [
