@@ -538,6 +538,7 @@ class LocalRun:
             if self.zygote is not None:  # idle, it exits at once; still importing (a Ctrl-C at the
                 self.zygote.close(timeout=1.0)  # start) it reads no socket until done: killed, not awaited
             self._remove_segments(self.token)
+            remove_sockets(self.run_dir)
             self.write_status()
             self._stop_metrics()
 
@@ -549,6 +550,15 @@ class LocalRun:
 
         with contextlib.suppress(OSError):
             remove_leftovers(job_prefix(token))
+
+
+def remove_sockets(run_dir: Path) -> None:
+    """The shard servers' ipc:// sockets (plan.shard_server) that a killed server left: harmless, but they
+    read as a live run to whoever looks at the run directory (call it once every server has exited)."""
+    for path in run_dir.glob("shard-*.sock"):
+        if path.is_socket():
+            with contextlib.suppress(OSError):
+                path.unlink()
 
 
 def visible_gpus() -> int:

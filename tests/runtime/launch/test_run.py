@@ -189,7 +189,6 @@ class Finished:
 
     def copy(self, run_dir: Path) -> Path:
         """A copy of the finished run directory at `run_dir`, its spec beside it as `launch` writes it."""
-        # the servers' sockets are gone with them (only their names are left)
         shutil.copytree(self.run_dir, run_dir, symlinks=True, ignore=shutil.ignore_patterns("*.sock"))
         shutil.copy(self.run_dir.parent / "run.yaml", run_dir.parent / f"{run_dir.name}.yaml")
         return run_dir
@@ -237,6 +236,7 @@ def test_graphsage_trains_and_reports(
     assert {c["type"] for c in st["conditions"]} >= {"SpecValid", "PartitionReady", "Succeeded"}
     if not standalone:
         assert [s["state"] for s in st["shards"]] == ["Stopped", "Stopped"]  # every server stopped at the end
+        assert not list(run_dir.glob("shard-*.sock"))  # nor their sockets: a live run's look
     assert (
         run_dir / "checkpoints" / "LATEST"
     ).read_text().strip() == "step-" + f"{st['progress']['step']:09d}"
