@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from graphtrain.contract import roles
 from graphtrain.contract.spec import GraphTraining, Mode
 from graphtrain.contract.spec.inference import checkpoint_root
-from graphtrain.runtime.errors import GraphtrainError
+from graphtrain.runtime.errors import DataError, GraphtrainError
 
 if TYPE_CHECKING:
     from graphtrain.runtime.partition import PartitionConfig
@@ -94,7 +94,11 @@ def link_partition(gt: GraphTraining, base: Path, out_dir: Path, overwrite: bool
     Raises:
         DataError, GraphtrainError: no complete checkpoint there, its partition gone or changed, or
             `out_dir` holds a partition and overwrite is off."""
-    found = partition(gt, base, out_dir.parent)
+    try:
+        found = partition(gt, base, out_dir.parent)
+    except DataError as exc:  # named by its field: the pod's path alone is the volume's, not the user's
+        given = gt.spec.inference.checkpoint if gt.spec.inference is not None else ""
+        raise DataError(f"spec.inference.checkpoint {given!r}: {exc}") from None
     if out_dir.exists() and not out_dir.is_symlink():
         if not overwrite:
             raise GraphtrainError(f"{out_dir}: exists (--overwrite replaces it)")

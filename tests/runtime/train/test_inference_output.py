@@ -125,3 +125,21 @@ def test_the_launchers_check_of_the_staging_path_removes_nothing(tmp_path: Path)
     (staging / "part-00000.parquet").write_bytes(b"x")
     clear_staging(staging, remove=False)
     assert (staging / "part-00000.parquet").exists()
+
+
+def test_the_partition_job_names_the_field_of_a_missing_checkpoint(tmp_path: Path) -> None:
+    """In a pod the path is the volume's (/var/lib/graphtrain/...), not what the user wrote: the
+    operator's partition Job of mode inference says which field and value it came from."""
+    import yaml
+
+    from graphtrain.contract.spec import load_yaml
+    from graphtrain.runtime.errors import DataError
+    from graphtrain.runtime.launch.inference import link_partition
+
+    doc = yaml.safe_load((Path(__file__).parents[3] / "examples" / "wordnet-sage.yaml").read_text())
+    doc["spec"].update(mode="inference", inference={"checkpoint": "runs/nope/checkpoints"})
+    gt = load_yaml(yaml.safe_dump(doc))
+    with pytest.raises(
+        DataError, match=r"^spec.inference.checkpoint 'runs/nope/checkpoints': .*no such checkpoint"
+    ):
+        link_partition(gt, tmp_path, tmp_path / "w" / "partition", overwrite=False)
