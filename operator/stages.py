@@ -188,6 +188,14 @@ def partition_stage(ctx: Context, conds: conditions.Conditions) -> Step:
     """The base children (applied spec, token, progress map, trainer RBAC, data claim) and the partition
     job; the plan stops here until the job succeeded, and fails if it failed."""
     gt, body, n = ctx.gt, ctx.body, ctx.names
+    if _inference_without_volume(ctx):
+        conditions.set_partition_failed(
+            conds,
+            f"mode inference reads spec.inference.checkpoint from the training's volume, and this training "
+            f"has none (no claim {n['data']}: the operator would make it empty): name the claim the "
+            "trained checkpoint is on in spec.storage.volumeClaimName",
+        )
+        return Step(clean_up(ctx), phase=Phase.failed)
     actions = ctx.ensure(  # the costly ones (a YAML dump, the command line) only when missing
         manifests.config_map(body, gt) if ctx.absent("ConfigMap", n["config"]) else None,
         manifests.token_secret(body, gt, ctx.token) if ctx.token else None,
@@ -214,6 +222,19 @@ def partition_stage(ctx: Context, conds: conditions.Conditions) -> Step:
     conditions.set_partitioned(conds, "the partition job succeeded")
     stats = partition_stats(ctx.obs.pods)
     return Step(actions, status={"partition": stats} if stats is not None else {})
+
+
+def _inference_without_volume(ctx: Context) -> bool:
+    """Mode inference on no claim of its own: no storage.volumeClaimName and no <name>-data (a training
+    of this name retains one), so the claim the operator would make is empty and its checkpoint absent.
+    Judged before the first child: once the training's children exist, the claim it made is its own."""
+    gt = ctx.gt
+    return (
+        gt.spec.mode == Mode.inference
+        and not gt.spec.storage.volume_claim_name
+        and ctx.absent("PersistentVolumeClaim", ctx.names["data"])
+        and ctx.absent("ConfigMap", ctx.names["config"])
+    )
 
 
 def _roles_running(ctx: Context) -> list[Obj]:

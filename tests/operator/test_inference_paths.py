@@ -8,13 +8,16 @@ from __future__ import annotations
 import pytest
 
 from graphtrain.contract.spec import ConditionType, Phase
-from tests.operator.test_reconcile import Cluster, cond, running_cluster, training
+from tests.operator.test_reconcile import NAME, Cluster, cond, running_cluster, training
 
 CKPT = "runs/wn/uid-0/checkpoints/BEST"
 
 
+CLAIM = {"storage.volumeClaimName": "trained"}  # the claim the trained checkpoint is on
+
+
 def inference(**inf: str) -> dict:
-    return training(mode="inference", inference={"checkpoint": CKPT, **inf})
+    return training(mode="inference", inference={"checkpoint": CKPT, **inf}, **CLAIM)
 
 
 @pytest.mark.parametrize(
@@ -46,8 +49,29 @@ def test_an_inference_path_on_the_volume_is_taken(inf: dict) -> None:
 
 
 def test_a_finished_inference_says_inference() -> None:
-    c = running_cluster(mode="inference", **{"inference.checkpoint": CKPT})
+    c = running_cluster(mode="inference", **{"inference.checkpoint": CKPT}, **CLAIM)
     c.trainers("Succeeded")
     p = c.step()
     assert p.status["phase"] == Phase.succeeded.value
     assert cond(p, "Succeeded")["message"].startswith("inference finished; ")
+
+
+@pytest.mark.parametrize("retained", [False, True], ids=["no-claim", "a-retained-claim"])
+def test_an_inference_on_no_claim_of_its_own_fails_before_any_child(retained: bool) -> None:
+    """Without storage.volumeClaimName the operator would make <name>-data empty, so the checkpoint
+    could not be there: said up front, naming the field. A claim a training of the name retained is
+    read as it is."""
+    c = Cluster(training(mode="inference", inference={"checkpoint": CKPT}))
+    if retained:
+        c.children[f"PersistentVolumeClaim/{NAME}-data"] = {
+            "apiVersion": "v1",
+            "kind": "PersistentVolumeClaim",
+            "metadata": {"name": f"{NAME}-data"},
+        }
+    p = c.step()
+    if retained:
+        assert p.status["phase"] == Phase.partitioning.value
+        return
+    assert p.status["phase"] == Phase.failed.value and p.actions == []
+    said = cond(p, "Failed")["message"]
+    assert "spec.storage.volumeClaimName" in said and f"no claim {NAME}-data" in said, said
