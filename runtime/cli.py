@@ -373,6 +373,9 @@ def export(
     )
 
 
+TOP_DEFAULT = 10  # predict -k: how many answers unless asked
+
+
 @app.command()
 @friendly
 def predict(
@@ -414,7 +417,7 @@ def predict(
     ] = None,
     top: Annotated[
         int, typer.Option("-k", "--top", min=1, help="kge, linkPrediction: how many answers")
-    ] = 10,
+    ] = TOP_DEFAULT,
 ) -> None:
     """Predict from a checkpoint in this process (no servers), with the user's own ids and labels.
 
@@ -432,6 +435,11 @@ def predict(
 
     gt = load_yaml(_read(spec_path))
     served = prediction.served_task(gt)
+    given = {"--nodes": nodes is not None, "--embeddings": embeddings, "--head": head is not None}
+    given |= {"--relation": relation is not None, "--tail": tail is not None, "-k": top != TOP_DEFAULT}
+    foreign = prediction.foreign_options(gt, given)
+    if foreign is not None:
+        raise GraphtrainError(foreign)
     if output is not None:
         outputs.check_target(output, (".parquet", ".csv"), "predictions")
     if served == "pairs" and relation is None:

@@ -300,3 +300,23 @@ def test_a_tampered_names_file_is_one_line(tmp_path: Path) -> None:
         "class_names.npy: holds Python objects: not a graphtrain partition file",
     )
     fails(["inspect", str(cfg.root)], "class_names.npy: holds Python objects")
+
+
+def test_options_of_another_task_are_refused_not_ignored() -> None:
+    """predict --head/--relation on a node-classification checkpoint (or --nodes on a KGE one) answered
+    another question than the one asked, exit 0: now one line naming them and what the task reads."""
+    import yaml
+
+    from graphtrain.contract.spec import load_yaml
+    from graphtrain.runtime.predict import foreign_options
+
+    examples = Path(__file__).parents[3] / "examples"
+    sage = load_yaml((examples / "wordnet-sage.yaml").read_text())
+    transe = load_yaml(yaml.safe_dump(yaml.safe_load((examples / "nations-transe.yaml").read_text())))
+    assert foreign_options(sage, {"--nodes": True, "--embeddings": True, "--head": False}) is None
+    assert foreign_options(sage, {"--head": True, "--relation": True}) == (
+        "task nodeClassification does not read --head, --relation (it reads --embeddings, --nodes)"
+    )
+    assert foreign_options(transe, {"--head": True, "--relation": True, "-k": True}) is None
+    said = foreign_options(transe, {"--nodes": True, "--relation": True})
+    assert said is not None and said.startswith("task kge does not read --nodes (it reads")
