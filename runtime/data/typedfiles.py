@@ -272,8 +272,13 @@ def load_typed(
     for e, spec in enumerate(edges):
         s_t, rel, d_t = spec.relation
         field = f"graph.edges[{e}]"
-        for f, fname in enumerate(spec.files):
-            path = resolve(fname, base)
+        paths = [resolve(fname, base) for fname in spec.files]
+        again = next((f for f, q in enumerate(paths) if q in paths[:f]), None)
+        if again is not None:  # its edges twice: multi-edges that are not, and a copy in another split
+            raise DataError(
+                f"{paths[again]}: {field}.files[{again}] lists a file already listed: list each once"
+            )
+        for f, path in enumerate(paths):
             text = [spec.source_column, spec.destination_column, *([spec.label] if spec.label else [])]
             table = read_table(path, str(spec.format), text, f"{field}.files[{f}]")
             pair = []

@@ -246,6 +246,11 @@ BAD = [
         "graph.edges[0].files[0]: the header names column 'author' twice",
     ),
     Bad(
+        "edge-file-listed-twice",
+        _set(("edges", 0, "files"), ["writes.csv", "./writes.csv"]),
+        "graph.edges[0].files[1] lists a file already listed",
+    ),
+    Bad(
         "feature-column-listed-twice",
         _set(("nodes", 0, "features"), ["year", "year"]),
         "names column 'year' twice: list each feature column once",
