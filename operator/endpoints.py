@@ -127,13 +127,15 @@ class OperatorMetrics:
         self.api_errors.labels(verb).inc()
 
     def training(self, namespace: str, name: str, old: Mapping[str, Any], new: Mapping[str, Any]) -> None:
-        """A reconcile of the training decided status `new` (wire form) over `old`: count its restarts
-        and export it (a status that does not parse keeps the last one)."""
+        """A reconcile of the training decided status `new` (wire form, merged over `old` as the status
+        patch is: a None removes the field, as a suspension's `shards`): count its restarts and export
+        it (a status that does not parse keeps the last one)."""
         for role, n in restarts(old, new).items():
             if n:
                 self.restarts.labels(role).inc(n)
+        merged = {k: v for k, v in {**old, **new}.items() if v is not None}  # None: removed (merge patch)
         try:
-            status = GraphTrainingStatus.model_validate({**old, **new})
+            status = GraphTrainingStatus.model_validate(merged)
         except ValidationError:
             log.warning("%s/%s: status not exported (it does not parse)", namespace, name)
             return

@@ -113,3 +113,5 @@ def test_a_refused_change_is_not_reported_as_applied(api: kubernetes.client.ApiC
     core.delete_namespaced_config_map(names(name)["config"], NS)
     source = KubernetesSource(cache_ttl=ttl, timeout=5.0, client=api)
     assert source.get_training(NS, name).spec.trainers == 4
+    # not left for the session's operator (tests/operator) to suspend
+    custom.delete_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, name)

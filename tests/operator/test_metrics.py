@@ -159,6 +159,12 @@ def test_a_training_is_exported_until_forgotten() -> None:
     m.forget("ns", "a")
     assert reg.get_sample_value("graphtrain_training_phase", phase) is None
     assert reg.get_sample_value("graphtrain_training_epoch", {"namespace": "ns", "training": "b"}) == 0
+    # a suspension's status removes its shards and startTime (None in the merge patch): still exported
+    m.training(
+        "ns", "b", {"phase": "Training", "shards": [{"index": 0}]}, {"phase": "Suspended", "shards": None}
+    )
+    suspended = {"namespace": "ns", "training": "b", "phase": "Suspended"}
+    assert reg.get_sample_value("graphtrain_training_phase", suspended) == 1
     m.reconciled("ok", 0.25)
     assert reg.get_sample_value("graphtrain_operator_reconciles_total", {"result": "ok"}) == 1
     assert reg.get_sample_value("graphtrain_operator_reconciles_total", {"result": "skipped"}) == 0
