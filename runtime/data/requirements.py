@@ -252,19 +252,66 @@ def _typed(spec: GraphTrainingSpec, s: Summary) -> list[Problem]:
 
 
 def _target_relations(spec: GraphTrainingSpec, s: Summary) -> list[Problem]:
-    """task.targetRelations the knowledge graph has (by name)."""
+    """task.targetRelations the knowledge graph has (by name), with triples in each split: relations
+    with no training triples have nothing to learn from, and none held out would be ranked over no
+    triples (MRR 0 for any model)."""
     names = getattr(spec.task.variant if spec.task is not None else None, "target_relations", None) or []
     known = s.relation_names or []
-    missing = [n for n in names if n not in known]
-    if not missing or not known:
+    if not names or not known:
         return []
-    shown = ", ".join(known[:12]) + (", ..." if len(known) > 12 else "")
-    return [
-        Problem(
-            path="task.targetRelations",
-            message=f"{s.name} has no relation {missing[0]!r} (relations: {shown})",
-        )
-    ]
+    missing = [n for n in names if n not in known]
+    if missing:
+        shown = ", ".join(known[:12]) + (", ..." if len(known) > 12 else "")
+        return [
+            Problem(
+                path="task.targetRelations",
+                message=f"{s.name} has no relation {missing[0]!r} (relations: {shown})",
+            )
+        ]
+    ids = [known.index(n) for n in names]
+    out = []
+    for split in ("train", "valid", "test"):
+        counts = s.relation_triples.get(split)
+        if counts is None or not s.triples.get(split):
+            continue  # an empty split is refused for the whole graph (problems)
+        if sum(counts[i] for i in ids if i < len(counts)) == 0:
+            which = repr(names[0]) if len(names) == 1 else "any of " + ", ".join(repr(n) for n in names)
+            out.append(
+                Problem(
+                    path="task.targetRelations",
+                    message=f"the {split} split of {s.name} holds no triples of {which}"
+                    + (
+                        ": nothing to learn from"
+                        if split == "train"
+                        else ": its MRR would be 0 for any model"
+                    )
+                    + " (name relations that have triples in every split)",
+                )
+            )
+    return out
+
+
+def _target_relation_notes(spec: GraphTrainingSpec, s: Summary) -> list[str]:
+    """Target relations that are trained but never ranked (no held-out triples of their own), when the
+    others are: the reported MRR then says nothing about them."""
+    names = getattr(spec.task.variant if spec.task is not None else None, "target_relations", None) or []
+    known = s.relation_names or []
+    if len(names) < 2 or any(n not in known for n in names):
+        return []
+    out = []
+    for n in names:
+        i = known.index(n)
+        empty = [
+            k
+            for k in ("valid", "test")
+            if i < len(s.relation_triples.get(k, [])) and not s.relation_triples[k][i]
+        ]
+        if empty:
+            out.append(
+                f"task.targetRelations: {s.name} holds no {' or '.join(empty)} triples of {n!r}: it is "
+                "trained, but the reported MRR does not measure it"
+            )
+    return out
 
 
 MAX_CLASS_ID = 1_000_000  # integer labels are class ids: the model's output layer has one row per id
@@ -302,4 +349,6 @@ def notes(spec: GraphTrainingSpec, summary: Summary) -> list[str]:
             f"{summary.name}: {summary.directed:.0%} of edges have no reverse edge, and a GNN aggregates "
             "in-neighbours only: set graph.reverseEdges: true if the graph is undirected"
         )
+    if spec.task_kind == LINK_PREDICTION:
+        out += _target_relation_notes(spec, summary)
     return out

@@ -39,6 +39,7 @@ class Summary:
     num_edge_types: int = 0
     relation_names: list[str] | None = None
     triples: dict[str, int] = field(default_factory=dict)  # KG split -> triples
+    relation_triples: dict[str, list[int]] = field(default_factory=dict)  # KG split -> triples per relation
     node_types: list[str] | None = None  # a typed graph's node types
     canonical_etypes: list[tuple[str, str, str]] | None = None  # its edge types
     edge_feature_dims: int | None = None
@@ -102,6 +103,12 @@ def _names(names: list[str] | None, most: int = 8) -> str:
     return shown + (f", ... ({len(names) - most} more)" if len(names) > most else "")
 
 
+def _per_relation(triples: np.ndarray, relations: int) -> list[int]:
+    """How many of `triples` (n, 3) each relation id has (task.targetRelations' splits are checked)."""
+    rel = np.asarray(triples)[:, 1].astype(np.int64) if len(triples) else np.empty(0, np.int64)
+    return np.bincount(rel, minlength=relations).tolist()
+
+
 def directed_share(src: np.ndarray, dst: np.ndarray, num_nodes: int) -> float:
     """Share of edges (src[i], dst[i]) with no edge (dst[i], src[i]) (self-loops are their own reverse,
     edge types aside): 0 for an edge list stored both ways, 1 for a one-direction list."""
@@ -153,6 +160,7 @@ def summarise(graph: Graph | KnowledgeGraph) -> Summary:
         num_edge_types=num_edge_types,
         relation_names=None if g.relation_names is None else [str(r) for r in g.relation_names],
         triples={k: len(v) for k, v in g.triples.items()},
+        relation_triples={k: _per_relation(v, num_edge_types) for k, v in g.triples.items()},
         node_types=None if g.ntype_names is None else [str(t) for t in g.ntype_names],
         canonical_etypes=None
         if g.canonical_etypes is None

@@ -158,21 +158,47 @@ def test_kge_needs_valid_and_test_triples() -> None:
     assert problems(kge, summarise(whole)) == []
 
 
+def link_spec(relations: str, model: str = "{kind: rgcn, nodeEmbedding: e, useFeatures: false}") -> object:
+    """A linkPrediction spec on a triples file with task.targetRelations `relations`."""
+    text = SPEC.format(
+        graph="{triples: {path: t.tsv}}", model=model, parts=1, replicas=1, tables="{name: e, dim: 4}"
+    ).replace("  model:", f"  task: {{kind: linkPrediction, targetRelations: {relations}}}\n  model:")
+    return load_yaml(text).spec
+
+
 def test_link_prediction_needs_an_encoder_input_and_known_target_relations() -> None:
     """A GNN encodes the entities of task linkPrediction: it needs an input (a knowledge graph has no
     features), and task.targetRelations must name the graph's relations."""
     t = np.array([[0, 0, 1], [1, 1, 2]])
     kg = KnowledgeGraph("k", 3, 2, t, t[:1], t[1:], ["a", "b", "c"], ["likes", "knows"])
-    text = SPEC.format(
-        graph="{triples: {path: t.tsv}}",
-        model="{kind: rgcn, nodeEmbedding: e}",
-        parts=1,
-        replicas=1,
-        tables="{name: e, dim: 4}",
-    ).replace("  model:", "  task: {kind: linkPrediction, targetRelations: [likes, hates]}\n  model:")
-    found = problems(load_yaml(text).spec, summarise(kg))
+    found = problems(link_spec("[likes, hates]", "{kind: rgcn, nodeEmbedding: e}"), summarise(kg))
     assert [p.path for p in found] == ["model.useFeatures", "task.targetRelations"], found
     assert "no relation 'hates' (relations: likes, knows)" in found[1].message
+
+
+def test_target_relations_need_triples_in_every_split() -> None:
+    """A target relation with no held-out triples was evaluated over none (MRR 0 for any model); one
+    with no training triples trained on nothing. Refused naming the field; one of several with no
+    held-out triples is a note (it is trained, but the MRR does not measure it)."""
+    t = np.array([[0, 0, 1], [1, 1, 2], [2, 0, 0]])
+    kg = KnowledgeGraph("k", 3, 2, t, t[:1], t[2:], ["a", "b", "c"], ["likes", "knows"])
+    s = summarise(kg)
+    assert s.relation_triples == {"train": [2, 1], "valid": [1, 0], "test": [1, 0]}
+
+    found = problems(link_spec("[knows]"), s)
+    assert [p.path for p in found] == ["task.targetRelations"] * 2, found
+    assert "the valid split of k holds no triples of 'knows'" in found[0].message
+    assert "the test split" in found[1].message
+    assert problems(link_spec("[likes]"), s) == [] and notes(link_spec("[likes]"), s) == []
+    assert problems(link_spec("[likes, knows]"), s) == []
+    said = notes(link_spec("[likes, knows]"), s)
+    assert len(said) == 1 and "no valid or test triples of 'knows'" in said[0], said
+    untrained = KnowledgeGraph("k", 3, 2, t[:1], t[1:2], t[1:2], ["a", "b", "c"], ["likes", "knows"])
+    found = problems(link_spec("[knows]"), summarise(untrained))
+    assert (
+        len(found) == 1
+        and "the train split of k holds no triples of 'knows': nothing to learn" in found[0].message
+    )
 
 
 def test_a_directed_edge_list_is_noted_for_graphsage() -> None:
