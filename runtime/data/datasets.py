@@ -373,7 +373,7 @@ def load_source(source: GraphSource, root: Path | None = None, base_dir: Path | 
     if source.nodes is not None:
         assert source.edges is not None
         g = typedfiles.load_typed(
-            source.nodes, source.edges, base_dir or Path.cwd(), _name(source.nodes[0].files[0]), source.split
+            source.nodes, source.edges, base_dir or Path.cwd(), _typed_name(source), source.split
         )
         if g.label is not None and not g.masks:
             g.masks = labelled_masks(g.label, source.split or Split())
@@ -429,6 +429,20 @@ def _name(path: str) -> str:
     p = Path(path)
     generic = p.stem.lower() in {"train", "training", "triples", "edges", "graph", "all", "data"}
     return p.parent.name if generic and p.parent.name not in ("", ".", "/") else p.stem
+
+
+def _typed_name(source: GraphSource) -> str:
+    """An own typed graph's name: the folder its node and edge files share (data/trade/*.csv: trade),
+    past generic folder names; "graph" when they share none. Not one file's stem: messages about the
+    whole graph would read "customers's edges"."""
+    files = [f for t in [*(source.nodes or []), *(source.edges or [])] for f in t.files]
+    try:
+        folder = Path(os.path.commonpath([str(Path(f).parent) for f in files]))
+    except ValueError:  # absolute and relative paths mixed
+        return "graph"
+    while folder.name.lower() in {"data", "input", "inputs", "files", "csv", "parquet"}:
+        folder = folder.parent
+    return folder.name if folder.name not in ("", ".", "..") else "graph"
 
 
 def labelled_masks(label: np.ndarray, split: Split) -> dict[str, np.ndarray]:

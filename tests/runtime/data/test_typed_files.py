@@ -105,6 +105,23 @@ def test_typed_files_are_read_with_ids_scoped_per_type(tmp_path: Path) -> None:
     assert weights[("paper:p2", "paper:p1")] == 0.0  # cites has no features: zero rows
 
 
+def test_an_own_typed_graph_is_named_after_the_folder_of_its_files(tmp_path: Path) -> None:
+    """Not after its first node file: messages about the whole graph read "papers's edges" before."""
+    write_data(tmp_path)
+    assert (
+        datasets.load_source(GraphSource.model_validate(graph_section()), base_dir=tmp_path).name == "graph"
+    )
+
+    def named(folder: str) -> str:
+        section = graph_section()
+        for t in [*section["nodes"], *section["edges"]]:
+            t["files"] = [f.replace("data/", folder) for f in t["files"]]
+        return datasets._typed_name(GraphSource.model_validate(section))
+
+    assert named("library/data/") == "library" and named("/srv/library/") == "library"
+    assert named("") == "graph"
+
+
 def test_types_of_different_feature_widths_get_a_block_each(tmp_path: Path) -> None:
     write_data(tmp_path)
     (tmp_path / "data" / "authors.csv").write_text("aid,h\nann,3\nbob,4\n1,5\n")
