@@ -254,7 +254,10 @@ def _numeric_column(path: Path, table: Any, column: str) -> np.ndarray:
         raise DataError(f"{path}: column {column!r} holds {col.type}, not numbers (features are numeric)")
     if col.null_count:
         row = int(np.argmin(np.asarray(col.is_valid())))
-        raise DataError(f"{path}: column {column!r} is empty in row {row} (every feature needs a value)")
+        raise DataError(
+            f"{path}: column {column!r} has no value in row {row} (an empty cell, or one that reads as "
+            "missing: NA, NULL, nan, N/A; every feature needs a value)"
+        )
     return np.asarray(col.to_numpy(zero_copy_only=False), dtype=np.float32)
 
 

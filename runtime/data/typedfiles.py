@@ -127,7 +127,10 @@ def _features(path: Path, table: Any, columns: list[str], field: str) -> np.ndar
         col = _column(path, table, name, field).combine_chunks()
         if col.null_count:
             row = int(np.argmin(np.asarray(col.is_valid())))
-            raise DataError(f"{path}: {field} {name!r} is empty on line {row + 2}")
+            raise DataError(
+                f"{path}: {field} {name!r} has no value on line {row + 2} (an empty cell, or one that "
+                "reads as missing: NA, NULL, nan, N/A)"
+            )
         if pa.types.is_list(col.type) or pa.types.is_fixed_size_list(col.type):
             lengths = {len(v) for v in col.to_pylist()}
             if len(lengths) != 1:

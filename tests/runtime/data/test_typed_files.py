@@ -208,7 +208,12 @@ BAD = [
     Bad(
         "feature-empty",
         _file("papers.csv", PAPERS.replace("2005,1", "2005,")),
-        "graph.nodes[0].features 'cites' is empty on line 3",
+        "graph.nodes[0].features 'cites' has no value on line 3 (an empty cell, or one that reads as missing",
+    ),
+    Bad(  # pyarrow reads NA, NULL and nan as missing: the message must not say only "empty"
+        "feature-na",
+        _file("papers.csv", PAPERS.replace("2005,1", "2005,NA")),
+        "graph.nodes[0].features 'cites' has no value on line 3 (an empty cell, or one that reads as missing",
     ),
     Bad(
         "feature-not-finite",
