@@ -9,6 +9,7 @@ commands: `graphtrain operator --help` works where torch is not installed.
 from __future__ import annotations
 
 import importlib.metadata
+import inspect
 import sys
 from typing import Annotated, Any
 
@@ -28,7 +29,19 @@ class Composed(TyperGroup):
 
     def get_command(self, ctx: Any, cmd_name: str) -> Any:
         command = super().get_command(ctx, cmd_name)
+        if command is not None:
+            one_line_help(command)
         return with_api(command) if cmd_name == "run" and command is not None else command
+
+
+def one_line_help(command: Any) -> None:
+    """The first paragraph of each command's docstring as its line in a group's command list, its
+    wrapped lines joined: typer's rich list keeps a docstring's line breaks, which cut sentences there
+    ("and the graph it" / "holds")."""
+    for sub in getattr(command, "commands", {}).values():  # a group's (typer's vendored click)
+        one_line_help(sub)
+    if command.help and not command.short_help:
+        command.short_help = " ".join(inspect.cleandoc(command.help).split("\n\n")[0].split())
 
 
 app = typer.Typer(

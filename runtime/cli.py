@@ -338,9 +338,11 @@ def export(
         typer.Option(help="partition config the run trained on (default: the one the checkpoint names)"),
     ] = None,
 ) -> None:
-    """Write one table of a checkpoint with node rows in original node order (relation rows in relation
-    order, feature rows in column order): .npy holds the rows alone, .csv/.parquet an `id` column first
-    (the user's ids or labels; the feature names, e.g. words, where the graph has them).
+    """Write one table of a checkpoint in your node order, to .npy, .csv or .parquet.
+
+    Node rows in original node order (relation rows in relation order, feature rows in column order):
+    .npy holds the rows alone, .csv/.parquet an `id` column first (the user's ids or labels; the feature
+    names, e.g. words, where the graph has them).
 
     The file is written under a temporary name and renamed into place; an existing file is replaced.
     """
@@ -507,10 +509,11 @@ def plan(
     costs_out: Annotated[Path | None, typer.Option("--out", help="--calibrate's costs file")] = None,
     data_dir: DataDir = None,
 ) -> None:
-    """What a training needs before it runs: each role's memory, the bytes each trainer moves across
-    hosts per step (its data path replayed on sampled batches), the shard count that fits --memory, and
-    with --calibrate or --costs the predicted step time (runtime/steptime.py) on hosts of --cores cores
-    each, or sharing this machine's."""
+    """What a training needs before it runs: memory per role, bytes per step, shard count, step time.
+
+    Each role's memory, the bytes each trainer moves across hosts per step (its data path replayed on
+    sampled batches), the shard count that fits --memory, and with --calibrate or --costs the predicted
+    step time (runtime/steptime.py) on hosts of --cores cores each, or sharing this machine's."""
     from graphtrain.runtime.planning import plan_command, plan_request
 
     gt = load_yaml(_read(spec_path))

@@ -108,14 +108,16 @@ def infer(
     standalone: Annotated[bool, typer.Option(help="one trainer, shards in its process (no servers)")] = False,
     data_dir: DataDir = None,
 ) -> None:
-    """Every node's outputs from a trained checkpoint, over the whole graph: shard servers restore its
-    tables, the spec's trainers its model, and each layer runs over every node with every neighbour
-    (each trainer a share, each layer's rows written to the shard servers before the next reads them),
-    as the training's evaluation computes them. Writes part-<trainer>.parquet files keyed by your node
-    ids (embedding; for node classification also predicted and p_<class>), for an edge task also
-    edges-part-<trainer>.parquet (every edge of the labelled edge types, predicted), and manifest.json;
-    prints the rows per second and the test metric of the inferred outputs. Nodes are read in the order the
-    checkpoint was trained in: its partition is the one its checkpoint.json names."""
+    """Every node's outputs from a trained checkpoint, over the whole graph, as parquet keyed by your ids.
+
+    Shard servers restore the checkpoint's tables, the spec's trainers its model, and each layer runs
+    over every node with every neighbour (each trainer a share, each layer's rows written to the shard
+    servers before the next reads them), as the training's evaluation computes them. Writes
+    part-<trainer>.parquet files keyed by your node ids (embedding; for node classification also
+    predicted and p_<class>), for an edge task also edges-part-<trainer>.parquet (every edge of the
+    labelled edge types, predicted), and manifest.json; prints the rows per second and the test metric
+    of the inferred outputs. Nodes are read in the order the checkpoint was trained in: its partition
+    is the one its checkpoint.json names."""
     from graphtrain.runtime.data.cache import atomic_file
     from graphtrain.runtime.launch.local import LocalRun
     from graphtrain.runtime.launch.processes import Terminated, stop_on_signals

@@ -52,6 +52,21 @@ def test_help_on_every_command() -> None:
         assert "Usage" in result.output
 
 
+def test_the_command_lists_join_a_docstrings_wrapped_lines() -> None:
+    """typer's rich command list kept the docstrings' line breaks, cutting sentences mid-way."""
+    out = subprocess.run(
+        [sys.executable, "-m", "graphtrain.cli", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "COLUMNS": "300"},
+    )
+    assert out.returncode == 0 and "the strategy in words, and the graph it holds (directedness" in out.stdout
+    data = runner.invoke(app, ["data", "--help"], env={"COLUMNS": "300"})
+    lines = [line for line in data.output.splitlines() if line.startswith("│ ")]
+    assert lines and all(line.split("│")[1].strip() for line in lines), data.output  # no continuation lines
+
+
 def test_version_is_the_packages() -> None:
     pyproject = tomllib.loads((Path(__file__).parents[3] / "pyproject.toml").read_text())
     expected = f"graphtrain {pyproject['project']['version']}\n"
