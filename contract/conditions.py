@@ -44,6 +44,7 @@ class Reason(StrEnum):
     valid = "Valid"  # the spec passed every check
     invalid_spec = "InvalidSpec"  # the spec breaks a rule; the message names every field
     update_refused = "UpdateRefused"  # a spec change a running job cannot take; it goes on with the old
+    name_conflict = "NameConflict"  # a child's name holds an object that is not this training's
     partitioning = "Partitioning"  # the partition job runs
     partitioned = "Partitioned"  # the partition is written
     partition_failed = "PartitionFailed"  # the partition job failed
@@ -72,7 +73,7 @@ class Reason(StrEnum):
 _T, _R = ConditionType, Reason  # short names for the tables
 VOCABULARY: dict[tuple[ConditionType, bool], frozenset[Reason]] = {
     (_T.spec_valid, True): frozenset({_R.valid}),
-    (_T.spec_valid, False): frozenset({_R.invalid_spec, _R.update_refused}),
+    (_T.spec_valid, False): frozenset({_R.invalid_spec, _R.update_refused, _R.name_conflict}),
     (_T.partition_ready, True): frozenset({_R.partitioned}),
     (_T.partition_ready, False): frozenset(
         {_R.partitioning, _R.partition_failed, _R.pods_not_starting, _R.stopped}
@@ -116,6 +117,7 @@ FAILURES = frozenset(
     {
         _R.invalid_spec,
         _R.update_refused,
+        _R.name_conflict,
         _R.partition_failed,
         _R.trainer_failed,
         _R.backoff_limit_exceeded,
@@ -238,6 +240,12 @@ def set_spec_invalid(c: Conditions, problems: str) -> None:
 def set_update_refused(c: Conditions, message: str) -> None:
     """A change to a running training that it cannot take; it goes on with the applied spec."""
     c.set(ConditionType.spec_valid, False, Reason.update_refused, message)
+
+
+def set_name_conflict(c: Conditions, message: str) -> None:
+    """A child the training would make has its name held by an object that is not the training's: it
+    waits, making nothing that would use that object."""
+    c.set(ConditionType.spec_valid, False, Reason.name_conflict, message)
 
 
 def set_partitioning(c: Conditions, message: str = "") -> None:

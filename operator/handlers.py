@@ -184,7 +184,13 @@ def _reconcile(namespace: str, name: str) -> str:
         decided = plan(observed, config=_config, token=secrets.token_hex(24))
         if not may_act(namespace, name):
             return "skipped"
-        if not k8s.apply(decided, observed, fence=_fence):
+        try:
+            applied = k8s.apply(decided, observed, fence=_fence)
+        except k8s.NameTaken as exc:  # a child's name holds another's object: hold, making nothing more
+            observed.taken = exc.taken
+            decided = plan(observed, config=_config)
+            applied = k8s.apply(decided, observed, fence=_fence)
+        if not applied:
             return "skipped"  # the lease was lost meanwhile: the new leader writes the rest
         old = observed.training.get("status") or {}
         logs.decided(namespace, name, old, decided)

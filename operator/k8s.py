@@ -1,6 +1,7 @@
 """The only module that talks to the Kubernetes API: observe a GraphTraining and its children, apply a plan.
 
-Creates are idempotent (409 ignored: another reconcile got there first), deletes too (404 ignored),
+Creates are idempotent (409 ignored: another reconcile got there first; unless the object there is not
+the training's: NameTaken, before the plan's later creates), deletes too (404 ignored),
 the status is merge-patched on the status subresource only when it changed, and each event of the plan
 is posted against the GraphTraining. Children are found by the graphtrain.io/training label.
 
@@ -208,6 +209,32 @@ def _children(
     return found
 
 
+def whose(obj: dict[str, Any], training: str, uid: str) -> str | None:
+    """None if `obj`, found under a child's name, may stand there: the training's own (an
+    ownerReference to it, or its retained data claim), or an earlier GraphTraining of this name's,
+    which the garbage collector removes (the plan waits for the name, as for its own 409); else whose
+    it is, in words for SpecValid's NameConflict message."""
+    if owned(obj, {uid}) or (
+        obj.get("kind") == "PersistentVolumeClaim" and manifests.retained_claim(obj, training)
+    ):
+        return None
+    refs = obj["metadata"].get("ownerReferences") or []
+    if any(r.get("kind") == KIND and r.get("name") == training for r in refs):
+        return None
+    return "exists and is not this training's"
+
+
+class NameTaken(Exception):
+    """A create answered 409 and the object of that name is not the training's: {"Kind/name": whose}.
+    Children are observed by label and owner, so such an object is invisible to the plan, which took
+    the 409 for an earlier reconcile's and mounted the object (a Secret, claim, ConfigMap) into the
+    training's pods. apply() stops at it, before the plan's later creates and its status."""
+
+    def __init__(self, taken: dict[str, str]):
+        super().__init__(taken)
+        self.taken = taken
+
+
 def apply(plan: Plan, observed: Observed, fence: Callable[[], bool] = lambda: True) -> bool:
     """Write the plan: its creates and deletes, the status if it changed, its events. `fence` is asked
     before each write; once it says no (the Lease was lost meanwhile), nothing more is written and
@@ -248,6 +275,10 @@ def apply(plan: Plan, observed: Observed, fence: Callable[[], bool] = lambda: Tr
             if action.verb == "create" and exc.status in (400, 422):
                 said = refusal(body, action.key, api_message(exc))
                 refusals += [said] if said is not None else []
+            elif action.verb == "create" and exc.status == 409:
+                held = _whose_is(obj, body)
+                if held is not None:
+                    raise NameTaken({action.key: held}) from None
             elif exc.status not in (404, 409):
                 raise
     if not fence():
@@ -265,6 +296,21 @@ def apply(plan: Plan, observed: Observed, fence: Callable[[], bool] = lambda: Tr
             return False
         post_event(body, event)
     return True
+
+
+def _whose_is(obj: dict[str, Any], training: dict[str, Any]) -> str | None:
+    """whose() of the object of `obj`'s name, which answered 409 on create (None: the training's own, as
+    when the watches' cache had not seen an earlier create yet; gone since: None, the next plan makes it)."""
+    meta = training["metadata"]
+    try:
+        with calling("get", expected=(404,)):
+            res = _res(obj["apiVersion"], obj["kind"])
+            there = _raw(res.get(name=obj["metadata"]["name"], namespace=meta["namespace"], serialize=False))
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+    return whose({**there, "kind": obj["kind"]}, meta["name"], meta["uid"])
 
 
 def unserved_message(obj: dict[str, Any]) -> str:

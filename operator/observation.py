@@ -32,6 +32,8 @@ class Observed:
     children: dict[str, Obj] = field(default_factory=dict)  # "Kind/name" -> object
     pods: list[Obj] = field(default_factory=list)  # every pod labelled with the training
     now: dt.datetime = field(default_factory=lambda: dt.datetime.now(dt.UTC))
+    # "Kind/name" -> whose: a child the plan would create whose name holds an object not this training's
+    taken: dict[str, str] = field(default_factory=dict)
 
 
 def key(kind: str, name: str) -> str:

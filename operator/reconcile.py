@@ -17,6 +17,10 @@ the roles it stopped no longer read as ready or running. A GraphTraining being d
 set) gets a plan with no action and no event (its children are going, and no late trigger, a child's
 event, the timer or a requeue, may make them again) whose status says every role is stopped.
 
+A child name that holds an object the training does not own (its create answered 409: k8s.NameTaken)
+holds the training with SpecValid False / NameConflict, making nothing: taken as the training's own, a
+foreign Secret, claim or ConfigMap would be mounted into pods running spec.image.
+
 The applied spec lives in the <name>-config ConfigMap. A later spec change that cannot apply to a
 running job (anything but runPolicy and suspend) is refused with SpecValid False / UpdateRefused while
 the job goes on with the applied spec; nothing is half-applied. A spec the models reject never gets
@@ -73,6 +77,10 @@ def plan(obs: Observed, config: OperatorConfig | None = None, token: str = "") -
         wait = max(0.0, (ends - obs.now).total_seconds()) if ends is not None else None
         step = Step(gone, status, Phase.failed)
         return _finish(obs, conds, step, decided.observed_generation, wait)
+    if obs.taken:  # a name the plan would create holds another's object: wait, making nothing
+        conditions.set_name_conflict(conds, name_conflict(obs.taken))
+        phase = Phase(old.get("phase") or Phase.pending.value)
+        return _finish(obs, conds, Step([], status, phase), decided.observed_generation, TAKEN_RECHECK)
     status["appliedSpecHash"] = spec_hash(decided.gt)
     ctx = Context(obs, decided.gt, config or built_in(), token)
     actions: list[Action] = []
@@ -93,6 +101,20 @@ def plan(obs: Observed, config: OperatorConfig | None = None, token: str = "") -
             wait = min(waits, default=None)
             return _finish(obs, conds, Step(actions, status, step.phase), decided.observed_generation, wait)
     raise AssertionError("the trainers stage always decides the phase")
+
+
+TAKEN_RECHECK = 10.0  # seconds: a foreign object's deletion wakes no watch of ours (it has no label)
+
+
+def name_conflict(taken: dict[str, str]) -> str:
+    """SpecValid's message for children whose names hold objects that are not the training's. Such an
+    object is never used: a Secret, claim or ConfigMap of that name would be mounted into pods running
+    spec.image, a Service would take the trainers' traffic."""
+    held = "; ".join(f"{k.replace('/', ' ', 1)} {whose}" for k, whose in sorted(taken.items()))
+    return (
+        f"{held}: the training makes nothing that would use it until the name is free (delete that object, "
+        "or create the GraphTraining under another name)"
+    )
 
 
 def dumped(conds: conditions.Conditions) -> list[Obj]:

@@ -14,6 +14,7 @@ EXPECTED = {
     R.valid: "Normal",
     R.invalid_spec: "Warning",
     R.update_refused: "Warning",
+    R.name_conflict: "Warning",
     R.partitioning: "Normal",
     R.partitioned: "Normal",
     R.partition_failed: "Warning",

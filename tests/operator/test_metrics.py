@@ -3,6 +3,7 @@ are not failures), restarts by role from two statuses, trainings exported until 
 
 from __future__ import annotations
 
+import json
 import threading
 from typing import Any
 
@@ -40,7 +41,10 @@ class FakeResource:
         exc = self.outcome.get(verb)
         if exc is not None:
             raise exc
-        return type("Obj", (), {"to_dict": lambda _: {"metadata": {"name": "x"}}, "items": []})()
+        # the object itself (serialize=False: its JSON), owned by the test's training (uid "u"): a
+        # create's 409 is then an earlier reconcile's, not another's object under the name
+        raw = json.dumps({"metadata": {"name": "x", "ownerReferences": [{"uid": "u"}]}}).encode()
+        return type("Obj", (), {"to_dict": lambda _: {"metadata": {"name": "x"}}, "items": [], "data": raw})()
 
     def get(self, **kw: Any) -> Any:
         return self._answer("list" if "label_selector" in kw else "get")
