@@ -28,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from pydantic.alias_generators import to_camel
 
 from graphtrain.contract.spec import MAX_TOLERATIONS, AccessMode, Affinity, Quantity, Resources, Toleration
+from graphtrain.contract.spec.pods import quantity_value
 
 ENV_CONFIG = "GRAPHTRAIN_OPERATOR_CONFIG"
 GPU_TAINT = "nvidia.com/gpu"  # the taint key of GPU nodes, as the NVIDIA GPU Operator sets it
@@ -69,6 +70,16 @@ class RoleDefaults(_Config):
                 "resources must set requests and limits (a pod without them is BestEffort, the first the "
                 "kubelet evicts when a node runs short of memory)"
             )
+        # what the API server refuses in every pod of the role: found here, at the operator's start,
+        # not at each training's first pod (the spec's own resources get the same check, pods.py)
+        for name, request in self.resources.requests.items():
+            limit = self.resources.limits.get(name)
+            want, cap = quantity_value(request), quantity_value(limit) if limit is not None else None
+            if want is not None and cap is not None and want > cap:
+                raise ValueError(
+                    f"resources.requests.{name}: {request} is above resources.limits.{name} {limit}: "
+                    "Kubernetes refuses a pod whose request is above its limit"
+                )
         return self
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Path, Query, Response
+from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from pydantic import BaseModel
 
 from graphtrain.api import models
@@ -22,7 +22,25 @@ from graphtrain.contract.spec import Phase
 DNS_LABEL = models.DNS_LABEL
 MAX_LIMIT = 500
 
-router = APIRouter(prefix="/api/v1", tags=["trainings"], responses=problem_responses(401, 503, 500))
+LIST_PARAMETERS = ("namespace", "labelSelector", "phase", "limit", "continue")
+
+
+def known_parameters(request: Request) -> None:
+    """A query parameter the route does not take is a 400 naming it, not ignored: a misspelt filter
+    (`labelselector=`, `ns=`) would otherwise answer an unfiltered list that looks like a filtered one."""
+    lists = request.url.path.endswith("/trainings")
+    for key in request.query_params:
+        if not (lists and key in LIST_PARAMETERS):
+            known = ", ".join(LIST_PARAMETERS) if lists else "none"
+            raise InvalidParameter(key, f"not a parameter of this route (it takes: {known})")
+
+
+router = APIRouter(
+    prefix="/api/v1",
+    tags=["trainings"],
+    responses=problem_responses(400, 401, 503, 500),
+    dependencies=[Depends(known_parameters)],
+)
 
 Source = Annotated[StatusSource, Depends(get_source)]
 
@@ -91,6 +109,10 @@ def list_trainings(source: Source, query: Annotated[ListQuery, Depends(list_quer
 def list_namespace(
     source: Source, namespace: Namespace, query: Annotated[ListQuery, Depends(list_query)]
 ) -> Response:
+    if query.namespace is not None and query.namespace != namespace:
+        raise InvalidParameter(
+            "namespace", f"the path names namespace {namespace}; leave it out or give the same"
+        )
     return answer(
         source.list_trainings(
             ListQuery(namespace, query.selector, query.phase, query.limit, query.continue_token)

@@ -127,6 +127,27 @@ def test_bad_input_is_a_problem_naming_the_parameter(
 
 
 @pytest.mark.parametrize(
+    ("path", "query", "parameter"),
+    [
+        (LIST, {"labelselector": "a=b"}, "labelselector"),  # misspelt: not an unfiltered list
+        (LIST, {"ns": "team-a"}, "ns"),
+        ("/api/v1/namespaces/team-a/trainings", {"namespace": "team-b"}, "namespace"),
+        ("/api/v1/trainings/team-a/job-0", {"limit": "1"}, "limit"),
+        ("/api/v1/trainings/team-a/job-0/events", {"x": "1"}, "x"),
+    ],
+)
+def test_a_parameter_the_route_does_not_take_is_refused_naming_it(
+    client: TestClient, path: str, query: dict, parameter: str
+) -> None:
+    assert_problem(client.get(path, params=query), 400, parameter)
+
+
+def test_the_namespace_route_takes_its_own_namespace_as_a_parameter(client: TestClient) -> None:
+    body = client.get("/api/v1/namespaces/team-a/trainings", params={"namespace": "team-a"}).json()
+    assert names(body) and all(n.startswith("team-a/") for n in names(body))
+
+
+@pytest.mark.parametrize(
     "path",
     [
         "/api/v1/trainings/..%2F..%2Fetc/passwd",

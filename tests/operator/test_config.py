@@ -92,6 +92,10 @@ def test_the_environment_names_the_file(tmp_path: Path, monkeypatch: pytest.Monk
             "defaults.trainers: resources must set requests and limits",
         ),
         (
+            "defaults: {partition: {resources: {requests: {memory: 16Gi}, limits: {memory: 4Gi}}}}\n",
+            "defaults.partition: resources.requests.memory: 16Gi is above resources.limits.memory 4Gi",
+        ),
+        (
             "defaults: {shardServers: {tolerations: [{value: x}]}}\n",
             "defaults.shardServers.tolerations.0.key: is required unless operator is Exists",
         ),
