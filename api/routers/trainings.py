@@ -7,7 +7,7 @@ nothing else (a path like ../../etc, a label selector like `a,b!=c`) reaches a s
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from pydantic import BaseModel
@@ -22,17 +22,26 @@ from graphtrain.contract.spec import Phase
 DNS_LABEL = models.DNS_LABEL
 MAX_LIMIT = 500
 
-LIST_PARAMETERS = ("namespace", "labelSelector", "phase", "limit", "continue")
-
 
 def known_parameters(request: Request) -> None:
     """A query parameter the route does not take is a 400 naming it, not ignored: a misspelt filter
-    (`labelselector=`, `ns=`) would otherwise answer an unfiltered list that looks like a filtered one."""
-    lists = request.url.path.endswith("/trainings")
+    (`labelselector=`, `ns=`) would otherwise answer an unfiltered list that looks like a filtered one.
+    The route's own parameters are read from the route (its dependencies' included), not listed here."""
+    takes = _query_names(getattr(request.scope.get("route"), "dependant", None))
     for key in request.query_params:
-        if not (lists and key in LIST_PARAMETERS):
-            known = ", ".join(LIST_PARAMETERS) if lists else "none"
-            raise InvalidParameter(key, f"not a parameter of this route (it takes: {known})")
+        if key not in takes:
+            raise InvalidParameter(
+                key, f"not a parameter of this route (it takes: {', '.join(takes) or 'none'})"
+            )
+
+
+def _query_names(dependant: Any) -> list[str]:
+    """The query parameters a route's dependant takes, its sub-dependencies' included, by their names
+    in the URL (aliases)."""
+    if dependant is None:
+        return []
+    own = [q.alias for q in dependant.query_params]
+    return own + [n for d in dependant.dependencies for n in _query_names(d) if n not in own]
 
 
 router = APIRouter(
