@@ -538,6 +538,31 @@ def shard_network_policy(owner: Obj, gt: GraphTraining, config: OperatorConfig) 
     }
 
 
+def trainer_network_policy(owner: Obj, gt: GraphTraining, config: OperatorConfig) -> Obj | None:
+    """Ingress of the training's trainer pods (placement.locality none): every port from its own
+    trainers (the rendezvous store on rank 0 and gloo's pair ports, which are chosen at run time), the
+    metrics port from its pods and the configured scrapers; nothing else. As the worker pods' policy
+    does for partition locality. None when the configuration disables NetworkPolicies."""
+    if not config.network_policy.enabled:
+        return None
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": _meta(owner, names(gt.metadata.name)["trainers"], "network"),
+        "spec": {
+            "podSelector": _selector(gt, "trainer"),
+            "policyTypes": ["Ingress"],
+            "ingress": [
+                {"from": [{"podSelector": _selector(gt, "trainer")}]},
+                {
+                    "from": [{"podSelector": _selector(gt)}, *config.network_policy.metrics_from],
+                    "ports": [{"protocol": "TCP", "port": METRICS_PORT}],
+                },
+            ],
+        },
+    }
+
+
 def shard_disruption_budget(owner: Obj, gt: GraphTraining, config: OperatorConfig) -> Obj | None:
     """No voluntary eviction (a node drain) of the training's shard servers: each holds rows no other
     has. None when the configuration disables PodDisruptionBudgets."""

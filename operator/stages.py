@@ -337,6 +337,7 @@ def shards_stage(ctx: Context, conds: conditions.Conditions) -> Step:
         actions = ctx.ensure(
             manifests.shard_service(body, gt),
             manifests.shard_network_policy(body, gt, config),
+            manifests.trainer_network_policy(body, gt, config),  # before the trainer pods
             manifests.shard_disruption_budget(body, gt, config),
             gang.pod_group(body, gt) if first else None,  # before the pods that join it
             manifests.shard_statefulset(body, gt, config, ctx.memory) if first else None,

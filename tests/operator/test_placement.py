@@ -411,6 +411,23 @@ def test_online_pods_may_download() -> None:
         assert "imagePullSecrets" not in pod, role
 
 
+def test_trainer_network_policy_admits_only_the_trainings_pods() -> None:
+    """Without partition locality the trainer pods listen too (rank 0's rendezvous store, gloo's pair
+    ports, metrics): only the training's own trainers reach them, and its pods and scrapers the metrics."""
+    gt = parse(GRAPHSAGE)
+    policy = manifests.trainer_network_policy(OWNER, gt, CONFIG)
+    assert policy is not None and policy["metadata"]["labels"][LABEL_ROLE] == "network"
+    spec = policy["spec"]
+    assert spec["podSelector"] == {"matchLabels": {LABEL_TRAINING: "wn", LABEL_ROLE: "trainer"}}
+    assert spec["policyTypes"] == ["Ingress"]
+    peers, metrics = spec["ingress"]
+    own = {"matchLabels": {LABEL_TRAINING: "wn", LABEL_ROLE: "trainer"}}
+    assert peers == {"from": [{"podSelector": own}]}
+    assert metrics["ports"] == [{"protocol": "TCP", "port": manifests.METRICS_PORT}]
+    off = operator_config.parse({"networkPolicy": {"enabled": False}})
+    assert manifests.trainer_network_policy(OWNER, gt, off) is None
+
+
 def test_shard_network_policy_admits_only_the_trainings_pods() -> None:
     gt = parse(GRAPHSAGE)
     policy = manifests.shard_network_policy(OWNER, gt, CONFIG)

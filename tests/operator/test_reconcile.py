@@ -261,7 +261,8 @@ def to_training(c: Cluster) -> Plan:
     p = c.step()
     assert p.status["phase"] == "Starting"
     assert kinds(p, "create") == sorted(
-        f"{k}/{NAME}-shards" for k in ("Service", "NetworkPolicy", "PodDisruptionBudget", "StatefulSet")
+        [f"{k}/{NAME}-shards" for k in ("Service", "NetworkPolicy", "PodDisruptionBudget", "StatefulSet")]
+        + [f"NetworkPolicy/{NAME}-trainers"]
     )
     assert p.status["partition"]["cutEdges"] == 9 and cond(p, "PartitionReady")["status"] == "True"
     assert cond(p, "ShardsReady")["status"] == "False"
@@ -627,10 +628,11 @@ def test_partition_stage(o: Observed, phase, actions, conds, events, status) -> 
 
 SHARDS = [
     f"create {k}/{NAME}-shards" for k in ("Service", "NetworkPolicy", "PodDisruptionBudget", "StatefulSet")
-]
+] + [f"create NetworkPolicy/{NAME}-trainers"]
 SVC = [
     obj("Service", f"{NAME}-shards"),
     obj("NetworkPolicy", f"{NAME}-shards", api="networking.k8s.io/v1"),
+    obj("NetworkPolicy", f"{NAME}-trainers", api="networking.k8s.io/v1"),
     obj("PodDisruptionBudget", f"{NAME}-shards", api="policy/v1"),
 ]
 
