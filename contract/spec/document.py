@@ -124,6 +124,8 @@ class GraphTrainingSpec(SpecModel):
     image: str | None = Field(
         default=None,
         max_length=1024,
+        # an image reference: [registry[:port]/]path[:tag][@digest]; whitespace or a quote is never one
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9._/:@-]*$",
         description="Container image of the runtime. Unset: the operator's default image.",
     )
 

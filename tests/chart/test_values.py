@@ -269,6 +269,11 @@ BAD_VALUES: list[tuple[str, str]] = [
     ('trainings.storage.accessModes=[]', "trainings.storage.accessModes"),
     ('trainings.networkPolicy.enabled="yes"', "trainings.networkPolicy.enabled"),
     ('trainings.images.runtime=7', "trainings.images.runtime"),
+    ('trainings.images.runtime="a b c"', "trainings.images.runtime"),
+    ('trainings.images.cuda="x\\n  stdin: true"', "trainings.images.cuda"),
+    ('image.tag="1.0 evil"', "image.tag"),
+    ('image.tag="x\\n          stdin: true"', "image.tag"),
+    ('image.repository="Bad Repo/x"', "image.repository"),
     ('trainings.gpu.tolerations=[{"key":"nvidia.com/gpu","operator":"Exists","value":"x"}]',
      "trainings.gpu.tolerations"),
     ('trainings.gpu.tolerations={"key":"nvidia.com/gpu"}', "trainings.gpu.tolerations"),
@@ -282,6 +287,8 @@ GOOD_VALUES: list[str] = [
     f'{T}.nodeSelector={{"node.kubernetes.io/instance-type":"m5.large","gpu":""}}',
     f'{T}.priorityClassName="gpu-training"',
     'trainings.images.pullSecrets=["regcred","other.secret"]',
+    'image={"repository":"registry.local:5000/ml/graphtrain-control","tag":"0.1.0-rc.1_b2"}',
+    'trainings.images.runtime="registry.local:5000/ml/graphtrain@sha256:' + "a" * 64 + '"',
     'trainings.gpu={"tolerations":[],"nodeSelector":{"nvidia.com/gpu.present":"true","pool":""}}',
     'trainings.networkPolicy.metricsFrom=[{"ipBlock":{"cidr":"10.0.0.0/8","except":["10.1.0.0/16"]}},'
     '{"namespaceSelector":{"matchLabels":{"team":"ml"}},"podSelector":{"matchExpressions":'
