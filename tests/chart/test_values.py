@@ -279,6 +279,13 @@ BAD_VALUES: list[tuple[str, str]] = [
     ('trainings.gpu.tolerations={"key":"nvidia.com/gpu"}', "trainings.gpu.tolerations"),
     ('trainings.gpu.nodeSelector={"nvidia.com/gpu.present":true}', "trainings.gpu.nodeSelector"),
     ('trainings.gpu.resources={"limits":{"nvidia.com/gpu":1}}', "trainings.gpu"),
+    ('securityContext={"privileged":true}', "securityContext.privileged"),
+    ('securityContext={"readOnlyRootFilesystem":false}', "securityContext.readOnlyRootFilesystem"),
+    ('securityContext={"capabilities":{"add":["NET_ADMIN"]}}', "securityContext.capabilities.add"),
+    ("securityContext=null", "securityContext"),  # no securityContext at all
+    ('podSecurityContext={"runAsUser":0}', "podSecurityContext.runAsUser"),
+    ("resources=null", "resources"),  # BestEffort
+    ('api={"resources":null}', "resources"),
 ]  # fmt: skip
 GOOD_VALUES: list[str] = [
     f'{TOLERATIONS}=[{{"operator":"Exists"}},{{"key":"a","operator":"Exists","value":""}}]',
@@ -293,6 +300,7 @@ GOOD_VALUES: list[str] = [
     'trainings.networkPolicy.metricsFrom=[{"ipBlock":{"cidr":"10.0.0.0/8","except":["10.1.0.0/16"]}},'
     '{"namespaceSelector":{"matchLabels":{"team":"ml"}},"podSelector":{"matchExpressions":'
     '[{"key":"app","operator":"In","values":["prometheus"]}]}}]',
+    'securityContext={"runAsUser":null,"runAsGroup":null}',  # OpenShift assigns the uid
 ]
 
 
