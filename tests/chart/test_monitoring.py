@@ -277,6 +277,19 @@ def matches(selector: dict[str, Any], labels: dict[str, str]) -> bool:
     return True
 
 
+def test_the_pod_monitors_targets_are_open_to_prometheus_through_the_trainings_policies() -> None:
+    """Each training's NetworkPolicy admits its metrics ports only from its own pods and
+    trainings.networkPolicy.metricsFrom: a PodMonitor without metricsFrom would find every shard
+    server and worker pod down, so the chart refuses it, naming the value."""
+    objs = render("observability")
+    cfg = yaml.safe_load(one(objs, "ConfigMap", f"{FULL}-operator-config")["data"]["config.yaml"])
+    assert cfg["networkPolicy"]["enabled"] and cfg["networkPolicy"]["metricsFrom"]
+    res = helm("template", "gt", str(CHART), "--set", "metrics.podMonitor.enabled=true", check=False)
+    assert res.returncode != 0 and "trainings.networkPolicy.metricsFrom" in res.stderr
+    off = ("--set", "metrics.podMonitor.enabled=true", "--set", "trainings.networkPolicy.enabled=false")
+    assert helm("template", "gt", str(CHART), *off, check=False).returncode == 0
+
+
 def test_the_service_monitors_honor_the_operators_labels_and_scrape_the_api_with_a_token() -> None:
     objs = render("observability")
     operator = one(objs, "ServiceMonitor", f"{FULL}-operator")["spec"]["endpoints"][0]
