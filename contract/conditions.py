@@ -227,8 +227,8 @@ class Conditions:
 # One per observed outcome: both executors call these; an outcome that sets two conditions sets both.
 
 
-def set_spec_valid(c: Conditions) -> None:
-    c.set(ConditionType.spec_valid, True, Reason.valid)
+def set_spec_valid(c: Conditions, message: str = "") -> None:
+    c.set(ConditionType.spec_valid, True, Reason.valid, message)
 
 
 def set_spec_invalid(c: Conditions, problems: str) -> None:

@@ -94,6 +94,12 @@ def _lost_spec(obs: Observed, current: GraphTraining | None, problem: str) -> st
     )
 
 
+def _failed_for_spec(body: Obj) -> bool:
+    """The training failed for a spec that broke a rule (Failed True / InvalidSpec)."""
+    said = (body.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Failed" and c.get("reason") == "InvalidSpec" for c in said)
+
+
 def _with_locality(gt: GraphTraining, locality: Locality | None) -> GraphTraining:
     placement = gt.spec.placement.model_copy(update={"locality": locality})
     return gt.model_copy(update={"spec": gt.spec.model_copy(update={"placement": placement})})
@@ -125,6 +131,12 @@ def spec_stage(obs: Observed, conds: conditions.Conditions) -> SpecDecision:
     if applied is None:
         if current is None:
             conditions.set_spec_invalid(conds, problem)
+        elif _failed_for_spec(body):
+            conditions.set_spec_valid(  # fixed after it failed for its spec: Failed is final
+                conds,
+                "the spec is valid now, but the training failed for its earlier spec and a failed training "
+                "never starts again: delete it and create it again (kubectl replace --force -f FILE)",
+            )
         else:
             conditions.set_spec_valid(conds)
         return SpecDecision(current, generation)
@@ -252,8 +264,11 @@ def _token_lost(ctx: Context, conds: conditions.Conditions, actions: list[Action
     and every trainer pod go, counted as one restart of runPolicy.backoffLimit."""
     n = ctx.names
     trainers = {rank: view for p in ctx.pods("trainer") for rank, view in rank_pods(p)}
-    servers = ctx.remove("StatefulSet", n["shards"], "apps/v1")
     why = f"Secret {n['token']} (the shard servers' token) was deleted while the training ran"
+    if ctx.attempt >= ctx.gt.spec.run_policy.backoff_limit:  # no restart left: it fails, cleaned up
+        step = _trainer_failed(ctx, conds, {}, why, trainers)
+        return Step(actions + step.actions, step.status, step.phase)
+    servers = ctx.remove("StatefulSet", n["shards"], "apps/v1")
     step = _trainer_failed(ctx, conds, {}, f"{why}: every role restarts with a new token", trainers)
     return Step(actions + servers + step.actions, step.status, step.phase)
 

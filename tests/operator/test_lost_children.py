@@ -47,7 +47,10 @@ def test_a_token_deleted_past_the_backoff_limit_fails_the_training() -> None:
     c.children.pop(TOKEN)
     p = c.step()
     assert p.status["phase"] == "Failed"
-    assert "Secret" in cond(p, "Failed")["message"]
+    said = cond(p, "Failed")["message"]
+    assert "Secret" in said and "restarts" not in said, said  # no restart was left
+    deletes = [a.key for a in p.actions if a.verb == "delete"]
+    assert SHARDS in deletes and len(deletes) == len(set(deletes)), deletes  # each delete once
 
 
 @pytest.mark.parametrize("running", ["nothing", "partition"])

@@ -86,3 +86,19 @@ def test_a_finished_training_takes_rank_0s_last_report() -> None:
     p = plan(o)
     assert p.status["phase"] == "Succeeded"
     assert p.status["progress"]["evalMetric"] == "test_mrr" and p.status["progress"]["epoch"] == 100
+
+
+def test_a_spec_fixed_after_it_failed_says_that_the_training_stays_failed() -> None:
+    """Failed for its spec, then fixed: SpecValid True alone (and its Normal event "Valid") read as if
+    the training would start, while a failed training never does. Its message says so, and what to do."""
+    from tests.operator.test_reconcile import Cluster, cond
+
+    c = Cluster(training(**{"partition.parts": 0}))
+    assert c.step().status["phase"] == "Failed"
+    c.body["spec"]["partition"]["parts"] = 2
+    p = c.step()
+    assert p.status["phase"] == "Failed" and p.actions == []
+    said = cond(p, "SpecValid")
+    assert said["status"] == "True" and "a failed training never starts again" in said["message"]
+    assert "kubectl replace --force" in said["message"]
+    assert cond(p, "Failed")["reason"] == "InvalidSpec"
