@@ -300,17 +300,26 @@ def apply(plan: Plan, observed: Observed, fence: Callable[[], bool] = lambda: Tr
 
 def _whose_is(obj: dict[str, Any], training: dict[str, Any]) -> str | None:
     """whose() of the object of `obj`'s name, which answered 409 on create (None: the training's own, as
-    when the watches' cache had not seen an earlier create yet; gone since: None, the next plan makes it)."""
+    when the watches' cache had not seen an earlier create yet; gone since, the next plan makes it).
+    Read with a list by name: the chart grants list on every child kind it watches, not get. A kind
+    it may only create (a gang's PodGroup) cannot be read: None, the 409 taken as before."""
     meta = training["metadata"]
     try:
-        with calling("get", expected=(404,)):
+        with calling("list", expected=(403, 404)):
             res = _res(obj["apiVersion"], obj["kind"])
-            there = _raw(res.get(name=obj["metadata"]["name"], namespace=meta["namespace"], serialize=False))
+            answer = res.get(
+                namespace=meta["namespace"],
+                field_selector=f"metadata.name={obj['metadata']['name']}",
+                serialize=False,
+            )
     except ApiException as exc:
-        if exc.status == 404:
+        if exc.status in (403, 404):
             return None
         raise
-    return whose({**there, "kind": obj["kind"]}, meta["name"], meta["uid"])
+    items = _raw(answer).get("items") or []
+    return next(
+        (w for o in items if (w := whose({**o, "kind": obj["kind"]}, meta["name"], meta["uid"]))), None
+    )
 
 
 def unserved_message(obj: dict[str, Any]) -> str:
