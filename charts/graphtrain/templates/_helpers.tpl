@@ -188,16 +188,22 @@ deleted with the training (its ownerReference): create only, for the schedulers 
 {{- end }}
 
 {{/*
-What the status API reads, in every namespace it serves: GraphTrainings, their progress ConfigMaps,
-their pods and the events about them. Read-only: no verb here writes.
+What the status API reads, in every namespace it serves, and only the verbs it calls
+(api/sources/kubernetes.py): GraphTrainings (get, list), their progress and config ConfigMaps (get,
+list by label), their pods and the events about them (list). Read-only: no verb here writes, and it
+watches nothing. RBAC cannot narrow a ConfigMap read to a label: in the namespaces it serves, the API
+may read any ConfigMap (never a Secret).
 */}}
 {{- define "graphtrain.api.rules" -}}
 - apiGroups: [graphtrain.io]
   resources: [graphtrainings]
-  verbs: [get, list, watch]
+  verbs: [get, list]
 - apiGroups: [""]
-  resources: [configmaps, pods, events]
-  verbs: [get, list, watch]
+  resources: [configmaps]
+  verbs: [get, list]
+- apiGroups: [""]
+  resources: [pods, events]
+  verbs: [list]
 {{- end }}
 
 {{/* The training selector of the monitoring objects: the roles of a training's pods that serve metrics. */}}
