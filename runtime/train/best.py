@@ -87,9 +87,12 @@ def checkpoint_name(step: int) -> str:
     return f"step-{step:09d}"
 
 
-def until(passes: Sequence[Pass], step: int) -> list[Pass]:
-    """The passes at or before `step`: those a checkpoint of that step had seen."""
-    return [p for p in passes if p.step <= step]
+def until(passes: Sequence[Pass], step: int, epoch: int | None = None) -> list[Pass]:
+    """The passes at or before `step` and of the `epoch` epochs done: those a checkpoint of that step
+    had seen. A checkpoint taken at an epoch's last step by checkpointInterval records the epoch as
+    still running (its validation pass comes after it, at the same step), so the step alone would
+    replay that pass and the resumed run, ending the epoch again, would record it twice."""
+    return [p for p in passes if p.step <= step and (epoch is None or p.epoch <= epoch)]
 
 
 def load(root: Path) -> list[Pass]:

@@ -290,9 +290,9 @@ class Checkpoints:
         """Whether the checkpoint of `step` is there, whole."""
         return self.root is not None and (self.root / best_record.checkpoint_name(step) / ckpt.TOP).exists()
 
-    def passes(self, step: int) -> list[best_record.Pass]:
-        """The validation passes recorded up to `step` (a resumed timeline's)."""
-        return [] if self.root is None else best_record.until(best_record.load(self.root), step)
+    def passes(self, step: int, epoch: int | None = None) -> list[best_record.Pass]:
+        """The validation passes recorded up to `step` and `epoch` epochs done (a resumed timeline's)."""
+        return [] if self.root is None else best_record.until(best_record.load(self.root), step, epoch)
 
     def record(self, passes: Sequence[best_record.Pass]) -> None:
         """Keep this timeline's validation passes beside the checkpoints (rank 0)."""

@@ -204,11 +204,21 @@ class EpochLoop:
         self.reporter.report(p, epoch_end=True, evaluated=values is not None)
         if stages := self.metrics.epoch_stages():
             log(f"[trainer] epoch {self.epoch} per step: {stages}; reads: {self.metrics.epoch_reads()}")
-        if tr.checkpoint_interval == 0 or improved:
-            self._checkpoint(best=improved)
         es = tr.early_stopping
         stop = values is not None and es is not None and best_record.should_stop(self.best, es.patience)
-        if not self.dist.agree(stop) or es is None:
+        stopping = self.dist.agree(stop)  # collective: every rank, every epoch
+        # the model training ends with is always checkpointed: with checkpointInterval not dividing
+        # the run's steps, LATEST was the last interval's, some steps before the model whose test
+        # metric the run reports (export, predict and infer read another model; --resume retrained
+        # those steps instead of saying the run is complete)
+        if (
+            tr.checkpoint_interval == 0
+            or improved
+            or self.epoch >= tr.epochs
+            or (stopping and es is not None)
+        ):
+            self._checkpoint(best=improved)
+        if not stopping or es is None:
             return False
         self.stopped = best_record.stop_reason(self.best, self.val_names[0], es.patience, es.min_delta)
         if self.dist.rank == 0:
@@ -251,7 +261,7 @@ class EpochLoop:
         self.epoch, self.step, self.epoch_step = point.epoch, point.step, point.epoch_step
         if self.dist.rank == 0:
             self.loss_sum, self.loss_steps = point.loss_sum, point.loss_steps
-        self.passes = self.checkpoints.passes(self.step)
+        self.passes = self.checkpoints.passes(self.step, self.epoch)
         self.best = best_record.replay(self.passes, self.min_delta, self.lower)
         if self.dist.rank == 0:
             log(f"[trainer] resuming from step {self.step} (epoch {self.epoch}, checkpoint {directory.name})")

@@ -195,6 +195,15 @@ def test_the_passes_replayed_on_resume_end_at_the_checkpoint(tmp_path: Path) -> 
     assert best.load(tmp_path) == []
 
 
+def test_a_checkpoint_at_an_epochs_last_step_has_not_seen_its_validation_pass() -> None:
+    # checkpointInterval dividing the epoch: the checkpoint at step 26 records epoch 1 still running
+    # (epoch_step 13 of 13); epoch 2's pass, at the same step, came after it and is evaluated again
+    passes = [best.Pass(1, 13, 0.28), best.Pass(2, 26, 0.31)]
+    assert best.until(passes, 26, 1) == passes[:1]
+    assert best.until(passes, 26, 2) == passes
+    assert best.until(passes, 26) == passes
+
+
 def test_prune_keeps_the_best_checkpoint(tmp_path: Path) -> None:
     for step in (10, 20, 30, 40):
         d = tmp_path / best.checkpoint_name(step)

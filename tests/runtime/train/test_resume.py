@@ -218,3 +218,28 @@ def test_tables_used_where_they_lie_train_and_resume_as_the_protocol_path(
     assert resumed_result == whole_result
     for name, value in final_state(whole.task).items():
         assert torch.equal(final_state(second.task)[name], value), name
+
+
+@pytest.mark.timeout(120)
+def test_the_model_a_run_ends_with_is_its_latest_checkpoint(
+    partitions: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """checkpointInterval 8 does not divide TransE's 39 steps: the last interval checkpoint is step 32.
+    With no validation pass improving at the end (forced here), LATEST stayed at step 32 while the run
+    reported the test metric of step 39's model: export, predict and infer read another model, and
+    --resume retrained 7 steps instead of saying the run is complete."""
+    from graphtrain.runtime.train import loop as loop_module
+
+    first = {"seen": False}
+
+    def update(best: Any, this: Any, min_delta: float, lower: bool) -> tuple[Any, bool]:
+        improved = not first["seen"]  # only the first pass improves
+        first["seen"] = True
+        return (loop_module.best_record.Best(best=this, reference=this.value) if improved else best), improved
+
+    monkeypatch.setattr(loop_module.best_record, "update", update)
+    gt, partition = partitions["transe"]
+    whole, _ = train("transe", gt, partition, tmp_path / "whole")
+    steps = len(whole.steps)
+    assert steps % INTERVAL
+    assert (tmp_path / "whole" / "checkpoints" / "LATEST").read_text().strip() == f"step-{steps:09d}"
