@@ -86,18 +86,53 @@ def chain(piece: Piece) -> list[Piece]:
     return out[::-1]
 
 
+def _npy(path: Path, mmap: bool = True) -> np.ndarray:
+    """The array of checkpoint file `path`, memory-mapped (or read whole with mmap False), never
+    unpickled. A file numpy cannot read as a plain array (no .npy header, an object dtype, shorter
+    than its header says) raises numpy's ValueError (OSError where the file cannot be read): both
+    become one DataError naming the file, so a verification or a restore falls back as for any
+    damaged checkpoint instead of ending in a traceback.
+
+    Raises:
+        DataError: naming `path` and why it cannot be read as an array.
+    """
+    try:
+        return np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
+    except (ValueError, OSError, EOFError) as exc:
+        raise DataError(f"{path}: not a readable .npy array ({exc})") from None
+
+
+def _delta_rows(d: Path, manifest: Mapping[str, Any]) -> np.ndarray:
+    """A delta piece's rows.npy, checked: piece-local rows of a table piece of hi - lo rows, int64,
+    strictly ascending (the writer's order; a row once). The sha256 proves the file is the one written,
+    not that it holds rows: rows past the piece were skipped by load_piece (the base's stale values
+    exported and restored, exit 0) and a float array was an IndexError from inside numpy.
+
+    Raises:
+        DataError: naming the file and what is wrong with it.
+    """
+    path = d / ROWS
+    rows = np.asarray(_npy(path, mmap=False))
+    span = int(manifest["hi"]) - int(manifest["lo"])
+    if rows.dtype != np.int64 or rows.ndim != 1:
+        raise DataError(
+            f"{path}: holds {rows.dtype} {tuple(rows.shape)}, not the int64 rows of a delta piece"
+        )
+    if len(rows) and (rows[0] < 0 or rows[-1] >= span or bool((np.diff(rows) <= 0).any())):
+        raise DataError(f"{path}: not ascending rows within the piece's {span} rows")
+    return rows
+
+
 def verify_piece(piece: Piece) -> None:
     """Every file of every piece of the chain has its recorded sha256 (ChecksumError, a DataError, names
     the first that does not; a base that cannot be read is one line from base_of), and every array the
     dtype and shape its manifest says (_checked; read from the .npy header alone)."""
     for _, manifest, d in chain(piece):
         verify_files(d, manifest["files"])
-        rows = (
-            len(np.load(d / ROWS, mmap_mode="r")) if "delta" in manifest else manifest["hi"] - manifest["lo"]
-        )
+        rows = len(_delta_rows(d, manifest)) if "delta" in manifest else manifest["hi"] - manifest["lo"]
         for key in files_of(manifest):
             path = d / f"{key}.npy"
-            _checked(np.load(path, mmap_mode="r", allow_pickle=False), manifest, key, path, rows)
+            _checked(_npy(path), manifest, key, path, rows)
 
 
 def _checked(array: np.ndarray, manifest: Mapping[str, Any], key: str, path: Path, rows: int) -> np.ndarray:
@@ -132,20 +167,18 @@ def load_piece(
     out: dict[str, np.ndarray] = {}
     for key in files_of(first) if keys is None else keys:
         path = d / f"{key}.npy"
-        whole = _checked(
-            np.load(path, mmap_mode="r", allow_pickle=False), first, key, path, first["hi"] - first["lo"]
-        )
+        whole = _checked(_npy(path), first, key, path, first["hi"] - first["lo"])
         out[key] = whole if is_whole(first, key) else whole[src]
     if len(pieces) == 1:
         return out
     out = {k: np.array(v) for k, v in out.items()}
     start, stop, _ = src.indices(first["hi"] - first["lo"])
     for _, manifest, d in pieces[1:]:
-        rows = np.load(d / ROWS, allow_pickle=False)
+        rows = _delta_rows(d, manifest)
         keep = (rows >= start) & (rows < stop)
         for key in out:
             path = d / f"{key}.npy"
-            saved = _checked(np.load(path, mmap_mode="r", allow_pickle=False), manifest, key, path, len(rows))
+            saved = _checked(_npy(path), manifest, key, path, len(rows))
             if is_whole(manifest, key):
                 out[key] = np.array(saved)
             else:

@@ -171,6 +171,26 @@ def check_attach(t: Any, keyed: dict[str, Any] | None) -> None:
         )
 
 
+def read_keys(d: Path, rows: int | None = None) -> np.ndarray:
+    """The keys.npy of piece directory `d`, never unpickled: a file numpy cannot read as a plain array
+    (an object array, no .npy header) is numpy's ValueError, and a float or 2-D array indexed the keys'
+    rows with an IndexError; both end the command in a traceback instead of one line.
+
+    Raises:
+        DataError: naming the file and what it holds instead of a 1-D int64 array.
+    """
+    path = d / KEYS
+    try:
+        keys = np.load(path, allow_pickle=False)
+    except (ValueError, OSError, EOFError) as exc:
+        raise DataError(f"{path}: not a readable .npy array ({exc})") from None
+    if keys.dtype != np.int64 or keys.ndim != 1:
+        raise DataError(f"{path}: holds {keys.dtype} {tuple(keys.shape)}, not a piece's 1-D int64 keys")
+    if rows is not None and len(keys) > rows:
+        raise DataError(f"{path}: holds {len(keys):,} keys, more than the piece's {rows:,} rows")
+    return keys
+
+
 def check_keys(keys: np.ndarray, index: int, count: int, where: str) -> None:
     """The keys of piece `index` of `count` (a shard's or rank's, in order) are distinct and its own
     (key mod count): a checkpoint that says otherwise is refused, never loaded as it is.
@@ -245,7 +265,7 @@ def restore_keyed(
             verify_files(d, manifest["files"])
         if not (d / KEYS).exists():
             raise DataError(f"{d}: no {KEYS}: the checkpoint's table is not a dynamic vocabulary's")
-        keys = np.load(d / KEYS, allow_pickle=False)
+        keys = read_keys(d, int(manifest["hi"]) - int(manifest["lo"]))
         check_keys(keys, index, len(pieces), str(d))
         take = np.nonzero(mine(keys))[0]
         if not len(take):
@@ -277,6 +297,7 @@ def _as_tensor(array: np.ndarray, dtype: torch.dtype, where: str) -> torch.Tenso
 
 __all__ = [
     "KEYS",
+    "read_keys",
     "KeyMapFull",
     "KeyedRows",
     "check_attach",

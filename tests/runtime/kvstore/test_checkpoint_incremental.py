@@ -162,3 +162,36 @@ def test_a_shard_killed_mid_delta_restores_the_previous_checkpoint_and_the_next_
         client.checkpoint("ref", root=ckroot)
         same_tables(after, ckroot / "ref")
         client.close()
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("bad", ["past-the-piece", "negative", "float", "descending"])
+def test_a_delta_whose_rows_are_not_the_pieces_is_refused_in_one_line(ckroot: Path, bad: str) -> None:
+    """rows.npy's sha256 proves it is the file written, not that it holds the piece's rows: rows past
+    the piece were skipped (the base's stale values exported with exit 0), a float array ended in an
+    IndexError from numpy."""
+    from graphtrain.runtime.data.cache import read_json, sha256_file, write_json
+    from graphtrain.runtime.errors import DataError
+
+    names = ["step-000000001", "step-000000002"]
+    with servers(1, ckroot) as srv:
+        client, emb, opt = trained(srv, timeout=30)
+        take(client, ckroot, names[0])
+        step(emb, opt, torch.arange(1, ROWS, 500), seed=1)
+        take(client, ckroot, names[1])
+        client.close()
+    piece = next((ckroot / names[1] / "emb").glob("rows-*"))
+    rows = np.load(piece / chain.ROWS)
+    changed = {
+        "past-the-piece": rows + ROWS,
+        "negative": rows - ROWS,
+        "float": rows.astype(np.float64),
+        "descending": rows[::-1].copy(),
+    }[bad]
+    np.save(piece / chain.ROWS, changed)
+    manifest = read_json(piece / "manifest.json")
+    files = {**manifest["files"], chain.ROWS: sha256_file(piece / chain.ROWS)}
+    write_json(piece / "manifest.json", {**manifest, "files": files})
+    for check in (ckpt.verify_checkpoint, lambda r: ckpt.export_table(r, "emb", verify=False)):
+        with pytest.raises(DataError, match=r"rows.npy: (holds float64|not ascending rows within)"):
+            check(ckroot / names[1])

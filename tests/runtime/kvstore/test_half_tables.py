@@ -243,6 +243,35 @@ def test_a_manifest_that_does_not_describe_its_file_is_refused_in_one_line(tmp_p
         DistEmbedding(ROWS, DIM, "e", INIT, client=three, dtype=torch.float16)
 
 
+@pytest.mark.parametrize("bad", ["object", "not-npy", "short"])
+def test_a_file_numpy_cannot_read_as_an_array_is_refused_in_one_line(tmp_path: Path, bad: str) -> None:
+    """A data.npy that is no plain array (pickled objects, no .npy header, fewer bytes than its header
+    says), its hash made to match, was a ValueError from inside numpy: export ended in a traceback and
+    `graphtrain run --resume` too, instead of falling back to the checkpoint before."""
+    from graphtrain.runtime.data.cache import read_json, sha256_file, write_json
+    from graphtrain.runtime.errors import DataError
+
+    client = kvstore.standalone(1, checkpoint_root=tmp_path)
+    train(client, torch.float16, steps=1)
+    client.checkpoint("ck", root=tmp_path)
+    root = tmp_path / "ck"
+    piece = next((root / "e").iterdir())
+    data = piece / "data.npy"
+    if bad == "object":
+        np.save(data, np.full((600, 24), None, dtype=object), allow_pickle=True)
+    elif bad == "not-npy":
+        data.write_bytes(b"hello\n")
+    else:
+        data.write_bytes(data.read_bytes()[:-10])
+    manifest = read_json(piece / "manifest.json")
+    write_json(
+        piece / "manifest.json", {**manifest, "files": {**manifest["files"], "data.npy": sha256_file(data)}}
+    )
+    for check in (ckpt.verify_checkpoint, lambda r: ckpt.export_table(r, "e", verify=False)):
+        with pytest.raises(DataError, match=r"data.npy: not a readable .npy array"):
+            check(root)
+
+
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_a_half_tables_gradients_cross_a_socket_in_half_and_shared_memory_in_float32(dtype: str) -> None:
     from graphtrain.runtime import dtypes

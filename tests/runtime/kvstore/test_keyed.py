@@ -7,6 +7,7 @@ shard count; malformed keyed requests are refused without harm."""
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 
@@ -343,3 +344,26 @@ def test_a_dynamic_kge_table_starts_on_the_unit_sphere() -> None:
         np.testing.assert_allclose(np.linalg.norm(rows, axis=1), 1.0, rtol=1e-6)
     fixed = load_yaml(Path("examples/nations-transe.yaml").read_text()).spec
     assert "norm" not in table_init(fixed, "relation")  # a fixed table is normalised at start instead
+
+
+@pytest.mark.parametrize(
+    ("keys", "said"),
+    [
+        (np.arange(4, dtype=np.float64), "holds float64 (4,), not a piece's 1-D int64 keys"),
+        (np.arange(4).reshape(2, 2), "holds int64 (2, 2), not a piece's 1-D int64 keys"),
+        (np.array([None, 1], dtype=object), "not a readable .npy array"),
+        (np.arange(0, 20, 2), "holds 10 keys, more than the piece's 8 rows"),
+    ],
+    ids=["float", "2-d", "object", "more-than-rows"],
+)
+def test_a_keys_file_that_is_no_pieces_keys_is_one_line(tmp_path: Path, keys: np.ndarray, said: str) -> None:
+    """keys.npy (its sha256 made to match) of another type was an IndexError or numpy's ValueError
+    from inside export and restore: a traceback, not one line naming the file."""
+    from graphtrain.runtime.errors import DataError
+    from graphtrain.runtime.storage.keyed import KEYS, read_keys
+
+    np.save(tmp_path / KEYS, keys, allow_pickle=True)
+    with pytest.raises(DataError, match=re.escape(said)):
+        read_keys(tmp_path, 8)
+    np.save(tmp_path / KEYS, np.arange(0, 8, 2))
+    assert read_keys(tmp_path, 8).tolist() == [0, 2, 4, 6]
