@@ -320,6 +320,23 @@ def health(
 app.command("shard-server")(friendly(role_command(ShardServerParams, serve)))
 
 
+def ckpt_file(root: Path, out: Path) -> str | None:
+    """The name of the checkpoint beside `root` (or `root` itself) that path `out` lies inside, or the
+    marker file it is (LATEST, BEST, validation.json); None when it is neither."""
+    checkpoints = root.resolve().parent
+    target = out.parent.resolve() / out.name
+    if not target.is_relative_to(checkpoints):
+        return None
+    parts = target.relative_to(checkpoints).parts
+    if len(parts) == 1:
+        return parts[0] if parts[0] in ("LATEST", "BEST", "validation.json") else None
+    first = checkpoints / parts[0]
+    is_checkpoint = (
+        first == root.resolve() or (first / "checkpoint.json").exists() or parts[0].startswith("step-")
+    )
+    return parts[0] if is_checkpoint else None
+
+
 @app.command()
 @friendly
 def export(
@@ -351,6 +368,10 @@ def export(
 
     outputs.check_target(out)  # before reading the checkpoint
     root = ckpt.resolve_checkpoint(checkpoint)
+    if into := ckpt_file(root, out):  # data.npy of a piece, say: replaced, the checkpoint was lost
+        raise GraphtrainError(
+            f"{out}: a file of checkpoint {into}, which it would replace: write it elsewhere"
+        )
     if name is None:
         tables = sorted(ckpt.read_top(root)["tensors"])
         if not tables:  # a model of dense layers alone (an edge task on features): `predict` answers

@@ -175,6 +175,10 @@ def plan_request(
         per_pod = quantity_to_bytes(memory) if memory else None
     except ValueError as exc:  # the bandwidth's names its option; a quantity's names only its text
         raise GraphtrainError(str(exc) if str(exc).startswith("--") else f"--memory: {exc}") from None
+    if rate is not None and not rate > 0:  # 0 read as "not given": no link time, and no line saying so
+        raise GraphtrainError(f"--bandwidth {bandwidth!r}: not a positive rate such as '1gbit'")
+    if per_pod is not None and not per_pod > 0:  # 0 read as "not given": no shard count, silently
+        raise GraphtrainError(f"--memory {memory!r}: not a positive memory quantity such as '16Gi'")
     if out and not calibrate:
         raise GraphtrainError("--out: only with --calibrate (it writes the measured costs)")
     if cores is not None and not (cores > 0 and math.isfinite(cores)):

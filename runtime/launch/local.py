@@ -427,8 +427,13 @@ class LocalRun:
         if why := plan.missing_gpus(self.device, trainers, gpus, str(tr.dist_backend), replicas):
             raise GraphtrainError(why)
         with umask(PRIVATE) as self.user_umask:
-            self.run_dir.mkdir(parents=True, exist_ok=True)
-            self.run_dir.chmod(0o700)  # a directory from before keeps nothing readable to others
+            try:
+                self.run_dir.mkdir(parents=True, exist_ok=True)
+                self.run_dir.chmod(0o700)  # a directory from before keeps nothing readable to others
+            except OSError as exc:  # a file there, a read-only or missing parent: one line, not a traceback
+                raise GraphtrainError(
+                    f"--run-dir {self.run_dir}: cannot be made a run directory ({exc.strerror or exc})"
+                ) from None
             with lock_run_dir(self.run_dir):
                 self._prepare()
                 return self.finished if self.finished is not None else self._launch()

@@ -302,7 +302,23 @@ CASES = [
         lambda t: partition(t, "--dataset", "nations", "--data-dir", text(t, "f", "x")),
         "f is not a directory",
     ),
+    Case(
+        "run-dir-is-a-file",
+        lambda t: ["run", str(EXAMPLE), "--run-dir", text(t, "f", "x")],
+        "f: cannot be made a run directory (File exists)",
+    ),
+    Case(
+        "run-dir-under-a-file",
+        lambda t: ["run", str(EXAMPLE), "--run-dir", str(Path(text(t, "f", "x")) / "run")],
+        "cannot be made a run directory (Not a directory)",
+    ),
     Case("inspect-not-utf8", lambda t: ["inspect", text(t, "p.json", b"\xff")], "p.json:1: not UTF-8"),
+    Case(
+        "plan-bandwidth-zero", lambda t: ["plan", str(EXAMPLE), "--bandwidth", "0gbit"], "--bandwidth '0gbit'"
+    ),
+    Case(
+        "plan-memory-zero", lambda t: ["plan", str(EXAMPLE), "--memory", "0"], "--memory '0': not a positive"
+    ),
     Case(
         "inspect-deep-json",
         lambda t: ["inspect", text(t, "p.json", "[" * 100_000 + "]" * 100_000)],
@@ -374,6 +390,22 @@ def test_bad_export_target_gives_one_line(case: Case, checkpoint: Path, tmp_path
     result = runner.invoke(app, ["export", str(checkpoint), "--name", "emb", *case.build(tmp_path)])
     check_one_line(result, case.needle)
     check_nothing_lost(tmp_path, before)
+
+
+def test_export_into_the_checkpoints_directory_is_refused_and_changes_nothing(
+    checkpoint: Path, tmp_path: Path
+) -> None:
+    """`-o` naming a file of the checkpoint it reads (its data.npy, say) replaced it atomically with exit
+    0: the checkpoint then failed its sha256 and was lost to export, predict and --resume."""
+    import shutil
+
+    copy = tmp_path / "root"
+    shutil.copytree(checkpoint.parent, copy)
+    data = next((copy / checkpoint.name / "emb").glob("*/data.npy"))
+    before = snapshot(copy)
+    result = runner.invoke(app, ["export", str(copy / checkpoint.name), "--name", "emb", "-o", str(data)])
+    check_one_line(result, f"a file of checkpoint {checkpoint.name}, which it would replace")
+    check_nothing_lost(copy, before)
 
 
 MALFORMED_TOPS = {
