@@ -121,6 +121,7 @@ def infer(
     from graphtrain.runtime.data.cache import atomic_file
     from graphtrain.runtime.launch.local import LocalRun
     from graphtrain.runtime.launch.processes import Terminated, stop_on_signals
+    from graphtrain.runtime.launch.reuse import foreign_run_dir
 
     text = inference_spec(
         read(spec_path), checkpoint.resolve(), Path(os.path.abspath(output)) if output else None
@@ -133,6 +134,8 @@ def infer(
             f"--run-dir {run_dir}: holds a training's checkpoints; give the inference a run directory of "
             f"its own (default: runs/{gt.metadata.name}-inference)"
         )
+    if why := foreign_run_dir(run_dir):  # before inference.yaml is written there
+        raise GraphtrainError(why)
     run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     path = run_dir.resolve() / "inference.yaml"
     with atomic_file(path, mode=0o600) as f:

@@ -426,6 +426,8 @@ class LocalRun:
         gpus = visible_gpus() if on_gpu else 0
         if why := plan.missing_gpus(self.device, trainers, gpus, str(tr.dist_backend), replicas):
             raise GraphtrainError(why)
+        if why := reuse.foreign_run_dir(self.run_dir):
+            raise GraphtrainError(why)
         with umask(PRIVATE) as self.user_umask:
             try:
                 self.run_dir.mkdir(parents=True, exist_ok=True)

@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from graphtrain.contract import rundir
 from graphtrain.contract.spec import PLACEMENT_FIELDS, GraphSource, GraphTrainingSpec, Phase
 from graphtrain.runtime import partition as partitioning
 from graphtrain.runtime.errors import GraphtrainError
@@ -157,6 +158,27 @@ def finished_result(run_dir: Path, meta: dict[str, Any], epochs: int) -> dict[st
     if phase != Phase.succeeded.value or not isinstance(result, dict):
         return None
     return result if result.get("last_epoch") == epochs else None
+
+
+RUN_MARKERS = ("launch.lock", rundir.SPEC_FILE, "checkpoints", "partition", "inference.yaml")
+"""What a directory graphtrain has run in holds (a launcher's lock, the spec it wrote, its checkpoints
+or partition, `infer`'s spec): one holding none of them and other files is someone else's."""
+
+
+def foreign_run_dir(run_dir: Path) -> str | None:
+    """Why `run_dir` may not be a run directory: it exists, holds files, and none of RUN_MARKERS. A
+    launch deletes and replaces its own files there (tensorboard/, metrics.csv, the token, the logs'
+    rotation), so a directory of other files lost them, even to a launch refused later."""
+    if not run_dir.is_dir():
+        return None
+    held = sorted(p.name for p in run_dir.iterdir())
+    if not held or any(m in held for m in RUN_MARKERS):
+        return None
+    shown = ", ".join(held[:5]) + (", ..." if len(held) > 5 else "")
+    return (
+        f"--run-dir {run_dir}: holds files that are not a graphtrain run's ({shown}), and a run replaces "
+        "files of its own there (tensorboard/, metrics.csv, logs/): give an empty or new directory"
+    )
 
 
 def describe_checkpoint(path: Path) -> str:

@@ -312,6 +312,23 @@ CASES = [
         lambda t: ["run", str(EXAMPLE), "--run-dir", str(Path(text(t, "f", "x")) / "run")],
         "cannot be made a run directory (Not a directory)",
     ),
+    Case(  # a launch deleted tensorboard/ and replaced metrics.csv there before any other check
+        "run-dir-of-other-files",
+        lambda t: ["run", str(EXAMPLE), "--run-dir", str(Path(text(t, "metrics.csv", "mine")).parent)],
+        "holds files that are not a graphtrain run's (metrics.csv",
+    ),
+    Case(
+        "infer-run-dir-of-other-files",
+        lambda t: [
+            "infer",
+            text(t, "ck", "x"),
+            "--spec",
+            str(EXAMPLE.parent / "wordnet-sage.yaml"),
+            "--run-dir",
+            str(Path(text(t, "n.txt", "mine")).parent),
+        ],
+        "holds files that are not a graphtrain run's (",
+    ),
     Case("inspect-not-utf8", lambda t: ["inspect", text(t, "p.json", b"\xff")], "p.json:1: not UTF-8"),
     Case(
         "plan-bandwidth-zero", lambda t: ["plan", str(EXAMPLE), "--bandwidth", "0gbit"], "--bandwidth '0gbit'"
