@@ -33,7 +33,7 @@ from graphtrain.contract.spec import (
 from graphtrain.runtime import checkpoint as ckpt
 from graphtrain.runtime.errors import GraphtrainError
 from graphtrain.runtime.partition.format import PartitionConfig, load_maps, load_names, load_triples
-from graphtrain.runtime.train.resumable import model_changes
+from graphtrain.runtime.train.resumable import TRAINING_ONLY, model_changes
 from graphtrain.runtime.train.tables import checkpoint_rows
 
 if TYPE_CHECKING:
@@ -174,7 +174,7 @@ def model_mismatch(
     """The difference between the model the spec builds and the one saved, in words (pure). The fields
     the checkpoint records it was trained with (its trainer record's model, resumable.model_record) name
     what differs; a checkpoint without a record is told by the first parameter whose shape differs."""
-    changes = model_changes(recorded, spec) if spec is not None else []
+    changes = model_changes(recorded, spec, TRAINING_ONLY) if spec is not None else []
     if changes:  # a field that changes no shape (model.edgeWeight) changes the outputs all the same
         return f"the checkpoint was trained with {'; '.join(changes)}"
     if expected.keys() == saved.keys() and all(expected[k] == saved[k] for k in expected):
@@ -197,7 +197,7 @@ def _same_model(gt: GraphTraining, root: Path) -> None:
 
     Raises:
         GraphtrainError: naming every changed field with both values."""
-    changes = model_changes(_recorded_model(root), gt.spec)
+    changes = model_changes(_recorded_model(root), gt.spec, TRAINING_ONLY)
     if changes:
         raise GraphtrainError(f"{root}: the checkpoint was trained with {'; '.join(changes)}: {SAME_SPEC}")
 

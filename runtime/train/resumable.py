@@ -54,7 +54,24 @@ def model_record(spec: Any) -> dict[str, Any]:
     for t in spec.embeddings:
         record[f"embeddings[{t.name}].dim"] = t.dim
         record[f"embeddings[{t.name}].nodeTypes"] = t.node_types  # which nodes the rows are
+        record[f"embeddings[{t.name}].dtype"] = _plain(t.dtype)
+        # the optimizer its state was kept for: a resumed shard server refused a changed one only after
+        # every process had started, as a repr of its config naming no field
+        optimizer = t.optimizer.model_dump(by_alias=True, exclude_none=True, mode="json")
+        record.update({f"embeddings[{t.name}].optimizer.{k}": v for k, v in sorted(_flat(optimizer).items())})
     return record
+
+
+TRAINING_ONLY = (".optimizer.",)
+"""Record fields infer and predict do not compare: how the rows were stepped, not what they are."""
+
+
+def _flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """A nested dict's leaves by dotted key."""
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        out.update(_flat(v, f"{prefix}{k}.") if isinstance(v, dict) else {f"{prefix}{k}": v})
+    return out
 
 
 def _plain(value: Any) -> Any:
@@ -62,16 +79,19 @@ def _plain(value: Any) -> Any:
     return value.value if hasattr(value, "value") else value
 
 
-def model_changes(recorded: dict[str, Any] | None, spec: Any) -> list[str]:
+def model_changes(recorded: dict[str, Any] | None, spec: Any, ignore: tuple[str, ...] = ()) -> list[str]:
     """The fields of `spec` that differ from a checkpoint's model record, each as 'FIELD OLD, the spec says
     NEW' (nothing to compare when the checkpoint has no record: load_dense checks shapes then). Fields a
-    record lacks are not compared (an older record), but a table it lacks is a change."""
+    record lacks are not compared (an older record), but a table it lacks is a change; fields containing
+    one of `ignore` are not compared."""
     if not recorded:
         return []
     now = model_record(spec)
     changes = []
     added = (k for k in now if k.startswith("embeddings[") and k.endswith(".dim") and k not in recorded)
     for k in [*recorded, *added]:
+        if any(part in k for part in ignore):
+            continue
         if k not in now:
             what = "table" if k.startswith("embeddings[") else "field"
             changes.append(f"{k} {recorded[k]}, the spec has no such {what}")
@@ -82,7 +102,9 @@ def model_changes(recorded: dict[str, Any] | None, spec: Any) -> list[str]:
     return changes
 
 
-def check_same_model(recorded: dict[str, Any] | None, spec: Any, name: str, then: str) -> None:
+def check_same_model(
+    recorded: dict[str, Any] | None, spec: Any, name: str, then: str, ignore: tuple[str, ...] = ()
+) -> None:
     """Refuse checkpoint `name` under a spec whose model differs from the one it was trained with; `then`
     says what to do. Resuming, inferring and predicting all need the same model: a field that changes
     no shape (model.edgeWeight, TransE's norm) makes another model's outputs as much as one that does.
@@ -90,14 +112,14 @@ def check_same_model(recorded: dict[str, Any] | None, spec: Any, name: str, then
     Raises:
         GraphtrainError: one line naming every changed field with both values.
     """
-    changes = model_changes(recorded, spec)
+    changes = model_changes(recorded, spec, ignore)
     if changes:
         raise GraphtrainError(f"checkpoint {name} was trained with {'; '.join(changes)}: {then}")
 
 
 def check_inferable(recorded: dict[str, Any] | None, spec: Any, name: str) -> None:
     """check_same_model for `graphtrain infer` and `predict`."""
-    check_same_model(recorded, spec, name, "give the spec the run trained with")
+    check_same_model(recorded, spec, name, "give the spec the run trained with", TRAINING_ONLY)
 
 
 def check_resumable(recorded: dict[str, Any] | None, spec: Any, name: str) -> None:

@@ -523,3 +523,26 @@ def test_the_rate_counts_the_training_steps_and_not_the_validation_after_them(mo
     assert epoch_line(p.to_spec()).endswith("1,000 samples/s  validation 30.0 s")
     p.eval_metric = p.eval_value = None  # an epoch not evaluated shows no pass
     assert "validation" not in epoch_line(p.to_spec())
+
+
+def test_a_changed_optimizer_or_dtype_is_refused_before_a_resume_starts_and_names_the_field() -> None:
+    """An attack review: an lr change was refused by a shard server after every process had started,
+    as a repr of its config. The record holds each table's dtype and optimizer settings, so the
+    launcher names the field; infer and predict do not compare how the rows were stepped."""
+    from graphtrain.runtime.train.resumable import TRAINING_ONLY, check_inferable
+
+    doc = load_yaml(EXAMPLE.read_text())
+    recorded = model_record(doc.spec)
+    name = doc.spec.embeddings[0].name
+    assert recorded[f"embeddings[{name}].dtype"] == "float32"
+    changed = doc.spec.model_copy(deep=True)
+    lr = changed.embeddings[0].optimizer.lr
+    changed.embeddings[0].optimizer.lr = lr / 2
+    with pytest.raises(
+        GraphtrainError, match=rf"embeddings\[{name}\]\.optimizer\.lr {lr}, the spec says {lr / 2}"
+    ):
+        check_resumable(recorded, changed, "step-000000010")
+    assert model_changes(recorded, changed, TRAINING_ONLY) == []
+    check_inferable(recorded, changed, "step-000000010")  # the rows are the same rows
+    older = {k: v for k, v in recorded.items() if ".optimizer." not in k and not k.endswith(".dtype")}
+    assert model_changes(older, changed) == []  # a record from before these fields
