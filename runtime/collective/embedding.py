@@ -38,6 +38,7 @@ from graphtrain.runtime.optim.config import OptimConfig
 from graphtrain.runtime.optim.state import make_state
 from graphtrain.runtime.storage import placement as place
 from graphtrain.runtime.storage.inits import INIT_BLOCK_ROWS, init_rows
+from graphtrain.runtime.storage.sizes import state_bytes
 
 DEFAULT_INIT: dict[str, Any] = {"kind": "uniform", "low": -1.0, "high": 1.0}
 
@@ -213,6 +214,12 @@ class CollectiveEmbedding:
         if self.config is not None and self.config != config:
             raise ValueError(f"embedding {self.name!r} already has optimizer {self.config.kind}")
         if self.config is None:
+            # refused before it is allocated, as the rows are and as a shard server's state is: Adam's is
+            # twice a float32 table's rows, four times a half one's
+            need = state_bytes(config.kind, config.step_count, len(self.weight), self.dim)
+            place.fits(
+                f"optimizer state of collective table {self.name!r} on rank {self.rank}", need, self.device
+            )
             self.state = make_state(config, len(self.weight), self.dim, self.device)
             self.config = config
 

@@ -142,3 +142,24 @@ def test_the_bytes_a_step_moves_are_what_the_plan_counts_a_key(tmp_path, dtype):
     estimate = ex.step_bytes(mean_keys, DIM, getattr(torch, dtype), WORLD, 2, 0)
     assert estimate == pytest.approx(0.5 * mean_keys * (lookup + update))
     assert ex.step_bytes(mean_keys, DIM, torch.float32, WORLD, 1, 0) == 0.0  # one host: nothing crosses
+
+
+def test_an_optimizer_state_that_does_not_fit_is_refused_before_it_is_made(monkeypatch) -> None:
+    """A collective table checked its rows' memory but not its optimizer state's (Adam: twice a float32
+    table's rows, four times a half one's): past the free memory, the kernel's OOM killer ended the
+    trainer instead of one line. A shard server's state was checked already."""
+    from graphtrain.runtime.collective import embedding as collective
+    from graphtrain.runtime.optim.config import OptimConfig
+    from graphtrain.runtime.storage import placement
+    from graphtrain.runtime.storage.errors import StorageError
+
+    table = collective.CollectiveEmbedding(1000, 16, "e", dtype=torch.float16)
+    real = placement.fits
+    monkeypatch.setattr(
+        collective.place,
+        "fits",
+        lambda what, nbytes, device=placement.CPU: real(what, nbytes, device, lambda d: 100_000),
+    )
+    with pytest.raises(StorageError, match=r"optimizer state of collective table 'e' on rank 0 needs"):
+        table.attach(OptimConfig(kind="adam", lr=0.01))
+    assert table.config is None and table.state == {}
