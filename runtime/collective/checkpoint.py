@@ -256,7 +256,10 @@ def restore(t: CollectiveEmbedding, root: Path, verify: bool = True) -> bool:
     pieces = ckpt.pieces_of(root, t.name)
     if not pieces:
         return False
-    config = ckpt.saved_config(pieces[0][0], t.name, (t.num_embeddings, (t.dim,), t.wire), t.config)
+    # a dynamic vocabulary restores by key into any capacity that holds its keys (restore_keyed refuses
+    # one too small, as a shard server's table does): its row count is not the checkpoint's to match
+    rows = int(pieces[0][0]["num_rows"]) if t.dynamic else t.num_embeddings
+    config = ckpt.saved_config(pieces[0][0], t.name, (rows, (t.dim,), t.wire), t.config)
     if config is not None:
         t.config = config
         t.state = make_state(config, len(t.weight), t.dim, t.device)

@@ -138,3 +138,29 @@ def test_a_group_lookup_of_a_dynamic_and_a_fixed_table_equals_separate_lookups(t
         np.testing.assert_allclose(out[r]["d0"], out[r]["d1"], atol=1e-6)
         np.testing.assert_allclose(out[r]["f0"], out[r]["f1"], atol=1e-6)
         assert not np.allclose(out[r]["f0"], sc.full_table(N, DIM).numpy())  # trained
+
+
+def test_a_dynamic_table_resumes_into_another_capacity_that_holds_its_keys(tmp_path) -> None:
+    """A server table took a changed capacity on resume (refusing one below its keys), a collective one
+    refused any change as a shape mismatch: both restore by key now, and both refuse too few rows."""
+    import torch
+
+    from graphtrain.runtime.collective import checkpoint as cc
+    from graphtrain.runtime.collective.embedding import CollectiveEmbedding
+    from graphtrain.runtime.errors import DataError
+    from graphtrain.runtime.optim.config import OptimConfig
+
+    adam = OptimConfig(kind="adam", lr=0.01)
+    table = CollectiveEmbedding(100, 4, "e", capacity=100)
+    table.attach(adam)
+    keys = torch.tensor([1, 5, 9, 1000])
+    rows = table(keys).detach()
+    cc.write_checkpoint([table], tmp_path / "ck")
+    smaller = CollectiveEmbedding(50, 4, "e", capacity=50)
+    smaller.attach(adam)
+    assert cc.restore(smaller, tmp_path / "ck")
+    assert torch.equal(smaller(keys).detach(), rows)
+    tiny = CollectiveEmbedding(2, 4, "e", capacity=2)
+    tiny.attach(adam)
+    with pytest.raises(DataError, match="capacity"):
+        cc.restore(tiny, tmp_path / "ck")
