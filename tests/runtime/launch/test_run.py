@@ -556,6 +556,9 @@ def test_a_failure_shows_only_this_launchs_log(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     (run_dir / "logs").mkdir(parents=True)
     (run_dir / "logs" / "trainer-0.log").write_text("from an earlier launch: epoch 20/20, all done\n")
+    (run_dir / "launch.lock").write_text(
+        ""
+    )  # every launch leaves its lock (a directory of other files is refused)
     run = launch(nations(epochs=50), run_dir, standalone=True)
     result, error = run_and_kill(run, "trainer-0", after_checkpoint=False, at_once=True)
     assert result is None and isinstance(error, RunFailed)
