@@ -41,8 +41,7 @@ def run(
 
     Each process' output goes to <run-dir>/logs/<name>.log; the previous launch's is kept as <name>.log.1.
 
-    A run directory that holds checkpoints needs --resume or --overwrite, and one of someone else's files
-    is refused: nothing is deleted unasked.
+    A run directory with checkpoints needs --resume or --overwrite; one of others' files is refused.
 
     One launcher at a time owns a run directory; its servers and trainers end with it, even on kill -9.
 
