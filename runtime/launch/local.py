@@ -426,7 +426,7 @@ class LocalRun:
         gpus = visible_gpus() if on_gpu else 0
         if why := plan.missing_gpus(self.device, trainers, gpus, str(tr.dist_backend), replicas):
             raise GraphtrainError(why)
-        if why := reuse.foreign_run_dir(self.run_dir):
+        if why := reuse.foreign_run_dir(self.run_dir, self.spec_path):
             raise GraphtrainError(why)
         with umask(PRIVATE) as self.user_umask:
             try:

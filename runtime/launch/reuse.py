@@ -165,13 +165,15 @@ RUN_MARKERS = ("launch.lock", rundir.SPEC_FILE, "checkpoints", "partition", "inf
 or partition, `infer`'s spec): one holding none of them and other files is someone else's."""
 
 
-def foreign_run_dir(run_dir: Path) -> str | None:
+def foreign_run_dir(run_dir: Path, spec: Path | None = None) -> str | None:
     """Why `run_dir` may not be a run directory: it exists, holds files, and none of RUN_MARKERS. A
     launch deletes and replaces its own files there (tensorboard/, metrics.csv, the token, the logs'
-    rotation), so a directory of other files lost them, even to a launch refused later."""
+    rotation), so a directory of other files lost them, even to a launch refused later. The `spec` the
+    launch runs may lie there (a directory made for the run, its spec copied in)."""
     if not run_dir.is_dir():
         return None
-    held = sorted(p.name for p in run_dir.iterdir())
+    own = spec.resolve() if spec is not None else None
+    held = sorted(p.name for p in run_dir.iterdir() if p.resolve() != own)
     if not held or any(m in held for m in RUN_MARKERS):
         return None
     shown = ", ".join(held[:5]) + (", ..." if len(held) > 5 else "")

@@ -357,6 +357,19 @@ def check_one_line(result, needle: str) -> None:  # noqa: ANN001 - click's Resul
     assert needle in message, message
 
 
+def test_a_run_directory_may_hold_the_spec_it_runs_and_nothing_else_foreign(tmp_path: Path) -> None:
+    """A directory made for a run, its spec copied in, is not someone else's files; one more file is."""
+    from graphtrain.runtime.launch.reuse import foreign_run_dir
+
+    spec = Path(text(tmp_path, "spec.yaml", EXAMPLE.read_text()))
+    assert foreign_run_dir(tmp_path, spec) is None
+    assert foreign_run_dir(tmp_path / "new", spec) is None and foreign_run_dir(tmp_path / "spec.yaml") is None
+    text(tmp_path, "notes.txt", "mine")
+    assert "(notes.txt)" in (foreign_run_dir(tmp_path, spec) or "")
+    (tmp_path / "launch.lock").write_text("")  # an earlier launch's
+    assert foreign_run_dir(tmp_path, spec) is None
+
+
 def check_nothing_lost(root: Path, before: dict[Path, bytes]) -> None:
     after = snapshot(root)
     changed = [str(p) for p, data in before.items() if after.get(p) != data]
