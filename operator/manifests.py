@@ -538,13 +538,22 @@ def shard_network_policy(owner: Obj, gt: GraphTraining, config: OperatorConfig) 
     }
 
 
-def trainer_network_policy(owner: Obj, gt: GraphTraining, config: OperatorConfig) -> Obj | None:
-    """Ingress of the training's trainer pods (placement.locality none): every port from its own
-    trainers (the rendezvous store on rank 0 and gloo's pair ports, which are chosen at run time), the
-    metrics port from its pods and the configured scrapers; nothing else. As the worker pods' policy
-    does for partition locality. None when the configuration disables NetworkPolicies."""
+def trainer_network_policy(
+    owner: Obj,
+    gt: GraphTraining,
+    config: OperatorConfig,
+    also: tuple[Obj, ...] = (),
+    metrics_to: int | None = None,
+) -> Obj | None:
+    """Ingress of the training's trainer pods: every port from its own trainers (the rendezvous store on
+    rank 0 and gloo's pair ports, chosen at run time), the rules `also` (the worker pods': the kvstore
+    port from the partition pod), and the metrics ports (METRICS_PORT up to `metrics_to`) from its pods
+    and the configured scrapers; nothing else. None when the configuration disables NetworkPolicies."""
     if not config.network_policy.enabled:
         return None
+    metrics: Obj = {"protocol": "TCP", "port": METRICS_PORT}
+    if metrics_to is not None:
+        metrics["endPort"] = metrics_to
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
@@ -554,9 +563,10 @@ def trainer_network_policy(owner: Obj, gt: GraphTraining, config: OperatorConfig
             "policyTypes": ["Ingress"],
             "ingress": [
                 {"from": [{"podSelector": _selector(gt, "trainer")}]},
+                *also,
                 {
                     "from": [{"podSelector": _selector(gt)}, *config.network_policy.metrics_from],
-                    "ports": [{"protocol": "TCP", "port": METRICS_PORT}],
+                    "ports": [metrics],
                 },
             ],
         },

@@ -50,6 +50,7 @@ from graphtrain.operator.manifests import (
     _selector,
     shard_addresses,
     shard_container,
+    trainer_network_policy,
 )
 
 Obj = dict[str, Any]
@@ -169,29 +170,11 @@ def worker_network_policy(owner: Obj, gt: GraphTraining, config: OperatorConfig)
     """Ingress of the worker pods: every port from the training's own worker pods (the kvstore, gloo's
     rendezvous and its pairs' ports), the kvstore port from its partition pod, the metrics ports (the
     sidecar's and each trainer's) from its pods and the configured scrapers; nothing else."""
-    if not config.network_policy.enabled:
-        return None
-    last = trainer_metrics_port(per_pod(gt) - 1)
-    return {
-        "apiVersion": "networking.k8s.io/v1",
-        "kind": "NetworkPolicy",
-        "metadata": _meta(owner, names(gt.metadata.name)["trainers"], "network"),
-        "spec": {
-            "podSelector": _selector(gt, "trainer"),
-            "policyTypes": ["Ingress"],
-            "ingress": [
-                {"from": [{"podSelector": _selector(gt, "trainer")}]},
-                {
-                    "from": [{"podSelector": _selector(gt, "partition")}],
-                    "ports": [{"protocol": "TCP", "port": SHARD_PORT}],
-                },
-                {
-                    "from": [{"podSelector": _selector(gt)}, *config.network_policy.metrics_from],
-                    "ports": [{"protocol": "TCP", "port": METRICS_PORT, "endPort": last}],
-                },
-            ],
-        },
+    partition = {
+        "from": [{"podSelector": _selector(gt, "partition")}],
+        "ports": [{"protocol": "TCP", "port": SHARD_PORT}],
     }
+    return trainer_network_policy(owner, gt, config, (partition,), trainer_metrics_port(per_pod(gt) - 1))
 
 
 def worker_disruption_budget(owner: Obj, gt: GraphTraining, config: OperatorConfig) -> Obj | None:
