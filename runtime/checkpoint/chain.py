@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from graphtrain.runtime.data.cache import read_json, sha256_file, verify_files
+from graphtrain.runtime.data.npz import load_array
 from graphtrain.runtime.dtypes import NUMPY
 from graphtrain.runtime.errors import DataError
 
@@ -86,22 +87,6 @@ def chain(piece: Piece) -> list[Piece]:
     return out[::-1]
 
 
-def _npy(path: Path, mmap: bool = True) -> np.ndarray:
-    """The array of checkpoint file `path`, memory-mapped (or read whole with mmap False), never
-    unpickled. A file numpy cannot read as a plain array (no .npy header, an object dtype, shorter
-    than its header says) raises numpy's ValueError (OSError where the file cannot be read): both
-    become one DataError naming the file, so a verification or a restore falls back as for any
-    damaged checkpoint instead of ending in a traceback.
-
-    Raises:
-        DataError: naming `path` and why it cannot be read as an array.
-    """
-    try:
-        return np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
-    except (ValueError, OSError, EOFError) as exc:
-        raise DataError(f"{path}: not a readable .npy array ({exc})") from None
-
-
 def _delta_rows(d: Path, manifest: Mapping[str, Any]) -> np.ndarray:
     """A delta piece's rows.npy, checked: piece-local rows of a table piece of hi - lo rows, int64,
     strictly ascending (the writer's order; a row once). The sha256 proves the file is the one written,
@@ -112,7 +97,7 @@ def _delta_rows(d: Path, manifest: Mapping[str, Any]) -> np.ndarray:
         DataError: naming the file and what is wrong with it.
     """
     path = d / ROWS
-    rows = np.asarray(_npy(path, mmap=False))
+    rows = np.asarray(load_array(path))
     span = int(manifest["hi"]) - int(manifest["lo"])
     if rows.dtype != np.int64 or rows.ndim != 1:
         raise DataError(
@@ -132,7 +117,7 @@ def verify_piece(piece: Piece) -> None:
         rows = len(_delta_rows(d, manifest)) if "delta" in manifest else manifest["hi"] - manifest["lo"]
         for key in files_of(manifest):
             path = d / f"{key}.npy"
-            _checked(_npy(path), manifest, key, path, rows)
+            _checked(load_array(path, "r"), manifest, key, path, rows)
 
 
 def _checked(array: np.ndarray, manifest: Mapping[str, Any], key: str, path: Path, rows: int) -> np.ndarray:
@@ -167,7 +152,7 @@ def load_piece(
     out: dict[str, np.ndarray] = {}
     for key in files_of(first) if keys is None else keys:
         path = d / f"{key}.npy"
-        whole = _checked(_npy(path), first, key, path, first["hi"] - first["lo"])
+        whole = _checked(load_array(path, "r"), first, key, path, first["hi"] - first["lo"])
         out[key] = whole if is_whole(first, key) else whole[src]
     if len(pieces) == 1:
         return out
@@ -178,7 +163,7 @@ def load_piece(
         keep = (rows >= start) & (rows < stop)
         for key in out:
             path = d / f"{key}.npy"
-            saved = _checked(_npy(path), manifest, key, path, len(rows))
+            saved = _checked(load_array(path, "r"), manifest, key, path, len(rows))
             if is_whole(manifest, key):
                 out[key] = np.array(saved)
             else:

@@ -34,6 +34,22 @@ def read_npz(path: Path) -> dict[str, np.ndarray]:
         raise DataError(f"{path}: not a readable .npz archive ({exc})") from None
 
 
+def load_array(path: Path, mmap_mode: str | None = None) -> np.ndarray:
+    """A stored array (a checkpoint's piece, a dynamic table's keys), memory-mapped with mmap_mode "r",
+    never unpickled. A file numpy cannot read as a plain array (no .npy header, an object dtype, shorter
+    than its header says) raises numpy's ValueError (OSError where it cannot be read): both become one
+    DataError naming the file, so a command says one line and a resume falls back as for any damaged
+    checkpoint.
+
+    Raises:
+        DataError: naming `path` and why it cannot be read as an array.
+    """
+    try:
+        return np.load(path, mmap_mode=mmap_mode, allow_pickle=False)
+    except (ValueError, OSError, EOFError) as exc:
+        raise DataError(f"{path}: not a readable .npy array ({exc})") from None
+
+
 def read_npy(path: Path) -> np.ndarray:
     """The array of a .npy file, its header checked first (against the file's size and the memory).
 

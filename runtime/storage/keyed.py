@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from graphtrain.runtime.data.cache import verify_files
+from graphtrain.runtime.data.npz import load_array
 from graphtrain.runtime.dtypes import HALF, NUMPY, from_numpy, narrowed, wire_name
 from graphtrain.runtime.errors import DataError
 from graphtrain.runtime.native.keymap import KeyMap, KeyMapFull
@@ -180,10 +181,7 @@ def read_keys(d: Path, rows: int | None = None) -> np.ndarray:
         DataError: naming the file and what it holds instead of a 1-D int64 array.
     """
     path = d / KEYS
-    try:
-        keys = np.load(path, allow_pickle=False)
-    except (ValueError, OSError, EOFError) as exc:
-        raise DataError(f"{path}: not a readable .npy array ({exc})") from None
+    keys = load_array(path)
     if keys.dtype != np.int64 or keys.ndim != 1:
         raise DataError(f"{path}: holds {keys.dtype} {tuple(keys.shape)}, not a piece's 1-D int64 keys")
     if rows is not None and len(keys) > rows:
