@@ -214,6 +214,11 @@ def _integer_edge_list(
         if not strict:
             return None  # names with spaces, quoted commas: the text reader's
         raise DataError(f"{path}:{rows[0][0]}: expected 2 or 3 columns (src, dst[, etype]), found {width}")
+    ragged = _ragged_row(rows, sep, width)
+    if ragged is not None:
+        if not strict:
+            return None  # the text reader names the line
+        raise DataError(f"{path}:{ragged[0]}: expected {width} columns, found {ragged[1]}")
     text_ = " ".join(ln.replace(",", " ") if sep == "," else ln for _, ln in rows)
     flat = text_.split()
     try:
@@ -236,6 +241,17 @@ def _integer_edge_list(
             i = int(np.argmax(bad))
             raise DataError(f"{path}:{rows[i][0]}: {what} in {rows[i][1].strip()!r}")
     return EdgeList(path, arr[:, 0], arr[:, 1], arr[:, 2] if width == 3 else None)
+
+
+def _ragged_row(rows: list[tuple[int, str]], sep: str | None, width: int) -> tuple[int, int] | None:
+    """(line number, field count) of the first row without `width` fields, else None. The fast path
+    parses every field as one stream, so a row of 3 fields beside a row of 1 would shift every later
+    edge into other nodes without an error; a CSV's empty field (`1,,2`) counts as a field."""
+    for lineno, line in rows:
+        found = len(line.split(sep))
+        if found != width:
+            return lineno, found
+    return None
 
 
 def _text_edge_list(rows: text.TextRows, node_ids: str) -> EdgeList:

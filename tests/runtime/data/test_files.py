@@ -55,11 +55,21 @@ def test_csv_with_edge_types_and_num_nodes(tmp_path: Path) -> None:
         ("0 1\n1 2 3\n", {}, "e.tsv:2: expected 2 columns"),
         ("0 1 2 3\n", {}, "2 or 3 columns"),
         ("0 99999999999999999999\n", {}, "int64"),
+        # rows of 3 and 1 fields add up to whole edges: read as one stream they shifted every later edge
+        ("0 1\n2 3 4\n5\n6 7\n", {}, "e.tsv:2: expected 2 columns, found 3"),
+        ("0 1\n2 3 4\n5\n6 7\n", {"node_ids": "integer"}, "e.tsv:2: expected 2 columns, found 3"),
+        ("0 1 2\n3 4\n5 6 7 8\n", {"node_ids": "integer"}, "e.tsv:2: expected 3 columns, found 2"),
     ],
 )
 def test_bad_edge_lists(tmp_path: Path, text: str, kwargs: dict, needle: str) -> None:
     with pytest.raises(DataError, match=needle):
         load_file(write(tmp_path, "e.tsv", text), **kwargs)
+
+
+def test_a_csv_empty_field_is_a_field(tmp_path: Path) -> None:
+    for text in ("0,1\n1,,2\n", "0,1\n1,2,\n3\n"):
+        with pytest.raises(DataError, match="e.csv:2: expected 2 columns, found 3"):
+            load_file(write(tmp_path, "e.csv", text))
 
 
 def test_missing_file_and_unknown_extension(tmp_path: Path) -> None:
