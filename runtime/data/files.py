@@ -522,7 +522,7 @@ def _load_npz(path: Path, num_nodes: int | None, name: str) -> Graph:
     if feat is not None:
         _check_feat(path, feat)
         feat = nodefiles.as_float32(path, feat, "feat")
-    return Graph.from_edges(
+    g = Graph.from_edges(
         name,
         num_nodes,
         src,
@@ -533,3 +533,42 @@ def _load_npz(path: Path, num_nodes: int | None, name: str) -> Graph:
         masks=masks,
         node_ids=None if node_ids is None else _integers(path, "node_ids", node_ids),
     )
+    check_node_arrays(path, g.label, g.masks, g.node_ids)
+    return g
+
+
+def check_node_arrays(
+    path: Path, label: np.ndarray | None, masks: dict[str, np.ndarray], node_ids: np.ndarray | None
+) -> None:
+    """An archive's per-node arrays mean what a labels file's would (shapes already checked): a label is
+    a class id or -1 (unlabelled), a split holds labelled nodes only and no node is in two splits (a
+    trainer's loss met an unlabelled target as an IndexError after partitioning; a test node also
+    trained on inflates the reported accuracy), and node_ids name each node once (exports key rows
+    by them).
+
+    Raises:
+        DataError: naming the array and the first node at fault.
+    """
+    if label is not None and label.size and label.min() < -1:
+        row = int(np.argmax(label < -1))
+        raise DataError(f"{path}: label {int(label[row])} (node {row}) is negative (-1 means unlabelled)")
+    keys = sorted(masks)
+    for i, key in enumerate(keys):
+        if label is not None and (masks[key] & (label < 0)).any():
+            row = int(np.argmax(masks[key] & (label < 0)))
+            raise DataError(f"{path}: {key}_mask selects node {row}, which is unlabelled (label -1)")
+        for other in keys[i + 1 :]:
+            both = masks[key] & masks[other]
+            if both.any():
+                raise DataError(
+                    f"{path}: {key}_mask and {other}_mask both select node {int(np.argmax(both))}: "
+                    "a node belongs to one split"
+                )
+    if node_ids is not None:
+        order = np.argsort(node_ids, kind="stable")
+        same = np.flatnonzero(node_ids[order][1:] == node_ids[order][:-1])
+        if same.size:
+            a, b = int(order[same[0]]), int(order[same[0] + 1])
+            raise DataError(
+                f"{path}: node_ids holds {node_ids[a].item()!r} for nodes {a} and {b}: one id per node"
+            )

@@ -124,6 +124,28 @@ def test_bad_npz(tmp_path: Path, arrays: dict, needle: str) -> None:
         load_file(path)
 
 
+@pytest.mark.parametrize(
+    ("extra", "needle"),
+    [
+        ({"label": np.array([0, -5, 1, 0])}, r"label -5 \(node 1\) is negative"),
+        (
+            {"label": np.array([0, -1, 1, 0]), "train_mask": np.array([1, 1, 0, 0], bool)},
+            "train_mask selects node 1, which is unlabelled",
+        ),
+        (
+            {"train_mask": np.array([1, 1, 0, 0], bool), "test_mask": np.array([0, 1, 1, 0], bool)},
+            "test_mask and train_mask both select node 1: a node belongs to one split",
+        ),
+        ({"node_ids": np.array([7, 9, 7, 8])}, "node_ids holds 7 for nodes 0 and 2: one id per node"),
+    ],
+)
+def test_npz_node_arrays_mean_what_a_labels_file_would(tmp_path: Path, extra: dict, needle: str) -> None:
+    path = tmp_path / "g.npz"
+    np.savez(path, src=np.array([0, 1, 2]), dst=np.array([1, 2, 3]), num_nodes=4, **extra)
+    with pytest.raises(DataError, match=needle):
+        load_file(path)
+
+
 def test_npz_never_unpickles(tmp_path: Path) -> None:
     path = tmp_path / "g.npz"
     np.savez(path, src=np.array([0]), dst=np.array([1]), feat=np.array([{"x": 1}, None], dtype=object))
