@@ -62,7 +62,7 @@ from graphtrain.runtime.data.cache import (
 from graphtrain.runtime.data.graph import MASKS, Graph
 from graphtrain.runtime.errors import DataError
 from graphtrain.runtime.partition.edge_targets import edge_targets_meta, write_edge_targets
-from graphtrain.runtime.partition.npyfiles import load_files, load_npy
+from graphtrain.runtime.partition.npyfiles import check_shapes, load_files, load_npy
 from graphtrain.runtime.partition.pipeline import PartitionResult
 from graphtrain.runtime.partition.relabel import local_in_csr
 
@@ -415,13 +415,20 @@ def load_part(cfg: PartitionConfig, part: int, verify: bool = True, mmap: bool =
         except ValueError as exc:
             raise DataError(f"{pdir / kind}: a file is not a plain .npy array ({exc})") from None
     ndata, edata = data["ndata"], data["edata"]
+    csr = (
+        load_npy(pdir / "indptr.npy", mode),
+        load_npy(pdir / "indices.npy", mode),
+        load_npy(etype_path, mode) if etype_path.exists() else None,
+    )
+    nodes, edges = int(nb[part + 1] - nb[part]), int(eb[part + 1] - eb[part])
+    check_shapes(pdir, nodes, edges, csr, ndata, edata)
     return PartData(
         part=part,
         node_range=(int(nb[part]), int(nb[part + 1])),
         edge_range=(int(eb[part]), int(eb[part + 1])),
-        indptr=load_npy(pdir / "indptr.npy", mode),
-        indices=load_npy(pdir / "indices.npy", mode),
-        etype=load_npy(etype_path, mode) if etype_path.exists() else None,
+        indptr=csr[0],
+        indices=csr[1],
+        etype=csr[2],
         halo=load_npy(pdir / "halo.npy", mode),
         ndata=ndata,
         edata=edata,

@@ -50,3 +50,37 @@ def load_files(cfg: Recorded, rels: list[str], verify: bool) -> dict[str, np.nda
             raise DataError(f"{cfg.path}: {missing[0]} is not recorded in the partition's files")
         verify_files(cfg.root, {r: cfg.data["files"][r] for r in rels})
     return {r: load_npy(cfg.root / r) for r in rels}
+
+
+def check_shapes(
+    pdir: Path,
+    nodes: int,
+    edges: int,
+    csr: tuple[np.ndarray, np.ndarray, np.ndarray | None],
+    ndata: dict[str, Any],
+    edata: dict[str, Any],
+) -> None:
+    """A partition's arrays agree with the `nodes` and `edges` its config's bounds give it (shapes and
+    indptr's ends only: O(1) on memory-mapped files). Each file can match its recorded sha256 while the
+    config's bounds were edited, or files of two partitions swapped with their sha256: a shard server
+    then served another partition's rows and `inspect` died in numpy.
+
+    Raises:
+        DataError: naming the file, what it holds and what the config gives the partition.
+    """
+    indptr, indices, etype = csr
+    expect = [("indptr.npy", indptr, nodes + 1), ("indices.npy", indices, edges)]
+    expect += [] if etype is None else [("etype.npy", etype, edges)]
+    expect += [(f"ndata/{k}", v, nodes) for k, v in ndata.items()]
+    expect += [(f"edata/{k}", v, edges) for k, v in edata.items()]
+    for name, arr, want in expect:
+        rows = arr.shape[0] if arr.ndim else None
+        if rows != want:
+            raise DataError(
+                f"{pdir / name}: holds {rows} rows but the config's bounds give this partition {want:,}: "
+                "the files and the config are of different partitions"
+            )
+    if int(indptr[0]) != 0 or int(indptr[-1]) != edges:
+        raise DataError(
+            f"{pdir / 'indptr.npy'}: runs from {int(indptr[0])} to {int(indptr[-1])}, not 0 to {edges:,}"
+        )

@@ -252,3 +252,20 @@ def test_an_object_array_in_a_partition_is_one_line_never_unpickled(tmp_path: Pa
     ) as e:
         load(cfg)
     assert "\n" not in str(e.value) and str(tmp_path / "p") in str(e.value)
+
+
+def test_files_that_disagree_with_the_bounds_are_one_line(tmp_path: Path, planted: Graph) -> None:
+    """Each file matches its recorded sha256, but the config's bounds were edited, or a file replaced
+    with another partition's (its sha256 too): the shapes name the file, where inspect died in numpy."""
+    path = partition.write(planted, partition.partition_graph(planted, 2), tmp_path / "o")
+    cfg = partition.load_config(path)
+    bounds = cfg.data["node_bounds"]
+    path.write_text(json.dumps({**cfg.data, "node_bounds": [0, bounds[1] + 7, bounds[2]]}))
+    with pytest.raises(DataError, match=r"o/part-0/indptr.npy: holds \d+ rows but the config's bounds"):
+        partition.load_part(partition.load_config(path), 0)
+    path.write_text(json.dumps(cfg.data))
+    other = np.load(tmp_path / "o" / "part-1" / "ndata" / "label.npy")
+    cfg = tamper(cfg, "part-0/ndata/label.npy", other[: bounds[1] - 1])
+    with pytest.raises(DataError, match=r"o/part-0/ndata/label: holds \d+ rows"):
+        partition.load_part(cfg, 0)
+    partition.load_part(cfg, 1)  # the other partition still loads
