@@ -90,6 +90,19 @@ def verify_files(root: Path, files: dict[str, str]) -> None:
             )
 
 
+def first_unlisted(root: Path, listed: set[str]) -> str | None:
+    """The first entry under `root` (POSIX path relative to it) that is neither a `listed` file nor a
+    directory (empty ones included: deleting them loses nothing), else None; a symlink is an entry,
+    never followed. What replacing `root` whole would delete that its manifest does not account for."""
+    for top, subdirs, files in os.walk(root):
+        links = [d for d in subdirs if os.path.islink(os.path.join(top, d))]
+        for name in sorted(files + links):
+            rel = (Path(top) / name).relative_to(root).as_posix()
+            if rel not in listed:
+                return rel
+    return None
+
+
 def reason(exc: OSError) -> str:
     """What went wrong, as the operating system says it ("No space left on device")."""
     return exc.strerror or str(exc)

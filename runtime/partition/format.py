@@ -54,6 +54,7 @@ from graphtrain.runtime.data import store
 from graphtrain.runtime.data.cache import (
     atomic_dir,
     check_creatable,
+    first_unlisted,
     hash_tree,
     read_json,
     verify_files,
@@ -142,8 +143,21 @@ def check_output(out: Path, overwrite: bool = False) -> None:
         raise DataError(f"{out}: already exists (pass --overwrite to replace it)")
     if not out.is_dir():
         raise DataError(f"{out}: exists and is not a directory")
-    if any(out.iterdir()) and not any(_is_config(p) for p in out.glob("*.json")):
+    configs = [p for p in out.glob("*.json") if _is_config(p)]
+    if any(out.iterdir()) and not configs:
         raise DataError(f"{out}: holds no graphtrain partition; --overwrite replaces only a partition")
+    listed = {p.name for p in configs} | {rel for p in configs for rel in _recorded(p)}
+    stranger = first_unlisted(out, listed)
+    if stranger is not None:
+        raise DataError(
+            f"{out / stranger}: not a file of the partition in {out}, and --overwrite replaces the "
+            "directory whole: move it out first"
+        )
+
+
+def _recorded(config: Path) -> list[str]:
+    files = read_json(config).get("files")
+    return [str(rel) for rel in files] if isinstance(files, dict) else []
 
 
 def _is_config(path: Path) -> bool:

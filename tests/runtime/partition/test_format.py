@@ -76,6 +76,25 @@ def test_existing_output_is_kept_unless_overwrite(tmp_path: Path, planted: Graph
     assert sorted(p.name for p in tmp_path.iterdir()) == ["o"]
 
 
+def test_overwrite_refuses_a_partition_directory_holding_other_files(tmp_path: Path, planted: Graph) -> None:
+    """--overwrite replaces the directory whole: a file the partition's config does not record (the
+    user's notes, a symlink, a file in a part's ndata) was deleted with it."""
+    out = tmp_path / "o"
+    partition.write(planted, partition.partition_graph(planted, 2), out)
+    partition.check_output(out, overwrite=True)  # the partition's own files only
+    for extra in ("notes.txt", "part-1/ndata/mine.npy"):
+        (out / extra).write_text("precious")
+        with pytest.raises(DataError, match=f"o/{extra}: not a file of the partition in .*: move it out"):
+            partition.check_output(out, overwrite=True)
+        (out / extra).unlink()
+    (out / "link").symlink_to(tmp_path)
+    with pytest.raises(DataError, match="o/link: not a file of the partition"):
+        partition.check_output(out, overwrite=True)
+    (out / "link").unlink()
+    (out / "part-0" / "empty").mkdir()  # an empty directory loses nothing
+    partition.check_output(out, overwrite=True)
+
+
 def test_a_failing_write_leaves_nothing_behind(tmp_path: Path, planted: Graph, monkeypatch) -> None:
     result = partition.partition_graph(planted, 2)
     partition.write(planted, result, tmp_path / "o")
