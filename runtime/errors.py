@@ -24,16 +24,17 @@ class DataWarning(UserWarning):
 def data_warnings(say: Callable[[str], None]) -> Iterator[None]:
     """Hand the message of each DataWarning raised inside to `say` (every caller words them alike: one
     `warning:` line each); other warnings are shown as usual."""
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", DataWarning)
-        try:
+    caught: list[warnings.WarningMessage] = []
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", DataWarning)
             yield
-        finally:
-            for w in caught:
-                if issubclass(w.category, DataWarning):
-                    say(str(w.message))
-                else:
-                    warnings.showwarning(w.message, w.category, w.filename, w.lineno)
+    finally:  # outside the recording: shown inside it, a warning was recorded again, without end
+        for w in caught:
+            if issubclass(w.category, DataWarning):
+                say(str(w.message))
+            else:
+                warnings.showwarning(w.message, w.category, w.filename, w.lineno)
 
 
 class ChecksumError(DataError):

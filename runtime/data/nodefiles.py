@@ -130,7 +130,7 @@ def encode_names(values: np.ndarray, present: np.ndarray) -> tuple[np.ndarray, n
 
 def _integer_labels(path: Path, arr: np.ndarray) -> np.ndarray:
     if arr.dtype.kind == "f":
-        bad = ~np.isfinite(arr) | (arr != np.round(arr))
+        bad = ~np.isfinite(arr) | (arr != np.round(arr)) | (np.abs(arr) >= 2.0**63)  # cast: any int64
         if bad.any():
             row = int(np.argmax(bad))
             raise DataError(f"{path}: label {arr[row]} (row {row}) is not a class id")

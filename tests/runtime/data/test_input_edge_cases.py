@@ -4,6 +4,9 @@ passed silently, crashed or said the wrong thing before its fix."""
 from __future__ import annotations
 
 import os
+import resource
+import subprocess
+import sys
 import warnings
 from pathlib import Path
 
@@ -219,3 +222,39 @@ def test_17_dictionary_label_column(tmp_path: Path) -> None:
     pq.write_table(pa.table({"label": column}), tmp_path / "l.parquet")
     g = load_file(write(tmp_path / "e.tsv", EDGES), labels=tmp_path / "l.parquet")
     assert g.class_names.tolist() == ["x", "y"] and g.label.tolist() == [0, 1, 0, -1, 1, 0]
+
+
+# review hA: a float label beyond int64 was cast to -2**63 ("negative"), and the cast's RuntimeWarning,
+# shown again inside data_warnings' recording, was recorded again without end until memory ran out
+def test_a_label_beyond_int64_is_not_a_class_id(tmp_path: Path) -> None:
+    labels = write(tmp_path / "l.csv", "id,label\n0,99999999999999999999\n1,1\n")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        with pytest.raises(DataError, match=r"l.csv: label 1e\+20 \(row 0\) is not a class id"):
+            load_file(write(tmp_path / "e.tsv", EDGES), labels=labels)
+
+
+SHOWN_ONCE = """
+import warnings
+from graphtrain.runtime.errors import DataWarning, data_warnings
+said = []
+with warnings.catch_warnings(record=True) as outer:
+    warnings.simplefilter("always")
+    with data_warnings(said.append):
+        warnings.warn("a data warning", DataWarning, stacklevel=1)
+        warnings.warn("a runtime warning", RuntimeWarning, stacklevel=1)
+print(said, [str(w.message) for w in outer])
+"""
+
+
+def test_data_warnings_shows_other_warnings_once() -> None:
+    """In a process of its own, its memory bounded: before the fix this recorded without end."""
+
+    def bounded() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+
+    done = subprocess.run(
+        [sys.executable, "-c", SHOWN_ONCE], capture_output=True, text=True, timeout=120, preexec_fn=bounded
+    )
+    assert done.returncode == 0, done.stderr[-500:]
+    assert done.stdout.strip() == "['a data warning'] ['a runtime warning']"
