@@ -217,9 +217,23 @@ def _read_table(path: Path) -> Any:
             )
     except (pa.ArrowException, OSError) as exc:
         raise DataError(f"{path}: not a readable table ({str(exc).splitlines()[0]})") from None
+    twice = repeated_column(table.column_names)
+    if twice is not None:
+        raise DataError(f"{path}: the header names column {twice!r} twice: name each column once")
     if table.num_rows == 0:
         raise DataError(f"{path}: no rows")
     return table
+
+
+def repeated_column(names: list[str]) -> str | None:
+    """The first column name of a table's header that repeats, else None: pyarrow reads such a file,
+    and its table.column(name) then raises KeyError (a traceback in every command)."""
+    seen: set[str] = set()
+    for name in names:
+        if name in seen:
+            return name
+        seen.add(name)
+    return None
 
 
 def _id_column(path: Path, table: Any) -> np.ndarray | None:

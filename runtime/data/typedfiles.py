@@ -28,7 +28,7 @@ import numpy as np
 
 from graphtrain.contract.spec import EdgeTypeFiles, NodeTypeFiles, Split
 from graphtrain.runtime.data.graph import Graph, random_masks
-from graphtrain.runtime.data.nodefiles import as_float32, encode_names
+from graphtrain.runtime.data.nodefiles import as_float32, encode_names, repeated_column
 from graphtrain.runtime.errors import DataError
 
 SUFFIXES = {".csv": "csv", ".tsv": "tsv", ".txt": "tsv", ".parquet": "parquet", ".pq": "parquet"}
@@ -82,9 +82,8 @@ def read_table(path: Path, fmt: str, text_columns: list[str], field: str) -> Any
         raise DataError(
             f"{path}: {field}: not a readable {kind} table ({str(exc).splitlines()[0]})"
         ) from None
-    names = list(table.column_names)
-    twice = next((c for c in names if names.count(c) > 1), None)
-    if twice is not None:  # pyarrow's table.column(name) raises KeyError on a repeated name
+    twice = repeated_column(table.column_names)
+    if twice is not None:
         raise DataError(f"{path}: {field}: the header names column {twice!r} twice: name each column once")
     if table.num_rows == 0:
         raise DataError(f"{path}: {field}: no rows")

@@ -258,3 +258,14 @@ def test_data_warnings_shows_other_warnings_once() -> None:
     )
     assert done.returncode == 0, done.stderr[-500:]
     assert done.stdout.strip() == "['a data warning'] ['a runtime warning']"
+
+
+# review hA: a features or labels table naming a column twice was a KeyError traceback from pyarrow
+@pytest.mark.parametrize(
+    ("kind", "header"), [("features", "id,a,a"), ("features", "id,id,a"), ("labels", "id,label,label")]
+)
+def test_a_node_table_naming_a_column_twice_is_one_line(tmp_path: Path, kind: str, header: str) -> None:
+    table = write(tmp_path / "t.csv", header + "\n" + "".join(f"{i},{i % 2},1\n" for i in range(6)))
+    twice = header.split(",")[-1] if kind == "labels" or header.count("a") == 2 else "id"
+    with pytest.raises(DataError, match=f"t.csv: the header names column '{twice}' twice"):
+        load_file(write(tmp_path / "e.tsv", EDGES), **{kind: table})
