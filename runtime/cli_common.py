@@ -41,6 +41,13 @@ def friendly(fn: F) -> F:
         except (SpecError, GraphtrainError) as exc:  # escaped: a file named "a[/b]" is no markup
             err.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
             raise typer.Exit(1) from None
+        except MemoryError as exc:  # an input beyond this process' memory (a ulimit, a pod's limit)
+            detail = f" ({escape(str(exc))})" if str(exc) else ""
+            err.print(
+                f"[red]error:[/red] out of memory{detail}: give it more memory or a smaller input",
+                highlight=False,
+            )
+            raise typer.Exit(1) from None
 
     return wrapper  # type: ignore[return-value]
 

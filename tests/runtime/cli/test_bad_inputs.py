@@ -512,3 +512,19 @@ def test_the_installed_command_prints_one_line(tmp_path: Path) -> None:
     assert result.returncode == 1
     assert result.stdout == "" and result.stderr.count("\n") == 1, result.stderr
     assert "nested deeper than 64 levels" in result.stderr
+
+
+def test_running_out_of_memory_gives_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under a ulimit or a pod's limit (below the machine memory check_fits compares with), numpy's
+    MemoryError for `--num-nodes 300000000` was a traceback."""
+    from graphtrain.runtime.data import datasets
+
+    def allocate(*_: object, **__: object) -> None:
+        raise MemoryError(
+            "Unable to allocate 2.24 GiB for an array with shape (300000000,) and data type int64"
+        )
+
+    monkeypatch.setattr(datasets, "load_source", allocate)
+    result = runner.invoke(app, edges(tmp_path, E, "--num-nodes", "300000000"))
+    check_one_line(result, "error: out of memory (Unable to allocate 2.24 GiB for an array")
+    assert not (tmp_path / "out").exists()
