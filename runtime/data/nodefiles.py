@@ -173,6 +173,9 @@ def _load_sparse(path: Path) -> sp.csr_matrix:
         if kind in ("csr", "csc"):
             cls = sp.csr_matrix if kind == "csr" else sp.csc_matrix
             mat = cls((arrays["data"], arrays["indices"], arrays["indptr"]), shape=shape)
+            # indices and indptr checked before scipy's native code trusts them: an out-of-range index
+            # in a csc was a segfault on the conversion to csr, in a csr a row reaching other rows
+            mat.check_format(full_check=True)
         elif kind == "coo":
             mat = sp.coo_matrix((arrays["data"], (arrays["row"], arrays["col"])), shape=shape)
         else:

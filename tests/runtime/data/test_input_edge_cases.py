@@ -269,3 +269,41 @@ def test_a_node_table_naming_a_column_twice_is_one_line(tmp_path: Path, kind: st
     twice = header.split(",")[-1] if kind == "labels" or header.count("a") == 2 else "id"
     with pytest.raises(DataError, match=f"t.csv: the header names column '{twice}' twice"):
         load_file(write(tmp_path / "e.tsv", EDGES), **{kind: table})
+
+
+# review hA: a sparse features archive's indices were trusted by scipy's native code: out of range in a
+# csc, the conversion to csr wrote outside its arrays (a segfault); in a csr, a row read another's columns
+@pytest.mark.parametrize(
+    ("kind", "indices", "indptr", "needle"),
+    [
+        ("csc", [0, 900_000, 1], [0, 1, 2, 3, 3], "indices must be < 6"),
+        ("csr", [0, 9, 1], [0, 1, 2, 3, 3, 3, 3], "indices must be < 4"),
+        ("csr", [0, 1, 1], [0, 3, 1, 3, 3, 3, 3], "indptr must be a non-decreasing"),
+    ],
+)
+def test_sparse_features_are_checked_before_scipy_trusts_them(
+    tmp_path: Path, kind: str, indices: list[int], indptr: list[int], needle: str
+) -> None:
+    """Run in a process of its own: before the fix, the csc case crashed the interpreter."""
+    np.savez(
+        tmp_path / "f.npz",
+        format=np.array(kind.encode()),
+        shape=np.array([6, 4]),
+        data=np.ones(3),
+        indices=np.array(indices),
+        indptr=np.array(indptr),
+    )
+    code = (
+        "import sys\nfrom graphtrain.runtime.data.files import load_file\nfrom graphtrain.runtime.errors "
+        "import DataError\ntry:\n    load_file(sys.argv[1], features=sys.argv[2])\nexcept DataError as e:\n"
+        "    print(e)\n"
+    )
+    edges = write(tmp_path / "e.tsv", EDGES)
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(edges), str(tmp_path / "f.npz")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-500:]
+    assert f"f.npz: not a consistent {kind} matrix ({needle}" in done.stdout
