@@ -445,6 +445,7 @@ def _num_nodes(path: Path, stored: np.ndarray, given: int | None) -> int:
 def _check_feat(path: Path, feat: np.ndarray) -> None:
     if feat.ndim != 2:
         raise DataError(f"{path}: feat must be 2-D (nodes x dims), got shape {feat.shape}")
+    nodefiles.no_columns(path, feat.shape)
     if feat.dtype.kind not in "biuf":
         raise DataError(f"{path}: feat must hold numbers, got {feat.dtype}")
     if feat.dtype.kind != "f":

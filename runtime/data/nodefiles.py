@@ -169,6 +169,7 @@ def _load_sparse(path: Path) -> sp.csr_matrix:
         )
     kind = bytes(fmt.reshape(())).decode() if fmt.dtype.kind == "S" else str(fmt.reshape(()))
     shape = tuple(int(v) for v in arrays["shape"])
+    no_columns(path, shape)
     try:
         if kind in ("csr", "csc"):
             cls = sp.csr_matrix if kind == "csr" else sp.csc_matrix
@@ -190,9 +191,21 @@ def _load_sparse(path: Path) -> sp.csr_matrix:
     return csr
 
 
+def no_columns(path: Path, shape: tuple[int, ...]) -> None:
+    """Features of no column passed every check, and the trainer died on its first batch.
+
+    Raises:
+        DataError: `shape` (nodes x dims) has no column, naming the file.
+    """
+    if len(shape) == 2 and shape[1] < 1:
+        raise DataError(f"{path}: features of shape {tuple(shape)} have no column (at least one per node)")
+
+
 def _check_numbers(path: Path, arr: np.ndarray, ndim: int) -> None:
     if arr.ndim != ndim:
         raise DataError(f"{path}: features must be 2-D (nodes x dims), got shape {arr.shape}")
+    if ndim == 2:
+        no_columns(path, arr.shape)
     if arr.dtype.kind not in "biuf":
         raise DataError(f"{path}: features must hold numbers, got {arr.dtype}")
     if arr.dtype.kind == "f" and not np.isfinite(arr).all():

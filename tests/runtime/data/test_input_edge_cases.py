@@ -14,6 +14,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import scipy.sparse as sp
 
 from graphtrain.contract.spec import TriplesSource
 from graphtrain.runtime.data.files import load_file
@@ -307,3 +308,17 @@ def test_sparse_features_are_checked_before_scipy_trusts_them(
     )
     assert done.returncode == 0, done.stderr[-500:]
     assert f"f.npz: not a consistent {kind} matrix ({needle}" in done.stdout
+
+
+# review hA: features of no column validated, and the trainer died on its first batch
+def test_features_of_no_column_are_refused(tmp_path: Path) -> None:
+    edges = write(tmp_path / "e.tsv", EDGES)
+    np.save(tmp_path / "f.npy", np.ones((6, 0), np.float32))
+    with pytest.raises(DataError, match=r"f.npy: features of shape \(6, 0\) have no column"):
+        load_file(edges, features=tmp_path / "f.npy")
+    sp.save_npz(tmp_path / "s.npz", sp.csr_matrix((6, 0), dtype=np.float32))
+    with pytest.raises(DataError, match=r"s.npz: features of shape \(6, 0\) have no column"):
+        load_file(edges, features=tmp_path / "s.npz")
+    np.savez(tmp_path / "g.npz", src=np.array([0, 1]), dst=np.array([1, 2]), feat=np.ones((3, 0)))
+    with pytest.raises(DataError, match=r"g.npz: features of shape \(3, 0\) have no column"):
+        load_file(tmp_path / "g.npz")
