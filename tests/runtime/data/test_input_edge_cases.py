@@ -322,3 +322,14 @@ def test_features_of_no_column_are_refused(tmp_path: Path) -> None:
     np.savez(tmp_path / "g.npz", src=np.array([0, 1]), dst=np.array([1, 2]), feat=np.ones((3, 0)))
     with pytest.raises(DataError, match=r"g.npz: features of shape \(3, 0\) have no column"):
         load_file(tmp_path / "g.npz")
+
+
+# review hA: a sparse features file declaring 2**40 columns validated with featureProjection, and the
+# partition step asked numpy for the 128 TiB random matrix (on a smaller claim it took the machine's memory)
+def test_a_projection_beyond_the_memory_is_refused_before_allocating() -> None:
+    from graphtrain.runtime.data.transform import random_projection
+
+    feat = sp.csr_matrix((np.ones(3), np.array([0, 1000, 2]), np.arange(4)), shape=(3, 2**40))
+    with pytest.raises(DataError, match="model.featureProjection: projecting 1,099,511,627,776 feature"):
+        random_projection(feat, 16)
+    assert random_projection(sp.csr_matrix(np.eye(3, 5)), 4).shape == (3, 4)
