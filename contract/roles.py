@@ -187,7 +187,8 @@ class PartitionParams(RoleParams):
         default=None, metadata=opt("number of partitions [default: 1]", "--parts", "-k")
     )
     algorithm: str | None = field(
-        default=None, metadata=opt("metis | random | fennel | auto [default: metis]")
+        default=None,
+        metadata=opt("metis | random | fennel (streams a --dataset's stored edges) | auto [default: metis]"),
     )
     balance: str | None = field(
         default=None, metadata=opt("comma-separated constraints: nodes,degree,train,val,test")

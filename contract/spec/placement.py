@@ -192,11 +192,12 @@ class PartitionSpec(Placement):
         default=PartitionAlgorithm.metis,
         description="metis: multi-constraint METIS k-way (pymetis), minimises the edge cut; random: seeded "
         "random balanced assignment, the baseline for the edge cut; fennel: streaming partitioning (Fennel, "
-        "restreamed, then refined) of a graph dataset's edge files read in chunks, memory O(nodes), for "
-        "graphs larger than the partition step's memory: keeps every part's node count within "
+        "restreamed, then refined) of a bundled graph dataset's stored edge files read in chunks, memory "
+        "O(nodes), for graphs larger than the partition step's memory: keeps every part's node count within "
         "maxImbalance and reports the other constraints; auto: metis when its memory estimate fits the "
         "limit (memoryLimit, else resources.limits.memory, else the pod's or process's own limit, else the "
-        "memory available), else fennel.",
+        "memory available), else fennel. Your own files (graph.path, graph.nodes, graph.triples) are loaded "
+        "whole, so fennel refuses them and auto runs metis.",
     )
     parts: int = Field(default=1, ge=1, le=4096, description="Number of partitions, one per shard server.")
     balance: list[BalanceConstraint] = Field(
