@@ -22,9 +22,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
-import psutil
 import scipy.sparse as sp
 
+from graphtrain.runtime import memlimits
 from graphtrain.runtime.errors import DataError
 
 Features = np.ndarray | sp.csr_matrix
@@ -315,17 +315,17 @@ class Graph:
 
 def check_fits(name: str, num_nodes: int, num_edges: int) -> None:
     """Refuse a graph whose CSR arrays alone (8 bytes per node twice, per edge four times while building)
-    would exceed this machine's memory, before allocating them.
+    would exceed the memory this process may use (memlimits: in a pod, its limit), before allocating them.
 
     Raises:
-        DataError: naming the node count, the estimate and the machine's memory.
+        DataError: naming the node count, the estimate and the bound with what sets it.
     """
     need = 8 * (2 * (num_nodes + 1) + 4 * num_edges)
-    total = psutil.virtual_memory().total
-    if need > total:
+    bound = memlimits.ceiling()
+    if need > bound.bytes:
         raise DataError(
             f"graph {name!r}: num_nodes={num_nodes:,}, num_edges={num_edges:,} need at least "
-            f"{human(need)}, more than this machine's memory ({human(total)})"
+            f"{human(need)}, more than {bound.source} ({human(bound.bytes)})"
         )
 
 

@@ -12,15 +12,15 @@ from pathlib import Path
 from typing import BinaryIO
 
 import numpy as np
-import psutil
 
+from graphtrain.runtime import memlimits
 from graphtrain.runtime.data.graph import human
 from graphtrain.runtime.errors import DataError
 
 
 def read_npz(path: Path) -> dict[str, np.ndarray]:
     """Every array of an .npz. Each member's header is read first: a member that is not a .npy array,
-    holds Python objects, or declares more data than it holds or than this machine's memory is refused
+    holds Python objects, or declares more data than it holds or than this process may use is refused
     before anything is allocated for it."""
     try:
         with zipfile.ZipFile(path) as zf:
@@ -68,10 +68,10 @@ def read_npy(path: Path) -> np.ndarray:
 
 
 def _fits(path: Path, need: int) -> None:
-    total = psutil.virtual_memory().total
-    if need > total:
+    bound = memlimits.ceiling()
+    if need > bound.bytes:
         raise DataError(
-            f"{path}: its arrays need {human(need)}, more than this machine's memory ({human(total)})"
+            f"{path}: its arrays need {human(need)}, more than {bound.source} ({human(bound.bytes)})"
         )
 
 

@@ -21,6 +21,7 @@ from typing import Any
 import psutil
 
 from graphtrain.contract.spec import GraphSource, PartitionSpec, quantity_to_bytes
+from graphtrain.runtime import memlimits
 from graphtrain.runtime import partition as partitioning
 from graphtrain.runtime.data import datasets
 from graphtrain.runtime.data.checks import check_data
@@ -103,8 +104,8 @@ def prepare(
         budget = choice.budget(
             limit,
             resources_limit(settings),
-            choice.cgroup_limit(),
-            choice.address_space_limit(),
+            memlimits.cgroup_limit(),
+            memlimits.address_space_limit(),
             memory.available_bytes(),
             *held(),
         )

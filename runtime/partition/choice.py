@@ -1,6 +1,6 @@
 """`partition.algorithm: auto`: METIS when its memory estimate fits the partition step's budget, Fennel
 (streaming, memory O(nodes)) when it does not. The decision and the budget are pure functions of
-numbers; `limits_here()` reads the two limits the process itself is under.
+numbers; runtime/memlimits.py reads the two limits the process itself is under.
 
 The budget, first found first (docs/partitioning.md says the same):
 1. partition.memoryLimit (the spec, or `graphtrain partition --memory-limit`);
@@ -14,13 +14,9 @@ Limits on the whole process (2-4) count what it holds already (interpreter, libr
 
 from __future__ import annotations
 
-import resource
 from dataclasses import dataclass
-from pathlib import Path
 
 from graphtrain.runtime.partition import memory
-
-CGROUP_MAX = Path("/sys/fs/cgroup/memory.max")
 
 
 @dataclass(frozen=True)
@@ -82,18 +78,3 @@ def reason(algorithm: str, metis_need: int, limit: Budget) -> str:
         f"partition.algorithm auto: {chosen} (METIS needs about {memory.human(metis_need)}, which {relation} "
         f"{limit.words()})"
     )
-
-
-def cgroup_limit(path: Path = CGROUP_MAX) -> int | None:
-    """This process's cgroup v2 memory limit, None when unlimited ("max") or unreadable."""
-    try:
-        text = path.read_text().strip()
-    except OSError:
-        return None
-    return int(text) if text.isdigit() else None
-
-
-def address_space_limit() -> int | None:
-    """RLIMIT_AS (ulimit -v) in bytes, None when unlimited."""
-    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
-    return None if soft == resource.RLIM_INFINITY else int(soft)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from graphtrain.runtime.partition import choice
@@ -62,12 +60,3 @@ def test_the_reason_names_need_limit_and_source() -> None:
         "partition.algorithm auto: fennel (METIS needs about 3.0 GiB, which exceeds 2.0 GiB from "
         "partition.resources.limits.memory)"
     )
-
-
-def test_cgroup_limit_reads_memory_max(tmp_path: Path) -> None:
-    path = tmp_path / "memory.max"
-    path.write_text("1073741824\n")
-    assert choice.cgroup_limit(path) == GiB
-    path.write_text("max\n")
-    assert choice.cgroup_limit(path) is None
-    assert choice.cgroup_limit(tmp_path / "absent") is None
