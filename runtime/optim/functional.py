@@ -55,6 +55,8 @@ def threads(elements: int | None = None) -> int:
     overrides both."""
     env = os.environ.get(ENV_THREADS)
     if env:
+        if not env.strip().isdigit():  # as an unknown GRAPHTRAIN_OPTIM_BACKEND: named, not int()'s words
+            raise ValueError(f"{ENV_THREADS}={env!r}: not a whole number of threads")
         return max(1, int(env))
     if elements is not None and elements < PARALLEL_MIN_ELEMENTS:
         return 1

@@ -129,6 +129,18 @@ def test_a_capped_team_steps_as_the_full_one(kind: str) -> None:
     assert all(torch.equal(results[0][1][k], results[1][1][k]) for k in results[0][1])
 
 
+def test_a_thread_count_that_is_no_number_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    """As an unknown backend is: int()'s "invalid literal for int() with base 10" named nothing."""
+    from graphtrain.runtime.optim.functional import threads
+
+    for bad in ("abc", "-2", "1.5"):
+        monkeypatch.setenv(ENV_THREADS, bad)
+        with pytest.raises(ValueError, match=f"GRAPHTRAIN_OPTIM_THREADS={bad!r}: not a whole number"):
+            threads()
+    monkeypatch.setenv(ENV_THREADS, "0")
+    assert threads() == 1
+
+
 @pytest.mark.usefixtures("cpu_core")
 def test_backend_choice(monkeypatch: pytest.MonkeyPatch) -> None:
     cpu = torch.device("cpu")
