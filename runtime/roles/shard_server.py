@@ -84,7 +84,13 @@ def serve(p: ShardServerParams) -> None:
     port = None
     if p.metrics_port is not None:
         probes = {"/livez": server.liveness, "/readyz": server.readiness}
-        port = httpd.serve_metrics(server.metrics.registry, p.metrics_host, p.metrics_port, probes).port
+        try:
+            port = httpd.serve_metrics(server.metrics.registry, p.metrics_host, p.metrics_port, probes).port
+        except OSError as exc:
+            server.stop()
+            raise GraphtrainError(
+                f"metrics endpoint {p.metrics_host}:{p.metrics_port}: {exc.strerror or exc}"
+            ) from None
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: server.request_stop())
     faulthandler.enable()  # a crash prints where it happened

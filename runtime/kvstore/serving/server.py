@@ -158,7 +158,15 @@ class ShardServer(ServerWorkers, ServerStatus):
         self._monitor = router.get_monitor_socket(
             zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
         )
-        router.bind(self.bind)
+        try:
+            router.bind(self.bind)
+        except zmq.ZMQError as exc:  # a bad, taken or foreign address: one line, nothing left open
+            for sock in (router, self._monitor, self._zap):
+                sock.close(linger=0)
+            self.ctx.term()
+            raise GraphtrainError(
+                f"--bind {self.bind}: cannot listen there ({zmq.strerror(exc.errno)})"
+            ) from None
         self.router = router
         self.address = router.getsockopt_string(zmq.LAST_ENDPOINT)
         try:

@@ -316,6 +316,43 @@ def test_a_bind_port_past_65535_is_refused_not_wrapped_round() -> None:
     assert result.exit_code == 1 and "--bind tcp://127.0.0.1:99999: port 99999 is past 65535" in result.output
 
 
+def _shard_server(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "GRAPHTRAIN_TOKEN": "x" * 32}
+    argv = [sys.executable, "-m", "graphtrain.cli", "shard-server", *args]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=60, env=env)
+
+
+@pytest.mark.parametrize(
+    ("bind", "says"),
+    [
+        ("foo", "--bind foo: cannot listen there (Invalid argument"),
+        ("ipc:///nonexistent/dir/s", "--bind ipc:///nonexistent/dir/s: cannot listen there (No such file"),
+        ("tcp://999.0.0.1:0", "--bind tcp://999.0.0.1:0: cannot listen there ("),
+    ],
+)
+def test_a_bind_address_the_server_cannot_listen_on_is_one_line(bind: str, says: str) -> None:
+    out = _shard_server("--bind", bind)
+    assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr
+    assert out.stderr.startswith(f"error: {says}") and out.stderr.count("\n") == 1, out.stderr
+
+
+def test_a_taken_port_is_one_line_naming_it() -> None:
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        out = _shard_server("--bind", f"tcp://127.0.0.1:{port}")
+        assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr
+        assert out.stderr.startswith(f"error: --bind tcp://127.0.0.1:{port}: cannot listen there (Address")
+        out = _shard_server("--bind", "tcp://127.0.0.1:0", "--metrics-port", str(port))
+        assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr
+        assert out.stderr.startswith(f"error: metrics endpoint 127.0.0.1:{port}: ")
+        assert "address already in use" in out.stderr.lower()
+        assert out.stderr.count("\n") == 1 and "ready" not in out.stdout, (out.stdout, out.stderr)
+
+
 def test_validate_names_a_missing_spec_once() -> None:
     result = runner.invoke(app, ["validate", "/nonexistent/spec.yaml"])
     assert result.exit_code == 1
