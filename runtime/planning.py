@@ -181,6 +181,8 @@ def plan_request(
         raise GraphtrainError(f"--memory {memory!r}: not a positive memory quantity such as '16Gi'")
     if out and not calibrate:
         raise GraphtrainError("--out: only with --calibrate (it writes the measured costs)")
+    if calibrate and costs is not None:  # one source of costs: measured now, or read from an earlier run
+        raise GraphtrainError("--calibrate measures the costs, --costs reads them from a file: pick one")
     if cores is not None and not (cores > 0 and math.isfinite(cores)):
         raise GraphtrainError(f"--cores: {cores} is not a positive number of cores")
     return PlanRequest(hosts, rate, per_pod, calibrate, costs, out, cores)

@@ -83,6 +83,17 @@ def test_out_without_calibrate_is_refused(planted: tuple[Path, Path], tmp_path: 
     assert done.stderr.strip() == "error: --out: only with --calibrate (it writes the measured costs)"
 
 
+def test_calibrate_with_costs_is_refused(planted: tuple[Path, Path], tmp_path: Path) -> None:
+    """Both sources of costs at once: refused before anything is measured, not one silently ignored."""
+    spec_path, config = planted
+    costs = tmp_path / "c.json"
+    costs.write_text(json.dumps(_costs("none")))
+    argv = [*CLI, "plan", str(spec_path), "--partition", str(config), "--calibrate", "--costs", str(costs)]
+    assert one_error_line(argv) == (
+        "error: --calibrate measures the costs, --costs reads them from a file: pick one"
+    )
+
+
 @pytest.mark.parametrize("cores", ["0", "-2", "nan"])
 def test_cores_that_are_no_cores_are_refused(planted: tuple[Path, Path], cores: str) -> None:
     spec_path, config = planted
