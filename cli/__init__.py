@@ -94,21 +94,25 @@ EXTRAS = {
 }
 
 
-def missing_extra(exc: ModuleNotFoundError) -> str | None:
+# the commands of the other roles: their own extra brings whatever they import (the operator's
+# prometheus_client too, which EXTRAS gives to the runtime)
+COMMAND_EXTRAS = {"operator": "operator", "api": "api"}
+
+
+def missing_extra(exc: ModuleNotFoundError, command: str = "") -> str | None:
     """The one-line message for a command run where its role's dependencies are not installed."""
     root = (exc.name or "").split(".")[0]
     if root not in EXTRAS:
         return None
-    return (
-        f"error: this command needs {root}, which is not installed: pip install 'graphtrain[{EXTRAS[root]}]'"
-    )
+    extra = COMMAND_EXTRAS.get(command, EXTRAS[root])
+    return f"error: this command needs {root}, which is not installed: pip install 'graphtrain[{extra}]'"
 
 
 def main() -> None:  # pragma: no cover - console entry point (tested through a subprocess)
     try:
         console(app)
     except ModuleNotFoundError as exc:
-        message = missing_extra(exc)
+        message = missing_extra(exc, sys.argv[1] if len(sys.argv) > 1 else "")
         if message is None:
             raise
         print(message, file=sys.stderr)

@@ -111,6 +111,26 @@ def test_the_bare_command_prints_its_help() -> None:
     assert out.returncode == 0 and "Usage" in out.stdout and out.stderr == ""
 
 
+@pytest.mark.parametrize(
+    ("module", "command", "extra"),
+    [
+        ("prometheus_client", "operator", "operator"),  # the operator's first import: not the runtime's
+        ("kubernetes", "operator", "operator"),
+        ("fastapi", "api", "api"),
+        ("prometheus_client", "shard-server", "runtime"),
+        ("numpy", "run", "runtime"),
+    ],
+)
+def test_a_missing_dependency_names_the_extra_of_the_command(module: str, command: str, extra: str) -> None:
+    from graphtrain.cli import missing_extra
+
+    said = missing_extra(ModuleNotFoundError(name=module), command)
+    assert (
+        said
+        == f"error: this command needs {module}, which is not installed: pip install 'graphtrain[{extra}]'"
+    )
+
+
 def test_version_without_package_metadata_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
     def missing(name: str) -> str:
         raise importlib.metadata.PackageNotFoundError(name)
