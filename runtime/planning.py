@@ -265,7 +265,29 @@ def plan_command(
 
     with tempfile.TemporaryDirectory(prefix="graphtrain-plan-") as tmp:
         config = partition or capacity.partition_for(gt, spec_path, data_dir, Path(tmp) / "partition")
-        return run_plan(gt.spec, load_config(config), req, say)
+        cfg = load_config(config)
+        if partition is not None:
+            given_partition_fits(gt.spec, cfg)
+        return run_plan(gt.spec, cfg, req, say)
+
+
+def given_partition_fits(spec: GraphTrainingSpec, cfg: PartitionConfig) -> None:
+    """`plan --partition`: a partition of the spec's dataset, in as many parts as the spec has shards (a
+    partition of another graph would be planned with its data, or fail deep inside the replay).
+
+    Raises:
+        GraphtrainError: naming the partition and what differs.
+    """
+    dataset = spec.graph.dataset
+    name = str(cfg.data.get("graph_name", ""))
+    if dataset is not None and name != dataset:
+        raise GraphtrainError(
+            f"--partition {cfg.path}: a partition of {name!r}, the spec trains on graph.dataset {dataset!r}"
+        )
+    if cfg.num_parts != spec.num_shards:
+        raise GraphtrainError(
+            f"--partition {cfg.path}: {cfg.num_parts} part(s), the spec has {spec.num_shards} shard server(s)"
+        )
 
 
 def data_problems(

@@ -94,6 +94,32 @@ def test_calibrate_with_costs_is_refused(planted: tuple[Path, Path], tmp_path: P
     )
 
 
+def test_a_partition_of_another_graph_or_part_count_is_refused(
+    planted: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """`plan --partition` of a partition the spec cannot train on: one line, not a KeyError deep in the
+    replay (wordnet's spec, nations' partition) nor a plan of the wrong graph (the other way round)."""
+    from graphtrain.contract.spec import load_yaml
+    from graphtrain.runtime.errors import GraphtrainError
+    from graphtrain.runtime.partition.format import PartitionConfig
+    from graphtrain.runtime.planning import given_partition_fits
+
+    wordnet = load_yaml(Path("examples/wordnet-sage.yaml").read_text()).spec
+    nations = PartitionConfig(Path("p/nations.json"), {"graph_name": "nations", "num_parts": 2})
+    with pytest.raises(
+        GraphtrainError, match="a partition of 'nations', the spec trains on graph.dataset 'wordnet'"
+    ):
+        given_partition_fits(wordnet, nations)
+    spec_path, config = planted
+    doc = yaml.safe_load(spec_path.read_text())
+    doc["spec"]["partition"]["parts"] += 1
+    other = tmp_path / "more-parts.yaml"
+    other.write_text(yaml.safe_dump(doc))
+    said = one_error_line([*CLI, "plan", str(other), "--partition", str(config)])
+    parts = doc["spec"]["partition"]["parts"]
+    assert said == f"error: --partition {config}: {parts - 1} part(s), the spec has {parts} shard server(s)"
+
+
 @pytest.mark.parametrize("cores", ["0", "-2", "nan"])
 def test_cores_that_are_no_cores_are_refused(planted: tuple[Path, Path], cores: str) -> None:
     spec_path, config = planted
