@@ -219,16 +219,33 @@ class Terminated(KeyboardInterrupt):
     a plain `kill` of the launcher would leave every server and trainer running."""
 
 
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
 def stop_on_signals() -> None:
     """Turn SIGTERM and SIGHUP into Terminated in the main thread (call it from there), and let SIGINT
-    interrupt even when the launcher inherited it ignored (started with `&` from a script or nohup)."""
+    interrupt even when the launcher inherited it ignored (started with `&` from a script or nohup).
+
+    Only the first of them interrupts: the ones after it are ignored, so a second Ctrl-C (or a
+    supervisor's repeated SIGTERM) cannot cut short the stop the first one began (every process
+    stopped, shared memory and sockets removed, the final status written), which is bounded by the
+    stop's grace and SIGKILL. Cut short, it left status.json saying Training and targets.json naming
+    dead ports."""
 
     def handler(signum: int, _frame: object) -> None:
+        for sig in STOP_SIGNALS:
+            signal.signal(sig, _ignore)
+        if signum == signal.SIGINT:
+            raise KeyboardInterrupt
         raise Terminated(f"terminated ({signal.Signals(signum).name})")
 
-    for sig in (signal.SIGTERM, signal.SIGHUP):
+    for sig in STOP_SIGNALS:
         signal.signal(sig, handler)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def _ignore(_signum: int, _frame: object) -> None:
+    """A stop signal after the first: the stop is under way (a handler, not SIG_IGN, which a process
+    started from here would inherit)."""
 
 
 def child_env() -> dict[str, str]:
