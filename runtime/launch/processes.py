@@ -109,6 +109,9 @@ class Child:
         """How this process ended (`when`: " before it was ready") and why, in one line (or with the end
         of its log, if it said nothing that tells why)."""
         how = f"{self.plan.name} {ended(self.proc.returncode)}{when}"
+        if getattr(self.proc, "with_zygote", False):  # named alone, it read as the cause of its end
+            zygote = self.log.with_name("zygote.log")
+            return f"{how} with the zygote it was forked from (launch/zygote.py), which ended (log: {zygote})"
         text = self.tail(lines=200)
         line = failure_line(text)
         if line is not None:

@@ -67,6 +67,7 @@ class ForkedProcess:
         self.pid, self.args, self.stdout = pid, list(args), stdout
         self.returncode: int | None = None
         self.ended_at: float | None = None
+        self.with_zygote = False  # it ended because the zygote did (the parent-death signal), not itself
         self._status = status
         self._lock = threading.Lock()
 
@@ -78,6 +79,7 @@ class ForkedProcess:
                     self.returncode, self.ended_at = int(said[0]), float(said[1])
                 except (IndexError, ValueError):
                     self.returncode = -signal.SIGKILL  # the zygote died: so did its children
+                    self.with_zygote = True
         return self.returncode
 
     def wait(self, timeout: float | None = None) -> int:

@@ -131,6 +131,23 @@ def test_the_children_die_with_the_zygote(tmp_path: Path) -> None:
     assert not Path(f"/proc/{child.pid}").exists()
     with pytest.raises(ZygoteGone):
         fork(z, tmp_path / "child.log", "exit", "0")
+    # the launcher names the zygote's end, not the child's, which it took along (`shard-0 was killed by
+    # SIGKILL` alone blamed a server that did nothing)
+    said = processes.Child(plan.ProcessPlan("shard-0", ENTRY), child, tmp_path / "child.log").why()
+    assert said.startswith("shard-0 was killed by SIGKILL with the zygote it was forked from"), said
+    assert str(tmp_path / "zygote.log") in said and "\n" not in said
+
+
+@pytest.mark.timeout(120)
+def test_a_child_that_is_killed_itself_is_not_said_to_end_with_the_zygote(
+    zygote: Zygote, tmp_path: Path
+) -> None:
+    child = fork(zygote, tmp_path / "child.log", "sleep", "600", pipe=True)
+    assert child.stdout is not None and child.stdout.readline() == b"up\n"
+    os.kill(child.pid, signal.SIGKILL)
+    assert child.wait(timeout=10) == -signal.SIGKILL and not child.with_zygote
+    said = processes.Child(plan.ProcessPlan("shard-0", ENTRY), child, tmp_path / "child.log").why()
+    assert said.startswith("shard-0 was killed by SIGKILL;") and "zygote" not in said, said
 
 
 @pytest.mark.timeout(120)
