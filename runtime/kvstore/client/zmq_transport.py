@@ -249,10 +249,10 @@ class ZmqTransport:
                 event = recv_monitor_message(mon)
                 if event["event"] == zmq.EVENT_DISCONNECTED:
                     if self.is_local(s):  # what we mapped is no longer what it serves
-                        raise KVTimeout(
-                            f"shard {s} ({self.addresses[s]}) closed its connection: a restarted server "
-                            "holds new shared memory, and the rows mapped from the old are stale; "
-                            "restart from the last checkpoint"
+                        raise KVTimeout(  # stopped or restarted: nothing here can tell which
+                            f"shard {s} ({self.addresses[s]}) closed its connection (the server stopped, or "
+                            "was restarted): the rows this client maps from its shared memory may no longer "
+                            "be its rows; restart from the last checkpoint"
                         )
                     lost.add(s)
                     continue
@@ -261,8 +261,9 @@ class ZmqTransport:
                         f"shard {s} ({self.addresses[s]}) refused this client's token (authentication failed)"
                     )
                 raise KVAuthError(
-                    f"shard {s} ({self.addresses[s]}): the connection's handshake failed "
-                    f"({_event_name(event['event'])}); is it a graphtrain shard server of this version?"
+                    f"shard {s} ({self.addresses[s]}): the connection's handshake failed or timed out "
+                    f"({_event_name(event['event'])}): is the server running (not stopped), and a "
+                    "graphtrain shard server of this version?"
                 )
         return lost
 
