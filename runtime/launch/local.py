@@ -72,7 +72,7 @@ from graphtrain.contract.spec import (
     StallPolicy,
 )
 from graphtrain.runtime import cpus
-from graphtrain.runtime.data.cache import atomic_file, write_json
+from graphtrain.runtime.data.cache import atomic_file, reason, write_json
 from graphtrain.runtime.errors import GraphtrainError
 from graphtrain.runtime.launch import inference, partition_step, plan, reuse, status, targets
 from graphtrain.runtime.launch.hosts import HostLayout
@@ -199,6 +199,17 @@ class LocalRun:
             write_json(
                 self.run_dir / "status.json", st.model_dump(by_alias=True, exclude_none=True, mode="json")
             )
+
+    def final_status(self) -> None:
+        """The last status.json. A failed run whose disk is full keeps its own error (this one is said,
+        not raised in its place: it hid the cause); a run that succeeded fails, naming the file."""
+        try:
+            self.write_status()
+        except OSError as exc:
+            where = f"{self.run_dir / 'status.json'}: the final status cannot be written ({reason(exc)})"
+            if self.obs.phase != Phase.failed.value:
+                raise GraphtrainError(where) from None
+            self.say(f"warning: {where}; it keeps an earlier one")
 
     def say(self, text: str) -> None:
         """One line of the launcher's, after the time of day."""
@@ -546,8 +557,10 @@ class LocalRun:
                 self.zygote.close(timeout=1.0)  # start) it reads no socket until done: killed, not awaited
             self._remove_segments(self.token)
             remove_sockets(self.run_dir)
-            self.write_status()
-            self._stop_metrics()
+            try:
+                self.final_status()
+            finally:
+                self._stop_metrics()
 
     @staticmethod
     def _remove_segments(token: str) -> None:

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import subprocess
 from pathlib import Path
 
-from graphtrain.contract.spec import parse
+import pytest
+
+from graphtrain.contract.spec import Phase, parse
+from graphtrain.runtime.errors import GraphtrainError
 from graphtrain.runtime.launch import local, plan, processes, targets
 from tests.contract.spec_cases import GRAPHSAGE
 
@@ -88,3 +92,29 @@ def test_the_launcher_rewrites_its_targets_with_the_callers_ones(tmp_path: Path)
         ("graphtrain-other", "127.0.0.1:9600"),
     ]
     assert {e["labels"]["namespace"] for e in doc} == {"ml"} and doc[-1]["labels"]["k"] == "v"
+
+
+def test_a_final_status_that_cannot_be_written_never_hides_the_runs_error(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """A full disk under the run directory (review hB): the failing write of the last status.json in
+    the launcher's clean-up replaced the run's own error. A failed run now says it and keeps its error;
+    a run that succeeded fails naming the file."""
+    run = local.LocalRun(parse(GRAPHSAGE), tmp_path / "spec.yaml", tmp_path / "run", echo=True)
+    run.run_dir.mkdir()
+    said: list[str] = []
+    monkeypatch.setattr(run, "say", said.append)
+
+    def full(*_: object, **__: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(local, "write_json", full)
+    run.obs.phase = Phase.failed.value
+    run.final_status()
+    assert said == [
+        f"warning: {run.run_dir / 'status.json'}: the final status cannot be written (No space left on "
+        "device); it keeps an earlier one"
+    ]
+    run.obs.phase = Phase.succeeded.value
+    with pytest.raises(GraphtrainError, match=r"status.json: the final status cannot be written \(No space"):
+        run.final_status()
