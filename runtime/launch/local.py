@@ -80,6 +80,7 @@ from graphtrain.runtime.launch.processes import (
     Child,
     RunFailed,
     Terminated,
+    answers_livez,
     child_env,
     die_with_this_process,
     ended,
@@ -324,8 +325,14 @@ class LocalRun:
         plans = [h.on_host(p, h.trainer_host(r)) for r, p in enumerate(plans)] if h else plans
         self.trainers = [self._spawn(p) for p in plans]
 
-    def _restart_dead_servers(self) -> None:
+    def _restart_lost_servers(self) -> None:
+        """Restart the servers that ended, and those here whose /livez does not answer: a stopped or hung
+        server left running met the restarted trainers again, until every retry was spent."""
         for i, c in enumerate(self.servers):
+            port, here = c.metrics_port, self.hosts is None  # a simulated host's loopback is its own
+            if c.proc.poll() is None and here and port is not None and not answers_livez(port):
+                self.say(f"{c.plan.name} does not answer /livez: stopped, to be restarted")
+                stop([c], grace=0.0)
             if c.proc.poll() is not None:
                 fresh = self._spawn(c.plan, announces=True)
                 fresh.restarts = c.restarts + 1
@@ -400,7 +407,7 @@ class LocalRun:
                             with contextlib.suppress(ProcessLookupError):
                                 os.killpg(t.proc.pid, signal.SIGKILL)
                             t.proc.wait(timeout=10)
-                    self._restart_dead_servers()
+                    self._restart_lost_servers()
                     self.start_trainers(partition)
                     self.obs.phase = Phase.training.value
                     last_change = time.monotonic()

@@ -21,6 +21,7 @@ import signal
 import socket
 import subprocess
 import time
+import urllib.request
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -333,3 +334,13 @@ def stop(children: Sequence[Child], grace: float = 10.0) -> None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(c.proc.pid, signal.SIGKILL)
             c.proc.wait(timeout=10)
+
+
+def answers_livez(port: int, timeout: float = 5.0, host: str = "127.0.0.1") -> bool:
+    """Whether a process's /livez answers 200 within `timeout`. A stopped (SIGSTOP) or hung process's
+    kernel still accepts the connection; nobody answers it."""
+    try:
+        with urllib.request.urlopen(f"http://{host}:{port}/livez", timeout=timeout) as answer:  # noqa: S310
+            return bool(answer.status == 200)
+    except (OSError, ValueError):  # refused, timed out, 503 (HTTPError is an OSError)
+        return False
