@@ -222,12 +222,11 @@ class LocalRun:
     # ------------------------------------------------------------------------------- partition
 
     def partition(self) -> Path:
-        """Partition the spec's graph into <run_dir>/partition (launch/partition_step.py: the pipeline the
-        partition Job runs too), or reuse the partition there when the graph and partition settings and
-        the input files' contents are unchanged (launch/reuse.py). Relative input paths are the spec's
-        directory's. What the data says that the run should know (isolated nodes dropped, a directed
-        graph without reverseEdges) is said; what the spec needs that the data lacks stops the run here,
-        naming the field, before any server starts."""
+        """Partition the spec's graph into <run_dir>/partition (launch/partition_step.py, as the partition
+        Job), or reuse the partition there when the graph and partition settings and the input files'
+        contents are unchanged, before and after they were read (launch/reuse.py). Relative input paths
+        are the spec's directory's. What the data says that the run should know is said; what the spec
+        needs that the data lacks stops the run here, naming the field, before any server starts."""
         from graphtrain.runtime.data import datasets, inputs
 
         if inference.inferring(self.gt):  # the checkpoint's own: its rows are in that node order
@@ -252,7 +251,12 @@ class LocalRun:
                 warn=lambda message: self.say(f"[run] warning: {message}"),
                 loading=lambda: umask(self.user_umask),
             )
-            reuse.partitioned_for(self.run_dir, key)
+            if reuse.partition_key(self.gt.spec, work.source, inputs.fingerprint(work.source, cached)) == key:
+                reuse.partitioned_for(self.run_dir, key)  # else an input changed while it was being read
+            else:
+                self.say(
+                    "[run] warning: an input changed while it was partitioned; the next run partitions again"
+                )
         self.obs.partition = cfg.data
         return cfg.path
 

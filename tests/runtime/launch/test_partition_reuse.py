@@ -132,6 +132,42 @@ def test_a_rewritten_input_is_partitioned_again(tmp_path: Path) -> None:
     assert said[-1].startswith("[run] partitioning")
 
 
+def test_an_input_rewritten_while_it_is_partitioned_is_not_reused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Review hA: the inputs were hashed before they were read, so a file rewritten in between was recorded
+    under the old hash, and the next run reused a partition of other bytes. Now they are hashed again
+    after the partition step: when they differ, the partition is used once and not recorded."""
+    from graphtrain.runtime.launch import partition_step
+
+    n = 200
+    data, spec_file, gt = npz_project(tmp_path, n)
+    said: list[str] = []
+    real = partition_step.partition
+
+    def rewritten_meanwhile(*args: object, **kwargs: object) -> object:
+        out = real(*args, **kwargs)  # type: ignore[arg-type]
+        write_npz(data, np.random.default_rng(2).permutation(np.arange(n) % 3))  # a writer, meanwhile
+        return out
+
+    def run_partition() -> None:
+        run = LocalRun(gt, spec_file, tmp_path / "run", echo=False)
+        run.say = said.append  # type: ignore[method-assign]
+        (tmp_path / "run").mkdir(exist_ok=True)
+        run.partition()
+
+    monkeypatch.setattr(partition_step, "partition", rewritten_meanwhile)
+    run_partition()
+    assert (
+        said[-1] == "[run] warning: an input changed while it was partitioned; the next run partitions again"
+    )
+    monkeypatch.setattr(partition_step, "partition", real)
+    run_partition()
+    assert said[-1].startswith("[run] partitioning"), said  # not "reusing": the record was not made
+    run_partition()
+    assert said[-1].startswith("[run] reusing the partition"), said
+
+
 def test_a_one_direction_edge_list_for_graphsage_is_named(tmp_path: Path) -> None:
     """Issue 20 item 4: a directed input without reverseEdges trained to 0.654 instead of 0.845, silently."""
     n = 200
