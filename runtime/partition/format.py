@@ -63,7 +63,7 @@ from graphtrain.runtime.data.cache import (
 from graphtrain.runtime.data.graph import MASKS, Graph
 from graphtrain.runtime.errors import DataError
 from graphtrain.runtime.partition.edge_targets import edge_targets_meta, write_edge_targets
-from graphtrain.runtime.partition.npyfiles import check_shapes, load_files, load_npy
+from graphtrain.runtime.partition.npyfiles import check_ids, check_shapes, load_files, load_npy
 from graphtrain.runtime.partition.pipeline import PartitionResult
 from graphtrain.runtime.partition.relabel import local_in_csr
 
@@ -409,7 +409,8 @@ def load_part(cfg: PartitionConfig, part: int, verify: bool = True, mmap: bool =
     """Load partition `part` (arrays memory-mapped by default), checking its files' sha256 first.
 
     Raises:
-        DataError: `part` out of range, or a file missing or changed (ChecksumError).
+        DataError: `part` out of range, a file missing or changed (ChecksumError), or (verify) arrays
+            whose shapes or node ids disagree with the config.
     """
     if not 0 <= part < cfg.num_parts:
         raise DataError(f"partition {part} does not exist ({cfg.path} has {cfg.num_parts})")
@@ -436,6 +437,8 @@ def load_part(cfg: PartitionConfig, part: int, verify: bool = True, mmap: bool =
     )
     nodes, edges = int(nb[part + 1] - nb[part]), int(eb[part + 1] - eb[part])
     check_shapes(pdir, nodes, edges, csr, ndata, edata)
+    if verify:
+        check_ids(pdir, int(cfg.data["num_nodes"]), csr[0], csr[1])
     return PartData(
         part=part,
         node_range=(int(nb[part]), int(nb[part + 1])),

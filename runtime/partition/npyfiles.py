@@ -84,3 +84,21 @@ def check_shapes(
         raise DataError(
             f"{pdir / 'indptr.npy'}: runs from {int(indptr[0])} to {int(indptr[-1])}, not 0 to {edges:,}"
         )
+
+
+def check_ids(pdir: Path, num_nodes: int, indptr: np.ndarray, indices: np.ndarray) -> None:
+    """The in-CSR's values (one pass over the edges, beside the sha256 pass that reads them anyway): node
+    ids within [0, num_nodes) and offsets that never go back. A writer who also rewrote the config's
+    sha256 could otherwise hand a shard server's sampler ids it never checks.
+
+    Raises:
+        DataError: naming the file and the first value at fault.
+    """
+    if len(indices) and (int(indices.min()) < 0 or int(indices.max()) >= num_nodes):
+        at = int(np.argmax((indices < 0) | (indices >= num_nodes)))
+        raise DataError(
+            f"{pdir / 'indices.npy'}: node id {int(indices[at])} (edge {at}) is not in [0, {num_nodes:,})"
+        )
+    back = np.flatnonzero(np.diff(indptr) < 0)
+    if back.size:
+        raise DataError(f"{pdir / 'indptr.npy'}: goes back at row {int(back[0]) + 1}")

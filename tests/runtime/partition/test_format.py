@@ -288,3 +288,27 @@ def test_files_that_disagree_with_the_bounds_are_one_line(tmp_path: Path, plante
     with pytest.raises(DataError, match=r"o/part-0/ndata/label: holds \d+ rows"):
         partition.load_part(cfg, 0)
     partition.load_part(cfg, 1)  # the other partition still loads
+
+
+def test_node_ids_outside_the_graph_are_refused_on_load(tmp_path: Path, planted: Graph) -> None:
+    """Review hA: with its sha256 rewritten too, an in-CSR naming node ids past the graph (or offsets
+    going back) passed load_part and reached a shard server's sampler unchecked."""
+    path = partition.write(planted, partition.partition_graph(planted, 2), tmp_path / "o")
+    cfg = partition.load_config(path)
+    indices = np.load(tmp_path / "o" / "part-0" / "indices.npy")
+    bad = indices.copy()
+    bad[3] = planted.num_nodes
+    cfg = tamper(cfg, "part-0/indices.npy", bad)
+    with pytest.raises(
+        DataError, match=rf"o/part-0/indices.npy: node id {planted.num_nodes} \(edge 3\) is not in"
+    ):
+        partition.load_part(cfg, 0)
+    cfg = tamper(cfg, "part-0/indices.npy", indices)
+    indptr = np.load(tmp_path / "o" / "part-0" / "indptr.npy")
+    swapped = indptr.copy()
+    first = int(np.argmax(indptr[1:-1] < indptr[2:])) + 1  # a row with edges: moving it past the next
+    swapped[first] = indptr[first + 1] + 1
+    cfg = tamper(cfg, "part-0/indptr.npy", swapped)
+    with pytest.raises(DataError, match="o/part-0/indptr.npy: goes back at row"):
+        partition.load_part(cfg, 0)
+    partition.load_part(cfg, 1)  # the other partition still loads
