@@ -11,6 +11,7 @@ import numpy as np
 import psutil
 import scipy.sparse as sp
 
+from graphtrain.runtime import memlimits
 from graphtrain.runtime.data.graph import Graph, human
 from graphtrain.runtime.errors import DataError
 
@@ -30,7 +31,8 @@ def random_projection(feat: np.ndarray | sp.csr_matrix, dim: int, seed: int = 0)
     """
     if dim < 1:
         raise ValueError(f"projection dimension must be >= 1, got {dim}")
-    need, available = projection_bytes(*feat.shape, dim), int(psutil.virtual_memory().available)
+    need = projection_bytes(*feat.shape, dim)
+    available = min(int(psutil.virtual_memory().available), memlimits.ceiling().bytes)  # a pod's limit too
     if need > available:
         raise DataError(
             f"model.featureProjection: projecting {feat.shape[1]:,} feature columns to {dim} needs "
