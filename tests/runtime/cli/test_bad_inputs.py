@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from graphtrain.cli import app
+from graphtrain.cli.app import app
 
 runner = CliRunner()
 EXAMPLE = Path(__file__).parents[3] / "examples" / "nations-transe.yaml"

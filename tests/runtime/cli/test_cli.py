@@ -14,7 +14,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from graphtrain.cli import app
+from graphtrain.cli.app import app
 from graphtrain.contract.crd import crd_yaml
 from graphtrain.runtime import partition
 from tests.contract.spec_cases import FIELD_BREAKS, LIFECYCLE_FIELDS
@@ -122,7 +122,7 @@ def test_the_bare_command_prints_its_help() -> None:
     ],
 )
 def test_a_missing_dependency_names_the_extra_of_the_command(module: str, command: str, extra: str) -> None:
-    from graphtrain.cli import missing_extra
+    from graphtrain.cli.app import missing_extra
 
     said = missing_extra(ModuleNotFoundError(name=module), command)
     assert (
@@ -377,3 +377,23 @@ def test_validate_names_a_missing_spec_once() -> None:
     result = runner.invoke(app, ["validate", "/nonexistent/spec.yaml"])
     assert result.exit_code == 1
     assert result.output.count("/nonexistent/spec.yaml") == 1
+
+
+def test_a_ctrl_c_while_the_command_imports_is_one_line() -> None:
+    """Ctrl-C in the first half second (typer, pydantic and the roles' commands importing) was a
+    KeyboardInterrupt traceback: the console script's entry point now catches it. The interrupt is
+    raised deterministically, by a finder that meets the command's module."""
+    code = (
+        "import sys\n"
+        "class Interrupt:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name == 'graphtrain.cli.app':\n"
+        "            raise KeyboardInterrupt\n"
+        "sys.meta_path.insert(0, Interrupt())\n"
+        "sys.argv = ['graphtrain', 'run', 'spec.yaml']\n"
+        "from graphtrain.cli import main\n"
+        "main()\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 1 and out.stdout == "", out.stderr
+    assert out.stderr.strip() == "Aborted!", out.stderr

@@ -146,7 +146,7 @@ def test_offline_never_downloads_and_says_how_to_pre_seed(
     loads as before."""
     from typer.testing import CliRunner
 
-    from graphtrain.cli import app
+    from graphtrain.cli.app import app
 
     def no_download(pkg: fetch.Package, downloads: Path) -> Path:
         raise AssertionError(f"downloaded {pkg.name} while offline")

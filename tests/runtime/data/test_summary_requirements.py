@@ -11,7 +11,7 @@ import pytest
 import scipy.sparse as sp
 from typer.testing import CliRunner
 
-from graphtrain.cli import app
+from graphtrain.cli.app import app
 from graphtrain.contract.spec import load_yaml
 from graphtrain.runtime.data.graph import Graph, KnowledgeGraph
 from graphtrain.runtime.data.requirements import notes, problems

@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
-from graphtrain.cli import app
+from graphtrain.cli.app import app
 from graphtrain.runtime import checkpoint as ckpt
 from graphtrain.runtime import kvstore, outputs, partition
 from graphtrain.runtime.data.graph import Graph, KnowledgeGraph

@@ -11,7 +11,7 @@ import pyarrow.csv as pcsv
 import pytest
 from typer.testing import CliRunner
 
-from graphtrain.cli import app
+from graphtrain.cli.app import app
 from graphtrain.runtime import checkpoint as ckpt
 from graphtrain.runtime import partition
 from tests.conftest import planted_graph
