@@ -91,14 +91,22 @@ def serve(p: ShardServerParams) -> None:
             raise GraphtrainError(
                 f"metrics endpoint {p.metrics_host}:{p.metrics_port}: {exc.strerror or exc}"
             ) from None
+    received: list[int] = []  # the stop signal, logged after the loop (not in the handler: logging locks)
+
+    def on_signal(signum: int, _frame: object) -> None:
+        received.append(signum)
+        server.request_stop()
+
     for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: server.request_stop())
+        signal.signal(sig, on_signal)
     faulthandler.enable()  # a crash prints where it happened
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1`: every thread's stack to stderr
     announce(address, port)
     try:
         while not server.wait(0.5):
             pass
+        if received:  # said, so a stop by an admin or the kubelet is told apart from a crash or a request
+            log.info("stopping: %s received", signal.Signals(received[0]).name)
     finally:
         server.stop()
 

@@ -4,6 +4,7 @@ long requests but finish them), restarts a worker thread that ended, and serves 
 
 from __future__ import annotations
 
+import signal
 import threading
 import time
 import urllib.error
@@ -221,3 +222,13 @@ def test_an_error_that_is_not_sticky_leaves_the_server_live(server: ShardServer)
     server.note_error(RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB"))
     server.note_error(ValueError("an illegal memory access, says a client"))
     assert server.liveness() == (True, "ok")
+
+
+@pytest.mark.timeout(60)
+def test_a_server_stopped_by_a_signal_says_so_in_its_log(ckroot: Path) -> None:
+    """A SIGTERM (the kubelet's, an admin's) ends a server with code 0, as a shutdown request does; its
+    log says which it was, so a run whose trainers then lose it is told apart from a crash."""
+    with servers(1, ckroot) as srv:
+        srv[0].proc.send_signal(signal.SIGTERM)
+        assert srv[0].proc.wait(timeout=30) == 0
+        assert "stopping: SIGTERM received" in srv[0].log_text()
