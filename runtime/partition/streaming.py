@@ -24,6 +24,7 @@ original id), and the partition's config carries the types; the same parts give 
 
 from __future__ import annotations
 
+import os
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
@@ -192,8 +193,13 @@ def partition_stream(
     )
     t = time.perf_counter()
     out = Path(out)
-    scratch_dir = tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{out.name}.scratch-")
-    with scratch_dir as scratch, atomic_dir(out, overwrite=overwrite) as tmp:
+    name = Path(os.path.abspath(out)).name
+    # the scratch directory inside atomic_dir's block, once it has made out's parents: a missing parent
+    # is made as the METIS path makes it, an unwritable one is the same one line (DataError)
+    with (
+        atomic_dir(out, overwrite=overwrite) as tmp,
+        tempfile.TemporaryDirectory(dir=tmp.parent, prefix=f".{name}.scratch-") as scratch,
+    ):
         kinds = ["src", "dst", "eid", "out", "pair"] + (["etype"] if edges.has_etype else [])
         buckets = _Buckets(Path(scratch), k, kinds + (["efeat"] if edges.efeat is not None else []))
         try:

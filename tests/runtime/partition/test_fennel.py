@@ -263,3 +263,18 @@ def assert_same_partition(streamed: Path, in_memory: Path) -> dict[str, float]:
         d.pop("created"), d.pop("files")
     assert a == b
     return balance
+
+
+def test_the_output_parents_are_made_and_an_unwritable_one_is_one_line(tmp_path: Path) -> None:
+    """As the METIS path: --out under directories not there yet is written (they are made), and an
+    output whose parent cannot be made is a DataError naming it, nothing left behind (the scratch
+    directory is made inside the output's atomic block, not before it)."""
+    g = planted_graph(n=300, seed=2)
+    edges = save_edges(g, tmp_path / "edges")
+    args = {"balance": ["nodes"], "max_imbalance": 0.05, "seed": 0, "chunk": 500}
+    config, _ = streaming.partition_stream(node_only(g), edges, 2, tmp_path / "a" / "b" / "out", **args)
+    assert partition.load_config(config).num_parts == 2
+    assert sorted(p.name for p in (tmp_path / "a" / "b").iterdir()) == ["out"]
+    (tmp_path / "file").write_text("in the way")
+    with pytest.raises(DataError, match=r"/file: exists and is not a directory"):
+        streaming.partition_stream(node_only(g), edges, 2, tmp_path / "file" / "out", **args)
