@@ -84,23 +84,20 @@ def assign(
 
 
 class _Buckets:
-    """Append-only scratch files, one per (part, kind), raw int64."""
+    """Append-only scratch files, one per (part, kind), raw int64. A file is open only while a chunk's
+    values are appended to it: held open together, parts x kinds files passed the common 1024 open
+    files per process from 147 parts on (parts go to 4096)."""
 
     def __init__(self, root: Path, num_parts: int, kinds: Sequence[str]) -> None:
         self.root = root
-        self.files: dict[tuple[int, str], BinaryIO] = {
-            (p, k): open(root / f"{p}.{k}", "wb")  # noqa: SIM115 - closed by close(), in a finally
-            for p in range(num_parts)
-            for k in kinds
-        }
+        for p in range(num_parts):
+            for k in kinds:
+                (root / f"{p}.{k}").touch()
 
     def add(self, p: int, kind: str, values: np.ndarray, dtype: type = np.int64) -> None:
         if len(values):
-            self.files[(p, kind)].write(np.ascontiguousarray(values, dtype=dtype).tobytes())
-
-    def close(self) -> None:
-        for f in self.files.values():
-            f.close()
+            with open(self.root / f"{p}.{kind}", "ab") as f:
+                f.write(np.ascontiguousarray(values, dtype=dtype).tobytes())
 
     def read(self, p: int, kind: str, dtype: type = np.int64) -> np.ndarray:
         return np.fromfile(self.root / f"{p}.{kind}", dtype=dtype)
@@ -202,10 +199,7 @@ def partition_stream(
     ):
         kinds = ["src", "dst", "eid", "out", "pair"] + (["etype"] if edges.has_etype else [])
         buckets = _Buckets(Path(scratch), k, kinds + (["efeat"] if edges.efeat is not None else []))
-        try:
-            remote = bucket(edges, parts, k, inverse, counts.out_degree, buckets, chunk)
-        finally:
-            buckets.close()
+        remote = bucket(edges, parts, k, inverse, counts.out_degree, buckets, chunk)
         seconds["bucket"] = time.perf_counter() - t
         t = time.perf_counter()
         format.write_node_files(tmp, graph, node_map, inverse)

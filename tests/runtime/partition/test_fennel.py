@@ -278,3 +278,22 @@ def test_the_output_parents_are_made_and_an_unwritable_one_is_one_line(tmp_path:
     (tmp_path / "file").write_text("in the way")
     with pytest.raises(DataError, match=r"/file: exists and is not a directory"):
         streaming.partition_stream(node_only(g), edges, 2, tmp_path / "file" / "out", **args)
+
+
+def test_many_parts_fit_a_small_open_files_limit(tmp_path: Path) -> None:
+    """The bucket pass holds no file per (part, kind) open across the pass: 40 parts (240 bucket files)
+    partition under a limit of 48 more open files than the process holds."""
+    import os
+    import resource
+
+    g = planted_graph(n=400, seed=2)
+    edges = save_edges(g, tmp_path / "edges")
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (len(os.listdir("/proc/self/fd")) + 48, hard))
+    try:
+        config, _ = streaming.partition_stream(
+            node_only(g), edges, 40, tmp_path / "out", balance=["nodes"], max_imbalance=0.05, seed=0
+        )
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert_same_graph(partition.reassemble(partition.load_config(config)), g)
