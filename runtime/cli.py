@@ -245,10 +245,25 @@ def partition(p: PartitionParams) -> None:
     Settings come from --spec (its graph and partition sections) and are overridden by options. Relative
     file paths in the spec are read from the spec's directory (or --base-dir).
     """
+    import signal
+
+    from graphtrain.runtime.launch.processes import STOP_SIGNALS, Terminated, stop_on_signals
     from graphtrain.runtime.report import partition_table
     from graphtrain.runtime.roles.partition import partition as partition_role
 
-    config = partition_role(p, warn)
+    # SIGTERM (the partition Job's pod stopped, a plain `kill`) unwinds as Ctrl-C does, so the output's
+    # temporary directory and the streaming partitioner's scratch files (the size of the edge list)
+    # are removed; Python's default ended the process where it stood and left them beside --out
+    before = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
+    stop_on_signals()
+    try:
+        config = partition_role(p, warn)
+    except Terminated as exc:
+        err.print(f"{exc}: nothing written to {p.out_dir}", highlight=False, markup=False)
+        raise typer.Exit(143) from None
+    finally:
+        for sig, handler in before.items():  # the caller's own (a test's CliRunner: pytest's)
+            signal.signal(sig, handler)
     if p.as_json:
         sys.stdout.write(json.dumps({k: v for k, v in config.data.items() if k != "files"}, indent=2) + "\n")
     else:

@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -154,3 +155,51 @@ def test_wordnet_partitioned_by_fennel_trains(tmp_path: Path) -> None:
     result = json.loads((run_dir / "result.json").read_text())
     # 45 classes, the largest 12.3 % of the nodes: one epoch already learns well past it (0.36 measured)
     assert result["test_accuracy"] > 0.25, result
+
+
+# `graphtrain partition` whose streaming bucket pass marks that it began and then waits to be stopped
+_STOPPED_IN_BUCKETS = """
+import sys, time
+from pathlib import Path
+from graphtrain.runtime.partition import streaming
+
+MARK = Path(sys.argv.pop(1))
+
+def bucket(*args, **kwargs):
+    MARK.write_text("")
+    time.sleep(60)
+
+streaming.bucket = bucket
+from graphtrain.cli import main
+main()
+"""
+
+
+@pytest.mark.timeout(120)
+def test_sigterm_mid_partition_leaves_no_scratch_or_temporary_files(tmp_path: Path, stored: Path) -> None:
+    """SIGTERM during the bucket pass (the Job's pod stopped): exit 143 in one line, and neither the
+    scratch files nor the output's temporary directory stay beside --out."""
+    split = {"train": 0.6, "val": 0.2, "test": 0.2, "seed": 0}
+    path = spec(tmp_path, {"dataset": "metis-4elt", "split": split}, {"algorithm": "fennel"})
+    parent, mark = tmp_path / "parts", tmp_path / "in-buckets"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _STOPPED_IN_BUCKETS, str(mark), "partition", "--spec", str(path)]
+        + ["--out", str(parent / "out"), "--data-dir", str(stored)],
+        stderr=subprocess.PIPE,
+        text=True,
+        env=ENV,
+    )
+    try:
+        for _ in range(600):
+            if mark.exists() or proc.poll() is not None:
+                break
+            time.sleep(0.1)
+        assert mark.exists(), proc.stderr.read() if proc.stderr else "the bucket pass began"
+        assert [p.name.split("-")[0] for p in sorted(parent.iterdir())] == [".out.scratch", ".out.tmp"]
+        proc.terminate()
+        _, stderr = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 143, stderr
+    assert stderr.strip().splitlines() == [f"terminated (SIGTERM): nothing written to {parent / 'out'}"]
+    assert list(parent.iterdir()) == []
