@@ -12,6 +12,7 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import secrets
 import shutil
 import tempfile
@@ -104,8 +105,18 @@ def first_unlisted(root: Path, listed: set[str]) -> str | None:
 
 
 def reason(exc: OSError) -> str:
-    """What went wrong, as the operating system says it ("No space left on device")."""
-    return exc.strerror or str(exc)
+    """What went wrong, as the operating system says it ("No space left on device"). numpy's writes
+    (np.save, ndarray.tofile) drop the system's word: a short write is only "N requested and M written",
+    which a full disk (or quota) is, nearly always, and is now said."""
+    if exc.strerror:
+        return exc.strerror
+    text = str(exc)
+    if exc.errno is None and _SHORT_WRITE.fullmatch(text):
+        return f"a short write ({text}): no space left on the device?"
+    return text
+
+
+_SHORT_WRITE = re.compile(r"\d+ requested and \d+ written")
 
 
 def read_text(path: Path) -> str:

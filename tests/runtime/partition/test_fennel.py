@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -297,3 +298,25 @@ def test_many_parts_fit_a_small_open_files_limit(tmp_path: Path) -> None:
     finally:
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
     assert_same_graph(partition.reassemble(partition.load_config(config)), g)
+
+
+def test_a_full_disk_is_named_though_numpy_drops_the_systems_word(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """numpy's short write on a full disk says only 'N requested and M written' (no errno): the one line
+    says what that nearly always is, and nothing is left beside the output."""
+    g = planted_graph(n=300, seed=2)
+    edges = save_edges(g, tmp_path / "edges")
+
+    def save_to_a_full_disk(path: object, array: np.ndarray, *args: object, **kwargs: object) -> None:
+        with open("/dev/full", "wb") as f:  # numpy's own write, on a device that is always full
+            np.asarray(array).tofile(f)
+
+    monkeypatch.setattr(np, "save", save_to_a_full_disk)
+    with pytest.raises(DataError) as caught:
+        streaming.partition_stream(
+            node_only(g), edges, 2, tmp_path / "out", balance=["nodes"], max_imbalance=0.05, seed=0
+        )
+    short = r"a short write \(\d+ requested and 0 written\): no space left on the device\?"
+    assert re.fullmatch(rf".*/out: cannot write \({short}\)", str(caught.value))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["edges"]
