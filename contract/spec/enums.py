@@ -35,7 +35,9 @@ class FileFormat(StrEnum):
 class PartitionAlgorithm(StrEnum):
     metis = "metis"  # multi-constraint METIS k-way (pymetis), minimises edge cut
     random = "random"  # seeded random balanced assignment; the baseline for edge cut
-    fennel = "fennel"  # streaming (Fennel, then refined) over the edge files: memory O(nodes), balances nodes
+    fennel = (
+        "fennel"  # streaming (Fennel, refined) over the edge files: memory O(nodes x parts), balances nodes
+    )
     auto = "auto"  # metis when its memory estimate fits the partition step's limit, else fennel
 
 

@@ -1,6 +1,7 @@
 """The partition step's streaming branch (partition.algorithm fennel, or auto when METIS would not fit):
 the graph's node data is loaded, its edges stay in their files and are read in chunks
-(runtime/partition/streaming.py), so the step's memory is O(nodes).
+(runtime/partition/streaming.py), so the step's memory is O(nodes x parts) (the refinement's counters:
+memory.streaming_need).
 
 What can stream: a bundled graph dataset (its edges are stored as .npy files), typed too (graph.typed:
 the node types come from its node data, each edge's canonical type from its stored relation and its

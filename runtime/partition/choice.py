@@ -1,8 +1,8 @@
 """`partition.algorithm: auto`: METIS when its memory estimate fits the partition step's budget, Fennel
-(streaming, memory O(nodes)) when it does not. The decision and the budget are pure functions of
-numbers; runtime/memlimits.py reads the two limits the process itself is under.
+(streaming, memory O(nodes x parts): memory.streaming_need) when it does not. The decision and the budget
+are pure functions of numbers; runtime/memlimits.py reads the two limits the process itself is under.
 
-The budget, first found first (docs/partitioning.md says the same):
+The budget, first found first (partition.algorithm's description, contract/spec/placement.py, says so):
 1. partition.memoryLimit (the spec, or `graphtrain partition --memory-limit`);
 2. partition.resources.limits.memory: the partition Job's container limit as the spec states it;
 3. the cgroup memory limit of this process (memory.max): in a pod, the container's limit, including one

@@ -72,7 +72,7 @@ def metis_need(num_nodes: int, num_edges: int, feat_bytes: int = 0) -> int:
 
 
 def streaming_need(num_nodes: int, num_edges: int, num_parts: int, chunk: int, feat_bytes: int = 0) -> int:
-    """Estimated peak bytes of the streaming path: O(nodes) state, one chunk, one part's edges."""
+    """Estimated peak bytes of the streaming path: O(nodes x parts) state, one chunk, one part's edges."""
     part_edges = 2 * num_edges // max(num_parts, 1)
     return (
         (_STREAM_PER_NODE + _STREAM_REFINE_PER_NODE + _STREAM_PER_NODE_PART * max(num_parts, 1)) * num_nodes

@@ -1,5 +1,5 @@
 """Partition a graph whose edges stay on disk: Fennel over the edge files, then the partition written in
-the same format, with the same statistics, as the METIS path (format.py, stats.py), memory O(nodes).
+the same format, with the same statistics, as the METIS path (format.py, stats.py), memory O(nodes x parts).
 
 Passes over the edge files, each in bounded chunks (edgefiles.CHUNK_EDGES):
 1. assign: degrees and degree-1 leaves counted (one read), then Fennel places every other node (a
@@ -12,8 +12,10 @@ Passes over the edge files, each in bounded chunks (edgefiles.CHUNK_EDGES):
    non-loop node pair to the part of its lower new id (so duplicates meet in one bucket and the
    undirected cut is counted exactly);
 3. per part, one at a time: its in-CSR sorted as relabel.py sorts it, its halo, its share of the cut.
-Memory at the peak: the node arrays (maps, degrees, parts, node data) plus one part's edges, which is
-what a shard server holding that part needs anyway. Scratch files live beside the output and go with it.
+Memory at the peak: the node arrays (maps, degrees, parts, node data), the refinement's counters (k int32
+a node, twice while a round's moves are chosen: refine.py) and one part's edges (what a shard server
+holding that part needs anyway); memory.streaming_need counts them. Scratch files live beside the output
+and go with it.
 
 A typed graph (graph.typed; its edge files yield canonical edge types, edgefiles.EdgeTyping) streams as
 the in-memory path partitions it (pipeline.py, relabel.py, format.py): after the assignment every node
