@@ -238,7 +238,7 @@ class LocalRun:
                 cached = datasets.fetch(str(work.source.dataset), self.data_dir)
         key = reuse.partition_key(self.gt.spec, work.source, inputs.fingerprint(work.source, cached))
         out = self.run_dir / "partition"
-        cfg = reuse.reusable_partition(self.run_dir, key, self.resume)
+        cfg = reuse.reusable_partition(self.run_dir, key, self.resume, self.say)
         if cfg is not None:
             self.say(f"[run] reusing the partition in {out} (same settings, same input files)")
         else:

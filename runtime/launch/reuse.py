@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
+import shutil
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -64,14 +66,34 @@ def partition_changes(before: str, after: str) -> list[str]:
     return out or ["the partition settings"]
 
 
-def reusable_partition(run_dir: Path, key: str, resume: bool) -> partitioning.PartitionConfig | None:
+LEFTOVER = re.compile(r"\.partition\.(tmp|scratch|old)-.+")
+"""What a launch killed while it partitioned (SIGKILL, the OOM killer, a power cut) leaves in the run
+directory: the output's temporary and replaced directories (data/cache.py atomic_dir) and the streaming
+partitioner's scratch files, as big as the edge list."""
+
+
+def clear_leftovers(run_dir: Path) -> list[str]:
+    """Remove what earlier launches killed while they partitioned left in `run_dir` (LEFTOVER): this
+    launch holds the run's lock, so no other writes them, and no later launch would. Returns their names."""
+    gone = sorted(p.name for p in run_dir.glob(".partition.*") if LEFTOVER.fullmatch(p.name) and p.is_dir())
+    for name in gone:
+        shutil.rmtree(run_dir / name, ignore_errors=True)
+    return gone
+
+
+def reusable_partition(
+    run_dir: Path, key: str, resume: bool, say: Callable[[str], None] = lambda _: None
+) -> partitioning.PartitionConfig | None:
     """The partition in <run_dir>/partition when it was made for `key` (and still loads); None when it
-    must be made (again): then the settings file is gone until partitioned_for() writes it anew.
+    must be made (again): then the settings file is gone until partitioned_for() writes it anew. What
+    killed launches left while they partitioned goes first (clear_leftovers), each `say`-ed.
 
     Raises:
         GraphtrainError: a --resume over checkpoints whose partition was made for another key (naming
             what changed).
     """
+    for name in clear_leftovers(run_dir):
+        say(f"[run] removed {run_dir / name}: left by a launch stopped while it partitioned")
     settings = run_dir / SETTINGS
     before = settings.read_text() if settings.exists() else None
     if before == key:

@@ -232,3 +232,25 @@ def test_the_launcher_starts_without_torch_and_names_the_latest_marker_as_checkp
     from graphtrain.runtime.launch import reuse
 
     assert reuse.LATEST == checkpoint.LATEST
+
+
+def test_what_a_killed_launch_left_while_partitioning_is_removed(tmp_path: Path) -> None:
+    """A launch killed (SIGKILL, the OOM killer) while it partitioned leaves the output's temporary
+    directory and, streaming, scratch files as big as the edge list beside <run>/partition; no later
+    launch removed them. The next one, holding the run's lock, does and says so; other files stay."""
+    _, spec_file, gt = npz_project(tmp_path, 200)
+    run_dir = tmp_path / "run"
+    left = [".partition.tmp-k2j4", ".partition.scratch-x81q", ".partition.old-4242"]
+    for name in left:
+        (run_dir / name).mkdir(parents=True)
+        (run_dir / name / "0.src").write_bytes(b"\0" * 64)
+    (run_dir / ".partition.tmp-notes").write_text("a file of the user's, not a directory")
+    said: list[str] = []
+    run = LocalRun(gt, spec_file, run_dir, echo=False)
+    run.say = said.append  # type: ignore[method-assign]
+    run.partition()
+    assert sorted(p.name for p in run_dir.glob(".partition*")) == [".partition.tmp-notes"]
+    removed = [
+        f"[run] removed {run_dir / name}: left by a launch stopped while it partitioned" for name in left
+    ]
+    assert sorted(line for line in said if line.startswith("[run] removed")) == sorted(removed)
