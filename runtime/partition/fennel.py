@@ -197,7 +197,9 @@ class Leaves:
         b = np.concatenate([dst[keep], src[keep]])
         np.minimum.at(self.lo, a, b)
         np.maximum.at(self.hi, a, b)
-        self.degree += np.bincount(a, minlength=len(self.degree))
+        # np.add.at, not a bincount of minlength num_nodes: that is O(nodes) a chunk, and the passes
+        # O(nodes x chunks) (at 100M nodes 1.4 s a chunk of 262,144 edges, against 9 ms)
+        np.add.at(self.degree, a, 1)
 
     def anchors(self) -> np.ndarray:
         """Every vertex's anchor: its only neighbour when it has one and that neighbour has more (a
