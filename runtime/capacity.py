@@ -7,7 +7,7 @@ Memory of each role, from the partition's own files and the spec's tables:
 - a trainer: the process (TRAINER_BASE: a trainer's RSS before its first batch, torch and the model),
   its collective shares (rows / world and their state), and a batch's working set (its input nodes'
   features and rows, gradients and activations, measured on sampled batches);
-- the partition step: partition/memory.estimate.
+- the partition step: partition/memory.estimate, or streaming_need for a partition fennel made.
 The shard count that fits a memory per pod is the smallest whose largest shard fits.
 
 The wire: GraphSAGE's data path replayed in this process over in-process shards through a transport
@@ -40,6 +40,7 @@ from graphtrain.contract.spec import (
     quantity_to_bytes,
 )
 from graphtrain.runtime import dtypes
+from graphtrain.runtime.data.edgefiles import CHUNK_EDGES
 from graphtrain.runtime.native.keymap import KeyMap
 from graphtrain.runtime.partition import memory as partition_memory
 from graphtrain.runtime.partition.format import PartitionConfig
@@ -186,8 +187,14 @@ def memory_need(spec: GraphTrainingSpec, cfg: PartitionConfig) -> MemoryNeed:
 
 
 def partition_need(cfg: PartitionConfig, feat_bytes: int) -> RoleNeed:
+    """The partition step's estimate for the algorithm that made `cfg`: fennel's grows with the parts
+    (its refinement's counters), METIS' with the edges."""
     n, e = int(cfg.data["num_nodes"]), int(cfg.data["num_edges"])
-    return RoleNeed("partition", {"partitioning": partition_memory.estimate(n, e, feat_bytes)})
+    if cfg.data.get("algorithm") == "fennel":
+        need = partition_memory.streaming_need(n, e, cfg.num_parts, CHUNK_EDGES, feat_bytes)
+    else:
+        need = partition_memory.estimate(n, e, feat_bytes)
+    return RoleNeed("partition", {"partitioning": need})
 
 
 def shards_that_fit(needs: Sequence[RoleNeed], memory: int) -> int | None:

@@ -294,3 +294,26 @@ def test_a_collective_node_tables_lookups_cross_hosts_all_to_all_in_its_dtype(
         # and the step-time model prices no shard pull or push of its rows
         work, served = wires["float32"][r].work, server[r].work
         assert work is not None and served is not None and work.row_bytes == 0 < served.row_bytes
+
+
+def test_the_partition_steps_need_is_the_algorithms_that_made_it(tmp_path: Path) -> None:
+    """A partition fennel made is planned at fennel's estimate, which grows with the parts (its
+    refinement's counters), not at METIS': at 40 parts of a small graph, more."""
+    from graphtrain.runtime.partition import memory, streaming
+    from tests.conftest import planted_graph
+    from tests.runtime.partition.test_fennel import node_only, save_edges
+
+    g = planted_graph(n=3000, seed=1)
+    path, _ = streaming.partition_stream(
+        node_only(g),
+        save_edges(g, tmp_path / "edges"),
+        40,
+        tmp_path / "p",
+        balance=["nodes"],
+        max_imbalance=0.05,
+        seed=0,
+    )
+    cfg = load_config(path)
+    need = capacity.partition_need(cfg, 0).items["partitioning"]
+    assert need == memory.streaming_need(g.num_nodes, g.num_edges, 40, streaming.CHUNK_EDGES, 0)
+    assert need > memory.estimate(g.num_nodes, g.num_edges)
