@@ -197,7 +197,8 @@ class PartitionSpec(Placement):
         "larger than the partition step's memory: keeps every part's node count within "
         "maxImbalance and reports the other constraints; auto: metis when its memory estimate fits the "
         "limit (memoryLimit, else resources.limits.memory, else the pod's or process's own limit, else the "
-        "memory available), else fennel. Your own files (graph.path, graph.nodes, graph.triples) are loaded "
+        "memory available), else whichever of metis and fennel is estimated to need less. Your own files "
+        "(graph.path, graph.nodes, graph.triples) are loaded "
         "whole, so fennel refuses them and auto runs metis.",
     )
     parts: int = Field(default=1, ge=1, le=4096, description="Number of partitions, one per shard server.")
@@ -226,5 +227,6 @@ class PartitionSpec(Placement):
     memory_limit: MemoryQuantity | None = Field(
         default=None,
         description="Refuse to partition when the estimated memory exceeds this quantity of bytes "
-        "(e.g. 4Gi); with algorithm auto, the limit METIS must fit, else fennel runs. Unset: no limit.",
+        "(e.g. 4Gi); with algorithm auto, the limit METIS must fit, else the smaller estimate runs. "
+        "Unset: no limit.",
     )

@@ -101,6 +101,7 @@ def prepare(
         )
     n, m = graph.num_nodes, edges.num_edges
     feat = memory.feature_bytes(graph)
+    need = memory.streaming_need(n, m, settings.parts, CHUNK_EDGES, feat)
     if algorithm == "auto":
         budget = choice.budget(
             limit,
@@ -110,11 +111,10 @@ def prepare(
             memory.available_bytes(),
             *held(),
         )
-        need = memory.metis_need(n, m, feat)
-        warn(choice.reason(algorithm, need, budget))
-        if choice.choose(algorithm, need, budget) == "metis":
+        metis_need = memory.metis_need(n, m, feat)
+        warn(choice.reason(metis_need, budget, need, settings.parts))
+        if choice.choose(algorithm, metis_need, budget, need) == "metis":
             return None
-    need = memory.streaming_need(n, m, settings.parts, CHUNK_EDGES, feat)
     if limit is not None and need > limit:
         raise MemoryEstimateError(
             f"streaming {graph.name!r} ({n:,} nodes) needs about {memory.human(need)}, above "

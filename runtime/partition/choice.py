@@ -1,6 +1,9 @@
-"""`partition.algorithm: auto`: METIS when its memory estimate fits the partition step's budget, Fennel
-(streaming, memory O(nodes x parts): memory.streaming_need) when it does not. The decision and the budget
-are pure functions of numbers; runtime/memlimits.py reads the two limits the process itself is under.
+"""`partition.algorithm: auto`: METIS when its memory estimate fits the partition step's budget; when it
+does not, whichever of METIS and Fennel (streaming, memory O(nodes x parts): memory.streaming_need) is
+estimated to need less. Fennel saves memory on large graphs in few parts, but at many parts, or on a graph
+smaller than one chunk of edges, it needs more than METIS: streaming then would only run out of memory
+sooner. The decision and the budget are pure functions of numbers; runtime/memlimits.py reads the two
+limits the process itself is under.
 
 The budget, first found first (partition.algorithm's description, contract/spec/placement.py, says so):
 1. partition.memoryLimit (the spec, or `graphtrain partition --memory-limit`);
@@ -62,19 +65,28 @@ def budget(
     return Budget(int(available), "the memory available")
 
 
-def choose(algorithm: str, metis_need: int, limit: Budget) -> str:
-    """The algorithm to run: `auto` becomes metis when its estimate fits the budget, else fennel; any
-    other algorithm stays as it is."""
+def choose(algorithm: str, metis_need: int, limit: Budget, stream_need: int) -> str:
+    """The algorithm to run: `auto` becomes metis when its estimate fits the budget, else the one whose
+    estimate is smaller (fennel on a tie); any other algorithm stays as it is."""
     if algorithm != "auto":
         return algorithm
-    return "metis" if metis_need <= limit.bytes else "fennel"
+    if metis_need <= limit.bytes:
+        return "metis"
+    return "fennel" if stream_need <= metis_need else "metis"
 
 
-def reason(algorithm: str, metis_need: int, limit: Budget) -> str:
+def reason(metis_need: int, limit: Budget, stream_need: int, parts: int) -> str:
     """One line saying what `auto` chose and why (for the log and the partition's notes)."""
-    chosen = choose("auto", metis_need, limit)
-    relation = "fits" if chosen == "metis" else "exceeds"
-    return (
-        f"partition.algorithm auto: {chosen} (METIS needs about {memory.human(metis_need)}, which {relation} "
-        f"{limit.words()})"
-    )
+    chosen = choose("auto", metis_need, limit, stream_need)
+    metis, fennel = memory.human(metis_need), memory.human(stream_need)
+    if chosen == "metis" and metis_need <= limit.bytes:
+        why = f"METIS needs about {metis}, which fits {limit.words()}"
+    elif chosen == "fennel":
+        why = f"METIS needs about {metis}, which exceeds {limit.words()}; fennel about {fennel}"
+        why += f" in {parts} parts"
+    else:
+        why = (
+            f"METIS needs about {metis} and fennel about {fennel} in {parts} parts, both above "
+            f"{limit.words()}: METIS needs less"
+        )
+    return f"partition.algorithm auto: {chosen} ({why})"

@@ -72,13 +72,13 @@ def partition(path: Path, out: Path, data: Path) -> subprocess.CompletedProcess:
     [
         ({"algorithm": "fennel"}, "fennel", None),
         ({"algorithm": "auto", "memoryLimit": "64Gi"}, "metis", "metis (METIS needs about"),
-        (
+        (  # neither fits; on a graph smaller than one chunk of edges fennel needs more
             {"algorithm": "auto", "resources": {"limits": {"memory": "1Mi"}}},
-            "fennel",
-            "(1.0 MiB from partition.resources.limits.memory, less",
+            "metis",
+            "in 3 parts, both above 0.0 B (1.0 MiB from partition.resources.limits.memory, less",
         ),
     ],
-    ids=["fennel", "auto-fits", "auto-streams"],
+    ids=["fennel", "auto-fits", "auto-neither"],
 )
 def test_the_job_streams_or_runs_metis(
     tmp_path: Path, stored: Path, settings: dict, algorithm: str, said: str | None
@@ -99,6 +99,36 @@ def test_the_job_streams_or_runs_metis(
     cfg = partitioning.load_config(out)
     cfg.verify()
     assert sum(partitioning.load_part(cfg, p).indices.shape[0] for p in range(3)) == config["num_edges"]
+
+
+@pytest.mark.timeout(120)
+def test_auto_streams_when_metis_does_not_fit_and_fennel_does(
+    tmp_path: Path, stored: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The budget between the two estimates: fennel runs. This graph is smaller than a chunk of edges,
+    whose buffers would make fennel's estimate the larger, so the chunk is made small (in process)."""
+    from typer.testing import CliRunner
+
+    from graphtrain.cli.app import app
+    from graphtrain.runtime.launch import streaming_step
+    from graphtrain.runtime.partition import memory
+
+    monkeypatch.setattr(streaming_step, "CHUNK_EDGES", 1024)
+    graph, edges = datasets.load_streamed("metis-4elt", stored)
+    n, m, feat = graph.num_nodes, edges.num_edges, memory.feature_bytes(graph)
+    metis, fennel = memory.metis_need(n, m, feat), memory.streaming_need(n, m, 3, 1024, feat)
+    assert fennel < metis
+    limit = (metis + fennel) // 2
+    split = {"train": 0.6, "val": 0.2, "test": 0.2, "seed": 0}
+    path = spec(
+        tmp_path, {"dataset": "metis-4elt", "split": split}, {"algorithm": "auto", "memoryLimit": str(limit)}
+    )
+    out = tmp_path / "part"
+    argv = ["partition", "--spec", str(path), "--out", str(out), "--data-dir", str(stored)]
+    done = CliRunner().invoke(app, argv)
+    assert done.exit_code == 0, done.output
+    assert "partition.algorithm auto: fennel (METIS needs about" in done.output
+    assert json.loads(next(out.glob("*.json")).read_text())["algorithm"] == "fennel"
 
 
 @pytest.mark.timeout(120)

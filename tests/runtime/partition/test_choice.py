@@ -32,31 +32,46 @@ def test_process_limits_count_what_the_process_holds() -> None:
     assert choice.budget(None, None, None, 4 * GiB, 0, rss, vms).bytes == 4 * GiB - vms
     assert choice.budget(1 * GiB, None, None, None, 0, rss, vms).bytes == 1 * GiB  # the estimate's own
     assert choice.budget(None, None, None, 10, 0, rss, vms).bytes == 0
-    line = choice.reason("auto", 3 * GiB, choice.budget(None, 2 * GiB, None, None, 0, GiB, 0))
+    line = choice.reason(3 * GiB, choice.budget(None, 2 * GiB, None, None, 0, GiB, 0), GiB // 2, 4)
     assert line.endswith(
         "which exceeds 1.0 GiB (2.0 GiB from partition.resources.limits.memory, less 1.0 GiB this "
-        "process holds))"
+        "process holds); fennel about 512.0 MiB in 4 parts)"
     )
 
 
 @pytest.mark.parametrize(
-    ("algorithm", "need", "expected"),
+    ("algorithm", "need", "stream", "expected"),
     [
-        ("auto", 1 * GiB, "metis"),
-        ("auto", 2 * GiB, "metis"),  # exactly the budget fits
-        ("auto", 2 * GiB + 1, "fennel"),
-        ("metis", 9 * GiB, "metis"),  # an explicit choice stays (metis then refuses above memoryLimit)
-        ("fennel", 1, "fennel"),
-        ("random", 9 * GiB, "random"),
+        ("auto", 1 * GiB, 1, "metis"),
+        ("auto", 2 * GiB, 1, "metis"),  # exactly the budget fits
+        ("auto", 2 * GiB + 1, 1 * GiB, "fennel"),
+        ("auto", 3 * GiB, 3 * GiB, "fennel"),  # neither fits, a tie: streaming
+        # neither fits and fennel needs more (many parts, or fewer edges than a chunk): streaming would
+        # only run out of memory sooner
+        ("auto", 3 * GiB, 4 * GiB, "metis"),
+        ("metis", 9 * GiB, 1, "metis"),  # an explicit choice stays (metis then refuses above memoryLimit)
+        ("fennel", 1, 9 * GiB, "fennel"),
+        ("random", 9 * GiB, 1, "random"),
     ],
 )
-def test_auto_picks_metis_when_it_fits(algorithm: str, need: int, expected: str) -> None:
-    assert choice.choose(algorithm, need, choice.Budget(2 * GiB, "partition.memoryLimit")) == expected
+def test_auto_picks_metis_when_it_fits_else_the_smaller_need(
+    algorithm: str, need: int, stream: int, expected: str
+) -> None:
+    budget = choice.Budget(2 * GiB, "partition.memoryLimit")
+    assert choice.choose(algorithm, need, budget, stream) == expected
 
 
-def test_the_reason_names_need_limit_and_source() -> None:
-    line = choice.reason("auto", 3 * GiB, choice.Budget(2 * GiB, "partition.resources.limits.memory"))
-    assert line == (
+def test_the_reason_names_both_needs_the_limit_and_its_source() -> None:
+    budget = choice.Budget(2 * GiB, "partition.resources.limits.memory")
+    assert choice.reason(3 * GiB, budget, GiB, 8) == (
         "partition.algorithm auto: fennel (METIS needs about 3.0 GiB, which exceeds 2.0 GiB from "
+        "partition.resources.limits.memory; fennel about 1.0 GiB in 8 parts)"
+    )
+    assert choice.reason(3 * GiB, budget, 4 * GiB, 256) == (
+        "partition.algorithm auto: metis (METIS needs about 3.0 GiB and fennel about 4.0 GiB in 256 parts, "
+        "both above 2.0 GiB from partition.resources.limits.memory: METIS needs less)"
+    )
+    assert choice.reason(GiB, budget, 4 * GiB, 256) == (
+        "partition.algorithm auto: metis (METIS needs about 1.0 GiB, which fits 2.0 GiB from "
         "partition.resources.limits.memory)"
     )
