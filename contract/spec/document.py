@@ -40,7 +40,7 @@ from graphtrain.contract.spec.model import (
     ModelSpec,
     tasks_of,
 )
-from graphtrain.contract.spec.placement import PartitionSpec
+from graphtrain.contract.spec.placement import PARTITION_RULES, PartitionSpec
 from graphtrain.contract.spec.rules import Rule, add_rules
 from graphtrain.contract.spec.scheduling import Scheduling
 from graphtrain.contract.spec.status import GraphTrainingStatus
@@ -390,6 +390,7 @@ add_rules(
         "running the coscheduling plugin (e.g. scheduler-plugins-scheduler)",
     ),
     *INFERENCE_RULES,
+    *PARTITION_RULES,
     Rule(
         "inference-gnn",
         "mode",

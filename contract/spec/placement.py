@@ -15,6 +15,7 @@ from pydantic import (
 
 from graphtrain.contract.spec.base import MemoryQuantity, Quantity, SpecModel
 from graphtrain.contract.spec.enums import BalanceConstraint, PartitionAlgorithm
+from graphtrain.contract.spec.graph import KG_DATASETS, cel_list
 from graphtrain.contract.spec.rules import (
     Rule,
     add_rules,
@@ -230,3 +231,30 @@ class PartitionSpec(Placement):
         "(e.g. 4Gi); with algorithm auto, the limit METIS must fit, else the smaller estimate runs. "
         "Unset: no limit.",
     )
+
+
+def _streams(s: Any) -> bool:
+    """partition.algorithm fennel is asked of a graph that can stream: a bundled graph dataset (not a
+    knowledge graph, split at load time) without reverse edges, which are not stored. The partition
+    step refuses the rest (runtime/launch/streaming_step.py); refused here, a spec that can never
+    partition is refused at `kubectl apply` and `graphtrain validate`, not by a failed Job."""
+    if s.partition.algorithm != PartitionAlgorithm.fennel:
+        return True
+    return s.graph.dataset is not None and s.graph.dataset not in KG_DATASETS and not s.graph.reverse_edges
+
+
+# The spec's rules tying spec.partition to spec.graph (a GraphTrainingSpec: document.py adds them).
+PARTITION_RULES = (
+    Rule(
+        "fennel-streams-a-graph-dataset",
+        "partition.algorithm",
+        _streams,
+        cel="!has(self.partition) || !has(self.partition.algorithm) || "
+        "self.partition.algorithm != 'fennel' || "
+        f"(has(self.graph.dataset) && !(self.graph.dataset in {cel_list(KG_DATASETS)}) && "
+        "!(has(self.graph.reverseEdges) && self.graph.reverseEdges))",
+        message="fennel streams a bundled graph dataset's stored edge files; your own files (graph.path, "
+        "graph.nodes, graph.triples), a knowledge graph and graph.reverseEdges are loaded whole: use metis "
+        "or auto",
+    ),
+)

@@ -314,6 +314,7 @@ BREAKS: dict[str, Doc] = {
         lambda s: s["graph"]["edges"].append({"relation": ["author", "writes", "paper"], "files": ["c"]}),
     ),
     "graph-typed-dataset": edit(TRANSE, lambda s: s["graph"].update(typed=True, dataset="metis-4elt")),
+    "fennel-streams-a-graph-dataset": edit(TRANSE, lambda s: s.update(partition={"algorithm": "fennel"})),
     "table-node-types-nodes-keys": edit(
         TRANSE,
         lambda s: (

@@ -131,18 +131,49 @@ def test_auto_streams_when_metis_does_not_fit_and_fennel_does(
     assert json.loads(next(out.glob("*.json")).read_text())["algorithm"] == "fennel"
 
 
+def test_the_specs_knowledge_graphs_are_the_datasets_that_do_not_stream() -> None:
+    """The spec rule fennel-streams-a-graph-dataset (contract, at admission) and the partition step
+    (streaming_step.unstreamable) name the same datasets."""
+    from graphtrain.contract.spec import KG_DATASETS, Dataset
+
+    assert {d for d in Dataset if datasets.recipe(d.value).kind != "graph"} == KG_DATASETS
+
+
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize(
-    ("graph", "field"),
+    ("options", "field"),
     [
-        ({"dataset": "nations"}, "graph.dataset nations is a knowledge graph"),
-        ({"dataset": "metis-4elt", "reverseEdges": True}, "graph.reverseEdges"),
-        ({"path": "edges.tsv"}, "graph.path is loaded whole"),
+        (["--dataset", "nations"], "graph.dataset nations is a knowledge graph"),
+        (["--dataset", "metis-4elt", "--reverse-edges"], "graph.reverseEdges"),
+        (["--input", "edges.tsv"], "graph.path is loaded whole"),
     ],
 )
 def test_fennel_on_a_graph_that_cannot_stream_is_one_line(
-    tmp_path: Path, stored: Path, graph: dict, field: str
+    tmp_path: Path, stored: Path, options: list[str], field: str
 ) -> None:
+    """Asked by the command's options (a spec with such a graph is refused before: the next test)."""
+    (tmp_path / "edges.tsv").write_text("0\t1\n1\t2\n")
+    argv = [*GRAPHTRAIN, "partition", *options, "--algorithm", "fennel", "-k", "2", "--out", "part"]
+    argv += ["--data-dir", str(stored)]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60, env=ENV, cwd=tmp_path)
+    assert done.returncode == 1
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and errors[0].startswith("error: partition.algorithm fennel: " + field), (
+        done.stderr
+    )
+    assert "Traceback" not in done.stderr
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(
+    "graph",
+    [{"dataset": "nations"}, {"dataset": "metis-4elt", "reverseEdges": True}, {"path": "edges.tsv"}],
+)
+def test_a_spec_asking_fennel_of_a_graph_that_cannot_stream_is_refused_before_partitioning(
+    tmp_path: Path, stored: Path, graph: dict
+) -> None:
+    """The spec rule fennel-streams-a-graph-dataset: `kubectl apply` and `graphtrain validate` refuse it,
+    so the operator never starts a partition Job that can only fail."""
     (tmp_path / "edges.tsv").write_text("0\t1\n1\t2\n")
     path = spec(tmp_path, graph, {"algorithm": "fennel"})
     if graph.get("dataset") == "nations":  # a valid KGE spec: its own example's
@@ -150,12 +181,11 @@ def test_fennel_on_a_graph_that_cannot_stream_is_one_line(
         doc["spec"]["partition"]["algorithm"] = "fennel"
         path.write_text(yaml.safe_dump(doc))
     done = partition(path, tmp_path / "part", stored)
-    assert done.returncode == 1
-    errors = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
-    assert len(errors) == 1 and errors[0].startswith("error: partition.algorithm fennel: " + field), (
-        done.stderr
-    )
-    assert "Traceback" not in done.stderr
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert done.stderr.startswith(
+        "error: invalid GraphTraining: spec.partition.algorithm: fennel streams a bundled graph dataset's "
+    ), done.stderr
+    assert not (tmp_path / "part").exists()
 
 
 @pytest.mark.timeout(420)
