@@ -57,6 +57,8 @@ def read_token(token_file: Path | None) -> str:
             token = token_file.read_text().strip()
         except OSError as exc:
             raise GraphtrainError(f"{token_file}: cannot read the token file ({exc.strerror})") from None
+        if not token:  # a Secret whose key is empty: the file was given, "pass --token-file" misleads
+            raise GraphtrainError(f"{token_file}: the token file is empty")
     else:
         token = os.environ.get(ENV_TOKEN, "").strip()
     if not token:
