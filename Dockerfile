@@ -117,7 +117,8 @@ RUN GRAPHTRAIN_NATIVE=0 pip wheel --no-deps --wheel-dir /dist . \
 # ------------------------------------------------------------------------------------------ final images
 # The user every image runs as (numeric, so Kubernetes' runAsNonRoot can check it), HOME=/tmp, and every
 # cache a library might write pointed at /tmp. The labels that name a build (version, revision) come last
-# in each target, so that a new revision rebuilds no layer.
+# in each target, so that a new revision rebuilds no layer. podman 4.3 (buildah 1.28) reuses a cached
+# LABEL step built with another REVISION: pass the two as --label too (tests/images does).
 FROM python AS final
 LABEL org.opencontainers.image.source="https://github.com/graphtrain/graphtrain" \
       org.opencontainers.image.licenses="Apache-2.0"

@@ -152,6 +152,14 @@ def build_base() -> None:
         podman("rmi", old)  # refused (and left) while cached layers of earlier builds still use it
 
 
+def build_labels(revision: str) -> dict[str, str]:
+    """The OCI labels naming a build, which the Dockerfile also sets from VERSION and REVISION."""
+    return {
+        "org.opencontainers.image.version": pyproject_version(),
+        "org.opencontainers.image.revision": revision or "unknown",
+    }
+
+
 def build(target: str, tag: str) -> set[str]:
     """Build a target of the Dockerfile as CI does; the ids of the images its steps made or reused."""
     wheels = find_links()
@@ -171,6 +179,9 @@ def build(target: str, tag: str) -> set[str]:
         "--build-arg=TORCH_INDEX_URL=https://pypi.org/simple",
         f"--build-arg=VERSION={pyproject_version()}",
         f"--build-arg=REVISION={revision or 'unknown'}",
+        # and as labels: podman 4.3 (buildah 1.28) keys its layer cache on a LABEL step's unexpanded
+        # text, so a source-unchanged rebuild kept the revision of the build that made the cached step
+        *(f"--label={key}={value}" for key, value in build_labels(revision).items()),
         f"--tag={tag}",
         str(ROOT),
         timeout=1200,
@@ -250,6 +261,8 @@ def test_help_and_version_as_a_restricted_pod(images: dict[str, float], target: 
         "graphtrain" if target == "runtime" else "graphtrain-control"
     )
     assert labels["org.opencontainers.image.licenses"] == "Apache-2.0"
+    revision = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    assert labels["org.opencontainers.image.revision"] == (revision.stdout.strip() or "unknown")
 
 
 NO_COMPILER = "for c in gcc g++ cc c++ nvcc; do command -v $c && exit 1; done; exit 0"
