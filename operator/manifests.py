@@ -149,6 +149,9 @@ def _container(
         "volumeMounts": _mounts(gt, token),
         "securityContext": _security(),
         "resources": pod.resources,
+        # a role's error is the last line of its log, which a failed container's status then carries
+        # (the partition's report file, when written, comes first): the operator's conditions name it
+        "terminationMessagePolicy": "FallbackToLogsOnError",
         **extra,
     }
 
@@ -288,9 +291,7 @@ def partition_job(owner: Obj, gt: GraphTraining, config: OperatorConfig) -> Obj:
     n, lay = names(gt.metadata.name), Layout(gt)
     pod = placement.pod_settings(gt.spec, config, "partition")
     args = roles.partition(lay.files, data_dir=lay.data, report_file=TERMINATION_LOG, base_dir=lay.mount)
-    container = _container(
-        gt, config, pod, "partition", args, token=False, terminationMessagePolicy="FallbackToLogsOnError"
-    )
+    container = _container(gt, config, pod, "partition", args, token=False)
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",

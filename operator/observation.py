@@ -93,10 +93,13 @@ def terminated(pod: Obj) -> Obj:
 
 
 def pod_failure(pod: Obj) -> str:
+    """Why a pod failed: its reason and exit code, and the last non-empty line of its termination
+    message (a log's tail under FallbackToLogsOnError, whose last line is the error), else the pod's."""
     t = terminated(pod)
     st = pod.get("status") or {}
     why = t.get("reason") or st.get("reason") or "Failed"
-    detail = t.get("message") or st.get("message") or ""
+    lines = [line for line in (t.get("message") or "").splitlines() if line.strip()]
+    detail = lines[-1] if lines else st.get("message") or ""
     code = t.get("exitCode")
     return f"{pod['metadata']['name']} failed ({why}{f', exit code {code}' if code is not None else ''})" + (
         f": {detail.strip()[:300]}" if detail else ""

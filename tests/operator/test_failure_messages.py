@@ -1,0 +1,50 @@
+"""A failed role's own words reach the conditions: every container falls back to its log's tail as its
+termination message (the kubelet keeps at most 80 lines), and the operator names that tail's last line."""
+
+from __future__ import annotations
+
+import pytest
+
+from graphtrain.contract.spec import parse
+from graphtrain.operator import manifests, observation
+from graphtrain.operator.config import built_in
+from tests.operator.test_reconcile import training
+
+
+def containers() -> dict[str, dict]:
+    owner, config = training(), built_in()
+    gt = parse(owner)
+    pods = {
+        "partition": manifests.partition_job(owner, gt, config)["spec"]["template"]["spec"],
+        "shards": manifests.shard_statefulset(owner, gt, config)["spec"]["template"]["spec"],
+        "trainer": manifests.trainer_pod(owner, gt, config, 0, 0)["spec"],
+    }
+    return {role: spec["containers"][0] for role, spec in pods.items()}
+
+
+@pytest.mark.parametrize("role", ["partition", "shards", "trainer"])
+def test_every_role_falls_back_to_its_log_on_error(role: str) -> None:
+    assert containers()[role]["terminationMessagePolicy"] == "FallbackToLogsOnError"
+
+
+def test_a_failed_pod_is_named_with_the_last_line_of_its_log_tail() -> None:
+    tail = (
+        "2026-12-02 epoch 1/2  loss 5.24\n[trainer] checkpoint written\nerror: shard 0 refused the token\n\n"
+    )
+    pod = {
+        "metadata": {"name": "wn-trainer-1"},
+        "status": {
+            "phase": "Failed",
+            "containerStatuses": [
+                {"state": {"terminated": {"exitCode": 1, "reason": "Error", "message": tail}}}
+            ],
+        },
+    }
+    assert observation.pod_failure(pod) == (
+        "wn-trainer-1 failed (Error, exit code 1): error: shard 0 refused the token"
+    )
+
+
+def test_a_pod_without_a_message_falls_back_to_the_pods_status() -> None:
+    pod = {"metadata": {"name": "p"}, "status": {"reason": "Evicted", "message": "node low on memory"}}
+    assert observation.pod_failure(pod) == "p failed (Evicted): node low on memory"
