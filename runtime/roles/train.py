@@ -39,7 +39,7 @@ def train(p: TrainParams) -> None:
     from graphtrain.runtime.kvstore.tables.shm import close_push_buffers
     from graphtrain.runtime.kvstore.wire.auth import read_token
     from graphtrain.runtime.train.device import process_group_backend, standalone_shard_device, trainer_device
-    from graphtrain.runtime.train.dist import Dist
+    from graphtrain.runtime.train.dist import Dist, peers_named
     from graphtrain.runtime.train.loop import EpochLoop
     from graphtrain.runtime.train.metrics import TrainerMetrics
     from graphtrain.runtime.train.task import TrainingTask
@@ -68,7 +68,7 @@ def train(p: TrainParams) -> None:
         wait_for_shards(client)
     graph = DistGraph(p.partition, client)
     backend = process_group_backend(str(gt.spec.trainers.dist_backend))
-    with Dist(p.rank, p.world, p.init, backend) as dist:
+    with Dist(p.rank, p.world, p.init, backend) as dist, peers_named(p.rank):
         task: TrainingTask[Any] = make_task(gt, graph, dist, device, connect)
         if p.infer_from is not None:
             result = _infer(task, graph, dist, p, metrics)

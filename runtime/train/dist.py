@@ -7,9 +7,11 @@ take the same code path as distributed ones.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import random
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,6 +20,7 @@ import torch
 import torch.distributed as torch_dist
 
 from graphtrain.contract.roles import PORT_FILE
+from graphtrain.runtime.errors import GraphtrainError
 
 
 def seed_everything(seed: int) -> None:
@@ -150,3 +153,35 @@ class Dist:
         buf[: len(raw)] = torch.tensor(list(raw), dtype=torch.uint8)
         torch_dist.broadcast(buf, src=0)
         return bytes(buf.tolist()).rstrip(b"\0").decode()
+
+
+_GLOO_TRANSPORT = "/gloo/transport/"  # where gloo raises a peer's lost connection (pair.cc)
+
+
+def peer_lost(text: str) -> str | None:
+    """What gloo's error `text` says of a peer trainer that went away (its connection closed or reset
+    mid-collective), in a line; None for any other error. gloo raises it as a bare RuntimeError, e.g.
+    "[.../gloo/transport/tcp/pair.cc:553] Connection closed by peer [10.0.0.7]:11429. This is typically
+    caused by a remote worker crashing. Check the logs of the remote worker before reporting an error.
+    GLHF!"."""
+    if _GLOO_TRANSPORT not in text:
+        return None
+    reason = text.split("] ", 1)[-1].split(". This is typically", 1)[0].strip()
+    return (
+        f"another trainer went away ({reason}): its own log says why; the newest complete checkpoint "
+        "is where a restart resumes"
+    )
+
+
+@contextlib.contextmanager
+def peers_named(rank: int) -> Iterator[None]:
+    """A peer lost inside (gloo's RuntimeError) becomes one GraphtrainError line naming this trainer: a
+    pod's log and termination message then say so, not torch's 50-line traceback with every line
+    prefixed `[rankN]:`. Any other error passes unchanged."""
+    try:
+        yield
+    except RuntimeError as exc:
+        said = peer_lost(str(exc))
+        if said is None:
+            raise
+        raise GraphtrainError(f"trainer {rank}: {said}") from None
