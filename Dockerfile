@@ -122,8 +122,11 @@ RUN GRAPHTRAIN_NATIVE=0 pip wheel --no-deps --wheel-dir /dist . \
 FROM python AS final
 LABEL org.opencontainers.image.source="https://github.com/graphtrain/graphtrain" \
       org.opencontainers.image.licenses="Apache-2.0"
+# No setuid or setgid file either (su, mount, passwd... of the base): nothing in the image may gain
+# privileges, whether or not a pod says allowPrivilegeEscalation false.
 RUN groupadd --gid 10001 graphtrain \
- && useradd --uid 10001 --gid 10001 --home-dir /tmp --no-create-home --shell /usr/sbin/nologin graphtrain
+ && useradd --uid 10001 --gid 10001 --home-dir /tmp --no-create-home --shell /usr/sbin/nologin graphtrain \
+ && find / -xdev -type f -perm /6000 -exec chmod ug-s {} +
 ENV HOME=/tmp \
     XDG_CACHE_HOME=/tmp/.cache \
     TORCH_HOME=/tmp/.cache/torch \

@@ -268,6 +268,16 @@ def test_help_and_version_as_a_restricted_pod(images: dict[str, float], target: 
 NO_COMPILER = "for c in gcc g++ cc c++ nvcc; do command -v $c && exit 1; done; exit 0"
 
 
+@pytest.mark.parametrize("target", list(IMAGES))
+def test_no_file_of_an_image_gains_privileges(images: dict[str, float], target: str) -> None:
+    """No setuid or setgid file (the base's su, mount, passwd...) and no world-writable path but the
+    sticky temporary directories, among what the image's user can reach (root's own directories
+    refuse it: their errors are dropped)."""
+    for check in ("-type f -perm /6000", "-perm -0002 ! -type l ! \\( -type d -perm -1000 \\)"):
+        out = in_container(IMAGES[target], "sh", "-c", f"find / -xdev {check} 2>/dev/null; true")
+        assert (out.returncode, out.stdout) == (0, ""), f"{check}:\n{out.stdout}{out.stderr}"
+
+
 def test_control_is_small_without_torch_or_compiler(images: dict[str, float]) -> None:
     tag = IMAGES["control"]
     out = in_container(tag, "sh", "-c", NO_COMPILER)
