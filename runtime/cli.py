@@ -247,9 +247,9 @@ def partition(p: PartitionParams) -> None:
     """
     import signal
 
-    from graphtrain.runtime.launch.processes import STOP_SIGNALS, Terminated, stop_on_signals
     from graphtrain.runtime.report import partition_table
     from graphtrain.runtime.roles.partition import partition as partition_role
+    from graphtrain.runtime.stopping import STOP_SIGNALS, Terminated, stop_on_signals
 
     # SIGTERM (the partition Job's pod stopped, a plain `kill`) unwinds as Ctrl-C does, so the output's
     # temporary directory and the streaming partitioner's scratch files (the size of the edge list)

@@ -48,8 +48,8 @@ def run(
     The run directory and everything in it are private to you (mode 0700/0600).
     """
     from graphtrain.runtime.launch.local import LocalRun
-    from graphtrain.runtime.launch.processes import Terminated, stop_on_signals
     from graphtrain.runtime.report import result_lines, resume_command
+    from graphtrain.runtime.stopping import Terminated, stop_on_signals
 
     gt = load_yaml(read(spec_path))
     explicit_run_dir = run_dir is not None
@@ -120,8 +120,8 @@ def infer(
     is the one its checkpoint.json names."""
     from graphtrain.runtime.data.cache import atomic_file
     from graphtrain.runtime.launch.local import LocalRun
-    from graphtrain.runtime.launch.processes import Terminated, stop_on_signals
     from graphtrain.runtime.launch.reuse import foreign_run_dir
+    from graphtrain.runtime.stopping import Terminated, stop_on_signals
 
     text = inference_spec(
         read(spec_path), checkpoint.resolve(), Path(os.path.abspath(output)) if output else None

@@ -79,7 +79,6 @@ from graphtrain.runtime.launch.hosts import HostLayout
 from graphtrain.runtime.launch.processes import (
     Child,
     RunFailed,
-    Terminated,
     answers_livez,
     child_env,
     die_with_this_process,
@@ -96,6 +95,7 @@ from graphtrain.runtime.launch.processes import (
 from graphtrain.runtime.launch.progress_lines import ProgressLines
 from graphtrain.runtime.launch.zygote import Zygote
 from graphtrain.runtime.progress import console
+from graphtrain.runtime.stopping import Terminated
 from graphtrain.runtime.train import history
 
 POLL_SECONDS = 0.5

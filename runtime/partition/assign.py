@@ -19,6 +19,7 @@ import pymetis
 
 from graphtrain.runtime.native import core as native_core
 from graphtrain.runtime.native import ptr
+from graphtrain.runtime.partition import forked
 from graphtrain.runtime.partition.adjacency import Core
 from graphtrain.runtime.partition.constraints import balance_of
 
@@ -56,14 +57,17 @@ def metis(core: Core, num_parts: int, weights: np.ndarray, seed: int, ufactor: i
     """pymetis on the core graph; k-way for several constraints, METIS' own default otherwise."""
     multi = weights.shape[1] > 1
     options = pymetis.Options(seed=seed, ufactor=ufactor, ncuts=1 if multi else SINGLE_CONSTRAINT_TRIES)
-    _, parts = pymetis.part_graph(
-        num_parts,
-        pymetis.CSRAdjacency(core.adj.indptr, core.adj.indices),
-        vweights=np.ascontiguousarray(weights).ravel(),
-        recursive=False if multi else None,
-        options=options,
-    )
-    return np.asarray(parts, dtype=np.int32)
+    adjacency = pymetis.CSRAdjacency(core.adj.indptr, core.adj.indices)
+    vweights = np.ascontiguousarray(weights).ravel()
+
+    def run() -> np.ndarray:
+        recursive = False if multi else None
+        _, parts = pymetis.part_graph(
+            num_parts, adjacency, vweights=vweights, recursive=recursive, options=options
+        )
+        return np.asarray(parts, dtype=np.int32)
+
+    return forked.call(run, "METIS")  # its own process: GKlib takes SIGTERM while it runs (forked.py)
 
 
 def refine(

@@ -28,7 +28,7 @@ def test_only_the_first_stop_signal_interrupts() -> None:
     SIGINT runs to its end, and the process exits as the first signal asked."""
     code = """
 import os, signal, sys, time
-from graphtrain.runtime.launch.processes import stop_on_signals
+from graphtrain.runtime.stopping import stop_on_signals
 
 stop_on_signals()
 try:
@@ -50,7 +50,7 @@ except KeyboardInterrupt as exc:
 def test_sigterm_then_sigint_ends_the_stop_as_terminated() -> None:
     code = """
 import os, signal, time
-from graphtrain.runtime.launch.processes import Terminated, stop_on_signals
+from graphtrain.runtime.stopping import Terminated, stop_on_signals
 
 stop_on_signals()
 try:
