@@ -99,9 +99,9 @@ def measure(
                 hosts.apply(layout.cut(0, 1, on=False))
                 healed = True
             time.sleep(0.2)
-        if worker.is_alive():
-            launch.stop_all(grace=5)
-            worker.join(30)
+        if worker.is_alive():  # stopped in its own thread: stop_all from here was taken for a failure
+            launch.cancel(f"{kind}: the run took over {timeout:.0f} s")
+            worker.join(60)
             raise TimeoutError(f"{kind}: the run took over {timeout:.0f} s")
         wall = time.monotonic() - start
     if "error" in box:

@@ -273,13 +273,13 @@ def _bounded(launch: LocalRun, timeout: float) -> dict:
     worker.start()
     try:
         worker.join(timeout)
-    except KeyboardInterrupt:  # Ctrl-C, or a kill (stop_on_signals): the run's processes go first
-        launch.stop_all(grace=5)
-        worker.join(30)
+    except KeyboardInterrupt as exc:  # Ctrl-C, or a kill (stop_on_signals): the run's processes go first
+        launch.cancel(str(exc) or "interrupted (Ctrl-C)")  # stop_all from here: taken for failures
+        worker.join(60)
         raise
     if worker.is_alive():
-        launch.stop_all(grace=5)
-        worker.join(30)
+        launch.cancel(f"the run took over {timeout:.0f} s")
+        worker.join(60)
         raise TimeoutError(f"the run took over {timeout:.0f} s")
     if "error" in box:
         raise box["error"]

@@ -86,6 +86,7 @@ from graphtrain.runtime.launch.processes import (
     free_port,
     lock_run_dir,
     port_file_init,
+    remove_sockets,
     rotate_logs,
     spawn,
     stop,
@@ -146,6 +147,7 @@ class LocalRun:
         self._targets_lock = threading.Lock()
         self._targets_written = False
         self.finished: dict[str, Any] | None = None  # --resume of a run already complete: its result
+        self.cancelled: Terminated | None = None  # cancel(): the monitor stops the run with it
 
     # --------------------------------------------------------------------------------- metrics
 
@@ -345,6 +347,11 @@ class LocalRun:
                 self.obs.shards[i].update(state=ShardState.ready.value, restarts=fresh.restarts)
                 self.write_targets()  # on its new port
 
+    def cancel(self, why: str) -> None:
+        """Stop the run from another thread (a harness's timeout) as Ctrl-C stops it. stop_all from there
+        is no stop: the monitor takes the trainers it ends for failed ones, and restarts them."""
+        self.cancelled = Terminated(why)
+
     def stop_all(self, grace: float = 10.0) -> None:
         stop([*self.trainers, *self.servers], grace)
 
@@ -382,6 +389,8 @@ class LocalRun:
         )
         last_change, last_seen = time.monotonic(), None
         while True:
+            if self.cancelled is not None:
+                raise self.cancelled
             if any([c.learn_port() for c in self.trainers]):  # every one read, not the first only
                 self.write_targets()
             self._progress()
@@ -581,15 +590,6 @@ class LocalRun:
 
         with contextlib.suppress(OSError):
             remove_leftovers(job_prefix(token))
-
-
-def remove_sockets(run_dir: Path) -> None:
-    """The shard servers' ipc:// sockets (plan.shard_server) that a killed server left: harmless, but they
-    read as a live run to whoever looks at the run directory (call it once every server has exited)."""
-    for path in run_dir.glob("shard-*.sock"):
-        if path.is_socket():
-            with contextlib.suppress(OSError):
-                path.unlink()
 
 
 def visible_gpus() -> int:

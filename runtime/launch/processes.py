@@ -309,3 +309,12 @@ def answers_livez(port: int, timeout: float = 5.0, host: str = "127.0.0.1") -> b
             return bool(answer.status == 200)
     except (OSError, ValueError):  # refused, timed out, 503 (HTTPError is an OSError)
         return False
+
+
+def remove_sockets(run_dir: Path) -> None:
+    """The shard servers' ipc:// sockets (plan.shard_server) that a killed server left: harmless, but they
+    read as a live run to whoever looks at the run directory (call it once every server has exited)."""
+    for path in run_dir.glob("shard-*.sock"):
+        if path.is_socket():
+            with contextlib.suppress(OSError):
+                path.unlink()
