@@ -199,7 +199,15 @@ def predicted(
     """The plan's step time under `costs`, on hosts of `host_cores` cores (None: this machine's
     cores shared by every host)."""
     work = loads(plan, spec, gnn_of(spec, cfg), trainer_threads(spec, plan.hosts, host_cores))
-    return predict(costs, work, plan.hosts, bandwidth, host_cores)
+    used = hosts_in_use(plan.hosts, spec.trainers.replicas, spec.num_shards)
+    return predict(costs, work, used, bandwidth, host_cores)
+
+
+def hosts_in_use(hosts: int, trainers: int, shards: int) -> int:
+    """The hosts a process runs on (shard s and trainer r on host s or r mod `hosts`): beyond them a host
+    holds nothing, so it carries none of the links' bytes and lends no cores (counted, `--hosts 64`
+    spread 2 shards' and 2 trainers' traffic over 64 links and their CPU over 64 hosts' cores)."""
+    return max(1, min(hosts, max(trainers, shards)))
 
 
 def worker_lines(spec: GraphTrainingSpec, made: capacity.CapacityPlan) -> list[str]:

@@ -179,3 +179,25 @@ def test_costs_of_the_specs_precision_predict_the_step(planted: tuple[Path, Path
     done = subprocess.run(argv, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert "predicted step:" in done.stdout
+
+
+@pytest.mark.parametrize(("hosts", "cores"), [(2, None), (2, 4.0)])
+def test_hosts_beyond_the_processes_add_no_link_and_no_cores(
+    planted: tuple[Path, Path], hosts: int, cores: float | None
+) -> None:
+    """2 shards and 2 trainers use 2 hosts however many are asked: `--hosts 8` spread their link bytes
+    over 8 links and their CPU over 8 hosts' cores, predicting a step the 2 hosts cannot make."""
+    from graphtrain.contract.spec import load_yaml
+    from graphtrain.runtime import capacity, planning
+    from graphtrain.runtime.partition.format import load_config
+
+    spec_path, config = planted
+    spec, cfg = load_yaml(spec_path.read_text()).spec, load_config(config)
+    costs = steptime.costs_from_dict(_costs("none"))
+    step = {
+        n: planning.predicted(spec, cfg, capacity.make_plan(spec, cfg, n), costs, 1e5, cores)
+        for n in (hosts, 8)
+    }
+    for part in ("bound link", "cpu share", "bound cpu"):
+        assert step[8].parts[part] == pytest.approx(step[hosts].parts[part]), part
+    assert [planning.hosts_in_use(h, 2, 3) for h in (1, 2, 3, 8)] == [1, 2, 3, 3]
