@@ -451,12 +451,16 @@ class CapacityPlan:
         return sum(w.sent + w.received - w.allreduce for w in self.wires)
 
 
+def replayed(spec: GraphTrainingSpec) -> bool:
+    """Whether the plan replays the spec's batches for its traffic (a GNN's node classification)."""
+    return is_gnn(spec.model.kind) and spec.task_kind == NODE_CLASSIFICATION
+
+
 def make_plan(spec: GraphTrainingSpec, cfg: PartitionConfig, hosts: int) -> CapacityPlan:
     """The plan of `spec` over `hosts`: every role's memory, and node classification's traffic replayed
     from its sampling (the KGE and link-prediction steps' traffic is not modelled: no wires)."""
     replicas = spec.trainers.replicas
-    replayed = is_gnn(spec.model.kind) and spec.task_kind == NODE_CLASSIFICATION
-    wires = [replay(spec, cfg, hosts, r) for r in range(replicas)] if replayed else []
+    wires = [replay(spec, cfg, hosts, r) for r in range(replicas)] if replayed(spec) else []
     roles = [
         partition_need(cfg, feature_bytes(cfg)),
         *(shard_need(spec, cfg, s) for s in range(cfg.num_parts)),

@@ -296,6 +296,15 @@ def given_partition_fits(spec: GraphTrainingSpec, cfg: PartitionConfig) -> None:
         raise GraphtrainError(
             f"--partition {cfg.path}: {cfg.num_parts} part(s), the spec has {spec.num_shards} shard server(s)"
         )
+    # a spec of files names no dataset to compare: what the replay of its batches reads must be there
+    held = sorted(cfg.data.get("ndata") or {})
+    missing = [k for k in ("label", "train_mask") if k not in held]
+    if capacity.replayed(spec) and missing:
+        data = ", ".join(held) or "none"
+        raise GraphtrainError(
+            f"--partition {cfg.path}: no node {' or '.join(missing)} (its node data: {data}), which task "
+            f"{spec.task_kind} trains on: a partition of another graph?"
+        )
 
 
 def data_problems(

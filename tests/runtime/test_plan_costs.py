@@ -120,6 +120,26 @@ def test_a_partition_of_another_graph_or_part_count_is_refused(
     assert said == f"error: --partition {config}: {parts - 1} part(s), the spec has {parts} shard server(s)"
 
 
+def test_a_partition_of_another_graph_is_refused_for_a_spec_of_files() -> None:
+    """A spec of files names no dataset to compare the partition's with: a KG's partition in as many
+    parts ran into the replay's KeyError (`the partition has no 'train_mask'`), a traceback."""
+    from graphtrain.contract.spec import load_yaml
+    from graphtrain.runtime.errors import GraphtrainError
+    from graphtrain.runtime.partition.format import PartitionConfig
+    from graphtrain.runtime.planning import given_partition_fits
+
+    sbm = load_yaml(Path("examples/own-data/sbm-sage.yaml").read_text()).spec
+    kg = {"graph_name": "nations", "num_parts": 2, "ndata": {"ntype": {}}}
+    with pytest.raises(
+        GraphtrainError,
+        match=r"p/nations.json: no node label or train_mask \(its node data: ntype\), which task "
+        "nodeClassification trains on",
+    ):
+        given_partition_fits(sbm, PartitionConfig(Path("p/nations.json"), kg))
+    labelled = {**kg, "ndata": {"label": {}, "train_mask": {}}}
+    given_partition_fits(sbm, PartitionConfig(Path("p/other.json"), labelled))  # one it can replay
+
+
 @pytest.mark.parametrize("cores", ["0", "-2", "nan"])
 def test_cores_that_are_no_cores_are_refused(planted: tuple[Path, Path], cores: str) -> None:
     spec_path, config = planted
