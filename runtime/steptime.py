@@ -30,6 +30,7 @@ go below)
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -112,8 +113,9 @@ PRECISIONS = tuple(m.value for m in MixedPrecision)  # training.mixedPrecision's
 
 
 def _number(value: Any, name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
-        raise ValueError(f"field {name!r} must be a non-negative number, got {value!r}")
+    # JSON's Infinity reads as a float: infinite cores or costs predict an empty or endless step
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
+        raise ValueError(f"field {name!r} must be a finite non-negative number, got {value!r}")
     return float(value)
 
 

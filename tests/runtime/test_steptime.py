@@ -94,9 +94,18 @@ def test_costs_round_trip_and_a_bad_field_is_named() -> None:
     doc = c.to_dict()
     doc["ops"]["pull_tcp"]["wall"] = "fast"
     with pytest.raises(
-        ValueError, match="field 'ops.pull_tcp.wall' must be a non-negative number, got 'fast'"
+        ValueError, match="field 'ops.pull_tcp.wall' must be a finite non-negative number, got 'fast'"
     ):
         steptime.costs_from_dict(doc)
+    # JSON's Infinity (json.loads reads it): every process given infinite cores, or a step of no end
+    doc = c.to_dict()
+    for field, where in (("cores", doc), ("wall", doc["ops"]["dense"])):
+        where[field] = float("inf")
+        with pytest.raises(
+            ValueError, match=f"field '.*{field}' must be a finite non-negative number, got inf"
+        ):
+            steptime.costs_from_dict(doc)
+        where[field] = 1.0
     doc = c.to_dict()
     del doc["ops"]["dense"]
     with pytest.raises(ValueError, match="field 'ops.dense' is missing"):
