@@ -485,8 +485,9 @@ def plan_lines(plan: CapacityPlan, bandwidth: float | None = None, memory: int |
             + (f", collective tables' all-to-all {human(w.alltoall)} of each" if w.alltoall else "")
             + f" (mean {w.input_nodes:,.0f} input nodes)"
         )
-        if bandwidth:
-            line += f"; {1000 * max(w.sent, w.received) / bandwidth:.1f} ms at {bandwidth / 1e6:,.0f} MB/s"
+        if bandwidth:  # a slow link's rate in its own digits, not "0 MB/s"
+            mbs = f"{bandwidth / 1e6:,.0f}" if bandwidth >= 1e8 else f"{bandwidth / 1e6:.3g}"
+            line += f"; {1000 * max(w.sent, w.received) / bandwidth:.1f} ms at {mbs} MB/s"
         lines.append(line)
     if plan.wires:
         lines.append(f"all hosts per step: {human(plan.bytes_per_step)} on the links")

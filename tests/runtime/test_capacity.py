@@ -36,6 +36,18 @@ def test_a_bad_bandwidth_names_the_option() -> None:
         capacity.bandwidth_bytes("fast")
 
 
+@pytest.mark.parametrize(
+    ("rate", "said"),
+    [("10gbit", "1,250 MB/s"), ("1gbit", "125 MB/s"), ("100mbit", "12.5 MB/s"), ("1mbit", "0.125 MB/s")],
+)
+def test_the_time_on_the_link_names_its_rate(rate: str, said: str) -> None:
+    """A link under 1 MB/s read "0 MB/s" beside the seconds it takes."""
+    wire = capacity.Wire(sent=1e6, received=2e5, batch_bytes=0, input_nodes=1.0)
+    (line,) = capacity.plan_lines(capacity.CapacityPlan([], [wire], 2), capacity.bandwidth_bytes(rate))[:1]
+    ms = 1000 * 1e6 / capacity.bandwidth_bytes(rate)
+    assert line.endswith(f"; {ms:.1f} ms at {said}"), line
+
+
 def test_the_shard_count_that_fits_splits_the_data_and_keeps_a_process_each() -> None:
     base = capacity.SHARD_BASE
     needs = [capacity.RoleNeed(f"shard-{i}", {"process": base, "data": 300 * MiB}) for i in range(2)]
