@@ -305,6 +305,15 @@ def main() -> int:
     if min(args.hosts) < 1 or args.epochs < 3:
         print("bench/hosts.py: --hosts: each at least 1; --epochs: at least 3", file=sys.stderr)
         return 1
+    try:  # read by the plan's prediction after each run: a typo is said now, not after the calibration
+        if args.rate != "none":
+            capacity.bandwidth_bytes(args.rate)
+    except ValueError:
+        print(
+            f"bench/hosts.py: --rate {args.rate!r} is not a rate such as '1gbit' or '100mbit'",
+            file=sys.stderr,
+        )
+        return 1
     for flag, _, _ in side_by_side:  # a value given twice is one run
         name = flag.removeprefix("--").replace("-", "_")
         setattr(args, name, list(dict.fromkeys(getattr(args, name))))

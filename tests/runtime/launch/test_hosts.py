@@ -169,3 +169,14 @@ def test_a_run_across_two_hosts_survives_packet_loss_and_a_cut_between_them(tmp_
     assert st["phase"] == "Succeeded" and st["restarts"] == 0
     logs = (run.run_dir / "logs" / "trainer-0.log").read_text()
     assert "[kvstore] waiting 5 s for shard 1 " in logs and "[kvstore] answered after " in logs, logs[-2000:]
+
+
+def test_the_host_bench_refuses_a_bad_rate_before_it_calibrates() -> None:
+    """bench/hosts.py --rate: read by the plan's prediction after each run, and once by tc; a typo was
+    said after the dataset's fetch and a minute's calibration (as root), or after the first run."""
+    bench = Path(__file__).parents[3] / "bench" / "hosts.py"
+    done = subprocess.run(
+        [sys.executable, str(bench), "--rate", "fast"], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 1
+    assert done.stderr == "bench/hosts.py: --rate 'fast' is not a rate such as '1gbit' or '100mbit'\n"
