@@ -4,8 +4,8 @@ a remote shard costs what a network costs (issue 33: on 2 cores loopback is free
 
 The layout (names and addresses are pure, `HostLayout`):
 - a block b (10.b.0.0/24, namespaces gth<b>-<k>, bridge gthbr<b>) held by an exclusive flock on
-  /run/graphtrain-hosts/<b>.lock for the harness's life; a block that no one holds is a killed
-  harness's leftovers, deleted before it is used again;
+  /run/graphtrain-hosts/<b>.lock for the harness's life; what a block that no one holds still has is a
+  killed harness's leftovers, deleted by the next harness to start;
 - the bridge in this (the launcher's) namespace at 10.b.0.1, so the launcher reaches its servers;
 - host k: namespace gth<b>-<k>, lo up, eth0 at 10.b.0.(k+2) on a veth whose other end is on the bridge;
 - shaping: each host's eth0 sends at `rate` (tbf; netem with the one-way delay where asked and the
@@ -217,6 +217,24 @@ def _leftovers(block: int) -> None:
             _run(["ip", "link", "delete", link], check=False)
 
 
+def _clear_free_blocks() -> None:
+    """Remove the leftovers of every block no live harness holds, not only of the one taken next: a
+    killed harness's namespaces and bridge otherwise stayed until a later one needed that very block."""
+    for block in BLOCKS:
+        lock = LOCK_DIR / f"{block}.lock"
+        if not lock.exists():
+            continue
+        fd = os.open(lock, os.O_RDWR)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:  # a live harness's block: never touched
+            continue
+        else:
+            _leftovers(block)
+        finally:
+            os.close(fd)
+
+
 def apply(cmds: list[list[str]]) -> None:
     """Run fault commands (HostLayout.lossy, HostLayout.cut) as root.
 
@@ -236,6 +254,7 @@ def simulated_hosts(count: int, link: Link | None = Link()) -> Iterator[HostLayo
     if os.geteuid() != 0:
         raise GraphtrainError("simulated hosts need root (network namespaces, tc)")
     LOCK_DIR.mkdir(parents=True, exist_ok=True)
+    _clear_free_blocks()
     for block in BLOCKS:
         fd = os.open(LOCK_DIR / f"{block}.lock", os.O_RDWR | os.O_CREAT, 0o600)
         try:

@@ -105,6 +105,23 @@ def test_a_failure_inside_still_removes_them_and_leftovers_of_a_free_block_are_c
             subprocess.run(["ip", "netns", "delete", f"gth{layout.block}-7"], capture_output=True)
 
 
+@pytest.mark.timeout(120)
+def test_leftovers_of_every_free_block_are_cleared_not_only_of_the_one_taken() -> None:
+    """A killed harness's block stayed as it was until a later harness took that very block: with the
+    first block busy, a killed second's namespaces and bridge outlived every run after it."""
+    spare = hosts.BLOCKS[-1]  # the last a harness takes: free here
+    hosts.LOCK_DIR.mkdir(parents=True, exist_ok=True)
+    (hosts.LOCK_DIR / f"{spare}.lock").touch()  # as a killed harness leaves it
+    subprocess.run(["ip", "netns", "add", f"gth{spare}-7"], check=True)
+    try:
+        with simulated_hosts(1, None) as layout:
+            assert layout.block != spare
+            listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+        assert f"gth{spare}-7" not in listed
+    finally:
+        subprocess.run(["ip", "netns", "delete", f"gth{spare}-7"], capture_output=True)
+
+
 @pytest.mark.timeout(300)
 def test_a_training_runs_across_two_hosts(tmp_path: Path) -> None:
     doc = nations(epochs=2)
