@@ -46,9 +46,9 @@ from graphtrain.runtime.calibrate import calibrate, runnable_others
 from graphtrain.runtime.errors import GraphtrainError
 from graphtrain.runtime.launch.hosts import HostLayout, Link, link_bytes, simulated_hosts
 from graphtrain.runtime.launch.local import LocalRun
-from graphtrain.runtime.launch.processes import stop_on_signals
 from graphtrain.runtime.partition.format import load_config
 from graphtrain.runtime.steptime import Costs
+from graphtrain.runtime.stopping import stop_on_signals
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from graphtrain.runtime.launch.processes import Terminated
+from graphtrain.runtime.stopping import Terminated
 from tests.runtime.launch.test_run import launch, nations
 
 
