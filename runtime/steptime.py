@@ -25,7 +25,8 @@ go below)
   ones of other load the calibration measured), plus the all-reduce's transfer across hosts (a barrier:
   nobody computes while it crosses the links). 8 processes in lock step on 2 cores (bench/hosts.py, 4
   hosts) are CPU-bound here, not path-bound: each trainer's path is stretched only while others run;
-- the busiest host link: its bytes per step at the bandwidth.
+- a host link: the hosts' bytes per step spread evenly over their links, at the bandwidth (an uneven
+  layout's busiest link carries more: 3 shards on 2 hosts, 1.25x the mean; not counted per host).
 """
 
 from __future__ import annotations
