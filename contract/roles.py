@@ -68,6 +68,9 @@ MAX_THREADS = 4096
 # choosing and writes it to PATH (runtime/train/dist.py); a port picked ahead by the launcher may be taken
 # before rank 0 binds it
 PORT_FILE = "portfile:"
+# how a trainer whose peer went away mid-collective begins its error (runtime/train/dist.py): the
+# operator names another failed trainer first, the one whose failure was its own (operator/stages.py)
+PEER_LOST = "another trainer went away"
 MAX_SECONDS = 86400.0  # a day: past it a timeout is no timeout (and inf overflows the C timers)
 
 

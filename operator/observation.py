@@ -18,6 +18,7 @@ from pydantic import ValidationError
 
 from graphtrain.contract import reporting
 from graphtrain.contract.children import LABEL_ROLE, names
+from graphtrain.contract.roles import PEER_LOST
 from graphtrain.contract.spec import GraphTraining, MemoryNeed, PartitionStatus, RunPolicy, load_yaml
 
 Obj = dict[str, Any]
@@ -104,6 +105,19 @@ def pod_failure(pod: Obj) -> str:
     return f"{pod['metadata']['name']} failed ({why}{f', exit code {code}' if code is not None else ''})" + (
         f": {detail.strip()[:300]}" if detail else ""
     )
+
+
+def first_failure(pods: list[Obj]) -> Obj:
+    """The failed pod to name, of several (trainers by rank): one whose failure is its own before one
+    that lost its peer (roles.PEER_LOST: the consequence), then the one that ended first, then the
+    lowest rank. Named by rank alone, an OOM-killed rank 1 hid behind rank 0's peer loss."""
+
+    def key(ranked: tuple[int, Obj]) -> tuple[bool, str, int]:
+        rank, pod = ranked
+        t = terminated(pod)
+        return (PEER_LOST in (t.get("message") or ""), t.get("finishedAt") or "~", rank)
+
+    return min(enumerate(pods), key=key)[1]
 
 
 # A container waiting for one of these will not start by itself: a wrong image or tag, a missing pull

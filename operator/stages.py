@@ -43,6 +43,7 @@ from graphtrain.operator.observation import (
     Observed,
     Trouble,
     applied_spec,
+    first_failure,
     job_outcome,
     partition_error,
     partition_stats,
@@ -414,9 +415,9 @@ def trainers_stage(ctx: Context, conds: conditions.Conditions) -> Step:
     missing = ctx.ensure(*_pods_for(ctx, [r for r in range(world) if r not in trainers]))
     cm = ctx.child("ConfigMap", ctx.names["progress"])
     step = Step(missing, status=progress_status(cm))
-    failed = sorted((r, p) for r, p in trainers.items() if pod_phase(p) == "Failed")
+    failed = [p for _, p in sorted(trainers.items()) if pod_phase(p) == "Failed"]
     if failed:  # no missing rank is made: every rank restarts, or the training ends
-        return _trainer_failed(ctx, conds, step.status, pod_failure(failed[0][1]), trainers)
+        return _trainer_failed(ctx, conds, step.status, pod_failure(first_failure(failed)), trainers)
     if len(trainers) == world and all(pod_phase(p) == "Succeeded" for p in trainers.values()):
         conditions.set_trainers_waiting(conds, conditions.Reason.completed, "every trainer finished")
         kept = gt.spec.run_policy.clean_pod_policy == CleanPodPolicy.none

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 import torch.distributed as torch_dist
 
-from graphtrain.contract.roles import PORT_FILE
+from graphtrain.contract.roles import PEER_LOST, PORT_FILE
 from graphtrain.runtime.errors import GraphtrainError
 
 
@@ -171,7 +171,7 @@ def peer_lost(text: str) -> str | None:
         return None
     reason = text.split("] ", 1)[-1].split(". This is typically", 1)[0].strip()
     return (
-        f"another trainer went away ({reason}): its own log says why; the newest complete checkpoint "
+        f"{PEER_LOST} ({reason}): its own log says why; the newest complete checkpoint "
         "is where a restart resumes"
     )
 

@@ -48,3 +48,29 @@ def test_a_failed_pod_is_named_with_the_last_line_of_its_log_tail() -> None:
 def test_a_pod_without_a_message_falls_back_to_the_pods_status() -> None:
     pod = {"metadata": {"name": "p"}, "status": {"reason": "Evicted", "message": "node low on memory"}}
     assert observation.pod_failure(pod) == "p failed (Evicted): node low on memory"
+
+
+def failed_pod(name: str, finished: str | None, message: str, reason: str = "Error") -> dict:
+    terminated = {"exitCode": 1, "reason": reason, "message": message}
+    if finished is not None:
+        terminated["finishedAt"] = finished
+    return {
+        "metadata": {"name": name},
+        "status": {"phase": "Failed", "containerStatuses": [{"state": {"terminated": terminated}}]},
+    }
+
+
+def test_the_trainer_named_is_the_one_whose_failure_was_its_own() -> None:
+    """Rank 1 OOM-killed, rank 0 then lost its peer: named by rank alone, the condition blamed rank 0."""
+    lost = "error: trainer 0: another trainer went away (Connection closed by peer): its own log says why"
+    r0 = failed_pod("wn-trainer-0", "2026-12-02T01:00:05Z", lost)
+    r1 = failed_pod("wn-trainer-1", "2026-12-02T01:00:05Z", "", reason="OOMKilled")
+    assert observation.first_failure([r0, r1]) is r1
+    # neither a peer loss: the one that ended first, then the lowest rank
+    r0 = failed_pod("wn-trainer-0", "2026-12-02T01:00:09Z", "error: shard 0 refused the token")
+    r1 = failed_pod("wn-trainer-1", "2026-12-02T01:00:05Z", "error: out of memory")
+    assert observation.first_failure([r0, r1]) is r1
+    r1 = failed_pod("wn-trainer-1", None, "error: out of memory")
+    assert observation.first_failure([r0, r1]) is r0
+    r1 = failed_pod("wn-trainer-1", "2026-12-02T01:00:09Z", "error: out of memory")
+    assert observation.first_failure([r0, r1]) is r0
