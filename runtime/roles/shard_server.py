@@ -43,6 +43,8 @@ def serve(p: ShardServerParams) -> None:
     from graphtrain.runtime.kvstore.wire.auth import read_token
     from graphtrain.runtime.native.memory import keep_freed_memory
 
+    for sig in (signal.SIGTERM, signal.SIGINT):  # until it serves (its data loading can take minutes)
+        signal.signal(sig, _stop_before_serving)
     check_bind(p.bind)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     if "OMP_NUM_THREADS" not in os.environ:  # torch's default is the node's cores, not the pod's
@@ -81,6 +83,14 @@ def serve(p: ShardServerParams) -> None:
     )
     server = ShardServer(state, token, p.bind, p.workers, p.checkpoint_root, limits, fast_port=p.fast_port)
     address = server.start()
+    received: list[int] = []  # the stop signal, logged after the loop (not in the handler: logging locks)
+
+    def on_signal(signum: int, _frame: object) -> None:
+        received.append(signum)
+        server.request_stop()
+
+    for sig in (signal.SIGTERM, signal.SIGINT):  # from now on a stop drains (server.stop)
+        signal.signal(sig, on_signal)
     port = None
     if p.metrics_port is not None:
         probes = {"/livez": server.liveness, "/readyz": server.readiness}
@@ -91,14 +101,6 @@ def serve(p: ShardServerParams) -> None:
             raise GraphtrainError(
                 f"metrics endpoint {p.metrics_host}:{p.metrics_port}: {exc.strerror or exc}"
             ) from None
-    received: list[int] = []  # the stop signal, logged after the loop (not in the handler: logging locks)
-
-    def on_signal(signum: int, _frame: object) -> None:
-        received.append(signum)
-        server.request_stop()
-
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, on_signal)
     faulthandler.enable()  # a crash prints where it happened
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1`: every thread's stack to stderr
     announce(address, port)
@@ -109,6 +111,14 @@ def serve(p: ShardServerParams) -> None:
             log.info("stopping: %s received", signal.Signals(received[0]).name)
     finally:
         server.stop()
+
+
+def _stop_before_serving(signum: int, _frame: object) -> None:
+    """SIGTERM or Ctrl-C before the server listens ends it at once, with 128 + the signal: nothing is
+    served or written yet. Without it, a pod deleted while its server loaded waited out the grace
+    period (PID 1 with no handler: the kernel drops the signal)."""
+    os.write(2, f"[shard-server] {signal.Signals(signum).name} before it served: stopping now\n".encode())
+    raise SystemExit(128 + signum)
 
 
 def hostname_ordinal(hostname: str) -> int:

@@ -397,3 +397,27 @@ def test_a_ctrl_c_while_the_command_imports_is_one_line() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 1 and out.stdout == "", out.stderr
     assert out.stderr.strip() == "Aborted!", out.stderr
+
+
+def test_a_shard_server_stopped_before_it_serves_ends_at_once(tmp_path: Path) -> None:
+    """SIGTERM while a server loads (here: waiting on its token file, a FIFO nobody writes) ended it only
+    by the default action, and as a container's PID 1 (no handler: the kernel drops the signal) not at
+    all until the grace period's SIGKILL. It ends at once, with 143 and a line."""
+    import signal
+    import time
+
+    fifo = tmp_path / "token"
+    os.mkfifo(fifo)
+    argv = [sys.executable, "-m", "graphtrain.cli", "shard-server", "--bind", "tcp://127.0.0.1:0"]
+    proc = subprocess.Popen([*argv, "--token-file", str(fifo)], stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        wchan = Path(f"/proc/{proc.pid}/wchan")
+        while wchan.read_text() != "wait_for_partner" and time.monotonic() < deadline:
+            time.sleep(0.05)  # until it waits in the FIFO's open (its handlers are in place by then)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 143, err
+    assert err == "[shard-server] SIGTERM before it served: stopping now\n", err
