@@ -14,7 +14,6 @@ from __future__ import annotations
 import io
 import os
 import signal
-import sys
 from collections.abc import Callable
 
 import numpy as np
@@ -38,7 +37,8 @@ def call(fn: Callable[[], np.ndarray], what: str) -> np.ndarray:
                 f.write(out.getbuffer())
             code = 0
         except BaseException as exc:  # noqa: BLE001 - whatever it was, said once, the parent names it
-            sys.stderr.write(f"{what}: {type(exc).__name__}: {exc}\n")
+            # os.write, not sys.stderr: another thread (a spinner) may have held its lock at the fork
+            os.write(2, f"{what}: {type(exc).__name__}: {exc}\n".encode(errors="replace"))
         finally:
             os._exit(code)
     os.close(write)
