@@ -37,6 +37,7 @@ from graphtrain.contract.spec import load_yaml
 from graphtrain.runtime.launch import hosts
 from graphtrain.runtime.launch.hosts import Link, simulated_hosts
 from graphtrain.runtime.launch.local import LocalRun
+from graphtrain.runtime.stopping import stop_on_signals
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from hosts import spec_for  # noqa: E402 - bench/hosts.py, beside this file
@@ -85,20 +86,30 @@ def measure(
         start = time.monotonic()
         worker.start()
         healed = kind != "cut"
-        while worker.is_alive() and time.monotonic() - start < timeout:
-            now = time.monotonic() - start
-            c = stalled(run_dir)
-            if c is not None and (not seen or seen[-1][1] != c["status"]):
-                seen.append((now, c["status"], c.get("message", "")))
-            history = run_dir / "progress-history.json"
-            if kind == "cut" and not cut_at and history.exists() and json.loads(history.read_text() or "[]"):
-                time.sleep(3.0)  # mid-epoch 2
-                hosts.apply(layout.cut(0, 1))
-                cut_at.append(time.monotonic() - start)
-            if cut_at and not healed and time.monotonic() - start >= cut_at[0] + cut_s:
-                hosts.apply(layout.cut(0, 1, on=False))
-                healed = True
-            time.sleep(0.2)
+        try:
+            while worker.is_alive() and time.monotonic() - start < timeout:
+                now = time.monotonic() - start
+                c = stalled(run_dir)
+                if c is not None and (not seen or seen[-1][1] != c["status"]):
+                    seen.append((now, c["status"], c.get("message", "")))
+                history = run_dir / "progress-history.json"
+                if (
+                    kind == "cut"
+                    and not cut_at
+                    and history.exists()
+                    and json.loads(history.read_text() or "[]")
+                ):
+                    time.sleep(3.0)  # mid-epoch 2
+                    hosts.apply(layout.cut(0, 1))
+                    cut_at.append(time.monotonic() - start)
+                if cut_at and not healed and time.monotonic() - start >= cut_at[0] + cut_s:
+                    hosts.apply(layout.cut(0, 1, on=False))
+                    healed = True
+                time.sleep(0.2)
+        except KeyboardInterrupt as exc:  # Ctrl-C, or a kill (stop_on_signals): the run's processes go first
+            launch.cancel(str(exc) or "interrupted (Ctrl-C)")  # then the hosts, with simulated_hosts
+            worker.join(60)
+            raise
         if worker.is_alive():  # stopped in its own thread: stop_all from here was taken for a failure
             launch.cancel(f"{kind}: the run took over {timeout:.0f} s")
             worker.join(60)
@@ -133,6 +144,7 @@ def main() -> int:
     if os.geteuid() != 0:
         print("bench/faults.py: needs root (network namespaces, iptables)", file=sys.stderr)
         return 1
+    stop_on_signals()  # a kill unwinds as Ctrl-C does: the run's processes, the hosts and the temp dir go
     print(
         f"# bench/faults.py, {time.strftime('%Y-%m-%d %H:%M')}, {platform.node()}, {os.cpu_count()} cores, "
         f"WordNet GraphSAGE on {HOSTS} hosts, {args.epochs} epochs, links 1gbit, loss {args.loss:g}, "
@@ -162,4 +174,8 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt as exc:  # its hosts, processes and temp dir are gone by now
+        print(f"bench/faults.py: stopped ({exc or 'interrupted'})", file=sys.stderr)
+        sys.exit(130)
