@@ -201,6 +201,7 @@ def partition_stage(ctx: Context, conds: conditions.Conditions) -> Step:
     """The base children (applied spec, token, progress map, trainer RBAC, data claim) and the partition
     job; the plan stops here until the job succeeded, and fails if it failed."""
     gt, body, n = ctx.gt, ctx.body, ctx.names
+    kept = _partition_kept(ctx, conds)
     if _inference_without_volume(ctx):
         conditions.set_partition_failed(
             conds,
@@ -215,11 +216,13 @@ def partition_stage(ctx: Context, conds: conditions.Conditions) -> Step:
         manifests.progress_map(body, gt),
         *manifests.trainer_rbac(body, gt),
         manifests.data_claim(body, gt, ctx.config),
-        manifests.partition_job(body, gt, ctx.config) if ctx.absent("Job", n["partition"]) else None,
+        manifests.partition_job(body, gt, ctx.config)
+        if ctx.absent("Job", n["partition"]) and not kept
+        else None,
     )
     if ctx.token and ctx.absent("Secret", n["token"]) and _roles_running(ctx):
         return _token_lost(ctx, conds, actions)
-    outcome, why = job_outcome(ctx.child("Job", n["partition"]))
+    outcome, why = ("succeeded", "") if kept else job_outcome(ctx.child("Job", n["partition"]))
     if outcome == "failed":
         said = partition_error(ctx.obs.pods)
         conditions.set_partition_failed(conds, f"job {n['partition']}: {why}" + (f": {said}" if said else ""))
@@ -235,6 +238,17 @@ def partition_stage(ctx: Context, conds: conditions.Conditions) -> Step:
     conditions.set_partitioned(conds, "the partition job succeeded")
     stats = partition_stats(ctx.obs.pods)
     return Step(actions, status={"partition": stats} if stats is not None else {})
+
+
+def _partition_kept(ctx: Context, conds: conditions.Conditions) -> bool:
+    """The partition Job succeeded (PartitionReady True when last reconciled) and was deleted since (by
+    hand, a Job TTL or a cluster policy): its partition stays on the claim and the training goes on
+    with it. Made again, the Job would write a new partition under the running shard servers and
+    trainers, the phase would go back to Partitioning while they train, and a failure of that Job
+    would fail the training."""
+    was = conds.previous.get(str(ConditionType.partition_ready))
+    done = was is not None and was.status == "True"
+    return done and ctx.absent("Job", ctx.names["partition"])
 
 
 def _inference_without_volume(ctx: Context) -> bool:

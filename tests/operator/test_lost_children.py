@@ -6,7 +6,10 @@
 - The config ConfigMap (the applied spec): taken as never started, the operator recreated it from the
   current spec, so a change refused until then (mode, trainers) was applied to the running roles. Now
   status.appliedSpecHash recognises the spec it runs: the same spec brings the ConfigMap back, another
-  one waits, touching nothing, until the spec is reverted."""
+  one waits, touching nothing, until the spec is reverted.
+- The partition Job, once it succeeded (by hand, a Job TTL, a cluster policy): made again, it wrote a
+  new partition under the running roles and the phase went back to Partitioning while they trained.
+  Now the partition stays as made; a Job deleted while it still partitions is made again."""
 
 from __future__ import annotations
 
@@ -122,3 +125,33 @@ def test_a_training_that_never_made_children_takes_its_spec_as_new() -> None:
     c.body["spec"]["trainers"]["replicas"] = 3
     p = c.step()
     assert cond(p, "SpecValid")["status"] == "True"
+
+
+JOB = f"Job/{NAME}-partition"
+
+
+@pytest.mark.parametrize("phase", ["Starting", "Training"])
+def test_a_partition_job_deleted_after_it_succeeded_is_not_run_again(phase: str) -> None:
+    if phase == "Training":
+        c = running_cluster()
+    else:
+        c = Cluster(training())
+        c.step()
+        c.finish_partition()
+        assert c.step().status["phase"] == "Starting"
+    c.children.pop(JOB)
+    c.children.pop(f"Pod/{NAME}-partition-x1")  # its pods go with it
+    for _ in range(2):
+        p = c.step()
+        assert JOB not in kinds(p, "create") and kinds(p, "delete") == [], p.actions
+        assert p.status["phase"] == phase
+        assert cond(p, "PartitionReady")["status"] == "True"
+        assert p.status["partition"]["parts"] == 2  # what it measured stays
+
+
+def test_a_partition_job_deleted_while_it_partitions_is_made_again() -> None:
+    c = Cluster(training())
+    c.step()
+    c.children.pop(JOB)
+    p = c.step()
+    assert kinds(p, "create") == [JOB] and p.status["phase"] == "Partitioning"
