@@ -426,7 +426,9 @@ def trainers_stage(ctx: Context, conds: conditions.Conditions) -> Step:
             ctx.ensure(manifests.trainer_service(ctx.body, gt), *made),
             phase=first if attempt == 0 else Phase.restarting,
         )
-    missing = ctx.ensure(*_pods_for(ctx, [r for r in range(world) if r not in trainers]))
+    made = _pods_for(ctx, [r for r in range(world) if r not in trainers])
+    # with their rendezvous Service: deleted meanwhile, a rank made again would never find rank 0
+    missing = ctx.ensure(manifests.trainer_service(ctx.body, gt), *made) if made else []
     cm = ctx.child("ConfigMap", ctx.names["progress"])
     step = Step(missing, status=progress_status(cm))
     failed = [p for _, p in sorted(trainers.items()) if pod_phase(p) == "Failed"]

@@ -9,7 +9,9 @@
   one waits, touching nothing, until the spec is reverted.
 - The partition Job, once it succeeded (by hand, a Job TTL, a cluster policy): made again, it wrote a
   new partition under the running roles and the phase went back to Partitioning while they trained.
-  Now the partition stays as made; a Job deleted while it still partitions is made again."""
+  Now the partition stays as made; a Job deleted while it still partitions is made again.
+- The trainers' rendezvous Service: made only with a new attempt's pods, so a rank made again beside
+  running ones looked rank 0 up through a Service that no longer existed."""
 
 from __future__ import annotations
 
@@ -155,3 +157,17 @@ def test_a_partition_job_deleted_while_it_partitions_is_made_again() -> None:
     c.children.pop(JOB)
     p = c.step()
     assert kinds(p, "create") == [JOB] and p.status["phase"] == "Partitioning"
+
+
+SERVICE = f"Service/{NAME}-trainers"
+
+
+def test_the_trainers_service_deleted_is_made_again_with_a_rank_made_again() -> None:
+    c = running_cluster()
+    c.children.pop(SERVICE)
+    c.children.pop(TRAINERS[1])
+    said = next(x for x in c.body["status"]["conditions"] if x["type"] == "TrainersReady")
+    said["status"] = "False"  # before every rank ran: a missing rank is made again
+    p = c.step()
+    assert kinds(p, "create") == sorted([SERVICE, TRAINERS[1]]) and kinds(p, "delete") == [], p.actions
+    assert [a.key for a in p.actions][0] == SERVICE  # before the pod that looks rank 0 up through it

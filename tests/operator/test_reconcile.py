@@ -741,7 +741,7 @@ EARLY = "2026-11-22T11:40:00Z"  # pods started before their ranks' last reports
         ),
         row(
             "a-missing-rank",
-            observed(sts(2), trainer(0, "Running")),
+            observed(sts(2), trainer(0, "Running"), obj("Service", f"{NAME}-trainers")),
             "Training",
             [f"create {PODS[1]}"],
             "TrainersReady=False Starting",
