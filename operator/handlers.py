@@ -41,6 +41,7 @@ from graphtrain.operator import config as operator_config
 from graphtrain.operator import k8s, logs
 from graphtrain.operator.cache import ChildCache
 from graphtrain.operator.endpoints import OperatorMetrics
+from graphtrain.operator.observation import finished
 from graphtrain.operator.reconcile import plan
 from graphtrain.operator.workqueue import WorkQueue
 
@@ -261,7 +262,7 @@ def on_delete(*, name: str, namespace: str | None, uid: str, logger: kopf.Logger
 def on_timer(*, name: str, namespace: str | None, status: kopf.Status, **_: Any) -> None:
     """Asks the work queue, in its periodic lane, and returns: 1,000 trainings' timers reconciling on
     kopf's executor left a new training's create handler waiting behind them for minutes."""
-    if namespace and status.get("phase") not in ("Succeeded", "Failed"):
+    if namespace and finished(dict(status)) is None:  # a finished training's TTL: its plan's requeue
         queue = _queue
         if queue is not None:
             queue.add((namespace, name), periodic=True)

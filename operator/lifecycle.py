@@ -31,8 +31,16 @@ from graphtrain.contract.spec import (
     ShardState,
     colocated,
 )
-from graphtrain.operator.context import TERMINAL, Action, Context, Step, clean_up, stop_all
-from graphtrain.operator.observation import FINISHED, Obj, key, parse_time, pod_phase, progress_status
+from graphtrain.operator.context import Action, Context, Step, clean_up, stop_all
+from graphtrain.operator.observation import (
+    FINISHED,
+    Obj,
+    finished,
+    key,
+    parse_time,
+    pod_phase,
+    progress_status,
+)
 from graphtrain.operator.stages import ready_shards, shard_statuses
 
 
@@ -79,8 +87,8 @@ def terminal_stage(ctx: Context, conds: conditions.Conditions) -> Step:
     what its clean-up policy stops stays stopped (a pod that was still terminating, a delete that
     failed), and once its TTL ran out it is deleted. One past its deadline fails with DeadlineExceeded
     and is cleaned up. Either way settle() (in plan()) says which roles are stopped."""
-    phase = ctx.old.get("phase")
-    if phase in TERMINAL:
+    phase = finished(ctx.old)
+    if phase is not None:
         _keep_conditions(ctx, conds)
         actions = clean_up(ctx)
         ends = expiry(ctx.gt.spec.run_policy.ttl_seconds_after_finished, ctx.old.get("completionTime"))

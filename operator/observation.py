@@ -25,6 +25,15 @@ Obj = dict[str, Any]
 FINISHED = ("Succeeded", "Failed")  # a pod's terminal phases
 
 
+def finished(status: Obj) -> str | None:
+    """The phase a training ended with ("Succeeded" or "Failed"), by the condition the operator sets
+    with it (Succeeded or Failed True); None while it runs. status.phase alone is not taken: patched by
+    hand, Succeeded stopped a running training's pods and reported a success with nothing finished,
+    and Training made a finished training's shard servers, and trainers, again."""
+    said = {c.get("type"): c.get("status") for c in status.get("conditions") or []}
+    return next((p for p in ("Failed", "Succeeded") if said.get(p) == "True"), None)
+
+
 @dataclass
 class Observed:
     """A GraphTraining, its children and pods as read at `now`: all plan() decides from."""

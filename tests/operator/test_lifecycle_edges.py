@@ -44,7 +44,13 @@ def test_the_ttl_never_deletes_a_recreated_training_of_the_same_name(
     stale = k8s.observe(ns, "again")
     assert stale is not None
     done = (stale.now - dt.timedelta(seconds=5)).strftime("%Y-%m-%dT%H:%M:%SZ")
-    stale.training["status"] = {"phase": "Succeeded", "completionTime": done, "restarts": 0}
+    succeeded = {"type": "Succeeded", "status": "True", "reason": "Completed", "lastTransitionTime": done}
+    stale.training["status"] = {
+        "phase": "Succeeded",
+        "completionTime": done,
+        "restarts": 0,
+        "conditions": [succeeded],
+    }
     decided = plan(stale)
     assert [f"{a.verb} {a.key}" for a in decided.actions] == ["delete GraphTraining/again"]
 

@@ -815,6 +815,14 @@ KEPT = [
     {"type": "TrainersReady", "status": "True", "reason": "Running", "lastTransitionTime": "T0"},
 ]
 KEPT_CONDS = "PartitionReady=True Partitioned, TrainersReady=True Running"
+
+
+def ended_as(phase: str) -> dict:
+    """The condition the operator sets with a terminal phase (a phase without it ends nothing)."""
+    reason = "Completed" if phase == "Succeeded" else "TrainerFailed"
+    return {"type": phase, "status": "True", "reason": reason, "lastTransitionTime": "T0"}
+
+
 DEADLINE = {"runPolicy.activeDeadlineSeconds": 60}
 
 
@@ -827,23 +835,23 @@ def since(start: str, **extra) -> dict:
     [
         row(
             "succeeded",
-            observed(sts(2), status={"phase": "Succeeded", "conditions": KEPT}),
+            observed(sts(2), status={"phase": "Succeeded", "conditions": [*KEPT, ended_as("Succeeded")]}),
             "Succeeded",
             STOP_SHARDS,  # a StatefulSet seen after the end (a delete that failed) is deleted again
-            KEPT_CONDS,
+            f"{KEPT_CONDS}, Succeeded=True Completed",
             "",
         ),
         row(
             "failed-past-its-deadline",
             observed(
                 trainer(0, "Running"),
-                status={"phase": "Failed", "conditions": KEPT},
+                status={"phase": "Failed", "conditions": [*KEPT, ended_as("Failed")]},
                 now=NOW + 9 * MINUTE,
                 **DEADLINE,
             ),
             "Failed",
             [f"delete {PODS[0]}"],  # a trainer still running after the end is stopped
-            KEPT_CONDS,
+            f"{KEPT_CONDS}, Failed=True TrainerFailed",
             "",
         ),
         row("no-deadline", observed(status=since("2026-11-22T11:00:00Z")), None, [], "", ""),
@@ -1230,7 +1238,12 @@ def test_clean_pod_policy_none_reports_kept_trainers_as_running() -> None:
 # Issue 17 c: a finished training stops its pods as runPolicy.cleanPodPolicy says, is deleted
 # ttlSecondsAfterFinished after it finished, and keeps its data claim unless storage.whenDeleted Delete.
 
-ENDED = {"phase": "Failed", "completionTime": "2026-11-22T11:59:00Z", "conditions": KEPT}
+ENDED_CONDS = f"{KEPT_CONDS}, Failed=True TrainerFailed"
+ENDED = {
+    "phase": "Failed",
+    "completionTime": "2026-11-22T11:59:00Z",
+    "conditions": [*KEPT, ended_as("Failed")],
+}
 FINISHED_PODS = (job("succeeded"), sts(2), trainer(0, "Succeeded"), trainer(1, "Running"))
 DELETE_TRAINING = f"delete GraphTraining/{NAME}"
 
@@ -1243,7 +1256,7 @@ DELETE_TRAINING = f"delete GraphTraining/{NAME}"
             observed(*FINISHED_PODS, status=ENDED),
             "Failed",
             [*STOP_SHARDS, f"delete {PODS[1]}"],
-            KEPT_CONDS,
+            ENDED_CONDS,
             "",
         ),
         row(
@@ -1251,7 +1264,7 @@ DELETE_TRAINING = f"delete GraphTraining/{NAME}"
             observed(job("running"), status=ENDED),
             "Failed",
             [f"delete Job/{NAME}-partition"],
-            KEPT_CONDS,
+            ENDED_CONDS,
             "",
         ),
         row(
@@ -1259,7 +1272,7 @@ DELETE_TRAINING = f"delete GraphTraining/{NAME}"
             observed(*FINISHED_PODS, status=ENDED, **{"runPolicy.cleanPodPolicy": "All"}),
             "Failed",
             [*STOP_SHARDS, f"delete Job/{NAME}-partition", *DELETE_ALL],
-            KEPT_CONDS,
+            ENDED_CONDS,
             "",
         ),
         row(  # and reports the shard servers it keeps as they serve
@@ -1267,7 +1280,7 @@ DELETE_TRAINING = f"delete GraphTraining/{NAME}"
             observed(*FINISHED_PODS, status=ENDED, **{"runPolicy.cleanPodPolicy": "None"}),
             "Failed",
             [],
-            f"{KEPT_CONDS}, ShardsReady=True AllReady",
+            f"{ENDED_CONDS}, ShardsReady=True AllReady",
             "Normal AllReady",
             shards=[
                 {
@@ -1287,7 +1300,7 @@ DELETE_TRAINING = f"delete GraphTraining/{NAME}"
             ),
             "Failed",
             [],
-            KEPT_CONDS,
+            ENDED_CONDS,
             "",
         ),
         row(
@@ -1295,7 +1308,7 @@ DELETE_TRAINING = f"delete GraphTraining/{NAME}"
             observed(status=ENDED, **{"runPolicy.ttlSecondsAfterFinished": 61}),
             "Failed",
             [],
-            KEPT_CONDS,
+            ENDED_CONDS,
             "",
         ),
         row(
@@ -1303,7 +1316,7 @@ DELETE_TRAINING = f"delete GraphTraining/{NAME}"
             observed(status=ENDED, **{"runPolicy.ttlSecondsAfterFinished": 60}),
             "Failed",
             [DELETE_TRAINING],
-            KEPT_CONDS,
+            ENDED_CONDS,
             "",
         ),
         row(
@@ -1311,7 +1324,7 @@ DELETE_TRAINING = f"delete GraphTraining/{NAME}"
             observed(sts(2), status=ENDED, **{"runPolicy.ttlSecondsAfterFinished": 0}),
             "Failed",
             [*STOP_SHARDS, DELETE_TRAINING],
-            KEPT_CONDS,
+            ENDED_CONDS,
             "",
         ),
     ],

@@ -81,7 +81,14 @@ def test_a_finished_training_takes_rank_0s_last_report() -> None:
     from tests.operator.test_reconcile import progress
 
     final = {"epoch": 100, "epochs": 100, "step": 900, "evalMetric": "test_mrr", "evalValue": 0.44}
-    done = {"phase": "Succeeded", "completionTime": "2026-01-01T00:00:00Z", "progress": {"epoch": 90}}
+    done = {
+        "phase": "Succeeded",
+        "completionTime": "2026-01-01T00:00:00Z",
+        "progress": {"epoch": 90},
+        "conditions": [
+            {"type": "Succeeded", "status": "True", "reason": "Completed", "lastTransitionTime": "T0"}
+        ],
+    }
     o = observed(progress(progress=final), status=done)
     p = plan(o)
     assert p.status["phase"] == "Succeeded"
