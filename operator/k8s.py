@@ -1,7 +1,8 @@
 """The only module that talks to the Kubernetes API: observe a GraphTraining and its children, apply a plan.
 
 Creates are idempotent (409 ignored: another reconcile got there first; unless the object there is not
-the training's: NameTaken, before the plan's later creates), deletes too (404 ignored),
+the training's: NameTaken, before the plan's later creates; a namespace being deleted stops the plan's
+creates without an error: refusals.py), deletes too (404 ignored),
 the status is merge-patched on the status subresource only when it changed, and each event of the plan
 is posted against the GraphTraining. Children are found by the graphtrain.io/training label.
 
@@ -34,12 +35,13 @@ from kubernetes.dynamic import DynamicClient
 from kubernetes.dynamic.exceptions import ResourceNotFoundError
 
 from graphtrain.contract.children import LABEL_TRAINING
-from graphtrain.contract.conditions import Event, Severity
+from graphtrain.contract.conditions import Event
 from graphtrain.contract.spec import API_VERSION, KIND
 from graphtrain.operator import manifests
 from graphtrain.operator.cache import ChildCache
 from graphtrain.operator.context import Plan
 from graphtrain.operator.observation import Observed, key
+from graphtrain.operator.refusals import namespace_terminating, refusal, unserved_message
 
 log = logging.getLogger("graphtrain.operator")
 GROUP, VERSION = API_VERSION.split("/")
@@ -242,7 +244,9 @@ def apply(plan: Plan, observed: Observed, fence: Callable[[], bool] = lambda: Tr
     body = observed.training
     ns = body["metadata"]["namespace"]
     refusals: list[Event] = []
-    unserved = False  # a create of a kind the API server does not serve: the creates after it wait
+    # a create of a kind the API server does not serve, or in a namespace being deleted: the creates
+    # after it wait
+    unserved = False
     for action in plan.actions:
         if not fence():
             return False
@@ -275,6 +279,8 @@ def apply(plan: Plan, observed: Observed, fence: Callable[[], bool] = lambda: Tr
             if action.verb == "create" and exc.status in (400, 422):
                 said = refusal(body, action.key, api_message(exc))
                 refusals += [said] if said is not None else []
+            elif action.verb == "create" and namespace_terminating(exc.status, exc.body):
+                unserved = True  # the namespace's trainings go with it: nothing more is made there
             elif action.verb == "create" and exc.status == 409:
                 held = _whose_is(obj, body)
                 if held is not None:
@@ -320,38 +326,6 @@ def _whose_is(obj: dict[str, Any], training: dict[str, Any]) -> str | None:
     return next(
         (w for o in items if (w := whose({**o, "kind": obj["kind"]}, meta["name"], meta["uid"]))), None
     )
-
-
-def unserved_message(obj: dict[str, Any]) -> str:
-    """Why a child of a kind the API server does not serve cannot be made."""
-    said = f"the API server serves no {obj['kind']} of {obj['apiVersion']} (its CRD is not installed)"
-    if obj["kind"] == "PodGroup":
-        said += (
-            "; spec.scheduling.gang needs the scheduler that owns it (Volcano, or the scheduler-plugins "
-            "coscheduling plugin) installed, or remove spec.scheduling.gang"
-        )
-    return said
-
-
-_reported: set[tuple[str, str, str]] = set()  # (training uid, child, message): each refusal said once
-_REPORTED_MAX = 10_000
-
-
-def refusal(body: dict[str, Any], child: str, message: str) -> Event | None:
-    """A create the API server refused (400/422: the child as made from this spec is invalid, so every
-    retry is refused alike): a Warning event naming the child and the API's words, the status written
-    and the other actions done all the same. Retrying cannot help, so it is logged (no traceback) and
-    posted once per training, child and message in this process, not at every reconcile."""
-    line = " ".join(f"{child} was refused by the API server: {message}".split())
-    seen = (str(body["metadata"].get("uid")), child, message)
-    if seen in _reported:
-        log.debug("%s/%s: %s", body["metadata"]["namespace"], body["metadata"]["name"], line)
-        return None
-    if len(_reported) >= _REPORTED_MAX:
-        _reported.clear()
-    _reported.add(seen)
-    log.warning("%s/%s: %s", body["metadata"]["namespace"], body["metadata"]["name"], line)
-    return Event(Severity.warning, "ChildRefused", line)
 
 
 def _same(new: dict[str, Any], old: dict[str, Any]) -> bool:

@@ -1,0 +1,76 @@
+"""A namespace being deleted: its trainings go with it, and while the namespace controller deletes
+their children, a reconcile that sees a child gone tries to make it again and the API server answers
+403 (NamespaceTerminating). Raised, each such create was a traceback in the operator's log and a retry
+until the training's own deletion came; now the plan's creates stop there and the rest is written."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from kubernetes.client.rest import ApiException
+
+from graphtrain.operator import k8s
+from graphtrain.operator.context import Action, Plan
+from graphtrain.operator.observation import Observed
+from graphtrain.operator.refusals import namespace_terminating
+
+TERMINATING = {
+    "kind": "Status",
+    "status": "Failure",
+    "message": 'pods "wn-trainer-1" is forbidden: unable to create new content in namespace ml because it '
+    "is being terminated",
+    "reason": "Forbidden",
+    "details": {
+        "name": "wn-trainer-1",
+        "kind": "pods",
+        "causes": [{"reason": "NamespaceTerminating", "message": "namespace ml is being terminated"}],
+    },
+    "code": 403,
+}
+RBAC = {**TERMINATING, "details": {"name": "wn-trainer-1", "kind": "pods"}}
+
+
+def forbidden(body: dict) -> ApiException:
+    exc = ApiException(status=403, reason="Forbidden")
+    exc.body = json.dumps(body)
+    return exc
+
+
+def test_a_namespace_terminating_refusal_is_told_from_any_other() -> None:
+    assert namespace_terminating(403, json.dumps(TERMINATING))
+    assert not namespace_terminating(403, json.dumps(RBAC))  # the operator's rights: an error
+    assert not namespace_terminating(409, json.dumps(TERMINATING))
+    assert not namespace_terminating(403, "not json") and not namespace_terminating(403, None)
+
+
+class Api:
+    """Every kind's API: creates answer `refused`, the calls are recorded."""
+
+    def __init__(self, refused: ApiException):
+        self.refused, self.calls = refused, []
+        self.status = self
+
+    def create(self, **kw: Any) -> Any:
+        self.calls.append(("create", kw["body"]["metadata"]["name"]))
+        raise self.refused
+
+    def patch(self, **kw: Any) -> Any:
+        self.calls.append(("patch", kw["name"]))
+
+
+@pytest.mark.parametrize("body", [TERMINATING, RBAC], ids=["terminating", "rbac"])
+def test_creates_in_a_terminating_namespace_stop_without_an_error(monkeypatch, body: dict) -> None:
+    api = Api(forbidden(body))
+    monkeypatch.setattr(k8s, "_res", lambda *a: api)
+    monkeypatch.setattr(k8s, "post_event", lambda *a: None)
+    training = {"metadata": {"name": "wn", "namespace": "ml", "uid": "u"}, "status": {}}
+    pods = [{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"wn-trainer-{r}"}} for r in range(2)]
+    plan = Plan([Action("create", p) for p in pods], {"phase": "Training"}, [])
+    if body is RBAC:
+        with pytest.raises(ApiException):
+            k8s.apply(plan, Observed(training))
+        return
+    assert k8s.apply(plan, Observed(training))
+    assert api.calls == [("create", "wn-trainer-0"), ("patch", "wn")]  # no second create; the status
