@@ -261,8 +261,11 @@ def on_delete(*, name: str, namespace: str | None, uid: str, logger: kopf.Logger
 @kopf.timer(GROUP, VERSION, PLURAL, interval=TIMER_SECONDS, initial_delay=TIMER_SECONDS)
 def on_timer(*, name: str, namespace: str | None, status: kopf.Status, **_: Any) -> None:
     """Asks the work queue, in its periodic lane, and returns: 1,000 trainings' timers reconciling on
-    kopf's executor left a new training's create handler waiting behind them for minutes."""
-    if namespace and finished(dict(status)) is None:  # a finished training's TTL: its plan's requeue
+    kopf's executor left a new training's create handler waiting behind them for minutes. A finished
+    training is skipped (its TTL is its plan's requeue), unless its phase was patched over its end:
+    that phase is written back."""
+    ended = finished(dict(status))
+    if namespace and (ended is None or status.get("phase") != ended):
         queue = _queue
         if queue is not None:
             queue.add((namespace, name), periodic=True)

@@ -35,11 +35,13 @@ def test_a_finished_training_whose_phase_is_patched_back_stays_finished(policy: 
     assert f"StatefulSet/{NAME}-shards" not in c.children
 
 
-def test_the_timer_still_reconciles_a_training_whose_phase_alone_says_it_ended(monkeypatch) -> None:
+def test_the_timer_reconciles_a_training_whose_phase_and_conditions_disagree(monkeypatch) -> None:
     asked: list[tuple[str, str]] = []
     monkeypatch.setattr(handlers, "_queue", None)
     monkeypatch.setattr(handlers, "reconcile", lambda ns, name: asked.append((ns, name)))
     handlers.on_timer(name="a", namespace="ns", status={"phase": "Succeeded"})
     ended = {"type": "Succeeded", "status": "True", "reason": "Completed"}
     handlers.on_timer(name="b", namespace="ns", status={"phase": "Succeeded", "conditions": [ended]})
-    assert asked == [("ns", "a")]
+    handlers.on_timer(name="c", namespace="ns", status={"phase": "Training", "conditions": [ended]})
+    handlers.on_timer(name="d", namespace="ns", status={})  # new: no status yet
+    assert asked == [("ns", "a"), ("ns", "c"), ("ns", "d")]
