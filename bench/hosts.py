@@ -79,7 +79,7 @@ def costs_here(workdir: Path, mixed: str = "none") -> Costs:
     spec_path = workdir / f"calibrate-{mixed}.yaml"
     spec_path.write_text(spec_for(2, 3, mixed=mixed))
     gt = load_yaml(spec_path.read_text())
-    cfg = load_config(capacity.partition_for(gt, spec_path, None, workdir / "calibrate-partition"))
+    cfg = load_config(planning.partition_for(gt, spec_path, None, workdir / "calibrate-partition"))
     fanouts = list(gt.spec.training.fanouts)
     return calibrate(cfg, *planning.gnn_of(gt.spec, cfg), fanouts, mixed_precision=mixed)
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -516,19 +515,6 @@ def bandwidth_bytes(text: str) -> float:
     number, prefix, unit = match.groups()
     value = float(number) * {"": 1, "k": 1e3, "m": 1e6, "g": 1e9}[prefix]
     return value / 8 if unit == "bit" else value
-
-
-def partition_for(
-    gt: Any, spec_path: Path, data_dir: Path | None, out: Path, warn: Callable[[str], None] = print
-) -> Path:
-    """The spec's partition, made into `out` as `graphtrain run` makes it; its config file."""
-    from graphtrain.runtime.data import datasets
-    from graphtrain.runtime.launch import partition_step
-
-    work = partition_step.from_spec(gt, spec_path.parent)
-    if work.source.dataset is not None:
-        datasets.fetch(str(work.source.dataset), data_dir)
-    return partition_step.partition(work, out, overwrite=True, data_dir=data_dir, warn=warn).path
 
 
 def _array_bytes(x: Any) -> int:

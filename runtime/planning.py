@@ -272,7 +272,7 @@ def plan_command(
     from graphtrain.runtime.partition.format import load_config
 
     with tempfile.TemporaryDirectory(prefix="graphtrain-plan-") as tmp:
-        config = partition or capacity.partition_for(gt, spec_path, data_dir, Path(tmp) / "partition")
+        config = partition or partition_for(gt, spec_path, data_dir, Path(tmp) / "partition")
         cfg = load_config(config)
         if partition is not None:
             given_partition_fits(gt.spec, cfg)
@@ -326,3 +326,16 @@ def data_problems(
     graph = datasets.load_source(spec.graph, data_dir, base_dir=base_dir)
     found, notes = review(spec, graph)
     return [*found, *capacity.limit_problems(spec, graph)], notes, ""
+
+
+def partition_for(
+    gt: Any, spec_path: Path, data_dir: Path | None, out: Path, warn: Callable[[str], None] = print
+) -> Path:
+    """The spec's partition, made into `out` as `graphtrain run` makes it; its config file."""
+    from graphtrain.runtime.data import datasets
+    from graphtrain.runtime.launch import partition_step
+
+    work = partition_step.from_spec(gt, spec_path.parent)
+    if work.source.dataset is not None:
+        datasets.fetch(str(work.source.dataset), data_dir)
+    return partition_step.partition(work, out, overwrite=True, data_dir=data_dir, warn=warn).path

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from graphtrain.contract.spec import EmbeddingTable, Sharding, load_yaml
-from graphtrain.runtime import capacity
+from graphtrain.runtime import capacity, planning
 from graphtrain.runtime.kvstore.client.transport import Answer, Call
 from graphtrain.runtime.native.keymap import KeyMap
 from graphtrain.runtime.partition.format import load_config
@@ -85,7 +85,7 @@ def test_only_calls_to_another_hosts_shards_are_counted_and_local_ones_read_in_p
 def planted(graph_file: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     spec_path = tmp_path_factory.mktemp("plan") / "planted.yaml"
     spec_path.write_text(yaml.safe_dump(sage_spec(graph_file)))
-    config = capacity.partition_for(load_yaml(spec_path.read_text()), spec_path, None, spec_path.parent / "p")
+    config = planning.partition_for(load_yaml(spec_path.read_text()), spec_path, None, spec_path.parent / "p")
     return spec_path, config
 
 
@@ -278,7 +278,7 @@ def test_the_replay_pulls_a_node_type_tables_rows_only_for_its_types(tmp_path: P
     for name, table in (("users", {}), ("every", {"nodeTypes": None})):
         path = typed_spec(tmp_path, name, 1, **table)
         doc = load_yaml(path.read_text())
-        cfg = load_config(capacity.partition_for(doc, path, None, tmp_path / f"p-{name}"))
+        cfg = load_config(planning.partition_for(doc, path, None, tmp_path / f"p-{name}"))
         plan = capacity.make_plan(doc.spec, cfg, hosts=2)
         row_bytes.append(sum(w.work.row_bytes for w in plan.wires if w.work is not None))
     assert 0 < row_bytes[0] < row_bytes[1]
