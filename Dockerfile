@@ -116,9 +116,11 @@ RUN GRAPHTRAIN_NATIVE=0 pip wheel --no-deps --wheel-dir /dist . \
 
 # ------------------------------------------------------------------------------------------ final images
 # The user every image runs as (numeric, so Kubernetes' runAsNonRoot can check it), HOME=/tmp, and every
-# cache a library might write pointed at /tmp. The labels that name a build (version, revision) come last
-# in each target, so that a new revision rebuilds no layer. podman 4.3 (buildah 1.28) reuses a cached
-# LABEL step built with another REVISION: pass the two as --label too (tests/images does).
+# cache a library might write pointed at /tmp. The steps that name a build (version, revision) come last
+# in each target, so that a new revision rebuilds only them. podman 4.3 (buildah 1.28) keys a LABEL step's
+# cache on its unexpanded text, and a wholly cached target keeps the LABEL and --label of the build that
+# made it (an old revision, seen in CI): the revision is also written to a file by a RUN step, whose
+# cache key holds the argument's value, so a new revision misses the cache from there on.
 FROM python AS final
 LABEL org.opencontainers.image.source="https://github.com/graphtrain/graphtrain" \
       org.opencontainers.image.licenses="Apache-2.0"
@@ -153,6 +155,7 @@ RUN --mount=type=bind,from=dist-runtime,source=/dist,target=/dist \
     pip install --no-index --no-deps /dist/*.whl
 ARG VERSION=0.1.0
 ARG REVISION=unknown
+RUN printf '%s\n' "${REVISION}" > /usr/local/share/graphtrain/revision
 LABEL org.opencontainers.image.title="graphtrain" \
       org.opencontainers.image.description="graphtrain runtime (CPU): partition, shard servers, trainers" \
       org.opencontainers.image.version="${VERSION}" \
@@ -174,6 +177,7 @@ RUN --mount=type=bind,from=dist-cuda,source=/dist,target=/dist \
 ENV NVIDIA_DRIVER_CAPABILITIES=compute,utility
 ARG VERSION=0.1.0
 ARG REVISION=unknown
+RUN printf '%s\n' "${REVISION}" > /usr/local/share/graphtrain/revision
 LABEL org.opencontainers.image.title="graphtrain" \
       org.opencontainers.image.description="graphtrain runtime (CUDA): shard servers and trainers on GPUs" \
       org.opencontainers.image.version="${VERSION}" \
@@ -190,6 +194,7 @@ RUN --mount=type=bind,from=dist-control,source=/dist,target=/dist \
     pip install --no-index --no-deps /dist/*.whl
 ARG VERSION=0.1.0
 ARG REVISION=unknown
+RUN printf '%s\n' "${REVISION}" > /usr/local/share/graphtrain/revision
 LABEL org.opencontainers.image.title="graphtrain-control" \
       org.opencontainers.image.description="graphtrain control plane: the GraphTraining operator and the REST status API" \
       org.opencontainers.image.version="${VERSION}" \

@@ -160,13 +160,19 @@ def build_labels(revision: str) -> dict[str, str]:
     }
 
 
-def build(target: str, tag: str) -> set[str]:
-    """Build a target of the Dockerfile as CI does; the ids of the images its steps made or reused."""
-    wheels = find_links()
-    old = image_id(tag)
-    revision = subprocess.run(
+def head() -> str:
+    """The commit the tree is at ('' outside a git clone): the revision CI labels its images with."""
+    return subprocess.run(
         ["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True
     ).stdout.strip()
+
+
+def build(target: str, tag: str, revision: str | None = None) -> set[str]:
+    """Build a target of the Dockerfile as CI does (labelled with HEAD unless `revision` says otherwise);
+    the ids of the images its steps made or reused."""
+    wheels = find_links()
+    old = image_id(tag)
+    revision = head() if revision is None else revision
     out = podman(
         "build",
         "--pull=never",
@@ -261,8 +267,27 @@ def test_help_and_version_as_a_restricted_pod(images: dict[str, float], target: 
         "graphtrain" if target == "runtime" else "graphtrain-control"
     )
     assert labels["org.opencontainers.image.licenses"] == "Apache-2.0"
-    revision = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True)
-    assert labels["org.opencontainers.image.revision"] == (revision.stdout.strip() or "unknown")
+    assert labels["org.opencontainers.image.revision"] == (head() or "unknown")
+    out = in_container(tag, "cat", "/usr/local/share/graphtrain/revision")
+    assert (out.returncode, out.stdout) == (0, f"{head() or 'unknown'}\n"), out.stderr
+
+
+def test_a_rebuild_of_unchanged_sources_carries_its_own_revision(images: dict[str, float]) -> None:
+    """podman 4.3 kept the LABEL step (and --label) of a cached build: a commit that changed no source
+    (RESULTS.md only) gave an image labelled with the commit before it. Each revision has its own."""
+    tag = "localhost/graphtrain:revision-test"
+    try:
+        for revision in ("0" * 40, head() or "unknown"):
+            build("runtime", tag, revision)
+            labels = inspect(tag)["Config"]["Labels"]
+            assert labels["org.opencontainers.image.revision"] == revision
+            assert in_container(tag, "cat", "/usr/local/share/graphtrain/revision").stdout == (
+                f"{revision}\n"
+            )
+    finally:
+        # the second build is the CI image itself (cached) under one more name: the name goes, the image
+        # stays; the first was removed by that build (`build` removes a tag's previous image)
+        podman("untag", tag, tag)  # this name only (with no name, untag takes every name)
 
 
 NO_COMPILER = "for c in gcc g++ cc c++ nvcc; do command -v $c && exit 1; done; exit 0"
