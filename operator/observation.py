@@ -129,6 +129,25 @@ def first_failure(pods: list[Obj]) -> Obj:
     return min(enumerate(pods), key=key)[1]
 
 
+PEER_LOSS_GRACE = 30.0  # seconds a peer loss waits for the failure that caused it to be seen
+
+
+def culprit_due(failed: list[Obj], trainers: list[Obj], now: dt.datetime) -> float | None:
+    """Seconds to wait before judging failed trainers whose every failure is a peer loss (roles.PEER_LOST)
+    while another trainer still runs, or None to judge now. A trainer whose peer died fails within a
+    second, often before the kubelet reports the dead one's pod: judged at once, the survivor was named
+    and the cause never. Bounded (PEER_LOSS_GRACE from the first such failure): a hung peer's pod that
+    never fails must not hold the training."""
+    if not failed or not all(PEER_LOST in (terminated(p).get("message") or "") for p in failed):
+        return None
+    if not any(pod_phase(p) not in FINISHED for p in trainers):
+        return None
+    ended = [parse_time(terminated(p).get("finishedAt")) for p in failed]
+    first = min((t for t in ended if t is not None), default=now)
+    left = PEER_LOSS_GRACE - (now - first).total_seconds()
+    return left if left > 0 else None
+
+
 # A container waiting for one of these will not start by itself: a wrong image or tag, a missing pull
 # secret, ConfigMap or Secret, a command that crashes at once. ContainerCreating, PodInitializing (a slow
 # pull, a large volume) are on their way and not listed.

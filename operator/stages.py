@@ -43,6 +43,7 @@ from graphtrain.operator.observation import (
     Observed,
     Trouble,
     applied_spec,
+    culprit_due,
     first_failure,
     job_outcome,
     partition_error,
@@ -433,6 +434,9 @@ def trainers_stage(ctx: Context, conds: conditions.Conditions) -> Step:
     step = Step(missing, status=progress_status(cm))
     failed = [p for _, p in sorted(trainers.items()) if pod_phase(p) == "Failed"]
     if failed:  # no missing rank is made: every rank restarts, or the training ends
+        due = culprit_due(failed, list(trainers.values()), ctx.obs.now)
+        if due is not None:  # a survivor's peer loss: the rank that caused it is named once it is seen
+            return Step(step.actions, step.status, _going(ctx), requeue_after=due)
         return _trainer_failed(ctx, conds, step.status, pod_failure(first_failure(failed)), trainers)
     if len(trainers) == world and all(pod_phase(p) == "Succeeded" for p in trainers.values()):
         conditions.set_trainers_waiting(conds, conditions.Reason.completed, "every trainer finished")

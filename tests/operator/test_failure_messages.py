@@ -3,12 +3,16 @@ termination message (the kubelet keeps at most 80 lines), and the operator names
 
 from __future__ import annotations
 
+import datetime as dt
+
 import pytest
 
-from graphtrain.contract.spec import parse
-from graphtrain.operator import manifests, observation
+from graphtrain.contract.conditions import Conditions
+from graphtrain.contract.spec import Phase, parse
+from graphtrain.operator import manifests, observation, stages
 from graphtrain.operator.config import built_in
-from tests.operator.test_reconcile import training
+from graphtrain.operator.observation import iso
+from tests.operator.test_reconcile import NOW, context, observed, sts, trainer, training
 
 
 def containers() -> dict[str, dict]:
@@ -74,3 +78,44 @@ def test_the_trainer_named_is_the_one_whose_failure_was_its_own() -> None:
     assert observation.first_failure([r0, r1]) is r0
     r1 = failed_pod("wn-trainer-1", "2026-12-02T01:00:09Z", "error: out of memory")
     assert observation.first_failure([r0, r1]) is r0
+
+
+LOST = "error: trainer 0: another trainer went away (Connection closed by peer): its own log says why"
+
+
+def test_a_peer_loss_waits_a_bounded_moment_for_its_cause() -> None:
+    """Rank 0 lost its peer and failed within a second, before the kubelet reported rank 1's pod (the
+    process killed): judged at once, rank 0 was named, and never the rank that caused it."""
+    now = dt.datetime(2026, 12, 2, 1, 0, 10, tzinfo=dt.UTC)
+    r0 = failed_pod("wn-trainer-0", "2026-12-02T01:00:05Z", LOST)
+    running = {"metadata": {"name": "wn-trainer-1"}, "status": {"phase": "Running"}}
+    assert observation.culprit_due([r0], [r0, running], now) == observation.PEER_LOSS_GRACE - 5
+    # past the grace (a hung peer whose pod never fails): judged
+    later = now + dt.timedelta(seconds=observation.PEER_LOSS_GRACE)
+    assert observation.culprit_due([r0], [r0, running], later) is None
+    # every rank finished, or one failure is its own: judged now
+    r1 = failed_pod("wn-trainer-1", "2026-12-02T01:00:06Z", "", reason="OOMKilled")
+    assert observation.culprit_due([r0, r1], [r0, r1], now) is None
+    other = failed_pod("wn-trainer-0", "2026-12-02T01:00:05Z", "error: shard 0 refused the token")
+    assert observation.culprit_due([other], [other, running], now) is None
+    # no finishedAt reported yet: the wait counts from now
+    r0 = failed_pod("wn-trainer-0", None, LOST)
+    assert observation.culprit_due([r0], [r0, running], now) == observation.PEER_LOSS_GRACE
+
+
+def test_the_trainers_stage_names_the_cause_once_its_pod_is_seen() -> None:
+    def peer_lost(rank: int) -> dict:
+        pod = trainer(rank, "Failed")
+        said = pod["status"]["containerStatuses"][0]["state"]["terminated"]
+        said.update(message=LOST, finishedAt=iso(NOW - dt.timedelta(seconds=3)))
+        return pod
+
+    o = observed(sts(2), peer_lost(0), trainer(1, "Running"))
+    step = stages.trainers_stage(context(o), Conditions([], "T"))
+    assert (step.actions, step.phase, step.requeue_after) == ([], Phase.training, 27.0)
+    conds = Conditions([], "T")
+    o = observed(sts(2), peer_lost(0), trainer(1, "Failed"))
+    step = stages.trainers_stage(context(o), conds)
+    assert step.phase == Phase.restarting
+    said = next(c for c in conds.as_list() if c.type == "TrainersReady").message
+    assert "wn-trainer-1 failed" in said and "wn-trainer-0" not in said
