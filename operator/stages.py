@@ -39,6 +39,7 @@ from graphtrain.contract.spec.locality import resolved
 from graphtrain.operator import gang, manifests, volume, workers
 from graphtrain.operator.context import Action, Context, Step, clean_up
 from graphtrain.operator.observation import (
+    FINISHED,
     Obj,
     Observed,
     Trouble,
@@ -203,6 +204,7 @@ def partition_stage(ctx: Context, conds: conditions.Conditions) -> Step:
     job; the plan stops here until the job succeeded, and fails if it failed."""
     gt, body, n = ctx.gt, ctx.body, ctx.names
     kept = _partition_kept(ctx, conds)
+    earlier = _earlier_partition(ctx) if not kept else []
     if _inference_without_volume(ctx):
         conditions.set_partition_failed(
             conds,
@@ -218,9 +220,14 @@ def partition_stage(ctx: Context, conds: conditions.Conditions) -> Step:
         *manifests.trainer_rbac(body, gt),
         manifests.data_claim(body, gt, ctx.config),
         manifests.partition_job(body, gt, ctx.config)
-        if ctx.absent("Job", n["partition"]) and not kept
+        if ctx.absent("Job", n["partition"]) and not kept and not earlier
         else None,
     )
+    if earlier:
+        conditions.set_partitioning(
+            conds, f"waiting for pod {', '.join(earlier)} of an earlier partition job to stop"
+        )
+        return Step(actions, phase=Phase.partitioning)
     if ctx.token and ctx.absent("Secret", n["token"]) and _roles_running(ctx):
         return _token_lost(ctx, conds, actions)
     outcome, why = ("succeeded", "") if kept else job_outcome(ctx.child("Job", n["partition"]))
@@ -250,6 +257,17 @@ def _partition_kept(ctx: Context, conds: conditions.Conditions) -> bool:
     was = conds.previous.get(str(ConditionType.partition_ready))
     done = was is not None and was.status == "True"
     return done and ctx.absent("Job", ctx.names["partition"])
+
+
+def _earlier_partition(ctx: Context) -> list[str]:
+    """The pods of a partition Job deleted before it ended, still stopping (or orphaned, and running):
+    a Job made again at once would partition beside them on the same claim, its start sweeping the
+    scratch files they write, with twice the memory and disk. Its pods are this training's partition
+    pods while no Job of that name exists."""
+    if not ctx.absent("Job", ctx.names["partition"]):
+        return []
+    pods = ctx.pods("partition")
+    return sorted(p["metadata"]["name"] for p in pods if pod_phase(p) not in FINISHED)
 
 
 def _inference_without_volume(ctx: Context) -> bool:

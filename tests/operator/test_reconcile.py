@@ -473,6 +473,20 @@ def partition_pod(message: str) -> dict:
     )
 
 
+def stopping(pod: dict, phase: str = "Running") -> dict:
+    """`pod` running, and being deleted (its Job deleted: the pod's grace period)."""
+    pod["status"]["phase"] = phase
+    pod["metadata"]["deletionTimestamp"] = "2026-11-22T11:59:50Z"
+    return pod
+
+
+def finished_partition_pod() -> dict:
+    """A partition pod of an earlier Job that failed (killed as its Job was deleted)."""
+    pod = partition_pod("")
+    pod["status"]["phase"] = "Failed"
+    return pod
+
+
 def sts(ready: int) -> dict:
     return obj("StatefulSet", f"{NAME}-shards", {"replicas": 2, "readyReplicas": ready}, api="apps/v1")
 
@@ -611,6 +625,22 @@ WAS_PARTITIONING = [
             [],
             "PartitionReady=True Partitioned",
             "Normal Partitioned",
+        ),
+        row(  # the Job deleted mid-partition: a new one waits for the old pod (no two partitioners)
+            "earlier-pod-stopping",
+            observed(*base(), stopping(partition_pod("")), status={"conditions": WAS_PARTITIONING}),
+            "Partitioning",
+            [],
+            "PartitionReady=False Partitioning",
+            "",
+        ),
+        row(
+            "earlier-pod-gone",
+            observed(*base(), finished_partition_pod(), status={"conditions": WAS_PARTITIONING}),
+            "Partitioning",
+            [f"create Job/{NAME}-partition"],
+            "PartitionReady=False Partitioning",
+            "",
         ),
         row(
             "unchanged-no-event",
