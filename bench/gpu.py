@@ -90,6 +90,30 @@ def model_ceiling(doc: dict[str, Any], work: Path, device: torch.device, steps: 
     return ceiling.ceiling(gt, enc, batches, device, steps, 3, 3)[0]
 
 
+def arg_problem(a: argparse.Namespace, gpus: int) -> str | None:
+    """Why the arguments cannot run (one line naming the option), or None: checked before the graph is
+    drawn (minutes at --scale 1), where a bad --device or --steps failed at the end with a traceback.
+    `gpus`: the GPUs torch sees."""
+    if not 0 < a.scale <= 1:
+        return f"--scale must be in (0, 1], got {a.scale}"
+    variants = [v for v in a.variants.split(",") if v]
+    if not variants:
+        return f"--variants: none given (known: {', '.join(VARIANTS)})"
+    if bad := sorted(set(variants) - set(VARIANTS)):
+        return f"--variants: unknown {', '.join(bad)} (known: {', '.join(VARIANTS)})"
+    if a.steps < 1 or a.epochs < 1:
+        return f"--steps and --epochs must be >= 1, got {a.steps} and {a.epochs}"
+    try:
+        device = torch.device(a.device)
+    except RuntimeError:
+        return f"--device must be cpu or cuda[:N], got {a.device!r}"
+    if device.type not in ("cpu", "cuda"):
+        return f"--device must be cpu or cuda[:N], got {a.device!r}"
+    if device.type == "cuda" and (device.index or 0) >= gpus:
+        return f"--device {a.device}: no such GPU here (torch sees {gpus})"
+    return None
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -106,11 +130,9 @@ def main() -> None:
         help="training.mixedPrecision of every run of the call (ceiling, whole, all-CPU)",
     )
     a = ap.parse_args()
-    if not 0 < a.scale <= 1:
-        raise SystemExit(f"bench/gpu.py: --scale must be in (0, 1], got {a.scale}")
+    if problem := arg_problem(a, torch.cuda.device_count() if torch.cuda.is_available() else 0):
+        raise SystemExit(f"bench/gpu.py: {problem}")
     variants = [v for v in a.variants.split(",") if v]
-    if bad := sorted(set(variants) - set(VARIANTS)):
-        raise SystemExit(f"bench/gpu.py: --variants: unknown {', '.join(bad)} (known: {', '.join(VARIANTS)})")
     device = torch.device(a.device)
     npz = products_like.ensure(a.cache, a.scale, 0)
     rows = []
