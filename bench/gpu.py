@@ -16,6 +16,8 @@ For each variant:
   and the ratio against it.
 --accuracy adds a whole run of --epochs epochs on --device to its end, reporting test accuracy and the
 wall seconds: a faster step must not cost accuracy.
+Each figure is printed as it is measured; a run that fails is one FAILED line (its log's tail below it),
+the other runs still go, and the exit status is then 1: one failure does not lose a lease's other figures.
 
     python bench/gpu.py [--device cuda] [--scale 1.0] [--variants features,table] [--accuracy]
                         [--mixed-precision bfloat16]
@@ -28,6 +30,8 @@ import platform
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -90,6 +94,17 @@ def model_ceiling(doc: dict[str, Any], work: Path, device: torch.device, steps: 
     return ceiling.ceiling(gt, enc, batches, device, steps, 3, 3)[0]
 
 
+def timed_rate(npz: Path, device: str, variant: str, mixed: str, work: Path) -> float:
+    """seeds/s of a whole standalone run on `device`: epochs to spare, stopped once bench/e2e.py's
+    window is measured."""
+    doc = b1_spec(npz, device, variant, TIMED_EPOCHS, mixed)
+    return graphtrain_run(doc, work, True, True)["samples_per_second"]
+
+
+def accuracy_of(doc: dict[str, Any], work: Path) -> float:
+    return graphtrain_run(doc, work, True)["test_accuracy"]
+
+
 def arg_problem(a: argparse.Namespace, gpus: int) -> str | None:
     """Why the arguments cannot run (one line naming the option), or None: checked before the graph is
     drawn (minutes at --scale 1), where a bad --device or --steps failed at the end with a traceback.
@@ -112,6 +127,29 @@ def arg_problem(a: argparse.Namespace, gpus: int) -> str | None:
     if device.type == "cuda" and (device.index or 0) >= gpus:
         return f"--device {a.device}: no such GPU here (torch sees {gpus})"
     return None
+
+
+def measured(variant: str, what: str, fn: Callable[[], float], form: str = ",.0f") -> float | None:
+    """fn's figure, printed as soon as it is known; None, with one line saying why, when it failed, so
+    that one failed run (the last of a GPU lease's bench, say) does not lose the figures before it."""
+    try:
+        value = fn()
+    except Exception as exc:  # noqa: BLE001 - reported, the bench goes on to its other figures
+        lines = str(exc).strip().splitlines() or [type(exc).__name__]
+        print(f"[bench] {variant}: {what} FAILED: {lines[0]}", flush=True)
+        if len(lines) > 1:
+            print("\n".join(lines[-20:]), flush=True)
+        return None
+    print(f"[bench] {variant}: {what} {value:{form}}", flush=True)
+    return value
+
+
+def ratio(a: float | None, b: float | None, form: str) -> str:
+    return "-" if a is None or b is None or b == 0 else format(a / b, form)
+
+
+def number(x: float | None, form: str = ",.0f") -> str:
+    return "-" if x is None else format(x, form)
 
 
 def main() -> None:
@@ -140,24 +178,19 @@ def main() -> None:
         work = Path(tmp)
         for variant in variants:
             mp = a.mixed_precision
-            top = model_ceiling(b1_spec(npz, a.device, variant, 1, mp), work, device, a.steps)
-            # timed runs: epochs to spare, stopped once bench/e2e.py's window is measured
-            whole = graphtrain_run(b1_spec(npz, a.device, variant, TIMED_EPOCHS, mp), work, True, True)
+            doc = b1_spec(npz, a.device, variant, 1, mp)
+            top = measured(variant, "ceiling seeds/s", partial(model_ceiling, doc, work, device, a.steps))
+            whole = measured(variant, "whole seeds/s", partial(timed_rate, npz, a.device, variant, mp, work))
             cpu = whole
             if device.type != "cpu":
-                cpu = graphtrain_run(b1_spec(npz, "cpu", variant, TIMED_EPOCHS, mp), work, True, True)
+                cpu = measured(variant, "all-CPU seeds/s", partial(timed_rate, npz, "cpu", variant, mp, work))
             acc, wall = None, None
             if a.accuracy:
                 t0 = time.perf_counter()
                 doc = b1_spec(npz, a.device, variant, a.epochs, mp)
-                acc = graphtrain_run(doc, work, True)["test_accuracy"]
-                wall = time.perf_counter() - t0
-            rates = (whole["samples_per_second"], cpu["samples_per_second"])
-            rows.append((variant, top, *rates, acc, wall))
-            print(
-                f"[bench] {variant}: ceiling {top:,.0f}, whole {rates[0]:,.0f}, all-CPU {rates[1]:,.0f}",
-                flush=True,
-            )
+                acc = measured(variant, "test accuracy", partial(accuracy_of, doc, work), ".4f")
+                wall = time.perf_counter() - t0 if acc is not None else None
+            rows.append((variant, top, whole, cpu, acc, wall))
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu"
     print(
         f"# bench/gpu.py B1, {time.strftime('%Y-%m-%d %H:%M')}, {platform.machine()}, {name}, "
@@ -170,11 +203,12 @@ def main() -> None:
     )
     print("|---|---|---|---|---|---|---|---|")
     for variant, top, whole, cpu, acc, wall in rows:
-        extra = f"{acc:.4f} | {wall:.0f}" if acc is not None and wall is not None else "- | -"
         print(
-            f"| {variant} | {top:,.0f} | {whole:,.0f} | {whole / top:.0%} | {cpu:,.0f} | "
-            f"{whole / cpu:.2f}x | {extra} |"
+            f"| {variant} | {number(top)} | {number(whole)} | {ratio(whole, top, '.0%')} | {number(cpu)} | "
+            f"{ratio(whole, cpu, '.2f')}x | {number(acc, '.4f')} | {number(wall)} |"
         )
+    if any(x is None for row in rows for x in row[1:4]) or (a.accuracy and any(r[4] is None for r in rows)):
+        raise SystemExit("bench/gpu.py: a run failed (its FAILED line above)")
 
 
 if __name__ == "__main__":

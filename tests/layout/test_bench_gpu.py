@@ -57,3 +57,33 @@ def test_a_bad_option_exits_before_the_graph_is_drawn(
         gpu.main()
     assert str(exc.value) == "bench/gpu.py: --device cuda: no such GPU here (torch sees 0)"
     assert drawn == []
+
+
+def test_a_failed_run_keeps_the_figures_of_the_others(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The all-CPU baseline comes last in a GPU lease's bench: when it failed, the GPU's ceiling and whole
+    rate measured before it were lost with a traceback. Each figure is printed as it is measured, the
+    table shows what was, and the exit status says that a run failed."""
+    npz = tmp_path / "products-like.npz"
+    monkeypatch.setattr(gpu.products_like, "ensure", lambda out, scale, seed: npz)
+    monkeypatch.setattr(gpu.torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(gpu.torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(gpu.torch.cuda, "get_device_name", lambda device: "a GPU")
+    monkeypatch.setattr(gpu, "model_ceiling", lambda doc, work, device, steps: 20_000.0)
+
+    def run(doc: dict, work: Path, standalone: bool, measure: bool = False) -> dict:
+        if doc["spec"]["trainers"]["device"] == "cpu":
+            raise RuntimeError("products-like-features-cpu-standalone: too few progress reports to time\nlog")
+        return {"samples_per_second": 10_000.0}
+
+    monkeypatch.setattr(gpu, "graphtrain_run", run)
+    monkeypatch.setattr(sys, "argv", ["gpu.py", "--device", "cuda", "--variants", "features"])
+    with pytest.raises(SystemExit) as exc:
+        gpu.main()
+    assert str(exc.value) == "bench/gpu.py: a run failed (its FAILED line above)"
+    out = capsys.readouterr().out
+    assert "[bench] features: ceiling seeds/s 20,000" in out
+    assert "[bench] features: whole seeds/s 10,000" in out
+    assert "[bench] features: all-CPU seeds/s FAILED: products-like-features-cpu-standalone: too few" in out
+    assert "| features | 20,000 | 10,000 | 50% | - | -x | - | - |" in out
