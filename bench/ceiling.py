@@ -39,14 +39,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 if TYPE_CHECKING:
     from graphtrain.contract.spec import GraphTraining
     from graphtrain.runtime.graph.loader import MiniBatch
+    from graphtrain.runtime.partition import PartitionConfig
     from graphtrain.runtime.train.encoder import GNNEncoder
 
 
 def sampled_batches(
-    spec_path: Path, work: Path, count: int, device: torch.device
+    spec_path: Path, work: Path, count: int, device: torch.device, partition: Path | None = None
 ) -> tuple[GraphTraining, GNNEncoder, list[MiniBatch]]:
     """(encoder, batches): the spec's GNN encoder over its partitioned graph and `count` mini-batches
-    of the spec's batch size and fan-outs, their blocks on `device`."""
+    of the spec's batch size and fan-outs, their blocks on `device`. `partition`: a partition of the
+    spec's graph made already (a `graphtrain run` of the same graph and partition settings), read
+    instead of partitioning again when it loads: on the B1 graph a partition costs a minute or more."""
     from graphtrain.contract.spec import load_yaml
     from graphtrain.runtime.graph import DistGraph, node_split, sample_blocks
     from graphtrain.runtime.graph.dist_graph import standalone_client
@@ -58,10 +61,12 @@ def sampled_batches(
     gt = load_yaml(spec_path.read_text())
     if str(gt.spec.task.kind) != "nodeClassification":
         raise SystemExit(f"bench/ceiling.py: task.kind {gt.spec.task.kind}: only nodeClassification")
-    work_item = partition_step.from_spec(gt, spec_path.resolve().parent)
-    config = partition_step.partition(
-        work_item, work / "partition", overwrite=True, data_dir=None, warn=lambda m: None
-    )
+    config = made_partition(partition)
+    if config is None:
+        work_item = partition_step.from_spec(gt, spec_path.resolve().parent)
+        config = partition_step.partition(
+            work_item, work / "partition", overwrite=True, data_dir=None, warn=lambda m: None
+        )
     graph = DistGraph(config, standalone_client(config.path))
     tr = gt.spec.training
     seed_everything(tr.seed)
@@ -76,6 +81,19 @@ def sampled_batches(
         mb.blocks = [b.to(device) for b in mb.blocks]
         batches.append(mb)
     return gt, enc, batches
+
+
+def made_partition(path: Path | None) -> PartitionConfig | None:
+    """The partition in `path` when there is one that loads, else None."""
+    from graphtrain.runtime.errors import GraphtrainError
+    from graphtrain.runtime.partition import load_config
+
+    if path is None or not path.is_dir():
+        return None
+    try:
+        return load_config(path)
+    except (OSError, ValueError, GraphtrainError):
+        return None
 
 
 def learnable_width(enc: GNNEncoder) -> int:

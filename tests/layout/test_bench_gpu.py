@@ -1,5 +1,6 @@
-"""bench/gpu.py, the B1 bench a GPU lease runs: its arguments are refused in one line before the graph is
-drawn (minutes at --scale 1), not by a traceback at the end of the lease's first measurement."""
+"""bench/gpu.py, the B1 bench a GPU lease runs in one budgeted command: its arguments are refused in one
+line before the graph is drawn (minutes at --scale 1), a failed run loses no other figure, and a call
+partitions the graph once."""
 
 from __future__ import annotations
 
@@ -8,11 +9,17 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
+import yaml
+
+from graphtrain.runtime.launch import partition_step
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 sys.path.insert(0, str(BENCH))
 
+import ceiling  # noqa: E402
 import gpu  # noqa: E402
+import products_like  # noqa: E402
 
 
 def args(**given: object) -> argparse.Namespace:
@@ -50,7 +57,7 @@ def test_a_bad_option_exits_before_the_graph_is_drawn(
     without a GPU in torch's AssertionError after the graph."""
     drawn: list[float] = []
     monkeypatch.setattr(gpu.products_like, "ensure", lambda out, scale, seed: drawn.append(scale))
-    monkeypatch.setattr(gpu.torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     argv = ["gpu.py", "--device", "cuda", "--scale", "0.01", "--cache", str(tmp_path)]
     monkeypatch.setattr(sys, "argv", argv)
     with pytest.raises(SystemExit) as exc:
@@ -67,9 +74,9 @@ def test_a_failed_run_keeps_the_figures_of_the_others(
     table shows what was, and the exit status says that a run failed."""
     npz = tmp_path / "products-like.npz"
     monkeypatch.setattr(gpu.products_like, "ensure", lambda out, scale, seed: npz)
-    monkeypatch.setattr(gpu.torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(gpu.torch.cuda, "device_count", lambda: 1)
-    monkeypatch.setattr(gpu.torch.cuda, "get_device_name", lambda device: "a GPU")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device: "a GPU")
     monkeypatch.setattr(gpu, "model_ceiling", lambda doc, work, device, steps: 20_000.0)
 
     def run(doc: dict, work: Path, standalone: bool, measure: bool = False) -> dict:
@@ -87,3 +94,35 @@ def test_a_failed_run_keeps_the_figures_of_the_others(
     assert "[bench] features: whole seeds/s 10,000" in out
     assert "[bench] features: all-CPU seeds/s FAILED: products-like-features-cpu-standalone: too few" in out
     assert "| features | 20,000 | 10,000 | 50% | - | -x | - | - |" in out
+
+
+def test_every_run_of_a_call_shares_one_run_directory() -> None:
+    """graphtrain run reuses a run directory's partition for the same graph and partition settings: with
+    one directory per variant and device, a call at --scale 0.25 partitioned the graph three times per
+    variant (90 s of CPU each on the build VM), more than gpu-accept's 300 s step holds."""
+    npz = Path("/g.npz")
+    names = {
+        gpu.b1_spec(npz, d, v, e, m)["metadata"]["name"]
+        for d in ("cpu", "cuda")
+        for v in gpu.VARIANTS
+        for e in (1, gpu.TIMED_EPOCHS)
+        for m in ("none", "bfloat16")
+    }
+    assert names == {gpu.RUN_NAME}
+
+
+def test_the_ceiling_reads_a_partition_made_already(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    npz = products_like.ensure(tmp_path / "cache", 0.004, 0)
+    spec = tmp_path / "b1.yaml"
+    spec.write_text(yaml.safe_dump(gpu.b1_spec(npz, "cpu", "features", 1)))
+    cpu = torch.device("cpu")
+    _, _, first = ceiling.sampled_batches(spec, tmp_path / "made", 2, cpu)
+
+    def partition(*args: object, **kwargs: object) -> None:
+        raise AssertionError("partitioned again")
+
+    monkeypatch.setattr(partition_step, "partition", partition)
+    _, _, again = ceiling.sampled_batches(spec, tmp_path / "work", 2, cpu, tmp_path / "made" / "partition")
+    assert [list(mb.seeds) for mb in again] == [list(mb.seeds) for mb in first]
+    with pytest.raises(AssertionError, match="partitioned again"):  # none there: it partitions
+        ceiling.sampled_batches(spec, tmp_path / "work", 2, cpu, tmp_path / "none")
