@@ -125,3 +125,14 @@ def test_summary_counts_match_the_graph(tmp_path: Path) -> None:
     assert s.masks == {k: int(v.sum()) for k, v in g.masks.items()}
     assert sum(s.edge_types.values()) == g.num_edges
     assert s.bytes_total > sum(s.bytes_per_part) > 0
+
+
+def test_directed_share_is_the_definition_with_duplicates_and_self_loops() -> None:
+    """The share counts each edge (duplicates too) whose reverse is absent, on random small graphs."""
+    rng = np.random.default_rng(7)
+    for _ in range(100):
+        n, e = int(rng.integers(1, 12)), int(rng.integers(1, 40))
+        src, dst = rng.integers(0, n, e), rng.integers(0, n, e)
+        pairs = set(zip(src.tolist(), dst.tolist(), strict=True))
+        want = sum((d, s) not in pairs for s, d in zip(src.tolist(), dst.tolist(), strict=True)) / e
+        assert directed_share(src, dst, n) == pytest.approx(want)
