@@ -38,7 +38,10 @@ def load_dense(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimi
             "run trained with (its model.hiddenDim, model.numLayers, model.useFeatures and embedding dims)"
         )
     model.load_state_dict(state["model"])
+    chosen = [group.get("fused") for group in optimizer.param_groups]
     optimizer.load_state_dict(state["optimizer"])
+    for group, fused in zip(optimizer.param_groups, chosen, strict=True):
+        group["fused"] = fused  # this device's choice (dense_optimizer), not the saving trainer's
 
 
 def shape_mismatch(saved: dict[str, Any], current: dict[str, Any]) -> str:
@@ -62,9 +65,12 @@ def collapsed(rows: torch.Tensor) -> bool:
 
 def dense_optimizer(kind: str, params: Any, lr: float) -> torch.optim.Optimizer:
     """The dense optimizer, fused (one kernel per parameter: 0.25 ms instead of 0.54 ms per GraphSAGE
-    step on one thread; same update rule)."""
+    step on one thread; same update rule). Adagrad's fused kernel is CPU-only in torch releases before
+    its CUDA one (older ones refuse a CUDA parameter at the first step): torch's default elsewhere."""
+    params = list(params)
     cls = {"sgd": torch.optim.SGD, "adagrad": torch.optim.Adagrad}.get(kind, torch.optim.Adam)
-    return cls(params, lr=lr, fused=True)
+    fused = kind != "adagrad" or all(p.device.type == "cpu" for p in params)
+    return cls(params, lr=lr, fused=True if fused else None)
 
 
 class DenseTask:

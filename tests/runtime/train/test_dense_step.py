@@ -6,9 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
 import torch
 
-from graphtrain.runtime.train.dense import DenseTask
+from graphtrain.runtime.train.dense import DenseTask, dense_optimizer
 
 
 class Clock:
@@ -102,3 +103,24 @@ def test_a_model_whose_every_row_is_the_same_has_collapsed() -> None:
     assert not collapsed(same[:1])  # one node: nothing to compare
     assert not collapsed(torch.tensor([[0.5, -1.0], [0.5, -0.999]]))
     assert not collapsed(torch.empty(0, 4))
+
+
+@pytest.mark.parametrize("kind", ["adam", "sgd", "adagrad"])
+def test_the_dense_optimizer_is_fused_where_torch_has_the_kernel(kind: str) -> None:
+    """Fused on the CPU for every kind; on another device, Adagrad falls back to torch's default, since
+    releases before its CUDA kernel refuse a CUDA parameter at the first step (the GPU image's torch)."""
+    on_cpu = dense_optimizer(kind, [torch.nn.Parameter(torch.zeros(3))], 0.1)
+    assert on_cpu.defaults["fused"] is True
+    elsewhere = dense_optimizer(kind, [torch.nn.Parameter(torch.zeros(3, device="meta"))], 0.1)
+    assert elsewhere.defaults["fused"] is (None if kind == "adagrad" else True)
+
+
+def test_a_checkpoint_keeps_the_loading_devices_fused_choice(tmp_path: Path) -> None:
+    """A CPU trainer's Adagrad (fused) resumed where it is not fused keeps its own choice."""
+    from graphtrain.runtime.train.dense import load_dense, save_dense
+
+    model = torch.nn.Linear(2, 2)
+    save_dense(tmp_path / "dense.pt", model, dense_optimizer("adagrad", model.parameters(), 0.1))
+    other = torch.optim.Adagrad(model.parameters(), lr=0.1)  # what a CUDA trainer builds
+    load_dense(tmp_path / "dense.pt", model, other)
+    assert other.param_groups[0]["fused"] is None
