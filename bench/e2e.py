@@ -116,16 +116,26 @@ def graphtrain_run(
     world = 1 if standalone else doc["spec"]["trainers"]["replicas"]
     seen: list[tuple[float, int]] = []
     progress = run_dir / "progress.json"
-    while measure and proc.poll() is None:
-        with contextlib.suppress(OSError, json.JSONDecodeError, KeyError):
-            p = json.loads(progress.read_text())
-            if p["epoch"] < tr["epochs"] and p["step"] >= 20 and (not seen or p["step"] != seen[-1][1]):
-                seen.append((time.perf_counter(), p["step"]))
-        if len(seen) >= 2 and seen[-1][0] - seen[0][0] > 40:
-            proc.send_signal(signal.SIGTERM)  # stops every process (SIGINT may be inherited ignored)
-            break
-        time.sleep(0.05)
-    out, _ = proc.communicate(timeout=3600)
+    try:
+        while measure and proc.poll() is None:
+            with contextlib.suppress(OSError, json.JSONDecodeError, KeyError):
+                p = json.loads(progress.read_text())
+                fresh = not seen or p["step"] != seen[-1][1]
+                if p["epoch"] < tr["epochs"] and p["step"] >= 20 and fresh:
+                    seen.append((time.perf_counter(), p["step"]))
+            if len(seen) >= 2 and seen[-1][0] - seen[0][0] > 40:
+                proc.send_signal(signal.SIGTERM)  # stops every process (SIGINT may be inherited ignored)
+                break
+            time.sleep(0.05)
+        out, _ = proc.communicate(timeout=3600)
+    except BaseException:  # Ctrl-C, a SIGTERM (stop_on_signals) or a timeout: the run goes with us
+        proc.terminate()
+        try:
+            proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+        raise
     if measure:
         if len(seen) < 2:
             raise RuntimeError(f"{name}: too few progress reports to time\n{out[-3000:]}")

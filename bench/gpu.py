@@ -43,6 +43,8 @@ import ceiling  # noqa: E402
 import products_like  # noqa: E402
 from e2e import ROOT, graphtrain_run  # noqa: E402
 
+from graphtrain.runtime.stopping import stop_on_signals  # noqa: E402
+
 VARIANTS = ("features", "table")
 # every run of a call, whatever its variant and device: one run directory (e2e.graphtrain_run names it
 # after the spec), whose partition `graphtrain run` reuses (same graph and partition settings) and the
@@ -176,6 +178,7 @@ def main() -> None:
     a = ap.parse_args()
     if problem := arg_problem(a, torch.cuda.device_count() if torch.cuda.is_available() else 0):
         raise SystemExit(f"bench/gpu.py: {problem}")
+    stop_on_signals()  # a kill (gpu-accept's timeout) unwinds: the run stops, the temp dir goes
     variants = [v for v in a.variants.split(",") if v]
     device = torch.device(a.device)
     npz = products_like.ensure(a.cache, a.scale, 0)
@@ -218,4 +221,8 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except KeyboardInterrupt as exc:  # its run and temp dir are gone by now
+        print(f"bench/gpu.py: stopped ({exc or 'interrupted'})", file=sys.stderr)
+        sys.exit(130)
