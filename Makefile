@@ -8,7 +8,7 @@ RUN    ?= runs/wordnet-sage
 # there); RUN_FLAGS=--resume continues it instead, RUN=<dir> keeps it and trains elsewhere
 RUN_FLAGS ?= --overwrite
 
-.PHONY: install run test lint crd chart-schema bench-partition bench-partition-stream bench-optim bench-kvstore bench-attack bench-soak bench-fuzz bench-e2e bench-operator bench-operator-wordnet bench-api bench-collective bench-sampling bench-kge-joint bench-link bench-request-path cuda gpu-check clean
+.PHONY: install run test lint crd chart-schema bench-partition bench-partition-stream bench-optim bench-kvstore bench-attack bench-soak bench-fuzz bench-e2e bench-operator bench-operator-wordnet bench-api bench-collective bench-sampling bench-kge-joint bench-link bench-request-path cuda gpu-check device-prepare clean
 
 $(STAMP): pyproject.toml setup.py requirements-dev.txt $(wildcard cuda/src/*.cpp cuda/src/*.h cuda/include/graphtrain/*.h)
 	$(PYTHON) -m venv $(VENV)
@@ -107,6 +107,11 @@ cuda: install ## also build the CUDA core (needs nvcc of torch's CUDA major; GRA
 
 gpu-check: install ## on a GPU machine: report, CUDA build, tests/gpu, compute-sanitizer, bench (scripts/gpu-check)
 	scripts/gpu-check
+
+device-prepare: install ## here, before a GPU lease: ../shared/device/prepare with setproctitle and the benches' datasets
+	$(BIN)/graphtrain data fetch wordnet nations gene-kg
+	EXTRA_WHEELS="$$(grep '^setproctitle==' requirements-dev.txt)" DATASETS="wordnet nations gene-kg" \
+	  ../shared/device/prepare
 
 clean:
 	rm -rf $(VENV) build *.egg-info runtime/native/_core*.so
