@@ -26,6 +26,7 @@ more: a standby may lead next, and a requeue of this process must not reconcile 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import secrets
@@ -259,18 +260,22 @@ def on_delete(*, name: str, namespace: str | None, uid: str, logger: kopf.Logger
 
 
 @kopf.timer(GROUP, VERSION, PLURAL, interval=TIMER_SECONDS, initial_delay=TIMER_SECONDS)
-def on_timer(*, name: str, namespace: str | None, status: kopf.Status, **_: Any) -> None:
+async def on_timer(*, name: str, namespace: str | None, status: kopf.Status, **_: Any) -> None:
     """Asks the work queue, in its periodic lane, and returns: 1,000 trainings' timers reconciling on
     kopf's executor left a new training's create handler waiting behind them for minutes. A finished
     training is skipped (its TTL is its plan's requeue), unless its phase was patched over its end:
-    that phase is written back."""
+    that phase is written back.
+
+    A coroutine, run on kopf's event loop: kopf holds a deletion until the timer returns, and a sync
+    handler first waits for a thread of kopf's executor, which a burst of deletions fills with
+    on_delete handlers (300 deleted at once: 180 held for 30 s, and their on_delete run twice)."""
     ended = finished(dict(status))
     if namespace and (ended is None or status.get("phase") != ended):
         queue = _queue
         if queue is not None:
-            queue.add((namespace, name), periodic=True)
+            queue.add((namespace, name), periodic=True)  # a lock held for a few list operations
         else:
-            reconcile(namespace, name)
+            await asyncio.to_thread(reconcile, namespace, name)
 
 
 # A labelled child changed: its training is reconciled by the work queue, asked by the child watches

@@ -7,6 +7,8 @@ again. The Succeeded or Failed condition, which the operator sets with the phase
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from graphtrain.operator import handlers
@@ -39,9 +41,13 @@ def test_the_timer_reconciles_a_training_whose_phase_and_conditions_disagree(mon
     asked: list[tuple[str, str]] = []
     monkeypatch.setattr(handlers, "_queue", None)
     monkeypatch.setattr(handlers, "reconcile", lambda ns, name: asked.append((ns, name)))
-    handlers.on_timer(name="a", namespace="ns", status={"phase": "Succeeded"})
+    asyncio.run(handlers.on_timer(name="a", namespace="ns", status={"phase": "Succeeded"}))
     ended = {"type": "Succeeded", "status": "True", "reason": "Completed"}
-    handlers.on_timer(name="b", namespace="ns", status={"phase": "Succeeded", "conditions": [ended]})
-    handlers.on_timer(name="c", namespace="ns", status={"phase": "Training", "conditions": [ended]})
-    handlers.on_timer(name="d", namespace="ns", status={})  # new: no status yet
+    asyncio.run(
+        handlers.on_timer(name="b", namespace="ns", status={"phase": "Succeeded", "conditions": [ended]})
+    )
+    asyncio.run(
+        handlers.on_timer(name="c", namespace="ns", status={"phase": "Training", "conditions": [ended]})
+    )
+    asyncio.run(handlers.on_timer(name="d", namespace="ns", status={}))  # new: no status yet
     assert asked == [("ns", "a"), ("ns", "c"), ("ns", "d")]

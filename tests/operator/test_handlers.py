@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import queue
+import threading
+from concurrent.futures import ThreadPoolExecutor
 
+import kopf
 import pytest
+from kopf._core.actions import invocation
 
 from graphtrain.operator import handlers
+from graphtrain.operator.workqueue import WorkQueue
 
 
 @pytest.fixture
@@ -58,3 +64,27 @@ def test_a_failed_requeued_reconcile_is_logged(monkeypatch: pytest.MonkeyPatch, 
     assert "requeued reconcile of ns/c failed" in caplog.text and "the API server is away" in caplog.text
     assert ("ns", "c") in handlers._timers  # tried again a timer period later
     handlers.requeue("ns", "c", None)
+
+
+def test_a_timer_tick_needs_no_thread_of_kopfs_executor(monkeypatch: pytest.MonkeyPatch) -> None:
+    """kopf holds a deletion until the training's timer handler returns. A sync on_timer waits for a
+    thread of kopf's executor, which a burst of deletions fills with on_delete handlers (each a dozen
+    API calls): 300 trainings deleted at once held 180 of them for 30 s, and kopf, rechecking, ran
+    their on_delete a second time. Here every thread of the executor is busy; the tick still returns."""
+    asked: list[tuple[str, str]] = []
+    work = WorkQueue(lambda key: None, workers=1)  # never started: add() only records the key
+    monkeypatch.setattr(work, "add", lambda key, periodic=False: asked.append(key))
+    monkeypatch.setattr(handlers, "_queue", work)
+    settings = kopf.OperatorSettings()
+    settings.execution.executor = ThreadPoolExecutor(max_workers=1)
+    busy = threading.Event()
+    settings.execution.executor.submit(busy.wait, 10)  # the one thread, taken by another handler
+    try:
+        tick = invocation.invoke(
+            handlers.on_timer, settings=settings, kwargs={"name": "a", "namespace": "ns", "status": {}}
+        )
+        asyncio.run(asyncio.wait_for(tick, timeout=5))
+    finally:
+        busy.set()
+        settings.execution.executor.shutdown(wait=True)
+    assert asked == [("ns", "a")]
