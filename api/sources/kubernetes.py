@@ -12,7 +12,9 @@ Two modes:
 - cached (cache_ttl>0): a snapshot of the four collections, listed whole (bounded by max_objects per
   kind) and refreshed in the background once older than cache_ttl, as an informer's store: requests
   never wait for the API server unless the snapshot is missing or older than 10 x cache_ttl (then they
-  wait for one refresh). Lists page over the snapshot with this server's own tokens.
+  wait for one refresh). Lists page over the snapshot with this server's own tokens. A collection cut
+  at max_objects holds only some trainings' objects: a request about one training then reads that
+  collection's objects of it directly (a training left out is not answered as one with nothing).
 
 Security: the namespace and name of a request are DNS labels (checked by the routes) used as object
 names; the pods' label selector is built from the name, never taken from the client.
@@ -350,6 +352,7 @@ class Snapshot:
     pods: dict[tuple[str, str], list[Obj]] = field(default_factory=lambda: defaultdict(list))
     events: dict[tuple[str, str], list[Obj]] = field(default_factory=lambda: defaultdict(list))
     summaries: list[models.TrainingSummary] = field(default_factory=list)
+    truncated: set[str] = field(default_factory=set)  # collections cut at max_objects
     # answers built from this snapshot, built once: (kind, namespace, name) -> answer (a snapshot
     # changes only by replacement, so they never go stale; they go with it)
     built: dict[tuple[str, str, str], Any] = field(default_factory=dict)
@@ -406,13 +409,23 @@ class KubernetesSource:
             items = [s for s in items if s.phase == query.phase]
         return models.TrainingList.of(items, (body.get("metadata") or {}).get("continue") or None)
 
+    def _whole(self, *collections: str) -> Snapshot | None:
+        """The snapshot, if cached and none of these collections was cut at max_objects; else None:
+        read the API server."""
+        if self.cache_ttl <= 0:
+            return None
+        snap = self.snapshot()
+        return None if snap.truncated.intersection(collections) else snap
+
     def _training(self, namespace: str, name: str) -> Obj:
         self._scoped(namespace)
         if self.cache_ttl > 0:
-            obj = self.snapshot().trainings.get((namespace, name))
-            if obj is None:
+            snap = self.snapshot()
+            obj = snap.trainings.get((namespace, name))
+            if obj is not None:
+                return obj
+            if "trainings" not in snap.truncated:
                 raise NotFound(f"no training {namespace}/{name}")
-            return obj
         try:
             return self.api.training(namespace, name)
         except NotFound:
@@ -422,8 +435,8 @@ class KubernetesSource:
         obj = self._training(namespace, name)
         uid = obj["metadata"].get("uid")
         progress = names(name)["progress"]
-        if self.cache_ttl > 0:
-            snap = self.snapshot()
+        snap = self._whole("progress", "configs", "pods")
+        if snap is not None:
             data = snap.progress.get((namespace, progress), {})
             config = snap.configs.get((namespace, names(name)["config"]))
             pods = snap.pods.get((namespace, name), [])
@@ -448,8 +461,8 @@ class KubernetesSource:
     def history(self, namespace: str, name: str) -> list[Progress]:
         obj = self._training(namespace, name)
         progress = names(name)["progress"]
-        if self.cache_ttl > 0:
-            snap = self.snapshot()
+        snap = self._whole("progress")
+        if snap is not None:
             data = snap.progress.get((namespace, progress), {})
             return snap.memo(
                 ("history", namespace, name),
@@ -461,8 +474,8 @@ class KubernetesSource:
     def events(self, namespace: str, name: str) -> list[models.TrainingEvent]:
         obj = self._training(namespace, name)
         uid = obj["metadata"].get("uid")
-        if self.cache_ttl > 0:
-            snap = self.snapshot()
+        snap = self._whole("events")
+        if snap is not None:
             return snap.memo(
                 ("events", namespace, name),
                 lambda: sorted_events(
@@ -522,23 +535,27 @@ class KubernetesSource:
     def _take(self) -> Snapshot:
         ns, bound, api = self.namespace, self.max_objects, self.api
         snap = Snapshot(taken=time.monotonic())
-        for obj in api.every(api.trainings, ns, limit=bound):
+        whole = self._listed_whole
+        for obj in whole(snap, "trainings", api.every(api.trainings, ns, limit=bound)):
             snap.trainings[(obj["metadata"]["namespace"], obj["metadata"]["name"])] = obj
         uids = {key: obj["metadata"].get("uid") for key, obj in snap.trainings.items()}
-        for cm in api.every(api.config_maps, ns, f"{LABEL_ROLE}=progress", limit=bound):
+        for cm in whole(
+            snap, "progress", api.every(api.config_maps, ns, f"{LABEL_ROLE}=progress", limit=bound)
+        ):
             meta = cm["metadata"]
             owner = (meta.get("labels") or {}).get(LABEL_TRAINING, "")
             if owned_by(cm, uids.get((meta["namespace"], owner))):
                 snap.progress[(meta["namespace"], meta["name"])] = cm.get("data") or {}
-        for cm in api.every(api.config_maps, ns, f"{LABEL_ROLE}=config", limit=bound):
+        for cm in whole(snap, "configs", api.every(api.config_maps, ns, f"{LABEL_ROLE}=config", limit=bound)):
             meta = cm["metadata"]
             owner = (meta.get("labels") or {}).get(LABEL_TRAINING, "")
             if owned_by(cm, uids.get((meta["namespace"], owner))):
                 snap.configs[(meta["namespace"], meta["name"])] = cm.get("data") or {}
-        for pod in api.every(api.pods, ns, f"{LABEL_TRAINING},{LABEL_ROLE}=trainer", limit=bound):
+        trainers = f"{LABEL_TRAINING},{LABEL_ROLE}=trainer"
+        for pod in whole(snap, "pods", api.every(api.pods, ns, trainers, limit=bound)):
             meta = pod["metadata"]
             snap.pods[(meta["namespace"], meta["labels"][LABEL_TRAINING])].append(pod)
-        for ev in self._events(ns, None):
+        for ev in whole(snap, "events", self._events(ns, None)):
             inv = ev.get("involvedObject") or {}
             if inv.get("kind") == KIND:
                 snap.events[
@@ -547,3 +564,12 @@ class KubernetesSource:
         snap.summaries = [models.summary(metadata_of(o), status_of(o)) for o in snap.trainings.values()]
         snap.taken = time.monotonic()
         return snap
+
+    def _listed_whole(self, snap: Snapshot, collection: str, items: Iterator[Obj]) -> Iterator[Obj]:
+        """`items`, noting in the snapshot whether the list reached max_objects (it was cut there, or
+        holds exactly that many: either way, not to be trusted as whole)."""
+        count = 0
+        for count, item in enumerate(items, 1):  # noqa: B007 (count is read after the loop)
+            yield item
+        if count >= self.max_objects:
+            snap.truncated.add(collection)

@@ -21,6 +21,7 @@ from graphtrain.contract.spec import Phase
 from tests.api import cluster
 
 NS, OTHER = "api-a", "api-b"
+LAST = "api-z"  # after NS and OTHER in every list of all namespaces
 PHASES = [Phase.training, Phase.succeeded, Phase.failed, Phase.training, Phase.pending]
 
 
@@ -116,6 +117,24 @@ def test_unknown_training_and_namespace_scope(
     with pytest.raises(NotFound):
         scoped.get_training(NS, "t-0")
     assert names(scoped.list_trainings(ListQuery())) == [f"{OTHER}/t-0"]
+
+
+def test_a_snapshot_cut_at_its_bound_still_answers_every_training(api: kubernetes.client.ApiClient) -> None:
+    """max_objects bounds each collection a snapshot lists. Past it, the trainings it left out were
+    answered as if they had nothing: 404 for a training that exists, no events, no history, trainers
+    without pods (10,000 events in a cluster: a training's /events answered [] while it had three).
+    A collection cut at the bound is now read directly for the training asked about. Here every
+    collection of every namespace is cut within NS's objects, before those of LAST."""
+    cluster.ensure_namespace(api, LAST)
+    cluster.create_training(api, LAST, "t-0", Phase.training, epochs_done=2)
+    bounded = KubernetesSource(client=api, cache_ttl=30.0, max_objects=3)
+    direct = KubernetesSource(client=api)
+    assert bounded.get_training(LAST, "t-0") == direct.get_training(LAST, "t-0")
+    assert [e.reason for e in bounded.events(LAST, "t-0")] == ["Started"]
+    assert [p.epoch for p in bounded.history(LAST, "t-0")] == [1, 2]
+    assert bounded.snapshot().truncated == {"trainings", "progress", "pods", "events"}
+    with pytest.raises(NotFound):
+        bounded.get_training(LAST, "missing")
 
 
 def test_snapshot_refreshes_in_the_background(api: kubernetes.client.ApiClient) -> None:
