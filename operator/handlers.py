@@ -32,7 +32,7 @@ import os
 import secrets
 import threading
 import time
-from collections import defaultdict
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -52,7 +52,9 @@ TIMER_SECONDS = float(os.environ.get("GRAPHTRAIN_OPERATOR_TIMER", "15"))
 # threads that run the reconciles the child watches ask for (each training on one at a time)
 WORKERS = int(os.environ.get("GRAPHTRAIN_OPERATOR_WORKERS", "4"))
 REQUEUE_SLACK = 1.0  # seconds after a plan's requeue time: status times have whole seconds
-_locks: defaultdict[tuple[str, str], threading.Lock] = defaultdict(threading.Lock)
+# each training's lock, while a reconcile holds or waits for it (_lock())
+_locks: weakref.WeakValueDictionary[tuple[str, str], threading.Lock] = weakref.WeakValueDictionary()
+_locks_guard = threading.Lock()
 _timers: dict[tuple[str, str], threading.Timer] = {}
 _timers_lock = threading.Lock()
 _config: operator_config.OperatorConfig | None = None
@@ -164,6 +166,16 @@ def stop_requeues(**_: Any) -> None:
     stop_watches()
 
 
+def _lock(namespace: str, name: str) -> threading.Lock:
+    """The training's lock, one at a time per training. Held weakly: it goes once no reconcile holds
+    or waits for it (a defaultdict kept a lock for every training the operator ever saw, for life)."""
+    with _locks_guard:
+        lock = _locks.get((namespace, name))
+        if lock is None:
+            lock = _locks[(namespace, name)] = threading.Lock()
+        return lock
+
+
 def reconcile(namespace: str, name: str) -> None:
     """Observe, plan, apply; then arrange the plan's timed requeue (or cancel the last one). Counted by
     result (ok, error, skipped) and timed."""
@@ -175,7 +187,7 @@ def reconcile(namespace: str, name: str) -> None:
 
 
 def _reconcile(namespace: str, name: str) -> str:
-    with _locks[(namespace, name)]:
+    with _lock(namespace, name):
         if not may_act(namespace, name):
             return "skipped"
         observed = k8s.observe(namespace, name)
@@ -253,7 +265,7 @@ def on_delete(*, name: str, namespace: str | None, uid: str, logger: kopf.Logger
     requeue(namespace, name, None)
     if not may_act(namespace, name):  # keep the finalizer: the leader deletes the children
         raise kopf.TemporaryError("not leading: the leader deletes the children", delay=TIMER_SECONDS)
-    with _locks[(namespace, name)]:
+    with _lock(namespace, name):
         logger.info(f"deleted {k8s.delete_children(namespace, name, uid)} children")
     reconcile(namespace, name)
     _metrics.forget(namespace, name)  # after the reconcile, which counts it

@@ -88,3 +88,13 @@ def test_a_timer_tick_needs_no_thread_of_kopfs_executor(monkeypatch: pytest.Monk
         busy.set()
         settings.execution.executor.shutdown(wait=True)
     assert asked == [("ns", "a")]
+
+
+def test_a_gone_trainings_lock_is_forgotten(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The per-training locks were a defaultdict that kept one lock (and its key) for every training
+    the operator ever reconciled, for its whole life: a lock now lives while a reconcile holds or
+    waits for it."""
+    monkeypatch.setattr(handlers.k8s, "observe", lambda namespace, name: None)
+    for i in range(50):
+        handlers.reconcile("ns", f"gone-{i}")
+    assert not [key for key in list(handlers._locks.keys()) if key[0] == "ns"]
