@@ -172,7 +172,10 @@ class TrainingEvent(ApiModel):
 
 
 class EventList(ApiModel):
+    """The newest `limit` events (a query parameter) of the training's, oldest first."""
+
     items: list[TrainingEvent]
+    total: int = Field(description="How many events the training has; more than items when cut.")
 
 
 class History(ApiModel):

@@ -21,6 +21,7 @@ from graphtrain.contract.spec import Phase
 
 DNS_LABEL = models.DNS_LABEL
 MAX_LIMIT = 500
+EVENTS_LIMIT = 100  # events a training's /events answers unless asked for more (MAX_LIMIT)
 
 
 def known_parameters(request: Request) -> None:
@@ -165,8 +166,18 @@ def trainers(source: Source, namespace: Namespace, name: Name) -> Response:
     summary="What happened to it, oldest first",
     responses=ONE,
 )
-def events(source: Source, namespace: Namespace, name: Name) -> Response:
-    return answer(models.EventList(items=source.events(namespace, name)))
+def events(
+    source: Source,
+    namespace: Namespace,
+    name: Name,
+    limit: Annotated[
+        int, Query(ge=1, le=MAX_LIMIT, description="At most this many, the newest (still oldest first).")
+    ] = EVENTS_LIMIT,
+) -> Response:
+    """Bounded: a training with thousands of events answered them all (2 MB at 5,000), and every client
+    that never read held such an answer in the API's memory (100 of them: +830 MB)."""
+    found = source.events(namespace, name)
+    return answer(models.EventList(items=found[-limit:], total=len(found)))
 
 
 @router.get(

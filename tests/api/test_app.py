@@ -7,7 +7,7 @@ import pytest
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
-from graphtrain.api import problems
+from graphtrain.api import models, problems
 from tests.api.fake import FakeSource
 
 LIST = "/api/v1/trainings"
@@ -95,6 +95,25 @@ def test_sub_resources(client: TestClient) -> None:
     assert [h["epoch"] for h in history["items"]] == [1, 2, 3] and history["limit"] == 500
     events = client.get(f"{base}/events").json()["items"]
     assert {(e["type"], e["reason"]) for e in events} == {("Normal", "Valid"), ("Warning", "ProcessFailed")}
+
+
+def test_events_are_the_newest_limit_with_the_total(
+    client: TestClient, source: FakeSource, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A training with thousands of events answered them all (2 MB at 5,000; 100 clients that never read
+    held +830 MB): the newest `limit` (default 100, at most 500), oldest first, and how many there are."""
+    many = [
+        models.TrainingEvent(type="Normal", reason="Progressing", message=f"epoch {i}") for i in range(700)
+    ]
+    monkeypatch.setattr(source, "events", lambda namespace, name: many)
+    base = "/api/v1/trainings/team-a/job-2/events"
+    body = client.get(base).json()
+    assert body["total"] == 700 and [e["message"] for e in body["items"]] == [
+        f"epoch {i}" for i in range(600, 700)
+    ]
+    body = client.get(base, params={"limit": 500}).json()
+    assert len(body["items"]) == 500 and body["items"][0]["message"] == "epoch 200"
+    assert_problem(client.get(base, params={"limit": 501}), 422, "limit")
 
 
 @pytest.mark.parametrize("suffix", ["", "/shards", "/trainers", "/events", "/history"])
