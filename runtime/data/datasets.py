@@ -24,6 +24,7 @@ from graphtrain.runtime.data import fetch as registry
 from graphtrain.runtime.data import (
     files,
     gene,
+    inputs,
     metis_graph,
     pykeen_kg,
     store,
@@ -365,6 +366,8 @@ def load_source(source: GraphSource, root: Path | None = None, base_dir: Path | 
     its features and labels files), or triples files (their training graph, carrying every split and
     the entity and relation names). Relative paths resolve from `base_dir` (the spec's directory);
     labelled graphs without masks get a seeded split of their labelled nodes."""
+    if source.dataset is None:
+        inputs.require_files(source, base_dir)
     if source.triples is not None:
         kg = triples.load_triples(source.triples, source.split, _name(source.triples.path), base_dir)
         g = kg.to_graph(("train",))

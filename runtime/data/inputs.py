@@ -64,6 +64,20 @@ def input_files(source: GraphSource) -> dict[str, Path]:
     return out
 
 
+def require_files(source: GraphSource, base_dir: Path | None) -> None:
+    """DataError naming the spec field of the first of graph.path, features, labels and triples.* that is
+    missing or not a regular file. A user's first mistake is often a path, and the readers below name
+    only the file; typed files' readers (graph.nodes, graph.edges) name their field themselves."""
+    for field, path in input_files(source).items():
+        if field.startswith(("graph.nodes", "graph.edges")):
+            continue
+        what = "graph" if field == "graph.path" else field.rsplit(".", 1)[1]
+        try:
+            files.regular_file(files.resolve(str(path), base_dir), what)
+        except DataError as exc:
+            raise DataError(f"{field}: {exc}") from None
+
+
 def sha256_of(path: Path, field: str) -> str:
     """sha256 of one input file; a missing, unreadable or not regular one (a FIFO would block the run
     forever) is a DataError naming the field. Opened without blocking, then checked by fstat, so what is

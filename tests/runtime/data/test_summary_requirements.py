@@ -245,11 +245,35 @@ def test_validate_checks_the_data_from_the_spec_dir(tmp_path: Path, monkeypatch:
     assert runner.invoke(app, ["validate", "--no-data", str(bad)]).exit_code == 0
 
 
-def test_validate_names_a_missing_data_file(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("name", "field"), [("e.tsv", "graph.path"), ("f.npy", "graph.features"), ("l.csv", "graph.labels")]
+)
+def test_validate_names_a_missing_data_file_and_its_field(tmp_path: Path, name: str, field: str) -> None:
     path = write_inputs(tmp_path, labels=True)
-    (tmp_path / "data" / "l.csv").unlink()
+    (tmp_path / "data" / name).unlink()
     result = runner.invoke(app, ["validate", str(path)])
-    assert result.exit_code == 1 and "l.csv: file not found" in result.output
+    assert result.exit_code == 1 and f"{field}: {tmp_path}/data/{name}: file not found" in result.output
+    assert len(result.output.strip().splitlines()) == 1, result.output
+
+
+KG = """apiVersion: graphtrain.io/v1alpha1
+kind: GraphTraining
+metadata: {name: kg}
+spec:
+  graph: {triples: {path: train.tsv, valid: val.tsv, test: test.tsv}}
+  embeddings: [{name: entity, keys: nodes, dim: 8}, {name: relation, keys: relations, dim: 8}]
+  task: {kind: kge}
+  model: {kind: transe, entityEmbedding: entity, relationEmbedding: relation}
+"""
+
+
+def test_validate_names_a_missing_triples_file_and_its_field(tmp_path: Path) -> None:
+    (tmp_path / "train.tsv").write_text("a\tr\tb\nb\tr\tc\n")
+    (tmp_path / "test.tsv").write_text("a\tr\tc\n")
+    (tmp_path / "kg.yaml").write_text(KG)
+    result = runner.invoke(app, ["validate", str(tmp_path / "kg.yaml")])
+    assert result.exit_code == 1
+    assert f"graph.triples.valid: {tmp_path}/val.tsv: file not found" in result.output, result.output
 
 
 def test_data_info_on_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
