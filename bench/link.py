@@ -1,6 +1,6 @@
 """Link prediction with a GNN (issue 48) beside the knowledge-graph models and DGL 2.1, one run.
 
-On gene-kg (or --dataset), one epoch plus filtered evaluation of a seeded 1,000-triple sample (as task
+On gene-kg (or --dataset), one epoch plus filtered evaluation of a seeded 2,000-triple sample (as task
 kge ranks them: realistic ranks against every entity, every known triple filtered):
 1. graphtrain: examples/gene-kg-rgcn-lp.yaml (R-GCN encoder, DistMult decoder), standalone and 2 shard
    servers x 2 trainers: test filtered MRR and Hits@10, and training triples/s (progress reports after
