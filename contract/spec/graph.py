@@ -261,7 +261,9 @@ class GraphSource(SpecModel):
     split: Split | None = Field(
         default=None,
         description="Seeded random split of the nodes (or triples). Unset: the dataset's own "
-        "(WordNet 60/20/20, gene-kg 90/5/5); refused for datasets with a standard split.",
+        "(WordNet 60/20/20, gene-kg 90/5/5); refused for datasets with a standard split. Your own files, "
+        "unset: 60/20/20 of the labelled nodes or edges, 80/10/10 of a triples file without its own "
+        "valid and test files (refused with them).",
     )
 
     @property

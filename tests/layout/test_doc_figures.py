@@ -1,6 +1,7 @@
 """Figures the examples and benchmarks state that the code decides: the size of the seeded evaluation
 sample of a large knowledge graph's split (was 1,000 in their comments after the code ranked 2,000), and
-the count of bad typed inputs README cites from their test (said 22 when there were 28)."""
+the count of bad typed inputs README cites from their test (said 22 when there were 28), and the defaults
+of graph.split for your own files, which its description left out."""
 
 from __future__ import annotations
 
@@ -25,3 +26,17 @@ def test_the_readmes_count_of_bad_typed_inputs_is_the_tests() -> None:
 
     said = re.search(r"test_typed_files\.py: (\d+) such inputs", (ROOT / "README.md").read_text())
     assert said is not None and int(said.group(1)) == len(BAD), (said, len(BAD))
+
+
+def test_the_split_description_states_the_defaults_of_your_own_files() -> None:
+    from graphtrain.contract.spec import GraphSource, Split
+    from graphtrain.runtime.data.triples import DEFAULT_SPLIT
+
+    def said(s: Split) -> str:
+        return "/".join(str(round(100 * f)) for f in (s.train, s.val, s.test))
+
+    text = GraphSource.model_fields["split"].description or ""
+    assert (
+        f"{said(Split())} of the labelled nodes" in text
+        and f"{said(DEFAULT_SPLIT)} of a triples file" in text
+    )
