@@ -9,7 +9,8 @@ Formats, chosen by extension:
 - `.csv`, `.tsv`, `.parquet` (pyarrow): a table. With an `id` column, each row names its node by the
   edge list's id (keyed; surrounding spaces stripped, as the edge list's fields are): ids only these
   files name are nodes too (isolated nodes are kept, with a DataWarning counting them and showing the
-  first few, so a typo or a stray space is seen). Without one, row i = node i. Features: every other
+  first few, so a typo or a stray space is seen). Without one, row i = node i, and a column named as ids
+  often are (`node_id`, `ID`) is refused: it would be a feature, or ignored. Features: every other
   column is a numeric feature. Labels: a `label` column (a parquet dictionary column is decoded),
   integers (-1 or empty = unlabelled) or strings (class names); a node without a row is unlabelled.
 
@@ -38,6 +39,10 @@ from graphtrain.runtime.errors import DataError
 
 ID_COLUMN = "id"
 LABEL_COLUMN = "label"
+# Names a user's node id column often has (DGL's and PyG's CSVs, pandas' index): without an `id` column a
+# table is positional, so such a column would silently be a feature, or be ignored beside `label` while
+# the rows label nodes 0..n-1 in file order.
+ID_LIKE = frozenset({"id", "node", "nodes", "node_id", "nodeid", "node id", "nid", "index"})
 TABLE_SUFFIXES = (".csv", ".tsv", ".txt", ".parquet", ".pq")
 _ID = re.compile(r"[+-]?[0-9]+")
 
@@ -75,6 +80,7 @@ def read_features(path: Path) -> NodeTable:
         return NodeTable(path, "features", None, _load_sparse(path))
     table = _read_table(path)
     ids = _id_column(path, table)
+    misnamed_id(path, table.column_names)
     columns = [c for c in table.column_names if c != ID_COLUMN]
     if not columns:
         raise DataError(f"{path}: no feature columns (every column but `{ID_COLUMN}` is a feature)")
@@ -101,6 +107,7 @@ def read_labels(path: Path) -> NodeTable:
         return NodeTable(path, "labels", None, _integer_labels(path, arr))
     table = _read_table(path)
     ids = _id_column(path, table)
+    misnamed_id(path, table.column_names)
     if LABEL_COLUMN not in table.column_names:
         raise DataError(f"{path}: no `{LABEL_COLUMN}` column (columns: {', '.join(table.column_names)})")
     import pyarrow as pa
@@ -250,6 +257,19 @@ def repeated_column(names: list[str]) -> str | None:
             return name
         seen.add(name)
     return None
+
+
+def misnamed_id(path: Path, columns: list[str]) -> None:
+    """DataError when a table has no `id` column but one named like node ids (`node_id`, `ID`): read as
+    positional, its rows would be matched to nodes by their order, not by that column."""
+    if ID_COLUMN in columns:
+        return
+    for column in columns:
+        if column.strip().lower() in ID_LIKE:
+            raise DataError(
+                f"{path}: column {column!r} looks like node ids, but only a column named `{ID_COLUMN}` keys "
+                f"the rows (without it row i is node i): rename it to `{ID_COLUMN}`"
+            )
 
 
 def _id_column(path: Path, table: Any) -> np.ndarray | None:

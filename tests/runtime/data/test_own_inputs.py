@@ -110,13 +110,22 @@ def test_sparse_npz_features(tmp_path: Path) -> None:
         ({"f.npy": np.ones((2, 2))}, r"id 2 is outside \[0, 2\) \(the rows of .*f.npy\)"),
         ({"l.npy": np.array([0, 1, -2])}, r"l.npy: label -2 \(row 2\) is negative"),
         ({"f.npy": np.array([{"a": 1}], dtype=object)}, r"f.npy: its array holds Python objects"),
+        # an id column under another name: the rows would be matched to nodes by their order
+        ({"l.csv": "node,label\n2,a\n0,b\n1,a\n"}, r"l.csv: column 'node' looks like node ids, .* `id`"),
+        ({"f.csv": "ID,x\n2,1\n0,2\n1,3\n"}, r"f.csv: column 'ID' looks like node ids, .* `id`"),
+        ({"f.parquet": {"node_id": [2, 0, 1], "x": [1.0, 2, 3]}}, r"f.parquet: column 'node_id' looks like"),
     ],
 )
 def test_bad_node_files(tmp_path: Path, files: dict, needle: str) -> None:
     kwargs = {}
     for name, content in files.items():
         path = tmp_path / name
-        np.save(path, content, allow_pickle=True) if name.endswith(".npy") else path.write_text(content)
+        if name.endswith(".npy"):
+            np.save(path, content, allow_pickle=True)
+        elif name.endswith(".parquet"):
+            pq.write_table(pa.table(content), path)
+        else:
+            path.write_text(content)
         kwargs["features" if name.startswith("f") else "labels"] = path
     with pytest.raises(DataError, match=needle):
         load_file(write(tmp_path / "e.tsv", "0\t1\n1\t2\n"), **kwargs)
