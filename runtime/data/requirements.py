@@ -32,6 +32,8 @@ def _source_field(graph: GraphSource, own_file: str) -> str:
     graph.labels) for a path graph, else the source itself."""
     if graph.path is not None:
         return own_file
+    if graph.nodes is not None:  # typed files: a node type's label or features columns
+        return "graph.nodes"
     return "graph.triples" if graph.triples is not None else "graph.dataset"
 
 
@@ -89,8 +91,12 @@ def _node_classification(spec: GraphTrainingSpec, s: Summary) -> list[Problem]:
         out.append(
             Problem(
                 path=labels,
-                message=f"task nodeClassification classifies nodes, but {name} has no labels: give a labels "
-                "file (.npy, or .csv/.parquet with columns id and label)",
+                message=f"task nodeClassification classifies nodes, but {name} has no labels: "
+                + (
+                    "give a node type a label column (graph.nodes[].label)"
+                    if spec.graph.nodes is not None
+                    else "give a labels file (.npy, or .csv/.parquet with columns id and label)"
+                ),
             )
         )
     elif s.class_names is None and _too_sparse(s):
@@ -107,10 +113,11 @@ def _node_classification(spec: GraphTrainingSpec, s: Summary) -> list[Problem]:
         out.append(
             Problem(path=labels, message=f"{name} has {s.num_classes} class: classification needs at least 2")
         )
+    elif (unlabelled := _unlabelled_targets(spec, s)) is not None:
+        out.append(unlabelled)
     else:
         replicas = spec.trainers.replicas
-        for key in MASKS:
-            count = s.masks.get(key, 0)
+        for key, count in _target_masks(spec, s).items():
             if count < replicas:
                 out.append(
                     Problem(
@@ -121,6 +128,37 @@ def _node_classification(spec: GraphTrainingSpec, s: Summary) -> list[Problem]:
                 )
     out += _features(spec, s)
     return out
+
+
+def _targets(spec: GraphTrainingSpec, s: Summary) -> list[str]:
+    """task.targetNodeTypes that the graph has (an unknown one is _typed's problem)."""
+    task = spec.task.variant if spec.task is not None else None
+    return [t for t in getattr(task, "target_node_types", None) or [] if t in s.type_masks]
+
+
+def _target_masks(spec: GraphTrainingSpec, s: Summary) -> dict[str, int]:
+    """The labelled nodes of each split that training and evaluation read: the target types' only."""
+    targets = _targets(spec, s)
+    if not targets:
+        return {key: s.masks.get(key, 0) for key in MASKS}
+    return {key: sum(s.type_masks[t].get(key, 0) for t in targets) for key in MASKS}
+
+
+def _unlabelled_targets(spec: GraphTrainingSpec, s: Summary) -> Problem | None:
+    """Target node types none of which has a labelled node: the training would take no step and score
+    0.0 (exit 0), so it is refused naming the types that do have labels."""
+    targets = _targets(spec, s)
+    if not targets or any(any(s.type_masks[t].values()) for t in targets):
+        return None
+    labelled = [u for u, m in s.type_masks.items() if any(m.values())]
+    many = len(targets) > 1
+    said = ("node types " if many else "node type ") + ", ".join(repr(t) for t in targets)
+    return Problem(
+        path="task.targetNodeTypes",
+        message=f"{said} {'have' if many else 'has'} no labelled nodes (labelled: "
+        f"{', '.join(labelled) or 'none'}): give one a label column (graph.nodes[].label), or name a "
+        "labelled type",
+    )
 
 
 def _edge_task(spec: GraphTrainingSpec, s: Summary) -> list[Problem]:

@@ -41,6 +41,7 @@ class Summary:
     triples: dict[str, int] = field(default_factory=dict)  # KG split -> triples
     relation_triples: dict[str, list[int]] = field(default_factory=dict)  # KG split -> triples per relation
     node_types: list[str] | None = None  # a typed graph's node types
+    type_masks: dict[str, dict[str, int]] = field(default_factory=dict)  # node type -> split -> nodes
     canonical_etypes: list[tuple[str, str, str]] | None = None  # its edge types
     edge_feature_dims: int | None = None
     edge_targets: dict[str, int] = field(default_factory=dict)  # labelled edges per split
@@ -101,6 +102,16 @@ def _names(names: list[str] | None, most: int = 8) -> str:
     names = names or []
     shown = ", ".join(names[:most])
     return shown + (f", ... ({len(names) - most} more)" if len(names) > most else "")
+
+
+def _type_masks(g: Graph) -> dict[str, dict[str, int]]:
+    """A typed graph's split sizes per node type (task.targetNodeTypes trains only those types' nodes)."""
+    if g.ntype is None or g.ntype_names is None or not g.masks:
+        return {}
+    return {
+        str(name): {k: int(g.masks[k][g.ntype == t].sum()) for k in MASKS if k in g.masks}
+        for t, name in enumerate(g.ntype_names)
+    }
 
 
 def _per_relation(triples: np.ndarray, relations: int) -> list[int]:
@@ -165,6 +176,7 @@ def summarise(graph: Graph | KnowledgeGraph) -> Summary:
         triples={k: len(v) for k, v in g.triples.items()},
         relation_triples={k: _per_relation(v, num_edge_types) for k, v in g.triples.items()},
         node_types=None if g.ntype_names is None else [str(t) for t in g.ntype_names],
+        type_masks=_type_masks(g),
         canonical_etypes=None
         if g.canonical_etypes is None
         else [(str(s), str(r), str(d)) for s, r, d in g.canonical_etypes.tolist()],

@@ -310,3 +310,33 @@ def test_a_good_typed_spec_partitions(tmp_path: Path) -> None:
     config = next(out.glob("*.json"))
     assert "canonical_etypes" in config.read_text()
     assert np.load(out / "part-0" / "edata" / "efeat.npy").shape[1] == 1
+
+
+@pytest.mark.parametrize(
+    ("targets", "needle"),
+    [
+        (["author"], "task.targetNodeTypes: node type 'author' has no labelled nodes (labelled: paper)"),
+        (
+            None,
+            "graph.nodes: task nodeClassification classifies nodes, but graph has no labels: give a node "
+            "type a label column (graph.nodes[].label)",
+        ),
+        (["paper", "author"], ""),  # some target type is labelled: it trains on those
+    ],
+)
+def test_validate_refuses_target_node_types_without_labels(
+    tmp_path: Path, targets: list[str] | None, needle: str
+) -> None:
+    """A target type with no labelled node trained no step and scored val_accuracy 0.0, exit 0."""
+    write_data(tmp_path)
+    graph = graph_section()
+    if targets is None:
+        del graph["nodes"][0]["label"]
+    spec = write_spec(tmp_path, graph)
+    doc = yaml.safe_load(spec.read_text())
+    doc["spec"]["task"]["targetNodeTypes"] = targets or ["paper"]
+    doc["spec"]["trainers"] = {"replicas": 1}
+    spec.write_text(yaml.safe_dump(doc))
+    result = runner.invoke(app, ["validate", str(spec)])
+    assert result.exit_code == (1 if needle else 0), result.output
+    assert needle in result.output and "Traceback" not in result.output
