@@ -142,12 +142,18 @@ def choose_checkpoint(
         check_resumable(meta.get("model"), spec, path.name)
     except GraphtrainError as exc:
         raise RunFailed(f"cannot resume: {exc}") from None
-    finished = finished_result(run_dir, meta, spec.training.epochs)
+    tr = spec.training
+    finished = finished_result(run_dir, meta, tr.epochs, early_stopping=tr.early_stopping is not None)
     if finished is not None:
+        why = (
+            f"it stopped early after epoch {meta['epoch']}: {finished['stopped_early']};"
+            if meta.get("epoch") != tr.epochs
+            else f"checkpoint {path.name} ends epoch {meta['epoch']} of {tr.epochs},"
+        )
+        more = "remove training.earlyStopping" if meta.get("epoch") != tr.epochs else "raise training.epochs"
         say(
-            f"[run] the run is complete: checkpoint {path.name} ends epoch {meta['epoch']} of "
-            f"{spec.training.epochs}, nothing to train (raise training.epochs to train on, "
-            "or --overwrite to start over); its result:"
+            f"[run] the run is complete: {why} nothing to train ({more} to train on, or --overwrite "
+            "to start over); its result:"
         )
         return finished
     said = f"step {meta['step']} (epoch {meta['epoch']}, " if {"step", "epoch"} <= set(meta) else "("
@@ -166,20 +172,26 @@ def trainer_record(path: Path) -> dict[str, Any]:
     return meta if isinstance(meta, dict) else {}
 
 
-def finished_result(run_dir: Path, meta: dict[str, Any], epochs: int) -> dict[str, Any] | None:
+def finished_result(
+    run_dir: Path, meta: dict[str, Any], epochs: int, early_stopping: bool = False
+) -> dict[str, Any] | None:
     """The result of the run in `run_dir` when there is nothing left to train: the newest checkpoint
-    (trainer record `meta`) ends the last of `epochs`, and the launch that wrote it succeeded and left
-    its result.json for that epoch. None otherwise (then --resume starts the processes as usual)."""
-    if meta.get("epoch") != epochs:
+    (trainer record `meta`) ends the last of `epochs`, or (`early_stopping`: the spec still stops
+    early) the epoch the run stopped early after, and the launch that wrote it succeeded and left its
+    result.json for that epoch. None otherwise (then --resume starts the processes as usual). A
+    stopped run resumed trained on to its next validation pass and stopped again, each --resume
+    replacing the result with a later, worse last model."""
+    epoch = meta.get("epoch")
+    if epoch != epochs and not early_stopping:
         return None
     try:
         phase = json.loads((run_dir / "status.json").read_text()).get("phase")
         result = json.loads((run_dir / "result.json").read_text())
     except (OSError, ValueError, AttributeError):
         return None
-    if phase != Phase.succeeded.value or not isinstance(result, dict):
+    if phase != Phase.succeeded.value or not isinstance(result, dict) or result.get("last_epoch") != epoch:
         return None
-    return result if result.get("last_epoch") == epochs else None
+    return result if epoch == epochs or result.get("stopped_early") else None
 
 
 RUN_MARKERS = ("launch.lock", rundir.SPEC_FILE, "checkpoints", "partition", "inference.yaml")

@@ -419,6 +419,21 @@ def test_resuming_a_complete_run_starts_nothing_and_gives_its_result(
     assert finished_result(tmp_path, meta, 3) is None
 
 
+def test_resuming_a_run_that_stopped_early_starts_nothing(tmp_path: Path) -> None:
+    """It trained on to the next validation pass and stopped again, replacing the result each time."""
+    from graphtrain.runtime.launch.reuse import finished_result
+
+    result = {"val_accuracy": 0.5, "last_epoch": 2, "stopped_early": "val_accuracy has not improved"}
+    (tmp_path / "result.json").write_text(json.dumps(result))
+    (tmp_path / "status.json").write_text(json.dumps({"phase": "Succeeded"}))
+    meta = {"epoch": 2, "step": 20}
+    assert finished_result(tmp_path, meta, 10, early_stopping=True) == result
+    assert finished_result(tmp_path, meta, 10) is None  # earlyStopping removed from the spec: train on
+    assert finished_result(tmp_path, {"epoch": 1, "step": 10}, 10, early_stopping=True) is None  # older
+    (tmp_path / "result.json").write_text(json.dumps({**result, "stopped_early": None}))
+    assert finished_result(tmp_path, meta, 10, early_stopping=True) is None  # interrupted, not stopped
+
+
 # ------------------------------------------------------------------------------------------- plot
 
 
