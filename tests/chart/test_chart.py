@@ -360,6 +360,7 @@ def test_the_test_hook_validates_a_spec_the_package_accepts(tmp_path: Path) -> N
     exe = Path(sys.executable).parent / "graphtrain"
     res = subprocess.run([str(exe), "validate", str(tmp_path / "spec.yaml")], capture_output=True, text=True)
     assert res.returncode == 0, res.stdout + res.stderr
+    assert "old form" not in res.stdout, res.stdout  # `helm test --logs` shows it: the form users write
     pod = one(render(), "Pod", "gt-graphtrain-test")["spec"]
     assert pod["initContainers"][0]["args"] == ["validate", "/etc/graphtrain/test/graphtraining.yaml"]
     assert pod["containers"][0]["args"][1] == f"http://{OPERATOR}-metrics.{NAMESPACE}.svc:8080/metrics"
