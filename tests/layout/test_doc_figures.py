@@ -40,3 +40,13 @@ def test_the_split_description_states_the_defaults_of_your_own_files() -> None:
         f"{said(Split())} of the labelled nodes" in text
         and f"{said(DEFAULT_SPLIT)} of a triples file" in text
     )
+
+
+def test_every_own_data_example_says_what_writes_its_files() -> None:
+    """The data is generated (examples/own-data/.gitignore): a fresh clone has none until make_data.py."""
+    silent = [
+        p.name
+        for p in files_under("examples/own-data", suffixes=(".yaml",))
+        if "make_data.py" not in p.read_text().split("apiVersion")[0]
+    ]
+    assert not silent, silent
