@@ -272,13 +272,16 @@ def _typed(spec: GraphTrainingSpec, s: Summary) -> list[Problem]:
     targets = getattr(task, "target_node_types", None) or []
     for t in targets:
         if not s.node_types:
-            out.append(Problem(path="task.targetNodeTypes", message=f"{s.name} has no node types"))
+            out.append(
+                Problem(path="task.targetNodeTypes", message=f"the graph {s.name!r} has no node types")
+            )
             break
         if t not in s.node_types:
             out.append(
                 Problem(
                     path="task.targetNodeTypes",
-                    message=f"{s.name} has no node type {t!r} (node types: {', '.join(s.node_types)})",
+                    message=f"the graph {s.name!r} has no node type {t!r} (node types: "
+                    f"{', '.join(s.node_types)})",
                 )
             )
     for name in spec.training.edge_type_fanouts or {}:

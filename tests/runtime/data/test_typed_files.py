@@ -340,3 +340,18 @@ def test_validate_refuses_target_node_types_without_labels(
     result = runner.invoke(app, ["validate", str(spec)])
     assert result.exit_code == (1 if needle else 0), result.output
     assert needle in result.output and "Traceback" not in result.output
+
+
+def test_an_unknown_target_node_type_is_named_apart_from_the_graphs_name(tmp_path: Path) -> None:
+    """The graph of data/shop/*.csv is named shop, as its node type is: "shop has no node type 'users'"."""
+    write_data(tmp_path)
+    spec = write_spec(tmp_path, graph_section())
+    doc = yaml.safe_load(spec.read_text())
+    doc["spec"]["task"]["targetNodeTypes"] = ["papers"]
+    spec.write_text(yaml.safe_dump(doc))
+    result = runner.invoke(app, ["validate", str(spec)])
+    assert result.exit_code == 1
+    assert (
+        "task.targetNodeTypes: the graph 'graph' has no node type 'papers' (node types: paper, author)"
+        in (result.output)
+    ), result.output
