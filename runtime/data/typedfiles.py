@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from graphtrain.contract.spec import EdgeTypeFiles, NodeTypeFiles, Split
+from graphtrain.runtime.data.files import regular_file
 from graphtrain.runtime.data.graph import Graph, random_masks
 from graphtrain.runtime.data.nodefiles import as_float32, encode_names, repeated_column
 from graphtrain.runtime.errors import DataError
@@ -66,8 +67,10 @@ def read_table(path: Path, fmt: str, text_columns: list[str], field: str) -> Any
     import pyarrow.csv as pacsv
     import pyarrow.parquet as pq
 
-    if not path.is_file():
-        raise DataError(f"{path}: {field}: file not found")
+    try:
+        regular_file(path, "table")
+    except DataError as exc:  # what it is instead: missing, a directory, a FIFO (never "not found")
+        raise DataError(f"{path}: {field}: {str(exc).removeprefix(f'{path}: ')}") from None
     kind = _format(path, fmt, field)
     try:
         if kind == "parquet":

@@ -4,6 +4,7 @@ no partition half-written."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -355,3 +356,21 @@ def test_an_unknown_target_node_type_is_named_apart_from_the_graphs_name(tmp_pat
         "task.targetNodeTypes: the graph 'graph' has no node type 'papers' (node types: paper, author)"
         in (result.output)
     ), result.output
+
+
+@pytest.mark.parametrize(
+    ("make", "said"), [("dir", "is a directory, not a table file"), ("fifo", "not a regular file")]
+)
+def test_a_typed_file_that_is_not_a_regular_file_says_what_it_is(
+    tmp_path: Path, make: str, said: str
+) -> None:
+    """Both read "file not found", beside the path the user can see exists."""
+    write_data(tmp_path)
+    target = tmp_path / "data" / "odd.csv"
+    target.mkdir() if make == "dir" else os.mkfifo(target)
+    graph = graph_section()
+    graph["nodes"][1]["files"] = ["data/odd.csv"]
+    result = runner.invoke(app, ["validate", str(write_spec(tmp_path, graph))])
+    assert result.exit_code == 1 and f"odd.csv: graph.nodes[1].files[0]: {said}" in result.output, (
+        result.output
+    )
