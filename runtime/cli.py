@@ -507,7 +507,7 @@ def predict(
         return
     wanted, repeated = None, 0
     if nodes is not None:  # one row per node: a node named twice is written once, where first named
-        wanted, repeated = prediction.distinct(prediction.node_ids(cfg, prediction.read_tokens(nodes)))
+        wanted, repeated = prediction.distinct(prediction.requested_nodes(cfg, nodes))
     result = prediction.node_outputs(gt, root, cfg, wanted, embeddings=embeddings)
     outputs.write_columns(output, {"id": result.ids, **result.columns})
     what = "output embeddings" if embeddings else "class probabilities"

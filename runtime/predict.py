@@ -116,6 +116,22 @@ def node_ids(cfg: PartitionConfig, tokens: list[str]) -> np.ndarray:
     return lookup(tokens, known, "node")
 
 
+def requested_nodes(cfg: PartitionConfig, value: str) -> np.ndarray:
+    """`--nodes`' original node ids. A value that is neither known ids nor an existing file, and reads as
+    a path (a `/` or an extension), says both: a mistyped file name was reported as a missing node.
+
+    Raises:
+        GraphtrainError: naming the id the graph lacks (and the missing file).
+    """
+    try:
+        return node_ids(cfg, read_tokens(value))
+    except GraphtrainError as exc:
+        path = Path(value)
+        if "," in value or path.exists() or not ("/" in value or path.suffix):
+            raise
+        raise GraphtrainError(f"{exc}; as a file of ids: {value}: no such file") from None
+
+
 def distinct(ids: np.ndarray) -> tuple[np.ndarray, int]:
     """`ids` with each repeated one kept at its first place only (one output row per node), and how
     many repeats were dropped (pure)."""

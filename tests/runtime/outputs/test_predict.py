@@ -157,6 +157,11 @@ def test_sage_errors_are_one_line(sage: tuple[Path, Path, Path], tmp_path: Path)
         "node 'u1500': not in the graph (did you mean 'u150'?)",
     )
     one_line_error([str(one), "--spec", str(spec)], "give -o OUT.parquet or OUT.csv")
+    missing = tmp_path / "ids.txt"  # a mistyped file of ids: it read as a node the graph lacks, alone
+    one_line_error(
+        [str(one), "--spec", str(spec), "-o", str(tmp_path / "x.csv"), "--nodes", str(missing)],
+        f"node '{missing}': not in the graph; as a file of ids: {missing}: no such file",
+    )
     one_line_error([str(one), "--spec", str(spec), "-o", str(tmp_path / "x.npy")], "unknown output format")
     wider = tmp_path / "wider.yaml"
     wider.write_text(yaml.safe_dump(sage_doc(hidden=16)))
