@@ -198,8 +198,15 @@ def data_info(
     fmt: Annotated[FileFormat, typer.Option("--format", help="how FILE is read")] = FileFormat.auto,
     node_ids: Annotated[NodeIds, typer.Option("--node-ids", help="ids of an edge list FILE")] = NodeIds.auto,
     num_nodes: Annotated[int | None, typer.Option(help="node count of an edge list FILE")] = None,
-    features: Annotated[Path | None, typer.Option(help="node features of FILE (.npy/.npz/.csv)")] = None,
-    labels: Annotated[Path | None, typer.Option(help="node labels of FILE (.npy/.csv/.parquet)")] = None,
+    features: Annotated[
+        Path | None,
+        typer.Option(
+            help="node features of FILE (.npy/.npz, or .csv/.tsv/.parquet: an optional id, the rest features)"
+        ),
+    ] = None,
+    labels: Annotated[
+        Path | None, typer.Option(help="node labels of FILE (.npy, or .csv/.tsv/.parquet: id and label)")
+    ] = None,
     triples: Annotated[
         bool, typer.Option("--triples", help="FILE holds (head, relation, tail) triples")
     ] = False,

@@ -421,3 +421,16 @@ def test_a_shard_server_stopped_before_it_serves_ends_at_once(tmp_path: Path) ->
         proc.kill()
     assert proc.returncode == 143, err
     assert err == "[shard-server] SIGTERM before it served: stopping now\n", err
+
+
+def test_data_info_help_names_every_node_file_type_it_reads() -> None:
+    """It named .csv alone for features and left .tsv out of both, which the readers take."""
+    result = runner.invoke(app, ["data", "info", "--help"], env={"COLUMNS": "300"})
+    lines = {
+        w: next(line for line in result.output.splitlines() if f"--{w} " in line)
+        for w in ("features", "labels")
+    }
+    for suffix in (".npy", ".npz", ".csv", ".tsv", ".parquet"):
+        assert suffix in lines["features"], (suffix, lines)
+    for suffix in (".npy", ".csv", ".tsv", ".parquet"):
+        assert suffix in lines["labels"], (suffix, lines)
