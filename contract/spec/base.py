@@ -23,6 +23,7 @@ from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import CoreSchema, PydanticCustomError
 
 from graphtrain.contract.spec.rules import (
+    PATTERN_WORDS,
     broken_rules,
     rules_of,
 )
@@ -55,6 +56,10 @@ MAX_TYPES = 64  # node types, edge types, files per type, feature columns per fi
 # three parts of a canonical edge type "source:relation:destination").
 TYPE_NAME = r"^[A-Za-z_][A-Za-z0-9_.-]*$"
 TypeName = Annotated[str, StringConstraints(min_length=1, max_length=63, pattern=TYPE_NAME)]
+PATTERN_WORDS[TYPE_NAME] = (
+    "a node type or relation name: a letter or _, then letters, digits, _, . or - (no ':': a relation, "
+    "not source:relation:destination)"
+)
 
 
 class SpecModel(BaseModel):

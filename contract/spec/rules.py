@@ -195,6 +195,11 @@ def _loc_to_path(loc: tuple[Any, ...]) -> str:
     return "".join(parts)
 
 
+# What a string of a pattern is, in words, by pattern (base.py registers its own): pydantic says only
+# "String should match pattern '^[A-Za-z_]...'", which names neither the value nor what to write instead.
+PATTERN_WORDS: dict[str, str] = {}
+
+
 def problems_from_validation(error: ValidationError) -> list[Problem]:
     """Turn pydantic's errors into Problems with camelCase paths as the user wrote them."""
     out: list[Problem] = []
@@ -211,6 +216,8 @@ def problems_from_validation(error: ValidationError) -> list[Problem]:
             msg = "unknown field"
         elif msg.startswith("Value error, "):
             msg = msg[len("Value error, ") :]
+        elif err["type"] == "string_pattern_mismatch" and (words := PATTERN_WORDS.get(err["ctx"]["pattern"])):
+            msg = f"{err['input']!r} is not {words}"
         out.append(Problem(path=where or ROOT_PATH, message=msg))
     return out
 

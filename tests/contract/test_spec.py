@@ -128,6 +128,11 @@ def test_cross_field_problems_are_all_reported() -> None:
             "duplicate",
         ),
         ({"partition": {"parts": 2, "memoryLimit": "1.5m"}}, "spec.partition.memoryLimit", "memory quantity"),
+        (  # a canonical edge type where a relation name goes: pydantic's words named only its regex
+            {"task": {"kind": "linkPrediction", "targetRelations": ["noun:hypernym:noun"]}},
+            "spec.task.targetRelations[0]",
+            "'noun:hypernym:noun' is not a node type or relation name",
+        ),
     ],
 )
 def test_single_problem_names_its_field(changes: dict, path: str, needle: str) -> None:
