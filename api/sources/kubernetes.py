@@ -14,7 +14,8 @@ Two modes:
   never wait for the API server unless the snapshot is missing or older than 10 x cache_ttl (then they
   wait for one refresh). Lists page over the snapshot with this server's own tokens. A collection cut
   at max_objects holds only some trainings' objects: a request about one training then reads that
-  collection's objects of it directly (a training left out is not answered as one with nothing).
+  collection's objects of it directly (a training left out is not answered as one with nothing), and
+  the list of trainings, cut, is paged over the API server as in direct mode.
 
 Security: the namespace and name of a request are DNS labels (checked by the routes) used as object
 names; the pods' label selector is built from the name, never taken from the client.
@@ -393,8 +394,11 @@ class KubernetesSource:
     # ----------------------------------------------------------------------------- direct reads
 
     def list_trainings(self, query: ListQuery) -> models.TrainingList:
-        if self.cache_ttl > 0:
-            return page(self.snapshot().summaries, query)
+        """A page of the snapshot's trainings; of the API server's (its own continue tokens) while the
+        snapshot's trainings were cut at max_objects, which answered a partial list as the whole."""
+        snap = self._whole("trainings")
+        if snap is not None:
+            return page(snap.summaries, query)
         namespace = query.namespace or self.namespace
         if query.namespace and self.namespace and query.namespace != self.namespace:
             return models.TrainingList.of([])

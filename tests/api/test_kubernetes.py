@@ -135,6 +135,15 @@ def test_a_snapshot_cut_at_its_bound_still_answers_every_training(api: kubernete
     assert bounded.snapshot().truncated == {"trainings", "progress", "pods", "events"}
     with pytest.raises(NotFound):
         bounded.get_training(LAST, "missing")
+    # the list too: paged over the API server, not the snapshot's first three as the whole
+    listed, token = [], None
+    for _ in range(100):
+        got = bounded.list_trainings(ListQuery(limit=2, continue_token=token))
+        listed += names(got)
+        token = got.continue_
+        if token is None:
+            break
+    assert listed == names(direct.list_trainings(ListQuery(limit=500))) and f"{LAST}/t-0" in listed
 
 
 def test_snapshot_refreshes_in_the_background(api: kubernetes.client.ApiClient) -> None:
