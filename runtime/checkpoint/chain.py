@@ -44,6 +44,12 @@ def is_whole(manifest: Mapping[str, Any], key: str) -> bool:
     return len(shape) == 0 or (key == "state.step" and optimizer.get("step_count") == "global")
 
 
+def held_rows(manifest: Mapping[str, Any]) -> int:
+    """Rows a full piece's files hold: its range's, or a dynamic vocabulary's rows in use ("rows": its
+    files hold rows 0..rows-1 of its share, the keys.npy ones, not the share's whole capacity)."""
+    return int(manifest.get("rows", int(manifest["hi"]) - int(manifest["lo"])))
+
+
 def files_of(manifest: Mapping[str, Any]) -> list[str]:
     """The arrays of a piece, by file stem: "data", then "state.<name>" for each optimizer state."""
     return ["data", *(f"state.{k}" for k in manifest["state"])]
@@ -114,7 +120,7 @@ def verify_piece(piece: Piece) -> None:
     dtype and shape its manifest says (_checked; read from the .npy header alone)."""
     for _, manifest, d in chain(piece):
         verify_files(d, manifest["files"])
-        rows = len(_delta_rows(d, manifest)) if "delta" in manifest else manifest["hi"] - manifest["lo"]
+        rows = len(_delta_rows(d, manifest)) if "delta" in manifest else held_rows(manifest)
         for key in files_of(manifest):
             path = d / f"{key}.npy"
             _checked(load_array(path, "r"), manifest, key, path, rows)
@@ -152,7 +158,7 @@ def load_piece(
     out: dict[str, np.ndarray] = {}
     for key in files_of(first) if keys is None else keys:
         path = d / f"{key}.npy"
-        whole = _checked(load_array(path, "r"), first, key, path, first["hi"] - first["lo"])
+        whole = _checked(load_array(path, "r"), first, key, path, held_rows(first))
         out[key] = whole if is_whole(first, key) else whole[src]
     if len(pieces) == 1:
         return out

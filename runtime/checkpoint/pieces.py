@@ -71,10 +71,16 @@ Writer = Callable[[Path, TensorShard], None]
 
 
 def save_whole(directory: Path, t: TensorShard) -> None:
-    """data.npy and state.<key>.npy of a host table, each written in one go (and a dynamic table's keys)."""
-    np.save(directory / "data.npy", to_numpy(t.data.cpu()))  # in the table's dtype (bfloat16: its bits)
+    """data.npy and state.<key>.npy of a host table, each written in one go (and a dynamic table's keys,
+    with only its rows in use: rows 0..len(keys)-1, not its capacity)."""
+    n = t.rows if t.keyed is None else len(t.keyed.keys())
+    np.save(directory / "data.npy", to_numpy(t.data[:n].cpu()))  # in the table's dtype (bfloat16: its bits)
     for key, value in t.state.items():
-        np.save(directory / f"state.{key}.npy", value.cpu().numpy())
+        table_wide = value.dim() == 0 or (
+            key == "step" and t.config is not None and t.config.step_count == "global"
+        )
+        rowed = not table_wide
+        np.save(directory / f"state.{key}.npy", (value[:n] if rowed else value).cpu().numpy())
     save_keys(directory, t)
 
 
@@ -114,9 +120,19 @@ def finish_piece(tmp: Path, t: TensorShard, delta: dict[str, Any] | None = None)
             for k, v in t.state.items()
         },
         **({} if delta is None else {"delta": delta}),
+        **_rows_in_use(tmp, t),
         "files": hash_tree(tmp),
     }
     write_json(tmp / MANIFEST, manifest)
+
+
+def _rows_in_use(tmp: Path, t: TensorShard) -> dict[str, int]:
+    """{"rows": n} for a dynamic vocabulary's piece whose files hold its n rows in use (chain.held_rows),
+    {} for one of its whole share (a GPU table's, written in chunks) or a fixed table's (no keys.npy)."""
+    if not (tmp / KEYS).exists():
+        return {}
+    rows = int(np.load(tmp / "data.npy", mmap_mode="r").shape[0])
+    return {} if rows == t.hi - t.lo else {"rows": rows}
 
 
 def write_top(

@@ -41,6 +41,7 @@ def restore_into(root: Path, t: TensorShard, verify: bool = True) -> bool:
     if t.keyed is not None:
         _restore_keys(pieces, t, verify, global_step)
         return True
+    kd.refuse_keyed(pieces, t.name)
     for manifest, d in pieces:
         a, b = max(t.lo, manifest["lo"]), min(t.hi, manifest["hi"])
         overlap = a < b

@@ -137,9 +137,10 @@ class TableSnapshot:
     ):
         self.t, self.budget, self.root, self.plan = t, budget, root, plan
         self.held = plan.rows  # the local rows the piece holds, ascending (None: all)
-        self.n = t.rows if plan.rows is None else len(plan.rows)
-        self.view = dataclasses.replace(t, state=dict(t.state))  # this moment's tensors and config
         self.keys = None if t.keyed is None else t.keyed.keys()  # a dynamic table's, as its rows now
+        # a dynamic table's piece holds its rows in use (0..len(keys)-1), not its whole capacity
+        self.n = (t.rows if self.keys is None else len(self.keys)) if plan.rows is None else len(plan.rows)
+        self.view = dataclasses.replace(t, state=dict(t.state))  # this moment's tensors and config
         named = {"data": t.data, **{f"state.{k}": v for k, v in t.state.items()}}
         self.whole = {n: v.clone() for n, v in named.items() if _is_global_step(n, t) or v.dim() == 0}
         rowed = {n: v for n, v in named.items() if n not in self.whole}
@@ -197,6 +198,8 @@ class TableSnapshot:
         writing those rows): staged in memory within the budget, else written to the file now."""
         if self.held is not None:
             local = increment.positions(self.held, local)
+        elif self.keys is not None:
+            local = local[local < self.n]  # rows keys took since the snapshot: not the snapshot's
         mask = touched(local, self.rows_per_chunk, self.chunks)
         through: list[int] = []
         with self.cond:

@@ -28,6 +28,7 @@ from graphtrain.runtime.collective import exchange as ex
 from graphtrain.runtime.collective.embedding import CollectiveEmbedding
 from graphtrain.runtime.errors import DataError
 from graphtrain.runtime.optim import make_state
+from graphtrain.runtime.storage.keyed import refuse_keyed
 from graphtrain.runtime.storage.shard import TensorShard
 
 CHUNK_ROWS = 1 << 16
@@ -271,6 +272,7 @@ def restore(t: CollectiveEmbedding, root: Path, verify: bool = True) -> bool:
                 t.state["step"][0] = max(int(t.state["step"][0]), int(saved[0]))
         dynamic.restore(t, pieces, arrays, verify)
         return True
+    refuse_keyed(pieces, t.name)
     for manifest, d in pieces:
         if verify:
             chain.verify_piece((root, manifest, d))

@@ -1,8 +1,9 @@
-"""Checkpoints of collective tables with a dynamic vocabulary: each rank writes its share of the
-capacity as it is (rows, optimizer state and keys.npy, the key of each row in use), in the shard
-servers' piece format: pieces tile [0, capacity). Restoring into any number of ranks, each rank reads
-every piece's keys, keeps those it owns (key mod world size), inserts them into its key map in order
-and copies their rows and state. checkpoint/'s export_keyed reads (keys, rows) back."""
+"""Checkpoints of collective tables with a dynamic vocabulary: each rank writes its share's rows in use
+(rows, optimizer state and keys.npy, the key of each of them; the manifest's "rows" says how many), in
+the shard servers' piece format: the pieces' ranges tile [0, capacity). Restoring into any number of
+ranks, each rank reads every piece's keys, keeps those it owns (key mod world size), inserts them into
+its key map in order and copies their rows and state. checkpoint/'s export_keyed reads (keys, rows)
+back."""
 
 from __future__ import annotations
 
@@ -37,11 +38,13 @@ def save(
     view = TensorShard(t.name, t.num_embeddings, (t.dim,), t.wire, lo, hi, t.weight, t.config, dict(t.state))
 
     def write(directory: Path, _: TensorShard) -> None:
+        keys = t.keys.cpu().numpy()  # rows 0..len(keys)-1 are in use: only those are written
         for key, value in arrays.items():
-            np.save(directory / ("data.npy" if key == "data" else f"state.{key}.npy"), to_numpy(value.cpu()))
+            name = "data.npy" if key == "data" else f"state.{key}.npy"
+            np.save(directory / name, to_numpy(value[: len(keys)].cpu()))
         if global_step:
             np.save(directory / "state.step.npy", t.state["step"].cpu().numpy())
-        np.save(directory / KEYS, t.keys.cpu().numpy())
+        np.save(directory / KEYS, keys)
 
     ckpt.write_piece(root, view, write)
     return [ckpt.piece_entry(root, t.name, *share_range(t, q)) for q in range(t.world)]

@@ -243,6 +243,21 @@ def held(t: Any, keys: np.ndarray, grads: list[torch.Tensor]) -> tuple[torch.Ten
     return gpu.to_device(rows[keep], device), [grads[0][torch.from_numpy(keep).to(grads[0].device)]]
 
 
+def refuse_keyed(pieces: Sequence[tuple[dict[str, Any], Path]], name: str) -> None:
+    """A table of fixed rows is never loaded from a dynamic vocabulary's pieces: their rows are keys'
+    (rows 0..n-1 of each share, in insertion order), not the table's rows by position.
+
+    Raises:
+        DataError: naming the table and the piece.
+    """
+    for _, d in pieces:
+        if (d / KEYS).exists():
+            raise DataError(
+                f"{d}: table {name!r} is a dynamic vocabulary's in the checkpoint (keys.npy) and has fixed "
+                "rows in the spec: give it the vocabulary it was trained with"
+            )
+
+
 def restore_keyed(
     keymap: KeyMap,
     pieces: Sequence[tuple[dict[str, Any], Path]],
@@ -263,7 +278,7 @@ def restore_keyed(
             verify_files(d, manifest["files"])
         if not (d / KEYS).exists():
             raise DataError(f"{d}: no {KEYS}: the checkpoint's table is not a dynamic vocabulary's")
-        keys = read_keys(d, int(manifest["hi"]) - int(manifest["lo"]))
+        keys = read_keys(d, int(manifest.get("rows", int(manifest["hi"]) - int(manifest["lo"]))))
         check_keys(keys, index, len(pieces), str(d))
         take = np.nonzero(mine(keys))[0]
         if not len(take):
@@ -296,6 +311,7 @@ def _as_tensor(array: np.ndarray, dtype: torch.dtype, where: str) -> torch.Tenso
 __all__ = [
     "KEYS",
     "read_keys",
+    "refuse_keyed",
     "KeyMapFull",
     "KeyedRows",
     "check_attach",

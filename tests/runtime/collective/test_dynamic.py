@@ -16,6 +16,7 @@ from graphtrain.runtime.storage.inits import init_keyed
 from tests.runtime.collective import ranks
 from tests.runtime.collective import scenarios as sc
 from tests.runtime.collective import scenarios_dynamic as dyn
+from tests.runtime.kvstore.test_keyed import held_rows_of
 
 N, STEPS, DIM = 37, 3, 4
 TOL = {"atol": 1e-5, "rtol": 1e-5}
@@ -115,6 +116,9 @@ def test_dynamic_checkpoint_of_2_ranks_restores_into_3(tmp_path):
     assert exported is not None
     np.testing.assert_array_equal(exported[0], keys)
     np.testing.assert_array_equal(exported[1], saved[0]["seen"])
+    held = held_rows_of(ckdir)  # each rank's piece: its rows in use, not its 30 rows of capacity
+    assert len(held) == 2 and all(rows == k == said for k, rows, said in held), held
+    assert sum(k for k, _, _ in held) == len(keys) < 60
     restored = ranks.run(
         "scenarios_dynamic.restore_then",
         3,

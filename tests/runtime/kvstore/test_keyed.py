@@ -17,6 +17,7 @@ import torch
 
 from graphtrain.runtime import checkpoint as ckpt
 from graphtrain.runtime import kvstore
+from graphtrain.runtime.data.cache import read_json
 from graphtrain.runtime.kvstore.client.transport import Call
 from graphtrain.runtime.kvstore.tables.state import ShardTensors
 from graphtrain.runtime.kvstore.wire.protocol import RemoteError
@@ -367,3 +368,76 @@ def test_a_keys_file_that_is_no_pieces_keys_is_one_line(tmp_path: Path, keys: np
         read_keys(tmp_path, 8)
     np.save(tmp_path / KEYS, np.arange(0, 8, 2))
     assert read_keys(tmp_path, 8).tolist() == [0, 2, 4, 6]
+
+
+def held_rows_of(root: Path) -> list[tuple[int, int, int]]:
+    """Per piece of table 'dyn'/'d' under `root`: (keys, rows of data.npy, the manifest's rows)."""
+    out = []
+    for manifest_path in sorted(root.glob("*/*/manifest.json")) + sorted(root.glob("*/manifest.json")):
+        d = manifest_path.parent
+        if (d / kd.KEYS).exists():
+            manifest = read_json(manifest_path)
+            rows = np.load(d / "data.npy", mmap_mode="r").shape[0]
+            out.append((len(np.load(d / kd.KEYS)), rows, int(manifest.get("rows", -1))))
+    return out
+
+
+@pytest.mark.parametrize("background", [False, True])
+def test_a_checkpoint_holds_the_rows_in_use_not_the_capacity(tmp_path: Path, background: bool) -> None:
+    """A dynamic vocabulary's piece wrote its share's whole capacity: docs/collective.md's snippet
+    (capacity 2,000,000) on Nations wrote 2 GB a checkpoint for 14 keys. Its files hold the rows in use
+    now, the manifest says how many, and a key inserted while a background checkpoint is armed is
+    neither in it nor disturbs it."""
+    st = ShardTensors(0)
+    t = st.create("d", 10_000, (DIM,), "float32", 0, 10_000, INIT, keyed={"shards": 1, "evict": False})
+    st.set_optimizer("d", {"kind": "adagrad", "lr": 0.1})
+    st.pull_stream("d", np.array([5, 7, 9], np.int64), 1 << 20)
+    root = tmp_path / "ck"
+    pieces = st.checkpoint(root, background=background)
+    st.pull_stream("d", np.array([11, 13], np.int64), 1 << 20)  # new rows 3, 4 while it is written
+    if background:
+        assert st.background is not None and st.background.wait(30)
+        pieces += st.checkpoint_status(root)["pieces"]
+    ckpt.write_top(root, pieces, 1, None)
+    assert held_rows_of(root) == [(3, 3, 3)]
+    keys, rows = ckpt.export_keyed(root, "d") or (None, None)
+    assert keys is not None and keys.tolist() == [5, 7, 9]
+    np.testing.assert_array_equal(rows, t.data[:3].numpy())
+    again = ShardTensors(0)
+    t2 = again.create("d", 10_000, (DIM,), "float32", 0, 10_000, INIT, keyed={"shards": 1, "evict": False})
+    again.restore(root)
+    assert t2.keyed.keys().tolist() == [5, 7, 9]
+    np.testing.assert_array_equal(t2.data[:3].numpy(), rows)
+
+
+def test_a_snapshot_ignores_rows_keys_take_after_it_was_armed(tmp_path: Path) -> None:
+    """Chunks of one row: a row past the snapshot's rows in use was indexed as a chunk it does not have."""
+    from graphtrain.runtime.checkpoint.snapshot import Pace, StagingBudget, TableSnapshot
+
+    st = ShardTensors(0)
+    t = st.create("d", 64, (DIM,), "float32", 0, 64, INIT, keyed={"shards": 1, "evict": False})
+    st.pull_stream("d", np.array([1, 2, 3], np.int64), 1 << 20)
+    snap = TableSnapshot(tmp_path, t, StagingBudget(1 << 20), chunk_bytes=DIM * 4)
+    assert (snap.n, snap.chunks) == (3, 3)
+    before = t.data[:3].clone()
+    with t.lock:
+        snap.preserve(np.array([1, 40], np.int64))  # row 1 kept as it is; row 40 is not the snapshot's
+        t.data[1] += 1.0
+    snap.drain({"data": np.empty((1, DIM), np.float32)}, Pace(0))
+    snap.commit()
+    d = ckpt.piece_dir(tmp_path, "d", 0, 64)
+    np.testing.assert_array_equal(np.load(d / "data.npy"), before.numpy())
+
+
+def test_a_fixed_table_is_not_loaded_from_a_dynamic_vocabularys_checkpoint(tmp_path: Path) -> None:
+    """Its pieces hold keys' rows in insertion order (and now only those in use): loaded by position into a
+    table of fixed rows, they were other rows' values."""
+    st = ShardTensors(0)
+    st.create("d", 8, (DIM,), "float32", 0, 8, INIT, keyed={"shards": 1, "evict": False})
+    st.pull_stream("d", np.array([5, 7], np.int64), 1 << 20)
+    root = tmp_path / "ck"
+    ckpt.write_top(root, st.checkpoint(root), 1, None)
+    fixed = ShardTensors(0)
+    fixed.create("d", 8, (DIM,), "float32", 0, 8, INIT)
+    with pytest.raises(Exception, match=r"table 'd' is a dynamic vocabulary's in the checkpoint"):
+        fixed.restore(root)
