@@ -105,6 +105,7 @@ def operator_cmd(
 
     try:
         config = operator_config.load(config_path)
+        operator_config.loop_settings()  # handlers' module reads them at import
     except operator_config.ConfigError as exc:
         raise _fail(str(exc)) from None
     timing = leader.Timing(float(lease_duration), renew_deadline, retry_period)

@@ -168,6 +168,33 @@ class ConfigError(Exception):
     """The configuration file cannot be used; the message is one line naming the file and the key."""
 
 
+ENV_TIMER, ENV_WORKERS = "GRAPHTRAIN_OPERATOR_TIMER", "GRAPHTRAIN_OPERATOR_WORKERS"
+
+
+def env_number(name: str, default: float, least: float, whole: bool = False) -> float:
+    """A number from environment variable `name` (`default` when unset or empty), at least `least`.
+
+    Raises:
+        ConfigError: one line naming the variable and its value (it was a traceback at import).
+    """
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = int(raw) if whole else float(raw)
+    except ValueError:
+        value = None
+    if value is None or not value >= least or value == float("inf"):
+        kind = "a whole number" if whole else "a number of seconds"
+        raise ConfigError(f"${name}={raw!r}: must be {kind} of at least {least:g}")
+    return value
+
+
+def loop_settings() -> tuple[float, int]:
+    """The operator's timer period (seconds) and reconcile threads, from the environment (README)."""
+    return env_number(ENV_TIMER, 15.0, 1.0), int(env_number(ENV_WORKERS, 4, 1, whole=True))
+
+
 def parse(data: Any, source: str = "the operator configuration") -> OperatorConfig:
     """Validate a configuration document (a dict; None or empty: every default).
 

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import secrets
 import threading
 import time
@@ -48,9 +47,9 @@ from graphtrain.operator.workqueue import WorkQueue
 
 log = logging.getLogger("graphtrain.operator")
 GROUP, VERSION, PLURAL = k8s.GROUP, k8s.VERSION, k8s.PLURAL
-TIMER_SECONDS = float(os.environ.get("GRAPHTRAIN_OPERATOR_TIMER", "15"))
-# threads that run the reconciles the child watches ask for (each training on one at a time)
-WORKERS = int(os.environ.get("GRAPHTRAIN_OPERATOR_WORKERS", "4"))
+# the timer's period, and the threads that run the reconciles the child watches ask for (each training
+# on one at a time); `graphtrain operator` checks both before it imports this module
+TIMER_SECONDS, WORKERS = operator_config.loop_settings()
 REQUEUE_SLACK = 1.0  # seconds after a plan's requeue time: status times have whole seconds
 # each training's lock, while a reconcile holds or waits for it (_lock())
 _locks: weakref.WeakValueDictionary[tuple[str, str], threading.Lock] = weakref.WeakValueDictionary()

@@ -4,6 +4,7 @@ termination message (the kubelet keeps at most 80 lines), and the operator names
 from __future__ import annotations
 
 import datetime as dt
+import os
 
 import pytest
 
@@ -119,3 +120,30 @@ def test_the_trainers_stage_names_the_cause_once_its_pod_is_seen() -> None:
     assert step.phase == Phase.restarting
     said = next(c for c in conds.as_list() if c.type == "TrainersReady").message
     assert "wn-trainer-1 failed" in said and "wn-trainer-0" not in said
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "said"),
+    [
+        ("GRAPHTRAIN_OPERATOR_TIMER", "abc", "a number of seconds of at least 1"),
+        ("GRAPHTRAIN_OPERATOR_TIMER", "0", "a number of seconds of at least 1"),
+        ("GRAPHTRAIN_OPERATOR_TIMER", "nan", "a number of seconds of at least 1"),
+        ("GRAPHTRAIN_OPERATOR_WORKERS", "2.5", "a whole number of at least 1"),
+        ("GRAPHTRAIN_OPERATOR_WORKERS", "0", "a whole number of at least 1"),
+    ],
+)
+def test_a_bad_loop_setting_is_one_line_naming_the_variable(name: str, value: str, said: str) -> None:
+    """A bad value was a ValueError traceback from the handlers' import, after the operator had started."""
+    import subprocess
+    import sys
+
+    env = {**os.environ, name: value, "KUBECONFIG": "/nonexistent"}
+    out = subprocess.run(
+        [sys.executable, "-m", "graphtrain.cli", "operator"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr
+    assert out.stderr.strip().splitlines()[-1] == f"error: ${name}={value!r}: must be {said}"
