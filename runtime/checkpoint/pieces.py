@@ -201,10 +201,11 @@ def gpu_writer(
     live: TensorShard, keys: np.ndarray | None, stopped: Callable[[], bool] | None = None
 ) -> Writer:
     """The writer of a GPU table's piece: its rows and state in chunks, each under `live`'s lock
-    (gpu.save_chunked), and a dynamic table's keys."""
+    (gpu.save_chunked), and a dynamic table's keys with its rows in use alone."""
 
     def write(directory: Path, view: TensorShard) -> None:
-        gpu.save_chunked(directory, view, live, stopped=stopped)
+        held = None if keys is None else len(keys)  # a dynamic vocabulary's rows in use, not its capacity
+        gpu.save_chunked(directory, view, live, stopped=stopped, rows=held)
         save_keys(directory, view, keys)
 
     return write

@@ -97,6 +97,7 @@ def save_chunked(
     live: TensorShard,
     chunk_bytes: int = CHECKPOINT_CHUNK_BYTES,
     stopped: Callable[[], bool] | None = None,
+    rows: int | None = None,
 ) -> None:
     """Write a GPU table's rows (data.npy) and optimizer state (state.<key>.npy) as .npy files, in chunks
     of about `chunk_bytes` through pinned buffers, without holding the table's lock for the whole table.
@@ -108,23 +109,28 @@ def save_chunked(
     same step, but different chunks may come from different steps if pushes go on during a checkpoint
     (trainers checkpoint between steps, when none do). Files are written inside write_piece's
     temporary directory, so the piece is still complete or absent, and hashed after this returns.
+    `rows`: only rows 0..rows-1 (a dynamic vocabulary's rows in use), else every row.
     """
     tensors = {"data.npy": view.data, **{f"state.{k}.npy": v for k, v in view.state.items()}}
+    rowed = [n for n, v in tensors.items() if v.dim() and v.shape[0] == view.rows and not _scalar(n, v, view)]
+    whole = [n for n in tensors if n not in rowed]  # the table-wide Adam step: one element
+    total = view.rows if rows is None else rows
     outs = {
         name: np.lib.format.open_memmap(
-            directory / name, mode="w+", dtype=_numpy_dtype(v.dtype), shape=tuple(v.shape)
+            directory / name,
+            mode="w+",
+            dtype=_numpy_dtype(v.dtype),
+            shape=(total, *v.shape[1:]) if name in rowed else tuple(v.shape),
         )
         for name, v in tensors.items()
     }
-    rowed = [n for n, v in tensors.items() if v.dim() and v.shape[0] == view.rows and not _scalar(n, v, view)]
-    whole = [n for n in tensors if n not in rowed]  # the table-wide Adam step: one element
     width = sum(tensors[n][:1].numel() * tensors[n].element_size() for n in rowed)
     step = max(1, chunk_bytes // max(1, width))
     stage = {n: _pinned((min(step, view.rows), *tensors[n].shape[1:]), tensors[n].dtype) for n in rowed}
-    for a in range(0, max(view.rows, 1), step):
+    for a in range(0, max(total, 1), step):
         if stopped is not None and stopped():  # an abandoned checkpoint's piece ends at the next chunk
             raise GraphtrainError("the checkpoint was abandoned")
-        b = min(view.rows, a + step)
+        b = min(total, a + step)
         with live.lock:
             wait_written(live)
             copies = {n: tensors[n][a:b].clone() for n in rowed}

@@ -441,3 +441,31 @@ def test_a_fixed_table_is_not_loaded_from_a_dynamic_vocabularys_checkpoint(tmp_p
     fixed.create("d", 8, (DIM,), "float32", 0, 8, INIT)
     with pytest.raises(Exception, match=r"table 'd' is a dynamic vocabulary's in the checkpoint"):
         fixed.restore(root)
+
+
+def test_a_gpu_tables_chunked_piece_holds_the_rows_in_use_too(tmp_path: Path) -> None:
+    """gpu.save_chunked (a GPU shard server's writer, in chunks under the table's lock), run here on the
+    host's tensors: with the keys, the rows in use alone, in chunks of two rows."""
+    from graphtrain.runtime.storage import gpu
+
+    st = ShardTensors(0)
+    t = st.create("d", 1_000, (DIM,), "float32", 0, 1_000, INIT, keyed={"shards": 1, "evict": False})
+    st.set_optimizer("d", {"kind": "adam", "lr": 0.1, "step_count": "global"})
+    st.pull_stream("d", np.array([4, 8, 15, 16, 23], np.int64), 1 << 20)
+    keys = t.keyed.keys()
+
+    def writer(directory: Path, view) -> None:
+        gpu.save_chunked(directory, view, t, chunk_bytes=2 * 3 * DIM * 4, rows=len(keys))
+        ckpt.save_keys(directory, view, keys)
+
+    root = tmp_path / "ck"
+    ckpt.write_top(root, [ckpt.write_piece(root, t, writer)], 1, None)
+    assert held_rows_of(root) == [(5, 5, 5)]
+    got_keys, rows = ckpt.export_keyed(root, "d") or (None, None)
+    assert got_keys is not None and got_keys.tolist() == [4, 8, 15, 16, 23]
+    np.testing.assert_array_equal(rows, t.data[:5].numpy())
+    again = ShardTensors(0)
+    t2 = again.create("d", 1_000, (DIM,), "float32", 0, 1_000, INIT, keyed={"shards": 1, "evict": False})
+    again.restore(root)
+    np.testing.assert_array_equal(t2.data[:5].numpy(), t.data[:5].numpy())
+    np.testing.assert_array_equal(t2.state["exp_avg"][:5].numpy(), t.state["exp_avg"][:5].numpy())
