@@ -42,7 +42,7 @@ from graphtrain.runtime.data.cache import (
 from graphtrain.runtime.dtypes import to_numpy
 from graphtrain.runtime.errors import DataError
 from graphtrain.runtime.storage import gpu
-from graphtrain.runtime.storage.keyed import KEYS
+from graphtrain.runtime.storage.keyed import KEYS, global_step
 from graphtrain.runtime.storage.shard import TensorShard
 
 if TYPE_CHECKING:
@@ -76,11 +76,8 @@ def save_whole(directory: Path, t: TensorShard) -> None:
     n = t.rows if t.keyed is None else len(t.keyed.keys())
     np.save(directory / "data.npy", to_numpy(t.data[:n].cpu()))  # in the table's dtype (bfloat16: its bits)
     for key, value in t.state.items():
-        table_wide = value.dim() == 0 or (
-            key == "step" and t.config is not None and t.config.step_count == "global"
-        )
-        rowed = not table_wide
-        np.save(directory / f"state.{key}.npy", (value[:n] if rowed else value).cpu().numpy())
+        table_wide = value.dim() == 0 or (key == "step" and global_step(t.config))
+        np.save(directory / f"state.{key}.npy", (value if table_wide else value[:n]).cpu().numpy())
     save_keys(directory, t)
 
 

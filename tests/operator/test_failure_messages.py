@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -134,9 +136,6 @@ def test_the_trainers_stage_names_the_cause_once_its_pod_is_seen() -> None:
 )
 def test_a_bad_loop_setting_is_one_line_naming_the_variable(name: str, value: str, said: str) -> None:
     """A bad value was a ValueError traceback from the handlers' import, after the operator had started."""
-    import subprocess
-    import sys
-
     env = {**os.environ, name: value, "KUBECONFIG": "/nonexistent"}
     out = subprocess.run(
         [sys.executable, "-m", "graphtrain.cli", "operator"],

@@ -17,12 +17,14 @@ import torch
 
 from graphtrain.runtime import checkpoint as ckpt
 from graphtrain.runtime import kvstore
+from graphtrain.runtime.checkpoint.snapshot import Pace, StagingBudget, TableSnapshot
 from graphtrain.runtime.data.cache import read_json
 from graphtrain.runtime.kvstore.client.transport import Call
 from graphtrain.runtime.kvstore.tables.state import ShardTensors
 from graphtrain.runtime.kvstore.wire.protocol import RemoteError
 from graphtrain.runtime.optim import OptimConfig, make_state, sparse_step
 from graphtrain.runtime.optim.optimizers import SparseOptimizer
+from graphtrain.runtime.storage import gpu
 from graphtrain.runtime.storage import keyed as kd
 from graphtrain.runtime.storage.errors import StorageError
 from graphtrain.runtime.storage.inits import init_keyed
@@ -412,8 +414,6 @@ def test_a_checkpoint_holds_the_rows_in_use_not_the_capacity(tmp_path: Path, bac
 
 def test_a_snapshot_ignores_rows_keys_take_after_it_was_armed(tmp_path: Path) -> None:
     """Chunks of one row: a row past the snapshot's rows in use was indexed as a chunk it does not have."""
-    from graphtrain.runtime.checkpoint.snapshot import Pace, StagingBudget, TableSnapshot
-
     st = ShardTensors(0)
     t = st.create("d", 64, (DIM,), "float32", 0, 64, INIT, keyed={"shards": 1, "evict": False})
     st.pull_stream("d", np.array([1, 2, 3], np.int64), 1 << 20)
@@ -446,8 +446,6 @@ def test_a_fixed_table_is_not_loaded_from_a_dynamic_vocabularys_checkpoint(tmp_p
 def test_a_gpu_tables_chunked_piece_holds_the_rows_in_use_too(tmp_path: Path) -> None:
     """gpu.save_chunked (a GPU shard server's writer, in chunks under the table's lock), run here on the
     host's tensors: with the keys, the rows in use alone, in chunks of two rows."""
-    from graphtrain.runtime.storage import gpu
-
     st = ShardTensors(0)
     t = st.create("d", 1_000, (DIM,), "float32", 0, 1_000, INIT, keyed={"shards": 1, "evict": False})
     st.set_optimizer("d", {"kind": "adam", "lr": 0.1, "step_count": "global"})
