@@ -48,7 +48,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import os
 import secrets
 import shutil
@@ -81,6 +80,7 @@ from graphtrain.runtime.launch.processes import (
     RunFailed,
     answers_livez,
     child_env,
+    culprit,
     die_with_this_process,
     ended,
     free_port,
@@ -371,12 +371,12 @@ class LocalRun:
             self.obs.progress = report
 
     def _failed(self) -> Child | None:
-        """The process that failed first (a killed trainer, not the peer whose collective then broke:
-        forked children know when they ended, plain ones are taken in order), or a server that left
-        while trainers still need it."""
+        """The process whose failure to name (processes.culprit: a killed trainer, not the peer whose
+        collective then broke), None while that is not yet known, or a server that left while trainers
+        still need it."""
         failed = [c for c in [*self.servers, *self.trainers] if c.proc.poll() not in (None, 0)]
         if failed:
-            return min(failed, key=lambda c: math.inf if c.ended_at is None else c.ended_at)
+            return culprit(failed, any(t.proc.poll() is None for t in self.trainers), time.monotonic())
         for c in self.servers:
             if c.proc.poll() == 0 and any(t.proc.poll() is None for t in self.trainers):
                 return c  # a server left while trainers still need it

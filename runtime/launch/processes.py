@@ -14,6 +14,7 @@ import contextlib
 import ctypes
 import fcntl
 import json
+import math
 import os
 import re
 import select
@@ -88,11 +89,21 @@ class Child:
     restarts: int = 0
     offset: int = 0  # where this process' output starts in its log (a restart appends to it)
     metrics_port: int | None = None  # once known: a server's ready line, a trainer's port file
+    seen_ended: float | None = None  # when the launcher first saw it ended (CLOCK_MONOTONIC), if not known
 
     @property
     def ended_at(self) -> float | None:
         """When the process ended (CLOCK_MONOTONIC), where known: forked ones (launch/zygote.py)."""
         return getattr(self.proc, "ended_at", None)
+
+    @property
+    def end(self) -> float:
+        """When it ended, as well as the launcher knows: the zygote's stamp, else when first seen ended."""
+        return self.ended_at if self.ended_at is not None else self.seen_ended or math.inf
+
+    def lost_peer(self) -> bool:
+        """Whether it failed because another trainer went away (roles.PEER_LOST): a consequence."""
+        return roles.PEER_LOST in self.tail(lines=200)
 
     def learn_port(self) -> bool:
         """Read the metrics port from this process' port file, if it wrote it (a predecessor's file,
@@ -128,6 +139,26 @@ class Child:
         except OSError:
             return ""
         return "\n".join(text.splitlines()[-lines:])
+
+
+PEER_LOSS_GRACE = 10.0  # seconds a peer loss waits for the failure that caused it to be seen
+
+
+def culprit(failed: Sequence[Child], others_running: bool, now: float) -> Child | None:
+    """The failed process to name: one whose failure is its own before one that lost its peer (the
+    consequence), then the one that ended first. None (not yet) while every failure is a peer loss,
+    another trainer still runs and the first of them ended under PEER_LOSS_GRACE ago: a killed trainer's
+    end reaches the launcher through its zygote's report, which can come after its surviving peer's, and
+    the survivor was named (CI on 1072a72). Bounded: a hung peer that never ends must not hold the run.
+    As the operator's observation.first_failure and culprit_due do with pods."""
+    for c in failed:
+        if c.ended_at is None and c.seen_ended is None:
+            c.seen_ended = now
+    lost = {id(c): c.lost_peer() for c in failed}
+    pick = min(failed, key=lambda c: (lost[id(c)], c.end))
+    if lost[id(pick)] and others_running and now - min(c.end for c in failed) < PEER_LOSS_GRACE:
+        return None
+    return pick
 
 
 @contextlib.contextmanager
