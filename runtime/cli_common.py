@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from graphtrain.contract.spec import SpecError
-from graphtrain.runtime.errors import GraphtrainError
+from graphtrain.runtime.errors import GraphtrainError, user_message
 
 out = Console(soft_wrap=True)
 err = Console(stderr=True, soft_wrap=True)
@@ -38,15 +38,8 @@ def friendly(fn: F) -> F:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
-        except (SpecError, GraphtrainError) as exc:  # escaped: a file named "a[/b]" is no markup
-            err.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
-            raise typer.Exit(1) from None
-        except MemoryError as exc:  # an input beyond this process' memory (a ulimit, a pod's limit)
-            detail = f" ({escape(str(exc))})" if str(exc) else ""
-            err.print(
-                f"[red]error:[/red] out of memory{detail}: give it more memory or a smaller input",
-                highlight=False,
-            )
+        except (SpecError, GraphtrainError, MemoryError) as exc:  # escaped: a file "a[/b]" is no markup
+            err.print(f"[red]error:[/red] {escape(user_message(exc) or str(exc))}", highlight=False)
             raise typer.Exit(1) from None
 
     return wrapper  # type: ignore[return-value]

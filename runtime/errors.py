@@ -11,6 +11,20 @@ class GraphtrainError(Exception):
     """Base of every error that names a bad input, a missing file or a broken promise."""
 
 
+def user_message(exc: BaseException) -> str | None:
+    """The one line (without its `error: `) a command prints for `exc` when a user can act on it: a
+    GraphtrainError's or a spec's message, or memory ran out; None for anything else (a bug: its
+    traceback is what helps)."""
+    from graphtrain.contract.spec import SpecError  # the spec package, only once something failed
+
+    if isinstance(exc, MemoryError):  # an input beyond this process' memory (a ulimit, a pod's limit)
+        detail = f" ({exc})" if str(exc) else ""
+        return f"out of memory{detail}: give it more memory or a smaller input"
+    if isinstance(exc, (GraphtrainError, SpecError)):
+        return str(exc)
+    return None
+
+
 class DataError(GraphtrainError):
     """A dataset or graph file is missing, malformed or inconsistent (names the file and the problem)."""
 

@@ -10,15 +10,17 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
+import traceback
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from graphtrain.contract.roles import TrainParams
 from graphtrain.contract.spec import load_yaml
 from graphtrain.runtime import cpus
 from graphtrain.runtime.data.cache import read_text, write_json
-from graphtrain.runtime.errors import GraphtrainError
+from graphtrain.runtime.errors import GraphtrainError, user_message
 
 
 def train(p: TrainParams) -> None:
@@ -32,6 +34,13 @@ def train(p: TrainParams) -> None:
     from graphtrain.runtime.roles.stop import exit_on_sigterm
 
     exit_on_sigterm(f"trainer {p.rank}")
+    try:
+        _train(p)
+    except BaseException as exc:  # noqa: BLE001 - reported as the command would, then left at once
+        leave_failed(exc)
+
+
+def _train(p: TrainParams) -> None:
     import torch
 
     from graphtrain.runtime import kvstore
@@ -90,6 +99,29 @@ def train(p: TrainParams) -> None:
     sys.stderr.flush()
     close_push_buffers()  # its own, which no teardown will unlink
     os._exit(0)
+
+
+def leave_failed(exc: BaseException) -> NoReturn:
+    """Say why the trainer failed, as the command would (`error: ` and one line for what a user can act
+    on, else the traceback), and leave without the interpreter's teardown, as a finished trainer does.
+    There gloo's process group is destroyed, which joins its thread waiting in a collective whose peer is
+    gone or cut off: a trainer that had said `error: shard 1 ... did not answer` then sat out gloo's
+    timeout (600 s) before its launcher or pod saw it fail."""
+    from graphtrain.runtime.kvstore.tables.shm import close_push_buffers
+
+    code = 1
+    message = user_message(exc)
+    if message is not None:
+        sys.stderr.write(f"error: {message}\n")
+    elif isinstance(exc, SystemExit):
+        code = exc.code if isinstance(exc.code, int) else int(exc.code is not None)
+    else:
+        traceback.print_exception(exc)
+        code = 128 + signal.SIGINT if isinstance(exc, KeyboardInterrupt) else 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    close_push_buffers()
+    os._exit(code)
 
 
 SHARDS_WAIT = 900.0  # seconds a trainer waits for every shard server to answer before its first request

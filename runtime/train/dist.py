@@ -96,8 +96,11 @@ class Dist:
             )
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        if self.world > 1 and torch_dist.is_initialized():
+    def __exit__(self, kind: object, *exc: object) -> None:
+        # Not after a failure: destroying the group waits for its collectives, and one in flight whose
+        # peer is gone or cut off waits out the group's timeout (600 s) before the trainer can say why
+        # it failed and leave (roles/train.py leave_failed leaves without it).
+        if self.world > 1 and torch_dist.is_initialized() and kind is None:
             torch_dist.destroy_process_group()
 
     def sum(self, values: list[float]) -> list[float]:
