@@ -93,6 +93,7 @@ from graphtrain.contract.spec.graph import (
     DATASET_NODE_TYPES,
     KG_DATASETS,
     KG_ENTITY_TYPE,
+    LABELLED_SPLIT,
     STANDARD_SPLIT_DATASETS,
     TYPED_DATASETS,
     GraphSource,
@@ -101,6 +102,7 @@ from graphtrain.contract.spec.graph import (
     TripleColumn,
     TriplesSource,
     cel_list,
+    split_or,
 )
 from graphtrain.contract.spec.legacy import notes as old_form_notes
 from graphtrain.contract.spec.loading import (
@@ -287,6 +289,8 @@ __all__ = [
     "SpecError",
     "SpecModel",
     "Split",
+    "LABELLED_SPLIT",
+    "split_or",
     "StallPolicy",
     "RowsStepped",
     "StepCount",

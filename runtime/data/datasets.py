@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from graphtrain.contract.roles import ENV_OFFLINE
-from graphtrain.contract.spec import Dataset, GraphSource, Split
+from graphtrain.contract.spec import LABELLED_SPLIT, Dataset, GraphSource, Split, split_or
 from graphtrain.runtime.data import fetch as registry
 from graphtrain.runtime.data import (
     files,
@@ -106,7 +106,7 @@ RECIPES: dict[str, Recipe] = {
             "WordNet 3.0 synsets, 45 supersense classes, gloss bag-of-words",
             "WordNet 3.0 licence (Princeton)",
             _build_wordnet,
-            Split(train=0.6, val=0.2, test=0.2),
+            LABELLED_SPLIT,
         ),
         Recipe(
             "gene-pubmed",
@@ -236,6 +236,14 @@ def remove(name: str, root: Path | None = None) -> None:
     shutil.rmtree(dataset_dir(name, root), ignore_errors=True)
 
 
+def _drawn(split: Split | None, rec: Recipe) -> Split | None:
+    """The split a bundled dataset is drawn with: the spec's over the recipe's fractions (a seed alone
+    keeps them), the recipe's, or None (the data carries its own split, or there are no labels)."""
+    if split is None and rec.default_split is None:
+        return None
+    return split_or(split, rec.default_split or LABELLED_SPLIT)
+
+
 def load(
     name: str,
     root: Path | None = None,
@@ -254,7 +262,7 @@ def load(
             raise DataError(f"dataset {name!r} is not fetched; run `graphtrain data fetch {name}`")
         fetch(name, root)
     values, _ = store.load(dataset_dir(name, root), verify=verify)
-    split = split or rec.default_split
+    split = _drawn(split, rec)
     if rec.kind == "kg":
         if "triples" in values:  # no standard split: seeded
             assert split is not None
@@ -340,9 +348,7 @@ def load_streamed(
     values = store.read_values(directory, entries)
     empty = np.empty(0, dtype=np.int64)
     stored = "etype" in manifest["entries"]  # an empty etype: the partition then has edge types
-    graph = _graph(
-        name, directory, values, split or rec.default_split, empty, empty, empty if stored else None
-    )
+    graph = _graph(name, directory, values, _drawn(split, rec), empty, empty, empty if stored else None)
     etype = directory / "etype.npy" if stored else None
     edges = EdgeFiles.open(name, graph.num_nodes, directory / "src.npy", directory / "dst.npy", etype)
     if types:
@@ -379,7 +385,7 @@ def load_source(source: GraphSource, root: Path | None = None, base_dir: Path | 
             source.nodes, source.edges, base_dir or Path.cwd(), _typed_name(source), source.split
         )
         if g.label is not None and not g.masks:
-            g.masks = labelled_masks(g.label, source.split or Split())
+            g.masks = labelled_masks(g.label, split_or(source.split, LABELLED_SPLIT))
         return g.with_reverse_edges() if source.reverse_edges else g
     if source.path is not None:
         path = files.resolve(source.path, base_dir)
@@ -392,8 +398,7 @@ def load_source(source: GraphSource, root: Path | None = None, base_dir: Path | 
             labels=None if source.labels is None else files.resolve(source.labels, base_dir),
         )
         if g.label is not None and not g.masks:
-            split = source.split or Split()
-            g.masks = labelled_masks(g.label, split)
+            g.masks = labelled_masks(g.label, split_or(source.split, LABELLED_SPLIT))
     else:
         assert source.dataset is not None
         loaded = load(str(source.dataset), root, split=source.split)

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from graphtrain.contract.spec import Split, TriplesSource
+from graphtrain.contract.spec import Split, TriplesSource, split_or
 from graphtrain.runtime.data import text
 from graphtrain.runtime.data.files import regular_file, resolve
 from graphtrain.runtime.data.graph import KnowledgeGraph, random_triple_split
@@ -107,7 +107,7 @@ def load_triples(
         entities = np.unique(np.concatenate([train.columns[0], train.columns[2]]))
         relations = np.unique(train.columns[1])
         triples = _unique(train, _encode(train, entities, relations))
-        s = split or DEFAULT_SPLIT
+        s = split_or(split, DEFAULT_SPLIT)
         tr, va, te = random_triple_split(triples, s.train, s.val, s.seed)
     else:
         entities = np.unique(np.concatenate([train.columns[0], train.columns[2]]))

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from graphtrain.contract.spec import EdgeTypeFiles, NodeTypeFiles, Split
+from graphtrain.contract.spec import LABELLED_SPLIT, EdgeTypeFiles, NodeTypeFiles, Split, split_or
 from graphtrain.runtime.data.files import regular_file
 from graphtrain.runtime.data.graph import Graph, random_masks
 from graphtrain.runtime.data.nodefiles import as_float32, encode_names, repeated_column
@@ -308,7 +308,9 @@ def load_typed(
     dst = np.concatenate(dst_all) if dst_all else np.empty(0, np.int64)
     etype = np.concatenate(etype_all) if etype_all else np.empty(0, np.int64)
     sizes = [len(a) for a in src_all]
-    targets, edge_class_names, values = _edge_targets(elabels, sizes, (src, etype, dst), split or Split())
+    targets, edge_class_names, values = _edge_targets(
+        elabels, sizes, (src, etype, dst), split_or(split, LABELLED_SPLIT)
+    )
     graph = Graph.from_edges(
         name,
         n,

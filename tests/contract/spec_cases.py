@@ -169,7 +169,10 @@ def _odd(s: dict) -> None:
 # rule name -> a document that breaks it (and as few others as it can)
 BREAKS: dict[str, Doc] = {
     "name-dns-label": _long_name(),
-    "split-sums-to-one": edit(GRAPHSAGE, lambda s: s["graph"].update(split={"train": 0.9})),
+    "split-fractions-together": edit(GRAPHSAGE, lambda s: s["graph"].update(split={"train": 0.6})),
+    "split-sums-to-one": edit(
+        GRAPHSAGE, lambda s: s["graph"].update(split={"train": 0.9, "val": 0.2, "test": 0.2})
+    ),
     "graph-one-source": edit(GRAPHSAGE, lambda s: s.update(graph={})),
     "graph-standard-split": edit(TRANSE, lambda s: s["graph"].update(split={})),
     "init-uniform-ordered": edit(GRAPHSAGE, _table(init={"low": 1, "high": 0})),

@@ -100,9 +100,14 @@ def test_cross_field_problems_are_all_reported() -> None:
         ({"graph": {}}, "spec.graph", "exactly one"),
         ({"graph": {"dataset": "wordnet", "path": "x.tsv"}}, "spec.graph", "exactly one"),
         (
-            {"graph": {"dataset": "wordnet", "split": {"train": 0.9, "val": 0.2}}},
+            {"graph": {"dataset": "wordnet", "split": {"train": 0.9, "val": 0.2, "test": 0.2}}},
             "spec.graph.split",
             "must be 1",
+        ),
+        (
+            {"graph": {"dataset": "wordnet", "split": {"train": 0.9, "val": 0.1}}},
+            "spec.graph.split",
+            "give train, val and test together",
         ),
         ({"graph": {"dataset": "nations", "split": {}}}, "spec.graph.split", "standard split"),
         ({"training": {"fanouts": [10]}}, "spec.training.fanouts", "numLayers"),

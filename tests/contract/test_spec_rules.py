@@ -157,7 +157,7 @@ def test_schema_errors_and_every_decidable_rule_at_once() -> None:
     doc = copy.deepcopy(GRAPHSAGE)
     doc["metadata"]["name"] = "b" * 41
     doc["spec"].update(
-        graph={"dataset": "wordnett", "split": {"train": 0.9}},
+        graph={"dataset": "wordnett", "split": {"train": 0.9, "val": 0.2, "test": 0.2}},
         partition={"parts": 2, "balanse": 1},
         embeddings=[
             {"name": "node", "dim": 16, "sharding": "collective", "optimizer": {"lr": "fast"}},
@@ -240,7 +240,7 @@ def test_validate_prints_every_problem(tmp_path: Path) -> None:
     doc = edit(
         GRAPHSAGE,
         lambda s: s.update(
-            graph={"dataset": "wordnet", "split": {"train": 2}},
+            graph={"dataset": "wordnet", "split": {"train": 2, "val": 0.2, "test": 0.2}},
             embeddings=[{"name": "node", "dim": 16, "sharding": "collective", "dtype": "bfloat16"}],
             training={"fanouts": [5], "epochs": -1},
             shardServers={"replicas": 4},

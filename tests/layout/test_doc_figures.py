@@ -29,7 +29,7 @@ def test_the_readmes_count_of_bad_typed_inputs_is_the_tests() -> None:
 
 
 def test_the_split_description_states_the_defaults_of_your_own_files() -> None:
-    from graphtrain.contract.spec import GraphSource, Split
+    from graphtrain.contract.spec import LABELLED_SPLIT, GraphSource, Split
     from graphtrain.runtime.data.triples import DEFAULT_SPLIT
 
     def said(s: Split) -> str:
@@ -37,7 +37,7 @@ def test_the_split_description_states_the_defaults_of_your_own_files() -> None:
 
     text = GraphSource.model_fields["split"].description or ""
     assert (
-        f"{said(Split())} of the labelled nodes" in text
+        f"{said(LABELLED_SPLIT)} of the labelled nodes" in text
         and f"{said(DEFAULT_SPLIT)} of a triples file" in text
     )
 

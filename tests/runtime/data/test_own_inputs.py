@@ -223,6 +223,22 @@ def test_one_file_seeded_split(tmp_path: Path) -> None:
     assert np.array_equal(kg.test, again.test)
     other = load_triples(src, Split(train=0.5, val=0.25, test=0.25, seed=1), "k", tmp_path)
     assert len(other.train) == 50
+    reseeded = load_triples(src, Split(seed=1), "k", tmp_path)  # a seed alone keeps 80/10/10
+    assert (len(reseeded.train), len(reseeded.valid), len(reseeded.test)) == (80, 10, 10)
+    assert not np.array_equal(np.sort(reseeded.test, axis=0), np.sort(kg.test, axis=0))
+
+
+def test_a_seed_alone_keeps_the_labelled_nodes_and_a_datasets_own_fractions(tmp_path: Path) -> None:
+    n = 50
+    write(tmp_path / "e.tsv", "".join(f"{i}\t{(i + 1) % n}\n" for i in range(n)))
+    write(tmp_path / "l.csv", "id,label\n" + "".join(f"{i},{i % 3}\n" for i in range(n)))
+    g = datasets.load_source(
+        GraphSource(path="e.tsv", labels="l.csv", split=Split(seed=4)), base_dir=tmp_path
+    )
+    assert [int(m.sum()) for m in g.masks.values()] == [30, 10, 10]
+    assert Split(seed=4).over(Split(train=0.9, val=0.05, test=0.05)) == Split(
+        train=0.9, val=0.05, test=0.05, seed=4
+    )
 
 
 def test_load_source_triples_is_the_training_graph_with_splits(tmp_path: Path) -> None:
