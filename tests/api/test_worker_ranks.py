@@ -3,7 +3,7 @@ container of its partition's pod, judged as the operator judges it (contract/chi
 
 from __future__ import annotations
 
-from graphtrain.api.sources.kubernetes import trainers_of
+from graphtrain.api.sources.objects import trainers_of
 from graphtrain.contract.children import LABEL_ATTEMPT, LABEL_PARTITION, SHARD_CONTAINER, labels, worker_name
 from graphtrain.contract.spec import parse
 
