@@ -8,10 +8,13 @@ authentication (before routing, validation and the source), then the routes.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
+from starlette.concurrency import run_in_threadpool
 from starlette.routing import Route
 
 from graphtrain.api import auth, problems
@@ -25,10 +28,20 @@ ROUTERS = (trainings.router, health.router, metrics.router)
 
 def create_app(source: StatusSource, settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings()
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        """At shutdown, the source's close() if it has one (the Kubernetes source's watches)."""
+        yield
+        close = getattr(source, "close", None)
+        if close is not None:
+            await run_in_threadpool(close)
+
     app = FastAPI(
         title=settings.title,
         version="v1",
         description="Read-only status of GraphTrainings: Kubernetes or local runs.",
+        lifespan=lifespan,
     )
     app.state.source = source
     app.state.registry = settings.registry

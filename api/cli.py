@@ -68,7 +68,9 @@ def api(
     cache_ttl: Annotated[
         float,
         typer.Option(
-            min=0, help="kubernetes source: serve from a snapshot refreshed every N s (0: no cache)"
+            min=0,
+            help="kubernetes source: serve from a cache kept by watches, answers never older than"
+            " 10 x N s (0: no cache, every request asks the API server)",
         ),
     ] = 2.0,
     host: Annotated[str, typer.Option(help="address to listen on")] = "127.0.0.1",

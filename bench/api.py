@@ -4,7 +4,7 @@ Sources: the local source over 100 run directories (the files `graphtrain run` w
 same models), and the Kubernetes source on the test API server (../shared/k8s-testenv, or
 $GRAPHTRAIN_TEST_KUBECONFIG) holding 100 GraphTrainings with status, progress ConfigMaps, trainer pods
 and events (tests/api/cluster.py), both direct (each request makes its own API calls) and from the
-snapshot (cache_ttl 2 s, refreshed in the background).
+snapshot (cache_ttl 2 s: kept by watches since 2026-12-02, refreshed whole in the background before).
 
 The API runs in this process (uvicorn on a thread, authentication on, as deployed); the clients run
 in another process: one asyncio loop, 100 keep-alive HTTP/1.1 connections, each sending its next

@@ -9,13 +9,21 @@ plain JSON (`_preload_content=False`): the client's model objects cost more than
 Two modes:
 - direct (cache_ttl=0): each request makes its own calls (a training: GraphTraining, ConfigMap, pods);
   a list is one API-server page: its `continue` token is the server's.
-- cached (cache_ttl>0): a snapshot of the four collections, listed whole (bounded by max_objects per
-  kind) and refreshed in the background once older than cache_ttl, as an informer's store: requests
-  never wait for the API server unless the snapshot is missing or older than 10 x cache_ttl (then they
-  wait for one refresh). Lists page over the snapshot with this server's own tokens. A collection cut
-  at max_objects holds only some trainings' objects: a request about one training then reads that
-  collection's objects of it directly (a training left out is not answered as one with nothing), and
-  the list of trainings, cut, is paged over the API server as in direct mode.
+- cached (cache_ttl>0): five collections (GraphTrainings, progress and config ConfigMaps, trainer pods,
+  GraphTraining events) kept as an informer's stores (cached.py, watched.py): each listed once, when
+  the first request comes, then watched from that list's resourceVersion, so that in steady state the
+  API server sends only changes, within moments of each. A collection is listed again only after 410
+  Gone, a broken watch (after a pause of 0.5 s doubling to 30 s) or, over max_objects, once back under
+  it. Staleness: a request is answered from a collection known to hold every change up to 10 x
+  cache_ttl ago (a healthy watch, silent or not, confirms it every 5 x cache_ttl, between 1 and 60 s);
+  one whose watch has been down longer waits for it (up to 6 x the call timeout) and is refused with
+  SourceUnavailable (503) if it does not come back, as a snapshot older than 10 x cache_ttl was. Lists
+  page over the cached trainings with this server's own tokens. A collection over max_objects keeps
+  nothing: a request about one training then reads that collection's objects of it directly (a training
+  left out is not answered as one with nothing), and the list of trainings, over it, is paged over the
+  API server as in direct mode. Histories (~100 KB a training) are not kept with the progress maps: a
+  history is read on /history and kept until its ConfigMap changes (as text, 32 MB at most; decoded,
+  the last 16). close() ends the watches (the app's shutdown calls it).
 
 Security: the namespace and name of a request are DNS labels (checked by the routes) used as object
 names; the pods' label selector is built from the name, never taken from the client.
@@ -23,23 +31,22 @@ names; the pods' label selector is built from the name, never taken from the cli
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
-import threading
-import time
-from collections import defaultdict
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 
 import kubernetes
 import urllib3
 from kubernetes.client.rest import ApiException
+from kubernetes.watch.watch import iter_resp_lines
 
 from graphtrain.api import models
 from graphtrain.api.selectors import render
 from graphtrain.api.sources.base import InvalidParameter, ListQuery, NotFound, SourceUnavailable, page
+from graphtrain.api.sources.cached import SELECTORS, Cache
 from graphtrain.api.sources.objects import (
     involves,
     metadata_of,
@@ -48,18 +55,19 @@ from graphtrain.api.sources.objects import (
     status_of,
     training_of,
 )
+from graphtrain.api.sources.watched import Gone, Lister, Watcher
 from graphtrain.contract import reporting
 from graphtrain.contract.children import LABEL_ROLE, LABEL_TRAINING, names
 from graphtrain.contract.spec import API_VERSION, KIND, PLURAL, Progress
-
-T = TypeVar("T")
 
 log = logging.getLogger("graphtrain.api")
 GROUP, VERSION = API_VERSION.split("/")
 PAGE = 500  # objects per API-server page when listing whole collections
 MAX_OBJECTS = 10_000  # per kind in a snapshot: the list stops there (logged)
 POOL = 32  # HTTP connections to the API server (the routers' thread pool is 40)
+PATIENCE = 6  # x the call timeout: how long a request waits for a cached collection that is not current
 Obj = dict[str, Any]
+Caller = Callable[..., Any]  # Api.call, or Api.stream for a watch
 
 
 def api_client() -> kubernetes.client.ApiClient:
@@ -119,12 +127,50 @@ class Api:
         except (urllib3.exceptions.HTTPError, OSError, ValueError) as exc:
             raise SourceUnavailable(f"the Kubernetes API did not answer: {type(exc).__name__}") from None
 
-    def trainings(self, namespace: str | None, **kw: Any) -> Obj:
-        if namespace:
-            return self.call(
-                self.custom.list_namespaced_custom_object, GROUP, VERSION, namespace, PLURAL, **kw
+    def stream(
+        self,
+        fn: Callable[..., Any],
+        *args: Any,
+        version: str,
+        seconds: int,
+        hold: Callable[[Callable[[], None]], None],
+        **kwargs: Any,
+    ) -> Iterator[Obj]:
+        """A watch of `fn`'s list from resourceVersion `version`, which the server ends after `seconds`:
+        its events, parsed. hold() is given what cuts it short (the source's close()).
+
+        Raises:
+            Gone: 410, the version is too old.
+            Refused: another error status.
+        """
+        try:
+            resp = fn(
+                *args,
+                watch=True,
+                resource_version=version,
+                allow_watch_bookmarks=True,
+                timeout_seconds=seconds,
+                _preload_content=False,
+                _request_timeout=(self.timeout, seconds + self.timeout),
+                **kwargs,
             )
-        return self.call(self.custom.list_cluster_custom_object, GROUP, VERSION, PLURAL, **kw)
+        except ApiException as exc:
+            if exc.status == 410:
+                raise Gone() from None
+            raise Refused(exc.status, f"the Kubernetes API answered {exc.status} {exc.reason}") from None
+        hold(resp.shutdown)
+        try:
+            for line in iter_resp_lines(resp):
+                if line:
+                    yield json.loads(line)
+        finally:
+            resp.release_conn()
+
+    def trainings(self, namespace: str | None, caller: Caller | None = None, **kw: Any) -> Any:
+        call = caller or self.call
+        if namespace:
+            return call(self.custom.list_namespaced_custom_object, GROUP, VERSION, namespace, PLURAL, **kw)
+        return call(self.custom.list_cluster_custom_object, GROUP, VERSION, PLURAL, **kw)
 
     def training(self, namespace: str, name: str) -> Obj:
         return self.call(self.custom.get_namespaced_custom_object, GROUP, VERSION, namespace, PLURAL, name)
@@ -135,20 +181,25 @@ class Api:
         except NotFound:
             return None
 
-    def pods(self, namespace: str | None, selector: str, **kw: Any) -> Obj:
+    def pods(self, namespace: str | None, selector: str, caller: Caller | None = None, **kw: Any) -> Any:
+        call = caller or self.call
         if namespace:
-            return self.call(self.core.list_namespaced_pod, namespace, label_selector=selector, **kw)
-        return self.call(self.core.list_pod_for_all_namespaces, label_selector=selector, **kw)
+            return call(self.core.list_namespaced_pod, namespace, label_selector=selector, **kw)
+        return call(self.core.list_pod_for_all_namespaces, label_selector=selector, **kw)
 
-    def config_maps(self, namespace: str | None, selector: str, **kw: Any) -> Obj:
+    def config_maps(
+        self, namespace: str | None, selector: str, caller: Caller | None = None, **kw: Any
+    ) -> Any:
+        call = caller or self.call
         if namespace:
-            return self.call(self.core.list_namespaced_config_map, namespace, label_selector=selector, **kw)
-        return self.call(self.core.list_config_map_for_all_namespaces, label_selector=selector, **kw)
+            return call(self.core.list_namespaced_config_map, namespace, label_selector=selector, **kw)
+        return call(self.core.list_config_map_for_all_namespaces, label_selector=selector, **kw)
 
-    def events(self, namespace: str | None, **kw: Any) -> Obj:
+    def events(self, namespace: str | None, caller: Caller | None = None, **kw: Any) -> Any:
+        call = caller or self.call
         if namespace:
-            return self.call(self.core.list_namespaced_event, namespace, **kw)
-        return self.call(self.core.list_event_for_all_namespaces, **kw)
+            return call(self.core.list_namespaced_event, namespace, **kw)
+        return call(self.core.list_event_for_all_namespaces, **kw)
 
     def every(
         self, lister: Callable[..., Obj], *args: Any, limit: int = MAX_OBJECTS, **kw: Any
@@ -171,29 +222,15 @@ class Api:
 # ------------------------------------------------------------------------------------------ source
 
 
-@dataclass
-class Snapshot:
-    """The collections at one time, indexed for requests."""
+def summary_of(obj: Obj) -> models.TrainingSummary:
+    return models.summary(metadata_of(obj), status_of(obj))
 
-    taken: float
-    trainings: dict[tuple[str, str], Obj] = field(default_factory=dict)
-    progress: dict[tuple[str, str], dict[str, str]] = field(default_factory=dict)  # (ns, map name) -> data
-    configs: dict[tuple[str, str], dict[str, str]] = field(default_factory=dict)  # the applied specs' maps
-    pods: dict[tuple[str, str], list[Obj]] = field(default_factory=lambda: defaultdict(list))
-    events: dict[tuple[str, str], list[Obj]] = field(default_factory=lambda: defaultdict(list))
-    summaries: list[models.TrainingSummary] = field(default_factory=list)
-    truncated: set[str] = field(default_factory=set)  # collections cut at max_objects
-    # answers built from this snapshot, built once: (kind, namespace, name) -> answer (a snapshot
-    # changes only by replacement, so they never go stale; they go with it)
-    built: dict[tuple[str, str, str], Any] = field(default_factory=dict)
 
-    def memo(self, key: tuple[str, str, str], build: Callable[[], T]) -> T:
-        """`build()`, once per snapshot (two threads racing both build it: harmless, same answer)."""
-        try:
-            return self.built[key]
-        except KeyError:
-            answer = self.built[key] = build()
-            return answer
+def watch_period(cache_ttl: float) -> int:
+    """Seconds each watch lasts before the server ends it and it is resumed: half the staleness
+    bound (10 x cache_ttl), so that a healthy, silent watch confirms its store well within it; at
+    least 1 s (the server counts whole seconds), at most 60 s."""
+    return max(1, min(60, int(5 * cache_ttl)))
 
 
 class KubernetesSource:
@@ -211,23 +248,50 @@ class KubernetesSource:
         self.namespace = namespace
         self.api = Api(timeout, client or api_client())
         self.cache_ttl, self.max_objects = cache_ttl, max_objects
-        self._snapshot: Snapshot | None = None
-        self._refresh_lock = threading.Lock()
-        self._refreshing = False
         self._field_selectors = True  # events by involvedObject (a real server; the test server has not)
+        self.cache: Cache | None = None
+        self._summary_list: tuple[int, Cache, list[models.TrainingSummary]] | None = None
+        if cache_ttl > 0:
+            self.cache = Cache(
+                self._endpoints(),
+                bound=max_objects,
+                max_age=10 * cache_ttl,
+                period=watch_period(cache_ttl),
+                patience=PATIENCE * timeout,
+            )
+
+    def close(self) -> None:
+        """Stop the cache's watches (their threads joined); the source reads directly afterwards."""
+        if self.cache is not None:
+            self.cache.close()
+            self.cache = None
 
     def _scoped(self, namespace: str) -> None:
         if self.namespace is not None and namespace != self.namespace:
             raise NotFound(f"this server serves namespace {self.namespace} only")
 
-    # ----------------------------------------------------------------------------- direct reads
+    def _whole(self, *collections: str) -> Cache | None:
+        """The cache, if cached and none of these collections is over max_objects (each current
+        within the staleness bound, waited for if not); else None: read the API server."""
+        cache = self.cache
+        return cache if cache is not None and cache.whole(*collections) else None
+
+    def truncated(self) -> set[str]:
+        """The cache's collections over max_objects (read directly), once every one is current."""
+        cache = self.cache
+        if cache is None:
+            return set()
+        cache.whole(*cache.collections)
+        return {name for name, c in cache.collections.items() if c.truncated}
+
+    # ------------------------------------------------------------------------------------- lists
 
     def list_trainings(self, query: ListQuery) -> models.TrainingList:
-        """A page of the snapshot's trainings; of the API server's (its own continue tokens) while the
-        snapshot's trainings were cut at max_objects, which answered a partial list as the whole."""
-        snap = self._whole("trainings")
-        if snap is not None:
-            return page(snap.summaries, query)
+        """A page of the cached trainings; of the API server's (its own continue tokens) while the
+        trainings are over max_objects, or not cached."""
+        cache = self._whole("trainings")
+        if cache is not None:
+            return page(self._summaries(cache), query)
         namespace = query.namespace or self.namespace
         if query.namespace and self.namespace and query.namespace != self.namespace:
             return models.TrainingList.of([])
@@ -242,47 +306,73 @@ class KubernetesSource:
             items = [s for s in items if s.phase == query.phase]
         return models.TrainingList.of(items, (body.get("metadata") or {}).get("continue") or None)
 
-    def _whole(self, *collections: str) -> Snapshot | None:
-        """The snapshot, if cached and none of these collections was cut at max_objects; else None:
-        read the API server."""
-        if self.cache_ttl <= 0:
-            return None
-        snap = self.snapshot()
-        return None if snap.truncated.intersection(collections) else snap
+    def _summaries(self, cache: Cache) -> list[models.TrainingSummary]:
+        """Every cached training's summary: the list is made again only after the trainings changed,
+        each summary only after its training changed."""
+        trainings = cache.collections["trainings"]
+        held = self._summary_list
+        changes = trainings.changes  # read first: a change while building is built again next time
+        if held is not None and held[0] == changes and held[1] is cache:
+            return held[2]
+        out = []
+        for key, _, objs in trainings.groups():
+            out.append(cache.memo("summary", key, ("trainings",), functools.partial(summary_of, objs[0])))
+        self._summary_list = (changes, cache, out)
+        return out
+
+    # ---------------------------------------------------------------------------- one training
 
     def _training(self, namespace: str, name: str) -> Obj:
         self._scoped(namespace)
-        if self.cache_ttl > 0:
-            snap = self.snapshot()
-            obj = snap.trainings.get((namespace, name))
-            if obj is not None:
-                return obj
-            if "trainings" not in snap.truncated:
-                raise NotFound(f"no training {namespace}/{name}")
+        cache = self._whole("trainings")
+        if cache is not None:
+            found = cache.group("trainings", (namespace, name))
+            if found:
+                return found[0]
+            raise NotFound(f"no training {namespace}/{name}")
         try:
             return self.api.training(namespace, name)
         except NotFound:
             raise NotFound(f"no training {namespace}/{name}") from None
 
     def get_training(self, namespace: str, name: str) -> models.TrainingResource:
+        self._scoped(namespace)
+        cache = self._whole("trainings", "progress", "configs", "pods")
+        if cache is not None:
+            key = (namespace, name)
+
+            def build() -> models.TrainingResource:
+                obj = self._training(namespace, name)
+                uid = obj["metadata"].get("uid")
+                data = self._own(cache, "progress", key, names(name)["progress"], uid) or {}
+                config = self._own(cache, "configs", key, names(name)["config"], uid)
+                pods = [p for p in cache.group("pods", key) if owned_by(p, uid)]
+                return training_of(obj, data, pods, config)
+
+            return cache.memo("training", key, ("trainings", "progress", "configs", "pods"), build)
         obj = self._training(namespace, name)
         uid = obj["metadata"].get("uid")
-        progress = names(name)["progress"]
-        snap = self._whole("progress", "configs", "pods")
-        if snap is not None:
-            data = snap.progress.get((namespace, progress), {})
-            config = snap.configs.get((namespace, names(name)["config"]))
-            pods = snap.pods.get((namespace, name), [])
-            return snap.memo(
-                ("training", namespace, name),
-                lambda: training_of(obj, data, [p for p in pods if owned_by(p, uid)], config),
-            )
-        else:
-            data = self._own_map_data(namespace, progress, uid)
-            config = self._own_map_data(namespace, names(name)["config"], uid) or None
-            selector = f"{LABEL_TRAINING}={name},{LABEL_ROLE}=trainer"
-            pods = list(self.api.every(self.api.pods, namespace, selector, limit=self.max_objects))
+        data = self._own_map_data(namespace, names(name)["progress"], uid)
+        config = self._own_map_data(namespace, names(name)["config"], uid) or None
+        selector = f"{LABEL_TRAINING}={name},{LABEL_ROLE}=trainer"
+        pods = list(self.api.every(self.api.pods, namespace, selector, limit=self.max_objects))
         return training_of(obj, data, [p for p in pods if owned_by(p, uid)], config)
+
+    @staticmethod
+    def _own_map(
+        cache: Cache, collection: str, key: tuple[str, str], name: str, uid: str | None
+    ) -> Obj | None:
+        """The training's own ConfigMap `name` of a cached collection (None: none of its own yet)."""
+        for cm in cache.group(collection, key):
+            if cm["metadata"]["name"] == name and owned_by(cm, uid):
+                return cm
+        return None
+
+    def _own(
+        self, cache: Cache, collection: str, key: tuple[str, str], name: str, uid: str | None
+    ) -> dict[str, str] | None:
+        cm = self._own_map(cache, collection, key, name, uid)
+        return None if cm is None else cm.get("data") or {}
 
     def _own_map_data(self, namespace: str, name: str, uid: str | None) -> dict[str, str]:
         """The data of one of the training's own ConfigMaps ({} when it has none of its own yet)."""
@@ -293,28 +383,41 @@ class KubernetesSource:
 
     def history(self, namespace: str, name: str) -> list[Progress]:
         obj = self._training(namespace, name)
+        uid = obj["metadata"].get("uid")
         progress = names(name)["progress"]
-        snap = self._whole("progress")
-        if snap is not None:
-            data = snap.progress.get((namespace, progress), {})
-            return snap.memo(
-                ("history", namespace, name),
-                lambda: reporting.decode_history(data.get(reporting.HISTORY_KEY)),
+        cache = self._whole("progress")
+        if cache is None:
+            data = self._own_map_data(namespace, progress, uid)
+            return reporting.decode_history(data.get(reporting.HISTORY_KEY))
+        cm = self._own_map(cache, "progress", (namespace, name), progress, uid)
+        if cm is None:
+            return []
+
+        def read() -> tuple[str, str | None]:
+            got = self.api.config_map(namespace, progress)
+            if got is None or not owned_by(got, uid):
+                return "", None
+            return got["metadata"].get("resourceVersion", ""), (got.get("data") or {}).get(
+                reporting.HISTORY_KEY
             )
-        data = self._own_map_data(namespace, progress, obj["metadata"].get("uid"))
-        return reporting.decode_history(data.get(reporting.HISTORY_KEY))
+
+        return cache.history((namespace, progress), cm["metadata"].get("resourceVersion", ""), read)
 
     def events(self, namespace: str, name: str) -> list[models.TrainingEvent]:
+        self._scoped(namespace)
+        cache = self._whole("trainings", "events")
+        if cache is not None:
+            key = (namespace, name)
+
+            def build() -> list[models.TrainingEvent]:
+                uid = self._training(namespace, name)["metadata"].get("uid")
+                return sorted_events(
+                    [e for e in cache.group("events", key) if involves(e, namespace, name, uid)]
+                )
+
+            return cache.memo("events", key, ("trainings", "events"), build)
         obj = self._training(namespace, name)
         uid = obj["metadata"].get("uid")
-        snap = self._whole("events")
-        if snap is not None:
-            return snap.memo(
-                ("events", namespace, name),
-                lambda: sorted_events(
-                    [e for e in snap.events.get((namespace, name), []) if involves(e, namespace, name, uid)]
-                ),
-            )
         found = [e for e in self._events(namespace, name) if involves(e, namespace, name, uid)]
         return sorted_events(found)
 
@@ -322,87 +425,75 @@ class KubernetesSource:
         """Events involving GraphTrainings (of `name` if given): by field selector where the server
         supports it for events (every real one), else the namespace's events, filtered here."""
         if self._field_selectors:
-            selector = f"involvedObject.kind={KIND}" + (f",involvedObject.name={name}" if name else "")
             try:
                 yield from self.api.every(
-                    self.api.events, namespace, field_selector=selector, limit=self.max_objects
+                    self.api.events,
+                    namespace,
+                    field_selector=self._event_selector(name),
+                    limit=self.max_objects,
                 )
                 return
             except Refused as exc:
                 if exc.status != 400:
                     raise
-                log.info("the API server filters no events by involvedObject: filtering them here")
-                self._field_selectors = False
+                self._no_field_selectors()
         yield from self.api.every(self.api.events, namespace, limit=self.max_objects)
+
+    @staticmethod
+    def _event_selector(name: str | None) -> str:
+        return f"involvedObject.kind={KIND}" + (f",involvedObject.name={name}" if name else "")
+
+    def _no_field_selectors(self) -> None:
+        log.info("the API server filters no events by involvedObject: filtering them here")
+        self._field_selectors = False
 
     def check(self) -> None:
         self.api.trainings(self.namespace, limit=1)
 
-    # ---------------------------------------------------------------------------------- snapshot
+    # ------------------------------------------------------------------------ the cache's calls
 
-    def snapshot(self) -> Snapshot:
-        """The current snapshot: refreshed in the background once older than cache_ttl, waited for
-        only when there is none or it is older than 10 x cache_ttl."""
-        snap = self._snapshot
-        age = time.monotonic() - snap.taken if snap else None
-        if snap is None or (age is not None and age > 10 * self.cache_ttl):
-            with self._refresh_lock:  # one refresh at a time; the waiters then take its snapshot
-                snap = self._snapshot
-                if snap is None or time.monotonic() - snap.taken > 10 * self.cache_ttl:
-                    snap = self._snapshot = self._take()
-            return snap
-        if age is not None and age > self.cache_ttl and not self._refreshing:
-            self._refreshing = True
-            threading.Thread(target=self._refresh_in_background, name="api-snapshot", daemon=True).start()
-        return snap
+    def _endpoints(self) -> dict[str, tuple[Lister, Watcher]]:
+        """Each cached collection's list (a page) and watch, over the namespace served (or all)."""
+        ns, api = self.namespace, self.api
 
-    def _refresh_in_background(self) -> None:
-        try:
-            with self._refresh_lock:
-                self._snapshot = self._take()
-        except (SourceUnavailable, NotFound, InvalidParameter) as exc:
-            log.warning("could not refresh the snapshot (serving the last one): %s", exc)
-        finally:
-            self._refreshing = False
+        def lister(fn: Callable[..., Any], *args: Any) -> Lister:
+            def one_page(token: str | None) -> Obj:
+                return fn(ns, *args, limit=PAGE, **({"_continue": token} if token else {}))
 
-    def _take(self) -> Snapshot:
-        ns, bound, api = self.namespace, self.max_objects, self.api
-        snap = Snapshot(taken=time.monotonic())
-        whole = self._listed_whole
-        for obj in whole(snap, "trainings", api.every(api.trainings, ns, limit=bound)):
-            snap.trainings[(obj["metadata"]["namespace"], obj["metadata"]["name"])] = obj
-        uids = {key: obj["metadata"].get("uid") for key, obj in snap.trainings.items()}
-        for cm in whole(
-            snap, "progress", api.every(api.config_maps, ns, f"{LABEL_ROLE}=progress", limit=bound)
-        ):
-            meta = cm["metadata"]
-            owner = (meta.get("labels") or {}).get(LABEL_TRAINING, "")
-            if owned_by(cm, uids.get((meta["namespace"], owner))):
-                snap.progress[(meta["namespace"], meta["name"])] = cm.get("data") or {}
-        for cm in whole(snap, "configs", api.every(api.config_maps, ns, f"{LABEL_ROLE}=config", limit=bound)):
-            meta = cm["metadata"]
-            owner = (meta.get("labels") or {}).get(LABEL_TRAINING, "")
-            if owned_by(cm, uids.get((meta["namespace"], owner))):
-                snap.configs[(meta["namespace"], meta["name"])] = cm.get("data") or {}
-        trainers = f"{LABEL_TRAINING},{LABEL_ROLE}=trainer"
-        for pod in whole(snap, "pods", api.every(api.pods, ns, trainers, limit=bound)):
-            meta = pod["metadata"]
-            snap.pods[(meta["namespace"], meta["labels"][LABEL_TRAINING])].append(pod)
-        for ev in whole(snap, "events", self._events(ns, None)):
-            inv = ev.get("involvedObject") or {}
-            if inv.get("kind") == KIND:
-                snap.events[
-                    (inv.get("namespace") or ev["metadata"]["namespace"], inv.get("name", ""))
-                ].append(ev)
-        snap.summaries = [models.summary(metadata_of(o), status_of(o)) for o in snap.trainings.values()]
-        snap.taken = time.monotonic()
-        return snap
+            return one_page
 
-    def _listed_whole(self, snap: Snapshot, collection: str, items: Iterator[Obj]) -> Iterator[Obj]:
-        """`items`, noting in the snapshot whether the list reached max_objects (it was cut there, or
-        holds exactly that many: either way, not to be trusted as whole)."""
-        count = 0
-        for count, item in enumerate(items, 1):  # noqa: B007 (count is read after the loop)
-            yield item
-        if count >= self.max_objects:
-            snap.truncated.add(collection)
+        def watcher(fn: Callable[..., Any], *args: Any) -> Watcher:
+            def watch(
+                version: str, seconds: int, hold: Callable[[Callable[[], None]], None]
+            ) -> Iterator[Obj]:
+                caller = functools.partial(api.stream, version=version, seconds=seconds, hold=hold)
+                return fn(ns, *args, caller=caller)
+
+            return watch
+
+        def events_page(token: str | None) -> Obj:
+            kw: dict[str, Any] = {"limit": PAGE, **({"_continue": token} if token else {})}
+            if self._field_selectors:
+                try:
+                    return api.events(ns, field_selector=self._event_selector(None), **kw)
+                except Refused as exc:
+                    if exc.status != 400:
+                        raise
+                    self._no_field_selectors()
+            return api.events(ns, **kw)
+
+        def events_watch(
+            version: str, seconds: int, hold: Callable[[Callable[[], None]], None]
+        ) -> Iterator[Obj]:
+            caller = functools.partial(api.stream, version=version, seconds=seconds, hold=hold)
+            kw = {"field_selector": self._event_selector(None)} if self._field_selectors else {}
+            return api.events(ns, caller=caller, **kw)
+
+        endpoints: dict[str, tuple[Lister, Watcher]] = {
+            "trainings": (lister(api.trainings), watcher(api.trainings)),
+            "events": (events_page, events_watch),
+        }
+        for collection in ("progress", "configs", "pods"):
+            fn = api.pods if collection == "pods" else api.config_maps
+            endpoints[collection] = (lister(fn, SELECTORS[collection]), watcher(fn, SELECTORS[collection]))
+        return endpoints

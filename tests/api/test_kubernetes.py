@@ -45,8 +45,10 @@ def api(kube, kubeconfig: str) -> Iterator[kubernetes.client.ApiClient]:
 
 
 @pytest.fixture(params=[0.0, 30.0], ids=["direct", "snapshot"])
-def source(api: kubernetes.client.ApiClient, request: pytest.FixtureRequest) -> KubernetesSource:
-    return KubernetesSource(cache_ttl=request.param, timeout=5.0, client=api)
+def source(api: kubernetes.client.ApiClient, request: pytest.FixtureRequest) -> Iterator[KubernetesSource]:
+    made = KubernetesSource(cache_ttl=request.param, timeout=5.0, client=api)
+    yield made
+    made.close()
 
 
 def names(page) -> list[str]:
@@ -117,6 +119,7 @@ def test_unknown_training_and_namespace_scope(
     with pytest.raises(NotFound):
         scoped.get_training(NS, "t-0")
     assert names(scoped.list_trainings(ListQuery())) == [f"{OTHER}/t-0"]
+    scoped.close()
 
 
 def test_a_snapshot_cut_at_its_bound_still_answers_every_training(api: kubernetes.client.ApiClient) -> None:
@@ -132,7 +135,7 @@ def test_a_snapshot_cut_at_its_bound_still_answers_every_training(api: kubernete
     assert bounded.get_training(LAST, "t-0") == direct.get_training(LAST, "t-0")
     assert [e.reason for e in bounded.events(LAST, "t-0")] == ["Started"]
     assert [p.epoch for p in bounded.history(LAST, "t-0")] == [1, 2]
-    assert bounded.snapshot().truncated == {"trainings", "progress", "pods", "events"}
+    assert bounded.truncated() == {"trainings", "progress", "pods", "events"}
     with pytest.raises(NotFound):
         bounded.get_training(LAST, "missing")
     # the list too: paged over the API server, not the snapshot's first three as the whole
@@ -144,6 +147,7 @@ def test_a_snapshot_cut_at_its_bound_still_answers_every_training(api: kubernete
         if token is None:
             break
     assert listed == names(direct.list_trainings(ListQuery(limit=500))) and f"{LAST}/t-0" in listed
+    bounded.close()
 
 
 def test_snapshot_refreshes_in_the_background(api: kubernetes.client.ApiClient) -> None:
@@ -155,6 +159,7 @@ def test_snapshot_refreshes_in_the_background(api: kubernetes.client.ApiClient) 
         assert time.monotonic() < deadline, "the snapshot never showed the new training"
         time.sleep(0.2)
     assert f"{NS}/late" not in before
+    source.close()
 
 
 def test_the_app_over_kubernetes(source: KubernetesSource) -> None:

@@ -107,11 +107,13 @@ def test_a_refused_change_is_not_reported_as_applied(api: kubernetes.client.ApiC
     custom.patch_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, name, change)
     source = KubernetesSource(cache_ttl=ttl, timeout=5.0, client=api)
     got = source.get_training(NS, name)
+    source.close()
     assert [r.rank for r in got.trainers] == [0, 1]
     assert got.spec is not None and got.spec.trainers == 2 and got.spec.mode == "train"
     assert got.spec.suspend is True  # what a running job takes on: the current spec's
     core.delete_namespaced_config_map(names(name)["config"], NS)
     source = KubernetesSource(cache_ttl=ttl, timeout=5.0, client=api)
     assert source.get_training(NS, name).spec.trainers == 4
+    source.close()
     # not left for the session's operator (tests/operator) to suspend
     custom.delete_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, name)

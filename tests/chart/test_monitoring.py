@@ -390,14 +390,19 @@ def test_the_api_may_only_read_trainings_configmaps_pods_and_events(namespaces: 
             for r in rule["resources"]
             for v in rule["verbs"]
         }
-        # the calls api/sources/kubernetes.py makes: no watch, and pods and events only listed
+        # the calls api/sources/kubernetes.py makes: its cache lists and watches each collection;
+        # pods and events are never read one by one
         wanted = {
             ("graphtrain.io", "graphtrainings", "get"),
             ("graphtrain.io", "graphtrainings", "list"),
+            ("graphtrain.io", "graphtrainings", "watch"),
             ("", "configmaps", "get"),
             ("", "configmaps", "list"),
+            ("", "configmaps", "watch"),
             ("", "pods", "list"),
+            ("", "pods", "watch"),
             ("", "events", "list"),
+            ("", "events", "watch"),
         }
         assert granted == wanted
         assert binding["subjects"] == [{"kind": "ServiceAccount", "name": API, "namespace": NAMESPACE}]

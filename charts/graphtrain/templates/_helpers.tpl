@@ -197,13 +197,13 @@ may read any ConfigMap (never a Secret).
 {{- define "graphtrain.api.rules" -}}
 - apiGroups: [graphtrain.io]
   resources: [graphtrainings]
-  verbs: [get, list]
+  verbs: [get, list, watch]
 - apiGroups: [""]
   resources: [configmaps]
-  verbs: [get, list]
+  verbs: [get, list, watch]
 - apiGroups: [""]
   resources: [pods, events]
-  verbs: [list]
+  verbs: [list, watch]
 {{- end }}
 
 {{/* The training selector of the monitoring objects: the roles of a training's pods that serve metrics. */}}
