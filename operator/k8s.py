@@ -2,7 +2,8 @@
 
 Creates are idempotent (409 ignored: another reconcile got there first; unless the object there is not
 the training's: NameTaken, before the plan's later creates; a namespace being deleted stops the plan's
-creates without an error: refusals.py), deletes too (404 ignored),
+creates without an error, an admission plugin's refusal (a quota, a LimitRange, Pod Security) stops
+them and is said in the status and an event: refusals.py), deletes too (404 ignored),
 the status is merge-patched on the status subresource only when it changed, and each event of the plan
 is posted against the GraphTraining. Children are found by the graphtrain.io/training label.
 
@@ -41,7 +42,13 @@ from graphtrain.operator import manifests
 from graphtrain.operator.cache import ChildCache
 from graphtrain.operator.context import Plan
 from graphtrain.operator.observation import Observed, key
-from graphtrain.operator.refusals import namespace_terminating, refusal, unserved_message
+from graphtrain.operator.refusals import (
+    admission_forbidden,
+    namespace_terminating,
+    refusal,
+    told,
+    unserved_message,
+)
 
 log = logging.getLogger("graphtrain.operator")
 GROUP, VERSION = API_VERSION.split("/")
@@ -244,8 +251,10 @@ def apply(plan: Plan, observed: Observed, fence: Callable[[], bool] = lambda: Tr
     body = observed.training
     ns = body["metadata"]["namespace"]
     refusals: list[Event] = []
-    # a create of a kind the API server does not serve, or in a namespace being deleted: the creates
-    # after it wait
+    forbidden: dict[str, str] = {}  # creates an admission plugin refused: said in the status
+    # a create of a kind the API server does not serve, in a namespace being deleted, or that an
+    # admission plugin refused: the creates after it wait (a pod made without its refused peer would
+    # wait for it, holding the quota its peer needs)
     unserved = False
     for action in plan.actions:
         if not fence():
@@ -281,6 +290,11 @@ def apply(plan: Plan, observed: Observed, fence: Callable[[], bool] = lambda: Tr
                 refusals += [said] if said is not None else []
             elif action.verb == "create" and namespace_terminating(exc.status, exc.body):
                 unserved = True  # the namespace's trainings go with it: nothing more is made there
+            elif action.verb == "create" and admission_forbidden(exc.status, exc.body):
+                unserved = True
+                forbidden[action.key] = api_message(exc)
+                said = refusal(body, action.key, forbidden[action.key])
+                refusals += [said] if said is not None else []
             elif action.verb == "create" and exc.status == 409:
                 held = _whose_is(obj, body)
                 if held is not None:
@@ -289,10 +303,11 @@ def apply(plan: Plan, observed: Observed, fence: Callable[[], bool] = lambda: Tr
                 raise
     if not fence():
         return False
-    if not _same(plan.status, body.get("status") or {}):
+    status = told(plan.status, forbidden)
+    if not _same(status, body.get("status") or {}):
         with calling("patch"):
             _res(API_VERSION, KIND).status.patch(
-                body={"status": plan.status},
+                body={"status": status},
                 name=body["metadata"]["name"],
                 namespace=ns,
                 content_type="application/merge-patch+json",

@@ -3,16 +3,21 @@ k8s.apply() stays the only caller of the API and these are tested with literal a
 
 A refusal that retrying cannot help (a child invalid as made from its spec, a kind no CRD serves) is
 a Warning event, said once; a create refused because its namespace is being deleted is no error at
-all: the namespace's GraphTrainings go with it.
+all: the namespace's GraphTrainings go with it. A create an admission plugin forbids (a ResourceQuota
+exceeded, a LimitRange's bounds, Pod Security, a webhook) waits for the namespace's policy to change:
+said once as a Warning event and in the condition of the stage the training waits at, retried by the
+next reconciles.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import re
 from typing import Any
 
 from graphtrain.contract.conditions import Event, Severity
+from graphtrain.contract.spec import ConditionType
 
 log = logging.getLogger("graphtrain.operator")
 
@@ -29,6 +34,46 @@ def namespace_terminating(status: int, body: str | None) -> bool:
     except (ValueError, AttributeError):
         return False
     return any(isinstance(c, dict) and c.get("reason") == "NamespaceTerminating" for c in causes)
+
+
+# the authorizer's words (apiserver's responsewriters.forbiddenMessage): the operator lacks a right
+_RBAC = re.compile(r'User ".*" cannot \S+ (resource|path) "')
+
+
+def admission_forbidden(status: int, body: str | None) -> bool:
+    """A create answered 403 by an admission plugin, not by the authorizer or NamespaceLifecycle: a
+    ResourceQuota exceeded (or asking for limits the child has none of), a LimitRange's min or max,
+    Pod Security, a webhook. The namespace's policy refuses it until someone changes the policy or the
+    spec, so it is said (not raised: raised, each reconcile was a traceback and the status stayed at
+    the last stage written, e.g. "job ... is running" after the job had succeeded)."""
+    if status != 403 or namespace_terminating(status, body):
+        return False
+    try:
+        message = json.loads(body or "{}").get("message")
+    except (ValueError, AttributeError):
+        return False
+    return isinstance(message, str) and bool(message) and not _RBAC.search(message)
+
+
+STAGES = (ConditionType.partition_ready, ConditionType.shards_ready, ConditionType.trainers_ready)
+
+
+def told(status: dict[str, Any], refused: dict[str, str]) -> dict[str, Any]:
+    """`status` with each refused create ({"Kind/name": the API server's words}) added to the message of
+    the first stage condition that is not True: where the training waits, for `kubectl get gtr -o
+    yaml` and the REST API to say why. The condition's status and reason stay the plan's: later plans
+    read them (a PartitionReady True keeps the partition)."""
+    if not refused:
+        return status
+    conds = [dict(c) for c in status.get("conditions") or []]
+    by_type = {c.get("type"): c for c in conds}
+    waiting = next((by_type[t] for t in STAGES if t in by_type and by_type[t].get("status") != "True"), None)
+    if waiting is None:
+        return status
+    said = "; ".join(f"{k} was refused by the API server: {m}" for k, m in sorted(refused.items()))
+    said = " ".join(said.split())
+    waiting["message"] = f"{waiting['message']}; {said}" if waiting.get("message") else said
+    return {**status, "conditions": conds}
 
 
 def unserved_message(obj: dict[str, Any]) -> str:

@@ -29,7 +29,12 @@ TERMINATING = {
     },
     "code": 403,
 }
-RBAC = {**TERMINATING, "details": {"name": "wn-trainer-1", "kind": "pods"}}
+RBAC = {  # the authorizer's words: the operator's own rights
+    **TERMINATING,
+    "message": 'pods is forbidden: User "system:serviceaccount:graphtrain:graphtrain-operator" cannot create '
+    'resource "pods" in API group "" in the namespace "ml"',
+    "details": {"kind": "pods"},
+}
 
 
 def forbidden(body: dict) -> ApiException:
