@@ -167,16 +167,50 @@ NOT_STARTING = frozenset(
 
 @dataclass(frozen=True)
 class Trouble:
-    """Why a pod cannot start, and since when (None: unknown, so no timeout can be counted)."""
+    """Why a pod cannot start, and since when (None: unknown, so no timeout can be counted). `what`:
+    "pod", or the workload ("job", "statefulset") whose pods were never made."""
 
     pod: str
     reason: str
     message: str
     since: dt.datetime | None
+    what: str = "pod"
 
     def __str__(self) -> str:
         said = " ".join(self.message.split())[:300]
-        return f"pod {self.pod}: {self.reason}" + (f": {said}" if said else "")
+        return f"{self.what} {self.pod}: {self.reason}" + (f": {said}" if said else "")
+
+
+UNMADE_GRACE = 60.0  # seconds a Job or StatefulSet has to make its pods before the plan names it
+
+
+def unmade(workload: Obj | None, pods: list[Obj], now: dt.datetime) -> Trouble | None:
+    """A Job or StatefulSet that, UNMADE_GRACE seconds after its creation, has fewer pods than it runs:
+    its controller's creates were refused (a ResourceQuota too small, a LimitRange's bounds, Pod
+    Security), which only its events say (FailedCreate), so the stage said "running" or "0/2 ready"
+    for ever. A Job counts only while it never had a pod (no active, failed or succeeded one): since
+    it started (status.startTime, which its controller sets again when a suspension ends: a Job Kueue
+    held for an hour has not failed to start), else its creation, the start timeout runs. A StatefulSet
+    replaces a pod deleted at any time, so when its pods went missing is unknown: named, with no
+    timeout. A suspended Job (Kueue) makes none."""
+    if workload is None:
+        return None
+    meta, spec, st = workload["metadata"], workload.get("spec") or {}, workload.get("status") or {}
+    created = parse_time(st.get("startTime")) or parse_time(meta.get("creationTimestamp"))
+    if created is None or (now - created).total_seconds() < UNMADE_GRACE or meta.get("deletionTimestamp"):
+        return None
+    kind, name = workload.get("kind", ""), meta["name"]
+    where = f"kubectl describe {kind.lower()} {name}"
+    if kind == "Job":
+        if pods or spec.get("suspend") or any(st.get(k) for k in ("active", "failed", "succeeded")):
+            return None
+        said = f"has made no pod (a quota, LimitRange or Pod Security refusal is in `{where}`)"
+        return Trouble(name, "NoPod", said, created, "job")
+    want, have = int(spec.get("replicas", 1)), len(pods)
+    if have >= want:
+        return None
+    said = f"has made {have} of its {want} pods (a quota, LimitRange or Pod Security refusal is in `{where}`)"
+    return Trouble(name, "PodsMissing", said, None, "statefulset")
 
 
 def _condition(pod: Obj, kind: str) -> Obj:

@@ -11,7 +11,8 @@ create or delete, the status fields it observed, and the phase if it ends the pl
              (reported, or restarted with runPolicy.stallPolicy Restart)
 Pods that cannot start (unschedulable, a container waiting in ImagePullBackOff, CrashLoopBackOff, ...)
 are named in their stage's condition (PodsNotStarting), and fail the training after
-runPolicy.startTimeoutSeconds (StartTimeout).
+runPolicy.startTimeoutSeconds (StartTimeout); so is a Job or StatefulSet whose pods were never made
+(observation.unmade: its controller's creates refused by a quota, a LimitRange, Pod Security).
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ from graphtrain.operator.observation import (
     progress_status,
     silent_rank,
     troubles,
+    unmade,
     waiting_for_group,
 )
 
@@ -193,8 +195,8 @@ def _cannot_start(
     conditions.set_failed(
         conds,
         conditions.Reason.start_timeout,
-        f"pod {first.pod} could not start for {waited:.0f} s (runPolicy.startTimeoutSeconds {timeout}): "
-        + message,
+        f"{first.what} {first.pod} could not start for {waited:.0f} s "
+        f"(runPolicy.startTimeoutSeconds {timeout}): " + message,
     )
     return Step(clean_up(ctx), phase=Phase.failed)
 
@@ -236,7 +238,9 @@ def partition_stage(ctx: Context, conds: conditions.Conditions) -> Step:
         conditions.set_partition_failed(conds, f"job {n['partition']}: {why}" + (f": {said}" if said else ""))
         return Step(actions + clean_up(ctx), phase=Phase.failed)
     if outcome != "succeeded":
-        stuck = troubles(ctx.pods("partition"))
+        pods = ctx.pods("partition")
+        none_made = unmade(ctx.child("Job", n["partition"]), pods, ctx.obs.now)
+        stuck = troubles(pods) + ([none_made] if none_made else [])
         if stuck:
             kind = ConditionType.partition_ready
             held = _cannot_start(ctx, conds, stuck, kind, f"job {n['partition']}")
@@ -398,6 +402,12 @@ def shards_stage(ctx: Context, conds: conditions.Conditions) -> Step:
         [_sidecar_only(p) for p in _server_pods(ctx).values()] if colocated(gt.spec) else ctx.pods("shards")
     )
     stuck = _held_for_group(ctx, conds, servers, ConditionType.shards_ready, "shard servers")
+    missing = (
+        None
+        if colocated(gt.spec)
+        else unmade(ctx.child("StatefulSet", ctx.names["shards"]), servers, ctx.obs.now)
+    )
+    stuck += [missing] if missing is not None else []
     if stuck and ready < total:
         kind = ConditionType.shards_ready
         held = _cannot_start(ctx, conds, stuck, kind, f"{min(ready, total)}/{total} shard servers ready")
