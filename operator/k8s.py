@@ -2,8 +2,9 @@
 
 Creates are idempotent (409 ignored: another reconcile got there first; unless the object there is not
 the training's: NameTaken, before the plan's later creates; a namespace being deleted stops the plan's
-creates without an error, an admission plugin's refusal (a quota, a LimitRange, Pod Security) stops
-them and is said in the status and an event: refusals.py), deletes too (404 ignored),
+creates without an error, an admission plugin's refusal (a quota, a LimitRange, Pod Security) or the
+authorizer's (a right the chart withholds) stops them and is said in the status and an event:
+refusals.py), deletes too (404 ignored),
 the status is merge-patched on the status subresource only when it changed, and each event of the plan
 is posted against the GraphTraining. Children are found by the graphtrain.io/training label.
 
@@ -46,6 +47,8 @@ from graphtrain.operator.refusals import (
     admission_forbidden,
     namespace_terminating,
     refusal,
+    rights_forbidden,
+    rights_message,
     told,
     unserved_message,
 )
@@ -294,6 +297,11 @@ def apply(plan: Plan, observed: Observed, fence: Callable[[], bool] = lambda: Tr
                 unserved = True
                 forbidden[action.key] = api_message(exc)
                 said = refusal(body, action.key, forbidden[action.key])
+                refusals += [said] if said is not None else []
+            elif action.verb == "create" and rights_forbidden(exc.status, exc.body):
+                unserved = True
+                forbidden[action.key] = rights_message(obj, api_message(exc))
+                said = refusal(body, action.key, forbidden[action.key], logging.ERROR)
                 refusals += [said] if said is not None else []
             elif action.verb == "create" and exc.status == 409:
                 held = _whose_is(obj, body)

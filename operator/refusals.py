@@ -46,13 +46,38 @@ def admission_forbidden(status: int, body: str | None) -> bool:
     Pod Security, a webhook. The namespace's policy refuses it until someone changes the policy or the
     spec, so it is said (not raised: raised, each reconcile was a traceback and the status stayed at
     the last stage written, e.g. "job ... is running" after the job had succeeded)."""
+    message = _forbidden(status, body)
+    return message is not None and not _RBAC.search(message)
+
+
+def rights_forbidden(status: int, body: str | None) -> bool:
+    """A create answered 403 by the authorizer: the operator's Role or ClusterRole lacks the right. Said
+    as an admission refusal is (the training waits, its status and a Warning event name the right) and
+    logged as an error: a right the install withholds on purpose (a gang's PodGroup without the chart's
+    rbac.podGroups) or forgot is the training's cause to wait, not a traceback at each reconcile."""
+    message = _forbidden(status, body)
+    return message is not None and bool(_RBAC.search(message))
+
+
+def _forbidden(status: int, body: str | None) -> str | None:
+    """The message of a 403 that is not NamespaceTerminating (None: another answer)."""
     if status != 403 or namespace_terminating(status, body):
-        return False
+        return None
     try:
         message = json.loads(body or "{}").get("message")
     except (ValueError, AttributeError):
-        return False
-    return isinstance(message, str) and bool(message) and not _RBAC.search(message)
+        return None
+    return message if isinstance(message, str) and message else None
+
+
+def rights_message(obj: dict[str, Any], message: str) -> str:
+    """The authorizer's refusal of `obj`'s create, with what grants the right."""
+    if obj["kind"] == "PodGroup":
+        return (
+            f"{message}: the chart grants the PodGroups of the schedulers rbac.podGroups names (helm upgrade "
+            "--set rbac.podGroups={volcano} or {coscheduling}); or remove spec.scheduling.gang"
+        )
+    return f"{message}: the operator's Role or ClusterRole lacks this right (charts/graphtrain: rbac)"
 
 
 STAGES = (ConditionType.partition_ready, ConditionType.shards_ready, ConditionType.trainers_ready)
@@ -91,7 +116,7 @@ _reported: set[tuple[str, str, str]] = set()  # (training uid, child, message): 
 _REPORTED_MAX = 10_000
 
 
-def refusal(body: dict[str, Any], child: str, message: str) -> Event | None:
+def refusal(body: dict[str, Any], child: str, message: str, level: int = logging.WARNING) -> Event | None:
     """A create the API server refused (400/422: the child as made from this spec is invalid, so every
     retry is refused alike): a Warning event naming the child and the API's words, the status written
     and the other actions done all the same. Retrying cannot help, so it is logged (no traceback) and
@@ -104,5 +129,5 @@ def refusal(body: dict[str, Any], child: str, message: str) -> Event | None:
     if len(_reported) >= _REPORTED_MAX:
         _reported.clear()
     _reported.add(seen)
-    log.warning("%s/%s: %s", body["metadata"]["namespace"], body["metadata"]["name"], line)
+    log.log(level, "%s/%s: %s", body["metadata"]["namespace"], body["metadata"]["name"], line)
     return Event(Severity.warning, "ChildRefused", line)

@@ -4,7 +4,8 @@ Security. Raised, each reconcile was a traceback in the operator's log, no event
 status stayed what the last plan wrote (PartitionReady "job ... is running" after the job succeeded,
 the worker pods refused). Now the refusal is said once as a Warning event and in the condition of the
 stage the training waits at, the creates after it wait, and the next reconcile tries again (it goes on
-once the quota is raised). The authorizer's 403 (the operator's own rights) is still an error.
+once the quota is raised). The authorizer's 403 (a right the operator's Role lacks, such as the chart's
+default rbac.podGroups [] withholds for a gang) is said alike, and logged as an error.
 
 The test API server runs no admission plugin, so these answers are the API server's literal words."""
 
@@ -143,11 +144,34 @@ def test_a_quota_refusal_is_said_once_and_the_creates_after_it_wait(monkeypatch)
     assert len(posted) == 1 and len(api.patched) == 1  # the status already says it
 
 
-def test_the_operators_own_rights_are_still_an_error(monkeypatch) -> None:
-    api = Api(forbidden(RBAC))
+POD_GROUPS = (
+    'podgroups.scheduling.volcano.sh is forbidden: User "system:serviceaccount:graphtrain:graphtrain-'
+    'operator" cannot create resource "podgroups" in API group "scheduling.volcano.sh" in the namespace "ml"'
+)
+
+
+def test_a_right_the_chart_withholds_is_said_with_what_grants_it(monkeypatch, caplog) -> None:
+    """The chart's default rbac.podGroups [] and a gang training on a cluster with Volcano: its PodGroup
+    was a traceback at each reconcile and the training read "job ... is running" for ever."""
+    api = Api(forbidden(POD_GROUPS))
+    api.create = lambda **kw: (_ for _ in ()).throw(api.refused)  # type: ignore[method-assign]
+    posted: list[Any] = []
     monkeypatch.setattr(k8s, "_res", lambda *a: api)
-    monkeypatch.setattr(k8s, "post_event", lambda *a: None)
+    monkeypatch.setattr(k8s, "post_event", lambda body, event: posted.append(event))
     training = {"metadata": {"name": "wn", "namespace": "ml", "uid": "u-rbac"}, "status": {}}
+    group = {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup", "metadata": {"name": "wn"}}
     pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "wn-worker-0"}}
-    with pytest.raises(ApiException):
-        k8s.apply(Plan([Action("create", pod)], {"phase": "Starting"}, []), Observed(training))
+    plan = Plan([Action("create", group), Action("create", pod)], {"conditions": conditions()}, [])
+    with caplog.at_level("WARNING", logger="graphtrain.operator"):
+        assert k8s.apply(plan, Observed(training))
+    (status,) = api.patched
+    shards = next(c for c in status["conditions"] if c["type"] == "ShardsReady")
+    assert f"PodGroup/wn was refused by the API server: {POD_GROUPS}: " in shards["message"]
+    assert "--set rbac.podGroups={volcano} or {coscheduling}" in shards["message"]
+    assert [(e.type.value, e.reason) for e in posted] == [("Warning", "ChildRefused")]
+    (line,) = [r for r in caplog.records if "refused by the API server" in r.getMessage()]
+    assert line.levelname == "ERROR" and not line.exc_info  # a right missing: an error, no traceback
+    assert refusals.rights_forbidden(403, status_body(RBAC)) and not refusals.rights_forbidden(
+        403, TERMINATING
+    )
+    assert not refusals.rights_forbidden(403, status_body(QUOTA))
