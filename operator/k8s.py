@@ -254,7 +254,7 @@ def apply(plan: Plan, observed: Observed, fence: Callable[[], bool] = lambda: Tr
     body = observed.training
     ns = body["metadata"]["namespace"]
     refusals: list[Event] = []
-    forbidden: dict[str, str] = {}  # creates an admission plugin refused: said in the status
+    forbidden: dict[str, str] = {}  # every create refused, in the API server's words: said in the status
     # a create of a kind the API server does not serve, in a namespace being deleted, or that an
     # admission plugin refused: the creates after it wait (a pod made without its refused peer would
     # wait for it, holding the quota its peer needs)
@@ -285,11 +285,13 @@ def apply(plan: Plan, observed: Observed, fence: Callable[[], bool] = lambda: Tr
             # would wait for it forever); a delete of such a kind has nothing to delete
             if action.verb == "create":
                 unserved = True
-                said = refusal(body, action.key, unserved_message(obj))
+                forbidden[action.key] = unserved_message(obj)
+                said = refusal(body, action.key, forbidden[action.key])
                 refusals += [said] if said is not None else []
         except ApiException as exc:
             if action.verb == "create" and exc.status in (400, 422):
-                said = refusal(body, action.key, api_message(exc))
+                forbidden[action.key] = api_message(exc)
+                said = refusal(body, action.key, forbidden[action.key])
                 refusals += [said] if said is not None else []
             elif action.verb == "create" and namespace_terminating(exc.status, exc.body):
                 unserved = True  # the namespace's trainings go with it: nothing more is made there

@@ -1,12 +1,12 @@
 """What the API server's refusals of the operator's creates mean, and how they are said: pure, so
 k8s.apply() stays the only caller of the API and these are tested with literal answers.
 
-A refusal that retrying cannot help (a child invalid as made from its spec, a kind no CRD serves) is
-a Warning event, said once; a create refused because its namespace is being deleted is no error at
-all: the namespace's GraphTrainings go with it. A create an admission plugin forbids (a ResourceQuota
-exceeded, a LimitRange's bounds, Pod Security, a webhook) waits for the namespace's policy to change:
-said once as a Warning event and in the condition of the stage the training waits at, retried by the
-next reconciles.
+A refusal that retrying cannot help (a child invalid as made from its spec, a webhook's 400, a kind no
+CRD serves) is a Warning event, said once, and in the condition of the stage the training waits at.
+A create refused because its namespace is being deleted is no error at all: the namespace's
+GraphTrainings go with it. A create an admission plugin forbids (a ResourceQuota exceeded, a
+LimitRange's bounds, Pod Security, a webhook's 403) waits for the namespace's policy to change: said
+once as a Warning event and in that condition, retried by the next reconciles.
 """
 
 from __future__ import annotations

@@ -175,3 +175,20 @@ def test_a_right_the_chart_withholds_is_said_with_what_grants_it(monkeypatch, ca
         403, TERMINATING
     )
     assert not refusals.rights_forbidden(403, status_body(QUOTA))
+
+
+def test_a_webhooks_400_and_an_unserved_kind_are_said_in_the_condition_too(monkeypatch) -> None:
+    """A validating webhook's denial comes as 400 unless the webhook sets a code (Kyverno's), an
+    invalid child as 422: they were said in a Warning event only, the condition reading "creating 2
+    worker pods" while none was."""
+    webhook = 'admission webhook "validate.kyverno.svc-fail" denied the request: label team is required'
+    denied = ApiException(status=400, reason="Bad Request")
+    denied.body = json.dumps({"kind": "Status", "message": webhook, "reason": "BadRequest", "code": 400})
+    api = Api(denied)
+    monkeypatch.setattr(k8s, "_res", lambda *a: api)
+    monkeypatch.setattr(k8s, "post_event", lambda *a: None)
+    training = {"metadata": {"name": "wn", "namespace": "ml", "uid": "u-webhook"}, "status": {}}
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "wn-worker-0"}}
+    assert k8s.apply(Plan([Action("create", pod)], {"conditions": conditions()}, []), Observed(training))
+    shards = next(c for c in api.patched[-1]["conditions"] if c["type"] == "ShardsReady")
+    assert shards["message"].endswith(f"Pod/wn-worker-0 was refused by the API server: {webhook}")
