@@ -167,10 +167,22 @@ class Api:
             resp.release_conn()
 
     def trainings(self, namespace: str | None, caller: Caller | None = None, **kw: Any) -> Any:
+        """A list's 404 is the kind unserved, never an absent object (a namespace that does not exist
+        lists empty): the CRD is not installed, or was deleted. Raised as NotFound, /readyz and every
+        list answered 404 "not found", as if the route did not exist; now 503, saying why. (A watch's
+        404 comes as its stream is read: Refused, which its collection reports.)"""
         call = caller or self.call
-        if namespace:
-            return call(self.custom.list_namespaced_custom_object, GROUP, VERSION, namespace, PLURAL, **kw)
-        return call(self.custom.list_cluster_custom_object, GROUP, VERSION, PLURAL, **kw)
+        try:
+            if namespace:
+                return call(
+                    self.custom.list_namespaced_custom_object, GROUP, VERSION, namespace, PLURAL, **kw
+                )
+            return call(self.custom.list_cluster_custom_object, GROUP, VERSION, PLURAL, **kw)
+        except NotFound:
+            raise SourceUnavailable(
+                f"the Kubernetes API serves no {PLURAL}.{GROUP}/{VERSION}: the GraphTraining CRD is not "
+                "installed (kubectl apply -f charts/graphtrain/crds/)"
+            ) from None
 
     def training(self, namespace: str, name: str) -> Obj:
         return self.call(self.custom.get_namespaced_custom_object, GROUP, VERSION, namespace, PLURAL, name)

@@ -181,3 +181,28 @@ def test_an_api_server_that_does_not_answer_is_503() -> None:
     assert client.get("/readyz").status_code == 503
     resp = client.get("/api/v1/trainings/a/b")
     assert resp.status_code == 503 and resp.headers["retry-after"] == "5"
+
+
+class Unserved:
+    """The CustomObjectsApi of an API server without the GraphTraining CRD: every call answers 404."""
+
+    def __getattr__(self, name: str):
+        def call(*args, **kwargs):
+            exc = kubernetes.client.ApiException(status=404, reason="Not Found")
+            exc.body = '{"kind":"Status","message":"the server could not find the requested resource"}'
+            raise exc
+
+        return call
+
+
+def test_an_api_server_without_the_crd_is_503_saying_so() -> None:
+    """The CRD not installed yet, or deleted (a platform removing graphtrain): /readyz and the lists
+    answered 404 "not found", the status of a route that does not exist."""
+    source = KubernetesSource(client=kubernetes.client.ApiClient(kubernetes.client.Configuration()))
+    source.api.custom = Unserved()  # type: ignore[assignment]
+    with pytest.raises(SourceUnavailable, match="GraphTraining CRD is not installed"):
+        source.check()
+    client = TestClient(create_app(source, Settings()))
+    ready = client.get("/readyz")
+    assert ready.status_code == 503 and "graphtrainings.graphtrain.io/v1alpha1" in ready.json()["detail"]
+    assert client.get("/api/v1/trainings").status_code == 503
