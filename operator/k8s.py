@@ -43,15 +43,7 @@ from graphtrain.operator import manifests
 from graphtrain.operator.cache import ChildCache
 from graphtrain.operator.context import Plan
 from graphtrain.operator.observation import Observed, key
-from graphtrain.operator.refusals import (
-    admission_forbidden,
-    namespace_terminating,
-    refusal,
-    rights_forbidden,
-    rights_message,
-    told,
-    unserved_message,
-)
+from graphtrain.operator.refusals import judge, namespace_terminating, refusal, told, unserved_message
 
 log = logging.getLogger("graphtrain.operator")
 GROUP, VERSION = API_VERSION.split("/")
@@ -289,21 +281,13 @@ def apply(plan: Plan, observed: Observed, fence: Callable[[], bool] = lambda: Tr
                 said = refusal(body, action.key, forbidden[action.key])
                 refusals += [said] if said is not None else []
         except ApiException as exc:
-            if action.verb == "create" and exc.status in (400, 422):
-                forbidden[action.key] = api_message(exc)
-                said = refusal(body, action.key, forbidden[action.key])
-                refusals += [said] if said is not None else []
-            elif action.verb == "create" and namespace_terminating(exc.status, exc.body):
+            judged = judge(obj, exc.status, exc.body, api_message(exc)) if action.verb == "create" else None
+            if action.verb == "create" and namespace_terminating(exc.status, exc.body):
                 unserved = True  # the namespace's trainings go with it: nothing more is made there
-            elif action.verb == "create" and admission_forbidden(exc.status, exc.body):
-                unserved = True
-                forbidden[action.key] = api_message(exc)
-                said = refusal(body, action.key, forbidden[action.key])
-                refusals += [said] if said is not None else []
-            elif action.verb == "create" and rights_forbidden(exc.status, exc.body):
-                unserved = True
-                forbidden[action.key] = rights_message(obj, api_message(exc))
-                said = refusal(body, action.key, forbidden[action.key], logging.ERROR)
+            elif judged is not None:  # invalid (400, 422), or forbidden (403): the later creates wait
+                unserved = unserved or judged.waits
+                forbidden[action.key] = judged.message
+                said = refusal(body, action.key, judged.message, judged.level)
                 refusals += [said] if said is not None else []
             elif action.verb == "create" and exc.status == 409:
                 held = _whose_is(obj, body)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+from dataclasses import dataclass
 from typing import Any
 
 from graphtrain.contract.conditions import Event, Severity
@@ -68,6 +69,29 @@ def _forbidden(status: int, body: str | None) -> str | None:
     except (ValueError, AttributeError):
         return None
     return message if isinstance(message, str) and message else None
+
+
+@dataclass(frozen=True)
+class Judged:
+    """How a refused create is said: the message, whether the plan's later creates wait, the log level."""
+
+    message: str
+    waits: bool
+    level: int = logging.WARNING
+
+
+def judge(obj: dict[str, Any], status: int, body: str | None, message: str) -> Judged | None:
+    """A create's refusal that is said rather than raised (None: raised, or another path's: 404, 409,
+    NamespaceTerminating): invalid as made (400, 422: the other creates go on), forbidden by an
+    admission plugin or by the authorizer (403: they wait, a pod made without its refused peer would
+    wait for it)."""
+    if status in (400, 422):
+        return Judged(message, waits=False)
+    if admission_forbidden(status, body):
+        return Judged(message, waits=True)
+    if rights_forbidden(status, body):
+        return Judged(rights_message(obj, message), waits=True, level=logging.ERROR)
+    return None
 
 
 def rights_message(obj: dict[str, Any], message: str) -> str:
