@@ -120,6 +120,9 @@ def operator_cmd(
         k8s.load_config()
     except k8s.CredentialsError as exc:
         raise _fail(str(exc)) from None
+    unserved = k8s.crd_unserved()  # kopf would serve nothing, ready all the same: exit, restarted later
+    if unserved is not None:
+        raise _fail(unserved)
 
     import kopf
 

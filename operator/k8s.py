@@ -147,6 +147,24 @@ def _res(api_version: str, kind: str) -> Any:
     return found
 
 
+def crd_unserved() -> str | None:
+    """Why the API server serves no GraphTraining kopf could handle (none, or its CRD being deleted: no
+    patch), or None (served, or no answer: kopf retries). Started so, kopf served nothing, /readyz said
+    leading, and a CRD installed later was often never picked up (its rescan ran before discovery)."""
+    try:
+        found = _res(API_VERSION, KIND)
+    except ResourceNotFoundError:
+        return (
+            f"the API server serves no {PLURAL}.{API_VERSION}: install the GraphTraining CRD first "
+            "(helm installs it unless --skip-crds; kubectl apply -f charts/graphtrain/crds/)"
+        )
+    except (ApiException, urllib3.exceptions.HTTPError, OSError):
+        return None
+    if "patch" not in (getattr(found, "verbs", None) or ["patch"]):
+        return f"the CRD {PLURAL}.{GROUP} is being deleted: GraphTrainings cannot be patched"
+    return None
+
+
 def use_cache(cache: ChildCache | None) -> None:
     """Observe children from `cache` (fed by watch_children) instead of listing them; None: list."""
     global _cache
