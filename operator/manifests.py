@@ -63,7 +63,7 @@ from graphtrain.contract.spec import (
     colocated,
 )
 from graphtrain.contract.spec.locality import resolved
-from graphtrain.operator import gang, placement
+from graphtrain.operator import gang, placement, pod_metadata
 from graphtrain.operator.config import OperatorConfig
 from graphtrain.operator.volume import CONFIG_DIR, TOKEN_DIR, Layout
 
@@ -303,7 +303,7 @@ def partition_job(owner: Obj, gt: GraphTraining, config: OperatorConfig) -> Obj:
         "spec": {
             "backoffLimit": 1,
             "template": {
-                "metadata": {"labels": labels(gt.metadata.name, "partition")},
+                "metadata": pod_metadata.dress(gt, {"labels": labels(gt.metadata.name, "partition")}),
                 "spec": _pod_spec(gt, pod, [container], token=False, restartPolicy="Never"),
             },
         },
@@ -422,6 +422,7 @@ def shard_statefulset(
         "spec": _pod_spec(gt, pod, [container], token=True),
     }
     gang.join(gt, template["metadata"], template["spec"])
+    pod_metadata.dress(gt, template["metadata"])
     return {
         "apiVersion": "apps/v1",
         "kind": "StatefulSet",
@@ -498,6 +499,7 @@ def trainer_pod(
         automountServiceAccountToken=True,
     )
     gang.join(gt, meta, spec)
+    pod_metadata.dress(gt, meta)
     return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
 
 

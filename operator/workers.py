@@ -35,7 +35,7 @@ from graphtrain.contract.children import (
     worker_name,
 )
 from graphtrain.contract.spec import Device, GraphTraining, MemoryNeed, trainers_per_shard
-from graphtrain.operator import gang, placement
+from graphtrain.operator import gang, placement, pod_metadata
 from graphtrain.operator.config import OperatorConfig
 from graphtrain.operator.manifests import (
     FAST_PORT,
@@ -163,6 +163,7 @@ def worker_pod(
     )
     spec["volumes"].append(_shm_volume(shards.resources))
     gang.join(gt, meta, spec)
+    pod_metadata.dress(gt, meta)
     return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
 
 

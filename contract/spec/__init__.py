@@ -40,6 +40,7 @@ from graphtrain.contract.spec.base import (
     SINGULAR,
     VERSION,
     MemoryQuantity,
+    ObjectMeta,
     Quantity,
     SpecModel,
     quantity_to_bytes,
@@ -47,7 +48,6 @@ from graphtrain.contract.spec.base import (
 from graphtrain.contract.spec.document import (
     GraphTraining,
     GraphTrainingSpec,
-    ObjectMeta,
 )
 from graphtrain.contract.spec.enums import (
     Backend,
@@ -152,6 +152,7 @@ from graphtrain.contract.spec.placement import (
     Resources,
     Toleration,
 )
+from graphtrain.contract.spec.pod_metadata import PodMetadata
 from graphtrain.contract.spec.rules import (
     ROOT_PATH,
     RULES,
@@ -262,6 +263,7 @@ __all__ = [
     "NodeIds",
     "NonFiniteRule",
     "ObjectMeta",
+    "PodMetadata",
     "Optimizer",
     "OptimizerKind",
     "PLACEMENT_FIELDS",

@@ -147,3 +147,15 @@ def _memory_quantity(text: str) -> str:
 
 
 MemoryQuantity = Annotated[Quantity, AfterValidator(_memory_quantity)]
+
+
+class ObjectMeta(BaseModel):
+    """The part of Kubernetes metadata the spec cares about; the rest is kept as is."""
+
+    model_config = ConfigDict(extra="allow")
+
+    name: str = Field(min_length=1)
+    namespace: str | None = None
+    labels: dict[str, str] = Field(default_factory=dict)
+    annotations: dict[str, str] = Field(default_factory=dict)
+    generation: int | None = None

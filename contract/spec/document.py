@@ -7,10 +7,18 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 from pydantic.alias_generators import to_camel
 
-from graphtrain.contract.spec.base import API_VERSION, DNS1035, KIND, MAX_NAME_LENGTH, MAX_TABLES, SpecModel
+from graphtrain.contract.spec.base import (
+    API_VERSION,
+    DNS1035,
+    KIND,
+    MAX_NAME_LENGTH,
+    MAX_TABLES,
+    ObjectMeta,
+    SpecModel,
+)
 from graphtrain.contract.spec.enums import (
     Backend,
     Device,
@@ -41,6 +49,8 @@ from graphtrain.contract.spec.model import (
     tasks_of,
 )
 from graphtrain.contract.spec.placement import PARTITION_RULES, PartitionSpec
+from graphtrain.contract.spec.pod_metadata import DESCRIPTION as POD_METADATA
+from graphtrain.contract.spec.pod_metadata import PodMetadata
 from graphtrain.contract.spec.rules import Rule, add_rules
 from graphtrain.contract.spec.scheduling import Scheduling
 from graphtrain.contract.spec.status import GraphTrainingStatus
@@ -106,6 +116,7 @@ class GraphTrainingSpec(SpecModel):
     placement: PodPlacement = Field(
         default_factory=PodPlacement, description="The pods' layout (Kubernetes)."
     )
+    pod_metadata: PodMetadata | None = Field(default=None, description=POD_METADATA)
     scheduling: Scheduling | None = Field(
         default=None,
         description="Admission and scheduling of every shard-server and trainer pod as one group: a "
@@ -556,18 +567,6 @@ add_rules(
         message="nccl runs on GPUs: set trainers.device: cuda, or use gloo for CPU trainers",
     ),
 )
-
-
-class ObjectMeta(BaseModel):
-    """The part of Kubernetes metadata the spec cares about; the rest is kept as is."""
-
-    model_config = ConfigDict(extra="allow")
-
-    name: str = Field(min_length=1)
-    namespace: str | None = None
-    labels: dict[str, str] = Field(default_factory=dict)
-    annotations: dict[str, str] = Field(default_factory=dict)
-    generation: int | None = None
 
 
 class GraphTraining(SpecModel):

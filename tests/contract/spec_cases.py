@@ -340,6 +340,20 @@ BREAKS: dict[str, Doc] = {
 
 BREAKS |= kind_breaks()
 
+
+def _pod_metadata(**fields: Any) -> Doc:
+    return edit(GRAPHSAGE, lambda s: s.update(podMetadata=fields))
+
+
+# spec.podMetadata (contract/spec/pod_metadata.py): a key that is no qualified name, one of the operator's
+BREAKS |= {
+    "pod-label-keys": _pod_metadata(labels={"team": "a", "bad key!": "x"}),
+    "pod-label-own-keys": _pod_metadata(labels={"graphtrain.io/role": "trainer"}),
+    "pod-annotation-keys": _pod_metadata(annotations={"a" * 254 + "/inject": "false"}),
+    "pod-annotation-own-keys": _pod_metadata(annotations={"kueue.x-k8s.io/queue-name": "q"}),
+    "pod-annotations-size": _pod_metadata(annotations={f"note-{i}": "x" * 4000 for i in range(33)}),
+}
+
 # field constraints outside the rules: (document, where the CRD refuses it too). The CRD's structural
 # schema cannot constrain map keys or (on an int-or-string) a quantity's text, so those two are refused
 # by the Python side only: the operator then says SpecValid False instead of the API server refusing
@@ -363,6 +377,8 @@ FIELD_BREAKS: dict[str, tuple[Doc, bool]] = {
         edit(GRAPHSAGE, lambda s: s.update(trainers={"nodeSelector": {"pool": "bad value!"}})),
         True,
     ),
+    "pod-label-value": (_pod_metadata(labels={"team": "no spaces allowed"}), True),
+    "pod-label-value-length": (_pod_metadata(labels={"team": "a" * 64}), True),
     "storage-class-name": (
         edit(GRAPHSAGE, lambda s: s.update(storage={"storageClassName": "Bad Class!"})),
         True,

@@ -1,0 +1,47 @@
+"""spec.podMetadata against a real API server and the operator: the pods it creates and the templates
+of the pods the Job and StatefulSet controllers create carry the spec's labels and annotations beside the
+operator's own, and the CRD refuses one of the operator's keys before the operator sees it."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.operator.conftest import get, wait_for
+from tests.operator.test_operator_apiserver import SPEC, names_of, status_patch
+
+pytestmark = pytest.mark.timeout(240)
+
+META = """  podMetadata:
+    labels: {team: graph, cost-center: c-42}
+    annotations: {sidecar.istio.io/inject: "false"}
+"""
+
+
+def test_the_pods_carry_the_spec_labels_and_annotations(kube, operator, ns: str) -> None:
+    name = "meta"
+    kube("apply", "-n", ns, "-f", "-", input=SPEC.format(name=name, extra_model="") + META)
+    wait_for(lambda: names_of(kube, "job", ns, name) == [f"{name}-partition"], what="the partition job")
+    job = get(kube, "job", f"{name}-partition", ns)["spec"]["template"]["metadata"]
+    done = {"succeeded": 1, "conditions": [{"type": "Complete", "status": "True"}]}
+    status_patch(kube, "job", f"{name}-partition", ns, done)
+    wait_for(lambda: names_of(kube, "statefulset", ns, name) == [f"{name}-shards"], what="the shards")
+    shards = get(kube, "statefulset", f"{name}-shards", ns)["spec"]["template"]["metadata"]
+    status_patch(kube, "statefulset", f"{name}-shards", ns, {"replicas": 2, "readyReplicas": 2})
+    trainers = [f"{name}-trainer-0", f"{name}-trainer-1"]
+    wait_for(lambda: set(trainers) <= set(names_of(kube, "pod", ns, name)), what="the trainer pods")
+    pods = [get(kube, "pod", t, ns)["metadata"] for t in trainers]
+    for role, meta in zip(("partition", "shards", "trainer", "trainer"), (job, shards, *pods), strict=True):
+        labels = meta["labels"]
+        assert labels["team"] == "graph" and labels["cost-center"] == "c-42", (role, labels)
+        assert labels["graphtrain.io/training"] == name and labels["graphtrain.io/role"] == role
+        assert meta["annotations"]["sidecar.istio.io/inject"] == "false", (role, meta)
+    # the trainer pods are selected by the operator's labels as before (the REST API, the Services)
+    assert names_of(kube, "pod", ns, name) == trainers
+
+
+def test_the_crd_refuses_an_operator_key_naming_it(kube, ns: str) -> None:
+    bad = SPEC.format(name="meta-bad", extra_model="") + "  podMetadata: {labels: {graphtrain.io/role: x}}\n"
+    said = kube("apply", "-n", ns, "-f", "-", input=bad, check=False)
+    assert (
+        "spec.podMetadata.labels: Invalid value: label key 'graphtrain.io/role' is the operator's own" in said
+    )
