@@ -515,9 +515,9 @@ def shard_network_policy(owner: Obj, gt: GraphTraining, config: OperatorConfig) 
     """Ingress of the training's shard servers: the kvstore port from its trainers and partition pod
     only, the fast lane's (unless shardServers.fastLane is off) from its trainers, the metrics port from
     its own pods and the configured scrapers (networkPolicy.metricsFrom); nothing else. Egress is left
-    alone. The kubelet's probes of the metrics port (/readyz, /livez) come from the node, which the
-    common network plugins (Calico, Cilium) admit to its own pods whatever the policy. None when the
-    configuration disables NetworkPolicies."""
+    alone (docs/network.md: what a namespace denying it must allow). The kubelet's probes of the metrics
+    port (/readyz, /livez) come from the node, which the common network plugins (Calico, Cilium) admit
+    to its own pods whatever the policy. None when the configuration disables NetworkPolicies."""
     if not config.network_policy.enabled:
         return None
     n = names(gt.metadata.name)
