@@ -193,6 +193,7 @@ def _reconcile(namespace: str, name: str) -> str:
         if observed is None:
             requeue(namespace, name, None)
             _metrics.forget(namespace, name)
+            logs.forget(namespace, name)
             return "skipped"
         decided = plan(observed, config=_config, token=secrets.token_hex(24))
         if not may_act(namespace, name):
@@ -268,6 +269,7 @@ def on_delete(*, name: str, namespace: str | None, uid: str, logger: kopf.Logger
         logger.info(f"deleted {k8s.delete_children(namespace, name, uid)} children")
     reconcile(namespace, name)
     _metrics.forget(namespace, name)  # after the reconcile, which counts it
+    logs.forget(namespace, name)
 
 
 @kopf.timer(GROUP, VERSION, PLURAL, interval=TIMER_SECONDS, initial_delay=TIMER_SECONDS)

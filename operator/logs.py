@@ -5,11 +5,18 @@ Steady reconciles (a child's status update that decides nothing new) stay silent
 "Handler 'on_child' succeeded" lines (one per child event: a training's pods alone make dozens a minute),
 unless --verbose. With --log-format=json every line is one JSON object whose fields (training, phase,
 actions, events) a log pipeline can index; never a Secret's content, only its name.
+
+A decision that repeats the training's last one word for word (same phase, same actions, no event) is
+logged at DEBUG: that is a create the API server refuses (a quota, a webhook) and the creates waiting
+behind it, retried at every reconcile with nothing changed; the refusal itself is said once, by its
+Warning event, and in the status.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
+from collections import OrderedDict
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
@@ -19,6 +26,9 @@ if TYPE_CHECKING:  # the command imports this module for LogFormat before anythi
 log = logging.getLogger("graphtrain.operator.decisions")
 
 _ROUTINE = ("Handler 'on_child' succeeded.", "Timer 'on_timer' succeeded.")
+REMEMBERED = 4096  # trainings whose last line is kept (the oldest forgotten first): bounded memory
+_last: OrderedDict[str, str] = OrderedDict()
+_last_lock = threading.Lock()
 
 
 class LogFormat(StrEnum):
@@ -75,9 +85,32 @@ def decision(
     return " | ".join(parts), fields
 
 
+def forget(namespace: str, name: str) -> None:
+    """Forget the training's last decision (it is gone)."""
+    with _last_lock:
+        _last.pop(f"{namespace}/{name}", None)
+
+
+def repeated(training: str, said: str) -> bool:
+    """Whether `said` (a decision's phase and actions) is what the training's last decision said."""
+    with _last_lock:
+        same = _last.get(training) == said
+        _last[training] = said
+        _last.move_to_end(training)
+        while len(_last) > REMEMBERED:
+            _last.popitem(last=False)
+        return same
+
+
 def decided(namespace: str, name: str, before: dict[str, Any], plan: Plan) -> None:
-    """Log the decision's line (see decision()), if it has one."""
+    """Log the decision's line (see decision()), if it has one: at DEBUG when it has no event and its
+    phase and actions are the last decision's (one that decided nothing breaks the run)."""
     line = decision(namespace, name, before, plan)
-    if line is not None:
-        message, fields = line
-        log.info(message, extra={"decision": fields})
+    training = f"{namespace}/{name}"
+    if line is None:
+        forget(namespace, name)
+        return
+    message, fields = line
+    said = repr((fields["previous_phase"], fields["phase"], fields["actions"]))
+    again = repeated(training, said) and not plan.events
+    log.log(logging.DEBUG if again else logging.INFO, message, extra={"decision": fields})

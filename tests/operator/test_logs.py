@@ -64,3 +64,26 @@ logging.getLogger("kopf.objects").info("Handler 'on_child' succeeded.")
     assert len(lines) == 1, lines
     assert lines[0]["message"] == "ns/wn: Starting -> Training"
     assert lines[0]["decision"]["phase"] == "Training" and lines[0]["severity"] == "info"
+
+
+def test_creates_retried_with_nothing_changed_drop_to_debug_until_something_changes(caplog) -> None:
+    """A refused create (a quota) and those waiting behind it are planned again at every reconcile: the
+    first line says them at INFO (with its refusal event), the repeats at DEBUG; a different decision,
+    or one that decides nothing in between, is said at INFO again."""
+    pods = [Action("create", {"kind": "Pod", "metadata": {"name": f"wn-trainer-{r}"}}) for r in (0, 1)]
+    refused = Event(Severity.warning, "ChildRefused", "pods wn-trainer-0 is forbidden: exceeded quota")
+    starting = {"phase": "Starting"}
+    caplog.set_level("DEBUG", logger=logs.log.name)
+    logs.forget("quota", "wn")
+    for plan in (
+        Plan(pods, starting, [refused]),
+        Plan(pods, starting, []),
+        Plan(pods, starting, []),
+        Plan([], starting, []),  # the quota raised, nothing to decide: the next create is news
+        Plan(pods[1:], starting, []),
+        Plan(pods[1:], {"phase": "Training"}, []),
+    ):
+        logs.decided("quota", "wn", starting, plan)
+    levels = [r.levelname for r in caplog.records if r.name == logs.log.name]
+    assert levels == ["INFO", "DEBUG", "DEBUG", "INFO", "INFO"], levels
+    logs.forget("quota", "wn")
