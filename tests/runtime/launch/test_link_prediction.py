@@ -26,6 +26,7 @@ from graphtrain.runtime import checkpoint as ckpt
 from graphtrain.runtime import outputs
 from graphtrain.runtime.partition.format import load_names
 from graphtrain.runtime.train.pairs import exclusion
+from tests import forked
 from tests.runtime.launch.test_run import launch
 
 EXAMPLE = Path(__file__).parents[3] / "examples" / "nations-rgcn-lp.yaml"
@@ -118,7 +119,8 @@ def test_two_trainers_beside_two_shard_servers_learn_nations(tmp_path: Path) -> 
         (["--spec", str(spec), "--relation", "embassy"], "give one of --head and --tail"),
         (["--spec", str(wider), "--head", "brazil", "--relation", "embassy"], "model.hiddenDim"),
     ]:
-        done = subprocess.run([*CLI, "predict", str(checkpoint), *args], capture_output=True, text=True)
+        # forked with torch imported (tests/forked.py): a refusal, not ~2.5 s of CPU importing it each
+        done = forked.complete_cli("graphtrain.runtime.cli", ["predict", str(checkpoint), *args])
         assert done.returncode == 1 and says in done.stderr and len(done.stderr.splitlines()) == 1, (
             done.stderr
         )
