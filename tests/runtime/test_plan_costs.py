@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from graphtrain.runtime import steptime
+from tests import forked
 from tests.runtime.launch.test_run import CLI
 from tests.runtime.test_capacity import graph_file, planted
 
@@ -66,9 +67,16 @@ def test_a_bad_costs_file_is_one_line_naming_it(
     assert one_error_line(argv).startswith(f"error: --costs {costs_file}: {says}")
 
 
+def refused(argv: list[str]) -> subprocess.CompletedProcess[str]:
+    """subprocess.run(argv)'s result for a `[*CLI, ...]` command that refuses, forked with torch imported
+    (tests/forked.py): its line and exit code without ~2.5 s of CPU importing torch each time."""
+    assert argv[: len(CLI)] == CLI, argv
+    return forked.complete_cli("graphtrain.runtime.cli", argv[len(CLI) :])
+
+
 def one_error_line(argv: list[str]) -> str:
     """The one line a refused command prints (exit 1, no traceback)."""
-    done = subprocess.run(argv, capture_output=True, text=True)
+    done = refused(argv)
     assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1, done.stderr
@@ -78,7 +86,7 @@ def one_error_line(argv: list[str]) -> str:
 def test_out_without_calibrate_is_refused(planted: tuple[Path, Path], tmp_path: Path) -> None:
     spec_path, config = planted
     argv = [*CLI, "plan", str(spec_path), "--partition", str(config), "--out", str(tmp_path / "c.json")]
-    done = subprocess.run(argv, capture_output=True, text=True)
+    done = refused(argv)
     assert done.returncode == 1
     assert done.stderr.strip() == "error: --out: only with --calibrate (it writes the measured costs)"
 
@@ -144,7 +152,7 @@ def test_a_partition_of_another_graph_is_refused_for_a_spec_of_files() -> None:
 def test_cores_that_are_no_cores_are_refused(planted: tuple[Path, Path], cores: str) -> None:
     spec_path, config = planted
     argv = [*CLI, "plan", str(spec_path), "--partition", str(config), "--cores", cores]
-    done = subprocess.run(argv, capture_output=True, text=True)
+    done = refused(argv)
     assert done.returncode == 1 and "Traceback" not in done.stderr
     assert done.stderr.strip() == f"error: --cores: {float(cores)} is not a positive number of cores"
 
