@@ -176,3 +176,11 @@ def complete_cli(
         return subprocess.CompletedProcess(
             [module, *argv], process.exitcode, out.read_text(), err.read_text()
         )
+
+
+def complete_argv(argv: list[str], **options: object) -> subprocess.CompletedProcess[str]:
+    """complete_cli of a command written for subprocess.run: `[sys.executable, ("-P",) "-m", module,
+    *args]`; `options` as complete_cli's (cwd, env, timeout)."""
+    head = [sys.executable, "-P", "-m"] if argv[1:2] == ["-P"] else [sys.executable, "-m"]
+    assert argv[: len(head)] == head and len(argv) > len(head), argv
+    return complete_cli(argv[len(head)], argv[len(head) + 1 :], **options)  # type: ignore[arg-type]

@@ -18,6 +18,7 @@ from graphtrain.runtime import capacity, planning
 from graphtrain.runtime.kvstore.client.transport import Answer, Call
 from graphtrain.runtime.native.keymap import KeyMap
 from graphtrain.runtime.partition.format import load_config
+from tests import forked
 from tests.runtime.launch.test_run import CLI, graph_file, sage_spec
 
 __all__ = ["graph_file"]  # the module's fixture, used here
@@ -117,7 +118,7 @@ def test_on_two_hosts_each_trainer_moves_bytes_and_the_cli_says_so(planted: tupl
     assert done.returncode == 0, done.stderr
     assert "trainer-1 per step across hosts (2 host(s))" in done.stdout
     assert "shard servers that fit 1.0 GiB each: 1" in done.stdout
-    bad = subprocess.run([*argv, "--memory", "lots"], capture_output=True, text=True)
+    bad = forked.complete_argv([*argv, "--memory", "lots"])  # torch imported: a refusal, not ~2.5 s
     assert bad.returncode == 1 and "Traceback" not in bad.stderr
     assert bad.stderr.strip() == "error: --memory: 'lots' is not a memory quantity such as '4Gi' or '512Mi'"
 
@@ -127,7 +128,7 @@ def test_validate_refuses_a_shard_memory_limit_below_its_share(graph_file: Path,
     doc["spec"]["shardServers"] = {"resources": {"limits": {"memory": "100Mi"}}}
     spec_path = tmp_path / "small.yaml"
     spec_path.write_text(yaml.safe_dump(doc))
-    done = subprocess.run([*CLI, "validate", str(spec_path)], capture_output=True, text=True)
+    done = forked.complete_argv([*CLI, "validate", str(spec_path)])  # forked with torch imported
     assert done.returncode == 1 and "Traceback" not in done.stderr
     assert (
         "spec.shardServers.resources.limits.memory: 100Mi cannot hold a shard server's share" in done.stderr
@@ -136,7 +137,7 @@ def test_validate_refuses_a_shard_memory_limit_below_its_share(graph_file: Path,
     assert f"each of its 2 shard servers needs about {capacity.human(need)}" in done.stderr
     doc["spec"]["shardServers"]["resources"]["limits"]["memory"] = "2Gi"
     spec_path.write_text(yaml.safe_dump(doc))
-    assert subprocess.run([*CLI, "validate", str(spec_path)], capture_output=True).returncode == 0
+    assert forked.complete_argv([*CLI, "validate", str(spec_path)]).returncode == 0
 
 
 def _graph(path: Path) -> object:
@@ -206,7 +207,7 @@ def test_validate_refuses_a_trainer_memory_limit_below_its_collective_share(
     graph_file: Path, tmp_path: Path
 ) -> None:
     spec_path = collective(graph_file, tmp_path, resources={"limits": {"memory": "1Gi"}})
-    done = subprocess.run([*CLI, "validate", str(spec_path)], capture_output=True, text=True)
+    done = forked.complete_argv([*CLI, "validate", str(spec_path)])  # forked with torch imported
     assert done.returncode == 1 and "Traceback" not in done.stderr
     share = 10_000_000 * 8 * 4 + 10_000_000 * (8 * 8 + 8)  # rows, Adam's moments and step counts
     share += KeyMap.bytes_for(10_000_000)  # and the key map of its share
@@ -221,7 +222,7 @@ def test_validate_refuses_a_trainer_memory_limit_below_its_collective_share(
         {"device": "cuda", "resources": {"limits": {"memory": "2Gi"}}},
     ):
         spec_path = collective(graph_file, tmp_path, **{"resources": {"limits": {"memory": "1Gi"}}, **fits})
-        assert subprocess.run([*CLI, "validate", str(spec_path)], capture_output=True).returncode == 0
+        assert forked.complete_argv([*CLI, "validate", str(spec_path)]).returncode == 0
 
 
 def test_the_partition_job_reports_what_each_role_needs(graph_file: Path, tmp_path: Path) -> None:
