@@ -18,6 +18,7 @@ import yaml
 from graphtrain.contract.spec import load_yaml
 from graphtrain.runtime.outputs import checkpoint_partition
 from graphtrain.runtime.predict import node_outputs
+from tests import forked
 from tests.runtime.launch.test_run import launch, planted_npz, sage_spec
 
 CLI = [sys.executable, "-m", "graphtrain.runtime.cli"]
@@ -36,13 +37,15 @@ def trained(graph_file: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple
     return run_dir.parent / "train.yaml", run_dir, result
 
 
-def infer(spec: Path, checkpoint: Path, run_dir: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [*CLI, "infer", str(checkpoint), "--spec", str(spec), "--run-dir", str(run_dir), *args],
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
+def infer(
+    spec: Path, checkpoint: Path, run_dir: Path, *args: str, refused: bool = False
+) -> subprocess.CompletedProcess:
+    """`graphtrain infer`; one that is `refused` (its launcher says no before its children would work)
+    forked with torch imported (tests/forked.py): the launcher's ~2.5 s of CPU importing it is spared."""
+    argv = [*CLI, "infer", str(checkpoint), "--spec", str(spec), "--run-dir", str(run_dir), *args]
+    if refused:
+        return forked.complete_argv(argv, timeout=240)
+    return subprocess.run(argv, capture_output=True, text=True, timeout=240)
 
 
 def read_output(out: Path) -> tuple[dict, dict[str, np.ndarray]]:
@@ -103,7 +106,7 @@ def test_standalone_infers_what_2x2_does_and_a_rerun_replaces_the_output(
     assert first.returncode == 0, first.stderr[-3000:]
     _, alone = read_output(out)
     (out / "notes.txt").write_text("the user's")  # an earlier output holding a file of the user's ...
-    refused = infer(spec, run_dir / "checkpoints" / "BEST", tmp_path / "b", "--out", str(out))
+    refused = infer(spec, run_dir / "checkpoints" / "BEST", tmp_path / "b", "--out", str(out), refused=True)
     assert refused.returncode == 1 and "holds files an inference did not write (notes.txt)" in refused.stderr
     assert (out / "notes.txt").read_text() == "the user's"  # ... is not replaced, nor the file deleted
     (out / "notes.txt").unlink()
@@ -125,17 +128,17 @@ def test_what_infer_refuses_changes_nothing(trained: tuple[Path, Path, dict], tm
         "no such checkpoint": (tmp_path / "nowhere" / "LATEST", []),
     }
     for said, (checkpoint, args) in cases.items():
-        done = infer(spec, checkpoint, tmp_path / "r", *args)
+        done = infer(spec, checkpoint, tmp_path / "r", *args, refused=True)
         assert done.returncode == 1, (said, done.stderr)
         assert said in done.stderr and "Traceback" not in done.stderr, done.stderr
     assert (keep / "notes.txt").read_text() == "not an inference output"
     # the training's own run directory: refused before anything is written there
-    done = infer(spec, run_dir / "checkpoints", run_dir)
+    done = infer(spec, run_dir / "checkpoints", run_dir, refused=True)
     assert done.returncode == 1 and "holds a training's checkpoints" in done.stderr, done.stderr
     assert not (run_dir / "inference.yaml").exists()
     # a knowledge-graph model has no layers to infer: refused before anything starts
     nations = yaml.safe_load((Path(__file__).parents[3] / "examples" / "nations-transe.yaml").read_text())
     (tmp_path / "kge.yaml").write_text(yaml.safe_dump(nations))
-    done = infer(tmp_path / "kge.yaml", run_dir / "checkpoints", tmp_path / "k")
+    done = infer(tmp_path / "kge.yaml", run_dir / "checkpoints", tmp_path / "k", refused=True)
     assert done.returncode == 1 and "has no layers to infer" in done.stderr, done.stderr
     assert not (tmp_path / "k").exists()
