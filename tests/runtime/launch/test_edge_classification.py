@@ -109,8 +109,7 @@ def test_rgcn_classifies_purchases_by_both_ends_on_two_shard_servers(tmp_path: P
     doc["spec"]["model"]["edgeWeight"] = True
     (tmp_path / "weighted.yaml").write_text(yaml.safe_dump(doc))
     for cmd in (["predict", checkpoint, "-o", "w.csv"], ["infer", checkpoint, "--run-dir", "inf-w"]):
-        run_it = refused if cmd[0] == "predict" else graphtrain  # infer: a launcher, its own process
-        res = run_it(*cmd, "--spec", "weighted.yaml", cwd=tmp_path)
+        res = refused(*cmd, "--spec", "weighted.yaml", cwd=tmp_path)
         assert res.returncode == 1 and "model.edgeWeight False, the spec says True" in res.stderr, res.stderr
         assert len(res.stderr.strip().splitlines()) == 1, res.stderr
     assert not (tmp_path / "w.csv").exists() and not (tmp_path / "inf-w" / "inference").exists()
@@ -121,7 +120,7 @@ def test_rgcn_classifies_purchases_by_both_ends_on_two_shard_servers(tmp_path: P
     assert res.returncode == 1 and "holds no knowledge-graph triples" in res.stderr, res.stderr
     # an inference's output that holds a file of the user's is not replaced (nor the file deleted)
     (out / "notes.txt").write_text("mine")
-    res = graphtrain("infer", checkpoint, "--spec", "trade-rgcn-ec.yaml", "--run-dir", "inf", cwd=tmp_path)
+    res = refused("infer", checkpoint, "--spec", "trade-rgcn-ec.yaml", "--run-dir", "inf", cwd=tmp_path)
     assert res.returncode == 1 and "holds files an inference did not write (notes.txt)" in res.stderr
     assert (out / "notes.txt").read_text() == "mine" and (out / "manifest.json").exists()
 
