@@ -13,7 +13,6 @@ import importlib.util
 import json
 import random
 import shutil
-import subprocess
 from collections import Counter
 from pathlib import Path
 
@@ -23,8 +22,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from tests import forked
-from tests.runtime.launch.test_own_data import EXAMPLES, TIMEOUT, graphtrain
+from tests.runtime.launch.test_own_data import EXAMPLES, graphtrain, refused
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -36,14 +34,6 @@ def write_trade(root: Path) -> None:
     module = importlib.util.module_from_spec(loaded)
     loaded.loader.exec_module(module)
     module.trade(root / "data")
-
-
-def refused(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    """test_own_data.graphtrain(*args) forked with torch imported (tests/forked.py), for a command that
-    refuses: its one line and exit code, without ~2.5 s of CPU importing torch each time."""
-    return forked.complete_cli(
-        "graphtrain.cli", list(args), cwd=cwd, env={"GRAPHTRAIN_QUIET": "1"}, timeout=TIMEOUT
-    )
 
 
 def top_share(rows: list[dict], end: str, labels: list[str]) -> float:
