@@ -103,6 +103,15 @@ class Refused(SourceUnavailable):
         self.status = status
 
 
+def watch_refused(status: int, reason: str | None) -> str:
+    """What a refused watch says: on 403, the verb its role lacks (a Role older than the watches
+    grants get and list only: the lists work, every watch is refused)."""
+    said = f"the Kubernetes API answered {status} {reason} to a watch"
+    if status == 403:
+        return f"{said}: the API's role must grant the watch verb (helm upgrade the chart)"
+    return said
+
+
 class Api:
     """The few read calls, each bounded by `timeout` seconds, answering parsed JSON; failures turned
     into the source's errors."""
@@ -157,7 +166,7 @@ class Api:
         except ApiException as exc:
             if exc.status == 410:
                 raise Gone() from None
-            raise Refused(exc.status, f"the Kubernetes API answered {exc.status} {exc.reason}") from None
+            raise Refused(exc.status, watch_refused(exc.status, exc.reason)) from None
         hold(resp.shutdown)
         try:
             for line in iter_resp_lines(resp):

@@ -8,7 +8,8 @@ watched from the list's resourceVersion: in steady state the API server sends on
 A daemon thread per collection lists (paging), then watches for `period` seconds at a time (the server
 ends each watch; the next resumes where it ended, a WATCH, not a LIST). It lists again only after 410
 Gone (at once), after a failure (a broken watch, an unreachable server: after a pause of 0.5 s doubling
-to 30 s), or when a collection cut at its bound has come back under it. The same algorithm as the
+to 30 s, back to 0.5 s once a watch has worked; a request that finds the store too old cuts the pause
+short), or when a collection cut at its bound has come back under it. The same algorithm as the
 operator's watches (operator/k8s.py's _watch_kind); the API may not import the operator
 (.importlinter), and this one keeps no tombstones (the API writes nothing) but counts its objects.
 
@@ -52,6 +53,14 @@ class Gone(Exception):
     """The watch's resourceVersion is too old (410 Gone, expired): list again."""
 
 
+def next_pause(pause: float, watched: bool) -> float:
+    """The pause before listing again after a failure, `pause` the last one: PAUSE if a watch had
+    worked since the last list (an event, or its normal end), else double the last, up to LONGEST_PAUSE.
+    Not reset by a list alone: a server that lists but refuses every watch (403 to a role without the
+    watch verb) would be listed whole every PAUSE, forever."""
+    return PAUSE if watched else min(LONGEST_PAUSE, max(PAUSE, pause * 2))
+
+
 class Collection:
     """One kind's objects matching one selector, grouped by `index(obj)` (None: counted, not kept),
     each stored as `keep(obj)`. Every group has a version, new whenever the group changes (never
@@ -82,6 +91,7 @@ class Collection:
         self.lists = 0  # LISTs begun: the first, then one per relist
         self.changes = 0  # how many times the store changed (a list, an event that changed it)
         self._refill = False  # truncated, now back under the bound: list again
+        self._watched = False  # a watch worked (an event, or its normal end) since the last list
         self._stop, self._wake = threading.Event(), threading.Event()
         self._cut: Callable[[], None] | None = None  # closes the watch in progress
         self._thread: threading.Thread | None = None
@@ -167,19 +177,25 @@ class Collection:
                 if self._stop.wait(max(0.0, failed + PAUSE - time.monotonic())):
                     return
             try:
+                self._watched = False
                 version = self._relist()
-                pause = 0.0
                 while not self._stop.is_set() and not self._refill:
                     version = self._follow(version)
+                    pause = 0.0
             except Gone:
                 log.info("the watch of %s expired (410 Gone): listing again", self.name)
                 pause = 0.0
             except Exception as exc:
                 if self._stop.is_set():
                     return
-                pause = min(LONGEST_PAUSE, max(PAUSE, pause * 2))
+                pause = next_pause(pause, self._watched)
                 what = f"{type(exc).__name__}: {exc}"
-                log.warning("the watch of %s failed (%s): listing again in %.1f s", self.name, what, pause)
+                log.warning(
+                    "the watch of %s failed (%s): listing again in %.1f s, or sooner if a request needs it",
+                    self.name,
+                    what,
+                    pause,
+                )
                 with self._cond:
                     self.failed = (time.monotonic(), what)
                     self._cond.notify_all()
@@ -238,6 +254,7 @@ class Collection:
         self._cut = None
         with self._cond:
             self.current_at = time.monotonic()
+            self._watched = True
             self._cond.notify_all()
         return version
 
@@ -249,6 +266,7 @@ class Collection:
     def _apply(self, kind: str, obj: Obj) -> None:
         with self._cond:
             self.current_at = time.monotonic()
+            self._watched = True
             if kind not in ("ADDED", "MODIFIED", "DELETED"):  # a BOOKMARK: only the version
                 return
             self.count += {"ADDED": 1, "DELETED": -1}.get(kind, 0)

@@ -1,0 +1,67 @@
+"""A collection's watch loop (api/sources/watched.py) without a server: the list and watch calls are
+fakes. A server that lists but refuses every watch (403: a Role without the watch verb) is listed
+again after growing pauses, not every 0.5 s, and the refusal names the verb."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import kubernetes
+import pytest
+from kubernetes.client.rest import ApiException
+
+from graphtrain.api.sources import watched
+from graphtrain.api.sources.kubernetes import Api, Refused
+from graphtrain.api.sources.watched import Collection, next_pause
+
+
+@pytest.mark.parametrize(
+    ("pause", "watched_since", "expected"),
+    [
+        (0.0, False, watched.PAUSE),
+        (0.5, False, 1.0),
+        (16.0, False, watched.LONGEST_PAUSE),
+        (watched.LONGEST_PAUSE, False, watched.LONGEST_PAUSE),
+        (16.0, True, watched.PAUSE),  # a watch worked since the last list: the link was up
+    ],
+)
+def test_next_pause(pause: float, watched_since: bool, expected: float) -> None:
+    assert next_pause(pause, watched_since) == expected
+
+
+@pytest.mark.timeout(30)
+def test_a_refused_watch_backs_off_though_the_list_works() -> None:
+    lists: list[float] = []
+    lock = threading.Lock()
+
+    def lister(token: str | None) -> dict[str, Any]:
+        with lock:
+            lists.append(time.monotonic())
+        return {"items": [], "metadata": {"resourceVersion": "5"}}
+
+    def watcher(version: str, seconds: int, hold: Any) -> Iterator[dict[str, Any]]:
+        raise Refused(403, "the Kubernetes API answered 403 Forbidden to a watch")
+
+    collection = Collection("trainings", lister, watcher, index=lambda obj: None, bound=10, period=10)
+    collection.start()
+    try:
+        time.sleep(3.2)  # lists at 0, 0.5, 1.5 (then 3.5): the pause doubles; it was 0.5 s each time
+    finally:
+        collection.close()
+    with lock:
+        assert 2 <= len(lists) <= 4, [round(t - lists[0], 1) for t in lists]
+
+
+def test_a_403_to_a_watch_names_the_missing_verb() -> None:
+    api = Api(1.0, kubernetes.client.ApiClient(kubernetes.client.Configuration()))
+
+    def forbidden(*args: Any, **kwargs: Any) -> Any:
+        raise ApiException(status=403, reason="Forbidden")
+
+    with pytest.raises(Refused) as refused:
+        list(api.stream(forbidden, version="1", seconds=1, hold=lambda cut: None))
+    assert refused.value.status == 403
+    assert "403 Forbidden to a watch" in str(refused.value) and "the watch verb" in str(refused.value)
