@@ -16,7 +16,9 @@ passed in.
 
 from __future__ import annotations
 
+import logging
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
@@ -27,6 +29,8 @@ from graphtrain.contract.children import LABEL_ROLE, LABEL_TRAINING
 from graphtrain.contract.spec import KIND, Progress
 
 T = TypeVar("T")
+log = logging.getLogger("graphtrain.api")
+CLOSE_SECONDS = 3.0  # close(): how long all the collections' threads are waited for, together
 Obj = dict[str, Any]
 HISTORY_BYTES = 32 << 20  # histories' text kept (~100 KB a training at 500 epochs: ~330 trainings)
 DECODED = 16  # histories also kept decoded (~11 MB at 500 epochs)
@@ -119,12 +123,19 @@ class Cache:
             for collection in self.collections.values():
                 collection.start()
 
-    def close(self) -> None:
+    def close(self, timeout: float = CLOSE_SECONDS) -> None:
+        """Stop every collection: watches are cut at once; a thread inside a LIST (not cut: a hung
+        API server holds it for its read timeouts, 20 s with the client's retries) is waited for
+        `timeout` s in all, not each, then left: a daemon that ends at its next step."""
         self._closed = True
         for collection in self.collections.values():  # cut every watch first, then join
             collection._stop.set()
+        deadline = time.monotonic() + timeout
         for collection in self.collections.values():
-            collection.close()
+            collection.close(max(0.0, deadline - time.monotonic()))
+        left = [name for name, c in self.collections.items() if c.alive]
+        if left:
+            log.warning("closed with the watches of %s still in a call to the API server", ", ".join(left))
 
     def whole(self, *names: str) -> bool:
         """Whether these collections are kept whole (none over its bound), once each is current.

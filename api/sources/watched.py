@@ -108,6 +108,8 @@ class Collection:
         """Stop the thread: its watch is cut, not waited out; join it (up to `timeout` s)."""
         self._stop.set()
         self._wake.set()
+        with self._cond:
+            self._cond.notify_all()  # readers waiting in current() are refused at once
         cut = self._cut
         if cut is not None:
             try:
@@ -129,7 +131,7 @@ class Collection:
         steady state). Else wait for it: a thread pausing after a failure tries again now.
 
         Raises:
-            SourceUnavailable: its next attempt failed, or `patience` s passed.
+            SourceUnavailable: its next attempt failed, `patience` s passed, or it is closed.
         """
         self.start()
         asked = time.monotonic()
@@ -139,6 +141,8 @@ class Collection:
                 now = time.monotonic()
                 if self.current_at is not None and now - self.current_at <= max_age:
                     return
+                if self._stop.is_set():
+                    raise SourceUnavailable(f"the watch of {self.name} is closed (shutting down)")
                 if self.failed is not None and self.failed[0] >= asked:
                     raise SourceUnavailable(f"the watch of {self.name} failed: {self.failed[1]}")
                 if now >= deadline:

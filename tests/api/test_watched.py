@@ -1,6 +1,7 @@
 """A collection's watch loop (api/sources/watched.py) without a server: the list and watch calls are
 fakes. A server that lists but refuses every watch (403: a Role without the watch verb) is listed
-again after growing pauses, not every 0.5 s, and the refusal names the verb."""
+again after growing pauses, not every 0.5 s, and the refusal names the verb; close() with every LIST
+hung returns within seconds, and refuses the requests waiting."""
 
 from __future__ import annotations
 
@@ -13,7 +14,9 @@ import kubernetes
 import pytest
 from kubernetes.client.rest import ApiException
 
-from graphtrain.api.sources import watched
+from graphtrain.api.sources import cached, watched
+from graphtrain.api.sources.base import SourceUnavailable
+from graphtrain.api.sources.cached import SELECTORS, Cache
 from graphtrain.api.sources.kubernetes import Api, Refused
 from graphtrain.api.sources.watched import Collection, next_pause
 
@@ -65,3 +68,40 @@ def test_a_403_to_a_watch_names_the_missing_verb() -> None:
         list(api.stream(forbidden, version="1", seconds=1, hold=lambda cut: None))
     assert refused.value.status == 403
     assert "403 Forbidden to a watch" in str(refused.value) and "the watch verb" in str(refused.value)
+
+
+@pytest.mark.timeout(60)
+def test_close_waits_for_lists_in_flight_a_few_seconds_in_all() -> None:
+    """Every LIST hangs (an API server that accepts and never answers): close() waits CLOSE_SECONDS in
+    all (it waited 10 s for each collection in turn), and a request waiting for a current store is
+    refused at once (it waited out its patience)."""
+    release = threading.Event()
+
+    def hung(token: str | None) -> dict[str, Any]:
+        release.wait(20)
+        return {"items": [], "metadata": {"resourceVersion": "1"}}
+
+    def idle(version: str, seconds: int, hold: Any) -> Iterator[dict[str, Any]]:
+        return iter(())
+
+    cache = Cache({name: (hung, idle) for name in SELECTORS}, bound=10, max_age=1, period=1, patience=30)
+    refused: list[float] = []
+
+    def ask() -> None:
+        try:
+            cache.whole("trainings")
+        except SourceUnavailable:
+            refused.append(time.monotonic())
+
+    reader = threading.Thread(target=ask)
+    reader.start()
+    try:
+        time.sleep(0.3)
+        started = time.monotonic()
+        cache.close()
+        took = time.monotonic() - started
+        reader.join(5)
+    finally:
+        release.set()
+    assert took < cached.CLOSE_SECONDS + 1
+    assert refused and refused[0] - started < 1
