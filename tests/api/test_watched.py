@@ -1,24 +1,30 @@
 """A collection's watch loop (api/sources/watched.py) without a server: the list and watch calls are
 fakes. A server that lists but refuses every watch (403: a Role without the watch verb) is listed
 again after growing pauses, not every 0.5 s, and the refusal names the verb; close() with every LIST
-hung returns within seconds, and refuses the requests waiting."""
+hung returns within seconds, and refuses the requests waiting; the api extra asks for a urllib3 whose
+responses can be cut."""
 
 from __future__ import annotations
 
 import threading
 import time
+import tomllib
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import kubernetes
 import pytest
 from kubernetes.client.rest import ApiException
+from packaging.requirements import Requirement
 
 from graphtrain.api.sources import cached, watched
 from graphtrain.api.sources.base import SourceUnavailable
 from graphtrain.api.sources.cached import SELECTORS, Cache
 from graphtrain.api.sources.kubernetes import Api, Refused
 from graphtrain.api.sources.watched import Collection, next_pause
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize(
@@ -105,3 +111,11 @@ def test_close_waits_for_lists_in_flight_a_few_seconds_in_all() -> None:
         release.set()
     assert took < cached.CLOSE_SECONDS + 1
     assert refused and refused[0] - started < 1
+
+
+def test_the_api_extra_asks_for_a_urllib3_that_can_cut_a_watch() -> None:
+    """Api.stream hands hold() the response's shutdown(), urllib3 2.3's: with an older one (kubernetes
+    allows 1.24 on) every watch failed at once, and the cache relisted instead of watching."""
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    urllib3 = [r for r in map(Requirement, extras["api"]) if r.name == "urllib3"]
+    assert urllib3 and not urllib3[0].specifier.contains("2.2.3") and urllib3[0].specifier.contains("2.3.0")
