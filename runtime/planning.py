@@ -9,7 +9,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from graphtrain.contract.spec import (
     GNNModel,
@@ -24,7 +24,6 @@ from graphtrain.contract.spec import (
 from graphtrain.contract.spec.base import quantity_to_bytes
 from graphtrain.runtime import capacity, cpus
 from graphtrain.runtime.errors import GraphtrainError
-from graphtrain.runtime.models import GNNShape, gnn_entry
 from graphtrain.runtime.partition.format import PartitionConfig
 from graphtrain.runtime.steptime import (
     Costs,
@@ -35,10 +34,17 @@ from graphtrain.runtime.steptime import (
     touch_counts,
 )
 
+if TYPE_CHECKING:
+    from graphtrain.runtime.models import GNNShape
+
 
 def gnn_of(spec: GraphTrainingSpec, cfg: PartitionConfig) -> tuple[GNNModel, GNNShape]:
     """The spec's GNN and the shape it is built in over `cfg`: input (features and node embedding) and
     classes (as train/node_classification.py builds it)."""
+    # here, not at the top: the models import torch, which `graphtrain validate`, plan's refusals and
+    # a plan without a step time (this module's other work) never need
+    from graphtrain.runtime.models import GNNShape
+
     m = gnn(spec.model) if is_gnn(spec.model.kind) else GraphSAGEModel()  # a KGE spec calibrates one
     feat = (cfg.data.get("ndata") or {}).get("feat")
     in_dim = int(feat["shape"][1]) if feat and m.use_features else 0
@@ -73,6 +79,8 @@ def loads(
 ) -> list[Load]:
     """Each trainer's work per step from the plan's replayed batches (GraphSAGE only: else none): its
     ops, the shards each touches on its host and across hosts, and the all-reduce's ring steps."""
+    from graphtrain.runtime.models import gnn_entry  # here: torch, as in gnn_of
+
     out = []
     shards, hosts, world = spec.num_shards, max(plan.hosts, 1), spec.trainers.replicas
     m, shape = model

@@ -1,0 +1,79 @@
+"""Commands that refuse their arguments, or do no training work, import no torch: torch costs about 2 s
+of CPU to import, which `graphtrain validate` in an editor's loop, a pre-commit hook or a pod failing
+fast on a bad argument paid for a one-line answer (0.7 s without it)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.tree import ROOT
+
+EXAMPLES = ROOT / "examples"
+# the console entry as `graphtrain` runs it; at exit, the heavy modules it imported (JSON, to argv[1])
+PROBE = """
+import atexit, json, sys
+out = sys.argv.pop(1)
+heavy = lambda: sorted(m for m in ("torch", "zmq") if m in sys.modules)
+atexit.register(lambda: open(out, "w").write(json.dumps(heavy())))
+sys.argv[0] = "graphtrain"
+from graphtrain.cli import main
+main()
+"""
+
+
+def imported(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> tuple[int, str, list[str]]:
+    """`graphtrain ARGS`' exit code, stderr and the heavy modules it imported."""
+    out = tmp_path / "modules.json"
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE, str(out), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+        env={**os.environ, **(env or {})},
+    )
+    return done.returncode, done.stderr, json.loads(out.read_text())
+
+
+def broken_spec(tmp_path: Path) -> Path:
+    spec = tmp_path / "broken.yaml"
+    spec.write_text((EXAMPLES / "nations-transe.yaml").read_text().replace("model:", "modl:"))
+    return spec
+
+
+@pytest.mark.parametrize("spec", ["own-data/sbm-sage.yaml", "own-data/family-transe.yaml"])
+def test_validate_checks_a_specs_data_without_torch(tmp_path: Path, spec: str) -> None:
+    code, err, heavy = imported(tmp_path, "validate", str(EXAMPLES / spec))
+    assert (code, err) == (0, "")
+    assert "torch" not in heavy
+
+
+def test_validate_refuses_a_broken_spec_without_torch(tmp_path: Path) -> None:
+    code, err, heavy = imported(tmp_path, "validate", str(broken_spec(tmp_path)))
+    assert code == 1 and "spec.modl: unknown field" in err
+    assert heavy == []
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["--bandwidth", "lots"], "error: --bandwidth 'lots' is not a rate such as '1gbit' or '100mbit'"),
+        (["--out", "costs.json"], "error: --out: only with --calibrate (it writes the measured costs)"),
+    ],
+)
+def test_plan_refuses_its_options_without_torch(tmp_path: Path, args: list[str], said: str) -> None:
+    code, err, heavy = imported(tmp_path, "plan", str(EXAMPLES / "nations-transe.yaml"), *args)
+    assert (code, err.strip()) == (1, said)
+    assert "torch" not in heavy
+
+
+def test_plan_refuses_a_broken_spec_without_torch(tmp_path: Path) -> None:
+    code, err, heavy = imported(tmp_path, "plan", str(broken_spec(tmp_path)))
+    assert code == 1 and "spec.modl: unknown field" in err
+    assert "torch" not in heavy
