@@ -33,31 +33,32 @@ def serve(p: ShardServerParams) -> None:
     tables and their optimizer state live on the GPU and pushes run the CUDA core (runtime/native/cuda.py);
     node data stays in host memory, shared with --shm (storage/placement.py).
     """
-    # here, not at the top: the CLI imports this module, and `graphtrain --help` needs no torch or ZMQ
-    from graphtrain.contract import httpd
-    from graphtrain.runtime import checkpoint as ckpt
-    from graphtrain.runtime.kvstore.serving.fastlane import check_bind
-    from graphtrain.runtime.kvstore.serving.server import Limits, ShardServer
-    from graphtrain.runtime.kvstore.tables.shm import job_prefix
-    from graphtrain.runtime.kvstore.tables.state import ShardTensors
+    # here, not at the top: the CLI imports this module, and `graphtrain --help` needs no ZMQ
     from graphtrain.runtime.kvstore.wire.auth import read_token
-    from graphtrain.runtime.native.memory import keep_freed_memory
 
     for sig in (signal.SIGTERM, signal.SIGINT):  # until it serves (its data loading can take minutes)
         signal.signal(sig, _stop_before_serving)
     check_bind(p.bind)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    shard = hostname_ordinal(socket.gethostname()) if p.shard_from_hostname else p.shard
+    token = read_token(p.token_file)
+    if p.restore and p.checkpoint_root is None:
+        raise GraphtrainError("--restore needs --checkpoint-root")
+    # after the checks above: a refused argument is said without importing torch (2 s of CPU)
+    from graphtrain.contract import httpd
+    from graphtrain.runtime import checkpoint as ckpt
+    from graphtrain.runtime.kvstore.serving.server import Limits, ShardServer
+    from graphtrain.runtime.kvstore.tables.shm import job_prefix
+    from graphtrain.runtime.kvstore.tables.state import ShardTensors
+    from graphtrain.runtime.native.memory import keep_freed_memory
+
     if "OMP_NUM_THREADS" not in os.environ:  # torch's default is the node's cores, not the pod's
         import torch
 
         torch.set_num_threads(cpus.role_threads(None, None))
-    shard = hostname_ordinal(socket.gethostname()) if p.shard_from_hostname else p.shard
-    token = read_token(p.token_file)
     keep_freed_memory()
     restore_from = None
     if p.restore:
-        if p.checkpoint_root is None:
-            raise GraphtrainError("--restore needs --checkpoint-root")
         # a damaged latest falls back to the one before; a damaged or incomplete one is refused at start
         restore_from = ckpt.restore_point(p.checkpoint_root, p.restore, say=log.warning)
         if restore_from is not None:  # a restarted server: `kubectl logs` says what it came back with
@@ -119,6 +120,17 @@ def _stop_before_serving(signum: int, _frame: object) -> None:
     period (PID 1 with no handler: the kernel drops the signal)."""
     os.write(2, f"[shard-server] {signal.Signals(signum).name} before it served: stopping now\n".encode())
     raise SystemExit(128 + signum)
+
+
+def check_bind(bind: str) -> None:
+    """A bind address ZMQ would take otherwise than meant: a tcp:// port past 65535 (ZMQ wraps it round).
+
+    Raises:
+        GraphtrainError: naming the address.
+    """
+    port = bind.rsplit(":", 1)[-1] if bind.startswith("tcp://") else ""
+    if port.isdigit() and int(port) > 65535:
+        raise GraphtrainError(f"--bind {bind}: port {port} is past 65535")
 
 
 def hostname_ordinal(hostname: str) -> int:

@@ -163,17 +163,6 @@ def describe(t: TensorShard) -> bool:
     )
 
 
-def check_bind(bind: str) -> None:
-    """A bind address ZMQ would take otherwise than meant: a tcp:// port past 65535 (ZMQ wraps it round).
-
-    Raises:
-        GraphtrainError: naming the address.
-    """
-    port = bind.rsplit(":", 1)[-1] if bind.startswith("tcp://") else ""
-    if port.isdigit() and int(port) > 65535:
-        raise GraphtrainError(f"--bind {bind}: port {port} is past 65535")
-
-
 def host_of(bind: str) -> str | None:
     """The host of a tcp:// bind address (None for ipc:// or anything else: no fast lane there)."""
     if not bind.startswith("tcp://"):

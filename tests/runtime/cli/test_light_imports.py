@@ -27,16 +27,20 @@ main()
 """
 
 
-def imported(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> tuple[int, str, list[str]]:
-    """`graphtrain ARGS`' exit code, stderr and the heavy modules it imported."""
+def imported(
+    tmp_path: Path, *args: str, env: dict[str, str | None] | None = None
+) -> tuple[int, str, list[str]]:
+    """`graphtrain ARGS`' exit code, stderr and the heavy modules it imported (`env`: set, or unset
+    with None)."""
     out = tmp_path / "modules.json"
+    environ = {k: v for k, v in {**os.environ, **(env or {})}.items() if v is not None}
     done = subprocess.run(
         [sys.executable, "-c", PROBE, str(out), *args],
         capture_output=True,
         text=True,
         timeout=120,
         cwd=ROOT,
-        env={**os.environ, **(env or {})},
+        env=environ,
     )
     return done.returncode, done.stderr, json.loads(out.read_text())
 
@@ -76,4 +80,28 @@ def test_plan_refuses_its_options_without_torch(tmp_path: Path, args: list[str],
 def test_plan_refuses_a_broken_spec_without_torch(tmp_path: Path) -> None:
     code, err, heavy = imported(tmp_path, "plan", str(broken_spec(tmp_path)))
     assert code == 1 and "spec.modl: unknown field" in err
+    assert "torch" not in heavy
+
+
+TOKEN: dict[str, str | None] = {"GRAPHTRAIN_TOKEN": "t" * 32}
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "said"),
+    [
+        ([], {"GRAPHTRAIN_TOKEN": None}, "error: no token: pass --token-file or set GRAPHTRAIN_TOKEN"),
+        (
+            ["--bind", "tcp://127.0.0.1:70000"],
+            TOKEN,
+            "error: --bind tcp://127.0.0.1:70000: port 70000 is past 65535",
+        ),
+        (["--restore", "latest"], TOKEN, "error: --restore needs --checkpoint-root"),
+    ],
+)
+def test_shard_server_refuses_its_arguments_without_torch(
+    tmp_path: Path, args: list[str], env: dict[str, str | None], said: str
+) -> None:
+    # no OMP_NUM_THREADS: the server then sets torch's threads itself, after these checks
+    code, err, heavy = imported(tmp_path, "shard-server", *args, env={**env, "OMP_NUM_THREADS": None})
+    assert (code, err.strip()) == (1, said)
     assert "torch" not in heavy
