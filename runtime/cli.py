@@ -475,14 +475,14 @@ def predict(
     """
     from graphtrain.runtime import checkpoint as ckpt
     from graphtrain.runtime import outputs
-    from graphtrain.runtime import predict as prediction
+    from graphtrain.runtime.predict_options import foreign_options, served_task
     from graphtrain.runtime.report import answer_table
 
     gt = load_yaml(_read(spec_path))
-    served = prediction.served_task(gt)
+    served = served_task(gt)
     given = {"--nodes": nodes is not None, "--embeddings": embeddings, "--head": head is not None}
     given |= {"--relation": relation is not None, "--tail": tail is not None, "-k": top != TOP_DEFAULT}
-    foreign = prediction.foreign_options(gt, given)
+    foreign = foreign_options(gt, given)
     if foreign is not None:
         raise GraphtrainError(foreign)
     if output is not None:
@@ -495,6 +495,9 @@ def predict(
         )
     root = ckpt.resolve_checkpoint(checkpoint)
     cfg = outputs.checkpoint_partition(root, partition)
+    # here, after the checks above: the predictions import torch (2 s of CPU), the refusals need none
+    from graphtrain.runtime import predict as prediction
+
     if served == "pairs":
         assert relation is not None
         cols = prediction.pair_answer(gt, root, cfg, relation, head=head, tail=tail, k=top).columns

@@ -8,42 +8,96 @@
     snapshot.py   copy-on-write snapshots written while training goes on
 
 Callers use the package (`from graphtrain.runtime import checkpoint as ckpt`); the names below are its
-interface.
+interface. Each is imported from its module when first used (PEP 562): pieces.py and restore.py import
+torch, which resolving a checkpoint and reading its checkpoint.json (chain.py, points.py: `graphtrain
+predict`'s and `infer`'s refusals) never need.
 """
 
-from graphtrain.runtime.checkpoint.chain import MANIFEST, TOP
-from graphtrain.runtime.checkpoint.pieces import (
-    FORMAT,
-    FORMAT_VERSION,
-    LATEST,
-    finish_piece,
-    gpu_writer,
-    mark_latest,
-    partition_record,
-    piece_dir,
-    piece_entry,
-    save_keys,
-    save_whole,
-    write_frozen,
-    write_piece,
-    write_top,
-)
-from graphtrain.runtime.checkpoint.points import (
-    BEST,
-    MARKER_MAX_BYTES,
-    latest_verified,
-    mark_best,
-    pieces_of,
-    prune,
-    read_marker,
-    read_top,
-    resolve_checkpoint,
-    resolve_latest,
-    restore_point,
-    saved_config,
-    verify_checkpoint,
-)
-from graphtrain.runtime.checkpoint.restore import export_keyed, export_state, export_table, restore_into
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from graphtrain.runtime.checkpoint.chain import FORMAT, FORMAT_VERSION, LATEST, MANIFEST, TOP
+    from graphtrain.runtime.checkpoint.pieces import (
+        finish_piece,
+        gpu_writer,
+        mark_latest,
+        partition_record,
+        piece_dir,
+        piece_entry,
+        save_keys,
+        save_whole,
+        write_frozen,
+        write_piece,
+        write_top,
+    )
+    from graphtrain.runtime.checkpoint.points import (
+        BEST,
+        MARKER_MAX_BYTES,
+        latest_verified,
+        mark_best,
+        pieces_of,
+        prune,
+        read_marker,
+        read_top,
+        resolve_checkpoint,
+        resolve_latest,
+        restore_point,
+        saved_config,
+        verify_checkpoint,
+    )
+    from graphtrain.runtime.checkpoint.restore import export_keyed, export_state, export_table, restore_into
+
+# each name of the interface: its module, imported on the name's first use
+_HOMES = {
+    **dict.fromkeys(["FORMAT", "FORMAT_VERSION", "LATEST", "MANIFEST", "TOP"], "chain"),
+    **dict.fromkeys(
+        [
+            "finish_piece",
+            "gpu_writer",
+            "mark_latest",
+            "partition_record",
+            "piece_dir",
+            "piece_entry",
+            "save_keys",
+            "save_whole",
+            "write_frozen",
+            "write_piece",
+            "write_top",
+        ],
+        "pieces",
+    ),
+    **dict.fromkeys(
+        [
+            "BEST",
+            "MARKER_MAX_BYTES",
+            "latest_verified",
+            "mark_best",
+            "pieces_of",
+            "prune",
+            "read_marker",
+            "read_top",
+            "resolve_checkpoint",
+            "resolve_latest",
+            "restore_point",
+            "saved_config",
+            "verify_checkpoint",
+        ],
+        "points",
+    ),
+    **dict.fromkeys(["export_keyed", "export_state", "export_table", "restore_into"], "restore"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{_HOMES[name]}"), name)
+    globals()[name] = value  # once: later uses find it as if imported at the top
+    return value
+
 
 __all__ = [
     "BEST",

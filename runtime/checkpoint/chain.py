@@ -27,8 +27,11 @@ from graphtrain.runtime.data.npz import load_array
 from graphtrain.runtime.dtypes import NUMPY
 from graphtrain.runtime.errors import DataError
 
+FORMAT = "graphtrain-checkpoint"
+FORMAT_VERSION = 1
 TOP = "checkpoint.json"
 MANIFEST = "manifest.json"
+LATEST = "LATEST"
 ROWS = "rows.npy"  # a delta piece's rows, local to the piece
 
 Piece = tuple[Path, dict[str, Any], Path]  # (checkpoint directory, piece manifest, piece directory)

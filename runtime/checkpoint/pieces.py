@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from graphtrain.runtime.checkpoint.chain import MANIFEST, TOP
+from graphtrain.runtime.checkpoint.chain import FORMAT, FORMAT_VERSION, LATEST, MANIFEST, TOP
 from graphtrain.runtime.data.cache import (
     atomic_dir,
     atomic_file,
@@ -47,9 +47,6 @@ from graphtrain.runtime.storage.shard import TensorShard
 
 if TYPE_CHECKING:
     from graphtrain.runtime.partition.format import PartitionConfig
-
-FORMAT = "graphtrain-checkpoint"
-FORMAT_VERSION = 1
 
 
 def piece_dir(root: Path, name: str, lo: int, hi: int) -> Path:
@@ -149,9 +146,6 @@ def write_top(
     }
     write_json(root / TOP, top)
     return root / TOP
-
-
-LATEST = "LATEST"
 
 
 def mark_latest(root: Path, rel: str) -> None:

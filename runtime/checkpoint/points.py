@@ -15,18 +15,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from graphtrain.runtime.checkpoint import chain
-from graphtrain.runtime.checkpoint.chain import MANIFEST, TOP
+from graphtrain.runtime.checkpoint.chain import FORMAT, FORMAT_VERSION, LATEST, MANIFEST, TOP
 from graphtrain.runtime.data.cache import (
     atomic_file,
     read_json,
     verify_files,
 )
 from graphtrain.runtime.errors import DataError
-from graphtrain.runtime.optim import OptimConfig
 
 if TYPE_CHECKING:
-    pass
-from graphtrain.runtime.checkpoint.pieces import FORMAT, FORMAT_VERSION, LATEST
+    from graphtrain.runtime.optim import OptimConfig
 
 MARKER_MAX_BYTES = 4096
 
@@ -272,6 +270,10 @@ def saved_config(
     Raises:
         DataError: naming the mismatch.
     """
+    # here, not at the top: the optimizers import torch, which resolving and reading a checkpoint
+    # (`graphtrain predict`'s and `infer`'s refusals) never needs
+    from graphtrain.runtime.optim import OptimConfig
+
     saved = (first["num_rows"], tuple(first["row_shape"]), first["dtype"])
     if saved != table:
         raise DataError(

@@ -105,3 +105,32 @@ def test_shard_server_refuses_its_arguments_without_torch(
     code, err, heavy = imported(tmp_path, "shard-server", *args, env={**env, "OMP_NUM_THREADS": None})
     assert (code, err.strip()) == (1, said)
     assert "torch" not in heavy
+
+
+@pytest.mark.parametrize(
+    ("spec", "args", "said"),
+    [
+        (
+            "nations-transe.yaml",
+            ["--head", "brazil", "--nodes", "1"],
+            "error: task kge does not read --nodes (it reads --head, --relation, --tail, -k)",
+        ),
+        (
+            "nations-transe.yaml",
+            ["--head", "brazil"],
+            "error: task kge: ask with --relation and --head (or --tail)",
+        ),
+        (
+            "own-data/sbm-sage.yaml",
+            [],
+            "error: task nodeClassification: predictions are per node: give -o OUT.parquet or OUT.csv",
+        ),
+        ("nations-transe.yaml", ["--head", "brazil", "--relation", "x"], "error: nope: no such checkpoint"),
+    ],
+)
+def test_predict_refuses_its_arguments_without_torch(
+    tmp_path: Path, spec: str, args: list[str], said: str
+) -> None:
+    code, err, heavy = imported(tmp_path, "predict", "nope", "--spec", str(EXAMPLES / spec), *args)
+    assert (code, err.strip()) == (1, said)
+    assert "torch" not in heavy

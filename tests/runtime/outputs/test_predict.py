@@ -313,7 +313,7 @@ def test_options_of_another_task_are_refused_not_ignored() -> None:
     import yaml
 
     from graphtrain.contract.spec import load_yaml
-    from graphtrain.runtime.predict import foreign_options
+    from graphtrain.runtime.predict_options import foreign_options
 
     examples = Path(__file__).parents[3] / "examples"
     sage = load_yaml((examples / "wordnet-sage.yaml").read_text())
