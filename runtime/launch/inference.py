@@ -48,7 +48,7 @@ def partition(gt: GraphTraining, spec_dir: Path, run_dir: Path) -> Path:
             the output is a path an inference may not replace."""
     from graphtrain.runtime.checkpoint import resolve_checkpoint  # imported here: the
     from graphtrain.runtime.outputs import checkpoint_partition  # launcher's own imports stay torch-free
-    from graphtrain.runtime.train.inference import check_output, clear_staging, staging_of
+    from graphtrain.runtime.train.inference_output import check_output, clear_staging, staging_of
 
     root = resolve_checkpoint(_checkpoint(gt, spec_dir))
     found = checkpoint_partition(root).path

@@ -7,16 +7,14 @@ GraphTraining status schema. A process that fails stops the run with its name, e
 of its log; with runPolicy.backoffLimit > 0 the trainers (and any dead shard server) are started again
 from the last complete checkpoint instead, up to that many times. A stall (no progress for
 runPolicy.stallTimeoutSeconds) is reported as the operator reports it (Stalled in status.json, a line),
-or with runPolicy.stallPolicy Restart restarts the trainers as a failure does. Ctrl-C or a deadline
-stop every process. Standalone mode runs one trainer whose
-shards live in its own process: no servers, no sockets.
+or with runPolicy.stallPolicy Restart restarts the trainers as a failure does. Ctrl-C or a deadline stop every
+process. Standalone mode runs one trainer whose shards live in its own process: no servers, no sockets.
 
 One launcher owns a run directory at a time (a lock held for its lifetime), and its children die with
 it even when it is SIGKILLed (the kernel's parent-death signal), so a launch never meets the processes
 of an earlier one. Each launch writes a fresh token, so its shared-memory names are its own.
 
-It never deletes checkpoints unasked: without --resume or --overwrite, a directory that holds some is
-refused.
+It never deletes checkpoints unasked: without --resume or --overwrite, a directory that holds some is refused.
 
 Each launch starts fresh logs (the previous launches' are kept as <name>.log.1, .2, .3); a failure
 shows the end of the failed process' own output and names the signal that killed it, if one did.
@@ -41,8 +39,7 @@ it in its ready line, a trainer writes it to its port file, plan.port_file), the
 executor-level training metrics, launch/metrics.py). The launcher keeps <run_dir>/prometheus/targets.json
 (Prometheus file_sd, launch/targets.py) up to date: rewritten as ports become known, and when a
 restarted process comes back on a new one. Callers add targets of their own with add_target() (the API
-of `graphtrain run --api`).
-"""
+of `graphtrain run --api`)."""
 
 from __future__ import annotations
 
@@ -268,9 +265,9 @@ class LocalRun:
         return spawn(p, self.run_dir / "logs", announces, self.zygote)
 
     def _start_zygote(self) -> None:
-        """The process the servers and trainers fork from (launch/zygote.py), started now so that its
-        torch import overlaps the partitioning. None with simulated hosts (each process starts in its
-        host's namespace) or GRAPHTRAIN_ZYGOTE=0; a zygote that fails leaves the plain start."""
+        """The process the servers and trainers fork from (launch/zygote.py), started first so that its
+        torch import overlaps the partitioning (an inference's after its checks). None with simulated
+        hosts (each in its host's namespace) or GRAPHTRAIN_ZYGOTE=0; one that fails leaves the plain start."""
         if self.hosts is not None or os.environ.get("GRAPHTRAIN_ZYGOTE", "1") == "0":
             return
         logs = self.run_dir / "logs"
@@ -528,12 +525,15 @@ class LocalRun:
 
     def _launch(self) -> dict:
         try:
-            self._start_zygote()
+            if not inference.inferring(self.gt):  # at once: its torch import overlaps the partitioning
+                self._start_zygote()
             self._serve_metrics()
             self.obs.phase = Phase.partitioning.value
             self.write_status()
             self.write_targets()
             partition = self.partition()
+            if inference.inferring(self.gt):  # after its checks (inference.partition): a refusal starts none
+                self._start_zygote()
             self._drop_checkpoints()
             if st := (self.obs.partition or {}).get("stats"):
                 self.say(

@@ -8,15 +8,12 @@ The output directory is replaced whole and at once: the trainers write their par
 directory beside it, and rank 0 renames it into place after writing manifest.json (what each part
 holds, the checkpoint and the rows), so a reader never sees a half-written output. Only an earlier
 inference's output (its manifest says so, and it holds nothing else) is replaced; any other existing
-path is refused.
+path is refused (inference_output.py: those rules, which the launcher checks too).
 """
 
 from __future__ import annotations
 
-import fcntl
-import json
 import os
-import re
 import shutil
 import time
 from pathlib import Path
@@ -32,106 +29,17 @@ from graphtrain.runtime.errors import GraphtrainError
 from graphtrain.runtime.graph import DistGraph
 from graphtrain.runtime.partition.format import load_maps, load_names
 from graphtrain.runtime.train.dist import Dist
+from graphtrain.runtime.train.inference_output import (
+    KIND,
+    MANIFEST,
+    check_output,
+    clear_staging,
+    lock_output,
+    output_path,
+    staging_of,
+)
 from graphtrain.runtime.train.reporter import log
 from graphtrain.runtime.train.resumable import check_inferable
-
-MANIFEST = "manifest.json"
-KIND = "graphtrain-inference"
-
-
-PART = re.compile(r"(edges-)?part-\d{5}\.parquet")
-
-
-def output_path(out: Path | str) -> Path:
-    """`out` made absolute with its parent directories resolved but not its own name: a symlink planted
-    there stays a symlink (check_output refuses it), rather than leading the replacement elsewhere."""
-    p = Path(os.path.abspath(out))
-    return p.parent.resolve() / p.name
-
-
-def staging_of(out: Path) -> Path:
-    """Where the parts are written before the output is renamed into place: a sibling of `out`."""
-    return out.with_name(f".{out.name}.staging")
-
-
-def clear_staging(staging: Path, remove: bool = True) -> None:
-    """Remove a staging directory a failed inference left (its parts and manifest only); anything else
-    there (a symlink, a file, a directory holding other files) is refused, not deleted. remove=False
-    only checks (the launcher, before any process starts and without the output's lock: the staging
-    directory may be a running inference's, which rank 0 then finds locked).
-
-    Raises:
-        GraphtrainError: naming the path."""
-    if not staging.exists() and not staging.is_symlink():
-        return
-    if staging.is_symlink() or not staging.is_dir():
-        raise GraphtrainError(
-            f"inference.output: {staging} exists and is not an inference's staging directory: move it"
-        )
-    others = sorted(p.name for p in staging.iterdir() if p.name != MANIFEST and not PART.fullmatch(p.name))
-    if others:
-        raise GraphtrainError(
-            f"inference.output: {staging} holds files an inference did not write ({', '.join(others[:3])}): "
-            "move them"
-        )
-    if remove:
-        shutil.rmtree(staging)
-
-
-def lock_output(out: Path) -> int:
-    """An exclusive lock on `out`'s lock file (a sibling), held by rank 0 from clearing the staging
-    directory to the output's rename: a second inference into the same output (from another run
-    directory) is refused rather than clearing the first one's staging directory while its trainers
-    write there, or publishing a manifest beside the other's parts. The descriptor is the lock: closed
-    (or the process gone), it is released.
-
-    Raises:
-        GraphtrainError: another inference holds it."""
-    path = out.with_name(f".{out.name}.lock")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    try:  # a link planted at its name is not followed
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    except OSError as exc:
-        raise GraphtrainError(f"inference.output: cannot open {path} ({exc.strerror})") from None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        raise GraphtrainError(
-            f"inference.output: another inference is writing {out} (it holds {path.name}): wait for it, "
-            "or give another output"
-        ) from None
-    return fd
-
-
-def check_output(out: Path) -> None:
-    """Refuse an existing `out` that is not an earlier inference's output (nothing else is replaced).
-
-    Raises:
-        GraphtrainError: naming the path and what it holds.
-    """
-    if not out.exists() and not out.is_symlink():
-        return
-    manifest = out / MANIFEST
-    try:
-        doc = json.loads(manifest.read_text()) if out.is_dir() and not out.is_symlink() else None
-        ok = isinstance(doc, dict) and doc.get("kind") == KIND
-    except (OSError, ValueError):
-        doc, ok = None, False
-    if not ok:
-        raise GraphtrainError(
-            f"inference.output {out}: exists and is not an earlier inference's output (no {MANIFEST} of "
-            "one): name a new directory"
-        )
-    assert isinstance(doc, dict)
-    ours = {MANIFEST, *map(str, doc.get("parts") or []), *map(str, doc.get("edge_parts") or [])}
-    others = sorted(p.name for p in out.iterdir() if p.name not in ours)
-    if others:  # the whole directory is replaced: nothing it did not write may go with it
-        shown = ", ".join(others[:3]) + (", ..." if len(others) > 3 else "")
-        raise GraphtrainError(
-            f"inference.output {out}: holds files an inference did not write ({shown}); move them, or "
-            "name a new directory"
-        )
 
 
 def original_ids(graph: DistGraph, lo: int, hi: int) -> dict[str, np.ndarray]:

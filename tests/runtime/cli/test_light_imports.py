@@ -134,3 +134,16 @@ def test_predict_refuses_its_arguments_without_torch(
     code, err, heavy = imported(tmp_path, "predict", "nope", "--spec", str(EXAMPLES / spec), *args)
     assert (code, err.strip()) == (1, said)
     assert "torch" not in heavy
+
+
+def test_a_refused_inference_starts_no_process_and_imports_no_torch(tmp_path: Path) -> None:
+    """Its launcher started the zygote (launch/zygote.py: torch, ~2.5 s of CPU) before its checks, and
+    the checks imported torch too: a missing checkpoint took ~5 s of CPU to say so."""
+    run_dir = tmp_path / "run"
+    spec = str(EXAMPLES / "own-data" / "sbm-sage.yaml")
+    code, err, heavy = imported(
+        tmp_path, "infer", str(tmp_path / "nowhere"), "--spec", spec, "--run-dir", str(run_dir)
+    )
+    assert (code, err.strip()) == (1, f"error: {tmp_path / 'nowhere'}: no such checkpoint")
+    assert "torch" not in heavy
+    assert not (run_dir / "logs" / "zygote.log").exists()  # the zygote's log: it never started

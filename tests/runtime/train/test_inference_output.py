@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from graphtrain.runtime.errors import GraphtrainError
-from graphtrain.runtime.train.inference import (
+from graphtrain.runtime.train.inference_output import (
     KIND,
     MANIFEST,
     check_output,
@@ -101,7 +101,7 @@ def test_a_checkpoint_without_a_server_tables_rows_is_refused(
 def test_a_second_inference_into_the_same_output_is_refused_while_the_first_holds_it(tmp_path: Path) -> None:
     """Two inferences from different run directories into one output: the second's rank 0 would clear
     the first's staging directory while its trainers write there. The output's lock refuses it."""
-    from graphtrain.runtime.train.inference import lock_output
+    from graphtrain.runtime.train.inference_output import lock_output
 
     out = tmp_path / "deep" / "res"
     first = lock_output(out)
