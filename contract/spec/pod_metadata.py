@@ -52,7 +52,8 @@ LONG_PREFIX: Final = "^[^/]{254,}/"  # a key's DNS prefix is at most 253 charact
 
 def bad_key(key: str) -> bool:
     """Whether `key` is no qualified name (the API server's rule for label and annotation keys)."""
-    return re.match(KEY, key) is None or re.match(LONG_PREFIX, key) is not None
+    # fullmatch, not match: Python's `$` also matches before a final newline, RE2's (CEL's) does not
+    return re.fullmatch(KEY, key) is None or re.match(LONG_PREFIX, key) is not None
 
 
 def own_key(key: str) -> bool:

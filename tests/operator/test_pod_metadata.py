@@ -94,6 +94,8 @@ def test_the_operators_own_keys_win_over_a_spec_that_got_past_the_rules() -> Non
         ),
         ({"annotations": {"scheduling.k8s.io/group-name": "g"}}, "spec.scheduling sets the group keys"),
         ({"labels": {"-team": "a"}}, "label key '-team' is not a qualified name"),
+        ({"labels": {"team\n": "a"}}, "is not a qualified name"),
+        ({"annotations": {"team\n": "a"}}, "is not a qualified name"),
         ({"labels": {"Example.com/team": "a"}}, "label key 'Example.com/team' is not a qualified name"),
         ({"annotations": {"x/" + "a" * 64: "v"}}, "is not a qualified name"),
         ({"labels": {"team": "a" * 64}}, "spec.podMetadata.labels.team"),
