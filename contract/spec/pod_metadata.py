@@ -9,9 +9,10 @@ every pod alike.
 
 Checked as the API server checks a pod's metadata (ValidateLabels, ValidateAnnotations): keys are
 qualified names, label values at most 63 characters of A-Z a-z 0-9 - _ ., the annotations' keys and
-values together at most MAX_ANNOTATION_CHARS. The operator's own keys are refused, not overridden: its
-labels select the pods (Services, NetworkPolicies, the REST API), and the group keys of spec.scheduling
-(Kueue, gangs) set here alone would admit the pods one by one.
+values together at most MAX_ANNOTATION_BYTES (UTF-8 bytes, as the API server counts them). The
+operator's own keys are refused, not overridden: its labels select the pods (Services,
+NetworkPolicies, the REST API), and the group keys of spec.scheduling (Kueue, gangs) set here alone
+would admit the pods one by one.
 
 Why a change is refused once the training started, as any placement field is (operator/stages.py
 MUTABLE): a new template on the shard servers' StatefulSet rolls them, each restart losing the updates
@@ -21,7 +22,7 @@ since the last checkpoint, and a restart of the trainers would run pods of two m
 from __future__ import annotations
 
 import re
-from typing import Final
+from typing import Annotated, Final
 
 from pydantic import Field
 
@@ -30,7 +31,7 @@ from graphtrain.contract.spec.placement import LabelValue
 from graphtrain.contract.spec.rules import Rule, add_rules
 
 MAX_KEYS: Final = 64  # labels, annotations: a bound for the CRD's CEL cost, far above what policies ask
-MAX_ANNOTATION_CHARS: Final = 128 * 1024
+MAX_ANNOTATION_BYTES: Final = 128 * 1024
 """Half the API server's 256 KiB of a pod's annotations: the rest is left to the operator's own and to
 what admission adds (Istio's sidecar.istio.io/status, Kueue's)."""
 
@@ -61,8 +62,10 @@ def own_key(key: str) -> bool:
     return key.startswith(OWN_PREFIX) or key in OWN_KEYS
 
 
-def annotation_chars(annotations: dict[str, str]) -> int:
-    return sum(len(k) + len(v) for k, v in annotations.items())
+def annotation_bytes(annotations: dict[str, str]) -> int:
+    """Their size as the API server counts it (UTF-8 bytes): 'é' is 2, an emoji 4, not 1 character.
+    The keys' characters (a valid key is ASCII), as _BYTES counts them."""
+    return sum(len(k) + len(v.encode()) for k, v in annotations.items())
 
 
 class PodMetadata(SpecModel):
@@ -74,11 +77,11 @@ class PodMetadata(SpecModel):
         description="Labels of every pod: keys [prefix/]name (name 1-63 of A-Z a-z 0-9 - _ ., prefix a DNS "
         "subdomain), values at most 63 such characters.",
     )
-    annotations: dict[str, str] = Field(
+    annotations: dict[str, Annotated[str, Field(max_length=MAX_ANNOTATION_BYTES)]] = Field(
         default_factory=dict,
         max_length=MAX_KEYS,
         description=f"Annotations of every pod: keys as labels', keys and values together at most "
-        f"{MAX_ANNOTATION_CHARS} characters.",
+        f"{MAX_ANNOTATION_BYTES} bytes (UTF-8).",
     )
 
 
@@ -127,6 +130,10 @@ def _keys_rules(field: str, what: str) -> tuple[Rule, Rule]:
     )
 
 
+# CEL's size() of a string counts code points; bytes() of an unbounded string is over the CRD's cost
+# budget, hence the values' maxLength (a key's size is unbounded, but a valid one is ASCII)
+_BYTES = "size(k) + size(bytes(self.annotations[k]))"
+
 add_rules(
     PodMetadata,
     *_keys_rules("labels", "label"),
@@ -134,14 +141,14 @@ add_rules(
     Rule(
         "pod-annotations-size",
         "annotations",
-        lambda m: annotation_chars(m.annotations) <= MAX_ANNOTATION_CHARS,
-        cel=f"self.annotations.map(k, size(k) + size(self.annotations[k])).sum() <= {MAX_ANNOTATION_CHARS}",
-        message=f"keys and values together are %d characters, above {MAX_ANNOTATION_CHARS} (the API server "
+        lambda m: annotation_bytes(m.annotations) <= MAX_ANNOTATION_BYTES,
+        cel=f"self.annotations.map(k, {_BYTES}).sum() <= {MAX_ANNOTATION_BYTES}",
+        message=f"keys and values together are %d bytes, above {MAX_ANNOTATION_BYTES} (the API server "
         "takes 256 KiB of a pod's annotations, the operator's and admission's included)",
         args=(
             (
-                "self.annotations.map(k, size(k) + size(self.annotations[k])).sum()",
-                lambda m: annotation_chars(m.annotations),
+                f"self.annotations.map(k, {_BYTES}).sum()",
+                lambda m: annotation_bytes(m.annotations),
             ),
         ),
     ),

@@ -351,7 +351,8 @@ BREAKS |= {
     "pod-label-own-keys": _pod_metadata(labels={"graphtrain.io/role": "trainer"}),
     "pod-annotation-keys": _pod_metadata(annotations={"a" * 254 + "/inject": "false"}),
     "pod-annotation-own-keys": _pod_metadata(annotations={"kueue.x-k8s.io/queue-name": "q"}),
-    "pod-annotations-size": _pod_metadata(annotations={f"note-{i}": "x" * 4000 for i in range(33)}),
+    # bytes, not characters, as the API server counts: 66198 characters, 132198 bytes
+    "pod-annotations-size": _pod_metadata(annotations={f"note-{i}": "\u00e9" * 2000 for i in range(33)}),
 }
 
 # field constraints outside the rules: (document, where the CRD refuses it too). The CRD's structural

@@ -100,7 +100,8 @@ def test_the_operators_own_keys_win_over_a_spec_that_got_past_the_rules() -> Non
         ({"annotations": {"x/" + "a" * 64: "v"}}, "is not a qualified name"),
         ({"labels": {"team": "a" * 64}}, "spec.podMetadata.labels.team"),
         ({"labels": {"team": "a b"}}, "spec.podMetadata.labels.team"),
-        ({"annotations": {"big": "x" * 131_070}}, "are 131073 characters, above 131072"),
+        ({"annotations": {"big": "x" * 131_070}}, "are 131073 bytes, above 131072"),
+        ({"annotations": {"big": "\u00e9" * 65_535}}, "are 131073 bytes, above 131072"),
     ],
 )
 def test_a_wrong_pod_metadata_is_refused_naming_the_key(meta: dict, needle: str) -> None:
