@@ -37,7 +37,7 @@ def _label_key(key: str) -> str:
     at most 63 characters. Checked here, not by the CRD (a structural schema cannot constrain keys):
     a wrong key makes the operator say SpecValid False instead of the API server refusing the pods."""
     prefix, _, _name = key.rpartition("/")
-    if len(prefix) > 253 or not _LABEL_KEY.match(key):
+    if len(prefix) > 253 or not _LABEL_KEY.fullmatch(key):  # match: its `$` passed "zone\n"
         raise ValueError(
             f"{key!r} is not a label key (an optional DNS prefix and '/', then 1-63 of A-Z a-z 0-9 - _ .)"
         )

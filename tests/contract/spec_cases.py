@@ -374,6 +374,10 @@ FIELD_BREAKS: dict[str, tuple[Doc, bool]] = {
         edit(GRAPHSAGE, lambda s: s.update(trainers={"nodeSelector": {"bad key!": "x"}})),
         False,
     ),
+    "node-selector-key-newline": (  # Python's `$` matches before a final newline; the API server's not
+        edit(GRAPHSAGE, lambda s: s.update(trainers={"nodeSelector": {"zone\n": "a"}})),
+        False,
+    ),
     "node-selector-value": (
         edit(GRAPHSAGE, lambda s: s.update(trainers={"nodeSelector": {"pool": "bad value!"}})),
         True,
