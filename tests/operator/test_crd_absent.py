@@ -8,7 +8,6 @@ session's has the CRD."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -25,9 +24,13 @@ pytestmark = pytest.mark.timeout(120)
 
 @pytest.fixture(scope="module")
 def bare(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    if os.environ.get("GRAPHTRAIN_TEST_KUBECONFIG"):
-        pytest.skip("needs an API server of its own, whose CRD it deletes")
-    yield from k8s.own_api_server(tmp_path_factory, "crd-absent-apiserver")
+    """Always a private API server, never the user's test cluster ($GRAPHTRAIN_TEST_KUBECONFIG): the
+    tests delete its CRD."""
+    run = tmp_path_factory.mktemp("crd-absent-apiserver")
+    try:
+        yield k8s.start(run, k8s.testenv_bin())
+    finally:
+        k8s.stop(run)
 
 
 def operator(kubeconfig: str) -> subprocess.CompletedProcess[str]:
