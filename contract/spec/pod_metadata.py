@@ -22,6 +22,7 @@ since the last checkpoint, and a restart of the trainers would run pods of two m
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Annotated, Final
 
 from pydantic import Field
@@ -94,38 +95,40 @@ DESCRIPTION: Final = (
 )
 
 
+def _no_key_rule(field: str, name: str, bad: Callable[[str], bool], cel_bad: str, message: str) -> Rule:
+    """A rule that no key of map `field` is `bad` (`cel_bad`: the same test of `k` in CEL), naming the
+    first that is in `message`'s %s."""
+    return Rule(
+        name,
+        field,
+        lambda m: not any(bad(k) for k in getattr(m, field)),
+        cel=f"self.{field}.all(k, !({cel_bad}))",
+        message=message,
+        args=(
+            (f"self.{field}.filter(k, {cel_bad})[0]", lambda m: next(k for k in getattr(m, field) if bad(k))),
+        ),
+    )
+
+
 def _keys_rules(field: str, what: str) -> tuple[Rule, Rule]:
     """The rules on the keys of map `field`: qualified names, none of the operator's."""
     own = " || ".join([f"k.startsWith('{OWN_PREFIX}')", *(f"k == '{k}'" for k in OWN_KEYS)])
-    bad = f"!k.matches('{KEY}') || k.matches('{LONG_PREFIX}')"
     return (
-        Rule(
+        _no_key_rule(
+            field,
             f"pod-{what}-keys",
-            field,
-            lambda m: not any(bad_key(k) for k in getattr(m, field)),
-            cel=f"self.{field}.all(k, !({bad}))",
-            message=f"{what} key '%s' is not a qualified name: an optional DNS prefix of at most 253 "
-            "characters and '/', then 1-63 of A-Z a-z 0-9 - _ . starting and ending alphanumeric",
-            args=(
-                (
-                    f"self.{field}.filter(k, {bad})[0]",
-                    lambda m: next(k for k in getattr(m, field) if bad_key(k)),
-                ),
-            ),
+            bad_key,
+            f"!k.matches('{KEY}') || k.matches('{LONG_PREFIX}')",
+            f"{what} key '%s' is not a qualified name: an optional DNS prefix of at most 253 characters and "
+            "'/', then 1-63 of A-Z a-z 0-9 - _ . starting and ending alphanumeric",
         ),
-        Rule(
-            f"pod-{what}-own-keys",
+        _no_key_rule(
             field,
-            lambda m: not any(own_key(k) for k in getattr(m, field)),
-            cel=f"self.{field}.all(k, !({own}))",
-            message=f"{what} key '%s' is the operator's own (graphtrain.io/ keys, "
-            f"{', '.join(OWN_KEYS)}): it sets it on every pod itself; spec.scheduling sets the group keys",
-            args=(
-                (
-                    f"self.{field}.filter(k, {own})[0]",
-                    lambda m: next(k for k in getattr(m, field) if own_key(k)),
-                ),
-            ),
+            f"pod-{what}-own-keys",
+            own_key,
+            own,
+            f"{what} key '%s' is the operator's own (graphtrain.io/ keys, {', '.join(OWN_KEYS)}): it sets it "
+            "on every pod itself; spec.scheduling sets the group keys",
         ),
     )
 
