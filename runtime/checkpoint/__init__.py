@@ -99,6 +99,12 @@ def __getattr__(name: str) -> Any:
     return value
 
 
+def __dir__() -> list[str]:
+    """The names not yet used too (dir(), a REPL's completion): __getattr__ imports them on use."""
+    return sorted({*globals(), *_HOMES})
+
+
+# literal, for linters and type checkers (tests/runtime/cli/test_light_imports.py: equal to _HOMES')
 __all__ = [
     "BEST",
     "FORMAT",

@@ -162,3 +162,18 @@ def test_a_refused_inference_starts_no_process_and_imports_no_torch(tmp_path: Pa
     assert (code, err.strip()) == (1, f"error: {tmp_path / 'nowhere'}: no such checkpoint")
     assert "torch" not in heavy
     assert not (run_dir / "logs" / "zygote.log").exists()  # the zygote's log: it never started
+
+
+def test_the_lazy_checkpoint_package_lists_and_serves_every_name() -> None:
+    """Its interface is written twice (a literal __all__ for linters, _HOMES for __getattr__): the two
+    agree, and each name resolves to its module's object."""
+    import importlib
+
+    from graphtrain.runtime import checkpoint
+
+    homes = checkpoint._HOMES  # noqa: SLF001 - the package's own table
+    assert sorted(checkpoint.__all__) == sorted(homes)
+    assert set(homes) <= set(dir(checkpoint))
+    for name, module in homes.items():
+        home = importlib.import_module(f"graphtrain.runtime.checkpoint.{module}")
+        assert getattr(checkpoint, name) is getattr(home, name), name
