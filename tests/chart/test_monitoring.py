@@ -27,6 +27,7 @@ from graphtrain.operator import config as operator_config
 from graphtrain.operator import manifests, workers
 from tests.chart.chart import CHART, NAMESPACE, ROOT, find, helm, one, render
 from tests.observability import promql
+from tests.selectors import selects
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -250,31 +251,14 @@ def test_the_pod_monitor_finds_the_shard_servers_and_trainers_the_operator_makes
     pods["worker"] = worker
     for role, pod in pods.items():
         labels = pod["metadata"]["labels"]
-        assert matches(spec["selector"], labels), role
+        assert selects(spec["selector"], labels), role
         containers = [*pod["spec"].get("initContainers", []), *pod["spec"]["containers"]]
         for c in containers:  # each container's metrics port kept, nothing else
             kept = [p for p in c.get("ports", []) if re.fullmatch(keep["regex"], p["name"])]
             assert [p["containerPort"] for p in kept] in ([9090], [9091]), (role, c["name"], kept)
     partition = manifests.partition_job(owner, gt, config)["spec"]["template"]["metadata"]["labels"]
-    assert not matches(spec["selector"], partition)  # it serves no metrics
+    assert not selects(spec["selector"], partition)  # it serves no metrics
     assert find(render(), "PodMonitor") == []
-
-
-def matches(selector: dict[str, Any], labels: dict[str, str]) -> bool:
-    """A LabelSelector's verdict on labels (matchLabels and the In/NotIn/Exists/DoesNotExist operators)."""
-    if not selector.get("matchLabels", {}).items() <= labels.items():
-        return False
-    for expr in selector.get("matchExpressions", []):
-        key, op, values = expr["key"], expr["operator"], expr.get("values", [])
-        verdict = {
-            "In": labels.get(key) in values,
-            "NotIn": labels.get(key) not in values,
-            "Exists": key in labels,
-            "DoesNotExist": key not in labels,
-        }[op]
-        if not verdict:
-            return False
-    return True
 
 
 def test_the_pod_monitors_targets_are_open_to_prometheus_through_the_trainings_policies() -> None:

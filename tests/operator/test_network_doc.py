@@ -12,6 +12,7 @@ import yaml
 
 from graphtrain.operator.manifests import FAST_PORT, RENDEZVOUS_PORT, SHARD_PORT
 from tests.operator.test_pod_metadata import LAYOUTS, _pods
+from tests.selectors import selects
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "network.md"
 Labels = dict[str, str]
@@ -21,24 +22,6 @@ def policies() -> dict[str, dict]:
     blocks = re.findall(r"```yaml\n(.*?)```", DOC.read_text(), re.S)
     assert len(blocks) == 1
     return {p["metadata"]["name"]: p for p in yaml.safe_load_all(blocks[0])}
-
-
-def selects(selector: dict, labels: Labels) -> bool:
-    """A label selector's verdict on `labels` (matchLabels; matchExpressions In, NotIn, Exists,
-    DoesNotExist), as the API server's."""
-    if any(labels.get(k) != v for k, v in (selector.get("matchLabels") or {}).items()):
-        return False
-    for e in selector.get("matchExpressions") or []:
-        key, op, values = e["key"], e["operator"], e.get("values") or []
-        ok = {
-            "In": labels.get(key) in values,
-            "NotIn": key not in labels or labels[key] not in values,
-            "Exists": key in labels,
-            "DoesNotExist": key not in labels,
-        }[op]
-        if not ok:
-            return False
-    return True
 
 
 def pods() -> dict[str, Labels]:
