@@ -36,13 +36,18 @@ class Composed(TyperGroup):
 
 
 def one_line_help(command: Any) -> None:
-    """The first paragraph of each command's docstring as its line in a group's command list, its
-    wrapped lines joined: typer's rich list keeps a docstring's line breaks, which cut sentences there
-    ("and the graph it" / "holds")."""
+    """Each paragraph of each command's docstring unwrapped, the first also its line in a group's
+    command list: typer's rich help keeps a docstring's line breaks (0.29 no longer joins them past
+    the first paragraph), which cut sentences where the source wrapped ("and each layer runs" /
+    "over every node") at any width but the source's."""
     for sub in getattr(command, "commands", {}).values():  # a group's (typer's vendored click)
         one_line_help(sub)
-    if command.help and not command.short_help:
-        command.short_help = " ".join(inspect.cleandoc(command.help).split("\n\n")[0].split())
+    if not command.help:
+        return
+    paragraphs = [" ".join(p.split()) for p in inspect.cleandoc(command.help).split("\n\n")]
+    command.help = "\n\n".join(paragraphs)
+    if not command.short_help:
+        command.short_help = paragraphs[0]
 
 
 app = typer.Typer(

@@ -68,6 +68,17 @@ def test_the_command_lists_join_a_docstrings_wrapped_lines() -> None:
     assert lines and all(line.split("│")[1].strip() for line in lines), data.output  # no continuation lines
 
 
+def test_a_commands_help_joins_its_docstrings_wrapped_lines() -> None:
+    """typer 0.29 keeps the line breaks of a docstring's later paragraphs: `infer --help` cut "and
+    each layer runs" from "over every node" at every width but the source's."""
+    wide = runner.invoke(app, ["infer", "--help"], env={"COLUMNS": "300"})
+    assert wide.exit_code == 0 and "and each layer runs over every node with every neighbour" in wide.output
+    narrow = runner.invoke(app, ["validate", "--help"], env={"COLUMNS": "60"})
+    body = [line.strip() for line in narrow.output.splitlines() if line.strip() and "│" not in line]
+    assert body and max(len(line) for line in body) <= 60, narrow.output  # rewrapped to the width
+    assert "checked against what the model needs" in " ".join(body), narrow.output
+
+
 def test_version_is_the_packages() -> None:
     pyproject = tomllib.loads((Path(__file__).parents[3] / "pyproject.toml").read_text())
     expected = f"graphtrain {pyproject['project']['version']}\n"
