@@ -14,6 +14,7 @@ default (an object's is left out: its fields say theirs), which `kubectl explain
 
 from __future__ import annotations
 
+import hashlib
 import json
 from typing import Any
 
@@ -169,54 +170,73 @@ def openapi_schema() -> dict[str, Any]:
     }
 
 
+# The digest of the CRD's spec, on the CRD itself: the operator compares the served CRD's with its own
+# (helm installs a chart's crds/ once and never upgrades them, so a chart upgrade can leave the API
+# server pruning the fields a newer operator writes). The API server adds defaults to a stored CRD's
+# spec, so the operator reads this annotation rather than hashing what it is served.
+DIGEST_ANNOTATION = f"{GROUP}/schema-digest"
+
+
+def spec_digest(spec: dict[str, Any]) -> str:
+    """sha256 of a CRD spec's canonical JSON (sorted keys), the value of DIGEST_ANNOTATION."""
+    canonical = json.dumps(spec, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
 def crd() -> dict[str, Any]:
     """The whole CustomResourceDefinition object."""
+    spec = _crd_spec()
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
         "metadata": {
             "name": f"{PLURAL}.{GROUP}",
             "labels": {"app.kubernetes.io/part-of": "graphtrain"},
+            "annotations": {DIGEST_ANNOTATION: spec_digest(spec)},
         },
-        "spec": {
-            "group": GROUP,
-            "scope": "Namespaced",
-            "names": {
-                "kind": KIND,
-                "listKind": f"{KIND}List",
-                "plural": PLURAL,
-                "singular": SINGULAR,
-                "shortNames": list(SHORT_NAMES),
-                "categories": ["graphtrain"],
-            },
-            "versions": [
-                {
-                    "name": VERSION,
-                    "served": True,
-                    "storage": True,
-                    "subresources": {"status": {}},
-                    "additionalPrinterColumns": [
-                        {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
-                        {"name": "Progress", "type": "string", "jsonPath": ".status.progress.summary"},
-                        {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
-                        # where each role computes (kubectl get -o wide)
-                        {
-                            "name": "Trainers",
-                            "type": "string",
-                            "jsonPath": ".spec.trainers.device",
-                            "priority": 1,
-                        },
-                        {
-                            "name": "Shards",
-                            "type": "string",
-                            "jsonPath": ".spec.shardServers.device",
-                            "priority": 1,
-                        },
-                    ],
-                    "schema": {"openAPIV3Schema": openapi_schema()},
-                }
-            ],
+        "spec": spec,
+    }
+
+
+def _crd_spec() -> dict[str, Any]:
+    return {
+        "group": GROUP,
+        "scope": "Namespaced",
+        "names": {
+            "kind": KIND,
+            "listKind": f"{KIND}List",
+            "plural": PLURAL,
+            "singular": SINGULAR,
+            "shortNames": list(SHORT_NAMES),
+            "categories": ["graphtrain"],
         },
+        "versions": [
+            {
+                "name": VERSION,
+                "served": True,
+                "storage": True,
+                "subresources": {"status": {}},
+                "additionalPrinterColumns": [
+                    {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
+                    {"name": "Progress", "type": "string", "jsonPath": ".status.progress.summary"},
+                    {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+                    # where each role computes (kubectl get -o wide)
+                    {
+                        "name": "Trainers",
+                        "type": "string",
+                        "jsonPath": ".spec.trainers.device",
+                        "priority": 1,
+                    },
+                    {
+                        "name": "Shards",
+                        "type": "string",
+                        "jsonPath": ".spec.shardServers.device",
+                        "priority": 1,
+                    },
+                ],
+                "schema": {"openAPIV3Schema": openapi_schema()},
+            }
+        ],
     }
 
 

@@ -189,7 +189,7 @@ def _run(
     import kopf
 
     import graphtrain.operator.handlers as handlers
-    from graphtrain.operator import endpoints
+    from graphtrain.operator import crd_version, endpoints
 
     handlers.use_config(config)
     handlers.use_namespaces(namespaces)
@@ -198,6 +198,7 @@ def _run(
     ready = threading.Event()  # kopf's ready flag: its startup handlers ran
     metrics = endpoints.OperatorMetrics()
     handlers.use_metrics(metrics)
+    crd_version.report(metrics.crd_current.set)  # a warning line and the gauge; the run goes on
 
     def healthy() -> tuple[bool, str]:
         if elector is not None and elector.crashed:

@@ -81,6 +81,13 @@ class OperatorMetrics:
             registry=reg,
         )
         self.leader.set(0)
+        self.crd_current = prom.Gauge(
+            "graphtrain_operator_crd_current",
+            "1 when the served GraphTraining CRD is this operator's version's (its schema digest), 0 when "
+            "another (helm never upgrades a chart's CRD); NaN until the API server answered",
+            registry=reg,
+        )
+        self.crd_current.set(float("nan"))  # not 0: unknown is not outdated (the alert asks == 0)
         self.reconciles = prom.Counter(
             "graphtrain_operator_reconciles_total",
             "Reconciles by result (skipped: not leading, or the training is gone)",

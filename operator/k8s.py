@@ -43,6 +43,7 @@ from graphtrain.operator import manifests
 from graphtrain.operator.cache import ChildCache
 from graphtrain.operator.context import Plan
 from graphtrain.operator.observation import Observed, key
+from graphtrain.operator.ownership import owned, same, whose
 from graphtrain.operator.refusals import judge, namespace_terminating, refusal, told, unserved_message
 
 log = logging.getLogger("graphtrain.operator")
@@ -165,6 +166,19 @@ def crd_unserved() -> str | None:
     return None
 
 
+def crd_annotations(timeout: float = 10.0) -> dict[str, str] | None:
+    """The GraphTraining CRD's annotations (operator/crd_version.py reads its schema digest); None
+    without an answer or the CRD. A list by name: the operator's ClusterRole lists CRDs, gets none."""
+    try:
+        answer = _res("apiextensions.k8s.io/v1", "CustomResourceDefinition").get(
+            field_selector=f"metadata.name={PLURAL}.{GROUP}", serialize=False, _request_timeout=timeout
+        )
+    except (ApiException, ResourceNotFoundError, urllib3.exceptions.HTTPError, OSError):
+        return None
+    found = _raw(answer)["items"]
+    return dict(found[0]["metadata"].get("annotations") or {}) if found else None
+
+
 def use_cache(cache: ChildCache | None) -> None:
     """Observe children from `cache` (fed by watch_children) instead of listing them; None: list."""
     global _cache
@@ -192,13 +206,6 @@ def observe(namespace: str, name: str) -> Observed | None:
         if kind == "Pod":
             pods.append(obj)
     return Observed(training=body, children=children, pods=pods, now=dt.datetime.now(dt.UTC))
-
-
-def owned(obj: dict[str, Any], owners: set[str]) -> bool:
-    """A child of this very training: an ownerReference to it, or (pods) to one of its own Jobs or
-    StatefulSets. An earlier GraphTraining of the same name left children with the same names and
-    labels (until the garbage collector removes them); they never count, nor do their pods."""
-    return any(r.get("uid") in owners for r in obj["metadata"].get("ownerReferences") or [])
 
 
 def _children(
@@ -229,21 +236,6 @@ def _children(
                 if kind in ("Job", "StatefulSet"):
                     owners.add(obj["metadata"]["uid"])
     return found
-
-
-def whose(obj: dict[str, Any], training: str, uid: str) -> str | None:
-    """None if `obj`, found under a child's name, may stand there: the training's own (an
-    ownerReference to it, or its retained data claim), or an earlier GraphTraining of this name's,
-    which the garbage collector removes (the plan waits for the name, as for its own 409); else whose
-    it is, in words for SpecValid's NameConflict message."""
-    if owned(obj, {uid}) or (
-        obj.get("kind") == "PersistentVolumeClaim" and manifests.retained_claim(obj, training)
-    ):
-        return None
-    refs = obj["metadata"].get("ownerReferences") or []
-    if any(r.get("kind") == KIND and r.get("name") == training for r in refs):
-        return None
-    return "exists and is not this training's"
 
 
 class NameTaken(Exception):
@@ -316,7 +308,7 @@ def apply(plan: Plan, observed: Observed, fence: Callable[[], bool] = lambda: Tr
     if not fence():
         return False
     status = told(plan.status, forbidden)
-    if not _same(status, body.get("status") or {}):
+    if not same(status, body.get("status") or {}):
         with calling("patch"):
             _res(API_VERSION, KIND).status.patch(
                 body={"status": status},
@@ -353,11 +345,6 @@ def _whose_is(obj: dict[str, Any], training: dict[str, Any]) -> str | None:
     return next(
         (w for o in items if (w := whose({**o, "kind": obj["kind"]}, meta["name"], meta["uid"]))), None
     )
-
-
-def _same(new: dict[str, Any], old: dict[str, Any]) -> bool:
-    """Nothing to write: a merge patch of `new` would leave `old` as it is."""
-    return all(old.get(k) == v for k, v in new.items())
 
 
 def post_event(body: dict[str, Any], event: Event) -> None:

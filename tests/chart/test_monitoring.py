@@ -53,7 +53,7 @@ def rule_group(*sets: str) -> dict[str, Any]:
     return {"groups": rule["spec"]["groups"]}
 
 
-def test_the_prometheus_rule_has_the_four_alerts_with_severities_and_runbooks() -> None:
+def test_the_prometheus_rule_has_the_five_alerts_with_severities_and_runbooks() -> None:
     groups = rule_group()["groups"]
     assert [g["name"] for g in groups] == ["graphtrain.trainings"]
     rules = {r["alert"]: r for r in groups[0]["rules"]}
@@ -62,6 +62,7 @@ def test_the_prometheus_rule_has_the_four_alerts_with_severities_and_runbooks() 
         "GraphTrainingStalled",
         "GraphTrainingShardRestarting",
         "GraphTrainingNoProgress",
+        "GraphTrainingCRDOutdated",
     }
     for name, rule in rules.items():
         assert rule["labels"]["severity"] in {"critical", "warning"}, name
@@ -80,7 +81,7 @@ def test_promtool_check_rules_passes_and_can_fail(tmp_path: Path) -> None:
     res = subprocess.run(
         [promtool(), "check", "rules", str(good)], capture_output=True, text=True, timeout=60
     )
-    assert res.returncode == 0 and "SUCCESS: 4 rules found" in res.stdout, res.stdout + res.stderr
+    assert res.returncode == 0 and "SUCCESS: 5 rules found" in res.stdout, res.stdout + res.stderr
     bad = rule_group()
     bad["groups"][0]["rules"][0]["expr"] = "max by (namespace (graphtrain_training_phase)"
     (tmp_path / "bad.yaml").write_text(yaml.safe_dump(bad))
@@ -152,6 +153,14 @@ def rule_tests() -> list[dict[str, Any]]:
             }
             for t, values in [("healthy", clock(m)), ("hung", frozen(10, m)), ("done", frozen(5, m))]
         ],
+        *[
+            {"series": f'graphtrain_operator_crd_current{{namespace="{ns}",pod="{pod}"}}', "values": values}
+            for ns, pod, values in [
+                ("ops", "operator-a", f"1x10 0x{m - 10}"),
+                ("ml", "operator-b", f"1x{m}"),
+                ("ml", "operator-c", " ".join(["NaN"] * (m + 1))),
+            ]
+        ],
         # crashy's shard 1 restarts at minute 20; healthy's shards never do
         *[
             {
@@ -184,6 +193,14 @@ def rule_tests() -> list[dict[str, Any]]:
                 alert("GraphTrainingShardRestarting", "19m"),
                 alert("GraphTrainingShardRestarting", "25m", who("crashy")),
                 alert("GraphTrainingShardRestarting", "40m"),  # out of the 15-minute window
+                # the operator in ops started over an older CRD at minute 10; the one in ml's own
+                # Prometheus over its own, and one not yet answered (NaN) beside it
+                alert("GraphTrainingCRDOutdated", "5m"),
+                alert(
+                    "GraphTrainingCRDOutdated",
+                    "15m",
+                    {"namespace": "ops", "severity": "warning", "team": "ml"},
+                ),
             ],
         }
     ]

@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import re
 import shutil
 import socket
 import subprocess
@@ -38,7 +37,7 @@ import yaml
 from tests import k8s
 from tests.chart.chart import CHART, one, render
 from tests.observability import promql
-from tests.operator.conftest import wait_for
+from tests.operator.conftest import start_operator, wait_for
 from tests.runtime.launch.test_run import ONE_THREAD, graph_file, sage_spec, write_spec  # noqa: F401 - a fixture
 
 pytestmark = pytest.mark.timeout(420)
@@ -117,20 +116,8 @@ def operator(kube: k8s.Kubectl, kubeconfig: str, tmp_path: Path) -> Iterator[tup
     env["GRAPHTRAIN_OPERATOR_TIMER"] = "1"
     env.pop("KUBERNETES_SERVICE_HOST", None)
     log = tmp_path / "operator.log"
-    cmd = [sys.executable, "-m", "graphtrain.cli", "operator", "-n", ns]
-    cmd += ["--health-address", "127.0.0.1:0", "--metrics-address", "127.0.0.1:0"]
-    with log.open("wb") as out:
-        proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT)
+    proc, where = start_operator(env, log, "-n", ns)
     try:
-
-        def address() -> str | None:
-            assert proc.poll() is None, f"the operator exited:\n{log.read_text()[-3000:]}"
-            found = re.search(
-                r"metrics endpoint on http://(127\.0\.0\.1:\d+)", log.read_text(errors="replace")
-            )
-            return found.group(1) if found else None
-
-        where = wait_for(address, timeout=60, what="the operator's metrics endpoint")
         phase = "jsonpath={.status.phase}"
         wait_for(lambda: kube("get", "gtr", "watched", "-n", ns, "-o", phase), timeout=60, what="a reconcile")
         yield where, ns
@@ -285,6 +272,9 @@ def test_every_dashboard_panel_and_alert_has_data_from_a_real_prometheus(
                     empty.append(f"{board_name} / {panel['title']}: {expr}")
     assert empty == [], "panels or variables without data:\n" + "\n".join(empty)
     assert not finite(prom.query_range("graphtrain_trainer_loss_total", start, end))  # the check can fail
+    # the operator started over the chart's CRD, its version's: 1, never the alert's 0
+    crd = prom.query_range("graphtrain_operator_crd_current", start, end)
+    assert crd and {v for s in crd for _, v in s["values"]} == {"1"}, crd
     assert evaluated >= 30
     print(f"{evaluated} panel expressions evaluated, every one with data")
 
@@ -295,6 +285,7 @@ def test_every_dashboard_panel_and_alert_has_data_from_a_real_prometheus(
         "GraphTrainingStalled",
         "GraphTrainingShardRestarting",
         "GraphTrainingNoProgress",
+        "GraphTrainingCRDOutdated",
     }
     for rule in rules:
         assert rule["health"] == "ok" and rule["state"] == "inactive", rule

@@ -6,13 +6,19 @@ Pods never run: the tests play the kubelet and the Job/StatefulSet controllers b
 from __future__ import annotations
 
 import os
+import re
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+
+from tests import k8s
 
 # The in-process operator's configuration, read by its startup handler from $GRAPHTRAIN_OPERATOR_CONFIG
 # (as `kopf run -m graphtrain.operator.handlers` has no --config)
@@ -81,6 +87,26 @@ def wait_for(fn: Callable[[], Any], timeout: float = 30, what: str = "condition"
             last = exc
         time.sleep(0.2)
     raise AssertionError(f"timed out waiting for {what} (last: {last})")
+
+
+def start_operator(env: dict[str, str], log: Path, *args: str) -> tuple[subprocess.Popen[bytes], str]:
+    """`graphtrain operator ARGS` on port-0 endpoints, its output in `log`: the process and its metrics
+    endpoint's host:port, once it serves (the caller terminates it)."""
+    cmd = [sys.executable, "-m", "graphtrain.cli", "operator", *args]
+    cmd += ["--health-address", "127.0.0.1:0", "--metrics-address", "127.0.0.1:0"]
+    with log.open("wb") as out:
+        proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT)
+
+    def address() -> str | None:
+        assert proc.poll() is None, f"the operator exited:\n{log.read_text()[-3000:]}"
+        found = re.search(r"metrics endpoint on http://(127\.0\.0\.1:\d+)", log.read_text(errors="replace"))
+        return found.group(1) if found else None
+
+    try:
+        return proc, wait_for(address, timeout=60, what="the operator's metrics endpoint")
+    except BaseException:
+        k8s.terminate(proc)
+        raise
 
 
 def get(kube, kind: str, name: str, ns: str) -> dict:
