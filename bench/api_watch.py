@@ -6,9 +6,11 @@ N GraphTrainings in 6 namespaces as the operator and trainers leave them (tests/
 a progress ConfigMap with a 500-epoch history (~100 KB), two trainer pods, and events (EVENTS in all).
 `poll` builds the source (cache_ttl 2 s, the default) over a client that counts every request by verb
 and resource, and has 8 threads ask it for SECONDS: 20 % a list page, 40 % one training, 20 % its
-history, 20 % its events (`--mix`), trainings at random; `--changes` status patches a second go on
-meanwhile. It prints the counts and the RSS before and after. Run `poll` with PYTHONPATH naming an
-older checkout's view (graphtrain/{api,contract,...} -> its folders) to compare.
+history, 20 % its events (`--mix`), trainings at random (`--hot 12,80`: 80 % of asks on 12 of them, a
+dashboard's pattern); `--changes` status patches a second go on meanwhile. A history counts once its
+answer's bytes are made (a source older than the answer-bytes interface: encoded as its route did). It
+prints the counts, the RSS before and after, and the histories' answers kept. Run `poll` with
+PYTHONPATH naming an older checkout's view (graphtrain/{api,contract,...} -> its folders) to compare.
 
     python bench/api_watch.py setup --trainings 300 --events 10000 --run /tmp/bench-apiserver
     python bench/api_watch.py poll --kubeconfig /tmp/bench-apiserver/kubeconfig --seconds 30
@@ -87,6 +89,16 @@ def counting_client(kubeconfig: str, counts: collections.Counter) -> Any:
     return Counting()
 
 
+def history_answer(got: Any) -> bytes:
+    """/history's bytes: what the source answers, or (a source of decoded entries) what the route made."""
+    if isinstance(got, bytes):
+        return got
+    from graphtrain.api import models
+    from graphtrain.contract import reporting
+
+    return models.History(items=got, limit=reporting.HISTORY_LIMIT).model_dump_json(by_alias=True).encode()
+
+
 def poll(args: argparse.Namespace) -> None:
     import kubernetes
 
@@ -102,13 +114,15 @@ def poll(args: argparse.Namespace) -> None:
     rss0 = rss_mb()
     source = KubernetesSource(cache_ttl=args.cache_ttl, timeout=5.0, client=client)
     weights = [float(w) for w in args.mix.split(",")]
+    hot_count, hot_share = (int(v) for v in args.hot.split(",")) if args.hot else (0, 0)
+    hot = names[:hot_count]
     until = time.monotonic() + args.seconds
     answered, failed, peak = collections.Counter(), collections.Counter(), [rss0]
 
     def ask(seed: int) -> None:
         rng = random.Random(seed)
         while time.monotonic() < until:
-            ns, name = rng.choice(names)
+            ns, name = rng.choice(hot if hot and rng.random() * 100 < hot_share else names)
             kind = rng.choices(KINDS, weights)[0]
             try:
                 if kind == "list":
@@ -116,7 +130,7 @@ def poll(args: argparse.Namespace) -> None:
                 elif kind == "one":
                     source.get_training(ns, name)
                 elif kind == "history":
-                    source.history(ns, name)
+                    history_answer(source.history(ns, name))
                 else:
                     source.events(ns, name)
                 answered[kind] += 1
@@ -148,6 +162,8 @@ def poll(args: argparse.Namespace) -> None:
     for t in threads:
         t.join(args.seconds + 120)
     rss1 = rss_mb()
+    kept = getattr(source.cache, "histories", None)  # answers.Answers; older checkouts: none
+    histories = {"answers": len(kept), "mb": round(kept.nbytes / 2**20, 1)} if kept is not None else None
     if hasattr(source, "close"):
         source.close()
     by_verb = collections.Counter()
@@ -163,6 +179,7 @@ def poll(args: argparse.Namespace) -> None:
                 "requests_to_api_server": {f"{v} {r}": n for (v, r), n in sorted(counts.items())},
                 "by_verb": dict(by_verb),
                 "rss_mb": {"start": round(rss0), "end": round(rss1), "peak": round(max(peak))},
+                "histories_kept": histories,
             },
             indent=1,
         )
@@ -188,6 +205,7 @@ def main() -> None:
     p.add_argument("--clients", type=int, default=8)
     p.add_argument("--cache-ttl", type=float, default=2.0)
     p.add_argument("--mix", default="20,40,20,20", help="weights of list, one, history, events")
+    p.add_argument("--hot", default="", help="N,P: P %% of asks on the first N trainings (else at random)")
     p.add_argument("--changes", type=float, default=0.0, help="status patches a second meanwhile")
     t = sub.add_parser("stop")
     t.add_argument("--run", required=True)
