@@ -16,7 +16,6 @@ from graphtrain.api import models
 from graphtrain.api.problems import problem_responses
 from graphtrain.api.selectors import SelectorError, parse
 from graphtrain.api.sources.base import InvalidParameter, ListQuery, StatusSource, get_source
-from graphtrain.contract import reporting
 from graphtrain.contract.spec import Phase
 
 DNS_LABEL = models.DNS_LABEL
@@ -187,4 +186,6 @@ def events(
     responses=ONE,
 )
 def history(source: Source, namespace: Namespace, name: Name) -> Response:
-    return answer(models.History(items=source.history(namespace, name), limit=reporting.HISTORY_LIMIT))
+    """The source's bytes as they are (models.history_answer: the History model's JSON, built once per
+    stored version). No query parameters: every answer is the whole history."""
+    return Response(source.history(namespace, name), media_type="application/json")

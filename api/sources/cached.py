@@ -5,10 +5,11 @@ built from them, kept until one of their inputs changes, and the last few histor
 What is kept of each object: metadata without managedFields; of a pod its status and its containers'
 names (rank_pods reads those); of a progress ConfigMap its data without the history (rank 0's last 500
 epochs, ~100 KB a training: 30 MB at 300 trainings, and the bulk of every change the watch delivers
-again). A history is read on /history with one GET, then kept as its text, until the watch shows its
-ConfigMap changed: the most recently asked, up to HISTORY_BYTES in all, and decoded for the last
-DECODED asked (decoded, a 500-epoch history is ~700 KB of Python objects, 7 x its text, and takes
-10-20 ms: what the old snapshot kept of every training, 210 MB at 300 trainings).
+again). A history is read on /history with one GET and kept as its answer's bytes (answers.py,
+models.history_answer: ~108 KB at 500 epochs, built once), served while the watch shows its ConfigMap at
+the version it was read at: the most recently asked, up to HISTORY_BYTES in all (~390 trainings at 500
+epochs). Not decoded objects: a 500-epoch history is ~700 KB of them and 3-10 ms to decode again, what
+the old snapshot kept of every training (210 MB at 300 trainings).
 
 No API call and no `kubernetes` import here: the list and watch calls, and the GET of a history, are
 passed in.
@@ -19,21 +20,23 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
+from graphtrain.api import models
+from graphtrain.api.sources.answers import Answers
 from graphtrain.api.sources.watched import Collection, Key, Lister, Watcher
 from graphtrain.contract import reporting
 from graphtrain.contract.children import LABEL_ROLE, LABEL_TRAINING
-from graphtrain.contract.spec import KIND, Progress
+from graphtrain.contract.spec import KIND
 
 T = TypeVar("T")
 log = logging.getLogger("graphtrain.api")
 CLOSE_SECONDS = 3.0  # close(): how long all the collections' threads are waited for, together
 Obj = dict[str, Any]
-HISTORY_BYTES = 32 << 20  # histories' text kept (~100 KB a training at 500 epochs: ~330 trainings)
-DECODED = 16  # histories also kept decoded (~11 MB at 500 epochs)
+# histories' answers kept, bytes (~108 KB a training at 500 epochs: ~390 trainings); it was 32 MB of
+# their text and 16 decoded (~11 MB)
+HISTORY_BYTES = 40 << 20
 
 # the collections and the label selector of each (the events' is the source's: by field where served)
 SELECTORS = {
@@ -103,6 +106,7 @@ class Cache:
         max_age: float,
         period: int,
         patience: float,
+        history_bytes: int = HISTORY_BYTES,
     ):
         self.collections = {
             name: Collection(
@@ -113,9 +117,7 @@ class Cache:
         self.max_age, self.patience = max_age, patience
         self._lock = threading.Lock()
         self._memo: dict[tuple[str, str, str], tuple[tuple[int, ...], Any]] = {}
-        self._histories: OrderedDict[Key, tuple[str, str]] = OrderedDict()  # -> (version, text)
-        self._history_bytes = 0
-        self._decoded: OrderedDict[Key, tuple[str, list[Progress]]] = OrderedDict()
+        self.histories = Answers(history_bytes)  # progress ConfigMap -> its /history answer
         self._closed = False
 
     def start(self) -> None:
@@ -168,38 +170,15 @@ class Cache:
             self._memo[slot] = (stamp, answer)
         return answer
 
-    def history(self, key: Key, version: str, read: Callable[[], tuple[str, str | None]]) -> list[Progress]:
-        """The history of the progress ConfigMap `key` (namespace, name) at resourceVersion `version`
-        (the watch's): the one kept if it is that version, else read() -> (its version, its history)."""
-        with self._lock:
-            decoded = self._decoded.get(key)
-            if decoded is not None and decoded[0] == version:
-                self._decoded.move_to_end(key)
-                return decoded[1]
-            held = self._histories.get(key)
-            if held is not None and held[0] == version:
-                self._histories.move_to_end(key)
-        text: str | None
-        if held is not None and held[0] == version:
-            got, text = held
-        else:
-            got, text = read()
-            self._keep_text(key, got, text)
-        history = reporting.decode_history(text)
-        with self._lock:
-            self._decoded[key] = (got, history)
-            self._decoded.move_to_end(key)
-            while len(self._decoded) > DECODED:
-                self._decoded.popitem(last=False)
-        return history
-
-    def _keep_text(self, key: Key, version: str, text: str | None) -> None:
-        with self._lock:
-            old = self._histories.pop(key, None)
-            self._history_bytes -= len(old[1]) if old else 0
-            if text and len(text) <= HISTORY_BYTES:
-                self._histories[key] = (version, text)
-                self._history_bytes += len(text)
-            while self._history_bytes > HISTORY_BYTES:
-                _, (_, dropped) = self._histories.popitem(last=False)
-                self._history_bytes -= len(dropped)
+    def history(self, key: Key, version: str, read: Callable[[], tuple[str, str | None]]) -> bytes:
+        """The /history answer of the progress ConfigMap `key` (namespace, name) at resourceVersion
+        `version` (the watch's, in a store current within the staleness bound): the one kept if it
+        was built from that version, else read() -> (its version, its history), built and kept under
+        the version read (a newer one than the watch's is served once the watch shows it)."""
+        held = self.histories.get(key, version)
+        if held is not None:
+            return held
+        got, text = read()
+        answer = models.history_answer(text)
+        self.histories.put(key, got, answer)
+        return answer

@@ -22,8 +22,8 @@ Two modes:
   nothing: a request about one training then reads that collection's objects of it directly (a training
   left out is not answered as one with nothing), and the list of trainings, over it, is paged over the
   API server as in direct mode. Histories (~100 KB a training) are not kept with the progress maps: a
-  history is read on /history and kept until its ConfigMap changes (as text, 32 MB at most; decoded,
-  the last 16). close() ends the watches (the app's shutdown calls it).
+  history is read on /history and its answer's bytes kept until its ConfigMap changes (40 MB at most,
+  ~390 trainings at 500 epochs). close() ends the watches (the app's shutdown calls it).
 
 Security: the namespace and name of a request are DNS labels (checked by the routes) used as object
 names; the pods' label selector is built from the name, never taken from the client.
@@ -58,7 +58,7 @@ from graphtrain.api.sources.objects import (
 from graphtrain.api.sources.watched import Gone, Lister, Watcher
 from graphtrain.contract import reporting
 from graphtrain.contract.children import LABEL_ROLE, LABEL_TRAINING, names
-from graphtrain.contract.spec import API_VERSION, KIND, PLURAL, Progress
+from graphtrain.contract.spec import API_VERSION, KIND, PLURAL
 
 log = logging.getLogger("graphtrain.api")
 GROUP, VERSION = API_VERSION.split("/")
@@ -402,17 +402,19 @@ class KubernetesSource:
             return {}
         return cm.get("data") or {}
 
-    def history(self, namespace: str, name: str) -> list[Progress]:
+    def history(self, namespace: str, name: str) -> bytes:
+        """The /history answer: built from one GET of the progress ConfigMap; cached, kept per its
+        resourceVersion (Cache.history) and served while the watch shows that version."""
         obj = self._training(namespace, name)
         uid = obj["metadata"].get("uid")
         progress = names(name)["progress"]
         cache = self._whole("progress")
         if cache is None:
             data = self._own_map_data(namespace, progress, uid)
-            return reporting.decode_history(data.get(reporting.HISTORY_KEY))
+            return models.history_answer(data.get(reporting.HISTORY_KEY))
         cm = self._own_map(cache, "progress", (namespace, name), progress, uid)
         if cm is None:
-            return []
+            return models.history_answer(None)
 
         def read() -> tuple[str, str | None]:
             got = self.api.config_map(namespace, progress)

@@ -124,8 +124,9 @@ def parse_report(data: bytes) -> Progress | None:
     return reporting.decode(data)
 
 
-def parse_history(data: bytes) -> list[Progress]:
-    return reporting.decode_history(data)
+def parse_history(data: bytes) -> bytes:
+    """The /history answer's bytes, kept in place of the decoded entries (~7 x smaller)."""
+    return models.history_answer(data)
 
 
 @dataclass(frozen=True)
@@ -253,9 +254,9 @@ class LocalSource:
     def events(self, namespace: str, name: str) -> list[models.TrainingEvent]:
         return models.condition_events(self._status(self._find(namespace, name)), SOURCE)
 
-    def history(self, namespace: str, name: str) -> list[Progress]:
+    def history(self, namespace: str, name: str) -> bytes:
         path = self._find(namespace, name)
-        return self.files.load(path / rundir.HISTORY_FILE, parse_history) or []
+        return self.files.load(path / rundir.HISTORY_FILE, parse_history) or models.history_answer(None)
 
     def check(self) -> None:
         where = self.run_dir if self.run_dir is not None else self.runs_root

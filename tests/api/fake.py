@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from graphtrain.api import models
 from graphtrain.api.sources.base import ListQuery, NotFound, SourceUnavailable, page
+from graphtrain.contract.reporting import encode_history
 from graphtrain.contract.spec import (
     Condition,
     ConditionType,
@@ -103,9 +104,9 @@ class FakeSource:
     def events(self, namespace: str, name: str) -> list[models.TrainingEvent]:
         return models.condition_events(self._get(namespace, name).status, "fake")
 
-    def history(self, namespace: str, name: str) -> list[Progress]:
+    def history(self, namespace: str, name: str) -> bytes:
         self._get(namespace, name)
-        return [progress(e, loss=1.0 / (e + 1)) for e in range(1, 4)]
+        return models.history_answer(encode_history([progress(e, loss=1.0 / (e + 1)) for e in range(1, 4)]))
 
     def check(self) -> None:
         self._answer()
@@ -123,3 +124,8 @@ def many(count: int = 7) -> list[models.TrainingResource]:
         )
         for i in range(count)
     ]
+
+
+def epochs(answer: bytes) -> list[int]:
+    """The epochs of a source's /history answer, read back through the History model (its schema)."""
+    return [p.epoch for p in models.History.model_validate_json(answer).items]

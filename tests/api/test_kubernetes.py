@@ -19,6 +19,7 @@ from graphtrain.api.sources.kubernetes import KubernetesSource
 from graphtrain.contract.conditions import Severity
 from graphtrain.contract.spec import Phase
 from tests.api import cluster
+from tests.api.fake import epochs
 
 NS, OTHER = "api-a", "api-b"
 LAST = "api-z"  # after NS and OTHER in every list of all namespaces
@@ -104,7 +105,7 @@ def test_one_training(source: KubernetesSource) -> None:
 
 
 def test_history_and_events(source: KubernetesSource) -> None:
-    assert [p.epoch for p in source.history(NS, "t-2")] == [1, 2, 3]
+    assert epochs(source.history(NS, "t-2")) == [1, 2, 3]
     events = source.events(NS, "t-0")
     assert [(e.type, e.reason, e.source) for e in events] == [("Normal", "Started", "graphtrain-operator")]
 
@@ -134,7 +135,7 @@ def test_a_snapshot_cut_at_its_bound_still_answers_every_training(api: kubernete
     direct = KubernetesSource(client=api)
     assert bounded.get_training(LAST, "t-0") == direct.get_training(LAST, "t-0")
     assert [e.reason for e in bounded.events(LAST, "t-0")] == ["Started"]
-    assert [p.epoch for p in bounded.history(LAST, "t-0")] == [1, 2]
+    assert epochs(bounded.history(LAST, "t-0")) == [1, 2]
     assert bounded.truncated() == {"trainings", "progress", "pods", "events"}
     with pytest.raises(NotFound):
         bounded.get_training(LAST, "missing")

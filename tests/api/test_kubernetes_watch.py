@@ -28,6 +28,7 @@ from graphtrain.contract.conditions import Severity
 from graphtrain.contract.spec import Phase
 from tests.api import cluster
 from tests.api.cluster import GROUP, PLURAL, VERSION
+from tests.api.fake import epochs
 
 NS = "api-watch"
 COLLECTIONS = {"graphtrainings", "configmaps", "pods", "events"}
@@ -169,21 +170,29 @@ def test_a_410_gone_relists_that_collection_and_stays_correct(
 def test_a_history_is_read_on_request_once_per_change(
     api: kubernetes.client.ApiClient, counting: Counting
 ) -> None:
-    """The cache keeps no history (~100 KB a training); /history reads it with one GET and keeps it
-    until the watch shows its ConfigMap changed."""
+    """The cache keeps no history (~100 KB a training); /history reads it with one GET and keeps its
+    answer until the watch shows its ConfigMap changed: from then on, never the older answer."""
     core, custom = kubernetes.client.CoreV1Api(api), kubernetes.client.CustomObjectsApi(api)
     cluster.create_training(api, NS, "h-0", Phase.training, epochs_done=3, pods=False)
     source = KubernetesSource(NS, cache_ttl=30.0, timeout=5.0, client=counting)
     progress = names("h-0")["progress"]
     try:
-        assert [p.epoch for p in source.history(NS, "h-0")] == [1, 2, 3]
+        assert epochs(source.history(NS, "h-0")) == [1, 2, 3]
         kept = source.cache.group("progress", (NS, "h-0"))  # type: ignore[union-attr]
         assert kept and reporting.HISTORY_KEY not in kept[0]["data"] and "rank-0" in str(kept[0]["data"])
-        assert [p.epoch for p in source.history(NS, "h-0")] == [1, 2, 3]
+        assert epochs(source.history(NS, "h-0")) == [1, 2, 3]
         assert counting.counts[("GET", "configmaps")] == 1  # the second answer was kept
         history = reporting.encode_history([cluster.report(e) for e in range(1, 6)])
-        core.patch_namespaced_config_map(progress, NS, {"data": {reporting.HISTORY_KEY: history}})
-        until(lambda: len(source.history(NS, "h-0")) == 5, "a new history never showed")
+        patched = core.patch_namespaced_config_map(progress, NS, {"data": {reporting.HISTORY_KEY: history}})
+
+        def shown() -> bool:
+            kept = source.cache.group("progress", (NS, "h-0"))  # type: ignore[union-attr]
+            return bool(kept) and kept[0]["metadata"]["resourceVersion"] == patched.metadata.resource_version
+
+        until(shown, "the watch never showed the change")
+        assert epochs(source.history(NS, "h-0")) == [1, 2, 3, 4, 5]  # the next answer, not eventually
+        assert epochs(source.history(NS, "h-0")) == [1, 2, 3, 4, 5]
+        assert counting.counts[("GET", "configmaps")] == 2  # one GET per change
         assert {c.lists for c in source.cache.collections.values()} == {1}  # type: ignore[union-attr]
     finally:
         source.close()
@@ -193,7 +202,8 @@ def test_a_history_is_read_on_request_once_per_change(
 @pytest.mark.timeout(120)
 def test_a_watch_down_past_the_bound_is_refused_then_recovers(api: kubernetes.client.ApiClient) -> None:
     """cache_ttl 0.2 s: answers no older than 2 s. The watches break (every call fails, as with an
-    API server gone): within the bound, answers come from the cache; past it, SourceUnavailable (503),
+    API server gone): within the bound, answers come from the cache; past it, SourceUnavailable (503, a
+    history's kept answer too),
     as a snapshot past 10 x cache_ttl was; back, the collections list again and answer."""
     cluster.create_training(api, NS, "d-0", Phase.training, pods=False)
     source = KubernetesSource(NS, cache_ttl=0.2, timeout=2.0, client=api)
@@ -216,6 +226,7 @@ def test_a_watch_down_past_the_bound_is_refused_then_recovers(api: kubernetes.cl
         collection._list, collection._watch = broken_list, broken_watch  # type: ignore[method-assign]
     try:
         assert source.get_training(NS, "d-0").status.phase == "Training"
+        assert epochs(source.history(NS, "d-0")) == [1, 2, 3]  # its answer kept
         down.set()
         for collection in cache.collections.values():  # end the watches in progress, as a broken link
             if collection._cut is not None:
@@ -225,6 +236,8 @@ def test_a_watch_down_past_the_bound_is_refused_then_recovers(api: kubernetes.cl
             while time.monotonic() < deadline:
                 source.get_training(NS, "d-0")
                 time.sleep(0.1)
+        with pytest.raises(SourceUnavailable):  # nor the history kept: its version is not known current
+            source.history(NS, "d-0")
         down.clear()
         until(lambda: source.get_training(NS, "d-0").status.phase == "Training", "never recovered", 60)
     finally:

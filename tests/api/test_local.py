@@ -26,6 +26,7 @@ from graphtrain.api.sources.base import ListQuery, NotFound
 from graphtrain.api.sources.local import LocalSource
 from graphtrain.contract import reporting, rundir
 from graphtrain.contract.spec import API_VERSION, KIND
+from tests.api.fake import epochs
 from tests.runtime.launch.test_run import ONE_THREAD, graph_file, sage_spec  # noqa: F401 - graph_file: a fixture
 
 CLI = [sys.executable, "-m", "graphtrain.cli"]
@@ -182,7 +183,7 @@ def test_identity_comes_from_the_spec_and_replacements_are_seen(tmp_path: Path) 
     replacement.write_text(json.dumps({"phase": "Succeeded"}))
     replacement.replace(tmp_path / "dir-a" / rundir.STATUS_FILE)  # the launcher's atomic replace
     assert source.get_training("team", "alpha").status.phase == "Succeeded"
-    assert source.history("team", "alpha") == []
+    assert epochs(source.history("team", "alpha")) == []
 
 
 def test_hostile_files_in_a_run_directory_cost_that_run_only(tmp_path: Path) -> None:
