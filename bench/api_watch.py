@@ -7,7 +7,8 @@ a progress ConfigMap with a 500-epoch history (~100 KB), two trainer pods, and e
 `poll` builds the source (cache_ttl 2 s, the default) over a client that counts every request by verb
 and resource, and has 8 threads ask it for SECONDS: 20 % a list page, 40 % one training, 20 % its
 history, 20 % its events (`--mix`), trainings at random (`--hot 12,80`: 80 % of asks on 12 of them, a
-dashboard's pattern); `--changes` status patches a second go on meanwhile. A history counts once its
+dashboard's pattern); `--changes` status patches and `--heartbeats` rank reports (into the progress
+ConfigMaps, their histories unchanged) a second go on meanwhile. A history counts once its
 answer's bytes are made (a source older than the answer-bytes interface: encoded as its route did). It
 prints the counts, the RSS before and after, and the histories' answers kept. Run `poll` with
 PYTHONPATH naming an older checkout's view (graphtrain/{api,contract,...} -> its folders) to compare.
@@ -147,6 +148,18 @@ def poll(args: argparse.Namespace) -> None:
             )
             time.sleep(1.0 / args.changes)
 
+    def heartbeat() -> None:
+        """A rank's report patched into a progress ConfigMap (each rank does every 5 s): the map
+        changes, its history does not."""
+        from graphtrain.contract.children import names as child_names
+
+        rng, core = random.Random(11), kubernetes.client.CoreV1Api(client)
+        while time.monotonic() < until:
+            ns, name = rng.choice(hot if hot and rng.random() * 100 < hot_share else names)
+            body = {"data": {"rank-0": json.dumps({"step": rng.randrange(10**6)})}}
+            core.patch_namespaced_config_map(child_names(name)["progress"], ns, body)
+            time.sleep(1.0 / args.heartbeats)
+
     def sample() -> None:
         while time.monotonic() < until:
             peak.append(rss_mb())
@@ -157,6 +170,8 @@ def poll(args: argparse.Namespace) -> None:
     ]
     if args.changes:
         threads.append(threading.Thread(target=change))
+    if args.heartbeats:
+        threads.append(threading.Thread(target=heartbeat))
     for t in threads:
         t.start()
     for t in threads:
@@ -207,6 +222,9 @@ def main() -> None:
     p.add_argument("--mix", default="20,40,20,20", help="weights of list, one, history, events")
     p.add_argument("--hot", default="", help="N,P: P %% of asks on the first N trainings (else at random)")
     p.add_argument("--changes", type=float, default=0.0, help="status patches a second meanwhile")
+    p.add_argument(
+        "--heartbeats", type=float, default=0.0, help="rank reports patched into progress maps a second"
+    )
     t = sub.add_parser("stop")
     t.add_argument("--run", required=True)
     args = parser.parse_args()
