@@ -1,5 +1,5 @@
-"""Answers kept as the bytes a route sends, each with the version of the object it was built from, the
-least recently used dropped beyond a byte bound.
+"""Answers kept as the bytes a route sends, each with the version of what it was built from (a
+history's digest), the least recently used dropped beyond a byte bound.
 
 Why bytes: a 500-epoch history decoded is ~700 KB of Python objects and 3-10 ms to decode; its answer
 is ~108 KB and costs nothing to send again. A kept answer is served only for the very version it was

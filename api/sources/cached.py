@@ -5,11 +5,13 @@ built from them, kept until one of their inputs changes, and the last few histor
 What is kept of each object: metadata without managedFields; of a pod its status and its containers'
 names (rank_pods reads those); of a progress ConfigMap its data without the history (rank 0's last 500
 epochs, ~100 KB a training: 30 MB at 300 trainings, and the bulk of every change the watch delivers
-again). A history is read on /history with one GET and kept as its answer's bytes (answers.py,
-models.history_answer: ~108 KB at 500 epochs, built once), served while the watch shows its ConfigMap at
-the version it was read at: the most recently asked, up to HISTORY_BYTES in all (~390 trainings at 500
-epochs). Not decoded objects: a 500-epoch history is ~700 KB of them and 3-10 ms to decode again, what
-the old snapshot kept of every training (210 MB at 300 trainings).
+again), and in its place the history's digest (history_version). A history is read on /history with
+one GET and kept as its answer's bytes (answers.py, models.history_answer: ~108 KB at 500 epochs, built
+once), served while the watch shows its ConfigMap with the same history: the most recently asked, up to
+HISTORY_BYTES in all (~390 trainings at 500 epochs). By digest, not by the ConfigMap's resourceVersion:
+every rank's heartbeat changes that (each 5 s), its history changes once an epoch. Not decoded objects:
+a 500-epoch history is ~700 KB of them and 3-10 ms to decode again, what the old snapshot kept of every
+training (210 MB at 300 trainings).
 
 No API call and no `kubernetes` import here: the list and watch calls, and the GET of a history, are
 passed in.
@@ -17,6 +19,7 @@ passed in.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import threading
 import time
@@ -37,6 +40,7 @@ Obj = dict[str, Any]
 # histories' answers kept, bytes (~108 KB a training at 500 epochs: ~390 trainings); it was 32 MB of
 # their text and 16 decoded (~11 MB)
 HISTORY_BYTES = 40 << 20
+HISTORY_VERSION = "historyVersion"  # a kept progress ConfigMap's field: its history's history_version
 
 # the collections and the label selector of each (the events' is the source's: by field where served)
 SELECTORS = {
@@ -79,9 +83,21 @@ def _lean_pod(pod: Obj) -> Obj:
     return {"metadata": _meta(pod), "spec": {"containers": containers}, "status": pod.get("status") or {}}
 
 
+def history_version(text: str | None) -> str:
+    """What a history's answer is kept under: the sha256 of its text ('' for none; 0.1 ms at 500
+    epochs). An answer depends on the text only, so one kept under a digest is right wherever the store
+    shows that digest."""
+    return hashlib.sha256(text.encode()).hexdigest() if text else ""
+
+
 def _lean_progress(cm: Obj) -> Obj:
-    data = {k: v for k, v in (cm.get("data") or {}).items() if k != reporting.HISTORY_KEY}
-    return {"metadata": _meta(cm), "data": data}
+    raw = cm.get("data") or {}
+    data = {k: v for k, v in raw.items() if k != reporting.HISTORY_KEY}
+    return {
+        "metadata": _meta(cm),
+        "data": data,
+        HISTORY_VERSION: history_version(raw.get(reporting.HISTORY_KEY)),
+    }
 
 
 INDEX = {
@@ -170,15 +186,15 @@ class Cache:
             self._memo[slot] = (stamp, answer)
         return answer
 
-    def history(self, key: Key, version: str, read: Callable[[], tuple[str, str | None]]) -> bytes:
-        """The /history answer of the progress ConfigMap `key` (namespace, name) at resourceVersion
-        `version` (the watch's, in a store current within the staleness bound): the one kept if it
-        was built from that version, else read() -> (its version, its history), built and kept under
-        the version read (a newer one than the watch's is served once the watch shows it)."""
+    def history(self, key: Key, version: str, read: Callable[[], str | None]) -> bytes:
+        """The /history answer of the progress ConfigMap `key` (namespace, name) whose history's digest
+        is `version` (the watch's, in a store current within the staleness bound): the one kept under
+        that digest, else read() -> its history now (one GET), built and kept under the digest of what
+        was read (one newer than the watch's is served again once the watch shows it)."""
         held = self.histories.get(key, version)
         if held is not None:
             return held
-        got, text = read()
+        text = read()
         answer = models.history_answer(text)
-        self.histories.put(key, got, answer)
+        self.histories.put(key, history_version(text), answer)
         return answer

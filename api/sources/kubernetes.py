@@ -22,8 +22,9 @@ Two modes:
   nothing: a request about one training then reads that collection's objects of it directly (a training
   left out is not answered as one with nothing), and the list of trainings, over it, is paged over the
   API server as in direct mode. Histories (~100 KB a training) are not kept with the progress maps: a
-  history is read on /history and its answer's bytes kept until its ConfigMap changes (40 MB at most,
-  ~390 trainings at 500 epochs). close() ends the watches (the app's shutdown calls it).
+  history is read on /history and its answer's bytes kept until its history changes (40 MB at most,
+  ~390 trainings at 500 epochs; not until its ConfigMap changes: every heartbeat changes that).
+  close() ends the watches (the app's shutdown calls it).
 
 Security: the namespace and name of a request are DNS labels (checked by the routes) used as object
 names; the pods' label selector is built from the name, never taken from the client.
@@ -46,7 +47,7 @@ from kubernetes.watch.watch import iter_resp_lines
 from graphtrain.api import models
 from graphtrain.api.selectors import render
 from graphtrain.api.sources.base import InvalidParameter, ListQuery, NotFound, SourceUnavailable, page
-from graphtrain.api.sources.cached import SELECTORS, Cache
+from graphtrain.api.sources.cached import HISTORY_VERSION, SELECTORS, Cache
 from graphtrain.api.sources.objects import (
     involves,
     metadata_of,
@@ -404,7 +405,7 @@ class KubernetesSource:
 
     def history(self, namespace: str, name: str) -> bytes:
         """The /history answer: built from one GET of the progress ConfigMap; cached, kept per its
-        resourceVersion (Cache.history) and served while the watch shows that version."""
+        history's digest (Cache.history) and served while the watch shows that history."""
         obj = self._training(namespace, name)
         uid = obj["metadata"].get("uid")
         progress = names(name)["progress"]
@@ -416,15 +417,13 @@ class KubernetesSource:
         if cm is None:
             return models.history_answer(None)
 
-        def read() -> tuple[str, str | None]:
+        def read() -> str | None:
             got = self.api.config_map(namespace, progress)
             if got is None or not owned_by(got, uid):
-                return "", None
-            return got["metadata"].get("resourceVersion", ""), (got.get("data") or {}).get(
-                reporting.HISTORY_KEY
-            )
+                return None
+            return (got.get("data") or {}).get(reporting.HISTORY_KEY)
 
-        return cache.history((namespace, progress), cm["metadata"].get("resourceVersion", ""), read)
+        return cache.history((namespace, progress), cm.get(HISTORY_VERSION, ""), read)
 
     def events(self, namespace: str, name: str) -> list[models.TrainingEvent]:
         self._scoped(namespace)

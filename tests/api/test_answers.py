@@ -1,7 +1,7 @@
 """The histories' answers kept as bytes (api/sources/answers.py, Cache.history), without a server: an
-answer is served only for the version it was built from (a history that changed is read again, never
-served from the older answer), an evicted one is read and built again, and the byte bound holds, many
-small answers included."""
+answer is served only for the history it was built from (one that changed is read again, never served
+from the older answer; a heartbeat, which changes the ConfigMap and not its history, keeps it), an
+evicted one is read and built again, and the byte bound holds, many small answers included."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 
 from graphtrain.api import models
 from graphtrain.api.sources.answers import ENTRY_BYTES, Answers, cost
-from graphtrain.api.sources.cached import HISTORY_BYTES, Cache
+from graphtrain.api.sources.cached import HISTORY_BYTES, HISTORY_VERSION, KEEP, Cache, history_version
 from graphtrain.contract import reporting
 from tests.api.cluster import report
 from tests.api.fake import epochs
@@ -22,14 +22,14 @@ def stored(last: int) -> str:
 
 
 class Server:
-    """The progress ConfigMaps' histories by key, with their versions; counts the reads (GETs)."""
+    """The progress ConfigMaps' histories by key; counts the reads (GETs)."""
 
     def __init__(self) -> None:
-        self.maps: dict[tuple[str, str], tuple[str, str | None]] = {}
+        self.maps: dict[tuple[str, str], str | None] = {}
         self.reads = 0
 
-    def reader(self, key: tuple[str, str]) -> Callable[[], tuple[str, str | None]]:
-        def read() -> tuple[str, str | None]:
+    def reader(self, key: tuple[str, str]) -> Callable[[], str | None]:
+        def read() -> str | None:
             self.reads += 1
             return self.maps[key]
 
@@ -41,8 +41,8 @@ def cache(history_bytes: int = HISTORY_BYTES) -> Cache:
 
 
 def ask(c: Cache, server: Server, key: tuple[str, str]) -> bytes:
-    """As the source asks: at the version its (current) store shows, which the server's is here."""
-    return c.history(key, server.maps[key][0], server.reader(key))
+    """As the source asks: with the digest its (current) store shows, which is the server's here."""
+    return c.history(key, history_version(server.maps[key]), server.reader(key))
 
 
 def test_an_answer_is_the_routes_model_and_a_missing_history_is_empty() -> None:
@@ -55,28 +55,48 @@ def test_an_answer_is_the_routes_model_and_a_missing_history_is_empty() -> None:
     assert epochs(models.history_answer(bad_entry)) == [1, 2]
 
 
-def test_a_kept_answer_is_served_for_its_version_only() -> None:
+def test_a_kept_answer_is_served_for_its_history_only() -> None:
     c, server, key = cache(), Server(), ("ns", "t-progress")
-    server.maps[key] = ("10", stored(3))
+    server.maps[key] = stored(3)
     assert epochs(ask(c, server, key)) == [1, 2, 3]
     assert ask(c, server, key) is ask(c, server, key)  # kept: no read, no decode, the same bytes
     assert server.reads == 1
-    server.maps[key] = ("11", stored(4))  # the watch shows the ConfigMap changed
+    server.maps[key] = stored(4)  # the watch shows the history changed
     assert epochs(ask(c, server, key)) == [1, 2, 3, 4]
     assert server.reads == 2
-    server.maps[key] = ("12", stored(2))  # shorter (the oldest dropped, or a new training): the same
+    server.maps[key] = stored(2)  # shorter (the oldest dropped, or a new training): the same
     assert epochs(ask(c, server, key)) == [1, 2]
-    assert c.histories.get(key, "11") is None  # the older version's answer is gone, not kept beside
+    assert c.histories.get(key, history_version(stored(4))) is None  # the older one's answer is gone
+    server.maps[key] = None  # no history any more
+    assert epochs(ask(c, server, key)) == [] and server.reads == 4
 
 
-def test_a_read_newer_than_the_watch_is_kept_under_the_version_read() -> None:
-    """The GET may see a change the watch has not delivered yet: that answer is served, and kept for
-    when the watch shows its version, never for the older one."""
+def test_a_heartbeat_keeps_the_answer_and_a_new_epoch_does_not() -> None:
+    """What the watch keeps of a progress ConfigMap: its reports, and its history's digest in place of
+    the history. A rank's heartbeat (every 5 s) changes the ConfigMap, not the digest."""
+    meta = {"name": "t-progress", "namespace": "ns", "resourceVersion": "7", "uid": "u"}
+    cm = {"metadata": meta, "data": {"rank-0": "{}", reporting.HISTORY_KEY: stored(3)}}
+    heartbeat = {"metadata": {**meta, "resourceVersion": "8"}, "data": {**cm["data"], "rank-0": '{"step":1}'}}
+    epoch = {
+        "metadata": {**meta, "resourceVersion": "9"},
+        "data": {**cm["data"], reporting.HISTORY_KEY: stored(4)},
+    }
+    kept = [KEEP["progress"](m) for m in (cm, heartbeat, epoch)]
+    assert all(reporting.HISTORY_KEY not in k["data"] for k in kept)
+    assert kept[0][HISTORY_VERSION] == kept[1][HISTORY_VERSION] == history_version(stored(3)) != ""
+    assert kept[2][HISTORY_VERSION] == history_version(stored(4)) != kept[0][HISTORY_VERSION]
+    no_history = {"metadata": meta, "data": {"rank-0": "{}"}}
+    assert KEEP["progress"](no_history)[HISTORY_VERSION] == history_version(None) == ""
+
+
+def test_a_read_newer_than_the_watch_is_kept_under_what_was_read() -> None:
+    """The GET may see an epoch the watch has not delivered yet: that answer is served, and kept for
+    when the watch shows its history, never for the older one."""
     c, server, key = cache(), Server(), ("ns", "t-progress")
-    server.maps[key] = ("21", stored(5))
-    assert epochs(c.history(key, "20", server.reader(key))) == [1, 2, 3, 4, 5]
-    assert c.histories.get(key, "20") is None
-    assert epochs(c.history(key, "21", server.reader(key))) == [1, 2, 3, 4, 5]
+    server.maps[key] = stored(5)
+    assert epochs(c.history(key, history_version(stored(4)), server.reader(key))) == [1, 2, 3, 4, 5]
+    assert c.histories.get(key, history_version(stored(4))) is None
+    assert epochs(ask(c, server, key)) == [1, 2, 3, 4, 5]
     assert server.reads == 1
 
 
@@ -85,7 +105,7 @@ def test_an_evicted_answer_is_read_and_built_again_and_the_byte_bound_holds() ->
     c, server = cache(history_bytes=2 * one), Server()
     keys = [("ns", f"t-{i}-progress") for i in range(3)]
     for key in keys:
-        server.maps[key] = ("1", stored(50))
+        server.maps[key] = stored(50)
     for key in keys:
         ask(c, server, key)
         assert c.histories.nbytes <= 2 * one

@@ -171,7 +171,8 @@ def test_a_history_is_read_on_request_once_per_change(
     api: kubernetes.client.ApiClient, counting: Counting
 ) -> None:
     """The cache keeps no history (~100 KB a training); /history reads it with one GET and keeps its
-    answer until the watch shows its ConfigMap changed: from then on, never the older answer."""
+    answer until the watch shows its history changed (from then on, never the older answer), through
+    heartbeats, which change its ConfigMap and not its history."""
     core, custom = kubernetes.client.CoreV1Api(api), kubernetes.client.CustomObjectsApi(api)
     cluster.create_training(api, NS, "h-0", Phase.training, epochs_done=3, pods=False)
     source = KubernetesSource(NS, cache_ttl=30.0, timeout=5.0, client=counting)
@@ -183,16 +184,24 @@ def test_a_history_is_read_on_request_once_per_change(
         assert epochs(source.history(NS, "h-0")) == [1, 2, 3]
         assert counting.counts[("GET", "configmaps")] == 1  # the second answer was kept
         history = reporting.encode_history([cluster.report(e) for e in range(1, 6)])
-        patched = core.patch_namespaced_config_map(progress, NS, {"data": {reporting.HISTORY_KEY: history}})
 
-        def shown() -> bool:
-            kept = source.cache.group("progress", (NS, "h-0"))  # type: ignore[union-attr]
-            return bool(kept) and kept[0]["metadata"]["resourceVersion"] == patched.metadata.resource_version
+        def patch(data: dict[str, str]) -> None:
+            """Patch the ConfigMap, then wait until the watch shows that very version."""
+            version = core.patch_namespaced_config_map(progress, NS, {"data": data}).metadata.resource_version
 
-        until(shown, "the watch never showed the change")
+            def shown() -> bool:
+                kept = source.cache.group("progress", (NS, "h-0"))  # type: ignore[union-attr]
+                return bool(kept) and kept[0]["metadata"]["resourceVersion"] == version
+
+            until(shown, "the watch never showed the change")
+
+        patch({reporting.HISTORY_KEY: history})
         assert epochs(source.history(NS, "h-0")) == [1, 2, 3, 4, 5]  # the next answer, not eventually
         assert epochs(source.history(NS, "h-0")) == [1, 2, 3, 4, 5]
-        assert counting.counts[("GET", "configmaps")] == 2  # one GET per change
+        assert counting.counts[("GET", "configmaps")] == 2  # one GET per change of the history
+        patch({reporting.heartbeat_key(0): reporting.encode(cluster.report(6))})  # a heartbeat, every 5 s
+        assert epochs(source.history(NS, "h-0")) == [1, 2, 3, 4, 5]
+        assert counting.counts[("GET", "configmaps")] == 2  # the history did not change: kept
         assert {c.lists for c in source.cache.collections.values()} == {1}  # type: ignore[union-attr]
     finally:
         source.close()
