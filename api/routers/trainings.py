@@ -186,6 +186,7 @@ def events(
     responses=ONE,
 )
 def history(source: Source, namespace: Namespace, name: Name) -> Response:
-    """The source's bytes as they are (models.history_answer: the History model's JSON, built once per
-    stored version). No query parameters: every answer is the whole history."""
+    # the source's bytes as they are (models.history_answer: the History model's JSON, kept per stored
+    # history); no query parameters, so every answer is the whole history (no docstring: it would
+    # become the route's OpenAPI description)
     return Response(source.history(namespace, name), media_type="application/json")

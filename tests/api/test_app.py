@@ -91,7 +91,9 @@ def test_sub_resources(client: TestClient) -> None:
     assert [(s["index"], s["state"], s["restarts"]) for s in shards] == [(0, "Ready", 0), (1, "Ready", 1)]
     trainers = client.get(f"{base}/trainers").json()["items"]
     assert [(t["rank"], t["state"]) for t in trainers] == [(0, "Running"), (1, "Running")]
-    history = client.get(f"{base}/history").json()
+    answered = client.get(f"{base}/history")  # the source's bytes as they are
+    assert answered.headers["content-type"] == "application/json"
+    history = answered.json()
     assert [h["epoch"] for h in history["items"]] == [1, 2, 3] and history["limit"] == 500
     events = client.get(f"{base}/events").json()["items"]
     assert {(e["type"], e["reason"]) for e in events} == {("Normal", "Valid"), ("Warning", "ProcessFailed")}
@@ -153,6 +155,9 @@ def test_bad_input_is_a_problem_naming_the_parameter(
         ("/api/v1/namespaces/team-a/trainings", {"namespace": "team-b"}, "namespace"),
         ("/api/v1/trainings/team-a/job-0", {"limit": "1"}, "limit"),
         ("/api/v1/trainings/team-a/job-0/events", {"x": "1"}, "x"),
+        # /history takes none: each answer is the whole history, the bytes its source keeps
+        ("/api/v1/trainings/team-a/job-0/history", {"limit": "5"}, "limit"),
+        ("/api/v1/trainings/team-a/job-0/history", {"since": "3"}, "since"),
     ],
 )
 def test_a_parameter_the_route_does_not_take_is_refused_naming_it(
