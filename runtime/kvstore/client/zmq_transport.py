@@ -3,10 +3,12 @@
 Every call has a timeout; idempotent operations (pull, create, stats, ...) are retried a bounded number
 of times, the others (push_grad, barrier) are not, since a retried gradient push could be applied
 twice. Giving up raises KVTimeout naming the shard, its address and the operation: a dead server is
-reported, never waited for forever. A server that refuses the token is reported as soon as the
-handshake fails (a socket-monitor event), not after the timeout; so is a connection that closes while
-calls on it wait (a server stopped or restarted): their replies can never come (a reconnection is a new
-peer to the server), so the idempotent ones are resent at once and the others fail at once.
+reported, never waited for forever. The connection a call was given up on is replaced (abandon), so a
+request still queued on it is never delivered to a server that comes up at that address later. A
+server that refuses the token is reported as soon as the handshake fails (a socket-monitor event), not
+after the timeout; so is a connection that closes while calls on it wait (a server stopped or
+restarted): their replies can never come (a reconnection is a new peer to the server), so the
+idempotent ones are resent at once and the others fail at once.
 
 Calls to several shards are in flight together; a call's arrays go out in frames of at most
 protocol.MAX_FRAME_BYTES (the server's per-frame limit). Pull replies arrive as chunks and are copied
@@ -80,25 +82,21 @@ class ZmqTransport:
         self.retries = retries
         self.ctx = zmq.Context()
         self.ctx.setsockopt(zmq.LINGER, 0)  # every socket, monitors included: closing never waits
+        self._token = token
         self.sockets: list[zmq.Socket[Any]] = []
         self.monitors: list[zmq.Socket[Any]] = []
         for addr in addresses:
-            s = self.ctx.socket(zmq.DEALER)
-            s.setsockopt(zmq.LINGER, 0)
-            s.setsockopt(zmq.SNDHWM, 0)
-            s.setsockopt(zmq.RCVHWM, 0)
-            auth.secure_client(s, token)
-            self.monitors.append(s.get_monitor_socket(_MONITORED))
-            self.sockets.append(s)
             try:
-                s.connect(addr)
+                sock, mon = self._dealer(addr)
             except zmq.ZMQError as exc:  # not an endpoint at all (no scheme, a bad port): say which
-                for sock in (*self.sockets, *self.monitors):
-                    sock.close(linger=0)
+                for open_ in (*self.sockets, *self.monitors):
+                    open_.close(linger=0)
                 self.ctx.term()
                 raise GraphtrainError(
                     f"shard-server address {addr!r}: {exc.strerror} (give tcp://host:port or ipc://path)"
                 ) from None
+            self.sockets.append(sock)
+            self.monitors.append(mon)
         self._rid = itertools.count(1)
         self._lock = threading.Lock()  # ZMQ sockets are not thread-safe
         self.shm = shm
@@ -106,6 +104,35 @@ class ZmqTransport:
         self._open: _Exchange | None = None  # begin_many's calls, collected before anything else
         self._lane_open: float | None = None  # begin_many's calls on the fast lane: their timeout
         self._fast = FastPulls(self.addresses, token, timeout) if fast else None  # small pulls' lane
+
+    def _dealer(self, addr: str) -> tuple[zmq.Socket[Any], zmq.Socket[Any]]:
+        """An authenticated DEALER connecting to `addr`, and its monitor."""
+        s = self.ctx.socket(zmq.DEALER)
+        s.setsockopt(zmq.LINGER, 0)
+        s.setsockopt(zmq.SNDHWM, 0)
+        s.setsockopt(zmq.RCVHWM, 0)
+        auth.secure_client(s, self._token)
+        mon = s.get_monitor_socket(_MONITORED)
+        try:
+            s.connect(addr)
+        except zmq.ZMQError:
+            s.disable_monitor()
+            s.close(linger=0)
+            mon.close(linger=0)
+            raise
+        return s, mon
+
+    def abandon(self, shard: int) -> None:
+        """Drop the connection to `shard` after a call on it was given up, and open a new one. ZMQ keeps
+        what a DEALER sent while its server was down queued, and delivers it to whichever server comes up
+        at the address next: a push_grad reported as failed (KVTimeout) would be applied there later,
+        behind the caller's back (to a restarted shard that restored its checkpoint, or to another job's
+        server on a reused port). Closing the socket discards that queue; later calls go on the new one."""
+        sock, mon = self.sockets[shard], self.monitors[shard]
+        sock.disable_monitor()
+        sock.close(linger=0)
+        mon.close(linger=0)
+        self.sockets[shard], self.monitors[shard] = self._dealer(self.addresses[shard])
 
     # ------------------------------------------------------------------ shared memory (same host)
 
@@ -371,6 +398,7 @@ class _Exchange:
                     self.deadline[i] = now + self.timeout
                     continue
                 n = self.attempts[i]
+                t.abandon(c.shard)  # the request may still wait in the socket's queue: never sent later
                 raise KVTimeout(
                     f"shard {c.shard} ({t.addresses[c.shard]}) did not answer {c.op}"
                     f"{'' if c.name is None else f' of {c.name!r}'} within {self.timeout:g} s "
@@ -391,6 +419,7 @@ class _Exchange:
             if protocol.OPS[c.op][1]:
                 self.deadline[i] = now
                 continue
+            self.t.abandon(c.shard)
             raise KVTimeout(
                 f"shard {c.shard} ({self.t.addresses[c.shard]}) closed the connection before answering "
                 f"{c.op}{'' if c.name is None else f' of {c.name!r}'} (not retried: it may have been "

@@ -323,6 +323,36 @@ def test_gradient_pushes_are_not_retried(ckroot: Path) -> None:
 
 
 @pytest.mark.timeout(120)
+def test_a_push_given_up_never_reaches_the_next_server_at_its_address(ckroot: Path) -> None:
+    """ZMQ queues what a DEALER sends while its server is down and delivers it to whichever server
+    listens at the address next. A push_grad reported as failed must not be applied there later: the
+    client drops the connection it gave the call up on. Deterministic: the next server holds the table
+    from its start, and the pull below goes after anything still queued on the old connection."""
+    from graphtrain.runtime.kvstore.serving.server import ShardServer
+    from graphtrain.runtime.kvstore.tables.state import ShardTensors
+
+    bounds, sgd = np.array([0, 10]), {"kind": "sgd", "lr": 1.0}
+    srv = start_server(0, ckroot)
+    client = kvstore.connect([srv.address], TOKEN, timeout=2.0, retries=0, fast=False)  # ZMQ's path
+    client.create("g", 10, (2,), "float32", bounds, {"kind": "zeros"})
+    client.set_optimizer("g", sgd)
+    srv.kill()
+    with pytest.raises(KVTimeout, match="push_grad of 'g'"):
+        client.push_grad("g", np.array([1]), np.ones((1, 2), np.float32), bounds, mean=False)
+    state = ShardTensors(0)
+    state.create("g", 10, (2,), "float32", 0, 10, {"kind": "zeros"})
+    state.set_optimizer("g", sgd)
+    again = ShardServer(state, TOKEN, srv.address, workers=1, fast_port=None)
+    again.start()
+    try:
+        got = client.pull("g", np.array([1]), bounds, (2,), np.float32)
+        assert (got == 0).all() and (state.get("g").data == 0).all(), "the abandoned push was applied"
+    finally:
+        client.close()
+        again.stop()
+
+
+@pytest.mark.timeout(120)
 def test_a_server_that_dies_while_a_call_waits_is_reported_at_once(ckroot: Path) -> None:
     """A barrier waits on the server (non-idempotent, not retried) when the server is killed: the
     closed connection fails it at once, not after the call's 30 s (the reply can never come)."""
