@@ -105,6 +105,11 @@ class Child:
         """Whether it failed because another trainer went away (roles.PEER_LOST): a consequence."""
         return roles.PEER_LOST in self.tail(lines=200)
 
+    def lost_shard(self) -> bool:
+        """Whether it failed because a shard server stopped answering (SHARD_LOST): a consequence, when
+        that server was killed and its end is not seen yet."""
+        return SHARD_LOST.search(self.tail(lines=200)) is not None
+
     def learn_port(self) -> bool:
         """Read the metrics port from this process' port file, if it wrote it (a predecessor's file,
         another pid, does not count); whether the port became known now."""
@@ -142,21 +147,31 @@ class Child:
 
 
 PEER_LOSS_GRACE = 10.0  # seconds a peer loss waits for the failure that caused it to be seen
+# how a trainer says a shard server is gone (the kvstore client's KVTimeout: not answered in time, its
+# connection or fast lane closed), as `error: ...` (roles/train.py: leave_failed)
+SHARD_LOST = re.compile(
+    r"^error: shard \d+ \(\S+\)(?: did not answer | closed (?:the|its) connection |: the fast lane failed )",
+    re.M,
+)
 
 
 def culprit(failed: Sequence[Child], others_running: bool, now: float) -> Child | None:
-    """The failed process to name: one whose failure is its own before one that lost its peer (the
-    consequence), then the one that ended first. None (not yet) while every failure is a peer loss,
-    another trainer still runs and the first of them ended under PEER_LOSS_GRACE ago: a killed trainer's
-    end reaches the launcher through its zygote's report, which can come after its surviving peer's, and
-    the survivor was named (CI on 1072a72). Bounded: a hung peer that never ends must not hold the run.
-    As the operator's observation.first_failure and culprit_due do with pods."""
+    """The failed process to name: one whose failure is its own before one that lost its peer or its
+    shard server (the consequence), then the one that ended first. None (not yet) while every failure is
+    such a consequence and the first of them ended under PEER_LOSS_GRACE ago, if another trainer still
+    runs (a peer loss) or a shard server was lost (servers run all along: the killed one is among them
+    until its end is seen). A killed trainer's or server's end reaches the launcher through its zygote's
+    report, which can come after the survivor's, and the survivor was named (CI on 1072a72). Bounded: a
+    hung peer or server that never ends must not hold the run. As the operator's
+    observation.first_failure and culprit_due do with pods (for trainers)."""
     for c in failed:
         if c.ended_at is None and c.seen_ended is None:
             c.seen_ended = now
-    lost = {id(c): c.lost_peer() for c in failed}
+    shard = {id(c): c.lost_shard() for c in failed}
+    lost = {id(c): shard[id(c)] or c.lost_peer() for c in failed}
     pick = min(failed, key=lambda c: (lost[id(c)], c.end))
-    if lost[id(pick)] and others_running and now - min(c.end for c in failed) < PEER_LOSS_GRACE:
+    waits = others_running or any(shard.values())
+    if lost[id(pick)] and waits and now - min(c.end for c in failed) < PEER_LOSS_GRACE:
         return None
     return pick
 

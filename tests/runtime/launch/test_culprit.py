@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
+
 from graphtrain.contract.roles import PEER_LOST
 from graphtrain.runtime.launch.processes import PEER_LOSS_GRACE, Child, culprit
 
@@ -58,3 +60,39 @@ def test_a_peer_loss_said_by_an_earlier_run_in_the_same_log_does_not_count(tmp_p
         f.write("error: out of memory\n")
     assert not c.lost_peer()
     assert culprit([c], others_running=True, now=1.1) is c
+
+
+# what the kvstore client raises when a shard server is gone (zmq_transport.py, client/fastlane.py), as
+# a trainer says it (roles/train.py: leave_failed)
+SHARD_GONE = [
+    "error: shard 1 (tcp://10.0.0.7:7000) did not answer push_grad of 'emb' within 30 s (1 attempt); is the "
+    "server running?",
+    "error: shard 0 (tcp://127.0.0.1:41234) closed the connection before answering barrier (not retried: it "
+    "may have been applied); did the server stop or restart?",
+    "error: shard 1 (tcp://h:7000) closed its connection (the server stopped, or was restarted): ...",
+    "error: shard 1 (tcp://h:7000): the fast lane failed before answering push_grad of 'emb' (not retried)",
+]
+
+
+@pytest.mark.parametrize("said", SHARD_GONE)
+def test_a_trainer_that_lost_its_shard_server_waits_for_the_servers_end_then_names_it(
+    tmp_path: Path, said: str
+) -> None:
+    """A killed shard server's end can be reported after the trainer it failed: the trainer is not named
+    at once (even with no other trainer running), and the server is once its end is seen."""
+    trainer = child(tmp_path, "trainer-0", said, ended_at=20.0)
+    assert trainer.lost_shard() and not trainer.lost_peer()
+    assert culprit([trainer], others_running=False, now=20.5) is None
+    server = child(tmp_path, "shard-1", "", ended_at=19.9)
+    assert culprit([trainer, server], others_running=False, now=21.0) is server
+    assert culprit([trainer], others_running=False, now=20.0 + PEER_LOSS_GRACE) is trainer  # a hung server
+
+
+def test_a_shard_servers_refusal_is_the_trainers_own_failure(tmp_path: Path) -> None:
+    """A server that answered (an id outside its rows) is alive: nothing to wait for."""
+    said = (
+        "error: shard 0 (tcp://h:7000) refused pull: id 9 (position 0) of 'emb' is outside this shard's rows"
+    )
+    trainer = child(tmp_path, "trainer-0", said, ended_at=5.0)
+    assert not trainer.lost_shard()
+    assert culprit([trainer], others_running=True, now=5.1) is trainer
