@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import secrets
 import select
 import subprocess
 import sys
@@ -21,7 +22,11 @@ import pytest
 from graphtrain.runtime.launch.processes import die_with_this_process
 from tests import forked
 
-TOKEN = "test-token-0123456789"
+# One per pytest process (each xdist worker): ZMQ delivers what a client queued for a server that died
+# to whatever server next listens at that address, and ports are reused, so another worker's test
+# request must be refused at the handshake rather than served (the kvstore client drops a given-up
+# call's queue since 94da935; this keeps one worker's strays out of another's servers).
+TOKEN = f"test-token-{secrets.token_hex(8)}"
 READY_TIMEOUT = 60.0
 
 
