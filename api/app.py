@@ -1,7 +1,8 @@
 """The FastAPI application: routers, middleware and error handlers wired together, nothing else.
 
 create_app(source, settings): the status source is the app's dependency (routers take it through
-sources.base.get_source), so tests pass a fake source, not a patched global.
+access.get_source, which applies the request's token's namespaces), so tests pass a fake source, not a
+patched global.
 Middleware, outermost first: request metrics (every request counted, refused ones too), bearer-token
 authentication (before routing, validation and the source), then the routes.
 """
@@ -45,6 +46,7 @@ def create_app(source: StatusSource, settings: Settings | None = None) -> FastAP
     )
     app.state.source = source
     app.state.registry = settings.registry
+    app.state.auth, app.state.metrics_open = settings.tokens is not None, settings.metrics_open
     for router in ROUTERS:
         app.include_router(router)
     problems.install(app)

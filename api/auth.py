@@ -1,19 +1,23 @@
 """Bearer-token authentication, checked before any work: an ASGI middleware in front of routing,
 validation and the source, so an unauthenticated request costs a header comparison and nothing else.
 
-Tokens come from a file, one per line (blank lines and `#` comments ignored): in Kubernetes a mounted
-Secret, which the kubelet updates in place, so the file is looked at again (a stat) at most once a
-second and re-read when it changed: a token added or revoked in the Secret takes effect without a
-restart. A file that disappears or holds no token refuses everyone (fails closed).
+Tokens come from a file, one per line (blank lines and `#` comments ignored), each alone (it sees every
+namespace) or followed by `namespaces=a,b` (it sees those only: tokens.py, applied by access.py from the
+Grant this middleware leaves in the request's scope state). In Kubernetes the file is a mounted Secret,
+which the kubelet updates in place, so it is looked at again (a stat) at most once a second and re-read
+when it changed: a token added, revoked or re-scoped in the Secret takes effect without a restart.
+A malformed line is refused alone, logged by line number (never its text); a file that disappears or
+holds no usable token refuses everyone (fails closed).
 
 Comparison: each presented token is hashed (SHA-256) and compared with every known token's hash with
 hmac.compare_digest, all of them every time, so neither a token's length nor its position in the file
-shows in the time taken.
+shows in the time taken; the matched token's grant is then looked up by its hash.
 
 Open paths: /healthz and /readyz (probes carry no token), the OpenAPI document and its /docs page
 (public information: the schema is in the repository), and /metrics only when settings.metrics_open.
 Everything else, /metrics included by default, needs a token: Prometheus scrapes it with one of the
-file's tokens (the chart's ServiceMonitor: `authorization.credentials` from the same Secret).
+file's tokens, one for every namespace (the chart's ServiceMonitor: `authorization.credentials` from the
+same Secret); a token limited to some namespaces gets 403 there (access.py).
 
 Without authentication (`--no-auth`) the API may only listen on a loopback address (check_bind).
 """
@@ -32,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from graphtrain.api import problems
+from graphtrain.api.tokens import GRANT, Grant, parse
 
 log = logging.getLogger("graphtrain.api")
 Scope = MutableMapping[str, Any]
@@ -40,7 +45,6 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
-MIN_TOKEN = 16  # characters: a shorter token is refused when the file is read
 RECHECK_SECONDS = 1.0
 OPEN_PATHS = frozenset({"/healthz", "/readyz", "/openapi.json", "/docs", "/docs/oauth2-redirect"})
 REALM = 'Bearer realm="graphtrain"'
@@ -48,23 +52,6 @@ REALM = 'Bearer realm="graphtrain"'
 
 class TokenFileError(ValueError):
     """The token file cannot be used (the message says why; it never contains a token)."""
-
-
-def parse_tokens(text: str) -> list[str]:
-    """The tokens of a token file's text.
-
-    Raises:
-        TokenFileError: a token is shorter than MIN_TOKEN or holds a space (named by line number).
-    """
-    tokens = []
-    for number, line in enumerate(text.splitlines(), 1):
-        token = line.strip()
-        if not token or token.startswith("#"):
-            continue
-        if len(token) < MIN_TOKEN or any(ch.isspace() for ch in token):
-            raise TokenFileError(f"line {number}: a token is one word of at least {MIN_TOKEN} characters")
-        tokens.append(token)
-    return tokens
 
 
 def _digest(token: str) -> bytes:
@@ -78,44 +65,59 @@ class TokenFile:
         self.path, self.clock = Path(path), clock
         self._lock = threading.Lock()
         self._signature: tuple[int, int, int] | None = None
-        self._digests: tuple[bytes, ...] = ()
+        self._grants: dict[bytes, Grant] = {}  # by the token's digest; replaced whole, never changed
         self._checked = float("-inf")
         self.load(strict=True)
 
     def load(self, strict: bool = False) -> None:
-        """Read the file now. strict (startup): raise TokenFileError if it is missing, unreadable,
-        malformed or empty; otherwise (a reload) a file that cannot be used refuses every token."""
+        """Read the file now: each refused line logged, the others used. strict (startup): raise
+        TokenFileError if it is missing, unreadable or holds no usable token; otherwise (a reload) such a
+        file refuses every token."""
         try:
             st = os.stat(self.path)
             signature = (st.st_ino, st.st_size, st.st_mtime_ns)
             if signature == self._signature:
                 return
-            tokens = parse_tokens(self.path.read_text())
-            if not tokens:
-                raise TokenFileError("it holds no token")
+            parsed = parse(self.path.read_text())
+            if not parsed.grants:
+                raise TokenFileError(
+                    f"it holds no usable token ({'; '.join(parsed.problems)})"
+                    if parsed.problems
+                    else "it holds no token"
+                )
         except (OSError, UnicodeDecodeError, TokenFileError) as exc:
             reason = exc.strerror if isinstance(exc, OSError) else str(exc)
             if strict:
                 raise TokenFileError(f"token file {self.path}: {reason}") from None
-            if self._digests:
+            if self._grants:
                 log.warning("token file %s: %s; refusing every request until it is fixed", self.path, reason)
-            self._digests, self._signature = (), None
+            self._grants, self._signature = {}, None
             return
+        for problem in parsed.problems:
+            log.warning("token file %s: %s", self.path, problem)
         if self._signature is not None:
-            log.info("token file %s changed: %d token(s)", self.path, len(tokens))
-        self._digests, self._signature = tuple(_digest(t) for t in tokens), signature
+            scoped = sum(g.namespaces is not None for g in parsed.grants.values())
+            count = len(parsed.grants)
+            log.info("token file %s changed: %d token(s), %d scoped to namespaces", self.path, count, scoped)
+        self._grants = {_digest(t): g for t, g in parsed.grants.items()}
+        self._signature = signature
 
     def valid(self, token: str) -> bool:
+        return self.grant(token) is not None
+
+    def grant(self, token: str) -> Grant | None:
+        """What `token` may see, or None if it is not one of the file's."""
         now = self.clock()
         if now - self._checked >= RECHECK_SECONDS:
             with self._lock:
                 self._checked = now
                 self.load()
         presented = _digest(token)
+        grants = self._grants  # one load's, even if a reload replaces it meanwhile
         ok = False
-        for known in self._digests:  # every one, always: the time does not say which matched
+        for known in grants:  # every one, always: the time does not say which matched
             ok |= hmac.compare_digest(presented, known)
-        return ok
+        return grants.get(presented) if ok else None
 
 
 def bearer(headers: list[tuple[bytes, bytes]]) -> str | None:
@@ -130,7 +132,8 @@ def bearer(headers: list[tuple[bytes, bytes]]) -> str | None:
 
 class BearerAuth:
     """ASGI middleware: a request to a path outside `open_paths` needs a valid bearer token, else 401
-    problem details with WWW-Authenticate: Bearer."""
+    problem details with WWW-Authenticate: Bearer. The token's Grant goes on in the scope's state
+    (tokens.GRANT), where access.py reads it: authorisation is decided once, from what was found here."""
 
     def __init__(self, app: ASGIApp, tokens: TokenFile, open_paths: frozenset[str]):
         self.app, self.tokens, self.open_paths = app, tokens, open_paths
@@ -140,7 +143,10 @@ class BearerAuth:
             await self.app(scope, receive, send)
             return
         token = bearer(scope.get("headers") or [])
-        if token is not None and self.tokens.valid(token):
+        grant = self.tokens.grant(token) if token is not None else None
+        if grant is not None:
+            # a new state dict: the server's may be shared (lifespan state is copied shallowly)
+            scope["state"] = {**(scope.get("state") or {}), GRANT: grant}
             await self.app(scope, receive, send)
             return
         challenge = REALM + (', error="invalid_token"' if token is not None else "")

@@ -76,14 +76,21 @@ def api(
     host: Annotated[str, typer.Option(help="address to listen on")] = "127.0.0.1",
     port: Annotated[int, typer.Option(min=0, max=65535, help="port to listen on")] = 8080,
     token_file: Annotated[
-        Path | None, typer.Option(help="bearer tokens, one per line (re-read when it changes)")
+        Path | None,
+        typer.Option(
+            help="bearer tokens, one per line, each alone (every namespace) or with "
+            "`namespaces=a,b` (those only); re-read when it changes"
+        ),
     ] = None,
     no_auth: Annotated[
         bool, typer.Option("--no-auth", help="no authentication: only on a loopback address")
     ] = False,
     metrics_open: Annotated[
         bool,
-        typer.Option("--metrics-open", help="serve /metrics without a token (else a scraper presents one)"),
+        typer.Option(
+            "--metrics-open",
+            help="serve /metrics without a token (else a scraper presents one that sees every namespace)",
+        ),
     ] = False,
 ) -> None:
     """Serve the read-only REST status API of GraphTrainings (OpenAPI at /docs)."""
@@ -154,7 +161,9 @@ def _api_options(
         typer.Option(min=0, max=65535, help="also serve this run's REST status API on this port (0: any)"),
     ] = None,
     api_host: Annotated[str, typer.Option(help="address of the API")] = "127.0.0.1",
-    api_token_file: Annotated[Path | None, typer.Option(help="the API's bearer tokens, one per line")] = None,
+    api_token_file: Annotated[
+        Path | None, typer.Option(help="the API's bearer tokens, one per line (as `graphtrain api`)")
+    ] = None,
     api_no_auth: Annotated[
         bool,
         typer.Option(

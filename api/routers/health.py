@@ -8,8 +8,9 @@ from typing import Annotated
 from fastapi import APIRouter, Depends
 
 from graphtrain.api import models
+from graphtrain.api.access import get_source
 from graphtrain.api.problems import problem_responses
-from graphtrain.api.sources.base import StatusSource, get_source
+from graphtrain.api.sources.base import StatusSource
 
 router = APIRouter(tags=["health"])
 

@@ -1,11 +1,13 @@
 """GET /metrics: the app's registry in Prometheus' text format (behind the bearer token unless
-settings.metrics_open: see auth.py)."""
+settings.metrics_open: see auth.py; a token for every namespace, not one limited to some: access.py).
+Its labels name routes by template, never a namespace or a training."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request, Response
+from fastapi import APIRouter, Depends, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from graphtrain.api.access import may_scrape
 from graphtrain.api.problems import problem_responses
 
 router = APIRouter(tags=["metrics"])
@@ -20,7 +22,11 @@ def get_registry(request: Request) -> CollectorRegistry:
     "/metrics",
     response_class=Response,
     summary="Prometheus metrics of this server",
-    responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}}, **problem_responses(401)},
+    responses={
+        200: {"content": {"text/plain": {"schema": {"type": "string"}}}},
+        **problem_responses(401, 403),
+    },
+    dependencies=[Depends(may_scrape)],
 )
 def metrics(request: Request) -> Response:
     return Response(generate_latest(get_registry(request)), media_type=CONTENT_TYPE_LATEST)

@@ -13,9 +13,10 @@ from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from pydantic import BaseModel
 
 from graphtrain.api import models
+from graphtrain.api.access import get_source
 from graphtrain.api.problems import problem_responses
 from graphtrain.api.selectors import SelectorError, parse
-from graphtrain.api.sources.base import InvalidParameter, ListQuery, StatusSource, get_source
+from graphtrain.api.sources.base import InvalidParameter, ListQuery, StatusSource
 from graphtrain.contract.spec import Phase
 
 DNS_LABEL = models.DNS_LABEL

@@ -17,8 +17,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
-from fastapi import Request
-
 from graphtrain.api import models
 from graphtrain.api.selectors import Requirement, matches
 from graphtrain.contract.spec import Phase
@@ -42,13 +40,15 @@ class InvalidParameter(ValueError):
 
 @dataclass(frozen=True)
 class ListQuery:
-    """A list request, validated: the selector parsed, the limit in range."""
+    """A list request, validated: the selector parsed, the limit in range. namespaces: those the
+    request may see (its token's, access.py), None for every one; a source lists no other."""
 
     namespace: str | None = None
     selector: tuple[Requirement, ...] = ()
     phase: Phase | None = None
     limit: int = 100
     continue_token: str | None = None
+    namespaces: frozenset[str] | None = None
 
 
 class StatusSource(Protocol):
@@ -67,12 +67,6 @@ class StatusSource(Protocol):
 
     def check(self) -> None:
         """Return when the source answers (readiness); raise SourceUnavailable otherwise."""
-
-
-def get_source(request: Request) -> StatusSource:
-    """The dependency the routers take their source from (create_app puts it on app.state)."""
-    source: StatusSource = request.app.state.source
-    return source
 
 
 # ------------------------------------------------------------------------- paging of a snapshot
@@ -105,6 +99,7 @@ def page(summaries: Iterable[models.TrainingSummary], query: ListQuery) -> model
             s
             for s in summaries
             if (query.namespace is None or s.metadata.namespace == query.namespace)
+            and (query.namespaces is None or s.metadata.namespace in query.namespaces)
             and (query.phase is None or s.phase == query.phase)
             and matches(query.selector, s.metadata.labels)
             and (after is None or (s.metadata.namespace, s.metadata.name) > after)

@@ -8,7 +8,9 @@ plain JSON (`_preload_content=False`): the client's model objects cost more than
 
 Two modes:
 - direct (cache_ttl=0): each request makes its own calls (a training: GraphTraining, ConfigMap, pods);
-  a list is one API-server page: its `continue` token is the server's.
+  a list is one API-server page: its `continue` token is the server's. For a token limited to several
+  namespaces (access.py), each of them is listed whole (max_objects in all) and paged here, with this
+  server's tokens: the API server's, over every namespace, would name trainings the token may not see.
 - cached (cache_ttl>0): five collections (GraphTrainings, progress and config ConfigMaps, trainer pods,
   GraphTraining events) kept as an informer's stores (cached.py, watched.py): each listed once, when
   the first request comes, then watched from that list's resourceVersion, so that in steady state the
@@ -33,6 +35,7 @@ names; the pods' label selector is built from the name, never taken from the cli
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import logging
 import os
@@ -255,6 +258,21 @@ def watch_period(cache_ttl: float) -> int:
     return max(1, min(60, int(5 * cache_ttl)))
 
 
+def listed_namespaces(
+    asked: str | None, served: str | None, allowed: frozenset[str] | None
+) -> list[str | None]:
+    """The namespaces a list asks the API server for (None: every namespace): what the request asked
+    (?namespace, or every one), within what this server serves and the request's token may see. []:
+    nothing to list; several: a token's namespaces, listed one by one (the server's continue tokens of
+    every namespace would name the trainings of namespaces the token may not see)."""
+    wanted = asked or served
+    if wanted is not None:
+        if (served is not None and wanted != served) or (allowed is not None and wanted not in allowed):
+            return []
+        return [wanted]
+    return [None] if allowed is None else list(sorted(allowed))
+
+
 class KubernetesSource:
     """GraphTrainings of one namespace (`namespace`) or of all, read from the API server."""
 
@@ -314,15 +332,17 @@ class KubernetesSource:
         cache = self._whole("trainings")
         if cache is not None:
             return page(self._summaries(cache), query)
-        namespace = query.namespace or self.namespace
-        if query.namespace and self.namespace and query.namespace != self.namespace:
+        targets = listed_namespaces(query.namespace, self.namespace, query.namespaces)
+        if not targets:
             return models.TrainingList.of([])
-        kw: dict[str, Any] = {"limit": query.limit}
-        if query.selector:
-            kw["label_selector"] = render(query.selector)
+        kw: dict[str, Any] = {"label_selector": render(query.selector)} if query.selector else {}
+        if len(targets) > 1:  # a token's namespaces: each listed whole, paged here (this server's tokens)
+            objs = (o for ns in targets for o in self.api.every(self.api.trainings, ns, **kw))
+            return page(map(summary_of, itertools.islice(objs, self.max_objects)), query)
+        kw["limit"] = query.limit
         if query.continue_token:
             kw["_continue"] = query.continue_token
-        body = self.api.trainings(namespace, **kw)
+        body = self.api.trainings(targets[0], **kw)
         items = [models.summary(metadata_of(o), status_of(o)) for o in body.get("items") or []]
         if query.phase is not None:  # a page may hold fewer than limit: phase is no server-side filter
             items = [s for s in items if s.phase == query.phase]

@@ -110,8 +110,8 @@ def test_token_file_is_reread_when_it_changes(tmp_path: Path) -> None:
     [
         ("", "holds no token"),
         ("# only a comment\n", "holds no token"),
-        ("short\n", "line 1"),
-        ("good-token-good-token\ntwo words here and there\n", "line 2"),
+        ("short\n", "no usable token .line 1: a token is one word"),
+        ("# tokens\ngood-token-good-token namespace=a\n", "line 2: after the token"),
     ],
 )
 def test_unusable_token_file_is_refused_at_startup(tmp_path: Path, text: str, message: str) -> None:

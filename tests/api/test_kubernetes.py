@@ -79,6 +79,26 @@ def test_pages_cover_the_list_once(source: KubernetesSource) -> None:
     assert seen == [f"{NS}/t-{i}" for i in range(5)]
 
 
+def test_a_tokens_namespaces_are_listed_alone_page_by_page(source: KubernetesSource) -> None:
+    """A token's namespaces (access.py): directly, one of them is the API server's list of it, several
+    are each listed and paged here; from the cache, filtered. Either way no other namespace shows."""
+    both = [f"{NS}/t-{i}" for i in range(5)] + [f"{OTHER}/t-0"]
+    for namespaces, expected in (({NS, OTHER}, both), ({OTHER}, [f"{OTHER}/t-0"]), ({"api-none"}, [])):
+        seen, token = [], None
+        for _ in range(10):
+            query = ListQuery(limit=2, continue_token=token, namespaces=frozenset(namespaces))
+            page = source.list_trainings(query)
+            seen += names(page)
+            token = page.continue_
+            if token is None:
+                break
+        assert seen == expected
+    failed = ListQuery(phase=Phase.failed, namespaces=frozenset({NS, OTHER}))
+    assert names(source.list_trainings(failed)) == [f"{NS}/t-2", f"{OTHER}/t-0"]
+    outside = ListQuery(namespace=NS, namespaces=frozenset({OTHER}))
+    assert names(source.list_trainings(outside)) == []
+
+
 def test_a_bad_continue_token_names_the_parameter(source: KubernetesSource) -> None:
     with pytest.raises(InvalidParameter) as raised:
         source.list_trainings(ListQuery(namespace=NS, continue_token="bm90LWEtdG9rZW4"))

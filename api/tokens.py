@@ -1,0 +1,94 @@
+"""The token file's lines and what each token may see: pure parsing, no I/O (auth.TokenFile reads the
+file, access.py applies a grant to a request).
+
+A line is a token alone (it sees every namespace the API serves, as before namespaces existed), or a
+token and the namespaces it may see:
+
+    kH3x...                                   every namespace
+    Qa9d...  namespaces=team-a,team-b         team-a and team-b only
+
+Blank lines and lines starting with `#` are ignored. A line that breaks these rules is refused (its
+token is not accepted) with a message naming its line number, never its text: a token misspelt into the
+namespaces part, or a typo such as `namespace=`, must neither show in a log nor fall back to every
+namespace. The other lines still count, so one team's typo does not lock out every other team.
+A token on several lines: if they grant the same namespaces it is kept (noted); if they differ, every
+line of it is refused, since neither the union nor the last line is safely what the writer meant.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+MIN_TOKEN = 16  # characters: a shorter token is refused when the file is read
+KEY = "namespaces"
+DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")  # as models.DNS_LABEL: a namespace
+GRANT = "graphtrain.grant"  # the request's Grant in its ASGI scope's state, set by auth.BearerAuth
+
+
+@dataclass(frozen=True)
+class Grant:
+    """The namespaces a token may see; None: every namespace the API serves."""
+
+    namespaces: frozenset[str] | None = None
+
+    def sees(self, namespace: str) -> bool:
+        return self.namespaces is None or namespace in self.namespaces
+
+
+EVERY = Grant()
+NOTHING = Grant(frozenset())
+
+
+@dataclass
+class Parsed:
+    """The usable tokens and one message per refused or repeated line (line numbers, never tokens)."""
+
+    grants: dict[str, Grant] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
+
+
+def parse_line(words: list[str]) -> Grant | str:
+    """The grant of one line's words after its token, or why the line is refused."""
+    if not words:
+        return EVERY
+    key, sep, value = words[0].partition("=")
+    if len(words) > 1 or key != KEY or not sep:
+        return f"after the token, only {KEY}=NS[,NS...] may follow (one word, no spaces)"
+    names = value.split(",")
+    if not all(DNS_LABEL.match(n) for n in names):
+        return f"{KEY}= takes namespace names (lowercase letters, digits and '-') separated by commas"
+    return Grant(frozenset(names))
+
+
+def _lines(numbers: Iterable[int]) -> str:
+    listed = list(numbers)
+    return ("line " if len(listed) == 1 else "lines ") + ", ".join(map(str, listed))
+
+
+def parse(text: str) -> Parsed:
+    """The tokens of a token file's text and their grants; refused lines are left out and said why."""
+    found: dict[str, list[tuple[int, Grant]]] = {}
+    out = Parsed()
+    for number, line in enumerate(text.splitlines(), 1):
+        words = line.split()
+        if not words or words[0].startswith("#"):
+            continue
+        if len(words[0]) < MIN_TOKEN:
+            out.problems.append(f"line {number}: a token is one word of at least {MIN_TOKEN} characters")
+            continue
+        grant = parse_line(words[1:])
+        if isinstance(grant, str):
+            out.problems.append(f"line {number}: {grant}")
+            continue
+        found.setdefault(words[0], []).append((number, grant))
+    for token, lines in found.items():
+        numbers = [n for n, _ in lines]
+        if len({g for _, g in lines}) > 1:
+            out.problems.append(f"{_lines(numbers)}: one token with different namespaces; all refused")
+            continue
+        if len(lines) > 1:
+            out.problems.append(f"{_lines(numbers)}: one token repeated with the same namespaces; kept")
+        out.grants[token] = lines[0][1]
+    return out

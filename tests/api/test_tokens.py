@@ -1,0 +1,87 @@
+"""The token file's grammar (api/tokens.py): a token alone sees every namespace, `namespaces=a,b` limits
+it; a malformed line is refused alone, by line number, never showing its text."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+
+from graphtrain.api import auth, tokens
+from graphtrain.api.tokens import EVERY, Grant, parse
+
+A = "token-of-team-a-0123456789"
+B = "token-of-team-b-0123456789"
+ADMIN = "token-of-the-platform-team-0123"
+
+
+def test_a_bare_token_sees_every_namespace_and_a_listed_one_its_namespaces() -> None:
+    parsed = parse(
+        f"# the platform team's\n{ADMIN}\n\n  {A}   namespaces=team-a  \n{B}\tnamespaces=team-b,team-c\n"
+    )
+    assert parsed.grants == {
+        ADMIN: EVERY,
+        A: Grant(frozenset({"team-a"})),
+        B: Grant(frozenset({"team-b", "team-c"})),
+    }
+    assert parsed.problems == []
+    assert EVERY.sees("anything") and parsed.grants[B].sees("team-c") and not parsed.grants[A].sees("team-b")
+
+
+@pytest.mark.parametrize(
+    ("line", "why"),
+    [
+        ("short namespaces=team-a", "a token is one word of at least 16 characters"),
+        (f"{A} namespace=team-a", "only namespaces=NS[,NS...] may follow"),  # the key misspelt
+        (f"{A} namespaces=", "namespaces= takes namespace names"),
+        (f"{A} namespaces", "only namespaces=NS[,NS...] may follow"),
+        (f"{A} namespaces=team-a,", "namespaces= takes namespace names"),
+        (f"{A} namespaces=Team_A", "namespaces= takes namespace names"),
+        (f"{A} namespaces=team-a, team-b", "only namespaces=NS[,NS...] may follow"),
+        (f"{A} namespaces=team-a namespaces=team-b", "only namespaces=NS[,NS...] may follow"),
+        (f"{A} {B}", "only namespaces=NS[,NS...] may follow"),  # two tokens run together
+        (f"{A} # team a", "only namespaces=NS[,NS...] may follow"),  # comments are whole lines
+        (f"{A} namespaces={'x' * 64}", "namespaces= takes namespace names"),
+    ],
+)
+def test_a_malformed_line_is_refused_alone_by_number_never_by_text(line: str, why: str) -> None:
+    parsed = parse(f"{ADMIN}\n{line}\n")
+    assert parsed.grants == {ADMIN: EVERY}  # never every namespace for a line that meant fewer
+    [problem] = parsed.problems
+    assert problem.startswith("line 2: ") and why in problem
+    assert all(text not in problem for text in (A, B, "short", "team", "Team", "xxx"))
+
+
+def test_a_token_on_two_lines() -> None:
+    same = parse(f"{A} namespaces=team-a,team-b\n{B}\n{A} namespaces=team-b,team-a\n")
+    assert same.grants[A] == Grant(frozenset({"team-a", "team-b"}))
+    assert same.problems == ["lines 1, 3: one token repeated with the same namespaces; kept"]
+    for second in (A, f"{A} namespaces=team-b"):  # wider or other: neither is safely what was meant
+        differ = parse(f"{A} namespaces=team-a\n{B}\n{second}\n")
+        assert differ.grants == {B: EVERY}
+        assert differ.problems == ["lines 1, 3: one token with different namespaces; all refused"]
+
+
+def test_the_file_logs_each_refused_line_and_serves_the_others(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "tokens"
+    path.write_text(f"{A} namespaces=team-a\n{B} namespaces=team-b,\n")
+    with caplog.at_level(logging.WARNING, logger="graphtrain.api"):
+        file = auth.TokenFile(path)
+    assert file.grant(A) == Grant(frozenset({"team-a"})) and file.grant(B) is None
+    assert [r.getMessage() for r in caplog.records] == [
+        f"token file {path}: line 2: namespaces= takes namespace names (lowercase letters, digits and '-') "
+        "separated by commas"
+    ]
+    assert B not in caplog.text and A not in caplog.text
+
+
+def test_a_file_of_bad_lines_only_fails_closed(tmp_path: Path) -> None:
+    path = tmp_path / "tokens"
+    path.write_text(f"{A} namespace=team-a\n{B} namespaces=\n")
+    with pytest.raises(auth.TokenFileError, match="no usable token .line 1: .*; line 2: ") as raised:
+        auth.TokenFile(path)
+    assert A not in str(raised.value) and B not in str(raised.value)
+    assert tokens.NOTHING.namespaces == frozenset() and not tokens.NOTHING.sees("team-a")
