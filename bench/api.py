@@ -14,6 +14,11 @@ Latency is from sending a request to reading its whole answer; an error is any a
 failed connection.
 
     python bench/api.py [--clients 100] [--seconds 30] [--trainings 100] [--only local,direct,snapshot]
+                        [--namespaces default,bench]
+
+--namespaces: the bench's token sees these namespaces only (`TOKEN namespaces=...`: the scoped path,
+api/access.py); the trainings are in `bench` (Kubernetes) and `default` (local runs), so name those to
+get the same answers as the unscoped token.
 """
 
 from __future__ import annotations
@@ -246,6 +251,7 @@ def main() -> None:
     parser.add_argument(
         "--think", type=float, nargs="+", default=[0.0, 0.5], help="each client's pause between requests (s)"
     )
+    parser.add_argument("--namespaces", help="the token sees these namespaces only (comma-separated)")
     parser.add_argument("--clients-only", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--paths", help=argparse.SUPPRESS)
@@ -262,12 +268,13 @@ def main() -> None:
     only = set(args.only.split(","))
     print(
         f"{args.clients} clients x {args.seconds:g} s, {args.trainings} trainings, snapshot cache_ttl 2 s, "
-        f"{platform.node()} ({os.cpu_count()} cores), {time.strftime('%Y-%m-%d')}\n{HEADER}",
+        f"{platform.node()} ({os.cpu_count()} cores), {time.strftime('%Y-%m-%d')}, token for "
+        f"{'namespaces ' + args.namespaces if args.namespaces else 'every namespace'}\n{HEADER}",
         flush=True,
     )
     with tempfile.TemporaryDirectory() as tmp:
         tokens = Path(tmp) / "tokens"
-        tokens.write_text(TOKEN + "\n")
+        tokens.write_text(TOKEN + (f" namespaces={args.namespaces}" if args.namespaces else "") + "\n")
 
         def settings() -> Settings:
             return Settings(tokens=TokenFile(tokens))
