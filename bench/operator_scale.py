@@ -11,8 +11,9 @@
    time until all are Starting, each training's create -> Starting p50 / p95 / p99, trainings that
    never got there, and a final count of every child each one should have.
 3. Deletion (unless --skip-delete): all deleted at once (the API server has no garbage collector: the
-   operator's finalizer deletes the children); the time until every GraphTraining is gone, and every
-   child of every kind left behind (none but the data claims, kept by storage.whenDeleted: Retain).
+   operator deletes the children when it sees each training go); the time until every GraphTraining
+   is gone, and every child of every kind left behind (none but the data claims, kept by
+   storage.whenDeleted: Retain).
 
 Errors and throttling are counted throughout: the operator's graphtrain_operator_api_errors_total
 and reconciles by result (its /metrics), its log's error lines, kopf retries ("failed temporarily")

@@ -20,6 +20,15 @@ child changed, after the cache holds the change. The GraphTraining itself is rea
 (one GET), so its status never goes back; the operator's own creates and deletes enter the cache at
 once, so no reconcile makes again what the last one made.
 
+No finalizer: every child carries an ownerReference to its GraphTraining (but a data claim kept by
+storage.whenDeleted Retain, which nothing deletes), so the cluster's garbage collector deletes them
+however the training goes. A finalizer of kopf's held every GraphTraining until the operator let go:
+with the operator down, a namespace being deleted stayed Terminating, and deleting the CRD never
+completed (kopf serves no resource it cannot patch). kopf adds one for any timer or mandatory delete
+handler, so neither is used: the periodic reconciles are a thread of ours (tick()), and the end of a
+training is seen on its watch events (on_event: children deleted at once, its metrics and log state
+forgotten; one held by someone else's finalizer gets the status that says every role stopped).
+
 When the operator stops, pending requeues are cancelled, the watches end and the queue runs nothing
 more: a standby may lead next, and a requeue of this process must not reconcile after it let go.
 """
@@ -124,9 +133,6 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="operator.graphtrain.io")
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix="operator.graphtrain.io")
     settings.posting.enabled = False  # our own events, one per transition (k8s.post_event)
-    # A deletion waits for a running on_timer reconcile to return, then rechecks after this many
-    # seconds; kopf's default (60) held a GraphTraining deleted mid-reconcile for a whole minute.
-    settings.background.cancellation_polling = 1.0
     k8s.load_config()
     if _config is None:  # not started by `graphtrain operator`
         use_config(operator_config.load())
@@ -143,6 +149,7 @@ def start_watches() -> None:
     _queue, _watching = queue.start(), threading.Event()
     k8s.use_cache(cache)
     k8s.watch_children(cache, lambda namespace, name: queue.add((namespace, name)), _watching)
+    threading.Thread(target=_ticking, args=(queue, _watching), name="tick", daemon=True).start()
 
 
 def stop_watches() -> None:
@@ -190,7 +197,8 @@ def _reconcile(namespace: str, name: str) -> str:
         if not may_act(namespace, name):
             return "skipped"
         observed = k8s.observe(namespace, name)
-        if observed is None:
+        if observed is None:  # gone (its DELETED event may have fallen in a gap of kopf's watch)
+            _known.pop((namespace, name), None)
             requeue(namespace, name, None)
             _metrics.forget(namespace, name)
             logs.forget(namespace, name)
@@ -210,8 +218,8 @@ def _reconcile(namespace: str, name: str) -> str:
         logs.decided(namespace, name, old, decided)
         _metrics.training(namespace, name, old, decided.status)
         if (observed.training.get("metadata") or {}).get("deletionTimestamp"):
-            # going: a timed reconcile that waited for the lock while on_delete ran must not export it
-            # again after on_delete forgot it (nothing would forget it a second time)
+            # going: a timed reconcile that waited for the lock while ended() ran must not export it
+            # again after ended() forgot it (nothing would forget it a second time)
             _metrics.forget(namespace, name)
         requeue(namespace, name, decided.requeue_after)
         return "ok"
@@ -255,40 +263,77 @@ def on_training(*, name: str, namespace: str | None, **_: Any) -> None:
         reconcile(namespace, name)
 
 
-@kopf.on.delete(GROUP, VERSION, PLURAL)
-def on_delete(*, name: str, namespace: str | None, uid: str, logger: kopf.Logger, **_: Any) -> None:
-    """Children go with their GraphTraining (a finalizer holds it until they are deleted); then its
-    status says every role stopped (plan() of a training being deleted), for whoever reads it before
-    it is gone (kubectl, the REST API, a finalizer of someone else's holding it longer)."""
-    if not namespace:
+# what the tick does with each training the operator sees: reconcile it, skip it (finished: its TTL is
+# its plan's requeue), or nothing more (being deleted: on_event handled its end)
+DUE, IDLE, GOING = "due", "idle", "going"
+_known: dict[tuple[str, str], str] = {}  # from on_event; read by the tick thread (whole-dict ops only)
+
+
+def due(status: dict[str, Any]) -> bool:
+    """Whether the periodic tick reconciles a training of this status: not when it finished, unless its
+    phase was patched over its end (that phase is written back)."""
+    ended = finished(status)
+    return ended is None or status.get("phase") != ended
+
+
+def tick(queue: WorkQueue[tuple[str, str]]) -> int:
+    """Ask the work queue, in its periodic lane, for every training the tick is due for (stall
+    detection, a deadline missed by its requeue); how many."""
+    keys = [key for key, state in list(_known.items()) if state == DUE]
+    for key in keys:
+        queue.add(key, periodic=True)
+    return len(keys)
+
+
+def _ticking(queue: WorkQueue[tuple[str, str]], stop: threading.Event) -> None:
+    while not stop.wait(TIMER_SECONDS):
+        tick(queue)
+
+
+@kopf.on.event(GROUP, VERSION, PLURAL)
+async def on_event(
+    *, type: str | None, body: kopf.Body, name: str, namespace: str | None, uid: str, **_: Any
+) -> None:
+    """Every watch event of a GraphTraining (none adds a finalizer): what the tick does with it, and
+    its end: gone (DELETED), or being deleted while someone else's finalizer holds it. A coroutine on
+    kopf's event loop: most events only note the status; an end runs on a thread of its own."""
+    if not namespace:  # always: GraphTrainings are namespaced
         return
+    key = (namespace, name)
+    if type == "DELETED":
+        if _known.pop(key, None) != GOING:
+            await asyncio.to_thread(ended, namespace, name, uid, False)
+    elif body.get("metadata", {}).get("deletionTimestamp"):
+        if _known.get(key) != GOING:
+            _known[key] = GOING
+            await asyncio.to_thread(ended, namespace, name, uid, True)
+    else:
+        _known[key] = DUE if due(dict(body.get("status") or {})) else IDLE
+
+
+def ended(namespace: str, name: str, uid: str, held: bool) -> None:
+    """A GraphTraining is gone or going: its children are deleted now (the garbage collector does it
+    too, through their ownerReferences; a cluster without one, or a slow one, is not waited for), its
+    requeue cancelled, its metrics and log state forgotten. `held` (someone else's finalizer keeps it
+    readable): its status then says every role stopped (plan() of a training being deleted). Errors
+    are logged: nothing holds the deletion, the collector deletes what is left."""
     requeue(namespace, name, None)
-    if not may_act(namespace, name):  # keep the finalizer: the leader deletes the children
-        raise kopf.TemporaryError("not leading: the leader deletes the children", delay=TIMER_SECONDS)
-    with _lock(namespace, name):
-        logger.info(f"deleted {k8s.delete_children(namespace, name, uid)} children")
-    reconcile(namespace, name)
-    _metrics.forget(namespace, name)  # after the reconcile, which counts it
-    logs.forget(namespace, name)
-
-
-@kopf.timer(GROUP, VERSION, PLURAL, interval=TIMER_SECONDS, initial_delay=TIMER_SECONDS)
-async def on_timer(*, name: str, namespace: str | None, status: kopf.Status, **_: Any) -> None:
-    """Asks the work queue, in its periodic lane, and returns: 1,000 trainings' timers reconciling on
-    kopf's executor left a new training's create handler waiting behind them for minutes. A finished
-    training is skipped (its TTL is its plan's requeue), unless its phase was patched over its end:
-    that phase is written back.
-
-    A coroutine, run on kopf's event loop: kopf holds a deletion until the timer returns, and a sync
-    handler first waits for a thread of kopf's executor, which a burst of deletions fills with
-    on_delete handlers (300 deleted at once: 180 held for 30 s, and their on_delete run twice)."""
-    ended = finished(dict(status))
-    if namespace and (ended is None or status.get("phase") != ended):
-        queue = _queue
-        if queue is not None:
-            queue.add((namespace, name), periodic=True)  # a lock held for a few list operations
-        else:
-            await asyncio.to_thread(reconcile, namespace, name)
+    try:
+        if may_act(namespace, name):
+            with _lock(namespace, name):  # after a reconcile in flight, which may have made children
+                log.info(
+                    "%s/%s deleted: %d children deleted",
+                    namespace,
+                    name,
+                    k8s.delete_children(namespace, name, uid),
+                )
+            if held:
+                reconcile(namespace, name)
+    except Exception as exc:
+        log.warning("%s/%s deleted: its children are left to the garbage collector: %s", namespace, name, exc)
+    finally:
+        _metrics.forget(namespace, name)  # after the reconcile, which counts it
+        logs.forget(namespace, name)
 
 
 # A labelled child changed: its training is reconciled by the work queue, asked by the child watches

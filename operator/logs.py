@@ -25,7 +25,7 @@ if TYPE_CHECKING:  # the command imports this module for LogFormat before anythi
 
 log = logging.getLogger("graphtrain.operator.decisions")
 
-_ROUTINE = ("Handler 'on_child' succeeded.", "Timer 'on_timer' succeeded.")
+_ROUTINE = ("Handler 'on_event' succeeded.",)  # one a watch event of every GraphTraining
 REMEMBERED = 4096  # trainings whose last line is kept (the oldest forgotten first): bounded memory
 _last: OrderedDict[str, str] = OrderedDict()
 _last_lock = threading.Lock()

@@ -273,14 +273,15 @@ def lifecycle(kube: k8s.Kubectl, trainings: list[tuple[str, str]], tokens: list[
     for ns, name in trainings:
         for rank in (0, 1):
             status(kube, "pod", f"{name}-trainer-{rank}", ns, {"phase": "Succeeded"})
-    for ns, name in trainings:  # Succeeded, then deleted by the operator (the finalizer: deleted children)
+    for ns, name in trainings:  # Succeeded, then deleted by the operator, its children after it went
         kube("wait", "--for=delete", f"gtr/{name}", "-n", ns, "--timeout=60s")
-        wait_for(
-            lambda ns=ns, name=name: (
-                jsonpath(kube, ns, "{.items}", "pvc", "-l", f"graphtrain.io/training={name}") in ("", "[]")
-            ),
-            what="the claim deleted",
-        )
+        for kind in ("pvc", "configmap"):  # the claim, and the config map, deleted last (k8s.CHILD_KINDS)
+            wait_for(
+                lambda ns=ns, name=name, kind=kind: (
+                    jsonpath(kube, ns, "{.items}", kind, "-l", f"graphtrain.io/training={name}") in ("", "[]")
+                ),
+                what=f"the {kind} deleted",
+            )
     return roles
 
 

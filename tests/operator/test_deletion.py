@@ -57,9 +57,10 @@ def test_deleting_every_training_while_partitioning_leaves_no_child(kube, operat
         )
         assert wait_for(lambda name=name: names_of(kube, "job", ns, name) == [f"{name}-partition"])
     assert len(children(kube, ns)) >= 8 * len(trainings)
-    kube("delete", "gtr", "--all", "-n", ns, "--wait=true", "--timeout=60s")
-    time.sleep(3)  # three of the operator's timer periods (1 s here) and every child event's reconcile
+    kube("delete", "gtr", "--all", "-n", ns, "--wait=true", "--timeout=60s")  # no finalizer: at once
     kept = [f"persistentvolumeclaim/{name}-data" for name in trainings]  # storage.whenDeleted: Retain
+    assert wait_for(lambda: children(kube, ns) == kept, what="only the retained claims left")
+    time.sleep(3)  # three of the operator's timer periods (1 s here) and every child event's reconcile
     assert children(kube, ns) == kept
     for name in trainings:
         assert not get(kube, "pvc", f"{name}-data", ns)["metadata"].get("ownerReferences")

@@ -130,15 +130,18 @@ def test_deadline(kube, operator, rest: TestClient, ns: str) -> None:
 def test_deleted_while_training(kube, operator, rest: TestClient, ns: str) -> None:
     apply_training(kube, ns, "gone", "backoffLimit: 0")
     to_training(kube, ns, "gone")
-    patch = {"metadata": {"finalizers": [*get(kube, "gtr", "gone", ns)["metadata"]["finalizers"], HOLD]}}
+    assert not get(kube, "gtr", "gone", ns)["metadata"].get("finalizers")  # the operator adds none
+    patch = {"metadata": {"finalizers": [HOLD]}}
     kube("patch", "gtr", "gone", "-n", ns, "--type=merge", "-p", json.dumps(patch))
     kube("delete", "gtr", "gone", "-n", ns, "--wait=false")
 
-    def only_ours_holds() -> bool:  # the operator deleted the children and let go
-        return get(kube, "gtr", "gone", ns)["metadata"].get("finalizers") == [HOLD]
+    def stopped() -> bool:  # the operator deleted the children and wrote the status
+        if names_of(kube, "statefulset", ns, "gone") or names_of(kube, "pod", ns, "gone"):
+            return False
+        said = roles(kube, "gone", ns)
+        return all(reason == "Stopped" for _, reason, _ in said.values())
 
-    assert wait_for(only_ours_holds, what="the operator's finalizer removed")
-    assert names_of(kube, "statefulset", ns, "gone") == [] and names_of(kube, "pod", ns, "gone") == []
+    assert wait_for(stopped, what="the children deleted and every role stopped")
     st = assert_no_running_role(kube, rest, "gone", ns)
     assert st["phase"] == "Training"  # the phase stays; metadata.deletionTimestamp says it is going
     for kind, (_, reason, message) in roles(kube, "gone", ns).items():

@@ -7,8 +7,6 @@ again. The Succeeded or Failed condition, which the operator sets with the phase
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 
 from graphtrain.operator import handlers
@@ -37,17 +35,9 @@ def test_a_finished_training_whose_phase_is_patched_back_stays_finished(policy: 
     assert f"StatefulSet/{NAME}-shards" not in c.children
 
 
-def test_the_timer_reconciles_a_training_whose_phase_and_conditions_disagree(monkeypatch) -> None:
-    asked: list[tuple[str, str]] = []
-    monkeypatch.setattr(handlers, "_queue", None)
-    monkeypatch.setattr(handlers, "reconcile", lambda ns, name: asked.append((ns, name)))
-    asyncio.run(handlers.on_timer(name="a", namespace="ns", status={"phase": "Succeeded"}))
+def test_the_tick_reconciles_a_training_whose_phase_and_conditions_disagree() -> None:
     ended = {"type": "Succeeded", "status": "True", "reason": "Completed"}
-    asyncio.run(
-        handlers.on_timer(name="b", namespace="ns", status={"phase": "Succeeded", "conditions": [ended]})
-    )
-    asyncio.run(
-        handlers.on_timer(name="c", namespace="ns", status={"phase": "Training", "conditions": [ended]})
-    )
-    asyncio.run(handlers.on_timer(name="d", namespace="ns", status={}))  # new: no status yet
-    assert asked == [("ns", "a"), ("ns", "c"), ("ns", "d")]
+    assert handlers.due({"phase": "Succeeded"})
+    assert not handlers.due({"phase": "Succeeded", "conditions": [ended]})
+    assert handlers.due({"phase": "Training", "conditions": [ended]})
+    assert handlers.due({})  # new: no status yet

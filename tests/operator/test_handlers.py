@@ -4,12 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import queue
-import threading
-from concurrent.futures import ThreadPoolExecutor
 
-import kopf
 import pytest
-from kopf._core.actions import invocation
 
 from graphtrain.operator import handlers
 from graphtrain.operator.workqueue import WorkQueue
@@ -66,28 +62,62 @@ def test_a_failed_requeued_reconcile_is_logged(monkeypatch: pytest.MonkeyPatch, 
     handlers.requeue("ns", "c", None)
 
 
-def test_a_timer_tick_needs_no_thread_of_kopfs_executor(monkeypatch: pytest.MonkeyPatch) -> None:
-    """kopf holds a deletion until the training's timer handler returns. A sync on_timer waits for a
-    thread of kopf's executor, which a burst of deletions fills with on_delete handlers (each a dozen
-    API calls): 300 trainings deleted at once held 180 of them for 30 s, and kopf, rechecking, ran
-    their on_delete a second time. Here every thread of the executor is busy; the tick still returns."""
-    asked: list[tuple[str, str]] = []
+def event(name: str, status: dict | None = None, **metadata: str) -> dict:
+    """kopf's keyword arguments of a GraphTraining's watch event in namespace "ns"."""
+    body = {"metadata": {"name": name, "namespace": "ns", "uid": f"uid-{name}", **metadata}}
+    return {"name": name, "namespace": "ns", "uid": f"uid-{name}", "body": {**body, "status": status or {}}}
+
+
+def test_the_tick_asks_for_the_trainings_the_watch_events_showed_due(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The periodic reconciles are a thread of ours, not a kopf timer (a timer makes kopf add its
+    finalizer): the tick asks the work queue's periodic lane for each training not finished."""
+    asked: list[tuple[tuple[str, str], bool]] = []
     work = WorkQueue(lambda key: None, workers=1)  # never started: add() only records the key
-    monkeypatch.setattr(work, "add", lambda key, periodic=False: asked.append(key))
-    monkeypatch.setattr(handlers, "_queue", work)
-    settings = kopf.OperatorSettings()
-    settings.execution.executor = ThreadPoolExecutor(max_workers=1)
-    busy = threading.Event()
-    settings.execution.executor.submit(busy.wait, 10)  # the one thread, taken by another handler
-    try:
-        tick = invocation.invoke(
-            handlers.on_timer, settings=settings, kwargs={"name": "a", "namespace": "ns", "status": {}}
-        )
-        asyncio.run(asyncio.wait_for(tick, timeout=5))
-    finally:
-        busy.set()
-        settings.execution.executor.shutdown(wait=True)
-    assert asked == [("ns", "a")]
+    monkeypatch.setattr(work, "add", lambda key, periodic=False: asked.append((key, periodic)))
+    monkeypatch.setattr(handlers, "_known", {})
+    ended = {"type": "Succeeded", "status": "True", "reason": "Completed"}
+    asyncio.run(handlers.on_event(type=None, **event("new")))  # the first list: no status yet
+    asyncio.run(
+        handlers.on_event(type="ADDED", **event("done", {"phase": "Succeeded", "conditions": [ended]}))
+    )
+    asyncio.run(handlers.on_event(type="MODIFIED", **event("running", {"phase": "Training"})))
+    asyncio.run(
+        handlers.on_event(type="MODIFIED", **event("running", {"phase": "Succeeded", "conditions": [ended]}))
+    )
+    assert handlers.tick(work) == 1 and asked == [(("ns", "new"), True)]
+
+
+def test_a_trainings_end_deletes_its_children_once_and_forgets_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Gone (no finalizer holds it): its children are deleted (the garbage collector would, slower) and
+    its metrics forgotten. Held by someone else's finalizer: the same, once, and a reconcile writes
+    the status that says every role stopped; its DELETED event later does nothing more."""
+    deleted: list[tuple[str, str, str]] = []
+    forgotten: list[tuple[str, str]] = []
+    reconciled: list[str] = []
+    monkeypatch.setattr(handlers, "_known", {})
+    monkeypatch.setattr(handlers.k8s, "delete_children", lambda *a: deleted.append(a) or 3)
+    monkeypatch.setattr(handlers._metrics, "forget", lambda ns, name: forgotten.append((ns, name)))
+    monkeypatch.setattr(handlers, "reconcile", lambda ns, name: reconciled.append(name))
+    asyncio.run(handlers.on_event(type="MODIFIED", **event("a", {"phase": "Training"})))
+    asyncio.run(handlers.on_event(type="DELETED", **event("a")))
+    assert deleted == [("ns", "a", "uid-a")] and forgotten == [("ns", "a")] and reconciled == []
+    going = event("b", deletionTimestamp="2026-12-02T00:00:00Z")
+    for kind in ("MODIFIED", "MODIFIED", "DELETED"):
+        asyncio.run(handlers.on_event(type=kind, **going))
+    assert deleted[1:] == [("ns", "b", "uid-b")] and forgotten[1:] == [("ns", "b")] and reconciled == ["b"]
+    assert handlers._known == {}
+
+
+def test_a_failed_end_is_logged_and_holds_nothing(monkeypatch: pytest.MonkeyPatch, caplog) -> None:
+    def away(*_: object) -> int:
+        raise RuntimeError("the API server is away")
+
+    monkeypatch.setattr(handlers, "_known", {})
+    monkeypatch.setattr(handlers.k8s, "delete_children", away)
+    asyncio.run(handlers.on_event(type="DELETED", **event("a")))
+    assert (
+        "ns/a deleted: its children are left to the garbage collector: the API server is away" in caplog.text
+    )
 
 
 def test_a_gone_trainings_lock_is_forgotten(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -95,6 +125,8 @@ def test_a_gone_trainings_lock_is_forgotten(monkeypatch: pytest.MonkeyPatch) -> 
     the operator ever reconciled, for its whole life: a lock now lives while a reconcile holds or
     waits for it."""
     monkeypatch.setattr(handlers.k8s, "observe", lambda namespace, name: None)
+    monkeypatch.setattr(handlers, "_known", {("ns", "gone-0"): handlers.DUE})  # its DELETED event missed
     for i in range(50):
         handlers.reconcile("ns", f"gone-{i}")
+    assert handlers._known == {}  # no longer ticked
     assert not [key for key in list(handlers._locks.keys()) if key[0] == "ns"]

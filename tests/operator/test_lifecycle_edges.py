@@ -28,10 +28,11 @@ def test_the_ttl_never_deletes_a_recreated_training_of_the_same_name(
     """The TTL's delete is decided on an observation of the finished training; by the time it is sent,
     that training may be gone and a new one created with its name (a pipeline re-applying it). The
     delete named the training only, so it deleted the new one; as Kubernetes' own TTL controller does,
-    it must hold only for the uid it judged (a precondition). Within one operator the per-training lock
-    and the finalizer close this window; it opens when the finalizer is removed by hand, or for a write
-    of another process. (A stale status would still be written on the new training: a status patch cannot
-    carry a uid precondition, the API server drops metadata there.)"""
+    it must hold only for the uid it judged (a precondition). No finalizer holds a training until the
+    operator's reconcile is done (the cluster's garbage collector deletes its children), so a user's
+    delete and create can fall between the reconcile's observation and its delete. (A stale status
+    would still be written on the new training: a status patch cannot carry a uid precondition, the
+    API server drops metadata there.)"""
     from graphtrain.operator import k8s
     from graphtrain.operator.reconcile import plan
 

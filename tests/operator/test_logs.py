@@ -55,7 +55,7 @@ from graphtrain.operator.context import Plan
 kopf.configure(log_format=kopf.LogFormat.JSON, log_prefix=True)  # as the command does
 logs.drop_routine(verbose=False)
 logs.decided("ns", "wn", {"phase": "Starting"}, Plan([], {"phase": "Training"}, []))
-logging.getLogger("kopf.objects").info("Handler 'on_child' succeeded.")
+logging.getLogger("kopf.objects").info("Handler 'on_event' succeeded.")
 """
     out = subprocess.run(
         [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True

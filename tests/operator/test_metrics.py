@@ -246,8 +246,8 @@ def test_reconcile_counts_each_result(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_a_reconcile_of_a_training_being_deleted_does_not_export_it_again(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """on_delete forgets the training once; a timed reconcile that waited for the lock meanwhile and
-    observed it still there (its finalizer not yet removed) re-exported it for good. A reconcile of a
+    """handlers.ended forgets the training once; a timed reconcile that waited for the lock meanwhile
+    and observed it still there (held by a finalizer) re-exported it for good. A reconcile of a
     training with a deletionTimestamp counts its restarts but exports nothing."""
     from graphtrain.operator import handlers
 

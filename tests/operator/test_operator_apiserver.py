@@ -249,19 +249,20 @@ def test_a_training_goes_through_every_phase(kube, operator, ns: str) -> None:
         "pod",
         "networkpolicy",
         "poddisruptionbudget",
-    ):
-        assert names_of(kube, kind, ns, "wn") == [], kind
+    ):  # deleted by the operator as the training goes (no finalizer waits for it: handlers.ended)
+        assert wait_for(lambda kind=kind: names_of(kube, kind, ns, "wn") == [], what=f"no {kind} left")
     # storage.whenDeleted Retain (the default): the claim with the checkpoints stays, owned by nothing
     assert names_of(kube, "pvc", ns, "wn") == ["wn-data"]
     assert "ownerReferences" not in get(kube, "pvc", "wn-data", ns)["metadata"]
 
 
 def test_a_training_deleted_mid_timer_reconcile_goes_at_once(kube, operator, ns: str, monkeypatch) -> None:
-    """kopf holds a deletion until a running timer handler returns and then rechecks only every
+    """kopf held a deletion until a running timer handler returned and then rechecked only every
     settings.background.cancellation_polling seconds (60 by default): a GraphTraining deleted while
-    on_timer reconciled it stayed a minute (found by the RBAC test in CI). on_timer now asks the work
-    queue and returns; here a reconcile on a queue worker (the timer's, or a child's) is held until
-    the deletion has begun, as a slow API server would hold it: on_delete waits for it, not longer."""
+    its timer reconciled it stayed a minute (found by the RBAC test in CI). Now no finalizer holds it
+    (no kopf timer, no delete handler): here a reconcile on a queue worker is held until the deletion
+    has begun, as a slow API server would hold it; the training goes at once, and the children that
+    reconcile may have made are deleted after it (handlers.ended takes the training's lock)."""
     from graphtrain.operator import handlers
 
     kube("apply", "-n", ns, "-f", "-", input=SPEC.format(name="held", extra_model=""))
@@ -283,7 +284,7 @@ def test_a_training_deleted_mid_timer_reconcile_goes_at_once(kube, operator, ns:
     assert entered.wait(timeout=30), "the work queue never reconciled the training"
     kube("delete", "gtr", "held", "-n", ns, "--wait=false")
     kube("wait", "--for=delete", "gtr/held", "-n", ns, "--timeout=15s")  # 60 s before the fix
-    assert names_of(kube, "job", ns, "held") == []
+    assert wait_for(lambda: names_of(kube, "job", ns, "held") == [], what="the partition Job deleted")
 
 
 def test_the_deadline_fails_a_training_and_stops_its_children(kube, operator, ns: str) -> None:

@@ -113,8 +113,9 @@ What the operator does in a namespace it watches, one rule per group of verbs. T
 and fails on any verb granted here but never used, or used but not granted.
 */}}
 {{- define "graphtrain.operator.rules" -}}
-# its own resource: watched by kopf, which also patches its finalizer and annotations; deleted by the
-# operator runPolicy.ttlSecondsAfterFinished after it finished
+# its own resource: watched by kopf, which also patches its annotations (and removes the finalizer an
+# operator before 2026-12 added); deleted by the operator runPolicy.ttlSecondsAfterFinished after it
+# finished
 - apiGroups: [graphtrain.io]
   resources: [graphtrainings]
   verbs: [get, list, watch, patch, delete]
