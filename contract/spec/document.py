@@ -50,7 +50,7 @@ from graphtrain.contract.spec.model import (
 )
 from graphtrain.contract.spec.placement import PARTITION_RULES, PartitionSpec
 from graphtrain.contract.spec.pod_metadata import DESCRIPTION as POD_METADATA
-from graphtrain.contract.spec.pod_metadata import PodMetadata
+from graphtrain.contract.spec.pod_metadata import OptionalPodMetadata
 from graphtrain.contract.spec.rules import Rule, add_rules
 from graphtrain.contract.spec.scheduling import Scheduling
 from graphtrain.contract.spec.status import GraphTrainingStatus
@@ -116,7 +116,7 @@ class GraphTrainingSpec(SpecModel):
     placement: PodPlacement = Field(
         default_factory=PodPlacement, description="The pods' layout (Kubernetes)."
     )
-    pod_metadata: PodMetadata | None = Field(default=None, description=POD_METADATA)
+    pod_metadata: OptionalPodMetadata = Field(default=None, description=POD_METADATA)
     scheduling: Scheduling | None = Field(
         default=None,
         description="Admission and scheduling of every shard-server and trainer pod as one group: a "

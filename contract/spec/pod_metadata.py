@@ -25,7 +25,7 @@ import re
 from collections.abc import Callable
 from typing import Annotated, Final
 
-from pydantic import Field
+from pydantic import AfterValidator, Field
 
 from graphtrain.contract.spec.base import SpecModel
 from graphtrain.contract.spec.placement import LabelValue
@@ -84,6 +84,16 @@ class PodMetadata(SpecModel):
         description=f"Annotations of every pod: keys as labels', keys and values together at most "
         f"{MAX_ANNOTATION_BYTES} bytes (UTF-8).",
     )
+
+
+def _empty_is_absent(value: PodMetadata | None) -> PodMetadata | None:
+    """None for no label and no annotation: the CRD's defaults fill in empty maps, so a `podMetadata: {}`
+    added to a running training read as a change of podMetadata, which is refused once it started."""
+    return None if value is not None and not value.labels and not value.annotations else value
+
+
+OptionalPodMetadata = Annotated[PodMetadata | None, AfterValidator(_empty_is_absent)]
+"""spec.podMetadata's type: an empty one is the absent one (the same pods), in every comparison."""
 
 
 DESCRIPTION: Final = (

@@ -129,3 +129,22 @@ def test_a_pod_metadata_change_on_a_running_training_is_refused_as_placement_is(
     refused = cond(p, "SpecValid")
     assert refused["reason"] == "UpdateRefused" and "spec.podMetadata" in refused["message"]
     assert p.actions == [] and p.status["observedGeneration"] == 1
+
+
+@pytest.mark.parametrize("empty", [{}, {"labels": {}, "annotations": {}}, {"labels": {}}])
+def test_an_empty_pod_metadata_added_to_a_running_training_is_no_change(empty: dict) -> None:
+    """The CRD's defaults fill `podMetadata: {}` in with empty maps: the same pods as none, so no change
+    to refuse (it was refused as a change of spec.podMetadata); and back to none, the same."""
+    c = Cluster(training())
+    to_training(c)
+    c.trainers("Running")
+    for generation, meta in ((2, empty), (3, None)):
+        if meta is None:
+            del c.body["spec"]["podMetadata"]
+        else:
+            c.body["spec"]["podMetadata"] = meta
+        c.body["metadata"]["generation"] = generation
+        p = c.step()
+        said = cond(p, "SpecValid")
+        assert said["status"] == "True", said
+        assert p.actions == [] and p.status["observedGeneration"] == generation

@@ -45,3 +45,22 @@ def test_the_crd_refuses_an_operator_key_naming_it(kube, ns: str) -> None:
     assert (
         "spec.podMetadata.labels: Invalid value: label key 'graphtrain.io/role' is the operator's own" in said
     )
+
+
+def test_an_empty_pod_metadata_added_to_a_started_training_is_taken(kube, operator, ns: str) -> None:
+    """`podMetadata: {}` reaches the operator as `{labels: {}, annotations: {}}` (the CRD's defaults):
+    no label and no annotation, as before, so not refused as a change once the training started."""
+    name = "meta-empty"
+    kube("apply", "-n", ns, "-f", "-", input=SPEC.format(name=name, extra_model=""))
+    wait_for(lambda: names_of(kube, "job", ns, name) == [f"{name}-partition"], what="the partition job")
+    kube("patch", "gtr", name, "-n", ns, "--type=merge", "-p", '{"spec": {"podMetadata": {}}}')
+    training = get(kube, "gtr", name, ns)
+    assert training["spec"]["podMetadata"] == {"labels": {}, "annotations": {}}
+
+    def observed() -> dict:
+        st = get(kube, "gtr", name, ns).get("status") or {}
+        return st if st.get("observedGeneration") == training["metadata"]["generation"] else {}
+
+    st = wait_for(observed, what="the new generation observed")
+    said = {c["type"]: c for c in st["conditions"]}["SpecValid"]
+    assert said["status"] == "True", said
