@@ -199,6 +199,13 @@ def _run(
     metrics = endpoints.OperatorMetrics()
     handlers.use_metrics(metrics)
     crd_version.report(metrics.crd_current.set)  # a warning line and the gauge; the run goes on
+    unserved: list[str] = []  # the CRD deleted while the handlers ran: why, said as at start
+
+    def crd_gone(message: str) -> None:
+        unserved.append(message)
+        stop.set()
+
+    handlers.use_on_unserved(crd_gone)
 
     def healthy() -> tuple[bool, str]:
         if elector is not None and elector.crashed:
@@ -267,6 +274,9 @@ def _run(
         with contextlib.suppress(asyncio.CancelledError):  # as kopf.run() does
             asyncio.run(operate())
         handlers.log.info("the handlers stopped")
+        if unserved:
+            typer.echo(f"error: {unserved[0]}", err=True)
+            return 1
         if elector is not None and elector.lost.is_set():
             handlers.log.error("the lease was lost: exiting 1 to restart as a standby")
             return 1

@@ -286,8 +286,29 @@ def tick(queue: WorkQueue[tuple[str, str]]) -> int:
 
 
 def _ticking(queue: WorkQueue[tuple[str, str]], stop: threading.Event) -> None:
+    """Each period: is the CRD still served (kopf, its CRD deleted, served nothing and said so twice in
+    its log, /readyz said leading, and a CRD installed again was not always picked up), then tick()."""
     while not stop.wait(TIMER_SECONDS):
+        unserved = k8s.crd_unserved()
+        if unserved is not None:
+            _on_unserved(unserved)
+            return
         tick(queue)
+
+
+def _log_unserved(message: str) -> None:
+    log.error("%s: the handlers serve nothing until the operator restarts", message)
+
+
+_on_unserved: Callable[[str], None] = _log_unserved
+
+
+def use_on_unserved(react: Callable[[str], None]) -> None:
+    """What the tick does once the API server serves no GraphTraining kopf could handle (its one-line
+    reason): `graphtrain operator` stops and exits 1 saying it, as it does at start (the kubelet
+    restarts it, and it serves the CRD once installed); run by kopf alone, it is logged."""
+    global _on_unserved
+    _on_unserved = react
 
 
 @kopf.on.event(GROUP, VERSION, PLURAL)

@@ -151,17 +151,26 @@ def _res(api_version: str, kind: str) -> Any:
 def crd_unserved() -> str | None:
     """Why the API server serves no GraphTraining kopf could handle (none, or its CRD being deleted: no
     patch), or None (served, or no answer: kopf retries). Started so, kopf served nothing, /readyz said
-    leading, and a CRD installed later was often never picked up (its rescan ran before discovery)."""
+    leading, and a CRD installed later was often never picked up (its rescan ran before discovery).
+    Asked afresh (the group's discovery document, not the client's cache): the tick asks it too."""
     try:
-        found = _res(API_VERSION, KIND)
-    except ResourceNotFoundError:
+        with calling("get", expected=(404,)):
+            found = _raw(
+                client().request("GET", f"/apis/{API_VERSION}", serialize=False, _request_timeout=30)
+            )
+    except ApiException as exc:
+        if exc.status != 404:
+            return None
+        found = {}
+    except (urllib3.exceptions.HTTPError, OSError):
+        return None
+    verbs = next((r.get("verbs") for r in found.get("resources") or [] if r.get("name") == PLURAL), None)
+    if verbs is None:
         return (
             f"the API server serves no {PLURAL}.{API_VERSION}: install the GraphTraining CRD first "
             "(helm installs it unless --skip-crds; kubectl apply -f charts/graphtrain/crds/)"
         )
-    except (ApiException, urllib3.exceptions.HTTPError, OSError):
-        return None
-    if "patch" not in (getattr(found, "verbs", None) or ["patch"]):
+    if "patch" not in verbs:
         return f"the CRD {PLURAL}.{GROUP} is being deleted: GraphTrainings cannot be patched"
     return None
 

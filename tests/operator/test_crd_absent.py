@@ -77,3 +77,32 @@ def test_the_operator_stops_in_one_line_while_the_crd_is_deleted(bare: str) -> N
         line
         == "error: the CRD graphtrainings.graphtrain.io is being deleted: GraphTrainings cannot be patched"
     )
+
+
+def test_the_operator_stops_in_the_same_line_when_the_crd_goes_while_it_runs(tmp_path: Path) -> None:
+    """Deleted while the operator ran, the CRD left kopf serving nothing: two warnings in its log, then
+    silence for good, /readyz still "leading" (seen for 40 s). The tick finds it within a period (1 s
+    here) and the operator stops with the line it says at start."""
+    run = tmp_path / "apiserver"
+    run.mkdir()
+    kubeconfig = k8s.start(run, k8s.testenv_bin())
+    try:
+        kube = k8s.kubectl_for_operator(kubeconfig)
+        cmd = [str(Path(sys.executable).parent / "graphtrain"), "operator"]
+        cmd += ["--health-address=127.0.0.1:0", "--metrics-address=127.0.0.1:0"]
+        env = {"KUBECONFIG": kubeconfig, "PATH": "", "GRAPHTRAIN_OPERATOR_TIMER": "1"}
+        log = tmp_path / "operator.log"
+        with log.open("wb") as err:
+            proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, env=env)
+        try:
+            wait_for(lambda: "leading: the handlers start" in log.read_text(), what="the handlers started")
+            kube("delete", "crd", "graphtrainings.graphtrain.io")
+            assert proc.wait(timeout=30) == 1, log.read_text()[-3000:]
+        finally:
+            k8s.terminate(proc)
+    finally:
+        k8s.stop(run)
+    assert log.read_text().strip().splitlines()[-1] == (
+        "error: the API server serves no graphtrainings.graphtrain.io/v1alpha1: install the GraphTraining "
+        "CRD first (helm installs it unless --skip-crds; kubectl apply -f charts/graphtrain/crds/)"
+    )
