@@ -39,11 +39,11 @@ from kubernetes.dynamic.exceptions import ResourceNotFoundError
 from graphtrain.contract.children import LABEL_TRAINING
 from graphtrain.contract.conditions import Event
 from graphtrain.contract.spec import API_VERSION, KIND
-from graphtrain.operator import manifests
+from graphtrain.operator import gang_admission, manifests
 from graphtrain.operator.cache import ChildCache
-from graphtrain.operator.context import Plan
+from graphtrain.operator.context import Action, Plan
 from graphtrain.operator.observation import Observed, key
-from graphtrain.operator.ownership import owned, same, whose
+from graphtrain.operator.ownership import owned, same, whose, with_owner
 from graphtrain.operator.refusals import judge, namespace_terminating, refusal, told, unserved_message
 
 log = logging.getLogger("graphtrain.operator")
@@ -270,10 +270,15 @@ def apply(plan: Plan, observed: Observed, fence: Callable[[], bool] = lambda: Tr
     # admission plugin refused: the creates after it wait (a pod made without its refused peer would
     # wait for it, holding the quota its peer needs)
     unserved = False
+    gang = gang_admission.members(plan.actions)
+    refused = _gang_refused(gang, ns) if gang else None  # a refused pod of it: none is made
     for action in plan.actions:
         if not fence():
             return False
         obj = action.obj
+        if refused is not None and action is gang[0]:  # said once, where the gang starts
+            unserved, forbidden[refused[0]] = True, refused[1]
+            refusals += [e for e in [refusal(body, *refused)] if e is not None]
         if unserved and action.verb == "create":
             continue
         try:
@@ -330,6 +335,23 @@ def apply(plan: Plan, observed: Observed, fence: Callable[[], bool] = lambda: Tr
             return False
         post_event(body, event)
     return True
+
+
+def _gang_refused(gang: list[Action], ns: str) -> tuple[str, str] | None:
+    """gang_admission.refused() of server-side dry runs of the gang's pods, alone, then as one pod."""
+    pods = _res("v1", "Pod")
+
+    def dry(obj: dict[str, Any]) -> gang_admission.Answer:
+        try:
+            with calling("create", expected=(400, 403, 409, 422)):
+                pods.create(body=obj, namespace=ns, serialize=False, dry_run="All")
+        except ApiException as exc:
+            return exc.status, exc.body, api_message(exc)
+        return None
+
+    alone = [dry(a.obj) for a in gang]
+    together = None if any(alone) else dry(gang_admission.as_one([a.obj for a in gang]))
+    return gang_admission.refused(gang, alone, together)
 
 
 def _whose_is(obj: dict[str, Any], training: dict[str, Any]) -> str | None:
@@ -531,19 +553,6 @@ def owner_reference(api_version: str, kind: str, namespace: str, name: str, time
     except (urllib3.exceptions.HTTPError, OSError) as exc:
         raise LeaseUnavailable(f"get {kind} {namespace}/{name}: {exc}") from None
     return {"apiVersion": api_version, "kind": kind, "name": name, "uid": obj.metadata.uid}
-
-
-def with_owner(metadata: dict[str, Any], owner: dict[str, Any] | None) -> dict[str, Any]:
-    """`metadata` whose ownerReferences name `owner` (None: as it is): a reference to an earlier object
-    of the owner's kind and name (the chart re-installed) is replaced, any other kept."""
-    if owner is None:
-        return metadata
-    refs = [
-        r
-        for r in metadata.get("ownerReferences") or []
-        if (r.get("kind"), r.get("name")) != (owner["kind"], owner["name"])
-    ]
-    return {**metadata, "ownerReferences": [*refs, owner]}
 
 
 class LeaseClient:

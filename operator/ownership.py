@@ -1,5 +1,5 @@
-"""Whose is an object found under a child's name: pure decisions over its ownerReferences, apart from
-the API calls (k8s.py) that find the objects."""
+"""Which objects are a GraphTraining's own: pure decisions over ownerReferences, apart from the API
+calls (k8s.py) that find the objects, so tests use literal objects."""
 
 from __future__ import annotations
 
@@ -34,3 +34,16 @@ def whose(obj: dict[str, Any], training: str, uid: str) -> str | None:
 def same(new: dict[str, Any], old: dict[str, Any]) -> bool:
     """Nothing to write: a merge patch of `new` would leave `old` as it is."""
     return all(old.get(k) == v for k, v in new.items())
+
+
+def with_owner(metadata: dict[str, Any], owner: dict[str, Any] | None) -> dict[str, Any]:
+    """`metadata` whose ownerReferences name `owner` (None: as it is): a reference to an earlier object
+    of the owner's kind and name (the chart re-installed) is replaced, any other kept."""
+    if owner is None:
+        return metadata
+    refs = [
+        r
+        for r in metadata.get("ownerReferences") or []
+        if (r.get("kind"), r.get("name")) != (owner["kind"], owner["name"])
+    ]
+    return {**metadata, "ownerReferences": [*refs, owner]}

@@ -94,7 +94,7 @@ class Api:
         self.status = Status(self)
 
     def create(self, **kw: Any) -> Any:
-        self.calls.append(("create", kw["body"]["metadata"]["name"]))
+        self.calls.append(("dry-run" if kw.get("dry_run") else "create", kw["body"]["metadata"]["name"]))
         if kw["body"]["kind"] == "Pod":
             raise self.refused
         return Answer(kw["body"])
@@ -133,12 +133,15 @@ def test_a_quota_refusal_is_said_once_and_the_creates_after_it_wait(monkeypatch)
     actions = [Action("create", pdb), *(Action("create", p) for p in pods)]
     plan = Plan(actions, {"phase": "Starting", "conditions": conditions()}, [])
     assert k8s.apply(plan, Observed(training))  # no traceback: the status and the events are written
-    assert api.calls == [("create", "wn-trainers"), ("create", "wn-worker-0")]  # worker-1 waits
+    # each worker pod dry-run first (gang_admission.py): the first refused, none is made
+    assert api.calls == [("dry-run", "wn-worker-0"), ("dry-run", "wn-worker-1"), ("create", "wn-trainers")]
     (status,) = api.patched
     shards = next(c for c in status["conditions"] if c["type"] == "ShardsReady")
-    assert shards["message"].endswith(f"Pod/wn-worker-0 was refused by the API server: {QUOTA}")
+    said = f"Pod/wn-worker-0 was refused by the API server: {QUOTA}; none of the 2 pods of the gang is made "
+    said += "until all are admitted (a dry run)"
+    assert shards["message"].endswith(said)
     assert [(e.type.value, e.reason) for e in posted] == [("Warning", "ChildRefused")]
-    assert posted[0].message == f"Pod/wn-worker-0 was refused by the API server: {QUOTA}"
+    assert posted[0].message == said
     # the next reconcile tries again, refused alike: said no second time
     assert k8s.apply(plan, Observed({**training, "status": status}))
     assert len(posted) == 1 and len(api.patched) == 1  # the status already says it

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from graphtrain.operator import k8s
+from graphtrain.operator import k8s, ownership
 
 pytestmark = pytest.mark.timeout(60)
 OWNER = {"apiVersion": "apps/v1", "kind": "Deployment", "name": "op", "uid": "u-2"}
@@ -33,8 +33,8 @@ OWNER = {"apiVersion": "apps/v1", "kind": "Deployment", "name": "op", "uid": "u-
     ],
 )
 def test_with_owner(metadata: dict, expected: list[dict]) -> None:
-    assert k8s.with_owner(metadata, OWNER) == {**metadata, "ownerReferences": expected}
-    assert k8s.with_owner(metadata, None) == metadata
+    assert ownership.with_owner(metadata, OWNER) == {**metadata, "ownerReferences": expected}
+    assert ownership.with_owner(metadata, None) == metadata
 
 
 @pytest.fixture

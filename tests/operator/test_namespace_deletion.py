@@ -57,7 +57,7 @@ class Api:
         self.status = self
 
     def create(self, **kw: Any) -> Any:
-        self.calls.append(("create", kw["body"]["metadata"]["name"]))
+        self.calls.append(("dry-run" if kw.get("dry_run") else "create", kw["body"]["metadata"]["name"]))
         raise self.refused
 
     def patch(self, **kw: Any) -> Any:
@@ -72,4 +72,9 @@ def test_creates_in_a_terminating_namespace_stop_without_an_error(monkeypatch) -
     pods = [{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"wn-trainer-{r}"}} for r in range(2)]
     plan = Plan([Action("create", p) for p in pods], {"phase": "Training"}, [])
     assert k8s.apply(plan, Observed(training))
-    assert api.calls == [("create", "wn-trainer-0"), ("patch", "wn")]  # no second create; the status
+    dry_runs = [("dry-run", "wn-trainer-0"), ("dry-run", "wn-trainer-1")]  # they say nothing here
+    assert api.calls == [
+        *dry_runs,
+        ("create", "wn-trainer-0"),
+        ("patch", "wn"),
+    ]  # no second create; the status

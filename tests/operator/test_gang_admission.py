@@ -1,0 +1,152 @@
+"""A ResourceQuota that admits some trainer pods and refuses the rest: before, the trainers made waited
+in rendezvous for their peers up to the trainers' own timeout (600 s), holding the quota's resources.
+Now every pod of the plan is dry-run (dryRun=All: through admission, nothing persisted) alone and all
+of them as one pod before any is made (operator/gang_admission.py): a quota with room for one trainer
+but not two makes none, and the TrainersReady condition and one ChildRefused event say why.
+
+The test API server runs no admission plugin: a ResourceQuota's answers (the API server's literal
+403 body) come from a stand-in of the pod API in the test's namespace, which counts requests.cpu as
+the quota plugin does, for dry runs and creates alike; everything else is the real API server."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from typing import Any
+
+import pytest
+from kubernetes.client.rest import ApiException
+from kubernetes.utils import parse_quantity
+
+from graphtrain.operator import gang_admission, k8s
+from graphtrain.operator.context import Action
+from tests.operator.conftest import get, wait_for
+from tests.operator.test_admission_refusals import status_body
+from tests.operator.test_operator_apiserver import SPEC, conditions, names_of, status_patch
+
+pytestmark = pytest.mark.timeout(180)
+
+
+def cpu(pod: dict[str, Any]) -> Any:
+    return sum(
+        parse_quantity((c.get("resources") or {}).get("requests", {}).get("cpu", "0"))
+        for c in pod["spec"]["containers"]
+    )
+
+
+def fmt(cpu: Any) -> str:
+    """A cpu quantity as the API server writes it: 2, 1500m."""
+    return str(int(cpu)) if cpu == int(cpu) else f"{int(cpu * 1000)}m"
+
+
+class Quota:
+    """The pod API with a ResourceQuota `compute` on requests.cpu in namespace `ns` (the quota
+    plugin's checks and words); pods elsewhere, and every other call, go to the real API."""
+
+    def __init__(self, real: Any, ns: str, hard: str):
+        self.real, self.ns, self.hard, self.used = real, ns, parse_quantity(hard), parse_quantity("0")
+        self.dry_runs: list[str] = []
+
+    def create(self, body: dict[str, Any], namespace: str, **kw: Any) -> Any:
+        if namespace != self.ns:
+            return self.real.create(body=body, namespace=namespace, **kw)
+        asked = cpu(body)
+        if self.used + asked > self.hard:
+            exc = ApiException(status=403, reason="Forbidden")
+            exc.body = status_body(
+                f'pods "{body["metadata"]["name"]}" is forbidden: exceeded quota: compute, requested: '
+                f"requests.cpu={fmt(asked)}, used: requests.cpu={fmt(self.used)}, limited: "
+                f"requests.cpu={fmt(self.hard)}"
+            )
+            raise exc
+        if kw.get("dry_run"):
+            self.dry_runs.append(body["metadata"]["name"])
+            return None
+        made = self.real.create(body=body, namespace=namespace, **kw)
+        self.used += asked
+        return made
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.real, name)
+
+
+@pytest.fixture
+def ns(kube) -> str:
+    name = f"q-{uuid.uuid4().hex[:8]}"
+    kube("create", "namespace", name)
+    return name
+
+
+def test_a_quota_with_room_for_one_trainer_of_two_makes_none(kube, operator, ns: str, monkeypatch) -> None:
+    real_res = k8s._res
+    quota = Quota(real_res("v1", "Pod"), ns, "1500m")  # a trainer asks for 1 cpu: one fits, two do not
+    monkeypatch.setattr(
+        k8s, "_res", lambda v, kind: quota if (v, kind) == ("v1", "Pod") else real_res(v, kind)
+    )
+    name = "gang"
+    kube("apply", "-n", ns, "-f", "-", input=SPEC.format(name=name, extra_model=""))
+    assert wait_for(lambda: names_of(kube, "job", ns, name) == [f"{name}-partition"], what="the job")
+    done = {"succeeded": 1, "conditions": [{"type": "Complete", "status": "True"}]}
+    status_patch(kube, "job", f"{name}-partition", ns, done)
+    assert wait_for(lambda: names_of(kube, "statefulset", ns, name) == [f"{name}-shards"], what="shards")
+    status_patch(kube, "statefulset", f"{name}-shards", ns, {"replicas": 2, "readyReplicas": 2})
+
+    def said() -> str:
+        message = conditions(kube, name, ns).get("TrainersReady", {}).get("message", "")
+        return message if "ResourceQuota" in message else ""
+
+    message = wait_for(said, what="TrainersReady saying the quota")
+    assert (
+        "Pod/gang-trainer-0 was refused by the API server: the 2 pods of the gang exceed a ResourceQuota "
+        'together, though each fits alone (a dry run of them as one pod): pods "gang-trainer-0-gang" is '
+        "forbidden: exceeded quota: compute, requested: requests.cpu=2, used: requests.cpu=0, limited: "
+        "requests.cpu=1500m; none is made until the quota has room for all"
+    ) in message
+    time.sleep(3)  # three timer periods: tried again, still none made
+    assert names_of(kube, "pod", ns, name) == [] and quota.used == 0
+    events = json.loads(kube("get", "events", "-n", ns, "-o", "json"))["items"]
+    refused = [e for e in events if e["reason"] == "ChildRefused"]
+    assert len(refused) == 1 and "exceed a ResourceQuota together" in refused[0]["message"]
+
+    quota.hard = parse_quantity("2")  # the quota raised: both trainers are made at the next reconcile
+    trainers = [f"{name}-trainer-0", f"{name}-trainer-1"]
+    assert wait_for(lambda: names_of(kube, "pod", ns, name) == trainers, what="both trainers")
+    assert get(kube, "pod", trainers[1], ns)["metadata"]["labels"]["graphtrain.io/role"] == "trainer"
+
+
+def pod(name: str, cpu: str = "1", **spec: Any) -> dict[str, Any]:
+    container = {"name": "trainer", "resources": {"requests": {"cpu": cpu}}, "ports": [{"containerPort": 1}]}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {"containers": [container], **spec},
+    }
+
+
+def test_the_gang_as_one_pod_sums_every_pods_containers() -> None:
+    pods = [pod("t-0", volumes=[{"name": "data"}]), pod("t-1", "500m", volumes=[{"name": "data"}])]
+    one = gang_admission.as_one(pods)
+    assert one["metadata"]["name"] == "t-0-gang" and cpu(one) == parse_quantity("1.5")
+    assert [c["name"] for c in one["spec"]["containers"]] == ["trainer-0", "trainer-1"]
+    assert not any("ports" in c for c in one["spec"]["containers"]) and one["spec"]["volumes"] == [
+        {"name": "data"}
+    ]
+    assert pods[0]["metadata"]["name"] == "t-0" and "ports" in pods[0]["spec"]["containers"][0]  # not changed
+
+
+def test_what_the_dry_runs_say() -> None:
+    gang = [Action("create", pod(f"t-{i}")) for i in range(3)]
+    assert gang_admission.members([gang[0]]) == [] and gang_admission.members(gang) == gang
+    pss = 'pods "t-1" is forbidden: violates PodSecurity "restricted:latest": runAsNonRoot != true'
+    alone = [None, (403, status_body(pss), pss), None]
+    key, why = gang_admission.refused(gang, alone, None)  # type: ignore[misc]
+    assert key == "Pod/t-1" and why.startswith(pss) and "none of the 3 pods of the gang is made" in why
+    webhook = (400, None, 'admission webhook "w" does not support dry run')  # says nothing: the creates go
+    assert gang_admission.refused(gang, [webhook, None, None], None) is None
+    bound = 'pods "t-0-gang" is forbidden: maximum cpu usage per Pod is 2, but limit is 3'  # one pod's bound
+    assert gang_admission.refused(gang, [None] * 3, (403, status_body(bound), bound)) is None
+    quota = 'pods "t-0-gang" is forbidden: exceeded quota: compute, requested: requests.cpu=3'
+    key, why = gang_admission.refused(gang, [None] * 3, (403, status_body(quota), quota))  # type: ignore[misc]
+    assert key == "Pod/t-0" and "the 3 pods of the gang exceed a ResourceQuota together" in why
