@@ -63,9 +63,17 @@ def operator_cluster(tmp: Path, config: str, timer: float = 1) -> Iterator[Clust
 
 
 def seed_claim(runner_root: Path, ns: str, claim: str, dataset: str) -> None:
-    """A dataset from this machine's cache (fetched already) on a claim before the pod runner binds it
-    (it keeps a claim directory that exists): what `graphtrain data fetch NAME --data-dir <claim>/data`
-    pre-seeds for an offline operator (`storage.offline`)."""
+    """A dataset from this machine's cache on a claim before the pod runner binds it (it keeps a claim
+    directory that exists): what `graphtrain data fetch NAME --data-dir <claim>/data` pre-seeds for an
+    offline operator (`storage.offline`). Fetched into the cache first (at once when it is there): on a
+    fresh machine no earlier test may have fetched it."""
+    fetched = subprocess.run(
+        [str(Path(sys.executable).parent / "graphtrain"), "data", "fetch", dataset],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert fetched.returncode == 0, fetched.stderr
     target = runner_root / "claims" / ns / claim
     shutil.copytree(data_dir() / "datasets" / dataset, target / "data" / "datasets" / dataset)
     for path in [target, *target.rglob("*")]:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import re
 import signal
-import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -86,10 +85,6 @@ def write_spec(tmp_path: Path, epochs: int, run_policy: dict, locality: str | No
 
 def seed_claim(runner: PodRunner, ns: str) -> None:
     """The nations dataset on the training's claim before it exists (offline mode finds it there)."""
-    res = subprocess.run(
-        [GRAPHTRAIN, "data", "fetch", "nations"], capture_output=True, text=True, timeout=300
-    )
-    assert res.returncode == 0, res.stderr
     cluster_helpers.seed_claim(runner.root, ns, f"{NAME}-data", "nations")
 
 

@@ -166,10 +166,6 @@ def test_two_trainings_at_once_each_find_their_own_rendezvous(cluster: Cluster, 
     doc["spec"]["training"].update(epochs=2, evalEvery=2)
     spec = tmp_path / "short.yaml"
     spec.write_text(yaml.safe_dump(doc))
-    fetched = subprocess.run(
-        [GRAPHTRAIN, "data", "fetch", "nations"], capture_output=True, text=True, timeout=300
-    )
-    assert fetched.returncode == 0, fetched.stderr
     kube, namespaces = cluster.kube, ["twice-a", "twice-b"]
     started = time.monotonic()
     with PodRunner(cluster.kubeconfig, mode="process", root=tmp_path / "runner") as runner:
