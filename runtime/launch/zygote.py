@@ -196,13 +196,16 @@ class Zygote:
         return ForkedProcess(int(said["pid"]), argv, status_r, pipe)
 
     def close(self, timeout: float = 10.0) -> None:
-        """End the zygote: it exits when its socket closes (SIGKILL if it has not within `timeout`)."""
+        """End the zygote: it exits when its socket closes (SIGKILL if it has not within `timeout`). A
+        killed one not reaped within `timeout` more (still importing torch on a loaded machine) is left
+        to die: raising here, in the launcher's cleanup, put a traceback in place of the run's error."""
         self.sock.close()
         try:
             self.proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             self.proc.kill()
-            self.proc.wait(timeout=timeout)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=timeout)
 
 
 def current_umask() -> int:

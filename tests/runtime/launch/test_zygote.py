@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -173,3 +174,23 @@ def test_a_process_that_set_up_cuda_is_unsafe_to_fork(monkeypatch: pytest.Monkey
     assert zygotes.unsafe_to_fork() == ""  # CUDA never set up here
     monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
     assert zygotes.unsafe_to_fork() == "CUDA was set up by its imports"
+
+
+def test_closing_a_zygote_that_outlives_its_kill_does_not_raise() -> None:
+    """A zygote SIGKILLed while importing torch on a loaded machine may take longer than close()'s
+    timeout to be reaped: close() (the launcher's cleanup) must not raise in place of the run's error."""
+
+    class Slow:
+        killed = False
+
+        def wait(self, timeout: float | None = None) -> int:
+            raise subprocess.TimeoutExpired(["zygote"], timeout or 0)
+
+        def kill(self) -> None:
+            self.killed = True
+
+    proc = Slow()
+    a, b = socket.socketpair()
+    with b:
+        Zygote(proc, a).close(timeout=0.01)  # type: ignore[arg-type]
+    assert proc.killed and a.fileno() == -1
