@@ -172,9 +172,19 @@ def malformed(top: dict[str, Any]) -> str | None:
             isinstance(q, dict) and isinstance(q.get("dir"), str) for q in pieces
         ):
             return f"tensors.{name} is not a list of pieces, each with its dir"
+        for q in pieces:  # read as <checkpoint>/<dir>: another place would be read (and checked) instead
+            if os.path.isabs(q["dir"]) or ".." in Path(q["dir"]).parts:
+                return f"tensors.{name}: piece dir {q['dir']!r} is outside the checkpoint"
     for section in ("partition", "trainer"):
         if section in top and not isinstance(top[section], dict):
             return f"{section} is not a map"
+    record = top.get("partition", {})
+    for key in ("config", "relative", "node_map_sha256"):  # how export and infer find the partition
+        if "partition" in top and not isinstance(record.get(key), str):
+            return f"partition.{key} is not a string"
+    for key in ("table_keys", "table_node_types"):
+        if not isinstance(record.get(key, {}), dict):
+            return f"partition.{key} is not a map"
     model = (top.get("trainer") or {}).get("model")
     if model is not None and not isinstance(model, dict):
         return "trainer.model is not a map"
@@ -190,6 +200,10 @@ def pieces_of(root: Path, name: str) -> list[tuple[dict[str, Any], Path]]:
     for p in listed:
         d = root / p["dir"]
         manifest = read_json(d / MANIFEST)
+        if not isinstance(manifest, dict) or not all(
+            type(manifest.get(k)) is int for k in ("lo", "hi", "num_rows")
+        ):  # no hash covers it: a hand edit would otherwise fail as a TypeError where it is compared
+            raise DataError(f"{d / MANIFEST}: not a piece manifest (lo, hi and num_rows are not integers)")
         out.append((manifest, d))
     out.sort(key=lambda x: x[0]["lo"])
     num_rows = out[0][0]["num_rows"]

@@ -445,6 +445,15 @@ MALFORMED_TOPS = {
         "tensors.emb is not a list of pieces",
     ),
     "partition-a-number": (lambda d: d.update(partition=5), "partition is not a map"),
+    "partition-config-a-number": (lambda d: d["partition"].update(config=5), "partition.config is not a"),
+    "partition-without-relative": (lambda d: d["partition"].pop("relative"), "partition.relative is not a"),
+    "partition-empty": (lambda d: d.update(partition={}), "partition.config is not a string"),
+    "partition-keys-a-list": (lambda d: d["partition"].update(table_keys=[1]), "partition.table_keys is not"),
+    "piece-dir-up": (
+        lambda d: d["tensors"]["emb"][0].update(dir="../../../etc"),
+        "tensors.emb: piece dir '../../../etc' is outside the checkpoint",
+    ),
+    "piece-dir-absolute": (lambda d: d["tensors"]["emb"][0].update(dir="/etc"), "'/etc' is outside"),
     "model-a-list": (lambda d: d.update(trainer={"model": [1]}), "trainer.model is not a map"),
     "no-tables": (lambda d: d.update(tensors={}), "holds no table to export"),
 }

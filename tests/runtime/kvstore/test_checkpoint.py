@@ -14,6 +14,7 @@ import torch
 
 from graphtrain.runtime import checkpoint as ckpt
 from graphtrain.runtime import kvstore
+from graphtrain.runtime.errors import DataError
 from graphtrain.runtime.kvstore.client.transport import KVTimeout
 from graphtrain.runtime.kvstore.tables.shm import job_prefix
 from graphtrain.runtime.optim import OptimConfig, SparseOptimizer
@@ -118,6 +119,21 @@ def test_changed_checkpoint_file_is_detected(ckroot: Path) -> None:
     data.write_bytes(bytes(raw))
     with pytest.raises(Exception, match="does not match the recorded"):
         alone.restore("ck")
+
+
+@pytest.mark.parametrize("edit", [{"lo": "0"}, {"num_rows": 5000.0}, {"hi": None}])
+def test_a_piece_manifest_of_the_wrong_shape_is_named(ckroot: Path, edit: dict) -> None:
+    """A hand-edited piece manifest (no hash covers it) failed the trainer with "TypeError: '<' not
+    supported between instances of 'int' and 'str'": it is refused naming the file."""
+    import json
+
+    alone = kvstore.standalone(1, checkpoint_root=ckroot)
+    DistEmbedding(ROWS, DIM, "emb", client=alone)
+    alone.checkpoint("ck", root=ckroot)
+    manifest = next((ckroot / "ck" / "emb").glob("rows-*")) / "manifest.json"
+    manifest.write_text(json.dumps({**json.loads(manifest.read_text()), **edit}))
+    with pytest.raises(DataError, match="manifest.json: not a piece manifest"):
+        ckpt.verify_checkpoint(ckroot / "ck")
 
 
 def test_export_writes_original_node_order(ckroot: Path, tmp_path: Path) -> None:
