@@ -48,11 +48,17 @@ def partition(gt: GraphTraining, spec_dir: Path, run_dir: Path) -> Path:
             the output is a path an inference may not replace."""
     from graphtrain.runtime.checkpoint import resolve_checkpoint  # imported here: the
     from graphtrain.runtime.outputs import checkpoint_partition  # launcher's own imports stay torch-free
-    from graphtrain.runtime.train.inference_output import check_output, clear_staging, staging_of
+    from graphtrain.runtime.train.inference_output import (
+        check_output,
+        check_outside,
+        clear_staging,
+        staging_of,
+    )
 
     root = resolve_checkpoint(_checkpoint(gt, spec_dir))
     found = checkpoint_partition(root).path
     check_same_model(gt, root)
+    check_outside(output(gt, spec_dir, run_dir), root)
     check_output(output(gt, spec_dir, run_dir))
     clear_staging(staging_of(output(gt, spec_dir, run_dir)), remove=False)
     return found

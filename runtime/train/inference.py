@@ -33,6 +33,7 @@ from graphtrain.runtime.train.inference_output import (
     KIND,
     MANIFEST,
     check_output,
+    check_outside,
     clear_staging,
     lock_output,
     output_path,
@@ -113,6 +114,7 @@ def infer(task: Any, graph: DistGraph, dist: Dist, checkpoint: Path, out: Path) 
     if dist.rank == 0:
         ckpt.verify_checkpoint(directory)
     out = output_path(out)
+    check_outside(out, directory)
     staging = staging_of(out)
     held = -1
     if dist.rank == 0:

@@ -84,6 +84,21 @@ def lock_output(out: Path) -> int:
     return fd
 
 
+def check_outside(out: Path, checkpoint: Path) -> None:
+    """Refuse an output inside the checkpoints directory holding `checkpoint`: training's retention
+    (checkpoint.prune) deletes what sorts before LATEST there ("inference" < "step-..."), so a
+    resumed training would delete it, and a checkpoint's own directory goes whole when it is pruned.
+
+    Raises:
+        GraphtrainError: naming both paths."""
+    root = checkpoint.resolve().parent
+    if out == root or root in out.parents:
+        raise GraphtrainError(
+            f"inference.output {out}: inside the checkpoints directory {root}, whose old entries training "
+            "deletes: name a directory outside it"
+        )
+
+
 def check_output(out: Path) -> None:
     """Refuse an existing `out` that is not an earlier inference's output (nothing else is replaced).
 
@@ -104,8 +119,11 @@ def check_output(out: Path) -> None:
             "one): name a new directory"
         )
     assert isinstance(doc, dict)
-    ours = {MANIFEST, *map(str, doc.get("parts") or []), *map(str, doc.get("edge_parts") or [])}
-    others = sorted(p.name for p in out.iterdir() if p.name not in ours)
+    listed = [*(doc.get("parts") or []), *(doc.get("edge_parts") or [])]
+    ours = {MANIFEST, *(n for n in listed if isinstance(n, str) and PART.fullmatch(n))}
+    others = sorted(  # a part is a file of its pattern: a manifest naming anything else claims nothing
+        p.name for p in out.iterdir() if p.name not in ours or p.is_symlink() or not p.is_file()
+    )
     if others:  # the whole directory is replaced: nothing it did not write may go with it
         shown = ", ".join(others[:3]) + (", ..." if len(others) > 3 else "")
         raise GraphtrainError(

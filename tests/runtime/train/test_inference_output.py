@@ -14,6 +14,7 @@ from graphtrain.runtime.train.inference_output import (
     KIND,
     MANIFEST,
     check_output,
+    check_outside,
     clear_staging,
     output_path,
     staging_of,
@@ -143,3 +144,29 @@ def test_the_partition_job_names_the_field_of_a_missing_checkpoint(tmp_path: Pat
         DataError, match=r"^spec.inference.checkpoint 'runs/nope/checkpoints': .*no such checkpoint"
     ):
         link_partition(gt, tmp_path, tmp_path / "w" / "partition", overwrite=False)
+
+
+@pytest.mark.parametrize("name", ["notes", "part-00001.parquet", "../escape", 7])
+def test_a_manifest_claims_only_part_files(tmp_path: Path, name: object) -> None:
+    """The whole output is replaced: a manifest (hand-written, copied) listing a user's directory or a
+    name not of a part's pattern made check_output pass and the user's files go with the output."""
+    out = earlier_output(tmp_path / "res")
+    (out / MANIFEST).write_text(json.dumps({"kind": KIND, "parts": ["part-00000.parquet", name]}))
+    if name == "notes":
+        (out / "notes").write_text("mine")
+    else:
+        (out / "part-00001.parquet").mkdir()  # a directory at a part's name is not a part
+        (out / "part-00001.parquet" / "mine.txt").write_text("mine")
+    with pytest.raises(GraphtrainError, match="holds files an inference did not write"):
+        check_output(out)
+
+
+@pytest.mark.parametrize("where", ["checkpoints", "checkpoints/res", "checkpoints/step-000000009/res"])
+def test_an_output_inside_the_checkpoints_directory_is_refused(tmp_path: Path, where: str) -> None:
+    """`--out runs/x/checkpoints/res` succeeded, and a resumed training's retention (prune) deletes
+    every entry sorting before LATEST there: the inference's output with it."""
+    checkpoint = tmp_path / "checkpoints" / "step-000000009"
+    checkpoint.mkdir(parents=True)
+    with pytest.raises(GraphtrainError, match="inside the checkpoints directory"):
+        check_outside(output_path(tmp_path / where), checkpoint)
+    check_outside(output_path(tmp_path / "res"), checkpoint)  # beside it is fine
