@@ -75,15 +75,23 @@ def run(
     out.print(f"status: {run_dir / 'status.json'}")
 
 
-def inference_spec(text: str, checkpoint: Path, output: Path | None) -> str:
-    """The YAML of the spec in `text` with mode inference from `checkpoint` into `output` (absolute
-    paths: the written spec may live elsewhere), read back through the spec's rules.
+def inference_spec(text: str, checkpoint: Path, output: Path | None, base: Path) -> str:
+    """The YAML of the spec in `text` with mode inference from `checkpoint` into `output` and its graph's
+    input paths made absolute from `base`, the spec's directory (the written spec lives elsewhere, and
+    the launcher compares those inputs with the ones the checkpoint was trained on), read back
+    through the spec's rules.
 
     Raises:
         SpecError: the spec, or inference from it, is invalid (a kge task: nothing to infer)."""
     import yaml
 
-    doc = load_yaml(text).model_dump(by_alias=True, exclude_none=True, mode="json")
+    from graphtrain.runtime.data.inputs import resolve
+
+    gt = load_yaml(text)
+    doc = gt.model_dump(by_alias=True, exclude_none=True, mode="json")
+    doc["spec"]["graph"] = resolve(gt.spec.graph, base).model_dump(
+        by_alias=True, exclude_none=True, mode="json"
+    )
     doc.pop("status", None)
     doc["spec"]["mode"] = "inference"
     doc["spec"]["inference"] = {"checkpoint": str(checkpoint)} | ({"output": str(output)} if output else {})
@@ -117,14 +125,17 @@ def infer(
     predicted and p_<class>), for an edge task also edges-part-<trainer>.parquet (every edge of the
     labelled edge types, predicted), and manifest.json; prints the rows per second and the test metric
     of the inferred outputs. Nodes are read in the order the checkpoint was trained in: its partition
-    is the one its checkpoint.json names."""
+    is the one its checkpoint.json names, and a spec of another graph or partition is refused."""
     from graphtrain.runtime.data.cache import atomic_file
     from graphtrain.runtime.launch.local import LocalRun
     from graphtrain.runtime.launch.reuse import foreign_run_dir
     from graphtrain.runtime.stopping import Terminated, stop_on_signals
 
     text = inference_spec(
-        read(spec_path), checkpoint.resolve(), Path(os.path.abspath(output)) if output else None
+        read(spec_path),
+        checkpoint.resolve(),
+        Path(os.path.abspath(output)) if output else None,
+        spec_path.parent,
     )
     gt = load_yaml(text)
     run_dir = run_dir or Path("runs") / f"{gt.metadata.name}-inference"

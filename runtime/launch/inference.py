@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from graphtrain.contract import roles
-from graphtrain.contract.spec import GraphTraining, Mode
+from graphtrain.contract.spec import GraphSource, GraphTraining, Mode
 from graphtrain.contract.spec.inference import checkpoint_root
 from graphtrain.runtime.errors import DataError, GraphtrainError
 
@@ -39,7 +39,7 @@ def output(gt: GraphTraining, spec_dir: Path, run_dir: Path) -> Path:
     return p.parent.resolve() / p.name  # refused (check_output), not followed
 
 
-def partition(gt: GraphTraining, spec_dir: Path, run_dir: Path) -> Path:
+def partition(gt: GraphTraining, spec_dir: Path, run_dir: Path, data_dir: Path | None = None) -> Path:
     """The partition config the checkpoint was trained on, after checking (before any process starts)
     that the output may be written.
 
@@ -58,6 +58,7 @@ def partition(gt: GraphTraining, spec_dir: Path, run_dir: Path) -> Path:
     root = resolve_checkpoint(_checkpoint(gt, spec_dir))
     found = checkpoint_partition(root).path
     check_same_model(gt, root)
+    check_same_graph(gt, spec_dir, root, found, data_dir)
     check_outside(output(gt, spec_dir, run_dir), root)
     check_output(output(gt, spec_dir, run_dir))
     clear_staging(staging_of(output(gt, spec_dir, run_dir)), remove=False)
@@ -75,6 +76,50 @@ def check_same_model(gt: GraphTraining, root: Path) -> None:
 
     trainer = read_top(root).get("trainer")
     check_inferable(trainer.get("model") if isinstance(trainer, dict) else None, gt.spec, root.name)
+
+
+def check_same_graph(
+    gt: GraphTraining, spec_dir: Path, root: Path, found: Path, data_dir: Path | None = None
+) -> None:
+    """Refuse a spec whose graph (its inputs' contents, its settings) or partition settings differ from
+    those checkpoint `root`'s partition `found` was made for: inference reads that partition, not the
+    spec's graph, and answered for the training's graph without a word (another dataset's spec gave
+    the first one's ids and test metric). Told by the partition.settings a local training's launch
+    left beside it (launch/reuse.py); a partition without one (copied, the operator's) is not checked.
+
+    Raises:
+        GraphtrainError: naming what differs."""
+    from graphtrain.runtime.launch import partition_step, reuse
+
+    settings = found.parent.parent / reuse.SETTINGS
+    if not settings.is_file():
+        return
+    source = partition_step.from_spec(gt, spec_dir).source
+    given = reuse.partition_key(gt.spec, source, contents(source, data_dir))
+    if changed := reuse.inference_changes(settings.read_text(), given):
+        raise GraphtrainError(
+            f"spec {', '.join(changed)}: not what checkpoint {root.name} was trained on (its partition, "
+            f"{found.parent.resolve()}, is what inference reads): give the spec the run trained with"
+        )
+
+
+def contents(source: GraphSource, data_dir: Path | None) -> dict[str, str]:
+    """inputs.fingerprint of `source`, a file that cannot be read (moved away since the training: the
+    inference does not read it) or a dataset not in the cache reading as reuse.UNKNOWN."""
+    from graphtrain.runtime.data import datasets, inputs
+
+    if source.dataset is not None:
+        cached = datasets.dataset_dir(str(source.dataset), data_dir)
+        return inputs.fingerprint(
+            source, cached if datasets.is_fetched(str(source.dataset), data_dir) else None
+        )
+    out = {}
+    for field, path in inputs.input_files(source).items():
+        try:
+            out[field] = inputs.sha256_of(path, field)
+        except DataError:
+            out[field] = "missing"
+    return out
 
 
 def files(gt: GraphTraining, spec_path: Path, run_dir: Path, partition: Path) -> roles.Files:

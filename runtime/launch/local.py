@@ -229,7 +229,7 @@ class LocalRun:
         from graphtrain.runtime.data import datasets, inputs
 
         if inference.inferring(self.gt):  # the checkpoint's own: its rows are in that node order
-            return inference.partition(self.gt, self.spec_path.parent, self.run_dir)
+            return inference.partition(self.gt, self.spec_path.parent, self.run_dir, self.data_dir)
         work = partition_step.from_spec(self.gt, self.spec_path.parent)
         cached = None
         if work.source.dataset is not None:

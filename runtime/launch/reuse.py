@@ -66,6 +66,43 @@ def partition_changes(before: str, after: str) -> list[str]:
     return out or ["the partition settings"]
 
 
+UNKNOWN = ("unfetched", "missing")  # an input whose contents cannot be told: not compared
+"""inference_changes' contents of an input it cannot read: a dataset not in the cache, a file moved
+away since the training (inference reads the partition, not the inputs)."""
+
+WHERE = ("path", "features", "labels", "triples", "nodes", "edges")
+"""The graph settings that say where the inputs are: an inference compares what they hold instead."""
+
+
+def inference_changes(trained: str, given: str) -> list[str]:
+    """What an inference's partition key `given` changes of the key the checkpoint's partition was made
+    for (`trained`), by spec field; [] when nothing does. Inputs are compared by their
+    contents, not where they are (a spec and its data moved elsewhere are the same graph), and one
+    whose contents are UNKNOWN on either side is left out."""
+    old, new = json.loads(trained), json.loads(given)
+    for key in (old, new):
+        for field in WHERE:
+            key.get("graph", {}).pop(field, None)
+    before, after = old.get("inputs", {}), new.get("inputs", {})
+    out = [
+        f"{f} (contents)"
+        for f in sorted(set(before) | set(after))
+        if before.get(f) != after.get(f) and not {before.get(f), after.get(f)} & set(UNKNOWN)
+    ]
+    for part in ("graph", "partition"):
+        was, now = old.get(part) or {}, new.get(part) or {}
+        out += [f"{part}.{_camel(k)}" for k in sorted(set(was) | set(now)) if was.get(k) != now.get(k)]
+    if old.get("projection") != new.get("projection"):
+        out.append("model.featureProjection")
+    return out
+
+
+def _camel(name: str) -> str:
+    """A spec field's name as the spec writes it (the key holds the models' snake_case names)."""
+    head, *rest = name.split("_")
+    return head + "".join(w.title() for w in rest)
+
+
 LEFTOVER = re.compile(r"\.partition\.(tmp|scratch|old)-.+")
 """What a launch killed while it partitioned (SIGKILL, the OOM killer, a power cut) leaves in the run
 directory: the output's temporary and replaced directories (data/cache.py atomic_dir) and the streaming

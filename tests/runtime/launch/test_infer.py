@@ -136,6 +136,24 @@ def test_what_infer_refuses_changes_nothing(trained: tuple[Path, Path, dict], tm
     done = infer(spec, run_dir / "checkpoints", run_dir, refused=True)
     assert done.returncode == 1 and "holds a training's checkpoints" in done.stderr, done.stderr
     assert not (run_dir / "inference.yaml").exists()
+    # a spec of another graph (here its split): inference reads the checkpoint's partition, and
+    # answered for the training's graph without a word; now refused, naming the field
+    other = yaml.safe_load(spec.read_text())
+    other["spec"]["graph"]["split"] = {"seed": 7}
+    (tmp_path / "other.yaml").write_text(yaml.safe_dump(other))
+    done = infer(tmp_path / "other.yaml", run_dir / "checkpoints", tmp_path / "o", refused=True)
+    assert done.returncode == 1 and "spec graph.split: not what checkpoint" in done.stderr, done.stderr
+    # an output inside the checkpoints directory, which training's retention prunes
+    done = infer(
+        spec,
+        run_dir / "checkpoints",
+        tmp_path / "c",
+        "--out",
+        str(run_dir / "checkpoints" / "o"),
+        refused=True,
+    )
+    assert done.returncode == 1 and "inside the checkpoints directory" in done.stderr, done.stderr
+    assert not (run_dir / "checkpoints" / "o").exists()
     # a knowledge-graph model has no layers to infer: refused before anything starts
     nations = yaml.safe_load((Path(__file__).parents[3] / "examples" / "nations-transe.yaml").read_text())
     (tmp_path / "kge.yaml").write_text(yaml.safe_dump(nations))

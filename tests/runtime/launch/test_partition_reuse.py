@@ -254,3 +254,31 @@ def test_what_a_killed_launch_left_while_partitioning_is_removed(tmp_path: Path)
         f"[run] removed {run_dir / name}: left by a launch stopped while it partitioned" for name in left
     ]
     assert sorted(line for line in said if line.startswith("[run] removed")) == sorted(removed)
+
+
+def test_inference_compares_what_the_inputs_hold_not_where_they_are(tmp_path: Path) -> None:
+    """inference_changes: the fields an inference's spec changes of the graph its checkpoint's partition
+    was made from, by spec field; moved inputs of the same bytes, and inputs it cannot read (moved away,
+    a dataset not cached: inference reads the partition), change nothing."""
+    from graphtrain.runtime.launch.reuse import inference_changes, partition_key
+
+    data, spec_file, gt = npz_project(tmp_path, 60)
+    source = inputs.resolve(gt.spec.graph, tmp_path)
+    trained = partition_key(gt.spec, source, inputs.fingerprint(source))
+    moved = tmp_path / "elsewhere"
+    moved.mkdir()
+    (moved / "mine.npz").write_bytes(data.read_bytes())
+    there = inputs.resolve(gt.spec.graph, moved)
+    assert inference_changes(trained, partition_key(gt.spec, there, inputs.fingerprint(there))) == []
+    assert inference_changes(trained, partition_key(gt.spec, there, {"graph.path": "missing"})) == []
+    write_npz(moved / "mine.npz", np.arange(60) % 2)
+    doc = spec_doc({"path": "mine.npz", "split": {"seed": 3}, "reverseEdges": True})
+    doc["spec"]["partition"]["parts"] = 3
+    other = parse(doc)
+    given = partition_key(other.spec, inputs.resolve(other.spec.graph, moved), inputs.fingerprint(there))
+    assert inference_changes(trained, given) == [
+        "graph.path (contents)",
+        "graph.reverseEdges",
+        "graph.split",
+        "partition.parts",
+    ]
