@@ -475,6 +475,7 @@ def predict(
     """
     from graphtrain.runtime import checkpoint as ckpt
     from graphtrain.runtime import outputs
+    from graphtrain.runtime.launch.inference import graph_changes, refuse_changes
     from graphtrain.runtime.predict_options import foreign_options, served_task
     from graphtrain.runtime.report import answer_table
 
@@ -495,6 +496,10 @@ def predict(
         )
     root = ckpt.resolve_checkpoint(checkpoint)
     cfg = outputs.checkpoint_partition(root, partition)
+    changed = graph_changes(
+        gt, spec_path.parent, cfg.path
+    )  # its partition.parts is no concern of one process
+    refuse_changes([c for c in changed if c.startswith("graph")], root, cfg.path)
     # here, after the checks above: the predictions import torch (2 s of CPU), the refusals need none
     from graphtrain.runtime import predict as prediction
 

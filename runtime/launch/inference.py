@@ -58,7 +58,7 @@ def partition(gt: GraphTraining, spec_dir: Path, run_dir: Path, data_dir: Path |
     root = resolve_checkpoint(_checkpoint(gt, spec_dir))
     found = checkpoint_partition(root).path
     check_same_model(gt, root)
-    check_same_graph(gt, spec_dir, root, found, data_dir)
+    refuse_changes(graph_changes(gt, spec_dir, found, data_dir), root, found)
     check_outside(output(gt, spec_dir, run_dir), root)
     check_output(output(gt, spec_dir, run_dir))
     clear_staging(staging_of(output(gt, spec_dir, run_dir)), remove=False)
@@ -78,28 +78,31 @@ def check_same_model(gt: GraphTraining, root: Path) -> None:
     check_inferable(trainer.get("model") if isinstance(trainer, dict) else None, gt.spec, root.name)
 
 
-def check_same_graph(
-    gt: GraphTraining, spec_dir: Path, root: Path, found: Path, data_dir: Path | None = None
-) -> None:
-    """Refuse a spec whose graph (its inputs' contents, its settings) or partition settings differ from
-    those checkpoint `root`'s partition `found` was made for: inference reads that partition, not the
-    spec's graph, and answered for the training's graph without a word (another dataset's spec gave
-    the first one's ids and test metric). Told by the partition.settings a local training's launch
-    left beside it (launch/reuse.py); a partition without one (copied, the operator's) is not checked.
-
-    Raises:
-        GraphtrainError: naming what differs."""
+def graph_changes(gt: GraphTraining, spec_dir: Path, found: Path, data_dir: Path | None = None) -> list[str]:
+    """The spec fields whose graph (its inputs' contents, its settings) or partition settings differ from
+    those the partition `found` (a checkpoint's) was made for, told by the partition.settings a local
+    training's launch left beside it (launch/reuse.py); [] for a partition without one (copied, the
+    operator's). Inference and predict read that partition, not the spec's graph: given another
+    graph's spec, they answered for the training's graph without a word."""
     from graphtrain.runtime.launch import partition_step, reuse
 
     settings = found.parent.parent / reuse.SETTINGS
     if not settings.is_file():
-        return
+        return []
     source = partition_step.from_spec(gt, spec_dir).source
     given = reuse.partition_key(gt.spec, source, contents(source, data_dir))
-    if changed := reuse.inference_changes(settings.read_text(), given):
+    return reuse.inference_changes(settings.read_text(), given)
+
+
+def refuse_changes(changed: list[str], root: Path, found: Path) -> None:
+    """Refuse the spec fields `changed` (graph_changes) of checkpoint `root`, its partition `found`.
+
+    Raises:
+        GraphtrainError: naming them, when there are any."""
+    if changed:
         raise GraphtrainError(
             f"spec {', '.join(changed)}: not what checkpoint {root.name} was trained on (its partition, "
-            f"{found.parent.resolve()}, is what inference reads): give the spec the run trained with"
+            f"{found.parent.resolve()}, is what is read): give the spec the run trained with"
         )
 
 

@@ -160,3 +160,23 @@ def test_what_infer_refuses_changes_nothing(trained: tuple[Path, Path, dict], tm
     done = infer(tmp_path / "kge.yaml", run_dir / "checkpoints", tmp_path / "k", refused=True)
     assert done.returncode == 1 and "has no layers to infer" in done.stderr, done.stderr
     assert not (tmp_path / "k").exists()
+
+
+def test_predict_refuses_a_spec_of_another_graph_but_not_of_other_parts(
+    trained: tuple[Path, Path, dict], tmp_path: Path
+) -> None:
+    """predict reads the checkpoint's partition as infer does: a spec of another graph answered for the
+    training's graph with exit 0. It runs in one process, so partition.parts is no concern of it."""
+    spec, run_dir, _ = trained
+    doc = yaml.safe_load(spec.read_text())
+    doc["spec"]["graph"]["reverseEdges"] = not doc["spec"]["graph"].get("reverseEdges", False)
+    (tmp_path / "other.yaml").write_text(yaml.safe_dump(doc))
+    argv = [*CLI, "predict", str(run_dir / "checkpoints"), "-o", str(tmp_path / "p.csv"), "--spec"]
+    done = forked.complete_argv([*argv, str(tmp_path / "other.yaml")], timeout=240)
+    assert done.returncode == 1 and "spec graph.reverseEdges: not what checkpoint" in done.stderr, done.stderr
+    assert not (tmp_path / "p.csv").exists()
+    doc = yaml.safe_load(spec.read_text())
+    doc["spec"]["partition"]["parts"] = 3
+    (tmp_path / "parts.yaml").write_text(yaml.safe_dump(doc))
+    done = forked.complete_argv([*argv, str(tmp_path / "parts.yaml")], timeout=240)
+    assert done.returncode == 0 and (tmp_path / "p.csv").exists(), done.stderr
