@@ -105,10 +105,22 @@ def server_tables(spec: Any) -> list[str]:
     return [t.name for t in spec.embeddings if t.sharding != Sharding.collective]
 
 
+def agreed_checkpoint(checkpoint: Path, dist: Dist) -> Path:
+    """The checkpoint directory `checkpoint` (a LATEST or BEST marker, a checkpoints directory, a
+    checkpoint) resolves to on rank 0, on every rank: a training still writing there moves LATEST
+    while the trainers start, and each resolving it alone mixed one checkpoint's dense model with
+    another's tables (rank 0 names the servers' restore).
+
+    Raises:
+        DataError: no complete checkpoint there."""
+    directory = ckpt.resolve_checkpoint(checkpoint)
+    return directory.parent / dist.broadcast_text(directory.name)
+
+
 def infer(task: Any, graph: DistGraph, dist: Dist, checkpoint: Path, out: Path) -> dict[str, Any]:
     """Restore `checkpoint`, compute every node's outputs and write them under `out`; the result
     (rows, seconds, rows per second, the test metrics, where the output is)."""
-    directory = ckpt.resolve_checkpoint(checkpoint)
+    directory = agreed_checkpoint(checkpoint, dist)
     trainer = ckpt.read_top(directory).get("trainer")  # every rank reads it: all stop alike
     check_inferable(trainer.get("model") if isinstance(trainer, dict) else None, task.spec, directory.name)
     if dist.rank == 0:

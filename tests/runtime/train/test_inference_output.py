@@ -170,3 +170,22 @@ def test_an_output_inside_the_checkpoints_directory_is_refused(tmp_path: Path, w
     with pytest.raises(GraphtrainError, match="inside the checkpoints directory"):
         check_outside(output_path(tmp_path / where), checkpoint)
     check_outside(output_path(tmp_path / "res"), checkpoint)  # beside it is fine
+
+
+def test_every_trainer_infers_from_the_checkpoint_rank_0_resolved(tmp_path: Path) -> None:
+    """A training still writing the checkpoints directory moves LATEST while the inference's trainers
+    start: each resolved it alone, and one could load step-2's dense model beside step-1's tables."""
+    from graphtrain.runtime.checkpoint import LATEST, TOP
+    from graphtrain.runtime.train.inference import agreed_checkpoint
+
+    for step in ("step-1", "step-2"):
+        (tmp_path / step).mkdir()
+        (tmp_path / step / TOP).write_text("{}")
+    (tmp_path / LATEST).write_text("step-2\n")  # moved on since rank 0 read step-1
+
+    class Rank1:
+        def broadcast_text(self, text: str) -> str:
+            assert text == "step-2"
+            return "step-1"  # rank 0's
+
+    assert agreed_checkpoint(tmp_path / LATEST, Rank1()) == (tmp_path / "step-1").resolve()  # type: ignore[arg-type]
