@@ -195,10 +195,21 @@ def write_json(path: Path, obj: Any) -> None:
         f.write((json.dumps(obj, indent=2, sort_keys=False) + "\n").encode())
 
 
+JSON_MAX_BYTES = 1 << 28
+"""More than any JSON file graphtrain writes (a checkpoint.json of 1,000 shards is ~2 MB): a bigger one
+is refused before it is read, not read whole into memory."""
+
+
 def read_json(path: Path) -> Any:
-    """Read a JSON file, turning absence, unreadable text and syntax errors into DataError naming it."""
+    """Read a JSON file, turning absence, unreadable text and syntax errors into DataError naming it. A
+    FIFO or device at its name is refused (reading one waited forever for a writer), and so is a file
+    over JSON_MAX_BYTES."""
     if not Path(path).exists():
         raise DataError(f"{path}: not found")
+    if not Path(path).is_file():
+        raise DataError(f"{path}: not a regular file")
+    if (size := Path(path).stat().st_size) > JSON_MAX_BYTES:
+        raise DataError(f"{path}: {size:,} bytes, more than a JSON file of graphtrain's holds")
     text = read_text(path)
     try:
         return json.loads(text)

@@ -43,3 +43,22 @@ def test_verify_names_the_first_changed_or_missing_file(tmp_path: Path) -> None:
     (tmp_path / "sub" / "keys.npy").unlink()
     with pytest.raises(ChecksumError, match=r"keys\.npy: missing \(recorded in the manifest\)"):
         cache.verify_files(tmp_path, recorded)
+
+
+@pytest.mark.timeout(30)
+def test_a_fifo_or_a_huge_file_at_a_json_name_is_refused_unread(tmp_path: Path) -> None:
+    """A FIFO at a checkpoint's checkpoint.json (or a piece's manifest.json) hung infer, export and
+    predict forever; a huge one (sparse: no disk used here) would have been read whole."""
+    import os
+
+    from graphtrain.runtime.errors import DataError
+
+    fifo = tmp_path / "checkpoint.json"
+    os.mkfifo(fifo)
+    with pytest.raises(DataError, match="checkpoint.json: not a regular file"):
+        cache.read_json(fifo)
+    huge = tmp_path / "manifest.json"
+    with open(huge, "wb") as f:
+        f.truncate(cache.JSON_MAX_BYTES + 1)
+    with pytest.raises(DataError, match="bytes, more than a JSON file of graphtrain's holds"):
+        cache.read_json(huge)
