@@ -147,7 +147,12 @@ def infer(
         )
     if why := foreign_run_dir(run_dir):  # before inference.yaml is written there
         raise GraphtrainError(why)
-    run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    except OSError as exc:  # a file there or above it: one line, as `run` says it, not a traceback
+        raise GraphtrainError(
+            f"--run-dir {run_dir}: cannot be made a run directory ({exc.strerror or exc})"
+        ) from None
     path = run_dir.resolve() / "inference.yaml"
     with atomic_file(path, mode=0o600) as f:
         f.write(text.encode())

@@ -13,7 +13,8 @@ import re
 import shutil
 from pathlib import Path
 
-from graphtrain.runtime.errors import GraphtrainError
+from graphtrain.runtime.data.cache import check_creatable
+from graphtrain.runtime.errors import DataError, GraphtrainError
 
 MANIFEST = "manifest.json"
 KIND = "graphtrain-inference"
@@ -106,6 +107,10 @@ def check_output(out: Path) -> None:
         GraphtrainError: naming the path and what it holds.
     """
     if not out.exists() and not out.is_symlink():
+        try:  # a file above it: said here, not as a trainer's FileExistsError once every process started
+            check_creatable(out.parent)
+        except DataError as exc:
+            raise GraphtrainError(f"inference.output {out}: {exc}") from None
         return
     manifest = out / MANIFEST
     try:

@@ -35,6 +35,18 @@ class Case:
     needle: str  # what the message must name
 
 
+def infer_into(t: Path, run_dir: str) -> list[str]:
+    """`graphtrain infer` of a stand-in checkpoint with WordNet's spec into `run_dir`."""
+    return [
+        "infer",
+        text(t, "ck", "x"),
+        "--spec",
+        str(EXAMPLE.parent / "wordnet-sage.yaml"),
+        "--run-dir",
+        run_dir,
+    ]
+
+
 def text(tmp: Path, name: str, content: str | bytes) -> str:
     path = tmp / name
     if isinstance(content, bytes):
@@ -319,15 +331,13 @@ CASES = [
     ),
     Case(
         "infer-run-dir-of-other-files",
-        lambda t: [
-            "infer",
-            text(t, "ck", "x"),
-            "--spec",
-            str(EXAMPLE.parent / "wordnet-sage.yaml"),
-            "--run-dir",
-            str(Path(text(t, "n.txt", "mine")).parent),
-        ],
+        lambda t: infer_into(t, str(Path(text(t, "n.txt", "mine")).parent)),
         "holds files that are not a graphtrain run's (",
+    ),
+    Case(
+        "infer-run-dir-under-a-file",
+        lambda t: infer_into(t, text(t, "f", "x") + "/r"),
+        "f/r: cannot be made a run directory (Not a directory)",
     ),
     Case("inspect-not-utf8", lambda t: ["inspect", text(t, "p.json", b"\xff")], "p.json:1: not UTF-8"),
     Case(

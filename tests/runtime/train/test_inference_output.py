@@ -189,3 +189,14 @@ def test_every_trainer_infers_from_the_checkpoint_rank_0_resolved(tmp_path: Path
             return "step-1"  # rank 0's
 
     assert agreed_checkpoint(tmp_path / LATEST, Rank1()) == (tmp_path / "step-1").resolve()  # type: ignore[arg-type]
+
+
+def test_an_output_under_a_file_is_refused_by_the_check(tmp_path: Path) -> None:
+    """`--out afile/sub` started every process, then a trainer failed with "FileExistsError: [Errno 17]
+    File exists": the launcher's check names the output and the file in the way."""
+    (tmp_path / "afile").write_text("mine")
+    with pytest.raises(
+        GraphtrainError, match=r"inference.output .*afile/sub: .*afile: exists and is not a directory"
+    ):
+        check_output(output_path(tmp_path / "afile" / "sub"))
+    assert (tmp_path / "afile").read_text() == "mine"
