@@ -136,16 +136,9 @@ class NodeOutput:
 
 
 def _dense_state(root: Path) -> dict[str, torch.Tensor]:
-    path = root / "dense.pt"
-    if not path.is_file():
-        raise GraphtrainError(f"{root}: no dense.pt (not a GraphSAGE checkpoint)")
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:  # an unreadable or foreign file: the message, never the unpickler's traceback
-        raise GraphtrainError(f"{path}: cannot read the dense model ({type(exc).__name__})") from None
-    if not isinstance(state, dict) or not isinstance(state.get("model"), dict):
-        raise GraphtrainError(f"{path}: not a graphtrain dense checkpoint (no model state)")
-    return dict(state["model"])
+    from graphtrain.runtime.train.dense import read_dense
+
+    return dict(read_dense(root / "dense.pt")["model"])
 
 
 SHAPE_FIELDS = "model.hiddenDim, model.numLayers, model.useFeatures or an embedding's dim"

@@ -23,14 +23,32 @@ def save_dense(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimi
         torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict()}, f)
 
 
-def load_dense(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
-    """Restore what save_dense wrote (weights_only: tensors and plain values, nothing else).
+def read_dense(path: Path) -> dict[str, Any]:
+    """What save_dense wrote at `path` (weights_only: tensors and plain values, nothing else).
 
     Raises:
-        GraphtrainError: the checkpoint's model has other shapes than `model` (one line naming the first
-            parameter; a checkpoint with a model record is checked by field before this).
+        GraphtrainError: no such file, or not one save_dense wrote: named with the reader's error type,
+            never its traceback (torch's own message for a pickled object advises loading it without
+            weights_only, which would run its code)."""
+    if not path.is_file():
+        raise GraphtrainError(f"{path}: missing (a GNN's checkpoint holds its dense model there)")
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:
+        raise GraphtrainError(f"{path}: cannot read the dense model ({type(exc).__name__})") from None
+    if not isinstance(state, dict) or not isinstance(state.get("model"), dict):
+        raise GraphtrainError(f"{path}: not a graphtrain dense checkpoint (no model state)")
+    return state
+
+
+def load_dense(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
+    """Restore what save_dense wrote (read_dense).
+
+    Raises:
+        GraphtrainError: see read_dense; the checkpoint's model has other shapes than `model` (one line
+            naming the first parameter; a checkpoint with a model record is checked by field before this).
     """
-    state = torch.load(path, map_location="cpu", weights_only=True)
+    state = read_dense(path)
     mismatch = shape_mismatch(state["model"], model.state_dict())
     if mismatch:
         raise GraphtrainError(

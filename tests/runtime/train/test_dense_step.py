@@ -124,3 +124,32 @@ def test_a_checkpoint_keeps_the_loading_devices_fused_choice(tmp_path: Path) -> 
     other = torch.optim.Adagrad(model.parameters(), lr=0.1)  # what a CUDA trainer builds
     load_dense(tmp_path / "dense.pt", model, other)
     assert other.param_groups[0]["fused"] is None
+
+
+class _Runs:
+    """A pickled object that would run code when unpickled without weights_only."""
+
+    def __reduce__(self) -> tuple[Any, tuple[str]]:
+        return (print, ("ran",))
+
+
+@pytest.mark.parametrize("content", ["missing", "pickle", "garbage", "no-model"])
+def test_a_dense_file_that_is_not_one_is_named_in_one_line(tmp_path: Path, content: str) -> None:
+    """A trainer met a missing dense.pt as "FileNotFoundError: [Errno 2]", and a pickled object as
+    torch's UnpicklingError whose text advises loading it without weights_only (running its code)."""
+    import pickle
+
+    from graphtrain.runtime.errors import GraphtrainError
+    from graphtrain.runtime.train.dense import read_dense
+
+    path = tmp_path / "dense.pt"
+    if content == "pickle":
+        path.write_bytes(pickle.dumps({"model": _Runs()}))
+    elif content == "garbage":
+        path.write_bytes(b"not a torch file")
+    elif content == "no-model":
+        torch.save({"optimizer": {}}, path)
+    with pytest.raises(GraphtrainError) as caught:
+        read_dense(path)
+    said = str(caught.value)
+    assert said.startswith(str(path)) and "\n" not in said and "weights_only" not in said, said
