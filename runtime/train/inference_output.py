@@ -7,13 +7,12 @@ module, with no torch: the launcher checks the output with it before any process
 from __future__ import annotations
 
 import fcntl
-import json
 import os
 import re
 import shutil
 from pathlib import Path
 
-from graphtrain.runtime.data.cache import check_creatable
+from graphtrain.runtime.data.cache import check_creatable, read_json
 from graphtrain.runtime.errors import DataError, GraphtrainError
 
 MANIFEST = "manifest.json"
@@ -113,10 +112,10 @@ def check_output(out: Path) -> None:
             raise GraphtrainError(f"inference.output {out}: {exc}") from None
         return
     manifest = out / MANIFEST
-    try:
-        doc = json.loads(manifest.read_text()) if out.is_dir() and not out.is_symlink() else None
+    try:  # a FIFO or a huge file at its name is refused unread (read_json), not waited on
+        doc = read_json(manifest) if out.is_dir() and not out.is_symlink() else None
         ok = isinstance(doc, dict) and doc.get("kind") == KIND
-    except (OSError, ValueError):
+    except (OSError, ValueError, DataError):
         doc, ok = None, False
     if not ok:
         raise GraphtrainError(

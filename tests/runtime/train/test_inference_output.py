@@ -200,3 +200,13 @@ def test_an_output_under_a_file_is_refused_by_the_check(tmp_path: Path) -> None:
     ):
         check_output(output_path(tmp_path / "afile" / "sub"))
     assert (tmp_path / "afile").read_text() == "mine"
+
+
+@pytest.mark.timeout(30)
+def test_a_fifo_at_an_earlier_outputs_manifest_is_refused_not_waited_on(tmp_path: Path) -> None:
+    """`--out fo` where fo/manifest.json was a FIFO: the launcher's check waited forever for a writer."""
+    out = tmp_path / "fo"
+    out.mkdir()
+    os.mkfifo(out / MANIFEST)
+    with pytest.raises(GraphtrainError, match="not an earlier inference's output"):
+        check_output(output_path(out))
