@@ -14,7 +14,6 @@ path is refused (inference_output.py: those rules, which the launcher checks too
 from __future__ import annotations
 
 import os
-import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -37,6 +36,7 @@ from graphtrain.runtime.train.inference_output import (
     clear_staging,
     lock_output,
     output_path,
+    publish,
     staging_of,
 )
 from graphtrain.runtime.train.reporter import log
@@ -167,9 +167,7 @@ def _infer_into(
             **result,
         }
         write_json(staging / MANIFEST, manifest)
-        if out.exists():
-            shutil.rmtree(out)  # an earlier inference's output (check_output), replaced whole
-        staging.rename(out)
+        publish(staging, out)  # an earlier inference's output (check_output) replaced whole, at once
         log(f"[trainer] inferred {rows:,} nodes in {seconds:.2f} s ({rows / seconds:,.0f} rows/s): {out}")
     dist.barrier()
     return {**result, "output": str(out)}

@@ -6,6 +6,8 @@ module, with no torch: the launcher checks the output with it before any process
 
 from __future__ import annotations
 
+import ctypes
+import errno
 import fcntl
 import os
 import re
@@ -56,6 +58,38 @@ def clear_staging(staging: Path, remove: bool = True) -> None:
         )
     if remove:
         shutil.rmtree(staging)
+
+
+RENAME_EXCHANGE = 2  # renameat2(2)'s flag: the two names swap their files in one step
+AT_FDCWD = -100
+
+
+def exchange(a: Path, b: Path) -> bool:
+    """Swap directories `a` and `b` atomically (Linux renameat2 RENAME_EXCHANGE); False where the C
+    library or the file system has no such call (then nothing changed)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    call = getattr(libc, "renameat2", None)
+    if call is None:
+        return False
+    if call(AT_FDCWD, os.fsencode(a), AT_FDCWD, os.fsencode(b), RENAME_EXCHANGE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
+        return False
+    raise OSError(err, os.strerror(err), str(b))
+
+
+def publish(staging: Path, out: Path) -> None:
+    """Put the finished `staging` directory in `out`'s place. An earlier output there is swapped with it
+    in one step, then deleted (it is then at the staging name, which the next inference clears if
+    this one is killed first): deleting it first left, for a moment, no output at all, and a kill in
+    that moment lost the earlier one with the new one unpublished."""
+    if out.exists() and exchange(staging, out):
+        shutil.rmtree(staging)
+        return
+    if out.exists():
+        shutil.rmtree(out)  # no atomic swap here: the earlier output (check_output) goes first
+    staging.rename(out)
 
 
 def lock_output(out: Path) -> int:

@@ -17,6 +17,7 @@ from graphtrain.runtime.train.inference_output import (
     check_outside,
     clear_staging,
     output_path,
+    publish,
     staging_of,
 )
 
@@ -210,3 +211,49 @@ def test_a_fifo_at_an_earlier_outputs_manifest_is_refused_not_waited_on(tmp_path
     os.mkfifo(out / MANIFEST)
     with pytest.raises(GraphtrainError, match="not an earlier inference's output"):
         check_output(output_path(out))
+
+
+def _output(d: Path, text: str) -> Path:
+    d.mkdir()
+    (d / MANIFEST).write_text(json.dumps({"kind": KIND, "parts": ["part-00000.parquet"]}))
+    (d / "part-00000.parquet").write_text(text)
+    return d
+
+
+@pytest.mark.parametrize("swaps", [True, False])
+def test_publishing_replaces_an_earlier_output_whole(
+    tmp_path: Path, swaps: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from graphtrain.runtime.train import inference_output
+
+    out = _output(tmp_path / "res", "earlier")
+    staging = _output(staging_of(out), "new")
+    if not swaps:  # a file system without renameat2's exchange: delete, then rename
+        monkeypatch.setattr(inference_output, "exchange", lambda a, b: False)
+    publish(staging, out)
+    assert (out / "part-00000.parquet").read_text() == "new" and not staging.exists()
+
+
+def test_a_kill_while_publishing_leaves_an_output_and_a_staging_the_next_run_clears(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The earlier output was deleted before the new one was renamed into place: killed in between, no
+    output was left at all. Swapped in one step, the output is whole at every moment."""
+    from graphtrain.runtime.train import inference_output
+
+    if not inference_output.exchange(tmp_path, tmp_path):  # this file system has no atomic swap
+        pytest.fail("renameat2 RENAME_EXCHANGE unavailable on the test's file system")
+    out = _output(tmp_path / "res", "earlier")
+    staging = _output(staging_of(out), "new")
+
+    def killed(path: Path) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(inference_output.shutil, "rmtree", killed)
+    with pytest.raises(KeyboardInterrupt):
+        publish(staging, out)
+    monkeypatch.undo()
+    assert (out / "part-00000.parquet").read_text() == "new"
+    assert (staging / "part-00000.parquet").read_text() == "earlier"
+    clear_staging(staging)  # the next inference's first step
+    assert not staging.exists()
