@@ -136,6 +136,26 @@ def test_a_piece_manifest_of_the_wrong_shape_is_named(ckroot: Path, edit: dict) 
         ckpt.verify_checkpoint(ckroot / "ck")
 
 
+def test_rows_of_nan_are_refused_on_restore_naming_the_piece(ckroot: Path) -> None:
+    """NaN rows written into a piece and its sha256 re-recorded (a hand edit): restored, they failed an
+    inference later as a refused push of 'scratch:layer0', naming no table."""
+    import hashlib
+    import json
+
+    alone = kvstore.standalone(1, checkpoint_root=ckroot)
+    DistEmbedding(ROWS, DIM, "emb", client=alone)
+    alone.checkpoint("ck", root=ckroot)
+    piece = next((ckroot / "ck" / "emb").glob("rows-*"))
+    rows = np.load(piece / "data.npy")
+    rows[7, 2] = np.nan
+    np.save(piece / "data.npy", rows)
+    manifest = json.loads((piece / "manifest.json").read_text())
+    manifest["files"]["data.npy"] = hashlib.sha256((piece / "data.npy").read_bytes()).hexdigest()
+    (piece / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(Exception, match=r"data.npy: 1 row\(s\) hold NaN or infinity \(first: row 7\)"):
+        alone.restore("ck")
+
+
 def test_export_writes_original_node_order(ckroot: Path, tmp_path: Path) -> None:
     from graphtrain.runtime import partition
     from tests.conftest import planted_graph
