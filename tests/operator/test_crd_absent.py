@@ -102,7 +102,9 @@ def test_the_operator_stops_in_the_same_line_when_the_crd_goes_while_it_runs(tmp
             k8s.terminate(proc)
     finally:
         k8s.stop(run)
-    assert log.read_text().strip().splitlines()[-1] == (
+    # the tick may meet the CRD gone, or still Terminating (served without patch): a start's line either way
+    assert log.read_text().strip().splitlines()[-1] in (
         "error: the API server serves no graphtrainings.graphtrain.io/v1alpha1: install the GraphTraining "
-        "CRD first (helm installs it unless --skip-crds; kubectl apply -f charts/graphtrain/crds/)"
+        "CRD first (helm installs it unless --skip-crds; kubectl apply -f charts/graphtrain/crds/)",
+        "error: the CRD graphtrainings.graphtrain.io is being deleted: GraphTrainings cannot be patched",
     )
