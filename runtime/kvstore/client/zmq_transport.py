@@ -3,8 +3,11 @@
 Every call has a timeout; idempotent operations (pull, create, stats, ...) are retried a bounded number
 of times, the others (push_grad, barrier) are not, since a retried gradient push could be applied
 twice. Giving up raises KVTimeout naming the shard, its address and the operation: a dead server is
-reported, never waited for forever. The connection a call was given up on is replaced (abandon), so a
-request still queued on it is never delivered to a server that comes up at that address later. A
+reported, never waited for forever. The connections a call was given up on, or still waited on when
+it raised (another shard's refusal, say), are replaced (abandon), so a request still queued on one is
+never delivered to a server that comes up at that address later. A resend goes on the same connection,
+behind the copy it repeats: a slow server starts a peer's requests in order (serving/fairqueue.py), so
+an overloaded one never starts that copy after the caller's next request. A
 server that refuses the token is reported as soon as the handshake fails (a socket-monitor event), not
 after the timeout; so is a connection that closes while calls on it wait (a server stopped or
 restarted): their replies can never come (a reconnection is a new peer to the server), so the
@@ -123,11 +126,12 @@ class ZmqTransport:
         return s, mon
 
     def abandon(self, shard: int) -> None:
-        """Drop the connection to `shard` after a call on it was given up, and open a new one. ZMQ keeps
-        what a DEALER sent while its server was down queued, and delivers it to whichever server comes up
-        at the address next: a push_grad reported as failed (KVTimeout) would be applied there later,
-        behind the caller's back (to a restarted shard that restored its checkpoint, or to another job's
-        server on a reused port). Closing the socket discards that queue; later calls go on the new one."""
+        """Drop the connection to `shard` after a call on it was given up (_Exchange.drop), and open a
+        new one. ZMQ keeps what a DEALER sent while its server was down queued, and delivers it to
+        whichever server comes up at the address next: a push_grad reported as failed (KVTimeout) would be
+        applied there later, behind the caller's back (to a restarted shard that restored its checkpoint,
+        or to another job's server on a reused port). Closing the socket discards that queue; later calls
+        go on the new one."""
         sock, mon = self.sockets[shard], self.monitors[shard]
         sock.disable_monitor()
         sock.close(linger=0)
@@ -212,19 +216,26 @@ class ZmqTransport:
             return _Exchange(self, calls, wait).finish()
         on_lane = {id(c) for c in lane}
         others = [c for c in calls if id(c) not in on_lane]
-        # A refusal raised by one exchange leaves the other's answers unread, as one exchange leaves its
-        # later calls': replies to rids nobody waits for are dropped, so the sockets stay in step.
+        # A refusal raised by one exchange leaves the other's answers unread (replies to rids nobody waits
+        # for are dropped) and its calls given up: drop() replaces their connections, nothing stays queued.
         beside = _Exchange(self, others, wait) if others else None
-        served, left = fast.run(lane)
-        for c in lane:
-            # counted as "socket" by KVClient, which could not know (pushes are not reads)
-            if id(c) in served and c.op != "push_grad":
-                reads.moved(c.shard, "socket", "fast_lane", sum(len(a) for a in c.arrays))
-        # what the lane left (a push it did not apply) is sent before anything beside it may raise
-        again = _Exchange(self, left, wait) if left else None
-        found = dict(zip(map(id, others), beside.finish() if beside is not None else [], strict=True))
-        if again is not None:
-            found.update(zip(map(id, left), again.finish(), strict=True))
+        again: _Exchange | None = None
+        try:
+            served, left = fast.run(lane)
+            for c in lane:
+                # counted as "socket" by KVClient, which could not know (pushes are not reads)
+                if id(c) in served and c.op != "push_grad":
+                    reads.moved(c.shard, "socket", "fast_lane", sum(len(a) for a in c.arrays))
+            # what the lane left (a push it did not apply) is sent before anything beside it may raise
+            again = _Exchange(self, left, wait) if left else None
+            found = dict(zip(map(id, others), beside.finish() if beside is not None else [], strict=True))
+            if again is not None:
+                found.update(zip(map(id, left), again.finish(), strict=True))
+        except BaseException:
+            for ex in (beside, again):
+                if ex is not None:
+                    ex.drop()
+            raise
         found.update(served)
         return [found[id(c)] for c in calls]
 
@@ -352,6 +363,21 @@ class _Exchange:
             self.deadline[i] = time.monotonic() + timeout
 
     def finish(self) -> list[Answer]:
+        try:
+            return self._collect()
+        except BaseException:
+            self.drop()
+            raise
+
+    def drop(self) -> None:
+        """Give up every call still waiting: the connections they wait on are replaced (abandon), so none
+        of their requests still queued there reaches a server later, behind the caller's back (a call
+        that raised, then the caller went on). Requests already with a server may still run there."""
+        for s in sorted({self.calls[i].shard for i in self.pending.values()}):
+            self.t.abandon(s)
+        self.pending.clear()
+
+    def _collect(self) -> list[Answer]:
         t, calls, pending = self.t, self.calls, self.pending
         shards = {c.shard for c in calls}
         poller = zmq.Poller()
@@ -398,8 +424,7 @@ class _Exchange:
                     self.deadline[i] = now + self.timeout
                     continue
                 n = self.attempts[i]
-                t.abandon(c.shard)  # the request may still wait in the socket's queue: never sent later
-                raise KVTimeout(
+                raise KVTimeout(  # finish() drops the connection: the request is never sent later
                     f"shard {c.shard} ({t.addresses[c.shard]}) did not answer {c.op}"
                     f"{'' if c.name is None else f' of {c.name!r}'} within {self.timeout:g} s "
                     f"({n} attempt{'s' if n > 1 else ''}); is the server running?"
@@ -419,8 +444,7 @@ class _Exchange:
             if protocol.OPS[c.op][1]:
                 self.deadline[i] = now
                 continue
-            self.t.abandon(c.shard)
-            raise KVTimeout(
+            raise KVTimeout(  # finish() drops the connection
                 f"shard {c.shard} ({self.t.addresses[c.shard]}) closed the connection before answering "
                 f"{c.op}{'' if c.name is None else f' of {c.name!r}'} (not retried: it may have been "
                 "applied); did the server stop or restart?"

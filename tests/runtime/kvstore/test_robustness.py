@@ -353,6 +353,85 @@ def test_a_push_given_up_never_reaches_the_next_server_at_its_address(ckroot: Pa
 
 
 @pytest.mark.timeout(120)
+def test_a_call_that_raised_leaves_nothing_queued_for_the_next_server(ckroot: Path) -> None:
+    """One call_many to two shards: shard 1 refuses its part (no such table) while shard 0's server is
+    down, so shard 0's overwrite push waits in its socket's queue when the call raises. A caller that goes
+    on (catches the error) must not have that push applied later, by the next server at shard 0's address:
+    the exchange drops every connection it still waited on. Deterministic, as the test above."""
+    from graphtrain.runtime.kvstore.serving.server import ShardServer
+    from graphtrain.runtime.kvstore.tables.state import ShardTensors
+
+    srv0, srv1 = start_server(0, ckroot), start_server(1, ckroot)
+    bounds = np.array([0, 5, 10])
+    solo = kvstore.connect([srv0.address], TOKEN, timeout=5.0, retries=0, fast=False)
+    solo.create("t", 10, (2,), "float32", bounds[:2], {"kind": "zeros"})  # on shard 0 only
+    solo.close()
+    client = kvstore.connect([srv0.address, srv1.address], TOKEN, timeout=5.0, retries=0, fast=False)
+    client.health()  # both connections up (a handshake cut short would be reported instead)
+    srv0.kill()
+    with pytest.raises(protocol.RemoteError, match="shard 1 .* refused push: .*no tensor named 't'"):
+        client.push("t", np.array([1, 7]), np.ones((2, 2), np.float32), bounds)
+    state = ShardTensors(0)
+    state.create("t", 10, (2,), "float32", 0, 5, {"kind": "zeros"})
+    again = ShardServer(state, TOKEN, srv0.address, workers=1, fast_port=None)
+    again.start()
+    try:
+        got = client.pull("t", np.array([1]), bounds, (2,), np.float32)  # after anything still queued
+        assert (got == 0).all() and (state.get("t").data == 0).all(), "the failed call's push was applied"
+    finally:
+        client.close()
+        again.stop()
+        srv1.kill()
+
+
+@pytest.mark.timeout(60)
+def test_a_resend_goes_behind_its_first_copy_and_its_answer_counts() -> None:
+    """A slow server (a stand-in that answers nothing until the resend has come) gets the resend of an
+    idempotent call on the connection of its first copy, after it: a server starts one peer's requests in
+    the order they came (fairqueue.py), so the first copy can never start after the caller's next
+    request, as it could from another connection. Its late answer is dropped; the resend's counts."""
+    import zmq
+
+    from graphtrain.runtime.kvstore.wire import auth
+
+    ctx = zmq.Context()
+    zap = ctx.socket(zmq.REP)  # the token is checked as a shard server checks it
+    zap.bind(auth.ZAP_ENDPOINT)
+    router = ctx.socket(zmq.ROUTER)
+    auth.secure_server(router)
+    port = router.bind_to_random_port("tcp://127.0.0.1")
+    got: list[tuple[bytes, int]] = []
+
+    def slow_server() -> None:
+        poller = zmq.Poller()
+        poller.register(zap, zmq.POLLIN)
+        poller.register(router, zmq.POLLIN)
+        while len(got) < 2:  # the first copy, then (after the client's timeout) the resend
+            events = dict(poller.poll(10_000))
+            if not events:
+                return
+            if zap in events:
+                zap.send_multipart(auth.zap_reply(zap.recv_multipart(), TOKEN.encode())[0])
+            if router in events:
+                peer, header, *_ = router.recv_multipart()
+                got.append((peer, msgpack.unpackb(header)["rid"]))
+        for n, (peer, rid) in enumerate(got, 1):
+            router.send_multipart([peer, *protocol.encode_reply(rid, result={"copy": n})])
+
+    server = threading.Thread(target=slow_server, daemon=True)
+    server.start()
+    client = kvstore.connect([f"tcp://127.0.0.1:{port}"], TOKEN, timeout=1.0, retries=1, fast=False)
+    try:
+        assert client.stats() == [{"copy": 2}]
+    finally:
+        client.close()
+        server.join(10)
+        ctx.destroy(linger=0)
+    (first, rid1), (second, rid2) = got
+    assert first == second and rid1 < rid2, "the resend left on another connection"
+
+
+@pytest.mark.timeout(120)
 def test_a_server_that_dies_while_a_call_waits_is_reported_at_once(ckroot: Path) -> None:
     """A barrier waits on the server (non-idempotent, not retried) when the server is killed: the
     closed connection fails it at once, not after the call's 30 s (the reply can never come)."""
