@@ -4,10 +4,10 @@ Every call has a timeout; idempotent operations (pull, create, stats, ...) are r
 of times, the others (push_grad, barrier) are not, since a retried gradient push could be applied
 twice. Giving up raises KVTimeout naming the shard, its address and the operation: a dead server is
 reported, never waited for forever. The connections a call was given up on, or still waited on when
-it raised (another shard's refusal, say), are replaced (abandon), so a request still queued on one is
-never delivered to a server that comes up at that address later. A resend goes on the same connection,
-behind the copy it repeats: a slow server starts a peer's requests in order (serving/fairqueue.py), so
-an overloaded one never starts that copy after the caller's next request. A
+it raised (another shard's refusal, say), are replaced (abandon; zmq_exchange.py), so a request still
+queued on one is never delivered to a server that comes up at that address later. A resend goes on the
+same connection, behind the copy it repeats: a slow server starts a peer's requests in order
+(serving/fairqueue.py), so an overloaded one never starts that copy after the caller's next request. A
 server that refuses the token is reported as soon as the handshake fails (a socket-monitor event), not
 after the timeout; so is a connection that closes while calls on it wait (a server stopped or
 restarted): their replies can never come (a reconnection is a new peer to the server), so the
@@ -22,9 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import sys
 import threading
-import time
 from typing import Any
 
 import numpy as np
@@ -36,13 +34,12 @@ from graphtrain.runtime.kvstore.client import reads
 from graphtrain.runtime.kvstore.client.fastlane import LANE_OPS, FastPulls
 from graphtrain.runtime.kvstore.client.samehost import SameHost
 from graphtrain.runtime.kvstore.client.transport import (
-    SLOW_NOTE_SECONDS,
     Answer,
     Call,
     KVAuthError,
     KVTimeout,
-    place,
 )
+from graphtrain.runtime.kvstore.client.zmq_exchange import ZmqExchange
 from graphtrain.runtime.kvstore.tables.graphpart import GraphPart
 from graphtrain.runtime.kvstore.wire import auth, protocol
 from graphtrain.runtime.storage.shard import TensorShard
@@ -104,7 +101,7 @@ class ZmqTransport:
         self._lock = threading.Lock()  # ZMQ sockets are not thread-safe
         self.shm = shm
         self._host = SameHost()
-        self._open: _Exchange | None = None  # begin_many's calls, collected before anything else
+        self._open: ZmqExchange | None = None  # begin_many's calls, collected before anything else
         self._lane_open: float | None = None  # begin_many's calls on the fast lane: their timeout
         self._fast = FastPulls(self.addresses, token, timeout) if fast else None  # small pulls' lane
 
@@ -126,7 +123,7 @@ class ZmqTransport:
         return s, mon
 
     def abandon(self, shard: int) -> None:
-        """Drop the connection to `shard` after a call on it was given up (_Exchange.drop), and open a
+        """Drop the connection to `shard` after a call on it was given up (ZmqExchange.drop), and open a
         new one. ZMQ keeps what a DEALER sent while its server was down queued, and delivers it to
         whichever server comes up at the address next: a push_grad reported as failed (KVTimeout) would be
         applied there later, behind the caller's back (to a restarted shard that restored its checkpoint,
@@ -190,7 +187,7 @@ class ZmqTransport:
             self._settle()  # every earlier call answered: a pull on the fast lane sees their effects
             wait = self.timeout if timeout is None else timeout
             if self._fast is None or not any(c.op in LANE_OPS for c in calls):
-                return _Exchange(self, calls, wait).finish()
+                return ZmqExchange(self, calls, wait).finish()
             return self._fast_lane(self._fast, calls, wait)
 
     def _lane_calls(self, fast: FastPulls, calls: list[Call], wait: float) -> list[Call]:
@@ -198,7 +195,7 @@ class ZmqTransport:
         ask = sorted(fast.unknown(calls))
         if ask:
             try:
-                health = _Exchange(self, [Call(s, "health") for s in ask], wait).finish()
+                health = ZmqExchange(self, [Call(s, "health") for s in ask], wait).finish()
             except KVTimeout:  # the calls themselves go over ZMQ, and fail there in their own words
                 for s in ask:
                     fast.unreachable(s)
@@ -213,13 +210,13 @@ class ZmqTransport:
         left was not applied)."""
         lane = self._lane_calls(fast, calls, wait)
         if not lane:
-            return _Exchange(self, calls, wait).finish()
+            return ZmqExchange(self, calls, wait).finish()
         on_lane = {id(c) for c in lane}
         others = [c for c in calls if id(c) not in on_lane]
         # A refusal raised by one exchange leaves the other's answers unread (replies to rids nobody waits
         # for are dropped) and its calls given up: drop() replaces their connections, nothing stays queued.
-        beside = _Exchange(self, others, wait) if others else None
-        again: _Exchange | None = None
+        beside = ZmqExchange(self, others, wait) if others else None
+        again: ZmqExchange | None = None
         try:
             served, left = fast.run(lane)
             for c in lane:
@@ -227,7 +224,7 @@ class ZmqTransport:
                 if id(c) in served and c.op != "push_grad":
                     reads.moved(c.shard, "socket", "fast_lane", sum(len(a) for a in c.arrays))
             # what the lane left (a push it did not apply) is sent before anything beside it may raise
-            again = _Exchange(self, left, wait) if left else None
+            again = ZmqExchange(self, left, wait) if left else None
             found = dict(zip(map(id, others), beside.finish() if beside is not None else [], strict=True))
             if again is not None:
                 found.update(zip(map(id, left), again.finish(), strict=True))
@@ -257,7 +254,7 @@ class ZmqTransport:
                 self._fast.begin(owned)
                 self._lane_open = wait
             if calls:
-                self._open = _Exchange(self, calls, wait)
+                self._open = ZmqExchange(self, calls, wait)
 
     def settle(self) -> None:
         with self._lock:
@@ -270,7 +267,7 @@ class ZmqTransport:
                 assert self._fast is not None
                 _, left = self._fast.finish()
                 if left:  # pushes the lane did not apply (busy, not served, not sent): now over ZMQ
-                    _Exchange(self, left, wait).finish()
+                    ZmqExchange(self, left, wait).finish()
         finally:  # the ZMQ calls' answers are collected even when a lane push was refused
             if self._open is not None:
                 exchange, self._open = self._open, None
@@ -325,155 +322,3 @@ def _event_name(code: int) -> str:
         if name.startswith("EVENT_") and getattr(zmq, name) == code:
             return name
     return str(code)
-
-
-def slow_note(ex: _Exchange, waited: float) -> str:
-    """The line a trainer's log gets when an exchange has waited `waited` seconds: which shards it
-    waits for and what, and how long before it gives up (a network stall shows here, not only as a
-    slower step)."""
-    waiting = sorted({ex.calls[i].shard for i in ex.pending.values()})
-    first = ex.calls[next(iter(ex.pending.values()))]
-    what = f"{first.op}{'' if first.name is None else f' of {first.name!r}'}"
-    more = len(ex.pending) - 1
-    where = ", ".join(f"shard {s} ({ex.t.addresses[s]})" for s in waiting)
-    return (
-        f"[kvstore] waiting {waited:.0f} s for {where}: {what}{f' and {more} more' if more else ''} "
-        f"(each call gives up after {ex.timeout:g} s, idempotent ones resent {ex.t.retries} times)"
-    )
-
-
-class _Exchange:
-    """The calls of one call_many on the wire: sent at construction, answers collected by finish(),
-    which resends idempotent calls that time out (bounded retries) and raises naming the server."""
-
-    def __init__(self, transport: ZmqTransport, calls: list[Call], timeout: float):
-        self.t, self.calls, self.timeout = transport, calls, timeout
-        self.answers: list[Answer | None] = [None] * len(calls)
-        self.pending: dict[int, int] = {}  # rid -> call index
-        self.chunks: dict[int, set[int]] = {}  # rid -> chunk indices received
-        self.attempts = [1] * len(calls)
-        self.deadline = [0.0] * len(calls)
-        self.began = time.monotonic()
-        self.noted = False  # said that it waits (slow_note)
-        transport.check_handshakes({c.shard for c in calls})  # closings seen now predate these calls
-        for i, c in enumerate(calls):
-            rid = next(transport._rid)  # noqa: SLF001 - the transport's own helper
-            self.pending[rid] = i
-            transport._send(c, rid)  # noqa: SLF001
-            self.deadline[i] = time.monotonic() + timeout
-
-    def finish(self) -> list[Answer]:
-        try:
-            return self._collect()
-        except BaseException:
-            self.drop()
-            raise
-
-    def drop(self) -> None:
-        """Give up every call still waiting: the connections they wait on are replaced (abandon), so none
-        of their requests still queued there reaches a server later, behind the caller's back (a call
-        that raised, then the caller went on). Requests already with a server may still run there."""
-        for s in sorted({self.calls[i].shard for i in self.pending.values()}):
-            self.t.abandon(s)
-        self.pending.clear()
-
-    def _collect(self) -> list[Answer]:
-        t, calls, pending = self.t, self.calls, self.pending
-        shards = {c.shard for c in calls}
-        poller = zmq.Poller()
-        for s in shards:
-            poller.register(t.sockets[s], zmq.POLLIN)
-            poller.register(t.monitors[s], zmq.POLLIN)
-        while pending:
-            now = time.monotonic()
-            due = min(self.deadline[i] for i in pending.values())
-            if not self.noted:
-                due = min(due, self.began + SLOW_NOTE_SECONDS)
-                if now >= self.began + SLOW_NOTE_SECONDS:
-                    self.noted = True
-                    sys.stderr.write(slow_note(self, now - self.began) + "\n")
-            wait_ms = max(0, int(1000 * (due - now)))
-            events = dict(poller.poll(wait_ms))
-            closed = any(t.monitors[s] in events for s in shards)
-            # replies that arrived before a close are answers: read them before judging the close (a
-            # server that shut down answered `shutdown`, then closed; both can show in one poll)
-            for s in shards:
-                if t.sockets[s] not in events and not closed:
-                    continue
-                while True:
-                    try:
-                        frames = t.sockets[s].recv_multipart(zmq.NOBLOCK, copy=False)
-                    except zmq.Again:
-                        break
-                    self._take(frames)
-            if closed:
-                self._lost(t.check_handshakes(shards))
-            now = time.monotonic()
-            for rid, i in list(pending.items()):
-                if now < self.deadline[i]:
-                    continue
-                c = calls[i]
-                idempotent = protocol.OPS[c.op][1]
-                if idempotent and self.attempts[i] <= t.retries:
-                    del pending[rid]
-                    self.chunks.pop(rid, None)
-                    new = next(t._rid)  # noqa: SLF001
-                    pending[new] = i
-                    t._send(c, new)  # noqa: SLF001
-                    self.attempts[i] += 1
-                    self.deadline[i] = now + self.timeout
-                    continue
-                n = self.attempts[i]
-                raise KVTimeout(  # finish() drops the connection: the request is never sent later
-                    f"shard {c.shard} ({t.addresses[c.shard]}) did not answer {c.op}"
-                    f"{'' if c.name is None else f' of {c.name!r}'} within {self.timeout:g} s "
-                    f"({n} attempt{'s' if n > 1 else ''}); is the server running?"
-                )
-        if self.noted:
-            sys.stderr.write(f"[kvstore] answered after {time.monotonic() - self.began:.1f} s\n")
-        return self.answers  # type: ignore[return-value]
-
-    def _lost(self, shards: set[int]) -> None:
-        """The connections to `shards` closed with calls waiting on them: no reply to those can come. An
-        idempotent call falls due now (resent below, as after a timeout); any other fails at once."""
-        now = time.monotonic()
-        for i in self.pending.values():
-            c = self.calls[i]
-            if c.shard not in shards:
-                continue
-            if protocol.OPS[c.op][1]:
-                self.deadline[i] = now
-                continue
-            raise KVTimeout(  # finish() drops the connection
-                f"shard {c.shard} ({self.t.addresses[c.shard]}) closed the connection before answering "
-                f"{c.op}{'' if c.name is None else f' of {c.name!r}'} (not retried: it may have been "
-                "applied); did the server stop or restart?"
-            )
-
-    def _take(self, frames: list[Any]) -> None:
-        try:
-            header, arrays = protocol.parse_reply([f.buffer for f in frames])
-        except protocol.ProtocolError:
-            return  # not ours to read; the call times out if no good reply follows
-        rid = header["rid"]
-        if rid not in self.pending:
-            return  # a late reply to a call that was retried or abandoned
-        i = self.pending[rid]
-        c = self.calls[i]
-        if not header.get("ok"):
-            del self.pending[rid]
-            raise protocol.RemoteError(
-                f"shard {c.shard} ({self.t.addresses[c.shard]}) refused {c.op}: {header.get('error')}"
-            )
-        index, count = header.get("chunk", [0, 1])
-        result = header.get("result", {})
-        if c.out is not None and arrays:
-            place(c, int(result.get("offset", 0)), arrays[0])
-            arrays = []
-        got = self.chunks.setdefault(rid, set())
-        got.add(index)
-        if self.answers[i] is None:
-            self.answers[i] = Answer(result, [np.array(a) for a in arrays])  # copy out of the ZMQ frame
-        if len(got) == count:
-            del self.pending[rid]
-            self.chunks.pop(rid, None)
