@@ -11,6 +11,10 @@ Blank lines and lines starting with `#` are ignored. A line that breaks these ru
 token is not accepted) with a message naming its line number, never its text: a token misspelt into the
 namespaces part, or a typo such as `namespace=`, must neither show in a log nor fall back to every
 namespace. The other lines still count, so one team's typo does not lock out every other team.
+A token is printable ASCII (a BOM opening the file is dropped; a non-breaking or zero-width space,
+which a copy from a web page brings, is refused) and never holds `namespaces=`: a line whose token was
+left out (`namespaces=team-a`) or whose space before it was (`TOKENnamespaces=team-a`) would otherwise be
+one bare word, a token for every namespace, the first one guessable.
 A token on several lines: if they grant the same namespaces it is kept (noted); if they differ, every
 line of it is refused, since neither the union nor the last line is safely what the writer meant.
 """
@@ -23,6 +27,8 @@ from dataclasses import dataclass, field
 
 MIN_TOKEN = 16  # characters: a shorter token is refused when the file is read
 KEY = "namespaces"
+TOKEN_CHARS = re.compile(r"[\x21-\x7e]+")  # printable ASCII: what an Authorization header carries
+HOLDS_KEY = re.compile(r"namespaces?=", re.IGNORECASE)  # `namespace=` too: the typo of KEY
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")  # as models.DNS_LABEL: a namespace
 GRANT = "graphtrain.grant"  # the request's Grant in its ASGI scope's state, set by auth.BearerAuth
 
@@ -49,6 +55,17 @@ class Parsed:
     problems: list[str] = field(default_factory=list)
 
 
+def token_problem(word: str) -> str | None:
+    """Why `word` cannot be a token, or None."""
+    if len(word) < MIN_TOKEN:
+        return f"a token is one word of at least {MIN_TOKEN} characters"
+    if not TOKEN_CHARS.fullmatch(word):
+        return "a token is printable ASCII (no non-breaking or zero-width space)"
+    if HOLDS_KEY.search(word):
+        return f"a token cannot hold {KEY}= (is the token, or the space before {KEY}=, missing?)"
+    return None
+
+
 def parse_line(words: list[str]) -> Grant | str:
     """The grant of one line's words after its token, or why the line is refused."""
     if not words:
@@ -71,12 +88,13 @@ def parse(text: str) -> Parsed:
     """The tokens of a token file's text and their grants; refused lines are left out and said why."""
     found: dict[str, list[tuple[int, Grant]]] = {}
     out = Parsed()
-    for number, line in enumerate(text.splitlines(), 1):
+    for number, line in enumerate(text.removeprefix("\ufeff").splitlines(), 1):
         words = line.split()
         if not words or words[0].startswith("#"):
             continue
-        if len(words[0]) < MIN_TOKEN:
-            out.problems.append(f"line {number}: a token is one word of at least {MIN_TOKEN} characters")
+        refused = token_problem(words[0])
+        if refused is not None:
+            out.problems.append(f"line {number}: {refused}")
             continue
         grant = parse_line(words[1:])
         if isinstance(grant, str):

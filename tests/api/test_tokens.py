@@ -43,6 +43,13 @@ def test_a_bare_token_sees_every_namespace_and_a_listed_one_its_namespaces() -> 
         (f"{A} {B}", "only namespaces=NS[,NS...] may follow"),  # two tokens run together
         (f"{A} # team a", "only namespaces=NS[,NS...] may follow"),  # comments are whole lines
         (f"{A} namespaces={'x' * 64}", "namespaces= takes namespace names"),
+        # a line whose token, or the space before namespaces=, was left out: one bare word, which was a
+        # token for every namespace (the first a guessable one)
+        ("namespaces=team-a,team-b", "a token cannot hold namespaces= (is the token"),
+        (f"{A}namespaces=team-a", "a token cannot hold namespaces="),
+        (f"{A}Namespace=team-a", "a token cannot hold namespaces="),
+        (f"{A}\u200bnamespaces=team-a", "a token is printable ASCII"),  # a zero-width space
+        (f"{A}\u00e9", "a token is printable ASCII"),  # no Authorization header carries it as written
     ],
 )
 def test_a_malformed_line_is_refused_alone_by_number_never_by_text(line: str, why: str) -> None:
@@ -51,6 +58,13 @@ def test_a_malformed_line_is_refused_alone_by_number_never_by_text(line: str, wh
     [problem] = parsed.problems
     assert problem.startswith("line 2: ") and why in problem
     assert all(text not in problem for text in (A, B, "short", "team", "Team", "xxx"))
+
+
+def test_a_file_as_an_editor_on_another_system_writes_it() -> None:
+    """A BOM, CRLF line ends, tabs and a non-breaking space between the words: read as meant."""
+    parsed = parse(f"\ufeff{A} namespaces=team-a,team-a\r\n{B}\u00a0namespaces=team-b\r\n\t{ADMIN}\r\n")
+    assert parsed.grants == {A: Grant(frozenset({"team-a"})), B: Grant(frozenset({"team-b"})), ADMIN: EVERY}
+    assert parsed.problems == []
 
 
 def test_a_token_on_two_lines() -> None:
