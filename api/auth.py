@@ -5,7 +5,10 @@ Tokens come from a file, one per line (blank lines and `#` comments ignored), ea
 namespace) or followed by `namespaces=a,b` (it sees those only: tokens.py, applied by access.py from the
 Grant this middleware leaves in the request's scope state). In Kubernetes the file is a mounted Secret,
 which the kubelet updates in place, so it is looked at again (a stat) at most once a second and re-read
-when it changed: a token added, revoked or re-scoped in the Secret takes effect without a restart.
+when it changed: a token added, revoked or re-scoped in the Secret takes effect without a restart; a
+token revoked or narrowed at the first look, one added or widened once its text is read the same at the
+next (1-2 s): a file truncated and rewritten in place may be read half-written, and `TOKEN` read without
+the ` namespaces=team-a` that follows it would otherwise see every namespace for a second.
 A malformed line is refused alone, logged by line number (never its text); a file that disappears or
 holds no usable token refuses everyone (fails closed).
 
@@ -36,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from graphtrain.api import problems
-from graphtrain.api.tokens import GRANT, Grant, parse
+from graphtrain.api.tokens import GRANT, Grant, narrowest, parse
 
 log = logging.getLogger("graphtrain.api")
 Scope = MutableMapping[str, Any]
@@ -66,19 +69,24 @@ class TokenFile:
         self._lock = threading.Lock()
         self._signature: tuple[int, int, int] | None = None
         self._grants: dict[bytes, Grant] = {}  # by the token's digest; replaced whole, never changed
+        self._settled: dict[bytes, Grant] = {}  # the last text's read the same twice (or at start)
+        self._pending: tuple[tuple[int, int, int], str] | None = None  # a text read once: (stat, text)
         self._checked = float("-inf")
         self.load(strict=True)
 
     def load(self, strict: bool = False) -> None:
         """Read the file now: each refused line logged, the others used. strict (startup): raise
         TokenFileError if it is missing, unreadable or holds no usable token; otherwise (a reload) such a
-        file refuses every token."""
+        file refuses every token. A changed text narrows the grants at once (a token revoked or limited)
+        and widens them (one added or given more) only once read the same at the next check, a second
+        later: a file truncated and rewritten in place may be read half-written (tokens.narrowest)."""
         try:
             st = os.stat(self.path)
             signature = (st.st_ino, st.st_size, st.st_mtime_ns)
-            if signature == self._signature:
+            if signature == self._signature and self._pending is None:
                 return
-            parsed = parse(self.path.read_text())
+            text = self.path.read_text()
+            parsed = parse(text)
             if not parsed.grants:
                 raise TokenFileError(
                     f"it holds no usable token ({'; '.join(parsed.problems)})"
@@ -91,16 +99,24 @@ class TokenFile:
                 raise TokenFileError(f"token file {self.path}: {reason}") from None
             if self._grants:
                 log.warning("token file %s: %s; refusing every request until it is fixed", self.path, reason)
-            self._grants, self._signature = {}, None
+            self._grants, self._signature, self._pending = {}, None, None
             return
-        for problem in parsed.problems:
-            log.warning("token file %s: %s", self.path, problem)
-        if self._signature is not None:
-            scoped = sum(g.namespaces is not None for g in parsed.grants.values())
-            count = len(parsed.grants)
-            log.info("token file %s changed: %d token(s), %d scoped to namespaces", self.path, count, scoped)
-        self._grants = {_digest(t): g for t, g in parsed.grants.items()}
+        read = {_digest(t): g for t, g in parsed.grants.items()}
+        seen_twice = self._pending == (signature, text)
+        if not seen_twice:
+            for problem in parsed.problems:
+                log.warning("token file %s: %s", self.path, problem)
         self._signature = signature
+        now = read if strict or seen_twice else narrowest(self._settled, read)
+        self._grants, self._pending = now, (None if now == read else (signature, text))
+        if now != read:
+            return  # it widens: once read the same again
+        if not strict:
+            scoped = sum(g.namespaces is not None for g in read.values())
+            log.info(
+                "token file %s changed: %d token(s), %d scoped to namespaces", self.path, len(read), scoped
+            )
+        self._settled = read
 
     def valid(self, token: str) -> bool:
         return self.grant(token) is not None

@@ -22,14 +22,16 @@ line of it is refused, since neither the union nor the last line is safely what 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 MIN_TOKEN = 16  # characters: a shorter token is refused when the file is read
 KEY = "namespaces"
 TOKEN_CHARS = re.compile(r"[\x21-\x7e]+")  # printable ASCII: what an Authorization header carries
 HOLDS_KEY = re.compile(r"namespaces?=", re.IGNORECASE)  # `namespace=` too: the typo of KEY
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")  # as models.DNS_LABEL: a namespace
+K = TypeVar("K", bound=Hashable)
 GRANT = "graphtrain.grant"  # the request's Grant in its ASGI scope's state, set by auth.BearerAuth
 
 
@@ -41,6 +43,12 @@ class Grant:
 
     def sees(self, namespace: str) -> bool:
         return self.namespaces is None or namespace in self.namespaces
+
+    def meet(self, other: Grant) -> Grant:
+        """What both grant."""
+        if self.namespaces is None or other.namespaces is None:
+            return other if self.namespaces is None else self
+        return Grant(self.namespaces & other.namespaces)
 
 
 EVERY = Grant()
@@ -77,6 +85,18 @@ def parse_line(words: list[str]) -> Grant | str:
     if not all(DNS_LABEL.match(n) for n in names):
         return f"{KEY}= takes namespace names (lowercase letters, digits and '-') separated by commas"
     return Grant(frozenset(names))
+
+
+def narrowest(held: Mapping[K, Grant], read: Mapping[K, Grant]) -> dict[K, Grant]:
+    """Each token of both with what both grant (one they grant no namespace in common is left out): a
+    file's new text applied before it is known whole, so that a read caught mid-write (a truncated and
+    rewritten file: `TOKEN` without its `namespaces=`, `a,te` of `a,team-b`) never widens a grant."""
+    out = {}
+    for token in held.keys() & read.keys():
+        grant = held[token].meet(read[token])
+        if grant.namespaces != frozenset():
+            out[token] = grant
+    return out
 
 
 def _lines(numbers: Iterable[int]) -> str:

@@ -95,13 +95,15 @@ def test_token_file_is_reread_when_it_changes(tmp_path: Path) -> None:
     os.replace(replacement, path)
     assert tokens.valid("first-token-first-token")  # looked at again once a second, not per request
     clock.now = 1.5
-    assert tokens.valid("second-token-second-token")
-    assert not tokens.valid("first-token-first-token")
-    path.write_text("# every token revoked\n")
+    assert not tokens.valid("first-token-first-token")  # revoked at the first look
+    assert not tokens.valid("second-token-second-token")  # added once read the same at the next
     clock.now = 3.0
+    assert tokens.valid("second-token-second-token")
+    path.write_text("# every token revoked\n")
+    clock.now = 4.5
     assert not tokens.valid("second-token-second-token")  # an empty file fails closed
     path.unlink()
-    clock.now = 4.5
+    clock.now = 6.0
     assert not tokens.valid("second-token-second-token")
 
 

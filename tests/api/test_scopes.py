@@ -134,7 +134,9 @@ def test_the_scope_follows_the_file_without_a_restart(api: TestClient, tokens: t
 
     def rewrite(a_line: str) -> None:
         path.write_text(f"{ADMIN}\n{a_line}\n{BC} namespaces=team-b,team-c\n")
-        clock.now += 1.5  # past the re-check interval
+        for _ in range(2):  # past the re-check interval twice: a widened grant is read the same twice
+            clock.now += 1.5
+            get(api, ADMIN, "/api/v1/trainings")
 
     url = "/api/v1/trainings/team-b/job-0"
     assert get(api, A, url).status_code == 404
@@ -150,6 +152,35 @@ def test_the_scope_follows_the_file_without_a_restart(api: TestClient, tokens: t
     assert get(api, BC, url).status_code == 200
     rewrite(A)  # a bare token again: every namespace
     assert len(listed(api, A)) == 9 and get(api, A, "/metrics").status_code == 200
+
+
+def test_a_file_read_half_written_never_widens_a_grant(api: TestClient, tokens: tuple[Path, Clock]) -> None:
+    """A token file truncated and rewritten in place (`cat > tokens`, an editor without a rename) may be
+    read between its writes: `TOKEN` without the ` namespaces=team-a` that follows, or `team-a,te` of
+    `team-a,team-b`. Such a read is applied narrowed by what was there before, until read the same again
+    a second later; a revocation is applied at once."""
+    path, clock = tokens
+    url = "/api/v1/trainings/team-b/job-0"
+
+    def read(text: str) -> None:
+        path.write_text(text)
+        clock.now += 1.5
+
+    read(f"{ADMIN}\n{A}")  # A's line cut before its namespaces: a bare token, every namespace
+    assert get(api, A, url).status_code == 404 and listed(api, A) == [f"team-a/job-{i}" for i in range(3)]
+    assert get(api, A, "/metrics").status_code == 403
+    assert get(api, BC, "/api/v1/trainings/team-b/job-0").status_code == 401  # its line not yet there
+    read(f"{ADMIN}\n{A} namespaces=team-a\n{BC} namespaces=te")  # BC's cut within a namespace
+    assert get(api, BC, "/api/v1/trainings/team-b/job-0").status_code == 401  # nothing in common
+    read(f"{ADMIN}\n{A} namespaces=team-a\n{BC} namespaces=team-b,team-c\n")  # the write done
+    assert get(api, BC, url).status_code == 200 and get(api, A, url).status_code == 404
+    read(f"{ADMIN}\n{BC} namespaces=team-b\n")  # A revoked, BC narrowed: at the first look
+    assert get(api, A, "/api/v1/trainings").status_code == 401
+    assert get(api, BC, "/api/v1/trainings/team-c/job-0").status_code == 404
+    read(f"{ADMIN}\n{A}\n{BC} namespaces=team-b\n")  # A back, for every namespace: once read twice
+    assert get(api, A, url).status_code == 401
+    clock.now += 1.5
+    assert get(api, A, url).status_code == 200
 
 
 def test_a_scoped_token_sees_the_local_runs_that_name_its_namespace(tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from graphtrain.api import auth, tokens
-from graphtrain.api.tokens import EVERY, Grant, parse
+from graphtrain.api.tokens import EVERY, Grant, narrowest, parse
 
 A = "token-of-team-a-0123456789"
 B = "token-of-team-b-0123456789"
@@ -99,3 +99,10 @@ def test_a_file_of_bad_lines_only_fails_closed(tmp_path: Path) -> None:
         auth.TokenFile(path)
     assert A not in str(raised.value) and B not in str(raised.value)
     assert tokens.NOTHING.namespaces == frozenset() and not tokens.NOTHING.sees("team-a")
+
+
+def test_narrowest_keeps_what_both_grant() -> None:
+    a, ab, b = Grant(frozenset({"a"})), Grant(frozenset({"a", "b"})), Grant(frozenset({"b"}))
+    held = {"every": EVERY, "ab": ab, "a": a, "gone": EVERY}
+    read = {"every": ab, "ab": EVERY, "a": b, "new": EVERY}
+    assert narrowest(held, read) == {"every": ab, "ab": ab}  # "a": nothing in common, refused
