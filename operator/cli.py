@@ -198,7 +198,6 @@ def _run(
     ready = threading.Event()  # kopf's ready flag: its startup handlers ran
     metrics = endpoints.OperatorMetrics()
     handlers.use_metrics(metrics)
-    crd_version.report(metrics.crd_current.set)  # a warning line and the gauge; the run goes on
     unserved: list[str] = []  # the CRD deleted while the handlers ran: why, said as at start
 
     def crd_gone(message: str) -> None:
@@ -241,6 +240,7 @@ def _run(
                 s.close()
             typer.echo(f"error: {name} endpoint {address[0]}:{address[1]}: {exc}", err=True)
             return 1
+    crd_version.start(metrics.crd_current.set, stop.requested)  # beside the run, never before it
     signals = {sig: signal.signal(sig, stop.set) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         if elector is not None:

@@ -118,6 +118,18 @@ def load_config() -> None:
         raise CredentialsError(f"no Kubernetes credentials ({source}): {exc}") from None
 
 
+CALL_TIMEOUT = (5.0, 10.0)  # connect, read: a call that names none (discovery; urllib3 tries 4 times)
+
+
+class _Bounded(kubernetes.client.ApiClient):
+    """Every call bounded: the dynamic client's discovery names no timeout, and an API server that
+    took the connection and never answered held the operator's start there for good, silent."""
+
+    def call_api(self, *args: Any, **kwargs: Any) -> Any:
+        kwargs["_request_timeout"] = kwargs.get("_request_timeout") or CALL_TIMEOUT
+        return super().call_api(*args, **kwargs)
+
+
 POOL_SIZE = 32  # kept-alive connections: the child watches' streams, the workers', kopf's executor's
 
 
@@ -130,7 +142,7 @@ def client() -> DynamicClient:
         if _client is None:
             config = kubernetes.client.Configuration.get_default_copy()
             config.connection_pool_maxsize = POOL_SIZE
-            _client = DynamicClient(kubernetes.client.ApiClient(configuration=config))
+            _client = DynamicClient(_Bounded(configuration=config))
         return _client
 
 
@@ -175,16 +187,19 @@ def crd_unserved() -> str | None:
     return None
 
 
-def crd_annotations(timeout: float = 10.0) -> dict[str, str] | None:
-    """The GraphTraining CRD's annotations (operator/crd_version.py reads its schema digest); None
-    without an answer or the CRD. A list by name: the operator's ClusterRole lists CRDs, gets none."""
+def crd_annotations(timeout: float = 10.0) -> dict[str, str] | int | None:
+    """The GraphTraining CRD's annotations (operator/crd_version.py reads its schema digest); the status
+    of a refusal (401, 403: no RBAC to list CRDs); None without an answer or the CRD. A list by name:
+    the operator's ClusterRole lists CRDs, gets none."""
     try:
         answer = _res("apiextensions.k8s.io/v1", "CustomResourceDefinition").get(
             field_selector=f"metadata.name={PLURAL}.{GROUP}", serialize=False, _request_timeout=timeout
         )
-    except (ApiException, ResourceNotFoundError, urllib3.exceptions.HTTPError, OSError):
+        found = _raw(answer)["items"]
+    except ApiException as exc:
+        return int(exc.status) if exc.status in (401, 403) else None
+    except (ResourceNotFoundError, urllib3.exceptions.HTTPError, OSError, ValueError, KeyError):
         return None
-    found = _raw(answer)["items"]
     return dict(found[0]["metadata"].get("annotations") or {}) if found else None
 
 

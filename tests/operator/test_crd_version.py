@@ -13,12 +13,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import urllib3
 import yaml
+from kubernetes.client.rest import ApiException
 
 from graphtrain.contract.crd import DIGEST_ANNOTATION, crd, spec_digest
 from graphtrain.operator import crd_version
+from graphtrain.operator import k8s as k8s_operator
 from tests import k8s
-from tests.operator.conftest import start_operator
+from tests.operator.conftest import start_operator, wait_for
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -54,6 +57,77 @@ def test_the_same_crd_or_no_answer_says_nothing() -> None:
     assert crd_version.skew(crd_version.UNKNOWN, "ab" * 32) is None
 
 
+def test_an_edited_annotation_is_named_as_such_never_echoed() -> None:
+    line = crd_version.skew("0123\n[2026-01-01] forged: all is well", "ab" * 32)
+    assert line is not None and "\n" not in line and "forged" not in line
+    assert "a schema digest not of this project's form (edited?)" in line
+
+
+def test_a_refusal_is_said_once_and_leaves_the_gauge_unknown() -> None:
+    outcome = crd_version.decide(403, "ab" * 32, attempt=0)
+    assert outcome.gauge is None and not outcome.again  # not 0: unknown is not outdated
+    assert outcome.line is not None and "answered 403" in outcome.line
+    assert "customresourcedefinitions" in outcome.line and "stays NaN" in outcome.line
+
+
+@pytest.mark.parametrize(
+    ("raised", "read"),
+    [
+        (ApiException(status=403, reason="Forbidden"), 403),  # a ClusterRole without CRDs
+        (ApiException(status=401, reason="Unauthorized"), 401),
+        (ApiException(status=500, reason="Internal Server Error"), None),  # no answer: asked again
+        (urllib3.exceptions.ReadTimeoutError(None, "/apis", "read timed out"), None),
+    ],
+)
+def test_the_crd_read_tells_a_refusal_from_no_answer(
+    monkeypatch: pytest.MonkeyPatch, raised: Exception, read: int | None
+) -> None:
+    """The test API server authorises everything: the refusal is the client's exception here."""
+
+    class Refusing:
+        def get(self, **_: object) -> None:
+            raise raised
+
+    monkeypatch.setattr(k8s_operator, "_res", lambda *_: Refusing())
+    assert k8s_operator.crd_annotations() == read
+    assert crd_version.served_digest() == (crd_version.UNKNOWN if read is None else read)
+
+
+class Attempts:
+    """A served_digest that answers from a list, and a wait that records its delays."""
+
+    def __init__(self, *answers: object) -> None:
+        self.answers, self.waits = list(answers), []
+
+    def read(self) -> object:
+        answer = self.answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    def wait(self, seconds: float) -> bool:
+        self.waits.append(seconds)
+        return False
+
+
+def test_no_answer_is_said_once_and_asked_again_until_answered(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level("INFO", logger=crd_version.__name__)
+    attempts, gauge = Attempts(*[crd_version.UNKNOWN] * 5, "0" * 64), []
+    crd_version.report(gauge.append, attempts.wait, attempts.read)
+    assert gauge == [0.0]  # never 0 before the answer, then once
+    assert attempts.waits == [5.0, 15.0, 60.0, 300.0, 300.0]
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 2 and "did not answer" in lines[0] and "is not this operator's" in lines[1]
+
+
+def test_the_check_stops_with_the_operator_and_never_raises(caplog: pytest.LogCaptureFixture) -> None:
+    attempts, gauge = Attempts(crd_version.UNKNOWN, crd_version.UNKNOWN), []
+    crd_version.report(gauge.append, lambda _: True, attempts.read)  # stopping: no second attempt
+    assert gauge == [] and attempts.answers == [crd_version.UNKNOWN]
+    crd_version.report(gauge.append, attempts.wait, Attempts(KeyError("items")).read)
+    assert gauge == [] and "cannot check the CRD" in caplog.text and "Traceback" not in caplog.text
+
+
 @pytest.fixture(scope="module")
 def private(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, k8s.Kubectl]]:
     """Always a private API server, never the user's test cluster: the tests replace its CRD."""
@@ -76,17 +150,21 @@ def served_as(kube: k8s.Kubectl, digest: str | None) -> None:
 
 
 def operator_says(kubeconfig: str, log: Path) -> tuple[str, str]:
-    """Start `graphtrain operator` until it serves /metrics: (its crd_current sample, its log)."""
+    """Start `graphtrain operator` until it serves /metrics and its check (beside the operator) has an
+    answer: (its crd_current sample, its log)."""
     env = {**os.environ, "KUBECONFIG": kubeconfig}
     env.pop("KUBERNETES_SERVICE_HOST", None)
     proc, where = start_operator(env, log, "-n", "quiet")
-    try:
+
+    def sample() -> str:
         with urllib.request.urlopen(f"http://{where}/metrics", timeout=10) as answer:
             body = answer.read().decode()
-        (sample,) = [
-            line for line in body.splitlines() if line.startswith("graphtrain_operator_crd_current ")
-        ]
-        return sample, log.read_text(errors="replace")
+        (found,) = [line for line in body.splitlines() if line.startswith("graphtrain_operator_crd_current ")]
+        return found
+
+    try:
+        wait_for(lambda: not sample().endswith(" NaN"), timeout=30, what="the CRD version's check")
+        return sample(), log.read_text(errors="replace")
     finally:
         k8s.terminate(proc)
 
