@@ -11,7 +11,7 @@ directory itself, reads each run's identity from its own files, and looks a requ
 
 Speed: every file is parsed once per version. A bounded cache keeps each parsed file with its stat
 signature (inode, size, mtime): a request for one training costs a stat per file it reads, and a
-launcher's atomic replace (a new inode) is seen at once. Listing the directory and reading every run's
+launcher's atomic replace (a new inode) is seen at once. It is bounded in files and in their bytes. Listing the directory and reading every run's
 identity costs ~35 us a run, so the list and the name index are kept for SCAN_SECONDS (1 s): a
 training's own endpoints are current, the list and a run just started may be a second late.
 """
@@ -34,6 +34,7 @@ from typing import Any, TypeVar
 from pydantic import ValidationError
 
 from graphtrain.api import models
+from graphtrain.api.sources.answers import ENTRY_BYTES
 from graphtrain.api.sources.base import ListQuery, NotFound, SourceUnavailable, page
 from graphtrain.contract import reporting, rundir
 from graphtrain.contract.spec import GraphTraining, GraphTrainingStatus, Progress, SpecError
@@ -42,6 +43,9 @@ from graphtrain.contract.spec import parse as parse_document
 log = logging.getLogger("graphtrain.api")
 T = TypeVar("T")
 CACHE_ENTRIES = 8192  # parsed files kept (a run has about 3 + its ranks')
+# and at most this many of their bytes (each file's size + ENTRY_BYTES): 8192 files of up to
+# MAX_FILE_BYTES each (a history's answer is as large as its file) would be 128 GB; ~1000 histories
+CACHE_BYTES = 128 << 20
 SCAN_SECONDS = 1.0  # the list and the name -> directory index are at most this old
 SOURCE = "graphtrain-run"
 MAX_FILE_BYTES = 16 << 20  # a run's largest file, its history of 500 entries, is ~125 KB
@@ -71,10 +75,16 @@ class FileCache:
     """Parsed files, each kept with the stat signature it was read at; least recently used dropped
     beyond `entries`. Thread-safe (the routers run in a thread pool)."""
 
-    def __init__(self, entries: int = CACHE_ENTRIES):
-        self.entries = entries
+    def __init__(self, entries: int = CACHE_ENTRIES, max_bytes: int = CACHE_BYTES):
+        self.entries, self.max_bytes = entries, max_bytes
         self._items: OrderedDict[tuple[Path, str], tuple[tuple[int, int, int], Any]] = OrderedDict()
         self._lock = threading.Lock()
+        self.nbytes = 0  # the kept files' cost(): at most max_bytes
+
+    @staticmethod
+    def cost(sig: tuple[int, int, int]) -> int:
+        """What a kept file counts against max_bytes: its size (sig[1]) and its entry."""
+        return sig[1] + ENTRY_BYTES
 
     def load(self, path: Path, parse: Callable[[bytes], T]) -> T | None:
         """`parse` of the file's bytes, None when the file is absent or unreadable."""
@@ -96,10 +106,12 @@ class FileCache:
         except OSError:
             return None
         with self._lock:
+            old = self._items.pop(key, None)
+            self.nbytes += self.cost(sig) - (self.cost(old[0]) if old else 0)
             self._items[key] = (sig, value)
-            self._items.move_to_end(key)
-            while len(self._items) > self.entries:
-                self._items.popitem(last=False)
+            while len(self._items) > self.entries or self.nbytes > self.max_bytes:
+                dropped, _ = self._items.popitem(last=False)[1]
+                self.nbytes -= self.cost(dropped)
         return value
 
 

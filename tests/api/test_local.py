@@ -22,8 +22,9 @@ from fastapi.testclient import TestClient
 
 from graphtrain.api.app import create_app
 from graphtrain.api.settings import Settings
+from graphtrain.api.sources.answers import ENTRY_BYTES
 from graphtrain.api.sources.base import ListQuery, NotFound
-from graphtrain.api.sources.local import LocalSource
+from graphtrain.api.sources.local import FileCache, LocalSource
 from graphtrain.contract import reporting, rundir
 from graphtrain.contract.spec import API_VERSION, KIND
 from tests.api.fake import epochs
@@ -214,3 +215,17 @@ def test_hostile_files_in_a_run_directory_cost_that_run_only(tmp_path: Path) -> 
     assert client.get("/api/v1/trainings/default/good/history").json()["items"] == []
     assert client.get("/api/v1/trainings/default/good").status_code == 200
     assert client.get("/healthz").status_code == 200
+
+
+def test_the_parsed_files_kept_are_bounded_in_bytes_too(tmp_path: Path) -> None:
+    """Counted only, 8192 histories of up to 16 MB each could be kept (a runs directory anyone may write
+    runs into): the files' bytes are bounded too, the least recently read dropped, each read again."""
+    files = FileCache(entries=100, max_bytes=3 * (1000 + ENTRY_BYTES))
+    paths = [tmp_path / f"history-{i}.json" for i in range(5)]
+    for i, path in enumerate(paths):
+        path.write_bytes(bytes([65 + i]) * 1000)
+    for path in paths:
+        files.load(path, bytes)
+        assert files.nbytes <= files.max_bytes
+    assert files.nbytes == 3 * (1000 + ENTRY_BYTES)  # the last three
+    assert files.load(paths[0], bytes) == paths[0].read_bytes()  # read again after it was dropped
