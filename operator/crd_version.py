@@ -92,7 +92,10 @@ def decide(served: str | None | int | object, own: str, attempt: int) -> Outcome
     if served is UNKNOWN:
         line = None
         if attempt == 0:
-            line = f"the API server did not answer about the CRD {CRD_NAME}: its version is checked later"
+            line = (
+                f"no answer about the CRD {CRD_NAME} (the API server silent, or serving none): its "
+                "version is checked later"
+            )
         return Outcome(None, line, logging.INFO, again=True)
     warning = skew(served, own)
     return Outcome(0.0 if warning else 1.0, warning)

@@ -117,7 +117,7 @@ def test_no_answer_is_said_once_and_asked_again_until_answered(caplog: pytest.Lo
     assert gauge == [0.0]  # never 0 before the answer, then once
     assert attempts.waits == [5.0, 15.0, 60.0, 300.0, 300.0]
     lines = [r.getMessage() for r in caplog.records]
-    assert len(lines) == 2 and "did not answer" in lines[0] and "is not this operator's" in lines[1]
+    assert len(lines) == 2 and "no answer about the CRD" in lines[0] and "is not this operator's" in lines[1]
 
 
 def test_the_check_stops_with_the_operator_and_never_raises(caplog: pytest.LogCaptureFixture) -> None:
