@@ -101,7 +101,7 @@ def operator_cmd(
     With --leader-elect, of several replicas only the holder of the Lease reconciles (identity
     $POD_NAME, else hostname-pid); SIGTERM releases it so a standby takes over at once."""
     from graphtrain.operator import config as operator_config
-    from graphtrain.operator import endpoints, k8s, leader, logs
+    from graphtrain.operator import endpoints, k8s, leader, lease_store, logs
 
     try:
         config = operator_config.load(config_path)
@@ -140,13 +140,13 @@ def operator_cmd(
         owner = None
         if lease_owner:  # read once: its uid is what the garbage collector matches
             try:
-                owner = k8s.owner_reference(
+                owner = lease_store.owner_reference(
                     "apps/v1", "Deployment", lease_ns, lease_owner, timing.request_timeout
                 )
-            except k8s.LeaseUnavailable as exc:
+            except lease_store.LeaseUnavailable as exc:
                 raise _fail(f"--lease-owner: {exc}") from None
-        store = k8s.LeaseClient(lease_ns, lease_name, timing.request_timeout, owner)
-        elector = leader.Elector(store, identity, timing, unavailable=(k8s.LeaseUnavailable,))
+        store = lease_store.LeaseClient(lease_ns, lease_name, timing.request_timeout, owner)
+        elector = leader.Elector(store, identity, timing, unavailable=(lease_store.LeaseUnavailable,))
     raise typer.Exit(_run(config, namespace or [], elector, timing, health, metrics))
 
 

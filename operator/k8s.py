@@ -43,7 +43,7 @@ from graphtrain.operator import gang_admission, manifests
 from graphtrain.operator.cache import ChildCache
 from graphtrain.operator.context import Action, Plan
 from graphtrain.operator.observation import Observed, key
-from graphtrain.operator.ownership import owned, same, whose, with_owner
+from graphtrain.operator.ownership import owned, same, whose
 from graphtrain.operator.refusals import judge, namespace_terminating, refusal, told, unserved_message
 
 log = logging.getLogger("graphtrain.operator")
@@ -158,6 +158,21 @@ def _res(api_version: str, kind: str) -> Any:
                 found = client().resources.get(api_version=api_version, kind=kind)
                 _resources[(api_version, kind)] = found
     return found
+
+
+def resource(api_version: str, kind: str) -> Any:
+    """The dynamic client's resource, its lookup cached (_res): for the operator's other API module
+    (lease_store.py)."""
+    return _res(api_version, kind)
+
+
+def api_message(exc: ApiException) -> str:
+    """The API server's own words for a refusal (the Status body's message), else its HTTP reason."""
+    try:
+        message = json.loads(exc.body or "{}").get("message")
+    except (ValueError, AttributeError):
+        message = None
+    return str(message or exc.reason or "")
 
 
 def crd_unserved() -> str | None:
@@ -491,7 +506,7 @@ def _watch_kind(
         try:
             res = _res(api_version, kind)  # in the loop: a failed discovery is tried again, not the end
             with calling("list"):
-                listed = _raw(res.get(**scope))
+                listed = _raw(res.get(**scope, _request_timeout=(10, 120)))  # every child of a kind: large
             touched = cache.replace(kind, listed["items"], namespace)
             for namespace_name in () if first else sorted(touched):
                 on_change(*namespace_name)
@@ -525,86 +540,3 @@ def _watch_kind(
         except Exception:  # anything else: a watch thread that ended would leave its kind's cache stale
             log.exception("watch of %s failed: listing again", kind)
             pause = 1.0
-
-
-# ------------------------------------------------------------------------------------------ lease
-
-LEASE = ("coordination.k8s.io/v1", "Lease")
-
-
-class LeaseUnavailable(Exception):
-    """The Lease could not be read or written (the API server refused, failed or did not answer);
-    `status`: the API's HTTP status, None when it did not answer."""
-
-    def __init__(self, message: str, status: int | None = None):
-        super().__init__(message)
-        self.status = status
-
-
-def api_message(exc: ApiException) -> str:
-    """The API server's own words for a refusal (the Status body's message), else its HTTP reason."""
-    try:
-        message = json.loads(exc.body or "{}").get("message")
-    except (ValueError, AttributeError):
-        message = None
-    return str(message or exc.reason or "")
-
-
-def owner_reference(api_version: str, kind: str, namespace: str, name: str, timeout: float) -> dict[str, Any]:
-    """An ownerReference to an existing object (its uid read now), for an object the operator makes at
-    run time that must go with it: no controller and no blockOwnerDeletion (which would need update on
-    the owner's finalizers), so the garbage collector deletes the dependent once the owner is gone.
-
-    Raises:
-        LeaseUnavailable: the owner could not be read (absent, forbidden, the API did not answer).
-    """
-    try:
-        with calling("get"):
-            obj = _res(api_version, kind).get(name=name, namespace=namespace, _request_timeout=timeout)
-    except ApiException as exc:
-        raise LeaseUnavailable(
-            f"get {kind} {namespace}/{name}: {exc.status} {api_message(exc)}", exc.status
-        ) from None
-    except (urllib3.exceptions.HTTPError, OSError) as exc:
-        raise LeaseUnavailable(f"get {kind} {namespace}/{name}: {exc}") from None
-    return {"apiVersion": api_version, "kind": kind, "name": name, "uid": obj.metadata.uid}
-
-
-class LeaseClient:
-    """One Lease (`namespace`/`name`) as leader.py uses it: plain dicts in and out, every call bounded
-    by `timeout` seconds; a write that lost a race (409) returns None. With an `owner` (owner_reference),
-    every create and update writes its ownerReference, so a Lease an earlier version made without one
-    gets it at the next renewal, and the garbage collector deletes the Lease with its owner."""
-
-    def __init__(self, namespace: str, name: str, timeout: float, owner: dict[str, Any] | None = None):
-        self.namespace, self.name, self.timeout, self.owner = namespace, name, timeout, owner
-
-    def _call(self, verb: str, **kwargs: Any) -> dict[str, Any] | None:
-        try:
-            with calling(verb, expected=(404,) if verb == "get" else (409,)):
-                method = getattr(_res(*LEASE), verb)
-                answer = method(namespace=self.namespace, _request_timeout=self.timeout, **kwargs)
-            return dict(answer.to_dict())
-        except ApiException as exc:
-            if (verb == "get" and exc.status == 404) or (verb != "get" and exc.status == 409):
-                return None
-            raise LeaseUnavailable(
-                f"{verb} lease {self.namespace}/{self.name}: {exc.status} {api_message(exc)}", exc.status
-            ) from None
-        except (urllib3.exceptions.HTTPError, OSError) as exc:
-            raise LeaseUnavailable(f"{verb} lease {self.namespace}/{self.name}: {exc}") from None
-
-    def get(self) -> dict[str, Any] | None:
-        """The Lease, or None if there is none."""
-        return self._call("get", name=self.name)
-
-    def create(self, spec: dict[str, Any]) -> dict[str, Any] | None:
-        """Create the Lease with `spec`; None if another candidate created it first."""
-        meta = with_owner({"name": self.name}, self.owner)
-        body = {"apiVersion": LEASE[0], "kind": LEASE[1], "metadata": meta, "spec": spec}
-        return self._call("create", body=body)
-
-    def update(self, lease: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any] | None:
-        """Replace the Lease's spec, if it is still at `lease`'s resourceVersion; None if it changed."""
-        body = {**lease, "metadata": with_owner(lease.get("metadata") or {}, self.owner), "spec": spec}
-        return self._call("replace", body=body, name=self.name)

@@ -18,7 +18,7 @@ duration; (2) its acquire and renew loops are `while True` with no way to stop t
 standby nor a clean release (which must not race a renewal) can be done from outside; (3) its API calls
 carry no timeout, so one hung request outlives the renew deadline unnoticed; (4) a bad duration calls
 sys.exit from the constructor. What it gets right is small enough to keep here, as pure functions
-(decide, claim, released, lost) tested as tables, and one thin loop (Elector) over k8s.LeaseClient.
+(decide, claim, released, lost) tested as tables, and one thin loop (Elector) over lease_store.LeaseClient.
 """
 
 from __future__ import annotations
@@ -165,7 +165,7 @@ def micro_time(t: dt.datetime) -> str:
 
 
 class LeaseStore(Protocol):
-    """What the Elector needs of the API (k8s.LeaseClient); None from a write: a conflict."""
+    """What the Elector needs of the API (lease_store.LeaseClient); None from a write: a conflict."""
 
     def get(self) -> Obj | None: ...
     def create(self, spec: Obj) -> Obj | None: ...

@@ -11,8 +11,9 @@ directory itself, reads each run's identity from its own files, and looks a requ
 
 Speed: every file is parsed once per version. A bounded cache keeps each parsed file with its stat
 signature (inode, size, mtime): a request for one training costs a stat per file it reads, and a
-launcher's atomic replace (a new inode) is seen at once. It is bounded in files and in their bytes. Listing the directory and reading every run's
-identity costs ~35 us a run, so the list and the name index are kept for SCAN_SECONDS (1 s): a
+launcher's atomic replace (a new inode) is seen at once. It is bounded in files and in their bytes.
+Listing the directory and reading every run's identity costs ~35 us a run, so the list and the name
+index are kept for SCAN_SECONDS (1 s): a
 training's own endpoints are current, the list and a run just started may be a second late.
 """
 

@@ -1,5 +1,5 @@
 """The operator's Lease belongs to the chart's Deployment (issue 32: `helm uninstall` left it behind):
-k8s.owner_reference reads the owner once, LeaseClient writes the reference on create and on every
+lease_store.owner_reference reads the owner once, LeaseClient writes the reference on create and on every
 update (a Lease an earlier version made without one gets it at its next renewal), and
 `graphtrain operator --lease-owner` refuses to start when it cannot read its owner. On the session's
 API server; tests/chart/test_install.py checks that uninstall then leaves no Lease."""
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from graphtrain.operator import k8s, ownership
+from graphtrain.operator import k8s, lease_store, ownership
 
 pytestmark = pytest.mark.timeout(60)
 OWNER = {"apiVersion": "apps/v1", "kind": "Deployment", "name": "op", "uid": "u-2"}
@@ -50,23 +50,23 @@ def test_an_ownerless_lease_gets_its_owner_at_the_next_renewal(kube, ns: str) ->
     deployment = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "op"}, "spec": {}}
     kube("apply", "-n", ns, "-f", "-", input=json.dumps(deployment))
     uid = json.loads(kube("get", "deployment", "op", "-n", ns, "-o", "json"))["metadata"]["uid"]
-    owner = k8s.owner_reference("apps/v1", "Deployment", ns, "op", timeout=5)
+    owner = lease_store.owner_reference("apps/v1", "Deployment", ns, "op", timeout=5)
     assert owner == {"apiVersion": "apps/v1", "kind": "Deployment", "name": "op", "uid": uid}
 
-    before = k8s.LeaseClient(ns, "old", timeout=5)  # as an operator without --lease-owner made it
+    before = lease_store.LeaseClient(ns, "old", timeout=5)  # as an operator without --lease-owner made it
     made = before.create({"holderIdentity": "a", "leaseDurationSeconds": 15})
     assert made is not None and not made["metadata"].get("ownerReferences")
-    renewed = k8s.LeaseClient(ns, "old", timeout=5, owner=owner).update(made, {"holderIdentity": "b"})
+    renewed = lease_store.LeaseClient(ns, "old", timeout=5, owner=owner).update(made, {"holderIdentity": "b"})
     assert renewed is not None and renewed["metadata"]["ownerReferences"] == [owner]
     assert renewed["spec"]["holderIdentity"] == "b"
 
-    fresh = k8s.LeaseClient(ns, "new", timeout=5, owner=owner).create({"holderIdentity": "c"})
+    fresh = lease_store.LeaseClient(ns, "new", timeout=5, owner=owner).create({"holderIdentity": "c"})
     assert fresh is not None and fresh["metadata"]["ownerReferences"] == [owner]
 
 
 def test_an_owner_that_cannot_be_read_is_refused(ns: str) -> None:
-    with pytest.raises(k8s.LeaseUnavailable) as raised:
-        k8s.owner_reference("apps/v1", "Deployment", ns, "nope", timeout=5)
+    with pytest.raises(lease_store.LeaseUnavailable) as raised:
+        lease_store.owner_reference("apps/v1", "Deployment", ns, "nope", timeout=5)
     assert raised.value.status == 404 and f"get Deployment {ns}/nope: 404" in str(raised.value)
 
 

@@ -11,7 +11,7 @@ import pytest
 import urllib3
 from kubernetes.client.rest import ApiException
 
-from graphtrain.operator import endpoints, k8s
+from graphtrain.operator import endpoints, k8s, lease_store
 from graphtrain.operator.context import Action, Plan
 from graphtrain.operator.observation import Observed
 
@@ -100,12 +100,12 @@ def test_a_call_that_succeeds_is_not_counted(metrics: endpoints.OperatorMetrics)
 def test_the_lease_client_counts_only_real_failures(metrics: endpoints.OperatorMetrics, monkeypatch) -> None:
     outcome: dict[str, BaseException | None] = {"get": api(404), "create": api(409), "replace": api(409)}
     monkeypatch.setattr(k8s, "_res", lambda *a: FakeResource(outcome))
-    lease = k8s.LeaseClient("ns", "l", timeout=1)
+    lease = lease_store.LeaseClient("ns", "l", timeout=1)
     assert lease.get() is None and lease.create({}) is None and lease.update({}, {}) is None
     assert set(errors(metrics).values()) == {0}
     outcome.update(get=api(503), replace=api(500))
     for call in (lease.get, lambda: lease.update({}, {})):
-        with pytest.raises(k8s.LeaseUnavailable):
+        with pytest.raises(lease_store.LeaseUnavailable):
             call()
     assert errors(metrics) == {**dict.fromkeys(endpoints.VERBS, 0.0), "get": 1.0, "replace": 1.0}
 
