@@ -266,7 +266,10 @@ def on_training(*, name: str, namespace: str | None, **_: Any) -> None:
 # what the tick does with each training the operator sees: reconcile it, skip it (finished: its TTL is
 # its plan's requeue), or nothing more (being deleted: on_event handled its end)
 DUE, IDLE, GOING = "due", "idle", "going"
-_known: dict[tuple[str, str], str] = {}  # from on_event; read by the tick thread (whole-dict ops only)
+# from on_event: (namespace, name) -> {uid: state}, each inner dict replaced whole, never changed (the
+# tick thread reads them). By uid: a training deleted and made again under its name has its events on
+# another of kopf's workers, so the old one's DELETED may come after the new one's first events.
+_known: dict[tuple[str, str], dict[str, str]] = {}
 
 
 def due(status: dict[str, Any]) -> bool:
@@ -279,7 +282,7 @@ def due(status: dict[str, Any]) -> bool:
 def tick(queue: WorkQueue[tuple[str, str]]) -> int:
     """Ask the work queue, in its periodic lane, for every training the tick is due for (stall
     detection, a deadline missed by its requeue); how many."""
-    keys = [key for key, state in list(_known.items()) if state == DUE]
+    keys = [key for key, states in list(_known.items()) if DUE in states.values()]
     for key in keys:
         queue.add(key, periodic=True)
     return len(keys)
@@ -311,34 +314,57 @@ def use_on_unserved(react: Callable[[str], None]) -> None:
     _on_unserved = react
 
 
+def note(key: tuple[str, str], uid: str, state: str | None) -> bool:
+    """Set (None: drop) the state of training `uid` under `key`; whether another training of this name
+    is known (one deleted whose DELETED is still to come, or one made after it)."""
+    others = {u: s for u, s in (_known.get(key) or {}).items() if u != uid}
+    states = others if state is None else {**others, uid: state}
+    if states:
+        _known[key] = states
+    else:
+        _known.pop(key, None)
+    return bool(others)
+
+
 @kopf.on.event(GROUP, VERSION, PLURAL)
 async def on_event(
     *, type: str | None, body: kopf.Body, name: str, namespace: str | None, uid: str, **_: Any
 ) -> None:
     """Every watch event of a GraphTraining (none adds a finalizer): what the tick does with it, and
     its end: gone (DELETED), or being deleted while someone else's finalizer holds it. A coroutine on
-    kopf's event loop: most events only note the status; an end runs on a thread of its own."""
+    kopf's event loop: most events only note the status; an end runs on a thread of its own. By uid:
+    the end of a training whose name already holds a new one deletes the old one's children only."""
     if not namespace:  # always: GraphTrainings are namespaced
         return
     key = (namespace, name)
+    was = (_known.get(key) or {}).get(uid)
     if type == "DELETED":
-        if _known.pop(key, None) != GOING:
-            await asyncio.to_thread(ended, namespace, name, uid, False)
+        only = not note(key, uid, None)
+        if was != GOING:
+            await asyncio.to_thread(ended, namespace, name, uid, False, only)
     elif body.get("metadata", {}).get("deletionTimestamp"):
-        if _known.get(key) != GOING:
-            _known[key] = GOING
-            await asyncio.to_thread(ended, namespace, name, uid, True)
+        if was != GOING:
+            only = not note(key, uid, GOING)
+            await asyncio.to_thread(ended, namespace, name, uid, True, only)
     else:
-        _known[key] = DUE if due(dict(body.get("status") or {})) else IDLE
+        note(key, uid, DUE if due(dict(body.get("status") or {})) else IDLE)
 
 
-def ended(namespace: str, name: str, uid: str, held: bool) -> None:
+def alone(namespace: str, name: str, uid: str) -> bool:
+    """Whether no other training of this name than `uid` was seen (a new one made after it was deleted)."""
+    return not [u for u in _known.get((namespace, name)) or {} if u != uid]
+
+
+def ended(namespace: str, name: str, uid: str, held: bool, only: bool = True) -> None:
     """A GraphTraining is gone or going: its children are deleted now (the garbage collector does it
     too, through their ownerReferences; a cluster without one, or a slow one, is not waited for), its
     requeue cancelled, its metrics and log state forgotten. `held` (someone else's finalizer keeps it
-    readable): its status then says every role stopped (plan() of a training being deleted). Errors
-    are logged: nothing holds the deletion, the collector deletes what is left."""
-    requeue(namespace, name, None)
+    readable): its status then says every role stopped (plan() of a training being deleted). Not
+    `only` (its name holds a new training already): its children alone, by uid; the requeue, metrics
+    and log state under the name are the new one's. Errors are logged: nothing holds the deletion, the
+    collector deletes what is left."""
+    if only:
+        requeue(namespace, name, None)
     try:
         if may_act(namespace, name):
             with _lock(namespace, name):  # after a reconcile in flight, which may have made children
@@ -348,13 +374,14 @@ def ended(namespace: str, name: str, uid: str, held: bool) -> None:
                     name,
                     k8s.delete_children(namespace, name, uid),
                 )
-            if held:
+            if held and only:
                 reconcile(namespace, name)
     except Exception as exc:
         log.warning("%s/%s deleted: its children are left to the garbage collector: %s", namespace, name, exc)
     finally:
-        _metrics.forget(namespace, name)  # after the reconcile, which counts it
-        logs.forget(namespace, name)
+        if only and alone(namespace, name, uid):  # a new one seen meanwhile keeps its own
+            _metrics.forget(namespace, name)  # after the reconcile, which counts it
+            logs.forget(namespace, name)
 
 
 # A labelled child changed: its training is reconciled by the work queue, asked by the child watches

@@ -140,3 +140,29 @@ def test_a_recreated_training_never_counts_an_earlier_ones_leftovers(kube, opera
     time.sleep(2)
     shards = get(kube, "gtr", "re", ns)["status"]["shards"]
     assert [s["state"] for s in shards] == ["Pending", "Pending"], "the old StatefulSet's ready pod counted"
+
+
+def test_a_training_made_again_at_once_keeps_its_own_children_and_tick(kube, operator, ns: str) -> None:
+    """Deleted and made again under its name at once: the new one's watch events are on another of
+    kopf's workers (one per uid), so the old one's end may come after them. It deletes the old one's
+    children only (by uid); the new one's requeue, metrics and tick are its own (they were by name)."""
+    from graphtrain.operator import handlers
+
+    kube("apply", "-n", ns, "-f", "-", input=SPEC.format(name="again", extra_model=""))
+    assert wait_for(lambda: names_of(kube, "job", ns, "again") == ["again-partition"], what="the old job")
+    old = get(kube, "gtr", "again", ns)["metadata"]["uid"]
+    kube("delete", "gtr", "again", "-n", ns, "--wait=false")
+    kube("apply", "-n", ns, "-f", "-", input=SPEC.format(name="again", extra_model=""))
+    new = get(kube, "gtr", "again", ns)["metadata"]["uid"]
+    assert new != old
+
+    def owners() -> set[str]:
+        out = kube("get", ",".join(KINDS), "-n", ns, "-l", "graphtrain.io/training=again", "-o", "json")
+        refs = [r for o in json.loads(out)["items"] for r in o["metadata"].get("ownerReferences") or []]
+        return {r["uid"] for r in refs if r["kind"] == "GraphTraining"}
+
+    assert wait_for(lambda: owners() == {new} and "again-partition" in names_of(kube, "job", ns, "again"))
+    assert wait_for(lambda: handlers._known.get((ns, "again")) == {new: handlers.DUE}, what="ticked")
+    time.sleep(2)  # timer periods: the new one's children stay, it stays on the tick and exported
+    assert owners() == {new} and handlers._known.get((ns, "again")) == {new: handlers.DUE}
+    assert (ns, "again") in handlers.metrics()._statuses

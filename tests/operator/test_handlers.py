@@ -125,8 +125,34 @@ def test_a_gone_trainings_lock_is_forgotten(monkeypatch: pytest.MonkeyPatch) -> 
     the operator ever reconciled, for its whole life: a lock now lives while a reconcile holds or
     waits for it."""
     monkeypatch.setattr(handlers.k8s, "observe", lambda namespace, name: None)
-    monkeypatch.setattr(handlers, "_known", {("ns", "gone-0"): handlers.DUE})  # its DELETED event missed
+    monkeypatch.setattr(
+        handlers, "_known", {("ns", "gone-0"): {"uid-0": handlers.DUE}}
+    )  # its DELETED event missed
     for i in range(50):
         handlers.reconcile("ns", f"gone-{i}")
     assert handlers._known == {}  # no longer ticked
     assert not [key for key in list(handlers._locks.keys()) if key[0] == "ns"]
+
+
+def test_an_old_trainings_end_leaves_the_new_one_of_its_name_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Deleted and made again under its name: the new one's events are on another of kopf's workers
+    (one per uid), so the old one's DELETED may come after them. It deleted the children by the old
+    uid (right), but also cancelled the new one's requeue (its deadline), forgot its metrics and took
+    it off the tick (the state was by name)."""
+    deleted: list[tuple[str, str, str]] = []
+    forgotten: list[tuple[str, str]] = []
+    monkeypatch.setattr(handlers, "_known", {})
+    monkeypatch.setattr(handlers.k8s, "delete_children", lambda *a: deleted.append(a) or 1)
+    monkeypatch.setattr(handlers._metrics, "forget", lambda ns, name: forgotten.append((ns, name)))
+    old, new = event("a", {"phase": "Training"}), event("a", {"phase": "Training"})
+    new["uid"] = new["body"]["metadata"]["uid"] = "uid-a2"
+    asyncio.run(handlers.on_event(type="MODIFIED", **old))
+    asyncio.run(handlers.on_event(type="ADDED", **new))
+    handlers.requeue("ns", "a", 3600)  # the new one's plan: its deadline
+    asyncio.run(handlers.on_event(type="DELETED", **old))
+    assert deleted == [("ns", "a", "uid-a")]  # the old one's children, by its uid
+    assert ("ns", "a") in handlers._timers and not handlers._timers[("ns", "a")].finished.is_set()
+    assert forgotten == [] and handlers._known == {("ns", "a"): {"uid-a2": handlers.DUE}}
+    asyncio.run(handlers.on_event(type="DELETED", **new))  # and its own end, as before
+    assert deleted[1:] == [("ns", "a", "uid-a2")] and forgotten == [("ns", "a")] and handlers._known == {}
+    assert ("ns", "a") not in handlers._timers
