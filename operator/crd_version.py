@@ -21,6 +21,7 @@ import re
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from graphtrain.contract.crd import DIGEST_ANNOTATION, crd
 from graphtrain.contract.spec import GROUP, PLURAL
@@ -44,10 +45,21 @@ def served_digest() -> str | None | int | object:
     """The served CRD's digest annotation; None when it has none (a chart older than the annotation),
     the status of a refusal (401, 403), UNKNOWN when the API server gave no answer or serves no CRD
     (the start's k8s.crd_unserved says so)."""
-    annotations = k8s.crd_annotations()
-    if isinstance(annotations, int):
-        return annotations
-    return UNKNOWN if annotations is None else annotations.get(DIGEST_ANNOTATION)
+    found = k8s.crd_object()
+    if isinstance(found, int):
+        return found
+    return UNKNOWN if not found else (found["metadata"].get("annotations") or {}).get(DIGEST_ANNOTATION)
+
+
+def lagging(found: dict[str, Any] | int | None) -> bool:
+    """Whether discovery's word that no GraphTraining is served is its lag, not the CRD's state: the CRD
+    is there, Established and not being deleted (`found`: k8s.crd_object()'s). Discovery is rebuilt
+    after the CRD (an API server restarted, one of several not synced yet): stopping the operator on
+    it cost a restart. Not when the CRD could not be read: discovery's word stands."""
+    if not isinstance(found, dict) or not found or found["metadata"].get("deletionTimestamp"):
+        return False
+    conditions = (found.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Established" and c.get("status") == "True" for c in conditions)
 
 
 def skew(served: str | None | object, own: str) -> str | None:

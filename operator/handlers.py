@@ -47,7 +47,7 @@ from typing import Any
 import kopf
 
 from graphtrain.operator import config as operator_config
-from graphtrain.operator import k8s, logs
+from graphtrain.operator import crd_version, k8s, logs
 from graphtrain.operator.cache import ChildCache
 from graphtrain.operator.endpoints import OperatorMetrics
 from graphtrain.operator.observation import finished
@@ -290,13 +290,23 @@ def tick(queue: WorkQueue[tuple[str, str]]) -> int:
 
 def _ticking(queue: WorkQueue[tuple[str, str]], stop: threading.Event) -> None:
     """Each period: is the CRD still served (kopf, its CRD deleted, served nothing and said so twice in
-    its log, /readyz said leading, and a CRD installed again was not always picked up), then tick()."""
+    its log, /readyz said leading, and a CRD installed again was not always picked up), then tick().
+    Discovery's word alone is not enough (crd_version.lagging): a restarted API server lists the CRD
+    in its discovery a moment after it serves it. A failure is logged and the next period runs."""
     while not stop.wait(TIMER_SECONDS):
-        unserved = k8s.crd_unserved()
-        if unserved is not None:
-            _on_unserved(unserved)
-            return
-        tick(queue)
+        try:
+            unserved = k8s.crd_unserved()
+            if unserved is not None and crd_version.lagging(k8s.crd_object()):
+                log.warning(
+                    "%s, though the CRD is established: discovery lags, asked again next period", unserved
+                )
+                unserved = None
+            if unserved is not None:
+                _on_unserved(unserved)
+                return
+            tick(queue)
+        except Exception:  # a thread that died here ticked no training again, and checked no CRD
+            log.exception("the periodic tick failed; tried again in %s s", TIMER_SECONDS)
 
 
 def _log_unserved(message: str) -> None:

@@ -202,10 +202,10 @@ def crd_unserved() -> str | None:
     return None
 
 
-def crd_annotations(timeout: float = 10.0) -> dict[str, str] | int | None:
-    """The GraphTraining CRD's annotations (operator/crd_version.py reads its schema digest); the status
-    of a refusal (401, 403: no RBAC to list CRDs); None without an answer or the CRD. A list by name:
-    the operator's ClusterRole lists CRDs, gets none."""
+def crd_object(timeout: float = 10.0) -> dict[str, Any] | int | None:
+    """The GraphTraining CRD ({} when there is none), the status of a refusal (401, 403: no RBAC to list
+    CRDs), None without an answer (crd_version.py reads it). A list by name: the operator's ClusterRole
+    lists CRDs, gets none."""
     try:
         answer = _res("apiextensions.k8s.io/v1", "CustomResourceDefinition").get(
             field_selector=f"metadata.name={PLURAL}.{GROUP}", serialize=False, _request_timeout=timeout
@@ -215,7 +215,7 @@ def crd_annotations(timeout: float = 10.0) -> dict[str, str] | int | None:
         return int(exc.status) if exc.status in (401, 403) else None
     except (ResourceNotFoundError, urllib3.exceptions.HTTPError, OSError, ValueError, KeyError):
         return None
-    return dict(found[0]["metadata"].get("annotations") or {}) if found else None
+    return dict(found[0]) if found else {}
 
 
 def use_cache(cache: ChildCache | None) -> None:

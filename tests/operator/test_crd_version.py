@@ -89,7 +89,7 @@ def test_the_crd_read_tells_a_refusal_from_no_answer(
             raise raised
 
     monkeypatch.setattr(k8s_operator, "_res", lambda *_: Refusing())
-    assert k8s_operator.crd_annotations() == read
+    assert k8s_operator.crd_object() == read
     assert crd_version.served_digest() == (crd_version.UNKNOWN if read is None else read)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import queue
+import threading
 
 import pytest
 
@@ -156,3 +157,24 @@ def test_an_old_trainings_end_leaves_the_new_one_of_its_name_alone(monkeypatch: 
     asyncio.run(handlers.on_event(type="DELETED", **new))  # and its own end, as before
     assert deleted[1:] == [("ns", "a", "uid-a2")] and forgotten == [("ns", "a")] and handlers._known == {}
     assert ("ns", "a") not in handlers._timers
+
+
+def test_the_tick_thread_lives_through_a_failure(monkeypatch: pytest.MonkeyPatch, caplog) -> None:
+    """Anything raised in a period (a discovery answer that is no JSON) ended the thread: no training
+    was ticked again, and no CRD deletion seen, for the operator's life."""
+    answers = iter([ValueError("Expecting value: line 1 column 1 (char 0)"), None, "gone"])
+    reacted: list[str] = []
+
+    def unserved() -> str | None:
+        answer = next(answers)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    monkeypatch.setattr(handlers, "TIMER_SECONDS", 0.0)
+    monkeypatch.setattr(handlers.k8s, "crd_unserved", unserved)
+    monkeypatch.setattr(handlers.k8s, "crd_object", lambda: {})
+    monkeypatch.setattr(handlers, "_on_unserved", reacted.append)
+    monkeypatch.setattr(handlers, "tick", lambda queue: 0)
+    handlers._ticking(None, threading.Event())  # type: ignore[arg-type]
+    assert reacted == ["gone"] and "the periodic tick failed" in caplog.text
