@@ -11,10 +11,15 @@ then failing. Two checks, both before any create:
 - all of them as one pod (as_one(): every pod's containers in one pod, so its requests and limits are
   the gang's sums): a quota's refusal of it ("exceeded quota") is the gang's, though each pod alone
   fits. Any other refusal of that pod (a LimitRange's or a webhook's bound on one pod) says nothing.
+k8s.apply asks the one pod first, then each alone until one is refused (only the first when the one
+pod is over quota): a gang that waits is tried again at every reconcile (each timer period) for 2 dry
+runs, not N+1; an admitted one costs N+1, once.
 What remains: a quota's `pods` count (the one pod counts one); a quota taken by someone else between
 the dry runs and the creates (then as before: the creates after the first refused wait, the pods
 made wait for their peers until the trainers' timeout or the quota frees); a webhook that answers no
-dry run (400: the dry run says nothing, the creates go on).
+dry run (400: the dry run says nothing, the creates go on); a LimitRange's per-pod max below the
+gang's sum (admission's LimitRanger refuses the one pod before the quota plugin sees it, so the
+quota's answer is not known: the creates go on as before); sidecar init containers, counted once.
 """
 
 from __future__ import annotations
@@ -56,22 +61,31 @@ def as_one(pods: list[Obj]) -> Obj:
     return one
 
 
+def waits(action: Action, answer: Answer) -> bool:
+    """Whether a pod's own dry-run answer refuses the gang (a refusal that waits: admission's or the
+    authorizer's 403)."""
+    judged = None if answer is None else judge(action.obj, *answer)
+    return judged is not None and judged.waits
+
+
+def over_quota(together: Answer) -> bool:
+    """Whether the one pod's dry run was a ResourceQuota's refusal."""
+    if together is None:
+        return False
+    return admission_forbidden(together[0], together[1]) and "exceeded quota" in together[2]
+
+
 def refused(pods: list[Action], alone: list[Answer], together: Answer) -> tuple[str, str] | None:
     """(the first pod's key, the one-line reason) when the gang must wait, from the dry runs' answers
-    (each pod's, in order, and the one pod's); None when they admit it all."""
+    (the first pods', in order: those asked, k8s.apply stops at the first refused; and the one pod's);
+    None when they admit it all. A pod refused alone is said before the one pod's quota."""
     n = len(pods)
-    for action, answer in zip(pods, alone, strict=True):
-        if answer is None:
-            continue
-        judged = judge(action.obj, *answer)
+    for action, answer in zip(pods, alone, strict=False):
+        judged = None if answer is None else judge(action.obj, *answer)
         if judged is not None and judged.waits:
             others = f"; none of the {n} pods of the gang is made until all are admitted (a dry run)"
             return action.key, judged.message + others
-    if (
-        together is not None
-        and admission_forbidden(together[0], together[1])
-        and "exceeded quota" in together[2]
-    ):
+    if together is not None and over_quota(together):
         return pods[0].key, (
             f"the {n} pods of the gang exceed a ResourceQuota together, though each fits alone (a dry run "
             f"of them as one pod): {together[2]}; none is made until the quota has room for all"

@@ -368,7 +368,8 @@ def apply(plan: Plan, observed: Observed, fence: Callable[[], bool] = lambda: Tr
 
 
 def _gang_refused(gang: list[Action], ns: str) -> tuple[str, str] | None:
-    """gang_admission.refused() of server-side dry runs of the gang's pods, alone, then as one pod."""
+    """gang_admission.refused() of dry runs of the gang as one pod, then alone until one is refused (only
+    the first if the one pod is over quota): 2 calls per reconcile while the gang waits, not N+1."""
     pods = _res("v1", "Pod")
 
     def dry(obj: dict[str, Any]) -> gang_admission.Answer:
@@ -379,8 +380,12 @@ def _gang_refused(gang: list[Action], ns: str) -> tuple[str, str] | None:
             return exc.status, exc.body, api_message(exc)
         return None
 
-    alone = [dry(a.obj) for a in gang]
-    together = None if any(alone) else dry(gang_admission.as_one([a.obj for a in gang]))
+    together = dry(gang_admission.as_one([a.obj for a in gang]))
+    alone: list[gang_admission.Answer] = []
+    for action in gang[:1] if gang_admission.over_quota(together) else gang:  # 2 calls while it waits
+        alone.append(dry(action.obj))
+        if gang_admission.waits(action, alone[-1]):
+            break
     return gang_admission.refused(gang, alone, together)
 
 

@@ -121,6 +121,14 @@ def forbidden(message: str) -> ApiException:
     return exc
 
 
+def bare_pods(prefix: str, n: int) -> list[dict]:
+    """Pod creates as apply() sees them, no more: `prefix`-0 .. n-1 (a gang: they are dry-run first)."""
+    return [
+        {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"{prefix}-{i}"}, "spec": {"containers": []}}
+        for i in range(n)
+    ]
+
+
 def test_a_quota_refusal_is_said_once_and_the_creates_after_it_wait(monkeypatch) -> None:
     api = Api(forbidden(QUOTA))
     posted: list[Any] = []
@@ -128,13 +136,15 @@ def test_a_quota_refusal_is_said_once_and_the_creates_after_it_wait(monkeypatch)
     monkeypatch.setattr(k8s, "_cache", None)  # the session's operator may have set its own
     monkeypatch.setattr(k8s, "post_event", lambda body, event: posted.append(event))
     training = {"metadata": {"name": "wn", "namespace": "ml", "uid": "u-quota"}, "status": {}}
-    pods = [{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"wn-worker-{p}"}} for p in range(2)]
+    pods = bare_pods("wn-worker", 2)
     pdb = {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "wn-trainers"}}
     actions = [Action("create", pdb), *(Action("create", p) for p in pods)]
     plan = Plan(actions, {"phase": "Starting", "conditions": conditions()}, [])
     assert k8s.apply(plan, Observed(training))  # no traceback: the status and the events are written
-    # each worker pod dry-run first (gang_admission.py): the first refused, none is made
-    assert api.calls == [("dry-run", "wn-worker-0"), ("dry-run", "wn-worker-1"), ("create", "wn-trainers")]
+    # the worker pods dry-run first (gang_admission.py), as one pod then alone until one is refused:
+    # the one pod over quota, the first alone too (its words), none is made; 2 dry runs, not N+1
+    calls = [("dry-run", "wn-worker-0-gang"), ("dry-run", "wn-worker-0"), ("create", "wn-trainers")]
+    assert api.calls == calls
     (status,) = api.patched
     shards = next(c for c in status["conditions"] if c["type"] == "ShardsReady")
     said = f"Pod/wn-worker-0 was refused by the API server: {QUOTA}; none of the 2 pods of the gang is made "

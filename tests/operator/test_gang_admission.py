@@ -11,7 +11,6 @@ the quota plugin does, for dry runs and creates alike; everything else is the re
 from __future__ import annotations
 
 import json
-import time
 import uuid
 from typing import Any
 
@@ -52,6 +51,8 @@ class Quota:
         if namespace != self.ns:
             return self.real.create(body=body, namespace=namespace, **kw)
         asked = cpu(body)
+        if kw.get("dry_run"):
+            self.dry_runs.append(body["metadata"]["name"])
         if self.used + asked > self.hard:
             exc = ApiException(status=403, reason="Forbidden")
             exc.body = status_body(
@@ -61,7 +62,6 @@ class Quota:
             )
             raise exc
         if kw.get("dry_run"):
-            self.dry_runs.append(body["metadata"]["name"])
             return None
         made = self.real.create(body=body, namespace=namespace, **kw)
         self.used += asked
@@ -103,11 +103,15 @@ def test_a_quota_with_room_for_one_trainer_of_two_makes_none(kube, operator, ns:
         "forbidden: exceeded quota: compute, requested: requests.cpu=2, used: requests.cpu=0, limited: "
         "requests.cpu=1500m; none is made until the quota has room for all"
     ) in message
-    time.sleep(3)  # three timer periods: tried again, still none made
+    quota.dry_runs.clear()
+    # the next reconciles (timer periods) try again, each with the one pod then the first alone (its own
+    # refusal said first, if any): not every pod alone (N+1 dry runs each time for a gang of N)
+    tried = wait_for(lambda: quota.dry_runs[:4] if len(quota.dry_runs) >= 4 else [], what="two more tries")
+    assert tried == [f"{name}-trainer-0-gang", f"{name}-trainer-0"] * 2, quota.dry_runs
     assert names_of(kube, "pod", ns, name) == [] and quota.used == 0
     events = json.loads(kube("get", "events", "-n", ns, "-o", "json"))["items"]
     refused = [e for e in events if e["reason"] == "ChildRefused"]
-    assert len(refused) == 1 and "exceed a ResourceQuota together" in refused[0]["message"]
+    assert len(refused) == 1 and "exceed a ResourceQuota together" in refused[0]["message"]  # said once
 
     quota.hard = parse_quantity("2")  # the quota raised: both trainers are made at the next reconcile
     trainers = [f"{name}-trainer-0", f"{name}-trainer-1"]
@@ -150,3 +154,48 @@ def test_what_the_dry_runs_say() -> None:
     quota = 'pods "t-0-gang" is forbidden: exceeded quota: compute, requested: requests.cpu=3'
     key, why = gang_admission.refused(gang, [None] * 3, (403, status_body(quota), quota))  # type: ignore[misc]
     assert key == "Pod/t-0" and "the 3 pods of the gang exceed a ResourceQuota together" in why
+
+
+class DryRuns:
+    """The pod API's dry runs: each name asked, refused with `answers[name]` (403 bodies) if there."""
+
+    def __init__(self, answers: dict[str, str]):
+        self.answers, self.asked = answers, []
+
+    def create(self, body: dict[str, Any], namespace: str, **kw: Any) -> None:
+        self.asked.append(body["metadata"]["name"])
+        if body["metadata"]["name"] in self.answers:
+            exc = ApiException(status=403, reason="Forbidden")
+            exc.body = status_body(self.answers[body["metadata"]["name"]])
+            raise exc
+
+
+@pytest.mark.parametrize(
+    ("answers", "asked", "refused"),
+    [
+        ({}, ["t-0-gang", *(f"t-{i}" for i in range(8))], None),  # admitted: N+1, once
+        (
+            {"t-0-gang": 'pods "t-0-gang" is forbidden: exceeded quota: compute'},
+            ["t-0-gang", "t-0"],
+            "Pod/t-0",
+        ),
+        (
+            {"t-0-gang": "PodSecurity", "t-0": 'pods "t-0" is forbidden: PodSecurity'},
+            ["t-0-gang", "t-0"],
+            "Pod/t-0",
+        ),
+        (
+            {"t-0-gang": 'pods "t-0-gang" is forbidden: maximum cpu usage per Pod is 2'},
+            None,
+            None,
+        ),  # all alone
+    ],
+)
+def test_a_waiting_gang_costs_two_dry_runs_per_reconcile(monkeypatch, answers, asked, refused) -> None:
+    """A gang refused was dry-run N+1 times at every reconcile (each timer period) while it waited."""
+    api = DryRuns(answers)
+    monkeypatch.setattr(k8s, "_res", lambda *a: api)
+    gang = [Action("create", pod(f"t-{i}")) for i in range(8)]
+    said = k8s._gang_refused(gang, "ns")
+    assert api.asked == (asked or ["t-0-gang", *(f"t-{i}" for i in range(8))])
+    assert (said and said[0]) == refused

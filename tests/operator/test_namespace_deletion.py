@@ -14,6 +14,7 @@ from graphtrain.operator import k8s
 from graphtrain.operator.context import Action, Plan
 from graphtrain.operator.observation import Observed
 from graphtrain.operator.refusals import namespace_terminating
+from tests.operator.test_admission_refusals import bare_pods
 
 TERMINATING = {
     "kind": "Status",
@@ -69,10 +70,10 @@ def test_creates_in_a_terminating_namespace_stop_without_an_error(monkeypatch) -
     monkeypatch.setattr(k8s, "_res", lambda *a: api)
     monkeypatch.setattr(k8s, "post_event", lambda *a: None)
     training = {"metadata": {"name": "wn", "namespace": "ml", "uid": "u"}, "status": {}}
-    pods = [{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"wn-trainer-{r}"}} for r in range(2)]
+    pods = bare_pods("wn-trainer", 2)
     plan = Plan([Action("create", p) for p in pods], {"phase": "Training"}, [])
     assert k8s.apply(plan, Observed(training))
-    dry_runs = [("dry-run", "wn-trainer-0"), ("dry-run", "wn-trainer-1")]  # they say nothing here
+    dry_runs = [("dry-run", f"wn-trainer-{r}") for r in ("0-gang", "0", "1")]  # they say nothing here
     assert api.calls == [
         *dry_runs,
         ("create", "wn-trainer-0"),
