@@ -148,3 +148,27 @@ def test_an_empty_pod_metadata_added_to_a_running_training_is_no_change(empty: d
         said = cond(p, "SpecValid")
         assert said["status"] == "True", said
         assert p.actions == [] and p.status["observedGeneration"] == generation
+
+
+def test_empty_pod_metadata_forms_then_a_real_change_then_back() -> None:
+    """Every empty form (the CRD's defaults fill in either map; JSON null) is no change; a label added
+    after one is refused as any change; back to empty, taken again. Started with labels, an empty one
+    is a change (the labels would go from the pods): refused."""
+    c = Cluster(training())
+    to_training(c)
+    c.trainers("Running")
+    steps = [({"annotations": {}}, True), (None, True), ({"labels": {"team": "a"}}, False), ({}, True)]
+    for generation, (meta, taken) in enumerate(steps, start=2):
+        c.body["spec"]["podMetadata"] = meta
+        c.body["metadata"]["generation"] = generation
+        p = c.step()
+        said = cond(p, "SpecValid")
+        assert (said["status"] == "True") is taken, (meta, said)
+        assert p.actions == [] and (p.status["observedGeneration"] == generation) is taken
+    c = Cluster(training(podMetadata=USER))
+    to_training(c)
+    c.trainers("Running")
+    c.body["spec"]["podMetadata"] = {"labels": {}, "annotations": {}}
+    c.body["metadata"]["generation"] = 2
+    refused = cond(c.step(), "SpecValid")
+    assert refused["reason"] == "UpdateRefused" and "spec.podMetadata" in refused["message"]

@@ -64,3 +64,15 @@ def test_an_empty_pod_metadata_added_to_a_started_training_is_taken(kube, operat
     st = wait_for(observed, what="the new generation observed")
     said = {c["type"]: c for c in st["conditions"]}["SpecValid"]
     assert said["status"] == "True", said
+    # a real change after the empty one is refused; podMetadata null (removed) is taken again
+    for patch, taken in (('{"labels": {"team": "a"}}', False), ("null", True), ('{"annotations": {}}', True)):
+        kube("patch", "gtr", name, "-n", ns, "--type=merge", "-p", f'{{"spec": {{"podMetadata": {patch}}}}}')
+        generation = get(kube, "gtr", name, ns)["metadata"]["generation"]
+
+        def spec_valid(generation: int = generation, taken: bool = taken) -> dict:
+            st = get(kube, "gtr", name, ns).get("status") or {}
+            said = {c["type"]: c for c in st.get("conditions") or []}.get("SpecValid") or {}
+            done = st.get("observedGeneration") == generation or said.get("reason") == "UpdateRefused"
+            return said if done and (said.get("status") == "True") is taken else {}
+
+        wait_for(spec_valid, what=f"podMetadata {patch} {'taken' if taken else 'refused'}")
