@@ -279,10 +279,16 @@ def due(status: dict[str, Any]) -> bool:
     return ended is None or status.get("phase") != ended
 
 
-def tick(queue: WorkQueue[tuple[str, str]]) -> int:
+# every SWEEP_PERIODS-th tick asks for every training known, finished or going too: kopf re-lists after
+# a watch gap and makes up no DELETED, so a finished training deleted in it stayed known for good (its
+# metrics exported: a Failed one's alert firing); its reconcile finds it gone and forgets it
+SWEEP_PERIODS = 20
+
+
+def tick(queue: WorkQueue[tuple[str, str]], sweep: bool = False) -> int:
     """Ask the work queue, in its periodic lane, for every training the tick is due for (stall
-    detection, a deadline missed by its requeue); how many."""
-    keys = [key for key, states in list(_known.items()) if DUE in states.values()]
+    detection, a deadline missed by its requeue), or every one known (`sweep`); how many."""
+    keys = [key for key, states in list(_known.items()) if sweep or DUE in states.values()]
     for key in keys:
         queue.add(key, periodic=True)
     return len(keys)
@@ -293,7 +299,9 @@ def _ticking(queue: WorkQueue[tuple[str, str]], stop: threading.Event) -> None:
     its log, /readyz said leading, and a CRD installed again was not always picked up), then tick().
     Discovery's word alone is not enough (crd_version.lagging): a restarted API server lists the CRD
     in its discovery a moment after it serves it. A failure is logged and the next period runs."""
+    periods = 0
     while not stop.wait(TIMER_SECONDS):
+        periods += 1
         try:
             unserved = k8s.crd_unserved()
             if unserved is not None and crd_version.lagging(k8s.crd_object()):
@@ -304,7 +312,7 @@ def _ticking(queue: WorkQueue[tuple[str, str]], stop: threading.Event) -> None:
             if unserved is not None:
                 _on_unserved(unserved)
                 return
-            tick(queue)
+            tick(queue, sweep=periods % SWEEP_PERIODS == 0)
         except Exception:  # a thread that died here ticked no training again, and checked no CRD
             log.exception("the periodic tick failed; tried again in %s s", TIMER_SECONDS)
 

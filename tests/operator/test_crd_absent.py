@@ -135,7 +135,9 @@ def test_a_discovery_lagging_behind_the_crd_stops_nothing(kube, operator, monkey
     monkeypatch.setattr(handlers, "TIMER_SECONDS", 0.0)
     monkeypatch.setattr(operator_k8s, "crd_unserved", lagging_discovery)
     monkeypatch.setattr(handlers, "_on_unserved", reacted.append)
-    monkeypatch.setattr(handlers, "tick", lambda queue: 0)  # the session operator's trainings: not here
+    monkeypatch.setattr(
+        handlers, "tick", lambda queue, sweep=False: 0
+    )  # the session operator's trainings: not here
     with caplog.at_level(logging.WARNING, logger="graphtrain.operator"):
         handlers._ticking(None, stop)  # type: ignore[arg-type]
     assert reacted == [] and len(asked) == 3

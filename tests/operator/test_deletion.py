@@ -166,3 +166,17 @@ def test_a_training_made_again_at_once_keeps_its_own_children_and_tick(kube, ope
     time.sleep(2)  # timer periods: the new one's children stay, it stays on the tick and exported
     assert owners() == {new} and handlers._known.get((ns, "again")) == {new: handlers.DUE}
     assert (ns, "again") in handlers.metrics()._statuses
+
+
+def test_a_finished_training_deleted_in_a_watch_gap_is_forgotten(operator, ns: str, monkeypatch) -> None:
+    """kopf re-lists after a watch gap and makes up no DELETED: a finished training deleted in the gap
+    was never ticked (finished) nor forgotten, its metrics exported for the operator's life. A sweep of
+    the tick (every SWEEP_PERIODS) reconciles every one known: this one, gone, is forgotten."""
+    from graphtrain.operator import handlers
+
+    monkeypatch.setattr(handlers, "SWEEP_PERIODS", 2)
+    key = (ns, "gone")
+    handlers._known[key] = {str(uuid.uuid4()): handlers.IDLE}  # finished, its DELETED lost
+    handlers.metrics().training(ns, "gone", {}, {"phase": "Failed"})
+    assert key in handlers.metrics()._statuses
+    assert wait_for(lambda: key not in handlers._known and key not in handlers.metrics()._statuses)

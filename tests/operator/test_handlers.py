@@ -86,6 +86,10 @@ def test_the_tick_asks_for_the_trainings_the_watch_events_showed_due(monkeypatch
         handlers.on_event(type="MODIFIED", **event("running", {"phase": "Succeeded", "conditions": [ended]}))
     )
     assert handlers.tick(work) == 1 and asked == [(("ns", "new"), True)]
+    asked.clear()  # a sweep: every one known, whose DELETED a watch gap may have taken
+    assert handlers.tick(work, sweep=True) == 3 and {key for key, _ in asked} == {
+        ("ns", n) for n in ("new", "done", "running")
+    }
 
 
 def test_a_trainings_end_deletes_its_children_once_and_forgets_it(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -175,6 +179,6 @@ def test_the_tick_thread_lives_through_a_failure(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setattr(handlers.k8s, "crd_unserved", unserved)
     monkeypatch.setattr(handlers.k8s, "crd_object", lambda: {})
     monkeypatch.setattr(handlers, "_on_unserved", reacted.append)
-    monkeypatch.setattr(handlers, "tick", lambda queue: 0)
+    monkeypatch.setattr(handlers, "tick", lambda queue, sweep=False: 0)
     handlers._ticking(None, threading.Event())  # type: ignore[arg-type]
     assert reacted == ["gone"] and "the periodic tick failed" in caplog.text
