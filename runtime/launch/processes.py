@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from graphtrain.contract import roles, rundir
+from graphtrain.contract import failures, roles, rundir
 from graphtrain.contract.conditions import Reason
 from graphtrain.contract.roles import PORT_FILE
 from graphtrain.runtime.errors import GraphtrainError
@@ -106,9 +106,10 @@ class Child:
         return roles.PEER_LOST in self.tail(lines=200)
 
     def lost_shard(self) -> bool:
-        """Whether it failed because a shard server stopped answering (SHARD_LOST): a consequence, when
-        that server was killed and its end is not seen yet."""
-        return SHARD_LOST.search(self.tail(lines=200)) is not None
+        """Whether it failed because a shard server stopped answering (contract/failures.py, as the
+        operator reads a trainer pod's): a consequence, when that server was killed and its end is not
+        seen yet."""
+        return failures.lost_shard(self.tail(lines=200)) is not None
 
     def learn_port(self) -> bool:
         """Read the metrics port from this process' port file, if it wrote it (a predecessor's file,
@@ -147,12 +148,6 @@ class Child:
 
 
 PEER_LOSS_GRACE = 10.0  # seconds a peer loss waits for the failure that caused it to be seen
-# how a trainer says a shard server is gone (the kvstore client's KVTimeout: not answered in time, its
-# connection or fast lane closed), as `error: ...` (roles/train.py: leave_failed)
-SHARD_LOST = re.compile(
-    r"^error: shard \d+ \(\S+\)(?: did not answer | closed (?:the|its) connection |: the fast lane failed )",
-    re.M,
-)
 
 
 def culprit(failed: Sequence[Child], others_running: bool, now: float) -> Child | None:

@@ -16,6 +16,7 @@ import traceback
 from pathlib import Path
 from typing import Any, NoReturn
 
+from graphtrain.contract import failures
 from graphtrain.contract.roles import TrainParams
 from graphtrain.contract.spec import load_yaml
 from graphtrain.runtime import cpus
@@ -112,7 +113,7 @@ def leave_failed(exc: BaseException) -> NoReturn:
     code = 1
     message = user_message(exc)
     if message is not None:
-        sys.stderr.write(f"error: {message}\n")
+        sys.stderr.write(f"{failures.ERROR}{message}\n")
     elif isinstance(exc, SystemExit):
         code = exc.code if isinstance(exc.code, int) else int(exc.code is not None)
     else:

@@ -32,6 +32,7 @@ from collections import deque
 
 import numpy as np
 
+from graphtrain.contract import failures
 from graphtrain.runtime.kvstore.client import lanecalls, reads
 from graphtrain.runtime.kvstore.client.transport import (
     SLOW_NOTE_SECONDS,
@@ -178,9 +179,13 @@ class FastPulls:
                         pushed = [c for c in group if c.op == "push_grad"]
                         if pushed:  # it may have been applied: never sent twice
                             raise KVTimeout(
-                                f"shard {s} ({self.addresses[s]}): the fast lane failed before answering "
-                                f"push_grad of {pushed[0].name!r} (not retried: it may have been applied); "
-                                "did the server stop or restart?"
+                                failures.shard_gone(
+                                    s,
+                                    self.addresses[s],
+                                    failures.LANE_FAILED,
+                                    f"before answering push_grad of {pushed[0].name!r} (not retried: it may "
+                                    "have been applied); did the server stop or restart?",
+                                )
                             ) from None
                         left += queues[s]
                         queues[s].clear()

@@ -13,6 +13,7 @@ from typing import Any, Protocol
 import numpy as np
 import zmq
 
+from graphtrain.contract import failures
 from graphtrain.runtime.kvstore.client.transport import SLOW_NOTE_SECONDS, Answer, Call, KVTimeout, place
 from graphtrain.runtime.kvstore.wire import protocol
 
@@ -131,9 +132,13 @@ class ZmqExchange:
                     continue
                 n = self.attempts[i]
                 raise KVTimeout(  # finish() drops the connection: the request is never sent later
-                    f"shard {c.shard} ({t.addresses[c.shard]}) did not answer {c.op}"
-                    f"{'' if c.name is None else f' of {c.name!r}'} within {self.timeout:g} s "
-                    f"({n} attempt{'s' if n > 1 else ''}); is the server running?"
+                    failures.shard_gone(
+                        c.shard,
+                        t.addresses[c.shard],
+                        failures.NO_ANSWER,
+                        f"{c.op}{'' if c.name is None else f' of {c.name!r}'} within {self.timeout:g} s "
+                        f"({n} attempt{'s' if n > 1 else ''}); is the server running?",
+                    )
                 )
         if self.noted:
             sys.stderr.write(f"[kvstore] answered after {time.monotonic() - self.began:.1f} s\n")
@@ -151,9 +156,13 @@ class ZmqExchange:
                 self.deadline[i] = now
                 continue
             raise KVTimeout(  # finish() drops the connection
-                f"shard {c.shard} ({self.t.addresses[c.shard]}) closed the connection before answering "
-                f"{c.op}{'' if c.name is None else f' of {c.name!r}'} (not retried: it may have been "
-                "applied); did the server stop or restart?"
+                failures.shard_gone(
+                    c.shard,
+                    self.t.addresses[c.shard],
+                    failures.CLOSED,
+                    f"before answering {c.op}{'' if c.name is None else f' of {c.name!r}'} (not retried: it "
+                    "may have been applied); did the server stop or restart?",
+                )
             )
 
     def _take(self, frames: list[Any]) -> None:

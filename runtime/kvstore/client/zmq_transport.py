@@ -29,6 +29,7 @@ import numpy as np
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
+from graphtrain.contract import failures
 from graphtrain.runtime.errors import GraphtrainError
 from graphtrain.runtime.kvstore.client import reads
 from graphtrain.runtime.kvstore.client.fastlane import LANE_OPS, FastPulls
@@ -285,9 +286,13 @@ class ZmqTransport:
                 if event["event"] == zmq.EVENT_DISCONNECTED:
                     if self.is_local(s):  # what we mapped is no longer what it serves
                         raise KVTimeout(  # stopped or restarted: nothing here can tell which
-                            f"shard {s} ({self.addresses[s]}) closed its connection (the server stopped, or "
-                            "was restarted): the rows this client maps from its shared memory may no longer "
-                            "be its rows; restart from the last checkpoint"
+                            failures.shard_gone(
+                                s,
+                                self.addresses[s],
+                                failures.CLOSED_ITS,
+                                "(the server stopped, or was restarted): the rows this client maps from its "
+                                "shared memory may no longer be its rows; restart from the last checkpoint",
+                            )
                         )
                     lost.add(s)
                     continue

@@ -14,6 +14,7 @@ import msgpack
 import numpy as np
 import pytest
 
+from graphtrain.contract import failures
 from graphtrain.runtime import kvstore
 from graphtrain.runtime.kvstore.client.kvclient import KVTimeout
 from graphtrain.runtime.kvstore.wire import protocol
@@ -300,8 +301,9 @@ def test_client_reports_a_dead_server(ckroot: Path) -> None:
         srv.kill()
         with pytest.raises(
             KVTimeout, match=rf"shard 0 \({srv.address}\) did not answer health within 1.5 s \(2 attempts\)"
-        ):
+        ) as said:
             client.health()
+        assert failures.lost_shard(failures.ERROR + str(said.value)) == 0  # as the executors read it
         client.close()
     finally:
         srv.kill()
@@ -444,8 +446,9 @@ def test_a_server_that_dies_while_a_call_waits_is_reported_at_once(ckroot: Path)
         began = time.monotonic()
         with pytest.raises(
             KVTimeout, match=rf"shard 0 \({srv.address}\) closed the connection before answering barrier"
-        ):
+        ) as said:
             client.barrier("two", 2, timeout=30.0)  # one participant of two: waits until the kill
+        assert failures.lost_shard(failures.ERROR + str(said.value)) == 0
         assert time.monotonic() - began < 10
         killer.join()
         client.close()
