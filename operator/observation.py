@@ -16,7 +16,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from graphtrain.contract import reporting
+from graphtrain.contract import failures, reporting
 from graphtrain.contract.children import LABEL_ROLE, names
 from graphtrain.contract.roles import PEER_LOST
 from graphtrain.contract.spec import GraphTraining, MemoryNeed, PartitionStatus, RunPolicy, load_yaml
@@ -118,13 +118,13 @@ def pod_failure(pod: Obj) -> str:
 
 def first_failure(pods: list[Obj]) -> Obj:
     """The failed pod to name, of several (trainers by rank): one whose failure is its own before one
-    that lost its peer (roles.PEER_LOST: the consequence), then the one that ended first, then the
+    that lost its peer or a shard server (consequence()), then the one that ended first, then the
     lowest rank. Named by rank alone, an OOM-killed rank 1 hid behind rank 0's peer loss."""
 
     def key(ranked: tuple[int, Obj]) -> tuple[bool, str, int]:
         rank, pod = ranked
         t = terminated(pod)
-        return (PEER_LOST in (t.get("message") or ""), t.get("finishedAt") or "~", rank)
+        return (consequence(pod), t.get("finishedAt") or "~", rank)
 
     return min(enumerate(pods), key=key)[1]
 
@@ -132,20 +132,95 @@ def first_failure(pods: list[Obj]) -> Obj:
 PEER_LOSS_GRACE = 30.0  # seconds a peer loss waits for the failure that caused it to be seen
 
 
-def culprit_due(failed: list[Obj], trainers: list[Obj], now: dt.datetime) -> float | None:
-    """Seconds to wait before judging failed trainers whose every failure is a peer loss (roles.PEER_LOST)
-    while another trainer still runs, or None to judge now. A trainer whose peer died fails within a
-    second, often before the kubelet reports the dead one's pod: judged at once, the survivor was named
-    and the cause never. Bounded (PEER_LOSS_GRACE from the first such failure): a hung peer's pod that
-    never fails must not hold the training."""
-    if not failed or not all(PEER_LOST in (terminated(p).get("message") or "") for p in failed):
+def lost_shard(pod: Obj) -> int | None:
+    """The shard a failed trainer pod says went away (contract/failures.py: the kvstore client's wording
+    in its log's tail, the termination message), else None."""
+    return failures.lost_shard(terminated(pod).get("message") or "")
+
+
+def consequence(pod: Obj) -> bool:
+    """A trainer's failure caused by another's end: its peer's (roles.PEER_LOST) or a shard server's."""
+    return PEER_LOST in (terminated(pod).get("message") or "") or lost_shard(pod) is not None
+
+
+def culprit_due(
+    failed: list[Obj], trainers: list[Obj], now: dt.datetime, servers: dict[int, Server] | None = None
+) -> float | None:
+    """Seconds to wait before judging failed trainers whose every failure is a consequence (a peer loss,
+    roles.PEER_LOST, or a lost shard server, contract/failures.py), or None to judge now. A trainer whose
+    peer died fails within a second, often before the kubelet reports the dead one's pod: judged at once,
+    the survivor was named and the cause never. A peer loss waits while another trainer still runs; a
+    lost shard while no end of that shard's server (`servers`: each shard's pod and container status)
+    is seen since the trainers started (shard_cause). Bounded (PEER_LOSS_GRACE from the first such
+    failure): a hung peer or server that never ends must not hold the training."""
+    if not failed or not all(consequence(p) for p in failed):
         return None
-    if not any(pod_phase(p) not in FINISHED for p in trainers):
+    shards = any(lost_shard(p) is not None for p in failed)
+    if shards and shard_cause(failed, servers or {}) is not None:
+        return None
+    if not shards and not any(pod_phase(p) not in FINISHED for p in trainers):
         return None
     ended = [parse_time(terminated(p).get("finishedAt")) for p in failed]
     first = min((t for t in ended if t is not None), default=now)
     left = PEER_LOSS_GRACE - (now - first).total_seconds()
     return left if left > 0 else None
+
+
+# a shard server's pod name, the pod's metadata ({}: no pod observed) and its container's status
+Server = tuple[str, Obj, Obj]
+
+
+def server_end(status: Obj) -> Obj:
+    """A shard server container's last end: its current state's `terminated` (a pod that failed), else
+    its lastState's (the kubelet restarted it); {} when it never ended."""
+    now = (status.get("state") or {}).get("terminated")
+    return now or (status.get("lastState") or {}).get("terminated") or {}
+
+
+def server_gone(server: Server, since: dt.datetime | None) -> tuple[str, str] | None:
+    """(when, how) shard server `server` went away since `since` (the failed trainers' start; None:
+    unknown, any end counts): its container ended (restarted in place, or failed), its pod is being
+    deleted, was made again (a deleted StatefulSet pod) or is missing; None when none is seen."""
+    pod, meta, status = server
+    end = server_end(status)
+    when = parse_time(end.get("finishedAt"))
+    if end and (since is None or when is None or when >= since):
+        code = end.get("exitCode")
+        why = (end.get("reason") or "Error") + (f", exit code {code}" if code is not None else "")
+        at = f" at {end['finishedAt']}" if end.get("finishedAt") else ""
+        how = "failed" if (status.get("state") or {}).get("terminated") else "was restarted"
+        return end.get(
+            "finishedAt"
+        ) or "~", f"ended ({why}){at} and {how} (restarts: {status.get('restartCount', 0)})"
+    if not meta:
+        return "~", "has no pod (deleted)"
+    if meta.get("deletionTimestamp"):
+        return meta["deletionTimestamp"], f"is being deleted (since {meta['deletionTimestamp']})"
+    made = parse_time(meta.get("creationTimestamp"))
+    if since is not None and made is not None and made > since:
+        return meta["creationTimestamp"], f"was replaced (the pod made again at {meta['creationTimestamp']})"
+    return None
+
+
+def shard_cause(failed: list[Obj], servers: dict[int, Server]) -> str | None:
+    """Why the failed trainers failed, naming the shard server that caused it: every failure is a
+    consequence, one says shard N went away, and shard N's server went away (server_gone) no earlier
+    than the first failed trainer started; the earliest of the shards the trainers name. None when none
+    is seen (a hung server, a network cut: the trainer is named). A StatefulSet restarts its pod in
+    place, so the trainers' pods were the only ones to fail and the condition named a trainer."""
+    if not failed or not all(consequence(p) for p in failed):
+        return None
+    starts = [parse_time((p.get("status") or {}).get("startTime")) for p in failed]
+    since = min((t for t in starts if t is not None), default=None)
+    named = sorted({s for p in failed if (s := lost_shard(p)) is not None})
+    gone = [(g, s) for s in named if s in servers and (g := server_gone(servers[s], since)) is not None]
+    if not gone:
+        return None
+    (_, how), shard = min(gone)
+    trainer = first_failure(failed)
+    return (
+        f"shard server {shard} (pod {servers[shard][0]}) {how}; the trainers lost it: {pod_failure(trainer)}"
+    )
 
 
 # A container waiting for one of these will not start by itself: a wrong image or tag, a missing pull

@@ -43,6 +43,7 @@ from graphtrain.operator.observation import (
     FINISHED,
     Obj,
     Observed,
+    Server,
     Trouble,
     applied_spec,
     culprit_due,
@@ -54,6 +55,7 @@ from graphtrain.operator.observation import (
     pod_phase,
     pod_ready,
     progress_status,
+    shard_cause,
     silent_rank,
     troubles,
     unmade,
@@ -329,6 +331,19 @@ def _server_pods(ctx: Context) -> dict[int, Obj]:
     return {i: p for i, p in enumerate(each) if p is not None}
 
 
+def _server_statuses(ctx: Context) -> dict[int, Server]:
+    """Each shard server's pod name, metadata ({}: none observed) and container status (a worker pod's
+    sidecar, else its StatefulSet pod's shard-server container, or its only one): shard_cause's input."""
+    pods, local, out = _server_pods(ctx), colocated(ctx.gt.spec), {}
+    for i in range(ctx.gt.spec.num_shards):
+        name = worker_name(ctx.gt.metadata.name, i) if local else f"{ctx.names['shards']}-{i}"
+        pod = pods.get(i) or {"metadata": {}}
+        own = (pod.get("status") or {}).get("containerStatuses") or [{}]
+        cs = _sidecar(pod) if local else next((c for c in own if c.get("name") == SHARD_CONTAINER), own[0])
+        out[i] = (name, pod["metadata"], cs)
+    return out
+
+
 def _sidecar_only(pod: Obj) -> Obj:
     """A worker pod as its shard server sees it, for the trouble check: its sidecar's status without
     the trainers' (a crash-looping sidecar is the shard stage's to name; a trainer's is the trainers')."""
@@ -462,10 +477,12 @@ def trainers_stage(ctx: Context, conds: conditions.Conditions) -> Step:
     step = Step(missing, status=progress_status(cm))
     failed = [p for _, p in sorted(trainers.items()) if pod_phase(p) == "Failed"]
     if failed:  # no missing rank is made: every rank restarts, or the training ends
-        due = culprit_due(failed, list(trainers.values()), ctx.obs.now)
-        if due is not None:  # a survivor's peer loss: the rank that caused it is named once it is seen
+        servers = _server_statuses(ctx)
+        due = culprit_due(failed, list(trainers.values()), ctx.obs.now, servers)
+        if due is not None:  # a consequence (peer or shard lost): its cause is named once it is seen
             return Step(step.actions, step.status, _going(ctx), requeue_after=due)
-        return _trainer_failed(ctx, conds, step.status, pod_failure(first_failure(failed)), trainers)
+        why = shard_cause(failed, servers) or pod_failure(first_failure(failed))
+        return _trainer_failed(ctx, conds, step.status, why, trainers)
     if len(trainers) == world and all(pod_phase(p) == "Succeeded" for p in trainers.values()):
         conditions.set_trainers_waiting(conds, conditions.Reason.completed, "every trainer finished")
         kept = gt.spec.run_policy.clean_pod_policy == CleanPodPolicy.none

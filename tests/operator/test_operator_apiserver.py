@@ -402,18 +402,27 @@ def apply_training(kube, ns: str, name: str, run_policy: str) -> None:
 def partition_pod(kube, ns: str, name: str, status: dict) -> None:
     """The Job controller's pod of <name>-partition, with `status` (the kubelet's)."""
     job = f"{name}-partition"
-    owner = {"apiVersion": "batch/v1", "kind": "Job", "name": job, "controller": True}
-    owner["uid"] = get(kube, "job", job, ns)["metadata"]["uid"]
     labels = {"graphtrain.io/training": name, "graphtrain.io/role": "partition", "job-name": job}
-    meta = {"name": f"{job}-x", "labels": labels, "ownerReferences": [owner]}
-    pod = {
+    controlled_pod(kube, ns, ("batch/v1", "Job", job), f"{job}-x", labels, "partition", status)
+
+
+def controlled_pod(
+    kube, ns: str, owner: tuple[str, str, str], pod: str, labels: dict, container: str, status: dict
+) -> None:
+    """Pod `pod` as the controller of `owner` (apiVersion, kind, name) makes it, with `status` (the
+    kubelet's): the tests play the Job and StatefulSet controllers."""
+    api, kind, name = owner
+    ref = {"apiVersion": api, "kind": kind, "name": name, "controller": True}
+    ref["uid"] = get(kube, kind.lower(), name, ns)["metadata"]["uid"]
+    meta = {"name": pod, "labels": labels, "ownerReferences": [ref]}
+    body = {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": meta,
-        "spec": {"containers": [{"name": "partition"}]},
+        "spec": {"containers": [{"name": container}]},
     }
-    kube("apply", "-n", ns, "-f", "-", input=json.dumps(pod))
-    status_patch(kube, "pod", f"{job}-x", ns, status)
+    kube("apply", "-n", ns, "-f", "-", input=json.dumps(body))
+    status_patch(kube, "pod", pod, ns, status)
 
 
 def to_training(kube, ns: str, name: str) -> None:
