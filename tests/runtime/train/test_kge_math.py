@@ -110,8 +110,8 @@ def test_joint_scores_are_each_positive_scored_against_its_chunks_shared_entitie
     }.get(kind) or (TransEModel(norm=int(kind[-1])), transe)
     g = torch.Generator().manual_seed(batch * 10 + chunk)
     n, k, d = 20, 6, 6  # even: the complex models' rows hold pairs
-    ent, rel = torch.randn(n, d, generator=g, dtype=torch.float64), torch.randn(3, d, dtype=torch.float64)
-    pos = torch.stack([torch.randint(n, (batch,)), torch.randint(3, (batch,)), torch.randint(n, (batch,))], 1)
+    ent, rel = (torch.randn(m, d, generator=g, dtype=torch.float64) for m in (n, 3))
+    pos = torch.stack([torch.randint(m, (batch,), generator=g) for m in (n, 3, n)], 1)  # seeded: g
     shared = kge_math.joint_draw(batch, k, chunk, n, g, heads=heads)
     half = kge_math.head_side(batch) if heads is None else heads
     assert shared.shape == (kge_math.chunks(half, chunk) + kge_math.chunks(batch - half, chunk), k)
@@ -172,7 +172,7 @@ def test_sided_scores_are_the_gathered_ones(kind: str, b: int, k: int) -> None:
     entry = kge_entry(kind)
     gen = torch.Generator().manual_seed(b * 10 + k)
     n, nr, d = 9, 3, 8
-    pos = torch.stack([torch.randint(n, (b,)), torch.randint(nr, (b,)), torch.randint(n, (b,))], 1)
+    pos = torch.stack([torch.randint(m, (b,), generator=gen) for m in (n, nr, n)], 1)  # seeded: gen
     neg = kge_math.corrupt(pos, k, n, gen)
     ent, rel = torch.randn(n, d, generator=gen), torch.randn(nr, d, generator=gen)
 
@@ -190,8 +190,9 @@ def test_sided_scores_are_the_gathered_ones(kind: str, b: int, k: int) -> None:
 
     (s0, ge0, gr0), (s1, ge1, gr1) = scored(False), scored(True)
     assert s1.shape == (b, k) and torch.equal(s0, s1)
-    torch.testing.assert_close(ge1, ge0, rtol=1e-5, atol=1e-6)
-    torch.testing.assert_close(gr1, gr0, rtol=1e-5, atol=1e-6)
+    # sums of O(1) float32 terms in another order: up to 3.8e-6 apart over 200 draws of each case
+    torch.testing.assert_close(ge1, ge0, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(gr1, gr0, rtol=1e-5, atol=1e-5)
 
 
 def test_replaced_is_the_entity_corrupt_put_in() -> None:
