@@ -54,7 +54,13 @@ def test_a_typed_rgcn_trains_through_the_operator_to_succeeded(cluster: Cluster,
         logs = "\n".join(runner.logs(ns, p["metadata"]["name"]) for p in pods)
         assert runner.errors == []
         assert body["status"]["phase"] == "Succeeded", f"{json.dumps(body['status'])[:3000]}\n{logs[-6000:]}"
-        assert "Training" in seen, seen
+        # the phases never went back; Training itself may fall between two reconciles (the trainers'
+        # pods ran and finished between the pod events the work queue coalesced), so the evidence that
+        # the trainers ran is the operator's Completed condition, not a phase seen by polling
+        order = ["Pending", "Partitioning", "Starting", "Training", "Succeeded"]
+        assert [order.index(p) for p in seen] == sorted({order.index(p) for p in seen}), seen
+        trainers = {c["type"]: c for c in body["status"]["conditions"]}["TrainersReady"]
+        assert trainers["reason"] == "Completed", trainers
         partition = body["status"].get("partition") or {}
         assert any(k.startswith("nodes:user") for k in (partition.get("balance") or {})), partition
         accuracy = final_progress(kube, ns, NAME, "test_accuracy")["evalValue"]
