@@ -8,6 +8,7 @@ from fastapi import APIRouter, Depends, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from graphtrain.api.access import may_scrape
+from graphtrain.api.encoding import respond, takes_gzip
 from graphtrain.api.problems import problem_responses
 
 router = APIRouter(tags=["metrics"])
@@ -29,4 +30,5 @@ def get_registry(request: Request) -> CollectorRegistry:
     dependencies=[Depends(may_scrape)],
 )
 def metrics(request: Request) -> Response:
-    return Response(generate_latest(get_registry(request)), media_type=CONTENT_TYPE_LATEST)
+    # gzipped when asked (Prometheus asks): ~10x fewer bytes a scrape
+    return respond(generate_latest(get_registry(request)), takes_gzip(request), CONTENT_TYPE_LATEST)

@@ -14,6 +14,7 @@ from pydantic import BaseModel
 
 from graphtrain.api import models
 from graphtrain.api.access import get_source
+from graphtrain.api.encoding import respond, takes_gzip
 from graphtrain.api.problems import problem_responses
 from graphtrain.api.selectors import SelectorError, parse
 from graphtrain.api.sources.base import InvalidParameter, ListQuery, StatusSource
@@ -53,13 +54,15 @@ router = APIRouter(
 )
 
 Source = Annotated[StatusSource, Depends(get_source)]
+Gzip = Annotated[bool, Depends(takes_gzip)]  # the request takes gzip (encoding.py)
 
 
-def answer(model: BaseModel) -> Response:
-    """The model as JSON, serialised once by pydantic. `response_model` still documents each route;
-    FastAPI's own path would dump the model, validate the dict against it again (the spec models'
-    rules included) and encode it a second time: 3x the cost of a request for one training."""
-    return Response(model.model_dump_json(by_alias=True), media_type="application/json")
+def answer(model: BaseModel, gzip_ok: bool) -> Response:
+    """The model as JSON, serialised once by pydantic (gzipped if the request takes it and it is large
+    enough). `response_model` still documents each route; FastAPI's own path would dump the model,
+    validate the dict against it again (the spec models' rules included) and encode it a second time:
+    3x the cost of a request for one training."""
+    return respond(model.model_dump_json(by_alias=True).encode(), gzip_ok)
 
 
 Namespace = Annotated[str, Path(pattern=DNS_LABEL, max_length=63, description="The namespace.")]
@@ -103,11 +106,13 @@ def list_query(
     summary="List trainings",
     responses=problem_responses(400, 422),
 )
-def list_trainings(source: Source, query: Annotated[ListQuery, Depends(list_query)]) -> Response:
+def list_trainings(
+    source: Source, gzip_ok: Gzip, query: Annotated[ListQuery, Depends(list_query)]
+) -> Response:
     """Trainings in namespace/name order, `limit` at a time; pass `continue` back for the next page. A
     page may hold fewer than `limit` items before the last (the phase filter, applied after paging
     on the Kubernetes API server)."""
-    return answer(source.list_trainings(query))
+    return answer(source.list_trainings(query), gzip_ok)
 
 
 @router.get(
@@ -117,7 +122,7 @@ def list_trainings(source: Source, query: Annotated[ListQuery, Depends(list_quer
     responses=problem_responses(400, 422),
 )
 def list_namespace(
-    source: Source, namespace: Namespace, query: Annotated[ListQuery, Depends(list_query)]
+    source: Source, gzip_ok: Gzip, namespace: Namespace, query: Annotated[ListQuery, Depends(list_query)]
 ) -> Response:
     if query.namespace is not None and query.namespace != namespace:
         raise InvalidParameter(
@@ -126,7 +131,8 @@ def list_namespace(
     return answer(
         source.list_trainings(
             ListQuery(namespace, query.selector, query.phase, query.limit, query.continue_token)
-        )
+        ),
+        gzip_ok,
     )
 
 
@@ -136,8 +142,8 @@ def list_namespace(
     summary="One training: spec summary, status, trainers",
     responses=ONE,
 )
-def get_training(source: Source, namespace: Namespace, name: Name) -> Response:
-    return answer(source.get_training(namespace, name))
+def get_training(source: Source, gzip_ok: Gzip, namespace: Namespace, name: Name) -> Response:
+    return answer(source.get_training(namespace, name), gzip_ok)
 
 
 @router.get(
@@ -146,8 +152,8 @@ def get_training(source: Source, namespace: Namespace, name: Name) -> Response:
     summary="Its shard servers: state, address, restarts",
     responses=ONE,
 )
-def shards(source: Source, namespace: Namespace, name: Name) -> Response:
-    return answer(models.ShardList(items=source.get_training(namespace, name).status.shards))
+def shards(source: Source, gzip_ok: Gzip, namespace: Namespace, name: Name) -> Response:
+    return answer(models.ShardList(items=source.get_training(namespace, name).status.shards), gzip_ok)
 
 
 @router.get(
@@ -156,8 +162,8 @@ def shards(source: Source, namespace: Namespace, name: Name) -> Response:
     summary="Its trainers: rank, state, restarts, last heartbeat",
     responses=ONE,
 )
-def trainers(source: Source, namespace: Namespace, name: Name) -> Response:
-    return answer(models.TrainerList(items=source.get_training(namespace, name).trainers))
+def trainers(source: Source, gzip_ok: Gzip, namespace: Namespace, name: Name) -> Response:
+    return answer(models.TrainerList(items=source.get_training(namespace, name).trainers), gzip_ok)
 
 
 @router.get(
@@ -168,6 +174,7 @@ def trainers(source: Source, namespace: Namespace, name: Name) -> Response:
 )
 def events(
     source: Source,
+    gzip_ok: Gzip,
     namespace: Namespace,
     name: Name,
     limit: Annotated[
@@ -177,7 +184,7 @@ def events(
     """Bounded: a training with thousands of events answered them all (2 MB at 5,000), and every client
     that never read held such an answer in the API's memory (100 of them: +830 MB)."""
     found = source.events(namespace, name)
-    return answer(models.EventList(items=found[-limit:], total=len(found)))
+    return answer(models.EventList(items=found[-limit:], total=len(found)), gzip_ok)
 
 
 @router.get(
@@ -186,8 +193,8 @@ def events(
     summary="Its progress per finished epoch (loss, samples/s, eval metric), oldest first",
     responses=ONE,
 )
-def history(source: Source, namespace: Namespace, name: Name) -> Response:
+def history(source: Source, gzip_ok: Gzip, namespace: Namespace, name: Name) -> Response:
     # the source's bytes as they are (models.history_answer: the History model's JSON, kept per stored
-    # history); no query parameters, so every answer is the whole history (no docstring: it would
-    # become the route's OpenAPI description)
-    return Response(source.history(namespace, name), media_type="application/json")
+    # history, with its gzip form: encoding.Answer); no query parameters, so every answer is the whole
+    # history (no docstring: it would become the route's OpenAPI description)
+    return respond(source.history(namespace, name), gzip_ok)

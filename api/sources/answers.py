@@ -5,8 +5,9 @@ Why bytes: a 500-epoch history decoded is ~700 KB of Python objects and 3-10 ms 
 is ~108 KB and costs nothing to send again. A kept answer is served only for the very version it was
 built from (the caller passes the version its store holds now), so it is never staler than that store.
 
-The bound counts each entry as its length plus ENTRY_BYTES (its key, version and the dict's node), so
-many small answers (empty histories) are bounded too: at most `limit` / ENTRY_BYTES entries.
+The bound counts each entry as its length (its gzip form's too, when it has one: encoding.Answer) plus
+ENTRY_BYTES (its key, version and the dict's node), so many small answers (empty histories) are bounded
+too: at most `limit` / ENTRY_BYTES entries.
 """
 
 from __future__ import annotations
@@ -14,25 +15,29 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Hashable
+from typing import Generic, TypeVar
 
+from graphtrain.api.encoding import stored_bytes
+
+B = TypeVar("B", bound=bytes)
 ENTRY_BYTES = 256  # what an entry costs beside its answer: key and version strings, tuple, dict node
 
 
 def cost(answer: bytes) -> int:
     """What one kept answer counts against the bound."""
-    return len(answer) + ENTRY_BYTES
+    return stored_bytes(answer) + ENTRY_BYTES
 
 
-class Answers:
+class Answers(Generic[B]):
     """Thread-safe: the routers run in a thread pool."""
 
     def __init__(self, limit: int):
         self.limit = limit
-        self._items: OrderedDict[Hashable, tuple[str, bytes]] = OrderedDict()  # key -> (version, answer)
+        self._items: OrderedDict[Hashable, tuple[str, B]] = OrderedDict()  # key -> (version, answer)
         self._lock = threading.Lock()
         self.nbytes = 0  # sum of cost() of the kept answers: at most `limit`
 
-    def get(self, key: Hashable, version: str) -> bytes | None:
+    def get(self, key: Hashable, version: str) -> B | None:
         """The answer kept for `key` if it was built from `version`, else None."""
         with self._lock:
             held = self._items.get(key)
@@ -41,7 +46,7 @@ class Answers:
             self._items.move_to_end(key)
             return held[1]
 
-    def put(self, key: Hashable, version: str, answer: bytes) -> None:
+    def put(self, key: Hashable, version: str, answer: B) -> None:
         """Keep `answer` (built from `version`) in place of what `key` had; one larger than the whole
         bound is not kept. Then drop the least recently used until under the bound."""
         with self._lock:

@@ -27,6 +27,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from graphtrain.api import models
+from graphtrain.api.encoding import Answer
 from graphtrain.api.sources.answers import Answers
 from graphtrain.api.sources.watched import Collection, Key, Lister, Watcher
 from graphtrain.contract import reporting
@@ -133,7 +134,7 @@ class Cache:
         self.max_age, self.patience = max_age, patience
         self._lock = threading.Lock()
         self._memo: dict[tuple[str, str, str], tuple[tuple[int, ...], Any]] = {}
-        self.histories = Answers(history_bytes)  # progress ConfigMap -> its /history answer
+        self.histories: Answers[Answer] = Answers(history_bytes)  # progress ConfigMap -> its /history answer
         self._closed = False
 
     def start(self) -> None:
@@ -186,7 +187,7 @@ class Cache:
             self._memo[slot] = (stamp, answer)
         return answer
 
-    def history(self, key: Key, version: str, read: Callable[[], str | None]) -> bytes:
+    def history(self, key: Key, version: str, read: Callable[[], str | None]) -> Answer:
         """The /history answer of the progress ConfigMap `key` (namespace, name) whose history's digest
         is `version` (the watch's, in a store current within the staleness bound): the one kept under
         that digest, else read() -> its history now (one GET), built and kept under the digest of what
@@ -195,6 +196,6 @@ class Cache:
         if held is not None:
             return held
         text = read()
-        answer = models.history_answer(text)
+        answer = Answer(models.history_answer(text))
         self.histories.put(key, history_version(text), answer)
         return answer
