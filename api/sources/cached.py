@@ -8,10 +8,11 @@ epochs, ~100 KB a training: 30 MB at 300 trainings, and the bulk of every change
 again), and in its place the history's digest (history_version). A history is read on /history with
 one GET and kept as its answer's bytes (answers.py, models.history_answer: ~108 KB at 500 epochs, built
 once), served while the watch shows its ConfigMap with the same history: the most recently asked, up to
-HISTORY_BYTES in all (~390 trainings at 500 epochs). By digest, not by the ConfigMap's resourceVersion:
-every rank's heartbeat changes that (each 5 s), its history changes once an epoch. Not decoded objects:
-a 500-epoch history is ~700 KB of them and 3-10 ms to decode again, what the old snapshot kept of every
-training (210 MB at 300 trainings).
+HISTORY_BYTES in all (~390 trainings at 500 epochs); concurrent misses of one history share one GET
+and build (flights.py: 32 clients walking 300 cold histories made 7,514-8,309 GETs, now 300). By
+digest, not by the ConfigMap's resourceVersion: every rank's heartbeat changes that (each 5 s), its
+history changes once an epoch. Not decoded objects: a 500-epoch history is ~700 KB of them and 3-10 ms
+to decode again, what the old snapshot kept of every training (210 MB at 300 trainings).
 
 No API call and no `kubernetes` import here: the list and watch calls, and the GET of a history, are
 passed in.
@@ -29,6 +30,7 @@ from typing import Any, TypeVar
 from graphtrain.api import models
 from graphtrain.api.encoding import Answer
 from graphtrain.api.sources.answers import Answers
+from graphtrain.api.sources.flights import Flights
 from graphtrain.api.sources.watched import Collection, Key, Lister, Watcher
 from graphtrain.contract import reporting
 from graphtrain.contract.children import LABEL_ROLE, LABEL_TRAINING
@@ -135,6 +137,7 @@ class Cache:
         self._lock = threading.Lock()
         self._memo: dict[tuple[str, str, str], tuple[tuple[int, ...], Any]] = {}
         self.histories: Answers[Answer] = Answers(history_bytes)  # progress ConfigMap -> its /history answer
+        self.reads: Flights[Answer] = Flights(wait=patience)  # one GET for concurrent misses of one
         self._closed = False
 
     def start(self) -> None:
@@ -191,8 +194,15 @@ class Cache:
         """The /history answer of the progress ConfigMap `key` (namespace, name) whose history's digest
         is `version` (the watch's, in a store current within the staleness bound): the one kept under
         that digest, else read() -> its history now (one GET), built and kept under the digest of what
-        was read (one newer than the watch's is served again once the watch shows it)."""
+        was read (one newer than the watch's is served again once the watch shows it). Concurrent misses
+        of one (key, version) share one read and build (flights.py); a failed read is not kept."""
         held = self.histories.get(key, version)
+        if held is not None:
+            return held
+        return self.reads.run((key, version), lambda: self._build(key, version, read))
+
+    def _build(self, key: Key, version: str, read: Callable[[], str | None]) -> Answer:
+        held = self.histories.get(key, version)  # kept by a flight that ended since this one's miss
         if held is not None:
             return held
         text = read()

@@ -1,0 +1,94 @@
+"""One computation per key at a time (single flight): the first caller of a key computes, the callers
+that come while it does wait for its result instead of computing it again.
+
+Why: a history's answer is one GET of its progress ConfigMap (~100 KB) and a 2-3 ms build; N clients
+opening the same training's page at once (a dashboard, a shared link) cost N GETs and N builds.
+A waiter waits at most `wait` s (then SourceUnavailable: the read it waits on is stuck, and starting
+another would only add to what the API server holds); an exception of the computation reaches every
+caller of that flight, and nothing of a failed flight is kept, so the next caller computes again.
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+from collections.abc import Callable, Hashable
+from typing import Generic, TypeVar
+
+from graphtrain.api.sources.base import SourceUnavailable
+
+T = TypeVar("T")
+
+
+class _Flight(Generic[T]):
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.value: T | None = None
+        self.error: BaseException | None = None
+        self.waiters = 0
+
+
+class Flights(Generic[T]):
+    """Thread-safe (the routers run in a thread pool). `computed`: how many computations ran (for
+    benches and tests); `flying`: how many are running now; `waiting`: callers waiting on them."""
+
+    def __init__(self, wait: float):
+        self.wait = wait
+        self._lock = threading.Lock()
+        self._flights: dict[Hashable, _Flight[T]] = {}
+        self.computed = 0
+
+    @property
+    def flying(self) -> int:
+        with self._lock:
+            return len(self._flights)
+
+    @property
+    def waiting(self) -> int:
+        """Callers waiting on another's computation now."""
+        with self._lock:
+            return sum(f.waiters for f in self._flights.values())
+
+    def run(self, key: Hashable, compute: Callable[[], T]) -> T:
+        """compute(), or the result of the one running for `key`.
+
+        Raises:
+            SourceUnavailable: the running one took longer than `wait` s.
+            whatever compute() raised, to its caller and to every caller that waited on it.
+        """
+        with self._lock:
+            flight = self._flights.get(key)
+            leads = flight is None
+            if flight is None:
+                flight = self._flights[key] = _Flight()
+                self.computed += 1
+            else:
+                flight.waiters += 1
+        if not leads:
+            return self._join(flight)
+        try:
+            flight.value = compute()
+            return flight.value
+        except BaseException as exc:
+            flight.error = exc
+            raise
+        finally:
+            with self._lock:
+                del self._flights[key]
+            flight.done.set()
+
+    def _join(self, flight: _Flight[T]) -> T:
+        if not flight.done.wait(self.wait):
+            raise SourceUnavailable(f"an identical request's read took longer than {self.wait:g} s")
+        if flight.error is not None:
+            raise _own(flight.error) from None
+        return flight.value  # type: ignore[return-value]  # set: done without an error
+
+
+def _own(error: BaseException) -> BaseException:
+    """A copy of `error` for one waiter to raise: one exception object raised in several threads at once
+    would collect every thread's traceback."""
+    try:
+        return copy.copy(error)
+    except Exception:  # an exception type that cannot be copied: the same object, tracebacks and all
+        return error
