@@ -9,6 +9,12 @@ when it changed: a token added, revoked or re-scoped in the Secret takes effect 
 token revoked or narrowed at the first look, one added or widened once its text is read the same at the
 next (1-2 s): a file truncated and rewritten in place may be read half-written, and `TOKEN` read without
 the ` namespaces=team-a` that follows it would otherwise see every namespace for a second.
+At start nothing was read before to narrow by, so a text whose last line holds a token without a line
+end after it (tokens.cut_short: where a write in progress stops) is read again START_PAUSE s later,
+until two reads agree (at most START_READS): such a read at start made that token see every namespace
+until the next change. A text that still changes is served as a reload would: nothing widened (here:
+no token) until it reads the same twice. Writes of one file are milliseconds apart (a mounted Secret is
+swapped whole), so the pause is short; a file ending with a line end costs no second read.
 A malformed line is refused alone, logged by line number (never its text); a file that disappears or
 holds no usable token refuses everyone (fails closed).
 
@@ -39,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from graphtrain.api import problems
-from graphtrain.api.tokens import GRANT, Grant, narrowest, parse
+from graphtrain.api.tokens import GRANT, Grant, cut_short, narrowest, parse
 
 log = logging.getLogger("graphtrain.api")
 Scope = MutableMapping[str, Any]
@@ -49,6 +55,8 @@ Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 RECHECK_SECONDS = 1.0
+START_PAUSE = 0.25  # seconds between the reads at start of a file that may be cut short
+START_READS = 8  # at most: 1.75 s of pauses
 OPEN_PATHS = frozenset({"/healthz", "/readyz", "/openapi.json", "/docs", "/docs/oauth2-redirect"})
 REALM = 'Bearer realm="graphtrain"'
 
@@ -64,7 +72,12 @@ def _digest(token: str) -> bytes:
 class TokenFile:
     """The tokens of `path`, re-read when the file changes."""
 
-    def __init__(self, path: Path, clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        path: Path,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ):
         self.path, self.clock = Path(path), clock
         self._lock = threading.Lock()
         self._signature: tuple[int, int, int] | None = None
@@ -72,14 +85,27 @@ class TokenFile:
         self._settled: dict[bytes, Grant] = {}  # the last text's read the same twice (or at start)
         self._pending: tuple[tuple[int, int, int], str] | None = None  # a text read once: (stat, text)
         self._checked = float("-inf")
+        for _ in range(START_READS - 1):
+            self.load(strict=True)
+            if self._pending is None:
+                return
+            sleep(START_PAUSE)
         self.load(strict=True)
+        if self._pending is not None:
+            log.warning(
+                "token file %s: still changing after %d reads; no token accepted until it reads the same"
+                " twice",
+                self.path,
+                START_READS,
+            )
 
     def load(self, strict: bool = False) -> None:
         """Read the file now: each refused line logged, the others used. strict (startup): raise
         TokenFileError if it is missing, unreadable or holds no usable token; otherwise (a reload) such a
         file refuses every token. A changed text narrows the grants at once (a token revoked or limited)
         and widens them (one added or given more) only once read the same at the next check, a second
-        later: a file truncated and rewritten in place may be read half-written (tokens.narrowest)."""
+        later: a file truncated and rewritten in place may be read half-written (tokens.narrowest). At
+        start, a text cut_short waits to be read the same twice (nothing accepted meanwhile)."""
         try:
             st = os.stat(self.path)
             signature = (st.st_ino, st.st_size, st.st_mtime_ns)
@@ -107,7 +133,8 @@ class TokenFile:
             for problem in parsed.problems:
                 log.warning("token file %s: %s", self.path, problem)
         self._signature = signature
-        now = read if strict or seen_twice else narrowest(self._settled, read)
+        whole = seen_twice or (strict and not cut_short(text))
+        now = read if whole else narrowest(self._settled, read)
         self._grants, self._pending = now, (None if now == read else (signature, text))
         if now != read:
             return  # it widens: once read the same again

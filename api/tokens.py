@@ -87,6 +87,17 @@ def parse_line(words: list[str]) -> Grant | str:
     return Grant(frozenset(names))
 
 
+def cut_short(text: str) -> bool:
+    """Whether `text` may be a file cut mid-write: its last line holds a token and no line end follows
+    it (`TOKEN` of `TOKEN namespaces=team-a`, or `team-a,te` of `team-a,team-b`). A cut anywhere else
+    leaves whole lines only, whose tokens are a file's own (a line missing grants nothing)."""
+    last = text.removeprefix("\ufeff").splitlines(keepends=True)[-1:]
+    if not last or last[0].splitlines()[0] != last[0]:
+        return False
+    words = last[0].split()
+    return bool(words) and not words[0].startswith("#")
+
+
 def narrowest(held: Mapping[K, Grant], read: Mapping[K, Grant]) -> dict[K, Grant]:
     """Each token of both with what both grant (one they grant no namespace in common is left out): a
     file's new text applied before it is known whole, so that a read caught mid-write (a truncated and

@@ -106,3 +106,64 @@ def test_narrowest_keeps_what_both_grant() -> None:
     held = {"every": EVERY, "ab": ab, "a": a, "gone": EVERY}
     read = {"every": ab, "ab": EVERY, "a": b, "new": EVERY}
     assert narrowest(held, read) == {"every": ab, "ab": ab}  # "a": nothing in common, refused
+
+
+@pytest.mark.parametrize(
+    ("text", "cut"),
+    [
+        (f"{ADMIN}\n{A}", True),  # A's line stops before its namespaces
+        (f"{ADMIN}\n{A} namespaces=team-a,te", True),
+        (f"{ADMIN}\n{A} namespaces=team-a\n", False),
+        (f"{ADMIN}\r\n{A} namespaces=team-a\r\n", False),
+        (f"{ADMIN}\n# a comment without a line end", False),
+        (f"{ADMIN}\n   ", False),
+        ("", False),
+    ],
+)
+def test_a_last_line_without_its_line_end_may_be_cut_short(text: str, cut: bool) -> None:
+    assert tokens.cut_short(text) is cut
+
+
+class Writer:
+    """The file a writer is still writing when the API starts: each pause at start, its next text."""
+
+    def __init__(self, path: Path, texts: list[str]):
+        self.path, self.texts, self.pauses = path, texts, 0
+        path.write_text(texts[0])
+
+    def sleep(self, seconds: float) -> None:
+        assert seconds == auth.START_PAUSE
+        self.pauses += 1
+        if self.pauses < len(self.texts):  # the last text stays as it is
+            self.path.write_text(self.texts[self.pauses])
+
+
+def test_a_file_cut_short_at_start_is_read_again_before_any_token_is_accepted(tmp_path: Path) -> None:
+    """Read once at start, `TOKEN` cut before its ` namespaces=team-a` was a token for every namespace
+    until the next change; now it is read again until two reads agree."""
+    writer = Writer(tmp_path / "tokens", [f"{ADMIN}\n{A}", f"{ADMIN}\n{A} namespaces=team-a\n"])
+    file = auth.TokenFile(writer.path, sleep=writer.sleep)
+    assert writer.pauses == 1 and file.grant(A) == Grant(frozenset({"team-a"}))
+
+
+def test_a_whole_file_costs_no_second_read_and_one_without_a_line_end_one(tmp_path: Path) -> None:
+    whole = Writer(tmp_path / "whole", [f"{ADMIN}\n{A} namespaces=team-a\n", "changed-after-start-0123\n"])
+    assert auth.TokenFile(whole.path, sleep=whole.sleep).grant(ADMIN) == EVERY and whole.pauses == 0
+    # as a chart's generated Secret or `kubectl create secret --from-literal`: one token, no line end
+    secret = Writer(tmp_path / "secret", [ADMIN])
+    assert auth.TokenFile(secret.path, sleep=secret.sleep).grant(ADMIN) == EVERY and secret.pauses == 1
+
+
+def test_a_file_still_changing_at_start_accepts_no_token_until_it_reads_the_same_twice(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    texts = [f"{A} namespaces=team-a,t{'e' * i}" for i in range(auth.START_READS + 1)]
+    writer = Writer(tmp_path / "tokens", texts)
+    clock = [0.0]
+    with caplog.at_level(logging.WARNING, logger="graphtrain.api"):
+        file = auth.TokenFile(writer.path, clock=lambda: clock[0], sleep=writer.sleep)
+    assert writer.pauses == auth.START_READS - 1
+    assert f"still changing after {auth.START_READS} reads" in caplog.text and A not in caplog.text
+    assert file._grants == {}  # nothing yet: the first request's look reads the last text again
+    last = Grant(frozenset({"team-a", "t" + "e" * (auth.START_READS - 1)}))
+    assert file.grant(A) == last
