@@ -8,7 +8,7 @@ epochs, ~100 KB a training: 30 MB at 300 trainings, and the bulk of every change
 again), and in its place the history's digest (history_version). A history is read on /history with
 one GET and kept as its answer's bytes (answers.py, models.history_answer: ~108 KB at 500 epochs, built
 once), served while the watch shows its ConfigMap with the same history: the most recently asked, up to
-HISTORY_BYTES in all (~390 trainings at 500 epochs); concurrent misses of one history share one GET
+HISTORY_BYTES in all (~350 trainings at 500 epochs); concurrent misses of one history share one GET
 and build (flights.py: 32 clients walking 300 cold histories made 7,514-8,309 GETs, now 300). By
 digest, not by the ConfigMap's resourceVersion: every rank's heartbeat changes that (each 5 s), its
 history changes once an epoch. Not decoded objects: a 500-epoch history is ~700 KB of them and 3-10 ms
@@ -40,8 +40,8 @@ T = TypeVar("T")
 log = logging.getLogger("graphtrain.api")
 CLOSE_SECONDS = 3.0  # close(): how long all the collections' threads are waited for, together
 Obj = dict[str, Any]
-# histories' answers kept, bytes (~108 KB a training at 500 epochs: ~390 trainings); it was 32 MB of
-# their text and 16 decoded (~11 MB)
+# histories' answers kept, bytes (~118 KB a training at 500 epochs, its 10.6 KB gzip form included:
+# ~350 trainings); it was 32 MB of their text and 16 decoded (~11 MB)
 HISTORY_BYTES = 40 << 20
 HISTORY_VERSION = "historyVersion"  # a kept progress ConfigMap's field: its history's history_version
 

@@ -24,8 +24,9 @@ Two modes:
   nothing: a request about one training then reads that collection's objects of it directly (a training
   left out is not answered as one with nothing), and the list of trainings, over it, is paged over the
   API server as in direct mode. Histories (~100 KB a training) are not kept with the progress maps: a
-  history is read on /history and its answer's bytes kept until its history changes (40 MB at most,
-  ~390 trainings at 500 epochs; not until its ConfigMap changes: every heartbeat changes that).
+  history is read on /history and its answer's bytes kept, gzip form included, until its history
+  changes (40 MB at most, ~350 trainings at 500 epochs; not until its ConfigMap changes: every
+  heartbeat changes that).
   close() ends the watches (the app's shutdown calls it).
 
 Security: the namespace and name of a request are DNS labels (checked by the routes) used as object
