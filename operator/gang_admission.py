@@ -11,15 +11,21 @@ then failing. Two checks, both before any create:
 - all of them as one pod (as_one(): every pod's containers in one pod, so its requests and limits are
   the gang's sums): a quota's refusal of it ("exceeded quota") is the gang's, though each pod alone
   fits. Any other refusal of that pod (a LimitRange's or a webhook's bound on one pod) says nothing.
+  Its containers are every pod's running ones, and what an init container asks beyond them: each pod
+  counted as Kubernetes counts it (pod_resources.py), sidecars once per pod.
 k8s.apply asks the one pod first, then each alone until one is refused (only the first when the one
 pod is over quota): a gang that waits is tried again at every reconcile (each timer period) for 2 dry
 runs, not N+1; an admitted one costs N+1, once.
-What remains: a quota's `pods` count (the one pod counts one); a quota taken by someone else between
-the dry runs and the creates (then as before: the creates after the first refused wait, the pods
-made wait for their peers until the trainers' timeout or the quota frees); a webhook that answers no
-dry run (400: the dry run says nothing, the creates go on); a LimitRange's per-pod max below the
-gang's sum (admission's LimitRanger refuses the one pod before the quota plugin sees it, so the
-quota's answer is not known: the creates go on as before); sidecar init containers, counted once.
+A create refused after the dry runs said yes (the quota taken by another client's pod in between;
+or a LimitRange's per-pod max below the gang's sum, which refuses the one pod before the quota plugin
+sees it, so its answer is not known until the creates): the gang's pods this apply made are deleted
+(k8s._undo: only this training's, by ownership and uid) and the gang waits whole, said in the
+condition and an event (undone()), tried again at the next reconcile. Not read as the quota's "no":
+a LimitRange's refusal of the one pod says nothing of the quota, and the namespace may have none.
+What remains: a quota's `pods` count (the one pod counts one); a webhook that answers no dry run
+(400: the dry run says nothing, the creates go on); with a LimitRange hiding a full quota, each
+reconcile makes the first pods and deletes them again (the quota's answer is read only on a create:
+reading the ResourceQuotas would need a grant the chart does not give); a pod's overhead.
 """
 
 from __future__ import annotations
@@ -27,12 +33,14 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from graphtrain.operator import pod_resources
 from graphtrain.operator.context import Action
 from graphtrain.operator.refusals import admission_forbidden, judge
 
 Obj = dict[str, Any]
 Answer = tuple[int, str | None, str] | None  # a dry run's refusal: (status, body, message); None: admitted
-_PER_CONTAINER = ("ports", "livenessProbe", "readinessProbe", "startupProbe")  # not unique in one pod
+_PER_CONTAINER = ("ports", "livenessProbe", "readinessProbe", "startupProbe", "restartPolicy")
+# ^ per container: not unique in one pod (ports, probes), or not allowed on a container (restartPolicy)
 
 
 def members(actions: list[Action]) -> list[Action]:
@@ -42,23 +50,48 @@ def members(actions: list[Action]) -> list[Action]:
 
 
 def as_one(pods: list[Obj]) -> Obj:
-    """One pod whose containers are every pod's (renamed unique; ports and probes left out, as they
-    must be unique in a pod and no quota counts them) and whose volumes are their union: a quota sees
-    the gang's summed requests and limits, in the pods' scope (the first pod's priority class,
-    deadline and labels)."""
+    """One pod whose containers are every pod's running ones (its containers and sidecars, renamed
+    unique; ports, probes and restartPolicy left out, as they must be unique in a pod and no quota
+    counts them) and whose volumes are their union: a quota sees the gang's summed requests and limits,
+    in the pods' scope (the first pod's priority class, deadline and labels). A pod whose init container
+    asks more than its running containers (Kubernetes counts the larger: pod_resources.py) adds a
+    container of the difference; the one pod has no init containers (its own would count once, as the
+    first pod's sidecars did: the quota saw one shard-server sidecar for a gang of worker pods)."""
     one = copy.deepcopy(pods[0])
     one["metadata"] = {**one["metadata"], "name": f"{pods[0]['metadata']['name']}-gang"}
     one["metadata"].pop("generateName", None)
     containers, volumes = [], {}
     for i, pod in enumerate(pods):
-        for c in pod["spec"].get("containers") or []:
+        for c in pod_resources.running(pod["spec"]):
             c = {k: v for k, v in c.items() if k not in _PER_CONTAINER}
             containers.append({**c, "name": f"{c['name']}-{i}"[:63]})
+        containers += _padding(pod["spec"], f"init-{i}")
         volumes.update({v["name"]: v for v in pod["spec"].get("volumes") or []})
     one["spec"] = {**one["spec"], "containers": containers}
+    one["spec"].pop("initContainers", None)
     if volumes:
         one["spec"]["volumes"] = list(volumes.values())
     return one
+
+
+def _padding(spec: Obj, name: str) -> list[Obj]:
+    """Containers that add what the pod's running containers lack of its effective requests and limits
+    (pod_resources.shortfall): one of requests, one of limits (requests 0, which the API server would
+    otherwise default to the limits), so neither has a request above its limit."""
+    image = ((spec.get("containers") or [{}])[0]).get("image", "pause")
+    out = []
+    requests = pod_resources.shortfall(spec, "requests")
+    limits = pod_resources.shortfall(spec, "limits")
+    if requests:
+        resources = {"requests": {k: pod_resources.quantity(v) for k, v in requests.items()}}
+        out.append({"name": f"{name}-requests"[:63], "image": image, "resources": resources})
+    if limits:
+        resources = {
+            "requests": {k: "0" for k in limits},
+            "limits": {k: pod_resources.quantity(v) for k, v in limits.items()},
+        }
+        out.append({"name": f"{name}-limits"[:63], "image": image, "resources": resources})
+    return out
 
 
 def waits(action: Action, answer: Answer) -> bool:
@@ -91,3 +124,14 @@ def refused(pods: list[Action], alone: list[Answer], together: Answer) -> tuple[
             f"of them as one pod): {together[2]}; none is made until the quota has room for all"
         )
     return None
+
+
+def undone(message: str, n: int, deleted: list[str]) -> str:
+    """A gang pod's refusal, after the pods of the gang made before it were deleted (k8s._undo)."""
+    if not deleted:
+        return message
+    made = ", ".join(deleted)
+    return (
+        f"{message}; the pods of the gang made before it ({made}) were deleted: none of the {n} pods of "
+        "the gang is made until all are admitted, tried again at the next reconcile"
+    )

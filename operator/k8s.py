@@ -302,6 +302,7 @@ def apply(plan: Plan, observed: Observed, fence: Callable[[], bool] = lambda: Tr
     unserved = False
     gang = gang_admission.members(plan.actions)
     refused = _gang_refused(gang, ns) if gang else None  # a refused pod of it: none is made
+    made_gang: list[dict[str, Any]] = []  # its pods this apply made: deleted if a later one is refused
     for action in plan.actions:
         if not fence():
             return False
@@ -318,6 +319,8 @@ def apply(plan: Plan, observed: Observed, fence: Callable[[], bool] = lambda: Tr
                     made = _raw(res.create(body=obj, namespace=ns, serialize=False))
                     if _cache is not None:
                         _cache.created(made)
+                    if any(action is a for a in gang):
+                        made_gang.append(made)
                 else:  # with a uid: only that object (409 if the name now holds another), as TTLs do
                     options: dict[str, Any] = {"propagationPolicy": "Background"}
                     if obj["metadata"].get("uid"):
@@ -340,8 +343,14 @@ def apply(plan: Plan, observed: Observed, fence: Callable[[], bool] = lambda: Tr
                 unserved = True  # the namespace's trainings go with it: nothing more is made there
             elif judged is not None:  # invalid (400, 422), or forbidden (403): the later creates wait
                 unserved = unserved or judged.waits
-                forbidden[action.key] = judged.message
-                said = refusal(body, action.key, judged.message, judged.level)
+                message = judged.message
+                if judged.waits and made_gang and any(action is a for a in gang):
+                    if not fence():
+                        return False
+                    message = gang_admission.undone(message, len(gang), _undo(made_gang, body, ns))
+                    made_gang = []
+                forbidden[action.key] = message
+                said = refusal(body, action.key, message, judged.level)
                 refusals += [said] if said is not None else []
             elif action.verb == "create" and exc.status == 409:
                 held = _whose_is(obj, body)
@@ -387,6 +396,30 @@ def _gang_refused(gang: list[Action], ns: str) -> tuple[str, str] | None:
         if gang_admission.waits(action, alone[-1]):
             break
     return gang_admission.refused(gang, alone, together)
+
+
+def _undo(pods: list[dict[str, Any]], training: dict[str, Any], ns: str) -> list[str]:
+    """Delete the gang's pods this apply made (only this training's: ownership.owned, and by uid) after
+    a later one was refused: the quota taken between the dry runs and the creates (another client's
+    pod), or admission that said no to the pod but not to its dry run. Made, they waited in rendezvous
+    for their peers until the trainers' timeout (600 s), holding the quota those peers needed; undone,
+    the gang waits whole and is tried again at the next reconcile. The names of those deleted."""
+    res, gone = _res("v1", "Pod"), []
+    for pod in pods:
+        if not owned(pod, {training["metadata"]["uid"]}):
+            continue
+        meta = pod["metadata"]
+        options = {"propagationPolicy": "Background", "preconditions": {"uid": meta["uid"]}}
+        try:
+            with calling("delete", expected=(404, 409)):
+                res.delete(name=meta["name"], namespace=ns, body=options, serialize=False)
+        except ApiException as exc:
+            if exc.status not in (404, 409):
+                raise
+        if _cache is not None:
+            _cache.deleted("Pod", ns, meta["name"])
+        gone.append(meta["name"])
+    return gone
 
 
 def _whose_is(obj: dict[str, Any], training: dict[str, Any]) -> str | None:

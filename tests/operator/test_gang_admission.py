@@ -18,7 +18,7 @@ import pytest
 from kubernetes.client.rest import ApiException
 from kubernetes.utils import parse_quantity
 
-from graphtrain.operator import gang_admission, k8s
+from graphtrain.operator import gang_admission, k8s, pod_resources
 from graphtrain.operator.context import Action
 from tests.operator.conftest import get, wait_for
 from tests.operator.test_admission_refusals import status_body
@@ -28,10 +28,8 @@ pytestmark = pytest.mark.timeout(180)
 
 
 def cpu(pod: dict[str, Any]) -> Any:
-    return sum(
-        parse_quantity((c.get("resources") or {}).get("requests", {}).get("cpu", "0"))
-        for c in pod["spec"]["containers"]
-    )
+    """The pod's requests.cpu as the quota plugin counts it (sidecars included: pod_resources.py)."""
+    return pod_resources.effective(pod["spec"], "requests").get("cpu", parse_quantity("0"))
 
 
 def fmt(cpu: Any) -> str:
@@ -41,34 +39,56 @@ def fmt(cpu: Any) -> str:
 
 class Quota:
     """The pod API with a ResourceQuota `compute` on requests.cpu in namespace `ns` (the quota
-    plugin's checks and words); pods elsewhere, and every other call, go to the real API."""
+    plugin's checks and words); pods elsewhere, and every other call, go to the real API. `taken`: cpu
+    another client's pod takes just before the first real create (after the dry runs); `pod_max`: a
+    LimitRange's per-pod max cpu, checked first (admission runs LimitRanger before the quota)."""
 
-    def __init__(self, real: Any, ns: str, hard: str):
+    def __init__(self, real: Any, ns: str, hard: str, taken: str = "0", pod_max: str | None = None):
         self.real, self.ns, self.hard, self.used = real, ns, parse_quantity(hard), parse_quantity("0")
+        self.taken, self.pod_max = parse_quantity(taken), None if pod_max is None else parse_quantity(pod_max)
         self.dry_runs: list[str] = []
+        self.pods: dict[str, Any] = {}  # name -> cpu of the pods made through it
 
     def create(self, body: dict[str, Any], namespace: str, **kw: Any) -> Any:
         if namespace != self.ns:
             return self.real.create(body=body, namespace=namespace, **kw)
-        asked = cpu(body)
+        asked, name = cpu(body), body["metadata"]["name"]
         if kw.get("dry_run"):
-            self.dry_runs.append(body["metadata"]["name"])
+            self.dry_runs.append(name)
+        elif self.taken:
+            self.used, self.taken = self.used + self.taken, parse_quantity("0")
+        if self.pod_max is not None and asked > self.pod_max:
+            raise forbidden(
+                f'pods "{name}" is forbidden: maximum cpu usage per Pod is {fmt(self.pod_max)}, but '
+                f"request is {fmt(asked)}"
+            )
         if self.used + asked > self.hard:
-            exc = ApiException(status=403, reason="Forbidden")
-            exc.body = status_body(
-                f'pods "{body["metadata"]["name"]}" is forbidden: exceeded quota: compute, requested: '
+            raise forbidden(
+                f'pods "{name}" is forbidden: exceeded quota: compute, requested: '
                 f"requests.cpu={fmt(asked)}, used: requests.cpu={fmt(self.used)}, limited: "
                 f"requests.cpu={fmt(self.hard)}"
             )
-            raise exc
         if kw.get("dry_run"):
             return None
         made = self.real.create(body=body, namespace=namespace, **kw)
         self.used += asked
+        self.pods[name] = asked
         return made
+
+    def delete(self, name: str, namespace: str, **kw: Any) -> Any:
+        gone = self.real.delete(name=name, namespace=namespace, **kw)
+        if namespace == self.ns and name in self.pods:
+            self.used -= self.pods.pop(name)
+        return gone
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.real, name)
+
+
+def forbidden(message: str) -> ApiException:
+    exc = ApiException(status=403, reason="Forbidden")
+    exc.body = status_body(message)
+    return exc
 
 
 @pytest.fixture
@@ -78,19 +98,32 @@ def ns(kube) -> str:
     return name
 
 
-def test_a_quota_with_room_for_one_trainer_of_two_makes_none(kube, operator, ns: str, monkeypatch) -> None:
+def quota_on_pods(monkeypatch, ns: str, hard: str, **kw: Any) -> Quota:
+    """A Quota in `ns` in the operator's way to the pod API (k8s._res)."""
     real_res = k8s._res
-    quota = Quota(real_res("v1", "Pod"), ns, "1500m")  # a trainer asks for 1 cpu: one fits, two do not
+    quota = Quota(real_res("v1", "Pod"), ns, hard, **kw)
     monkeypatch.setattr(
         k8s, "_res", lambda v, kind: quota if (v, kind) == ("v1", "Pod") else real_res(v, kind)
     )
-    name = "gang"
-    kube("apply", "-n", ns, "-f", "-", input=SPEC.format(name=name, extra_model=""))
+    return quota
+
+
+def to_pods(kube, ns: str, name: str, spec: str = SPEC) -> None:
+    """Apply the training, complete its partition Job and (a StatefulSet layout) ready its shards: the
+    next reconcile makes its trainer pods (or the worker pods, partition locality, at once)."""
+    kube("apply", "-n", ns, "-f", "-", input=spec.format(name=name, extra_model=""))
     assert wait_for(lambda: names_of(kube, "job", ns, name) == [f"{name}-partition"], what="the job")
     done = {"succeeded": 1, "conditions": [{"type": "Complete", "status": "True"}]}
     status_patch(kube, "job", f"{name}-partition", ns, done)
-    assert wait_for(lambda: names_of(kube, "statefulset", ns, name) == [f"{name}-shards"], what="shards")
-    status_patch(kube, "statefulset", f"{name}-shards", ns, {"replicas": 2, "readyReplicas": 2})
+    if "locality: none" in spec:
+        assert wait_for(lambda: names_of(kube, "statefulset", ns, name) == [f"{name}-shards"], what="shards")
+        status_patch(kube, "statefulset", f"{name}-shards", ns, {"replicas": 2, "readyReplicas": 2})
+
+
+def test_a_quota_with_room_for_one_trainer_of_two_makes_none(kube, operator, ns: str, monkeypatch) -> None:
+    quota = quota_on_pods(monkeypatch, ns, "1500m")  # a trainer asks for 1 cpu: one fits, two do not
+    name = "gang"
+    to_pods(kube, ns, name)
 
     def said() -> str:
         message = conditions(kube, name, ns).get("TrainersReady", {}).get("message", "")

@@ -1,0 +1,99 @@
+"""The trainers' gang when the dry runs said yes and a create then says no (operator/gang_admission.py,
+k8s._undo): the quota taken by another client's pod between the dry runs and the creates, or a
+LimitRange's per-pod max below the gang's sum, which refuses the one-pod dry run before the quota sees
+it (so the quota's answer is unknown). Before, the trainer made waited in rendezvous for its refused
+peer up to the trainers' timeout (600 s), holding the quota; now it is deleted (only this training's)
+and the gang waits whole, said in TrainersReady, until the quota has room for all.
+
+The operator and the pods are the real API server's; the quota's and the LimitRange's answers come
+from test_gang_admission.Quota (the test server runs no admission plugin), which counts requests.cpu
+as the quota plugin does and frees a pod's share when it is deleted."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from kubernetes.utils import parse_quantity
+
+from tests.operator.conftest import wait_for
+from tests.operator.test_gang_admission import quota_on_pods, to_pods
+from tests.operator.test_operator_apiserver import SPEC, conditions, names_of
+
+pytestmark = pytest.mark.timeout(180)
+
+
+@pytest.mark.parametrize(
+    ("taken", "pod_max", "quota_said"),
+    [
+        ("500m", None, "used: requests.cpu=1500m"),  # 2 cpu: the gang fit at the dry runs, 500m taken after
+        ("0", "1500m", "used: requests.cpu=1, limited: requests.cpu=1500m"),  # the LimitRange hid the quota
+    ],
+    ids=["quota-taken-between", "limitrange-hides-quota"],
+)
+def test_a_gang_refused_midway_deletes_the_pods_it_made_and_waits(
+    kube,
+    operator,
+    ns: str,
+    monkeypatch,
+    taken: str,
+    pod_max: str | None,
+    quota_said: str,
+) -> None:
+    hard = "2" if pod_max is None else "1500m"  # a trainer asks for 1 cpu
+    quota = quota_on_pods(monkeypatch, ns, hard, taken=taken, pod_max=pod_max)
+    name = "gang"
+    to_pods(kube, ns, name)
+
+    def said() -> str:  # the event stays; the condition says the latest reconcile's refusal
+        events = json.loads(kube("get", "events", "-n", ns, "-o", "json"))["items"]
+        return next((e["message"] for e in events if "were deleted" in e["message"]), "")
+
+    message = wait_for(said, what="a ChildRefused event saying the made trainer was deleted")
+    assert (
+        f'Pod/{name}-trainer-1 was refused by the API server: pods "{name}-trainer-1" is forbidden: '
+        in message
+    )
+    assert quota_said in message and "exceeded quota" in message
+    assert f"the pods of the gang made before it ({name}-trainer-0) were deleted" in message
+    waiting = conditions(kube, name, ns)["TrainersReady"]
+    assert waiting["status"] == "False" and "exceeded quota" in waiting["message"], waiting
+    # not a LimitRange's refusal of the one pod read as "quota full": the quota's own answer, on the create
+    assert "exceed a ResourceQuota together" not in message and "maximum cpu" not in message
+    # none left, nor its quota share (with the LimitRange each reconcile makes the first trainer and
+    # deletes it again within its apply: the quota's answer for the gang is known only on the create)
+    wait_for(
+        lambda: names_of(kube, "pod", ns, name) == [] and quota.used == parse_quantity(taken), what="none"
+    )
+
+    # the quota's room back (the other client's pod gone, or the LimitRange's quota raised): both made
+    quota.used, quota.hard = parse_quantity("0"), parse_quantity("2")
+    quota.pod_max = None
+    trainers = [f"{name}-trainer-0", f"{name}-trainer-1"]
+    assert wait_for(lambda: names_of(kube, "pod", ns, name) == trainers, what="both trainers")
+    assert quota.used == parse_quantity("2")
+
+
+LOCALITY = SPEC.replace("{{locality: none}}", "{{locality: partition}}")
+
+
+def test_worker_pods_with_sidecars_are_asked_of_the_quota_in_full(
+    kube, operator, ns: str, monkeypatch
+) -> None:
+    """Worker pods (partition locality): each a trainer (1 cpu) and its shard server, a native sidecar
+    (1 cpu): 2 cpu a pod, 4 the gang. The one pod of the dry run carried only the first pod's init
+    containers: 3 cpu, so a quota of 3500m admitted the gang and refused the second worker's create."""
+    quota = quota_on_pods(monkeypatch, ns, "3500m")
+    name = "wk"
+    to_pods(kube, ns, name, LOCALITY)
+
+    def said() -> str:
+        messages = [c.get("message", "") for c in conditions(kube, name, ns).values()]
+        return next((m for m in messages if "ResourceQuota" in m or "were deleted" in m), "")
+
+    message = wait_for(said, what="a condition saying the quota")
+    assert "exceed a ResourceQuota together" in message and "requests.cpu=4," in message, message
+    assert names_of(kube, "pod", ns, name) == [] and quota.used == 0
+    quota.hard = parse_quantity("4")
+    workers = [f"{name}-worker-0", f"{name}-worker-1"]
+    assert wait_for(lambda: names_of(kube, "pod", ns, name) == workers, what="both workers")
