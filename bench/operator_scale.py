@@ -10,7 +10,12 @@
    reach Starting (their shard StatefulSet and its Service, NetworkPolicy, PDB created). Reports the
    time until all are Starting, each training's create -> Starting p50 / p95 / p99, trainings that
    never got there, and a final count of every child each one should have.
-3. Deletion (unless --skip-delete): all deleted at once (the API server has no garbage collector: the
+3. Tick (--tick N, e.g. 300): N GraphTrainings brought to Starting as in 2, then --periods quiet timer
+   periods: per tick (the operator's periodic reconcile of every training, handlers.tick()), its wall
+   time (the first to the last API request of the tick's cluster in the API server's audit log), its
+   API calls by verb and resource, and the operator's CPU seconds; the operator's RSS after. Only on
+   the test server this script starts (its audit log); nothing else talks to it meanwhile.
+4. Deletion (unless --skip-delete): all deleted at once (the API server has no garbage collector: the
    operator deletes the children when it sees each training go); the time until every GraphTraining
    is gone, and every child of every kind left behind (none but the data claims, kept by
    storage.whenDeleted: Retain).
@@ -22,12 +27,13 @@ operator, the API server and etcd are reported per phase (where the time goes), 
 
 The operator runs as `graphtrain operator` in its own process, as in a pod.
 
-    python bench/operator_scale.py [--latency 100] [--burst 1000] [--skip-delete]
+    python bench/operator_scale.py [--latency 100] [--burst 1000] [--skip-delete] [--tick 300]
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import json
 import math
 import os
@@ -52,6 +58,14 @@ from graphtrain.operator.k8s import CHILD_KINDS  # noqa: E402
 from tests import k8s  # noqa: E402 - the test server and its stand-ins, as the tests start them
 
 GROUP, VERSION, PLURAL = "graphtrain.io", "v1alpha1", "graphtrainings"
+TIMER = 5  # the operator's timer period, s
+WORKERS = 4  # the operator's reconcile threads (its default)
+AUDIT_POLICY = {  # one event per request, as it arrives (tests/chart/test_rbac.py's)
+    "apiVersion": "audit.k8s.io/v1",
+    "kind": "Policy",
+    "omitStages": ["ResponseStarted", "ResponseComplete", "Panic"],
+    "rules": [{"level": "Metadata"}],
+}
 CHILDREN = [
     ("v1", "ConfigMap", "config"),
     ("v1", "ConfigMap", "progress"),
@@ -267,7 +281,13 @@ def scrape(url: str | None) -> dict[str, float]:
         return {}
     out = {}
     for line in text.splitlines():
-        if line.startswith(("graphtrain_operator_api_errors_total", "graphtrain_operator_reconciles_total")):
+        if line.startswith(
+            (
+                "graphtrain_operator_api_errors_total",
+                "graphtrain_operator_reconciles_total",
+                "graphtrain_operator_reconcile_seconds_sum",
+            )
+        ):
             sample, value = line.rsplit(" ", 1)
             out[sample] = float(value)
     return out
@@ -286,7 +306,8 @@ def log_counts(path: Path, start: int = 0) -> dict[str, int]:
 
 
 def errors_said(before: dict[str, float], after: dict[str, float]) -> str:
-    delta = {k: after[k] - before.get(k, 0.0) for k in after if after[k] - before.get(k, 0.0)}
+    moved = {k: after[k] - before.get(k, 0.0) for k in after if after[k] - before.get(k, 0.0)}
+    delta = {k: v for k, v in moved.items() if "_seconds_" not in k}
     return ", ".join(f"{k} +{v:.0f}" for k, v in sorted(delta.items())) or "no counter moved"
 
 
@@ -307,9 +328,11 @@ def latency(gtr: Any, ns: str, n: int) -> list[float]:
     return out
 
 
-def burst(dyn: DynamicClient, gtr: Any, ns: str, n: int, deadline: float) -> tuple[dict, float, int, float]:
+def burst(
+    dyn: DynamicClient, gtr: Any, ns: str, n: int, deadline: float, prefix: str = "b"
+) -> tuple[dict, float, int, float]:
     """Create n at once; (name -> seconds to Starting, seconds until all, create errors, create time)."""
-    names = [f"b{i}" for i in range(n)]
+    names = [f"{prefix}{i}" for i in range(n)]
     watch = PhaseWatch(ns, deadline_s=deadline + 60)
     jobs = JobController(dyn, ns, deadline_s=deadline + 60)
     created: dict[str, float] = {}
@@ -358,6 +381,82 @@ def deletion(kube: Any, dyn: DynamicClient, gtr: Any, ns: str) -> None:
     )
 
 
+def rss_mib(pid: int) -> float:
+    """The process's resident set (VmRSS), MiB."""
+    found = re.search(r"VmRSS:\s+(\d+) kB", Path(f"/proc/{pid}/status").read_text())
+    return int(found.group(1)) / 1024 if found else float("nan")
+
+
+def audit_events(path: Path, since: float) -> list[tuple[float, str]]:
+    """(time received, "verb resource") of every request from `since` (epoch s) on but the API
+    server's own, kubectl's and curl's (testenv.sh's probe): the operator's, in the quiet window."""
+    out = []
+    for line in path.read_text().splitlines():
+        event = json.loads(line)
+        agent = event.get("userAgent", "")
+        if event["user"]["username"] == "system:apiserver" or agent.startswith(("kubectl/", "curl/")):
+            continue
+        at = dt.datetime.fromisoformat(event["requestReceivedTimestamp"].replace("Z", "+00:00")).timestamp()
+        ref = event.get("objectRef") or {}
+        what = ref.get("resource", event["requestURI"].split("?")[0]) + (
+            f"/{ref['subresource']}" if ref.get("subresource") else ""
+        )
+        if at >= since:
+            out.append((at, f"{event['verb']} {what}"))
+    return sorted(out)
+
+
+def ticks(events: list[tuple[float, str]], gap: float = 1.0) -> list[list[tuple[float, str]]]:
+    """The requests in clusters, each begun after `gap` s without one: a tick's reconciles each."""
+    out: list[list[tuple[float, str]]] = []
+    for event in events:
+        if not out or event[0] - out[-1][-1][0] > gap:
+            out.append([])
+        out[-1].append(event)
+    return out
+
+
+def tick_phase(ns: str, n: int, periods: int, timer: float, op: int, audit: Path, url: str | None) -> None:
+    """Quiet periods with n trainings Starting: each tick's wall time, API calls, the operator's CPU."""
+    time.sleep(3 * timer)  # the burst's last reconciles and requeues done
+    t0, cpu0, count0 = time.time(), cpu_seconds(op), scrape(url)
+    time.sleep(periods * timer)
+    cpu1, count1 = cpu_seconds(op), scrape(url)
+    clusters = [c for c in ticks(audit_events(audit, t0)) if c[-1][0] < t0 + periods * timer - 1]
+    print(f"tick, {n} trainings Starting, {len(clusters)} ticks in {periods} periods of {timer:.0f} s:")
+    if not clusters:
+        return
+    walls = sorted(c[-1][0] - c[0][0] for c in clusters)
+    calls = sorted(len(c) for c in clusters)
+    by: dict[str, int] = {}
+    for c in clusters:
+        for _, what in c:
+            by[what] = by.get(what, 0) + 1
+    print(
+        f"  wall per tick (first to last API request): median {walls[len(walls) // 2]:.2f} s, "
+        f"max {walls[-1]:.2f} s; API calls per tick: median {calls[len(calls) // 2]}, max {calls[-1]}"
+    )
+    print(
+        f"  API calls by kind over the {len(clusters)} ticks: "
+        + ", ".join(f"{k} {v}" for k, v in sorted(by.items()))
+    )
+    spent = {k: count1.get(k, 0.0) - count0.get(k, 0.0) for k in count1 if "reconcile_seconds" in k}
+    done = sum(v for k, v in count1.items() if "reconciles_total" in k) - sum(
+        v for k, v in count0.items() if "reconciles_total" in k
+    )
+    summed = sum(spent.values())
+    print(
+        f"  reconciles {done:.0f} ({done / periods:.0f} a period), "
+        f"{summed / max(done, 1) * 1000:.1f} ms each: "
+        f"{summed / periods:.2f} s of reconcile time a period (the tick's wall, WORKERS of them at once: "
+        f">= {summed / periods / WORKERS:.2f} s)"
+    )
+    print(
+        f"  operator CPU per period {(cpu1 - cpu0) / periods:.2f} s; RSS {rss_mib(op):.0f} MiB; counters: "
+        f"{errors_said(count0, count1)}; load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}"
+    )
+
+
 def metrics_url(log: Path, timeout: float = 60) -> str | None:
     end = time.monotonic() + timeout
     while time.monotonic() < end:
@@ -374,13 +473,24 @@ def main() -> None:
     ap.add_argument("--burst", type=int, default=1000, help="trainings created at once")
     ap.add_argument("--deadline", type=float, default=900, help="seconds the burst may take")
     ap.add_argument("--skip-delete", action="store_true", help="leave out the deletion of the burst")
+    ap.add_argument("--tick", type=int, default=0, help="trainings whose periodic tick is measured (0: none)")
+    ap.add_argument("--periods", type=int, default=12, help="timer periods the tick is measured over")
     a = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="gt-opbench-"))
     kubeconfig = os.environ.get("GRAPHTRAIN_TEST_KUBECONFIG")
     started = not kubeconfig
-    if not kubeconfig:  # the test server, started as the tests start it
-        kubeconfig = k8s.start(tmp, k8s.testenv_bin())
-    env = {**os.environ, "KUBECONFIG": kubeconfig, "GRAPHTRAIN_OPERATOR_TIMER": "5"}
+    audit = tmp / "audit.log"
+    if not kubeconfig:  # the test server, started as the tests start it (with an audit log for --tick)
+        policy = tmp / "audit-policy.json"
+        policy.write_text(json.dumps(AUDIT_POLICY))
+        logged = ("--audit-policy-file", str(policy), "--audit-log-path", str(audit)) if a.tick else ()
+        kubeconfig = k8s.start(tmp, k8s.testenv_bin(), logged)
+    elif a.tick:
+        raise SystemExit(
+            "--tick needs the test server this script starts (its audit log): unset "
+            "GRAPHTRAIN_TEST_KUBECONFIG"
+        )
+    env = {**os.environ, "KUBECONFIG": kubeconfig, "GRAPHTRAIN_OPERATOR_TIMER": str(TIMER)}
     kube = k8s.kubectl(kubeconfig)
     k8s.install_crd(kube)
     k8s.serve_stand_ins(kube, k8s.NETWORK_POLICY)  # the operator makes NetworkPolicies for shard servers
@@ -402,7 +512,7 @@ def main() -> None:
         dyn = DynamicClient(kubernetes.client.ApiClient())
         gtr = dyn.resources.get(api_version=f"{GROUP}/{VERSION}", kind="GraphTraining")
         core = kubernetes.client.CoreV1Api()
-        for ns in ("lat", "burst"):
+        for ns in ("lat", "burst", "tick"):
             core.create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
         time.sleep(3)  # the operator's watches start
         cpu, counters, mark = Cpu(pids), scrape(url), log.stat().st_size
@@ -435,6 +545,13 @@ def main() -> None:
             if not a.skip_delete:
                 deletion(kube, dyn, gtr, "burst")
                 print(f"  {cpu.lap()}; log: {log_counts(log, mark)}")
+        if a.tick:
+            spans, total, failed, _ = burst(dyn, gtr, "tick", a.tick, a.deadline, prefix="t")
+            print(
+                f"tick: {len(spans)}/{a.tick} Starting after {total:.1f} s ({failed} failed calls); "
+                f"{cpu.lap()}"
+            )
+            tick_phase("tick", a.tick, a.periods, TIMER, op.pid, audit, url)
     finally:
         try:
             op.terminate()
