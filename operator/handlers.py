@@ -17,8 +17,10 @@ Children are not listed at each reconcile: one watch per child kind keeps a cach
 (cache.py, fed by k8s.watch_children) and asks a work queue (workqueue.py: WORKERS threads, each
 training at most once at a time, requests for a waiting one merged) to reconcile the training whose
 child changed, after the cache holds the change. The GraphTraining itself is read fresh each time
-(one GET), so its status never goes back; the operator's own creates and deletes enter the cache at
-once, so no reconcile makes again what the last one made.
+(one GET), so its status never goes back, but by the periodic tick's reconciles: they take it as its
+watch last showed it once that holds the operator's own last status write (watched.py: at 300
+trainings a tick was 300 GETs). The operator's own creates and deletes enter the cache at once, so no
+reconcile makes again what the last one made.
 
 No finalizer: every child carries an ownerReference to its GraphTraining (but a data claim kept by
 storage.whenDeleted Retain, which nothing deletes), so the cluster's garbage collector deletes them
@@ -52,6 +54,7 @@ from graphtrain.operator.cache import ChildCache
 from graphtrain.operator.endpoints import OperatorMetrics
 from graphtrain.operator.observation import finished
 from graphtrain.operator.reconcile import plan
+from graphtrain.operator.watched import Watched
 from graphtrain.operator.workqueue import WorkQueue
 
 log = logging.getLogger("graphtrain.operator")
@@ -70,6 +73,8 @@ _metrics = OperatorMetrics()  # unserved until the command gives the one it serv
 _namespaces: tuple[str, ...] = ()  # those the operator watches (none: all)
 _queue: WorkQueue[tuple[str, str]] | None = None  # started by the startup handler
 _watching = threading.Event()  # set: the child watches stop
+_watched = Watched()  # each training as its watch last showed it: the tick's reconciles GET none
+k8s.use_on_written(lambda namespace, name, rv: _watched.wrote((namespace, name), rv))
 
 
 def always() -> bool:
@@ -145,7 +150,9 @@ def start_watches() -> None:
     global _queue, _watching
     stop_watches()
     cache = ChildCache([kind for _, kind in k8s.CHILD_KINDS], _namespaces or ("",))
-    queue: WorkQueue[tuple[str, str]] = WorkQueue(lambda key: reconcile(*key), WORKERS)
+    queue: WorkQueue[tuple[str, str]] = WorkQueue(
+        lambda key: reconcile(*key), WORKERS, periodic_work=lambda key: reconcile(*key, watched=True)
+    )
     _queue, _watching = queue.start(), threading.Event()
     k8s.use_cache(cache)
     k8s.watch_children(cache, lambda namespace, name: queue.add((namespace, name)), _watching)
@@ -182,23 +189,29 @@ def _lock(namespace: str, name: str) -> threading.Lock:
         return lock
 
 
-def reconcile(namespace: str, name: str) -> None:
+def reconcile(namespace: str, name: str, watched: bool = False) -> None:
     """Observe, plan, apply; then arrange the plan's timed requeue (or cancel the last one). Counted by
-    result (ok, error, skipped) and timed."""
+    result (ok, error, skipped) and timed. `watched` (the tick's): the training as its watch showed it
+    when that is current (watched.py), not a GET."""
     start, result = time.perf_counter(), "error"
     try:
-        result = _reconcile(namespace, name)
+        result = _reconcile(namespace, name, watched)
+    except Exception:  # its status write may have happened or not: the next one GETs, or its watch
+        _watched.forget((namespace, name))  # event gives the training again
+        raise
     finally:
         _metrics.reconciled(result, time.perf_counter() - start)
 
 
-def _reconcile(namespace: str, name: str) -> str:
+def _reconcile(namespace: str, name: str, watched: bool = False) -> str:
     with _lock(namespace, name):
         if not may_act(namespace, name):
             return "skipped"
-        observed = k8s.observe(namespace, name)
+        body = _watched.current((namespace, name)) if watched else None
+        observed = k8s.observe(namespace, name) if body is None else k8s.observe(namespace, name, body)
         if observed is None:  # gone (its DELETED event may have fallen in a gap of kopf's watch)
             _known.pop((namespace, name), None)
+            _watched.forget((namespace, name))
             requeue(namespace, name, None)
             _metrics.forget(namespace, name)
             logs.forget(namespace, name)
@@ -289,6 +302,8 @@ def tick(queue: WorkQueue[tuple[str, str]], sweep: bool = False) -> int:
     """Ask the work queue, in its periodic lane, for every training the tick is due for (stall
     detection, a deadline missed by its requeue), or every one known (`sweep`); how many."""
     keys = [key for key, states in list(_known.items()) if sweep or DUE in states.values()]
+    if sweep:
+        _watched.verify_all()
     for key in keys:
         queue.add(key, periodic=True)
     return len(keys)
@@ -346,7 +361,14 @@ def note(key: tuple[str, str], uid: str, state: str | None) -> bool:
 
 @kopf.on.event(GROUP, VERSION, PLURAL)
 async def on_event(
-    *, type: str | None, body: kopf.Body, name: str, namespace: str | None, uid: str, **_: Any
+    *,
+    type: str | None,
+    body: kopf.Body,
+    name: str,
+    namespace: str | None,
+    uid: str,
+    event: kopf.RawEvent | None = None,
+    **_: Any,
 ) -> None:
     """Every watch event of a GraphTraining (none adds a finalizer): what the tick does with it, and
     its end: gone (DELETED), or being deleted while someone else's finalizer holds it. A coroutine on
@@ -356,6 +378,13 @@ async def on_event(
         return
     key = (namespace, name)
     was = (_known.get(key) or {}).get(uid)
+    raw: Any = event["object"] if event is not None else None
+    if type == "DELETED" or body.get("metadata", {}).get("deletionTimestamp") or not isinstance(raw, dict):
+        _watched.forget(key)
+    elif alone(namespace, name, uid):  # not one of two trainings of a name (their events interleave)
+        _watched.seen(key, raw)
+    else:
+        _watched.forget(key)
     if type == "DELETED":
         only = not note(key, uid, None)
         if was != GOING:

@@ -77,6 +77,19 @@ def _uncounted(verb: str) -> None:
 _count_error: Callable[[str], None] = _uncounted
 
 
+def _unwatched(namespace: str, name: str, rv: str | None) -> None:
+    pass
+
+
+_on_written: Callable[[str, str, str | None], None] = _unwatched
+
+
+def use_on_written(told: Callable[[str, str, str | None], None]) -> None:
+    """Who is told of each status write (namespace, name, the resourceVersion it made): watched.py."""
+    global _on_written
+    _on_written = told
+
+
 def use_error_counter(count: Callable[[str], None]) -> None:
     """Where failed API calls are counted: count(verb), verb in get|list|create|patch|replace|delete."""
     global _count_error
@@ -229,11 +242,13 @@ def _raw(answer: Any) -> dict[str, Any]:
     return dict(json.loads(answer.data))
 
 
-def observe(namespace: str, name: str) -> Observed | None:
-    """The GraphTraining and its children (see owned()); None if it is gone."""
+def observe(namespace: str, name: str, body: dict[str, Any] | None = None) -> Observed | None:
+    """The GraphTraining (read with a GET, unless `body`: as its watch showed it, watched.py) and its
+    children (see owned()); None if it is gone."""
     try:
         with calling("get", expected=(404,)):
-            body = _raw(_res(API_VERSION, KIND).get(name=name, namespace=namespace, serialize=False))
+            if body is None:
+                body = _raw(_res(API_VERSION, KIND).get(name=name, namespace=namespace, serialize=False))
     except ApiException as exc:
         if exc.status == 404:
             return None
@@ -363,12 +378,15 @@ def apply(plan: Plan, observed: Observed, fence: Callable[[], bool] = lambda: Tr
     status = told(plan.status, forbidden)
     if not same(status, body.get("status") or {}):
         with calling("patch"):
-            _res(API_VERSION, KIND).status.patch(
+            written = _res(API_VERSION, KIND).status.patch(
                 body={"status": status},
                 name=body["metadata"]["name"],
                 namespace=ns,
                 content_type="application/merge-patch+json",
+                serialize=False,
             )
+        rv = _raw(written)["metadata"].get("resourceVersion") if getattr(written, "data", None) else None
+        _on_written(ns, body["metadata"]["name"], rv)
     for event in [*plan.events, *refusals]:
         if not fence():
             return False

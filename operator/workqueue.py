@@ -39,10 +39,12 @@ class WorkQueue(Generic[K]):
         retry_base: float = 0.5,
         retry_max: float = 15.0,
         name: str = "reconcile",
+        periodic_work: Callable[[K], object] | None = None,
     ):
         if workers < 1:
             raise ValueError(f"workers must be at least 1, not {workers}")
         self.work, self.workers, self.name = work, workers, name
+        self.periodic_work = periodic_work or work  # a key taken from the periodic lane: no change asked
         self.retry_base, self.retry_max = retry_base, retry_max
         self._cond = threading.Condition()
         self._ready: deque[K] = deque()
@@ -117,26 +119,29 @@ class WorkQueue(Generic[K]):
                 self._cond.wait(min(left, 0.1))
         return True
 
-    def _take(self) -> K | None:
+    def _take(self) -> tuple[K, bool] | None:
+        """The next key, and whether only the periodic lane asked for it."""
         with self._cond:
             while not self._stopping:
                 now = time.monotonic()
                 while self._later and self._later[0][0] <= now:
                     self._ready.append(heapq.heappop(self._later)[2])
                 if self._ready or self._idle:
-                    key = self._ready.popleft() if self._ready else self._idle.popleft()
+                    periodic = not self._ready
+                    key = self._idle.popleft() if periodic else self._ready.popleft()
                     self._queued.discard(key)
                     self._running.add(key)
                     self.busy_peak = max(self.busy_peak, len(self._running))
-                    return key
+                    return key, periodic
                 self._cond.wait(self._later[0][0] - now if self._later else None)
             return None
 
     def _worker(self) -> None:
-        while (key := self._take()) is not None:
+        while (taken := self._take()) is not None:
+            key, periodic = taken
             ok = True
             try:
-                self.work(key)
+                (self.periodic_work if periodic else self.work)(key)
             except Exception:
                 ok = False
                 log.exception("%s of %s failed", self.name, key)

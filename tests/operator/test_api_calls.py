@@ -96,3 +96,23 @@ def test_a_child_deleted_behind_the_operator_wakes_its_training_through_the_watc
     assert wait_for(lambda: (ns, "again") in asked, what="the watch to ask for the training")
     made = lambda: "again-progress" in names_of(kube, "configmap", ns, "again")  # noqa: E731
     assert wait_for(made, timeout=30, what="the map made again")
+
+
+def test_the_ticks_reconcile_reads_the_training_as_its_watch_showed_it(kube, operator, ns, calls) -> None:
+    """The periodic tick's reconciles each read their training with a GET: 300 a period at 300
+    trainings (bench/RESULTS.md). Now none, once the watch showed the operator's own last write; the
+    sweep's reconcile (every SWEEP_PERIODS-th tick: one deleted in a watch gap is found gone) GETs."""
+    kube("apply", "-n", ns, "-f", "-", input=SPEC.format(name="tick", extra_model=""))
+    assert wait_for(lambda: phase(kube, "tick", ns) == "Partitioning", what="Partitioning")
+    synced()
+    assert handlers._queue is not None and handlers._queue.idle(timeout=30)
+    handlers.reconcile(ns, "tick")  # settles whatever the last trigger left
+    assert wait_for(lambda: handlers._watched.current((ns, "tick")) is not None, what="the watch's copy")
+    calls.clear()
+    for _ in range(3):
+        handlers.reconcile(ns, "tick", watched=True)
+    assert calls == []
+    handlers._watched.verify_all()
+    handlers.reconcile(ns, "tick", watched=True)
+    handlers.reconcile(ns, "tick", watched=True)
+    assert calls == [("GET", training_path(ns, "tick"))]

@@ -135,3 +135,20 @@ def test_periodic_requests_wait_behind_changes_and_a_change_promotes_one() -> No
         gate.open.set()
         assert q.idle(timeout=30)
         assert gate.runs == ["busy", "change", "tick-b", "tick-a"]
+
+
+def test_a_key_only_the_periodic_lane_asked_for_runs_periodic_work() -> None:
+    """The tick's reconciles read the training as its watch showed it (handlers, watched.py); a key a
+    change asked for too runs the ordinary work (its GET)."""
+    ran: list[tuple[str, str]] = []
+    q = WorkQueue(lambda k: ran.append(("work", k)), 1, periodic_work=lambda k: ran.append(("tick", k)))
+    q.add("a", periodic=True)
+    q.add("b", periodic=True)
+    q.add("b")  # a change too
+    q.add("c")
+    q.start()
+    try:
+        assert q.idle(timeout=30)
+    finally:
+        q.stop()
+    assert sorted(ran) == [("tick", "a"), ("work", "b"), ("work", "c")]

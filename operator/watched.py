@@ -1,0 +1,80 @@
+"""Each GraphTraining as its watch last showed it, for the periodic tick's reconciles: no GET each.
+
+Why: every reconcile read its training with a GET, so that its status never goes back (a plan on the
+status before its own last write would take a transition again: a restart counted twice, an event
+posted twice). At 300 trainings the tick was 300 GETs every period, 1.4 s of wall time on the bench
+(bench/RESULTS.md). The watch (kopf's, on_event) already brings every change; the body it showed is
+used only when it is known to hold the operator's own last status write: after a write its
+resourceVersion is pending until the watch shows that version (resourceVersions are compared only
+for equality, as the API asks). A reconcile that failed (its write made or not) forgets the training
+until its next watch event. Otherwise, and for the sweep's reconciles (verify_all: a training
+deleted in a watch gap must be found gone, which only a GET does), the reconcile GETs as before.
+Changes (a spec edit, a child) are reconciled as before, each with its GET.
+
+Thread-safe: on_event writes from kopf's loop, the work queue's threads read and write."""
+
+from __future__ import annotations
+
+import copy
+import threading
+from typing import Any
+
+Key = tuple[str, str]  # (namespace, name)
+
+
+class Watched:
+    def __init__(self) -> None:
+        self._bodies: dict[Key, dict[str, Any]] = {}
+        self._pending: dict[Key, str] = {}  # the resourceVersion of our last write, not yet watched
+        self._verify: set[Key] = set()  # the next reconcile GETs (the sweep's)
+        self._lock = threading.Lock()
+
+    def seen(self, key: Key, body: dict[str, Any]) -> None:
+        """A watch event's object (not DELETED): kept as it is (not changed after; copied when used)."""
+        rv = _version(body)
+        with self._lock:
+            self._bodies[key] = body
+            if self._pending.get(key) == rv:
+                del self._pending[key]
+
+    def wrote(self, key: Key, rv: str | None) -> None:
+        """The operator wrote the training (its status), answered with this resourceVersion: the body
+        kept is current again once the watch shows it (or already, if it did before the answer came)."""
+        with self._lock:
+            held = self._bodies.get(key)
+            if rv is None:  # which version holds it is not known: the next watch event's
+                self._bodies.pop(key, None)
+                self._pending.pop(key, None)
+            elif held is None or _version(held) != rv:
+                self._pending[key] = rv
+            else:
+                self._pending.pop(key, None)
+
+    def forget(self, key: Key) -> None:
+        """Gone (DELETED), or being deleted: reconciles GET it."""
+        with self._lock:
+            self._bodies.pop(key, None)
+            self._pending.pop(key, None)
+            self._verify.discard(key)
+
+    def verify_all(self) -> None:
+        """The next reconcile of each training GETs it (the sweep: one deleted in a watch gap is kept
+        here, as kopf makes up no DELETED for it)."""
+        with self._lock:
+            self._verify = set(self._bodies)
+
+    def current(self, key: Key) -> dict[str, Any] | None:
+        """A copy of the body the watch last showed, if it holds the operator's last write; else None
+        (GET it)."""
+        with self._lock:
+            if key in self._verify:
+                self._verify.discard(key)
+                return None
+            body = self._bodies.get(key)
+            if body is None or key in self._pending:
+                return None
+        return copy.deepcopy(body)
+
+
+def _version(body: dict[str, Any]) -> str | None:
+    return (body.get("metadata") or {}).get("resourceVersion")

@@ -1,0 +1,49 @@
+"""The trainings as their watch showed them (operator/watched.py): a copy is used only when it holds
+the operator's own last status write; literal bodies."""
+
+from __future__ import annotations
+
+from graphtrain.operator.watched import Watched
+
+KEY = ("ns", "t")
+
+
+def body(rv: str, phase: str = "Starting") -> dict:
+    return {"metadata": {"name": "t", "resourceVersion": rv}, "status": {"phase": phase}}
+
+
+def test_a_copy_is_used_once_the_watch_showed_the_operators_last_write() -> None:
+    w = Watched()
+    assert w.current(KEY) is None  # never watched: GET
+    w.seen(KEY, body("1"))
+    got = w.current(KEY)
+    assert got == body("1")
+    got["status"]["phase"] = "changed by a plan"
+    assert w.current(KEY) == body("1")  # a copy: the kept body is not changed
+    w.wrote(KEY, "2")  # the operator's status write: GET until the watch shows version 2
+    assert w.current(KEY) is None
+    w.seen(KEY, body("3"))  # some other version (its own or kopf's write): still not known to hold ours
+    assert w.current(KEY) is None
+    w.seen(KEY, body("2", "Training"))
+    assert w.current(KEY) == body("2", "Training")
+
+
+def test_a_write_whose_event_came_first_is_current_at_once() -> None:
+    w = Watched()
+    w.seen(KEY, body("5"))
+    w.wrote(KEY, "5")  # the watch was faster than the patch's answer
+    assert w.current(KEY) == body("5")
+    w.wrote(KEY, None)  # a write whose version is not known (a failed reconcile): GET, until the next
+    assert w.current(KEY) is None  # watch event
+    w.seen(KEY, body("6"))
+    assert w.current(KEY) == body("6")
+
+
+def test_the_sweep_and_a_deletion_read_with_a_get() -> None:
+    w = Watched()
+    w.seen(KEY, body("1"))
+    w.verify_all()
+    assert w.current(KEY) is None  # once: the sweep's reconcile finds a training deleted in a gap
+    assert w.current(KEY) == body("1")
+    w.forget(KEY)
+    assert w.current(KEY) is None
