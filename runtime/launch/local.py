@@ -32,7 +32,8 @@ log warnings. A failed process is one line: the
 Its parts: processes.py starts, watches and stops the processes and owns the run directory, forking
 them from zygote.py's process, which imported torch once for all of them (and their restarts);
 partition_step.py is the partition pipeline the operator's partition Job runs too; reuse.py decides
-what a launch takes over from the one before (an unchanged partition, the checkpoint to resume).
+what a launch takes over from the one before (an unchanged partition, the checkpoint to resume);
+preparation.py readies the run directory (token, logs, stale files) before anything starts.
 
 Metrics: every process serves Prometheus metrics on 127.0.0.1 on a port it picks (a shard server names
 it in its ready line, a trainer writes it to its port file, plan.port_file), the launcher too (the
@@ -46,8 +47,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import secrets
-import shutil
 import signal
 import threading
 import time
@@ -55,7 +54,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from graphtrain.contract import rundir
 from graphtrain.contract.conditions import Reason
 from graphtrain.contract.roles import Files
 from graphtrain.contract.spec import (
@@ -68,9 +66,17 @@ from graphtrain.contract.spec import (
     StallPolicy,
 )
 from graphtrain.runtime import cpus
-from graphtrain.runtime.data.cache import atomic_file, reason, write_json
+from graphtrain.runtime.data.cache import reason, write_json
 from graphtrain.runtime.errors import GraphtrainError
-from graphtrain.runtime.launch import inference, partition_step, plan, reuse, status, targets
+from graphtrain.runtime.launch import (
+    inference,
+    partition_step,
+    plan,
+    preparation,
+    reuse,
+    status,
+    targets,
+)
 from graphtrain.runtime.launch.hosts import HostLayout
 from graphtrain.runtime.launch.processes import (
     Child,
@@ -84,7 +90,6 @@ from graphtrain.runtime.launch.processes import (
     lock_run_dir,
     port_file_init,
     remove_sockets,
-    rotate_logs,
     spawn,
     stop,
     umask,
@@ -94,12 +99,10 @@ from graphtrain.runtime.launch.progress_lines import ProgressLines
 from graphtrain.runtime.launch.zygote import Zygote
 from graphtrain.runtime.progress import console
 from graphtrain.runtime.stopping import Terminated
-from graphtrain.runtime.train import history
 
 POLL_SECONDS = 0.5
 SERVER_GRACE = 15.0  # seconds the shard servers have to stop at the end of a run
 PRIVATE = 0o077  # umask of the launcher and its children: directories 0700, files 0600
-TERMINAL = (Phase.succeeded.value, Phase.failed.value)
 
 
 class LocalRun:
@@ -469,58 +472,19 @@ class LocalRun:
                 return self.finished if self.finished is not None else self._launch()
 
     def _prepare(self) -> None:
-        """What the launcher does before the run: refuse to delete checkpoints unasked (changing nothing),
-        say how the previous launch ended if it could not say so itself, and start afresh the token, the
-        logs and the run's files."""
-        checkpoints = self.run_dir / "checkpoints"
-        held = checkpoints.is_dir() and any(checkpoints.iterdir())
-        if held and not (self.resume or self.overwrite):
-            what = reuse.describe_checkpoints(checkpoints)
-            raise reuse.CheckpointsExist(
-                f"{self.run_dir} holds checkpoints ({what}): continue them with --resume, or delete them "
-                "with --overwrite"
-            )
-        with contextlib.suppress(OSError, ValueError, AttributeError):
-            phase = json.loads((self.run_dir / "status.json").read_text()).get("phase")
-            if phase not in TERMINAL:  # and its launcher is gone: we hold the lock
-                self.say(f"[run] the previous launch ended without a final status (killed?); it was {phase}")
-        if self.resume:
-            self.finished = reuse.choose_checkpoint(checkpoints, self.run_dir, self.gt.spec, self.say)
-            if self.finished is not None:  # nothing to start: the previous launch's files stay as they are
-                return
-        elif held:  # deleted once the input has been read and partitioned (_drop_checkpoints)
-            self.overwritten = checkpoints
-        checkpoints.mkdir(exist_ok=True)
-        token = self.run_dir / "token"
-        with contextlib.suppress(OSError):  # what the previous launch's killed processes left in /dev/shm
-            self._remove_segments(token.read_text().strip())
-        self.token = secrets.token_hex(24)  # fresh shared-memory names for this launch's processes
-        with atomic_file(token, mode=0o600) as f:
-            f.write(self.token.encode())
-        if (self.run_dir / "logs").is_dir():
-            rotate_logs(self.run_dir / "logs")
-        for stale in (rundir.PROGRESS_FILE, "result.json"):
-            (self.run_dir / stale).unlink(missing_ok=True)
-        if not self.resume:  # a resumed run continues its history; a new one starts its own
-            (self.run_dir / rundir.HISTORY_FILE).unlink(missing_ok=True)
-            (self.run_dir / history.METRICS_FILE).unlink(missing_ok=True)
-            shutil.rmtree(self.run_dir / history.TENSORBOARD_DIR, ignore_errors=True)
-        self.lines.skip_earlier()  # the epochs of earlier launches were printed by them
-        shutil.rmtree(self.run_dir / "trainers", ignore_errors=True)  # the previous launch's heartbeats
-        # what readers of the directory (the REST API's local source) take the training's identity from
-        write_json(
-            self.run_dir / rundir.SPEC_FILE, self.gt.model_dump(by_alias=True, exclude_none=True, mode="json")
+        """The run directory made ready for this launch (preparation.py); nothing starts here."""
+        done = preparation.prepare(
+            self.run_dir,
+            self.gt,
+            resume=self.resume,
+            overwrite=self.overwrite,
+            say=self.say,
+            skip_earlier=self.lines.skip_earlier,
         )
+        self.token, self.finished, self.overwritten = done.token, done.finished, done.overwritten
 
     def _drop_checkpoints(self) -> None:
-        """--overwrite's deletion of the previous checkpoints, after the input was read and partitioned:
-        an input refused in one line deletes nothing."""
-        checkpoints = self.overwritten
-        if checkpoints is None:
-            return
-        self.say(f"[run] --overwrite: deleting {checkpoints} ({reuse.describe_checkpoints(checkpoints)})")
-        shutil.rmtree(checkpoints)
-        checkpoints.mkdir()
+        preparation.drop_checkpoints(self.overwritten, self.say)
         self.overwritten = None
 
     def _launch(self) -> dict:
@@ -575,21 +539,12 @@ class LocalRun:
             self.stop_all()
             if self.zygote is not None:  # idle, it exits at once; still importing (a Ctrl-C at the
                 self.zygote.close(timeout=1.0)  # start) it reads no socket until done: killed, not awaited
-            self._remove_segments(self.token)
+            preparation.remove_segments(self.token)
             remove_sockets(self.run_dir)
             try:
                 self.final_status()
             finally:
                 self._stop_metrics()
-
-    @staticmethod
-    def _remove_segments(token: str) -> None:
-        """Shared memory that killed processes of the launch with `token` could not unlink (call it once
-        every one of them has exited)."""
-        from graphtrain.runtime.kvstore.tables.shm import job_prefix, remove_leftovers
-
-        with contextlib.suppress(OSError):
-            remove_leftovers(job_prefix(token))
 
 
 def visible_gpus() -> int:
