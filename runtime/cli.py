@@ -401,7 +401,7 @@ def export(
         if len(tables) != 1:
             raise GraphtrainError(f"{root}: holds tables {tables}: pick one with --name")
         name = tables[0]
-    cfg = outputs.checkpoint_partition(root, partition)
+    cfg = outputs.checkpoint_partition(root, partition, warn)
     rows = outputs.original_order(root, name, cfg)
     outputs.write_rows(out, rows)
     order = {
@@ -495,11 +495,9 @@ def predict(
             f"task {gt.spec.task_kind}: predictions are per {served[:-1]}: give -o OUT.parquet or OUT.csv"
         )
     root = ckpt.resolve_checkpoint(checkpoint)
-    cfg = outputs.checkpoint_partition(root, partition)
-    changed = graph_changes(
-        gt, spec_path.parent, cfg.path
-    )  # its partition.parts is no concern of one process
-    refuse_changes([c for c in changed if c.startswith("graph")], root, cfg.path)
+    cfg = outputs.checkpoint_partition(root, partition, warn)
+    changed = graph_changes(gt, spec_path.parent, cfg)  # its partition.parts is no concern of one process
+    refuse_changes([c for c in changed if c.startswith("graph")], root, cfg, gt)
     # here, after the checks above: the predictions import torch (2 s of CPU), the refusals need none
     from graphtrain.runtime import predict as prediction
 

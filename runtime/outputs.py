@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -23,6 +24,7 @@ import numpy as np
 from graphtrain.runtime import checkpoint as ckpt
 from graphtrain.runtime.data.cache import atomic_file, check_creatable, make_dirs
 from graphtrain.runtime.errors import GraphtrainError
+from graphtrain.runtime.partition import identity
 from graphtrain.runtime.partition.format import PartitionConfig, load_config, load_maps, load_names
 from graphtrain.runtime.partition.typed_ids import NodeRows
 
@@ -58,12 +60,16 @@ def pick_partition(
     )
 
 
-def checkpoint_partition(checkpoint: Path, override: Path | None = None) -> PartitionConfig:
+def checkpoint_partition(
+    checkpoint: Path, override: Path | None = None, warn: Callable[[str], None] | None = None
+) -> PartitionConfig:
     """The partition a checkpoint's node-keyed rows are ordered by: `override` if given (and it must
-    have the recorded node map when there is a record), else the one checkpoint.json names.
+    have the recorded node map when there is a record), else the one checkpoint.json names; either
+    must be of the graph the checkpoint was trained on (same_graph). `warn`: told, once, that one of
+    them is too old to say which graph it is.
 
     Raises:
-        GraphtrainError: see pick_partition; DataError for an unreadable partition.
+        GraphtrainError: see pick_partition and same_graph; DataError for an unreadable partition.
     """
     record = ckpt.read_top(checkpoint).get("partition")
     if override is not None:
@@ -73,13 +79,46 @@ def checkpoint_partition(checkpoint: Path, override: Path | None = None) -> Part
                 f"{cfg.path}: not the partition {checkpoint.name} was trained on ({record['config']}): "
                 "its node order differs, so rows would be misplaced"
             )
-        return cfg
+        return same_graph(checkpoint, record, cfg, warn)
     found: list[tuple[Path, str | None]] = []
     if record is not None:
         for candidate in (checkpoint / record["relative"], Path(record["config"])):
             cfg_or_none = _try_config(candidate)
             found.append((candidate, None if cfg_or_none is None else _node_map_sha(cfg_or_none)))
-    return load_config(pick_partition(checkpoint, record, found))
+    return same_graph(checkpoint, record, load_config(pick_partition(checkpoint, record, found)), warn)
+
+
+def same_graph(
+    checkpoint: Path,
+    record: dict[str, Any] | None,
+    cfg: PartitionConfig,
+    warn: Callable[[str], None] | None = None,
+) -> PartitionConfig:
+    """`cfg`, once its graph identity (partition/identity.py) is the one checkpoint.json recorded: a
+    partition of another graph (copied over the run's, or named by --partition) whose node map happens
+    to be the same (one part, equal node counts) wrote that graph's ids beside the checkpoint's rows.
+    A checkpoint or a partition from before graph identities is `warn`-ed about and taken: refusing it
+    would leave its tables unreadable for good (partitioning again gives the nodes other rows), and its
+    node map is still checked.
+
+    Raises:
+        GraphtrainError: naming both graphs, when they differ."""
+    trained = (record or {}).get(identity.KEY)
+    found = cfg.data.get(identity.KEY)
+    where = os.path.normpath(cfg.path)  # <checkpoint>/../../partition/<graph>.json, as the record finds it
+    if identity.mismatch(trained, found):
+        raise GraphtrainError(
+            f"{where}: a partition of {identity.described(found)}, but checkpoint {checkpoint.name} was "
+            f"trained on {identity.described(trained)}: give it the partition the run trained on"
+        )
+    if record is not None and (trained is None or found is None) and warn is not None:
+        old = f"checkpoint {checkpoint.name}" if trained is None else f"partition {where}"
+        warn(
+            f"{old} was written before graph identities: that {where} is of the graph the "
+            "checkpoint was trained on is told by its node map alone (and a spec's graph only by the "
+            "partition.settings a local run leaves beside its partition)"
+        )
+    return cfg
 
 
 def _node_map_sha(cfg: PartitionConfig) -> str | None:

@@ -166,9 +166,13 @@ def partition_record(
     and relative to the checkpoint, so a run directory copied elsewhere still finds it), the sha256 of
     its node map (which fixes the row order of node-keyed tables), what each table's rows stand for
     (the spec's embeddings[].keys: nodes, relations or custom) and, for a node table over some node
-    types, those types (embeddings[].nodeTypes: a row per node of them, partition/typed_ids.py's order)."""
+    types, those types (embeddings[].nodeTypes: a row per node of them, partition/typed_ids.py's order),
+    and the graph_identity the partition carries (partition/identity.py: infer, predict and export
+    refuse a partition of another graph), when it carries one."""
     config = cfg.path.resolve()
+    graph = cfg.data.get("graph_identity")
     return {
+        **({"graph_identity": graph} if isinstance(graph, dict) else {}),
         "config": str(config),
         "relative": os.path.relpath(config, checkpoint_dir.resolve()),
         "node_map_sha256": cfg.data["files"]["node_map.npy"],

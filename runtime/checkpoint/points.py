@@ -182,7 +182,7 @@ def malformed(top: dict[str, Any]) -> str | None:
     for key in ("config", "relative", "node_map_sha256"):  # how export and infer find the partition
         if "partition" in top and not isinstance(record.get(key), str):
             return f"partition.{key} is not a string"
-    for key in ("table_keys", "table_node_types"):
+    for key in ("table_keys", "table_node_types", "graph_identity"):
         if not isinstance(record.get(key, {}), dict):
             return f"partition.{key} is not a map"
     model = (top.get("trainer") or {}).get("model")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -39,13 +40,21 @@ def output(gt: GraphTraining, spec_dir: Path, run_dir: Path) -> Path:
     return p.parent.resolve() / p.name  # refused (check_output), not followed
 
 
-def partition(gt: GraphTraining, spec_dir: Path, run_dir: Path, data_dir: Path | None = None) -> Path:
+def partition(
+    gt: GraphTraining,
+    spec_dir: Path,
+    run_dir: Path,
+    data_dir: Path | None = None,
+    warn: Callable[[str], None] | None = None,
+) -> Path:
     """The partition config the checkpoint was trained on, after checking (before any process starts)
-    that the output may be written.
+    that the partition and the spec are of the graph it was trained on, and that the output may be
+    written. `warn`: told once of a checkpoint or partition too old to carry its graph's identity.
 
     Raises:
-        DataError: no complete checkpoint there; GraphtrainError: its partition is gone or changed, or
-            the output is a path an inference may not replace."""
+        DataError: no complete checkpoint there; GraphtrainError:
+            its partition is gone or of another graph, the spec's graph differs, or the output is a path
+            an inference may not replace."""
     from graphtrain.runtime.checkpoint import resolve_checkpoint  # imported here: the
     from graphtrain.runtime.outputs import checkpoint_partition  # launcher's own imports stay torch-free
     from graphtrain.runtime.train.inference_output import (
@@ -56,13 +65,13 @@ def partition(gt: GraphTraining, spec_dir: Path, run_dir: Path, data_dir: Path |
     )
 
     root = resolve_checkpoint(_checkpoint(gt, spec_dir))
-    found = checkpoint_partition(root).path
+    cfg = checkpoint_partition(root, warn=warn)
     check_same_model(gt, root)
-    refuse_changes(graph_changes(gt, spec_dir, found, data_dir), root, found)
+    refuse_changes(graph_changes(gt, spec_dir, cfg, data_dir), root, cfg, gt)
     check_outside(output(gt, spec_dir, run_dir), root)
     check_output(output(gt, spec_dir, run_dir))
     clear_staging(staging_of(output(gt, spec_dir, run_dir)), remove=False)
-    return found
+    return cfg.path
 
 
 def check_same_model(gt: GraphTraining, root: Path) -> None:
@@ -78,31 +87,53 @@ def check_same_model(gt: GraphTraining, root: Path) -> None:
     check_inferable(trainer.get("model") if isinstance(trainer, dict) else None, gt.spec, root.name)
 
 
-def graph_changes(gt: GraphTraining, spec_dir: Path, found: Path, data_dir: Path | None = None) -> list[str]:
+def made_for(cfg: PartitionConfig) -> str | None:
+    """The partition key (launch/reuse.py) partition `cfg` was made for: the one it carries
+    (partition/identity.py: the partitioner writes it, the operator's Job too), else the partition.settings
+    a local launch from before left beside it; None when it has neither."""
+    from graphtrain.runtime.launch import reuse
+    from graphtrain.runtime.partition.identity import MADE_FOR
+
+    key = cfg.data.get(MADE_FOR)
+    if isinstance(key, str):
+        return key
+    settings = cfg.path.parent.parent / reuse.SETTINGS
+    return settings.read_text() if settings.is_file() else None
+
+
+def graph_changes(
+    gt: GraphTraining, spec_dir: Path, cfg: PartitionConfig, data_dir: Path | None = None
+) -> list[str]:
     """The spec fields whose graph (its inputs' contents, its settings) or partition settings differ from
-    those the partition `found` (a checkpoint's) was made for, told by the partition.settings a local
-    training's launch left beside it (launch/reuse.py); [] for a partition without one (copied, the
-    operator's). Inference and predict read that partition, not the spec's graph: given another
-    graph's spec, they answered for the training's graph without a word."""
+    those the partition `cfg` (a checkpoint's) was made for (made_for); [] for a partition that does not
+    say. Inference and predict read that partition, not the spec's graph: given another graph's spec,
+    they answered for the training's graph without a word."""
     from graphtrain.runtime.launch import partition_step, reuse
 
-    settings = found.parent.parent / reuse.SETTINGS
-    if not settings.is_file():
+    key = made_for(cfg)
+    if key is None:
         return []
     source = partition_step.from_spec(gt, spec_dir).source
     given = reuse.partition_key(gt.spec, source, contents(source, data_dir))
-    return reuse.inference_changes(settings.read_text(), given)
+    try:
+        return reuse.inference_changes(key, given)
+    except (ValueError, AttributeError):  # a hand-edited key: no hash covers the config's own bytes
+        raise GraphtrainError(f"{cfg.path}: its made_for is not a partition key") from None
 
 
-def refuse_changes(changed: list[str], root: Path, found: Path) -> None:
-    """Refuse the spec fields `changed` (graph_changes) of checkpoint `root`, its partition `found`.
+def refuse_changes(changed: list[str], root: Path, cfg: PartitionConfig, given: GraphTraining) -> None:
+    """Refuse the spec fields `changed` (graph_changes) of checkpoint `root`, its partition `cfg`: one
+    line naming both graphs (the spec `given`'s by its source, the checkpoint's by its identity).
 
     Raises:
         GraphtrainError: naming them, when there are any."""
+    from graphtrain.runtime.partition.identity import KEY, described
+
     if changed:
         raise GraphtrainError(
-            f"spec {', '.join(changed)}: not what checkpoint {root.name} was trained on (its partition, "
-            f"{found.parent.resolve()}, is what is read): give the spec the run trained with"
+            f"spec {', '.join(changed)}: not what checkpoint {root.name} was trained on "
+            f"({described(cfg.data.get(KEY))}, read from its partition {cfg.root.resolve()}; the spec's is "
+            f"{given.spec.graph.described}): give the spec the run trained with"
         )
 
 
@@ -139,17 +170,26 @@ def files(gt: GraphTraining, spec_path: Path, run_dir: Path, partition: Path) ->
     )
 
 
-def link_partition(gt: GraphTraining, base: Path, out_dir: Path, overwrite: bool) -> PartitionConfig:
+def link_partition(
+    gt: GraphTraining,
+    base: Path,
+    out_dir: Path,
+    overwrite: bool,
+    data_dir: Path | None = None,
+    warn: Callable[[str], None] | None = None,
+) -> PartitionConfig:
     """The partition Job of mode inference (the operator's): `out_dir` made a link to the partition the
     checkpoint was trained on (relative spec paths are `base`'s: the volume's mount), so the shard
     servers and trainers read the graph in the order the checkpoint's rows are in. Nothing is
     partitioned; an earlier link there is replaced, an earlier partition only with `overwrite`.
+    `data_dir`: the dataset cache (a spec's dataset is compared by its cached manifest); `warn`:
+    partition()'s.
 
     Raises:
-        DataError, GraphtrainError: no complete checkpoint there, its partition gone or changed, or
-            `out_dir` holds a partition and overwrite is off."""
+        DataError, GraphtrainError: no complete checkpoint there or a damaged one, its partition gone
+            or of another graph, or `out_dir` holds a partition and overwrite is off."""
     try:
-        found = partition(gt, base, out_dir.parent)
+        found = partition(gt, base, out_dir.parent, data_dir, warn)
     except DataError as exc:  # named by its field: the pod's path alone is the volume's, not the user's
         given = gt.spec.inference.checkpoint if gt.spec.inference is not None else ""
         raise DataError(f"spec.inference.checkpoint {given!r}: {exc}") from None

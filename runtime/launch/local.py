@@ -232,7 +232,13 @@ class LocalRun:
         from graphtrain.runtime.data import datasets, inputs
 
         if inference.inferring(self.gt):  # the checkpoint's own: its rows are in that node order
-            return inference.partition(self.gt, self.spec_path.parent, self.run_dir, self.data_dir)
+            return inference.partition(
+                self.gt,
+                self.spec_path.parent,
+                self.run_dir,
+                self.data_dir,
+                lambda m: self.say(f"[run] warning: {m}"),
+            )
         work = partition_step.from_spec(self.gt, self.spec_path.parent)
         cached = None
         if work.source.dataset is not None:
@@ -252,6 +258,7 @@ class LocalRun:
                 data_dir=self.data_dir,
                 warn=lambda message: self.say(f"[run] warning: {message}"),
                 loading=lambda: umask(self.user_umask),
+                key=key,
             )
             if reuse.partition_key(self.gt.spec, work.source, inputs.fingerprint(work.source, cached)) == key:
                 reuse.partitioned_for(self.run_dir, key)  # else an input changed while it was being read

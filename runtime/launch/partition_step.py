@@ -47,7 +47,7 @@ from graphtrain.runtime.data.cache import read_text
 from graphtrain.runtime.data.checks import check_data
 from graphtrain.runtime.data.inputs import resolve
 from graphtrain.runtime.errors import data_warnings
-from graphtrain.runtime.launch import streaming_step
+from graphtrain.runtime.launch import reuse, streaming_step
 from graphtrain.runtime.launch.work import PartitionWork
 from graphtrain.runtime.progress import spinner
 
@@ -126,10 +126,13 @@ def partition(
     warn: Callable[[str], None],
     loading: Callable[[], AbstractContextManager[Any]] = contextlib.nullcontext,
     spin: bool = False,
+    key: str | None = None,
 ) -> partitioning.PartitionConfig:
     """Partition `work` into `out` (module docstring: the steps); returns the written partition's config.
     `warn`: told each DataWarning's message; `loading`: a context the graph is loaded in (the launcher's
-    umask for the shared dataset cache); `spin`: a spinner while partitioning (on a terminal).
+    umask for the shared dataset cache); `spin`: a spinner while partitioning (on a terminal); `key`: the
+    partition key (launch/reuse.py) the partition keeps as its made_for (partition/identity.py), taken
+    from the inputs once loaded when not given.
 
     Raises:
         GraphtrainError: the output cannot be written, the graph is too big for partition.memoryLimit,
@@ -144,7 +147,8 @@ def partition(
     if algorithm in ("fennel", "auto"):
         streamed = streaming_step.prepare(work, data_dir, limit, warn, loading)
         if streamed is not None:
-            return streaming_step.run(work, streamed, out, overwrite=overwrite, spin=spin)
+            key = key or made_for(work, data_dir)
+            return streaming_step.run(work, streamed, out, overwrite=overwrite, spin=spin, key=key)
         algorithm = "metis"  # auto, and the graph is no stored edge list or METIS fits
     with loading(), data_warnings(warn):
         graph = datasets.load_source(work.source, data_dir)
@@ -166,5 +170,20 @@ def partition(
             settings.seed,
             limit,
         )
-        config = partitioning.write(graph, result, out, overwrite=overwrite)
+        key = key or made_for(work, data_dir)
+        config = partitioning.write(graph, result, out, overwrite=overwrite, made_for=key)
     return partitioning.load_config(config)
+
+
+def made_for(work: PartitionWork, data_dir: Path | None) -> str:
+    """The partition key (launch/reuse.py) of `work`, its inputs' contents read now (a dataset: its
+    cached manifest's)."""
+    from graphtrain.runtime.data.inputs import fingerprint
+
+    name = None if work.source.dataset is None else str(work.source.dataset)
+    cached = (
+        None
+        if name is None or not datasets.is_fetched(name, data_dir)
+        else datasets.dataset_dir(name, data_dir)
+    )
+    return reuse.key_of(work.source, work.settings, work.projection, fingerprint(work.source, cached))

@@ -18,7 +18,13 @@ from pathlib import Path
 from typing import Any
 
 from graphtrain.contract import rundir
-from graphtrain.contract.spec import PLACEMENT_FIELDS, GraphSource, GraphTrainingSpec, Phase
+from graphtrain.contract.spec import (
+    PLACEMENT_FIELDS,
+    GraphSource,
+    GraphTrainingSpec,
+    PartitionSpec,
+    Phase,
+)
 from graphtrain.runtime import partition as partitioning
 from graphtrain.runtime.errors import GraphtrainError
 from graphtrain.runtime.launch.processes import RunFailed
@@ -40,12 +46,20 @@ def partition_key(spec: GraphTrainingSpec, source: GraphSource, inputs: Mapping[
     spec's graph section with its paths resolved; `inputs`: the content hashes of its files
     (data.inputs.fingerprint), so a rewritten input is partitioned again even under the same name. Where
     the partition Job's pod runs (resources, nodeSelector, ...: Kubernetes only) is not part of it."""
+    return key_of(source, spec.partition, spec.model.feature_projection, inputs)
+
+
+def key_of(
+    source: GraphSource, settings: PartitionSpec, projection: int | None, inputs: Mapping[str, str]
+) -> str:
+    """partition_key from its parts: the partition Job has the partition settings and the projection
+    its options and spec give (launch/work.py), not always a spec's."""
     return json.dumps(
         {
             "graph": source.model_dump(mode="json"),
             "inputs": dict(inputs),
-            "partition": spec.partition.model_dump(mode="json", exclude=set(PLACEMENT_FIELDS)),
-            "projection": spec.model.feature_projection,
+            "partition": settings.model_dump(mode="json", exclude=set(PLACEMENT_FIELDS)),
+            "projection": projection,
         },
         sort_keys=True,
     )

@@ -130,9 +130,10 @@ def prepare(
 
 
 def run(
-    work: PartitionWork, streamed: Streamed, out: Path, *, overwrite: bool, spin: bool
+    work: PartitionWork, streamed: Streamed, out: Path, *, overwrite: bool, spin: bool, key: str | None = None
 ) -> partitioning.PartitionConfig:
-    """Fennel-partition the streamed graph into `out`; returns the written partition's config."""
+    """Fennel-partition the streamed graph into `out` (`key`: the partition key it keeps, identity.py's
+    made_for); returns the written partition's config."""
     s = work.settings
     with spinner() if spin else contextlib.nullcontext() as bar:
         if bar is not None:
@@ -146,5 +147,6 @@ def run(
             max_imbalance=s.max_imbalance,
             seed=s.seed,
             overwrite=overwrite,
+            made_for=key,
         )
     return partitioning.load_config(config)

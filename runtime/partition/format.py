@@ -27,7 +27,8 @@ Layout of `<out>/` (written under a temporary name and renamed into place when c
                              .indptr/.indices/.data.npy when sparse), label, train/val/test_mask, ntype
 
 Every file is .npy (mmap-able) and its sha256 is in the config. The config (JSON):
-    format "graphtrain-partition", format_version, graph_name, num_nodes, num_edges, num_parts,
+    format "graphtrain-partition", format_version, graph_name, graph_identity and made_for
+    (identity.py), num_nodes, num_edges, num_parts,
     algorithm, seed, balance, max_imbalance, node_bounds, edge_bounds, edge_owner "destination",
     num_classes, ndata (entry description per key), parts [{dir, ndata entries}], stats,
     has_external_ids, has_class_names, has_relation_names, has_feature_names, kg {num_relations,
@@ -37,8 +38,8 @@ Every file is .npy (mmap-able) and its sha256 is in the config. The config (JSON
     type_bounds (per part, where each node type's range of new ids starts, and its end), feature_blocks
     ({type: [first column, width]}) and edata (edge data descriptions, shape [num_edges, d]).
 
-The names and the KG splits are additive (format version 1): a partition written before them reads as
-one without names or splits.
+The names, the KG splits and the graph identity are additive (format version 1): a partition written
+before them reads as one without names, splits or identity.
 """
 
 from __future__ import annotations
@@ -63,6 +64,7 @@ from graphtrain.runtime.data.cache import (
 from graphtrain.runtime.data.graph import MASKS, Graph
 from graphtrain.runtime.errors import DataError
 from graphtrain.runtime.partition.edge_targets import edge_targets_meta, write_edge_targets
+from graphtrain.runtime.partition.identity import KEY, MADE_FOR, graph_identity
 from graphtrain.runtime.partition.npyfiles import check_ids, check_shapes, load_files, load_npy
 from graphtrain.runtime.partition.pipeline import PartitionResult
 from graphtrain.runtime.partition.relabel import local_in_csr
@@ -168,8 +170,11 @@ def _is_config(path: Path) -> bool:
     return isinstance(data, dict) and data.get("format") == FORMAT
 
 
-def write(graph: Graph, result: PartitionResult, out: Path, overwrite: bool = False) -> Path:
-    """Write the partition atomically under `out`; return the config path.
+def write(
+    graph: Graph, result: PartitionResult, out: Path, overwrite: bool = False, made_for: str | None = None
+) -> Path:
+    """Write the partition atomically under `out`; return the config path. `made_for`: the partition key
+    of the spec it is made for (identity.py), kept in the config.
 
     Raises:
         DataError: `out` exists and `overwrite` is False.
@@ -198,7 +203,7 @@ def write(graph: Graph, result: PartitionResult, out: Path, overwrite: bool = Fa
         )
         efeat = graph.efeat
         config.update(typed_meta(graph, rl.type_bounds, None if efeat is None else efeat.shape))
-        write_config(tmp, graph, config)
+        write_config(tmp, graph, config, made_for)
     return out / f"{graph.name}.json"
 
 
@@ -286,6 +291,7 @@ def config_of(
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
         "graph_name": graph.name,
+        KEY: graph_identity(graph, num_edges),
         "num_nodes": graph.num_nodes,
         "num_edges": num_edges,
         "num_parts": result.num_parts,
@@ -314,9 +320,11 @@ def config_of(
     }
 
 
-def write_config(tmp: Path, graph: Graph, config: dict[str, Any]) -> None:
-    """The config, with the sha256 of every file written before it, as <graph>.json."""
-    write_json(tmp / f"{graph.name}.json", {**config, "files": hash_tree(tmp)})
+def write_config(tmp: Path, graph: Graph, config: dict[str, Any], made_for: str | None = None) -> None:
+    """The config, with the sha256 of every file written before it (and `made_for`, the spec's partition
+    key, when given), as <graph>.json."""
+    extra = {MADE_FOR: made_for} if made_for is not None else {}
+    write_json(tmp / f"{graph.name}.json", {**config, **extra, "files": hash_tree(tmp)})
 
 
 @dataclass(frozen=True)

@@ -167,8 +167,10 @@ def partition_stream(
     seed: int,
     overwrite: bool = False,
     chunk: int = CHUNK_EDGES,
+    made_for: str | None = None,
 ) -> tuple[Path, PartitionResult]:
-    """Fennel-partition `edges` (node data from `graph`, a Graph without edges) into `out`.
+    """Fennel-partition `edges` (node data from `graph`, a Graph without edges) into `out` (`made_for`:
+    format.write's).
 
     Returns the config path and the result (its relabeling holds the node maps only: no edge arrays).
 
@@ -245,7 +247,7 @@ def partition_stream(
         config = format.config_of(graph, m, result, node_bounds, edge_bounds, parts_meta, ndata_desc)
         efeat_shape = (m, edges.efeat.width) if edges.efeat is not None else None
         config.update(format.typed_meta(graph, type_bounds, efeat_shape))
-        format.write_config(tmp, graph, config)
+        format.write_config(tmp, graph, config, made_for)
     return out / f"{graph.name}.json", result
 
 

@@ -35,7 +35,7 @@ def partition(p: PartitionParams, warn: Callable[[str], None]) -> PartitionConfi
     work = partition_step.from_options(p)
     if work.model is not None and inference.inferring(work.model):  # the checkpoint's own partition
         base = p.base_dir or (p.spec_path.parent if p.spec_path else Path.cwd())
-        config = inference.link_partition(work.model, base, p.out_dir, p.overwrite)
+        config = inference.link_partition(work.model, base, p.out_dir, p.overwrite, p.data_dir, warn)
     else:
         config = partition_step.partition(
             work, p.out_dir, overwrite=p.overwrite, data_dir=p.data_dir, warn=warn, spin=True
