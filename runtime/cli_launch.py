@@ -125,7 +125,8 @@ def infer(
     predicted and p_<class>), for an edge task also edges-part-<trainer>.parquet (every edge of the
     labelled edge types, predicted), and manifest.json; prints the rows per second and the test metric
     of the inferred outputs. Nodes are read in the order the checkpoint was trained in: its partition
-    is the one its checkpoint.json names, and a spec of another graph or partition is refused."""
+    is the one its checkpoint.json names, and a spec of another graph or partition, a partition of
+    another graph, or a checkpoint whose files do not check out is refused before anything starts."""
     from graphtrain.runtime.data.cache import atomic_file
     from graphtrain.runtime.launch.local import LocalRun
     from graphtrain.runtime.launch.reuse import foreign_run_dir

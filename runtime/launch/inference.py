@@ -48,11 +48,12 @@ def partition(
     warn: Callable[[str], None] | None = None,
 ) -> Path:
     """The partition config the checkpoint was trained on, after checking (before any process starts)
+    that the checkpoint's files check out (a damaged one was found by the shard servers, ~10 s later),
     that the partition and the spec are of the graph it was trained on, and that the output may be
     written. `warn`: told once of a checkpoint or partition too old to carry its graph's identity.
 
     Raises:
-        DataError: no complete checkpoint there; GraphtrainError:
+        DataError: no complete checkpoint there, or one whose files do not check out; GraphtrainError:
             its partition is gone or of another graph, the spec's graph differs, or the output is a path
             an inference may not replace."""
     from graphtrain.runtime.checkpoint import resolve_checkpoint  # imported here: the
@@ -65,6 +66,7 @@ def partition(
     )
 
     root = resolve_checkpoint(_checkpoint(gt, spec_dir))
+    check_intact(root)
     cfg = checkpoint_partition(root, warn=warn)
     check_same_model(gt, root)
     refuse_changes(graph_changes(gt, spec_dir, cfg, data_dir), root, cfg, gt)
@@ -72,6 +74,21 @@ def partition(
     check_output(output(gt, spec_dir, run_dir))
     clear_staging(staging_of(output(gt, spec_dir, run_dir)), remove=False)
     return cfg.path
+
+
+def check_intact(root: Path) -> None:
+    """Refuse checkpoint `root` unless its manifest and every file it lists check out (sha256 of each
+    piece's files, their tiling, an incremental piece's chain): before the shard servers start.
+
+    Raises:
+        DataError: one line naming the checkpoint and the first file missing or changed."""
+    from graphtrain.runtime.checkpoint import verify_checkpoint
+
+    try:
+        verify_checkpoint(root)
+    except (DataError, OSError) as exc:
+        said = " ".join(str(exc).split())
+        raise DataError(f"checkpoint {root.name} does not check out: {said}") from None
 
 
 def check_same_model(gt: GraphTraining, root: Path) -> None:

@@ -1,7 +1,8 @@
 """A partition carries its graph's identity (partition/identity.py) and a checkpoint records it:
 `infer`, `predict` and `export` refuse a partition, or a spec, of another graph in one line, exit 1,
 however the partition was made (the operator's partition Job's argv, contract/roles.py) or moved (a
-copied run directory leaves partition.settings behind)."""
+copied run directory leaves partition.settings behind); and `infer` refuses a damaged checkpoint before
+it starts any process."""
 
 from __future__ import annotations
 
@@ -161,3 +162,35 @@ def test_a_checkpoint_from_before_identities_is_read_with_one_warning(
     code, err = cli("export", str(run / "checkpoints"), "-o", str(tmp_path / "emb.npy"))
     assert code == 0, err
     assert err.count("warning:") == 1 and "written before graph identities" in err, err
+
+
+def damage(checkpoint: Path, how: str) -> str:
+    """Damage `checkpoint` as `how` says; returns what the refusal names."""
+    piece = next(p.parent for p in sorted(checkpoint.rglob("manifest.json")))
+    data = piece / "data.npy"
+    if how == "flipped byte":
+        raw = bytearray(data.read_bytes())
+        raw[-1] ^= 0xFF
+        data.write_bytes(bytes(raw))
+        return "does not match the recorded"
+    if how == "truncated part":
+        data.write_bytes(data.read_bytes()[: data.stat().st_size // 2])
+        return "does not match the recorded"
+    manifest = json.loads((piece / "manifest.json").read_text())
+    manifest["files"]["gone.npy"] = "0" * 64
+    (piece / "manifest.json").write_text(json.dumps(manifest))
+    return "gone.npy: missing"
+
+
+@pytest.mark.parametrize("how", ["flipped byte", "truncated part", "missing file"])
+def test_a_damaged_checkpoint_is_refused_before_any_process_starts(
+    trained: dict[str, Path], tmp_path: Path, how: str
+) -> None:
+    run = copied_run(trained, tmp_path / "run")
+    named = damage(checkpoint_of(run), how)
+    code, err = cli(
+        "infer", str(run / "checkpoints"), "--spec", str(trained["spec"]), "--run-dir", str(tmp_path / "i")
+    )
+    assert code == 1 and "does not check out" in err and named in err, err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert not (tmp_path / "i" / "logs").exists()  # no shard server, trainer or zygote started
