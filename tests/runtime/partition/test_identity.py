@@ -1,0 +1,62 @@
+"""partition/identity.py: the graph identity a partition carries, the same from the in-memory and the
+streaming partitioner, and different for each thing that makes another graph of the same shape."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from graphtrain.runtime import partition
+from graphtrain.runtime.partition import identity, streaming
+from tests.conftest import planted_graph
+from tests.runtime.partition.test_fennel import node_only, save_edges
+
+BASE = planted_graph(n=300, seed=5)
+CHANGES: dict[str, dict[str, Any]] = {
+    "node ids": {"node_ids": np.arange(300, dtype=np.int64) + 1},
+    "string node ids": {"node_ids": np.array([f"n{i}" for i in range(300)])},
+    "class names": {"class_names": np.array(["a", "b", "c", "d"])},
+    "relation names": {"relation_names": np.array(["cites"])},
+}
+
+
+def test_the_same_graph_has_one_digest() -> None:
+    again = planted_graph(n=300, seed=5)
+    assert identity.graph_identity(BASE, BASE.num_edges) == identity.graph_identity(again, again.num_edges)
+
+
+@pytest.mark.parametrize("what", sorted(CHANGES))
+def test_each_change_of_ids_or_names_is_another_graph(what: str) -> None:
+    other = dataclasses.replace(BASE, **CHANGES[what])
+    a, b = identity.graph_identity(BASE, BASE.num_edges), identity.graph_identity(other, other.num_edges)
+    assert identity.mismatch(a, b) and a["num_nodes"] == b["num_nodes"]
+
+
+def test_counts_are_part_of_it_and_an_absent_identity_is_no_mismatch() -> None:
+    a = identity.graph_identity(BASE, BASE.num_edges)
+    assert identity.mismatch(a, identity.graph_identity(BASE, BASE.num_edges + 1))
+    assert not identity.mismatch(a, None) and not identity.mismatch(None, a)
+    assert identity.described(a) == f"graph {a['digest'][:12]} (300 nodes, {BASE.num_edges:,} edges)"
+    assert identity.described(None) == "a graph of unknown identity"
+
+
+def test_streamed_and_in_memory_partitions_carry_the_same_identity(tmp_path: Path) -> None:
+    g = dataclasses.replace(BASE, node_ids=np.arange(300, dtype=np.int64) * 7)
+    streamed, _ = streaming.partition_stream(
+        node_only(g),
+        save_edges(g, tmp_path / "e"),
+        2,
+        tmp_path / "s",
+        balance=["nodes"],
+        max_imbalance=0.1,
+        seed=1,
+    )
+    in_memory = partition.write(g, partition.partition_graph(g, 2), tmp_path / "m", made_for='{"k": 1}')
+    a, b = json.loads(Path(streamed).read_text()), json.loads(in_memory.read_text())
+    assert a[identity.KEY] == b[identity.KEY] == identity.graph_identity(g, g.num_edges)
+    assert b[identity.MADE_FOR] == '{"k": 1}' and identity.MADE_FOR not in a  # made_for: only when given
