@@ -16,6 +16,9 @@ import pytest
 import yaml
 
 from graphtrain.contract import roles
+from graphtrain.contract.spec import load_yaml
+from graphtrain.runtime.launch.inference import graph_changes
+from graphtrain.runtime.partition import load_config
 from tests import forked
 from tests.runtime.launch.test_run import launch, planted_npz, sage_spec
 
@@ -75,6 +78,10 @@ def test_the_operators_partition_is_checked_as_a_local_one(trained: dict[str, Pa
     assert code == 0, err
     local = config_of(trained["run"] / "partition")
     assert config_of(tmp_path / "job")["graph_identity"] == local["graph_identity"]
+    # what the Job's partition was made for is the training spec's, field by field, and not the other's
+    job = load_config(tmp_path / "job")
+    for spec, changed in ((trained["spec"], []), (trained["other"], ["graph.path (contents)"])):
+        assert graph_changes(load_yaml(spec.read_text()), root, job) == changed
     inference = {"checkpoint": str(trained["run"] / "checkpoints")}
     for name, spec in (("other", trained["other"]), ("same", trained["spec"])):
         doc = yaml.safe_load(spec.read_text())
