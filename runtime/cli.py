@@ -496,7 +496,7 @@ def predict(
         )
     root = ckpt.resolve_checkpoint(checkpoint)
     cfg = outputs.checkpoint_partition(root, partition, warn)
-    changed = graph_changes(gt, spec_path.parent, cfg)  # its partition.parts is no concern of one process
+    changed = graph_changes(gt, spec_path.parent, cfg, root=root)  # its partition.parts: not one process
     refuse_changes([c for c in changed if c.startswith("graph")], root, cfg, gt)
     # here, after the checks above: the predictions import torch (2 s of CPU), the refusals need none
     from graphtrain.runtime import predict as prediction

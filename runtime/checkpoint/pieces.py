@@ -167,12 +167,13 @@ def partition_record(
     its node map (which fixes the row order of node-keyed tables), what each table's rows stand for
     (the spec's embeddings[].keys: nodes, relations or custom) and, for a node table over some node
     types, those types (embeddings[].nodeTypes: a row per node of them, partition/typed_ids.py's order),
-    and the graph_identity the partition carries (partition/identity.py: infer, predict and export
-    refuse a partition of another graph), when it carries one."""
+    and the graph_identity and made_for the partition carries (partition/identity.py: infer, predict
+    and export refuse a partition, and infer and predict a spec, of another graph), when it has them."""
     config = cfg.path.resolve()
-    graph = cfg.data.get("graph_identity")
+    graph, key = cfg.data.get("graph_identity"), cfg.data.get("made_for")
     return {
         **({"graph_identity": graph} if isinstance(graph, dict) else {}),
+        **({"made_for": key} if isinstance(key, str) else {}),
         "config": str(config),
         "relative": os.path.relpath(config, checkpoint_dir.resolve()),
         "node_map_sha256": cfg.data["files"]["node_map.npy"],

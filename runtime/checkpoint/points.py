@@ -185,6 +185,8 @@ def malformed(top: dict[str, Any]) -> str | None:
     for key in ("table_keys", "table_node_types", "graph_identity"):
         if not isinstance(record.get(key, {}), dict):
             return f"partition.{key} is not a map"
+    if not isinstance(record.get("made_for", ""), str):
+        return "partition.made_for is not a string"
     model = (top.get("trainer") or {}).get("model")
     if model is not None and not isinstance(model, dict):
         return "trainer.model is not a map"

@@ -69,7 +69,7 @@ def partition(
     check_intact(root)
     cfg = checkpoint_partition(root, warn=warn)
     check_same_model(gt, root)
-    refuse_changes(graph_changes(gt, spec_dir, cfg, data_dir), root, cfg, gt)
+    refuse_changes(graph_changes(gt, spec_dir, cfg, data_dir, root), root, cfg, gt)
     check_outside(output(gt, spec_dir, run_dir), root)
     check_output(output(gt, spec_dir, run_dir))
     clear_staging(staging_of(output(gt, spec_dir, run_dir)), remove=False)
@@ -104,14 +104,18 @@ def check_same_model(gt: GraphTraining, root: Path) -> None:
     check_inferable(trainer.get("model") if isinstance(trainer, dict) else None, gt.spec, root.name)
 
 
-def made_for(cfg: PartitionConfig) -> str | None:
-    """The partition key (launch/reuse.py) partition `cfg` was made for: the one it carries
-    (partition/identity.py: the partitioner writes it, the operator's Job too), else the partition.settings
-    a local launch from before left beside it; None when it has neither."""
+def made_for(cfg: PartitionConfig, root: Path | None = None) -> str | None:
+    """The partition key (launch/reuse.py) partition `cfg` was made for: the one checkpoint `root`
+    recorded at save time (the checkpoint's word stands: a partition config's own bytes are in no
+    hash), else the one the partition carries (partition/identity.py: the partitioner writes it, the
+    operator's Job too), else the partition.settings a local launch from before left beside it; None
+    when there is none."""
+    from graphtrain.runtime.checkpoint import read_top
     from graphtrain.runtime.launch import reuse
     from graphtrain.runtime.partition.identity import MADE_FOR
 
-    key = cfg.data.get(MADE_FOR)
+    recorded = (read_top(root).get("partition") or {}).get(MADE_FOR) if root is not None else None
+    key = recorded if isinstance(recorded, str) else cfg.data.get(MADE_FOR)
     if isinstance(key, str):
         return key
     settings = cfg.path.parent.parent / reuse.SETTINGS
@@ -119,15 +123,19 @@ def made_for(cfg: PartitionConfig) -> str | None:
 
 
 def graph_changes(
-    gt: GraphTraining, spec_dir: Path, cfg: PartitionConfig, data_dir: Path | None = None
+    gt: GraphTraining,
+    spec_dir: Path,
+    cfg: PartitionConfig,
+    data_dir: Path | None = None,
+    root: Path | None = None,
 ) -> list[str]:
     """The spec fields whose graph (its inputs' contents, its settings) or partition settings differ from
-    those the partition `cfg` (a checkpoint's) was made for (made_for); [] for a partition that does not
-    say. Inference and predict read that partition, not the spec's graph: given another graph's spec,
+    those the partition `cfg` of checkpoint `root` was made for (made_for); [] for a partition that does
+    not say. Inference and predict read that partition, not the spec's graph: given another graph's spec,
     they answered for the training's graph without a word."""
     from graphtrain.runtime.launch import partition_step, reuse
 
-    key = made_for(cfg)
+    key = made_for(cfg, root)
     if key is None:
         return []
     source = partition_step.from_spec(gt, spec_dir).source

@@ -13,7 +13,8 @@ two entries into the config:
                     it at save time (checkpoint/pieces.py partition_record)
     made_for        (partition_step) the partition key (launch/reuse.py partition_key: the graph
                     settings, the input files' sha256, the partition settings), which a spec is
-                    compared with field by field without loading its graph
+                    compared with field by field without loading its graph; the checkpoint records it
+                    too, and its copy is the one compared (the config's own bytes are in no hash)
 
 The digest leaves the edges' endpoints out (hashing them would read the edge files once more on the
 streaming path): two graphs of equal counts, without ids or names, share a digest; the node map's sha256

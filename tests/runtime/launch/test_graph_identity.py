@@ -6,6 +6,7 @@ it starts any process."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import sys
@@ -104,15 +105,22 @@ def copied_run(trained: dict[str, Path], to: Path) -> Path:
 
 def test_a_copied_run_refuses_another_graphs_spec(trained: dict[str, Path], tmp_path: Path) -> None:
     run = copied_run(trained, tmp_path / "copy")
-    code, err = cli(
-        "infer", str(run / "checkpoints"), "--spec", str(trained["other"]), "--run-dir", str(tmp_path / "i")
-    )
+    argv = ["infer", str(run / "checkpoints"), "--spec", str(trained["other"]), "--run-dir"]
+    code, err = cli(*argv, str(tmp_path / "i"))
     assert code == 1 and "spec graph.path (contents): not what checkpoint" in err, err
     assert "2,000 nodes" in err, err
     assert not (tmp_path / "i" / "logs").exists()  # refused before any process started
     out = tmp_path / "p.csv"
     code, err = cli("predict", str(run / "checkpoints"), "-o", str(out), "--spec", str(trained["other"]))
     assert code == 1 and "spec graph.path (contents): not what checkpoint" in err and not out.exists(), err
+    # the partition's made_for rewritten to the other graph's: the checkpoint's record is what counts
+    config = next((run / "partition").glob("*.json"))
+    doc = json.loads(config.read_text())
+    other = json.loads(doc["made_for"])
+    other["inputs"] = {"graph.path": hashlib.sha256((trained["root"] / "other.npz").read_bytes()).hexdigest()}
+    config.write_text(json.dumps({**doc, "made_for": json.dumps(other)}))
+    code, err = cli(*argv, str(tmp_path / "j"))
+    assert code == 1 and "spec graph.path (contents): not what checkpoint" in err, err
 
 
 def test_a_partition_of_another_graph_swapped_in_is_refused(trained: dict[str, Path], tmp_path: Path) -> None:
