@@ -82,11 +82,47 @@ def fitted(y: torch.Tensor, n: int, dim: int = 0) -> torch.Tensor:
 
 def spmm(a: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
     """a @ h for a sparse a. Under autocast, in float32 and outside it: torch's CPU sparse kernels have
-    no bfloat16, and a mean over a few dozen neighbours keeps float32's precision."""
+    no bfloat16, and a mean over a few dozen neighbours keeps float32's precision. A float32 CSR a on the
+    host goes to the CPU core (native_csr_product)."""
     if not autocasting(h):
-        return torch.sparse.mm(a, h)
+        out = native_csr_product(a, h)
+        return torch.sparse.mm(a, h) if out is None else out
     with torch.autocast(h.device.type, enabled=False):
         return torch.sparse.mm(a, h.float())
+
+
+def native_csr_product(a: torch.Tensor, h: torch.Tensor) -> torch.Tensor | None:
+    """a @ h by the CPU core's weighted row sum (gt_attention_sum with one head): each output row written
+    once, in its edges' order. torch's CPU product of a CSR matrix zero-fills the output, has MKL write
+    a second one and copies it over, and converts the int64 indices to int32 on every call: 0.63 against
+    0.48 ms for a WordNet input block's mean (3,745 x 13,659, 17,000 edges, 256 wide; 2 threads), and
+    half the time of the small products. None where it does not apply (a GPU, another layout or dtype,
+    no native core): the caller takes torch's product."""
+    if a.layout != torch.sparse_csr or h.dim() != 2 or a.shape[1] != h.shape[0] or not native_cpu(h):
+        return None  # a shape mismatch is torch's to report
+    crow, col, values = a.crow_indices(), a.col_indices(), a.values()
+    if crow.dtype != torch.int64 or col.dtype != torch.int64 or values.dtype != torch.float32:
+        return None
+    from graphtrain.runtime.native import core
+
+    h, crow, col, values = h.contiguous(), crow.contiguous(), col.contiguous(), values.contiguous()
+    out = h.new_empty((a.shape[0], h.shape[1]))
+    core().gt_attention_sum(
+        a.shape[0],
+        _ptr(crow),
+        _ptr(col),
+        _ptr(values),
+        _ptr(h),
+        0,
+        _ptr(out),
+        1,
+        1,
+        h.shape[1],
+        0,
+        0,
+        torch.get_num_threads(),
+    )
+    return out
 
 
 class SparseProduct(torch.autograd.Function):
@@ -102,7 +138,8 @@ class SparseProduct(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx: torch.autograd.function.FunctionCtx, grad: torch.Tensor) -> tuple:
-        return torch.sparse.mm(ctx.a_t, grad), None, None
+        out = native_csr_product(ctx.a_t, grad)
+        return torch.sparse.mm(ctx.a_t, grad) if out is None else out, None, None
 
 
 def _csr(crow: torch.Tensor, col: torch.Tensor, values: torch.Tensor, shape: tuple[int, int]) -> torch.Tensor:

@@ -153,6 +153,26 @@ def test_the_cores_softmax_and_sums_over_a_blocks_rows_are_torchs() -> None:
         torch.testing.assert_close(x, y)
 
 
+def test_the_cores_csr_product_is_torchs_forward_and_backward() -> None:
+    """A block's mean (destinations without in-edges included) by the CPU core against torch's sparse
+    product, and SparseProduct's gradient (the core over the transpose) against the dense matrix's; other
+    inputs are left to torch (None)."""
+    b = block(num_dst=30, num_src=50, edges=90)
+    assert b.mean is not None and b.mean_t is not None and (b.counts == 0).any()
+    h = torch.randn(b.num_src, 8, requires_grad=True)
+    got = layers.native_csr_product(b.mean, h.detach())
+    assert got is not None
+    torch.testing.assert_close(got, torch.sparse.mm(b.mean, h.detach()))
+    out = layers.SparseProduct.apply(h, b.mean, b.mean_t)
+    (grad,) = torch.autograd.grad(out, h, torch.ones_like(out))
+    dense = b.mean.to_dense().requires_grad_(False)
+    torch.testing.assert_close(out, dense @ h.detach())
+    torch.testing.assert_close(grad, dense.t() @ torch.ones_like(out))
+    assert layers.native_csr_product(b.mean, h.detach()[:-1]) is None  # torch reports the mismatch
+    assert layers.native_csr_product(b.mean.to_sparse_coo(), h.detach()) is None
+    assert layers.native_csr_product(b.mean, h.detach().double()) is None
+
+
 @pytest.mark.parametrize("head_major", [False, True])
 @pytest.mark.parametrize("z_heads", [1, 3])
 def test_attention_sum_with_frozen_columns_is_the_sum_of_the_joined_input(
