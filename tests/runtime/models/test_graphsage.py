@@ -32,7 +32,8 @@ def reference(layer: SAGEConv, block: Block, h: torch.Tensor, frozen: torch.Tens
 
 @pytest.mark.parametrize(
     ("in_dim", "out_dim", "frozen"),
-    [(16, 8, 0), (8, 16, 0), (24, 8, 16), (12, 32, 4)],  # transform before / after the mean, split inputs
+    # the mean first / transforming first (narrow outputs: 70 x 4 < 30 x 64, BothMaps), split inputs
+    [(16, 8, 0), (8, 16, 0), (24, 8, 16), (12, 32, 4), (64, 4, 0), (48, 4, 16)],
 )
 def test_layer_matches_reference_values_and_gradients(in_dim: int, out_dim: int, frozen: int) -> None:
     torch.manual_seed(0)
