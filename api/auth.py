@@ -14,7 +14,9 @@ end after it (tokens.cut_short: where a write in progress stops) is read again S
 until two reads agree (at most START_READS): such a read at start made that token see every namespace
 until the next change. A text that still changes is served as a reload would: nothing widened (here:
 no token) until it reads the same twice. Writes of one file are milliseconds apart (a mounted Secret is
-swapped whole), so the pause is short; a file ending with a line end costs no second read.
+swapped whole), so the pause is short; a file ending with a line end costs no second read, nor does
+one that is not a regular file: a pipe (`--token-file <(...)`) is read to its end, its writer's close,
+and read again would be empty.
 A malformed line is refused alone, logged by line number (never its text); a file that disappears or
 holds no usable token refuses everyone (fails closed).
 
@@ -38,6 +40,7 @@ import hmac
 import ipaddress
 import logging
 import os
+import stat
 import threading
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
@@ -105,7 +108,8 @@ class TokenFile:
         file refuses every token. A changed text narrows the grants at once (a token revoked or limited)
         and widens them (one added or given more) only once read the same at the next check, a second
         later: a file truncated and rewritten in place may be read half-written (tokens.narrowest). At
-        start, a text cut_short waits to be read the same twice (nothing accepted meanwhile)."""
+        start, a regular file's text cut_short waits to be read the same twice (nothing accepted
+        meanwhile)."""
         try:
             st = os.stat(self.path)
             signature = (st.st_ino, st.st_size, st.st_mtime_ns)
@@ -133,7 +137,7 @@ class TokenFile:
             for problem in parsed.problems:
                 log.warning("token file %s: %s", self.path, problem)
         self._signature = signature
-        whole = seen_twice or (strict and not cut_short(text))
+        whole = seen_twice or (strict and not (stat.S_ISREG(st.st_mode) and cut_short(text)))
         now = read if whole else narrowest(self._settled, read)
         self._grants, self._pending = now, (None if now == read else (signature, text))
         if now != read:

@@ -4,6 +4,7 @@ it; a malformed line is refused alone, by line number, never showing its text.""
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 
 import pytest
@@ -167,3 +168,18 @@ def test_a_file_still_changing_at_start_accepts_no_token_until_it_reads_the_same
     assert file._grants == {}  # nothing yet: the first request's look reads the last text again
     last = Grant(frozenset({"team-a", "t" + "e" * (auth.START_READS - 1)}))
     assert file.grant(A) == last
+
+
+def test_a_token_handed_through_a_pipe_without_a_line_end_is_read_once(tmp_path: Path) -> None:
+    """`--token-file <(kubectl get secret ... -o jsonpath=... | base64 -d)`: a pipe, read to its end
+    (whole: its writer closed it) and empty if read again, so the read again of a text cut_short made
+    the start fail with "it holds no token". A file that is not a regular one is not read twice."""
+    reader, writer = os.pipe()
+    try:
+        os.write(writer, ADMIN.encode())
+        os.close(writer)
+        pauses: list[float] = []
+        file = auth.TokenFile(Path(f"/dev/fd/{reader}"), clock=lambda: 0.0, sleep=pauses.append)
+        assert file.grant(ADMIN) == EVERY and pauses == []
+    finally:
+        os.close(reader)
