@@ -10,7 +10,6 @@ caller of that flight, and nothing of a failed flight is kept, so the next calle
 
 from __future__ import annotations
 
-import copy
 import threading
 from collections.abc import Callable, Hashable
 from typing import Generic, TypeVar
@@ -87,8 +86,13 @@ class Flights(Generic[T]):
 
 def _own(error: BaseException) -> BaseException:
     """A copy of `error` for one waiter to raise: one exception object raised in several threads at once
-    would collect every thread's traceback."""
+    would collect every thread's traceback. Made without calling its __init__ (copy.copy calls
+    type(error)(*error.args): Refused(message) lacks its status and the copy failed): its args and its
+    attributes (Refused.status) only, no traceback, cause or context."""
+    cls = type(error)
     try:
-        return copy.copy(error)
-    except Exception:  # an exception type that cannot be copied: the same object, tracebacks and all
+        fresh = cls.__new__(cls, *error.args)
+        fresh.__dict__.update(vars(error))
+    except Exception:  # an exception type without a __dict__ or with its own __new__: the same object
         return error
+    return fresh

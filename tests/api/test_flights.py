@@ -9,9 +9,10 @@ from collections.abc import Callable
 
 import pytest
 
-from graphtrain.api.sources.base import NotFound, SourceUnavailable
+from graphtrain.api.sources.base import InvalidParameter, NotFound, SourceUnavailable
 from graphtrain.api.sources.cached import Cache, history_version
 from graphtrain.api.sources.flights import Flights
+from graphtrain.api.sources.kubernetes import Refused
 from tests.api.fake import epochs
 from tests.api.test_answers import stored
 
@@ -84,6 +85,23 @@ def test_an_error_reaches_every_caller_and_is_not_kept(error: Exception) -> None
         epochs(a) == [1, 2, 3, 4, 5] for a in at_once(lambda: c.history(KEY, history_version(text), working))
     )
     assert working.reads == 1
+
+
+@pytest.mark.parametrize(
+    "error",
+    [Refused(403, "the Kubernetes API answered 403 Forbidden"), InvalidParameter("continue", "expired")],
+)
+def test_each_caller_raises_its_own_copy_of_an_error_whose_init_takes_other_arguments(
+    error: Exception,
+) -> None:
+    """copy.copy calls type(error)(*error.args): Refused(message) lacks its status, so every waiter
+    raised the leader's one object, each raise adding its thread's frames to that object's traceback."""
+    c = cache()
+    text = stored(5)
+    answers = at_once(lambda: c.history(KEY, history_version(text), HeldRead(c.reads, text, error)))
+    assert all(type(a) is type(error) and str(a) == str(error) for a in answers)
+    assert all(vars(a) == vars(error) for a in answers)  # Refused.status
+    assert len({id(a) for a in answers}) == CALLERS
 
 
 class Stuck:
