@@ -40,6 +40,7 @@ import itertools
 import json
 import logging
 import os
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -117,6 +118,24 @@ def watch_refused(status: int, reason: str | None) -> str:
     return said
 
 
+def body_by(resp: Any, deadline: float, timeout: float) -> bytes:
+    """The body of `resp` (a urllib3 response) as it arrives, until `deadline` (time.monotonic): urllib3's
+    timeout bounds each socket read, not the whole answer, so a server sending a little at a time held a
+    call as long as it kept sending (timeout 0.5 s: 6 s), and a /history read its flight's waiters too.
+
+    Raises:
+        SourceUnavailable: past the deadline (the connection is closed, not reused).
+    """
+    chunks = []
+    while chunk := resp.read1(1 << 16):
+        chunks.append(chunk)
+        if time.monotonic() > deadline:
+            resp.close()
+            resp.release_conn()
+            raise SourceUnavailable(f"the Kubernetes API did not answer within {timeout:g} s")
+    return b"".join(chunks)
+
+
 class Api:
     """The few read calls, each bounded by `timeout` seconds, answering parsed JSON; failures turned
     into the source's errors."""
@@ -127,9 +146,10 @@ class Api:
         self.custom = kubernetes.client.CustomObjectsApi(client)
 
     def call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Obj:
+        deadline = time.monotonic() + self.timeout
         try:
             resp = fn(*args, _preload_content=False, _request_timeout=self.timeout, **kwargs)
-            return json.loads(resp.data)
+            return json.loads(body_by(resp, deadline, self.timeout))
         except ApiException as exc:
             if exc.status == 404:
                 raise NotFound("not found") from None

@@ -4,6 +4,8 @@ the operator and the trainers leave them (tests/api/cluster.py)."""
 
 from __future__ import annotations
 
+import socket
+import threading
 import time
 from collections.abc import Iterator
 
@@ -15,7 +17,7 @@ from graphtrain.api import selectors
 from graphtrain.api.app import create_app
 from graphtrain.api.settings import Settings
 from graphtrain.api.sources.base import InvalidParameter, ListQuery, NotFound, SourceUnavailable
-from graphtrain.api.sources.kubernetes import KubernetesSource
+from graphtrain.api.sources.kubernetes import Api, KubernetesSource
 from graphtrain.contract.conditions import Severity
 from graphtrain.contract.spec import Phase
 from tests.api import cluster
@@ -228,3 +230,48 @@ def test_an_api_server_without_the_crd_is_503_saying_so() -> None:
     ready = client.get("/readyz")
     assert ready.status_code == 503 and "graphtrainings.graphtrain.io/v1alpha1" in ready.json()["detail"]
     assert client.get("/api/v1/trainings").status_code == 503
+
+
+class Trickle:
+    """An API server (or a proxy before it) that sends a whole 200 answer, its body a byte every 0.1 s
+    (6 s in all; it stops once the client has gone)."""
+
+    BODY = b'{"data": {}}'.ljust(60)
+
+    def __init__(self) -> None:
+        self.server = socket.create_server(("127.0.0.9", 0))
+        self.host = f"http://127.0.0.9:{self.server.getsockname()[1]}"
+        self.thread = threading.Thread(target=self.serve, daemon=True)
+        self.thread.start()
+
+    def serve(self) -> None:
+        conn, _ = self.server.accept()
+        with conn:
+            conn.recv(65536)
+            head = f"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {len(self.BODY)}"
+            conn.sendall(head.encode() + b"\r\n\r\n")
+            for byte in self.BODY:
+                time.sleep(0.1)
+                try:
+                    conn.sendall(bytes([byte]))
+                except OSError:
+                    return
+
+    def close(self) -> None:
+        self.thread.join(10)
+        self.server.close()
+
+
+def test_a_body_sent_a_little_at_a_time_is_cut_at_the_calls_timeout() -> None:
+    """urllib3's timeout bounds each socket read, not the whole answer: a server sending a byte at a
+    time held a GET as long as it kept sending (timeout 0.5 s: the 6 s of the whole body), and with a
+    /history read, its flight and every caller waiting on it (flights.py)."""
+    trickle = Trickle()
+    config = kubernetes.client.Configuration()
+    config.host = trickle.host
+    api = Api(0.5, kubernetes.client.ApiClient(config))
+    try:
+        with pytest.raises(SourceUnavailable, match="did not answer within 0.5 s"):
+            api.config_map("ns", "t-progress")
+    finally:
+        trickle.close()
