@@ -78,6 +78,8 @@ class Flights(Generic[T]):
 
     def _join(self, flight: _Flight[T]) -> T:
         if not flight.done.wait(self.wait):
+            with self._lock:
+                flight.waiters -= 1  # it waits no more (`waiting` counted it while the read stays stuck)
             raise SourceUnavailable(f"an identical request's read took longer than {self.wait:g} s")
         if flight.error is not None:
             raise _own(flight.error) from None

@@ -129,6 +129,7 @@ def test_a_caller_waits_on_a_stuck_read_a_bounded_time() -> None:
     stuck = Stuck(c, text)
     with pytest.raises(SourceUnavailable, match="identical request's read took longer than 0.05 s"):
         c.history(KEY, history_version(text), stuck)
+    assert c.reads.flying == 1 and c.reads.waiting == 0  # the caller that gave up waits no more
     stuck.end()
     assert epochs(c.history(KEY, history_version(text), stuck)) == [1, 2, 3]  # kept by the leader
     assert c.reads.computed == 1
