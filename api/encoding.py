@@ -3,7 +3,7 @@
 Made in the route, in its worker thread, not by Starlette's GZipMiddleware: that compresses every body
 under 128 KiB (a 500-epoch history's answer is 108 KB) on the event loop, at level 9 (2.1 ms for that
 history; level 6: 0.65 ms for 1 % more bytes), again for every request of an answer kept as bytes.
-A kept answer (/history's, api/sources/cached.py and local.py) is an `Answer`: its bytes with their gzip
+A kept answer (/history's, api/sources/cached.py and local.py) is a `GzipAnswer`: its bytes with their gzip
 form, made once when it is built, so a hit sent compressed costs no compression (108 -> 10.6 KB).
 Bodies under GZIP_MIN are sent as they are: gzip's 20 bytes of framing and the CPU buy nothing there.
 Every such answer says `Vary: Accept-Encoding`, so a shared cache never serves one form for the other.
@@ -27,19 +27,19 @@ def gzip_of(body: bytes) -> bytes | None:
     return gzip.compress(body, LEVEL, mtime=0) if len(body) >= GZIP_MIN else None
 
 
-class Answer(bytes):
+class GzipAnswer(bytes):
     """An answer's bytes with `gzipped`, their gzip form (None: under GZIP_MIN), made once here."""
 
     gzipped: bytes | None
 
-    def __new__(cls, body: bytes) -> Answer:
+    def __new__(cls, body: bytes) -> GzipAnswer:
         self = super().__new__(cls, body)
         self.gzipped = gzip_of(body)
         return self
 
 
 def stored_bytes(body: bytes) -> int:
-    """What a kept answer holds: its bytes and, an Answer's, its gzip form."""
+    """What a kept answer holds: its bytes and, a GzipAnswer's, its gzip form."""
     return len(body) + len(getattr(body, "gzipped", None) or b"")
 
 
@@ -73,10 +73,10 @@ def takes_gzip(request: Request) -> bool:
 
 
 def respond(body: bytes, gzip_ok: bool, media_type: str = JSON) -> Response:
-    """`body` as the response, gzipped when the request takes it and it is large enough (an Answer's
+    """`body` as the response, gzipped when the request takes it and it is large enough (a GzipAnswer's
     kept gzip form, else compressed now)."""
     headers = {"Vary": "Accept-Encoding"}
-    packed = (body.gzipped if isinstance(body, Answer) else gzip_of(body)) if gzip_ok else None
+    packed = (body.gzipped if isinstance(body, GzipAnswer) else gzip_of(body)) if gzip_ok else None
     if packed is None:
         return Response(body, media_type=media_type, headers=headers)
     return Response(packed, media_type=media_type, headers={**headers, "Content-Encoding": "gzip"})

@@ -195,6 +195,6 @@ def events(
 )
 def history(source: Source, gzip_ok: Gzip, namespace: Namespace, name: Name) -> Response:
     # the source's bytes as they are (models.history_answer: the History model's JSON, kept per stored
-    # history, with its gzip form: encoding.Answer); no query parameters, so every answer is the whole
+    # history, with its gzip form: encoding.GzipAnswer); no query parameters, so every answer is the whole
     # history (no docstring: it would become the route's OpenAPI description)
     return respond(source.history(namespace, name), gzip_ok)

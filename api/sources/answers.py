@@ -5,7 +5,7 @@ Why bytes: a 500-epoch history decoded is ~700 KB of Python objects and 3-10 ms 
 is ~108 KB and costs nothing to send again. A kept answer is served only for the very version it was
 built from (the caller passes the version its store holds now), so it is never staler than that store.
 
-The bound counts each entry as its length (its gzip form's too, when it has one: encoding.Answer) plus
+The bound counts each entry as its length (its gzip form's too, when it has one: encoding.GzipAnswer) plus
 ENTRY_BYTES (its key, version and the dict's node), so many small answers (empty histories) are bounded
 too: at most `limit` / ENTRY_BYTES entries.
 

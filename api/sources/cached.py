@@ -28,7 +28,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from graphtrain.api import models
-from graphtrain.api.encoding import Answer
+from graphtrain.api.encoding import GzipAnswer
 from graphtrain.api.sources.answers import Answers
 from graphtrain.api.sources.flights import Flights
 from graphtrain.api.sources.watched import Collection, Key, Lister, Watcher
@@ -136,8 +136,10 @@ class Cache:
         self.max_age, self.patience = max_age, patience
         self._lock = threading.Lock()
         self._memo: dict[tuple[str, str, str], tuple[tuple[int, ...], Any]] = {}
-        self.histories: Answers[Answer] = Answers(history_bytes)  # progress ConfigMap -> its /history answer
-        self.reads: Flights[Answer] = Flights(wait=patience)  # one GET for concurrent misses of one
+        self.histories: Answers[GzipAnswer] = Answers(
+            history_bytes
+        )  # progress ConfigMap -> its /history answer
+        self.reads: Flights[GzipAnswer] = Flights(wait=patience)  # one GET for concurrent misses of one
         self._closed = False
 
     def start(self) -> None:
@@ -190,7 +192,7 @@ class Cache:
             self._memo[slot] = (stamp, answer)
         return answer
 
-    def history(self, key: Key, version: str, read: Callable[[], str | None]) -> Answer:
+    def history(self, key: Key, version: str, read: Callable[[], str | None]) -> GzipAnswer:
         """The /history answer of the progress ConfigMap `key` (namespace, name) whose history's digest
         is `version` (the watch's, in a store current within the staleness bound): the one kept under
         that digest, else read() -> its history now (one GET), built and kept under the digest of what
@@ -201,11 +203,11 @@ class Cache:
             return held
         return self.reads.run((key, version), lambda: self._build(key, version, read))
 
-    def _build(self, key: Key, version: str, read: Callable[[], str | None]) -> Answer:
+    def _build(self, key: Key, version: str, read: Callable[[], str | None]) -> GzipAnswer:
         held = self.histories.get(key, version)  # kept by a flight that ended since this one's miss
         if held is not None:
             return held
         text = read()
-        answer = Answer(models.history_answer(text))
+        answer = GzipAnswer(models.history_answer(text))
         self.histories.put(key, history_version(text), answer)
         return answer

@@ -35,7 +35,7 @@ from typing import Any, TypeVar
 from pydantic import ValidationError
 
 from graphtrain.api import models
-from graphtrain.api.encoding import Answer
+from graphtrain.api.encoding import GzipAnswer
 from graphtrain.api.sources.answers import ENTRY_BYTES
 from graphtrain.api.sources.base import ListQuery, NotFound, SourceUnavailable, page
 from graphtrain.contract import reporting, rundir
@@ -138,10 +138,10 @@ def parse_report(data: bytes) -> Progress | None:
     return reporting.decode(data)
 
 
-def parse_history(data: bytes) -> Answer:
+def parse_history(data: bytes) -> GzipAnswer:
     """The /history answer's bytes, kept in place of the decoded entries (~7 x smaller), with their gzip
     form (~10 % more, not counted in CACHE_BYTES: the file's size stands for both)."""
-    return Answer(models.history_answer(data))
+    return GzipAnswer(models.history_answer(data))
 
 
 @dataclass(frozen=True)

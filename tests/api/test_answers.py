@@ -10,7 +10,7 @@ from collections.abc import Callable
 import pytest
 
 from graphtrain.api import models
-from graphtrain.api.encoding import Answer
+from graphtrain.api.encoding import GzipAnswer
 from graphtrain.api.sources.answers import ENTRY_BYTES, Answers, cost
 from graphtrain.api.sources.cached import HISTORY_BYTES, HISTORY_VERSION, KEEP, Cache, history_version
 from graphtrain.contract import reporting
@@ -102,7 +102,7 @@ def test_a_read_newer_than_the_watch_is_kept_under_what_was_read() -> None:
 
 
 def test_an_evicted_answer_is_read_and_built_again_and_the_byte_bound_holds() -> None:
-    one = cost(Answer(models.history_answer(stored(50))))  # kept with its gzip form
+    one = cost(GzipAnswer(models.history_answer(stored(50))))  # kept with its gzip form
     c, server = cache(history_bytes=2 * one), Server()
     keys = [("ns", f"t-{i}-progress") for i in range(3)]
     for key in keys:

@@ -11,7 +11,7 @@ from fastapi.testclient import TestClient
 
 from graphtrain.api import encoding, models
 from graphtrain.api.app import create_app
-from graphtrain.api.encoding import GZIP_MIN, Answer, accepts_gzip
+from graphtrain.api.encoding import GZIP_MIN, GzipAnswer, accepts_gzip
 from graphtrain.api.settings import Settings
 from graphtrain.contract.reporting import encode_history
 from tests.api.fake import FakeSource, epochs, many, progress
@@ -26,7 +26,7 @@ class KeptHistories(FakeSource):
 
     def __init__(self) -> None:
         super().__init__(many())
-        self.kept = Answer(models.history_answer(encode_history([progress(e) for e in range(1, 201)])))
+        self.kept = GzipAnswer(models.history_answer(encode_history([progress(e) for e in range(1, 201)])))
 
     def history(self, namespace: str, name: str) -> bytes:
         self._get(namespace, name)
