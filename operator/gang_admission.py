@@ -20,12 +20,14 @@ A create refused after the dry runs said yes (the quota taken by another client'
 or a LimitRange's per-pod max below the gang's sum, which refuses the one pod before the quota plugin
 sees it, so its answer is not known until the creates): the gang's pods this apply made are deleted
 (k8s._undo: only this training's, by ownership and uid) and the gang waits whole, said in the
-condition and an event (undone()), tried again at the next reconcile. Not read as the quota's "no":
+condition and an event (undone()), tried again after a pause (gang_holds.py: 5 s doubling to 1 min;
+its own made and deleted pods' events asked for the next reconcile at once, and the dry runs that
+could not see the refusal said yes again). Not read as the quota's "no":
 a LimitRange's refusal of the one pod says nothing of the quota, and the namespace may have none.
 What remains: a quota's `pods` count (the one pod counts one); a webhook that answers no dry run
 (400: the dry run says nothing, the creates go on); with a LimitRange hiding a full quota, each
-reconcile makes the first pods and deletes them again (the quota's answer is read only on a create:
-reading the ResourceQuotas would need a grant the chart does not give); a pod's overhead.
+try (after its pause) makes the first pods and deletes them again (the quota's answer is read only
+on a create: reading the ResourceQuotas would need a grant the chart does not give); a pod's overhead.
 """
 
 from __future__ import annotations
@@ -133,5 +135,5 @@ def undone(message: str, n: int, deleted: list[str]) -> str:
     made = ", ".join(deleted)
     return (
         f"{message}; the pods of the gang made before it ({made}) were deleted: none of the {n} pods of "
-        "the gang is made until all are admitted, tried again at the next reconcile"
+        "the gang is made until all are admitted, tried again in 5 s to 1 min"
     )

@@ -4,9 +4,9 @@ Creates are idempotent (409 ignored: another reconcile got there first; unless t
 the training's: NameTaken, before the plan's later creates; a namespace being deleted stops the plan's
 creates without an error, an admission plugin's refusal (a quota, a LimitRange, Pod Security) or the
 authorizer's (a right the chart withholds) stops them and is said in the status and an event:
-refusals.py), deletes too (404 ignored),
-the status is merge-patched on the status subresource only when it changed, and each event of the plan
-is posted against the GraphTraining. Children are found by the graphtrain.io/training label.
+refusals.py), deletes too (404 ignored), the status is merge-patched on the status subresource only
+when it changed, and each event of the plan is posted against the GraphTraining. Children are found by
+the graphtrain.io/training label.
 
 LeaseClient reads and writes the operator's leader-election Lease for leader.py (get, create, update:
 the verbs the chart's Role grants on leases), each call with a timeout, a conflict reported as None;
@@ -39,7 +39,7 @@ from kubernetes.dynamic.exceptions import ResourceNotFoundError
 from graphtrain.contract.children import LABEL_TRAINING
 from graphtrain.contract.conditions import Event
 from graphtrain.contract.spec import API_VERSION, KIND
-from graphtrain.operator import gang_admission, manifests
+from graphtrain.operator import gang_admission, gang_holds, manifests
 from graphtrain.operator.cache import ChildCache
 from graphtrain.operator.context import Action, Plan
 from graphtrain.operator.observation import Observed, key
@@ -68,6 +68,7 @@ _lock = threading.Lock()
 _resources: dict[tuple[str, str], Any] = {}  # (apiVersion, kind) -> the dynamic client's resource
 _discovery = threading.Lock()  # the dynamic client's discovery cache is not thread-safe
 _cache: ChildCache | None = None  # the children as the watches see them (None: list them each time)
+_holds = gang_holds.GangHolds()  # the gangs undone, waiting before their creates are tried again
 
 
 def _uncounted(verb: str) -> None:
@@ -316,7 +317,8 @@ def apply(plan: Plan, observed: Observed, fence: Callable[[], bool] = lambda: Tr
     # wait for it, holding the quota its peer needs)
     unserved = False
     gang = gang_admission.members(plan.actions)
-    refused = _gang_refused(gang, ns) if gang else None  # a refused pod of it: none is made
+    tried = gang_holds.fingerprint([a.obj for a in gang])  # held after an undo (gang_holds.py)
+    refused = (_holds.held(body["metadata"]["uid"], tried) or _gang_refused(gang, ns)) if gang else None
     made_gang: list[dict[str, Any]] = []  # its pods this apply made: deleted if a later one is refused
     for action in plan.actions:
         if not fence():
@@ -363,6 +365,7 @@ def apply(plan: Plan, observed: Observed, fence: Callable[[], bool] = lambda: Tr
                     if not fence():
                         return False
                     message = gang_admission.undone(message, len(gang), _undo(made_gang, body, ns))
+                    _holds.undone(body["metadata"]["uid"], tried, action.key, message)
                     made_gang = []
                 forbidden[action.key] = message
                 said = refusal(body, action.key, message, judged.level)
@@ -373,6 +376,8 @@ def apply(plan: Plan, observed: Observed, fence: Callable[[], bool] = lambda: Tr
                     raise NameTaken({action.key: held}) from None
             elif exc.status not in (404, 409):
                 raise
+    if made_gang:  # made whole (a create that raised left the rest to the next reconcile)
+        _holds.made(body["metadata"]["uid"])
     if not fence():
         return False
     status = told(plan.status, forbidden)
@@ -418,10 +423,7 @@ def _gang_refused(gang: list[Action], ns: str) -> tuple[str, str] | None:
 
 def _undo(pods: list[dict[str, Any]], training: dict[str, Any], ns: str) -> list[str]:
     """Delete the gang's pods this apply made (only this training's: ownership.owned, and by uid) after
-    a later one was refused: the quota taken between the dry runs and the creates (another client's
-    pod), or admission that said no to the pod but not to its dry run. Made, they waited in rendezvous
-    for their peers until the trainers' timeout (600 s), holding the quota those peers needed; undone,
-    the gang waits whole and is tried again at the next reconcile. The names of those deleted."""
+    a later one was refused (gang_admission.py says why); the gang is then held (gang_holds.py)."""
     res, gone = _res("v1", "Pod"), []
     for pod in pods:
         if not owned(pod, {training["metadata"]["uid"]}):

@@ -12,6 +12,7 @@ as the quota plugin does and frees a pod's share when it is deleted."""
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 from kubernetes.utils import parse_quantity
@@ -97,3 +98,31 @@ def test_worker_pods_with_sidecars_are_asked_of_the_quota_in_full(
     quota.hard = parse_quantity("4")
     workers = [f"{name}-worker-0", f"{name}-worker-1"]
     assert wait_for(lambda: names_of(kube, "pod", ns, name) == workers, what="both workers")
+
+
+def test_an_undone_gang_waits_before_it_is_made_again(kube, operator, ns: str, monkeypatch) -> None:
+    """A LimitRange hiding a full quota: the pods each undo made and deleted were child events, each
+    asking for a reconcile at once, whose dry runs said yes again: 514 pod creates in 5 s. Now the gang
+    is held after an undo (gang_holds.py: 5 s, doubling): a few creates, not hundreds."""
+    quota = quota_on_pods(monkeypatch, ns, "1500m", pod_max="1500m")
+    creates: list[str] = []
+    create = quota.create
+
+    def counted(body: dict, namespace: str, **kw: object) -> object:
+        if namespace == ns and not kw.get("dry_run"):
+            creates.append(body["metadata"]["name"])
+        return create(body=body, namespace=namespace, **kw)
+
+    monkeypatch.setattr(quota, "create", counted)
+    name = "held"
+    to_pods(kube, ns, name)
+    wait_for(lambda: len(creates) >= 2, what="the first try: a trainer made, the second refused")
+    wait_for(lambda: names_of(kube, "pod", ns, name) == [], what="the made trainer deleted")
+    tried = len(creates)
+    time.sleep(3)  # under the first hold (5 s): the operator's timer (1 s) ticks meanwhile
+    assert len(creates) == tried, creates[tried:]
+    waiting = conditions(kube, name, ns)["TrainersReady"]
+    assert "were deleted" in waiting["message"] and "tried again in 5 s to 1 min" in waiting["message"]
+    quota.hard, quota.pod_max = parse_quantity("2"), None  # room: made once the hold ends
+    trainers = [f"{name}-trainer-0", f"{name}-trainer-1"]
+    assert wait_for(lambda: names_of(kube, "pod", ns, name) == trainers, what="both trainers")
