@@ -19,8 +19,9 @@ training at most once at a time, requests for a waiting one merged) to reconcile
 child changed, after the cache holds the change. The GraphTraining itself is read fresh each time
 (one GET), so its status never goes back, but by the periodic tick's reconciles: they take it as its
 watch last showed it once that holds the operator's own last status write (watched.py: at 300
-trainings a tick was 300 GETs). The operator's own creates and deletes enter the cache at once, so no
-reconcile makes again what the last one made.
+trainings a tick was 300 GETs), and write their status onto that version only (k8s.Stale: a copy
+behind the training is read again with a GET). The operator's own creates and deletes enter the
+cache at once, so no reconcile makes again what the last one made.
 
 No finalizer: every child carries an ownerReference to its GraphTraining (but a data claim kept by
 storage.whenDeleted Retain, which nothing deletes), so the cluster's garbage collector deletes them
@@ -205,37 +206,46 @@ def reconcile(namespace: str, name: str, watched: bool = False) -> None:
 
 def _reconcile(namespace: str, name: str, watched: bool = False) -> str:
     with _lock(namespace, name):
-        if not may_act(namespace, name):
-            return "skipped"
         body = _watched.current((namespace, name)) if watched else None
-        observed = k8s.observe(namespace, name) if body is None else k8s.observe(namespace, name, body)
-        if observed is None:  # gone (its DELETED event may have fallen in a gap of kopf's watch)
-            _known.pop((namespace, name), None)
-            _watched.forget((namespace, name))
-            requeue(namespace, name, None)
-            _metrics.forget(namespace, name)
-            logs.forget(namespace, name)
-            return "skipped"
-        decided = plan(observed, config=_config, token=secrets.token_hex(24))
-        if not may_act(namespace, name):
-            return "skipped"
         try:
-            applied = k8s.apply(decided, observed, fence=_fence)
-        except k8s.NameTaken as exc:  # a child's name holds another's object: hold, making nothing more
-            observed.taken = exc.taken
-            decided = plan(observed, config=_config)
-            applied = k8s.apply(decided, observed, fence=_fence)
-        if not applied:
-            return "skipped"  # the lease was lost meanwhile: the new leader writes the rest
-        old = observed.training.get("status") or {}
-        logs.decided(namespace, name, old, decided)
-        _metrics.training(namespace, name, old, decided.status)
-        if (observed.training.get("metadata") or {}).get("deletionTimestamp"):
-            # going: a timed reconcile that waited for the lock while ended() ran must not export it
-            # again after ended() forgot it (nothing would forget it a second time)
-            _metrics.forget(namespace, name)
-        requeue(namespace, name, decided.requeue_after)
-        return "ok"
+            return _locked(namespace, name, body)
+        except k8s.Stale:  # the watch's copy was behind the training (a lagging watch): read it
+            _watched.forget((namespace, name))
+            return _locked(namespace, name, None)
+
+
+def _locked(namespace: str, name: str, body: dict[str, Any] | None) -> str:
+    """_reconcile() under the training's lock, on `body` (the watch's copy) or a GET (None)."""
+    if not may_act(namespace, name):
+        return "skipped"
+    observed = k8s.observe(namespace, name) if body is None else k8s.observe(namespace, name, body)
+    if observed is None:  # gone (its DELETED event may have fallen in a gap of kopf's watch)
+        _known.pop((namespace, name), None)
+        _watched.forget((namespace, name))
+        requeue(namespace, name, None)
+        _metrics.forget(namespace, name)
+        logs.forget(namespace, name)
+        return "skipped"
+    decided = plan(observed, config=_config, token=secrets.token_hex(24))
+    if not may_act(namespace, name):
+        return "skipped"
+    try:
+        applied = k8s.apply(decided, observed, fence=_fence)
+    except k8s.NameTaken as exc:  # a child's name holds another's object: hold, making nothing more
+        observed.taken = exc.taken
+        decided = plan(observed, config=_config)
+        applied = k8s.apply(decided, observed, fence=_fence)
+    if not applied:
+        return "skipped"  # the lease was lost meanwhile: the new leader writes the rest
+    old = observed.training.get("status") or {}
+    logs.decided(namespace, name, old, decided)
+    _metrics.training(namespace, name, old, decided.status)
+    if (observed.training.get("metadata") or {}).get("deletionTimestamp"):
+        # going: a timed reconcile that waited for the lock while ended() ran must not export it
+        # again after ended() forgot it (nothing would forget it a second time)
+        _metrics.forget(namespace, name)
+    requeue(namespace, name, decided.requeue_after)
+    return "ok"
 
 
 def requeue(namespace: str, name: str, after: float | None) -> None:

@@ -42,7 +42,7 @@ from graphtrain.contract.spec import API_VERSION, KIND
 from graphtrain.operator import gang_admission, gang_holds, manifests
 from graphtrain.operator.cache import ChildCache
 from graphtrain.operator.context import Action, Plan
-from graphtrain.operator.observation import Observed, key
+from graphtrain.operator.observation import NameTaken, Observed, Stale, key
 from graphtrain.operator.ownership import owned, same, whose
 from graphtrain.operator.refusals import judge, namespace_terminating, refusal, told, unserved_message
 
@@ -246,6 +246,7 @@ def _raw(answer: Any) -> dict[str, Any]:
 def observe(namespace: str, name: str, body: dict[str, Any] | None = None) -> Observed | None:
     """The GraphTraining (read with a GET, unless `body`: as its watch showed it, watched.py) and its
     children (see owned()); None if it is gone."""
+    watched = body is not None
     try:
         with calling("get", expected=(404,)):
             if body is None:
@@ -260,7 +261,7 @@ def observe(namespace: str, name: str, body: dict[str, Any] | None = None) -> Ob
         children[key(kind, obj["metadata"]["name"])] = obj
         if kind == "Pod":
             pods.append(obj)
-    return Observed(training=body, children=children, pods=pods, now=dt.datetime.now(dt.UTC))
+    return Observed(training=body, children=children, pods=pods, now=dt.datetime.now(dt.UTC), watched=watched)
 
 
 def _children(
@@ -291,17 +292,6 @@ def _children(
                 if kind in ("Job", "StatefulSet"):
                     owners.add(obj["metadata"]["uid"])
     return found
-
-
-class NameTaken(Exception):
-    """A create answered 409 and the object of that name is not the training's: {"Kind/name": whose}.
-    Children are observed by label and owner, so such an object is invisible to the plan, which took
-    the 409 for an earlier reconcile's and mounted the object (a Secret, claim, ConfigMap) into the
-    training's pods. apply() stops at it, before the plan's later creates and its status."""
-
-    def __init__(self, taken: dict[str, str]):
-        super().__init__(taken)
-        self.taken = taken
 
 
 def apply(plan: Plan, observed: Observed, fence: Callable[[], bool] = lambda: True) -> bool:
@@ -382,14 +372,20 @@ def apply(plan: Plan, observed: Observed, fence: Callable[[], bool] = lambda: Tr
         return False
     status = told(plan.status, forbidden)
     if not same(status, body.get("status") or {}):
-        with calling("patch"):
-            written = _res(API_VERSION, KIND).status.patch(
-                body={"status": status},
-                name=body["metadata"]["name"],
-                namespace=ns,
-                content_type="application/merge-patch+json",
-                serialize=False,
-            )
+        meta = {"resourceVersion": body["metadata"]["resourceVersion"]} if observed.watched else {}
+        try:  # the watch's copy: onto that version only (Stale)
+            with calling("patch", expected=(409,) if meta else ()):
+                written = _res(API_VERSION, KIND).status.patch(
+                    body={"metadata": meta, "status": status},
+                    name=body["metadata"]["name"],
+                    namespace=ns,
+                    content_type="application/merge-patch+json",
+                    serialize=False,
+                )
+        except ApiException as exc:
+            if exc.status != 409 or not meta:
+                raise
+            raise Stale(f"{ns}/{body['metadata']['name']}") from None
         rv = _raw(written)["metadata"].get("resourceVersion") if getattr(written, "data", None) else None
         _on_written(ns, body["metadata"]["name"], rv)
     for event in [*plan.events, *refusals]:

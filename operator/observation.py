@@ -44,6 +44,24 @@ class Observed:
     now: dt.datetime = field(default_factory=lambda: dt.datetime.now(dt.UTC))
     # "Kind/name" -> whose: a child the plan would create whose name holds an object not this training's
     taken: dict[str, str] = field(default_factory=dict)
+    watched: bool = False  # `training` is the watch's copy (watched.py), not a GET: see k8s.Stale
+
+
+class Stale(Exception):
+    """The watch's copy of a training (Observed.watched) is older than the training: its status write
+    said 409 (a resourceVersion precondition). A plan on it would take a transition again (an event
+    posted twice, a restart counted twice): the caller reads the training with a GET and plans again."""
+
+
+class NameTaken(Exception):
+    """A create answered 409 and the object of that name is not the training's: {"Kind/name": whose}.
+    Children are observed by label and owner, so such an object is invisible to the plan, which took
+    the 409 for an earlier reconcile's and mounted the object (a Secret, claim, ConfigMap) into the
+    training's pods. apply() stops at it, before the plan's later creates and its status."""
+
+    def __init__(self, taken: dict[str, str]):
+        super().__init__(taken)
+        self.taken = taken
 
 
 def key(kind: str, name: str) -> str:

@@ -11,6 +11,13 @@ until its next watch event. Otherwise, and for the sweep's reconciles (verify_al
 deleted in a watch gap must be found gone, which only a GET does), the reconcile GETs as before.
 Changes (a spec edit, a child) are reconciled as before, each with its GET.
 
+A copy older than the training all the same (an event older than the operator's write, delivered after
+a failed reconcile forgot the copy; a training deleted and made again under its name in a gap of the
+watch; a write of the last leader that landed after this one listed) wrote its plan's status onto the
+training: every transition since taken again, its events posted twice (tests/operator/
+test_watched_apiserver.py). So a reconcile on the copy writes the status with the copy's
+resourceVersion as a precondition: a 409 (k8s.Stale) makes it read the training and plan again.
+
 Thread-safe: on_event writes from kopf's loop, the work queue's threads read and write."""
 
 from __future__ import annotations
