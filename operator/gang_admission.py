@@ -19,7 +19,8 @@ runs, not N+1; an admitted one costs N+1, once.
 A create refused after the dry runs said yes (the quota taken by another client's pod in between;
 or a LimitRange's per-pod max below the gang's sum, which refuses the one pod before the quota plugin
 sees it, so its answer is not known until the creates): the gang's pods this apply made are deleted
-(k8s._undo: only this training's, by ownership and uid) and the gang waits whole, said in the
+(k8s._undo: only this training's, by ownership and uid; so are they when a later pod's name holds
+someone else's pod, 409: k8s.NameTaken holds the training) and the gang waits whole, said in the
 condition and an event (undone()), tried again after a pause (gang_holds.py: 5 s doubling to 1 min;
 its own made and deleted pods' events asked for the next reconcile at once, and the dry runs that
 could not see the refusal said yes again). Not read as the quota's "no":

@@ -363,6 +363,8 @@ def apply(plan: Plan, observed: Observed, fence: Callable[[], bool] = lambda: Tr
             elif action.verb == "create" and exc.status == 409:
                 held = _whose_is(obj, body)
                 if held is not None:
+                    if made_gang and any(action is a for a in gang) and fence():  # made peers wait for it
+                        _undo(made_gang, body, ns)
                     raise NameTaken({action.key: held}) from None
             elif exc.status not in (404, 409):
                 raise

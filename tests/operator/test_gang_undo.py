@@ -103,26 +103,48 @@ def test_worker_pods_with_sidecars_are_asked_of_the_quota_in_full(
 def test_an_undone_gang_waits_before_it_is_made_again(kube, operator, ns: str, monkeypatch) -> None:
     """A LimitRange hiding a full quota: the pods each undo made and deleted were child events, each
     asking for a reconcile at once, whose dry runs said yes again: 514 pod creates in 5 s. Now the gang
-    is held after an undo (gang_holds.py: 5 s, doubling): a few creates, not hundreds."""
+    is held after an undo (gang_holds.py: 5 s, doubling): no create for 5 s after the first try."""
     quota = quota_on_pods(monkeypatch, ns, "1500m", pod_max="1500m")
-    creates: list[str] = []
+    creates: list[float] = []  # when each real create was asked
     create = quota.create
 
     def counted(body: dict, namespace: str, **kw: object) -> object:
         if namespace == ns and not kw.get("dry_run"):
-            creates.append(body["metadata"]["name"])
+            creates.append(time.monotonic())
         return create(body=body, namespace=namespace, **kw)
 
     monkeypatch.setattr(quota, "create", counted)
     name = "held"
     to_pods(kube, ns, name)
     wait_for(lambda: len(creates) >= 2, what="the first try: a trainer made, the second refused")
-    wait_for(lambda: names_of(kube, "pod", ns, name) == [], what="the made trainer deleted")
-    tried = len(creates)
-    time.sleep(3)  # under the first hold (5 s): the operator's timer (1 s) ticks meanwhile
-    assert len(creates) == tried, creates[tried:]
+    time.sleep(3)  # under the first hold: the operator's timer (1 s) ticks meanwhile
+    tried = creates[1]
+    assert [round(t - tried, 2) for t in creates[2:] if t - tried < 4.5] == []  # held: 400 creates before
     waiting = conditions(kube, name, ns)["TrainersReady"]
     assert "were deleted" in waiting["message"] and "tried again in 5 s to 1 min" in waiting["message"]
     quota.hard, quota.pod_max = parse_quantity("2"), None  # room: made once the hold ends
     trainers = [f"{name}-trainer-0", f"{name}-trainer-1"]
     assert wait_for(lambda: names_of(kube, "pod", ns, name) == trainers, what="both trainers")
+
+
+FOREIGN = """
+apiVersion: v1
+kind: Pod
+metadata: {{name: {name}}}
+spec: {{containers: [{{name: c, image: busybox}}]}}
+"""
+
+
+def test_a_gang_pods_name_held_by_another_pod_deletes_the_pods_made_before_it(
+    kube, operator, ns: str
+) -> None:
+    """Each pod's dry run (409 AlreadyExists: no refusal that waits) admitted the gang, the first trainer
+    was made and the second's create answered 409 from someone else's pod: NameTaken holds the training,
+    making nothing more, and the trainer made waited for its peer up to the trainers' timeout (600 s)."""
+    name = "taken"
+    kube("apply", "-n", ns, "-f", "-", input=FOREIGN.format(name=f"{name}-trainer-1"))
+    to_pods(kube, ns, name)
+    held = lambda: conditions(kube, name, ns).get("SpecValid", {}).get("reason") == "NameConflict"  # noqa: E731
+    assert wait_for(held, what="SpecValid NameConflict")
+    assert wait_for(lambda: names_of(kube, "pod", ns, name) == [], what="the trainer made deleted")
+    assert [p for p in kube("get", "pods", "-n", ns, "-o", "name").split()] == [f"pod/{name}-trainer-1"]
