@@ -197,8 +197,8 @@ def reconcile(namespace: str, name: str, watched: bool = False) -> None:
     start, result = time.perf_counter(), "error"
     try:
         result = _reconcile(namespace, name, watched)
-    except Exception:  # its status write may have happened or not: the next one GETs, or its watch
-        _watched.forget((namespace, name))  # event gives the training again
+    except Exception:  # its status write may have happened or not: the copy is not used until a GET
+        _watched.distrust((namespace, name))  # and the watch agree on a version (watched.py)
         raise
     finally:
         _metrics.reconciled(result, time.perf_counter() - start)
@@ -210,7 +210,7 @@ def _reconcile(namespace: str, name: str, watched: bool = False) -> str:
         try:
             return _locked(namespace, name, body)
         except k8s.Stale:  # the watch's copy was behind the training (a lagging watch): read it
-            _watched.forget((namespace, name))
+            _watched.distrust((namespace, name))
             return _locked(namespace, name, None)
 
 
@@ -226,6 +226,8 @@ def _locked(namespace: str, name: str, body: dict[str, Any] | None) -> str:
         _metrics.forget(namespace, name)
         logs.forget(namespace, name)
         return "skipped"
+    if body is None:  # a GET: the copy is current once the watch shows its version (watched.py)
+        _watched.read((namespace, name), observed.training["metadata"].get("resourceVersion"))
     decided = plan(observed, config=_config, token=secrets.token_hex(24))
     if not may_act(namespace, name):
         return "skipped"

@@ -1,22 +1,24 @@
 """Each GraphTraining as its watch last showed it, for the periodic tick's reconciles: no GET each.
 
 Why: every reconcile read its training with a GET, so that its status never goes back (a plan on the
-status before its own last write would take a transition again: a restart counted twice, an event
-posted twice). At 300 trainings the tick was 300 GETs every period, 1.4 s of wall time on the bench
-(bench/RESULTS.md). The watch (kopf's, on_event) already brings every change; the body it showed is
-used only when it is known to hold the operator's own last status write: after a write its
-resourceVersion is pending until the watch shows that version (resourceVersions are compared only
-for equality, as the API asks). A reconcile that failed (its write made or not) forgets the training
-until its next watch event. Otherwise, and for the sweep's reconciles (verify_all: a training
-deleted in a watch gap must be found gone, which only a GET does), the reconcile GETs as before.
-Changes (a spec edit, a child) are reconciled as before, each with its GET.
+status before its own last write would take a transition again: a restart counted twice, an event posted
+twice). At 300 trainings the tick was 300 GETs every period, 1.4 s of wall time on the bench
+(bench/RESULTS.md). The watch (kopf's, on_event) already brings every change; the body it showed is used
+only when it is known to hold the operator's own last status write: after a write its resourceVersion is
+pending until the watch shows that version (resourceVersions are compared only for equality, as the API
+asks); after a GET, its version likewise. A reconcile that failed (its write made or not) distrusts the
+copy until a GET and the watch agree. Otherwise, and for the sweep's reconciles (verify_all: a training
+deleted in a watch gap must be found gone, which only a GET does), the reconcile GETs as before. Changes
+(a spec edit, a child) are reconciled as before, each with its GET.
 
-A copy older than the training all the same (an event older than the operator's write, delivered after
-a failed reconcile forgot the copy; a training deleted and made again under its name in a gap of the
+A copy older than the training all the same (an event older than the operator's write, delivered after a
+failed reconcile forgot the copy; a training deleted and made again under its name in a gap of the
 watch; a write of the last leader that landed after this one listed) wrote its plan's status onto the
 training: every transition since taken again, its events posted twice (tests/operator/
-test_watched_apiserver.py). So a reconcile on the copy writes the status with the copy's
-resourceVersion as a precondition: a 409 (k8s.Stale) makes it read the training and plan again.
+test_watched_apiserver.py). So a reconcile on the copy writes the status with the copy's resourceVersion
+as a precondition: a 409 (k8s.Stale) makes it read the training and plan again.
+
+
 
 Thread-safe: on_event writes from kopf's loop, the work queue's threads read and write."""
 
@@ -27,6 +29,7 @@ import threading
 from typing import Any
 
 Key = tuple[str, str]  # (namespace, name)
+_UNKNOWN = ""  # pending on no version the watch shows: until a GET of ours reads one (Watched.read)
 
 
 class Watched:
@@ -46,16 +49,29 @@ class Watched:
 
     def wrote(self, key: Key, rv: str | None) -> None:
         """The operator wrote the training (its status), answered with this resourceVersion: the body
-        kept is current again once the watch shows it (or already, if it did before the answer came)."""
+        kept is current again once the watch shows it (or already, if it did before the answer came);
+        None (the version not known): not until a GET of ours reads one (read())."""
         with self._lock:
             held = self._bodies.get(key)
-            if rv is None:  # which version holds it is not known: the next watch event's
-                self._bodies.pop(key, None)
-                self._pending.pop(key, None)
+            if rv is None:
+                self._pending[key] = _UNKNOWN
             elif held is None or _version(held) != rv:
                 self._pending[key] = rv
             else:
                 self._pending.pop(key, None)
+
+    def read(self, key: Key, rv: str | None) -> None:
+        """A GET of ours read this version, which holds every write of ours: as wrote(). A copy left
+        pending by a version the watch never showed (kopf batches the events of a burst, and shows
+        the last one) is current again once the watch shows this one, not at the next write only."""
+        self.wrote(key, rv)
+
+    def distrust(self, key: Key) -> None:
+        """A reconcile failed (its status write made or not) or found the copy behind the training:
+        the copy is not used until a GET of ours (read()) and the watch agree on a version. Not
+        merely forgotten: the next watch event may be one older than that write, delivered late."""
+        with self._lock:
+            self._pending[key] = _UNKNOWN
 
     def forget(self, key: Key) -> None:
         """Gone (DELETED), or being deleted: reconciles GET it."""

@@ -33,10 +33,38 @@ def test_a_write_whose_event_came_first_is_current_at_once() -> None:
     w.seen(KEY, body("5"))
     w.wrote(KEY, "5")  # the watch was faster than the patch's answer
     assert w.current(KEY) == body("5")
-    w.wrote(KEY, None)  # a write whose version is not known (a failed reconcile): GET, until the next
-    assert w.current(KEY) is None  # watch event
-    w.seen(KEY, body("6"))
-    assert w.current(KEY) == body("6")
+    w.wrote(KEY, None)  # a write whose version is not known: GET, until a GET and the watch agree
+    assert w.current(KEY) is None
+    w.seen(KEY, body("6"))  # maybe older than that write, delivered late: not used
+    assert w.current(KEY) is None
+    w.read(KEY, "7")  # a GET read version 7: the copy is current once the watch shows it
+    assert w.current(KEY) is None
+    w.seen(KEY, body("7"))
+    assert w.current(KEY) == body("7")
+
+
+def test_a_failed_reconcile_distrusts_the_copy_until_a_get_and_the_watch_agree() -> None:
+    w = Watched()
+    w.seen(KEY, body("1"))
+    w.wrote(KEY, "2")  # then the reconcile failed: the copy was forgotten, and the next event (an
+    w.distrust(KEY)  # older one, late) was used: its plan took the written transition again
+    w.seen(KEY, body("1"))
+    assert w.current(KEY) is None
+    w.read(KEY, "2")  # the next tick's GET read version 2, which the watch then shows
+    w.seen(KEY, body("2", "Training"))
+    assert w.current(KEY) == body("2", "Training")
+
+
+def test_a_version_the_watch_never_showed_is_pending_until_a_get() -> None:
+    """kopf shows the last event of a burst: the operator's write (2) and kopf's annotations (3)
+    together showed 3 alone, and every tick after GETed the training until its next status write."""
+    w = Watched()
+    w.seen(KEY, body("1"))
+    w.wrote(KEY, "2")
+    w.seen(KEY, body("3"))
+    assert w.current(KEY) is None
+    w.read(KEY, "3")  # the tick's GET: version 3, which the watch already showed
+    assert w.current(KEY) == body("3")
 
 
 def test_the_sweep_and_a_deletion_read_with_a_get() -> None:
