@@ -102,10 +102,13 @@ def same_graph(
     node map is still checked.
 
     Raises:
-        GraphtrainError: naming both graphs, when they differ."""
+        GraphtrainError: naming both graphs, when they differ; naming the field, when `cfg`'s
+            graph_identity or made_for is malformed (checkpoint.json's is read_top's)."""
     trained = (record or {}).get(identity.KEY)
     found = cfg.data.get(identity.KEY)
     where = os.path.normpath(cfg.path)  # <checkpoint>/../../partition/<graph>.json, as the record finds it
+    if (wrong := identity.config_problem(cfg.data)) is not None:  # a hand edit: no hash covers the config
+        raise GraphtrainError(f"{where}: not a graphtrain partition config: {wrong}")
     if identity.mismatch(trained, found):
         raise GraphtrainError(
             f"{where}: a partition of {identity.described(found)}, but checkpoint {checkpoint.name} was "

@@ -22,6 +22,7 @@ from graphtrain.runtime.data.cache import (
     verify_files,
 )
 from graphtrain.runtime.errors import DataError
+from graphtrain.runtime.partition import identity
 
 if TYPE_CHECKING:
     from graphtrain.runtime.optim import OptimConfig
@@ -182,11 +183,11 @@ def malformed(top: dict[str, Any]) -> str | None:
     for key in ("config", "relative", "node_map_sha256"):  # how export and infer find the partition
         if "partition" in top and not isinstance(record.get(key), str):
             return f"partition.{key} is not a string"
-    for key in ("table_keys", "table_node_types", "graph_identity"):
+    for key in ("table_keys", "table_node_types"):
         if not isinstance(record.get(key, {}), dict):
             return f"partition.{key} is not a map"
-    if not isinstance(record.get("made_for", ""), str):
-        return "partition.made_for is not a string"
+    if (wrong := identity.config_problem(record)) is not None:
+        return f"partition.{wrong}"
     model = (top.get("trainer") or {}).get("model")
     if model is not None and not isinstance(model, dict):
         return "trainer.model is not a map"

@@ -104,22 +104,28 @@ def check_same_model(gt: GraphTraining, root: Path) -> None:
     check_inferable(trainer.get("model") if isinstance(trainer, dict) else None, gt.spec, root.name)
 
 
-def made_for(cfg: PartitionConfig, root: Path | None = None) -> str | None:
-    """The partition key (launch/reuse.py) partition `cfg` was made for: the one checkpoint `root`
-    recorded at save time (the checkpoint's word stands: a partition config's own bytes are in no
-    hash), else the one the partition carries (partition/identity.py: the partitioner writes it, the
-    operator's Job too), else the partition.settings a local launch from before left beside it; None
-    when there is none."""
-    from graphtrain.runtime.checkpoint import read_top
+def made_for(cfg: PartitionConfig, root: Path | None = None) -> tuple[str, str] | None:
+    """The partition key (launch/reuse.py) partition `cfg` was made for, and where it was read (what a
+    refusal of a malformed one names): the one checkpoint `root` recorded at save time (the
+    checkpoint's word stands: a partition config's own bytes are in no hash), else the one the partition
+    carries (partition/identity.py: the partitioner writes it, the operator's Job too), else the
+    partition.settings a local launch from before left beside it; None when there is none.
+
+    Raises:
+        DataError: that partition.settings cannot be read (not UTF-8 text, say)."""
+    from graphtrain.runtime.checkpoint import TOP, read_top
+    from graphtrain.runtime.data.cache import read_text
     from graphtrain.runtime.launch import reuse
     from graphtrain.runtime.partition.identity import MADE_FOR
 
     recorded = (read_top(root).get("partition") or {}).get(MADE_FOR) if root is not None else None
-    key = recorded if isinstance(recorded, str) else cfg.data.get(MADE_FOR)
+    if isinstance(recorded, str) and root is not None:
+        return recorded, f"{root / TOP}: partition.made_for"
+    key = cfg.data.get(MADE_FOR)
     if isinstance(key, str):
-        return key
+        return key, f"{cfg.path}: made_for"
     settings = cfg.path.parent.parent / reuse.SETTINGS
-    return settings.read_text() if settings.is_file() else None
+    return (read_text(settings), str(settings)) if settings.is_file() else None
 
 
 def graph_changes(
@@ -132,18 +138,24 @@ def graph_changes(
     """The spec fields whose graph (its inputs' contents, its settings) or partition settings differ from
     those the partition `cfg` of checkpoint `root` was made for (made_for); [] for a partition that does
     not say. Inference and predict read that partition, not the spec's graph: given another graph's spec,
-    they answered for the training's graph without a word."""
+    they answered for the training's graph without a word.
+
+    Raises:
+        GraphtrainError: that made_for is not a partition key (a hand edit: no hash covers it), naming
+            the file and field it was read from."""
     from graphtrain.runtime.launch import partition_step, reuse
 
-    key = made_for(cfg, root)
-    if key is None:
+    found = made_for(cfg, root)
+    if found is None:
         return []
+    key, where = found
     source = partition_step.from_spec(gt, spec_dir).source
     given = reuse.partition_key(gt.spec, source, contents(source, data_dir))
     try:
         return reuse.inference_changes(key, given)
-    except (ValueError, AttributeError):  # a hand-edited key: no hash covers the config's own bytes
-        raise GraphtrainError(f"{cfg.path}: its made_for is not a partition key") from None
+    except ValueError as exc:  # json's errors are ValueErrors too
+        said = " ".join(str(exc).split())[:200]
+        raise GraphtrainError(f"{where} is not a partition key ({said})") from None
 
 
 def refuse_changes(changed: list[str], root: Path, cfg: PartitionConfig, given: GraphTraining) -> None:

@@ -93,7 +93,7 @@ def inference_changes(trained: str, given: str) -> list[str]:
     for (`trained`), by spec field; [] when nothing does. Inputs are compared by their
     contents, not where they are (a spec and its data moved elsewhere are the same graph), and one
     whose contents are UNKNOWN on either side is left out."""
-    old, new = json.loads(trained), json.loads(given)
+    old, new = parse_key(trained), parse_key(given)
     for key in (old, new):
         for field in WHERE:
             key.get("graph", {}).pop(field, None)
@@ -109,6 +109,28 @@ def inference_changes(trained: str, given: str) -> list[str]:
     if old.get("projection") != new.get("projection"):
         out.append("model.featureProjection")
     return out
+
+
+def parse_key(text: str) -> dict[str, Any]:
+    """A partition key (partition_key's JSON) read back, its shape checked: a made_for is copied into a
+    checkpoint.json and a partition config that no hash covers, and a hand-edited one reached
+    inference_changes as a TypeError or a RecursionError.
+
+    Raises:
+        ValueError: naming what is not a partition key's."""
+    try:
+        doc = json.loads(text)
+    except RecursionError:
+        raise ValueError("nested too deeply") from None
+    if not isinstance(doc, dict):
+        raise ValueError("not a JSON object")
+    for part in ("graph", "partition"):
+        if not isinstance(doc.get(part, {}), dict):
+            raise ValueError(f"its {part} is not a map")
+    inputs = doc.get("inputs", {})
+    if not isinstance(inputs, dict) or not all(isinstance(v, str) for v in inputs.values()):
+        raise ValueError("its inputs are not a map of content hashes")
+    return doc  # the graph's and partition's values are compared with != only: any JSON will do
 
 
 def _camel(name: str) -> str:

@@ -34,6 +34,7 @@ from graphtrain.runtime.data.graph import Graph
 
 KEY = "graph_identity"
 MADE_FOR = "made_for"
+HEX = "0123456789abcdef"
 SHOWN = 12  # hex digits of a digest in a message: enough to tell two graphs apart by eye
 
 
@@ -64,6 +65,32 @@ def graph_identity(graph: Graph, num_edges: int) -> dict[str, Any]:
     }
     digest = hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
     return {"digest": digest, "num_nodes": doc["num_nodes"], "num_edges": doc["num_edges"]}
+
+
+def problem(entry: object) -> str | None:
+    """What is wrong with a graph_identity entry (a checkpoint's record or a partition config's: no hash
+    covers either), or None: a hand-edited digest that is no sha256 was taken without a word (an
+    integer, {}), and one holding a line break or a lone surrogate broke the refusal's one line."""
+    if not isinstance(entry, Mapping):
+        return "is not a map"
+    digest = entry.get("digest")
+    if not isinstance(digest, str) or len(digest) != 64 or set(digest) - set(HEX):
+        return "digest is not a sha256 (64 hex digits)"
+    for count in ("num_nodes", "num_edges"):
+        value = entry.get(count, 0)
+        if type(value) is not int or value < 0:
+            return f"{count} is not a count"
+    return None
+
+
+def config_problem(config: Mapping[str, Any]) -> str | None:
+    """What is wrong with the graph_identity and made_for a partition config (or a checkpoint's partition
+    record) carries, named by field; None when each is absent (made before them) or well formed."""
+    if KEY in config and (wrong := problem(config[KEY])) is not None:
+        return f"{KEY}.{wrong}" if wrong != "is not a map" else f"{KEY} {wrong}"
+    if MADE_FOR in config and not isinstance(config[MADE_FOR], str):
+        return f"{MADE_FOR} is not a string"
+    return None
 
 
 def digest_of(config: Mapping[str, Any]) -> str | None:

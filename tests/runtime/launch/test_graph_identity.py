@@ -209,3 +209,46 @@ def test_a_damaged_checkpoint_is_refused_before_any_process_starts(
     assert code == 1 and "does not check out" in err and named in err, err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
     assert not (tmp_path / "i" / "logs").exists()  # no shard server, trainer or zygote started
+
+
+def hand_edit(run: Path, where: str, key: str, value: object) -> None:
+    """Set `key` of checkpoint.json's partition record ("top") or of the partition config ("config")."""
+    path = (
+        checkpoint_of(run) / "checkpoint.json" if where == "top" else next((run / "partition").glob("*.json"))
+    )
+    doc = json.loads(path.read_text())
+    (doc["partition"] if where == "top" else doc)[key] = value
+    path.write_text(json.dumps(doc))
+
+
+HAND_EDITS = {  # a traceback (TypeError, RecursionError), or taken without a word, before
+    "made_for's inputs a number": (
+        "top",
+        "made_for",
+        '{"inputs": 5}',
+        "partition.made_for is not a partition",
+    ),
+    "made_for nested deep": ("top", "made_for", "[" * 100_000, "partition.made_for is not a partition key"),
+    "the config's made_for a number": ("config", "made_for", 5, "made_for is not a string"),
+    "digest a number": ("top", "graph_identity", {"digest": 5}, "partition.graph_identity.digest is not"),
+    "digest with a line break": ("top", "graph_identity", {"digest": "a\nb"}, "graph_identity.digest is not"),
+    "the config's identity a string": ("config", "graph_identity", "x", "graph_identity is not a map"),
+}
+
+
+@pytest.mark.parametrize("what", sorted(HAND_EDITS))
+def test_a_hand_edited_identity_or_made_for_is_one_line(
+    trained: dict[str, Path], tmp_path: Path, what: str
+) -> None:
+    where, key, value, said = HAND_EDITS[what]
+    run = copied_run(trained, tmp_path / "run")
+    hand_edit(run, where, key, value)
+    before = {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
+    code, err = cli(
+        "infer", str(run / "checkpoints"), "--spec", str(trained["spec"]), "--run-dir", str(tmp_path / "i")
+    )
+    assert code == 1 and said in err and len(err.strip().splitlines()) == 1, err
+    out = tmp_path / "p.csv"
+    code, err = cli("predict", str(run / "checkpoints"), "-o", str(out), "--spec", str(trained["spec"]))
+    assert code == 1 and said in err and len(err.strip().splitlines()) == 1 and not out.exists(), err
+    assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file()} == before  # nothing stored changed

@@ -282,3 +282,25 @@ def test_inference_compares_what_the_inputs_hold_not_where_they_are(tmp_path: Pa
         "graph.split",
         "partition.parts",
     ]
+
+
+@pytest.mark.parametrize(
+    "made_for, said",
+    [
+        ('{"inputs": 5}', "its inputs are not a map of content hashes"),
+        ('{"inputs": {"graph.path": []}}', "its inputs are not a map of content hashes"),
+        ('{"partition": 5}', "its partition is not a map"),
+        ('{"graph": []}', "its graph is not a map"),
+        ('"text"', "not a JSON object"),
+        ("[" * 100_000, "nested too deeply"),
+        ("garbage", "Expecting value"),
+    ],
+)
+def test_a_hand_edited_made_for_is_a_value_error(made_for: str, said: str) -> None:
+    """A checkpoint's or a partition's made_for (no hash covers either) reached inference_changes as a
+    TypeError or a RecursionError, a traceback from `infer` and `predict`; a ValueError is said in one line
+    (launch/inference.py graph_changes)."""
+    from graphtrain.runtime.launch.reuse import inference_changes
+
+    with pytest.raises(ValueError, match=said):
+        inference_changes(made_for, '{"graph": {}, "inputs": {}, "partition": {}, "projection": null}')

@@ -60,3 +60,30 @@ def test_streamed_and_in_memory_partitions_carry_the_same_identity(tmp_path: Pat
     a, b = json.loads(Path(streamed).read_text()), json.loads(in_memory.read_text())
     assert a[identity.KEY] == b[identity.KEY] == identity.graph_identity(g, g.num_edges)
     assert b[identity.MADE_FOR] == '{"k": 1}' and identity.MADE_FOR not in a  # made_for: only when given
+
+
+GOOD = identity.graph_identity(BASE, BASE.num_edges)
+MALFORMED: dict[str, tuple[dict[str, Any], str]] = {  # a hand edit of a config or checkpoint.json
+    "identity not a map": ({identity.KEY: "abc"}, "graph_identity is not a map"),
+    "digest a number": ({identity.KEY: {"digest": 5}}, "graph_identity.digest is not a sha256"),
+    "digest gone": ({identity.KEY: {}}, "graph_identity.digest is not a sha256"),
+    "digest with a line break": ({identity.KEY: {"digest": "ab\nTraceback"}}, "digest is not a sha256"),
+    "digest of a lone surrogate": ({identity.KEY: {"digest": "\udcff" * 64}}, "digest is not a sha256"),
+    "count a string": ({identity.KEY: {**GOOD, "num_nodes": "x"}}, "graph_identity.num_nodes is not a count"),
+    "count negative": ({identity.KEY: {**GOOD, "num_edges": -1}}, "graph_identity.num_edges is not a count"),
+    "count a bool": ({identity.KEY: {**GOOD, "num_edges": True}}, "graph_identity.num_edges is not a count"),
+    "made_for a number": ({identity.MADE_FOR: 5}, "made_for is not a string"),
+}
+
+
+@pytest.mark.parametrize("what", sorted(MALFORMED))
+def test_a_malformed_identity_or_made_for_is_named(what: str) -> None:
+    """Taken without a word before (a digest that is no string was no mismatch, and no warning either),
+    or a refusal of two lines (a digest with a line break)."""
+    config, said = MALFORMED[what]
+    assert said in (identity.config_problem(config) or "")
+
+
+def test_a_well_formed_or_absent_identity_is_no_problem() -> None:
+    assert identity.config_problem({identity.KEY: GOOD, identity.MADE_FOR: "{}"}) is None
+    assert identity.config_problem({}) is None  # made before identities: warned about, not refused
