@@ -188,9 +188,25 @@ def malformed(top: dict[str, Any]) -> str | None:
             return f"partition.{key} is not a map"
     if (wrong := identity.config_problem(record)) is not None:
         return f"partition.{wrong}"
+    if "files" in top and (wrong := files_problem(top["files"])) is not None:
+        return f"files {wrong}"
     model = (top.get("trainer") or {}).get("model")
     if model is not None and not isinstance(model, dict):
         return "trainer.model is not a map"
+    return None
+
+
+def files_problem(files: object) -> str | None:
+    """What is wrong with a manifest's `files` ({relative name: sha256}), or None: verify_files hashed a
+    name with ../ or an absolute one outside the checkpoint, and a list or a number there was an
+    AttributeError or TypeError (a traceback from `infer`'s first check)."""
+    if not isinstance(files, dict):
+        return "is not a map of file names to sha256"
+    for name, digest in files.items():
+        if os.path.isabs(name) or ".." in Path(name).parts or not name.strip("/."):
+            return f"name {name!r} is outside its directory"
+        if not isinstance(digest, str):
+            return f"{name!r}: its sha256 is not a string"
     return None
 
 
@@ -207,6 +223,8 @@ def pieces_of(root: Path, name: str) -> list[tuple[dict[str, Any], Path]]:
             type(manifest.get(k)) is int for k in ("lo", "hi", "num_rows")
         ):  # no hash covers it: a hand edit would otherwise fail as a TypeError where it is compared
             raise DataError(f"{d / MANIFEST}: not a piece manifest (lo, hi and num_rows are not integers)")
+        if (wrong := files_problem(manifest.get("files"))) is not None:
+            raise DataError(f"{d / MANIFEST}: not a piece manifest: files {wrong}")
         out.append((manifest, d))
     out.sort(key=lambda x: x[0]["lo"])
     num_rows = out[0][0]["num_rows"]

@@ -121,7 +121,18 @@ def test_changed_checkpoint_file_is_detected(ckroot: Path) -> None:
         alone.restore("ck")
 
 
-@pytest.mark.parametrize("edit", [{"lo": "0"}, {"num_rows": 5000.0}, {"hi": None}])
+@pytest.mark.parametrize(
+    "edit",
+    [
+        {"lo": "0"},
+        {"num_rows": 5000.0},
+        {"hi": None},
+        {"files": []},  # these four: an AttributeError, KeyError or TypeError from verify_files
+        {"files": None},
+        {"files": {"data.npy": 5}},
+        {"files": {"../../../etc/hostname": "0" * 64}},  # hashed outside the checkpoint
+    ],
+)
 def test_a_piece_manifest_of_the_wrong_shape_is_named(ckroot: Path, edit: dict) -> None:
     """A hand-edited piece manifest (no hash covers it) failed the trainer with "TypeError: '<' not
     supported between instances of 'int' and 'str'": it is refused naming the file."""
@@ -131,8 +142,26 @@ def test_a_piece_manifest_of_the_wrong_shape_is_named(ckroot: Path, edit: dict) 
     DistEmbedding(ROWS, DIM, "emb", client=alone)
     alone.checkpoint("ck", root=ckroot)
     manifest = next((ckroot / "ck" / "emb").glob("rows-*")) / "manifest.json"
-    manifest.write_text(json.dumps({**json.loads(manifest.read_text()), **edit}))
+    doc = json.loads(manifest.read_text())
+    if "files" in edit and isinstance(edit["files"], dict):
+        edit = {"files": {**doc["files"], **edit["files"]}}
+    manifest.write_text(json.dumps({**doc, **edit}))
     with pytest.raises(DataError, match="manifest.json: not a piece manifest"):
+        ckpt.verify_checkpoint(ckroot / "ck")
+
+
+@pytest.mark.parametrize("files", [[1], {"../../x": "0" * 64}, {"/etc/hostname": "0" * 64}, {"a": None}])
+def test_checkpoint_json_files_of_the_wrong_shape_are_named(ckroot: Path, files: object) -> None:
+    """checkpoint.json's files (no hash covers it): a list was a TypeError from `graphtrain infer`'s first
+    check, a name with ../ was hashed outside the checkpoint."""
+    import json
+
+    alone = kvstore.standalone(1, checkpoint_root=ckroot)
+    DistEmbedding(ROWS, DIM, "emb", client=alone)
+    alone.checkpoint("ck", root=ckroot)
+    top = ckroot / "ck" / ckpt.TOP
+    top.write_text(json.dumps({**json.loads(top.read_text()), "files": files}))
+    with pytest.raises(DataError, match="checkpoint.json: not a graphtrain checkpoint: files"):
         ckpt.verify_checkpoint(ckroot / "ck")
 
 
