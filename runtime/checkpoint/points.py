@@ -18,6 +18,7 @@ from graphtrain.runtime.checkpoint import chain
 from graphtrain.runtime.checkpoint.chain import FORMAT, FORMAT_VERSION, LATEST, MANIFEST, TOP
 from graphtrain.runtime.data.cache import (
     atomic_file,
+    files_problem,
     read_json,
     verify_files,
 )
@@ -193,20 +194,6 @@ def malformed(top: dict[str, Any]) -> str | None:
     model = (top.get("trainer") or {}).get("model")
     if model is not None and not isinstance(model, dict):
         return "trainer.model is not a map"
-    return None
-
-
-def files_problem(files: object) -> str | None:
-    """What is wrong with a manifest's `files` ({relative name: sha256}), or None: verify_files hashed a
-    name with ../ or an absolute one outside the checkpoint, and a list or a number there was an
-    AttributeError or TypeError (a traceback from `infer`'s first check)."""
-    if not isinstance(files, dict):
-        return "is not a map of file names to sha256"
-    for name, digest in files.items():
-        if os.path.isabs(name) or ".." in Path(name).parts or not name.strip("/."):
-            return f"name {name!r} is outside its directory"
-        if not isinstance(digest, str):
-            return f"{name!r}: its sha256 is not a string"
     return None
 
 

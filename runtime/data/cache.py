@@ -91,6 +91,20 @@ def verify_files(root: Path, files: dict[str, str]) -> None:
             )
 
 
+def files_problem(files: object) -> str | None:
+    """What is wrong with a manifest's `files` ({relative name: sha256}: a checkpoint's, a partition
+    config's), or None: verify_files hashed a name with ../ or an absolute one outside the directory, and
+    a list or a number there was an AttributeError or TypeError (a traceback from `infer`'s first check)."""
+    if not isinstance(files, dict):
+        return "is not a map of file names to sha256"
+    for name, digest in files.items():
+        if os.path.isabs(name) or ".." in Path(name).parts or not name.strip("/."):
+            return f"name {name!r} is outside its directory"
+        if not isinstance(digest, str):
+            return f"{name!r}: its sha256 is not a string"
+    return None
+
+
 def first_unlisted(root: Path, listed: set[str]) -> str | None:
     """The first entry under `root` (POSIX path relative to it) that is neither a `listed` file nor a
     directory (empty ones included: deleting them loses nothing), else None; a symlink is an entry,

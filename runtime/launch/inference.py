@@ -68,6 +68,7 @@ def partition(
     root = resolve_checkpoint(_checkpoint(gt, spec_dir))
     check_intact(root)
     cfg = checkpoint_partition(root, warn=warn)
+    check_files_there(cfg)
     check_same_model(gt, root)
     refuse_changes(graph_changes(gt, spec_dir, cfg, data_dir, root), root, cfg, gt)
     check_outside(output(gt, spec_dir, run_dir), root)
@@ -89,6 +90,18 @@ def check_intact(root: Path) -> None:
     except (DataError, OSError) as exc:
         said = " ".join(str(exc).split())
         raise DataError(f"checkpoint {root.name} does not check out: {said}") from None
+
+
+def check_files_there(cfg: PartitionConfig) -> None:
+    """Refuse partition `cfg` unless each file its config records is a regular file (a stat each, no
+    hash: the processes verify what they read): a FIFO or a file gone was found by a trainer once
+    started, or, a FIFO read by np.load, never (the run hung).
+
+    Raises:
+        DataError: naming the first file missing or not a regular file."""
+    for rel in cfg.data["files"]:
+        if not (cfg.root / rel).is_file():
+            raise DataError(f"partition {os.path.normpath(cfg.root)}: {rel} is missing or not a regular file")
 
 
 def check_same_model(gt: GraphTraining, root: Path) -> None:

@@ -55,6 +55,7 @@ from graphtrain.runtime.data import store
 from graphtrain.runtime.data.cache import (
     atomic_dir,
     check_creatable,
+    files_problem,
     first_unlisted,
     hash_tree,
     read_json,
@@ -386,6 +387,11 @@ def load_config(path: str | Path) -> PartitionConfig:
     missing = [k for k in _REQUIRED if k not in data]
     if missing:
         raise DataError(f"{path}: missing fields {missing}")
+    if (wrong := files_problem(data["files"])) is not None:  # a hand edit: no hash covers the config
+        raise DataError(f"{path}: not a graphtrain partition config: files {wrong}")
+    for count in ("num_nodes", "num_edges", "num_parts"):
+        if type(data[count]) is not int or data[count] < 0:
+            raise DataError(f"{path}: not a graphtrain partition config: {count} is not a count")
     if data["format_version"] != FORMAT_VERSION:
         raise DataError(
             f"{path}: format version {data['format_version']} is not supported (expected {FORMAT_VERSION})"

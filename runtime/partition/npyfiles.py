@@ -32,6 +32,8 @@ def load_npy(path: Path, mmap_mode: str | None = None) -> np.ndarray:
     Raises:
         DataError: naming `path` and why it cannot be read.
     """
+    if Path(path).exists() and not Path(path).is_file():  # a FIFO: np.load waited for a writer for good
+        raise DataError(f"{path}: not a regular file: not a graphtrain partition file")
     try:
         return np.load(path, mmap_mode=mmap_mode, allow_pickle=False)
     except ValueError as exc:  # object arrays ("cannot be loaded when allow_pickle=False"), bad headers

@@ -252,3 +252,20 @@ def test_a_hand_edited_identity_or_made_for_is_one_line(
     code, err = cli("predict", str(run / "checkpoints"), "-o", str(out), "--spec", str(trained["spec"]))
     assert code == 1 and said in err and len(err.strip().splitlines()) == 1 and not out.exists(), err
     assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file()} == before  # nothing stored changed
+
+
+def test_a_fifo_in_the_partition_is_refused_before_any_process_starts(
+    trained: dict[str, Path], tmp_path: Path
+) -> None:
+    """A trainer's np.load of it waited for a writer for good: `infer` hung (the checkpoint verified,
+    the partition's files never looked at before the processes started)."""
+    import os
+
+    run = copied_run(trained, tmp_path / "run")
+    (run / "partition" / "node_map.npy").unlink()
+    os.mkfifo(run / "partition" / "node_map.npy")
+    code, err = cli(
+        "infer", str(run / "checkpoints"), "--spec", str(trained["spec"]), "--run-dir", str(tmp_path / "i")
+    )
+    assert code == 1 and "node_map.npy is missing or not a regular file" in err, err
+    assert len(err.strip().splitlines()) == 1 and not (tmp_path / "i" / "logs").exists(), err
