@@ -18,6 +18,12 @@ CPU gspmm crashes under autocast to bfloat16).
     python bench/e2e.py [--seeds 3] [--first-seed 0] [--threads 2] [--mixed-precision bfloat16]
                         [--skip dgl,pykeen,throughput,accuracy,restart,kge]
                         [--kge-models transe,distmult,complex,rotate] [--kge-datasets nations,kinships,umls]
+                        [--cases sage-features,sage-embedding,transe] [--layouts standalone,2x2] [--repeat 1]
+
+--cases, --layouts and --repeat choose the throughput runs: e.g. the features-only GraphSAGE case alone,
+standalone, 5 rounds each beside DGL (`--skip accuracy,restart,kge --cases sage-features --layouts
+standalone --repeat 5`); a row gives the rounds' median rates with their range and the median of the
+rounds' ratios, and each round prints its rates with the load average it started at.
 
 The venvs are made once under bench/.venvs (DGL: about 5 GB with torch 2.2.1's CUDA libraries).
 """
@@ -185,10 +191,6 @@ def dgl_cmd(python: Path, mode: str, data: Path, *args: str) -> list[str]:
     return [str(python), str(ROOT / "bench" / "dgl_e2e.py"), mode, "--data", str(data), *args]
 
 
-def _ratio(x: float, base: float | None) -> str:
-    return f"{x / base:.2f}x" if base else "-"
-
-
 def precisions(example: str, mixed: str) -> list[tuple[str, dict[str, Any]]]:
     """(title suffix, overrides) of each precision a case runs in: float32, and with --mixed-precision
     bfloat16 the GraphSAGE cases again with training.mixedPrecision (DGL 2.1 stays float32: its CPU
@@ -199,56 +201,85 @@ def precisions(example: str, mixed: str) -> list[tuple[str, dict[str, Any]]]:
     return runs
 
 
-def throughput(work: Path, threads: int, with_dgl: bool, rows: list[list[str]], mixed: str = "none") -> None:
-    cases = [
-        ("GraphSAGE WordNet, features", "wordnet-sage-features.yaml", ["--features"], "seeds/s"),
-        (
-            "GraphSAGE WordNet, + embedding (Adam)",
-            "wordnet-sage.yaml",
-            ["--features", "--embedding", "128"],
-            "seeds/s",
-        ),
-        ("TransE gene-kg", "gene-kg-transe.yaml", None, "triples/s"),
-    ]
+# name: (title, example, DGL's arguments (None: TransE's own), unit)
+CASES: dict[str, tuple[str, str, list[str] | None, str]] = {
+    "sage-features": ("GraphSAGE WordNet, features", "wordnet-sage-features.yaml", ["--features"], "seeds/s"),
+    "sage-embedding": (
+        "GraphSAGE WordNet, + embedding (Adam)",
+        "wordnet-sage.yaml",
+        ["--features", "--embedding", "128"],
+        "seeds/s",
+    ),
+    "transe": ("TransE gene-kg", "gene-kg-transe.yaml", None, "triples/s"),
+}
+LAYOUTS = ("standalone", "2x2")
+
+
+def spread(values: list[float]) -> str:
+    """The median of a case's rounds, with their range when there are several ("50,480 (49.9-53.4k)")."""
+    mid = f"{statistics.median(values):,.0f}"
+    if len(values) < 2:
+        return mid
+    return f"{mid} ({min(values) / 1e3:.1f}-{max(values) / 1e3:.1f}k)"
+
+
+def dgl_rate(dgl: Path, work: Path, doc: dict[str, Any], dgl_args: list[str] | None, threads: int) -> float:
+    """DGL 2.1's rate on the case of `doc` (with `dgl_args`; None: TransE, its settings from `doc`)."""
+    if dgl_args is not None:
+        argv = dgl_cmd(dgl, "sage", work / "wordnet.npz", *dgl_args, "--epochs", "3")
+        return float(run_json([*argv, "--threads", str(threads)])["seeds_per_second"])
+    t = doc["spec"]
+    argv = dgl_cmd(dgl, "transe", work / "gene-kg.npz", "--dim", str(t["embeddings"][0]["dim"]))
+    argv += ["--negatives", str(t["task"]["negatives"]), "--steps", "60"]
+    argv += ["--batch-size", str(t["training"]["batchSize"]), "--threads", str(threads)]
+    return float(run_json(argv)["triples_per_second"])
+
+
+def throughput(
+    work: Path,
+    threads: int,
+    with_dgl: bool,
+    rows: list[list[str]],
+    mixed: str = "none",
+    cases: tuple[str, ...] = tuple(CASES),
+    repeat: int = 1,
+    layouts: tuple[str, ...] = LAYOUTS,
+) -> None:
+    """Each case's rate in each layout, and DGL's in the same round, `repeat` rounds: the rows give the
+    medians (and ranges) of the rates, and the median of the rounds' ratios (a shared machine's load
+    moves both sides of a round together, and rounds apart)."""
     if with_dgl:
         dgl = venv("dgl", DGL)
-        export_wordnet(work / "wordnet.npz")
-        export_kg("gene-kg", work / "gene-kg.npz")
-    for title, example, dgl_args, unit in cases:
-        big = {"training.epochs": 3, "training.evalEvery": 1000, "training.checkpointInterval": 10**9}
-        ours = []
-        for suffix, overrides in precisions(example, mixed):
-            doc = spec(example, **big, **overrides)
-            alone = graphtrain_run(doc, work, standalone=True, measure=True)["samples_per_second"]
-            dist = graphtrain_run(doc, work, standalone=False, measure=True)["samples_per_second"]
-            ours.append((title + suffix, alone, dist))
-        base = None
-        if with_dgl:
-            if dgl_args is not None:
-                argv = dgl_cmd(dgl, "sage", work / "wordnet.npz", *dgl_args, "--epochs", "3")
-                base = run_json([*argv, "--threads", str(threads)])["seeds_per_second"]
-            else:
-                t = doc["spec"]
-                argv = dgl_cmd(dgl, "transe", work / "gene-kg.npz", "--dim", str(t["embeddings"][0]["dim"]))
-                argv += ["--negatives", str(t["task"]["negatives"]), "--steps", "60"]
-                argv += ["--batch-size", str(t["training"]["batchSize"]), "--threads", str(threads)]
-                base = run_json(argv)["triples_per_second"]
-        for name, alone, dist in ours:
-            rows.append(
-                [
-                    name,
-                    unit,
-                    f"{alone:,.0f}",
-                    _ratio(alone, base),
-                    f"{dist:,.0f}",
-                    _ratio(dist, base),
-                    f"{base:,.0f}" if base else "-",
-                ]
-            )
-            print(
-                f"[bench] {name}: standalone {alone:,.0f}, 2x2 {dist:,.0f}, DGL {base or 0:,.0f} {unit}",
-                flush=True,
-            )
+        if {"sage-features", "sage-embedding"} & set(cases):
+            export_wordnet(work / "wordnet.npz")
+        if "transe" in cases:
+            export_kg("gene-kg", work / "gene-kg.npz")
+    big = {"training.epochs": 3, "training.evalEvery": 1000, "training.checkpointInterval": 10**9}
+    for case in cases:
+        title, example, dgl_args, unit = CASES[case]
+        runs = precisions(example, mixed)
+        ours: dict[tuple[str, str], list[float]] = {(s, lay): [] for s, _ in runs for lay in layouts}
+        base: list[float] = []
+        for r in range(repeat):
+            load = os.getloadavg()[0]
+            for suffix, overrides in runs:
+                doc = spec(example, **big, **overrides)
+                for lay in layouts:
+                    rate = graphtrain_run(doc, work, standalone=lay == "standalone", measure=True)
+                    ours[(suffix, lay)].append(rate["samples_per_second"])
+            if with_dgl:
+                base.append(dgl_rate(dgl, work, spec(example, **big), dgl_args, threads))
+            said = ", ".join(f"{s or 'float32'} {lay} {v[-1]:,.0f}" for (s, lay), v in ours.items())
+            theirs = f", DGL {base[-1]:,.0f}" if base else ""
+            print(f"[bench] {title} round {r + 1}/{repeat} (load {load:.1f}): {said}{theirs}", flush=True)
+        for suffix, _ in runs:
+            row = [title + suffix, unit]
+            for lay in LAYOUTS:
+                got = ours.get((suffix, lay), [])
+                ratios = [a / b for a, b in zip(got, base, strict=False)]
+                row += [spread(got) if got else "-", f"{statistics.median(ratios):.2f}x" if ratios else "-"]
+            rows.append([*row, spread(base) if base else "-"])
+            print(f"[bench] {' | '.join(rows[-1])}", flush=True)
 
 
 def accuracy(
@@ -401,6 +432,15 @@ def restart(work: Path, rows: list[list[str]]) -> None:
         print(f"[bench] killed {victim}: {rows[-1]}", flush=True)
 
 
+def names(given: str, known: Any, flag: str) -> tuple[str, ...]:
+    """The comma-separated names of `given`, each one of `known`; one line and exit 1 otherwise."""
+    chosen = tuple(n for n in given.split(",") if n)
+    bad = [n for n in chosen if n not in known]
+    if bad or not chosen:
+        sys.exit(f"{flag}: {bad[0] if bad else 'none given'} is not one of {', '.join(known)}")
+    return chosen
+
+
 def table(header: list[str], rows: list[list[str]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     return "\n".join([*lines, *("| " + " | ".join(r) + " |" for r in rows)])
@@ -419,6 +459,14 @@ def main() -> None:
         "--skip", default="", help="comma-separated: dgl, pykeen, throughput, accuracy, restart, kge"
     )
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--cases", default=",".join(CASES), help=f"throughput cases, of {', '.join(CASES)}")
+    ap.add_argument("--layouts", default=",".join(LAYOUTS), help="throughput layouts: standalone, 2x2")
+    ap.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="throughput rounds per case (medians, and each round beside DGL)",
+    )
     ap.add_argument(
         "--mixed-precision",
         choices=["none", "bfloat16"],
@@ -432,6 +480,9 @@ def main() -> None:
         "--kge-datasets", default=",".join(KG_DATASETS), help=f"comma-separated, of {', '.join(KG_DATASETS)}"
     )
     a = ap.parse_args()
+    if a.repeat < 1:
+        sys.exit(f"--repeat: {a.repeat} is not a count of rounds (1 or more)")
+    cases, layouts = names(a.cases, CASES, "--cases"), names(a.layouts, LAYOUTS, "--layouts")
     skip = set(filter(None, a.skip.split(",")))
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     print(
@@ -443,7 +494,7 @@ def main() -> None:
         work = Path(tmp)
         if "throughput" not in skip:
             rows: list[list[str]] = []
-            throughput(work, a.threads, "dgl" not in skip, rows, a.mixed_precision)
+            throughput(work, a.threads, "dgl" not in skip, rows, a.mixed_precision, cases, a.repeat, layouts)
             print(
                 table(
                     ["run", "unit", "standalone", "vs DGL", "2 servers x 2 trainers", "vs DGL", "DGL 2.1"],
