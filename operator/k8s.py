@@ -302,13 +302,12 @@ def apply(plan: Plan, observed: Observed, fence: Callable[[], bool] = lambda: Tr
     ns = body["metadata"]["namespace"]
     refusals: list[Event] = []
     forbidden: dict[str, str] = {}  # every create refused, in the API server's words: said in the status
-    # a create of a kind the API server does not serve, in a namespace being deleted, or that an
-    # admission plugin refused: the creates after it wait (a pod made without its refused peer would
-    # wait for it, holding the quota its peer needs)
+    # a create of a kind not served, in a namespace being deleted, or refused by admission: the creates
+    # after it wait (a pod made without its refused peer would wait for it, holding its peer's quota)
     unserved = False
     gang = gang_admission.members(plan.actions)
     tried = gang_holds.fingerprint([a.obj for a in gang])  # held after an undo (gang_holds.py)
-    refused = (_holds.held(body["metadata"]["uid"], tried) or _gang_refused(gang, ns)) if gang else None
+    refused = (_holds.held(body["metadata"]["uid"], tried) or _gang_refused(gang, body)) if gang else None
     made_gang: list[dict[str, Any]] = []  # its pods this apply made: deleted if a later one is refused
     for action in plan.actions:
         if not fence():
@@ -336,9 +335,8 @@ def apply(plan: Plan, observed: Observed, fence: Callable[[], bool] = lambda: Tr
                     if _cache is not None:
                         _cache.deleted(obj["kind"], ns, obj["metadata"]["name"])
         except ResourceNotFoundError:
-            # a kind no installed CRD serves (a gang's PodGroup without Volcano or the coscheduling
-            # plugin): said once as a refusal, and nothing made after it (the pods that would join it
-            # would wait for it forever); a delete of such a kind has nothing to delete
+            # a kind no installed CRD serves (a gang's PodGroup without Volcano or coscheduling): said once
+            # as a refusal, nothing made after it (its pods would wait forever); a delete has nothing to do
             if action.verb == "create":
                 unserved = True
                 forbidden[action.key] = unserved_message(obj)
@@ -397,10 +395,11 @@ def apply(plan: Plan, observed: Observed, fence: Callable[[], bool] = lambda: Tr
     return True
 
 
-def _gang_refused(gang: list[Action], ns: str) -> tuple[str, str] | None:
-    """gang_admission.refused() of dry runs of the gang as one pod, then alone until one is refused (only
-    the first if the one pod is over quota): 2 calls per reconcile while the gang waits, not N+1."""
-    pods = _res("v1", "Pod")
+def _gang_refused(gang: list[Action], training: dict[str, Any]) -> tuple[str, str] | None:
+    """gang_admission.refused() of dry runs of the gang as one pod, then alone until one is refused (the
+    first only if the one pod is over quota): 2 calls a reconcile while it waits. A 409 from another's
+    pod: NameTaken before any is made (else made and deleted again at every reconcile)."""
+    pods, ns = _res("v1", "Pod"), training["metadata"]["namespace"]
 
     def dry(obj: dict[str, Any]) -> gang_admission.Answer:
         try:
@@ -414,6 +413,9 @@ def _gang_refused(gang: list[Action], ns: str) -> tuple[str, str] | None:
     alone: list[gang_admission.Answer] = []
     for action in gang[:1] if gang_admission.over_quota(together) else gang:  # 2 calls while it waits
         alone.append(dry(action.obj))
+        held = _whose_is(action.obj, training) if alone[-1] and alone[-1][0] == 409 else None
+        if held is not None:
+            raise NameTaken({action.key: held})
         if gang_admission.waits(action, alone[-1]):
             break
     return gang_admission.refused(gang, alone, together)

@@ -229,6 +229,6 @@ def test_a_waiting_gang_costs_two_dry_runs_per_reconcile(monkeypatch, answers, a
     api = DryRuns(answers)
     monkeypatch.setattr(k8s, "_res", lambda *a: api)
     gang = [Action("create", pod(f"t-{i}")) for i in range(8)]
-    said = k8s._gang_refused(gang, "ns")
+    said = k8s._gang_refused(gang, {"metadata": {"namespace": "ns"}})
     assert api.asked == (asked or ["t-0-gang", *(f"t-{i}" for i in range(8))])
     assert (said and said[0]) == refused

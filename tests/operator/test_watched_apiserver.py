@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import json
+import time
 from collections import Counter
 
 import pytest
@@ -24,8 +25,21 @@ def reasons(kube, ns: str) -> Counter[str]:
     return Counter(f"{e['reason']}: {e['message']}" for e in events)
 
 
-def settled(ns: str, name: str) -> dict:
-    assert handlers._queue is not None and handlers._queue.idle(timeout=30)
+def settled(kube, ns: str, name: str) -> dict:
+    """The training's copy once nothing changes it: its resourceVersion the same over 1.5 s, which the
+    session operator's timer (1 s) ticks through (not the work queue idle: the session's other
+    trainings keep it busy in a whole run)."""
+
+    def version() -> str:
+        return json.loads(kube("get", "gtr", name, "-n", ns, "-o", "json"))["metadata"]["resourceVersion"]
+
+    for _ in range(40):
+        before = version()
+        time.sleep(1.5)
+        if version() == before:
+            break
+    else:
+        raise AssertionError(f"{ns}/{name} kept changing for 60 s")
     handlers.reconcile(ns, name)
     copied = wait_for(lambda: handlers._watched.current((ns, name)), what="the watch's copy")
     return copy.deepcopy(copied)
@@ -35,11 +49,11 @@ def test_a_stale_copy_takes_no_transition_again(kube, operator, ns: str) -> None
     name = "stale"
     kube("apply", "-n", ns, "-f", "-", input=SPEC.format(name=name, extra_model=""))
     assert wait_for(lambda: phase(kube, name, ns) == "Partitioning", what="Partitioning")
-    old = settled(ns, name)
+    old = settled(kube, ns, name)
     done = {"succeeded": 1, "conditions": [{"type": "Complete", "status": "True"}]}
     status_patch(kube, "job", f"{name}-partition", ns, done)
     assert wait_for(lambda: phase(kube, name, ns) != "Partitioning", what="past Partitioning")
-    settled(ns, name)
+    settled(kube, ns, name)
     before, status = reasons(kube, ns), json.loads(kube("get", "gtr", name, "-n", ns, "-o", "json"))["status"]
     handlers._watched.seen((ns, name), old)  # the copy a lagging watch showed
     handlers.reconcile(ns, name, watched=True)
@@ -60,11 +74,11 @@ def test_a_copy_of_a_training_deleted_and_made_again_writes_nothing_onto_the_new
     done = {"succeeded": 1, "conditions": [{"type": "Complete", "status": "True"}]}
     status_patch(kube, "job", f"{name}-partition", ns, done)
     assert wait_for(lambda: phase(kube, name, ns) != "Partitioning", what="past Partitioning")
-    old = settled(ns, name)
+    old = settled(kube, ns, name)
     kube("delete", "gtr", name, "-n", ns, "--wait=true")
     kube("apply", "-n", ns, "-f", "-", input=SPEC.format(name=name, extra_model=""))
     assert wait_for(lambda: phase(kube, name, ns) == "Partitioning", what="the new one Partitioning")
-    new = settled(ns, name)
+    new = settled(kube, ns, name)
     assert new["metadata"]["uid"] != old["metadata"]["uid"]
     before = reasons(kube, ns)
     handlers._watched.seen((ns, name), old)
