@@ -81,12 +81,12 @@ def test_nations_transe_trains_through_the_operator(
         assert status["phase"] == "Succeeded", f"{json.dumps(status)[:3000]}\n{logs[-8000:]}"
         assert runner.errors == []
 
-    # every phase in order, each told by an event (polling may miss one that lasted a moment)
+    # every phase in order, each told by an event (polling may miss one that lasted a moment: the
+    # phases polled are only printed, as test_typed's 1.7 s Training phase showed on a loaded CI)
     posted = events(kube, ns, NAME)
     reasons = [e["reason"] for e in posted]
     assert in_order(reasons, PHASES), reasons
     assert {e["type"] for e in posted} == {"Normal"}, [e["message"] for e in posted if e["type"] != "Normal"]
-    assert in_order(seen, ["Training", "Succeeded"]), seen
     assert any("epoch" in line for line in columns), columns[-3:]  # `kubectl get gtr`'s Progress column
     # the same result as the local executor
     progress = final_progress(kube, ns, NAME, "test_mrr")
