@@ -37,6 +37,7 @@ from graphtrain.contract.spec import (
     GraphTrainingStatus,
     rules_of,
 )
+from graphtrain.contract.spec.updates import transition_rules
 
 _DROP = {"title", "discriminator", "propertyNames"}  # map keys: checked by the Python side only
 
@@ -137,6 +138,8 @@ def openapi_schema() -> dict[str, Any]:
             by_alias=True, mode="validation", schema_generator=_FactoryDefaults
         )
     )
+    # what a running training cannot take (contract/spec/updates.py), refused at admission
+    spec["x-kubernetes-validations"] = [*spec.get("x-kubernetes-validations", []), *transition_rules(spec)]
     status = structural(GraphTrainingStatus.model_json_schema(by_alias=True, mode="validation"))
     return {
         "type": "object",

@@ -37,6 +37,7 @@ from graphtrain.contract.spec import (
     parse,
 )
 from graphtrain.contract.spec.locality import resolved
+from graphtrain.contract.spec.updates import ANY_TIME, refused
 from graphtrain.operator import gang, manifests, volume, workers
 from graphtrain.operator.context import Action, Context, Step, clean_up
 from graphtrain.operator.observation import (
@@ -62,8 +63,6 @@ from graphtrain.operator.observation import (
     waiting_for_group,
 )
 
-MUTABLE = {"runPolicy", "suspend"}  # spec sections a running job takes on
-
 
 @dataclass(frozen=True)
 class SpecDecision:
@@ -78,9 +77,9 @@ class SpecDecision:
 
 def spec_hash(gt: GraphTraining) -> str:
     """status.appliedSpecHash of `gt`: its spec as the config ConfigMap holds it (the default locality
-    resolved), less the sections a running job takes on (MUTABLE)."""
+    resolved), less the sections a running job takes on (contract/spec/updates.py: ANY_TIME)."""
     spec = resolved(gt.spec).model_dump(by_alias=True, exclude_none=True, mode="json")
-    kept = {k: v for k, v in spec.items() if k not in MUTABLE}
+    kept = {k: v for k, v in spec.items() if k not in ANY_TIME}
     return hashlib.sha256(json.dumps(kept, sort_keys=True).encode()).hexdigest()[:32]
 
 
@@ -116,7 +115,10 @@ def spec_stage(obs: Observed, conds: conditions.Conditions) -> SpecDecision:
     """Is the spec valid, and which applies. Before the first children, the current spec (invalid:
     SpecValid False and Failed). After, the applied one (the config ConfigMap's), taking only the
     current runPolicy and suspend; any other change is refused (SpecValid False / UpdateRefused) and
-    its generation is not reported as observed."""
+    its generation is not reported as observed. Which fields a running training takes is
+    contract/spec/updates.py's table, which the CRD's transition rules refuse at admission too; this
+    refusal stays for what they cannot see (a suspended training that ran) and for clusters that do
+    not run them."""
     body = obs.training
     meta = body["metadata"]
     generation = meta.get("generation")
@@ -153,13 +155,13 @@ def spec_stage(obs: Observed, conds: conditions.Conditions) -> SpecDecision:
         current = _with_locality(current, applied.spec.placement.locality)
     new = current.spec.model_dump(by_alias=True, mode="json") if current else None
     had = applied.spec.model_dump(by_alias=True, mode="json")
-    refused = [k for k in sorted(had) if (new is None or new.get(k) != had[k]) and k not in MUTABLE]
     observed_generation = generation
+    changed = refused(had, new)
     if current is None:
         conditions.set_update_refused(conds, f"the new spec is invalid: {problem}")
         observed_generation = (body.get("status") or {}).get("observedGeneration")
-    elif refused:
-        fields = ", ".join(f"spec.{k}" for k in refused)
+    elif changed:
+        fields = ", ".join(f"spec.{k}" for k in changed)
         conditions.set_update_refused(
             conds,
             f"{fields} cannot change once the training started; the job goes on with the applied spec "
@@ -169,7 +171,8 @@ def spec_stage(obs: Observed, conds: conditions.Conditions) -> SpecDecision:
     else:
         conditions.set_spec_valid(conds)
     if current is not None:
-        mutable = {"run_policy": current.spec.run_policy, "suspend": current.spec.suspend}
+        declared = type(current.spec).model_fields
+        mutable = {k: getattr(current.spec, k) for k, f in declared.items() if (f.alias or k) in ANY_TIME}
         applied = applied.model_copy(update={"spec": applied.spec.model_copy(update=mutable)})
     return SpecDecision(applied, observed_generation)
 

@@ -68,7 +68,8 @@ from graphtrain.contract.spec.variants import cel_or_default, cel_strings, owner
 
 
 class GraphTrainingSpec(SpecModel):
-    """A whole training job: graph, partitioning, tables, model, training and the processes that run it."""
+    """A whole training job: graph, partitioning, tables, model, training and the processes that run it.
+    Every field but runPolicy and suspend is immutable once it runs (changed only while suspended)."""
 
     graph: GraphSource = Field(description="Where the graph comes from; required.")
     partition: PartitionSpec = Field(
@@ -110,7 +111,8 @@ class GraphTrainingSpec(SpecModel):
         "Job's (for Kueue): may change while the training runs; status.startTime is cleared while "
         "suspended and set again on resumption, so activeDeadlineSeconds counts from the last "
         "resumption; created suspended, the training makes no children, and its spec may still change "
-        "until it first runs. Kubernetes only: `graphtrain run` ignores it.",
+        "until it first runs (the API server admits any spec change while suspend is true; the operator "
+        "refuses those a training that ran cannot take). Kubernetes only: `graphtrain run` ignores it.",
     )
     storage: Storage = Field(default_factory=Storage, description="The shared volume (Kubernetes only).")
     placement: PodPlacement = Field(

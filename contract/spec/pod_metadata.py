@@ -14,8 +14,8 @@ operator's own keys are refused, not overridden: its labels select the pods (Ser
 NetworkPolicies, the REST API), and the group keys of spec.scheduling (Kueue, gangs) set here alone
 would admit the pods one by one.
 
-Why a change is refused once the training started, as any placement field is (operator/stages.py
-MUTABLE): a new template on the shard servers' StatefulSet rolls them, each restart losing the updates
+Why a change is refused once the training started, as any placement field is (updates.py
+UPDATES): a new template on the shard servers' StatefulSet rolls them, each restart losing the updates
 since the last checkpoint, and a restart of the trainers would run pods of two metadata side by side.
 """
 

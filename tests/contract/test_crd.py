@@ -111,6 +111,7 @@ def test_every_rule_is_in_the_crd() -> None:
     """Each Rule of the spec models becomes one x-kubernetes-validations entry on its model's node."""
     schema = crd.openapi_schema()
     in_crd = [v for _, node in walk(schema) for v in node.get("x-kubernetes-validations", [])]
+    in_crd = [v for v in in_crd if "oldSelf" not in v["rule"]]  # the transition rules: test_updates.py
     # EmbeddingTable's (and its sub-models') node appears once, as the items of spec.embeddings;
     # Toleration's once per role whose pods it places (partition, shardServers, trainers)
     roles = {Toleration: 3}
