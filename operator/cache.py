@@ -4,8 +4,8 @@ observes instead of listing twelve kinds from the API server each time.
 Why: a reconcile used to read its training and then LIST each of the twelve child kinds by label (13
 round trips, each filtering every object of its kind in the namespace on the server): with 1,000
 trainings and their child events that was most of the API server's work and most of the operator's
-time. As controller-runtime's informers do, one watch per kind (k8s.watch_children) keeps this store
-current, and each change wakes the reconcile of the training it is labelled with, after the store has
+time. As controller-runtime's informers do, one watch per kind (child_watch.watch_children) keeps this
+store current, and each change wakes the reconcile of the training it is labelled with, after the store has
 it: a reconcile reads the store and so never acts on an older view than the event that woke it.
 
 The store is also read-your-writes for the operator's own writes: an object it created is stored at

@@ -14,10 +14,10 @@ reconcile is counted by result and timed, and the status it decided is what the 
 show; the Kubernetes API calls that fail are counted where they are made (k8s.py).
 
 Children are not listed at each reconcile: one watch per child kind keeps a cache of them
-(cache.py, fed by k8s.watch_children) and asks a work queue (workqueue.py: WORKERS threads, each
-training at most once at a time, requests for a waiting one merged) to reconcile the training whose
-child changed, after the cache holds the change. The GraphTraining itself is read fresh each time
-(one GET), so its status never goes back, but by the periodic tick's reconciles: they take it as its
+(cache.py, fed by child_watch.watch_children) and asks a work queue (workqueue.py: WORKERS threads,
+each training at most once at a time, requests for a waiting one merged) to reconcile the training
+whose child changed, after the cache holds the change. The GraphTraining itself is read fresh each
+time (one GET), so its status never goes back, but by the periodic tick's reconciles: they take it as its
 watch last showed it once that holds the operator's own last status write (watched.py: at 300
 trainings a tick was 300 GETs), and write their status onto that version only (k8s.Stale: a copy
 behind the training is read again with a GET). The operator's own creates and deletes enter the
@@ -49,8 +49,8 @@ from typing import Any
 
 import kopf
 
+from graphtrain.operator import child_watch, crd_version, k8s, logs
 from graphtrain.operator import config as operator_config
-from graphtrain.operator import crd_version, k8s, logs
 from graphtrain.operator.cache import ChildCache
 from graphtrain.operator.endpoints import OperatorMetrics
 from graphtrain.operator.observation import finished
@@ -156,7 +156,7 @@ def start_watches() -> None:
     )
     _queue, _watching = queue.start(), threading.Event()
     k8s.use_cache(cache)
-    k8s.watch_children(cache, lambda namespace, name: queue.add((namespace, name)), _watching)
+    child_watch.watch_children(cache, lambda namespace, name: queue.add((namespace, name)), _watching)
     threading.Thread(target=_ticking, args=(queue, _watching), name="tick", daemon=True).start()
 
 

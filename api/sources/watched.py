@@ -10,7 +10,7 @@ ends each watch; the next resumes where it ended, a WATCH, not a LIST). It lists
 Gone (at once), after a failure (a broken watch, an unreachable server: after a pause of 0.5 s doubling
 to 30 s, back to 0.5 s once a watch has worked; a request that finds the store too old cuts the pause
 short), or when a collection cut at its bound has come back under it. The same algorithm as the
-operator's watches (operator/k8s.py's _watch_kind); the API may not import the operator
+operator's watches (operator/child_watch.py's _watch_kind); the API may not import the operator
 (.importlinter), and this one keeps no tombstones (the API writes nothing) but counts its objects.
 
 Staleness: `current_at` is the last moment the store was known to hold every change: the start of

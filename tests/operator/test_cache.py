@@ -3,6 +3,7 @@ writes make of it, and what a reconcile reads from it."""
 
 from __future__ import annotations
 
+from graphtrain.operator import child_watch
 from graphtrain.operator.cache import ChildCache
 
 KINDS = ["ConfigMap", "Job", "Pod"]
@@ -166,7 +167,8 @@ def test_a_watch_thread_outlives_a_failed_lookup_and_discovery_runs_one_at_a_tim
     errors: list[BaseException] = []
     monkeypatch.setattr(threading, "excepthook", lambda args: errors.append(args.exc_value))
     watch = threading.Thread(
-        target=k8s._watch_kind, args=("v1", "Secret", "a", ChildCache(["Secret"]), lambda *_: None, stop, 1)
+        target=child_watch._watch_kind,
+        args=("v1", "Secret", "a", ChildCache(["Secret"]), lambda *_: None, stop, 1),
     )
     watch.start()
     watch.join(timeout=10)
