@@ -17,11 +17,12 @@ Children are not listed at each reconcile: one watch per child kind keeps a cach
 (cache.py, fed by child_watch.watch_children) and asks a work queue (workqueue.py: WORKERS threads,
 each training at most once at a time, requests for a waiting one merged) to reconcile the training
 whose child changed, after the cache holds the change. The GraphTraining itself is read fresh each
-time (one GET), so its status never goes back, but by the periodic tick's reconciles: they take it as its
-watch last showed it once that holds the operator's own last status write (watched.py: at 300
+time (one GET), so its status never goes back, but by the periodic tick's reconciles: they take it as
+its watch last showed it once that holds the operator's own last status write (watched.py: at 300
 trainings a tick was 300 GETs), and write their status onto that version only (k8s.Stale: a copy
-behind the training is read again with a GET). The operator's own creates and deletes enter the
-cache at once, so no reconcile makes again what the last one made.
+behind the training is read again with a GET; a plan on the copy that creates or deletes is made
+again on a GET first, as its status write comes after those). The operator's own creates and
+deletes enter the cache at once, so no reconcile makes again what the last one made.
 
 No finalizer: every child carries an ownerReference to its GraphTraining (but a data claim kept by
 storage.whenDeleted Retain, which nothing deletes), so the cluster's garbage collector deletes them
@@ -229,6 +230,8 @@ def _locked(namespace: str, name: str, body: dict[str, Any] | None) -> str:
     if body is None:  # a GET: the copy is current once the watch shows its version (watched.py)
         _watched.read((namespace, name), observed.training["metadata"].get("resourceVersion"))
     decided = plan(observed, config=_config, token=secrets.token_hex(24))
+    if body is not None and decided.actions:  # the copy's plan acts: planned again on a GET first
+        return _locked(namespace, name, None)
     if not may_act(namespace, name):
         return "skipped"
     try:

@@ -16,9 +16,12 @@ failed reconcile forgot the copy; a training deleted and made again under its na
 watch; a write of the last leader that landed after this one listed) wrote its plan's status onto the
 training: every transition since taken again, its events posted twice (tests/operator/
 test_watched_apiserver.py). So a reconcile on the copy writes the status with the copy's resourceVersion
-as a precondition: a 409 (k8s.Stale) makes it read the training and plan again.
-
-
+as a precondition: a 409 (k8s.Stale) makes it read the training and plan again. That write comes
+after the plan's creates and deletes, so a plan on the copy that creates or deletes anything is made
+again on a GET first (handlers._locked): a copy from before a restart deleted the new attempt's
+trainers (its pods were not of the copy's attempt), the copy of a training deleted and made again
+made a StatefulSet owned by the deleted one (tests/operator/test_watched_apiserver.py). The steady
+tick acts on nothing (its plans only confirm the status), so it still GETs nothing.
 
 Thread-safe: on_event writes from kopf's loop, the work queue's threads read and write."""
 
