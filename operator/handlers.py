@@ -317,8 +317,8 @@ def tick(queue: WorkQueue[tuple[str, str]], sweep: bool = False) -> int:
     """Ask the work queue, in its periodic lane, for every training the tick is due for (stall
     detection, a deadline missed by its requeue), or every one known (`sweep`); how many."""
     keys = [key for key, states in list(_known.items()) if sweep or DUE in states.values()]
-    if sweep:
-        _watched.verify_all()
+    if sweep:  # one LIST: only a training it shows at another version than the copy, or not, GETs
+        _watched.swept(k8s.training_versions(_namespaces))
     for key in keys:
         queue.add(key, periodic=True)
     return len(keys)

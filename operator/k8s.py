@@ -264,6 +264,36 @@ def observe(namespace: str, name: str, body: dict[str, Any] | None = None) -> Ob
     return Observed(training=body, children=children, pods=pods, now=dt.datetime.now(dt.UTC), watched=watched)
 
 
+LIST_PAGE = 500  # trainings a page of the sweep's list (one consistent snapshot across its pages)
+
+
+def training_versions(namespaces: tuple[str, ...] = ()) -> dict[tuple[str, str], str] | None:
+    """(namespace, name) -> resourceVersion of every GraphTraining (in `namespaces`; none: all), by a
+    LIST (one a namespace, paged: its pages are one snapshot): the tick's sweep, which GETs only the
+    trainings whose version differs from the watch's copy, or missing. None if a list failed."""
+    found: dict[tuple[str, str], str] = {}
+    try:
+        for namespace in namespaces or (None,):
+            token = None
+            for _ in range(1_000_000 // LIST_PAGE):  # bounded: a million trainings
+                with calling("list"):
+                    page = _raw(
+                        _res(API_VERSION, KIND).get(
+                            namespace=namespace, limit=LIST_PAGE, _continue=token, serialize=False
+                        )
+                    )
+                for item in page.get("items") or []:
+                    meta = item["metadata"]
+                    found[(meta["namespace"], meta["name"])] = meta.get("resourceVersion") or ""
+                token = (page.get("metadata") or {}).get("continue")
+                if not token:
+                    break
+    except (ApiException, urllib3.exceptions.HTTPError, OSError, ValueError, KeyError) as exc:
+        log.warning("the sweep's list of GraphTrainings failed (%s): each is read with a GET", exc)
+        return None
+    return found
+
+
 def _children(
     namespace: str, name: str, uid: str, retained: bool = False, fresh: bool = False
 ) -> list[tuple[str, str, dict[str, Any]]]:

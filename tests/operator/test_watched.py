@@ -75,3 +75,15 @@ def test_the_sweep_and_a_deletion_read_with_a_get() -> None:
     assert w.current(KEY) == body("1")
     w.forget(KEY)
     assert w.current(KEY) is None
+
+
+def test_the_sweep_gets_only_what_its_list_shows_at_another_version_or_not_at_all() -> None:
+    w = Watched()
+    for name, rv in (("same", "1"), ("moved", "2"), ("gone", "3")):
+        w.seen(("ns", name), body(rv))
+    w.swept({("ns", "same"): "1", ("ns", "moved"): "5", ("ns", "new"): "4"})
+    assert w.current(("ns", "same")) == body("1")  # the list agrees with the copy: no GET
+    assert w.current(("ns", "moved")) is None and w.current(("ns", "gone")) is None  # GET, once
+    assert w.current(("ns", "moved")) == body("2")
+    w.swept(None)  # the list failed: every one GETs, as before
+    assert w.current(("ns", "same")) is None
