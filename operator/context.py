@@ -47,6 +47,9 @@ class Plan:
     events: list[Event]
     # reconcile again in this many seconds (a deadline, a start timeout, a TTL), events or not
     requeue_after: float | None = None
+    # the gang's pods made before (observed) when the actions make the rest: undone with them if the
+    # rest cannot be made (gang_admission.made_before)
+    gang: list[Obj] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,9 @@ sees it, so its answer is not known until the creates): the gang's pods this app
 someone else's pod, 409: k8s.NameTaken holds the training) and the gang waits whole, said in the
 condition and an event (undone()), tried again after a pause (gang_holds.py: 5 s doubling to 1 min;
 its own made and deleted pods' events asked for the next reconcile at once, and the dry runs that
-could not see the refusal said yes again). Not read as the quota's "no":
+could not see the refusal said yes again). A gang found made in part (made_before(): an apply cut
+short, a pod deleted before the trainers ran) is the rest with the pods made before: when the rest
+cannot be made, those are deleted too (partial_undone()). Not read as the quota's "no":
 a LimitRange's refusal of the one pod says nothing of the quota, and the namespace may have none.
 What remains: a quota's `pods` count (the one pod counts one); a webhook that answers no dry run
 (400: the dry run says nothing, the creates go on); with a LimitRange hiding a full quota, each
@@ -38,6 +40,7 @@ from typing import Any
 
 from graphtrain.operator import pod_resources
 from graphtrain.operator.context import Action
+from graphtrain.operator.observation import FINISHED, pod_phase
 from graphtrain.operator.refusals import admission_forbidden, judge
 
 Obj = dict[str, Any]
@@ -46,10 +49,27 @@ _PER_CONTAINER = ("ports", "livenessProbe", "readinessProbe", "startupProbe", "r
 # ^ per container: not unique in one pod (ports, probes), or not allowed on a container (restartPolicy)
 
 
-def members(actions: list[Action]) -> list[Action]:
-    """The plan's pod creates, when it makes two or more: they start together or wait for each other."""
+def members(actions: list[Action], made: list[Obj] | None = None) -> list[Action]:
+    """The plan's pod creates, when it makes two or more, or the rest of a gang `made` in part: they
+    start together or wait for each other."""
     pods = [a for a in actions if a.verb == "create" and a.obj.get("kind") == "Pod"]
-    return pods if len(pods) > 1 else []
+    return pods if len(pods) > 1 or (pods and made) else []
+
+
+def made_before(actions: list[Action], pods: list[Obj]) -> list[Obj]:
+    """The gang's pods (`pods`: the trainer or worker pods observed) that an earlier apply made, when
+    this plan makes the rest: an apply cut short (the operator restarted between its creates), or a
+    pod deleted before the trainers ran. Were the rest refused, they waited in rendezvous for it up to
+    the trainers' timeout (600 s), holding their share of the quota, then failed the attempt; so
+    k8s.apply deletes them too when the rest cannot be made, as Volcano and Kueue hold no part of a
+    gang that cannot be whole. [] when no pod is made, or one of them ended or is leaving (a failure
+    or a suspension: the trainers stage decides those). After every rank ran (TrainersReady True) no
+    pod is made: a lost rank fails the attempt and every rank restarts (stages._lost)."""
+    if not any(a.verb == "create" and a.obj.get("kind") == "Pod" for a in actions):
+        return []
+    if any(pod_phase(p) in FINISHED or p["metadata"].get("deletionTimestamp") for p in pods):
+        return []
+    return pods
 
 
 def as_one(pods: list[Obj]) -> Obj:
@@ -111,11 +131,14 @@ def over_quota(together: Answer) -> bool:
     return admission_forbidden(together[0], together[1]) and "exceeded quota" in together[2]
 
 
-def refused(pods: list[Action], alone: list[Answer], together: Answer) -> tuple[str, str] | None:
+def refused(
+    pods: list[Action], alone: list[Answer], together: Answer, made: int = 0
+) -> tuple[str, str] | None:
     """(the first pod's key, the one-line reason) when the gang must wait, from the dry runs' answers
     (the first pods', in order: those asked, k8s.apply stops at the first refused; and the one pod's);
-    None when they admit it all. A pod refused alone is said before the one pod's quota."""
-    n = len(pods)
+    None when they admit it all. A pod refused alone is said before the one pod's quota. `made`: the
+    gang's pods made before (made_before()), counted in the gang."""
+    n = len(pods) + made
     for action, answer in zip(pods, alone, strict=False):
         judged = None if answer is None else judge(action.obj, *answer)
         if judged is not None and judged.waits:
@@ -123,7 +146,8 @@ def refused(pods: list[Action], alone: list[Answer], together: Answer) -> tuple[
             return action.key, judged.message + others
     if together is not None and over_quota(together):
         return pods[0].key, (
-            f"the {n} pods of the gang exceed a ResourceQuota together, though each fits alone (a dry run "
+            f"the {len(pods)} pods of the gang{' still to make' if made else ''} exceed a ResourceQuota "
+            "together, though each fits alone (a dry run "
             f"of them as one pod): {together[2]}; none is made until the quota has room for all"
         )
     return None
@@ -137,4 +161,14 @@ def undone(message: str, n: int, deleted: list[str]) -> str:
     return (
         f"{message}; the pods of the gang made before it ({made}) were deleted: none of the {n} pods of "
         "the gang is made until all are admitted, tried again in 5 s to 1 min"
+    )
+
+
+def partial_undone(message: str, deleted: list[str]) -> str:
+    """The refusal of a gang's missing pods, after the pods an earlier apply made were deleted."""
+    if not deleted:
+        return message
+    return (
+        f"{message}; the gang was partial (made before: {', '.join(deleted)}; an apply cut short, or a "
+        "pod deleted before the trainers ran) and cannot be whole: its pods made before were deleted"
     )

@@ -335,15 +335,20 @@ def apply(plan: Plan, observed: Observed, fence: Callable[[], bool] = lambda: Tr
     # a create of a kind not served, in a namespace being deleted, or refused by admission: the creates
     # after it wait (a pod made without its refused peer would wait for it, holding its peer's quota)
     unserved = False
-    gang = gang_admission.members(plan.actions)
+    gang = gang_admission.members(plan.actions, plan.gang)
     tried = gang_holds.fingerprint([a.obj for a in gang])  # held after an undo (gang_holds.py)
-    refused = (_holds.held(body["metadata"]["uid"], tried) or _gang_refused(gang, body)) if gang else None
+    waiting = _holds.held(body["metadata"]["uid"], tried) if gang else None
+    refused = (waiting or _gang_refused(gang, body, len(plan.gang))) if gang else None
     made_gang: list[dict[str, Any]] = []  # its pods this apply made: deleted if a later one is refused
+    peers = list(plan.gang)  # its pods made before, observed: deleted with them (made_before())
     for action in plan.actions:
         if not fence():
             return False
         obj = action.obj
         if refused is not None and action is gang[0]:  # said once, where the gang starts
+            if peers:  # a gang made in part whose rest cannot be made holds nothing
+                refused = refused[0], gang_admission.partial_undone(refused[1], _undo(peers, body, ns))
+                peers = []
             unserved, forbidden[refused[0]] = True, refused[1]
             refusals += [e for e in [refusal(body, *refused)] if e is not None]
         if unserved and action.verb == "create":
@@ -379,20 +384,21 @@ def apply(plan: Plan, observed: Observed, fence: Callable[[], bool] = lambda: Tr
             elif judged is not None:  # invalid (400, 422), or forbidden (403): the later creates wait
                 unserved = unserved or judged.waits
                 message = judged.message
-                if judged.waits and made_gang and any(action is a for a in gang):
+                if judged.waits and (made_gang or peers) and any(action is a for a in gang):
                     if not fence():
                         return False
-                    message = gang_admission.undone(message, len(gang), _undo(made_gang, body, ns))
+                    n, gone = len(gang) + len(peers), _undo(peers + made_gang, body, ns)
+                    message = gang_admission.undone(message, n, gone)
                     _holds.undone(body["metadata"]["uid"], tried, action.key, message)
-                    made_gang = []
+                    made_gang = peers = []
                 forbidden[action.key] = message
                 said = refusal(body, action.key, message, judged.level)
                 refusals += [said] if said is not None else []
             elif action.verb == "create" and exc.status == 409:
                 held = _whose_is(obj, body)
                 if held is not None:
-                    if made_gang and any(action is a for a in gang) and fence():  # made peers wait for it
-                        _undo(made_gang, body, ns)
+                    if (made_gang or peers) and any(action is a for a in gang) and fence():  # made ones wait
+                        _undo(peers + made_gang, body, ns)
                     raise NameTaken({action.key: held}) from None
             elif exc.status not in (404, 409):
                 raise
@@ -425,7 +431,7 @@ def apply(plan: Plan, observed: Observed, fence: Callable[[], bool] = lambda: Tr
     return True
 
 
-def _gang_refused(gang: list[Action], training: dict[str, Any]) -> tuple[str, str] | None:
+def _gang_refused(gang: list[Action], training: dict[str, Any], made: int = 0) -> tuple[str, str] | None:
     """gang_admission.refused() of dry runs of the gang as one pod, then alone until one is refused (the
     first only if the one pod is over quota): 2 calls a reconcile while it waits. A 409 from another's
     pod: NameTaken before any is made (else made and deleted again at every reconcile)."""
@@ -448,7 +454,7 @@ def _gang_refused(gang: list[Action], training: dict[str, Any]) -> tuple[str, st
             raise NameTaken({action.key: held})
         if gang_admission.waits(action, alone[-1]):
             break
-    return gang_admission.refused(gang, alone, together)
+    return gang_admission.refused(gang, alone, together, made)
 
 
 def _undo(pods: list[dict[str, Any]], training: dict[str, Any], ns: str) -> list[str]:

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from graphtrain.contract import conditions
 from graphtrain.contract.spec import Phase
-from graphtrain.operator import lifecycle
+from graphtrain.operator import gang_admission, lifecycle
 from graphtrain.operator.config import OperatorConfig, built_in
 from graphtrain.operator.context import TERMINAL, Action, Context, Plan, Step
 from graphtrain.operator.observation import Obj, Observed, iso
@@ -99,7 +99,9 @@ def plan(obs: Observed, config: OperatorConfig | None = None, token: str = "") -
                 ends = lifecycle.deadline(ctx) if step.phase != Phase.suspended else None
             waits += [max(0.0, (ends - obs.now).total_seconds())] if ends is not None else []
             wait = min(waits, default=None)
-            return _finish(obs, conds, Step(actions, status, step.phase), decided.observed_generation, wait)
+            done = _finish(obs, conds, Step(actions, status, step.phase), decided.observed_generation, wait)
+            done.gang = gang_admission.made_before(actions, ctx.pods("trainer"))
+            return done
     raise AssertionError("the trainers stage always decides the phase")
 
 

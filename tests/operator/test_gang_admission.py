@@ -173,6 +173,24 @@ def test_the_gang_as_one_pod_sums_every_pods_containers() -> None:
     assert pods[0]["metadata"]["name"] == "t-0" and "ports" in pods[0]["spec"]["containers"][0]  # not changed
 
 
+def test_a_gang_made_in_part_is_the_pods_made_before_and_the_rest() -> None:
+    """The rest of a gang made in part (an apply cut short, a pod deleted before the trainers ran) is
+    its gang with the pods made before, even one pod; not when one of those ended or is leaving (a
+    failure, a suspension: the trainers stage's), nor when the plan makes no pod."""
+    made, rest = pod("t-0"), [Action("create", pod("t-1"))]
+    assert gang_admission.members(rest) == [] and gang_admission.members(rest, [made]) == rest
+    assert gang_admission.made_before(rest, [made]) == [made]
+    assert gang_admission.made_before([], [made]) == []
+    assert gang_admission.made_before(rest, [made, {**pod("t-2"), "status": {"phase": "Failed"}}]) == []
+    leaving = {**made, "metadata": {**made["metadata"], "deletionTimestamp": "2026-12-02T00:00:00Z"}}
+    assert gang_admission.made_before(rest, [leaving]) == []
+    alone = [(403, status_body("exceeded quota"), 'pods "t-1" is forbidden: exceeded quota')]
+    _, why = gang_admission.refused(rest, alone, None, made=1)  # type: ignore[misc]
+    assert "none of the 2 pods of the gang is made" in why
+    said = gang_admission.partial_undone(why, ["t-0"])
+    assert "the gang was partial (made before: t-0;" in said and said.startswith(why)
+
+
 def test_what_the_dry_runs_say() -> None:
     gang = [Action("create", pod(f"t-{i}")) for i in range(3)]
     assert gang_admission.members([gang[0]]) == [] and gang_admission.members(gang) == gang

@@ -17,9 +17,9 @@ import time
 import pytest
 from kubernetes.utils import parse_quantity
 
-from tests.operator.conftest import wait_for
+from tests.operator.conftest import get, wait_for
 from tests.operator.test_gang_admission import quota_on_pods, to_pods
-from tests.operator.test_operator_apiserver import SPEC, conditions, names_of
+from tests.operator.test_operator_apiserver import SPEC, conditions, names_of, status_patch
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -73,6 +73,38 @@ def test_a_gang_refused_midway_deletes_the_pods_it_made_and_waits(
     trainers = [f"{name}-trainer-0", f"{name}-trainer-1"]
     assert wait_for(lambda: names_of(kube, "pod", ns, name) == trainers, what="both trainers")
     assert quota.used == parse_quantity("2")
+
+
+def test_a_gang_left_partial_whose_missing_pod_cannot_be_made_is_undone(
+    kube, operator, ns: str, monkeypatch
+) -> None:
+    """A trainer deleted before the trainers ran (or an apply cut short by a restart of the operator
+    between its creates), and the quota's room taken meanwhile: its create was refused, and the
+    trainer made before waited in rendezvous up to the trainers' timeout (600 s), holding its quota.
+    Now the gang's pods made before are deleted too (only this training's), said in the ChildRefused
+    event and TrainersReady, and the whole gang is made once the quota has room for all."""
+    quota = quota_on_pods(monkeypatch, ns, "2")  # a trainer asks for 1 cpu: room for the gang of 2
+    name = "part"
+    to_pods(kube, ns, name)
+    trainers = [f"{name}-trainer-0", f"{name}-trainer-1"]
+    assert wait_for(lambda: names_of(kube, "pod", ns, name) == trainers, what="both trainers")
+    status_patch(kube, "pod", trainers[0], ns, {"phase": "Running"})  # waiting in rendezvous for rank 1
+    kube("delete", "pod", trainers[1], "-n", ns)  # its quota share taken by another client's pod meanwhile
+
+    def said() -> str:
+        events = json.loads(kube("get", "events", "-n", ns, "-o", "json"))["items"]
+        return next((e["message"] for e in events if "the gang was partial" in e["message"]), "")
+
+    message = wait_for(said, what="a ChildRefused event saying the partial gang was undone")
+    assert f"Pod/{name}-trainer-1 was refused by the API server: " in message and "exceeded quota" in message
+    assert f"the gang was partial (made before: {name}-trainer-0;" in message, message
+    assert "none of the 2 pods of the gang is made" in message
+    assert wait_for(lambda: names_of(kube, "pod", ns, name) == [], what="the trainer made before deleted")
+    waiting = conditions(kube, name, ns)["TrainersReady"]  # the latest reconcile's: the whole gang waits
+    assert waiting["status"] == "False" and "exceeded quota" in waiting["message"], waiting
+    assert get(kube, "gtr", name, ns)["status"].get("restarts", 0) == 0  # not a failure of the attempt
+    quota.used, quota.pods = parse_quantity("0"), {}  # the other client's pod gone: the gang made whole
+    assert wait_for(lambda: names_of(kube, "pod", ns, name) == trainers, what="both trainers again")
 
 
 LOCALITY = SPEC.replace("{{locality: none}}", "{{locality: partition}}")
