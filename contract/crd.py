@@ -138,15 +138,17 @@ def openapi_schema() -> dict[str, Any]:
             by_alias=True, mode="validation", schema_generator=_FactoryDefaults
         )
     )
-    # what a running training cannot take (contract/spec/updates.py), refused at admission
-    spec["x-kubernetes-validations"] = [*spec.get("x-kubernetes-validations", []), *transition_rules(spec)]
     status = structural(GraphTrainingStatus.model_json_schema(by_alias=True, mode="validation"))
     return {
         "type": "object",
         "description": "A graph training job with sharded, learnable embedding tables.",
         "required": ["spec"],
-        # The root's rules read metadata.name, the one metadata field CEL may see there.
-        "x-kubernetes-validations": [r.validation() for r in rules_of(GraphTraining)],
+        # The root's rules read metadata.name, the one metadata field CEL may see there, and, for what a
+        # running training cannot take (contract/spec/updates.py), the old spec and status.
+        "x-kubernetes-validations": [
+            *(r.validation() for r in rules_of(GraphTraining)),
+            *transition_rules(spec),
+        ],
         "properties": {
             "apiVersion": {
                 "type": "string",

@@ -129,7 +129,9 @@ class GraphTrainingStatus(SpecModel):
         description="Pending, Partitioning, Starting, Training, Restarting, Suspended, Succeeded or Failed.",
     )
     conditions: list[Condition] = Field(
-        default_factory=list, description="The latest observations, one per type."
+        default_factory=list,
+        max_length=len(ConditionType),  # bounded: the CRD's transition rules read it (updates.py: OPEN)
+        description="The latest observations, one per type.",
     )
     observed_generation: int | None = Field(
         default=None, ge=0, description="The metadata.generation of the spec this status describes."

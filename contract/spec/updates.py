@@ -6,11 +6,14 @@ partition are fixed when it starts, and so is everything that defines the job (g
 training, image, storage, placement). As a Kubeflow PyTorchJob's or a Kubernetes Job's template, those
 fields are immutable. runPolicy and suspend are the controls of a job and change at any time.
 
-A spec rule cannot see status, so the CRD cannot tell a training that ran from one that has not. Its
-rules hold a fixed field to its value unless the old spec is suspended: a training created suspended
-(Kueue's Job-style admission) may still change, as it makes no child until it first runs. A change to a
-suspended training that did run, and every change on a cluster that does not run CRD validation rules,
-is refused by the operator instead (SpecValid False / UpdateRefused), from the same table.
+The status does not say whether a training ran, so the CRD cannot tell one that ran from one that has
+not. Its rules (on the object's root, to read the old status) hold a fixed field to its value unless
+the old spec is suspended: a training created suspended (Kueue's Job-style admission) may still change,
+as it makes no child until it first runs. A change to a suspended training that did run, and every
+change on a cluster that does not run CRD validation rules, is refused by the operator instead
+(SpecValid False / UpdateRefused), from the same table. While it says so the stored spec is not the one
+that runs, and the rules admit any change too: else the revert to the running spec (the user's own file
+applied again) would be refused as a change.
 """
 
 from __future__ import annotations
@@ -71,13 +74,23 @@ def refused(applied: Mapping[str, Any], new: Mapping[str, Any] | None) -> list[s
 
 MESSAGE: Final = (
     "%s is immutable once the training runs (it may change only while spec.suspend is true, before the "
-    "training first runs): delete and re-create the training, or start a new one"
+    "training first runs, or while the operator refuses an update, back to the spec it runs): delete and "
+    "re-create the training, or start a new one"
+)
+
+# When the CRD cannot judge a change from the old object, and admits any (the operator refuses what the
+# running training cannot take): its spec is suspended (a training created suspended has not run), or
+# the operator refuses its spec (SpecValid False / UpdateRefused: the spec stored is not the one that
+# runs, so the change may be the revert to it, which `self == oldSelf` would refuse).
+OPEN: Final = (
+    "oldSelf.spec.suspend || has(oldSelf.status) && has(oldSelf.status.conditions) && "
+    "oldSelf.status.conditions.exists(c, c.type == 'SpecValid' && c.reason == 'UpdateRefused')"
 )
 
 
 # How CEL tells a field without a default is set, where its empty value is its absence to the Python
-# side too ({x}: self or oldSelf): an empty podMetadata is none (pod_metadata.py: OptionalPodMetadata),
-# and the API server stores `podMetadata: {}` as its two empty maps.
+# side too ({x}: self.spec or oldSelf.spec): an empty podMetadata is none (pod_metadata.py:
+# OptionalPodMetadata), and the API server stores `podMetadata: {}` as its two empty maps.
 PRESENT: Final[Mapping[str, str]] = MappingProxyType(
     {
         "podMetadata": "has({x}.podMetadata) "
@@ -87,22 +100,23 @@ PRESENT: Final[Mapping[str, str]] = MappingProxyType(
 
 
 def transition_rule(field: str, defaulted: bool) -> dict[str, str]:
-    """The CRD rule, on the spec's node, that holds `field` to its old value unless the old spec is
-    suspended. A field the API server defaults is in every stored spec, so written or not it compares
-    as its default. One without a default may be added or removed: that is a change, unless both
-    sides are unset (an explicit null reads as unset to has(), as to the Python side; so does an
-    empty podMetadata, PRESENT)."""
-    same = f"self.{field} == oldSelf.{field}"
+    """The CRD rule, on the object's root (where the status is seen), that holds spec.`field` to its old
+    value unless the CRD cannot judge the change (OPEN). A field the API server defaults is in every
+    stored spec, so written or not it compares as its default. One without a default may be added or
+    removed: that is a change, unless both sides are unset (an explicit null reads as unset to has(), as
+    to the Python side; so does an empty podMetadata, PRESENT)."""
+    new, old = f"self.spec.{field}", f"oldSelf.spec.{field}"
+    same = f"{new} == {old}"
     if not defaulted:
         is_set = PRESENT.get(field, f"has({{x}}.{field})")
-        new, old = is_set.format(x="self"), is_set.format(x="oldSelf")
-        same = f"({new} ? {old} && {same} : !({old}))"
-    return {"rule": f"oldSelf.suspend || {same}", "message": MESSAGE % field, "fieldPath": f".{field}"}
+        has_new, has_old = is_set.format(x="self.spec"), is_set.format(x="oldSelf.spec")
+        same = f"({has_new} ? {has_old} && {same} : !({has_old}))"
+    return {"rule": f"{OPEN} || {same}", "message": MESSAGE % field, "fieldPath": f".spec.{field}"}
 
 
 def transition_rules(spec_schema: Mapping[str, Any]) -> list[dict[str, str]]:
-    """The transition rules of the spec's CRD node `spec_schema` (its structural schema): one for each
-    fixed field, in the table's order."""
+    """The transition rules, for the object's root, of the spec whose CRD node is `spec_schema` (its
+    structural schema): one for each fixed field, in the table's order."""
     props = spec_schema["properties"]
     return [
         transition_rule(k, "default" in props[k] or k in spec_schema.get("required", ()))

@@ -151,8 +151,33 @@ def test_a_suspended_training_takes_any_change(kube: Kube, ns: str) -> None:
     assert refused("trainers") in said, said
 
 
+def test_a_training_whose_update_is_refused_may_go_back_to_the_spec_it_runs(kube: Kube, ns: str) -> None:
+    """A change admitted while suspended (or before the CRD had these rules) that the operator refused
+    (SpecValid False / UpdateRefused) leaves the stored spec unlike the one that runs: `kubectl apply`
+    of the user's own file, the revert, is admitted while the operator says so, and only then."""
+    doc = create(kube, ns, "gt")
+    for change in ({"suspend": True}, CHANGES["embeddings"], {"suspend": False}):  # resumed: it ran before
+        said = patch(kube, ns, "gt", change)
+        assert "patched" in said, said
+    refusal = {
+        "type": "SpecValid",
+        "status": "False",
+        "reason": "UpdateRefused",
+        "message": "spec.embeddings",
+    }
+    status = {"status": {"conditions": [{**refusal, "lastTransitionTime": "2026-12-02T16:00:00Z"}]}}
+    body = json.dumps(status)
+    kube("patch", "gtr", "gt", "-n", ns, "--subresource=status", "--type=merge", "-p", body)
+    kube("apply", "-n", ns, "-f", "-", input=yaml.safe_dump(doc))  # the revert
+    assert [t["dim"] for t in get(kube, "gtr", "gt", ns)["spec"]["embeddings"]] == [16]
+    valid = {**status["status"]["conditions"][0], "status": "True", "reason": "Valid", "message": ""}
+    body = json.dumps({"status": {"conditions": [valid]}})
+    kube("patch", "gtr", "gt", "-n", ns, "--subresource=status", "--type=merge", "-p", body)
+    assert refused("embeddings") in patch(kube, ns, "gt", CHANGES["embeddings"])  # valid again: held
+
+
 def test_the_served_crd_carries_the_rules(kube: Kube) -> None:
     served = json.loads(kube("get", "crd", "graphtrainings.graphtrain.io", "-o", "json"))
-    schema = served["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    schema = served["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
     paths = [v["fieldPath"] for v in schema["x-kubernetes-validations"] if "oldSelf" in v["rule"]]
-    assert paths == [f".{k}" for k in FIXED]
+    assert paths == [f".spec.{k}" for k in FIXED]
