@@ -17,7 +17,7 @@ import yaml
 
 from graphtrain.contract.spec import check
 from graphtrain.contract.spec.updates import MESSAGE, UPDATES, Update
-from tests.contract.spec_cases import GRAPHSAGE
+from tests.contract.spec_cases import GRAPHSAGE, TYPED_EMB, edit
 from tests.operator.conftest import get
 
 Kube = Callable[..., str]
@@ -174,6 +174,47 @@ def test_a_training_whose_update_is_refused_may_go_back_to_the_spec_it_runs(kube
     body = json.dumps({"status": {"conditions": [valid]}})
     kube("patch", "gtr", "gt", "-n", ns, "--subresource=status", "--type=merge", "-p", body)
     assert refused("embeddings") in patch(kube, ns, "gt", CHANGES["embeddings"])  # valid again: held
+
+
+def _largest(s: dict) -> None:
+    """Every list and map a rule reads at its bound (64 node and edge types of 64 features, a table
+    over them all, 32 tolerations and selectors per role, 64 labels and annotations), with paths long
+    enough for the object to near etcd's 1.5 MiB request limit."""
+    types = [f"t{i:02d}" for i in range(64)]
+    feats = [f"feature_{k:03d}" for k in range(64)]
+
+    def files(i: int, n: int) -> list[str]:
+        return [f"data/{i:02d}/{j:02d}-{'x' * 1400}.csv" for j in range(n)]
+
+    s["graph"] = {
+        "nodes": [{"type": t, "files": files(i, 9), "features": feats} for i, t in enumerate(types)],
+        "edges": [
+            {"relation": [t, f"r{i}", types[i - 1]], "files": files(i, 4), "features": feats}
+            for i, t in enumerate(types)
+        ],
+    }
+    s["embeddings"][0]["nodeTypes"] = types
+    keys = [f"example.com/k{i:02d}" for i in range(64)]
+    tolerations = [{"key": k, "operator": "Exists", "effect": "NoSchedule"} for k in keys[:32]]
+    for role in ("partition", "shardServers", "trainers"):
+        s[role] = {"tolerations": tolerations, "nodeSelector": dict.fromkeys(keys[:32], "pool")}
+    s["podMetadata"] = {"labels": dict.fromkeys(keys, "a"), "annotations": dict.fromkeys(keys, "y" * 1900)}
+
+
+def test_the_largest_spec_is_updated_within_the_runtime_cost_budget(kube: Kube, ns: str) -> None:
+    """Every rule runs on every update, within one runtime budget per request (not the install-time
+    estimate): a spec near etcd's limit re-sent whole, relabelled and given a new runPolicy is
+    admitted, and a fixed field's change is refused by its own rule, not for the budget."""
+    largest = edit(TYPED_EMB, _largest)
+    assert not check(largest)[1] and len(json.dumps(largest)) > 1_400_000
+    kube("create", "-n", ns, "-f", "-", input=json.dumps(largest))  # apply's annotation would pass 256 KiB
+    name = largest["metadata"]["name"]
+    stored = kube("get", "gtr", name, "-n", ns, "-o", "json")  # JSON: PyYAML reads eps 1e-08 as a string
+    kube("replace", "-n", ns, "-f", "-", input=stored)
+    kube("label", "gtr", name, "-n", ns, "team=a")
+    assert "patched" in patch(kube, ns, name, {"runPolicy": {"backoffLimit": 5}})
+    said = patch(kube, ns, name, {"image": "registry.example/gt:2"})
+    assert refused("image") in said and "budget" not in said, said
 
 
 def test_the_served_crd_carries_the_rules(kube: Kube) -> None:
