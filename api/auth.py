@@ -17,8 +17,12 @@ no token) until it reads the same twice. Writes of one file are milliseconds apa
 swapped whole), so the pause is short; a file ending with a line end costs no second read, nor does
 one that is not a regular file: a pipe (`--token-file <(...)`) is read to its end, its writer's close,
 and read again would be empty.
-A malformed line is refused alone, logged by line number (never its text); a file that disappears or
-holds no usable token refuses everyone (fails closed).
+The file is opened without blocking and read only if fstat says it is a regular file of at most
+MAX_FILE_BYTES (read_file): a FIFO with no writer blocked the open, at start and, worse, at a reload in
+the event loop (every request, the probes' too), and a 2 GiB file took 37 s to read. The one exception is
+a pipe at start, awaited for at most PIPE_SECONDS; at a reload only a regular file is read.
+A malformed line is refused alone, logged by line number (never its text); a file that disappears, is
+not (or no longer) a regular file, is too large or holds no usable token refuses everyone (fails closed).
 
 Comparison: each presented token is hashed (SHA-256) and compared with every known token's hash with
 hmac.compare_digest, all of them every time, so neither a token's length nor its position in the file
@@ -40,6 +44,7 @@ import hmac
 import ipaddress
 import logging
 import os
+import select
 import stat
 import threading
 import time
@@ -62,6 +67,8 @@ START_PAUSE = 0.25  # seconds between the reads at start of a file that may be c
 START_READS = 8  # at most: 1.75 s of pauses
 OPEN_PATHS = frozenset({"/healthz", "/readyz", "/openapi.json", "/docs", "/docs/oauth2-redirect"})
 REALM = 'Bearer realm="graphtrain"'
+MAX_FILE_BYTES = 1 << 20  # a token file of thousands of scoped tokens is ~100 KB
+PIPE_SECONDS = 10.0  # at most this long for a pipe's writer (`<(kubectl get secret ...)`) at start
 
 
 class TokenFileError(ValueError):
@@ -70,6 +77,59 @@ class TokenFileError(ValueError):
 
 def _digest(token: str) -> bytes:
     return hashlib.sha256(token.encode()).digest()
+
+
+def _drain_pipe(fd: int, seconds: float) -> bytes:
+    """A non-blocking pipe's bytes up to its writer's close, at most MAX_FILE_BYTES + 1 of them."""
+    chunks: list[bytes] = []
+    size, deadline, poller = 0, time.monotonic() + seconds, select.poll()
+    poller.register(fd, select.POLLIN)
+    while size <= MAX_FILE_BYTES:
+        try:
+            chunk = os.read(fd, MAX_FILE_BYTES + 1 - size)
+        except BlockingIOError:  # a writer, nothing written yet
+            left = deadline - time.monotonic()
+            if left <= 0 or not poller.poll(left * 1000):
+                raise TokenFileError(
+                    f"it is a pipe and its writer did not finish within {seconds:g} s"
+                ) from None
+            continue
+        if not chunk:  # its writer closed it (or it never had one)
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+    if not chunks:
+        raise TokenFileError("it is a pipe with nothing written to it")
+    return b"".join(chunks)
+
+
+def read_file(path: Path, pipe: bool) -> tuple[os.stat_result, str]:
+    """The stat and text of the token file, opened without blocking and read only if it is a regular
+    file of at most MAX_FILE_BYTES, or (`pipe`: at start) a pipe whose writer ends within PIPE_SECONDS.
+
+    Raises:
+        OSError: missing or unreadable.
+        TokenFileError: another kind of file, too large, or a pipe that does not end.
+        UnicodeDecodeError: not UTF-8.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISFIFO(st.st_mode) and pipe:
+            data = _drain_pipe(fd, PIPE_SECONDS)
+            st = os.fstat(fd)  # after its writer's last write: a later look sees it unchanged
+        elif not stat.S_ISREG(st.st_mode):
+            raise TokenFileError("it is not a regular file")
+        elif st.st_size > MAX_FILE_BYTES:
+            raise TokenFileError(f"it is {st.st_size} bytes, more than {MAX_FILE_BYTES}")
+        else:
+            with os.fdopen(fd, "rb", closefd=False) as f:
+                data = f.read(MAX_FILE_BYTES + 1)
+    finally:
+        os.close(fd)
+    if len(data) > MAX_FILE_BYTES:  # it grew while read
+        raise TokenFileError(f"it is more than {MAX_FILE_BYTES} bytes")
+    return st, data.decode()
 
 
 class TokenFile:
@@ -111,11 +171,12 @@ class TokenFile:
         start, a regular file's text cut_short waits to be read the same twice (nothing accepted
         meanwhile)."""
         try:
-            st = os.stat(self.path)
+            st = os.stat(self.path)  # never blocks; the file is opened only when this changed
             signature = (st.st_ino, st.st_size, st.st_mtime_ns)
             if signature == self._signature and self._pending is None:
                 return
-            text = self.path.read_text()
+            st, text = read_file(self.path, pipe=strict)
+            signature = (st.st_ino, st.st_size, st.st_mtime_ns)
             parsed = parse(text)
             if not parsed.grants:
                 raise TokenFileError(
