@@ -12,7 +12,12 @@ connections, each sending its next request when the last answer arrived.
   many at once: each history asked by all the clients together); cold, random order: each its own order.
 - hot: every history kept; clients ask at random for `--seconds`, with and without Accept-Encoding: gzip.
 
-    python bench/api_history.py [--clients 32] [--trainings 300] [--get-ms 10] [--seconds 10]
+`--source local`: the local source (api/sources/local.py) over a runs directory of TRAININGS runs, each
+with its spec, status and a 500-epoch history file; it counts the history files read (and parsed) in
+place of GETs (no `--get-ms`: a read is the file system's).
+
+    python bench/api_history.py [--source cluster|local] [--clients 32] [--trainings 300] [--get-ms 10]
+                                [--seconds 10]
                                 [--middleware]   # Starlette's GZipMiddleware as well (an older checkout)
 
 Run it with PYTHONPATH naming an older checkout's view (graphtrain/{api,contract,...} -> its folders) to
@@ -120,7 +125,40 @@ class Histories:
         pass
 
 
-def run(source: Histories, mode: str, gzip: bool, args: argparse.Namespace) -> dict:
+class LocalHistories:
+    """A LocalSource over `trainings` run directories under `root`, each history file read counted
+    (local.read_regular wrapped: a name the older source has too)."""
+
+    def __init__(self, trainings: int, root: Path):
+        from graphtrain.api.sources import local
+        from graphtrain.contract import reporting, rundir
+        from tests.api.cluster import report
+        from tests.api.test_local import write_run
+
+        self.names = [f"train-{i:03d}" for i in range(trainings)]
+        if not root.exists():
+            text = reporting.encode_history([report(e) for e in range(1, 501)])
+            for name in self.names:
+                write_run(root / name, name, "Training", namespace=NAMESPACE)
+                (root / name / rundir.HISTORY_FILE).write_text(text)
+        self.source, self.gets = local.LocalSource(root), collections.Counter()
+        self._lock = threading.Lock()
+        read = getattr(local.read_regular, "uncounted", local.read_regular)
+
+        def counted(path: Path) -> bytes:
+            if path.name == rundir.HISTORY_FILE:
+                with self._lock:
+                    self.gets[path.parent.name] += 1
+            return read(path)
+
+        counted.uncounted = read  # type: ignore[attr-defined]
+        local.read_regular = counted  # the newest source counts: the one being measured
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.source, name)
+
+
+def run(source: Any, mode: str, gzip: bool, args: argparse.Namespace) -> dict:
     from graphtrain.api.app import create_app
     from graphtrain.api.server import BackgroundServer
 
@@ -146,6 +184,7 @@ def run(source: Histories, mode: str, gzip: bool, args: argparse.Namespace) -> d
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--source", choices=("cluster", "local"), default="cluster")
     p.add_argument("--clients", type=int, default=32)
     p.add_argument("--trainings", type=int, default=300)
     p.add_argument("--get-ms", type=float, default=10.0)
@@ -160,17 +199,24 @@ def main() -> None:
     if args.clients_only:
         json.dump(asyncio.run(clients(args)), sys.stdout)
         return
+    root = Path(f"/tmp/bench-history-runs-{args.trainings}")
+    histories = (
+        (lambda: LocalHistories(args.trainings, root))
+        if args.source == "local"
+        else (lambda: Histories(args.trainings, args.get_ms))
+    )
+    reads = "history files read" if args.source == "local" else "GETs"
     for mode in ("same", "random"):
-        source = Histories(args.trainings, args.get_ms)
+        source = histories()
         got = run(source, mode, False, args)
         per = source.gets.values()
         print(
             f"cold, {mode} order: {got['answers']} answers ({got['errors']} errors) "
             f"in {got['seconds']:.2f} s = {got['answers'] / got['seconds']:.0f}/s; "
-            f"GETs {sum(per)} for {len(source.names)} histories "
+            f"{reads} {sum(per)} for {len(source.names)} histories "
             f"(per history: max {max(per)}, mean {sum(per) / len(source.names):.2f})"
         )
-    source = Histories(args.trainings, args.get_ms)
+    source = histories()
     run(source, "same", False, argparse.Namespace(**{**vars(args), "clients": 1}))  # every history kept
     for gzip in (False, True):
         got = run(source, "hot", gzip, args)

@@ -12,6 +12,8 @@ directory itself, reads each run's identity from its own files, and looks a requ
 Speed: every file is parsed once per version. A bounded cache keeps each parsed file with its stat
 signature (inode, size, mtime): a request for one training costs a stat per file it reads, and a
 launcher's atomic replace (a new inode) is seen at once. It is bounded in files and in their bytes.
+Misses of one file version share one read and parse (flights.py): 32 clients opening 300 cold
+500-epoch histories in the same order read 1,333 files (up to 16 per history), now 300.
 Listing the directory and reading every run's identity costs ~35 us a run, so the list and the name
 index are kept for SCAN_SECONDS (1 s): a
 training's own endpoints are current, the list and a run just started may be a second late.
@@ -38,6 +40,7 @@ from graphtrain.api import models
 from graphtrain.api.encoding import GzipAnswer
 from graphtrain.api.sources.answers import ENTRY_BYTES
 from graphtrain.api.sources.base import ListQuery, NotFound, SourceUnavailable, page
+from graphtrain.api.sources.flights import Flights
 from graphtrain.contract import reporting, rundir
 from graphtrain.contract.spec import GraphTraining, GraphTrainingStatus, Progress, SpecError
 from graphtrain.contract.spec import parse as parse_document
@@ -51,6 +54,7 @@ CACHE_BYTES = 128 << 20
 SCAN_SECONDS = 1.0  # the list and the name -> directory index are at most this old
 SOURCE = "graphtrain-run"
 MAX_FILE_BYTES = 16 << 20  # a run's largest file, its history of 500 entries, is ~125 KB
+FLIGHT_SECONDS = 30.0  # a caller waits at most this long for another's read of the same file
 
 
 def read_regular(path: Path) -> bytes:
@@ -82,6 +86,7 @@ class FileCache:
         self._items: OrderedDict[tuple[Path, str], tuple[tuple[int, int, int], Any]] = OrderedDict()
         self._lock = threading.Lock()
         self.nbytes = 0  # the kept files' cost(): at most max_bytes
+        self.reads: Flights[Any] = Flights(wait=FLIGHT_SECONDS)  # one read per missed file version
 
     @staticmethod
     def cost(sig: tuple[int, int, int]) -> int:
@@ -104,9 +109,15 @@ class FileCache:
                 self._items.move_to_end(key)
                 return hit[1]
         try:
-            value = parse(read_regular(path))
+            return self.reads.run((key, sig), lambda: self._read(path, key, sig, parse))
         except OSError:
             return None
+
+    def _read(
+        self, path: Path, key: tuple[Path, str], sig: tuple[int, int, int], parse: Callable[[bytes], T]
+    ) -> T:
+        """Read, parse and keep the file (one caller per version: its flight's)."""
+        value = parse(read_regular(path))
         with self._lock:
             old = self._items.pop(key, None)
             self.nbytes += self.cost(sig) - (self.cost(old[0]) if old else 0)
