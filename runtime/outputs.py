@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -109,7 +109,7 @@ def same_graph(
     where = os.path.normpath(cfg.path)  # <checkpoint>/../../partition/<graph>.json, as the record finds it
     if (wrong := identity.config_problem(cfg.data)) is not None:  # a hand edit: no hash covers the config
         raise GraphtrainError(f"{where}: not a graphtrain partition config: {wrong}")
-    if identity.mismatch(trained, found):
+    if identity.mismatch(trained, found, lambda: partition_forms(cfg)):
         raise GraphtrainError(
             f"{where}: a partition of {identity.described(found)}, but checkpoint {checkpoint.name} was "
             f"trained on {identity.described(trained)}: give it the partition the run trained on"
@@ -122,6 +122,19 @@ def same_graph(
             "partition.settings a local run leaves beside its partition)"
         )
     return cfg
+
+
+def partition_forms(cfg: PartitionConfig) -> Iterator[str]:
+    """The graph digests of partition `cfg` computed from its files (identity.forms: the normalised one,
+    then the legacy one), for a checkpoint whose recorded digest is not the one its config carries: the
+    same ids stored with another dtype, or a digest of the other form.
+
+    Raises:
+        DataError: a names file missing, changed (its sha256) or not a plain array."""
+    names = load_names(cfg)
+    data = cfg.data
+    names |= {key: data[key] for key in ("ntype_names", "canonical_etypes") if key in data}
+    return identity.forms(data["num_nodes"], data["num_edges"], names, names.get("node_ids"))
 
 
 def _node_map_sha(cfg: PartitionConfig) -> str | None:

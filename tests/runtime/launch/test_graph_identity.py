@@ -39,11 +39,13 @@ def operator_partition(spec: Path, out: Path, base: Path) -> tuple[int, str]:
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """A one-epoch standalone training on the planted graph, beside `other`: the same graph with other
-    node ids (so the same partition settings give the same node map: only the identity tells them apart)."""
+    """A one-epoch standalone training on the planted graph (with node ids: its two digest forms
+    differ), beside `other`: the same graph with other node ids (so the same partition settings give the
+    same node map: only the identity tells them apart)."""
     root = tmp_path_factory.mktemp("identity")
     graph = planted_npz(root / "planted.npz")
     data = dict(np.load(graph))
+    np.savez(graph, **data, node_ids=np.arange(len(data["label"])) * 3)
     np.savez(root / "other.npz", **data, node_ids=np.arange(len(data["label"])) + 10_000)
     doc = sage_spec(Path("planted.npz"), epochs=1)
     doc["spec"]["trainers"]["replicas"] = 1
@@ -177,6 +179,45 @@ def test_a_checkpoint_from_before_identities_is_read_with_one_warning(
     code, err = cli("export", str(run / "checkpoints"), "-o", str(tmp_path / "emb.npy"))
     assert code == 0, err
     assert err.count("warning:") == 1 and "written before graph identities" in err, err
+
+
+def ids_as_int32(run: Path) -> None:
+    """The copied partition's id map stored as int32 (its sha256 in the config too), as a loader that
+    stores them so would have written it: its legacy digest is then not the normalised one."""
+    path = run / "partition" / "external_ids.npy"
+    np.save(path, np.load(path).astype(np.int32))
+    config = next((run / "partition").glob("*.json"))
+    doc = json.loads(config.read_text())
+    doc["files"]["external_ids.npy"] = hashlib.sha256(path.read_bytes()).hexdigest()
+    config.write_text(json.dumps(doc))
+
+
+@pytest.mark.parametrize("legacy", ["checkpoint", "partition", "both"])
+def test_a_checkpoint_or_partition_carrying_the_legacy_digest_is_read_without_a_word(
+    trained: dict[str, Path], tmp_path: Path, legacy: str
+) -> None:
+    """Written before the digest was normalised, of ids stored as int32: its digest is the legacy form
+    (the id array's dtype and bytes), which the partition's files give again; the same ids' normalised
+    digest (the int64 training's) matches too; another graph's partition is still refused."""
+    from graphtrain.runtime.outputs import partition_forms
+
+    run = copied_run(trained, tmp_path / "old")
+    ids_as_int32(run)
+    normalised, old = partition_forms(load_config(run / "partition"))
+    assert normalised == config_of(run / "partition")["graph_identity"]["digest"] != old
+    for where in ("top", "config") if legacy == "both" else ("top" if legacy == "checkpoint" else "config",):
+        hand_edit(
+            run, where, "graph_identity", {**config_of(run / "partition")["graph_identity"], "digest": old}
+        )
+    out = tmp_path / "emb.npy"
+    code, err = cli("export", str(run / "checkpoints"), "-o", str(out))
+    assert code == 0 and "warning" not in err, err
+    if legacy == "checkpoint":
+        code, err = operator_partition(trained["other"], tmp_path / "otherpart", trained["root"])
+        assert code == 0, err
+        argv = ["export", str(run / "checkpoints"), "-o", str(tmp_path / "x.npy"), "--partition"]
+        code, err = cli(*argv, str(tmp_path / "otherpart"))
+        assert code == 1 and f"was trained on graph {old[:12]}" in err, err
 
 
 def damage(checkpoint: Path, how: str) -> str:

@@ -87,3 +87,128 @@ def test_a_malformed_identity_or_made_for_is_named(what: str) -> None:
 def test_a_well_formed_or_absent_identity_is_no_problem() -> None:
     assert identity.config_problem({identity.KEY: GOOD, identity.MADE_FOR: "{}"}) is None
     assert identity.config_problem({}) is None  # made before identities: warned about, not refused
+
+
+NAMES = [f"n{i}" for i in range(299)] + ["nœud-é"]  # ids beyond ASCII too
+SAME_IDS = {  # one graph's ids as two loaders (or a loader's two versions) may store them
+    "int64 and int32": (np.arange(300, dtype=np.int64) * 7, np.arange(300, dtype=np.int32) * 7),
+    "little- and big-endian": (np.arange(300, dtype="<i8"), np.arange(300, dtype=">i8")),
+    "<U6 and <U12": (np.array(NAMES), np.array(NAMES, dtype="<U12")),
+}
+
+
+def with_ids(ids: np.ndarray | None) -> Any:
+    return dataclasses.replace(BASE, node_ids=ids)
+
+
+@pytest.mark.parametrize("what", sorted(SAME_IDS))
+def test_the_same_ids_stored_with_another_dtype_are_the_same_graph(what: str) -> None:
+    """The digest hashed the array's dtype and bytes: the same ids stored as <U6 and <U12, or int32 and
+    int64, were another graph, and infer, predict and export refused its partition."""
+    a, b = (with_ids(ids) for ids in SAME_IDS[what])
+    assert identity.graph_identity(a, a.num_edges) == identity.graph_identity(b, b.num_edges)
+
+
+def test_ids_of_other_values_or_kinds_are_still_another_graph() -> None:
+    digests = {
+        identity.graph_identity(g, g.num_edges)["digest"]
+        for g in (
+            with_ids(None),
+            with_ids(np.arange(300)),
+            with_ids(np.arange(300) + 1),
+            with_ids(np.array([str(i) for i in range(300)])),  # "0".."299": strings, not the integers
+            with_ids(np.array(NAMES)),
+            with_ids(np.array(["n1n", "2"] + NAMES[2:])),  # the same characters split elsewhere
+            with_ids(np.array(["n1", "n2"] + NAMES[2:])),
+        )
+    }
+    assert len(digests) == 7
+
+
+# digests the first code wrote (it hashed the id array's dtype and bytes): partitions and checkpoints
+# carry them, so the legacy form must give them again, bit for bit
+LEGACY = {
+    "none": (None, "5e059a08a0481da9187520a5b62f1f7748e5c30c78448b5cef81b11c6fffe1a0"),
+    "strings": (
+        np.array([f"n{i}" for i in range(300)]),
+        "4fb5314bcd18432848c7642ea3dca9fdb1725d8c500978177599aaae18b28380",
+    ),
+    "int32": (
+        np.arange(300, dtype=np.int32) * 7,
+        "84e591eda021390ad47d9141fc77532d9ded42911ccfd33c683bd1f4991704a7",
+    ),
+}
+
+
+@pytest.mark.parametrize("what", sorted(LEGACY))
+def test_the_legacy_form_is_the_first_codes_digest(what: str) -> None:
+    ids, written = LEGACY[what]
+    g = with_ids(ids)
+    normalised, legacy = identity.forms(
+        g.num_nodes, g.num_edges, {k: getattr(g, k) for k in identity.NAMES}, ids
+    )
+    assert legacy == written and identity.graph_identity(g, g.num_edges)["digest"] == normalised
+    # ids as loaders store them (none, int64, strings at their narrowest): the two forms are one digest
+    assert (normalised == legacy) is (what != "int32")
+
+
+def test_a_digest_that_differs_is_matched_on_the_partitions_forms_legacy_last() -> None:
+    new = identity.graph_identity(BASE, BASE.num_edges)
+    old = {**new, "digest": "a" * 64}
+    asked: list[str] = []
+
+    def forms() -> Any:
+        for form in (new["digest"], "a" * 64):
+            asked.append(form)
+            yield form
+
+    assert not identity.mismatch(new, new, forms) and asked == []  # equal: nothing computed
+    assert not identity.mismatch(new, old, forms) and asked == [new["digest"]]  # no legacy form made
+    assert not identity.mismatch(old, new, forms) and asked[1:] == [new["digest"], "a" * 64]
+    assert identity.mismatch({**new, "digest": "b" * 64}, new, forms)
+    assert identity.mismatch({**new, "digest": "b" * 64}, new)  # no forms to ask: the digests decide
+
+
+@pytest.mark.parametrize("what", sorted(SAME_IDS))
+def test_a_partition_of_the_same_ids_in_another_dtype_reads_a_checkpoint_of_the_first(
+    tmp_path: Path, what: str
+) -> None:
+    """Two partitions of one graph, its ids stored differently (two loaders): export, infer and predict
+    (outputs.same_graph) took one for another graph's, refusing the checkpoint trained on the other."""
+    from graphtrain.runtime.outputs import same_graph
+    from graphtrain.runtime.partition import load_config
+
+    ids_a, ids_b = SAME_IDS[what]
+    written = [
+        load_config(
+            partition.write(with_ids(ids), partition.partition_graph(with_ids(ids), 2), tmp_path / str(i))
+        )
+        for i, ids in enumerate((ids_a, ids_b))
+    ]
+    record = {identity.KEY: written[0].data[identity.KEY]}  # what a checkpoint trained on the first records
+    assert same_graph(tmp_path / "ckpt", record, written[1]) is written[1]
+
+
+def test_the_forms_read_from_a_partition_are_its_graphs(tmp_path: Path) -> None:
+    """outputs.partition_forms gives again, from the files, the digest the partitioner wrote, typed
+    graphs and names included, and the legacy one of the ids as stored; another graph's is refused."""
+    from graphtrain.runtime.errors import GraphtrainError
+    from graphtrain.runtime.outputs import partition_forms, same_graph
+    from graphtrain.runtime.partition import load_config
+    from tests.runtime.partition.test_typebalance import typed_planted
+
+    typed = typed_planted(100)
+    typed = dataclasses.replace(typed, node_ids=np.array([f"t{i}" for i in range(typed.num_nodes)]))
+    for i, g in enumerate(
+        (with_ids(np.array(NAMES)), dataclasses.replace(BASE, **CHANGES["class names"]), typed)
+    ):
+        cfg = load_config(partition.write(g, partition.partition_graph(g, 2), tmp_path / str(i)))
+        normalised, legacy = partition_forms(cfg)
+        names = {k: getattr(g, k) for k in identity.NAMES}
+        assert [normalised, legacy] == list(identity.forms(g.num_nodes, g.num_edges, names, g.node_ids))
+        assert normalised == cfg.data[identity.KEY]["digest"]
+        old = {identity.KEY: {**cfg.data[identity.KEY], "digest": legacy}}  # a checkpoint written before
+        assert same_graph(tmp_path / "ckpt", old, cfg) is cfg
+        other = {identity.KEY: {**cfg.data[identity.KEY], "digest": "c" * 64}}
+        with pytest.raises(GraphtrainError, match="but checkpoint ckpt was trained on graph cccccccccccc"):
+            same_graph(tmp_path / "ckpt", other, cfg)
