@@ -264,6 +264,13 @@ class ShardServerParams(RoleParams):
     restore: str | None = field(
         default=None, metadata=opt("checkpoint (relative to the root) or 'latest' to restore from")
     )
+    verified: Path | None = field(
+        default=None,
+        metadata=opt(
+            "record of the checkpoint files the launcher hashed before start: those unchanged since are not"
+            " hashed again"
+        ),
+    )
     workers: int = field(default=4, metadata=opt("request worker threads", min=1, max=MAX_THREADS))
     metrics_port: int | None = field(
         default=None, metadata=opt("serve Prometheus metrics on this port (0: any)", min=0, max=PORT)
@@ -375,6 +382,13 @@ class TrainParams(RoleParams):
             "checkpoint directory, a LATEST/BEST marker or a checkpoints directory"
         ),
     )
+    verified: Path | None = field(
+        default=None,
+        metadata=opt(
+            "--standalone: record of the checkpoint files the launcher hashed before start: those unchanged"
+            " since are not hashed again"
+        ),
+    )
     output: Path | None = field(
         default=None, metadata=opt("where inference writes its parquet parts (default: <run-dir>/inference)")
     )
@@ -399,6 +413,7 @@ class Files:
     checkpoints: str  # the checkpoint root (servers and trainers restore from its LATEST)
     infer_from: str | None = None  # mode inference: the checkpoint inferred from (under `checkpoints`)
     output: str | None = None  # mode inference: where the outputs go (None: the trainers' default)
+    verified: str | None = None  # mode inference: the record of its files hashed before start
 
 
 def _path(value: str | None) -> Path | None:
@@ -462,6 +477,7 @@ def shard_server(
             token_file=Path(files.token),
             checkpoint_root=Path(files.checkpoints),
             restore=None if files.infer_from else restore,  # inference: the trainers name the checkpoint
+            verified=_path(files.verified),
             metrics_port=metrics_port,
             device=device,
             shm=shm,
@@ -519,6 +535,7 @@ def train(
             metrics_port=metrics_port,
             metrics_port_file=_path(metrics_port_file),
             infer_from=_path(files.infer_from),
+            verified=_path(files.verified) if alone else None,
             output=_path(files.output),
             **_given(metrics_host=metrics_host),
         )

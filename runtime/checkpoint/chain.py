@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from graphtrain.runtime.data.cache import read_json, sha256_file, verify_files
+from graphtrain.runtime.data.cache import Signature, read_json, sha256_file, verify_files
 from graphtrain.runtime.data.npz import load_array
 from graphtrain.runtime.dtypes import NUMPY
 from graphtrain.runtime.errors import DataError
@@ -117,12 +117,15 @@ def _delta_rows(d: Path, manifest: Mapping[str, Any]) -> np.ndarray:
     return rows
 
 
-def verify_piece(piece: Piece) -> None:
+def verify_piece(
+    piece: Piece, seen: dict[str, Signature] | None = None, trusted: Mapping[str, Signature] | None = None
+) -> None:
     """Every file of every piece of the chain has its recorded sha256 (ChecksumError, a DataError, names
     the first that does not; a base that cannot be read is one line from base_of), and every array the
-    dtype and shape its manifest says (_checked; read from the .npy header alone)."""
+    dtype and shape its manifest says (_checked; read from the .npy header alone). `seen` and `trusted`:
+    cache.verify_files' (a file hashed before start and unchanged since is not hashed again)."""
     for _, manifest, d in chain(piece):
-        verify_files(d, manifest["files"])
+        verify_files(d, manifest["files"], seen, trusted)
         rows = len(_delta_rows(d, manifest)) if "delta" in manifest else held_rows(manifest)
         for key in files_of(manifest):
             path = d / f"{key}.npy"

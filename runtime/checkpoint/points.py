@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from graphtrain.runtime.checkpoint import chain
 from graphtrain.runtime.checkpoint.chain import FORMAT, FORMAT_VERSION, LATEST, MANIFEST, TOP
 from graphtrain.runtime.data.cache import (
+    Signature,
     atomic_file,
     files_problem,
     read_json,
@@ -225,10 +226,10 @@ def pieces_of(root: Path, name: str) -> list[tuple[dict[str, Any], Path]]:
     return out
 
 
-def verify_checkpoint(root: Path) -> None:
+def verify_checkpoint(root: Path, seen: dict[str, Signature] | None = None) -> None:
     """Check that the checkpoint at `root` is complete and unchanged: checkpoint.json, every piece it lists
     (tiling its table, sha256 of every file, an incremental piece's whole chain) and the other files it
-    records.
+    records. `seen`: gets each file's signature (cache.verify_files), for a record (verified.py).
 
     Raises:
         DataError: naming the first file missing or changed (ChecksumError), or the gap in a table.
@@ -236,8 +237,8 @@ def verify_checkpoint(root: Path) -> None:
     top = read_top(root)
     for name in top["tensors"]:
         for manifest, d in pieces_of(root, name):
-            chain.verify_piece((root, manifest, d))
-    verify_files(root, top.get("files", {}))
+            chain.verify_piece((root, manifest, d), seen)
+    verify_files(root, top.get("files", {}), seen)
 
 
 def latest_verified(root: Path) -> tuple[Path | None, list[str]]:

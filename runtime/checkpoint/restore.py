@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -10,6 +11,7 @@ import numpy as np
 import torch
 
 from graphtrain.runtime.checkpoint import chain
+from graphtrain.runtime.data.cache import Signature
 from graphtrain.runtime.dtypes import to_numpy, widened
 from graphtrain.runtime.errors import DataError
 from graphtrain.runtime.optim import make_state
@@ -22,8 +24,11 @@ if TYPE_CHECKING:
 from graphtrain.runtime.checkpoint.points import pieces_of, read_top, saved_config
 
 
-def restore_into(root: Path, t: TensorShard, verify: bool = True) -> bool:
+def restore_into(
+    root: Path, t: TensorShard, verify: bool = True, trusted: Mapping[str, Signature] | None = None
+) -> bool:
     """Copy rows [t.lo, t.hi) and their optimizer state from the checkpoint. False if the tensor is not in it.
+    `trusted`: files hashed before start and not hashed again while unchanged (verified.py).
 
     Raises:
         DataError: shape, dtype or optimizer mismatch, incomplete coverage, or a changed file.
@@ -48,7 +53,7 @@ def restore_into(root: Path, t: TensorShard, verify: bool = True) -> bool:
         if not overlap and not global_step:  # the table-wide Adam step is read from every piece
             continue
         if verify:
-            chain.verify_piece((root, manifest, d))
+            chain.verify_piece((root, manifest, d), trusted=trusted)
         src = slice(a - manifest["lo"], b - manifest["lo"]) if overlap else slice(0, 0)
         dst = slice(a - t.lo, b - t.lo)
         arrays = chain.load_piece((root, manifest, d), src)

@@ -16,7 +16,7 @@ import re
 import secrets
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -74,8 +74,25 @@ def hash_tree(root: Path, exclude: tuple[str, ...] = ()) -> dict[str, str]:
     }
 
 
-def verify_files(root: Path, files: dict[str, str]) -> None:
-    """Check that every recorded file exists and has its recorded sha256.
+Signature = tuple[int, int, int, int, int]  # st_dev, st_ino, st_size, st_mtime_ns, st_ctime_ns
+
+
+def signature(path: Path) -> Signature:
+    """What changes with any write to, or replacement of, the file at `path` (st_ctime: set by the kernel
+    on every change, no call sets it back)."""
+    st = os.stat(path)
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def verify_files(
+    root: Path,
+    files: dict[str, str],
+    seen: dict[str, Signature] | None = None,
+    trusted: Mapping[str, Signature] | None = None,
+) -> None:
+    """Check that every recorded file exists and has its recorded sha256. `seen`: gets the signature
+    (taken before its hash) of each file that checked out, by real path; `trusted`: such a record, whose
+    files still of that signature were hashed already and are not hashed again (checkpoint/verified.py).
 
     Raises:
         ChecksumError: a file is missing or its content changed, naming the file.
@@ -83,12 +100,17 @@ def verify_files(root: Path, files: dict[str, str]) -> None:
     for rel in files:
         if not (root / rel).is_file():
             raise ChecksumError(f"{root / rel}: missing (recorded in the manifest)")
-    actual = sha256_files([root / rel for rel in files])
-    for (rel, expected), got in zip(files.items(), actual, strict=True):
+    marks = {rel: signature(root / rel) for rel in files} if seen is not None or trusted else {}
+    real = {rel: os.path.realpath(root / rel) for rel in marks}
+    todo = {rel: sha for rel, sha in files.items() if not trusted or trusted.get(real[rel]) != marks[rel]}
+    actual = sha256_files([root / rel for rel in todo])
+    for (rel, expected), got in zip(todo.items(), actual, strict=True):
         if got != expected:
             raise ChecksumError(
                 f"{root / rel}: sha256 {got[:12]}… does not match the recorded {expected[:12]}…"
             )
+    if seen is not None:
+        seen.update({real[rel]: marks[rel] for rel in files})
 
 
 def files_problem(files: object) -> str | None:

@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from graphtrain.runtime import dtypes
+from graphtrain.runtime.data.cache import Signature
 from graphtrain.runtime.graph.typed_views import EdgeTypeViews, NodeTypeViews
 from graphtrain.runtime.kvstore import default_client
 from graphtrain.runtime.kvstore.client.inproc import InProcTransport
@@ -30,14 +31,16 @@ def standalone_client(
     checkpoint_root: Path | None = None,
     device: str = "cpu",
     direct_to: torch.device | None = None,
+    trusted: dict[str, Signature] | None = None,
 ) -> KVClient:
     """In-process shards, one per partition, each holding its partition (no sockets); their learnable
     tables on `device` (a GPU: as a GPU shard server keeps them). `direct_to`: the trainer's device,
-    whose tables it uses where they lie (InProcTransport)."""
+    whose tables it uses where they lie (InProcTransport). `trusted`: checkpoint files hashed before start
+    (checkpoint/verified.py)."""
     cfg = load_config(part_config)
     states = []
     for p in range(cfg.num_parts):
-        state = ShardTensors(p, device=device)
+        state = ShardTensors(p, device=device, trusted=trusted)
         state.load_partition(cfg.path, p)
         states.append(state)
     from graphtrain.runtime.native.memory import keep_freed_memory

@@ -20,6 +20,8 @@ from graphtrain.runtime.errors import DataError, GraphtrainError
 if TYPE_CHECKING:
     from graphtrain.runtime.partition import PartitionConfig
 
+VERIFIED = "checkpoint-verified.json"  # the record of the checkpoint's files check_intact hashed
+
 
 def inferring(gt: GraphTraining) -> bool:
     return gt.spec.mode == Mode.inference
@@ -46,11 +48,13 @@ def partition(
     run_dir: Path,
     data_dir: Path | None = None,
     warn: Callable[[str], None] | None = None,
+    record: Path | None = None,
 ) -> Path:
     """The partition config the checkpoint was trained on, after checking (before any process starts)
     that the checkpoint's files check out (a damaged one was found by the shard servers, ~10 s later),
     that the partition and the spec are of the graph it was trained on, and that the output may be
-    written. `warn`: told once of a checkpoint or partition too old to carry its graph's identity.
+    written. `warn`: told once of a checkpoint or partition too old to carry its graph's identity;
+    `record`: where the files that checked out are recorded for the processes (check_intact).
 
     Raises:
         DataError: no complete checkpoint there, or one whose files do not check out; GraphtrainError:
@@ -66,7 +70,7 @@ def partition(
     )
 
     root = resolve_checkpoint(_checkpoint(gt, spec_dir))
-    check_intact(root)
+    check_intact(root, record)
     cfg = checkpoint_partition(root, warn=warn)
     check_files_there(cfg)
     check_same_model(gt, root)
@@ -77,19 +81,26 @@ def partition(
     return cfg.path
 
 
-def check_intact(root: Path) -> None:
+def check_intact(root: Path, record: Path | None = None) -> None:
     """Refuse checkpoint `root` unless its manifest and every file it lists check out (sha256 of each
-    piece's files, their tiling, an incremental piece's chain): before the shard servers start.
+    piece's files, their tiling, an incremental piece's chain): before the shard servers start. `record`:
+    where the files that checked out are recorded for the servers (checkpoint/verified.py: they do not
+    hash a file again that is unchanged since; an earlier record there is removed first).
 
     Raises:
         DataError: one line naming the checkpoint and the first file missing or changed."""
-    from graphtrain.runtime.checkpoint import verify_checkpoint
+    from graphtrain.runtime.checkpoint import verified, verify_checkpoint
 
+    seen: dict[str, tuple[int, int, int, int, int]] = {}
+    if record is not None:
+        record.unlink(missing_ok=True)
     try:
-        verify_checkpoint(root)
+        verify_checkpoint(root, seen)
     except (DataError, OSError) as exc:
         said = " ".join(str(exc).split())
         raise DataError(f"checkpoint {root.name} does not check out: {said}") from None
+    if record is not None:
+        verified.write(record, root, seen)
 
 
 def check_files_there(cfg: PartitionConfig) -> None:
@@ -217,6 +228,7 @@ def files(gt: GraphTraining, spec_path: Path, run_dir: Path, partition: Path) ->
         checkpoints=checkpoint_root(str(checkpoint)),
         infer_from=str(checkpoint),
         output=str(output(gt, spec_dir, run_dir)),
+        verified=str(run_dir / VERIFIED),
     )
 
 

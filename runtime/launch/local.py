@@ -238,6 +238,7 @@ class LocalRun:
                 self.run_dir,
                 self.data_dir,
                 lambda m: self.say(f"[run] warning: {m}"),
+                self.run_dir / inference.VERIFIED,
             )
         work = partition_step.from_spec(self.gt, self.spec_path.parent)
         cached = None

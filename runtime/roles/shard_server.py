@@ -63,8 +63,11 @@ def serve(p: ShardServerParams) -> None:
         restore_from = ckpt.restore_point(p.checkpoint_root, p.restore, say=log.warning)
         if restore_from is not None:  # a restarted server: `kubectl logs` says what it came back with
             log.info("restores its tables from checkpoint %s as clients create them", restore_from.name)
+    from graphtrain.runtime.checkpoint import verified
+
     state = ShardTensors(
         shard,
+        trusted=verified.read(p.verified),
         use_shm=p.shm,
         shm_prefix=job_prefix(token),
         restore_from=restore_from,

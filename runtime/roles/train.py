@@ -66,7 +66,12 @@ def _train(p: TrainParams) -> None:
         torch.cuda.set_device(device)
     if p.standalone:
         shard_device = standalone_shard_device(device, str(gt.spec.shard_servers.device))
-        client = standalone_client(p.partition, p.checkpoint_root, shard_device, direct_to=device)
+        from graphtrain.runtime.checkpoint import verified
+
+        trusted = verified.read(p.verified)
+        client = standalone_client(
+            p.partition, p.checkpoint_root, shard_device, direct_to=device, trusted=trusted
+        )
         connect = lambda: client  # noqa: E731 - in-process shards are shared by the loader thread
     else:
         if not p.servers:

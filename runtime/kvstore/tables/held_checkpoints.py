@@ -12,6 +12,7 @@ from typing import Any
 
 from graphtrain.runtime import checkpoint as ckpt
 from graphtrain.runtime.checkpoint import snapshot as snap
+from graphtrain.runtime.data.cache import Signature
 from graphtrain.runtime.optim import OptimConfig
 from graphtrain.runtime.storage import gpu
 from graphtrain.runtime.storage import placement as place
@@ -30,6 +31,7 @@ class ShardCheckpoints:
     checkpoint_rate: float
     full_every: int
     restore_from: Path | None  # the checkpoint tables are restored from as they are created
+    trusted: dict[str, Signature]  # checkpoint files hashed before start (checkpoint/verified.py)
     _checkpoint_lock: threading.Lock
 
     _move: Callable[[TensorShard, OptimConfig | None, Any], None]  # ShardTensors' (state.py)
@@ -108,7 +110,7 @@ class ShardCheckpoints:
         for t in self.tensors.values():
             with t.lock:
                 gpu.wait_written(t)
-                if ckpt.restore_into(root, t):
+                if ckpt.restore_into(root, t, trusted=self.trusted):
                     self._move(t, t.config, t.state)  # a checkpoint's optimizer takes it to the GPU
                     gpu.mark_written(t)
                     restored.append(t.name)

@@ -26,6 +26,7 @@ import torch
 from graphtrain.runtime import checkpoint as ckpt
 from graphtrain.runtime.checkpoint import increment
 from graphtrain.runtime.checkpoint import snapshot as snap
+from graphtrain.runtime.data.cache import Signature
 from graphtrain.runtime.dtypes import NUMPY as DTYPES
 from graphtrain.runtime.dtypes import to_numpy, to_torch
 from graphtrain.runtime.kvstore.tables.graphpart import GraphPart
@@ -91,6 +92,7 @@ class ShardTensors(ShardWrites, ShardCheckpoints, ShardGraph):
         staging_bytes: int = snap.STAGING_BYTES,
         checkpoint_rate: float = 0.0,
         full_every: int = increment.FULL_EVERY,
+        trusted: dict[str, Signature] | None = None,
     ):
         self.device = table_device(device)
         check_usable(self.device)
@@ -100,6 +102,7 @@ class ShardTensors(ShardWrites, ShardCheckpoints, ShardGraph):
         self.shm_prefix = shm_prefix
         # A restarted server restores each tensor from this checkpoint when a client (re)creates it.
         self.restore_from = restore_from
+        self.trusted = trusted or {}  # files hashed before start: not hashed again while unchanged
         self.graph: GraphPart | None = None
         self.graph_shm: dict[str, shared_memory.SharedMemory] = {}  # "indptr"/"indices" when use_shm
         self.tensors: dict[str, TensorShard] = {}
@@ -185,7 +188,7 @@ class ShardTensors(ShardWrites, ShardCheckpoints, ShardGraph):
                 else:
                     init_rows(init or {}, lo, hi, row_shape, t.data)
                 src = None if t.scratch else self.restore_from  # scratch rows are in no checkpoint
-                if src is not None and ckpt.restore_into(src, t):
+                if src is not None and ckpt.restore_into(src, t, trusted=self.trusted):
                     self._move(t, t.config, t.state)
             except BaseException:
                 t.release()

@@ -6,6 +6,7 @@ the inputs a user gets wrong."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -92,6 +93,9 @@ def test_infer_on_2x2_equals_one_process_and_the_trainings_evaluation(
     # the layers' scratch rows never reach a checkpoint, and no process of the run printed a traceback
     # (the servers' scratch segments once broke Python's resource tracker, which splits names at ':')
     assert not list((run_dir / "checkpoints").rglob("scratch:*"))
+    # the files hashed before start, which the shard servers (--verified) do not hash again
+    record = json.loads((tmp_path / "inf" / "checkpoint-verified.json").read_text())
+    assert set(record["files"]) >= {os.path.realpath(p) for p in checkpoint.rglob("*.npy")}
     for log in (tmp_path / "inf" / "logs").glob("*.log"):
         assert "Traceback" not in log.read_text(), log
 

@@ -1,0 +1,45 @@
+"""The files of a checkpoint `infer` hashed before anything started, so that the shard servers do not
+hash them again.
+
+`graphtrain infer` checks every file of its checkpoint before it starts a process (a damaged one is
+refused in one line: launch/inference.py check_intact), and each shard server checked the pieces it
+restores again (checkpoint/restore.py): every byte hashed twice, ~1.2-3 s a GB more. The launcher now
+keeps, for each file that checked out, its signature (cache.signature: device, inode, size, mtime and
+ctime, taken before its hash) in a record in the run directory, and hands the record to its servers
+(--verified): a file of the same signature is the one hashed (any write or replacement changes its
+ctime, which no call sets back), so it is not hashed again; any other (a checkpoint swapped in after the
+check, a file rewritten) is hashed as before and refused if it does not match its manifest.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+from graphtrain.runtime.data.cache import Signature, atomic_file
+
+log = logging.getLogger(__name__)
+
+
+def write(path: Path, checkpoint: Path, seen: dict[str, Signature]) -> None:
+    """The record of `checkpoint`'s files `seen` (verify_checkpoint's), written atomically at `path`."""
+    doc = {"checkpoint": str(checkpoint), "files": {p: list(s) for p, s in sorted(seen.items())}}
+    with atomic_file(path) as f:
+        f.write(json.dumps(doc).encode())
+
+
+def read(path: Path | None) -> dict[str, Signature]:
+    """The files a record at `path` names, by real path; {} (every file hashed) without one, or for a
+    record that cannot be read or is not one (said once: the restore is only slower)."""
+    if path is None:
+        return {}
+    try:
+        files = json.loads(Path(path).read_bytes())["files"]
+        out = {str(p): tuple(int(v) for v in s) for p, s in files.items()}
+        if any(len(s) != 5 for s in out.values()):
+            raise ValueError("a signature is not 5 integers")
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
+        log.warning("verified-files record %s not used (%s): every file is hashed", path, exc)
+        return {}
+    return out  # type: ignore[return-value]  # 5 integers each, checked above
