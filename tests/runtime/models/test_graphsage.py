@@ -57,6 +57,17 @@ def test_layer_matches_reference_values_and_gradients(in_dim: int, out_dim: int,
         torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)
 
 
+def test_a_learnable_input_meaned_first_takes_one_node_with_one_gradient() -> None:
+    """The mean-first order over an input that learns beside data (WordNet's embedding rows) runs as
+    MeanMaps, whose backward writes h's gradient once (the test above checks its values)."""
+    block = random_block(30, 70, seed=1)
+    layer = SAGEConv(24, 8, frozen=16)  # 70 x 8 > 30 x 8: the mean first
+    h, x = torch.randn(70, 8, requires_grad=True), torch.randn(70, 16)
+    out = layer._part(block, h, layer.w_self, layer.w_neigh, layer.bias)
+    assert type(out.grad_fn).__name__ == "MeanMapsBackward"
+    assert layer(block, h.detach(), x).requires_grad  # data alone: the weights still learn
+
+
 def test_graphsage_is_deterministic_in_eval_and_seeded_in_training() -> None:
     blocks = [random_block(40, 90, seed=2), random_block(10, 40, seed=3)]
     x = torch.randn(90, 12)
