@@ -104,14 +104,15 @@ class ChildCache:
             if kind in self._objs and uid not in self._objs[kind] and uid not in self._gone[kind]:
                 self._put(kind, obj)
 
-    def deleted(self, kind: str, namespace: str, name: str) -> None:
-        """An object the operator deleted: forgotten now, its late events ignored."""
+    def deleted(self, kind: str, namespace: str, name: str, uid: str | None = None) -> None:
+        """An object the operator deleted (`uid`: that one only, or found gone by a delete of it): forgotten
+        now, its late events ignored. Not one made again under its name that the watch showed already."""
         with self._lock:
-            for uid, obj in list(self._objs.get(kind, {}).items()):
+            for held, obj in list(self._objs.get(kind, {}).items()):
                 meta = obj["metadata"]
-                if (meta.get("namespace"), meta.get("name")) == (namespace, name):
-                    self._drop(kind, uid)
-                    self._gone[kind][uid] = namespace
+                if (meta.get("namespace"), meta.get("name")) == (namespace, name) and uid in (None, held):
+                    self._drop(kind, held)
+                    self._gone[kind][held] = namespace
 
     # ------------------------------------------------------------------------------------ reading
 

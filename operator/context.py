@@ -116,11 +116,14 @@ class Context:
         return bool(child["metadata"].get("deletionTimestamp")) or ("delete", key(kind, name)) in done
 
     def remove(self, kind: str, name: str, api_version: str) -> list[Action]:
-        """The delete of a child, if it is observed and not being deleted already."""
+        """The delete of a child, if it is observed and not being deleted already: of that very object
+        (its uid: k8s.apply makes it a precondition), never of one made again under its name that a
+        cache behind the cluster has not shown yet (a trainer pod keeps its name across attempts)."""
         child = self.obs.children.get(key(kind, name))
         if child is None or child["metadata"].get("deletionTimestamp"):
             return []
         meta = {"name": name, "namespace": self.namespace}
+        meta |= {"uid": child["metadata"]["uid"]} if child["metadata"].get("uid") else {}
         return [Action("delete", {"apiVersion": api_version, "kind": kind, "metadata": meta})]
 
 

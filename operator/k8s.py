@@ -4,9 +4,10 @@ Creates are idempotent (409 ignored: another reconcile got there first; unless t
 the training's: NameTaken, before the plan's later creates; a namespace being deleted stops the plan's
 creates without an error, an admission plugin's refusal (a quota, a LimitRange, Pod Security) or the
 authorizer's (a right the chart withholds) stops them and is said in the status and an event:
-refusals.py), deletes too (404 ignored), the status is merge-patched on the status subresource only
-when it changed, and each event of the plan is posted against the GraphTraining. Children are found by
-the graphtrain.io/training label.
+refusals.py), deletes too (404 ignored; of the very object observed, its uid a precondition: 409 if
+its name holds another now, which a cache behind the cluster may not show yet), the status is
+merge-patched on the status subresource only when it changed, and each event of the plan is posted
+against the GraphTraining. Children are found by the graphtrain.io/training label.
 
 LeaseClient reads and writes the operator's leader-election Lease for leader.py (get, create, update:
 the verbs the chart's Role grants on leases), each call with a timeout, a conflict reported as None;
@@ -368,7 +369,7 @@ def apply(plan: Plan, observed: Observed, fence: Callable[[], bool] = lambda: Tr
                         options["preconditions"] = {"uid": obj["metadata"]["uid"]}
                     res.delete(name=obj["metadata"]["name"], namespace=ns, body=options, serialize=False)
                     if _cache is not None:
-                        _cache.deleted(obj["kind"], ns, obj["metadata"]["name"])
+                        _cache.deleted(obj["kind"], ns, obj["metadata"]["name"], obj["metadata"].get("uid"))
         except ResourceNotFoundError:
             # a kind no installed CRD serves (a gang's PodGroup without Volcano or coscheduling): said once
             # as a refusal, nothing made after it (its pods would wait forever); a delete has nothing to do
@@ -400,6 +401,9 @@ def apply(plan: Plan, observed: Observed, fence: Callable[[], bool] = lambda: Tr
                     if (made_gang or peers) and any(action is a for a in gang) and fence():  # made ones wait
                         _undo(peers + made_gang, body, ns)
                     raise NameTaken({action.key: held}) from None
+            elif action.verb == "delete" and exc.status in (404, 409) and obj["metadata"].get("uid"):
+                if _cache is not None:  # that object is gone (409: another stands under its name)
+                    _cache.deleted(obj["kind"], ns, obj["metadata"]["name"], obj["metadata"]["uid"])
             elif exc.status not in (404, 409):
                 raise
     if made_gang:  # made whole (a create that raised left the rest to the next reconcile)
@@ -472,8 +476,8 @@ def _undo(pods: list[dict[str, Any]], training: dict[str, Any], ns: str) -> list
         except ApiException as exc:
             if exc.status not in (404, 409):
                 raise
-        if _cache is not None:
-            _cache.deleted("Pod", ns, meta["name"])
+        if _cache is not None:  # that pod (409: another stands under its name; the watch shows it)
+            _cache.deleted("Pod", ns, meta["name"], meta["uid"])
         gone.append(meta["name"])
     return gone
 
@@ -538,18 +542,19 @@ def delete_children(namespace: str, name: str, uid: str) -> int:
     cluster whose collector is slow or absent (the test API server has none)."""
     deleted = 0  # listed afresh: a deletion must not miss a child the watches have not shown yet
     for api_version, kind, obj in reversed(_children(namespace, name, uid, fresh=True)):
+        meta = obj["metadata"]  # that object (its uid): never one of a training made again since the list
         try:
-            with calling("delete", expected=(404,)):
+            with calling("delete", expected=(404, 409)):
                 _res(api_version, kind).delete(
-                    name=obj["metadata"]["name"],
+                    name=meta["name"],
                     namespace=namespace,
-                    body={"propagationPolicy": "Background"},
+                    body={"propagationPolicy": "Background", "preconditions": {"uid": meta["uid"]}},
                     serialize=False,
                 )
             deleted += 1
         except ApiException as exc:
-            if exc.status != 404:
+            if exc.status not in (404, 409):
                 raise
         if _cache is not None:
-            _cache.deleted(kind, namespace, obj["metadata"]["name"])
+            _cache.deleted(kind, namespace, meta["name"], meta["uid"])
     return deleted
