@@ -339,7 +339,12 @@ def apply(plan: Plan, observed: Observed, fence: Callable[[], bool] = lambda: Tr
     gang = gang_admission.members(plan.actions, plan.gang)
     tried = gang_holds.fingerprint([a.obj for a in gang])  # held after an undo (gang_holds.py)
     waiting = _holds.held(body["metadata"]["uid"], tried) if gang else None
-    refused = (waiting or _gang_refused(gang, body, len(plan.gang))) if gang else None
+    try:
+        refused = (waiting or _gang_refused(gang, body, len(plan.gang))) if gang else None
+    except NameTaken:  # a dry run's 409 from another's pod: the pods made before wait for no peer
+        if plan.gang and fence():
+            _undo(plan.gang, body, ns)
+        raise
     made_gang: list[dict[str, Any]] = []  # its pods this apply made: deleted if a later one is refused
     peers = list(plan.gang)  # its pods made before, observed: deleted with them (made_before())
     for action in plan.actions:

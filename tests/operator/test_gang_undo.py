@@ -17,6 +17,7 @@ import time
 import pytest
 from kubernetes.utils import parse_quantity
 
+from graphtrain.operator import handlers
 from tests.operator.conftest import get, wait_for
 from tests.operator.test_gang_admission import quota_on_pods, to_pods
 from tests.operator.test_operator_apiserver import SPEC, conditions, names_of, status_patch
@@ -182,3 +183,27 @@ def test_a_gang_pods_name_held_by_another_pod_deletes_the_pods_made_before_it(
     for _ in range(6):  # the operator's timer (1 s) ticks meanwhile: no reconcile makes a trainer
         assert kube("get", "pods", "-n", ns, "-o", "name").split() == [f"pod/{name}-trainer-1"]
         time.sleep(0.5)
+
+
+def test_a_partial_gang_whose_missing_pods_name_is_held_by_another_pod_deletes_the_pods_made_before(
+    kube, operator, ns: str, monkeypatch
+) -> None:
+    """A trainer deleted before the trainers ran, its name then taken by someone else's pod: the dry
+    run's 409 held the training (NameConflict) before any pod was made, but the trainer made before
+    stayed, waiting in rendezvous for its peer up to the trainers' timeout (600 s) and holding its
+    share of the quota, unlike a create's 409, which deletes the gang's pods made before it."""
+    name = "ptaken"
+    to_pods(kube, ns, name)
+    trainers = [f"{name}-trainer-0", f"{name}-trainer-1"]
+    assert wait_for(lambda: names_of(kube, "pod", ns, name) == trainers, what="both trainers")
+    status_patch(kube, "pod", trainers[0], ns, {"phase": "Running"})  # waiting in rendezvous for rank 1
+    acts = handlers.may_act  # the operator held off this namespace while the name changes hands
+    monkeypatch.setattr(handlers, "may_act", lambda namespace, n: namespace != ns and acts(namespace, n))
+    kube("delete", "pod", trainers[1], "-n", ns)
+    kube("apply", "-n", ns, "-f", "-", input=FOREIGN.format(name=trainers[1]))
+    monkeypatch.setattr(handlers, "may_act", acts)
+    handlers.reconcile(ns, name)
+    held = lambda: conditions(kube, name, ns).get("SpecValid", {}).get("reason") == "NameConflict"  # noqa: E731
+    assert wait_for(held, what="SpecValid NameConflict")
+    assert wait_for(lambda: names_of(kube, "pod", ns, name) == [], what="the trainer made before deleted")
+    assert kube("get", "pods", "-n", ns, "-o", "name").split() == [f"pod/{trainers[1]}"]  # the other's kept
