@@ -5,7 +5,8 @@ hash them again.
 refused in one line: launch/inference.py check_intact), and each shard server checked the pieces it
 restores again (checkpoint/restore.py): every byte hashed twice, ~1.2-3 s a GB more. The launcher now
 keeps, for each file that checked out, its signature (cache.signature: device, inode, size, mtime and
-ctime, taken before its hash) in a record in the run directory, and hands the record to its servers
+ctime, taken before its hash, and the sha256 it matched, so that a manifest edited since does not vouch
+for it) in a record in the run directory, and hands the record to its servers
 (--verified): a file of the same signature is the one hashed (any write or replacement changes its
 ctime, which no call sets back), so it is not hashed again; any other (a checkpoint swapped in after the
 check, a file rewritten) is hashed as before and refused if it does not match its manifest.
@@ -36,10 +37,10 @@ def read(path: Path | None) -> dict[str, Signature]:
         return {}
     try:
         files = json.loads(Path(path).read_bytes())["files"]
-        out = {str(p): tuple(int(v) for v in s) for p, s in files.items()}
-        if any(len(s) != 5 for s in out.values()):
-            raise ValueError("a signature is not 5 integers")
-    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
+        if any(len(s) != 6 or not isinstance(s[5], str) for s in files.values()):
+            raise ValueError("a signature is not 5 integers and a sha256")
+        out = {str(p): (*(int(v) for v in s[:5]), s[5]) for p, s in files.items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, IndexError, RecursionError) as exc:
         log.warning("verified-files record %s not used (%s): every file is hashed", path, exc)
         return {}
-    return out  # type: ignore[return-value]  # 5 integers each, checked above
+    return out  # type: ignore[return-value]  # 5 integers and a sha256 each, checked above

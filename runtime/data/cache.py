@@ -74,10 +74,11 @@ def hash_tree(root: Path, exclude: tuple[str, ...] = ()) -> dict[str, str]:
     }
 
 
-Signature = tuple[int, int, int, int, int]  # st_dev, st_ino, st_size, st_mtime_ns, st_ctime_ns
+Stat = tuple[int, int, int, int, int]  # st_dev, st_ino, st_size, st_mtime_ns, st_ctime_ns
+Signature = tuple[int, int, int, int, int, str]  # Stat and the sha256 the file was checked against
 
 
-def signature(path: Path) -> Signature:
+def signature(path: Path) -> Stat:
     """What changes with any write to, or replacement of, the file at `path` (st_ctime: set by the kernel
     on every change, no call sets it back)."""
     st = os.stat(path)
@@ -100,7 +101,13 @@ def verify_files(
     for rel in files:
         if not (root / rel).is_file():
             raise ChecksumError(f"{root / rel}: missing (recorded in the manifest)")
-    marks = {rel: signature(root / rel) for rel in files} if seen is not None or trusted else {}
+    # the sha256 is part of the mark: a file checked against one manifest is not trusted for another
+    # that records other bytes for it (a manifest edited or swapped after the check)
+    marks = (
+        {rel: (*signature(root / rel), sha) for rel, sha in files.items()}
+        if seen is not None or trusted
+        else {}
+    )
     real = {rel: os.path.realpath(root / rel) for rel in marks}
     todo = {rel: sha for rel, sha in files.items() if not trusted or trusted.get(real[rel]) != marks[rel]}
     actual = sha256_files([root / rel for rel in todo])

@@ -109,3 +109,23 @@ def test_a_failed_check_leaves_no_record(checkpoint: Path) -> None:
         check_intact(checkpoint, record)
     assert not record.exists()
     assert np.load(sorted(checkpoint.rglob("state.sum.npy"))[0]).size  # the rest left as it was
+
+
+def test_a_manifest_edited_after_the_check_is_not_trusted_for_its_files(
+    checkpoint: Path, hashed: list[Path]
+) -> None:
+    """The record held only each file's stat: a piece manifest that records other bytes for an unchanged
+    file (edited or swapped after the check) had that file trusted, never compared with its new sha256."""
+    record = checkpoint.parent / "verified.json"
+    check_intact(checkpoint, record)
+    trusted = verified.read(record)
+    data = sorted(checkpoint.rglob("data.npy"))[0]
+    manifest = next(p for p in data.parent.glob("*.json") if "data.npy" in p.read_text())
+    doc = json.loads(manifest.read_text())
+    doc["files"]["data.npy"] = "0" * 64
+    manifest.write_text(json.dumps(doc))
+    hashed.clear()
+    with pytest.raises(DataError, match="does not match the recorded"):
+        for t in tables():
+            ckpt.restore_into(checkpoint, t, trusted=trusted)
+    assert data in hashed
