@@ -16,11 +16,29 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import stat
 from pathlib import Path
 
 from graphtrain.runtime.data.cache import Signature, atomic_file
 
 log = logging.getLogger(__name__)
+
+MAX_BYTES = 64 << 20  # ~150 bytes a file: 400,000 files; beyond, the record is not one
+
+
+def _read_regular(path: Path) -> bytes:
+    """The bytes of the regular file at `path`, of at most MAX_BYTES (a record symlinked to /dev/zero or
+    a FIFO would be read without end, or block the server's start)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_BYTES:
+            raise ValueError(f"not a regular file of at most {MAX_BYTES} bytes")
+        raw = f.read(MAX_BYTES + 1)
+    if len(raw) > MAX_BYTES:
+        raise ValueError(f"more than {MAX_BYTES} bytes")
+    return raw
 
 
 def write(path: Path, checkpoint: Path, seen: dict[str, Signature]) -> None:
@@ -36,7 +54,7 @@ def read(path: Path | None) -> dict[str, Signature]:
     if path is None:
         return {}
     try:
-        files = json.loads(Path(path).read_bytes())["files"]
+        files = json.loads(_read_regular(Path(path)))["files"]
         if any(len(s) != 6 or not isinstance(s[5], str) for s in files.values()):
             raise ValueError("a signature is not 5 integers and a sha256")
         out = {str(p): (*(int(v) for v in s[:5]), s[5]) for p, s in files.items()}

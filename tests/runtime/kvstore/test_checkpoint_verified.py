@@ -129,3 +129,12 @@ def test_a_manifest_edited_after_the_check_is_not_trusted_for_its_files(
         for t in tables():
             ckpt.restore_into(checkpoint, t, trusted=trusted)
     assert data in hashed
+
+
+def test_a_record_that_is_a_device_or_a_fifo_is_not_read(tmp_path: Path) -> None:
+    """read_bytes() followed a record symlinked to /dev/zero without end and blocked on a FIFO."""
+    (tmp_path / "zero.json").symlink_to("/dev/zero")
+    os.mkfifo(tmp_path / "fifo.json")
+    assert verified.read(tmp_path / "zero.json") == {}
+    assert verified.read(tmp_path / "fifo.json") == {}
+    assert verified.read(tmp_path) == {}  # a directory
