@@ -4,9 +4,11 @@ PyKEEN 1.11 trains TransE, DistMult or ComplEx on a dataset by hand in float64 (
 in bench/e2e.py's PyKEEN venv; its sLCWA loop's order of batches), recording its initial rows, batches,
 negatives and losses. graphtrain's score (the model's KGEEntry, runtime/models/), loss
 (train/kge_math.py) and sparse Adam (optim/reference.py, the oracle the native cores match) with the
-model's entity constraint then replay the same batches from the same rows, twice: stepping the rows a
-batch touched (optimizer.rows: touched, sparse optimizers' lazy step) and every row (optimizer.rows:
-all, torch.optim.Adam's dense step, which bench/e2e.py's KGE pairs use). It prints each mode's largest
+model's entity constraint (functional.project_rows' formula, in float64 here: project_rows rescales in
+float32, its tables' width, which a TransE L1 score's signs turn into another trajectory after ~36
+steps) then replay the same batches from the same rows, twice: stepping the rows a batch touched
+(optimizer.rows: touched, sparse optimizers' lazy step) and every row (optimizer.rows: all,
+torch.optim.Adam's dense step, which bench/e2e.py's KGE pairs use). It prints each mode's largest
 difference from PyKEEN in the rows after the first steps and in the losses.
 
 With --epochs N both sides train N whole epochs; the table then adds the largest row difference at the
@@ -36,7 +38,6 @@ from e2e import PYKEEN, ROOT, table, venv  # noqa: E402
 from graphtrain.contract.spec import ComplExModel, DistMultModel, KGEModel, TransEModel  # noqa: E402
 from graphtrain.runtime.models import kge_entry  # noqa: E402
 from graphtrain.runtime.optim import OptimConfig, make_state, reference  # noqa: E402
-from graphtrain.runtime.optim.functional import project_rows  # noqa: E402
 from graphtrain.runtime.train import kge_math  # noqa: E402
 
 MODELS: dict[str, KGEModel] = {
@@ -77,8 +78,9 @@ def replay(
                 grad = torch.zeros_like(tab).index_add_(0, ids, grad)
                 ids = torch.arange(len(tab))
             reference.step(config, tab, state[name], ids, grad)
-        if entry.unit_rows:
-            project_rows(ent, torch.arange(len(ent)) if every_row else ents, 1.0)
+        if entry.unit_rows:  # project_rows' formula in float64 (it rescales in float32, its tables' width)
+            done = torch.unique(torch.arange(len(ent)) if every_row else ents)
+            ent[done] = ent[done] * (1.0 / ent[done].norm(dim=1, keepdim=True).clamp_min(1e-12))
         losses.append(loss.item())
         if f"E{step + 1}" in d:
             diffs.append(
