@@ -94,13 +94,14 @@ def check_intact(root: Path, record: Path | None = None) -> None:
     seen: dict[str, tuple[int, int, int, int, int]] = {}
     if record is not None:
         record.unlink(missing_ok=True)
+    started = verified.now()
     try:
         verify_checkpoint(root, seen)
     except (DataError, OSError) as exc:
         said = " ".join(str(exc).split())
         raise DataError(f"checkpoint {root.name} does not check out: {said}") from None
     if record is not None:
-        verified.write(record, root, seen)
+        verified.write(record, root, seen, started)
 
 
 def check_files_there(cfg: PartitionConfig) -> None:

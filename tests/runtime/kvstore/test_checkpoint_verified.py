@@ -1,6 +1,8 @@
 """`infer` hashes its checkpoint once: the launcher's check before start records each file that checked
 out (checkpoint/verified.py), and a shard server restoring from it does not hash a file again whose
-signature is unchanged; a file rewritten since (even to its old size and mtime) is hashed and refused."""
+signature is unchanged; a file rewritten since (even to its old size and mtime) is hashed and refused.
+The checkpoints here are written just before their check, inside verified.RACY_NS: the tests that use
+the record set it to 0 (the one about that window keeps it)."""
 
 from __future__ import annotations
 
@@ -22,6 +24,12 @@ from graphtrain.runtime.optim import OptimConfig, SparseOptimizer
 from graphtrain.runtime.tensor import DistEmbedding
 
 ROWS, DIM = 3000, 8
+
+
+@pytest.fixture(autouse=True)
+def no_racy_window(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    if "racy" not in request.node.name:
+        monkeypatch.setattr(verified, "RACY_NS", 0)
 
 
 @pytest.fixture
@@ -138,3 +146,29 @@ def test_a_record_that_is_a_device_or_a_fifo_is_not_read(tmp_path: Path) -> None
     assert verified.read(tmp_path / "zero.json") == {}
     assert verified.read(tmp_path / "fifo.json") == {}
     assert verified.read(tmp_path) == {}  # a directory
+
+
+def test_files_changed_just_before_the_check_are_not_recorded_racy(
+    checkpoint: Path, hashed: list[Path]
+) -> None:
+    """Where timestamps are coarse (a clock tick; 2 s on FAT), a rewrite within the tick of a file's last
+    change keeps its signature: a file changed within RACY_NS of the check is hashed again on restore."""
+    record = checkpoint.parent / "verified.json"
+    check_intact(checkpoint, record)  # the checkpoint was written a moment ago
+    assert verified.read(record) == {}
+    pieces = sorted(checkpoint.rglob("*.npy"))
+    hashed.clear()
+    for t in tables():
+        ckpt.restore_into(checkpoint, t, trusted=verified.read(record))
+    assert {p for p in hashed if p.suffix == ".npy"} == set(pieces)
+
+
+def test_settled_keeps_a_file_by_its_later_of_mtime_and_ctime_racy() -> None:
+    started = 10 * verified.RACY_NS
+    old, edge = started - verified.RACY_NS - 1, started - verified.RACY_NS
+    seen = {
+        "/a": (1, 1, 8, old, old, "x"),
+        "/b": (1, 2, 8, old, edge, "x"),  # rewritten, mtime put back: ctime tells
+        "/c": (1, 3, 8, edge, old, "x"),
+    }
+    assert verified.settled(seen, started) == {"/a": seen["/a"]}

@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +18,7 @@ import pytest
 import yaml
 
 from graphtrain.contract.spec import load_yaml
+from graphtrain.runtime.checkpoint import verified
 from graphtrain.runtime.outputs import checkpoint_partition
 from graphtrain.runtime.predict import node_outputs
 from tests import forked
@@ -57,6 +59,13 @@ def read_output(out: Path) -> tuple[dict, dict[str, np.ndarray]]:
     return manifest, {k: v[order] for k, v in cols.items()}
 
 
+def settle(root: Path) -> None:
+    """Wait (at most verified.RACY_NS) until no file under `root` changed within RACY_NS: files changed
+    closer to the check are left out of its record (checkpoint/verified.py), which this test reads."""
+    newest = max(max(p.stat().st_mtime_ns, p.stat().st_ctime_ns) for p in root.rglob("*") if p.is_file())
+    time.sleep(max(0.0, (newest + verified.RACY_NS - time.time_ns()) / 1e9 + 0.05))
+
+
 @pytest.mark.timeout(300)
 def test_infer_on_2x2_equals_one_process_and_the_trainings_evaluation(
     trained: tuple[Path, Path, dict],
@@ -64,6 +73,7 @@ def test_infer_on_2x2_equals_one_process_and_the_trainings_evaluation(
     tmp_path: Path,
 ) -> None:
     spec, run_dir, result = trained
+    settle(run_dir / "checkpoints")
     done = infer(spec, run_dir / "checkpoints" / "LATEST", tmp_path / "inf")
     assert done.returncode == 0, done.stderr[-3000:]
     assert "rows/s" in done.stdout and "test_accuracy" in done.stdout, done.stdout
