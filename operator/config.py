@@ -1,5 +1,5 @@
 """The operator's configuration file: images, per-role pod defaults, GPU pods' scheduling defaults,
-storage, NetworkPolicy and PodDisruptionBudget switches.
+storage, NetworkPolicy and PodDisruptionBudget switches, the pods' uid.
 
 The Helm chart renders it from its values into a ConfigMap mounted at
 /etc/graphtrain/operator/config.yaml and passes `graphtrain operator --config` to it; without a file
@@ -147,6 +147,16 @@ class PodDisruptionBudget(_Config):
     enabled: bool = True
 
 
+class PodSecurity(_Config):
+    """Who the trainings' pods run as. The image runs as uid/gid 10001 (its files readable by any uid, its
+    home /tmp), so any non-root uid works; OpenShift's restricted SCC refuses a pod stating a uid outside
+    its namespace's range and assigns one itself, which `runAsUser: null` leaves it to do."""
+
+    # null: no runAsUser, runAsGroup or fsGroup in the pods (the cluster's admission sets them); the pods
+    # still say runAsNonRoot, which the kubelet checks against the image's numeric USER
+    run_as_user: int | None = Field(default=10001, ge=1, le=2147483647)
+
+
 class OperatorConfig(_Config):
     """The whole file; every section is optional."""
 
@@ -156,6 +166,7 @@ class OperatorConfig(_Config):
     storage: ClaimDefaults = Field(default_factory=ClaimDefaults)
     network_policy: NetworkPolicy = Field(default_factory=NetworkPolicy)
     pod_disruption_budget: PodDisruptionBudget = Field(default_factory=PodDisruptionBudget)
+    pod_security: PodSecurity = Field(default_factory=PodSecurity)
 
 
 @functools.cache

@@ -24,10 +24,10 @@ only writer of status (no races, no status field a trainer could forge), heartbe
 do not bump the custom resource's resourceVersion or wake its handlers, and the Role can name exactly
 one object (resourceNames), which a status patch permission on graphtrainings/status cannot.
 
-Every pod meets the restricted Pod Security Standard (non-root uid 10001, seccomp RuntimeDefault, every
-capability dropped, no privilege escalation, a read-only root filesystem with /tmp an emptyDir) and has
-requests and limits. Its image, resources and scheduling fields come from placement.py: the spec's own
-when set, else the operator configuration's defaults for the role.
+Every pod meets the restricted Pod Security Standard (pod_security.py: non-root, seccomp RuntimeDefault,
+every capability dropped, no privilege escalation, a read-only root filesystem with /tmp an emptyDir)
+and has requests and limits. Its image, resources and scheduling fields come from placement.py: the
+spec's own when set, else the operator configuration's defaults for the role.
 
 Why a PodDisruptionBudget of maxUnavailable 0: a shard server holds its partition's rows and their
 optimizer state; evicting it (a node drain) loses the updates since the last checkpoint and stalls every
@@ -63,7 +63,7 @@ from graphtrain.contract.spec import (
     colocated,
 )
 from graphtrain.contract.spec.locality import resolved
-from graphtrain.operator import gang, placement, pod_metadata
+from graphtrain.operator import gang, placement, pod_metadata, pod_security
 from graphtrain.operator.config import OperatorConfig
 from graphtrain.operator.volume import CONFIG_DIR, TOKEN_DIR, Layout
 
@@ -72,7 +72,6 @@ FAST_PORT = 7001  # the shard server's fast lane (small pulls; its health reply 
 METRICS_PORT = 9090
 RENDEZVOUS_PORT = 29500
 TERMINATION_LOG = "/dev/termination-log"  # the partition pod's stats, read back from its status
-RUN_AS = 10001
 POD_IP_ENV = "POD_IP"  # a pod's own address (downward API status.podIP): what its servers bind
 
 Obj = dict[str, Any]
@@ -89,17 +88,6 @@ def _meta(owner: Obj, name: str, role: str, **extra: str) -> Obj:
 
 
 # ------------------------------------------------------------------------------------ pod pieces
-
-
-def _security(read_only: bool = True) -> Obj:
-    return {
-        "allowPrivilegeEscalation": False,
-        "readOnlyRootFilesystem": read_only,
-        "runAsNonRoot": True,
-        "runAsUser": RUN_AS,
-        "capabilities": {"drop": ["ALL"]},
-        "seccompProfile": {"type": "RuntimeDefault"},
-    }
 
 
 def _volumes(gt: GraphTraining, token: bool) -> list[Obj]:
@@ -147,7 +135,7 @@ def _container(
         "args": args,
         "env": env,
         "volumeMounts": _mounts(gt, token),
-        "securityContext": _security(),
+        "securityContext": pod_security.container(config),
         "resources": pod.resources,
         # a role's error is the last line of its log, which a failed container's status then carries
         # (the partition's report file, when written, comes first): the operator's conditions name it
@@ -157,22 +145,17 @@ def _container(
 
 
 def _pod_spec(
-    gt: GraphTraining, pod: placement.PodSettings, containers: list[Obj], token: bool, **extra: Any
+    gt: GraphTraining,
+    config: OperatorConfig,
+    pod: placement.PodSettings,
+    containers: list[Obj],
+    token: bool,
+    **extra: Any,
 ) -> Obj:
     return {
         "containers": containers,
         "volumes": _volumes(gt, token),
-        "securityContext": {
-            "runAsNonRoot": True,
-            "runAsUser": RUN_AS,
-            "runAsGroup": RUN_AS,
-            "fsGroup": RUN_AS,
-            # the kubelet chowns the volume to fsGroup at every pod start, by default walking every
-            # file: on a data claim of datasets, partitions and checkpoints that delays each shard
-            # and trainer pod (each restart) by minutes; only when its root is not the group's
-            "fsGroupChangePolicy": "OnRootMismatch",
-            "seccompProfile": {"type": "RuntimeDefault"},
-        },
+        "securityContext": pod_security.pod(config),
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
         **pod.pod_spec,
@@ -304,7 +287,7 @@ def partition_job(owner: Obj, gt: GraphTraining, config: OperatorConfig) -> Obj:
             "backoffLimit": 1,
             "template": {
                 "metadata": pod_metadata.dress(gt, {"labels": labels(gt.metadata.name, "partition")}),
-                "spec": _pod_spec(gt, pod, [container], token=False, restartPolicy="Never"),
+                "spec": _pod_spec(gt, config, pod, [container], token=False, restartPolicy="Never"),
             },
         },
     }
@@ -419,7 +402,7 @@ def shard_statefulset(
     container = shard_container(gt, config, pod, args)
     template = {
         "metadata": {"labels": labels(gt.metadata.name, "shards")},
-        "spec": _pod_spec(gt, pod, [container], token=True),
+        "spec": _pod_spec(gt, config, pod, [container], token=True),
     }
     gang.join(gt, template["metadata"], template["spec"])
     pod_metadata.dress(gt, template["metadata"])
@@ -489,6 +472,7 @@ def trainer_pod(
     meta["labels"].update({LABEL_RANK: str(rank), LABEL_ATTEMPT: str(attempt)})
     spec = _pod_spec(
         gt,
+        config,
         pod,
         [container],
         token=True,

@@ -151,6 +151,7 @@ def worker_pod(
     meta["labels"].update({LABEL_PARTITION: str(partition), LABEL_ATTEMPT: str(attempt)})
     spec = _pod_spec(
         gt,
+        config,
         settings,
         containers,
         token=True,

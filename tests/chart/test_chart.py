@@ -247,7 +247,15 @@ def test_the_operator_pod_probes_ports_and_mounts() -> None:
 @pytest.mark.parametrize("scenario", SCENARIOS)
 def test_the_config_file_has_the_contract_format(scenario: str) -> None:
     cfg = config(render(scenario))
-    assert set(cfg) == {"images", "defaults", "gpu", "storage", "networkPolicy", "podDisruptionBudget"}
+    assert set(cfg) == {
+        "images",
+        "defaults",
+        "gpu",
+        "storage",
+        "networkPolicy",
+        "podDisruptionBudget",
+        "podSecurity",
+    }
     assert set(cfg["images"]) == {"runtime", "cuda", "pullPolicy", "pullSecrets"}
     assert set(cfg["defaults"]) == {"partition", "shardServers", "trainers"}
     for role, defaults in cfg["defaults"].items():
@@ -259,6 +267,7 @@ def test_the_config_file_has_the_contract_format(scenario: str) -> None:
     assert set(cfg["storage"]) == {"storageClassName", "accessModes", "size", "offline"}
     assert set(cfg["networkPolicy"]) == {"enabled", "metricsFrom"}
     assert set(cfg["podDisruptionBudget"]) == {"enabled"}
+    assert cfg["podSecurity"] == {"runAsUser": 10001}
 
 
 def test_the_config_file_carries_the_scenarios_values() -> None:

@@ -286,6 +286,9 @@ BAD_VALUES: list[tuple[str, str]] = [
     ('podSecurityContext={"runAsUser":0}', "podSecurityContext.runAsUser"),
     ("resources=null", "resources"),  # BestEffort
     ('api={"resources":null}', "resources"),
+    ("trainings.podSecurity.runAsUser=0", "trainings.podSecurity.runAsUser"),
+    ('trainings.podSecurity.runAsUser="10001"', "trainings.podSecurity.runAsUser"),
+    ("trainings.podSecurity.runAsGroup=5", "trainings.podSecurity"),
 ]  # fmt: skip
 GOOD_VALUES: list[str] = [
     f'{TOLERATIONS}=[{{"operator":"Exists"}},{{"key":"a","operator":"Exists","value":""}}]',
@@ -301,6 +304,8 @@ GOOD_VALUES: list[str] = [
     '{"namespaceSelector":{"matchLabels":{"team":"ml"}},"podSelector":{"matchExpressions":'
     '[{"key":"app","operator":"In","values":["prometheus"]}]}}]',
     'securityContext={"runAsUser":null,"runAsGroup":null}',  # OpenShift assigns the uid
+    "trainings.podSecurity.runAsUser=null",  # ... to the trainings' pods too
+    "trainings.podSecurity=null",
 ]
 
 
@@ -323,6 +328,21 @@ def test_helm_refuses_naming_the_value_or_the_operator_accepts(
     except (config.ConfigError, click.ClickException) as exc:
         pytest.fail(f"helm accepted {setting} but the operator refuses it: {exc}")
     assert not named, f"{setting}: the schema was expected to refuse it (the operator takes it: too lax?)"
+
+
+@pytest.mark.parametrize(
+    ("settings", "uid"),
+    [
+        ([], 10001),
+        (["trainings.podSecurity.runAsUser=5000"], 5000),
+        (["trainings.podSecurity.runAsUser=null"], None),
+    ],
+)
+def test_the_trainings_uid_reaches_the_operator_null_included(settings: list[str], uid: int | None) -> None:
+    """helm deletes a key set to null: rendered as absent, the operator read its default 10001."""
+    res = template_values("default", *settings)
+    assert res.returncode == 0, res.stderr
+    assert operator_config(docs(res.stdout)).pod_security.run_as_user == uid
 
 
 # --------------------------------------------------------------------------- the generated schema

@@ -104,6 +104,13 @@ six decimals at most, trailing zeros dropped: 15, 1.5, 0.001.
 {{- $cfg := deepCopy .Values.trainings }}
 {{- $_ := set $cfg.images "runtime" (include "graphtrain.runtimeImage" .) }}
 {{- $_ = set $cfg.images "cuda" (include "graphtrain.cudaImage" .) }}
+{{- /* helm deletes a key set to null: an absent runAsUser is the user's null (the cluster assigns it),
+       which the operator would read as its default 10001 */}}
+{{- $security := $cfg.podSecurity | default dict }}
+{{- if not (hasKey $security "runAsUser") }}
+{{- $_ = set $security "runAsUser" nil }}
+{{- end }}
+{{- $_ = set $cfg "podSecurity" $security }}
 {{- toYaml $cfg }}
 {{- end }}
 
