@@ -15,12 +15,12 @@ import os
 import re
 import secrets
 import shutil
-import tempfile
 from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from graphtrain.runtime.data import leftovers
 from graphtrain.runtime.errors import ChecksumError, DataError
 
 ENV_DATA = "GRAPHTRAIN_DATA"
@@ -277,10 +277,17 @@ def atomic_dir(final: Path, overwrite: bool = False) -> Iterator[Path]:
         if not final.is_dir() or final == final.parent:
             raise DataError(f"{given}: exists and is not a directory that can be replaced")
     make_dirs(final.parent)
-    try:
-        tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=final.parent))
-    except OSError as exc:
-        raise DataError(f"{given}: cannot write ({reason(exc)})") from None
+    leftovers.sweep(final)  # what writers of it killed before left (leftovers.py)
+    with contextlib.ExitStack() as held:
+        try:
+            tmp = held.enter_context(leftovers.temporary(final))
+        except OSError as exc:
+            raise DataError(f"{given}: cannot write ({reason(exc)})") from None
+        yield from _replacing(given, final, tmp)
+
+
+def _replacing(given: Path, final: Path, tmp: Path) -> Iterator[Path]:
+    """atomic_dir's block around `tmp`: `tmp` replaces `final` if it succeeds, else is removed."""
     old: Path | None = None
     try:
         yield tmp

@@ -142,7 +142,8 @@ def _camel(name: str) -> str:
 LEFTOVER = re.compile(r"\.partition\.(tmp|scratch|old)-.+")
 """What a launch killed while it partitioned (SIGKILL, the OOM killer, a power cut) leaves in the run
 directory: the output's temporary and replaced directories (data/cache.py atomic_dir) and the streaming
-partitioner's scratch files, as big as the edge list."""
+partitioner's scratch files, as big as the edge list. (atomic_dir removes those of a killed writer too,
+data/leftovers.py, where a lock says it is gone; a launch holds the run's lock and removes them all.)"""
 
 
 def clear_leftovers(run_dir: Path) -> list[str]:
@@ -151,6 +152,9 @@ def clear_leftovers(run_dir: Path) -> list[str]:
     gone = sorted(p.name for p in run_dir.glob(".partition.*") if LEFTOVER.fullmatch(p.name) and p.is_dir())
     for name in gone:
         shutil.rmtree(run_dir / name, ignore_errors=True)
+    for lock in run_dir.glob(".partition.tmp-*.lock"):  # their writers' locks (data/leftovers.py)
+        if lock.is_file():
+            lock.unlink(missing_ok=True)
     return gone
 
 

@@ -26,8 +26,6 @@ original id), and the partition's config carries the types; the same parts give 
 
 from __future__ import annotations
 
-import os
-import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -36,6 +34,7 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
+from graphtrain.runtime.data import leftovers
 from graphtrain.runtime.data.cache import atomic_dir
 from graphtrain.runtime.data.edgefiles import CHUNK_EDGES, EdgeFiles
 from graphtrain.runtime.data.graph import Graph
@@ -194,12 +193,12 @@ def partition_stream(
     )
     t = time.perf_counter()
     out = Path(out)
-    name = Path(os.path.abspath(out)).name
     # the scratch directory inside atomic_dir's block, once it has made out's parents: a missing parent
-    # is made as the METIS path makes it, an unwritable one is the same one line (DataError)
+    # is made as the METIS path makes it, an unwritable one is the same one line (DataError); beside
+    # the block's temporary directory, under its lock (data/leftovers.py: swept if this is killed)
     with (
         atomic_dir(out, overwrite=overwrite) as tmp,
-        tempfile.TemporaryDirectory(dir=tmp.parent, prefix=f".{name}.scratch-") as scratch,
+        leftovers.scratch(tmp) as scratch,
     ):
         kinds = ["src", "dst", "eid", "out", "pair"] + (["etype"] if edges.has_etype else [])
         buckets = _Buckets(Path(scratch), k, kinds + (["efeat"] if edges.efeat is not None else []))

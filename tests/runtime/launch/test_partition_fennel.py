@@ -255,7 +255,9 @@ def test_sigterm_mid_partition_leaves_no_scratch_or_temporary_files(tmp_path: Pa
                 break
             time.sleep(0.1)
         assert mark.exists(), proc.stderr.read() if proc.stderr else "the bucket pass began"
-        assert [p.name.split("-")[0] for p in sorted(parent.iterdir())] == [".out.scratch", ".out.tmp"]
+        made = sorted(p.name for p in parent.iterdir())  # the temporary directory, its scratch, its lock
+        assert [n.split("-")[0] for n in made] == [".out.tmp"] * 3
+        assert sorted(n.rsplit(".", 1)[-1] for n in made if n.count(".") == 3) == ["lock", "scratch"]
         proc.terminate()
         _, stderr = proc.communicate(timeout=30)
     finally:

@@ -97,7 +97,7 @@ def test_the_streamed_typed_partition_is_the_in_memory_one(tmp_path: Path, monke
     a = json.loads(Path(config).read_text())
     assert a["type_bounds"] and a["canonical_etypes"] == g.canonical_etypes.tolist()
     assert {k for k in balance if k.startswith("nodes:")} == {f"nodes:{t}" for t in NAMES}
-    assert not list(tmp_path.glob(".s.scratch-*"))
+    assert not list(tmp_path.glob(".s.*"))  # scratch, temporary directory and lock
 
 
 @pytest.fixture(scope="module")

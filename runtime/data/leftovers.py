@@ -1,0 +1,128 @@
+"""Temporary directories of an output being written, and what a killed writer leaves of them.
+
+atomic_dir (cache.py) builds an output under `.<name>.tmp-<hex>` beside it and renames it into place;
+a streaming partition adds its edge buckets in `.<name>.tmp-<hex>.scratch`. A writer killed with
+SIGKILL (the OOM killer's signal, a pod's grace period running out) runs no cleanup, and those
+directories stayed: a partition's scratch is several times the graph, and each retry of an OOM-killed
+partition pod or shard server's checkpoint added another copy on the shared claim.
+
+So a writer holds an exclusive flock on `.<name>.tmp-<hex>.lock` while it writes; the kernel drops it
+when the process dies, however it dies. The next writer of the same output removes every such set whose
+lock it can take (its writer is gone). A directory is renamed before it is removed, and a lock held by
+a live writer on another host is seen as held where the file system shares locks (local disks, NFS);
+where it does not, flock fails or succeeds locally, and the worst case is the other writer's rename
+failing (its directory gone), never a half-removed directory published under the output's name.
+Directories from before the lock existed are named in a log line, not removed (nothing is deleted that
+this code cannot tell is abandoned).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import logging
+import os
+import secrets
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+SCRATCH = ".scratch"  # the suffix of a writer's scratch directory, beside its temporary one
+LOCK = ".lock"
+
+
+def _lock(path: Path) -> int | None:
+    """An fd holding an exclusive flock on the lock file `path`, or None if it is gone, held by a live
+    process, or cannot be locked here (no lock support: then nothing is judged abandoned)."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW)  # not created: gone means its writer finished
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
+
+
+@contextlib.contextmanager
+def temporary(final: Path) -> Iterator[Path]:
+    """A new empty directory `.<final's name>.tmp-<hex>` beside `final` (mode 0700), its lock held for
+    the block. The directory (and its scratch) is the caller's to rename or remove; on leaving, only
+    the lock goes.
+
+    Raises:
+        OSError: the directory cannot be made."""
+    base = final.parent / f".{final.name}.tmp-{secrets.token_hex(6)}"
+    lock = Path(f"{base}{LOCK}")
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    try:
+        with contextlib.suppress(OSError):  # no lock support: written unguarded, never swept
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        os.mkdir(base, 0o700)
+        yield base
+    finally:
+        lock.unlink(missing_ok=True)  # before its fd closes: a sweeper then holds a lock on no name
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def scratch(tmp: Path) -> Iterator[Path]:
+    """A scratch directory (mode 0700) for the block, of the writer of temporary directory `tmp`:
+    under its lock, so a killed writer's is swept with it; removed on leaving."""
+    path = Path(f"{tmp}{SCRATCH}")
+    os.mkdir(path, 0o700)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def sweep(final: Path) -> int:
+    """Remove what killed writers of `final` left beside it (module docstring); the number of sets
+    removed. Never raises: a set it cannot remove stays for the next writer."""
+    prefix, dead_prefix = f".{final.name}.tmp-", f".{final.name}.dead-"
+    try:
+        entries = [e.name for e in os.scandir(final.parent) if e.name.startswith((prefix, dead_prefix))]
+    except OSError:
+        return 0
+    for name in entries:  # renamed by a sweeper killed before it removed them
+        if name.startswith(dead_prefix):
+            shutil.rmtree(final.parent / name, ignore_errors=True)
+    names = [n for n in entries if n.startswith(prefix)]
+    locks = {n.removesuffix(LOCK) for n in names if n.endswith(LOCK)}
+    removed = 0
+    for base in sorted(locks):
+        fd = _lock(final.parent / f"{base}{LOCK}")
+        if fd is None:
+            continue
+        try:
+            if os.fstat(fd).st_nlink == 0:  # its writer finished and unlinked it after we opened it
+                continue
+            for name in (base, f"{base}{SCRATCH}"):
+                dead = final.parent / f".{final.name}.dead-{secrets.token_hex(6)}"
+                with contextlib.suppress(FileNotFoundError):
+                    os.rename(final.parent / name, dead)  # atomic: never half-removed under its name
+                    shutil.rmtree(dead, ignore_errors=True)
+            (final.parent / f"{base}{LOCK}").unlink(missing_ok=True)
+            removed += 1
+        except OSError as exc:
+            log.warning("%s: cannot remove what a killed writer left (%s)", final.parent / base, exc)
+        finally:
+            os.close(fd)
+    unguarded = sorted(n for n in names if not n.endswith(LOCK) and n.removesuffix(SCRATCH) not in locks)
+    if unguarded:
+        log.warning(
+            "%s: %s left by an earlier writer (no lock to tell whether it is gone): remove when no writer "
+            "of it runs",
+            final.parent,
+            ", ".join(unguarded[:4]) + (f" and {len(unguarded) - 4} more" if len(unguarded) > 4 else ""),
+        )
+    if removed:
+        log.info(
+            "%s: removed %d temporary directories of killed writers of %s", final.parent, removed, final.name
+        )
+    return removed
