@@ -287,8 +287,11 @@ def atomic_dir(final: Path, overwrite: bool = False) -> Iterator[Path]:
 
 
 def _replacing(given: Path, final: Path, tmp: Path) -> Iterator[Path]:
-    """atomic_dir's block around `tmp`: `tmp` replaces `final` if it succeeds, else is removed."""
+    """atomic_dir's block around `tmp`: `tmp` replaces `final` if it succeeds, else is removed. An
+    existing `final` is exchanged with `tmp` in one step where the file system can (then `tmp` holds
+    the previous output, under this writer's lock until removed), else moved aside first."""
     old: Path | None = None
+    swapped = False
     try:
         yield tmp
         for path in tmp.rglob("*"):
@@ -296,16 +299,21 @@ def _replacing(given: Path, final: Path, tmp: Path) -> Iterator[Path]:
                 with open(path, "rb+") as f:
                     os.fsync(f.fileno())
         if final.exists():
-            old = final.with_name(f".{final.name}.old-{os.getpid()}")
-            os.replace(final, old)
-        os.replace(tmp, final)
+            swapped = leftovers.exchange(tmp, final)
+            if not swapped:  # a moment without `final`: a crash here leaves it in .<name>.old-<pid>
+                old = final.with_name(f".{final.name}.old-{os.getpid()}")
+                os.replace(final, old)
+        if not swapped:
+            os.replace(tmp, final)
     except BaseException as exc:
-        shutil.rmtree(tmp, ignore_errors=True)
-        if old is not None:
-            os.replace(old, final)  # the previous output stays
+        if not swapped:
+            shutil.rmtree(tmp, ignore_errors=True)
+            if old is not None:
+                os.replace(old, final)  # the previous output stays
         if isinstance(exc, OSError):
             raise DataError(f"{given}: cannot write ({reason(exc)})") from None
         raise
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
+    gone = tmp if swapped else old
+    if gone is not None:
+        shutil.rmtree(gone, ignore_errors=True)
     fsync_dir(final.parent)

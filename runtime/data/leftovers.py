@@ -19,6 +19,8 @@ this code cannot tell is abandoned).
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import errno
 import fcntl
 import logging
 import os
@@ -29,6 +31,8 @@ from pathlib import Path
 
 log = logging.getLogger(__name__)
 
+RENAME_EXCHANGE = 2  # renameat2's flag (linux/fs.h)
+AT_FDCWD = -100
 SCRATCH = ".scratch"  # the suffix of a writer's scratch directory, beside its temporary one
 LOCK = ".lock"
 
@@ -67,6 +71,24 @@ def temporary(final: Path) -> Iterator[Path]:
     finally:
         lock.unlink(missing_ok=True)  # before its fd closes: a sweeper then holds a lock on no name
         os.close(fd)
+
+
+def exchange(a: Path, b: Path) -> bool:
+    """Swap paths `a` and `b` in one step (renameat2 RENAME_EXCHANGE: Linux 3.15, ext4, xfs, btrfs,
+    tmpfs), so an output is replaced with no moment where its name is missing; False where the system
+    or file system has no such call (NFS, older libc: the caller renames twice).
+
+    Raises:
+        OSError: the exchange failed for another reason."""
+    call = getattr(ctypes.CDLL(None, use_errno=True), "renameat2", None)
+    if call is None:
+        return False
+    if call(AT_FDCWD, os.fsencode(a), AT_FDCWD, os.fsencode(b), RENAME_EXCHANGE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP, errno.EOPNOTSUPP):
+        return False
+    raise OSError(err, os.strerror(err), str(a))
 
 
 @contextlib.contextmanager

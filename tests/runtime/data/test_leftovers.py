@@ -94,3 +94,32 @@ def test_what_it_cannot_tell_is_abandoned_stays_and_is_named(
 def test_a_lock_whose_writer_died_before_its_directory_was_made_goes(tmp_path: Path) -> None:
     (tmp_path / ".out.tmp-00ff.lock").write_bytes(b"")
     assert leftovers.sweep(tmp_path / "out") == 1 and beside(tmp_path / "out") == []
+
+
+def test_exchange_swaps_two_directories_in_one_step(tmp_path: Path) -> None:
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "x").write_text("a")
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "x").write_text("b")
+    assert leftovers.exchange(tmp_path / "a", tmp_path / "b")  # ext4, xfs, btrfs, tmpfs have it
+    assert (tmp_path / "a" / "x").read_text() == "b" and (tmp_path / "b" / "x").read_text() == "a"
+    with pytest.raises(FileNotFoundError):
+        leftovers.exchange(tmp_path / "a", tmp_path / "absent")
+
+
+@pytest.mark.parametrize("atomic", [True, False], ids=["exchange", "two-renames"])
+def test_an_output_is_replaced_whole_or_kept_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, atomic: bool
+) -> None:
+    if not atomic:  # a file system without renameat2's exchange (NFS)
+        monkeypatch.setattr(leftovers, "exchange", lambda a, b: False)
+    final = tmp_path / "out"
+    with atomic_dir(final) as tmp:
+        (tmp / "v").write_text("1")
+    with atomic_dir(final, overwrite=True) as tmp:
+        (tmp / "v").write_text("2")
+    assert (final / "v").read_text() == "2" and beside(final) == []
+    with pytest.raises(RuntimeError), atomic_dir(final, overwrite=True) as tmp:
+        (tmp / "v").write_text("3")
+        raise RuntimeError("the writer failed")
+    assert (final / "v").read_text() == "2" and beside(final) == []
