@@ -81,7 +81,6 @@ def plan(obs: Observed, config: OperatorConfig | None = None, token: str = "") -
         conditions.set_name_conflict(conds, name_conflict(obs.taken))
         phase = Phase(old.get("phase") or Phase.pending.value)
         return _finish(obs, conds, Step([], status, phase), decided.observed_generation, TAKEN_RECHECK)
-    status["appliedSpecHash"] = spec_hash(decided.gt)
     ctx = Context(obs, decided.gt, config or built_in(), token)
     actions: list[Action] = []
     waits: list[float] = []
@@ -91,6 +90,7 @@ def plan(obs: Observed, config: OperatorConfig | None = None, token: str = "") -
         status.update(step.status)
         waits += [step.requeue_after] if step.requeue_after is not None else []
         if step.phase is not None:
+            status["appliedSpecHash"] = _applied_hash(ctx, actions, old.get("appliedSpecHash"))
             if step.phase in TERMINAL:  # the TTL counts from completionTime (set now if it just ended)
                 status.update(lifecycle.settle(ctx, conds, actions, status, step.phase))
                 ttl = ctx.gt.spec.run_policy.ttl_seconds_after_finished
@@ -103,6 +103,19 @@ def plan(obs: Observed, config: OperatorConfig | None = None, token: str = "") -
             done.gang = gang_admission.made_before(actions, ctx.pods("trainer"))
             return done
     raise AssertionError("the trainers stage always decides the phase")
+
+
+def _applied_hash(ctx: Context, actions: list[Action], had: str | None) -> str | None:
+    """status.appliedSpecHash: the hash of the spec the training runs with, once it has run (its config
+    ConfigMap, the applied spec, is there or this plan makes it); None (removed) while it never ran.
+    It says "has run" to the CRD's transition rules (contract/spec/updates.py OPEN: a suspended training
+    without it may still change). With the ConfigMap gone but other children there (deleted by hand
+    while suspended), the hash it had stays: it is what tells a changed spec then (stages._lost_spec)."""
+    config = ctx.names["config"]
+    makes = any(a.verb == "create" and a.key == f"ConfigMap/{config}" for a in actions)
+    if makes or not ctx.absent("ConfigMap", config):
+        return spec_hash(ctx.gt)
+    return had if ctx.obs.children else None
 
 
 TAKEN_RECHECK = 10.0  # seconds: a foreign object's deletion wakes no watch of ours (it has no label)

@@ -108,11 +108,11 @@ class GraphTrainingSpec(SpecModel):
         "Job) and keeps the rest (the data claim with its checkpoints, the partition, the token): phase "
         "Suspended, condition Suspended True. False again resumes it: the shard servers and trainers "
         "restart from the last checkpoint (a suspension is not a restart of runPolicy.backoffLimit). As a "
-        "Job's (for Kueue): may change while the training runs; status.startTime is cleared while "
-        "suspended and set again on resumption, so activeDeadlineSeconds counts from the last "
+        "Job's (for a queue such as Kueue): may change while the training runs; status.startTime is "
+        "cleared while suspended and set again on resumption, so activeDeadlineSeconds counts from the last "
         "resumption; created suspended, the training makes no children, and its spec may still change "
-        "until it first runs (the API server admits any spec change while suspend is true; the operator "
-        "refuses those a training that ran cannot take). Kubernetes only: `graphtrain run` ignores it.",
+        "until it first runs (status.appliedSpecHash unset); suspended after it ran, only runPolicy and "
+        "suspend may change, as while it runs. Kubernetes only: `graphtrain run` ignores it.",
     )
     storage: Storage = Field(default_factory=Storage, description="The shared volume (Kubernetes only).")
     placement: PodPlacement = Field(

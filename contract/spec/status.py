@@ -157,6 +157,8 @@ class GraphTrainingStatus(SpecModel):
         default=None,
         max_length=64,
         pattern=r"^[0-9a-f]+$",
-        description="A hash of the spec the training runs with (runPolicy and suspend left out): how the "
-        "operator knows its own spec again if the <name>-config ConfigMap holding it is deleted.",
+        description="A hash of the spec the training runs with (runPolicy and suspend left out), set once "
+        "it first runs: how the operator knows its own spec again if the <name>-config ConfigMap holding "
+        "it is deleted, and how the CRD tells a suspended training that ran (its spec fixed) from one "
+        "created suspended (its spec still free).",
     )

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import json
+import uuid
 from collections.abc import Callable
 
 import pytest
@@ -21,6 +22,17 @@ from tests.contract.spec_cases import GRAPHSAGE, TYPED_EMB, edit
 from tests.operator.conftest import get
 
 Kube = Callable[..., str]
+
+
+@pytest.fixture
+def ns(kube: Kube) -> str:
+    """A namespace of the test's own, which the session operator (conftest.py) leaves alone: these tests
+    write the status the rules read, as an operator would (it wrote appliedSpecHash and conditions of
+    a training it reconciled, and the rules then held what a test meant to admit)."""
+    name = f"rules-{uuid.uuid4().hex[:8]}"
+    kube("create", "namespace", name)
+    return name
+
 
 # A valid change of each fixed field, as a merge patch of the spec (mode and inference go together)
 INFERENCE = {"mode": "inference", "inference": {"checkpoint": "ckpt"}}
@@ -137,9 +149,8 @@ def test_adding_or_removing_an_unset_field_is_a_change(kube: Kube, ns: str) -> N
 
 
 def test_a_suspended_training_takes_any_change(kube: Kube, ns: str) -> None:
-    """Created suspended, it has not run: Kueue's Job-style admission may change it before it first
-    runs, and the resumption may come in the same update. A suspended training that ran is the
-    operator's to refuse (a spec rule cannot see status)."""
+    """Created suspended, it has not run (no status.appliedSpecHash): it may change before it first
+    runs, and the resumption may come in the same update."""
     create(kube, ns, "gt", suspend=True)
     for field in ("graph", "embeddings", "trainers", "shardServers"):
         said = patch(kube, ns, "gt", CHANGES[field])
@@ -149,6 +160,28 @@ def test_a_suspended_training_takes_any_change(kube: Kube, ns: str) -> None:
     assert refused("trainers") in patch(kube, ns, "gt", {"trainers": {"replicas": 1}})
     said = patch(kube, ns, "gt", {"suspend": True, "trainers": {"replicas": 1}})  # not in one update
     assert refused("trainers") in said, said
+
+
+def set_status(kube: Kube, ns: str, name: str, status: dict) -> None:
+    """A merge patch of the training's status, as the operator writes it (users may not: the chart's
+    roles grant graphtrainings/status get only)."""
+    body = json.dumps({"status": status})
+    kube("patch", "gtr", name, "-n", ns, "--subresource=status", "--type=merge", "-p", body)
+
+
+def test_a_suspended_training_that_ran_takes_no_fixed_change(kube: Kube, ns: str) -> None:
+    """Its status carries appliedSpecHash once it ran: suspended then, its spec is held as while it
+    runs (it used to be admitted, and refused only by the operator, in status); runPolicy and suspend
+    still change, and the revert while the operator refuses an update is still admitted."""
+    create(kube, ns, "gt")
+    set_status(kube, ns, "gt", {"appliedSpecHash": "0123abcd"})
+    assert "patched" in patch(kube, ns, "gt", {"suspend": True})
+    for field in ("graph", "embeddings", "trainers"):
+        assert refused(field) in patch(kube, ns, "gt", CHANGES[field])
+    assert "patched" in patch(kube, ns, "gt", {"runPolicy": {"backoffLimit": 4}, "suspend": False})
+    set_status(kube, ns, "gt", {"appliedSpecHash": None})  # removed: as if it never ran
+    assert "patched" in patch(kube, ns, "gt", {"suspend": True})
+    assert "patched" in patch(kube, ns, "gt", CHANGES["trainers"])
 
 
 def test_a_training_whose_update_is_refused_may_go_back_to_the_spec_it_runs(kube: Kube, ns: str) -> None:

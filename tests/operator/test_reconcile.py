@@ -1845,15 +1845,33 @@ def test_trainers_still_stopping_after_a_resumption_are_waited_for_not_judged() 
 
 
 def test_a_training_created_suspended_makes_no_child_and_its_spec_may_change() -> None:
+    """Until it first runs its status has no appliedSpecHash: what the CRD's rules read as "has not run"
+    (contract/spec/updates.py OPEN), admitting any change while it is suspended."""
     c = Cluster(training(**SUSPEND))
     p = c.step()
     assert p.status["phase"] == "Suspended" and p.actions == [] and p.status["startTime"] is None
-    c.body["spec"]["trainers"]["nodeSelector"] = {"pool": "a100"}  # as Kueue does on admission
+    assert p.status["appliedSpecHash"] is None
+    c.body["spec"]["trainers"]["nodeSelector"] = {"pool": "a100"}  # edited before it runs
     c.body["spec"]["suspend"] = False
     p = c.step()
     assert p.status["phase"] == "Partitioning" and cond(p, "SpecValid")["status"] == "True"
     applied = next(a.obj for a in p.actions if a.key == f"ConfigMap/{NAME}-config")
     assert "a100" in applied["data"]["spec.yaml"]
+    assert p.status["appliedSpecHash"] == stages.spec_hash(parse(c.body))  # made now: it runs
+
+
+def test_a_suspended_training_that_ran_keeps_its_applied_hash_one_that_never_ran_loses_it() -> None:
+    """A training that ran and was suspended keeps its config ConfigMap and the hash (its spec is fixed
+    at admission); one created suspended under an operator that set the hash at once has it removed."""
+    c = Cluster(training())
+    to_training(c)
+    had = c.step().status["appliedSpecHash"]
+    c.body["spec"]["suspend"] = True
+    p = c.step()
+    assert p.status["phase"] == "Suspended" and p.status["appliedSpecHash"] == had
+    fresh = Cluster(training(**SUSPEND))
+    fresh.body["status"] = {"appliedSpecHash": had}  # an earlier operator's
+    assert fresh.step().status["appliedSpecHash"] is None
 
 
 def test_suspend_is_taken_by_a_running_training_and_other_changes_still_refused() -> None:
