@@ -117,8 +117,8 @@ def spec_stage(obs: Observed, conds: conditions.Conditions) -> SpecDecision:
     current runPolicy and suspend; any other change is refused (SpecValid False / UpdateRefused) and
     its generation is not reported as observed. Which fields a running training takes is
     contract/spec/updates.py's table, which the CRD's transition rules refuse at admission too; this
-    refusal stays for what they cannot see (a suspended training that ran) and for clusters that do
-    not run them."""
+    refusal stays for what they did not see (a change made before the operator first wrote the status)
+    and for clusters that do not run them."""
     body = obs.training
     meta = body["metadata"]
     generation = meta.get("generation")
