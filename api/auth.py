@@ -147,6 +147,7 @@ class TokenFile:
         self._grants: dict[bytes, Grant] = {}  # by the token's digest; replaced whole, never changed
         self._settled: dict[bytes, Grant] = {}  # the last text's read the same twice (or at start)
         self._pending: tuple[tuple[int, int, int], str] | None = None  # a text read once: (stat, text)
+        self._refusal: str | None = None  # why every request is refused now (said once per reason)
         self._checked = float("-inf")
         for _ in range(START_READS - 1):
             self.load(strict=True)
@@ -188,11 +189,12 @@ class TokenFile:
             reason = exc.strerror if isinstance(exc, OSError) else str(exc)
             if strict:
                 raise TokenFileError(f"token file {self.path}: {reason}") from None
-            if self._grants:
+            if self._grants or reason != self._refusal:  # a new reason is said too: the one to fix now
                 log.warning("token file %s: %s; refusing every request until it is fixed", self.path, reason)
-            self._grants, self._signature, self._pending = {}, None, None
+            self._grants, self._signature, self._pending, self._refusal = {}, None, None, reason
             return
         read = {_digest(t): g for t, g in parsed.grants.items()}
+        self._refusal = None
         seen_twice = self._pending == (signature, text)
         if not seen_twice:
             for problem in parsed.problems:

@@ -112,6 +112,29 @@ def test_a_reload_never_waits_and_refuses_every_request_until_fixed(
     assert f"more than {auth.MAX_FILE_BYTES}" in caplog.text and TOKEN not in caplog.text
 
 
+def test_a_new_reason_to_refuse_is_said_once_each(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Broken, then broken another way (the FIFO replaced by a file over the bound, then by an empty
+    one): each reason was not said, the log kept naming the first, which the user had fixed."""
+    path = tmp_path / "tokens"
+    path.write_text(f"{TOKEN}\n")
+    clock = [0.0]
+    file = auth.TokenFile(path, clock=lambda: clock[0])
+    with caplog.at_level(logging.WARNING, logger="graphtrain.api"):
+        for broken in (lambda: path.symlink_to("/dev/zero"), lambda: path.write_bytes(b"#" * (2 << 20)),
+                       lambda: path.write_text("")):  # fmt: skip
+            path.unlink()
+            broken()
+            for _ in range(3):  # checked again and again: said once
+                clock[0] += 2
+                assert bounded(lambda: file.valid(TOKEN)) is False
+    said = [r.getMessage() for r in caplog.records if "refusing every request" in r.getMessage()]
+    assert [m.split(": ", 1)[1].split(";")[0] for m in said] == [
+        "it is not a regular file",
+        f"it is {2 << 20} bytes, more than {auth.MAX_FILE_BYTES}",
+        "it holds no token",
+    ]
+
+
 def test_a_pipe_at_start_is_read_to_its_writers_end(monkeypatch: pytest.MonkeyPatch) -> None:
     """`--token-file <(kubectl get secret ...)`: the writer may still be running when the API starts;
     its text is awaited (at most PIPE_SECONDS), and one that never ends is refused."""
