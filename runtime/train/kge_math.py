@@ -199,13 +199,25 @@ class FilterIndex:
 def filtered_ranks(
     scores: torch.Tensor, true: torch.Tensor, rows: np.ndarray, cols: np.ndarray
 ) -> torch.Tensor:
-    """Realistic ranks (1 + #better + #tied / 2) of the true entities after removing the known ones."""
+    """Realistic ranks (1 + #better + #tied / 2, PyKEEN's default) of the true entities among the
+    candidates left after removing the known ones (`rows`, `cols`) and the true one itself. A score that
+    cannot be ordered counts against the model: a NaN rival as better, a NaN true score as the last
+    rank (NaN compares false with everything, so a diverged model ranked every query first: MRR 1).
+    Counted over every candidate in two passes (no copy of the scores), then the removed ones, few,
+    taken back out: no -inf sentinel, which a true score of -inf tied with."""
+    n, device = scores.shape[1], scores.device
     target = scores.gather(1, true.view(-1, 1))
-    scores = scores.clone()
-    scores[torch.from_numpy(rows).to(scores.device), torch.from_numpy(cols).to(scores.device)] = float("-inf")
-    better = (scores > target).sum(1)
+    above = (~(scores <= target)).sum(1)  # better, and those with no order (NaN)
     tied = (scores == target).sum(1)
-    return 1.0 + better.double() + tied.double() / 2
+    queries = np.concatenate([rows, np.arange(len(true))]).astype(np.int64)
+    flat = np.unique(queries * n + np.concatenate([cols, true.cpu().numpy()]).astype(np.int64))
+    rr, cc = torch.from_numpy(flat // n).to(device), torch.from_numpy(flat % n).to(device)
+    s, t = scores[rr, cc], target.view(-1)[rr]
+    above -= torch.zeros_like(above).index_add_(0, rr, (~(s <= t)).to(above.dtype))
+    tied -= torch.zeros_like(tied).index_add_(0, rr, (s == t).to(tied.dtype))
+    left = n - torch.bincount(rr, minlength=len(true))
+    ranks = 1.0 + above.double() + tied.double() / 2
+    return torch.where(torch.isnan(target.view(-1)), 1.0 + left.double(), ranks)
 
 
 @dataclass

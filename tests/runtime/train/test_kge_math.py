@@ -75,6 +75,23 @@ def test_filtered_ranks_equal_brute_force() -> None:
             )
 
 
+def test_a_score_that_cannot_be_ordered_counts_against_the_model() -> None:
+    """NaN compares false with everything: a diverged model's NaN scores ranked every query first."""
+    nan, inf = float("nan"), float("inf")
+    scores = torch.tensor(
+        [
+            [nan, nan, nan, nan, nan],  # all NaN: the last of the 4 left
+            [1.0, nan, 3.0, 0.0, 0.0],  # a NaN rival counts as better
+            [-inf, -inf, 0.0, 1.0, 2.0],  # -inf true score: tied only with the rivals left
+            [5.0, 1.0, 1.0, 0.0, 0.0],  # true 1 not among the known: not its own tie
+        ]
+    )
+    true = torch.tensor([0, 0, 0, 1])
+    rows, cols = np.array([2, 2]), np.array([1, 3])  # query 2's known entities 1 and 3 removed
+    ranks = kge_math.filtered_ranks(scores, true, rows, cols).tolist()
+    assert ranks == [5.0, 3.0, 3.0, 2.5]
+
+
 def test_rank_sums_metrics() -> None:
     sums = kge_math.RankSums()
     sums.add(torch.tensor([1.0, 2.0, 4.0, 20.0]))
