@@ -11,6 +11,12 @@ steps) then replay the same batches from the same rows, twice: stepping the rows
 torch.optim.Adam's dense step, which bench/e2e.py's KGE pairs use). It prints each mode's largest
 difference from PyKEEN in the rows after the first steps and in the losses.
 
+optim/reference.py rounds Adam's per-step coefficients (lr / bc1, 1 / sqrt(bc2)) to float32, as the
+native cores compute them; torch.optim.Adam in PyKEEN's float64 run keeps them in float64. The 1e-10
+relative difference per step is invisible for DistMult and ComplEx, but a TransE L1 score's signs turn
+it into another trajectory after ~50 steps: --coefficients float64 takes it away (Kinships TransE then
+replays all 3,400 steps to the same test MRR).
+
 With --epochs N both sides train N whole epochs; the table then adds the largest row difference at the
 end and the filtered test MRR three ways: PyKEEN's evaluator on its model, graphtrain's ranking code
 (kge_math.filtered_ranks, the trainer's) on PyKEEN's final rows, and graphtrain's ranking on the
@@ -18,7 +24,7 @@ replay's rows. Equal MRRs there say that, given the same draws, the two training
 the same score: a gap between bench/e2e.py's means is then the draws' (seed noise), not the method's.
 
     python bench/kge_replay.py [--model transe|distmult|complex] [--dataset kinships] [--seed 0]
-                               [--steps 100 | --epochs 100]
+                               [--steps 100 | --epochs 100] [--coefficients float32|float64]
 """
 
 from __future__ import annotations
@@ -108,6 +114,17 @@ def test_mrr(d: dict[str, np.ndarray], kind: str, ent: torch.Tensor, rel: torch.
     return kge_math.RankSums.metrics(sums.as_list())["mrr"]
 
 
+def exact_coefficients(config: OptimConfig, t: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """optim/reference.py's Adam coefficients kept in float64 (the reference rounds them to float32,
+    as the native cores compute them): torch.optim.Adam's, in PyKEEN's float64 run."""
+    bc1 = 1.0 - torch.pow(torch.tensor(config.beta1, dtype=torch.float64), t.double())
+    inv_sqrt_bc2 = 1.0 / torch.sqrt(
+        1.0 - torch.pow(torch.tensor(config.beta2, dtype=torch.float64), t.double())
+    )
+    eps = config.eps * inv_sqrt_bc2 if config.step_count == "global" else torch.full_like(bc1, config.eps)
+    return config.lr / bc1, inv_sqrt_bc2, eps
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default="transe", choices=sorted(MODELS))
@@ -115,7 +132,15 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--steps", type=int, default=100)
     ap.add_argument("--epochs", type=int, default=0, help="whole epochs (then the test MRR three ways)")
+    ap.add_argument(
+        "--coefficients",
+        default="float32",
+        choices=["float32", "float64"],
+        help="Adam's per-step coefficients as the reference rounds them (float32) or in float64",
+    )
     a = ap.parse_args()
+    if a.coefficients == "float64":
+        reference.adam_coefficients = exact_coefficients  # type: ignore[assignment]
     lr = 0.005
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "pykeen.npz"
