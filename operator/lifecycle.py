@@ -180,8 +180,10 @@ def suspend_stage(ctx: Context, conds: conditions.Conditions) -> Step:
         "spec.suspend is true: every pod is stopped, the data claim and checkpoints kept; "
         "spec.suspend false resumes from the last checkpoint",
     )
-    # None: the merge patch removes them (no startTime, no shard server while suspended)
-    return Step(stop_all(ctx), status={"startTime": None, "shards": None}, phase=Phase.suspended)
+    # None: the merge patch removes them (no startTime, no shard server while suspended; the pods made on
+    # resumption have not run)
+    status = {"startTime": None, "shards": None, "trainersRanAttempt": None}
+    return Step(stop_all(ctx), status=status, phase=Phase.suspended)
 
 
 # ------------------------------------------------------------------------------------- the end

@@ -65,7 +65,7 @@ def plan(obs: Observed, config: OperatorConfig | None = None, token: str = "") -
         "restarts": int(old.get("restarts", 0)),
         "startTime": old.get("startTime") or iso(obs.now),
     }
-    kept = ("completionTime", "partition", "progress", "appliedSpecHash")
+    kept = ("completionTime", "partition", "progress", "appliedSpecHash", "trainersRanAttempt")
     status.update({k: old[k] for k in kept if old.get(k) is not None})
     decided = spec_stage(obs, conds)
     if decided.hold:  # the applied spec is lost and the current one is not it: wait, touching nothing

@@ -448,7 +448,9 @@ def trainers_stage(ctx: Context, conds: conditions.Conditions) -> Step:
         actions = [a for p in stale for a in ctx.remove("Pod", p["metadata"]["name"], "v1")]
         return Step(actions, phase=Phase.restarting)
     leaving = sorted(p["metadata"]["name"] for p in pods if p["metadata"].get("deletionTimestamp"))
-    lost = _lost(conds, leaving, [r for r in range(world) if r not in trainers])
+    ready = conds.previous.get(str(ConditionType.trainers_ready))  # a status before trainersRanAttempt
+    ran = ctx.old.get("trainersRanAttempt") == attempt or (ready is not None and ready.status == "True")
+    lost = _lost(ran, leaving, [r for r in range(world) if r not in trainers])
     if lost:
         status = progress_status(ctx.child("ConfigMap", ctx.names["progress"]))
         return _trainer_failed(ctx, conds, status, lost, trainers)
@@ -496,6 +498,7 @@ def trainers_stage(ctx: Context, conds: conditions.Conditions) -> Step:
     running = sum(pod_phase(p) in ("Running", "Succeeded") for p in trainers.values())
     if running == world:
         conditions.set_trainers_running(conds, f"{running}/{world} trainers running")
+        step.status["trainersRanAttempt"] = attempt
         silent = silent_rank(trainers, cm, ctx.obs.now, gt.spec.run_policy)
         conditions.set_stalled(conds, silent)
         if silent is not None and gt.spec.run_policy.stall_policy == StallPolicy.restart:
@@ -511,17 +514,16 @@ def trainers_stage(ctx: Context, conds: conditions.Conditions) -> Step:
     return Step(step.actions, step.status, _going(ctx))
 
 
-def _lost(conds: conditions.Conditions, leaving: list[str], missing: list[int]) -> str | None:
+def _lost(ran: bool, leaving: list[str], missing: list[int]) -> str | None:
     """Why the attempt lost a rank, or None: a pod being deleted or gone (by hand, a node lost) after
-    every rank of the attempt ran (TrainersReady True when last reconciled). The ranks train together,
+    every rank of the attempt `ran` (status.trainersRanAttempt; it stays when TrainersReady goes False,
+    as it does while a lost node's pod reads Unknown before it is deleted). The ranks train together,
     so one made again alone waits for peers that went on or finished (a pod deleted as the others
-    succeeded waited so forever); the attempt fails instead, and every rank restarts from the last
-    checkpoint while runPolicy.backoffLimit allows. Before every rank ran, a missing rank is made and
-    a leaving pod (a suspension's) is waited for."""
-    if not (leaving or missing):
-        return None
-    ran = conds.previous.get(str(ConditionType.trainers_ready))
-    if ran is None or ran.status != "True":
+    succeeded waited so forever), and its gang's rules would delete the running peers if it could not
+    be made; the attempt fails instead, and every rank restarts from the last checkpoint while
+    runPolicy.backoffLimit allows. Before every rank ran, a missing rank is made and a leaving pod (a
+    suspension's) is waited for."""
+    if not (leaving or missing) or not ran:
         return None
     if leaving:
         return f"pod {', '.join(leaving)} deleted while the trainers ran"

@@ -142,6 +142,14 @@ class GraphTrainingStatus(SpecModel):
     restarts: int = Field(
         default=0, ge=0, description="Trainer restarts so far (see runPolicy.backoffLimit)."
     )
+    trainers_ran_attempt: int | None = Field(
+        default=None,
+        ge=0,
+        description="The attempt (status.restarts then) in which every rank ran at once, unset until "
+        "then and while suspended: a rank lost after it fails the attempt (every rank restarts from the "
+        "last checkpoint), even once TrainersReady went False (a pod whose node stopped reporting reads "
+        "Unknown first); before it, a missing rank is made again.",
+    )
     start_time: str | None = Field(
         default=None,
         json_schema_extra={"format": "date-time"},

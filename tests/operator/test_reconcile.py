@@ -787,6 +787,7 @@ EARLY = "2026-11-22T11:40:00Z"  # pods started before their ranks' last reports
             "TrainersReady=True Running, Stalled=False Progressing",
             "Normal Running, Normal Progressing",
             progress={"epoch": 1, "epochs": 0, "step": 40, "summary": ""},
+            trainersRanAttempt=0,
         ),
         row(
             "a-silent-rank",
@@ -800,6 +801,7 @@ EARLY = "2026-11-22T11:40:00Z"  # pods started before their ranks' last reports
             [],
             "TrainersReady=True Running, Stalled=True NoProgress",
             "Normal Running, Warning NoProgress",
+            trainersRanAttempt=0,
         ),
         row(
             "failed-restart",
@@ -1236,6 +1238,43 @@ def test_a_trainer_pod_deleted_while_the_trainers_ran_fails_the_attempt(backoff:
     assert cond(p, "TrainersReady")["message"].startswith("the pod of rank 1 deleted while the trainers ran")
 
 
+@pytest.mark.parametrize("how", ["deleted", "leaving"])
+def test_a_rank_lost_after_its_node_read_unknown_fails_the_attempt(how: str) -> None:
+    """A lost node's pod reads Unknown before it is deleted, and TrainersReady went False meanwhile: the
+    rank gone after that was judged "before every rank ran", made again alone to wait for peers that went
+    on (or, refused, its running peers deleted as a partial gang, no restart counted). The attempt's
+    status.trainersRanAttempt stays: every rank restarts, counted."""
+    c = running_cluster(**{"runPolicy.backoffLimit": 1})
+    assert c.step().status["trainersRanAttempt"] == 0
+    c.trainers("Running", r1="Unknown")
+    p = c.step()
+    assert cond(p, "TrainersReady")["status"] == "False" and p.status["trainersRanAttempt"] == 0
+    pod = key("Pod", trainer_name(NAME, 1))
+    if how == "deleted":
+        c.children.pop(pod)
+    else:
+        c.children[pod]["metadata"]["deletionTimestamp"] = "2026-11-22T12:05:00Z"
+    p = c.step()
+    assert p.status["phase"] == "Restarting" and kinds(p, "create") == []
+    assert "deleted while the trainers ran" in cond(p, "TrainersReady")["message"]
+
+
+def test_after_a_resumption_a_rank_missing_before_every_rank_ran_is_made_again() -> None:
+    """A suspension removes status.trainersRanAttempt: the resumed attempt (the same number) has not run."""
+    c = running_cluster()
+    c.step()
+    c.body["spec"]["suspend"] = True
+    assert c.step().status["trainersRanAttempt"] is None
+    c.body["spec"]["suspend"] = False
+    c.step()  # the shard servers made again
+    c.ready_shards()
+    assert kinds(c.step(), "create") == [*PODS]
+    c.trainers("Running", r1="Pending")
+    c.children.pop(key("Pod", trainer_name(NAME, 1)))  # before it ran
+    p = c.step()
+    assert kinds(p, "create") == [f"Pod/{trainer_name(NAME, 1)}"] and p.status["restarts"] == 0
+
+
 @pytest.mark.parametrize("backoff", [0, 1], ids=["fails", "restarts"])
 def test_a_failed_rank_makes_no_missing_rank(backoff: int) -> None:
     """Rank 1 failed while rank 0's pod is gone: the training ends (or restarts every rank) without
@@ -1665,6 +1704,7 @@ RESTART = {"runPolicy.stallPolicy": "Restart"}
             [],
             "TrainersReady=True Running, Stalled=True NoProgress",
             "Normal Running, Warning NoProgress",
+            trainersRanAttempt=0,
         ),
         row(
             "restart-from-the-checkpoint",
@@ -1674,6 +1714,7 @@ RESTART = {"runPolicy.stallPolicy": "Restart"}
             "TrainersReady=False TrainerFailed, Stalled=True NoProgress",
             "Warning TrainerFailed, Warning NoProgress",
             restarts=1,
+            trainersRanAttempt=0,
         ),
         row(
             "restart-with-no-retry-left",
@@ -1682,6 +1723,7 @@ RESTART = {"runPolicy.stallPolicy": "Restart"}
             [*STOP_SHARDS, *DELETE_ALL],
             "TrainersReady=False TrainerFailed, Stalled=True NoProgress, Failed=True TrainerFailed",
             "Warning TrainerFailed, Warning NoProgress, Warning TrainerFailed",
+            trainersRanAttempt=0,
         ),
         row(
             "a-report-older-than-its-pod-is-not-a-stall",  # the rank's report is of an earlier attempt
@@ -1690,6 +1732,7 @@ RESTART = {"runPolicy.stallPolicy": "Restart"}
             [],
             "TrainersReady=True Running, Stalled=False Progressing",
             "Normal Running, Normal Progressing",
+            trainersRanAttempt=0,
         ),
     ],
 )
@@ -1750,6 +1793,7 @@ TRAINING_CONDS = [  # a training suspended while it trains: its role conditions 
             "Normal Stopped, Normal Stopped, Normal Stopped, Normal Suspended",
             startTime=None,
             shards=None,
+            trainersRanAttempt=None,
         ),
         row(
             "suspended-while-partitioning",
@@ -1760,6 +1804,7 @@ TRAINING_CONDS = [  # a training suspended while it trains: its role conditions 
             "Normal Suspended",
             startTime=None,
             shards=None,
+            trainersRanAttempt=None,
         ),
         row(
             "created-suspended-makes-nothing",
@@ -1770,6 +1815,7 @@ TRAINING_CONDS = [  # a training suspended while it trains: its role conditions 
             "Normal Suspended",
             startTime=None,
             shards=None,
+            trainersRanAttempt=None,
         ),
         row(
             "finished-trainers-go-too",  # the world restarts together on resumption
@@ -1780,6 +1826,7 @@ TRAINING_CONDS = [  # a training suspended while it trains: its role conditions 
             "Normal Suspended",
             startTime=None,
             shards=None,
+            trainersRanAttempt=None,
         ),
         row(
             "resumed",
