@@ -60,15 +60,20 @@ def temporary(final: Path) -> Iterator[Path]:
 
     Raises:
         OSError: the directory cannot be made."""
-    base = final.parent / f".{final.name}.tmp-{secrets.token_hex(6)}"
-    lock = Path(f"{base}{LOCK}")
-    fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    hexa = secrets.token_hex(6)
+    base, lock = final.parent / f".{final.name}.tmp-{hexa}", final.parent / f".{final.name}.tmp-{hexa}{LOCK}"
+    # locked under another name, then renamed into place: a sweeper never sees the lock file unlocked
+    # (between its creation and its flock it would judge it abandoned and take it)
+    fresh = final.parent / f".{final.name}.lock-{hexa}"
+    fd = os.open(fresh, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     try:
         with contextlib.suppress(OSError):  # no lock support: written unguarded, never swept
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        os.rename(fresh, lock)
         os.mkdir(base, 0o700)
         yield base
     finally:
+        fresh.unlink(missing_ok=True)  # the rename failed
         lock.unlink(missing_ok=True)  # before its fd closes: a sweeper then holds a lock on no name
         os.close(fd)
 
