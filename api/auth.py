@@ -110,7 +110,6 @@ def read_file(path: Path, pipe: bool) -> tuple[os.stat_result, str]:
     Raises:
         OSError: missing or unreadable.
         TokenFileError: another kind of file, too large, or a pipe that does not end.
-        UnicodeDecodeError: not UTF-8.
     """
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     try:
@@ -129,7 +128,7 @@ def read_file(path: Path, pipe: bool) -> tuple[os.stat_result, str]:
         os.close(fd)
     if len(data) > MAX_FILE_BYTES:  # it grew while read
         raise TokenFileError(f"it is more than {MAX_FILE_BYTES} bytes")
-    return st, data.decode()
+    return st, data.decode(errors="surrogateescape")  # a line not UTF-8 is refused alone (tokens.parse)
 
 
 class TokenFile:
@@ -185,7 +184,7 @@ class TokenFile:
                     if parsed.problems
                     else "it holds no token"
                 )
-        except (OSError, UnicodeDecodeError, TokenFileError) as exc:
+        except (OSError, TokenFileError) as exc:
             reason = exc.strerror if isinstance(exc, OSError) else str(exc)
             if strict:
                 raise TokenFileError(f"token file {self.path}: {reason}") from None

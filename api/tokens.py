@@ -7,6 +7,10 @@ token and the namespaces it may see:
     kH3x...                                   every namespace
     Qa9d...  namespaces=team-a,team-b         team-a and team-b only
 
+Lines end at `\n` (a `\r` before it is dropped) and nowhere else: Python's splitlines also ends one at a
+form feed, vertical tab, lone `\r`, NEL or U+2028, which would cut `TOKEN<U+2028>namespaces=team-a` into
+a bare token for every namespace and a refused line. Such a character inside a line separates words, as
+any whitespace does, and is noted. A line that is not UTF-8 is refused (its bytes are never logged).
 Blank lines and lines starting with `#` are ignored. A line that breaks these rules is refused (its
 token is not accepted) with a message naming its line number, never its text: a token misspelt into the
 namespaces part, or a typo such as `namespace=`, must neither show in a log nor fall back to every
@@ -87,14 +91,25 @@ def parse_line(words: list[str]) -> Grant | str:
     return Grant(frozenset(names))
 
 
+BREAKS = re.compile(r"[\r\v\f\x1c-\x1e\x85\u2028\u2029]")  # what splitlines ends a line at, but \n
+NOT_UTF8 = re.compile(r"[\udc80-\udcff]")  # bytes.decode(errors="surrogateescape")'s stand-ins
+
+
+def split_lines(text: str) -> list[str]:
+    """The file's lines: ended by `\n` alone, one `\r` before it dropped, a leading BOM dropped."""
+    out = text.removeprefix("\ufeff").split("\n")
+    if out[-1] == "":
+        out.pop()  # the last line's end
+    return [line.removesuffix("\r") for line in out]
+
+
 def cut_short(text: str) -> bool:
     """Whether `text` may be a file cut mid-write: its last line holds a token and no line end follows
     it (`TOKEN` of `TOKEN namespaces=team-a`, or `team-a,te` of `team-a,team-b`). A cut anywhere else
     leaves whole lines only, whose tokens are a file's own (a line missing grants nothing)."""
-    last = text.removeprefix("\ufeff").splitlines(keepends=True)[-1:]
-    if not last or last[0].splitlines()[0] != last[0]:
+    if not text.removeprefix("\ufeff") or text.endswith("\n"):
         return False
-    words = last[0].split()
+    words = split_lines(text)[-1].split()
     return bool(words) and not words[0].startswith("#")
 
 
@@ -116,13 +131,22 @@ def _lines(numbers: Iterable[int]) -> str:
 
 
 def parse(text: str) -> Parsed:
-    """The tokens of a token file's text and their grants; refused lines are left out and said why."""
+    """The tokens of a token file's text (decoded with errors="surrogateescape", so that a line that is
+    not UTF-8 is refused alone) and their grants; refused lines are left out and said why."""
     found: dict[str, list[tuple[int, Grant]]] = {}
     out = Parsed()
-    for number, line in enumerate(text.removeprefix("\ufeff").splitlines(), 1):
+    for number, line in enumerate(split_lines(text), 1):
         words = line.split()
         if not words or words[0].startswith("#"):
             continue
+        if NOT_UTF8.search(line):
+            out.problems.append(f"line {number}: not UTF-8; refused")
+            continue
+        if BREAKS.search(line):
+            out.problems.append(
+                f"line {number}: a form feed, vertical tab, lone CR or Unicode line break inside it"
+                " separates words; lines end at LF only"
+            )
         refused = token_problem(words[0])
         if refused is not None:
             out.problems.append(f"line {number}: {refused}")

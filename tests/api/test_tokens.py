@@ -68,6 +68,28 @@ def test_a_file_as_an_editor_on_another_system_writes_it() -> None:
     assert parsed.problems == []
 
 
+@pytest.mark.parametrize("brk", ["\f", "\v", "\r", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029"])
+def test_only_lf_ends_a_line_so_a_scoped_token_never_becomes_a_bare_one(brk: str) -> None:
+    """splitlines ended a line at each of these: `A<brk>namespaces=team-a` was A for every namespace."""
+    parsed = parse(f"{ADMIN}\n{A}{brk}namespaces=team-a\n# a note{brk}{B}\n")
+    assert parsed.grants == {ADMIN: EVERY, A: Grant(frozenset({"team-a"}))}  # B is inside a comment
+    [problem] = parsed.problems
+    assert problem.startswith("line 2: ") and "lines end at LF only" in problem
+    assert A not in problem and "team" not in problem
+
+
+def test_a_line_not_utf8_is_refused_alone_and_its_bytes_never_shown(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "tokens"
+    bad = b"token-\xff\xfe-of-team-b-0123 namespaces=team-b\n"
+    path.write_bytes(f"{ADMIN}\n".encode() + bad + b"# \xe9t\xe9\n")
+    with caplog.at_level(logging.WARNING, logger="graphtrain.api"):
+        file = auth.TokenFile(path)  # it used to refuse the whole file, naming a byte and its place
+    assert file.grant(ADMIN) == EVERY
+    assert [r.getMessage() for r in caplog.records] == [f"token file {path}: line 2: not UTF-8; refused"]
+
+
 def test_a_token_on_two_lines() -> None:
     same = parse(f"{A} namespaces=team-a,team-b\n{B}\n{A} namespaces=team-b,team-a\n")
     assert same.grants[A] == Grant(frozenset({"team-a", "team-b"}))
@@ -118,6 +140,8 @@ def test_narrowest_keeps_what_both_grant() -> None:
         (f"{ADMIN}\r\n{A} namespaces=team-a\r\n", False),
         (f"{ADMIN}\n# a comment without a line end", False),
         (f"{ADMIN}\n   ", False),
+        (f"{ADMIN}\n{A}\r", True),  # a lone CR ends no line
+        (f"{ADMIN}\n{A}\u2028", True),
         ("", False),
     ],
 )
