@@ -143,3 +143,49 @@ def test_another_history_version_is_its_own_read() -> None:
     assert epochs(c.history(KEY, history_version(new), lambda: new)) == [1, 2, 3, 4]
     stuck.end()
     assert c.reads.computed == 2
+
+
+def test_past_slow_callers_beyond_max_waiting_leave_or_are_answered_at_once() -> None:
+    """40 clients of one stuck read held every one of anyio's 40 threads for 30 s (each other request
+    queued behind them). A burst on a read that answers is shared whole; once the read is `slow`, the
+    waiters beyond max_waiting leave and a caller who comes then is answered at once."""
+    flights: Flights[str] = Flights(wait=30.0, max_waiting=3, slow=0.3)
+    release = threading.Event()
+    leader = threading.Thread(target=flights.run, args=("k", lambda: release.wait(30) and "read"))
+    leader.start()
+    for _ in range(1000):  # bounded: 10 s at most
+        if flights.flying == 1:
+            break
+        threading.Event().wait(0.01)
+    got: list[str | BaseException] = []
+
+    def ask() -> None:
+        try:
+            got.append(flights.run("k", lambda: "again"))
+        except SourceUnavailable as exc:
+            got.append(exc)
+
+    waiters = [threading.Thread(target=ask) for _ in range(5)]
+    for t in waiters:
+        t.start()  # all 5 join while the read is young
+    for _ in range(1000):
+        if sum(isinstance(g, SourceUnavailable) for g in got) == 2:
+            break
+        threading.Event().wait(0.01)
+    assert flights.waiting == 3 and len(got) == 2  # past slow: 2 left, 3 still wait
+    assert all("3 requests already wait" in str(g) for g in got)
+    with pytest.raises(SourceUnavailable, match="3 requests already wait"):
+        flights.run("k", lambda: "again")  # comes now: answered at once
+    assert flights.run("other", lambda: "other") == "other"  # a read of its own waits on no one
+    release.set()
+    leader.join(30)
+    for t in waiters:
+        t.join(30)
+    assert got[2:] == ["read"] * 3 and flights.computed == 2
+
+
+def test_a_burst_on_a_read_that_answers_is_shared_whole() -> None:
+    flights: Flights[str] = Flights(wait=30.0, max_waiting=3, slow=5.0)
+    hold = HeldRead(flights, "read")
+    assert at_once(lambda: flights.run("k", hold)) == ["read"] * CALLERS  # 15 waiters, bound 3
+    assert hold.reads == 1
