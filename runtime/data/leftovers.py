@@ -26,6 +26,7 @@ import logging
 import os
 import secrets
 import shutil
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -35,6 +36,7 @@ RENAME_EXCHANGE = 2  # renameat2's flag (linux/fs.h)
 AT_FDCWD = -100
 SCRATCH = ".scratch"  # the suffix of a writer's scratch directory, beside its temporary one
 LOCK = ".lock"
+FRESH_SECONDS = 60.0  # a lock file under its first name this old, and unlocked, was a killed writer's
 
 
 def _lock(path: Path) -> int | None:
@@ -108,17 +110,36 @@ def scratch(tmp: Path) -> Iterator[Path]:
         shutil.rmtree(path, ignore_errors=True)
 
 
+def _drop_fresh(path: Path) -> None:
+    """Remove lock file `path`, under its first name, if it is FRESH_SECONDS old and unlocked: a live
+    writer holds that name for microseconds, locked (or, with no lock support, never swept at all)."""
+    fd = _lock(path)
+    if fd is None:
+        return
+    try:
+        st = os.fstat(fd)
+        if st.st_nlink and time.time() - st.st_mtime >= FRESH_SECONDS:
+            path.unlink(missing_ok=True)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
 def sweep(final: Path) -> int:
     """Remove what killed writers of `final` left beside it (module docstring); the number of sets
     removed. Never raises: a set it cannot remove stays for the next writer."""
-    prefix, dead_prefix = f".{final.name}.tmp-", f".{final.name}.dead-"
+    prefix, dead_prefix, fresh_prefix = (f".{final.name}.{k}-" for k in ("tmp", "dead", "lock"))
     try:
         entries = [e.name for e in os.scandir(final.parent) if e.name.startswith((prefix, dead_prefix))]
+        fresh = [e.name for e in os.scandir(final.parent) if e.name.startswith(fresh_prefix)]
     except OSError:
         return 0
     for name in entries:  # renamed by a sweeper killed before it removed them
         if name.startswith(dead_prefix):
             shutil.rmtree(final.parent / name, ignore_errors=True)
+    for name in fresh:  # a writer killed between making its lock file and renaming it (empty files)
+        _drop_fresh(final.parent / name)
     names = [n for n in entries if n.startswith(prefix)]
     locks = {n.removesuffix(LOCK) for n in names if n.endswith(LOCK)}
     removed = 0

@@ -4,6 +4,7 @@ live writer holds, and never a directory it cannot tell is abandoned (data/lefto
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import os
 import signal
@@ -94,6 +95,27 @@ def test_what_it_cannot_tell_is_abandoned_stays_and_is_named(
 def test_a_lock_whose_writer_died_before_its_directory_was_made_goes(tmp_path: Path) -> None:
     (tmp_path / ".out.tmp-00ff.lock").write_bytes(b"")
     assert leftovers.sweep(tmp_path / "out") == 1 and beside(tmp_path / "out") == []
+
+
+def test_a_lock_file_left_under_its_first_name_goes_once_old(tmp_path: Path) -> None:
+    """A writer killed between making its lock file and renaming it left an empty `.out.lock-<hex>`."""
+    young, old = tmp_path / ".out.lock-0a0a", tmp_path / ".out.lock-0b0b"
+    young.write_bytes(b"")
+    old.write_bytes(b"")
+    past = os.stat(old).st_mtime - leftovers.FRESH_SECONDS - 1
+    os.utime(old, (past, past))
+    (tmp_path / ".other.lock-0c0c").write_bytes(b"")
+    os.utime(tmp_path / ".other.lock-0c0c", (past, past))  # another output's: not this sweep's
+    held = tmp_path / ".out.lock-0d0d"
+    held.write_bytes(b"")
+    os.utime(held, (past, past))
+    fd = os.open(held, os.O_RDWR)
+    fcntl.flock(fd, fcntl.LOCK_EX)  # a live writer's, however old
+    try:
+        assert leftovers.sweep(tmp_path / "out") == 0
+    finally:
+        os.close(fd)
+    assert beside(tmp_path / "out") == [".other.lock-0c0c", ".out.lock-0a0a", ".out.lock-0d0d"]
 
 
 def test_exchange_swaps_two_directories_in_one_step(tmp_path: Path) -> None:
