@@ -269,7 +269,9 @@ def throughput(
                     ours[(suffix, lay)].append(rate["samples_per_second"])
             if with_dgl:
                 base.append(dgl_rate(dgl, work, spec(example, **big), dgl_args, threads))
-            said = ", ".join(f"{s or 'float32'} {lay} {v[-1]:,.0f}" for (s, lay), v in ours.items())
+            said = ", ".join(
+                f"{s.removeprefix(', ') or 'float32'} {lay} {v[-1]:,.0f}" for (s, lay), v in ours.items()
+            )
             theirs = f", DGL {base[-1]:,.0f}" if base else ""
             print(f"[bench] {title} round {r + 1}/{repeat} (load {load:.1f}): {said}{theirs}", flush=True)
         for suffix, _ in runs:
