@@ -8,7 +8,8 @@ the epoch loop: DistDGL's and GraphStorm's link prediction on a knowledge graph'
 - **Negatives** (kge_math's draws) replace the tail (task.negativeSide tail, the default: DGL's and
   GraphStorm's samplers; better on gene-kg), or the head of half a batch and the tail of the rest
   (both: PyKEEN's and task kge's; better on WordNet): uniform (each positive its own), joint (one draw
-  per chunk of positives), local (joint, from the nodes of the trainer's own partition), inBatch (the
+  per chunk of positives), local (joint, from the nodes of the trainer's own partition; with fewer
+  trainers than partitions, its equal run of them: own_nodes), inBatch (the
   batch's other tails). A negative equal to the positive's own entity is left out of its loss.
 - **A batch** is every distinct endpoint and negative as the seeds of one sampled block set, so each
   node is embedded once; the batch's target pairs leave the graph it samples (task.exclude: self, or
@@ -127,11 +128,8 @@ class GNNLinkPrediction(DenseTask):
         return triples if self.relations is None else triples[np.isin(triples[:, 1], self.relations)]
 
     def _own_nodes(self) -> tuple[int, int]:
-        """[lo, hi) of the nodes of this trainer's partition (sampler local draws there)."""
-        bounds = self.graph.book.bounds
-        parts = len(bounds) - 1
-        p = min(self.dist.rank * parts // self.dist.world, parts - 1)
-        return int(bounds[p]), int(bounds[p + 1])
+        """[lo, hi) of the nodes of this trainer's partitions (sampler local draws there)."""
+        return own_nodes(self.graph.book.bounds, self.dist.rank, self.dist.world)
 
     # ---------------------------------------------------------------------------------- batches
 
@@ -265,6 +263,18 @@ class GNNLinkPrediction(DenseTask):
         out = kge_math.RankSums.metrics(self.dist.sum(sums.as_list()))
         out["triples"] = float(len(triples))
         return out
+
+
+def own_nodes(bounds: np.ndarray, rank: int, world: int) -> tuple[int, int]:
+    """[lo, hi) of the nodes of trainer `rank`'s partitions (the new ids run partition by partition,
+    `bounds` their starts and the end): with at least as many trainers as partitions, the one partition
+    rank * parts // world (trainer r beside it); with fewer, an equal run of whole partitions each, so
+    every partition's nodes are some trainer's local negatives (a lone trainer over 2 partitions drew
+    them from the first only: the second's nodes were never a negative)."""
+    parts = len(bounds) - 1
+    first = min(rank * parts // world, parts - 1)
+    end = max((rank + 1) * parts // world, first + 1)
+    return int(bounds[first]), int(bounds[end])
 
 
 def rank_triples(

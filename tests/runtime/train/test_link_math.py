@@ -214,3 +214,44 @@ def test_every_sampler_and_decoder_trains(
             losses.append(float(task.step(batch, Clock())[0]))  # type: ignore[arg-type]
     assert all(np.isfinite(losses)) and len(losses) >= 10, losses
     assert np.mean(losses[-3:]) < np.mean(losses[:3]), losses
+
+
+def test_local_negatives_of_fewer_trainers_than_partitions_reach_every_partition() -> None:
+    """train/link_prediction.own_nodes: each trainer's local range is whole partitions, and the ranges
+    of all trainers cover every node once when trainers are fewer than partitions (a lone trainer over
+    2 partitions drew its local negatives from the first only); with at least as many trainers, each
+    its one partition rank * parts // world, as before."""
+    from graphtrain.runtime.train.link_prediction import own_nodes
+
+    bounds = np.array([0, 7, 14])
+    assert own_nodes(bounds, 0, 1) == (0, 14)
+    assert [own_nodes(bounds, r, 2) for r in range(2)] == [(0, 7), (7, 14)]
+    assert [own_nodes(bounds, r, 3) for r in range(3)] == [(0, 7), (0, 7), (7, 14)]
+    for parts in range(1, 7):
+        b = np.concatenate([[0], np.cumsum(np.arange(parts) + 3)])
+        for world in range(1, 9):
+            ranges = [own_nodes(b, r, world) for r in range(world)]
+            assert all(lo in b and hi in b and lo < hi for lo, hi in ranges), (parts, world, ranges)
+            covered = np.zeros(int(b[-1]), dtype=int)
+            for lo, hi in dict.fromkeys(ranges):
+                covered[lo:hi] += 1
+            assert (covered == 1).all(), (parts, world, ranges)
+
+
+@pytest.mark.timeout(120)
+def test_a_lone_trainers_local_negatives_come_from_both_partitions(
+    nations_partition: tuple[dict, Path],
+) -> None:
+    """examples/nations-rgcn-lp.yaml's 2 partitions, one trainer, sampler local: its negatives are
+    drawn from the nodes of both partitions (every Nations entity), not the first's 7 alone."""
+    from graphtrain.runtime.graph import DistGraph, standalone_client
+    from graphtrain.runtime.train.link_prediction import GNNLinkPrediction
+
+    doc, cfg = nations_partition
+    doc = yaml.safe_load(yaml.safe_dump(doc))
+    doc["spec"]["task"].update(sampler="local", negatives=8, chunk=16)
+    graph = DistGraph(cfg, standalone_client(cfg))
+    assert len(graph.book.bounds) == 3
+    task = GNNLinkPrediction(load_yaml(yaml.safe_dump(doc)), graph, Dist())
+    drawn = np.unique(np.concatenate([b.neg.numpy().ravel() for b in task.batches(0, 0)]))
+    assert drawn.tolist() == list(range(graph.num_nodes)), drawn
