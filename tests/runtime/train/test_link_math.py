@@ -255,3 +255,52 @@ def test_a_lone_trainers_local_negatives_come_from_both_partitions(
     task = GNNLinkPrediction(load_yaml(yaml.safe_dump(doc)), graph, Dist())
     drawn = np.unique(np.concatenate([b.neg.numpy().ravel() for b in task.batches(0, 0)]))
     assert drawn.tolist() == list(range(graph.num_nodes)), drawn
+
+
+def block_pairs(mb: object) -> list[np.ndarray]:
+    """Each block's edges as (source, destination) pair keys in node ids (num_nodes-based: pair_keys')."""
+    nodes = mb.input_nodes  # type: ignore[attr-defined]
+    out = []
+    for block in mb.blocks:  # type: ignore[attr-defined]
+        out.append(np.stack([nodes[block.src.numpy()], nodes[block.dst.numpy()]], 1))
+        nodes = nodes[: block.num_dst]
+    assert np.array_equal(nodes, mb.seeds)  # type: ignore[attr-defined]
+    return out
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(
+    ("sampler", "exclude", "side"),
+    [
+        ("uniform", "reverse", "both"),
+        ("inBatch", "reverse", "tail"),
+        ("joint", "self", "tail"),
+        ("local", "none", "tail"),
+    ],
+)
+def test_no_layer_of_a_batch_holds_its_target_pairs(
+    nations_partition: tuple[dict, Path], sampler: str, exclude: str, side: str
+) -> None:
+    """Every block of every batch of an epoch on Nations' 2 partitions (the sampler reads both shards):
+    no edge from a target's head to its tail, of any relation (and with reverse none from tail to
+    head either), in any layer, whatever the negatives; exclude none leaves them in (the check sees
+    them)."""
+    from graphtrain.runtime.graph import DistGraph, standalone_client
+    from graphtrain.runtime.train.link_prediction import GNNLinkPrediction
+
+    doc, cfg = nations_partition
+    doc = yaml.safe_load(yaml.safe_dump(doc))
+    doc["spec"]["task"].update(sampler=sampler, exclude=exclude, negativeSide=side, negatives=8, chunk=16)
+    doc["spec"]["training"]["batchSize"] = 64
+    graph = DistGraph(cfg, standalone_client(cfg))
+    task = GNNLinkPrediction(load_yaml(yaml.safe_dump(doc)), graph, Dist())
+    n, leaked, seen = graph.num_nodes, 0, 0
+    for batch in task.batches(0, 0):
+        h, t = batch.pos[:, 0].numpy(), batch.pos[:, 2].numpy()
+        banned = set((h * n + t).tolist()) | (set((t * n + h).tolist()) if exclude == "reverse" else set())
+        for pairs in block_pairs(batch.mb):
+            keys = pairs[:, 0] * n + pairs[:, 1]
+            leaked += int(np.isin(keys, np.fromiter(banned, dtype=np.int64)).sum())
+            seen += len(keys)
+    assert seen > 10_000
+    assert (leaked > 1000) if exclude == "none" else (leaked == 0), leaked
