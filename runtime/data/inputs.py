@@ -88,9 +88,12 @@ def sha256_of(path: Path, field: str) -> str:
         raise DataError(f"{field}: {path}: file not found") from None
     except OSError as exc:
         raise DataError(f"{field}: {path}: {reason(exc)}") from None
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):  # checked before fdopen, which raises IsADirectoryError on a directory
+        os.close(fd)
+        kind = "a directory, not a file" if stat.S_ISDIR(mode) else "not a regular file"
+        raise DataError(f"{field}: {path} is {kind}")
     with os.fdopen(fd, "rb") as f:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise DataError(f"{field}: {path} is not a regular file")
         try:
             return hashlib.file_digest(f, "sha256").hexdigest()
         except OSError as exc:

@@ -197,6 +197,18 @@ def test_a_fifo_input_is_refused_not_waited_on(tmp_path: Path) -> None:
         inputs.fingerprint(source)  # on the first version: open() blocked until a writer came
 
 
+def test_a_directory_input_is_refused_by_its_field(tmp_path: Path) -> None:
+    """A directory where a split file goes (graph.triples.valid): a DataError naming the field, not the
+    IsADirectoryError of opening it (a traceback from `graphtrain run`)."""
+    (tmp_path / "train.tsv").write_text("a\tr\tb\n")
+    (tmp_path / "test.tsv").write_text("a\tr\tb\n")
+    (tmp_path / "valid.tsv").mkdir()
+    triples = {"path": "train.tsv", "valid": "valid.tsv", "test": "test.tsv"}
+    source = inputs.resolve(GraphSource.model_validate({"triples": triples}), tmp_path)
+    with pytest.raises(DataError, match=r"graph.triples.valid: .*valid.tsv is a directory, not a file"):
+        inputs.fingerprint(source)
+
+
 def test_resume_refuses_a_partition_made_from_changed_inputs(tmp_path: Path) -> None:
     """A --resume after the data file changed continued the old tables on a new partition: every node
     took another node's trained row, silently, and the old checkpoints lost the partition they need."""
