@@ -112,7 +112,9 @@ class LinkPredictionTask(Variant):
         default=NegativeSampler.joint,
         description="uniform: each positive its own negatives; joint: each chunk of `chunk` positives "
         "shares one draw (the encoder embeds far fewer nodes: GraphStorm's and DGL-KE's cheap option); "
-        "local: joint, drawn from the nodes of the trainer's own partition (no remote rows); inBatch: "
+        "local: joint, drawn from the nodes of the trainer's own partition (no remote rows; with fewer "
+        "trainers than partitions, an equal run of whole partitions each, so every node can be a "
+        "negative); inBatch: "
         "the batch's other tails. A negative equal to the positive's own tail is left out.",
     )
     chunk: int = Field(
