@@ -61,7 +61,7 @@ from graphtrain.api.sources.objects import (
     status_of,
     training_of,
 )
-from graphtrain.api.sources.watched import Gone, Lister, Watcher
+from graphtrain.api.sources.watched import Broken, Gone, Lister, Watcher
 from graphtrain.contract import reporting
 from graphtrain.contract.children import LABEL_ROLE, LABEL_TRAINING, names
 from graphtrain.contract.spec import API_VERSION, KIND, PLURAL
@@ -176,6 +176,7 @@ class Api:
         Raises:
             Gone: 410, the version is too old.
             Refused: another error status.
+            Broken: the stream broke once it had begun (cut, reset, a read timed out, a torn line).
         """
         try:
             resp = fn(
@@ -193,11 +194,22 @@ class Api:
                 raise Gone() from None
             raise Refused(exc.status, watch_refused(exc.status, exc.reason)) from None
         hold(resp.shutdown)
+        lines = iter_resp_lines(resp)
         try:
-            for line in iter_resp_lines(resp):
-                if line:
-                    yield json.loads(line)
+            while True:
+                try:
+                    line = next(lines, None)
+                    if line is None:
+                        return
+                    event = json.loads(line) if line else None
+                except (urllib3.exceptions.HTTPError, OSError, ValueError) as exc:
+                    raise Broken(type(exc).__name__) from None
+                if event is not None:
+                    yield event
         finally:
+            # first: closed before its end, urllib3's stream closes the connection (its error catcher);
+            # released first, the pool would hand the next LIST a connection still carrying this watch
+            lines.close()
             resp.release_conn()
 
     def trainings(self, namespace: str | None, caller: Caller | None = None, **kw: Any) -> Any:

@@ -6,12 +6,14 @@ GraphTraining, every progress ConfigMap with its history, every GraphTraining ev
 watched from the list's resourceVersion: in steady state the API server sends only changes.
 
 A daemon thread per collection lists (paging), then watches for `period` seconds at a time (the server
-ends each watch; the next resumes where it ended, a WATCH, not a LIST). It lists again only after 410
-Gone (at once), after a failure (a broken watch, an unreachable server: after a pause of 0.5 s doubling
-to 30 s, back to 0.5 s once a watch has worked; a request that finds the store too old cuts the pause
-short), or when a collection cut at its bound has come back under it. The same algorithm as the
-operator's watches (operator/child_watch.py's _watch_kind); the API may not import the operator
-(.importlinter), and this one keeps no tombstones (the API writes nothing) but counts its objects.
+ends each watch; the next resumes where it ended, a WATCH, not a LIST). A stream that breaks once begun
+(Broken: cut, reset, timed out) is watched again from its last event, as client-go's reflector does.
+It lists again only after 410 Gone (at once), after another failure (a watch refused, an unreachable
+server: after a pause of 0.5 s doubling to 30 s, back to 0.5 s once a watch has worked; a request that
+finds the store too old cuts the pause short), or when a collection cut at its bound has come back
+under it. The operator's watches (operator/child_watch.py's _watch_kind) list again after a broken
+stream too; the API may not import the operator (.importlinter), and this one keeps no tombstones (the
+API writes nothing) but counts its objects.
 
 Staleness: `current_at` is the last moment the store was known to hold every change: the start of
 its last list, each event received, the normal end of each watch. A healthy watch renews it at least
@@ -53,6 +55,14 @@ class Gone(Exception):
     """The watch's resourceVersion is too old (410 Gone, expired): list again."""
 
 
+class Broken(Exception):
+    """The watch's stream broke after it began (a connection cut or reset, a read timed out): resume
+    watching from the last event's resourceVersion after a pause, keeping the store, which holds every
+    change up to it (client-go's reflector does the same: only 410 makes it list again). A LIST of a
+    large collection is what a loaded API server can least afford, and a broken stream is what load
+    brings."""
+
+
 def next_pause(pause: float, watched: bool) -> float:
     """The pause before listing again after a failure, `pause` the last one: PAUSE if a watch had
     worked since the last list (an event, or its normal end), else double the last, up to LONGEST_PAUSE.
@@ -92,6 +102,7 @@ class Collection:
         self.changes = 0  # how many times the store changed (a list, an event that changed it)
         self._refill = False  # truncated, now back under the bound: list again
         self._watched = False  # a watch worked (an event, or its normal end) since the last list
+        self._resume: str | None = None  # the last event's resourceVersion: where a broken watch resumes
         self._stop, self._wake = threading.Event(), threading.Event()
         self._cut: Callable[[], None] | None = None  # closes the watch in progress
         self._thread: threading.Thread | None = None
@@ -181,23 +192,31 @@ class Collection:
                 if self._stop.wait(max(0.0, failed + PAUSE - time.monotonic())):
                     return
             try:
-                self._watched = False
-                version = self._relist()
+                if self._resume is None:
+                    self._watched = False
+                    self._resume = self._relist()
                 while not self._stop.is_set() and not self._refill:
-                    version = self._follow(version)
+                    self._resume = self._follow(self._resume)
                     pause = 0.0
+                self._resume = None  # back under the bound: list again
             except Gone:
                 log.info("the watch of %s expired (410 Gone): listing again", self.name)
-                pause = 0.0
+                self._resume, pause = None, 0.0
             except Exception as exc:
                 if self._stop.is_set():
                     return
+                broken = isinstance(exc, Broken)
+                if not broken:
+                    self._resume = None
                 pause = next_pause(pause, self._watched)
+                self._watched = False  # a watch that breaks again before an event backs off further
                 what = f"{type(exc).__name__}: {exc}"
                 log.warning(
-                    "the watch of %s failed (%s): listing again in %.1f s, or sooner if a request needs it",
+                    "the watch of %s %s (%s): %s in %.1f s, or sooner if a request needs it",
                     self.name,
+                    "broke" if broken else "failed",
                     what,
+                    "watching again from where it broke" if broken else "listing again",
                     pause,
                 )
                 with self._cond:
@@ -253,6 +272,7 @@ class Collection:
                 raise RuntimeError(f"{obj.get('code')} {obj.get('reason')}: {obj.get('message')}")
             version = (obj.get("metadata") or {}).get("resourceVersion") or version
             self._apply(str(kind), obj)
+            self._resume = version  # applied: a break after it resumes here
             if self._stop.is_set() or self._refill:
                 break
         self._cut = None

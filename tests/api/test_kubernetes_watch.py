@@ -125,7 +125,8 @@ def test_changes_arrive_by_watch_with_no_relist(api: kubernetes.client.ApiClient
         until(lambda: "w-1" not in listed(source), "a deleted training stayed listed")
         assert missing(lambda: source.get_training(NS, "w-1"))
 
-        assert counting.verbs("LIST") == lists, counting.counts  # every change came by watch
+        failures = {c.name: c.failed for c in source.cache.collections.values()}  # type: ignore[union-attr]
+        assert counting.verbs("LIST") == lists, (counting.counts, failures)  # every change came by watch
         assert counting.verbs("WATCH") >= 5
         assert {c.lists for c in source.cache.collections.values()} == {1}  # type: ignore[union-attr]
     finally:

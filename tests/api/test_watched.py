@@ -6,6 +6,7 @@ responses can be cut."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 import tomllib
@@ -15,6 +16,7 @@ from typing import Any
 
 import kubernetes
 import pytest
+import urllib3
 from kubernetes.client.rest import ApiException
 from packaging.requirements import Requirement
 
@@ -119,3 +121,65 @@ def test_the_api_extra_asks_for_a_urllib3_that_can_cut_a_watch() -> None:
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
     urllib3 = [r for r in map(Requirement, extras["api"]) if r.name == "urllib3"]
     assert urllib3 and not urllib3[0].specifier.contains("2.2.3") and urllib3[0].specifier.contains("2.3.0")
+
+
+def obj(uid: str, version: str) -> dict[str, Any]:
+    return {"metadata": {"uid": uid, "name": uid, "namespace": "ns", "resourceVersion": version}}
+
+
+@pytest.mark.timeout(30)
+def test_a_stream_that_breaks_is_watched_again_from_its_last_event_not_listed() -> None:
+    """A LIST of a large collection is what a loaded API server can least afford; a stream cut or reset
+    once begun resumes where it broke, with the store kept (client-go's reflector does the same)."""
+    lists: list[str | None] = []
+    watches: list[str] = []
+    done = threading.Event()
+
+    def lister(token: str | None) -> dict[str, Any]:
+        lists.append(token)
+        return {"items": [obj("a", "5")], "metadata": {"resourceVersion": "5"}}
+
+    def watcher(version: str, seconds: int, hold: Any) -> Iterator[dict[str, Any]]:
+        watches.append(version)
+        if len(watches) == 1:
+            yield {"type": "ADDED", "object": obj("b", "6")}
+            raise watched.Broken("ProtocolError")
+        if len(watches) == 2:
+            yield {"type": "MODIFIED", "object": obj("b", "7")}
+            return
+        done.set()
+        time.sleep(0.05)
+
+    collection = Collection(
+        "configmaps", lister, watcher, index=lambda o: ("ns", o["metadata"]["name"]), bound=10, period=10
+    )
+    collection.start()
+    try:
+        assert done.wait(10)
+    finally:
+        collection.close()
+    assert lists == [None] and collection.lists == 1
+    assert watches[:3] == ["5", "6", "7"]
+    assert [o["metadata"]["resourceVersion"] for o in collection.group(("ns", "b"))] == ["7"]
+    assert collection.group(("ns", "a"))  # the listed object kept: nothing was listed again
+    assert collection.failed is not None and collection.failed[1] == "Broken: ProtocolError"
+
+
+def test_a_stream_cut_once_begun_is_broken_not_a_failure_to_list_after() -> None:
+    api = Api(1.0, kubernetes.client.ApiClient(kubernetes.client.Configuration()))
+
+    class Cut:
+        def stream(self, amt: Any = None, decode_content: bool = False) -> Iterator[bytes]:
+            yield json.dumps({"type": "ADDED", "object": obj("a", "6")}).encode() + b"\n"
+            raise urllib3.exceptions.ProtocolError("Connection broken: IncompleteRead")
+
+        def shutdown(self) -> None:
+            pass
+
+        def release_conn(self) -> None:
+            pass
+
+    events = api.stream(lambda *a, **k: Cut(), version="5", seconds=1, hold=lambda cut: None)
+    assert next(events)["object"]["metadata"]["resourceVersion"] == "6"
+    with pytest.raises(watched.Broken, match="ProtocolError"):
+        next(events)
