@@ -99,6 +99,7 @@ class Collection:
         self.current_at: float | None = None  # time.monotonic() when last known to hold every change
         self.failed: tuple[float, str] | None = None  # the last failure: when, what
         self.lists = 0  # LISTs begun: the first, then one per relist
+        self.relisted: list[str] = []  # why each list after the first was made (the last 100)
         self.changes = 0  # how many times the store changed (a list, an event that changed it)
         self._refill = False  # truncated, now back under the bound: list again
         self._watched = False  # a watch worked (an event, or its normal end) since the last list
@@ -199,15 +200,18 @@ class Collection:
                     self._resume = self._follow(self._resume)
                     pause = 0.0
                 self._resume = None  # back under the bound: list again
+                self._relisting("back under the bound")
             except Gone:
                 log.info("the watch of %s expired (410 Gone): listing again", self.name)
                 self._resume, pause = None, 0.0
+                self._relisting("410 Gone")
             except Exception as exc:
                 if self._stop.is_set():
                     return
                 broken = isinstance(exc, Broken)
                 if not broken:
                     self._resume = None
+                    self._relisting(f"failed: {type(exc).__name__}")
                 pause = next_pause(pause, self._watched)
                 self._watched = False  # a watch that breaks again before an event backs off further
                 what = f"{type(exc).__name__}: {exc}"
@@ -222,6 +226,9 @@ class Collection:
                 with self._cond:
                     self.failed = (time.monotonic(), what)
                     self._cond.notify_all()
+
+    def _relisting(self, why: str) -> None:
+        self.relisted = [*self.relisted[-99:], why]
 
     def _relist(self) -> str:
         started = time.monotonic()

@@ -125,10 +125,14 @@ def test_changes_arrive_by_watch_with_no_relist(api: kubernetes.client.ApiClient
         until(lambda: "w-1" not in listed(source), "a deleted training stayed listed")
         assert missing(lambda: source.get_training(NS, "w-1"))
 
-        failures = {c.name: c.failed for c in source.cache.collections.values()}  # type: ignore[union-attr]
-        assert counting.verbs("LIST") == lists, (counting.counts, failures)  # every change came by watch
+        # every change came by watch, none by a periodic list: a collection lists again only for a
+        # reason it states (a loaded API server may answer a watch 410 Gone, or not in time: CI saw one
+        # extra LIST of configmaps once, at load 6, before reasons were recorded)
+        collections = source.cache.collections.values()  # type: ignore[union-attr]
+        why = {c.name: c.relisted for c in collections if c.relisted}
+        assert {c.lists - len(c.relisted) for c in collections} == {1}, (counting.counts, why)
+        assert counting.verbs("LIST") == lists or why, counting.counts
         assert counting.verbs("WATCH") >= 5
-        assert {c.lists for c in source.cache.collections.values()} == {1}  # type: ignore[union-attr]
     finally:
         source.close()
         custom.delete_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, "w-0")
