@@ -259,7 +259,7 @@ def run_plan(
             say(f"costs written to {req.out}")
     if costs is not None:
         if not made.wires:
-            return [*lines, "step time: predicted for GNN models only"]
+            return [*lines, "step time: predicted for GNN node classification only (not this task)"]
         step = predicted(spec, cfg, made, costs, req.bandwidth, req.cores)
         lines += step_lines(step, spec.training.batch_size)
     return lines
@@ -279,6 +279,12 @@ def plan_command(
 
     from graphtrain.runtime.partition.format import load_config
 
+    if req.calibrate and not capacity.replayed(gt.spec):  # its replay samples train nodes a KG has not
+        raise GraphtrainError(
+            f"--calibrate: the step time is predicted for GNN node classification only, not "
+            f"task.kind {gt.spec.task_kind} with model.kind {gt.spec.model.kind} (plan without it: each "
+            f"role's memory)"
+        )
     with tempfile.TemporaryDirectory(prefix="graphtrain-plan-") as tmp:
         config = partition or partition_for(gt, spec_path, data_dir, Path(tmp) / "partition")
         cfg = load_config(config)

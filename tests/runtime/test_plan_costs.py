@@ -102,6 +102,23 @@ def test_calibrate_with_costs_is_refused(planted: tuple[Path, Path], tmp_path: P
     )
 
 
+@pytest.mark.parametrize(
+    ("example", "task"),
+    [
+        ("nations-transe.yaml", "kge with model.kind transe"),
+        ("nations-rgcn-lp.yaml", "linkPrediction with model.kind rgcn"),
+    ],
+)
+def test_calibrate_of_a_task_without_a_step_model_is_one_line(example: str, task: str) -> None:
+    """`--calibrate` replays node classification's batches: on a knowledge graph (no train_mask) it
+    ended in a KeyError's traceback after partitioning; now one line before anything is made."""
+    spec = Path(__file__).resolve().parents[2] / "examples" / example
+    assert one_error_line([*CLI, "plan", str(spec), "--calibrate"]) == (
+        f"error: --calibrate: the step time is predicted for GNN node classification only, not task.kind "
+        f"{task} (plan without it: each role's memory)"
+    )
+
+
 def test_a_partition_of_another_graph_or_part_count_is_refused(
     planted: tuple[Path, Path], tmp_path: Path
 ) -> None:
