@@ -27,7 +27,15 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic.alias_generators import to_camel
 
-from graphtrain.contract.spec import MAX_TOLERATIONS, AccessMode, Affinity, Quantity, Resources, Toleration
+from graphtrain.contract.spec import (
+    MAX_TOLERATIONS,
+    AccessMode,
+    Affinity,
+    Quantity,
+    Resources,
+    Toleration,
+    yaml_error_text,
+)
 from graphtrain.contract.spec.pods import quantity_value
 
 ENV_CONFIG = "GRAPHTRAIN_OPERATOR_CONFIG"
@@ -254,5 +262,5 @@ def load(path: str | os.PathLike[str] | None = None) -> OperatorConfig:
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{where}: not YAML: {' '.join(str(exc).split())}") from None
+        raise ConfigError(f"{where}: not YAML: {yaml_error_text(exc)}") from None
     return parse(data, str(where))

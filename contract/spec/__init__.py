@@ -114,6 +114,7 @@ from graphtrain.contract.spec.loading import (
     load_yaml,
     parse,
     yaml_document,
+    yaml_error_text,
 )
 from graphtrain.contract.spec.locality import Locality, PodPlacement, colocated, trainers_per_shard
 from graphtrain.contract.spec.model import (
@@ -346,4 +347,5 @@ __all__ = [
     "quantity_to_bytes",
     "rules_of",
     "yaml_document",
+    "yaml_error_text",
 ]

@@ -98,6 +98,24 @@ def _loader() -> Any:
     return Loader
 
 
+def yaml_error_text(exc: Exception) -> str:
+    """One line of what PyYAML found wrong and where: "expected ',' or ']', but got '<stream end>' at
+    line 2, column 1 (while parsing a flow sequence from line 1, column 9)", without PyYAML's quoted
+    source lines and its `in "<unicode string>"` (the text was read from a file the caller names)."""
+    import yaml
+
+    if not isinstance(exc, yaml.MarkedYAMLError) or not exc.problem:
+        return " ".join(str(exc).split())
+
+    def at(mark: Any) -> str:
+        return f"line {mark.line + 1}, column {mark.column + 1}"
+
+    text = exc.problem + (f" at {at(exc.problem_mark)}" if exc.problem_mark else "")
+    if exc.context:
+        text += f" ({exc.context}" + (f" from {at(exc.context_mark)}" if exc.context_mark else "") + ")"
+    return " ".join(text.split())
+
+
 def yaml_document(text: str) -> Any:
     """The data of a YAML spec, read as kubectl reads it, after the size, depth and alias checks.
 
@@ -114,7 +132,7 @@ def yaml_document(text: str) -> Any:
         _check_depth(text)
         return yaml.load(text, Loader=_loader())  # noqa: S506 - a safe loader
     except yaml.YAMLError as exc:
-        raise SpecError([Problem(path="(yaml)", message=str(exc).replace("\n", " "))]) from None
+        raise SpecError([Problem(path="(yaml)", message=yaml_error_text(exc))]) from None
 
 
 def load_yaml(text: str) -> GraphTraining:

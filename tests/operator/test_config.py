@@ -102,7 +102,11 @@ def test_the_environment_names_the_file(tmp_path: Path, monkeypatch: pytest.Monk
         ("gpu: {tolerations: [{operator: Exists, value: x}]}\n", "gpu.tolerations.0.value: must be empty"),
         ("gpu: {nodeSelector: {pool: 1}}\n", "gpu.nodeSelector.pool: Input should be a valid string"),
         ("- a list\n", "expected a mapping of settings, got list"),
-        ("images: [\n", "not YAML"),
+        (
+            "images: [x\n",
+            "not YAML: expected ',' or ']', but got '<stream end>' at line 2, column 1 (while parsing a flow "
+            "sequence from line 1, column 9)",
+        ),
     ],
 )
 def test_a_bad_file_is_one_line_naming_the_key(tmp_path: Path, text: str, needle: str) -> None:
