@@ -361,10 +361,26 @@ def pair_answer(
     num_relations = int(cfg.data["kg"]["num_relations"])
     rel_names = names.get("relation_names", np.arange(num_relations, dtype=np.int64))
     r = int(lookup([relation], rel_names, "relation")[0])
+    untrained = untargeted(gt, str(rel_names[r]))
+    if untrained is not None:
+        raise GraphtrainError(untrained)
     given = int(lookup([head if head is not None else str(tail)], ent_names, "entity")[0])
     scorer = _link_scores if gt.spec.task_kind == LINK_PREDICTION else _kge_scores
     scores = scorer(gt, root, cfg, r, given, head is not None)
     return top_answers(cfg, scores, given, r, head is not None, k)
+
+
+def untargeted(gt: GraphTraining, relation: str) -> str | None:
+    """Why a linkPrediction checkpoint cannot answer queries of `relation`, or None: with
+    task.targetRelations its decoder learnt (and its evaluation ranked) those relations only; another's
+    scores would come from an untrained relation row (distmult) or be a target relation's (dot, mlp)."""
+    targets = getattr(gt.spec.task.variant if gt.spec.task is not None else None, "target_relations", None)
+    if gt.spec.task_kind != LINK_PREDICTION or not targets or relation in targets:
+        return None
+    return (
+        f"--relation {relation!r}: not in task.targetRelations ({', '.join(targets)}), the only relations "
+        f"the checkpoint's decoder learnt to score (the others were the encoder's context)"
+    )
 
 
 @torch.no_grad()

@@ -254,6 +254,26 @@ def test_distmult_answers_and_unknown_labels_are_one_line(tmp_path: Path) -> Non
     one_line_error([str(ck), "--spec", str(spec), "--head", "ann"], "--relation")
 
 
+def test_a_relation_outside_target_relations_is_refused_in_one_line(tmp_path: Path) -> None:
+    """A linkPrediction checkpoint with task.targetRelations learnt to score those relations only:
+    (ann, parent_of, ?) from one trained on likes was answered from an untrained decoder row."""
+    _, ck = kge_checkpoint(tmp_path, "distmult")
+    doc = kge_doc("distmult")
+    doc["spec"]["embeddings"] = doc["spec"]["embeddings"][:1]
+    doc["spec"]["task"] = {"kind": "linkPrediction", "targetRelations": ["likes"]}
+    doc["spec"]["model"] = {"kind": "graphsage", "useFeatures": False, "nodeEmbedding": "entity"}
+    gt = load_yaml(yaml.safe_dump(doc))
+    cfg = partition.load_config(tmp_path / "partition")
+    with pytest.raises(GraphtrainError) as info:
+        prediction.pair_answer(gt, ck, cfg, "parent_of", "ann")
+    assert str(info.value) == (
+        "--relation 'parent_of': not in task.targetRelations (likes), the only relations the checkpoint's "
+        "decoder learnt to score (the others were the encoder's context)"
+    )
+    assert prediction.untargeted(gt, "likes") is None
+    assert prediction.untargeted(load_yaml(yaml.safe_dump(kge_doc("distmult"))), "parent_of") is None
+
+
 def test_lookup_is_pure_and_reads_integer_ids() -> None:
     assert prediction.lookup(["3", " 1"], np.array([1, 3, 5]), "node").tolist() == [1, 0]
     with pytest.raises(GraphtrainError, match="node 'x': not in the graph"):
