@@ -253,8 +253,9 @@ def load(path: str | os.PathLike[str] | None = None) -> OperatorConfig:
     where = Path(chosen)
     try:
         text = where.read_text()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{where}: cannot read the operator configuration: {exc}") from None
+    except (OSError, UnicodeDecodeError) as exc:  # the reason alone: an OSError's text repeats the path
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise ConfigError(f"{where}: cannot read the operator configuration: {why}") from None
     if len(text) > MAX_CONFIG_BYTES:
         raise ConfigError(
             f"{where}: {len(text):,} characters; a configuration is at most {MAX_CONFIG_BYTES:,}"
