@@ -399,7 +399,7 @@ def export(
         if not tables:  # a model of dense layers alone (an edge task on features): `predict` answers
             raise GraphtrainError(f"{root}: holds no table to export (its model learns no embedding)")
         if len(tables) != 1:
-            raise GraphtrainError(f"{root}: holds tables {tables}: pick one with --name")
+            raise GraphtrainError(f"{root}: holds tables {', '.join(tables)}: pick one with --name")
         name = tables[0]
     cfg = outputs.checkpoint_partition(root, partition, warn)
     rows = outputs.original_order(root, name, cfg)

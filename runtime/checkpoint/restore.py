@@ -122,7 +122,8 @@ def export_table(root: Path, name: str, verify: bool = True) -> np.ndarray:
     """
     pieces = pieces_of(root, name)
     if not pieces:
-        raise DataError(f"{root}: no tensor named {name!r} (has: {sorted(read_top(root)['tensors'])})")
+        held = ", ".join(sorted(read_top(root)["tensors"])) or "none"
+        raise DataError(f"{root}: no table named {name!r} (it holds: {held})")
     parts = []
     for manifest, d in pieces:
         if verify:
@@ -137,7 +138,7 @@ def export_state(root: Path, name: str, verify: bool = True) -> dict[str, np.nda
     step: the largest of the pieces')."""
     pieces = pieces_of(root, name)
     if not pieces:
-        raise DataError(f"{root}: no tensor named {name!r}")
+        raise DataError(f"{root}: no table named {name!r}")
     out: dict[str, list[np.ndarray]] = {}
     for manifest, d in pieces:
         if verify:

@@ -203,7 +203,15 @@ def test_unknown_suffix_and_ambiguous_table_are_one_line(tmp_path: Path) -> None
     DistEmbedding(5, 2, "a", client=client)
     DistEmbedding(5, 2, "b", client=client)
     client.checkpoint("s", root=root)
-    one_line_error([str(root / "s"), "-o", str(tmp_path / "x.npy")], "pick one with --name")
+    said = one_line_error([str(root / "s"), "-o", str(tmp_path / "x.npy")], "pick one with --name")
+    assert said == f"error: {root / 's'}: holds tables a, b: pick one with --name"
+
+
+def test_a_table_the_checkpoint_lacks_is_named_with_those_it_holds(run: Path, tmp_path: Path) -> None:
+    """--name of no table: the tables it could be, in the words of --help (a table, not a tensor)."""
+    ck = run / "checkpoints" / "step-000000007"
+    said = one_line_error([str(ck), "--name", "nod", "-o", str(tmp_path / "x.npy")], "no table")
+    assert said == f"error: {ck}: no table named 'nod' (it holds: node)"
 
 
 def test_pick_partition_and_keying_are_pure() -> None:
