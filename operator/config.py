@@ -238,6 +238,8 @@ def _problem(error: Any) -> str:
     message = str(error["msg"]).removeprefix("Value error, ")
     if error["type"] == "extra_forbidden":
         message = "unknown setting"
+    elif error["type"] == "model_type":  # not "a valid dictionary or instance of PodSecurity": as a spec's
+        message = "Input should be an object"
     return f"{path}: {message}" if path else message
 
 

@@ -102,6 +102,7 @@ def test_the_environment_names_the_file(tmp_path: Path, monkeypatch: pytest.Monk
         ("gpu: {tolerations: [{operator: Exists, value: x}]}\n", "gpu.tolerations.0.value: must be empty"),
         ("gpu: {nodeSelector: {pool: 1}}\n", "gpu.nodeSelector.pool: Input should be a valid string"),
         ("- a list\n", "expected a mapping of settings, got list"),
+        ("podSecurity: 5\n", "podSecurity: Input should be an object"),  # no class name of the code's
         (
             "images: [x\n",
             "not YAML: expected ',' or ']', but got '<stream end>' at line 2, column 1 (while parsing a flow "
