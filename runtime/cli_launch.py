@@ -4,6 +4,7 @@ training or inferring from a checkpoint."""
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Annotated
 
@@ -100,6 +101,27 @@ def inference_spec(text: str, checkpoint: Path, output: Path | None, base: Path)
     return written
 
 
+def inference_name(trained: str, run_dir_name: str) -> str:
+    """The name an inference run goes by: its run directory's (`<name>-inference` by default) when that
+    is a valid training name, else the trained one's. With the trained name, the local REST API, which
+    knows a run by its document's name, served one of the two directories, the last written, and the
+    other vanished; so did their Prometheus targets' labels."""
+    from graphtrain.contract.spec import MAX_NAME_LENGTH
+    from graphtrain.contract.spec.base import DNS1035
+
+    ok = len(run_dir_name) <= MAX_NAME_LENGTH and re.match(DNS1035, run_dir_name) is not None
+    return run_dir_name if ok else trained
+
+
+def renamed(text: str, name: str) -> str:
+    """The YAML of inference_spec's `text` with metadata.name `name`."""
+    import yaml
+
+    doc = yaml.safe_load(text)
+    doc["metadata"]["name"] = name
+    return yaml.safe_dump(doc, sort_keys=False)
+
+
 @friendly
 def infer(
     checkpoint: Checkpoint,
@@ -111,7 +133,10 @@ def infer(
         ),
     ] = None,
     run_dir: Annotated[
-        Path | None, typer.Option(help="run directory (default: runs/<name>-inference)")
+        Path | None,
+        typer.Option(
+            help="run directory (default: runs/<name>-inference); the run goes by its name if a valid one"
+        ),
     ] = None,
     standalone: Annotated[bool, typer.Option(help="one trainer, shards in its process (no servers)")] = False,
     data_dir: DataDir = None,
@@ -139,12 +164,16 @@ def infer(
         spec_path.parent,
     )
     gt = load_yaml(text)
-    run_dir = run_dir or Path("runs") / f"{gt.metadata.name}-inference"
+    trained = gt.metadata.name
+    run_dir = run_dir or Path("runs") / f"{trained}-inference"
+    if (name := inference_name(trained, run_dir.name)) != trained:
+        text = renamed(text, name)
+        gt = load_yaml(text)
     held = run_dir / "checkpoints"
     if held.is_dir() and any(held.iterdir()):  # refused before anything is written there
         raise GraphtrainError(
             f"--run-dir {run_dir}: holds a training's checkpoints; give the inference a run directory of "
-            f"its own (default: runs/{gt.metadata.name}-inference)"
+            f"its own (default: runs/{trained}-inference)"
         )
     if why := foreign_run_dir(run_dir):  # before inference.yaml is written there
         raise GraphtrainError(why)

@@ -19,6 +19,7 @@ import yaml
 
 from graphtrain.contract.spec import load_yaml
 from graphtrain.runtime.checkpoint import verified
+from graphtrain.runtime.cli_launch import inference_name
 from graphtrain.runtime.outputs import checkpoint_partition
 from graphtrain.runtime.predict import node_outputs
 from tests import forked
@@ -77,6 +78,10 @@ def test_infer_on_2x2_equals_one_process_and_the_trainings_evaluation(
     done = infer(spec, run_dir / "checkpoints" / "LATEST", tmp_path / "inf")
     assert done.returncode == 0, done.stderr[-3000:]
     assert "rows/s" in done.stdout and "test_accuracy" in done.stdout, done.stdout
+    # the run goes by its directory's name: the local API, which knows runs by their document's name,
+    # served only the last written of a training and its inference when they shared one
+    assert json.loads((tmp_path / "inf" / "graphtraining.json").read_text())["metadata"]["name"] == "inf"
+    assert done.stdout.startswith("inf: inferred"), done.stdout
     manifest, cols = read_output(tmp_path / "inf" / "inference")
     data = np.load(graph_file)
     n = len(data["label"])
@@ -194,3 +199,16 @@ def test_predict_refuses_a_spec_of_another_graph_but_not_of_other_parts(
     (tmp_path / "parts.yaml").write_text(yaml.safe_dump(doc))
     done = forked.complete_argv([*argv, str(tmp_path / "parts.yaml")], timeout=240)
     assert done.returncode == 0 and (tmp_path / "p.csv").exists(), done.stderr
+
+
+@pytest.mark.parametrize(
+    ("run_dir", "expected"),
+    [
+        ("wordnet-sage-inference", "wordnet-sage-inference"),  # the default run directory
+        ("inf", "inf"),
+        ("Inf_2", "wordnet-sage"),  # no training name: the trained one's
+        ("x" * 41, "wordnet-sage"),  # past the 40 characters a name may have
+    ],
+)
+def test_an_inference_goes_by_its_run_directorys_name_when_it_can(run_dir: str, expected: str) -> None:
+    assert inference_name("wordnet-sage", run_dir) == expected
