@@ -199,8 +199,9 @@ class Collection:
                 while not self._stop.is_set() and not self._refill:
                     self._resume = self._follow(self._resume)
                     pause = 0.0
-                self._resume = None  # back under the bound: list again
-                self._relisting("back under the bound")
+                if self._refill:  # back under the bound: list again (else closed)
+                    self._resume = None
+                    self._relisting("back under the bound")
             except Gone:
                 log.info("the watch of %s expired (410 Gone): listing again", self.name)
                 self._resume, pause = None, 0.0

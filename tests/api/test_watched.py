@@ -183,3 +183,22 @@ def test_a_stream_cut_once_begun_is_broken_not_a_failure_to_list_after() -> None
     assert next(events)["object"]["metadata"]["resourceVersion"] == "6"
     with pytest.raises(watched.Broken, match="ProtocolError"):
         next(events)
+
+
+@pytest.mark.timeout(30)
+def test_a_closed_collection_states_no_reason_to_list_again() -> None:
+    watching = threading.Event()
+
+    def lister(token: str | None) -> dict[str, Any]:
+        return {"items": [], "metadata": {"resourceVersion": "5"}}
+
+    def watcher(version: str, seconds: int, hold: Any) -> Iterator[dict[str, Any]]:
+        watching.set()
+        time.sleep(0.05)
+        yield from ()
+
+    collection = Collection("pods", lister, watcher, index=lambda o: None, bound=10, period=10)
+    collection.start()
+    assert watching.wait(10)
+    collection.close()
+    assert collection.lists == 1 and collection.relisted == []
