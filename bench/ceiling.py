@@ -70,7 +70,7 @@ def sampled_batches(
     graph = DistGraph(config, standalone_client(config.path))
     tr = gt.spec.training
     seed_everything(tr.seed)
-    enc = GNNEncoder(gt.spec, graph, device, int(graph.num_classes))
+    enc = GNNEncoder(gt.spec, graph, device, int(graph.num_classes), bare_output=True)  # as the task
     fanouts = layer_fanouts(tr.fanouts, tr.edge_type_fanouts, graph.canonical_etypes)
     ids = node_split(graph.config, "train", 0, 1)
     rng = np.random.default_rng(tr.seed)
@@ -142,7 +142,8 @@ def ceiling(
         logits = enc.forward(model, batches[k], e, x)
         loss = torch.nn.functional.cross_entropy(logits, labels[k])
         opt.zero_grad()
-        loss.backward()
+        with enc.products():  # bfloat16 GEMMs in backward too, where the forward ran them (encoder.py)
+            loss.backward()
         opt.step()
 
     rates, times = [], []

@@ -309,13 +309,17 @@ def dense(
     """The spec's GNN's forward, backward and Adam step per multiply-add and per step (its fixed part:
     launching each layer's ops, the optimizer's loop over the parameters) on torch's threads as set,
     over blocks sampled from in-process shards: `batch` seeds and a quarter of them, alternating;
-    `bfloat16`: the forward under autocast, as training.mixedPrecision runs it."""
+    `bfloat16`: the step as training.mixedPrecision runs it (node classification's: under autocast, or
+    as bfloat16 GEMMs on padded blocks, padding.implicit_bf16)."""
+    import contextlib
+
     import torch
 
     from graphtrain.runtime.graph import DistGraph, sample_blocks
     from graphtrain.runtime.graph.dist_graph import standalone_client
     from graphtrain.runtime.graph.split import node_split
     from graphtrain.runtime.models import gnn_entry
+    from graphtrain.runtime.models.padding import bf16_products, implicit_bf16, padded_blocks
 
     client = standalone_client(cfg.path)
     graph = DistGraph(cfg, client)
@@ -323,6 +327,9 @@ def dense(
     rng = np.random.default_rng(1)
     entry = gnn_entry(variant.KIND)
     model = entry.build(variant, shape)
+    pads = getattr(model, "pads_blocks", False)
+    implicit = implicit_bf16(bfloat16, "cpu", pads, True, torch.cpu._is_amx_tile_supported())
+    products = bf16_products if implicit else contextlib.nullcontext
     opt = torch.optim.Adam(model.parameters(), lr=0.001)
     sizes = [size for _ in range(rounds) for size in (batch, max(1, batch // 4))]
     picks = [rng.choice(ids, min(size, len(ids)), replace=False) for size in sizes]
@@ -334,11 +341,12 @@ def dense(
         def step(mb: Any = mb) -> float:
             x = torch.randn(len(mb.input_nodes), shape.in_dim)
             y = torch.randint(0, shape.out_dim, (len(mb.seeds),))
-            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bfloat16):
-                out = model(mb.blocks, x)
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bfloat16 and not implicit), products():
+                out = model(padded_blocks(mb.blocks) if implicit else mb.blocks, x)[: len(mb.seeds)]
             loss = torch.nn.functional.cross_entropy(out.float(), y)
             opt.zero_grad()
-            loss.backward()
+            with products():
+                loss.backward()
             opt.step()
             return entry.macs(variant, shape, [(b.num_dst, len(b.src)) for b in mb.blocks])
 

@@ -227,7 +227,8 @@ class MixedPrecision(StrEnum):
     """The dense layers' products under torch.autocast (training.mixedPrecision)."""
 
     none = "none"  # float32 throughout
-    bfloat16 = "bfloat16"  # the model's forward under autocast to bfloat16; parameters, loss, tables float32
+    # the products in bfloat16 (autocast, or oneDNN's bf16 GEMMs on AMX); parameters, loss, tables float32
+    bfloat16 = "bfloat16"
 
 
 class Mode(StrEnum):

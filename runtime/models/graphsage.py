@@ -169,7 +169,11 @@ class SAGEConv(nn.Module):
 
 
 class GraphSAGE(nn.Module):
-    """`frozen`: leading input columns that are data (no gradient), see SAGEConv."""
+    """`frozen`: leading input columns that are data (no gradient), see SAGEConv. Every GEMM it runs has
+    a block's destination count as its rows or inner dimension, or none (`pads_blocks`: on padded
+    blocks, padding.py, they take a few shapes)."""
+
+    pads_blocks = True
 
     def __init__(
         self,

@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from graphtrain.runtime.graph.loader import Block, csr_tensor
+from graphtrain.runtime.models.padding import row_bucket
 
 
 class LayerStack(nn.Module, abc.ABC):
@@ -53,12 +54,6 @@ def autocasting(t: torch.Tensor) -> bool:
     """Whether torch.autocast is on for t's device (training.mixedPrecision): layers then take their
     out-of-place forms, which autocast reaches (it leaves in-place products such as addmm_ alone)."""
     return torch.is_autocast_enabled(t.device.type)
-
-
-def row_bucket(n: int) -> int:
-    """n rounded up to one of eight sizes in each power of two: at most 12.5 % more rows."""
-    step = 1 << max(0, n.bit_length() - 4)
-    return -(-n // step) * step
 
 
 def padded(x: torch.Tensor, dim: int = 0) -> torch.Tensor:

@@ -4,6 +4,7 @@ shapes do not fit the spec's model is one line naming the first parameter, not t
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -109,6 +110,8 @@ class DenseTask:
     _stepping = False  # a step's update is in, its dense step not yet taken
     _encoded: tuple[int, Any] | None = None
     _told_collapsed = False
+    # what backward runs under: the encoder's products() where its forward ran GEMMs in bfloat16
+    products: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext
 
     def dense_parts(self, model: torch.nn.Module, world: int, kind: str, lr: float) -> None:
         """The model (every trainer from rank 0's weights), its gradients' averaging and its optimizer."""
@@ -151,7 +154,8 @@ class DenseTask:
         forward_backward."""
         self.settle()  # a task whose step did not settle first
         self.dense_opt.zero_grad()
-        loss.backward()
+        with self.products():
+            loss.backward()
         self.grad_sync.start()
         self._stepping = True
         clock.lap("forward_backward")

@@ -19,6 +19,8 @@ from graphtrain.runtime.errors import GraphtrainError
 from graphtrain.runtime.graph import DistGraph, FeatureBags
 from graphtrain.runtime.graph.loader import MiniBatch
 from graphtrain.runtime.models import GNNShape, gnn_entry
+from graphtrain.runtime.models.layers import fitted
+from graphtrain.runtime.models.padding import bf16_products, implicit_bf16, padded_blocks
 from graphtrain.runtime.optim import OptimConfig, SparseOptimizer
 from graphtrain.runtime.partition.typed_ids import NodeRows
 from graphtrain.runtime.tensor import PartitionBook
@@ -31,7 +33,16 @@ class GNNEncoder:
     """The inputs of a spec's GNN over `graph` and the model (`module`), whose
     output is `out_dim` wide."""
 
-    def __init__(self, spec: GraphTrainingSpec, graph: DistGraph, device: torch.device, out_dim: int):
+    def __init__(
+        self,
+        spec: GraphTrainingSpec,
+        graph: DistGraph,
+        device: torch.device,
+        out_dim: int,
+        bare_output: bool = False,
+    ):
+        """`bare_output`: the task's loss reads the encoder's output with no GEMMs of its own (node
+        classification), so its whole backward may run under bf16_products (see `implicit`)."""
         self.graph, self.device = graph, device
         m: GNNModel = gnn(spec.model)
         self.variant = m
@@ -83,6 +94,14 @@ class GNNEncoder:
         )
         self.module = gnn_entry(m.KIND).build(m, shape).to(device)
         self.bfloat16 = spec.training.mixed_precision == MixedPrecision.bfloat16
+        # bfloat16 as float32 GEMMs done in bfloat16 on padded blocks, not under autocast (padding.py)
+        self.implicit = implicit_bf16(
+            self.bfloat16,
+            device.type,
+            getattr(self.module, "pads_blocks", False),
+            bare_output,
+            device.type == "cpu" and torch.cpu._is_amx_tile_supported(),
+        )
 
     def start(self, step: int) -> None:
         """The tables' step counts go on from the checkpoint's (their optimizers' bias correction)."""
@@ -133,19 +152,29 @@ class GNNEncoder:
     ) -> torch.Tensor:
         """The model's output for a batch's seeds from its features `x` and/or its learnable input `e`
         (`model`: the module)."""
+        blocks = padded_blocks(mb.blocks) if self.implicit else mb.blocks
         with self.precision():
             if e is None:
-                out = model(mb.blocks, x)
+                out = model(blocks, x)
             else:
-                out = model(mb.blocks, e, x) if self.split_inputs else model(mb.blocks, e)
+                out = model(blocks, e, x) if self.split_inputs else model(blocks, e)
+        if self.implicit:  # the seeds' rows: padded blocks add some
+            out = fitted(out, mb.blocks[-1].num_dst)
         return out.float()  # the task's decoder and loss in float32 (a no-op without autocast)
 
     def precision(self) -> contextlib.AbstractContextManager:
-        """training.mixedPrecision's autocast over a training forward; backward runs outside it, in the
-        dtypes autocast recorded (torch's recipe). Evaluation and inference (layerwise) stay float32."""
+        """training.mixedPrecision over a training forward: autocast, whose backward runs outside it in
+        the dtypes autocast recorded (torch's recipe), or bf16_products (`implicit`), which the task's
+        backward runs under too (`products`). Evaluation and inference (layerwise) stay float32."""
+        if self.implicit:
+            return bf16_products()
         if not self.bfloat16:
             return contextlib.nullcontext()
         return torch.autocast(self.device.type, dtype=torch.bfloat16)
+
+    def products(self) -> contextlib.AbstractContextManager:
+        """What a training step's backward runs under: bf16_products when the forward did."""
+        return bf16_products() if self.implicit else contextlib.nullcontext()
 
     def idle_lookups(self, rounds: int) -> None:
         """Take part in `rounds` collective lookups with no batch (a trainer with fewer evaluation batches

@@ -95,7 +95,8 @@ class NodeClassification(DenseTask):
                 f"task nodeClassification ({m.KIND}) needs node labels: the graph has none (graph.labels)"
             )
         self.label = graph.ndata["label"]
-        self.enc = GNNEncoder(self.spec, graph, self.device, int(graph.num_classes))
+        self.enc = GNNEncoder(self.spec, graph, self.device, int(graph.num_classes), bare_output=True)
+        self.products = self.enc.products
         self.feat, self.emb, self.words = self.enc.feat, self.enc.emb, self.enc.words
         self.sparse_opts, self.collective_tables = self.enc.sparse_opts, self.enc.collective_tables
         self.dense_parts(self.enc.module, dist.world, str(tr.dense_optimizer), tr.dense_lr)
