@@ -12,20 +12,20 @@ Two modes:
   namespaces (access.py), each of them is listed whole (max_objects in all) and paged here, with this
   server's tokens: the API server's, over every namespace, would name trainings the token may not see.
 - cached (cache_ttl>0): five collections (GraphTrainings, progress and config ConfigMaps, trainer pods,
-  GraphTraining events) kept as an informer's stores (cached.py, watched.py): each listed once, when
-  the first request comes, then watched from that list's resourceVersion, so that in steady state the
-  API server sends only changes, within moments of each. A collection is listed again only after 410
-  Gone, a broken watch (after a pause of 0.5 s doubling to 30 s) or, over max_objects, once back under
-  it. Staleness: a request is answered from a collection known to hold every change up to 10 x
-  cache_ttl ago (a healthy watch, silent or not, confirms it every 5 x cache_ttl, between 1 and 60 s);
-  one whose watch has been down longer waits for it (up to 6 x the call timeout) and is refused with
-  SourceUnavailable (503) if it does not come back, as a snapshot older than 10 x cache_ttl was. Lists
-  page over the cached trainings with this server's own tokens. A collection over max_objects keeps
-  nothing: a request about one training then reads that collection's objects of it directly (a training
-  left out is not answered as one with nothing), and the list of trainings, over it, is paged over the
-  API server as in direct mode. Histories (~100 KB a training) are not kept with the progress maps: a
-  history is read on /history and its answer's bytes kept, gzip form included, until its history
-  changes (40 MB at most, ~350 trainings at 500 epochs; not until its ConfigMap changes: every
+  GraphTraining events) kept as an informer's stores (cached.py, watched.py): each listed once, when the
+  first request comes, then watched from that list's resourceVersion, so that in steady state the API
+  server sends only changes, within moments of each; a stream that breaks is watched again from its last
+  event. A collection is listed again only after 410 Gone, a failed watch (after a pause of 0.5 s doubling
+  to 30 s) or, over max_objects, once back under it. Staleness: a request is answered from a collection
+  known to hold every change up to 10 x cache_ttl ago (a healthy watch, silent or not, confirms it every 5
+  x cache_ttl, between 1 and 60 s); one whose watch has been down longer waits for it (up to 6 x the call
+  timeout) and is refused with SourceUnavailable (503) if it does not come back, as a snapshot older than
+  10 x cache_ttl was. Lists page over the cached trainings with this server's own tokens. A collection
+  over max_objects keeps nothing: a request about one training then reads that collection's objects of it
+  directly (a training left out is not answered as one with nothing), and the list of trainings, over it,
+  is paged over the API server as in direct mode. Histories (~100 KB a training) are not kept with the
+  progress maps: a history is read on /history and its answer's bytes kept, gzip form included, until its
+  history changes (40 MB at most, ~350 trainings at 500 epochs; not until its ConfigMap changes: every
   heartbeat changes that).
   close() ends the watches (the app's shutdown calls it).
 
@@ -61,10 +61,11 @@ from graphtrain.api.sources.objects import (
     status_of,
     training_of,
 )
-from graphtrain.api.sources.watched import Broken, Gone, Lister, Watcher
+from graphtrain.api.sources.watched import Lister, Watcher
 from graphtrain.contract import reporting
 from graphtrain.contract.children import LABEL_ROLE, LABEL_TRAINING, names
 from graphtrain.contract.spec import API_VERSION, KIND, PLURAL
+from graphtrain.contract.watch import Gone, events
 
 log = logging.getLogger("graphtrain.api")
 GROUP, VERSION = API_VERSION.split("/")
@@ -177,6 +178,7 @@ class Api:
             Gone: 410, the version is too old.
             Refused: another error status.
             Broken: the stream broke once it had begun (cut, reset, a read timed out, a torn line).
+            Gone, Failed: an ERROR event (contract/watch.py reads the stream).
         """
         try:
             resp = fn(
@@ -194,23 +196,7 @@ class Api:
                 raise Gone() from None
             raise Refused(exc.status, watch_refused(exc.status, exc.reason)) from None
         hold(resp.shutdown)
-        lines = iter_resp_lines(resp)
-        try:
-            while True:
-                try:
-                    line = next(lines, None)
-                    if line is None:
-                        return
-                    event = json.loads(line) if line else None
-                except (urllib3.exceptions.HTTPError, OSError, ValueError) as exc:
-                    raise Broken(type(exc).__name__) from None
-                if event is not None:
-                    yield event
-        finally:
-            # first: closed before its end, urllib3's stream closes the connection (its error catcher);
-            # released first, the pool would hand the next LIST a connection still carrying this watch
-            lines.close()
-            resp.release_conn()
+        return events(resp, iter_resp_lines(resp), time.monotonic() + seconds + self.timeout)
 
     def trainings(self, namespace: str | None, caller: Caller | None = None, **kw: Any) -> Any:
         """A list's 404 is the kind unserved, never an absent object (a namespace that does not exist

@@ -11,9 +11,10 @@ ends each watch; the next resumes where it ended, a WATCH, not a LIST). A stream
 It lists again only after 410 Gone (at once), after another failure (a watch refused, an unreachable
 server: after a pause of 0.5 s doubling to 30 s, back to 0.5 s once a watch has worked; a request that
 finds the store too old cuts the pause short), or when a collection cut at its bound has come back
-under it. The operator's watches (operator/child_watch.py's _watch_kind) list again after a broken
-stream too; the API may not import the operator (.importlinter), and this one keeps no tombstones (the
-API writes nothing) but counts its objects.
+under it. Why each list after the first was made is kept (`relisted`). What a watch is, ends with and
+pauses after is contract/watch.py's, shared with the operator's child watches (operator/child_watch.py:
+the API may not import the operator, .importlinter); this store keeps no tombstones (the API writes
+nothing) but counts its objects.
 
 Staleness: `current_at` is the last moment the store was known to hold every change: the start of
 its last list, each event received, the normal end of each watch. A healthy watch renews it at least
@@ -39,6 +40,9 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from graphtrain.api.sources.base import SourceUnavailable
+from graphtrain.contract.watch import LONGEST_PAUSE, PAUSE, Broken, Gone, check, next_pause
+
+__all__ = ["LONGEST_PAUSE", "PAUSE", "Broken", "Collection", "Gone", "Lister", "Watcher", "next_pause"]
 
 log = logging.getLogger("graphtrain.api")
 Obj = dict[str, Any]
@@ -47,28 +51,7 @@ Lister = Callable[[str | None], Obj]  # continue token (None: the first page) ->
 # (resourceVersion, seconds, hold) -> the watch's events; hold(close) registers how to cut it short
 Watcher = Callable[[str, int, Callable[[Callable[[], None]], None]], Iterator[Obj]]
 
-PAUSE, LONGEST_PAUSE = 0.5, 30.0  # after a failure: the first pause, doubling up to the longest
 MAX_PAGES = 100_000  # a list's pages (a bound on the loop; 50 million objects at 500 a page)
-
-
-class Gone(Exception):
-    """The watch's resourceVersion is too old (410 Gone, expired): list again."""
-
-
-class Broken(Exception):
-    """The watch's stream broke after it began (a connection cut or reset, a read timed out): resume
-    watching from the last event's resourceVersion after a pause, keeping the store, which holds every
-    change up to it (client-go's reflector does the same: only 410 makes it list again). A LIST of a
-    large collection is what a loaded API server can least afford, and a broken stream is what load
-    brings."""
-
-
-def next_pause(pause: float, watched: bool) -> float:
-    """The pause before listing again after a failure, `pause` the last one: PAUSE if a watch had
-    worked since the last list (an event, or its normal end), else double the last, up to LONGEST_PAUSE.
-    Not reset by a list alone: a server that lists but refuses every watch (403 to a role without the
-    watch verb) would be listed whole every PAUSE, forever."""
-    return PAUSE if watched else min(LONGEST_PAUSE, max(PAUSE, pause * 2))
 
 
 class Collection:
@@ -273,11 +256,7 @@ class Collection:
     def _follow(self, version: str) -> str:
         """One watch from `version`, until the server ends it; the version to resume from."""
         for event in self._watch(version, self.period, self._hold):
-            kind, obj = event.get("type"), event.get("object") or {}
-            if kind == "ERROR":
-                if obj.get("code") == 410:
-                    raise Gone()
-                raise RuntimeError(f"{obj.get('code')} {obj.get('reason')}: {obj.get('message')}")
+            kind, obj = check(event).get("type"), event.get("object") or {}
             version = (obj.get("metadata") or {}).get("resourceVersion") or version
             self._apply(str(kind), obj)
             self._resume = version  # applied: a break after it resumes here

@@ -176,13 +176,18 @@ def test_a_stream_cut_once_begun_is_broken_not_a_failure_to_list_after() -> None
         def shutdown(self) -> None:
             pass
 
-        def release_conn(self) -> None:
-            pass
+        def close(self) -> None:
+            done.append("close")
 
+        def release_conn(self) -> None:
+            done.append("release_conn")
+
+    done: list[str] = []
     events = api.stream(lambda *a, **k: Cut(), version="5", seconds=1, hold=lambda cut: None)
     assert next(events)["object"]["metadata"]["resourceVersion"] == "6"
     with pytest.raises(watched.Broken, match="ProtocolError"):
         next(events)
+    assert done == ["close", "release_conn"]  # the connection still carrying the watch: closed, then pooled
 
 
 @pytest.mark.timeout(30)
