@@ -40,6 +40,7 @@ from kubernetes.dynamic.exceptions import ResourceNotFoundError
 from graphtrain.contract.children import LABEL_TRAINING
 from graphtrain.contract.conditions import Event
 from graphtrain.contract.spec import API_VERSION, KIND
+from graphtrain.contract.watch import Broken
 from graphtrain.operator import gang_admission, gang_holds, manifests
 from graphtrain.operator.cache import ChildCache
 from graphtrain.operator.context import Action, Plan
@@ -108,7 +109,7 @@ def calling(verb: str, expected: tuple[int, ...] = ()) -> Iterator[None]:
         if exc.status not in expected:
             _count_error(verb)
         raise
-    except (urllib3.exceptions.HTTPError, OSError):
+    except (urllib3.exceptions.HTTPError, OSError, Broken):  # Broken: a watch's stream cut once begun
         _count_error(verb)
         raise
 

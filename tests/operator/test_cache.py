@@ -166,10 +166,8 @@ def test_a_watch_thread_outlives_a_failed_lookup_and_discovery_runs_one_at_a_tim
     monkeypatch.setattr(k8s, "_res", failing)
     errors: list[BaseException] = []
     monkeypatch.setattr(threading, "excepthook", lambda args: errors.append(args.exc_value))
-    watch = threading.Thread(
-        target=child_watch._watch_kind,
-        args=("v1", "Secret", "a", ChildCache(["Secret"]), lambda *_: None, stop, 1),
-    )
+    kind = child_watch.KindWatch("v1", "Secret", "a", ChildCache(["Secret"]), lambda *_: None, stop, 1)
+    watch = threading.Thread(target=kind.run)
     watch.start()
     watch.join(timeout=10)
     assert not watch.is_alive() and calls == ["Secret", "Secret"] and not errors
