@@ -75,7 +75,7 @@ def require_files(source: GraphSource, base_dir: Path | None) -> None:
         try:
             files.regular_file(files.resolve(str(path), base_dir), what)
         except DataError as exc:
-            raise DataError(f"{field}: {exc}") from None
+            raise DataError(f"spec.{field}: {exc}") from None
 
 
 def sha256_of(path: Path, field: str) -> str:
@@ -85,19 +85,19 @@ def sha256_of(path: Path, field: str) -> str:
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except FileNotFoundError:
-        raise DataError(f"{field}: {path}: file not found") from None
+        raise DataError(f"spec.{field}: {path}: file not found") from None
     except OSError as exc:
-        raise DataError(f"{field}: {path}: {reason(exc)}") from None
+        raise DataError(f"spec.{field}: {path}: {reason(exc)}") from None
     mode = os.fstat(fd).st_mode
     if not stat.S_ISREG(mode):  # checked before fdopen, which raises IsADirectoryError on a directory
         os.close(fd)
         kind = "a directory, not a file" if stat.S_ISDIR(mode) else "not a regular file"
-        raise DataError(f"{field}: {path} is {kind}")
+        raise DataError(f"spec.{field}: {path} is {kind}")
     with os.fdopen(fd, "rb") as f:
         try:
             return hashlib.file_digest(f, "sha256").hexdigest()
         except OSError as exc:
-            raise DataError(f"{field}: {path}: {reason(exc)}") from None
+            raise DataError(f"spec.{field}: {path}: {reason(exc)}") from None
 
 
 def fingerprint(source: GraphSource, dataset_dir: Path | None = None) -> dict[str, str]:

@@ -37,8 +37,17 @@ def _source_field(graph: GraphSource, own_file: str) -> str:
     return "graph.triples" if graph.triples is not None else "graph.dataset"
 
 
+def in_spec(problem: Problem) -> Problem:
+    """`problem` with its field named from the document's top, `spec.graph.triples` as the schema's
+    problems and the memory limits' name theirs (the checks below spell the field inside spec)."""
+    if problem.path.startswith("spec."):
+        return problem
+    return Problem(path=f"spec.{problem.path}", message=problem.message)
+
+
 def problems(spec: GraphTrainingSpec, summary: Summary) -> list[Problem]:
-    """Everything the data lacks for `spec`'s model and sizes, each naming the spec field."""
+    """Everything the data lacks for `spec`'s model and sizes, each naming the spec field (from the
+    document's top: spec.model.featureProjection)."""
     out: list[Problem] = []
     name = summary.name
     if spec.task_kind == NODE_CLASSIFICATION:
@@ -81,7 +90,7 @@ def problems(spec: GraphTrainingSpec, summary: Summary) -> list[Problem]:
                 "partition needs at least one node",
             )
         )
-    return out
+    return [in_spec(p) for p in out]
 
 
 def _node_classification(spec: GraphTrainingSpec, s: Summary) -> list[Problem]:

@@ -161,7 +161,7 @@ def _features(path: Path, table: Any, columns: list[str], field: str) -> np.ndar
 
 def read_node_type(spec: NodeTypeFiles, base: Path, index: int) -> NodeType:
     """One graph.nodes entry's files, concatenated in order."""
-    field = f"graph.nodes[{index}]"
+    field = f"spec.graph.nodes[{index}]"
     ids, feats, labels = [], [], []
     for f, name in enumerate(spec.files):
         path = resolve(name, base)
@@ -239,7 +239,7 @@ INTEGER = re.compile(r"-?[0-9]{1,18}")  # ASCII digits that fit int64: a class i
 
 
 def parse_labels(
-    text: np.ndarray, present: np.ndarray, field: str = "graph.nodes[].label"
+    text: np.ndarray, present: np.ndarray, field: str = "spec.graph.nodes[].label"
 ) -> tuple[np.ndarray, np.ndarray | None]:
     """(class per row, -1 where not `present`; class names or None): integers as they are unless any
     label is not an integer (or one past int64, or of other digits than ASCII's), then every label a
@@ -276,7 +276,7 @@ def load_typed(
     src_all, dst_all, etype_all, efeats, elabels = [], [], [], [], []
     for e, spec in enumerate(edges):
         s_t, rel, d_t = spec.relation
-        field = f"graph.edges[{e}]"
+        field = f"spec.graph.edges[{e}]"
         paths = [resolve(fname, base) for fname in spec.files]
         again = next((f for f, q in enumerate(paths) if q in paths[:f]), None)
         if again is not None:  # its edges twice: multi-edges that are not, and a copy in another split

@@ -119,14 +119,16 @@ def test_9_sparse_class_ids_are_a_problem(tmp_path: Path) -> None:
     labels = write(tmp_path / "l.csv", "id,label\n0,0\n1,1\n2,2\n3,1000000000000\n4,1\n5,0\n")
     g = quiet_load(write(tmp_path / "e.tsv", EDGES), labels=labels)
     found = [
-        p for p in problems(spec("{path: e.tsv, labels: l.csv}"), summarise(g)) if p.path == "graph.labels"
+        p
+        for p in problems(spec("{path: e.tsv, labels: l.csv}"), summarise(g))
+        if p.path == "spec.graph.labels"
     ]
     assert len(found) == 1
     assert "largest class id is 1,000,000,000,000" in found[0].message
     assert "give the classes as names" in found[0].message
     small = quiet_load(tmp_path / "e.tsv", labels=write(tmp_path / "k.csv", "id,label\n0,0\n1,1\n2,599\n"))
     found = problems(spec("{path: e.tsv, labels: k.csv}"), summarise(small))
-    assert "graph.labels" in [p.path for p in found]  # 599 > 100 x 3 labelled nodes
+    assert "spec.graph.labels" in [p.path for p in found]  # 599 > 100 x 3 labelled nodes
 
 
 # 10: duplicate triples, leakage into valid/test, valid sharing test's triples

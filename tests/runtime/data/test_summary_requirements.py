@@ -127,7 +127,7 @@ WORDS = "{name: w, dim: 4, keys: features}"
 )
 def test_problems_name_the_field(the_spec, g: Graph, fields: list[str]) -> None:  # noqa: ANN001
     found = problems(the_spec, summarise(g))
-    assert [p.path for p in found] == fields, found
+    assert [p.path for p in found] == [f"spec.{f}" for f in fields], found  # as schema problems
 
 
 def test_kge_needs_triples() -> None:
@@ -137,7 +137,7 @@ def test_kge_needs_triples() -> None:
         tables="{name: e, dim: 4}, {name: r, dim: 4, keys: relations}",
     )
     found = problems(kge, summarise(graph([0], [1], 2)))
-    assert [p.path for p in found] == ["graph.triples"]
+    assert [p.path for p in found] == ["spec.graph.triples"]
 
 
 def test_kge_needs_valid_and_test_triples() -> None:
@@ -152,7 +152,7 @@ def test_kge_needs_valid_and_test_triples() -> None:
     empty = np.empty((0, 3), dtype=np.int64)
     kg = KnowledgeGraph("k", 3, 2, t, empty, empty, ["a", "b", "c"], ["likes", "knows"])
     found = problems(kge, summarise(kg))
-    assert [p.path for p in found] == ["graph.split", "graph.split"], found
+    assert [p.path for p in found] == ["spec.graph.split", "spec.graph.split"], found
     assert "the valid split of k holds no triples" in found[0].message
     whole = KnowledgeGraph("k", 3, 2, t, t[:1], t[1:], ["a", "b", "c"], ["likes", "knows"])
     assert problems(kge, summarise(whole)) == []
@@ -172,7 +172,7 @@ def test_link_prediction_needs_an_encoder_input_and_known_target_relations() -> 
     t = np.array([[0, 0, 1], [1, 1, 2]])
     kg = KnowledgeGraph("k", 3, 2, t, t[:1], t[1:], ["a", "b", "c"], ["likes", "knows"])
     found = problems(link_spec("[likes, hates]", "{kind: rgcn, nodeEmbedding: e}"), summarise(kg))
-    assert [p.path for p in found] == ["model.useFeatures", "task.targetRelations"], found
+    assert [p.path for p in found] == ["spec.model.useFeatures", "spec.task.targetRelations"], found
     assert "no relation 'hates' (relations: likes, knows)" in found[1].message
 
 
@@ -186,7 +186,7 @@ def test_target_relations_need_triples_in_every_split() -> None:
     assert s.relation_triples == {"train": [2, 1], "valid": [1, 0], "test": [1, 0]}
 
     found = problems(link_spec("[knows]"), s)
-    assert [p.path for p in found] == ["task.targetRelations"] * 2, found
+    assert [p.path for p in found] == ["spec.task.targetRelations"] * 2, found
     assert "the valid split of k holds no triples of 'knows'" in found[0].message
     assert "the test split" in found[1].message
     assert problems(link_spec("[likes]"), s) == [] and notes(link_spec("[likes]"), s) == []
@@ -239,7 +239,9 @@ def test_validate_checks_the_data_from_the_spec_dir(tmp_path: Path, monkeypatch:
     assert ok.exit_code == 0 and "mine.yaml: valid" in ok.output, ok.output
     result = runner.invoke(app, ["validate", str(bad)])
     assert result.exit_code == 1
-    assert "graph.labels: task nodeClassification classifies nodes, but e has no labels" in result.output
+    assert (
+        ": spec.graph.labels: task nodeClassification classifies nodes, but e has no labels" in result.output
+    )
     assert "warning:" in result.output and "graph.reverseEdges: true" in result.output  # one-way edges
     assert "Traceback" not in result.output
     assert runner.invoke(app, ["validate", "--no-data", str(bad)]).exit_code == 0
@@ -252,7 +254,9 @@ def test_validate_names_a_missing_data_file_and_its_field(tmp_path: Path, name: 
     path = write_inputs(tmp_path, labels=True)
     (tmp_path / "data" / name).unlink()
     result = runner.invoke(app, ["validate", str(path)])
-    assert result.exit_code == 1 and f"{field}: {tmp_path}/data/{name}: file not found" in result.output
+    assert (
+        result.exit_code == 1 and f": spec.{field}: {tmp_path}/data/{name}: file not found" in result.output
+    )
     assert len(result.output.strip().splitlines()) == 1, result.output
 
 
@@ -273,7 +277,7 @@ def test_validate_names_a_missing_triples_file_and_its_field(tmp_path: Path) -> 
     (tmp_path / "kg.yaml").write_text(KG)
     result = runner.invoke(app, ["validate", str(tmp_path / "kg.yaml")])
     assert result.exit_code == 1
-    assert f"graph.triples.valid: {tmp_path}/val.tsv: file not found" in result.output, result.output
+    assert f": spec.graph.triples.valid: {tmp_path}/val.tsv: file not found" in result.output, result.output
 
 
 def test_data_info_on_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -158,33 +158,37 @@ BAD = [
     Bad(
         "missing-node-file",
         _set(("nodes", 0, "files"), ["data/nope.csv"]),
-        "nope.csv: graph.nodes[0].files[0]: file not found",
+        "nope.csv: spec.graph.nodes[0].files[0]: file not found",
     ),
     Bad(
         "missing-edge-file",
         _set(("edges", 1, "files"), ["data/gone.tsv"]),
-        "gone.tsv: graph.edges[1].files[0]: file not found",
+        "gone.tsv: spec.graph.edges[1].files[0]: file not found",
     ),
     Bad(
         "no-id-column",
         _set(("nodes", 1, "idColumn"), "author_id"),
-        "graph.nodes[1].idColumn: no column 'author_id'",
+        "spec.graph.nodes[1].idColumn: no column 'author_id'",
     ),
     Bad(
         "no-feature-column",
         _set(("nodes", 0, "features"), ["year", "pages"]),
-        "graph.nodes[0].features: no column 'pages'",
+        "spec.graph.nodes[0].features: no column 'pages'",
     ),
-    Bad("no-label-column", _set(("nodes", 0, "label"), "field"), "graph.nodes[0].label: no column 'field'"),
+    Bad(
+        "no-label-column",
+        _set(("nodes", 0, "label"), "field"),
+        "spec.graph.nodes[0].label: no column 'field'",
+    ),
     Bad(
         "no-source-column",
         _set(("edges", 0, "sourceColumn"), "writer"),
-        "graph.edges[0].sourceColumn: no column 'writer'",
+        "spec.graph.edges[0].sourceColumn: no column 'writer'",
     ),
     Bad(
         "no-destination-column",
         _set(("edges", 1, "destinationColumn"), "to"),
-        "graph.edges[1].destinationColumn: no column 'to'",
+        "spec.graph.edges[1].destinationColumn: no column 'to'",
     ),
     Bad(
         "id-absent-from-its-type",
@@ -204,38 +208,38 @@ BAD = [
     Bad(
         "feature-not-a-number",
         _file("papers.csv", PAPERS.replace("2005", "soon")),
-        "graph.nodes[0].features 'year' holds string",
+        "spec.graph.nodes[0].features 'year' holds string",
     ),
     Bad(
         "feature-empty",
         _file("papers.csv", PAPERS.replace("2005,1", "2005,")),
-        "graph.nodes[0].features 'cites' has no value on line 3 (an empty cell, or one that reads as missing",
+        "spec.graph.nodes[0].features 'cites' has no value on line 3 (an empty cell, or one that reads",
     ),
     Bad(  # pyarrow reads NA, NULL and nan as missing: the message must not say only "empty"
         "feature-na",
         _file("papers.csv", PAPERS.replace("2005,1", "2005,NA")),
-        "graph.nodes[0].features 'cites' has no value on line 3 (an empty cell, or one that reads as missing",
+        "spec.graph.nodes[0].features 'cites' has no value on line 3 (an empty cell, or one that reads",
     ),
     Bad(
         "feature-not-finite",
         _file("papers.csv", PAPERS.replace("2005", "inf")),
-        "graph.nodes[0].features 'year' is not finite on line 3",
+        "spec.graph.nodes[0].features 'year' is not finite on line 3",
     ),
     Bad(
         "edge-feature-not-a-number",
         _file("writes.csv", WRITES.replace("0.5", "heavy")),
-        "graph.edges[0].features 'weight' holds string",
+        "spec.graph.edges[0].features 'weight' holds string",
     ),
     Bad(
         "empty-id",
         _file("authors.csv", "aid,x\nann,1\n,2\nbob,3\n1,4\n"),
-        "graph.nodes[1].idColumn 'aid' is empty on line 3",
+        "spec.graph.nodes[1].idColumn 'aid' is empty on line 3",
     ),
-    Bad("header-only", _file("authors.csv", "aid\n"), "graph.nodes[1].files[0]: no rows"),
+    Bad("header-only", _file("authors.csv", "aid\n"), "spec.graph.nodes[1].files[0]: no rows"),
     Bad(
         "unknown-format",
         _set(("nodes", 1, "files"), ["data/authors.json"]),
-        "graph.nodes[1].files[0]: file not found",
+        "spec.graph.nodes[1].files[0]: file not found",
     ),
     Bad(
         "undeclared-node-type",
@@ -261,17 +265,17 @@ BAD = [
     Bad(
         "node-header-names-a-column-twice",
         _file("papers.csv", PAPERS.replace("pid,year,cites,topic", "pid,year,year,topic")),
-        "graph.nodes[0].files[0]: the header names column 'year' twice",
+        "spec.graph.nodes[0].files[0]: the header names column 'year' twice",
     ),
     Bad(
         "edge-header-names-a-column-twice",
         _file("writes.csv", WRITES.replace("author,paper,weight", "author,author,weight")),
-        "graph.edges[0].files[0]: the header names column 'author' twice",
+        "spec.graph.edges[0].files[0]: the header names column 'author' twice",
     ),
     Bad(
         "edge-file-listed-twice",
         _set(("edges", 0, "files"), ["writes.csv", "./writes.csv"]),
-        "graph.edges[0].files[1] lists a file already listed",
+        "spec.graph.edges[0].files[1] lists a file already listed",
     ),
     Bad(
         "feature-column-listed-twice",
@@ -281,7 +285,7 @@ BAD = [
     Bad(
         "same-id-and-feature-column",
         _set(("nodes", 0, "features"), ["pid"]),
-        "graph.nodes[0].idColumn: is also a feature or the label column",
+        "spec.graph.nodes[0].idColumn: is also a feature or the label column",
     ),
 ]
 
@@ -371,6 +375,6 @@ def test_a_typed_file_that_is_not_a_regular_file_says_what_it_is(
     graph = graph_section()
     graph["nodes"][1]["files"] = ["data/odd.csv"]
     result = runner.invoke(app, ["validate", str(write_spec(tmp_path, graph))])
-    assert result.exit_code == 1 and f"odd.csv: graph.nodes[1].files[0]: {said}" in result.output, (
+    assert result.exit_code == 1 and f"odd.csv: spec.graph.nodes[1].files[0]: {said}" in result.output, (
         result.output
     )
