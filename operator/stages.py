@@ -17,11 +17,12 @@ runPolicy.startTimeoutSeconds (StartTimeout); so is a Job or StatefulSet whose p
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import json
 from dataclasses import dataclass
 
-from graphtrain.contract import conditions
+from graphtrain.contract import conditions, reporting
 from graphtrain.contract.children import LABEL_ATTEMPT, SHARD_CONTAINER, names, rank_pods, worker_name
 from graphtrain.contract.spec import (
     CleanPodPolicy,
@@ -50,6 +51,7 @@ from graphtrain.operator.observation import (
     culprit_due,
     first_failure,
     job_outcome,
+    parse_time,
     partition_error,
     partition_stats,
     pod_failure,
@@ -448,8 +450,9 @@ def trainers_stage(ctx: Context, conds: conditions.Conditions) -> Step:
         actions = [a for p in stale for a in ctx.remove("Pod", p["metadata"]["name"], "v1")]
         return Step(actions, phase=Phase.restarting)
     leaving = sorted(p["metadata"]["name"] for p in pods if p["metadata"].get("deletionTimestamp"))
-    ready = conds.previous.get(str(ConditionType.trainers_ready))  # a status before trainersRanAttempt
-    ran = ctx.old.get("trainersRanAttempt") == attempt or (ready is not None and ready.status == "True")
+    ready = conds.previous.get(str(ConditionType.trainers_ready))
+    cm = ctx.child("ConfigMap", ctx.names["progress"])
+    ran = attempt_ran(ctx.old, attempt, ready is not None and ready.status == "True", trainers, cm)
     lost = _lost(ran, leaving, [r for r in range(world) if r not in trainers])
     if lost:
         status = progress_status(ctx.child("ConfigMap", ctx.names["progress"]))
@@ -478,8 +481,9 @@ def trainers_stage(ctx: Context, conds: conditions.Conditions) -> Step:
     made = _pods_for(ctx, [r for r in range(world) if r not in trainers])
     # with their rendezvous Service: deleted meanwhile, a rank made again would never find rank 0
     missing = ctx.ensure(manifests.trainer_service(ctx.body, gt), *made) if made else []
-    cm = ctx.child("ConfigMap", ctx.names["progress"])
     step = Step(missing, status=progress_status(cm))
+    if ran:  # written again where a status without it was restored or written by an older writer
+        step.status["trainersRanAttempt"] = attempt
     failed = [p for _, p in sorted(trainers.items()) if pod_phase(p) == "Failed"]
     if failed:  # no missing rank is made: every rank restarts, or the training ends
         servers = _server_statuses(ctx)
@@ -512,6 +516,39 @@ def trainers_stage(ctx: Context, conds: conditions.Conditions) -> Step:
         held = _cannot_start(ctx, conds, stuck, kind, f"{running}/{world} trainers running")
         return Step(step.actions + held.actions, step.status, held.phase or _going(ctx), held.requeue_after)
     return Step(step.actions, step.status, _going(ctx))
+
+
+def attempt_ran(old: Obj, attempt: int, ready: bool, trainers: dict[int, Obj], cm: Obj | None) -> bool:
+    """Whether every rank of attempt `attempt` ran at once (see _lost): status.trainersRanAttempt
+    (`old`'s) says so once the operator saw it. A status without it (one from before the field, or
+    restored or rewritten by a writer that drops it) is judged by what the cluster still holds:
+    TrainersReady True (`ready`), or a rank whose heartbeat (rank-<i> in the progress ConfigMap `cm`)
+    was written after its pod of this attempt (`trainers`: rank -> its pod) started: a trainer reports
+    only once every rank met at the rendezvous. A pod being deleted says nothing: after a suspension
+    (which removes the field) the pods stopping ran before it, not in the resumed attempt. Pure."""
+    if old.get("trainersRanAttempt") == attempt or ready:
+        return True
+    data = (cm or {}).get("data")
+    for rank, pod in trainers.items():
+        if (pod.get("metadata") or {}).get("deletionTimestamp"):
+            continue
+        report = reporting.rank_report(data, rank)
+        said = parse_time(report.updated_at if report is not None else None)
+        began = _started(pod)
+        if said is not None and began is not None and said >= began:
+            return True
+    return False
+
+
+def _started(pod: Obj) -> dt.datetime | None:
+    """When the pod's trainer last started: the latest of its startTime and its containers' start (a
+    heartbeat before it is an earlier pod's, or its container's before a restart)."""
+    st = pod.get("status") or {}
+    times = [parse_time(st.get("startTime"))]
+    for cs in st.get("containerStatuses") or []:
+        for state in ((cs.get("state") or {}).get("running"), (cs.get("state") or {}).get("terminated")):
+            times.append(parse_time((state or {}).get("startedAt")))
+    return max((t for t in times if t is not None), default=None)
 
 
 def _lost(ran: bool, leaving: list[str], missing: list[int]) -> str | None:

@@ -1259,6 +1259,74 @@ def test_a_rank_lost_after_its_node_read_unknown_fails_the_attempt(how: str) -> 
     assert "deleted while the trainers ran" in cond(p, "TrainersReady")["message"]
 
 
+def test_a_rank_lost_after_a_status_restored_without_the_marker_fails_the_attempt() -> None:
+    """A status restored (or written by an older writer) without status.trainersRanAttempt, while
+    TrainersReady is False (a node read Unknown): the ranks' heartbeats after their pods started say
+    every rank met, so a rank lost then fails the attempt (every rank restarts) instead of being made
+    again alone, and the marker is written back."""
+    c = running_cluster(**{"runPolicy.backoffLimit": 1})
+    c.step()
+    c.trainers("Running", r1="Unknown")
+    c.step()
+    c.body["status"].pop("trainersRanAttempt")  # the restore's status
+    c.children[key("ConfigMap", f"{NAME}-progress")]["data"] = {
+        "rank-0": json.dumps({"updated_at": "2026-11-22T11:59:50Z"}),
+        "rank-1": json.dumps({"updated_at": "2026-11-22T11:59:40Z"}),
+    }
+    assert c.step().status["trainersRanAttempt"] == 0  # written back
+    c.body["status"].pop("trainersRanAttempt")
+    c.children.pop(key("Pod", trainer_name(NAME, 1)))
+    p = c.step()
+    assert p.status["phase"] == "Restarting" and kinds(p, "create") == [], p.actions
+    assert "deleted while the trainers ran" in cond(p, "TrainersReady")["message"]
+
+
+ON = "2026-11-22T11:59:50Z"  # a heartbeat after trainer()'s start (11:59:00)
+BEFORE = "2026-11-22T11:58:00Z"  # one before it: an earlier pod's
+
+
+@pytest.mark.parametrize(
+    ("old", "ready", "pods", "beats", "ran"),
+    [
+        ({"trainersRanAttempt": 1}, False, [], {}, True),  # the marker
+        ({"trainersRanAttempt": 0}, False, [], {}, False),  # an earlier attempt's
+        ({}, True, [], {}, True),  # TrainersReady True: a status from before the marker
+        ({}, False, [trainer(0, "Running", 1)], {}, False),  # no heartbeat
+        ({}, False, [trainer(0, "Running", 1)], {"rank_0": BEFORE}, False),  # an earlier attempt's beat
+        ({}, False, [trainer(0, "Running", 1)], {"rank_0": ON}, True),  # restored without the marker
+        ({}, False, [trainer(0, "Running", 1)], {"rank_1": ON}, False),  # another rank's, no pod of it
+        ({}, False, [trainer(0, "Unknown", 1), trainer(1, "Running", 1)], {"rank_1": ON}, True),
+        (  # a pod stopping after a suspension (which removes the marker) ran before it
+            {},
+            False,
+            [{**trainer(0, "Running", 1), "metadata": {"deletionTimestamp": "2026-11-22T11:59:55Z"}}],
+            {"rank_0": ON},
+            False,
+        ),
+        (  # its container started again after the beat: the beat was of the container before
+            {},
+            False,
+            [
+                trainer(
+                    0,
+                    "Running",
+                    1,
+                    containerStatuses=[{"state": {"running": {"startedAt": "2026-11-22T11:59:55Z"}}}],
+                )
+            ],
+            {"rank_0": ON},
+            False,
+        ),
+    ],
+)
+def test_attempt_ran_is_told_by_the_marker_or_what_the_cluster_holds(
+    old: dict, ready: bool, pods: list[dict], beats: dict, ran: bool
+) -> None:
+    trainers = {int(p["metadata"].get("labels", {}).get(LABEL_RANK, i)): p for i, p in enumerate(pods)}
+    cm = progress(**{k: {"updated_at": v} for k, v in beats.items()})
+    assert stages.attempt_ran(old, 1, ready, trainers, cm) is ran
+
+
 def test_after_a_resumption_a_rank_missing_before_every_rank_ran_is_made_again() -> None:
     """A suspension removes status.trainersRanAttempt: the resumed attempt (the same number) has not run."""
     c = running_cluster()
