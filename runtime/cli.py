@@ -63,12 +63,18 @@ def crd(
 ) -> None:
     """Print the GraphTraining CustomResourceDefinition generated from the spec models."""
     from graphtrain.contract.crd import crd_yaml
+    from graphtrain.runtime.data.cache import atomic_file, make_dirs
+    from graphtrain.runtime.outputs import check_target
 
+    if output is not None:  # one line naming --output, never an OSError's traceback
+        check_target(output, (), "crd.yaml", "--output")
     text = crd_yaml()
     if output is None:
         sys.stdout.write(text)
-    else:
-        output.write_text(text)
+        return
+    make_dirs(output.parent)
+    with atomic_file(output) as f:
+        f.write(text.encode())
 
 
 @app.command()
@@ -218,6 +224,8 @@ def data_info(
     from graphtrain.runtime.data.summary import summarise
 
     path = Path(name)
+    if num_nodes is not None and num_nodes < 1:  # GraphSource's own check was a ValidationError's traceback
+        raise GraphtrainError(f"--num-nodes {num_nodes}: not a node count (at least 1)")
     if name in datasets.RECIPES and not path.exists():
         with shown_warnings():
             graph: Any = datasets.load(name, data_dir, auto_fetch=False)
@@ -487,7 +495,7 @@ def predict(
     if foreign is not None:
         raise GraphtrainError(foreign)
     if output is not None:
-        outputs.check_target(output, (".parquet", ".csv"), "predictions")
+        outputs.check_target(output, (".parquet", ".csv"), "predictions", "--out")
     if served == "pairs" and relation is None:
         raise GraphtrainError(f"task {gt.spec.task_kind}: ask with --relation and --head (or --tail)")
     if served != "pairs" and output is None:

@@ -122,6 +122,25 @@ def renamed(text: str, name: str) -> str:
     return yaml.safe_dump(doc, sort_keys=False)
 
 
+def check_data_dir(data_dir: Path | None) -> None:
+    """`infer --data-dir`: the dataset cache an inference reads (a spec's dataset is compared with its
+    cached manifest) and never writes (it fetches nothing), so it must be a directory that is there: a
+    misspelt one was taken in silence and read as no dataset at all. (A spec of files reads none, and
+    a --data-dir given with it is held to the same rule: the user meant one that is there.)
+
+    Raises:
+        GraphtrainError: naming --data-dir and the path."""
+    if data_dir is None:
+        return
+    if not data_dir.exists():
+        raise GraphtrainError(
+            f"--data-dir {data_dir}: no such directory (infer reads the dataset cache, "
+            "fetching nothing: give the one the training used)"
+        )
+    if not data_dir.is_dir():
+        raise GraphtrainError(f"--data-dir {data_dir}: not a directory")
+
+
 @friendly
 def infer(
     checkpoint: Checkpoint,
@@ -155,8 +174,12 @@ def infer(
     from graphtrain.runtime.data.cache import atomic_file
     from graphtrain.runtime.launch.local import LocalRun
     from graphtrain.runtime.launch.reuse import foreign_run_dir
+    from graphtrain.runtime.outputs import check_writable
     from graphtrain.runtime.stopping import Terminated, stop_on_signals
 
+    check_data_dir(data_dir)
+    if output is not None:  # before the checkpoint is read: one line naming the option
+        check_writable(output, f"--out {output}")
     text = inference_spec(
         read(spec_path),
         checkpoint.resolve(),

@@ -12,6 +12,7 @@ comes out as the rows of those types' nodes, in original order. The choices are 
 
 from __future__ import annotations
 
+import errno
 import os
 import tempfile
 from collections.abc import Callable, Iterator
@@ -238,34 +239,44 @@ def _keyed_rows(
     return Rows(name, "nodes", ids, values[order], len(keys) < len(inverse))
 
 
-def check_target(out: Path, suffixes: tuple[str, ...] = SUFFIXES, example: str = "table") -> None:
+def check_target(
+    out: Path, suffixes: tuple[str, ...] = SUFFIXES, example: str = "table", option: str = "--out"
+) -> None:
     """Refuse an output path before any work: a directory (`example` names a file to give instead),
-    an unknown suffix, a parent that cannot be created. The one rule of export, predict and plot: a
-    missing parent directory is created when the file is written (write_rows, write_columns, plot).
+    a suffix not in `suffixes` (() takes any), a parent that cannot be created or where no file can be
+    made. The one rule of export, predict, plot and crd: a missing parent directory is created when
+    the file is written (write_rows, write_columns, plot).
 
     Raises:
-        GraphtrainError: naming `out`.
+        GraphtrainError: one line naming `option`, `out` and why.
     """
+    said = f"{option} {out}"
+    suffix = suffixes[0] if suffixes else ""
     if out.is_dir():
         raise GraphtrainError(
-            f"{out}: is a directory; give the file to write, e.g. {out / (example + suffixes[0])}"
+            f"{said}: is a directory; give the file to write, e.g. {out / (example + suffix)}"
         )
     if out.exists() and not out.is_file():
-        raise GraphtrainError(f"{out}: exists and is not a regular file")
-    if out.suffix.lower() not in suffixes:
-        raise GraphtrainError(f"{out}: unknown output format {out.suffix!r} (use {', '.join(suffixes)})")
-    check_creatable(out.parent)
-    check_writable(out.parent)
+        raise GraphtrainError(f"{said}: exists and is not a regular file")
+    if suffixes and out.suffix.lower() not in suffixes:
+        raise GraphtrainError(f"{said}: unknown output format {out.suffix!r} (use {', '.join(suffixes)})")
+    check_writable(out.parent, said)
 
 
-def check_writable(directory: Path) -> None:
-    """Refuse, before any work, a directory (or, while it does not exist, its nearest existing parent)
-    where no file can be made: a probe file is made and removed (permissions alone do not tell, for
-    root or on /proc or a read-only file system).
+def check_writable(directory: Path, said: str | None = None) -> None:
+    """Refuse, before any work, a directory that cannot be made (a file in the way) or (it, or while it
+    does not exist its nearest existing parent) where no file can be made: a probe file is made and
+    removed (permissions alone do not tell, for root or on /proc or a read-only file system). `said`:
+    the option and path the user gave, which the message starts with (default: `directory`).
 
     Raises:
-        GraphtrainError: naming the directory and the system's reason.
+        GraphtrainError: one line naming `said`, the directory and the system's reason.
     """
+    said = said or str(directory)
+    try:
+        check_creatable(directory)
+    except GraphtrainError as exc:
+        raise GraphtrainError(f"{said}: {exc}") from None
     here = Path(os.path.abspath(directory))
     while not here.exists() and here != here.parent:
         here = here.parent
@@ -273,7 +284,15 @@ def check_writable(directory: Path) -> None:
         with tempfile.NamedTemporaryFile(dir=here, prefix=".graphtrain-probe-"):
             pass
     except OSError as exc:
-        raise GraphtrainError(f"{directory}: cannot write there ({exc.strerror or exc})") from None
+        raise GraphtrainError(f"{said}: cannot write a file in {here} ({_why(exc)})") from None
+
+
+def _why(exc: OSError) -> str:
+    """The system's reason a file cannot be made in an existing directory, in words: ENOENT there
+    (/proc, /sys: file systems that make no files) reads 'No such file or directory', which it is not."""
+    if exc.errno == errno.ENOENT:
+        return "the file system there makes no new files"
+    return exc.strerror or str(exc)
 
 
 def columns(ids: np.ndarray, values: np.ndarray, prefix: str = "dim_") -> dict[str, np.ndarray]:

@@ -122,10 +122,12 @@ def plot_run(run_dir: Path, out: Path | None = None) -> Path:
         GraphtrainError: the run has no metrics.csv or no finished epoch in it, or `out` is not a .png
             file that can be written.
     """
+    if out is None and run_dir.exists() and not run_dir.is_dir():
+        raise GraphtrainError(f"{run_dir}: not a run directory (a file)")
+    option = "--output" if out is not None else "the plot"
     out = out or run_dir / "metrics.png"
-    check_target(
-        out, (".png",), "metrics"
-    )  # before any work: not a directory, a .png, a parent that can be made
+    # before any work: not a directory, a .png, a parent that can be made and written in
+    check_target(out, (".png",), "metrics", option)
     path = run_dir / METRICS_FILE
     if not path.exists():
         raise GraphtrainError(

@@ -8,6 +8,7 @@ operator sizes their requests by it and refuses limits below it."""
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -31,8 +32,11 @@ def partition(p: PartitionParams, warn: Callable[[str], None]) -> PartitionConfi
     """
     from graphtrain.runtime import capacity  # numpy, METIS (no torch): not for `graphtrain --help`
     from graphtrain.runtime.launch import inference, partition_step
+    from graphtrain.runtime.outputs import check_writable
 
     work = partition_step.from_options(p)
+    # before the graph is read (minutes for a large one): one line naming --out where it cannot be written
+    check_writable(Path(os.path.abspath(p.out_dir)).parent, f"--out {p.out_dir}")
     if work.model is not None and inference.inferring(work.model):  # the checkpoint's own partition
         base = p.base_dir or (p.spec_path.parent if p.spec_path else Path.cwd())
         config = inference.link_partition(work.model, base, p.out_dir, p.overwrite, p.data_dir, warn)

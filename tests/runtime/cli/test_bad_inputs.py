@@ -210,7 +210,7 @@ CASES = [
     Case(
         "partition-out-under-a-file",
         lambda t: edges(t, E) + ["--out", text(t, "somefile", "x") + "/sub"],
-        "somefile is not a directory",
+        "--out ",
     ),
     # finding 9: a first line that is not a header is an error naming it (ids read as integers; auto
     # would read a file with such ids as string ids)
@@ -347,6 +347,56 @@ CASES = [
         "plan-memory-zero", lambda t: ["plan", str(EXAMPLE), "--memory", "0"], "--memory '0': not a positive"
     ),
     Case(
+        "data-info-num-nodes-negative",
+        lambda t: ["data", "info", text(t, "e.tsv", E), "--num-nodes", "-5"],
+        "--num-nodes -5: not a node count",
+    ),
+    Case("plot-a-file", lambda t: ["plot", text(t, "f", "x")], "f: not a run directory"),
+    Case(
+        "crd-to-proc",
+        lambda t: ["crd", "-o", "/proc/x.yaml"],
+        "--output /proc/x.yaml: cannot write a file in /proc",
+    ),
+    Case("crd-to-a-directory", lambda t: ["crd", "-o", a_dir(t, "adir")], "adir: is a directory"),
+    Case("crd-under-a-file", lambda t: ["crd", "-o", text(t, "f", "x") + "/c.yaml"], "--output "),
+    Case(
+        "plot-to-proc",
+        lambda t: ["plot", str(t), "-o", "/proc/x.png"],
+        "--output /proc/x.png: cannot write a file",
+    ),
+    Case(
+        "predict-to-proc",
+        lambda t: [
+            "predict",
+            str(t / "ck"),
+            "--spec",
+            str(EXAMPLE.parent / "wordnet-sage.yaml"),
+            "-o",
+            "/proc/x.csv",
+        ],
+        "--out /proc/x.csv: cannot write a file in /proc",
+    ),
+    Case(
+        "infer-data-dir-missing",
+        lambda t: infer_into(t, str(t / "run")) + ["--data-dir", str(t / "nowhere")],
+        "nowhere: no such directory",
+    ),
+    Case(
+        "infer-data-dir-is-a-file",
+        lambda t: infer_into(t, str(t / "run")) + ["--data-dir", text(t, "f", "x")],
+        "f: not a directory",
+    ),
+    Case(
+        "infer-out-to-proc",
+        lambda t: infer_into(t, str(t / "run")) + ["--out", "/proc/inferred"],
+        "--out /proc/inferred: cannot",
+    ),
+    Case(
+        "partition-out-to-proc",
+        lambda t: edges(t, E)[:-2] + ["--out", "/proc/p"],
+        "--out /proc/p: cannot",
+    ),
+    Case(
         "inspect-deep-json",
         lambda t: ["inspect", text(t, "p.json", "[" * 100_000 + "]" * 100_000)],
         "nested too deeply",
@@ -421,6 +471,9 @@ EXPORT_CASES = [
     Case("export-under-a-file", lambda t: ["-o", text(t, "somefile", "x") + "/t.npy"], "somefile"),
     Case("export-to-a-directory", lambda t: ["-o", a_dir(t, "adir")], "adir: is a directory"),
     Case("export-to-a-fifo", lambda t: ["-o", a_fifo(t)], "fifo: exists and is not a regular file"),
+    Case(
+        "export-to-proc", lambda t: ["-o", "/proc/x.csv"], "--out /proc/x.csv: cannot write a file in /proc ("
+    ),
 ]
 
 

@@ -112,7 +112,7 @@ def test_two_trainers_beside_two_shard_servers_learn_nations(tmp_path: Path) -> 
         ),
         (
             ["--spec", str(spec), "--head", "brazil", "--relation", "embassy", "-o", "/proc/x.csv"],
-            "cannot write there",
+            "--out /proc/x.csv: cannot write a file in /proc",
         ),
         (["--spec", str(spec), "--head", "brazil"], "ask with --relation and --head (or --tail)"),
         (["--spec", str(spec), "--head", "brazl", "--relation", "embassy"], "did you mean 'brazil'?"),

@@ -494,7 +494,10 @@ def test_plot_of_a_non_utf8_metrics_csv_is_one_line(tmp_path: Path) -> None:
 def test_plot_refuses_a_directory_a_fifo_or_another_format(tmp_path: Path) -> None:
     run = write_metrics(tmp_path / "r", ["1,1,0.5,0.3,1,1\n"])
     said = one_line_error(["plot", str(run), "-o", str(tmp_path)])
-    assert said == f"error: {tmp_path}: is a directory; give the file to write, e.g. {tmp_path}/metrics.png"
+    assert (
+        said
+        == f"error: --output {tmp_path}: is a directory; give the file to write, e.g. {tmp_path}/metrics.png"
+    )
     assert not (tmp_path.parent / f"{tmp_path.name}.png").exists()
     assert "unknown output format '.txt' (use .png)" in one_line_error(
         ["plot", str(run), "-o", str(run / "x.txt")]
