@@ -171,7 +171,7 @@ def infer(
     of the inferred outputs. Nodes are read in the order the checkpoint was trained in: its partition
     is the one its checkpoint.json names, and a spec of another graph or partition, a partition of
     another graph, or a checkpoint whose files do not check out is refused before anything starts."""
-    from graphtrain.runtime.data.cache import atomic_file
+    from graphtrain.runtime.data.cache import atomic_file, refusal
     from graphtrain.runtime.launch.local import LocalRun
     from graphtrain.runtime.launch.reuse import foreign_run_dir
     from graphtrain.runtime.outputs import check_writable
@@ -204,7 +204,7 @@ def infer(
         run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     except OSError as exc:  # a file there or above it: one line, as `run` says it, not a traceback
         raise GraphtrainError(
-            f"--run-dir {run_dir}: cannot be made a run directory ({exc.strerror or exc})"
+            f"--run-dir {run_dir}: cannot be made a run directory ({refusal(exc)})"
         ) from None
     path = run_dir.resolve() / "inference.yaml"
     with atomic_file(path, mode=0o600) as f:

@@ -12,7 +12,6 @@ comes out as the rows of those types' nodes, in original order. The choices are 
 
 from __future__ import annotations
 
-import errno
 import os
 import tempfile
 from collections.abc import Callable, Iterator
@@ -23,7 +22,7 @@ from typing import Any, Literal
 import numpy as np
 
 from graphtrain.runtime import checkpoint as ckpt
-from graphtrain.runtime.data.cache import atomic_file, check_creatable, make_dirs
+from graphtrain.runtime.data.cache import atomic_file, check_creatable, make_dirs, refusal
 from graphtrain.runtime.errors import GraphtrainError
 from graphtrain.runtime.partition import identity
 from graphtrain.runtime.partition.format import PartitionConfig, load_config, load_maps, load_names
@@ -284,15 +283,7 @@ def check_writable(directory: Path, said: str | None = None) -> None:
         with tempfile.NamedTemporaryFile(dir=here, prefix=".graphtrain-probe-"):
             pass
     except OSError as exc:
-        raise GraphtrainError(f"{said}: cannot write a file in {here} ({_why(exc)})") from None
-
-
-def _why(exc: OSError) -> str:
-    """The system's reason a file cannot be made in an existing directory, in words: ENOENT there
-    (/proc, /sys: file systems that make no files) reads 'No such file or directory', which it is not."""
-    if exc.errno == errno.ENOENT:
-        return "the file system there makes no new files"
-    return exc.strerror or str(exc)
+        raise GraphtrainError(f"{said}: cannot write a file in {here} ({refusal(exc)})") from None
 
 
 def columns(ids: np.ndarray, values: np.ndarray, prefix: str = "dim_") -> dict[str, np.ndarray]:

@@ -9,6 +9,7 @@ behind. A file that cannot be read or written is a DataError naming it, never an
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import os
@@ -162,6 +163,15 @@ def reason(exc: OSError) -> str:
 _SHORT_WRITE = re.compile(r"\d+ requested and \d+ written")
 
 
+def refusal(exc: OSError) -> str:
+    """Why a file or directory could not be made, in words (reason): ENOENT from a create in a directory
+    that is there (/proc, /sys: file systems that make no files) reads 'No such file or directory',
+    which it is not."""
+    if exc.errno == errno.ENOENT:
+        return "the file system there makes no new files"
+    return reason(exc)
+
+
 def read_text(path: Path) -> str:
     """The UTF-8 text of a file, without a leading byte order mark (Excel's "CSV UTF-8" and Notepad write
     one; left in, it would glue itself to the first field and turn a header into data).
@@ -203,7 +213,7 @@ def make_dirs(directory: Path) -> None:
     try:
         Path(directory).mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise DataError(f"{directory}: cannot create the directory ({reason(exc)})") from None
+        raise DataError(f"{directory}: cannot create the directory ({refusal(exc)})") from None
 
 
 @contextlib.contextmanager

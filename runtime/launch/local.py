@@ -66,7 +66,7 @@ from graphtrain.contract.spec import (
     StallPolicy,
 )
 from graphtrain.runtime import cpus
-from graphtrain.runtime.data.cache import reason, write_json
+from graphtrain.runtime.data.cache import reason, refusal, write_json
 from graphtrain.runtime.errors import GraphtrainError
 from graphtrain.runtime.launch import (
     inference,
@@ -473,7 +473,7 @@ class LocalRun:
                 self.run_dir.chmod(0o700)  # a directory from before keeps nothing readable to others
             except OSError as exc:  # a file there, a read-only or missing parent: one line, not a traceback
                 raise GraphtrainError(
-                    f"--run-dir {self.run_dir}: cannot be made a run directory ({exc.strerror or exc})"
+                    f"--run-dir {self.run_dir}: cannot be made a run directory ({refusal(exc)})"
                 ) from None
             with lock_run_dir(self.run_dir):
                 self._prepare()

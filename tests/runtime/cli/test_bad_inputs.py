@@ -353,6 +353,16 @@ CASES = [
     ),
     Case("plot-a-file", lambda t: ["plot", text(t, "f", "x")], "f: not a run directory"),
     Case(
+        "run-dir-in-proc",
+        lambda t: ["run", str(EXAMPLE), "--run-dir", "/proc/run"],
+        "--run-dir /proc/run: cannot be made a run directory (the file system there makes no new files)",
+    ),
+    Case(
+        "infer-run-dir-in-proc",
+        lambda t: infer_into(t, "/proc/run"),
+        "--run-dir /proc/run: cannot be made a run directory (the file system there makes no new files)",
+    ),
+    Case(
         "crd-to-proc",
         lambda t: ["crd", "-o", "/proc/x.yaml"],
         "--output /proc/x.yaml: cannot write a file in /proc",
