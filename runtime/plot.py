@@ -18,7 +18,7 @@ from pathlib import Path
 from graphtrain.contract import rundir
 from graphtrain.runtime.data.cache import atomic_file, make_dirs, read_text
 from graphtrain.runtime.errors import GraphtrainError
-from graphtrain.runtime.outputs import check_target
+from graphtrain.runtime.targets import check_target
 from graphtrain.runtime.train.history import LEADING, METRICS_FILE, TRAILING
 
 

@@ -32,7 +32,7 @@ def partition(p: PartitionParams, warn: Callable[[str], None]) -> PartitionConfi
     """
     from graphtrain.runtime import capacity  # numpy, METIS (no torch): not for `graphtrain --help`
     from graphtrain.runtime.launch import inference, partition_step
-    from graphtrain.runtime.outputs import check_writable
+    from graphtrain.runtime.targets import check_writable
 
     work = partition_step.from_options(p)
     # before the graph is read (minutes for a large one): one line naming --out where it cannot be written

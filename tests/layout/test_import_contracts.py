@@ -49,6 +49,7 @@ PLANTED = [
     ("control-plane-light", "api/planted.py", "import zmq\n"),
     ("kubernetes", "runtime/kvstore/planted.py", "import kubernetes\n"),
     ("kopf", "api/planted.py", "import kopf\n"),
+    ("crd-light", "runtime/targets.py", "import numpy\n"),  # replaces the module for the one run
     ("acyclic", "runtime/data/planted_a.py", "from graphtrain.runtime.data import planted_b\n"),
 ]
 CYCLE_PARTNER = ("runtime/data/planted_b.py", "from graphtrain.runtime.data import planted_a\n")
@@ -101,11 +102,17 @@ def test_the_tree_keeps_the_contract(view: Path, contract: str) -> None:
 @pytest.mark.parametrize(("contract", "module", "source"), PLANTED, ids=[f"{c}:{m}" for c, m, _ in PLANTED])
 def test_a_planted_violation_breaks_the_contract(view: Path, contract: str, module: str, source: str) -> None:
     planted = [(module, source)] + ([CYCLE_PARTNER] if contract == "acyclic" else [])
+    kept = {
+        p: (view / "graphtrain" / p).read_text() for p, _ in planted if (view / "graphtrain" / p).exists()
+    }
     try:
         for path, text in planted:
             (view / "graphtrain" / path).write_text(text)
         out = lint(view, contract)
-    finally:
+    finally:  # a module of the tree planted over is put back, a new one removed
         for path, _ in planted:
-            (view / "graphtrain" / path).unlink(missing_ok=True)
+            if path in kept:
+                (view / "graphtrain" / path).write_text(kept[path])
+            else:
+                (view / "graphtrain" / path).unlink(missing_ok=True)
     assert out.returncode == 1 and " BROKEN" in out.stdout, out.stdout + out.stderr

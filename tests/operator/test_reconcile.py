@@ -18,7 +18,7 @@ from graphtrain.contract import conditions as vocab
 from graphtrain.contract.children import LABEL_ATTEMPT, LABEL_RANK, LABEL_TRAINING, labels, trainer_name
 from graphtrain.contract.roles import ENV_OFFLINE
 from graphtrain.contract.spec import API_VERSION, ConditionType, Phase, parse
-from graphtrain.operator import lifecycle, manifests, observation, stages
+from graphtrain.operator import lifecycle, manifests, observation, spec_stage, stages
 from graphtrain.operator.config import built_in
 from graphtrain.operator.context import Context, Plan
 from graphtrain.operator.observation import Observed, key
@@ -960,7 +960,7 @@ def test_spec_stage(
         cm = manifests.config_map(applied_body, parse(applied_body))
         kids[key("ConfigMap", cm["metadata"]["name"])] = cm
     conds = vocab.Conditions([], "T", 2)
-    decided = stages.spec_stage(Observed(body, kids, [], NOW), conds)
+    decided = spec_stage.spec_stage(Observed(body, kids, [], NOW), conds)
     assert {str(c.type): f"{c.status} {c.reason}" for c in conds.as_list()} == expected
     assert decided.observed_generation == generation
     if run_policy is None:
@@ -1972,7 +1972,7 @@ def test_a_training_created_suspended_makes_no_child_and_its_spec_may_change() -
     assert p.status["phase"] == "Partitioning" and cond(p, "SpecValid")["status"] == "True"
     applied = next(a.obj for a in p.actions if a.key == f"ConfigMap/{NAME}-config")
     assert "a100" in applied["data"]["spec.yaml"]
-    assert p.status["appliedSpecHash"] == stages.spec_hash(parse(c.body))  # made now: it runs
+    assert p.status["appliedSpecHash"] == spec_stage.spec_hash(parse(c.body))  # made now: it runs
 
 
 def test_a_suspended_training_that_ran_keeps_its_applied_hash_one_that_never_ran_loses_it() -> None:
