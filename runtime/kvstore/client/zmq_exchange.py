@@ -62,6 +62,7 @@ class ZmqExchange:
         self.deadline = [0.0] * len(calls)
         self.began = time.monotonic()
         self.noted = False  # said that it waits (slow_note)
+        self.closed: set[int] = set()  # calls whose last copy's connection closed before an answer
         transport.check_handshakes({c.shard for c in calls})  # closings seen now predate these calls
         for i, c in enumerate(calls):
             rid = next(transport._rid)  # noqa: SLF001 - the transport's own helper
@@ -129,17 +130,9 @@ class ZmqExchange:
                     t._send(c, new)  # noqa: SLF001
                     self.attempts[i] += 1
                     self.deadline[i] = now + self.timeout
+                    self.closed.discard(i)
                     continue
-                n = self.attempts[i]
-                raise KVTimeout(  # finish() drops the connection: the request is never sent later
-                    failures.shard_gone(
-                        c.shard,
-                        t.addresses[c.shard],
-                        failures.NO_ANSWER,
-                        f"{c.op}{'' if c.name is None else f' of {c.name!r}'} within {self.timeout:g} s "
-                        f"({n} attempt{'s' if n > 1 else ''}); is the server running?",
-                    )
-                )
+                raise KVTimeout(self._given_up(i))  # finish() drops the connection: never sent later
         if self.noted:
             sys.stderr.write(f"[kvstore] answered after {time.monotonic() - self.began:.1f} s\n")
         return self.answers  # type: ignore[return-value]
@@ -154,6 +147,7 @@ class ZmqExchange:
                 continue
             if protocol.OPS[c.op][1]:
                 self.deadline[i] = now
+                self.closed.add(i)
                 continue
             raise KVTimeout(  # finish() drops the connection
                 failures.shard_gone(
@@ -164,6 +158,19 @@ class ZmqExchange:
                     "may have been applied); did the server stop or restart?",
                 )
             )
+
+    def _given_up(self, i: int) -> str:
+        """Why call `i` failed after its last attempt: its connection closed (the server stopped), or no
+        answer came within the timeout (the server is stuck, or the network is)."""
+        c, n = self.calls[i], self.attempts[i]
+        what = f"{c.op}{'' if c.name is None else f' of {c.name!r}'}"
+        tries = f"{n} attempt{'s' if n > 1 else ''}"
+        where = (c.shard, self.t.addresses[c.shard])
+        if i in self.closed:
+            rest = f"before answering {what} ({tries}); did the server stop or restart?"
+            return failures.shard_gone(*where, failures.CLOSED, rest)
+        rest = f"{what} within {self.timeout:g} s ({tries}); is the server running?"
+        return failures.shard_gone(*where, failures.NO_ANSWER, rest)
 
     def _take(self, frames: list[Any]) -> None:
         try:

@@ -371,6 +371,12 @@ def test_a_call_that_raised_leaves_nothing_queued_for_the_next_server(ckroot: Pa
     client = kvstore.connect([srv0.address, srv1.address], TOKEN, timeout=5.0, retries=0, fast=False)
     client.health()  # both connections up (a handshake cut short would be reported instead)
     srv0.kill()
+    # the close seen before the push: else it may come during the call, which then fails on shard 0
+    # (closed before answering) before shard 1's refusal arrives, a race CI lost under load
+    deadline = time.monotonic() + 30
+    while not client.transport.check_handshakes({0}):
+        assert time.monotonic() < deadline, "the client never saw shard 0's connection close"
+        time.sleep(0.01)
     with pytest.raises(protocol.RemoteError, match="shard 1 .* refused push: .*no tensor named 't'"):
         client.push("t", np.array([1, 7]), np.ones((2, 2), np.float32), bounds)
     state = ShardTensors(0)
@@ -434,20 +440,33 @@ def test_a_resend_goes_behind_its_first_copy_and_its_answer_counts() -> None:
 
 
 @pytest.mark.timeout(120)
-def test_a_server_that_dies_while_a_call_waits_is_reported_at_once(ckroot: Path) -> None:
-    """A barrier waits on the server (non-idempotent, not retried) when the server is killed: the
-    closed connection fails it at once, not after the call's 30 s (the reply can never come)."""
+@pytest.mark.parametrize("call", ["barrier", "stats"])
+def test_a_server_that_dies_while_a_call_waits_is_reported_at_once(ckroot: Path, call: str) -> None:
+    """A call waits on the server when it is killed: the closed connection fails it at once, saying so,
+    not after the call's 30 s (the reply can never come). A barrier waits by design (one participant of
+    two; non-idempotent, never resent); a `stats` call (idempotent, no retries left) waits on a server
+    stopped first (SIGSTOP: it reads nothing)."""
+    import signal
+
     srv = start_server(0, ckroot)
     try:
-        client = kvstore.connect([srv.address], TOKEN, timeout=30.0, retries=3)
+        client = kvstore.connect([srv.address], TOKEN, timeout=30.0, retries=3 if call == "barrier" else 0)
         assert client.health()[0]["shard"] == 0
-        killer = threading.Timer(1.0, srv.kill)
+        if call == "stats":
+            srv.proc.send_signal(signal.SIGSTOP)
+            deadline = time.monotonic() + 30  # stopped before the call is sent (a signal lands later)
+            while Path(f"/proc/{srv.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "T":
+                assert time.monotonic() < deadline, "the server did not stop"
+                time.sleep(0.01)
+        killer = threading.Timer(1.0, srv.kill)  # SIGKILL ends a stopped process too
         killer.start()
         began = time.monotonic()
-        with pytest.raises(
-            KVTimeout, match=rf"shard 0 \({srv.address}\) closed the connection before answering barrier"
-        ) as said:
-            client.barrier("two", 2, timeout=30.0)  # one participant of two: waits until the kill
+        closed = rf"shard 0 \({srv.address}\) closed the connection before answering {call}"
+        with pytest.raises(KVTimeout, match=closed + (r" \(1 attempt\)" if call == "stats" else "")) as said:
+            if call == "barrier":
+                client.barrier("two", 2, timeout=30.0)
+            else:
+                client.stats()
         assert failures.lost_shard(failures.ERROR + str(said.value)) == 0
         assert time.monotonic() - began < 10
         killer.join()
