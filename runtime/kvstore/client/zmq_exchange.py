@@ -34,13 +34,18 @@ class Connections(Protocol):
     def check_handshakes(self, shards: set[int]) -> set[int]: ...
 
 
+def _what(c: Call) -> str:
+    """A call as its messages name it: `push of 'emb'`, `health`."""
+    return f"{c.op}{'' if c.name is None else f' of {c.name!r}'}"
+
+
 def slow_note(ex: ZmqExchange, waited: float) -> str:
     """The line a trainer's log gets when an exchange has waited `waited` seconds: which shards it
     waits for and what, and how long before it gives up (a network stall shows here, not only as a
     slower step)."""
     waiting = sorted({ex.calls[i].shard for i in ex.pending.values()})
     first = ex.calls[next(iter(ex.pending.values()))]
-    what = f"{first.op}{'' if first.name is None else f' of {first.name!r}'}"
+    what = _what(first)
     more = len(ex.pending) - 1
     where = ", ".join(f"shard {s} ({ex.t.addresses[s]})" for s in waiting)
     return (
@@ -154,7 +159,7 @@ class ZmqExchange:
                     c.shard,
                     self.t.addresses[c.shard],
                     failures.CLOSED,
-                    f"before answering {c.op}{'' if c.name is None else f' of {c.name!r}'} (not retried: it "
+                    f"before answering {_what(c)} (not retried: it "
                     "may have been applied); did the server stop or restart?",
                 )
             )
@@ -163,7 +168,7 @@ class ZmqExchange:
         """Why call `i` failed after its last attempt: its connection closed (the server stopped), or no
         answer came within the timeout (the server is stuck, or the network is)."""
         c, n = self.calls[i], self.attempts[i]
-        what = f"{c.op}{'' if c.name is None else f' of {c.name!r}'}"
+        what = _what(c)
         tries = f"{n} attempt{'s' if n > 1 else ''}"
         where = (c.shard, self.t.addresses[c.shard])
         if i in self.closed:
