@@ -20,9 +20,23 @@ out = Console(soft_wrap=True)
 err = Console(stderr=True, soft_wrap=True)
 F = TypeVar("F", bound=Callable[..., Any])
 
+
+def _a_directory(path: Path | None) -> Path | None:
+    """--data-dir names a directory, or one still to be made: a file there is refused before any work
+    (`data list` would otherwise list nothing fetched, and `validate` would look for data under it)."""
+    if path is not None and path.exists() and not path.is_dir():
+        err.print(f"[red]error:[/red] --data-dir {escape(str(path))}: not a directory", highlight=False)
+        raise typer.Exit(1)
+    return path
+
+
 DataDir = Annotated[
     Path | None,
-    typer.Option("--data-dir", help="dataset cache (default: $GRAPHTRAIN_DATA or ~/.cache/graphtrain)"),
+    typer.Option(
+        "--data-dir",
+        help="dataset cache (default: $GRAPHTRAIN_DATA or ~/.cache/graphtrain)",
+        callback=_a_directory,
+    ),
 ]
 
 # a command's checkpoint argument and the spec it was trained with (predict, infer)

@@ -51,9 +51,29 @@ def data_fetch(
 
     for name in names:
         datasets.recipe(name)  # fail on a bad name before downloading anything
+    _make_cache_root(data_dir)
     for name in names:
         path = datasets.fetch(name, data_dir, force=force)
         out.print(f"{name}: {path}")
+
+
+def _make_cache_root(data_dir: Path | None) -> None:
+    """Create the cache root, or say which setting named a place where it cannot be (not the
+    subdirectory a download would have gone to)."""
+    import os
+
+    from graphtrain.runtime.data import cache
+
+    root = cache.data_dir(data_dir)
+    try:
+        cache.make_dirs(root)
+    except GraphtrainError as exc:
+        setting = (
+            "--data-dir"
+            if data_dir is not None
+            else (f"${cache.ENV_DATA}" if os.environ.get(cache.ENV_DATA) else "the default cache")
+        )
+        raise GraphtrainError(f"{setting}: {exc}") from None
 
 
 @data_app.command("info")

@@ -315,6 +315,21 @@ CASES = [
         "f is not a directory",
     ),
     Case(
+        "data-list-data-dir-is-a-file",
+        lambda t: ["data", "list", "--data-dir", text(t, "f", "x")],
+        "f: not a directory",
+    ),
+    Case(
+        "validate-data-dir-is-a-file",
+        lambda t: ["validate", str(EXAMPLE), "--data-dir", text(t, "f", "x")],
+        "f: not a directory",
+    ),
+    Case(
+        "fetch-into-proc",
+        lambda t: ["data", "fetch", "nations", "--data-dir", "/proc/graphtrain-x"],
+        "--data-dir: /proc/graphtrain-x: cannot create the directory",
+    ),
+    Case(
         "run-dir-is-a-file",
         lambda t: ["run", str(EXAMPLE), "--run-dir", text(t, "f", "x")],
         "f: cannot be made a run directory (File exists)",
