@@ -3,23 +3,26 @@
 // by optim_cpu.cpp only, inside its anonymous namespace (as update_kernels.cuh is by optim_cuda.cu).
 #pragma once
 
-// One row's update by the optimizer math, on the float32 row `w`.
-__attribute__((always_inline)) inline void update_row(int32_t kind, float* w, const float* g, int64_t r, int64_t dim,
-                                                      float* state0, float* state1, int64_t* row_steps,
-                                                      const AdamCoef& global_coef, const OptimParams& p) {
+// One row's update by the optimizer math: row `src` (a float32 row, or a bfloat16 one widened as it is
+// read; table type td) updated into the float32 row `w` (for a float32 table, `src` itself).
+template <typename S>
+__attribute__((always_inline)) inline void update_row(int32_t kind, float* w, const S* src, int32_t td, const float* g,
+                                                      int64_t r, int64_t dim, float* state0, float* state1,
+                                                      int64_t* row_steps, const AdamCoef& global_coef,
+                                                      const OptimParams& p) {
   switch (kind) {
     case graphtrain::kSGD:
-      graphtrain::sgd_row(w, g, dim, p);
+      graphtrain::sgd_row(w, src, td, g, dim, p);
       break;
     case graphtrain::kAdagrad:
-      graphtrain::adagrad_row(w, state0 + r * dim, g, dim, p);
+      graphtrain::adagrad_row(w, src, td, state0 + r * dim, g, dim, p);
       break;
     case graphtrain::kRowwiseAdagrad:
-      graphtrain::rowwise_adagrad_row(w, state0 + r, g, dim, p);
+      graphtrain::rowwise_adagrad_row(w, src, td, state0 + r, g, dim, p);
       break;
     case graphtrain::kAdam: {
       const AdamCoef c = row_steps ? graphtrain::adam_coef(++row_steps[r], p) : global_coef;
-      graphtrain::adam_row(w, state0 + r * dim, state1 + r * dim, g, dim, p, c);
+      graphtrain::adam_row(w, src, td, state0 + r * dim, state1 + r * dim, g, dim, p, c);
       break;
     }
     default:
@@ -89,14 +92,20 @@ __attribute__((always_inline)) inline void apply_rows_of(int32_t kind, int64_t c
     const int64_t r = rows[s];
     if constexpr (TD == graphtrain::kTableFloat32) {
       float* w = reinterpret_cast<float*>(base) + r * dim;
-      update_row(kind, w, grads[s], r, dim, state0, state1, row_steps, global_coef, p);
+      update_row(kind, w, static_cast<const float*>(w), TD, grads[s], r, dim, state0, state1, row_steps, global_coef,
+                 p);
       if (p.row_norm > 0.0f) project_row<DIM>(w, dim, p.row_norm);
     } else {
       uint16_t* w = reinterpret_cast<uint16_t*>(base) + r * dim;
-      for (int64_t j = 0; j < dim; ++j) row32[j] = graphtrain::half_to_float(w[j], TD);
-      update_row(kind, row32, grads[s], r, dim, state0, state1, row_steps, global_coef, p);
-      const uint32_t key = graphtrain::round_key(round_seed, r);
-      for (int64_t j = 0; j < dim; ++j) w[j] = graphtrain::half_round(row32[j], graphtrain::round_bits(key, j), TD);
+      if constexpr (TD == graphtrain::kTableBFloat16) {  // widened as the update reads it
+        update_row(kind, row32, static_cast<const uint16_t*>(w), TD, grads[s], r, dim, state0, state1, row_steps,
+                   global_coef, p);
+      } else {  // float16: widened first, where a row in range takes a few-operation loop
+        graphtrain::half_row_to_float(row32, w, dim, TD);
+        update_row(kind, row32, static_cast<const float*>(row32), TD, grads[s], r, dim, state0, state1, row_steps,
+                   global_coef, p);
+      }
+      graphtrain::half_row_round(w, row32, dim, graphtrain::round_key(round_seed, r), TD);
     }
   }
 }

@@ -122,6 +122,49 @@ def test_the_bits_do_not_depend_on_the_thread_count_and_do_on_the_seed() -> None
     assert not torch.equal(run(2, 5), run(2, 6))
 
 
+SPECIAL = {
+    # what sends a row down the element functions' path (optim_math.h, half_row_to_float and
+    # half_row_round): for float16 a zero, a subnormal, an infinity, a NaN, a value rounding to 65,536;
+    # for bfloat16 a NaN
+    torch.float16: [float("nan"), float("inf"), 0.0, 3e-6, 65504.0],
+    torch.bfloat16: [float("nan")],
+}
+
+
+@pytest.mark.parametrize("kind", ["sgd", "adagrad", "adam"])
+@pytest.mark.parametrize("dtype", HALF)
+def test_a_row_in_range_gets_the_element_functions_bits(kind: str, dtype: torch.dtype) -> None:
+    """The CPU core writes a row whose values are all in range by a few-operation loop, and any other row
+    by the element functions the CUDA core calls. Each row of 128 values in range is stepped twice: alone
+    (the fast path) and with one special value after it, as a row of 129 (the element functions' path:
+    the random bits of element j depend on the row, the step and j only). The first 128 must agree bit
+    for bit. Values span float16's normal range to near 65,504, boundaries and powers of two included."""
+    gen = torch.Generator().manual_seed(11)
+    rows, dim = 96, 128
+    mag = torch.pow(10.0, torch.empty(rows, dim).uniform_(-4.0, 4.8, generator=gen))
+    sign = torch.where(torch.rand(rows, dim, generator=gen) < 0.5, -1.0, 1.0)
+    values = mag * sign
+    values[0, :8] = torch.tensor([2.0**-14, -(2.0**-14), 1.0, -1.0, 2.0**15, 65504.0, -65504.0, 65472.0])
+    values = values.to(dtype)
+    grads = torch.randn(rows, dim, generator=gen) * 1e-3
+    grads[0, 5:8] = torch.tensor([-1.0, 1.0, -30.0])  # 65,504 pushed to round up to infinity, or not
+    for special in SPECIAL[dtype]:
+        narrow, wide = values.clone(), torch.empty(rows, dim + 1, dtype=dtype)
+        wide[:, :dim], wide[:, dim] = values, special
+        wide_grads = torch.cat([grads, torch.zeros(rows, 1)], dim=1)
+        narrow_state, wide_state = STATE[kind](rows, dim), STATE[kind](rows, dim + 1)
+        for seed in (1, 2):  # two steps, the state carried over
+            sparse_step(
+                args(kind, lr=1e-2), narrow, narrow_state, torch.arange(rows), grads, 2, round_seed=seed
+            )
+            sparse_step(
+                args(kind, lr=1e-2), wide, wide_state, torch.arange(rows), wide_grads, 2, round_seed=seed
+            )
+        same = narrow.view(torch.int16) == wide[:, :dim].view(torch.int16)
+        assert bool(same.all()), (special, torch.nonzero(~same)[:5].tolist())
+        assert not torch.equal(narrow.view(torch.int16), values.view(torch.int16))  # the step moved rows
+
+
 def test_pieces_of_a_push_step_a_half_table_as_one_step() -> None:
     gen = torch.Generator().manual_seed(3)
     ids, grads = torch.randint(0, 40, (100,), generator=gen), torch.randn(100, 32, generator=gen)
