@@ -101,7 +101,7 @@ __attribute__((always_inline)) inline void apply_rows_of(int32_t kind, int64_t c
         update_row(kind, row32, static_cast<const uint16_t*>(w), TD, grads[s], r, dim, state0, state1, row_steps,
                    global_coef, p);
       } else {  // float16: widened first, where a row in range takes a few-operation loop
-        graphtrain::half_row_to_float(row32, w, dim, TD);
+        graphtrain::fp16_row_to_float(row32, w, dim);
         update_row(kind, row32, static_cast<const float*>(row32), TD, grads[s], r, dim, state0, state1, row_steps,
                    global_coef, p);
       }

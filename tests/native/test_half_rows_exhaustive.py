@@ -1,5 +1,5 @@
 """The CPU core's fast loops for half rows give the element functions' bits for every value they take
-(cuda/include/graphtrain/optim_math.h: half_row_round, half_row_to_float against fp16_round, bf16_round
+(cuda/include/graphtrain/optim_math.h: half_row_round, fp16_row_to_float against fp16_round, bf16_round
 and fp16_to_float, which the CUDA core calls). tests/native/cpp/half_rows_exhaustive.cpp walks every
 float32 in float16's normal range, every non-NaN float32 for bfloat16 and every normal float16 (4.8
 billion values, ~5 s on 2 cores); this compiles it against the header as it is and runs it. The

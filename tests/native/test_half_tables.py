@@ -123,7 +123,7 @@ def test_the_bits_do_not_depend_on_the_thread_count_and_do_on_the_seed() -> None
 
 
 SPECIAL = {
-    # what sends a row down the element functions' path (optim_math.h, half_row_to_float and
+    # what sends a row down the element functions' path (optim_math.h, fp16_row_to_float and
     # half_row_round): for float16 a zero, a subnormal, an infinity, a NaN, a value rounding to 65,536;
     # for bfloat16 a NaN
     torch.float16: [float("nan"), float("inf"), 0.0, 3e-6, 65504.0],

@@ -314,17 +314,13 @@ GT_HD uint32_t round_key(uint64_t seed, int64_t row) {
 // ---- a half row in and out (CPU row loops): the element functions above, with a fast path for a row
 // whose every value lies where their selects all go one way. The selects (NaN, subnormal, overflow)
 // cost more than the rest of a row's update: with them in the loop, bfloat16 SGD on a 5M x 128 table
-// ran at 0.55x float32's rows/s and float16 at 0.24x. Each loop below writes the fast path's result
-// and notes the row's range as it goes (integer min/max: they vectorise); a row with a value outside
-// that range is written again by the element functions. Both give the same bits, so the CUDA core
+// ran at 0.55x float32's rows/s and float16 at 0.24x. The float16 loops write the fast path's result
+// and note the row's range as they go (integer min/max: they vectorise), bfloat16's rounding notes it
+// first; a row with a value outside that range is written by the element functions. Both give the same bits, so the CUDA core
 // (which calls the element functions) and the CPU core agree. ----
 
-// Row `w` (dim halves of table type `dtype`) into float32 `x`.
-GT_HD void half_row_to_float(float* x, const uint16_t* w, int64_t dim, int32_t dtype) {
-  if (dtype == kTableBFloat16) {
-    for (int64_t j = 0; j < dim; ++j) x[j] = bf16_to_float(w[j]);
-    return;
-  }
+// Float16 row `w` into float32 `x` (a bfloat16 row needs no pass of its own: widen_at reads it).
+GT_HD void fp16_row_to_float(float* x, const uint16_t* w, int64_t dim) {
   uint32_t lo = 0xffffu, hi = 0;
   for (int64_t j = 0; j < dim; ++j) {  // a normal float16: shifted into place and rebiased
     const uint32_t h = w[j], mag = h & 0x7fffu;
@@ -338,8 +334,8 @@ GT_HD void half_row_to_float(float* x, const uint16_t* w, int64_t dim, int32_t d
 
 // Float32 row `x` into `w`, stochastically rounded with the bits round_bits(key, j).
 GT_HD void half_row_round(uint16_t* w, const float* x, int64_t dim, uint32_t key, int32_t dtype) {
-  uint32_t lo = 0xffffffffu, hi = 0;
   if (dtype == kTableBFloat16) {
+    uint32_t hi = 0;
     // the range first here: noting it in the writing loop was slower on a table beyond the caches
     // (bfloat16 SGD 13.9 -> 19.1 ms per 100,000 rows of 128, one thread), though not in them
     for (int64_t j = 0; j < dim; ++j) {
@@ -357,6 +353,7 @@ GT_HD void half_row_round(uint16_t* w, const float* x, int64_t dim, uint32_t key
   // |x| in [2^-14, 65536), fp16_round's normal case: 13 random bits below float16's last place, which
   // the shift drops (a carry moves the exponent; 65536 lands on infinity's bits), then the exponent
   // rebiased: the bits of fp16_round and fp16_exact
+  uint32_t lo = 0xffffffffu, hi = 0;
   for (int64_t j = 0; j < dim; ++j) {
     const uint32_t u = float_to_bits(x[j]), a = u & 0x7fffffffu;
     lo = a < lo ? a : lo;

@@ -207,7 +207,9 @@ class ShardTensors(ShardWrites, ShardCheckpoints, ShardGraph):
         if shared and nbytes > 0:
             seg = self._segment(name, nbytes)
             return torch.frombuffer(seg.buf, dtype=dtype).view(shape), seg
-        if dtype in (torch.float32, torch.float16, torch.bfloat16) and len(shape) == 2:
+        from graphtrain.runtime.native.optim import TABLE_DTYPES  # the CPU core's
+
+        if dtype in TABLE_DTYPES and len(shape) == 2:
             from graphtrain.runtime.native.memory import empty
 
             return empty(shape, dtype), None

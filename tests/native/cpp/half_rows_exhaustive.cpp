@@ -1,4 +1,4 @@
-// Every value the CPU core's fast half-row loops take (optim_math.h: half_row_round, half_row_to_float)
+// Every value the CPU core's fast half-row loops take (optim_math.h: half_row_round, fp16_row_to_float)
 // against the element functions the CUDA core calls: every float32 in float16's normal range (both
 // signs), every float32 that is not a NaN for bfloat16, every normal float16 widened. Rows of 128
 // consecutive values, so each goes down the fast path; the random bits are round_bits(key, j) for a key
@@ -59,7 +59,7 @@ uint64_t float16_widening(uint64_t& checked) {
       uint16_t h[64];
       float x[64];
       for (int j = 0; j < 64; ++j) h[j] = static_cast<uint16_t>((base + j) | (sign << 15));
-      half_row_to_float(x, h, 64, kTableFloat16);
+      fp16_row_to_float(x, h, 64);
       for (int j = 0; j < 64; ++j) bad += float_to_bits(x[j]) != float_to_bits(fp16_to_float(h[j]));
       n += 64;
     }
