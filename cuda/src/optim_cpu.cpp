@@ -28,6 +28,7 @@
 #include "graphtrain/api.h"
 #include "graphtrain/optim_math.h"
 #include "chunked_sum.h"
+#include "half_rows_avx512.h"
 
 #include <omp.h>
 #include <sys/mman.h>
