@@ -42,7 +42,7 @@ from graphtrain.runtime.cli_common import read as _read
 from graphtrain.runtime.cli_data import data_app
 from graphtrain.runtime.cli_launch import infer, run
 from graphtrain.runtime.errors import GraphtrainError
-from graphtrain.runtime.roles.options import role_command
+from graphtrain.runtime.roles.options import bounded, role_command
 from graphtrain.runtime.roles.shard_server import serve
 from graphtrain.runtime.roles.train import train
 
@@ -216,7 +216,7 @@ def health(
     ],
     token_file: Annotated[Path | None, typer.Option(help=f"shared token file (else ${ENV_TOKEN})")] = None,
     timeout: Annotated[
-        float, typer.Option(min=0.001, max=3600.0, help="seconds to wait for each answer")
+        float, typer.Option(**bounded(0.001, 3600.0, float), help="seconds to wait for each answer")
     ] = 5.0,
 ) -> None:
     """Ask shard servers for their health (the readiness probe); exit 1 naming any that does not answer,

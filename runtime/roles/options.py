@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import math
 from collections.abc import Callable
 from typing import Annotated, Any, TypeVar
 
@@ -15,6 +16,36 @@ import typer
 from graphtrain.contract.roles import RoleParams, params
 
 P = TypeVar("P", bound=RoleParams)
+
+
+def bounded(min: float | None, max: float | None, tp: Any) -> dict[str, Any]:
+    """typer.Option's arguments for a number within [min, max] (shown in --help); a float's are parsed
+    by finite_within, which typer's own check of a float's range does not replace: given a parser, typer
+    checks no range, and without one it refuses NaN by its bound ("less than or equal to 3600"), which
+    reads as if the value were too big."""
+    if (min is not None or max is not None) and float in (tp, *getattr(tp, "__args__", ())):
+        return {"min": min, "max": max, "parser": finite_within(min, max)}
+    return {"min": min, "max": max}
+
+
+def finite_within(min: float | None, max: float | None) -> Callable[[str], float]:
+    """A parser of a finite float in [min, max] whose refusal names the value and the bound it breaks."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise typer.BadParameter(f"{text} is not a number") from None
+        if not math.isfinite(value):
+            raise typer.BadParameter(f"{text} is not a finite number")
+        if (min is not None and value < min) or (max is not None and value > max):
+            if min is not None and max is not None:
+                raise typer.BadParameter(f"{text} is not between {min:g} and {max:g}")
+            side, bound = ("below", min) if min is not None else ("above", max)
+            raise typer.BadParameter(f"{text} is {side} {bound:g}")
+        return value
+
+    return parse
 
 
 def role_command(cls: type[P], entry: Callable[[P], None]) -> Callable[..., None]:
@@ -27,7 +58,8 @@ def role_command(cls: type[P], entry: Callable[[P], None]) -> Callable[..., None
 
     parameters = []
     for p in params(cls):
-        option = typer.Option(*p.option.flags, help=p.option.help, min=p.option.min, max=p.option.max)
+        bounds = bounded(p.option.min, p.option.max, p.type)
+        option = typer.Option(*p.option.flags, help=p.option.help, **bounds)
         parameters.append(
             inspect.Parameter(
                 p.name,

@@ -447,3 +447,32 @@ def test_data_info_help_names_every_node_file_type_it_reads() -> None:
         assert suffix in lines["features"], (suffix, lines)
     for suffix in (".npy", ".csv", ".tsv", ".parquet"):
         assert suffix in lines["labels"], (suffix, lines)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["health", "tcp://127.0.0.1:1", "--timeout", "nan"], "'--timeout': nan is not a finite number"),
+        (["health", "tcp://127.0.0.1:1", "--timeout", "-inf"], "'--timeout': -inf is not a finite number"),
+        (
+            ["health", "tcp://127.0.0.1:1", "--timeout", "5000"],
+            "'--timeout': 5000 is not between 0.001 and 3600",
+        ),
+        (["health", "tcp://127.0.0.1:1", "--timeout", "0"], "'--timeout': 0 is not between 0.001 and 3600"),
+        (["shard-server", "--stall-seconds", "nan"], "'--stall-seconds': nan is not a finite number"),
+        (["shard-server", "--stall-seconds", "a"], "'--stall-seconds': a is not a number"),
+    ],
+)
+def test_a_seconds_option_names_a_nan_as_such_in_one_line(
+    argv: list[str], message: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A NaN compares with no bound, so a range check alone refused `--timeout nan` as "less than or
+    equal to 3600", as if it were too big: the float options with a range name a NaN or an infinity."""
+    from graphtrain.runtime.cli_common import console
+
+    monkeypatch.setattr(sys, "argv", ["graphtrain", *argv])
+    with pytest.raises(SystemExit) as exited:
+        console(app)
+    assert exited.value.code == 1
+    err = capsys.readouterr().err  # "<prog> health: Invalid value for ... (see <prog> health --help)"
+    assert err.count("\n") == 1 and f"{argv[0]}: Invalid value for {message} (see " in err, err
