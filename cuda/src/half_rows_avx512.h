@@ -7,14 +7,16 @@
 // value the fast paths take through both and the element functions.
 #pragma once
 
+#include <cstdint>
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__CUDACC__) && !defined(GT_NO_AVX512_ROWS)
+
 // GCC 12 warns of the `undefined` vectors its own AVX-512 intrinsics pass as merge sources, where
 // they are inlined (a false positive: every lane is written).
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 #pragma GCC diagnostic pop
-
-#include <cstdint>
 
 #define GT_AVX512 __attribute__((target("avx512f,f16c")))
 
@@ -94,3 +96,25 @@ inline bool supported() {
 }
 
 }  // namespace avx512
+
+#else  // not x86-64 (or built with -DGT_NO_AVX512_ROWS): supported() is false, and these are the portable loops
+
+#define GT_AVX512
+
+namespace avx512 {
+
+inline void fp16_row_to_float(float* x, const uint16_t* w, int64_t dim) { graphtrain::fp16_row_to_float(x, w, dim); }
+inline void bf16_row_to_float(float* x, const uint16_t* w, int64_t dim) {
+  for (int64_t j = 0; j < dim; ++j) x[j] = graphtrain::bf16_to_float(w[j]);
+}
+inline void fp16_row_round(uint16_t* w, const float* x, int64_t dim, uint32_t key) {
+  graphtrain::half_row_round(w, x, dim, key, graphtrain::kTableFloat16);
+}
+inline void bf16_row_round(uint16_t* w, const float* x, int64_t dim, uint32_t key) {
+  graphtrain::half_row_round(w, x, dim, key, graphtrain::kTableBFloat16);
+}
+inline bool supported() { return false; }
+
+}  // namespace avx512
+
+#endif
