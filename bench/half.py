@@ -101,7 +101,7 @@ def run(
     kind: str, init: torch.Tensor, dtype: torch.dtype, batches: list, a: argparse.Namespace
 ) -> tuple[float, int]:
     """Median ms per step of `kind` on a table of `dtype` made from `init`, and the unique rows per step."""
-    table = init.to(dtype)
+    table = init.to(dtype, copy=True)  # float32 too: every round and type starts from the same rows
     st = state(kind, a.rows, a.dim)
     if a.huge_pages:
         table = on_huge_pages(table)
