@@ -157,7 +157,7 @@ class LocalRun:
         or during run(); the targets file is rewritten at once if the run has written it already."""
         with self._targets_lock:
             self._extra_targets.append((job, port, dict(labels or {})))
-        if self._targets_written:
+        if self._targets_written and self.run_dir.is_dir():  # a run directory deleted mid-run stays gone
             self.write_targets()
 
     def write_targets(self) -> Path:
@@ -184,12 +184,14 @@ class LocalRun:
 
     def _stop_metrics(self) -> None:
         """The launch is over: no process of it serves metrics, so its targets file lists none (a port
-        it named may be another process' by the next scrape)."""
+        it named may be another process' by the next scrape). A run directory deleted mid-run is not
+        made again for it: a prometheus/ alone there was taken for someone else's files, and the
+        next `graphtrain run` into it was refused."""
         if self._metrics_server is not None:
             self._metrics_server.close()
             self._metrics_server = None
         with self._targets_lock:
-            if self._targets_written:
+            if self._targets_written and self.run_dir.is_dir():
                 targets.write(self.run_dir, [])
 
     # ---------------------------------------------------------------------------------- status

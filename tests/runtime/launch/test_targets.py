@@ -94,6 +94,22 @@ def test_the_launcher_rewrites_its_targets_with_the_callers_ones(tmp_path: Path)
     assert {e["labels"]["namespace"] for e in doc} == {"ml"} and doc[-1]["labels"]["k"] == "v"
 
 
+def test_a_run_directory_deleted_mid_run_is_not_made_again_for_the_targets(tmp_path: Path) -> None:
+    """The user deleted the run directory while the run ran: stopping, and a target added late, write no
+    targets file, so no prometheus/ alone makes the next run into it refuse it as someone else's."""
+    import shutil
+
+    from graphtrain.runtime.launch.reuse import foreign_run_dir
+
+    run = local.LocalRun(parse(GRAPHSAGE), tmp_path / "spec.yaml", tmp_path / "run", echo=False)
+    run.write_targets()
+    shutil.rmtree(run.run_dir)
+    run.add_target(targets.JOB_API, 9500)
+    run._stop_metrics()
+    assert not run.run_dir.exists()
+    assert foreign_run_dir(run.run_dir) is None
+
+
 def test_a_final_status_that_cannot_be_written_never_hides_the_runs_error(
     tmp_path: Path, monkeypatch
 ) -> None:
