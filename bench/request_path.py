@@ -17,7 +17,7 @@ voluntary context switches (from /proc: who does the work, and how often threads
 thread, on-CPU samples only), to say where the CPU goes (py-spy is not a dependency: `pip install
 py-spy`).
 
-    python bench/request_path.py [--rows 64 1024] [--seconds 8] [--py-spy /tmp/spy.txt]
+    python bench/request_path.py [--rows 64 1024] [--seconds 8] [--dtype bfloat16] [--py-spy /tmp/spy.txt]
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ import psutil
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from servers import start_server  # noqa: E402
 
-from graphtrain.runtime import kvstore  # noqa: E402
+from graphtrain.runtime import dtypes, kvstore  # noqa: E402
 
 TABLE_ROWS, DIM = 1_000_000, 64
 
@@ -74,7 +74,7 @@ def _echo(address: str, reply_bytes: int) -> None:
         sock.send(reply, copy=False)
 
 
-def measure_echo(rows: int, seconds: float) -> str:
+def measure_echo(rows: int, seconds: float, itemsize: int = 4) -> str:
     """The bare pyzmq echo of a pull's bytes (ids out, rows back): round trip and the echo's CPU."""
     import multiprocessing as mp
 
@@ -83,7 +83,9 @@ def measure_echo(rows: int, seconds: float) -> str:
     ctx = zmq.Context()
     sock = ctx.socket(zmq.REQ)
     port = sock.bind_to_random_port("tcp://127.0.0.1")
-    proc = mp.get_context("spawn").Process(target=_echo, args=(f"tcp://127.0.0.1:{port}", rows * DIM * 4))
+    proc = mp.get_context("spawn").Process(
+        target=_echo, args=(f"tcp://127.0.0.1:{port}", rows * DIM * itemsize)
+    )
     proc.start()
     request = bytes(8 * rows + 64)  # the ids and about a header
     try:
@@ -109,25 +111,33 @@ def measure_echo(rows: int, seconds: float) -> str:
 
 
 def measure(
-    client, server: psutil.Process, rows: int, seconds: float, spy: str | None, op: str = "pull"
+    client,
+    server: psutil.Process,
+    rows: int,
+    seconds: float,
+    spy: str | None,
+    op: str = "pull",
+    dtype: str = "float32",
 ) -> str:
     """`op` "pull", or "push": a gradient push of the same rows (deduplicated ids, row-wise Adagrad on
-    the server), the other half of a step's embedding traffic."""
+    the server), the other half of a step's embedding traffic. `dtype`: the tables' (a half table's rows
+    are pulled, and its gradients pushed, in its type)."""
     rng = np.random.default_rng(rows)
     ids = np.stack([rng.choice(TABLE_ROWS, rows, replace=False) for _ in range(2000)])
     grads = rng.standard_normal((rows, DIM)).astype(np.float32)
     bounds = np.array([0, TABLE_ROWS])
+    wire, half = dtypes.NUMPY[dtype], dtype if dtype in dtypes.HALF else None
 
     def one(i: int) -> None:
         if op == "pull":
-            client.pull("t", ids[i % 2000], bounds, (DIM,), np.float32)
+            client.pull("t", ids[i % 2000], bounds, (DIM,), wire)
         elif op == "pair":
-            client.pull_many([(name, ids[i % 2000], bounds, (DIM,), np.float32) for name in ("t", "u")])
+            client.pull_many([(name, ids[i % 2000], bounds, (DIM,), wire) for name in ("t", "u")])
         elif op == "pair apart":
             for name in ("t", "u"):
-                client.pull(name, ids[i % 2000], bounds, (DIM,), np.float32)
+                client.pull(name, ids[i % 2000], bounds, (DIM,), wire)
         else:
-            client.push_grad("t", ids[i % 2000], grads, bounds, mean=False)
+            client.push_grad("t", ids[i % 2000], grads, bounds, mean=False, half=half)
 
     for i in range(200):  # warm-up
         one(i)
@@ -167,6 +177,9 @@ def main() -> None:
     ap.add_argument(
         "--pairs", action=argparse.BooleanOptionalAction, default=True, help="also two tables' rows, per path"
     )
+    ap.add_argument(
+        "--dtype", choices=["float32", "float16", "bfloat16"], default="float32", help="the tables' rows"
+    )
     ap.add_argument("--py-spy", dest="spy", help="write py-spy's raw stacks of the server here (first size)")
     args = ap.parse_args()
     token = secrets.token_hex(16)
@@ -177,29 +190,33 @@ def main() -> None:
             lane: kvstore.connect([address], token, timeout=120, fast=lane == "fast") for lane in args.lanes
         }
         try:
-            client.create("t", TABLE_ROWS, (DIM,), "float32", np.array([0, TABLE_ROWS]), {"kind": "uniform"})
+            client.create("t", TABLE_ROWS, (DIM,), args.dtype, np.array([0, TABLE_ROWS]), {"kind": "uniform"})
             client.set_optimizer("t", {"kind": "rowwise_adagrad", "lr": 0.01})
-            client.create("u", TABLE_ROWS, (DIM,), "float32", np.array([0, TABLE_ROWS]), {"kind": "uniform"})
-            print(f"# bench/request_path.py, {time.strftime('%Y-%m-%d %H:%M')} UTC, {os.cpu_count()} CPUs")
+            client.create("u", TABLE_ROWS, (DIM,), args.dtype, np.array([0, TABLE_ROWS]), {"kind": "uniform"})
+            when = time.strftime("%Y-%m-%d %H:%M")
+            print(f"# bench/request_path.py, {when} UTC, {os.cpu_count()} CPUs, {args.dtype} tables")
             columns = ["path", "rows per pull", "pulls", "round trip ms", "server CPU ms per pull"]
             columns.append("busiest threads: CPU ms / voluntary switches per pull")
             print("| " + " | ".join(columns) + " |")
             print("|---|---|---|---|---|---|")
             for k, rows in enumerate(args.rows):
-                print("| bare echo " + measure_echo(rows, args.seconds))
+                print("| bare echo " + measure_echo(rows, args.seconds, dtypes.NUMPY[args.dtype].itemsize))
                 for lane, c in lanes.items():
                     spy = args.spy if k == 0 and lane == args.lanes[0] else None
-                    print(f"| {lane} " + measure(c, psutil.Process(proc.pid), rows, args.seconds, spy))
+                    print(
+                        f"| {lane} "
+                        + measure(c, psutil.Process(proc.pid), rows, args.seconds, spy, "pull", args.dtype)
+                    )
                 for lane, c in lanes.items() if args.push else ():
                     print(
                         f"| {lane} push "
-                        + measure(c, psutil.Process(proc.pid), rows, args.seconds, None, "push")
+                        + measure(c, psutil.Process(proc.pid), rows, args.seconds, None, "push", args.dtype)
                     )
                 for lane, c in lanes.items() if args.pairs else ():
                     for op in ("pair", "pair apart"):
                         print(
                             f"| {lane} {op} "
-                            + measure(c, psutil.Process(proc.pid), rows, args.seconds, None, op)
+                            + measure(c, psutil.Process(proc.pid), rows, args.seconds, None, op, args.dtype)
                         )
         finally:
             for c in lanes.values():

@@ -10,7 +10,7 @@
 //   hello    client -> server  "GTFL" u16 version, u16 token length (1..256), the token
 //            server -> client  "GTFL" u32 status (0 accepted; anything else: refused, then closed)
 //   request  "GTRQ" u16 op, u16 name length, u64 rid, u64 count (<= max_ids), u64 reserved (0; a push: its
-//            gradients' bytes, <= max_reply_bytes), then
+//            gradients' bytes, even, <= max_reply_bytes), then
 //            op 1, pull:   the table's name (1..128 bytes) padded with zeros to 8 bytes, the row type
 //                          the caller reads (u32 element type code, u32 dims 0..3, u64 dims[3]: a
 //                          table of another type answers "not served here"), `count` ids (int64,
@@ -18,7 +18,8 @@
 //            op 2, sample: no name; i64 fan-out (>= 1: "all" is the ZMQ path's), u64 seed, `count`
 //                          seeds (int64, global nodes)
 //            op 3, push:   a gradient push (push_grad): the table's name padded as a pull's, the
-//                          gradients' row type (the table's), i64 step (Adam's table-wide count; INT64_MIN:
+//                          gradients' row type (the table's: a half table's gradients are sent in its
+//                          type, as over ZMQ), i64 step (Adam's table-wide count; INT64_MIN:
 //                          none), `count` ids (int64, global rows), then `count` gradient rows
 //            op 4, batch:  no name; `count` (2..8) requests of ops 1-3, each a whole request as above,
 //                          padded with zeros to 8 bytes; `reserved`: their bytes (<= 2 x max_reply_bytes, a
@@ -50,8 +51,10 @@
 // pushes over ZMQ, where a worker waits for the lock. The step is the Python path's: the same core
 // function (gt_sparse_step_pieces, one thread), the same refusal of NaN or infinity before any row is
 // touched, Adam's table-wide count set from the client's, the written rows marked for the next
-// incremental checkpoint. Tables the lane does not step (half rows, a row norm, skipped non-finite
-// gradients, a dynamic vocabulary, a GPU table) are not described to it and answer "not served here".
+// incremental checkpoint, and a half table's gradients (sent in its type, as over ZMQ) widened exactly,
+// its rounding seed the table's next (TensorShard.round_seed, whose count the lane increments). Tables
+// the lane does not step (a unit-circle projection, skipped non-finite gradients, a dynamic vocabulary,
+// a GPU table) are not described to it and answer "not served here".
 
 #include "fastlane.h"
 #include "graphtrain/api.h"
@@ -206,7 +209,8 @@ size_t Server::request_bytes(const char* h, bool batched) const {
   }
   bool named = op == kOpPull || op == kOpPush ? name_len >= 1 && name_len <= kMaxName
                                               : op == kOpSample && name_len == 0;
-  bool sized = op == kOpPush ? extra <= static_cast<uint64_t>(max_reply) && extra % 4 == 0 : extra == 0;
+  // a push's gradients: float32 rows, or a half table's (2-byte elements: 3 of them are 6 bytes)
+  bool sized = op == kOpPush ? extra <= static_cast<uint64_t>(max_reply) && extra % 2 == 0 : extra == 0;
   if (!named || !sized || n > static_cast<uint64_t>(max_ids)) return 0;
   size_t named_head = ((name_len + 7) & ~size_t{7}) + kRowType;
   return kRequest + (op == kOpPull ? named_head : op == kOpPush ? named_head + 8 : kSampleArgs) + n * 8 +

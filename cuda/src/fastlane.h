@@ -106,6 +106,7 @@ struct Server {
   int64_t unauthed = 0;  // connections that have not sent the token yet
   std::atomic<uint64_t> stats[kStats];
   std::atomic<bool> stopping{false};
+  std::vector<float> widened;  // a half table's pushed gradients in float32 (the lane's thread only)
   std::thread thread;
 
   void count(Stat s, uint64_t n = 1) { stats[s].fetch_add(n, std::memory_order_relaxed); }

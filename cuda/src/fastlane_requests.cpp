@@ -6,6 +6,7 @@
 
 #include "fastlane.h"
 #include "graphtrain/api.h"
+#include "half_rows_avx512.h"
 
 // the native sampler (sampling.cpp): the ZMQ path's draws, per (seed, node)
 GT_API int64_t gt_sample_neighbors(const int64_t* indptr, const int64_t* indices, int64_t lo, int64_t num_local,
@@ -102,7 +103,7 @@ void Server::push(Conn& c, char* h) {
               {load<uint64_t>(typep + 8), load<uint64_t>(typep + 16), load<uint64_t>(typep + 24)}};
   int64_t step = load<int64_t>(typep + kRowType);
   int64_t* ids = reinterpret_cast<int64_t*>(h + (typep - h) + kRowType + 8);  // 8-byte aligned: see need
-  const float* grads = reinterpret_cast<const float*>(ids + n);
+  const float* grads = reinterpret_cast<const float*>(ids + n);  // a half table's: its type's bits
   auto start = std::chrono::steady_clock::now();
   int64_t updated = 0;
   {
@@ -139,8 +140,10 @@ void Server::push(Conn& c, char* h) {
       return;
     }
     const graphtrain::StepDesc d = l->desc;
-    if (!l->steppable.load(std::memory_order_acquire) || d.table == nullptr ||
-        d.dim * static_cast<int64_t>(sizeof(float)) != t.row_bytes || d.num_rows != t.hi - t.lo) {
+    const bool half = d.table_dtype != graphtrain::kTableFloat32;
+    const int64_t element = half ? 2 : 4;
+    if (!l->steppable.load(std::memory_order_acquire) || d.table == nullptr || d.dim * element != t.row_bytes ||
+        d.num_rows != t.hi - t.lo) {
       l->release();
       refuse(c, at, rid, kBusy, "the table's step is not described to the fast lane now");
       return;
@@ -148,9 +151,26 @@ void Server::push(Conn& c, char* h) {
     for (uint64_t i = 0; i < n; ++i) ids[i] -= t.lo;
     const int64_t global = d.global_step == nullptr ? 0 : step != kNoStep ? step : *d.global_step + 1;
     const int64_t rows = static_cast<int64_t>(n);
+    uint64_t seed = 0;
+    if (half) {  // a half table's gradients crossed in its type (dtypes.narrowed): widened, exactly
+      widened.resize(n * static_cast<size_t>(d.dim));
+      const auto* bits = reinterpret_cast<const uint16_t*>(grads);
+      const auto all = static_cast<int64_t>(widened.size());
+      const bool bf16 = d.table_dtype == graphtrain::kTableBFloat16;
+      if (avx512::supported() && bf16)  // the update loop's conversions (half_rows_avx512.h): the same bits
+        avx512::bf16_row_to_float(widened.data(), bits, all);
+      else if (avx512::supported())
+        avx512::fp16_row_to_float(widened.data(), bits, all);
+      else
+        for (int64_t k = 0; k < all; ++k) widened[k] = graphtrain::half_to_float(bits[k], d.table_dtype);
+      grads = widened.data();
+      // TensorShard.round_seed's: counted before the step, a refused one included
+      seed = d.seed_base | (static_cast<uint64_t>(++*d.steps) & 0xFFFFFFFFu);
+    }
     int64_t bad_at = -1;
-    updated = gt_sparse_step_pieces(d.kind, rows, ids, 1, &grads, &rows, d.dim, d.num_rows, d.mean, d.table, 0, 0,
-                                    d.state0, d.state1, d.row_steps, global, d.params, 1, d.refuse_nonfinite, &bad_at);
+    updated = gt_sparse_step_pieces(d.kind, rows, ids, 1, &grads, &rows, d.dim, d.num_rows, d.mean, d.table,
+                                    d.table_dtype, seed, d.state0, d.state1, d.row_steps, global, d.params, 1,
+                                    d.refuse_nonfinite, &bad_at);
     if (updated >= 0) {
       if (d.global_step != nullptr) *d.global_step = global;
       if (d.changed != nullptr)

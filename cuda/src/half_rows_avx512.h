@@ -2,9 +2,10 @@
 // half_row_round) in fewer operations, with F16C's conversions for float16 and the range noted in the
 // writing loop. GCC 12 vectorises no _Float16 conversion, and its vectorised bfloat16 loops had taken
 // 256-bit vectors for some optimizers; these are written with intrinsics, so they are 512-bit in every
-// instance. Included by update_rows.h only; the update loop takes them where the CPU has AVX-512 and
-// F16C (apply_rows), the portable loops elsewhere. tests/native/cpp/half_rows_exhaustive.cpp runs every
-// value the fast paths take through both and the element functions.
+// instance. The update loop takes them where the CPU has AVX-512 and F16C (update_rows.h: apply_rows),
+// the portable loops elsewhere; so does the fast lane widening a half table's pushed gradients
+// (fastlane_requests.cpp). tests/native/cpp/half_rows_exhaustive.cpp runs every value the fast paths
+// take through both and the element functions.
 #pragma once
 
 #include <cstdint>

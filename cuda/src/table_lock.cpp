@@ -49,14 +49,19 @@ GT_API int32_t gt_lock_locked(void* lock) {
 }
 
 // The lane's description of the table's step (table_lock.h), written by the lock's holder; it makes the
-// table steppable by the lane. Returns 1 if the lock was not held (nothing written).
+// table steppable by the lane. Returns 1 if the lock was not held, or the table's type is not one the core
+// steps (or a half table's without its step count): nothing written.
 GT_API int32_t gt_lock_describe(void* lock, int32_t kind, int32_t mean, int32_t refuse_nonfinite, int64_t dim,
-                                int64_t num_rows, float* table, float* state0, float* state1, int64_t* row_steps,
+                                int64_t num_rows, void* table, int32_t table_dtype, uint64_t seed_base,
+                                int64_t* steps, float* state0, float* state1, int64_t* row_steps,
                                 int64_t* global_step, uint8_t* changed, graphtrain::OptimParams params) {
   auto* l = static_cast<TableLock*>(lock);
   if (!gt_lock_locked(lock)) return 1;
-  l->desc = graphtrain::StepDesc{kind, mean, refuse_nonfinite, dim, num_rows, table, state0, state1,
-                                 row_steps, global_step, changed, params};
+  if (table_dtype < graphtrain::kTableFloat32 || table_dtype > graphtrain::kTableBFloat16 ||
+      (table_dtype != graphtrain::kTableFloat32 && steps == nullptr))
+    return 1;
+  l->desc = graphtrain::StepDesc{kind,   mean,   refuse_nonfinite, dim,         num_rows, table, table_dtype, seed_base,
+                                 steps, state0, state1,           row_steps,   global_step, changed, params};
   l->steppable.store(true, std::memory_order_release);
   return 0;
 }

@@ -29,7 +29,10 @@ struct StepDesc {
   int32_t mean = 0;              // duplicate ids' gradients averaged (1) or summed (0)
   int32_t refuse_nonfinite = 1;  // a gradient holding NaN or infinity refuses the whole push
   int64_t dim = 0, num_rows = 0;
-  float* table = nullptr;  // float32 rows only (half tables stay on the Python path)
+  void* table = nullptr;      // the rows: float32, or float16 / bfloat16 bits (table_dtype)
+  int32_t table_dtype = 0;    // kTableFloat32, kTableFloat16 or kTableBFloat16 (optim_math.h)
+  uint64_t seed_base = 0;     // a half table's rounding seeds: seed_base | (++*steps & 0xFFFFFFFF)
+  int64_t* steps = nullptr;   // a half table's step count (TensorShard.round_seed's), or null
   float* state0 = nullptr;
   float* state1 = nullptr;
   int64_t* row_steps = nullptr;    // Adam's per-row counts, or null

@@ -128,7 +128,9 @@ SIGNATURES: dict[str, Signature] = {
     "gt_lock_acquire": Signature((CPU,), I32, [P, I32, F64]),
     "gt_lock_release": Signature((CPU,), I32, [P]),
     "gt_lock_locked": Signature((CPU,), I32, [P]),
-    "gt_lock_describe": Signature((CPU,), I32, [P, I32, I32, I32, I64, I64, P, P, P, P, P, P, OptimParams]),
+    "gt_lock_describe": Signature(
+        (CPU,), I32, [P, I32, I32, I32, I64, I64, P, I32, U64, P, P, P, P, P, P, OptimParams]
+    ),
     "gt_lock_stale": Signature((CPU,), None, [P]),
     "gt_fast_stats": Signature((CPU,), None, [P, P, I64]),
     "gt_fast_set_graph": Signature((CPU,), None, [P, P, P, I64, I64]),

@@ -48,8 +48,9 @@ class TensorShard:
     snapshot: Any = None
     keyed: Any = None  # a dynamic vocabulary's key map (keyed.KeyedRows): ids are keys, not rows
     changed: Any = None  # rows written since the last checkpoint armed (increment.Changed; host tables)
-    steps: int = 0  # optimizer steps applied here: a half table's rounding seed (round_seed)
-    _seed_base: int | None = None
+    # optimizer steps applied here, a half table's rounding seed (round_seed): in memory the fast lane,
+    # which steps pushes on its own thread, increments too (serving/fastlane.py: describe)
+    step_count: np.ndarray = field(default_factory=lambda: np.zeros(1, dtype=np.int64), repr=False)
 
     def __setattr__(self, name: str, value: Any) -> None:
         """A change to what the fast lane's description of the step points at makes it stale: the lane
@@ -64,13 +65,21 @@ class TensorShard:
     def __post_init__(self) -> None:
         object.__setattr__(self, "_live", True)
 
+    @property
+    def steps(self) -> int:
+        return int(self.step_count[0])
+
+    @property
+    def seed_base(self) -> int:
+        """The high half of every rounding seed of this table piece: from its name and rows."""
+        return zlib.crc32(f"{self.name}:{self.lo}".encode()) << 32
+
     def round_seed(self) -> int:
         """The next step's stochastic-rounding seed of a half table (optim_math.h): new every step, and
-        different per table and piece, from the name, the rows and the count (no process state)."""
-        self.steps += 1
-        if self._seed_base is None:  # once per table piece, not per push
-            self._seed_base = zlib.crc32(f"{self.name}:{self.lo}".encode()) << 32
-        return self._seed_base | (self.steps & 0xFFFFFFFF)
+        different per table and piece, from the name, the rows and the count (no process state). The
+        fast lane counts and seeds its steps the same way (fastlane_requests.cpp: push)."""
+        self.step_count[0] += 1
+        return self.seed_base | (self.steps & 0xFFFFFFFF)
 
     @property
     def rows(self) -> int:

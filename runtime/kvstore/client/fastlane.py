@@ -3,12 +3,12 @@ the client side.
 
 ZmqTransport hands each eligible call here: a pull of a table's rows into the caller's array, of at most
 fastwire.MAX_IDS ids and MAX_REPLY_BYTES of rows, a neighbour sample (untyped, a fan-out >= 1, its
-reply within MAX_REPLY_BYTES at most), or a gradient push of float32 rows within the same bounds (one
-chunk, not through shared memory), to a shard whose health reply named a fast lane port. One plain
-TCP connection per shard, authenticated once with the token, one message in flight on it at a time (pulls
-to several shards are in flight together). Several calls to one shard go as one batch (wire version 2,
-lanecalls.take): a step's features and embedding rows cost one round trip, not two. Rows are read
-straight into the caller's array when they land in order.
+reply within MAX_REPLY_BYTES at most), or a gradient push (float32 rows, or a half table's in its type)
+within the same bounds (one chunk, not through shared memory), to a shard whose health reply named a
+fast lane port. One plain TCP connection per shard, authenticated once with the token, one message in
+flight on it at a time (pulls to several shards are in flight together). Several calls to one shard go
+as one batch (wire version 2, lanecalls.take): a step's features and embedding rows cost one round
+trip, not two. Rows are read straight into the caller's array when they land in order.
 
 Whatever goes wrong here costs speed, never a result: a connection that fails or times out is closed, and
 its pulls go over ZMQ, with its retries and its error messages (a pull is idempotent, so asking twice is

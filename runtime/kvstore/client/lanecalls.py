@@ -14,6 +14,9 @@ import numpy as np
 from graphtrain.runtime.kvstore.client.transport import Call
 from graphtrain.runtime.kvstore.wire import fastwire, opargs, protocol
 
+# float32, float16 and bfloat16's bits (dtypes.NUMPY): the gradient types a push's rows may cross in
+GRADIENT_TYPES = (np.dtype(np.float32), np.dtype(np.float16), np.dtype(np.int16))
+
 
 def row_bytes(out: np.ndarray) -> int:
     return out.dtype.itemsize * math.prod(out.shape[1:])
@@ -37,7 +40,8 @@ def sample_fits(c: Call) -> bool:
 
 
 def push_fits(c: Call) -> bool:
-    """A push the lane may carry: float32 rows in one chunk, within its bounds, nothing but a step."""
+    """A push the lane may carry: rows in one chunk, float32 or a half table's type (dtypes.narrowed: the
+    lane widens them as the ZMQ path does), within its bounds, nothing but a step."""
     if not isinstance(c.name, str) or len(c.arrays) != 2:
         return False
     args = c.args or {}
@@ -48,7 +52,7 @@ def push_fits(c: Call) -> bool:
         return False
     ids, vals = c.arrays
     return (
-        vals.dtype == np.float32
+        vals.dtype in GRADIENT_TYPES
         and vals.ndim >= 2
         and vals.flags.c_contiguous
         and len(ids) == len(vals) <= fastwire.MAX_IDS

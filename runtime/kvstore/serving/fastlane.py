@@ -12,9 +12,11 @@ pointer, and keeps a reference to each registered tensor, so its memory outlives
 it: a table whose tensor changed (created, restored, moved by set_optimizer) is registered again, and
 only then is the old tensor let go (gt_fast_set_table returns once no copy reads the old memory).
 
-Gradient pushes of float32 tables are stepped by the lane too, under the table's native lock
-(storage/tablelock.py), from a description of the step that `sync` writes while holding that lock:
-the rows, the optimizer and its state, the changed-row mask of an incremental checkpoint. A table whose
+Gradient pushes are stepped by the lane too, under the table's native lock (storage/tablelock.py),
+from a description of the step that `sync` writes while holding that lock: the rows (float32 or half),
+the optimizer and its state, the changed-row mask of an incremental checkpoint, and a half table's
+step count (TensorShard.step_count, which the lane increments for its rounding seeds as round_seed
+does). A table whose
 description went stale (TensorShard.__setattr__: a new optimizer, a checkpoint arming) or that the lane
 does not step as the Python path does (lane_steppable) answers "busy" or "not served", and its pushes go
 over ZMQ; the next sync (at most a second later) describes it again.
@@ -98,20 +100,23 @@ def servable(t: TensorShard) -> bool:
 
 def lane_may_step(t: TensorShard) -> bool:
     """Whether the lane steps `t`'s gradient pushes as storage/update.locked_step would, whenever its
-    description is current: float32 rows on the host with an optimizer the CPU core runs whole (a row
-    norm included: its update loop scales the rows; no unit-circle projection after it, non-finite
-    gradients refused), and the CPU core chosen for host tables' optimizer steps. Other tables are
-    registered without their lock: their pushes are "not served"."""
+    description is current: float32, float16 or bfloat16 rows on the host with an optimizer the CPU core
+    runs whole (a float32 table's row norm included: its update loop scales the rows, where a half
+    table's are scaled after, in Python; no unit-circle projection after it, non-finite gradients
+    refused), and the CPU core chosen for host tables' optimizer steps. Other tables are registered
+    without their lock: their pushes are "not served"."""
     from graphtrain.runtime.native.backend import CoreBackend, choose_for_optimizer
+    from graphtrain.runtime.native.optim import TABLE_DTYPES
 
     c = t.config
     return (
         servable(t)
         and isinstance(t.lock, NativeLock)
-        and t.data.dtype == torch.float32
+        and t.data.dtype in TABLE_DTYPES
         and t.data.dim() == 2
         and c is not None
         and not c.unit_complex
+        and not (c.row_norm and t.data.dtype != torch.float32)
         and c.nonfinite == "refuse"
         and choose_for_optimizer("cpu") is CoreBackend.CPU  # honours GRAPHTRAIN_OPTIM_BACKEND, as ZMQ
     )
@@ -131,6 +136,7 @@ def describe(t: TensorShard) -> bool:
     """Write the lane's description of `t`'s step (the caller holds t.lock); False when the lane must
     not step it (lane_steppable, or a state that does not fit the optimizer)."""
     from graphtrain.runtime.native import optim as native
+    from graphtrain.runtime.native.optim import TABLE_DTYPES
     from graphtrain.runtime.optim.functional import native_args
     from graphtrain.runtime.optim.state import check_state
 
@@ -154,6 +160,9 @@ def describe(t: TensorShard) -> bool:
         t.data.shape[1],
         t.data.shape[0],
         t.data.data_ptr(),
+        TABLE_DTYPES[t.data.dtype],
+        t.seed_base,
+        t.step_count.ctypes.data,
         ptr(s0),
         ptr(s1),
         ptr(row_steps),

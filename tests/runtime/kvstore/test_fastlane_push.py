@@ -1,8 +1,9 @@
 """Gradient pushes on the shard server's fast lane (cuda/src/fastlane.cpp's op 3, serving/fastlane.py's
 description of the step, client/fastlane.py): the rows and optimizer state they leave are the ZMQ path's
-bit for bit, their refusals are its words, a locked or re-armed table goes over ZMQ without losing or
-doubling a step, the next incremental checkpoint sees the rows the lane wrote, and a push whose
-connection fails after it was sent is never sent twice. A real server in this process, real clients."""
+bit for bit (a half table's stochastic rounding too), their refusals are its words, a locked or
+re-armed table goes over ZMQ without losing or doubling a step, the next incremental checkpoint sees
+the rows the lane wrote, and a push whose connection fails after it was sent is never sent twice. A
+real server in this process, real clients."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 
-from graphtrain.runtime import kvstore
+from graphtrain.runtime import dtypes, kvstore
 from graphtrain.runtime.checkpoint.increment import Changed
 from graphtrain.runtime.kvstore.client.transport import KVTimeout
 from graphtrain.runtime.kvstore.wire import fastwire, protocol
@@ -82,6 +83,58 @@ def test_lane_pushes_leave_the_zmq_paths_rows_and_state_bit_for_bit(servers, opt
         assert torch.equal(a, b)
         assert sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa)
         assert stats(srv)["pushes_ok"] == 6 and stats(srv)["rows_pushed"] > 0
+    finally:
+        fast.close()
+        slow.close()
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize(
+    "optimizer",
+    [OPTIMIZERS[0], OPTIMIZERS[2], OPTIMIZERS[3], OPTIMIZERS[4]],
+    ids=["adam", "rowwise", "adagrad", "sgd"],
+)
+def test_half_table_pushes_on_the_lane_round_as_the_zmq_path_does(
+    servers,  # noqa: F811
+    dtype: str,
+    optimizer: dict,
+) -> None:
+    """A half table's pushes carry its type; the lane widens them and rounds with the table's next seed
+    (TensorShard.round_seed's count, which both paths increment): two servers holding the same table,
+    one pushed over its lane and one over ZMQ, hold the same bits, a push the lane leaves to ZMQ (a stale
+    description) and a refused one (a NaN) in between included."""
+    (on_lane,), (on_zmq,) = servers(), servers()
+    fast = kvstore.connect([on_lane.address], TOKEN, timeout=10)
+    slow = kvstore.connect([on_zmq.address], TOKEN, timeout=10, fast=False)
+    try:
+        for c in (fast, slow):
+            c.create("t", ROWS, (DIM,), dtype, BOUNDS, {"kind": "uniform", "seed": 4})
+            c.set_optimizer("t", optimizer)
+        on_lane.tables_changed()
+        mean = optimizer.get("duplicate") == "mean"
+        t = on_lane.state.tensors["t"]
+        assert isinstance(t.lock, NativeLock)
+        for step, (ids, grads) in enumerate(batches(7), start=1):
+            if step == 3:  # as a new optimizer or an armed checkpoint does: this push goes over ZMQ
+                t.lock.stale()
+            if step == 4:
+                on_lane.tables_changed()  # described again: the lane steps from the count ZMQ left
+                grads = grads.copy()
+                grads[5, 1] = np.nan
+                for c in (fast, slow):
+                    with pytest.raises(protocol.RemoteError, match="hold NaN or infinity"):
+                        c.push_grad("t", ids, grads, BOUNDS, mean, step=step, half=dtype)
+                continue
+            for c in (fast, slow):
+                c.push_grad("t", ids, grads, BOUNDS, mean, step=step, wait=step % 2 == 0, half=dtype)
+            pulled = [c.pull("t", ids[:64], BOUNDS, (DIM,), dtypes.NUMPY[dtype]) for c in (fast, slow)]
+            assert np.array_equal(pulled[0], pulled[1])
+        (a, sa), (b, sb) = table(on_lane, "t"), table(on_zmq, "t")
+        assert a.dtype == getattr(torch, dtype) and torch.equal(a.view(torch.int16), b.view(torch.int16))
+        assert sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa)
+        assert t.steps == on_zmq.state.tensors["t"].steps == 6
+        assert stats(on_lane)["pushes_ok"] == 4 and stats(on_lane)["pushes_busy"] == 1
+        assert stats(on_lane)["errors"] == 1  # the NaN push, refused by the lane in the ZMQ path's words
     finally:
         fast.close()
         slow.close()
@@ -212,13 +265,14 @@ def test_a_push_whose_lane_fails_after_sending_it_is_not_sent_again(servers) -> 
 
 
 def test_tables_the_lane_does_not_step_go_over_zmq(servers) -> None:  # noqa: F811
-    """A half table, a unit-circle projection (after the step) and skipped non-finite gradients stay on
-    the Python path, with its results."""
+    """A unit-circle projection (after the step), a half table's row norm (after it too) and skipped
+    non-finite gradients stay on the Python path, with its results."""
     (srv,) = servers()
     c = kvstore.connect([srv.address], TOKEN, timeout=10)
     try:
         cases = {
-            "half": ("bfloat16", {"kind": "adam", "lr": 0.01}),
+            "half": ("bfloat16", {"kind": "adam", "lr": 0.01, "nonfinite": "skip"}),
+            "halfnorm": ("float16", {"kind": "adam", "lr": 0.01, "row_norm": 1.0}),  # scaled after
             "unit": ("float32", {"kind": "adam", "lr": 0.01, "unit_complex": True}),
             "skip": ("float32", {"kind": "sgd", "lr": 0.1, "nonfinite": "skip"}),
         }
@@ -236,6 +290,8 @@ def test_tables_the_lane_does_not_step_go_over_zmq(servers) -> None:  # noqa: F8
             )
         rows = c.pull("unit", np.arange(40, dtype=np.int64), BOUNDS, (DIM,), np.float32)
         assert np.allclose(np.hypot(rows[:, : DIM // 2], rows[:, DIM // 2 :]), 1.0, atol=1e-5)
+        normed = c.pull("halfnorm", np.arange(40, dtype=np.int64), BOUNDS, (DIM,), np.float16)
+        assert (np.linalg.norm(normed.astype(np.float32), axis=1) <= 1.0 + 1e-3).all()
         assert stats(srv)["pushes_ok"] == 0
     finally:
         c.close()
@@ -283,7 +339,7 @@ def test_malformed_pushes_are_refused_or_closed_and_change_no_row(servers) -> No
             s.close()
         closes = {  # framing errors: the connection is closed
             "gradient bytes past the replies' bound": push(nbytes=fastwire.MAX_REPLY_BYTES + 8),
-            "gradient bytes not whole words": push(nbytes=grads.nbytes - 3),
+            "gradient bytes not whole elements": push(nbytes=grads.nbytes - 3),
         }
         for what, msg in closes.items():
             s = lane(srv)
@@ -432,3 +488,61 @@ def test_a_server_told_to_step_on_the_reference_steps_no_push_on_the_lane(
     finally:
         fast.close()
         slow.close()
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_a_half_tables_malformed_pushes_change_no_row(servers, dtype: str) -> None:  # noqa: F811
+    """Gradients for a half table in another type, bits holding NaN or infinity, or bytes that are not
+    the rows: refused ("not served": over ZMQ, or in words), no row or state changed, the next good
+    push stepped."""
+    (srv,) = servers()
+    c = kvstore.connect([srv.address], TOKEN, timeout=10)
+    try:
+        c.create("h", ROWS, (DIM,), dtype, BOUNDS, {"kind": "uniform", "seed": 4})
+        c.set_optimizer("h", {"kind": "adagrad", "lr": 0.05})
+        srv.tables_changed()
+        before = table(srv, "h")
+        wire = dtypes.NUMPY[dtype]
+        row = fastwire.row_type(wire, (DIM,))
+        ids = np.array([1, 2, 3], dtype=np.int64)
+        good = dtypes.narrowed(np.ones((3, DIM), np.float32), dtype)
+        nan, inf = good.copy(), good.copy()
+        nan.view(np.uint16)[1, 4] = 0x7E00 if dtype == "float16" else 0x7FC1
+        inf.view(np.uint16)[2, 0] = 0x7C00 if dtype == "float16" else 0x7F80
+
+        def push(grads: np.ndarray, rows: bytes | None = row, nbytes: int | None = None) -> tuple[int, bytes]:
+            s = lane_of(srv)
+            try:
+                n = grads.nbytes if nbytes is None else nbytes
+                s.sendall(
+                    fastwire.push_request(1, b"h", 3, rows, n, None) + ids.tobytes() + grads.tobytes()[:n]
+                )
+                _, status, _, size = fastwire.REPLY.unpack(recv_exactly(s, fastwire.REPLY.size))
+                return status, recv_exactly(s, size)
+            finally:
+                s.close()
+
+        float32_rows = fastwire.row_type(np.dtype(np.float32), (DIM,))
+        assert push(np.ones((3, DIM), np.float32), float32_rows)[0] == fastwire.NOT_HERE
+        for bad, first in ((nan, 2), (inf, 3)):
+            status, said = push(bad)
+            assert status == fastwire.ERROR
+            assert said.decode() == (
+                "push_grad of 'h': 1 gradient row(s) hold NaN or infinity "
+                f"(first id {first}); no row was updated"
+            )
+        assert push(good, nbytes=good.nbytes - 2)[0] == fastwire.ERROR  # bytes that are not the rows
+        after = table(srv, "h")
+        assert torch.equal(before[0], after[0]) and all(
+            torch.equal(before[1][k], after[1][k]) for k in before[1]
+        )
+        status, said = push(good)
+        assert status == fastwire.OK and fastwire.PUSH_REPLY.unpack(said) == (3,)
+        assert not torch.equal(before[0][1:4], srv.state.tensors["h"].data[1:4])
+        c.create("odd", 100, (3,), dtype, np.array([0, 100]), {"kind": "zeros"})  # 6 bytes a row
+        c.set_optimizer("odd", {"kind": "sgd", "lr": 1.0})
+        c.push_grad("odd", np.array([7]), np.ones((1, 3), np.float32), np.array([0, 100]), False, half=dtype)
+        assert srv.state.tensors["odd"].data[7].tolist() == [-1.0, -1.0, -1.0]
+        assert stats(srv)["pushes_ok"] == 2 and stats(srv)["malformed"] == 0
+    finally:
+        c.close()
