@@ -23,7 +23,9 @@ from graphtrain.runtime.storage.tablelock import NativeLock, new_lock
 # over the whole graph): never checkpointed, so never restored.
 SCRATCH_PREFIX = "scratch:"
 # what the fast lane's step description holds or depends on (serving/fastlane.py: describe)
-LANE_WATCHED = frozenset(("data", "config", "state", "snapshot", "keyed", "changed", "lo", "hi", "lock"))
+LANE_WATCHED = frozenset(
+    ("data", "config", "state", "snapshot", "keyed", "changed", "lo", "hi", "lock", "name", "step_count")
+)
 
 
 @dataclass

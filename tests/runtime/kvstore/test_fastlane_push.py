@@ -546,3 +546,34 @@ def test_a_half_tables_malformed_pushes_change_no_row(servers, dtype: str) -> No
         assert stats(srv)["pushes_ok"] == 2 and stats(srv)["malformed"] == 0
     finally:
         c.close()
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_assigning_anything_the_lanes_description_holds_makes_it_stale(dtype: str) -> None:
+    """The description carries pointers (rows, state, a half table's step count) and values (bounds, the
+    seed base from the name): each assignment to one of them, even of the same value, leaves the table's
+    pushes to ZMQ until it is described again."""
+    from graphtrain.runtime.kvstore.serving.fastlane import describe
+    from graphtrain.runtime.kvstore.tables.state import ShardTensors
+
+    state = ShardTensors(0)
+    try:
+        state.create("t", ROWS, (DIM,), dtype, 0, ROWS, {"kind": "zeros"})
+        state.set_optimizer("t", {"kind": "adagrad", "lr": 0.1})
+        t = state.tensors["t"]
+        # what describe() reads, or what decides whether the lane may step the table at all
+        held = ("data", "config", "state", "snapshot", "keyed", "changed", "lo", "hi", "name", "step_count")
+        for field in held:
+            lock = t.lock
+            assert isinstance(lock, NativeLock)
+            with lock:
+                assert describe(t) and lock.described, field
+                setattr(t, field, getattr(t, field))
+                assert not lock.described, field
+        old = t.lock
+        with old:
+            assert describe(t)
+        t.lock = NativeLock(old._core)  # noqa: SLF001 - a new lock: the lane's old one is stale
+        assert not old.described
+    finally:
+        state.close()
