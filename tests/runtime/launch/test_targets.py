@@ -134,3 +134,18 @@ def test_a_final_status_that_cannot_be_written_never_hides_the_runs_error(
     run.obs.phase = Phase.succeeded.value
     with pytest.raises(GraphtrainError, match=r"status.json: the final status cannot be written \(No space"):
         run.final_status()
+
+
+def test_a_process_whose_log_was_deleted_says_so_not_an_empty_tail(tmp_path: Path) -> None:
+    """`rm -rf` of the run directory mid-run: the trainers fail, and their failure names the log as gone
+    rather than printing "last lines of" a file that is not there."""
+    child = fake_child(tmp_path, 0, pid=1)
+    child.proc.returncode = 1
+    said = child.why()
+    gone = "is gone (was the run directory deleted while it ran?)"
+    assert said == f"trainer-0 exited with code 1; its log {tmp_path / 'log'} {gone}"
+    (tmp_path / "log").write_text("Traceback (most recent call last):\nOSError: [Errno 2] No such file\n")
+    assert (
+        child.why()
+        == f"trainer-0 exited with code 1: OSError: [Errno 2] No such file (log: {tmp_path / 'log'})"
+    )
