@@ -56,13 +56,20 @@ def narrowed(a: np.ndarray, name: str) -> np.ndarray:
     """float32 rows as wire type `name` (a half type), rounded to nearest even: a half table's gradients
     on the wire, half the bytes (the server widens them again before its float32 step). A finite value
     beyond the type's range saturates to its largest rather than becoming infinite (which the server
-    would refuse as a NaN gradient); NaN and infinity stay what they are."""
+    would refuse as a NaN gradient); NaN and infinity stay what they are. Rows within the range (almost
+    every push) are cast straight after one min-max pass: the saturating pass (torch.isfinite, where)
+    cost a trainer ~100 us per 1,024 x 64 gradients, against ~20 us."""
     import torch
 
     t = torch.from_numpy(np.ascontiguousarray(a, dtype=np.float32))
-    top = torch.finfo(to_torch(name)).max
+    dtype = to_torch(name)
+    top = torch.finfo(dtype).max
+    if t.numel():
+        lo, hi = torch.aminmax(t)
+        if -top <= float(lo) and float(hi) <= top:  # false for an infinity; a NaN casts to NaN either way
+            return to_numpy(t.to(dtype))
     t = torch.where(torch.isfinite(t), t.clamp(-top, top), t)
-    return to_numpy(t.to(to_torch(name)))
+    return to_numpy(t.to(dtype))
 
 
 def to_torch(name: str) -> torch.dtype:

@@ -389,3 +389,36 @@ def test_a_large_table_the_cpu_core_steps_asks_for_huge_pages(
     ids = state.create("i", rows, (64,), "int32", 0, rows, {"kind": "zeros"})
     assert advised == [table.data.data_ptr()], "an integer table was advised to huge pages"
     assert ids.data.nbytes >= memory.HUGE_PAGE_MIN_BYTES  # large enough that only its type spared it
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_narrowing_casts_in_range_rows_straight_and_saturates_the_rest_bit_for_bit(dtype: str) -> None:
+    """dtypes.narrowed's fast path (rows within the type's range: one cast) and its saturating path give
+    the bits of one rule: finite values clamped to the largest, then rounded to nearest even; NaN and
+    infinities kept."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+    from hypothesis.extra.numpy import arrays
+
+    from graphtrain.runtime import dtypes
+
+    top = torch.finfo(getattr(torch, dtype)).max
+
+    def rule(a: np.ndarray) -> np.ndarray:
+        t = torch.from_numpy(a.copy())
+        t = torch.where(torch.isfinite(t), t.clamp(-top, top), t)
+        return t.to(getattr(torch, dtype)).view(torch.int16).numpy()
+
+    values = st.one_of(
+        st.floats(width=32, allow_nan=True, allow_infinity=True),
+        st.sampled_from([top, -top, 65519.0, 65520.0, 3.4e38, -3.4e38, 0.0, -0.0, 6e-8, 1e-45]),
+    )
+
+    @settings(max_examples=300, deadline=None, derandomize=True)
+    @given(arrays(np.float32, st.tuples(st.integers(0, 5), st.integers(1, 7)), elements=values))
+    def one(a: np.ndarray) -> None:
+        got = dtypes.narrowed(a, dtype)
+        assert got.dtype == dtypes.NUMPY[dtype] and got.shape == a.shape
+        assert np.array_equal(got.view(np.int16), rule(a)), a
+
+    one()
