@@ -53,8 +53,8 @@
 // touched, Adam's table-wide count set from the client's, the written rows marked for the next
 // incremental checkpoint, and a half table's gradients (sent in its type, as over ZMQ) widened exactly,
 // its rounding seed the table's next (TensorShard.round_seed, whose count the lane increments). Tables
-// the lane does not step (a unit-circle projection, skipped non-finite gradients, a dynamic vocabulary,
-// a GPU table) are not described to it and answer "not served here".
+// the lane does not step (a unit-circle projection, a half table's row norm, skipped non-finite
+// gradients, a dynamic vocabulary, a GPU table) are not described to it and answer "not served here".
 
 #include "fastlane.h"
 #include "graphtrain/api.h"

@@ -10,9 +10,11 @@
 //
 // The step's description (pointers, optimizer, flags) is written by Python while it holds the lock,
 // and `steppable` says it is current: Python clears it when it changes anything the description holds
-// (the rows' tensor, the optimizer, its state, a checkpoint's changed-row mask), or arms anything the
-// lane does not do (a background checkpoint's copy of rows about to be written), and describes the
-// table again later; until then the lane answers "busy" and the client pushes over ZMQ.
+// (the rows' tensor, the optimizer, its state, a checkpoint's changed-row mask, the table's name or
+// bounds: TensorShard's LANE_WATCHED), or arms anything the lane does not do (a background
+// checkpoint's copy of rows about to be written), and describes the table again later; until then the
+// lane answers "busy" and the client pushes over ZMQ. A half table's step count (`steps`) is counted
+// in place by both, under the lock, and never replaced.
 #pragma once
 
 #include <atomic>

@@ -130,7 +130,7 @@ class Child:
         if getattr(self.proc, "with_zygote", False):  # named alone, it read as the cause of its end
             zygote = self.log.with_name("zygote.log")
             return f"{how} with the zygote it was forked from (launch/zygote.py), which ended (log: {zygote})"
-        if not self.log.exists():  # its run directory deleted while it ran: no empty "last lines"
+        if not os.path.exists(self.log):  # its run directory deleted while it ran: no empty "last lines"
             return f"{how}; its log {self.log} is gone (was the run directory deleted while it ran?)"
         text = self.tail(lines=200)
         line = failure_line(text)

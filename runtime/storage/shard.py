@@ -24,7 +24,7 @@ from graphtrain.runtime.storage.tablelock import NativeLock, new_lock
 SCRATCH_PREFIX = "scratch:"
 # what the fast lane's step description holds or depends on (serving/fastlane.py: describe)
 LANE_WATCHED = frozenset(
-    ("data", "config", "state", "snapshot", "keyed", "changed", "lo", "hi", "lock", "name", "step_count")
+    ("data", "config", "state", "snapshot", "keyed", "changed", "lo", "hi", "lock", "name", "round_steps")
 )
 
 
@@ -51,12 +51,15 @@ class TensorShard:
     keyed: Any = None  # a dynamic vocabulary's key map (keyed.KeyedRows): ids are keys, not rows
     changed: Any = None  # rows written since the last checkpoint armed (increment.Changed; host tables)
     # optimizer steps applied here, a half table's rounding seed (round_seed): in memory the fast lane,
-    # which steps pushes on its own thread, increments too (serving/fastlane.py: describe)
-    step_count: np.ndarray = field(default_factory=lambda: np.zeros(1, dtype=np.int64), repr=False)
+    # which steps pushes on its own thread, increments too (serving/fastlane.py: describe); changed in
+    # place only, as the lane may hold its address
+    round_steps: np.ndarray = field(default_factory=lambda: np.zeros(1, dtype=np.int64), repr=False)
 
     def __setattr__(self, name: str, value: Any) -> None:
         """A change to what the fast lane's description of the step points at makes it stale: the lane
         leaves the table's pushes to the Python path until it is described again (tablelock.py)."""
+        if name == "round_steps" and self.__dict__.get("_live"):
+            raise AttributeError("round_steps is counted in place: the fast lane may hold its address")
         old = self.__dict__.get("lock") if name == "lock" else None
         object.__setattr__(self, name, value)
         if name in LANE_WATCHED and self.__dict__.get("_live"):  # not while __init__ fills a copy in
@@ -69,7 +72,7 @@ class TensorShard:
 
     @property
     def steps(self) -> int:
-        return int(self.step_count[0])
+        return int(self.round_steps[0])
 
     @property
     def seed_base(self) -> int:
@@ -80,7 +83,7 @@ class TensorShard:
         """The next step's stochastic-rounding seed of a half table (optim_math.h): new every step, and
         different per table and piece, from the name, the rows and the count (no process state). The
         fast lane counts and seeds its steps the same way (fastlane_requests.cpp: push)."""
-        self.step_count[0] += 1
+        self.round_steps[0] += 1
         return self.seed_base | (self.steps & 0xFFFFFFFF)
 
     @property

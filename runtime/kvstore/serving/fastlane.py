@@ -15,7 +15,7 @@ only then is the old tensor let go (gt_fast_set_table returns once no copy reads
 Gradient pushes are stepped by the lane too, under the table's native lock (storage/tablelock.py),
 from a description of the step that `sync` writes while holding that lock: the rows (float32 or half),
 the optimizer and its state, the changed-row mask of an incremental checkpoint, and a half table's
-step count (TensorShard.step_count, which the lane increments for its rounding seeds as round_seed
+step count (TensorShard.round_steps, which the lane increments for its rounding seeds as round_seed
 does). A table whose
 description went stale (TensorShard.__setattr__: a new optimizer, a checkpoint arming) or that the lane
 does not step as the Python path does (lane_steppable) answers "busy" or "not served", and its pushes go
@@ -162,7 +162,7 @@ def describe(t: TensorShard) -> bool:
         t.data.data_ptr(),
         TABLE_DTYPES[t.data.dtype],
         t.seed_base,
-        t.step_count.ctypes.data,
+        t.round_steps.ctypes.data,
         ptr(s0),
         ptr(s1),
         ptr(row_steps),

@@ -2,11 +2,11 @@
 
 A second, binary protocol beside the ZMQ one, for the requests that dominate a step across hosts: a pull
 of at most MAX_REPLY_BYTES of rows of a host table, a neighbour sample of an untyped partition, and a
-gradient push of at most MAX_REPLY_BYTES of float32 rows; and (version 2) a batch of up to MAX_BATCH of
-them for one shard in one message, answered in one reply. Fixed little-endian headers, no msgpack, one
-request (or batch) in flight per connection. Peers authenticate once per
-connection with the shard servers' token (sent as ZMQ's PLAIN mechanism sends it: in the clear, on the
-cluster network the NetworkPolicy confines).
+gradient push of at most MAX_REPLY_BYTES of float32 rows (or a half table's, in its type); and
+(version 2) a batch of up to MAX_BATCH of them for one shard in one message, answered in one reply.
+Fixed little-endian headers, no msgpack, one request (or batch) in flight per connection. Peers
+authenticate once per connection with the shard servers' token (sent as ZMQ's PLAIN mechanism sends
+it: in the clear, on the cluster network the NetworkPolicy confines).
 """
 
 from __future__ import annotations
