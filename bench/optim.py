@@ -14,12 +14,18 @@ and written), and next to it, in the same process:
   roofline: "% roofline" is the optimizer's bytes/s over the triad's.
 Threads: --threads (default 2) for every contender, torch included.
 
+- "floor": what any deduplicating step must do, whatever its math: a sort of the ids over the bits
+  their rows need (int32 ids where the table has fewer than 2**31 rows) and a scatter of the same ids
+  into a narrow table (one byte a row), measured in the same call (issue 45, item 1).
+
 --device cuda (scripts/gpu-check runs it on a GPU machine): the CUDA core beside the CPU core, the torch
 reference on the GPU and torch.optim on the GPU, each timed to the end of its device work; the roofline
-is then a triad on the GPU.
+is then a triad on the GPU. Each GPU contender also gets its device time (CUDA events around the step:
+what the device spent, without the host's launches and waits), and the CUDA core its issue 45 bar
+(item 7): 50 us + bytes / (0.75 x the triad's bandwidth) of device time.
 
     python bench/optim.py [--rows 5000000] [--batch 100000] [--dims 32 128] [--steps 8] [--device cpu]
-                          [--no-host]
+                          [--no-host] [--triad-elements 50000000]
 """
 
 from __future__ import annotations
@@ -61,20 +67,55 @@ def bytes_moved(kind: str, unique: int, batch: int, dim: int) -> int:
     return batch * (8 + row) + unique * (2 * row + state)
 
 
-def timed(fn: Callable[[torch.Tensor, torch.Tensor], None], data, warmup: int = 2) -> float:
+def timed(
+    fn: Callable[[torch.Tensor, torch.Tensor], None], data, warmup: int = 2
+) -> tuple[float, float | None]:
+    """The median step's wall time and, on a GPU, its device time (CUDA events recorded around it on the
+    current stream: the kernels' span, not the host's launches and waits before the first one)."""
     gpu = data[0][0].is_cuda
     for ids, grads in data[:warmup]:
         fn(ids, grads)
-    times = []
+    times, device = [], []
     for ids, grads in data[warmup:]:
         if gpu:
             torch.cuda.synchronize()
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
         t = time.perf_counter()
         fn(ids, grads)
         if gpu:  # the step's device work, not only its launches
+            end.record()
             torch.cuda.synchronize()
+            device.append(start.elapsed_time(end) / 1e3)
         times.append(time.perf_counter() - t)
-    return statistics.median(times)
+    return statistics.median(times), (statistics.median(device) if device else None)
+
+
+class DedupFloor:
+    """The floor of a deduplicating step: sort the ids over the bits their rows need, and scatter the same
+    ids into a table of one byte a row (the narrowest write of every touched row)."""
+
+    def __init__(self, num_rows: int):
+        self.num_rows = num_rows
+        self.narrow: dict[torch.device, torch.Tensor] = {}
+
+    def __call__(self, ids: torch.Tensor, grads: torch.Tensor) -> None:
+        if ids.device not in self.narrow:
+            self.narrow[ids.device] = torch.zeros(self.num_rows, dtype=torch.uint8, device=ids.device)
+        keys = ids.to(torch.int32) if self.num_rows < 2**31 else ids
+        torch.sort(keys)
+        self.narrow[ids.device].index_fill_(0, ids, 1)
+
+
+def bandwidth(name: str, gbps: float, triad: float, digits: int) -> str:
+    """The GB/s and % roofline cells: the optimizer's bytes over its time (none for the floor, which
+    moves other bytes)."""
+    return " | " if name.startswith("floor") else f"{gbps:.{digits}f} | {100 * gbps / triad:.0f} %"
+
+
+def item7_bar(nbytes: int, gbps: float) -> float:
+    """Issue 45's bar on the CUDA core's device time per step (item 7), in seconds."""
+    return 50e-6 + nbytes / (0.75 * gbps * 1e9)
 
 
 def gpu_triad_gbps(n: int = 100_000_000) -> float:
@@ -155,6 +196,7 @@ def gpu_contenders(config: OptimConfig, kind: str, table: torch.Tensor, data, ho
     gpu_state = make_state(config, table.shape[0], table.shape[1], "cuda")
     gpu_data = [(i.cuda(), g.cuda()) for i, g in data]
     out = [("graphtrain cuda core", ours(config, gpu_table, gpu_state, "cuda"), gpu_data)]
+    out.append(("floor: sort + scatter on the GPU", DedupFloor(table.shape[0]), gpu_data))
     if host:
         out.append(
             ("graphtrain cpu core", ours(config, table, make_state(config, *table.shape), "cpu"), data)
@@ -186,26 +228,36 @@ def run(
     for kind in KINDS:
         config = OptimConfig(kind, 0.01, eps=1e-8, duplicate="mean" if kind == "rowwise_adagrad" else "sum")
         if device == "cuda":
-            timings = [(n, timed(fn, d)) for n, fn, d in gpu_contenders(config, kind, table, data, host)]
+            timings = [(n, *timed(fn, d)) for n, fn, d in gpu_contenders(config, kind, table, data, host)]
             torch.cuda.empty_cache()
-            base = dict(timings)
-            for name, seconds in timings:
-                gbps = bytes_moved(kind, unique, batch, dim) / seconds / 1e9
+            base = {n: s for n, s, _ in timings}
+            on_device = {n: d for n, _, d in timings}
+            nbytes = bytes_moved(kind, unique, batch, dim)
+            for name, seconds, device_s in timings:
+                gbps = nbytes / seconds / 1e9
                 rate = unique / seconds / 1e6
                 ratios = [
                     f"{base[other] / seconds:.1f}x {other.split(' ')[0]}"
                     for other in (f"torch.optim {kind} on the GPU", "graphtrain torch reference on the GPU")
                     if other in base and name == "graphtrain cuda core"
                 ]
+                if name == "graphtrain cuda core" and device_s is not None:
+                    bar = item7_bar(nbytes, triad)
+                    ratios.append(f"device {1e3 * bar:.2f} ms bar: {'met' if device_s <= bar else 'not met'}")
+                    floor = on_device["floor: sort + scatter on the GPU"]
+                    if floor:
+                        ratios.append(f"{device_s / floor:.1f}x the floor's device time")
+                device = "" if device_s is None else f"{1e3 * device_s:.2f}"
                 lines.append(
-                    f"| {dist} | {dim} | {kind} | {name} | {1e3 * seconds:.2f} | {rate:.2f} | "
-                    f"{gbps:.1f} | {100 * gbps / triad:.0f} % | {', '.join(ratios)} |"
+                    f"| {dist} | {dim} | {kind} | {name} | {1e3 * seconds:.2f} | {device} | {rate:.2f} | "
+                    f"{bandwidth(name, gbps, triad, 1)} | {', '.join(ratios)} |"
                 )
             continue
         state = make_state(config, num_rows, dim)  # on huge pages when large
         contenders = [
             ("graphtrain cpu core", ours(config, table, state, "cpu")),
             ("graphtrain torch reference", ours(config, table, state, "torch")),
+            ("floor: sort + scatter", DedupFloor(num_rows)),
         ]
         if kind == "rowwise_adagrad":
             contenders.append(
@@ -225,7 +277,7 @@ def run(
             contenders.append((f"torch.optim {kind} on nn.Embedding(sparse=True)", torch_optim(table, kind)))
         results = []
         for name, fn in contenders:
-            seconds = timed(fn, data)
+            seconds, _ = timed(fn, data)
             results.append((name, seconds))
             gc.collect()
         base = {n: s for n, s in results}
@@ -239,9 +291,11 @@ def run(
             ):
                 if other in base and name == "graphtrain cpu core":
                     ratios.append(f"{base[other] / seconds:.1f}x {other.split(' ')[0]}")
+            if name == "graphtrain cpu core":
+                ratios.append(f"{seconds / base['floor: sort + scatter']:.1f}x the floor")
             lines.append(
-                f"| {dist} | {dim} | {kind} | {name} | {1e3 * seconds:.1f} | {unique / seconds / 1e6:.2f} | "
-                f"{gbps:.2f} | {100 * gbps / triad:.0f} % | {', '.join(ratios)} |"
+                f"| {dist} | {dim} | {kind} | {name} | {1e3 * seconds:.1f} | | {unique / seconds / 1e6:.2f} "
+                f"| {bandwidth(name, gbps, triad, 2)} | {', '.join(ratios)} |"
             )
         del state
         gc.collect()
@@ -263,8 +317,17 @@ def main() -> None:
     ap.add_argument(
         "--no-host", action="store_true", help="with --device cuda: leave the CPU core out (large tables)"
     )
+    ap.add_argument(
+        "--triad-elements",
+        type=int,
+        default=None,
+        help="the triad's arrays (default 50M on the CPU, 100M on a GPU)",
+    )
     args = ap.parse_args()
-    triad = triad_gbps(args.threads) if args.device == "cpu" else gpu_triad_gbps()
+    if args.device == "cpu":
+        triad = triad_gbps(args.threads, args.triad_elements or 50_000_000)
+    else:
+        triad = gpu_triad_gbps(args.triad_elements or 100_000_000)
     where = f"{args.threads} threads" if args.device == "cpu" else f"GPU {torch.cuda.get_device_name()}"
     print(
         f"# bench/optim.py, {time.strftime('%Y-%m-%d')}, {platform.node()}, {platform.machine()}, "
@@ -272,9 +335,10 @@ def main() -> None:
     )
     print(f"STREAM-like triad ({args.device}): {triad:.1f} GB/s\n")
     print(
-        "| ids | D | optimizer | implementation | ms/step | M unique rows/s | GB/s | % roofline | speed-up |"
+        "| ids | D | optimizer | implementation | ms/step | device ms/step | M unique rows/s | GB/s "
+        "| % roofline | speed-up |"
     )
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for dim in args.dims:
         for dist in args.dists:
             for line in run(
