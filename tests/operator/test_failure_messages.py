@@ -15,7 +15,7 @@ from graphtrain.contract.spec import Phase, parse
 from graphtrain.operator import manifests, observation, stages
 from graphtrain.operator.config import built_in
 from graphtrain.operator.observation import iso
-from tests.operator.test_reconcile import NOW, context, observed, sts, trainer, training
+from tests.operator.reconcile_cluster import NOW, context, observed, sts, trainer, training
 
 
 def containers() -> dict[str, dict]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from graphtrain.operator import handlers
-from tests.operator.test_reconcile import NAME, cond, kinds, running_cluster
+from tests.operator.reconcile_cluster import NAME, cond, kinds, running_cluster
 
 
 @pytest.mark.parametrize("forged", ["Succeeded", "Failed"])

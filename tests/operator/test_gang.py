@@ -12,7 +12,7 @@ from graphtrain.contract.spec import parse
 from graphtrain.contract.spec.scheduling import COSCHEDULING_API, VOLCANO_API
 from graphtrain.operator import gang, manifests
 from graphtrain.operator.config import built_in
-from tests.operator.test_reconcile import NAME, Cluster, cond, kinds, training
+from tests.operator.reconcile_cluster import NAME, Cluster, cond, kinds, training
 
 GROUP = f"{NAME}-gang"
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from graphtrain.contract.spec import ConditionType, Phase
-from tests.operator.test_reconcile import NAME, Cluster, cond, running_cluster, training
+from tests.operator.reconcile_cluster import NAME, Cluster, cond, running_cluster, training
 
 CKPT = "runs/wn/uid-0/checkpoints/BEST"
 

@@ -19,7 +19,7 @@ import pytest
 
 from graphtrain.contract.children import trainer_name
 from graphtrain.operator.observation import key
-from tests.operator.test_reconcile import NAME, Cluster, cond, kinds, running_cluster, training
+from tests.operator.reconcile_cluster import NAME, Cluster, cond, kinds, running_cluster, training
 
 TOKEN = f"Secret/{NAME}-token"
 SHARDS = f"StatefulSet/{NAME}-shards"

@@ -14,8 +14,8 @@ import json
 from graphtrain.operator.k8s import whose
 from graphtrain.operator.reconcile import plan
 from tests.operator.conftest import get, wait_for
+from tests.operator.reconcile_cluster import NAME, Cluster, cond, training
 from tests.operator.test_operator_apiserver import SPEC, names_of
-from tests.operator.test_reconcile import NAME, Cluster, cond, training
 
 UID = "u-1"
 

@@ -311,7 +311,7 @@ def test_the_schema_refuses_a_bad_field_naming_it(kube, ns: str) -> None:
 def test_the_crd_refuses_a_cross_field_problem_before_the_operator_sees_it(kube, ns: str) -> None:
     """A spec breaking a rule (here fan-outs vs layers) is refused by the CRD's CEL rules, with the
     message `graphtrain validate` gives; the operator's SpecValid=False path is covered by
-    tests/operator/test_reconcile.py, and every rule by tests/operator/test_crd_validation.py."""
+    tests/operator/test_reconcile_stages.py, and every rule by tests/operator/test_crd_validation.py."""
     out = kube(
         "apply", "-n", ns, "-f", "-", input=SPEC.format(name="odd", extra_model=", numLayers: 3"), check=False
     )

@@ -12,7 +12,7 @@ from graphtrain.contract.spec import GraphTraining, PodMetadata, parse
 from graphtrain.contract.spec.pod_metadata import own_key
 from graphtrain.operator import manifests, workers
 from graphtrain.operator.config import built_in
-from tests.operator.test_reconcile import Cluster, cond, to_training, training
+from tests.operator.reconcile_cluster import Cluster, cond, to_training, training
 
 USER = {
     "labels": {"team": "graph", "cost-center": "c-42"},

@@ -11,7 +11,7 @@ from graphtrain.contract.spec import parse
 from graphtrain.operator import manifests, workers
 from graphtrain.operator.config import OperatorConfig, built_in
 from graphtrain.operator.config import parse as parse_config
-from tests.operator.test_reconcile import training
+from tests.operator.reconcile_cluster import training
 from tests.operator.test_workers import body, gt_body
 from tests.pod_security import violations
 

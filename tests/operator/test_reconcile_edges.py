@@ -9,7 +9,7 @@ from graphtrain.contract import conditions
 from graphtrain.operator import stages
 from graphtrain.operator.observation import Observed
 from graphtrain.operator.reconcile import plan
-from tests.operator.test_reconcile import NAME, NOW, context, observed, sts, trainer, training
+from tests.operator.reconcile_cluster import NAME, NOW, context, observed, sts, trainer, training
 
 
 def test_a_rank_is_silent_from_its_container_start_not_from_its_image_pull() -> None:
@@ -45,8 +45,8 @@ def test_a_training_failed_for_its_spec_is_deleted_at_its_ttl_too() -> None:
 def test_a_suspended_training_reports_no_shard_server() -> None:
     """The status is merge-patched (k8s.apply): a field the plan leaves out keeps its last value. While
     suspended there is no shard server, yet status.shards went on saying each was Ready."""
-    from tests.operator.test_reconcile import Cluster
-    from tests.operator.test_reconcile import to_training as run_to_training
+    from tests.operator.reconcile_cluster import Cluster
+    from tests.operator.reconcile_cluster import to_training as run_to_training
 
     c = Cluster(training())
     run_to_training(c)
@@ -62,8 +62,8 @@ def test_a_suspension_seen_after_every_trainer_succeeded_does_not_undo_the_succe
     """The suspend stage ran before the trainers stage: a suspension arriving after the last rank
     finished but before the operator saw it deleted the Succeeded pods and, on resumption, trained
     again from the last checkpoint."""
-    from tests.operator.test_reconcile import Cluster
-    from tests.operator.test_reconcile import to_training as run_to_training
+    from tests.operator.reconcile_cluster import Cluster
+    from tests.operator.reconcile_cluster import to_training as run_to_training
 
     c = Cluster(training())
     run_to_training(c)
@@ -78,7 +78,7 @@ def test_a_finished_training_takes_rank_0s_last_report() -> None:
     """The trainers' end decides Succeeded; rank 0's final report (the test metric) can reach the
     progress ConfigMap after that reconcile: a finished training must still take it, or its status
     keeps the last validation figure forever (seen in the shard-fault test: epoch 90, val_mrr)."""
-    from tests.operator.test_reconcile import progress
+    from tests.operator.reconcile_cluster import progress
 
     final = {"epoch": 100, "epochs": 100, "step": 900, "evalMetric": "test_mrr", "evalValue": 0.44}
     done = {
@@ -98,7 +98,7 @@ def test_a_finished_training_takes_rank_0s_last_report() -> None:
 def test_a_spec_fixed_after_it_failed_says_that_the_training_stays_failed() -> None:
     """Failed for its spec, then fixed: SpecValid True alone (and its Normal event "Valid") read as if
     the training would start, while a failed training never does. Its message says so, and what to do."""
-    from tests.operator.test_reconcile import Cluster, cond
+    from tests.operator.reconcile_cluster import Cluster, cond
 
     c = Cluster(training(**{"partition.parts": 0}))
     assert c.step().status["phase"] == "Failed"

@@ -15,7 +15,7 @@ from graphtrain.contract.roles import PEER_LOST
 from graphtrain.operator import observation
 from graphtrain.operator.endpoints import restarts
 from graphtrain.operator.observation import culprit_due, shard_cause
-from tests.operator.test_reconcile import NAME, Cluster, cond, kinds, to_training, training
+from tests.operator.reconcile_cluster import NAME, Cluster, cond, kinds, to_training, training
 
 START = "2026-11-22T11:59:00Z"  # the failed trainers' start (this attempt)
 LOST_1 = "error: " + failures.shard_gone(1, "tcp://wn-shards-1.wn-shards:7000", failures.NO_ANSWER, "pull")

@@ -12,7 +12,7 @@ from graphtrain.contract.spec import MemoryNeed, parse
 from graphtrain.operator import placement, sizing
 from graphtrain.operator.config import built_in
 from graphtrain.operator.observation import key
-from tests.operator.test_reconcile import NAME, Cluster, cond, kinds, training
+from tests.operator.reconcile_cluster import NAME, Cluster, cond, kinds, training
 
 MiB, GiB = 2**20, 2**30
 NEED = {"shardServer": 600 * MiB, "trainer": 5 * GiB}

@@ -11,7 +11,7 @@ from __future__ import annotations
 import datetime as dt
 
 from graphtrain.operator.observation import UNMADE_GRACE, iso, key
-from tests.operator.test_reconcile import NAME, NOW, Cluster, cond, training
+from tests.operator.reconcile_cluster import NAME, NOW, Cluster, cond, training
 
 
 def created(c: Cluster, kind: str, name: str, at: dt.datetime = NOW) -> None:

@@ -1,6 +1,6 @@
 """Partition locality (spec.placement.locality, operator/workers.py): a worker pod per partition, its
 shard server a native sidecar and its trainers the pod's containers, /dev/shm shared; planned with
-literal objects as test_reconcile.py's stage tests are."""
+literal objects as test_reconcile_stages.py's tests are."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from graphtrain.contract.spec import SpecError, colocated, parse
 from graphtrain.operator import gang, workers
 from graphtrain.operator.config import OperatorConfig
 from graphtrain.operator.observation import key
-from tests.operator.test_reconcile import NAME, NS, Cluster, cond, kinds, training
+from tests.operator.reconcile_cluster import NAME, NS, Cluster, cond, kinds, training
 from tests.pod_security import violations
 
 WORKERS = [f"Pod/{worker_name(NAME, p)}" for p in range(2)]
