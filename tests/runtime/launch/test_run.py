@@ -551,23 +551,6 @@ def test_a_rerun_without_resume_refuses_and_keeps_the_checkpoints(
     assert status(run_dir)["progress"]["epoch"] == 1
 
 
-@pytest.mark.timeout(300)
-def test_a_failure_shows_only_this_launchs_log(tmp_path: Path) -> None:
-    run_dir = tmp_path / "run"
-    (run_dir / "logs").mkdir(parents=True)
-    (run_dir / "logs" / "trainer-0.log").write_text("from an earlier launch: epoch 20/20, all done\n")
-    (run_dir / "launch.lock").write_text(
-        ""
-    )  # every launch leaves its lock (a directory of other files is refused)
-    run = launch(nations(epochs=50), run_dir, standalone=True)
-    result, error = run_and_kill(run, "trainer-0", after_checkpoint=False, at_once=True)
-    assert result is None and isinstance(error, RunFailed)
-    assert "trainer-0 was killed by SIGKILL" in str(error)
-    assert "earlier launch" not in str(error)
-    assert "earlier launch" not in (run_dir / "logs" / "trainer-0.log").read_text()
-    assert "earlier launch" in (run_dir / "logs" / "trainer-0.log.1").read_text()  # kept, beside
-
-
 @pytest.mark.timeout(400)
 def test_resume_skips_a_damaged_latest_checkpoint(
     finished: Callable[[bool, str], Finished], graph_file: Path, tmp_path: Path
@@ -591,16 +574,3 @@ def test_resume_skips_a_damaged_latest_checkpoint(
     assert re.search(rf"resuming from step \d+ \(epoch 2, checkpoint {older}\)", done.stderr), done.stderr
     st = status(run_dir)
     assert st["phase"] == "Succeeded" and st["progress"]["epoch"] == 4
-
-
-@pytest.mark.timeout(300)
-def test_the_deadline_stops_the_run_with_the_operators_reason(tmp_path: Path) -> None:
-    doc = nations(epochs=100_000)
-    doc["spec"]["runPolicy"] = {"activeDeadlineSeconds": 2}
-    run = launch(doc, tmp_path / "run", standalone=True)
-    with pytest.raises(RunFailed, match="activeDeadlineSeconds"):
-        run.run()
-    st = status(run.run_dir)
-    failed = next(c for c in st["conditions"] if c["type"] == "Failed")
-    assert st["phase"] == "Failed" and failed["reason"] == "DeadlineExceeded", st["conditions"]
-    assert all(c.proc.poll() is not None for c in run.trainers)
