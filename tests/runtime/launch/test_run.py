@@ -5,7 +5,8 @@ embedding on 2 shard servers x 2 trainers and in standalone mode; Nations trains
 a shard server killed mid-run either stops the run naming it, or (backoffLimit > 0) the run restarts
 from its last checkpoint and finishes. The launcher owns its run directory: its children die with it
 even on SIGKILL, a second launcher is refused, a re-run never deletes checkpoints unasked, every file is
-private to the user, a failure shows only this launch's log, and a damaged latest checkpoint is skipped.
+private to the user, and a damaged latest checkpoint is skipped (a failure's log and the deadline:
+test_run_failures.py).
 """
 
 from __future__ import annotations
