@@ -6,7 +6,7 @@ binding every interface took its port from every pod of the machine. torch's TCP
 interfaces: a second training's rank 0 found port 29500 taken and its trainers joined the first
 training's rendezvous. In a namespace of its own a pod has every port to itself, as on a cluster.
 
-The layout (names and addresses from decide.py):
+The layout (names and addresses from podnames.py):
 - a block per runner: its addresses are 10.<block>.0.0/16 and its namespaces gtpr<block>-*. A runner
   holds its block by an exclusive flock on /run/graphtrain-podrunner/<block>.lock while it lives, and
   the kernel lets go of it when the process ends, however it ends: two runners never share a block,
@@ -28,7 +28,7 @@ The layout (names and addresses from decide.py):
 - egress: a pod's namespace has no route out (no NAT without iptables). An HTTP proxy listening the
   same way on the pod's 127.0.0.1 connects out from the host's namespace (CONNECT for https, absolute
   URLs for http; never to a loopback address of the host), and every container gets HTTP(S)_PROXY and
-  a NO_PROXY of the loopback, the block and the cluster's names (decide.egress_env): a partition pod
+  a NO_PROXY of the loopback, the block and the cluster's names (podnames.egress_env): a partition pod
   downloads its dataset (pip, urllib) as on a cluster with egress.
 - probes: the kubelet probes a pod from its node; here a probe thread enters the hub's namespace for
   its life and connects to the pod's address through the bridge.
@@ -52,7 +52,7 @@ from pathlib import Path
 from typing import TypeVar
 from urllib.parse import urlsplit
 
-from tests.podrunner import decide
+from tests.podrunner import podnames
 
 NETNS_DIR = Path("/run/netns")  # where `ip netns` keeps its namespaces
 LOCK_DIR = Path("/run/graphtrain-podrunner")
@@ -125,7 +125,7 @@ def ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
     return res
 
 
-def claim_block(lock_dir: Path = LOCK_DIR, blocks: range = decide.BLOCKS) -> tuple[int, int]:
+def claim_block(lock_dir: Path = LOCK_DIR, blocks: range = podnames.BLOCKS) -> tuple[int, int]:
     """The lowest block no live runner holds, and the descriptor of its lock (held until closed or
     until this process ends)."""
     lock_dir.mkdir(parents=True, exist_ok=True)
@@ -144,7 +144,7 @@ def stale_namespaces(own: int, lock_dir: Path = LOCK_DIR, netns_dir: Path = NETN
     """Pod runners' namespaces that no live runner holds: those of this runner's block `own` (just
     claimed, so any there are a dead runner's) and of every block whose lock is free."""
     names = sorted(p.name for p in netns_dir.iterdir()) if netns_dir.is_dir() else []
-    blocks = {b for n in names if (b := decide.netns_block(n)) is not None}
+    blocks = {b for n in names if (b := podnames.netns_block(n)) is not None}
     free = {own}
     for block in blocks - {own}:
         fd = os.open(lock_dir / f"{block}.lock", os.O_RDWR | os.O_CREAT, 0o644)
@@ -155,7 +155,7 @@ def stale_namespaces(own: int, lock_dir: Path = LOCK_DIR, netns_dir: Path = NETN
             pass
         finally:
             os.close(fd)
-    return [n for n in names if decide.netns_block(n) in free]
+    return [n for n in names if podnames.netns_block(n) in free]
 
 
 def proxy_request(head: bytes) -> tuple[str, int, bytes | None]:
@@ -232,17 +232,17 @@ class Network:
         self.stale = stale_namespaces(self.block)
         for name in self.stale:
             ip("netns", "delete", name, check=False)
-        self.hub = decide.hub_netns(self.block)
+        self.hub = podnames.hub_netns(self.block)
         ip("netns", "add", self.hub)
         ip("-n", self.hub, "link", "set", "lo", "up")
         ip("-n", self.hub, "link", "add", "br0", "type", "bridge")
-        ip("-n", self.hub, "addr", "add", f"{decide.hub_address(self.block)}/16", "dev", "br0")
+        ip("-n", self.hub, "addr", "add", f"{podnames.hub_address(self.block)}/16", "dev", "br0")
         ip("-n", self.hub, "link", "set", "br0", "up")
 
     def add(self, seq: int) -> PodNet:
         """Pod number `seq`'s namespace on the bridge, with the API server's relay and the egress
         proxy listening inside it."""
-        pod = PodNet(seq, decide.pod_netns(self.block, seq), decide.pod_address(self.block, seq))
+        pod = PodNet(seq, podnames.pod_netns(self.block, seq), podnames.pod_address(self.block, seq))
         ip("netns", "add", pod.name)
         with self._mutex:
             self._pods[seq] = pod

@@ -24,7 +24,7 @@ decisions of decide.py:
   SIGTERM then SIGKILL after terminationGracePeriodSeconds when a pod is deleted (its main containers,
   then its sidecars in reverse order), its namespace removed once its containers are gone. A re-created
   pod (a new uid under the same name) gets a new number: a new address, namespace and container names
-  (decide.container_name), never those of the one still stopping. Every container has its own
+  (podnames.container_name), never those of the one still stopping. Every container has its own
   volumeMounts, termination-log file and env; containers of a pod share its network namespace, host
   name and volumes.
 - native sidecars (Kubernetes >= 1.29: initContainers with restartPolicy Always), as the operator's
@@ -36,7 +36,7 @@ decisions of decide.py:
   container ready, sidecars included (their probes played like the others'); initContainerStatuses
   report them. Refused at creation: plain init containers (run to completion first) and a sidecar's
   startupProbe (decide.unplayed).
-- an emptyDir of medium Memory is tmpfs: a directory under the host's /dev/shm (decide.memory_dir:
+- an emptyDir of medium Memory is tmpfs: a directory under the host's /dev/shm (podnames.memory_dir:
   /dev/shm/gtpr<block>/<pod dir>/<volume>, mode 1777, owned by runAsUser and fsGroup), removed when
   its pod is gone or the runner stops (a killed runner's by the next of its block); its sizeLimit is
   not enforced. Mounted at /dev/shm it shares POSIX shared memory (multiprocessing.shared_memory)
@@ -93,7 +93,7 @@ from typing import Any
 import urllib3
 import yaml
 
-from tests.podrunner import decide
+from tests.podrunner import decide, podnames
 from tests.podrunner.net import Network, PodNet
 
 Obj = dict[str, Any]
@@ -337,9 +337,9 @@ class PodRunner:
             self.network.close()
             raise
         # a dead runner's emptyDirs of medium Memory, of this block or of those whose namespaces went
-        for block in {self.network.block, *(decide.netns_block(n) for n in self.network.stale)}:
+        for block in {self.network.block, *(podnames.netns_block(n) for n in self.network.stale)}:
             if block is not None:
-                shutil.rmtree(decide.memory_dir(block), ignore_errors=True)
+                shutil.rmtree(podnames.memory_dir(block), ignore_errors=True)
         self._thread = threading.Thread(target=self._loop, name="podrunner", daemon=True)
         self._thread.start()
         return self
@@ -354,7 +354,7 @@ class PodRunner:
             t.join(timeout=60)
         if self.mode == "podman" and self._names:  # conmon may keep a container whose client died
             self._podman("rm", "--force", "--ignore", "--time", "0", *self._names, timeout=120)
-        shutil.rmtree(decide.memory_dir(self.network.block), ignore_errors=True)  # while the block is ours
+        shutil.rmtree(podnames.memory_dir(self.network.block), ignore_errors=True)  # while the block is ours
         self.network.close()  # every pod's namespace too, those of pods whose containers outlived the joins
         with self._points_lock:
             for point in reversed(self._created_points):
@@ -571,7 +571,7 @@ class PodRunner:
         pod of the same name still stopping), its namespace, hosts file and volumes."""
         m, spec = decide.meta(pod), pod["spec"]
         seq, self._seq = self._seq, self._seq + 1
-        ip = decide.pod_address(self.network.block, seq)
+        ip = podnames.pod_address(self.network.block, seq)
         pdir = self.root / "pods" / f"{m['namespace']}_{m['name']}_{m['uid'][:8]}"
         pdir.mkdir(parents=True, exist_ok=True)
         policy = spec.get("restartPolicy", "Always")
@@ -626,7 +626,7 @@ class PodRunner:
             path = run.dir / "volumes" / vol["name"]
             if "emptyDir" in vol:
                 if (vol["emptyDir"] or {}).get("medium") == "Memory":  # tmpfs; sizeLimit not enforced
-                    run.memory = Path(decide.memory_dir(self.network.block)) / run.dir.name
+                    run.memory = Path(podnames.memory_dir(self.network.block)) / run.dir.name
                     path = run.memory / vol["name"]
                 path.mkdir(parents=True, exist_ok=True)
                 path.chmod(0o1777)
@@ -683,7 +683,7 @@ class PodRunner:
                 "HOSTNAME": spec.get("hostname") or run.name,
                 "KUBERNETES_SERVICE_HOST": "localhost",  # relayed to the server (net.py)
                 "KUBERNETES_SERVICE_PORT": self.api_port,
-                **decide.egress_env(run.net.proxy_port, self.network.block),
+                **podnames.egress_env(run.net.proxy_port, self.network.block),
             }
             maps = self._referenced(run, "configMapKeyRef", "configmaps")
             env.update(
@@ -796,7 +796,7 @@ class PodRunner:
                 }
                 c.next_start = time.monotonic() + 5
                 return
-            c.name = decide.container_name(self.id, run.seq, run.name, n, c.index)
+            c.name = podnames.container_name(self.id, run.seq, run.name, n, c.index)
             self._names.append(c.name)
             argv = self._podman_argv(run, c, env, image, command, args)
             popen_env = self.env_podman

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.podrunner import decide
+from tests.podrunner import decide, podnames
 
 NS = "ml"
 
@@ -300,10 +300,10 @@ def test_ready_needs_every_container_sidecars_included_and_initialized_follows_t
 
 
 def test_a_pods_containers_have_podman_names_of_their_own() -> None:
-    names = {decide.container_name("r", 3, "worker-0", n, i) for i in range(3) for n in range(3)}
+    names = {podnames.container_name("r", 3, "worker-0", n, i) for i in range(3) for n in range(3)}
     assert len(names) == 9
-    assert decide.container_name("r", 3, "worker-0", 1) == decide.container_name("r", 3, "worker-0", 1, 0)
-    assert decide.memory_dir(123) == "/dev/shm/gtpr123"
+    assert podnames.container_name("r", 3, "worker-0", 1) == podnames.container_name("r", 3, "worker-0", 1, 0)
+    assert podnames.memory_dir(123) == "/dev/shm/gtpr123"
 
 
 # -------------------------------------------------------------------------------------------- DNS

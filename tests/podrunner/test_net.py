@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.podrunner import decide, net
+from tests.podrunner import net, podnames
 
-BLOCKS = range(decide.BLOCKS[0], decide.BLOCKS[0] + 3)
+BLOCKS = range(podnames.BLOCKS[0], podnames.BLOCKS[0] + 3)
 
 
 def test_blocks_are_held_by_one_runner_until_it_lets_go(tmp_path: Path) -> None:
@@ -37,13 +37,18 @@ def test_stale_namespaces_are_those_of_blocks_no_runner_holds(tmp_path: Path) ->
     locks, spaces = tmp_path / "locks", tmp_path / "netns"
     spaces.mkdir()
     a, b, c = BLOCKS
-    for name in [decide.hub_netns(a), decide.pod_netns(a, 3), decide.hub_netns(b), decide.pod_netns(c, 0)]:
+    for name in [
+        podnames.hub_netns(a),
+        podnames.pod_netns(a, 3),
+        podnames.hub_netns(b),
+        podnames.pod_netns(c, 0),
+    ]:
         (spaces / name).touch()
     (spaces / "someone-elses").touch()
     own, fd_own = net.claim_block(locks, range(a, a + 1))  # this runner: a (its leftovers are stale)
     live, fd_live = net.claim_block(locks, range(b, b + 1))  # a live runner: b
     stale = net.stale_namespaces(own, locks, spaces)
-    assert stale == sorted([decide.hub_netns(a), decide.pod_netns(a, 3), decide.pod_netns(c, 0)])
+    assert stale == sorted([podnames.hub_netns(a), podnames.pod_netns(a, 3), podnames.pod_netns(c, 0)])
     # looking did not take c's lock for good
     taken, fd_c = net.claim_block(locks, range(c, c + 1))
     assert taken == c
@@ -140,7 +145,10 @@ def test_pods_in_namespaces_share_no_port_and_reach_each_other_and_the_api(api: 
     network.open()
     try:
         a, b = network.add(0), network.add(1)
-        assert (a.ip, b.ip) == (decide.pod_address(network.block, 0), decide.pod_address(network.block, 1))
+        assert (a.ip, b.ip) == (
+            podnames.pod_address(network.block, 0),
+            podnames.pod_address(network.block, 1),
+        )
         # both pods bind every interface on the rendezvous port: the clash of issue 32 item 7
         rendezvous = [net.listen_in(p.path, "0.0.0.0", 29500) for p in (a, b)]  # noqa: S104 - in the pods
         served = [echo_once(r, name) for r, name in zip(rendezvous, (b"a", b"b"), strict=True)]
@@ -164,13 +172,13 @@ def test_pods_in_namespaces_share_no_port_and_reach_each_other_and_the_api(api: 
     finally:
         network.close()
     names = [p.name for p in net.NETNS_DIR.iterdir()] if net.NETNS_DIR.is_dir() else []
-    assert not [n for n in names if decide.netns_block(n) == network.block]
+    assert not [n for n in names if podnames.netns_block(n) == network.block]
 
 
 @needs_root
 def test_a_killed_runners_namespaces_are_removed_by_the_next(api: socket.socket) -> None:
     block, fd = net.claim_block()
-    stale = decide.pod_netns(block, 7)
+    stale = podnames.pod_netns(block, 7)
     net.ip("netns", "add", stale)
     os.close(fd)  # the runner was killed: its lock went with it, its namespace stayed
     network = net.Network(api.getsockname())

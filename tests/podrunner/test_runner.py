@@ -21,7 +21,7 @@ import pytest
 
 from tests import k8s
 from tests.images import test_images as images_test
-from tests.podrunner import PodRunner, decide, net
+from tests.podrunner import PodRunner, decide, net, podnames
 from tests.podrunner.runner import Api, ApiError, Obj
 
 NS = "net"
@@ -134,7 +134,7 @@ def wait_pod(
 
 
 def our_namespaces(block: int) -> list[str]:
-    return [p.name for p in net.NETNS_DIR.iterdir() if decide.netns_block(p.name) == block]
+    return [p.name for p in net.NETNS_DIR.iterdir() if podnames.netns_block(p.name) == block]
 
 
 @pytest.mark.parametrize("mode", ["process", "podman"])
@@ -153,10 +153,10 @@ def test_pods_have_their_own_network_and_reach_each_other_and_the_api(
             NS, "b"
         )
         ips = {a["status"]["podIP"], b["status"]["podIP"]}
-        assert ips == {decide.pod_address(block, 0), decide.pod_address(block, 1)}
+        assert ips == {podnames.pod_address(block, 0), podnames.pod_address(block, 1)}
         assert f"a is at {a['status']['podIP']}" in runner.logs(NS, "b")
         assert sorted(our_namespaces(block)) == sorted(
-            [decide.hub_netns(block), decide.pod_netns(block, 0), decide.pod_netns(block, 1)]
+            [podnames.hub_netns(block), podnames.pod_netns(block, 0), podnames.pod_netns(block, 1)]
         )
         delete_pods(runner.api)
     assert our_namespaces(block) == []  # every namespace, veth and bridge gone with the runner
@@ -186,7 +186,7 @@ def test_a_recreated_pod_runs_beside_its_predecessor_still_stopping(
         assert second["status"]["phase"] == "Running", (status, runner.logs(NS, "slow"))
         assert second["status"]["podIP"] != first["status"]["podIP"]
         # the first still stops beside it (its namespace goes once it has)
-        assert (net.NETNS_DIR / decide.pod_netns(runner.network.block, 0)).exists()
+        assert (net.NETNS_DIR / podnames.pod_netns(runner.network.block, 0)).exists()
         delete_pods(runner.api)
 
 
@@ -320,7 +320,7 @@ def test_a_sidecar_shares_dev_shm_restarts_in_place_and_stops_after_the_main_con
     image = image_for(mode)
     delete_pods(Api(kubeconfig))
     with PodRunner(kubeconfig, mode=mode, image=image, root=tmp_path / "runner") as runner:
-        memory = Path(decide.memory_dir(runner.network.block))
+        memory = Path(podnames.memory_dir(runner.network.block))
         runner.api.create("api/v1", NS, "pods", worker_pod(image or "none"))
         ready = wait_ready(runner, "w")  # the sidecar's readiness probe included
         (side,) = ready["status"]["initContainerStatuses"]
