@@ -5,7 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from tests.podrunner.runner import PodRun, PodRunner
+from tests.podrunner.pods import PodRun
+from tests.podrunner.runner import PodRunner
 
 NAME = "s-1.s.ns.svc"
 

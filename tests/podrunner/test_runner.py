@@ -22,7 +22,7 @@ import pytest
 from tests import k8s
 from tests.images import test_images as images_test
 from tests.podrunner import PodRunner, decide, net, podnames
-from tests.podrunner.runner import Api, ApiError, Obj
+from tests.podrunner.api import Api, ApiError, Obj
 
 NS = "net"
 # pod a: every interface's port 29500, answers one connection
