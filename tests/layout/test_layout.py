@@ -35,18 +35,19 @@ SOURCES = (".py", ".cu", ".cuh", ".cpp", ".h", ".sh")
 
 
 def long_sources(files: list[Path] | tuple[Path, ...], root: Path) -> dict[str, int]:
-    """The source files among `files`, outside tests/, over MOST_LINES lines, by path under `root`."""
+    """The source files among `files`, tests included, over MOST_LINES lines, by path under `root`."""
     long = {}
     for path in files:
-        parts = path.relative_to(root).parts
-        if path.suffix in SOURCES and parts[0] != "tests":
+        if path.suffix in SOURCES:
             lines = len(path.read_bytes().splitlines())
             if lines > MOST_LINES:
                 long[str(path.relative_to(root))] = lines
     return long
 
 
-def test_no_source_file_outside_the_tests_is_over_600_lines() -> None:
+def test_no_source_file_is_over_600_lines() -> None:
+    """Tests too: test_reconcile.py had reached 2,037 lines and the pod runner 1,126 before they were
+    split (2026-12-04)."""
     assert long_sources(project_files(), ROOT) == {}
 
 
