@@ -109,6 +109,7 @@ def finish_piece(tmp: Path, t: TensorShard, delta: dict[str, Any] | None = None)
         "lo": t.lo,
         "hi": t.hi,
         "optimizer": None if t.config is None else dataclasses.asdict(t.config),
+        "round_steps": t.steps,  # a half table's rounding count: a resumed run rounds as it would have
         "state": {
             k: {"shape": list(v.shape), "dtype": str(v.dtype).removeprefix("torch.")}
             for k, v in t.state.items()

@@ -43,6 +43,7 @@ def restore_into(
         t.config = config
         t.state = make_state(config, t.rows, t.row_shape[0], t.data.device)
     global_step = kd.global_step(config)
+    _restore_round_steps(pieces, t)
     if t.keyed is not None:
         _restore_keys(pieces, t, verify, global_step)
         return True
@@ -67,6 +68,14 @@ def restore_into(
             elif overlap:
                 _copy_into(value[dst], saved)
     return True
+
+
+def _restore_round_steps(pieces: list[tuple[dict[str, Any], Path]], t: TensorShard) -> None:
+    """A half table's rounding count, counted in place (the fast lane may hold its address): the saved
+    piece's of the same rows, so that a resumed run rounds as the uninterrupted one; the largest of
+    them for other bounds (seeds differ with the rows anyway); 0 from a checkpoint without counts."""
+    same = [m for m, _ in pieces if m["lo"] == t.lo and m["hi"] == t.hi]
+    t.round_steps[0] = max(int(m.get("round_steps", 0)) for m in (same or [m for m, _ in pieces]))
 
 
 def _restore_keys(

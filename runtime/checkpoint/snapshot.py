@@ -140,7 +140,8 @@ class TableSnapshot:
         self.keys = None if t.keyed is None else t.keyed.keys()  # a dynamic table's, as its rows now
         # a dynamic table's piece holds its rows in use (0..len(keys)-1), not its whole capacity
         self.n = (t.rows if self.keys is None else len(self.keys)) if plan.rows is None else len(plan.rows)
-        self.view = dataclasses.replace(t, state=dict(t.state))  # this moment's tensors and config
+        # this moment's tensors, config and rounding count (the live table goes on stepping)
+        self.view = dataclasses.replace(t, state=dict(t.state), round_steps=t.round_steps.copy())
         named = {"data": t.data, **{f"state.{k}": v for k, v in t.state.items()}}
         self.whole = {n: v.clone() for n, v in named.items() if _is_global_step(n, t) or v.dim() == 0}
         rowed = {n: v for n, v in named.items() if n not in self.whole}

@@ -65,7 +65,12 @@ def _shard_view(t: CollectiveEmbedding, lo: int, hi: int) -> TensorShard:
         for k, v in t.state.items()
     }
     data = torch.empty((hi - lo, t.dim), dtype=t.dtype, device="meta")
-    return TensorShard(t.name, t.num_embeddings, (t.dim,), t.wire, lo, hi, data, t.config, state)
+    steps = np.array(
+        [t.steps], dtype=np.int64
+    )  # a half table's rounding count: a resumed run goes on from it
+    return TensorShard(
+        t.name, t.num_embeddings, (t.dim,), t.wire, lo, hi, data, t.config, state, round_steps=steps
+    )
 
 
 def _np_dtype(v: torch.Tensor) -> np.dtype:
@@ -264,6 +269,7 @@ def restore(t: CollectiveEmbedding, root: Path, verify: bool = True) -> bool:
     if config is not None:
         t.config = config
         t.state = make_state(config, len(t.weight), t.dim, t.device)
+    t.steps = max(int(m.get("round_steps", 0)) for m, _ in pieces)  # every rank counts every step
     arrays = _arrays(t)
     if t.dynamic:
         if _global_step(t):

@@ -35,7 +35,19 @@ def save(
 ) -> list[dict[str, Any]]:
     """Write this rank's piece of `t` (no exchange); the descriptions of every rank's pieces."""
     lo, hi = share_range(t, t.rank)
-    view = TensorShard(t.name, t.num_embeddings, (t.dim,), t.wire, lo, hi, t.weight, t.config, dict(t.state))
+    steps = np.array([t.steps], dtype=np.int64)  # a half table's rounding count
+    view = TensorShard(
+        t.name,
+        t.num_embeddings,
+        (t.dim,),
+        t.wire,
+        lo,
+        hi,
+        t.weight,
+        t.config,
+        dict(t.state),
+        round_steps=steps,
+    )
 
     def write(directory: Path, _: TensorShard) -> None:
         keys = t.keys.cpu().numpy()  # rows 0..len(keys)-1 are in use: only those are written

@@ -61,7 +61,8 @@ class ShardCheckpoints:
                         else:
                             pieces.append(ckpt.write_piece(root, t))
                         continue
-                    view = dataclasses.replace(t, state=dict(t.state))  # this moment's tensors and config
+                    # this moment's tensors, config and rounding count
+                    view = dataclasses.replace(t, state=dict(t.state), round_steps=t.round_steps.copy())
                     keys = None if t.keyed is None else t.keyed.keys()
                     copy = gpu.freeze(t, self.free(t.data.device)) if background else None
                 if copy is not None:  # written by the background thread, from the copy

@@ -57,7 +57,7 @@ def restore_then(
     SparseOptimizer([table], config("adam", "sum"))
     assert restore(table, Path(ckdir))
     rows = table.rows(torch.tensor(keys, dtype=torch.int64)).numpy()
-    return {"rows": rows, "dtype": np.array(str(table.weight.dtype))}
+    return {"rows": rows, "dtype": np.array(str(table.weight.dtype)), "steps": np.array(table.steps)}
 
 
 def wire(rank: int, world: int, out: Path, dtype: str, n: int, dim: int) -> dict[str, Any]:

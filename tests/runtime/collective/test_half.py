@@ -85,6 +85,7 @@ def test_half_collective_tables_train_within_rounding_and_restore_bit_for_bit(tm
     for r in range(world):
         assert str(back[r]["dtype"]) == f"torch.{dtype}"
         np.testing.assert_array_equal(back[r]["rows"], last)
+        assert int(back[r]["steps"]) == STEPS  # the rounding count goes on from the checkpoint's
 
 
 def test_an_unseen_key_of_a_half_dynamic_table_reads_its_initial_value_rounded(tmp_path):

@@ -188,3 +188,27 @@ def test_a_changed_byte_in_a_background_checkpoint_is_refused(ckroot: Path) -> N
         raw[-5] ^= 1
         path.write_bytes(bytes(raw))
     assert ckpt.latest_verified(ckroot) == (ckroot / "step-000000002", [])
+
+
+@pytest.mark.timeout(120)
+def test_a_half_tables_background_checkpoint_keeps_the_armed_steps_rounding_count(tmp_path: Path) -> None:
+    """The count is the rows' (checkpoint/pieces.py: round_steps): a step while the write goes on counts
+    on the live table, not in the checkpoint, which a resumed run continues from."""
+    import json
+
+    rows, chunk = 20_000, 64 << 10
+    st = ShardTensors(0)
+    t = st.create("emb", rows, (DIM,), "bfloat16", 0, rows, {"kind": "uniform", "low": -1, "high": 1})
+    st.set_optimizer("emb", {"kind": "adagrad", "lr": 0.01})
+    rng = np.random.default_rng(0)
+    ids = np.arange(rows, dtype=np.int64)
+    st.push_grad("emb", [(ids, rng.standard_normal((rows, DIM)).astype(np.float32))])
+    bg = snap.BackgroundCheckpoint(
+        "ck", tmp_path / "ck", [t], [], 8 * chunk, rate=16 * chunk, chunk_bytes=chunk
+    )
+    st.push_grad("emb", [(ids, rng.standard_normal((rows, DIM)).astype(np.float32))])
+    assert bg.running, "the write ended before the push: nothing tested"
+    assert bg.wait(60) and bg.status.state == "done", bg.status
+    manifest = json.loads(next((tmp_path / "ck" / "emb").glob("*/manifest.json")).read_text())
+    assert (manifest["round_steps"], t.steps) == (1, 2)
+    st.close()

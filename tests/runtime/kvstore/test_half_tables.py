@@ -200,6 +200,8 @@ def test_a_background_delta_of_a_half_table_restores_bit_for_bit(tmp_path: Path)
         client.close()
     delta = json.loads(next((tmp_path / "ck-2" / "e").glob("*/manifest.json")).read_text())
     assert delta.get("delta", {}).get("depth") == 1 and delta["dtype"] == "bfloat16"
+    full = json.loads(next((tmp_path / "ck-1" / "e").glob("*/manifest.json")).read_text())
+    assert (full["round_steps"], delta["round_steps"]) == (1, 2)  # the count as each was begun
     assert np.array_equal(ckpt.export_table(tmp_path / "ck-2", "e"), rows.numpy())
     with servers(1, tmp_path, "--restore", "latest") as srv:
         client = kvstore.connect([s.address for s in srv], TOKEN)
@@ -422,3 +424,34 @@ def test_narrowing_casts_in_range_rows_straight_and_saturates_the_rest_bit_for_b
         assert np.array_equal(got.view(np.int16), rule(a)), a
 
     one()
+
+
+@pytest.mark.parametrize("dtype", HALF)
+def test_a_run_resumed_from_a_checkpoint_rounds_as_the_run_that_went_on(
+    dtype: torch.dtype, tmp_path: Path
+) -> None:
+    """A half table's rounding seeds come from its step count (TensorShard.round_steps): the checkpoint
+    keeps the count with the rows, so steps after a restore round as the uninterrupted run's did (the
+    resume of a float32 run is bit for bit already: tests/runtime/train/test_resume.py)."""
+
+    def steps(emb: DistEmbedding, opt: SparseAdagrad, seeds: range) -> None:
+        for s in seeds:
+            ids = torch.randint(0, ROWS, (128,), generator=torch.Generator().manual_seed(s))
+            (emb(ids) ** 2).sum().backward()
+            opt.step()
+
+    client = kvstore.standalone(2, checkpoint_root=tmp_path)
+    emb = DistEmbedding(ROWS, DIM, "e", INIT, client=client, dtype=dtype)
+    opt = SparseAdagrad([emb], lr=0.05)
+    steps(emb, opt, range(3))
+    client.checkpoint("ck", root=tmp_path)
+    counts = json.loads(next((tmp_path / "ck" / "e").glob("*/manifest.json")).read_text())["round_steps"]
+    assert counts == 3
+    steps(emb, opt, range(3, 7))
+    went_on = emb.rows(torch.arange(ROWS))
+    resumed = kvstore.standalone(2)
+    for state in resumed.transport.states:  # type: ignore[attr-defined]
+        state.restore_from = tmp_path / "ck"
+    again = DistEmbedding(ROWS, DIM, "e", INIT, client=resumed, dtype=dtype)
+    steps(again, SparseAdagrad([again], lr=0.05), range(3, 7))
+    assert torch.equal(again.rows(torch.arange(ROWS)), went_on)
