@@ -285,12 +285,30 @@ def foreign_run_dir(run_dir: Path, spec: Path | None = None) -> str | None:
         return None
     own = spec.resolve() if spec is not None else None
     held = sorted(p.name for p in run_dir.iterdir() if p.resolve() != own)
-    if not held or any(m in held for m in RUN_MARKERS):
+    if not held or any(m in held for m in RUN_MARKERS) or _run_status(run_dir / rundir.STATUS_FILE):
         return None
     shown = ", ".join(held[:5]) + (", ..." if len(held) > 5 else "")
     return (
         f"--run-dir {run_dir}: holds files that are not a graphtrain run's ({shown}), and a run replaces "
         "files of its own there (tensorboard/, metrics.csv, logs/): give an empty or new directory"
+    )
+
+
+def _run_status(path: Path) -> bool:
+    """Whether `path` is a launcher's status.json (a GraphTraining status: its phase and conditions).
+    A run directory deleted while the run went on can come back holding that and a few other files the
+    launcher wrote during the deletion (`rm -rf` then fails: "Directory not empty"): a run's leftovers,
+    not someone else's files."""
+    try:
+        if path.stat().st_size > 1 << 20:
+            return False
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return False
+    return (
+        isinstance(doc, dict)
+        and isinstance(doc.get("phase"), str)
+        and isinstance(doc.get("conditions"), list)
     )
 
 

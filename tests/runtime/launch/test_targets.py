@@ -149,3 +149,23 @@ def test_a_process_whose_log_was_deleted_says_so_not_an_empty_tail(tmp_path: Pat
         child.why()
         == f"trainer-0 exited with code 1: OSError: [Errno 2] No such file (log: {tmp_path / 'log'})"
     )
+
+
+def test_a_run_directory_holding_what_the_launcher_wrote_while_it_was_deleted_is_a_runs(
+    tmp_path: Path,
+) -> None:
+    """`rm -rf` of the run directory at epoch 3: the launcher wrote its status, progress and targets in
+    the middle of the deletion, rm failed ("Directory not empty"), and the next `make run` (--overwrite)
+    refused those files as someone else's. A launcher's status.json says the directory is a run's; a
+    status.json of another shape does not."""
+    from graphtrain.runtime.launch.reuse import foreign_run_dir
+
+    run = tmp_path / "run"
+    (run / "prometheus").mkdir(parents=True)
+    (run / "progress.json").write_text("{}")
+    (run / "status.json").write_text(json.dumps({"phase": "Failed", "conditions": [], "restarts": 0}))
+    assert foreign_run_dir(run) is None
+    (run / "status.json").write_text(json.dumps({"status": "ok"}))  # someone else's
+    assert "holds files that are not a graphtrain run's" in (foreign_run_dir(run) or "")
+    (run / "status.json").write_text("[not json")
+    assert foreign_run_dir(run) is not None
