@@ -46,6 +46,7 @@ if TYPE_CHECKING:
         resolve_latest,
         restore_point,
         saved_config,
+        saved_round_steps,
         verify_checkpoint,
     )
     from graphtrain.runtime.checkpoint.restore import export_keyed, export_state, export_table, restore_into
@@ -83,6 +84,7 @@ _HOMES = {
             "resolve_latest",
             "restore_point",
             "saved_config",
+            "saved_round_steps",
             "verify_checkpoint",
         ],
         "points",
@@ -135,6 +137,7 @@ __all__ = [
     "save_keys",
     "save_whole",
     "saved_config",
+    "saved_round_steps",
     "verify_checkpoint",
     "write_frozen",
     "write_piece",

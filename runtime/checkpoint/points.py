@@ -307,3 +307,26 @@ def saved_config(
     if config is not None and found is not None and config != found:
         raise DataError(f"checkpoint of {name!r} has optimizer {found}, the table {config}")
     return found
+
+
+MAX_ROUND_STEPS = 2**63 - 1  # TensorShard.round_steps is an int64
+
+
+def saved_round_steps(
+    pieces: list[tuple[dict[str, Any], Path]], lo: int | None = None, hi: int | None = None
+) -> int:
+    """A half table's rounding count as saved (pieces.finish_piece's `round_steps`): the piece's of rows
+    [lo, hi) where there is one, else the largest of all (seeds differ with the rows anyway); 0 from a
+    checkpoint written before counts were kept.
+
+    Raises:
+        DataError: a count that is not a whole number in [0, 2**63), naming its piece.
+    """
+    same = [(m, d) for m, d in pieces if (m.get("lo"), m.get("hi")) == (lo, hi)]
+    counts = []
+    for m, d in same or pieces:
+        n = m.get("round_steps", 0)
+        if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= MAX_ROUND_STEPS:
+            raise DataError(f"{d / MANIFEST}: round_steps must be a whole number in [0, 2**63), got {n!r}")
+        counts.append(n)
+    return max(counts, default=0)

@@ -21,7 +21,7 @@ from graphtrain.runtime.storage.shard import TensorShard
 
 if TYPE_CHECKING:
     pass
-from graphtrain.runtime.checkpoint.points import pieces_of, read_top, saved_config
+from graphtrain.runtime.checkpoint.points import pieces_of, read_top, saved_config, saved_round_steps
 
 
 def restore_into(
@@ -71,11 +71,9 @@ def restore_into(
 
 
 def _restore_round_steps(pieces: list[tuple[dict[str, Any], Path]], t: TensorShard) -> None:
-    """A half table's rounding count, counted in place (the fast lane may hold its address): the saved
-    piece's of the same rows, so that a resumed run rounds as the uninterrupted one; the largest of
-    them for other bounds (seeds differ with the rows anyway); 0 from a checkpoint without counts."""
-    same = [m for m, _ in pieces if m["lo"] == t.lo and m["hi"] == t.hi]
-    t.round_steps[0] = max(int(m.get("round_steps", 0)) for m in (same or [m for m, _ in pieces]))
+    """A half table's rounding count, set in place (the fast lane may hold its address), so that a
+    resumed run rounds as the uninterrupted one."""
+    t.round_steps[0] = saved_round_steps(pieces, t.lo, t.hi)
 
 
 def _restore_keys(

@@ -269,7 +269,7 @@ def restore(t: CollectiveEmbedding, root: Path, verify: bool = True) -> bool:
     if config is not None:
         t.config = config
         t.state = make_state(config, len(t.weight), t.dim, t.device)
-    t.steps = max(int(m.get("round_steps", 0)) for m, _ in pieces)  # every rank counts every step
+    t.steps = ckpt.saved_round_steps(pieces)  # every rank counts every step
     arrays = _arrays(t)
     if t.dynamic:
         if _global_step(t):

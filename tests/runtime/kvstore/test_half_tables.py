@@ -455,3 +455,22 @@ def test_a_run_resumed_from_a_checkpoint_rounds_as_the_run_that_went_on(
     again = DistEmbedding(ROWS, DIM, "e", INIT, client=resumed, dtype=dtype)
     steps(again, SparseAdagrad([again], lr=0.05), range(3, 7))
     assert torch.equal(again.rows(torch.arange(ROWS)), went_on)
+
+
+@pytest.mark.parametrize("bad", ["3", -1, 2**63, True, 1.5, None])
+def test_a_rounding_count_that_is_not_a_count_is_refused_in_one_line(bad: object, tmp_path: Path) -> None:
+    """A manifest edited to hold a round_steps of another kind or beyond an int64 names its file, where
+    int() or the int64 array had raised a traceback (or a bool passed as 1)."""
+    from graphtrain.runtime.errors import DataError
+
+    client = kvstore.standalone(1, checkpoint_root=tmp_path)
+    train(client, torch.bfloat16, steps=1)
+    client.checkpoint("ck", root=tmp_path)
+    manifest = next((tmp_path / "ck" / "e").glob("*/manifest.json"))
+    doc = json.loads(manifest.read_text())
+    doc["round_steps"] = bad
+    manifest.write_text(json.dumps(doc))
+    with pytest.raises(
+        DataError, match=r"manifest.json: round_steps must be a whole number in \[0, 2\*\*63\)"
+    ):
+        ckpt.saved_round_steps(ckpt.pieces_of(tmp_path / "ck", "e"), 0, ROWS)
