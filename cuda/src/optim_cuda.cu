@@ -22,7 +22,9 @@
 //     and its state, and (row_norm) the row scaled to its norm; the reduced gradient never goes to memory.
 //     Row-wise Adagrad keeps a one-step-wide row's gradient in registers between its two passes. Nothing
 //     is touched when a flag is set (kernels read them first);
-//  6. one copy of the flags and the count to the host, one stream synchronisation.
+//  6. one copy of the flags and the count to the host, one stream synchronisation; or, asked to defer them
+//     (a step captured as a CUDA graph: runtime/optim/late.py), one kernel writing them to three int64 on
+//     the device for the caller to read a step later, and no wait at all.
 // Gather and overwrite (scatter: the last position of a duplicated id wins) use the same stages.
 // Stages 1-3 and 6 are in segments.cuh, 4-5 in update_kernels.cuh, the error boundary of the C ABI in cuda_boundary.cuh.
 //
@@ -64,6 +66,14 @@ using namespace graphtrain::cuda_core;  // the boundary's codes and the segment 
 __global__ void global_step_kernel(int64_t* step, OptimParams p, Info* info) {
   if (flagged(info)) return;
   info->global_coef = graphtrain::adam_coef(++*step, p);
+}
+
+// A deferred call's flags and count, for its caller to read later: {first bad position, first non-finite
+// gradient row (each -1 for none), unique rows (0 when flagged or empty)}.
+__global__ void report_kernel(const Info* info, int n, int64_t* out) {
+  out[0] = info->bad == kNoBad ? -1 : static_cast<int64_t>(info->bad);
+  out[1] = info->nonfinite == kNoBad ? -1 : static_cast<int64_t>(info->nonfinite);
+  out[2] = flagged(info) || n == 0 ? 0 : info->num_unique;
 }
 
 #include "update_kernels.cuh"  // Vec, the finite, plan, chunk and update kernels
@@ -184,6 +194,7 @@ struct StepCall {
   float row_norm;
   int32_t finite;
   OptimParams params;
+  int64_t* flags_out;
 };
 
 template <typename Key>
@@ -225,6 +236,11 @@ int64_t sparse_step_impl(const char* fn, const StepCall& c, cudaStream_t stream,
   err = vec4 ? launch_typed<Key, 4>(c.kind, c.table_dtype, a, blocks, stream)
              : launch_typed<Key, 1>(c.kind, c.table_dtype, a, blocks, stream);
   if (err != cudaSuccess) return fail(fn, "update kernel launch", err);
+  if (c.flags_out != nullptr) {  // deferred: the flags stay on the device, nothing waits
+    report_kernel<<<1, 1, 0, stream>>>(sg.info, c.n, c.flags_out);
+    if ((err = cudaGetLastError()) != cudaSuccess) return fail(fn, "report kernel launch", err);
+    return 0;
+  }
   Info host{};
   if (const char* stage = finish(sg.info, stream, &host, &err)) return fail(fn, stage, err);
   if (host.bad != kNoBad) {
@@ -355,13 +371,15 @@ GT_API int gt_cuda_workspace_bytes(int32_t op, int64_t n, int64_t num_rows, int6
 // table's one count, which the step increments on the device once every id is known valid (an empty
 // batch counts). row_norm > 0: every updated row is then scaled to that L2 norm (float32 tables). table_dtype
 // (graphtrain::TableDtype): float32 rows, or float16 / bfloat16 rows stepped in float32 and written back with
-// stochastic rounding keyed by round_seed, bit for bit as the CPU core's.
+// stochastic rounding keyed by round_seed, bit for bit as the CPU core's. flags_out (a device pointer to three
+// int64, or null): defer the checks' verdict there (report_kernel) and return 0 without waiting for the
+// device; nothing is touched when a flag is set, as in a waited call.
 GT_API int64_t gt_cuda_sparse_step(int32_t kind, int64_t n, const int64_t* ids, const float* grads, int64_t dim,
                                    int64_t num_rows, int32_t mean, void* table, int32_t table_dtype,
                                    uint64_t round_seed, float* state0, float* state1,
                                    int64_t* steps, int32_t global_step, OptimParams params, float row_norm,
                                    int32_t finite, int32_t device, void* stream_ptr, void* workspace,
-                                   int64_t workspace_bytes, int64_t* bad_pos) {
+                                   int64_t workspace_bytes, int64_t* flags_out, int64_t* bad_pos) {
   const char* fn = "gt_cuda_sparse_step";
   try {
     *bad_pos = -1;
@@ -372,23 +390,25 @@ GT_API int64_t gt_cuda_sparse_step(int32_t kind, int64_t n, const int64_t* ids, 
     if (table_dtype != graphtrain::kTableFloat32 && row_norm > 0.0f)
       return fail_arg(fn, "a row norm on a half table (its rows are projected after the step)");
     const bool adam_global = kind == graphtrain::kAdam && global_step;
-    if (n == 0 && !adam_global) return 0;
+    if (n == 0 && !adam_global && flags_out == nullptr) return 0;
     DeviceGuard guard(device);
     if (guard.err != cudaSuccess) return fail(fn, "select the device", guard.err);
     cudaGetLastError();  // a stale launch error of an earlier call is not this call's
     cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
-    if (n == 0) {  // nothing to check or update: only count the step, without waiting for it
+    if (n == 0) {  // nothing to check or update: only count the step (and report), without waiting for it
       if (workspace_bytes < static_cast<int64_t>(sizeof(Info))) return fail_arg(fn, "no workspace for the flag");
       Info* info = static_cast<Info*>(workspace);
       cudaError_t err = cudaMemsetAsync(info, 0xff, kInfoHostBytes, stream);
       if (err != cudaSuccess) return fail(fn, "clear the flag", err);
-      global_step_kernel<<<1, 1, 0, stream>>>(steps, params, info);
+      if (adam_global) global_step_kernel<<<1, 1, 0, stream>>>(steps, params, info);
       if ((err = cudaGetLastError()) != cudaSuccess) return fail(fn, "global step kernel launch", err);
+      if (flags_out != nullptr) report_kernel<<<1, 1, 0, stream>>>(info, 0, flags_out);
+      if ((err = cudaGetLastError()) != cudaSuccess) return fail(fn, "report kernel launch", err);
       return 0;
     }
     char* ws = static_cast<char*>(workspace);
     const StepCall c{kind,   static_cast<int>(n), ids,   grads,       dim,      num_rows, mean,  table, table_dtype,
-                     round_seed, state0, state1, steps, global_step, row_norm, finite, params};
+                     round_seed, state0, state1, steps, global_step, row_norm, finite, params, flags_out};
     return small_keys(num_rows) ? sparse_step_impl<uint32_t>(fn, c, stream, ws, workspace_bytes, bad_pos)
                                 : sparse_step_impl<uint64_t>(fn, c, stream, ws, workspace_bytes, bad_pos);
   } catch (...) {

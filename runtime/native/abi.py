@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 from graphtrain.runtime.errors import GraphtrainError
 
 # = graphtrain::kAbiVersion in cuda/include/graphtrain/abi.h (tests/native/test_abi.py compares them)
-ABI_VERSION = 17
+ABI_VERSION = 18
 
 CPU, CUDA = "cpu", "cuda"
 REBUILD = {
@@ -138,14 +138,39 @@ SIGNATURES: dict[str, Signature] = {
     # CUDA core (cuda/src/optim_cuda.cu): every call returns an error code and leaves its message in
     # gt_cuda_last_error. Device pointers; the sparse step's tail has the flag "steps is the table's one
     # Adam count" where the CPU's has the count itself; then the device, the caller's stream, a workspace
-    # (pointer, bytes: gt_cuda_workspace_bytes) and bad_pos
+    # (pointer, bytes: gt_cuda_workspace_bytes), flags_out (three int64 on the device: a deferred call, or
+    # null) and bad_pos
     "gt_cuda_last_error": Signature((CUDA,), ctypes.c_char_p, []),
     "gt_cuda_probe": Signature((CUDA,), INT, [I32, P]),
     "gt_cuda_workspace_bytes": Signature((CUDA,), INT, [I32, I64, I64, I64, I32, P]),
     "gt_cuda_sparse_step": Signature(
         (CUDA,),
         I64,
-        [I32, I64, P, P, I64, I64, I32, P, I32, U64, P, P, P, I32, OptimParams, F32, I32, I32, P, P, I64, P],
+        [
+            I32,
+            I64,
+            P,
+            P,
+            I64,
+            I64,
+            I32,
+            P,
+            I32,
+            U64,
+            P,
+            P,
+            P,
+            I32,
+            OptimParams,
+            F32,
+            I32,
+            I32,
+            P,
+            P,
+            I64,
+            P,
+            P,
+        ],
     ),
     "gt_cuda_gather": Signature((CUDA,), INT, [I64, P, P, I64, I64, P, I32, P, P, I64, P]),
     "gt_cuda_scatter": Signature((CUDA,), INT, [I64, P, P, P, I64, I64, I32, P, P, I64, P]),

@@ -225,6 +225,15 @@ def check_step(args: OptimArgs, table: Desc, state: dict[str, Desc], ids: Desc, 
         _tensor(f"state {key!r}", state[key], table.device, dtype, shape)
 
 
+def check_deferred(table: Desc, flags: Desc, workspace: Desc, need: int) -> None:
+    """A deferred step's flags (three int64 the core writes on the device) and the workspace its caller
+    holds for it (a captured step's own: the per-stream scratch may be replaced while a graph holds it)."""
+    _tensor("flags", flags, table.device, torch.int64, (3,))
+    if workspace.dtype != torch.uint8 or len(workspace.shape) != 1 or workspace.shape[0] < need:
+        raise SparseInputError(f"workspace must be 1-D uint8 of at least {need} bytes, got {workspace.shape}")
+    _tensor("workspace", workspace, table.device, torch.uint8, workspace.shape)
+
+
 def check_gather(table: Desc, ids: Desc) -> None:
     check_table(table)
     check_ids(table, ids)
@@ -310,6 +319,13 @@ def _workspace(op: int, n: int, table: torch.Tensor, device: int, stream: int) -
     return buf
 
 
+def step_workspace(table: torch.Tensor, n: int) -> torch.Tensor:
+    """A workspace of its own for deferred steps of up to `n` ids on `table` (a captured step's)."""
+    device = _device_index(table.device)
+    need = _workspace_bytes(OP_STEP, n, table.shape[0], table.shape[1], device)
+    return torch.empty(need, dtype=torch.uint8, device=table.device)
+
+
 def _raise(lib: ctypes.CDLL, rc: int, fn: str) -> None:
     """CudaCoreError for a failed call (RC_CUDA_ERROR, RC_BAD_ARGUMENT), with the core's message."""
     if rc < 0 and rc not in (RC_BAD_ID, RC_NONFINITE):
@@ -335,6 +351,8 @@ def sparse_step(
     row_norm: float = 0.0,
     finite: bool = False,
     round_seed: int = 0,
+    flags: torch.Tensor | None = None,
+    workspace: torch.Tensor | None = None,
 ) -> int:
     """Fused dedup + reduce + update on the table's device. Returns the unique row count. Adam with one
     step count per table: the core adds this step to state["step"] (on the device, once the ids are
@@ -342,7 +360,10 @@ def sparse_step(
     then scaled to that L2 norm (TransE, DistMult), in the same kernel (float32 tables only). finite:
     refuse gradients holding NaN or infinity, checked on the device in the same wait as the ids. A
     float16 or bfloat16 table is stepped in float32 and written back with stochastic rounding keyed by
-    `round_seed`, bit for bit as the CPU core does (optim_math.h).
+    `round_seed`, bit for bit as the CPU core does (optim_math.h). flags and workspace (a step captured
+    as a CUDA graph: optim/late.py): the checks' verdict is left in `flags` ({bad position, non-finite
+    row, unique rows}, -1 for none) for the caller to read later, nothing waits, and -1 is returned; an
+    id out of range or a refused gradient still leaves everything untouched.
 
     Raises:
         SparseInputError: a tensor on another device, of another dtype or shape, or an id outside the
@@ -360,7 +381,12 @@ def sparse_step(
     s1 = state.get("exp_avg_sq")
     steps = state.get("step")
     n = len(ids)
-    ws = _workspace(OP_STEP, n, table, device, stream)
+    if flags is not None:
+        if workspace is None:
+            raise SparseInputError("a deferred step needs its own workspace (step_workspace)")
+        need = _workspace_bytes(OP_STEP, n, table.shape[0], table.shape[1], device)
+        check_deferred(describe(table), describe(flags), describe(workspace), need)
+    ws = workspace if flags is not None else _workspace(OP_STEP, n, table, device, stream)
     bad = ctypes.c_int64(-1)
     rc = lib.gt_cuda_sparse_step(
         args.kind,
@@ -384,8 +410,12 @@ def sparse_step(
         stream,
         ws.data_ptr(),
         ws.numel(),
+        None if flags is None else flags.data_ptr(),
         ctypes.byref(bad),
     )
+    if flags is not None:
+        _raise(lib, rc, "gt_cuda_sparse_step")
+        return -1
     return _result(lib, rc, "gt_cuda_sparse_step", ids, bad, table.shape[0])
 
 

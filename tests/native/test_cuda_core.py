@@ -40,21 +40,23 @@ F = [None, 0, 7, None, None, None]  # table, its element type (float32), roundin
 calls = {
     "gt_cuda_probe": lambda: lib.gt_cuda_probe(0, info),
     "gt_cuda_workspace_bytes": lambda: lib.gt_cuda_workspace_bytes(0, 1, 10, 4, 0, S),
-    "gt_cuda_sparse_step": lambda: step(3, 1, *nulls, 4, 10, 0, *F, 0, params, 0.0, 0, 0, *nulls, 1 << 20, B),
+    "gt_cuda_sparse_step": lambda: step(
+        3, 1, *nulls, 4, 10, 0, *F, 0, params, 0.0, 0, 0, *nulls, 1 << 20, None, B
+    ),
     "gt_cuda_sparse_step (global Adam, empty batch)": lambda: step(
-        3, 0, *nulls, 4, 10, 0, *F, 1, params, 0.0, 0, 0, *nulls, 1 << 20, B
+        3, 0, *nulls, 4, 10, 0, *F, 1, params, 0.0, 0, 0, *nulls, 1 << 20, None, B
     ),
     "gt_cuda_sparse_step (a half table)": lambda: step(
-        0, 1, *nulls, 4, 10, 0, None, 2, 7, None, None, None, 0, params, 0.0, 0, 0, *nulls, 1 << 20, B
+        0, 1, *nulls, 4, 10, 0, None, 2, 7, None, None, None, 0, params, 0.0, 0, 0, *nulls, 1 << 20, None, B
     ),
     "gt_cuda_sparse_step (an unknown element type)": lambda: step(
-        0, 1, *nulls, 4, 10, 0, None, 5, 7, None, None, None, 0, params, 0.0, 0, 0, *nulls, 1 << 20, B
+        0, 1, *nulls, 4, 10, 0, None, 5, 7, None, None, None, 0, params, 0.0, 0, 0, *nulls, 1 << 20, None, B
     ),
     "gt_cuda_sparse_step (a row norm on a half table)": lambda: step(
-        0, 1, *nulls, 4, 10, 0, None, 1, 7, None, None, None, 0, params, 1.0, 0, 0, *nulls, 1 << 20, B
+        0, 1, *nulls, 4, 10, 0, None, 1, 7, None, None, None, 0, params, 1.0, 0, 0, *nulls, 1 << 20, None, B
     ),
     "gt_cuda_sparse_step (too many ids)": lambda: step(
-        0, 1 << 32, *nulls, 4, 10, 0, *F, 0, params, 0.0, 0, 0, *nulls, 0, B
+        0, 1 << 32, *nulls, 4, 10, 0, *F, 0, params, 0.0, 0, 0, *nulls, 0, None, B
     ),
     "gt_cuda_gather": lambda: lib.gt_cuda_gather(1, *nulls, 4, 10, None, 0, *nulls, 256, B),
     "gt_cuda_scatter": lambda: lib.gt_cuda_scatter(1, *nulls, None, 4, 10, 0, *nulls, 1 << 20, B),
