@@ -35,6 +35,7 @@ from graphtrain.runtime.native.memory import empty
 from graphtrain.runtime.optim import functional
 from graphtrain.runtime.optim.capture import GradientCapture
 from graphtrain.runtime.optim.config import OptimConfig
+from graphtrain.runtime.optim.late import LateFlags, first_bad
 from graphtrain.runtime.optim.state import make_state
 from graphtrain.runtime.storage import placement as place
 from graphtrain.runtime.storage.inits import INIT_BLOCK_ROWS, init_rows
@@ -109,6 +110,8 @@ class CollectiveEmbedding:
         self.steps = 0
         self._capture = GradientCapture(dim)
         self._dedup_ws: native.DedupWorkspace | None = None
+        # a captured step's (train/graphed.py): its checks leave verdicts on the device, read a step late
+        self.late: LateFlags | None = None
         self.dynamic = capacity is not None
         share = ex.shard_rows(self.num_embeddings, self.world, self.rank)
         extra = KeyMap.bytes_for(max(1, share)) if self.dynamic else 0
@@ -166,6 +169,11 @@ class CollectiveEmbedding:
 
     def gather(self, keys: torch.Tensor) -> torch.Tensor:
         """The rows of `keys` (1-D int64), fetched from their owners; no autograd."""
+        if self.local and self.late is not None:  # a captured step's: flagged on the device, no wait
+            rows = len(self.weight)
+            slot = self.late.slot(f"lookup of {self.name!r}", rows)
+            slot.flags[0].copy_(first_bad(keys, rows))
+            return self.weight.index_select(0, keys.clamp(0, rows - 1))
         if self.local:
             detail = self.place.refuse(keys, f"lookup of {self.name!r}")
             if detail:
@@ -284,7 +292,25 @@ class CollectiveEmbedding:
     ) -> int:
         """The step of a table one rank holds whole: the raw ids to the sparse step, which checks them and
         the gradients and sums (or averages) each id's occurrences before any row changes, as the
-        exchange path's owner would (the CUDA core in its one wait for the device)."""
+        exchange path's owner would (the CUDA core in its one wait for the device). In a captured step
+        the verdict stays on the device (optim/late.py) and nothing waits."""
+        if self.late is not None:
+            what = f"gradients of {self.name!r}"
+            slot = self.late.slot(what, len(self.weight))
+            ws = self.late.workspace(what, self.weight, len(ids))
+            return functional.sparse_step(
+                config,
+                self.weight,
+                self.state,
+                ids,
+                grads.contiguous(),
+                backend,
+                True,
+                0,
+                None,
+                slot.flags,
+                ws,
+            )
         try:
             return functional.sparse_step(
                 config, self.weight, self.state, ids, grads.contiguous(), backend, True, self.round_seed()

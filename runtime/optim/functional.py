@@ -19,7 +19,7 @@ from graphtrain.runtime.native import cuda
 from graphtrain.runtime.native import optim as native
 from graphtrain.runtime.native.backend import CoreBackend
 from graphtrain.runtime.native.backend import choose_for_optimizer as choose_backend
-from graphtrain.runtime.optim import reference
+from graphtrain.runtime.optim import late, reference
 from graphtrain.runtime.optim.config import OptimConfig
 from graphtrain.runtime.optim.state import check_state
 
@@ -90,15 +90,20 @@ def _validate(table: torch.Tensor, ids: torch.Tensor, grads: torch.Tensor | list
         raise SparseInputError(f"ids and table must be on one device ({ids.device}, {table.device})")
 
 
-def _check_finite(grads: torch.Tensor) -> None:
-    """A finite sum proves every element finite (a NaN or an infinity propagates into it; only finite
-    values overflowing make it infinite, which the exact scan then clears). The sum takes ~1.4 ms for a
-    100,000 x 128 batch on 2 cores; torch.isfinite over it took ~44 ms, more than the step itself."""
+def _nonfinite_row(grads: torch.Tensor) -> int:
+    """The first gradient row holding NaN or infinity, or -1. A finite sum proves every element finite
+    (a NaN or an infinity propagates into it; only finite values overflowing make it infinite, which the
+    exact scan then clears). The sum takes ~1.4 ms for a 100,000 x 128 batch on 2 cores; torch.isfinite
+    over it took ~44 ms, more than the step itself."""
     if grads.numel() == 0 or bool(torch.isfinite(grads.sum())):
-        return
+        return -1
     rows = ~torch.isfinite(grads).all(dim=1)
-    if bool(rows.any()):
-        row = int(torch.nonzero(rows)[0])
+    return int(torch.nonzero(rows)[0]) if bool(rows.any()) else -1
+
+
+def _check_finite(grads: torch.Tensor) -> None:
+    row = _nonfinite_row(grads)
+    if row >= 0:
         raise NonFiniteGradient(f"gradient row {row} holds NaN or infinity", row)
 
 
@@ -119,6 +124,8 @@ def sparse_step(
     finite: bool = False,
     round_seed: int = 0,
     max_threads: int | None = None,
+    flags: torch.Tensor | None = None,
+    workspace: torch.Tensor | None = None,
 ) -> int:
     """Reduce duplicate ids' gradients and update their rows and optimizer state in place.
 
@@ -130,6 +137,11 @@ def sparse_step(
     native CPU core's team (1 on a server's I/O thread: a team's threads spin at its barriers, on cores
     the server's other threads need). Returns the number of unique rows updated.
 
+    flags (three int64 on the table's device) and, on a GPU, workspace: a step deferred for capture as a
+    CUDA graph (optim/late.py). A refused id or gradient then raises nothing: its verdict is left in
+    `flags` ({bad position, non-finite row, unique rows}, -1 for none) and -1 is returned; float32 tables
+    without a projection after the step only.
+
     Raises:
         NonFiniteGradient: finite was asked and a gradient row is not; nothing is modified.
         SparseInputError: wrong dtype, shape or device, or an id outside the table; nothing is modified.
@@ -137,6 +149,13 @@ def sparse_step(
     _validate(table, ids, grads)
     check_state(config, state, table.shape[0], table.shape[1])
     name = choose_backend(table.device, backend)
+    if flags is not None:
+        if table.dtype in HALF or config.unit_complex or not isinstance(grads, torch.Tensor):
+            raise SparseInputError(
+                "a deferred step takes a float32 table, one gradient tensor and no projection"
+            )
+        if name is not CoreBackend.CUDA:
+            return _deferred_twin(config, table, state, ids, grads, backend, finite, flags)
     if table.dtype in HALF and name is CoreBackend.TORCH:
         raise SparseInputError(f"a {table.dtype} table is stepped by the native cores only, not {name.value}")
     team = threads(len(ids) * table.shape[1])
@@ -185,7 +204,9 @@ def sparse_step(
             updated = native.sparse_step(native_args(config), table, state, ids, grads, team, round_seed)
     else:  # the CUDA core scales a float32 table's rows in its update kernel
         fused = 0.0 if table.dtype in HALF else config.row_norm or 0.0
-        updated = cuda.sparse_step(native_args(config), table, state, ids, grads, fused, finite, round_seed)
+        updated = cuda.sparse_step(
+            native_args(config), table, state, ids, grads, fused, finite, round_seed, flags, workspace
+        )
         if config.row_norm and not fused and len(ids):  # a half table's: after, as on the CPU
             project_rows(table, ids, config.row_norm)
         if config.unit_complex and len(ids):
@@ -198,6 +219,27 @@ def sparse_step(
     if config.unit_complex and len(ids):
         project_complex(table, ids)
     return updated
+
+
+def _deferred_twin(
+    config: OptimConfig,
+    table: torch.Tensor,
+    state: dict[str, torch.Tensor],
+    ids: torch.Tensor,
+    grads: torch.Tensor,
+    backend: str | None,
+    finite: bool,
+    flags: torch.Tensor,
+) -> int:
+    """The CPU twin of the CUDA core's deferred step: the same verdict left in `flags`, and nothing
+    touched when it flags (found here by looking: on a CPU there is nothing to wait for)."""
+    verdict = [int(late.first_bad(ids, table.shape[0])), -1, 0]
+    if verdict[0] < 0 and finite:
+        verdict[1] = _nonfinite_row(grads)
+    if verdict[0] < 0 and verdict[1] < 0:
+        verdict[2] = sparse_step(config, table, state, ids, grads, backend)
+    flags.copy_(torch.tensor(verdict, dtype=torch.int64))
+    return -1
 
 
 def unit_complex(rows: torch.Tensor) -> torch.Tensor:

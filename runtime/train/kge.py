@@ -38,11 +38,13 @@ from graphtrain.runtime.graph import DistGraph, edge_split
 from graphtrain.runtime.models import kge_entry
 from graphtrain.runtime.optim import OptimConfig, SparseOptimizer
 from graphtrain.runtime.optim.functional import unit_complex
+from graphtrain.runtime.optim.late import LateFlags
 from graphtrain.runtime.partition import load_maps, load_triples
 from graphtrain.runtime.tensor import PartitionBook
-from graphtrain.runtime.train import kge_math
+from graphtrain.runtime.train import graphed, kge_math
 from graphtrain.runtime.train.device import to_device
 from graphtrain.runtime.train.dist import Dist, epoch_seed, seed_everything
+from graphtrain.runtime.train.graphed import GraphedStep
 from graphtrain.runtime.train.metrics import StageClock
 from graphtrain.runtime.train.tables import Table, collective, embedding_table, normalise_rows, table_init
 from graphtrain.runtime.train.task import Split
@@ -167,6 +169,8 @@ class LinkPrediction:
             graph.num_nodes,
             self.kg.num_relations,
         )
+        self.late: LateFlags | None = None
+        self.graphed = self._make_graphed()
 
     # ---------------------------------------------------------------------------------- start
 
@@ -207,20 +211,40 @@ class LinkPrediction:
 
     def step(self, batch: Triples, clock: StageClock) -> tuple[torch.Tensor, int]:
         """The batch's entity and relation rows pulled once each (stage pull), its scores, loss and
-        backward (forward_backward), and the gradients pushed to the shard servers (push)."""
-        m, task = self.kge_model, self.task
+        backward (forward_backward), and the gradients pushed to the shard servers (push). With
+        training.cudaGraph a full batch is replayed as one CUDA graph (graphed.py): one stage."""
+        if self.graphed is not None and len(batch.pos) == self.batch_size:
+            loss = self.graphed(batch, self.ent.steps + 1)
+            clock.lap("forward_backward")
+            return loss, len(batch.pos)
         pos, neg = batch
-        # each negative's own entity only (the joint draw's, or the one corrupt put in): its other one
-        # is its positive's, whose row is broadcast (kge_math.sided_scores)
-        negs = neg.reshape(-1) if self.joint else kge_math.replaced(neg).reshape(-1)
-        ents = torch.cat([pos[:, [0, 2]].reshape(-1), negs])
+        ents = torch.cat([pos[:, [0, 2]].reshape(-1), self._negative_ids(neg)])
         if self._where_they_lie():
             rows, r = self._rows_on_device(ents, pos[:, 1], clock)
         else:
             rows, r = self._rows_deduplicated(ents, pos[:, 1], clock)
+        loss = self._loss(pos, neg, rows, r)
+        loss.backward()
+        clock.lap("forward_backward")
+        self.ent_opt.step()
+        self.rel_opt.step()
+        clock.lap("push")
+        return loss, len(pos)
+
+    def _negative_ids(self, neg: torch.Tensor) -> torch.Tensor:
+        """Each negative's own entity only (the joint draw's, or the one corrupt put in): its other one is
+        its positive's, whose row is broadcast (kge_math.sided_scores)."""
+        return neg.reshape(-1) if self.joint else kge_math.replaced(neg).reshape(-1)
+
+    def _loss(
+        self, pos: torch.Tensor, neg: torch.Tensor, rows: torch.Tensor, r: torch.Tensor
+    ) -> torch.Tensor:
+        """The batch's loss from its entity rows (positives' heads and tails, then negatives) and its
+        relations' rows."""
+        m, task = self.kge_model, self.task
         b, k = len(pos), task.negatives
         # split, not slices: its gradient is one cat, where a slice's is a zero fill of all rows
-        pe, ne = rows.split([2 * b, len(negs)])
+        pe, ne = rows.split([2 * b, rows.shape[0] - 2 * b])
         h, t = pe.view(b, 2, -1).unbind(1)
         pos_s = self.entry.score(h, r, t, m)
         if self.joint:
@@ -228,13 +252,47 @@ class LinkPrediction:
         else:
             score = lambda x, y, z: self.entry.score(x, y, z, m)  # noqa: E731
             neg_s = kge_math.sided_scores(score, (h, r, t), ne.view(b, k, -1))
-        loss = kge_math.loss(str(task.loss), pos_s, neg_s, task.margin)
-        loss.backward()
-        clock.lap("forward_backward")
-        self.ent_opt.step()
-        self.rel_opt.step()
-        clock.lap("push")
-        return loss, len(pos)
+        return kge_math.loss(str(task.loss), pos_s, neg_s, task.margin)
+
+    def _graph_step(self, pos: torch.Tensor, neg: torch.Tensor) -> torch.Tensor:
+        """A whole step over the captured step's buffers (on the device): lookups, loss, backward and
+        both tables' sparse steps, every check left on the device (optim/late.py)."""
+        assert self.late is not None
+        self.late.begin()
+        self.ent.late = self.rel.late = self.late  # type: ignore[union-attr]
+        try:
+            ents = torch.cat([pos[:, [0, 2]].reshape(-1), self._negative_ids(neg)])
+            rows, r = self._lookup(ents, pos[:, 1], pos)
+            loss = self._loss(pos, neg, rows, r)
+            loss.backward()
+            self.ent_opt.step()
+            self.rel_opt.step()
+        finally:
+            self.ent.late = self.rel.late = None  # type: ignore[union-attr]
+        return loss.detach()
+
+    def _make_graphed(self) -> GraphedStep | None:
+        """The captured step of training.cudaGraph (its buffers shaped as a full batch), or None.
+
+        Raises:
+            GraphtrainError: the spec asks for it where a step cannot be captured.
+        """
+        if not self.spec.training.cuda_graph:
+            return None
+        why = graphed.refusal(self.device, [self.ent, self.rel], self.dist.world, self.entry.unit_relations)
+        if why:
+            raise GraphtrainError(f"training.cudaGraph: {why}")
+        b, k = self.batch_size, self.task.negatives
+        neg_shape = (-(-b // self.task.chunk), k) if self.joint else (b, k, 3)
+        pos = torch.zeros((b, 3), dtype=torch.int64, device=self.device)
+        neg = torch.zeros(neg_shape, dtype=torch.int64, device=self.device)
+        self.late = LateFlags(self.device)
+
+        def replayed() -> None:  # what the step does in Python, once at capture
+            self.ent.steps += 1
+            self.rel.steps += 1
+
+        return GraphedStep(lambda: self._graph_step(pos, neg), [pos, neg], self.late, replayed)
 
     def _joint_scores(
         self,
@@ -267,11 +325,17 @@ class LinkPrediction:
     ) -> tuple[torch.Tensor, torch.Tensor]:
         ids = to_device(torch.cat([ents, rels]), self.device)  # the batch's ids go up in one copy
         clock.lap("sample")
-        ent_ids, rel_ids = ids[: len(ents)], ids[len(ents) :]
-        n_ent, n_rel = self.whole
-        rows = self.ent(ent_ids) if n_ent is None else self.ent(_every(n_ent, ids)).index_select(0, ent_ids)
-        r = self.rel(rel_ids) if n_rel is None else self.rel(_every(n_rel, ids)).index_select(0, rel_ids)
+        rows, r = self._lookup(ids[: len(ents)], ids[len(ents) :], ids)
         clock.lap("pull")
+        return rows, r
+
+    def _lookup(
+        self, ent_ids: torch.Tensor, rel_ids: torch.Tensor, like: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Every occurrence's row, from tables on this device (`like`: a tensor there)."""
+        n_ent, n_rel = self.whole
+        rows = self.ent(ent_ids) if n_ent is None else self.ent(_every(n_ent, like)).index_select(0, ent_ids)
+        r = self.rel(rel_ids) if n_rel is None else self.rel(_every(n_rel, like)).index_select(0, rel_ids)
         return rows, r
 
     def _rows_deduplicated(
@@ -308,6 +372,8 @@ class LinkPrediction:
     def evaluate(self, split: Split) -> dict[str, float]:
         """Filtered MRR and Hits@1/3/10 over head and tail prediction (realistic ranks)."""
         triples = self.eval_triples(split)
+        if self.graphed is not None:
+            self.graphed.settle()  # the last captured step's checks read
         self.graph.client.settle()  # every trainer's last pushes applied before the rows are read
         self.dist.barrier()
         lo = self.dist.rank * len(triples) // self.dist.world
@@ -332,7 +398,10 @@ class LinkPrediction:
     # ---------------------------------------------------------------------------- checkpoints
 
     def save_state(self, directory: Path) -> None:
-        """Nothing beside the tables: the models have no dense part."""
+        """Nothing beside the tables: the models have no dense part. A captured step's last checks are
+        read first: no checkpoint follows a step that changed nothing unnoticed."""
+        if self.graphed is not None:
+            self.graphed.settle()
 
     def load_state(self, directory: Path) -> None:
         """Nothing beside the tables."""

@@ -1,0 +1,79 @@
+"""training.cudaGraph on a GPU (train/graphed.py, optim/late.py, the CUDA core's deferred step): a step
+captured once and replayed trains bit for bit as the same step run eagerly, its replays make no implicit
+synchronisation (torch's sync debug mode set to error), and a bad id in a replayed step is reported at the
+next one, that step having changed nothing. The same code's CPU twin: tests/runtime/train/
+test_graphed_step.py."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import torch
+
+from graphtrain.runtime.collective import CollectiveEmbedding
+from graphtrain.runtime.errors import SparseInputError
+from graphtrain.runtime.optim.late import LateFlags
+from graphtrain.runtime.train.graphed import GraphedStep
+from tests.runtime.train.test_graphed_step import table_step
+
+ROWS, DIM, IDS = 100_000, 64, 4096
+CUDA = torch.device("cuda")
+
+
+def captured(kind: str) -> tuple[GraphedStep, CollectiveEmbedding]:
+    return table_step(LateFlags(CUDA), ROWS, DIM, IDS, kind)
+
+
+def batches(n: int) -> Iterator[torch.Tensor]:
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(n):
+        yield torch.randint(0, ROWS, (IDS,), generator=gen)  # duplicates included
+
+
+@pytest.mark.parametrize("kind", ["adam", "rowwise_adagrad", "sgd"])
+def test_replays_train_as_the_eager_step(kind: str) -> None:
+    graphed, table = captured(kind)
+    eager, twin = captured(kind)
+    eager.warmup = 10**9  # never captured
+    one = torch.ones(1)
+    for k, ids in enumerate(batches(12), start=1):
+        a, b = graphed([ids, one], k), eager([ids, one], k)
+        assert torch.equal(a, b), k
+    graphed.settle()
+    eager.settle()
+    assert graphed.captured and not eager.captured
+    assert torch.equal(table.weight, twin.weight)
+    for key in table.state:
+        assert torch.equal(table.state[key], twin.state[key]), key
+
+
+def test_replays_make_no_implicit_synchronisation() -> None:
+    graphed, _ = captured("adam")
+    one = torch.ones(1)
+    steps = list(batches(8))
+    for k, ids in enumerate(steps[:4], start=1):  # warm-up and capture
+        graphed([ids, one], k)
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        for k, ids in enumerate(steps[4:], start=5):
+            graphed([ids, one], k)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    graphed.settle()
+
+
+def test_a_bad_id_in_a_replay_is_reported_at_the_next_step_and_changed_nothing() -> None:
+    graphed, table = captured("adam")
+    one = torch.ones(1)
+    steps = list(batches(6))
+    for k, ids in enumerate(steps[:5], start=1):
+        graphed([ids, one], k)
+    graphed.settle()
+    before = table.weight.clone()
+    bad = steps[5].clone()
+    bad[7] = ROWS
+    graphed([bad, one], 6)
+    with pytest.raises(SparseInputError, match=r"step 6: lookup of 'e': ids\[7\] is outside"):
+        graphed.settle()
+    assert torch.equal(table.weight, before)
