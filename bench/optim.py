@@ -22,7 +22,10 @@ Threads: --threads (default 2) for every contender, torch included.
 reference on the GPU and torch.optim on the GPU, each timed to the end of its device work; the roofline
 is then a triad on the GPU. Each GPU contender also gets its device time (CUDA events around the step:
 what the device spent, without the host's launches and waits), and the CUDA core its issue 45 bar
-(item 7): 50 us + bytes / (0.75 x the triad's bandwidth) of device time.
+(item 7): 50 us + bytes / (0.75 x the triad's bandwidth) of device time. The CUDA core runs twice: as
+a training step calls it (it waits once for its verdict) and deferred, as a captured step's
+(training.cudaGraph: the verdict left on the device, no wait), whose host time per call is item 7's
+"at most 15 us of Python per step" (a replayed graph has none).
 
     python bench/optim.py [--rows 5000000] [--batch 100000] [--dims 32 128] [--steps 8] [--device cpu]
                           [--no-host] [--triad-elements 50000000]
@@ -69,13 +72,14 @@ def bytes_moved(kind: str, unique: int, batch: int, dim: int) -> int:
 
 def timed(
     fn: Callable[[torch.Tensor, torch.Tensor], None], data, warmup: int = 2
-) -> tuple[float, float | None]:
-    """The median step's wall time and, on a GPU, its device time (CUDA events recorded around it on the
-    current stream: the kernels' span, not the host's launches and waits before the first one)."""
+) -> tuple[float, float | None, float]:
+    """The median step's wall time, on a GPU its device time (CUDA events recorded around it on the
+    current stream: the kernels' span, not the host's launches and waits before the first one), and the
+    host's time in the call (to its return: for a step that does not wait, its launches)."""
     gpu = data[0][0].is_cuda
     for ids, grads in data[:warmup]:
         fn(ids, grads)
-    times, device = [], []
+    times, device, calls = [], [], []
     for ids, grads in data[warmup:]:
         if gpu:
             torch.cuda.synchronize()
@@ -83,12 +87,13 @@ def timed(
             start.record()
         t = time.perf_counter()
         fn(ids, grads)
+        calls.append(time.perf_counter() - t)
         if gpu:  # the step's device work, not only its launches
             end.record()
             torch.cuda.synchronize()
             device.append(start.elapsed_time(end) / 1e3)
         times.append(time.perf_counter() - t)
-    return statistics.median(times), (statistics.median(device) if device else None)
+    return statistics.median(times), (statistics.median(device) if device else None), statistics.median(calls)
 
 
 class DedupFloor:
@@ -189,6 +194,24 @@ def ours(config: OptimConfig, table: torch.Tensor, state: dict[str, torch.Tensor
     return step
 
 
+def deferred(config: OptimConfig, table: torch.Tensor, state: dict[str, torch.Tensor]):
+    """The CUDA core as a captured step calls it: its verdict left in three int64 on the device, its
+    workspace its own (runtime/optim/late.py), no wait."""
+    from graphtrain.runtime.native import cuda
+
+    flags = torch.full((3,), -1, dtype=torch.int64, device=table.device)
+    workspaces: dict[int, torch.Tensor] = {}
+
+    def step(ids: torch.Tensor, grads: torch.Tensor) -> None:
+        if len(ids) not in workspaces:
+            workspaces[len(ids)] = cuda.step_workspace(table, len(ids))
+        sparse_step(
+            config, table, state, ids, grads, backend="cuda", flags=flags, workspace=workspaces[len(ids)]
+        )
+
+    return step
+
+
 def gpu_contenders(config: OptimConfig, kind: str, table: torch.Tensor, data, host: bool = True):
     """The CUDA core, the reference and torch.optim on a copy of the table on the GPU, and (host) the CPU
     core on the table, each with its own data (moved to the GPU once, outside the timing)."""
@@ -196,6 +219,7 @@ def gpu_contenders(config: OptimConfig, kind: str, table: torch.Tensor, data, ho
     gpu_state = make_state(config, table.shape[0], table.shape[1], "cuda")
     gpu_data = [(i.cuda(), g.cuda()) for i, g in data]
     out = [("graphtrain cuda core", ours(config, gpu_table, gpu_state, "cuda"), gpu_data)]
+    out.append(("graphtrain cuda core, deferred", deferred(config, gpu_table, gpu_state), gpu_data))
     out.append(("floor: sort + scatter on the GPU", DedupFloor(table.shape[0]), gpu_data))
     if host:
         out.append(
@@ -230,10 +254,10 @@ def run(
         if device == "cuda":
             timings = [(n, *timed(fn, d)) for n, fn, d in gpu_contenders(config, kind, table, data, host)]
             torch.cuda.empty_cache()
-            base = {n: s for n, s, _ in timings}
-            on_device = {n: d for n, _, d in timings}
+            base = {n: s for n, s, _, _ in timings}
+            on_device = {n: d for n, _, d, _ in timings}
             nbytes = bytes_moved(kind, unique, batch, dim)
-            for name, seconds, device_s in timings:
+            for name, seconds, device_s, call in timings:
                 gbps = nbytes / seconds / 1e9
                 rate = unique / seconds / 1e6
                 ratios = [
@@ -247,6 +271,9 @@ def run(
                     floor = on_device["floor: sort + scatter on the GPU"]
                     if floor:
                         ratios.append(f"{device_s / floor:.1f}x the floor's device time")
+                if name == "graphtrain cuda core, deferred":
+                    bar = "met" if call <= 15e-6 else "not met"
+                    ratios.append(f"host {1e6 * call:.0f} us a call, no wait (15 us bar: {bar})")
                 device = "" if device_s is None else f"{1e3 * device_s:.2f}"
                 lines.append(
                     f"| {dist} | {dim} | {kind} | {name} | {1e3 * seconds:.2f} | {device} | {rate:.2f} | "
@@ -277,7 +304,7 @@ def run(
             contenders.append((f"torch.optim {kind} on nn.Embedding(sparse=True)", torch_optim(table, kind)))
         results = []
         for name, fn in contenders:
-            seconds, _ = timed(fn, data)
+            seconds, _, _ = timed(fn, data)
             results.append((name, seconds))
             gc.collect()
         base = {n: s for n, s in results}
