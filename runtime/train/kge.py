@@ -169,6 +169,7 @@ class LinkPrediction:
             graph.num_nodes,
             self.kg.num_relations,
         )
+        self.push_wait = False  # True: each push waits for its shards (the tests' unpipelined step)
         self.late: LateFlags | None = None
         self.graphed = self._make_graphed()
 
@@ -226,8 +227,11 @@ class LinkPrediction:
         loss = self._loss(pos, neg, rows, r)
         loss.backward()
         clock.lap("forward_backward")
-        self.ent_opt.step()
-        self.rel_opt.step()
+        # pushed without waiting (server tables): the shards apply them while the loop draws the next
+        # batch, and this client's next pull waits for them, so no read misses an update (write order
+        # kept). The small relation table first: the entity push waits for what was sent before it.
+        self.rel_opt.step(wait=self.push_wait)
+        self.ent_opt.step(wait=self.push_wait)
         clock.lap("push")
         return loss, len(pos)
 
