@@ -15,12 +15,11 @@ import torch
 from graphtrain.contract.spec import GraphTraining
 from graphtrain.runtime import kvstore
 from graphtrain.runtime.graph import DistGraph
-from graphtrain.runtime.kvstore.serving.server import ShardServer
-from graphtrain.runtime.kvstore.tables.state import ShardTensors
 from graphtrain.runtime.train.dist import Dist
 from graphtrain.runtime.train.kge import LinkPrediction
 from graphtrain.runtime.train.loop import EpochLoop
 from tests.runtime.conftest import TOKEN
+from tests.runtime.train.shards import partition_servers
 from tests.runtime.train.test_resume import Recorded, final_state, one_thread, partitions  # noqa: F401
 
 
@@ -29,38 +28,30 @@ def train(
 ) -> tuple[Recorded, dict[str, torch.Tensor], Any, int]:
     """One KGE trainer against the partition's two shard servers; its recorded steps, its final tables,
     its result and the pushes it left in flight."""
-    servers = []
-    for p in range(2):
-        state = ShardTensors(p)
-        state.load_partition(partition, p)
-        root = run_dir / "checkpoints"
-        servers.append(ShardServer(state, TOKEN, "tcp://127.0.0.1:0", workers=2, checkpoint_root=root))
-        servers[-1].start()
-    client = kvstore.connect([s.address for s in servers], TOKEN, timeout=30)
-    in_flight = [0]
-    begin = client.transport.begin_many
+    with partition_servers(partition, run_dir / "checkpoints") as servers:
+        client = kvstore.connect([s.address for s in servers], TOKEN, timeout=30)
+        in_flight = [0]
+        begin = client.transport.begin_many
 
-    def counted(calls: Any, timeout: Any = None) -> None:
-        in_flight[0] += 1
-        begin(calls, timeout)
+        def counted(calls: Any, timeout: Any = None) -> None:
+            in_flight[0] += 1
+            begin(calls, timeout)
 
-    client.transport.begin_many = counted  # type: ignore[method-assign]
-    try:
-        graph = DistGraph(partition, client)
-        task = LinkPrediction(gt, graph, Dist())
-        task.push_wait = wait
-        recorded = Recorded(task)
-        loop = EpochLoop(recorded, gt.spec, graph, Dist(), run_dir, run_dir / "checkpoints")
+        client.transport.begin_many = counted  # type: ignore[method-assign]
         try:
-            result = loop.run()
+            graph = DistGraph(partition, client)
+            task = LinkPrediction(gt, graph, Dist())
+            task.push_wait = wait
+            recorded = Recorded(task)
+            loop = EpochLoop(recorded, gt.spec, graph, Dist(), run_dir, run_dir / "checkpoints")
+            try:
+                result = loop.run()
+            finally:
+                if loop.metrics_log is not None:
+                    loop.metrics_log.close()
+            return recorded, final_state(task), result, in_flight[0]
         finally:
-            if loop.metrics_log is not None:
-                loop.metrics_log.close()
-        return recorded, final_state(task), result, in_flight[0]
-    finally:
-        client.close()
-        for s in servers:
-            s.stop()
+            client.close()
 
 
 @pytest.mark.timeout(180)

@@ -19,57 +19,48 @@ import torch
 from graphtrain.contract.spec import GraphTraining
 from graphtrain.runtime import kvstore
 from graphtrain.runtime.graph import DistGraph
-from graphtrain.runtime.kvstore.serving.server import ShardServer
-from graphtrain.runtime.kvstore.tables.state import ShardTensors
 from graphtrain.runtime.train.dist import Dist
 from graphtrain.runtime.train.loop import EpochLoop
 from graphtrain.runtime.train.node_classification import NodeClassification
 from tests.runtime.conftest import TOKEN
+from tests.runtime.train.shards import partition_servers
 from tests.runtime.train.test_resume import Recorded, final_state, one_thread, partitions  # noqa: F401
 
 
 def train(gt, partition: Path, run_dir: Path, ahead: bool, monkeypatch: pytest.MonkeyPatch):
     """One trainer against the partition's real shard servers in this process; its steps, final state,
     the lanes' counters summed and which batches were pulled ahead."""
-    servers = []
-    for p in range(2):
-        state = ShardTensors(p)
-        state.load_partition(partition, p)
-        root = run_dir / "checkpoints"
-        servers.append(ShardServer(state, TOKEN, "tcp://127.0.0.1:0", workers=2, checkpoint_root=root))
-        servers[-1].start()
-    addresses = [s.address for s in servers]
-    client = kvstore.connect(addresses, TOKEN, timeout=30)
-    loader = kvstore.connect(addresses, TOKEN, timeout=30)
-    try:
-        graph = DistGraph(partition, client)
-        task = NodeClassification(gt, graph, loader, Dist())
-        assert (task.feat is not None) == (gt.spec.model.use_features is not False)
-        if not ahead:
-            monkeypatch.setattr(task, "_rows_ahead", lambda: False)
-        pulled = []
-        fetch = task._fetch
-
-        def counted(mb):
-            fetch(mb)
-            pulled.append("emb_rows" in mb.data)
-
-        task.loader.fetch = counted
-        recorded = Recorded(task)
-        loop = EpochLoop(recorded, gt.spec, graph, Dist(), run_dir, run_dir / "checkpoints")
+    with partition_servers(partition, run_dir / "checkpoints") as servers:
+        addresses = [s.address for s in servers]
+        client = kvstore.connect(addresses, TOKEN, timeout=30)
+        loader = kvstore.connect(addresses, TOKEN, timeout=30)
         try:
-            loop.run()
+            graph = DistGraph(partition, client)
+            task = NodeClassification(gt, graph, loader, Dist())
+            assert (task.feat is not None) == (gt.spec.model.use_features is not False)
+            if not ahead:
+                monkeypatch.setattr(task, "_rows_ahead", lambda: False)
+            pulled = []
+            fetch = task._fetch
+
+            def counted(mb):
+                fetch(mb)
+                pulled.append("emb_rows" in mb.data)
+
+            task.loader.fetch = counted
+            recorded = Recorded(task)
+            loop = EpochLoop(recorded, gt.spec, graph, Dist(), run_dir, run_dir / "checkpoints")
+            try:
+                loop.run()
+            finally:
+                if loop.metrics_log is not None:
+                    loop.metrics_log.close()
+            lanes = [s.fastlane.stats() for s in servers if s.fastlane is not None]
+            stats = {k: sum(lane[k] for lane in lanes) for k in lanes[0]}
+            return recorded.steps, final_state(task), stats, pulled
         finally:
-            if loop.metrics_log is not None:
-                loop.metrics_log.close()
-        lanes = [s.fastlane.stats() for s in servers if s.fastlane is not None]
-        stats = {k: sum(lane[k] for lane in lanes) for k in lanes[0]}
-        return recorded.steps, final_state(task), stats, pulled
-    finally:
-        client.close()
-        loader.close()
-        for s in servers:
-            s.stop()
+            client.close()
+            loader.close()
 
 
 @pytest.mark.timeout(180)
