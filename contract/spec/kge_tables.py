@@ -60,7 +60,7 @@ CAPTURED_KINDS = ("transe", "distmult", "complex")
 def _uncapturable(s: GraphTrainingSpec) -> bool:
     """training.cudaGraph where no step can be captured (runtime/train/graphed.refusal checks the rest):
     a model not among CAPTURED_KINDS, more than one trainer, or its tables not held whole by the trainer in
-    float32."""
+    float32 and refusing non-finite gradients."""
     if s.model.kind not in CAPTURED_KINDS or s.trainers.replicas != 1:
         return True
     mine = _kge_tables(s)
@@ -68,6 +68,7 @@ def _uncapturable(s: GraphTrainingSpec) -> bool:
         t.sharding != Sharding.collective
         or str(t.dtype) != "float32"
         or t.vocabulary.kind != VocabularyKind.fixed
+        or str(t.non_finite_grads) != "refuse"
         for t in s.embeddings
         if t.name in mine
     )
@@ -107,8 +108,10 @@ KGE_TABLE_RULES = (
         f"(self.model.kind in {cel_strings(CAPTURED_KINDS)} && self.trainers.replicas == 1 && "
         f"self.embeddings.all(t, !({_CEL_KGE_TABLE}) || "
         "(has(t.sharding) && t.sharding == 'collective' && (!has(t.dtype) || t.dtype == 'float32') && "
-        "(!has(t.vocabulary) || !has(t.vocabulary.kind) || t.vocabulary.kind == 'fixed'))))",
-        message="captures a KGE step (transe, distmult, complex) whose entity and relation tables one trainer "
-        "(trainers.replicas: 1) holds whole: sharding collective, dtype float32, a fixed vocabulary",
+        "(!has(t.vocabulary) || !has(t.vocabulary.kind) || t.vocabulary.kind == 'fixed') && "
+        "(!has(t.nonFiniteGrads) || t.nonFiniteGrads == 'refuse'))))",
+        message="captures a KGE step (transe, distmult, complex) whose entity and relation tables one "
+        "trainer (trainers.replicas: 1) holds whole: sharding collective, dtype float32, a fixed "
+        "vocabulary, nonFiniteGrads refuse",
     ),
 )

@@ -140,11 +140,11 @@ class Training(SpecModel):
     cuda_graph: bool = Field(
         default=False,
         description="KGE models (not RotatE) on one GPU trainer holding both tables (sharding: collective, "
-        "float32): each full batch's step (lookups, loss, backward and both sparse steps) is captured once "
-        "as a CUDA graph and replayed, one launch a step. Its checks (ids in range, finite gradients) stay "
-        "on the device and are reported a step late, naming the step, which changed nothing. The first 3 "
-        "steps run eagerly and the last, partial batch of an epoch too. On a CPU trainer the step runs "
-        "eagerly over the same fixed buffers.",
+        "float32, nonFiniteGrads: refuse): each full batch's step (lookups, loss, backward and both sparse "
+        "steps) is captured once as a CUDA graph and replayed, one launch a step. Its checks (ids in range, "
+        "finite gradients) stay on the device and are reported a step late, naming the step, which changed "
+        "neither table. The first 3 steps run eagerly and the last, partial batch of an epoch too. On a "
+        "CPU trainer the step runs eagerly over the same fixed buffers.",
     )
 
 

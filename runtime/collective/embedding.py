@@ -296,6 +296,7 @@ class CollectiveEmbedding:
         the verdict stays on the device (optim/late.py) and nothing waits."""
         if self.late is not None:
             what = f"gradients of {self.name!r}"
+            ids = self.late.gate(ids, len(self.weight))  # nothing stepped after a flagged check
             slot = self.late.slot(what, len(self.weight))
             ws = self.late.workspace(what, self.weight, len(ids))
             return functional.sparse_step(

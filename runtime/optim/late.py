@@ -25,15 +25,18 @@ from graphtrain.runtime.errors import NonFiniteGradient, SparseInputError
 NONE = -1
 
 
-def first_bad(ids: torch.Tensor, num_rows: int) -> torch.Tensor:
-    """The first position of an id outside [0, num_rows), or -1: a 0-d int64 on the ids' device,
-    computed without reading anything back."""
-    n = len(ids)
+def first_true(mask: torch.Tensor) -> torch.Tensor:
+    """The first position where 1-D `mask` holds, or -1: a 0-d int64 on its device, read by no one."""
+    n = len(mask)
     if n == 0:
-        return torch.full((), NONE, dtype=torch.int64, device=ids.device)
-    bad = (ids < 0) | (ids >= num_rows)
-    pos = torch.where(bad, torch.arange(n, device=ids.device), n).amin()
+        return torch.full((), NONE, dtype=torch.int64, device=mask.device)
+    pos = torch.where(mask, torch.arange(n, device=mask.device), n).amin()
     return torch.where(pos < n, pos, NONE)
+
+
+def first_bad(ids: torch.Tensor, num_rows: int) -> torch.Tensor:
+    """The first position of an id outside [0, num_rows), or -1 (first_true)."""
+    return first_true((ids < 0) | (ids >= num_rows))
 
 
 @dataclass
@@ -70,6 +73,23 @@ class LateFlags:
             raise RuntimeError(f"a captured step's checks changed order: {what} where {found.what} was")
         self._next += 1
         return found
+
+    def screen(self, what: str, grads: torch.Tensor) -> None:
+        """A check of its own on gradients before any table steps: their first non-finite row. Every
+        table's screened first, a step is gated by them all (`gate`), so none changes a table alone."""
+        flags = self.slot(what + " (before any step)", len(grads)).flags
+        if grads.numel():
+            flags[1].copy_(first_true(~torch.isfinite(grads).all(dim=1)))
+
+    def gate(self, ids: torch.Tensor, rows: int) -> torch.Tensor:
+        """`ids`, or every one of them out of [0, rows) when a check before this one in the step flagged:
+        the step it feeds then touches nothing (the core refuses a bad id before any write), so a step
+        whose lookup or gradients were refused changes no table, not only the one that was."""
+        earlier = self.slots[: self._next]
+        if not earlier:
+            return ids
+        flagged = torch.stack([s.flags[:2].max() for s in earlier]).max() >= 0
+        return torch.where(flagged, torch.full_like(ids, rows), ids)
 
     def workspace(self, what: str, table: torch.Tensor, n: int) -> torch.Tensor | None:
         """The CUDA core's workspace of one deferred step of `n` ids (its own: a graph keeps its address),

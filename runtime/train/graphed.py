@@ -37,9 +37,14 @@ def refusal(device: torch.device, tables: Sequence[object], world: int, projecte
     (torch's reference would read its checks back)."""
     if device.type == "cuda":
         from graphtrain.runtime.native import cuda
+        from graphtrain.runtime.native.backend import CoreBackend, choose_for_optimizer
 
         if not cuda.available(device.index or 0):
             return f"the CUDA core cannot step the tables: {cuda.unavailable_reason(device.index or 0)}"
+        if choose_for_optimizer(device) is not CoreBackend.CUDA:
+            return (
+                "the tables' sparse steps must run on the CUDA core (GRAPHTRAIN_OPTIM_BACKEND asks another)"
+            )
     if world != 1:
         return f"a captured step needs one trainer holding its tables whole; this run has {world}"
     for t in tables:
@@ -50,7 +55,7 @@ def refusal(device: torch.device, tables: Sequence[object], world: int, projecte
         if t.dynamic or t.dtype != torch.float32:
             return f"embeddings[{t.name}] must be float32 with a fixed vocabulary"
         if t.config is None or t.config.nonfinite != "refuse":
-            return f"embeddings[{t.name}].optimizer must refuse non-finite gradients"
+            return f"embeddings[{t.name}].nonFiniteGrads must be refuse"
     if projected:
         return "the model's relations are projected after each step (RotatE): not captured"
     return ""
@@ -74,8 +79,7 @@ class GraphedStep:
         self.runs = 0
         self.graph: torch.cuda.CUDAGraph | None = None
         self._loss: torch.Tensor | None = None
-        # two pinned copies of the inputs, used in turn: step k's copy up is done by the time step k+2
-        # fills its buffer again (collect() waited for step k at step k+1)
+        # two pinned copies of the inputs, used in turn: a buffer is rewritten once its last copy up is done
         self._staging = [
             [torch.empty_like(t, device="cpu", pin_memory=self.cuda) for t in self.inputs] for _ in (0, 1)
         ]
@@ -120,7 +124,8 @@ class GraphedStep:
         self.late.check()
 
     def _eager_on_side_stream(self) -> torch.Tensor:
-        side = torch.cuda.Stream(self.device)
+        side = self._side
+        assert side is not None
         main = torch.cuda.current_stream(self.device)
         side.wait_stream(main)
         with torch.cuda.stream(side):

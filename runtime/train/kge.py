@@ -214,12 +214,14 @@ class LinkPrediction:
         """The batch's entity and relation rows pulled once each (stage pull), its scores, loss and
         backward (forward_backward), and the gradients pushed to the shard servers (push). With
         training.cudaGraph a full batch is replayed as one CUDA graph (graphed.py): one stage."""
-        if self.graphed is not None and len(batch.pos) == self.batch_size:
-            loss = self.graphed(batch, self.ent.steps + 1)
-            clock.lap("forward_backward")
-            return loss, len(batch.pos)
+        if self.graphed is not None:
+            if len(batch.pos) == self.batch_size:
+                loss = self.graphed(batch, self.ent.steps + 1)
+                clock.lap("forward_backward")
+                return loss, len(batch.pos)
+            self.graphed.settle()  # the last captured step's checks read before an eager step
         pos, neg = batch
-        ents = torch.cat([pos[:, [0, 2]].reshape(-1), self._negative_ids(neg)])
+        ents = torch.cat([pos[:, ::2].reshape(-1), self._negative_ids(neg)])
         if self._where_they_lie():
             rows, r = self._rows_on_device(ents, pos[:, 1], clock)
         else:
@@ -265,11 +267,13 @@ class LinkPrediction:
         self.late.begin()
         self.ent.late = self.rel.late = self.late  # type: ignore[union-attr]
         try:
-            ents = torch.cat([pos[:, [0, 2]].reshape(-1), self._negative_ids(neg)])
+            ents = torch.cat([pos[:, ::2].reshape(-1), self._negative_ids(neg)])
             rows, r = self._lookup(ents, pos[:, 1], pos)
             loss = self._loss(pos, neg, rows, r)
             loss.backward()
-            self.ent_opt.step()
+            for table in (self.ent, self.rel):  # both tables' gradients checked before either steps
+                self.late.screen(f"gradients of {table.name!r}", table.pending()[1])
+            self.ent_opt.step()  # each gated by every check before it: a flagged step changes no table
             self.rel_opt.step()
         finally:
             self.ent.late = self.rel.late = None  # type: ignore[union-attr]
@@ -287,7 +291,9 @@ class LinkPrediction:
         if why:
             raise GraphtrainError(f"training.cudaGraph: {why}")
         b, k = self.batch_size, self.task.negatives
-        neg_shape = (-(-b // self.task.chunk), k) if self.joint else (b, k, 3)
+        half = kge_math.head_side(b)  # joint: each side's chunks (kge_math.joint_draw)
+        rows = kge_math.chunks(half, self.task.chunk) + kge_math.chunks(b - half, self.task.chunk)
+        neg_shape = (rows, k) if self.joint else (b, k, 3)
         pos = torch.zeros((b, 3), dtype=torch.int64, device=self.device)
         neg = torch.zeros(neg_shape, dtype=torch.int64, device=self.device)
         self.late = LateFlags(self.device)

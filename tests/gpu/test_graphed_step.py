@@ -1,21 +1,26 @@
 """training.cudaGraph on a GPU (train/graphed.py, optim/late.py, the CUDA core's deferred step): a step
 captured once and replayed trains bit for bit as the same step run eagerly, its replays make no implicit
 synchronisation (torch's sync debug mode set to error), and a bad id in a replayed step is reported at the
-next one, that step having changed nothing. The same code's CPU twin: tests/runtime/train/
+next one, that step having changed nothing; Nations TransE and DistMult (uniform and joint negatives)
+captured whole train as their eager GPU runs do. The same code's CPU twin: tests/runtime/train/
 test_graphed_step.py."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import torch
 
+from graphtrain.contract.spec import GraphTraining
 from graphtrain.runtime.collective import CollectiveEmbedding
 from graphtrain.runtime.errors import SparseInputError
 from graphtrain.runtime.optim.late import LateFlags
 from graphtrain.runtime.train.graphed import GraphedStep
+from tests.runtime.train.test_graphed_review import same_training, spec
 from tests.runtime.train.test_graphed_step import table_step
+from tests.runtime.train.test_resume import one_thread, partitions, train  # noqa: F401
 
 ROWS, DIM, IDS = 100_000, 64, 4096
 CUDA = torch.device("cuda")
@@ -77,3 +82,24 @@ def test_a_bad_id_in_a_replay_is_reported_at_the_next_step_and_changed_nothing()
     with pytest.raises(SparseInputError, match=r"step 6: lookup of 'e': ids\[7\] is outside"):
         graphed.settle()
     assert torch.equal(table.weight, before)
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("kind", ["transe", "distmult", "transe-joint"])
+def test_a_captured_kge_run_trains_as_the_eager_one(
+    kind: str,
+    partitions: dict[str, tuple[GraphTraining, Path]],  # noqa: F811 - the fixture
+    tmp_path: Path,
+) -> None:
+    _, partition = partitions["transe"]
+    joint = {"sampler": "joint", "chunk": 48, "negatives": 6} if kind.endswith("-joint") else {}
+    model = kind.removesuffix("-joint")
+    eager, eager_result = train(
+        model, spec(False, model, **joint), partition, tmp_path / "eager", device=CUDA
+    )
+    graphed, graphed_result = train(
+        model, spec(True, model, **joint), partition, tmp_path / "graphed", device=CUDA
+    )
+    assert graphed.task.graphed is not None and graphed.task.graphed.captured
+    same_training(eager, graphed)
+    assert graphed_result == eager_result

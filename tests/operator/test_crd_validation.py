@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from graphtrain.contract.spec import check, parse, yaml_document
-from tests.contract.spec_cases import BREAKS, FIELD_BREAKS, GRAPHSAGE, TRANSE
+from tests.contract.spec_cases import BREAKS, FIELD_BREAKS, GRAPHSAGE, TRANSE, edit
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -147,3 +147,44 @@ def test_an_old_form_training_as_the_old_crd_stored_it_is_accepted_and_reads_in_
     refused = refusal(kube, new)
     assert "spec.model.norm: Invalid value: graphsage does not read it (transe does)" in refused
     assert "spec.model.negatives: Invalid value: is the kge task's: write it as task.negatives" in refused
+
+
+def _capturable(s: dict) -> None:
+    s.setdefault("training", {}).update(cudaGraph=True)
+    for t in s["embeddings"]:
+        t["sharding"] = "collective"
+
+
+CUDA_GRAPH_CASES = {
+    "capturable": (edit(TRANSE, _capturable), True),
+    "nonFiniteGrads skip": (
+        edit(TRANSE, lambda s: (_capturable(s), s["embeddings"][1].update(nonFiniteGrads="skip"))),
+        False,
+    ),
+    "bfloat16": (
+        edit(TRANSE, lambda s: (_capturable(s), s["embeddings"][0].update(dtype="bfloat16"))),
+        False,
+    ),
+    "two trainers": (edit(TRANSE, lambda s: (_capturable(s), s.update(trainers={"replicas": 2}))), False),
+    "dynamic vocabulary": (
+        edit(
+            TRANSE,
+            lambda s: (
+                _capturable(s),
+                s["embeddings"][0].update(vocabulary={"kind": "dynamic", "capacity": 64}),
+            ),
+        ),
+        False,
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CUDA_GRAPH_CASES))
+def test_the_crd_judges_training_cuda_graph_as_python_does(kube: Callable[..., str], name: str) -> None:
+    """The cuda-graph-kge rule's CEL and its Python check agree on each of its clauses."""
+    doc, valid = CUDA_GRAPH_CASES[name]
+    assert (check(doc)[1] == []) == valid
+    if valid:
+        dry_run(kube, doc)
+    else:
+        assert "spec.training.cudaGraph: Invalid value" in refusal(kube, doc)

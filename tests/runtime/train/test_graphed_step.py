@@ -173,6 +173,40 @@ def test_a_non_finite_gradient_is_reported_at_the_next_step_or_when_settled() ->
     assert not torch.equal(table.weight, before)
 
 
+def test_a_non_finite_gradient_of_one_table_steps_neither() -> None:
+    """Two tables stepped in turn, the second's gradient NaN: both are screened before either steps, and
+    the first table's step is gated by the second's screen, so neither changes."""
+    late = LateFlags("cpu")
+    init = {"kind": "uniform", "low": -1.0, "high": 1.0, "seed": 3}
+    a, b = (CollectiveEmbedding(20, 4, name, init) for name in ("a", "b"))
+    opts = [SparseOptimizer([t], OptimConfig("adam", 0.1)) for t in (a, b)]
+    ids, scale = torch.zeros(6, dtype=torch.int64), torch.ones(1)
+
+    def step() -> torch.Tensor:
+        late.begin()
+        a.late = b.late = late
+        try:
+            loss = a(ids).pow(2).sum() + (b(ids) * scale).pow(2).sum()
+            loss.backward()
+            for t in (a, b):
+                late.screen(f"gradients of {t.name!r}", t.pending()[1])
+            for opt in opts:
+                opt.step()
+        finally:
+            a.late = b.late = None
+        return loss.detach()
+
+    graphed = GraphedStep(step, [ids, scale], late)
+    graphed([torch.arange(6), torch.ones(1)], 1)
+    before = a.weight.clone(), b.weight.clone()
+    graphed([torch.arange(6), torch.tensor([float("nan")])], 2)
+    with pytest.raises(
+        NonFiniteGradient, match=r"step 2: gradients of 'b' \(before any step\): gradient row 0"
+    ):
+        graphed.settle()
+    assert torch.equal(a.weight, before[0]) and torch.equal(b.weight, before[1])
+
+
 def test_inputs_of_another_shape_are_refused_before_anything_runs() -> None:
     step, table = table_step(LateFlags("cpu"))
     before = table.weight.clone()
@@ -229,3 +263,5 @@ def test_the_spec_takes_cuda_graph_on_a_kge_model_with_collective_float32_tables
     assert "spec.training.cudaGraph" in [p.path for p in check(rotate)[1]]
     two = edit(TRANSE, lambda s: (capturable(s), s.update(trainers={"replicas": 2})))
     assert [p.path for p in check(two)[1]] == ["spec.training.cudaGraph"]
+    skip = edit(TRANSE, lambda s: (capturable(s), s["embeddings"][1].update(nonFiniteGrads="skip")))
+    assert [p.path for p in check(skip)[1]] == ["spec.training.cudaGraph"]
