@@ -34,6 +34,7 @@ def test_every_run_is_a_valid_spec_with_its_variant(run) -> None:  # noqa: ANN00
         assert all(str(t.sharding) == "collective" for t in spec.embeddings)
     if run.prefetch is not None:
         assert spec.training.prefetch == run.prefetch
+    assert spec.training.cuda_graph == run.graph
     # a GPU run is profiled (where its step's time goes); the CPU baselines are not slowed by it
     assert spec.training.profile_steps == (20 if "cuda" in (run.shards, run.trainers) else 0)
     assert yaml.safe_load(text)["spec"]["graph"]["dataset"]  # an example's own dataset
