@@ -6,8 +6,9 @@ Same contract as the CPU bindings (runtime/native/optim.py), and three more rule
   on the table's device, ids 1-D int64, gradients and values (len(ids), dim).
 - The work runs on the table's device and its current torch stream, in a workspace from torch's caching
   allocator: a steady training loop makes no cudaMalloc, and the core waits for the device once per call
-  (it reads the first bad id's position and the unique-row count together). An out-of-range id leaves
-  everything untouched, the table's Adam step count included (the core counts it on the device).
+  (it reads the first bad id's position and the unique-row count together), or, deferred for a captured
+  step, not at all (the verdict left in three int64 on the device: optim/late.py). An out-of-range id
+  leaves everything untouched, the table's Adam step count included (the core counts it on the device).
 - The core never aborts the process: a failed call returns an error code and leaves a message naming
   the function, its stage and the CUDA error, raised here as CudaCoreError.
 
