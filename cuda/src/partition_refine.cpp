@@ -249,7 +249,7 @@ GT_API int gt_partition_refine(int64_t n, const int64_t* xadj, const int64_t* ad
     std::shuffle(order.begin(), order.end(), rng);
     int64_t moved = 0;
     for (int64_t v : order) {
-      int q;
+      int q = -1;  // set by best_refine_move when it finds a move (GCC cannot see it: -Wmaybe-uninitialized)
       if (P.best_refine_move(v, q)) {
         P.move(v, q);
         ++moved;
