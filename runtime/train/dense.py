@@ -179,6 +179,9 @@ class DenseTask:
         if clock is not None:
             clock.lap("forward_backward")
 
+    def check_pending(self) -> None:
+        """Nothing: a GNN step checks as it goes."""
+
     def save_state(self, directory: Path) -> None:
         self.settle()
         save_dense(directory / "dense.pt", self.model, self.dense_opt)

@@ -407,11 +407,14 @@ class LinkPrediction:
 
     # ---------------------------------------------------------------------------- checkpoints
 
-    def save_state(self, directory: Path) -> None:
-        """Nothing beside the tables: the models have no dense part. A captured step's last checks are
-        read first: no checkpoint follows a step that changed nothing unnoticed."""
+    def check_pending(self) -> None:
+        """A captured step's last verdicts read (train/graphed.py): no checkpoint is begun after a step
+        that changed nothing unnoticed."""
         if self.graphed is not None:
             self.graphed.settle()
+
+    def save_state(self, directory: Path) -> None:
+        """Nothing beside the tables: the models have no dense part."""
 
     def load_state(self, directory: Path) -> None:
         """Nothing beside the tables."""

@@ -163,6 +163,7 @@ class EpochLoop:
         """Checkpoint here (collective), with the running epoch's loss so far over every trainer."""
         if self.checkpoints.root is None:
             return
+        self.task.check_pending()  # before any file of the checkpoint is written
         self.profiler.cut()
         total, steps = self.dist.sum([self._loss_sum(), self.loss_steps])
         point = ResumePoint(self.epoch, self.step, self.epoch_step, total, steps)

@@ -63,6 +63,11 @@ class TrainingTask(Protocol[BatchT]):
         """Training starts at `step` (0, or the checkpoint's when `resumed`: tables and state restored)."""
         ...
 
+    def check_pending(self) -> None:
+        """Raise for what the last step left unchecked (a captured step's verdicts, read a step late:
+        train/graphed.py), before a checkpoint is begun."""
+        ...
+
     def save_state(self, directory: Path) -> None:
         """Write the task's own part of a checkpoint into `directory` (rank 0; the tables are the shard
         servers')."""

@@ -23,6 +23,7 @@ from graphtrain.runtime.graph import DistGraph
 from graphtrain.runtime.graph.dist_graph import standalone_client
 from graphtrain.runtime.train.dist import Dist
 from graphtrain.runtime.train.kge import LinkPrediction, Triples
+from graphtrain.runtime.train.loop import EpochLoop
 from tests.runtime.train.test_resume import (  # noqa: F401 - fixtures
     INTERVAL,
     final_state,
@@ -200,3 +201,36 @@ def test_a_step_with_a_bad_id_changes_neither_table(
         task.step(batches[3], NoClock())  # type: ignore[arg-type]
     for name in before:  # "the step changed nothing"
         assert torch.equal(before[name], after[name]), name
+
+
+@pytest.mark.timeout(60)
+def test_a_flagged_step_is_raised_before_a_checkpoint_is_begun(
+    partitions: dict[str, tuple[GraphTraining, Path]],  # noqa: F811 - the fixture
+    tmp_path: Path,
+) -> None:
+    """The loop asks the task for its pending checks first (check_pending): a step flagged on the
+    device fails the checkpoint after it before any of its files is written."""
+    _, partition = partitions["transe"]
+    gt = spec(True, interval=6)
+    client = standalone_client(partition, tmp_path / "checkpoints")
+    task = LinkPrediction(gt, DistGraph(partition, client), Dist())
+    bad = [0]
+    original = task.batches
+
+    def batches(epoch: int, start: int):  # noqa: ANN202 - step 6 of epoch 1 holds an entity past the table
+        for k, batch in enumerate(original(epoch, start), start=start + 1):
+            if epoch == 0 and k == 6:
+                pos = batch.pos.clone()
+                pos[0, 2] = task.graph.num_nodes
+                batch = Triples(pos, batch.neg)
+                bad[0] += 1
+            yield batch
+
+    task.batches = batches  # type: ignore[method-assign]
+    loop = EpochLoop(task, gt.spec, task.graph, Dist(), tmp_path, tmp_path / "checkpoints")
+    with pytest.raises(SparseInputError, match=r"step 6: lookup of 'entity'"):
+        loop.run()
+    if loop.metrics_log is not None:
+        loop.metrics_log.close()
+    assert bad == [1]
+    assert not list((tmp_path / "checkpoints").glob("step-*")), "a checkpoint was begun"
