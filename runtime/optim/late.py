@@ -58,6 +58,7 @@ class LateFlags:
         self._workspaces: dict[tuple[str, int], torch.Tensor] = {}
         self._host: torch.Tensor | None = None
         self._pending: tuple[int, torch.cuda.Event | None] | None = None
+        self._rows: torch.Tensor | None = None  # the slots' flags as rows of one tensor (_flat)
 
     def begin(self) -> None:
         """A step starts: its checks take the slots from the first again."""
@@ -114,7 +115,7 @@ class LateFlags:
         self.check()
         if not self.slots:
             return
-        flat = torch.cat([s.flags for s in self.slots])
+        flat = self._flat()
         cuda = self.device.type == "cuda"
         if self._host is None or self._host.numel() != flat.numel():
             self._host = torch.empty(flat.numel(), dtype=torch.int64, pin_memory=cuda)
@@ -124,6 +125,18 @@ class LateFlags:
             event = torch.cuda.Event()
             event.record()
         self._pending = (step, event)
+
+    def _flat(self) -> torch.Tensor:
+        """Every slot's verdict in one tensor. After the first step the slots become rows of one (k, 3)
+        tensor, so each later step copies it as it is, without a concatenation (a kernel and an
+        allocation a step); the capture comes after that, so the graph writes into those rows."""
+        if self._rows is None:
+            self._rows = torch.stack([s.flags for s in self.slots])
+            for slot, row in zip(self.slots, self._rows, strict=True):
+                slot.flags = row
+        if len(self._rows) == len(self.slots):
+            return self._rows.view(-1)
+        return torch.cat([s.flags for s in self.slots])  # a step that asked for more checks than the first
 
     def check(self) -> None:
         """Read the verdicts on their way (waiting for their step to end) and raise for a flagged one."""
