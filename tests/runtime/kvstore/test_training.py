@@ -38,6 +38,50 @@ def reference(config: OptimConfig, world: int) -> tuple[torch.Tensor, dict[str, 
     return table, state
 
 
+def replay(config: OptimConfig, order: list[tuple[int, int, int]]) -> torch.Tensor:
+    """The table after the pushes of `order`, each (rank, step, shard): a batch's rows of one shard."""
+    table = torch.empty(kv_worker.NUM_ROWS, kv_worker.DIM)
+    init_rows(kv_worker.INIT, 0, kv_worker.NUM_ROWS, (kv_worker.DIM,), table)
+    state = make_state(config, kv_worker.NUM_ROWS, kv_worker.DIM)
+    half = kv_worker.NUM_ROWS // 2  # the two servers' even split
+    for rank, step, shard in order:
+        ids, grads = kv_worker.batch(rank, step)
+        mine = (ids >= half) == bool(shard)
+        if config.kind == "adam" and config.step_count == "global":
+            state["step"][0] = step
+        sparse_step(config, table, state, ids[mine], grads[mine], backend="torch")
+    return table
+
+
+def rows_off(got: torch.Tensor, want: torch.Tensor) -> str:
+    """The rows off the reference, by shard, and the pushes (rank, step) that touched every one of them:
+    one push computed another way shows as the only one they share."""
+    off = ((got - want).abs() > 1e-6 + 1e-5 * want.abs()).any(dim=1).nonzero().flatten().tolist()
+    pushes = {
+        (r, s): set(kv_worker.batch(r, s)[0].tolist()) for r in range(2) for s in range(kv_worker.STEPS)
+    }
+    common = [p for p, ids in pushes.items() if all(row in ids for row in off)]
+    upper = sum(row >= kv_worker.NUM_ROWS // 2 for row in off)
+    return f"{len(off)} rows off (shard 0: {len(off) - upper}, shard 1: {upper}), all in the pushes {common}"
+
+
+def closest_orders(config: OptimConfig, got: torch.Tensor) -> str:
+    """For a table that differs from the reference: the single changes of the clients' turns (a push
+    dropped, applied twice, or swapped with another) whose replay comes closest to it, to name what
+    happened (a rare failure under load, seen three times by 2026-12-04, cause not found)."""
+    turns = [(r, s, shard) for s in range(kv_worker.STEPS) for r in range(2) for shard in (0, 1)]
+    orders = {"the turns": turns}
+    for i, push in enumerate(turns):
+        orders[f"{push} dropped"] = turns[:i] + turns[i + 1 :]
+        orders[f"{push} twice"] = turns[: i + 1] + turns[i:]
+        for j in range(i + 1, len(turns)):
+            swapped = list(turns)
+            swapped[i], swapped[j] = swapped[j], swapped[i]
+            orders[f"{push} and {turns[j]} swapped"] = swapped
+    scored = sorted((float((got - replay(config, o)).abs().max()), name) for name, o in orders.items())
+    return "; ".join(f"{name}: {d:.2g}" for d, name in scored[:4])
+
+
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("config", CONFIGS, ids=lambda c: f"{c.kind}-{c.step_count}-{c.duplicate}")
 def test_two_servers_two_clients_match_single_process(config: OptimConfig, ckroot: Path) -> None:
@@ -57,7 +101,11 @@ def test_two_servers_two_clients_match_single_process(config: OptimConfig, ckroo
             assert p.exitcode == 0, f"client exited with {p.exitcode}"
     table, state = reference(config, 2)
     got = torch.from_numpy(export_table(ckroot / "final", "emb"))
-    torch.testing.assert_close(got, table, rtol=1e-5, atol=1e-6)
+    if not torch.allclose(got, table, rtol=1e-5, atol=1e-6):
+        off = float((got - table).abs().max())
+        pytest.fail(
+            f"the served table is up to {off:.2g} off the reference; closest: {closest_orders(config, got)}"
+        )
     got_state = export_state(ckroot / "final", "emb")
     assert set(got_state) == set(state)
     for key, value in state.items():
