@@ -33,6 +33,7 @@ OPTIMIZERS = [
     {"kind": "adam", "lr": 0.01},
     {"kind": "rowwise_adagrad", "lr": 0.05},
     {"kind": "adagrad", "lr": 0.05, "duplicate": "mean"},
+    {"kind": "adagrad", "lr": 0.1, "eps": 1e-8, "initial_accumulator": 0.1},  # the two-servers test's
     {"kind": "sgd", "lr": 0.1},
     {"kind": "adam", "lr": 0.01, "row_norm": 1.0},  # TransE's entities: the core scales them in its loop
 ]
