@@ -5,8 +5,9 @@ Each trainer takes its edge_split of the training triples (the in-edges of the p
 triples whose tail its own shard holds), draws `task.negatives` corruptions per positive (or, with the
 joint sampler, one shared set per chunk of positives: kge_math.joint_draw), pulls the unique entity rows
 of the batch once (one request per owning shard) and pushes their deduplicated gradients to the servers,
-where the sparse optimizer runs; a table whose optimizer steps every row (optimizer.rows: all, as PyKEEN's
-dense Adam) is read and pushed whole, zeros where the batch had none. TransE's and DistMult's entity rows
+where the sparse optimizer runs while the next batch is drawn (the next pull waits for it); a table
+whose optimizer steps every row (optimizer.rows: all, as PyKEEN's dense Adam) is read and pushed whole,
+zeros where the batch had none. TransE's and DistMult's entity rows
 are kept on the unit sphere (the row_norm constraint of the optimizer config, as PyKEEN normalises them
 after each step) and both tables start there; ComplEx's rows and RotatE's entities are free, and RotatE's
 relation elements stay unit complex numbers (the unit_complex constraint), as in PyKEEN (models/: each
