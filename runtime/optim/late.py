@@ -89,8 +89,11 @@ class LateFlags:
         earlier = self.slots[: self._next]
         if not earlier:
             return ids
-        flagged = torch.stack([s.flags[:2].max() for s in earlier]).max() >= 0
-        return torch.where(flagged, torch.full_like(ids, rows), ids)
+        if self._rows is not None and len(self._rows) == len(self.slots):  # one reduction over the rows
+            flagged = self._rows[: self._next, :2].max() >= 0
+        else:  # the first step: the slots are tensors of their own still
+            flagged = torch.stack([s.flags[:2].max() for s in earlier]).max() >= 0
+        return torch.where(flagged, rows, ids)
 
     def workspace(self, what: str, table: torch.Tensor, n: int) -> torch.Tensor | None:
         """The CUDA core's workspace of one deferred step of `n` ids (its own: a graph keeps its address),
