@@ -7,10 +7,15 @@ Caught an unknown exception!" from pymetis, and when the kernel handed the signa
 has the signal handling to itself; this process keeps its own (runtime/stopping.py: Ctrl-C, SIGTERM and
 SIGHUP unwind), and a stop kills the child. The child inherits the graph copy-on-write and sends back
 only its result (an int32 array) through a pipe, in .npy format (no pickle).
+
+The parent's objects are frozen for the fork (gc.freeze): a collection in the child would free what it
+inherited, and freeing a CUDA tensor there (a process that used a GPU before partitioning, as a test
+session on a GPU machine does) aborts the child, whose CUDA context is not usable after a fork.
 """
 
 from __future__ import annotations
 
+import gc
 import io
 import os
 import signal
@@ -24,7 +29,14 @@ def call(fn: Callable[[], np.ndarray], what: str) -> np.ndarray:
     own error went to stderr). A KeyboardInterrupt here (Ctrl-C, Terminated) kills the child and goes
     on up."""
     read, write = os.pipe()
-    pid = os.fork()
+    gc.freeze()  # the child never collects what it inherited (the module's docstring)
+    try:
+        pid = os.fork()
+    except BaseException:
+        gc.unfreeze()
+        raise
+    if pid != 0:
+        gc.unfreeze()
     if pid == 0:  # the child: compute, write, leave without running the parent's cleanups
         code = 1
         try:

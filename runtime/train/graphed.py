@@ -80,9 +80,13 @@ class GraphedStep:
         self.graph: torch.cuda.CUDAGraph | None = None
         self._loss: torch.Tensor | None = None
         # two pinned copies of the inputs, used in turn: a buffer is rewritten once its last copy up is done
+        # (its event: two steps back, so the host hardly ever waits on it)
         self._staging = [
             [torch.empty_like(t, device="cpu", pin_memory=self.cuda) for t in self.inputs] for _ in (0, 1)
         ]
+        self._copied = [torch.cuda.Event() for _ in (0, 1)] if self.cuda else []
+        # the eager warm-up steps' stream (torch's rule before a capture)
+        self._side = torch.cuda.Stream(self.device) if self.cuda else None
 
     @property
     def captured(self) -> bool:
@@ -94,14 +98,20 @@ class GraphedStep:
     def __call__(self, batch: Sequence[torch.Tensor], index: int) -> torch.Tensor:
         """Train on `batch` (host tensors of the inputs' shapes) as step `index`; returns its loss (on the
         device, unread). Raises what the step before it flagged (optim/late.py)."""
-        staging = self._staging[self.runs % 2]
-        for buf, src, dst in zip(staging, batch, self.inputs, strict=True):
+        turn = self.runs % 2
+        staging = self._staging[turn]
+        for src, dst in zip(batch, self.inputs, strict=True):
             if tuple(src.shape) != tuple(dst.shape):
                 raise ValueError(
                     f"a captured step takes inputs of shapes {self.shapes()}, got {tuple(src.shape)}"
                 )
+        if self.cuda:
+            self._copied[turn].synchronize()  # this buffer's copy up two steps back is done
+        for buf, src, dst in zip(staging, batch, self.inputs, strict=True):
             buf.copy_(src)
             dst.copy_(buf, non_blocking=self.cuda)
+        if self.cuda:
+            self._copied[turn].record()
         if not self.cuda:
             loss = self.step()
         elif self.runs < self.warmup:

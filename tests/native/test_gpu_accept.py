@@ -99,3 +99,26 @@ def test_time_to_accuracy_counts_from_the_partition_to_the_first_epoch_at_the_ta
     assert accept.seconds_to(history, status, 0.85) == 12.0
     assert accept.seconds_to(history, status, 0.9) is None
     assert "wordnet-sage shards-cuda trainers-cuda x1 nccl collective prefetch 1 batch 4096" in set(names())
+
+
+def test_the_steady_rate_leaves_out_the_epochs_first_quarter() -> None:
+    # 100 steps of 1,000 samples: 10 s for the first 25 (a slow start), then 1 s each 25
+    lines = [
+        "noise 12 samples/s",
+        "2026-12-04T13:09:13+00:00 [trainer] epoch 1/1 running  step 25  loss 3.4  2,500 samples/s",
+        "2026-12-04T13:09:14+00:00 [trainer] epoch 1/1 running  step 50  loss 3.3  4,545 samples/s",
+        "2026-12-04T13:09:15+00:00 [trainer] epoch 1/1 running  step 100  loss 3.3  7,692 samples/s",
+        "2026-12-04T13:09:16+00:00 [trainer] epoch 1/1  loss 2.9  val_mrr 0.0063  7,600 samples/s",
+    ]
+    assert accept.steady_rate("\n".join(lines)) == pytest.approx(25_000, rel=1e-3)
+
+
+def test_the_steady_rate_is_the_last_epochs_and_none_without_two_reports() -> None:
+    def report(epoch: int, step: int, rate: str) -> str:
+        return f"epoch {epoch}/2 running  step {step}  loss 1  {rate} samples/s\n"
+
+    first = report(1, 50, "1,000") + report(1, 100, "2,000")
+    assert accept.steady_rate(first + report(2, 50, "5,000")) is None
+    both = first + report(2, 50, "5,000") + report(2, 100, "5,000")
+    assert accept.steady_rate(both) == pytest.approx(5_000)
+    assert accept.steady_rate("") is None

@@ -5,6 +5,8 @@ the stop is this process' Terminated, the child is killed, and a child's failure
 
 from __future__ import annotations
 
+import gc
+import os
 import subprocess
 import sys
 
@@ -61,3 +63,27 @@ def test_a_failure_in_the_child_is_named() -> None:
 
     with pytest.raises(RuntimeError, match=r"^METIS failed in its process \(exit code 1\)$"):
         forked.call(fails, "METIS")
+
+
+class _Inherited:
+    """Cyclic garbage whose finaliser notes the process it ran in: a stand-in for a CUDA tensor, whose
+    freeing in a forked child aborts it (the child's CUDA context is unusable after a fork)."""
+
+    def __init__(self, seen: list[int]):
+        self.seen, self.me = seen, self
+
+    def __del__(self) -> None:
+        self.seen.append(os.getpid())
+
+
+def test_the_child_never_collects_what_it_inherited() -> None:
+    seen: list[int] = []
+    gc.disable()  # the garbage waits for a collection: the child's, were it not frozen
+    try:
+        _Inherited(seen)
+        got = forked.call(lambda: np.array([gc.collect(), len(seen)]), "collect")
+    finally:
+        gc.enable()
+    assert got[1] == 0, "the inherited garbage was finalised in the child"
+    gc.collect()  # here it is this process' to free
+    assert seen == [os.getpid()]
