@@ -121,6 +121,7 @@ class EpochLoop:
         profiler = self.profiler
         profiler.plan(self.task.steps_per_epoch(), self.epoch_step)
         profiler.before_step(self.epoch_step)
+        window.exclude(profiler.take_overhead())
         clock = self.metrics.clock(self.task.device)  # sample: the wait for the task's next batch
         cuda_generator = device_generator(self.task.device)
         self.metrics.steps_begin()
@@ -133,12 +134,15 @@ class EpochLoop:
             loss, samples = self.task.step(batch, clock)
             clock.done()
             profiler.after_step(self.epoch_step)
+            window.exclude(profiler.take_overhead())  # measuring, not training
             self._after_step(window, loss.detach(), samples)
             profiler.before_step(self.epoch_step)
+            window.exclude(profiler.take_overhead())
             clock.start()
         clock.flush()  # the epoch's stage line needs every step observed
         self.metrics.steps_end()
         profiler.epoch_end()
+        window.exclude(profiler.take_overhead())
 
     def _after_step(self, window: Throughput, loss: torch.Tensor, samples: int) -> None:
         """Count the step; report every task.report_every steps, checkpoint every checkpointInterval

@@ -9,7 +9,8 @@ The window opens after a few warm-up steps of the first epoch this process train
 launches; a run resumed at an epoch's end: the next epoch), so a steady step is measured, and closes after
 `steps` steps, at that epoch's end or before a checkpoint, whichever comes first: evaluation and
 checkpoints are not in it. The device is synchronised at
-both ends only. The summary goes to the trainer log and, where the trainer has a run directory, to
+both ends only. The profiler's own time (its start, stop, summary and trace) is not in the epoch's
+samples/s (take_overhead): the profiled steps are, a little slower than the rest. The summary goes to the trainer log and, where the trainer has a run directory, to
 profile-rank<R>.txt with a Chrome trace beside it (profile-rank<R>.json, for chrome://tracing or Perfetto).
 """
 
@@ -118,6 +119,7 @@ class StepProfiler:
         self.taken = 0
         self.finished = steps <= 0
         self.cut_short = False  # ended by a checkpoint before its last step
+        self.overhead = 0.0  # seconds the profiler took for itself (start, stop, summary, trace), untaken
 
     def plan(self, steps_per_epoch: int, done: int) -> None:
         """The window in the first epoch this process trains (a resumed one has `done` steps behind it)."""
@@ -131,10 +133,18 @@ class StepProfiler:
         if self.finished or self.prof is not None or self.planned is None or index != self.planned[0]:
             return
         activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.cuda else [])
+        started = time.perf_counter()
         self._sync()
         self.prof = profile(activities=activities)
         self.prof.__enter__()
         self.began = time.perf_counter()
+        self.overhead += self.began - started
+
+    def take_overhead(self) -> float:
+        """The profiler's own seconds since the last call, which the epoch's training rate leaves out (on
+        a GPU its start and trace export took ~5 s: a one-epoch run's rate was mostly the profiler's)."""
+        taken, self.overhead = self.overhead, 0.0
+        return taken
 
     def after_step(self, index: int) -> None:
         if self.prof is None:
@@ -160,7 +170,13 @@ class StepProfiler:
 
     def _close(self) -> None:
         self._sync()
-        wall = time.perf_counter() - self.began
+        ended = time.perf_counter()
+        try:
+            self._summarise(ended - self.began)
+        finally:
+            self.overhead += time.perf_counter() - ended
+
+    def _summarise(self, wall: float) -> None:
         prof, self.prof = self.prof, None
         prof.__exit__(None, None, None)
         self.finished = True

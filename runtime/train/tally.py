@@ -67,19 +67,24 @@ class TrainerProgress:
 
 class Throughput:
     """Samples per second over the last window of training steps. stop() ends the window when the epoch's
-    steps end, so the validation pass after them is not counted in the rate (it is reported apart)."""
+    steps end, so the validation pass after them is not counted in the rate (it is reported apart);
+    exclude() takes out time that measured the steps rather than trained (the profiler's own)."""
 
     def __init__(self) -> None:
         self.start = time.perf_counter()
         self.end: float | None = None
         self.samples = 0
+        self.excluded = 0.0
 
     def add(self, n: int) -> None:
         self.samples += n
+
+    def exclude(self, seconds: float) -> None:
+        self.excluded += seconds
 
     def stop(self) -> None:
         self.end = time.perf_counter()
 
     def rate(self, world: int = 1) -> float:
         end = self.end if self.end is not None else time.perf_counter()
-        return self.samples * world / max(end - self.start, 1e-9)
+        return self.samples * world / max(end - self.start - self.excluded, 1e-9)

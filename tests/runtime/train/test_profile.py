@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -150,6 +151,42 @@ def test_a_checkpoint_ends_the_window_before_its_pause(monkeypatch: pytest.Monke
     assert said[0].startswith(
         "profile of 2 training steps of trainer 0 on cpu (of 5 asked: a checkpoint came next)"
     )
+
+
+def test_the_profilers_own_time_is_not_the_epochs(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Its trace export took ~5 s on an H200: a one-epoch run's samples/s was then mostly the profiler's."""
+    from graphtrain.runtime.train.tally import Throughput
+
+    slow = profiling.StepProfiler._write
+
+    def slow_write(self: profiling.StepProfiler, prof: object, text: str) -> None:
+        time.sleep(0.5)
+        slow(self, prof, text)
+
+    monkeypatch.setattr(profiling.StepProfiler, "_write", slow_write)
+    monkeypatch.setattr(profiling, "WARMUP", 0)
+    prof = _profiler(tmp_path, 2, [])
+    prof.plan(steps_per_epoch=4, done=0)
+    epoch = Throughput()
+    _steps(prof, range(4))
+    epoch.exclude(prof.take_overhead())
+    epoch.add(4_000)
+    epoch.stop()
+    assert prof.take_overhead() == 0.0  # taken once
+    assert (tmp_path / "profile-rank0.json").exists()
+    assert epoch.excluded >= 0.5
+    assert epoch.end is not None and epoch.end - epoch.start - epoch.excluded < 0.4
+
+
+def test_a_throughput_leaves_out_what_it_is_told() -> None:
+    from graphtrain.runtime.train.tally import Throughput
+
+    window = Throughput()
+    window.start, window.end = 100.0, 110.0
+    window.add(1_000)
+    assert window.rate() == pytest.approx(100.0)
+    window.exclude(5.0)
+    assert window.rate(world=2) == pytest.approx(400.0)
 
 
 def test_the_profile_replaces_a_link_at_its_name_instead_of_writing_through_it(tmp_path: Path) -> None:
