@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -18,9 +19,9 @@ from graphtrain.runtime.collective import CollectiveEmbedding
 from graphtrain.runtime.errors import SparseInputError
 from graphtrain.runtime.optim.late import LateFlags
 from graphtrain.runtime.train.graphed import GraphedStep
-from tests.runtime.train.test_graphed_review import same_training, spec
+from tests.runtime.train.test_graphed_review import spec
 from tests.runtime.train.test_graphed_step import table_step
-from tests.runtime.train.test_resume import one_thread, partitions, train  # noqa: F401
+from tests.runtime.train.test_resume import final_state, one_thread, partitions, train  # noqa: F401
 
 ROWS, DIM, IDS = 100_000, 64, 4096
 CUDA = torch.device("cuda")
@@ -101,5 +102,19 @@ def test_a_captured_kge_run_trains_as_the_eager_one(
         model, spec(True, model, **joint), partition, tmp_path / "graphed", device=CUDA
     )
     assert graphed.task.graphed is not None and graphed.task.graphed.captured
-    same_training(eager, graphed)
-    assert graphed_result == eager_result
+    close_training(eager, graphed, eager_result, graphed_result)
+
+
+def close_training(eager: Any, graphed: Any, eager_result: dict, graphed_result: dict) -> None:
+    """The same batches, and losses, rows and metrics equal up to the GPU's float order: unlike the CPU
+    twin's, a GPU's eager and captured steps are not bit for bit (its lookups' backward adds with
+    atomics, and the two paths gather differently; the first H200 run differed by 1e-7 at step 3)."""
+    assert [h for h, _ in graphed.steps] == [h for h, _ in eager.steps]
+    for (_, a), (_, b) in zip(eager.steps, graphed.steps, strict=True):
+        assert b == pytest.approx(a, rel=1e-3)
+    a, b = final_state(eager.task), final_state(graphed.task)
+    for name in a:
+        torch.testing.assert_close(b[name], a[name], rtol=1e-3, atol=1e-3, msg=name)
+    assert graphed.task.ent.steps == eager.task.ent.steps
+    for key, value in eager_result.items():
+        assert graphed_result[key] == pytest.approx(value, abs=0.02), key
