@@ -8,10 +8,11 @@ so its launches and synchronisations count (bench/cuda_calls.py counts them per 
 The window opens after a few warm-up steps of the first epoch this process trains (allocator, first
 launches; a run resumed at an epoch's end: the next epoch), so a steady step is measured, and closes after
 `steps` steps, at that epoch's end or before a checkpoint, whichever comes first: evaluation and
-checkpoints are not in it. The device is synchronised at
-both ends only. The profiler's own time (its start, stop, summary and trace) is not in the epoch's
-samples/s (take_overhead): the profiled steps are, a little slower than the rest. The summary goes to the trainer log and, where the trainer has a run directory, to
-profile-rank<R>.txt with a Chrome trace beside it (profile-rank<R>.json, for chrome://tracing or Perfetto).
+checkpoints are not in it. The device is synchronised at both ends only. The profiler's own time (its
+start, stop, summary and trace) is not in the epoch's samples/s (take_overhead); the profiled steps are,
+a little slower than the rest. The summary goes to the trainer log and, where the trainer has a run
+directory, to profile-rank<R>.txt with a Chrome trace beside it (profile-rank<R>.json, for
+chrome://tracing or Perfetto).
 """
 
 from __future__ import annotations
