@@ -387,7 +387,9 @@ def sparse_step(
             raise SparseInputError("a deferred step needs its own workspace (step_workspace)")
         need = _workspace_bytes(OP_STEP, n, table.shape[0], table.shape[1], device)
         check_deferred(describe(table), describe(flags), describe(workspace), need)
-    ws = workspace if flags is not None else _workspace(OP_STEP, n, table, device, stream)
+        ws = workspace
+    else:
+        ws = _workspace(OP_STEP, n, table, device, stream)
     bad = ctypes.c_int64(-1)
     rc = lib.gt_cuda_sparse_step(
         args.kind,

@@ -189,6 +189,7 @@ def sparse_step(
             _check_range(ids, table.shape[0])
         state["step"] += 1
     if name is CoreBackend.TORCH:
+        assert isinstance(grads, torch.Tensor)  # pieces were concatenated above for every other path
         updated = reference.step(config, table, state, ids, grads)
     elif name is CoreBackend.CPU:
         if isinstance(grads, list):
@@ -204,6 +205,7 @@ def sparse_step(
             updated = native.sparse_step(native_args(config), table, state, ids, grads, team, round_seed)
     else:  # the CUDA core scales a float32 table's rows in its update kernel
         fused = 0.0 if table.dtype in HALF else config.row_norm or 0.0
+        assert isinstance(grads, torch.Tensor)
         updated = cuda.sparse_step(
             native_args(config), table, state, ids, grads, fused, finite, round_seed, flags, workspace
         )

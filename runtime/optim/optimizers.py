@@ -11,17 +11,36 @@ last step and applies it, deduplicated on the native core (one writer per row).
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Literal
+from typing import Literal, Protocol
+
+import torch
 
 from graphtrain.runtime.optim.config import OptimConfig
 from graphtrain.runtime.optim.embedding import SparseEmbedding
 
 
+class SteppedTable(Protocol):
+    """What an optimizer steps: a local SparseEmbedding, a DistEmbedding on shard servers or a
+    CollectiveEmbedding held by the trainers (each applies the step where its rows are)."""
+
+    name: str
+
+    def attach(self, config: OptimConfig) -> None: ...
+
+    def pending(self) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+    def clear(self) -> None: ...
+
+    def apply_gradients(
+        self, ids: torch.Tensor, grads: torch.Tensor, backend: str | None = None, wait: bool = True
+    ) -> int: ...
+
+
 class SparseOptimizer:
     """Base: holds the tables and their shared config."""
 
-    def __init__(self, params: Iterable[SparseEmbedding], config: OptimConfig, backend: str | None = None):
-        self.params: Sequence[SparseEmbedding] = list(params)
+    def __init__(self, params: Iterable[SteppedTable], config: OptimConfig, backend: str | None = None):
+        self.params: Sequence[SteppedTable] = list(params)
         if not self.params:
             raise ValueError("the optimizer needs at least one embedding")
         names = [p.name for p in self.params]
