@@ -274,9 +274,9 @@ def run(
                 if name == "graphtrain cuda core, deferred":
                     bar = "met" if call <= 15e-6 else "not met"
                     ratios.append(f"host {1e6 * call:.0f} us a call, no wait (15 us bar: {bar})")
-                device = "" if device_s is None else f"{1e3 * device_s:.2f}"
+                device_ms = "" if device_s is None else f"{1e3 * device_s:.2f}"
                 lines.append(
-                    f"| {dist} | {dim} | {kind} | {name} | {1e3 * seconds:.2f} | {device} | {rate:.2f} | "
+                    f"| {dist} | {dim} | {kind} | {name} | {1e3 * seconds:.2f} | {device_ms} | {rate:.2f} | "
                     f"{bandwidth(name, gbps, triad, 1)} | {', '.join(ratios)} |"
                 )
             continue
