@@ -97,8 +97,9 @@ def eval_sample(triples: np.ndarray, seed: int) -> np.ndarray:
 
 
 class Triples(NamedTuple):
-    """A batch: positive triples (B, 3) and their corruptions: (B, negatives, 3) triples with the uniform
-    sampler, (chunks, negatives) shared entity ids with the joint one (kge_math.joint_draw)."""
+    """A batch: positive triples (B, 3) and their negatives' entity ids: with the uniform sampler (B,
+    negatives), each the entity its corruption puts in the positive's place (kge_math.corrupt_ids); with the
+    joint one (chunks, negatives) shared by each chunk (kge_math.joint_draw)."""
 
     pos: torch.Tensor
     neg: torch.Tensor
@@ -207,7 +208,7 @@ class LinkPrediction:
             if self.joint:
                 neg = kge_math.joint_draw(len(pos), task.negatives, task.chunk, self.graph.num_nodes, gen)
             else:
-                neg = kge_math.corrupt(pos, task.negatives, self.graph.num_nodes, gen)
+                neg = kge_math.corrupt_ids(pos, task.negatives, self.graph.num_nodes, gen)
             if i >= start:
                 yield Triples(pos, neg)
 
@@ -239,9 +240,9 @@ class LinkPrediction:
         return loss, len(pos)
 
     def _negative_ids(self, neg: torch.Tensor) -> torch.Tensor:
-        """Each negative's own entity only (the joint draw's, or the one corrupt put in): its other one is
-        its positive's, whose row is broadcast (kge_math.sided_scores)."""
-        return neg.reshape(-1) if self.joint else kge_math.replaced(neg).reshape(-1)
+        """Each negative's own entity only (the joint draw's, or the one its corruption put in): its other
+        one is its positive's, whose row is broadcast (kge_math.sided_scores)."""
+        return neg.reshape(-1)
 
     def _loss(
         self, pos: torch.Tensor, neg: torch.Tensor, rows: torch.Tensor, r: torch.Tensor
@@ -294,7 +295,7 @@ class LinkPrediction:
         b, k = self.batch_size, self.task.negatives
         half = kge_math.head_side(b)  # joint: each side's chunks (kge_math.joint_draw)
         rows = kge_math.chunks(half, self.task.chunk) + kge_math.chunks(b - half, self.task.chunk)
-        neg_shape = (rows, k) if self.joint else (b, k, 3)
+        neg_shape = (rows, k) if self.joint else (b, k)
         pos = torch.zeros((b, 3), dtype=torch.int64, device=self.device)
         neg = torch.zeros(neg_shape, dtype=torch.int64, device=self.device)
         self.late = LateFlags(self.device)

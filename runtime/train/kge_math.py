@@ -26,17 +26,35 @@ def corrupt(
     """k negatives per positive, (B, k, 3). As PyKEEN's BasicNegativeSampler: the negatives of the first
     half of the (shuffled) batch replace the head, the rest the tail, so each softmax of the
     cross-entropy loss compares one side; the replacement is uniform over the other entities.
-    tails_only: every negative replaces the tail (link prediction's destination, as DGL's samplers)."""
+    tails_only: every negative replaces the tail (link prediction's destination, as DGL's samplers).
+    The draws are corrupt_ids'."""
+    ids = corrupt_ids(pos, k, num_entities, gen, tails_only).reshape(-1)
     neg = pos.repeat_interleave(k, dim=0)
-    n = neg.shape[0]
-    half = 0 if tails_only else (n + 1) // 2
-    for column, rows in ((0, slice(0, half)), (2, slice(half, n))):
-        original = neg[rows, column]
-        draw = torch.randint(max(num_entities - 1, 1), (len(original),), generator=gen)
-        if num_entities > 1:
-            draw += (draw >= original).to(draw.dtype)
-        neg[rows, column] = draw
+    half = 0 if tails_only else (len(neg) + 1) // 2
+    neg[:half, 0] = ids[:half]
+    neg[half:, 2] = ids[half:]
     return neg.view(-1, k, 3)
+
+
+def corrupt_ids(
+    pos: torch.Tensor, k: int, num_entities: int, gen: torch.Generator, tails_only: bool = False
+) -> torch.Tensor:
+    """(B, k): the entity each of corrupt's negatives puts in its positive's place, from the same draws
+    (replaced(corrupt(...)) with nothing else built: a KGE step reads only these, and a trainer drew and
+    copied the (B, k, 3) triples around them every step)."""
+    n = len(pos) * k
+    half = 0 if tails_only else (n + 1) // 2
+    out = torch.empty(n, dtype=torch.int64)
+    for column, rows in ((0, slice(0, half)), (2, slice(half, n))):
+        count = rows.stop - rows.start
+        draw = torch.randint(max(num_entities - 1, 1), (count,), generator=gen)
+        if num_entities > 1:  # past the positive's own entity: uniform over the others
+            first = rows.start // k
+            original = pos[first : first + -(-count // k) + 1, column].repeat_interleave(k)
+            skip = rows.start - first * k
+            draw += (draw >= original[skip : skip + count]).to(draw.dtype)
+        out[rows] = draw
+    return out.view(-1, k)
 
 
 def replaced(neg: torch.Tensor) -> torch.Tensor:

@@ -243,3 +243,39 @@ def test_sided_scores_of_link_prediction_decoders(kind: str, b: int, k: int) -> 
         torch.testing.assert_close(new, old, rtol=1e-6, atol=1e-6)
     else:
         assert torch.equal(new, old)
+
+
+def reference_corrupt(
+    pos: torch.Tensor, k: int, n: int, gen: torch.Generator, tails_only: bool
+) -> torch.Tensor:
+    """corrupt as it drew before corrupt_ids (2026-12-04): the draws a checkpoint's resume replays."""
+    neg = pos.repeat_interleave(k, dim=0)
+    half = 0 if tails_only else (len(neg) + 1) // 2
+    for column, rows in ((0, slice(0, half)), (2, slice(half, len(neg)))):
+        original = neg[rows, column]
+        draw = torch.randint(max(n - 1, 1), (len(original),), generator=gen)
+        if n > 1:
+            draw += (draw >= original).to(draw.dtype)
+        neg[rows, column] = draw
+    return neg.view(-1, k, 3)
+
+
+@pytest.mark.parametrize("tails_only", [False, True])
+@pytest.mark.parametrize(("b", "k", "n"), [(1, 1, 1), (3, 2, 2), (7, 3, 50), (64, 5, 3), (1023, 32, 877_450)])
+def test_corrupt_ids_are_the_entities_corrupt_puts_in_from_the_same_draws(
+    b: int, k: int, n: int, tails_only: bool
+) -> None:
+    pos = torch.randint(0, n, (b, 3), generator=torch.Generator().manual_seed(b * k))
+    whole, ids = torch.Generator().manual_seed(5), torch.Generator().manual_seed(5)
+    neg = reference_corrupt(pos, k, n, whole, tails_only)
+    assert torch.equal(kge_math.corrupt(pos, k, n, torch.Generator().manual_seed(5), tails_only), neg)
+    want = neg[..., 2] if tails_only else kge_math.replaced(neg)
+    assert torch.equal(kge_math.corrupt_ids(pos, k, n, ids, tails_only), want)
+    assert torch.equal(torch.randint(10**9, (4,), generator=whole), torch.randint(10**9, (4,), generator=ids))
+    if n > 1:  # never the positive's own entity
+        own = (
+            pos[:, 2:]
+            if tails_only
+            else torch.where(torch.arange(b * k).view(b, k) < (b * k + 1) // 2, pos[:, :1], pos[:, 2:])
+        )
+        assert not (want == own).any()
