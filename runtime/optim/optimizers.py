@@ -16,7 +16,6 @@ from typing import Literal, Protocol
 import torch
 
 from graphtrain.runtime.optim.config import OptimConfig
-from graphtrain.runtime.optim.embedding import SparseEmbedding
 
 
 class SteppedTable(Protocol):
@@ -70,7 +69,7 @@ class SparseOptimizer:
 class SparseSGD(SparseOptimizer):
     def __init__(
         self,
-        params: Iterable[SparseEmbedding],
+        params: Iterable[SteppedTable],
         lr: float,
         weight_decay: float = 0.0,
         duplicate: Literal["sum", "mean"] = "sum",
@@ -89,7 +88,7 @@ class SparseAdagrad(SparseOptimizer):
 
     def __init__(
         self,
-        params: Iterable[SparseEmbedding],
+        params: Iterable[SteppedTable],
         lr: float,
         eps: float = 1e-10,
         initial_accumulator: float = 0.0,
@@ -124,7 +123,7 @@ class SparseAdam(SparseOptimizer):
 
     def __init__(
         self,
-        params: Iterable[SparseEmbedding],
+        params: Iterable[SteppedTable],
         lr: float,
         betas: tuple[float, float] = (0.9, 0.999),
         eps: float = 1e-8,

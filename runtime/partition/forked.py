@@ -29,13 +29,17 @@ def call(fn: Callable[[], np.ndarray], what: str) -> np.ndarray:
     own error went to stderr). A KeyboardInterrupt here (Ctrl-C, Terminated) kills the child and goes
     on up."""
     read, write = os.pipe()
+    frozen = gc.get_freeze_count() > 0  # a freeze of the caller's own (a pre-forking server) stays
     gc.freeze()  # the child never collects what it inherited (the module's docstring)
     try:
         pid = os.fork()
     except BaseException:
-        gc.unfreeze()
+        if not frozen:
+            gc.unfreeze()
+        os.close(read)
+        os.close(write)
         raise
-    if pid != 0:
+    if pid != 0 and not frozen:
         gc.unfreeze()
     if pid == 0:  # the child: compute, write, leave without running the parent's cleanups
         code = 1

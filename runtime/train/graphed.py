@@ -19,6 +19,7 @@ checks (the tests' twin).
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Sequence
 
 import torch
@@ -105,25 +106,26 @@ class GraphedStep:
                 raise ValueError(
                     f"a captured step takes inputs of shapes {self.shapes()}, got {tuple(src.shape)}"
                 )
-        if self.cuda:
-            self._copied[turn].synchronize()  # this buffer's copy up two steps back is done
-        for buf, src, dst in zip(staging, batch, self.inputs, strict=True):
-            buf.copy_(src)
-            dst.copy_(buf, non_blocking=self.cuda)
-        if self.cuda:
-            self._copied[turn].record()
-        if not self.cuda:
-            loss = self.step()
-        elif self.runs < self.warmup:
-            loss = self._eager_on_side_stream()
-        else:
-            if self.graph is None:
-                self._capture()
+        with torch.cuda.device(self.device) if self.cuda else contextlib.nullcontext():
+            if self.cuda:
+                self._copied[turn].synchronize()  # this buffer's copy up two steps back is done
+            for buf, src, dst in zip(staging, batch, self.inputs, strict=True):
+                buf.copy_(src)
+                dst.copy_(buf, non_blocking=self.cuda)
+            if self.cuda:
+                self._copied[turn].record(torch.cuda.current_stream(self.device))
+            if not self.cuda:
+                loss = self.step()
+            elif self.runs < self.warmup:
+                loss = self._eager_on_side_stream()
             else:
-                self.on_replay()
-            assert self.graph is not None and self._loss is not None
-            self.graph.replay()
-            loss = self._loss
+                if self.graph is None:
+                    self._capture()
+                else:
+                    self.on_replay()
+                assert self.graph is not None and self._loss is not None
+                self.graph.replay()
+                loss = self._loss
         self.runs += 1
         out = loss.detach().clone()  # the graph's loss is overwritten by the next replay
         self.late.collect(index)

@@ -134,8 +134,8 @@ class StepProfiler:
         if self.finished or self.prof is not None or self.planned is None or index != self.planned[0]:
             return
         activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.cuda else [])
+        self._sync()  # the steps before it: training's time
         started = time.perf_counter()
-        self._sync()
         self.prof = profile(activities=activities)
         self.prof.__enter__()
         self.began = time.perf_counter()

@@ -113,12 +113,28 @@ def test_the_steady_rate_leaves_out_the_epochs_first_quarter() -> None:
     assert accept.steady_rate("\n".join(lines)) == pytest.approx(25_000, rel=1e-3)
 
 
-def test_the_steady_rate_is_the_last_epochs_and_none_without_two_reports() -> None:
-    def report(epoch: int, step: int, rate: str) -> str:
-        return f"epoch {epoch}/2 running  step {step}  loss 1  {rate} samples/s\n"
+def test_the_steady_rate_is_the_last_epochs_counted_from_its_first_step() -> None:
+    """Three epochs of 100 steps of 1,000 samples, each with a slow start (10 steps in 5 s) and then 1 s
+    per 10 steps, reported every 10 steps with the run's step and the rate since the epoch began."""
+    lines = []
+    for epoch in range(3):
+        for done in range(10, 101, 10):
+            seconds = 5.0 + (done - 10) / 10
+            rate = done * 1_000 / seconds
+            lines.append(
+                f"epoch {epoch + 1}/3 running  step {epoch * 100 + done}  loss 1  {rate:,.0f} samples/s"
+            )
+    log = "\n".join(lines)
+    history = [{"epoch": 1, "step": 100}, {"epoch": 2, "step": 200}, {"epoch": 3, "step": 300}]
+    assert accept.steady_rate(log, accept.epoch_starts(history)) == pytest.approx(10_000, rel=1e-3)
+    assert accept.steady_rate("\n".join(lines[:10])) == pytest.approx(10_000, rel=1e-3)  # the first epoch
 
-    first = report(1, 50, "1,000") + report(1, 100, "2,000")
-    assert accept.steady_rate(first + report(2, 50, "5,000")) is None
-    both = first + report(2, 50, "5,000") + report(2, 100, "5,000")
-    assert accept.steady_rate(both) == pytest.approx(5_000)
+
+def test_the_steady_rate_is_none_without_two_reports_or_a_positive_rate() -> None:
+    def report(step: int, rate: str) -> str:
+        return f"epoch 2/2 running  step {step}  loss 1  {rate} samples/s\n"
+
+    assert accept.steady_rate(report(150, "5,000"), {2: 100}) is None
+    assert accept.steady_rate(report(150, "5,000") + report(200, "5,000"), {2: 100}) == pytest.approx(5_000)
+    assert accept.steady_rate(report(150, "1,000") + report(200, "9,000"), {2: 100}) is None  # time ran back
     assert accept.steady_rate("") is None
