@@ -19,10 +19,11 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +71,41 @@ def window(steps_per_epoch: int, done: int, steps: int) -> tuple[int, int]:
     return first, count
 
 
+# the host's waits for the device, by CUDA API name (the synchronisation columns of COLUMNS)
+WAITS = (
+    "cudaStreamSynchronize",
+    "cuStreamSynchronize",
+    "cudaDeviceSynchronize",
+    "cuCtxSynchronize",
+    "cudaEventSynchronize",
+    "cuEventSynchronize",
+)
+# a Python frame's event, as the profiler names it with_stack: "runtime/train/kge.py(221): step"
+FRAME = re.compile(r"^(?P<path>.+\.py)\((?P<line>\d+)\): (?P<func>.+)$")
+
+
+def wait_sites(events: Iterable[Any], waits: Callable[[str], bool]) -> Counter[str]:
+    """Where the host waited: for each event whose name `waits` picks, the innermost Python frame above it
+    that is not torch's (an event's cpu_parent chain holds the frames when profiled with_stack), as
+    `runtime/...py:LINE func`; "?" when none is. The next lease's question of a step with 7 waits is which
+    lines they are."""
+    sites: Counter[str] = Counter()
+    for event in events:
+        if not waits(event.name):
+            continue
+        site, parent = "?", getattr(event, "cpu_parent", None)
+        while parent is not None:
+            frame = FRAME.match(parent.name)
+            if frame and "torch/" not in frame["path"] and not frame["path"].endswith("profiling.py"):
+                path = frame["path"]
+                path = path[path.index("runtime/") :] if "runtime/" in path else path
+                site = f"{path}:{frame['line']} {frame['func']}"
+                break
+            parent = getattr(parent, "cpu_parent", None)
+        sites[site] += 1
+    return sites
+
+
 def device_busy_us(averages: Any) -> float:
     """Microseconds the device spent in kernels, copies and sets (its own events' self time)."""
     return sum(
@@ -79,7 +115,15 @@ def device_busy_us(averages: Any) -> float:
     )
 
 
-def summary(averages: Any, counts: Counter[str], steps: int, wall_s: float, where: str, cuda: bool) -> str:
+def summary(
+    averages: Any,
+    counts: Counter[str],
+    steps: int,
+    wall_s: float,
+    where: str,
+    cuda: bool,
+    waited: Counter[str] | None = None,
+) -> str:
     """The profile's text: the step's wall time and device time, CUDA API calls per step, and the ops
     that cost the most host time (and, on a GPU, device time)."""
     wall_ms = 1e3 * wall_s / steps
@@ -95,6 +139,11 @@ def summary(averages: Any, counts: Counter[str], steps: int, wall_s: float, wher
         lines.append(f"device busy {busy_ms:.2f} ms per step ({share:.0%} of the wall time)")
         calls = per_step(counts, steps)
         lines.append("CUDA API calls per step: " + ", ".join(f"{k} {v:.1f}" for k, v in calls.items()))
+        if waited:
+            lines.append(
+                "the host's waits by line, per step: "
+                + "; ".join(f"{site} {n / steps:.1f}" for site, n in waited.most_common(TOP))
+            )
         lines += ["", "ops by device time:"]
         lines.append(_ops(averages, "self_device_time_total"))
     lines += ["", "ops by host time:"]
@@ -136,7 +185,7 @@ class StepProfiler:
         activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.cuda else [])
         self._sync()  # the steps before it: training's time
         started = time.perf_counter()
-        self.prof = profile(activities=activities)
+        self.prof = profile(activities=activities, with_stack=self.cuda)  # a GPU's waits by line
         self.prof.__enter__()
         self.began = time.perf_counter()
         self.overhead += self.began - started
@@ -184,11 +233,13 @@ class StepProfiler:
         if not self.taken:
             return
         averages = prof.key_averages()
-        counts = api_names(e.name for e in prof.events())
+        events = prof.events()
+        counts = api_names(e.name for e in events)
+        waited = wait_sites(events, lambda name: name.startswith(WAITS)) if self.cuda else None
         where = f"of trainer {self.rank} on {self.device}"
         if self.cut_short and self.planned is not None:
             where += f" (of {self.planned[1]} asked: a checkpoint came next)"
-        text = summary(averages, counts, self.taken, wall, where, self.cuda)
+        text = summary(averages, counts, self.taken, wall, where, self.cuda, waited)
         self.log(text)
         if self.run_dir is None:
             return

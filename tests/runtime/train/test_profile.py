@@ -210,3 +210,43 @@ def test_the_profile_replaces_a_link_at_its_name_instead_of_writing_through_it(t
         "profile-rank0.json",
         "profile-rank0.txt",
     ]  # no leftovers
+
+
+def _reads_back(x: object) -> float:
+    return float(x.sum().item())  # type: ignore[attr-defined]
+
+
+def test_the_host_waits_are_named_by_the_line_that_made_them() -> None:
+    """On a GPU the waits are cudaStreamSynchronize under an .item(); here the same walk up the event
+    tree from aten::_local_scalar_dense (what .item() runs) finds the line, through torch's frames."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    x = torch.randn(64)
+    with profile(activities=[ProfilerActivity.CPU], with_stack=True) as prof:
+        for _ in range(3):
+            _reads_back(x)
+    sites = profiling.wait_sites(prof.events(), lambda name: name == "aten::_local_scalar_dense")
+    assert len(sites) == 1, sites
+    ((site, count),) = sites.items()
+    assert count == 3
+    assert site.startswith("runtime/train/test_profile.py:") and site.endswith(" _reads_back"), site
+
+
+def test_a_wait_with_no_python_frame_above_it_is_unplaced() -> None:
+    class Event:
+        def __init__(self, name: str, parent: object | None = None):
+            self.name, self.cpu_parent = name, parent
+
+    top = Event("torch/nn/modules/module.py(1): _call_impl")
+    events = [Event("cudaStreamSynchronize", Event("aten::item", top)), Event("cudaLaunchKernel", top)]
+    sites = profiling.wait_sites(events, lambda name: name.startswith(profiling.WAITS))
+    assert sites == {"?": 1}
+
+    class Averages(list):
+        def table(self, **_: object) -> str:
+            return ""
+
+    waited = Counter({"a.py:3 f": 4})
+    lines = profiling.summary(Averages(), Counter(), 2, 0.01, "of trainer 0 on cuda:0", True, waited)
+    assert "the host's waits by line, per step: a.py:3 f 2.0" in lines
