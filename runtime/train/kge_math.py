@@ -46,13 +46,9 @@ def corrupt_ids(
     half = 0 if tails_only else (n + 1) // 2
     out = torch.empty(n, dtype=torch.int64)
     for column, rows in ((0, slice(0, half)), (2, slice(half, n))):
-        count = rows.stop - rows.start
-        draw = torch.randint(max(num_entities - 1, 1), (count,), generator=gen)
+        draw = torch.randint(max(num_entities - 1, 1), (rows.stop - rows.start,), generator=gen)
         if num_entities > 1:  # past the positive's own entity: uniform over the others
-            first = rows.start // k
-            original = pos[first : first + -(-count // k) + 1, column].repeat_interleave(k)
-            skip = rows.start - first * k
-            draw += (draw >= original[skip : skip + count]).to(draw.dtype)
+            draw += (draw >= pos[:, column].repeat_interleave(k)[rows]).to(draw.dtype)
         out[rows] = draw
     return out.view(-1, k)
 
