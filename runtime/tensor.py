@@ -232,7 +232,7 @@ class DistEmbedding:
         elif pieces is not None:
             flat = flat.to(pieces[0].data.device, non_blocking=True)
             parts = direct.split_for(pieces, flat, "pull")
-            rows = direct.pull(pieces, flat, parts)
+            rows = direct.pull(pieces, flat, parts).float()  # widened from half
             if torch.is_grad_enabled():  # its push (the same ids tensor) reuses the split
                 self._split = (flat, parts)
         else:
@@ -297,4 +297,4 @@ class DistEmbedding:
             return self.table.pull(ids, insert=False).float()
         given = torch.as_tensor(ids)
         flat = given.reshape(-1).to(device=pieces[0].data.device, dtype=torch.int64)
-        return direct.pull(pieces, flat).view(*given.shape, self.dim)
+        return direct.pull(pieces, flat).float().view(*given.shape, self.dim)

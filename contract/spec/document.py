@@ -54,7 +54,7 @@ from graphtrain.contract.spec.pod_metadata import OptionalPodMetadata
 from graphtrain.contract.spec.rules import Rule, add_rules
 from graphtrain.contract.spec.scheduling import Scheduling
 from graphtrain.contract.spec.status import GraphTrainingStatus
-from graphtrain.contract.spec.tables import HALF_RULES, EmbeddingTable
+from graphtrain.contract.spec.tables import EmbeddingTable
 from graphtrain.contract.spec.task import (
     EDGE_TASKS,
     KGE,
@@ -558,7 +558,6 @@ add_rules(
             (_CEL_NODE_TYPES, lambda s: s.graph.node_types),
         ),
     ),
-    *HALF_RULES,
     LOCALITY_EVEN_TRAINERS,
     Rule(
         "nccl-needs-cuda",

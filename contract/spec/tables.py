@@ -10,7 +10,6 @@ from pydantic.alias_generators import to_snake
 from graphtrain.contract.optimizers import SPARSE_OPTIMIZERS
 from graphtrain.contract.spec.base import IDENT, MAX_INIT, MAX_TYPES, SpecModel, TypeName
 from graphtrain.contract.spec.enums import (
-    Device,
     DType,
     DuplicateRule,
     InitKind,
@@ -184,9 +183,8 @@ class EmbeddingTable(SpecModel):
         default=DType.float32,
         description="Element type of the rows: float32, or float16 / bfloat16 (half the memory, pull "
         "and lookup bytes and checkpoint; the optimizer steps in float32 and rounds back stochastically, "
-        "its state stays float32). Server and collective tables, fixed and dynamic vocabularies; the "
-        "rows are stepped by the CPU core, so a half table needs CPU shard servers (sharding: server) or "
-        "CPU trainers (collective): not supported yet on GPUs.",
+        "its state stays float32). Server and collective tables, fixed and dynamic vocabularies, on "
+        "CPUs and GPUs (the CPU and CUDA cores write the same bits).",
     )
     init: Init = Field(default_factory=Init, description="How the rows start.")
     optimizer: Optimizer = Field(
@@ -297,37 +295,3 @@ add_rules(
     ),
     distinct("table-node-types-distinct", "nodeTypes", "node_types", "node type"),
 )
-
-
-# Document-level rules (contract/spec/document.py lists them): half tables are stepped by the CPU core only,
-# so a half server table needs CPU shard servers and a half collective table CPU trainers.
-def _half_rule(name: str, section: str, sharding: Sharding, what: str, instead: str) -> Rule:
-    """The rule that `section`.device is not cuda while a half table of `sharding` is stepped there."""
-    attr = to_snake(section)
-    collective = "has(t.sharding) && t.sharding == 'collective'"
-    this = collective if sharding == Sharding.collective else f"!({collective})"
-    return Rule(
-        name,
-        f"{section}.device",
-        lambda s: (
-            getattr(s, attr).device != Device.cuda
-            or not any(str(t.dtype) != "float32" and t.sharding == sharding for t in s.embeddings)
-        ),
-        cel=f"!has(self.{section}) || !has(self.{section}.device) || self.{section}.device != 'cuda' || "
-        "!has(self.embeddings) || "
-        f"self.embeddings.all(t, !has(t.dtype) || t.dtype == 'float32' || !({this}))",
-        message=f"float16 and bfloat16 {what} are not supported yet on GPU {section_words(section)} (the "
-        f"CUDA core steps float32): use {section}.device: cpu{instead} or float32 tables",
-    )
-
-
-def section_words(section: str) -> str:
-    """How a message names the pods of `section`."""
-    return "shard servers" if section == "shardServers" else section
-
-
-HALF_TABLES_CPU_SHARDS = _half_rule("half-tables-cpu-shards", "shardServers", Sharding.server, "tables", "")
-HALF_COLLECTIVE_CPU_TRAINERS = _half_rule(
-    "half-collective-cpu-trainers", "trainers", Sharding.collective, "collective tables", ", sharding: server"
-)
-HALF_RULES = (HALF_TABLES_CPU_SHARDS, HALF_COLLECTIVE_CPU_TRAINERS)

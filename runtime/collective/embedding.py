@@ -69,7 +69,8 @@ class CollectiveEmbedding:
     """`num_embeddings` x `dim` rows sharded over the ranks of `group` by key mod world size. `dtype`
     float16 or bfloat16: the rows are held and exchanged in half (half the memory, lookup bytes and
     checkpoint), the model reads them widened to float32, and the owners step them in float32 and round
-    back stochastically (the CPU core: host tables only); the optimizer state stays float32."""
+    back stochastically (the CPU core on the host, the CUDA core on a GPU: the same bits); the optimizer
+    state stays float32."""
 
     def __init__(
         self,
@@ -90,11 +91,6 @@ class CollectiveEmbedding:
             raise ValueError(f"embedding {name!r}: num_embeddings and dim must be >= 1")
         if dtype not in (torch.float32, *HALF):
             raise ValueError(f"embedding {name!r}: dtype must be float32, float16 or bfloat16, got {dtype}")
-        if dtype in HALF and torch.device(device).type != "cpu":
-            raise ValueError(
-                f"embedding {name!r}: a {dtype} collective table lives in host memory (the CPU core "
-                f"steps half rows), not on {device}"
-            )
         if on_full not in ("error", "evict"):
             raise ValueError(f"embedding {name!r}: on_full must be 'error' or 'evict', got {on_full!r}")
         self.num_embeddings = capacity or num_embeddings

@@ -118,8 +118,6 @@ class LocalRun:
         overwrite: bool = False,
         hosts: HostLayout | None = None,
     ):
-        if standalone and (refusal := plan.standalone_refusal(gt.spec)):
-            raise GraphtrainError(refusal)
         self.gt = gt
         self.spec_path = spec_path.resolve()
         self.run_dir = run_dir.resolve()

@@ -13,7 +13,6 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from graphtrain.contract import roles
 from graphtrain.contract.spec.task import EDGE_TASKS, LINK_PREDICTION, NODE_CLASSIFICATION
@@ -153,20 +152,3 @@ def standalone_trainer(where: roles.Files, run_dir: Path) -> ProcessPlan:
         metrics_port_file=str(port_file(run_dir, 0)),
     )
     return ProcessPlan("trainer-0", [*entry(), *argv], port_file(run_dir, 0))
-
-
-def standalone_refusal(spec: Any) -> str | None:
-    """Why --standalone cannot run `spec`, or None: on GPU trainers its in-process shards hold the server
-    tables on the trainer's GPU (train/device.standalone_shard_device), where half tables are not
-    stepped yet."""
-    if str(spec.trainers.device) != "cuda":
-        return None
-    for i, t in enumerate(spec.embeddings):
-        if str(t.dtype) != "float32" and str(t.sharding) == "server":
-            return (
-                f"spec.embeddings[{i}].dtype: a {t.dtype} server table is not supported yet with "
-                "--standalone on GPU trainers (its in-process shards live on the trainer's GPU, and the CUDA "
-                "core steps float32 there): run without --standalone, or use trainers.device: cpu or a "
-                "float32 table"
-            )
-    return None

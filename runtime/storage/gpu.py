@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
+from graphtrain.runtime.dtypes import to_numpy
 from graphtrain.runtime.errors import GraphtrainError
 
 if TYPE_CHECKING:
@@ -82,7 +83,7 @@ def download(rows: torch.Tensor, out: torch.Tensor | None = None) -> np.ndarray:
         out = torch.empty(rows.shape, dtype=rows.dtype, pin_memory=True)
     out.copy_(rows, non_blocking=True)
     sync(rows.device)
-    return out.numpy()
+    return to_numpy(out)  # a bfloat16 table's rows as their bits
 
 
 def sync(device: torch.device) -> None:
@@ -142,9 +143,9 @@ def save_chunked(
             host.copy_(c, non_blocking=True)
             sync(view.data.device)
             if n in rowed:
-                outs[n][a:b] = host.numpy()
+                outs[n][a:b] = to_numpy(host)
             else:
-                outs[n][...] = host.numpy()
+                outs[n][...] = to_numpy(host)
     for mm in outs.values():
         mm.flush()
     del outs
@@ -195,4 +196,5 @@ def _pinned(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
 
 
 def _numpy_dtype(dtype: torch.dtype) -> np.dtype:
-    return torch.empty((), dtype=dtype).numpy().dtype
+    """The dtype of a tensor's .npy file: bfloat16's bits as int16, as in every checkpoint (dtypes.py)."""
+    return to_numpy(torch.empty((), dtype=dtype)).dtype

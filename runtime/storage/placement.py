@@ -2,7 +2,8 @@
 pure decisions, tested without a GPU.
 
 A GPU shard server (--device cuda) keeps on the GPU only what the GPU computes on: learnable tables
-(float32 with one row dimension, once a sparse optimizer is attached) and their optimizer state. Node
+(float32, float16 or bfloat16 rows of one dimension, once a sparse optimizer is attached: the CUDA core
+steps all three, tests/gpu/test_half_tables.py) and their optimizer state. Node
 data from the partition (features, labels, masks) and every other table stay in host memory, served as
 a CPU server serves them (one native gather, shared memory for trainers on the host): the server does no
 compute on them, and GPU memory is the scarce resource. A table is created on the host and moves to the
@@ -56,8 +57,6 @@ def placement(
     where clients on this host may have mapped it; it stays there (moving it would leave them reading a
     stale copy) and its optimizer runs on the CPU."""
     if server.type == "cuda" and learnable and trainable(dtype, row_shape) and not shared:
-        if dtype in HALF:  # the CUDA core steps float32 rows only, so far: refused, not slow
-            raise StorageError(f"a {dtype} table on a GPU server is not supported yet (CUDA core: float32)")
         return server
     return CPU
 

@@ -193,17 +193,6 @@ BREAKS: dict[str, Doc] = {
     "table-float16-init-range": edit(
         GRAPHSAGE, _table(dtype="float16", init={"kind": "uniform", "low": -1e5, "high": 1e5})
     ),
-    "half-collective-cpu-trainers": edit(
-        GRAPHSAGE,
-        lambda s: (
-            s["embeddings"][0].update(dtype="bfloat16", sharding="collective"),
-            s.update(trainers={"replicas": 1, "device": "cuda"}),
-        ),
-    ),
-    "half-tables-cpu-shards": edit(
-        GRAPHSAGE,
-        lambda s: (s["embeddings"][0].update(dtype="float16"), s.update(shardServers={"device": "cuda"})),
-    ),
     "locality-even-trainers": edit(
         GRAPHSAGE, lambda s: s.update(trainers={"replicas": 3}, placement={"locality": "partition"})
     ),

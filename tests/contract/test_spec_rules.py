@@ -93,17 +93,19 @@ def test_unsupported_values_are_refused_with_their_field(table: dict, path: str)
         {"dtype": "bfloat16", "sharding": "collective", "vocabulary": {"kind": "dynamic", "capacity": 100}},
     ],
 )
-def test_half_collective_and_dynamic_tables_are_accepted_on_cpus(table: dict) -> None:
+def test_half_collective_and_dynamic_tables_are_accepted_on_cpus_and_gpus(table: dict) -> None:
+    """Both cores step half rows (the CUDA core's bits are the CPU core's: tests/gpu/test_half_tables.py),
+    so a half table may live on GPU trainers or GPU shard servers."""
     parse(edit(GRAPHSAGE, lambda s: s["embeddings"][0].update(table)))
-    on_gpus = edit(
-        GRAPHSAGE,
-        lambda s: (s["embeddings"][0].update(table), s.update(trainers={"replicas": 2, "device": "cuda"})),
+    parse(
+        edit(
+            GRAPHSAGE,
+            lambda s: (
+                s["embeddings"][0].update(table),
+                s.update(trainers={"replicas": 2, "device": "cuda"}, shardServers={"device": "cuda"}),
+            ),
+        )
     )
-    if table.get("sharding") == "collective":  # stepped where it lives: the trainers
-        with pytest.raises(SpecError, match="not supported yet on GPU trainers"):
-            parse(on_gpus)
-    else:
-        parse(on_gpus)
 
 
 @pytest.mark.parametrize(
@@ -244,7 +246,7 @@ def test_validate_prints_every_problem(tmp_path: Path) -> None:
             embeddings=[{"name": "node", "dim": 16, "sharding": "collective", "dtype": "bfloat16"}],
             training={"fanouts": [5], "epochs": -1},
             shardServers={"replicas": 4},
-            trainers={"replicas": 2, "device": "cuda"},
+            trainers={"replicas": 2, "device": "cpu", "backend": "nccl"},
         ),
     )
     path = tmp_path / "bad.yaml"
@@ -256,9 +258,7 @@ def test_validate_prints_every_problem(tmp_path: Path) -> None:
         "spec.training.epochs: Input should be greater than or equal to 1",
         "spec.training.fanouts: has 1 entries but model.numLayers is 2",
         "spec.shardServers.replicas: is 4 but partition.parts is 2",
-        "spec.trainers.device: float16 and bfloat16 collective tables are not supported yet on GPU "
-        "trainers (the CUDA core steps float32): use trainers.device: cpu, sharding: server or float32 "
-        "tables",
+        "spec.trainers.backend: nccl runs on GPUs: set trainers.device: cuda, or use gloo for CPU trainers",
     ]
     assert f"{len(expected)} problem(s)" in result.output
     for line in expected:

@@ -1,8 +1,9 @@
 """A GPU shard server end to end: `graphtrain shard-server --device cuda` holds its learnable tables and
 their optimizer state on the GPU and applies pushes with the CUDA core; a trainer computing on the CPU
 and one computing on the GPU train against it and end where the same training against a CPU shard
-server ends (within 1e-5), checkpoints included. Started with --partition (and --shm), it serves the
-partition's features, labels and masks from host memory exactly as a CPU server does."""
+server ends (within 1e-5; a float16 or bfloat16 table within its rounding), checkpoints included.
+Started with --partition (and --shm), it serves the partition's features, labels and masks from host
+memory exactly as a CPU server does."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import torch
 from graphtrain.runtime import kvstore, partition
 from graphtrain.runtime.optim import SparseAdam
 from graphtrain.runtime.tensor import DistEmbedding, DynamicVocabulary
+from tests.gpu.test_half_gpu_tables import close_in_half
 from tests.runtime.conftest import TOKEN, servers
 from tests.runtime.kvstore.test_service import dense_partition
 
@@ -22,14 +24,19 @@ ROWS, DIM, STEPS = 20_000, 64, 5
 
 
 def train(
-    address: str, root: Path, name: str, trainer_device: str, vocab: DynamicVocabulary | None = None
+    address: str,
+    root: Path,
+    name: str,
+    trainer_device: str,
+    vocab: DynamicVocabulary | None = None,
+    dtype: torch.dtype = torch.float32,
 ) -> torch.Tensor:
     """STEPS Adam steps; the rows of every id (with `vocab`: of the int64 keys the ids stand for)."""
     client = kvstore.connect([address], TOKEN)
     key = (lambda ids: ids * 7_919 - 2**40) if vocab else (lambda ids: ids)
     try:
         init = {"kind": "uniform", "seed": 1}
-        emb = DistEmbedding(ROWS, DIM, name, client=client, init=init, vocabulary=vocab)
+        emb = DistEmbedding(ROWS, DIM, name, client=client, init=init, vocabulary=vocab, dtype=dtype)
         opt = SparseAdam([emb], lr=0.01, step_count="global")
         g = torch.Generator().manual_seed(0)
         for _ in range(STEPS):
@@ -44,22 +51,34 @@ def train(
         client.close()
 
 
+def same_training(got: torch.Tensor, want: torch.Tensor, dtype: torch.dtype) -> None:
+    """float32 tables within the cores' 1e-5; half ones within their rounding (test_half_gpu_tables.py)."""
+    if dtype == torch.float32:
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+    else:
+        close_in_half(got, want, dtype)
+
+
 @pytest.mark.timeout(300)
-def test_gpu_shard_server_trains_as_a_cpu_one(tmp_path: Path) -> None:
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_gpu_shard_server_trains_as_a_cpu_one(tmp_path: Path, dtype: torch.dtype) -> None:
     cpu_root, gpu_root = tmp_path / "cpu", tmp_path / "gpu"
     cpu_root.mkdir()
     gpu_root.mkdir()
     with servers(1, cpu_root) as cpu_srv, servers(1, gpu_root, "--device", "cuda") as gpu_srv:
         for trainer in ["cpu", "cuda"]:
-            want = train(cpu_srv[0].address, cpu_root, f"e-{trainer}", trainer)
-            got = train(gpu_srv[0].address, gpu_root, f"e-{trainer}", trainer)
-            torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+            want = train(cpu_srv[0].address, cpu_root, f"e-{trainer}", trainer, dtype=dtype)
+            got = train(gpu_srv[0].address, gpu_root, f"e-{trainer}", trainer, dtype=dtype)
+            same_training(got, want, dtype)
     for trainer in ["cpu", "cuda"]:  # the GPU server's checkpoint holds its rows and Adam state
         assert sorted((gpu_root / f"ck-e-{trainer}").rglob("state.exp_avg.npy"))
 
 
 @pytest.mark.timeout(300)
-def test_a_dynamic_table_on_a_gpu_shard_server_trains_as_on_a_cpu_one(tmp_path: Path) -> None:
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_dynamic_table_on_a_gpu_shard_server_trains_as_on_a_cpu_one(
+    tmp_path: Path, dtype: torch.dtype
+) -> None:
     """Keys mapped on the host, rows and Adam state on the GPU: the same rows as a CPU server's, unseen
     keys read their init, and the checkpoint holds the keys."""
     cpu_root, gpu_root = tmp_path / "cpu", tmp_path / "gpu"
@@ -67,9 +86,9 @@ def test_a_dynamic_table_on_a_gpu_shard_server_trains_as_on_a_cpu_one(tmp_path: 
     gpu_root.mkdir()
     vocab = DynamicVocabulary(ROWS)
     with servers(1, cpu_root) as cpu_srv, servers(1, gpu_root, "--device", "cuda") as gpu_srv:
-        want = train(cpu_srv[0].address, cpu_root, "d", "cpu", vocab)
-        got = train(gpu_srv[0].address, gpu_root, "d", "cuda", vocab)
-        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+        want = train(cpu_srv[0].address, cpu_root, "d", "cpu", vocab, dtype)
+        got = train(gpu_srv[0].address, gpu_root, "d", "cuda", vocab, dtype)
+        same_training(got, want, dtype)
     assert sorted((gpu_root / "ck-d").rglob("keys.npy"))
 
 

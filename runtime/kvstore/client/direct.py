@@ -8,8 +8,10 @@ range check and a gather per shard; a push hands each shard its raw (ids, gradie
 optimizer step reduces the duplicates itself (the CUDA core's deterministic, skew-proof reduction), under
 the same lock, write order and step count as a shard server's push_grad (state.locked_step).
 
-Which tables (`usable`): float32 rows on a GPU, ids that are row numbers (not a dynamic vocabulary's
-keys), every shard's piece on one device. Everything else takes the protocol path.
+Which tables (`usable`): float32, float16 or bfloat16 rows on a GPU (a half table's rows are pulled in
+half and widened by the caller, its step rounds back as on a shard server: the same round seeds), ids
+that are row numbers (not a dynamic vocabulary's keys), every shard's piece on one device. Everything
+else takes the protocol path.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from graphtrain.runtime.storage.shard import TensorShard
 from graphtrain.runtime.storage.update import locked_step, nonfinite_refusal
 
 DEVICE_TYPES = ("cuda",)  # where the protocol path costs host round trips (host tables are mapped)
+STEPPED = (torch.float32, torch.float16, torch.bfloat16)  # the row types the CUDA core steps
 
 
 def usable(pieces: Sequence[TensorShard | None]) -> bool:
@@ -35,7 +38,7 @@ def usable(pieces: Sequence[TensorShard | None]) -> bool:
     return len(devices) == 1 and all(
         t.data.device.type in DEVICE_TYPES
         and t.keyed is None
-        and t.data.dtype == torch.float32
+        and t.data.dtype in STEPPED
         and t.data.dim() == 2
         and t.config is not None  # set_optimizer placed it: it stays where it is
         for t in pieces
@@ -103,7 +106,7 @@ def pull(pieces: Sequence[TensorShard], ids: torch.Tensor, parts: Split | None =
     rows = [t.data.index_select(0, loc) for t, loc in zip(pieces, local, strict=True)]
     if order is None:
         return rows[0]
-    out = torch.empty((len(ids), pieces[0].data.shape[1]), dtype=torch.float32, device=ids.device)
+    out = torch.empty((len(ids), pieces[0].data.shape[1]), dtype=pieces[0].data.dtype, device=ids.device)
     return out.index_copy_(0, order, torch.cat(rows))
 
 

@@ -303,23 +303,6 @@ def test_the_operator_without_credentials_says_so_once_and_exits(tmp_path: Path)
     ]
 
 
-def test_standalone_refuses_a_half_server_table_on_gpu_trainers_in_one_line(tmp_path: Path) -> None:
-    """--standalone keeps its shards on the trainer's GPU, where half tables are not stepped yet: one
-    line naming the field, before anything is made (the spec itself is valid: its shard servers are CPU)."""
-    doc = yaml.safe_load((Path(__file__).parents[3] / "examples" / "wordnet-sage.yaml").read_text())
-    doc["spec"]["embeddings"][0]["dtype"] = "bfloat16"
-    doc["spec"]["trainers"] = {"replicas": 1, "device": "cuda"}
-    spec = tmp_path / "half.yaml"
-    spec.write_text(yaml.safe_dump(doc))
-    run_dir = tmp_path / "run"
-    result = runner.invoke(app, ["run", str(spec), "--standalone", "--run-dir", str(run_dir)])
-    assert result.exit_code == 1, result.output
-    assert "spec.embeddings[0].dtype: a bfloat16 server table is not supported yet with --standalone" in (
-        result.output
-    )
-    assert not run_dir.exists()
-
-
 def test_an_option_missing_its_value_names_its_command() -> None:
     out = subprocess.run(
         [sys.executable, "-m", "graphtrain.cli", "crd", "-o"], capture_output=True, text=True, timeout=60

@@ -20,9 +20,7 @@ from graphtrain.runtime import checkpoint as ckpt
 from graphtrain.runtime import kvstore
 from graphtrain.runtime.kvstore.wire.protocol import RemoteError
 from graphtrain.runtime.optim import SparseAdagrad, SparseAdam
-from graphtrain.runtime.storage.errors import StorageError
 from graphtrain.runtime.storage.inits import init_keyed
-from graphtrain.runtime.storage.placement import placement
 from graphtrain.runtime.tensor import DistEmbedding, DynamicVocabulary
 from tests.runtime.conftest import TOKEN, servers
 
@@ -116,12 +114,6 @@ def test_a_nonfinite_gradient_is_refused_and_nothing_changes() -> None:
     with pytest.raises(RemoteError, match="hold NaN or infinity"):
         emb.apply_gradients(torch.tensor([1, 2, 3]), grads)
     assert torch.equal(emb.rows(torch.arange(ROWS)), before)
-
-
-def test_half_tables_on_a_gpu_server_are_refused_in_one_line() -> None:
-    with pytest.raises(StorageError, match="a bfloat16 table on a GPU server is not supported yet"):
-        placement("bfloat16", (8,), True, torch.device("cuda", 0))
-    assert placement("bfloat16", (8,), False, torch.device("cuda", 0)) == torch.device("cpu")
 
 
 def train_dynamic(client: kvstore.KVClient, dtype: torch.dtype) -> tuple[DistEmbedding, np.ndarray]:

@@ -36,6 +36,9 @@ CPU, GPU0, GPU1 = torch.device("cpu"), torch.device("cuda:0"), torch.device("cud
         ("float32", (4, 4), True, GPU0, False, CPU),
         ("float64", (16,), True, GPU0, False, CPU),
         ("float32", (16,), True, GPU0, True, CPU),  # in shared memory: clients may have mapped it
+        ("bfloat16", (16,), True, GPU0, False, GPU0),  # half rows: the CUDA core steps them too
+        ("float16", (16,), True, GPU1, False, GPU1),
+        ("bfloat16", (16,), False, GPU0, False, CPU),
     ],
 )
 def test_placement(dtype, row_shape, learnable, server, shared, want) -> None:
@@ -219,12 +222,15 @@ def test_a_gpu_server_shares_node_data_but_not_the_tables_that_move_to_the_gpu(m
 
 @pytest.mark.parametrize("optimizer", [None, {"kind": "adam", "lr": 0.1, "step_count": "global"}, ADAM])
 @pytest.mark.parametrize("chunk_bytes", [1, 100, 1 << 20])
-def test_chunked_checkpoint_writes_what_the_whole_one_writes(tmp_path: Path, optimizer, chunk_bytes) -> None:
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_chunked_checkpoint_writes_what_the_whole_one_writes(
+    tmp_path: Path, optimizer, chunk_bytes, dtype: str
+) -> None:
     """gpu.save_chunked over host tensors (the same code a GPU table runs, less the device copies):
-    the files hold what np.save of the whole tensors holds, the manifest hashes them and a restore
-    brings the rows and state back."""
+    the files hold what np.save of the whole tensors holds (a bfloat16 table's rows as their bits), the
+    manifest hashes them and a restore brings the rows and state back."""
     s = ShardTensors(0)
-    t = s.create("emb", 37, (5,), "float32", 0, 37, {"kind": "normal", "seed": 3})
+    t = s.create("emb", 37, (5,), dtype, 0, 37, {"kind": "normal", "seed": 3})
     if optimizer:
         s.set_optimizer("emb", optimizer)
         s.push_grad("emb", [(np.arange(0, 37, 3, dtype=np.int64), np.ones((13, 5), np.float32))], step=4)
@@ -239,7 +245,7 @@ def test_chunked_checkpoint_writes_what_the_whole_one_writes(tmp_path: Path, opt
         a, b = np.load(whole / name), np.load(chunked / name)
         assert a.dtype == b.dtype and np.array_equal(a, b), name
     ckpt.write_top(tmp_path / "chunked", [piece], 1)
-    fresh = ShardTensors(0).create("emb", 37, (5,), "float32", 0, 37)
+    fresh = ShardTensors(0).create("emb", 37, (5,), dtype, 0, 37)
     assert ckpt.restore_into(tmp_path / "chunked", fresh)
     assert torch.equal(fresh.data, t.data)
     for key, value in t.state.items():
