@@ -58,7 +58,7 @@ def test_only_runs_the_steps_it_names_in_the_order_of_its_words() -> None:
     all_steps = accept.steps()
     number = {accept.step_name(s): i for i, s in enumerate(all_steps, 1)}
     words = [
-        "gene-kg-transe standalone",
+        "gene-kg-transe standalone trainers-cuda",  # a whole name: not its dtype variant
         "gene-kg-transe shards-cpu trainers-cpu x2",
         "tests/gpu",
         "prefetch 1",
