@@ -146,9 +146,10 @@ def sparse_step(
         NonFiniteGradient: finite was asked and a gradient row is not; nothing is modified.
         SparseInputError: wrong dtype, shape or device, or an id outside the table; nothing is modified.
     """
-    _validate(table, ids, grads)
-    check_state(config, state, table.shape[0], table.shape[1])
     name = choose_backend(table.device, backend)
+    if name is not CoreBackend.CUDA:  # the CUDA binding checks every tensor itself (native/cuda.py), once
+        _validate(table, ids, grads)
+        check_state(config, state, table.shape[0], table.shape[1])
     if flags is not None:
         if table.dtype in HALF or config.unit_complex or not isinstance(grads, torch.Tensor):
             raise SparseInputError(
@@ -158,9 +159,11 @@ def sparse_step(
             return _deferred_twin(config, table, state, ids, grads, backend, finite, flags)
     if table.dtype in HALF and name is CoreBackend.TORCH:
         raise SparseInputError(f"a {table.dtype} table is stepped by the native cores only, not {name.value}")
-    team = threads(len(ids) * table.shape[1])
-    if max_threads is not None:
-        team = max(1, min(team, max_threads))
+    team = 1
+    if name is CoreBackend.CPU:
+        team = threads(ids.shape[0] * table.shape[1])
+        if max_threads is not None:
+            team = max(1, min(team, max_threads))
     if isinstance(grads, list):
         # the native pieces path scans on this thread, in cache, before any row is touched; for a step
         # of one thread a single piece goes there too (torch's scan of a tensor starts an intra-op team)
