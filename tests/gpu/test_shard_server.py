@@ -60,7 +60,7 @@ def same_training(got: torch.Tensor, want: torch.Tensor, dtype: torch.dtype) -> 
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])  # float16: test_half_gpu_tables.py
 def test_gpu_shard_server_trains_as_a_cpu_one(tmp_path: Path, dtype: torch.dtype) -> None:
     cpu_root, gpu_root = tmp_path / "cpu", tmp_path / "gpu"
     cpu_root.mkdir()
