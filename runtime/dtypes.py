@@ -17,7 +17,7 @@ NUMPY: dict[str, np.dtype[Any]] = {
     **{name: np.dtype(name) for name in ("float32", "float64", "int32", "int64", "float16")},
     "bfloat16": np.dtype(np.int16),  # its bits
 }
-HALF = ("float16", "bfloat16")  # tables stored in half, stepped in float32 (the CPU core)
+HALF = ("float16", "bfloat16")  # tables stored in half, stepped in float32 (the CPU and CUDA cores)
 WIDENED = {"bool": "int32", "int8": "int32"}
 
 

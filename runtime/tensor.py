@@ -2,8 +2,8 @@
 
 Ownership is a range lookup: ids are relabeled so that each partition owns one contiguous range, and
 the partition book is the num_parts+1 boundaries. A DistTensor reads and writes rows of any shape on
-their owning shards (one request per shard, all in flight together); a DistEmbedding is a float32
-DistTensor with a sparse optimizer on the servers, whose rows take part in autograd like
+their owning shards (one request per shard, all in flight together); a DistEmbedding is a float32 (or
+float16 / bfloat16) DistTensor with a sparse optimizer on the servers, whose rows take part in autograd like
 SparseEmbedding's. The same code runs standalone (in-process shards) and distributed (ZMQ shards):
 only the KVClient's transport differs.
 
@@ -183,7 +183,8 @@ class DistEmbedding:
     optimizer's step() deduplicates the gradients on the client and pushes each shard its rows, where the
     native core applies the update (one writer per row). `dtype` float16 or bfloat16: the servers hold
     and send the rows in half (half the memory and pull bytes), the model reads them widened to float32,
-    and the gradients travel in float32 to a step in float32 rounded back stochastically."""
+    and the reduced gradients cross a socket in the table's type (through shared memory or in process
+    in float32) to a step in float32 rounded back stochastically."""
 
     def __init__(
         self,

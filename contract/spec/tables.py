@@ -184,7 +184,7 @@ class EmbeddingTable(SpecModel):
         description="Element type of the rows: float32, or float16 / bfloat16 (half the memory, pull "
         "and lookup bytes and checkpoint; the optimizer steps in float32 and rounds back stochastically, "
         "its state stays float32). Server and collective tables, fixed and dynamic vocabularies, on "
-        "CPUs and GPUs (the CPU and CUDA cores write the same bits).",
+        "CPUs and GPUs (the CPU and CUDA cores round alike: bit for bit where their float32 results agree).",
     )
     init: Init = Field(default_factory=Init, description="How the rows start.")
     optimizer: Optimizer = Field(

@@ -19,6 +19,7 @@ as a single process holding the whole table and the concatenated batches of all 
 from __future__ import annotations
 
 import dataclasses
+import os
 import zlib
 from typing import Any
 
@@ -28,8 +29,9 @@ import torch.distributed as dist
 from graphtrain.runtime.collective import exchange as ex
 from graphtrain.runtime.collective.rows import DynamicKeys, FixedKeys, KeyMapFull
 from graphtrain.runtime.errors import NonFiniteGradient, SparseInputError
+from graphtrain.runtime.native import cuda
 from graphtrain.runtime.native import optim as native
-from graphtrain.runtime.native.backend import CoreBackend, choose
+from graphtrain.runtime.native.backend import ENV_BACKEND, CoreBackend, choose
 from graphtrain.runtime.native.keymap import KeyMap
 from graphtrain.runtime.native.memory import empty
 from graphtrain.runtime.optim import functional
@@ -65,12 +67,25 @@ def fill_strided(spec: dict[str, Any], num_rows: int, world: int, rank: int, out
 HALF = functional.HALF  # the half types the native cores step
 
 
+def half_unsteppable(dtype: torch.dtype, device: torch.device) -> str:
+    """Why a `dtype` table on `device` cannot be stepped: the torch reference, which its optimizer would
+    fall back to there, steps float32 only."""
+    asked = os.environ.get(ENV_BACKEND)
+    if asked:
+        why = f"{ENV_BACKEND}={asked} asks for that backend"
+    elif device.type == "cuda":
+        why = cuda.unavailable_reason(device.index or 0)
+    else:
+        why = "the CPU core is not built (reinstall the package)"
+    return f"a {dtype} table is stepped by the native cores only, and none steps it on {device}: {why}"
+
+
 class CollectiveEmbedding:
     """`num_embeddings` x `dim` rows sharded over the ranks of `group` by key mod world size. `dtype`
     float16 or bfloat16: the rows are held and exchanged in half (half the memory, lookup bytes and
     checkpoint), the model reads them widened to float32, and the owners step them in float32 and round
-    back stochastically (the CPU core on the host, the CUDA core on a GPU: the same bits); the optimizer
-    state stays float32."""
+    back stochastically (the CPU core on the host, the CUDA core on a GPU: the same rounding, bit for bit
+    where their float32 results agree); the optimizer state stays float32."""
 
     def __init__(
         self,
@@ -218,6 +233,9 @@ class CollectiveEmbedding:
         if self.config is not None and self.config != config:
             raise ValueError(f"embedding {self.name!r} already has optimizer {self.config.kind}")
         if self.config is None:
+            if self.dtype in HALF and functional.choose_backend(self.device) is CoreBackend.TORCH:
+                # refused now, not at the first step after the data is loaded and a batch computed
+                raise ValueError(f"embedding {self.name!r}: {half_unsteppable(self.dtype, self.device)}")
             # refused before it is allocated, as the rows are and as a shard server's state is: Adam's is
             # twice a float32 table's rows, four times a half one's
             need = state_bytes(config.kind, config.step_count, len(self.weight), self.dim)

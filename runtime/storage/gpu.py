@@ -181,8 +181,18 @@ def freeze(t: TensorShard, free_bytes: int) -> TensorShard | None:
         sync(t.data.device)
     except torch.cuda.OutOfMemoryError:
         return None
+    # its own count of rounded steps: the live table's goes on while the copy is written (a half table's
+    # manifest records the count its rows were rounded with, which a resumed run's rounding goes on from)
     return dataclasses.replace(
-        t, data=data, state=state, lock=threading.Lock(), written=None, snapshot=None, changed=None, shm=None
+        t,
+        data=data,
+        state=state,
+        lock=threading.Lock(),
+        written=None,
+        snapshot=None,
+        changed=None,
+        shm=None,
+        round_steps=t.round_steps.copy(),
     )
 
 

@@ -114,8 +114,12 @@ def normalise_rows(
     on the sphere; optim.functional.unit_complex: RotatE's relations). Server tables: rank 0 rewrites
     them in chunks (the caller then waits at a barrier); collective ones: each rank its own."""
     if isinstance(table, CollectiveEmbedding):
+        # in chunks of rows: a half table's are projected in float32 and rounded back, and its float32
+        # temporaries of the whole table (about 5x its own bytes) might not fit beside it on a GPU
         with torch.no_grad():
-            table.weight.copy_(project(table.weight.float()))  # a half table's in float32, then rounded
+            w = table.weight
+            for lo in range(0, len(w), chunk):
+                w[lo : lo + chunk].copy_(project(w[lo : lo + chunk].float()))
         return
     if rank != 0 or table.table.keyed:  # a dynamic table's rows start there (table_init's norm)
         return

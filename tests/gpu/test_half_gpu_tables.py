@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from graphtrain.runtime import checkpoint as ckpt
+from graphtrain.runtime.checkpoint.points import pieces_of, saved_round_steps
 from graphtrain.runtime.collective import CollectiveEmbedding
 from graphtrain.runtime.dtypes import to_numpy
 from graphtrain.runtime.kvstore.client.kvclient import InProcTransport, KVClient
@@ -103,11 +104,14 @@ def test_a_half_gpu_checkpoint_holds_the_bits_and_restores_onto_the_gpu(
         assert torch.equal(r.data.cpu(), t.data.cpu()) and int(r.state["step"][0]) == STEPS
     assert s.checkpoint(tmp_path / "whole")  # the server's own path (64 MB chunks)
     assert s.checkpoint(tmp_path / "bg", background=True) == []  # frozen on the device, written by a thread
+    server_steps(s, dtype)  # training goes on while it is written
     assert s.background is not None and s.background.wait(60), "not written in 60 s"
     status = s.checkpoint_status(tmp_path / "bg")
     assert status["state"] == "done", status
     ckpt.write_top(tmp_path / "bg", status["pieces"], 1)
     assert np.array_equal(ckpt.export_table(tmp_path / "bg", "emb"), exported)
+    # the count the rows were rounded with, not the live table's (a resumed run's seeds go on from it)
+    assert saved_round_steps(pieces_of(tmp_path / "bg", "emb")) == STEPS and t.steps == 2 * STEPS
 
 
 def standalone(device: str, dtype: torch.dtype) -> DistEmbedding:

@@ -1,10 +1,11 @@
 """What one shard server holds and does, independent of the transport.
 
-A `ShardTensors` keeps, per tensor name, the rows [lo, hi) of a global table (any row shape, float32
-tables may carry a sparse optimizer and its state) and serves create-or-attach, pull, push (overwrite),
-push-gradients (the optimizer runs here: one writer per row), checkpoint and restore. The ZMQ server
-(server.py) and the in-process backend of standalone mode (client.py) both call it, so both modes run
-the same code. Every id is checked against [lo, hi) before anything is read or written.
+A `ShardTensors` keeps, per tensor name, the rows [lo, hi) of a global table (any row shape; float32,
+float16 and bfloat16 tables of one row dimension may carry a sparse optimizer and its state) and serves
+create-or-attach, pull, push (overwrite), push-gradients (the optimizer runs here: one writer per row),
+checkpoint and restore. The ZMQ server (server.py) and the in-process backend of standalone mode
+(client.py) both call it, so both modes run the same code. Every id is checked against [lo, hi) before
+anything is read or written.
 
 Initial values come from inits.py, whatever the split. On a GPU server (--device cuda) only learnable
 tables and their optimizer state are on the GPU (placement.py decides; gpu.py orders the streams and

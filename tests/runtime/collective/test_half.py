@@ -164,3 +164,32 @@ def test_an_optimizer_state_that_does_not_fit_is_refused_before_it_is_made(monke
     with pytest.raises(StorageError, match=r"optimizer state of collective table 'e' on rank 0 needs"):
         table.attach(OptimConfig(kind="adam", lr=0.01))
     assert table.config is None and table.state == {}
+
+
+def test_a_half_table_no_native_core_can_step_is_refused_when_its_optimizer_attaches(monkeypatch) -> None:
+    """The torch reference steps float32 only: a half table whose steps would fall back to it is refused
+    in one line at attach, not at its first step after the data is loaded."""
+    from graphtrain.runtime.collective import CollectiveEmbedding
+    from graphtrain.runtime.optim import OptimConfig
+
+    monkeypatch.setenv("GRAPHTRAIN_OPTIM_BACKEND", "torch")
+    t = CollectiveEmbedding(10, 4, "h", dtype=torch.bfloat16)
+    with pytest.raises(
+        ValueError, match="embedding 'h': a torch.bfloat16 table is stepped by the native cores"
+    ):
+        t.attach(OptimConfig("adam", 0.1))
+    assert t.config is None and not t.state
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_collective_tables_rows_are_normalised_in_chunks_as_whole(dtype: torch.dtype) -> None:
+    """KGE tables start on the unit sphere (train/tables.normalise_rows): a collective table's rows are
+    projected a chunk at a time (a half one's float32 copy of the whole table may not fit beside it on a
+    GPU), to what projecting the whole table gives."""
+    from graphtrain.runtime.collective import CollectiveEmbedding
+    from graphtrain.runtime.train.tables import normalise_rows, unit_rows
+
+    t = CollectiveEmbedding(1000, 8, "e", {"kind": "normal", "std": 1.0, "seed": 4}, dtype=dtype)
+    whole = unit_rows(t.weight.float()).to(dtype)
+    normalise_rows(t, 0, 64)
+    assert torch.equal(t.weight, whole)

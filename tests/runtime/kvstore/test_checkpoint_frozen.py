@@ -181,3 +181,19 @@ def test_in_process_shards_write_a_checkpoint_begun_beside_training(tmp_path: Pa
     ckpt.write_top(tmp_path / "ck", pieces, 2)
     ckpt.verify_checkpoint(tmp_path / "ck")
     assert np.array_equal(ckpt.export_table(tmp_path / "ck", "emb"), armed)
+
+
+def test_a_frozen_half_table_keeps_the_rounding_count_its_rows_were_rounded_with() -> None:
+    """A half table's manifest records how many rounded steps its rows took (a resumed run's rounding seeds
+    go on from it): the frozen copy counts apart from the live table, which steps on while it is written."""
+    s = ShardTensors(0)
+    t = s.create("emb", ROWS, (DIM,), "bfloat16", 0, ROWS, {"kind": "uniform", "seed": 2})
+    s.set_optimizer("emb", {"kind": "adam", "lr": 0.1})
+    ids = np.arange(0, ROWS, 7, dtype=np.int64)
+    for _ in range(3):
+        s.push_grad("emb", [(ids, np.ones((len(ids), DIM), np.float32))])
+    with t.lock:
+        copy = gpu.freeze(t, 1 << 40)
+    assert copy is not None and copy.steps == t.steps == 3
+    s.push_grad("emb", [(ids, np.ones((len(ids), DIM), np.float32))])  # training goes on
+    assert t.steps == 4 and copy.steps == 3
