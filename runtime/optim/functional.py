@@ -147,8 +147,11 @@ def sparse_step(
         SparseInputError: wrong dtype, shape or device, or an id outside the table; nothing is modified.
     """
     name = choose_backend(table.device, backend)
-    if name is not CoreBackend.CUDA:  # the CUDA binding checks every tensor itself (native/cuda.py), once
+    # the CUDA binding checks every tensor itself (native/cuda.py), once; gradients in blocks are checked
+    # here too, before they are joined (a block of another width would fail the join, not be refused)
+    if name is not CoreBackend.CUDA or not isinstance(grads, torch.Tensor):
         _validate(table, ids, grads)
+    if name is not CoreBackend.CUDA:
         check_state(config, state, table.shape[0], table.shape[1])
     if flags is not None:
         if table.dtype in HALF or config.unit_complex or not isinstance(grads, torch.Tensor):

@@ -107,6 +107,8 @@ def test_gradients_in_blocks_are_joined_and_checked_whole(lib: Recorder) -> None
     assert functional.sparse_step(config, table, state, ids, [grads[:2], grads[2:]]) == N
     with pytest.raises(SparseInputError):
         functional.sparse_step(config, table, state, ids, [grads[:2], grads[3:]])
+    with pytest.raises(SparseInputError):  # a block of another width: refused, not a failed join
+        functional.sparse_step(config, table, state, ids, [grads[:2], torch.ones(N - 2, DIM + 1)])
     assert lib.calls == 1
 
 
