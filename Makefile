@@ -8,7 +8,7 @@ RUN    ?= runs/wordnet-sage
 # there); RUN_FLAGS=--resume continues it instead, RUN=<dir> keeps it and trains elsewhere
 RUN_FLAGS ?= --overwrite
 
-.PHONY: install run test lint crd chart-schema bench-partition bench-partition-stream bench-optim bench-kvstore bench-attack bench-soak bench-fuzz bench-e2e bench-operator bench-operator-wordnet bench-api bench-collective bench-sampling bench-kge-joint bench-link bench-request-path cuda gpu-check device-prepare clean
+.PHONY: install run test lint crd chart-schema bench-partition bench-partition-stream bench-optim bench-core-call bench-kvstore bench-attack bench-soak bench-fuzz bench-e2e bench-operator bench-operator-wordnet bench-api bench-collective bench-sampling bench-kge-joint bench-link bench-request-path cuda gpu-check device-prepare clean
 
 $(STAMP): pyproject.toml setup.py requirements-dev.txt $(wildcard cuda/src/*.cpp cuda/src/*.h cuda/include/graphtrain/*.h)
 	$(PYTHON) -m venv $(VENV)
@@ -61,6 +61,9 @@ bench-partition-stream: install ## Fennel streaming vs METIS on gene-pubmed, the
 
 bench-optim: install ## native sparse optimizers vs DGL's algorithm, torch.optim and the memory roofline
 	$(BIN)/python bench/optim.py
+
+bench-core-call: install ## the Python of one CUDA-core sparse step call, through a stub library (no GPU needed)
+	$(BIN)/python bench/core_call.py
 
 bench-sampling: install ## mini-batch sampling on the host against the trainer's device (--device cuda on a GPU)
 	$(BIN)/python bench/sampling.py

@@ -8,7 +8,7 @@ lookup (a CUDA call; the stub stream is 0) and, of course, the core's own launch
 The tensors are host tensors that the checks are told live on cuda:0 (cuda.describe's device replaced);
 the table is 5M x 128 float32 as bench/optim.py's, a batch 100,000 ids.
 
-    python bench/core_call.py [--calls 20000] [--rounds 5]
+    python bench/core_call.py [--calls 20000] [--rounds 5]      (or make bench-core-call)
 """
 
 from __future__ import annotations
