@@ -280,12 +280,13 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def check_bind(host: str, auth: bool) -> str | None:
+def check_bind(host: str, auth: bool, flags: str = "--") -> str | None:
     """Why the API may not listen on `host` as asked, or None: without authentication only on a
-    loopback address (anyone who can reach the port could read every training)."""
+    loopback address (anyone who can reach the port could read every training). `flags`: how the
+    command names its options (`graphtrain run`'s are --api-no-auth, --api-token-file)."""
     if auth or is_loopback(host):
         return None
     return (
-        f"error: --no-auth is allowed only on a loopback address (127.0.0.1, ::1), not {host}: "
-        "give --token-file instead"
+        f"error: {flags}no-auth is allowed only on a loopback address (127.0.0.1, ::1), not {host}: "
+        f"give {flags}token-file instead"
     )

@@ -36,15 +36,21 @@ def fail(message: str) -> typer.Exit:
     return typer.Exit(1)
 
 
-def settings_for(host: str, token_file: Path | None, no_auth: bool, metrics_open: bool = False) -> Settings:
-    """The app's settings from the auth options, or typer.Exit(1) after one line saying what is wrong."""
+def settings_for(
+    host: str, token_file: Path | None, no_auth: bool, metrics_open: bool = False, flags: str = "--"
+) -> Settings:
+    """The app's settings from the auth options, or typer.Exit(1) after one line saying what is wrong.
+    `flags`: how the command names its options ("--api-" for `graphtrain run`'s)."""
     if no_auth and token_file is not None:
-        raise fail("error: --no-auth and --token-file exclude each other")
+        raise fail(f"error: {flags}no-auth and {flags}token-file exclude each other")
     if not no_auth and token_file is None:
-        raise fail("error: give --token-file (one bearer token per line), or --no-auth on a loopback address")
+        raise fail(
+            f"error: give {flags}token-file (one bearer token per line), or {flags}no-auth on a loopback "
+            "address"
+        )
     from graphtrain.api.auth import TokenFile, TokenFileError, check_bind
 
-    refused = check_bind(host, auth=not no_auth)
+    refused = check_bind(host, auth=not no_auth, flags=flags)
     if refused:
         raise fail(refused)
     from graphtrain.api.settings import Settings
@@ -144,7 +150,7 @@ def start_for_run(
     from graphtrain.api.auth import check_bind
 
     loopback = check_bind(host, auth=False) is None
-    settings = settings_for(host, token_file, no_auth, metrics_open=loopback)
+    settings = settings_for(host, token_file, no_auth, metrics_open=loopback, flags="--api-")
     from graphtrain.api.app import create_app
     from graphtrain.api.server import BackgroundServer
     from graphtrain.api.sources.local import LocalSource

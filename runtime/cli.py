@@ -83,7 +83,7 @@ def crd(
 @app.command()
 @friendly
 def validate(
-    specs: Annotated[list[Path], typer.Argument(help="GraphTraining YAML file(s)")],
+    specs: Annotated[list[Path], typer.Argument(help="GraphTraining YAML file(s)", metavar="SPEC")],
     no_data: Annotated[
         bool, typer.Option("--no-data", help="check the spec only, not what the model needs from its data")
     ] = False,

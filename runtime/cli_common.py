@@ -21,6 +21,22 @@ err = Console(stderr=True, soft_wrap=True)
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+def _flags_without_a_type(display: Callable[..., str | None]) -> Callable[..., str | None]:
+    """typer (0.29) prints a type for every option in --help, "<bool>" for a flag too, which takes no value
+    (`--no-data <bool>` read as asking for one, and `--no-data true FILE` then took "true" for the file)."""
+
+    @functools.wraps(display)
+    def shown(self: Any, ctx: Any) -> str | None:
+        return None if getattr(self, "is_flag", False) else display(self, ctx)
+
+    return shown
+
+
+typer.core.TyperOption.display_type_rich = _flags_without_a_type(  # type: ignore[method-assign]
+    typer.core.TyperOption.display_type_rich
+)
+
+
 def _a_directory(path: Path | None) -> Path | None:
     """--data-dir names a directory, or one still to be made: a file there is refused before any work
     (`data list` would otherwise list nothing fetched, and `validate` would look for data under it)."""

@@ -42,7 +42,9 @@ def data_list(data_dir: DataDir = None) -> None:
 @data_app.command("fetch")
 @friendly
 def data_fetch(
-    names: Annotated[list[str], typer.Argument(help="dataset name(s), see `graphtrain data list`")],
+    names: Annotated[
+        list[str], typer.Argument(help="dataset name(s), see `graphtrain data list`", metavar="NAME")
+    ],
     force: Annotated[bool, typer.Option(help="download and process again even if cached")] = False,
     data_dir: DataDir = None,
 ) -> None:

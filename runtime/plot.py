@@ -70,9 +70,10 @@ def read_metrics(text: str, source: str = METRICS_FILE) -> Metrics:
     )
 
 
-def plot(m: Metrics, out: Path, title: str = "") -> Path:
+def plot(m: Metrics, out: Path, title: str = "", mode: int = 0o666) -> Path:
     """Draw `m` into the PNG `out`, written under a temporary name and renamed into place (its missing
-    parent directories created, as export and predict do).
+    parent directories created, as export and predict do); `mode` before the umask (0o600 inside a run
+    directory, whose files are the user's alone).
 
     Raises:
         GraphtrainError: matplotlib is not installed (the `plot` extra), or `out` cannot be written.
@@ -108,7 +109,7 @@ def plot(m: Metrics, out: Path, title: str = "") -> Path:
     fig.tight_layout()
     try:
         make_dirs(out.parent)
-        with atomic_file(out) as f:
+        with atomic_file(out, mode) as f:
             fig.savefig(f, format="png")
     finally:
         plt.close(fig)
@@ -122,9 +123,12 @@ def plot_run(run_dir: Path, out: Path | None = None) -> Path:
         GraphtrainError: the run has no metrics.csv or no finished epoch in it, or `out` is not a .png
             file that can be written.
     """
-    if out is None and run_dir.exists() and not run_dir.is_dir():
+    if not run_dir.exists():
+        raise GraphtrainError(f"{run_dir}: no such run directory")
+    if out is None and not run_dir.is_dir():
         raise GraphtrainError(f"{run_dir}: not a run directory (a file)")
     option = "--output" if out is not None else "the plot"
+    private = out is None  # the default, inside the run directory: private as the run's own files
     out = out or run_dir / "metrics.png"
     # before any work: not a directory, a .png, a parent that can be made and written in
     check_target(out, (".png",), "metrics", option)
@@ -136,7 +140,7 @@ def plot_run(run_dir: Path, out: Path | None = None) -> Path:
     if not path.is_file():  # a FIFO would block the read
         raise GraphtrainError(f"{path}: not a regular file")
     text = read_text(path)  # one line for an unreadable or non-UTF-8 file
-    return plot(read_metrics(text, str(path)), out, title=run_name(run_dir))
+    return plot(read_metrics(text, str(path)), out, title=run_name(run_dir), mode=0o600 if private else 0o666)
 
 
 def run_name(run_dir: Path) -> str:

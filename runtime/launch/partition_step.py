@@ -23,6 +23,7 @@ report file (roles/partition.py); the launcher keeps its reuse-by-content around
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from pathlib import Path
@@ -30,7 +31,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from graphtrain.contract.roles import PartitionParams
+from graphtrain.contract.roles import OPTION, PartitionParams
 from graphtrain.contract.spec import (
     GraphSource,
     GraphTraining,
@@ -53,6 +54,40 @@ from graphtrain.runtime.progress import spinner
 
 # the graph section's keys that name the graph: an option naming another graph drops all of them
 _SOURCE_KEYS = ("dataset", "path", "triples", "format", "numNodes", "nodeIds", "features", "labels")
+# the spec field each option of the partition command overrides, by the option's PartitionParams field
+_OVERRIDES = {
+    "graph.dataset": "dataset",
+    "graph.path": "input_path",
+    "graph.format": "fmt",
+    "graph.numNodes": "num_nodes",
+    "graph.nodeIds": "node_ids",
+    "graph.reverseEdges": "reverse_edges",
+    "partition.parts": "parts",
+    "partition.algorithm": "algorithm",
+    "partition.maxImbalance": "max_imbalance",
+    "partition.seed": "seed",
+    "partition.memoryLimit": "memory_limit",
+    "partition.balance": "balance",
+}
+
+
+def option_of(path: str, p: PartitionParams) -> str | None:
+    """The command-line option that set the setting at spec path `path` (graph.path, partition.parts[0],
+    ...), or None when the setting came from --spec or its default: an error then names the option the
+    user typed, not a spec field they never wrote."""
+    name = _OVERRIDES.get(".".join(path.split(".")[:2]).split("[")[0])
+    if name is None or getattr(p, name) is None:
+        return None
+    meta = next(f.metadata for f in dataclasses.fields(PartitionParams) if f.name == name)
+    flags = [f for f in meta[OPTION].flags if f.startswith("--")] if OPTION in meta else []
+    return flags[0] if flags else "--" + name.replace("_", "-")
+
+
+def named_by_option(message: str, p: PartitionParams) -> str:
+    """`message` ("spec.graph.path: ...") with its leading spec field replaced by the option that set it."""
+    head, sep, rest = message.partition(": ")
+    flag = option_of(head.removeprefix("spec."), p) if sep and head.startswith("spec.") else None
+    return f"{flag}: {rest}" if flag else message
 
 
 def from_spec(gt: GraphTraining, base: Path) -> PartitionWork:
@@ -104,9 +139,10 @@ def from_options(p: PartitionParams) -> PartitionWork:
         try:
             validated[prefix] = model.model_validate(data)
         except ValidationError as exc:
-            problems += [
-                Problem(path=f"{prefix}.{q.path}", message=q.message) for q in problems_from_validation(exc)
-            ]
+            for q in problems_from_validation(exc):
+                path = f"{prefix}.{q.path}"
+                flag = option_of(path, p)
+                problems.append(Problem(path=f"{flag} ({path})" if flag else path, message=q.message))
     if problems:
         raise SpecError(problems, title="invalid partition settings")
     base = (

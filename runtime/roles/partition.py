@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from graphtrain.contract.roles import PartitionParams
 from graphtrain.contract.spec import MemoryNeed
 from graphtrain.runtime.data.cache import reason
-from graphtrain.runtime.errors import GraphtrainError
+from graphtrain.runtime.errors import DataError, GraphtrainError
 
 if TYPE_CHECKING:
     from graphtrain.runtime.partition import PartitionConfig
@@ -37,13 +37,16 @@ def partition(p: PartitionParams, warn: Callable[[str], None]) -> PartitionConfi
     work = partition_step.from_options(p)
     # before the graph is read (minutes for a large one): one line naming --out where it cannot be written
     check_writable(Path(os.path.abspath(p.out_dir)).parent, f"--out {p.out_dir}")
-    if work.model is not None and inference.inferring(work.model):  # the checkpoint's own partition
-        base = p.base_dir or (p.spec_path.parent if p.spec_path else Path.cwd())
-        config = inference.link_partition(work.model, base, p.out_dir, p.overwrite, p.data_dir, warn)
-    else:
-        config = partition_step.partition(
-            work, p.out_dir, overwrite=p.overwrite, data_dir=p.data_dir, warn=warn, spin=True
-        )
+    try:
+        if work.model is not None and inference.inferring(work.model):  # the checkpoint's own partition
+            base = p.base_dir or (p.spec_path.parent if p.spec_path else Path.cwd())
+            config = inference.link_partition(work.model, base, p.out_dir, p.overwrite, p.data_dir, warn)
+        else:
+            config = partition_step.partition(
+                work, p.out_dir, overwrite=p.overwrite, data_dir=p.data_dir, warn=warn, spin=True
+            )
+    except DataError as exc:  # "spec.graph.path: ... not found" for a file given as --input: name --input
+        raise DataError(partition_step.named_by_option(str(exc), p)) from None
     if p.report_file is not None:
         need = capacity.memory_need(work.model.spec, config) if work.model is not None else None
         report(config.data, p.report_file, need)

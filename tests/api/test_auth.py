@@ -17,6 +17,7 @@ from graphtrain.api.app import create_app
 from graphtrain.api.settings import Settings
 from tests.api.conftest import SCRAPER, TOKEN
 from tests.api.fake import FakeSource
+from tests.tree import ROOT
 
 ONE = "/api/v1/trainings/team-a/job-0"
 
@@ -159,10 +160,20 @@ CLI = [sys.executable, "-m", "graphtrain.cli"]
         (["api", "--source", "local", "--runs-dir", "/tmp"], "give --token-file"),
         (["api", "--token-file", "/nonexistent", "--no-auth"], "exclude each other"),
         (["api", "--source", "local", "--runs-dir", "/tmp", "--token-file", "/nonexistent"], "token file"),
+        # `graphtrain run`'s options are named as run names them
+        (
+            ["run", "examples/nations-transe.yaml", "--api", "0", "--api-no-auth", "--api-host", "0.0.0.0"],
+            "error: --api-no-auth is allowed only on a loopback address (127.0.0.1, ::1), not 0.0.0.0: give "
+            "--api-token-file instead",
+        ),
+        (["run", "examples/nations-transe.yaml", "--api", "0"], "give --api-token-file (one bearer token"),
     ],
 )
-def test_bad_options_say_one_line_and_exit_1(args: list[str], message: str) -> None:
-    res = subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=60)
+def test_bad_options_say_one_line_and_exit_1(args: list[str], message: str, tmp_path) -> None:
+    if args[0] == "run":  # refused before the run directory is made
+        args = [*args, "--run-dir", str(tmp_path / "run")]
+    res = subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert res.returncode == 1, res
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], res.stderr
+    assert not (tmp_path / "run").exists()

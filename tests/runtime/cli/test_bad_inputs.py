@@ -257,8 +257,11 @@ CASES = [
         lambda t: npz_input(t, src=SRC, dst=DST, node_ids=np.array(["a", "b"])),
         "node_ids must be a 1-D integer array",
     ),
-    Case("parts-0", lambda t: edges(t, E, "-k", "0"), "partition.parts"),
+    # a setting given as an option is named by the option (and the spec field it stands for)
+    Case("parts-0", lambda t: edges(t, E, "-k", "0"), "--parts (partition.parts): Input should be greater"),
     Case("parts-huge", lambda t: edges(t, E, "-k", str(10**20)), "partition.parts"),
+    Case("input-missing", lambda t: partition(t, "--input", str(t / "no.tsv")), "--input: "),
+    Case("algorithm-typo", lambda t: edges(t, E, "--algorithm", "metsi"), "--algorithm (partition.algorithm"),
     Case("seed-2^70", lambda t: edges(t, E, "-k", "2", "--seed", str(2**70)), "seed must be between 0 and"),
     Case("memory-limit-1e400", lambda t: edges(t, E, "--memory-limit", "1e400"), "'1e400' is too large"),
     Case("memory-limit-millis", lambda t: edges(t, E, "--memory-limit", "500m"), "'500m' is not a memory"),

@@ -447,6 +447,15 @@ def test_plot_draws_a_png_from_a_runs_metrics(tmp_path: Path) -> None:
     assert out.exit_code == 0, out.output
     assert (tmp_path / "c.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert plot_run(tmp_path) == tmp_path / "metrics.png"
+    # inside the run directory the plot is private, as the run's own files are
+    assert (tmp_path / "metrics.png").stat().st_mode & 0o777 == 0o600
+
+
+def test_plot_of_a_run_directory_that_does_not_exist_says_so(tmp_path: Path) -> None:
+    out = CliRunner().invoke(app, ["plot", str(tmp_path / "nope")])
+    assert out.exit_code == 1
+    assert out.output.strip().splitlines() == [f"error: {tmp_path / 'nope'}: no such run directory"]
+    assert not (tmp_path / "nope").exists()
 
 
 def test_plot_of_a_run_without_history_is_one_line(tmp_path: Path) -> None:
