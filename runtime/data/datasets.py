@@ -367,6 +367,17 @@ def _node_types(name: str, graph: Graph, values: dict[str, Any], edges: EdgeFile
     raise DataError(f"graph.typed: dataset {name} has no node or edge types")
 
 
+def field_named(message: str, fields: dict[str, Path | None]) -> str:
+    """`message` of a file reader ("<file>: ...") led by the spec field that named the file, when it
+    begins with one of `fields`' files and names no field yet."""
+    if message.startswith("spec."):
+        return message
+    for field, path in fields.items():
+        if path is not None and message.startswith(f"{path}:"):
+            return f"spec.{field}: {message}"
+    return message
+
+
 def load_source(source: GraphSource, root: Path | None = None, base_dir: Path | None = None) -> Graph:
     """The graph a spec's `graph:` section names: a dataset (KGs as their training graph), a file (with
     its features and labels files), or triples files (their training graph, carrying every split and
@@ -389,14 +400,20 @@ def load_source(source: GraphSource, root: Path | None = None, base_dir: Path | 
         return g.with_reverse_edges() if source.reverse_edges else g
     if source.path is not None:
         path = files.resolve(source.path, base_dir)
-        g = files.load_file(
-            path,
-            source.format,
-            source.num_nodes,
-            node_ids=source.node_ids,
-            features=None if source.features is None else files.resolve(source.features, base_dir),
-            labels=None if source.labels is None else files.resolve(source.labels, base_dir),
-        )
+        features = None if source.features is None else files.resolve(source.features, base_dir)
+        labels = None if source.labels is None else files.resolve(source.labels, base_dir)
+        try:
+            g = files.load_file(
+                path,
+                source.format,
+                source.num_nodes,
+                node_ids=source.node_ids,
+                features=features,
+                labels=labels,
+            )
+        except DataError as exc:  # the readers name the file: the spec field that gave it is named too
+            fields = {"graph.features": features, "graph.labels": labels, "graph.path": path}
+            raise DataError(field_named(str(exc), fields)) from None
         if g.label is not None and not g.masks:
             g.masks = labelled_masks(g.label, split_or(source.split, LABELLED_SPLIT))
     else:

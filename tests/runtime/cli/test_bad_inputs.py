@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 from typer.testing import CliRunner
 
 from graphtrain.cli.app import app
@@ -87,6 +88,26 @@ def deep_flow(levels: int = 5000) -> str:
 def deep_block(levels: int = 1000) -> str:
     """Deep enough to overflow a recursive loader, small enough (~0.5 MB) to reach the depth check."""
     return "a:\n" + "".join(" " * i + "b:\n" for i in range(1, levels))
+
+
+def node_files(tmp: Path, features: str, labels: str) -> list[str]:
+    """`graphtrain validate` of a GraphSAGE spec over an edge list with these features and labels files."""
+    text(tmp, "e.tsv", "0\t1\n1\t2\n2\t0\n")
+    spec = {
+        "apiVersion": "graphtrain.io/v1alpha1",
+        "kind": "GraphTraining",
+        "metadata": {"name": "files"},
+        "spec": {
+            "graph": {
+                "path": "e.tsv",
+                "features": text(tmp, "f.csv", features),
+                "labels": text(tmp, "l.csv", labels),
+            },
+            "model": {"kind": "graphsage", "useFeatures": True},
+            "training": {"epochs": 1, "fanouts": [2, 2]},
+        },
+    }
+    return ["validate", text(tmp, "s.yaml", yaml.safe_dump(spec))]
 
 
 def partition(tmp: Path, *args: str) -> list[str]:
@@ -261,6 +282,17 @@ CASES = [
     Case("parts-0", lambda t: edges(t, E, "-k", "0"), "--parts (partition.parts): Input should be greater"),
     Case("parts-huge", lambda t: edges(t, E, "-k", str(10**20)), "partition.parts"),
     Case("input-missing", lambda t: partition(t, "--input", str(t / "no.tsv")), "--input: "),
+    # a file reader's refusal names the spec field that gave the file
+    Case(
+        "features-of-strings",
+        lambda t: node_files(t, "id,x\n0,a\n1,b\n2,c\n", "id,label\n0,0\n1,1\n2,1\n"),
+        "spec.graph.features: ",
+    ),
+    Case(
+        "labels-bad-id",
+        lambda t: node_files(t, "id,x\n0,1\n1,2\n2,3\n", "id,label\n0,0\nzz,1\n2,1\n"),
+        "spec.graph.labels: ",
+    ),
     Case("algorithm-typo", lambda t: edges(t, E, "--algorithm", "metsi"), "--algorithm (partition.algorithm"),
     Case("seed-2^70", lambda t: edges(t, E, "-k", "2", "--seed", str(2**70)), "seed must be between 0 and"),
     Case("memory-limit-1e400", lambda t: edges(t, E, "--memory-limit", "1e400"), "'1e400' is too large"),
