@@ -289,6 +289,11 @@ CASES = [
         "spec.graph.features: ",
     ),
     Case(
+        "info-features-missing",
+        lambda t: ["data", "info", text(t, "e.tsv", "0\t1\n1\t2\n"), "--features", str(t / "no.npy")],
+        "--features: ",
+    ),
+    Case(
         "labels-bad-id",
         lambda t: node_files(t, "id,x\n0,1\n1,2\n2,3\n", "id,label\n0,0\nzz,1\n2,1\n"),
         "spec.graph.labels: ",
