@@ -69,8 +69,9 @@ def read_table(path: Path, fmt: str, text_columns: list[str], field: str) -> Any
 
     try:
         regular_file(path, "table")
-    except DataError as exc:  # what it is instead: missing, a directory, a FIFO (never "not found")
-        raise DataError(f"{path}: {field}: {str(exc).removeprefix(f'{path}: ')}") from None
+    except DataError as exc:  # what it is instead: missing, a directory, a FIFO (never "not found"),
+        # the field first, as a missing graph.path, features or labels file is named (inputs.require_files)
+        raise DataError(f"{field}: {path}: {str(exc).removeprefix(f'{path}: ')}") from None
     kind = _format(path, fmt, field)
     try:
         if kind == "parquet":
