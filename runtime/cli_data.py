@@ -9,7 +9,7 @@ import typer
 
 from graphtrain.contract.spec import FileFormat, GraphSource, NodeIds, TriplesSource
 from graphtrain.runtime.cli_common import DataDir, friendly, out, shown_warnings
-from graphtrain.runtime.errors import DataError, GraphtrainError
+from graphtrain.runtime.errors import DataError, GraphtrainError, renamed
 
 data_app = typer.Typer(help="Fetch, list and inspect the bundled datasets.", no_args_is_help=True)
 
@@ -126,11 +126,12 @@ def data_info(
             with shown_warnings():
                 graph = datasets.load_source(source, data_dir)
         except DataError as exc:  # named by the option given, not by the spec field it stands for
-            text, head = str(exc), "spec.graph."
-            for field, option in (("features", "--features: "), ("labels", "--labels: "), ("path", "")):
-                if text.startswith(f"{head}{field}: "):  # FILE: its own name leads the message
-                    text = option + text.removeprefix(f"{head}{field}: ")
-            raise DataError(text) from None
+            options = {
+                "spec.graph.features": "--features",
+                "spec.graph.labels": "--labels",
+                "spec.graph.path": "",
+            }
+            raise DataError(renamed(str(exc), options)) from None
     else:
         raise GraphtrainError(
             f"{name}: no such file, and not a bundled dataset (known: {', '.join(datasets.RECIPES)})"

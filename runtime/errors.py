@@ -11,6 +11,15 @@ class GraphtrainError(Exception):
     """Base of every error that names a bad input, a missing file or a broken promise."""
 
 
+def renamed(message: str, names: dict[str, str]) -> str:
+    """`message` ("spec.graph.path: ...") led by what `names` calls its leading field instead (the option a
+    command's user typed); "" drops the field (a FILE argument: its own name follows)."""
+    head, sep, rest = message.partition(": ")
+    if not sep or head not in names:
+        return message
+    return f"{names[head]}: {rest}" if names[head] else rest
+
+
 def user_message(exc: BaseException) -> str | None:
     """The one line (without its `error: `) a command prints for `exc` when a user can act on it: a
     GraphtrainError's or a spec's message, or memory ran out; None for anything else (a bug: its

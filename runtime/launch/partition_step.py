@@ -47,7 +47,7 @@ from graphtrain.runtime.data import datasets
 from graphtrain.runtime.data.cache import read_text
 from graphtrain.runtime.data.checks import check_data
 from graphtrain.runtime.data.inputs import resolve
-from graphtrain.runtime.errors import data_warnings
+from graphtrain.runtime.errors import data_warnings, renamed
 from graphtrain.runtime.launch import reuse, streaming_step
 from graphtrain.runtime.launch.work import PartitionWork
 from graphtrain.runtime.progress import spinner
@@ -85,9 +85,9 @@ def option_of(path: str, p: PartitionParams) -> str | None:
 
 def named_by_option(message: str, p: PartitionParams) -> str:
     """`message` ("spec.graph.path: ...") with its leading spec field replaced by the option that set it."""
-    head, sep, rest = message.partition(": ")
-    flag = option_of(head.removeprefix("spec."), p) if sep and head.startswith("spec.") else None
-    return f"{flag}: {rest}" if flag else message
+    head = message.partition(": ")[0]
+    flag = option_of(head.removeprefix("spec."), p) if head.startswith("spec.") else None
+    return renamed(message, {head: flag}) if flag else message
 
 
 def from_spec(gt: GraphTraining, base: Path) -> PartitionWork:
