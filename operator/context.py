@@ -50,6 +50,10 @@ class Plan:
     # the gang's pods made before (observed) when the actions make the rest: undone with them if the
     # rest cannot be made (gang_admission.made_before)
     gang: list[Obj] = field(default_factory=list)
+    # why this plan, made on cached children, must be made again on listed ones before it is applied
+    # ("": it need not): it ends or restarts work on a child's absence or age, which a cache behind the
+    # cluster can show wrongly (a watch lagging, or relisting)
+    confirm: str = ""
 
 
 @dataclass(frozen=True)
@@ -136,6 +140,7 @@ class Step:
     status: Obj = field(default_factory=dict)
     phase: Phase | None = None
     requeue_after: float | None = None  # seconds until something falls due with no event (a timeout)
+    confirm: str = ""  # see Plan.confirm
 
 
 def _partition_if_running(ctx: Context) -> list[Action]:

@@ -22,7 +22,10 @@ its watch last showed it once that holds the operator's own last status write (w
 trainings a tick was 300 GETs), and write their status onto that version only (k8s.Stale: a copy
 behind the training is read again with a GET; a plan on the copy that creates or deletes is made
 again on a GET first, as its status write comes after those). The operator's own creates and
-deletes enter the cache at once, so no reconcile makes again what the last one made.
+deletes enter the cache at once, so no reconcile makes again what the last one made. A plan that would
+end or restart work on what the cache shows (a rank's pod missing after the trainers ran, an earlier
+attempt's pods, the token Secret gone: Plan.confirm) is made again on children listed from the API
+server before anything is applied: a lagging or relisting watch failed a healthy training so.
 
 No finalizer: every child carries an ownerReference to its GraphTraining (but a data claim kept by
 storage.whenDeleted Retain, which nothing deletes), so the cluster's garbage collector deletes them
@@ -215,11 +218,12 @@ def _reconcile(namespace: str, name: str, watched: bool = False) -> str:
             return _locked(namespace, name, None)
 
 
-def _locked(namespace: str, name: str, body: dict[str, Any] | None) -> str:
-    """_reconcile() under the training's lock, on `body` (the watch's copy) or a GET (None)."""
+def _locked(namespace: str, name: str, body: dict[str, Any] | None, fresh: bool = False) -> str:
+    """_reconcile() under the training's lock, on `body` (the watch's copy) or a GET (None); its children
+    from the cache, or listed (`fresh`: a plan on the cache's would end or restart work, Plan.confirm)."""
     if not may_act(namespace, name):
         return "skipped"
-    observed = k8s.observe(namespace, name) if body is None else k8s.observe(namespace, name, body)
+    observed = k8s.observe(namespace, name, body, fresh=fresh)
     if observed is None:  # gone (its DELETED event may have fallen in a gap of kopf's watch)
         _known.pop((namespace, name), None)
         _watched.forget((namespace, name))
@@ -232,6 +236,11 @@ def _locked(namespace: str, name: str, body: dict[str, Any] | None) -> str:
     decided = plan(observed, config=_config, token=secrets.token_hex(24))
     if body is not None and decided.actions:  # the copy's plan acts: planned again on a GET first
         return _locked(namespace, name, None)
+    if decided.confirm:  # it ends or restarts work on what the cache showed: planned again on a list
+        log.info(
+            "%s/%s: %s, as the child cache shows it: listing its children", namespace, name, decided.confirm
+        )
+        return _locked(namespace, name, None, fresh=True)
     if not may_act(namespace, name):
         return "skipped"
     try:

@@ -245,9 +245,12 @@ def _raw(answer: Any) -> dict[str, Any]:
     return dict(json.loads(answer.data))
 
 
-def observe(namespace: str, name: str, body: dict[str, Any] | None = None) -> Observed | None:
+def observe(
+    namespace: str, name: str, body: dict[str, Any] | None = None, fresh: bool = False
+) -> Observed | None:
     """The GraphTraining (read with a GET, unless `body`: as its watch showed it, watched.py) and its
-    children (see owned()); None if it is gone."""
+    children (see owned()): from the watches' cache once it is synced, unless `fresh` (listed); None if
+    it is gone."""
     watched = body is not None
     try:
         with calling("get", expected=(404,)):
@@ -259,11 +262,18 @@ def observe(namespace: str, name: str, body: dict[str, Any] | None = None) -> Ob
         raise
     children: dict[str, Any] = {}
     pods: list[dict[str, Any]] = []
-    for _, kind, obj in _children(namespace, name, body["metadata"]["uid"], retained=True):
+    cache = _synced_cache(fresh)
+    for _, kind, obj in _children(namespace, name, body["metadata"]["uid"], retained=True, cache=cache):
         children[key(kind, obj["metadata"]["name"])] = obj
         if kind == "Pod":
             pods.append(obj)
-    return Observed(training=body, children=children, pods=pods, now=dt.datetime.now(dt.UTC), watched=watched)
+    now = dt.datetime.now(dt.UTC)
+    return Observed(body, children, pods, now, watched=watched, cached=cache is not None)
+
+
+def _synced_cache(fresh: bool) -> ChildCache | None:
+    """The watches' cache to read children from: None (list them) if `fresh` or before it is synced."""
+    return _cache if _cache is not None and not fresh and _cache.synced(timeout=0) else None
 
 
 LIST_PAGE = 500  # trainings a page of the sweep's list (one consistent snapshot across its pages)
@@ -297,14 +307,13 @@ def training_versions(namespaces: tuple[str, ...] = ()) -> dict[tuple[str, str],
 
 
 def _children(
-    namespace: str, name: str, uid: str, retained: bool = False, fresh: bool = False
+    namespace: str, name: str, uid: str, retained: bool = False, cache: ChildCache | None = None
 ) -> list[tuple[str, str, dict[str, Any]]]:
     """(apiVersion, kind, object) of every child of the training with this uid, in CHILD_KINDS order
     (Jobs and StatefulSets before the pods they own); `retained`: also the data claim a training of
     this name kept (storage.whenDeleted Retain: no owner), which the training uses but never deletes.
-    From the watches' cache once it has listed every kind, unless `fresh`; else listed, one call a kind."""
+    From `cache` (see _synced_cache); None: listed, one call a kind."""
     selector = f"{LABEL_TRAINING}={name}"
-    cache = _cache if _cache is not None and not fresh and _cache.synced(timeout=0) else None
     cached = cache.children(namespace, name) if cache is not None else {}
     owners, found = {uid}, []
     for api_version, kind in CHILD_KINDS:
@@ -547,7 +556,7 @@ def delete_children(namespace: str, name: str, uid: str) -> int:
     collector does through the ownerReferences, done here too so nothing outlives a GraphTraining on a
     cluster whose collector is slow or absent (the test API server has none)."""
     deleted = 0  # listed afresh: a deletion must not miss a child the watches have not shown yet
-    for api_version, kind, obj in reversed(_children(namespace, name, uid, fresh=True)):
+    for api_version, kind, obj in reversed(_children(namespace, name, uid)):
         meta = obj["metadata"]  # that object (its uid): never one of a training made again since the list
         try:
             with calling("delete", expected=(404, 409)):

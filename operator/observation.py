@@ -45,6 +45,7 @@ class Observed:
     # "Kind/name" -> whose: a child the plan would create whose name holds an object not this training's
     taken: dict[str, str] = field(default_factory=dict)
     watched: bool = False  # `training` is the watch's copy (watched.py), not a GET: see k8s.Stale
+    cached: bool = False  # `children` and `pods` as the watches' cache holds them (cache.py), not listed
 
 
 class Stale(Exception):

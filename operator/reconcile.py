@@ -85,9 +85,11 @@ def plan(obs: Observed, config: OperatorConfig | None = None, token: str = "") -
     ctx = Context(obs, decided.gt, config or built_in(), token)
     actions: list[Action] = []
     waits: list[float] = []
+    unsure: list[str] = []  # what the plan ends or restarts on, as the cache showed it (Plan.confirm)
     for stage in STAGES:
         step = stage(ctx, conds)
         actions += step.actions
+        unsure += [step.confirm] if step.confirm else []
         status.update(step.status)
         waits += [step.requeue_after] if step.requeue_after is not None else []
         if step.phase is not None:
@@ -102,6 +104,7 @@ def plan(obs: Observed, config: OperatorConfig | None = None, token: str = "") -
             wait = min(waits, default=None)
             done = _finish(obs, conds, Step(actions, status, step.phase), decided.observed_generation, wait)
             done.gang = gang_admission.made_before(actions, ctx.pods("trainer"))
+            done.confirm = "; ".join(unsure) if obs.cached else ""
             return done
     raise AssertionError("the trainers stage always decides the phase")
 

@@ -18,6 +18,7 @@ runPolicy.startTimeoutSeconds (StartTimeout); so is a Job or StatefulSet whose p
 from __future__ import annotations
 
 import datetime as dt
+from dataclasses import replace
 
 from graphtrain.contract import conditions, reporting
 from graphtrain.contract.children import LABEL_ATTEMPT, SHARD_CONTAINER, rank_pods, worker_name
@@ -189,10 +190,10 @@ def _token_lost(ctx: Context, conds: conditions.Conditions, actions: list[Action
     why = f"Secret {n['token']} (the shard servers' token) was deleted while the training ran"
     if ctx.attempt >= ctx.gt.spec.run_policy.backoff_limit:  # no restart left: it fails, cleaned up
         step = _trainer_failed(ctx, conds, {}, why, trainers)
-        return Step(actions + step.actions, step.status, step.phase)
+        return Step(actions + step.actions, step.status, step.phase, confirm=why)
     servers = ctx.remove("StatefulSet", n["shards"], "apps/v1")
     step = _trainer_failed(ctx, conds, {}, f"{why}: every role restarts with a new token", trainers)
-    return Step(actions + servers + step.actions, step.status, step.phase)
+    return Step(actions + servers + step.actions, step.status, step.phase, confirm=why)
 
 
 def _sidecar(pod: Obj) -> Obj:
@@ -325,7 +326,8 @@ def trainers_stage(ctx: Context, conds: conditions.Conditions) -> Step:
             conds, conditions.Reason.restarting, f"recreating the trainers (restart {attempt})"
         )
         actions = [a for p in stale for a in ctx.remove("Pod", p["metadata"]["name"], "v1")]
-        return Step(actions, phase=Phase.restarting)
+        said = f"pod {', '.join(sorted(p['metadata']['name'] for p in stale))} of an earlier attempt"
+        return Step(actions, phase=Phase.restarting, confirm=said)
     leaving = sorted(p["metadata"]["name"] for p in pods if p["metadata"].get("deletionTimestamp"))
     ready = conds.previous.get(str(ConditionType.trainers_ready))
     cm = ctx.child("ConfigMap", ctx.names["progress"])
@@ -333,7 +335,7 @@ def trainers_stage(ctx: Context, conds: conditions.Conditions) -> Step:
     lost = _lost(ran, leaving, [r for r in range(world) if r not in trainers])
     if lost:
         status = progress_status(ctx.child("ConfigMap", ctx.names["progress"]))
-        return _trainer_failed(ctx, conds, status, lost, trainers)
+        return replace(_trainer_failed(ctx, conds, status, lost, trainers), confirm=lost)
     if leaving:  # stopped by a suspension before this attempt ran: judged by nothing, made again once gone
         conditions.set_trainers_waiting(
             conds, conditions.Reason.not_started, f"waiting for {', '.join(leaving)} to stop"

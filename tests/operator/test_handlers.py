@@ -130,7 +130,7 @@ def test_a_gone_trainings_lock_is_forgotten(monkeypatch: pytest.MonkeyPatch) -> 
     """The per-training locks were a defaultdict that kept one lock (and its key) for every training
     the operator ever reconciled, for its whole life: a lock now lives while a reconcile holds or
     waits for it."""
-    monkeypatch.setattr(handlers.k8s, "observe", lambda namespace, name: None)
+    monkeypatch.setattr(handlers.k8s, "observe", lambda namespace, name, *_, **__: None)
     monkeypatch.setattr(
         handlers, "_known", {("ns", "gone-0"): {"uid-0": handlers.DUE}}
     )  # its DELETED event missed

@@ -202,7 +202,7 @@ def test_reconcile_counts_each_result(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(handlers, "requeue", lambda *a: None)
     training = {"metadata": {"name": "t", "namespace": "ns", "uid": "u"}, "status": {}}
     observed: list[Any] = [Observed(training)]
-    monkeypatch.setattr(handlers.k8s, "observe", lambda ns, name: observed[0])
+    monkeypatch.setattr(handlers.k8s, "observe", lambda ns, name, *_, **__: observed[0])
     monkeypatch.setattr(handlers, "plan", lambda *a, **kw: Plan([], {"phase": "Training"}, []))
     monkeypatch.setattr(handlers.k8s, "apply", lambda *a, **kw: True)
 
@@ -233,7 +233,7 @@ def test_reconcile_counts_each_result(monkeypatch: pytest.MonkeyPatch) -> None:
         is None
     )
 
-    def broken(ns: str, name: str) -> None:
+    def broken(ns: str, name: str, *_: object, **__: object) -> None:
         raise RuntimeError("the API server is down")
 
     monkeypatch.setattr(handlers.k8s, "observe", broken)
@@ -257,7 +257,7 @@ def test_a_reconcile_of_a_training_being_deleted_does_not_export_it_again(
     going = {
         "metadata": {"name": "t", "namespace": "ns", "uid": "u", "deletionTimestamp": "2026-11-27T00:00:00Z"}
     }
-    monkeypatch.setattr(handlers.k8s, "observe", lambda ns, name: Observed({**going, "status": {}}))
+    monkeypatch.setattr(handlers.k8s, "observe", lambda ns, name, *_, **__: Observed({**going, "status": {}}))
     monkeypatch.setattr(handlers, "plan", lambda *a, **kw: Plan([], {"phase": "Failed"}, []))
     monkeypatch.setattr(handlers.k8s, "apply", lambda *a, **kw: True)
     m.training("ns", "t", {}, {"phase": "Training"})  # exported before the delete
