@@ -19,6 +19,7 @@ from graphtrain.contract.spec.base import (
     ObjectMeta,
     SpecModel,
 )
+from graphtrain.contract.spec.captured import CAPTURED_RULES
 from graphtrain.contract.spec.enums import (
     Backend,
     Device,
@@ -349,6 +350,7 @@ add_rules(
     GraphTrainingSpec,
     *_MODEL_OWNERSHIP,
     *KGE_TABLE_RULES,
+    *CAPTURED_RULES,
     Rule(
         "table-names-unique",
         "embeddings",

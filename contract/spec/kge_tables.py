@@ -53,27 +53,6 @@ _CEL_ALL_ROWS_OK = (
     "&& (!has(t.sharding) || t.sharding == 'server'))"
 )
 
-# the KGE models whose step training.cudaGraph captures: RotatE's relations are projected after each step
-CAPTURED_KINDS = ("transe", "distmult", "complex")
-
-
-def _uncapturable(s: GraphTrainingSpec) -> bool:
-    """training.cudaGraph where no step can be captured (runtime/train/graphed.refusal checks the rest):
-    a model not among CAPTURED_KINDS, more than one trainer, or its tables not held whole by the trainer in
-    float32 and refusing non-finite gradients."""
-    if s.model.kind not in CAPTURED_KINDS or s.trainers.replicas != 1:
-        return True
-    mine = _kge_tables(s)
-    return any(
-        t.sharding != Sharding.collective
-        or str(t.dtype) != "float32"
-        or t.vocabulary.kind != VocabularyKind.fixed
-        or str(t.non_finite_grads) != "refuse"
-        for t in s.embeddings
-        if t.name in mine
-    )
-
-
 KGE_TABLE_RULES = (
     Rule(
         "complex-rows-even",
@@ -99,19 +78,5 @@ KGE_TABLE_RULES = (
         message="optimizer.rows: all (every row stepped at every step) is for a knowledge-graph model's "
         "entityEmbedding or relationEmbedding with a fixed vocabulary on the shard servers, not %s",
         args=((f"self.embeddings.filter(t, !({_CEL_ALL_ROWS_OK})).map(t, t.name)", _all_rows_misplaced),),
-    ),
-    Rule(
-        "cuda-graph-kge",
-        "training.cudaGraph",
-        lambda s: not s.training.cuda_graph or not _uncapturable(s),
-        cel="!has(self.training.cudaGraph) || !self.training.cudaGraph || "
-        f"(self.model.kind in {cel_strings(CAPTURED_KINDS)} && self.trainers.replicas == 1 && "
-        f"self.embeddings.all(t, !({_CEL_KGE_TABLE}) || "
-        "(has(t.sharding) && t.sharding == 'collective' && (!has(t.dtype) || t.dtype == 'float32') && "
-        "(!has(t.vocabulary) || !has(t.vocabulary.kind) || t.vocabulary.kind == 'fixed') && "
-        "(!has(t.nonFiniteGrads) || t.nonFiniteGrads == 'refuse'))))",
-        message="captures a KGE step (transe, distmult, complex) whose entity and relation tables one "
-        "trainer (trainers.replicas: 1) holds whole: sharding collective, dtype float32, a fixed "
-        "vocabulary, nonFiniteGrads refuse",
     ),
 )

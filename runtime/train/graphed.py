@@ -32,10 +32,20 @@ WARMUP_STEPS = 3
 
 
 def refusal(device: torch.device, tables: Sequence[object], world: int, projected: bool) -> str:
-    """Why a KGE step over `tables` cannot be captured on `device`, or "": its tables must be held whole by
+    """Why a KGE step over `tables` cannot be captured on `device`, or "": see tables_refusal; and no
+    projection after the step (RotatE's relations have one)."""
+    why = tables_refusal(device, tables, world)
+    if why:
+        return why
+    if projected:
+        return "the model's relations are projected after each step (RotatE): not captured"
+    return ""
+
+
+def tables_refusal(device: torch.device, tables: Sequence[object], world: int) -> str:
+    """Why a step over `tables` cannot be captured on `device`, or "": its tables must be held whole by
     the one trainer (sharding: collective, a fixed vocabulary), float32, refusing non-finite gradients,
-    with no projection after the step (RotatE's relations have one), and on a GPU stepped by the CUDA core
-    (torch's reference would read its checks back)."""
+    and on a GPU stepped by the CUDA core (torch's reference would read its checks back)."""
     if device.type == "cuda":
         from graphtrain.runtime.native import cuda
         from graphtrain.runtime.native.backend import CoreBackend, choose_for_optimizer
@@ -57,8 +67,6 @@ def refusal(device: torch.device, tables: Sequence[object], world: int, projecte
             return f"embeddings[{t.name}] must be float32 with a fixed vocabulary"
         if t.config is None or t.config.nonfinite != "refuse":
             return f"embeddings[{t.name}].nonFiniteGrads must be refuse"
-    if projected:
-        return "the model's relations are projected after each step (RotatE): not captured"
     return ""
 
 
@@ -97,8 +105,9 @@ class GraphedStep:
         return [tuple(t.shape) for t in self.inputs]
 
     def __call__(self, batch: Sequence[torch.Tensor], index: int) -> torch.Tensor:
-        """Train on `batch` (host tensors of the inputs' shapes) as step `index`; returns its loss (on the
-        device, unread). Raises what the step before it flagged (optim/late.py)."""
+        """Train on `batch` (tensors of the inputs' shapes: on the host, or already on the device, as a
+        batch sampled there) as step `index`; returns its loss (on the device, unread). Raises what the
+        step before it flagged (optim/late.py)."""
         turn = self.runs % 2
         staging = self._staging[turn]
         for src, dst in zip(batch, self.inputs, strict=True):
@@ -110,6 +119,9 @@ class GraphedStep:
             if self.cuda:
                 self._copied[turn].synchronize()  # this buffer's copy up two steps back is done
             for buf, src, dst in zip(staging, batch, self.inputs, strict=True):
+                if src.device == dst.device:  # on the device already: in stream order, no host copy
+                    dst.copy_(src)
+                    continue
                 buf.copy_(src)
                 dst.copy_(buf, non_blocking=self.cuda)
             if self.cuda:

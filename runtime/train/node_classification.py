@@ -35,6 +35,8 @@ from graphtrain.runtime.kvstore.client.kvclient import KVClient
 from graphtrain.runtime.partition.format import load_names
 from graphtrain.runtime.storage.placement import free_bytes
 from graphtrain.runtime.tensor import DistEmbedding, DistTensor, pull_together
+from graphtrain.runtime.train import captured_sage
+from graphtrain.runtime.train.captured_sage import CapturedSage
 from graphtrain.runtime.train.dense import DenseTask
 from graphtrain.runtime.train.device import to_device
 from graphtrain.runtime.train.dist import Dist, seed_everything
@@ -139,6 +141,13 @@ class NodeClassification(DenseTask):
             sampler=partial(sample_blocks_on, on_device) if on_device else None,
             device=self.device,
         )
+        # training.cudaGraph: full batches packed at a fixed capacity and replayed (captured_sage.py)
+        self.captured: CapturedSage | None = None
+        if tr.cuda_graph:
+            why = captured_sage.refusal(self)
+            if why:
+                raise GraphtrainError(f"training.cudaGraph: {why}")
+            self.captured = CapturedSage(self)
 
     # -------------------------------------------------------------------------------- batches
 
@@ -215,7 +224,12 @@ class NodeClassification(DenseTask):
 
     def step(self, mb: MiniBatch, clock: StageClock) -> tuple[torch.Tensor, int]:
         """The embedding rows of the batch (stage pull), the model, its loss and backward, and the dense
-        step (forward_backward, in two pieces); the sparse gradients pushed between them (push)."""
+        step (forward_backward, in two pieces); the sparse gradients pushed between them (push). With
+        training.cudaGraph a full batch within the capacity is one replay (captured_sage.py): one stage."""
+        if self.captured is not None:
+            done = self.captured.step(mb, clock)
+            if done is not None:
+                return done
         self.settle(clock)  # the last step's dense step, once its gradients' average is in
         e = self._pull(mb)
         if e is not None:
@@ -227,7 +241,13 @@ class NodeClassification(DenseTask):
 
     def encode(self) -> Layers:
         """Every node's class scores with every neighbour, layer by layer (layerwise.py)."""
+        self.check_pending()
         return layerwise(self.enc, self.model, self.dist, gnn(self.spec.model).num_layers)
+
+    def check_pending(self) -> None:
+        """Raise for what the last captured step flagged (read a step late: optim/late.py)."""
+        if self.captured is not None:
+            self.captured.settle()
 
     @torch.no_grad()
     def evaluate(self, split: Split) -> dict[str, float]:

@@ -209,7 +209,7 @@ BREAKS: dict[str, Doc] = {
     "mixed-precision-models": edit(
         TRANSE, lambda s: s.setdefault("training", {}).update(mixedPrecision="bfloat16")
     ),
-    "cuda-graph-kge": edit(TRANSE, lambda s: s.setdefault("training", {}).update(cudaGraph=True)),
+    "cuda-graph": edit(TRANSE, lambda s: s.setdefault("training", {}).update(cudaGraph=True)),
     "table-names-unique": edit(GRAPHSAGE, lambda s: s["embeddings"].append({"name": "node", "dim": 8})),
     "tables-used": edit(GRAPHSAGE, lambda s: s["embeddings"].append({"name": "spare", "dim": 8})),
     "nodeEmbedding-exists": edit(GRAPHSAGE, lambda s: s["model"].update(nodeEmbedding="nope")),

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -155,8 +156,24 @@ def _capturable(s: dict) -> None:
         t["sharding"] = "collective"
 
 
+def _sage(**table: Any) -> dict:
+    """GraphSAGE node classification with its node table held by the one trainer (and `table`'s fields)."""
+    return edit(
+        GRAPHSAGE,
+        lambda s: (_capturable(s), s.update(trainers={"replicas": 1}), s["embeddings"][0].update(table)),
+    )
+
+
 CUDA_GRAPH_CASES = {
     "capturable": (edit(TRANSE, _capturable), True),
+    "graphsage": (_sage(), True),
+    "graphsage, mean duplicates": (_sage(duplicateGrads="mean"), False),
+    "graphsage, two trainers": (edit(_sage(), lambda s: s.update(trainers={"replicas": 2})), False),
+    "graphsage, bfloat16 products": (
+        edit(_sage(), lambda s: s["training"].update(mixedPrecision="bfloat16")),
+        False,
+    ),
+    "gat": (edit(_sage(), lambda s: s["model"].update(kind="gat")), False),
     "nonFiniteGrads skip": (
         edit(TRANSE, lambda s: (_capturable(s), s["embeddings"][1].update(nonFiniteGrads="skip"))),
         False,
@@ -181,7 +198,7 @@ CUDA_GRAPH_CASES = {
 
 @pytest.mark.parametrize("name", sorted(CUDA_GRAPH_CASES))
 def test_the_crd_judges_training_cuda_graph_as_python_does(kube: Callable[..., str], name: str) -> None:
-    """The cuda-graph-kge rule's CEL and its Python check agree on each of its clauses."""
+    """The cuda-graph rule's CEL and its Python check agree on each of its clauses."""
     doc, valid = CUDA_GRAPH_CASES[name]
     assert (check(doc)[1] == []) == valid
     if valid:

@@ -126,13 +126,16 @@ def train(
     device: torch.device | None = None,
 ) -> tuple[Recorded, dict[str, Any] | None]:
     """One trainer's life on fresh in-process shards (they restore the run's latest checkpoint, if any);
-    `direct_to`: the trainer's device, whose tables it uses where they lie; `device`: a KGE trainer's
-    (where it scores, and where its collective tables live)."""
+    `direct_to`: the trainer's device, whose tables it uses where they lie; `device`: the trainer's
+    (where it computes, and where its collective tables live)."""
     root = run_dir / "checkpoints"
     client = standalone_client(partition, root, direct_to=direct_to)
     graph, dist = DistGraph(partition, client), Dist()
     sage = kind == "graphsage"
-    task = NodeClassification(gt, graph, client, dist) if sage else LinkPrediction(gt, graph, dist, device)
+    if sage:
+        task: Any = NodeClassification(gt, graph, client, dist, device)
+    else:
+        task = LinkPrediction(gt, graph, dist, device)
     recorded = Recorded(task, stop_after)
     loop = EpochLoop(recorded, gt.spec, graph, dist, run_dir, root)
     try:

@@ -1,0 +1,108 @@
+"""training.cudaGraph for GraphSAGE node classification on a CPU (train/captured_sage.py): the captured
+step's own code, run eagerly over its fixed-capacity buffers (models/fixed_blocks.py), as the CUDA graph
+replays it on a GPU. It trains as the eager step does (bit for bit on the build VM's CPU; held to 1e-5,
+as padded GEMMs may sum in other blocks elsewhere); every full batch after the capacity is learned goes
+through it or is counted as beyond it; it reads nothing back inside the step but the CPU twin's own
+checks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from graphtrain.contract.spec import DuplicateRule, GraphTraining
+from graphtrain.runtime.errors import GraphtrainError
+from graphtrain.runtime.models import fixed_blocks as fb
+from graphtrain.runtime.train import captured_sage
+from graphtrain.runtime.train.captured_sage import CapturedSage
+from tests.runtime.train.test_graphed_step import HostReads, collective
+from tests.runtime.train.test_resume import final_state, one_thread, partitions, train  # noqa: F401
+
+
+def _sage(gt: GraphTraining, graph: bool, dropout: float = 0.0) -> GraphTraining:
+    spec = collective(gt, graph)
+    spec.spec.model.dropout = dropout
+    return spec
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("learn", [captured_sage.LEARN_STEPS, 1], ids=["learned", "tight"])
+def test_the_captured_sage_step_trains_as_the_eager_one(
+    learn: int,
+    partitions: dict[str, tuple[GraphTraining, Path]],  # noqa: F811 - the fixture
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`tight`: a capacity of one batch's sizes with no headroom, so larger batches go beyond it and
+    are trained eagerly between captured ones."""
+    gt, partition = partitions["graphsage"]
+    monkeypatch.setattr(CapturedSage.__init__, "__defaults__", (learn,))
+    if learn == 1:
+        monkeypatch.setattr(fb.capacity_for, "__defaults__", (0.0,))
+    eager, eager_result = train("graphsage", _sage(gt, False, 0.2), partition, tmp_path / "eager")
+    assert eager.task.captured is None
+    graphed, graphed_result = train("graphsage", _sage(gt, True, 0.2), partition, tmp_path / "graphed")
+    cap = graphed.task.captured
+    assert cap is not None and cap.graphed is not None and cap.cap is not None
+    seeds = len(graphed.task.train_ids)
+    full = seeds // graphed.task.loader.batch_size * gt.spec.training.epochs
+    assert cap.graphed.runs + cap.eager_beyond == full - learn  # every full batch after the learning
+    assert cap.graphed.runs > 0 and (cap.eager_beyond > 0) == (learn == 1)
+    assert len(graphed.steps) == len(eager.steps)
+    for (batch_a, loss_a), (batch_b, loss_b) in zip(eager.steps, graphed.steps, strict=True):
+        assert batch_a == batch_b  # the same batches in the same order
+        assert loss_b == pytest.approx(loss_a, rel=1e-5, abs=1e-6)
+    a, b = final_state(eager.task), final_state(graphed.task)
+    for name in a:
+        torch.testing.assert_close(b[name], a[name], rtol=1e-5, atol=1e-6, msg=name)
+    assert graphed.task.emb.steps == eager.task.emb.steps  # the count a checkpoint keeps
+    assert graphed.task.updates == eager.task.updates
+    assert eager_result is not None and graphed_result is not None
+    for key in ("val_accuracy", "test_accuracy"):
+        if key in eager_result:
+            assert graphed_result[key] == pytest.approx(eager_result[key], abs=1e-6)
+
+
+@pytest.mark.timeout(120)
+def test_the_captured_sage_step_reads_nothing_back_but_the_twins_checks(
+    partitions: dict[str, tuple[GraphTraining, Path]],  # noqa: F811 - the fixture
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Without dropout: the CPU's dropout draws its seed on the host (a GPU's is torch's, on the device)."""
+    gt, partition = partitions["graphsage"]
+    reads = HostReads()
+    original = CapturedSage._graph_step
+
+    def watched(self: CapturedSage, buffers: list[torch.Tensor], cap: Any) -> torch.Tensor:
+        with reads:
+            return original(self, buffers, cap)
+
+    monkeypatch.setattr(CapturedSage, "_graph_step", watched)
+    spec = _sage(gt, True)
+    spec.spec.training.epochs = 1
+    recorded, _ = train("graphsage", spec, partition, tmp_path / "graphed")
+    assert recorded.task.captured.graphed.runs > 0
+    assert reads.seen and all(twin for _, twin in reads.seen), reads.seen
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("what", ["server table", "mean duplicates"])
+def test_a_step_that_cannot_be_captured_is_refused_in_one_line(
+    what: str,
+    partitions: dict[str, tuple[GraphTraining, Path]],  # noqa: F811 - the fixture
+    tmp_path: Path,
+) -> None:
+    gt, partition = partitions["graphsage"]
+    spec = gt.model_copy(deep=True)
+    spec.spec.training.cuda_graph = True
+    want = r"training.cudaGraph: embeddings\[node\] must have sharding: collective"
+    if what == "mean duplicates":
+        spec = _sage(gt, True)
+        spec.spec.embeddings[0].duplicate_grads = DuplicateRule.mean
+        want = r"training.cudaGraph: embeddings\[node\].duplicateGrads must be sum"
+    with pytest.raises(GraphtrainError, match=want):
+        train("graphsage", spec, partition, tmp_path / "refused")
