@@ -140,14 +140,20 @@ def _integer_labels(path: Path, arr: np.ndarray) -> np.ndarray:
         bad = ~np.isfinite(arr) | (arr != np.round(arr)) | (np.abs(arr) >= 2.0**63)  # cast: any int64
         if bad.any():
             row = int(np.argmax(bad))
-            raise DataError(f"{path}: label {arr[row]} (row {row}) is not a class id")
+            raise DataError(f"{path}: label {arr[row]} ({_at(path, row)}) is not a class id")
     elif arr.dtype.kind not in "biu":
         raise DataError(f"{path}: labels must be integers or strings, got {arr.dtype}")
     label = arr.astype(np.int64)
     if label.size and label.min() < -1:
         row = int(np.argmax(label < -1))
-        raise DataError(f"{path}: label {label[row]} (row {row}) is negative (-1 means unlabelled)")
+        raise DataError(f"{path}: label {label[row]} ({_at(path, row)}) is negative (-1 means unlabelled)")
     return label
+
+
+def _at(path: Path, row: int) -> str:
+    """Where value `row` (0-based) of a file is, as its reader counts: an array's index, or a table's data
+    row from 1 (a CSV file's line, less its header)."""
+    return f"index {row}" if path.suffix == ".npy" else f"data row {row + 1}"
 
 
 def as_float32(path: Path, feat: np.ndarray, what: str = "feature") -> np.ndarray:
@@ -328,8 +334,8 @@ def typed(table: NodeTable, string_ids: bool) -> NodeTable:
     for row, value in enumerate(ids.tolist()):
         if not _ID.fullmatch(value) or not 0 <= int(value) < 2**63:
             raise DataError(
-                f"{table.path}: id {value!r} (row {row}) is not a non-negative integer id like the edge "
-                "list's (set graph.nodeIds: string for ids that are names)"
+                f"{table.path}: id {value!r} ({_at(table.path, row)}) is not a non-negative integer id like "
+                "the edge list's (set graph.nodeIds: string for ids that are names)"
             )
     numbers = ids.astype(np.int64)
     _unique_ids(table.path, numbers, ids)

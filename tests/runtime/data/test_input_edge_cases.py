@@ -233,7 +233,7 @@ def test_a_label_beyond_int64_is_not_a_class_id(tmp_path: Path) -> None:
     labels = write(tmp_path / "l.csv", "id,label\n0,99999999999999999999\n1,1\n")
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)
-        with pytest.raises(DataError, match=r"l.csv: label 1e\+20 \(row 0\) is not a class id"):
+        with pytest.raises(DataError, match=r"l.csv: label 1e\+20 \(data row 1\) is not a class id"):
             load_file(write(tmp_path / "e.tsv", EDGES), labels=labels)
 
 

@@ -104,11 +104,11 @@ def test_sparse_npz_features(tmp_path: Path) -> None:
     [
         ({"l.csv": "id,label\n0,a\n0,b\n"}, r"l.csv: id '0' on rows 0 and 1: one row per node"),
         ({"l.csv": "id,kind\n0,a\n"}, r"l.csv: no `label` column \(columns: id, kind\)"),
-        ({"l.csv": "id,label\nx,a\n"}, r"l.csv: id 'x' \(row 0\) is not a non-negative integer id"),
+        ({"l.csv": "id,label\nx,a\n"}, r"l.csv: id 'x' \(data row 1\) is not a non-negative integer id"),
         ({"f.csv": "id,x\n0,1.5\n1,abc\n2,1\n"}, r"f.csv: column 'x' holds string, not numbers"),
         ({"f.csv": "id,x\n0,1.5\n2,1\n"}, r"f.csv: 1 nodes have no row \(e.g. 1\)"),
         ({"f.npy": np.ones((2, 2))}, r"id 2 is outside \[0, 2\) \(the rows of .*f.npy\)"),
-        ({"l.npy": np.array([0, 1, -2])}, r"l.npy: label -2 \(row 2\) is negative"),
+        ({"l.npy": np.array([0, 1, -2])}, r"l.npy: label -2 \(index 2\) is negative"),
         ({"f.npy": np.array([{"a": 1}], dtype=object)}, r"f.npy: its array holds Python objects"),
         # an id column under another name: the rows would be matched to nodes by their order
         ({"l.csv": "node,label\n2,a\n0,b\n1,a\n"}, r"l.csv: column 'node' looks like node ids, .* `id`"),
