@@ -151,9 +151,11 @@ def _integer_labels(path: Path, arr: np.ndarray) -> np.ndarray:
 
 
 def _at(path: Path, row: int) -> str:
-    """Where value `row` (0-based) of a file is, as its reader counts: an array's index, or a table's data
-    row from 1 (a CSV file's line, less its header)."""
-    return f"index {row}" if path.suffix == ".npy" else f"data row {row + 1}"
+    """Where value `row` (0-based) of a file is, as its reader counts: an array's index, a CSV file's line
+    (its header is line 1, as typed graphs' files say), a Parquet table's row from 1."""
+    if path.suffix == ".npy":
+        return f"index {row}"
+    return f"line {row + 2}" if path.suffix == ".csv" else f"row {row + 1}"
 
 
 def as_float32(path: Path, feat: np.ndarray, what: str = "feature") -> np.ndarray:
@@ -284,7 +286,7 @@ def _id_column(path: Path, table: Any) -> np.ndarray | None:
     column = table.column(ID_COLUMN)
     if column.null_count:
         row = int(np.argmin(np.asarray(column.is_valid())))
-        raise DataError(f"{path}: row {row} has no {ID_COLUMN}")
+        raise DataError(f"{path}: {_at(path, row)} has no {ID_COLUMN}")
     ids = np.array([str(v).strip() for v in column.to_pylist()], dtype=np.str_)
     _unique_ids(path, ids, ids)
     return ids
@@ -299,7 +301,7 @@ def _unique_ids(path: Path, ids: np.ndarray, written: np.ndarray) -> None:
         a, b = sorted((int(order[same[0]]), int(order[same[0] + 1])))
         x, y = str(written[a]), str(written[b])
         both = f"id {x!r}" if x == y else f"ids {x!r} and {y!r} (the same integer)"
-        raise DataError(f"{path}: {both} on rows {a} and {b}: one row per node")
+        raise DataError(f"{path}: {both} on {_at(path, a)} and {_at(path, b)}: one row per node")
 
 
 def _numeric_column(path: Path, table: Any, column: str) -> np.ndarray:
@@ -311,8 +313,8 @@ def _numeric_column(path: Path, table: Any, column: str) -> np.ndarray:
     if col.null_count:
         row = int(np.argmin(np.asarray(col.is_valid())))
         raise DataError(
-            f"{path}: column {column!r} has no value in row {row} (an empty cell, or one that reads as "
-            "missing: NA, NULL, nan, N/A; every feature needs a value)"
+            f"{path}: column {column!r} has no value on {_at(path, row)} (an empty cell, or one that reads "
+            "as missing: NA, NULL, nan, N/A; every feature needs a value)"
         )
     return np.asarray(col.to_numpy(zero_copy_only=False), dtype=np.float32)
 

@@ -69,7 +69,8 @@ def test_3_non_canonical_integer_ids_are_strings_under_auto(tmp_path: Path) -> N
 
 def test_3_labels_naming_one_integer_twice_name_both_rows(tmp_path: Path) -> None:
     labels = write(tmp_path / "l.csv", "id,label\n1,a\n007,a\n7,b\n")
-    with pytest.raises(DataError, match=r"l.csv: ids '007' and '7' \(the same integer\) on rows 1 and 2"):
+    said = r"l.csv: ids '007' and '7' \(the same integer\) on line 3 and line 4"
+    with pytest.raises(DataError, match=said):
         load_file(write(tmp_path / "e.tsv", "1\t7\n7\t2\n"), labels=labels)
 
 
@@ -233,7 +234,7 @@ def test_a_label_beyond_int64_is_not_a_class_id(tmp_path: Path) -> None:
     labels = write(tmp_path / "l.csv", "id,label\n0,99999999999999999999\n1,1\n")
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)
-        with pytest.raises(DataError, match=r"l.csv: label 1e\+20 \(data row 1\) is not a class id"):
+        with pytest.raises(DataError, match=r"l.csv: label 1e\+20 \(line 2\) is not a class id"):
             load_file(write(tmp_path / "e.tsv", EDGES), labels=labels)
 
 

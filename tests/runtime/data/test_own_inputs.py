@@ -102,9 +102,9 @@ def test_sparse_npz_features(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("files", "needle"),
     [
-        ({"l.csv": "id,label\n0,a\n0,b\n"}, r"l.csv: id '0' on rows 0 and 1: one row per node"),
+        ({"l.csv": "id,label\n0,a\n0,b\n"}, r"l.csv: id '0' on line 2 and line 3: one row per node"),
         ({"l.csv": "id,kind\n0,a\n"}, r"l.csv: no `label` column \(columns: id, kind\)"),
-        ({"l.csv": "id,label\nx,a\n"}, r"l.csv: id 'x' \(data row 1\) is not a non-negative integer id"),
+        ({"l.csv": "id,label\nx,a\n"}, r"l.csv: id 'x' \(line 2\) is not a non-negative integer id"),
         ({"f.csv": "id,x\n0,1.5\n1,abc\n2,1\n"}, r"f.csv: column 'x' holds string, not numbers"),
         ({"f.csv": "id,x\n0,1.5\n2,1\n"}, r"f.csv: 1 nodes have no row \(e.g. 1\)"),
         ({"f.npy": np.ones((2, 2))}, r"id 2 is outside \[0, 2\) \(the rows of .*f.npy\)"),
