@@ -104,7 +104,8 @@ def test_two_servers_two_clients_match_single_process(config: OptimConfig, ckroo
     if not torch.allclose(got, table, rtol=1e-5, atol=1e-6):
         off = float((got - table).abs().max())
         pytest.fail(
-            f"the served table is up to {off:.2g} off the reference; closest: {closest_orders(config, got)}"
+            f"the served table is up to {off:.2g} off the reference; {rows_off(got, table)}; "
+            f"closest: {closest_orders(config, got)}"
         )
     got_state = export_state(ckroot / "final", "emb")
     assert set(got_state) == set(state)
