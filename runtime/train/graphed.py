@@ -159,7 +159,10 @@ class GraphedStep:
 
     def _capture(self) -> None:
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
+        # thread_local: torch's default ("global") makes any other thread's unsafe CUDA call during the
+        # capture (the loader thread's pin_memory, its sampler's waits and cudaMalloc, with
+        # training.prefetch) fail there and invalidate the capture; this thread is held to the same rules
+        with torch.cuda.graph(graph, capture_error_mode="thread_local"):
             self._loss = self.step()
         self.graph = graph
         log(f"training.cudaGraph: the step is captured after {self.runs} eager ones and replayed from now on")

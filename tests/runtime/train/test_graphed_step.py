@@ -6,6 +6,7 @@ naming its step, which changed nothing. The capture and replay themselves run in
 
 from __future__ import annotations
 
+import contextlib
 import traceback
 from pathlib import Path
 from typing import Any
@@ -265,3 +266,21 @@ def test_the_spec_takes_cuda_graph_on_a_kge_model_with_collective_float32_tables
     assert [p.path for p in check(two)[1]] == ["spec.training.cudaGraph"]
     skip = edit(TRANSE, lambda s: (capturable(s), s["embeddings"][1].update(nonFiniteGrads="skip")))
     assert [p.path for p in check(skip)[1]] == ["spec.training.cudaGraph"]
+
+
+def test_the_capture_holds_only_its_own_thread_to_the_capture_rules(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A GraphSAGE trainer's loader thread (training.prefetch) pins, copies and samples on the GPU while
+    the step is captured: under torch's default mode ("global") any of its unsafe calls fails in that
+    thread and invalidates the capture. Captured as on a GPU, with torch.cuda's graph recorded."""
+    modes: list[str] = []
+
+    @contextlib.contextmanager
+    def graph(g: Any, capture_error_mode: str = "global", **_: Any) -> Any:
+        modes.append(capture_error_mode)
+        yield
+
+    monkeypatch.setattr(torch.cuda, "CUDAGraph", lambda: object())
+    monkeypatch.setattr(torch.cuda, "graph", graph)
+    step = GraphedStep(lambda: torch.zeros(()), [torch.zeros(2)], LateFlags("cpu"))
+    step._capture()
+    assert step.captured and modes == ["thread_local"]
