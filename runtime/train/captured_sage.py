@@ -142,10 +142,8 @@ class CapturedSage:
         id), the features (added rows of zeros), the labels, the blocks' buffers."""
         task, enc = self.task, self.task.enc
         out = []
-        if enc.emb is not None:
-            out.append(
-                fb.padded_rows(task._ids(enc.emb, mb).to(task.device), cap.nodes[0], repeat_first=True)
-            )
+        if enc.emb is not None:  # host ids stay there: GraphedStep copies them up through pinned memory
+            out.append(fb.padded_rows(task._ids(enc.emb, mb), cap.nodes[0], repeat_first=True))
         if enc.feat is not None:
             out.append(fb.padded_rows(mb.data["x"], cap.nodes[0]))
         out.append(mb.data["y"].to(task.device))

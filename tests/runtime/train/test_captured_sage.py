@@ -106,3 +106,28 @@ def test_a_step_that_cannot_be_captured_is_refused_in_one_line(
         want = r"training.cudaGraph: embeddings\[node\].duplicateGrads must be sum"
     with pytest.raises(GraphtrainError, match=want):
         train("graphsage", spec, partition, tmp_path / "refused")
+
+
+def test_host_ids_go_to_the_captured_step_as_they_are() -> None:
+    """Ids looked up from the host (a batch sampled there) stay there: GraphedStep copies them up through
+    its pinned buffers, without a wait. Moved first (`.to(device)` of pageable memory), each captured
+    step's host waited for the last replay to end."""
+    from types import SimpleNamespace
+
+    from graphtrain.runtime.graph.loader import MiniBatch
+    from tests.runtime.models.test_fixed_blocks import batch
+
+    blocks = batch()
+    cap = fb.capacity_for([fb.sizes(blocks)], seeds=97)
+    ids = torch.arange(blocks[0].num_src)
+    mb = MiniBatch(seeds=ids[:97].numpy(), input_nodes=ids.numpy(), blocks=blocks)
+    mb.data["y"] = torch.zeros(97, dtype=torch.int64)
+    meta = torch.device("meta")  # stands for the GPU: whatever is moved there shows it
+    enc = SimpleNamespace(emb=object(), feat=None)
+    task = SimpleNamespace(enc=enc, device=meta, loader=SimpleNamespace(batch_size=97))
+    task._ids = lambda table, b: torch.from_numpy(b.input_nodes)
+    captured = CapturedSage.__new__(CapturedSage)
+    captured.task = task
+    inputs = captured._inputs(mb, cap)
+    assert inputs[0].device.type == "cpu" and inputs[0].shape == (cap.nodes[0],)
+    assert torch.equal(inputs[0][: len(ids)], ids) and bool((inputs[0][len(ids) :] == ids[0]).all())
