@@ -156,6 +156,8 @@ class CapturedSage:
             for group in task.dense_opt.param_groups:
                 if "capturable" in group:  # Adam's (SGD has no state to count)
                     group["capturable"] = True
+            # eager steps stay (the warm-up, batches beyond the capacity): torch's warning is not for them
+            task.dense_opt._warned_capturable_if_run_uncaptured = True  # type: ignore[attr-defined]
         emb = task.enc.emb
 
         def replayed() -> None:  # what the step does in Python, once at capture

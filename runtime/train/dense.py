@@ -57,10 +57,12 @@ def load_dense(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimi
             "run trained with (its model.hiddenDim, model.numLayers, model.useFeatures and embedding dims)"
         )
     model.load_state_dict(state["model"])
-    chosen = [group.get("fused") for group in optimizer.param_groups]
+    chosen = [(group.get("fused"), group.get("capturable")) for group in optimizer.param_groups]
     optimizer.load_state_dict(state["optimizer"])
-    for group, fused in zip(optimizer.param_groups, chosen, strict=True):
+    for group, (fused, capturable) in zip(optimizer.param_groups, chosen, strict=True):
         group["fused"] = fused  # this device's choice (dense_optimizer), not the saving trainer's
+        if capturable is not None:  # nor its captured step's (train/captured_sage.py sets it again)
+            group["capturable"] = capturable
 
 
 def shape_mismatch(saved: dict[str, Any], current: dict[str, Any]) -> str:

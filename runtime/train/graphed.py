@@ -45,8 +45,9 @@ def refusal(device: torch.device, tables: Sequence[object], world: int, projecte
 def tables_refusal(device: torch.device, tables: Sequence[object], world: int) -> str:
     """Why a step over `tables` cannot be captured on `device`, or "": its tables must be held whole by
     the one trainer (sharding: collective, a fixed vocabulary), float32, refusing non-finite gradients,
-    and on a GPU stepped by the CUDA core (torch's reference would read its checks back)."""
-    if device.type == "cuda":
+    and on a GPU stepped by the CUDA core (torch's reference would read its checks back); no table, no
+    core needed."""
+    if device.type == "cuda" and tables:
         from graphtrain.runtime.native import cuda
         from graphtrain.runtime.native.backend import CoreBackend, choose_for_optimizer
 

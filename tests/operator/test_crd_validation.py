@@ -174,6 +174,24 @@ CUDA_GRAPH_CASES = {
         False,
     ),
     "gat": (edit(_sage(), lambda s: s["model"].update(kind="gat")), False),
+    "graphsage on a GPU": (
+        edit(_sage(), lambda s: s.update(trainers={"replicas": 1, "device": "cuda"})),
+        True,
+    ),
+    "graphsage on a GPU, adagrad": (
+        edit(
+            _sage(),
+            lambda s: (
+                s.update(trainers={"replicas": 1, "device": "cuda"}),
+                s["training"].update(denseOptimizer="adagrad"),
+            ),
+        ),
+        False,
+    ),
+    "graphsage on a CPU, adagrad": (
+        edit(_sage(), lambda s: s["training"].update(denseOptimizer="adagrad")),
+        True,
+    ),
     "nonFiniteGrads skip": (
         edit(TRANSE, lambda s: (_capturable(s), s["embeddings"][1].update(nonFiniteGrads="skip"))),
         False,

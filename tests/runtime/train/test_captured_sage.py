@@ -131,3 +131,11 @@ def test_host_ids_go_to_the_captured_step_as_they_are() -> None:
     inputs = captured._inputs(mb, cap)
     assert inputs[0].device.type == "cpu" and inputs[0].shape == (cap.nodes[0],)
     assert torch.equal(inputs[0][: len(ids)], ids) and bool((inputs[0][len(ids) :] == ids[0]).all())
+
+
+def test_a_step_with_no_table_needs_no_cuda_core() -> None:
+    """A features-only GraphSAGE on a GPU has nothing for the CUDA core to step: not refused for it."""
+    from graphtrain.runtime.train import graphed
+
+    assert graphed.tables_refusal(torch.device("cuda"), [], 1) == ""
+    assert "one trainer" in graphed.tables_refusal(torch.device("cuda"), [], 2)

@@ -126,6 +126,20 @@ def test_a_checkpoint_keeps_the_loading_devices_fused_choice(tmp_path: Path) -> 
     assert other.param_groups[0]["fused"] is None
 
 
+def test_a_checkpoint_keeps_the_loading_optimizers_capturable_choice(tmp_path: Path) -> None:
+    """A captured step's Adam (capturable, train/captured_sage.py) resumed by an eager trainer stays
+    as that trainer made it: capturable is slower where nothing is captured."""
+    from graphtrain.runtime.train.dense import load_dense, save_dense
+
+    model = torch.nn.Linear(2, 2)
+    captured = torch.optim.Adam(model.parameters(), lr=0.1)
+    captured.param_groups[0]["capturable"] = True
+    save_dense(tmp_path / "dense.pt", model, captured)
+    eager = dense_optimizer("adam", model.parameters(), 0.1)
+    load_dense(tmp_path / "dense.pt", model, eager)
+    assert eager.param_groups[0]["capturable"] is False
+
+
 class _Runs:
     """A pickled object that would run code when unpickled without weights_only."""
 
