@@ -6,9 +6,9 @@ to `Capacity.nodes` and each block's edges to `Capacity.edges`, and the step the
 from fixed buffers. Exact, not approximate:
 - the added nodes of a layer come after its real ones, so a layer's first rows are still its
   destinations (dst i = src i) and the next layer's sources are this layer's padded destinations;
-- the added edges (value 0) all sit in the last row of the mean and of its transpose, a row that is
-  always an added node's (every capacity is at least one more than what it holds): no real row's sum
-  gains a term, and an added node's output and gradient are 0 or never read;
+- the added edges (value 0) sit in the added rows of the mean and of its transpose (every capacity is
+  at least one more than what it holds, so there is one): no real row's sum gains a term, and an
+  added node's output and gradient are 0 or never read;
 - the input layer's added ids repeat its first real id, so a table lookup reads a real row and the
   gradient it gives back to that row is 0: the sparse step's sum over duplicates is unchanged (a table
   that averages duplicates is refused: train/captured_sage.refusal);
@@ -98,19 +98,29 @@ def fits(need: Sizes, cap: Capacity) -> bool:
     )
 
 
-def padded_csr(a: torch.Tensor, rows: int, nnz: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(row pointer, columns, values) of CSR `a` grown to `rows` rows and `nnz` entries: the added
-    entries (column 0, value 0) in the last row, which `a` must not have."""
+def padded_csr(
+    a: torch.Tensor, rows: int, nnz: int, cols: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(row pointer, columns, values) of CSR `a` grown to `rows` rows (of `cols` columns) and `nnz`
+    entries. The added entries (value 0) are spread over the added rows, which `a` must leave at least
+    one of, each row's at columns 0, 1, ...: sorted and distinct within a row (cuSPARSE's CSR asks for
+    no repeated pair) while the added rows times `cols` hold them. No host read: every size is a shape."""
     crow, col, val = a.crow_indices(), a.col_indices(), a.values()
     real_rows, real = len(crow) - 1, len(col)
-    if real_rows >= rows or real > nnz:
+    added, extra = rows - real_rows, nnz - real
+    if added < 1 or extra < 0:
         raise ValueError(
             f"a {real_rows}-row CSR of {real} entries does not fit {rows - 1} rows, {nnz} entries"
         )
-    end = crow.new_full((1,), nnz)
-    crow = torch.cat([crow, crow[-1:].expand(rows - 1 - real_rows), end])
-    col = torch.cat([col, col.new_zeros(nnz - real)])
-    val = torch.cat([val, val.new_zeros(nnz - real)])
+    per_row = torch.full((added,), extra // added, dtype=crow.dtype, device=crow.device)
+    per_row[: extra % added] += 1
+    ends = per_row.cumsum(0)
+    crow = torch.cat([crow, ends + real])
+    within = torch.arange(extra, dtype=col.dtype, device=col.device) - torch.repeat_interleave(
+        ends - per_row, per_row, output_size=extra
+    )
+    col = torch.cat([col, within % cols])
+    val = torch.cat([val, val.new_zeros(extra)])
     return crow, col, val
 
 
@@ -120,8 +130,8 @@ def pack(blocks: list[Block], cap: Capacity) -> list[torch.Tensor]:
     out: list[torch.Tensor] = []
     for i, b in enumerate(blocks):
         assert b.mean is not None and b.mean_t is not None
-        out += padded_csr(b.mean, cap.nodes[i + 1], cap.edges[i])
-        out += padded_csr(b.mean_t, cap.nodes[i], cap.edges[i])
+        out += padded_csr(b.mean, cap.nodes[i + 1], cap.edges[i], cap.nodes[i])
+        out += padded_csr(b.mean_t, cap.nodes[i], cap.edges[i], cap.nodes[i + 1])
     return out
 
 

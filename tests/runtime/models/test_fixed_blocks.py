@@ -107,3 +107,21 @@ def test_padded_rows_repeat_an_id_or_add_zeros() -> None:
     assert fb.padded_rows(ids, 2) is ids
     with pytest.raises(ValueError, match="do not fit"):
         fb.padded_rows(ids, 1)
+
+
+def test_added_entries_are_distinct_and_sorted_in_the_added_rows() -> None:
+    """cuSPARSE's CSR: no repeated (row, column) pair; the added entries spread over the added rows."""
+    bs = batch()
+    cap = fb.capacity_for([fb.sizes(bs)], seeds=97)
+    for i, b in enumerate(bs):
+        assert b.mean is not None
+        crow, col, val = fb.padded_csr(b.mean, cap.nodes[i + 1], cap.edges[i], cap.nodes[i])
+        assert crow[-1] == len(col) == len(val) == cap.edges[i]
+        assert torch.equal(crow[: b.num_dst + 1], b.mean.crow_indices())
+        for r in range(b.num_dst, cap.nodes[i + 1]):
+            cols = col[crow[r] : crow[r + 1]]
+            assert torch.equal(cols, torch.arange(len(cols))), r
+            assert not val[crow[r] : crow[r + 1]].any()
+    one_row = torch.sparse_csr_tensor(torch.tensor([0, 1]), torch.tensor([0]), torch.tensor([1.0]), (1, 3))
+    crow, col, _ = fb.padded_csr(one_row, 2, 8, 3)  # 7 added entries in one added row of 3 columns
+    assert crow.tolist() == [0, 1, 8] and col.tolist() == [0, 0, 1, 2, 0, 1, 2, 0]
