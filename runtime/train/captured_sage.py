@@ -129,12 +129,14 @@ class CapturedSage:
     def _beyond(self, need: fb.Sizes) -> None:
         self.settle()
         self.eager_beyond += 1
-        if self.eager_beyond == 1 and self.task.dist.rank == 0:
+        n = self.eager_beyond
+        if self.task.dist.rank == 0 and n == 10 ** (len(str(n)) - 1):  # the 1st, 10th, 100th, ...
             assert self.cap is not None
+            replayed = self.graphed.runs if self.graphed is not None else 0
             log(
                 f"training.cudaGraph: a batch of nodes {list(need.nodes)} and edges {list(need.edges)} is "
-                f"beyond the captured capacity ({list(self.cap.nodes)}, {list(self.cap.edges)}): such "
-                "batches are trained eagerly"
+                f"beyond the captured capacity ({list(self.cap.nodes)}, {list(self.cap.edges)}): trained "
+                f"eagerly ({n:,} such so far, {replayed:,} captured steps)"
             )
 
     def _inputs(self, mb: MiniBatch, cap: fb.Capacity) -> list[torch.Tensor]:

@@ -35,6 +35,7 @@ def test_the_captured_sage_step_trains_as_the_eager_one(
     partitions: dict[str, tuple[GraphTraining, Path]],  # noqa: F811 - the fixture
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     """`tight`: a capacity of one batch's sizes with no headroom, so larger batches go beyond it and
     are trained eagerly between captured ones."""
@@ -51,6 +52,8 @@ def test_the_captured_sage_step_trains_as_the_eager_one(
     full = seeds // graphed.task.loader.batch_size * gt.spec.training.epochs
     assert cap.graphed.runs + cap.eager_beyond == full - learn  # every full batch after the learning
     assert cap.graphed.runs > 0 and (cap.eager_beyond > 0) == (learn == 1)
+    said = [line for line in capsys.readouterr().err.splitlines() if "beyond the captured capacity" in line]
+    assert len(said) == len(str(cap.eager_beyond)) * (learn == 1)  # the 1st, the 10th, ...
     assert len(graphed.steps) == len(eager.steps)
     for (batch_a, loss_a), (batch_b, loss_b) in zip(eager.steps, graphed.steps, strict=True):
         assert batch_a == batch_b  # the same batches in the same order
