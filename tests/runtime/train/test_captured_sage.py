@@ -19,7 +19,14 @@ from graphtrain.runtime.models import fixed_blocks as fb
 from graphtrain.runtime.train import captured_sage
 from graphtrain.runtime.train.captured_sage import CapturedSage
 from tests.runtime.train.test_graphed_step import HostReads, collective
-from tests.runtime.train.test_resume import final_state, one_thread, partitions, train  # noqa: F401
+from tests.runtime.train.test_resume import (  # noqa: F401
+    INTERVAL,
+    STOP_AFTER,
+    final_state,
+    one_thread,
+    partitions,
+    train,
+)
 
 
 def _sage(gt: GraphTraining, graph: bool, dropout: float = 0.0) -> GraphTraining:
@@ -142,3 +149,26 @@ def test_a_step_with_no_table_needs_no_cuda_core() -> None:
 
     assert graphed.tables_refusal(torch.device("cuda"), [], 1) == ""
     assert "one trainer" in graphed.tables_refusal(torch.device("cuda"), [], 2)
+
+
+@pytest.mark.timeout(180)
+def test_a_captured_run_resumed_mid_epoch_ends_as_the_uninterrupted_one(
+    partitions: dict[str, tuple[GraphTraining, Path]],  # noqa: F811 - the fixture
+    tmp_path: Path,
+) -> None:
+    """Stopped after a checkpoint inside epoch 2 (some steps captured), then resumed: the resumed
+    trainer learns its capacity again over its first full batches and ends where the uninterrupted
+    captured run does (both train as the eager step here)."""
+    gt, partition = partitions["graphsage"]
+    spec = _sage(gt, True, 0.2)
+    spec.spec.training.checkpoint_interval = INTERVAL
+    whole, whole_result = train("graphsage", spec, partition, tmp_path / "whole")
+    run_dir = tmp_path / "stopped"
+    first, result = train("graphsage", spec, partition, run_dir, stop_after=STOP_AFTER)
+    assert result is None and first.task.captured.graphed is not None  # it had captured steps
+    second, resumed_result = train("graphsage", spec, partition, run_dir)
+    assert second.steps == whole.steps[STOP_AFTER:]
+    assert resumed_result == whole_result
+    ours, theirs = final_state(second.task), final_state(whole.task)
+    for name, value in theirs.items():
+        torch.testing.assert_close(ours[name], value, rtol=1e-5, atol=1e-6, msg=name)
