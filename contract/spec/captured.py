@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from graphtrain.contract.spec.enums import DuplicateRule, MixedPrecision, Sharding, VocabularyKind
+from graphtrain.contract.spec.enums import DuplicateRule, Sharding, VocabularyKind
 from graphtrain.contract.spec.rules import Rule
 from graphtrain.contract.spec.variants import cel_strings
 
@@ -56,8 +56,6 @@ def _sage_ok(s: GraphTrainingSpec) -> bool:
         return False
     if m.feature_bag is not None or getattr(m, "edge_weight", False):
         return False
-    if s.training.mixed_precision != MixedPrecision.none:
-        return False
     if str(s.trainers.device) == "cuda" and str(s.training.dense_optimizer) == "adagrad":
         return False  # torch's Adagrad counts its steps on the host
     return all(
@@ -70,7 +68,6 @@ def _sage_ok(s: GraphTrainingSpec) -> bool:
 _CEL_SAGE = (
     f"(self.model.kind == '{CAPTURED_GNN}' && (!has(self.task) || self.task.kind == 'nodeClassification') && "
     "!has(self.model.featureBag) && (!has(self.model.edgeWeight) || !self.model.edgeWeight) && "
-    "(!has(self.training.mixedPrecision) || self.training.mixedPrecision == 'none') && "
     "!(has(self.trainers.device) && self.trainers.device == 'cuda' && has(self.training.denseOptimizer) && "
     "self.training.denseOptimizer == 'adagrad') && "
     "self.embeddings.all(t, !has(self.model.nodeEmbedding) || t.name != self.model.nodeEmbedding || "
@@ -80,8 +77,8 @@ _CEL_SAGE = (
 
 def capturable(s: GraphTrainingSpec) -> bool:
     """Whether training.cudaGraph, if set, names a step that can be captured: one trainer, and a KGE
-    model (not RotatE) or GraphSAGE node classification (no feature bag, edge weights or mixed
-    precision; on a GPU not the adagrad dense optimizer) whose tables it holds whole (collective,
+    model (not RotatE) or GraphSAGE node classification (no feature bag or edge weights; on a GPU not
+    the adagrad dense optimizer) whose tables it holds whole (collective,
     float32, a fixed vocabulary, nonFiniteGrads refuse; a node embedding also summing duplicate
     gradients over every node)."""
     if not s.training.cuda_graph:
@@ -97,7 +94,7 @@ CAPTURED_RULES = (
         cel="!has(self.training.cudaGraph) || !self.training.cudaGraph || "
         f"(self.trainers.replicas == 1 && ({_CEL_KGE} || {_CEL_SAGE}))",
         message="captures a KGE step (transe, distmult, complex) or a GraphSAGE node-classification step "
-        "(no model.featureBag, model.edgeWeight or training.mixedPrecision; on trainers.device cuda not "
+        "(no model.featureBag or model.edgeWeight; on trainers.device cuda not "
         "training.denseOptimizer adagrad) on one trainer "
         "(trainers.replicas: 1) holding its tables whole: sharding collective, dtype float32, a fixed "
         "vocabulary, nonFiniteGrads refuse; a node embedding also duplicateGrads sum and no nodeTypes",

@@ -144,7 +144,7 @@ class Training(SpecModel):
         "steps) is captured once as a CUDA graph and replayed, one launch a step. Its checks (ids in range, "
         "finite gradients) stay on the device and are reported a step late, naming the step, which changed "
         "neither table. The first 3 steps run eagerly and the last, partial batch of an epoch too. "
-        "GraphSAGE node classification likewise (no featureBag, edgeWeight or mixedPrecision; on a GPU "
+        "GraphSAGE node classification likewise (no featureBag or edgeWeight; on a GPU "
         "denseOptimizer adam or sgd; a node embedding held so, duplicateGrads sum): its batches are "
         "packed at a fixed capacity learned over the first 8 full batches (trained eagerly), exactly; a "
         "batch beyond it is trained eagerly. On a CPU trainer the step runs eagerly over the same fixed "

@@ -16,6 +16,7 @@ eagerly over the same buffers: the tests' twin.
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any, Protocol
 
 import torch
@@ -56,7 +57,8 @@ class SageTask(Protocol):
 
 def refusal(task: SageTask) -> str:
     """Why `task`'s step cannot be captured, or "": a GraphSAGE model (an untyped graph, no edge
-    weights), no feature bag, float32 (mixedPrecision none), and a node embedding, if any, over every
+    weights), no feature bag, on a GPU not torch's Adagrad as the dense optimizer, and a node embedding,
+    if any, over every
     node, held whole by the one trainer (graphed.tables_refusal) and summing duplicate gradients (the
     capacity's added ids repeat a real one)."""
     enc = task.enc
@@ -64,8 +66,6 @@ def refusal(task: SageTask) -> str:
         return "a GraphSAGE model on an untyped graph, without model.edgeWeight (R-GCN's layer otherwise)"
     if enc.words is not None:
         return "model.featureBag is not captured (its bags' sizes change with every batch)"
-    if enc.bfloat16:
-        return "training.mixedPrecision must be none"
     if task.device.type == "cuda" and str(task.spec.training.dense_optimizer) == "adagrad":
         return "training.denseOptimizer adagrad keeps its step count on the host: adam or sgd"
     tables = [enc.emb] if enc.emb is not None else []
@@ -173,6 +173,15 @@ class CapturedSage:
             )
         return GraphedStep(lambda: self._graph_step(buffers, cap), buffers, self.late, replayed)
 
+    def _precision(self) -> contextlib.AbstractContextManager:
+        """training.mixedPrecision over the forward, as the eager step's (encoder.precision), but on a
+        GPU autocast keeps no cache of cast weights: torch's rule for a captured region (the cache's
+        copies would be the capture's, and a replay would read weights cast before the last step)."""
+        enc = self.task.enc
+        if enc.bfloat16 and self.task.device.type == "cuda":
+            return torch.autocast("cuda", dtype=torch.bfloat16, cache_enabled=False)
+        return enc.precision()
+
     def _graph_step(self, buffers: list[torch.Tensor], cap: fb.Capacity) -> torch.Tensor:
         """A whole step over the buffers: lookup, model, loss, backward, the sparse step and the dense
         step, every check left on the device."""
@@ -188,12 +197,14 @@ class CapturedSage:
             y = rest.pop(0)
             blocks = fb.unpack(rest, cap)
             task.dense_opt.zero_grad(set_to_none=True)
-            if e is None:
-                out = task.model(blocks, x)
-            else:
-                out = task.model(blocks, e, x) if enc.split_inputs else task.model(blocks, e)
-            loss = torch.nn.functional.cross_entropy(fitted(out, self.batch), y)
-            loss.backward()
+            with self._precision():
+                if e is None:
+                    out = task.model(blocks, x)
+                else:
+                    out = task.model(blocks, e, x) if enc.split_inputs else task.model(blocks, e)
+            loss = torch.nn.functional.cross_entropy(fitted(out, self.batch).float(), y)
+            with enc.products():
+                loss.backward()
             if emb is not None:
                 self.late.screen(f"gradients of {emb.name!r}", emb.pending()[1])  # type: ignore[union-attr]
             for opt in task.sparse_opts:  # gated by every check before it: a flagged step changes no table

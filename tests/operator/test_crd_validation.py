@@ -171,7 +171,7 @@ CUDA_GRAPH_CASES = {
     "graphsage, two trainers": (edit(_sage(), lambda s: s.update(trainers={"replicas": 2})), False),
     "graphsage, bfloat16 products": (
         edit(_sage(), lambda s: s["training"].update(mixedPrecision="bfloat16")),
-        False,
+        True,
     ),
     "gat": (edit(_sage(), lambda s: s["model"].update(kind="gat")), False),
     "graphsage on a GPU": (

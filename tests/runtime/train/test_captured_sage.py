@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import torch
 
-from graphtrain.contract.spec import DuplicateRule, GraphTraining
+from graphtrain.contract.spec import DuplicateRule, GraphTraining, MixedPrecision
 from graphtrain.runtime.errors import GraphtrainError
 from graphtrain.runtime.models import fixed_blocks as fb
 from graphtrain.runtime.train import captured_sage
@@ -29,30 +29,46 @@ from tests.runtime.train.test_resume import (  # noqa: F401
 )
 
 
-def _sage(gt: GraphTraining, graph: bool, dropout: float = 0.0) -> GraphTraining:
+def _sage(gt: GraphTraining, graph: bool, dropout: float = 0.0, mixed: str = "none") -> GraphTraining:
     spec = collective(gt, graph)
     spec.spec.model.dropout = dropout
+    spec.spec.training.mixed_precision = MixedPrecision(mixed)
     return spec
 
 
 @pytest.mark.timeout(180)
-@pytest.mark.parametrize("learn", [captured_sage.LEARN_STEPS, 1], ids=["learned", "tight"])
+@pytest.mark.parametrize(
+    ("learn", "precision"),
+    [
+        (captured_sage.LEARN_STEPS, "float32"),
+        (1, "float32"),
+        (captured_sage.LEARN_STEPS, "products"),
+        (captured_sage.LEARN_STEPS, "autocast"),
+    ],
+    ids=["learned", "tight", "bfloat16-products", "bfloat16-autocast"],
+)
 def test_the_captured_sage_step_trains_as_the_eager_one(
     learn: int,
+    precision: str,
     partitions: dict[str, tuple[GraphTraining, Path]],  # noqa: F811 - the fixture
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     """`tight`: a capacity of one batch's sizes with no headroom, so larger batches go beyond it and
-    are trained eagerly between captured ones."""
+    are trained eagerly between captured ones. training.mixedPrecision bfloat16 as float32 GEMMs done in
+    bfloat16 (`products`: what a CPU with AMX runs) or under autocast (a CPU without AMX, and GPUs)."""
     gt, partition = partitions["graphsage"]
     monkeypatch.setattr(CapturedSage.__init__, "__defaults__", (learn,))
     if learn == 1:
         monkeypatch.setattr(fb.capacity_for, "__defaults__", (0.0,))
-    eager, eager_result = train("graphsage", _sage(gt, False, 0.2), partition, tmp_path / "eager")
+    if precision != "float32":  # either form on any CPU (without bfloat16 instructions, products are float32)
+        monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: precision == "products")
+    mixed = "none" if precision == "float32" else "bfloat16"
+    eager, eager_result = train("graphsage", _sage(gt, False, 0.2, mixed), partition, tmp_path / "eager")
     assert eager.task.captured is None
-    graphed, graphed_result = train("graphsage", _sage(gt, True, 0.2), partition, tmp_path / "graphed")
+    assert eager.task.enc.implicit == (precision == "products")
+    graphed, graphed_result = train("graphsage", _sage(gt, True, 0.2, mixed), partition, tmp_path / "graphed")
     cap = graphed.task.captured
     assert cap is not None and cap.graphed is not None and cap.cap is not None
     seeds = len(graphed.task.train_ids)
