@@ -20,7 +20,7 @@ Each figure is printed as it is measured; a run that fails is one FAILED line (i
 the other runs still go, and the exit status is then 1: one failure does not lose a lease's other figures.
 
     python bench/gpu.py [--device cuda] [--scale 1.0] [--variants features,table] [--accuracy]
-                        [--mixed-precision bfloat16]
+                        [--mixed-precision bfloat16] [--cuda-graph]
 """
 
 from __future__ import annotations
@@ -54,9 +54,12 @@ RUN_NAME = "products-like-b1"
 TIMED_EPOCHS = 1000  # more than any timed window needs (small --scale: epochs of a few steps)
 
 
-def b1_spec(npz: Path, device: str, variant: str, epochs: int, mixed: str = "none") -> dict[str, Any]:
+def b1_spec(
+    npz: Path, device: str, variant: str, epochs: int, mixed: str = "none", graph: bool = False
+) -> dict[str, Any]:
     """The B1 GraphTraining: GraphSAGE over the products-like graph, standalone (one partition);
-    `mixed`: training.mixedPrecision."""
+    `mixed`: training.mixedPrecision; `graph`: training.cudaGraph, the table then held by the trainer
+    (sharding collective, as a captured step needs)."""
     spec: dict[str, Any] = {
         "graph": {"path": str(npz), "split": {"train": 0.08, "val": 0.02, "test": 0.9, "seed": 0}},
         "partition": {"parts": 1},
@@ -85,6 +88,10 @@ def b1_spec(npz: Path, device: str, variant: str, epochs: int, mixed: str = "non
             }
         ]
         spec["model"]["nodeEmbedding"] = "node"
+    if graph:
+        spec["training"]["cudaGraph"] = True
+        for table in spec.get("embeddings") or []:
+            table["sharding"] = "collective"
     return {
         "apiVersion": "graphtrain.io/v1alpha1",
         "kind": "GraphTraining",
@@ -102,10 +109,10 @@ def model_ceiling(doc: dict[str, Any], work: Path, device: torch.device, steps: 
     return ceiling.ceiling(gt, enc, batches, device, steps, 3, 3)[0]
 
 
-def timed_rate(npz: Path, device: str, variant: str, mixed: str, work: Path) -> float:
+def timed_rate(npz: Path, device: str, variant: str, mixed: str, work: Path, graph: bool = False) -> float:
     """seeds/s of a whole standalone run on `device`: epochs to spare, stopped once bench/e2e.py's
     window is measured."""
-    doc = b1_spec(npz, device, variant, TIMED_EPOCHS, mixed)
+    doc = b1_spec(npz, device, variant, TIMED_EPOCHS, mixed, graph)
     return graphtrain_run(doc, work, True, True)["samples_per_second"]
 
 
@@ -175,6 +182,12 @@ def main() -> None:
         default="none",
         help="training.mixedPrecision of every run of the call (ceiling, whole, all-CPU)",
     )
+    ap.add_argument(
+        "--cuda-graph",
+        action="store_true",
+        help="the whole and accuracy runs on a GPU with training.cudaGraph (the table collective); the "
+        "all-CPU baseline and the ceiling stay eager",
+    )
     a = ap.parse_args()
     if problem := arg_problem(a, torch.cuda.device_count() if torch.cuda.is_available() else 0):
         raise SystemExit(f"bench/gpu.py: {problem}")
@@ -187,7 +200,9 @@ def main() -> None:
         work = Path(tmp)
         for variant in variants:
             mp = a.mixed_precision
-            whole = measured(variant, "whole seeds/s", partial(timed_rate, npz, a.device, variant, mp, work))
+            graph = a.cuda_graph and device.type == "cuda"
+            rate = partial(timed_rate, npz, a.device, variant, mp, work, graph)
+            whole = measured(variant, "whole seeds/s", rate)
             doc = b1_spec(npz, a.device, variant, 1, mp)  # after the whole run: its partition, not one more
             top = measured(variant, "ceiling seeds/s", partial(model_ceiling, doc, work, device, a.steps))
             cpu = whole
@@ -196,7 +211,7 @@ def main() -> None:
             acc, wall = None, None
             if a.accuracy:
                 t0 = time.perf_counter()
-                doc = b1_spec(npz, a.device, variant, a.epochs, mp)
+                doc = b1_spec(npz, a.device, variant, a.epochs, mp, graph)
                 acc = measured(variant, "test accuracy", partial(accuracy_of, doc, work), ".4f")
                 wall = time.perf_counter() - t0 if acc is not None else None
             rows.append((variant, top, whole, cpu, acc, wall))
@@ -204,7 +219,7 @@ def main() -> None:
     print(
         f"# bench/gpu.py B1, {time.strftime('%Y-%m-%d %H:%M')}, {platform.machine()}, {name}, "
         f"torch {torch.__version__}, {torch.get_num_threads()} threads; {npz.name}; mixedPrecision "
-        f"{a.mixed_precision}"
+        f"{a.mixed_precision}" + ("; the GPU's runs captured (training.cudaGraph)" if a.cuda_graph else "")
     )
     print(
         "| variant | ceiling seeds/s | whole seeds/s | whole / ceiling | all-CPU seeds/s | vs all-CPU "

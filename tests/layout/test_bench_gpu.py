@@ -126,3 +126,17 @@ def test_the_ceiling_reads_a_partition_made_already(monkeypatch: pytest.MonkeyPa
     assert [list(mb.seeds) for mb in again] == [list(mb.seeds) for mb in first]
     with pytest.raises(AssertionError, match="partitioned again"):  # none there: it partitions
         ceiling.sampled_batches(spec, tmp_path / "work", 2, cpu, tmp_path / "none")
+
+
+@pytest.mark.parametrize("variant", gpu.VARIANTS)
+@pytest.mark.parametrize("mixed", ["none", "bfloat16"])
+def test_a_captured_b1_spec_is_one_the_spec_admits(variant: str, mixed: str, tmp_path: Path) -> None:
+    """--cuda-graph: B1's runs on a GPU with training.cudaGraph, the table then collective (the spec's
+    cuda-graph rule would refuse a server table at admission, after the graph was drawn)."""
+    from graphtrain.contract.spec import check
+
+    doc = gpu.b1_spec(tmp_path / "g.npz", "cuda", variant, 1, mixed, graph=True)
+    assert check(doc)[1] == []
+    assert doc["spec"]["training"]["cudaGraph"] is True
+    assert all(t["sharding"] == "collective" for t in doc["spec"].get("embeddings") or [])
+    assert "cudaGraph" not in gpu.b1_spec(tmp_path / "g.npz", "cpu", variant, 1, mixed)["spec"]["training"]
