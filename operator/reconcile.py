@@ -104,9 +104,22 @@ def plan(obs: Observed, config: OperatorConfig | None = None, token: str = "") -
             wait = min(waits, default=None)
             done = _finish(obs, conds, Step(actions, status, step.phase), decided.observed_generation, wait)
             done.gang = gang_admission.made_before(actions, ctx.pods("trainer"))
-            done.confirm = "; ".join(unsure) if obs.cached else ""
+            if done.gang:  # k8s.apply deletes them if the rest cannot be made: is the rest missing?
+                made = ", ".join(sorted(p["metadata"]["name"] for p in done.gang))
+                unsure.append(f"the gang made in part ({made})")
+            done.confirm = "; ".join(unsure) if obs.cached and _changes(done, old) else ""
             return done
     raise AssertionError("the trainers stage always decides the phase")
+
+
+def _changes(done: Plan, old: Obj) -> bool:
+    """Whether a plan deletes, makes a gang's rest (deleting the pods made before if it cannot be made),
+    or moves the phase or the restarts: one that does none of these (an earlier attempt's pods all
+    stopping already: a pod held Terminating on a lost node stays so for good) is written as it is,
+    not confirmed by a list at every reconcile."""
+    was = (old.get("phase"), int(old.get("restarts", 0)))
+    moved = (done.status.get("phase"), int(done.status.get("restarts", 0))) != was
+    return moved or bool(done.gang) or any(a.verb == "delete" for a in done.actions)
 
 
 def _applied_hash(ctx: Context, actions: list[Action], had: str | None) -> str | None:

@@ -82,8 +82,8 @@ def _cannot_start(
         conditions.Reason.start_timeout,
         f"{first.what} {first.pod} could not start for {waited:.0f} s "
         f"(runPolicy.startTimeoutSeconds {timeout}): " + message,
-    )
-    return Step(clean_up(ctx), phase=Phase.failed)
+    )  # on a pod's status as last seen: one the watch has not shown started since fails it (confirm)
+    return Step(clean_up(ctx), phase=Phase.failed, confirm=f"{first.what} {first.pod} could not start")
 
 
 def partition_stage(ctx: Context, conds: conditions.Conditions) -> Step:
@@ -99,7 +99,8 @@ def partition_stage(ctx: Context, conds: conditions.Conditions) -> Step:
             f"has none (no claim {n['data']}: the operator would make it empty): name the claim the "
             "trained checkpoint is on in spec.storage.volumeClaimName",
         )
-        return Step(clean_up(ctx), phase=Phase.failed)
+        said = f"no claim {n['data']} nor ConfigMap {n['config']} for mode inference"
+        return Step(clean_up(ctx), phase=Phase.failed, confirm=said)
     actions = ctx.ensure(  # the costly ones (a YAML dump, the command line) only when missing
         manifests.config_map(body, gt) if ctx.absent("ConfigMap", n["config"]) else None,
         manifests.token_secret(body, gt, ctx.token) if ctx.token else None,
@@ -129,7 +130,8 @@ def partition_stage(ctx: Context, conds: conditions.Conditions) -> Step:
         if stuck:
             kind = ConditionType.partition_ready
             held = _cannot_start(ctx, conds, stuck, kind, f"job {n['partition']}")
-            return Step(actions + held.actions, {}, held.phase or Phase.partitioning, held.requeue_after)
+            phase = held.phase or Phase.partitioning
+            return Step(actions + held.actions, {}, phase, held.requeue_after, held.confirm)
         conditions.set_partitioning(conds, f"job {n['partition']} is running")
         return Step(actions, phase=Phase.partitioning)
     conditions.set_partitioned(conds, "the partition job succeeded")
@@ -309,7 +311,7 @@ def shards_stage(ctx: Context, conds: conditions.Conditions) -> Step:
     if stuck and ready < total:
         kind = ConditionType.shards_ready
         held = _cannot_start(ctx, conds, stuck, kind, f"{min(ready, total)}/{total} shard servers ready")
-        return Step(actions + held.actions, {"shards": shards}, held.phase, held.requeue_after)
+        return Step(actions + held.actions, {"shards": shards}, held.phase, held.requeue_after, held.confirm)
     return Step(actions, status={"shards": shards})
 
 
@@ -385,15 +387,16 @@ def trainers_stage(ctx: Context, conds: conditions.Conditions) -> Step:
         silent = silent_rank(trainers, cm, ctx.obs.now, gt.spec.run_policy)
         conditions.set_stalled(conds, silent)
         if silent is not None and gt.spec.run_policy.stall_policy == StallPolicy.restart:
-            why = f"{silent}; runPolicy.stallPolicy is Restart"
-            return _trainer_failed(ctx, conds, step.status, why, trainers)
+            why = f"{silent}; runPolicy.stallPolicy is Restart"  # heartbeats as the cache last saw them
+            return replace(_trainer_failed(ctx, conds, step.status, why, trainers), confirm=silent)
         return Step(step.actions, step.status, _going(ctx))
     conditions.set_trainers_waiting(conds, conditions.Reason.starting, f"{running}/{world} trainers running")
     stuck = _held_for_group(ctx, conds, pods, ConditionType.trainers_ready, "trainers")
     if stuck:
         kind = ConditionType.trainers_ready
         held = _cannot_start(ctx, conds, stuck, kind, f"{running}/{world} trainers running")
-        return Step(step.actions + held.actions, step.status, held.phase or _going(ctx), held.requeue_after)
+        phase = held.phase or _going(ctx)
+        return Step(step.actions + held.actions, step.status, phase, held.requeue_after, held.confirm)
     return Step(step.actions, step.status, _going(ctx))
 
 

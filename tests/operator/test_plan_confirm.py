@@ -6,10 +6,13 @@ Pure: plan() on observations marked as the cache's, or as listed."""
 
 from __future__ import annotations
 
+import datetime as dt
+
 from graphtrain.contract.children import LABEL_ATTEMPT, trainer_name
 from graphtrain.operator.observation import key
 from graphtrain.operator.reconcile import plan
-from tests.operator.reconcile_cluster import NAME, Cluster, running_cluster
+from tests.operator.reconcile_cluster import NAME, Cluster, cond, running_cluster, to_training, training
+from tests.operator.test_reconcile_cleanup import UNSCHEDULED
 
 TRAINER_1 = key("Pod", trainer_name(NAME, 1))
 
@@ -57,3 +60,58 @@ def test_a_steady_plan_or_one_that_only_creates_needs_no_list() -> None:
     assert _planned(c, cached=True).confirm == ""
     c.trainers("Failed", r1="Running")  # a rank failed: a pod does not come back from Failed
     assert _planned(c, cached=True).confirm == ""
+
+
+def test_a_stall_restart_on_the_cached_heartbeats_is_confirmed() -> None:
+    """runPolicy.stallPolicy Restart judges the progress ConfigMap as the cache holds it: a ConfigMap
+    watch behind by stallTimeoutSeconds shows every rank silent while they report."""
+    c = running_cluster(**{"runPolicy.stallPolicy": "Restart"})
+    c.now += dt.timedelta(minutes=10)  # no heartbeat since the pods started (stallTimeoutSeconds 60)
+    p = _planned(c, cached=True)
+    assert p.status["phase"] == "Restarting" and "has not reported" in p.confirm
+
+
+def test_a_start_timeout_on_a_cached_pod_status_is_confirmed() -> None:
+    """A pod shown Unschedulable since long ago may be running now, its events not yet in the cache."""
+    c = Cluster(training())
+    to_training(c)
+    for rank in (0, 1):
+        c.children[key("Pod", trainer_name(NAME, rank))]["status"] = {
+            "phase": "Pending",
+            "conditions": [{**UNSCHEDULED, "lastTransitionTime": "2026-11-22T11:00:00Z"}],
+        }
+    p = _planned(c, cached=True)
+    assert p.status["phase"] == "Failed" and cond(p, "Failed")["reason"] == "StartTimeout"
+    assert p.confirm == f"pod {trainer_name(NAME, 0)} could not start"
+
+
+def test_an_inference_without_its_claim_and_config_in_the_cache_is_confirmed() -> None:
+    """Failed for good (a terminal phase) on two children the cache does not show."""
+    c = Cluster(training(mode="inference", inference={"checkpoint": "runs/wn/uid-0/checkpoints/BEST"}))
+    p = _planned(c, cached=True)
+    assert p.status["phase"] == "Failed" and f"no claim {NAME}-data" in p.confirm
+
+
+def test_a_gang_made_in_part_is_confirmed() -> None:
+    """A rank missing from the cache before the trainers ran: its create makes the gang's rest, and
+    k8s.apply deletes the pods made before (running peers, were the rank there) when a quota that the
+    rank's own pod fills refuses it."""
+    c = Cluster(training())
+    to_training(c)
+    c.children.pop(TRAINER_1)
+    p = _planned(c, cached=True)
+    assert [pod["metadata"]["name"] for pod in p.gang] == [trainer_name(NAME, 0)]
+    assert p.confirm == f"the gang made in part ({trainer_name(NAME, 0)})"
+
+
+def test_pods_of_an_earlier_attempt_all_stopping_need_no_list_each_time() -> None:
+    """The restart decided, an earlier attempt's pod stays Terminating (its node lost: for good): the
+    plan deletes nothing and changes neither phase nor restarts, so it is written as it is, not
+    confirmed by a list of every child kind at every reconcile."""
+    c = running_cluster()
+    c.trainers("Failed", r1="Running")
+    assert c.step().status["phase"] == "Restarting"  # the pods' deletes applied: both gone
+    c.pod(trainer_name(NAME, 1), "trainer", "Running", labels={LABEL_ATTEMPT: "0"})
+    c.children[TRAINER_1]["metadata"]["deletionTimestamp"] = "2026-11-22T12:00:30Z"
+    p = _planned(c, cached=True)
+    assert p.status["phase"] == "Restarting" and p.actions == [] and p.confirm == ""

@@ -15,6 +15,7 @@ operator's own tick ("the pod of rank 1 deleted while the trainers ran")."""
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
@@ -103,3 +104,64 @@ def test_a_cache_missing_the_running_pods_fails_nothing(kube, operator, ns: str)
         cache.event("Pod", "ADDED", json.loads(kube("get", "pod", pod, "-n", ns, "-o", "json")))
     handlers.reconcile(ns, name)
     assert _status(kube, ns, name)["phase"] == "Training"
+
+
+def test_a_trainer_pod_deleted_mid_run_restarts_the_attempt_at_once(kube, operator, ns: str) -> None:
+    """The confirm path's other side: a rank's pod really deleted while the trainers ran (kubectl delete
+    pod), the cache in use, restarts every rank in the next attempt, in seconds, not later."""
+    name = "gone"
+    kube("apply", "-n", ns, "-f", "-", input=SPEC.format(name=name, extra_model=""))
+    to_training(kube, ns, name)
+    settled(kube, ns, name)
+    assert k8s._cache is not None and k8s._cache.synced(timeout=0)  # reconciles read the cache
+    before = _kept(kube, ns, name)
+    kube("delete", "pod", f"{name}-trainer-1", "-n", ns, "--wait=false")
+
+    def attempt_one() -> bool:
+        now = pods(kube, ns, name)
+        labels = {p: o["metadata"]["labels"]["graphtrain.io/attempt"] for p, o in now.items()}
+        return labels == dict.fromkeys(before, "1") and _status(kube, ns, name).get("restarts") == 1
+
+    wait_for(attempt_one, timeout=10, what="the attempt restarted")
+    assert not set(_kept(kube, ns, name).values()) & set(before.values())  # every rank made again
+    events = json.loads(kube("get", "events", "-n", ns, "-o", "json"))["items"]
+    said = [e["message"] for e in events if e["reason"] == "TrainerFailed"]
+    assert said == ["the pod of rank 1 deleted while the trainers ran; restart 1/1 from the last checkpoint"]
+
+
+def test_a_cache_behind_on_the_heartbeats_restarts_no_stalled_rank(kube, operator, ns: str) -> None:
+    """runPolicy.stallPolicy Restart: both pods started long ago, both ranks reported just now; the
+    cache still holds the progress ConfigMap from before their reports (its watch behind). The stall
+    read on it is made again on the listed ConfigMap: no restart."""
+    name = "beat"
+    policy = "backoffLimit: 1, stallTimeoutSeconds: 60, stallPolicy: Restart"
+    kube(
+        "apply",
+        "-n",
+        ns,
+        "-f",
+        "-",
+        input=SPEC.format(name=name, extra_model="").replace("{backoffLimit: 1}", "{" + policy + "}"),
+    )
+    to_training(kube, ns, name)
+    cm = f"{name}-progress"
+    quiet = json.loads(kube("get", "configmap", cm, "-n", ns, "-o", "json"))  # no report yet
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    beats = {f"rank-{r}": json.dumps({"step": 5, "updatedAt": now}) for r in range(2)}
+    kube("patch", "configmap", cm, "-n", ns, "--type=merge", "-p", json.dumps({"data": beats}))
+    cache = k8s._cache
+    assert cache is not None
+    maps = lambda: cache.children(ns, name)["ConfigMap"]  # noqa: E731
+    wait_for(lambda: any((c.get("data") or {}).get("rank-1") for c in maps()), what="the reports cached")
+    long_ago = {"phase": "Running", "startTime": "2020-01-01T00:00:00Z"}
+    for rank in range(2):  # started long before the stall timeout: silent but for their reports
+        status_patch(kube, "pod", f"{name}-trainer-{rank}", ns, long_ago)
+    settled(kube, ns, name)
+    kept = _kept(kube, ns, name)
+    cache.event("ConfigMap", "MODIFIED", quiet)  # the watch behind: the reports not shown
+    handlers.reconcile(ns, name, watched=True)  # the tick's
+    handlers.reconcile(ns, name)
+    assert _kept(kube, ns, name) == kept
+    status = _status(kube, ns, name)
+    assert (status["phase"], status.get("restarts", 0)) == ("Training", 0), status
+    cache.event("ConfigMap", "MODIFIED", json.loads(kube("get", "configmap", cm, "-n", ns, "-o", "json")))
