@@ -112,6 +112,12 @@ class OperatorMetrics:
             ["role"],
             registry=reg,
         )
+        self.cache_behind_total = prom.Counter(
+            "graphtrain_operator_cache_behind",
+            "Reconciles whose plan on the child cache would have ended or restarted work that the API "
+            "server's list of the children did not bear out (a watch behind: Plan.confirm)",
+            registry=reg,
+        )
         for result in RESULTS:  # pre-initialised: a rate reads 0, not absent
             self.reconciles.labels(result)
         for verb in VERBS:
@@ -132,6 +138,9 @@ class OperatorMetrics:
 
     def api_error(self, verb: str) -> None:
         self.api_errors.labels(verb).inc()
+
+    def cache_behind(self) -> None:
+        self.cache_behind_total.inc()
 
     def training(self, namespace: str, name: str, old: Mapping[str, Any], new: Mapping[str, Any]) -> None:
         """A reconcile of the training decided status `new` (wire form, merged over `old` as the status

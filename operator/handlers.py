@@ -56,6 +56,7 @@ import kopf
 from graphtrain.operator import child_watch, crd_version, k8s, logs
 from graphtrain.operator import config as operator_config
 from graphtrain.operator.cache import ChildCache
+from graphtrain.operator.context import Plan
 from graphtrain.operator.endpoints import OperatorMetrics
 from graphtrain.operator.observation import finished
 from graphtrain.operator.reconcile import plan
@@ -218,12 +219,13 @@ def _reconcile(namespace: str, name: str, watched: bool = False) -> str:
             return _locked(namespace, name, None)
 
 
-def _locked(namespace: str, name: str, body: dict[str, Any] | None, fresh: bool = False) -> str:
+def _locked(namespace: str, name: str, body: dict[str, Any] | None, cached: Plan | None = None) -> str:
     """_reconcile() under the training's lock, on `body` (the watch's copy) or a GET (None); its children
-    from the cache, or listed (`fresh`: a plan on the cache's would end or restart work, Plan.confirm)."""
+    from the cache, or listed when `cached` (the plan on the cache's would end or restart work:
+    Plan.confirm), which is said and counted if the list does not bear it out."""
     if not may_act(namespace, name):
         return "skipped"
-    observed = k8s.observe(namespace, name, body, fresh=fresh)
+    observed = k8s.observe(namespace, name, body, fresh=cached is not None)
     if observed is None:  # gone (its DELETED event may have fallen in a gap of kopf's watch)
         _known.pop((namespace, name), None)
         _watched.forget((namespace, name))
@@ -240,7 +242,17 @@ def _locked(namespace: str, name: str, body: dict[str, Any] | None, fresh: bool 
         log.info(
             "%s/%s: %s, as the child cache shows it: listing its children", namespace, name, decided.confirm
         )
-        return _locked(namespace, name, None, fresh=True)
+        return _locked(namespace, name, None, cached=decided)
+    if cached is not None and disagree(cached, decided):
+        _metrics.cache_behind()
+        log.warning(
+            "%s/%s: the child cache was behind the API server: on it, %s (phase %s); on the list, phase %s",
+            namespace,
+            name,
+            cached.confirm,
+            cached.status.get("phase"),
+            decided.status.get("phase"),
+        )
     if not may_act(namespace, name):
         return "skipped"
     try:
@@ -260,6 +272,17 @@ def _locked(namespace: str, name: str, body: dict[str, Any] | None, fresh: bool 
         _metrics.forget(namespace, name)
     requeue(namespace, name, decided.requeue_after)
     return "ok"
+
+
+def disagree(cached: Plan, listed: Plan) -> bool:
+    """Whether the plan made on listed children differs from the one made on the cache's where it
+    matters: its phase, its restarts, or what it deletes."""
+
+    def said(p: Plan) -> tuple[Any, ...]:
+        deletes = sorted(a.key for a in p.actions if a.verb == "delete")
+        return p.status.get("phase"), p.status.get("restarts"), deletes
+
+    return said(cached) != said(listed)
 
 
 def requeue(namespace: str, name: str, after: float | None) -> None:

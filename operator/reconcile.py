@@ -114,12 +114,13 @@ def plan(obs: Observed, config: OperatorConfig | None = None, token: str = "") -
 
 def _changes(done: Plan, old: Obj) -> bool:
     """Whether a plan deletes, makes a gang's rest (deleting the pods made before if it cannot be made),
-    or moves the phase or the restarts: one that does none of these (an earlier attempt's pods all
-    stopping already: a pod held Terminating on a lost node stays so for good) is written as it is,
-    not confirmed by a list at every reconcile."""
+    posts a Warning event, or moves the phase or the restarts: one that does none of these (an earlier
+    attempt's pods all stopping already: a pod held Terminating on a lost node stays so for good) is
+    written as it is, not confirmed by a list at every reconcile."""
     was = (old.get("phase"), int(old.get("restarts", 0)))
     moved = (done.status.get("phase"), int(done.status.get("restarts", 0))) != was
-    return moved or bool(done.gang) or any(a.verb == "delete" for a in done.actions)
+    warns = any(e.type == conditions.Severity.warning for e in done.events)  # a new one: Stalled (Report)
+    return moved or warns or bool(done.gang) or any(a.verb == "delete" for a in done.actions)
 
 
 def _applied_hash(ctx: Context, actions: list[Action], had: str | None) -> str | None:

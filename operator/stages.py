@@ -389,7 +389,8 @@ def trainers_stage(ctx: Context, conds: conditions.Conditions) -> Step:
         if silent is not None and gt.spec.run_policy.stall_policy == StallPolicy.restart:
             why = f"{silent}; runPolicy.stallPolicy is Restart"  # heartbeats as the cache last saw them
             return replace(_trainer_failed(ctx, conds, step.status, why, trainers), confirm=silent)
-        return Step(step.actions, step.status, _going(ctx))
+        # Report: a Stalled condition and its Warning, confirmed when they are new (reconcile._changes)
+        return Step(step.actions, step.status, _going(ctx), confirm=silent or "")
     conditions.set_trainers_waiting(conds, conditions.Reason.starting, f"{running}/{world} trainers running")
     stuck = _held_for_group(ctx, conds, pods, ConditionType.trainers_ready, "trainers")
     if stuck:

@@ -115,3 +115,26 @@ def test_pods_of_an_earlier_attempt_all_stopping_need_no_list_each_time() -> Non
     c.children[TRAINER_1]["metadata"]["deletionTimestamp"] = "2026-11-22T12:00:30Z"
     p = _planned(c, cached=True)
     assert p.status["phase"] == "Restarting" and p.actions == [] and p.confirm == ""
+
+
+def test_a_listed_plan_disagrees_with_the_cached_one_by_phase_restarts_or_deletes() -> None:
+    """handlers.disagree: what the operator counts and warns of (graphtrain_operator_cache_behind_total)."""
+    from graphtrain.operator.handlers import disagree
+
+    c = running_cluster()
+    steady = _planned(c, cached=False)
+    c.children.pop(TRAINER_1)
+    lost = _planned(c, cached=True)
+    assert disagree(lost, steady) and not disagree(lost, lost) and not disagree(steady, steady)
+
+
+def test_a_stall_reported_on_the_cached_heartbeats_is_confirmed_once() -> None:
+    """runPolicy.stallPolicy Report: the Stalled condition and its NoProgress Warning, when new, on a
+    ConfigMap as the cache holds it; once said, the same plan is not listed again at every reconcile."""
+    c = running_cluster(**{"runPolicy.stallPolicy": "Report"})
+    c.now += dt.timedelta(minutes=10)
+    first = _planned(c, cached=True)
+    assert "Stalled" in {x["type"] for x in first.status["conditions"] if x["status"] == "True"}
+    assert first.confirm and "NoProgress" in {e.reason for e in first.events}
+    c.step()  # written (as the listed plan would be)
+    assert _planned(c, cached=True).confirm == ""

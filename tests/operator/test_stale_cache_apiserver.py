@@ -95,11 +95,16 @@ def test_a_cache_missing_the_running_pods_fails_nothing(kube, operator, ns: str)
     assert cache is not None
     for pod in now:
         cache.event("Pod", "DELETED", now[pod])
+    behind = lambda: handlers.metrics().registry.get_sample_value(  # noqa: E731
+        "graphtrain_operator_cache_behind_total"
+    )
+    before = behind()
     handlers.reconcile(ns, name, watched=True)  # the tick's
     handlers.reconcile(ns, name)
     assert _kept(kube, ns, name) == {p: o["metadata"]["uid"] for p, o in now.items()}
     status = _status(kube, ns, name)
     assert (status["phase"], status["restarts"]) == ("Training", 1), status
+    assert behind() >= before + 2  # each of the two said so (a WARNING line too)
     for pod in now:  # the watch catches up
         cache.event("Pod", "ADDED", json.loads(kube("get", "pod", pod, "-n", ns, "-o", "json")))
     handlers.reconcile(ns, name)
