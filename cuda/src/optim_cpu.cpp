@@ -29,6 +29,7 @@
 #include "graphtrain/optim_math.h"
 #include "chunked_sum.h"
 #include "half_rows_avx512.h"
+#include "half_update_avx512.h"
 
 #include <omp.h>
 #include <sys/mman.h>

@@ -81,6 +81,29 @@ __attribute__((always_inline)) inline void round_half(uint16_t* w, const float* 
     graphtrain::half_row_round(w, x, dim, key, TD);
 }
 
+// apply_rows_of for a float16 table on AVX-512, where avx512::fp16_fused_fits: each row widened, updated
+// and rounded in one pass (half_update_avx512.h). A function of that target of its own, so that the row
+// function is inlined into it: the update loop's AVX-512 instance is first built for the default target.
+template <int DIM>
+GT_AVX512 __attribute__((noinline)) void apply_fp16_fused(int32_t kind, int64_t count, const int64_t* rows,
+                                                          const float* const* grads, int64_t dim_rt, uint16_t* table,
+                                                          uint64_t round_seed, float* state0, float* row32,
+                                                          const OptimParams& p) {
+  const int64_t dim = DIM > 0 ? DIM : dim_rt;
+  constexpr int kAhead = prefetch_rows(DIM);
+  for (int64_t s = 0; s < count; ++s) {
+    if (s + kAhead < count) {
+      const int64_t ahead = rows[s + kAhead];
+      prefetch_bytes(table + ahead * dim, dim * 2);
+      if (kind == graphtrain::kAdagrad) prefetch_row(state0 + ahead * dim, dim);
+      if (kind == graphtrain::kRowwiseAdagrad) __builtin_prefetch(state0 + ahead, 1, 1);
+    }
+    const int64_t r = rows[s];
+    avx512::fp16_update_row<DIM>(kind, table + r * dim, row32, grads[s], dim, state0, r, p,
+                                 graphtrain::round_key(round_seed, r));
+  }
+}
+
 // The update loop for rows of DIM elements (DIM = 0: `dim`, known at run time only) of a table of
 // TD (TableDtype): float32 rows are updated where they lie (and scaled to p.row_norm when it is set); a
 // half row is read into float32, updated by the same math and written back with stochastic rounding
@@ -102,6 +125,13 @@ __attribute__((always_inline)) inline void apply_rows_of(int32_t kind, int64_t c
     if (static_cast<int64_t>(spill.size()) < dim) spill.resize(dim);
     row32 = spill.data();
   }
+  if constexpr (AVX512 && TD == graphtrain::kTableFloat16) {
+    if (avx512::fp16_fused_fits(kind, dim, p)) {  // widened, updated and rounded in one pass
+      apply_fp16_fused<DIM>(kind, count, rows, grads, dim, static_cast<uint16_t*>(table), round_seed, state0, row32,
+                            p);
+      return;
+    }
+  }
   for (int64_t s = 0; s < count; ++s) {
     if (s + kAhead < count) {
       const int64_t ahead = rows[s + kAhead];
@@ -122,8 +152,9 @@ __attribute__((always_inline)) inline void apply_rows_of(int32_t kind, int64_t c
     } else {
       uint16_t* w = reinterpret_cast<uint16_t*>(base) + r * dim;
       // a bfloat16 row is widened as the update reads it (a shift GCC folds into the loads); a float16
-      // row is widened first, and so is a bfloat16 one for Adam on AVX-512, which GCC's loops run faster
-      // on a widened row there (17.4 against 18.9 ms per 100,000 rows of 128, 2 threads)
+      // row is widened first (where apply_fp16_fused does not take it), and so is a bfloat16 one for Adam
+      // on AVX-512, which GCC's loops run faster on a widened row there (17.4 against 18.9 ms per 100,000
+      // rows of 128, 2 threads)
       if (TD == graphtrain::kTableBFloat16 && !(AVX512 && kind == graphtrain::kAdam)) {
         update_row(kind, row32, static_cast<const uint16_t*>(w), TD, grads[s], r, dim, state0, state1, row_steps,
                    global_coef, p);

@@ -2,9 +2,11 @@
 (cuda/include/graphtrain/optim_math.h: half_row_round, fp16_row_to_float against fp16_round, bf16_round
 and fp16_to_float, which the CUDA core calls). tests/native/cpp/half_rows_exhaustive.cpp walks every
 float32 in float16's normal range, every non-NaN float32 for bfloat16 and every normal float16 (4.8
-billion values, ~5 s on 2 cores); this compiles it against the header as it is and runs it. On a CPU
-with AVX-512 and F16C, where the update loop takes cuda/src/half_rows_avx512.h's loops instead, the
-walk runs through those too. The sampled Python test (test_half_tables.py) covers the path choice per
+billion values); this compiles it against the header as it is and runs it. On a CPU with AVX-512 and
+F16C, where the update loop takes cuda/src/half_rows_avx512.h's loops instead, the walk runs through
+those too, and through every float32 for float16 (the vectors outside its fast case included), and
+half_update_avx512.h's one-pass float16 update is held bit for bit to the three passes it replaces
+(~13 s on 2 cores in all). The sampled Python test (test_half_tables.py) covers the path choice per
 row; this one, the arithmetic."""
 
 from __future__ import annotations
@@ -51,6 +53,13 @@ def test_every_value_of_the_fast_half_loops_matches_the_element_functions(tmp_pa
     }
     if cpu_has("avx512f", "f16c"):
         walks |= {f"avx512-{name}": count for name, count in walks.items()}
+        widths = 16 + 128 + 256 + 16 + 48 + 128 + 208  # fixed at compile time, then not
+        walks |= {
+            "avx512-float16-round-all": (0, 2**32),
+            # 200 rows a case: SGD and Adagrad (its state too) with and without decay, row-wise Adagrad
+            # without (its one state a row, seven widths)
+            "avx512-fused-update": (0, 200 * (2 * widths + 2 * 2 * widths + widths + 7)),
+        }
     assert counts == walks, ran.stdout
     assert ran.returncode == 0
 

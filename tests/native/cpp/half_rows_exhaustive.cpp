@@ -6,11 +6,17 @@
 // fast path, which must go the element functions' way whole. Prints "<type> <differences> <of>"
 // per check and exits 1 if any value differs. On a CPU with AVX-512 and F16C the same walks run through
 // the update loop's intrinsics loops too (cuda/src/half_rows_avx512.h), as "avx512-..." checks.
+// As in optim_cpu.cpp: no multiply-add contraction, so the one-pass update and the three passes are
+// compared as the core builds them.
+#pragma GCC optimize("fp-contract=off")
+
 #include "graphtrain/optim_math.h"
 #include "half_rows_avx512.h"
+#include "half_update_avx512.h"
 
 #include <cstdio>
 #include <initializer_list>
+#include <random>
 
 using namespace graphtrain;
 
@@ -141,6 +147,93 @@ uint64_t special_rows(uint64_t& checked) {
   return bad;
 }
 
+// Every float32, NaNs and all, through the AVX-512 rounding (its fast vectors and fp16_round16 for the
+// rest) against fp16_round. Rows of 128 consecutive bit patterns: each vector is of one kind or two.
+uint64_t float16_rounding_all(uint64_t& checked) {
+  uint64_t bad = 0, n = 0;
+#pragma omp parallel for reduction(+ : bad, n) schedule(static)
+  for (uint64_t base = 0; base < (1ull << 32); base += kDim) {
+    float x[kDim];
+    uint16_t w[kDim];
+    for (int64_t j = 0; j < kDim; ++j) x[j] = bits_to_float(static_cast<uint32_t>(base + j));
+    const uint32_t key = round_key(11, static_cast<int64_t>(base));
+    avx512::fp16_row_round(w, x, kDim, key);
+    for (int64_t j = 0; j < kDim; ++j) bad += w[j] != fp16_round(x[j], round_bits(key, j));
+    n += kDim;
+  }
+  checked = n;
+  return bad;
+}
+
+// The one-pass float16 update (half_update_avx512.h) against the three passes it replaces (widen, the
+// row function of optim_math.h, round; the element functions for the widening and rounding), bit for
+// bit in the row and the state: SGD, Adagrad and row-wise Adagrad, with and without decay where it
+// takes them, rows of 16 to 256 (the width fixed at compile time and not), random rows with zeros,
+// float16 subnormals, values near 65,504, infinities and NaNs mixed in.
+// The row function under test, in a function of its target (always_inline into this one only).
+template <int DIM>
+GT_AVX512 __attribute__((noinline)) void fused_row(int32_t kind, uint16_t* w, const float* g, int64_t dim,
+                                                   float* state0, int64_t r, const OptimParams p, uint32_t key) {
+  float x[256];
+  avx512::fp16_update_row<DIM>(kind, w, x, g, dim, state0, r, p, key);
+}
+
+// The three passes, built for the baseline target: without contraction every operation rounds alone
+// on any CPU, so the AVX-512 path must give these bits.
+__attribute__((noinline)) void three_passes(int32_t kind, uint16_t* want, float* x, const uint16_t* w,
+                                                      const float* g, int64_t dim, float* state, const OptimParams p,
+                                                      uint32_t key) {
+  for (int64_t j = 0; j < dim; ++j) x[j] = fp16_to_float(w[j]);
+  if (kind == kSGD) sgd_row(x, x, kTableFloat32, g, dim, p);
+  if (kind == kAdagrad) adagrad_row(x, x, kTableFloat32, state, g, dim, p);
+  if (kind == kRowwiseAdagrad) rowwise_adagrad_row(x, x, kTableFloat32, state, g, dim, p);
+  for (int64_t j = 0; j < dim; ++j) want[j] = fp16_round(x[j], round_bits(key, j));
+}
+
+template <int DIM>
+uint64_t fused_rows(int64_t dim, std::mt19937& rng, uint64_t& n) {
+  const uint16_t specials[] = {0x0000u, 0x8000u, 0x0001u, 0x83ffu, 0x7bffu, 0xfbffu, 0x7c00u, 0xfc00u, 0x7e00u};
+  std::normal_distribution<float> normal(0.0f, 0.1f), grad(0.0f, 1.0f);
+  std::uniform_int_distribution<int> pick(0, 40);
+  uint64_t bad = 0;
+  for (int32_t kind : {kSGD, kAdagrad, kRowwiseAdagrad})
+    for (float wd : {0.0f, 0.01f})
+      for (int rep = 0; rep < 200; ++rep) {
+        OptimParams p{};
+        p.lr = rep % 2 ? 0.01f : 3.0f;  // a large step carries some rows past 65,504
+        p.eps = 1e-10f;
+        p.weight_decay = wd;
+        if (!avx512::fp16_fused_fits(kind, dim, p)) continue;
+        uint16_t w[256], want[256];
+        float g[256], x[256], G[257], G_want[257];
+        for (int64_t j = 0; j < dim; ++j) {
+          const int k = pick(rng);  // every third row without a special value: the fast path whole
+          w[j] = k < 9 && rep % 3 ? specials[k] : fp16_round(normal(rng), static_cast<uint32_t>(rng()));
+          g[j] = grad(rng);
+          G[j] = G_want[j] = std::abs(grad(rng));
+        }
+        const uint32_t key = static_cast<uint32_t>(rng());
+        three_passes(kind, want, x, w, g, dim, kind == kRowwiseAdagrad ? G_want + 1 : G_want, p, key);
+        // state0 + r * dim for Adagrad and state0 + r for the row-wise: row 0 and row 1 of the state
+        fused_row<DIM>(kind, w, g, dim, G, kind == kRowwiseAdagrad ? 1 : 0, p, key);
+        for (int64_t j = 0; j < dim; ++j) bad += w[j] != want[j];
+        const int64_t states = kind == kAdagrad ? dim : (kind == kRowwiseAdagrad ? 1 : 0);
+        const int64_t at = kind == kRowwiseAdagrad ? 1 : 0;
+        for (int64_t j = at; j < at + states; ++j) bad += float_to_bits(G[j]) != float_to_bits(G_want[j]);
+        n += dim + states;
+      }
+  return bad;
+}
+
+uint64_t fused_update(uint64_t& checked) {
+  std::mt19937 rng(47);
+  uint64_t bad = 0, n = 0;
+  bad += fused_rows<16>(16, rng, n) + fused_rows<128>(128, rng, n) + fused_rows<256>(256, rng, n);
+  for (int64_t dim : {16, 48, 128, 208}) bad += fused_rows<0>(dim, rng, n);
+  checked = n;
+  return bad;
+}
+
 template <bool AVX512>
 uint64_t walk(const char* prefix) {
   uint64_t n = 0, total_bad = 0, bad = 0;
@@ -160,6 +253,16 @@ uint64_t walk(const char* prefix) {
   std::printf("%sspecial-rows %llu %llu\n", prefix, static_cast<unsigned long long>(bad),
               static_cast<unsigned long long>(n));
   total_bad += bad;
+  if constexpr (AVX512) {
+    bad = float16_rounding_all(n);
+    std::printf("%sfloat16-round-all %llu %llu\n", prefix, static_cast<unsigned long long>(bad),
+                static_cast<unsigned long long>(n));
+    total_bad += bad;
+    bad = fused_update(n);
+    std::printf("%sfused-update %llu %llu\n", prefix, static_cast<unsigned long long>(bad),
+                static_cast<unsigned long long>(n));
+    total_bad += bad;
+  }
   return total_bad;
 }
 
