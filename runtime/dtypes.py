@@ -52,6 +52,18 @@ def widened(a: np.ndarray, name: str) -> np.ndarray:
     return from_numpy(np.array(a), name).float().numpy()  # a copy: `a` may be a read-only map
 
 
+def nonfinite_rows(a: np.ndarray, name: str) -> np.ndarray:
+    """Which rows of array `a` of wire type `name` hold a NaN or an infinity (a bool per row). A
+    bfloat16 array is its bits as int16: such a value is one whose eight exponent bits are all set (a
+    numpy kind "i" array that isfinite calls finite throughout)."""
+    flat = a.reshape(len(a), -1)
+    if name == "bfloat16":
+        return ((flat.view(np.uint16) & 0x7F80) == 0x7F80).any(axis=1)
+    if a.dtype.kind != "f":
+        return np.zeros(len(a), dtype=bool)
+    return ~np.isfinite(flat).all(axis=1)
+
+
 def narrowed(a: np.ndarray, name: str) -> np.ndarray:
     """float32 rows as wire type `name` (a half type), rounded to nearest even: a half table's gradients
     on the wire, half the bytes (the server widens them again before its float32 step). A finite value

@@ -59,7 +59,8 @@ def restore_into(
         dst = slice(a - t.lo, b - t.lo)
         arrays = chain.load_piece((root, manifest, d), src)
         if overlap:
-            refuse_nonfinite(arrays["data"], d, a)
+            dtype = str(manifest.get("dtype", "float32"))
+            kd.refuse_nonfinite(arrays["data"], dtype, d / "data.npy", lambda i, a=a: f"row {a + i}")
             _copy_into(t.data[dst], arrays["data"])
         for key, value in t.state.items():
             saved = arrays[f"state.{key}"]
@@ -90,23 +91,6 @@ def _restore_keys(
     if global_step:
         steps = [int(np.load(d / "state.step.npy", allow_pickle=False)[0]) for _, d in pieces]
         t.state["step"].fill_(max(steps))
-
-
-def refuse_nonfinite(rows: np.ndarray, d: Path, first: int) -> None:
-    """Refuse a piece's rows (table rows `first`...) holding NaN or infinity: training never writes one
-    (a push holding one is refused or skipped), so such a checkpoint was changed, and restored it failed
-    later as an inference's refused push of its layer outputs, naming no table.
-
-    Raises:
-        DataError: naming the piece's file and the first such row."""
-    if rows.dtype.kind != "f":  # a bfloat16 table's bits are stored as integers: not checked here
-        return
-    bad = ~np.isfinite(rows.reshape(len(rows), -1)).all(axis=1)
-    if bad.any():
-        raise DataError(
-            f"{d / 'data.npy'}: {int(bad.sum()):,} row(s) hold NaN or infinity (first: row "
-            f"{first + int(np.argmax(bad))}), which training never writes: the checkpoint was changed"
-        )
 
 
 def _copy_into(dst: torch.Tensor, src: np.ndarray) -> None:

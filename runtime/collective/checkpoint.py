@@ -28,7 +28,7 @@ from graphtrain.runtime.collective import exchange as ex
 from graphtrain.runtime.collective.embedding import CollectiveEmbedding
 from graphtrain.runtime.errors import DataError
 from graphtrain.runtime.optim import make_state
-from graphtrain.runtime.storage.keyed import refuse_keyed
+from graphtrain.runtime.storage.keyed import refuse_keyed, refuse_nonfinite
 from graphtrain.runtime.storage.shard import TensorShard
 
 CHUNK_ROWS = 1 << 16
@@ -294,5 +294,7 @@ def restore(t: CollectiveEmbedding, root: Path, verify: bool = True) -> bool:
         for key, value in arrays.items():
             src = saved["data" if key == "data" else f"state.{key}"][start :: t.world]
             held = dtypes.from_numpy(np.ascontiguousarray(src), str(value.dtype).removeprefix("torch."))
+            if key == "data":  # rows of NaN are refused, as a shard server's restore refuses them
+                refuse_nonfinite(src, t.wire, d / "data.npy", lambda i, k=keys: f"row {int(k[i])}")
             value[rows] = held.to(t.device)
     return True

@@ -27,7 +27,7 @@ import torch
 
 from graphtrain.runtime.data.cache import verify_files
 from graphtrain.runtime.data.npz import load_array
-from graphtrain.runtime.dtypes import HALF, NUMPY, from_numpy, narrowed, wire_name
+from graphtrain.runtime.dtypes import HALF, NUMPY, from_numpy, narrowed, nonfinite_rows, wire_name
 from graphtrain.runtime.errors import DataError
 from graphtrain.runtime.native.keymap import KeyMap, KeyMapFull
 from graphtrain.runtime.optim.config import OptimConfig
@@ -290,9 +290,29 @@ def restore_keyed(
         rows = torch.from_numpy(keymap.insert(keys[take], evict=False).rows)
         for key, value in arrays.items():
             name = "data.npy" if key == "data" else f"state.{key}.npy"
-            src = np.load(d / name, mmap_mode="r")
-            rows_here = _as_tensor(np.ascontiguousarray(src[take]), value.dtype, f"{d / name}")
+            src = np.ascontiguousarray(np.load(d / name, mmap_mode="r")[take])
+            rows_here = _as_tensor(src, value.dtype, f"{d / name}")  # the file's type is the table's
+            if key == "data":
+                named = keys[take]
+                refuse_nonfinite(src, str(wire_name(value.dtype)), d / name, lambda i, k=named: f"key {k[i]}")
             value.index_copy_(0, rows.to(value.device), rows_here.to(value.device))
+
+
+def refuse_nonfinite(rows: np.ndarray, dtype: str, path: Path, row_name: Callable[[int], str]) -> None:
+    """Refuse a checkpoint file's rows (of wire type `dtype`; `row_name(i)` names the i-th) holding NaN or
+    infinity: training never writes one (a push holding one is refused or skipped), so such a checkpoint
+    was changed, and restored it failed later as an inference's refused push of its layer outputs, naming
+    no table. A bfloat16 table's rows are their bits (int16), read as such (dtypes.nonfinite_rows).
+
+    Raises:
+        DataError: naming the file and the first such row."""
+    bad = nonfinite_rows(np.asarray(rows), dtype)
+    if bad.any():
+        first = row_name(int(np.argmax(bad)))
+        raise DataError(
+            f"{path}: {int(bad.sum()):,} row(s) hold NaN or infinity (first: {first}), which training never "
+            "writes: the checkpoint was changed"
+        )
 
 
 def _as_tensor(array: np.ndarray, dtype: torch.dtype, where: str) -> torch.Tensor:
@@ -312,6 +332,7 @@ __all__ = [
     "KEYS",
     "read_keys",
     "refuse_keyed",
+    "refuse_nonfinite",
     "KeyMapFull",
     "KeyedRows",
     "check_attach",

@@ -69,3 +69,18 @@ def wire(rank: int, world: int, out: Path, dtype: str, n: int, dim: int) -> dict
     (table(ids) * torch.from_numpy(weights(0, rank, len(ids), dim))).sum().backward()
     opt.step()
     return {"sent": np.array(table.comm.sent_bytes), "received": np.array(table.comm.received_bytes)}
+
+
+def restore_refused(
+    rank: int, world: int, out: Path, dtype: str, dynamic: bool, n: int, dim: int, ckdir: str
+) -> dict[str, Any]:
+    """Restore into this world size, expecting a refusal: its message."""
+    from graphtrain.runtime.errors import DataError
+
+    table = table_of(dtype, dynamic, n, dim)
+    SparseOptimizer([table], config("adam", "sum"))
+    try:
+        restore(table, Path(ckdir))
+    except DataError as exc:
+        return {"error": np.array(str(exc))}
+    return {"error": np.array("")}

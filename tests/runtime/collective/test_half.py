@@ -193,3 +193,27 @@ def test_a_collective_tables_rows_are_normalised_in_chunks_as_whole(dtype: torch
     whole = unit_rows(t.weight.float()).to(dtype)
     normalise_rows(t, 0, 64)
     assert torch.equal(t.weight, whole)
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_half_rows_of_nan_or_infinity_are_refused_on_restore(tmp_path, dtype, dynamic):
+    """A collective table's restore checked no row (a shard server's refused a float32 NaN): a row of
+    each rank made non-finite in a checkpoint, hashes re-recorded, is refused by the rank owning it."""
+    from graphtrain.runtime.storage.keyed import owners
+    from tests.runtime.kvstore.test_half_tables import plant_nonfinite
+
+    ckdir = tmp_path / "ck"
+    args = {"dtype": dtype, "dynamic": dynamic, "n": N, "dim": DIM, "ckdir": str(ckdir)}
+    ranks.run("scenarios_half.train", 1, tmp_path / "train", steps=1, **args)
+    piece = next((ckdir / "h").glob("rows-*"))
+    keys = np.load(piece / "keys.npy") if dynamic else np.arange(N)
+    owner = owners(keys, 2) if dynamic else keys % 2
+    planted = {r: int(np.flatnonzero(owner == r)[-1]) for r in range(2)}  # a row of each rank's
+    for row in planted.values():
+        plant_nonfinite(piece, row, getattr(torch, dtype))
+    back = ranks.run("scenarios_half.restore_refused", 2, tmp_path / "restore", **args)
+    for r, row in planted.items():
+        where = f"key {keys[row]}" if dynamic else f"row {row}"
+        error = str(back[r]["error"])
+        assert "data.npy: 1 row(s) hold NaN or infinity" in error and f"(first: {where})" in error, error

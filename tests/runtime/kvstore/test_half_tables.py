@@ -466,3 +466,48 @@ def test_a_rounding_count_that_is_not_a_count_is_refused_in_one_line(bad: object
         DataError, match=r"manifest.json: round_steps must be a whole number in \[0, 2\*\*63\)"
     ):
         ckpt.saved_round_steps(ckpt.pieces_of(tmp_path / "ck", "e"), 0, ROWS)
+
+
+def plant_nonfinite(piece: Path, row: int, dtype: torch.dtype) -> None:
+    """A half piece's row `row` made to hold an infinity (bfloat16: a NaN's bits, int16 on disk), its
+    sha256 re-recorded: a hand edit that the file's hash no longer shows."""
+    from graphtrain.runtime.data.cache import read_json, sha256_file, write_json
+
+    rows = np.load(piece / "data.npy")
+    rows[row, 1] = np.int16(0x7FC0) if dtype == torch.bfloat16 else np.float16("inf")
+    np.save(piece / "data.npy", rows)
+    manifest = read_json(piece / "manifest.json")
+    manifest["files"]["data.npy"] = sha256_file(piece / "data.npy")
+    write_json(piece / "manifest.json", manifest)
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+@pytest.mark.parametrize("dtype", HALF)
+def test_half_rows_of_nan_or_infinity_are_refused_on_restore_naming_the_row(
+    dtype: torch.dtype, dynamic: bool, tmp_path: Path
+) -> None:
+    """As a float32 table's (test_checkpoint.py): a bfloat16 piece's rows are int16 bits, and the check
+    passed integers over, so a bfloat16 NaN planted in a checkpoint was restored and served; a dynamic
+    table's restore checked no row of any type."""
+    client = kvstore.standalone(1, checkpoint_root=tmp_path)
+    if dynamic:
+        train_dynamic(client, dtype)
+    else:
+        train(client, dtype, steps=1)
+    client.checkpoint("ck", root=tmp_path)
+    name = "dyn" if dynamic else "e"
+    piece = next((tmp_path / "ck" / name).glob("rows-*"))
+    plant_nonfinite(piece, 7, dtype)
+    if dynamic:
+        key = int(np.load(piece / "keys.npy")[7])
+        where = f"key {key}"
+    else:
+        where = "row 7"
+    again = kvstore.standalone(2)
+    for state in again.transport.states:  # type: ignore[attr-defined]
+        state.restore_from = tmp_path / "ck"
+    with pytest.raises(RemoteError, match=rf"data.npy: 1 row\(s\) hold NaN or infinity \(first: {where}\)"):
+        if dynamic:
+            DistEmbedding(1000, 4, name, INIT, client=again, vocabulary=DynamicVocabulary(64), dtype=dtype)
+        else:
+            DistEmbedding(ROWS, DIM, name, INIT, client=again, dtype=dtype)
