@@ -33,7 +33,7 @@ from graphtrain.contract import conditions
 from graphtrain.contract.spec import Phase
 from graphtrain.operator import gang_admission, lifecycle
 from graphtrain.operator.config import OperatorConfig, built_in
-from graphtrain.operator.context import TERMINAL, Action, Context, Plan, Step
+from graphtrain.operator.context import TERMINAL, Action, Context, Plan, Step, ended
 from graphtrain.operator.observation import Obj, Observed, iso
 from graphtrain.operator.sizing import memory_stage
 from graphtrain.operator.spec_stage import spec_hash, spec_stage
@@ -95,6 +95,7 @@ def plan(obs: Observed, config: OperatorConfig | None = None, token: str = "") -
         if step.phase is not None:
             status["appliedSpecHash"] = _applied_hash(ctx, actions, old.get("appliedSpecHash"))
             if step.phase in TERMINAL:  # the TTL counts from completionTime (set now if it just ended)
+                unsure += _stops_unfinished(ctx, actions)
                 status.update(lifecycle.settle(ctx, conds, actions, status, step.phase))
                 ttl = ctx.gt.spec.run_policy.ttl_seconds_after_finished
                 ends = lifecycle.expiry(ttl, status.get("completionTime") or iso(obs.now))
@@ -110,6 +111,17 @@ def plan(obs: Observed, config: OperatorConfig | None = None, token: str = "") -
             done.confirm = "; ".join(unsure) if obs.cached and _changes(done, old) else ""
             return done
     raise AssertionError("the trainers stage always decides the phase")
+
+
+def _stops_unfinished(ctx: Context, actions: list[Action]) -> list[str]:
+    """The clean-up of an ended training deletes the trainer pods not finished (runPolicy.cleanPodPolicy
+    Running) as the cache shows them: one that finished since, its phase not yet in the cache, would
+    lose its `kubectl logs`. Such a plan is confirmed by a list (Plan.confirm)."""
+    deleted = {a.obj["metadata"]["name"] for a in actions if a.verb == "delete" and a.obj["kind"] == "Pod"}
+    stopped = sorted(
+        n for p in ctx.pods("trainer") if (n := p["metadata"]["name"]) in deleted and not ended(p)
+    )
+    return [f"trainer pods {', '.join(stopped)} stopped as not finished"] if stopped else []
 
 
 def _changes(done: Plan, old: Obj) -> bool:

@@ -82,7 +82,7 @@ def test_a_start_timeout_on_a_cached_pod_status_is_confirmed() -> None:
         }
     p = _planned(c, cached=True)
     assert p.status["phase"] == "Failed" and cond(p, "Failed")["reason"] == "StartTimeout"
-    assert p.confirm == f"pod {trainer_name(NAME, 0)} could not start"
+    assert p.confirm.startswith(f"pod {trainer_name(NAME, 0)} could not start; ")  # and its clean-up
 
 
 def test_an_inference_without_its_claim_and_config_in_the_cache_is_confirmed() -> None:
@@ -137,4 +137,30 @@ def test_a_stall_reported_on_the_cached_heartbeats_is_confirmed_once() -> None:
     assert "Stalled" in {x["type"] for x in first.status["conditions"] if x["status"] == "True"}
     assert first.confirm and "NoProgress" in {e.reason for e in first.events}
     c.step()  # written (as the listed plan would be)
+    assert _planned(c, cached=True).confirm == ""
+
+
+def test_an_end_stopping_trainer_pods_the_cache_shows_running_is_confirmed() -> None:
+    """runPolicy.cleanPodPolicy Running stops the trainer pods not finished when a training ends: one the
+    cache shows running may have finished since, and deleting it would lose its `kubectl logs`."""
+    c = running_cluster(**{"runPolicy.backoffLimit": 0})
+    c.trainers("Failed", r1="Running")
+    p = _planned(c, cached=True)
+    assert p.status["phase"] == "Failed"
+    assert [a.key for a in p.actions if a.verb == "delete" and a.obj["kind"] == "Pod"] == [TRAINER_1]
+    assert p.confirm == f"trainer pods {trainer_name(NAME, 1)} stopped as not finished"
+    c.trainers("Failed", r1="Succeeded")  # what the list shows: the finished pod is kept
+    listed = _planned(c, cached=False)
+    assert listed.confirm == "" and listed.status["phase"] == "Failed"
+    assert not [a for a in listed.actions if a.verb == "delete" and a.obj["kind"] == "Pod"]
+
+
+def test_an_end_keeping_finished_pods_or_a_restart_needs_no_list_for_them() -> None:
+    """Every rank of a restart stops whatever it shows; an end that deletes no unfinished pod (they all
+    finished, or cleanPodPolicy None) has nothing of theirs to confirm."""
+    c = running_cluster(**{"runPolicy.backoffLimit": 0})
+    c.trainers("Failed", r1="Succeeded")
+    assert _planned(c, cached=True).confirm == ""
+    c = running_cluster(**{"runPolicy.backoffLimit": 0, "runPolicy.cleanPodPolicy": "None"})
+    c.trainers("Failed", r1="Running")
     assert _planned(c, cached=True).confirm == ""

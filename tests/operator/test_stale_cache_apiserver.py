@@ -53,6 +53,12 @@ def _attempt_one(kube, ns: str, name: str) -> tuple[dict[str, dict], dict[str, d
     return before, pods(kube, ns, name)
 
 
+def _apply(kube, ns: str, name: str, run_policy: str) -> None:
+    """SPEC with its runPolicy replaced."""
+    spec = SPEC.format(name=name, extra_model="").replace("{backoffLimit: 1}", "{" + run_policy + "}")
+    kube("apply", "-n", ns, "-f", "-", input=spec)
+
+
 def _status(kube, ns: str, name: str) -> dict:
     return json.loads(kube("get", "gtr", name, "-n", ns, "-o", "json"))["status"]
 
@@ -139,15 +145,7 @@ def test_a_cache_behind_on_the_heartbeats_restarts_no_stalled_rank(kube, operato
     cache still holds the progress ConfigMap from before their reports (its watch behind). The stall
     read on it is made again on the listed ConfigMap: no restart."""
     name = "beat"
-    policy = "backoffLimit: 1, stallTimeoutSeconds: 60, stallPolicy: Restart"
-    kube(
-        "apply",
-        "-n",
-        ns,
-        "-f",
-        "-",
-        input=SPEC.format(name=name, extra_model="").replace("{backoffLimit: 1}", "{" + policy + "}"),
-    )
+    _apply(kube, ns, name, "backoffLimit: 1, stallTimeoutSeconds: 60, stallPolicy: Restart")
     to_training(kube, ns, name)
     cm = f"{name}-progress"
     quiet = json.loads(kube("get", "configmap", cm, "-n", ns, "-o", "json"))  # no report yet
@@ -170,3 +168,27 @@ def test_a_cache_behind_on_the_heartbeats_restarts_no_stalled_rank(kube, operato
     status = _status(kube, ns, name)
     assert (status["phase"], status.get("restarts", 0)) == ("Training", 0), status
     cache.event("ConfigMap", "MODIFIED", json.loads(kube("get", "configmap", cm, "-n", ns, "-o", "json")))
+
+
+def test_an_end_keeps_a_finished_pod_the_cache_shows_running(kube, operator, ns: str) -> None:
+    """backoffLimit 0: rank 0 fails, so the training ends, and cleanPodPolicy Running stops the trainer
+    pods not finished. Rank 1 has finished, but the cache still shows it Running (its watch behind):
+    the clean-up is made again on the listed pods, and rank 1's pod stays for `kubectl logs`."""
+    name = "kept"
+    _apply(kube, ns, name, "backoffLimit: 0")
+    to_training(kube, ns, name)
+    settled(kube, ns, name)
+    rank1 = f"{name}-trainer-1"
+    running = pods(kube, ns, name)[rank1]
+    cache = k8s._cache
+    assert cache is not None
+    status_patch(kube, "pod", rank1, ns, {"phase": "Succeeded"})
+    shown = lambda: [p for p in cache.children(ns, name)["Pod"] if p["metadata"]["name"] == rank1]  # noqa: E731
+    wait_for(lambda: shown() and shown()[0]["status"].get("phase") == "Succeeded", what="rank 1 cached")
+    cache.event("Pod", "MODIFIED", running)  # the watch behind: rank 1 as it was
+    status_patch(kube, "pod", f"{name}-trainer-0", ns, {"phase": "Failed"})
+    assert wait_for(lambda: _status(kube, ns, name).get("phase") == "Failed", what="Failed")
+    handlers.reconcile(ns, name)  # and once more on the same cache: still kept
+    kept = pods(kube, ns, name)
+    assert rank1 in kept and not kept[rank1]["metadata"].get("deletionTimestamp")
+    assert kept[rank1]["status"]["phase"] == "Succeeded"
