@@ -52,7 +52,7 @@ GT_AVX512 inline void bf16_row_to_float(float* x, const uint16_t* w, int64_t dim
 // fp16_round on 16 elements, every case: the element function's selects, lane by lane (u: the
 // float32 bits, r: the random bits). Taken for a row with a value outside the fast case below: a zero
 // or a float16 subnormal (0.05 % of the elements of an N(0, 0.1) row, in 6 % of its rows of 128),
-// 65,536 and past, an infinity or a NaN. It had been the element functions, one by one: a row with one
+// past 65,504, an infinity or a NaN. It had been the element functions, one by one: a row with one
 // such value cost as much as ~60 in-range ones.
 GT_AVX512 inline __m256i fp16_round16(__m512i u, __m512i r) {
   const __m512i a = _mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff));
@@ -83,15 +83,17 @@ GT_AVX512 inline __m256i fp16_round16(__m512i u, __m512i r) {
                       _mm512_and_si512(_mm512_srli_epi32(mag, 13), _mm512_set1_epi32(0x3ff))),
       _mm512_set1_epi32(0xffff));
   __m512i h = _mm512_mask_mov_epi32(normal, _mm512_cmplt_epu32_mask(mag, _mm512_set1_epi32(0x38800000)), sub);
-  h = _mm512_mask_mov_epi32(h, _mm512_cmpgt_epu32_mask(mag, _mm512_set1_epi32(0x477fe000)), _mm512_set1_epi32(0x7c00));
+  h = _mm512_mask_mov_epi32(h, _mm512_cmpgt_epu32_mask(mag, _mm512_set1_epi32(0x477fe000)), _mm512_set1_epi32(0x7bff));
+  h = _mm512_mask_mov_epi32(h, _mm512_cmpeq_epu32_mask(mag, _mm512_set1_epi32(0x7f800000)), _mm512_set1_epi32(0x7c00));
   h = _mm512_mask_mov_epi32(h, _mm512_cmpgt_epu32_mask(mag, _mm512_set1_epi32(0x7f800000)), _mm512_set1_epi32(0x7e00));
   h = _mm512_or_si512(h, _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x8000)));
   return _mm512_cvtepi32_epi16(h);
 }
 
-// fp16_round's normal case, |x| in [2^-14, 65536), on 16 elements from their float32 bits u: the random
-// bits added below float16's last place and cut off leave a float that float16 holds exactly (65536
-// becomes infinity, as fp16_exact makes it), so the conversion's own rounding never acts. fp16_outside
+// fp16_round's normal case, |x| in [2^-14, 65504], on 16 elements from their float32 bits u: the random
+// bits added below float16's last place and cut off leave a float that float16 holds exactly (past
+// 65504 a carry could reach 65536, which fp16_exact saturates), so the conversion's own rounding never
+// acts. fp16_outside
 // notes the lanes outside that case; a row with any is written again by fp16_round16 whole. A branch
 // per row and not per 16 elements: with one per vector, Adagrad's float16 step took 12.4-14 ms per
 // 100,000 rows of 128 against 8.0-8.8 ms without it (0.8 % of an N(0, 0.1) row's vectors are outside).
@@ -101,8 +103,8 @@ GT_AVX512 inline __m256i fp16_round16_fast(__m512i u, __m512i bits) {
 }
 GT_AVX512 inline __mmask16 fp16_outside(__m512i u) {
   const __m512i a = _mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff));
-  return _mm512_cmpge_epu32_mask(_mm512_sub_epi32(a, _mm512_set1_epi32(0x38800000)),
-                                 _mm512_set1_epi32(0x47800000 - 0x38800000));
+  return _mm512_cmpgt_epu32_mask(_mm512_sub_epi32(a, _mm512_set1_epi32(0x38800000)),
+                                 _mm512_set1_epi32(0x477fe000 - 0x38800000));
 }
 
 // The whole vectors of a row written again from its float32 `x` by fp16_round16.

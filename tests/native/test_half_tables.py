@@ -124,10 +124,10 @@ def test_the_bits_do_not_depend_on_the_thread_count_and_do_on_the_seed() -> None
 
 SPECIAL = {
     # what sends a row down the element functions' path (optim_math.h, fp16_row_to_float and
-    # half_row_round): for float16 a zero, a subnormal, an infinity, a NaN, a value rounding to 65,536;
-    # for bfloat16 a NaN
-    torch.float16: [float("nan"), float("inf"), 0.0, 3e-6, 65504.0],
-    torch.bfloat16: [float("nan")],
+    # half_row_round), with the gradient of its element: for float16 a zero, a subnormal, an infinity, a
+    # NaN, a value stepped past 65,504; for bfloat16 a NaN
+    torch.float16: [(float("nan"), 0.0), (float("inf"), 0.0), (0.0, 0.0), (3e-6, 0.0), (65504.0, -1e4)],
+    torch.bfloat16: [(float("nan"), 0.0)],
 }
 
 
@@ -147,11 +147,11 @@ def test_a_row_in_range_gets_the_element_functions_bits(kind: str, dtype: torch.
     values[0, :8] = torch.tensor([2.0**-14, -(2.0**-14), 1.0, -1.0, 2.0**15, 65504.0, -65504.0, 65472.0])
     values = values.to(dtype)
     grads = torch.randn(rows, dim, generator=gen) * 1e-3
-    grads[0, 5:8] = torch.tensor([-1.0, 1.0, -30.0])  # 65,504 pushed to round up to infinity, or not
-    for special in SPECIAL[dtype]:
+    grads[0, 5:8] = torch.tensor([-1.0, 1.0, -30.0])  # 65,504 pushed past the range (saturated), or not
+    for special, push in SPECIAL[dtype]:
         narrow, wide = values.clone(), torch.empty(rows, dim + 1, dtype=dtype)
         wide[:, :dim], wide[:, dim] = values, special
-        wide_grads = torch.cat([grads, torch.zeros(rows, 1)], dim=1)
+        wide_grads = torch.cat([grads, torch.full((rows, 1), push)], dim=1)
         narrow_state, wide_state = STATE[kind](rows, dim), STATE[kind](rows, dim + 1)
         for seed in (1, 2):  # two steps, the state carried over
             sparse_step(
@@ -163,6 +163,34 @@ def test_a_row_in_range_gets_the_element_functions_bits(kind: str, dtype: torch.
         same = narrow.view(torch.int16) == wide[:, :dim].view(torch.int16)
         assert bool(same.all()), (special, torch.nonzero(~same)[:5].tolist())
         assert not torch.equal(narrow.view(torch.int16), values.view(torch.int16))  # the step moved rows
+
+
+@pytest.mark.parametrize("dim", [128, 3])
+@pytest.mark.parametrize("kind", list(STATE))
+def test_a_float16_step_past_65504_saturates_and_an_infinity_stays(kind: str, dim: int) -> None:
+    """A float32 result beyond float16's range had been written as an infinity (fp16_exact): float32
+    and bfloat16 rows hold it finite, and the next pull turned the row into NaN gradients, refused (a
+    WordNet GraphSAGE run with SGD at lr 1e8 failed in its first epoch in float16 alone). It saturates
+    to +-65504 now, on each path (dim 128: whole AVX-512 vectors, 3: the element functions), as a half
+    table's gradients do on the wire; a row already infinite stays so (a float32 table's would too)."""
+    rows = 64
+    gen = torch.Generator().manual_seed(5)
+    start = torch.full((rows, dim), 65000.0) * torch.where(torch.rand(rows, dim, generator=gen) < 0.5, -1, 1)
+    start[:, 0] = torch.empty(rows).uniform_(65440.0, 65504.0, generator=gen)  # near the top, carries
+    half = start.to(torch.float16)
+    half[-1] = float("inf")
+    grads = -torch.sign(start) * 1e4  # every step pushes each value outwards
+    grads[-1] = 0.0
+    lr = 1.0 if kind == "sgd" else 1000.0  # the adaptive kinds move a row about lr a step
+    for seed in range(4):
+        sparse_step(
+            args(kind, lr), half, STATE[kind](rows, dim), torch.arange(rows), grads, 2, round_seed=seed
+        )
+    got = half.float()
+    assert bool(torch.isinf(got[-1]).all())
+    assert bool(torch.isfinite(got[:-1]).all()), torch.nonzero(~torch.isfinite(got[:-1]))[:5].tolist()
+    assert bool((got[:-1].abs() == 65504.0).all())
+    assert bool((torch.sign(got[:-1]) == torch.sign(start[:-1])).all())
 
 
 def test_pieces_of_a_push_step_a_half_table_as_one_step() -> None:

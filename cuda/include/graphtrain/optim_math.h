@@ -240,8 +240,10 @@ GT_HD float fp16_to_float(uint16_t h) {
   return bits_to_float(float_to_bits(mag) | ((static_cast<uint32_t>(h) & 0x8000u) << 16));
 }
 
-// The float16 of a float32 that float16 represents exactly (what fp16_round makes): NaN stays NaN,
-// anything beyond the largest finite float16 (65504) is infinite.
+// The float16 of a float32 that float16 represents exactly (what fp16_round makes): NaN stays NaN and
+// an infinity infinite, a finite value beyond the largest finite float16 (65504) saturates to it, as a
+// half table's gradients do on the wire (dtypes.narrowed): an update past the range had written an
+// infinity that float32 and bfloat16 rows hold finite, and the next pull made NaN gradients of it.
 GT_HD uint16_t fp16_exact(float v) {
   const uint32_t u = float_to_bits(v);
   const uint32_t sign = (u >> 16) & 0x8000u;
@@ -250,7 +252,8 @@ GT_HD uint16_t fp16_exact(float v) {
   const uint32_t sub = static_cast<uint32_t>(static_cast<int32_t>(bits_to_float(small) * 16777216.0f));  // * 2^24
   const uint32_t normal = ((((a >> 23) - 112u) << 10) | ((a >> 13) & 0x3ffu)) & 0xffffu;
   uint32_t h = a < 0x38800000u ? sub : normal;
-  h = a > 0x477fe000u ? 0x7c00u : h;
+  h = a > 0x477fe000u ? 0x7bffu : h;
+  h = a == 0x7f800000u ? 0x7c00u : h;
   h = a > 0x7f800000u ? 0x7e00u : h;
   return static_cast<uint16_t>(sign | h);
 }
@@ -269,7 +272,7 @@ GT_HD uint16_t fp16_round(float x, uint32_t r) {
   uint32_t mag = (a + (r >> (32 - drop))) & ~mask;
   const bool tiny_up = bits_to_float(a) * 16777216.0f > static_cast<float>(r >> 8) * 5.9604644775390625e-8f;
   mag = e < -24 ? (tiny_up ? 0x33800000u : 0u) : mag;  // 2^-24 or 0
-  mag = a >= 0x47800000u ? a : mag;                      // >= 65536, infinite or NaN: as it is
+  mag = a >= 0x47800000u ? a : mag;                      // >= 65536, infinite or NaN: fp16_exact's
   return fp16_exact(bits_to_float(mag | (u & 0x80000000u)));
 }
 
@@ -350,9 +353,9 @@ GT_HD void half_row_round(uint16_t* w, const float* x, int64_t dim, uint32_t key
       w[j] = static_cast<uint16_t>((float_to_bits(x[j]) + (round_bits(key, j) >> 16)) >> 16);
     return;
   }
-  // |x| in [2^-14, 65536), fp16_round's normal case: 13 random bits below float16's last place, which
-  // the shift drops (a carry moves the exponent; 65536 lands on infinity's bits), then the exponent
-  // rebiased: the bits of fp16_round and fp16_exact
+  // |x| in [2^-14, 65504], fp16_round's normal case: 13 random bits below float16's last place, which
+  // the shift drops (a carry moves the exponent), then the exponent rebiased: the bits of fp16_round and
+  // fp16_exact (past 65504 a carry could reach 65536, which fp16_exact saturates)
   uint32_t lo = 0xffffffffu, hi = 0;
   for (int64_t j = 0; j < dim; ++j) {
     const uint32_t u = float_to_bits(x[j]), a = u & 0x7fffffffu;
@@ -361,7 +364,7 @@ GT_HD void half_row_round(uint16_t* w, const float* x, int64_t dim, uint32_t key
     const uint32_t mag = ((a + (round_bits(key, j) >> 19)) >> 13) - ((127u - 15u) << 10);
     w[j] = static_cast<uint16_t>(mag | ((u >> 16) & 0x8000u));
   }
-  if (lo < 0x38800000u || hi >= 0x47800000u)  // a zero, a float16 subnormal, >= 65536, inf or NaN
+  if (lo < 0x38800000u || hi > 0x477fe000u)  // a zero, a float16 subnormal, > 65504, inf or NaN
     for (int64_t j = 0; j < dim; ++j) w[j] = fp16_round(x[j], round_bits(key, j));
 }
 

@@ -102,14 +102,14 @@ uint64_t float16_widening(uint64_t& checked) {
 }
 
 // Rows of in-range values with one value off the fast path (zero, float16 subnormals and what rounds
-// to them, 65,536 and past, infinities, NaNs of every kind) at a lane start, a lane end, the last
+// to them, past 65,504 (saturated), infinities, NaNs of every kind) at a lane start, a lane end, the last
 // element or a tail past the last 16: the whole row must take the element functions' bits (a widened
 // NaN need only stay a NaN: vcvtph2ps quiets a signalling one, and the write-back makes one NaN of any).
 template <bool AVX512>
 uint64_t special_rows(uint64_t& checked) {
   const uint32_t specials[] = {0x00000000u, 0x80000000u, 0x33800000u, 0x35000001u, 0x387fffffu, 0x30000000u,
                                0x47800000u, 0x47ffffffu, 0x7f7fffffu, 0x7f800000u, 0xff800000u, 0x7f800001u,
-                               0x7fbfffffu, 0x7fc00000u, 0x7fffffffu, 0xffc00000u};
+                               0x7fbfffffu, 0x7fc00000u, 0x7fffffffu, 0xffc00000u, 0x477fe001u, 0xc77fffffu};
   const uint16_t half_specials[] = {0x0000u, 0x8000u, 0x0001u, 0x03ffu, 0x8200u, 0x7c00u,
                                     0xfc00u, 0x7c01u, 0x7dffu, 0x7e00u, 0x7fffu, 0xfe00u};
   const int64_t at[] = {0, 15, 16, 63, 127, 128};
