@@ -41,6 +41,8 @@ class Init(SpecModel):
     std: float = Field(default=1.0, ge=0, description="Standard deviation of a normal init.")
 
 
+NORMAL_SPAN = 6.0  # a normal init's draws are held to mean ± this many stds
+
 add_rules(
     Init,
     Rule(
@@ -58,6 +60,16 @@ add_rules(
         f"self.high <= {MAX_INIT:g}",
         message=f"low and high must lie within ±{MAX_INIT:g}, so that high - low is a float32 (torch's "
         "uniform init overflows beyond it)",
+    ),
+    Rule(
+        "init-normal-float32",
+        "",
+        lambda i: i.kind != InitKind.normal or abs(i.mean) + NORMAL_SPAN * i.std <= MAX_INIT,
+        cel=f"self.kind != 'normal' || (self.mean + {NORMAL_SPAN:.1f} * self.std <= {MAX_INIT:g} && "
+        f"self.mean - {NORMAL_SPAN:.1f} * self.std >= -{MAX_INIT:g})",
+        message=f"a normal init's mean ± {NORMAL_SPAN:g} std must lie within ±{MAX_INIT:g}, as a uniform's "
+        "bounds (beyond float32's 3.4e38 its rows would start infinite, and training fail on their first "
+        "push)",
     ),
 )
 
@@ -222,7 +234,6 @@ class EmbeddingTable(SpecModel):
 
 
 FLOAT16_MAX = 65504.0  # the largest finite float16
-NORMAL_SPAN = 6.0  # a normal init's draws are held to mean ± this many stds
 
 
 def init_fits_float16(i: Init) -> bool:

@@ -177,6 +177,7 @@ BREAKS: dict[str, Doc] = {
     "graph-standard-split": edit(TRANSE, lambda s: s["graph"].update(split={})),
     "init-uniform-ordered": edit(GRAPHSAGE, _table(init={"low": 1, "high": 0})),
     "init-uniform-float32": edit(GRAPHSAGE, _table(init={"low": -3e38, "high": 3e38})),
+    "init-normal-float32": edit(GRAPHSAGE, _table(init={"kind": "normal", "mean": -1e37, "std": 2e37})),
     "dynamic-capacity-per-shard": edit(GRAPHSAGE, _table(vocabulary={"kind": "dynamic", "capacity": 1})),
     "dynamic-capacity-per-trainer": edit(
         GRAPHSAGE,
