@@ -93,8 +93,8 @@ GT_AVX512 inline __m256i fp16_round16(__m512i u, __m512i r) {
 // fp16_round's normal case, |x| in [2^-14, 65504], on 16 elements from their float32 bits u: the random
 // bits added below float16's last place and cut off leave a float that float16 holds exactly (past
 // 65504 a carry could reach 65536, which fp16_exact saturates), so the conversion's own rounding never
-// acts. fp16_outside
-// notes the lanes outside that case; a row with any is written again by fp16_round16 whole. A branch
+// acts. fp16_outside notes the lanes outside that case; a row with any is written again by fp16_round16
+// whole. A branch
 // per row and not per 16 elements: with one per vector, Adagrad's float16 step took 12.4-14 ms per
 // 100,000 rows of 128 against 8.0-8.8 ms without it (0.8 % of an N(0, 0.1) row's vectors are outside).
 GT_AVX512 inline __m256i fp16_round16_fast(__m512i u, __m512i bits) {
