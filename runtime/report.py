@@ -66,7 +66,7 @@ def partition_table(config: dict[str, Any], summary: PartitionSummary | None = N
     seconds = stats.get("seconds", {})
     table.caption = (
         f"edge cut {stats['cut_edges']:,} of {stats['num_undirected_edges']:,} "
-        f"{edge_words(summary.directed if summary else None)} "
+        f"{edge_words(summary.directed if summary else stats.get('directed'))} "
         f"({100 * stats['edge_cut_fraction']:.2f} %), "
         f"remote in-edges {100 * stats['remote_edge_fraction']:.2f} %\n"
         f"balance (max/mean): {balance}\n"

@@ -16,8 +16,7 @@ import numpy as np
 
 from graphtrain.runtime.data.summary import directed_share
 from graphtrain.runtime.partition.format import PartitionConfig, load_names, load_part
-
-DIRECTED_MAX_EDGES = 20_000_000  # above this the reverse-edge check (a sort of all edges) is skipped
+from graphtrain.runtime.partition.stats import DIRECTED_MAX
 
 
 def degree_stats(degree: np.ndarray) -> dict[str, float]:
@@ -82,7 +81,7 @@ def summarise(cfg: PartitionConfig, verify: bool = False) -> PartitionSummary:
     summary = PartitionSummary(
         num_nodes=n,
         num_edges=int(data["num_edges"]),
-        directed=directed_share(src, dst, n) if len(src) <= DIRECTED_MAX_EDGES else None,
+        directed=directed_share(src, dst, n) if len(src) <= DIRECTED_MAX else None,
         isolated=int((degree == 0).sum()),
         degree=degree_stats(degree),
         feat_dims=None if feat is None else int(np.prod(feat["shape"][1:], dtype=np.int64)),

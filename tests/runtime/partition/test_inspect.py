@@ -13,7 +13,7 @@ from graphtrain.runtime import partition
 from graphtrain.runtime.data.graph import Graph, KnowledgeGraph, random_masks
 from graphtrain.runtime.data.summary import directed_share
 from graphtrain.runtime.partition.summary import degree_stats, summarise
-from graphtrain.runtime.report import strategy_words
+from graphtrain.runtime.report import partition_table, strategy_words
 from tests.runtime.outputs.test_export import ok
 
 SRC = np.array([0, 1, 2, 3, 3], dtype=np.int64)
@@ -136,3 +136,16 @@ def test_directed_share_is_the_definition_with_duplicates_and_self_loops() -> No
         pairs = set(zip(src.tolist(), dst.tolist(), strict=True))
         want = sum((d, s) not in pairs for s, d in zip(src.tolist(), dst.tolist(), strict=True)) / e
         assert directed_share(src, dst, n) == pytest.approx(want)
+
+
+@pytest.mark.parametrize("symmetric", [False, True])
+def test_the_partition_report_words_the_cut_as_inspect_does(tmp_path: Path, symmetric: bool) -> None:
+    """`graphtrain partition` prints its table from the config alone (no summary read back): the
+    partitioner counts the edge list's directedness, so both commands name the cut's unit alike."""
+    graph = ring(symmetric)
+    path = partition.write(graph, partition.partition_graph(graph, 2, algorithm="random"), tmp_path / "part")
+    data = partition.load_config(path).data
+    assert data["stats"]["directed"] == (0.0 if symmetric else 0.8)
+    words = "undirected edges" if symmetric else "node pairs joined by an edge (either direction)"
+    assert words in str(partition_table(data).caption)
+    assert words in inspect(graph, tmp_path / "again")
