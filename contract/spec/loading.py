@@ -95,7 +95,45 @@ def _loader() -> Any:
         pass
 
     Loader.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT, list("-+0123456789."))
+    Loader.add_constructor("tag:yaml.org,2002:map", _mapping)
+    Loader.add_constructor("tag:yaml.org,2002:int", _integer)
     return Loader
+
+
+MAX_INT_CHARS = 100  # a spec's integers fit int64 (19 digits); Python refuses to read more than 4,300
+
+
+def _integer(loader: Any, node: Any) -> Any:
+    """An integer, refused at its line when longer than MAX_INT_CHARS (Python's own limit raised a
+    ValueError, a traceback, past 4,300 digits)."""
+    import yaml
+
+    if len(node.value) > MAX_INT_CHARS:
+        raise yaml.constructor.ConstructorError(
+            None, None, f"an integer of {len(node.value):,} characters", node.start_mark
+        )
+    return yaml.SafeLoader.construct_yaml_int(loader, node)
+
+
+def _mapping(loader: Any, node: Any) -> Any:
+    """A mapping, refused when it names a key twice, as kubectl refuses it ("key already set in map"):
+    PyYAML keeps the last silently, so `epochs: 10` then `epochs: 20` trained 20 epochs unsaid."""
+    import yaml
+
+    seen: set[Any] = set()
+    for key_node, _ in node.value:
+        if key_node.tag == "tag:yaml.org,2002:merge" or not isinstance(key_node, yaml.ScalarNode):
+            continue
+        key = loader.construct_object(key_node)
+        if key in seen:
+            raise yaml.constructor.ConstructorError(
+                "while constructing a mapping",
+                node.start_mark,
+                f"found duplicate key {key!r}",
+                key_node.start_mark,
+            )
+        seen.add(key)
+    return (yield from yaml.SafeLoader.construct_yaml_map(loader, node))
 
 
 def yaml_error_text(exc: Exception) -> str:

@@ -252,7 +252,7 @@ def partial(model: type[BaseModel], data: Any) -> Any:
             values[name] = INVALID if field.is_required() else field.get_default(call_default_factory=True)
             continue
         value, inner = data[key], model_in(field.annotation)
-        if inner is not None and isinstance(value, dict):
+        if inner is not None and isinstance(value, dict) and not _list_only(field.annotation):
             values[name] = partial(inner, value)
         elif inner is not None and isinstance(value, list) and get_origin(field.annotation) is list:
             values[name] = [partial(inner, item) for item in value]
@@ -264,6 +264,15 @@ def partial(model: type[BaseModel], data: Any) -> Any:
             except ValidationError:
                 values[name] = INVALID
     return model.model_construct(**values)
+
+
+def _list_only(annotation: Any) -> bool:
+    """Whether `annotation` takes its model only in a list (`list[M]`, `list[M] | None`): a mapping
+    there is a wrong type, not a partial model (rules would iterate the model's fields as items)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return False
+    args = [a for a in get_args(annotation) if a is not type(None)]
+    return get_origin(annotation) is list or bool(args) and all(_list_only(a) for a in args)
 
 
 def model_in(annotation: Any) -> type[BaseModel] | None:

@@ -202,6 +202,37 @@ def test_aliases_of_ordinary_size_still_load() -> None:
     assert load_yaml(text) == load_yaml(text.replace("kind: graphsage", "kind: &k graphsage"))
 
 
+def test_a_key_written_twice_is_refused_at_its_line() -> None:
+    """PyYAML keeps the last of two equal keys silently (10 epochs then 20 trained 20); kubectl refuses."""
+    text = (
+        (EXAMPLES / "wordnet-sage.yaml")
+        .read_text()
+        .replace("    epochs: 10\n", "    epochs: 10\n    epochs: 20\n")
+    )
+    with pytest.raises(
+        SpecError, match=r"^invalid GraphTraining: \(yaml\): found duplicate key 'epochs' at line"
+    ):
+        load_yaml(text)
+    merged = "base: &b {epochs: 1}\nspec:\n  <<: *b\n  epochs: 2\n"  # a merge key's value overridden
+    with pytest.raises(SpecError, match=r"base: unknown field"):
+        load_yaml(merged)
+
+
+def test_an_integer_of_thousands_of_digits_is_a_yaml_problem_not_a_traceback() -> None:
+    text = (EXAMPLES / "wordnet-sage.yaml").read_text().replace("batchSize: 1024", "batchSize: " + "9" * 5000)
+    with pytest.raises(SpecError, match=r"\(yaml\): an integer of 5,000 characters at line \d+, column 16$"):
+        load_yaml(text)
+
+
+def test_a_mapping_where_a_list_of_blocks_belongs_is_one_type_error() -> None:
+    """The rules read a partial tree; a mapping for spec.embeddings was once built as one table, whose
+    fields the rules iterated as tables (AttributeError)."""
+    for field, value in (("embeddings", {"name": "node", "dim": 4}), ("graph", {"nodes": {"type": "a"}})):
+        with pytest.raises(SpecError) as exc:
+            parse(with_spec(**{field: value}))
+        assert any("Input should be a valid" in p.message for p in exc.value.problems), exc.value
+
+
 def test_numbers_are_read_as_kubectl_reads_them() -> None:
     """PyYAML reads `1e-8` (no dot) as a string, kubectl as a number: with strict types the spec
     `kubectl apply` takes must load here too."""
