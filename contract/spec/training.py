@@ -18,7 +18,11 @@ from graphtrain.contract.spec.rules import (
 
 # an edge type as written: its relation, or source:relation:destination
 EdgeTypeKey = Annotated[str, StringConstraints(min_length=1, max_length=200)]
-LayerFanouts = Annotated[list[int], Field(max_length=MAX_LAYERS)]
+# a layer's fan-out at most: what a shard server's sample request takes (runtime/kvstore/wire/opargs.py),
+# so a larger one (or 2**70, past int64) is refused here, not by the first distributed step
+MAX_FANOUT = 1 << 20
+Fanout = Annotated[int, Field(le=MAX_FANOUT)]
+LayerFanouts = Annotated[list[Fanout], Field(max_length=MAX_LAYERS)]
 
 
 class EarlyStopping(SpecModel):
@@ -51,7 +55,7 @@ class Training(SpecModel):
         description="Global batch: each of the N trainers takes batchSize/N seed nodes (or triples) per "
         "step.",
     )
-    fanouts: list[int] = Field(
+    fanouts: list[Fanout] = Field(
         default_factory=lambda: [10, 25],
         max_length=MAX_LAYERS,
         description="GraphSAGE: neighbours sampled per node at each layer, input side first; -1 takes all. "

@@ -390,6 +390,12 @@ FIELD_BREAKS: dict[str, tuple[Doc, bool]] = {
     "stall-policy": (edit(GRAPHSAGE, lambda s: s.update(runPolicy={"stallPolicy": "Kill"})), True),
     "when-deleted": (edit(GRAPHSAGE, lambda s: s.update(storage={"whenDeleted": "Keep"})), True),
     "suspend-not-boolean": (edit(GRAPHSAGE, lambda s: s.update(suspend="yes")), True),
+    # past a shard server's sample request (1 << 20): refused before the first distributed step
+    "fanout-huge": (edit(GRAPHSAGE, lambda s: s.update(training={"fanouts": [10, 1_048_577]})), True),
+    "edge-type-fanout-huge": (
+        edit(GRAPHSAGE, lambda s: s.update(training={"edgeTypeFanouts": {"cites": [10, 1_048_577]}})),
+        True,
+    ),
 }
 # durations beyond ten years (runPolicy's MAX_SECONDS): a timer or a date from them overflows
 HUGE_DURATIONS = {
