@@ -82,6 +82,8 @@ SIGNATURES: dict[str, Signature] = {
     "gt_dedup": Signature((CPU,), I64, [I64, P, P, I64, I64, I32, P, P, P, I32, I32, P]),
     "gt_gather": Signature((CPU,), INT, [I64, P, P, I64, I64, P, P, I32, P]),
     "gt_scatter": Signature((CPU,), INT, [I64, P, P, P, I64, I64, I32, P]),
+    # n, ids, parts, tables, bounds, los, lens, row_bytes, out, counts, threads, bad_pos (gather_parts.cpp)
+    "gt_gather_parts": Signature((CPU,), INT, [I64, P, I32, P, P, P, P, I64, P, P, I32, P]),
     "gt_advise_hugepages": Signature((CPU,), INT, [P, I64]),
     "gt_first_nonfinite": Signature((CPU,), I64, [P, I64]),
     "gt_max_threads": Signature((CPU,), INT, []),

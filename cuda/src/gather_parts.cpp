@@ -1,0 +1,71 @@
+// A pull's rows from several shards' tables mapped in this process (in-process shards, or shared memory
+// on one host), copied to the caller's output in its ids' order in one pass.
+//
+// The path it replaces grouped the ids by owner (a stable sort), then gathered each shard's rows to
+// their scattered places in the output: 0.79 ms for a WordNet batch's 13,659 feature rows of 256 over
+// two shards, against 0.32 ms for one in-order gather of the same rows. Here each id finds its shard
+// among a handful of bounds and every row is written in order, so the output is one stream.
+
+#include "graphtrain/api.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+namespace {
+
+// Rows prefetched ahead (a copy: no arithmetic to hide latency behind), as gt_gather.
+constexpr int kAhead = 8;
+// Below this many bytes one thread copies (a parallel region costs more than it saves: a batch's labels).
+constexpr int64_t kParallelBytes = 1 << 16;
+
+// The part owning id (bounds[p] <= id < bounds[p + 1]), for an id in [bounds[0], bounds[parts]).
+inline int part_of(int64_t id, const int64_t* bounds, int32_t parts) {
+  if (parts <= 8) {
+    int p = 0;
+    while (p + 1 < parts && id >= bounds[p + 1]) ++p;
+    return p;
+  }
+  return static_cast<int>(std::upper_bound(bounds + 1, bounds + parts, id) - (bounds + 1));
+}
+
+}  // namespace
+
+// out row i = the row of ids[i], read from the part that owns it: part p owns ids [bounds[p], bounds[p + 1])
+// and holds rows [los[p], los[p] + lens[p]) at tables[p]. Rows are row_bytes long (any dtype). Every id is
+// checked before any row is copied. counts[p] gains the number of ids part p served.
+// Returns 0; -1 with *bad_pos for an id outside [bounds[0], bounds[parts]); -2 for one outside the rows its
+// owner holds here.
+GT_API int gt_gather_parts(int64_t n, const int64_t* ids, int32_t parts, const void* const* tables,
+                           const int64_t* bounds, const int64_t* los, const int64_t* lens, int64_t row_bytes,
+                           void* out, int64_t* counts, int32_t threads, int64_t* bad_pos) {
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t id = ids[i];
+    if (id < bounds[0] || id >= bounds[parts]) {
+      *bad_pos = i;
+      return -1;
+    }
+    const int p = part_of(id, bounds, parts);
+    if (id < los[p] || id - los[p] >= lens[p]) {
+      *bad_pos = i;
+      return -2;
+    }
+    ++counts[p];
+  }
+  const char* const* rows = reinterpret_cast<const char* const*>(tables);
+  char* dst = static_cast<char*>(out);
+  const int team = n * row_bytes < kParallelBytes ? 1 : std::max(1, threads);
+#pragma omp parallel for num_threads(team) schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    if (i + kAhead < n) {
+      const int64_t ahead = ids[i + kAhead];
+      const int q = part_of(ahead, bounds, parts);
+      __builtin_prefetch(rows[q] + (ahead - los[q]) * row_bytes, 0, 1);
+    }
+    const int p = part_of(ids[i], bounds, parts);
+    std::memcpy(dst + i * row_bytes, rows[p] + (ids[i] - los[p]) * row_bytes, static_cast<size_t>(row_bytes));
+  }
+  return 0;
+}
