@@ -229,15 +229,22 @@ def pieces_of(root: Path, name: str) -> list[tuple[dict[str, Any], Path]]:
 def verify_checkpoint(root: Path, seen: dict[str, Signature] | None = None) -> None:
     """Check that the checkpoint at `root` is complete and unchanged: checkpoint.json, every piece it lists
     (tiling its table, sha256 of every file, an incremental piece's whole chain) and the other files it
-    records. `seen`: gets each file's signature (cache.verify_files), for a record (verified.py).
+    records. What a restore would refuse in files whose hashes match (rows of NaN or infinity, a piece's
+    rounding count) fails it too: latest_verified, the one choice of the checkpoint to resume from, then
+    skips it as a damaged one rather than the shard servers failing on it. `seen`: gets each file's
+    signature (cache.verify_files), for a record (verified.py).
 
     Raises:
-        DataError: naming the first file missing or changed (ChecksumError), or the gap in a table.
+        DataError: naming the first file missing or changed (ChecksumError), the gap in a table, or the
+            rows or count a restore refuses.
     """
     top = read_top(root)
     for name in top["tensors"]:
-        for manifest, d in pieces_of(root, name):
+        pieces = pieces_of(root, name)
+        for manifest, d in pieces:
             chain.verify_piece((root, manifest, d), seen)
+            chain.refuse_nonfinite((root, manifest, d))  # hash-valid rows a restore would refuse
+        saved_round_steps(pieces)  # a count a restore would refuse, as well
     verify_files(root, top.get("files", {}), seen)
 
 

@@ -43,6 +43,28 @@ WRITE_TIMEOUT = 600.0  # the longest rank 0 waits for a checkpoint's background 
 FREEZE_SHARE = 0.5  # of the host's available memory the trainers' frozen collective pieces may take
 
 
+REPLACED = ".replaced"  # complete checkpoints a resumed run wrote again: kept, hidden from the choice
+
+
+def set_aside(directory: Path) -> None:
+    """Make room for a checkpoint at `directory`'s step. One that is complete there was skipped on resume
+    (damaged: a changed byte, rows of NaN) or never marked LATEST: it moves to <root>/.replaced/, kept for
+    the user to look into (resuming never deletes what a run wrote); an incomplete one (a write cut
+    short) is removed, since nothing reads it."""
+    if not (directory / ckpt.TOP).exists():
+        shutil.rmtree(directory)
+        return
+    aside = directory.parent / REPLACED
+    aside.mkdir(exist_ok=True)
+    kept = aside / directory.name
+    n = 0
+    while kept.exists():  # replaced before, by an earlier resume
+        n += 1
+        kept = aside / f"{directory.name}.{n}"
+    directory.rename(kept)
+    log(f"[trainer] checkpoint {directory.name} is taken again: the one there before is kept as {kept}")
+
+
 @dataclass
 class Pending:
     """A checkpoint whose tables the shard servers are writing in the background (rank 0's): made
@@ -137,8 +159,8 @@ class Checkpoints:
         extra: dict[str, Any] = {}
         if self.dist.rank == 0:
             meta = point.record(self.spec)
-            if directory.exists():  # a damaged one this run resumed from before: nothing of it may stay
-                shutil.rmtree(directory)
+            if directory.exists():  # one this run resumed from before, or a write cut short
+                set_aside(directory)
             directory.mkdir(parents=True)
             write_json(directory / TRAINER_FILE, meta)
             write_state(directory)
