@@ -78,10 +78,10 @@ def require_files(source: GraphSource, base_dir: Path | None) -> None:
             raise DataError(f"spec.{field}: {exc}") from None
 
 
-def sha256_of(path: Path, field: str) -> str:
-    """sha256 of one input file; a missing, unreadable or not regular one (a FIFO would block the run
-    forever) is a DataError naming the field. Opened without blocking, then checked by fstat, so what is
-    hashed is what was checked."""
+def _open_regular(path: Path, field: str) -> int:
+    """A descriptor of input file `path` for reading; a missing, unreadable or not regular one (a FIFO
+    would block the run forever) is a DataError naming the field. Opened without blocking, then checked
+    by fstat, so what is read is what was checked."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except FileNotFoundError:
@@ -93,6 +93,21 @@ def sha256_of(path: Path, field: str) -> str:
         os.close(fd)
         kind = "a directory, not a file" if stat.S_ISDIR(mode) else "not a regular file"
         raise DataError(f"spec.{field}: {path} is {kind}")
+    return fd
+
+
+def require_readable(source: GraphSource) -> None:
+    """Every input file of a (resolved) source can be opened for reading, else a DataError naming the
+    field of the first that cannot: `graphtrain run` checks before it makes or changes its run
+    directory, so a path's typo leaves nothing behind (a new directory holding a Failed status, which
+    the corrected run then had to take over) and changes nothing of a run it resumes."""
+    for field, path in input_files(source).items():
+        os.close(_open_regular(path, field))
+
+
+def sha256_of(path: Path, field: str) -> str:
+    """sha256 of one input file (_open_regular's refusals, naming the field)."""
+    fd = _open_regular(path, field)
     with os.fdopen(fd, "rb") as f:
         try:
             return hashlib.file_digest(f, "sha256").hexdigest()

@@ -66,7 +66,7 @@ from graphtrain.contract.spec import (
     StallPolicy,
 )
 from graphtrain.runtime import cpus
-from graphtrain.runtime.data.cache import reason, refusal, write_json
+from graphtrain.runtime.data.cache import reason, write_json
 from graphtrain.runtime.errors import GraphtrainError
 from graphtrain.runtime.launch import (
     inference,
@@ -146,6 +146,7 @@ class LocalRun:
         self._targets_written = False
         self.finished: dict[str, Any] | None = None  # --resume of a run already complete: its result
         self.cancelled: Terminated | None = None  # cancel(): the monitor stops the run with it
+        self.started = False  # whether a server or trainer was started (a run's logs are worth keeping)
 
     # --------------------------------------------------------------------------------- metrics
 
@@ -467,17 +468,21 @@ class LocalRun:
             raise GraphtrainError(why)
         if why := reuse.foreign_run_dir(self.run_dir, self.spec_path):
             raise GraphtrainError(why)
+        if not inference.inferring(self.gt):  # a path's typo: refused before the run directory changes
+            from graphtrain.runtime.data import inputs
+
+            inputs.require_readable(inputs.resolve(self.gt.spec.graph, self.spec_path.parent))
         with umask(PRIVATE) as self.user_umask:
-            try:
-                self.run_dir.mkdir(parents=True, exist_ok=True)
-                self.run_dir.chmod(0o700)  # a directory from before keeps nothing readable to others
-            except OSError as exc:  # a file there, a read-only or missing parent: one line, not a traceback
-                raise GraphtrainError(
-                    f"--run-dir {self.run_dir}: cannot be made a run directory ({refusal(exc)})"
-                ) from None
+            made = preparation.make_run_dir(self.run_dir)
             with lock_run_dir(self.run_dir):
-                self._prepare()
-                return self.finished if self.finished is not None else self._launch()
+                fresh = preparation.fresh(self.run_dir)
+                try:
+                    self._prepare()
+                    return self.finished if self.finished is not None else self._launch()
+                except Exception:
+                    if fresh and not self.started:  # nothing ran: no Failed run left for the next to take
+                        preparation.remove_fresh(self.run_dir, made)
+                    raise
 
     def _prepare(self) -> None:
         """The run directory made ready for this launch (preparation.py); nothing starts here."""
@@ -512,6 +517,7 @@ class LocalRun:
                     f"[run] edge cut {100 * st['edge_cut_fraction']:.2f} %, balance "
                     + ", ".join(f"{k} {v:.3f}" for k, v in st["balance"].items())
                 )
+            self.started = True
             self.obs.phase = Phase.starting.value
             self.write_status()
             if not self.standalone:

@@ -5,7 +5,9 @@ files, never a process, and each decides from the directory alone. prepare() ref
 checkpoints unasked (changing nothing), says how the previous launch ended when it could not say so
 itself, and starts afresh the token, the logs and the run's files; drop_checkpoints() is --overwrite's
 deletion, once the input has been read and partitioned (an input refused in one line deletes nothing);
-remove_segments() the shared memory killed processes could not unlink.
+remove_segments() the shared memory killed processes could not unlink. make_run_dir() and
+remove_fresh() keep a launch that fails before it starts a process (an input it cannot read, a graph
+the spec does not fit) from leaving a run directory behind that it made.
 """
 
 from __future__ import annotations
@@ -21,9 +23,10 @@ from typing import Any
 
 from graphtrain.contract import rundir
 from graphtrain.contract.spec import GraphTraining, Phase
-from graphtrain.runtime.data.cache import atomic_file, write_json
+from graphtrain.runtime.data.cache import atomic_file, refusal, write_json
+from graphtrain.runtime.errors import GraphtrainError
 from graphtrain.runtime.launch import reuse
-from graphtrain.runtime.launch.processes import rotate_logs
+from graphtrain.runtime.launch.processes import LOCK, rotate_logs
 from graphtrain.runtime.train import history
 
 TERMINAL = (Phase.succeeded.value, Phase.failed.value)
@@ -37,6 +40,45 @@ class Prepared:
     token: str = ""
     finished: dict[str, Any] | None = None
     overwritten: Path | None = None
+
+
+def make_run_dir(run_dir: Path) -> list[Path]:
+    """Make `run_dir` (and its missing parents), private to the user; returns the directories this
+    call made, the outermost first (remove_fresh's to remove).
+
+    Raises:
+        GraphtrainError: it cannot be made (a file there, a read-only or missing parent): one line."""
+    made = [p for p in [run_dir, *run_dir.parents] if not p.exists()][::-1]
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        run_dir.chmod(0o700)  # a directory from before keeps nothing readable to others
+    except OSError as exc:
+        raise GraphtrainError(
+            f"--run-dir {run_dir}: cannot be made a run directory ({refusal(exc)})"
+        ) from None
+    return made
+
+
+def fresh(run_dir: Path) -> bool:
+    """Whether `run_dir`, locked by this launch, holds nothing but its lock: then all it will hold is
+    this launch's own (asked under the lock, so that another launch's files, written before this one
+    took it, never count as ours)."""
+    return {p.name for p in run_dir.iterdir()} <= {LOCK}
+
+
+def remove_fresh(run_dir: Path, made: list[Path]) -> None:
+    """Remove what a launch that stopped before it started any process wrote in `run_dir` (fresh() when
+    it took the lock): the directory itself and the parents in `made` when the launch made them (those
+    left empty only), else its contents. A typo in a data path, corrected, then runs in a directory as
+    new as before, never one holding a Failed status or needing --overwrite."""
+    for p in [run_dir] if run_dir in made else list(run_dir.iterdir()):
+        if p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p, ignore_errors=True)
+        else:
+            p.unlink(missing_ok=True)
+    for parent in reversed(made[:-1]):
+        with contextlib.suppress(OSError):  # another run directory made in it meanwhile: kept
+            parent.rmdir()
 
 
 def prepare(

@@ -404,6 +404,7 @@ def test_resuming_a_complete_run_starts_nothing_and_gives_its_result(
         raise AssertionError("servers and trainers started for a complete run")
 
     monkeypatch.setattr(LocalRun, "_launch", launch)
+    (tmp_path / "g.npz").touch()  # the spec's input: a launch refuses one it cannot open before all else
     run = LocalRun(gt, tmp_path / "t.yaml", tmp_path, resume=True, echo=False)
     assert run.run() == result
     assert json.loads((tmp_path / "result.json").read_text()) == result  # left as it was
