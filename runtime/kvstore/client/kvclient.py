@@ -18,6 +18,7 @@ from graphtrain.runtime import checkpoint as ckpt
 from graphtrain.runtime import dtypes
 from graphtrain.runtime.errors import GraphtrainError
 from graphtrain.runtime.kvstore.client.inproc import InProcTransport
+from graphtrain.runtime.kvstore.client.local import pull_local
 from graphtrain.runtime.kvstore.client.reads import count as _count
 from graphtrain.runtime.kvstore.client.reduce import GradientReducer, last_of_each
 from graphtrain.runtime.kvstore.client.transport import (
@@ -154,7 +155,7 @@ class KVClient:
         name, ids, bounds, row_shape, dtype = pull
         ids = np.ascontiguousarray(ids, dtype=np.int64)
         if not keyed:
-            out = self._pull_local(name, ids, bounds, row_shape, dtype)
+            out = pull_local(self.transport, name, ids, bounds, row_shape, dtype, self._local_path)
             if out is not None:
                 return out, []
         order, starts = self.split(ids, bounds, keyed)
@@ -184,39 +185,6 @@ class KVClient:
             else:
                 calls.append(Call(s, "pull", name, frames(ids[order[a:b]]), args, out, order[a:b]))
         return out, calls
-
-    def _pull_local(
-        self, name: str, ids: np.ndarray, bounds: np.ndarray, row_shape: tuple[int, ...], dtype: np.dtype
-    ) -> np.ndarray | None:
-        """The rows of a pull whose every shard is mapped in this process, read in one in-order pass by
-        the native core (native/pull.py); None where that cannot be (a shard behind a socket, rows of
-        another dtype than asked for, no native core): the per-shard path then runs."""
-        from graphtrain.runtime.errors import SparseInputError
-        from graphtrain.runtime.native.backend import CoreBackend, choose
-        from graphtrain.runtime.native.pull import OutsideShard, gather_parts
-        from graphtrain.runtime.optim.functional import threads
-
-        if choose() is not CoreBackend.CPU:
-            return None
-        views = []
-        for s in range(self.num_shards):
-            view = self.transport.local_view(s, name)
-            if view is None or view[0].dtype != dtype or view[0].shape[1:] != tuple(row_shape):
-                return None
-            if not view[0].flags.c_contiguous:
-                return None
-            views.append(view)
-        out = np.empty((len(ids), *row_shape), dtype=dtype)
-        try:
-            counts = gather_parts(ids, views, bounds, out, threads(out.size))
-        except OutsideShard as e:
-            raise protocol.ProtocolError(f"an id of {name!r} is outside shard {e.shard}'s rows") from None
-        except SparseInputError as e:
-            raise protocol.ProtocolError(str(e)) from None
-        for s, c in enumerate(counts.tolist()):
-            if c:
-                _count(s, self._local_path, c)
-        return out
 
     def _frames(self, a: np.ndarray) -> list[np.ndarray]:
         """`a` in frames the transport accepts."""
