@@ -38,7 +38,7 @@ from graphtrain.contract.spec import (
     is_gnn,
     quantity_to_bytes,
 )
-from graphtrain.runtime import dtypes
+from graphtrain.runtime import arrays, dtypes
 from graphtrain.runtime.data.edgefiles import CHUNK_EDGES
 from graphtrain.runtime.native.keymap import KeyMap
 from graphtrain.runtime.partition import memory as partition_memory
@@ -342,7 +342,7 @@ def replay(spec: GraphTrainingSpec, cfg: PartitionConfig, hosts: int, rank: int,
         emb_row = table.dim * _row_element(table) * len(pulled) // max(n, 1) if on_shards else 0
         done.append(_step_work(mb, cfg, hosts, rank, row, emb_row))
         graph.ndata["label"][mb.seeds]
-        word_keys = np.unique(bags(mb.input_nodes)[0]) if bags is not None else None
+        word_keys = arrays.unique(bags(mb.input_nodes)[0]) if bags is not None else None
         looked = [(table, pulled)] if table is not None and table.sharding == Sharding.collective else []
         looked += [(bag, word_keys)] if bag is not None and not on_server[1] else []
         alltoall += sum(_alltoall_bytes(t, keys, world, hosts, rank) for t, keys in looked)
@@ -367,7 +367,7 @@ def _alltoall_bytes(table: Any, keys: np.ndarray, world: int, hosts: int, rank: 
     from graphtrain.runtime.collective.exchange import step_bytes
 
     dtype = getattr(torch, str(table.dtype))
-    return step_bytes(len(np.unique(keys)), table.dim, dtype, world, hosts, rank)
+    return step_bytes(len(arrays.unique(keys)), table.dim, dtype, world, hosts, rank)
 
 
 def _step_work(mb: Any, cfg: PartitionConfig, hosts: int, rank: int, feat_row: int, emb_row: int) -> StepWork:

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from graphtrain.runtime import arrays
 from graphtrain.runtime.errors import DataError
 
 CHUNK_EDGES = 1 << 18  # 262,144 edges: ~25 MB of chunk arrays in the partitioner
@@ -140,8 +141,8 @@ class EdgeTyping:
         """The typing of the (src, relation, dst) chunks: every code that occurs, one read."""
         ntype = ntype.astype(np.int64)
         empty = cls(ntype, num_ntypes, num_relations, np.empty(0, dtype=np.int64))
-        found = [np.unique(empty.code(s, r, d)) for s, r, d in chunks]
-        codes = np.unique(np.concatenate(found)) if found else empty.codes
+        found = [arrays.unique(empty.code(s, r, d)) for s, r, d in chunks]
+        codes = arrays.unique(np.concatenate(found)) if found else empty.codes
         return cls(ntype, num_ntypes, num_relations, codes.astype(np.int64))
 
 

@@ -34,6 +34,7 @@ from typing import NoReturn
 
 import numpy as np
 
+from graphtrain.runtime import arrays
 from graphtrain.runtime.data import nodefiles, text
 from graphtrain.runtime.data.cache import reason
 from graphtrain.runtime.data.graph import MASKS, Graph
@@ -183,7 +184,7 @@ def _warn_if_triples(edges: EdgeList, numbered: list[tuple[int, str]], kind: str
     if any(names <= first for names in TRIPLE_HEADERS):
         why = f"its header names {', '.join(sorted(first))}"
     elif edges.etype is not None and len(edges.etype) >= TRIPLE_MIN_EDGES:
-        types = int(np.unique(edges.etype).size)
+        types = int(arrays.unique(edges.etype).size)
         if types > TRIPLE_SHARE * len(edges.etype):
             why = f"{types:,} edge types among {len(edges.etype):,} edges"
     if why:
@@ -366,7 +367,7 @@ def assemble(
 
 def _warn_unknown_ids(edges: EdgeList, tables: list[nodefiles.NodeTable]) -> None:
     """A DataWarning per keyed node file naming ids the edge list lacks: they become isolated nodes."""
-    edge_nodes = np.unique(np.concatenate([edges.src, edges.dst]))
+    edge_nodes = arrays.unique(np.concatenate([edges.src, edges.dst]))
     for t in tables:
         if t.ids is None:
             continue

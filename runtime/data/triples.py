@@ -31,6 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from graphtrain.contract.spec import Split, TriplesSource, split_or
+from graphtrain.runtime import arrays
 from graphtrain.runtime.data import text
 from graphtrain.runtime.data.files import regular_file, resolve
 from graphtrain.runtime.data.graph import KnowledgeGraph, random_triple_split
@@ -104,14 +105,14 @@ def load_triples(
     fmt = str(source.format)
     train = read_labels(_file(source.path, base_dir), fmt, columns)
     if source.valid is None or source.test is None:
-        entities = np.unique(np.concatenate([train.columns[0], train.columns[2]]))
-        relations = np.unique(train.columns[1])
+        entities = arrays.unique(np.concatenate([train.columns[0], train.columns[2]]))
+        relations = arrays.unique(train.columns[1])
         triples = _unique(train, _encode(train, entities, relations))
         s = split_or(split, DEFAULT_SPLIT)
         tr, va, te = random_triple_split(triples, s.train, s.val, s.seed)
     else:
-        entities = np.unique(np.concatenate([train.columns[0], train.columns[2]]))
-        relations = np.unique(train.columns[1])
+        entities = arrays.unique(np.concatenate([train.columns[0], train.columns[2]]))
+        relations = arrays.unique(train.columns[1])
         tr = _unique(train, _encode(train, entities, relations))
         held = [read_labels(_file(p, base_dir), fmt, columns) for p in (source.valid, source.test)]
         encoded = [_encode(h, entities, relations, train.rows.path) for h in held]

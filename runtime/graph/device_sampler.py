@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from graphtrain.runtime import arrays
 from graphtrain.runtime.errors import GraphtrainError
 from graphtrain.runtime.graph.loader import Block, Fanout, MiniBatch, csr_tensor
 from graphtrain.runtime.kvstore.tables.graphpart import GraphPart
@@ -201,7 +202,7 @@ def sample_blocks_on(
     type, global id and features), seeds and input nodes on the host (they index host data and the
     embedding tables)."""
     seeds = np.asarray(seeds, dtype=np.int64)
-    if len(np.unique(seeds)) != len(seeds):
+    if not arrays.distinct(seeds):
         raise ValueError("seeds must be distinct")
     frontier = torch.from_numpy(seeds)
     if graph.device.type == "cuda":  # from pinned memory: a pageable copy would wait for the stream first

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from graphtrain.runtime import arrays
 from graphtrain.runtime.graph import handover
 from graphtrain.runtime.graph.dist_graph import DistGraph
 from graphtrain.runtime.native.backend import CoreBackend, choose
@@ -160,7 +161,7 @@ Fanout = int | np.ndarray
 
 def pair_keys(src: np.ndarray, dst: np.ndarray, num_nodes: int) -> np.ndarray:
     """Each (src, dst) pair as one int64 key, sorted and unique: what `exclude` of sample_blocks takes."""
-    return np.unique(np.asarray(src, dtype=np.int64) * num_nodes + np.asarray(dst, dtype=np.int64))
+    return arrays.unique(np.asarray(src, dtype=np.int64) * num_nodes + np.asarray(dst, dtype=np.int64))
 
 
 def drop_pairs(
@@ -190,7 +191,7 @@ def sample_blocks(
     `exclude`: sorted (src, dst) pair keys (pair_keys) whose edges no layer keeps; a node that loses
     some keeps its other sampled in-edges (the fan-out is drawn first, as a post-filter)."""
     seeds = np.asarray(seeds, dtype=np.int64)
-    if len(np.unique(seeds)) != len(seeds):
+    if not arrays.distinct(seeds):
         raise ValueError("seeds must be distinct")
     frontier = seeds
     blocks: list[Block] = []

@@ -34,6 +34,7 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
+from graphtrain.runtime import arrays
 from graphtrain.runtime.data import leftovers
 from graphtrain.runtime.data.cache import atomic_dir
 from graphtrain.runtime.data.edgefiles import CHUNK_EDGES, EdgeFiles
@@ -226,9 +227,9 @@ def partition_stream(
                 indptr = np.zeros(hi - lo + 1, dtype=np.int64)
                 np.cumsum(np.bincount(nd - lo, minlength=hi - lo), out=indptr[1:])
                 remote_src = ns[(ns < lo) | (ns >= hi)]
-                halo = np.unique(np.concatenate([remote_src, buckets.read(p, "out")]))
+                halo = arrays.unique(np.concatenate([remote_src, buckets.read(p, "out")]))
                 halo_sizes.append(len(halo))
-                pairs = np.unique(buckets.read(p, "pair"))
+                pairs = arrays.unique(buckets.read(p, "pair"))
                 und += len(pairs)
                 cut += int(np.count_nonzero(pairs % n >= hi))  # the higher end's new id beyond this part
                 ids = node_map[lo:hi]

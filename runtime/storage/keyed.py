@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from graphtrain.runtime import arrays
 from graphtrain.runtime.data.cache import verify_files
 from graphtrain.runtime.data.npz import load_array
 from graphtrain.runtime.dtypes import HALF, NUMPY, from_numpy, narrowed, nonfinite_rows, wire_name
@@ -199,7 +200,7 @@ def check_keys(keys: np.ndarray, index: int, count: int, where: str) -> None:
     wrong = np.flatnonzero(owners(keys, count) != index)
     if wrong.size:
         raise DataError(f"{where}: key {int(keys[wrong[0]])} does not belong to piece {index} of {count}")
-    if len(np.unique(keys)) != len(keys):
+    if not arrays.distinct(keys):
         raise DataError(f"{where}: a key appears twice")
 
 

@@ -28,6 +28,7 @@ import torch
 from torch import nn
 
 from graphtrain.contract.spec import EdgeClassificationTask, EdgeRegressionTask, GraphTraining, gnn
+from graphtrain.runtime import arrays
 from graphtrain.runtime.errors import GraphtrainError
 from graphtrain.runtime.graph import DistGraph
 from graphtrain.runtime.graph.fanouts import layer_fanouts
@@ -132,7 +133,7 @@ class GNNEdgeClassification(DenseTask):
             yield EdgeBatch(edges, self._sample(edges.numpy(), seed % 2**31))
 
     def _sample(self, edges: np.ndarray, seed: int) -> MiniBatch:
-        seeds = np.unique(np.concatenate([edges[:, 0], edges[:, 2]]))
+        seeds = arrays.unique(np.concatenate([edges[:, 0], edges[:, 2]]))
         return sample_without(self.graph, seeds, (edges[:, 0], edges[:, 2]), self.exclude, self.fanouts, seed)
 
     # ---------------------------------------------------------------------------------- the step

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from graphtrain.runtime import arrays
 from graphtrain.runtime.graph import DistGraph
 from graphtrain.runtime.partition.format import load_maps, load_names
 
@@ -89,7 +90,7 @@ def label_types(spec: Any, labelled: dict[str, np.ndarray]) -> np.ndarray:
     are all empty, whose edges are then all to be predicted (pure)."""
     declared = [e for e, edge in enumerate(getattr(spec.graph, "edges", None) or []) if edge.label]
     seen = [r[:, 1] for r in labelled.values()]
-    return np.unique(np.concatenate([*seen, np.asarray(declared, np.int64)]).astype(np.int64))
+    return arrays.unique(np.concatenate([*seen, np.asarray(declared, np.int64)]).astype(np.int64))
 
 
 def edge_columns(task: Any, layers: Any) -> dict[str, np.ndarray]:

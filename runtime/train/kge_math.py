@@ -19,6 +19,8 @@ import numpy as np
 import torch
 from torch.nn import functional
 
+from graphtrain.runtime import arrays
+
 
 def corrupt(
     pos: torch.Tensor, k: int, num_entities: int, gen: torch.Generator, tails_only: bool = False
@@ -224,7 +226,7 @@ def filtered_ranks(
     above = (~(scores <= target)).sum(1)  # better, and those with no order (NaN)
     tied = (scores == target).sum(1)
     queries = np.concatenate([rows, np.arange(len(true))]).astype(np.int64)
-    flat = np.unique(queries * n + np.concatenate([cols, true.cpu().numpy()]).astype(np.int64))
+    flat = arrays.unique(queries * n + np.concatenate([cols, true.cpu().numpy()]).astype(np.int64))
     rr, cc = torch.from_numpy(flat // n).to(device), torch.from_numpy(flat % n).to(device)
     s, t = scores[rr, cc], target.view(-1)[rr]
     above -= torch.zeros_like(above).index_add_(0, rr, (~(s <= t)).to(above.dtype))

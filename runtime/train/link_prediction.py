@@ -34,6 +34,7 @@ import numpy as np
 import torch
 
 from graphtrain.contract.spec import GraphTraining, LinkPredictionTask, NegativeSampler, NegativeSide, gnn
+from graphtrain.runtime import arrays
 from graphtrain.runtime.errors import GraphtrainError
 from graphtrain.runtime.graph import DistGraph
 from graphtrain.runtime.graph.fanouts import layer_fanouts
@@ -170,7 +171,7 @@ class GNNLinkPrediction(DenseTask):
         (and their reverses) as task.exclude says."""
         p = pos.numpy()
         n_ids = neg[..., [0, 2]].reshape(-1) if neg.dim() == 3 else neg.reshape(-1)
-        seeds = np.unique(np.concatenate([p[:, 0], p[:, 2], n_ids.numpy()]))
+        seeds = arrays.unique(np.concatenate([p[:, 0], p[:, 2], n_ids.numpy()]))
         return sample_without(self.graph, seeds, (p[:, 0], p[:, 2]), self.exclude, self.fanouts, seed)
 
     # ---------------------------------------------------------------------------------- the step
