@@ -9,10 +9,12 @@ graph stored with both directions, 1 for a one-direction edge list, which GraphS
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from graphtrain.runtime import arrays
 from graphtrain.runtime.data.graph import MASKS, Graph, KnowledgeGraph
 
 
@@ -136,8 +138,15 @@ def directed_share(src: np.ndarray, dst: np.ndarray, num_nodes: int) -> float:
 
 
 def directedness(graph: Graph) -> float:
-    """directed_share of `graph`'s edges."""
-    return directed_share(*graph.edges(), graph.num_nodes)
+    """directed_share of `graph`'s edges, counted once per edge list: the data check and the partition's
+    statistics both ask, and each count sorts every edge twice. Kept on the graph beside weak references
+    to the arrays it was counted from, so edges replaced since (reverse edges added) are counted again."""
+    memo = graph.__dict__.get("_directedness")
+    if memo is not None and memo[0]() is graph.indptr and memo[1]() is graph.indices:
+        return float(memo[2])
+    share = directed_share(*graph.edges(), graph.num_nodes)
+    graph.__dict__["_directedness"] = (weakref.ref(graph.indptr), weakref.ref(graph.indices), share)
+    return share
 
 
 def summarise(graph: Graph | KnowledgeGraph) -> Summary:
@@ -153,7 +162,7 @@ def summarise(graph: Graph | KnowledgeGraph) -> Summary:
     if g.relation_names is not None:
         num_edge_types = len(g.relation_names)
     elif g.etype is not None and g.etype.size:
-        num_edge_types = int(np.unique(g.etype).size)
+        num_edge_types = int(arrays.unique(g.etype).size)
     return Summary(
         name=g.name,
         num_nodes=g.num_nodes,

@@ -15,6 +15,7 @@ import numpy as np
 
 from graphtrain.runtime.data.edgefiles import CHUNK_EDGES
 from graphtrain.runtime.data.graph import Graph
+from graphtrain.runtime.data.summary import directedness
 from graphtrain.runtime.errors import MemoryEstimateError, PartitionError
 from graphtrain.runtime.partition import (
     adjacency,
@@ -158,7 +159,8 @@ def partition_graph(
     t = time.perf_counter()
     rl = relabel.relabel(graph, parts, num_parts)
     halo_lists = stats.halos(adj, parts, rl, num_parts)
-    st = stats.compute(adj, parts, num_parts, cons, rl, halo_lists, *graph.edges())
+    directed = directedness(graph) if graph.num_edges <= stats.DIRECTED_MAX else None
+    st = stats.compute(adj, parts, num_parts, cons, rl, halo_lists, *graph.edges(), directed)
     seconds["relabel_and_stats"] = time.perf_counter() - t
     seconds["total"] = time.perf_counter() - t0
     st.seconds = seconds

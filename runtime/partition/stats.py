@@ -14,7 +14,6 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 import scipy.sparse as sp
 
-from graphtrain.runtime.data.summary import directed_share
 from graphtrain.runtime.partition.constraints import Constraints, balance_of
 from graphtrain.runtime.partition.relabel import Relabeling
 
@@ -71,7 +70,10 @@ def compute(
     halo_lists: list[np.ndarray],
     graph_src: np.ndarray,
     graph_dst: np.ndarray,
+    directed: float | None,
 ) -> PartitionStats:
+    """`directed`: the edge list's directed_share, counted by the caller where it is known (the data
+    check counted it already: data.summary.directedness keeps it), None where it is not counted."""
     upper = sp.triu(adj, k=1, format="coo")
     cut = int(np.count_nonzero(parts[upper.row] != parts[upper.col]))
     m_und = int(upper.nnz)
@@ -92,5 +94,5 @@ def compute(
         nodes_per_part=nodes.tolist(),
         edges_per_part=edges.tolist(),
         halo_per_part=[len(h) for h in halo_lists],
-        directed=directed_share(graph_src, graph_dst, len(parts)) if len(graph_src) <= DIRECTED_MAX else None,
+        directed=directed,
     )

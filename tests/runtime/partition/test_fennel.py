@@ -240,7 +240,7 @@ def test_streamed_partition_is_the_in_memory_one(tmp_path: Path) -> None:
     rl = relabel.relabel(g, parts, 3)
     adj = adjacency.undirected(g)
     halos = stats.halos(adj, parts, rl, 3)
-    st = stats.compute(adj, parts, 3, mem.constraints, rl, halos, src, dst)
+    st = stats.compute(adj, parts, 3, mem.constraints, rl, halos, src, dst, mem.stats.directed)
     mem = dataclasses.replace(mem, algorithm="fennel", parts=parts, relabeling=rl, halos=halos, stats=st)
     mem.info.strategy = "fennel"
     balance = assert_same_partition(config, partition.write(g, mem, tmp_path / "m"))

@@ -149,3 +149,19 @@ def test_the_partition_report_words_the_cut_as_inspect_does(tmp_path: Path, symm
     words = "undirected edges" if symmetric else "node pairs joined by an edge (either direction)"
     assert words in str(partition_table(data).caption)
     assert words in inspect(graph, tmp_path / "again")
+
+
+def test_directedness_is_counted_once_per_edge_list(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The data check and the partition's statistics both ask; the edges are sorted for it once, and
+    again only once the graph's edge arrays are replaced (reverse edges added)."""
+    from graphtrain.runtime.data import summary
+
+    calls: list[int] = []
+    counted = summary.directed_share
+    monkeypatch.setattr(summary, "directed_share", lambda *a: calls.append(1) or counted(*a))
+    g = ring(symmetric=False)
+    assert summary.summarise(g).directed == pytest.approx(0.8)  # the data check's count
+    result = partition.partition_graph(g, 2, "metis", ["nodes"], 0.5, 0)
+    assert result.stats.directed == pytest.approx(0.8) and len(calls) == 1
+    g.indptr, g.indices = ring(symmetric=True).indptr.copy(), ring(symmetric=True).indices.copy()
+    assert summary.directedness(g) == 0.0 and len(calls) == 2
