@@ -82,6 +82,27 @@ def closest_orders(config: OptimConfig, got: torch.Tensor) -> str:
     return "; ".join(f"{name}: {d:.2g}" for d, name in scored[:4])
 
 
+def state_off(got: dict, want: dict[str, torch.Tensor], keep: Path, table: torch.Tensor) -> str:
+    """How far each state entry is off the reference (the rows off in it, as rows_off counts them), with
+    the served table and state kept beside the checkpoint to replay: any summation order of a push is
+    within 1.2e-7 of the reference (2026-12-05), so a table off by more is one computed another way,
+    and whether its optimizer state is off too tells the step's arithmetic from its inputs."""
+    import numpy as np
+
+    np.savez(keep / "served.npz", table=table.numpy(), **got)
+    parts = []
+    for key, value in want.items():
+        served = torch.from_numpy(got[key]) if key in got else None
+        if served is None or served.shape != value.shape:
+            parts.append(f"{key}: not comparable")
+            continue
+        diff = (served.double() - value.double()).abs()
+        off = diff > 1e-6 + 1e-5 * value.double().abs()
+        rows = int((off.reshape(len(off), -1).any(dim=1) if off.dim() else off).sum())
+        parts.append(f"{key} up to {float(diff.max()):.2g} off ({rows} rows)")
+    return f"state: {', '.join(parts) or 'none'}; served table and state in {keep / 'served.npz'}"
+
+
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("config", CONFIGS, ids=lambda c: f"{c.kind}-{c.step_count}-{c.duplicate}")
 def test_two_servers_two_clients_match_single_process(config: OptimConfig, ckroot: Path) -> None:
@@ -101,13 +122,13 @@ def test_two_servers_two_clients_match_single_process(config: OptimConfig, ckroo
             assert p.exitcode == 0, f"client exited with {p.exitcode}"
     table, state = reference(config, 2)
     got = torch.from_numpy(export_table(ckroot / "final", "emb"))
+    got_state = export_state(ckroot / "final", "emb")
     if not torch.allclose(got, table, rtol=1e-5, atol=1e-6):
         off = float((got - table).abs().max())
         pytest.fail(
             f"the served table is up to {off:.2g} off the reference; {rows_off(got, table)}; "
-            f"closest: {closest_orders(config, got)}"
+            f"closest: {closest_orders(config, got)}; {state_off(got_state, state, ckroot, got)}"
         )
-    got_state = export_state(ckroot / "final", "emb")
     assert set(got_state) == set(state)
     for key, value in state.items():
         torch.testing.assert_close(torch.from_numpy(got_state[key]), value, rtol=1e-5, atol=1e-6)
