@@ -21,6 +21,7 @@ from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from graphtrain.api.sources.base import InvalidParameter, NotFound, SourceUnavailable
+from graphtrain.contract.spec.shown import error_message, name_in_path
 
 log = logging.getLogger("graphtrain.api")
 MEDIA_TYPE = "application/problem+json"
@@ -95,15 +96,20 @@ def response(
     )
 
 
+# Where a value is never shown in a refusal: a header or cookie may carry a credential whatever its name.
+_UNSHOWN_LOCATIONS = frozenset({"header", "cookie"})
+
+
 def _validation_errors(exc: RequestValidationError) -> list[ParameterError]:
+    """Each refused parameter, its message naming the value sent as a spec problem does (shown():
+    short, on one line, not a secret's)."""
     errors = []
     for err in exc.errors():
-        loc = [str(part) for part in err.get("loc", ())]
+        loc = [name_in_path(str(part)) for part in err.get("loc", ())]
         location = loc[0] if loc else "request"
+        message = str(err["msg"]) if location in _UNSHOWN_LOCATIONS else error_message(err)
         errors.append(
-            ParameterError(
-                parameter=loc[1] if len(loc) > 1 else location, location=location, message=str(err["msg"])
-            )
+            ParameterError(parameter=loc[1] if len(loc) > 1 else location, location=location, message=message)
         )
     return errors
 

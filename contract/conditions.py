@@ -29,6 +29,7 @@ from typing import Any, Literal
 from pydantic import ValidationError
 
 from graphtrain.contract.spec import Condition, ConditionType, Phase
+from graphtrain.contract.spec.status import MAX_CONDITION_MESSAGE
 
 
 class Severity(StrEnum):
@@ -171,6 +172,20 @@ def parse(raw: Iterable[Any]) -> list[Condition]:
     return out
 
 
+# A condition's message is at most this long (Condition's schema, as metav1.Condition's): an invalid spec's
+# problems, one per wrong field, can be more (a document of a thousand unknown keys).
+MAX_MESSAGE = MAX_CONDITION_MESSAGE
+
+
+def clipped(message: str) -> str:
+    """`message` cut to MAX_MESSAGE characters, saying how much was cut, instead of a Condition that
+    refuses it (a status the executor could not write at all)."""
+    if len(message) <= MAX_MESSAGE:
+        return message
+    tail = f"… ({len(message):,} characters in all)"
+    return message[: MAX_MESSAGE - len(tail)] + tail
+
+
 class Conditions:
     """The conditions of one status being built. A condition keeps the previous status' transition time
     while its status holds, else takes `at` (Kubernetes semantics: lastTransitionTime is when the
@@ -196,7 +211,7 @@ class Conditions:
             type=kind,
             status=status,
             reason=reason.value,
-            message=message,
+            message=clipped(message),
             last_transition_time=prev.last_transition_time if held and prev else self.at,
             observed_generation=self.generation,
         )

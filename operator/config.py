@@ -37,6 +37,7 @@ from graphtrain.contract.spec import (
     yaml_error_text,
 )
 from graphtrain.contract.spec.pods import quantity_value
+from graphtrain.contract.spec.shown import error_message, name_in_path, with_value
 
 ENV_CONFIG = "GRAPHTRAIN_OPERATOR_CONFIG"
 GPU_TAINT = "nvidia.com/gpu"  # the taint key of GPU nodes, as the NVIDIA GPU Operator sets it
@@ -231,15 +232,17 @@ def parse(data: Any, source: str = "the operator configuration") -> OperatorConf
 
 
 def _problem(error: Any) -> str:
-    path = ".".join(str(p) for p in error["loc"])
+    """One wrong setting as spec problems read (contract/spec/shown.py): its path, why, and the value
+    written, shown short and on one line."""
+    path = ".".join(name_in_path(str(p)) for p in error["loc"])
     if error["type"] == "rules":  # a spec model's rule (a toleration's): each problem at its own path
         problems = (error.get("ctx") or {}).get("problems") or []
         return "; ".join(f"{'.'.join(filter(None, (path, p['path'])))}: {p['message']}" for p in problems)
-    message = str(error["msg"]).removeprefix("Value error, ")
+    message = error_message(error)
     if error["type"] == "extra_forbidden":
         message = "unknown setting"
     elif error["type"] == "model_type":  # not "a valid dictionary or instance of PodSecurity": as a spec's
-        message = "Input should be an object"
+        message = with_value("Input should be an object", error["input"], error["loc"])
     return f"{path}: {message}" if path else message
 
 

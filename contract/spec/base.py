@@ -27,6 +27,7 @@ from graphtrain.contract.spec.rules import (
     broken_rules,
     rules_of,
 )
+from graphtrain.contract.spec.shown import shown
 
 GROUP: Final = "graphtrain.io"
 VERSION: Final = "v1alpha1"
@@ -107,10 +108,10 @@ class SpecModel(BaseModel):
 
 def _quantity(value: Any) -> str:
     if isinstance(value, bool) or not isinstance(value, int | float | str):
-        raise ValueError(f"expected a Kubernetes quantity such as '2', '500m' or '4Gi', got {value!r}")
+        raise ValueError(f"expected a Kubernetes quantity such as '2', '500m' or '4Gi', got {shown(value)}")
     text = str(value)
     if not _QUANTITY.match(text):
-        raise ValueError(f"{text!r} is not a Kubernetes quantity (e.g. '2', '500m', '4Gi')")
+        raise ValueError(f"{shown(text)} is not a Kubernetes quantity (e.g. '2', '500m', '4Gi')")
     return text
 
 
@@ -132,12 +133,12 @@ def quantity_to_bytes(text: str) -> int:
     """
     match = re.fullmatch(r"([0-9]+(?:\.[0-9]*)?(?:[eE][-+]?[0-9]+)?)([KMGTPE]i|[kMGTPE]?)", text.strip())
     if not match:
-        raise ValueError(f"{text!r} is not a memory quantity such as '4Gi' or '512Mi'")
+        raise ValueError(f"{shown(text)} is not a memory quantity such as '4Gi' or '512Mi'")
     number, suffix = match.groups()
     scale = _BINARY_SUFFIX.get(suffix) or _DECIMAL_SUFFIX[suffix]
     value = float(number) * scale
     if not math.isfinite(value):
-        raise ValueError(f"{text!r} is too large a memory quantity")
+        raise ValueError(f"{shown(text)} is too large a memory quantity")
     return int(value)
 
 

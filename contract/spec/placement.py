@@ -20,6 +20,7 @@ from graphtrain.contract.spec.rules import (
     Rule,
     add_rules,
 )
+from graphtrain.contract.spec.shown import shown
 
 # ------------------------------------------------------------------------------------------ pods
 
@@ -39,7 +40,8 @@ def _label_key(key: str) -> str:
     prefix, _, _name = key.rpartition("/")
     if len(prefix) > 253 or not _LABEL_KEY.fullmatch(key):  # match: its `$` passed "zone\n"
         raise ValueError(
-            f"{key!r} is not a label key (an optional DNS prefix and '/', then 1-63 of A-Z a-z 0-9 - _ .)"
+            f"{shown(key)} is not a label key (an optional DNS prefix and '/', then 1-63 of A-Z a-z 0-9 "
+            "- _ .)"
         )
     return key
 

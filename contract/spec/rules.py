@@ -24,6 +24,8 @@ from typing import Annotated, Any, Final, TypeVar, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 
+from graphtrain.contract.spec.shown import error_message, name_in_path, printable, shown, with_value
+
 # Validation context that leaves the rules to broken_tree(), which evaluates them on partly valid
 # documents too (pydantic runs a model's validators only when all its fields are valid).
 NO_RULES: Final = {"rules": False}
@@ -96,8 +98,8 @@ class Rule:
 
 
 def _cel_text(value: object) -> str:
-    if isinstance(value, str):
-        return value
+    if isinstance(value, str):  # a key the user wrote with a newline must not start a second line
+        return printable(value)
     if isinstance(value, bool | list):
         return json.dumps(value)
     return str(value)
@@ -191,7 +193,7 @@ def _loc_to_path(loc: tuple[Any, ...]) -> str:
         elif str(item).startswith(("function-", "constrained-", "lax-")):
             continue
         else:
-            parts.append(("." if parts else "") + str(item))
+            parts.append(("." if parts else "") + name_in_path(str(item)))
     return "".join(parts)
 
 
@@ -201,23 +203,24 @@ PATTERN_WORDS: dict[str, str] = {}
 
 
 def problems_from_validation(error: ValidationError) -> list[Problem]:
-    """Turn pydantic's errors into Problems with camelCase paths as the user wrote them."""
+    """Turn pydantic's errors into Problems with camelCase paths as the user wrote them, each naming
+    the value written too (shown(): short, on one line, not a secret's)."""
     out: list[Problem] = []
     for err in error.errors(include_url=False):
-        where = _loc_to_path(tuple(err["loc"]))
+        loc = tuple(err["loc"])
+        where = _loc_to_path(loc)
         if err["type"] == "rules":  # broken rules of the model at `where`, each at its own field
             out.extend(
                 Problem(path=join_path(where, _relative(p["path"])) or ROOT_PATH, message=p["message"])
                 for p in err["ctx"]["problems"]
             )
             continue
-        msg = err["msg"]
         if err["type"] == "extra_forbidden":
             msg = "unknown field"
-        elif msg.startswith("Value error, "):
-            msg = msg[len("Value error, ") :]
         elif err["type"] == "string_pattern_mismatch" and (words := PATTERN_WORDS.get(err["ctx"]["pattern"])):
-            msg = f"{err['input']!r} is not {words}"
+            msg = with_value(f"{shown(err['input'])} is not {words}", err["input"], loc)
+        else:
+            msg = error_message(err)
         out.append(Problem(path=where or ROOT_PATH, message=msg))
     return out
 

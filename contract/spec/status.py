@@ -13,6 +13,8 @@ from graphtrain.contract.spec.enums import ConditionType, PartitionAlgorithm, Ph
 
 # -------------------------------------------------------------------------------------------- status
 
+MAX_CONDITION_MESSAGE = 32768  # metav1.Condition's bound
+
 
 class Condition(SpecModel):
     """One observation of the run, Kubernetes style: a type, whether it holds, why, since when."""
@@ -27,7 +29,7 @@ class Condition(SpecModel):
         max_length=1024,
         description="Why, as one CamelCase word a program can match.",
     )
-    message: str = Field(default="", max_length=32768, description="Why, for people.")
+    message: str = Field(default="", max_length=MAX_CONDITION_MESSAGE, description="Why, for people.")
     last_transition_time: str | None = Field(
         default=None,
         json_schema_extra={"format": "date-time"},

@@ -125,6 +125,22 @@ def test_unknown_training_is_404(client: TestClient, suffix: str) -> None:
 
 
 @pytest.mark.parametrize(
+    ("query", "got"),
+    [
+        ({"limit": 501}, ", got '501'"),
+        ({"limit": "x\ny" * 100}, ", got 'x\\ny"),
+        ({"phase": "Sleeping"}, ", got 'Sleeping'"),
+    ],
+)
+def test_a_refused_parameter_names_its_value_short_on_one_line(
+    client: TestClient, query: dict, got: str
+) -> None:
+    """As a spec problem names it (contract/spec/shown.py)."""
+    (error,) = assert_problem(client.get(LIST, params=query), 422)["errors"]
+    assert got in error["message"] and error["message"].isprintable() and len(error["message"]) < 200
+
+
+@pytest.mark.parametrize(
     ("query", "status", "parameter"),
     [
         ({"limit": 0}, 422, "limit"),

@@ -144,14 +144,16 @@ def test_a_dynamic_half_tables_memory_need_counts_two_bytes_an_element() -> None
     assert need("bfloat16") == need("float16") == rows * (KEY_BYTES + 16 * 2)
 
 
-@pytest.mark.parametrize("value", ["dynamic", 5, [1, 2], True])
+@pytest.mark.parametrize(
+    ("value", "got"), [("dynamic", "'dynamic'"), (5, "5"), ([1, 2], "a list of 2 items"), (True, "true")]
+)
 @pytest.mark.parametrize("block", ["vocabulary", "init", "optimizer"])
-def test_a_block_given_a_plain_value_is_one_problem_naming_it(block: str, value: object) -> None:
+def test_a_block_given_a_plain_value_is_one_problem_naming_it(block: str, value: object, got: str) -> None:
     doc = edit(GRAPHSAGE, lambda s: s["embeddings"][0].update({block: value}))
     with pytest.raises(SpecError) as info:
         parse(doc)
     assert [p.message for p in info.value.problems if p.path == f"spec.embeddings[0].{block}"] == [
-        "Input should be an object"
+        f"Input should be an object, got {got}"
     ]
 
 
@@ -254,8 +256,8 @@ def test_validate_prints_every_problem(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["validate", str(path)])
     assert result.exit_code == 1
     expected = [
-        "spec.graph.split.train: Input should be less than or equal to 1",
-        "spec.training.epochs: Input should be greater than or equal to 1",
+        "spec.graph.split.train: Input should be less than or equal to 1, got 2",
+        "spec.training.epochs: Input should be greater than or equal to 1, got -1",
         "spec.training.fanouts: has 1 entries but model.numLayers is 2",
         "spec.shardServers.replicas: is 4 but partition.parts is 2",
         "spec.trainers.backend: nccl runs on GPUs: set trainers.device: cuda, or use gloo for CPU trainers",
@@ -325,10 +327,10 @@ def test_types_are_checked_as_the_api_server_checks_them() -> None:
 
     problems = check(edit(GRAPHSAGE, lax))[1]
     assert {p.path: p.message for p in problems} == {
-        "spec.model.useFeatures": "Input should be a valid boolean",
-        "spec.trainers.replicas": "Input should be a valid integer",
-        "spec.training.epochs": "Input should be a valid integer",
-        "spec.partition.parts": "Input should be a valid integer",
+        "spec.model.useFeatures": "Input should be a valid boolean, got 'off'",
+        "spec.trainers.replicas": "Input should be a valid integer, got true",
+        "spec.training.epochs": "Input should be a valid integer, got '10'",
+        "spec.partition.parts": "Input should be a valid integer, got 2.5",
         "spec.graph.reverse_edges": "unknown field",
     }
 
@@ -340,8 +342,8 @@ def test_no_nan_or_infinity_and_an_empty_document_says_so() -> None:
 
     problems = check(edit(GRAPHSAGE, nan))[1]
     assert {p.path: p.message for p in problems} == {
-        "spec.training.denseLr": "Input should be a finite number",
-        "spec.embeddings[0].optimizer.lr": "Input should be a finite number",
+        "spec.training.denseLr": "Input should be a finite number, got nan",
+        "spec.embeddings[0].optimizer.lr": "Input should be a finite number, got inf",
     }
     assert [str(p) for p in check(None)[1]] == ["(root): the document is empty"]
 

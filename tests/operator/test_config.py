@@ -81,10 +81,13 @@ def test_the_environment_names_the_file(tmp_path: Path, monkeypatch: pytest.Monk
     [
         (
             "images: {pullPolicy: Sometimes}\n",
-            "images.pullPolicy: Input should be 'Always', 'IfNotPresent' or 'Never'",
+            "images.pullPolicy: Input should be 'Always', 'IfNotPresent' or 'Never', got 'Sometimes'",
         ),
         ("storage: {sise: 10Gi}\n", "storage.sise: unknown setting"),
-        ("networkPolicy: {enabled: 'yes'}\n", "networkPolicy.enabled: Input should be a valid boolean"),
+        (
+            "networkPolicy: {enabled: 'yes'}\n",
+            "networkPolicy.enabled: Input should be a valid boolean, got 'yes'",
+        ),
         ("storage: {size: ten}\n", "storage.size: 'ten' is not a Kubernetes quantity"),
         ("storage: {accessModes: [ReadWriteSometimes]}\n", "storage.accessModes.0: Input should be"),
         (
@@ -100,9 +103,17 @@ def test_the_environment_names_the_file(tmp_path: Path, monkeypatch: pytest.Monk
             "defaults.shardServers.tolerations.0.key: is required unless operator is Exists",
         ),
         ("gpu: {tolerations: [{operator: Exists, value: x}]}\n", "gpu.tolerations.0.value: must be empty"),
-        ("gpu: {nodeSelector: {pool: 1}}\n", "gpu.nodeSelector.pool: Input should be a valid string"),
+        ("gpu: {nodeSelector: {pool: 1}}\n", "gpu.nodeSelector.pool: Input should be a valid string, got 1"),
         ("- a list\n", "expected a mapping of settings, got list"),
-        ("podSecurity: 5\n", "podSecurity: Input should be an object"),  # no class name of the code's
+        (
+            "images: {pullSecrets: [{name: hunter2}]}\n",
+            "images.pullSecrets.0: Input should be a valid string (value not",
+        ),
+        (
+            "storage: {size: [1, 2]}\n",
+            "storage.size: expected a Kubernetes quantity such as '2', '500m' or '4Gi', got a list",
+        ),
+        ("podSecurity: 5\n", "podSecurity: Input should be an object, got 5"),  # no class name of the code's
         (
             "images: [x\n",
             "not YAML: expected ',' or ']', but got '<stream end>' at line 2, column 1 (while parsing a flow "
