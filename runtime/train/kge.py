@@ -33,6 +33,7 @@ import numpy as np
 import torch
 
 from graphtrain.contract.spec import GraphTraining, KGETask, NegativeSampler, RowsStepped, kge
+from graphtrain.runtime import arrays
 from graphtrain.runtime.data.graph import KnowledgeGraph
 from graphtrain.runtime.errors import GraphtrainError
 from graphtrain.runtime.graph import DistGraph, edge_split
@@ -112,7 +113,11 @@ def _every(count: int, like: torch.Tensor) -> torch.Tensor:
 
 def _lookup(ids: torch.Tensor, whole: int | None) -> tuple[torch.Tensor, torch.Tensor]:
     """(rows to read, each id's position among them): the distinct ids, or with `whole` every row of a
-    table of `whole` rows (its ids are then their own positions)."""
+    table of `whole` rows (its ids are then their own positions). On the host the distinct ids are
+    numpy's sort's (arrays.unique_inverse: torch.unique's intra-op sort was 7.6 % of a gene-kg step)."""
+    if whole is None and ids.device.type == "cpu":
+        uniq, inverse = arrays.unique_inverse(ids.numpy())
+        return torch.from_numpy(uniq), torch.from_numpy(inverse)
     if whole is None:
         uniq, inverse = torch.unique(ids, return_inverse=True)
         return uniq, inverse

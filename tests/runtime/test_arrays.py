@@ -1,9 +1,11 @@
-"""runtime/arrays.py: the sort-based unique is np.unique's result, value for value and dtype for dtype."""
+"""runtime/arrays.py: the sort-based unique (and unique with inverse) is np.unique's result, value for value
+and dtype for dtype."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
@@ -34,3 +36,25 @@ def test_the_input_is_left_as_it_was() -> None:
 @pytest.mark.parametrize("a", [np.array([1.0, np.nan, 1.0, np.nan]), np.array(["b", "a", "b"])])
 def test_other_dtypes_keep_numpys_rules(a: np.ndarray) -> None:
     np.testing.assert_array_equal(arrays.unique(a), np.unique(a))  # NaNs equal, strings sorted
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(
+    hnp.arrays(st.sampled_from(INT_DTYPES), hnp.array_shapes(min_dims=1, max_dims=3, min_side=0, max_side=40))
+)
+def test_unique_inverse_is_numpys_and_torchs(a: np.ndarray) -> None:
+    uniq, inverse = arrays.unique_inverse(a)
+    want, want_inverse = np.unique(a, return_inverse=True)
+    assert uniq.dtype == want.dtype and inverse.dtype == np.int64
+    np.testing.assert_array_equal(uniq, want)
+    np.testing.assert_array_equal(inverse, want_inverse.reshape(-1))
+    np.testing.assert_array_equal(uniq[inverse], a.reshape(-1))
+    if a.dtype == np.int64:  # what kge._lookup took from torch.unique
+        t_uniq, t_inverse = torch.unique(torch.from_numpy(a.reshape(-1)), return_inverse=True)
+        assert torch.equal(torch.from_numpy(uniq), t_uniq)
+        assert torch.equal(torch.from_numpy(inverse), t_inverse)
+
+
+def test_unique_inverse_refuses_floats() -> None:
+    with pytest.raises(TypeError):
+        arrays.unique_inverse(np.array([1.0, 2.0]))
