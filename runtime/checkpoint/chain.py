@@ -26,6 +26,7 @@ from graphtrain.runtime.data.cache import Signature, read_json, sha256_file, ver
 from graphtrain.runtime.data.npz import load_array
 from graphtrain.runtime.dtypes import NUMPY, nonfinite_rows
 from graphtrain.runtime.errors import DataError
+from graphtrain.runtime.storage.keyspace import KEYS
 
 FORMAT = "graphtrain-checkpoint"
 FORMAT_VERSION = 1
@@ -33,7 +34,6 @@ TOP = "checkpoint.json"
 MANIFEST = "manifest.json"
 LATEST = "LATEST"
 ROWS = "rows.npy"  # a delta piece's rows, local to the piece
-KEYS = "keys.npy"  # a dynamic vocabulary's piece: the key of each row (storage/keyed.py's KEYS)
 SCAN_ROWS = 1 << 12  # rows checked for NaN at a time: a cache-sized slice of a memory-mapped table
 
 Piece = tuple[Path, dict[str, Any], Path]  # (checkpoint directory, piece manifest, piece directory)

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from graphtrain.runtime.checkpoint import chain
+from graphtrain.runtime.checkpoint import chain, layout
 from graphtrain.runtime.checkpoint.chain import FORMAT, FORMAT_VERSION, LATEST, MANIFEST, TOP
 from graphtrain.runtime.data.cache import (
     Signature,
@@ -25,6 +25,7 @@ from graphtrain.runtime.data.cache import (
 )
 from graphtrain.runtime.errors import DataError
 from graphtrain.runtime.partition import identity
+from graphtrain.runtime.storage import keyspace
 
 if TYPE_CHECKING:
     from graphtrain.runtime.optim import OptimConfig
@@ -199,7 +200,8 @@ def malformed(top: dict[str, Any]) -> str | None:
 
 
 def pieces_of(root: Path, name: str) -> list[tuple[dict[str, Any], Path]]:
-    """Manifests and directories of the pieces of tensor `name`, checked to tile [0, num_rows)."""
+    """Manifests and directories of the pieces of tensor `name`, checked to tile [0, num_rows) and to
+    describe one table with the optimizer state its optimizer keeps (layout.py)."""
     listed = read_top(root)["tensors"].get(name)
     if not listed:
         return []
@@ -223,20 +225,25 @@ def pieces_of(root: Path, name: str) -> list[tuple[dict[str, Any], Path]]:
         expect = manifest["hi"]
     if expect != num_rows:
         raise DataError(f"{root}: pieces of {name!r} cover rows [0, {expect}) of {num_rows}")
+    layout.check_pieces(out, name)  # one table, the state its optimizer keeps: what a restore reads
     return out
 
 
 def verify_checkpoint(root: Path, seen: dict[str, Signature] | None = None) -> None:
     """Check that the checkpoint at `root` is complete and unchanged: checkpoint.json, every piece it lists
     (tiling its table, sha256 of every file, an incremental piece's whole chain) and the other files it
-    records. What a restore would refuse in files whose hashes match (rows of NaN or infinity, a piece's
-    rounding count) fails it too: latest_verified, the one choice of the checkpoint to resume from, then
-    skips it as a damaged one rather than the shard servers failing on it. `seen`: gets each file's
+    records. What a restore would refuse in files whose hashes match fails it too, in the restore's
+    words: rows of NaN or infinity, a piece's rounding count, a dynamic table's keys (twice, or in
+    another's piece), pieces of another row shape or a state their optimizer does not keep (pieces_of).
+    latest_verified, the one choice of the checkpoint to resume from, then skips it as a damaged one
+    rather than the shard servers failing on it. Not checked: what needs the spec (a table's shape,
+    dtype, optimizer and vocabulary against the checkpoint's, a shard's capacity for its keys), which
+    every checkpoint of a run shares: an older one would not do either. `seen`: gets each file's
     signature (cache.verify_files), for a record (verified.py).
 
     Raises:
-        DataError: naming the first file missing or changed (ChecksumError), the gap in a table, or the
-            rows or count a restore refuses.
+        DataError: naming the first file missing or changed (ChecksumError), the gap in a table, or what
+            a restore refuses.
     """
     top = read_top(root)
     for name in top["tensors"]:
@@ -245,6 +252,7 @@ def verify_checkpoint(root: Path, seen: dict[str, Signature] | None = None) -> N
             chain.verify_piece((root, manifest, d), seen)
             chain.refuse_nonfinite((root, manifest, d))  # hash-valid rows a restore would refuse
         saved_round_steps(pieces)  # a count a restore would refuse, as well
+        keyspace.check_pieces(pieces)  # and keys (restore_keyed's piece_keys)
     verify_files(root, top.get("files", {}), seen)
 
 

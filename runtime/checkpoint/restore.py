@@ -154,8 +154,7 @@ def export_keyed(root: Path, name: str, verify: bool = True) -> tuple[np.ndarray
     for index, (manifest, d) in enumerate(pieces):
         if verify:
             chain.verify_piece((root, manifest, d))
-        k = kd.read_keys(d, int(manifest["hi"]) - int(manifest["lo"]))
-        kd.check_keys(k, index, len(pieces), str(d))
+        k = kd.piece_keys(manifest, d, index, len(pieces))
         keys.append(k)
         data = np.asarray(chain.load_piece((root, manifest, d), slice(len(k)), ["data"])["data"])
         rows.append(widened(data, manifest.get("dtype", "float32")))

@@ -25,9 +25,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from graphtrain.runtime import arrays
 from graphtrain.runtime.data.cache import verify_files
-from graphtrain.runtime.data.npz import load_array
 from graphtrain.runtime.dtypes import HALF, NUMPY, from_numpy, narrowed, nonfinite_rows, wire_name
 from graphtrain.runtime.errors import DataError
 from graphtrain.runtime.native.keymap import KeyMap, KeyMapFull
@@ -36,10 +34,9 @@ from graphtrain.runtime.optim.state import make_state
 from graphtrain.runtime.storage import gpu
 from graphtrain.runtime.storage.errors import StorageError
 from graphtrain.runtime.storage.inits import init_keyed
+from graphtrain.runtime.storage.keyspace import KEYS, check_keys, owners, piece_keys, read_keys
 from graphtrain.runtime.storage.shard import before_write
 from graphtrain.runtime.storage.sizes import share
-
-KEYS = "keys.npy"  # a dynamic vocabulary's piece: the key of each row in use, rows 0..len-1
 
 
 def share_bounds(capacity: int, shards: int) -> np.ndarray:
@@ -47,11 +44,6 @@ def share_bounds(capacity: int, shards: int) -> np.ndarray:
     return np.concatenate([[0], np.cumsum([share(capacity, shards, s) for s in range(shards)])]).astype(
         np.int64
     )
-
-
-def owners(keys: np.ndarray, shards: int) -> np.ndarray:
-    """The shard of each key: key mod shards (non-negative for negative keys too)."""
-    return np.remainder(keys, shards)
 
 
 def start_rows(init: dict[str, Any], keys: np.ndarray, dim: int, config: OptimConfig | None) -> np.ndarray:
@@ -173,37 +165,6 @@ def check_attach(t: Any, keyed: dict[str, Any] | None) -> None:
         )
 
 
-def read_keys(d: Path, rows: int | None = None) -> np.ndarray:
-    """The keys.npy of piece directory `d`, never unpickled: a file numpy cannot read as a plain array
-    (an object array, no .npy header) is numpy's ValueError, and a float or 2-D array indexed the keys'
-    rows with an IndexError; both end the command in a traceback instead of one line.
-
-    Raises:
-        DataError: naming the file and what it holds instead of a 1-D int64 array.
-    """
-    path = d / KEYS
-    keys = load_array(path)
-    if keys.dtype != np.int64 or keys.ndim != 1:
-        raise DataError(f"{path}: holds {keys.dtype} {tuple(keys.shape)}, not a piece's 1-D int64 keys")
-    if rows is not None and len(keys) > rows:
-        raise DataError(f"{path}: holds {len(keys):,} keys, more than the piece's {rows:,} rows")
-    return keys
-
-
-def check_keys(keys: np.ndarray, index: int, count: int, where: str) -> None:
-    """The keys of piece `index` of `count` (a shard's or rank's, in order) are distinct and its own
-    (key mod count): a checkpoint that says otherwise is refused, never loaded as it is.
-
-    Raises:
-        DataError: naming the piece and the first wrong key.
-    """
-    wrong = np.flatnonzero(owners(keys, count) != index)
-    if wrong.size:
-        raise DataError(f"{where}: key {int(keys[wrong[0]])} does not belong to piece {index} of {count}")
-    if not arrays.distinct(keys):
-        raise DataError(f"{where}: a key appears twice")
-
-
 def fill_unseen(rows: np.ndarray, keys: np.ndarray, local: np.ndarray, keyed: KeyedRows, t: Any) -> None:
     """Rows of a pull that read no row (local -1: keys the shard does not hold) get their initial
     values in place (a half table's rounded to nearest, as a key taking a row stores them)."""
@@ -277,10 +238,7 @@ def restore_keyed(
     for index, (manifest, d) in enumerate(pieces):
         if verify:
             verify_files(d, manifest["files"])
-        if not (d / KEYS).exists():
-            raise DataError(f"{d}: no {KEYS}: the checkpoint's table is not a dynamic vocabulary's")
-        keys = read_keys(d, int(manifest.get("rows", int(manifest["hi"]) - int(manifest["lo"]))))
-        check_keys(keys, index, len(pieces), str(d))
+        keys = piece_keys(manifest, d, index, len(pieces))  # verify_checkpoint's check, too
         take = np.nonzero(mine(keys))[0]
         if not len(take):
             continue
@@ -342,6 +300,7 @@ __all__ = [
     "fill_unseen",
     "held",
     "owners",
+    "piece_keys",
     "restore_keyed",
     "rows_of",
     "share",

@@ -50,6 +50,7 @@ PLANTED = [
     ("kubernetes", "runtime/kvstore/planted.py", "import kubernetes\n"),
     ("kopf", "api/planted.py", "import kopf\n"),
     ("crd-light", "runtime/targets.py", "import numpy\n"),  # replaces the module for the one run
+    ("checkpoint-choice-light", "runtime/checkpoint/layout.py", "import graphtrain.runtime.storage.keyed\n"),
     ("acyclic", "runtime/data/planted_a.py", "from graphtrain.runtime.data import planted_b\n"),
 ]
 CYCLE_PARTNER = ("runtime/data/planted_b.py", "from graphtrain.runtime.data import planted_a\n")

@@ -4,15 +4,17 @@ A row made NaN in the latest checkpoint, its sha256 recorded again (a hand edit,
 hash was taken after it), is refused by every restore (NaN is never trained into a table). The launcher,
 the trainers and the shard servers each pick the checkpoint to resume from with one decision
 (checkpoint.latest_verified), which skipped a changed byte for the checkpoint before it but passed these
-rows, so the shard servers failed the run on them. Now such a checkpoint is skipped as a damaged one,
-with one line naming it and the row, for server-held and collective tables alike; it is kept (set
-aside under checkpoints/.replaced/ when the resumed run writes its step again). With no checkpoint
-left that checks out, the resume fails in one line, changing nothing.
+rows (and a dynamic vocabulary's key twice), so the shard servers failed the run on them. Now such a
+checkpoint is skipped as a damaged one, with one line naming it and the row (or the piece), for
+server-held and collective tables alike; it is kept (set aside under checkpoints/.replaced/ when the
+resumed run writes its step again). With no checkpoint left that checks out, the resume fails in one
+line, changing nothing.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +22,7 @@ import pytest
 
 from graphtrain.runtime import checkpoint as ckpt
 from graphtrain.runtime.data.cache import read_json, sha256_file, write_json
+from graphtrain.runtime.storage.keyspace import KEYS
 from graphtrain.runtime.train.checkpoints import REPLACED
 from tests.runtime.launch.test_run import (
     complete,
@@ -56,21 +59,41 @@ def two_newest(root: Path) -> tuple[Path, Path]:
     return latest, root / older
 
 
-def resumed_past(run_dir: Path, doc: dict, table: str, epochs: int) -> None:
-    """Plant a NaN in `run_dir`'s latest checkpoint of `table`, resume `doc` to `epochs` epochs with
-    `graphtrain run --resume`: it trains on from the checkpoint before, saying why in one line, and the
-    refused checkpoint is kept, byte for byte."""
+def plant_duplicate_key(checkpoint: Path, table: str) -> Path:
+    """A dynamic table's first piece in `checkpoint` given its first key twice (the piece's own: shard
+    0's), keys.npy's sha256 recorded again: a restore refuses it (storage/keyspace.py piece_keys)."""
+    piece = sorted((checkpoint / table).glob("rows-*"))[0]
+    keys = np.load(piece / KEYS)
+    keys[1] = keys[0]
+    np.save(piece / KEYS, keys)
+    manifest = read_json(piece / ckpt.MANIFEST)
+    manifest["files"][KEYS] = sha256_file(piece / KEYS)
+    write_json(piece / ckpt.MANIFEST, manifest)
+    return piece
+
+
+def resumed_past(
+    run_dir: Path,
+    doc: dict,
+    table: str,
+    epochs: int,
+    plant: Callable[[Path, str], Path] = plant_nan,
+    said: str = "1 row(s) hold NaN or infinity",
+) -> None:
+    """`plant` (a NaN) in `run_dir`'s latest checkpoint of `table`, resume `doc` to `epochs` epochs with
+    `graphtrain run --resume`: it trains on from the checkpoint before, saying why (`said`) in one line,
+    and the refused checkpoint is kept, byte for byte."""
     root = run_dir / "checkpoints"
     refused, older = two_newest(root)
-    plant_nan(refused, table)
+    plant(refused, table)
     kept = tree_hashes(refused)
     doc["spec"]["training"]["epochs"] = epochs
     write_spec(doc, run_dir)
     done = complete(run_dir, "--resume", timeout=300)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    said = [line for line in done.stderr.splitlines() if refused.name in line]  # [run] lines: stderr
-    assert len(said) == 1, done.stderr
-    assert f"checkpoint {refused.name} skipped" in said[0] and "1 row(s) hold NaN or infinity" in said[0]
+    lines = [line for line in done.stderr.splitlines() if refused.name in line]  # [run] lines: stderr
+    assert len(lines) == 1, done.stderr
+    assert f"checkpoint {refused.name} skipped" in lines[0] and said in lines[0], lines
     assert re.search(rf"resuming from step \d+ \(epoch \d+, checkpoint {older.name}\)", done.stderr)
     st = status(run_dir)
     assert st["phase"] == "Succeeded" and st["progress"]["epoch"] == epochs, st
@@ -100,6 +123,19 @@ def test_resume_skips_a_collective_tables_nan_rows_under_valid_hashes(tmp_path: 
     run_dir = tmp_path / "run"
     launch(doc, run_dir).run()
     resumed_past(run_dir, doc, "entity", epochs=3)
+
+
+@pytest.mark.timeout(600)
+def test_resume_skips_a_dynamic_tables_key_twice_under_valid_hashes(tmp_path: Path) -> None:
+    """TransE on Nations, a dynamic entity vocabulary on the 2 shard servers: the latest checkpoint's
+    first piece holds a key twice, which a shard server's restore refuses (it failed the run): skipped."""
+    doc = nations(epochs=2)
+    doc["spec"]["embeddings"][0]["vocabulary"] = {"kind": "dynamic", "capacity": 16}
+    run_dir = tmp_path / "run"
+    launch(doc, run_dir).run()
+    resumed_past(
+        run_dir, doc, "entity", 3, plant_duplicate_key, "rows-000000000000-000000000008: a key appears twice"
+    )
 
 
 @pytest.mark.timeout(400)
