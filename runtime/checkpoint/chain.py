@@ -26,7 +26,7 @@ from graphtrain.runtime.data.cache import Signature, read_json, sha256_file, ver
 from graphtrain.runtime.data.npz import load_array
 from graphtrain.runtime.dtypes import NUMPY, nonfinite_rows
 from graphtrain.runtime.errors import DataError
-from graphtrain.runtime.storage.keyspace import KEYS
+from graphtrain.runtime.storage.keyspace import KEYS, nonfinite_refused
 
 FORMAT = "graphtrain-checkpoint"
 FORMAT_VERSION = 1
@@ -159,10 +159,7 @@ def refuse_nonfinite(piece: Piece) -> None:
         else:
             local = int(_delta_rows(d, manifest)[first]) if "delta" in manifest else first
             where = f"row {int(manifest['lo']) + local}"
-        raise DataError(
-            f"{path}: {int(bad.sum()):,} row(s) hold NaN or infinity (first: {where}), which training "
-            "never writes: the checkpoint was changed"
-        )
+        raise nonfinite_refused(path, int(bad.sum()), where)
 
 
 def _checked(array: np.ndarray, manifest: Mapping[str, Any], key: str, path: Path, rows: int) -> np.ndarray:

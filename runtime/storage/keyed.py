@@ -34,7 +34,14 @@ from graphtrain.runtime.optim.state import make_state
 from graphtrain.runtime.storage import gpu
 from graphtrain.runtime.storage.errors import StorageError
 from graphtrain.runtime.storage.inits import init_keyed
-from graphtrain.runtime.storage.keyspace import KEYS, check_keys, owners, piece_keys, read_keys
+from graphtrain.runtime.storage.keyspace import (
+    KEYS,
+    check_keys,
+    nonfinite_refused,
+    owners,
+    piece_keys,
+    read_keys,
+)
 from graphtrain.runtime.storage.shard import before_write
 from graphtrain.runtime.storage.sizes import share
 
@@ -267,11 +274,7 @@ def refuse_nonfinite(rows: np.ndarray, dtype: str, path: Path, row_name: Callabl
         DataError: naming the file and the first such row."""
     bad = nonfinite_rows(np.asarray(rows), dtype)
     if bad.any():
-        first = row_name(int(np.argmax(bad)))
-        raise DataError(
-            f"{path}: {int(bad.sum()):,} row(s) hold NaN or infinity (first: {first}), which training never "
-            "writes: the checkpoint was changed"
-        )
+        raise nonfinite_refused(path, int(bad.sum()), row_name(int(np.argmax(bad))))
 
 
 def _as_tensor(array: np.ndarray, dtype: torch.dtype, where: str) -> torch.Tensor:

@@ -85,3 +85,13 @@ def check_pieces(pieces: list[tuple[dict[str, Any], Path]]) -> None:
 
 
 __all__ = ["KEYS", "check_keys", "check_pieces", "owners", "piece_keys", "read_keys"]
+
+
+def nonfinite_refused(path: Path, count: int, first: str) -> DataError:
+    """The one refusal of a checkpoint file holding `count` rows of NaN or infinity (`first`: the first,
+    named as its table row or key): training never writes one, so the file was changed. A restore
+    (storage/keyed.py) and the choice of a checkpoint to resume (checkpoint/chain.py) both say it."""
+    return DataError(
+        f"{path}: {count:,} row(s) hold NaN or infinity (first: {first}), which training never writes: "
+        "the checkpoint was changed"
+    )
