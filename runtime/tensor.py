@@ -26,6 +26,7 @@ from graphtrain.runtime import dtypes
 from graphtrain.runtime.kvstore import default_client
 from graphtrain.runtime.kvstore.client import direct
 from graphtrain.runtime.kvstore.client.kvclient import KVClient
+from graphtrain.runtime.kvstore.client.local import sum_local
 from graphtrain.runtime.optim.capture import GradientCapture
 from graphtrain.runtime.optim.config import OptimConfig
 from graphtrain.runtime.storage.keyed import share_bounds
@@ -148,6 +149,15 @@ class DistTensor:
         )
         shape = tuple(ids.shape) if hasattr(ids, "shape") else (len(flat),)
         return dtypes.from_numpy(rows, self.wire).view(*shape, *self.shape[1:])
+
+    def local_sums(self, crow: np.ndarray, ids: np.ndarray, weights: np.ndarray) -> torch.Tensor | None:
+        """Row v: the sum over e in [crow[v], crow[v + 1]) of weights[e] * row ids[e], read where every
+        shard's rows lie mapped in this process or host (a float32 matrix of fixed rows), with none of
+        the rows copied out; None where they do not: pull the rows instead."""
+        if self.keyed or self.dtype != torch.float32 or len(self.shape) != 2:
+            return None
+        out = sum_local(self.client.transport, self.name, crow, ids, weights, self.book.bounds, self.shape[1])
+        return None if out is None else torch.from_numpy(out)
 
     def __setitem__(self, ids: Any, values: Any) -> None:
         flat = self._ids(ids)

@@ -31,16 +31,10 @@ inline int part_of(int64_t id, const int64_t* bounds, int32_t parts) {
   return static_cast<int>(std::upper_bound(bounds + 1, bounds + parts, id) - (bounds + 1));
 }
 
-}  // namespace
-
-// out row i = the row of ids[i], read from the part that owns it: part p owns ids [bounds[p], bounds[p + 1])
-// and holds rows [los[p], los[p] + lens[p]) at tables[p]. Rows are row_bytes long (any dtype). Every id is
-// checked before any row is copied. counts[p] gains the number of ids part p served.
-// Returns 0; -1 with *bad_pos for an id outside [bounds[0], bounds[parts]); -2 for one outside the rows its
-// owner holds here.
-GT_API int gt_gather_parts(int64_t n, const int64_t* ids, int32_t parts, const void* const* tables,
-                           const int64_t* bounds, const int64_t* los, const int64_t* lens, int64_t row_bytes,
-                           void* out, int64_t* counts, int32_t threads, int64_t* bad_pos) {
+// Checks every id before anything is written: 0, or -1 with *bad_pos for an id outside [bounds[0],
+// bounds[parts]), -2 for one outside the rows its owner holds here. counts[p] gains the ids part p serves.
+int check_ids(int64_t n, const int64_t* ids, int32_t parts, const int64_t* bounds, const int64_t* los,
+              const int64_t* lens, int64_t* counts, int64_t* bad_pos) {
   for (int64_t i = 0; i < n; ++i) {
     const int64_t id = ids[i];
     if (id < bounds[0] || id >= bounds[parts]) {
@@ -54,6 +48,25 @@ GT_API int gt_gather_parts(int64_t n, const int64_t* ids, int32_t parts, const v
     }
     ++counts[p];
   }
+  return 0;
+}
+
+inline void axpy(float* out, float w, const float* x, int32_t n) {
+  for (int32_t f = 0; f < n; ++f) out[f] += w * x[f];
+}
+
+}  // namespace
+
+// out row i = the row of ids[i], read from the part that owns it: part p owns ids [bounds[p], bounds[p + 1])
+// and holds rows [los[p], los[p] + lens[p]) at tables[p]. Rows are row_bytes long (any dtype). Every id is
+// checked before any row is copied. counts[p] gains the number of ids part p served.
+// Returns 0; -1 with *bad_pos for an id outside [bounds[0], bounds[parts]); -2 for one outside the rows its
+// owner holds here.
+GT_API int gt_gather_parts(int64_t n, const int64_t* ids, int32_t parts, const void* const* tables,
+                           const int64_t* bounds, const int64_t* los, const int64_t* lens, int64_t row_bytes,
+                           void* out, int64_t* counts, int32_t threads, int64_t* bad_pos) {
+  const int rc = check_ids(n, ids, parts, bounds, los, lens, counts, bad_pos);
+  if (rc != 0) return rc;
   const char* const* rows = reinterpret_cast<const char* const*>(tables);
   char* dst = static_cast<char*>(out);
   const int team = n * row_bytes < kParallelBytes ? 1 : std::max(1, threads);
@@ -66,6 +79,51 @@ GT_API int gt_gather_parts(int64_t n, const int64_t* ids, int32_t parts, const v
     }
     const int p = part_of(ids[i], bounds, parts);
     std::memcpy(dst + i * row_bytes, rows[p] + (ids[i] - los[p]) * row_bytes, static_cast<size_t>(row_bytes));
+  }
+  return 0;
+}
+
+// A weighted sum of rows per output row, read where they lie: out row v = the sum over e in [crow[v],
+// crow[v + 1]) of weights[e] * the float32 row of ids[e] (width floats), from the part that owns it, as
+// gt_gather_parts finds it; a row without entries is zeros. A GraphSAGE input layer's mean of frozen
+// features read straight from the shards' tables: the batch's ~13,700 input rows are neither copied
+// out nor read again, only the ~3,700 destinations' means written. Each row adds its entries in their
+// order with gt_attention_sum's arithmetic, so the sums are the bits of that product over gathered rows,
+// whatever the thread count. Returns 0; -1 or -2 with *bad_pos (an index into ids) as gt_gather_parts,
+// -3 for a crow that does not start at 0 or goes down (*bad_pos: the row); nothing is written then.
+GT_API GT_CLONES int gt_gather_sum_parts(int64_t num_rows, const int64_t* crow, const int64_t* ids,
+                                         const float* weights, int32_t parts, const void* const* tables,
+                                         const int64_t* bounds, const int64_t* los, const int64_t* lens,
+                                         int32_t width, float* out, int64_t* counts, int32_t threads,
+                                         int64_t* bad_pos) {
+  if (crow[0] != 0) {
+    *bad_pos = 0;
+    return -3;
+  }
+  for (int64_t v = 0; v < num_rows; ++v) {
+    if (crow[v + 1] < crow[v]) {
+      *bad_pos = v;
+      return -3;
+    }
+  }
+  const int64_t n = crow[num_rows];
+  const int rc = check_ids(n, ids, parts, bounds, los, lens, counts, bad_pos);
+  if (rc != 0) return rc;
+  const float* const* rows = reinterpret_cast<const float* const*>(tables);
+  const int team = n * width * 4 < kParallelBytes ? 1 : std::max(1, threads);
+#pragma omp parallel for num_threads(team) schedule(dynamic, 64)
+  for (int64_t v = 0; v < num_rows; ++v) {
+    float* o = out + v * width;
+    std::fill(o, o + width, 0.0f);
+    for (int64_t e = crow[v]; e < crow[v + 1]; ++e) {
+      if (e + kAhead < n) {
+        const int64_t ahead = ids[e + kAhead];
+        const int q = part_of(ahead, bounds, parts);
+        __builtin_prefetch(rows[q] + (ahead - los[q]) * width, 0, 1);
+      }
+      const int p = part_of(ids[e], bounds, parts);
+      axpy(o, weights[e], rows[p] + (ids[e] - los[p]) * width, width);
+    }
   }
   return 0;
 }

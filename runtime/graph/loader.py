@@ -84,6 +84,17 @@ class Block:
         return torch.bincount(self.dst, minlength=self.num_dst)
 
 
+@dataclass
+class MeanInput:
+    """A frozen input (node features) as a mean-aggregator input layer reads it: the rows of the block's
+    destinations, and the mean over each destination's sampled in-neighbours, summed from the shards'
+    tables where they lie (DistTensor.local_sums). The block's other source rows, ~3x as many, are
+    never copied out nor read again (GNNEncoder.mean_input)."""
+
+    dst: torch.Tensor  # (block.num_dst x width)
+    mean: torch.Tensor  # (block.num_dst x width): block.mean @ the source rows
+
+
 # torch says once per process that its sparse CSR support is in beta. Filtered once, here, rather than
 # inside warnings.catch_warnings around each tensor made: that resets the warning registry every call (3 %
 # of a WordNet GraphSAGE step in py-spy, 2026-12-01), and it is not thread-safe (prefetch's thread).

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from graphtrain.contract.spec import GNNModel
-from graphtrain.runtime.graph.loader import Block
+from graphtrain.runtime.graph.loader import Block, MeanInput
 from graphtrain.runtime.models.entry import BlockWork, GNNEntry, GNNShape
 from graphtrain.runtime.models.layers import SparseProduct, autocasting, fitted, padded, spmm
 from graphtrain.runtime.models.relational import RGCN, relational_macs
@@ -121,18 +121,32 @@ class SAGEConv(nn.Module):
         self.w_neigh_frozen = nn.Parameter(w_neigh[:, :frozen].clone()) if frozen else None
         self.bias = nn.Parameter(torch.zeros(out_dim))
 
-    def forward(self, block: Block, h: torch.Tensor, frozen: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self, block: Block, h: torch.Tensor | MeanInput, frozen: torch.Tensor | MeanInput | None = None
+    ) -> torch.Tensor:
+        """h, and frozen: the input rows of the block's sources, or a frozen input as its mean and
+        destination rows (loader.MeanInput: the features, read where they lie)."""
         out = self._part(block, h, self.w_self, self.w_neigh, self.bias)
         if frozen is not None:
             out = self._part(block, frozen, self.w_self_frozen, self.w_neigh_frozen, out)
         return out
 
     def _part(
-        self, block: Block, h: torch.Tensor, w_self: torch.Tensor, w_neigh: torch.Tensor, acc: torch.Tensor
+        self,
+        block: Block,
+        h: torch.Tensor | MeanInput,
+        w_self: torch.Tensor,
+        w_neigh: torch.Tensor,
+        acc: torch.Tensor,
     ) -> torch.Tensor:
         """acc + h_dst W_self^T + mean(h) W_neigh^T. acc is the bias (1-D) or the output so far, which
         is added to in place: each product is one GEMM accumulating into the output (addmm, beta 1)
         rather than a product, then an add, then the bias's broadcast add."""
+        if isinstance(h, MeanInput):  # the last branch's products, the mean and h_dst given
+            if h.dst.shape[0] != block.num_dst or h.mean.shape[0] != block.num_dst:
+                raise ValueError(f"a mean input of {h.dst.shape[0]} rows for {block.num_dst} destinations")
+            out = torch.addmm(acc, h.mean, w_neigh.t()) if acc.dim() == 1 else acc.addmm_(h.mean, w_neigh.t())
+            return out.addmm_(h.dst, w_self.t())
         h_dst, n = h[: block.num_dst], block.num_dst
         if autocasting(h):  # out of place: autocast skips in-place products; rows padded (layers.padded)
             return (
@@ -195,16 +209,24 @@ class GraphSAGE(nn.Module):
         self.dropout = dropout
 
     def forward(
-        self, blocks: list[Block], x: torch.Tensor, frozen: torch.Tensor | None = None
+        self,
+        blocks: list[Block],
+        x: torch.Tensor | MeanInput,
+        frozen: torch.Tensor | MeanInput | None = None,
     ) -> torch.Tensor:
-        """x: the input columns that learn (or all of them); frozen: the leading data columns, if split."""
+        """x: the input columns that learn (or all of them); frozen: the leading data columns, if split.
+        Data columns may come as their mean and destination rows (loader.MeanInput)."""
         h = x
         for i, block in enumerate(blocks):
             h = self.layer(i, block, h, frozen)
         return h
 
     def layer(
-        self, i: int, block: Block, h: torch.Tensor, frozen: torch.Tensor | None = None
+        self,
+        i: int,
+        block: Block,
+        h: torch.Tensor | MeanInput,
+        frozen: torch.Tensor | MeanInput | None = None,
     ) -> torch.Tensor:
         """Layer i over one block, with the activation that follows it (what forward stacks, and what
         evaluation over the whole graph runs layer by layer)."""

@@ -84,6 +84,8 @@ SIGNATURES: dict[str, Signature] = {
     "gt_scatter": Signature((CPU,), INT, [I64, P, P, P, I64, I64, I32, P]),
     # n, ids, parts, tables, bounds, los, lens, row_bytes, out, counts, threads, bad_pos (gather_parts.cpp)
     "gt_gather_parts": Signature((CPU,), INT, [I64, P, I32, P, P, P, P, I64, P, P, I32, P]),
+    # rows, crow, ids, weights, parts, tables, bounds, los, lens, width, out, counts, threads, bad_pos
+    "gt_gather_sum_parts": Signature((CPU,), INT, [I64, P, P, P, I32, P, P, P, P, I32, P, P, I32, P]),
     "gt_advise_hugepages": Signature((CPU,), INT, [P, I64]),
     "gt_first_nonfinite": Signature((CPU,), I64, [P, I64]),
     "gt_max_threads": Signature((CPU,), INT, []),

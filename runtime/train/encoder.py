@@ -12,18 +12,20 @@ from __future__ import annotations
 
 import contextlib
 
+import numpy as np
 import torch
 
 from graphtrain.contract.spec import DuplicateRule, GNNModel, GraphTrainingSpec, MixedPrecision, gnn
 from graphtrain.runtime.errors import GraphtrainError
 from graphtrain.runtime.graph import DistGraph, FeatureBags
-from graphtrain.runtime.graph.loader import MiniBatch
+from graphtrain.runtime.graph.loader import MeanInput, MiniBatch
 from graphtrain.runtime.models import GNNShape, gnn_entry
+from graphtrain.runtime.models.graphsage import GraphSAGE
 from graphtrain.runtime.models.layers import fitted
-from graphtrain.runtime.models.padding import bf16_products, implicit_bf16, padded_blocks
+from graphtrain.runtime.models.padding import bf16_products, implicit_bf16, padded_blocks, row_bucket
 from graphtrain.runtime.optim import OptimConfig, SparseOptimizer
 from graphtrain.runtime.partition.typed_ids import NodeRows
-from graphtrain.runtime.tensor import PartitionBook
+from graphtrain.runtime.tensor import DistTensor, PartitionBook
 from graphtrain.runtime.train.device import to_device
 from graphtrain.runtime.train.inputs import bag_input, node_input
 from graphtrain.runtime.train.tables import Table, collective, embedding_table, table_init
@@ -103,6 +105,14 @@ class GNNEncoder:
             device.type == "cpu" and torch.cpu._is_amx_tile_supported(),
         )
 
+        # the features reach a GraphSAGE input layer as its mean and destination rows (mean_input)
+        self.reads_means = (
+            device.type == "cpu"
+            and isinstance(self.module, GraphSAGE)
+            and isinstance(self.feat, DistTensor)
+            and (not self.bfloat16 or self.implicit)  # autocast reads the rows themselves
+        )
+
     def start(self, step: int) -> None:
         """The tables' step counts go on from the checkpoint's (their optimizers' bias correction)."""
         for table in (self.words, self.emb):
@@ -114,6 +124,27 @@ class GNNEncoder:
         if self.feat is None:
             return None
         return to_device(self.feat[mb.input_nodes], self.device)
+
+    def mean_input(self, mb: MiniBatch, feat: Table | None) -> MeanInput | None:
+        """The batch's features as a GraphSAGE input layer on the host reads them: its destinations' rows
+        and their mean over the sampled in-neighbours, summed from the shards' tables where every shard
+        lies in this process or host (DistTensor.local_sums). A WordNet batch then copies out 3,745 rows
+        and writes their means, rather than copying all 13,659 input rows and reading them again.
+        Padded blocks (bf16_products) get their padded destination count, the added means zero.
+        `feat`: the features' table as the calling thread reads it (the loader's has its own client).
+        None where it does not apply: the caller pulls every input row."""
+        block = mb.blocks[0] if mb.blocks else None
+        if not self.reads_means or block is None or block.mean is None or not isinstance(feat, DistTensor):
+            return None
+        rows = min(row_bucket(block.num_dst), block.num_src) if self.implicit else block.num_dst
+        crow = block.mean.crow_indices().numpy()
+        if rows > block.num_dst:  # padded_blocks' added destinations: no in-edges
+            crow = np.concatenate([crow, np.full(rows - block.num_dst, crow[-1])])
+        ids = mb.input_nodes[block.mean.col_indices().numpy()]
+        mean = feat.local_sums(crow, ids, block.mean.values().numpy())
+        if mean is None:
+            return None
+        return MeanInput(feat[mb.input_nodes[:rows]], mean)
 
     def pull(self, mb: MiniBatch, ids: torch.Tensor | None = None) -> torch.Tensor | None:
         """The learnable input of the batch's input nodes: their feature bags, then their embedding rows

@@ -29,7 +29,7 @@ from graphtrain.runtime.graph import DistGraph, NeighborLoader, node_split
 from graphtrain.runtime.graph.device_data import data_bytes, device_node_data
 from graphtrain.runtime.graph.device_sampler import device_graph, sample_blocks_on
 from graphtrain.runtime.graph.fanouts import layer_fanouts
-from graphtrain.runtime.graph.loader import MiniBatch
+from graphtrain.runtime.graph.loader import MeanInput, MiniBatch
 from graphtrain.runtime.graph.split import mask_ids
 from graphtrain.runtime.kvstore.client.kvclient import KVClient
 from graphtrain.runtime.partition.format import load_names
@@ -163,17 +163,27 @@ class NodeClassification(DenseTask):
             # Features, labels and embedding rows in one exchange, on the client the pushes went by, so
             # the rows are the ones the step's own pull would read (one round trip per shard, not two)
             assert isinstance(self.emb, DistEmbedding) and self.label is not None
-            tables = [self.label, self.emb.table] + ([self.feat] if self.feat is not None else [])
+            means = self._mean_input(mb, self.feat)
+            pulled = [self.feat] if self.feat is not None and means is None else []
+            tables = [self.label, self.emb.table, *pulled]
             got = pull_together(tables, [mb.seeds] + [mb.input_nodes] * (len(tables) - 1))
             mb.data["y"], mb.data["emb_rows"] = to_device(got[0], self.device), got[1]
             if self.feat is not None:
-                mb.data["x"] = to_device(got[2], self.device)
+                mb.data["x"] = means if means is not None else to_device(got[2], self.device)
         else:
             g = self.loader_graph
             if self.feat is not None:
-                mb.data["x"] = to_device(g.ndata["feat"][mb.input_nodes], self.device)
+                means = self._mean_input(mb, g.ndata["feat"])
+                rows = means if means is not None else g.ndata["feat"][mb.input_nodes]
+                mb.data["x"] = to_device(rows, self.device) if isinstance(rows, torch.Tensor) else rows
             mb.data["y"] = to_device(g.ndata["label"][mb.seeds], self.device)
         mb.blocks = to_device(mb.blocks, self.device)
+
+    def _mean_input(self, mb: MiniBatch, feat: Any) -> MeanInput | None:
+        """The features as the input layer's mean and destination rows, read from `feat` (this thread's
+        view of the table: GNNEncoder.mean_input), but not for a captured step (it copies the rows into
+        its fixed buffers)."""
+        return None if self.captured is not None else self.enc.mean_input(mb, feat)
 
     def _rows_ahead(self) -> bool:
         """Whether a batch's embedding rows are pulled with its features and labels (_fetch): batches
