@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Iterator
 from typing import Any, NoReturn
 
 from pydantic import (
@@ -17,10 +18,12 @@ from graphtrain.contract.spec.rules import (
     ROOT_PATH,
     Problem,
     broken_tree,
+    loc_to_path,
     partial,
     problems_from_validation,
     validate_document,
 )
+from graphtrain.contract.spec.shown import shown
 
 # ------------------------------------------------------------------------------------------ checking
 
@@ -36,6 +39,13 @@ def check(data: Any) -> tuple[GraphTraining | None, list[Problem]]:
         return None, [Problem(path=ROOT_PATH, message="the document is empty")]
     if not isinstance(data, dict):
         return None, [Problem(path=ROOT_PATH, message=f"expected a mapping, got {type(data).__name__}")]
+    # as YAML's reader refuses them: no field takes one, and no JSON of the document can carry it
+    long = [
+        Problem(path=loc_to_path(at) or ROOT_PATH, message=f"{what}: too long to read")
+        for at, what in _long(data)
+    ]
+    if long:
+        return None, long
     try:
         gt: GraphTraining | None = validate_document(GraphTraining, data)
         schema: list[Problem] = []
@@ -44,6 +54,25 @@ def check(data: Any) -> tuple[GraphTraining | None, list[Problem]]:
         gt, schema, tree = None, problems_from_validation(exc), partial(GraphTraining, data)
     problems = schema + broken_tree(tree, "") + pod_problems(getattr(tree, "spec", None))
     return (None if problems else gt), problems
+
+
+MAX_INT_BITS = 3_000  # ~900 digits, far past every field's bounds; Python prints no int past 4,300
+
+
+def _long(value: Any, loc: tuple[Any, ...] = ()) -> Iterator[tuple[tuple[Any, ...], str]]:
+    """(where, what) of each integer in a document, a value or a mapping's key, too long to print (a
+    caller's dict: YAML's reader refuses such a document itself)."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            if isinstance(k, int) and abs(k).bit_length() > MAX_INT_BITS:
+                yield loc, f"a key ({shown(k)})"
+                continue
+            yield from _long(v, (*loc, k if isinstance(k, str) else shown(k)))
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            yield from _long(v, (*loc, i))
+    elif isinstance(value, int) and abs(value).bit_length() > MAX_INT_BITS:
+        yield loc, shown(value)
 
 
 class SpecError(ValueError):

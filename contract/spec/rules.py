@@ -185,7 +185,7 @@ class Problem(BaseModel):
         return f"{self.path}: {self.message}"
 
 
-def _loc_to_path(loc: tuple[Any, ...]) -> str:
+def loc_to_path(loc: tuple[Any, ...]) -> str:
     parts: list[str] = []
     for item in loc:
         if isinstance(item, int):
@@ -208,7 +208,7 @@ def problems_from_validation(error: ValidationError) -> list[Problem]:
     out: list[Problem] = []
     for err in error.errors(include_url=False):
         loc = tuple(err["loc"])
-        where = _loc_to_path(loc)
+        where = loc_to_path(loc)
         if err["type"] == "rules":  # broken rules of the model at `where`, each at its own field
             out.extend(
                 Problem(path=join_path(where, _relative(p["path"])) or ROOT_PATH, message=p["message"])

@@ -118,6 +118,26 @@ def test_a_bad_value_is_named_after_the_field() -> None:
     ]
 
 
+def test_an_integer_too_long_to_print_is_named_not_a_crash() -> None:
+    """A caller's dict may hold an int no JSON of it can carry (Python prints none past 4,300 digits):
+    each one, value or key, is named where it is, as YAML's reader refuses such a document."""
+    lines = problem_lines(
+        lambda s: s.update(
+            training={"epochs": 10**5000, "fanouts": [3, -(10**4000)]},
+            trainers={"nodeSelector": {10**5000: "a"}},
+        )
+    )
+    assert lines == [
+        "spec.training.epochs: an integer of about 5,001 digits: too long to read",
+        "spec.training.fanouts[1]: an integer of about 4,001 digits: too long to read",
+        "spec.trainers.nodeSelector: a key (an integer of about 5,001 digits): too long to read",
+    ]
+    assert epochs(10**800) == [  # long, yet printable: the field's own bound says what is wrong
+        "spec.training.epochs: Input should be less than or equal to 100000, got an integer of about 801 "
+        "digits"
+    ]
+
+
 @pytest.mark.parametrize("value", ["1\nspec.training.epochs: forged", "a\x00b", "a\u2028b", "x" * 10_000])
 def test_a_value_cannot_break_or_forge_the_line(value: str) -> None:
     (line,) = epochs(value)
