@@ -121,6 +121,18 @@ def mean_matrices(
     ready A^T halves forward + backward (13.1 -> 7.0 ms for 4,000 x 16,000 x 384 here), and attention's
     backward reads the same transpose instead of sorting again on the training thread."""
     num_dst = len(counts)
+    if choose() is CoreBackend.CPU:  # the CPU core in one pass; numpy's passes below are its reference
+        from graphtrain.runtime.native.graph import block_means
+
+        src_local = np.ascontiguousarray(src_local, dtype=np.int64)
+        crow, values, crow_t, col_t, values_t, order = block_means(
+            np.ascontiguousarray(counts, dtype=np.int64), src_local, num_src
+        )
+        return (
+            csr_tensor(crow, src_local, values, (num_dst, num_src)),
+            csr_tensor(crow_t, col_t, values_t, (num_src, num_dst)),
+            torch.from_numpy(order),
+        )
     crow = np.zeros(num_dst + 1, dtype=np.int64)
     np.cumsum(counts, out=crow[1:])
     values = np.repeat(1.0 / np.maximum(counts, 1), counts).astype(np.float32)

@@ -107,6 +107,8 @@ SIGNATURES: dict[str, Signature] = {
     "gt_thin_product_grad": Signature((CPU,), None, [I64, P, I32, P, I32, P, I32, P, P, P, P, I32]),
     "gt_edge_softmax_grad": Signature((CPU,), None, [I64, P, P, P, P, I32, I32]),
     "gt_relabel": Signature((CPU,), I64, [P, I64, P, I64, P, P]),
+    # num_dst, counts, num_src, edges, src_local, crow, values, crow_t, col_t, values_t, order, bad_pos
+    "gt_block_means": Signature((CPU,), INT, [I64, P, I64, I64, P, P, P, P, P, P, P, P]),
     "gt_relu_dropout": Signature((CPU,), None, [I64, P, P, P, U32, F32, U64, I32]),
     "gt_mask_scale": Signature((CPU,), None, [I64, P, P, F32, P, I32]),
     "gt_elu_dropout": Signature((CPU,), None, [I64, P, P, P, U32, F32, U64, I32]),

@@ -96,3 +96,43 @@ def relabel(frontier: np.ndarray, src: np.ndarray) -> tuple[np.ndarray, np.ndarr
         local.ctypes.data,
     )
     return nodes[:count], local
+
+
+BlockMeans = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+
+
+def block_means(counts: np.ndarray, src_local: np.ndarray, num_src: int) -> BlockMeans:
+    """(crow, values, crow_t, col_t, values_t, order) of a block's row-normalised mean A (destinations
+    x sources: edges grouped by destination, `counts` per destination) and of A^T, its edges grouped by
+    source, stably (order: the edge at each place of A^T). What loader.mean_matrices builds, in one pass.
+
+    Raises:
+        SparseInputError: a negative count, counts that do not add up to the edges, or a source outside
+            [0, num_src).
+    """
+    n = len(src_local)
+    crow, crow_t = np.empty(len(counts) + 1, np.int64), np.empty(num_src + 1, np.int64)
+    values, values_t = np.empty(n, np.float32), np.empty(n, np.float32)
+    col_t, order = np.empty(n, np.int64), np.empty(n, np.int64)
+    bad = ctypes.c_int64(-1)
+    rc = core().gt_block_means(
+        len(counts),
+        _i64(counts, "counts"),
+        num_src,
+        n,
+        _i64(src_local, "src_local"),
+        crow.ctypes.data,
+        values.ctypes.data,
+        crow_t.ctypes.data,
+        col_t.ctypes.data,
+        values_t.ctypes.data,
+        order.ctypes.data,
+        ctypes.byref(bad),
+    )
+    if rc == -1:
+        said = f"counts[{bad.value}] is negative" if bad.value >= 0 else f"counts add up to other than {n}"
+        raise SparseInputError(said)
+    if rc == -2:
+        at = bad.value
+        raise SparseInputError(f"src_local[{at}] = {int(src_local[at])} is outside [0, {num_src})")
+    return crow, values, crow_t, col_t, values_t, order
