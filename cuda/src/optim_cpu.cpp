@@ -317,9 +317,24 @@ GT_API int64_t gt_first_nonfinite(const float* x, int64_t n) {
 }
 
 namespace {
+// The first batch row holding a NaN or an infinity; failing that, the first row of `id` (whose finite
+// gradients summed to an infinity). Called once a step was refused, so it may take its time.
+int64_t first_bad_row(int64_t n, const int64_t* ids, const GradRows& grads, int64_t dim, int64_t id) {
+  for (int64_t i = 0; i < n; ++i)
+    if (first_nonfinite_range(reinterpret_cast<const float_bits*>(grads[i]), 0, dim) >= 0) return i;
+  for (int64_t i = 0; i < n; ++i)
+    if (ids[i] == id) return i;
+  return -1;
+}
+
+// refuse_nonfinite: each thread scans the reduced gradients of the rows it owns (the batch's own rows for
+// ids that occur once) before any thread updates one, and a single non-finite value refuses the whole step:
+// -2 with *bad_pos = first_bad_row, or -4 where only a sum of finite rows overflowed. One pass fewer than a
+// scan of the batch beforehand: the rows are then read again from the cache by the update.
 int64_t sparse_step(int32_t kind, int64_t n, const int64_t* ids, const GradRows& grads, int64_t dim, int64_t num_rows,
                     int32_t mean, void* table, int32_t table_dtype, uint64_t round_seed, float* state0, float* state1,
-                    int64_t* row_steps, int64_t global_step, OptimParams params, int32_t threads, int64_t* bad_pos) {
+                    int64_t* row_steps, int64_t global_step, OptimParams params, int32_t threads, int64_t* bad_pos,
+                    bool refuse_nonfinite = false) {
   threads = std::max(1, threads);
   const int64_t bad = first_bad(n, ids, num_rows, threads);
   if (bad >= 0) {
@@ -331,6 +346,7 @@ int64_t sparse_step(int32_t kind, int64_t n, const int64_t* ids, const GradRows&
   if (static_cast<int>(sc.blocks.size()) < threads) sc.blocks.resize(threads);
   uint64_t* h = sc.hashes.data();
   int64_t total = 0;
+  int64_t flagged = -1;  // a row whose reduced gradient is not finite (refuse_nonfinite)
 #pragma omp parallel num_threads(threads) reduction(+ : total)
   {
     const int tid = omp_get_thread_num();
@@ -343,9 +359,30 @@ int64_t sparse_step(int32_t kind, int64_t n, const int64_t* ids, const GradRows&
 #pragma omp barrier
     Workspace& ws = workspace();
     const int64_t local = own_rows(ws, sc.blocks, tid, h, grads, dim, mean != 0);
-    apply_rows(kind, local, ws.rows.data(), ws.grad.data(), dim, table, table_dtype, round_seed, state0, state1,
-               row_steps, global_step, params);
-    total += local;
+    if (refuse_nonfinite) {  // uniform over the team: every thread reaches the barrier
+      for (int64_t r = 0; r < local; ++r) {
+        if (first_nonfinite_range(reinterpret_cast<const float_bits*>(ws.grad[r]), 0, dim) >= 0) {
+#pragma omp atomic write
+          flagged = ws.rows[r];
+          break;
+        }
+      }
+#pragma omp barrier
+    }
+    int64_t refused;
+#pragma omp atomic read
+    refused = flagged;
+    if (refused < 0) {
+      apply_rows(kind, local, ws.rows.data(), ws.grad.data(), dim, table, table_dtype, round_seed, state0, state1,
+                 row_steps, global_step, params);
+      total += local;
+    }
+  }
+  if (flagged >= 0) {
+    *bad_pos = first_bad_row(n, ids, grads, dim, flagged);
+    const bool summed = *bad_pos >= 0 &&
+                        first_nonfinite_range(reinterpret_cast<const float_bits*>(grads[*bad_pos]), 0, dim) < 0;
+    return summed ? -4 : -2;
   }
   return total;
 }
@@ -358,12 +395,14 @@ int64_t sparse_step(int32_t kind, int64_t n, const int64_t* ids, const GradRows&
 // table_dtype (TableDtype): float32 rows, or float16 / bfloat16 rows written back with stochastic
 // rounding keyed by round_seed (the caller's, new each step) and each row's id.
 // Returns the number of unique rows updated, or -1 with *bad_pos = position of an id out of range.
+// refuse_nonfinite: refuse the step, nothing touched, where a reduced gradient holds a NaN or an infinity
+// (-2, or -4 for finite rows summed to one; *bad_pos: first_bad_row).
 GT_API int64_t gt_sparse_step(int32_t kind, int64_t n, const int64_t* ids, const float* grads, int64_t dim,
                               int64_t num_rows, int32_t mean, void* table, int32_t table_dtype, uint64_t round_seed,
                               float* state0, float* state1, int64_t* row_steps, int64_t global_step,
-                              OptimParams params, int32_t threads, int64_t* bad_pos) {
+                              OptimParams params, int32_t threads, int32_t refuse_nonfinite, int64_t* bad_pos) {
   return sparse_step(kind, n, ids, GradRows{grads, nullptr, dim}, dim, num_rows, mean, table, table_dtype, round_seed,
-                     state0, state1, row_steps, global_step, params, threads, bad_pos);
+                     state0, state1, row_steps, global_step, params, threads, bad_pos, refuse_nonfinite != 0);
 }
 
 // gt_sparse_step with the gradients in `npieces` row blocks (block k: counts[k] rows of dim floats at

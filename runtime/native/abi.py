@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 from graphtrain.runtime.errors import GraphtrainError
 
 # = graphtrain::kAbiVersion in cuda/include/graphtrain/abi.h (tests/native/test_abi.py compares them)
-ABI_VERSION = 18
+ABI_VERSION = 19
 
 CPU, CUDA = "cpu", "cuda"
 REBUILD = {
@@ -75,9 +75,9 @@ SIGNATURES: dict[str, Signature] = {
     # the check itself (abi.h)
     "gt_abi_version": Signature(_BOTH, I32, []),
     "gt_optim_params_size": Signature(_BOTH, I64, []),
-    # CPU core. Sparse steps: kind, n, ids, <the gradients>, the step tail, threads, (pieces only)
-    # refuse_nonfinite, bad_pos
-    "gt_sparse_step": Signature((CPU,), I64, [I32, I64, P, P, *_STEP_TAIL, I32, P]),
+    # CPU core. Sparse steps: kind, n, ids, <the gradients>, the step tail, threads, refuse_nonfinite,
+    # bad_pos
+    "gt_sparse_step": Signature((CPU,), I64, [I32, I64, P, P, *_STEP_TAIL, I32, I32, P]),
     "gt_sparse_step_pieces": Signature((CPU,), I64, [I32, I64, P, I64, P, P, *_STEP_TAIL, I32, I32, P]),
     "gt_dedup": Signature((CPU,), I64, [I64, P, P, I64, I64, I32, P, P, P, I32, I32, P]),
     "gt_gather": Signature((CPU,), INT, [I64, P, P, I64, I64, P, P, I32, P]),

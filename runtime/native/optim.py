@@ -125,12 +125,16 @@ def sparse_step(
     grads: torch.Tensor,
     threads: int,
     round_seed: int = 0,
+    refuse_nonfinite: bool = False,
 ) -> int:
     """Fused dedup + reduce + update (state checked by the caller). Returns the unique row count.
     A float16 or bfloat16 table is updated in float32 and rounded back stochastically, keyed by
-    `round_seed` (give each step its own) and each row's id."""
+    `round_seed` (give each step its own) and each row's id. refuse_nonfinite: raise NonFiniteGradient,
+    nothing touched, where a reduced gradient holds NaN or infinity (each thread scans the rows it
+    owns before any is updated: no pass over the batch beforehand)."""
     grads_ptr = _check(grads, "grads", torch.float32, 2)
-    return _step(core().gt_sparse_step, (grads_ptr,), (), args, table, state, ids, threads, round_seed)
+    refuse = (int(refuse_nonfinite),)
+    return _step(core().gt_sparse_step, (grads_ptr,), refuse, args, table, state, ids, threads, round_seed)
 
 
 def sparse_step_pieces(
@@ -212,6 +216,8 @@ def _step(
     )
     if got == -2:
         raise NonFiniteGradient(f"gradient row {bad.value} holds NaN or infinity", bad.value)
+    if got == -4:
+        raise NonFiniteGradient(f"the gradients of row {bad.value}'s id sum to infinity", bad.value)
     if got < 0:
         raise _bad_id(ids, bad.value, table.shape[0])
     return int(got)

@@ -183,8 +183,8 @@ def sparse_step(
     ids = ids.contiguous()
     if isinstance(grads, torch.Tensor):
         grads = grads.contiguous()
-        if finite and name is not CoreBackend.CUDA:  # the CUDA core and the native pieces path scan
-            _check_finite(grads)  # themselves, before any row is touched
+        if finite and name is CoreBackend.TORCH:  # the native cores scan themselves, before any row
+            _check_finite(grads)  # is touched (the CPU core the reduced rows, in its step's team)
     if name is CoreBackend.TORCH:
         _check_range(ids, table.shape[0])
     global_adam = config.kind == "adam" and config.step_count == "global"
@@ -198,17 +198,16 @@ def sparse_step(
         assert isinstance(grads, torch.Tensor)  # pieces were concatenated above for every other path
         updated = reference.step(config, table, state, ids, grads)
     elif name is CoreBackend.CPU:
-        if isinstance(grads, list):
-            try:
-                updated = native.sparse_step_pieces(
-                    native_args(config), table, state, ids, grads, team, finite, round_seed
-                )
-            except NonFiniteGradient:
-                if global_adam:
-                    state["step"] -= 1  # refused: the step did not happen
-                raise
-        else:
-            updated = native.sparse_step(native_args(config), table, state, ids, grads, team, round_seed)
+        args = native_args(config)
+        try:
+            if isinstance(grads, list):
+                updated = native.sparse_step_pieces(args, table, state, ids, grads, team, finite, round_seed)
+            else:
+                updated = native.sparse_step(args, table, state, ids, grads, team, round_seed, finite)
+        except NonFiniteGradient:
+            if global_adam:
+                state["step"] -= 1  # refused: the step did not happen
+            raise
     else:  # the CUDA core scales a float32 table's rows in its update kernel
         fused = 0.0 if table.dtype in HALF else config.row_norm or 0.0
         assert isinstance(grads, torch.Tensor)

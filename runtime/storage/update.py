@@ -52,7 +52,10 @@ def locked_step(
 
 def nonfinite_refusal(name: str, rows: int, first_id: int) -> str:
     """Why a push of gradients holding NaN or infinity was refused: one wording for shard servers
-    (state.py) and standalone's direct path (direct.py)."""
+    (state.py) and standalone's direct path (direct.py). rows 0: finite rows of `first_id` summed to
+    infinity."""
+    if rows == 0:  # every row finite, one id's rows summed to infinity (the CPU core checks the sums)
+        return f"push_grad of {name!r}: the gradients of id {first_id} sum to infinity; no row was updated"
     return (
         f"push_grad of {name!r}: {rows} gradient row(s) hold NaN or infinity (first id {first_id}); "
         "no row was updated"

@@ -22,6 +22,7 @@ from graphtrain.runtime.optim import (
     sparse_step,
 )
 from graphtrain.runtime.optim.functional import ENV_THREADS, unit_complex
+from graphtrain.runtime.optim.functional import threads as team_size
 
 BACKENDS = ["torch", "cpu"]  # the tensors here are on the CPU; a missing core fails (conftest.py)
 
@@ -411,6 +412,41 @@ def test_non_finite_gradients_are_refused_before_anything_changes(
         sparse_step(config, table, state, ids, pieces, backend, finite=True, max_threads=1)
     assert torch.equal(table, before_t)
     assert all(torch.equal(state[k], before_s[k]) for k in state)
+
+
+@pytest.mark.parametrize("row", [0, 777, 4_999])
+def test_a_team_scanning_its_own_rows_refuses_the_whole_step_and_names_the_first_bad_row(row: int) -> None:
+    """The CPU core's step of two threads scans the reduced rows each thread owns before any thread
+    updates one: a NaN anywhere (here in a repeated id's row too) refuses everything, the global Adam
+    step included, and the error names the batch's first bad row."""
+    from graphtrain.runtime.errors import NonFiniteGradient
+
+    config = OptimConfig("adam", 0.1, step_count="global")
+    table, state = setup(config, 2_000, 64)  # 5,000 x 64 gradients: past one thread's size
+    assert team_size(5_000 * 64) >= 2
+    before_t, before_s = table.clone(), {k: v.clone() for k, v in state.items()}
+    gen = torch.Generator().manual_seed(row)
+    ids = torch.randint(0, table.shape[0], (5_000,), generator=gen)
+    grads = torch.randn(5_000, table.shape[1], generator=gen)
+    grads[row, -1] = float("nan")
+    grads[4_999 if row < 4_999 else 0, 0] = float("inf")  # a later (or earlier) one: the first is named
+    with pytest.raises(NonFiniteGradient, match=f"gradient row {min(row, 4_999 if row < 4_999 else 0)} "):
+        sparse_step(config, table, state, ids, grads, "cpu", finite=True, max_threads=2)
+    assert torch.equal(table, before_t)
+    assert all(torch.equal(state[k], before_s[k]) for k in state)
+
+
+def test_one_ids_finite_gradients_that_sum_to_infinity_are_refused_on_the_cpu_core() -> None:
+    """The CPU core checks the reduced rows: two finite 3e38 of one id sum to infinity, which would
+    have reached the table."""
+    from graphtrain.runtime.errors import NonFiniteGradient
+
+    config = OptimConfig("sgd", 1e-38)
+    table, state = setup(config)
+    before = table.clone()
+    with pytest.raises(NonFiniteGradient, match="the gradients of row 0's id sum to infinity"):
+        sparse_step(config, table, state, torch.tensor([2, 2]), torch.full((2, 4), 3e38), "cpu", finite=True)
+    assert torch.equal(table, before)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -23,7 +23,7 @@ namespace graphtrain {
 // gt_fast_stats' batches counter); 15: attention sums over two inputs sharing the output (z2, width2), the transpose's row stride (ld);
 // 16: thin products of attention scores (gt_thin_product, gt_thin_product_grad); 17: OptimParams' row_norm
 // (the CPU core's update loop scales float32 rows to it)
-inline constexpr int32_t kAbiVersion = 18;
+inline constexpr int32_t kAbiVersion = 19;
 }  // namespace graphtrain
 
 // The two functions of the check, defined once in each library (one use per build).

@@ -142,9 +142,10 @@ def push_grad(
             with t.lock:
                 try:
                     updated += locked_step(t, loc, g, step, finite=refuse)  # the core scans first
-                except NonFiniteGradient:
+                except NonFiniteGradient as exc:
                     rows = ~torch.isfinite(g).all(dim=1)
-                    first = int(loc[torch.nonzero(rows)[0]]) + t.lo
+                    at = int(torch.nonzero(rows)[0]) if bool(rows.any()) else exc.row  # else: a sum overflows
+                    first = int(loc[at]) + t.lo
                     raise SparseInputError(nonfinite_refusal(name, int(rows.sum()), first)) from None
     except SparseInputError as exc:
         raise RemoteError(f"in-process {name!r} refused push_grad: {exc}") from None

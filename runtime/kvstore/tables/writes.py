@@ -136,9 +136,10 @@ class ShardWrites:
             # the I/O thread (not blocking) steps on itself alone: a team's spinning threads would take the
             # cores the server's other threads and the clients need, for a step of at most 256 KiB
             updated = locked_step(t, local, grads, step, finite=refuse, max_threads=None if blocking else 1)
-        except NonFiniteGradient:
+        except NonFiniteGradient as exc:
             rows = np.concatenate([~np.isfinite(v.reshape(len(v), -1)).all(axis=1) for _, v in pieces])
-            raise StorageError(nonfinite_refusal(name, int(rows.sum()), int(ids[rows][0]))) from None
+            first = int(ids[rows][0]) if rows.any() else int(ids[exc.row])  # else: a sum overflowed
+            raise StorageError(nonfinite_refusal(name, int(rows.sum()), first)) from None
         except SparseInputError as exc:
             raise StorageError(str(exc)) from None
         finally:

@@ -148,6 +148,17 @@ def test_nonfinite_gradients_refused_with_the_servers_message(host_direct: None)
     assert torch.equal(pieces[0].state["sum"], torch.zeros_like(pieces[0].state["sum"]))
 
 
+def test_one_ids_finite_gradients_summing_to_infinity_are_refused_by_name(host_direct: None) -> None:
+    """The CPU core checks each id's reduced row: two finite 3e38 of id 4 sum to infinity."""
+    emb = _table(1, OptimConfig("sgd", 1e-38))
+    pieces = emb.client.direct("emb")
+    assert pieces is not None
+    before = pieces[0].data.clone()
+    with pytest.raises(RemoteError, match=r"the gradients of id 4 sum to infinity; no row was updated"):
+        direct.push_grad(pieces, torch.tensor([1, 4, 4]), torch.full((3, DIM), 3e38), 1)
+    assert torch.equal(pieces[0].data, before)
+
+
 @pytest.mark.parametrize("duplicate", ["sum", "mean"])
 def test_an_id_with_a_nonfinite_occurrence_is_skipped_whole_as_on_the_protocol_path(
     host_direct: None, duplicate: str, monkeypatch: pytest.MonkeyPatch
