@@ -52,7 +52,7 @@ class KVClient:
         self.transport = transport
         self.num_shards = transport.num_shards
         self._reducer = GradientReducer()
-        self._local_path = "shared_memory" if isinstance(transport, ZmqTransport) else "in_process"
+        self.local_path = "shared_memory" if isinstance(transport, ZmqTransport) else "in_process"
 
     def each(
         self,
@@ -155,7 +155,7 @@ class KVClient:
         name, ids, bounds, row_shape, dtype = pull
         ids = np.ascontiguousarray(ids, dtype=np.int64)
         if not keyed:
-            out = pull_local(self.transport, name, ids, bounds, row_shape, dtype, self._local_path)
+            out = pull_local(self.transport, name, ids, bounds, row_shape, dtype, self.local_path)
             if out is not None:
                 return out, []
         order, starts = self.split(ids, bounds, keyed)
@@ -168,7 +168,7 @@ class KVClient:
             if b <= a:
                 continue
             local = None if keyed else self.transport.local_view(s, name)
-            _count(s, self._local_path if local is not None else "socket", int(b - a))
+            _count(s, self.local_path if local is not None else "socket", int(b - a))
             if local is not None:  # same process or same host: gather the rows ourselves
                 rows, lo = local
                 shard_ids = ids[a:b] if in_order else ids[order[a:b]]
@@ -301,7 +301,7 @@ class KVClient:
             if b <= a:
                 continue
             graph = self.transport.local_graph(s)
-            _count(s, self._local_path if graph is not None else "socket", int(b - a))
+            _count(s, self.local_path if graph is not None else "socket", int(b - a))
             if graph is not None:  # in this process or in shared memory: sample it here, same draws
                 pieces.append((order[a:b], *graph.sample(seeds[order[a:b]], fanout, seed)))
             else:
@@ -345,7 +345,7 @@ class KVClient:
             if b <= a:
                 continue
             graph = self.transport.local_graph(s)
-            _count(s, self._local_path if graph is not None else "socket", int(b - a))
+            _count(s, self.local_path if graph is not None else "socket", int(b - a))
             if graph is not None:
                 got = graph.sample_edges(seeds[order[a:b]], fanout, seed, type_fanouts)
                 pieces.append((order[a:b], got.src, got.counts, got.etype, got.eid))

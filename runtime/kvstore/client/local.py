@@ -8,9 +8,10 @@ places of the output: 1.30 ms for a WordNet batch's 13,659 feature rows of 256 o
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
-from graphtrain.runtime.kvstore.client.inproc import InProcTransport
 from graphtrain.runtime.kvstore.client.reads import count
 from graphtrain.runtime.kvstore.client.transport import Transport
 from graphtrain.runtime.kvstore.wire import protocol
@@ -48,24 +49,14 @@ def pull_local(
     """The rows of `ids` in their order, each read counted under `path`; None where that cannot be (a
     shard behind a socket, rows of another dtype than asked for, no native core): the caller's
     per-shard path then runs. A bad id is refused in that path's words."""
-    from graphtrain.runtime.errors import SparseInputError
-    from graphtrain.runtime.native.pull import OutsideShard, gather_parts
+    from graphtrain.runtime.native.pull import gather_parts
     from graphtrain.runtime.optim.functional import threads
 
     views = local_views(transport, name, row_shape, dtype)
     if views is None:
         return None
     out = np.empty((len(ids), *row_shape), dtype=dtype)
-    try:
-        counts = gather_parts(ids, views, bounds, out, threads(out.size))
-    except OutsideShard as e:
-        raise protocol.ProtocolError(f"an id of {name!r} is outside shard {e.shard}'s rows") from None
-    except SparseInputError as e:
-        raise protocol.ProtocolError(str(e)) from None
-    for s, c in enumerate(counts.tolist()):
-        if c:
-            count(s, path, c)
-    return out
+    return _counted(name, path, out, lambda: gather_parts(ids, views, bounds, out, threads(out.size)))
 
 
 def sum_local(
@@ -76,25 +67,34 @@ def sum_local(
     weights: np.ndarray,
     bounds: np.ndarray,
     width: int,
+    path: str,
 ) -> np.ndarray | None:
     """Row v: the sum over e in [crow[v], crow[v + 1]) of weights[e] * the float32 row of ids[e], read
     where every shard's rows are mapped (pull_local's condition, float32 rows of `width`); each read
-    counted as the client counts a local pull's. None where that cannot be: the caller pulls the rows."""
-    from graphtrain.runtime.errors import SparseInputError
-    from graphtrain.runtime.native.pull import OutsideShard, gather_sum_parts
+    counted under `path`, as pull_local's. None where that cannot be: the caller pulls the rows."""
+    from graphtrain.runtime.native.pull import gather_sum_parts
     from graphtrain.runtime.optim.functional import threads
 
     views = local_views(transport, name, (width,), np.dtype(np.float32))
     if views is None:
         return None
     out = np.empty((len(crow) - 1, width), dtype=np.float32)
+    team = threads(len(ids) * width)
+    return _counted(name, path, out, lambda: gather_sum_parts(crow, ids, weights, views, bounds, out, team))
+
+
+def _counted(name: str, path: str, out: np.ndarray, read: Callable[[], np.ndarray]) -> np.ndarray:
+    """`out` once `read` filled it (returning the rows each shard served, counted under `path`); a bad
+    id refused in the per-shard path's words."""
+    from graphtrain.runtime.errors import SparseInputError
+    from graphtrain.runtime.native.pull import OutsideShard
+
     try:
-        counts = gather_sum_parts(crow, ids, weights, views, bounds, out, threads(len(ids) * width))
+        counts = read()
     except OutsideShard as e:
         raise protocol.ProtocolError(f"an id of {name!r} is outside shard {e.shard}'s rows") from None
     except SparseInputError as e:
         raise protocol.ProtocolError(str(e)) from None
-    path = "in_process" if isinstance(transport, InProcTransport) else "shared_memory"  # KVClient's words
     for s, c in enumerate(counts.tolist()):
         if c:
             count(s, path, c)
