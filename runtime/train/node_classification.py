@@ -173,9 +173,9 @@ class NodeClassification(DenseTask):
         else:
             g = self.loader_graph
             if self.feat is not None:
-                means = self._mean_input(mb, g.ndata["feat"])
-                rows = means if means is not None else g.ndata["feat"][mb.input_nodes]
-                mb.data["x"] = to_device(rows, self.device) if isinstance(rows, torch.Tensor) else rows
+                feat = g.ndata["feat"]
+                means = self._mean_input(mb, feat)
+                mb.data["x"] = means if means is not None else to_device(feat[mb.input_nodes], self.device)
             mb.data["y"] = to_device(g.ndata["label"][mb.seeds], self.device)
         mb.blocks = to_device(mb.blocks, self.device)
 
