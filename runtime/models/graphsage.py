@@ -15,7 +15,7 @@ from graphtrain.runtime.graph.loader import Block, MeanInput
 from graphtrain.runtime.models.entry import BlockWork, GNNEntry, GNNShape
 from graphtrain.runtime.models.layers import SparseProduct, autocasting, fitted, padded, spmm
 from graphtrain.runtime.models.relational import RGCN, relational_macs
-from graphtrain.runtime.native.nn import relu_dropout
+from graphtrain.runtime.native.nn import bias_relu_dropout
 
 
 class BothMaps(torch.autograd.Function):
@@ -68,13 +68,13 @@ class MeanMaps(torch.autograd.Function):
         h: torch.Tensor,
         w_neigh: torch.Tensor,
         w_self: torch.Tensor,
-        bias: torch.Tensor,
+        bias: torch.Tensor | None,
     ) -> torch.Tensor:
         n = block.num_dst
         m = spmm(block.mean, h)
         ctx.save_for_backward(h, m, w_neigh, w_self)
         ctx.mean_t, ctx.n = block.mean_t, n
-        return torch.addmm(bias, m, w_neigh.t()).addmm_(h[:n], w_self.t())
+        return onto(bias, m, w_neigh).addmm_(h[:n], w_self.t())
 
     @staticmethod
     def backward(
@@ -93,6 +93,14 @@ class MeanMaps(torch.autograd.Function):
         if ctx.needs_input_grad[4]:
             grad_bias = grad.sum(0)
         return None, grad_h, grad_neigh, grad_self, grad_bias
+
+
+def onto(acc: torch.Tensor | None, a: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """acc + a w^T as one GEMM: acc None (a fresh product), a bias (1-D, broadcast into the product's
+    output first), or the output so far (2-D, added to in place)."""
+    if acc is None:
+        return torch.mm(a, w.t())
+    return torch.addmm(acc, a, w.t()) if acc.dim() == 1 else acc.addmm_(a, w.t())
 
 
 # What one element of a mean (a gathered row's float, added) costs in GEMM multiply-adds: 125 against 7
@@ -139,11 +147,16 @@ class SAGEConv(nn.Module):
         self.bias = nn.Parameter(torch.zeros(out_dim))
 
     def forward(
-        self, block: Block, h: torch.Tensor | MeanInput, frozen: torch.Tensor | MeanInput | None = None
+        self,
+        block: Block,
+        h: torch.Tensor | MeanInput,
+        frozen: torch.Tensor | MeanInput | None = None,
+        bias: bool = True,
     ) -> torch.Tensor:
         """h, and frozen: the input rows of the block's sources, or a frozen input as its mean and
-        destination rows (loader.MeanInput: the features, read where they lie)."""
-        out = self._part(block, h, self.w_self, self.w_neigh, self.bias)
+        destination rows (loader.MeanInput: the features, read where they lie). Without `bias` the
+        caller adds self.bias (nn.bias_relu_dropout, in the activation's pass)."""
+        out = self._part(block, h, self.w_self, self.w_neigh, self.bias if bias else None)
         if frozen is not None:
             out = self._part(block, frozen, self.w_self_frozen, self.w_neigh_frozen, out)
         return out
@@ -154,36 +167,31 @@ class SAGEConv(nn.Module):
         h: torch.Tensor | MeanInput,
         w_self: torch.Tensor,
         w_neigh: torch.Tensor,
-        acc: torch.Tensor,
+        acc: torch.Tensor | None,
     ) -> torch.Tensor:
-        """acc + h_dst W_self^T + mean(h) W_neigh^T. acc is the bias (1-D) or the output so far, which
-        is added to in place: each product is one GEMM accumulating into the output (addmm, beta 1)
+        """acc + h_dst W_self^T + mean(h) W_neigh^T. acc is none, the bias (1-D) or the output so far,
+        which is added to in place: each product is one GEMM accumulating into the output (addmm, beta 1)
         rather than a product, then an add, then the bias's broadcast add."""
         if isinstance(h, MeanInput):  # the last branch's products, the mean and h_dst given
             if h.dst.shape[0] != block.num_dst or h.mean.shape[0] != block.num_dst:
                 raise ValueError(f"a mean input of {h.dst.shape[0]} rows for {block.num_dst} destinations")
-            out = torch.addmm(acc, h.mean, w_neigh.t()) if acc.dim() == 1 else acc.addmm_(h.mean, w_neigh.t())
-            return out.addmm_(h.dst, w_self.t())
+            return onto(acc, h.mean, w_neigh).addmm_(h.dst, w_self.t())
         h_dst, n = h[: block.num_dst], block.num_dst
         if autocasting(h):  # out of place: autocast skips in-place products; rows padded (layers.padded)
-            return (
-                acc
-                + fitted(nn.functional.linear(padded(h_dst), w_self), n)
-                + fitted(nn.functional.linear(padded(self._mean(block, h)), w_neigh), n)
-            )
+            own = fitted(nn.functional.linear(padded(h_dst), w_self), n)
+            own = own.float() if acc is None else acc + own  # sums in float32, as with a bias first
+            return own + fitted(nn.functional.linear(padded(self._mean(block, h)), w_neigh), n)
         edges = block.src.shape[0] if block.mean is None else block.mean.values().shape[0]
         if transform_first(block.num_src, n, edges, w_neigh.shape[1], w_neigh.shape[0]):
             z, z_dst = BothMaps.apply(h, w_neigh, w_self, n)
             out = self._mean(block, z)  # a fresh tensor: ours to add to
-            out = out.add_(acc) if acc.dim() == 1 else acc.add_(out)
+            if acc is not None:
+                out = out.add_(acc) if acc.dim() == 1 else acc.add_(out)
             return out.add_(z_dst)
-        if acc.dim() == 1 and h.requires_grad and block.mean is not None and block.mean_t is not None:
+        sparse = block.mean is not None and block.mean_t is not None
+        if (acc is None or acc.dim() == 1) and h.requires_grad and sparse:
             return MeanMaps.apply(block, h, w_neigh, w_self, acc)
-        if acc.dim() == 1:
-            out = torch.addmm(acc, self._mean(block, h), w_neigh.t())
-        else:
-            out = acc.addmm_(self._mean(block, h), w_neigh.t())
-        return out.addmm_(h_dst, w_self.t())
+        return onto(acc, self._mean(block, h), w_neigh).addmm_(h_dst, w_self.t())
 
     @staticmethod
     def _mean(block: Block, h: torch.Tensor) -> torch.Tensor:
@@ -248,8 +256,11 @@ class GraphSAGE(nn.Module):
     ) -> torch.Tensor:
         """Layer i over one block, with the activation that follows it (what forward stacks, and what
         evaluation over the whole graph runs layer by layer)."""
-        out = self.layers[i](block, h, frozen) if i == 0 else self.layers[i](block, h)
-        return relu_dropout(out, self.dropout, self.training) if i < len(self.layers) - 1 else out
+        conv = self.layers[i]
+        if i == len(self.layers) - 1:
+            return conv(block, h, frozen) if i == 0 else conv(block, h)
+        out = conv(block, h, frozen, bias=False) if i == 0 else conv(block, h, bias=False)
+        return bias_relu_dropout(out, conv.bias, self.dropout, self.training)
 
     def hidden(
         self, blocks: list[Block], x: torch.Tensor, frozen: torch.Tensor | None = None

@@ -111,6 +111,8 @@ SIGNATURES: dict[str, Signature] = {
     "gt_block_means": Signature((CPU,), INT, [I64, P, I64, I64, P, P, P, P, P, P, P, P]),
     "gt_relu_dropout": Signature((CPU,), None, [I64, P, P, P, U32, F32, U64, I32]),
     "gt_mask_scale": Signature((CPU,), None, [I64, P, P, F32, P, I32]),
+    "gt_bias_relu_dropout": Signature((CPU,), None, [I64, I64, P, P, P, P, U32, F32, U64, I32]),
+    "gt_mask_scale_bias_grad": Signature((CPU,), None, [I64, I64, P, P, F32, P, P, I32]),
     "gt_elu_dropout": Signature((CPU,), None, [I64, P, P, P, U32, F32, U64, I32]),
     "gt_elu_dropout_grad": Signature((CPU,), None, [I64, P, P, P, F32, P, I32]),
     # dynamic vocabularies (keymap_cpu.cpp): new(capacity), free, size, find(n, keys, rows), keys(out),

@@ -1,5 +1,5 @@
-"""Fused ReLU + dropout and ELU + dropout (native) against their definitions, and the torch fallback's
-statistics."""
+"""Fused ReLU + dropout, with a bias added first, and ELU + dropout (native) against their definitions,
+and the torch fallback's statistics."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import torch
 
 from graphtrain.runtime.native import nn as native_nn
 from graphtrain.runtime.native.backend import CoreBackend
-from graphtrain.runtime.native.nn import elu_dropout, relu_dropout
+from graphtrain.runtime.native.nn import bias_relu_dropout, elu_dropout, relu_dropout
 
 pytestmark = pytest.mark.usefixtures("cpu_core")  # a missing core fails these tests (conftest.py)
 
@@ -119,3 +119,60 @@ def test_elu_dropout_eval_is_elu_and_thread_count_does_not_change_it() -> None:
     assert torch.equal(elu_dropout(x, 0.5, training=False), torch.nn.functional.elu(x))
     outs = _per_thread_count(lambda: elu_dropout(x, 0.5), seed=4)
     assert all(torch.equal(outs[0], o) for o in outs[1:])
+
+
+@pytest.mark.parametrize("shape", [(1000, 257), (3, 1), (2, 3000)])  # rows shorter and longer than a chunk
+def test_bias_relu_dropout_is_relu_dropout_of_x_plus_bias_in_place(shape: tuple[int, int]) -> None:
+    """The same bits and the same mask as relu_dropout(x + bias) for the same generator state, written
+    over x; backward's input gradient is relu_dropout's, and the bias's the column sums of it."""
+    torch.manual_seed(7)
+    x, upstream = torch.randn(shape), torch.randn(shape)
+    bias = torch.randn(shape[1], requires_grad=True)
+    a = x.clone().requires_grad_()
+    torch.manual_seed(8)
+    want = relu_dropout(a + bias, 0.4)
+    want.backward(upstream)
+    want_bias_grad, bias.grad = bias.grad, None
+    b = x.clone().requires_grad_()
+    fresh = b * 1.0  # a GEMM's output stands here: a fresh non-leaf
+    torch.manual_seed(8)
+    got = bias_relu_dropout(fresh, bias, 0.4)
+    assert got.data_ptr() == fresh.data_ptr()  # in place
+    assert torch.equal(got, want)
+    got.backward(upstream)
+    assert torch.equal(b.grad, a.grad)
+    exact = (a.grad.double()).sum(0).float()
+    torch.testing.assert_close(bias.grad, exact, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(want_bias_grad, exact, rtol=1e-5, atol=1e-5)
+
+
+def test_bias_relu_dropout_values_do_not_depend_on_threads() -> None:
+    x, bias, upstream = torch.randn(513, 129), torch.randn(129), torch.randn(513, 129)
+
+    def draw() -> torch.Tensor:
+        b = bias.clone().requires_grad_()
+        out = bias_relu_dropout(x.clone(), b, 0.5)
+        out.backward(upstream)
+        return torch.cat([out.flatten(), b.grad])
+
+    outs = _per_thread_count(draw, seed=3)
+    for o in outs[1:]:
+        assert torch.equal(o[: x.numel()], outs[0][: x.numel()])
+        torch.testing.assert_close(o[x.numel() :], outs[0][x.numel() :], rtol=1e-6, atol=1e-6)
+
+
+def test_bias_relu_dropout_elsewhere_leaves_x_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Evaluation, p 0, other dtypes and the torch fallback: relu_dropout(x + bias), x unchanged."""
+    x, bias = torch.randn(40, 6), torch.randn(6)
+    before = x.clone()
+    assert torch.equal(bias_relu_dropout(x, bias, 0.5, training=False), torch.relu(before + bias))
+    assert torch.equal(bias_relu_dropout(x, bias, 0.0), torch.relu(before + bias))
+    assert bias_relu_dropout(x.double(), bias.double(), 0.5).dtype == torch.float64
+    monkeypatch.setattr(native_nn, "choose", lambda device: CoreBackend.TORCH)
+    out = bias_relu_dropout(x, bias, 0.5)
+    kept = out != 0
+    torch.testing.assert_close(out[kept], (before + bias)[kept] / 0.5)
+    assert torch.equal(x, before)
+    for p in (-0.1, 1.0):
+        with pytest.raises(ValueError, match="dropout probability"):
+            bias_relu_dropout(x, bias, p)
