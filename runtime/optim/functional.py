@@ -131,10 +131,11 @@ def sparse_step(
 
     grads: one row per id, as one tensor or as row blocks in id order (a push that reached a shard
     server in several frames: the native CPU core reads the blocks where they lie, the other backends
-    get them concatenated). finite: refuse gradients holding NaN or infinity. A float16 or bfloat16
-    table (the native cores, CPU and CUDA: the same bits) is stepped in float32 and rounded back
-    stochastically, keyed by `round_seed` (give each step its own: optim_math.h). max_threads caps the
-    native CPU core's team (1 on a server's I/O thread: a team's threads spin at its barriers, on cores
+    get them concatenated). finite: refuse gradients holding NaN or infinity, or one id's finite
+    rows that sum to infinity (the CPU core and the reference). A float16 or bfloat16 table (the native
+    cores, CPU and CUDA: the same bits) is stepped in float32 and rounded back stochastically,
+    keyed by `round_seed` (give each step its own: optim_math.h). max_threads caps the native CPU core's
+    team (1 on a server's I/O thread: a team's threads spin at its barriers, on cores
     the server's other threads need). Returns the number of unique rows updated.
 
     flags (three int64 on the table's device) and, on a GPU, workspace: a step deferred for capture as a
@@ -194,15 +195,16 @@ def sparse_step(
         if name is not CoreBackend.TORCH:  # the native core checks ranges itself, before any update
             _check_range(ids, table.shape[0])
         state["step"] += 1
-    if name is CoreBackend.TORCH:
-        assert isinstance(grads, torch.Tensor)  # pieces were concatenated above for every other path
-        updated = reference.step(config, table, state, ids, grads)
-    elif name is CoreBackend.CPU:
-        args = native_args(config)
+    if name is not CoreBackend.CUDA:
         try:
-            if isinstance(grads, list):
+            if name is CoreBackend.TORCH:
+                assert isinstance(grads, torch.Tensor)  # pieces were concatenated above for other paths
+                updated = reference.step(config, table, state, ids, grads, finite)
+            elif isinstance(grads, list):
+                args = native_args(config)
                 updated = native.sparse_step_pieces(args, table, state, ids, grads, team, finite, round_seed)
             else:
+                args = native_args(config)
                 updated = native.sparse_step(args, table, state, ids, grads, team, round_seed, finite)
         except NonFiniteGradient:
             if global_adam:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import torch
 
+from graphtrain.runtime.errors import NonFiniteGradient
 from graphtrain.runtime.optim.config import OptimConfig
 
 
@@ -42,11 +43,18 @@ def step(
     state: dict[str, torch.Tensor],
     ids: torch.Tensor,
     grads: torch.Tensor,
+    finite: bool = False,
 ) -> int:
-    """Apply one sparse step (ids already validated; the global Adam count already incremented)."""
+    """Apply one sparse step (ids already validated, every row finite if `finite`; the global Adam
+    count already incremented). With `finite`, an id whose finite rows reduce to infinity is refused
+    before any row changes, as the native cores refuse it (NonFiniteGradient naming its first row)."""
     uids, g = dedup(ids, grads, config.duplicate)
     if len(uids) == 0:
         return 0
+    if finite and not bool(torch.isfinite(g).all()):
+        uid = uids[torch.nonzero(~torch.isfinite(g).all(dim=1))[0, 0]]
+        row = int(torch.nonzero(ids == uid)[0, 0])
+        raise NonFiniteGradient(f"the gradients of row {row}'s id sum to infinity", row)
     w = table[uids]
     if config.weight_decay:
         g = g + config.weight_decay * w

@@ -436,17 +436,20 @@ def test_a_team_scanning_its_own_rows_refuses_the_whole_step_and_names_the_first
     assert all(torch.equal(state[k], before_s[k]) for k in state)
 
 
-def test_one_ids_finite_gradients_that_sum_to_infinity_are_refused_on_the_cpu_core() -> None:
-    """The CPU core checks the reduced rows: two finite 3e38 of one id sum to infinity, which would
-    have reached the table."""
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_one_ids_finite_gradients_that_sum_to_infinity_are_refused(backend: str) -> None:
+    """The CPU core and the reference check the reduced rows: two finite 3e38 of one id sum to infinity,
+    which would have reached the table; the global Adam step is not counted."""
     from graphtrain.runtime.errors import NonFiniteGradient
 
-    config = OptimConfig("sgd", 1e-38)
+    config = OptimConfig("adam", 1e-3, step_count="global")
     table, state = setup(config)
-    before = table.clone()
-    with pytest.raises(NonFiniteGradient, match="the gradients of row 0's id sum to infinity"):
-        sparse_step(config, table, state, torch.tensor([2, 2]), torch.full((2, 4), 3e38), "cpu", finite=True)
-    assert torch.equal(table, before)
+    before_t, before_s = table.clone(), {k: v.clone() for k, v in state.items()}
+    ids, grads = torch.tensor([5, 2, 2]), torch.full((3, 4), 3e38)
+    with pytest.raises(NonFiniteGradient, match="the gradients of row 1's id sum to infinity"):
+        sparse_step(config, table, state, ids, grads, backend, finite=True)
+    assert torch.equal(table, before_t)
+    assert all(torch.equal(state[k], before_s[k]) for k in state)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
