@@ -137,12 +137,39 @@ GT_API GT_CLONES void gt_bias_relu_dropout(
 GT_API GT_CLONES void gt_mask_scale_bias_grad(int64_t rows, int64_t cols, const float* grad, const uint8_t* mask,
                                               float scale, float* out, float* bias_grad, int32_t threads) {
   const int32_t team = std::max(1, threads);
-  std::vector<double> sums(static_cast<size_t>(team) * static_cast<size_t>(cols), 0.0);
+  // Each thread's sums on cache lines of its own: packed in one vector, two threads' sums shared a line
+  // at the seam, which the two cores passed back and forth once a row (3,745 x 256 on two threads: 0.36
+  // ms, no faster than one; 0.22 ms apart; 0.19 ms with four rows a pass below).
+  constexpr int64_t kLine = 64 / sizeof(double);
+  const int64_t stride = (cols + kLine - 1) / kLine * kLine + kLine;
+  std::vector<double> sums(static_cast<size_t>(team * stride + kLine), 0.0);
+  const uintptr_t at = reinterpret_cast<uintptr_t>(sums.data());
+  double* first = sums.data() + ((64 - at % 64) % 64) / sizeof(double);  // line-aligned
 #pragma omp parallel num_threads(team)
   {
     const int64_t t = omp_get_thread_num(), n = omp_get_num_threads();
-    double* sum = sums.data() + t * cols;
-    for (int64_t r = rows * t / n; r < rows * (t + 1) / n; ++r) {
+    double* sum = first + t * stride;
+    const int64_t end = rows * (t + 1) / n;
+    int64_t r = rows * t / n;
+    for (; r + 4 <= end; r += 4) {  // four rows a pass over the sums: a quarter of their loads and stores
+      const float* g = grad + r * cols;
+      const uint8_t* m = mask + r * cols;
+      float* o = out + r * cols;
+#pragma omp simd
+      for (int64_t c = 0; c < cols; ++c) {
+        const float v0 = g[c] * (static_cast<float>(m[c]) * scale);
+        const float v1 = g[cols + c] * (static_cast<float>(m[cols + c]) * scale);
+        const float v2 = g[2 * cols + c] * (static_cast<float>(m[2 * cols + c]) * scale);
+        const float v3 = g[3 * cols + c] * (static_cast<float>(m[3 * cols + c]) * scale);
+        o[c] = v0;
+        o[cols + c] = v1;
+        o[2 * cols + c] = v2;
+        o[3 * cols + c] = v3;
+        sum[c] += (static_cast<double>(v0) + static_cast<double>(v1)) +
+                  (static_cast<double>(v2) + static_cast<double>(v3));
+      }
+    }
+    for (; r < end; ++r) {
       const float* g = grad + r * cols;
       const uint8_t* m = mask + r * cols;
       float* o = out + r * cols;
@@ -156,7 +183,7 @@ GT_API GT_CLONES void gt_mask_scale_bias_grad(int64_t rows, int64_t cols, const 
   }
   for (int64_t c = 0; c < cols; ++c) {
     double total = 0.0;
-    for (int32_t t = 0; t < team; ++t) total += sums[static_cast<size_t>(t) * static_cast<size_t>(cols) + c];
+    for (int32_t t = 0; t < team; ++t) total += first[t * stride + c];
     bias_grad[c] = static_cast<float>(total);
   }
 }
