@@ -38,11 +38,13 @@ ENV_TOKEN = "GRAPHTRAIN_TOKEN"  # the shard servers' shared token, when no --tok
 OPTION = "graphtrain.option"  # the key of a role field's Option in its dataclass field metadata
 
 # The process settings every role runs with, under both executors (the launcher's child_env, the
-# operator's containers): an OpenMP thread spins 10k iterations at a barrier before it sleeps, not
+# operator's containers): an OpenMP thread spins 30k iterations at a barrier before it sleeps, not
 # libgomp's 300k. Beside other load on its cores (a shared node, a CPU-limited pod) the long spin took a
-# 15 s Nations TransE run past 150 s (57 s with 10k); quiet, 10k runs as fast (bench/RESULTS.md,
-# 2026-11-30, "OpenMP teams beside outside load").
-PROCESS_ENV = {"GOMP_SPINCOUNT": "10000"}
+# 15 s Nations TransE run past 150 s (2026-11-30). 10k spins, tried first, put the trainer's OpenMP
+# worker to sleep in the gaps between a step's ops, and a VM wakes a sleeping vCPU slowly: 30k trains
+# WordNet GraphSAGE 6-7 % faster quiet, for a Nations run beside two busy loops 51 s against 43-45 s
+# (bench/RESULTS.md, "OpenMP teams beside outside load" and the forty-seventh session).
+PROCESS_ENV = {"GOMP_SPINCOUNT": "30000"}
 
 
 def process_env(environ: typing.Mapping[str, str]) -> dict[str, str]:

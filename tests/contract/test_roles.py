@@ -307,5 +307,5 @@ def test_each_entry_point_takes_its_roles_description(entry: Any, role: type[rol
 
 def test_the_process_settings_fill_what_the_user_left_unset() -> None:
     """Every role's process gets a short OpenMP spin; a user's own GOMP_SPINCOUNT wins."""
-    assert roles.process_env({}) == {"GOMP_SPINCOUNT": "10000"}
+    assert roles.process_env({}) == {"GOMP_SPINCOUNT": "30000"}
     assert roles.process_env({"GOMP_SPINCOUNT": "0", "OMP_NUM_THREADS": "2"}) == {}

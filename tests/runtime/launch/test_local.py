@@ -157,6 +157,6 @@ def test_every_child_runs_with_the_roles_process_settings(monkeypatch: pytest.Mo
     """A short OpenMP spin (contract/roles.process_env) reaches every process of a run, and the zygote
     they fork from; a user's own spin count wins."""
     monkeypatch.delenv("GOMP_SPINCOUNT", raising=False)
-    assert child_env()["GOMP_SPINCOUNT"] == "10000"
+    assert child_env()["GOMP_SPINCOUNT"] == "30000"
     monkeypatch.setenv("GOMP_SPINCOUNT", "500")
     assert child_env()["GOMP_SPINCOUNT"] == "500"
