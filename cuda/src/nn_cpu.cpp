@@ -32,6 +32,9 @@ inline uint32_t hash32(uint32_t x) {
   return x;
 }
 
+// A dropout's backward for one element: grad * scale where kept, else 0 (mask 0 or 1).
+inline float masked(float grad, uint8_t mask, float scale) { return grad * (static_cast<float>(mask) * scale); }
+
 constexpr int64_t kChunk = 1024;  // divides 2^32: a chunk's indices share their high 32 bits
 
 // One chunk's dropout: out[j] = in[j] * scale where element j is kept (and, with kPositiveOnly, in[j] > 0:
@@ -141,6 +144,7 @@ GT_API GT_CLONES void gt_mask_scale_bias_grad(int64_t rows, int64_t cols, const 
   // at the seam, which the two cores passed back and forth once a row (3,745 x 256 on two threads: 0.36
   // ms, no faster than one; 0.22 ms apart; 0.19 ms with four rows a pass below).
   constexpr int64_t kLine = 64 / sizeof(double);
+  // whole lines and one more: the adjacent-line prefetcher pairs lines, so 128 bytes is what two cores share
   const int64_t stride = (cols + kLine - 1) / kLine * kLine + kLine;
   std::vector<double> sums(static_cast<size_t>(team * stride + kLine), 0.0);
   const uintptr_t at = reinterpret_cast<uintptr_t>(sums.data());
@@ -157,10 +161,9 @@ GT_API GT_CLONES void gt_mask_scale_bias_grad(int64_t rows, int64_t cols, const 
       float* o = out + r * cols;
 #pragma omp simd
       for (int64_t c = 0; c < cols; ++c) {
-        const float v0 = g[c] * (static_cast<float>(m[c]) * scale);
-        const float v1 = g[cols + c] * (static_cast<float>(m[cols + c]) * scale);
-        const float v2 = g[2 * cols + c] * (static_cast<float>(m[2 * cols + c]) * scale);
-        const float v3 = g[3 * cols + c] * (static_cast<float>(m[3 * cols + c]) * scale);
+        const float v0 = masked(g[c], m[c], scale), v1 = masked(g[cols + c], m[cols + c], scale);
+        const float v2 = masked(g[2 * cols + c], m[2 * cols + c], scale);
+        const float v3 = masked(g[3 * cols + c], m[3 * cols + c], scale);
         o[c] = v0;
         o[cols + c] = v1;
         o[2 * cols + c] = v2;
@@ -175,9 +178,8 @@ GT_API GT_CLONES void gt_mask_scale_bias_grad(int64_t rows, int64_t cols, const 
       float* o = out + r * cols;
 #pragma omp simd
       for (int64_t c = 0; c < cols; ++c) {
-        const float v = g[c] * (static_cast<float>(m[c]) * scale);
-        o[c] = v;
-        sum[c] += static_cast<double>(v);
+        o[c] = masked(g[c], m[c], scale);
+        sum[c] += static_cast<double>(o[c]);
       }
     }
   }
@@ -192,7 +194,7 @@ GT_API GT_CLONES void gt_mask_scale_bias_grad(int64_t rows, int64_t cols, const 
 GT_API GT_CLONES void gt_mask_scale(int64_t n, const float* grad, const uint8_t* mask, float scale, float* out,
                           int32_t threads) {
 #pragma omp parallel for num_threads(std::max(1, threads)) schedule(static)
-  for (int64_t i = 0; i < n; ++i) out[i] = grad[i] * (static_cast<float>(mask[i]) * scale);
+  for (int64_t i = 0; i < n; ++i) out[i] = masked(grad[i], mask[i], scale);
 }
 
 // out[i] = elu(x[i]) * scale if element i is kept, else 0; mask[i] = 1 where kept (GAT's activation and
