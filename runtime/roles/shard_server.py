@@ -17,7 +17,7 @@ import socket
 import sys
 
 from graphtrain.contract.roles import ShardServerParams
-from graphtrain.runtime import cpus
+from graphtrain.runtime import cpus, heap
 from graphtrain.runtime.errors import GraphtrainError
 
 log = logging.getLogger("graphtrain.kvstore.server")
@@ -107,6 +107,7 @@ def serve(p: ShardServerParams) -> None:
             ) from None
     faulthandler.enable()  # a crash prints where it happened
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1`: every thread's stack to stderr
+    heap.settle()  # no full collection walks what loading built, stalling every request in flight
     announce(address, port)
     try:
         while not server.wait(0.5):

@@ -19,7 +19,7 @@ from typing import Any, NoReturn
 from graphtrain.contract import failures
 from graphtrain.contract.roles import TrainParams
 from graphtrain.contract.spec import load_yaml
-from graphtrain.runtime import cpus
+from graphtrain.runtime import cpus, heap
 from graphtrain.runtime.data.cache import read_text, write_json
 from graphtrain.runtime.errors import GraphtrainError, user_message
 
@@ -85,6 +85,7 @@ def _train(p: TrainParams) -> None:
     backend = process_group_backend(str(gt.spec.trainers.dist_backend))
     with Dist(p.rank, p.world, p.init, backend) as dist, peers_named(p.rank):
         task: TrainingTask[Any] = make_task(gt, graph, dist, device, connect)
+        heap.settle()  # a full collection walked setup's objects inside a step: 176 ms of a 13 ms one
         if p.infer_from is not None:
             result = _infer(task, graph, dist, p, metrics)
         else:
