@@ -32,6 +32,7 @@ from graphtrain.runtime.train.history import MetricsLog
 from graphtrain.runtime.train.metrics import TrainerMetrics
 from graphtrain.runtime.train.profiling import StepProfiler
 from graphtrain.runtime.train.reporter import Reporter, log
+from graphtrain.runtime.train.sink_thread import BackgroundSinks
 from graphtrain.runtime.train.sinks import progress_sinks
 from graphtrain.runtime.train.tally import Throughput, TrainerProgress
 from graphtrain.runtime.train.task import Split, TrainingTask
@@ -64,8 +65,8 @@ class EpochLoop:
         self.metrics = metrics or TrainerMetrics(dist.rank)
         self.val_names = tuple(PREFIX["valid"] + m for m in task.metric_names)
         self.metrics_log = MetricsLog(run_dir, self.val_names) if run_dir and dist.rank == 0 else None
-        sinks = progress_sinks(run_dir, dist.rank, progress_configmap)
-        self.reporter = Reporter(dist.rank, sinks, metrics=self.metrics, metrics_log=self.metrics_log)
+        self.sinks = BackgroundSinks(progress_sinks(run_dir, dist.rank, progress_configmap))
+        self.reporter = Reporter(dist.rank, [self.sinks], metrics=self.metrics, metrics_log=self.metrics_log)
         self.checkpoints = Checkpoints(checkpoint_root, spec, graph, dist, task.collective_tables)
         self.profiler = StepProfiler(spec.training.profile_steps, task.device, dist.rank, run_dir, log)
         self.progress = TrainerProgress(epochs=spec.training.epochs)
@@ -88,6 +89,12 @@ class EpochLoop:
         return es.min_delta if es is not None else 0.0
 
     def run(self) -> dict[str, Any]:
+        try:
+            return self._run()
+        finally:
+            self.sinks.close()
+
+    def _run(self) -> dict[str, Any]:
         tr = self.spec.training
         resumed = self._resume()
         self.task.start(self.step, resumed)

@@ -45,6 +45,7 @@ class ConfigMapSink:
     patch costs one heartbeat, never the training."""
 
     HEARTBEAT_SECONDS = 5.0
+    TIMEOUT = (5.0, 10.0)  # seconds to connect, to answer: a hung API server delays the final report only
     ATTEMPTS = 5  # a patch refused for a conflict (409) is sent again, up to this many times in all
 
     def __init__(
@@ -88,7 +89,9 @@ class ConfigMapSink:
         for attempt in range(self.ATTEMPTS):
             try:
                 load_config()
-                kubernetes.client.CoreV1Api().patch_namespaced_config_map(self.name, self.namespace, body)
+                kubernetes.client.CoreV1Api().patch_namespaced_config_map(
+                    self.name, self.namespace, body, _request_timeout=self.TIMEOUT
+                )
                 return True
             except kubernetes.client.ApiException as exc:
                 # 409: another rank's patch won a race the server did not retry itself (a real API

@@ -39,7 +39,10 @@ class FakeApi:
     def __init__(self) -> None:
         self.patches: list[tuple[str, str, dict[str, Any]]] = []
 
-    def patch_namespaced_config_map(self, name: str, namespace: str, body: dict[str, Any]) -> None:
+    def patch_namespaced_config_map(
+        self, name: str, namespace: str, body: dict[str, Any], _request_timeout: Any = None
+    ) -> None:
+        assert _request_timeout == progress_k8s.ConfigMapSink.TIMEOUT  # a hung API server cannot hang it
         self.patches.append((name, namespace, body))
 
     def read_namespaced_config_map(self, name: str, namespace: str) -> Any:
@@ -169,11 +172,11 @@ def test_a_patch_refused_for_a_conflict_is_sent_again(api: FakeApi, monkeypatch:
     refusals = [2]
     patch = api.patch_namespaced_config_map
 
-    def contested(name: str, namespace: str, body: dict[str, Any]) -> None:
+    def contested(name: str, namespace: str, body: dict[str, Any], **kw: Any) -> None:
         if refusals[0]:
             refusals[0] -= 1
             raise progress_k8s.kubernetes.client.ApiException(status=409, reason="Conflict")
-        patch(name, namespace, body)
+        patch(name, namespace, body, **kw)
 
     monkeypatch.setattr(api, "patch_namespaced_config_map", contested)
     monkeypatch.setattr(progress_k8s.time, "sleep", lambda s: None)
