@@ -9,6 +9,10 @@ waited for only when the weights are next read: the next step's forward, a check
 The sparse pushes and the next batch's sampling run in between, so a trainer that is ahead spends its
 wait on the next step's work.
 
+Trainers that share a host (every `graphtrain run`) sum through shared memory instead (host_reduce.py):
+gloo's loopback TCP cost each of WordNet's 2x2 trainers 5-7 % of its CPU. Elsewhere, and for gradients
+not all float32 on the host, gloo.
+
 The average is DDP's: each gradient divided by the number of trainers, then summed. A parameter
 without a gradient on a trainer counts as zeros there (where DDP, without find_unused_parameters,
 refuses the step). Every trainer starts from rank 0's parameters and buffers, as under DDP.
@@ -23,12 +27,16 @@ import torch
 import torch.distributed as torch_dist
 from torch import nn
 
+from graphtrain.runtime.train.host_reduce import HostReduce, open_host_reduce
+
+HOST_WAIT_SECONDS = 600.0  # as long as the process group's collectives wait (train/dist.py)
+
 
 @dataclass
 class _Bucket:
     params: list[nn.Parameter]
     flat: torch.Tensor
-    work: torch_dist.Work
+    work: torch_dist.Work | None  # None: through the host's shared memory (host_reduce)
 
 
 def _groups(tensors: Sequence[torch.Tensor]) -> list[list[int]]:
@@ -48,8 +56,13 @@ class GradSync:
         self.params = [p for p in module.parameters() if p.requires_grad]
         self._buckets = [[self.params[i] for i in group] for group in _groups(self.params)]  # fixed per run
         self._pending: list[_Bucket] = []
+        self._host: HostReduce | None = None
         if world > 1:
             self._broadcast([*module.parameters(), *module.buffers()])
+            one = self._buckets[0] if len(self._buckets) == 1 else []
+            if one and one[0].dtype == torch.float32 and one[0].device.type == "cpu":
+                numel = sum(p.numel() for p in one)
+                self._host = open_host_reduce(numel, torch_dist.get_rank(), world, HOST_WAIT_SECONDS)
 
     @staticmethod
     def _broadcast(tensors: list[torch.Tensor]) -> None:
@@ -75,13 +88,21 @@ class GradSync:
         for params in self._buckets:
             grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
             flat = torch.cat([g.reshape(-1) for g in grads]).div_(self.world)
-            self._pending.append(_Bucket(params, flat, torch_dist.all_reduce(flat, async_op=True)))
+            if self._host is not None:
+                self._host.start(flat)
+                self._pending.append(_Bucket(params, flat, None))
+            else:
+                self._pending.append(_Bucket(params, flat, torch_dist.all_reduce(flat, async_op=True)))
 
     def finish(self) -> None:
         """Wait for the averages and make them the parameters' gradients (views of the reduced buffers)."""
         pending, self._pending = self._pending, []
         for bucket in pending:
-            bucket.work.wait()
+            if bucket.work is None:
+                assert self._host is not None
+                self._host.finish(bucket.flat)
+            else:
+                bucket.work.wait()
             sizes = [p.numel() for p in bucket.params]
             for p, g in zip(bucket.params, bucket.flat.split(sizes), strict=True):
                 p.grad = g.view_as(p)

@@ -1,0 +1,57 @@
+"""HostReduce: co-located trainers' gradients summed through shared memory, the same bits as gloo's
+all_reduce, round after round; ranks on different hosts keep gloo; a dead peer is said, not waited out."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from graphtrain.runtime.train import host_reduce
+from tests.runtime.collective import ranks
+
+SCENARIOS = "tests.runtime.train.host_reduce_scenarios"
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("world", [2, 3])
+def test_rounds_match_gloo(world: int, tmp_path: Path) -> None:
+    got = ranks.run(f"{SCENARIOS}.against_gloo", world, tmp_path)
+    for r in range(world):
+        if world == 2:  # a + b, whichever way round: gloo's bits
+            np.testing.assert_array_equal(got[r]["mine"], got[r]["gloo"])
+        else:  # added in rank order here, in gloo's ring order there
+            np.testing.assert_allclose(got[r]["mine"], got[r]["gloo"], rtol=1e-6, atol=1e-4)  # |x| to 300
+        np.testing.assert_array_equal(got[r]["mine"], got[0]["mine"])  # every rank the same bits
+
+
+@pytest.mark.timeout(120)
+def test_ranks_that_do_not_share_a_place_keep_gloo(tmp_path: Path) -> None:
+    got = ranks.run(f"{SCENARIOS}.apart", 2, tmp_path)
+    assert all(bool(g["none"]) for g in got)
+
+
+@pytest.mark.timeout(120)
+def test_a_dead_peer_is_said_within_seconds(tmp_path: Path) -> None:
+    tmp_path.mkdir(exist_ok=True)
+    ctx = ranks.forked.context()
+    procs = [
+        ctx.Process(target=ranks._main, args=(f"{SCENARIOS}.peer_gone", r, 2, str(tmp_path), "{}"))
+        for r in range(2)
+    ]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(90)
+    assert procs[1].exitcode == -9
+    assert procs[0].exitcode == 0, (
+        (tmp_path / "rank0.err").read_text() if (tmp_path / "rank0.err").exists() else ""
+    )
+    with np.load(tmp_path / "rank0.npz", allow_pickle=False) as f:
+        assert "trainer 1" in str(f["said"]) and "is gone" in str(f["said"])
+        assert float(f["seconds"]) < 10
+
+
+def test_the_place_key_is_stable() -> None:
+    assert host_reduce.place_key() == host_reduce.place_key() >= 0
