@@ -166,7 +166,12 @@ def open_host_reduce(numel: int, rank: int, world: int, timeout: float) -> HostR
         name.copy_(torch.frombuffer(bytearray(token), dtype=torch.uint8))
         with contextlib.suppress(OSError):
             fd = os.open(_path(token), os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
-            os.ftruncate(fd, size)
+            try:  # pages taken now: a full /dev/shm (a container's 64 MB) is ENOSPC here, not SIGBUS later
+                os.posix_fallocate(fd, 0, size)
+            except OSError:
+                os.close(fd)
+                os.unlink(_path(token))
+                fd = -1
     torch_dist.broadcast(name, src=0)
     if rank != 0:
         with contextlib.suppress(OSError):

@@ -24,9 +24,10 @@ def _share(rank: int, k: int) -> torch.Tensor:
 def against_gloo(rank: int, world: int, out: Path) -> dict[str, Any]:
     """ROUNDS rounds through the host's memory beside gloo's all_reduce of the same shares; the ranks
     run at different speeds, so some wait for a slot to be read and some for a slot to be written."""
+    used = _record_paths()
     reduce = host_reduce.open_host_reduce(NUMEL, rank, world, 30.0)
     assert reduce is not None
-    assert not list(host_reduce.SHM.glob("graphtrain-reduce-*")), "the segment's name is left behind"
+    assert used and not any(p.exists() for p in used), "the segment's name is left behind"
     mine, gloo = [], []
     for k in range(ROUNDS):
         share = _share(rank, k)
@@ -66,3 +67,30 @@ def peer_gone(rank: int, world: int, out: Path) -> dict[str, Any]:
     except RuntimeError as exc:
         said = str(exc)
     return {"said": said, "seconds": time.monotonic() - began}
+
+
+def no_room(rank: int, world: int, out: Path) -> dict[str, Any]:
+    """A /dev/shm too small for the segment (a container's 64 MB): every rank keeps gloo, nothing left."""
+    if rank == 0:
+
+        def full(fd: int, offset: int, length: int) -> None:
+            raise OSError(28, "No space left on device")
+
+        host_reduce.os.posix_fallocate = full  # type: ignore[attr-defined] - this rank process only
+    used = _record_paths()
+    reduce = host_reduce.open_host_reduce(NUMEL, rank, world, 30.0)
+    return {"none": reduce is None, "left": sum(p.exists() for p in used), "named": len(used)}
+
+
+def _record_paths() -> list[Path]:
+    """The segment paths open_host_reduce names in this rank process, from now on (other tests' ranks
+    may hold segments of their own in /dev/shm meanwhile)."""
+    used: list[Path] = []
+    real = host_reduce._path
+
+    def recorded(token: bytes) -> Path:
+        used.append(real(token))
+        return used[-1]
+
+    host_reduce._path = recorded  # type: ignore[assignment] - this rank process only
+    return used

@@ -33,6 +33,12 @@ def test_ranks_that_do_not_share_a_place_keep_gloo(tmp_path: Path) -> None:
 
 
 @pytest.mark.timeout(120)
+def test_no_room_in_dev_shm_keeps_gloo_and_leaves_nothing(tmp_path: Path) -> None:
+    got = ranks.run(f"{SCENARIOS}.no_room", 2, tmp_path)
+    assert all(bool(g["none"]) and int(g["left"]) == 0 and int(g["named"]) > 0 for g in got)
+
+
+@pytest.mark.timeout(120)
 def test_a_dead_peer_is_said_within_seconds(tmp_path: Path) -> None:
     tmp_path.mkdir(exist_ok=True)
     ctx = ranks.forked.context()
