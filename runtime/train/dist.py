@@ -170,6 +170,12 @@ def peer_lost(text: str) -> str | None:
     if _GLOO_TRANSPORT not in text:
         return None
     reason = text.split("] ", 1)[-1].split(". This is typically", 1)[0].strip()
+    return lost_line(reason)
+
+
+def lost_line(reason: str) -> str:
+    """The line of a peer trainer gone away, whichever channel found it (gloo, host_reduce): the
+    launcher tells a consequence from a cause by roles.PEER_LOST in it."""
     return (
         f"{PEER_LOST} ({reason}): its own log says why; the newest complete checkpoint "
         "is where a restart resumes"

@@ -11,7 +11,8 @@ own: `published[r]` (rank r's slot holds round k) and `read[r]` (rank r has adde
 writes its slot for round k only once every rank has read round k - 1, and adds only once every rank
 has published round k. x86's stores are seen in program order and its loads are not reordered with each
 other, so a counter seen raised means its slot is seen written; other machines take gloo (`eligible`).
-A wait that outlives its timeout, or whose peer process is gone, raises: the launcher restarts the run.
+A wait that outlives its timeout raises; one whose peer process is gone says so in gloo's line for a lost
+peer (dist.lost_line), so the launcher tells the cause from the consequence.
 
 Opened collectively (`open_host_reduce`): every rank says which host, IPC and PID namespace it is in; only
 if all agree does rank 0 create the segment (0600, a random name), the others map it, and rank 0 unlinks
@@ -33,7 +34,9 @@ import numpy as np
 import torch
 import torch.distributed as torch_dist
 
+from graphtrain.runtime.errors import GraphtrainError
 from graphtrain.runtime.kvstore.tables.shm import host_id
+from graphtrain.runtime.train.dist import lost_line
 
 LINE = 64  # bytes: one counter a cache line, so two ranks' counters never share one
 NAME_BYTES = 16
@@ -128,7 +131,8 @@ class HostReduce:
     def _check_peers(self, counters: np.ndarray, k: int, what: str) -> None:
         for r in range(self.world):
             if counters[r] < k and not _alive(int(self.pids[r])):
-                raise RuntimeError(f"trainer {r} (pid {int(self.pids[r])}) is gone before it {what}")
+                said = lost_line(f"trainer {r}, pid {int(self.pids[r])}, ended before it {what}")
+                raise GraphtrainError(f"trainer {self.rank}: {said}")
 
 
 def _alive(pid: int) -> bool:

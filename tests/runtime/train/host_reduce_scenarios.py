@@ -11,6 +11,7 @@ from typing import Any
 import torch
 import torch.distributed as torch_dist
 
+from graphtrain.runtime.errors import GraphtrainError
 from graphtrain.runtime.train import host_reduce
 
 ROUNDS = 12
@@ -64,7 +65,7 @@ def peer_gone(rank: int, world: int, out: Path) -> dict[str, Any]:
     try:
         reduce.finish(torch.empty(NUMEL))
         said = ""
-    except RuntimeError as exc:
+    except GraphtrainError as exc:
         said = str(exc)
     return {"said": said, "seconds": time.monotonic() - began}
 
