@@ -85,6 +85,8 @@ class HostReduce:
 
     def start(self, flat: torch.Tensor) -> None:
         """Publish this rank's share (float32, `numel`) for the next round."""
+        if int(self.read[self.rank]) != self.round:  # waiting on itself would wait out the timeout
+            raise RuntimeError("HostReduce.start: the last round was started but never finished here")
         k = self.round + 1
         self._wait(self.read, k - 1, "read the last step's gradients")  # my slot is free again
         self.slots[self.rank].copy_(flat)
@@ -168,28 +170,23 @@ def open_host_reduce(numel: int, rank: int, world: int, timeout: float) -> HostR
     if rank == 0:
         token = secrets.token_bytes(NAME_BYTES)
         name.copy_(torch.frombuffer(bytearray(token), dtype=torch.uint8))
-        with contextlib.suppress(OSError):
-            fd = os.open(_path(token), os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
-            try:  # pages taken now: a full /dev/shm (a container's 64 MB) is ENOSPC here, not SIGBUS later
-                os.posix_fallocate(fd, 0, size)
-            except OSError:
-                os.close(fd)
-                os.unlink(_path(token))
-                fd = -1
-    torch_dist.broadcast(name, src=0)
-    if rank != 0:
-        with contextlib.suppress(OSError):
-            fd = os.open(_path(bytes(name.tolist())), os.O_RDWR)
-    buf = None
-    if fd >= 0:
-        with contextlib.suppress(OSError, ValueError):
-            buf = mmap.mmap(fd, size)
-        os.close(fd)
-    ok = torch.tensor([1 if buf is not None else 0], dtype=torch.int64)
-    torch_dist.all_reduce(ok, op=torch_dist.ReduceOp.MIN)  # every rank has mapped it, or none uses it
-    if rank == 0:
-        with contextlib.suppress(OSError):
-            os.unlink(_path(bytes(name.tolist())))
+        fd = _create(_path(token), size)
+    try:  # rank 0: the name goes whatever happens in the collectives (a peer lost, a stop)
+        torch_dist.broadcast(name, src=0)
+        if rank != 0:
+            with contextlib.suppress(OSError):
+                fd = os.open(_path(bytes(name.tolist())), os.O_RDWR)
+        buf = None
+        if fd >= 0:
+            with contextlib.suppress(OSError, ValueError):
+                buf = mmap.mmap(fd, size)
+            os.close(fd)
+        ok = torch.tensor([1 if buf is not None else 0], dtype=torch.int64)
+        torch_dist.all_reduce(ok, op=torch_dist.ReduceOp.MIN)  # every rank has mapped it, or none uses it
+    finally:
+        if rank == 0:
+            with contextlib.suppress(OSError):
+                os.unlink(_path(bytes(name.tolist())))
     if not int(ok):
         if buf is not None:
             buf.close()
@@ -198,6 +195,23 @@ def open_host_reduce(numel: int, rank: int, world: int, timeout: float) -> HostR
     reduce = HostReduce(buf, numel, rank, world, timeout)
     torch_dist.barrier()  # every pid is written before anyone may check it
     return reduce
+
+
+def _create(path: Path, size: int) -> int:
+    """A new segment file of `size` bytes, its pages taken now (a full /dev/shm, as a container's 64 MB
+    default, is ENOSPC here rather than SIGBUS mid-step); -1 where it cannot be had."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+    except OSError:
+        return -1
+    try:
+        os.posix_fallocate(fd, 0, size)
+    except OSError:
+        os.close(fd)
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+        return -1
+    return fd
 
 
 def _path(token: bytes) -> Path:

@@ -102,6 +102,9 @@ class BackgroundSinks:
             except BaseException as exc:  # noqa: BLE001 - raised on the training thread (_raise)
                 with self._cv:
                     self._error = exc
+                    # what was queued behind it goes too: a final "Succeeded" queued behind a failed
+                    # write would be written by close() after the run had failed on this error
+                    self._waiting = None
             finally:
                 with self._cv:
                     self._writing = False

@@ -3,10 +3,12 @@ all_reduce, round after round; ranks on different hosts keep gloo; a dead peer i
 
 from __future__ import annotations
 
+import mmap
 from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from graphtrain.contract.roles import PEER_LOST
 from graphtrain.runtime.train import host_reduce
@@ -66,3 +68,17 @@ def test_a_dead_peer_is_said_within_seconds(tmp_path: Path) -> None:
 
 def test_the_place_key_is_stable() -> None:
     assert host_reduce.place_key() == host_reduce.place_key() >= 0
+
+
+def test_a_second_start_without_finish_is_refused_at_once() -> None:
+    numel = 8
+    reduce = host_reduce.HostReduce(
+        mmap.mmap(-1, host_reduce.header_bytes(1) + 4 * numel), numel, 0, 1, 600.0
+    )
+    reduce.start(torch.ones(numel))
+    with pytest.raises(RuntimeError, match="never finished"):
+        reduce.start(torch.ones(numel))
+    out = torch.empty(numel)
+    reduce.finish(out)
+    assert out.tolist() == [1.0] * numel
+    reduce.start(torch.full((numel,), 2.0))  # finished: the next round goes on

@@ -96,3 +96,30 @@ def test_a_sink_never_reported_to_holds_no_thread() -> None:
     sinks = BackgroundSinks([GatedSink()])
     sinks.close()
     assert not sinks._thread.is_alive()
+
+
+def test_reports_queued_behind_a_failed_write_are_dropped_not_written_at_close() -> None:
+    """The final "Succeeded" queued behind a write that fails: its flush raises the failure, and close()
+    (EpochLoop.run's finally) does not write it afterwards."""
+    sink = GatedSink()
+    sink.fail = OSError("disk full")
+    sinks = BackgroundSinks([sink])
+    sinks.write(progress(1), False)
+    assert sink.entered.wait(WAIT)
+    raised: list[BaseException] = []
+
+    def final() -> None:
+        try:
+            sinks.write(progress(2), True)
+        except OSError as exc:
+            raised.append(exc)
+
+    writer = threading.Thread(target=final)
+    writer.start()
+    writer.join(0.2)  # queued behind report 1, waiting for it
+    sink.gate.set()  # report 1 fails
+    writer.join(WAIT)
+    assert [str(e) for e in raised] == ["disk full"]
+    sink.fail = None
+    sinks.close()
+    assert sink.written == []
