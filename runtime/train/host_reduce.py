@@ -73,14 +73,16 @@ class HostReduce:
         self.numel, self.rank, self.world, self.timeout = numel, rank, world, timeout
         self._buf = buf
         lines = np.frombuffer(buf, dtype=np.int64, count=3 * world * LINE // 8).reshape(3 * world, LINE // 8)
-        self.published, self.read, self.pids = (
+        self.published, self.read, self.pids, self.starts = (
             lines[:world, 0],
             lines[world : 2 * world, 0],
             lines[2 * world :, 0],
+            lines[2 * world :, 1],  # when each pid started: a pid reused after its rank died is not it
         )
         slots = np.frombuffer(buf, dtype=np.float32, count=world * numel, offset=header_bytes(world))
         self.slots = [torch.from_numpy(s) for s in slots.reshape(world, numel)]
         self.pids[rank] = os.getpid()
+        self.starts[rank] = _stat(os.getpid())[1]
         self.round = 0
 
     def start(self, flat: torch.Tensor) -> None:
@@ -107,7 +109,7 @@ class HostReduce:
 
     def close(self) -> None:
         self.slots = []
-        self.published = self.read = self.pids = np.empty(0, np.int64)
+        self.published = self.read = self.pids = self.starts = np.empty(0, np.int64)
         with contextlib.suppress(BufferError):  # a view still held elsewhere: the mapping goes with it
             self._buf.close()
 
@@ -132,24 +134,31 @@ class HostReduce:
 
     def _check_peers(self, counters: np.ndarray, k: int, what: str) -> None:
         for r in range(self.world):
-            if counters[r] < k and not _alive(int(self.pids[r])):
+            if counters[r] < k and not _alive(int(self.pids[r]), int(self.starts[r])):
                 said = lost_line(f"trainer {r}, pid {int(self.pids[r])}, ended before it {what}")
                 raise GraphtrainError(f"trainer {self.rank}: {said}")
 
 
-def _alive(pid: int) -> bool:
-    """Whether process `pid` runs: a zombie (dead, its parent not yet told) does not."""
+def _alive(pid: int, started: int) -> bool:
+    """Whether process `pid`, started at `started` (clock ticks after boot), runs: not a zombie (dead, its
+    parent not yet told), and not another process given the same pid since."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
-        return True
+        pass
+    state, start = _stat(pid)
+    return state not in ("Z", "X") and (start == 0 or started == 0 or start == started)
+
+
+def _stat(pid: int) -> tuple[str, int]:
+    """(state, start time in clock ticks after boot) from /proc/<pid>/stat; ("", 0) where unreadable."""
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return True
-    return stat.rpartition(")")[2].split()[:1] != ["Z"]
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+        return fields[0], int(fields[19])
+    except (OSError, IndexError, ValueError):
+        return "", 0
 
 
 def header_bytes(world: int) -> int:

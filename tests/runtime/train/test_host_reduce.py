@@ -4,6 +4,9 @@ all_reduce, round after round; ranks on different hosts keep gloo; a dead peer i
 from __future__ import annotations
 
 import mmap
+import os
+import subprocess
+import time
 from pathlib import Path
 
 import numpy as np
@@ -82,3 +85,19 @@ def test_a_second_start_without_finish_is_refused_at_once() -> None:
     reduce.finish(out)
     assert out.tolist() == [1.0] * numel
     reduce.start(torch.full((numel,), 2.0))  # finished: the next round goes on
+
+
+def test_a_pid_is_alive_only_as_the_process_that_started_then() -> None:
+    state, started = host_reduce._stat(os.getpid())
+    assert state == "R" and started > 0
+    assert host_reduce._alive(os.getpid(), started)
+    assert not host_reduce._alive(os.getpid(), started + 1)  # the pid, reused by another process
+    child = subprocess.Popen(["true"])
+    child_started = host_reduce._stat(child.pid)[1]
+    for _ in range(200):  # bounded: `true` exits at once, a zombie until reaped
+        if host_reduce._stat(child.pid)[0] == "Z":
+            break
+        time.sleep(0.01)
+    assert not host_reduce._alive(child.pid, child_started)  # a zombie is dead
+    child.wait()
+    assert not host_reduce._alive(child.pid, child_started)  # reaped: gone
