@@ -14,6 +14,7 @@ import torch
 from graphtrain.runtime.data.cache import atomic_file
 from graphtrain.runtime.errors import GraphtrainError
 from graphtrain.runtime.train.gradsync import GradSync
+from graphtrain.runtime.train.lean_step import LeanStep
 from graphtrain.runtime.train.reporter import log
 
 
@@ -105,6 +106,7 @@ class DenseTask:
 
     model: torch.nn.Module
     dense_opt: torch.optim.Optimizer
+    dense_step: LeanStep  # dense_opt's step and zero_grad, lean (lean_step.py)
     grad_sync: GradSync
     sparse_opts: list[Any]
     encode: Callable[[], Any]  # every node's output, layer by layer over the whole graph (layerwise.Layers)
@@ -120,6 +122,7 @@ class DenseTask:
         self.model = model
         self.grad_sync = GradSync(model, world)
         self.dense_opt = dense_optimizer(kind, model.parameters(), lr)
+        self.dense_step = LeanStep(self.dense_opt)
 
     def outputs(self, layers: Any) -> dict[str, Any]:
         """The inference columns of this trainer's share of the nodes (`graphtrain infer`): the
@@ -155,7 +158,7 @@ class DenseTask:
         for one trainer, else when the weights are next read (settle). Laps forward_backward, push,
         forward_backward."""
         self.settle()  # a task whose step did not settle first
-        self.dense_opt.zero_grad()
+        self.dense_step.zero_grad()
         with self.products():
             loss.backward()
         self.grad_sync.start()
@@ -176,7 +179,7 @@ class DenseTask:
             return
         self._stepping = False
         self.grad_sync.finish()
-        self.dense_opt.step()
+        self.dense_step.step()
         self.updates += 1
         if clock is not None:
             clock.lap("forward_backward")

@@ -10,8 +10,9 @@ The sparse pushes and the next batch's sampling run in between, so a trainer tha
 wait on the next step's work.
 
 Trainers that share a host (every `graphtrain run`) sum through shared memory instead (host_reduce.py):
-gloo's loopback TCP cost each of WordNet's 2x2 trainers 5-7 % of its CPU. Elsewhere, and for gradients
-not all float32 on the host, gloo.
+gloo's loopback TCP cost each of WordNet's 2x2 trainers 5-7 % of its CPU. The gradients are laid out
+straight into the trainer's slot there, and the sums land in one buffer kept for the run: no flat
+buffer made and freed each step. Elsewhere, and for gradients not all float32 on the host, gloo.
 
 The average is DDP's: each gradient divided by the number of trainers, then summed. A parameter
 without a gradient on a trainer counts as zeros there (where DDP, without find_unused_parameters,
@@ -63,6 +64,7 @@ class GradSync:
             if one and one[0].dtype == torch.float32 and one[0].device.type == "cpu":
                 numel = sum(p.numel() for p in one)
                 self._host = open_host_reduce(numel, torch_dist.get_rank(), world, HOST_WAIT_SECONDS)
+                self._reduced = torch.empty(numel)  # the sums' one buffer, reused every step
 
     @staticmethod
     def _broadcast(tensors: list[torch.Tensor]) -> None:
@@ -87,12 +89,12 @@ class GradSync:
             raise RuntimeError("GradSync.start: the last step's gradients are still being averaged")
         for params in self._buckets:
             grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
-            flat = torch.cat([g.reshape(-1) for g in grads]).div_(self.world)
             if self._host is not None:
-                self._host.start(flat)
-                self._pending.append(_Bucket(params, flat, None))
-            else:
-                self._pending.append(_Bucket(params, flat, torch_dist.all_reduce(flat, async_op=True)))
+                self._host.start(grads, self.world)
+                self._pending.append(_Bucket(params, self._reduced, None))
+                continue
+            flat = torch.cat([g.reshape(-1) for g in grads]).div_(self.world)
+            self._pending.append(_Bucket(params, flat, torch_dist.all_reduce(flat, async_op=True)))
 
     def finish(self) -> None:
         """Wait for the averages and make them the parameters' gradients (views of the reduced buffers)."""

@@ -85,13 +85,19 @@ class HostReduce:
         self.starts[rank] = _stat(os.getpid())[1]
         self.round = 0
 
-    def start(self, flat: torch.Tensor) -> None:
-        """Publish this rank's share (float32, `numel`) for the next round."""
+    def start(self, parts: list[torch.Tensor], divisor: int = 1) -> None:
+        """Publish this rank's share for the next round: `parts` (float32, `numel` elements in all) laid
+        end to end in its slot, each divided by `divisor` (written there, with no buffer of their own)."""
         if int(self.read[self.rank]) != self.round:  # waiting on itself would wait out the timeout
             raise RuntimeError("HostReduce.start: the last round was started but never finished here")
+        if sum(t.numel() for t in parts) != self.numel:
+            raise ValueError(f"HostReduce.start: {sum(t.numel() for t in parts)} elements for {self.numel}")
         k = self.round + 1
         self._wait(self.read, k - 1, "read the last step's gradients")  # my slot is free again
-        self.slots[self.rank].copy_(flat)
+        slot = self.slots[self.rank]
+        torch.cat([t.reshape(-1) for t in parts], out=slot)
+        if divisor != 1:
+            slot.div_(divisor)
         self.published[self.rank] = k
         self.round = k
 

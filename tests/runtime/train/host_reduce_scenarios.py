@@ -33,13 +33,13 @@ def against_gloo(rank: int, world: int, out: Path) -> dict[str, Any]:
     for k in range(ROUNDS):
         share = _share(rank, k)
         time.sleep(0.003 * ((rank + k) % world))  # a different rank is late each round
-        reduce.start(share)
+        reduce.start(list(share.split([7, NUMEL - 7])), world)  # in parts, each divided, as GradSync's
         if (rank + k) % 2:
             time.sleep(0.002)  # work between start and finish, as a step's next sampling
         got = torch.empty(NUMEL)
         reduce.finish(got)
         mine.append(got)
-        ref = share.clone()
+        ref = share / world
         torch_dist.all_reduce(ref)
         gloo.append(ref)
     reduce.close()
@@ -60,7 +60,7 @@ def peer_gone(rank: int, world: int, out: Path) -> dict[str, Any]:
     assert reduce is not None
     if rank == 1:
         os.kill(os.getpid(), signal.SIGKILL)
-    reduce.start(_share(rank, 0))
+    reduce.start([_share(rank, 0)])
     began = time.monotonic()
     try:
         reduce.finish(torch.empty(NUMEL))

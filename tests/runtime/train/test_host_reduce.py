@@ -78,13 +78,13 @@ def test_a_second_start_without_finish_is_refused_at_once() -> None:
     reduce = host_reduce.HostReduce(
         mmap.mmap(-1, host_reduce.header_bytes(1) + 4 * numel), numel, 0, 1, 600.0
     )
-    reduce.start(torch.ones(numel))
+    reduce.start([torch.ones(numel)])
     with pytest.raises(RuntimeError, match="never finished"):
-        reduce.start(torch.ones(numel))
+        reduce.start([torch.ones(numel)])
     out = torch.empty(numel)
     reduce.finish(out)
     assert out.tolist() == [1.0] * numel
-    reduce.start(torch.full((numel,), 2.0))  # finished: the next round goes on
+    reduce.start([torch.full((numel,), 2.0)])  # finished: the next round goes on
 
 
 def test_a_pid_is_alive_only_as_the_process_that_started_then() -> None:
