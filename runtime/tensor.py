@@ -251,6 +251,13 @@ class DistEmbedding:
             rows = self.table.pull(flat, insert=torch.is_grad_enabled()).float()  # widened from half
         return self._capture.rows(flat, rows).view(*ids.shape, self.dim)
 
+    def stand_in(self, ids: torch.Tensor) -> torch.Tensor:
+        """A leaf for the rows of `ids` that is never read, only given their gradient, which the optimizer's
+        step pushes as it pushes pulled rows' (a layer that reads the rows' mean where they lie:
+        loader.MeanInput). One zero row broadcast: nothing is pulled or written."""
+        flat = ids.reshape(-1).to(torch.int64)
+        return self._capture.rows(flat, torch.zeros(1, self.dim).expand(len(flat), self.dim))
+
     def direct_pieces(self) -> list[TensorShard] | None:
         """The shards' pieces of this table, when they can be used where they lie (kvstore/client/direct.py);
         only once the optimizer is set, which fixed their place."""

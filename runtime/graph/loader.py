@@ -86,13 +86,16 @@ class Block:
 
 @dataclass
 class MeanInput:
-    """A frozen input (node features) as a mean-aggregator input layer reads it: the rows of the block's
-    destinations, and the mean over each destination's sampled in-neighbours, summed from the shards'
-    tables where they lie (DistTensor.local_sums). The block's other source rows, ~3x as many, are
-    never copied out nor read again (GNNEncoder.mean_input)."""
+    """An input as a mean-aggregator input layer reads it: the rows of the block's destinations, and the
+    mean over each destination's sampled in-neighbours, summed from the shards' tables where they lie
+    (DistTensor.local_sums). The block's other source rows, ~3x as many, are never copied out nor read
+    again (GNNEncoder.mean_input). A frozen input (node features) is that pair; a learnable one (a node
+    embedding) adds `src`, a leaf of the source rows' shape standing in for them, never read, which
+    backward gives the sources' gradient (the embedding's rows that the step pushes)."""
 
     dst: torch.Tensor  # (block.num_dst x width)
     mean: torch.Tensor  # (block.num_dst x width): block.mean @ the source rows
+    src: torch.Tensor | None = None  # (block.num_src x width), for a learnable input: its gradient's leaf
 
 
 # torch says once per process that its sparse CSR support is in beta. Filtered once, here, rather than

@@ -59,7 +59,10 @@ class MeanMaps(torch.autograd.Function):
     x 128 embedding rows), with one gradient of h. Through autograd, h[:n]'s gradient is a whole zero
     (num_src x in) tensor with its first n rows copied in, then added to the transposed mean's: a fill,
     a copy and an add over the step's largest gradient. Here the self product's part is added into the
-    first n rows of the transposed mean's output, in place (one GEMM accumulating)."""
+    first n rows of the transposed mean's output, in place (one GEMM accumulating).
+
+    `given`: the mean and h[:n] read where the rows lie (loader.MeanInput), h then only the leaf that
+    takes the gradient (its values unread): the same products and bits, without the source rows."""
 
     @staticmethod
     def forward(
@@ -69,18 +72,19 @@ class MeanMaps(torch.autograd.Function):
         w_neigh: torch.Tensor,
         w_self: torch.Tensor,
         bias: torch.Tensor | None,
+        given: MeanInput | None = None,
     ) -> torch.Tensor:
         n = block.num_dst
-        m = spmm(block.mean, h)
-        ctx.save_for_backward(h, m, w_neigh, w_self)
+        m, h_dst = (spmm(block.mean, h), h[:n]) if given is None else (given.mean, given.dst)
+        ctx.save_for_backward(h_dst, m, w_neigh, w_self)
         ctx.mean_t, ctx.n = block.mean_t, n
-        return onto(bias, m, w_neigh).addmm_(h[:n], w_self.t())
+        return onto(bias, m, w_neigh).addmm_(h_dst, w_self.t())
 
     @staticmethod
     def backward(
         ctx: torch.autograd.function.FunctionCtx, grad: torch.Tensor
     ) -> tuple[torch.Tensor | None, ...]:
-        h, m, w_neigh, w_self = ctx.saved_tensors
+        h_dst, m, w_neigh, w_self = ctx.saved_tensors
         n = ctx.n
         grad_h = grad_neigh = grad_self = grad_bias = None
         if ctx.needs_input_grad[1]:
@@ -89,10 +93,10 @@ class MeanMaps(torch.autograd.Function):
         if ctx.needs_input_grad[2]:
             grad_neigh = grad.t() @ m
         if ctx.needs_input_grad[3]:
-            grad_self = grad.t() @ h[:n]
+            grad_self = grad.t() @ h_dst
         if ctx.needs_input_grad[4]:
             grad_bias = grad.sum(0)
-        return None, grad_h, grad_neigh, grad_self, grad_bias
+        return None, grad_h, grad_neigh, grad_self, grad_bias, None
 
 
 def onto(acc: torch.Tensor | None, a: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
@@ -172,10 +176,18 @@ class SAGEConv(nn.Module):
         """acc + h_dst W_self^T + mean(h) W_neigh^T. acc is none, the bias (1-D) or the output so far,
         which is added to in place: each product is one GEMM accumulating into the output (addmm, beta 1)
         rather than a product, then an add, then the bias's broadcast add."""
-        if isinstance(h, MeanInput):  # the last branch's products, the mean and h_dst given
+        if isinstance(h, MeanInput):  # the mean and h_dst given
             if h.dst.shape[0] != block.num_dst or h.mean.shape[0] != block.num_dst:
                 raise ValueError(f"a mean input of {h.dst.shape[0]} rows for {block.num_dst} destinations")
-            return onto(acc, h.mean, w_neigh).addmm_(h.dst, w_self.t())
+            if h.src is None:  # frozen: the last branch's products
+                return onto(acc, h.mean, w_neigh).addmm_(h.dst, w_self.t())
+            if (
+                h.src.shape[0] != block.num_src
+                or block.mean_t is None
+                or (acc is not None and acc.dim() != 1)
+            ):
+                raise ValueError("a learnable mean input needs its block's transposed mean and goes first")
+            return MeanMaps.apply(block, h.src, w_neigh, w_self, acc, h)
         h_dst, n = h[: block.num_dst], block.num_dst
         if autocasting(h):  # out of place: autocast skips in-place products; rows padded (layers.padded)
             own = fitted(nn.functional.linear(padded(h_dst), w_self), n)

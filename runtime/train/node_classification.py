@@ -166,8 +166,17 @@ class NodeClassification(DenseTask):
             means = self._mean_input(mb, self.feat)
             pulled = [self.feat] if self.feat is not None and means is None else []
             tables = [self.label, self.emb.table, *pulled]
-            got = pull_together(tables, [mb.seeds] + [mb.input_nodes] * (len(tables) - 1))
+            # the embedding read as the features are, where it can be: its destinations' rows only
+            emb_means = self.captured is None and self.enc.emb_means(mb)
+            emb_ids = mb.input_nodes[: mb.blocks[0].num_dst] if emb_means else mb.input_nodes
+            got = pull_together(tables, [mb.seeds, emb_ids] + [mb.input_nodes] * len(pulled))
             mb.data["y"], mb.data["emb_rows"] = to_device(got[0], self.device), got[1]
+            if emb_means:  # after the pull, which waited for this trainer's pushes in flight
+                mean = self.enc.emb_mean(mb)
+                if mean is not None:
+                    mb.data["emb_mean"] = mean
+                else:  # not all mapped here after all: every input row, as below
+                    mb.data["emb_rows"] = self.emb.table.pull(mb.input_nodes)
             if self.feat is not None:
                 mb.data["x"] = means if means is not None else to_device(got[2], self.device)
         else:
@@ -207,15 +216,22 @@ class NodeClassification(DenseTask):
             return mb.input_device
         return torch.from_numpy(mb.input_nodes)
 
-    def _pull(self, mb: MiniBatch) -> torch.Tensor | None:
+    def _pull(self, mb: MiniBatch) -> torch.Tensor | MeanInput | None:
         """The learnable input of the batch's input nodes (encoder.pull), the embedding's rows looked up
-        on the device when they are there."""
+        on the device when they are there; or the embedding as its mean and destination rows, when
+        _fetch read it so (encoder.emb_means)."""
+        if "emb_mean" in mb.data:
+            return self.enc.emb_input(mb, mb.data["emb_rows"], mb.data["emb_mean"])
         emb = self.emb
         ids = self._ids(emb, mb) if emb is not None and self.enc.emb_rows.types is None else None
         return self.enc.pull(mb, ids)
 
     def _model_forward(
-        self, model: torch.nn.Module, mb: MiniBatch, e: torch.Tensor | None, x: torch.Tensor | None
+        self,
+        model: torch.nn.Module,
+        mb: MiniBatch,
+        e: torch.Tensor | MeanInput | None,
+        x: torch.Tensor | MeanInput | None,
     ) -> torch.Tensor:
         """Class scores of a batch from its features `x` and/or its embedding rows `e`."""
         return self.enc.forward(model, mb, e, x)

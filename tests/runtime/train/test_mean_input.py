@@ -105,3 +105,40 @@ def test_a_layer_reads_a_mean_input_as_the_rows_it_stands_for_and_refuses_a_wron
     short = MeanInput(x[:39], given.mean[:39])
     with pytest.raises(ValueError, match="a mean input of 39 rows for 40 destinations"):
         SAGEConv(12, 8)(block, short)
+
+
+def test_a_learnable_mean_input_gives_its_stand_in_the_rows_gradient() -> None:
+    """A learnable input as its mean and destination rows (the embedding read where it lies): the layer's
+    output, its weights' gradients and the gradient its stand-in leaf receives are those of the whole
+    rows, beside frozen columns or alone; the stand-in's values are never read."""
+    rng = torch.Generator().manual_seed(2)
+    block = _block(rng, 40, 150)
+    x = torch.randn(150, 12, generator=rng)
+    rows = torch.randn(150, 4, generator=rng)
+    frozen = MeanInput(x[:40].clone(), torch.sparse.mm(block.mean, x))
+    for with_frozen in (False, True):
+        torch.manual_seed(3)
+        layer = SAGEConv(16 if with_frozen else 4, 8, frozen=12 if with_frozen else 0)
+        outs, grads, src_grads = [], [], []
+        for given in (False, True):
+            layer.zero_grad()
+            if given:
+                src = torch.full((1, 4), float("nan")).expand(150, 4).requires_grad_()  # never read
+                e: torch.Tensor | MeanInput = MeanInput(
+                    rows[:40].clone(), torch.sparse.mm(block.mean, rows), src
+                )
+            else:
+                src = rows.clone().requires_grad_()
+                e = src
+            out = layer(block, e, frozen) if with_frozen else layer(block, e)
+            out.square().sum().backward()
+            outs.append(out.detach())
+            grads.append([p.grad.clone() for p in layer.parameters() if p.grad is not None])
+            src_grads.append(src.grad)
+        torch.testing.assert_close(outs[1], outs[0], rtol=1e-5, atol=1e-5)
+        for a, b in zip(grads[1], grads[0], strict=True):
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(src_grads[1], src_grads[0], rtol=1e-5, atol=1e-5)
+    wrong = MeanInput(rows[:40], torch.sparse.mm(block.mean, rows), torch.zeros(149, 4, requires_grad=True))
+    with pytest.raises(ValueError, match="learnable mean input"):
+        SAGEConv(4, 8)(block, wrong)

@@ -27,13 +27,16 @@ from tests.runtime.train.shards import partition_servers
 from tests.runtime.train.test_resume import Recorded, final_state, one_thread, partitions  # noqa: F401
 
 
-def train(gt, partition: Path, run_dir: Path, ahead: bool, monkeypatch: pytest.MonkeyPatch):
-    """One trainer against the partition's real shard servers in this process; its steps, final state,
-    the lanes' counters summed and which batches were pulled ahead."""
-    with partition_servers(partition, run_dir / "checkpoints") as servers:
+def train(
+    gt, partition: Path, run_dir: Path, ahead: bool, monkeypatch: pytest.MonkeyPatch, shm: bool = False
+):
+    """One trainer against the partition's real shard servers in this process (`shm`: their tables in
+    shared memory); its steps, final state, the lanes' counters summed and, per batch, whether its
+    embedding rows were pulled ahead and whether it came as its mean."""
+    with partition_servers(partition, run_dir / "checkpoints", shm=shm) as servers:
         addresses = [s.address for s in servers]
-        client = kvstore.connect(addresses, TOKEN, timeout=30)
-        loader = kvstore.connect(addresses, TOKEN, timeout=30)
+        client = kvstore.connect(addresses, TOKEN, timeout=30, shm=shm)
+        loader = kvstore.connect(addresses, TOKEN, timeout=30, shm=shm)
         try:
             graph = DistGraph(partition, client)
             task = NodeClassification(gt, graph, loader, Dist())
@@ -45,7 +48,7 @@ def train(gt, partition: Path, run_dir: Path, ahead: bool, monkeypatch: pytest.M
 
             def counted(mb):
                 fetch(mb)
-                pulled.append("emb_rows" in mb.data)
+                pulled.append(("emb_rows" in mb.data, "emb_mean" in mb.data))
 
             task.loader.fetch = counted
             recorded = Recorded(task)
@@ -63,28 +66,41 @@ def train(gt, partition: Path, run_dir: Path, ahead: bool, monkeypatch: pytest.M
             loader.close()
 
 
+def _spec(made: dict, features: bool) -> tuple[GraphTraining, Path]:
+    """The graphsage spec, inlined batches; without features the embedding is the only input (labels and
+    rows pulled together)."""
+    gt, partition = made["graphsage"]
+    assert gt.spec.training.prefetch == 0
+    if not features:
+        doc = gt.model_dump(mode="json", by_alias=True, exclude_none=True)
+        doc["spec"]["model"]["useFeatures"] = False
+        gt = GraphTraining.model_validate(doc)
+    return gt, partition
+
+
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("features", [True, False], ids=["features", "embedding-only"])
+@pytest.mark.parametrize("shm", [False, True], ids=["sockets", "shared-memory"])
 def test_pulling_a_steps_rows_ahead_takes_the_steps_of_pulling_each_table_alone(
     partitions: dict,  # noqa: F811 - the fixture
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     features: bool,
+    shm: bool,
 ) -> None:
-    gt, partition = partitions["graphsage"]
-    assert gt.spec.training.prefetch == 0
-    if not features:  # the embedding the only input: labels and rows pulled together
-        doc = gt.model_dump(mode="json", by_alias=True, exclude_none=True)
-        doc["spec"]["model"]["useFeatures"] = False
-        gt = GraphTraining.model_validate(doc)
-    ahead = train(gt, partition, tmp_path / "ahead", True, monkeypatch)
-    alone = train(gt, partition, tmp_path / "alone", False, monkeypatch)
-    assert ahead[3] and all(ahead[3]) and not any(alone[3])
+    """With servers whose tables lie in shared memory (`graphtrain run`'s), a batch pulled ahead brings
+    its embedding as its destinations' rows and their means, summed where the rows lie
+    (encoder.emb_means), and its gradient still reaches every input row: the same steps either way."""
+    gt, partition = _spec(partitions, features)
+    ahead = train(gt, partition, tmp_path / "ahead", True, monkeypatch, shm)
+    alone = train(gt, partition, tmp_path / "alone", False, monkeypatch, shm)
+    assert ahead[3] and all(rows for rows, _ in ahead[3]) and not any(rows for rows, _ in alone[3])
+    assert all(mean == shm for _, mean in ahead[3])  # without shared memory every input row is pulled
     assert ahead[0] == alone[0]  # the same batches and losses, bit for bit
     for name, value in alone[1].items():
         assert torch.equal(ahead[1][name], value), name
-    # ahead, a step's labels, features and rows went as one batch on the lane; alone, never
-    steps = len(ahead[0])
-    assert ahead[2]["batches"] >= steps and alone[2]["batches"] == 0
-    assert ahead[2]["pushes_ok"] + ahead[2]["pushes_busy"] >= steps
     assert np.isfinite([loss for _, loss in ahead[0]]).all()
+    if not shm:  # ahead, a step's labels, features and rows went as one batch on the lane; alone, never
+        steps = len(ahead[0])
+        assert ahead[2]["batches"] >= steps and alone[2]["batches"] == 0
+        assert ahead[2]["pushes_ok"] + ahead[2]["pushes_busy"] >= steps
