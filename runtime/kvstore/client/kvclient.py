@@ -146,7 +146,9 @@ class KVClient:
         all of its rows at once (over the fast lane, in one batch: one round trip per shard, not one per
         table). The rows of each, in its ids' order."""
         made = [self._pull_calls(p, keyed, insert) for p in pulls]
-        self.transport.call_many([c for _, calls in made for c in calls])
+        calls = [c for _, calls in made for c in calls]
+        if calls:  # else every row was read here (a pushed table's once its pushes were applied)
+            self.transport.call_many(calls)
         return [out for out, _ in made]
 
     def _pull_calls(self, pull: PullOf, keyed: bool, insert: bool) -> tuple[np.ndarray, list[Call]]:
@@ -262,8 +264,9 @@ class KVClient:
         its rows; `half`: the table's half type, in which the reduced gradients cross a socket (rounded
         to nearest; through shared memory or in process they stay float32). Returns the unique rows
         pushed. wait=False returns once the pushes are sent: the servers apply them while the caller
-        goes on, and this client's next operation (any pull or push, a shared-memory read included)
-        first waits for them, so it sees every update; a failure is raised there, or by settle()."""
+        goes on, and this client's next request (any pull or push) or shared-memory read of this table
+        first waits for them, so it sees every update; a failure is raised there, or by settle(). A
+        shared-memory read of another table does not wait."""
         # the reduced rows live in the reducer's workspace, which a push sent with wait=False may still be
         # reading (ZMQ sends frames over 64 KiB without copying them; a push the fast lane left is resent
         # at the next call): it is written again only once every earlier call was answered

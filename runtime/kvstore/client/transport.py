@@ -56,7 +56,8 @@ class Transport(Protocol):
     def call_many(self, calls: list[Call], timeout: float | None = None) -> list[Answer]: ...
 
     def local_view(self, shard: int, name: str) -> tuple[np.ndarray, int] | None:
-        """The shard's rows of `name` mapped in this process (rows, first row id), if they are."""
+        """The shard's rows of `name` mapped in this process (rows, first row id), if they are; a
+        table that begin_many's calls write is read once they were applied, any other at once."""
         ...
 
     def direct(self, name: str) -> list[TensorShard] | None:
@@ -76,7 +77,8 @@ class Transport(Protocol):
         ...
 
     def begin_many(self, calls: list[Call], timeout: float | None = None) -> None:
-        """Send `calls` now and collect their answers at the next use of this transport (or settle())."""
+        """Send `calls` now and collect their answers at the next call or push of this transport, the
+        next local_view of a table they write, or settle()."""
         ...
 
     def settle(self) -> None:

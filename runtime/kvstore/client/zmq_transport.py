@@ -104,6 +104,7 @@ class ZmqTransport:
         self._host = SameHost()
         self._open: ZmqExchange | None = None  # begin_many's calls, collected before anything else
         self._lane_open: float | None = None  # begin_many's calls on the fast lane: their timeout
+        self._open_names: frozenset[str | None] = frozenset()  # the tables begin_many's calls write
         self._fast = FastPulls(self.addresses, token, timeout) if fast else None  # small pulls' lane
 
     def _dealer(self, addr: str) -> tuple[zmq.Socket[Any], zmq.Socket[Any]]:
@@ -146,7 +147,8 @@ class ZmqTransport:
     def local_view(self, shard: int, name: str) -> tuple[np.ndarray, int] | None:
         if not self.shm:
             return None
-        self.settle()  # rows read from shared memory must include the updates in flight
+        if name in self._open_names:  # its rows must include the updates in flight; another table's
+            self.settle()  # are read at once (a batch's features while its embedding's push is applied)
         if (shard, name) not in self._host.views:
             self._discover()  # a table created since the last look
             self._host.views.setdefault((shard, name), None)
@@ -242,6 +244,7 @@ class ZmqTransport:
         answers. Pushes the fast lane carries go there; what it leaves goes over ZMQ then."""
         with self._lock:
             self._settle()
+            self._open_names = frozenset(c.name for c in calls)
             wait = self.timeout if timeout is None else timeout
             lane = [] if self._fast is None else self._lane_calls(self._fast, calls, wait)
             if lane:
@@ -262,6 +265,7 @@ class ZmqTransport:
             self._settle()
 
     def _settle(self) -> None:
+        self._open_names = frozenset()
         try:
             if self._lane_open is not None:
                 wait, self._lane_open = self._lane_open, None

@@ -278,3 +278,36 @@ def test_deferred_push_lands_before_the_next_read(ckroot: Path, shm: bool) -> No
         everything = torch.arange(rows)
         assert torch.equal(deferred.rows(everything), direct.rows(everything))
         client.close()
+
+
+@pytest.mark.timeout(180)
+def test_a_shared_memory_read_waits_only_for_pushes_to_its_own_table(ckroot: Path) -> None:
+    """With a push in flight, another table's rows are read from shared memory at once (its outcome still
+    pending); a read of the pushed table waits for it, and is where its refusal is raised."""
+    import torch
+
+    from graphtrain.runtime.kvstore.wire.protocol import RemoteError
+    from graphtrain.runtime.optim import OptimConfig
+    from graphtrain.runtime.tensor import DistEmbedding, DistTensor
+
+    rows, dim = 1_000, 8
+    with servers(2, ckroot, "--shm") as srv:
+        client = kvstore.connect([s.address for s in srv], TOKEN, shm=True)
+        feat = DistTensor((rows, dim), torch.float32, "feat", {"kind": "uniform", "seed": 3}, client=client)
+        emb = DistEmbedding(rows, dim, "emb", client=client, init={"kind": "uniform", "seed": 1})
+        bare = DistEmbedding(rows, dim, "bare", client=client)  # no optimizer: its pushes are refused
+        emb.attach(OptimConfig("sgd", 0.5))
+        ids = np.arange(0, rows, 7)
+        before = feat[torch.from_numpy(ids)]
+        ones = np.ones((len(ids), dim), np.float32)
+        client.push_grad("bare", ids, ones, bare.table.book.bounds, False, wait=False)
+        assert torch.equal(feat[torch.from_numpy(ids)], before)  # read at once: nothing raised yet
+        with pytest.raises(RemoteError, match="no optimizer"):
+            bare.table.pull(ids)
+        # a push applied before the next read of its own table, as ever
+        old = emb.rows(torch.from_numpy(ids))
+        emb.apply_gradients(torch.from_numpy(ids), torch.ones(len(ids), dim), wait=False)
+        assert torch.equal(feat[torch.from_numpy(ids)], before)
+        assert torch.allclose(emb.rows(torch.from_numpy(ids)), old - 0.5)
+        client.settle()
+        client.close()
