@@ -194,6 +194,13 @@ void Server::push(Conn& c, char* h) {
                                 name.c_str(), static_cast<long long>(bad_rows),
                                 static_cast<long long>(bad_at >= 0 ? ids[bad_at] + t.lo : -1));
         msg.assign(buf, static_cast<size_t>(len > 0 ? len : 0));
+      } else if (updated == -4) {  // finite rows of one id summed to infinity (nonfinite_refusal's words)
+        char buf[256];
+        int len = std::snprintf(buf, sizeof buf,
+                                "push_grad of '%.64s': the gradients of id %lld sum to infinity; no row was "
+                                "updated",
+                                name.c_str(), static_cast<long long>(bad_at >= 0 ? ids[bad_at] + t.lo : -1));
+        msg.assign(buf, static_cast<size_t>(len > 0 ? len : 0));
       }
       refuse(c, at, rid, kError, msg);
       return;

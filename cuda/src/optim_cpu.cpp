@@ -407,9 +407,9 @@ GT_API int64_t gt_sparse_step(int32_t kind, int64_t n, const int64_t* ids, const
 
 // gt_sparse_step with the gradients in `npieces` row blocks (block k: counts[k] rows of dim floats at
 // blocks[k], the blocks' rows in batch order): a shard server applies a push that arrived in several
-// frames as one step, reading each frame where it lies. refuse_nonfinite: first scan every gradient
-// (the frames were just received, so they are in cache) and return -2 with *bad_pos = the first row
-// holding a NaN or an infinity, before any row is touched. Returns as gt_sparse_step otherwise.
+// frames as one step, reading each frame where it lies. refuse_nonfinite: as gt_sparse_step's (-2 with
+// *bad_pos = the first row holding a NaN or an infinity, -4 where finite rows of one id sum to infinity,
+// nothing touched). Returns as gt_sparse_step otherwise.
 GT_API int64_t gt_sparse_step_pieces(int32_t kind, int64_t n, const int64_t* ids, int64_t npieces,
                                      const float* const* blocks, const int64_t* counts, int64_t dim, int64_t num_rows,
                                      int32_t mean, void* table, int32_t table_dtype, uint64_t round_seed,
@@ -418,22 +418,18 @@ GT_API int64_t gt_sparse_step_pieces(int32_t kind, int64_t n, const int64_t* ids
                                      int64_t* bad_pos) {
   static thread_local std::vector<const float*> rows;
   rows.clear();
-  for (int64_t k = 0; k < npieces; ++k) {
-    if (refuse_nonfinite) {
-      const int64_t at = first_nonfinite_range(reinterpret_cast<const float_bits*>(blocks[k]), 0, counts[k] * dim);
-      if (at >= 0) {
-        *bad_pos = static_cast<int64_t>(rows.size()) + at / dim;
-        return -2;
-      }
-    }
+  for (int64_t k = 0; k < npieces; ++k)
     for (int64_t r = 0; r < counts[k]; ++r) rows.push_back(blocks[k] + r * dim);
-  }
   if (static_cast<int64_t>(rows.size()) != n) {
     *bad_pos = -1;
     return -3;  // the caller checks the counts; a mismatch never reaches the update
   }
+  // refuse_nonfinite: scanned inside the step, row by row just before the update reads them (a NaN or an
+  // infinity in any row makes its id's sum one: the same refusals, -2 or -4, as a scan beforehand), not in
+  // a pass of its own over every gradient first (5 % of a WordNet shard server's CPU, 2026-12-06)
   return sparse_step(kind, n, ids, GradRows{nullptr, rows.data(), dim}, dim, num_rows, mean, table, table_dtype,
-                     round_seed, state0, state1, row_steps, global_step, params, threads, bad_pos);
+                     round_seed, state0, state1, row_steps, global_step, params, threads, bad_pos,
+                     refuse_nonfinite != 0);
 }
 
 // Deduplicate `ids` in first-occurrence order and reduce `grads` per unique id (sum, or mean).

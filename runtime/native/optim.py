@@ -149,8 +149,8 @@ def sparse_step_pieces(
 ) -> int:
     """sparse_step with the gradients in row blocks (pieces[0] holds the rows of the first ids, and so
     on), read where they lie: a push that reached a shard server in several frames is one step, without
-    copying its frames into one array. refuse_nonfinite: scan the gradients first (one pass, in cache)
-    and raise NonFiniteGradient before any row is touched."""
+    copying its frames into one array. refuse_nonfinite: raise NonFiniteGradient, nothing touched, where
+    a row holds NaN or infinity or one id's finite rows sum to infinity (as sparse_step)."""
     dim = table.shape[1]
     blocks = np.empty(len(pieces), dtype=np.uint64)
     counts = np.empty(len(pieces), dtype=np.int64)

@@ -21,7 +21,7 @@ from graphtrain.runtime.optim import (
     make_state,
     sparse_step,
 )
-from graphtrain.runtime.optim.functional import ENV_THREADS, unit_complex
+from graphtrain.runtime.optim.functional import ENV_THREADS, native_args, unit_complex
 from graphtrain.runtime.optim.functional import threads as team_size
 
 BACKENDS = ["torch", "cpu"]  # the tensors here are on the CPU; a missing core fails (conftest.py)
@@ -476,3 +476,33 @@ def test_no_weight_decay_reads_no_weight(backend: str, kind: str, dim: int) -> N
     assert table[3, dim - 1] == float("inf")
     for key, value in state.items():
         assert torch.isfinite(value.float()).all(), key
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_push_in_pieces_is_refused_whole_for_a_nonfinite_row_or_an_overflowing_sum(threads: int) -> None:
+    """A push in row blocks (a shard server's frames) gets the refusals of one array: a NaN row names
+    its first position, finite rows of one id that sum to infinity name that id's first row, and nothing
+    is touched either way (the scan runs inside the step, not as a pass before it)."""
+    from graphtrain.runtime.errors import NonFiniteGradient
+
+    config = OptimConfig("adam", 1e-3, step_count="global")
+    table, state = setup(config)
+    before_t, before_s = table.clone(), {k: v.clone() for k, v in state.items()}
+    args = native_args(config)
+    ids = torch.tensor([5, 2, 7, 2])
+    grads = torch.ones(4, 4)
+    grads[3, 1] = float("nan")
+    with pytest.raises(NonFiniteGradient, match="gradient row 3 holds NaN"):
+        native.sparse_step_pieces(args, table, state, ids, [grads[:2], grads[2:]], threads, True)
+    grads = torch.ones(4, 4)
+    grads[1] = grads[3] = 3e38
+    with pytest.raises(NonFiniteGradient, match="the gradients of row 1's id sum to infinity"):
+        native.sparse_step_pieces(args, table, state, ids, [grads[:1], grads[1:]], threads, True)
+    assert torch.equal(table, before_t)
+    assert all(torch.equal(state[k], before_s[k]) for k in state)
+    grads[1] = grads[3] = 1.0  # a finite push in pieces is applied as one array would be
+    state["step"].fill_(1)  # the table's count, which the caller (optim.sparse_step) raises
+    whole_t, whole_s = table.clone(), {k: v.clone() for k, v in state.items()}
+    native.sparse_step_pieces(args, table, state, ids, [grads[:3], grads[3:]], threads, True)
+    native.sparse_step(args, whole_t, whole_s, ids, grads, threads, refuse_nonfinite=True)
+    assert torch.equal(table, whole_t) and not torch.equal(table[[2, 5, 7]], before_t[[2, 5, 7]])

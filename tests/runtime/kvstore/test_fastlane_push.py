@@ -10,7 +10,9 @@ from __future__ import annotations
 import socket
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -100,16 +102,9 @@ def test_a_non_finite_or_misplaced_push_is_refused_whole_in_the_zmq_paths_words(
         ids = np.array([5, 9, 11], dtype=np.int64)
         grads = np.ones((3, DIM), np.float32)
         grads[1, 3] = np.nan
-        words = []
-        for c in (fast, slow):
-            with pytest.raises(protocol.RemoteError) as err:
-                c.push_grad("t", ids, grads, BOUNDS, False, step=1)
-            words.append(str(err.value).split("refused push_grad: ", 1)[1])
-        assert (
-            words[0]
-            == words[1]
-            == ("push_grad of 't': 1 gradient row(s) hold NaN or infinity (first id 9); no row was updated")
-        )
+        words = refusals((fast, slow), lambda c: c.push_grad("t", ids, grads, BOUNDS, False, step=1))
+        nan = "push_grad of 't': 1 gradient row(s) hold NaN or infinity (first id 9); no row was updated"
+        assert words == [nan, nan]
         assert stats(srv)["errors"] == 1  # the lane's refusal, not a fall back to ZMQ
         after = table(srv, "t")
         assert torch.equal(before[0], after[0]) and all(
@@ -122,11 +117,40 @@ def test_a_non_finite_or_misplaced_push_is_refused_whole_in_the_zmq_paths_words(
         slow.close()
 
 
-def push_call(name: str, ids: list[int]):
+def refusals(clients: tuple[Any, ...], push: Callable[[Any], Any]) -> list[str]:
+    """What the server said, refusing `push` from each of `clients` (the words after the shard's name)."""
+    words = []
+    for c in clients:
+        with pytest.raises(protocol.RemoteError) as err:
+            push(c)
+        words.append(str(err.value).split("refused push_grad: ", 1)[1])
+    return words
+
+
+def push_call(name: str, ids: list[int], value: float = 1.0):
     from graphtrain.runtime.kvstore.client.transport import Call
 
     a = np.array(ids, dtype=np.int64)
-    return Call(0, "push_grad", name, [a, np.ones((len(a), DIM), np.float32)], {"step": None})
+    return Call(0, "push_grad", name, [a, np.full((len(a), DIM), value, np.float32)], {"step": None})
+
+
+def test_finite_rows_of_one_id_summing_to_infinity_are_refused_as_on_zmq(servers) -> None:  # noqa: F811
+    """A push whose ids repeat (a client that did not deduplicate) is reduced by the server: two finite
+    3e38 rows of one id sum to infinity, refused whole, on the lane as over ZMQ."""
+    (srv,) = servers()
+    fast = kvstore.connect([srv.address], TOKEN, timeout=10)
+    slow = kvstore.connect([srv.address], TOKEN, timeout=10, fast=False)
+    try:
+        fast.create("t", ROWS, (DIM,), "float32", BOUNDS, {"kind": "uniform", "seed": 4})
+        fast.set_optimizer("t", {"kind": "sgd", "lr": 1e-38})
+        before = table(srv, "t")
+        words = refusals((fast, slow), lambda c: c.transport.call_many([push_call("t", [3, 8, 3], 3e38)]))
+        assert words == ["push_grad of 't': the gradients of id 3 sum to infinity; no row was updated"] * 2
+        assert stats(srv)["errors"] == 1  # the lane's refusal, not a fall back to ZMQ
+        assert torch.equal(before[0], table(srv, "t")[0])
+    finally:
+        fast.close()
+        slow.close()
 
 
 def test_a_locked_table_is_pushed_over_zmq_once_it_is_free_and_no_step_is_lost(servers) -> None:  # noqa: F811
