@@ -287,7 +287,8 @@ class DistEmbedding:
         self, ids: torch.Tensor, grads: torch.Tensor, backend: str | None = None, wait: bool = True
     ) -> int:
         """Deduplicate and push (ids, grads); the shards apply the optimizer. Returns unique rows pushed.
-        wait=False: return once sent; the next use of the client waits for the update (KVClient.push_grad)."""
+        wait=False: return once sent; the client's next request, push or read of this table waits for the
+        update (KVClient.push_grad)."""
         if self.config is None:
             raise ValueError(f"embedding {self.name!r} has no optimizer")
         self.steps += 1

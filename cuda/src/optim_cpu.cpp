@@ -329,8 +329,9 @@ int64_t first_bad_row(int64_t n, const int64_t* ids, const GradRows& grads, int6
 
 // refuse_nonfinite: each thread scans the reduced gradients of the rows it owns (the batch's own rows for
 // ids that occur once) before any thread updates one, and a single non-finite value refuses the whole step:
-// -2 with *bad_pos = first_bad_row, or -4 where only a sum of finite rows overflowed. One pass fewer than a
-// scan of the batch beforehand: the rows are then read again from the cache by the update.
+// -2 with *bad_pos = first_bad_row, or -4 where only a sum of finite rows overflowed (*bad_pos: the first
+// row of the smallest such id, whatever the team's size). One pass fewer than a scan of the batch
+// beforehand: the rows are then read again from the cache by the update.
 int64_t sparse_step(int32_t kind, int64_t n, const int64_t* ids, const GradRows& grads, int64_t dim, int64_t num_rows,
                     int32_t mean, void* table, int32_t table_dtype, uint64_t round_seed, float* state0, float* state1,
                     int64_t* row_steps, int64_t global_step, OptimParams params, int32_t threads, int64_t* bad_pos,
@@ -360,12 +361,14 @@ int64_t sparse_step(int32_t kind, int64_t n, const int64_t* ids, const GradRows&
     Workspace& ws = workspace();
     const int64_t local = own_rows(ws, sc.blocks, tid, h, grads, dim, mean != 0);
     if (refuse_nonfinite) {  // uniform over the team: every thread reaches the barrier
-      for (int64_t r = 0; r < local; ++r) {
-        if (first_nonfinite_range(reinterpret_cast<const float_bits*>(ws.grad[r]), 0, dim) >= 0) {
-#pragma omp atomic write
-          flagged = ws.rows[r];
-          break;
-        }
+      int64_t least = -1;    // this thread's smallest flagged row: the team's verdict names the smallest,
+      for (int64_t r = 0; r < local; ++r)  // whatever the team's size (a message the same from run to run)
+        if ((least < 0 || ws.rows[r] < least) &&
+            first_nonfinite_range(reinterpret_cast<const float_bits*>(ws.grad[r]), 0, dim) >= 0)
+          least = ws.rows[r];
+      if (least >= 0) {
+#pragma omp critical(gt_sparse_step_flagged)
+        if (flagged < 0 || least < flagged) flagged = least;
       }
 #pragma omp barrier
     }

@@ -169,9 +169,9 @@ def sparse_step(
         if max_threads is not None:
             team = max(1, min(team, max_threads))
     if isinstance(grads, list):
-        # the native pieces path scans on this thread, in cache, before any row is touched; for a step
-        # of one thread a single piece goes there too (torch's scan of a tensor starts an intra-op team)
-        if name is CoreBackend.CPU and (len(grads) > 1 or (finite and team == 1 and len(grads) == 1)):
+        # the native pieces path reads the frames where they lie (and scans them for NaN or infinity
+        # inside its step, as the one-array path does, before any row is touched)
+        if name is CoreBackend.CPU and len(grads) > 1:
             grads = [g.contiguous() for g in grads]
         else:
             grads = (

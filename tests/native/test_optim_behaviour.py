@@ -498,6 +498,13 @@ def test_a_push_in_pieces_is_refused_whole_for_a_nonfinite_row_or_an_overflowing
     grads[1] = grads[3] = 3e38
     with pytest.raises(NonFiniteGradient, match="the gradients of row 1's id sum to infinity"):
         native.sparse_step_pieces(args, table, state, ids, [grads[:1], grads[1:]], threads, True)
+    # two ids overflow: the smallest (2) is named, by its first row, whatever the team's size
+    many, overflowing = torch.tensor([7, 5, 2, 7, 2]), torch.ones(5, 4)
+    overflowing[[0, 2, 3, 4]] = 3e38
+    with pytest.raises(NonFiniteGradient, match="the gradients of row 2's id sum to infinity"):
+        native.sparse_step_pieces(args, table, state, many, [overflowing[:2], overflowing[2:]], threads, True)
+    with pytest.raises(NonFiniteGradient, match="the gradients of row 2's id sum to infinity"):
+        native.sparse_step(args, table, state, many, overflowing, threads, refuse_nonfinite=True)
     assert torch.equal(table, before_t)
     assert all(torch.equal(state[k], before_s[k]) for k in state)
     grads[1] = grads[3] = 1.0  # a finite push in pieces is applied as one array would be

@@ -147,8 +147,9 @@ class ZmqTransport:
     def local_view(self, shard: int, name: str) -> tuple[np.ndarray, int] | None:
         if not self.shm:
             return None
-        if name in self._open_names:  # its rows must include the updates in flight; another table's
-            self.settle()  # are read at once (a batch's features while its embedding's push is applied)
+        with self._lock:  # its rows must include the updates in flight; another table's are read at
+            if name in self._open_names:  # once (a batch's features while its embedding's push is applied)
+                self._settle()
         if (shard, name) not in self._host.views:
             self._discover()  # a table created since the last look
             self._host.views.setdefault((shard, name), None)
@@ -265,7 +266,6 @@ class ZmqTransport:
             self._settle()
 
     def _settle(self) -> None:
-        self._open_names = frozenset()
         try:
             if self._lane_open is not None:
                 wait, self._lane_open = self._lane_open, None
@@ -274,9 +274,12 @@ class ZmqTransport:
                 if left:  # pushes the lane did not apply (busy, not served, not sent): now over ZMQ
                     ZmqExchange(self, left, wait).finish()
         finally:  # the ZMQ calls' answers are collected even when a lane push was refused
-            if self._open is not None:
-                exchange, self._open = self._open, None
-                exchange.finish()
+            try:
+                if self._open is not None:
+                    exchange, self._open = self._open, None
+                    exchange.finish()
+            finally:  # only now: a reader of these tables on another thread waits on the lock till here
+                self._open_names = frozenset()
 
     def check_handshakes(self, shards: set[int]) -> set[int]:
         """Raise KVAuthError if a server among `shards` refused this client's handshake, KVTimeout if one

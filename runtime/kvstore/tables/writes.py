@@ -112,7 +112,7 @@ class ShardWrites:
         keep: list[np.ndarray | None] = []
         skipped = 0
         for _, values in pieces:
-            bad = None if refuse else nonfinite_rows(values)  # refused: the core's first pass scans
+            bad = None if refuse else nonfinite_rows(values)  # refused: the core's step scans
             if bad is not None:
                 skipped += int(bad.sum())
                 values = values[~bad]

@@ -136,7 +136,8 @@ def push_call(name: str, ids: list[int], value: float = 1.0):
 
 def test_finite_rows_of_one_id_summing_to_infinity_are_refused_as_on_zmq(servers) -> None:  # noqa: F811
     """A push whose ids repeat (a client that did not deduplicate) is reduced by the server: two finite
-    3e38 rows of one id sum to infinity, refused whole, on the lane as over ZMQ."""
+    3e38 rows of one id sum to infinity, refused whole, on the lane as over ZMQ; of two such ids the
+    smaller is named."""
     (srv,) = servers()
     fast = kvstore.connect([srv.address], TOKEN, timeout=10)
     slow = kvstore.connect([srv.address], TOKEN, timeout=10, fast=False)
@@ -144,7 +145,7 @@ def test_finite_rows_of_one_id_summing_to_infinity_are_refused_as_on_zmq(servers
         fast.create("t", ROWS, (DIM,), "float32", BOUNDS, {"kind": "uniform", "seed": 4})
         fast.set_optimizer("t", {"kind": "sgd", "lr": 1e-38})
         before = table(srv, "t")
-        words = refusals((fast, slow), lambda c: c.transport.call_many([push_call("t", [3, 8, 3], 3e38)]))
+        words = refusals((fast, slow), lambda c: c.transport.call_many([push_call("t", [8, 3, 8, 3], 3e38)]))
         assert words == ["push_grad of 't': the gradients of id 3 sum to infinity; no row was updated"] * 2
         assert stats(srv)["errors"] == 1  # the lane's refusal, not a fall back to ZMQ
         assert torch.equal(before[0], table(srv, "t")[0])

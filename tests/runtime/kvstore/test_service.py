@@ -309,5 +309,6 @@ def test_a_shared_memory_read_waits_only_for_pushes_to_its_own_table(ckroot: Pat
         emb.apply_gradients(torch.from_numpy(ids), torch.ones(len(ids), dim), wait=False)
         assert torch.equal(feat[torch.from_numpy(ids)], before)
         assert torch.allclose(emb.rows(torch.from_numpy(ids)), old - 0.5)
+        assert client.transport._open is None and client.transport._lane_open is None  # collected there
         client.settle()
         client.close()
