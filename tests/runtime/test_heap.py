@@ -23,7 +23,8 @@ def test_settle_collects_garbage_then_freezes_survivors() -> None:
     try:
         frozen = heap.settle()
         assert gone() is None  # collected, not frozen
-        assert frozen == gc.get_freeze_count() > 0
+        # at least: a thread an earlier test left running (an in-process server settling) may freeze more
+        assert gc.get_freeze_count() >= frozen > 0
         assert not any(o is kept for o in gc.get_objects())  # no collection walks it any more
         later = Node()
         later.other = later
