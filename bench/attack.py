@@ -25,6 +25,10 @@ KB, within the lane's replies) so that they go over it:
 - lane-bad-pushes: 8 authenticated lane clients sending 256 KB gradient pushes the lane must refuse
   (a NaN in the last row, so the whole scan runs under the table's lock; an id outside the shard) and
   framing errors (gradient bytes not whole floats: closed, and they reconnect), as fast as they can;
+- lane-bad-shared-pushes: 8 authenticated lane clients on the server's host sending pushes from shared
+  memory (wire version 3) as fast as they can: 16,384 rows of their own 8 MiB buffer of this job with a
+  NaN in the last row (refused after the whole scan under the table's lock), another job's buffer, a
+  path, rows past the buffer's end (all three answered "busy", nothing read);
 - lane-stuck-pushers: 4 authenticated lane clients pipelining 256 KB valid pushes and never reading
   the answers (the lane steps one, then stops reading them);
 - lane-bad-batches: 8 authenticated lane clients sending batches (wire version 2) as fast as they can:
@@ -54,6 +58,8 @@ import struct
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
+from multiprocessing import shared_memory
 
 import numpy as np
 import psutil
@@ -61,6 +67,7 @@ import zmq
 from servers import start_server
 
 from graphtrain.runtime import kvstore
+from graphtrain.runtime.kvstore.tables import shm
 from graphtrain.runtime.kvstore.wire import auth, fastwire, protocol
 
 ROWS, DIM = 200_000, 128
@@ -124,6 +131,16 @@ def lane_peer(kind: str, port: int, token: str, stop: mp.Event, seed: int) -> No
                         if not read_reply(s):
                             break  # closed (a framing error): connect again
                     continue
+                if kind == "lane-bad-shared-pushes":
+                    s.sendall(fastwire.hello(token.encode()))
+                    s.recv(8)
+                    s.settimeout(5)
+                    with bad_buffer(token, seed) as requests:
+                        while not stop.is_set():
+                            s.sendall(requests[int(rng.integers(len(requests)))])
+                            if not read_reply(s):
+                                break
+                    continue
                 if kind == "lane-bad-batches":
                     s.sendall(fastwire.hello(token.encode()))
                     s.recv(8)
@@ -176,6 +193,7 @@ LANE_PEERS = {
     "lane-silent": 300,
     "lane-stuck-readers": 4,
     "lane-bad-pushes": 8,
+    "lane-bad-shared-pushes": 8,
     "lane-stuck-pushers": 4,
     "lane-bad-batches": 8,
     "lane-stuck-batchers": 4,
@@ -203,6 +221,35 @@ def bad_push(rng: np.random.Generator) -> bytes:
     else:
         return push(grads, ids, grads.nbytes - 2)
     return push(grads, ids)
+
+
+@contextlib.contextmanager
+def bad_buffer(token: str, seed: int) -> Iterator[list[bytes]]:
+    """Pushes from shared memory the lane refuses, and the buffer of this job they read (unlinked after):
+    NaN in its last row, another job's name, a path, rows past its end."""
+    ids = np.arange(fastwire.MAX_IDS, dtype=np.int64)
+    name = f"{shm.job_prefix(token)}-push-{os.getpid()}-attack{seed}"
+    seg = shared_memory.SharedMemory(name=name, create=True, size=len(ids) * DIM * 4)
+    try:
+        grads = np.ndarray((len(ids), DIM), np.float32, buffer=seg.buf)
+        grads[:] = 0.0
+        grads[-1, -1] = np.nan
+        rows = fastwire.row_type(np.dtype(np.float32), (DIM,))
+
+        def request(buffer: str, offset: int, n: int) -> bytes:
+            head = fastwire.shared_push_request(1, b"emb", n, rows, buffer.encode(), offset, 1)  # type: ignore[arg-type]
+            return head + ids[:n].tobytes()
+
+        other = f"graphtrain-000000000000-push-{os.getpid()}-attack{seed}"
+        yield [
+            request(name, 0, len(ids)),
+            request(other, 0, 64),
+            request(f"../{name}", 0, 64),
+            request(name, DIM * 4, len(ids)),
+        ]
+    finally:
+        seg.close()
+        seg.unlink()
 
 
 def batch(requests: list[bytes]) -> bytes:
@@ -308,7 +355,8 @@ def main() -> None:
     ap.add_argument(
         "--scenarios",
         default="claims-1GiB,claims-frame-limit,wrong-token,stuck-readers,"
-        "lane-wrong-token,lane-garbage,lane-silent,lane-stuck-readers,lane-bad-pushes,lane-stuck-pushers,"
+        "lane-wrong-token,lane-garbage,lane-silent,lane-stuck-readers,lane-bad-pushes,lane-bad-shared-pushes,"
+        "lane-stuck-pushers,"
         "lane-bad-batches,lane-stuck-batchers",
         help="comma-separated",
     )

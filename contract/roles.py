@@ -242,8 +242,9 @@ class ShardServerParams(RoleParams):
     fast_port: int = field(
         default=0,
         metadata=opt(
-            "also answer small pulls of host tables natively on this TCP port of the bind host (the fast "
-            "lane; 0: any free port, -1: none)",
+            "also answer small pulls of host tables, and the same host's gradient pushes, natively on this "
+            "TCP port of the bind host (the fast lane; 0: any free port, -1: none; beside an ipc:// bind a "
+            "Unix socket next to it, whatever the port)",
             min=-1,
             max=PORT,
         ),

@@ -5,8 +5,9 @@
 // the gather is ~15 us; the rest was Python around pyzmq (poll, recv, parse, validate, encode, send)
 // and ZMQ's own I/O thread (~80 us alone). A trainer at 4 hosts sends ~19 such requests a step.
 //
-// What. One thread, one epoll set, non-blocking sockets. The wire (all little-endian, version 2; a
-// version-1 peer is served ops 1-3):
+// What. One thread, one epoll set, non-blocking sockets: TCP beside a tcp:// server, a Unix socket beside
+// an ipc:// one. The wire (all little-endian, version 3; a version-1 peer is served ops 1-3, a version-2
+// peer ops 1-4):
 //   hello    client -> server  "GTFL" u16 version, u16 token length (1..256), the token
 //            server -> client  "GTFL" u32 status (0 accepted; anything else: refused, then closed)
 //   request  "GTRQ" u16 op, u16 name length, u64 rid, u64 count (<= max_ids), u64 reserved (0; a push: its
@@ -21,7 +22,17 @@
 //                          gradients' row type (the table's: a half table's gradients are sent in its
 //                          type, as over ZMQ), i64 step (Adam's table-wide count; INT64_MIN:
 //                          none), `count` ids (int64, global rows), then `count` gradient rows
-//            op 4, batch:  no name; `count` (2..8) requests of ops 1-3, each a whole request as above,
+//            op 5, push from shared memory (version 3): a push whose gradients (float32, whatever the
+//                          table's type, as over ZMQ) lie in the client's push buffer on this host (a
+//                          shared-memory segment of this job: kvstore/tables/shm.py PushBuffer); `reserved`
+//                          is the buffer's name length (1..128); the table's name padded, the gradients'
+//                          row type, i64 step, u64 the rows' byte offset in the buffer, the buffer's name
+//                          padded to 8 bytes, then `count` ids. The lane maps the buffer read-only (at
+//                          most kMaxSegments at a time, the file's identity checked at every push); one
+//                          it cannot read, or whose rows would end past its size, answers "busy" (the
+//                          client pushes over ZMQ, which refuses it in its own words). Issue 47: the
+//                          servers of one host took every gradient push over ZMQ, ~0.6 ms of Python each
+//            op 4, batch:  no name; `count` (2..8) requests of ops 1-3 (or 5), each a whole request as above,
 //                          padded with zeros to 8 bytes; `reserved`: their bytes (<= 2 x max_reply_bytes, a
 //                          push's bound).
 //                          One message for several operations on one shard (issue 47, item 2: a step's
@@ -64,6 +75,7 @@
 #include <netinet/tcp.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -197,6 +209,13 @@ void Server::refuse(Conn& c, size_t at, uint64_t rid, Status status, const std::
   reply(c, rid, status, msg.data(), msg.size());
 }
 
+// Whether the request at `h` is of an op the peer's wire version has (a batch: 2, a push from shared
+// memory: 3).
+static bool spoken(const Conn& c, const char* h) {
+  uint16_t op = load<uint16_t>(h + 4);
+  return c.version >= (op == kOpPushShared ? 3 : op == kOpBatch ? 2 : 1);
+}
+
 size_t Server::request_bytes(const char* h, bool batched) const {
   uint16_t op = load<uint16_t>(h + 4), name_len = load<uint16_t>(h + 6);
   uint64_t n = load<uint64_t>(h + 16), extra = load<uint64_t>(h + 24);
@@ -207,21 +226,27 @@ size_t Server::request_bytes(const char* h, bool batched) const {
       return 0;
     return kRequest + extra;
   }
-  bool named = op == kOpPull || op == kOpPush ? name_len >= 1 && name_len <= kMaxName
-                                              : op == kOpSample && name_len == 0;
-  // a push's gradients: float32 rows, or a half table's (2-byte elements: 3 of them are 6 bytes)
-  bool sized = op == kOpPush ? extra <= static_cast<uint64_t>(max_reply) && extra % 2 == 0 : extra == 0;
+  const bool pushed = op == kOpPush || op == kOpPushShared;
+  bool named = op == kOpPull || pushed ? name_len >= 1 && name_len <= kMaxName : op == kOpSample && name_len == 0;
+  // a push's gradients: float32 rows, or a half table's (2-byte elements: 3 of them are 6 bytes); a push
+  // from shared memory: its buffer's name length
+  bool sized = op == kOpPush         ? extra <= static_cast<uint64_t>(max_reply) && extra % 2 == 0
+               : op == kOpPushShared ? extra >= 1 && extra <= kMaxName
+                                     : extra == 0;
   if (!named || !sized || n > static_cast<uint64_t>(max_ids)) return 0;
   size_t named_head = ((name_len + 7) & ~size_t{7}) + kRowType;
-  return kRequest + (op == kOpPull ? named_head : op == kOpPush ? named_head + 8 : kSampleArgs) + n * 8 +
-         (op == kOpPush ? extra : 0);
+  size_t head = op == kOpPull ? named_head
+                : op == kOpPush ? named_head + 8
+                : op == kOpPushShared ? named_head + 16 + ((extra + 7) & ~uint64_t{7})
+                                      : kSampleArgs;
+  return kRequest + head + n * 8 + (op == kOpPush ? extra : 0);
 }
 
 void Server::answer(Conn& c, char* h) {
   uint16_t op = load<uint16_t>(h + 4);
   if (op == kOpPull)
     pull(c, h);
-  else if (op == kOpPush)
+  else if (op == kOpPush || op == kOpPushShared)
     push(c, h);
   else
     sample(c, h);
@@ -234,7 +259,7 @@ bool Server::batch(Conn& c) {
   size_t at = kRequest, end = kRequest + body;
   for (uint64_t i = 0; i < k; ++i) {
     size_t bytes = end - at < kRequest ? 0 : request_bytes(h + at, true);
-    if (bytes == 0 || bytes > end - at) return false;
+    if (bytes == 0 || bytes > end - at || !spoken(c, h + at)) return false;
     size_t padded = (bytes + 7) & ~size_t{7};
     if (padded > end - at) return false;
     for (size_t p = at + bytes; p < at + padded; ++p)
@@ -291,7 +316,7 @@ bool Server::advance(Conn& c, int64_t now) {
     }
     case kHead: {
       size_t bytes = request_bytes(h, false);
-      if (bytes == 0 || (load<uint16_t>(h + 4) == kOpBatch && c.version < 2)) {
+      if (bytes == 0 || !spoken(c, h)) {
         count(kMalformed);
         return false;
       }
@@ -386,6 +411,7 @@ void Server::loop() {
 }
 
 Server::~Server() {
+  for (auto& g : segments) munmap(const_cast<char*>(g.base), g.size);
   for (auto& [fd, c] : conns) ::close(fd);
   if (listen_fd >= 0) ::close(listen_fd);
   if (wake_fd >= 0) ::close(wake_fd);
@@ -397,7 +423,7 @@ Server::~Server() {
 using namespace graphtrain::lane;  // the C ABI below reads the lane's constants and types
 
 
-// Serve the fast lane on `listen_fd` (a bound, listening TCP socket, now owned by the server) with its
+// Serve the fast lane on `listen_fd` (a bound, listening TCP or Unix socket, now owned by the server) with its
 // own thread; NULL if it cannot (the fd is then closed). Stop it with gt_fast_stop.
 GT_API void* gt_fast_start(int listen_fd, const char* token, int64_t token_len, int64_t max_conns,
                            int64_t max_ids, int64_t max_reply_bytes, int64_t handshake_ms, int64_t stall_ms) {
@@ -472,6 +498,14 @@ GT_API void gt_fast_set_graph(void* server, const int64_t* indptr, const int64_t
   auto* s = static_cast<Server*>(server);
   std::lock_guard<std::mutex> lock(s->mu);
   s->graph = indptr == nullptr ? Graph{} : Graph{indptr, indices, lo, num_nodes};
+}
+
+// Step pushes whose gradients are in this job's push buffers (op 5): shared-memory segments whose names
+// start with `prefix` (kvstore/tables/shm.py: the job's prefix and "-push-"; empty: none).
+GT_API void gt_fast_set_segments(void* server, const char* prefix, int64_t len) {
+  auto* s = static_cast<Server*>(server);
+  std::lock_guard<std::mutex> lock(s->mu);
+  s->push_prefix.assign(prefix, static_cast<size_t>(len > 0 && len <= 200 ? len : 0));
 }
 
 // The counters (Stat's order) into out[0..n).

@@ -21,8 +21,8 @@ namespace graphtrain::lane {
 constexpr uint32_t kHelloMagic = 0x4c465447;  // "GTFL"
 constexpr uint32_t kRequestMagic = 0x51525447;  // "GTRQ"
 constexpr uint32_t kReplyMagic = 0x50525447;  // "GTRP"
-constexpr uint16_t kVersion = 2;      // 2: op 4 (batch); a version-1 peer is served ops 1-3
-constexpr uint16_t kOpPull = 1, kOpSample = 2, kOpPush = 3, kOpBatch = 4;
+constexpr uint16_t kVersion = 3;  // 2: op 4 (batch); 3: op 5 (a push from shared memory)
+constexpr uint16_t kOpPull = 1, kOpSample = 2, kOpPush = 3, kOpBatch = 4, kOpPushShared = 5;
 constexpr uint64_t kMaxBatch = 8;      // requests in one batch
 constexpr int64_t kBatchFactor = 2;    // a batch's body <= this x max_reply (its replies' payloads <= max_reply)
 constexpr int64_t kNoStep = INT64_MIN;
@@ -30,6 +30,7 @@ constexpr int64_t kMaxStep = int64_t{1} << 62;  // a push's largest step, as ove
 constexpr size_t kSampleArgs = 16;  // fan-out, seed
 constexpr size_t kRowType = 32;     // element type code, dims, dims[3]
 constexpr size_t kHello = 8, kRequest = 32, kReply = 24, kMaxToken = 256, kMaxName = 128;
+constexpr size_t kMaxSegments = 16;  // push buffers a lane keeps mapped (a client has one at a time)
 constexpr int kPerWake = 16;  // requests one connection may have answered before the others' turn
 constexpr size_t kSlice = 64 << 10;  // reply bytes one connection may send before the others' turn
 enum Status : uint32_t { kOk = 0, kError = 1, kNotHere = 2, kBusy = 3 };
@@ -61,6 +62,13 @@ struct Graph {  // the partition's in-edges (CSR over rows lo..lo+num_nodes), fo
   const int64_t* indptr = nullptr;
   const int64_t* indices = nullptr;
   int64_t lo = 0, num_nodes = 0;
+};
+
+struct Segment {  // a client's push buffer, mapped read-only by the lane's thread
+  std::string name;
+  const char* base = nullptr;
+  size_t size = 0;
+  uint64_t dev = 0, ino = 0;  // which file: a name unlinked and created again is another segment
 };
 
 struct Conn {
@@ -107,6 +115,8 @@ struct Server {
   std::atomic<uint64_t> stats[kStats];
   std::atomic<bool> stopping{false};
   std::vector<float> widened;  // a half table's pushed gradients in float32 (the lane's thread only)
+  std::string push_prefix;  // the names of this job's push buffers start with it (guarded by mu; "": none)
+  std::vector<Segment> segments;  // mapped push buffers, least recently used first (the lane's thread only)
   std::thread thread;
 
   void count(Stat s, uint64_t n = 1) { stats[s].fetch_add(n, std::memory_order_relaxed); }
@@ -141,11 +151,15 @@ struct Server {
   static std::string outside(const int64_t* ids, uint64_t n, const std::string& name, int64_t lo, int64_t hi);
   // One complete pull at `h`: its reply is appended to c.out.
   void pull(Conn& c, const char* h);
-  // One complete push at `h`: the step under the table's lock, its unique rows appended to c.out.
+  // `bytes` of gradients at `offset` of push buffer `name` (this job's, mapped on first use, its file checked
+  // at every use), or null: not one of this job's push buffers, gone, or too small.
+  const float* segment(const std::string& name, uint64_t offset, uint64_t bytes);
+  // One complete push at `h` (op 3, or op 5: its gradients in a push buffer): the step under the table's
+  // lock, its unique rows appended to c.out.
   void push(Conn& c, char* h);
   // One complete sample request at `h`: the counts, then the sources, appended to c.out.
   void sample(Conn& c, const char* h);
-  // One complete request at `h` of ops 1-3, answered.
+  // One complete request at `h` of ops 1-3 or 5, answered.
   void answer(Conn& c, char* h);
   // One complete batch in c.in: each request answered in order, the replies in one; false: malformed.
   bool batch(Conn& c);

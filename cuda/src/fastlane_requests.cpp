@@ -1,5 +1,12 @@
 // The fast lane's answers to pulls, pushes and samples (the design and the wire: fastlane.cpp).
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -92,6 +99,47 @@ void Server::pull(Conn& c, const char* h) {
   answered(c, at, kPullsOk, kRows, n, start);
 }
 
+const float* Server::segment(const std::string& name, uint64_t offset, uint64_t bytes) {
+  const size_t n = push_prefix.size();
+  if (n == 0 || name.size() <= n || name.compare(0, n, push_prefix) != 0) return nullptr;
+  for (char ch : name)  // a name in /dev/shm, never a path
+    if (!(std::isalnum(static_cast<unsigned char>(ch)) || ch == '-' || ch == '_' || ch == '.')) return nullptr;
+  int fd = shm_open(("/" + name).c_str(), O_RDONLY | O_CLOEXEC, 0);
+  if (fd < 0) return nullptr;
+  struct stat st {};
+  if (fstat(fd, &st) != 0 || st.st_size <= 0) {
+    ::close(fd);
+    return nullptr;
+  }
+  const auto size = static_cast<size_t>(st.st_size);
+  auto same = [&](const Segment& g) {
+    return g.name == name && g.dev == static_cast<uint64_t>(st.st_dev) &&
+           g.ino == static_cast<uint64_t>(st.st_ino) && g.size == size;
+  };
+  auto it = std::find_if(segments.begin(), segments.end(), same);
+  if (it != segments.end()) {
+    std::rotate(it, it + 1, segments.end());  // most recently used last
+    ::close(fd);
+  } else {
+    void* base = mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
+    ::close(fd);
+    if (base == MAP_FAILED) return nullptr;
+    for (auto g = segments.begin(); g != segments.end();) {  // the name's older file, or the least used
+      if (g->name == name || segments.size() >= kMaxSegments) {
+        munmap(const_cast<char*>(g->base), g->size);
+        g = segments.erase(g);
+      } else {
+        ++g;
+      }
+    }
+    segments.push_back(Segment{name, static_cast<const char*>(base), size, static_cast<uint64_t>(st.st_dev),
+                               static_cast<uint64_t>(st.st_ino)});
+  }
+  const Segment& g = segments.back();
+  if (offset % 4 != 0 || offset > g.size || bytes > g.size - offset) return nullptr;
+  return reinterpret_cast<const float*>(g.base + offset);
+}
+
 // One complete push at `h`: the step under the table's lock, its unique rows appended to c.out.
 void Server::push(Conn& c, char* h) {
   const size_t at = c.out.size();
@@ -102,18 +150,34 @@ void Server::push(Conn& c, char* h) {
   RowType got{load<uint32_t>(typep), load<uint32_t>(typep + 4),
               {load<uint64_t>(typep + 8), load<uint64_t>(typep + 16), load<uint64_t>(typep + 24)}};
   int64_t step = load<int64_t>(typep + kRowType);
-  int64_t* ids = reinterpret_cast<int64_t*>(h + (typep - h) + kRowType + 8);  // 8-byte aligned: see need
+  const bool shared = load<uint16_t>(h + 4) == kOpPushShared;  // its gradients in a push buffer, float32
+  const char* after = typep + kRowType + (shared ? 16 : 8);
+  std::string buffer = shared ? std::string(after, bytes) : std::string();
+  if (shared) after += (bytes + 7) & ~uint64_t{7};
+  int64_t* ids = reinterpret_cast<int64_t*>(h + (after - h));  // 8-byte aligned: see need
   const float* grads = reinterpret_cast<const float*>(ids + n);  // a half table's: its type's bits
   auto start = std::chrono::steady_clock::now();
   int64_t updated = 0;
   {
     std::lock_guard<std::mutex> lock(mu);
     auto it = tables.find(name);
-    if (it == tables.end() || it->second.lock == nullptr || !(it->second.type == got)) {
+    RowType want = it == tables.end() ? RowType{} : it->second.type;
+    if (shared) want.code = 1;  // float32 ("<f4", wire/fastwire.py ELEMENT_TYPES)
+    if (it == tables.end() || it->second.lock == nullptr || !(want == got)) {
       refuse(c, at, rid, kNotHere, "the fast lane does not step table '" + name.substr(0, 64) + "'");
       return;
     }
     const Table& t = it->second;
+    if (shared) {
+      uint64_t elements = 1;
+      for (uint32_t k = 0; k < got.ndim; ++k) elements *= got.dims[k];
+      bytes = n * elements * 4;
+      grads = segment(buffer, load<uint64_t>(typep + kRowType + 8), bytes);
+      if (grads == nullptr) {
+        refuse(c, at, rid, kBusy, "the push's buffer cannot be read here");
+        return;
+      }
+    }
     if (step != kNoStep && (step < 1 || step > kMaxStep)) {  // the ZMQ path's bounds (wire/opargs.py)
       char msg[128];
       int len = std::snprintf(msg, sizeof msg, "argument 'step' must be in [1, %lld], got %lld",
@@ -121,7 +185,7 @@ void Server::push(Conn& c, char* h) {
       refuse(c, at, rid, kError, std::string(msg, static_cast<size_t>(len > 0 ? len : 0)));
       return;
     }
-    if (bytes != n * static_cast<uint64_t>(t.row_bytes)) {
+    if (!shared && bytes != n * static_cast<uint64_t>(t.row_bytes)) {
       refuse(c, at, rid, kError, "a push's gradient bytes are not its ids' rows");
       return;
     }
@@ -152,7 +216,7 @@ void Server::push(Conn& c, char* h) {
     const int64_t global = d.global_step == nullptr ? 0 : step != kNoStep ? step : *d.global_step + 1;
     const int64_t rows = static_cast<int64_t>(n);
     uint64_t seed = 0;
-    if (half) {  // a half table's gradients crossed in its type (dtypes.narrowed): widened, exactly
+    if (half && !shared) {  // a half table's gradients crossed in its type (dtypes.narrowed): widened, exactly
       widened.resize(n * static_cast<size_t>(d.dim));
       const auto* bits = reinterpret_cast<const uint16_t*>(grads);
       const auto all = static_cast<int64_t>(widened.size());
@@ -164,9 +228,9 @@ void Server::push(Conn& c, char* h) {
       else
         for (int64_t k = 0; k < all; ++k) widened[k] = graphtrain::half_to_float(bits[k], d.table_dtype);
       grads = widened.data();
-      // TensorShard.round_seed's: counted before the step, a refused one included
-      seed = d.seed_base | (static_cast<uint64_t>(++*d.steps) & 0xFFFFFFFFu);
     }
+    if (half)  // TensorShard.round_seed's: counted before the step, a refused one included
+      seed = d.seed_base | (static_cast<uint64_t>(++*d.steps) & 0xFFFFFFFFu);
     int64_t bad_at = -1;
     updated = gt_sparse_step_pieces(d.kind, rows, ids, 1, &grads, &rows, d.dim, d.num_rows, d.mean, d.table,
                                     d.table_dtype, seed, d.state0, d.state1, d.row_steps, global, d.params, 1,

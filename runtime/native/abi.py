@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 from graphtrain.runtime.errors import GraphtrainError
 
 # = graphtrain::kAbiVersion in cuda/include/graphtrain/abi.h (tests/native/test_abi.py compares them)
-ABI_VERSION = 19
+ABI_VERSION = 20
 
 CPU, CUDA = "cpu", "cuda"
 REBUILD = {
@@ -142,6 +142,7 @@ SIGNATURES: dict[str, Signature] = {
     "gt_lock_stale": Signature((CPU,), None, [P]),
     "gt_fast_stats": Signature((CPU,), None, [P, P, I64]),
     "gt_fast_set_graph": Signature((CPU,), None, [P, P, P, I64, I64]),
+    "gt_fast_set_segments": Signature((CPU,), None, [P, ctypes.c_char_p, I64]),
     "gt_fast_stop": Signature((CPU,), None, [P]),
     # CUDA core (cuda/src/optim_cuda.cu): every call returns an error code and leaves its message in
     # gt_cuda_last_error. Device pointers; the sparse step's tail has the flag "steps is the table's one

@@ -22,8 +22,9 @@ namespace graphtrain {
 // shard tables' native lock (gt_lock_*, gt_fast_set_table's lock); 14: the fast lane's batches (wire version 2,
 // gt_fast_stats' batches counter); 15: attention sums over two inputs sharing the output (z2, width2), the transpose's row stride (ld);
 // 16: thin products of attention scores (gt_thin_product, gt_thin_product_grad); 17: OptimParams' row_norm
-// (the CPU core's update loop scales float32 rows to it)
-inline constexpr int32_t kAbiVersion = 19;
+// (the CPU core's update loop scales float32 rows to it); 20: the fast lane's pushes from shared memory
+// (gt_fast_set_segments, wire version 3)
+inline constexpr int32_t kAbiVersion = 20;
 }  // namespace graphtrain
 
 // The two functions of the check, defined once in each library (one use per build).

@@ -4,8 +4,10 @@ the client side.
 ZmqTransport hands each eligible call here: a pull of a table's rows into the caller's array, of at most
 fastwire.MAX_IDS ids and MAX_REPLY_BYTES of rows, a neighbour sample (untyped, a fan-out >= 1, its
 reply within MAX_REPLY_BYTES at most), or a gradient push (float32 rows, or a half table's in its type)
-within the same bounds (one chunk, not through shared memory), to a shard whose health reply named a
-fast lane port. One plain TCP connection per shard, authenticated once with the token, one message in
+within the same bounds (one chunk), or whatever its size a push from the same host whose rows lie in the
+client's shared-memory push buffer (wire version 3: only the ids and the buffer's name cross), to a shard
+whose health reply named a fast lane: a TCP port, or beside an ipc:// server a Unix socket. One plain
+connection per shard, authenticated once with the token, one message in
 flight on it at a time (pulls to several shards are in flight together). Several calls to one shard go
 as one batch (wire version 2, lanecalls.take): a step's features and embedding rows cost one round
 trip, not two. Rows are read straight into the caller's array when they land in order.
@@ -68,7 +70,11 @@ class FastPulls:
         self.hosts = [host_of(a) for a in addresses]
         self.token = token.encode()
         self.timeout = timeout
-        self.ports: list[int | None] = [None if h else 0 for h in self.hosts]  # None: ask; 0: none
+        # None: ask; 0: no TCP lane (an ipc:// server's lane is a Unix socket: `paths`)
+        self.ports: list[int | None] = [
+            None if host_of(a) or a.startswith("ipc://") else 0 for a in addresses
+        ]
+        self.paths: list[str | None] = [None] * len(addresses)
         self.versions = [1] * len(addresses)  # each lane's wire version (learn)
         self.socks: list[socket.socket | None] = [None] * len(addresses)
         self.retry_at = [0.0] * len(addresses)
@@ -94,21 +100,29 @@ class FastPulls:
             if c.op in LANE_OPS and self.ports[c.shard] is None and now >= self.retry_at[c.shard]
         }
 
-    def learn(self, shard: int, port: int, version: int = 1) -> None:
-        """The lane's port of `shard` (0: none) and the wire version its health reply names: a server
-        older than batches (version 1) is sent one request at a time, and greeted as version 1."""
-        self.ports[shard] = int(port) if 0 < int(port) < 65536 else 0
+    def learn(self, shard: int, port: int, version: int = 1, path: str = "") -> None:
+        """The lane's port of `shard` (0: none), or beside an ipc:// server its Unix socket's `path`,
+        and the wire version its health reply names: a server older than batches (version 1) is sent one
+        request at a time, and greeted as version 1; one older than pushes from shared memory (version
+        2) is sent those over ZMQ."""
+        ipc = self.addresses[shard].startswith("ipc://")
+        self.ports[shard] = int(port) if not ipc and 0 < int(port) < 65536 else 0
+        self.paths[shard] = path if ipc and isinstance(path, str) and path.startswith("/") else None
         self.versions[shard] = max(1, min(version, fastwire.VERSION)) if isinstance(version, int) else 1
+
+    def _has_lane(self, s: int) -> bool:
+        return bool(self.ports[s]) or self.paths[s] is not None
 
     def eligible(self, c: Call) -> bool:
         s = c.shard
-        if not self.ports[s] or time.monotonic() < self.retry_at[s]:
+        if not self._has_lane(s) or time.monotonic() < self.retry_at[s]:
             return False
         if c.op == "sample":
             return (s, SAMPLING) not in self.not_served and lanecalls.sample_fits(c)
         if c.op == "push_grad":
             served = (s, c.name) not in self.not_served and (s, PUSHES + str(c.name)) not in self.not_served
-            return served and lanecalls.push_fits(c)
+            shared = self.versions[s] >= 3 and lanecalls.shared_push_fits(c)  # rows in a push buffer
+            return served and (shared or lanecalls.push_fits(c))
         return c.op == "pull" and (s, c.name) not in self.not_served and lanecalls.pull_fits(c)
 
     # ------------------------------------------------------------------------ pulls and pushes
@@ -333,7 +347,7 @@ class FastPulls:
                     self._noted = True
                     sys.stderr.write(
                         f"[kvstore] waiting {SLOW_NOTE_SECONDS:.0f} s for shard {self.socks.index(sock)} "
-                        f"({self.hosts[self.socks.index(sock)]}) on its fast lane (the exchange gives up "
+                        f"({self.addresses[self.socks.index(sock)]}) on its fast lane (the exchange gives up "
                         f"after {self.timeout:g} s, then goes over ZMQ)\n"
                     )
                 continue
@@ -352,11 +366,20 @@ class FastPulls:
             # closed (a server that stopped or restarted) or holding bytes no request asked for: a push sent
             # on it would fail after it was sent, not knowing whether it was applied
             self._fail(s)
-        host, port = self.hosts[s], self.ports[s]
-        assert host is not None and port
+        host, port, path = self.hosts[s], self.ports[s], self.paths[s]
         try:
-            sock = socket.create_connection((host, port), timeout=self._left())
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if path is not None:  # beside an ipc:// server: its Unix socket
+                sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                try:
+                    sock.settimeout(self._left())
+                    sock.connect(path)
+                except BaseException:
+                    sock.close()
+                    raise
+            else:
+                assert host is not None and port
+                sock = socket.create_connection((host, port), timeout=self._left())
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             sock.sendall(fastwire.hello(self.token, max(1, self.versions[s])))
             head = bytearray(fastwire.HELLO_REPLY.size)
             self._read_into(sock, memoryview(head))
@@ -385,7 +408,7 @@ class FastPulls:
         """The lane of `s` failed: ZMQ for a while, then ask its port again."""
         self._fail(s)
         self.retry_at[s] = time.monotonic() + RETRY_SECONDS
-        self.ports[s] = None
+        self.ports[s], self.paths[s] = None, None
 
     def close(self) -> None:
         for s in range(len(self.socks)):

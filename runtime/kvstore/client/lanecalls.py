@@ -1,5 +1,6 @@
 """One call on the fast lane's wire (wire/fastwire.py): whether the lane may carry it, its request's
-bytes, the most its reply can take, and the batches several calls to one shard make.
+bytes, the most its reply can take, and the batches several calls to one shard make. A push whose rows
+lie in a shared-memory push buffer (same host) goes as a push from shared memory (wire version 3).
 
 Pure functions of a Call: client/fastlane.py decides with them and sends what they encode.
 """
@@ -61,6 +62,29 @@ def push_fits(c: Call) -> bool:
     )
 
 
+def shared_push_fits(c: Call) -> bool:
+    """A push from the same host whose float32 gradient rows lie in a shared-memory push buffer
+    (KVClient._push_calls' "shm" argument): the ids within the lane's bound, nothing but a step beside."""
+    if not isinstance(c.name, str) or len(c.arrays) != 1 or c.op != "push_grad":
+        return False
+    args = c.args or {}
+    step, buf = args.get("step"), args.get("shm")
+    if set(args) - {"step", "shm"} or not isinstance(buf, dict):
+        return False
+    if step is not None and (not isinstance(step, int) or not 1 <= step <= fastwire.MAX_STEP):
+        return False
+    name, offset, shape = buf.get("name"), buf.get("offset"), buf.get("shape")
+    return (
+        isinstance(name, str)
+        and 1 <= len(name.encode()) <= fastwire.MAX_NAME
+        and isinstance(offset, int)
+        and 0 <= offset < 2**62
+        and isinstance(shape, tuple)
+        and fastwire.row_type(np.dtype(np.float32), shape) is not None
+        and len(c.arrays[0]) <= fastwire.MAX_IDS
+    )
+
+
 def pull_fits(c: Call) -> bool:
     """A pull the lane may carry: into an array of a type it serves, within its bounds."""
     if c.out is None or not isinstance(c.name, str):
@@ -73,6 +97,15 @@ def pull_fits(c: Call) -> bool:
 
 def encode(c: Call, rid: int) -> list[bytes | np.ndarray]:
     """The request of `c` (an eligible call) as parts to send in order, without joining them."""
+    if c.op == "push_grad" and "shm" in (c.args or {}):  # shared_push_fits checked it
+        keys, buf = np.ascontiguousarray(c.arrays[0], dtype=np.int64), (c.args or {})["shm"]
+        rows = fastwire.row_type(np.dtype(np.float32), buf["shape"])
+        assert rows is not None and isinstance(c.name, str)
+        step = (c.args or {}).get("step")
+        head = fastwire.shared_push_request(
+            rid, c.name.encode(), len(keys), rows, buf["name"].encode(), buf["offset"], step
+        )
+        return [head, keys]
     if c.op == "push_grad":
         keys, vals = np.ascontiguousarray(c.arrays[0], dtype=np.int64), c.arrays[1]
         rows = fastwire.row_type(vals.dtype, vals.shape[1:])
@@ -98,6 +131,9 @@ def request_bytes(c: Call) -> int:
     if c.op == "sample":
         return fastwire.REQUEST.size + fastwire.SAMPLE_ARGS.size + n
     named = fastwire.REQUEST.size + fastwire.pad8(len(str(c.name).encode())) + fastwire.ROW_TYPE.size
+    if c.op == "push_grad" and "shm" in (c.args or {}):
+        buffer = len((c.args or {})["shm"]["name"].encode())
+        return named + fastwire.SHARED_ARGS.size + fastwire.pad8(buffer) + 8 * len(c.arrays[0])
     if c.op == "push_grad":
         return fastwire.pad8(named + fastwire.PUSH_ARGS.size + 8 * len(c.arrays[0]) + c.arrays[1].nbytes)
     return named + n

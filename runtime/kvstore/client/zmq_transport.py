@@ -205,7 +205,8 @@ class ZmqTransport:
                     fast.unreachable(s)
                 return []
             for s, a in zip(ask, health, strict=True):
-                fast.learn(s, a.result.get("fast_port", 0), a.result.get("fast_version", 1))
+                r = a.result
+                fast.learn(s, r.get("fast_port", 0), r.get("fast_version", 1), r.get("fast_path", ""))
         return [c for c in calls if fast.eligible(c)]
 
     def _fast_lane(self, fast: FastPulls, calls: list[Call], wait: float) -> list[Answer]:

@@ -2,9 +2,11 @@
 
 Why. Over ZMQ, a 64-row pull cost the server ~0.6 ms of CPU even when the I/O thread answered it
 itself (inline.py): the Python around pyzmq and ZMQ's own I/O thread, for a ~15 us gather. The fast
-lane answers such pulls on one native thread (epoll, no GIL, no hand-off) on a second TCP port; the
-client (client/fastlane.py) uses it for pulls of at most fastwire.MAX_REPLY_BYTES and asks over ZMQ
-for everything else, and for whatever the lane answers "not served here".
+lane answers such pulls on one native thread (epoll, no GIL, no hand-off) on a second TCP port (beside
+an ipc:// server: a Unix socket next to its ZMQ one); the client (client/fastlane.py) uses it for pulls of
+at most fastwire.MAX_REPLY_BYTES and asks over ZMQ for everything else, and for whatever the lane
+answers "not served here". A client on the server's host pushes its gradients there from its shared-memory
+push buffer (op 5), which the lane maps itself: `allow_segments` names this job's buffers.
 
 What is served. Host tables with fixed rows (a dynamic vocabulary's pull may insert keys, a GPU
 table's rows live on the device: both stay on the ZMQ path). `sync` registers them, with their memory
@@ -24,9 +26,11 @@ over ZMQ; the next sync (at most a second later) describes it again.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ipaddress
 import logging
+import os
 import socket
 import threading
 from collections.abc import Iterator
@@ -173,11 +177,23 @@ def describe(t: TensorShard) -> bool:
 
 
 def host_of(bind: str) -> str | None:
-    """The host of a tcp:// bind address (None for ipc:// or anything else: no fast lane there)."""
+    """The host of a tcp:// bind address (None for ipc:// or anything else: no TCP lane there)."""
     if not bind.startswith("tcp://"):
         return None
     host = bind[len("tcp://") :].rsplit(":", 1)[0].strip("[]")
     return "0.0.0.0" if host == "*" else host
+
+
+UNIX_PATH_MAX = 107  # sockaddr_un's sun_path, less its terminating zero
+
+
+def unix_path_of(bind: str) -> str | None:
+    """The lane's Unix socket beside an ipc:// server (its path and ".lane"), or None: not ipc://, or
+    too long a path for a Unix socket."""
+    if not bind.startswith("ipc://"):
+        return None
+    path = bind[len("ipc://") :] + ".lane"
+    return path if path.startswith("/") and len(path.encode()) <= UNIX_PATH_MAX else None
 
 
 class FastLane:
@@ -186,19 +202,21 @@ class FastLane:
         cls, bind: str, port: int | None, token: bytes, limits: LaneLimits | None = None
     ) -> FastLane | None:
         """The lane beside a ZMQ server bound at `bind`, on the same host, or None: off (`port` None or
-        negative), not TCP, no native core, or any port asked (0) on a host it cannot listen on (an
-        interface name ZMQ takes, say): said in the log, and every request goes over ZMQ. A port asked
-        by number (pods: 7001) that cannot be had is an error: the policy and clients expect it there.
+        negative), neither TCP nor ipc://, no native core, or any port asked (0) on a host it cannot
+        listen on (an interface name ZMQ takes, say): said in the log, and every request goes over ZMQ.
+        A port asked by number (pods: 7001) that cannot be had is an error: the policy and clients
+        expect it there. Beside an ipc:// server the lane listens on a Unix socket next to it (`port`
+        is not used): the same host's clients push their gradients through it from shared memory.
 
         Raises:
             GraphtrainError: `port` > 0 and the lane cannot listen on it."""
         from graphtrain.runtime.native import NativeUnavailable
 
-        host = host_of(bind)
-        if port is None or port < 0 or host is None:
+        host, path = host_of(bind), unix_path_of(bind)
+        if port is None or port < 0 or (host is None and path is None):
             return None
         try:
-            return cls(host, port, token, limits)
+            return cls((host, port) if host is not None else path, token, limits)  # type: ignore[arg-type]
         except NativeUnavailable as exc:
             log.warning("no fast lane: %s", exc)
         except GraphtrainError as exc:
@@ -207,21 +225,32 @@ class FastLane:
             log.warning("no fast lane: %s", exc)
         return None
 
-    def __init__(self, host: str, port: int, token: bytes, limits: LaneLimits | None = None):
+    def __init__(self, where: tuple[str, int] | str, token: bytes, limits: LaneLimits | None = None):
+        """Listen at `where`: (host, port) over TCP, or a Unix socket's path (a stale file there, left
+        by a killed server, is replaced, as ZMQ replaces an ipc:// one)."""
         from graphtrain.runtime.native import core
 
         self._core = core()
         lim = limits or LaneLimits()
-        family = socket.AF_INET6 if _is_ipv6(host) else socket.AF_INET
-        sock = socket.socket(family, socket.SOCK_STREAM)
-        try:
+        self.path = where if isinstance(where, str) else None  # the Unix socket's (None: TCP)
+        if isinstance(where, str):
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(where)
+            shown = where
+        else:
+            sock = socket.socket(
+                socket.AF_INET6 if _is_ipv6(where[0]) else socket.AF_INET, socket.SOCK_STREAM
+            )
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.bind((host, port))
+            shown = f"{where[0]}:{where[1]}"
+        try:
+            sock.bind(where)
             sock.listen(128)
         except OSError as exc:
             sock.close()
-            raise GraphtrainError(f"the fast lane cannot listen on {host}:{port}: {exc.strerror}") from None
-        self.port = sock.getsockname()[1]
+            raise GraphtrainError(f"the fast lane cannot listen on {shown}: {exc.strerror}") from None
+        self.port = 0 if self.path is not None else sock.getsockname()[1]
         fd = sock.detach()  # the native server owns it now
         self._handle = self._core.gt_fast_start(
             fd,
@@ -362,14 +391,26 @@ class FastLane:
             self._core.gt_fast_stats(self._handle, ctypes.addressof(out), len(STATS))
         return dict(zip(STATS, out, strict=True))
 
+    def allow_segments(self, prefix: str) -> None:
+        """Step pushes whose gradients lie in this job's push buffers (shm.PushBuffer: `prefix` and
+        "-push-"), which the lane maps read-only itself."""
+        key = f"{prefix}-push-".encode()
+        with self._lock:
+            if self._handle:
+                self._core.gt_fast_set_segments(self._handle, key, len(key))
+
     def stop(self) -> None:
-        """Stop serving and close every connection; the tables are let go after."""
+        """Stop serving and close every connection (and a Unix socket's file); the tables are let go
+        after."""
         with self._lock:
             if self._handle:
                 handle, self._handle = self._handle, None
                 self._core.gt_fast_stop(handle)
                 self._held.clear()
                 self._graph = self._graph_arrays = None
+                if self.path is not None:
+                    with contextlib.suppress(OSError):
+                        os.unlink(self.path)
 
 
 def _is_ipv6(host: str) -> bool:

@@ -180,6 +180,7 @@ class ShardServer(ServerWorkers, ServerStatus):
             raise
         if self.fastlane is not None:
             lane = self.fastlane
+            lane.allow_segments(self.state.shm_prefix)  # the same host's clients' push buffers
             self.metrics.scrape_hooks.hooks.append(lambda: lane.scrape(self.metrics))
         self.tables_changed()
         self._io_beat = time.monotonic()

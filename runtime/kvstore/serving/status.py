@@ -100,5 +100,6 @@ class ServerStatus:
             "busy": int(load["busy_workers"]),
             "queued": int(load["queued_requests"]),
             "fast_port": self.fastlane.port if self.fastlane is not None else 0,
+            "fast_path": (self.fastlane.path or "") if self.fastlane is not None else "",  # a Unix socket's
             "fast_version": fastwire.VERSION,  # the lane's wire (a server without it speaks version 1)
         }

@@ -2,8 +2,10 @@
 
 A second, binary protocol beside the ZMQ one, for the requests that dominate a step across hosts: a pull
 of at most MAX_REPLY_BYTES of rows of a host table, a neighbour sample of an untyped partition, and a
-gradient push of at most MAX_REPLY_BYTES of float32 rows (or a half table's, in its type); and
-(version 2) a batch of up to MAX_BATCH of them for one shard in one message, answered in one reply.
+gradient push of at most MAX_REPLY_BYTES of float32 rows (or a half table's, in its type); (version 2)
+a batch of up to MAX_BATCH of them for one shard in one message, answered in one reply; and (version 3)
+a gradient push from the same host whose rows lie in the client's shared-memory push buffer, whatever
+their size (the message names the buffer and the offset).
 Fixed little-endian headers, no msgpack, one request (or batch) in flight per connection. Peers
 authenticate once per connection with the shard servers' token (sent as ZMQ's PLAIN mechanism sends
 it: in the clear, on the cluster network the NetworkPolicy confines).
@@ -16,7 +18,7 @@ import struct
 
 import numpy as np
 
-VERSION = 2  # 2: OP_BATCH; the server serves version-1 peers ops 1-3
+VERSION = 3  # 2: OP_BATCH; 3: OP_PUSH_SHARED; the server serves version-1 peers ops 1-3
 HELLO = struct.Struct("<4sHH")  # magic, version, token length; then the token
 HELLO_MAGIC = b"GTFL"
 HELLO_REPLY = struct.Struct("<4sI")  # magic, status (0: accepted)
@@ -24,10 +26,11 @@ REQUEST = struct.Struct("<4sHHQQQ")  # magic, op, name length, rid, ids, reserve
 REQUEST_MAGIC = b"GTRQ"
 REPLY = struct.Struct("<4sIQQ")  # magic, status, rid, payload bytes
 REPLY_MAGIC = b"GTRP"
-OP_PULL, OP_SAMPLE, OP_PUSH, OP_BATCH = 1, 2, 3, 4
+OP_PULL, OP_SAMPLE, OP_PUSH, OP_BATCH, OP_PUSH_SHARED = 1, 2, 3, 4, 5
 MAX_BATCH = 8  # requests in one batch
 SAMPLE_ARGS = struct.Struct("<qQ")  # fan-out, seed (after a sample's header)
 PUSH_ARGS = struct.Struct("<q")  # Adam's table-wide step, or NO_STEP (after a push's row type)
+SHARED_ARGS = struct.Struct("<qQ")  # a push from shared memory's step, and its rows' offset in the buffer
 PUSH_REPLY = struct.Struct("<q")  # the unique rows the push updated
 NO_STEP = -(2**63)
 MAX_STEP = 2**62  # a push's step over either path: [1, MAX_STEP] (opargs.py: push_args)
@@ -74,6 +77,19 @@ def push_request(rid: int, name: bytes, n_ids: int, rows: bytes, grad_bytes: int
     and the step; the ids, then the gradient rows, follow."""
     head = REQUEST.pack(REQUEST_MAGIC, OP_PUSH, len(name), rid, n_ids, grad_bytes)
     tail = PUSH_ARGS.pack(NO_STEP if step is None else step)
+    return head + name.ljust(pad8(len(name)), b"\0") + rows + tail
+
+
+def shared_push_request(
+    rid: int, name: bytes, n_ids: int, rows: bytes, buffer: bytes, offset: int, step: int | None
+) -> bytes:
+    """A push from shared memory's header (its buffer's name length where a pull has 0), padded name,
+    the gradients' row type (float32, whatever the table's), step, offset and padded buffer name; the
+    ids follow."""
+    head = REQUEST.pack(REQUEST_MAGIC, OP_PUSH_SHARED, len(name), rid, n_ids, len(buffer))
+    tail = SHARED_ARGS.pack(NO_STEP if step is None else step, offset) + buffer.ljust(
+        pad8(len(buffer)), b"\0"
+    )
     return head + name.ljust(pad8(len(name)), b"\0") + rows + tail
 
 

@@ -269,7 +269,7 @@ def test_past_max_connections_the_lane_closes_new_ones_and_tokenless_peers_canno
     newcomer, so peers without the token cannot hold every slot."""
     state = ShardTensors(0)
     state.create("t", ROWS, (DIM,), "float32", 0, ROWS, {"kind": "uniform", "seed": 4})
-    lane_ = FastLane("127.0.0.1", 0, TOKEN.encode(), LaneLimits(max_connections=8))
+    lane_ = FastLane(("127.0.0.1", 0), TOKEN.encode(), LaneLimits(max_connections=8))
     held: list[socket.socket] = []
     try:
         lane_.sync(state.tensors)
@@ -292,21 +292,29 @@ def test_past_max_connections_the_lane_closes_new_ones_and_tokenless_peers_canno
 
 @pytest.fixture(scope="module")
 def fuzzed():
-    """One lane over a table, shared by the fuzz examples; a reference copy of the table's rows."""
+    """One lane over a table, shared by the fuzz examples; a reference copy of the table's rows. Table
+    "s" has an optimizer, and the lane reads push buffers named gt-fuzz-push-*: pushes from shared
+    memory get as far as the buffer's name (none of those exists)."""
     state = ShardTensors(0)
     state.create("t", ROWS, (DIM,), "float32", 0, ROWS, {"kind": "uniform", "seed": 5})
-    lane_ = FastLane("127.0.0.1", 0, TOKEN.encode(), LaneLimits(handshake_seconds=2.0))
+    state.create("s", ROWS, (DIM,), "float32", 0, ROWS, {"kind": "uniform", "seed": 6})
+    state.set_optimizer("s", {"kind": "sgd", "lr": 1.0})
+    lane_ = FastLane(("127.0.0.1", 0), TOKEN.encode(), LaneLimits(handshake_seconds=2.0))
+    lane_.allow_segments("gt-fuzz")
     lane_.sync(state.tensors)
-    yield lane_, state.tensors["t"].data.numpy().copy()
+    yield lane_, state.tensors["t"].data.numpy().copy(), state
     lane_.stop()
     state.close()
 
 
 def frames():
     """Bytes a hostile authenticated peer may send: random, or a request with a random header field,
-    name, id count, ids or truncation, or a batch of such requests."""
+    name, id count, ids or truncation, a push from shared memory naming a random buffer and offset, or a
+    batch of such requests."""
     from hypothesis import strategies as st
 
+    ids = st.lists(st.integers(-(2**63), 2**63 - 1), max_size=40)
+    shared = st.tuples(st.just("shared"), st.integers(0, 2**64 - 1), st.binary(max_size=140), ids)
     field = st.sampled_from(["magic", "op", "name_len", "rid", "n", "reserved", "cut", "none"])
     request = st.tuples(
         field,
@@ -314,8 +322,9 @@ def frames():
         st.binary(min_size=0, max_size=140),
         st.lists(st.integers(-(2**63), 2**63 - 1), max_size=40),
     )
-    batch = st.tuples(st.just("batch"), st.integers(0, 2**64 - 1), st.lists(request, min_size=1, max_size=3))
-    return st.one_of(st.binary(max_size=300), request, batch)
+    parts = st.lists(st.one_of(request, shared), min_size=1, max_size=3)
+    batch = st.tuples(st.just("batch"), st.integers(0, 2**64 - 1), parts)
+    return st.one_of(st.binary(max_size=300), request, shared, batch)
 
 
 def hostile(example) -> bytes:
@@ -328,6 +337,12 @@ def hostile(example) -> bytes:
         size = len(body) if value % 5 else value % (len(body) + 64)
         return fastwire.batch_request(1, count, size) + body
     what, value, name, ids = example
+    if what == "shared":  # a buffer of this job's name or not, its name's length sometimes wrong
+        buffer = b"gt-fuzz-push-" + name if value % 2 else name
+        head = fastwire.shared_push_request(1, b"s", len(ids), ROW, buffer, value % (1 << 40), None)  # type: ignore[arg-type]
+        if value % 7 == 0:
+            head = head[:24] + (value & 0xFFFF).to_bytes(8, "little") + head[32:]
+        return head + np.array(ids, dtype=np.int64).tobytes()
     name = name or b"t"
     header = dict(magic=fastwire.REQUEST_MAGIC, op=1, name_len=len(name), rid=1, n=len(ids), reserved=0)
     if what == "magic":
@@ -347,7 +362,8 @@ def test_fuzzed_peers_never_crash_the_lane_nor_change_a_row(fuzzed) -> None:
     changes no row, and answers the next good pull."""
     from hypothesis import HealthCheck, given, settings
 
-    lane_, reference = fuzzed
+    lane_, reference, state = fuzzed
+    shared = state.tensors["s"].data.clone()
     good = lane(lane_)
 
     @settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
@@ -375,6 +391,8 @@ def test_fuzzed_peers_never_crash_the_lane_nor_change_a_row(fuzzed) -> None:
 
     one()
     assert lane_.stats()["loops"] > 0
+    assert state.tensors["s"].data.equal(shared)  # no push from shared memory was applied ...
+    assert lane_.stats()["pushes_busy"] > 0  # ... though some got as far as their buffer's name
     good.close()
 
 
@@ -466,7 +484,7 @@ def test_stats_racing_stop_never_reads_a_freed_server() -> None:
     import threading
 
     for _ in range(20):
-        lane_ = FastLane("127.0.0.1", 0, TOKEN.encode())
+        lane_ = FastLane(("127.0.0.1", 0), TOKEN.encode())
         done = threading.Event()
 
         def read(fl: FastLane = lane_, stop: threading.Event = done) -> None:

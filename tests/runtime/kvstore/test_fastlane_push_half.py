@@ -183,7 +183,7 @@ def test_fuzzed_half_pushes_never_crash_the_lane_and_a_refused_one_changes_no_ro
     for name, dtype in (("h", "bfloat16"), ("f", "float16")):
         state.create(name, rows, (DIM,), dtype, 0, rows, {"kind": "uniform", "seed": 3})
         state.set_optimizer(name, {"kind": "adagrad", "lr": 0.01})
-    lane_ = FastLane("127.0.0.1", 0, TOKEN.encode(), LaneLimits(handshake_seconds=2.0))
+    lane_ = FastLane(("127.0.0.1", 0), TOKEN.encode(), LaneLimits(handshake_seconds=2.0))
     lane_.sync(state.tensors)
     good = lane(lane_)
     push = st.tuples(

@@ -180,7 +180,8 @@ def test_a_server_process_serves_livez_and_readyz(ckroot: Path) -> None:
             while (health := client.health()[0])["busy"] and time.monotonic() < deadline:
                 time.sleep(0.05)
             assert 0 < health.pop("fast_port") < 65536  # the fast lane's, for clients to learn
-            assert health.pop("fast_version") == 2  # its wire: batches
+            assert health.pop("fast_version") == 3  # its wire: batches, pushes from shared memory
+            assert health.pop("fast_path") == ""  # a TCP lane: no Unix socket
             assert health == {
                 "shard": 0,
                 "tensors": 1,
