@@ -26,9 +26,10 @@ KB, within the lane's replies) so that they go over it:
   (a NaN in the last row, so the whole scan runs under the table's lock; an id outside the shard) and
   framing errors (gradient bytes not whole floats: closed, and they reconnect), as fast as they can;
 - lane-bad-shared-pushes: 8 authenticated lane clients on the server's host sending pushes from shared
-  memory (wire version 3) as fast as they can: 16,384 rows of their own 8 MiB buffer of this job with a
-  NaN in the last row (refused after the whole scan under the table's lock), another job's buffer, a
-  path, rows past the buffer's end (all three answered "busy", nothing read);
+  memory (wire version 3) as fast as they can: 8,192 rows of their own buffer of this job (4 MiB, the
+  most one push from shared memory may step) with a NaN in the last row (refused after the whole scan
+  under the table's lock), another job's buffer, a path, rows past the buffer's end, one row past the
+  bound (all four answered "busy", nothing read);
 - lane-stuck-pushers: 4 authenticated lane clients pipelining 256 KB valid pushes and never reading
   the answers (the lane steps one, then stops reading them);
 - lane-bad-batches: 8 authenticated lane clients sending batches (wire version 2) as fast as they can:
@@ -226,8 +227,8 @@ def bad_push(rng: np.random.Generator) -> bytes:
 @contextlib.contextmanager
 def bad_buffer(token: str, seed: int) -> Iterator[list[bytes]]:
     """Pushes from shared memory the lane refuses, and the buffer of this job they read (unlinked after):
-    NaN in its last row, another job's name, a path, rows past its end."""
-    ids = np.arange(fastwire.MAX_IDS, dtype=np.int64)
+    NaN in its last row, another job's name, a path, rows past its end, one row more than a push may step."""
+    ids = np.arange(fastwire.MAX_SHARED_BYTES // (DIM * 4) + 1, dtype=np.int64)
     name = f"{shm.job_prefix(token)}-push-{os.getpid()}-attack{seed}"
     seg = shared_memory.SharedMemory(name=name, create=True, size=len(ids) * DIM * 4)
     try:
@@ -241,11 +242,13 @@ def bad_buffer(token: str, seed: int) -> Iterator[list[bytes]]:
             return head + ids[:n].tobytes()
 
         other = f"graphtrain-000000000000-push-{os.getpid()}-attack{seed}"
+        most = len(ids) - 1
         yield [
-            request(name, 0, len(ids)),
+            request(name, DIM * 4, most),
             request(other, 0, 64),
             request(f"../{name}", 0, 64),
-            request(name, DIM * 4, len(ids)),
+            request(name, 2 * DIM * 4, most),
+            request(name, 0, most + 1),
         ]
     finally:
         seg.close()

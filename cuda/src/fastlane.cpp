@@ -27,7 +27,9 @@
 //                          shared-memory segment of this job: kvstore/tables/shm.py PushBuffer); `reserved`
 //                          is the buffer's name length (1..128); the table's name padded, the gradients'
 //                          row type, i64 step, u64 the rows' byte offset in the buffer, the buffer's name
-//                          padded to 8 bytes, then `count` ids. The lane maps the buffer read-only (at
+//                          padded to 8 bytes, then `count` ids; at most kPerWake x max_reply_bytes of
+//                          gradients (what a connection's turn of pulls may cost; it takes as many turns
+//                          as its bytes are max_reply_bytes), bigger ones answer "busy". The lane maps the buffer read-only (at
 //                          most kMaxSegments at a time, the file's identity checked at every push); one
 //                          it cannot read, or whose rows would end past its size, answers "busy" (the
 //                          client pushes over ZMQ, which refuses it in its own words). Issue 47: the
@@ -216,6 +218,19 @@ static bool spoken(const Conn& c, const char* h) {
   return c.version >= (op == kOpPushShared ? 3 : op == kOpBatch ? 2 : 1);
 }
 
+// The gradient bytes of the push from shared memory at `h` (whole): its ids times its row type's
+// elements, saturating past 2^40.
+static uint64_t shared_bytes(const char* h) {
+  uint16_t name_len = load<uint16_t>(h + 6);
+  const char* typep = h + kRequest + ((name_len + 7) & ~size_t{7});
+  uint64_t bytes = 4 * load<uint64_t>(h + 16);
+  for (uint32_t k = 0; k < std::min<uint32_t>(load<uint32_t>(typep + 4), 3); ++k) {
+    uint64_t d = load<uint64_t>(typep + 8 + 8 * k);
+    bytes = d == 0 ? 0 : bytes > (uint64_t{1} << 40) / d ? uint64_t{1} << 40 : bytes * d;
+  }
+  return bytes;
+}
+
 size_t Server::request_bytes(const char* h, bool batched) const {
   uint16_t op = load<uint16_t>(h + 4), name_len = load<uint16_t>(h + 6);
   uint64_t n = load<uint64_t>(h + 16), extra = load<uint64_t>(h + 24);
@@ -255,11 +270,17 @@ void Server::answer(Conn& c, char* h) {
 bool Server::batch(Conn& c) {
   char* h = c.in.data();
   uint64_t rid = load<uint64_t>(h + 8), k = load<uint64_t>(h + 16), body = load<uint64_t>(h + 24);
-  // every request's framing first: a malformed one closes the connection before any is applied
+  // every request's framing first: a malformed one closes the connection before any is applied; the
+  // pushes from shared memory of one batch step at most max_shared() bytes, as one would alone
   size_t at = kRequest, end = kRequest + body;
+  uint64_t shared = 0;
   for (uint64_t i = 0; i < k; ++i) {
     size_t bytes = end - at < kRequest ? 0 : request_bytes(h + at, true);
     if (bytes == 0 || bytes > end - at || !spoken(c, h + at)) return false;
+    if (load<uint16_t>(h + at + 4) == kOpPushShared) {
+      shared += shared_bytes(h + at);
+      if (shared > static_cast<uint64_t>(max_shared())) return false;
+    }
     size_t padded = (bytes + 7) & ~size_t{7};
     if (padded > end - at) return false;
     for (size_t p = at + bytes; p < at + padded; ++p)
@@ -356,7 +377,8 @@ bool Server::readable(Conn& c, int64_t now) {
     Stage was = c.stage;
     uint64_t ops = was == kBody && load<uint16_t>(c.in.data() + 4) == kOpBatch ? load<uint64_t>(c.in.data() + 16) : 1;
     if (!advance(c, now)) return false;
-    if (was == kBody) answered += static_cast<int>(ops);  // a batch takes its requests' turns
+    if (was == kBody) answered += static_cast<int>(ops) + c.turns;  // a batch takes its requests' turns,
+    c.turns = 0;                                                       // a big push its bytes' (per max_reply)
   }
   return true;
 }

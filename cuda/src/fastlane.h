@@ -84,6 +84,7 @@ struct Conn {
   bool writing = false;     // watched for EPOLLOUT, not EPOLLIN
   uint16_t version = 0;     // the hello's
   size_t out_limit = 0;     // the bytes the current request's replies may take in `out` (batch: all of them)
+  int turns = 0;            // extra turns of the requests just answered: a push from shared memory's work
 };
 
 inline int64_t now_ms() {
@@ -151,6 +152,8 @@ struct Server {
   static std::string outside(const int64_t* ids, uint64_t n, const std::string& name, int64_t lo, int64_t hi);
   // One complete pull at `h`: its reply is appended to c.out.
   void pull(Conn& c, const char* h);
+  // The gradients a push from shared memory may step: what one connection's turn (kPerWake pulls) may cost.
+  int64_t max_shared() const { return kPerWake * max_reply; }
   // `bytes` of gradients at `offset` of push buffer `name` (this job's, mapped on first use, its file checked
   // at every use), or null: not one of this job's push buffers, gone, or too small.
   const float* segment(const std::string& name, uint64_t offset, uint64_t bytes);

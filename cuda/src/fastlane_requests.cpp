@@ -172,6 +172,11 @@ void Server::push(Conn& c, char* h) {
       uint64_t elements = 1;
       for (uint32_t k = 0; k < got.ndim; ++k) elements *= got.dims[k];
       bytes = n * elements * 4;
+      if (bytes > static_cast<uint64_t>(max_shared())) {  // the client sends bigger ones over ZMQ
+        refuse(c, at, rid, kBusy, "the push is larger than the fast lane steps");
+        return;
+      }
+      c.turns += static_cast<int>(bytes / static_cast<uint64_t>(max_reply));  // its work takes their turns
       grads = segment(buffer, load<uint64_t>(typep + kRowType + 8), bytes);
       if (grads == nullptr) {
         refuse(c, at, rid, kBusy, "the push's buffer cannot be read here");

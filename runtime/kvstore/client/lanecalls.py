@@ -82,7 +82,14 @@ def shared_push_fits(c: Call) -> bool:
         and isinstance(shape, tuple)
         and fastwire.row_type(np.dtype(np.float32), shape) is not None
         and len(c.arrays[0]) <= fastwire.MAX_IDS
+        and shared_bytes(c) <= fastwire.MAX_SHARED_BYTES
     )
+
+
+def shared_bytes(c: Call) -> int:
+    """The gradient bytes a push from shared memory has the lane step (0: another call)."""
+    buf = (c.args or {}).get("shm") if c.op == "push_grad" else None
+    return 4 * len(c.arrays[0]) * math.prod(buf["shape"]) if isinstance(buf, dict) else 0
 
 
 def pull_fits(c: Call) -> bool:
@@ -151,16 +158,18 @@ def reply_bytes(c: Call) -> int:
 
 def take(queue: deque[Call]) -> list[Call]:
     """The calls at the front of a shard's queue that go in one message: one, or a batch of up to
-    fastwire.MAX_BATCH whose requests stay within MAX_BATCH_BYTES and whose replies' payloads within
-    MAX_REPLY_BYTES (a batch costs the server what one request may)."""
+    fastwire.MAX_BATCH whose requests stay within MAX_BATCH_BYTES, whose replies' payloads within
+    MAX_REPLY_BYTES and whose pushes from shared memory within MAX_SHARED_BYTES (a batch costs the server
+    what one request may)."""
     group: list[Call] = []
-    sent = got = 0
+    sent = got = work = 0
     for c in queue:
-        sent, got = sent + request_bytes(c), got + reply_bytes(c)
+        sent, got, work = sent + request_bytes(c), got + reply_bytes(c), work + shared_bytes(c)
         if group and (
             len(group) == fastwire.MAX_BATCH
             or sent > fastwire.MAX_BATCH_BYTES
             or got > fastwire.MAX_REPLY_BYTES
+            or work > fastwire.MAX_SHARED_BYTES
         ):
             break
         group.append(c)

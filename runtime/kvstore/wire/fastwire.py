@@ -42,6 +42,9 @@ ELEMENT_TYPES = ("<f4", "<f8", "<i4", "<i8", "<f2", "<i2")  # numpy's .str of th
 MAX_REPLY_BYTES = 256 << 10  # the inline path's bound (serving/inline.py): 1,024 rows of 64 float32
 MAX_IDS = 16 << 10  # ids per request: the request a connection may make the server hold is <= 128 KiB
 MAX_BATCH_BYTES = 2 * MAX_REPLY_BYTES  # a batch's requests at most (its replies' payloads: MAX_REPLY_BYTES)
+# the gradients of a push from shared memory at most, alone or in a batch: what one connection's turn of
+# 16 pulls may cost the lane's thread (fastlane.cpp kPerWake); bigger pushes go over ZMQ
+MAX_SHARED_BYTES = 16 * MAX_REPLY_BYTES
 MAX_NAME = 128
 MAX_TOKEN = 256
 

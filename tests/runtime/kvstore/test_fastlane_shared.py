@@ -218,3 +218,53 @@ def test_a_buffer_the_lane_cannot_read_answers_busy_and_a_name_made_again_is_rea
         for seg in segs:
             seg.close()
             seg.unlink()
+
+
+def test_a_push_from_shared_memory_steps_at_most_a_turns_work_alone_or_in_a_batch(
+    ipc_server: ShardServer,
+) -> None:
+    """At most fastwire.MAX_SHARED_BYTES of gradients (what a connection's turn of pulls may cost): a
+    bigger push answers "busy" (the client sends it over ZMQ, applied once), a batch whose pushes sum past
+    it closes the connection before any is applied."""
+    srv = ipc_server
+    wide, rows = 512, fastwire.MAX_SHARED_BYTES // (512 * 4)  # 2 KiB rows: 2,048 of them fill the bound
+    client = kvstore.connect([srv.address], TOKEN, timeout=10, shm=True)
+    client.create("w", ROWS, (wide,), "float32", BOUNDS, {"kind": "zeros"})
+    client.set_optimizer("w", {"kind": "sgd", "lr": 1.0})
+    name = f"{srv.state.shm_prefix}-push-{os.getpid()}-wide"
+    seg = shared_memory.SharedMemory(name=name, create=True, size=2 * fastwire.MAX_SHARED_BYTES)
+    try:
+        np.ndarray((seg.size // 4,), np.float32, buffer=seg.buf)[:] = 1.0
+        typ = fastwire.row_type(np.dtype(np.float32), (wide,))
+        assert typ is not None
+
+        def request(rid: int, n: int) -> bytes:
+            head = fastwire.shared_push_request(rid, b"w", n, typ, name.encode(), 0, None)
+            return head + np.arange(n, dtype=np.int64).tobytes()
+
+        sock = lane(srv)
+        sock.sendall(request(1, rows + 1))
+        _, status, _, nbytes = fastwire.REPLY.unpack(recv_exactly(sock, fastwire.REPLY.size))
+        said = recv_exactly(sock, nbytes).decode()
+        assert (status, said) == (fastwire.BUSY, "the push is larger than the fast lane steps")
+        assert not srv.state.tensors["w"].data.any()
+        sock.sendall(request(2, rows))  # the bound itself is stepped
+        _, status, _, nbytes = fastwire.REPLY.unpack(recv_exactly(sock, fastwire.REPLY.size))
+        assert status == fastwire.OK and np.frombuffer(recv_exactly(sock, nbytes), np.int64)[0] == rows
+        assert torch.equal(srv.state.tensors["w"].data[:rows], -torch.ones(rows, wide))
+        half = [request(3, rows // 2 + 1), request(4, rows // 2)]  # one row past the bound together
+        sock.sendall(fastwire.batch_request(5, 2, sum(map(len, half))) + b"".join(half))
+        assert closed(sock)
+        sock.close()
+        assert torch.equal(srv.state.tensors["w"].data[:rows], -torch.ones(rows, wide))  # none applied
+        # through the client: a push past the bound goes over ZMQ, applied once
+        before = stats(srv)["pushes_ok"]
+        ids = np.arange(rows + 1, dtype=np.int64)
+        client.push_grad("w", ids, np.ones((len(ids), wide), np.float32), BOUNDS, False)
+        w = srv.state.tensors["w"].data
+        assert torch.equal(w[:rows], -2 * torch.ones(rows, wide)) and torch.equal(w[rows], -torch.ones(wide))
+        assert stats(srv)["pushes_ok"] == before
+    finally:
+        client.close()
+        seg.close()
+        seg.unlink()
