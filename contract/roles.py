@@ -244,7 +244,7 @@ class ShardServerParams(RoleParams):
         metadata=opt(
             "also answer small pulls of host tables, and the same host's gradient pushes, natively on this "
             "TCP port of the bind host (the fast lane; 0: any free port, -1: none; beside an ipc:// bind a "
-            "Unix socket next to it, whatever the port)",
+            "Unix socket next to it, on any port but -1)",
             min=-1,
             max=PORT,
         ),

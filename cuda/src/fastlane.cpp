@@ -27,10 +27,12 @@
 //                          shared-memory segment of this job: kvstore/tables/shm.py PushBuffer); `reserved`
 //                          is the buffer's name length (1..128); the table's name padded, the gradients'
 //                          row type, i64 step, u64 the rows' byte offset in the buffer, the buffer's name
-//                          padded to 8 bytes, then `count` ids; at most kPerWake x max_reply_bytes of
-//                          gradients (what a connection's turn of pulls may cost; it takes as many turns
-//                          as its bytes are max_reply_bytes), bigger ones answer "busy". The lane maps the buffer read-only (at
-//                          most kMaxSegments at a time, the file's identity checked at every push); one
+//                          padded to 8 bytes, then `count` ids; one, or a batch's together, step at most
+//                          kPerWake x max_reply_bytes of gradients (what a connection's turn of pulls may
+//                          cost; a push takes a turn per max_reply_bytes begun), one past that answers
+//                          "busy". The lane maps the buffer read-only (a regular file of this user, opened
+//                          without waiting; at most kMaxSegments at a time, unlinked ones unmapped when
+//                          another is mapped, the file's identity checked at every push); one
 //                          it cannot read, or whose rows would end past its size, answers "busy" (the
 //                          client pushes over ZMQ, which refuses it in its own words). Issue 47: the
 //                          servers of one host took every gradient push over ZMQ, ~0.6 ms of Python each
@@ -64,7 +66,8 @@
 // pushes over ZMQ, where a worker waits for the lock. The step is the Python path's: the same core
 // function (gt_sparse_step_pieces, one thread), the same refusal of NaN or infinity before any row is
 // touched, Adam's table-wide count set from the client's, the written rows marked for the next
-// incremental checkpoint, and a half table's gradients (sent in its type, as over ZMQ) widened exactly,
+// incremental checkpoint, and a half table's gradients (sent in its type, as over ZMQ, and widened exactly;
+// from shared memory float32, as the ZMQ path reads them there),
 // its rounding seed the table's next (TensorShard.round_seed, whose count the lane increments). Tables
 // the lane does not step (a unit-circle projection, a half table's row norm, skipped non-finite
 // gradients, a dynamic vocabulary, a GPU table) are not described to it and answer "not served here".
@@ -218,19 +221,6 @@ static bool spoken(const Conn& c, const char* h) {
   return c.version >= (op == kOpPushShared ? 3 : op == kOpBatch ? 2 : 1);
 }
 
-// The gradient bytes of the push from shared memory at `h` (whole): its ids times its row type's
-// elements, saturating past 2^40.
-static uint64_t shared_bytes(const char* h) {
-  uint16_t name_len = load<uint16_t>(h + 6);
-  const char* typep = h + kRequest + ((name_len + 7) & ~size_t{7});
-  uint64_t bytes = 4 * load<uint64_t>(h + 16);
-  for (uint32_t k = 0; k < std::min<uint32_t>(load<uint32_t>(typep + 4), 3); ++k) {
-    uint64_t d = load<uint64_t>(typep + 8 + 8 * k);
-    bytes = d == 0 ? 0 : bytes > (uint64_t{1} << 40) / d ? uint64_t{1} << 40 : bytes * d;
-  }
-  return bytes;
-}
-
 size_t Server::request_bytes(const char* h, bool batched) const {
   uint16_t op = load<uint16_t>(h + 4), name_len = load<uint16_t>(h + 6);
   uint64_t n = load<uint64_t>(h + 16), extra = load<uint64_t>(h + 24);
@@ -270,17 +260,11 @@ void Server::answer(Conn& c, char* h) {
 bool Server::batch(Conn& c) {
   char* h = c.in.data();
   uint64_t rid = load<uint64_t>(h + 8), k = load<uint64_t>(h + 16), body = load<uint64_t>(h + 24);
-  // every request's framing first: a malformed one closes the connection before any is applied; the
-  // pushes from shared memory of one batch step at most max_shared() bytes, as one would alone
+  // every request's framing first: a malformed one closes the connection before any is applied
   size_t at = kRequest, end = kRequest + body;
-  uint64_t shared = 0;
   for (uint64_t i = 0; i < k; ++i) {
     size_t bytes = end - at < kRequest ? 0 : request_bytes(h + at, true);
     if (bytes == 0 || bytes > end - at || !spoken(c, h + at)) return false;
-    if (load<uint16_t>(h + at + 4) == kOpPushShared) {
-      shared += shared_bytes(h + at);
-      if (shared > static_cast<uint64_t>(max_shared())) return false;
-    }
     size_t padded = (bytes + 7) & ~size_t{7};
     if (padded > end - at) return false;
     for (size_t p = at + bytes; p < at + padded; ++p)
@@ -290,6 +274,7 @@ bool Server::batch(Conn& c) {
   if (at != end) return false;
   count(kBatches);
   c.out_limit = kReply + k * kReply + static_cast<size_t>(max_reply);
+  c.shared_left = static_cast<uint64_t>(max_shared());  // the batch's pushes from shared memory together
   size_t payload = reply(c, rid, kOk, nullptr, 0);
   for (at = kRequest; at < end; at += (request_bytes(h + at, true) + 7) & ~size_t{7}) answer(c, h + at);
   store<uint64_t>(c.out.data() + 16, c.out.size() - payload);
@@ -354,6 +339,7 @@ bool Server::advance(Conn& c, int64_t now) {
         }
       } else {
         c.out_limit = kReply + static_cast<size_t>(max_reply);
+        c.shared_left = static_cast<uint64_t>(max_shared());
         answer(c, c.in.data());
       }
       c.have = 0;
@@ -433,7 +419,10 @@ void Server::loop() {
 }
 
 Server::~Server() {
-  for (auto& g : segments) munmap(const_cast<char*>(g.base), g.size);
+  for (auto& g : segments) {
+    munmap(const_cast<char*>(g.base), g.size);
+    ::close(g.fd);
+  }
   for (auto& [fd, c] : conns) ::close(fd);
   if (listen_fd >= 0) ::close(listen_fd);
   if (wake_fd >= 0) ::close(wake_fd);

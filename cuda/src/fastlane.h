@@ -30,7 +30,7 @@ constexpr int64_t kMaxStep = int64_t{1} << 62;  // a push's largest step, as ove
 constexpr size_t kSampleArgs = 16;  // fan-out, seed
 constexpr size_t kRowType = 32;     // element type code, dims, dims[3]
 constexpr size_t kHello = 8, kRequest = 32, kReply = 24, kMaxToken = 256, kMaxName = 128;
-constexpr size_t kMaxSegments = 16;  // push buffers a lane keeps mapped (a client has one at a time)
+constexpr size_t kMaxSegments = 16;  // push buffers a lane keeps mapped (unlinked ones are unmapped)
 constexpr int kPerWake = 16;  // requests one connection may have answered before the others' turn
 constexpr size_t kSlice = 64 << 10;  // reply bytes one connection may send before the others' turn
 enum Status : uint32_t { kOk = 0, kError = 1, kNotHere = 2, kBusy = 3 };
@@ -69,6 +69,7 @@ struct Segment {  // a client's push buffer, mapped read-only by the lane's thre
   const char* base = nullptr;
   size_t size = 0;
   uint64_t dev = 0, ino = 0;  // which file: a name unlinked and created again is another segment
+  int fd = -1;                // kept open: its link count says when the client unlinked it
 };
 
 struct Conn {
@@ -85,6 +86,7 @@ struct Conn {
   uint16_t version = 0;     // the hello's
   size_t out_limit = 0;     // the bytes the current request's replies may take in `out` (batch: all of them)
   int turns = 0;            // extra turns of the requests just answered: a push from shared memory's work
+  uint64_t shared_left = 0;  // the gradient bytes the current request or batch may still step from shared memory
 };
 
 inline int64_t now_ms() {

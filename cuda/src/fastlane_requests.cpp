@@ -104,10 +104,11 @@ const float* Server::segment(const std::string& name, uint64_t offset, uint64_t 
   if (n == 0 || name.size() <= n || name.compare(0, n, push_prefix) != 0) return nullptr;
   for (char ch : name)  // a name in /dev/shm, never a path
     if (!(std::isalnum(static_cast<unsigned char>(ch)) || ch == '-' || ch == '_' || ch == '.')) return nullptr;
-  int fd = shm_open(("/" + name).c_str(), O_RDONLY | O_CLOEXEC, 0);
+  // without waiting (a FIFO named so would block a read-only open), and only this user's regular files
+  int fd = shm_open(("/" + name).c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK, 0);
   if (fd < 0) return nullptr;
   struct stat st {};
-  if (fstat(fd, &st) != 0 || st.st_size <= 0) {
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid() || st.st_size <= 0) {
     ::close(fd);
     return nullptr;
   }
@@ -122,18 +123,25 @@ const float* Server::segment(const std::string& name, uint64_t offset, uint64_t 
     ::close(fd);
   } else {
     void* base = mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
-    ::close(fd);
-    if (base == MAP_FAILED) return nullptr;
-    for (auto g = segments.begin(); g != segments.end();) {  // the name's older file, or the least used
-      if (g->name == name || segments.size() >= kMaxSegments) {
+    if (base == MAP_FAILED) {
+      ::close(fd);
+      return nullptr;
+    }
+    // the name's older file, buffers unlinked since (a client's grown or closed one: their memory is
+    // freed once unmapped), or the least used
+    for (auto g = segments.begin(); g != segments.end();) {
+      struct stat gs {};
+      bool gone = g->name == name || fstat(g->fd, &gs) != 0 || gs.st_nlink == 0;
+      if (gone || segments.size() >= kMaxSegments) {
         munmap(const_cast<char*>(g->base), g->size);
+        ::close(g->fd);
         g = segments.erase(g);
       } else {
         ++g;
       }
     }
     segments.push_back(Segment{name, static_cast<const char*>(base), size, static_cast<uint64_t>(st.st_dev),
-                               static_cast<uint64_t>(st.st_ino)});
+                               static_cast<uint64_t>(st.st_ino), fd});
   }
   const Segment& g = segments.back();
   if (offset % 4 != 0 || offset > g.size || bytes > g.size - offset) return nullptr;
@@ -172,11 +180,13 @@ void Server::push(Conn& c, char* h) {
       uint64_t elements = 1;
       for (uint32_t k = 0; k < got.ndim; ++k) elements *= got.dims[k];
       bytes = n * elements * 4;
-      if (bytes > static_cast<uint64_t>(max_shared())) {  // the client sends bigger ones over ZMQ
+      if (bytes > c.shared_left) {  // the client sends bigger ones over ZMQ
         refuse(c, at, rid, kBusy, "the push is larger than the fast lane steps");
         return;
       }
-      c.turns += static_cast<int>(bytes / static_cast<uint64_t>(max_reply));  // its work takes their turns
+      c.shared_left -= bytes;
+      const auto unit = static_cast<uint64_t>(max_reply);
+      c.turns += static_cast<int>((bytes + unit - 1) / unit);  // its work takes the turns of as many pulls
       grads = segment(buffer, load<uint64_t>(typep + kRowType + 8), bytes);
       if (grads == nullptr) {
         refuse(c, at, rid, kBusy, "the push's buffer cannot be read here");

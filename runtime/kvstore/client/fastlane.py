@@ -4,8 +4,9 @@ the client side.
 ZmqTransport hands each eligible call here: a pull of a table's rows into the caller's array, of at most
 fastwire.MAX_IDS ids and MAX_REPLY_BYTES of rows, a neighbour sample (untyped, a fan-out >= 1, its
 reply within MAX_REPLY_BYTES at most), or a gradient push (float32 rows, or a half table's in its type)
-within the same bounds (one chunk), or whatever its size a push from the same host whose rows lie in the
-client's shared-memory push buffer (wire version 3: only the ids and the buffer's name cross), to a shard
+within the same bounds (one chunk), or a push from the same host whose rows lie in the client's
+shared-memory push buffer, of at most fastwire.MAX_SHARED_BYTES (wire version 3: only the ids and the
+buffer's name cross), to a shard
 whose health reply named a fast lane: a TCP port, or beside an ipc:// server a Unix socket. One plain
 connection per shard, authenticated once with the token, one message in
 flight on it at a time (pulls to several shards are in flight together). Several calls to one shard go

@@ -193,7 +193,15 @@ def unix_path_of(bind: str) -> str | None:
     if not bind.startswith("ipc://"):
         return None
     path = bind[len("ipc://") :] + ".lane"
-    return path if path.startswith("/") and len(path.encode()) <= UNIX_PATH_MAX else None
+    if not path.startswith("/") or len(path.encode()) > UNIX_PATH_MAX:
+        log.warning(
+            "no fast lane beside %s: %r is not an absolute path of at most %d bytes",
+            bind,
+            path,
+            UNIX_PATH_MAX,
+        )
+        return None
+    return path
 
 
 class FastLane:

@@ -4,8 +4,8 @@ A second, binary protocol beside the ZMQ one, for the requests that dominate a s
 of at most MAX_REPLY_BYTES of rows of a host table, a neighbour sample of an untyped partition, and a
 gradient push of at most MAX_REPLY_BYTES of float32 rows (or a half table's, in its type); (version 2)
 a batch of up to MAX_BATCH of them for one shard in one message, answered in one reply; and (version 3)
-a gradient push from the same host whose rows lie in the client's shared-memory push buffer, whatever
-their size (the message names the buffer and the offset).
+a gradient push from the same host whose rows lie in the client's shared-memory push buffer, of at most
+MAX_SHARED_BYTES of float32 rows (the message names the buffer and the offset).
 Fixed little-endian headers, no msgpack, one request (or batch) in flight per connection. Peers
 authenticate once per connection with the shard servers' token (sent as ZMQ's PLAIN mechanism sends
 it: in the clear, on the cluster network the NetworkPolicy confines).

@@ -208,9 +208,28 @@ def test_a_buffer_the_lane_cannot_read_answers_busy_and_a_name_made_again_is_rea
         np.ndarray((4096 // 4,), np.float32, buffer=segs[0].buf)[:] = 2.0
         status, _ = shared_push(sock, 11, mine, 0, [3])
         assert status == fastwire.OK and torch.equal(t[3], -3 * torch.ones(DIM))
+        # a FIFO named as a buffer: answered at once ("busy"), the lane not blocked in its open
+        fifo = Path("/dev/shm") / f"{prefix}-push-{os.getpid()}-fifo"
+        os.mkfifo(fifo)
+        try:
+            status, _ = shared_push(sock, 12, fifo.name, 0, [3])
+            assert status == fastwire.BUSY
+        finally:
+            fifo.unlink()
+        # a buffer its client unlinked is unmapped when the lane maps another
+        gone = shared_memory.SharedMemory(name=f"{prefix}-push-{os.getpid()}-gone2", create=True, size=4096)
+        assert shared_push(sock, 13, gone.name, 0, [5])[0] == fastwire.OK
+        assert gone.name in Path("/proc/self/maps").read_text()  # the lane's mapping (this process)
+        gone.close()
+        gone.unlink()
+        segs.append(
+            shared_memory.SharedMemory(name=f"{prefix}-push-{os.getpid()}-new", create=True, size=4096)
+        )
+        assert shared_push(sock, 14, segs[-1].name, 0, [5])[0] == fastwire.OK
+        assert gone.name not in Path("/proc/self/maps").read_text()
         sock.close()
         old = lane(srv, version=2)  # a peer of version 2 has no op 5: its connection is closed
-        old.sendall(fastwire.shared_push_request(12, b"t", 1, F32, mine.encode(), 0, None) + bytes(8))  # type: ignore[arg-type]
+        old.sendall(fastwire.shared_push_request(15, b"t", 1, F32, mine.encode(), 0, None) + bytes(8))  # type: ignore[arg-type]
         assert closed(old)
         old.close()
         assert stats(srv)["malformed"] == 1
@@ -224,8 +243,8 @@ def test_a_push_from_shared_memory_steps_at_most_a_turns_work_alone_or_in_a_batc
     ipc_server: ShardServer,
 ) -> None:
     """At most fastwire.MAX_SHARED_BYTES of gradients (what a connection's turn of pulls may cost): a
-    bigger push answers "busy" (the client sends it over ZMQ, applied once), a batch whose pushes sum past
-    it closes the connection before any is applied."""
+    bigger push answers "busy" (the client sends it over ZMQ, applied once), and so does the push of a
+    batch that takes its pushes together past it."""
     srv = ipc_server
     wide, rows = 512, fastwire.MAX_SHARED_BYTES // (512 * 4)  # 2 KiB rows: 2,048 of them fill the bound
     client = kvstore.connect([srv.address], TOKEN, timeout=10, shm=True)
@@ -254,15 +273,22 @@ def test_a_push_from_shared_memory_steps_at_most_a_turns_work_alone_or_in_a_batc
         assert torch.equal(srv.state.tensors["w"].data[:rows], -torch.ones(rows, wide))
         half = [request(3, rows // 2 + 1), request(4, rows // 2)]  # one row past the bound together
         sock.sendall(fastwire.batch_request(5, 2, sum(map(len, half))) + b"".join(half))
-        assert closed(sock)
+        _, status, _, nbytes = fastwire.REPLY.unpack(recv_exactly(sock, fastwire.REPLY.size))
+        replies = recv_exactly(sock, nbytes)
+        first = fastwire.REPLY.unpack(replies[: fastwire.REPLY.size])
+        second = fastwire.REPLY.unpack(replies[fastwire.REPLY.size + first[3] :][: fastwire.REPLY.size])
+        assert (status, first[1], second[1]) == (fastwire.OK, fastwire.OK, fastwire.BUSY)
         sock.close()
-        assert torch.equal(srv.state.tensors["w"].data[:rows], -torch.ones(rows, wide))  # none applied
+        w = srv.state.tensors["w"].data
+        assert torch.equal(w[: rows // 2 + 1], -2 * torch.ones(rows // 2 + 1, wide))  # the first one only
+        assert torch.equal(w[rows // 2 + 1 : rows], -torch.ones(rows - rows // 2 - 1, wide))
         # through the client: a push past the bound goes over ZMQ, applied once
         before = stats(srv)["pushes_ok"]
         ids = np.arange(rows + 1, dtype=np.int64)
         client.push_grad("w", ids, np.ones((len(ids), wide), np.float32), BOUNDS, False)
-        w = srv.state.tensors["w"].data
-        assert torch.equal(w[:rows], -2 * torch.ones(rows, wide)) and torch.equal(w[rows], -torch.ones(wide))
+        assert torch.equal(w[: rows // 2 + 1], -3 * torch.ones(rows // 2 + 1, wide))
+        assert torch.equal(w[rows // 2 + 1 : rows], -2 * torch.ones(rows - rows // 2 - 1, wide))
+        assert torch.equal(w[rows], -torch.ones(wide))
         assert stats(srv)["pushes_ok"] == before
     finally:
         client.close()
