@@ -10,8 +10,11 @@ What it shows: throughput that stays flat (nothing slows down as the server runs
 growing once the buffers and allocator reach their steady state (no leak), and no errors. The clients'
 1,000-row pulls and pushes (256,000 bytes) go over the fast lane, pushes stepped there under the table's
 lock while 16 connections contend for it (a locked table's push goes over ZMQ); --no-fast: ZMQ only.
+--shm: as `graphtrain run` lays them out on one host, the servers on ipc:// with their tables in shared
+memory; the clients read rows from there and push gradients from their shared-memory buffers over the
+lane's Unix socket (wire version 3).
 
-    python bench/soak.py [--minutes 10] [--clients 16] [--no-fast]
+    python bench/soak.py [--minutes 10] [--clients 16] [--no-fast] [--shm]
 """
 
 from __future__ import annotations
@@ -37,7 +40,8 @@ ROWS, DIM, BATCH = 2_000_000, 64, 1000
 def client_thread(addresses: list[str], token: str, seed: int, stop, counts, errors, fast: bool) -> None:  # noqa: ANN001
     bounds = np.array([0, ROWS // 2, ROWS])
     rng = np.random.default_rng(seed)
-    c = kvstore.connect(addresses, token, timeout=60, retries=1, fast=fast)
+    shm = addresses[0].startswith("ipc://")  # --shm: same host, tables and push buffers in shared memory
+    c = kvstore.connect(addresses, token, timeout=60, retries=1, fast=fast, shm=shm)
     grads = rng.standard_normal((BATCH, DIM)).astype(np.float32) * 0.01
     turn = 0
     while not stop.is_set():
@@ -92,18 +96,22 @@ def main() -> None:
         default=True,
         help="clients use the fast lane (its pulls, and its pushes of <= 256 KiB); --no-fast: ZMQ only",
     )
+    ap.add_argument("--shm", action="store_true", help="servers on ipc:// with shared memory (a local run's)")
     args = ap.parse_args()
     token = secrets.token_hex(16)
     print(
         f"# bench/soak.py, {time.strftime('%Y-%m-%d %H:%M')}, {platform.node()}, {psutil.cpu_count()} CPUs, "
         f"2 servers x 4 workers, {args.clients} clients, table {ROWS:,} x {DIM}, {args.minutes:g} min, "
-        f"{'fast lane' if args.fast else 'ZMQ only'}"
+        f"{'fast lane' if args.fast else 'ZMQ only'}{', ipc:// and shared memory' if args.shm else ''}"
     )
     ctx = mp.get_context("spawn")
     with tempfile.TemporaryDirectory(prefix="gt-soak-") as root:
         procs, addresses = [], []
-        for _ in range(2):
-            p, a = start_server("tcp://127.0.0.1:0", token, root, "--workers", "4")
+        for i in range(2):
+            bind, extra = (
+                (f"ipc://{root}/shard-{i}.sock", ["--shm"]) if args.shm else ("tcp://127.0.0.1:0", [])
+            )
+            p, a = start_server(bind, token, root, "--workers", "4", *extra)
             procs.append(p)
             addresses.append(a)
         setup = kvstore.connect(addresses, token, timeout=120)
