@@ -219,11 +219,7 @@ class KVClient:
                 offset = int(a) * row_bytes
                 out = np.ndarray((b - a, *values.shape[1:]), values.dtype, buffer=seg.buf, offset=offset)
                 grouped_rows(values, order, a, b, out)  # gathered straight into the buffer: one copy
-                shm = {
-                    "name": seg_name,
-                    "offset": offset,
-                    "shape": tuple(values.shape[1:]),
-                }  # shape: the lane's
+                shm = {"name": seg_name, "offset": offset, "shape": tuple(values.shape[1:])}  # shape: lane
                 calls.append(Call(s, op, name, self._frames(ids_g[a:b]), {**(args or {}), "shm": shm}))
                 continue
             narrow = wire is not None and self.transport.half_gradients
