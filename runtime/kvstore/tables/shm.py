@@ -101,24 +101,34 @@ def close_push_buffers() -> None:
 
 
 class SegmentCache:
-    """Segments a server opened on clients' behalf, bounded (least recently used closed first)."""
+    """Segments a server opened on clients' behalf, bounded (least recently used closed first). A name
+    is checked against its file at every use, as the fast lane checks it (fastlane_requests.cpp): a
+    buffer unlinked and made again under the same name (a client of a reused pid, a restarted container)
+    is mapped anew, never read from the old file's memory."""
 
-    def __init__(self, prefix: str, limit: int = 32):
+    def __init__(self, prefix: str, limit: int = 32, root: Path = Path("/dev/shm")):
         self.prefix = prefix
         self.limit = limit
-        self.open: dict[str, shared_memory.SharedMemory] = {}
+        self.root = root
+        self.open: dict[str, tuple[shared_memory.SharedMemory, tuple[int, int, int]]] = {}
 
     def get(self, name: str) -> shared_memory.SharedMemory:
-        if not name.startswith(self.prefix + "-push-"):
+        if not name.startswith(self.prefix + "-push-") or "/" in name:
             raise ValueError(f"shared-memory segment {name!r} is not one of this job's push buffers")
-        seg = self.open.pop(name, None) or attach(name)
-        self.open[name] = seg
+        st = os.stat(self.root / name)  # FileNotFoundError: gone
+        ident = (st.st_dev, st.st_ino, st.st_size)
+        held = self.open.pop(name, None)
+        if held is not None and held[1] != ident:  # another file under the name now
+            held[0].close()
+            held = None
+        seg = held[0] if held is not None else attach(name)
+        self.open[name] = (seg, ident)
         while len(self.open) > self.limit:
             old = next(iter(self.open))
-            self.open.pop(old).close()
+            self.open.pop(old)[0].close()
         return seg
 
     def close(self) -> None:
-        for seg in self.open.values():
+        for seg, _ in self.open.values():
             seg.close()
         self.open.clear()

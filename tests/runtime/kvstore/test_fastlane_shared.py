@@ -19,6 +19,7 @@ import pytest
 import torch
 
 from graphtrain.runtime import kvstore
+from graphtrain.runtime.kvstore.client.transport import Call
 from graphtrain.runtime.kvstore.serving.fastlane import unix_path_of
 from graphtrain.runtime.kvstore.serving.server import ShardServer
 from graphtrain.runtime.kvstore.tables.state import ShardTensors
@@ -294,3 +295,24 @@ def test_a_push_from_shared_memory_steps_at_most_a_turns_work_alone_or_in_a_batc
         client.close()
         seg.close()
         seg.unlink()
+
+
+def test_the_zmq_paths_buffers_are_checked_against_their_file_as_the_lanes(ipc_server: ShardServer) -> None:
+    """A push the lane answers "busy" goes over ZMQ, which maps the same buffer: a name unlinked and made
+    again (a reused pid's client) is read there as the new file too, not from the old one's memory."""
+    srv = ipc_server
+    client = kvstore.connect([srv.address], TOKEN, timeout=10, shm=True, fast=False)
+    try:
+        client.create("t", ROWS, (DIM,), "float32", BOUNDS, {"kind": "zeros"})
+        client.set_optimizer("t", {"kind": "sgd", "lr": 1.0})
+        name = f"{srv.state.shm_prefix}-push-{os.getpid()}-zmq"
+        for value in (1.0, 2.0):  # the same name, another file the second time
+            seg = shared_memory.SharedMemory(name=name, create=True, size=4096)
+            np.ndarray((1024,), np.float32, buffer=seg.buf)[:] = value
+            call = Call(0, "push_grad", "t", [np.array([3], np.int64)], {"shm": {"name": name, "offset": 0}})
+            client.transport.call_many([call])
+            seg.close()
+            seg.unlink()
+        assert torch.equal(srv.state.tensors["t"].data[3], -3 * torch.ones(DIM))
+    finally:
+        client.close()
