@@ -355,9 +355,10 @@ def answers_livez(port: int, timeout: float = 5.0, host: str = "127.0.0.1") -> b
 
 
 def remove_sockets(run_dir: Path) -> None:
-    """The shard servers' ipc:// sockets (plan.shard_server) that a killed server left: harmless, but they
-    read as a live run to whoever looks at the run directory (call it once every server has exited)."""
-    for path in run_dir.glob("shard-*.sock"):
+    """The shard servers' ipc:// sockets (plan.shard_server) and their fast lanes' Unix sockets beside them
+    (`shard-N.sock.lane`) that a killed server left: harmless, but they read as a live run to whoever looks
+    at the run directory (call it once every server has exited)."""
+    for path in [*run_dir.glob("shard-*.sock"), *run_dir.glob("shard-*.sock.lane")]:
         if path.is_socket():
             with contextlib.suppress(OSError):
                 path.unlink()

@@ -12,7 +12,14 @@ import pytest
 
 from graphtrain.contract.spec import Condition, Progress, load_yaml, parse
 from graphtrain.runtime.launch import status
-from graphtrain.runtime.launch.processes import RunDirLocked, child_env, ended, lock_run_dir, rotate_logs
+from graphtrain.runtime.launch.processes import (
+    RunDirLocked,
+    child_env,
+    ended,
+    lock_run_dir,
+    remove_sockets,
+    rotate_logs,
+)
 from graphtrain.runtime.launch.reuse import partition_key
 
 EXAMPLE = Path(__file__).parents[3] / "examples" / "nations-transe.yaml"
@@ -160,3 +167,18 @@ def test_every_child_runs_with_the_roles_process_settings(monkeypatch: pytest.Mo
     assert child_env()["GOMP_SPINCOUNT"] == "30000"
     monkeypatch.setenv("GOMP_SPINCOUNT", "500")
     assert child_env()["GOMP_SPINCOUNT"] == "500"
+
+
+def test_the_sockets_a_killed_server_left_are_removed_its_lanes_too_and_nothing_else(tmp_path: Path) -> None:
+    import socket
+
+    made = []
+    for name in ("shard-0.sock", "shard-0.sock.lane", "shard-1.sock.lane"):
+        s = socket.socket(socket.AF_UNIX)
+        s.bind(str(tmp_path / name))
+        made.append(s)
+    (tmp_path / "shard-2.sock.lane").write_text("not a socket: kept")
+    remove_sockets(tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["shard-2.sock.lane"]
+    for s in made:
+        s.close()
