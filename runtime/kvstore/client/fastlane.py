@@ -73,7 +73,7 @@ class FastPulls:
         self.timeout = timeout
         # None: ask; 0: no TCP lane (an ipc:// server's lane is a Unix socket: `paths`)
         self.ports: list[int | None] = [
-            None if host_of(a) or a.startswith("ipc://") else 0 for a in addresses
+            None if h or a.startswith("ipc://") else 0 for h, a in zip(self.hosts, addresses, strict=True)
         ]
         self.paths: list[str | None] = [None] * len(addresses)
         self.versions = [1] * len(addresses)  # each lane's wire version (learn)
